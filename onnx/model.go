@@ -203,3 +203,19 @@ func walkTensors(p *onnxpb.ModelProto, fn func(*onnxpb.TensorProto) error) error
 	}
 	return nil
 }
+
+// Derive returns a model for p, a proto built from m's, that keeps m's
+// external data for every tensor p shares with m by pointer.
+func (m *Model) Derive(p *onnxpb.ModelProto) *Model {
+	d := &Model{Proto: p}
+	if len(m.external) > 0 {
+		d.external = make(map[*onnxpb.TensorProto][]byte, len(m.external))
+		_ = walkTensors(p, func(t *onnxpb.TensorProto) error {
+			if b, ok := m.external[t]; ok {
+				d.external[t] = b
+			}
+			return nil
+		})
+	}
+	return d
+}

@@ -67,7 +67,9 @@ func wantBytes(t *onnxpb.TensorProto) (int64, bool) {
 // TensorBytes returns the elements of a tensor of a fixed-size type as
 // little-endian bytes in row-major order, wherever the model stores them
 // (raw_data, the typed *_data fields, or external data). The returned slice
-// may alias the model's storage: do not modify it.
+// may alias the model's storage: do not modify it. m may be nil for a
+// tensor that is not part of a loaded model (such as a node attribute built
+// in memory).
 func (m *Model) TensorBytes(t *onnxpb.TensorProto) ([]byte, error) {
 	dt := DataType(t.GetDataType())
 	want, ok := wantBytes(t)
@@ -81,7 +83,9 @@ func (m *Model) TensorBytes(t *onnxpb.TensorProto) ([]byte, error) {
 	switch {
 	case isExternal(t):
 		var held bool
-		b, held = m.external[t]
+		if m != nil {
+			b, held = m.external[t]
+		}
 		if !held {
 			return nil, fmt.Errorf("tensor %q: external data not loaded", t.GetName())
 		}

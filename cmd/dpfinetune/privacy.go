@@ -1,0 +1,303 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+)
+
+func init() {
+	register(&command{
+		name:    "privacy",
+		summary: "privacy accounting: epsilon for a run, or sigma for a target epsilon",
+		run:     runPrivacy,
+	})
+}
+
+const privacyUsage = `usage: dpfinetune privacy <subcommand> [flags]
+
+subcommands:
+  epsilon   the epsilon spent by a run: --sample-rate q --sigma s --steps n --delta d
+  sigma     the noise multiplier for a target: --target-epsilon e --sample-rate q --steps n --delta d
+
+Accountants (--accountant): rdp (default; Rényi DP, an upper bound), prv
+(privacy loss random variables; reports its upper bound), gdp (Gaussian DP
+by the central limit theorem: approximate (CLT), not an upper bound).
+All assume Poisson sampling with rate q, noise multiplier sigma applied
+once per logical batch, and add-or-remove-one adjacency.
+
+Run "dpfinetune privacy <subcommand> -h" for the flags of one.
+`
+
+func runPrivacy(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand (epsilon or sigma)\n\n%s", privacyUsage)
+	}
+	switch args[0] {
+	case "epsilon":
+		return runPrivacyEpsilon(args[1:], stdout)
+	case "sigma":
+		return runPrivacySigma(args[1:], stdout)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, privacyUsage)
+		return flag.ErrHelp
+	}
+	return usagef("unknown subcommand %q (want epsilon or sigma)\n\n%s", args[0], privacyUsage)
+}
+
+// phaseList is a repeatable flag of phases "sigma,q,steps".
+type phaseList []accountant.Phase
+
+func (p *phaseList) String() string {
+	if p == nil {
+		return ""
+	}
+	s := make([]string, len(*p))
+	for i, ph := range *p {
+		s[i] = fmt.Sprintf("%g,%g,%d", ph.Sigma, ph.SampleRate, ph.Steps)
+	}
+	return strings.Join(s, " ")
+}
+
+func (p *phaseList) Set(v string) error {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return fmt.Errorf("phase %q: want sigma,q,steps", v)
+	}
+	sigma, err1 := strconv.ParseFloat(strings.TrimSpace(f[0]), 64)
+	q, err2 := strconv.ParseFloat(strings.TrimSpace(f[1]), 64)
+	steps, err3 := strconv.Atoi(strings.TrimSpace(f[2]))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("phase %q: want sigma,q,steps: %v", v, err)
+	}
+	if err := accountant.ValidatePhase(sigma, q, steps); err != nil {
+		return fmt.Errorf("phase %q: %v", v, err)
+	}
+	*p = append(*p, accountant.Phase{Sigma: sigma, SampleRate: q, Steps: steps})
+	return nil
+}
+
+// accountantFlags are the flags shared by both subcommands.
+type accountantFlags struct {
+	name       string
+	conversion string
+	epsError   float64
+	delta      float64
+	jsonOut    bool
+}
+
+func (a *accountantFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.name, "accountant", accountant.RDP, "accountant: rdp, prv or gdp (gdp is approximate (CLT))")
+	fs.StringVar(&a.conversion, "conversion", "", "rdp only: RDP to (ε, δ) conversion, improved (default) or classic")
+	fs.Float64Var(&a.epsError, "eps-error", 0, fmt.Sprintf("prv only: ε error budget (default %g)", accountant.DefaultEpsError))
+	fs.Float64Var(&a.delta, "delta", 0, "δ of the (ε, δ) guarantee, in (0, 1) (required)")
+	fs.BoolVar(&a.jsonOut, "json", false, "print the result as JSON")
+}
+
+func (a *accountantFlags) options() accountant.Options {
+	return accountant.Options{Conversion: accountant.Conversion(a.conversion), EpsError: a.epsError}
+}
+
+// flagsSet returns the names of the flags given on the command line.
+func flagsSet(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+func requireFlags(set map[string]bool, names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if !set[n] {
+			missing = append(missing, "--"+n)
+		}
+	}
+	if len(missing) > 0 {
+		return usagef("missing required flag(s): %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// asUsage turns invalid-argument errors from the accountant package into
+// usage errors (exit status 2).
+func asUsage(err error) error {
+	if errors.Is(err, accountant.ErrInvalid) {
+		return usageError{err.Error()}
+	}
+	return err
+}
+
+func runPrivacyEpsilon(args []string, stdout io.Writer) error {
+	fs := newFlagSet("privacy epsilon", "(--sample-rate q --sigma s --steps n | --phase s,q,n ...) --delta d [--accountant rdp|prv|gdp] [--json]")
+	var af accountantFlags
+	af.register(fs)
+	q := fs.Float64("sample-rate", 0, "Poisson sampling rate q = expected batch size / dataset size, in (0, 1]")
+	sigma := fs.Float64("sigma", 0, "noise multiplier σ (noise std / clipping norm), > 0")
+	steps := fs.Int("steps", 0, "number of steps (logical batches), ≥ 1")
+	var phases phaseList
+	fs.Var(&phases, "phase", "a phase `sigma,q,steps` of a run whose settings changed; repeat in order (instead of --sigma/--sample-rate/--steps)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	set := flagsSet(fs)
+	if err := requireFlags(set, "delta"); err != nil {
+		return err
+	}
+	if len(phases) > 0 {
+		if set["sigma"] || set["sample-rate"] || set["steps"] {
+			return usagef("--phase cannot be combined with --sigma, --sample-rate or --steps")
+		}
+	} else {
+		if err := requireFlags(set, "sample-rate", "sigma", "steps"); err != nil {
+			return err
+		}
+		phases = phaseList{{Sigma: *sigma, SampleRate: *q, Steps: *steps}}
+	}
+	acc, err := accountant.NewWithOptions(af.name, af.options())
+	if err != nil {
+		return asUsage(err)
+	}
+	for _, p := range phases {
+		if err := acc.Step(p.Sigma, p.SampleRate, p.Steps); err != nil {
+			return asUsage(err)
+		}
+	}
+	res, err := acc.Epsilon(af.delta)
+	if err != nil {
+		return asUsage(err)
+	}
+	if math.IsInf(res.Epsilon, 0) || math.IsNaN(res.Epsilon) {
+		return fmt.Errorf("no finite epsilon: the %s accountant gives ε = %v for these settings (noise multiplier too small?)", acc.Name(), res.Epsilon)
+	}
+	out := newPrivacyJSON(acc, res)
+	if af.jsonOut {
+		return writeJSON(stdout, out)
+	}
+	printHuman(stdout, out, nil)
+	return nil
+}
+
+func runPrivacySigma(args []string, stdout io.Writer) error {
+	fs := newFlagSet("privacy sigma", "--target-epsilon e --sample-rate q --steps n --delta d [--accountant rdp|prv|gdp] [--prior-phase s,q,n ...] [--json]")
+	var af accountantFlags
+	af.register(fs)
+	target := fs.Float64("target-epsilon", 0, "the ε not to exceed, > 0 (required)")
+	q := fs.Float64("sample-rate", 0, "Poisson sampling rate q of the steps to run, in (0, 1] (required)")
+	steps := fs.Int("steps", 0, "number of steps to run, ≥ 1 (required)")
+	var prior phaseList
+	fs.Var(&prior, "prior-phase", "a phase `sigma,q,steps` already run (e.g. before a resume); repeat in order")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := requireFlags(flagsSet(fs), "target-epsilon", "sample-rate", "steps", "delta"); err != nil {
+		return err
+	}
+	cal, err := accountant.Calibrate(accountant.State{Accountant: af.name, Options: af.options(), Phases: prior}, *target, af.delta, *q, *steps)
+	if err != nil {
+		return asUsage(err)
+	}
+	acc, err := accountant.Restore(accountant.State{Accountant: af.name, Options: af.options(), Phases: prior})
+	if err != nil {
+		return asUsage(err)
+	}
+	if err := acc.Step(cal.Sigma, *q, *steps); err != nil {
+		return err
+	}
+	out := newPrivacyJSON(acc, cal.Result)
+	out.Sigma = &cal.Sigma
+	out.TargetEpsilon = target
+	if af.jsonOut {
+		return writeJSON(stdout, out)
+	}
+	printHuman(stdout, out, &cal)
+	return nil
+}
+
+// privacyJSON is the machine-readable output of both subcommands.
+type privacyJSON struct {
+	Sigma           *float64           `json:"sigma,omitempty"`
+	TargetEpsilon   *float64           `json:"target_epsilon,omitempty"`
+	Epsilon         float64            `json:"epsilon"`
+	Delta           float64            `json:"delta"`
+	Accountant      string             `json:"accountant"`
+	Description     string             `json:"description"`
+	Approximate     bool               `json:"approximate"`
+	Order           *float64           `json:"order,omitempty"`
+	Conversion      string             `json:"conversion,omitempty"`
+	EpsilonLower    *float64           `json:"epsilon_lower,omitempty"`
+	EpsilonEstimate *float64           `json:"epsilon_estimate,omitempty"`
+	EpsilonUpper    *float64           `json:"epsilon_upper,omitempty"`
+	EpsError        *float64           `json:"eps_error,omitempty"`
+	DeltaError      *float64           `json:"delta_error,omitempty"`
+	Mu              *float64           `json:"mu,omitempty"`
+	Steps           int                `json:"steps"`
+	Phases          []accountant.Phase `json:"phases"`
+	Assumptions     string             `json:"assumptions"`
+}
+
+const assumptions = "Poisson sampling with rate q; noise multiplier sigma applied once per logical batch; add-or-remove-one adjacency"
+
+func newPrivacyJSON(acc accountant.Accountant, r accountant.Result) *privacyJSON {
+	out := &privacyJSON{
+		Epsilon:     r.Epsilon,
+		Delta:       r.Delta,
+		Accountant:  acc.Name(),
+		Description: acc.Description(),
+		Approximate: r.Approximate,
+		Steps:       r.Steps,
+		Phases:      acc.Phases(),
+		Assumptions: assumptions,
+	}
+	switch acc.Name() {
+	case accountant.RDP:
+		out.Order = &r.Order
+		out.Conversion = string(r.Conversion)
+	case accountant.PRV:
+		out.EpsilonLower, out.EpsilonEstimate, out.EpsilonUpper = &r.EpsilonLower, &r.EpsilonEstimate, &r.EpsilonUpper
+		out.EpsError, out.DeltaError = &r.EpsError, &r.DeltaError
+	case accountant.GDP:
+		out.Mu = &r.Mu
+	}
+	return out
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func printHuman(w io.Writer, o *privacyJSON, cal *accountant.Calibration) {
+	fmt.Fprintf(w, "accountant:  %s\n", o.Description)
+	for i, p := range o.Phases {
+		label := "phase:"
+		if len(o.Phases) > 1 {
+			label = fmt.Sprintf("phase %d:", i+1)
+		}
+		fmt.Fprintf(w, "%-12s sigma=%g sample-rate=%g steps=%d\n", label, p.Sigma, p.SampleRate, p.Steps)
+	}
+	fmt.Fprintf(w, "assumes:     %s\n", assumptions)
+	fmt.Fprintf(w, "delta:       %g\n", o.Delta)
+	if cal != nil {
+		fmt.Fprintf(w, "sigma:       %.6g  (smallest noise multiplier found whose epsilon does not exceed the target %g)\n", cal.Sigma, *o.TargetEpsilon)
+	}
+	fmt.Fprintf(w, "epsilon:     %.6g", o.Epsilon)
+	switch o.Accountant {
+	case accountant.RDP:
+		fmt.Fprintf(w, "  (optimal RDP order %g, %s conversion)\n", *o.Order, o.Conversion)
+	case accountant.PRV:
+		fmt.Fprintf(w, "  (upper bound; estimate %.6g, lower bound %.6g; eps_error %g, delta_error %g)\n",
+			*o.EpsilonEstimate, *o.EpsilonLower, *o.EpsError, *o.DeltaError)
+	case accountant.GDP:
+		fmt.Fprintf(w, "  (approximate (CLT), not an upper bound; mu = %.6g)\n", *o.Mu)
+	default:
+		fmt.Fprintln(w)
+	}
+}

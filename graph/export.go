@@ -1,0 +1,216 @@
+package graph
+
+import (
+	"bytes"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// ToONNX writes the graph back into a model. Everything the IR did not
+// change is carried over from the loaded model as it was: model and graph
+// fields (names, doc strings, metadata, opset imports, functions), node
+// protos, initializers whose data is unchanged (including external data
+// references), declared input and output types (symbolic batch axes stay
+// symbolic), and value_info of values that still exist. Folded constants
+// become initializers. A graph that no pass changed re-encodes to the bytes
+// it was loaded from.
+func (g *Graph) ToONNX() (*onnx.Model, error) {
+	src := g.model
+	if src == nil {
+		src = onnx.NewModel(&onnxpb.ModelProto{IrVersion: proto.Int64(8), Graph: &onnxpb.GraphProto{}})
+		for d, v := range g.Opsets {
+			src.Proto.OpsetImport = append(src.Proto.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(d), Version: proto.Int64(v)})
+		}
+	}
+	orig := src.Proto
+	// Clone the model without its graph, and the graph without its lists,
+	// so that unknown fields and everything untouched survive.
+	og := orig.Graph
+	orig.Graph = nil
+	mp := proto.Clone(orig).(*onnxpb.ModelProto)
+	orig.Graph = og
+	gp := &onnxpb.GraphProto{}
+	if og != nil {
+		saved := [5]any{og.Node, og.Initializer, og.Input, og.Output, og.ValueInfo}
+		og.Node, og.Initializer, og.Input, og.Output, og.ValueInfo = nil, nil, nil, nil, nil
+		gp = proto.Clone(og).(*onnxpb.GraphProto)
+		og.Node = saved[0].([]*onnxpb.NodeProto)
+		og.Initializer = saved[1].([]*onnxpb.TensorProto)
+		og.Input = saved[2].([]*onnxpb.ValueInfoProto)
+		og.Output = saved[3].([]*onnxpb.ValueInfoProto)
+		og.ValueInfo = saved[4].([]*onnxpb.ValueInfoProto)
+	}
+	mp.Graph = gp
+
+	for _, n := range g.Nodes {
+		gp.Node = append(gp.Node, n.toProto())
+	}
+	for _, v := range g.Initializers {
+		if g.Values[v.Name] != v {
+			continue
+		}
+		gp.Initializer = append(gp.Initializer, initializerProto(src, v))
+	}
+	for _, v := range g.Constants() {
+		gp.Initializer = append(gp.Initializer, v.Const.ToProto(v.Name))
+	}
+
+	isInput := map[string]*Value{}
+	for _, v := range g.Inputs {
+		isInput[v.Name] = v
+	}
+	written := map[string]bool{}
+	if og != nil {
+		for _, vi := range og.Input {
+			name := vi.GetName()
+			if v, ok := g.Values[name]; ok && (isInput[name] == v || v.Initializer) {
+				gp.Input = append(gp.Input, vi)
+				written[name] = true
+			}
+		}
+	}
+	for _, v := range g.Inputs {
+		if !written[v.Name] {
+			gp.Input = append(gp.Input, valueInfo(v, nil))
+		}
+	}
+	declared := map[string]*onnxpb.ValueInfoProto{}
+	if og != nil {
+		for _, vi := range og.Output {
+			declared[vi.GetName()] = vi
+		}
+	}
+	for _, v := range g.Outputs {
+		vi := declared[v.Name]
+		if vi != nil && compatible(vi, v) {
+			gp.Output = append(gp.Output, vi)
+		} else {
+			gp.Output = append(gp.Output, valueInfo(v, vi))
+		}
+	}
+	if og != nil {
+		for _, vi := range og.ValueInfo {
+			if v, ok := g.Values[vi.GetName()]; ok && v.Producer != nil {
+				gp.ValueInfo = append(gp.ValueInfo, vi)
+			}
+		}
+	}
+	return src.Derive(mp), nil
+}
+
+// initializerProto returns the loaded proto of v if its shape and data are
+// unchanged, else a fresh one with raw_data.
+func initializerProto(src *onnx.Model, v *Value) *onnxpb.TensorProto {
+	if p := v.proto; p != nil && int32(v.Const.DType) == p.GetDataType() && slices.Equal(v.Const.Shape, p.GetDims()) {
+		if old, err := src.TensorBytes(p); err == nil && bytes.Equal(old, v.Const.Bytes()) {
+			return p
+		}
+	}
+	t := v.Const.ToProto(v.Name)
+	if v.proto != nil {
+		t.DocString = v.proto.DocString
+		t.MetadataProps = v.proto.MetadataProps
+	}
+	return t
+}
+
+// toProto returns the node's loaded proto if the IR still matches it, else
+// a new proto that keeps its name, domain, doc string and metadata.
+func (n *Node) toProto() *onnxpb.NodeProto {
+	ins := make([]string, len(n.Inputs))
+	for i, v := range n.Inputs {
+		if v != nil {
+			ins[i] = v.Name
+		}
+	}
+	outs := make([]string, len(n.Outputs))
+	for i, v := range n.Outputs {
+		if v != nil {
+			outs[i] = v.Name
+		}
+	}
+	p := n.proto
+	if p != nil && p.GetOpType() == n.OpType && slices.Equal(p.GetInput(), ins) && slices.Equal(p.GetOutput(), outs) &&
+		sameAttrs(p.GetAttribute(), n.Attrs) && p.GetName() == n.Name {
+		return p
+	}
+	np := &onnxpb.NodeProto{Input: ins, Output: outs, OpType: proto.String(n.OpType), Attribute: n.Attrs}
+	if n.Name != "" {
+		np.Name = proto.String(n.Name)
+	}
+	if n.Domain != "" {
+		np.Domain = proto.String(n.Domain)
+	}
+	if p != nil {
+		if p.Domain != nil && canonicalDomain(p.GetDomain()) == n.Domain {
+			np.Domain = p.Domain
+		}
+		np.DocString, np.Overload, np.MetadataProps, np.DeviceConfigurations = p.DocString, p.Overload, p.MetadataProps, p.DeviceConfigurations
+	}
+	return np
+}
+
+func sameAttrs(a, b []*onnxpb.AttributeProto) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// compatible reports whether a declared type still describes v: same dtype
+// and rank, and every statically declared dim equal to v's.
+func compatible(vi *onnxpb.ValueInfoProto, v *Value) bool {
+	dt, sh, err := typeOf(vi)
+	if err != nil || (dt != v.DType && v.DType != Undefined) {
+		return false
+	}
+	if sh == nil || v.Shape == nil {
+		return true
+	}
+	if len(sh) != len(v.Shape) {
+		return false
+	}
+	for i, d := range sh {
+		if d.Size >= 0 && v.Shape[i].Size >= 0 && d.Size != v.Shape[i].Size {
+			return false
+		}
+	}
+	return true
+}
+
+// valueInfo describes v; dims that prev declared symbolic stay symbolic.
+func valueInfo(v *Value, prev *onnxpb.ValueInfoProto) *onnxpb.ValueInfoProto {
+	_, psh, _ := typeOf(prev)
+	sh := &onnxpb.TensorShapeProto{}
+	for i, d := range v.Shape {
+		dim := &onnxpb.TensorShapeProto_Dimension{}
+		switch {
+		case i < len(psh) && psh[i].Size < 0 && psh[i].Param != "":
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: psh[i].Param}
+		case d.Size >= 0:
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d.Size}
+		case d.Param != "":
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: d.Param}
+		}
+		sh.Dim = append(sh.Dim, dim)
+	}
+	tt := &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(v.DType))}
+	if v.Shape != nil {
+		tt.Shape = sh
+	}
+	vi := &onnxpb.ValueInfoProto{Name: proto.String(v.Name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: tt}}}
+	if prev != nil {
+		vi.DocString = prev.DocString
+		vi.MetadataProps = prev.MetadataProps
+	}
+	return vi
+}

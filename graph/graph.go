@@ -1,0 +1,415 @@
+package graph
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// Dim is one dimension of a shape: a known size, or unknown (Size < 0) with
+// an optional symbolic name such as "batch".
+type Dim struct {
+	Size  int64
+	Param string
+}
+
+// Shape is a list of dimensions. A nil Shape is an unknown rank.
+type Shape []Dim
+
+// Static reports whether every dimension is known.
+func (s Shape) Static() bool {
+	for _, d := range s {
+		if d.Size < 0 {
+			return false
+		}
+	}
+	return s != nil
+}
+
+// Ints returns the sizes, with -1 for unknown dimensions.
+func (s Shape) Ints() []int64 {
+	out := make([]int64, len(s))
+	for i, d := range s {
+		out[i] = d.Size
+	}
+	return out
+}
+
+// NumElements returns the product of the sizes, or -1 if any is unknown.
+func (s Shape) NumElements() int64 {
+	if !s.Static() {
+		return -1
+	}
+	n := int64(1)
+	for _, d := range s {
+		n *= d.Size
+	}
+	return n
+}
+
+func (s Shape) String() string {
+	if s == nil {
+		return "?"
+	}
+	parts := make([]string, len(s))
+	for i, d := range s {
+		switch {
+		case d.Size >= 0:
+			parts[i] = fmt.Sprint(d.Size)
+		case d.Param != "":
+			parts[i] = d.Param
+		default:
+			parts[i] = "?"
+		}
+	}
+	return "(" + strings.Join(parts, ",") + ")"
+}
+
+// StaticShape makes a Shape from known sizes.
+func StaticShape(dims ...int64) Shape {
+	s := make(Shape, len(dims))
+	for i, d := range dims {
+		s[i] = Dim{Size: d}
+	}
+	return s
+}
+
+// Value is a tensor flowing through the graph: a graph input, an
+// initializer, a folded constant, or a node output.
+type Value struct {
+	Name  string
+	DType DType
+	Shape Shape
+	// Producer is the node computing the value; nil for graph inputs,
+	// initializers and folded constants.
+	Producer *Node
+	// Const holds the data of initializers and folded constants.
+	Const *Tensor
+	// Initializer marks a graph initializer: a candidate parameter.
+	// Folded constants have Const set but are not initializers.
+	Initializer bool
+	// Consumers are the nodes reading the value, in graph order.
+	Consumers []*Node
+
+	proto *onnxpb.TensorProto // the initializer as loaded
+}
+
+// IsParam reports whether v is a floating-point initializer: the tensors a
+// training run may update.
+func (v *Value) IsParam() bool { return v.Initializer && v.DType.IsFloat() }
+
+// Node is one operator application.
+type Node struct {
+	Name   string
+	OpType string
+	Domain string
+	// Opset is the version of the node's domain the model imports: it
+	// selects operator semantics and attribute defaults.
+	Opset int64
+	// Inputs has nil entries for omitted optional inputs.
+	Inputs  []*Value
+	Outputs []*Value
+	// Attrs are the node's attributes as stored in the model.
+	Attrs []*onnxpb.AttributeProto
+
+	proto *onnxpb.NodeProto
+}
+
+func (n *Node) String() string {
+	if n.Name != "" {
+		return fmt.Sprintf("%s %q", n.OpType, n.Name)
+	}
+	if len(n.Outputs) > 0 && n.Outputs[0] != nil {
+		return fmt.Sprintf("%s (output %q)", n.OpType, n.Outputs[0].Name)
+	}
+	return n.OpType
+}
+
+// Input returns input i, or nil if it is absent.
+func (n *Node) Input(i int) *Value {
+	if i < len(n.Inputs) {
+		return n.Inputs[i]
+	}
+	return nil
+}
+
+// Graph is the typed IR of a model's main graph.
+type Graph struct {
+	Name string
+	// Nodes are in topological order.
+	Nodes []*Node
+	// Inputs are the graph inputs that are not initializers.
+	Inputs  []*Value
+	Outputs []*Value
+	// Initializers in model order; folding may append constants.
+	Initializers []*Value
+	// Values maps every value name to its value.
+	Values map[string]*Value
+	// Opsets maps an operator-set domain ("" is the default ai.onnx) to the
+	// imported version.
+	Opsets map[string]int64
+
+	model *onnx.Model
+}
+
+// Model returns the model the graph was read from.
+func (g *Graph) Model() *onnx.Model { return g.model }
+
+func canonicalDomain(d string) string {
+	if d == "ai.onnx" {
+		return ""
+	}
+	return d
+}
+
+// FromONNX builds the IR of m's main graph. It decodes initializers, links
+// values to their producers and consumers, sorts the nodes topologically and
+// validates the result.
+func FromONNX(m *onnx.Model) (*Graph, error) {
+	gp := m.Proto.GetGraph()
+	g := &Graph{Name: gp.GetName(), Values: map[string]*Value{}, Opsets: map[string]int64{}, model: m}
+	for _, op := range m.Proto.GetOpsetImport() {
+		g.Opsets[canonicalDomain(op.GetDomain())] = op.GetVersion()
+	}
+	for _, tp := range gp.GetInitializer() {
+		name := tp.GetName()
+		if name == "" {
+			return nil, fmt.Errorf("graph: an initializer has no name")
+		}
+		if _, dup := g.Values[name]; dup {
+			return nil, fmt.Errorf("graph: initializer %q defined twice", name)
+		}
+		t, err := TensorFromProto(m, tp)
+		if err != nil {
+			return nil, fmt.Errorf("graph: initializer %q: %w", name, err)
+		}
+		v := &Value{Name: name, DType: t.DType, Shape: StaticShape(t.Shape...), Const: t, Initializer: true, proto: tp}
+		g.Values[name] = v
+		g.Initializers = append(g.Initializers, v)
+	}
+	if len(gp.GetSparseInitializer()) > 0 {
+		return nil, fmt.Errorf("graph: sparse initializers are not supported (%d found)", len(gp.GetSparseInitializer()))
+	}
+	for _, vi := range gp.GetInput() {
+		name := vi.GetName()
+		if v, ok := g.Values[name]; ok && v.Initializer {
+			continue // an initializer listed as input (IR < 4 style)
+		}
+		if _, dup := g.Values[name]; dup {
+			return nil, fmt.Errorf("graph: input %q defined twice", name)
+		}
+		dt, sh, err := typeOf(vi)
+		if err != nil {
+			return nil, fmt.Errorf("graph: input %q: %w", name, err)
+		}
+		v := &Value{Name: name, DType: dt, Shape: sh}
+		g.Values[name] = v
+		g.Inputs = append(g.Inputs, v)
+	}
+	declared := map[string]*onnxpb.ValueInfoProto{}
+	for _, vi := range gp.GetValueInfo() {
+		declared[vi.GetName()] = vi
+	}
+	for _, vi := range gp.GetOutput() {
+		declared[vi.GetName()] = vi
+	}
+	for i, np := range gp.GetNode() {
+		n := &Node{Name: np.GetName(), OpType: np.GetOpType(), Domain: canonicalDomain(np.GetDomain()), Attrs: np.GetAttribute(), proto: np}
+		ver, ok := g.Opsets[n.Domain]
+		if !ok {
+			return nil, fmt.Errorf("graph: node %d (%s): domain %q is not imported", i, n, np.GetDomain())
+		}
+		n.Opset = ver
+		for _, out := range np.GetOutput() {
+			if out == "" {
+				n.Outputs = append(n.Outputs, nil)
+				continue
+			}
+			if prev, dup := g.Values[out]; dup {
+				if prev.Producer != nil {
+					return nil, fmt.Errorf("graph: node %s: output %q is also produced by %s", n, out, prev.Producer)
+				}
+				return nil, fmt.Errorf("graph: node %s: output %q is also a graph input or initializer", n, out)
+			}
+			v := &Value{Name: out, Producer: n}
+			if vi, ok := declared[out]; ok {
+				v.DType, v.Shape, _ = typeOf(vi)
+			}
+			g.Values[out] = v
+			n.Outputs = append(n.Outputs, v)
+		}
+		g.Nodes = append(g.Nodes, n)
+	}
+	// Link inputs after every output exists: the model's node order need
+	// not be topological.
+	for _, n := range g.Nodes {
+		for _, in := range n.proto.GetInput() {
+			if in == "" {
+				n.Inputs = append(n.Inputs, nil)
+				continue
+			}
+			v, ok := g.Values[in]
+			if !ok {
+				return nil, fmt.Errorf("graph: node %s: input %q is not produced by any node, input or initializer", n, in)
+			}
+			n.Inputs = append(n.Inputs, v)
+			v.Consumers = append(v.Consumers, n)
+		}
+	}
+	for _, vi := range gp.GetOutput() {
+		v, ok := g.Values[vi.GetName()]
+		if !ok {
+			return nil, fmt.Errorf("graph: output %q is not produced by any node, input or initializer", vi.GetName())
+		}
+		g.Outputs = append(g.Outputs, v)
+	}
+	if err := g.sortTopological(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// typeOf reads a tensor type from a ValueInfoProto.
+func typeOf(vi *onnxpb.ValueInfoProto) (DType, Shape, error) {
+	tt := vi.GetType().GetTensorType()
+	if tt == nil {
+		if vi.GetType() == nil {
+			return Undefined, nil, nil
+		}
+		return Undefined, nil, fmt.Errorf("only tensor types are supported")
+	}
+	dt := DType(tt.GetElemType())
+	if tt.GetShape() == nil {
+		return dt, nil, nil
+	}
+	sh := make(Shape, 0, len(tt.GetShape().GetDim()))
+	for _, d := range tt.GetShape().GetDim() {
+		if _, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok {
+			sh = append(sh, Dim{Size: d.GetDimValue()})
+		} else {
+			sh = append(sh, Dim{Size: -1, Param: d.GetDimParam()})
+		}
+	}
+	return dt, sh, nil
+}
+
+// sortTopological orders g.Nodes so that every node follows the producers
+// of its inputs (stable: an already ordered graph keeps its order), and
+// reports a cycle by naming a node on it.
+func (g *Graph) sortTopological() error {
+	indeg := make(map[*Node]int, len(g.Nodes))
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in != nil && in.Producer != nil {
+				indeg[n]++
+			}
+		}
+	}
+	order := make([]*Node, 0, len(g.Nodes))
+	done := make(map[*Node]bool, len(g.Nodes))
+	// Repeated scans keep the original order among ready nodes; exports
+	// are almost always already sorted, so this is one pass in practice.
+	for len(order) < len(g.Nodes) {
+		progress := false
+		for _, n := range g.Nodes {
+			if done[n] || indeg[n] > 0 {
+				continue
+			}
+			done[n] = true
+			order = append(order, n)
+			progress = true
+			for _, out := range n.Outputs {
+				if out == nil {
+					continue
+				}
+				for _, c := range out.Consumers {
+					indeg[c]--
+				}
+			}
+		}
+		if !progress {
+			for _, n := range g.Nodes {
+				if !done[n] {
+					return fmt.Errorf("graph: node %s is on a cycle", n)
+				}
+			}
+		}
+	}
+	g.Nodes = order
+	return nil
+}
+
+// Validate checks the graph's structure: every node input is produced
+// before it is read, values have one producer, and every node has the
+// number of inputs and outputs its operator allows (for known operators).
+func (g *Graph) Validate() error {
+	seen := map[*Value]bool{}
+	for _, v := range g.Inputs {
+		seen[v] = true
+	}
+	for _, v := range g.Values {
+		if v.Const != nil {
+			seen[v] = true
+		}
+	}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in != nil && !seen[in] {
+				return fmt.Errorf("graph: node %s reads %q before it is computed", n, in.Name)
+			}
+		}
+		if ar, ok := arity[n.OpType]; ok && n.Domain == "" {
+			if len(n.Inputs) < ar.minIn || (ar.maxIn >= 0 && len(n.Inputs) > ar.maxIn) {
+				return fmt.Errorf("graph: node %s has %d inputs, %s takes %s", n, len(n.Inputs), n.OpType, ar.inRange())
+			}
+			for i := 0; i < ar.minIn; i++ {
+				if n.Inputs[i] == nil {
+					return fmt.Errorf("graph: node %s: required input %d is empty", n, i)
+				}
+			}
+			if len(n.Outputs) < 1 {
+				return fmt.Errorf("graph: node %s has no outputs", n)
+			}
+		}
+		for _, out := range n.Outputs {
+			if out != nil {
+				seen[out] = true
+			}
+		}
+	}
+	for _, v := range g.Outputs {
+		if !seen[v] {
+			return fmt.Errorf("graph: output %q is never computed", v.Name)
+		}
+	}
+	return nil
+}
+
+type arityRange struct{ minIn, maxIn int }
+
+func (a arityRange) inRange() string {
+	switch {
+	case a.maxIn < 0:
+		return fmt.Sprintf("at least %d", a.minIn)
+	case a.minIn == a.maxIn:
+		return fmt.Sprint(a.minIn)
+	}
+	return fmt.Sprintf("%d to %d", a.minIn, a.maxIn)
+}
+
+// arity lists the input counts of the operators the engine knows.
+var arity = map[string]arityRange{
+	"Conv": {2, 3}, "ConvTranspose": {2, 3}, "Gemm": {2, 3}, "MatMul": {2, 2},
+	"MaxPool": {1, 1}, "AveragePool": {1, 1}, "GlobalAveragePool": {1, 1}, "GlobalMaxPool": {1, 1},
+	"Add": {2, 2}, "Sub": {2, 2}, "Mul": {2, 2}, "Div": {2, 2}, "Pow": {2, 2},
+	"Relu": {1, 1}, "Sigmoid": {1, 1}, "Tanh": {1, 1}, "Erf": {1, 1}, "Exp": {1, 1}, "Log": {1, 1},
+	"Sqrt": {1, 1}, "Neg": {1, 1}, "Abs": {1, 1}, "Reciprocal": {1, 1}, "Clip": {1, 3},
+	"Softmax": {1, 1}, "LogSoftmax": {1, 1}, "Transpose": {1, 1}, "Reshape": {2, 2}, "Flatten": {1, 1},
+	"Concat": {1, -1}, "Slice": {1, 5}, "Gather": {2, 2}, "Squeeze": {1, 2}, "Unsqueeze": {1, 2},
+	"Expand": {2, 2}, "Where": {3, 3}, "Identity": {1, 1}, "Dropout": {1, 3}, "Pad": {1, 4}, "Cast": {1, 1},
+	"BatchNormalization": {5, 5}, "InstanceNormalization": {3, 3}, "GroupNormalization": {3, 3},
+	"LayerNormalization": {2, 3}, "Shape": {1, 1}, "ConstantOfShape": {1, 1}, "Constant": {0, 0},
+	"Equal": {2, 2}, "Range": {3, 3}, "ReduceMean": {1, 2}, "ReduceSum": {1, 2},
+}

@@ -1,0 +1,181 @@
+package graph
+
+import (
+	"fmt"
+	"sort"
+)
+
+// maxFoldElements bounds the size of a folded constant, so that folding
+// never materializes a large tensor that the runtime would compute cheaply.
+const maxFoldElements = 1 << 22
+
+// InferShapes fixes the shapes of the graph inputs (by name; inputs not in
+// shapes keep their declared shape), then infers the dtype and shape of every
+// node output in topological order.
+//
+// As it goes it folds constants: a node whose inputs are all constants (and
+// none of them a floating-point initializer, which training may change), or
+// a Shape or Size node whose input shape is known, is evaluated, its outputs
+// become constants and the node is removed. This turns the shape arithmetic
+// of a dynamic-batch export (Shape, Gather, Unsqueeze, Concat, Reshape
+// targets, ...) into a static graph. Initializers left unused by folding are
+// dropped.
+func (g *Graph) InferShapes(shapes map[string][]int64) error {
+	for name, dims := range shapes {
+		v, ok := g.Values[name]
+		if !ok || v.Producer != nil || v.Const != nil {
+			return fmt.Errorf("graph: %q is not a graph input", name)
+		}
+		if v.Shape != nil && len(v.Shape) != len(dims) {
+			return fmt.Errorf("graph: input %q has rank %d (%v); got shape %v", name, len(v.Shape), v.Shape, dims)
+		}
+		for i, d := range dims {
+			if d <= 0 {
+				return fmt.Errorf("graph: input %q: dimension %d must be positive, got %d", name, i, d)
+			}
+			if v.Shape != nil && v.Shape[i].Size >= 0 && v.Shape[i].Size != d {
+				return fmt.Errorf("graph: input %q: dimension %d is fixed at %d by the model, got %d", name, i, v.Shape[i].Size, d)
+			}
+		}
+		v.Shape = StaticShape(dims...)
+	}
+	usedBefore := map[*Value]bool{}
+	for _, v := range g.Initializers {
+		usedBefore[v] = len(v.Consumers) > 0
+	}
+	var kept []*Node
+	for _, n := range g.Nodes {
+		if err := g.inferNode(n); err != nil {
+			return err
+		}
+		folded := len(n.Outputs) > 0
+		for _, out := range n.Outputs {
+			if out != nil && out.Const == nil {
+				folded = false
+			}
+		}
+		if folded {
+			for _, out := range n.Outputs {
+				if out != nil {
+					out.Producer = nil
+				}
+			}
+			continue
+		}
+		kept = append(kept, n)
+	}
+	g.Nodes = kept
+	g.relink()
+	// Drop constants that folding left without consumers.
+	isOut := map[*Value]bool{}
+	for _, v := range g.Outputs {
+		isOut[v] = true
+	}
+	var inits []*Value
+	for _, v := range g.Initializers {
+		if usedBefore[v] && len(v.Consumers) == 0 && !isOut[v] {
+			delete(g.Values, v.Name)
+			continue
+		}
+		inits = append(inits, v)
+	}
+	g.Initializers = inits
+	for name, v := range g.Values {
+		if v.Const != nil && !v.Initializer && len(v.Consumers) == 0 && !isOut[v] {
+			delete(g.Values, name)
+		}
+	}
+	return nil
+}
+
+// relink recomputes every value's consumer list from the nodes.
+func (g *Graph) relink() {
+	for _, v := range g.Values {
+		v.Consumers = v.Consumers[:0]
+	}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in != nil {
+				in.Consumers = append(in.Consumers, n)
+			}
+		}
+	}
+}
+
+// Constants returns the values that hold constants but are not
+// initializers of the loaded model (folded values), sorted by name.
+func (g *Graph) Constants() []*Value {
+	var out []*Value
+	for _, v := range g.Values {
+		if v.Const != nil && !v.Initializer {
+			out = append(out, v)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// inferNode sets dtypes and shapes of n's outputs and folds n if it can.
+func (g *Graph) inferNode(n *Node) error {
+	if n.Domain != "" {
+		return fmt.Errorf("graph: node %s: operator domain %q is not supported", n, n.Domain)
+	}
+	rule, ok := rules[n.OpType]
+	if !ok {
+		return fmt.Errorf("graph: node %s: operator %s is not supported", n, n.OpType)
+	}
+	if err := rule.infer(g, n); err != nil {
+		return fmt.Errorf("graph: node %s: %w", n, err)
+	}
+	if rule.eval == nil || !g.foldable(n) {
+		return nil
+	}
+	consts := make([]*Tensor, len(n.Inputs))
+	for i, v := range n.Inputs {
+		if v != nil {
+			consts[i] = v.Const
+		}
+	}
+	outs, err := rule.eval(g, n, consts)
+	if err != nil {
+		return fmt.Errorf("graph: node %s: folding: %w", n, err)
+	}
+	for i, t := range outs {
+		if i < len(n.Outputs) && n.Outputs[i] != nil && t != nil {
+			if t.Len() > maxFoldElements {
+				return nil
+			}
+		}
+	}
+	for i, t := range outs {
+		if i < len(n.Outputs) && n.Outputs[i] != nil && t != nil {
+			v := n.Outputs[i]
+			v.Const = t
+			v.DType = t.DType
+			v.Shape = StaticShape(t.Shape...)
+		}
+	}
+	return nil
+}
+
+// foldable reports whether n may be evaluated now.
+func (g *Graph) foldable(n *Node) bool {
+	switch n.OpType {
+	case "Shape", "Size":
+		x := n.Input(0)
+		return x != nil && x.Shape.Static()
+	case "Constant":
+		return true
+	case "Dropout":
+		return false // its mask output is random in training mode
+	}
+	for _, v := range n.Inputs {
+		if v == nil {
+			continue
+		}
+		if v.Const == nil || v.IsParam() {
+			return false
+		}
+	}
+	return true
+}
