@@ -413,3 +413,60 @@ var arity = map[string]arityRange{
 	"LayerNormalization": {2, 3}, "Shape": {1, 1}, "ConstantOfShape": {1, 1}, "Constant": {0, 0},
 	"Equal": {2, 2}, "Range": {3, 3}, "ReduceMean": {1, 2}, "ReduceSum": {1, 2},
 }
+
+// Clone returns a copy of the graph's structure that passes can change
+// without touching g. Constant data (initializer tensors) is shared, not
+// copied: a training run updates one set of weights whichever graph it
+// compiled. Folding for a concrete batch (InferShapes) bakes the batch into
+// shape constants, so plans are compiled from a clone and exports are made
+// from the graph that keeps its dynamic axes.
+func (g *Graph) Clone() *Graph {
+	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model}
+	for d, v := range g.Opsets {
+		c.Opsets[d] = v
+	}
+	vm := make(map[*Value]*Value, len(g.Values))
+	val := func(v *Value) *Value {
+		if v == nil {
+			return nil
+		}
+		if nv, ok := vm[v]; ok {
+			return nv
+		}
+		nv := &Value{Name: v.Name, DType: v.DType, Shape: append(Shape(nil), v.Shape...), Const: v.Const, Initializer: v.Initializer, proto: v.proto}
+		if v.Shape == nil {
+			nv.Shape = nil
+		}
+		vm[v] = nv
+		c.Values[v.Name] = nv
+		return nv
+	}
+	for _, v := range g.Values {
+		val(v)
+	}
+	for _, n := range g.Nodes {
+		nn := &Node{Name: n.Name, OpType: n.OpType, Domain: n.Domain, Opset: n.Opset, Attrs: n.Attrs, proto: n.proto}
+		for _, in := range n.Inputs {
+			nn.Inputs = append(nn.Inputs, val(in))
+		}
+		for _, out := range n.Outputs {
+			o := val(out)
+			if o != nil {
+				o.Producer = nn
+			}
+			nn.Outputs = append(nn.Outputs, o)
+		}
+		c.Nodes = append(c.Nodes, nn)
+	}
+	for _, v := range g.Inputs {
+		c.Inputs = append(c.Inputs, val(v))
+	}
+	for _, v := range g.Outputs {
+		c.Outputs = append(c.Outputs, val(v))
+	}
+	for _, v := range g.Initializers {
+		c.Initializers = append(c.Initializers, val(v))
+	}
+	c.relink()
+	return c
+}
