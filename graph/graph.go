@@ -470,3 +470,35 @@ func (g *Graph) Clone() *Graph {
 	c.relink()
 	return c
 }
+
+// UntieIdentityParams undoes an exporter optimization: torch.onnx stores
+// parameters with equal values (such as freshly initialized zero biases)
+// once and reads the copies through Identity nodes. Each such Identity of a
+// floating-point initializer becomes an initializer of its own, named as
+// the Identity's output and holding a copy of the data, so that the
+// parameters PyTorch had as distinct are distinct again (and train
+// independently). It returns the names of the new initializers.
+func (g *Graph) UntieIdentityParams() []string {
+	var made []string
+	var kept []*Node
+	for _, n := range g.Nodes {
+		src := n.Input(0)
+		if n.OpType != "Identity" || n.Domain != "" || src == nil || !src.IsParam() || len(n.Outputs) != 1 || n.Outputs[0] == nil {
+			kept = append(kept, n)
+			continue
+		}
+		v := n.Outputs[0]
+		c := *src.Const
+		c.Shape = append([]int64(nil), src.Const.Shape...)
+		c.F32 = append([]float32(nil), src.Const.F32...)
+		c.F64 = append([]float64(nil), src.Const.F64...)
+		c.Raw = append([]byte(nil), src.Const.Raw...)
+		v.Producer, v.Const, v.Initializer = nil, &c, true
+		v.DType, v.Shape = src.DType, StaticShape(c.Shape...)
+		g.Initializers = append(g.Initializers, v)
+		made = append(made, v.Name)
+	}
+	g.Nodes = kept
+	g.relink()
+	return made
+}

@@ -430,3 +430,30 @@ func TestReshapeTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestUntieIdentityParams(t *testing.T) {
+	z := &Tensor{DType: Float32, Shape: []int64{2}, F32: []float32{0, 0}}
+	g := newBuilder(14).input("x", 2).init("b", z).
+		node("Identity", []string{"b"}, []string{"b2"}).
+		node("Add", []string{"x", "b"}, []string{"y1"}).
+		node("Add", []string{"y1", "b2"}, []string{"y"}).output("y").graph(t)
+	made := g.UntieIdentityParams()
+	if len(made) != 1 || made[0] != "b2" {
+		t.Fatalf("untied %v", made)
+	}
+	b2 := g.Values["b2"]
+	if !b2.IsParam() || b2.Producer != nil || len(b2.Consumers) != 1 || len(g.Nodes) != 2 {
+		t.Fatalf("b2 = %+v, %d nodes", b2, len(g.Nodes))
+	}
+	b2.Const.F32[0] = 1
+	if g.Values["b"].Const.F32[0] != 0 {
+		t.Error("untied copy shares data with the original")
+	}
+	m, err := g.ToONNX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(m.Proto.GetGraph().GetInitializer()); n != 2 {
+		t.Errorf("export has %d initializers, want 2", n)
+	}
+}

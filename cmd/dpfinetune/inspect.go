@@ -35,6 +35,7 @@ type inspectReport struct {
 	ParamTensors  int               `json:"parameter_tensors"`
 	Buffers       int64             `json:"buffers"`
 	BufferTensors int               `json:"buffer_tensors"`
+	Untied        int               `json:"untied_identity_params,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	Inferred      *inferredReport   `json:"inferred,omitempty"`
 }
@@ -79,9 +80,13 @@ func describe(v *graph.Value) valueReport {
 
 // parseDims parses "3,224,224" (also "3x224x224").
 func parseDims(s string) ([]int64, error) {
-	s = strings.ReplaceAll(strings.TrimSpace(s), "x", ",")
+	s = strings.TrimSpace(s)
+	sep := ","
+	if !strings.Contains(s, ",") {
+		sep = "x"
+	}
 	var out []int64
-	for _, f := range strings.Split(s, ",") {
+	for _, f := range strings.Split(s, sep) {
 		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
 		if err != nil || v <= 0 {
 			return nil, fmt.Errorf("bad dimension %q in %q: want positive integers like 3,224,224", f, s)
@@ -149,6 +154,9 @@ func runInspect(args []string, stdout io.Writer) error {
 	for _, v := range g.Inputs {
 		rep.Inputs = append(rep.Inputs, describe(v))
 	}
+	// Count parameters as PyTorch had them: equal-valued parameters that
+	// the exporter stored once behind Identity nodes count once per copy.
+	rep.Untied = len(g.UntieIdentityParams())
 	for _, v := range g.Outputs {
 		rep.Outputs = append(rep.Outputs, describe(v))
 	}
@@ -243,6 +251,9 @@ func printInspect(w io.Writer, r *inspectReport) {
 		fmt.Fprintf(w, "output:      %s %s %s\n", v.Name, v.DType, shapeString(v))
 	}
 	fmt.Fprintf(w, "parameters:  %d in %d tensors (%s)\n", r.Parameters, r.ParamTensors, humanBytes(r.ParamBytes))
+	if r.Untied > 0 {
+		fmt.Fprintf(w, "             %d of them stored once by the exporter and read through Identity nodes (equal values)\n", r.Untied)
+	}
 	if r.BufferTensors > 0 {
 		fmt.Fprintf(w, "buffers:     %d in %d tensors (BatchNorm running statistics)\n", r.Buffers, r.BufferTensors)
 	}

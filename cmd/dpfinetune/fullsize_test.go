@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+)
+
+// fullSizeModels exports full-size torchvision models with the fixture
+// script into a cache directory keyed by the script's hash, or skips the
+// test when the script's Python (Debian python3-torch, python3-torchvision,
+// python3-onnx) is absent.
+func fullSizeModels(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("full-size exports are slow; skipped in -short")
+	}
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx").Run(); err != nil {
+		t.Skip("no /usr/bin/python3 with torch, torchvision and onnx")
+	}
+	script, err := os.ReadFile("../../testdata/gen/make_fixtures.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(script)
+	dir := filepath.Join(os.TempDir(), "dpfinetune-full-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
+		return dir
+	}
+	cmd := exec.Command(py, "../../testdata/gen/make_fixtures.py", "--full", dir, "--full-only",
+		"--full-models", "resnet18,resnet18_train,vgg11,vit_b_16", "--no-full-check")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("exporting full-size models: %v\n%s", err, out)
+	}
+	os.WriteFile(filepath.Join(dir, "done"), nil, 0o644)
+	return dir
+}
+
+// TestFullSizeExports proves the loader, shape inference and folding on real
+// torchvision exports: each loads, re-encodes byte for byte, and infers
+// static shapes for a batch of 8 with no shape op left; inspect reports
+// torchvision's parameter counts.
+func TestFullSizeExports(t *testing.T) {
+	dir := fullSizeModels(t)
+	cases := []struct {
+		name   string
+		params int64
+	}{
+		// torchvision's count. BatchNorm kept (training-mode export).
+		{"resnet18_train", 11689512},
+		// Eval export folds BatchNorm into Conv: the 2 affine parameters
+		// of each of the 4,800 BN channels become 1 conv bias.
+		{"resnet18", 11689512 - 4800},
+		{"vgg11", 132863336},
+		{"vit_b_16", 86567656},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(dir, c.name+".onnx")
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := onnx.LoadBytes(raw, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := m.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b, raw) {
+				t.Fatal("re-encoding changed the bytes")
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.InferShapes(map[string][]int64{g.Inputs[0].Name: {8, 3, 224, 224}}); err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range g.Nodes {
+				if n.OpType == "Shape" || n.OpType == "Constant" {
+					t.Errorf("%s left after folding", n)
+				}
+				for _, v := range n.Outputs {
+					if v != nil && !v.Shape.Static() {
+						t.Errorf("%s: output %q shape %v", n, v.Name, v.Shape)
+					}
+				}
+			}
+			if got := g.Outputs[0].Shape.Ints(); len(got) != 2 || got[0] != 8 || got[1] != 1000 {
+				t.Errorf("output shape %v", got)
+			}
+
+			out, errOut, code := run(t, "inspect", "--model", p, "--input-shape", "3,224,224", "--json")
+			if code != 0 {
+				t.Fatalf("inspect: exit %d: %s", code, errOut)
+			}
+			var r inspectReport
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Parameters != c.params {
+				t.Errorf("inspect reports %d parameters, want %d", r.Parameters, c.params)
+			}
+		})
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run calls the CLI in-process.
+func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func TestInspectJSON(t *testing.T) {
+	cases := []struct {
+		model  string
+		shape  string
+		params int64
+		bufs   int64
+		ops    map[string]int
+	}{
+		// Tramèr–Boneh CNN: 1040 + 8224 + 16416 + 330 parameters.
+		{"cnn", "1,28,28", 26010, 0, map[string]int{"Conv": 2, "MaxPool": 2, "Tanh": 3, "Gemm": 2, "Flatten": 1}},
+		// Training-mode export keeps BatchNormalization; its running
+		// statistics are buffers, not parameters.
+		{"resnet_train", "3,32,32", 78962, 720, map[string]int{"BatchNormalization": 12, "Conv": 12}},
+	}
+	for _, c := range cases {
+		t.Run(c.model, func(t *testing.T) {
+			out, errOut, code := run(t, "inspect", "--model", "../../testdata/models/"+c.model+".onnx", "--input-shape", c.shape, "--batch", "8", "--json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var r inspectReport
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Parameters != c.params || r.Buffers != c.bufs {
+				t.Errorf("parameters %d, buffers %d; want %d, %d", r.Parameters, r.Buffers, c.params, c.bufs)
+			}
+			for op, n := range c.ops {
+				if r.Operators[op] != n {
+					t.Errorf("%s count %d, want %d", op, r.Operators[op], n)
+				}
+			}
+			if r.Opsets[""] != 14 {
+				t.Errorf("opsets %v", r.Opsets)
+			}
+			if got := r.Outputs[0].Shape; len(got) != 2 || got[0] != "batch" {
+				t.Errorf("declared output shape %v, want symbolic batch", got)
+			}
+			inf := r.Inferred
+			if inf == nil || len(inf.Outputs) != 1 {
+				t.Fatal("no inferred section")
+			}
+			if got := inf.Outputs[0].Shape; len(got) != 2 || got[0] != float64(8) || got[1] != float64(10) {
+				t.Errorf("inferred output shape %v, want [8 10]", got)
+			}
+			if len(inf.Nodes) == 0 {
+				t.Error("no per-node shapes")
+			}
+		})
+	}
+}
+
+func TestInspectText(t *testing.T) {
+	out, errOut, code := run(t, "inspect", "--model", "../../testdata/models/vit.onnx", "--input-shape", "3,32,32")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"opsets:      ai.onnx 14", "input:       input float32 (batch, 3, 32, 32)", "output:      logits float32 (1, 10)", "shape nodes folded", "MatMul"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestInspectErrors(t *testing.T) {
+	dir := t.TempDir()
+	notModel := filepath.Join(dir, "x.onnx")
+	os.WriteFile(notModel, []byte("definitely not protobuf \xff\xff\xff"), 0o644)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"inspect"}, 2, "--model is required"},
+		{[]string{"inspect", "--model", filepath.Join(dir, "missing.onnx")}, 1, "missing.onnx"},
+		{[]string{"inspect", "--model", notModel}, 1, "not an ONNX model"},
+		{[]string{"inspect", "--model", "../../testdata/models/cnn.onnx", "--input-shape", "3,x"}, 2, `bad dimension "x"`},
+		{[]string{"inspect", "--model", "../../testdata/models/cnn.onnx", "--input-shape", "3,28,28"}, 1, "fixed at 1"},
+		{[]string{"inspect", "--model", "../../testdata/models/cnn.onnx", "--input-shape", "1,28"}, 1, "rank 4"},
+		{[]string{"inspect", "--bogus"}, 2, "bogus"},
+		{[]string{"nosuchcommand"}, 2, "unknown command"},
+	}
+	for _, c := range cases {
+		_, errOut, code := run(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}
