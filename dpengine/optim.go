@@ -1,0 +1,205 @@
+package dpengine
+
+import (
+	"fmt"
+	"math"
+)
+
+// Optimizer updates parameters from the private gradient. Params and grads
+// are parallel lists of flat tensors; the optimizer keeps its own state per
+// tensor.
+type Optimizer interface {
+	// Step applies one update with the given gradients.
+	Step(params, grads [][]float32) error
+	// State returns a copy of the optimizer's state for a checkpoint.
+	State() *OptimizerState
+	// SetState restores a state returned by State.
+	SetState(*OptimizerState) error
+	// Name is "sgd", "adam" or "adamw".
+	Name() string
+}
+
+// OptimizerState is the serializable state of an optimizer.
+type OptimizerState struct {
+	Name  string
+	Step  int64
+	Slots map[string][][]float32 // "momentum", or "m" and "v"
+}
+
+// SGD is DP-SGD's update: v ← μ·v + (g + λ·θ); θ ← θ − η·v (PyTorch's
+// convention, with λ the L2 weight decay applied to the private gradient).
+type SGD struct {
+	LR, Momentum, WeightDecay float64
+	step                      int64
+	vel                       [][]float32
+}
+
+// Name implements Optimizer.
+func (o *SGD) Name() string { return "sgd" }
+
+// Step implements Optimizer.
+func (o *SGD) Step(params, grads [][]float32) error {
+	if err := checkLists(params, grads); err != nil {
+		return err
+	}
+	if o.Momentum != 0 && o.vel == nil {
+		o.vel = zerosLike(params)
+	}
+	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
+	for k, p := range params {
+		g := grads[k]
+		for i := range p {
+			d := g[i] + wd*p[i]
+			if mu != 0 {
+				if o.step == 0 {
+					o.vel[k][i] = d
+				} else {
+					o.vel[k][i] = mu*o.vel[k][i] + d
+				}
+				d = o.vel[k][i]
+			}
+			p[i] -= lr * d
+		}
+	}
+	o.step++
+	return nil
+}
+
+// State implements Optimizer.
+func (o *SGD) State() *OptimizerState {
+	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
+	if o.vel != nil {
+		s.Slots["momentum"] = copyLists(o.vel)
+	}
+	return s
+}
+
+// SetState implements Optimizer.
+func (o *SGD) SetState(s *OptimizerState) error {
+	if s.Name != o.Name() {
+		return fmt.Errorf("optimizer state is for %q, not sgd", s.Name)
+	}
+	o.step, o.vel = s.Step, copyLists(s.Slots["momentum"])
+	return nil
+}
+
+// Adam is DP-Adam (Kingma & Ba) on the private gradient; with Decoupled it
+// is AdamW (Loshchilov & Hutter), whose weight decay shrinks θ directly
+// instead of entering the gradient.
+type Adam struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Decoupled                          bool
+	step                               int64
+	m, v                               [][]float32
+}
+
+// NewAdam returns Adam with PyTorch's defaults (β = 0.9, 0.999; ε = 1e-8).
+func NewAdam(lr, weightDecay float64, decoupled bool) *Adam {
+	return &Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: weightDecay, Decoupled: decoupled}
+}
+
+// Name implements Optimizer.
+func (o *Adam) Name() string {
+	if o.Decoupled {
+		return "adamw"
+	}
+	return "adam"
+}
+
+// Step implements Optimizer.
+func (o *Adam) Step(params, grads [][]float32) error {
+	if err := checkLists(params, grads); err != nil {
+		return err
+	}
+	if o.m == nil {
+		o.m, o.v = zerosLike(params), zerosLike(params)
+	}
+	o.step++
+	b1, b2 := o.Beta1, o.Beta2
+	bc1 := 1 - math.Pow(b1, float64(o.step))
+	bc2 := 1 - math.Pow(b2, float64(o.step))
+	stepSize := float32(o.LR / bc1)
+	sqrtBC2 := float32(math.Sqrt(bc2))
+	eps, wd, lr := float32(o.Eps), float32(o.WeightDecay), float32(o.LR)
+	fb1, fb2 := float32(b1), float32(b2)
+	for k, p := range params {
+		g, m, v := grads[k], o.m[k], o.v[k]
+		for i := range p {
+			d := g[i]
+			if o.Decoupled {
+				p[i] *= 1 - lr*wd
+			} else {
+				d += wd * p[i]
+			}
+			m[i] = fb1*m[i] + (1-fb1)*d
+			v[i] = fb2*v[i] + (1-fb2)*d*d
+			p[i] -= stepSize * m[i] / (float32(math.Sqrt(float64(v[i])))/sqrtBC2 + eps)
+		}
+	}
+	return nil
+}
+
+// State implements Optimizer.
+func (o *Adam) State() *OptimizerState {
+	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
+	if o.m != nil {
+		s.Slots["m"], s.Slots["v"] = copyLists(o.m), copyLists(o.v)
+	}
+	return s
+}
+
+// SetState implements Optimizer.
+func (o *Adam) SetState(s *OptimizerState) error {
+	if s.Name != o.Name() {
+		return fmt.Errorf("optimizer state is for %q, not %s", s.Name, o.Name())
+	}
+	o.step, o.m, o.v = s.Step, copyLists(s.Slots["m"]), copyLists(s.Slots["v"])
+	return nil
+}
+
+// NewOptimizer builds "sgd", "adam" or "adamw".
+func NewOptimizer(name string, lr, momentum, weightDecay float64) (Optimizer, error) {
+	if !(lr > 0) {
+		return nil, fmt.Errorf("learning rate %v must be positive", lr)
+	}
+	switch name {
+	case "sgd":
+		return &SGD{LR: lr, Momentum: momentum, WeightDecay: weightDecay}, nil
+	case "adam":
+		return NewAdam(lr, weightDecay, false), nil
+	case "adamw":
+		return NewAdam(lr, weightDecay, true), nil
+	}
+	return nil, fmt.Errorf("unknown optimizer %q (want sgd, adam or adamw)", name)
+}
+
+func checkLists(params, grads [][]float32) error {
+	if len(params) != len(grads) {
+		return fmt.Errorf("optimizer: %d parameter tensors but %d gradients", len(params), len(grads))
+	}
+	for k := range params {
+		if len(params[k]) != len(grads[k]) {
+			return fmt.Errorf("optimizer: tensor %d has %d elements but its gradient %d", k, len(params[k]), len(grads[k]))
+		}
+	}
+	return nil
+}
+
+func zerosLike(xs [][]float32) [][]float32 {
+	out := make([][]float32, len(xs))
+	for i, x := range xs {
+		out[i] = make([]float32, len(x))
+	}
+	return out
+}
+
+func copyLists(xs [][]float32) [][]float32 {
+	if xs == nil {
+		return nil
+	}
+	out := make([][]float32, len(xs))
+	for i, x := range xs {
+		out[i] = append([]float32(nil), x...)
+	}
+	return out
+}
