@@ -1,0 +1,24 @@
+// Package data is the dataset layer of dpfinetune train and eval: it parses
+// data specs, loads image classification datasets into memory as compact
+// uint8 pixels, and fills float32 batches shaped for the model's input.
+//
+// The package owns:
+//
+//   - the spec grammar (ParseSpec, Spec, Load): SCHEME:DIR[:OPTION]... with
+//     the schemes idx (MNIST / Fashion-MNIST IDX files, gzip or plain),
+//     cifar10 and cifar100 (the "binary version" files) and folder (one
+//     sub-directory of PNG/JPEG images per class);
+//   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
+//     uint8, integer labels, class names, with every format error naming
+//     the file and, for labels, the sample;
+//   - preprocessing and batching (Preprocess, NewView, Dataset): bilinear
+//     resize to the model's input size, grayscale↔RGB conversion, scaling
+//     to [0,1], mean/std normalisation (Norm, ParseNorm) and optional
+//     augmentation (Augment, ParseAugment: random crop with zero padding,
+//     horizontal flip) drawn from a caller-provided *rand.Rand, written
+//     into a caller-provided buffer without allocating.
+//
+// Sampling (which indices form a batch) and privacy accounting are not
+// here: they belong to package dpengine, which hands Dataset.Fill the
+// indices it sampled. Package data imports only the standard library.
+package data

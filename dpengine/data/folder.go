@@ -1,0 +1,309 @@
+package data
+
+import (
+	"bufio"
+	"fmt"
+	"image"
+	"image/color"
+	_ "image/jpeg" // register the JPEG decoder for image.Decode
+	_ "image/png"  // register the PNG decoder for image.Decode
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// isImageFile reports whether name has a PNG or JPEG extension.
+func isImageFile(name string) bool {
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".png", ".jpg", ".jpeg":
+		return true
+	}
+	return false
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// loadFolder reads an image folder: DIR/CLASS/*.{png,jpg,jpeg}, or
+// DIR/train/CLASS/… and DIR/test/CLASS/… (or DIR/val/CLASS/…). Labels
+// are the indices of the sorted training class names.
+func loadFolder(spec Spec) (*Images, error) {
+	if err := checkDir("folder", spec.Dir); err != nil {
+		return nil, err
+	}
+	root := spec.Dir
+	trainDir, testDir := root, ""
+	hasSplits := isDir(filepath.Join(root, "train"))
+	if hasSplits {
+		trainDir = filepath.Join(root, "train")
+		for _, name := range []string{"test", "val"} {
+			if p := filepath.Join(root, name); isDir(p) {
+				testDir = p
+				break
+			}
+		}
+	}
+	classes, err := classDirs(trainDir)
+	if err != nil {
+		return nil, err
+	}
+	if len(classes) == 0 {
+		return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of PNG/JPEG images per class)", trainDir)
+	}
+	dir, dirClasses := trainDir, classes
+	if spec.split() == Test {
+		if testDir == "" {
+			if hasSplits {
+				return nil, fmt.Errorf("folder: %s has a train/ directory but no test/ or val/ directory for the test split", root)
+			}
+			return nil, fmt.Errorf("folder: %s has no test split: put the class directories under %s and %s (or val)", root, filepath.Join(root, "train"), filepath.Join(root, "test"))
+		}
+		dir = testDir
+		if dirClasses, err = classDirs(testDir); err != nil {
+			return nil, err
+		}
+		if len(dirClasses) == 0 {
+			return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of PNG/JPEG images per class)", testDir)
+		}
+	}
+	label := make(map[string]int32, len(classes))
+	for i, c := range classes {
+		label[c] = int32(i)
+	}
+
+	// List every class's files, then order the samples round-robin over
+	// the classes so that a limit keeps them balanced.
+	type item struct {
+		path  string
+		label int32
+	}
+	var perClass [][]item
+	total := 0
+	for _, c := range dirClasses {
+		l, ok := label[c]
+		if !ok {
+			return nil, fmt.Errorf("folder: %s: class %q is not among the %d training classes in %s", filepath.Join(dir, c), c, len(classes), trainDir)
+		}
+		cdir := filepath.Join(dir, c)
+		entries, err := os.ReadDir(cdir)
+		if err != nil {
+			return nil, fmt.Errorf("folder: %w", err)
+		}
+		var items []item
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") || !isImageFile(e.Name()) {
+				continue
+			}
+			p := filepath.Join(cdir, e.Name())
+			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+				continue
+			}
+			items = append(items, item{p, l})
+		}
+		if len(items) == 0 {
+			return nil, fmt.Errorf("folder: %s: class directory holds no PNG/JPEG images (*.png, *.jpg, *.jpeg)", cdir)
+		}
+		perClass = append(perClass, items) // ReadDir sorts by name
+		total += len(items)
+	}
+	order := make([]item, 0, total)
+	for k := 0; len(order) < total; k++ {
+		for _, items := range perClass {
+			if k < len(items) {
+				order = append(order, items[k])
+			}
+		}
+	}
+	if spec.Limit > 0 && spec.Limit < len(order) {
+		order = order[:spec.Limit]
+	}
+
+	// Decode in parallel, keeping the order.
+	imgs := make([]decoded, len(order))
+	errs := make([]error, len(order))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(order)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(order) {
+					return
+				}
+				imgs[i], errs[i] = decodeImage(order[i].path)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1}
+	uniform := true
+	for i, d := range imgs {
+		m.labels[i] = order[i].label
+		if !d.gray {
+			m.channels = 3
+		}
+		if d.h != imgs[0].h || d.w != imgs[0].w {
+			uniform = false
+		}
+	}
+	if m.channels == 3 {
+		for i := range imgs {
+			if imgs[i].gray {
+				imgs[i].pix = grayToRGB(imgs[i].pix)
+			}
+		}
+	}
+	if uniform {
+		m.h, m.w = imgs[0].h, imgs[0].w
+		n := m.channels * m.h * m.w
+		m.pix = make([]uint8, len(imgs)*n)
+		for i := range imgs {
+			copy(m.pix[i*n:], imgs[i].pix)
+			imgs[i].pix = nil
+		}
+		return m, nil
+	}
+	m.samples = make([][]uint8, len(imgs))
+	m.sizes = make([][2]int32, len(imgs))
+	for i, d := range imgs {
+		m.samples[i] = d.pix
+		m.sizes[i] = [2]int32{int32(d.h), int32(d.w)}
+	}
+	return m, nil
+}
+
+// classDirs returns the sorted names of the visible sub-directories of dir.
+func classDirs(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("folder: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if isDir(filepath.Join(dir, e.Name())) {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// decoded is one decoded image: gray (1 channel) or RGB (3 channels,
+// channel-major).
+type decoded struct {
+	gray bool
+	h, w int
+	pix  []uint8
+}
+
+func grayToRGB(g []uint8) []uint8 {
+	out := make([]uint8, 3*len(g))
+	copy(out, g)
+	copy(out[len(g):], g)
+	copy(out[2*len(g):], g)
+	return out
+}
+
+// decodeImage decodes a PNG or JPEG file. Grayscale images stay one
+// channel; every other colour model becomes RGB with the alpha channel
+// dropped (colours un-premultiplied, as PIL's convert("RGB") does).
+func decodeImage(path string) (decoded, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return decoded{}, fmt.Errorf("folder: %w", err)
+	}
+	defer f.Close()
+	img, _, err := image.Decode(bufio.NewReader(f))
+	if err != nil {
+		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
+	}
+	b := img.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if w <= 0 || h <= 0 {
+		return decoded{}, fmt.Errorf("folder: %s: empty image (%d×%d)", path, w, h)
+	}
+	plane := w * h
+	switch im := img.(type) {
+	case *image.Gray:
+		pix := make([]uint8, plane)
+		for y := range h {
+			o := im.PixOffset(b.Min.X, b.Min.Y+y)
+			copy(pix[y*w:(y+1)*w], im.Pix[o:o+w])
+		}
+		return decoded{gray: true, h: h, w: w, pix: pix}, nil
+	case *image.Gray16:
+		pix := make([]uint8, plane)
+		for y := range h {
+			o := im.PixOffset(b.Min.X, b.Min.Y+y)
+			for x := range w {
+				pix[y*w+x] = im.Pix[o+2*x] // high byte
+			}
+		}
+		return decoded{gray: true, h: h, w: w, pix: pix}, nil
+	}
+	pix := make([]uint8, 3*plane)
+	r, g, bl := pix[:plane], pix[plane:2*plane], pix[2*plane:]
+	switch im := img.(type) {
+	case *image.YCbCr:
+		for y := range h {
+			for x := range w {
+				yi := im.YOffset(b.Min.X+x, b.Min.Y+y)
+				ci := im.COffset(b.Min.X+x, b.Min.Y+y)
+				k := y*w + x
+				r[k], g[k], bl[k] = color.YCbCrToRGB(im.Y[yi], im.Cb[ci], im.Cr[ci])
+			}
+		}
+	case *image.NRGBA:
+		for y := range h {
+			o := im.PixOffset(b.Min.X, b.Min.Y+y)
+			for x := range w {
+				k, p := y*w+x, o+4*x
+				r[k], g[k], bl[k] = im.Pix[p], im.Pix[p+1], im.Pix[p+2]
+			}
+		}
+	case *image.RGBA:
+		for y := range h {
+			o := im.PixOffset(b.Min.X, b.Min.Y+y)
+			for x := range w {
+				k, p := y*w+x, o+4*x
+				r[k], g[k], bl[k] = unpremul(im.Pix[p], im.Pix[p+3]), unpremul(im.Pix[p+1], im.Pix[p+3]), unpremul(im.Pix[p+2], im.Pix[p+3])
+			}
+		}
+	default:
+		for y := range h {
+			for x := range w {
+				c := color.NRGBAModel.Convert(img.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
+				k := y*w + x
+				r[k], g[k], bl[k] = c.R, c.G, c.B
+			}
+		}
+	}
+	return decoded{h: h, w: w, pix: pix}, nil
+}
+
+func unpremul(c, a uint8) uint8 {
+	switch a {
+	case 0xff:
+		return c
+	case 0:
+		return 0
+	}
+	return uint8((uint32(c)*0xff + uint32(a)/2) / uint32(a))
+}

@@ -1,0 +1,163 @@
+package data
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Images is a dataset held in memory: per sample, channel-major (C,H,W)
+// uint8 pixels and an integer label in [0, NumClasses()). All samples have
+// the same number of channels (1 or 3); their heights and widths may
+// differ (image folders), in which case NewView resizes each one. A folder
+// split is gray (1 channel) when all its images are, RGB otherwise, so the
+// train and test splits may differ; NewView converts both to the model's
+// channel count.
+//
+// An Images is read-only after it is built and safe for concurrent use.
+type Images struct {
+	spec     Spec
+	classes  []string
+	labels   []int32
+	channels int
+
+	// Uniform size: h, w > 0 and pix holds every sample, n*c*h*w bytes.
+	h, w int
+	pix  []uint8
+
+	// Varied sizes (h == w == 0): one slice and one size per sample.
+	samples [][]uint8
+	sizes   [][2]int32
+}
+
+// NewImages builds an in-memory dataset of len(labels) samples of
+// channels×height×width uint8 pixels stored back to back in pix (sample
+// major, then channel, row, column), for tests and for callers with their
+// own readers. classes names the classes; every label must lie in
+// [0, len(classes)). pix and labels are kept, not copied.
+func NewImages(classes []string, channels, height, width int, pix []uint8, labels []int32) (*Images, error) {
+	if channels != 1 && channels != 3 {
+		return nil, fmt.Errorf("data: %d channels: want 1 or 3", channels)
+	}
+	if height <= 0 || width <= 0 {
+		return nil, fmt.Errorf("data: image size %d×%d: want positive", height, width)
+	}
+	if len(classes) == 0 {
+		return nil, fmt.Errorf("data: no classes")
+	}
+	if want := len(labels) * channels * height * width; len(pix) != want {
+		return nil, fmt.Errorf("data: %d pixel bytes for %d samples of %d×%d×%d: want %d", len(pix), len(labels), channels, height, width, want)
+	}
+	if err := checkLabels("data", labels, len(classes)); err != nil {
+		return nil, err
+	}
+	return &Images{classes: classes, labels: labels, channels: channels, h: height, w: width, pix: pix}, nil
+}
+
+// checkLabels reports the first label outside [0, n), naming where.
+func checkLabels(where string, labels []int32, n int) error {
+	for i, l := range labels {
+		if l < 0 || int(l) >= n {
+			return fmt.Errorf("%s: sample %d has label %d, but the dataset has %d classes (labels 0..%d)", where, i, l, n, n-1)
+		}
+	}
+	return nil
+}
+
+// Spec returns the spec the dataset was loaded from (the zero Spec for
+// NewImages).
+func (m *Images) Spec() Spec { return m.spec }
+
+// Len returns the number of samples.
+func (m *Images) Len() int { return len(m.labels) }
+
+// NumClasses returns the number of classes.
+func (m *Images) NumClasses() int { return len(m.classes) }
+
+// Classes returns the class names, indexed by label. The slice is shared;
+// do not modify it.
+func (m *Images) Classes() []string { return m.classes }
+
+// Label returns the label of sample i.
+func (m *Images) Label(i int) int { return int(m.labels[i]) }
+
+// Labels returns a copy of all labels, indexed by sample.
+func (m *Images) Labels() []int32 { return append([]int32(nil), m.labels...) }
+
+// Channels returns the number of channels of every sample: 1 (grayscale)
+// or 3 (RGB).
+func (m *Images) Channels() int { return m.channels }
+
+// UniformSize returns the height and width shared by every sample, and
+// false when the sizes differ.
+func (m *Images) UniformSize() (height, width int, ok bool) {
+	return m.h, m.w, m.h > 0
+}
+
+// Size returns the height and width of sample i.
+func (m *Images) Size(i int) (height, width int) {
+	if m.h > 0 {
+		return m.h, m.w
+	}
+	return int(m.sizes[i][0]), int(m.sizes[i][1])
+}
+
+// Pixels returns the (C,H,W) uint8 pixels of sample i. The slice is
+// shared; do not modify it.
+func (m *Images) Pixels(i int) []uint8 {
+	if m.h > 0 {
+		n := m.channels * m.h * m.w
+		return m.pix[i*n : (i+1)*n : (i+1)*n]
+	}
+	return m.samples[i]
+}
+
+// Bytes returns the memory held by the pixels and labels.
+func (m *Images) Bytes() int64 {
+	n := int64(len(m.pix)) + 4*int64(len(m.labels))
+	for _, s := range m.samples {
+		n += int64(len(s))
+	}
+	return n + 8*int64(len(m.sizes))
+}
+
+// DefaultNorm returns the normalisation conventionally used with the
+// dataset's format: Fashion-MNIST statistics for idx (pass "mnist" to
+// ParseNorm for MNIST), the CIFAR-10 and CIFAR-100 training statistics for
+// cifar10 and cifar100, and the ImageNet statistics for folders and for
+// datasets built with NewImages.
+func (m *Images) DefaultNorm() Norm {
+	switch m.spec.Scheme {
+	case SchemeIDX:
+		return presetNorm("fmnist")
+	case SchemeCIFAR10:
+		return presetNorm("cifar10")
+	case SchemeCIFAR100:
+		return presetNorm("cifar100")
+	}
+	return presetNorm("imagenet")
+}
+
+// String describes the dataset for logs, e.g.
+// "idx:/usr/share/datasets/fashion-mnist:split=train: 60000 samples, 10 classes, 1×28×28".
+func (m *Images) String() string {
+	size := "varied sizes"
+	if m.h > 0 {
+		size = strconv.Itoa(m.channels) + "×" + strconv.Itoa(m.h) + "×" + strconv.Itoa(m.w)
+	} else {
+		size = strconv.Itoa(m.channels) + " channels, " + size
+	}
+	name := "images"
+	if m.spec.Scheme != "" {
+		name = m.spec.String()
+	}
+	return fmt.Sprintf("%s: %d samples, %d classes, %s", name, m.Len(), m.NumClasses(), size)
+}
+
+// numberedClasses returns the names "0", "1", … for n classes.
+func numberedClasses(n int) []string {
+	c := make([]string, n)
+	for i := range c {
+		c[i] = strconv.Itoa(i)
+	}
+	return c
+}

@@ -1,0 +1,230 @@
+package data
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The spec schemes: the formats Load reads.
+const (
+	// SchemeIDX names MNIST-style IDX files in a directory:
+	// train-images-idx3-ubyte, train-labels-idx1-ubyte,
+	// t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each plain or
+	// gzip-compressed (with or without a .gz suffix).
+	SchemeIDX = "idx"
+	// SchemeCIFAR10 names the CIFAR-10 binary version: data_batch_1.bin …
+	// data_batch_5.bin and test_batch.bin.
+	SchemeCIFAR10 = "cifar10"
+	// SchemeCIFAR100 names the CIFAR-100 binary version: train.bin and
+	// test.bin, read with their fine (100-class) labels.
+	SchemeCIFAR100 = "cifar100"
+	// SchemeFolder names a directory with one sub-directory of PNG/JPEG
+	// images per class, optionally split into train/ and test/ (or val/).
+	SchemeFolder = "folder"
+)
+
+// Schemes lists the valid spec schemes in the order the help text names them.
+func Schemes() []string {
+	return []string{SchemeIDX, SchemeCIFAR10, SchemeCIFAR100, SchemeFolder}
+}
+
+// Split selects the part of a dataset to load.
+type Split string
+
+// The splits.
+const (
+	// Train is the training split (the default).
+	Train Split = "train"
+	// Test is the held-out split: t10k-* for IDX, test_batch.bin /
+	// test.bin for CIFAR, DIR/test or DIR/val for folders.
+	Test Split = "test"
+)
+
+// ParseSplit parses "train", "test" or "val" (a synonym of test).
+func ParseSplit(s string) (Split, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "train":
+		return Train, nil
+	case "test", "val", "valid", "validation":
+		return Test, nil
+	}
+	return "", fmt.Errorf("unknown split %q (valid: train, test, val)", s)
+}
+
+// Spec says where a dataset lives and which part of it to load.
+//
+// The string form, parsed by ParseSpec, is
+//
+//	SCHEME:DIR[:OPTION]...
+//
+// where SCHEME is one of Schemes() and each OPTION is one of
+//
+//	split=train|test|val   (or just train, test, val)
+//	limit=N                keep the first N samples (0: all)
+//	classes=N              number of classes (idx only; default 10)
+//
+// Options are recognised from the right, so DIR may itself contain colons
+// as long as its last component does not look like an option. Examples:
+// "idx:/usr/share/datasets/fashion-mnist", "cifar10:./cifar-10-batches-bin:limit=5000",
+// "folder:/data/flowers:split=val".
+type Spec struct {
+	// Scheme is one of the Scheme* constants.
+	Scheme string
+	// Dir is the dataset directory.
+	Dir string
+	// Split is the part to load; empty means Train.
+	Split Split
+	// Limit keeps only the first Limit samples when positive. For
+	// folders the samples are ordered round-robin over the classes (the
+	// first file of every class, then the second, …), so a limit keeps
+	// the classes balanced; IDX and CIFAR keep their file order.
+	Limit int
+	// Classes is the number of classes of an IDX dataset (IDX files do
+	// not record it); 0 means 10. Ignored by the other schemes, whose
+	// class count is fixed (CIFAR) or read from the directory (folder).
+	Classes int
+}
+
+// ParseSpec parses the string form of a Spec (see Spec).
+func ParseSpec(s string) (Spec, error) {
+	scheme, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return Spec{}, fmt.Errorf("data spec %q: want SCHEME:DIR with SCHEME one of %s", s, strings.Join(Schemes(), ", "))
+	}
+	spec := Spec{Scheme: strings.ToLower(scheme)}
+	if !validScheme(spec.Scheme) {
+		return Spec{}, fmt.Errorf("data spec %q: unknown scheme %q (valid: %s)", s, scheme, strings.Join(Schemes(), ", "))
+	}
+	seen := map[string]bool{}
+options:
+	for {
+		i := strings.LastIndexByte(rest, ':')
+		if i < 0 {
+			break
+		}
+		opt := rest[i+1:]
+		key, val, isKV := strings.Cut(opt, "=")
+		if !isKV {
+			switch strings.ToLower(opt) {
+			case "train", "test", "val":
+				key, val = "split", opt
+			default:
+				// Not an option: part of the directory name.
+				break options
+			}
+		}
+		key = strings.ToLower(key)
+		if seen[key] {
+			return Spec{}, fmt.Errorf("data spec %q: option %s given twice", s, key)
+		}
+		switch key {
+		case "split":
+			sp, err := ParseSplit(val)
+			if err != nil {
+				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
+			}
+			spec.Split = sp
+		case "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return Spec{}, fmt.Errorf("data spec %q: limit=%s: want a non-negative integer", s, val)
+			}
+			spec.Limit = n
+		case "classes":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > 1<<24 {
+				return Spec{}, fmt.Errorf("data spec %q: classes=%s: want a positive integer", s, val)
+			}
+			if spec.Scheme != SchemeIDX {
+				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx scheme only", s)
+			}
+			spec.Classes = n
+		default:
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N)", s, key)
+		}
+		seen[key] = true
+		rest = rest[:i]
+	}
+	spec.Dir = rest
+	if spec.Dir == "" {
+		return Spec{}, fmt.Errorf("data spec %q: empty directory", s)
+	}
+	return spec, nil
+}
+
+// String returns the canonical string form of s, which ParseSpec reads
+// back to s (with an empty Split shown as train).
+func (s Spec) String() string {
+	var b strings.Builder
+	b.WriteString(s.Scheme)
+	b.WriteByte(':')
+	b.WriteString(s.Dir)
+	b.WriteString(":split=")
+	b.WriteString(string(s.split()))
+	if s.Limit > 0 {
+		fmt.Fprintf(&b, ":limit=%d", s.Limit)
+	}
+	if s.Classes > 0 && s.Scheme == SchemeIDX {
+		fmt.Fprintf(&b, ":classes=%d", s.Classes)
+	}
+	return b.String()
+}
+
+func (s Spec) split() Split {
+	if s.Split == "" {
+		return Train
+	}
+	return s.Split
+}
+
+func validScheme(s string) bool {
+	for _, v := range Schemes() {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Load reads the split of the dataset named by spec into memory.
+func Load(spec Spec) (*Images, error) {
+	if spec.Limit < 0 {
+		return nil, fmt.Errorf("data %s: negative limit %d", spec.Scheme, spec.Limit)
+	}
+	switch spec.split() {
+	case Train, Test:
+	default:
+		return nil, fmt.Errorf("data %s: unknown split %q (valid: train, test)", spec.Scheme, spec.Split)
+	}
+	var (
+		im  *Images
+		err error
+	)
+	switch spec.Scheme {
+	case SchemeIDX:
+		im, err = loadIDX(spec)
+	case SchemeCIFAR10:
+		im, err = loadCIFAR(spec, false)
+	case SchemeCIFAR100:
+		im, err = loadCIFAR(spec, true)
+	case SchemeFolder:
+		im, err = loadFolder(spec)
+	default:
+		return nil, fmt.Errorf("data: unknown scheme %q (valid: %s)", spec.Scheme, strings.Join(Schemes(), ", "))
+	}
+	if err != nil {
+		return nil, err
+	}
+	im.spec = spec
+	return im, nil
+}
+
+// LoadString parses spec with ParseSpec and loads it with Load.
+func LoadString(spec string) (*Images, error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return Load(s)
+}

@@ -1,0 +1,355 @@
+package data
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// Dataset is what training and evaluation read: a fixed set of labelled
+// samples that fills float32 batches of the model's input shape.
+type Dataset interface {
+	// Len returns the number of samples.
+	Len() int
+	// NumClasses returns the number of classes; labels lie in
+	// [0, NumClasses()).
+	NumClasses() int
+	// Label returns the label of sample i.
+	Label(i int) int
+	// Labels returns a copy of all labels, indexed by sample.
+	Labels() []int32
+	// Shape returns the shape of one filled sample.
+	Shape() (channels, height, width int)
+	// Fill writes the samples at indices, preprocessed, into x as an
+	// (N,C,H,W) batch with N = len(indices), and their labels into y
+	// unless y is nil. x must hold at least N·C·H·W values and y at least
+	// N; values past those are left alone. Augmentation, if configured,
+	// draws from rng; a nil rng turns it off (evaluation). Fill does not
+	// allocate, and may run concurrently with other Fill calls that use
+	// different buffers and generators.
+	Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error
+}
+
+// Preprocess says how a sample becomes model input. The steps, in order:
+//
+//  1. Resize each channel to Height×Width by bilinear interpolation with
+//     half-pixel centres and no antialiasing (PyTorch's
+//     interpolate(mode="bilinear", align_corners=False, antialias=False),
+//     i.e. torchvision's Resize on a float tensor with antialias=False;
+//     torchvision ≥ 0.17 antialiases by default, so downscaling differs
+//     from its default). Samples already of that size are copied exactly.
+//  2. Convert channels: 1→3 replicates the gray channel; 3→1 takes the
+//     ITU-R BT.601 luma 0.299 R + 0.587 G + 0.114 B.
+//  3. Augment (training only): random crop with zero padding, then
+//     horizontal flip (see Augment).
+//  4. Scale to [0,1] (divide by 255) and normalise: (v - Mean[c]) / Std[c].
+//     Padding pixels are 0 before normalisation, as in torchvision.
+//
+// Resizing and channel conversion are linear and commute, so their order
+// does not matter. No rounding to uint8 happens between the steps.
+type Preprocess struct {
+	// Channels, Height and Width are the model's per-sample input shape.
+	// Zero means the source's channel count and (uniform) size.
+	Channels, Height, Width int
+	// Norm is the normalisation; see Norm for which lengths are accepted.
+	// The zero Norm leaves values in [0,1].
+	Norm Norm
+	// Augment is applied by Fill when given a non-nil generator.
+	Augment Augment
+}
+
+// Luma weights, ITU-R BT.601 (the weights of PIL's convert("L") and
+// torchvision's rgb_to_grayscale).
+const (
+	lumaR = 0.299
+	lumaG = 0.587
+	lumaB = 0.114
+)
+
+// tap is one output coordinate of a bilinear resize along one axis.
+type tap struct {
+	i0, i1 int32   // source indices
+	f      float32 // weight of i1; 1-f goes to i0
+}
+
+// chanMix is one output channel as a weighted sum of source channels.
+type chanMix struct {
+	n  int
+	ch [3]int
+	w  [3]float32
+}
+
+// View is an Images with preprocessing: it implements Dataset. Build it
+// with NewView; it is read-only and safe for concurrent use.
+type View struct {
+	src   *Images
+	p     Preprocess
+	mix   []chanMix
+	scale []float32 // per output channel: 1/(255·std)
+	shift []float32 // per output channel: -mean/std
+	lut   [][256]float32
+	rows  [][]tap // indexed by source height
+	cols  [][]tap // indexed by source width
+}
+
+var _ Dataset = (*View)(nil)
+
+// NewView returns src preprocessed as p says. Its errors name the
+// unsupported setting: channel counts other than equal, 1→3 or 3→1, and
+// normalisations whose length fits neither 1 nor the channel count.
+func NewView(src *Images, p Preprocess) (*View, error) {
+	if src == nil || src.Len() == 0 {
+		return nil, fmt.Errorf("data: empty dataset")
+	}
+	sc := src.Channels()
+	if p.Channels == 0 {
+		p.Channels = sc
+	}
+	if p.Height == 0 || p.Width == 0 {
+		h, w, ok := src.UniformSize()
+		if !ok {
+			return nil, fmt.Errorf("data: %s: images of varied sizes need an explicit height and width", src)
+		}
+		if p.Height == 0 {
+			p.Height = h
+		}
+		if p.Width == 0 {
+			p.Width = w
+		}
+	}
+	C, H, W := p.Channels, p.Height, p.Width
+	if C <= 0 || H <= 0 || W <= 0 || int64(C)*int64(H)*int64(W) > 1<<30 {
+		return nil, fmt.Errorf("data: input shape %d×%d×%d: want positive and at most 2^30 values", C, H, W)
+	}
+	if p.Augment.CropPad < 0 {
+		return nil, fmt.Errorf("data: negative crop padding %d", p.Augment.CropPad)
+	}
+	v := &View{src: src, p: p}
+
+	// Channel conversion.
+	v.mix = make([]chanMix, C)
+	for c := range v.mix {
+		switch {
+		case sc == C:
+			v.mix[c] = chanMix{n: 1, ch: [3]int{c}, w: [3]float32{1}}
+		case sc == 1 && C == 3:
+			v.mix[c] = chanMix{n: 1, ch: [3]int{0}, w: [3]float32{1}}
+		case sc == 3 && C == 1:
+			v.mix[c] = chanMix{n: 3, ch: [3]int{0, 1, 2}, w: [3]float32{lumaR, lumaG, lumaB}}
+		default:
+			return nil, fmt.Errorf("data: cannot convert %d-channel images to %d channels (supported: the same count, 1→3 replicating gray, 3→1 luma)", sc, C)
+		}
+	}
+
+	// Normalisation, folded with the 1/255 scaling into one affine map.
+	if err := p.Norm.Validate(); err != nil {
+		return nil, fmt.Errorf("data: norm %s: %v", p.Norm, err)
+	}
+	v.scale = make([]float32, C)
+	v.shift = make([]float32, C)
+	v.lut = make([][256]float32, C)
+	for c := range C {
+		mean, std := float32(0), float32(1)
+		switch k := len(p.Norm.Mean); {
+		case k == 0:
+		case k == 1:
+			mean, std = p.Norm.Mean[0], p.Norm.Std[0]
+		case k == C:
+			mean, std = p.Norm.Mean[c], p.Norm.Std[c]
+		case k == 3 && C == 1:
+			// An RGB normalisation for a gray model: weight the channel
+			// statistics like the luma (exact for the mean, an
+			// approximation for the standard deviation).
+			mean = lumaR*p.Norm.Mean[0] + lumaG*p.Norm.Mean[1] + lumaB*p.Norm.Mean[2]
+			std = lumaR*p.Norm.Std[0] + lumaG*p.Norm.Std[1] + lumaB*p.Norm.Std[2]
+		default:
+			return nil, fmt.Errorf("data: norm %s has %d values per statistic; the model takes %d channels (want 1 or %d)", p.Norm, k, C, C)
+		}
+		v.scale[c] = 1 / (255 * std)
+		v.shift[c] = -mean / std
+		for i := range 256 {
+			v.lut[c][i] = float32(i)*v.scale[c] + v.shift[c]
+		}
+	}
+
+	// Resize tables, one per distinct source height and width.
+	maxH, maxW := 0, 0
+	for i := range src.Len() {
+		h, w := src.Size(i)
+		maxH, maxW = max(maxH, h), max(maxW, w)
+		if h <= 0 || w <= 0 {
+			return nil, fmt.Errorf("data: sample %d has size %d×%d", i, h, w)
+		}
+	}
+	v.rows = make([][]tap, maxH+1)
+	v.cols = make([][]tap, maxW+1)
+	for i := range src.Len() {
+		h, w := src.Size(i)
+		if v.rows[h] == nil {
+			v.rows[h] = resizeTaps(h, H)
+		}
+		if v.cols[w] == nil {
+			v.cols[w] = resizeTaps(w, W)
+		}
+		if _, _, ok := src.UniformSize(); ok {
+			break
+		}
+	}
+	return v, nil
+}
+
+// resizeTaps returns the bilinear taps from in to out samples along one
+// axis, with half-pixel centres (align_corners=False): source coordinate
+// s = (d+0.5)·in/out - 0.5, clamped at 0.
+func resizeTaps(in, out int) []tap {
+	t := make([]tap, out)
+	scale := float64(in) / float64(out)
+	for d := range t {
+		s := scale*(float64(d)+0.5) - 0.5
+		if s < 0 {
+			s = 0
+		}
+		i0 := int(s)
+		if i0 > in-1 {
+			i0 = in - 1
+		}
+		i1 := i0
+		if i0 < in-1 {
+			i1 = i0 + 1
+		}
+		t[d] = tap{int32(i0), int32(i1), float32(s - float64(i0))}
+	}
+	return t
+}
+
+// Source returns the underlying dataset.
+func (v *View) Source() *Images { return v.src }
+
+// Preprocess returns the preprocessing, with zero shape fields filled in.
+func (v *View) Preprocess() Preprocess { return v.p }
+
+// Len returns the number of samples.
+func (v *View) Len() int { return v.src.Len() }
+
+// NumClasses returns the number of classes.
+func (v *View) NumClasses() int { return v.src.NumClasses() }
+
+// Label returns the label of sample i.
+func (v *View) Label(i int) int { return v.src.Label(i) }
+
+// Labels returns a copy of all labels, indexed by sample.
+func (v *View) Labels() []int32 { return v.src.Labels() }
+
+// Shape returns the shape of one filled sample.
+func (v *View) Shape() (channels, height, width int) { return v.p.Channels, v.p.Height, v.p.Width }
+
+// Fill implements Dataset.
+func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
+	per := v.p.Channels * v.p.Height * v.p.Width
+	if len(x) < len(indices)*per {
+		return fmt.Errorf("data: batch buffer holds %d values, want %d (%d samples of %d×%d×%d)", len(x), len(indices)*per, len(indices), v.p.Channels, v.p.Height, v.p.Width)
+	}
+	if y != nil && len(y) < len(indices) {
+		return fmt.Errorf("data: label buffer holds %d values, want %d", len(y), len(indices))
+	}
+	n := v.src.Len()
+	for k, i := range indices {
+		if i < 0 || i >= n {
+			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
+		}
+	}
+	for k, i := range indices {
+		v.fillOne(x[k*per:(k+1)*per], i, rng)
+		if y != nil {
+			y[k] = int64(v.src.labels[i])
+		}
+	}
+	return nil
+}
+
+// fillOne writes sample i into dst (C·H·W values).
+func (v *View) fillOne(dst []float32, i int, rng *rand.Rand) {
+	C, H, W := v.p.Channels, v.p.Height, v.p.Width
+	pix := v.src.Pixels(i)
+	sh, sw := v.src.Size(i)
+	plane := sh * sw
+	rt, ct := v.rows[sh], v.cols[sw]
+
+	// Augmentation: the crop offset in the padded image, then the flip,
+	// drawn in torchvision's order.
+	dy, dx, flip := 0, 0, false
+	if rng != nil {
+		if p := v.p.Augment.CropPad; p > 0 {
+			dy = rng.IntN(2*p+1) - p
+			dx = rng.IntN(2*p+1) - p
+		}
+		if v.p.Augment.Flip {
+			flip = rng.Float64() < 0.5
+		}
+	}
+	exact := sh == H && sw == W
+
+	for c := range C {
+		out := dst[c*H*W : (c+1)*H*W]
+		m := &v.mix[c]
+		a, b := v.scale[c], v.shift[c]
+		lut := &v.lut[c]
+		single := m.n == 1 && m.w[0] == 1
+		for yy := range H {
+			row := out[yy*W : (yy+1)*W]
+			ry := yy + dy
+			if ry < 0 || ry >= H {
+				for k := range row {
+					row[k] = b
+				}
+				continue
+			}
+			if exact && single {
+				src := pix[m.ch[0]*plane+ry*sw : m.ch[0]*plane+(ry+1)*sw]
+				for xx := range row {
+					cx := xx
+					if flip {
+						cx = W - 1 - xx
+					}
+					rx := cx + dx
+					if rx < 0 || rx >= W {
+						row[xx] = b
+						continue
+					}
+					row[xx] = lut[src[rx]]
+				}
+				continue
+			}
+			t := rt[ry]
+			fy1 := t.f
+			fy0 := 1 - fy1
+			r0, r1 := int(t.i0)*sw, int(t.i1)*sw
+			// The two source rows of every mixed channel.
+			var top, bot [3][]uint8
+			for j := 0; j < m.n; j++ {
+				top[j] = pix[m.ch[j]*plane+r0 : m.ch[j]*plane+r0+sw]
+				bot[j] = pix[m.ch[j]*plane+r1 : m.ch[j]*plane+r1+sw]
+			}
+			for xx := range row {
+				cx := xx
+				if flip {
+					cx = W - 1 - xx
+				}
+				rx := cx + dx
+				if rx < 0 || rx >= W {
+					row[xx] = b
+					continue
+				}
+				u := ct[rx]
+				fx1 := u.f
+				fx0 := 1 - fx1
+				c0, c1 := int(u.i0), int(u.i1)
+				var val float32
+				for j := 0; j < m.n; j++ {
+					t0, t1 := top[j], bot[j]
+					val += m.w[j] * (fy0*(fx0*float32(t0[c0])+fx1*float32(t0[c1])) + fy1*(fx0*float32(t1[c0])+fx1*float32(t1[c1])))
+				}
+				row[xx] = val*a + b
+			}
+		}
+	}
+}

@@ -1,0 +1,363 @@
+package data
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+func mustImages(t testing.TB, c, h, w int, pix []uint8, labels []int32) *Images {
+	t.Helper()
+	m, err := NewImages(numberedClasses(10), c, h, w, pix, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustView(t testing.TB, m *Images, p Preprocess) *View {
+	t.Helper()
+	v, err := NewView(m, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// fill fills a batch of the given indices and returns it.
+func fill(t testing.TB, v *View, rng *rand.Rand, idx ...int) []float32 {
+	t.Helper()
+	c, h, w := v.Shape()
+	x := make([]float32, len(idx)*c*h*w)
+	if err := v.Fill(x, nil, idx, rng); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// resizeSrc is the 5×7 pattern (13i² + 7j² + 5ij) mod 256.
+func resizeSrc() []uint8 {
+	p := make([]uint8, 35)
+	for i := range 5 {
+		for j := range 7 {
+			p[i*7+j] = uint8((i*i*13 + j*j*7 + i*j*5) % 256)
+		}
+	}
+	return p
+}
+
+// TestResizeGolden compares with PyTorch 1.13
+// F.interpolate(src, size, mode="bilinear", align_corners=False).
+func TestResizeGolden(t *testing.T) {
+	m := mustImages(t, 1, 5, 7, resizeSrc(), []int32{0})
+	for _, tc := range []struct {
+		h, w int
+		want []float64
+	}{
+		{3, 4, []float64{7.58333, 40.25000, 116.66667, 183.50000, 58.37500, 105.62500, 196.62500, 75.37500, 187.16666, 78.33335, 109.24999, 141.25000}},
+		{8, 11, []float64{0.00000, 3.18182, 8.90909, 22.27273, 40.72727, 63.00000, 94.18182, 129.18181, 169.27272, 216.99998, 252.00000, 5.68750, 9.86364, 16.98295, 31.73864, 51.58522, 75.24999, 107.82386, 144.21590, 185.69885, 173.72728, 158.81250, 15.43750, 21.03409, 30.14204, 46.88636, 68.72159, 94.37500, 128.93748, 162.95454, 196.24431, 114.98866, 43.31250, 39.81250, 46.82954, 57.92613, 76.65909, 100.48296, 128.12500, 164.67613, 157.04547, 90.50569, 83.96591, 86.43750, 72.31250, 80.75000, 93.83522, 114.55682, 140.36931, 169.99998, 157.63068, 122.89774, 58.34660, 97.43181, 137.68750, 112.93750, 122.79545, 137.86932, 160.57954, 188.38068, 220.00000, 107.80115, 60.51136, 99.76704, 155.38635, 197.06250, 168.18750, 179.46591, 183.43750, 116.50001, 107.01704, 140.62500, 111.86932, 117.47726, 168.90340, 149.42046, 127.06250, 208.00000, 220.27272, 215.45454, 78.63637, 40.00000, 74.99999, 118.90908, 166.63637, 219.45454, 140.27275, 68.00000}},
+		{5, 7, []float64{0, 7, 28, 63, 112, 175, 252, 13, 25, 51, 91, 145, 213, 39, 52, 69, 100, 145, 204, 21, 108, 117, 139, 175, 225, 33, 111, 203, 208, 235, 20, 75, 144, 227, 68}},
+	} {
+		x := fill(t, mustView(t, m, Preprocess{Channels: 1, Height: tc.h, Width: tc.w}), nil, 0)
+		for k, want := range tc.want {
+			if got := float64(x[k]) * 255; !near(got, want, 2e-3) {
+				t.Errorf("%d×%d: value %d = %.5f, want %.5f", tc.h, tc.w, k, got, want)
+			}
+		}
+	}
+}
+
+func TestChannels(t *testing.T) {
+	gray := mustImages(t, 1, 2, 2, []uint8{0, 51, 102, 255}, []int32{0})
+	x := fill(t, mustView(t, gray, Preprocess{Channels: 3}), nil, 0)
+	for c := range 3 {
+		for k, p := range []float64{0, 0.2, 0.4, 1} {
+			if !near(float64(x[c*4+k]), p, 1e-6) {
+				t.Errorf("gray→RGB channel %d pixel %d = %g, want %g", c, k, x[c*4+k], p)
+			}
+		}
+	}
+	// Two RGB pixels: pure red and (10,20,30).
+	rgb := mustImages(t, 3, 1, 2, []uint8{255, 10, 0, 20, 0, 30}, []int32{0})
+	x = fill(t, mustView(t, rgb, Preprocess{Channels: 1}), nil, 0)
+	if !near(float64(x[0]), 0.299, 1e-6) || !near(float64(x[1]), (0.299*10+0.587*20+0.114*30)/255, 1e-6) {
+		t.Errorf("RGB→gray luma = %v", x)
+	}
+	// Resize and luma together.
+	x = fill(t, mustView(t, rgb, Preprocess{Channels: 1, Height: 1, Width: 4}), nil, 0)
+	want := []float64{255 * 0.299, (0.75*255+0.25*10)*0.299 + 0.25*20*0.587 + 0.25*30*0.114, (0.25*255+0.75*10)*0.299 + 0.75*20*0.587 + 0.75*30*0.114, 0.299*10 + 0.587*20 + 0.114*30}
+	for k := range want {
+		if !near(float64(x[k])*255, want[k], 1e-3) {
+			t.Errorf("resize+luma value %d = %g, want %g", k, x[k]*255, want[k])
+		}
+	}
+}
+
+func TestNormalisation(t *testing.T) {
+	gray := mustImages(t, 1, 1, 2, []uint8{0, 255}, []int32{0})
+	rgb := mustImages(t, 3, 1, 1, []uint8{255, 128, 0}, []int32{0})
+	for _, tc := range []struct {
+		name string
+		m    *Images
+		c    int
+		norm string
+		want []float64
+	}{
+		{"fmnist", gray, 1, "fmnist", []float64{-0.2860 / 0.3530, (1 - 0.2860) / 0.3530}},
+		{"none", gray, 1, "none", []float64{0, 1}},
+		{"half", gray, 1, "half", []float64{-1, 1}},
+		{"explicit", gray, 1, "0.5/0.25", []float64{-2, 2}},
+		{"broadcast to RGB", gray, 3, "fmnist", []float64{-0.2860 / 0.3530, (1 - 0.2860) / 0.3530, -0.2860 / 0.3530, (1 - 0.2860) / 0.3530, -0.2860 / 0.3530, (1 - 0.2860) / 0.3530}},
+		{"cifar10", rgb, 3, "cifar10", []float64{(1 - 0.4914) / 0.2470, (128.0/255 - 0.4822) / 0.2435, -0.4465 / 0.2616}},
+		{"imagenet on gray model", gray, 1, "imagenet", []float64{-0.458971 / 0.225609, (1 - 0.458971) / 0.225609}},
+	} {
+		n, err := ParseNorm(tc.norm, Norm{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := fill(t, mustView(t, tc.m, Preprocess{Channels: tc.c, Norm: n}), nil, 0)
+		for k := range tc.want {
+			if !near(float64(x[k]), tc.want[k], 1e-5) {
+				t.Errorf("%s: value %d = %g, want %g", tc.name, k, x[k], tc.want[k])
+			}
+		}
+	}
+}
+
+// augSrc returns 3 RGB 4×5 samples with distinct pixel values.
+func augSrc(t testing.TB) *Images {
+	pix := make([]uint8, 3*3*4*5)
+	for i := range pix {
+		pix[i] = uint8(i + 1)
+	}
+	return mustImages(t, 3, 4, 5, pix, []int32{0, 1, 2})
+}
+
+func TestAugment(t *testing.T) {
+	m := augSrc(t)
+	const pad = 2
+	v := mustView(t, m, Preprocess{Norm: Norm{Mean: []float32{0.5}, Std: []float32{0.5}}, Augment: Augment{CropPad: pad, Flip: true}})
+	base := fill(t, v, nil, 0, 1, 2) // nil generator: no augmentation
+	plain := fill(t, mustView(t, m, Preprocess{Norm: Norm{Mean: []float32{0.5}, Std: []float32{0.5}}}), nil, 0, 1, 2)
+	for k := range base {
+		if base[k] != plain[k] {
+			t.Fatalf("nil generator augmented: value %d = %g, want %g", k, base[k], plain[k])
+		}
+	}
+	const C, H, W = 3, 4, 5
+	flips, shifts := 0, 0
+	for seed := range uint64(40) {
+		x := fill(t, v, rand.New(rand.NewPCG(seed, 1)), 0, 1, 2)
+		again := fill(t, v, rand.New(rand.NewPCG(seed, 1)), 0, 1, 2)
+		// Replay the draws: per sample, crop row, crop column, flip.
+		r := rand.New(rand.NewPCG(seed, 1))
+		for s := range 3 {
+			dy, dx := r.IntN(2*pad+1)-pad, r.IntN(2*pad+1)-pad
+			flip := r.Float64() < 0.5
+			if flip {
+				flips++
+			}
+			if dy != 0 || dx != 0 {
+				shifts++
+			}
+			for c := range C {
+				for y := range H {
+					for xx := range W {
+						k := ((s*C+c)*H+y)*W + xx
+						if x[k] != again[k] {
+							t.Fatalf("seed %d: not reproducible at %d", seed, k)
+						}
+						cx := xx
+						if flip {
+							cx = W - 1 - xx
+						}
+						sy, sx := y+dy, cx+dx
+						want := float32(-1) // padding: (0 - 0.5)/0.5
+						if sy >= 0 && sy < H && sx >= 0 && sx < W {
+							want = base[((s*C+c)*H+sy)*W+sx]
+						}
+						if x[k] != want {
+							t.Fatalf("seed %d sample %d (dy %d dx %d flip %v): [%d,%d,%d] = %g, want %g", seed, s, dy, dx, flip, c, y, xx, x[k], want)
+						}
+					}
+				}
+			}
+		}
+	}
+	if flips == 0 || flips == 120 || shifts == 0 {
+		t.Errorf("over 120 draws: %d flips, %d shifts", flips, shifts)
+	}
+}
+
+func TestFillLabelsAndErrors(t *testing.T) {
+	v := mustView(t, augSrc(t), Preprocess{})
+	x := make([]float32, 2*60+7)
+	y := make([]int64, 3)
+	y[2] = -7
+	if err := v.Fill(x, y, []int{2, 0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if y[0] != 2 || y[1] != 0 || y[2] != -7 {
+		t.Errorf("labels %v", y)
+	}
+	if x[120] != 0 {
+		t.Errorf("wrote past the batch")
+	}
+	wantErr(t, v.Fill(x[:119], nil, []int{0, 1}, nil), "batch buffer holds 119 values, want 120", "2 samples of 3×4×5")
+	wantErr(t, v.Fill(x, y[:1], []int{0, 1}, nil), "label buffer holds 1 values, want 2")
+	wantErr(t, v.Fill(x, nil, []int{0, 3}, nil), "batch position 1: sample index 3 out of range [0,3)")
+	if v.Len() != 3 || v.NumClasses() != 10 || v.Label(1) != 1 || len(v.Labels()) != 3 {
+		t.Errorf("view accessors")
+	}
+}
+
+func TestNewViewErrors(t *testing.T) {
+	rgb := augSrc(t)
+	varied := &Images{classes: []string{"a"}, labels: []int32{0, 0}, channels: 1,
+		samples: [][]uint8{{1, 2}, {1, 2, 3}}, sizes: [][2]int32{{1, 2}, {1, 3}}}
+	for _, tc := range []struct {
+		name  string
+		m     *Images
+		p     Preprocess
+		frags []string
+	}{
+		{"channels", rgb, Preprocess{Channels: 2}, []string{"cannot convert 3-channel images to 2 channels"}},
+		{"norm length", rgb, Preprocess{Norm: Norm{Mean: []float32{1, 2}, Std: []float32{1, 2}}}, []string{"2 values per statistic", "3 channels"}},
+		{"norm mismatch", rgb, Preprocess{Norm: Norm{Mean: []float32{1, 2, 3}, Std: []float32{1}}}, []string{"3 means but 1 standard deviations"}},
+		{"zero std", rgb, Preprocess{Norm: Norm{Mean: []float32{0}, Std: []float32{0}}}, []string{"standard deviation 0 is 0"}},
+		{"varied sizes", varied, Preprocess{Channels: 1}, []string{"varied sizes need an explicit height and width"}},
+		{"empty", &Images{classes: []string{"a"}, channels: 1, h: 1, w: 1}, Preprocess{}, []string{"empty dataset"}},
+	} {
+		_, err := NewView(tc.m, tc.p)
+		wantErr(t, err, tc.frags...)
+	}
+	v := mustView(t, varied, Preprocess{Height: 2, Width: 2})
+	x := fill(t, v, nil, 0, 1)
+	// Sample 1 is 1×3 [1 2 3]: columns at source 0.25 and 1.75.
+	if x[0]*255 != 1 || x[1]*255 != 2 || !near(float64(x[4]*255), 1.25, 1e-4) || !near(float64(x[7]*255), 2.75, 1e-4) {
+		t.Errorf("varied resize: %v", x)
+	}
+}
+
+func TestFillAllocs(t *testing.T) {
+	m := augSrc(t)
+	idx := []int{2, 0, 1, 1}
+	for _, tc := range []struct {
+		name string
+		p    Preprocess
+	}{
+		{"exact", Preprocess{}},
+		{"resize+luma", Preprocess{Channels: 1, Height: 7, Width: 3}},
+		{"augment", Preprocess{Channels: 3, Height: 8, Width: 8, Augment: Augment{CropPad: 2, Flip: true}}},
+	} {
+		v := mustView(t, m, tc.p)
+		c, h, w := v.Shape()
+		x := make([]float32, len(idx)*c*h*w)
+		y := make([]int64, len(idx))
+		rng := rand.New(rand.NewPCG(1, 2))
+		if n := testing.AllocsPerRun(50, func() {
+			if err := v.Fill(x, y, idx, rng); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Errorf("%s: %g allocations per Fill", tc.name, n)
+		}
+	}
+}
+
+func TestParseNorm(t *testing.T) {
+	def := Norm{Mean: []float32{0.1}, Std: []float32{0.2}}
+	for _, tc := range []struct{ in, want string }{
+		{"", "0.1/0.2"},
+		{"default", "0.1/0.2"},
+		{"none", "none"},
+		{"FMNIST", "0.286/0.353"},
+		{"fashion-mnist", "0.286/0.353"},
+		{"mnist", "0.1307/0.3081"},
+		{"cifar10", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616"},
+		{"imagenet", "0.485,0.456,0.406/0.229,0.224,0.225"},
+		{"0.5, 0.4,0.3/0.2,0.2,0.2", "0.5,0.4,0.3/0.2,0.2,0.2"},
+	} {
+		n, err := ParseNorm(tc.in, def)
+		if err != nil || n.String() != tc.want {
+			t.Errorf("ParseNorm(%q) = %s, %v; want %s", tc.in, n, err, tc.want)
+		}
+		if back, err := ParseNorm(n.String(), def); err != nil || back.String() != n.String() {
+			t.Errorf("ParseNorm(%q) does not read back", n)
+		}
+	}
+	for _, tc := range []struct{ in, frag string }{
+		{"zscore", "want one of default, none, fmnist"},
+		{"0.5/0", "standard deviation 0 is 0"},
+		{"0.5,0.5/0.2", "2 means but 1 standard deviations"},
+		{"a/0.2", `mean: "a" is not a number`},
+	} {
+		_, err := ParseNorm(tc.in, def)
+		wantErr(t, err, tc.frag)
+	}
+}
+
+func TestParseAugment(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Augment
+	}{
+		{"", Augment{}},
+		{"none", Augment{}},
+		{"flip", Augment{Flip: true}},
+		{"crop=4,flip", Augment{CropPad: 4, Flip: true}},
+		{"hflip, crop=2", Augment{CropPad: 2, Flip: true}},
+	} {
+		a, err := ParseAugment(tc.in)
+		if err != nil || a != tc.want {
+			t.Errorf("ParseAugment(%q) = %+v, %v", tc.in, a, err)
+		}
+		if back, _ := ParseAugment(a.String()); back != a {
+			t.Errorf("%+v does not read back from %q", a, a.String())
+		}
+	}
+	for _, tc := range []struct{ in, frag string }{
+		{"crop", `unknown item "crop"`},
+		{"crop=-1", "crop=-1: want a non-negative padding"},
+		{"rotate", `unknown item "rotate"`},
+	} {
+		_, err := ParseAugment(tc.in)
+		wantErr(t, err, tc.frag)
+	}
+}
+
+// BenchmarkFill measures a 32-sample batch: Fashion-MNIST as is, and
+// CIFAR-sized images resized to 224×224 with augmentation.
+func BenchmarkFill(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		c, h, w int
+		p       Preprocess
+	}{
+		{"1x28x28-exact", 1, 28, 28, Preprocess{}},
+		{"3x32x32-crop-flip", 3, 32, 32, Preprocess{Augment: Augment{CropPad: 4, Flip: true}}},
+		{"3x32x32-to-224", 3, 32, 32, Preprocess{Height: 224, Width: 224, Augment: Augment{Flip: true}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			const n = 64
+			pix := make([]uint8, n*bc.c*bc.h*bc.w)
+			for i := range pix {
+				pix[i] = uint8(i * 7)
+			}
+			v := mustView(b, mustImages(b, bc.c, bc.h, bc.w, pix, make([]int32, n)), bc.p)
+			c, h, w := v.Shape()
+			idx := make([]int, 32)
+			for i := range idx {
+				idx[i] = (i * 5) % n
+			}
+			x := make([]float32, len(idx)*c*h*w)
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.SetBytes(int64(len(x) * 4))
+			for b.Loop() {
+				v.Fill(x, nil, idx, rng)
+			}
+		})
+	}
+}
