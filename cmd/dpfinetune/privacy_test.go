@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = runMain(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func decodeJSON(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(s), &m); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, s)
+	}
+	return m
+}
+
+func libEpsilon(t *testing.T, name string, opts accountant.Options, ps []accountant.Phase, delta float64) accountant.Result {
+	t.Helper()
+	a, err := accountant.NewWithOptions(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		if err := a.Step(p.Sigma, p.SampleRate, p.Steps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := a.Epsilon(delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPrivacyEpsilonJSON: the JSON output of each accountant carries the
+// required keys and the library's values (to the last bit: JSON float64
+// round-trips exactly).
+func TestPrivacyEpsilonJSON(t *testing.T) {
+	phase := []accountant.Phase{{Sigma: 1.1, SampleRate: 0.01, Steps: 500}}
+	for _, name := range accountant.Names() {
+		code, out, errs := runCLI(t, "privacy", "epsilon", "--sample-rate", "0.01", "--sigma", "1.1", "--steps", "500", "--delta", "1e-5", "--accountant", name, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, errs)
+		}
+		m := decodeJSON(t, out)
+		want := libEpsilon(t, name, accountant.Options{}, phase, 1e-5)
+		if m["epsilon"] != want.Epsilon || m["delta"] != 1e-5 || m["accountant"] != name {
+			t.Errorf("%s: got %v", name, out)
+		}
+		switch name {
+		case accountant.RDP:
+			if m["order"] != want.Order || m["conversion"] != "improved" {
+				t.Errorf("rdp: order/conversion wrong: %s", out)
+			}
+		case accountant.PRV:
+			if m["epsilon_upper"] != want.EpsilonUpper || m["epsilon_lower"] != want.EpsilonLower || m["epsilon_estimate"] != want.EpsilonEstimate || m["eps_error"] != 0.01 {
+				t.Errorf("prv: bounds wrong: %s", out)
+			}
+		case accountant.GDP:
+			if m["approximate"] != true || !strings.Contains(m["description"].(string), "approximate (CLT)") || m["mu"] != want.Mu {
+				t.Errorf("gdp: not labelled approximate: %s", out)
+			}
+		}
+		if name != accountant.GDP && m["approximate"] != false {
+			t.Errorf("%s: approximate = %v", name, m["approximate"])
+		}
+	}
+}
+
+// TestPrivacyEpsilonHuman: the default output is readable and labels what
+// it prints; the classic conversion reproduces the TensorFlow Privacy
+// README's 3.01 (see the accountant package tests for the source).
+func TestPrivacyEpsilonHuman(t *testing.T) {
+	code, out, errs := runCLI(t, "privacy", "epsilon", "--sample-rate", "0.004266666666666667", "--sigma", "1.1", "--steps", "14063", "--delta", "1e-5", "--conversion", "classic")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, s := range []string{"RDP", "classic conversion", "epsilon:     3.00", "optimal RDP order", "Poisson sampling", "delta:       1e-05"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	code, out, _ = runCLI(t, "privacy", "epsilon", "--sample-rate", "0.01", "--sigma", "1", "--steps", "100", "--delta", "1e-5", "--accountant", "gdp")
+	if code != 0 || strings.Count(out, "approximate (CLT)") < 2 {
+		t.Errorf("gdp output must say approximate (CLT) in the description and next to epsilon:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "privacy", "epsilon", "--sample-rate", "0.01", "--sigma", "1", "--steps", "100", "--delta", "1e-5", "--accountant", "prv")
+	if code != 0 || !strings.Contains(out, "upper bound; estimate") {
+		t.Errorf("prv output must report the bounds:\n%s", out)
+	}
+}
+
+// TestPrivacyPhases: --phase accounts a run whose settings changed as the
+// composition of its phases.
+func TestPrivacyPhases(t *testing.T) {
+	code, out, errs := runCLI(t, "privacy", "epsilon", "--phase", "1.0,0.01,300", "--phase", "2.0,0.02,100", "--delta", "1e-5", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	m := decodeJSON(t, out)
+	want := libEpsilon(t, "rdp", accountant.Options{}, []accountant.Phase{{Sigma: 1, SampleRate: 0.01, Steps: 300}, {Sigma: 2, SampleRate: 0.02, Steps: 100}}, 1e-5)
+	if m["epsilon"] != want.Epsilon || m["steps"] != 400.0 || len(m["phases"].([]any)) != 2 {
+		t.Errorf("got %s, want ε=%v", out, want.Epsilon)
+	}
+}
+
+// TestPrivacySigma: calibration through the CLI meets the target and lands
+// within 1 % of it, for each accountant.
+func TestPrivacySigma(t *testing.T) {
+	for _, name := range accountant.Names() {
+		code, out, errs := runCLI(t, "privacy", "sigma", "--target-epsilon", "2", "--sample-rate", "0.02", "--steps", "200", "--delta", "1e-5", "--accountant", name, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", name, code, errs)
+		}
+		m := decodeJSON(t, out)
+		sigma, ok := m["sigma"].(float64)
+		if !ok || m["delta"] != 1e-5 || m["accountant"] != name || m["target_epsilon"] != 2.0 {
+			t.Fatalf("%s: %s", name, out)
+		}
+		e := libEpsilon(t, name, accountant.Options{}, []accountant.Phase{{Sigma: sigma, SampleRate: 0.02, Steps: 200}}, 1e-5).Epsilon
+		if e != m["epsilon"] || e > 2 || e < 1.98 {
+			t.Errorf("%s: σ=%v gives ε=%v (reported %v)", name, sigma, e, m["epsilon"])
+		}
+		if name == accountant.RDP {
+			if _, ok := m["order"]; !ok {
+				t.Errorf("rdp: no order in %s", out)
+			}
+		}
+	}
+	code, out, errs := runCLI(t, "privacy", "sigma", "--target-epsilon", "2", "--sample-rate", "0.02", "--steps", "200", "--delta", "1e-5")
+	if code != 0 || !strings.Contains(out, "sigma:") || !strings.Contains(out, "epsilon:") {
+		t.Errorf("human sigma output (exit %d, %s):\n%s", code, errs, out)
+	}
+	// With phases already spent.
+	code, out, errs = runCLI(t, "privacy", "sigma", "--target-epsilon", "3", "--sample-rate", "0.02", "--steps", "200", "--delta", "1e-5", "--prior-phase", "1.0,0.01,500", "--json")
+	if code != 0 {
+		t.Fatalf("prior phase: exit %d: %s", code, errs)
+	}
+	m := decodeJSON(t, out)
+	if e := m["epsilon"].(float64); e > 3 || e < 2.97 || len(m["phases"].([]any)) != 2 {
+		t.Errorf("prior phase: %s", out)
+	}
+}
+
+// TestPrivacyErrors: invalid input is a clear error with exit status 2;
+// an unreachable target is a failure with status 1.
+func TestPrivacyErrors(t *testing.T) {
+	base := []string{"privacy", "epsilon", "--sample-rate", "0.01", "--sigma", "1", "--steps", "100", "--delta", "1e-5"}
+	with := func(flag, value string) []string {
+		args := append([]string(nil), base...)
+		for i := range args {
+			if args[i] == flag {
+				args[i+1] = value
+				return args
+			}
+		}
+		return append(args, flag, value)
+	}
+	cases := []struct {
+		args    []string
+		code    int
+		mention string
+	}{
+		{with("--sigma", "-1"), 2, "sigma"},
+		{with("--sigma", "0"), 2, "sigma"},
+		{with("--sample-rate", "1.5"), 2, "sampling rate"},
+		{with("--sample-rate", "0"), 2, "sampling rate"},
+		{with("--delta", "1"), 2, "delta"},
+		{with("--delta", "0"), 2, "delta"},
+		{with("--steps", "0"), 2, "steps"},
+		{with("--accountant", "moments"), 2, "unknown accountant"},
+		{with("--conversion", "fancy"), 2, "conversion"},
+		{with("--sigma", "abc"), 2, "invalid value"},
+		{[]string{"privacy", "epsilon", "--sample-rate", "0.01", "--sigma", "1", "--steps", "100"}, 2, "--delta"},
+		{[]string{"privacy", "epsilon", "--delta", "1e-5"}, 2, "--sample-rate"},
+		{with("--phase", "1,0.01,10"), 2, "--phase"},
+		{[]string{"privacy", "epsilon", "--phase", "1,0.01", "--delta", "1e-5"}, 2, "sigma,q,steps"},
+		{[]string{"privacy", "epsilon", "--phase", "-1,0.01,5", "--delta", "1e-5"}, 2, "sigma"},
+		{[]string{"privacy"}, 2, "missing subcommand"},
+		{[]string{"privacy", "budget"}, 2, "unknown subcommand"},
+		{[]string{"privacy", "sigma", "--target-epsilon", "-1", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"}, 2, "target epsilon"},
+		{[]string{"privacy", "sigma", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"}, 2, "--target-epsilon"},
+		{[]string{"privacy", "sigma", "--target-epsilon", "0.01", "--sample-rate", "1", "--steps", "1000000", "--delta", "1e-5"}, 1, "cannot be reached"},
+		{[]string{"privacy", "sigma", "--target-epsilon", "1", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5", "--prior-phase", "0.8,0.05,1000"}, 1, "already spend"},
+	}
+	for _, c := range cases {
+		code, out, errs := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(errs, c.mention) || out != "" {
+			t.Errorf("%q: exit %d (want %d), stderr %q (want mention of %q), stdout %q", c.args, code, c.code, errs, c.mention, out)
+		}
+	}
+}
+
+func TestPrivacyHelp(t *testing.T) {
+	for _, args := range [][]string{{"privacy", "-h"}, {"privacy", "help"}, {"privacy", "epsilon", "-h"}, {"privacy", "sigma", "-h"}} {
+		if code, _, _ := runCLI(t, args...); code != 0 {
+			t.Errorf("%q: exit %d, want 0", args, code)
+		}
+	}
+	_, out, _ := runCLI(t, "privacy", "-h")
+	if !strings.Contains(out, "epsilon") || !strings.Contains(out, "approximate (CLT)") {
+		t.Errorf("privacy help:\n%s", out)
+	}
+	_, _, errs := runCLI(t, "help")
+	if !strings.Contains(errs, "privacy") {
+		t.Errorf("top-level help does not list privacy:\n%s", errs)
+	}
+}
