@@ -1,0 +1,354 @@
+package blas
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// Backend names reported by Backend.
+const (
+	// OpenBLAS is the backend that calls the run-time loaded OpenBLAS library.
+	OpenBLAS = "openblas"
+	// Go is the pure-Go backend.
+	Go = "go"
+)
+
+// EnvBackend is the environment variable that selects the backend: "go"
+// forces the pure-Go kernel; anything else (or unset) uses OpenBLAS when it
+// can be loaded.
+const EnvBackend = "DPFINETUNE_BLAS"
+
+// EnvLibrary is the environment variable naming an OpenBLAS shared library
+// (a path or a soname) to try before the default names.
+const EnvLibrary = "DPFINETUNE_OPENBLAS"
+
+// Below this many multiply-adds a product runs in the calling goroutine:
+// spawning workers costs a few microseconds, which is what such a product
+// takes on one core.
+const (
+	goParallelMACs = 1 << 17
+	obParallelMACs = 1 << 19
+	// Products this small skip OpenBLAS: the foreign call costs more than a
+	// direct loop.
+	obMinMACs = 1 << 10
+)
+
+var (
+	initOnce  sync.Once
+	useOB     atomic.Bool // OpenBLAS loaded and selected
+	obLoaded  bool        // OpenBLAS loaded (selectable)
+	loadErr   error
+	nthreads  atomic.Int64
+	forceGoEv bool
+)
+
+func setup() {
+	initOnce.Do(func() {
+		nthreads.Store(int64(runtime.GOMAXPROCS(0)))
+		forceGoEv = os.Getenv(EnvBackend) == Go
+		if forceGoEv {
+			loadErr = fmt.Errorf("blas: %s=go", EnvBackend)
+			return
+		}
+		loadErr = loadOpenBLAS()
+		obLoaded = loadErr == nil
+		useOB.Store(obLoaded)
+	})
+}
+
+// Backend reports the backend Sgemm uses: OpenBLAS or Go.
+func Backend() string {
+	setup()
+	if useOB.Load() {
+		return OpenBLAS
+	}
+	return Go
+}
+
+// OpenBLASError returns why OpenBLAS is not in use (nil when it is loaded).
+func OpenBLASError() error {
+	setup()
+	return loadErr
+}
+
+// Available lists the backends that can be selected with SetBackend: Go
+// always, OpenBLAS when the library was loaded.
+func Available() []string {
+	setup()
+	if obLoaded {
+		return []string{OpenBLAS, Go}
+	}
+	return []string{Go}
+}
+
+// SetBackend switches the backend (OpenBLAS or Go) and returns the previous
+// one. It exists for tests and benchmarks that compare backends; it must not
+// race with running products.
+func SetBackend(name string) (prev string, err error) {
+	prev = Backend()
+	switch name {
+	case Go:
+		useOB.Store(false)
+	case OpenBLAS:
+		if !obLoaded {
+			return prev, fmt.Errorf("blas: OpenBLAS not available: %v", loadErr)
+		}
+		useOB.Store(true)
+	default:
+		return prev, fmt.Errorf("blas: unknown backend %q", name)
+	}
+	return prev, nil
+}
+
+// Threads returns the number of workers Sgemm splits a large product over.
+func Threads() int {
+	setup()
+	return int(nthreads.Load())
+}
+
+// SetThreads sets the number of workers Sgemm uses (n < 1 means
+// GOMAXPROCS) and returns the previous value.
+func SetThreads(n int) int {
+	setup()
+	if n < 1 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	return int(nthreads.Swap(int64(n)))
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C on row-major matrices, where
+// op(X) is X or Xᵀ, op(A) is m×k, op(B) is k×n and C is m×n. lda, ldb and
+// ldc are row strides. As in BLAS, beta == 0 overwrites C without reading it
+// (NaNs in C do not propagate) and alpha == 0 does not read A or B. Large
+// products are split over Threads() goroutines; Sgemm is safe for concurrent
+// use on disjoint outputs. It panics on inconsistent sizes or short slices.
+func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, Threads())
+}
+
+// SgemmSerial is Sgemm restricted to the calling goroutine, for callers that
+// already run one goroutine per core.
+func SgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	setup()
+	checkGemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1)
+}
+
+// SgemmStrided computes batch independent products
+//
+//	C_i = alpha·op(A_i)·op(B_i) + beta·C_i,  i = 0..batch-1,
+//
+// with A_i = a[i·strideA:], B_i = b[i·strideB:], C_i = c[i·strideC:]. A
+// stride of 0 for A or B reuses one operand for every product (for example a
+// weight matrix against per-sample inputs). The C_i must not overlap. Small
+// products are distributed over workers whole; large ones are split
+// internally, so the call uses Threads() workers either way.
+func SgemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	if batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
+		panic("blas: negative batch or stride")
+	}
+	if batch == 0 || m == 0 || n == 0 {
+		return
+	}
+	if batch > 1 && strideC == 0 {
+		panic("blas: SgemmStrided with strideC == 0 would write every product to one C")
+	}
+	last := batch - 1
+	checkGemm(transA, transB, m, n, k, sub(a, last*strideA), lda, sub(b, last*strideB), ldb, sub(c, last*strideC), ldc)
+	workers := Threads()
+	macs := m * n * k
+	one := func(i, w int) {
+		gemm(transA, transB, m, n, k, alpha, a[i*strideA:], lda, b[i*strideB:], ldb, beta, c[i*strideC:], ldc, w)
+	}
+	if workers <= 1 || batch == 1 || macs >= parallelThreshold() {
+		for i := 0; i < batch; i++ {
+			one(i, workers)
+		}
+		return
+	}
+	if workers > batch {
+		workers = batch
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= batch {
+					return
+				}
+				one(i, 1)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// sub returns s[off:], or nil when off is past the end, so that the length
+// checks report the short slice instead of a slicing panic.
+func sub(s []float32, off int) []float32 {
+	if off > len(s) {
+		return nil
+	}
+	return s[off:]
+}
+
+func parallelThreshold() int {
+	if useOB.Load() {
+		return obParallelMACs
+	}
+	return goParallelMACs
+}
+
+// checkGemm validates sizes, strides and slice lengths so that no backend,
+// in particular the foreign one, can read or write out of bounds.
+func checkGemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("blas: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	if lda < max(1, ac) {
+		panic(fmt.Sprintf("blas: lda=%d < %d", lda, ac))
+	}
+	if ldb < max(1, bc) {
+		panic(fmt.Sprintf("blas: ldb=%d < %d", ldb, bc))
+	}
+	if ldc < max(1, n) {
+		panic(fmt.Sprintf("blas: ldc=%d < %d", ldc, n))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if need := (m-1)*ldc + n; len(c) < need {
+		panic(fmt.Sprintf("blas: len(c)=%d < %d", len(c), need))
+	}
+	if k == 0 {
+		return
+	}
+	if need := (ar-1)*lda + ac; len(a) < need {
+		panic(fmt.Sprintf("blas: len(a)=%d < %d", len(a), need))
+	}
+	if need := (br-1)*ldb + bc; len(b) < need {
+		panic(fmt.Sprintf("blas: len(b)=%d < %d", len(b), need))
+	}
+}
+
+// scaleC applies C = beta·C, writing zeros when beta == 0 so that NaNs in an
+// uninitialized C do not leak into the result.
+func scaleC(m, n int, beta float32, c []float32, ldc int) {
+	if beta == 1 {
+		return
+	}
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		if beta == 0 {
+			clear(row)
+			continue
+		}
+		for j := range row {
+			row[j] *= beta
+		}
+	}
+}
+
+// gemm dispatches a validated product to a backend, splitting it into
+// bands over up to workers goroutines.
+func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, workers int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	macs := m * n * k
+	ob := useOB.Load() && macs >= obMinMACs && fitsInt32(m, n, k, lda, ldb, ldc)
+	serial := goSgemmSerial
+	threshold := goParallelMACs
+	align := 4
+	if ob {
+		serial = obSgemmSerial
+		threshold = obParallelMACs
+		align = 16
+	}
+	if workers > 1 && macs >= threshold {
+		w := min(workers, max(1, macs/threshold))
+		parallelBands(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, w, align, serial)
+		return
+	}
+	serial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+func fitsInt32(v ...int) bool {
+	for _, x := range v {
+		if x > 1<<31-1 {
+			return false
+		}
+	}
+	return true
+}
+
+type serialFunc func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+
+// parallelBands splits C into workers bands of rows (when m ≥ n) or
+// columns, each computed by one serial call. Band edges are aligned to the
+// micro-kernel width so no band gets a ragged tile that others do not.
+func parallelBands(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, workers, align int, serial serialFunc) {
+	byRows := m >= n
+	dim := n
+	if byRows {
+		dim = m
+	}
+	chunk := (dim + workers - 1) / workers
+	chunk = (chunk + align - 1) / align * align
+	if chunk >= dim {
+		serial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	var wg sync.WaitGroup
+	for lo := 0; lo < dim; lo += chunk {
+		hi := min(dim, lo+chunk)
+		var run func()
+		if byRows {
+			aoff := lo * lda
+			if transA {
+				aoff = lo
+			}
+			run = func() {
+				serial(transA, transB, hi-lo, n, k, alpha, a[aoff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
+			}
+		} else {
+			boff := lo
+			if transB {
+				boff = lo * ldb
+			}
+			run = func() {
+				serial(transA, transB, m, hi-lo, k, alpha, a, lda, b[boff:], ldb, beta, c[lo:], ldc)
+			}
+		}
+		if hi == dim {
+			run() // the caller's goroutine takes the last band
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	wg.Wait()
+}
