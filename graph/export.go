@@ -46,15 +46,43 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 	}
 	mp.Graph = gp
 
-	for _, n := range g.Nodes {
-		gp.Node = append(gp.Node, n.toProto())
+	// Declared types stay valid only where the IR did not touch the value:
+	// its producing node or initializer is carried over unchanged.
+	// A value is untouched when its producer is carried over unchanged and
+	// so is everything upstream of it (a new head changes the shapes below
+	// it even where node protos are unchanged).
+	untouched := map[string]bool{}
+	for _, v := range g.Inputs {
+		untouched[v.Name] = true
 	}
+	var inits []*onnxpb.TensorProto
 	for _, v := range g.Initializers {
 		if g.Values[v.Name] != v {
 			continue
 		}
-		gp.Initializer = append(gp.Initializer, initializerProto(src, v))
+		tp := initializerProto(src, v)
+		inits = append(inits, tp)
+		if tp == v.proto {
+			untouched[v.Name] = true
+		}
 	}
+	for _, n := range g.Nodes {
+		np := n.toProto()
+		gp.Node = append(gp.Node, np)
+		clean := np == n.proto
+		for _, in := range n.Inputs {
+			folded := in != nil && in.Const != nil && !in.Initializer
+			if in != nil && !untouched[in.Name] && !folded {
+				clean = false
+			}
+		}
+		if clean {
+			for _, o := range np.GetOutput() {
+				untouched[o] = true
+			}
+		}
+	}
+	gp.Initializer = inits
 	for _, v := range g.Constants() {
 		gp.Initializer = append(gp.Initializer, v.Const.ToProto(v.Name))
 	}
@@ -67,10 +95,18 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 	if og != nil {
 		for _, vi := range og.Input {
 			name := vi.GetName()
-			if v, ok := g.Values[name]; ok && (isInput[name] == v || v.Initializer) {
+			v, ok := g.Values[name]
+			switch {
+			case ok && isInput[name] == v:
 				gp.Input = append(gp.Input, vi)
-				written[name] = true
+			case ok && v.Initializer && untouched[name]:
+				gp.Input = append(gp.Input, vi)
+			case ok && v.Initializer:
+				gp.Input = append(gp.Input, valueInfo(v, vi))
+			default:
+				continue
 			}
+			written[name] = true
 		}
 	}
 	for _, v := range g.Inputs {
@@ -94,7 +130,7 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 	}
 	if og != nil {
 		for _, vi := range og.ValueInfo {
-			if v, ok := g.Values[vi.GetName()]; ok && v.Producer != nil {
+			if v, ok := g.Values[vi.GetName()]; ok && v.Producer != nil && untouched[vi.GetName()] {
 				gp.ValueInfo = append(gp.ValueInfo, vi)
 			}
 		}

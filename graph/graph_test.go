@@ -457,3 +457,24 @@ func TestUntieIdentityParams(t *testing.T) {
 		t.Errorf("export has %d initializers, want 2", n)
 	}
 }
+
+// TestStaleValueInfoDropped: after a pass changes a parameter's shape, the
+// declared types of the values below it are no longer written back.
+func TestStaleValueInfoDropped(t *testing.T) {
+	w := &Tensor{DType: Float32, Shape: []int64{2, 3}, F32: make([]float32, 6)}
+	b := newBuilder(14).input("x", -1, 2).init("w", w).
+		node("MatMul", []string{"x", "w"}, []string{"h"}).
+		node("Relu", []string{"h"}, []string{"y"}).output("y")
+	hi := &onnxpb.ValueInfoProto{Name: proto.String("h")}
+	b.p.Graph.ValueInfo = append(b.p.Graph.ValueInfo, hi)
+	g := b.graph(t)
+	m, _ := g.ToONNX()
+	if len(m.Proto.GetGraph().GetValueInfo()) != 1 {
+		t.Fatal("unchanged graph lost its value_info")
+	}
+	g.Values["w"].Const = &Tensor{DType: Float32, Shape: []int64{2, 5}, F32: make([]float32, 10)}
+	m, _ = g.ToONNX()
+	if n := len(m.Proto.GetGraph().GetValueInfo()); n != 0 {
+		t.Errorf("value_info below a changed parameter kept (%d entries)", n)
+	}
+}

@@ -3,5 +3,31 @@
 // ghost-norm / instantiation decision, and classifier-head replacement. Every
 // pass reports what it changed and why.
 //
+// Structural passes change the dynamic graph in place (it keeps its
+// symbolic batch axis, so graph.ToONNX exports the rewritten model):
+//
+//   - Cleanup: Identity and Dropout elision, exporter-aliased parameters
+//     untied, dead nodes and unused initializers removed (RemoveDead).
+//   - RewriteBatchNorm: BatchNormalization → GroupNorm (an opset-14
+//     decomposition with elementwise scale and shift) or frozen with its
+//     running statistics and folded into the preceding Conv.
+//   - ReplaceHead: a fresh classifier for a new number of classes.
+//
+// Analyze never changes its graph: it infers shapes on a clone, follows the
+// batch axis through every node (BatchLayout; nodes where samples interact
+// are Problems), and returns a Plan: for every floating-point initializer
+// a Kind (linear, elementwise, or frozen with a reason), its Uses (the
+// consumer node, operand index, the shape-only Path from the parameter,
+// and the batch layouts), weight sharing, and for every trainable linear
+// use a Layer with T, D, p, groups, 2T², pD and the ghost/instantiate
+// decision of mixed ghost clipping (Decide), plus per-mode memory
+// estimates (MemoryAt). Prepare runs the passes and Analyze in order.
+//
+// The DP engine consumes a Plan: Plan.Compile gives the runtime a clone
+// with frozen parameters turned into constants; Plan.Params and Plan.Layers
+// say, per parameter, how to obtain per-sample gradient norms. Per-layer
+// data do not depend on the batch size. docs/REWRITES.md describes the
+// passes, the per-sample kinds, the decision rule and the memory formulas.
+//
 // Package rewrite imports only packages onnx and graph.
 package rewrite

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+)
+
+func init() {
+	register(&command{
+		name:    "plan",
+		summary: "rewrite a model for DP training and show the per-layer ghost/instantiate plan and memory",
+		run:     runPlan,
+	})
+}
+
+// planReport is the JSON form of "dpfinetune plan".
+type planReport struct {
+	Model  string            `json:"model"`
+	BN     rewrite.BNOptions `json:"bn"`
+	Shared string            `json:"shared"`
+	Saved  string            `json:"saved,omitempty"`
+	*rewrite.Plan
+}
+
+func runPlan(args []string, stdout io.Writer) error {
+	fs := newFlagSet("plan", "--model M.onnx --input-shape C,H,W --batch B [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--out R.onnx] [--json]")
+	model := fs.String("model", "", "ONNX model file (required)")
+	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (required)")
+	batch := fs.Int64("batch", 0, "batch size for the memory estimates (required)")
+	bn := fs.String("bn", "groupnorm", "BatchNormalization rewrite: groupnorm (paper; not exact) or freeze (running statistics, folded into the Conv; exact)")
+	groups := fs.Int64("gn-groups", rewrite.DefaultGroups, "GroupNorm groups for --bn groupnorm")
+	rule := fs.String("gn-rule", "divisor", "when --gn-groups does not divide the channels: divisor (largest divisor below it), gcd, or error")
+	priority := fs.String("priority", "memory", "layerwise decision: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)")
+	train := fs.String("train", "", "train only parameters whose name (or a reading node's name) matches this regular expression")
+	freeze := fs.String("freeze", "", "freeze parameters whose name (or a reading node's name) matches this regular expression")
+	shared := fs.String("shared", "instantiate", "parameters with several uses: instantiate (per-use gradients summed) or freeze")
+	classes := fs.Int64("num-classes", 0, "replace the classifier head by a fresh one with this many classes")
+	seed := fs.Uint64("seed", 0, "seed of the fresh head's initialisation")
+	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *model == "" {
+		return usagef("--model is required")
+	}
+	if *inShape == "" {
+		return usagef("--input-shape is required")
+	}
+	if *batch <= 0 {
+		return usagef("--batch is required and must be positive")
+	}
+	dims, err := parseDims(*inShape)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if set["num-classes"] && *classes <= 0 {
+		return usagef("--num-classes must be positive, got %d", *classes)
+	}
+	if *groups <= 0 {
+		return usagef("--gn-groups must be positive, got %d", *groups)
+	}
+	opts := rewrite.Options{
+		PlanOptions: rewrite.PlanOptions{InputShape: dims, Batch: *batch, Priority: rewrite.Priority(*priority), Shared: rewrite.SharedPolicy(*shared)},
+		BN:          rewrite.BNOptions{Mode: rewrite.BNMode(*bn), Groups: *groups, Rule: rewrite.GroupRule(*rule)},
+		NumClasses:  *classes,
+		HeadSeed:    *seed,
+	}
+	switch {
+	case opts.BN.Mode != rewrite.BNGroupNorm && opts.BN.Mode != rewrite.BNFreeze:
+		return usagef("--bn must be groupnorm or freeze, got %q", *bn)
+	case opts.Priority != rewrite.PriorityMemory && opts.Priority != rewrite.PrioritySpeed:
+		return usagef("--priority must be memory or speed, got %q", *priority)
+	case opts.Shared != rewrite.SharedInstantiate && opts.Shared != rewrite.SharedFreeze:
+		return usagef("--shared must be instantiate or freeze, got %q", *shared)
+	}
+	if opts.BN.Rule != rewrite.GroupsDivisor && opts.BN.Rule != rewrite.GroupsGCD && opts.BN.Rule != rewrite.GroupsError {
+		return usagef("--gn-rule must be divisor, gcd or error, got %q", *rule)
+	}
+	for name, s := range map[string]string{"train": *train, "freeze": *freeze} {
+		if s == "" {
+			continue
+		}
+		re, err := regexp.Compile(s)
+		if err != nil {
+			return usagef("--%s: bad regular expression: %v", name, err)
+		}
+		if name == "train" {
+			opts.Train = re
+		} else {
+			opts.Freeze = re
+		}
+	}
+	m, err := onnx.Load(*model)
+	if err != nil {
+		return err
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	if err := g.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	p, err := rewrite.Prepare(g, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	rep := planReport{Model: *model, BN: opts.BN, Shared: *shared, Plan: p}
+	if *out != "" {
+		rm, err := g.ToONNX()
+		if err != nil {
+			return fmt.Errorf("exporting the rewritten model: %w", err)
+		}
+		if err := rm.Save(*out, nil); err != nil {
+			return err
+		}
+		rep.Saved = *out
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printPlan(stdout, &rep)
+	}
+	return p.Err()
+}
+
+// sci formats a count as the paper's Table 3 does: 2 significant digits
+// in scientific notation, small integers as they are.
+func sci(v int64) string {
+	if v < 1000 {
+		return fmt.Sprint(v)
+	}
+	s := fmt.Sprintf("%.1e", float64(v))
+	s = strings.Replace(s, "e+0", "e", 1)
+	return strings.Replace(s, "e+", "e", 1)
+}
+
+func printPlan(w io.Writer, r *planReport) {
+	p := r.Plan
+	fmt.Fprintf(w, "model:       %s\n", r.Model)
+	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
+	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
+	if p.Priority == rewrite.PriorityMemory {
+		fmt.Fprint(w, " (ghost iff 2T² < pD)")
+	} else {
+		fmt.Fprint(w, " (ghost iff 2T²(D+p+1)−1 < 2(T+1)pD)")
+	}
+	fmt.Fprintln(w)
+	if r.Saved != "" {
+		fmt.Fprintf(w, "saved:       %s\n", r.Saved)
+	}
+	if len(p.Changes) > 0 {
+		fmt.Fprintf(w, "\nrewrites (%d):\n", len(p.Changes))
+		for _, c := range p.Changes {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+	}
+	kinds := map[rewrite.Kind]int{}
+	for _, prm := range p.Params {
+		kinds[prm.Kind]++
+	}
+	fmt.Fprintf(w, "\nparameters:  %d trainable in %d tensors (%d linear, %d elementwise), %d frozen in %d tensors\n",
+		p.Trainable.Scalars, p.Trainable.Tensors, kinds[rewrite.KindLinear], kinds[rewrite.KindElementwise], p.Frozen.Scalars, p.Frozen.Tensors)
+
+	fmt.Fprintf(w, "\nlinear layers (per sample and group; the paper's Table 3):\n")
+	nameW := len("parameter")
+	for _, l := range p.Layers {
+		nameW = max(nameW, len(l.Param))
+	}
+	nameW = min(nameW, 48)
+	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
+	var sumG, sumP, sumC int64
+	for i, l := range p.Layers {
+		sumG += l.Groups * l.TwoT2
+		sumP += l.Groups * l.PD
+		sumC += l.Groups * l.Chosen()
+		dec := string(l.Decision)
+		if l.Shared {
+			dec += "*"
+		}
+		fmt.Fprintf(w, "  %-3d %-*s %-6s %7d %7d %6d %6d %9s %9s  %-11s %10s\n", i+1, nameW, trunc(l.Param, nameW), l.Op, l.T, l.D, l.P, l.Groups, sci(l.TwoT2), sci(l.PD), dec, humanBytes(l.Bytes))
+	}
+	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s\n", "", nameW, "total", "", "", "", "", "", sci(sumG), sci(sumP), "mixed "+sci(sumC))
+	fmt.Fprintf(w, "  memory: float32 buffers of the chosen method at batch %d, 4·B·groups·min-by-decision\n", p.Batch)
+
+	var elem, frozen, sharedP []*rewrite.Param
+	for _, prm := range p.Params {
+		switch {
+		case prm.Kind == rewrite.KindFrozen:
+			frozen = append(frozen, prm)
+		case prm.Kind == rewrite.KindElementwise:
+			elem = append(elem, prm)
+		}
+		if prm.Shared && prm.Trainable() {
+			sharedP = append(sharedP, prm)
+		}
+	}
+	if len(elem) > 0 {
+		fmt.Fprintf(w, "\nelementwise parameters (%d):\n", len(elem))
+		for _, prm := range elem {
+			var uses []string
+			for _, u := range prm.Uses {
+				s := u.Op
+				for i := len(u.Path) - 1; i >= 0; i-- {
+					s += "←" + u.Path[i].Op
+				}
+				if !u.Out.Plain() {
+					s += " [batch " + u.Out.String() + "]"
+				}
+				uses = append(uses, s)
+			}
+			fmt.Fprintf(w, "  %-*s %-14s %s\n", nameW, trunc(prm.Name, nameW), shapeString(valueReport{Shape: anyDims(prm.Shape)}), strings.Join(uses, ", "))
+		}
+	}
+	if len(sharedP) > 0 {
+		fmt.Fprintf(w, "\nshared parameters (%d, * above):\n", len(sharedP))
+		for _, prm := range sharedP {
+			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(prm.Name, nameW), prm.Reason)
+		}
+	}
+	if len(frozen) > 0 {
+		fmt.Fprintf(w, "\nfrozen parameters (%d):\n", len(frozen))
+		for _, prm := range frozen {
+			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(prm.Name, nameW), prm.Reason)
+		}
+	}
+	fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: %d scalars per sample):\n", p.Batch, p.ActivationsPerSample)
+	fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", "mode", "total", "weights", "gradients", "adam", "activations", "per-sample", "transient")
+	for _, m := range p.Memory {
+		fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", m.Mode, humanBytes(m.Total), humanBytes(m.Weights), humanBytes(m.Gradients),
+			humanBytes(m.Optimizer), humanBytes(m.Activations), humanBytes(m.PerSample), humanBytes(m.Transient))
+	}
+	for _, s := range p.Warnings {
+		fmt.Fprintf(w, "\nwarning: %s", s)
+	}
+	if len(p.Warnings) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, s := range p.Problems {
+		fmt.Fprintf(w, "\nproblem: %s", s)
+	}
+	if len(p.Problems) > 0 {
+		fmt.Fprintln(w)
+	}
+}
+
+func anyDims(d []int64) []any {
+	out := make([]any, len(d))
+	for i, v := range d {
+		out[i] = v
+	}
+	return out
+}

@@ -1,0 +1,294 @@
+package rewrite
+
+import (
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+func TestGroupsFor(t *testing.T) {
+	cases := []struct {
+		c, g  int64
+		rule  GroupRule
+		want  int64
+		error bool
+	}{
+		{64, 16, "", 16, false},
+		{24, 16, GroupsDivisor, 12, false},
+		{24, 16, GroupsGCD, 8, false},
+		{24, 16, GroupsError, 0, true},
+		{8, 16, GroupsDivisor, 8, false},
+		{3, 16, GroupsDivisor, 3, false},
+		{7, 16, GroupsGCD, 1, false},
+		{7, 4, GroupsDivisor, 1, false},
+		{64, 0, "", 0, true},
+		{0, 16, "", 0, true},
+		{24, 16, "nearest", 0, true},
+	}
+	for _, c := range cases {
+		got, err := GroupsFor(c.c, c.g, c.rule)
+		if (err != nil) != c.error || got != c.want {
+			t.Errorf("GroupsFor(%d, %d, %q) = %d, %v; want %d (error %v)", c.c, c.g, c.rule, got, err, c.want, c.error)
+		}
+	}
+}
+
+// resnetTrainLogits evaluates resnet_train on its golden input with BN in
+// inference mode (running statistics) unless gn says otherwise.
+func evalFixture(t *testing.T, g *graph.Graph, name string, gn map[string]int64) *tens {
+	t.Helper()
+	gold := readNPZ(t, "../testdata/golden/"+name+".npz")
+	x := gold["input"]
+	c := g.Clone()
+	if err := c.InferShapes(map[string][]int64{c.Inputs[0].Name: {int64(x.shape[0]), int64(x.shape[1]), int64(x.shape[2]), int64(x.shape[3])}}); err != nil {
+		t.Fatal(err)
+	}
+	return evaluate(t, c, map[string]*tens{c.Inputs[0].Name: x}, gn)["logits"]
+}
+
+// TestFreezeIsExact: --bn freeze folds every BatchNorm of resnet_train into
+// its Conv; the rewritten model computes the eval-mode logits of PyTorch,
+// has the structure (and parameter names) of resnet_eval, which PyTorch's
+// fuse_conv_bn_eval produced, and keeps its dynamic batch axis.
+func TestFreezeIsExact(t *testing.T) {
+	gold := readNPZ(t, "../testdata/golden/resnet_train.npz")
+	orig := loadFixture(t, "resnet_train")
+	ref := evalFixture(t, orig, "resnet_train", nil)
+	if d := ref.maxAbsDiff(gold["logits_eval"]); d > 1e-4 {
+		t.Fatalf("reference evaluator vs PyTorch eval-mode logits: max abs diff %g", d)
+	}
+
+	g := loadFixture(t, "resnet_train")
+	changes, err := RewriteBatchNorm(g, BNOptions{Mode: BNFreeze}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 12 {
+		t.Fatalf("%d changes, want 12", len(changes))
+	}
+	for _, c := range changes {
+		if !strings.Contains(c.Action, "folded into Conv") {
+			t.Errorf("not folded: %s", c)
+		}
+	}
+	got := evalFixture(t, g, "resnet_train", nil)
+	if d := got.maxAbsDiff(ref); d > 1e-5*ref.maxAbs() {
+		t.Errorf("frozen model vs original in eval mode: max abs diff %g", d)
+	}
+	if d := got.maxAbsDiff(gold["logits_eval"]); d > 1e-4 {
+		t.Errorf("frozen model vs PyTorch eval-mode logits: max abs diff %g", d)
+	}
+
+	// Same structure and names as the model PyTorch fused itself.
+	eval := loadFixture(t, "resnet_eval")
+	if a, b := opHistogram(g), opHistogram(eval); a != b {
+		t.Errorf("operators %s, resnet_eval has %s", a, b)
+	}
+	if a, b := paramShapes(g), paramShapes(eval); a != b {
+		t.Errorf("parameters\n%s\nresnet_eval has\n%s", a, b)
+	}
+
+	// Exported with the dynamic batch, and valid at another batch.
+	rt := roundTrip(t, g)
+	if p := rt.Inputs[0].Shape[0].Param; p != "batch" {
+		t.Errorf("exported input batch dim %q, want symbolic", p)
+	}
+	if d := evalFixture(t, rt, "resnet_train", nil).maxAbsDiff(got); d != 0 {
+		t.Errorf("exported model differs by %g", d)
+	}
+	if _, err := StaticShapes(rt, []int64{3, 32, 32}, 3); err != nil {
+		t.Error(err)
+	}
+}
+
+func opHistogram(g *graph.Graph) string {
+	c := map[string]int{}
+	for _, n := range g.Nodes {
+		c[n.OpType]++
+	}
+	var s []string
+	for _, k := range sortedKeys(c) {
+		s = append(s, k+"×"+string(rune('0'+c[k]/10))+string(rune('0'+c[k]%10)))
+	}
+	return strings.Join(s, " ")
+}
+
+func paramShapes(g *graph.Graph) string {
+	var s []string
+	for _, v := range g.Initializers {
+		if v.IsParam() {
+			s = append(s, v.Name+v.Shape.String())
+		}
+	}
+	sort.Strings(s)
+	return strings.Join(s, "\n")
+}
+
+// TestGroupNormDecomposition: the opset-14 GroupNorm decomposition computes
+// group normalization with the BN's affine parameters, checked against a
+// direct GroupNorm in the reference evaluator, on resnet_train (8, 16, 32
+// and 64 channels, 16 groups requested: 8 channels get 8 groups).
+func TestGroupNormDecomposition(t *testing.T) {
+	orig := loadFixture(t, "resnet_train")
+	gn := map[string]int64{}
+	for _, n := range orig.Nodes {
+		if n.OpType == "BatchNormalization" {
+			gr, err := GroupsFor(int64(n.Inputs[1].Const.Len()), 16, GroupsDivisor)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gn[nodeLabel(n)] = gr
+		}
+	}
+	want := evalFixture(t, orig, "resnet_train", gn)
+
+	g := loadFixture(t, "resnet_train")
+	shapes, err := StaticShapes(g, []int64{3, 32, 32}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNGroupNorm}, shapes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		if n.OpType == "BatchNormalization" {
+			t.Fatalf("BatchNormalization left: %s", nodeLabel(n))
+		}
+	}
+	if _, ok := g.Values["bn1.running_mean"]; ok {
+		t.Error("running statistics not removed")
+	}
+	if s := g.Values["bn1.weight"].Shape.String(); s != "(8,1,1)" {
+		t.Errorf("GroupNorm scale shape %s, want (8,1,1)", s)
+	}
+	rt := roundTrip(t, g)
+	got := evalFixture(t, rt, "resnet_train", nil)
+	if d := got.maxAbsDiff(want); d > 1e-9*want.maxAbs() {
+		t.Errorf("decomposition vs direct GroupNorm: max abs diff %g", d)
+	}
+	// Without shapes the rank comes from the producing Conv's weight.
+	g2 := loadFixture(t, "resnet_train")
+	if _, err := RewriteBatchNorm(g2, BNOptions{Mode: BNGroupNorm}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := evalFixture(t, g2, "resnet_train", nil).maxAbsDiff(got); d != 0 {
+		t.Errorf("rewrite without static shapes differs by %g", d)
+	}
+}
+
+// bnModel is x → BatchNorm → y, optionally after a Conv whose output also
+// feeds a second output (so that the BN cannot be folded into it).
+func bnModel(t *testing.T, afterConv bool) *graph.Graph {
+	b := newMB().input("x", "N", 3, 5, 5).output("y", "N", 3, 5, 5).
+		init("s", []int64{3}, 0.5, 1.5, 2).init("b", []int64{3}, 0.1, -0.2, 0.3).
+		init("mu", []int64{3}, 0.3, -0.1, 0.2).init("var", []int64{3}, 1.2, 0.7, 0.9)
+	in := "x"
+	if afterConv {
+		b.init("w", []int64{3, 3, 3, 3}).node("Conv", "conv", []string{"x", "w"}, []string{"c"}, attrInts("pads", 1, 1, 1, 1)).
+			node("Relu", "relu", []string{"c"}, []string{"r"}).output("r", "N", 3, 5, 5)
+		in = "c"
+	}
+	b.node("BatchNormalization", "bn", []string{in, "s", "b", "mu", "var"}, []string{"y"})
+	return b.build(t)
+}
+
+// TestFreezeUnfolded: a BN that cannot be folded becomes Mul + Add with the
+// fixed scale and shift, and stays exact.
+func TestFreezeUnfolded(t *testing.T) {
+	for _, afterConv := range []bool{false, true} {
+		orig := bnModel(t, afterConv)
+		g := bnModel(t, afterConv)
+		ch, err := RewriteBatchNorm(g, BNOptions{Mode: BNFreeze}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ch) != 1 || !strings.Contains(ch[0].Action, "Mul(s) + Add(b)") {
+			t.Fatalf("changes %v", ch)
+		}
+		x := randInput(2, 3, 5, 5)
+		run := func(g *graph.Graph) map[string]*tens {
+			c := g.Clone()
+			if err := c.InferShapes(map[string][]int64{"x": {2, 3, 5, 5}}); err != nil {
+				t.Fatal(err)
+			}
+			return evaluate(t, c, map[string]*tens{"x": x}, nil)
+		}
+		want, got := run(orig), run(roundTrip(t, g))
+		for k := range want {
+			if d := got[k].maxAbsDiff(want[k]); d > 1e-6 {
+				t.Errorf("afterConv=%v: output %s differs by %g", afterConv, k, d)
+			}
+		}
+	}
+}
+
+func TestBatchNormErrors(t *testing.T) {
+	g := bnModel(t, true)
+	if _, err := RewriteBatchNorm(g, BNOptions{Mode: "keep"}, nil); err == nil {
+		t.Error("unknown mode accepted")
+	}
+	if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNGroupNorm, Groups: 2, Rule: GroupsError}, nil); err == nil || !strings.Contains(err.Error(), "not divisible") {
+		t.Errorf("3 channels in 2 groups with rule error: %v", err)
+	}
+	// The rank of a computed value is unknown without static shapes.
+	b := newMB().input("x", "N", 3, 5, 5).output("y", "N", 3, 5, 5).
+		init("s", []int64{3}).init("b", []int64{3}).init("mu", []int64{3}).init("var", []int64{3}, 1).
+		node("Relu", "r", []string{"x"}, []string{"rx"}).
+		node("BatchNormalization", "bn", []string{"rx", "s", "b", "mu", "var"}, []string{"y"})
+	if _, err := RewriteBatchNorm(b.build(t), BNOptions{Mode: BNFreeze}, nil); err == nil || !strings.Contains(err.Error(), "rank") {
+		t.Errorf("unknown rank: %v", err)
+	}
+	// A BN whose scale is computed cannot be rewritten.
+	b = newMB().input("x", "N", 3, 5, 5).output("y", "N", 3, 5, 5).
+		init("s0", []int64{3}).init("b", []int64{3}).init("mu", []int64{3}).init("var", []int64{3}, 1).
+		node("Relu", "r", []string{"s0"}, []string{"s"}).
+		node("BatchNormalization", "bn", []string{"x", "s", "b", "mu", "var"}, []string{"y"})
+	if _, err := RewriteBatchNorm(b.build(t), BNOptions{Mode: BNFreeze}, nil); err == nil || !strings.Contains(err.Error(), "not an initializer") {
+		t.Errorf("computed scale: %v", err)
+	}
+}
+
+// TestGroupNormOpset18: from opset 18 ReduceMean takes its axes as an
+// input; the decomposition follows the model's opset.
+func TestGroupNormOpset18(t *testing.T) {
+	build := func(opset int64) *graph.Graph {
+		b := newMB().input("x", "N", 4, 3, 3).output("y", "N", 4, 3, 3).
+			init("s", []int64{4}, 0.5, 1.5).init("b", []int64{4}, 0.1, -0.2).
+			init("mu", []int64{4}, 0.3).init("var", []int64{4}, 1.2).
+			node("BatchNormalization", "bn", []string{"x", "s", "b", "mu", "var"}, []string{"y"})
+		b.opset = opset
+		return b.build(t)
+	}
+	x := randInput(2, 4, 3, 3)
+	var outs []*tens
+	for _, opset := range []int64{14, 18} {
+		g := build(opset)
+		if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNGroupNorm, Groups: 2}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range g.Nodes {
+			if n.OpType == "ReduceMean" && (len(n.Inputs) == 2) != (opset >= 18) {
+				t.Errorf("opset %d: ReduceMean with %d inputs", opset, len(n.Inputs))
+			}
+		}
+		c := roundTrip(t, g).Clone()
+		if err := c.InferShapes(map[string][]int64{"x": {2, 4, 3, 3}}); err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, evaluate(t, c, map[string]*tens{"x": x}, nil)["y"])
+	}
+	want := evaluate(t, func() *graph.Graph {
+		c := build(14).Clone()
+		if err := c.InferShapes(map[string][]int64{"x": {2, 4, 3, 3}}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}(), map[string]*tens{"x": x}, map[string]int64{"bn": 2})["y"]
+	for i, o := range outs {
+		if d := o.maxAbsDiff(want); d > 1e-9 {
+			t.Errorf("case %d: differs from GroupNorm by %g", i, d)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package rewrite
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestReshapeLayout(t *testing.T) {
+	cases := []struct {
+		in   []int64
+		l    BatchLayout
+		out  []int64
+		want BatchLayout
+		ok   bool
+	}{
+		{[]int64{8, 17, 32}, BatchLayout{0, 1, 1}, []int64{136, 32}, BatchLayout{0, 1, 17}, true}, // (B·T, D)
+		{[]int64{17, 8, 32}, BatchLayout{1, 1, 1}, []int64{136, 32}, BatchLayout{0, 17, 1}, true}, // (T·B, D): MHA out_proj
+		{[]int64{17, 8, 32}, BatchLayout{1, 1, 1}, []int64{17, 16, 16}, BatchLayout{1, 1, 2}, true},
+		{[]int64{8, 10}, BatchLayout{0, 1, 1}, []int64{1, 8, 10}, BatchLayout{1, 1, 1}, true},
+		{[]int64{8, 10}, BatchLayout{0, 1, 1}, []int64{8, 1, 10}, BatchLayout{0, 1, 1}, true},
+		{[]int64{8, 32, 4, 4}, BatchLayout{0, 1, 1}, []int64{8, 32, 16}, BatchLayout{0, 1, 1}, true},
+		{[]int64{8, 6}, BatchLayout{0, 1, 1}, []int64{4, 12}, BatchLayout{}, false}, // batch split across axes
+		{[]int64{8, 6}, BatchLayout{0, 1, 1}, []int64{48}, BatchLayout{0, 1, 6}, true},
+	}
+	for _, c := range cases {
+		got, ok := reshapeLayout(c.in, c.l, c.out, 8)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("reshape %v (%v) → %v: %v %v, want %v %v", c.in, c.l, c.out, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// layoutOf analyses a one-node model at batch 4.
+func layoutOf(t *testing.T, b *mb, sample []int64) *layoutInfo {
+	t.Helper()
+	g := b.build(t)
+	c, err := inferredClone(g, sample, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return analyzeLayout(c, 4)
+}
+
+func TestLayoutMixing(t *testing.T) {
+	cases := []struct {
+		name    string
+		b       *mb
+		sample  []int64
+		problem string // substring of the problem, "" for none
+		warning string
+	}{
+		{"gram across samples", newMB().input("x", "N", 4).output("y", "N", "N").
+			node("Transpose", "t", []string{"x"}, []string{"xt"}).
+			node("MatMul", "mm", []string{"x", "xt"}, []string{"y"}), []int64{4}, "pairs rows of one sample", ""},
+		{"softmax over the batch", newMB().input("x", "N", 4).output("y", "N", 4).
+			node("Softmax", "sm", []string{"x"}, []string{"y"}, attrInt("axis", 0)), []int64{4}, "normalizes over the batch axis", ""},
+		{"mean over the batch", newMB().input("x", "N", 4).output("y", 4).
+			node("ReduceMean", "rm", []string{"x"}, []string{"y"}, attrInts("axes", 0), attrInt("keepdims", 0)), []int64{4}, "reduces over the batch axis", ""},
+		{"contraction over the batch", newMB().input("x", "N", 4).output("y", 4, 4).
+			node("Transpose", "t", []string{"x"}, []string{"xt"}).
+			node("MatMul", "mm", []string{"xt", "x"}, []string{"y"}), []int64{4}, "contracts over the batch", ""},
+		{"slice of the batch", newMB().input("x", "N", 4).output("y", 2, 4).ints("s", 0).ints("e", 2).ints("a", 0).
+			node("Slice", "sl", []string{"x", "s", "e", "a"}, []string{"y"}), []int64{4}, "", "slices the batch axis"},
+		{"per-sample softmax", newMB().input("x", "N", 4).output("y", "N", 4).
+			node("Softmax", "sm", []string{"x"}, []string{"y"}, attrInt("axis", -1)), []int64{4}, "", ""},
+		{"operator without a batch rule", newMB().input("x", "N", 4, 4).output("y", "N", 4, 4).
+			node("Trilu", "tri", []string{"x"}, []string{"y"}), []int64{4, 4}, "", "no batch rule for operator Trilu"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			li := layoutOf(t, c.b, c.sample)
+			probs, warns := strings.Join(li.problems, ";"), strings.Join(li.warnings, ";")
+			if (c.problem == "") != (probs == "") || !strings.Contains(probs, c.problem) {
+				t.Errorf("problems %q, want %q", probs, c.problem)
+			}
+			if (c.warning == "") != (warns == "") || !strings.Contains(warns, c.warning) {
+				t.Errorf("warnings %q, want %q", warns, c.warning)
+			}
+		})
+	}
+}
+
+// TestLayoutFixtures: the batch ends on axis 0 of every fixture's output,
+// and the ViT attention keeps track of it through (T,B,D), (B·H,T,d) and
+// (T·B, D).
+func TestLayoutFixtures(t *testing.T) {
+	for _, name := range fixtureNames(t) {
+		g := loadFixture(t, name)
+		if name == "resnet_train" {
+			if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNFreeze}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := inferredClone(g, fixtureSample(name), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		li := analyzeLayout(c, 8)
+		if len(li.problems)+len(li.warnings) > 0 {
+			t.Errorf("%s: %v %v", name, li.problems, li.warnings)
+		}
+		if s := li.state(c.Outputs[0]); s.kind != batched || !s.l.Plain() {
+			t.Errorf("%s: output layout %+v", name, s)
+		}
+		if name != "vit" {
+			continue
+		}
+		want := map[string]BatchLayout{
+			"/encoder/layers/encoder_layer_0/self_attention/Transpose_output_0":   {1, 1, 1},
+			"/encoder/layers/encoder_layer_0/self_attention/Transpose_1_output_0": {0, 1, 2},
+			"/encoder/layers/encoder_layer_0/self_attention/Softmax_output_0":     {0, 1, 2},
+			"/encoder/layers/encoder_layer_0/self_attention/Reshape_3_output_0":   {0, 17, 1},
+		}
+		for v, l := range want {
+			if s := li.state(c.Values[v]); s.kind != batched || s.l != l {
+				t.Errorf("vit %s: %+v, want %v", v, s, l)
+			}
+		}
+	}
+}

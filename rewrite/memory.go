@@ -1,0 +1,95 @@
+package rewrite
+
+// The clipping modes of DESIGN.md §4, in the order plans list them.
+const (
+	ModeNonDP       = "nondp"
+	ModeInstantiate = "instantiate"
+	ModeGhost       = "ghost"
+	ModeMixed       = "mixed"
+	ModeBK          = "bk"
+)
+
+// ModeMemory is the estimated peak memory of one clipping mode, in bytes
+// of float32 storage.
+//
+// With N all parameter scalars, N_t the trainable ones, a the activation
+// scalars per sample (Plan.ActivationsPerSample) and, per trainable linear
+// layer l with G_l groups, ghost_l = G_l·2T², inst_l = G_l·pD, out_l =
+// G_l·T·p, and per trainable elementwise parameter e its size n_e:
+//
+//	Weights     = 4·N
+//	Gradients   = 4·N_t                      (summed / clipped gradient)
+//	Optimizer   = 8·N_t                      (Adam's two moments)
+//	Activations = 4·B·a                      (kept for the backward pass)
+//	nondp:       nothing more
+//	instantiate: PerSample = 4·B·(Σ_l inst_l + Σ_e n_e)   (Opacus keeps every
+//	             per-sample gradient until the clip factors are known)
+//	ghost:       Transient = 4·B·max(max_l ghost_l, max_e n_e)
+//	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e)
+//	bk:          as mixed, plus PerSample = 4·B·Σ_l out_l (book-keeping keeps
+//	             every layer's output gradient for Σ_i C_i a_iᵀg_i)
+//
+// plus 4·B for the per-sample norms in every DP mode. Ghost-norm Gram
+// matrices and instantiated gradients computed only for a norm are
+// transient: a layer's buffers are freed once its norm contribution is
+// accumulated, so only the largest counts (the paper's Table 2 gives
+// their per-layer space, B(2T²+1) and B(pD+1)). The second back-
+// propagation of ghost and mixed clipping needs no extra space. Shared
+// parameters are instantiated in every DP mode.
+type ModeMemory struct {
+	Mode        string `json:"mode"`
+	Total       int64  `json:"total_bytes"`
+	Weights     int64  `json:"weights_bytes"`
+	Gradients   int64  `json:"gradients_bytes"`
+	Optimizer   int64  `json:"optimizer_bytes"`
+	Activations int64  `json:"activations_bytes"`
+	PerSample   int64  `json:"per_sample_bytes"`
+	Transient   int64  `json:"transient_bytes"`
+}
+
+// MemoryAt estimates the peak memory of every clipping mode at batch b.
+func (p *Plan) MemoryAt(b int64) []ModeMemory {
+	base := ModeMemory{
+		Weights:     4 * (p.Trainable.Scalars + p.Frozen.Scalars),
+		Gradients:   4 * p.Trainable.Scalars,
+		Optimizer:   8 * p.Trainable.Scalars,
+		Activations: 4 * b * p.ActivationsPerSample,
+	}
+	var sumInst, sumOut, maxGhost, maxChosen, sumElem, maxElem int64
+	for _, prm := range p.Params {
+		if !prm.Trainable() {
+			continue
+		}
+		for _, u := range prm.Uses {
+			if u.Kind == KindElementwise {
+				sumElem += prm.Size
+				maxElem = max(maxElem, prm.Size)
+			}
+		}
+	}
+	for _, l := range p.Layers {
+		inst := l.Groups * l.PD
+		ghost := l.Groups * l.TwoT2
+		if l.Shared {
+			ghost = inst
+		}
+		sumInst += inst
+		sumOut += l.Groups * l.T * l.P
+		maxGhost = max(maxGhost, ghost)
+		maxChosen = max(maxChosen, l.Groups*l.Chosen())
+	}
+	mode := func(name string, perSample, transient int64) ModeMemory {
+		m := base
+		m.Mode, m.PerSample, m.Transient = name, perSample, transient
+		m.Total = m.Weights + m.Gradients + m.Optimizer + m.Activations + m.PerSample + m.Transient
+		return m
+	}
+	norms := 4 * b
+	return []ModeMemory{
+		mode(ModeNonDP, 0, 0),
+		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
+		mode(ModeGhost, norms, 4*b*max(maxGhost, maxElem)),
+		mode(ModeMixed, norms, 4*b*max(maxChosen, maxElem)),
+		mode(ModeBK, 4*b*sumOut+norms, 4*b*max(maxChosen, maxElem)),
+	}
+}

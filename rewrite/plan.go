@@ -1,0 +1,766 @@
+package rewrite
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// Kind is how the DP engine obtains per-sample information about a
+// parameter (DESIGN.md §3).
+type Kind string
+
+const (
+	// KindLinear: the weight of a Conv, Gemm or MatMul. With a_i the
+	// unfolded input (T×D) and g_i the output gradient (T×p) of sample i,
+	// the per-sample gradient is g_iᵀa_i, and its squared norm is either
+	// computed as the ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ or from the
+	// instantiated gradient (Layer.Decision).
+	KindLinear Kind = "linear"
+	// KindElementwise: a parameter combined elementwise, with numpy
+	// broadcasting, with a batch-carrying tensor (Add/Sub/Mul/Div), a
+	// Conv/Gemm bias, or a tensor concatenated to batch data (class
+	// token). The per-sample gradient of the operand is the output
+	// gradient times the local derivative (1 for Add and biases, the
+	// other operand for Mul, …, the slice for Concat), summed over
+	// every axis along which the operand is broadcast except the batch;
+	// it then flows back through Use.Path to the parameter.
+	KindElementwise Kind = "elementwise"
+	// KindFrozen: not trained; Param.Reason says why.
+	KindFrozen Kind = "frozen"
+)
+
+// Decision is the layerwise choice of mixed ghost clipping.
+type Decision string
+
+const (
+	// Ghost computes the per-sample gradient norm from the two T×T Gram
+	// matrices (space 2T² per sample and group).
+	Ghost Decision = "ghost"
+	// Instantiate computes the per-sample gradient itself (space pD per
+	// sample and group).
+	Instantiate Decision = "instantiate"
+)
+
+// Priority selects the criterion of the layerwise decision.
+type Priority string
+
+const (
+	// PriorityMemory is the paper's eq. (4.1): ghost iff 2T² < pD.
+	PriorityMemory Priority = "memory"
+	// PrioritySpeed compares the time of the two operation modules of the
+	// paper's Table 2 (tab:block complexity) for one layer:
+	// ghost norm 2BT²(D+p+1) − B against gradient instantiation
+	// 2B(T+1)pD; ghost iff the former is smaller.
+	PrioritySpeed Priority = "speed"
+)
+
+// SharedPolicy says how a parameter read by several trainable consumers
+// (weight sharing) is handled. Per-use ghost norms do not add up to the
+// norm of the summed gradient (cross terms), so the uses are either
+// instantiated and summed per sample, or the parameter is frozen.
+type SharedPolicy string
+
+const (
+	// SharedInstantiate instantiates every use's per-sample gradient and
+	// sums them per sample before the norm (the default).
+	SharedInstantiate SharedPolicy = "instantiate"
+	// SharedFreeze freezes the shared parameter.
+	SharedFreeze SharedPolicy = "freeze"
+)
+
+// Step is one shape-only operator between a parameter and the node where
+// it meets the batch: Identity, Reshape, Flatten, Transpose, Squeeze,
+// Unsqueeze, Expand, Tile, Concat, Split, Slice, Gather (parameter as
+// data, constant indices) and Cast, with every input independent of the
+// batch. The composition is linear in the parameter: the engine obtains
+// the parameter's per-sample gradient by back-propagating the consumer
+// operand's per-sample gradient through these operators, one sample at a
+// time (Expand along the batch axis, as for a class token, is the
+// identity per sample; Gather scatter-adds into the table rows).
+type Step struct {
+	Node    string `json:"node"`
+	Output  string `json:"output"`
+	Op      string `json:"op"`
+	Operand int    `json:"operand"` // input index that reads the previous value
+}
+
+// Use is one place where a trainable parameter meets the batch.
+type Use struct {
+	Kind Kind `json:"kind"` // linear or elementwise
+	// Node and Output name the consumer node (Output, its first output,
+	// is unique even when node names are empty); Op is its operator.
+	Node   string `json:"node"`
+	Output string `json:"output"`
+	Op     string `json:"op"`
+	// Operand is the consumer input that reads the parameter, through
+	// Path (empty: directly). OperandShape is that input's shape.
+	Operand      int     `json:"operand"`
+	OperandValue string  `json:"operand_value"`
+	OperandShape []int64 `json:"operand_shape"`
+	Path         []Step  `json:"path,omitempty"`
+	// Data is the consumer input that carries the batch (the activation of
+	// a linear layer, the other operand of an elementwise one), In its
+	// batch layout and Out the layout of the consumer's output.
+	Data int         `json:"data"`
+	In   BatchLayout `json:"in_layout"`
+	Out  BatchLayout `json:"out_layout"`
+	// Layer is the annotation of a linear use.
+	Layer *Layer `json:"layer,omitempty"`
+}
+
+// Param is the plan for one floating-point initializer.
+type Param struct {
+	Name  string  `json:"name"`
+	Shape []int64 `json:"shape"`
+	Size  int64   `json:"size"`
+	// Kind is linear if any use is linear, elementwise if all uses are,
+	// frozen if the parameter is not trained.
+	Kind Kind `json:"kind"`
+	// Reason says why a frozen parameter is frozen, and how a shared one
+	// is handled.
+	Reason string `json:"reason,omitempty"`
+	// Shared is set when the parameter has several uses.
+	Shared bool   `json:"shared,omitempty"`
+	Uses   []*Use `json:"uses,omitempty"`
+}
+
+// Trainable reports whether the engine updates the parameter.
+func (p *Param) Trainable() bool { return p.Kind != KindFrozen }
+
+// Layer is the annotation of one trainable linear use (DESIGN.md §3, the
+// paper's §4): a_i is T×D, g_i is T×p, per group.
+type Layer struct {
+	Param   string `json:"param"`
+	Node    string `json:"node"`
+	Output  string `json:"output"`
+	Op      string `json:"op"`
+	Operand int    `json:"operand"`
+	// Bias is the trainable bias input of a Conv or Gemm, if any.
+	Bias string `json:"bias,omitempty"`
+	// T is the number of rows of a_i: H_out·W_out(·D_out) for a conv
+	// (times the images per sample when the batch axis is folded), the
+	// tokens for a MatMul on (B,T,D), 1 for a Gemm on (B,D).
+	T int64 `json:"T"`
+	// D = d·k_H·k_W, d the input channels per group; the input features
+	// of a Gemm/MatMul.
+	D int64 `json:"D"`
+	// P is the output channels per group (output features).
+	P      int64 `json:"p"`
+	Groups int64 `json:"groups"`
+	// Shared marks a use of a shared parameter: always instantiated.
+	Shared bool `json:"shared,omitempty"`
+	// TwoT2 = 2T² and PD = p·D are the per-sample, per-group space of the
+	// ghost norm and of the instantiated gradient (the paper's Table 3).
+	TwoT2    int64    `json:"2T2"`
+	PD       int64    `json:"pD"`
+	Decision Decision `json:"decision"`
+	Reason   string   `json:"reason"`
+	// Bytes is the float32 memory of the chosen per-sample buffers at the
+	// plan's batch: 4·B·Groups·(2T² or pD).
+	Bytes int64 `json:"bytes"`
+}
+
+// Count is a number of tensors and of scalars.
+type Count struct {
+	Tensors int   `json:"tensors"`
+	Scalars int64 `json:"scalars"`
+}
+
+// Plan is the rewrite and per-sample plan of a graph for DP training at
+// a given input shape: what the passes changed, every parameter's kind,
+// the linear layers' annotations and decisions, and memory estimates.
+// Everything per layer is independent of the batch size; MemoryAt
+// re-estimates memory for another batch.
+type Plan struct {
+	Input      string   `json:"input"`
+	InputShape []int64  `json:"input_shape"` // one sample
+	Batch      int64    `json:"batch"`
+	Priority   Priority `json:"priority"`
+	Changes    []Change `json:"changes"`
+	Params     []*Param `json:"params"`
+	// Layers lists every trainable linear use in graph order.
+	Layers    []*Layer `json:"layers"`
+	Trainable Count    `json:"trainable"`
+	Frozen    Count    `json:"frozen"`
+	// ActivationsPerSample counts the float scalars of one sample that a
+	// reverse-mode runtime keeps for the backward pass: every batch-
+	// carrying float value of the graph, the input included.
+	ActivationsPerSample int64 `json:"activations_per_sample"`
+	// Memory is MemoryAt(Batch).
+	Memory []ModeMemory `json:"memory"`
+	// Problems make per-sample clipping unsound (samples interact);
+	// Warnings are places where the analysis lost the batch axis.
+	Problems []string `json:"problems,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+
+	byName map[string]*Param
+}
+
+// Param returns the plan of the named initializer, or nil.
+func (p *Plan) Param(name string) *Param {
+	if p.byName == nil { // a plan decoded from JSON
+		p.byName = map[string]*Param{}
+		for _, prm := range p.Params {
+			p.byName[prm.Name] = prm
+		}
+	}
+	return p.byName[name]
+}
+
+// Err returns an error listing the problems, or nil.
+func (p *Plan) Err() error {
+	if len(p.Problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("rewrite: per-sample gradients are undefined: %s", p.Problems[0])
+}
+
+// PlanOptions configures Analyze.
+type PlanOptions struct {
+	// InputShape is the shape of one sample (the model's input without
+	// its batch axis); Batch the batch size for the memory estimates.
+	InputShape []int64
+	Batch      int64
+	Priority   Priority // "" is PriorityMemory
+	// Train, when set, selects the parameters to train: the others are
+	// frozen. Freeze, when set, freezes the parameters it selects. A
+	// pattern selects a parameter if it matches the initializer's name or
+	// the name of a node reading it: exports call token Linear weights
+	// onnx::MatMul_<n>, while node names carry the module path.
+	Train, Freeze *regexp.Regexp
+	Shared        SharedPolicy // "" is SharedInstantiate
+}
+
+// pathOps are the shape-only operators a parameter may pass through
+// before it meets the batch (see Step).
+var pathOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile",
+	"Concat", "Split", "Slice", "Gather", "Cast")
+
+// StaticShapes infers the shapes of a clone of g for one batch of the given
+// per-sample input shape and returns them by value name. g is unchanged.
+func StaticShapes(g *graph.Graph, sample []int64, batch int64) (map[string]graph.Shape, error) {
+	c, err := inferredClone(g, sample, batch)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]graph.Shape{}
+	for name, v := range c.Values {
+		out[name] = v.Shape
+	}
+	return out, nil
+}
+
+func inputOf(g *graph.Graph) (*graph.Value, error) {
+	if len(g.Inputs) != 1 {
+		return nil, fmt.Errorf("rewrite: the model has %d inputs; plans need exactly one", len(g.Inputs))
+	}
+	return g.Inputs[0], nil
+}
+
+func inferredClone(g *graph.Graph, sample []int64, batch int64) (*graph.Graph, error) {
+	in, err := inputOf(g)
+	if err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", batch)
+	}
+	c := g.Clone()
+	full := append([]int64{batch}, sample...)
+	if err := c.InferShapes(map[string][]int64{in.Name: full}); err != nil {
+		return nil, fmt.Errorf("rewrite: input shape %v: %w", full, err)
+	}
+	return c, nil
+}
+
+// analysisBatch is the batch the layout analysis runs at: the plan's, but
+// at least 2 where the model allows it, so that the batch axis is never
+// confused with a unit axis.
+func analysisBatch(g *graph.Graph, batch int64) int64 {
+	if batch >= 2 {
+		return batch
+	}
+	if in, err := inputOf(g); err == nil && len(in.Shape) > 0 && in.Shape[0].Size == 1 {
+		return 1
+	}
+	return 2
+}
+
+// Analyze plans DP training of g (which it does not change): it infers
+// shapes on a clone, follows the batch axis through every node, gives
+// every floating-point initializer a per-sample kind or a reason to be
+// frozen, detects weight sharing, annotates every trainable linear layer
+// with T, D, p, 2T², pD and the ghost/instantiate decision, and estimates
+// the memory of each clipping mode.
+func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
+	if opts.Priority == "" {
+		opts.Priority = PriorityMemory
+	}
+	if opts.Priority != PriorityMemory && opts.Priority != PrioritySpeed {
+		return nil, fmt.Errorf("rewrite: unknown priority %q (want memory or speed)", opts.Priority)
+	}
+	if opts.Shared == "" {
+		opts.Shared = SharedInstantiate
+	}
+	if opts.Shared != SharedInstantiate && opts.Shared != SharedFreeze {
+		return nil, fmt.Errorf("rewrite: unknown shared-parameter policy %q (want instantiate or freeze)", opts.Shared)
+	}
+	for i, d := range opts.InputShape {
+		if d <= 0 {
+			return nil, fmt.Errorf("rewrite: input shape %v: dimension %d must be positive", opts.InputShape, i)
+		}
+	}
+	in, err := inputOf(g)
+	if err != nil {
+		return nil, err
+	}
+	ab := analysisBatch(g, opts.Batch)
+	if opts.Batch <= 0 {
+		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", opts.Batch)
+	}
+	c, err := inferredClone(g, opts.InputShape, ab)
+	if err != nil {
+		return nil, err
+	}
+	li := analyzeLayout(c, ab)
+	p := &Plan{Input: in.Name, InputShape: append([]int64{}, opts.InputShape...), Batch: opts.Batch, Priority: opts.Priority,
+		byName: map[string]*Param{}, Problems: li.problems, Warnings: li.warnings}
+	for _, o := range c.Outputs {
+		s := li.state(o)
+		switch {
+		case s.kind == batched && !s.l.Plain():
+			p.Problems = append(p.Problems, fmt.Sprintf("output %s carries the batch on %v; per-sample losses need it on axis 0", o.Name, s.l))
+		case s.kind == indep:
+			p.Warnings = append(p.Warnings, fmt.Sprintf("output %s does not depend on the input", o.Name))
+		}
+	}
+	for _, v := range c.Values {
+		if s := li.state(v); s.kind == batched && v.DType.IsFloat() && v.Const == nil {
+			p.ActivationsPerSample += v.Shape.NumElements() / ab
+		}
+	}
+	a := &analyzer{g: c, li: li, ab: ab, opts: opts}
+	for _, v := range c.Initializers {
+		if !v.IsParam() || c.Values[v.Name] != v {
+			continue
+		}
+		prm := a.param(v)
+		p.Params = append(p.Params, prm)
+		p.byName[prm.Name] = prm
+	}
+	// Params in the order the graph first reads them.
+	order := map[string]int{}
+	for i, n := range c.Nodes {
+		order[nodeLabel(n)] = i
+	}
+	first := func(prm *Param) int {
+		v := c.Values[prm.Name]
+		best := len(c.Nodes)
+		for _, n := range v.Consumers {
+			best = min(best, order[nodeLabel(n)])
+		}
+		return best
+	}
+	sort.SliceStable(p.Params, func(i, j int) bool { return first(p.Params[i]) < first(p.Params[j]) })
+	for _, prm := range p.Params {
+		if prm.Trainable() {
+			p.Trainable.Tensors++
+			p.Trainable.Scalars += prm.Size
+		} else {
+			p.Frozen.Tensors++
+			p.Frozen.Scalars += prm.Size
+		}
+	}
+	// Layers in graph order.
+	for _, prm := range p.Params {
+		if !prm.Trainable() {
+			continue
+		}
+		for _, u := range prm.Uses {
+			if u.Layer != nil {
+				if u.Layer.Op == "Conv" || u.Layer.Op == "Gemm" {
+					if b := p.byName[u.Layer.Bias]; b == nil || !b.Trainable() {
+						u.Layer.Bias = ""
+					}
+				}
+				p.Layers = append(p.Layers, u.Layer)
+			}
+		}
+	}
+	sortLayers(p.Layers, order)
+	p.Warnings = append(p.Warnings, a.warnings...)
+	p.Memory = p.MemoryAt(opts.Batch)
+	for _, l := range p.Layers {
+		l.Bytes = 4 * opts.Batch * l.Groups * l.Chosen()
+	}
+	return p, nil
+}
+
+func sortLayers(ls []*Layer, order map[string]int) {
+	key := func(l *Layer) int {
+		if l.Node != "" {
+			return order[l.Node]
+		}
+		return order[l.Output]
+	}
+	sort.SliceStable(ls, func(i, j int) bool { return key(ls[i]) < key(ls[j]) })
+}
+
+type analyzer struct {
+	g        *graph.Graph
+	li       *layoutInfo
+	ab       int64
+	opts     PlanOptions
+	warnings []string
+}
+
+// selected reports whether re matches the parameter's name or the name of
+// a node that reads it.
+func selected(re *regexp.Regexp, v *graph.Value) bool {
+	if re.MatchString(v.Name) {
+		return true
+	}
+	for _, n := range v.Consumers {
+		if n.Name != "" && re.MatchString(n.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *analyzer) param(v *graph.Value) *Param {
+	prm := &Param{Name: v.Name, Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
+	uses, reason := a.uses(v)
+	switch {
+	case a.opts.Freeze != nil && selected(a.opts.Freeze, v):
+		prm.Kind, prm.Reason = KindFrozen, "selected by --freeze "+a.opts.Freeze.String()
+		return prm
+	case a.opts.Train != nil && !selected(a.opts.Train, v):
+		prm.Kind, prm.Reason = KindFrozen, "not selected by --train "+a.opts.Train.String()
+		return prm
+	case reason != "":
+		prm.Kind, prm.Reason = KindFrozen, reason
+		if a.opts.Train != nil {
+			a.warnings = append(a.warnings, fmt.Sprintf("%s matches --train but is frozen: %s", v.Name, reason))
+		}
+		return prm
+	case len(uses) == 0:
+		prm.Kind, prm.Reason = KindFrozen, "no node that depends on the input reads it"
+		return prm
+	}
+	prm.Uses = uses
+	prm.Kind = KindElementwise
+	for _, u := range uses {
+		if u.Kind == KindLinear {
+			prm.Kind = KindLinear
+		}
+	}
+	if len(uses) > 1 {
+		prm.Shared = true
+		if a.opts.Shared == SharedFreeze {
+			prm.Kind, prm.Reason, prm.Uses = KindFrozen, fmt.Sprintf("shared by %d uses (--shared freeze)", len(uses)), nil
+			return prm
+		}
+		prm.Reason = fmt.Sprintf("shared by %d uses: per-use per-sample gradients are instantiated and summed before the norm (ghost norms of the uses do not add up)", len(uses))
+	}
+	for _, u := range uses {
+		if u.Layer != nil {
+			u.Layer.Param = v.Name
+			u.Layer.decide(a.opts.Priority, prm.Shared)
+		}
+	}
+	return prm
+}
+
+// uses walks from v through shape-only operators to the nodes where it
+// meets the batch. A non-empty reason means v cannot be trained.
+func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
+	var uses []*Use
+	var walk func(x *graph.Value, path []Step) string
+	walk = func(x *graph.Value, path []Step) string {
+		seen := map[*graph.Node]bool{}
+		for _, n := range x.Consumers {
+			if seen[n] {
+				continue
+			}
+			seen[n] = true
+			for k, in := range n.Inputs {
+				if in != x {
+					continue
+				}
+				if !floatOutput(n) {
+					continue // Shape, Equal, …: no gradient flows back
+				}
+				allIndep := true
+				for _, y := range n.Inputs {
+					if a.li.state(y).kind != indep {
+						allIndep = false
+					}
+				}
+				if allIndep {
+					if !pathOps[n.OpType] || (n.OpType == "Gather" && k != 0) {
+						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators are supported there", n.OpType, nodeLabel(n))
+					}
+					for _, o := range n.Outputs {
+						if o == nil || !o.DType.IsFloat() {
+							continue
+						}
+						step := Step{Node: n.Name, Output: n.Outputs[0].Name, Op: n.OpType, Operand: k}
+						if r := walk(o, append(append([]Step(nil), path...), step)); r != "" {
+							return r
+						}
+					}
+					continue
+				}
+				u, r := a.classify(n, k, x, path)
+				if r != "" {
+					return r
+				}
+				uses = append(uses, u)
+			}
+		}
+		return ""
+	}
+	if r := walk(v, nil); r != "" {
+		return nil, r
+	}
+	return uses, ""
+}
+
+// classify describes how consumer n reads the parameter-derived value q
+// as its input k.
+func (a *analyzer) classify(n *graph.Node, k int, q *graph.Value, path []Step) (*Use, string) {
+	at := fmt.Sprintf("%s %s (input %d)", n.OpType, nodeLabel(n), k)
+	out := a.li.state(n.Outputs[0])
+	switch out.kind {
+	case mixed:
+		return nil, fmt.Sprintf("read by %s, where samples interact: %s", at, out.why)
+	case unknown:
+		return nil, fmt.Sprintf("read by %s, where the batch axis is lost: %s", at, out.why)
+	}
+	u := &Use{Node: n.Name, Output: n.Outputs[0].Name, Op: n.OpType, Operand: k, OperandValue: q.Name,
+		OperandShape: q.Shape.Ints(), Path: path, Out: out.l, Data: -1}
+	data := func(i int) string {
+		s := a.li.state(n.Input(i))
+		if s.kind != batched {
+			return fmt.Sprintf("read by %s whose input %d does not carry the batch", at, i)
+		}
+		u.Data, u.In = i, s.l
+		return ""
+	}
+	switch n.OpType {
+	case "Conv":
+		switch k {
+		case 1:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindLinear
+			return u, a.convLayer(n, u)
+		case 2:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
+	case "Gemm":
+		switch k {
+		case 1:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindLinear
+			return u, a.gemmLayer(n, u)
+		case 2:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
+	case "MatMul":
+		if len(q.Shape) != 2 {
+			return nil, fmt.Sprintf("read by %s as a rank-%d operand; only 2-D MatMul weights are supported", at, len(q.Shape))
+		}
+		if r := data(1 - k); r != "" {
+			return nil, r
+		}
+		u.Kind = KindLinear
+		return u, a.matmulLayer(n, u)
+	case "Add", "Sub", "Mul", "Div":
+		if r := data(1 - k); r != "" {
+			return nil, r
+		}
+		u.Kind = KindElementwise
+		return u, ""
+	case "Concat":
+		for i := range n.Inputs {
+			if a.li.state(n.Inputs[i]).kind == batched {
+				if r := data(i); r != "" {
+					return nil, r
+				}
+				break
+			}
+		}
+		u.Kind = KindElementwise
+		return u, ""
+	case "BatchNormalization":
+		return nil, fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", at)
+	case "LayerNormalization", "InstanceNormalization", "GroupNormalization":
+		return nil, fmt.Sprintf("read by %s: normalization scale/shift need the Mul/Add form for per-sample gradients", at)
+	}
+	return nil, fmt.Sprintf("read by %s: no per-sample rule for this operator and input", at)
+}
+
+// floatOutput reports whether any output of n is floating-point (or of
+// unknown type).
+func floatOutput(n *graph.Node) bool {
+	for _, o := range n.Outputs {
+		if o != nil && (o.DType.IsFloat() || o.DType == graph.Undefined) {
+			return true
+		}
+	}
+	return false
+}
+
+func prod(d []int64) int64 {
+	p := int64(1)
+	for _, x := range d {
+		p *= x
+	}
+	return p
+}
+
+func (a *analyzer) convLayer(n *graph.Node, u *Use) string {
+	w, ok2 := dims(n.Input(1))
+	y, ok3 := dims(n.Outputs[0])
+	if !ok2 || !ok3 || len(w) < 3 || len(y) != len(w) {
+		return fmt.Sprintf("Conv %s: shapes unknown", nodeLabel(n))
+	}
+	if u.In.Axis != 0 {
+		return fmt.Sprintf("Conv %s: batch on %v of its input", nodeLabel(n), u.In)
+	}
+	g := n.IntOr("group", 1)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
+		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
+	if b := n.Input(2); b != nil {
+		u.Layer.Bias = b.Name
+	}
+	return ""
+}
+
+func (a *analyzer) gemmLayer(n *graph.Node, u *Use) string {
+	x, ok1 := dims(n.Input(0))
+	y, ok2 := dims(n.Outputs[0])
+	if !ok1 || !ok2 || len(x) != 2 {
+		return fmt.Sprintf("Gemm %s: shapes unknown", nodeLabel(n))
+	}
+	kAxis := 1
+	if n.IntOr("transA", 0) != 0 {
+		kAxis = 0
+	}
+	if u.In.Axis != 1-kAxis {
+		return fmt.Sprintf("Gemm %s: batch on the contracted axis", nodeLabel(n))
+	}
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
+		T: u.In.Outer * u.In.Inner, D: x[kAxis], P: y[1], Groups: 1}
+	if b := n.Input(2); b != nil {
+		u.Layer.Bias = b.Name
+	}
+	return ""
+}
+
+func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
+	x, ok1 := dims(n.Input(u.Data))
+	if !ok1 || len(x) < 2 {
+		return fmt.Sprintf("MatMul %s: data operand shape unknown or 1-D", nodeLabel(n))
+	}
+	var kdim int64
+	var p int64
+	if u.Operand == 1 { // y = x · W, W (K, N)
+		kdim, p = x[len(x)-1], u.OperandShape[1]
+	} else { // y = W · x, W (M, K), x (…, K, N)
+		kdim, p = x[len(x)-2], u.OperandShape[0]
+	}
+	t := prod(x) / (a.ab * kdim)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: 1}
+	return ""
+}
+
+// decide applies the layerwise decision.
+func (l *Layer) decide(pr Priority, shared bool) {
+	l.TwoT2 = 2 * l.T * l.T
+	l.PD = l.P * l.D
+	l.Shared = shared
+	if shared {
+		l.Decision, l.Reason = Instantiate, "shared parameter: per-use gradients are instantiated and summed"
+		return
+	}
+	l.Decision, l.Reason = Decide(l.T, l.D, l.P, pr)
+}
+
+// Decide is the layerwise decision of mixed ghost clipping for a layer
+// with a_i of T×D and g_i of T×p (per group), and the reason in words.
+//
+// Memory priority, the paper's eq. (4.1): ghost iff 2T² < pD. Speed
+// priority, from the paper's Table 2 (time of one layer's operation
+// modules, per sample): ghost norm 2T²(D+p+1) − 1 against gradient
+// instantiation 2(T+1)pD; ghost iff the former is smaller. (Back-
+// propagation and the second back-propagation cost the same either way.)
+// Ties go to instantiation.
+func Decide(t, d, p int64, pr Priority) (Decision, string) {
+	if pr == PrioritySpeed {
+		g := 2*float64(t)*float64(t)*float64(d+p+1) - 1
+		in := 2 * float64(t+1) * float64(p) * float64(d)
+		if g < in {
+			return Ghost, fmt.Sprintf("time 2T²(D+p+1)−1 = %.3g < 2(T+1)pD = %.3g", g, in)
+		}
+		return Instantiate, fmt.Sprintf("time 2(T+1)pD = %.3g ≤ 2T²(D+p+1)−1 = %.3g", in, g)
+	}
+	g, in := 2*t*t, p*d
+	if g < in {
+		return Ghost, fmt.Sprintf("space 2T² = %d < pD = %d", g, in)
+	}
+	return Instantiate, fmt.Sprintf("space pD = %d ≤ 2T² = %d", in, g)
+}
+
+// Chosen is the per-sample, per-group space of the decided method.
+func (l *Layer) Chosen() int64 {
+	if l.Decision == Ghost {
+		return l.TwoT2
+	}
+	return l.PD
+}
+
+// Compile returns a clone of g for the runtime at the given batch size:
+// the plan's frozen parameters become constants (no longer initializers,
+// so shape inference may fold what depends only on them), and shapes are
+// inferred. Trainable initializers share their tensors with g, so updates
+// made through the clone are what g exports.
+func (p *Plan) Compile(g *graph.Graph, batch int64) (*graph.Graph, error) {
+	c := g.Clone()
+	for _, prm := range p.Params {
+		if prm.Trainable() {
+			continue
+		}
+		if v := c.Values[prm.Name]; v != nil && v.Initializer {
+			v.Initializer = false
+		}
+	}
+	in, err := inputOf(c)
+	if err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", batch)
+	}
+	full := append([]int64{batch}, p.InputShape...)
+	if err := c.InferShapes(map[string][]int64{in.Name: full}); err != nil {
+		return nil, fmt.Errorf("rewrite: input shape %v: %w", full, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,84 @@
+package rewrite
+
+import (
+	"fmt"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// Options configures Prepare.
+type Options struct {
+	PlanOptions
+	// BN says how BatchNormalization is rewritten (Mode "" is
+	// BNGroupNorm).
+	BN BNOptions
+	// NumClasses, when positive, replaces the classifier head (ReplaceHead)
+	// with a fresh one of that many classes, drawn with HeadSeed.
+	NumClasses int64
+	HeadSeed   uint64
+}
+
+// Prepare rewrites g in place for DP training and plans it: Cleanup,
+// RewriteBatchNorm (only where the model has BatchNormalization),
+// ReplaceHead (when NumClasses > 0), RemoveDead, then Analyze. The passes
+// work on g itself, which keeps its dynamic batch axis, so g.ToONNX
+// exports the rewritten model; the analysis runs on a clone. The returned
+// plan lists every change.
+func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
+	if opts.NumClasses < 0 {
+		return nil, fmt.Errorf("rewrite: number of classes must be positive, got %d", opts.NumClasses)
+	}
+	if opts.BN.Mode == "" {
+		opts.BN.Mode = BNGroupNorm
+	}
+	if opts.BN.Mode != BNGroupNorm && opts.BN.Mode != BNFreeze {
+		return nil, fmt.Errorf("rewrite: unknown BatchNorm mode %q (want groupnorm or freeze)", opts.BN.Mode)
+	}
+	if opts.BN.Groups < 0 {
+		return nil, fmt.Errorf("rewrite: group count must be positive, got %d", opts.BN.Groups)
+	}
+	if _, err := inputOf(g); err != nil {
+		return nil, err
+	}
+	if opts.Batch <= 0 {
+		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", opts.Batch)
+	}
+	var changes []Change
+	ch, err := Cleanup(g)
+	changes = append(changes, ch...)
+	if err != nil {
+		return nil, err
+	}
+	hasBN := false
+	for _, n := range g.Nodes {
+		hasBN = hasBN || n.OpType == "BatchNormalization"
+	}
+	if hasBN {
+		shapes, err := StaticShapes(g, opts.InputShape, analysisBatch(g, opts.Batch))
+		if err != nil {
+			return nil, err
+		}
+		ch, err := RewriteBatchNorm(g, opts.BN, shapes)
+		changes = append(changes, ch...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if opts.NumClasses > 0 {
+		ch, err := ReplaceHead(g, opts.NumClasses, opts.HeadSeed)
+		changes = append(changes, ch...)
+		if err != nil {
+			return nil, err
+		}
+	}
+	changes = append(changes, RemoveDead(g)...)
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("rewrite: the rewritten graph is invalid: %w", err)
+	}
+	p, err := Analyze(g, opts.PlanOptions)
+	if err != nil {
+		return nil, err
+	}
+	p.Changes = changes
+	return p, nil
+}
