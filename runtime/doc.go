@@ -3,5 +3,55 @@
 // interface (allocate, copy, run a kernel) that a CUDA backend can implement
 // beside the CPU one.
 //
-// Package runtime imports only packages onnx, graph and rewrite.
+// # Compiling
+//
+// Compile takes a graph whose values all have static shapes (run
+// graph.InferShapes on a clone for a concrete batch, or call
+// CompileForBatch, which does both). Each node gets a forward and a backward
+// kernel; an operator without one is a compile-time error naming the node.
+// Supported operators are listed by SupportedOps.
+//
+// Buffers: every activation, gradient and accumulation scratch buffer is a
+// slice of one arena allocated at compile time. Offsets are assigned by
+// liveness over the timeline forward → loss → backward: an activation lives
+// until the last node that reads it, forward or backward (only the inputs or
+// outputs a node's backward actually reads are kept), a gradient from its
+// first contribution to its producer's backward. Nothing is allocated per
+// step by the plan itself (see TestSteadyStateAllocations for what the
+// kernels allocate).
+//
+// # Running a training step
+//
+//	p.SetInput(0, x)                 // (N, C, H, W)
+//	p.Forward()
+//	p.Loss(labels, losses)           // per-sample softmax cross-entropy
+//	p.Backward(w, &BackwardOptions{Hook: h})
+//	p.Grad(name)                     // Σ_i w_i ∇loss_i, summed over the batch
+//
+// Backward seeds dL/dlogits for Σ_i w_i·loss_i (w nil means all ones; the
+// DP engine passes clip factors). Trainable parameters are every float
+// initializer that reaches the output through a differentiable input, or
+// Options.Trainable; parameter data is the initializer's own storage, so an
+// optimizer updates it in place (Param).
+//
+// # Hooks for differential privacy
+//
+// BackwardOptions.Hook is called for every node that reads a trainable
+// parameter (or a value computed from parameters only: HookEvent.Derived),
+// when the node's output gradient is complete and before any of its buffers
+// are reused. The event carries the node's input activations, its output
+// gradient and, for Conv, the geometry for kernels.Im2Col. Each View says
+// where the samples are (BatchAxis, BatchStride): usually the leading axis,
+// but nn.MultiheadAttention exports run their projections on (T, B, D) and
+// (T·B, D) tensors. BackwardOptions.SkipParamGrads skips the parameter
+// gradients (book-keeping and ghost-norm passes compute their own), and
+// Options.KeepActivations allows a second Backward after one Forward.
+//
+// Exporters store equal-valued parameters once and read the copies through
+// Identity nodes; call graph.UntieIdentityParams before compiling so that
+// each parameter is read directly by the operator that uses it (otherwise
+// the hook fires on the Identity).
+//
+// Package runtime imports only packages onnx, graph and rewrite, and its
+// own subpackages kernels and blas.
 package runtime

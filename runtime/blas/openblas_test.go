@@ -3,6 +3,7 @@
 package blas
 
 import (
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -33,5 +34,39 @@ func TestCblasFloatArgs(t *testing.T) {
 		if c[i] != want[i] {
 			t.Fatalf("cblas_sgemm via purego: got %v, want %v", c, want)
 		}
+	}
+}
+
+// BenchmarkThreadPolicy compares the package's policy (OpenBLAS pinned to
+// one thread, the product split into bands over goroutines) with OpenBLAS's
+// own pool at Threads() threads, on the same square product.
+func BenchmarkThreadPolicy(b *testing.B) {
+	if OpenBLASError() != nil {
+		b.Skip(OpenBLASError())
+	}
+	prev, _ := SetBackend(OpenBLAS)
+	defer SetBackend(prev)
+	for _, n := range []int{256, 512, 1024} {
+		x, y, z := make([]float32, n*n), make([]float32, n*n), make([]float32, n*n)
+		for i := range x {
+			x[i], y[i] = float32(i%7)-3, float32(i%5)-2
+		}
+		report := func(b *testing.B) {
+			b.ReportMetric(2*float64(n)*float64(n)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		}
+		b.Run(fmt.Sprintf("split/n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				Sgemm(false, false, n, n, n, 1, x, n, y, n, 0, z, n)
+			}
+			report(b)
+		})
+		b.Run(fmt.Sprintf("openblas-pool/n=%d", n), func(b *testing.B) {
+			purego.SyscallN(obSetThreads, uintptr(Threads()))
+			defer purego.SyscallN(obSetThreads, 1)
+			for b.Loop() {
+				obSgemmSerial(false, false, n, n, n, 1, x, n, y, n, 0, z, n)
+			}
+			report(b)
+		})
 	}
 }

@@ -1,0 +1,188 @@
+package runtime
+
+// Batch tracking: the DP engine needs per-sample slices of activations and
+// output gradients, and the samples do not always lie along the leading
+// axis: nn.MultiheadAttention exports run the attention projections on
+// (T, B, D) tensors and its output projection on (T·B, D). propagateBatch
+// follows the samples of graph input 0 (its leading axis) through the plan
+// as a batch stride: sample of flat element e = (e / stride) mod N, which
+// reshapes preserve. A value whose samples are mixed (batch statistics,
+// reductions or softmax over the batch, contractions) gets stride 0.
+
+// batchAt converts a batch stride into the axis that holds it and the
+// stride within that axis (in units of the axis' own row-major stride).
+func batchAt(shape []int, stride int) (axis, inner int) {
+	st := strides(shape)
+	for j := range shape {
+		if st[j] <= stride && stride < st[j]*shape[j] && stride%st[j] == 0 {
+			return j, stride / st[j]
+		}
+	}
+	return -1, 0
+}
+
+func (p *Plan) propagateBatch() {
+	for _, t := range p.tensors {
+		t.bstride, t.bax = 0, -1
+	}
+	if len(p.inputs) == 0 || len(p.inputs[0].shape) == 0 {
+		return
+	}
+	in := p.inputs[0]
+	N := in.shape[0]
+	in.bstride = max(1, numel(in.shape[1:]))
+	in.bax = 0
+	for _, nd := range p.nodes {
+		y := nd.out[0]
+		if y == nil {
+			continue
+		}
+		if s := nd.batchStride(N); s > 0 {
+			if ax, inner := batchAt(y.shape, s); ax >= 0 && (y.shape[ax]/inner)%N == 0 {
+				y.bstride, y.bax = s, ax
+			}
+		}
+	}
+}
+
+// batchStride returns the batch stride of nd's first output, or 0.
+func (nd *node) batchStride(N int) int {
+	y := nd.out[0]
+	src, si := (*tensor)(nil), -1
+	for i, t := range nd.in {
+		if t != nil && t.bstride > 0 {
+			src, si = t, i
+			break
+		}
+	}
+	if src == nil {
+		if nd.g.OpType == "Expand" { // a parameter broadcast over the batch
+			x := nd.in[0]
+			off := len(y.shape) - len(x.shape)
+			for j, d := range y.shape {
+				if d == N && (j < off || x.shape[j-off] == 1) {
+					return strides(y.shape)[j]
+				}
+			}
+		}
+		return 0
+	}
+	switch nd.g.OpType {
+	case "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast":
+		return src.bstride // the flat layout is unchanged
+	}
+	k, inner := batchAt(src.shape, src.bstride)
+	if k < 0 {
+		return 0
+	}
+	r, ry := len(src.shape), len(y.shape)
+	kOut := -1
+	switch nd.g.OpType {
+	case "Transpose":
+		perm, err := nd.g.Perm(r)
+		if err != nil {
+			return 0
+		}
+		for j, a := range perm {
+			if a == k {
+				kOut = j
+			}
+		}
+	case "MatMul":
+		switch {
+		case r == 1, si == 0 && k == r-1, si == 1 && k == r-2:
+			return 0 // contracted
+		case si == 1 && k == r-1:
+			kOut = ry - 1
+		default:
+			kOut = k + ry - r
+		}
+	case "Gemm":
+		if si != 0 || k != 0 || nd.g.IntOr("transA", 0) != 0 {
+			return 0
+		}
+		kOut = 0
+	case "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "InstanceNormalization", "GroupNormalization":
+		if k != 0 {
+			return 0
+		}
+		kOut = 0
+	case "BatchNormalization":
+		if nd.g.IntOr("training_mode", 0) != 0 || k == 1 {
+			return 0 // batch statistics mix samples
+		}
+		kOut = k
+	case "LayerNormalization":
+		a := nd.g.IntOr("axis", -1)
+		if a < 0 {
+			a += int64(r)
+		}
+		if k >= int(a) {
+			return 0
+		}
+		kOut = k
+	case "ReduceMean", "ReduceSum":
+		axes, noop, err := nd.g.ReduceAxes(r)
+		if err != nil {
+			return 0
+		}
+		kOut = k
+		if !noop {
+			shift := 0
+			for _, a := range axes {
+				if a == k {
+					return 0
+				}
+				if a < k {
+					shift++
+				}
+			}
+			if nd.g.IntOr("keepdims", 1) == 0 {
+				kOut = k - shift
+			}
+		}
+	case "Softmax", "LogSoftmax":
+		if nd.g.Opset < 13 { // coerced to 2-D at axis
+			a := nd.g.IntOr("axis", 1)
+			if a < 0 {
+				a += int64(r)
+			}
+			if int(a) <= k {
+				return 0
+			}
+		} else {
+			a := nd.g.IntOr("axis", -1)
+			if a < 0 {
+				a += int64(r)
+			}
+			if int(a) == k {
+				return 0
+			}
+		}
+		kOut = k
+	case "Gather":
+		if si != 0 {
+			return 0
+		}
+		a := nd.g.IntOr("axis", 0)
+		if a < 0 {
+			a += int64(r)
+		}
+		switch {
+		case int(a) == k:
+			return 0
+		case int(a) < k:
+			kOut = k - 1 + len(nd.in[1].shape)
+		default:
+			kOut = k
+		}
+	default:
+		// Elementwise ops, Concat, Slice, Pad, Expand, Where, Clip...: the
+		// same axis, right-aligned to the output rank.
+		kOut = k + ry - r
+	}
+	if kOut < 0 || kOut >= ry || y.shape[kOut] != src.shape[k] {
+		return 0
+	}
+	return inner * strides(y.shape)[kOut]
+}

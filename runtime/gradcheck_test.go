@@ -1,0 +1,436 @@
+package runtime
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// modelBuilder assembles small ONNX graphs in memory. Every float tensor
+// is an initializer (so every one is a trainable parameter whose gradient
+// is checked); the graph has no inputs.
+type modelBuilder struct {
+	rng   *rand.Rand
+	opset int64
+	inits []*onnxpb.TensorProto
+	nodes []*onnxpb.NodeProto
+}
+
+func newBuilder(seed int64, opset int64) *modelBuilder {
+	return &modelBuilder{rng: rand.New(rand.NewSource(seed)), opset: opset}
+}
+
+func (b *modelBuilder) param(name string, shape ...int64) {
+	n := 1
+	for _, d := range shape {
+		n *= int(d)
+	}
+	data := make([]float32, n)
+	for i := range data {
+		data[i] = float32(b.rng.NormFloat64())
+	}
+	b.floats(name, data, shape...)
+}
+
+func (b *modelBuilder) floats(name string, data []float32, shape ...int64) {
+	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: shape, FloatData: data})
+}
+
+func (b *modelBuilder) ints(name string, data []int64, shape ...int64) {
+	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Dims: shape, Int64Data: data})
+}
+
+func (b *modelBuilder) bools(name string, data []bool, shape ...int64) {
+	raw := make([]byte, len(data))
+	for i, v := range data {
+		if v {
+			raw[i] = 1
+		}
+	}
+	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_BOOL)), Dims: shape, RawData: raw})
+}
+
+func (b *modelBuilder) node(op string, in []string, out string, attrs ...*onnxpb.AttributeProto) {
+	b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String(out), OpType: proto.String(op), Input: in, Output: []string{out}, Attribute: attrs})
+}
+
+func aInt(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
+}
+
+func aInts(name string, v ...int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
+}
+
+func aFloat(name string, v float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(v)}
+}
+
+func aStr(name, v string) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
+}
+
+// graph returns the graph with output out, shapes inferred.
+func (b *modelBuilder) graph(t testing.TB, out string) *graph.Graph {
+	t.Helper()
+	m := &onnxpb.ModelProto{
+		IrVersion:   proto.Int64(8),
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(b.opset)}},
+		Graph: &onnxpb.GraphProto{
+			Name:        proto.String("test"),
+			Node:        b.nodes,
+			Initializer: b.inits,
+			Output:      []*onnxpb.ValueInfoProto{{Name: proto.String(out)}},
+		},
+	}
+	g, err := graph.FromONNX(onnx.NewModel(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.InferShapes(nil); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// gradCheck compares the gradients of f = Σ_j r_j·y_j (r random) with
+// respect to every float initializer against central differences.
+// Measure: max |analytic − numeric| / max(max |numeric|, 1e-2) per tensor.
+func gradCheck(t *testing.T, g *graph.Graph, opts *Options) {
+	t.Helper()
+	p, err := Compile(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(7))
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	y, _ := p.Output(0)
+	r := make([]float32, len(y))
+	for i := range r {
+		r[i] = float32(rng.NormFloat64())
+	}
+	f := func() float64 {
+		if err := p.Forward(); err != nil {
+			t.Fatal(err)
+		}
+		var s float64
+		for i, v := range y {
+			s += float64(v) * float64(r[i])
+		}
+		return s
+	}
+	f()
+	if err := p.BackwardFrom(r, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Params()) == 0 {
+		t.Fatal("no trainable parameters")
+	}
+	grads := map[string][]float32{}
+	for _, name := range p.Params() {
+		grads[name] = append([]float32(nil), p.Grad(name)...)
+	}
+	const eps = 1e-2
+	for _, name := range p.Params() {
+		data, _ := p.Param(name)
+		idx := rng.Perm(len(data))
+		if len(idx) > 40 {
+			idx = idx[:40]
+		}
+		var maxDiff, maxNum float64
+		for _, i := range idx {
+			orig := data[i]
+			data[i] = orig + eps
+			fp := f()
+			data[i] = orig - eps
+			fm := f()
+			data[i] = orig
+			num := (fp - fm) / (2 * eps)
+			maxDiff = math.Max(maxDiff, math.Abs(num-float64(grads[name][i])))
+			maxNum = math.Max(maxNum, math.Abs(num))
+		}
+		if e := maxDiff / math.Max(maxNum, 1e-2); e > 2e-2 {
+			t.Errorf("%s: gradient error %.3g (max |numeric| %.3g)", name, e, maxNum)
+		}
+	}
+}
+
+func TestGradCheck(t *testing.T) {
+	type tc struct {
+		name  string
+		opset int64
+		build func(b *modelBuilder) string
+		opts  *Options
+	}
+	cases := []tc{
+		{"conv_groups_dilation", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 4, 7, 7)
+			b.param("w", 6, 2, 3, 3)
+			b.param("bias", 6)
+			b.node("Conv", []string{"x", "w", "bias"}, "y", aInt("group", 2), aInts("strides", 2, 1), aInts("pads", 1, 0, 2, 1), aInts("dilations", 2, 1))
+			return "y"
+		}, nil},
+		{"conv1d_depthwise", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 9)
+			b.param("w", 3, 1, 3)
+			b.node("Conv", []string{"x", "w"}, "y", aInt("group", 3), aStr("auto_pad", "SAME_UPPER"))
+			return "y"
+		}, nil},
+		{"gemm_trans", 14, func(b *modelBuilder) string {
+			b.param("a", 4, 3)
+			b.param("b", 5, 4)
+			b.param("c", 5)
+			b.node("Gemm", []string{"a", "b", "c"}, "y", aInt("transA", 1), aInt("transB", 1), aFloat("alpha", 0.7), aFloat("beta", 1.3))
+			return "y"
+		}, nil},
+		{"gemm_plain_col_bias", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 4)
+			b.param("b", 4, 5)
+			b.param("c", 3, 1)
+			b.node("Gemm", []string{"a", "b", "c"}, "y")
+			return "y"
+		}, nil},
+		{"matmul_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 1, 3, 4)
+			b.param("b", 3, 4, 5)
+			b.node("MatMul", []string{"a", "b"}, "y")
+			return "y"
+		}, nil},
+		{"matmul_vector", 14, func(b *modelBuilder) string {
+			b.param("a", 4)
+			b.param("b", 2, 4, 3)
+			b.node("MatMul", []string{"a", "b"}, "y")
+			return "y"
+		}, nil},
+		{"maxpool_pads_dilation_ceil", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 7, 8)
+			b.node("MaxPool", []string{"x"}, "y", aInts("kernel_shape", 3, 2), aInts("strides", 2, 2), aInts("pads", 1, 0, 1, 1), aInts("dilations", 1, 2), aInt("ceil_mode", 1))
+			return "y"
+		}, nil},
+		{"avgpool_exclude_pad_ceil", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 2, 7, 7)
+			b.node("AveragePool", []string{"x"}, "y", aInts("kernel_shape", 3, 3), aInts("strides", 2, 2), aInts("pads", 1, 1, 1, 1), aInt("ceil_mode", 1))
+			return "y"
+		}, nil},
+		{"avgpool_include_pad", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 2, 6, 5)
+			b.node("AveragePool", []string{"x"}, "y", aInts("kernel_shape", 3, 2), aInts("strides", 2, 1), aInts("pads", 1, 1, 0, 1), aInt("count_include_pad", 1))
+			return "y"
+		}, nil},
+		{"global_avgpool", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4, 5)
+			b.node("GlobalAveragePool", []string{"x"}, "y")
+			return "y"
+		}, nil},
+		{"unary_chain", 14, func(b *modelBuilder) string {
+			b.param("x", 3, 4)
+			b.node("Sigmoid", []string{"x"}, "s")
+			b.node("Log", []string{"s"}, "l")
+			b.node("Exp", []string{"l"}, "e")
+			b.node("Neg", []string{"e"}, "n")
+			b.node("Tanh", []string{"n"}, "t")
+			b.node("Erf", []string{"t"}, "r")
+			b.node("Sqrt", []string{"s"}, "q")
+			b.node("Add", []string{"r", "q"}, "u")
+			b.node("Relu", []string{"x"}, "v")
+			b.node("Abs", []string{"x"}, "w")
+			b.node("Reciprocal", []string{"e"}, "z")
+			b.node("Mul", []string{"u", "v"}, "m")
+			b.node("Add", []string{"m", "w"}, "m2")
+			b.node("Add", []string{"m2", "z"}, "y")
+			return "y"
+		}, nil},
+		{"binary_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("b", 3, 1)
+			b.param("c", 4)
+			b.param("d", 1)
+			b.node("Sub", []string{"a", "b"}, "s")
+			b.node("Exp", []string{"c"}, "ec")
+			b.node("Div", []string{"s", "ec"}, "q")
+			b.node("Exp", []string{"s"}, "es")
+			b.node("Pow", []string{"es", "d"}, "pw")
+			b.node("Mul", []string{"q", "pw"}, "y")
+			return "y"
+		}, nil},
+		{"pow_const_exponent", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 4)
+			b.floats("two", []float32{2})
+			b.node("Pow", []string{"a", "two"}, "y")
+			return "y"
+		}, &Options{Trainable: []string{"a"}}},
+		{"clip", 14, func(b *modelBuilder) string {
+			b.param("a", 5, 4)
+			b.floats("lo", []float32{-0.5})
+			b.floats("hi", []float32{0.6})
+			b.node("Clip", []string{"a", "lo", "hi"}, "y")
+			return "y"
+		}, nil},
+		{"softmax_axis1", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("Softmax", []string{"a"}, "y", aInt("axis", 1))
+			return "y"
+		}, nil},
+		{"logsoftmax_axis0", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 4)
+			b.node("LogSoftmax", []string{"a"}, "y", aInt("axis", 0))
+			return "y"
+		}, nil},
+		{"softmax_opset11_coerced", 11, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("Softmax", []string{"a"}, "y", aInt("axis", 1))
+			return "y"
+		}, nil},
+		{"reduce", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.ints("axes", []int64{0, -1}, 2)
+			b.node("ReduceSum", []string{"a", "axes"}, "s", aInt("keepdims", 0))
+			b.node("ReduceMean", []string{"a"}, "m", aInts("axes", 0, 2), aInt("keepdims", 0))
+			b.node("Mul", []string{"s", "m"}, "y")
+			return "y"
+		}, nil},
+		{"shape_ops", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("b", 2, 1, 4)
+			b.node("Transpose", []string{"a"}, "t", aInts("perm", 2, 0, 1))
+			b.ints("ax0", []int64{0}, 1)
+			b.node("Unsqueeze", []string{"t", "ax0"}, "u")
+			b.node("Squeeze", []string{"u", "ax0"}, "sq")
+			b.ints("shp", []int64{2, 3, -1}, 3)
+			b.node("Reshape", []string{"sq", "shp"}, "r")
+			b.node("Concat", []string{"r", "b", "a"}, "c", aInt("axis", 1))
+			b.node("Flatten", []string{"c"}, "y", aInt("axis", 2))
+			return "y"
+		}, nil},
+		{"slice_steps", 14, func(b *modelBuilder) string {
+			b.param("a", 4, 5, 6)
+			b.ints("st", []int64{-1, 1}, 2)
+			b.ints("en", []int64{-100, 6}, 2)
+			b.ints("ax", []int64{0, 2}, 2)
+			b.ints("sp", []int64{-2, 2}, 2)
+			b.node("Slice", []string{"a", "st", "en", "ax", "sp"}, "y")
+			return "y"
+		}, nil},
+		{"gather_expand_where", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 4)
+			b.ints("idx", []int64{2, -1, 0, 1}, 2, 2)
+			b.node("Gather", []string{"a", "idx"}, "gth", aInt("axis", 1)) // (3,2,2)
+			b.param("c", 1, 2, 1)
+			b.ints("shp", []int64{3, 2, 2}, 3)
+			b.node("Expand", []string{"c", "shp"}, "ex")
+			b.bools("cond", []bool{true, false, false, true}, 2, 2)
+			b.node("Where", []string{"cond", "gth", "ex"}, "y")
+			return "y"
+		}, nil},
+		{"gather_rows", 14, func(b *modelBuilder) string {
+			b.param("table", 5, 3)
+			b.ints("idx", []int64{4, 0, 4}, 3)
+			b.node("Gather", []string{"table", "idx"}, "y")
+			return "y"
+		}, nil},
+		{"pad_modes", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.ints("p1", []int64{0, 1, 2, 0, 2, 1}, 6)
+			b.floats("cv", []float32{0.5})
+			b.node("Pad", []string{"a", "p1", "cv"}, "pc")
+			b.node("Pad", []string{"a", "p1"}, "pr", aStr("mode", "reflect"))
+			b.node("Pad", []string{"a", "p1"}, "pe", aStr("mode", "edge"))
+			b.node("Mul", []string{"pc", "pr"}, "m")
+			b.node("Mul", []string{"m", "pe"}, "y")
+			return "y"
+		}, &Options{Trainable: []string{"a"}}},
+		{"batchnorm_inference", 14, func(b *modelBuilder) string {
+			b.param("x", 3, 2, 2, 3)
+			b.param("s", 2)
+			b.param("bb", 2)
+			b.floats("mean", []float32{0.1, -0.2}, 2)
+			b.floats("var", []float32{0.8, 1.5}, 2)
+			b.node("BatchNormalization", []string{"x", "s", "bb", "mean", "var"}, "y")
+			return "y"
+		}, nil},
+		{"batchnorm_training", 15, func(b *modelBuilder) string {
+			b.param("x", 3, 2, 2, 3)
+			b.param("s", 2)
+			b.param("bb", 2)
+			b.floats("mean", []float32{0.1, -0.2}, 2)
+			b.floats("var", []float32{0.8, 1.5}, 2)
+			b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String("bn"), OpType: proto.String("BatchNormalization"),
+				Input: []string{"x", "s", "bb", "mean", "var"}, Output: []string{"y", "rm", "rv"}, Attribute: []*onnxpb.AttributeProto{aInt("training_mode", 1)}})
+			return "y"
+		}, nil},
+		{"instancenorm", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 2, 3)
+			b.param("s", 3)
+			b.param("bb", 3)
+			b.node("InstanceNormalization", []string{"x", "s", "bb"}, "y")
+			return "y"
+		}, nil},
+		{"layernorm_axis", 17, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4)
+			b.param("s", 3, 4)
+			b.param("bb", 3, 4)
+			b.node("LayerNormalization", []string{"x", "s", "bb"}, "y", aInt("axis", -2))
+			return "y"
+		}, nil},
+		{"groupnorm", 18, func(b *modelBuilder) string {
+			b.param("x", 2, 4, 3)
+			b.param("s", 4)
+			b.param("bb", 4)
+			b.node("GroupNormalization", []string{"x", "s", "bb"}, "y", aInt("num_groups", 2))
+			return "y"
+		}, nil},
+		{"activations", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("LeakyRelu", []string{"x"}, "a", aFloat("alpha", 0.1))
+			b.node("Elu", []string{"x"}, "b", aFloat("alpha", 0.7))
+			b.node("HardSigmoid", []string{"x"}, "c")
+			b.node("HardSwish", []string{"x"}, "d")
+			b.node("Softplus", []string{"x"}, "e")
+			b.node("Mul", []string{"a", "b"}, "ab")
+			b.node("Mul", []string{"c", "d"}, "cd")
+			b.node("Add", []string{"ab", "cd"}, "s")
+			b.node("Add", []string{"s", "e"}, "y")
+			return "y"
+		}, nil},
+		{"gelu", 20, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Gelu", []string{"x"}, "a")
+			b.node("Gelu", []string{"x"}, "b", aStr("approximate", "tanh"))
+			b.node("Mul", []string{"a", "b"}, "y")
+			return "y"
+		}, nil},
+		{"split_tile_globalmax", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 6, 3, 2)
+			b.ints("sp", []int64{1, 2, 3}, 3)
+			b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String("split"), OpType: proto.String("Split"),
+				Input: []string{"x", "sp"}, Output: []string{"s0", "s1", "s2"}, Attribute: []*onnxpb.AttributeProto{aInt("axis", 1)}})
+			b.ints("reps", []int64{1, 2, 1, 1}, 4)
+			b.node("Tile", []string{"s0", "reps"}, "t") // (2,2,3,2)
+			b.node("Mul", []string{"t", "s1"}, "m")     // s2 is unused
+			b.node("GlobalMaxPool", []string{"m"}, "y")
+			return "y"
+		}, nil},
+		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 3)
+			b.node("MatMul", []string{"a", "a"}, "aa")
+			b.node("Mul", []string{"aa", "a"}, "m")
+			b.node("Add", []string{"m", "m"}, "y")
+			return "y"
+		}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBuilder(1, c.opset)
+			out := c.build(b)
+			gradCheck(t, b.graph(t, out), c.opts)
+		})
+	}
+}

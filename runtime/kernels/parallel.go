@@ -1,0 +1,121 @@
+package kernels
+
+import (
+	"sync"
+
+	"github.com/dpfinetune/dpfinetune/runtime/blas"
+)
+
+// Workers returns the number of goroutines kernels split work over; it
+// follows blas.Threads (set with blas.SetThreads).
+func Workers() int { return blas.Threads() }
+
+// parallelFor calls fn on contiguous sub-ranges of [0, n) covering it, on up
+// to Workers() goroutines, giving each at least grain items. The split is
+// static so that per-range results (and any later combination of them) are
+// reproducible. The last range runs in the calling goroutine.
+func parallelFor(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	w := Workers()
+	if grain < 1 {
+		grain = 1
+	}
+	if m := n / grain; m < w {
+		w = m
+	}
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < w-1; i++ {
+		lo, hi := i*n/w, (i+1)*n/w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	fn((w-1)*n/w, n)
+	wg.Wait()
+}
+
+// parallelWorkers runs fn(w, lo, hi) for w in [0, workers) with [lo, hi) a
+// static split of [0, n). Worker 0 runs in the calling goroutine.
+func parallelWorkers(workers, n int, fn func(w, lo, hi int)) {
+	if workers > n {
+		workers = n
+	}
+	if workers <= 1 {
+		if n > 0 {
+			fn(0, 0, n)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < workers; i++ {
+		lo, hi := i*n/workers, (i+1)*n/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i, lo, hi)
+		}()
+	}
+	fn(0, 0, n/workers)
+	wg.Wait()
+}
+
+// elementwiseGrain is the smallest slice worth handing to another goroutine
+// for cheap per-element work.
+const elementwiseGrain = 1 << 15
+
+// scratchPool recycles the private accumulators of parallel reductions, so
+// that steady-state calls do not allocate.
+var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func getScratch(n int) *[]float32 {
+	p := scratchPool.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// reduceParallel runs rowFn over rows [0, nrows) of a reduction into t
+// (nt elements, zeroed here). When the rows are many compared with the
+// target, workers accumulate into private copies that are added to t in
+// worker order afterwards (deterministic for a given worker count);
+// otherwise it runs serially.
+func reduceParallel(nrows, rowLen, nt int, t []float32, rowFn func(lo, hi int, dst []float32)) {
+	clear(t[:nt])
+	w := Workers()
+	work := nrows * rowLen
+	if w > 1 && work >= 2*elementwiseGrain && nt*8 <= work {
+		w = min(w, work/elementwiseGrain)
+	} else {
+		w = 1
+	}
+	if w <= 1 || nrows < w {
+		rowFn(0, nrows, t)
+		return
+	}
+	bufs := getScratch((w - 1) * nt)
+	priv := *bufs
+	clear(priv)
+	parallelWorkers(w, nrows, func(k, lo, hi int) {
+		dst := t
+		if k > 0 {
+			dst = priv[(k-1)*nt : k*nt]
+		}
+		rowFn(lo, hi, dst)
+	})
+	for k := 1; k < w; k++ {
+		for i, v := range priv[(k-1)*nt : k*nt] {
+			t[i] += v
+		}
+	}
+	scratchPool.Put(bufs)
+}

@@ -1,0 +1,148 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// naivePool is the reference: every tap of every window, checked against
+// the input and padded-input bounds directly.
+func naivePool(p *PoolShape, x []float32, isMax bool) []float64 {
+	g := &p.g
+	y := make([]float64, p.N*p.C*p.T)
+	for pl := 0; pl < p.N*p.C; pl++ {
+		t := 0
+		for od := 0; od < g.out[0]; od++ {
+			for oh := 0; oh < g.out[1]; oh++ {
+				for ow := 0; ow < g.out[2]; ow++ {
+					best := math.Inf(-1)
+					var sum float64
+					var n, npad int
+					for kd := 0; kd < g.k[0]; kd++ {
+						for kh := 0; kh < g.k[1]; kh++ {
+							for kw := 0; kw < g.k[2]; kw++ {
+								pos := [3]int{od*g.s[0] - g.pb[0] + kd*g.d[0], oh*g.s[1] - g.pb[1] + kh*g.d[1], ow*g.s[2] - g.pb[2] + kw*g.d[2]}
+								in, padded := true, true
+								for a := 0; a < 3; a++ {
+									if pos[a] < 0 || pos[a] >= g.in[a] {
+										in = false
+									}
+									if pos[a] < -g.pb[a] || pos[a] >= g.in[a]+g.pe[a] {
+										padded = false
+									}
+								}
+								if padded {
+									npad++
+								}
+								if !in {
+									continue
+								}
+								v := float64(x[pl*p.InSize+(pos[0]*g.in[1]+pos[1])*g.in[2]+pos[2]])
+								best = math.Max(best, v)
+								sum += v
+								n++
+							}
+						}
+					}
+					if isMax {
+						y[pl*p.T+t] = best
+					} else if p.CountIncludePad {
+						y[pl*p.T+t] = sum / float64(npad)
+					} else {
+						y[pl*p.T+t] = sum / float64(n)
+					}
+					t++
+				}
+			}
+		}
+	}
+	return y
+}
+
+var poolCases = []PoolShape{
+	{N: 2, C: 3, In: []int{6, 7}, Kernel: []int{2, 2}, Strides: []int{2, 2}},
+	{N: 2, C: 3, In: []int{7, 7}, Kernel: []int{3, 3}, Strides: []int{2, 2}, CeilMode: true},
+	{N: 1, C: 2, In: []int{7, 8}, Kernel: []int{3, 2}, Strides: []int{2, 3}, Pads: []int{1, 0, 1, 1}, CeilMode: true},
+	{N: 1, C: 2, In: []int{7, 8}, Kernel: []int{3, 2}, Strides: []int{2, 3}, Pads: []int{1, 0, 1, 1}, CeilMode: true, CountIncludePad: true},
+	{N: 2, C: 2, In: []int{9, 9}, Kernel: []int{3, 3}, Strides: []int{1, 2}, Dilations: []int{2, 2}, Pads: []int{2, 1, 0, 2}},
+	{N: 2, C: 2, In: []int{5, 6}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}, CountIncludePad: true},
+	{N: 2, C: 2, In: []int{4, 4}, Kernel: []int{2, 2}, Strides: []int{1, 1}}, // cnn-fmnist MaxPool 2 s1
+	{N: 3, C: 2, In: []int{10}, Kernel: []int{3}, Strides: []int{3}, Pads: []int{1, 0}, CeilMode: true},
+	{N: 2, C: 2, In: []int{4, 5, 6}, Kernel: []int{2, 2, 3}, Strides: []int{2, 2, 2}, Pads: []int{0, 1, 1, 1, 0, 1}, CeilMode: true},
+}
+
+func TestPools(t *testing.T) {
+	r := newRand(3)
+	for ci, sh := range poolCases {
+		p := sh
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("case %d out %v", ci, p.Out)
+		x := distinct(r, p.N*p.C*p.InSize)
+		y := make([]float32, p.N*p.C*p.T)
+		am := make([]int32, len(y))
+		MaxPoolForward(&p, x, y, am)
+		allClose(t, name+" max", y, naivePool(&p, x, true), 0, 0)
+		dx := make([]float32, len(x))
+		gradCheck(t, name+" max", r, []*param{{"x", x, dx}}, func() []float32 {
+			MaxPoolForward(&p, x, y, am)
+			return y
+		}, func(dy []float32) { MaxPoolBackward(&p, dy, am, dx) })
+
+		x = randn(r, len(x))
+		AveragePoolForward(&p, x, y)
+		allClose(t, name+" avg", y, naivePool(&p, x, false), 1e-6, 1e-5)
+		gradCheck(t, name+" avg", r, []*param{{"x", x, dx}}, func() []float32 {
+			AveragePoolForward(&p, x, y)
+			return y
+		}, func(dy []float32) { AveragePoolBackward(&p, dy, dx) })
+	}
+}
+
+func TestPoolOutputShapes(t *testing.T) {
+	// ONNX backend test averagepool_2d_ceil: 4×4, k3 s2, ceil → 2×2.
+	p := PoolShape{N: 1, C: 1, In: []int{4, 4}, Kernel: []int{3, 3}, Strides: []int{2, 2}, CeilMode: true}
+	if err := p.Init(); err != nil {
+		t.Fatal(err)
+	}
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	y := make([]float32, 4)
+	AveragePoolForward(&p, x, y)
+	allClose32(t, "averagepool_2d_ceil", y, []float32{6, 7.5, 12, 13.5}, 1e-6, 0)
+	MaxPoolForward(&p, x, y, nil)
+	allClose32(t, "maxpool_2d_ceil", y, []float32{11, 12, 15, 16}, 0, 0)
+	// Ceil mode drops a window that would start in the end padding
+	// (PyTorch): in 5, k 2, s 2, pad 1+1 → 3 windows, not 4.
+	if o := OutputSize(5, 2, 2, 1, 1, 1, true); o != 3 {
+		t.Fatalf("OutputSize ceil = %d, want 3", o)
+	}
+	if o := OutputSize(6, 3, 2, 1, 0, 0, true); o != 3 {
+		t.Fatalf("OutputSize ceil = %d, want 3", o)
+	}
+	if o := OutputSize(6, 3, 2, 1, 0, 0, false); o != 2 {
+		t.Fatalf("OutputSize floor = %d, want 2", o)
+	}
+}
+
+func TestGlobalAveragePool(t *testing.T) {
+	r := newRand(4)
+	planes, spatial := 6, 35
+	x := randn(r, planes*spatial)
+	y := make([]float32, planes)
+	GlobalAveragePool(planes, spatial, x, y)
+	want := make([]float64, planes)
+	for i := range want {
+		for _, v := range x[i*spatial : (i+1)*spatial] {
+			want[i] += float64(v)
+		}
+		want[i] /= float64(spatial)
+	}
+	allClose(t, "gap", y, want, 1e-6, 1e-6)
+	dx := make([]float32, len(x))
+	gradCheck(t, "gap", r, []*param{{"x", x, dx}}, func() []float32 {
+		GlobalAveragePool(planes, spatial, x, y)
+		return y
+	}, func(dy []float32) { GlobalAveragePoolBackward(planes, spatial, dy, dx) })
+}

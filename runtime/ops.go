@@ -1,0 +1,690 @@
+package runtime
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+// builder compiles one node: it sets nd.fwd, nd.bwd (when a backward is
+// possible), nd.saveIn / nd.saveOut (what the backward reads), and
+// registers workspace needs with p.needWS.
+type builder func(p *Plan, nd *node) error
+
+var opTable map[string]builder
+
+func init() {
+	opTable = map[string]builder{
+		"Add": buildBinary(kernels.Add), "Sub": buildBinary(kernels.Sub), "Mul": buildBinary(kernels.Mul),
+		"Div": buildBinary(kernels.Div), "Pow": buildBinary(kernels.Pow),
+		"Relu": buildUnary(kernels.Relu), "Sigmoid": buildUnary(kernels.Sigmoid), "Tanh": buildUnary(kernels.Tanh),
+		"Erf": buildUnary(kernels.Erf), "Exp": buildUnary(kernels.Exp), "Log": buildUnary(kernels.Log),
+		"Sqrt": buildUnary(kernels.Sqrt), "Neg": buildUnary(kernels.Neg), "Abs": buildUnary(kernels.Abs),
+		"Reciprocal": buildUnary(kernels.Reciprocal),
+		"Clip":       buildClip,
+		"Identity":   buildCopy, "Reshape": buildCopy, "Flatten": buildCopy, "Squeeze": buildCopy,
+		"Unsqueeze": buildCopy, "Dropout": buildDropout, "Cast": buildCast,
+		"Transpose": buildTranspose, "Concat": buildConcat, "Slice": buildSlice, "Gather": buildGather,
+		"Pad": buildPad, "Expand": buildExpand, "Where": buildWhere,
+		"ReduceMean": buildReduce(true), "ReduceSum": buildReduce(false),
+		"Softmax": buildSoftmax(false), "LogSoftmax": buildSoftmax(true),
+		"Conv": buildConv, "Gemm": buildGemm, "MatMul": buildMatMul,
+		"MaxPool": buildMaxPool, "AveragePool": buildAvgPool, "GlobalAveragePool": buildGlobalAvgPool,
+		"BatchNormalization": buildBatchNorm, "LayerNormalization": buildLayerNorm,
+		"InstanceNormalization": buildInstanceNorm, "GroupNormalization": buildGroupNorm,
+	}
+}
+
+// SupportedOps returns the operators the runtime compiles.
+func SupportedOps() []string {
+	out := make([]string, 0, len(opTable))
+	for k := range opTable {
+		out = append(out, k)
+	}
+	return sortStrings(out)
+}
+
+func sortStrings(s []string) []string {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+	return s
+}
+
+// floatIn returns input i, which must be a float tensor.
+func floatIn(nd *node, i int) (*tensor, error) {
+	if i >= len(nd.in) || nd.in[i] == nil {
+		return nil, fmt.Errorf("input %d is missing", i)
+	}
+	t := nd.in[i]
+	if t.i64 != nil || t.b != nil {
+		return nil, fmt.Errorf("input %d (%q) is %v; this kernel needs float32", i, t.v.Name, t.v.DType)
+	}
+	return t, nil
+}
+
+// onlyOutput checks that outputs beyond the first are absent or unused.
+func onlyOutput(p *Plan, nd *node) error {
+	for k, t := range nd.out[1:] {
+		if t == nil {
+			continue
+		}
+		used := len(t.v.Consumers) > 0
+		for _, o := range p.outputs {
+			if o == t {
+				used = true
+			}
+		}
+		if used {
+			return fmt.Errorf("output %d (%q) is used; only the first output is supported", k+1, t.v.Name)
+		}
+	}
+	return nil
+}
+
+// constFloat reads a scalar float constant input (def if absent).
+func constFloat(nd *node, i int, def float32) (float32, error) {
+	if i >= len(nd.in) || nd.in[i] == nil {
+		return def, nil
+	}
+	t := nd.in[i]
+	if !t.isConst {
+		return 0, fmt.Errorf("input %d (%q) must be a constant", i, t.v.Name)
+	}
+	switch {
+	case t.data != nil && len(t.data) == 1:
+		return t.data[0], nil
+	case t.i64 != nil && len(t.i64) == 1:
+		return float32(t.i64[0]), nil
+	}
+	return 0, fmt.Errorf("input %d (%q) must be a scalar", i, t.v.Name)
+}
+
+func buildBinary(op kernels.BinaryOp) builder {
+	return func(p *Plan, nd *node) error {
+		a, err := floatIn(nd, 0)
+		if err != nil {
+			return err
+		}
+		b, err := floatIn(nd, 1)
+		if err != nil {
+			return err
+		}
+		y := nd.out[0]
+		nd.fwd = func() { kernels.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
+		switch op {
+		case kernels.Mul:
+			nd.saveIn[0], nd.saveIn[1] = true, true
+		case kernels.Div, kernels.Pow:
+			nd.saveIn[0], nd.saveIn[1], nd.saveOut = true, true, true
+		}
+		nd.bwd = func() {
+			kernels.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
+		}
+		return nil
+	}
+}
+
+func buildUnary(op kernels.UnaryOp) builder {
+	return func(p *Plan, nd *node) error {
+		x, err := floatIn(nd, 0)
+		if err != nil {
+			return err
+		}
+		y := nd.out[0]
+		nd.fwd = func() { kernels.Unary(op, x.data, y.data) }
+		switch op {
+		case kernels.Relu, kernels.Erf, kernels.Log, kernels.Abs:
+			nd.saveIn[0] = true
+		case kernels.Sigmoid, kernels.Tanh, kernels.Exp, kernels.Sqrt, kernels.Reciprocal:
+			nd.saveOut = true
+		}
+		nd.bwd = func() { kernels.UnaryBackward(op, x.data, y.data, y.grad, nd.dIn[0]) }
+		return nil
+	}
+}
+
+func buildClip(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	lo, hi := float32(math.Inf(-1)), float32(math.Inf(1))
+	if nd.g.Opset >= 11 {
+		if lo, err = constFloat(nd, 1, lo); err != nil {
+			return err
+		}
+		if hi, err = constFloat(nd, 2, hi); err != nil {
+			return err
+		}
+	} else {
+		if a := nd.g.Attr("min"); a != nil {
+			lo = a.GetF()
+		}
+		if a := nd.g.Attr("max"); a != nil {
+			hi = a.GetF()
+		}
+	}
+	y := nd.out[0]
+	nd.fwd = func() { kernels.Clip(x.data, lo, hi, y.data) }
+	nd.saveIn[0] = true
+	nd.bwd = func() { kernels.ClipBackward(x.data, lo, hi, y.grad, nd.dIn[0]) }
+	return nil
+}
+
+// buildCopy compiles the operators that only change the shape (Reshape,
+// Flatten, Squeeze, Unsqueeze, Identity): a copy forward and backward.
+func buildCopy(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	y := nd.out[0]
+	if x.n != y.n {
+		return fmt.Errorf("input %v and output %v differ in size", x.shape, y.shape)
+	}
+	nd.fwd = func() { copy(y.data, x.data) }
+	nd.bwd = func() { copy(nd.dIn[0], y.grad) }
+	return nil
+}
+
+func buildDropout(p *Plan, nd *node) error {
+	if len(nd.in) > 2 && nd.in[2] != nil {
+		t := nd.in[2]
+		if !t.isConst || len(t.b) != 1 {
+			return fmt.Errorf("training_mode input must be a constant")
+		}
+		if t.b[0] {
+			return fmt.Errorf("Dropout in training mode is not supported (the runtime runs dropout as identity)")
+		}
+	}
+	if err := onlyOutput(p, nd); err != nil {
+		return err
+	}
+	return buildCopy(p, nd)
+}
+
+func buildCast(p *Plan, nd *node) error {
+	to, err := nd.g.Int("to")
+	if err != nil {
+		return err
+	}
+	if graph.DType(to) != graph.Float32 {
+		return fmt.Errorf("Cast to %v at run time is not supported (only float32 to float32)", graph.DType(to))
+	}
+	return buildCopy(p, nd)
+}
+
+func buildExpand(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	y := nd.out[0]
+	nd.fwd = func() { kernels.Expand(x.data, x.shape, y.data, y.shape) }
+	nd.bwd = func() { kernels.ReduceToShape(y.grad, y.shape, nd.dIn[0], x.shape) }
+	return nil
+}
+
+func buildWhere(p *Plan, nd *node) error {
+	c := nd.in[0]
+	if c == nil || !c.isConst || c.b == nil {
+		return fmt.Errorf("Where needs a constant boolean condition (it is computed at run time here)")
+	}
+	x, err := floatIn(nd, 1)
+	if err != nil {
+		return err
+	}
+	yv, err := floatIn(nd, 2)
+	if err != nil {
+		return err
+	}
+	o := nd.out[0]
+	cond := kernels.BoolsAsBytes(c.b)
+	p.needWS(o.n)
+	nd.fwd = func() { kernels.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
+	nd.bwd = func() {
+		kernels.WhereBackward(cond, c.shape, x.shape, yv.shape, o.grad, o.shape, nd.dIn[1], nd.dIn[2], p.ws)
+	}
+	return nil
+}
+
+// --- index-map operators: Slice, Gather, Pad ---
+
+// buildIndexMap compiles y[i] = x[idx[i]] (fill where idx[i] < 0), whose
+// backward scatters: dx[idx[i]] += dy[i].
+func buildIndexMap(nd *node, x *tensor, idx []int32, fill float32) {
+	y := nd.out[0]
+	nd.fwd = func() {
+		xd, yd := x.data, y.data
+		for i, j := range idx {
+			if j < 0 {
+				yd[i] = fill
+			} else {
+				yd[i] = xd[j]
+			}
+		}
+	}
+	nd.bwd = func() {
+		dx, dy := nd.dIn[0], y.grad
+		clear(dx)
+		for i, j := range idx {
+			if j >= 0 {
+				dx[j] += dy[i]
+			}
+		}
+	}
+}
+
+func strides(shape []int) []int {
+	st := make([]int, len(shape))
+	s := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		st[i] = s
+		s *= shape[i]
+	}
+	return st
+}
+
+// forCoords calls fn with every coordinate of shape in row-major order.
+func forCoords(shape []int, fn func(i int, c []int)) {
+	n := numel(shape)
+	c := make([]int, len(shape))
+	for i := 0; i < n; i++ {
+		fn(i, c)
+		for k := len(shape) - 1; k >= 0; k-- {
+			c[k]++
+			if c[k] < shape[k] {
+				break
+			}
+			c[k] = 0
+		}
+	}
+}
+
+func buildSlice(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	in := make([]int64, len(x.shape))
+	for i, d := range x.shape {
+		in[i] = int64(d)
+	}
+	s, err := nd.g.ResolveSlice(in)
+	if err != nil {
+		return err
+	}
+	y := nd.out[0]
+	st := strides(x.shape)
+	idx := make([]int32, y.n)
+	forCoords(y.shape, func(i int, c []int) {
+		j := 0
+		for k, ck := range c {
+			j += (int(s.Start[k]) + ck*int(s.Step[k])) * st[k]
+		}
+		idx[i] = int32(j)
+	})
+	buildIndexMap(nd, x, idx, 0)
+	return nil
+}
+
+func buildGather(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	it := nd.in[1]
+	if it == nil || !it.isConst || it.i64 == nil {
+		return fmt.Errorf("Gather needs constant integer indices")
+	}
+	a, _ := nd.g.Int("axis")
+	r := len(x.shape)
+	if a < 0 {
+		a += int64(r)
+	}
+	if a < 0 || int(a) >= r {
+		return fmt.Errorf("axis %d out of range for rank %d", a, r)
+	}
+	ax := int(a)
+	outer := numel(x.shape[:ax])
+	dim := x.shape[ax]
+	inner := numel(x.shape[ax+1:])
+	y := nd.out[0]
+	idx := make([]int32, 0, y.n)
+	for o := 0; o < outer; o++ {
+		for _, g := range it.i64 {
+			if g < 0 {
+				g += int64(dim)
+			}
+			if g < 0 || g >= int64(dim) {
+				return fmt.Errorf("index %d out of range for axis %d of size %d", g, ax, dim)
+			}
+			for k := 0; k < inner; k++ {
+				idx = append(idx, int32((o*dim+int(g))*inner+k))
+			}
+		}
+	}
+	if len(idx) != y.n {
+		return fmt.Errorf("gathered %d elements, output %v holds %d", len(idx), y.shape, y.n)
+	}
+	buildIndexMap(nd, x, idx, 0)
+	return nil
+}
+
+func buildPad(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	r := len(x.shape)
+	pads, err := nd.g.PadAmounts(r)
+	if err != nil {
+		return err
+	}
+	mode, _ := nd.g.Str("mode")
+	var fill float32
+	if nd.g.Opset >= 11 {
+		if fill, err = constFloat(nd, 2, 0); err != nil {
+			return err
+		}
+	} else if a := nd.g.Attr("value"); a != nil {
+		fill = a.GetF()
+	}
+	y := nd.out[0]
+	st := strides(x.shape)
+	idx := make([]int32, y.n)
+	var bad error
+	forCoords(y.shape, func(i int, c []int) {
+		j := 0
+		for k, ck := range c {
+			v, d := ck-int(pads[k]), x.shape[k]
+			if v < 0 || v >= d {
+				switch mode {
+				case "constant", "":
+					j = -1 << 30
+				case "edge":
+					v = min(max(v, 0), d-1)
+				case "reflect":
+					if d == 1 {
+						v = 0
+					}
+					for v < 0 || v >= d {
+						if v < 0 {
+							v = -v
+						}
+						if v >= d {
+							v = 2*(d-1) - v
+						}
+					}
+				default:
+					bad = fmt.Errorf("pad mode %q is not supported", mode)
+				}
+			}
+			j += v * st[k]
+		}
+		if j < 0 {
+			j = -1
+		}
+		idx[i] = int32(j)
+	})
+	if bad != nil {
+		return bad
+	}
+	buildIndexMap(nd, x, idx, fill)
+	return nil
+}
+
+// --- Transpose and Concat ---
+
+// permuteCopy writes dst (shape outShape) from src, where srcStride[k] is
+// the src stride of output axis k; with scatter it writes src-shaped dst
+// from out-shaped src instead (the inverse permutation). coord is scratch
+// of len(outShape).
+func permuteCopy(dst, src []float32, outShape, srcStride, coord []int, scatter bool) {
+	r := len(outShape)
+	if r == 0 {
+		dst[0] = src[0]
+		return
+	}
+	n := numel(outShape)
+	last := outShape[r-1]
+	ls := srcStride[r-1]
+	clear(coord)
+	for o := 0; o < n; o += last {
+		base := 0
+		for k := 0; k < r-1; k++ {
+			base += coord[k] * srcStride[k]
+		}
+		if scatter {
+			for j := 0; j < last; j++ {
+				dst[base+j*ls] = src[o+j]
+			}
+		} else {
+			for j := 0; j < last; j++ {
+				dst[o+j] = src[base+j*ls]
+			}
+		}
+		for k := r - 2; k >= 0; k-- {
+			coord[k]++
+			if coord[k] < outShape[k] {
+				break
+			}
+			coord[k] = 0
+		}
+	}
+}
+
+func buildTranspose(p *Plan, nd *node) error {
+	x, err := floatIn(nd, 0)
+	if err != nil {
+		return err
+	}
+	perm, err := nd.g.Perm(len(x.shape))
+	if err != nil {
+		return err
+	}
+	y := nd.out[0]
+	st := strides(x.shape)
+	ss := make([]int, len(perm))
+	for k, a := range perm {
+		ss[k] = st[a]
+	}
+	coord := make([]int, len(perm))
+	nd.fwd = func() { permuteCopy(y.data, x.data, y.shape, ss, coord, false) }
+	nd.bwd = func() { permuteCopy(nd.dIn[0], y.grad, y.shape, ss, coord, true) }
+	return nil
+}
+
+func buildConcat(p *Plan, nd *node) error {
+	y := nd.out[0]
+	a, err := nd.g.Int("axis")
+	if err != nil {
+		return err
+	}
+	r := len(y.shape)
+	if a < 0 {
+		a += int64(r)
+	}
+	if a < 0 || int(a) >= r {
+		return fmt.Errorf("axis %d out of range for rank %d", a, r)
+	}
+	ax := int(a)
+	outer := numel(y.shape[:ax])
+	rowY := numel(y.shape[ax:])
+	rows := make([]int, len(nd.in))
+	for i := range nd.in {
+		t, err := floatIn(nd, i)
+		if err != nil {
+			return err
+		}
+		rows[i] = numel(t.shape[ax:])
+	}
+	nd.fwd = func() {
+		for o := 0; o < outer; o++ {
+			off := o * rowY
+			for i, t := range nd.in {
+				copy(y.data[off:off+rows[i]], t.data[o*rows[i]:(o+1)*rows[i]])
+				off += rows[i]
+			}
+		}
+	}
+	nd.bwd = func() {
+		for o := 0; o < outer; o++ {
+			off := o * rowY
+			for i := range nd.in {
+				if d := nd.dIn[i]; d != nil {
+					copy(d[o*rows[i]:(o+1)*rows[i]], y.grad[off:off+rows[i]])
+				}
+				off += rows[i]
+			}
+		}
+	}
+	return nil
+}
+
+// --- reductions and softmax ---
+
+func buildReduce(mean bool) builder {
+	return func(p *Plan, nd *node) error {
+		x, err := floatIn(nd, 0)
+		if err != nil {
+			return err
+		}
+		y := nd.out[0]
+		axes, noop, err := nd.g.ReduceAxes(len(x.shape))
+		if err != nil {
+			return err
+		}
+		if noop {
+			return buildCopy(p, nd)
+		}
+		kept := append([]int(nil), x.shape...)
+		cnt := 1
+		for _, a := range axes {
+			cnt *= kept[a]
+			kept[a] = 1
+		}
+		if numel(kept) != y.n {
+			return fmt.Errorf("reduced shape %v does not match output %v", kept, y.shape)
+		}
+		scale := float32(1)
+		if mean {
+			scale = 1 / float32(cnt)
+		}
+		nd.fwd = func() {
+			kernels.ReduceToShape(x.data, x.shape, y.data, kept)
+			if scale != 1 {
+				for i := range y.data {
+					y.data[i] *= scale
+				}
+			}
+		}
+		nd.bwd = func() {
+			dx := nd.dIn[0]
+			kernels.Expand(y.grad, kept, dx, x.shape)
+			if scale != 1 {
+				for i := range dx {
+					dx[i] *= scale
+				}
+			}
+		}
+		return nil
+	}
+}
+
+func buildSoftmax(logSoftmax bool) builder {
+	return func(p *Plan, nd *node) error {
+		x, err := floatIn(nd, 0)
+		if err != nil {
+			return err
+		}
+		y := nd.out[0]
+		r := len(x.shape)
+		def := int64(-1)
+		if nd.g.Opset < 13 {
+			def = 1
+		}
+		a := nd.g.IntOr("axis", def)
+		if a < 0 {
+			a += int64(r)
+		}
+		if a < 0 || int(a) >= r {
+			return fmt.Errorf("axis %d out of range for rank %d", a, r)
+		}
+		ax := int(a)
+		outer, L, inner := numel(x.shape[:ax]), x.shape[ax], numel(x.shape[ax+1:])
+		if nd.g.Opset < 13 {
+			L, inner = numel(x.shape[ax:]), 1
+		}
+		nd.saveOut = true
+		grain := grainFor(L * inner)
+		fwd := func(lo, hi int) {
+			xd, yd := x.data, y.data
+			for o := lo; o < hi; o++ {
+				for in := 0; in < inner; in++ {
+					base := o*L*inner + in
+					m := float32(math.Inf(-1))
+					for j := 0; j < L; j++ {
+						if v := xd[base+j*inner]; v > m {
+							m = v
+						}
+					}
+					var s float64
+					for j := 0; j < L; j++ {
+						e := math.Exp(float64(xd[base+j*inner] - m))
+						s += e
+						if !logSoftmax {
+							yd[base+j*inner] = float32(e)
+						}
+					}
+					if logSoftmax {
+						ls := float32(math.Log(s))
+						for j := 0; j < L; j++ {
+							yd[base+j*inner] = xd[base+j*inner] - m - ls
+						}
+					} else {
+						inv := float32(1 / s)
+						for j := 0; j < L; j++ {
+							yd[base+j*inner] *= inv
+						}
+					}
+				}
+			}
+		}
+		nd.fwd = func() { parFor(outer, grain, fwd) }
+		bwd := func(lo, hi int) {
+			yd, dy, dx := y.data, y.grad, nd.dIn[0]
+			for o := lo; o < hi; o++ {
+				for in := 0; in < inner; in++ {
+					base := o*L*inner + in
+					var s float64
+					if logSoftmax {
+						for j := 0; j < L; j++ {
+							s += float64(dy[base+j*inner])
+						}
+						for j := 0; j < L; j++ {
+							k := base + j*inner
+							dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
+						}
+					} else {
+						for j := 0; j < L; j++ {
+							k := base + j*inner
+							s += float64(dy[k] * yd[k])
+						}
+						for j := 0; j < L; j++ {
+							k := base + j*inner
+							dx[k] = yd[k] * (dy[k] - float32(s))
+						}
+					}
+				}
+			}
+		}
+		nd.bwd = func() { parFor(outer, grain, bwd) }
+		return nil
+	}
+}

@@ -1,0 +1,1047 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+// Options configure Compile.
+type Options struct {
+	// Device runs the plan; nil means CPU{}. Only the CPU has kernels
+	// today.
+	Device Device
+	// Trainable names the initializers whose gradients Backward computes.
+	// nil means every floating-point initializer that reaches the output
+	// through a differentiable input (BatchNormalization running
+	// statistics are not differentiable inputs, so they are left out);
+	// an empty, non-nil slice means none.
+	Trainable []string
+	// ForwardOnly compiles an inference plan: no gradients, no saved
+	// activations, the smallest buffer plan.
+	ForwardOnly bool
+	// KeepActivations keeps every forward activation alive until the next
+	// Forward, so that Backward may be called several times after one
+	// Forward (as ghost clipping's second backward pass does). Without it
+	// the backward pass reuses activation buffers as soon as they are no
+	// longer needed and each Backward must follow its own Forward.
+	KeepActivations bool
+}
+
+// View is a read-only look at one tensor of a running plan: float data
+// (activations, gradients, float constants) or integer constants. Its
+// slices alias plan memory and are valid only during the callback or until
+// the plan runs again.
+type View struct {
+	Name  string
+	Shape []int
+	// BatchAxis is the axis holding the samples of graph input 0's batch
+	// (usually 0; 1 for the (T, B, D) projections of nn.MultiheadAttention
+	// exports, 0 for their (T·B, D) output projection), or -1 when the
+	// tensor has none (parameters, constants) or mixes samples.
+	BatchAxis int
+	// BatchStride locates the samples in the flat data: element e belongs
+	// to sample (e / BatchStride) mod N. It is 0 when BatchAxis is -1. For
+	// a tensor of shape (N, ...) it is len(Data)/N.
+	BatchStride int
+	Data        []float32 // nil for integer and boolean constants
+	Ints        []int64   // integer constants (for example Gather indices)
+}
+
+// HookEvent describes a node that reads a trainable parameter (or a value
+// derived from parameters only, see Derived), at the
+// moment of the backward pass when its output gradient is complete and its
+// inputs are still alive: right before the node's own backward runs and
+// before any of these buffers can be reused. Inputs are the node's forward
+// inputs in ONNX order (absent optional inputs have a nil Data and Shape);
+// DOut is the gradient of the loss Σ_i w_i·loss_i with respect to the
+// node's first output. View.BatchAxis and BatchStride say where the
+// samples are: usually along the leading axis, so that sample i of a tensor
+// of shape (N, ...) is Data[i*len/N : (i+1)*len/N].
+type HookEvent struct {
+	Node *graph.Node
+	// Conv is the compiled geometry of a Conv node (nil for other
+	// operators): with kernels.Im2Col or kernels.Unfold it gives the
+	// per-sample unfolded input a_i, so that the per-sample weight
+	// gradient of group g is dY_{i,g}·Im2Col(x_i, g)ᵀ.
+	Conv *kernels.ConvShape
+	// Params lists, for each input, whether it is a trainable parameter.
+	Params []bool
+	// Derived lists, for each input, whether it is computed from trainable
+	// parameters and constants only: a relative-position bias gathered from
+	// its table, a qkv bias concatenated from q_bias and v_bias, a class
+	// token expanded over the batch. Hooks fire on the nodes of such
+	// parameter-only subgraphs (whose output gradients are already summed
+	// over the batch) and on the node where a derived value meets batched
+	// data, which is where its per-sample gradient is available.
+	Derived []bool
+	Inputs  []View
+	DOut    View
+}
+
+// HookFunc receives HookEvents during Backward. It must not retain the
+// event or its slices.
+type HookFunc func(ev *HookEvent)
+
+// BackwardOptions select what Backward computes.
+type BackwardOptions struct {
+	// Hook, if set, is called for every node that reads a trainable
+	// parameter (see HookEvent), in backward order.
+	Hook HookFunc
+	// SkipParamGrads leaves parameter gradients untouched (not computed,
+	// not zeroed): the DP engine's book-keeping and ghost-norm passes
+	// compute what they need from the hooks.
+	SkipParamGrads bool
+}
+
+// tensor is the plan's record of one graph value.
+type tensor struct {
+	v     *graph.Value
+	shape []int
+	n     int
+	data  []float32 // forward value (arena slice or constant data)
+	i64   []int64   // integer constant
+	b     []bool    // boolean constant
+	grad  []float32 // gradient (arena slice, or persistent for parameters)
+
+	isConst, isInput, param bool
+	derived                 bool // computed from trainable parameters and constants only
+	dep, reach, needGrad    bool
+	prod                    int // producing node index, -1 if none
+
+	dataItem, gradItem int // buffer-plan items, -1 if none
+	off                int // arena offset of data (when dataItem ≥ 0)
+	bax, bstride       int // batch axis (-1 if none) and stride (0 if none): see propagateBatch
+}
+
+// node is one compiled operator application.
+type node struct {
+	g        *graph.Node
+	idx      int
+	in, out  []*tensor
+	fwd, bwd func()
+	// dIn[i] is where the backward writes input i's gradient (nil: skip);
+	// dInPlan is the compiled target, acc[i] marks a scratch target to be
+	// added into the input's gradient.
+	dIn, dInPlan [][]float32
+	acc          []bool
+	scratchItem  []int
+	saveIn       []bool
+	saveOut      bool
+	needBwd      bool
+	hooked       bool
+	aliased      bool // output 0 shares input 0's buffer: no forward work
+	hookEv       HookEvent
+	conv         *kernels.ConvShape
+	fk, bk       CPUKernel
+}
+
+// dOut returns the gradient of output i (nil if it has none).
+func (nd *node) dOut(i int) []float32 {
+	if i < len(nd.out) && nd.out[i] != nil {
+		return nd.out[i].grad
+	}
+	return nil
+}
+
+// Plan is a compiled graph: fixed shapes, a buffer plan, and kernels for
+// the forward pass, a per-sample softmax cross-entropy loss head and the
+// reverse-mode backward pass. A Plan is not safe for concurrent use.
+type Plan struct {
+	g       *graph.Graph
+	dev     Device
+	opts    Options
+	tensors map[*graph.Value]*tensor
+	nodes   []*node
+	inputs  []*tensor
+	outputs []*tensor
+	params  []*tensor
+
+	arena      Buffer
+	arenaElems int
+	peakElems  int
+	liveElems  int
+	ws         []float32
+	wsNeed     int
+
+	// loss head
+	probs   []float32 // softmax of the logits, per sample
+	labels  []int64
+	hasLoss bool
+	ones    []float32
+
+	forwardDone bool
+	byNode      map[*graph.Node]*node
+	zeroGrads   []*tensor // gradients no node writes: cleared by backward
+}
+
+// Compile builds a plan for g, whose values must all have static shapes
+// (run g.InferShapes on a clone for a concrete batch first, or use
+// CompileForBatch). An operator without a kernel is an error naming the
+// node.
+func Compile(g *graph.Graph, opts *Options) (*Plan, error) {
+	p := &Plan{g: g, tensors: map[*graph.Value]*tensor{}}
+	if opts != nil {
+		p.opts = *opts
+	}
+	p.dev = p.opts.Device
+	if p.dev == nil {
+		p.dev = CPU{}
+	}
+	if _, ok := p.dev.(CPU); !ok {
+		return nil, fmt.Errorf("runtime: no kernels for device %s", p.dev.Name())
+	}
+	if err := p.build(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// CompileForBatch clones g, fixes the leading (batch) dimension of its
+// first input to batch and the other dimensions to their declared sizes
+// (or sample, when given, for models with dynamic spatial sizes), infers
+// shapes and compiles the clone.
+func CompileForBatch(g *graph.Graph, batch int, sample []int64, opts *Options) (*Plan, error) {
+	if len(g.Inputs) == 0 {
+		return nil, errors.New("runtime: graph has no inputs")
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("runtime: batch must be positive, got %d", batch)
+	}
+	in := g.Inputs[0]
+	dims := []int64{int64(batch)}
+	if sample != nil {
+		dims = append(dims, sample...)
+	} else {
+		if len(in.Shape) == 0 {
+			return nil, fmt.Errorf("runtime: input %q has unknown rank; give the sample shape", in.Name)
+		}
+		for i, d := range in.Shape[1:] {
+			if d.Size < 0 {
+				return nil, fmt.Errorf("runtime: input %q dimension %d is dynamic (%v); give the sample shape", in.Name, i+1, in.Shape)
+			}
+			dims = append(dims, d.Size)
+		}
+	}
+	c := g.Clone()
+	if err := c.InferShapes(map[string][]int64{in.Name: dims}); err != nil {
+		return nil, fmt.Errorf("runtime: %w", err)
+	}
+	return Compile(c, opts)
+}
+
+// nonDiff lists, per operator, the input slots gradients never flow into.
+var nonDiff = map[string][]int{
+	"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
+	"Squeeze": {1}, "Unsqueeze": {1}, "Clip": {1, 2}, "BatchNormalization": {3, 4},
+	"Gather": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
+}
+
+func diffSlot(n *graph.Node, i int) bool {
+	for _, s := range nonDiff[n.OpType] {
+		if s == i {
+			return false
+		}
+	}
+	return true
+}
+
+func ints(s graph.Shape) []int {
+	out := make([]int, len(s))
+	for i, d := range s {
+		out[i] = int(d.Size)
+	}
+	return out
+}
+
+func numel(s []int) int {
+	n := 1
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+func (p *Plan) build() error {
+	g := p.g
+	// Tensors.
+	tensorOf := func(v *graph.Value) (*tensor, error) {
+		if t, ok := p.tensors[v]; ok {
+			return t, nil
+		}
+		if !v.Shape.Static() {
+			return nil, fmt.Errorf("runtime: value %q has shape %v: compile needs static shapes (run InferShapes for a concrete batch)", v.Name, v.Shape)
+		}
+		t := &tensor{v: v, shape: ints(v.Shape), prod: -1, dataItem: -1, gradItem: -1}
+		t.n = numel(t.shape)
+		if v.Const != nil {
+			t.isConst = true
+			c := v.Const
+			switch {
+			case c.F32 != nil || (c.DType == graph.Float32 && c.Len() == 0):
+				t.data = c.F32
+			case c.F64 != nil:
+				t.data = make([]float32, len(c.F64))
+				for i, x := range c.F64 {
+					t.data[i] = float32(x)
+				}
+			case c.I64 != nil:
+				t.i64 = c.I64
+			case c.B != nil:
+				t.b = c.B
+			default:
+				return nil, fmt.Errorf("runtime: constant %q of type %v is not supported", v.Name, c.DType)
+			}
+		} else if v.DType != graph.Float32 {
+			return nil, fmt.Errorf("runtime: value %q of type %v is computed at run time; only float32 tensors are", v.Name, v.DType)
+		}
+		p.tensors[v] = t
+		return t, nil
+	}
+	for _, v := range g.Inputs {
+		t, err := tensorOf(v)
+		if err != nil {
+			return err
+		}
+		t.isInput = true
+		p.inputs = append(p.inputs, t)
+	}
+	for i, n := range g.Nodes {
+		nd := &node{g: n, idx: i}
+		for _, v := range n.Inputs {
+			if v == nil {
+				nd.in = append(nd.in, nil)
+				continue
+			}
+			t, err := tensorOf(v)
+			if err != nil {
+				return fmt.Errorf("runtime: node %s: %w", n, err)
+			}
+			nd.in = append(nd.in, t)
+		}
+		for _, v := range n.Outputs {
+			if v == nil {
+				nd.out = append(nd.out, nil)
+				continue
+			}
+			t, err := tensorOf(v)
+			if err != nil {
+				return fmt.Errorf("runtime: node %s: %w", n, err)
+			}
+			t.prod = i
+			nd.out = append(nd.out, t)
+		}
+		p.nodes = append(p.nodes, nd)
+	}
+	for _, v := range g.Outputs {
+		t, err := tensorOf(v)
+		if err != nil {
+			return err
+		}
+		p.outputs = append(p.outputs, t)
+	}
+	if len(p.outputs) == 0 {
+		return errors.New("runtime: graph has no outputs")
+	}
+
+	// Trainable parameters.
+	if !p.opts.ForwardOnly {
+		if err := p.selectParams(); err != nil {
+			return err
+		}
+	}
+	// Dependence on parameters (forward) and reaching the loss (backward).
+	for _, nd := range p.nodes {
+		dep := false
+		for i, t := range nd.in {
+			if t != nil && (t.param || t.dep) && diffSlot(nd.g, i) {
+				dep = true
+			}
+		}
+		for _, t := range nd.out {
+			if t != nil {
+				t.dep = dep
+			}
+		}
+	}
+	for _, nd := range p.nodes {
+		pure, fromParam := true, false
+		for j, t := range nd.in {
+			if t == nil || t.isConst && !t.param {
+				continue
+			}
+			if !t.param && !t.derived {
+				pure = false
+			} else if diffSlot(nd.g, j) {
+				fromParam = true
+			}
+		}
+		for _, t := range nd.out {
+			if t != nil {
+				t.derived = pure && fromParam
+			}
+		}
+	}
+	p.outputs[0].reach = true
+	for i := len(p.nodes) - 1; i >= 0; i-- {
+		nd := p.nodes[i]
+		live := false
+		for _, t := range nd.out {
+			if t != nil && t.reach {
+				live = true
+			}
+		}
+		if !live {
+			continue
+		}
+		for j, t := range nd.in {
+			if t != nil && diffSlot(nd.g, j) {
+				t.reach = true
+			}
+		}
+	}
+	for _, t := range p.tensors {
+		t.needGrad = !p.opts.ForwardOnly && (t.param || t.dep) && t.reach && t.i64 == nil && t.b == nil
+	}
+	for _, t := range p.params {
+		t.grad = make([]float32, t.n)
+	}
+
+	// Kernels.
+	for _, nd := range p.nodes {
+		n := nd.g
+		nd.saveIn = make([]bool, len(nd.in))
+		nd.dIn = make([][]float32, len(nd.in))
+		nd.dInPlan = make([][]float32, len(nd.in))
+		nd.acc = make([]bool, len(nd.in))
+		nd.scratchItem = make([]int, len(nd.in))
+		if n.Domain != "" {
+			return fmt.Errorf("runtime: node %s: operator domain %q is not supported", n, n.Domain)
+		}
+		build, ok := opTable[n.OpType]
+		if !ok {
+			return fmt.Errorf("runtime: node %s: operator %s is not supported", n, n.OpType)
+		}
+		outGrad := false
+		for _, t := range nd.out {
+			if t != nil && t.needGrad {
+				outGrad = true
+			}
+		}
+		if outGrad {
+			for j, t := range nd.in {
+				if t != nil && t.needGrad && diffSlot(n, j) {
+					nd.needBwd = true
+				}
+			}
+		}
+		for j, t := range nd.in {
+			if t != nil && (t.param || t.derived) && diffSlot(n, j) && nd.needBwd {
+				nd.hooked = true
+			}
+		}
+		if err := build(p, nd); err != nil {
+			return fmt.Errorf("runtime: node %s: %w", n, err)
+		}
+		if nd.fwd == nil {
+			return fmt.Errorf("runtime: node %s: no forward kernel", n)
+		}
+		if nd.needBwd && nd.bwd == nil {
+			return fmt.Errorf("runtime: node %s: %s has no backward kernel", n, n.OpType)
+		}
+		nd.fk = CPUKernel{Name: n.OpType + " " + n.Name, Fn: nd.fwd}
+		nd.bk = CPUKernel{Name: n.OpType + " " + n.Name + " (backward)", Fn: nd.bwd}
+	}
+	if err := p.planBuffers(); err != nil {
+		return err
+	}
+	p.propagateBatch()
+	for _, nd := range p.nodes {
+		if nd.hooked {
+			ev := &nd.hookEv
+			ev.Node = nd.g
+			ev.Conv = nd.conv
+			ev.Params = make([]bool, len(nd.in))
+			ev.Derived = make([]bool, len(nd.in))
+			ev.Inputs = make([]View, len(nd.in))
+			for j, t := range nd.in {
+				if t == nil {
+					continue
+				}
+				ev.Params[j] = t.param
+				ev.Derived[j] = t.derived
+				ev.Inputs[j] = View{Name: t.v.Name, Shape: t.shape, BatchAxis: t.bax, BatchStride: t.bstride, Data: t.data, Ints: t.i64}
+			}
+			o := nd.out[0]
+			ev.DOut = View{Name: o.v.Name, Shape: o.shape, BatchAxis: o.bax, BatchStride: o.bstride, Data: o.grad}
+		}
+	}
+	// Loss head on output 0 when it is (N, K).
+	if o := p.outputs[0]; len(o.shape) == 2 {
+		p.hasLoss = true
+		p.probs = make([]float32, o.n)
+		p.labels = make([]int64, o.shape[0])
+		p.ones = make([]float32, o.shape[0])
+		for i := range p.ones {
+			p.ones[i] = 1
+		}
+	}
+	p.ws = make([]float32, p.wsNeed)
+	return nil
+}
+
+// isRunningStat reports whether v is read only as BatchNormalization
+// running statistics.
+func isRunningStat(v *graph.Value) bool {
+	if len(v.Consumers) == 0 {
+		return false
+	}
+	for _, c := range v.Consumers {
+		for j, in := range c.Inputs {
+			if in == v && diffSlot(c, j) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (p *Plan) selectParams() error {
+	if p.opts.Trainable == nil {
+		for _, v := range p.g.Initializers {
+			if v.IsParam() && len(v.Consumers) > 0 && !isRunningStat(v) {
+				t := p.tensors[v]
+				if t == nil {
+					continue
+				}
+				if v.Const.F32 == nil {
+					return fmt.Errorf("runtime: parameter %q is %v; only float32 parameters train", v.Name, v.DType)
+				}
+				t.param = true
+				p.params = append(p.params, t)
+			}
+		}
+		return nil
+	}
+	for _, name := range p.opts.Trainable {
+		v, ok := p.g.Values[name]
+		if !ok || !v.IsParam() {
+			return fmt.Errorf("runtime: trainable %q is not a floating-point initializer of the graph", name)
+		}
+		t := p.tensors[v]
+		if t == nil {
+			return fmt.Errorf("runtime: trainable %q is not used by the graph", name)
+		}
+		if v.Const.F32 == nil {
+			return fmt.Errorf("runtime: parameter %q is %v; only float32 parameters train", v.Name, v.DType)
+		}
+		if !t.param {
+			t.param = true
+			p.params = append(p.params, t)
+		}
+	}
+	return nil
+}
+
+// needWS records that a kernel needs a workspace of n elements.
+func (p *Plan) needWS(n int) {
+	if n > p.wsNeed {
+		p.wsNeed = n
+	}
+}
+
+// item is one buffer of the buffer plan: size elements live over the
+// steps [start, end].
+type item struct {
+	size, start, end int
+	off              int
+}
+
+// planBuffers assigns arena offsets to activations, gradients and scratch
+// buffers by liveness over the timeline forward (steps 0..F-1), loss (F),
+// backward of node i (step 2F-i).
+func (p *Plan) planBuffers() error {
+	F := len(p.nodes)
+	T := 2*F + 1
+	bstep := func(i int) int { return 2*F - i }
+	var items []item
+	add := func(size, start, end int) int {
+		items = append(items, item{size: (size + 15) &^ 15, start: start, end: end})
+		return len(items) - 1
+	}
+	isOut := map[*tensor]bool{}
+	for _, t := range p.outputs {
+		isOut[t] = true
+	}
+	// Activations.
+	for _, t := range p.inputs {
+		t.dataItem = add(t.n, 0, T)
+	}
+	for _, nd := range p.nodes {
+		for _, t := range nd.out {
+			if t == nil {
+				continue
+			}
+			end := nd.idx
+			if nd.needBwd && nd.saveOut {
+				end = bstep(nd.idx)
+			}
+			if isOut[t] || p.opts.KeepActivations {
+				end = T
+			}
+			for _, c := range t.v.Consumers {
+				cn := p.nodeOf(c)
+				if cn.idx > end {
+					end = cn.idx
+				}
+				if cn.needBwd {
+					for j, in := range cn.in {
+						if in == t && (cn.saveIn[j] || cn.hooked) && bstep(cn.idx) > end {
+							end = bstep(cn.idx)
+						}
+					}
+				}
+			}
+			if src := aliasSource(nd); src != nil && t == nd.out[0] {
+				// A reshape: share the input's buffer, which now lives as
+				// long as either needs it; the forward copy is dropped.
+				nd.aliased = true
+				if src.dataItem < 0 { // a constant (or parameter)
+					t.data = src.data
+					continue
+				}
+				t.dataItem = src.dataItem
+				it := &items[src.dataItem]
+				it.end = max(it.end, end)
+				continue
+			}
+			t.dataItem = add(t.n, nd.idx, end)
+		}
+	}
+	// Gradients and scratch. The loss seeds output 0's gradient at step F.
+	first := map[*tensor]bool{}
+	if o := p.outputs[0]; o.needGrad && !o.param {
+		first[o] = true
+		end := F
+		if o.prod >= 0 {
+			end = bstep(o.prod)
+		}
+		o.gradItem = add(o.n, F, end)
+	}
+	for i := F - 1; i >= 0; i-- {
+		nd := p.nodes[i]
+		if !nd.needBwd {
+			continue
+		}
+		for j, t := range nd.in {
+			nd.scratchItem[j] = -1
+			if t == nil || !t.needGrad || !diffSlot(nd.g, j) {
+				continue
+			}
+			if !first[t] {
+				first[t] = true
+				if !t.param {
+					end := 0
+					if t.prod >= 0 {
+						end = bstep(t.prod)
+					}
+					t.gradItem = add(t.n, bstep(i), end)
+				}
+				continue
+			}
+			nd.acc[j] = true
+			nd.scratchItem[j] = add(t.n, bstep(i), bstep(i))
+		}
+	}
+	// Values needing a gradient that no consumer contributes to still get
+	// a (zero) buffer.
+	for _, t := range p.tensors {
+		if t.needGrad && !t.param && t.gradItem < 0 {
+			end := T
+			if t.prod >= 0 {
+				end = bstep(t.prod)
+			}
+			t.gradItem = add(t.n, 0, end)
+			p.zeroGrads = append(p.zeroGrads, t)
+		}
+	}
+	// The lower bound any placement needs: the largest total size of the
+	// buffers live at one step.
+	live := make([]int, T+1)
+	for _, it := range items {
+		for s := it.start; s <= it.end && s <= T; s++ {
+			live[s] += it.size
+		}
+	}
+	for _, v := range live {
+		p.liveElems = max(p.liveElems, v)
+	}
+	// Greedy placement, largest first.
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return items[order[a]].size > items[order[b]].size })
+	var placed []int
+	total := 0
+	for _, i := range order {
+		it := &items[i]
+		var busy [][2]int
+		for _, j := range placed {
+			o := items[j]
+			if o.start <= it.end && it.start <= o.end {
+				busy = append(busy, [2]int{o.off, o.off + o.size})
+			}
+		}
+		sort.Slice(busy, func(a, b int) bool { return busy[a][0] < busy[b][0] })
+		off := 0
+		for _, b := range busy {
+			if off+it.size <= b[0] {
+				break
+			}
+			if b[1] > off {
+				off = b[1]
+			}
+		}
+		it.off = off
+		placed = append(placed, i)
+		if off+it.size > total {
+			total = off + it.size
+		}
+	}
+	p.arenaElems = total
+	for _, it := range items {
+		p.peakElems += it.size
+	}
+	buf, err := p.dev.Alloc(total)
+	if err != nil {
+		return fmt.Errorf("runtime: allocating the %d-element arena: %w", total, err)
+	}
+	p.arena = buf
+	host, err := HostSlice(buf)
+	if err != nil {
+		return err
+	}
+	slice := func(i, n int) []float32 { o := items[i].off; return host[o : o+n : o+n] }
+	for _, t := range p.tensors {
+		if t.dataItem >= 0 {
+			t.data = slice(t.dataItem, t.n)
+			t.off = items[t.dataItem].off
+		}
+	}
+	for _, nd := range p.nodes {
+		if nd.aliased {
+			nd.fk.Fn = func() {}
+		}
+	}
+	for _, t := range p.tensors {
+		if t.gradItem >= 0 {
+			t.grad = slice(t.gradItem, t.n)
+		}
+	}
+	for _, nd := range p.nodes {
+		for j, t := range nd.in {
+			if t == nil || !nd.needBwd || !t.needGrad || !diffSlot(nd.g, j) {
+				continue
+			}
+			if nd.acc[j] {
+				nd.dInPlan[j] = slice(nd.scratchItem[j], t.n)
+			} else {
+				nd.dInPlan[j] = t.grad
+			}
+		}
+	}
+	return nil
+}
+
+// aliasSource returns the input whose buffer nd's first output can share
+// (the operators that only reinterpret the shape), or nil.
+func aliasSource(nd *node) *tensor {
+	switch nd.g.OpType {
+	case "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast":
+	default:
+		return nil
+	}
+	x, y := nd.in[0], nd.out[0]
+	if x == nil || y == nil || x.n != y.n || x.i64 != nil || x.b != nil || (x.isConst && x.data == nil) {
+		return nil
+	}
+	return x
+}
+
+func (p *Plan) nodeOf(n *graph.Node) *node {
+	if p.byNode == nil {
+		p.byNode = make(map[*graph.Node]*node, len(p.nodes))
+		for _, nd := range p.nodes {
+			p.byNode[nd.g] = nd
+		}
+	}
+	return p.byNode[n]
+}
+
+// Graph returns the compiled graph.
+func (p *Plan) Graph() *graph.Graph { return p.g }
+
+// Device returns the plan's device.
+func (p *Plan) Device() Device { return p.dev }
+
+// ArenaBytes returns the size of the activation/gradient arena in bytes;
+// UnplannedBytes is what the same buffers would take without reuse.
+func (p *Plan) ArenaBytes() int64 { return 4 * int64(p.arenaElems) }
+
+// LiveBytes returns the largest total size of the buffers live at one step
+// of the timeline: the lower bound for any arena of this plan.
+func (p *Plan) LiveBytes() int64 { return 4 * int64(p.liveElems) }
+
+// UnplannedBytes returns the bytes the arena's buffers would take if none
+// shared memory.
+func (p *Plan) UnplannedBytes() int64 { return 4 * int64(p.peakElems) }
+
+// Input returns the buffer of graph input i, to be filled before Forward,
+// and its shape.
+func (p *Plan) Input(i int) ([]float32, []int) { return p.inputs[i].data, p.inputs[i].shape }
+
+// SetInput copies x into graph input i, checking its length.
+func (p *Plan) SetInput(i int, x []float32) error {
+	if i < 0 || i >= len(p.inputs) {
+		return fmt.Errorf("runtime: input %d out of range (%d inputs)", i, len(p.inputs))
+	}
+	t := p.inputs[i]
+	if len(x) != t.n {
+		return fmt.Errorf("runtime: input %q has shape %v (%d elements), got %d elements", t.v.Name, t.shape, t.n, len(x))
+	}
+	return p.dev.CopyIn(p.arena, t.off, x)
+}
+
+// Output returns graph output i after Forward, and its shape. The slice
+// aliases plan memory (host memory on the CPU) and is overwritten by the
+// next Forward.
+func (p *Plan) Output(i int) ([]float32, []int) { return p.outputs[i].data, p.outputs[i].shape }
+
+// Batch returns the leading dimension of graph input 0 (the physical batch
+// the plan was compiled for), or 0 if it has none.
+func (p *Plan) Batch() int {
+	if len(p.inputs) == 0 || len(p.inputs[0].shape) == 0 {
+		return 0
+	}
+	return p.inputs[0].shape[0]
+}
+
+// HookedNodes returns, in forward order, the nodes for which Backward
+// calls BackwardOptions.Hook: those reading a trainable parameter or a
+// value derived from parameters only (see HookEvent).
+func (p *Plan) HookedNodes() []*graph.Node {
+	var out []*graph.Node
+	for _, nd := range p.nodes {
+		if nd.hooked {
+			out = append(out, nd.g)
+		}
+	}
+	return out
+}
+
+// NumInputs returns the number of graph inputs.
+func (p *Plan) NumInputs() int { return len(p.inputs) }
+
+// NumOutputs returns the number of graph outputs.
+func (p *Plan) NumOutputs() int { return len(p.outputs) }
+
+// ReadOutput copies graph output i into dst (whose length must match),
+// through the device.
+func (p *Plan) ReadOutput(i int, dst []float32) error {
+	if i < 0 || i >= len(p.outputs) {
+		return fmt.Errorf("runtime: output %d out of range (%d outputs)", i, len(p.outputs))
+	}
+	t := p.outputs[i]
+	if len(dst) != t.n {
+		return fmt.Errorf("runtime: output %q has shape %v (%d elements), destination holds %d", t.v.Name, t.shape, t.n, len(dst))
+	}
+	if t.dataItem < 0 {
+		copy(dst, t.data) // a constant output
+		return nil
+	}
+	return p.dev.CopyOut(dst, p.arena, t.off)
+}
+
+// Params returns the names of the trainable parameters, in initializer
+// order.
+func (p *Plan) Params() []string {
+	out := make([]string, len(p.params))
+	for i, t := range p.params {
+		out[i] = t.v.Name
+	}
+	return out
+}
+
+// Param returns the data of trainable parameter name (the initializer's
+// own storage: update it in place) and its shape.
+func (p *Plan) Param(name string) ([]float32, []int) {
+	for _, t := range p.params {
+		if t.v.Name == name {
+			return t.data, t.shape
+		}
+	}
+	return nil, nil
+}
+
+// Grad returns the gradient of trainable parameter name after Backward,
+// summed over the batch (nil if name is not trainable).
+func (p *Plan) Grad(name string) []float32 {
+	for _, t := range p.params {
+		if t.v.Name == name {
+			return t.grad
+		}
+	}
+	return nil
+}
+
+// Forward runs the forward pass on the current inputs.
+func (p *Plan) Forward() error {
+	for _, nd := range p.nodes {
+		if err := p.dev.Run(&nd.fk); err != nil {
+			return err
+		}
+	}
+	p.forwardDone = true
+	return nil
+}
+
+// Loss computes the per-sample softmax cross-entropy of output 0 (logits
+// of shape (N, K)) against labels (N class indices in [0, K)) into losses
+// (N), and keeps the softmax for Backward. Call it after Forward.
+func (p *Plan) Loss(labels []int64, losses []float32) error {
+	if !p.hasLoss {
+		return fmt.Errorf("runtime: output %q has shape %v; the loss head needs (N, K)", p.outputs[0].v.Name, p.outputs[0].shape)
+	}
+	o := p.outputs[0]
+	n, k := o.shape[0], o.shape[1]
+	if len(labels) != n || len(losses) != n {
+		return fmt.Errorf("runtime: loss: %d labels and %d losses for a batch of %d", len(labels), len(losses), n)
+	}
+	for i, y := range labels {
+		if y < 0 || y >= int64(k) {
+			return fmt.Errorf("runtime: loss: label %d of sample %d is outside [0, %d)", y, i, k)
+		}
+	}
+	copy(p.labels, labels)
+	for i := 0; i < n; i++ {
+		row, pr := o.data[i*k:(i+1)*k], p.probs[i*k:(i+1)*k]
+		m := float32(math.Inf(-1))
+		for _, v := range row {
+			if v > m {
+				m = v
+			}
+		}
+		var s float64
+		for j, v := range row {
+			e := math.Exp(float64(v - m))
+			pr[j] = float32(e)
+			s += e
+		}
+		inv := float32(1 / s)
+		for j := range pr {
+			pr[j] *= inv
+		}
+		losses[i] = float32(math.Log(s) - float64(row[labels[i]]-m))
+	}
+	return nil
+}
+
+// Backward runs the backward pass of Σ_i w_i·loss_i for the losses of the
+// last Loss call (weights nil means all ones): it seeds
+// dL/dlogits_i = w_i·(softmax_i − onehot(y_i)) and propagates it.
+func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
+	if !p.hasLoss {
+		return errors.New("runtime: Backward needs the loss head; use BackwardFrom")
+	}
+	o := p.outputs[0]
+	n, k := o.shape[0], o.shape[1]
+	if weights == nil {
+		weights = p.ones
+	}
+	if len(weights) != n {
+		return fmt.Errorf("runtime: %d weights for a batch of %d", len(weights), n)
+	}
+	if o.grad == nil {
+		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
+	}
+	for i := 0; i < n; i++ {
+		w := weights[i]
+		d, pr := o.grad[i*k:(i+1)*k], p.probs[i*k:(i+1)*k]
+		for j := range d {
+			d[j] = w * pr[j]
+		}
+		d[p.labels[i]] -= w
+	}
+	return p.backward(opts)
+}
+
+// BackwardFrom runs the backward pass from an arbitrary gradient dy of
+// output 0 (same length as the output).
+func (p *Plan) BackwardFrom(dy []float32, opts *BackwardOptions) error {
+	o := p.outputs[0]
+	if o.grad == nil {
+		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
+	}
+	if len(dy) != o.n {
+		return fmt.Errorf("runtime: output gradient of %d elements, want %d", len(dy), o.n)
+	}
+	copy(o.grad, dy)
+	return p.backward(opts)
+}
+
+func (p *Plan) backward(opts *BackwardOptions) error {
+	if !p.forwardDone {
+		return errors.New("runtime: Backward without a preceding Forward (or a second Backward without KeepActivations)")
+	}
+	if !p.opts.KeepActivations {
+		p.forwardDone = false
+	}
+	var bo BackwardOptions
+	if opts != nil {
+		bo = *opts
+	}
+	for _, t := range p.params {
+		if !bo.SkipParamGrads && !t.reach {
+			clear(t.grad)
+		}
+	}
+	for _, t := range p.zeroGrads {
+		clear(t.grad)
+	}
+	for i := len(p.nodes) - 1; i >= 0; i-- {
+		nd := p.nodes[i]
+		if !nd.needBwd {
+			continue
+		}
+		if nd.hooked && bo.Hook != nil {
+			bo.Hook(&nd.hookEv)
+		}
+		any := false
+		for j, t := range nd.in {
+			nd.dIn[j] = nd.dInPlan[j]
+			if t != nil && t.param && bo.SkipParamGrads {
+				nd.dIn[j] = nil
+			}
+			if nd.dIn[j] != nil {
+				any = true
+			}
+		}
+		if !any {
+			continue
+		}
+		if err := p.dev.Run(&nd.bk); err != nil {
+			return err
+		}
+		for j, t := range nd.in {
+			if nd.acc[j] && nd.dIn[j] != nil {
+				kernels.Axpy(1, nd.dIn[j], t.grad)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,579 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime/blas"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+func compileFixture(t testing.TB, name string, opts *Options) (*Plan, []float32, []int64) {
+	t.Helper()
+	g, gold := loadFixture(t, name)
+	in := gold["input"]
+	p, err := CompileForBatch(g, in.Shape[0], nil, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetInput(0, in.F32); err != nil {
+		t.Fatal(err)
+	}
+	return p, in.F32, gold["labels"].I64
+}
+
+func step(t testing.TB, p *Plan, labels []int64, weights []float32, bo *BackwardOptions) []float32 {
+	t.Helper()
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	losses := make([]float32, len(labels))
+	if err := p.Loss(labels, losses); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Backward(weights, bo); err != nil {
+		t.Fatal(err)
+	}
+	return losses
+}
+
+// TestHooksGivePerSampleGradients checks the DP hooks on the cnn fixture:
+// for each Gemm reading a weight (transB = 1, as PyTorch Linear exports)
+// the per-sample gradient dY_iᵀ·a_i, and for each Conv dY_i·Im2Col(x_i)ᵀ,
+// built from the hook's activation and output gradient, must equal the
+// gradient of the plan run with one-hot per-sample weights, and sum to the
+// batch gradient.
+func TestHooksGivePerSampleGradients(t *testing.T) {
+	p, _, labels := compileFixture(t, "cnn", nil)
+	n := len(labels)
+	type acc struct {
+		perSample [][]float32
+		name      string
+	}
+	got := map[string]*acc{}
+	called := map[string]int{}
+	hook := func(ev *HookEvent) {
+		called[ev.Node.OpType]++
+		if ev.Node.OpType == "Conv" {
+			got[ev.Inputs[1].Name] = &acc{perSample: convPerSample(ev)}
+			return
+		}
+		if ev.Node.OpType != "Gemm" {
+			return
+		}
+		a, w, dy := ev.Inputs[0], ev.Inputs[1], ev.DOut
+		if !ev.Params[1] {
+			t.Errorf("Gemm %s: weight not marked as parameter", ev.Node.Name)
+		}
+		out, in := w.Shape[0], w.Shape[1]
+		ac := &acc{name: w.Name}
+		for i := 0; i < n; i++ {
+			g := make([]float32, out*in)
+			for o := 0; o < out; o++ {
+				for k := 0; k < in; k++ {
+					g[o*in+k] = dy.Data[i*out+o] * a.Data[i*in+k]
+				}
+			}
+			ac.perSample = append(ac.perSample, g)
+		}
+		got[w.Name] = ac
+	}
+	step(t, p, labels, nil, &BackwardOptions{Hook: hook})
+	if called["Gemm"] != 2 || called["Conv"] != 2 || len(p.HookedNodes()) != 4 || p.Batch() != n {
+		t.Fatalf("hook calls %v, want 2 Gemm and 2 Conv; HookedNodes %d, Batch %d", called, len(p.HookedNodes()), p.Batch())
+	}
+	for name, ac := range got {
+		sum := make([]float32, len(ac.perSample[0]))
+		for _, g := range ac.perSample {
+			for j, v := range g {
+				sum[j] += v
+			}
+		}
+		if e := relErr(sum, p.Grad(name)); e > 1e-5 {
+			t.Errorf("%s: Σ per-sample gradients differs from the batch gradient by %.3g", name, e)
+		}
+	}
+	for i := 0; i < n; i++ {
+		w := make([]float32, n)
+		w[i] = 1
+		step(t, p, labels, w, nil)
+		for name, ac := range got {
+			if e := relErr(p.Grad(name), ac.perSample[i]); e > 1e-5 {
+				t.Errorf("%s sample %d: one-hot weighted gradient differs from the hook's by %.3g", name, i, e)
+			}
+		}
+	}
+}
+
+// convPerSample builds per-sample Conv weight gradients from a hook event
+// with kernels.Im2Col: dW_{i,g} = dY_{i,g}·colᵀ.
+func convPerSample(ev *HookEvent) [][]float32 {
+	s := ev.Conv
+	x, dy := ev.Inputs[0].Data, ev.DOut.Data
+	xs, ys := s.C*s.InSize, s.M*s.T
+	mg := s.M / s.Group
+	col := make([]float32, s.ColSize())
+	var out [][]float32
+	for i := 0; i < s.N; i++ {
+		dw := make([]float32, s.WeightSize())
+		for g := 0; g < s.Group; g++ {
+			kernels.Im2Col(s, x[i*xs:(i+1)*xs], g, col)
+			for m := 0; m < mg; m++ {
+				row := dy[i*ys+(g*mg+m)*s.T:]
+				for d := 0; d < s.D; d++ {
+					var acc float32
+					for t := 0; t < s.T; t++ {
+						acc += row[t] * col[d*s.T+t]
+					}
+					dw[(g*mg+m)*s.D+d] = acc
+				}
+			}
+		}
+		out = append(out, dw)
+	}
+	return out
+}
+
+func TestSkipParamGradsAndKeepActivations(t *testing.T) {
+	p, _, labels := compileFixture(t, "resnet_eval", &Options{KeepActivations: true})
+	step(t, p, labels, nil, nil)
+	want := map[string][]float32{}
+	for _, name := range p.Params() {
+		want[name] = append([]float32(nil), p.Grad(name)...)
+		g := p.Grad(name)
+		for i := range g {
+			g[i] = 42
+		}
+	}
+	// Second backward after one forward: skip parameter gradients, then
+	// compute them again.
+	hooks := 0
+	if err := p.Backward(nil, &BackwardOptions{SkipParamGrads: true, Hook: func(*HookEvent) { hooks++ }}); err != nil {
+		t.Fatal(err)
+	}
+	if hooks == 0 {
+		t.Error("no hook calls")
+	}
+	for _, name := range p.Params() {
+		for _, v := range p.Grad(name) {
+			if v != 42 {
+				t.Fatalf("%s: SkipParamGrads changed the gradient", name)
+			}
+		}
+	}
+	if err := p.Backward(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range p.Params() {
+		if e := relErr(p.Grad(name), want[name]); e != 0 {
+			t.Errorf("%s: repeated backward differs by %.3g", name, e)
+		}
+	}
+
+	q, _, labels := compileFixture(t, "cnn", nil)
+	step(t, q, labels, nil, nil)
+	if err := q.Backward(nil, nil); err == nil || !strings.Contains(err.Error(), "KeepActivations") {
+		t.Errorf("second Backward without KeepActivations: error %v", err)
+	}
+}
+
+func TestTrainableSubset(t *testing.T) {
+	all, _, labels := compileFixture(t, "cnn", nil)
+	step(t, all, labels, nil, nil)
+	names := all.Params()
+	last := names[len(names)-1]
+	p, _, _ := compileFixture(t, "cnn", &Options{Trainable: []string{last}})
+	if got := p.Params(); len(got) != 1 || got[0] != last {
+		t.Fatalf("Params %v, want [%s]", got, last)
+	}
+	step(t, p, labels, nil, nil)
+	if e := relErr(p.Grad(last), all.Grad(last)); e != 0 {
+		t.Errorf("%s: gradient differs by %.3g when it is the only trainable parameter", last, e)
+	}
+	if p.Grad(names[0]) != nil {
+		t.Errorf("%s has a gradient but is frozen", names[0])
+	}
+	if _, err := CompileForBatch(p.Graph(), 2, nil, &Options{Trainable: []string{"nope"}}); err == nil {
+		t.Error("unknown trainable name accepted")
+	}
+}
+
+func TestForwardOnlyMatchesTraining(t *testing.T) {
+	p, _, _ := compileFixture(t, "vit", &Options{ForwardOnly: true})
+	q, _, _ := compileFixture(t, "vit", nil)
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Output(0)
+	b, _ := q.Output(0)
+	if e := relErr(a, b); e != 0 {
+		t.Errorf("forward-only logits differ by %.3g", e)
+	}
+	if p.ArenaBytes() >= q.ArenaBytes() {
+		t.Errorf("forward-only arena %d ≥ training arena %d", p.ArenaBytes(), q.ArenaBytes())
+	}
+	if err := p.Backward(nil, nil); err == nil {
+		t.Error("Backward on a forward-only plan succeeded")
+	}
+}
+
+// TestSteadyStateAllocations runs training steps of the cnn and vit
+// fixtures at batch 8 and 32 and checks that a step allocates no buffers:
+// the allocation count and bytes per step do not grow with the batch, and
+// stay at a few small allocations per node. Those come from the shape
+// iterators and goroutine closures of runtime/kernels and from the
+// OpenBLAS call wrapper in runtime/blas; the plan's own code allocates
+// nothing per step. The bound is checked with the pure-Go SGEMM backend;
+// the OpenBLAS backend's purego call wrapper adds an allocation per GEMM
+// call (which grows with the batch, as Conv runs one GEMM per sample), so
+// with it the counts are only logged.
+func TestSteadyStateAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	for _, backend := range blas.Available() {
+		t.Run(backend, func(t *testing.T) {
+			prev, err := blas.SetBackend(backend)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer blas.SetBackend(prev)
+			testAllocations(t, backend == blas.Go)
+		})
+	}
+}
+
+func testAllocations(t *testing.T, check bool) {
+	for _, name := range []string{"cnn", "vit"} {
+		t.Run(name, func(t *testing.T) {
+			g, gold := loadFixture(t, name)
+			labels := gold["labels"].I64
+			var allocs [2]float64
+			var bytes [2]uint64
+			for bi, batch := range []int{8, 32} {
+				p, err := CompileForBatch(g, batch, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lab := make([]int64, batch)
+				for i := range lab {
+					lab[i] = labels[i%len(labels)]
+				}
+				losses := make([]float32, batch)
+				run := func() {
+					if err := p.Forward(); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.Loss(lab, losses); err != nil {
+						t.Fatal(err)
+					}
+					if err := p.Backward(nil, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				run()
+				allocs[bi] = testing.AllocsPerRun(5, run)
+				var ms0, ms1 runtimeMemStats
+				readMemStats(&ms0)
+				for i := 0; i < 5; i++ {
+					run()
+				}
+				readMemStats(&ms1)
+				bytes[bi] = (ms1.TotalAlloc - ms0.TotalAlloc) / 5
+				t.Logf("batch %d: %.0f allocations, %d bytes per step (%d nodes, arena %d KiB)", batch, allocs[bi], bytes[bi], len(p.nodes), p.ArenaBytes()>>10)
+				if check && allocs[bi] > float64(32*len(p.nodes)) {
+					t.Errorf("batch %d: %.0f allocations per step for %d nodes", batch, allocs[bi], len(p.nodes))
+				}
+			}
+			if check && (allocs[1] > allocs[0]*1.1+16 || float64(bytes[1]) > float64(bytes[0])*1.1+4096) {
+				t.Errorf("per-step allocations grow with the batch: %v allocations, %v bytes", allocs, bytes)
+			}
+		})
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	b := newBuilder(1, 14)
+	b.param("a", 2, 3)
+	b.node("Softsign", []string{"a"}, "y")
+	g := b.graph(t, "y")
+	_, err := Compile(g, nil)
+	if err == nil || !strings.Contains(err.Error(), "Softsign") || !strings.Contains(err.Error(), `"y"`) {
+		t.Errorf("unsupported op: error %v, want one naming the node and op", err)
+	}
+
+	// Dynamic shapes are refused.
+	dyn, _ := loadFixture(t, "cnn")
+	if _, err := Compile(dyn, nil); err == nil || !strings.Contains(err.Error(), "static shapes") {
+		t.Errorf("dynamic batch: error %v", err)
+	}
+
+	// Wrong input length and bad labels are reported.
+	p, _, labels := compileFixture(t, "cnn", nil)
+	if err := p.SetInput(0, make([]float32, 3)); err == nil || !strings.Contains(err.Error(), "got 3 elements") {
+		t.Errorf("SetInput: %v", err)
+	}
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]int64(nil), labels...)
+	bad[0] = 10
+	if err := p.Loss(bad, make([]float32, len(bad))); err == nil || !strings.Contains(err.Error(), "outside [0, 10)") {
+		t.Errorf("Loss with label 10: %v", err)
+	}
+	if err := p.Backward(make([]float32, 2), nil); err == nil {
+		t.Error("Backward with 2 weights for batch 8 succeeded")
+	}
+}
+
+func TestCPUDevice(t *testing.T) {
+	var d Device = CPU{}
+	b, err := d.Alloc(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() != 10 {
+		t.Fatalf("Len %d", b.Len())
+	}
+	if err := d.CopyIn(b, 8, []float32{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CopyIn(b, 9, []float32{1, 2}); err == nil {
+		t.Error("out-of-range CopyIn accepted")
+	}
+	out := make([]float32, 3)
+	if err := d.CopyOut(out, b, 7); err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 0 || out[1] != 1 || out[2] != 2 {
+		t.Fatalf("CopyOut %v", out)
+	}
+	ran := false
+	if err := d.Run(&CPUKernel{Name: "k", Fn: func() { ran = true }}); err != nil || !ran {
+		t.Fatalf("Run: %v %v", err, ran)
+	}
+}
+
+// TestHooksPerSampleLinear checks the hooks and batch strides on every
+// fixture (resnet_train excepted: training-mode BatchNormalization mixes
+// samples): every hooked node sees its output gradient and activations
+// with a batch stride (except nodes of parameter-only subgraphs), and for every MatMul or Gemm with a 2-D weight the
+// per-sample weight gradients Σ_{rows r of sample i} a_rᵀ g_r, with rows
+// assigned to samples by BatchStride, sum to the batch gradient and, for
+// sample 0, equal the gradient of the plan run with weights e_0. This
+// covers ViT attention projections on (T, B, D) and (T·B, D) tensors.
+func TestHooksPerSampleLinear(t *testing.T) {
+	for _, name := range fixtures {
+		if name == "resnet_train" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			p, _, labels := compileFixture(t, name, nil)
+			n := len(labels)
+			per := map[string][][]float32{}
+			uses := map[string]int{}
+			hook := func(ev *HookEvent) {
+				paramOnly := true
+				for j, in := range ev.Inputs {
+					if in.Data != nil && !ev.Params[j] && !ev.Derived[j] && p.tensors[p.g.Values[in.Name]].prod >= 0 {
+						paramOnly = false
+					}
+				}
+				if ev.DOut.BatchStride <= 0 && !paramOnly {
+					t.Errorf("%s %s: output gradient %v has no batch stride", ev.Node.OpType, ev.Node.Name, ev.DOut.Shape)
+				}
+				for j, in := range ev.Inputs {
+					if in.Data != nil && !ev.Params[j] && !ev.Derived[j] && in.BatchStride <= 0 && len(in.Data) > 1 && p.tensors[p.g.Values[in.Name]].prod >= 0 {
+						t.Errorf("%s %s: input %d %v has no batch stride", ev.Node.OpType, ev.Node.Name, j, in.Shape)
+					}
+				}
+				op := ev.Node.OpType
+				if (op != "MatMul" && op != "Gemm") || !ev.Params[1] || len(ev.Inputs[1].Shape) != 2 || ev.Params[0] {
+					return
+				}
+				if op == "Gemm" && ev.Node.IntOr("transA", 0) != 0 {
+					return
+				}
+				a, w, g := ev.Inputs[0], ev.Inputs[1], ev.DOut
+				tB := op == "Gemm" && ev.Node.IntOr("transB", 0) != 0
+				K, E := w.Shape[0], w.Shape[1]
+				if tB {
+					K, E = E, K
+				}
+				out := make([][]float32, n)
+				for i := range out {
+					out[i] = make([]float32, K*E)
+				}
+				for r := 0; r < len(a.Data)/K; r++ {
+					i := (r * K / a.BatchStride) % n
+					if gi := (r * E / g.BatchStride) % n; gi != i {
+						t.Fatalf("%s: row %d is sample %d in the input, %d in the gradient", ev.Node.Name, r, i, gi)
+					}
+					ar, gr := a.Data[r*K:(r+1)*K], g.Data[r*E:(r+1)*E]
+					for k, av := range ar {
+						for e, gv := range gr {
+							if tB {
+								out[i][e*K+k] += av * gv
+							} else {
+								out[i][k*E+e] += av * gv
+							}
+						}
+					}
+				}
+				per[w.Name] = out
+				uses[w.Name]++
+			}
+			step(t, p, labels, nil, &BackwardOptions{Hook: hook})
+			if len(per) == 0 {
+				t.Fatal("no MatMul or Gemm weights")
+			}
+			for name, ps := range per {
+				if uses[name] != 1 {
+					delete(per, name)
+					continue
+				}
+				sum := make([]float32, len(ps[0]))
+				for _, g := range ps {
+					for j, v := range g {
+						sum[j] += v
+					}
+				}
+				if e := relErr(sum, p.Grad(name)); e > 1e-5 {
+					t.Errorf("%s: Σ per-sample differs from the batch gradient by %.3g", name, e)
+				}
+			}
+			w := make([]float32, n)
+			w[0] = 1
+			step(t, p, labels, w, nil)
+			for name, ps := range per {
+				if e := relErr(p.Grad(name), ps[0]); e > 1e-4 {
+					t.Errorf("%s: sample 0 differs from the e_0-weighted gradient by %.3g", name, e)
+				}
+			}
+		})
+	}
+}
+
+// sampleOfRow returns the sample of row r of a 3-D tensor (rows are the
+// first two axes) whose batch axis is ax (0 or 1).
+func sampleOfRow(r int, shape []int, ax int) int {
+	if ax == 0 {
+		return r / shape[1]
+	}
+	return r % shape[1]
+}
+
+// TestHooksTokenMatMul checks the hooks of a ViT: for MatMul nodes with a
+// weight operand (B,T,D)×(D,E), the per-sample gradient Σ_t a_{i,t}ᵀ g_{i,t}
+// and for Add nodes with a bias (E) the per-sample Σ_t g_{i,t} must sum to
+// the batch gradient, and sample 0's must match the gradient of the plan
+// run with weights e_0. The attention input projections of torchvision's
+// ViT run on (T, B, D) tensors, so this also checks View.BatchAxis.
+func TestHooksTokenMatMul(t *testing.T) {
+	p, _, labels := compileFixture(t, "vit", nil)
+	n := len(labels)
+	per := map[string][][]float32{}
+	tokenMajor := 0
+	hook := func(ev *HookEvent) {
+		switch {
+		case ev.Node.OpType == "MatMul" && ev.Params[1] && len(ev.Inputs[0].Shape) == 3:
+			a, w, g := ev.Inputs[0], ev.Inputs[1], ev.DOut
+			if a.BatchAxis < 0 || a.BatchAxis != g.BatchAxis {
+				t.Errorf("%s: batch axes %d and %d", ev.Node.Name, a.BatchAxis, g.BatchAxis)
+				return
+			}
+			if a.BatchAxis == 1 {
+				tokenMajor++
+			}
+			D, E := w.Shape[0], w.Shape[1]
+			out := make([][]float32, n)
+			for i := range out {
+				out[i] = make([]float32, D*E)
+			}
+			for r := 0; r < a.Shape[0]*a.Shape[1]; r++ {
+				i := sampleOfRow(r, a.Shape, a.BatchAxis)
+				ar, gr := a.Data[r*D:], g.Data[r*E:]
+				for d := 0; d < D; d++ {
+					for e := 0; e < E; e++ {
+						out[i][d*E+e] += ar[d] * gr[e]
+					}
+				}
+			}
+			per[w.Name] = append(per[w.Name], out...)
+		case ev.Node.OpType == "Add" && ev.Params[1] && len(ev.Inputs[1].Shape) == 1 && len(ev.DOut.Shape) == 3:
+			b, g := ev.Inputs[1], ev.DOut
+			if g.BatchAxis < 0 {
+				t.Errorf("%s: no batch axis", ev.Node.Name)
+				return
+			}
+			E := b.Shape[0]
+			out := make([][]float32, n)
+			for i := range out {
+				out[i] = make([]float32, E)
+			}
+			for r := 0; r < g.Shape[0]*g.Shape[1]; r++ {
+				i := sampleOfRow(r, g.Shape, g.BatchAxis)
+				for e := 0; e < E; e++ {
+					out[i][e] += g.Data[r*E+e]
+				}
+			}
+			per[b.Name] = append(per[b.Name], out...)
+		}
+	}
+	step(t, p, labels, nil, &BackwardOptions{Hook: hook})
+	if len(per) < 4 || tokenMajor == 0 {
+		t.Fatalf("%d hooked MatMul/Add parameters, %d on (T, B, D) tensors", len(per), tokenMajor)
+	}
+	for name, ps := range per {
+		sum := make([]float32, len(ps[0]))
+		for _, g := range ps {
+			for j, v := range g {
+				sum[j] += v
+			}
+		}
+		if e := relErr(sum, p.Grad(name)); e > 1e-5 {
+			t.Errorf("%s: Σ per-sample differs from the batch gradient by %.3g", name, e)
+		}
+	}
+	w := make([]float32, n)
+	w[0] = 1
+	step(t, p, labels, w, nil)
+	for name, ps := range per {
+		if e := relErr(p.Grad(name), ps[0]); e > 1e-4 {
+			t.Errorf("%s: sample 0 differs from the e_0-weighted gradient by %.3g", name, e)
+		}
+	}
+}
+
+// TestSGDReducesLoss trains the cnn fixture on its golden batch with plain
+// SGD, updating parameters in place through Param, and checks that the
+// mean loss drops.
+func TestSGDReducesLoss(t *testing.T) {
+	p, _, labels := compileFixture(t, "cnn", nil)
+	mean := func(l []float32) float64 {
+		var s float64
+		for _, v := range l {
+			s += float64(v)
+		}
+		return s / float64(len(l))
+	}
+	first := mean(step(t, p, labels, nil, nil))
+	last := first
+	for it := 0; it < 30; it++ {
+		for _, name := range p.Params() {
+			w, _ := p.Param(name)
+			g := p.Grad(name)
+			for i := range w {
+				w[i] -= 0.3 * g[i] / float32(len(labels))
+			}
+		}
+		last = mean(step(t, p, labels, nil, nil))
+	}
+	if !(last < 0.5*first) {
+		t.Errorf("mean loss %.4f → %.4f after 30 SGD steps", first, last)
+	}
+	t.Logf("mean loss %.4f → %.4f", first, last)
+}
