@@ -502,3 +502,77 @@ func (g *Graph) UntieIdentityParams() []string {
 	g.relink()
 	return made
 }
+
+// Extract returns a graph that computes the named values of g from its
+// initializers and constants alone: the nodes upstream of them, nothing
+// else. It is an error if a value depends on a graph input. The DP engine
+// uses it to back-propagate per-sample gradients through the
+// parameter-only subgraph between a parameter and the node where it meets
+// the batch (a class token expanded over the batch, a bias table gathered
+// by constant indices).
+func (g *Graph) Extract(outputs ...string) (*Graph, error) {
+	c := g.Clone()
+	need := map[*Node]bool{}
+	var visit func(v *Value) error
+	visit = func(v *Value) error {
+		if v == nil || v.Const != nil {
+			return nil
+		}
+		n := v.Producer
+		if n == nil {
+			return fmt.Errorf("graph: extract: %q depends on graph input %q", outputs, v.Name)
+		}
+		if need[n] {
+			return nil
+		}
+		need[n] = true
+		for _, in := range n.Inputs {
+			if err := visit(in); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	c.Outputs = nil
+	for _, name := range outputs {
+		v, ok := c.Values[name]
+		if !ok {
+			return nil, fmt.Errorf("graph: extract: no value %q", name)
+		}
+		if err := visit(v); err != nil {
+			return nil, err
+		}
+		c.Outputs = append(c.Outputs, v)
+	}
+	var nodes []*Node
+	used := map[*Value]bool{}
+	for _, n := range c.Nodes {
+		if need[n] {
+			nodes = append(nodes, n)
+			for _, v := range n.Inputs {
+				used[v] = true
+			}
+			for _, v := range n.Outputs {
+				used[v] = true
+			}
+		}
+	}
+	for _, v := range c.Outputs {
+		used[v] = true
+	}
+	c.Nodes, c.Inputs = nodes, nil
+	var inits []*Value
+	for _, v := range c.Initializers {
+		if used[v] {
+			inits = append(inits, v)
+		}
+	}
+	c.Initializers = inits
+	for name, v := range c.Values {
+		if !used[v] {
+			delete(c.Values, name)
+		}
+	}
+	c.relink()
+	return c, nil
+}

@@ -37,19 +37,17 @@ const (
 )
 
 var (
-	initOnce  sync.Once
-	useOB     atomic.Bool // OpenBLAS loaded and selected
-	obLoaded  bool        // OpenBLAS loaded (selectable)
-	loadErr   error
-	nthreads  atomic.Int64
-	forceGoEv bool
+	initOnce sync.Once
+	useOB    atomic.Bool // OpenBLAS loaded and selected
+	obLoaded bool        // OpenBLAS loaded (selectable)
+	loadErr  error
+	nthreads atomic.Int64
 )
 
 func setup() {
 	initOnce.Do(func() {
 		nthreads.Store(int64(runtime.GOMAXPROCS(0)))
-		forceGoEv = os.Getenv(EnvBackend) == Go
-		if forceGoEv {
+		if os.Getenv(EnvBackend) == Go {
 			loadErr = fmt.Errorf("blas: %s=go", EnvBackend)
 			return
 		}

@@ -1,0 +1,440 @@
+package dpengine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// Mode is how per-sample gradients are clipped (DESIGN.md §4).
+type Mode string
+
+const (
+	// NonDP trains without clipping or noise: the plain gradient.
+	NonDP Mode = "nondp"
+	// Instantiate materializes every per-sample gradient (Opacus-style) and
+	// takes their weighted sum.
+	Instantiate Mode = "instantiate"
+	// Ghost computes every linear layer's norm with the ghost norm and the
+	// clipped sum with a second backward pass on Σ C_i L_i (the paper §3).
+	Ghost Mode = "ghost"
+	// Mixed decides layer by layer between ghost norm and instantiation
+	// (the paper's Algorithm 1) and takes the clipped sum from a second
+	// backward pass.
+	Mixed Mode = "mixed"
+	// BK (book-keeping, Bu et al. 2023) decides norms layer by layer like
+	// Mixed, keeps each layer's input and output gradient, and forms
+	// Σ_i C_i a_iᵀg_i directly: one backward pass.
+	BK Mode = "bk"
+)
+
+// Modes lists the clipping modes.
+func Modes() []Mode { return []Mode{NonDP, Instantiate, Ghost, Mixed, BK} }
+
+// ParseMode reads a mode name.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes() {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown clipping mode %q (want nondp, instantiate, ghost, mixed or bk)", s)
+}
+
+// Config configures an Engine.
+type Config struct {
+	Mode     Mode
+	Clipping Clipping
+	// PerLayer clips each parameter tensor separately with clip norm
+	// R/√K (K trainable tensors), so that the total sensitivity is still
+	// R. It needs a single-pass mode (bk, instantiate).
+	PerLayer bool
+	// NoiseMultiplier is σ: Gaussian noise of standard deviation σR is
+	// added to the clipped sum once per logical batch.
+	NoiseMultiplier float64
+	// ExpectedBatch is the expected logical batch size q·n that the noisy
+	// sum is divided by (DESIGN.md §5). Zero means: divide by the number
+	// of samples actually in the batch (only allowed for NonDP).
+	ExpectedBatch float64
+	// PhysicalBatch is the number of samples one forward/backward pass
+	// processes; logical batches are split into physical ones.
+	PhysicalBatch int
+	// Source draws the noise. Nil means a secure source.
+	Source *Source
+	// Optimizer applies the private gradient. Nil: gradients are computed
+	// but parameters are not updated.
+	Optimizer Optimizer
+}
+
+// Engine trains a compiled model privately: feed it logical batches, it
+// clips, noises and applies the update.
+type Engine struct {
+	cfg    Config
+	rp     *rewrite.Plan
+	plan   *runtime.Plan
+	sample []int64 // per-sample input shape
+	sampleLen int
+
+	params  []*param
+	byName  map[string]*param
+	groups  map[string][]*useGroup // keyed by consumer output name
+	hookErr error
+
+	// Per physical batch.
+	n       int // real samples in the current physical batch
+	x       []float32
+	y       []int64
+	losses  []float32
+	weights []float32
+	normSq  []float64   // flat: per sample
+	factors [][]float32 // per param (per-layer) or one shared slice
+
+	// Per logical batch.
+	samples  int
+	lossSum  float64
+	clipped  int
+	nonFinite int
+}
+
+// param is one trainable parameter.
+type param struct {
+	name   string
+	data   []float32
+	shape  []int
+	accum  []float32 // Σ C_i g_i over the logical batch
+	normSq []float64 // per sample, this parameter's share
+	// ps holds per-sample gradients (B × size) where a mode keeps them.
+	ps []float32
+	// linear keeps the data a book-keeping pass needs for Σ C_i g_i.
+	linear []*linearState
+}
+
+// New builds an engine for g, rewritten and planned by rewrite.Prepare (rp),
+// compiling it for cfg.PhysicalBatch samples.
+func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
+	if cfg.PhysicalBatch <= 0 {
+		return nil, fmt.Errorf("dpengine: physical batch %d must be positive", cfg.PhysicalBatch)
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = BK
+	}
+	if _, err := ParseMode(string(cfg.Mode)); err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if cfg.PerLayer && (cfg.Mode == Ghost || cfg.Mode == Mixed) {
+		return nil, fmt.Errorf("dpengine: per-layer clipping needs one clip factor per layer, which the second backward pass of mode %s cannot apply; use bk or instantiate", cfg.Mode)
+	}
+	if g == nil || rp == nil {
+		return nil, errors.New("dpengine: nil graph or plan")
+	}
+	if cfg.Mode != NonDP {
+		if err := cfg.Clipping.Validate(); err != nil {
+			return nil, fmt.Errorf("dpengine: %w", err)
+		}
+		if cfg.NoiseMultiplier < 0 || math.IsNaN(cfg.NoiseMultiplier) || math.IsInf(cfg.NoiseMultiplier, 0) {
+			return nil, fmt.Errorf("dpengine: noise multiplier %v must be a finite non-negative number", cfg.NoiseMultiplier)
+		}
+		if !(cfg.ExpectedBatch > 0) {
+			return nil, errors.New("dpengine: a DP mode needs the expected logical batch size (q·n) to divide the noisy sum by")
+		}
+		if err := rp.Err(); err != nil {
+			return nil, fmt.Errorf("dpengine: the model mixes samples, per-sample clipping would be unsound: %w", err)
+		}
+	}
+	if cfg.Source == nil {
+		cfg.Source = NewSecureSource()
+	}
+	cg, err := rp.Compile(g, int64(cfg.PhysicalBatch))
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	var trainable []string
+	for _, p := range rp.Params {
+		if p.Kind != rewrite.KindFrozen {
+			trainable = append(trainable, p.Name)
+		}
+	}
+	if len(trainable) == 0 {
+		return nil, errors.New("dpengine: no trainable parameter (all frozen)")
+	}
+	plan, err := runtime.Compile(cg, &runtime.Options{
+		Trainable:       trainable,
+		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	e := &Engine{cfg: cfg, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}}
+	x, shape := plan.Input(0)
+	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
+		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)
+	}
+	for _, d := range shape[1:] {
+		e.sample = append(e.sample, int64(d))
+	}
+	e.sampleLen = len(x) / cfg.PhysicalBatch
+	B := cfg.PhysicalBatch
+	e.x = make([]float32, len(x))
+	e.y = make([]int64, B)
+	e.losses = make([]float32, B)
+	e.weights = make([]float32, B)
+	e.normSq = make([]float64, B)
+	for _, name := range plan.Params() {
+		data, sh := plan.Param(name)
+		p := &param{name: name, data: data, shape: sh, accum: make([]float32, len(data)), normSq: make([]float64, B)}
+		e.params = append(e.params, p)
+		e.byName[name] = p
+	}
+	if cfg.Mode != NonDP {
+		if err := e.buildUses(cg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.PerLayer {
+		e.factors = make([][]float32, len(e.params))
+		for i := range e.factors {
+			e.factors[i] = make([]float32, B)
+		}
+	} else {
+		e.factors = [][]float32{make([]float32, B)}
+	}
+	return e, nil
+}
+
+// Plan returns the compiled runtime plan.
+func (e *Engine) Plan() *runtime.Plan { return e.plan }
+
+// SampleShape returns the shape of one input sample.
+func (e *Engine) SampleShape() []int64 { return e.sample }
+
+// ParamNames returns the trainable parameters in plan order.
+func (e *Engine) ParamNames() []string {
+	out := make([]string, len(e.params))
+	for i, p := range e.params {
+		out[i] = p.name
+	}
+	return out
+}
+
+// Params returns the trainable tensors (their storage) in ParamNames order.
+func (e *Engine) Params() [][]float32 {
+	out := make([][]float32, len(e.params))
+	for i, p := range e.params {
+		out[i] = p.data
+	}
+	return out
+}
+
+// Fill writes the inputs (len(idx)·sample floats) and labels of the given
+// examples into x and y.
+type Fill func(idx []int, x []float32, y []int64) error
+
+// StepStats summarizes one logical batch. Losses are on training data and
+// are not private outputs.
+type StepStats struct {
+	Samples   int     // examples in the logical batch
+	MeanLoss  float64 // mean per-sample loss (not private)
+	Clipped   int     // samples whose clip factor was below 1
+	NonFinite int     // samples with a NaN/Inf gradient norm (factor 0)
+}
+
+// Step runs one logical batch: every physical batch's forward and backward,
+// per-sample clipping, one draw of noise, division by the expected batch
+// size, and the optimizer update. An empty batch still adds noise and
+// updates, as the accountant assumes.
+func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
+	e.beginLogical()
+	for _, phys := range Split(batch, e.cfg.PhysicalBatch) {
+		if err := e.physical(phys, fill); err != nil {
+			return StepStats{}, err
+		}
+	}
+	grads, err := e.finishLogical(len(batch))
+	if err != nil {
+		return StepStats{}, err
+	}
+	if e.cfg.Optimizer != nil {
+		if err := e.cfg.Optimizer.Step(e.Params(), grads); err != nil {
+			return StepStats{}, err
+		}
+	}
+	st := StepStats{Samples: e.samples, Clipped: e.clipped, NonFinite: e.nonFinite}
+	if e.samples > 0 {
+		st.MeanLoss = e.lossSum / float64(e.samples)
+	}
+	return st, nil
+}
+
+func (e *Engine) beginLogical() {
+	for _, p := range e.params {
+		clear(p.accum)
+	}
+	e.samples, e.lossSum, e.clipped, e.nonFinite = 0, 0, 0, 0
+}
+
+// physical processes up to PhysicalBatch examples: the batch is padded
+// with zero inputs whose weight and clip factor are 0.
+func (e *Engine) physical(idx []int, fill Fill) error {
+	B := e.cfg.PhysicalBatch
+	n := len(idx)
+	clear(e.x[n*e.sampleLen:])
+	clear(e.y[n:])
+	if err := fill(idx, e.x[:n*e.sampleLen], e.y[:n]); err != nil {
+		return err
+	}
+	e.n = n
+	if err := e.plan.SetInput(0, e.x); err != nil {
+		return err
+	}
+	if err := e.plan.Forward(); err != nil {
+		return err
+	}
+	if err := e.plan.Loss(e.y, e.losses); err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		l := float64(e.losses[i])
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			return fmt.Errorf("dpengine: non-finite loss %v for example %d", l, idx[i])
+		}
+		e.lossSum += l
+	}
+	e.samples += n
+	for i := range e.weights {
+		e.weights[i] = 0
+		if i < n {
+			e.weights[i] = 1
+		}
+	}
+	if e.cfg.Mode == NonDP {
+		if err := e.plan.Backward(e.weights, nil); err != nil {
+			return err
+		}
+		for _, p := range e.params {
+			addTo(p.accum, e.plan.Grad(p.name))
+		}
+		return nil
+	}
+	return e.clipPhysical(B)
+}
+
+// finishLogical returns the private gradient (Σ C_i g_i + σR·N(0, I)) /
+// E[batch], or for NonDP the mean gradient.
+func (e *Engine) finishLogical(size int) ([][]float32, error) {
+	grads := make([][]float32, len(e.params))
+	if e.cfg.Mode == NonDP {
+		div := e.cfg.ExpectedBatch
+		if div <= 0 {
+			div = float64(max(size, 1))
+		}
+		for k, p := range e.params {
+			scale(p.accum, float32(1/div))
+			grads[k] = p.accum
+		}
+		return grads, nil
+	}
+	std := e.cfg.NoiseMultiplier * e.cfg.Clipping.R
+	if std > 0 {
+		bufs := make([][]float32, len(e.params))
+		for k, p := range e.params {
+			bufs[k] = p.accum
+		}
+		e.cfg.Source.AddGaussian(std, bufs...)
+	}
+	for k, p := range e.params {
+		scale(p.accum, float32(1/e.cfg.ExpectedBatch))
+		grads[k] = p.accum
+	}
+	return grads, nil
+}
+
+// ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds
+// n samples, y n labels) and returns, per parameter, the noise-free clipped
+// sum Σ_i C_i g_i, with the per-sample total norms. It is the engine's
+// output before noise: every DP mode must give the same result.
+func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []float64, error) {
+	n := len(y)
+	if n > e.cfg.PhysicalBatch || len(x) != n*e.sampleLen {
+		return nil, nil, fmt.Errorf("dpengine: %d samples of %d floats do not fit physical batch %d of %v", n, len(x)/max(n, 1), e.cfg.PhysicalBatch, e.sample)
+	}
+	e.beginLogical()
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	err := e.physical(idx, func(_ []int, xs []float32, ys []int64) error {
+		copy(xs, x)
+		copy(ys, y)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string][]float32{}
+	for _, p := range e.params {
+		out[p.name] = append([]float32(nil), p.accum...)
+	}
+	norms := make([]float64, n)
+	for i := range norms {
+		norms[i] = math.Sqrt(e.normSq[i])
+	}
+	return out, norms, nil
+}
+
+// ParamNorms returns, after ClippedSum or a Step's last physical batch, the
+// per-sample gradient norm of each parameter for the real samples.
+func (e *Engine) ParamNorms() map[string][]float64 {
+	out := map[string][]float64{}
+	for _, p := range e.params {
+		v := make([]float64, e.n)
+		for i := range v {
+			v[i] = math.Sqrt(p.normSq[i])
+		}
+		out[p.name] = v
+	}
+	return out
+}
+
+// Decisions returns, keyed "parameter@node", each linear use's
+// ghost/instantiate decision as this engine applies it: the plan's in mixed
+// and bk mode, ghost everywhere in ghost mode, instantiate in instantiate
+// mode and for shared parameters.
+func (e *Engine) Decisions() map[string]rewrite.Decision {
+	out := map[string]rewrite.Decision{}
+	for _, gs := range e.groups {
+		for _, g := range gs {
+			for _, u := range g.uses {
+				if u.linear != nil {
+					out[u.p.name+"@"+u.use.Node] = u.linear.decision
+				}
+			}
+		}
+	}
+	return out
+}
+
+func addTo(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func scale(x []float32, s float32) {
+	for i := range x {
+		x[i] *= s
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

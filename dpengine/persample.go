@@ -1,0 +1,618 @@
+package dpengine
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/blas"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+// useGroup is the set of parameter uses that read the same operand of the
+// same consumer node: usually one, several when a derived operand (a qkv
+// bias concatenated from q_bias and v_bias) carries several parameters.
+type useGroup struct {
+	output  string // consumer's first output: the hook key
+	op      string
+	operand int
+	uses    []*useState
+	// sub back-propagates the operand's per-sample gradient through the
+	// parameter-only path to the parameters (nil for direct uses).
+	sub     *runtime.Plan
+	subOut  []float32 // operand-shaped per-sample gradient
+	subBase []float32 // zero-filled operand-shaped buffer for batched operands
+}
+
+type useState struct {
+	use    *rewrite.Use
+	p      *param
+	linear *linearState
+}
+
+// linearState is a linear use's layer and book-keeping storage.
+type linearState struct {
+	layer    *rewrite.Layer
+	decision rewrite.Decision
+	// bk storage: for Conv the whole input and output gradient; for
+	// Gemm/MatMul the stacked per-sample rows a (N·T×D) and g (N·T×p).
+	x, dy []float32
+	conv  *kernels.ConvShape
+	T     int
+	// weightLayoutPD is true when the parameter is laid out p×D (Conv,
+	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
+	weightLayoutPD bool
+	alpha          float32
+}
+
+// needPerSample reports whether a parameter keeps B per-sample gradients.
+func (e *Engine) needPerSample(p *param, rp *rewrite.Param) bool {
+	if rp.Shared || e.cfg.Mode == Instantiate {
+		return true
+	}
+	for _, u := range rp.Uses {
+		if u.Kind == rewrite.KindElementwise && (e.cfg.Mode == BK || len(u.Path) > 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// buildUses indexes the plan's parameter uses by consumer node and
+// prepares path sub-plans.
+func (e *Engine) buildUses(cg *graph.Graph) error {
+	B := e.cfg.PhysicalBatch
+	type key struct{ out, operand string }
+	byKey := map[key]*useGroup{}
+	for _, rp := range e.rp.Params {
+		if rp.Kind == rewrite.KindFrozen {
+			continue
+		}
+		p := e.byName[rp.Name]
+		if p == nil {
+			return fmt.Errorf("dpengine: trainable parameter %q is not in the compiled plan", rp.Name)
+		}
+		if e.needPerSample(p, rp) {
+			p.ps = make([]float32, B*len(p.data))
+		}
+		for _, u := range rp.Uses {
+			k := key{u.Output, u.OperandValue}
+			g := byKey[k]
+			if g == nil {
+				g = &useGroup{output: u.Output, op: u.Op, operand: u.Operand}
+				byKey[k] = g
+				e.groups[u.Output] = append(e.groups[u.Output], g)
+			}
+			us := &useState{use: u, p: p}
+			if u.Kind == rewrite.KindLinear {
+				if len(u.Path) > 0 {
+					return fmt.Errorf("dpengine: linear use of %q through %d shape ops is not supported", rp.Name, len(u.Path))
+				}
+				ls := &linearState{layer: u.Layer, decision: u.Layer.Decision}
+				switch {
+				case e.cfg.Mode == Ghost:
+					ls.decision = rewrite.Ghost
+				case e.cfg.Mode == Instantiate || rp.Shared:
+					ls.decision = rewrite.Instantiate
+				}
+				us.linear = ls
+				p.linear = append(p.linear, ls)
+			}
+			g.uses = append(g.uses, us)
+		}
+	}
+	for _, gs := range e.groups {
+		for _, g := range gs {
+			if len(g.uses[0].use.Path) == 0 {
+				continue
+			}
+			var names []string
+			for _, u := range g.uses {
+				if len(u.use.Path) == 0 {
+					return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", g.uses[0].use.OperandValue, g.output)
+				}
+				names = append(names, u.p.name)
+			}
+			sub, err := cg.Extract(g.uses[0].use.OperandValue)
+			if err != nil {
+				return fmt.Errorf("dpengine: %w", err)
+			}
+			g.sub, err = runtime.Compile(sub, &runtime.Options{Trainable: names, KeepActivations: true})
+			if err != nil {
+				return fmt.Errorf("dpengine: path of %v: %w", names, err)
+			}
+			if err := g.sub.Forward(); err != nil {
+				return fmt.Errorf("dpengine: path of %v: %w", names, err)
+			}
+			out, _ := g.sub.Output(0)
+			g.subOut = make([]float32, len(out))
+		}
+	}
+	return nil
+}
+
+// clipPhysical runs the DP backward pass(es) of one physical batch and adds
+// Σ_i C_i g_i to every parameter's accumulator.
+func (e *Engine) clipPhysical(B int) error {
+	clear(e.normSq)
+	for _, p := range e.params {
+		clear(p.normSq)
+		clear(p.ps)
+	}
+	e.hookErr = nil
+	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}
+	if err := e.plan.Backward(e.weights, opts); err != nil {
+		return err
+	}
+	if e.hookErr != nil {
+		return e.hookErr
+	}
+	// Norms of parameters that kept per-sample gradients.
+	for _, p := range e.params {
+		if p.ps == nil {
+			continue
+		}
+		size := len(p.data)
+		for i := 0; i < B; i++ {
+			p.normSq[i] = sumSq(p.ps[i*size : (i+1)*size])
+		}
+	}
+	// Clip factors: flat over all parameters, or per parameter.
+	n := e.n
+	K := float64(len(e.params))
+	for i := 0; i < B; i++ {
+		var tot float64
+		for _, p := range e.params {
+			tot += p.normSq[i]
+		}
+		e.normSq[i] = tot
+	}
+	if e.cfg.PerLayer {
+		c := e.cfg.Clipping
+		c.R /= math.Sqrt(K)
+		for k, p := range e.params {
+			for i := 0; i < B; i++ {
+				f := float32(0)
+				if i < n {
+					f = float32(c.Factor(math.Sqrt(p.normSq[i])))
+				}
+				e.factors[k][i] = f
+			}
+		}
+	}
+	f := e.factors[0]
+	for i := 0; i < B; i++ {
+		norm := math.Sqrt(e.normSq[i])
+		if i >= n {
+			if !e.cfg.PerLayer {
+				f[i] = 0
+			}
+			continue
+		}
+		if math.IsNaN(norm) || math.IsInf(norm, 0) {
+			e.nonFinite++
+		}
+		if !e.cfg.PerLayer {
+			f[i] = float32(e.cfg.Clipping.Factor(norm))
+			if f[i] < 1 {
+				e.clipped++
+			}
+		}
+	}
+	switch e.cfg.Mode {
+	case Ghost, Mixed:
+		// The second backward pass on Σ_i C_i L_i gives Σ_i C_i g_i for
+		// every parameter (the paper's Algorithm 1, last line).
+		if err := e.plan.Backward(f, nil); err != nil {
+			return err
+		}
+		for _, p := range e.params {
+			addTo(p.accum, e.plan.Grad(p.name))
+		}
+		return nil
+	}
+	for k, p := range e.params {
+		fk := f
+		if e.cfg.PerLayer {
+			fk = e.factors[k]
+		}
+		if p.ps != nil {
+			size := len(p.data)
+			for i := 0; i < n; i++ {
+				if fk[i] != 0 {
+					kernels.Axpy(fk[i], p.ps[i*size:(i+1)*size], p.accum)
+				}
+			}
+			continue
+		}
+		for _, ls := range p.linear {
+			if err := ls.weightedSum(fk, B, p.accum); err != nil {
+				return fmt.Errorf("dpengine: %s: %w", p.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hook receives the runtime's backward events.
+func (e *Engine) hook(ev *runtime.HookEvent) {
+	if e.hookErr != nil || len(ev.Node.Outputs) == 0 || ev.Node.Outputs[0] == nil {
+		return
+	}
+	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
+		var err error
+		if g.uses[0].linear != nil {
+			err = e.linearUse(ev, g.uses[0])
+		} else {
+			err = e.elementwiseGroup(ev, g)
+		}
+		if err != nil {
+			e.hookErr = fmt.Errorf("dpengine: node %s: %w", ev.Node, err)
+			return
+		}
+	}
+}
+
+// gatherSample copies sample i's elements of v (N samples) into dst and
+// returns it; the samples' shape is v.Shape with the batch axis set to 1.
+func gatherSample(v *runtime.View, N, i int, dst []float32) []float32 {
+	stride := v.BatchStride
+	blocks := len(v.Data) / stride
+	dst = dst[:0]
+	for b := i; b < blocks; b += N {
+		dst = append(dst, v.Data[b*stride:(b+1)*stride]...)
+	}
+	return dst
+}
+
+// scatterSample writes src (sample i's elements) into the zeroed full
+// tensor dst with v's layout.
+func scatterSample(stride, N, i int, src, dst []float32) {
+	blocks := len(dst) / stride
+	k := 0
+	for b := i; b < blocks; b += N {
+		copy(dst[b*stride:(b+1)*stride], src[k:k+stride])
+		k += stride
+	}
+}
+
+func sampleShape(v *runtime.View) []int {
+	s := append([]int(nil), v.Shape...)
+	if v.BatchAxis >= 0 {
+		s[v.BatchAxis] = 1
+	}
+	return s
+}
+
+// linearUse handles the weight of a Conv, Gemm or MatMul.
+func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
+	ls, p := us.linear, us.p
+	B := e.cfg.PhysicalBatch
+	dout := &ev.DOut
+	if dout.BatchAxis < 0 {
+		return fmt.Errorf("output gradient has no batch axis")
+	}
+	switch ev.Node.OpType {
+	case "Conv":
+		return e.convUse(ev, us)
+	case "Gemm", "MatMul":
+	default:
+		return fmt.Errorf("no per-sample rule for %s weights", ev.Node.OpType)
+	}
+	data := &ev.Inputs[us.use.Data]
+	if data.BatchAxis < 0 {
+		return fmt.Errorf("input %q has no batch axis", data.Name)
+	}
+	ls.alpha = 1
+	ls.weightLayoutPD = false
+	if ev.Node.OpType == "Gemm" {
+		if a, err := ev.Node.Float("alpha"); err == nil {
+			ls.alpha = a
+		}
+		if ta, _ := ev.Node.Int("transA"); ta != 0 {
+			return fmt.Errorf("Gemm with transA=1 is not supported for per-sample gradients")
+		}
+		if tb, _ := ev.Node.Int("transB"); tb != 0 {
+			ls.weightLayoutPD = true
+		}
+	}
+	if us.use.Operand != 1 {
+		return fmt.Errorf("%s parameter as operand %d is not supported", ev.Node.OpType, us.use.Operand)
+	}
+	D, P := int(ls.layer.D), int(ls.layer.P)
+	T := len(data.Data) / B / D
+	if T*B*D != len(data.Data) || T*B*P != len(dout.Data) {
+		return fmt.Errorf("unexpected shapes %v and %v for D=%d p=%d", data.Shape, dout.Shape, D, P)
+	}
+	ls.T = T
+	// Stacked per-sample rows, sample-major.
+	if len(ls.x) != B*T*D {
+		ls.x = make([]float32, B*T*D)
+		ls.dy = make([]float32, B*T*P)
+	}
+	for i := 0; i < B; i++ {
+		gatherSample(data, B, i, ls.x[i*T*D:i*T*D])
+		gatherSample(dout, B, i, ls.dy[i*T*P:i*T*P])
+	}
+	size := len(p.data)
+	var ws []float32
+	if ls.decision == rewrite.Ghost && T > 1 {
+		ws = make([]float32, 2*T*T)
+	}
+	var inst []float32
+	if ls.decision == rewrite.Instantiate {
+		inst = make([]float32, size)
+	}
+	for i := 0; i < e.n; i++ {
+		a := ls.x[i*T*D : (i+1)*T*D]
+		g := ls.dy[i*T*P : (i+1)*T*P]
+		if ls.decision == rewrite.Ghost {
+			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, ws)
+			continue
+		}
+		if ls.weightLayoutPD {
+			blas.SgemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
+		} else {
+			blas.SgemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
+		}
+		if p.ps != nil {
+			addTo(p.ps[i*size:(i+1)*size], inst)
+		} else {
+			p.normSq[i] += sumSq(inst)
+		}
+	}
+	return nil
+}
+
+// convUse handles a Conv weight: a_i is the unfolded input of sample i and
+// group g (T×D), and the output gradient of the group is already laid out
+// p×T, i.e. g_iᵀ.
+func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
+	ls, p := us.linear, us.p
+	s := ev.Conv
+	if s == nil {
+		return fmt.Errorf("no convolution geometry")
+	}
+	x, dy := &ev.Inputs[0], &ev.DOut
+	if x.BatchAxis != 0 || dy.BatchAxis != 0 {
+		return fmt.Errorf("convolution without a leading batch axis")
+	}
+	B := s.N
+	groups := max(s.Group, 1)
+	T, D := s.T, s.D
+	P := s.M / groups
+	inLen, outLen := len(x.Data)/B, len(dy.Data)/B
+	ls.conv = s
+	if e.cfg.Mode == BK && p.ps == nil {
+		// Keep the input and output gradient for Σ C_i g_i after the
+		// clip factors are known.
+		ls.x = append(ls.x[:0], x.Data...)
+		ls.dy = append(ls.dy[:0], dy.Data...)
+	}
+	a := make([]float32, T*D)
+	var ws, inst []float32
+	if ls.decision == rewrite.Ghost {
+		ws = make([]float32, 2*T*T)
+	} else {
+		inst = make([]float32, P*D)
+	}
+	size := len(p.data)
+	for i := 0; i < e.n; i++ {
+		xi := x.Data[i*inLen : (i+1)*inLen]
+		for gr := 0; gr < groups; gr++ {
+			kernels.Unfold(s, xi, gr, a)
+			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
+			if ls.decision == rewrite.Ghost {
+				aa, gg := ws[:T*T], ws[T*T:]
+				blas.SgemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
+				blas.SgemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
+				var dot float64
+				for k, v := range aa {
+					dot += float64(v) * float64(gg[k])
+				}
+				p.normSq[i] += dot
+				continue
+			}
+			blas.SgemmSerial(false, false, P, D, T, 1, gT, T, a, D, 0, inst, D)
+			if p.ps != nil {
+				addTo(p.ps[i*size+gr*P*D:i*size+(gr+1)*P*D], inst)
+			} else {
+				p.normSq[i] += sumSq(inst)
+			}
+		}
+	}
+	return nil
+}
+
+// weightedSum adds Σ_i c_i g_i of a linear use to accum from the kept
+// input and output gradient (book-keeping).
+func (ls *linearState) weightedSum(c []float32, B int, accum []float32) error {
+	if ls.conv != nil {
+		if len(ls.x) == 0 {
+			return fmt.Errorf("no kept activations")
+		}
+		s := ls.conv
+		outLen := len(ls.dy) / B
+		for i := 0; i < B; i++ {
+			scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
+		}
+		dw := make([]float32, len(accum))
+		ws := make([]float32, kernels.ConvWorkspaceSize(s))
+		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
+		addTo(accum, dw)
+		return nil
+	}
+	D, P, T := int(ls.layer.D), int(ls.layer.P), ls.T
+	scaled := make([]float32, B*T*P)
+	for i := 0; i < B; i++ {
+		ci := c[i] * ls.alpha
+		for k, v := range ls.dy[i*T*P : (i+1)*T*P] {
+			scaled[i*T*P+k] = ci * v
+		}
+	}
+	if ls.weightLayoutPD {
+		blas.Sgemm(true, false, P, D, B*T, 1, scaled, P, ls.x, D, 1, accum, D)
+	} else {
+		blas.Sgemm(true, false, D, P, B*T, 1, ls.x, D, scaled, P, 1, accum, P)
+	}
+	return nil
+}
+
+// elementwiseGroup computes the per-sample gradients of the parameters
+// behind one elementwise operand.
+func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
+	B := e.cfg.PhysicalBatch
+	u := g.uses[0].use
+	opView := &ev.Inputs[u.Operand]
+	opShape := opView.Shape
+	opLen := len(opView.Data)
+	if opView.Data == nil {
+		opLen = 1
+		for _, d := range opShape {
+			opLen *= d
+		}
+	}
+	batched := opView.BatchAxis >= 0
+	perSample := opLen
+	if batched {
+		perSample = opLen / B
+	}
+	buf := make([]float32, perSample)
+	for i := 0; i < e.n; i++ {
+		if err := e.operandGrad(ev, u, i, buf); err != nil {
+			return err
+		}
+		if g.sub == nil {
+			us := g.uses[0]
+			if us.p.ps != nil {
+				addTo(us.p.ps[i*len(us.p.data):(i+1)*len(us.p.data)], buf)
+			} else {
+				us.p.normSq[i] += sumSq(buf)
+			}
+			continue
+		}
+		dy := buf
+		if batched {
+			if g.subBase == nil {
+				g.subBase = make([]float32, opLen)
+			}
+			clear(g.subBase)
+			scatterSample(opView.BatchStride, B, i, buf, g.subBase)
+			dy = g.subBase
+		}
+		if err := g.sub.BackwardFrom(dy, nil); err != nil {
+			return err
+		}
+		for _, us := range g.uses {
+			grad := g.sub.Grad(us.p.name)
+			addTo(us.p.ps[i*len(us.p.data):(i+1)*len(us.p.data)], grad)
+		}
+	}
+	return nil
+}
+
+// operandGrad writes sample i's gradient with respect to the operand (its
+// own shape, batch axis at 1 for batched operands) to out.
+func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32) error {
+	B := e.cfg.PhysicalBatch
+	dout := &ev.DOut
+	if dout.BatchAxis < 0 {
+		return fmt.Errorf("output gradient has no batch axis")
+	}
+	gi := gatherSample(dout, B, i, nil)
+	gShape := sampleShape(dout)
+	opView := &ev.Inputs[u.Operand]
+	opShape := sampleShape(opView)
+	k := u.Operand
+	switch ev.Node.OpType {
+	case "Add", "Sub", "Mul", "Div":
+		d := gi
+		other := &ev.Inputs[1-k]
+		if ev.Node.OpType == "Sub" && k == 1 {
+			scale(d, -1)
+		}
+		if ev.Node.OpType == "Mul" || ev.Node.OpType == "Div" {
+			ov, oShape := other.Data, other.Shape
+			if other.BatchAxis >= 0 {
+				ov, oShape = gatherSample(other, B, i, nil), sampleShape(other)
+			}
+			d = make([]float32, len(gi))
+			switch {
+			case ev.Node.OpType == "Mul":
+				kernels.Binary(kernels.Mul, gi, gShape, ov, oShape, d, gShape)
+			case k == 0: // d(a/b)/da = 1/b
+				kernels.Binary(kernels.Div, gi, gShape, ov, oShape, d, gShape)
+			default: // d(a/b)/db = -a/b² = -(a/b)/b
+				self := opView.Data
+				sShape := opView.Shape
+				if opView.BatchAxis >= 0 {
+					self, sShape = gatherSample(opView, B, i, nil), opShape
+				}
+				q := make([]float32, len(gi))
+				kernels.Binary(kernels.Div, ov, oShape, self, sShape, q, gShape)
+				kernels.Binary(kernels.Div, q, gShape, self, sShape, q, gShape)
+				kernels.Binary(kernels.Mul, gi, gShape, q, gShape, d, gShape)
+				scale(d, -1)
+			}
+		}
+		kernels.ReduceToShape(d, gShape, out, opShape)
+	case "Conv":
+		if k != 2 {
+			return fmt.Errorf("Conv operand %d is not a bias", k)
+		}
+		M := opShape[0]
+		T := len(gi) / M
+		for m := 0; m < M; m++ {
+			var s float32
+			for _, v := range gi[m*T : (m+1)*T] {
+				s += v
+			}
+			out[m] = s
+		}
+	case "Gemm":
+		if k != 2 {
+			return fmt.Errorf("Gemm operand %d is not the bias C", k)
+		}
+		if beta, err := ev.Node.Float("beta"); err == nil && beta != 1 {
+			scale(gi, beta)
+		}
+		p := gShape[len(gShape)-1]
+		kernels.ReduceToShape(gi, []int{len(gi) / p, p}, out, opShape)
+	case "Concat":
+		axis, err := ev.Node.Int("axis")
+		if err != nil {
+			return err
+		}
+		ax := int(axis)
+		if ax < 0 {
+			ax += len(gShape)
+		}
+		off := 0
+		for j := 0; j < k; j++ {
+			off += ev.Inputs[j].Shape[ax]
+		}
+		sliceAxis(gi, gShape, ax, off, opShape[ax], out)
+	default:
+		return fmt.Errorf("no per-sample rule for a parameter operand of %s", ev.Node.OpType)
+	}
+	return nil
+}
+
+// sliceAxis copies x[..., off:off+n, ...] (along axis) to out.
+func sliceAxis(x []float32, shape []int, axis, off, n int, out []float32) {
+	outer, inner := 1, 1
+	for _, d := range shape[:axis] {
+		outer *= d
+	}
+	for _, d := range shape[axis+1:] {
+		inner *= d
+	}
+	dim := shape[axis]
+	k := 0
+	for o := 0; o < outer; o++ {
+		src := x[(o*dim+off)*inner : (o*dim+off+n)*inner]
+		k += copy(out[k:], src)
+	}
+}
