@@ -74,10 +74,10 @@ type Config struct {
 // Engine trains a compiled model privately: feed it logical batches, it
 // clips, noises and applies the update.
 type Engine struct {
-	cfg    Config
-	rp     *rewrite.Plan
-	plan   *runtime.Plan
-	sample []int64 // per-sample input shape
+	cfg       Config
+	rp        *rewrite.Plan
+	plan      *runtime.Plan
+	sample    []int64 // per-sample input shape
 	sampleLen int
 
 	params  []*param
@@ -95,9 +95,9 @@ type Engine struct {
 	factors [][]float32 // per param (per-layer) or one shared slice
 
 	// Per logical batch.
-	samples  int
-	lossSum  float64
-	clipped  int
+	samples   int
+	lossSum   float64
+	clipped   int
 	nonFinite int
 }
 
