@@ -386,6 +386,15 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 	return out, norms, nil
 }
 
+// Gradient returns the private gradient of parameter name from the last
+// Step (noisy and divided by the expected batch size), or nil.
+func (e *Engine) Gradient(name string) []float32 {
+	if p := e.byName[name]; p != nil {
+		return p.accum
+	}
+	return nil
+}
+
 // ParamNorms returns, after ClippedSum or a Step's last physical batch, the
 // per-sample gradient norm of each parameter for the real samples.
 func (e *Engine) ParamNorms() map[string][]float64 {

@@ -2,14 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"regexp"
 	"strings"
 
-	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
@@ -35,22 +31,12 @@ func runPlan(args []string, stdout io.Writer) error {
 	model := fs.String("model", "", "ONNX model file (required)")
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (required)")
 	batch := fs.Int64("batch", 0, "batch size for the memory estimates (required)")
-	bn := fs.String("bn", "groupnorm", "BatchNormalization rewrite: groupnorm (paper; not exact) or freeze (running statistics, folded into the Conv; exact)")
-	groups := fs.Int64("gn-groups", rewrite.DefaultGroups, "GroupNorm groups for --bn groupnorm")
-	rule := fs.String("gn-rule", "divisor", "when --gn-groups does not divide the channels: divisor (largest divisor below it), gcd, or error")
-	priority := fs.String("priority", "memory", "layerwise decision: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)")
-	train := fs.String("train", "", "train only parameters whose name (or a reading node's name) matches this regular expression")
-	freeze := fs.String("freeze", "", "freeze parameters whose name (or a reading node's name) matches this regular expression")
-	shared := fs.String("shared", "instantiate", "parameters with several uses: instantiate (per-use gradients summed) or freeze")
-	classes := fs.Int64("num-classes", 0, "replace the classifier head by a fresh one with this many classes")
-	seed := fs.Uint64("seed", 0, "seed of the fresh head's initialisation")
+	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if *model == "" {
 		return usagef("--model is required")
 	}
@@ -64,59 +50,19 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	if set["num-classes"] && *classes <= 0 {
-		return usagef("--num-classes must be positive, got %d", *classes)
-	}
-	if *groups <= 0 {
-		return usagef("--gn-groups must be positive, got %d", *groups)
-	}
-	opts := rewrite.Options{
-		PlanOptions: rewrite.PlanOptions{InputShape: dims, Batch: *batch, Priority: rewrite.Priority(*priority), Shared: rewrite.SharedPolicy(*shared)},
-		BN:          rewrite.BNOptions{Mode: rewrite.BNMode(*bn), Groups: *groups, Rule: rewrite.GroupRule(*rule)},
-		NumClasses:  *classes,
-		HeadSeed:    *seed,
-	}
-	switch {
-	case opts.BN.Mode != rewrite.BNGroupNorm && opts.BN.Mode != rewrite.BNFreeze:
-		return usagef("--bn must be groupnorm or freeze, got %q", *bn)
-	case opts.Priority != rewrite.PriorityMemory && opts.Priority != rewrite.PrioritySpeed:
-		return usagef("--priority must be memory or speed, got %q", *priority)
-	case opts.Shared != rewrite.SharedInstantiate && opts.Shared != rewrite.SharedFreeze:
-		return usagef("--shared must be instantiate or freeze, got %q", *shared)
-	}
-	if opts.BN.Rule != rewrite.GroupsDivisor && opts.BN.Rule != rewrite.GroupsGCD && opts.BN.Rule != rewrite.GroupsError {
-		return usagef("--gn-rule must be divisor, gcd or error, got %q", *rule)
-	}
-	for name, s := range map[string]string{"train": *train, "freeze": *freeze} {
-		if s == "" {
-			continue
-		}
-		re, err := regexp.Compile(s)
-		if err != nil {
-			return usagef("--%s: bad regular expression: %v", name, err)
-		}
-		if name == "train" {
-			opts.Train = re
-		} else {
-			opts.Freeze = re
-		}
-	}
-	m, err := onnx.Load(*model)
+	opts, err := rf.options(dims, *batch)
 	if err != nil {
 		return err
 	}
-	g, err := graph.FromONNX(m)
+	_, g, err := loadGraph(*model)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
-	}
-	if err := g.Validate(); err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
+		return err
 	}
 	p, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, BN: opts.BN, Shared: *shared, Plan: p}
+	rep := planReport{Model: *model, BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	if *out != "" {
 		rm, err := g.ToONNX()
 		if err != nil {

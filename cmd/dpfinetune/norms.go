@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+)
+
+func init() {
+	register(&command{
+		name:    "norms",
+		summary: "per-sample gradient norms (total and per parameter) and each layer's ghost/instantiate decision",
+		run:     runNorms,
+	})
+}
+
+type normsReport struct {
+	Model     string               `json:"model"`
+	Mode      dpengine.Mode        `json:"mode"`
+	Samples   int                  `json:"samples"`
+	Total     []float64            `json:"total"`
+	PerParam  map[string][]float64 `json:"per_param"`
+	Decisions []layerDecision      `json:"decisions"`
+	Frozen    map[string]string    `json:"frozen,omitempty"`
+}
+
+type layerDecision struct {
+	Param    string           `json:"param"`
+	Node     string           `json:"node"`
+	Op       string           `json:"op"`
+	T        int64            `json:"T"`
+	D        int64            `json:"D"`
+	P        int64            `json:"p"`
+	Decision rewrite.Decision `json:"decision"`
+}
+
+func runNorms(args []string, stdout io.Writer) error {
+	fs := newFlagSet("norms", "--model M.onnx --input x.npy --labels y.npy [--mode bk|mixed|ghost|instantiate] [--batch N] [--json]")
+	model := fs.String("model", "", "ONNX model file (required)")
+	input := fs.String("input", "", ".npy float32 inputs (N,C,H,W) (required)")
+	labels := fs.String("labels", "", ".npy int64 labels (N,) (required)")
+	mode := fs.String("mode", "bk", "how norms are computed: bk or mixed (layerwise decision), ghost (ghost norm everywhere), instantiate (per-sample gradients)")
+	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
+	asJSON := fs.Bool("json", false, "print JSON")
+	rf := addRewriteFlags(fs, "freeze")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *model == "" || *input == "" || *labels == "" {
+		return usagef("--model, --input and --labels are required")
+	}
+	m, err := dpengine.ParseMode(*mode)
+	if err != nil || m == dpengine.NonDP {
+		return usagef("--mode must be bk, mixed, ghost or instantiate, got %q", *mode)
+	}
+	if *batch <= 0 {
+		return usagef("--batch must be positive, got %d", *batch)
+	}
+	x, err := npy.ReadFile(*input)
+	if err != nil {
+		return err
+	}
+	if x.DType != npy.Float32 || len(x.Shape) < 2 {
+		return fmt.Errorf("%s: want float32 inputs of shape (N, C, H, W), got %s %v", *input, x.DType, x.Shape)
+	}
+	y, err := npy.ReadFile(*labels)
+	if err != nil {
+		return err
+	}
+	ys := y.I64
+	if y.DType == npy.Int32 {
+		ys = make([]int64, len(y.I32))
+		for i, v := range y.I32 {
+			ys[i] = int64(v)
+		}
+	} else if y.DType != npy.Int64 {
+		return fmt.Errorf("%s: want int64 labels, got %s", *labels, y.DType)
+	}
+	n := x.Shape[0]
+	if len(ys) != n {
+		return fmt.Errorf("%s has %d labels for %d inputs in %s", *labels, len(ys), n, *input)
+	}
+	dims := make([]int64, len(x.Shape)-1)
+	for i, d := range x.Shape[1:] {
+		dims[i] = int64(d)
+	}
+	pb := min(*batch, n)
+	opts, err := rf.options(dims, int64(pb))
+	if err != nil {
+		return err
+	}
+	_, g, err := loadGraph(*model)
+	if err != nil {
+		return err
+	}
+	rp, err := rewrite.Prepare(g, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	// A clip norm that never binds: the norms are what we want.
+	eng, err := dpengine.New(g, rp, dpengine.Config{Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
+		ExpectedBatch: float64(n), PhysicalBatch: pb})
+	if err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	rep := normsReport{Model: *model, Mode: m, Samples: n, PerParam: map[string][]float64{}, Frozen: map[string]string{}}
+	sl := len(x.F32) / n
+	for off := 0; off < n; off += pb {
+		end := min(off+pb, n)
+		_, tot, err := eng.ClippedSum(x.F32[off*sl:end*sl], ys[off:end])
+		if err != nil {
+			return fmt.Errorf("samples %d to %d: %w", off, end-1, err)
+		}
+		rep.Total = append(rep.Total, tot...)
+		for name, v := range eng.ParamNorms() {
+			rep.PerParam[name] = append(rep.PerParam[name], v...)
+		}
+	}
+	dec := eng.Decisions()
+	for _, l := range rp.Layers {
+		d, ok := dec[l.Param+"@"+l.Node]
+		if !ok {
+			continue
+		}
+		rep.Decisions = append(rep.Decisions, layerDecision{Param: l.Param, Node: l.Node, Op: l.Op, T: l.T, D: l.D, P: l.P, Decision: d})
+	}
+	for _, p := range rp.Params {
+		if p.Kind == rewrite.KindFrozen {
+			rep.Frozen[p.Name] = p.Reason
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printNorms(stdout, &rep)
+	return nil
+}
+
+func printNorms(w io.Writer, r *normsReport) {
+	fmt.Fprintf(w, "model: %s   mode: %s   samples: %d\n\n", r.Model, r.Mode, r.Samples)
+	fmt.Fprintln(w, "per-sample gradient norm of the per-sample softmax cross-entropy (all trainable parameters):")
+	for i, v := range r.Total {
+		fmt.Fprintf(w, "  sample %-4d %.6g\n", i, v)
+	}
+	names := make([]string, 0, len(r.PerParam))
+	for k := range r.PerParam {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintln(w, "\nper parameter (mean / max over samples):")
+	for _, k := range names {
+		var mean, mx float64
+		for _, v := range r.PerParam[k] {
+			mean += v
+			mx = math.Max(mx, v)
+		}
+		mean /= float64(len(r.PerParam[k]))
+		fmt.Fprintf(w, "  %-50s %11.5g %11.5g\n", trunc(k, 50), mean, mx)
+	}
+	fmt.Fprintln(w, "\nlinear layers:")
+	for _, d := range r.Decisions {
+		fmt.Fprintf(w, "  %-40s %-7s T=%-6d D=%-6d p=%-6d %s\n", trunc(d.Param, 40), d.Op, d.T, d.D, d.P, d.Decision)
+	}
+	for k, why := range r.Frozen {
+		fmt.Fprintf(w, "frozen: %s (%s)\n", k, why)
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+)
+
+// TestNormsCLI: dpfinetune norms reproduces PyTorch's brute-force
+// per-sample norms on the vit fixture in every mode, across physical
+// batches of 3 (so the last one is padded).
+func TestNormsCLI(t *testing.T) {
+	gd, err := npy.ReadNPZ("../../testdata/golden/vit.npz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
+	if err := npy.WriteFile(xp, gd["input"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.WriteFile(yp, gd["labels"]); err != nil {
+		t.Fatal(err)
+	}
+	want := gd["norm_total"].F64
+	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
+		out, errOut, code := run(t, "norms", "--model", "../../testdata/models/vit.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
+		}
+		var r normsReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Total) != len(want) {
+			t.Fatalf("%s: %d norms, want %d", mode, len(r.Total), len(want))
+		}
+		for i := range want {
+			if math.Abs(r.Total[i]-want[i]) > 1e-3*want[i] {
+				t.Errorf("%s sample %d: %v, PyTorch %v", mode, i, r.Total[i], want[i])
+			}
+		}
+		for name, v := range r.PerParam {
+			w := gd["norm/"+name].F64
+			for i := range w {
+				if math.Abs(v[i]-w[i]) > 1e-3*w[i]+1e-6 {
+					t.Errorf("%s %s sample %d: %v, PyTorch %v", mode, name, i, v[i], w[i])
+				}
+			}
+		}
+		if len(r.Decisions) != 10 {
+			t.Errorf("%s: %d layer decisions, want 10", mode, len(r.Decisions))
+		}
+	}
+	_, errOut, code := run(t, "norms", "--model", "../../testdata/models/vit.onnx", "--input", xp, "--labels", xp)
+	if code != 1 || !strings.Contains(errOut, "int64 labels") {
+		t.Errorf("float labels: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp)
+	if code != 1 || !strings.Contains(errOut, "fixed at 1") {
+		t.Errorf("wrong input shape: exit %d, %q", code, errOut)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"regexp"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+)
+
+// rewriteFlags are the flags that choose how a model is rewritten for DP
+// training; plan, norms and train share them.
+type rewriteFlags struct {
+	fs                                        *flag.FlagSet
+	bn, rule, priority, train, freeze, shared *string
+	groups, classes                           *int64
+	seed                                      *uint64
+}
+
+func addRewriteFlags(fs *flag.FlagSet, bnDefault string) *rewriteFlags {
+	return &rewriteFlags{
+		fs:       fs,
+		bn:       fs.String("bn", bnDefault, "BatchNormalization rewrite: groupnorm (paper; not exact) or freeze (running statistics, folded into the Conv; exact)"),
+		groups:   fs.Int64("gn-groups", rewrite.DefaultGroups, "GroupNorm groups for --bn groupnorm"),
+		rule:     fs.String("gn-rule", "divisor", "when --gn-groups does not divide the channels: divisor (largest divisor below it), gcd, or error"),
+		priority: fs.String("priority", "memory", "layerwise decision: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)"),
+		train:    fs.String("train", "", "train only parameters whose name (or a reading node's name) matches this regular expression"),
+		freeze:   fs.String("freeze", "", "freeze parameters whose name (or a reading node's name) matches this regular expression"),
+		shared:   fs.String("shared", "instantiate", "parameters with several uses: instantiate (per-use gradients summed) or freeze"),
+		classes:  fs.Int64("num-classes", 0, "replace the classifier head by a fresh one with this many classes"),
+		seed:     fs.Uint64("head-seed", 0, "seed of the fresh head's initialisation"),
+	}
+}
+
+// options validates the flags and returns the rewrite options for samples
+// of shape dims at the given batch.
+func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, error) {
+	set := map[string]bool{}
+	r.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["num-classes"] && *r.classes <= 0 {
+		return rewrite.Options{}, usagef("--num-classes must be positive, got %d", *r.classes)
+	}
+	if *r.groups <= 0 {
+		return rewrite.Options{}, usagef("--gn-groups must be positive, got %d", *r.groups)
+	}
+	opts := rewrite.Options{
+		PlanOptions: rewrite.PlanOptions{InputShape: dims, Batch: batch, Priority: rewrite.Priority(*r.priority), Shared: rewrite.SharedPolicy(*r.shared)},
+		BN:          rewrite.BNOptions{Mode: rewrite.BNMode(*r.bn), Groups: *r.groups, Rule: rewrite.GroupRule(*r.rule)},
+		NumClasses:  *r.classes,
+		HeadSeed:    *r.seed,
+	}
+	switch {
+	case opts.BN.Mode != rewrite.BNGroupNorm && opts.BN.Mode != rewrite.BNFreeze:
+		return opts, usagef("--bn must be groupnorm or freeze, got %q", *r.bn)
+	case opts.Priority != rewrite.PriorityMemory && opts.Priority != rewrite.PrioritySpeed:
+		return opts, usagef("--priority must be memory or speed, got %q", *r.priority)
+	case opts.Shared != rewrite.SharedInstantiate && opts.Shared != rewrite.SharedFreeze:
+		return opts, usagef("--shared must be instantiate or freeze, got %q", *r.shared)
+	case opts.BN.Rule != rewrite.GroupsDivisor && opts.BN.Rule != rewrite.GroupsGCD && opts.BN.Rule != rewrite.GroupsError:
+		return opts, usagef("--gn-rule must be divisor, gcd or error, got %q", *r.rule)
+	}
+	for name, s := range map[string]string{"train": *r.train, "freeze": *r.freeze} {
+		if s == "" {
+			continue
+		}
+		re, err := regexp.Compile(s)
+		if err != nil {
+			return opts, usagef("--%s: bad regular expression: %v", name, err)
+		}
+		if name == "train" {
+			opts.Train = re
+		} else {
+			opts.Freeze = re
+		}
+	}
+	return opts, nil
+}
+
+// loadGraph loads and validates a model file.
+func loadGraph(path string) (*onnx.Model, *graph.Graph, error) {
+	m, err := onnx.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := g.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, g, nil
+}
