@@ -75,13 +75,13 @@ type trainSettings struct {
 
 // epochRecord is one line of the run report.
 type epochRecord struct {
-	Epoch        int         `json:"epoch"`
-	Steps        int64       `json:"steps"`
-	Epsilon      float64     `json:"epsilon"`
-	TrainLoss    float64     `json:"train_loss"`
-	Seconds      float64     `json:"seconds"`
-	SamplesPerS  float64     `json:"samples_per_second"`
-	Test         *evalResult `json:"test,omitempty"`
+	Epoch       int         `json:"epoch"`
+	Steps       int64       `json:"steps"`
+	Epsilon     float64     `json:"epsilon"`
+	TrainLoss   float64     `json:"train_loss"`
+	Seconds     float64     `json:"seconds"`
+	SamplesPerS float64     `json:"samples_per_second"`
+	Test        *evalResult `json:"test,omitempty"`
 }
 
 type runReport struct {
@@ -238,7 +238,7 @@ func runTrain(args []string, stdout io.Writer) error {
 		Model: *model, Data: *spec, Examples: n, Epsilon: *eps, Delta: *delta, Epochs: *epochs, BatchSize: L,
 		SampleRate: q, StepsPerEpoch: stepsPerEpoch, Steps: steps, Accountant: *acctName, Sampling: *sampling,
 		Mode: string(mode), Clip: *clip, ClipFn: fn.String(), PerLayer: *perLayer, Optimizer: *optName, LR: *lr,
-		WeightDecay: *wd, Norm: *norm, Augment: *augment, InputShape: sample, Seed: seed, NonPrivate: *nonPrivate,
+		WeightDecay: *wd, Norm: train.Preprocess().Norm.String(), Augment: *augment, InputShape: sample, Seed: seed, NonPrivate: *nonPrivate,
 	}
 	if test != nil {
 		set.TestData = test.spec
