@@ -50,6 +50,10 @@ type header struct {
 	Slots   []string `json:"slots"`
 }
 
+// checkpointWriter, when set by tests, wraps the checkpoint file's writer
+// (to simulate a full disk).
+var checkpointWriter func(io.Writer) io.Writer
+
 // WriteCheckpoint writes c to path through a temporary file in the same
 // directory that is renamed over path only when complete, so a crash or a
 // full disk never destroys the previous checkpoint.
@@ -82,7 +86,11 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 			os.Remove(tmp)
 		}
 	}()
-	w := bufio.NewWriterSize(f, 1<<20)
+	var out io.Writer = f
+	if checkpointWriter != nil {
+		out = checkpointWriter(f)
+	}
+	w := bufio.NewWriterSize(out, 1<<20)
 	w.WriteString(checkpointMagic)
 	binary.Write(w, binary.LittleEndian, uint64(len(hb)))
 	w.Write(hb)

@@ -23,7 +23,7 @@ type golden struct {
 	arrays map[string]*npy.Array
 }
 
-func loadGolden(t *testing.T, name string) golden {
+func loadGolden(t testing.TB, name string) golden {
 	t.Helper()
 	arr, err := npy.ReadNPZ(filepath.Join("..", "testdata", "golden", name+".npz"))
 	if err != nil {
@@ -33,6 +33,15 @@ func loadGolden(t *testing.T, name string) golden {
 }
 
 func newEngine(t *testing.T, name string, mode Mode, clip Clipping, perLayer bool) *Engine {
+	t.Helper()
+	return buildEngine(t, name, Config{Mode: mode, Clipping: clip, PerLayer: perLayer, NoiseMultiplier: 0, ExpectedBatch: 8, PhysicalBatch: 8})
+}
+
+func newEngineB(b *testing.B, name string, mode Mode, batch int) *Engine {
+	return buildEngine(b, name, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: float64(batch), PhysicalBatch: batch, Optimizer: NewAdam(1e-3, 0, false)})
+}
+
+func buildEngine(t testing.TB, name string, cfg Config) *Engine {
 	t.Helper()
 	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
 	if err != nil {
@@ -50,7 +59,7 @@ func newEngine(t *testing.T, name string, mode Mode, clip Clipping, perLayer boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(g, rp, Config{Mode: mode, Clipping: clip, PerLayer: perLayer, NoiseMultiplier: 0, ExpectedBatch: 8, PhysicalBatch: 8})
+	e, err := New(g, rp, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

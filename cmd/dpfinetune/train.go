@@ -95,6 +95,9 @@ type runReport struct {
 	Note       string             `json:"note"`
 }
 
+// afterStep, when set (by tests), is called after every completed step.
+var afterStep func(step int64)
+
 // interruptError reports a run stopped by a signal after its checkpoint was
 // saved.
 type interruptError struct{ ckpt string }
@@ -424,6 +427,11 @@ func runTrain(args []string, stdout io.Writer) error {
 			json.Unmarshal(ckpt.Extra, &rep.Epochs)
 		}
 	}
+	// lastGood names the newest checkpoint on disk, for error messages.
+	lastGood := "none was written yet"
+	if ckpt != nil {
+		lastGood = *ckptPath
+	}
 	save := func() error {
 		sb, _ := json.Marshal(set)
 		eb, _ := json.Marshal(rep.Epochs)
@@ -432,7 +440,11 @@ func runTrain(args []string, stdout io.Writer) error {
 		if seed != nil {
 			c.SourceStream = src.Stream()
 		}
-		return dpengine.WriteCheckpoint(*ckptPath, c)
+		if err := dpengine.WriteCheckpoint(*ckptPath, c); err != nil {
+			return err
+		}
+		lastGood = *ckptPath
+		return nil
 	}
 	var ev *evaluator
 	if test != nil {
@@ -473,11 +485,11 @@ func runTrain(args []string, stdout io.Writer) error {
 			st, err := eng.Step(batch, func(idx []int, x []float32, y []int64) error { return train.Fill(x, y, idx, aug) })
 			if err != nil {
 				bar.Exit()
-				return fmt.Errorf("step %d: %w (the last good checkpoint is %s)", step+1, err, *ckptPath)
+				return fmt.Errorf("step %d: %w (the last good checkpoint: %s)", step+1, err, lastGood)
 			}
 			if bad := firstNonFinite(eng); bad != "" {
 				bar.Exit()
-				return fmt.Errorf("step %d: parameter %q became NaN or infinite (lower --lr or --clip); stopped, the last good checkpoint is %s", step+1, bad, *ckptPath)
+				return fmt.Errorf("step %d: parameter %q became NaN or infinite (lower --lr or --clip); stopped, the last good checkpoint: %s", step+1, bad, lastGood)
 			}
 			if !*nonPrivate {
 				if err := acct.Step(set.Sigma, q, 1); err != nil {
@@ -485,6 +497,9 @@ func runTrain(args []string, stdout io.Writer) error {
 				}
 			}
 			step++
+			if afterStep != nil {
+				afterStep(step)
+			}
 			lossSum += st.MeanLoss * float64(st.Samples)
 			seen += st.Samples
 			if show && (epochStep%20 == 0 || epochStep == stepsPerEpoch-1) {

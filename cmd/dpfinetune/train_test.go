@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/orttest"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+const fmnist = "idx:../../testdata/fmnist-small"
+
+// trainArgs are a small, fast, seeded run of the fixture CNN.
+func trainArgs(out string, extra ...string) []string {
+	args := []string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=512",
+		"--epsilon", "3", "--epochs", "2", "--batch-size", "64", "--physical-batch", "32", "--lr", "0.002",
+		"--seed", "5", "--quiet", "--out", out}
+	return append(args, extra...)
+}
+
+func readInits(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	m, err := onnx.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, tp := range m.Proto.GetGraph().GetInitializer() {
+		b, err := m.TensorBytes(tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[tp.GetName()] = append([]byte(nil), b...)
+	}
+	return out
+}
+
+func metadata(t *testing.T, path string) map[string]string {
+	t.Helper()
+	m, err := onnx.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := map[string]string{}
+	for _, kv := range m.Proto.GetMetadataProps() {
+		md[kv.GetKey()] = kv.GetValue()
+	}
+	return md
+}
+
+// TestTrainInterruptResume: SIGINT in the middle of training saves a
+// checkpoint and stops; --resume then finishes with exactly the weights and
+// ε of an uninterrupted run with the same seed.
+func TestTrainInterruptResume(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full.onnx")
+	if _, e, code := run(t, trainArgs(full)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d: %s", code, e)
+	}
+
+	part := filepath.Join(dir, "part.onnx")
+	afterStep = func(step int64) {
+		if step == 11 { // mid second epoch (8 steps per epoch)
+			syscall.Kill(os.Getpid(), syscall.SIGINT)
+		}
+	}
+	_, e, code := run(t, trainArgs(part)...)
+	afterStep = nil
+	if code != 1 || !strings.Contains(e, "interrupted; checkpoint saved") || !strings.Contains(e, "--resume") {
+		t.Fatalf("interrupted run: exit %d: %s", code, e)
+	}
+	if _, err := os.Stat(part); err == nil {
+		t.Fatal("an interrupted run wrote the final model")
+	}
+	if _, e, code := run(t, trainArgs(part, "--resume")...); code != 0 {
+		t.Fatalf("resumed run: exit %d: %s", code, e)
+	}
+	a, b := readInits(t, full), readInits(t, part)
+	for name, w := range a {
+		if !bytes.Equal(w, b[name]) {
+			t.Errorf("parameter %q differs between the uninterrupted and the resumed run", name)
+		}
+	}
+	ma, mb := metadata(t, full), metadata(t, part)
+	if ma["dpfinetune.epsilon"] != mb["dpfinetune.epsilon"] || ma["dpfinetune.epsilon"] == "" {
+		t.Errorf("ε %q vs %q", ma["dpfinetune.epsilon"], mb["dpfinetune.epsilon"])
+	}
+	if eps, _ := parseF(ma["dpfinetune.epsilon"]); eps > 3 || eps < 2.9 {
+		t.Errorf("spent ε = %v for target 3", eps)
+	}
+}
+
+func parseF(s string) (float64, error) {
+	var v float64
+	err := json.Unmarshal([]byte(s), &v)
+	return v, err
+}
+
+// TestTrainReportAndExport: the report records the settings, σ and ε per
+// epoch; the export keeps the dynamic batch axis, carries the privacy
+// metadata, and runs in onnxruntime with the logits of our runtime.
+func TestTrainReportAndExport(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		model, sample string
+		extra         []string
+	}{
+		{"cnn", "1,28,28", nil},
+		// BatchNorm → GroupNorm rewrite, new 10-class head on a 3-channel model fed gray images.
+		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}},
+		{"vit", "3,32,32", nil},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			out := filepath.Join(dir, c.model+".onnx")
+			rep := filepath.Join(dir, c.model+".json")
+			args := []string{"train", "--model", "../../testdata/models/" + c.model + ".onnx", "--data", fmnist + ":limit=128",
+				"--test-data", fmnist + ":test:limit=64", "--epsilon", "2", "--epochs", "1", "--batch-size", "32", "--quiet",
+				"--out", out, "--report", rep}
+			if _, e, code := run(t, append(args, c.extra...)...); code != 0 {
+				t.Fatalf("exit %d: %s", code, e)
+			}
+			var r runReport
+			b, _ := os.ReadFile(rep)
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Settings.Sigma <= 0 || len(r.Epochs) != 1 || r.Epochs[0].Test == nil || r.Privacy == nil || r.Privacy.Epsilon > 2 {
+				t.Errorf("report %+v", r)
+			}
+			md := metadata(t, out)
+			if md["dpfinetune.accountant"] != "rdp" || md["dpfinetune.delta"] == "" {
+				t.Errorf("metadata %v", md)
+			}
+			// Our runtime and onnxruntime on the exported model.
+			m, err := onnx.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := g.Inputs[0].Shape[0]; d.Size >= 0 {
+				t.Errorf("export lost the dynamic batch axis: %v", g.Inputs[0].Shape)
+			}
+			sample, _ := parseDims(c.sample)
+			const n = 3
+			plan, err := runtime.CompileForBatch(g, n, sample, &runtime.Options{ForwardOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, shape := plan.Input(0)
+			for i := range x {
+				x[i] = float32(math.Sin(float64(i) * 0.37))
+			}
+			if err := plan.Forward(); err != nil {
+				t.Fatal(err)
+			}
+			ours, _ := plan.Output(0)
+			sh := make([]int64, len(shape))
+			for i, d := range shape {
+				sh[i] = int64(d)
+			}
+			res := orttest.Run(t, out, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: sh, Data: x}})
+			theirs := res[g.Outputs[0].Name].Data
+			var scale, worst float64
+			for i := range ours {
+				scale = math.Max(scale, math.Abs(float64(theirs[i])))
+				worst = math.Max(worst, math.Abs(float64(ours[i]-theirs[i])))
+			}
+			if worst > 1e-4*scale {
+				t.Errorf("onnxruntime vs ours: max diff %.3g (scale %.3g)", worst, scale)
+			}
+		})
+	}
+}
+
+// TestTrainBadInput: every bad input is a clear error naming what is wrong.
+func TestTrainBadInput(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "o.onnx")
+	junk := filepath.Join(dir, "junk.onnx")
+	os.WriteFile(junk, []byte("not a model at all"), 0o644)
+	trunc := filepath.Join(dir, "trunc.onnx")
+	b, _ := os.ReadFile("../../testdata/models/cnn.onnx")
+	os.WriteFile(trunc, b[:len(b)/3], 0o644)
+	// A truncated copy of the shipped IDX data.
+	idx := filepath.Join(dir, "idx")
+	os.MkdirAll(idx, 0o755)
+	for _, f := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"} {
+		b, _ := os.ReadFile(filepath.Join("../../testdata/fmnist-small", f))
+		if f == "train-images-idx3-ubyte.gz" {
+			b = b[:len(b)/2]
+		}
+		os.WriteFile(filepath.Join(idx, f), b, 0o644)
+	}
+	base := func(model, data string, extra ...string) []string {
+		return append([]string{"train", "--model", model, "--data", data, "--epsilon", "3", "--quiet", "--out", out}, extra...)
+	}
+	cnn := "../../testdata/models/cnn.onnx"
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"non-ONNX model", base(junk, fmnist), 1, "not an ONNX model"},
+		{"truncated model", base(trunc, fmnist), 1, "trunc.onnx"},
+		{"missing model", base(filepath.Join(dir, "none.onnx"), fmnist), 1, "none.onnx"},
+		{"input shape mismatch", base(cnn, fmnist, "--input-shape", "3,32,32"), 1, "fixed at 1"},
+		{"unknown data spec", base(cnn, "mnist:/tmp"), 1, "unknown scheme"},
+		{"missing data files", base(cnn, "idx:"+filepath.Join(dir, "nothing")), 1, "nothing"},
+		{"truncated data", base(cnn, "idx:"+idx), 1, "train-images-idx3-ubyte.gz"},
+		{"labels over classes", base(cnn, fmnist+":classes=5"), 1, "label"},
+		{"classes over logits", base(cnn, fmnist+":classes=20"), 1, "--num-classes 20"},
+		{"no epsilon", []string{"train", "--model", cnn, "--data", fmnist, "--out", out}, 2, "--epsilon"},
+		{"bad mode", base(cnn, fmnist, "--mode", "fast"), 2, "unknown clipping mode"},
+		{"bad delta", base(cnn, fmnist, "--delta", "2"), 2, "delta"},
+		{"impossible epsilon", base(cnn, fmnist, "--epsilon", "1e-9", "--epochs", "50", "--batch-size", "4000"), 1, "calibrating"},
+		{"nan training", base(cnn, fmnist+":limit=256", "--lr", "1e30", "--clip", "1e30", "--epochs", "3", "--batch-size", "64", "--seed", "1"), 1, "NaN"},
+		{"resume without checkpoint", base(cnn, fmnist, "--resume", "--checkpoint", filepath.Join(dir, "no.ckpt")), 1, "no.ckpt"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, e, code := run(t, c.args...)
+			if code != c.code || !strings.Contains(e, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d mentioning %q", code, e, c.code, c.want)
+			}
+		})
+	}
+}
+
+// TestEvalCLI: eval reports the accuracy and a confusion matrix that sums
+// to the number of examples, using the normalisation recorded by train.
+func TestEvalCLI(t *testing.T) {
+	out, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=100", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	var r evalResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, row := range r.Confusion {
+		for _, c := range row {
+			total += c
+		}
+	}
+	if r.Samples != 100 || total != 100 || r.Accuracy < 0 || r.Accuracy > 1 || !(r.Loss > 0) {
+		t.Errorf("eval %+v", r)
+	}
+	if _, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", "cifar10:/nonexistent"); code != 1 || !strings.Contains(e, "nonexistent") {
+		t.Errorf("missing data: exit %d, %q", code, e)
+	}
+	_ = npy.Float32
+}
