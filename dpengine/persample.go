@@ -3,6 +3,7 @@ package dpengine
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -32,6 +33,43 @@ type useState struct {
 	linear *linearState
 }
 
+// forSamples runs fn(w, i) for i in [0, n) on up to kernels.Workers()
+// goroutines; w identifies the worker, so fn can use per-worker buffers.
+// Each sample is handled by exactly one worker, which therefore owns that
+// sample's norm and per-sample gradient slots.
+func forSamples(n int, fn func(w, i int)) {
+	workers := min(kernels.Workers(), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				fn(w, i)
+			}
+		}(w)
+	}
+	wg.Wait()
+}
+
+// workerBufs returns per-worker scratch slices of length size, reused
+// across steps.
+func workerBufs(bufs *[][]float32, workers, size int) [][]float32 {
+	if len(*bufs) < workers || (len(*bufs) > 0 && len((*bufs)[0]) < size) {
+		*bufs = make([][]float32, workers)
+		for w := range *bufs {
+			(*bufs)[w] = make([]float32, size)
+		}
+	}
+	return *bufs
+}
+
 // linearState is a linear use's layer and book-keeping storage.
 type linearState struct {
 	layer    *rewrite.Layer
@@ -45,6 +83,12 @@ type linearState struct {
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
 	alpha          float32
+	// Per-worker scratch: the unfolded input, Gram matrices or an
+	// instantiated gradient.
+	scratch [][]float32
+	// Book-keeping scratch, reused across steps.
+	bkScaled, bkWS []float32
+	bkDW           []float32
 }
 
 // needPerSample reports whether a parameter keeps B per-sample gradients.
@@ -337,21 +381,19 @@ func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
 		gatherSample(dout, B, i, ls.dy[i*T*P:i*T*P])
 	}
 	size := len(p.data)
-	var ws []float32
-	if ls.decision == rewrite.Ghost && T > 1 {
-		ws = make([]float32, 2*T*T)
-	}
-	var inst []float32
+	need := 2 * T * T
 	if ls.decision == rewrite.Instantiate {
-		inst = make([]float32, size)
+		need = size
 	}
-	for i := 0; i < e.n; i++ {
+	bufs := workerBufs(&ls.scratch, kernels.Workers(), need)
+	forSamples(e.n, func(w, i int) {
 		a := ls.x[i*T*D : (i+1)*T*D]
 		g := ls.dy[i*T*P : (i+1)*T*P]
 		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, ws)
-			continue
+			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, bufs[w])
+			return
 		}
+		inst := bufs[w][:size]
 		if ls.weightLayoutPD {
 			blas.SgemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
 		} else {
@@ -362,7 +404,7 @@ func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
 		} else {
 			p.normSq[i] += sumSq(inst)
 		}
-	}
+	})
 	return nil
 }
 
@@ -391,21 +433,20 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 		ls.x = append(ls.x[:0], x.Data...)
 		ls.dy = append(ls.dy[:0], dy.Data...)
 	}
-	a := make([]float32, T*D)
-	var ws, inst []float32
-	if ls.decision == rewrite.Ghost {
-		ws = make([]float32, 2*T*T)
-	} else {
-		inst = make([]float32, P*D)
+	need := T*D + 2*T*T
+	if ls.decision == rewrite.Instantiate {
+		need = T*D + P*D
 	}
+	bufs := workerBufs(&ls.scratch, kernels.Workers(), need)
 	size := len(p.data)
-	for i := 0; i < e.n; i++ {
+	forSamples(e.n, func(w, i int) {
+		a, rest := bufs[w][:T*D], bufs[w][T*D:]
 		xi := x.Data[i*inLen : (i+1)*inLen]
 		for gr := 0; gr < groups; gr++ {
 			kernels.Unfold(s, xi, gr, a)
 			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
 			if ls.decision == rewrite.Ghost {
-				aa, gg := ws[:T*T], ws[T*T:]
+				aa, gg := rest[:T*T], rest[T*T:2*T*T]
 				blas.SgemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
 				blas.SgemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
 				var dot float64
@@ -415,6 +456,7 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 				p.normSq[i] += dot
 				continue
 			}
+			inst := rest[:P*D]
 			blas.SgemmSerial(false, false, P, D, T, 1, gT, T, a, D, 0, inst, D)
 			if p.ps != nil {
 				addTo(p.ps[i*size+gr*P*D:i*size+(gr+1)*P*D], inst)
@@ -422,7 +464,7 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 				p.normSq[i] += sumSq(inst)
 			}
 		}
-	}
+	})
 	return nil
 }
 
@@ -438,14 +480,19 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32) error {
 		for i := 0; i < B; i++ {
 			scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
 		}
-		dw := make([]float32, len(accum))
-		ws := make([]float32, kernels.ConvWorkspaceSize(s))
-		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
-		addTo(accum, dw)
+		if len(ls.bkDW) != len(accum) {
+			ls.bkDW = make([]float32, len(accum))
+			ls.bkWS = make([]float32, kernels.ConvWorkspaceSize(s))
+		}
+		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, ls.bkDW, nil, ls.bkWS)
+		addTo(accum, ls.bkDW)
 		return nil
 	}
 	D, P, T := int(ls.layer.D), int(ls.layer.P), ls.T
-	scaled := make([]float32, B*T*P)
+	if len(ls.bkScaled) != B*T*P {
+		ls.bkScaled = make([]float32, B*T*P)
+	}
+	scaled := ls.bkScaled
 	for i := 0; i < B; i++ {
 		ci := c[i] * ls.alpha
 		for k, v := range ls.dy[i*T*P : (i+1)*T*P] {
