@@ -5,13 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // fullSizeModels exports full-size torchvision models with the fixture
@@ -113,6 +116,53 @@ func TestFullSizeExports(t *testing.T) {
 			if r.Parameters != c.params {
 				t.Errorf("inspect reports %d parameters, want %d", r.Parameters, c.params)
 			}
+		})
+	}
+}
+
+// TestFullSizeLogits: our runtime gives PyTorch's logits on the full-size
+// torchvision resnet18, vgg11 and vit_b_16 exports (random init, batch 2).
+func TestFullSizeLogits(t *testing.T) {
+	dir := fullSizeModels(t)
+	for _, name := range []string{"resnet18", "vgg11", "vit_b_16"} {
+		t.Run(name, func(t *testing.T) {
+			gd, err := npy.ReadNPZ(filepath.Join(dir, name+".npz"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := onnx.Load(filepath.Join(dir, name+".onnx"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.UntieIdentityParams()
+			in := gd["input"]
+			plan, err := runtime.CompileForBatch(g, in.Shape[0], nil, &runtime.Options{ForwardOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := plan.SetInput(0, in.F32); err != nil {
+				t.Fatal(err)
+			}
+			if err := plan.Forward(); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := plan.Output(0)
+			want := gd["logits"].F32
+			var scale, worst float64
+			for i := range want {
+				scale = math.Max(scale, math.Abs(float64(want[i])))
+				worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+			}
+			// float32 through 11–86 M parameters: relative 1e-4 of the
+			// logits' scale.
+			if worst > 1e-4*scale {
+				t.Errorf("max |ours − PyTorch| = %.3g (logit scale %.3g)", worst, scale)
+			}
+			t.Logf("max |ours − PyTorch| = %.3g (logit scale %.3g)", worst, scale)
 		})
 	}
 }
