@@ -121,6 +121,15 @@ func constInts(n *Node, i int) ([]int64, error) {
 	return t.Ints()
 }
 
+// rankedIn0 returns input 0, which must be present with a known rank.
+func rankedIn0(n *Node) (*Value, error) {
+	x, err := in0(n)
+	if err != nil {
+		return nil, err
+	}
+	return x, needRank(x)
+}
+
 func needRank(x *Value) error {
 	if x.Shape == nil {
 		return fmt.Errorf("input %q has unknown rank", x.Name)
@@ -278,11 +287,8 @@ func inferConvTranspose(g *Graph, n *Node) error {
 }
 
 func inferPool(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	kernel, err := n.Ints("kernel_shape", nil)
@@ -306,11 +312,8 @@ func inferPool(g *Graph, n *Node) error {
 }
 
 func inferGlobalPool(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	out := Shape{x.Shape[0], x.Shape[1]}
@@ -461,11 +464,8 @@ func reducedShape(sh Shape, axes []int, keep bool) Shape {
 }
 
 func inferReduce(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	axes, noop, err := n.ReduceAxes(len(x.Shape))
@@ -482,11 +482,8 @@ func inferReduce(g *Graph, n *Node) error {
 }
 
 func inferArg(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	a, _ := n.Int("axis")
@@ -527,11 +524,8 @@ func (n *Node) Perm(rank int) ([]int, error) {
 }
 
 func inferTranspose(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	perm, err := n.Perm(len(x.Shape))
@@ -610,11 +604,8 @@ func inferReshape(g *Graph, n *Node) error {
 }
 
 func inferFlatten(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	a, _ := n.Int("axis")
@@ -646,11 +637,8 @@ func (n *Node) squeezeAxes() ([]int64, error) {
 }
 
 func inferSqueeze(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	raw, err := n.squeezeAxes()
@@ -688,11 +676,8 @@ func inferSqueeze(g *Graph, n *Node) error {
 }
 
 func inferUnsqueeze(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	raw, err := n.squeezeAxes()
@@ -981,11 +966,8 @@ func (n *Node) PadAmounts(r int) ([]int64, error) {
 }
 
 func inferPad(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	pads, err := n.PadAmounts(len(x.Shape))
@@ -1035,11 +1017,8 @@ func inferCastLike(g *Graph, n *Node) error {
 // --- normalization ---
 
 func inferBatchNorm(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	if len(x.Shape) < 2 {
@@ -1060,11 +1039,8 @@ func inferBatchNorm(g *Graph, n *Node) error {
 }
 
 func inferLayerNorm(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	a, _ := n.Int("axis")
@@ -1110,11 +1086,8 @@ func (n *Node) shapeRange(rank int) (int, int) {
 }
 
 func inferShape(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	s, e := n.shapeRange(len(x.Shape))
@@ -1171,11 +1144,8 @@ func inferRange(g *Graph, n *Node) error {
 }
 
 func inferSplit(g *Graph, n *Node) error {
-	x, err := in0(n)
+	x, err := rankedIn0(n)
 	if err != nil {
-		return err
-	}
-	if err := needRank(x); err != nil {
 		return err
 	}
 	a, _ := n.Int("axis")
