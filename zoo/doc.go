@@ -36,14 +36,15 @@
 // dimension) or -1 (infer batch·heads). The class token is expanded to the
 // batch with Expand(cls, Concat(Slice(Shape(x), 0, 1), [1, 1])).
 //
-// Three constructs torch cannot export, or exports with an operator the
+// Two constructs torch cannot export, or exports with an operator the
 // engine does not run, are written as equivalent graphs: adaptive average
 // pooling whose output does not divide its input becomes an Expand (1×1
 // input, as VGG's 7×7 pool on 32×32 images) or MatMuls with constant
-// averaging matrices; CrossViT's bicubic resize of the input (F.interpolate,
-// exported as Resize) becomes two MatMuls with constant interpolation
-// matrices; timm's q, k, v = qkv[0], qkv[1], qkv[2] is written as Gather
-// (timm 0.5), not as the Split of qkv.unbind(0).
+// averaging matrices; CrossViT's bicubic resize of the input
+// (F.interpolate, exported as Resize) becomes two MatMuls with constant
+// interpolation matrices. timm's attention follows timm 0.5, whose q, k, v =
+// qkv[0], qkv[1], qkv[2] exports as Gather, not timm 0.6's qkv.unbind(0),
+// which exports as Split.
 //
 // Initializers carry PyTorch's state_dict names ("layer1.0.conv1.weight",
 // "features.0.bias", "blocks.3.attn.qkv.weight.T"). With BatchNorm folded,
