@@ -100,6 +100,14 @@ func (e *Engine) needPerSample(p *param, rp *rewrite.Param) bool {
 		if u.Kind == rewrite.KindElementwise && (e.cfg.Mode == BK || len(u.Path) > 0) {
 			return true
 		}
+		// Book-keeping keeps a layer's output gradient (T·p per group and
+		// sample) and input for Σ_i C_i a_iᵀg_i; where the instantiated
+		// per-sample gradient (p·D) is no larger, keeping it instead saves
+		// memory and the second pass over the layer (D ≤ T: early conv
+		// layers with large feature maps).
+		if u.Kind == rewrite.KindLinear && e.cfg.Mode == BK && u.Layer != nil && u.Layer.Decision == rewrite.Instantiate && u.Layer.D <= u.Layer.T {
+			return true
+		}
 	}
 	return false
 }

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/zoo"
+)
+
+func init() {
+	register(&command{
+		name:    "bench",
+		summary: "step time, memory and the largest physical batch of each clipping mode (the paper's Tables 4–6)",
+		run:     runBench,
+	})
+}
+
+// benchRow is one clipping mode's measurements.
+type benchRow struct {
+	Mode          string  `json:"mode"`
+	StepMS        float64 `json:"step_ms"` // median
+	TimeRatio     float64 `json:"time_vs_nondp"`
+	HeapBytes     int64   `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
+	MemRatio      float64 `json:"heap_vs_nondp"`
+	EstPeakBytes  int64   `json:"estimated_peak_bytes"`
+	MaxBatch      int     `json:"max_physical_batch,omitempty"`
+	MaxBatchSPS   float64 `json:"samples_per_second_at_max_batch,omitempty"`
+	SamplesPerSec float64 `json:"samples_per_second"`
+}
+
+type benchReport struct {
+	Model      string     `json:"model"`
+	InputShape []int64    `json:"input_shape"`
+	Batch      int        `json:"batch"`
+	Threads    int        `json:"threads"`
+	Steps      int        `json:"steps"`
+	MemoryCap  int64      `json:"memory_cap_bytes,omitempty"`
+	Rows       []benchRow `json:"rows"`
+}
+
+// benchGraph loads a model file or builds a zoo model (zoo:NAME); zoo
+// models keep BatchNorm nodes, which the rewrite turns into GroupNorm as
+// for an exported PyTorch model.
+func benchGraph(spec string, sample []int64, classes int) (*graph.Graph, error) {
+	if name, ok := strings.CutPrefix(spec, "zoo:"); ok {
+		m, err := zoo.Build(name, zoo.Options{NumClasses: classes, InputShape: sample, BatchNorm: true})
+		if err != nil {
+			return nil, err
+		}
+		return graph.FromONNX(m)
+	}
+	_, g, err := loadGraph(spec)
+	return g, err
+}
+
+func runBench(args []string, stdout io.Writer) error {
+	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--json]")
+	model := fs.String("model", "", "ONNX model file or zoo:NAME (see dpfinetune zoo list) (required)")
+	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
+	batch := fs.Int("batch", 32, "physical batch of the timed steps")
+	modes := fs.String("modes", "nondp,instantiate,ghost,mixed,bk", "clipping modes to compare (nondp first: the ratios are to it)")
+	steps := fs.Int("steps", 5, "timed steps per mode (median reported), after one warm-up step")
+	classes := fs.Int("num-classes", 10, "classes of a zoo model")
+	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *model == "" {
+		return usagef("--model is required")
+	}
+	if *batch <= 0 || *steps <= 0 {
+		return usagef("--batch and --steps must be positive")
+	}
+	var ms []dpengine.Mode
+	for _, s := range strings.Split(*modes, ",") {
+		m, err := dpengine.ParseMode(strings.TrimSpace(s))
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		ms = append(ms, m)
+	}
+	var capBytes int64
+	if *maxMem != "" {
+		var err error
+		if capBytes, err = parseBytes(*maxMem); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	var sample []int64
+	if *inShape != "" {
+		d, err := parseDims(*inShape)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		sample = d
+	}
+	g0, err := benchGraph(*model, sample, *classes)
+	if err != nil {
+		return err
+	}
+	if sample == nil {
+		if sample, err = modelSample(g0, ""); err != nil {
+			return err
+		}
+	}
+	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, MemoryCap: capBytes}
+	for _, m := range ms {
+		row, err := benchMode(*model, sample, *classes, m, *batch, *steps, capBytes)
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", m, err)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	if len(rep.Rows) > 0 && rep.Rows[0].Mode == string(dpengine.NonDP) {
+		base := rep.Rows[0]
+		for i := range rep.Rows {
+			rep.Rows[i].TimeRatio = rep.Rows[i].StepMS / base.StepMS
+			rep.Rows[i].MemRatio = float64(rep.Rows[i].HeapBytes) / float64(base.HeapBytes)
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, %d threads, median of %d steps (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Threads, rep.Steps)
+	fmt.Fprintf(stdout, "%-12s %10s %8s %12s %8s %12s", "mode", "step ms", "× nondp", "heap", "× nondp", "est. peak")
+	if capBytes > 0 {
+		fmt.Fprintf(stdout, " %10s %12s", "max batch", "samples/s")
+	}
+	fmt.Fprintln(stdout)
+	for _, r := range rep.Rows {
+		fmt.Fprintf(stdout, "%-12s %10.1f %8.2f %12s %8.2f %12s", r.Mode, r.StepMS, r.TimeRatio, humanBytes(r.HeapBytes), r.MemRatio, humanBytes(r.EstPeakBytes))
+		if capBytes > 0 {
+			fmt.Fprintf(stdout, " %10d %12.1f", r.MaxBatch, r.MaxBatchSPS)
+		}
+		fmt.Fprintln(stdout)
+	}
+	fmt.Fprintln(stdout, "\nheap: live Go heap after warm-up (weights, plan arena, engine buffers); est. peak: the rewrite plan's estimate (docs/REWRITES.md)")
+	return nil
+}
+
+// liveHeap returns the live heap after a full collection.
+func liveHeap() int64 {
+	goruntime.GC()
+	var st goruntime.MemStats
+	goruntime.ReadMemStats(&st)
+	return int64(st.HeapAlloc)
+}
+
+// benchMode builds a fresh model and engine for one mode and times it.
+func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, batch, steps int, capBytes int64) (benchRow, error) {
+	row := benchRow{Mode: string(mode)}
+	g, err := benchGraph(model, sample, classes)
+	if err != nil {
+		return row, err
+	}
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch)}})
+	if err != nil {
+		return row, err
+	}
+	for _, m := range rp.Memory {
+		if m.Mode == string(mode) {
+			row.EstPeakBytes = m.Total
+		}
+	}
+	base := liveHeap()
+	ms, sps, err := timeSteps(g, rp, mode, batch, steps, sample)
+	if err != nil {
+		return row, err
+	}
+	row.HeapBytes = lastHeap - base
+	row.StepMS, row.SamplesPerSec = ms, sps
+	if capBytes > 0 {
+		b, err := fitBatch(rp, string(mode), capBytes, 1<<16)
+		if err != nil {
+			return row, err
+		}
+		row.MaxBatch = b
+		if _, row.MaxBatchSPS, err = timeSteps(g, rp, mode, b, 2, sample); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+// lastHeap is the live heap measured by the last timeSteps, with its engine
+// alive.
+var lastHeap int64
+
+// timeSteps runs one warm-up step and n timed steps of an engine at the
+// given physical batch (logical batch = physical batch), returning the
+// median step time in ms and the samples per second.
+func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, n int, sample []int64) (float64, float64, error) {
+	cfg := dpengine.Config{Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
+		ExpectedBatch: float64(batch), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false)}
+	eng, err := dpengine.New(g, rp, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	_, oshape := eng.Plan().Output(0)
+	k := oshape[len(oshape)-1]
+	r := rand.New(rand.NewPCG(1, 2))
+	sl := 1
+	for _, d := range sample {
+		sl *= int(d)
+	}
+	xs := make([]float32, batch*sl)
+	for i := range xs {
+		xs[i] = float32(r.NormFloat64())
+	}
+	idx := make([]int, batch)
+	for i := range idx {
+		idx[i] = i
+	}
+	fill := func(ix []int, x []float32, y []int64) error {
+		copy(x, xs[:len(x)])
+		for i := range y {
+			y[i] = int64(ix[i] % k)
+		}
+		return nil
+	}
+	if _, err := eng.Step(idx, fill); err != nil {
+		return 0, 0, err
+	}
+	lastHeap = liveHeap()
+	times := make([]float64, n)
+	for i := range times {
+		t0 := time.Now()
+		if _, err := eng.Step(idx, fill); err != nil {
+			return 0, 0, err
+		}
+		times[i] = float64(time.Since(t0).Microseconds()) / 1000
+	}
+	sort.Float64s(times)
+	med := times[n/2]
+	if n%2 == 0 {
+		med = (times[n/2-1] + times[n/2]) / 2
+	}
+	goruntime.KeepAlive(eng)
+	return med, float64(batch) / (med / 1000), nil
+}
+
