@@ -636,7 +636,7 @@ func buildSoftmax(logSoftmax bool) builder {
 					}
 					var s float64
 					for j := 0; j < L; j++ {
-						e := math.Exp(float64(xd[base+j*inner] - m))
+						e := float64(kernels.Expf(xd[base+j*inner] - m))
 						s += e
 						if !logSoftmax {
 							yd[base+j*inner] = float32(e)

@@ -250,4 +250,3 @@ func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, n in
 	goruntime.KeepAlive(eng)
 	return med, float64(batch) / (med / 1000), nil
 }
-

@@ -267,6 +267,9 @@ func BinaryBackward(op BinaryOp, a []float32, aShape []int, b []float32, bShape 
 // gradient of a op b with respect to operand wrt into t with stride st.
 // Rows reduced to one element (st == 0) are summed in float64 first.
 func gradRow(op BinaryOp, wrt int, dy, y []float32, yoff int, a []float32, sa int, b []float32, sb int, t []float32, st int, acc bool) {
+	if st == 1 && !acc && op != Pow && gradRowFast(op, wrt, dy, y[min(yoff, len(y)):], a, sa, b, sb, t[:len(dy)]) {
+		return
+	}
 	var sum float64
 	for j, g := range dy {
 		av, bv := a[j*sa], b[j*sb]
@@ -458,4 +461,50 @@ func WhereBackward(cond []uint8, condShape []int, xShape, yShape []int, dout []f
 		}
 		ReduceToShape(ws, outShape, t, tShape)
 	}
+}
+
+// gradRowFast is gradRow for a full-size, overwritten row of Mul or Div
+// with the operator switch hoisted out of the loop. It reports false where
+// it does not apply.
+func gradRowFast(op BinaryOp, wrt int, dy, y, a []float32, sa int, b []float32, sb int, t []float32) bool {
+	n := len(dy)
+	if n == 0 {
+		return true
+	}
+	// o is the operand the gradient multiplies by (b for d/da of a·b, a
+	// for d/db), so is its stride.
+	o, so := b, sb
+	if wrt == 1 {
+		o, so = a, sa
+	}
+	switch {
+	case op == Mul && so == 1:
+		o = o[:n]
+		for j, g := range dy {
+			t[j] = g * o[j]
+		}
+	case op == Mul && so == 0:
+		v := o[0]
+		for j, g := range dy {
+			t[j] = g * v
+		}
+	case op == Div && wrt == 0 && sb == 1:
+		b = b[:n]
+		for j, g := range dy {
+			t[j] = g / b[j]
+		}
+	case op == Div && wrt == 0 && sb == 0:
+		v := b[0]
+		for j, g := range dy {
+			t[j] = g / v
+		}
+	case op == Div && wrt == 1 && sb == 1 && len(y) >= n:
+		b, y = b[:n], y[:n]
+		for j, g := range dy {
+			t[j] = -g * y[j] / b[j]
+		}
+	default:
+		return false
+	}
+	return true
 }

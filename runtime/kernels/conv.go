@@ -208,7 +208,123 @@ func (s *ConvShape) colPerWorker() int {
 func ConvWorkspaceSize(s *ConvShape) int {
 	s.check()
 	w := convWorkers(s, -1)
-	return w*s.colPerWorker() + (w-1)*s.WeightSize()
+	per := w*s.colPerWorker() + (w-1)*s.WeightSize()
+	if nb := convBatch(s); nb > 0 {
+		return max(per, batchedWS(s, nb))
+	}
+	return per
+}
+
+// Batched convolution. When a sample's output is small (T columns), one
+// GEMM per sample is a thin, memory-bound product that rereads the whole
+// weight for every sample (resnet18 on 32×32 inputs ends its stages at
+// 2×2 and 1×1). The batched path unfolds nb samples side by side into one
+// D×(nb·T) matrix and runs one GEMM per chunk of nb samples, threaded
+// inside the BLAS (the whole batch is one chunk up to batchedMaxElem of
+// workspace); unfolding, scattering and folding are split over
+// samples.
+const (
+	batchedMaxT    = 256     // per-sample path from this many output positions on
+	batchedMaxElem = 8 << 20 // cap on the batched workspace (float32 elements)
+)
+
+// convBatch returns the number of samples the batched path unfolds at
+// once, or 0 for the per-sample path.
+func convBatch(s *ConvShape) int {
+	if s.Group != 1 || s.N < 2 || s.T >= batchedMaxT {
+		return 0
+	}
+	// The whole batch in one chunk unless the workspace cap says
+	// otherwise: each chunk costs a few goroutine launches (allocations).
+	nb := s.N
+	for nb > 1 && batchedWS(s, nb) > batchedMaxElem {
+		nb /= 2
+	}
+	if nb < 2 {
+		return 0
+	}
+	return nb
+}
+
+// batchedWS is the workspace of the batched path: the unfolded chunk
+// (D×nb·T) and an output-gradient chunk (M×nb·T).
+func batchedWS(s *ConvShape, nb int) int { return (s.D + s.M) * nb * s.T }
+
+// convBatchFor returns convBatch(s) if ws is large enough for it, else 0.
+func convBatchFor(s *ConvShape, ws []float32) int {
+	nb := convBatch(s)
+	if nb > 0 && len(ws) >= batchedWS(s, nb) {
+		return nb
+	}
+	return 0
+}
+
+func convForwardBatched(s *ConvShape, nb int, x, w, bias, y, ws []float32) {
+	xs, ys, T := s.C*s.InSize, s.M*s.T, s.T
+	for i0 := 0; i0 < s.N; i0 += nb {
+		n := min(nb, s.N-i0)
+		ld := n * T
+		col, out := ws[:s.D*ld], ws[s.D*ld:(s.D+s.M)*ld]
+		parallelFor(n, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				im2colLd(&s.g, x[(i0+i)*xs:(i0+i+1)*xs], s.C, col[i*T:], ld)
+			}
+		})
+		blas.Sgemm(false, false, s.M, ld, s.D, 1, w, s.D, col, ld, 0, out, ld)
+		parallelFor(n, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				yi := y[(i0+i)*ys : (i0+i+1)*ys]
+				for m := 0; m < s.M; m++ {
+					src, dst := out[m*ld+i*T:m*ld+i*T+T], yi[m*T:(m+1)*T]
+					if bias == nil {
+						copy(dst, src)
+						continue
+					}
+					bv := bias[m]
+					for t, v := range src {
+						dst[t] = v + bv
+					}
+				}
+			}
+		})
+	}
+}
+
+func convBackwardBatched(s *ConvShape, nb int, x, w, dy, dx, dw, ws []float32) {
+	xs, ys, T := s.C*s.InSize, s.M*s.T, s.T
+	for i0 := 0; i0 < s.N; i0 += nb {
+		n := min(nb, s.N-i0)
+		ld := n * T
+		col, g := ws[:s.D*ld], ws[s.D*ld:(s.D+s.M)*ld]
+		parallelFor(n, 1, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				dyi := dy[(i0+i)*ys : (i0+i+1)*ys]
+				for m := 0; m < s.M; m++ {
+					copy(g[m*ld+i*T:m*ld+i*T+T], dyi[m*T:(m+1)*T])
+				}
+				if dw != nil {
+					im2colLd(&s.g, x[(i0+i)*xs:(i0+i+1)*xs], s.C, col[i*T:], ld)
+				}
+			}
+		})
+		if dw != nil {
+			beta := float32(1)
+			if i0 == 0 {
+				beta = 0
+			}
+			blas.Sgemm(false, true, s.M, s.D, ld, 1, g, ld, col, ld, beta, dw, s.D)
+		}
+		if dx != nil {
+			blas.Sgemm(true, false, s.D, ld, s.M, 1, w, s.D, g, ld, 0, col, ld)
+			parallelFor(n, 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					dxi := dx[(i0+i)*xs : (i0+i+1)*xs]
+					clear(dxi)
+					col2imLd(&s.g, col[i*T:], s.C, dxi, ld)
+				}
+			})
+		}
+	}
 }
 
 // convWorkers picks the number of sample-parallel workers whose col
@@ -324,6 +440,13 @@ func validRange(off, stride, in, out int) (lo, hi int) {
 }
 
 func im2col(gm *geom3, x []float32, channels int, col []float32) {
+	im2colLd(gm, x, channels, col, gm.out[0]*gm.out[1]*gm.out[2])
+}
+
+// im2colLd is im2col writing row r of the unfolded input at col[r·ld:]
+// (ld ≥ T), so that the unfolded inputs of several samples can sit side
+// by side in one D×(n·T) matrix.
+func im2colLd(gm *geom3, x []float32, channels int, col []float32, ld int) {
 	inSize := gm.in[0] * gm.in[1] * gm.in[2]
 	ow, oh, od := gm.out[2], gm.out[1], gm.out[0]
 	T := od * oh * ow
@@ -333,7 +456,7 @@ func im2col(gm *geom3, x []float32, channels int, col []float32) {
 		for kd := 0; kd < gm.k[0]; kd++ {
 			for kh := 0; kh < gm.k[1]; kh++ {
 				for kw := 0; kw < gm.k[2]; kw++ {
-					row := col[r*T : (r+1)*T]
+					row := col[r*ld : r*ld+T]
 					woff := kw*gm.d[2] - gm.pb[2]
 					lo, hi := validRange(woff, gm.s[2], gm.in[2], ow)
 					t := 0
@@ -348,6 +471,18 @@ func im2col(gm *geom3, x []float32, channels int, col []float32) {
 								continue
 							}
 							src := xc[(id*gm.in[1]+ih)*gm.in[2]:]
+							if ow <= 16 {
+								// Short rows: one loop beats three calls.
+								s := gm.s[2]
+								for o := range dst {
+									var v float32
+									if o >= lo && o < hi {
+										v = src[o*s+woff]
+									}
+									dst[o] = v
+								}
+								continue
+							}
 							clear(dst[:lo])
 							clear(dst[hi:])
 							if gm.s[2] == 1 {
@@ -368,6 +503,11 @@ func im2col(gm *geom3, x []float32, channels int, col []float32) {
 }
 
 func col2im(gm *geom3, col []float32, channels int, dx []float32) {
+	col2imLd(gm, col, channels, dx, gm.out[0]*gm.out[1]*gm.out[2])
+}
+
+// col2imLd is col2im reading row r at col[r·ld:] (see im2colLd).
+func col2imLd(gm *geom3, col []float32, channels int, dx []float32, ld int) {
 	inSize := gm.in[0] * gm.in[1] * gm.in[2]
 	ow, oh, od := gm.out[2], gm.out[1], gm.out[0]
 	T := od * oh * ow
@@ -377,7 +517,7 @@ func col2im(gm *geom3, col []float32, channels int, dx []float32) {
 		for kd := 0; kd < gm.k[0]; kd++ {
 			for kh := 0; kh < gm.k[1]; kh++ {
 				for kw := 0; kw < gm.k[2]; kw++ {
-					row := col[r*T : (r+1)*T]
+					row := col[r*ld : r*ld+T]
 					woff := kw*gm.d[2] - gm.pb[2]
 					lo, hi := validRange(woff, gm.s[2], gm.in[2], ow)
 					t := 0
@@ -434,6 +574,10 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	if bias != nil {
 		checkLen("bias", bias, s.M)
 	}
+	if nb := convBatchFor(s, ws); nb > 0 {
+		convForwardBatched(s, nb, x, w, bias, y, ws)
+		return
+	}
 	workers := convWorkersFwd(s, len(ws))
 	gemm := gemmFor(workers)
 	cg, mg := s.C/s.Group, s.M/s.Group
@@ -486,6 +630,10 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 		convBiasGrad(s, dy, db)
 	}
 	if dx == nil && dw == nil {
+		return
+	}
+	if nb := convBatchFor(s, ws); nb > 0 {
+		convBackwardBatched(s, nb, x, w, dy, dx, dw, ws)
 		return
 	}
 	colSize, wSize := s.colPerWorker(), s.WeightSize()

@@ -48,7 +48,7 @@ func softmaxImpl(x []float32, shape []int, axis int, y []float32, logOut bool) {
 			}
 			var sum float64
 			for k := 0; k < n; k++ {
-				e := math.Exp(float64(x[base+k*inner] - mx))
+				e := float64(Expf(x[base+k*inner] - mx))
 				sum += e
 				if !logOut {
 					y[base+k*inner] = float32(e)

@@ -61,7 +61,7 @@ func unaryRange(op UnaryOp, x, y []float32) {
 		}
 	case Erf:
 		for i, v := range x {
-			y[i] = float32(math.Erf(float64(v)))
+			y[i] = Erff(v)
 		}
 	case Exp:
 		for i, v := range x {
@@ -148,8 +148,8 @@ func unaryGradRange(op UnaryOp, x, y, dy, dx []float32, off int) {
 		xs := x[off : off+len(dy)]
 		const c = 2 / 1.7724538509055160272981674833411 // 2/√π
 		for i, g := range dy {
-			v := float64(xs[i])
-			dx[i] = g * float32(c*math.Exp(-v*v))
+			v := xs[i]
+			dx[i] = g * (c * Expf(-v*v))
 		}
 	case Exp:
 		ys := y[off : off+len(dy)]

@@ -1,0 +1,254 @@
+// Command stepbench times one non-DP training step of an ONNX model on the
+// runtime: forward, per-sample softmax cross-entropy, backward of
+// Σ_i loss_i, and an Adam (lr 1e-3) update of every trainable parameter.
+//
+//	go run ./bench/cmd/stepbench -model cnn-fmnist.onnx -batch 256 [-steps 20 -warmup 3]
+//
+// It prints one JSON line {model, batch, threads, step_ms_median,
+// step_ms_min, maxrss_mb, train_peak_mb, arena_mb, params_mb}: maxrss_mb is
+// the whole process's peak resident set (getrusage), train_peak_mb the peak
+// resident set of the training loop alone (Linux VmHWM, reset through
+// /proc/self/clear_refs after loading and compiling; 0 where that is not
+// available). bench/torch_step.py reports the same two numbers for PyTorch.
+// With -cpuprofile it writes a pprof CPU profile of the timed steps.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+func main() {
+	model := flag.String("model", "", "ONNX model file")
+	name := flag.String("name", "", "name to report (default: the file name without .onnx)")
+	batch := flag.Int("batch", 32, "batch size")
+	steps := flag.Int("steps", 20, "timed steps")
+	warmup := flag.Int("warmup", 3, "untimed steps first")
+	classes := flag.Int("classes", 10, "number of classes (labels are drawn below it)")
+	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the timed steps")
+	flag.Parse()
+	if *model == "" {
+		fmt.Fprintln(os.Stderr, "stepbench: -model is required")
+		os.Exit(2)
+	}
+	if *name == "" {
+		*name = strings.TrimSuffix(filepath.Base(*model), ".onnx")
+	}
+	if err := run(*name, *model, *batch, *steps, *warmup, *classes, *cpuprof); err != nil {
+		fmt.Fprintln(os.Stderr, "stepbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(name, path string, batch, steps, warmup, classes int, cpuprof string) error {
+	m, err := onnx.Load(path)
+	if err != nil {
+		return err
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		return err
+	}
+	// The graph decoded every initializer into its own float32 storage;
+	// drop the protobuf's copy of the bytes (the benchmark never exports).
+	for _, t := range m.Proto.GetGraph().GetInitializer() {
+		t.RawData = nil
+	}
+	if _, err := rewrite.Cleanup(g); err != nil {
+		return err
+	}
+	g.UntieIdentityParams()
+	p, err := runtime.CompileForBatch(g, batch, nil, nil)
+	if err != nil {
+		return err
+	}
+	x, shape := p.Input(0)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	_ = shape
+	labels := make([]int64, batch)
+	for i := range labels {
+		labels[i] = int64(r.IntN(classes))
+	}
+	losses := make([]float32, batch)
+	names := p.Params()
+	params, grads := make([][]float32, len(names)), make([][]float32, len(names))
+	var nParam int
+	for i, n := range names {
+		params[i], _ = p.Param(n)
+		grads[i] = p.Grad(n)
+		nParam += len(params[i])
+	}
+	opt := newAdam(1e-3, params)
+
+	m, g = nil, nil
+	goruntime.GC()
+	debug.FreeOSMemory()
+	resetPeak := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+
+	step := func() error {
+		if err := p.Forward(); err != nil {
+			return err
+		}
+		if err := p.Loss(labels, losses); err != nil {
+			return err
+		}
+		if err := p.Backward(nil, nil); err != nil {
+			return err
+		}
+		opt.step(params, grads)
+		return nil
+	}
+	for i := 0; i < warmup; i++ {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if cpuprof != "" {
+		f, err := os.Create(cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ts := make([]float64, steps)
+	for i := range ts {
+		t0 := time.Now()
+		if err := step(); err != nil {
+			return err
+		}
+		ts[i] = float64(time.Since(t0).Microseconds()) / 1e3
+	}
+	sort.Float64s(ts)
+	med := ts[len(ts)/2]
+	if len(ts)%2 == 0 {
+		med = (ts[len(ts)/2-1] + ts[len(ts)/2]) / 2
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	out := map[string]any{
+		"model": name, "impl": "dpfinetune", "batch": batch, "threads": goruntime.GOMAXPROCS(0),
+		"step_ms_median": round(med), "step_ms_min": round(ts[0]),
+		"maxrss_mb":  round(float64(ru.Maxrss) / 1024),
+		"arena_mb":   round(float64(p.ArenaBytes()) / (1 << 20)),
+		"params_mb":  round(float64(4*nParam) / (1 << 20)),
+		"loss_first": losses[0],
+	}
+	if resetPeak {
+		out["train_peak_mb"] = round(vmHWM())
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func round(x float64) float64 { return math.Round(x*100) / 100 }
+
+// vmHWM returns the peak resident set in MiB from /proc/self/status.
+func vmHWM() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// adam is PyTorch's Adam (β = 0.9, 0.999, ε = 1e-8, no weight decay), one
+// fused pass per parameter, the parameters split over GOMAXPROCS
+// goroutines by size.
+type adam struct {
+	lr   float64
+	t    int
+	m, v [][]float32
+}
+
+func newAdam(lr float64, params [][]float32) *adam {
+	a := &adam{lr: lr}
+	for _, p := range params {
+		a.m = append(a.m, make([]float32, len(p)))
+		a.v = append(a.v, make([]float32, len(p)))
+	}
+	return a
+}
+
+func (a *adam) step(params, grads [][]float32) {
+	a.t++
+	const b1, b2, eps = 0.9, 0.999, 1e-8
+	bc1 := 1 - math.Pow(b1, float64(a.t))
+	bc2 := 1 - math.Pow(b2, float64(a.t))
+	stepSize := float32(a.lr / bc1)
+	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
+	upd := func(k, lo, hi int) {
+		p, g, m, v := params[k][lo:hi], grads[k][lo:hi], a.m[k][lo:hi], a.v[k][lo:hi]
+		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
+		for i := range p {
+			d := g[i]
+			mi := b1*m[i] + (1-b1)*d
+			vi := b2*v[i] + (1-b2)*d*d
+			m[i], v[i] = mi, vi
+			p[i] -= stepSize * mi / (float32(math.Sqrt(float64(vi)))*invSqrtBC2 + eps)
+		}
+	}
+	w := goruntime.GOMAXPROCS(0)
+	var total int
+	for _, p := range params {
+		total += len(p)
+	}
+	if w == 1 || total < 1<<16 {
+		for k, p := range params {
+			upd(k, 0, len(p))
+		}
+		return
+	}
+	// Split the concatenation of all parameters into w equal ranges.
+	var wg sync.WaitGroup
+	per := (total + w - 1) / w
+	for j := 0; j < w; j++ {
+		lo, hi := j*per, min((j+1)*per, total)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			off := 0
+			for k, p := range params {
+				a, b := max(lo-off, 0), min(hi-off, len(p))
+				if a < b {
+					upd(k, a, b)
+				}
+				off += len(p)
+			}
+		}()
+	}
+	wg.Wait()
+}

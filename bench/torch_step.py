@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Times one non-DP PyTorch training step of a suite model: forward,
+per-sample softmax cross-entropy summed over the batch (the runtime
+backpropagates Σ_i loss_i), backward, Adam(lr 1e-3) step.
+
+    /usr/bin/python3 bench/torch_step.py --model NAME [--threads 2] [--warmup 3] [--steps 20]
+
+Prints one JSON line {model, batch, threads, step_ms_median, step_ms_min,
+maxrss_mb, train_peak_mb}. maxrss_mb is ru_maxrss of this process (run
+one model per process); train_peak_mb the peak resident set of the
+training loop alone (VmHWM reset through /proc/self/clear_refs after the
+model, optimizer and batch are built). stepbench reports the same two
+numbers for ours.
+"""
+import argparse
+import json
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from torch_models import SUITE, build
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    shape, batch = SUITE[a.model]
+    if a.batch:
+        batch = a.batch
+    m = build(a.model).train()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, *shape, generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+
+    def step():
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(m(x), y, reduction="none").sum()
+        loss.backward()
+        opt.step()
+
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
+    for _ in range(a.warmup):
+        step()
+    ts = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    out = {
+        "model": a.model, "impl": "pytorch-" + torch.__version__, "batch": batch, "threads": a.threads,
+        "step_ms_median": round(statistics.median(ts), 2), "step_ms_min": round(min(ts), 2),
+        "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+    if reset:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    out["train_peak_mb"] = round(float(line.split()[1]) / 1024, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
