@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# DP clipping modes against nondp on the benchmark suite (DESIGN.md §7) and
+# the paper's Table 6 maximum-batch comparison on VGG-19 at 32×32.
+# Usage: bench/dp_modes.sh [OUTDIR]   (default /tmp/dpfinetune-dp-bench)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/dpfinetune-dp-bench}
+mkdir -p "$out"
+go build -o bin/dpfinetune ./cmd/dpfinetune
+export GOMAXPROCS=${GOMAXPROCS:-2}
+run() {
+	local name=$1; shift
+	echo "== dpfinetune bench $*" | tee "$out/$name.txt"
+	bin/dpfinetune bench "$@" | tee -a "$out/$name.txt"
+	bin/dpfinetune bench "$@" --json > "$out/$name.json"
+}
+run cnn-fmnist     --model zoo:cnn-fmnist     --batch 256 --steps 5
+run resnet18-cifar --model zoo:resnet18-cifar --batch 32  --steps 5
+run vgg11-cifar    --model zoo:vgg11-cifar    --batch 16  --steps 5
+run vit-tiny-cifar --model zoo:vit-tiny-cifar --batch 32  --steps 5
+run vgg19-maxbatch --model zoo:cifar_vgg19    --batch 16  --steps 3 --modes nondp,instantiate,ghost,mixed,bk --max-memory 4GiB
