@@ -165,6 +165,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	plan, err := runtime.Compile(cg, &runtime.Options{
 		Trainable:       trainable,
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
+		KeepHooked:      cfg.Mode == BK,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)

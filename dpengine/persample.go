@@ -74,11 +74,14 @@ func workerBufs(bufs *[][]float32, workers, size int) [][]float32 {
 type linearState struct {
 	layer    *rewrite.Layer
 	decision rewrite.Decision
-	// bk storage: for Conv the whole input and output gradient; for
-	// Gemm/MatMul the stacked per-sample rows a (N·T×D) and g (N·T×p).
-	x, dy []float32
-	conv  *kernels.ConvShape
-	T     int
+	// bk: the layer's input and output gradient as the runtime holds
+	// them (Options.KeepHooked keeps them alive until the next Forward):
+	// for Conv (N, C, …) and (N, M, …); for Gemm/MatMul rows of D and p
+	// features, sample of row r given by the batch stride.
+	x, dy             []float32
+	xStride, dyStride int
+	conv              *kernels.ConvShape
+	T                 int
 	// weightLayoutPD is true when the parameter is laid out p×D (Conv,
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
@@ -379,29 +382,26 @@ func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
 		return fmt.Errorf("unexpected shapes %v and %v for D=%d p=%d", data.Shape, dout.Shape, D, P)
 	}
 	ls.T = T
-	// Stacked per-sample rows, sample-major.
-	if len(ls.x) != B*T*D {
-		ls.x = make([]float32, B*T*D)
-		ls.dy = make([]float32, B*T*P)
-	}
-	for i := 0; i < B; i++ {
-		gatherSample(data, B, i, ls.x[i*T*D:i*T*D])
-		gatherSample(dout, B, i, ls.dy[i*T*P:i*T*P])
+	if e.cfg.Mode == BK && p.ps == nil {
+		ls.x, ls.xStride = data.Data, data.BatchStride
+		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
 	size := len(p.data)
-	need := 2 * T * T
+	need := T*D + T*P + 2*T*T
 	if ls.decision == rewrite.Instantiate {
-		need = size
+		need = T*D + T*P + size
 	}
 	bufs := workerBufs(&ls.scratch, kernels.Workers(), need)
 	forSamples(e.n, func(w, i int) {
-		a := ls.x[i*T*D : (i+1)*T*D]
-		g := ls.dy[i*T*P : (i+1)*T*P]
+		buf := bufs[w]
+		a := gatherSample(data, B, i, buf[:0:T*D])
+		g := gatherSample(dout, B, i, buf[T*D:T*D:T*D+T*P])
+		rest := buf[T*D+T*P:]
 		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, bufs[w])
+			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, rest)
 			return
 		}
-		inst := bufs[w][:size]
+		inst := rest[:size]
 		if ls.weightLayoutPD {
 			blas.SgemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
 		} else {
@@ -436,10 +436,9 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 	inLen, outLen := len(x.Data)/B, len(dy.Data)/B
 	ls.conv = s
 	if e.cfg.Mode == BK && p.ps == nil {
-		// Keep the input and output gradient for Σ C_i g_i after the
-		// clip factors are known.
-		ls.x = append(ls.x[:0], x.Data...)
-		ls.dy = append(ls.dy[:0], dy.Data...)
+		// The input and output gradient stay alive (KeepHooked) for
+		// Σ_i C_i g_i once the clip factors are known.
+		ls.x, ls.dy = x.Data, dy.Data
 	}
 	need := T*D + 2*T*T
 	if ls.decision == rewrite.Instantiate {
@@ -496,21 +495,25 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32) error {
 		addTo(accum, ls.bkDW)
 		return nil
 	}
-	D, P, T := int(ls.layer.D), int(ls.layer.P), ls.T
-	if len(ls.bkScaled) != B*T*P {
-		ls.bkScaled = make([]float32, B*T*P)
+	D, P := int(ls.layer.D), int(ls.layer.P)
+	rows := len(ls.dy) / P
+	if len(ls.bkScaled) != len(ls.dy) {
+		ls.bkScaled = make([]float32, len(ls.dy))
 	}
+	// Σ_i c_i g_iᵀa_i = Σ_rows (c_{sample(row)} g_row)ᵀ a_row: scale each
+	// output-gradient row by its sample's factor and take one GEMM over
+	// all rows, whatever the layout of the batch in them.
 	scaled := ls.bkScaled
-	for i := 0; i < B; i++ {
-		ci := c[i] * ls.alpha
-		for k, v := range ls.dy[i*T*P : (i+1)*T*P] {
-			scaled[i*T*P+k] = ci * v
+	for r := 0; r < rows; r++ {
+		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
+		for k, v := range ls.dy[r*P : (r+1)*P] {
+			scaled[r*P+k] = ci * v
 		}
 	}
 	if ls.weightLayoutPD {
-		blas.Sgemm(true, false, P, D, B*T, 1, scaled, P, ls.x, D, 1, accum, D)
+		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, 1, accum, D)
 	} else {
-		blas.Sgemm(true, false, D, P, B*T, 1, ls.x, D, scaled, P, 1, accum, P)
+		blas.Sgemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, 1, accum, P)
 	}
 	return nil
 }

@@ -30,6 +30,12 @@ type Options struct {
 	// the backward pass reuses activation buffers as soon as they are no
 	// longer needed and each Backward must follow its own Forward.
 	KeepActivations bool
+	// KeepHooked keeps the inputs and the output gradient of every hooked
+	// node (see HookEvent) alive until the next Forward, so that the slices
+	// a hook saw stay valid after Backward returns: book-keeping clipping
+	// forms Σ_i C_i a_iᵀg_i from them once the clip factors are known,
+	// without copying them.
+	KeepHooked bool
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -603,6 +609,9 @@ func (p *Plan) planBuffers() error {
 						if in == t && (cn.saveIn[j] || cn.hooked) && bstep(cn.idx) > end {
 							end = bstep(cn.idx)
 						}
+						if in == t && cn.hooked && p.opts.KeepHooked {
+							end = T
+						}
 					}
 				}
 			}
@@ -629,6 +638,9 @@ func (p *Plan) planBuffers() error {
 		end := F
 		if o.prod >= 0 {
 			end = bstep(o.prod)
+			if p.opts.KeepHooked && p.nodes[o.prod].hooked {
+				end = T
+			}
 		}
 		o.gradItem = add(o.n, F, end)
 	}
@@ -648,6 +660,9 @@ func (p *Plan) planBuffers() error {
 					end := 0
 					if t.prod >= 0 {
 						end = bstep(t.prod)
+						if p.opts.KeepHooked && p.nodes[t.prod].hooked {
+							end = T
+						}
 					}
 					t.gradItem = add(t.n, bstep(i), end)
 				}
