@@ -1,16 +1,13 @@
 package rewrite
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/fulltest"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
@@ -173,35 +170,10 @@ func TestVGG11Table3(t *testing.T) {
 	}
 }
 
-// fullVGG11 exports torchvision vgg11 (random init) with the fixture
-// script into a cache directory keyed by the script's hash, or skips when
-// /usr/bin/python3 has no torch/torchvision/onnx or in -short mode.
+// fullVGG11 returns torchvision vgg11 exported by the fixture script (see
+// internal/fulltest), or skips.
 func fullVGG11(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("full-size export is slow; skipped in -short")
-	}
-	const py = "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import torch, torchvision, onnx").Run(); err != nil {
-		t.Skip("no /usr/bin/python3 with torch, torchvision and onnx")
-	}
-	script, err := os.ReadFile("../testdata/gen/make_fixtures.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(script)
-	dir := filepath.Join(os.TempDir(), "dpfinetune-rewrite-vgg11-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		return filepath.Join(dir, "vgg11.onnx")
-	}
-	cmd := exec.Command(py, "../testdata/gen/make_fixtures.py", "--full", dir, "--full-only", "--full-models", "vgg11", "--no-full-check")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("exporting vgg11: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "done"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(dir, "vgg11.onnx")
+	return filepath.Join(fulltest.Dir(t), "vgg11.onnx")
 }
 
 // TestVGG11Table3Export: the same table from the real torchvision export

@@ -2,58 +2,25 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/fulltest"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
-
-// fullSizeModels exports full-size torchvision models with the fixture
-// script into a cache directory keyed by the script's hash, or skips the
-// test when the script's Python (Debian python3-torch, python3-torchvision,
-// python3-onnx) is absent.
-func fullSizeModels(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("full-size exports are slow; skipped in -short")
-	}
-	const py = "/usr/bin/python3"
-	if err := exec.Command(py, "-c", "import torch, torchvision, onnx").Run(); err != nil {
-		t.Skip("no /usr/bin/python3 with torch, torchvision and onnx")
-	}
-	script, err := os.ReadFile("../../testdata/gen/make_fixtures.py")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(script)
-	dir := filepath.Join(os.TempDir(), "dpfinetune-full-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
-		return dir
-	}
-	cmd := exec.Command(py, "../../testdata/gen/make_fixtures.py", "--full", dir, "--full-only",
-		"--full-models", "resnet18,resnet18_train,vgg11,vit_b_16", "--no-full-check")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("exporting full-size models: %v\n%s", err, out)
-	}
-	os.WriteFile(filepath.Join(dir, "done"), nil, 0o644)
-	return dir
-}
 
 // TestFullSizeExports proves the loader, shape inference and folding on real
 // torchvision exports: each loads, re-encodes byte for byte, and infers
 // static shapes for a batch of 8 with no shape op left; inspect reports
 // torchvision's parameter counts.
 func TestFullSizeExports(t *testing.T) {
-	dir := fullSizeModels(t)
+	dir := fulltest.Dir(t)
 	cases := []struct {
 		name   string
 		params int64
@@ -123,7 +90,7 @@ func TestFullSizeExports(t *testing.T) {
 // TestFullSizeLogits: our runtime gives PyTorch's logits on the full-size
 // torchvision resnet18, vgg11 and vit_b_16 exports (random init, batch 2).
 func TestFullSizeLogits(t *testing.T) {
-	dir := fullSizeModels(t)
+	dir := fulltest.Dir(t)
 	for _, name := range []string{"resnet18", "vgg11", "vit_b_16"} {
 		t.Run(name, func(t *testing.T) {
 			gd, err := npy.ReadNPZ(filepath.Join(dir, name+".npz"))
