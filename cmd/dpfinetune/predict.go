@@ -7,7 +7,6 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -47,13 +46,9 @@ func runPredict(args []string, stdout io.Writer) error {
 	case *batch <= 0:
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	m, err := onnx.Load(*model)
+	_, g, err := loadGraph(*model)
 	if err != nil {
 		return err
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
 	}
 	if len(g.Inputs) != 1 {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
