@@ -16,7 +16,8 @@
 # Environment: FMNIST (dataset dir, default /usr/share/datasets/fashion-mnist),
 #   OUTDIR (default /tmp/dpfinetune-results-fmnist), REST (50k split dir,
 #   default /tmp/fmnist-rest), EPOCHS3 (default 40), EPOCHS1 (default 8),
-#   PHYS (physical batch, default 256), EXTRA (extra train flags, e.g. "--seed 1").
+#   EPOCHS0 (public pretraining epochs, default 15), PHYS (physical batch,
+#   default 256), EXTRA (extra train flags, e.g. "--seed 1").
 # No --seed by default: the noise is drawn from the secure source.
 # Each run writes OUTDIR/NAME.{log,json,onnx}; a summary table is printed at the end.
 set -euo pipefail
@@ -27,6 +28,7 @@ OUTDIR=${OUTDIR:-/tmp/dpfinetune-results-fmnist}
 REST=${REST:-/tmp/fmnist-rest}
 EPOCHS3=${EPOCHS3:-40}
 EPOCHS1=${EPOCHS1:-8}
+EPOCHS0=${EPOCHS0:-15}
 PHYS=${PHYS:-256}
 EXTRA=${EXTRA:-}
 what=${1:-all}
@@ -59,7 +61,7 @@ if [[ $what == all || $what == transfer ]]; then
 	# Public pretraining (no privacy) on examples [0, 10000).
 	run pretrain10k --model testdata/models/cnn.onnx --data "idx:$FMNIST:limit=10000" \
 		--test-data "idx:$FMNIST:test" --non-private --optimizer adam --lr 0.001 \
-		--batch-size 128 --physical-batch 128 --epochs 15
+		--batch-size 128 --physical-batch 128 --epochs "$EPOCHS0"
 	# DP fine-tune of the pretrained model vs DP from scratch, same settings, ε = 1.
 	run transfer_eps1 --model "$OUTDIR/pretrain10k.onnx" --data "idx:$REST" \
 		--epsilon 1 --epochs "$EPOCHS1" "${TB[@]}"
@@ -68,10 +70,10 @@ if [[ $what == all || $what == transfer ]]; then
 fi
 
 echo
-echo "run            epochs  ε spent   δ       σ        final test acc  wall"
+echo "run            epochs  ε spent   δ       σ        final test acc  wall"  # ε: RDP, at the end of the run
 for f in "$OUTDIR"/*.json; do
 	name=$(basename "$f" .json)
 	wall=$(grep -o 'wall=[0-9]*s' "$OUTDIR/$name.log" | tail -n 1 | cut -d= -f2)
 	jq -r --arg n "$name" --arg w "${wall:-?}" \
-		'[$n, (.epochs|length), ((.privacy.Epsilon // 0)*1000|round/1000), (.settings.delta // "-"), ((.settings.sigma // 0)*10000|round/10000), ((.epochs[-1].test.accuracy*10000|round)/100|tostring+" %"), $w] | @tsv' "$f"
+		'(.privacy == null) as $np | [$n, (.epochs|length), (if $np then "none" else (.privacy.Epsilon*1000|round/1000) end), (if $np then "-" else .privacy.Delta end), (if $np then "-" else (.settings.sigma*10000|round/10000) end), ((.epochs[-1].test.accuracy*10000|round)/100|tostring+" %"), $w] | @tsv' "$f"
 done | column -t -s $'\t'

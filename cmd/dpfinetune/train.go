@@ -256,6 +256,9 @@ func runTrain(args []string, stdout io.Writer) error {
 	if seed != nil {
 		set.Noise = fmt.Sprintf("seeded (%d): reproducible, NOT secure", *seed)
 	}
+	if *nonPrivate {
+		set.Noise, set.Delta, set.Epsilon = "none (non-private)", 0, 0
+	}
 
 	// Resume.
 	var ckpt *dpengine.Checkpoint
