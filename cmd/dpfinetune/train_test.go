@@ -264,3 +264,47 @@ func TestEvalCLI(t *testing.T) {
 	}
 	_ = npy.Float32
 }
+
+// TestMaxMemory: --max-memory picks the largest physical batch whose
+// estimated peak fits, and a cap below one sample is a clear error.
+func TestMaxMemory(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{{"8GiB", 8 << 30, false}, {"512 MiB", 512 << 20, false}, {"2GB", 2e9, false}, {"1000", 1000, false}, {"lots", 0, true}, {"-1GiB", 0, true}} {
+		got, err := parseBytes(c.in)
+		if (err != nil) != c.bad || (!c.bad && got != c.want) {
+			t.Errorf("parseBytes(%q) = %d, %v", c.in, got, err)
+		}
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "m.onnx")
+	rep := filepath.Join(dir, "r.json")
+	args := []string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=256", "--epsilon", "3",
+		"--batch-size", "128", "--quiet", "--test-data", "none", "--out", out, "--report", rep}
+	if _, e, code := run(t, append(args, "--max-memory", "4MiB")...); code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	var r runReport
+	b, _ := os.ReadFile(rep)
+	json.Unmarshal(b, &r)
+	P := r.Settings.PhysicalBatch
+	if P < 1 || P > 128 {
+		t.Fatalf("physical batch %d", P)
+	}
+	fits := func(b int) bool {
+		for _, m := range r.Plan.MemoryAt(int64(b)) {
+			if m.Mode == "bk" {
+				return m.Total <= 4<<20
+			}
+		}
+		return false
+	}
+	if !fits(P) || (P < 128 && fits(P+1)) {
+		t.Errorf("physical batch %d is not the largest that fits 4 MiB", P)
+	}
+	if _, e, code := run(t, append(args, "--max-memory", "1KiB")...); code != 1 || !strings.Contains(e, "even a physical batch of 1") {
+		t.Errorf("tiny cap: exit %d, %q", code, e)
+	}
+}
