@@ -372,6 +372,10 @@ func buildAvgPool(p *Plan, nd *node) error { return buildPool(p, nd, false) }
 // maxForward computes MaxPool over planes [lo, hi), recording the flat
 // input index of each maximum in arg (-1 for an all-padding window).
 func (g *pool3) maxForward(x, y []float32, arg []int32, lo, hi int) {
+	if g.in[0] == 1 && g.k[0] == 1 {
+		g.maxForward2D(x, y, arg, lo, hi)
+		return
+	}
 	for pl := lo; pl < hi; pl++ {
 		xb, yb := pl*g.inSize, pl*g.outSize
 		for o0 := 0; o0 < g.out[0]; o0++ {
@@ -403,6 +407,64 @@ func (g *pool3) maxForward(x, y []float32, arg []int32, lo, hi int) {
 					}
 					o := yb + (o0*g.out[1]+o1)*g.out[2] + o2
 					y[o], arg[o] = best, bi
+				}
+			}
+		}
+	}
+}
+
+// maxForward2D is maxForward for 1-D and 2-D pooling (the leading of the
+// three spatial axes has size 1), the case of every vision model: windows
+// that lie inside the plane, almost all of them, skip the bounds checks.
+func (g *pool3) maxForward2D(x, y []float32, arg []int32, lo, hi int) {
+	H, W := g.in[1], g.in[2]
+	OH, OW := g.out[1], g.out[2]
+	kh, kw, sh, sw, dh, dw := g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2]
+	ph, pw := g.pb[1], g.pb[2]
+	for pl := lo; pl < hi; pl++ {
+		xb, yb := pl*g.inSize, pl*g.outSize
+		xp := x[xb : xb+H*W]
+		for o1 := 0; o1 < OH; o1++ {
+			h0 := o1*sh - ph
+			hIn := h0 >= 0 && h0+(kh-1)*dh < H
+			for o2 := 0; o2 < OW; o2++ {
+				w0 := o2*sw - pw
+				best := float32(math.Inf(-1))
+				bi := -1
+				if hIn && w0 >= 0 && w0+(kw-1)*dw < W {
+					for a := 0; a < kh; a++ {
+						row := (h0 + a*dh) * W
+						for b := 0; b < kw; b++ {
+							j := row + w0 + b*dw
+							if v := xp[j]; v > best || bi < 0 || v != v {
+								best, bi = v, j
+							}
+						}
+					}
+				} else {
+					for a := 0; a < kh; a++ {
+						i1 := h0 + a*dh
+						if i1 < 0 || i1 >= H {
+							continue
+						}
+						for b := 0; b < kw; b++ {
+							i2 := w0 + b*dw
+							if i2 < 0 || i2 >= W {
+								continue
+							}
+							j := i1*W + i2
+							if v := xp[j]; v > best || bi < 0 || v != v {
+								best, bi = v, j
+							}
+						}
+					}
+				}
+				o := yb + o1*OW + o2
+				y[o] = best
+				if bi >= 0 {
+					arg[o] = int32(xb + bi)
+				} else {
+					arg[o] = -1
 				}
 			}
 		}

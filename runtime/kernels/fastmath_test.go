@@ -30,3 +30,27 @@ func TestExpfErff(t *testing.T) {
 		t.Error("Erff special values")
 	}
 }
+
+// TestTanhf bounds the error of Tanhf against math.Tanh over [−12, 12]:
+// relative 4e-7 (a few float32 ulp) wherever |tanh x| ≥ 1e-30.
+func TestTanhf(t *testing.T) {
+	var worst float64
+	for i := -1200000; i <= 1200000; i++ {
+		x := float32(i) * 1e-5
+		want := math.Tanh(float64(x))
+		got := float64(Tanhf(x))
+		if want == 0 {
+			if got != 0 {
+				t.Fatalf("Tanhf(0) = %v", got)
+			}
+			continue
+		}
+		worst = math.Max(worst, math.Abs(got-want)/math.Abs(want))
+	}
+	if worst > 4e-7 {
+		t.Errorf("Tanhf: max relative error %.3g", worst)
+	}
+	if Tanhf(float32(math.Inf(1))) != 1 || Tanhf(float32(math.Inf(-1))) != -1 || !math.IsNaN(float64(Tanhf(float32(math.NaN())))) {
+		t.Error("Tanhf at ±Inf/NaN")
+	}
+}

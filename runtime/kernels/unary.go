@@ -57,7 +57,7 @@ func unaryRange(op UnaryOp, x, y []float32) {
 		}
 	case Tanh:
 		for i, v := range x {
-			y[i] = float32(math.Tanh(float64(v)))
+			y[i] = Tanhf(v)
 		}
 	case Erf:
 		for i, v := range x {
