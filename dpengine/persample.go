@@ -25,6 +25,8 @@ type useGroup struct {
 	sub     *runtime.Plan
 	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
+	// Scratch reused across samples and steps (the group runs serially).
+	buf, gi, other, self, d, q []float32
 }
 
 type useState struct {
@@ -537,9 +539,12 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	if batched {
 		perSample = opLen / B
 	}
-	buf := make([]float32, perSample)
+	if len(g.buf) != perSample {
+		g.buf = make([]float32, perSample)
+	}
+	buf := g.buf
 	for i := 0; i < e.n; i++ {
-		if err := e.operandGrad(ev, u, i, buf); err != nil {
+		if err := e.operandGrad(ev, u, i, buf, g); err != nil {
 			return err
 		}
 		if g.sub == nil {
@@ -573,13 +578,14 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 
 // operandGrad writes sample i's gradient with respect to the operand (its
 // own shape, batch axis at 1 for batched operands) to out.
-func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32) error {
+func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32, sc *useGroup) error {
 	B := e.cfg.PhysicalBatch
 	dout := &ev.DOut
 	if dout.BatchAxis < 0 {
 		return fmt.Errorf("output gradient has no batch axis")
 	}
-	gi := gatherSample(dout, B, i, nil)
+	sc.gi = gatherSample(dout, B, i, sc.gi)
+	gi := sc.gi
 	gShape := sampleShape(dout)
 	opView := &ev.Inputs[u.Operand]
 	opShape := sampleShape(opView)
@@ -594,9 +600,11 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out [
 		if ev.Node.OpType == "Mul" || ev.Node.OpType == "Div" {
 			ov, oShape := other.Data, other.Shape
 			if other.BatchAxis >= 0 {
-				ov, oShape = gatherSample(other, B, i, nil), sampleShape(other)
+				sc.other = gatherSample(other, B, i, sc.other)
+				ov, oShape = sc.other, sampleShape(other)
 			}
-			d = make([]float32, len(gi))
+			sc.d = grow(sc.d, len(gi))
+			d = sc.d
 			switch {
 			case ev.Node.OpType == "Mul":
 				kernels.Binary(kernels.Mul, gi, gShape, ov, oShape, d, gShape)
@@ -606,9 +614,11 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out [
 				self := opView.Data
 				sShape := opView.Shape
 				if opView.BatchAxis >= 0 {
-					self, sShape = gatherSample(opView, B, i, nil), opShape
+					sc.self = gatherSample(opView, B, i, sc.self)
+					self, sShape = sc.self, opShape
 				}
-				q := make([]float32, len(gi))
+				sc.q = grow(sc.q, len(gi))
+				q := sc.q
 				kernels.Binary(kernels.Div, ov, oShape, self, sShape, q, gShape)
 				kernels.Binary(kernels.Div, q, gShape, self, sShape, q, gShape)
 				kernels.Binary(kernels.Mul, gi, gShape, q, gShape, d, gShape)
@@ -656,6 +666,14 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out [
 		return fmt.Errorf("no per-sample rule for a parameter operand of %s", ev.Node.OpType)
 	}
 	return nil
+}
+
+// grow returns b resized to n elements, reallocating only when too small.
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
 }
 
 // sliceAxis copies x[..., off:off+n, ...] (along axis) to out.
