@@ -280,39 +280,7 @@ func bcastStrides(s, out []int) []int {
 
 // --- pooling ---
 
-// pool3 is a pooling geometry lifted to three spatial dimensions.
-type pool3 struct {
-	planes                 int // N·C
-	in, out, k, s, d, pb   [3]int
-	inSize, outSize        int
-	countIncludePad, isMax bool
-	pe                     [3]int
-}
-
-func newPool3(x, y *tensor, kernel, strides, dils, pads []int64) (*pool3, error) {
-	r := len(x.shape) - 2
-	if r < 1 || r > 3 {
-		return nil, fmt.Errorf("pooling needs 1-3 spatial dims, input %v", x.shape)
-	}
-	g := &pool3{planes: x.shape[0] * x.shape[1]}
-	for i := 0; i < 3; i++ {
-		g.in[i], g.out[i], g.k[i], g.s[i], g.d[i] = 1, 1, 1, 1, 1
-	}
-	off := 3 - r
-	for i := 0; i < r; i++ {
-		g.in[off+i] = x.shape[2+i]
-		g.out[off+i] = y.shape[2+i]
-		g.k[off+i] = int(kernel[i])
-		g.s[off+i] = int(strides[i])
-		g.d[off+i] = int(dils[i])
-		g.pb[off+i] = int(pads[i])
-		g.pe[off+i] = int(pads[i+r])
-	}
-	g.inSize = g.in[0] * g.in[1] * g.in[2]
-	g.outSize = g.out[0] * g.out[1] * g.out[2]
-	return g, nil
-}
-
+// buildPool compiles MaxPool (isMax) or AveragePool onto the kernels' pooling.
 func buildPool(p *Plan, nd *node, isMax bool) error {
 	x, err := floatIn(nd, 0)
 	if err != nil {
@@ -333,222 +301,28 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 	if !sameInts(toInt(wp.Out), y.shape[2:]) {
 		return fmt.Errorf("output %v, window computes %v", y.shape, wp.Out)
 	}
-	g, err := newPool3(x, y, ks, wp.Strides, wp.Dilations, wp.Pads)
-	if err != nil {
+	ps := &kernels.PoolShape{N: x.shape[0], C: x.shape[1], In: x.shape[2:], Kernel: toInt(ks),
+		Strides: toInt(wp.Strides), Dilations: toInt(wp.Dilations), Pads: toInt(wp.Pads), CeilMode: wp.CeilMode,
+		CountIncludePad: nd.g.IntOr("count_include_pad", 0) != 0}
+	if err := ps.Init(); err != nil {
 		return err
 	}
-	g.isMax = isMax
-	g.countIncludePad = nd.g.IntOr("count_include_pad", 0) != 0
-	grain := grainFor(g.inSize)
+	if !sameInts(ps.Out, y.shape[2:]) {
+		return fmt.Errorf("output %v, pooling computes %v", y.shape, ps.Out)
+	}
 	if isMax {
 		arg := make([]int32, y.n)
-		fwd := func(lo, hi int) { g.maxForward(x.data, y.data, arg, lo, hi) }
-		bwd := func(lo, hi int) {
-			dx := nd.dIn[0]
-			clear(dx[lo*g.inSize : hi*g.inSize])
-			for i := lo * g.outSize; i < hi*g.outSize; i++ {
-				if j := arg[i]; j >= 0 {
-					dx[j] += y.grad[i]
-				}
-			}
-		}
-		nd.fwd = func() { parFor(g.planes, grain, fwd) }
-		nd.bwd = func() { parFor(g.planes, grain, bwd) }
+		nd.fwd = func() { kernels.MaxPoolForward(ps, x.data, y.data, arg) }
+		nd.bwd = func() { kernels.MaxPoolBackward(ps, y.grad, arg, nd.dIn[0]) }
 		return nil
 	}
-	fwd := func(lo, hi int) { g.avg(x.data, y.data, false, lo, hi) }
-	bwd := func(lo, hi int) {
-		clear(nd.dIn[0][lo*g.inSize : hi*g.inSize])
-		g.avg(y.grad, nd.dIn[0], true, lo, hi)
-	}
-	nd.fwd = func() { parFor(g.planes, grain, fwd) }
-	nd.bwd = func() { parFor(g.planes, grain, bwd) }
+	nd.fwd = func() { kernels.AveragePoolForward(ps, x.data, y.data) }
+	nd.bwd = func() { kernels.AveragePoolBackward(ps, y.grad, nd.dIn[0]) }
 	return nil
 }
 
 func buildMaxPool(p *Plan, nd *node) error { return buildPool(p, nd, true) }
 func buildAvgPool(p *Plan, nd *node) error { return buildPool(p, nd, false) }
-
-// maxForward computes MaxPool over planes [lo, hi), recording the flat
-// input index of each maximum in arg (-1 for an all-padding window).
-func (g *pool3) maxForward(x, y []float32, arg []int32, lo, hi int) {
-	if g.in[0] == 1 && g.k[0] == 1 {
-		g.maxForward2D(x, y, arg, lo, hi)
-		return
-	}
-	for pl := lo; pl < hi; pl++ {
-		xb, yb := pl*g.inSize, pl*g.outSize
-		for o0 := 0; o0 < g.out[0]; o0++ {
-			for o1 := 0; o1 < g.out[1]; o1++ {
-				for o2 := 0; o2 < g.out[2]; o2++ {
-					best := float32(math.Inf(-1))
-					bi := int32(-1)
-					for k0 := 0; k0 < g.k[0]; k0++ {
-						i0 := o0*g.s[0] - g.pb[0] + k0*g.d[0]
-						if i0 < 0 || i0 >= g.in[0] {
-							continue
-						}
-						for k1 := 0; k1 < g.k[1]; k1++ {
-							i1 := o1*g.s[1] - g.pb[1] + k1*g.d[1]
-							if i1 < 0 || i1 >= g.in[1] {
-								continue
-							}
-							row := xb + (i0*g.in[1]+i1)*g.in[2]
-							for k2 := 0; k2 < g.k[2]; k2++ {
-								i2 := o2*g.s[2] - g.pb[2] + k2*g.d[2]
-								if i2 < 0 || i2 >= g.in[2] {
-									continue
-								}
-								if v := x[row+i2]; v > best || bi < 0 || v != v {
-									best, bi = v, int32(row+i2)
-								}
-							}
-						}
-					}
-					o := yb + (o0*g.out[1]+o1)*g.out[2] + o2
-					y[o], arg[o] = best, bi
-				}
-			}
-		}
-	}
-}
-
-// maxForward2D is maxForward for 1-D and 2-D pooling (the leading of the
-// three spatial axes has size 1), the case of every vision model: windows
-// that lie inside the plane, almost all of them, skip the bounds checks.
-func (g *pool3) maxForward2D(x, y []float32, arg []int32, lo, hi int) {
-	H, W := g.in[1], g.in[2]
-	OH, OW := g.out[1], g.out[2]
-	kh, kw, sh, sw, dh, dw := g.k[1], g.k[2], g.s[1], g.s[2], g.d[1], g.d[2]
-	ph, pw := g.pb[1], g.pb[2]
-	for pl := lo; pl < hi; pl++ {
-		xb, yb := pl*g.inSize, pl*g.outSize
-		xp := x[xb : xb+H*W]
-		for o1 := 0; o1 < OH; o1++ {
-			h0 := o1*sh - ph
-			hIn := h0 >= 0 && h0+(kh-1)*dh < H
-			for o2 := 0; o2 < OW; o2++ {
-				w0 := o2*sw - pw
-				best := float32(math.Inf(-1))
-				bi := -1
-				if hIn && w0 >= 0 && w0+(kw-1)*dw < W {
-					for a := 0; a < kh; a++ {
-						row := (h0 + a*dh) * W
-						for b := 0; b < kw; b++ {
-							j := row + w0 + b*dw
-							if v := xp[j]; v > best || bi < 0 || v != v {
-								best, bi = v, j
-							}
-						}
-					}
-				} else {
-					for a := 0; a < kh; a++ {
-						i1 := h0 + a*dh
-						if i1 < 0 || i1 >= H {
-							continue
-						}
-						for b := 0; b < kw; b++ {
-							i2 := w0 + b*dw
-							if i2 < 0 || i2 >= W {
-								continue
-							}
-							j := i1*W + i2
-							if v := xp[j]; v > best || bi < 0 || v != v {
-								best, bi = v, j
-							}
-						}
-					}
-				}
-				o := yb + o1*OW + o2
-				y[o] = best
-				if bi >= 0 {
-					arg[o] = int32(xb + bi)
-				} else {
-					arg[o] = -1
-				}
-			}
-		}
-	}
-}
-
-// avg runs AveragePool forward (x → y) or, with back, its backward
-// (dy → dx, accumulating into dx) over planes [plo, phi).
-func (g *pool3) avg(src, dst []float32, back bool, plo, phi int) {
-	for pl := plo; pl < phi; pl++ {
-		xb, yb := pl*g.inSize, pl*g.outSize
-		for o0 := 0; o0 < g.out[0]; o0++ {
-			for o1 := 0; o1 < g.out[1]; o1++ {
-				for o2 := 0; o2 < g.out[2]; o2++ {
-					// Window start/end in padded coordinates, as PyTorch:
-					// the divisor with count_include_pad counts positions
-					// inside input+padding.
-					var lo, hi, vlo, vhi [3]int
-					o := [3]int{o0, o1, o2}
-					div := 1
-					for a := 0; a < 3; a++ {
-						lo[a] = o[a]*g.s[a] - g.pb[a]
-						hi[a] = min(lo[a]+(g.k[a]-1)*g.d[a]+1, g.in[a]+g.pe[a])
-						vlo[a], vhi[a] = max(lo[a], 0), min(hi[a], g.in[a])
-					}
-					if g.countIncludePad {
-						for a := 0; a < 3; a++ {
-							div *= (hi[a] - lo[a] + g.d[a] - 1) / g.d[a]
-						}
-					} else {
-						div = 0
-					}
-					cnt := 0
-					var sum float32
-					yo := yb + (o0*g.out[1]+o1)*g.out[2] + o2
-					if back && g.countIncludePad {
-						sum = src[yo] / float32(div)
-					}
-					// First pass counts (and sums, forward).
-					for pass := 0; pass < 2; pass++ {
-						if pass == 1 && !back {
-							break
-						}
-						if pass == 1 && !g.countIncludePad {
-							sum = src[yo] / float32(cnt)
-						}
-						if pass == 0 && back && g.countIncludePad {
-							continue
-						}
-						for i0 := lo[0]; i0 < hi[0]; i0 += g.d[0] {
-							if i0 < vlo[0] || i0 >= vhi[0] {
-								continue
-							}
-							for i1 := lo[1]; i1 < hi[1]; i1 += g.d[1] {
-								if i1 < vlo[1] || i1 >= vhi[1] {
-									continue
-								}
-								row := xb + (i0*g.in[1]+i1)*g.in[2]
-								for i2 := lo[2]; i2 < hi[2]; i2 += g.d[2] {
-									if i2 < vlo[2] || i2 >= vhi[2] {
-										continue
-									}
-									if !back {
-										sum += src[row+i2]
-									} else if pass == 1 || g.countIncludePad {
-										dst[row+i2] += sum
-									}
-									cnt++
-								}
-							}
-						}
-					}
-					if !back {
-						d := div
-						if !g.countIncludePad {
-							d = cnt
-						}
-						dst[yo] = sum / float32(d)
-					}
-				}
-			}
-		}
-	}
-}
 
 func buildGlobalAvgPool(p *Plan, nd *node) error {
 	x, err := floatIn(nd, 0)
