@@ -1,8 +1,10 @@
 package dpengine
 
 import (
+	"crypto/aes"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"testing"
 )
 
@@ -185,6 +187,75 @@ func TestGaussianNoiseMoments(t *testing.T) {
 	NewSecureSource().AddGaussian(std, w)
 	if z[0] == w[0] && z[1] == w[1] {
 		t.Error("two secure sources drew the same noise")
+	}
+}
+
+// TestGaussianNoiseDistribution checks the ziggurat's whole distribution,
+// not only its moments: a Kolmogorov–Smirnov test of 2^20 draws against
+// Φ, and the frequency of draws beyond the base strip's edge r (the tail
+// algorithm) and beyond 4.5. Thresholds are set for a false-failure rate
+// below 1e-6 each: KS critical value √(ln(2/α)/2n); tail counts within
+// 5.5 binomial standard deviations.
+func TestGaussianNoiseDistribution(t *testing.T) {
+	const n = 1 << 20
+	x := make([]float32, n)
+	NewSeededSource(11).AddGaussian(1, x)
+	v := make([]float64, n)
+	for i, f := range x {
+		v[i] = float64(f)
+	}
+	sort.Float64s(v)
+	var d float64
+	for i, f := range v {
+		c := 0.5 * math.Erfc(-f/math.Sqrt2)
+		d = max(d, math.Abs(c-float64(i)/n), math.Abs(c-float64(i+1)/n))
+	}
+	if crit := math.Sqrt(math.Log(2/1e-6) / (2 * n)); d > crit {
+		t.Errorf("KS distance %.5f > %.5f", d, crit)
+	}
+	for _, edge := range []float64{zigR, 4.5} {
+		p := math.Erfc(edge / math.Sqrt2) // P(|z| > edge)
+		var k float64
+		for _, f := range v {
+			if math.Abs(f) > edge {
+				k++
+			}
+		}
+		want, sd := n*p, math.Sqrt(n*p*(1-p))
+		if math.Abs(k-want) > 5.5*sd {
+			t.Errorf("%v draws beyond ±%v, want %.1f ± %.1f", k, edge, want, sd)
+		}
+	}
+	// The tail beyond r has too few draws above to test its shape:
+	// draw it directly and KS-test it against the normal conditioned on
+	// |z| > r.
+	var g noiseBits
+	block, _ := aes.NewCipher(make([]byte, 32))
+	g.reset(block, 0)
+	const nt = 1 << 16
+	tail := make([]float64, nt)
+	for i := range tail {
+		tail[i] = float64(zigSlow(&g, 0, 0))
+	}
+	sort.Float64s(tail)
+	qr := math.Erfc(zigR / math.Sqrt2)
+	d = 0
+	for i, f := range tail {
+		c := 1 - math.Erfc(f/math.Sqrt2)/qr
+		d = max(d, math.Abs(c-float64(i)/nt), math.Abs(c-float64(i+1)/nt))
+	}
+	if crit := math.Sqrt(math.Log(2/1e-6) / (2 * nt)); d > crit {
+		t.Errorf("tail KS distance %.5f > %.5f", d, crit)
+	}
+	// Noise and scaling in one pass: (x + std·z)·post.
+	y := []float32{1, 2, 3}
+	z := []float32{1, 2, 3}
+	NewSeededSource(5).addGaussianScaled(0.5, 0.25, y)
+	NewSeededSource(5).AddGaussian(0.5, z)
+	for i := range y {
+		if want := z[i] * 0.25; math.Abs(float64(y[i]-want)) > 1e-6 {
+			t.Errorf("scaled noise [%d] = %v, want %v", i, y[i], want)
+		}
 	}
 }
 

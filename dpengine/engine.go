@@ -340,16 +340,17 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		return grads, nil
 	}
 	std := e.cfg.NoiseMultiplier * e.cfg.Clipping.R
-	if std > 0 {
-		bufs := make([][]float32, len(e.params))
-		for k, p := range e.params {
-			bufs[k] = p.accum
-		}
-		e.cfg.Source.AddGaussian(std, bufs...)
-	}
+	inv := float32(1 / e.cfg.ExpectedBatch)
 	for k, p := range e.params {
-		scale(p.accum, float32(1/e.cfg.ExpectedBatch))
 		grads[k] = p.accum
+	}
+	if std > 0 {
+		// Noise and the division by the expected batch size in one pass.
+		e.cfg.Source.addGaussianScaled(std, inv, grads...)
+	} else {
+		for _, g := range grads {
+			scale(g, inv)
+		}
 	}
 	return grads, nil
 }

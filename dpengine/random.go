@@ -1,6 +1,8 @@
 package dpengine
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -8,11 +10,14 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Source is the randomness behind sampling and noise. Secure sources (the
-// default) seed ChaCha8, a cryptographically strong generator, from the
-// operating system's entropy; a seeded source is deterministic, for
+// default) key their generators — ChaCha8 for sampling and augmentation,
+// AES-256 in counter mode for the Gaussian noise, both cryptographically
+// strong — from the operating system's entropy; a seeded source is deterministic, for
 // reproducible experiments only, and is labelled so wherever it is
 // reported.
 type Source struct {
@@ -40,7 +45,7 @@ func (s *Source) Describe() string {
 	if s.seeded {
 		return fmt.Sprintf("seeded (seed %d): reproducible, NOT secure", s.seed)
 	}
-	return "secure (ChaCha8 seeded from crypto/rand)"
+	return "secure (ChaCha8 and AES-256-CTR keyed from crypto/rand)"
 }
 
 // Stream returns the position of a seeded source (how many generators it
@@ -60,11 +65,17 @@ func (s *Source) SetStream(n uint64) {
 
 // newChaCha returns the next generator of the source.
 func (s *Source) newChaCha() *rand.ChaCha8 {
-	var key [32]byte
 	s.mu.Lock()
 	n := s.stream
 	s.stream++
 	s.mu.Unlock()
+	return rand.NewChaCha8(s.key(n))
+}
+
+// key returns the 256-bit key of stream n: derived from the seed for a
+// seeded source, fresh from crypto/rand (n unused) for a secure one.
+func (s *Source) key(n uint64) [32]byte {
+	var key [32]byte
 	if s.seeded {
 		binary.LittleEndian.PutUint64(key[0:], s.seed)
 		binary.LittleEndian.PutUint64(key[8:], n)
@@ -74,48 +85,121 @@ func (s *Source) newChaCha() *rand.ChaCha8 {
 		// does, continuing with weak noise would silently break privacy.
 		panic(fmt.Sprintf("dpengine: crypto/rand failed: %v", err))
 	}
-	return rand.NewChaCha8(key)
+	return key
 }
 
 // Rand returns a new generator from the source.
 func (s *Source) Rand() *rand.Rand { return rand.New(s.newChaCha()) }
 
 // AddGaussian adds std·N(0, 1) to every element of each slice. The work is
-// split into fixed chunks, each with its own generator from the source, so
-// the result is deterministic for a seeded source whatever the number of
-// cores.
+// split into fixed chunks, each with its own keystream, so the result is
+// deterministic for a seeded source whatever the number of cores.
 func (s *Source) AddGaussian(std float64, xs ...[]float32) {
-	const chunk = 1 << 16
-	type job struct {
-		x   []float32
-		rng *rand.Rand
-	}
-	var jobs []job
+	s.addGaussianScaled(std, 1, xs...)
+}
+
+// noiseChunk is the number of elements drawn from one keystream. Fixed, so
+// that a seeded source gives the same noise on any number of cores.
+const noiseChunk = 1 << 18
+
+// addGaussianScaled sets x ← (x + std·z)·post for every element, z ~ N(0, 1)
+// i.i.d.: the noise and the division by the expected batch size in one pass
+// over the parameters (on a 100 M-parameter model each pass is ~0.4 GB of
+// memory traffic).
+//
+// The bits come from AES-256 in counter mode under a fresh key per call
+// (from crypto/rand, or derived from the seed and the stream position):
+// with AES-NI it produces ~5 GB/s on one core here against ~1 GB/s for
+// ChaCha8, and the Gaussian noise of a 10⁸-parameter model needs 0.4 GB of
+// random bits per logical batch. Chunk c uses counter blocks starting at
+// c·2³², so chunks never share keystream.
+func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
+	var chunks int
 	for _, x := range xs {
-		for off := 0; off < len(x); off += chunk {
-			end := min(off+chunk, len(x))
-			jobs = append(jobs, job{x[off:end], s.Rand()})
+		chunks += (len(x) + noiseChunk - 1) / noiseChunk
+	}
+	if chunks == 0 {
+		return
+	}
+	s.mu.Lock()
+	n := s.stream
+	s.stream++
+	s.mu.Unlock()
+	key := s.key(n)
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		panic(fmt.Sprintf("dpengine: AES: %v", err)) // a 32-byte key cannot fail
+	}
+	var next atomic.Int64
+	work := func() {
+		var g noiseBits
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= chunks {
+				return
+			}
+			g.reset(block, uint64(c))
+			gaussianInto(&g, chunkOf(xs, c), float32(std), post)
 		}
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	workers := min(runtime.GOMAXPROCS(0), chunks)
 	var wg sync.WaitGroup
-	next := make(chan job)
-	for w := 0; w < workers; w++ {
+	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range next {
-				for i := range j.x {
-					j.x[i] += float32(std * j.rng.NormFloat64())
-				}
-			}
+			work()
 		}()
 	}
-	for _, j := range jobs {
-		next <- j
-	}
-	close(next)
+	work()
 	wg.Wait()
+}
+
+// chunkOf returns the c-th noiseChunk-sized piece of the concatenation of
+// xs (a chunk never spans two slices).
+func chunkOf(xs [][]float32, c int) []float32 {
+	for _, x := range xs {
+		n := (len(x) + noiseChunk - 1) / noiseChunk
+		if c < n {
+			return x[c*noiseChunk : min((c+1)*noiseChunk, len(x))]
+		}
+		c -= n
+	}
+	return nil
+}
+
+// noiseBits hands out 32-bit words of an AES-CTR keystream, generated
+// 4096 words at a time.
+type noiseBits struct {
+	ctr  cipher.Stream
+	buf  [4096]uint32
+	pos  int
+	zero [4096 * 4]byte
+}
+
+// reset starts the keystream of chunk c.
+func (g *noiseBits) reset(block cipher.Block, c uint64) {
+	var iv [aes.BlockSize]byte
+	binary.BigEndian.PutUint64(iv[0:], c>>32)
+	binary.BigEndian.PutUint32(iv[8:], uint32(c))
+	g.ctr = cipher.NewCTR(block, iv[:])
+	g.pos = len(g.buf)
+}
+
+// word returns the next 32 random bits.
+func (g *noiseBits) word() uint32 {
+	if g.pos == len(g.buf) {
+		g.ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&g.buf[0])), 4*len(g.buf)), g.zero[:])
+		g.pos = 0
+	}
+	w := g.buf[g.pos]
+	g.pos++
+	return w
+}
+
+// uniform returns a uniform float64 in [0, 1) with 53 random bits.
+func (g *noiseBits) uniform() float64 {
+	return float64(uint64(g.word())<<21^uint64(g.word())>>11) * (1.0 / (1 << 53))
 }
 
 // geometricSkip returns the number of failures before the next success of
