@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 )
 
@@ -300,5 +301,37 @@ func TestSGDMomentum(t *testing.T) {
 	o.Step(p, [][]float32{{1}}) // v = 1.9, θ = 0.71
 	if math.Abs(float64(p[0][0])-0.71) > 1e-6 {
 		t.Errorf("θ = %v, want 0.71", p[0][0])
+	}
+}
+
+// TestSpansCoverEveryElementOnce: the optimizers' parallel split visits
+// every element of uneven parameter lists exactly once, including lists
+// that straddle the workers' boundaries and empty ones.
+func TestSpansCoverEveryElementOnce(t *testing.T) {
+	for _, sizes := range [][]int{
+		{5},
+		{spanGrain*3 + 7},
+		{spanGrain, 0, 3, spanGrain*2 + 1, 17},
+		{1, 1, spanGrain*5 - 1},
+	} {
+		xs := make([][]float32, len(sizes))
+		for k, n := range sizes {
+			xs[k] = make([]float32, n)
+		}
+		var mu sync.Mutex
+		spans(xs, func(k, lo, hi int) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := lo; i < hi; i++ {
+				xs[k][i]++
+			}
+		})
+		for k, x := range xs {
+			for i, v := range x {
+				if v != 1 {
+					t.Fatalf("sizes %v: element %d of list %d visited %v times", sizes, i, k, v)
+				}
+			}
+		}
 	}
 }

@@ -84,6 +84,8 @@ type Engine struct {
 	byName  map[string]*param
 	groups  map[string][]*useGroup // keyed by consumer output name
 	hookErr error
+	// bkScratch is book-keeping's weighted-sum scratch, shared by the layers.
+	bkScratch []float32
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch

@@ -3,6 +3,9 @@ package dpengine
 import (
 	"fmt"
 	"math"
+	"sync"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Optimizer updates parameters from the private gradient. Params and grads
@@ -46,21 +49,28 @@ func (o *SGD) Step(params, grads [][]float32) error {
 		o.vel = zerosLike(params)
 	}
 	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
-	for k, p := range params {
-		g := grads[k]
+	first := o.step == 0
+	spans(params, func(k, lo, hi int) {
+		p, g := params[k][lo:hi], grads[k][lo:hi]
+		g = g[:len(p)]
+		if mu == 0 {
+			for i := range p {
+				p[i] -= lr * (g[i] + wd*p[i])
+			}
+			return
+		}
+		vel := o.vel[k][lo:hi]
+		vel = vel[:len(p)]
 		for i := range p {
 			d := g[i] + wd*p[i]
-			if mu != 0 {
-				if o.step == 0 {
-					o.vel[k][i] = d
-				} else {
-					o.vel[k][i] = mu*o.vel[k][i] + d
-				}
-				d = o.vel[k][i]
+			if first {
+				vel[i] = d
+			} else {
+				vel[i] = mu*vel[i] + d
 			}
-			p[i] -= lr * d
+			p[i] -= lr * vel[i]
 		}
-	}
+	})
 	o.step++
 	return nil
 }
@@ -122,11 +132,13 @@ func (o *Adam) Step(params, grads [][]float32) error {
 	sqrtBC2 := float32(math.Sqrt(bc2))
 	eps, wd, lr := float32(o.Eps), float32(o.WeightDecay), float32(o.LR)
 	fb1, fb2 := float32(b1), float32(b2)
-	for k, p := range params {
-		g, m, v := grads[k], o.m[k], o.v[k]
+	decoupled := o.Decoupled
+	spans(params, func(k, lo, hi int) {
+		p, g, m, v := params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi]
+		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
 		for i := range p {
 			d := g[i]
-			if o.Decoupled {
+			if decoupled {
 				p[i] *= 1 - lr*wd
 			} else {
 				d += wd * p[i]
@@ -135,7 +147,7 @@ func (o *Adam) Step(params, grads [][]float32) error {
 			v[i] = fb2*v[i] + (1-fb2)*d*d
 			p[i] -= stepSize * m[i] / (float32(math.Sqrt(float64(v[i])))/sqrtBC2 + eps)
 		}
-	}
+	})
 	return nil
 }
 
@@ -202,4 +214,48 @@ func copyLists(xs [][]float32) [][]float32 {
 		out[i] = append([]float32(nil), x...)
 	}
 	return out
+}
+
+// spanGrain is the smallest piece of a parameter list worth a goroutine.
+const spanGrain = 1 << 15
+
+// spans calls fn(k, lo, hi) over pieces xs[k][lo:hi] that together cover
+// every element of xs once, spread over the cores: the optimizer update is
+// a memory-bound pass over every parameter (10⁸ on a VGG), which one core
+// cannot saturate. Pieces are independent, so the result does not depend
+// on the number of cores.
+func spans(xs [][]float32, fn func(k, lo, hi int)) {
+	total := 0
+	for _, x := range xs {
+		total += len(x)
+	}
+	workers := min(kernels.Workers(), max(1, total/spanGrain))
+	if workers <= 1 {
+		for k, x := range xs {
+			fn(k, 0, len(x))
+		}
+		return
+	}
+	per := (total + workers - 1) / workers
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		// Worker w covers the flat range [w·per, (w+1)·per).
+		start, end := w*per, min((w+1)*per, total)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			off := 0
+			for k, x := range xs {
+				lo, hi := max(start-off, 0), min(end-off, len(x))
+				if lo < hi {
+					fn(k, lo, hi)
+				}
+				off += len(x)
+				if off >= end {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -168,13 +168,17 @@ func chunkOf(xs [][]float32, c int) []float32 {
 	return nil
 }
 
-// noiseBits hands out 32-bit words of an AES-CTR keystream, generated
-// 4096 words at a time.
+// noiseBits hands out 32-bit words of an AES-CTR keystream: the main
+// draws in runs of up to 4096 words (take), the ziggurat's rare extra
+// draws from a separate small buffer (aux), both refilled from the same
+// stream.
 type noiseBits struct {
-	ctr  cipher.Stream
-	buf  [4096]uint32
-	pos  int
-	zero [4096 * 4]byte
+	ctr   cipher.Stream
+	buf   [4096]uint32
+	pos   int
+	extra [64]uint32
+	epos  int
+	zero  [4096 * 4]byte
 }
 
 // reset starts the keystream of chunk c.
@@ -183,23 +187,40 @@ func (g *noiseBits) reset(block cipher.Block, c uint64) {
 	binary.BigEndian.PutUint64(iv[0:], c>>32)
 	binary.BigEndian.PutUint32(iv[8:], uint32(c))
 	g.ctr = cipher.NewCTR(block, iv[:])
-	g.pos = len(g.buf)
+	g.pos, g.epos = len(g.buf), len(g.extra)
 }
 
-// word returns the next 32 random bits.
-func (g *noiseBits) word() uint32 {
+// fill writes the next keystream words into w.
+func (g *noiseBits) fill(w []uint32) {
+	g.ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w)), g.zero[:4*len(w)])
+}
+
+// take returns the next min(n, 4096) or fewer words of the main run.
+func (g *noiseBits) take(n int) []uint32 {
 	if g.pos == len(g.buf) {
-		g.ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&g.buf[0])), 4*len(g.buf)), g.zero[:])
+		g.fill(g.buf[:])
 		g.pos = 0
 	}
-	w := g.buf[g.pos]
-	g.pos++
+	n = min(n, len(g.buf)-g.pos)
+	w := g.buf[g.pos : g.pos+n]
+	g.pos += n
+	return w
+}
+
+// aux returns the next 32 random bits of the auxiliary buffer.
+func (g *noiseBits) aux() uint32 {
+	if g.epos == len(g.extra) {
+		g.fill(g.extra[:])
+		g.epos = 0
+	}
+	w := g.extra[g.epos]
+	g.epos++
 	return w
 }
 
 // uniform returns a uniform float64 in [0, 1) with 53 random bits.
 func (g *noiseBits) uniform() float64 {
-	return float64(uint64(g.word())<<21^uint64(g.word())>>11) * (1.0 / (1 << 53))
+	return float64(uint64(g.aux())<<21^uint64(g.aux())>>11) * (1.0 / (1 << 53))
 }
 
 // geometricSkip returns the number of failures before the next success of
