@@ -12,14 +12,32 @@ Add. The export runs with autograd enabled so that nn.MultiheadAttention
 (vit-tiny-cifar) does not take its non-exportable inference fast path.
 The same builder (build) is imported by torch_step.py, so both sides time
 the same architecture; the weights are the same too because both seed 0.
+
+build also knows the zoo models of the DP tables (bench/torch_zoo.py, ZOO):
+those are not exported (our side builds them with `dpfinetune zoo export`);
+build returns them with every BatchNorm replaced by GroupNorm as our default
+rewrite does. For every model build knows (suite or zoo):
+
+    /usr/bin/python3 bench/torch_models.py --count a,b    # {"model", "params"} per line
+    /usr/bin/python3 bench/torch_models.py --forward NAME --onnx R.onnx [--dpfinetune BIN]
+
+--forward loads the weights of R.onnx (our `dpfinetune zoo export NAME
+--batchnorm`, rewritten by `dpfinetune plan --out`) into the PyTorch model,
+by parameter name, and compares the logits with `dpfinetune predict` on
+R.onnx (needs the onnx and numpy packages). bench/zoo_vs_torch.sh runs both.
 """
 import argparse
+import json
 import os
+import sys
 import warnings
 
 import torch
 import torch.nn as nn
 import torchvision
+
+import torch_zoo
+from torch_zoo import ZOO
 
 SUITE = {
     # name: (input shape without batch, batch)
@@ -28,6 +46,9 @@ SUITE = {
     "vgg11-cifar": ((3, 32, 32), 16),
     "vit-tiny-cifar": ((3, 32, 32), 32),
 }
+
+# Every model build knows: name -> (input shape without batch, batch, classes).
+MODELS = {**{k: (v[0], v[1], 10) for k, v in SUITE.items()}, **ZOO}
 
 
 class TramerBonehCNN(nn.Module):
@@ -48,6 +69,9 @@ class TramerBonehCNN(nn.Module):
 
 
 def bn_to_gn(module, groups=16):
+    """Replaces every BatchNorm2d by GroupNorm(g, C), g the largest divisor
+    of C not above groups: our rewrite's default (rewrite.DefaultGroups,
+    rule "divisor"), with the same eps (1e-5) and affine init (1, 0)."""
     for name, child in module.named_children():
         if isinstance(child, nn.BatchNorm2d):
             c = child.num_features
@@ -66,12 +90,14 @@ def build(name):
         m = bn_to_gn(torchvision.models.resnet18(num_classes=10))
     elif name == "vgg11-cifar":
         m = torchvision.models.vgg11(num_classes=10)
+    elif name in ZOO:
+        m = bn_to_gn(torch_zoo.build(name))
     elif name == "vit-tiny-cifar":
         m = torchvision.models.vision_transformer.VisionTransformer(
             image_size=32, patch_size=4, num_layers=4, num_heads=3, hidden_dim=192, mlp_dim=768,
             num_classes=10, dropout=0.0, attention_dropout=0.0)
     else:
-        raise SystemExit("unknown model %r (want one of %s)" % (name, ", ".join(SUITE)))
+        raise SystemExit("unknown model %r (want one of %s)" % (name, ", ".join(MODELS)))
     return m
 
 
@@ -99,13 +125,86 @@ def export(name, path):
             dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
+def count(name):
+    """PyTorch's parameter count of the model as build returns it."""
+    return sum(p.numel() for p in build(name).parameters())
+
+
+def forward_check(name, path, dpfinetune, n=2):
+    """Loads the initializers of our GroupNorm-rewritten zoo model (path,
+    from `dpfinetune plan --out`) into build(name), runs both forwards on the
+    same n random samples (ours through `dpfinetune predict`) and returns
+    the largest absolute difference of the logits and the largest logit.
+    Equal logits mean the same network: layers, order, GroupNorm groups.
+    Parameters initialised to zero (biases, zero-init heads such as
+    torchvision's ViT head, which would make every logit 0) are first
+    replaced by seeded N(0, 0.02) values on both sides."""
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    m = build(name).eval()
+    params = dict(m.named_parameters())
+    proto = onnx.load(path)
+    rng = np.random.default_rng(3)
+    with torch.no_grad():
+        for t in proto.graph.initializer:
+            pn = t.name[:-2] if t.name.endswith(".T") else t.name
+            if pn not in params:
+                continue
+            a = numpy_helper.to_array(t)
+            if not a.any():
+                a = (0.02 * rng.standard_normal(a.shape)).astype(a.dtype)
+                t.CopyFrom(numpy_helper.from_array(a, t.name))
+            a = torch.from_numpy(a.copy())
+            if t.name.endswith(".T"):
+                a = a.t()
+            p = params.pop(pn)
+            p.copy_(a.reshape(p.shape))
+    if params:
+        raise SystemExit("forward check %s: parameters not in %s: %s" % (name, path, ", ".join(sorted(params))))
+    shape = MODELS[name][0]
+    x = torch.randn(n, *shape, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = m(x).numpy()
+    with tempfile.TemporaryDirectory() as d:
+        mp, xp, yp = os.path.join(d, "m.onnx"), os.path.join(d, "x.npy"), os.path.join(d, "y.npy")
+        onnx.save(proto, mp)
+        np.save(xp, x.numpy())
+        subprocess.run([dpfinetune, "predict", "--model", mp, "--input", xp, "--out", yp, "--batch", str(n)],
+                       check=True, stdout=subprocess.DEVNULL)
+        got = np.load(yp)
+    return float(np.abs(got - want).max()), float(np.abs(want).max())
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="export the suite models here")
     ap.add_argument("--models", default=",".join(SUITE))
+    ap.add_argument("--count", help="print the parameter count of these models (comma-separated) as JSON lines")
+    ap.add_argument("--onnx", help="with --forward: our zoo export rewritten by `dpfinetune plan --out`")
+    ap.add_argument("--forward", help="compare this model's logits with ours on --onnx (needs --dpfinetune)")
+    ap.add_argument("--dpfinetune", default="bin/dpfinetune")
     a = ap.parse_args()
+    if a.count:
+        for name in a.count.split(","):
+            print(json.dumps({"model": name, "params": count(name)}))
+        return
+    if a.forward:
+        if not a.onnx:
+            ap.error("--forward needs --onnx")
+        diff, scale = forward_check(a.forward, a.onnx, a.dpfinetune)
+        ok = scale > 0 and diff <= 1e-3 * max(scale, 1)
+        print(json.dumps({"model": a.forward, "logits_max_abs_diff": diff, "logits_max_abs": scale, "ok": ok}))
+        sys.exit(0 if ok else 1)
+    if not a.out:
+        ap.error("--out, --count or --forward is required")
     os.makedirs(a.out, exist_ok=True)
     for name in a.models.split(","):
+        if name not in SUITE:
+            raise SystemExit("%s is not a suite model: its ONNX comes from `dpfinetune zoo export`" % name)
         path = os.path.join(a.out, name + ".onnx")
         if os.path.exists(path):
             continue

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Times one non-DP PyTorch training step of a suite model: forward,
+"""Times one non-DP PyTorch training step of a suite or zoo model
+(torch_models.MODELS; the zoo models with GroupNorm for BatchNorm): forward,
 per-sample softmax cross-entropy summed over the batch (the runtime
 backpropagates Σ_i loss_i), backward, Adam(lr 1e-3) step.
 
@@ -21,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from torch_models import SUITE, build
+from torch_models import MODELS, build
 
 
 def main():
@@ -33,14 +34,16 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    shape, batch = SUITE[a.model]
+    if a.model not in MODELS:
+        raise SystemExit("unknown model %r (want one of %s)" % (a.model, ", ".join(MODELS)))
+    shape, batch, classes = MODELS[a.model]
     if a.batch:
         batch = a.batch
     m = build(a.model).train()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *shape, generator=g)
-    y = torch.randint(0, 10, (batch,), generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g)
 
     def step():
         opt.zero_grad(set_to_none=False)
