@@ -33,6 +33,10 @@ func (p *Plan) propagateBatch() {
 	in.bstride = max(1, numel(in.shape[1:]))
 	in.bax = 0
 	for _, nd := range p.nodes {
+		if nd.g.OpType == fusedSplit {
+			nd.splitBatch(N)
+			continue
+		}
 		y := nd.out[0]
 		if y == nil {
 			continue
@@ -41,6 +45,25 @@ func (p *Plan) propagateBatch() {
 			if ax, inner := batchAt(y.shape, s); ax >= 0 && (y.shape[ax]/inner)%N == 0 {
 				y.bstride, y.bax = s, ax
 			}
+		}
+	}
+}
+
+// splitBatch sets the batch strides of a FusedSplit's outputs: each keeps
+// the input's batch axis unless the split cuts along it.
+func (nd *node) splitBatch(N int) {
+	x := nd.in[0]
+	k, inner := batchAt(x.shape, x.bstride)
+	if x.bstride <= 0 || k < 0 {
+		return
+	}
+	for _, y := range nd.out {
+		if y.shape[k] != x.shape[k] {
+			continue // split along the batch axis
+		}
+		s := inner * strides(y.shape)[k]
+		if ax, in := batchAt(y.shape, s); ax >= 0 && (y.shape[ax]/in)%N == 0 {
+			y.bstride, y.bax = s, ax
 		}
 	}
 }
@@ -118,6 +141,11 @@ func (nd *node) batchStride(N int) int {
 			a += int64(r)
 		}
 		if k >= int(a) {
+			return 0
+		}
+		kOut = k
+	case fusedNormalize: // over the last axis
+		if k >= r-1 {
 			return 0
 		}
 		kOut = k

@@ -20,6 +20,18 @@
 // step by the plan itself (see TestSteadyStateAllocations for what the
 // kernels allocate).
 //
+// # Fusion
+//
+// Compile runs some decomposed operator chains as single nodes, without
+// changing the graph: the LayerNorm normalization torch 1.13 exports as
+// ReduceMean → Sub → Pow → ReduceMean → Add → Sqrt → Div (its Mul(γ) and
+// Add(β) stay separate nodes, hooked as before), the exact and tanh GELU
+// chains, and Slices that split one value into disjoint parts along one
+// axis (the q, k, v of a packed attention projection). A chain fuses only
+// when its intermediate values are invisible outside it: each read only
+// inside the chain, no graph output, no parameter, and no node of it
+// hooked. Options.NoFusion turns this off.
+//
 // # Running a training step
 //
 //	p.SetInput(0, x)                 // (N, C, H, W)

@@ -108,6 +108,12 @@ func gradCheck(t *testing.T, g *graph.Graph, opts *Options) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	gradCheckPlan(t, p)
+}
+
+// gradCheckPlan is gradCheck on a compiled plan whose inputs are set.
+func gradCheckPlan(t *testing.T, p *Plan) {
+	t.Helper()
 	rng := rand.New(rand.NewSource(7))
 	if err := p.Forward(); err != nil {
 		t.Fatal(err)

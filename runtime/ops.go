@@ -73,7 +73,7 @@ func onlyOutput(p *Plan, nd *node) error {
 		if t == nil {
 			continue
 		}
-		used := len(t.v.Consumers) > 0
+		used := len(t.cons) > 0
 		for _, o := range p.outputs {
 			if o == t {
 				used = true
@@ -259,6 +259,13 @@ func buildWhere(p *Plan, nd *node) error {
 // backward scatters: dx[idx[i]] += dy[i].
 func buildIndexMap(nd *node, x *tensor, idx []int32, fill float32) {
 	y := nd.out[0]
+	// Slices, gathers of rows and pads move contiguous blocks: copy those
+	// (and drop the per-element map) when runs average 8 elements or more.
+	if r := runsOf(idx, x.n); len(r.n)*8 <= len(idx) {
+		nd.fwd = func() { r.forward(x.data, y.data, fill) }
+		nd.bwd = func() { r.backward(y.grad, nd.dIn[0]) }
+		return
+	}
 	nd.fwd = func() {
 		xd, yd := x.data, y.data
 		for i, j := range idx {
@@ -441,44 +448,6 @@ func buildPad(p *Plan, nd *node) error {
 
 // --- Transpose and Concat ---
 
-// permuteCopy writes dst (shape outShape) from src, where srcStride[k] is
-// the src stride of output axis k; with scatter it writes src-shaped dst
-// from out-shaped src instead (the inverse permutation). coord is scratch
-// of len(outShape).
-func permuteCopy(dst, src []float32, outShape, srcStride, coord []int, scatter bool) {
-	r := len(outShape)
-	if r == 0 {
-		dst[0] = src[0]
-		return
-	}
-	n := numel(outShape)
-	last := outShape[r-1]
-	ls := srcStride[r-1]
-	clear(coord)
-	for o := 0; o < n; o += last {
-		base := 0
-		for k := 0; k < r-1; k++ {
-			base += coord[k] * srcStride[k]
-		}
-		if scatter {
-			for j := 0; j < last; j++ {
-				dst[base+j*ls] = src[o+j]
-			}
-		} else {
-			for j := 0; j < last; j++ {
-				dst[o+j] = src[base+j*ls]
-			}
-		}
-		for k := r - 2; k >= 0; k-- {
-			coord[k]++
-			if coord[k] < outShape[k] {
-				break
-			}
-			coord[k] = 0
-		}
-	}
-}
-
 func buildTranspose(p *Plan, nd *node) error {
 	x, err := floatIn(nd, 0)
 	if err != nil {
@@ -489,14 +458,12 @@ func buildTranspose(p *Plan, nd *node) error {
 		return err
 	}
 	y := nd.out[0]
-	st := strides(x.shape)
-	ss := make([]int, len(perm))
-	for k, a := range perm {
-		ss[k] = st[a]
-	}
-	coord := make([]int, len(perm))
-	nd.fwd = func() { permuteCopy(y.data, x.data, y.shape, ss, coord, false) }
-	nd.bwd = func() { permuteCopy(nd.dIn[0], y.grad, y.shape, ss, coord, true) }
+	pp := newPermPlan(x.shape, perm)
+	units, grain := pp.units(), pp.grain()
+	fwd := func(lo, hi int) { pp.run(y.data, x.data, false, lo, hi) }
+	bwd := func(lo, hi int) { pp.run(nd.dIn[0], y.grad, true, lo, hi) }
+	nd.fwd = func() { parFor(units, grain, fwd) }
+	nd.bwd = func() { parFor(units, grain, bwd) }
 	return nil
 }
 
@@ -625,6 +592,10 @@ func buildSoftmax(logSoftmax bool) builder {
 		grain := grainFor(L * inner)
 		fwd := func(lo, hi int) {
 			xd, yd := x.data, y.data
+			if inner == 1 {
+				softmaxRows(xd, yd, L, lo, hi, logSoftmax)
+				return
+			}
 			for o := lo; o < hi; o++ {
 				for in := 0; in < inner; in++ {
 					base := o*L*inner + in
@@ -686,5 +657,39 @@ func buildSoftmax(logSoftmax bool) builder {
 		}
 		nd.bwd = func() { parFor(outer, grain, bwd) }
 		return nil
+	}
+}
+
+// softmaxRows computes the softmax (or log-softmax) of rows [lo, hi) of L
+// contiguous elements: the shifted row x − max goes to y, where the
+// vectorized kernels.Expfs exponentiates it in place.
+func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
+	for o := lo; o < hi; o++ {
+		xr, yr := x[o*L:(o+1)*L], y[o*L:(o+1)*L]
+		m := float32(math.Inf(-1))
+		for _, v := range xr {
+			if v > m {
+				m = v
+			}
+		}
+		for j, v := range xr {
+			yr[j] = v - m
+		}
+		kernels.Expfs(yr, yr)
+		var s float64
+		for _, e := range yr {
+			s += float64(e)
+		}
+		if logSoftmax {
+			ls := float32(math.Log(s))
+			for j, v := range xr {
+				yr[j] = v - m - ls
+			}
+			continue
+		}
+		inv := float32(1 / s)
+		for j := range yr {
+			yr[j] *= inv
+		}
 	}
 }

@@ -233,6 +233,38 @@ func buildMatMul(p *Plan, nd *node) error {
 		}
 	})
 	aFull, bFull := numel(ba) == nb, numel(bb) == nb
+	// Uniform batches (every product its own A and B, or one side shared:
+	// attention's per-head products) go to SgemmStrided, which spreads
+	// products too small to split over the workers whole.
+	sa, sb := uniformStep(aOff, M*K), uniformStep(bOff, K*N)
+	if sa >= 0 && sb >= 0 {
+		nd.fwd = func() {
+			blas.SgemmStrided(false, false, M, N, K, 1, a.data, K, sa, b.data, N, sb, 0, y.data, N, M*N, nb)
+		}
+		nd.bwd = func() {
+			if da := nd.dIn[0]; da != nil {
+				if aFull {
+					blas.SgemmStrided(false, true, M, K, N, 1, y.grad, N, M*N, b.data, N, sb, 0, da, K, M*K, nb)
+				} else {
+					clear(da)
+					for i := 0; i < nb; i++ {
+						blas.Sgemm(false, true, M, K, N, 1, y.grad[i*M*N:], N, b.data[bOff[i]:], N, 1, da[aOff[i]:], K)
+					}
+				}
+			}
+			if db := nd.dIn[1]; db != nil {
+				if bFull {
+					blas.SgemmStrided(true, false, K, N, M, 1, a.data, K, sa, y.grad, N, M*N, 0, db, N, K*N, nb)
+				} else {
+					clear(db)
+					for i := 0; i < nb; i++ {
+						blas.Sgemm(true, false, K, N, M, 1, a.data[aOff[i]:], K, y.grad[i*M*N:], N, 1, db[bOff[i]:], N)
+					}
+				}
+			}
+		}
+		return nil
+	}
 	nd.fwd = func() {
 		for i := 0; i < nb; i++ {
 			blas.Sgemm(false, false, M, N, K, 1, a.data[aOff[i]:], K, b.data[bOff[i]:], N, 0, y.data[i*M*N:], N)
@@ -261,6 +293,24 @@ func buildMatMul(p *Plan, nd *node) error {
 		}
 	}
 	return nil
+}
+
+// uniformStep returns the constant step of offs (mat when each product
+// has its own consecutive matrix, 0 when all share one), or −1.
+func uniformStep(offs []int, mat int) int {
+	for _, step := range []int{mat, 0} {
+		ok := true
+		for i, o := range offs {
+			if o != i*step {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return step
+		}
+	}
+	return -1
 }
 
 // bcastStrides returns, for each axis of out, the stride (in units of

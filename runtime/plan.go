@@ -36,6 +36,25 @@ type Options struct {
 	// forms Σ_i C_i a_iᵀg_i from them once the clip factors are known,
 	// without copying them.
 	KeepHooked bool
+	// KeepHookedIf, if set, limits KeepHooked to the hooked nodes for
+	// which it returns true: book-keeping needs the buffers of its
+	// linear layers after the backward pass, but not those of nodes whose
+	// per-sample gradients the hook computes on the spot (biases, norm
+	// affines), and keeping those would cost their share of memory.
+	KeepHookedIf func(n *graph.Node) bool
+	// NoFusion compiles every node on its own. Otherwise the decomposed
+	// LayerNorm normalizations and GELUs that torch exports each run as
+	// one fused node, and Slices splitting one value into disjoint parts
+	// as one split (see the package documentation); hooks see the same
+	// nodes and values either way. For tests and comparisons: the results
+	// agree to float rounding.
+	NoFusion bool
+	// NoParamGrads compiles a plan that never computes parameter
+	// gradients: every Backward acts as with BackwardOptions.SkipParamGrads
+	// and Grad returns nil. Book-keeping clipping forms its gradient from
+	// the hooks alone, and the parameter-sized gradient buffers would be
+	// a whole model's worth of memory it never reads.
+	NoParamGrads bool
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -117,7 +136,8 @@ type tensor struct {
 	isConst, isInput, param bool
 	derived                 bool // computed from trainable parameters and constants only
 	dep, reach, needGrad    bool
-	prod                    int // producing node index, -1 if none
+	prod                    int     // producing node index, -1 if none
+	cons                    []*node // plan nodes reading it (see linkConsumers)
 
 	dataItem, gradItem int // buffer-plan items, -1 if none
 	off                int // arena offset of data (when dataItem ≥ 0)
@@ -144,6 +164,10 @@ type node struct {
 	hookEv       HookEvent
 	conv         *kernels.ConvShape
 	fk, bk       CPUKernel
+	// build compiles a fused node (nil: the operator's opTable entry);
+	// fused is the number of graph nodes it replaces.
+	build builder
+	fused int
 }
 
 // dOut returns the gradient of output i (nil if it has none).
@@ -181,7 +205,6 @@ type Plan struct {
 	ones    []float32
 
 	forwardDone bool
-	byNode      map[*graph.Node]*node
 	zeroGrads   []*tensor // gradients no node writes: cleared by backward
 }
 
@@ -414,7 +437,14 @@ func (p *Plan) build() error {
 		t.needGrad = !p.opts.ForwardOnly && (t.param || t.dep) && t.reach && t.i64 == nil && t.b == nil
 	}
 	for _, t := range p.params {
-		t.grad = make([]float32, t.n)
+		if !p.opts.NoParamGrads {
+			t.grad = make([]float32, t.n)
+		}
+	}
+	p.linkConsumers()
+	if !p.opts.NoFusion {
+		p.fuse()
+		p.linkConsumers()
 	}
 
 	// Kernels.
@@ -429,6 +459,9 @@ func (p *Plan) build() error {
 			return fmt.Errorf("runtime: node %s: operator domain %q is not supported", n, n.Domain)
 		}
 		build, ok := opTable[n.OpType]
+		if nd.build != nil {
+			build, ok = nd.build, true
+		}
 		if !ok {
 			return fmt.Errorf("runtime: node %s: operator %s is not supported", n, n.OpType)
 		}
@@ -599,8 +632,7 @@ func (p *Plan) planBuffers() error {
 			if isOut[t] || p.opts.KeepActivations {
 				end = T
 			}
-			for _, c := range t.v.Consumers {
-				cn := p.nodeOf(c)
+			for _, cn := range t.cons {
 				if cn.idx > end {
 					end = cn.idx
 				}
@@ -609,7 +641,7 @@ func (p *Plan) planBuffers() error {
 						if in == t && (cn.saveIn[j] || cn.hooked) && bstep(cn.idx) > end {
 							end = bstep(cn.idx)
 						}
-						if in == t && cn.hooked && p.opts.KeepHooked {
+						if in == t && p.keepHooked(cn) {
 							end = T
 						}
 					}
@@ -638,7 +670,7 @@ func (p *Plan) planBuffers() error {
 		end := F
 		if o.prod >= 0 {
 			end = bstep(o.prod)
-			if p.opts.KeepHooked && p.nodes[o.prod].hooked {
+			if p.keepHooked(p.nodes[o.prod]) {
 				end = T
 			}
 		}
@@ -660,7 +692,7 @@ func (p *Plan) planBuffers() error {
 					end := 0
 					if t.prod >= 0 {
 						end = bstep(t.prod)
-						if p.opts.KeepHooked && p.nodes[t.prod].hooked {
+						if p.keepHooked(p.nodes[t.prod]) {
 							end = T
 						}
 					}
@@ -763,6 +795,9 @@ func (p *Plan) planBuffers() error {
 			if t == nil || !nd.needBwd || !t.needGrad || !diffSlot(nd.g, j) {
 				continue
 			}
+			if t.param && p.opts.NoParamGrads {
+				continue
+			}
 			if nd.acc[j] {
 				nd.dInPlan[j] = slice(nd.scratchItem[j], t.n)
 			} else {
@@ -788,14 +823,20 @@ func aliasSource(nd *node) *tensor {
 	return x
 }
 
-func (p *Plan) nodeOf(n *graph.Node) *node {
-	if p.byNode == nil {
-		p.byNode = make(map[*graph.Node]*node, len(p.nodes))
-		for _, nd := range p.nodes {
-			p.byNode[nd.g] = nd
+// linkConsumers records, for every tensor, the plan nodes reading it (each
+// once, in plan order). After fusion these differ from the graph's
+// consumer lists: a fused node replaces the nodes of its chain.
+func (p *Plan) linkConsumers() {
+	for _, t := range p.tensors {
+		t.cons = nil
+	}
+	for _, nd := range p.nodes {
+		for _, t := range nd.in {
+			if t != nil && (len(t.cons) == 0 || t.cons[len(t.cons)-1] != nd) {
+				t.cons = append(t.cons, nd)
+			}
 		}
 	}
-	return p.byNode[n]
 }
 
 // Graph returns the compiled graph.
@@ -803,6 +844,19 @@ func (p *Plan) Graph() *graph.Graph { return p.g }
 
 // Device returns the plan's device.
 func (p *Plan) Device() Device { return p.dev }
+
+// Scratch returns the workspace the plan's kernels share during Forward
+// and Backward (convolution columns, per-worker partial sums). Its contents
+// are undefined, and it is the caller's between those calls: book-keeping
+// runs its weighted-sum convolutions in it after Backward instead of
+// holding a second workspace of the same size.
+func (p *Plan) Scratch() []float32 { return p.ws }
+
+// keepHooked reports whether nd's hooked buffers stay alive until the
+// next Forward (Options.KeepHooked, KeepHookedIf).
+func (p *Plan) keepHooked(nd *node) bool {
+	return nd.hooked && p.opts.KeepHooked && (p.opts.KeepHookedIf == nil || p.opts.KeepHookedIf(nd.g))
+}
 
 // ArenaBytes returns the size of the activation/gradient arena in bytes;
 // UnplannedBytes is what the same buffers would take without reuse.
@@ -1019,6 +1073,9 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 	var bo BackwardOptions
 	if opts != nil {
 		bo = *opts
+	}
+	if p.opts.NoParamGrads {
+		bo.SkipParamGrads = true
 	}
 	for _, t := range p.params {
 		if !bo.SkipParamGrads && !t.reach {

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -174,6 +175,45 @@ func TestSkipParamGradsAndKeepActivations(t *testing.T) {
 	step(t, q, labels, nil, nil)
 	if err := q.Backward(nil, nil); err == nil || !strings.Contains(err.Error(), "KeepActivations") {
 		t.Errorf("second Backward without KeepActivations: error %v", err)
+	}
+}
+
+// TestNoParamGrads: a plan compiled without parameter gradients has none
+// (Grad is nil, no buffers), yet its hooks see the same activations and
+// output gradients as a plan run with SkipParamGrads, on fixtures with
+// convolutions, shared weights and attention.
+func TestNoParamGrads(t *testing.T) {
+	for _, fx := range []string{"cnn", "resnet_train", "vit"} {
+		t.Run(fx, func(t *testing.T) {
+			ref, _, labels := compileFixture(t, fx, nil)
+			p, _, _ := compileFixture(t, fx, &Options{NoParamGrads: true})
+			record := func(into map[string][]float32) HookFunc {
+				return func(ev *HookEvent) {
+					key := ev.Node.Name
+					into[key+"/dy"] = append([]float32(nil), ev.DOut.Data...)
+					for j, in := range ev.Inputs {
+						into[fmt.Sprintf("%s/in%d", key, j)] = append([]float32(nil), in.Data...)
+					}
+				}
+			}
+			want, got := map[string][]float32{}, map[string][]float32{}
+			step(t, ref, labels, nil, &BackwardOptions{SkipParamGrads: true, Hook: record(want)})
+			// No SkipParamGrads: the plan itself must skip them.
+			step(t, p, labels, nil, &BackwardOptions{Hook: record(got)})
+			if len(want) == 0 || len(got) != len(want) {
+				t.Fatalf("hooked values: %d with NoParamGrads, %d without", len(got), len(want))
+			}
+			for k, w := range want {
+				if e := relErr(got[k], w); e != 0 {
+					t.Errorf("%s differs by %.3g", k, e)
+				}
+			}
+			for _, name := range p.Params() {
+				if g := p.Grad(name); g != nil {
+					t.Errorf("%s: Grad is not nil (%d elements)", name, len(g))
+				}
+			}
+		})
 	}
 }
 

@@ -1,7 +1,5 @@
 package blas
 
-import "sync"
-
 // Blocking of the pure-Go kernel (GotoBLAS loop order). The micro-kernel
 // keeps an mr×nr tile of C in registers: Go does not vectorize and amd64
 // leaves 15 usable X registers, so 2×4 accumulators plus the 6 operands of
@@ -16,10 +14,29 @@ const (
 	nc = 512
 )
 
-var packPool = sync.Pool{New: func() any {
-	buf := make([]float32, kc*nc+mc*kc)
-	return &buf
-}}
+// packBufs recycles the packing buffers (576 KiB each) of goSgemmSerial:
+// as many exist as products have run at once. A sync.Pool missed now and
+// then (its per-P caches miss when goroutines move between Ps, and it
+// empties at GC), and every miss allocated a whole buffer, which the
+// steady-state allocation tests saw as hundreds of KiB per step.
+var packBufs = make(chan *[]float32, 64)
+
+func getPackBuf() *[]float32 {
+	select {
+	case b := <-packBufs:
+		return b
+	default:
+		buf := make([]float32, kc*nc+mc*kc)
+		return &buf
+	}
+}
+
+func putPackBuf(b *[]float32) {
+	select {
+	case packBufs <- b:
+	default:
+	}
+}
 
 // smallMACs bounds the products done by direct loops: packing costs more
 // than it saves below it.
@@ -33,7 +50,7 @@ func goSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		smallGemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
-	bufp := packPool.Get().(*[]float32)
+	bufp := getPackBuf()
 	buf := *bufp
 	bp := buf[:kc*nc]
 	ap := buf[kc*nc:]
@@ -49,7 +66,7 @@ func goSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32,
 			}
 		}
 	}
-	packPool.Put(bufp)
+	putPackBuf(bufp)
 }
 
 // smallGemm accumulates C += alpha·op(A)·op(B) with plain loops.

@@ -267,7 +267,7 @@ func BinaryBackward(op BinaryOp, a []float32, aShape []int, b []float32, bShape 
 // gradient of a op b with respect to operand wrt into t with stride st.
 // Rows reduced to one element (st == 0) are summed in float64 first.
 func gradRow(op BinaryOp, wrt int, dy, y []float32, yoff int, a []float32, sa int, b []float32, sb int, t []float32, st int, acc bool) {
-	if st == 1 && !acc && op != Pow && gradRowFast(op, wrt, dy, y[min(yoff, len(y)):], a, sa, b, sb, t[:len(dy)]) {
+	if st == 1 && op != Pow && gradRowFast(op, wrt, dy, y[min(yoff, len(y)):], a, sa, b, sb, t[:len(dy)], acc) {
 		return
 	}
 	var sum float64
@@ -463,10 +463,11 @@ func WhereBackward(cond []uint8, condShape []int, xShape, yShape []int, dout []f
 	}
 }
 
-// gradRowFast is gradRow for a full-size, overwritten row of Mul or Div
-// with the operator switch hoisted out of the loop. It reports false where
-// it does not apply.
-func gradRowFast(op BinaryOp, wrt int, dy, y, a []float32, sa int, b []float32, sb int, t []float32) bool {
+// gradRowFast is gradRow for a contiguous row (stride 1) of Mul or Div
+// with the operator switch hoisted out of the loop: written (acc false),
+// or added (acc true: a row of a gradient reduced over broadcast rows,
+// such as a LayerNorm γ's). It reports false where it does not apply.
+func gradRowFast(op BinaryOp, wrt int, dy, y, a []float32, sa int, b []float32, sb int, t []float32, acc bool) bool {
 	n := len(dy)
 	if n == 0 {
 		return true
@@ -477,29 +478,60 @@ func gradRowFast(op BinaryOp, wrt int, dy, y, a []float32, sa int, b []float32, 
 	if wrt == 1 {
 		o, so = a, sa
 	}
+	t = t[:n]
 	switch {
 	case op == Mul && so == 1:
 		o = o[:n]
+		if acc {
+			for j, g := range dy {
+				t[j] += g * o[j]
+			}
+			return true
+		}
 		for j, g := range dy {
 			t[j] = g * o[j]
 		}
 	case op == Mul && so == 0:
 		v := o[0]
+		if acc {
+			for j, g := range dy {
+				t[j] += g * v
+			}
+			return true
+		}
 		for j, g := range dy {
 			t[j] = g * v
 		}
 	case op == Div && wrt == 0 && sb == 1:
 		b = b[:n]
+		if acc {
+			for j, g := range dy {
+				t[j] += g / b[j]
+			}
+			return true
+		}
 		for j, g := range dy {
 			t[j] = g / b[j]
 		}
 	case op == Div && wrt == 0 && sb == 0:
 		v := b[0]
+		if acc {
+			for j, g := range dy {
+				t[j] += g / v
+			}
+			return true
+		}
 		for j, g := range dy {
 			t[j] = g / v
 		}
 	case op == Div && wrt == 1 && sb == 1 && len(y) >= n:
 		b, y = b[:n], y[:n]
+		if acc {
+			for j, g := range dy {
+				t[j] += -g * y[j] / b[j]
+			}
+			return true
+		}
 		for j, g := range dy {
 			t[j] = -g * y[j] / b[j]
 		}

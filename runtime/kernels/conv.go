@@ -26,6 +26,14 @@ type ConvShape struct {
 	InSize int   // input spatial size ∏In
 
 	g geom3
+
+	// Gather map of the chunked path (built by Init when the shape can
+	// take it): gmap[k·T+t] is the offset, in a channel plane padded by
+	// Pads (pin), of kernel tap k at output position t. padded says
+	// whether a channel must be copied into such a plane first.
+	gmap   []int32
+	pin    [3]int
+	padded bool
 }
 
 // geom3 is a convolution or pooling window geometry lifted to 3 spatial
@@ -165,7 +173,131 @@ func (s *ConvShape) Init() error {
 	s.K = g.k[0] * g.k[1] * g.k[2]
 	s.InSize = g.in[0] * g.in[1] * g.in[2]
 	s.D = s.C / s.Group * s.K
+	s.buildGather()
 	return nil
+}
+
+// maxGather caps the gather map (int32 entries) of one shape.
+const maxGather = 1 << 16
+
+// buildGather fills gmap, pin and padded for shapes that can take the
+// chunked path. Offsets are in padded coordinates, where every tap of
+// every output position lies inside the plane, so that unfolding is one
+// branch-free gather per kernel tap instead of a bounds-tested copy per
+// output row: rows of 5 to 16 elements made the per-row work dominate.
+func (s *ConvShape) buildGather() {
+	g := &s.g
+	s.gmap, s.padded = nil, false
+	if s.Group != 1 || s.T >= batchedMaxT || s.K*s.T > maxGather {
+		return
+	}
+	for a := 0; a < 3; a++ {
+		s.pin[a] = g.in[a] + g.pb[a] + g.pe[a]
+		s.padded = s.padded || g.pb[a] != 0 || g.pe[a] != 0
+	}
+	m := make([]int32, 0, s.K*s.T)
+	for kd := 0; kd < g.k[0]; kd++ {
+		for kh := 0; kh < g.k[1]; kh++ {
+			for kw := 0; kw < g.k[2]; kw++ {
+				for od := 0; od < g.out[0]; od++ {
+					id := od*g.s[0] + kd*g.d[0]
+					for oh := 0; oh < g.out[1]; oh++ {
+						ih := oh*g.s[1] + kh*g.d[1]
+						for ow := 0; ow < g.out[2]; ow++ {
+							iw := ow*g.s[2] + kw*g.d[2]
+							m = append(m, int32((id*s.pin[1]+ih)*s.pin[2]+iw))
+						}
+					}
+				}
+			}
+		}
+	}
+	s.gmap = m
+}
+
+// planeSize is the padded channel plane the gather path needs as scratch
+// (0 when the input is not padded).
+func (s *ConvShape) planeSize() int {
+	if !s.padded {
+		return 0
+	}
+	return s.pin[0] * s.pin[1] * s.pin[2]
+}
+
+// padInto copies channel plane src (InSize elements) into the interior of
+// the padded plane, whose border is left as it is (zero).
+func (s *ConvShape) padInto(src, plane []float32) {
+	g := &s.g
+	W := g.in[2]
+	for d := 0; d < g.in[0]; d++ {
+		for h := 0; h < g.in[1]; h++ {
+			o := ((d+g.pb[0])*s.pin[1]+h+g.pb[1])*s.pin[2] + g.pb[2]
+			copy(plane[o:o+W], src[(d*g.in[1]+h)*W:])
+		}
+	}
+}
+
+// padFrom copies the interior of the padded plane back into channel plane
+// dst (InSize elements).
+func (s *ConvShape) padFrom(plane, dst []float32) {
+	g := &s.g
+	W := g.in[2]
+	for d := 0; d < g.in[0]; d++ {
+		for h := 0; h < g.in[1]; h++ {
+			o := ((d+g.pb[0])*s.pin[1]+h+g.pb[1])*s.pin[2] + g.pb[2]
+			copy(dst[(d*g.in[1]+h)*W:(d*g.in[1]+h+1)*W], plane[o:o+W])
+		}
+	}
+}
+
+// gatherCol writes the unfolded input of one sample xi (Group 1) as the
+// D rows col[r·ld : r·ld+T]: im2colLd through the gather map. plane
+// (planeSize elements, zero border) is scratch for padded inputs.
+func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
+	K, T, in := s.K, s.T, s.InSize
+	for c := 0; c < s.C; c++ {
+		src := xi[c*in : (c+1)*in]
+		if s.padded {
+			s.padInto(src, plane)
+			src = plane
+		}
+		for k := 0; k < K; k++ {
+			m := s.gmap[k*T : (k+1)*T]
+			dst := col[(c*K+k)*ld:]
+			dst = dst[:len(m)]
+			for j, q := range m {
+				dst[j] = src[q]
+			}
+		}
+	}
+}
+
+// scatterCol overwrites the input gradient dxi of one sample with the
+// fold of the D×T column gradient at col[r·ld:] (col2imLd through the
+// gather map, adding in the same order). plane is scratch as in gatherCol
+// and is left zero.
+func (s *ConvShape) scatterCol(col []float32, ld int, dxi, plane []float32) {
+	K, T, in := s.K, s.T, s.InSize
+	for c := 0; c < s.C; c++ {
+		dst := dxi[c*in : (c+1)*in]
+		acc := dst
+		if s.padded {
+			acc = plane
+		}
+		clear(acc)
+		for k := 0; k < K; k++ {
+			m := s.gmap[k*T : (k+1)*T]
+			src := col[(c*K+k)*ld:]
+			src = src[:len(m)]
+			for j, q := range m {
+				acc[q] += src[j]
+			}
+		}
+		if s.padded {
+			s.padFrom(plane, dst)
+			clear(plane) // gatherCol relies on a zero border
+		}
+	}
 }
 
 func (s *ConvShape) check() {
@@ -202,77 +334,107 @@ func (s *ConvShape) colPerWorker() int {
 
 // ConvWorkspaceSize returns the workspace (in float32 elements) that
 // ConvForward and ConvBackward need to use Workers() goroutines: one col
-// buffer per worker plus, for backward, one weight-gradient partial per
-// worker beyond the first. A smaller workspace (at least one col buffer)
-// makes the kernels use fewer workers.
+// buffer (or chunk buffers) per worker plus, for backward, one
+// weight-gradient partial per worker beyond the first. A smaller
+// workspace (at least one col buffer) makes the kernels use fewer workers.
 func ConvWorkspaceSize(s *ConvShape) int {
 	s.check()
 	w := convWorkers(s, -1)
 	per := w*s.colPerWorker() + (w-1)*s.WeightSize()
 	if nb := convBatch(s); nb > 0 {
-		return max(per, batchedWS(s, nb))
+		w := min(Workers(), (s.N+nb-1)/nb)
+		return max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize())
 	}
 	return per
 }
 
-// Batched convolution. When a sample's output is small (T columns), one
+// Chunked convolution. When a sample's output is small (T columns), one
 // GEMM per sample is a thin, memory-bound product that rereads the whole
 // weight for every sample (resnet18 on 32×32 inputs ends its stages at
-// 2×2 and 1×1). The batched path unfolds nb samples side by side into one
-// D×(nb·T) matrix and runs one GEMM per chunk of nb samples, threaded
-// inside the BLAS (the whole batch is one chunk up to batchedMaxElem of
-// workspace); unfolding, scattering and folding are split over
-// samples.
+// 2×2 and 1×1). The chunked path unfolds nb samples side by side into one
+// D×(nb·T) matrix and multiplies it with one GEMM. Each worker owns a run
+// of chunks and private buffers, so that a chunk is unfolded, multiplied
+// and scattered while it sits in that core's cache and no worker waits
+// for another; nb sizes a chunk's buffers to chunkBudget (L2) but keeps
+// the GEMM at least chunkMinCols wide, so that packing the weight stays
+// cheap next to the product.
 const (
-	batchedMaxT    = 256     // per-sample path from this many output positions on
-	batchedMaxElem = 8 << 20 // cap on the batched workspace (float32 elements)
+	batchedMaxT  = 256      // per-sample path from this many output positions on
+	chunkBudget  = 64 << 10 // float32 elements of a chunk's col and output buffers (256 KiB)
+	chunkMinCols = 256      // smallest GEMM width nb·T worth a chunk
 )
 
-// convBatch returns the number of samples the batched path unfolds at
-// once, or 0 for the per-sample path.
+// convBatch returns the number of samples per chunk of the chunked path,
+// or 0 for the per-sample path.
 func convBatch(s *ConvShape) int {
 	if s.Group != 1 || s.N < 2 || s.T >= batchedMaxT {
 		return 0
 	}
-	// The whole batch in one chunk unless the workspace cap says
-	// otherwise: each chunk costs a few goroutine launches (allocations).
-	nb := s.N
-	for nb > 1 && batchedWS(s, nb) > batchedMaxElem {
-		nb /= 2
-	}
+	nb := max(chunkBudget/((s.D+s.M)*s.T), (chunkMinCols+s.T-1)/s.T)
+	// Every worker gets a chunk.
+	w := max(1, min(Workers(), s.N))
+	nb = min(nb, (s.N+w-1)/w)
 	if nb < 2 {
 		return 0
 	}
 	return nb
 }
 
-// batchedWS is the workspace of the batched path: the unfolded chunk
-// (D×nb·T) and an output-gradient chunk (M×nb·T).
-func batchedWS(s *ConvShape, nb int) int { return (s.D + s.M) * nb * s.T }
+// chunkWS is one worker's buffers on the chunked path: the unfolded chunk
+// (D×nb·T), the output or output-gradient chunk (M×nb·T) and a padded
+// channel plane.
+func chunkWS(s *ConvShape, nb int) int { return (s.D+s.M)*nb*s.T + s.planeSize() }
 
-// convBatchFor returns convBatch(s) if ws is large enough for it, else 0.
-func convBatchFor(s *ConvShape, ws []float32) int {
-	nb := convBatch(s)
-	if nb > 0 && len(ws) >= batchedWS(s, nb) {
-		return nb
+// convChunking returns the chunk size and the number of workers for the
+// chunked path within a workspace of wsLen elements (weight-gradient
+// partials included when dw is set), or 0, 0 for the per-sample path.
+func convChunking(s *ConvShape, wsLen int, dw bool) (nb, workers int) {
+	nb = convBatch(s)
+	if nb == 0 {
+		return 0, 0
 	}
-	return 0
+	per, extra := chunkWS(s, nb), 0
+	if dw {
+		extra = s.WeightSize()
+	}
+	for w := min(Workers(), (s.N+nb-1)/nb); w >= 1; w-- {
+		if w*per+(w-1)*extra <= wsLen {
+			return nb, w
+		}
+	}
+	return 0, 0
 }
 
-func convForwardBatched(s *ConvShape, nb int, x, w, bias, y, ws []float32) {
-	xs, ys, T := s.C*s.InSize, s.M*s.T, s.T
-	for i0 := 0; i0 < s.N; i0 += nb {
-		n := min(nb, s.N-i0)
-		ld := n * T
-		col, out := ws[:s.D*ld], ws[s.D*ld:(s.D+s.M)*ld]
-		parallelFor(n, 1, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				im2colLd(&s.g, x[(i0+i)*xs:(i0+i+1)*xs], s.C, col[i*T:], ld)
-			}
-		})
-		blas.Sgemm(false, false, s.M, ld, s.D, 1, w, s.D, col, ld, 0, out, ld)
-		parallelFor(n, 1, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
+// unfoldChunk unfolds samples [i0, i0+n) of x into col (row stride ld).
+func (s *ConvShape) unfoldChunk(x []float32, i0, n int, col []float32, ld int, plane []float32) {
+	xs := s.C * s.InSize
+	for i := 0; i < n; i++ {
+		xi := x[(i0+i)*xs : (i0+i+1)*xs]
+		if s.gmap != nil {
+			s.gatherCol(xi, col[i*s.T:], ld, plane)
+		} else {
+			im2colLd(&s.g, xi, s.C, col[i*s.T:], ld)
+		}
+	}
+}
+
+func convForwardChunked(s *ConvShape, nb, workers int, x, w, bias, y, ws []float32) {
+	ys, T := s.M*s.T, s.T
+	per := chunkWS(s, nb)
+	chunks := (s.N + nb - 1) / nb
+	workers = min(workers, chunks)
+	gemm := gemmFor(workers)
+	parallelWorkers(workers, chunks, func(wk, lo, hi int) {
+		buf := ws[wk*per : (wk+1)*per]
+		col, out, plane := buf[:s.D*nb*T], buf[s.D*nb*T:(s.D+s.M)*nb*T], buf[(s.D+s.M)*nb*T:]
+		clear(plane) // the zero border of padded inputs
+		for ch := lo; ch < hi; ch++ {
+			i0 := ch * nb
+			n := min(nb, s.N-i0)
+			ld := n * T
+			s.unfoldChunk(x, i0, n, col, ld, plane)
+			gemm(false, false, s.M, ld, s.D, 1, w, s.D, col, ld, 0, out, ld)
+			for i := 0; i < n; i++ {
 				yi := y[(i0+i)*ys : (i0+i+1)*ys]
 				for m := 0; m < s.M; m++ {
 					src, dst := out[m*ld+i*T:m*ld+i*T+T], yi[m*T:(m+1)*T]
@@ -286,43 +448,63 @@ func convForwardBatched(s *ConvShape, nb int, x, w, bias, y, ws []float32) {
 					}
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
-func convBackwardBatched(s *ConvShape, nb int, x, w, dy, dx, dw, ws []float32) {
+func convBackwardChunked(s *ConvShape, nb, workers int, x, w, dy, dx, dw, ws []float32) {
 	xs, ys, T := s.C*s.InSize, s.M*s.T, s.T
-	for i0 := 0; i0 < s.N; i0 += nb {
-		n := min(nb, s.N-i0)
-		ld := n * T
-		col, g := ws[:s.D*ld], ws[s.D*ld:(s.D+s.M)*ld]
-		parallelFor(n, 1, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
+	per, wSize := chunkWS(s, nb), s.WeightSize()
+	chunks := (s.N + nb - 1) / nb
+	workers = min(workers, chunks)
+	gemm := gemmFor(workers)
+	parallelWorkers(workers, chunks, func(wk, lo, hi int) {
+		buf := ws[wk*per : (wk+1)*per]
+		col, g, plane := buf[:s.D*nb*T], buf[s.D*nb*T:(s.D+s.M)*nb*T], buf[(s.D+s.M)*nb*T:]
+		clear(plane)
+		var dwp []float32
+		if dw != nil {
+			dwp = dw
+			if wk > 0 {
+				off := workers*per + (wk-1)*wSize
+				dwp = ws[off : off+wSize]
+			}
+			clear(dwp)
+		}
+		for ch := lo; ch < hi; ch++ {
+			i0 := ch * nb
+			n := min(nb, s.N-i0)
+			ld := n * T
+			for i := 0; i < n; i++ {
 				dyi := dy[(i0+i)*ys : (i0+i+1)*ys]
 				for m := 0; m < s.M; m++ {
 					copy(g[m*ld+i*T:m*ld+i*T+T], dyi[m*T:(m+1)*T])
 				}
-				if dw != nil {
-					im2colLd(&s.g, x[(i0+i)*xs:(i0+i+1)*xs], s.C, col[i*T:], ld)
-				}
 			}
-		})
-		if dw != nil {
-			beta := float32(1)
-			if i0 == 0 {
-				beta = 0
+			if dw != nil {
+				s.unfoldChunk(x, i0, n, col, ld, plane)
+				gemm(false, true, s.M, s.D, ld, 1, g, ld, col, ld, 1, dwp, s.D)
 			}
-			blas.Sgemm(false, true, s.M, s.D, ld, 1, g, ld, col, ld, beta, dw, s.D)
-		}
-		if dx != nil {
-			blas.Sgemm(true, false, s.D, ld, s.M, 1, w, s.D, g, ld, 0, col, ld)
-			parallelFor(n, 1, func(lo, hi int) {
-				for i := lo; i < hi; i++ {
+			if dx != nil {
+				gemm(true, false, s.D, ld, s.M, 1, w, s.D, g, ld, 0, col, ld)
+				for i := 0; i < n; i++ {
 					dxi := dx[(i0+i)*xs : (i0+i+1)*xs]
-					clear(dxi)
-					col2imLd(&s.g, col[i*T:], s.C, dxi, ld)
+					if s.gmap != nil {
+						s.scatterCol(col[i*T:], ld, dxi, plane)
+					} else {
+						clear(dxi)
+						col2imLd(&s.g, col[i*T:], s.C, dxi, ld)
+					}
 				}
-			})
+			}
+		}
+	})
+	if dw != nil {
+		for wk := 1; wk < workers; wk++ {
+			off := workers*per + (wk-1)*wSize
+			for j, v := range ws[off : off+wSize] {
+				dw[j] += v
+			}
 		}
 	}
 }
@@ -446,10 +628,23 @@ func im2col(gm *geom3, x []float32, channels int, col []float32) {
 // im2colLd is im2col writing row r of the unfolded input at col[r·ld:]
 // (ld ≥ T), so that the unfolded inputs of several samples can sit side
 // by side in one D×(n·T) matrix.
+//
+// Rows are short (an output row, often 5 to 16 elements) and numerous, so
+// the per-row work is kept small: the valid output range [lo, hi) of each
+// kernel column, which needs divisions, is computed once per call instead
+// of once per row, and rows whose taps all lie inside the input (the usual
+// case) are a plain strided copy without per-element tests.
 func im2colLd(gm *geom3, x []float32, channels int, col []float32, ld int) {
 	inSize := gm.in[0] * gm.in[1] * gm.in[2]
+	W := gm.in[2]
 	ow, oh, od := gm.out[2], gm.out[1], gm.out[0]
 	T := od * oh * ow
+	sw := gm.s[2]
+	// The valid output range of the first kernel columns, computed once.
+	var ranges [16][2]int
+	for kw := 0; kw < min(gm.k[2], len(ranges)); kw++ {
+		ranges[kw][0], ranges[kw][1] = validRange(kw*gm.d[2]-gm.pb[2], sw, W, ow)
+	}
 	r := 0
 	for c := 0; c < channels; c++ {
 		xc := x[c*inSize : (c+1)*inSize]
@@ -457,45 +652,52 @@ func im2colLd(gm *geom3, x []float32, channels int, col []float32, ld int) {
 			for kh := 0; kh < gm.k[1]; kh++ {
 				for kw := 0; kw < gm.k[2]; kw++ {
 					row := col[r*ld : r*ld+T]
+					r++
 					woff := kw*gm.d[2] - gm.pb[2]
-					lo, hi := validRange(woff, gm.s[2], gm.in[2], ow)
+					var lo, hi int
+					if kw < len(ranges) {
+						lo, hi = ranges[kw][0], ranges[kw][1]
+					} else {
+						lo, hi = validRange(woff, sw, W, ow)
+					}
 					t := 0
 					for d := 0; d < od; d++ {
 						id := d*gm.s[0] - gm.pb[0] + kd*gm.d[0]
+						dOK := id >= 0 && id < gm.in[0]
 						for h := 0; h < oh; h++ {
 							dst := row[t : t+ow]
 							t += ow
 							ih := h*gm.s[1] - gm.pb[1] + kh*gm.d[1]
-							if id < 0 || id >= gm.in[0] || ih < 0 || ih >= gm.in[1] || lo >= hi {
-								clear(dst)
-								continue
-							}
-							src := xc[(id*gm.in[1]+ih)*gm.in[2]:]
-							if ow <= 16 {
-								// Short rows: one loop beats three calls.
-								s := gm.s[2]
+							if !dOK || ih < 0 || ih >= gm.in[1] || lo >= hi {
 								for o := range dst {
-									var v float32
-									if o >= lo && o < hi {
-										v = src[o*s+woff]
-									}
-									dst[o] = v
+									dst[o] = 0
 								}
 								continue
 							}
-							clear(dst[:lo])
-							clear(dst[hi:])
-							if gm.s[2] == 1 {
-								copy(dst[lo:hi], src[lo+woff:hi+woff])
-							} else {
-								s := gm.s[2]
-								for o := lo; o < hi; o++ {
-									dst[o] = src[o*s+woff]
+							src := xc[(id*gm.in[1]+ih)*W : (id*gm.in[1]+ih+1)*W]
+							for o := 0; o < lo; o++ {
+								dst[o] = 0
+							}
+							in := dst[lo:hi]
+							switch {
+							case sw == 1 && len(in) > 16:
+								copy(in, src[lo+woff:hi+woff])
+							case sw == 1:
+								sr := src[lo+woff : hi+woff]
+								for o := range in {
+									in[o] = sr[o]
 								}
+							default:
+								sr := src[lo*sw+woff : (hi-1)*sw+woff+1]
+								for o := range in {
+									in[o] = sr[o*sw]
+								}
+							}
+							for o := hi; o < ow; o++ {
+								dst[o] = 0
 							}
 						}
 					}
-					r++
 				}
 			}
 		}
@@ -564,7 +766,9 @@ func gemmFor(workers int) func(transA, transB bool, m, n, k int, alpha float32, 
 // M (or nil), y N×M×T. ws must hold at least ColSize() elements
 // (ConvWorkspaceSize for full parallelism); pointwise convolutions need
 // none. Samples are split over workers, each unfolding one sample at a time
-// and multiplying it by the group's weights with one GEMM.
+// and multiplying it by the group's weights with one GEMM, or, for small
+// outputs (see convBatch) with the workspace for it, a chunk of samples at
+// a time (the bias is added while the chunk's product is scattered to y).
 func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	s.check()
 	xs, ys := s.C*s.InSize, s.M*s.T
@@ -574,8 +778,8 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	if bias != nil {
 		checkLen("bias", bias, s.M)
 	}
-	if nb := convBatchFor(s, ws); nb > 0 {
-		convForwardBatched(s, nb, x, w, bias, y, ws)
+	if nb, workers := convChunking(s, len(ws), false); nb > 0 {
+		convForwardChunked(s, nb, workers, x, w, bias, y, ws)
 		return
 	}
 	workers := convWorkersFwd(s, len(ws))
@@ -611,8 +815,9 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 // ConvBackward computes the gradients of ConvForward: dx (N×C×In), dw (M×D)
 // and db (M), each overwritten; any of them may be nil. ws must hold
 // ConvWorkspaceSize(s) elements for full parallelism (at least ColSize()).
-// Each worker accumulates the weight gradient of its samples privately and
-// the partials are added in worker order, so the result is reproducible.
+// Each worker accumulates the weight gradient of its samples (or chunks of
+// samples, as in ConvForward) privately and the partials are added in
+// worker order, so the result is reproducible for a given Workers().
 func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	s.check()
 	xs, ys := s.C*s.InSize, s.M*s.T
@@ -632,8 +837,8 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	if dx == nil && dw == nil {
 		return
 	}
-	if nb := convBatchFor(s, ws); nb > 0 {
-		convBackwardBatched(s, nb, x, w, dy, dx, dw, ws)
+	if nb, workers := convChunking(s, len(ws), dw != nil); nb > 0 {
+		convBackwardChunked(s, nb, workers, x, w, dy, dx, dw, ws)
 		return
 	}
 	colSize, wSize := s.colPerWorker(), s.WeightSize()

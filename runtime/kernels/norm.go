@@ -437,3 +437,71 @@ func BatchNormTrainBackward(x []float32, n, c, spatial int, scale, saveMean, sav
 		}
 	})
 }
+
+// NormalizeRows writes y = (x − μ)/√(σ² + eps) for rows [lo, hi) of x, each
+// of L contiguous elements (LayerNormalization over the last axis without
+// scale and bias: the runtime's fusion of the decomposed ReduceMean → Sub →
+// Pow → ReduceMean → Add → Sqrt → Div chain that torch exports), and stores
+// 1/√(σ² + eps) of row r in invStd[r]. Statistics are two-pass in float64,
+// as in the other normalizations.
+func NormalizeRows(x, y []float32, L int, eps float32, invStd []float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		xr, yr := x[r*L:(r+1)*L], y[r*L:(r+1)*L]
+		var s0, s1 float64
+		j := 0
+		for ; j+1 < len(xr); j += 2 {
+			s0 += float64(xr[j])
+			s1 += float64(xr[j+1])
+		}
+		if j < len(xr) {
+			s0 += float64(xr[j])
+		}
+		mu := (s0 + s1) / float64(L)
+		var q0, q1 float64
+		for j = 0; j+1 < len(xr); j += 2 {
+			d0, d1 := float64(xr[j])-mu, float64(xr[j+1])-mu
+			q0 += d0 * d0
+			q1 += d1 * d1
+		}
+		if j < len(xr) {
+			d := float64(xr[j]) - mu
+			q0 += d * d
+		}
+		inv := 1 / math.Sqrt((q0+q1)/float64(L)+float64(eps))
+		invStd[r] = float32(inv)
+		// x − μ in float64: with μ rounded to float32 first, rows with
+		// |μ| ≫ σ would carry a shift of (μ − float32(μ))·inv.
+		for j, v := range xr {
+			yr[j] = float32((float64(v) - mu) * inv)
+		}
+	}
+}
+
+// NormalizeRowsBackward computes dx for rows [lo, hi) of NormalizeRows from
+// its output y and invStd: dx = inv·(dy − mean(dy) − y·mean(dy·y)), the
+// gradient of the normalization alone (the affine transform, if any, is
+// applied by separate nodes).
+func NormalizeRowsBackward(y, dy, invStd []float32, L int, dx []float32, lo, hi int) {
+	for r := lo; r < hi; r++ {
+		yr, gr, dr := y[r*L:(r+1)*L], dy[r*L:(r+1)*L], dx[r*L:(r+1)*L]
+		var sg0, sg1, sy0, sy1 float64
+		j := 0
+		for ; j+1 < len(gr); j += 2 {
+			g0, g1 := gr[j], gr[j+1]
+			sg0 += float64(g0)
+			sg1 += float64(g1)
+			sy0 += float64(g0 * yr[j])
+			sy1 += float64(g1 * yr[j+1])
+		}
+		if j < len(gr) {
+			sg0 += float64(gr[j])
+			sy0 += float64(gr[j] * yr[j])
+		}
+		mg := float32((sg0 + sg1) / float64(L))
+		mgy := float32((sy0 + sy1) / float64(L))
+		inv := invStd[r]
+		for j, g := range gr {
+			dr[j] = inv * (g - mg - yr[j]*mgy)
+		}
+	}
+}

@@ -29,17 +29,13 @@ func parallelFor(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
+	wg := wgPool.Get().(*sync.WaitGroup)
 	for i := 0; i < w-1; i++ {
-		lo, hi := i*n/w, (i+1)*n/w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
+		spawn(task{fn: fn, lo: i * n / w, hi: (i + 1) * n / w, wg: wg})
 	}
 	fn((w-1)*n/w, n)
 	wg.Wait()
+	wgPool.Put(wg)
 }
 
 // parallelWorkers runs fn(w, lo, hi) for w in [0, workers) with [lo, hi) a
@@ -54,17 +50,49 @@ func parallelWorkers(workers, n int, fn func(w, lo, hi int)) {
 		}
 		return
 	}
-	var wg sync.WaitGroup
+	wg := wgPool.Get().(*sync.WaitGroup)
 	for i := 1; i < workers; i++ {
-		lo, hi := i*n/workers, (i+1)*n/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fn(i, lo, hi)
-		}()
+		spawn(task{wfn: fn, w: i, lo: i * n / workers, hi: (i + 1) * n / workers, wg: wg})
 	}
 	fn(0, 0, n/workers)
 	wg.Wait()
+	wgPool.Put(wg)
+}
+
+// task is one range of a parallelFor (fn) or parallelWorkers (wfn) call.
+type task struct {
+	fn        func(lo, hi int)
+	wfn       func(w, lo, hi int)
+	w, lo, hi int
+	wg        *sync.WaitGroup
+}
+
+// Tasks reach their goroutines through a channel, and WaitGroups are
+// recycled, so that a parallel call allocates nothing itself: a goroutine
+// started on a closure over its range, and a WaitGroup escaping to it,
+// cost two allocations per call and goroutine, which the steady-state
+// allocation tests count. Each spawn starts one goroutine for one task;
+// which task it takes does not matter, so a full channel only makes the
+// sender wait for goroutines that are already started.
+var (
+	tasks  = make(chan task, 64)
+	wgPool = sync.Pool{New: func() any { return new(sync.WaitGroup) }}
+)
+
+func spawn(t task) {
+	t.wg.Add(1)
+	go runTask()
+	tasks <- t
+}
+
+func runTask() {
+	t := <-tasks
+	if t.fn != nil {
+		t.fn(t.lo, t.hi)
+	} else {
+		t.wfn(t.w, t.lo, t.hi)
+	}
+	t.wg.Done()
 }
 
 // elementwiseGrain is the smallest slice worth handing to another goroutine

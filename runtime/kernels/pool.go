@@ -70,8 +70,17 @@ func (g *geom3) taps(a, o, lo, hi int) (klo, khi int) {
 // MaxPoolForward computes y = max over each window (padding excluded) and,
 // when argmax is non-nil (N·C·T elements), the flat index within the input
 // plane (∏In) of each maximum for the backward pass; the first maximum wins
-// ties. A window with no input element gives −Inf and index −1.
+// ties and a NaN wins and stays, as in PyTorch. A window with no input
+// element gives −Inf and index −1. Planes are split over workers; 2-D
+// windows that all lie inside the input (no padding) take a loop without
+// per-window clipping, and 2×2 windows one without data-dependent branches.
 func MaxPoolForward(p *PoolShape, x, y []float32, argmax []int32) {
+	maxPoolForward(p, x, y, argmax, true)
+}
+
+// maxPoolForward is MaxPoolForward; fast false forces the general loop
+// (for tests).
+func maxPoolForward(p *PoolShape, x, y []float32, argmax []int32, fast bool) {
 	p.check()
 	planes := p.N * p.C
 	checkLen("x", x, planes*p.InSize)
@@ -80,47 +89,194 @@ func MaxPoolForward(p *PoolShape, x, y []float32, argmax []int32) {
 		panic("kernels: argmax too short")
 	}
 	g := &p.g
+	plane := maxPoolPlane
+	if fast && g.inside() {
+		plane = maxPoolInsidePlane
+		if g.k[1] == 2 && g.k[2] == 2 && g.d[1] == 1 && g.d[2] == 1 {
+			plane = maxPool2x2Plane
+		}
+	}
 	parallelFor(planes, max(1, 8192/max(1, p.T)), func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
-			xp := x[pl*p.InSize : (pl+1)*p.InSize]
-			yp := y[pl*p.T : (pl+1)*p.T]
 			var ap []int32
 			if argmax != nil {
 				ap = argmax[pl*p.T : (pl+1)*p.T]
 			}
-			t := 0
-			for od := 0; od < g.out[0]; od++ {
-				d0, d1 := g.taps(0, od, 0, g.in[0])
-				for oh := 0; oh < g.out[1]; oh++ {
-					h0, h1 := g.taps(1, oh, 0, g.in[1])
-					for ow := 0; ow < g.out[2]; ow++ {
-						w0, w1 := g.taps(2, ow, 0, g.in[2])
-						best := float32(math.Inf(-1))
-						bi := int32(-1)
-						for kd := d0; kd < d1; kd++ {
-							id := od*g.s[0] - g.pb[0] + kd*g.d[0]
-							for kh := h0; kh < h1; kh++ {
-								ih := oh*g.s[1] - g.pb[1] + kh*g.d[1]
-								row := (id*g.in[1] + ih) * g.in[2]
-								for kw := w0; kw < w1; kw++ {
-									iw := ow*g.s[2] - g.pb[2] + kw*g.d[2]
-									// A NaN wins and stays, as in PyTorch.
-									if v := xp[row+iw]; bi < 0 || v > best || v != v && best == best {
-										best, bi = v, int32(row+iw)
-									}
-								}
+			plane(g, x[pl*p.InSize:(pl+1)*p.InSize], y[pl*p.T:(pl+1)*p.T], ap)
+		}
+	})
+}
+
+// maxPoolPlane is the general MaxPoolForward loop on one plane: any
+// padding, dilation and ceil mode, windows clipped to the input.
+func maxPoolPlane(g *geom3, xp, yp []float32, ap []int32) {
+	t := 0
+	for od := 0; od < g.out[0]; od++ {
+		d0, d1 := g.taps(0, od, 0, g.in[0])
+		for oh := 0; oh < g.out[1]; oh++ {
+			h0, h1 := g.taps(1, oh, 0, g.in[1])
+			for ow := 0; ow < g.out[2]; ow++ {
+				w0, w1 := g.taps(2, ow, 0, g.in[2])
+				best := float32(math.Inf(-1))
+				bi := int32(-1)
+				for kd := d0; kd < d1; kd++ {
+					id := od*g.s[0] - g.pb[0] + kd*g.d[0]
+					for kh := h0; kh < h1; kh++ {
+						ih := oh*g.s[1] - g.pb[1] + kh*g.d[1]
+						row := (id*g.in[1] + ih) * g.in[2]
+						for kw := w0; kw < w1; kw++ {
+							iw := ow*g.s[2] - g.pb[2] + kw*g.d[2]
+							// A NaN wins and stays, as in PyTorch.
+							if v := xp[row+iw]; bi < 0 || v > best || v != v && best == best {
+								best, bi = v, int32(row+iw)
 							}
 						}
-						yp[t] = best
-						if ap != nil {
-							ap[t] = bi
-						}
-						t++
+					}
+				}
+				yp[t] = best
+				if ap != nil {
+					ap[t] = bi
+				}
+				t++
+			}
+		}
+	}
+}
+
+// inside reports whether every window of a 2-D (or 1-D) pooling lies
+// entirely inside the input (no padding, and no ceil-mode window hanging
+// over the end), so the per-window tap clipping of the general loop can be
+// skipped.
+func (g *geom3) inside() bool {
+	if g.in[0] != 1 || g.k[0] != 1 {
+		return false
+	}
+	for a := 1; a < 3; a++ {
+		if g.pb[a] != 0 || g.pe[a] != 0 || (g.out[a]-1)*g.s[a]+(g.k[a]-1)*g.d[a] >= g.in[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// maxPool2x2Plane is MaxPoolForward on one plane for 2×2 windows (any
+// stride) that all lie inside the input. It picks the maximum with
+// conditional moves instead of branches on the data, whose outcome is
+// random and costs a misprediction in about every other comparison. The
+// result matches the general loop exactly: the first maximum in row-major
+// order wins ties (the comparisons are strict), and a row of windows that
+// holds a NaN, detected through a running sum of the taps, is redone by the
+// general rule (first NaN wins).
+func maxPool2x2Plane(g *geom3, xp, yp []float32, ap []int32) {
+	W, OW, OH := g.in[2], g.out[2], g.out[1]
+	sh, sw := g.s[1], g.s[2]
+	yp = yp[:OH*OW]
+	for oh := 0; oh < OH; oh++ {
+		base := oh * sh * W
+		yr := yp[oh*OW : (oh+1)*OW]
+		var ar []int32
+		if ap != nil {
+			ar = ap[oh*OW : (oh+1)*OW]
+		}
+		if acc := maxPoolRow2x2(xp[base:base+2*W], W, sw, int32(base), yr, ar); acc != acc {
+			// A NaN (or +Inf and −Inf) somewhere in the row.
+			maxPoolRow2x2NaN(xp, base, W, sw, yr, ar)
+		}
+	}
+}
+
+// maxPoolRow2x2 computes one output row of 2×2 windows over the input rows
+// x[:W] and x[W:2W] (flat index base) and returns the sum of the taps,
+// which is NaN when the row needs the NaN rule. A separate function keeps
+// the loop's few values in registers.
+func maxPoolRow2x2(x []float32, W, sw int, base int32, yr []float32, ar []int32) float32 {
+	r0, r1 := x[:W], x[W:2*W]
+	var acc float32
+	for ow := range yr {
+		j := ow * sw
+		p, q := r0[j:j+2], r1[j:j+2]
+		a, b, c, d := p[0], p[1], q[0], q[1]
+		acc += a + b + c + d
+		// The selects carry the winner's bits and offset in integer
+		// registers, all computed beforehand: Go turns such selects into
+		// conditional moves, whereas a selected float or load address, or
+		// work inside the if, makes it branch.
+		ua, ub := math.Float32bits(a), math.Float32bits(b)
+		uc, ud := math.Float32bits(c), math.Float32bits(d)
+		ka, kc := 0, W
+		if b > a {
+			ka, ua = 1, ub
+		}
+		if d > c {
+			kc, uc = W+1, ud
+		}
+		if math.Float32frombits(uc) > math.Float32frombits(ua) {
+			ka, ua = kc, uc
+		}
+		yr[ow] = math.Float32frombits(ua)
+		if ar != nil {
+			ar[ow] = base + int32(j+ka)
+		}
+	}
+	return acc
+}
+
+// maxPoolRow2x2NaN redoes one row of 2×2 windows starting at x[base] by the
+// general rule: the first maximum or the first NaN, in row-major order.
+func maxPoolRow2x2NaN(x []float32, base, W, sw int, yr []float32, ar []int32) {
+	for ow := range yr {
+		b := base + ow*sw
+		bi, v := b, x[b]
+		for _, o := range [3]int{b + 1, b + W, b + W + 1} {
+			if u := x[o]; u > v || u != u && v == v {
+				bi, v = o, u
+			}
+		}
+		yr[ow] = v
+		if ar != nil {
+			ar[ow] = int32(bi)
+		}
+	}
+}
+
+// maxPoolInsidePlane is MaxPoolForward on one plane for any window that
+// lies inside the input: the maximum through the branch-free max builtin,
+// then the first tap that attains it.
+func maxPoolInsidePlane(g *geom3, xp, yp []float32, ap []int32) {
+	W, OW, OH := g.in[2], g.out[2], g.out[1]
+	KH, KW, DH, DW := g.k[1], g.k[2], g.d[1], g.d[2]
+	t := 0
+	for oh := 0; oh < OH; oh++ {
+		for ow := 0; ow < OW; ow++ {
+			b := oh*g.s[1]*W + ow*g.s[2]
+			best := xp[b]
+			for kh := 0; kh < KH; kh++ {
+				row := xp[b+kh*DH*W : b+kh*DH*W+(KW-1)*DW+1]
+				for kw := 0; kw < KW; kw++ {
+					best = max(best, row[kw*DW])
+				}
+			}
+			// Locate the first tap equal to the maximum (or the first NaN,
+			// which max propagates); reading y back from it keeps the sign
+			// of a zero maximum as the general loop does.
+			bi := -1
+		find:
+			for kh := 0; kh < KH; kh++ {
+				off := b + kh*DH*W
+				for kw := 0; kw < KW; kw++ {
+					if v := xp[off+kw*DW]; v == best || v != v {
+						bi = off + kw*DW
+						break find
 					}
 				}
 			}
+			yp[t] = xp[bi]
+			if ap != nil {
+				ap[t] = int32(bi)
+			}
+			t++
 		}
-	})
+	}
 }
 
 // MaxPoolBackward routes dy to the argmax positions recorded by

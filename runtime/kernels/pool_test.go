@@ -70,6 +70,75 @@ var poolCases = []PoolShape{
 	{N: 2, C: 2, In: []int{4, 4}, Kernel: []int{2, 2}, Strides: []int{1, 1}}, // cnn-fmnist MaxPool 2 s1
 	{N: 3, C: 2, In: []int{10}, Kernel: []int{3}, Strides: []int{3}, Pads: []int{1, 0}, CeilMode: true},
 	{N: 2, C: 2, In: []int{4, 5, 6}, Kernel: []int{2, 2, 3}, Strides: []int{2, 2, 2}, Pads: []int{0, 1, 1, 1, 0, 1}, CeilMode: true},
+	{N: 2, C: 3, In: []int{9, 8}, Kernel: []int{2, 3}, Strides: []int{2, 1}, Dilations: []int{2, 2}}, // inside, dilated
+	{N: 3, C: 2, In: []int{11}, Kernel: []int{2}, Strides: []int{2}},                                 // inside, 1-D
+}
+
+// TestMaxPoolFastPaths checks the inside-the-input MaxPool loops (2×2 and
+// general windows) against the general loop bit for bit, values and
+// argmax, on data full of ties, signed zeros, infinities and NaNs, and on
+// shapes where padding or a ceil-mode window sends them to the general
+// loop.
+func TestMaxPoolFastPaths(t *testing.T) {
+	shapes := []PoolShape{
+		{N: 2, C: 3, In: []int{13, 13}, Kernel: []int{2, 2}, Strides: []int{1, 1}},
+		{N: 2, C: 3, In: []int{5, 5}, Kernel: []int{2, 2}, Strides: []int{1, 1}},
+		{N: 1, C: 2, In: []int{8, 9}, Kernel: []int{2, 2}, Strides: []int{2, 2}},
+		{N: 1, C: 2, In: []int{9, 7}, Kernel: []int{2, 2}, Strides: []int{2, 1}},
+		{N: 1, C: 2, In: []int{7, 10}, Kernel: []int{2, 2}, Strides: []int{3, 3}},
+		{N: 1, C: 2, In: []int{9, 9}, Kernel: []int{2, 2}, Strides: []int{2, 2}, CeilMode: true},          // last window hangs over
+		{N: 1, C: 2, In: []int{8, 8}, Kernel: []int{2, 2}, Strides: []int{2, 2}, CeilMode: true},          // ceil, still inside
+		{N: 1, C: 2, In: []int{8, 8}, Kernel: []int{2, 2}, Strides: []int{2, 2}, Pads: []int{1, 1, 1, 1}}, // padded
+		{N: 1, C: 2, In: []int{8, 8}, Kernel: []int{2, 2}, Dilations: []int{2, 1}},
+		{N: 2, C: 2, In: []int{7, 7}, Kernel: []int{3, 3}, Strides: []int{2, 2}},
+		{N: 2, C: 2, In: []int{7, 6}, Kernel: []int{3, 3}},
+		{N: 1, C: 3, In: []int{10, 11}, Kernel: []int{3, 2}, Strides: []int{1, 3}, Dilations: []int{2, 3}},
+		{N: 1, C: 2, In: []int{12}, Kernel: []int{3}, Strides: []int{2}},
+		{N: 1, C: 2, In: []int{12}, Kernel: []int{2}},
+		{N: 1, C: 2, In: []int{4, 5, 6}, Kernel: []int{1, 2, 2}}, // 3-D: general loop
+	}
+	r := newRand(9)
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+	for ci, sh := range shapes {
+		p := sh
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		n := p.N * p.C * p.InSize
+		for trial := 0; trial < 4; trial++ {
+			x := make([]float32, n)
+			for i := range x {
+				switch trial {
+				case 0: // distinct values
+					x[i] = float32(r.NormFloat64())
+				case 1: // many ties
+					x[i] = float32(r.IntN(3))
+				default: // ties, signed zeros, infinities, a few NaNs
+					x[i] = specials[r.IntN(len(specials)-1)]
+					if r.IntN(40) == 0 {
+						x[i] = float32(math.NaN())
+					}
+				}
+			}
+			y0, y1 := make([]float32, p.N*p.C*p.T), make([]float32, p.N*p.C*p.T)
+			a0, a1 := make([]int32, len(y0)), make([]int32, len(y0))
+			maxPoolForward(&p, x, y0, a0, false)
+			maxPoolForward(&p, x, y1, a1, true)
+			for i := range y0 {
+				same := math.Float32bits(y0[i]) == math.Float32bits(y1[i]) || y0[i] != y0[i] && y1[i] != y1[i]
+				if !same || a0[i] != a1[i] {
+					t.Fatalf("case %d trial %d [%d]: fast (%v, %d), general (%v, %d)", ci, trial, i, y1[i], a1[i], y0[i], a0[i])
+				}
+			}
+			clear(y1)
+			maxPoolForward(&p, x, y1, nil, true) // no argmax
+			for i := range y0 {
+				if math.Float32bits(y0[i]) != math.Float32bits(y1[i]) && (y0[i] == y0[i] || y1[i] == y1[i]) {
+					t.Fatalf("case %d trial %d [%d] without argmax: %v, want %v", ci, trial, i, y1[i], y0[i])
+				}
+			}
+		}
+	}
 }
 
 func TestPools(t *testing.T) {

@@ -56,9 +56,7 @@ func unaryRange(op UnaryOp, x, y []float32) {
 			y[i] = sigmoid(v)
 		}
 	case Tanh:
-		for i, v := range x {
-			y[i] = Tanhf(v)
-		}
+		tanhSlice(x, y)
 	case Erf:
 		for i, v := range x {
 			y[i] = Erff(v)

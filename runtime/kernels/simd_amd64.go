@@ -1,0 +1,23 @@
+//go:build amd64 && !purego
+
+package kernels
+
+// haveSIMD reports whether the SSE2 kernels of simd_amd64.s are built in.
+const haveSIMD = true
+
+// geluErfSSE writes GeluErf of the first len(x) &^ 3 elements of x to y.
+//
+//go:noescape
+func geluErfSSE(x, y []float32)
+
+// geluErfBackwardSSE writes GeluErfBackward of the first len(x) &^ 3
+// elements to dx.
+//
+//go:noescape
+func geluErfBackwardSSE(x, dy, dx []float32)
+
+// expSSE writes e^x of the first len(x) &^ 3 elements of x (arguments
+// above 88 clamped) to y.
+//
+//go:noescape
+func expSSE(x, y []float32)

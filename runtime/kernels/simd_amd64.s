@@ -1,0 +1,244 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// SSE2 kernels (the amd64 baseline, so no CPU feature check): four float32
+// lanes per instruction for the transcendental-heavy elementwise kernels,
+// where scalar Go spends ~10 ns per element. Each function handles
+// len(x) &^ 3 elements; the Go wrappers finish the tail with the scalar
+// code, which uses the same approximations (Erff, Expf).
+//
+// Constants live in simdConst, one value repeated in the four lanes of
+// each 16-byte entry; R8 holds its address.
+
+#define K_INVSQRT2 0(R8)
+#define K_M4       16(R8)
+#define K_P4       32(R8)
+#define K_EP0      48(R8)
+#define K_EP1      64(R8)
+#define K_EP2      80(R8)
+#define K_EP3      96(R8)
+#define K_EP4      112(R8)
+#define K_EP5      128(R8)
+#define K_EP6      144(R8)
+#define K_EQ0      160(R8)
+#define K_EQ1      176(R8)
+#define K_EQ2      192(R8)
+#define K_EQ3      208(R8)
+#define K_EQ4      224(R8)
+#define K_HALF     240(R8)
+#define K_MHALF    256(R8)
+#define K_EXPLO    272(R8)
+#define K_EXPHI    288(R8)
+#define K_LOG2E    304(R8)
+#define K_C1       320(R8)
+#define K_C2       336(R8)
+#define K_X0       352(R8)
+#define K_X1       368(R8)
+#define K_X2       384(R8)
+#define K_X3       400(R8)
+#define K_X4       416(R8)
+#define K_X5       432(R8)
+#define K_ONE      448(R8)
+#define K_I127     464(R8)
+#define K_INVSQRT2PI 480(R8)
+
+// ERF sets X5 = erf(X1): Eigen's rational approximation p(x)/q(x) on
+// [−4, 4] (±1 outside), as Erff. MAXPS/MINPS return their source operand
+// when either is NaN, so the clamp keeps a NaN argument. Clobbers X2–X4,
+// X6 and X9.
+#define ERF \
+	MOVUPS K_M4, X2; MAXPS X1, X2; \
+	MOVUPS K_P4, X3; MINPS X2, X3; \
+	MOVAPS X3, X4; MULPS X3, X4; \
+	MOVUPS K_EP0, X5; \
+	MULPS X4, X5; MOVUPS K_EP1, X9; ADDPS X9, X5; \
+	MULPS X4, X5; MOVUPS K_EP2, X9; ADDPS X9, X5; \
+	MULPS X4, X5; MOVUPS K_EP3, X9; ADDPS X9, X5; \
+	MULPS X4, X5; MOVUPS K_EP4, X9; ADDPS X9, X5; \
+	MULPS X4, X5; MOVUPS K_EP5, X9; ADDPS X9, X5; \
+	MULPS X4, X5; MOVUPS K_EP6, X9; ADDPS X9, X5; \
+	MULPS X3, X5; \
+	MOVUPS K_EQ0, X6; \
+	MULPS X4, X6; MOVUPS K_EQ1, X9; ADDPS X9, X6; \
+	MULPS X4, X6; MOVUPS K_EQ2, X9; ADDPS X9, X6; \
+	MULPS X4, X6; MOVUPS K_EQ3, X9; ADDPS X9, X6; \
+	MULPS X4, X6; MOVUPS K_EQ4, X9; ADDPS X9, X6; \
+	DIVPS X6, X5
+
+// EXP sets X11 = e^X8 as Expf does (Cephes: n = round(x·log2 e),
+// r = x − n·ln 2 in two parts, a degree-5 polynomial, times 2^n built in
+// the exponent bits), for arguments up to 88 (larger ones are clamped to
+// 88); arguments below −87.34 give 0 and NaN stays NaN. X8 is kept.
+// Clobbers X9, X10 and X12–X14.
+#define EXP \
+	MOVUPS K_EXPLO, X10; MAXPS X8, X10; \
+	MOVUPS K_EXPHI, X9; MINPS X10, X9; MOVAPS X9, X10; \
+	MOVUPS K_LOG2E, X11; MULPS X10, X11; \
+	CVTPS2PL X11, X12; CVTPL2PS X12, X13; \
+	MOVUPS K_C1, X14; MULPS X13, X14; SUBPS X14, X10; \
+	MOVUPS K_C2, X14; MULPS X13, X14; SUBPS X14, X10; \
+	MOVUPS K_X0, X11; \
+	MULPS X10, X11; MOVUPS K_X1, X9; ADDPS X9, X11; \
+	MULPS X10, X11; MOVUPS K_X2, X9; ADDPS X9, X11; \
+	MULPS X10, X11; MOVUPS K_X3, X9; ADDPS X9, X11; \
+	MULPS X10, X11; MOVUPS K_X4, X9; ADDPS X9, X11; \
+	MULPS X10, X11; MOVUPS K_X5, X9; ADDPS X9, X11; \
+	MULPS X10, X11; MULPS X10, X11; ADDPS X10, X11; \
+	MOVUPS K_ONE, X9; ADDPS X9, X11; \
+	MOVUPS K_I127, X9; PADDL X9, X12; PSLLL $23, X12; MULPS X12, X11; \
+	MOVUPS K_EXPLO, X14; MOVAPS X8, X9; CMPPS X14, X9, $1; \
+	ANDNPS X11, X9; MOVAPS X9, X11
+
+// func geluErfSSE(x, y []float32)
+TEXT ·geluErfSSE(SB), NOSPLIT, $0-48
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ y_base+24(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-4, CX
+	XORQ AX, AX
+
+geluLoop:
+	CMPQ AX, CX
+	JGE  geluDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS K_INVSQRT2, X1
+	MULPS  X0, X1
+	ERF
+	// y = ½x + ½x·erf(x/√2)
+	MOVUPS K_HALF, X7
+	MULPS  X0, X7
+	MULPS  X7, X5
+	ADDPS  X7, X5
+	MOVUPS X5, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    geluLoop
+
+geluDone:
+	RET
+
+// func geluErfBackwardSSE(x, dy, dx []float32)
+TEXT ·geluErfBackwardSSE(SB), NOSPLIT, $0-72
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ dy_base+24(FP), DX
+	MOVQ dx_base+48(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-4, CX
+	XORQ AX, AX
+
+geluBwdLoop:
+	CMPQ AX, CX
+	JGE  geluBwdDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS K_INVSQRT2, X1
+	MULPS  X0, X1
+	ERF
+	// X8 = −x²/2, X11 = e^X8
+	MOVAPS X0, X8
+	MULPS  X0, X8
+	MOVUPS K_MHALF, X9
+	MULPS  X9, X8
+	EXP
+	// Φ(x) = ½ + ½·erf(x/√2); x·φ(x) = x·e^(−x²/2)/√(2π)
+	MOVUPS K_HALF, X7
+	MULPS  X7, X5
+	ADDPS  X7, X5
+	MOVUPS K_INVSQRT2PI, X9
+	MULPS  X9, X11
+	MULPS  X0, X11
+	ADDPS  X11, X5
+	MOVUPS (DX)(AX*4), X6
+	MULPS  X6, X5
+	MOVUPS X5, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    geluBwdLoop
+
+geluBwdDone:
+	RET
+
+// func expSSE(x, y []float32)
+TEXT ·expSSE(SB), NOSPLIT, $0-48
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ y_base+24(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-4, CX
+	XORQ AX, AX
+
+expLoop:
+	CMPQ AX, CX
+	JGE  expDone
+	MOVUPS (SI)(AX*4), X8
+	EXP
+	MOVUPS X11, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    expLoop
+
+expDone:
+	RET
+
+DATA simdConst<>+0(SB)/8, $0x3f3504f33f3504f3 // INVSQRT2
+DATA simdConst<>+8(SB)/8, $0x3f3504f33f3504f3
+DATA simdConst<>+16(SB)/8, $0xc0800000c0800000 // M4
+DATA simdConst<>+24(SB)/8, $0xc0800000c0800000
+DATA simdConst<>+32(SB)/8, $0x4080000040800000 // P4
+DATA simdConst<>+40(SB)/8, $0x4080000040800000
+DATA simdConst<>+48(SB)/8, $0xaf95df0baf95df0b // EP0
+DATA simdConst<>+56(SB)/8, $0xaf95df0baf95df0b
+DATA simdConst<>+64(SB)/8, $0x32edffee32edffee // EP1
+DATA simdConst<>+72(SB)/8, $0x32edffee32edffee
+DATA simdConst<>+80(SB)/8, $0xb60cff51b60cff51 // EP2
+DATA simdConst<>+88(SB)/8, $0xb60cff51b60cff51
+DATA simdConst<>+96(SB)/8, $0xb86ec2d2b86ec2d2 // EP3
+DATA simdConst<>+104(SB)/8, $0xb86ec2d2b86ec2d2
+DATA simdConst<>+112(SB)/8, $0xba40ac63ba40ac63 // EP4
+DATA simdConst<>+120(SB)/8, $0xba40ac63ba40ac63
+DATA simdConst<>+128(SB)/8, $0xbb41a1f6bb41a1f6 // EP5
+DATA simdConst<>+136(SB)/8, $0xbb41a1f6bb41a1f6
+DATA simdConst<>+144(SB)/8, $0xbc83dbd4bc83dbd4 // EP6
+DATA simdConst<>+152(SB)/8, $0xbc83dbd4bc83dbd4
+DATA simdConst<>+160(SB)/8, $0xb77460cdb77460cd // EQ0
+DATA simdConst<>+168(SB)/8, $0xb77460cdb77460cd
+DATA simdConst<>+176(SB)/8, $0xb95fbd29b95fbd29 // EQ1
+DATA simdConst<>+184(SB)/8, $0xb95fbd29b95fbd29
+DATA simdConst<>+192(SB)/8, $0xbadc924ebadc924e // EQ2
+DATA simdConst<>+200(SB)/8, $0xbadc924ebadc924e
+DATA simdConst<>+208(SB)/8, $0xbbf19bf8bbf19bf8 // EQ3
+DATA simdConst<>+216(SB)/8, $0xbbf19bf8bbf19bf8
+DATA simdConst<>+224(SB)/8, $0xbc69b6a7bc69b6a7 // EQ4
+DATA simdConst<>+232(SB)/8, $0xbc69b6a7bc69b6a7
+DATA simdConst<>+240(SB)/8, $0x3f0000003f000000 // HALF
+DATA simdConst<>+248(SB)/8, $0x3f0000003f000000
+DATA simdConst<>+256(SB)/8, $0xbf000000bf000000 // MHALF
+DATA simdConst<>+264(SB)/8, $0xbf000000bf000000
+DATA simdConst<>+272(SB)/8, $0xc2aeac4fc2aeac4f // EXPLO
+DATA simdConst<>+280(SB)/8, $0xc2aeac4fc2aeac4f
+DATA simdConst<>+288(SB)/8, $0x42b0000042b00000 // EXPHI
+DATA simdConst<>+296(SB)/8, $0x42b0000042b00000
+DATA simdConst<>+304(SB)/8, $0x3fb8aa3b3fb8aa3b // LOG2E
+DATA simdConst<>+312(SB)/8, $0x3fb8aa3b3fb8aa3b
+DATA simdConst<>+320(SB)/8, $0x3f3180003f318000 // C1
+DATA simdConst<>+328(SB)/8, $0x3f3180003f318000
+DATA simdConst<>+336(SB)/8, $0xb95e8083b95e8083 // C2
+DATA simdConst<>+344(SB)/8, $0xb95e8083b95e8083
+DATA simdConst<>+352(SB)/8, $0x3950696739506967 // X0
+DATA simdConst<>+360(SB)/8, $0x3950696739506967
+DATA simdConst<>+368(SB)/8, $0x3ab743ce3ab743ce // X1
+DATA simdConst<>+376(SB)/8, $0x3ab743ce3ab743ce
+DATA simdConst<>+384(SB)/8, $0x3c0889083c088908 // X2
+DATA simdConst<>+392(SB)/8, $0x3c0889083c088908
+DATA simdConst<>+400(SB)/8, $0x3d2aa9c13d2aa9c1 // X3
+DATA simdConst<>+408(SB)/8, $0x3d2aa9c13d2aa9c1
+DATA simdConst<>+416(SB)/8, $0x3e2aaaaa3e2aaaaa // X4
+DATA simdConst<>+424(SB)/8, $0x3e2aaaaa3e2aaaaa
+DATA simdConst<>+432(SB)/8, $0x3f0000003f000000 // X5
+DATA simdConst<>+440(SB)/8, $0x3f0000003f000000
+DATA simdConst<>+448(SB)/8, $0x3f8000003f800000 // ONE
+DATA simdConst<>+456(SB)/8, $0x3f8000003f800000
+DATA simdConst<>+464(SB)/8, $0x0000007f0000007f // I127
+DATA simdConst<>+472(SB)/8, $0x0000007f0000007f
+DATA simdConst<>+480(SB)/8, $0x3ecc422a3ecc422a // INVSQRT2PI
+DATA simdConst<>+488(SB)/8, $0x3ecc422a3ecc422a
+GLOBL simdConst<>(SB), RODATA|NOPTR, $496

@@ -1,0 +1,11 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// haveSIMD reports whether the SSE2 kernels of simd_amd64.s are built in;
+// elsewhere the scalar code does all the work.
+const haveSIMD = false
+
+func geluErfSSE(x, y []float32)              { panic("kernels: no SIMD kernels") }
+func geluErfBackwardSSE(x, dy, dx []float32) { panic("kernels: no SIMD kernels") }
+func expSSE(x, y []float32)                  { panic("kernels: no SIMD kernels") }
