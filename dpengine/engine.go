@@ -84,8 +84,12 @@ type Engine struct {
 	byName  map[string]*param
 	groups  map[string][]*useGroup // keyed by consumer output name
 	hookErr error
-	// bkScratch is book-keeping's weighted-sum scratch, shared by the layers.
-	bkScratch []float32
+	// bkScratch is book-keeping's weighted-sum scratch and normScratch the
+	// per-worker scratch of the per-sample norms (unfolded inputs, Gram
+	// matrices, instantiated gradients), each shared by all layers: hooks
+	// and weighted sums run one layer at a time.
+	bkScratch   []float32
+	normScratch [][]float32
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch
@@ -164,10 +168,30 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if len(trainable) == 0 {
 		return nil, errors.New("dpengine: no trainable parameter (all frozen)")
 	}
+	// Book-keeping reads the input and output gradient of its linear
+	// layers after the backward pass; every other hooked node is done
+	// with when its hook returns.
+	keep := map[string]bool{}
+	for _, prm := range rp.Params {
+		if cfg.Mode != BK || prm.Kind == rewrite.KindFrozen || needPerSample(cfg, prm) {
+			continue
+		}
+		for _, u := range prm.Uses {
+			if u.Kind == rewrite.KindLinear {
+				keep[u.Output] = true
+			}
+		}
+	}
 	plan, err := runtime.Compile(cg, &runtime.Options{
 		Trainable:       trainable,
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
 		KeepHooked:      cfg.Mode == BK,
+		KeepHookedIf: func(n *graph.Node) bool {
+			return len(n.Outputs) > 0 && n.Outputs[0] != nil && keep[n.Outputs[0].Name]
+		},
+		// Book-keeping and instantiation never take the runtime's
+		// summed gradients: they form Σ_i C_i g_i themselves.
+		NoParamGrads: cfg.Mode == BK || cfg.Mode == Instantiate,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)

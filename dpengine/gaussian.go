@@ -1,6 +1,10 @@
 package dpengine
 
-import "math"
+import (
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
 
 // The Gaussian noise of a logical batch is one draw per trainable
 // parameter: on a VGG with 10⁸ parameters, math/rand's NormFloat64 behind
@@ -30,6 +34,8 @@ var (
 	zigK [zigLayers]uint32
 	zigW [zigLayers]float32
 	zigF [zigLayers]float64
+	// zigF32 is zigF in float32, for the wedge test.
+	zigF32 [zigLayers]float32
 )
 
 func init() {
@@ -47,6 +53,9 @@ func init() {
 		tn = dn
 		zigF[i] = math.Exp(-0.5 * dn * dn)
 		zigW[i] = float32(dn / zigScale)
+	}
+	for i, f := range zigF {
+		zigF32[i] = float32(f)
 	}
 }
 
@@ -90,9 +99,14 @@ func zigSlow(g *noiseBits, layer, m uint32) float32 {
 				}
 			}
 		}
-		x := float64(m) * float64(zigW[layer])
-		if zigF[layer]+g.uniform()*(zigF[layer-1]-zigF[layer]) < math.Exp(-0.5*x*x) {
-			return float32(x)
+		// The wedge test in float32 (Expf: ≤ 1e-7 relative error, 3×
+		// faster than math.Exp): it decides ~1.5 % of the draws and its
+		// rounding moves the density by ~1e-7 relative, below float32's own
+		// resolution of the output.
+		x := float32(m) * zigW[layer]
+		u := float32(g.aux()>>8) * (1.0 / (1 << 24))
+		if zigF32[layer]+u*(zigF32[layer-1]-zigF32[layer]) < kernels.Expf(-0.5*x*x) {
+			return x
 		}
 		w := g.aux()
 		layer, m = w&zigMask, w>>zigShift

@@ -60,10 +60,10 @@ func forSamples(n int, fn func(w, i int)) {
 	wg.Wait()
 }
 
-// workerBufs returns per-worker scratch slices of length size, reused
-// across steps.
+// workerBufs returns per-worker scratch slices of at least size elements,
+// reused across layers and steps (grown to the largest layer's need).
 func workerBufs(bufs *[][]float32, workers, size int) [][]float32 {
-	if len(*bufs) < workers || (len(*bufs) > 0 && len((*bufs)[0]) < size) {
+	if len(*bufs) < workers || len((*bufs)[0]) < size {
 		*bufs = make([][]float32, workers)
 		for w := range *bufs {
 			(*bufs)[w] = make([]float32, size)
@@ -88,19 +88,15 @@ type linearState struct {
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
 	alpha          float32
-	// Per-worker scratch: the unfolded input, Gram matrices or an
-	// instantiated gradient.
-	scratch [][]float32
-	// Book-keeping scratch, reused across steps.
 }
 
 // needPerSample reports whether a parameter keeps B per-sample gradients.
-func (e *Engine) needPerSample(p *param, rp *rewrite.Param) bool {
-	if rp.Shared || e.cfg.Mode == Instantiate {
+func needPerSample(cfg Config, rp *rewrite.Param) bool {
+	if rp.Shared || cfg.Mode == Instantiate {
 		return true
 	}
 	for _, u := range rp.Uses {
-		if u.Kind == rewrite.KindElementwise && (e.cfg.Mode == BK || len(u.Path) > 0) {
+		if u.Kind == rewrite.KindElementwise && (cfg.Mode == BK || len(u.Path) > 0) {
 			return true
 		}
 		// Book-keeping keeps a layer's output gradient (T·p per group and
@@ -108,7 +104,7 @@ func (e *Engine) needPerSample(p *param, rp *rewrite.Param) bool {
 		// per-sample gradient (p·D) is no larger, keeping it instead saves
 		// memory and the second pass over the layer (D ≤ T: early conv
 		// layers with large feature maps).
-		if u.Kind == rewrite.KindLinear && e.cfg.Mode == BK && u.Layer != nil && u.Layer.Decision == rewrite.Instantiate && u.Layer.D <= u.Layer.T {
+		if u.Kind == rewrite.KindLinear && cfg.Mode == BK && u.Layer != nil && u.Layer.Decision == rewrite.Instantiate && u.Layer.D <= u.Layer.T {
 			return true
 		}
 	}
@@ -129,7 +125,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 		if p == nil {
 			return fmt.Errorf("dpengine: trainable parameter %q is not in the compiled plan", rp.Name)
 		}
-		if e.needPerSample(p, rp) {
+		if needPerSample(e.cfg, rp) {
 			p.ps = make([]float32, B*len(p.data))
 		}
 		for _, u := range rp.Uses {
@@ -283,7 +279,7 @@ func (e *Engine) clipPhysical(B int) error {
 			continue
 		}
 		for _, ls := range p.linear {
-			if err := ls.weightedSum(fk, B, p.accum, &e.bkScratch); err != nil {
+			if err := ls.weightedSum(fk, B, p.accum, &e.bkScratch, e.plan.Scratch()); err != nil {
 				return fmt.Errorf("dpengine: %s: %w", p.name, err)
 			}
 		}
@@ -391,7 +387,7 @@ func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = T*D + T*P + size
 	}
-	bufs := workerBufs(&ls.scratch, kernels.Workers(), need)
+	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
 	forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		a := gatherSample(data, B, i, buf[:0:T*D])
@@ -444,7 +440,7 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = T*D + P*D
 	}
-	bufs := workerBufs(&ls.scratch, kernels.Workers(), need)
+	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
 	size := len(p.data)
 	forSamples(e.n, func(w, i int) {
 		a, rest := bufs[w][:T*D], bufs[w][T*D:]
@@ -476,39 +472,45 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 }
 
 // weightedSum adds Σ_i c_i g_i of a linear use to accum from the kept
-// input and output gradient (book-keeping). scratch is shared by all
-// layers (they run one after the other): a buffer per layer would add a
-// whole model's worth of weight-gradient copies and convolution workspaces
-// to book-keeping's memory (111 MB on ResNet-18 at batch 32, half of the
-// non-private step's).
-func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch *[]float32) error {
+// input and output gradient (book-keeping), scaling the kept output
+// gradient in place (nothing reads it after this). scratch is shared by
+// all layers (they run one after the other) and ws is the plan's idle
+// kernel workspace: a buffer per layer would add a whole model's worth of
+// weight-gradient copies and convolution workspaces to book-keeping's
+// memory (111 MB on ResNet-18 at batch 32, half of the non-private step's).
+func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch *[]float32, ws []float32) error {
+	if len(ls.x) == 0 {
+		return fmt.Errorf("no kept activations")
+	}
 	if ls.conv != nil {
-		if len(ls.x) == 0 {
-			return fmt.Errorf("no kept activations")
-		}
 		s := ls.conv
 		outLen := len(ls.dy) / B
 		for i := 0; i < B; i++ {
 			scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
 		}
-		*scratch = grow(*scratch, len(accum)+kernels.ConvWorkspaceSize(s))
-		dw, ws := (*scratch)[:len(accum)], (*scratch)[len(accum):]
+		need := kernels.ConvWorkspaceSize(s)
+		extra := 0
+		if len(ws) < need {
+			extra = need
+		}
+		*scratch = grow(*scratch, len(accum)+extra)
+		dw := (*scratch)[:len(accum)]
+		if extra > 0 {
+			ws = (*scratch)[len(accum):]
+		}
 		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
 		addTo(accum, dw)
 		return nil
 	}
 	D, P := int(ls.layer.D), int(ls.layer.P)
 	rows := len(ls.dy) / P
-	*scratch = grow(*scratch, len(ls.dy))
 	// Σ_i c_i g_iᵀa_i = Σ_rows (c_{sample(row)} g_row)ᵀ a_row: scale each
 	// output-gradient row by its sample's factor and take one GEMM over
 	// all rows, whatever the layout of the batch in them.
-	scaled := *scratch
+	scaled := ls.dy
 	for r := 0; r < rows; r++ {
 		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
-		for k, v := range ls.dy[r*P : (r+1)*P] {
-			scaled[r*P+k] = ci * v
-		}
+		scale(scaled[r*P:(r+1)*P], ci)
 	}
 	if ls.weightLayoutPD {
 		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, 1, accum, D)
