@@ -436,21 +436,26 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 		// Σ_i C_i g_i once the clip factors are known.
 		ls.x, ls.dy = x.Data, dy.Data
 	}
-	need := T*D + 2*T*T
+	// Each sample's input is unfolded as col = a_iᵀ (D×T, the runtime's
+	// im2col layout, which the gather-map path fills fastest); then
+	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ.
+	plane := s.PlaneSize()
+	need := plane + T*D + 2*T*T
 	if ls.decision == rewrite.Instantiate {
-		need = T*D + P*D
+		need = plane + T*D + P*D
 	}
 	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
 	size := len(p.data)
 	forSamples(e.n, func(w, i int) {
-		a, rest := bufs[w][:T*D], bufs[w][T*D:]
+		buf := bufs[w]
+		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
 		xi := x.Data[i*inLen : (i+1)*inLen]
 		for gr := 0; gr < groups; gr++ {
-			kernels.Unfold(s, xi, gr, a)
+			kernels.Im2ColPlane(s, xi, gr, col, pl)
 			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
 			if ls.decision == rewrite.Ghost {
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
-				blas.SgemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
+				blas.SgemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
 				blas.SgemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
 				var dot float64
 				for k, v := range aa {
@@ -460,7 +465,7 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 				continue
 			}
 			inst := rest[:P*D]
-			blas.SgemmSerial(false, false, P, D, T, 1, gT, T, a, D, 0, inst, D)
+			blas.SgemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
 			if p.ps != nil {
 				addTo(p.ps[i*size+gr*P*D:i*size+(gr+1)*P*D], inst)
 			} else {

@@ -107,6 +107,10 @@ type fortranArgs struct {
 	m, n, k        int32
 	lda, ldb, ldc  int32
 	alpha, beta    float32
+	// args is SyscallN's argument list: passed as a slice of this pooled
+	// array, the variadic call allocates nothing (a literal argument list
+	// would be a fresh slice escaping to the heap on every call).
+	args [13]uintptr
 }
 
 var argPool = sync.Pool{New: func() any { return new(fortranArgs) }}
@@ -127,13 +131,19 @@ func obSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	p.m, p.n, p.k = int32(n), int32(m), int32(k)
 	p.lda, p.ldb, p.ldc = int32(ldb), int32(lda), int32(ldc)
 	p.alpha, p.beta = alpha, beta
-	purego.SyscallN(obSgemm,
+	p.args = [13]uintptr{
 		uintptr(unsafe.Pointer(&p.transA)), uintptr(unsafe.Pointer(&p.transB)),
 		uintptr(unsafe.Pointer(&p.m)), uintptr(unsafe.Pointer(&p.n)), uintptr(unsafe.Pointer(&p.k)),
 		uintptr(unsafe.Pointer(&p.alpha)),
 		uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&p.lda)),
 		uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&p.ldb)),
 		uintptr(unsafe.Pointer(&p.beta)),
-		uintptr(unsafe.Pointer(&c[0])), uintptr(unsafe.Pointer(&p.ldc)))
+		uintptr(unsafe.Pointer(&c[0])), uintptr(unsafe.Pointer(&p.ldc))}
+	purego.SyscallN(obSgemm, p.args[:]...)
+	// The slices a, b and c must stay reachable until the call returns:
+	// the argument list holds them only as integers.
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(c)
 	argPool.Put(p)
 }

@@ -554,6 +554,32 @@ func Im2Col(s *ConvShape, xi []float32, g int, col []float32) {
 	im2col(&s.g, xi[g*cg*s.InSize:(g+1)*cg*s.InSize], cg, col)
 }
 
+// PlaneSize returns the scratch Im2ColPlane needs, in float32 elements (0
+// when it needs none).
+func (s *ConvShape) PlaneSize() int { s.check(); return s.planeSize() }
+
+// Im2ColPlane is Im2Col with scratch plane (at least PlaneSize()
+// elements, any contents): shapes with a gather map (Group 1, small output
+// maps) then unfold by table lookup instead of bounds-tested row loops,
+// which dominate on the short rows of small feature maps. The DP engine
+// unfolds every sample this way for its per-sample norms.
+func Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32) {
+	if s.gmap == nil {
+		Im2Col(s, xi, g, col)
+		return
+	}
+	s.check()
+	checkLen("xi", xi, s.C*s.InSize)
+	checkLen("col", col, s.D*s.T)
+	if ps := s.planeSize(); ps > 0 {
+		checkLen("plane", plane, ps)
+		// gatherCol writes only the interior: the border must be zero,
+		// and plane may have served another shape.
+		clear(plane[:ps])
+	}
+	s.gatherCol(xi, col, s.T, plane)
+}
+
 // Unfold writes the unfolded input a_i of one sample for group g as a T×D
 // row-major matrix (the transpose of Im2Col's layout).
 func Unfold(s *ConvShape, xi []float32, g int, a []float32) {

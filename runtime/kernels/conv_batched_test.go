@@ -174,13 +174,24 @@ func TestUnfoldPaths(t *testing.T) {
 		got := make([]float32, s.D*s.T)
 		Im2Col(&s, xi, 0, got)
 		allClose32(t, fmt.Sprintf("case %d Im2Col", ci), got, want, 0, 0)
+		// Im2ColPlane with a plane full of garbage (as left by another
+		// shape) and a column buffer full of garbage.
+		plane := make([]float32, s.PlaneSize()+5)
+		for i := range plane {
+			plane[i] = 7
+		}
+		for i := range got {
+			got[i] = -3
+		}
+		Im2ColPlane(&s, xi, 0, got, plane)
+		allClose32(t, fmt.Sprintf("case %d Im2ColPlane", ci), got, want, 0, 0)
 		if s.gmap == nil {
 			continue
 		}
 		// Gather with a row stride beyond T, as in a chunk.
 		ld := 2*s.T + 3
 		col := make([]float32, s.D*ld)
-		plane := make([]float32, s.planeSize())
+		plane = make([]float32, s.planeSize())
 		s.gatherCol(xi, col[s.T:], ld, plane)
 		for d := 0; d < s.D; d++ {
 			allClose32(t, fmt.Sprintf("case %d gather row %d", ci, d), col[d*ld+s.T:d*ld+2*s.T], want[d*s.T:(d+1)*s.T], 0, 0)
