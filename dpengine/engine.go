@@ -105,6 +105,14 @@ type Engine struct {
 	lossSum   float64
 	clipped   int
 	nonFinite int
+	// NonDP leaves the gradient where it costs the fewest passes over the
+	// parameters: after a single physical batch in the plan's gradient
+	// buffers (gradInPlan), and the division by the expected batch size
+	// pending (gradScale ≠ 1) for the optimizer to apply as it reads the
+	// gradient. settleGrad puts the finished gradient in accum.
+	physCount  int
+	gradInPlan bool
+	gradScale  float32
 }
 
 // param is one trainable parameter.
@@ -196,7 +204,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
-	e := &Engine{cfg: cfg, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}}
+	e := &Engine{cfg: cfg, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1}
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)
@@ -285,8 +293,14 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 	if err != nil {
 		return StepStats{}, err
 	}
-	if e.cfg.Optimizer != nil {
-		if err := e.cfg.Optimizer.Step(e.Params(), grads); err != nil {
+	if opt := e.cfg.Optimizer; opt != nil {
+		if so, ok := opt.(scaledOptimizer); ok {
+			err = so.stepScaled(e.Params(), grads, e.gradScale)
+		} else {
+			e.settleGrad()
+			err = opt.Step(e.Params(), e.accums())
+		}
+		if err != nil {
 			return StepStats{}, err
 		}
 	}
@@ -298,10 +312,39 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 }
 
 func (e *Engine) beginLogical() {
-	for _, p := range e.params {
-		clear(p.accum)
+	if e.cfg.Mode != NonDP { // NonDP's first physical batch overwrites accum
+		for _, p := range e.params {
+			clear(p.accum)
+		}
 	}
 	e.samples, e.lossSum, e.clipped, e.nonFinite = 0, 0, 0, 0
+	e.physCount, e.gradInPlan, e.gradScale = 0, false, 1
+}
+
+// accums returns every parameter's accumulator.
+func (e *Engine) accums() [][]float32 {
+	out := make([][]float32, len(e.params))
+	for k, p := range e.params {
+		out[k] = p.accum
+	}
+	return out
+}
+
+// settleGrad finishes what NonDP left pending: the gradient moves from
+// the plan to accum, and the pending scale is applied.
+func (e *Engine) settleGrad() {
+	if e.gradInPlan {
+		for _, p := range e.params {
+			copy(p.accum, e.plan.Grad(p.name))
+		}
+		e.gradInPlan = false
+	}
+	if e.gradScale != 1 {
+		for _, p := range e.params {
+			scale(p.accum, e.gradScale)
+		}
+		e.gradScale = 1
+	}
 }
 
 // physical processes up to PhysicalBatch examples: the batch is padded
@@ -339,19 +382,30 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 		}
 	}
 	if e.cfg.Mode == NonDP {
+		// The first physical batch's gradient stays in the plan; a second
+		// one moves it to accum before overwriting it, and adds its own.
+		if e.physCount == 1 {
+			e.settleGrad()
+		}
 		if err := e.plan.Backward(e.weights, nil); err != nil {
 			return err
 		}
-		for _, p := range e.params {
-			addTo(p.accum, e.plan.Grad(p.name))
+		if e.physCount == 0 {
+			e.gradInPlan = true
+		} else {
+			for _, p := range e.params {
+				addTo(p.accum, e.plan.Grad(p.name))
+			}
 		}
+		e.physCount++
 		return nil
 	}
 	return e.clipPhysical(B)
 }
 
 // finishLogical returns the private gradient (Σ C_i g_i + σR·N(0, I)) /
-// E[batch], or for NonDP the mean gradient.
+// E[batch], or for NonDP the mean gradient times 1/e.gradScale (the
+// division is left to the optimizer, or to settleGrad).
 func (e *Engine) finishLogical(size int) ([][]float32, error) {
 	grads := make([][]float32, len(e.params))
 	if e.cfg.Mode == NonDP {
@@ -359,9 +413,17 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		if div <= 0 {
 			div = float64(max(size, 1))
 		}
+		e.gradScale = float32(1 / div)
 		for k, p := range e.params {
-			scale(p.accum, float32(1/div))
-			grads[k] = p.accum
+			switch {
+			case e.gradInPlan:
+				grads[k] = e.plan.Grad(p.name)
+			case e.physCount == 0: // an empty batch
+				clear(p.accum)
+				grads[k] = p.accum
+			default:
+				grads[k] = p.accum
+			}
 		}
 		return grads, nil
 	}
@@ -403,6 +465,7 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 	if err != nil {
 		return nil, nil, err
 	}
+	e.settleGrad()
 	out := map[string][]float32{}
 	for _, p := range e.params {
 		out[p.name] = append([]float32(nil), p.accum...)
@@ -418,6 +481,7 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 // Step (noisy and divided by the expected batch size), or nil.
 func (e *Engine) Gradient(name string) []float32 {
 	if p := e.byName[name]; p != nil {
+		e.settleGrad()
 		return p.accum
 	}
 	return nil

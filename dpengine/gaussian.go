@@ -36,6 +36,9 @@ var (
 	zigF [zigLayers]float64
 	// zigF32 is zigF in float32, for the wedge test.
 	zigF32 [zigLayers]float32
+	// zigKW interleaves zigK[i] and the bits of zigW[i], so that the SSE2
+	// fast path loads both with one instruction.
+	zigKW [zigLayers][2]uint32
 )
 
 func init() {
@@ -56,29 +59,50 @@ func init() {
 	}
 	for i, f := range zigF {
 		zigF32[i] = float32(f)
+		zigKW[i] = [2]uint32{zigK[i], math.Float32bits(zigW[i])}
 	}
 }
 
 // gaussianInto sets x[i] ← (x[i] + std·z_i)·post with z_i ~ N(0, 1) drawn
-// from g.
+// from g. On amd64 zigFastSSE draws the fast path four at a time, then
+// zigSlow finishes the others in order: the result is the same, bit for
+// bit, as zigDraw's alone (the slow draws take g's auxiliary words in the
+// same order).
 func gaussianInto(g *noiseBits, x []float32, std, post float32) {
 	for len(x) > 0 {
 		words := g.take(len(x))
-		for i, u := range words {
-			layer := u & zigMask
-			m := u >> zigShift
-			var z float32
-			if m < zigK[layer] {
-				z = float32(m) * zigW[layer]
-			} else {
-				z = zigSlow(g, layer, m)
+		n := 0
+		if haveZigSSE {
+			n = len(words) &^ 3
+			ns := zigFastSSE(words[:n], x[:n], &zigKW, std, post, g.slow[:n])
+			for _, i := range g.slow[:ns] {
+				u := words[i]
+				z := zigSlow(g, u&zigMask, u>>zigShift)
+				z = math.Float32frombits(math.Float32bits(z) ^ (u&zigSign)<<(31-8))
+				x[i] = (x[i] + std*z) * post
 			}
-			// The sign bit moved to float32's sign: a branch here would
-			// be mispredicted half the time.
-			z = math.Float32frombits(math.Float32bits(z) ^ (u&zigSign)<<(31-8))
-			x[i] = (x[i] + std*z) * post
 		}
+		zigDraw(g, words[n:], x[n:], std, post)
 		x = x[len(words):]
+	}
+}
+
+// zigDraw is gaussianInto on the given words, one at a time.
+func zigDraw(g *noiseBits, words []uint32, x []float32, std, post float32) {
+	x = x[:len(words)]
+	for i, u := range words {
+		layer := u & zigMask
+		m := u >> zigShift
+		var z float32
+		if m < zigK[layer] {
+			z = float32(m) * zigW[layer]
+		} else {
+			z = zigSlow(g, layer, m)
+		}
+		// The sign bit moved to float32's sign: a branch here would
+		// be mispredicted half the time.
+		z = math.Float32frombits(math.Float32bits(z) ^ (u&zigSign)<<(31-8))
+		x[i] = (x[i] + std*z) * post
 	}
 }
 

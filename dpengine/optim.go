@@ -22,6 +22,15 @@ type Optimizer interface {
 	Name() string
 }
 
+// scaledOptimizer is an Optimizer that can multiply the gradients by a
+// factor as it reads them: the engine then skips a separate pass over every
+// gradient (the division by the expected batch size of non-private
+// training). Step(p, g) is stepScaled(p, g, 1).
+type scaledOptimizer interface {
+	Optimizer
+	stepScaled(params, grads [][]float32, gradScale float32) error
+}
+
 // OptimizerState is the serializable state of an optimizer.
 type OptimizerState struct {
 	Name  string
@@ -41,7 +50,10 @@ type SGD struct {
 func (o *SGD) Name() string { return "sgd" }
 
 // Step implements Optimizer.
-func (o *SGD) Step(params, grads [][]float32) error {
+func (o *SGD) Step(params, grads [][]float32) error { return o.stepScaled(params, grads, 1) }
+
+// stepScaled implements scaledOptimizer.
+func (o *SGD) stepScaled(params, grads [][]float32, gradScale float32) error {
 	if err := checkLists(params, grads); err != nil {
 		return err
 	}
@@ -55,14 +67,14 @@ func (o *SGD) Step(params, grads [][]float32) error {
 		g = g[:len(p)]
 		if mu == 0 {
 			for i := range p {
-				p[i] -= lr * (g[i] + wd*p[i])
+				p[i] -= lr * (float32(g[i]*gradScale) + wd*p[i])
 			}
 			return
 		}
 		vel := o.vel[k][lo:hi]
 		vel = vel[:len(p)]
 		for i := range p {
-			d := g[i] + wd*p[i]
+			d := float32(g[i]*gradScale) + wd*p[i]
 			if first {
 				vel[i] = d
 			} else {
@@ -117,7 +129,15 @@ func (o *Adam) Name() string {
 }
 
 // Step implements Optimizer.
-func (o *Adam) Step(params, grads [][]float32) error {
+func (o *Adam) Step(params, grads [][]float32) error { return o.stepScaled(params, grads, 1) }
+
+// stepScaled implements scaledOptimizer. The update is
+// kernels.AdamUpdate (SSE2 on amd64), PyTorch's formulation in float32:
+//
+//	d ← s·g (+ λ·θ for Adam; AdamW instead shrinks θ ← θ·(1 − η·λ))
+//	m ← β₁·m + (1 − β₁)·d;  v ← β₂·v + (1 − β₂)·d²
+//	θ ← θ − η/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+func (o *Adam) stepScaled(params, grads [][]float32, gradScale float32) error {
 	if err := checkLists(params, grads); err != nil {
 		return err
 	}
@@ -128,25 +148,23 @@ func (o *Adam) Step(params, grads [][]float32) error {
 	b1, b2 := o.Beta1, o.Beta2
 	bc1 := 1 - math.Pow(b1, float64(o.step))
 	bc2 := 1 - math.Pow(b2, float64(o.step))
-	stepSize := float32(o.LR / bc1)
-	sqrtBC2 := float32(math.Sqrt(bc2))
-	eps, wd, lr := float32(o.Eps), float32(o.WeightDecay), float32(o.LR)
+	lr, wd := float32(o.LR), float32(o.WeightDecay)
 	fb1, fb2 := float32(b1), float32(b2)
-	decoupled := o.Decoupled
+	c := kernels.AdamCoeffs{
+		GradScale: gradScale, Decay: 1,
+		Beta1: fb1, OneMinusBeta1: 1 - fb1,
+		Beta2: fb2, OneMinusBeta2: 1 - fb2,
+		StepSize: float32(o.LR / bc1),
+		SqrtBC2:  float32(math.Sqrt(bc2)),
+		Eps:      float32(o.Eps),
+	}
+	if o.Decoupled {
+		c.Decay = 1 - float32(lr*wd)
+	} else {
+		c.L2 = wd
+	}
 	spans(params, func(k, lo, hi int) {
-		p, g, m, v := params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi]
-		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-		for i := range p {
-			d := g[i]
-			if decoupled {
-				p[i] *= 1 - lr*wd
-			} else {
-				d += wd * p[i]
-			}
-			m[i] = fb1*m[i] + (1-fb1)*d
-			v[i] = fb2*v[i] + (1-fb2)*d*d
-			p[i] -= stepSize * m[i] / (float32(math.Sqrt(float64(v[i])))/sqrtBC2 + eps)
-		}
+		kernels.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi], c)
 	})
 	return nil
 }

@@ -179,6 +179,9 @@ type noiseBits struct {
 	extra [64]uint32
 	epos  int
 	zero  [4096 * 4]byte
+	// slow lists the draws of a run of buf that left the ziggurat's fast
+	// path (zigFastSSE).
+	slow [4096]int32
 }
 
 // reset starts the keystream of chunk c.
