@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/dpfinetune/dpfinetune/dpengine"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -28,7 +29,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -101,7 +101,9 @@ func run(name, path string, batch, steps, warmup, classes int, cpuprof string) e
 		grads[i] = p.Grad(n)
 		nParam += len(params[i])
 	}
-	opt := newAdam(1e-3, params)
+	// The engine's Adam (PyTorch's update: beta 0.9/0.999, eps 1e-8): one
+	// fused SSE2 pass per parameter, split over the cores.
+	opt := dpengine.NewAdam(1e-3, 0, false)
 
 	m, g = nil, nil
 	goruntime.GC()
@@ -118,7 +120,9 @@ func run(name, path string, batch, steps, warmup, classes int, cpuprof string) e
 		if err := p.Backward(nil, nil); err != nil {
 			return err
 		}
-		opt.step(params, grads)
+		if err := opt.Step(params, grads); err != nil {
+			return err
+		}
 		return nil
 	}
 	for i := 0; i < warmup; i++ {
@@ -183,72 +187,4 @@ func vmHWM() float64 {
 		}
 	}
 	return 0
-}
-
-// adam is PyTorch's Adam (β = 0.9, 0.999, ε = 1e-8, no weight decay), one
-// fused pass per parameter, the parameters split over GOMAXPROCS
-// goroutines by size.
-type adam struct {
-	lr   float64
-	t    int
-	m, v [][]float32
-}
-
-func newAdam(lr float64, params [][]float32) *adam {
-	a := &adam{lr: lr}
-	for _, p := range params {
-		a.m = append(a.m, make([]float32, len(p)))
-		a.v = append(a.v, make([]float32, len(p)))
-	}
-	return a
-}
-
-func (a *adam) step(params, grads [][]float32) {
-	a.t++
-	const b1, b2, eps = 0.9, 0.999, 1e-8
-	bc1 := 1 - math.Pow(b1, float64(a.t))
-	bc2 := 1 - math.Pow(b2, float64(a.t))
-	stepSize := float32(a.lr / bc1)
-	invSqrtBC2 := float32(1 / math.Sqrt(bc2))
-	upd := func(k, lo, hi int) {
-		p, g, m, v := params[k][lo:hi], grads[k][lo:hi], a.m[k][lo:hi], a.v[k][lo:hi]
-		g, m, v = g[:len(p)], m[:len(p)], v[:len(p)]
-		for i := range p {
-			d := g[i]
-			mi := b1*m[i] + (1-b1)*d
-			vi := b2*v[i] + (1-b2)*d*d
-			m[i], v[i] = mi, vi
-			p[i] -= stepSize * mi / (float32(math.Sqrt(float64(vi)))*invSqrtBC2 + eps)
-		}
-	}
-	w := goruntime.GOMAXPROCS(0)
-	var total int
-	for _, p := range params {
-		total += len(p)
-	}
-	if w == 1 || total < 1<<16 {
-		for k, p := range params {
-			upd(k, 0, len(p))
-		}
-		return
-	}
-	// Split the concatenation of all parameters into w equal ranges.
-	var wg sync.WaitGroup
-	per := (total + w - 1) / w
-	for j := 0; j < w; j++ {
-		lo, hi := j*per, min((j+1)*per, total)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			off := 0
-			for k, p := range params {
-				a, b := max(lo-off, 0), min(hi-off, len(p))
-				if a < b {
-					upd(k, a, b)
-				}
-				off += len(p)
-			}
-		}()
-	}
-	wg.Wait()
 }
