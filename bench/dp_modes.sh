@@ -2,6 +2,7 @@
 # DP clipping modes against nondp on the benchmark suite (DESIGN.md §7) and
 # the paper's Table 6 maximum-batch comparison on VGG-19 at 32×32.
 # Usage: bench/dp_modes.sh [OUTDIR]   (default /tmp/dpfinetune-dp-bench)
+# JSON=1 also writes OUTDIR/NAME.json (a second run of each line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/dpfinetune-dp-bench}
@@ -12,7 +13,9 @@ run() {
 	local name=$1; shift
 	echo "== dpfinetune bench $*" | tee "$out/$name.txt"
 	bin/dpfinetune bench "$@" | tee -a "$out/$name.txt"
-	bin/dpfinetune bench "$@" --json > "$out/$name.json"
+	if [ "${JSON:-0}" = 1 ]; then # a second run, for machine-readable output
+		bin/dpfinetune bench "$@" --json > "$out/$name.json"
+	fi
 }
 run cnn-fmnist     --model zoo:cnn-fmnist     --batch 256 --steps 5
 run resnet18-cifar --model zoo:resnet18-cifar --batch 32  --steps 5
