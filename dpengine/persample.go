@@ -436,6 +436,30 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 		// Σ_i C_i g_i once the clip factors are known.
 		ls.x, ls.dy = x.Data, dy.Data
 	}
+	size := len(p.data)
+	if s.IsDepthwise() {
+		// A depthwise group is one input channel and its M/C output
+		// channels of K taps: the per-sample gradient (M·K values) comes
+		// directly from the input planes and the output gradient,
+		// without unfolding or a GEMM per group, whatever the layer's
+		// ghost/instantiate decision (both give this norm).
+		if size != s.M*s.K {
+			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
+		}
+		scratch := kernels.DepthwiseScratchSize(s)
+		bufs := workerBufs(&e.normScratch, kernels.Workers(), scratch+size)
+		forSamples(e.n, func(w, i int) {
+			buf := bufs[w]
+			inst := buf[scratch : scratch+size]
+			kernels.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
+			if p.ps != nil {
+				addTo(p.ps[i*size:(i+1)*size], inst)
+			} else {
+				p.normSq[i] += sumSq(inst)
+			}
+		})
+		return nil
+	}
 	// Each sample's input is unfolded as col = a_iᵀ (D×T, the runtime's
 	// im2col layout, which the gather-map path fills fastest); then
 	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ.
@@ -445,7 +469,6 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 		need = plane + T*D + P*D
 	}
 	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	size := len(p.data)
 	forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]

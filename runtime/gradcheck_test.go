@@ -190,6 +190,32 @@ func TestGradCheck(t *testing.T) {
 			b.node("Conv", []string{"x", "w"}, "y", aInt("group", 3), aStr("auto_pad", "SAME_UPPER"))
 			return "y"
 		}, nil},
+		{"conv_depthwise_3x3", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 4, 7, 6)
+			b.param("w", 4, 1, 3, 3)
+			b.param("bias", 4)
+			b.node("Conv", []string{"x", "w", "bias"}, "y", aInt("group", 4), aInts("pads", 1, 1, 1, 1))
+			return "y"
+		}, nil},
+		{"conv_depthwise_mult2_strided", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 9, 8)
+			b.param("w", 6, 1, 3, 3)
+			b.param("bias", 6)
+			b.node("Conv", []string{"x", "w", "bias"}, "y", aInt("group", 3), aInts("strides", 2, 2), aInts("pads", 1, 0, 2, 1))
+			return "y"
+		}, nil},
+		{"conv_depthwise_dilated_asym", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 2, 8, 9)
+			b.param("w", 4, 1, 3, 2)
+			b.node("Conv", []string{"x", "w"}, "y", aInt("group", 2), aInts("strides", 1, 2), aInts("dilations", 2, 1), aInts("pads", 2, 0, 1, 1))
+			return "y"
+		}, nil},
+		{"conv3d_depthwise", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 2, 4, 5, 5)
+			b.param("w", 2, 1, 2, 3, 3)
+			b.node("Conv", []string{"x", "w"}, "y", aInt("group", 2), aInts("pads", 1, 1, 1, 0, 1, 1))
+			return "y"
+		}, nil},
 		{"gemm_trans", 14, func(b *modelBuilder) string {
 			b.param("a", 4, 3)
 			b.param("b", 5, 4)

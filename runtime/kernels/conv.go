@@ -34,6 +34,10 @@ type ConvShape struct {
 	gmap   []int32
 	pin    [3]int
 	padded bool
+
+	// Geometry of the direct depthwise kernels (depthwise.go), built by
+	// Init when IsDepthwise.
+	dw dwPlan
 }
 
 // geom3 is a convolution or pooling window geometry lifted to 3 spatial
@@ -174,6 +178,10 @@ func (s *ConvShape) Init() error {
 	s.InSize = g.in[0] * g.in[1] * g.in[2]
 	s.D = s.C / s.Group * s.K
 	s.buildGather()
+	s.dw = dwPlan{}
+	if s.IsDepthwise() {
+		s.initDepthwise()
+	}
 	return nil
 }
 
@@ -337,8 +345,13 @@ func (s *ConvShape) colPerWorker() int {
 // buffer (or chunk buffers) per worker plus, for backward, one
 // weight-gradient partial per worker beyond the first. A smaller
 // workspace (at least one col buffer) makes the kernels use fewer workers.
+// Depthwise shapes (IsDepthwise) take the direct kernels of depthwise.go,
+// which need only a few padded channel planes per worker.
 func ConvWorkspaceSize(s *ConvShape) int {
 	s.check()
+	if s.IsDepthwise() && !dwOff {
+		return dwWorkspaceSize(s)
+	}
 	w := convWorkers(s, -1)
 	per := w*s.colPerWorker() + (w-1)*s.WeightSize()
 	if nb := convBatch(s); nb > 0 {
@@ -795,6 +808,8 @@ func gemmFor(workers int) func(transA, transB bool, m, n, k int, alpha float32, 
 // and multiplying it by the group's weights with one GEMM, or, for small
 // outputs (see convBatch) with the workspace for it, a chunk of samples at
 // a time (the bias is added while the chunk's product is scattered to y).
+// Depthwise convolutions slide their taps over each channel plane directly
+// (depthwise.go) when ws holds one worker's planes.
 func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	s.check()
 	xs, ys := s.C*s.InSize, s.M*s.T
@@ -803,6 +818,9 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	checkLen("y", y, s.N*ys)
 	if bias != nil {
 		checkLen("bias", bias, s.M)
+	}
+	if s.IsDepthwise() && !dwOff && dwForward(s, x, w, bias, y, ws) {
+		return
 	}
 	if nb, workers := convChunking(s, len(ws), false); nb > 0 {
 		convForwardChunked(s, nb, workers, x, w, bias, y, ws)
@@ -844,6 +862,7 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 // Each worker accumulates the weight gradient of its samples (or chunks of
 // samples, as in ConvForward) privately and the partials are added in
 // worker order, so the result is reproducible for a given Workers().
+// Depthwise convolutions take the direct kernels (depthwise.go).
 func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	s.check()
 	xs, ys := s.C*s.InSize, s.M*s.T
@@ -861,6 +880,9 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 		convBiasGrad(s, dy, db)
 	}
 	if dx == nil && dw == nil {
+		return
+	}
+	if s.IsDepthwise() && !dwOff && dwBackward(s, x, w, dy, dx, dw, ws) {
 		return
 	}
 	if nb, workers := convChunking(s, len(ws), dw != nil); nb > 0 {
