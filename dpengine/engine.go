@@ -90,6 +90,10 @@ type Engine struct {
 	// and weighted sums run one layer at a time.
 	bkScratch   []float32
 	normScratch [][]float32
+	// noiseStd and noisePost are the noise of the logical batch that Step
+	// draws together with the optimizer update (0: already drawn).
+	noiseStd  float64
+	noisePost float32
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch
@@ -294,7 +298,16 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 		return StepStats{}, err
 	}
 	if opt := e.cfg.Optimizer; opt != nil {
-		if so, ok := opt.(scaledOptimizer); ok {
+		if so, ok := opt.(scaledOptimizer); ok && e.noiseStd > 0 {
+			// The noise is drawn even if the update cannot start: the
+			// gradient Gradient returns must never be noise-free.
+			upd, berr := so.begin(e.Params(), grads, 1)
+			if berr != nil {
+				upd, err = nil, berr
+			}
+			e.cfg.Source.addGaussianScaledThen(e.noiseStd, e.noisePost, grads, upd)
+			e.noiseStd = 0
+		} else if ok {
 			err = so.stepScaled(e.Params(), grads, e.gradScale)
 		} else {
 			e.settleGrad()
@@ -433,7 +446,13 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		grads[k] = p.accum
 	}
 	if std > 0 {
-		// Noise and the division by the expected batch size in one pass.
+		// Noise and the division by the expected batch size in one pass;
+		// with an optimizer that updates piece by piece, Step runs that
+		// pass with the update of each piece right behind its noise.
+		if _, ok := e.cfg.Optimizer.(scaledOptimizer); ok {
+			e.noiseStd, e.noisePost = std, inv
+			return grads, nil
+		}
 		e.cfg.Source.addGaussianScaled(std, inv, grads...)
 	} else {
 		for _, g := range grads {

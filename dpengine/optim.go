@@ -29,6 +29,12 @@ type Optimizer interface {
 type scaledOptimizer interface {
 	Optimizer
 	stepScaled(params, grads [][]float32, gradScale float32) error
+	// begin starts one update and returns the update of the piece
+	// [lo, hi) of tensor k; the caller must run it on every element
+	// exactly once (pieces in any order, concurrently) before the next
+	// step. stepScaled is begin followed by spans. The engine runs the
+	// pieces right after drawing their noise, while they are in cache.
+	begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error)
 }
 
 // OptimizerState is the serializable state of an optimizer.
@@ -54,15 +60,26 @@ func (o *SGD) Step(params, grads [][]float32) error { return o.stepScaled(params
 
 // stepScaled implements scaledOptimizer.
 func (o *SGD) stepScaled(params, grads [][]float32, gradScale float32) error {
-	if err := checkLists(params, grads); err != nil {
+	upd, err := o.begin(params, grads, gradScale)
+	if err != nil {
 		return err
+	}
+	spans(params, upd)
+	return nil
+}
+
+// begin implements scaledOptimizer.
+func (o *SGD) begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error) {
+	if err := checkLists(params, grads); err != nil {
+		return nil, err
 	}
 	if o.Momentum != 0 && o.vel == nil {
 		o.vel = zerosLike(params)
 	}
 	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
 	first := o.step == 0
-	spans(params, func(k, lo, hi int) {
+	o.step++
+	return func(k, lo, hi int) {
 		p, g := params[k][lo:hi], grads[k][lo:hi]
 		g = g[:len(p)]
 		if mu == 0 {
@@ -82,9 +99,7 @@ func (o *SGD) stepScaled(params, grads [][]float32, gradScale float32) error {
 			}
 			p[i] -= lr * vel[i]
 		}
-	})
-	o.step++
-	return nil
+	}, nil
 }
 
 // State implements Optimizer.
@@ -138,8 +153,18 @@ func (o *Adam) Step(params, grads [][]float32) error { return o.stepScaled(param
 //	m ← β₁·m + (1 − β₁)·d;  v ← β₂·v + (1 − β₂)·d²
 //	θ ← θ − η/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
 func (o *Adam) stepScaled(params, grads [][]float32, gradScale float32) error {
-	if err := checkLists(params, grads); err != nil {
+	upd, err := o.begin(params, grads, gradScale)
+	if err != nil {
 		return err
+	}
+	spans(params, upd)
+	return nil
+}
+
+// begin implements scaledOptimizer.
+func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error) {
+	if err := checkLists(params, grads); err != nil {
+		return nil, err
 	}
 	if o.m == nil {
 		o.m, o.v = zerosLike(params), zerosLike(params)
@@ -163,10 +188,9 @@ func (o *Adam) stepScaled(params, grads [][]float32, gradScale float32) error {
 	} else {
 		c.L2 = wd
 	}
-	spans(params, func(k, lo, hi int) {
+	return func(k, lo, hi int) {
 		kernels.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi], c)
-	})
-	return nil
+	}, nil
 }
 
 // State implements Optimizer.

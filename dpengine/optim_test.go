@@ -221,3 +221,54 @@ func BenchmarkAdamStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(1<<22), "ns/elem")
 }
+
+// TestNoiseFusedWithUpdate: in DP modes the engine draws each piece's noise
+// and runs the optimizer on it right away. Against an optimizer that only
+// offers the plain Step (noise pass, then update), with the same seed, the
+// parameters and the private gradient are bitwise equal, for Adam, AdamW
+// and SGD, over several steps and batch sizes (one and two physical
+// batches, and an empty one, which still draws noise and updates).
+func TestNoiseFusedWithUpdate(t *testing.T) {
+	gd := loadGolden(t, "cnn")
+	sl := len(gd.x) / len(gd.y)
+	fill := func(idx []int, xs []float32, ys []int64) error {
+		for k, i := range idx {
+			i %= len(gd.y)
+			copy(xs[k*sl:(k+1)*sl], gd.x[i*sl:(i+1)*sl])
+			ys[k] = gd.y[i]
+		}
+		return nil
+	}
+	for _, opt := range []string{"adam", "adamw", "sgd"} {
+		mk := func(plain bool) *Engine {
+			o, _ := NewOptimizer(opt, 1e-2, 0.9, 0.01)
+			if plain {
+				o = plainOptimizer{o}
+			}
+			cfg := Config{Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 0.7,
+				ExpectedBatch: 10, PhysicalBatch: 8, Source: NewSeededSource(9), Optimizer: o}
+			return buildEngine(t, "cnn", cfg)
+		}
+		fused, plain := mk(false), mk(true)
+		for _, n := range []int{8, 16, 0, 11} {
+			batch := make([]int, n)
+			for i := range batch {
+				batch[i] = i
+			}
+			for _, e := range []*Engine{fused, plain} {
+				if _, err := e.Step(batch, fill); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k, name := range fused.ParamNames() {
+				a, b := fused.Params()[k], plain.Params()[k]
+				ga, gb := fused.Gradient(name), plain.Gradient(name)
+				for i := range a {
+					if !sameBits(a[i], b[i]) || !sameBits(ga[i], gb[i]) {
+						t.Fatalf("%s batch %d %s[%d]: fused %v (gradient %v), plain %v (gradient %v)", opt, n, name, i, a[i], ga[i], b[i], gb[i])
+					}
+				}
+			}
+		}
+	}
+}

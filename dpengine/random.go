@@ -114,6 +114,15 @@ const noiseChunk = 1 << 18
 // random bits per logical batch. Chunk c uses counter blocks starting at
 // c·2³², so chunks never share keystream.
 func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
+	s.addGaussianScaledThen(std, post, xs, nil)
+}
+
+// addGaussianScaledThen is addGaussianScaled calling then(k, lo, hi) on
+// each noised piece xs[k][lo:hi] right after drawing it, on the same core,
+// while the piece is still in cache: the optimizer update runs there, and
+// the noised gradient of a 10⁸-parameter model is not read back from
+// memory a second time.
+func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
 	var chunks int
 	for _, x := range xs {
 		chunks += (len(x) + noiseChunk - 1) / noiseChunk
@@ -139,7 +148,11 @@ func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
 				return
 			}
 			g.reset(block, uint64(c))
-			gaussianInto(&g, chunkOf(xs, c), float32(std), post)
+			k, lo, hi := chunkAt(xs, c)
+			gaussianInto(&g, xs[k][lo:hi], float32(std), post)
+			if then != nil {
+				then(k, lo, hi)
+			}
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), chunks)
@@ -155,17 +168,17 @@ func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
 	wg.Wait()
 }
 
-// chunkOf returns the c-th noiseChunk-sized piece of the concatenation of
-// xs (a chunk never spans two slices).
-func chunkOf(xs [][]float32, c int) []float32 {
-	for _, x := range xs {
+// chunkAt locates the c-th noiseChunk-sized piece of the concatenation of
+// xs: xs[k][lo:hi] (a chunk never spans two slices).
+func chunkAt(xs [][]float32, c int) (k, lo, hi int) {
+	for k, x := range xs {
 		n := (len(x) + noiseChunk - 1) / noiseChunk
 		if c < n {
-			return x[c*noiseChunk : min((c+1)*noiseChunk, len(x))]
+			return k, c * noiseChunk, min((c+1)*noiseChunk, len(x))
 		}
 		c -= n
 	}
-	return nil
+	return 0, 0, 0
 }
 
 // noiseBits hands out 32-bit words of an AES-CTR keystream: the main
