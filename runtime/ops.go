@@ -144,6 +144,7 @@ func buildUnary(op kernels.UnaryOp) builder {
 			nd.saveOut = true
 		}
 		nd.bwd = func() { kernels.UnaryBackward(op, x.data, y.data, y.grad, nd.dIn[0]) }
+		nd.inplaceGrad = true
 		return nil
 	}
 }

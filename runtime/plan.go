@@ -158,12 +158,16 @@ type node struct {
 	scratchItem  []int
 	saveIn       []bool
 	saveOut      bool
-	needBwd      bool
-	hooked       bool
-	aliased      bool // output 0 shares input 0's buffer: no forward work
-	hookEv       HookEvent
-	conv         *kernels.ConvShape
-	fk, bk       CPUKernel
+	// inplaceGrad: the backward computes dx[i] from dy[i] alone (and the
+	// saved x[i] or y[i]), so dx may overwrite dy when nothing else reads
+	// dy afterwards (see planBuffers).
+	inplaceGrad bool
+	needBwd     bool
+	hooked      bool
+	aliased     bool // output 0 shares input 0's buffer: no forward work
+	hookEv      HookEvent
+	conv        *kernels.ConvShape
+	fk, bk      CPUKernel
 	// build compiles a fused node (nil: the operator's opTable entry);
 	// fused is the number of graph nodes it replaces.
 	build builder
@@ -695,6 +699,16 @@ func (p *Plan) planBuffers() error {
 						if p.keepHooked(p.nodes[t.prod]) {
 							end = T
 						}
+					}
+					// An elementwise backward writes its input's gradient
+					// over its output's when that dies here: one buffer
+					// fewer live at this step (Tanh, Relu, …, whose
+					// input and output gradients are the same size).
+					if y := nd.out[0]; nd.inplaceGrad && j == 0 && y != nil && y.gradItem >= 0 &&
+						y.n == t.n && items[y.gradItem].end == bstep(i) {
+						t.gradItem = y.gradItem
+						items[y.gradItem].end = max(items[y.gradItem].end, end)
+						continue
 					}
 					t.gradItem = add(t.n, bstep(i), end)
 				}

@@ -616,3 +616,43 @@ func TestSGDReducesLoss(t *testing.T) {
 	}
 	t.Logf("mean loss %.4f → %.4f", first, last)
 }
+
+// TestInplaceUnaryGradients: elementwise backward passes write the input's
+// gradient over the output's, so the backward of a chain of n unary ops
+// needs one gradient buffer, not two: the peak is the n saved activations
+// plus one gradient (n+2 without the aliasing). The gradients through the
+// chain stay exact (finite differences), also where a value is read again
+// later and its gradient must stay apart.
+func TestInplaceUnaryGradients(t *testing.T) {
+	live := func(n int) int64 {
+		b := newBuilder(3, 14)
+		b.param("w", 4, 64)
+		prev := "w"
+		for i := 0; i < n; i++ {
+			op := []string{"Tanh", "Sigmoid", "Relu", "Exp"}[i%4]
+			out := fmt.Sprintf("u%d", i)
+			b.node(op, []string{prev}, out)
+			prev = out
+		}
+		g := b.graph(t, prev)
+		p, err := Compile(g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gradCheckPlan(t, p)
+		return p.LiveBytes()
+	}
+	const buf = 4 * 4 * 64
+	for _, n := range []int{2, 8} {
+		if got, want := live(n), int64((n+1)*buf); got != want {
+			t.Errorf("chain of %d unary ops: %d live bytes, want %d (%d activations and one gradient)", n, got, want, n)
+		}
+	}
+	// A value read again later keeps its gradient apart: y = tanh(w)·w.
+	b := newBuilder(4, 14)
+	b.param("w", 3, 5)
+	b.node("Tanh", []string{"w"}, "t")
+	b.node("Sigmoid", []string{"t"}, "s")
+	b.node("Mul", []string{"s", "t"}, "y")
+	gradCheck(t, b.graph(t, "y"), nil)
+}
