@@ -41,6 +41,7 @@ type benchReport struct {
 	Model      string     `json:"model"`
 	InputShape []int64    `json:"input_shape"`
 	Batch      int        `json:"batch"`
+	Logical    int        `json:"logical_batch"`
 	Threads    int        `json:"threads"`
 	Steps      int        `json:"steps"`
 	MemoryCap  int64      `json:"memory_cap_bytes,omitempty"`
@@ -63,10 +64,11 @@ func benchGraph(spec string, sample []int64, classes int) (*graph.Graph, error) 
 }
 
 func runBench(args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--json]")
+	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--logical-batch L] [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--json]")
 	model := fs.String("model", "", "ONNX model file or zoo:NAME (see dpfinetune zoo list) (required)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	batch := fs.Int("batch", 32, "physical batch of the timed steps")
+	logical := fs.Int("logical-batch", 0, "logical batch of a timed step, a multiple of --batch: each step runs logical/batch physical batches, then one draw of noise and one optimizer update (default: --batch)")
 	modes := fs.String("modes", "nondp,instantiate,ghost,mixed,bk", "clipping modes to compare (nondp first: the ratios are to it)")
 	steps := fs.Int("steps", 5, "timed steps per mode (median reported), after one warm-up step")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
@@ -80,6 +82,12 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	if *batch <= 0 || *steps <= 0 {
 		return usagef("--batch and --steps must be positive")
+	}
+	if *logical == 0 {
+		*logical = *batch
+	}
+	if *logical < *batch || *logical%*batch != 0 {
+		return usagef("--logical-batch %d must be a positive multiple of --batch %d", *logical, *batch)
 	}
 	var ms []dpengine.Mode
 	for _, s := range strings.Split(*modes, ",") {
@@ -113,9 +121,9 @@ func runBench(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, MemoryCap: capBytes}
+	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, MemoryCap: capBytes}
 	for _, m := range ms {
-		row, err := benchMode(*model, sample, *classes, m, *batch, *steps, capBytes)
+		row, err := benchMode(*model, sample, *classes, m, *batch, *logical, *steps, capBytes)
 		if err != nil {
 			return fmt.Errorf("mode %s: %w", m, err)
 		}
@@ -133,7 +141,7 @@ func runBench(args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, %d threads, median of %d steps (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Threads, rep.Steps)
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps)
 	fmt.Fprintf(stdout, "%-12s %10s %8s %12s %8s %12s", "mode", "step ms", "× nondp", "heap", "× nondp", "est. peak")
 	if capBytes > 0 {
 		fmt.Fprintf(stdout, " %10s %12s", "max batch", "samples/s")
@@ -159,7 +167,7 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, batch, steps int, capBytes int64) (benchRow, error) {
+func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
@@ -175,7 +183,7 @@ func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, ba
 		}
 	}
 	base := liveHeap()
-	ms, sps, err := timeSteps(g, rp, mode, batch, steps, sample)
+	ms, sps, err := timeSteps(g, rp, mode, batch, logical, steps, sample)
 	if err != nil {
 		return row, err
 	}
@@ -187,7 +195,7 @@ func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, ba
 			return row, err
 		}
 		row.MaxBatch = b
-		if _, row.MaxBatchSPS, err = timeSteps(g, rp, mode, b, 2, sample); err != nil {
+		if _, row.MaxBatchSPS, err = timeSteps(g, rp, mode, b, b, 2, sample); err != nil {
 			return row, err
 		}
 	}
@@ -199,11 +207,12 @@ func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, ba
 var lastHeap int64
 
 // timeSteps runs one warm-up step and n timed steps of an engine at the
-// given physical batch (logical batch = physical batch), returning the
-// median step time in ms and the samples per second.
-func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, n int, sample []int64) (float64, float64, error) {
+// given physical and logical batch (a step: logical/batch physical
+// batches, one draw of noise, one update), returning the median step time
+// in ms and the samples per second.
+func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64) (float64, float64, error) {
 	cfg := dpengine.Config{Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
-		ExpectedBatch: float64(batch), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false)}
+		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false)}
 	eng, err := dpengine.New(g, rp, cfg)
 	if err != nil {
 		return 0, 0, err
@@ -219,12 +228,14 @@ func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, n in
 	for i := range xs {
 		xs[i] = float32(r.NormFloat64())
 	}
-	idx := make([]int, batch)
+	idx := make([]int, logical)
 	for i := range idx {
 		idx[i] = i
 	}
 	fill := func(ix []int, x []float32, y []int64) error {
-		copy(x, xs[:len(x)])
+		for j := 0; j < len(x); j += len(xs) {
+			copy(x[j:], xs)
+		}
 		for i := range y {
 			y[i] = int64(ix[i] % k)
 		}
@@ -248,5 +259,5 @@ func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, n in
 		med = (times[n/2-1] + times[n/2]) / 2
 	}
 	goruntime.KeepAlive(eng)
-	return med, float64(batch) / (med / 1000), nil
+	return med, float64(logical) / (med / 1000), nil
 }
