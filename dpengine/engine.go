@@ -9,6 +9,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Mode is how per-sample gradients are clipped (DESIGN.md §4).
@@ -406,8 +407,10 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 		if e.physCount == 0 {
 			e.gradInPlan = true
 		} else {
+			// Split over the cores: on a 10⁸-parameter model this pass
+			// per physical batch is as long as the batch's GEMMs.
 			for _, p := range e.params {
-				addTo(p.accum, e.plan.Grad(p.name))
+				kernels.Axpy(1, e.plan.Grad(p.name), p.accum)
 			}
 		}
 		e.physCount++
