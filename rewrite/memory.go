@@ -18,7 +18,10 @@ const (
 // G_l·T·p, and per trainable elementwise parameter e its size n_e:
 //
 //	Weights     = 4·N
-//	Gradients   = 4·N_t                      (summed / clipped gradient)
+//	Gradients   = 8·N_t (nondp, ghost, mixed: the runtime's summed gradient
+//	              and the engine's accumulator); 4·N_t (instantiate, bk: the
+//	              runtime computes no parameter gradients, only the
+//	              accumulator exists)
 //	Optimizer   = 8·N_t                      (Adam's two moments)
 //	Activations = 4·B·a                      (kept for the backward pass)
 //	nondp:       nothing more
@@ -26,8 +29,12 @@ const (
 //	             per-sample gradient until the clip factors are known)
 //	ghost:       Transient = 4·B·max(max_l ghost_l, max_e n_e)
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e)
-//	bk:          as mixed, plus PerSample = 4·B·Σ_l out_l (book-keeping keeps
-//	             every layer's output gradient for Σ_i C_i a_iᵀg_i)
+//	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
+//	             book-keeping keeps a layer's output gradient for
+//	             Σ_i C_i a_iᵀg_i (bk_l = out_l), or its instantiated
+//	             per-sample gradients where those are no larger (instantiate
+//	             decision with D ≤ T, and shared parameters: bk_l = inst_l);
+//	             elementwise parameters' per-sample gradients are kept
 //
 // plus 4·B for the per-sample norms in every DP mode. Ghost-norm Gram
 // matrices and instantiated gradients computed only for a norm are
@@ -51,11 +58,11 @@ type ModeMemory struct {
 func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	base := ModeMemory{
 		Weights:     4 * (p.Trainable.Scalars + p.Frozen.Scalars),
-		Gradients:   4 * p.Trainable.Scalars,
+		Gradients:   8 * p.Trainable.Scalars,
 		Optimizer:   8 * p.Trainable.Scalars,
 		Activations: 4 * b * p.ActivationsPerSample,
 	}
-	var sumInst, sumOut, maxGhost, maxChosen, sumElem, maxElem int64
+	var sumInst, sumBK, maxGhost, maxChosen, sumElem, maxElem int64
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
@@ -74,13 +81,22 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 			ghost = inst
 		}
 		sumInst += inst
-		sumOut += l.Groups * l.T * l.P
+		// dpengine's rule (needPerSample): keep the instantiated gradient
+		// where it is no larger than the input and output gradient.
+		if l.Shared || (l.Decision == Instantiate && l.D <= l.T) {
+			sumBK += inst
+		} else {
+			sumBK += l.Groups * l.T * l.P
+		}
 		maxGhost = max(maxGhost, ghost)
 		maxChosen = max(maxChosen, l.Groups*l.Chosen())
 	}
 	mode := func(name string, perSample, transient int64) ModeMemory {
 		m := base
 		m.Mode, m.PerSample, m.Transient = name, perSample, transient
+		if name == ModeInstantiate || name == ModeBK {
+			m.Gradients = 4 * p.Trainable.Scalars
+		}
 		m.Total = m.Weights + m.Gradients + m.Optimizer + m.Activations + m.PerSample + m.Transient
 		return m
 	}
@@ -90,6 +106,6 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
 		mode(ModeGhost, norms, 4*b*max(maxGhost, maxElem)),
 		mode(ModeMixed, norms, 4*b*max(maxChosen, maxElem)),
-		mode(ModeBK, 4*b*sumOut+norms, 4*b*max(maxChosen, maxElem)),
+		mode(ModeBK, 4*b*(sumBK+sumElem)+norms, 4*b*max(maxChosen, maxElem)),
 	}
 }
