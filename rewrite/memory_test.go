@@ -1,0 +1,62 @@
+package rewrite
+
+import "testing"
+
+// TestMemoryAtTerms checks the estimate's terms against the formulas of
+// docs/REWRITES.md on fixtures with convolutions, Linear layers,
+// elementwise parameters and (vit) token-shaped layers: gradient copies per
+// mode, instantiate's and bk's per-sample terms, and that totals add up.
+func TestMemoryAtTerms(t *testing.T) {
+	man := readManifest(t)
+	for _, name := range []string{"cnn", "vgg", "mobilenet", "vit"} {
+		t.Run(name, func(t *testing.T) {
+			sample := fixtureSample(name)
+			if fx, ok := man.Fixtures[name]; ok && len(fx.InputShape) > 1 {
+				sample = fx.InputShape[1:]
+			}
+			const b = 8
+			p, err := Prepare(loadFixture(t, name), Options{PlanOptions: PlanOptions{InputShape: sample, Batch: b}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nt := p.Trainable.Scalars
+			var inst, bk, elem int64
+			for _, l := range p.Layers {
+				inst += l.Groups * l.PD
+				if l.Shared || (l.Decision == Instantiate && l.D <= l.T) {
+					bk += l.Groups * l.PD
+				} else {
+					bk += l.Groups * l.T * l.P
+				}
+			}
+			for _, prm := range p.Params {
+				if !prm.Trainable() {
+					continue
+				}
+				for _, u := range prm.Uses {
+					if u.Kind == KindElementwise {
+						elem += prm.Size
+					}
+				}
+			}
+			got := map[string]ModeMemory{}
+			for _, m := range p.MemoryAt(b) {
+				got[m.Mode] = m
+				if sum := m.Weights + m.Gradients + m.Optimizer + m.Activations + m.PerSample + m.Transient; sum != m.Total {
+					t.Errorf("%s: terms add to %d, total %d", m.Mode, sum, m.Total)
+				}
+			}
+			for mode, copies := range map[string]int64{ModeNonDP: 2, ModeGhost: 2, ModeMixed: 2, ModeInstantiate: 1, ModeBK: 1} {
+				if g := got[mode].Gradients; g != 4*copies*nt {
+					t.Errorf("%s: gradients %d bytes, want %d copies of %d scalars", mode, g, copies, nt)
+				}
+			}
+			if g, w := got[ModeInstantiate].PerSample, 4*b*(inst+elem)+4*b; g != w {
+				t.Errorf("instantiate per-sample %d, want %d", g, w)
+			}
+			if g, w := got[ModeBK].PerSample, 4*b*(bk+elem)+4*b; g != w {
+				t.Errorf("bk per-sample %d, want %d", g, w)
+			}
+		})
+	}
+}
