@@ -90,7 +90,7 @@ type View struct {
 type HookEvent struct {
 	Node *graph.Node
 	// Conv is the compiled geometry of a Conv node (nil for other
-	// operators): with kernels.Im2Col or kernels.Unfold it gives the
+	// operators): with kernels.Im2Col (or Im2ColPlane) it gives the
 	// per-sample unfolded input a_i, so that the per-sample weight
 	// gradient of group g is dY_{i,g}·Im2Col(x_i, g)ᵀ.
 	Conv *kernels.ConvShape

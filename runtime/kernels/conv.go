@@ -327,7 +327,7 @@ func (s *ConvShape) pointwise() bool {
 }
 
 // ColSize returns D·T, the size of one sample's unfolded input for one
-// group (the col buffer of Im2Col and Unfold).
+// group (the col buffer of Im2Col).
 func (s *ConvShape) ColSize() int { s.check(); return s.D * s.T }
 
 // WeightSize returns M·D, the number of weights.
@@ -591,45 +591,6 @@ func Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32) {
 		clear(plane[:ps])
 	}
 	s.gatherCol(xi, col, s.T, plane)
-}
-
-// Unfold writes the unfolded input a_i of one sample for group g as a T×D
-// row-major matrix (the transpose of Im2Col's layout).
-func Unfold(s *ConvShape, xi []float32, g int, a []float32) {
-	s.check()
-	checkLen("xi", xi, s.C*s.InSize)
-	checkLen("a", a, s.D*s.T)
-	cg := s.C / s.Group
-	x := xi[g*cg*s.InSize : (g+1)*cg*s.InSize]
-	gm := &s.g
-	D := s.D
-	for c := 0; c < cg; c++ {
-		xc := x[c*s.InSize : (c+1)*s.InSize]
-		r := c * s.K
-		for kd := 0; kd < gm.k[0]; kd++ {
-			for kh := 0; kh < gm.k[1]; kh++ {
-				for kw := 0; kw < gm.k[2]; kw++ {
-					t := 0
-					for od := 0; od < gm.out[0]; od++ {
-						id := od*gm.s[0] - gm.pb[0] + kd*gm.d[0]
-						for oh := 0; oh < gm.out[1]; oh++ {
-							ih := oh*gm.s[1] - gm.pb[1] + kh*gm.d[1]
-							for ow := 0; ow < gm.out[2]; ow++ {
-								iw := ow*gm.s[2] - gm.pb[2] + kw*gm.d[2]
-								var v float32
-								if id >= 0 && id < gm.in[0] && ih >= 0 && ih < gm.in[1] && iw >= 0 && iw < gm.in[2] {
-									v = xc[(id*gm.in[1]+ih)*gm.in[2]+iw]
-								}
-								a[t*D+r] = v
-								t++
-							}
-						}
-					}
-					r++
-				}
-			}
-		}
-	}
 }
 
 // Col2Im adds the D×T column gradient col of one sample and group g back

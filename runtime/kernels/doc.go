@@ -21,6 +21,7 @@
 // count. Matrix products go through package blas.
 //
 // For differential privacy the package exposes the per-sample unfolded
-// convolution input (Im2Col, Unfold): the DP engine builds per-sample ghost
-// norms and per-sample gradients from it (DESIGN §3).
+// convolution input (Im2Col, Im2ColPlane) and depthwise per-sample weight
+// gradients (DepthwisePerSampleGrad): the DP engine builds per-sample ghost
+// norms and per-sample gradients from them (DESIGN §3).
 package kernels
