@@ -18,8 +18,9 @@
 #      `dpfinetune plan --out` applies the default rewrite (BatchNorm →
 #      GroupNorm, 16 groups or the largest divisor of the channels below 16),
 #      which is the graph `dpfinetune bench --model zoo:NAME` trains.
-#   2. PyTorch: bench/torch_models.py builds the same network (bench/
-#      torch_zoo.py, BatchNorm replaced by the same GroupNorm). The script
+#   2. PyTorch: bench/torch_models.py builds the same network (the zoo's
+#      reference in zoo/testdata/torch_ref.py, through bench/torch_zoo.py,
+#      BatchNorm replaced by the same GroupNorm). The script
 #      prints both parameter counts and skips a model whose counts differ;
 #      with CHECK=1 (default, needs python3-onnx and numpy) it also loads our
 #      weights into the PyTorch model and compares the logits with
