@@ -140,8 +140,12 @@ type tensor struct {
 	cons                    []*node // plan nodes reading it (see linkConsumers)
 
 	dataItem, gradItem int // buffer-plan items, -1 if none
-	off                int // arena offset of data (when dataItem ≥ 0)
-	bax, bstride       int // batch axis (-1 if none) and stride (0 if none): see propagateBatch
+	// dataEnd is the last step of the timeline (planBuffers) at which
+	// data is intact: its item's end, or past the end for constants and
+	// inputs.
+	dataEnd      int
+	off          int // arena offset of data (when dataItem ≥ 0)
+	bax, bstride int // batch axis (-1 if none) and stride (0 if none): see propagateBatch
 }
 
 // node is one compiled operator application.
@@ -172,6 +176,11 @@ type node struct {
 	// fused is the number of graph nodes it replaces.
 	build builder
 	fused int
+	// planned, if set, finishes the node once the buffer plan is known
+	// (which values outlive which steps).
+	planned func()
+	// auxBytes is what the node holds outside the arena (MaxPool winners).
+	auxBytes int64
 }
 
 // dOut returns the gradient of output i (nil if it has none).
@@ -502,6 +511,11 @@ func (p *Plan) build() error {
 	if err := p.planBuffers(); err != nil {
 		return err
 	}
+	for _, nd := range p.nodes {
+		if nd.planned != nil {
+			nd.planned()
+		}
+	}
 	p.propagateBatch()
 	for _, nd := range p.nodes {
 		if nd.hooked {
@@ -607,6 +621,10 @@ type item struct {
 // planBuffers assigns arena offsets to activations, gradients and scratch
 // buffers by liveness over the timeline forward (steps 0..F-1), loss (F),
 // backward of node i (step 2F-i).
+// backStep is the step of the buffer timeline at which node i's backward
+// runs (forward steps are 0…F−1, the loss F, backward F+1…2F).
+func (p *Plan) backStep(i int) int { return 2*len(p.nodes) - i }
+
 func (p *Plan) planBuffers() error {
 	F := len(p.nodes)
 	T := 2*F + 1
@@ -728,6 +746,12 @@ func (p *Plan) planBuffers() error {
 			}
 			t.gradItem = add(t.n, 0, end)
 			p.zeroGrads = append(p.zeroGrads, t)
+		}
+	}
+	for _, t := range p.tensors {
+		t.dataEnd = T + 1
+		if t.dataItem >= 0 {
+			t.dataEnd = items[t.dataItem].end
 		}
 	}
 	// The lower bound any placement needs: the largest total size of the

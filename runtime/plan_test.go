@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -655,4 +656,48 @@ func TestInplaceUnaryGradients(t *testing.T) {
 	b.node("Sigmoid", []string{"t"}, "s")
 	b.node("Mul", []string{"s", "t"}, "y")
 	gradCheck(t, b.graph(t, "y"), nil)
+}
+
+// TestMaxPoolWithoutArgmax checks that a MaxPool whose input and output
+// both stay alive until its backward (KeepHooked: the pool feeds a
+// trained layer) stores no argmax, and that its gradients are the
+// argmax path's bit for bit.
+func TestMaxPoolWithoutArgmax(t *testing.T) {
+	for _, name := range []string{"cnn", "vgg"} {
+		t.Run(name, func(t *testing.T) {
+			var grads [2]map[string][]float32
+			var aux [2]int64
+			pools := 0
+			for i, opts := range []*Options{nil, {KeepHooked: true}} {
+				p, _, labels := compileFixture(t, name, opts)
+				step(t, p, labels, nil, nil)
+				grads[i] = map[string][]float32{}
+				for _, pn := range p.Params() {
+					grads[i][pn] = append([]float32(nil), p.Grad(pn)...)
+				}
+				for _, nd := range p.nodes {
+					if nd.g.OpType == "MaxPool" {
+						aux[i] += nd.auxBytes
+						if i == 0 {
+							pools++
+						}
+					}
+				}
+			}
+			if pools == 0 || aux[0] == 0 {
+				t.Fatalf("%d MaxPool nodes holding %d bytes of argmax: the fixture does not exercise the test", pools, aux[0])
+			}
+			if aux[1] >= aux[0] {
+				t.Errorf("argmax bytes with KeepHooked %d, without %d: want fewer", aux[1], aux[0])
+			}
+			for pn, want := range grads[0] {
+				got := grads[1][pn]
+				for j := range want {
+					if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+						t.Fatalf("%s[%d] = %v, argmax path %v", pn, j, got[j], want[j])
+					}
+				}
+			}
+		})
+	}
 }

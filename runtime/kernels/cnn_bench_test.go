@@ -65,6 +65,12 @@ func BenchmarkCNNLayers(b *testing.B) {
 				MaxPoolBackward(&p, dy, am, dx)
 			}
 		})
+		MaxPoolForward(&p, x, y, am)
+		b.Run(c.name+"/bwd-from-output", func(b *testing.B) {
+			for b.Loop() {
+				MaxPoolBackwardFromOutput(&p, x, y, dy, dx)
+			}
+		})
 	}
 	for _, c := range []struct {
 		name string

@@ -141,6 +141,56 @@ func TestMaxPoolFastPaths(t *testing.T) {
 	}
 }
 
+// TestMaxPoolBackwardFromOutput checks that routing the gradient by
+// finding each window's winner again from x and y gives MaxPoolBackward's
+// result bit for bit, on the fast-path shapes and the general ones, with
+// ties, signed zeros, infinities and NaNs.
+func TestMaxPoolBackwardFromOutput(t *testing.T) {
+	shapes := append([]PoolShape{
+		{N: 2, C: 3, In: []int{13, 13}, Kernel: []int{2, 2}, Strides: []int{1, 1}},
+		{N: 1, C: 2, In: []int{8, 9}, Kernel: []int{2, 2}, Strides: []int{2, 2}},
+		{N: 1, C: 2, In: []int{9, 9}, Kernel: []int{2, 2}, Strides: []int{2, 2}, CeilMode: true},
+		{N: 1, C: 2, In: []int{8, 8}, Kernel: []int{2, 2}, Strides: []int{2, 2}, Pads: []int{1, 1, 1, 1}},
+		{N: 2, C: 2, In: []int{7, 7}, Kernel: []int{3, 3}, Strides: []int{2, 2}},
+	}, poolCases...)
+	r := newRand(11)
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+	for ci, sh := range shapes {
+		p := sh
+		if err := p.Init(); err != nil {
+			t.Fatal(err)
+		}
+		n := p.N * p.C * p.InSize
+		for trial := 0; trial < 4; trial++ {
+			x := make([]float32, n)
+			for i := range x {
+				switch trial {
+				case 0:
+					x[i] = float32(r.NormFloat64())
+				case 1:
+					x[i] = float32(r.IntN(3))
+				default:
+					x[i] = specials[r.IntN(len(specials))]
+				}
+			}
+			y, am := make([]float32, p.N*p.C*p.T), make([]int32, p.N*p.C*p.T)
+			MaxPoolForward(&p, x, y, am)
+			dy := randn(r, len(y))
+			want, got := make([]float32, n), make([]float32, n)
+			MaxPoolBackward(&p, dy, am, want)
+			for i := range got {
+				got[i] = 7 // overwritten
+			}
+			MaxPoolBackwardFromOutput(&p, x, y, dy, got)
+			for i := range want {
+				if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+					t.Fatalf("case %d trial %d dx[%d] = %v, want %v", ci, trial, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 func TestPools(t *testing.T) {
 	r := newRand(3)
 	for ci, sh := range poolCases {
