@@ -138,9 +138,9 @@ func buildUnary(op kernels.UnaryOp) builder {
 		y := nd.out[0]
 		nd.fwd = func() { kernels.Unary(op, x.data, y.data) }
 		switch op {
-		case kernels.Relu, kernels.Erf, kernels.Log, kernels.Abs:
+		case kernels.Erf, kernels.Log, kernels.Abs:
 			nd.saveIn[0] = true
-		case kernels.Sigmoid, kernels.Tanh, kernels.Exp, kernels.Sqrt, kernels.Reciprocal:
+		case kernels.Relu, kernels.Sigmoid, kernels.Tanh, kernels.Exp, kernels.Sqrt, kernels.Reciprocal:
 			nd.saveOut = true
 		}
 		nd.bwd = func() { kernels.UnaryBackward(op, x.data, y.data, y.grad, nd.dIn[0]) }

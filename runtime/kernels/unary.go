@@ -104,15 +104,18 @@ func sigmoid(v float32) float32 {
 }
 
 // UnaryBackward computes dx = dy·op'(x). Depending on op it reads the input
-// x (Relu, Erf, Log, Abs) or the forward output y (Sigmoid, Tanh, Exp, Sqrt,
-// Reciprocal); the slice it does not read may be nil. dx may alias dy.
+// x (Erf, Log, Abs) or the forward output y (Relu, Sigmoid, Tanh, Exp,
+// Sqrt, Reciprocal); the slice it does not read may be nil. dx may alias
+// dy. Relu reads y (y > 0 exactly when x > 0, NaN included), as PyTorch
+// does: the layer after a Relu keeps y for its own backward anyway, so the
+// Relu's input can be freed once the forward has passed.
 func UnaryBackward(op UnaryOp, x, y, dy, dx []float32) {
 	n := len(dy)
 	checkLen("dx", dx, n)
 	switch op {
-	case Relu, Erf, Log, Abs:
+	case Erf, Log, Abs:
 		checkLen("x", x, n)
-	case Sigmoid, Tanh, Exp, Sqrt, Reciprocal:
+	case Relu, Sigmoid, Tanh, Exp, Sqrt, Reciprocal:
 		checkLen("y", y, n)
 	}
 	parallelFor(n, elementwiseGrain, func(lo, hi int) {
@@ -124,9 +127,9 @@ func unaryGradRange(op UnaryOp, x, y, dy, dx []float32, off int) {
 	dx = dx[:len(dy)]
 	switch op {
 	case Relu:
-		xs := x[off : off+len(dy)]
+		ys := y[off : off+len(dy)]
 		for i, g := range dy {
-			if xs[i] > 0 {
+			if ys[i] > 0 {
 				dx[i] = g
 			} else {
 				dx[i] = 0
