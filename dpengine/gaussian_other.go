@@ -2,10 +2,6 @@
 
 package dpengine
 
-// haveZigSSE reports whether zigFastSSE is built in; elsewhere zigDraw
+// zigPaths lists the vector fast paths of gaussianInto: none here, zigDraw
 // draws every value.
-const haveZigSSE = false
-
-func zigFastSSE(words []uint32, x []float32, tab *[zigLayers][2]uint32, std, post float32, slow []int32) int {
-	panic("dpengine: no SSE ziggurat")
-}
+var zigPaths []zigPath
