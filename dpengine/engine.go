@@ -120,12 +120,25 @@ type Engine struct {
 	gradScale  float32
 }
 
+// settle zeroes accum if no contribution has been written to it.
+func (p *param) settle() {
+	if p.fresh {
+		clear(p.accum)
+		p.fresh = false
+	}
+}
+
 // param is one trainable parameter.
 type param struct {
-	name   string
-	data   []float32
-	shape  []int
-	accum  []float32 // Σ C_i g_i over the logical batch
+	name  string
+	data  []float32
+	shape []int
+	accum []float32 // Σ C_i g_i over the logical batch
+	// fresh says accum holds nothing of this logical batch yet (stale
+	// values, not zeros): the first contribution overwrites it instead of
+	// adding, which spares book-keeping a clearing pass over every
+	// parameter per logical batch (0.5 GB of writes on a VGG).
+	fresh  bool
 	normSq []float64 // per sample, this parameter's share
 	// ps holds per-sample gradients (B × size) where a mode keeps them.
 	ps []float32
@@ -328,7 +341,7 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 func (e *Engine) beginLogical() {
 	if e.cfg.Mode != NonDP { // NonDP's first physical batch overwrites accum
 		for _, p := range e.params {
-			clear(p.accum)
+			p.fresh = true
 		}
 	}
 	e.samples, e.lossSum, e.clipped, e.nonFinite = 0, 0, 0, 0
@@ -344,9 +357,13 @@ func (e *Engine) accums() [][]float32 {
 	return out
 }
 
-// settleGrad finishes what NonDP left pending: the gradient moves from
-// the plan to accum, and the pending scale is applied.
+// settleGrad finishes what is left pending: an accumulator no physical
+// batch wrote is zeroed; NonDP's gradient moves from the plan to accum, and
+// the pending scale is applied.
 func (e *Engine) settleGrad() {
+	for _, p := range e.params {
+		p.settle()
+	}
 	if e.gradInPlan {
 		for _, p := range e.params {
 			copy(p.accum, e.plan.Grad(p.name))
@@ -446,6 +463,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 	std := e.cfg.NoiseMultiplier * e.cfg.Clipping.R
 	inv := float32(1 / e.cfg.ExpectedBatch)
 	for k, p := range e.params {
+		p.settle() // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
 	if std > 0 {

@@ -307,3 +307,90 @@ func TestNonDPMatchesPyTorch(t *testing.T) {
 		}
 	}
 }
+
+// TestAccumulatorsRestartEachLogicalBatch: the clipped-sum accumulators
+// are overwritten by a logical batch's first contribution rather than
+// cleared beforehand, so nothing of an earlier batch may survive: after a
+// first Step on other data, a two-physical-batch Step must give the sum of
+// its halves' clipped sums divided by E[B], in every mode, and an empty
+// Step a zero gradient (noise off).
+func TestAccumulatorsRestartEachLogicalBatch(t *testing.T) {
+	gd := loadGolden(t, "cnn")
+	clip := Clipping{Fn: Abadi, R: 0.5}
+	const expected = 16.0
+	sl := len(gd.x) / 8
+	// Second half: the same examples in reverse order, labels shifted.
+	x2 := make([]float32, len(gd.x))
+	y2 := make([]int64, len(gd.y))
+	for i := 0; i < 8; i++ {
+		copy(x2[i*sl:(i+1)*sl], gd.x[(7-i)*sl:(8-i)*sl])
+		y2[i] = (gd.y[7-i] + 3) % 10
+	}
+	feed := func() Fill {
+		return func(idx []int, xs []float32, ys []int64) error {
+			for k, i := range idx {
+				src, lab := gd.x, gd.y
+				if i >= 8 {
+					src, lab = x2, y2
+				}
+				j := i % 8
+				copy(xs[k*sl:(k+1)*sl], src[j*sl:(j+1)*sl])
+				ys[k] = lab[j]
+			}
+			return nil
+		}
+	}
+	all := make([]int, 16)
+	for i := range all {
+		all[i] = i
+	}
+	for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+		t.Run(string(mode), func(t *testing.T) {
+			ref := newEngine(t, "cnn", mode, clip, false)
+			a, _, err := ref.ClippedSum(gd.x, gd.y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a = copyGrads(a)
+			b, _, err := ref.ClippedSum(x2, y2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEngine(t, "cnn", mode, clip, false)
+			e.cfg.ExpectedBatch = expected
+			if _, err := e.Step(all[8:], feed()); err != nil { // other data first
+				t.Fatal(err)
+			}
+			if _, err := e.Step(all, feed()); err != nil {
+				t.Fatal(err)
+			}
+			for name, g := range a {
+				got := e.Gradient(name)
+				for k := range g {
+					want := (float64(g[k]) + float64(b[name][k])) / expected
+					if d := math.Abs(float64(got[k]) - want); d > 1e-5*(math.Abs(want)+1e-3) {
+						t.Fatalf("%s[%d] = %g, want %g", name, k, got[k], want)
+					}
+				}
+			}
+			if _, err := e.Step(nil, feed()); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range e.ParamNames() {
+				for k, v := range e.Gradient(name) {
+					if v != 0 {
+						t.Fatalf("empty batch: %s[%d] = %g, want 0", name, k, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+func copyGrads(m map[string][]float32) map[string][]float32 {
+	out := map[string][]float32{}
+	for k, v := range m {
+		out[k] = append([]float32(nil), v...)
+	}
+	return out
+}

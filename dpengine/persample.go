@@ -260,6 +260,11 @@ func (e *Engine) clipPhysical(B int) error {
 			return err
 		}
 		for _, p := range e.params {
+			if p.fresh {
+				copy(p.accum, e.plan.Grad(p.name))
+				p.fresh = false
+				continue
+			}
 			addTo(p.accum, e.plan.Grad(p.name))
 		}
 		return nil
@@ -270,6 +275,7 @@ func (e *Engine) clipPhysical(B int) error {
 			fk = e.factors[k]
 		}
 		if p.ps != nil {
+			p.settle()
 			size := len(p.data)
 			for i := 0; i < n; i++ {
 				if fk[i] != 0 {
@@ -279,10 +285,12 @@ func (e *Engine) clipPhysical(B int) error {
 			continue
 		}
 		for _, ls := range p.linear {
-			if err := ls.weightedSum(fk, B, p.accum, &e.bkScratch, e.plan.Scratch()); err != nil {
+			if err := ls.weightedSum(fk, B, p.accum, p.fresh, &e.bkScratch, e.plan.Scratch()); err != nil {
 				return fmt.Errorf("dpengine: %s: %w", p.name, err)
 			}
+			p.fresh = false
 		}
+		p.settle() // no linear use: nothing was written
 	}
 	return nil
 }
@@ -499,14 +507,15 @@ func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
 	return nil
 }
 
-// weightedSum adds Σ_i c_i g_i of a linear use to accum from the kept
-// input and output gradient (book-keeping), scaling the kept output
+// weightedSum adds Σ_i c_i g_i of a linear use to accum (or, if
+// overwrite, writes it there) from the kept input and output gradient
+// (book-keeping), scaling the kept output
 // gradient in place (nothing reads it after this). scratch is shared by
 // all layers (they run one after the other) and ws is the plan's idle
 // kernel workspace: a buffer per layer would add a whole model's worth of
 // weight-gradient copies and convolution workspaces to book-keeping's
 // memory (111 MB on ResNet-18 at batch 32, half of the non-private step's).
-func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch *[]float32, ws []float32) error {
+func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
 	if len(ls.x) == 0 {
 		return fmt.Errorf("no kept activations")
 	}
@@ -517,17 +526,26 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch 
 			scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
 		}
 		need := kernels.ConvWorkspaceSize(s)
+		dwLen := len(accum)
+		if overwrite {
+			dwLen = 0
+		}
 		extra := 0
 		if len(ws) < need {
 			extra = need
 		}
-		*scratch = grow(*scratch, len(accum)+extra)
-		dw := (*scratch)[:len(accum)]
+		*scratch = grow(*scratch, dwLen+extra)
+		dw := (*scratch)[:dwLen]
 		if extra > 0 {
-			ws = (*scratch)[len(accum):]
+			ws = (*scratch)[dwLen:]
+		}
+		if overwrite {
+			dw = accum
 		}
 		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
-		addTo(accum, dw)
+		if !overwrite {
+			addTo(accum, dw)
+		}
 		return nil
 	}
 	D, P := int(ls.layer.D), int(ls.layer.P)
@@ -540,12 +558,69 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch 
 		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
 		scale(scaled[r*P:(r+1)*P], ci)
 	}
+	beta := float32(1)
+	if overwrite {
+		beta = 0
+	}
 	if ls.weightLayoutPD {
-		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, 1, accum, D)
+		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, beta, accum, D)
 	} else {
-		blas.Sgemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, 1, accum, P)
+		blas.Sgemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
 	}
 	return nil
+}
+
+// convBias handles the commonest elementwise parameter, a convolution's
+// bias read by nothing else: sample i's gradient is its output gradient
+// summed over positions, read in place and split over the cores. The
+// general path (a gathered copy and one sequential sum per channel, on one
+// core) cost 34 ms of a 730 ms book-keeping step of VGG-19 at batch 16.
+// It reports false, doing nothing, for any other case.
+func (e *Engine) convBias(ev *runtime.HookEvent, g *useGroup) bool {
+	if ev.Node.OpType != "Conv" || len(g.uses) != 1 || g.sub != nil || g.uses[0].use.Operand != 2 {
+		return false
+	}
+	p, dy := g.uses[0].p, &ev.DOut
+	M := len(p.data)
+	B := e.cfg.PhysicalBatch
+	if dy.BatchAxis != 0 || dy.BatchStride*B != len(dy.Data) || M == 0 || dy.BatchStride%M != 0 {
+		return false
+	}
+	stride := dy.BatchStride
+	T := stride / M
+	forSamples(e.n, func(_, i int) {
+		row := dy.Data[i*stride : (i+1)*stride]
+		var sq float64
+		for m := 0; m < M; m++ {
+			s := sum4(row[m*T : (m+1)*T])
+			if p.ps != nil {
+				p.ps[i*M+m] += s
+			} else {
+				sq += float64(s) * float64(s)
+			}
+		}
+		if p.ps == nil {
+			p.normSq[i] += sq
+		}
+	})
+	return true
+}
+
+// sum4 sums x with four running sums, so that the additions do not wait
+// on one another.
+func sum4(x []float32) float32 {
+	var a, b, c, d float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		a += x[i]
+		b += x[i+1]
+		c += x[i+2]
+		d += x[i+3]
+	}
+	for ; i < len(x); i++ {
+		a += x[i]
+	}
+	return (a + b) + (c + d)
 }
 
 // elementwiseGroup computes the per-sample gradients of the parameters
@@ -553,6 +628,9 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, scratch 
 func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	B := e.cfg.PhysicalBatch
 	u := g.uses[0].use
+	if e.convBias(ev, g) {
+		return nil
+	}
 	opView := &ev.Inputs[u.Operand]
 	opShape := opView.Shape
 	opLen := len(opView.Data)
