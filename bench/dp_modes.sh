@@ -3,6 +3,9 @@
 # the paper's Table 6 maximum-batch comparison on VGG-19 at 32×32.
 # Usage: bench/dp_modes.sh [OUTDIR]   (default /tmp/dpfinetune-dp-bench)
 # JSON=1 also writes OUTDIR/NAME.json (a second run of each line).
+# ROUNDS (default 3): the modes run in turn that many times and each
+# reports its median round, so that nondp and bk see the same load on a
+# shared machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/dpfinetune-dp-bench}
@@ -12,9 +15,9 @@ export GOMAXPROCS=${GOMAXPROCS:-2}
 run() {
 	local name=$1; shift
 	echo "== dpfinetune bench $*" | tee "$out/$name.txt"
-	bin/dpfinetune bench "$@" | tee -a "$out/$name.txt"
+	bin/dpfinetune bench --rounds "${ROUNDS:-3}" "$@" | tee -a "$out/$name.txt"
 	if [ "${JSON:-0}" = 1 ]; then # a second run, for machine-readable output
-		bin/dpfinetune bench "$@" --json > "$out/$name.json"
+		bin/dpfinetune bench --rounds "${ROUNDS:-3}" "$@" --json > "$out/$name.json"
 	fi
 }
 run cnn-fmnist     --model zoo:cnn-fmnist     --batch 256 --steps 5

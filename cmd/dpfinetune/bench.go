@@ -26,15 +26,16 @@ func init() {
 
 // benchRow is one clipping mode's measurements.
 type benchRow struct {
-	Mode          string  `json:"mode"`
-	StepMS        float64 `json:"step_ms"` // median
-	TimeRatio     float64 `json:"time_vs_nondp"`
-	HeapBytes     int64   `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
-	MemRatio      float64 `json:"heap_vs_nondp"`
-	EstPeakBytes  int64   `json:"estimated_peak_bytes"`
-	MaxBatch      int     `json:"max_physical_batch,omitempty"`
-	MaxBatchSPS   float64 `json:"samples_per_second_at_max_batch,omitempty"`
-	SamplesPerSec float64 `json:"samples_per_second"`
+	Mode          string    `json:"mode"`
+	StepMS        float64   `json:"step_ms"` // median (over the rounds of per-round medians)
+	RoundsMS      []float64 `json:"step_ms_per_round,omitempty"`
+	TimeRatio     float64   `json:"time_vs_nondp"`
+	HeapBytes     int64     `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
+	MemRatio      float64   `json:"heap_vs_nondp"`
+	EstPeakBytes  int64     `json:"estimated_peak_bytes"`
+	MaxBatch      int       `json:"max_physical_batch,omitempty"`
+	MaxBatchSPS   float64   `json:"samples_per_second_at_max_batch,omitempty"`
+	SamplesPerSec float64   `json:"samples_per_second"`
 }
 
 type benchReport struct {
@@ -44,6 +45,7 @@ type benchReport struct {
 	Logical    int        `json:"logical_batch"`
 	Threads    int        `json:"threads"`
 	Steps      int        `json:"steps"`
+	Rounds     int        `json:"rounds"`
 	MemoryCap  int64      `json:"memory_cap_bytes,omitempty"`
 	Rows       []benchRow `json:"rows"`
 }
@@ -64,13 +66,14 @@ func benchGraph(spec string, sample []int64, classes int) (*graph.Graph, error) 
 }
 
 func runBench(args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--logical-batch L] [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--json]")
+	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--logical-batch L] [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--rounds R] [--json]")
 	model := fs.String("model", "", "ONNX model file or zoo:NAME (see dpfinetune zoo list) (required)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	batch := fs.Int("batch", 32, "physical batch of the timed steps")
 	logical := fs.Int("logical-batch", 0, "logical batch of a timed step, a multiple of --batch: each step runs logical/batch physical batches, then one draw of noise and one optimizer update (default: --batch)")
 	modes := fs.String("modes", "nondp,instantiate,ghost,mixed,bk", "clipping modes to compare (nondp first: the ratios are to it)")
 	steps := fs.Int("steps", 5, "timed steps per mode (median reported), after one warm-up step")
+	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -80,8 +83,8 @@ func runBench(args []string, stdout io.Writer) error {
 	if *model == "" {
 		return usagef("--model is required")
 	}
-	if *batch <= 0 || *steps <= 0 {
-		return usagef("--batch and --steps must be positive")
+	if *batch <= 0 || *steps <= 0 || *rounds <= 0 {
+		return usagef("--batch, --steps and --rounds must be positive")
 	}
 	if *logical == 0 {
 		*logical = *batch
@@ -121,13 +124,32 @@ func runBench(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, MemoryCap: capBytes}
-	for _, m := range ms {
-		row, err := benchMode(*model, sample, *classes, m, *batch, *logical, *steps, capBytes)
-		if err != nil {
-			return fmt.Errorf("mode %s: %w", m, err)
+	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, MemoryCap: capBytes}
+	rep.Rows = make([]benchRow, len(ms))
+	for r := 0; r < *rounds; r++ {
+		for i, m := range ms {
+			c := capBytes
+			if r > 0 {
+				c = 0 // the largest batch is searched once
+			}
+			row, err := benchMode(*model, sample, *classes, m, *batch, *logical, *steps, c)
+			if err != nil {
+				return fmt.Errorf("mode %s: %w", m, err)
+			}
+			if r == 0 {
+				rep.Rows[i] = row
+			}
+			rep.Rows[i].RoundsMS = append(rep.Rows[i].RoundsMS, row.StepMS)
+			rep.Rows[i].HeapBytes = max(rep.Rows[i].HeapBytes, row.HeapBytes)
 		}
-		rep.Rows = append(rep.Rows, row)
+	}
+	for i := range rep.Rows {
+		rw := &rep.Rows[i]
+		rw.StepMS = median(rw.RoundsMS)
+		rw.SamplesPerSec = float64(*logical) / (rw.StepMS / 1000)
+		if *rounds == 1 {
+			rw.RoundsMS = nil
+		}
 	}
 	if len(rep.Rows) > 0 && rep.Rows[0].Mode == string(dpengine.NonDP) {
 		base := rep.Rows[0]
@@ -141,7 +163,11 @@ func runBench(args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps)
+	inTurn := ""
+	if rep.Rounds > 1 {
+		inTurn = fmt.Sprintf("; modes run in turn %d times, the median round", rep.Rounds)
+	}
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps, inTurn)
 	fmt.Fprintf(stdout, "%-12s %10s %8s %12s %8s %12s", "mode", "step ms", "× nondp", "heap", "× nondp", "est. peak")
 	if capBytes > 0 {
 		fmt.Fprintf(stdout, " %10s %12s", "max batch", "samples/s")
@@ -253,11 +279,18 @@ func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logi
 		}
 		times[i] = float64(time.Since(t0).Microseconds()) / 1000
 	}
-	sort.Float64s(times)
-	med := times[n/2]
-	if n%2 == 0 {
-		med = (times[n/2-1] + times[n/2]) / 2
-	}
+	med := median(times)
 	goruntime.KeepAlive(eng)
 	return med, float64(logical) / (med / 1000), nil
+}
+
+// median returns the median of xs (sorting a copy).
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[n/2]
 }

@@ -11,7 +11,7 @@ import (
 // checks the report's structure and invariants (not timings).
 func TestBenchCLI(t *testing.T) {
 	stdout, stderr, code := run(t, "bench", "--model", "zoo:cnn-fmnist", "--batch", "8", "--logical-batch", "16",
-		"--steps", "1", "--modes", "nondp,bk", "--max-memory", "64MiB", "--json")
+		"--steps", "1", "--rounds", "3", "--modes", "nondp,bk", "--max-memory", "64MiB", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -19,7 +19,7 @@ func TestBenchCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("%v in %s", err, stdout)
 	}
-	if rep.Batch != 8 || rep.Logical != 16 || len(rep.Rows) != 2 {
+	if rep.Batch != 8 || rep.Logical != 16 || rep.Rounds != 3 || len(rep.Rows) != 2 {
 		t.Fatalf("report %+v", rep)
 	}
 	for i, r := range rep.Rows {
@@ -28,6 +28,9 @@ func TestBenchCLI(t *testing.T) {
 		}
 		if !(r.StepMS > 0) || !(r.SamplesPerSec > 0) || r.HeapBytes <= 0 || r.EstPeakBytes <= 0 {
 			t.Errorf("%s: non-positive measurement %+v", r.Mode, r)
+		}
+		if len(r.RoundsMS) != 3 || r.StepMS != median(r.RoundsMS) {
+			t.Errorf("%s: step %v ms, rounds %v: want the median of 3 rounds", r.Mode, r.StepMS, r.RoundsMS)
 		}
 		if r.MaxBatch <= 0 || !(r.MaxBatchSPS > 0) {
 			t.Errorf("%s: no largest batch under 64 MiB: %+v", r.Mode, r)
@@ -47,6 +50,7 @@ func TestBenchCLI(t *testing.T) {
 	}{
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "8", "--logical-batch", "12"}, "multiple of --batch"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "0"}, "must be positive"},
+		{[]string{"--model", "zoo:cnn-fmnist", "--rounds", "0"}, "must be positive"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--modes", "nondp,fast"}, "fast"},
 		{[]string{"--batch", "8"}, "--model is required"},
 	} {
