@@ -91,6 +91,11 @@ type Engine struct {
 	// and weighted sums run one layer at a time.
 	bkScratch   []float32
 	normScratch [][]float32
+	// opScratch and opErrs are the elementwise groups' per-worker
+	// buffers, shared by all groups (hooks run one at a time): a set per
+	// group added up to hundreds of MB on MobileNetV2.
+	opScratch []opScratch
+	opErrs    []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64

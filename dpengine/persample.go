@@ -25,7 +25,17 @@ type useGroup struct {
 	sub     *runtime.Plan
 	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
-	// Scratch reused across samples and steps (the group runs serially).
+}
+
+// serialOpBelow is the per-sample output-gradient size below which the
+// kernels operandGrad calls run on one core (twice their elementwise
+// grain, 2¹⁵), so that elementwiseGroup splits samples over the cores
+// instead.
+const serialOpBelow = 1 << 16
+
+// opScratch is one worker's buffers for operandGrad: the operand-shaped
+// result and the gathered sample slices it works on.
+type opScratch struct {
 	buf, gi, other, self, d, q []float32
 }
 
@@ -645,22 +655,55 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	if batched {
 		perSample = opLen / B
 	}
-	if len(g.buf) != perSample {
-		g.buf = make([]float32, perSample)
+	workers := 1
+	if g.sub == nil && len(ev.DOut.Data)/B < serialOpBelow {
+		// Samples are independent and each owns its norm and
+		// per-sample gradient slots: split them over the cores. Only
+		// for small samples (the LayerNorm affines and biases of a
+		// ViT): the kernels split a large sample's work themselves, and
+		// splitting samples on top of that made MobileNetV2's GroupNorm
+		// affines slower.
+		workers = max(1, min(kernels.Workers(), e.n))
 	}
-	buf := g.buf
-	for i := 0; i < e.n; i++ {
-		if err := e.operandGrad(ev, u, i, buf, g); err != nil {
-			return err
-		}
-		if g.sub == nil {
-			us := g.uses[0]
-			if us.p.ps != nil {
-				addTo(us.p.ps[i*len(us.p.data):(i+1)*len(us.p.data)], buf)
-			} else {
-				us.p.normSq[i] += sumSq(buf)
+	if len(e.opScratch) < workers {
+		e.opScratch = append(e.opScratch, make([]opScratch, workers-len(e.opScratch))...)
+		e.opErrs = make([]error, len(e.opScratch))
+	}
+	for w := range e.opScratch[:workers] {
+		e.opScratch[w].buf = grow(e.opScratch[w].buf, perSample)
+	}
+	if g.sub == nil {
+		us := g.uses[0]
+		size := len(us.p.data)
+		errs := e.opErrs
+		clear(errs)
+		forSamples(e.n, func(w, i int) {
+			sc := &e.opScratch[w]
+			if errs[w] != nil {
+				return
 			}
-			continue
+			if err := e.operandGrad(ev, u, i, sc.buf, sc); err != nil {
+				errs[w] = err
+				return
+			}
+			if us.p.ps != nil {
+				addTo(us.p.ps[i*size:(i+1)*size], sc.buf)
+			} else {
+				us.p.normSq[i] += sumSq(sc.buf)
+			}
+		})
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	sc := &e.opScratch[0]
+	buf := sc.buf
+	for i := 0; i < e.n; i++ {
+		if err := e.operandGrad(ev, u, i, buf, sc); err != nil {
+			return err
 		}
 		dy := buf
 		if batched {
@@ -684,7 +727,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 
 // operandGrad writes sample i's gradient with respect to the operand (its
 // own shape, batch axis at 1 for batched operands) to out.
-func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32, sc *useGroup) error {
+func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32, sc *opScratch) error {
 	B := e.cfg.PhysicalBatch
 	dout := &ev.DOut
 	if dout.BatchAxis < 0 {

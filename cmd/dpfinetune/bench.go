@@ -46,6 +46,7 @@ type benchReport struct {
 	Threads    int        `json:"threads"`
 	Steps      int        `json:"steps"`
 	Rounds     int        `json:"rounds"`
+	Priority   string     `json:"priority"`
 	MemoryCap  int64      `json:"memory_cap_bytes,omitempty"`
 	Rows       []benchRow `json:"rows"`
 }
@@ -66,13 +67,14 @@ func benchGraph(spec string, sample []int64, classes int) (*graph.Graph, error) 
 }
 
 func runBench(args []string, stdout io.Writer) error {
-	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--logical-batch L] [--modes nondp,instantiate,ghost,mixed,bk] [--max-memory 16GiB] [--steps N] [--rounds R] [--json]")
+	fs := newFlagSet("bench", "--model M.onnx|zoo:NAME --input-shape C,H,W --batch B [--logical-batch L] [--modes nondp,instantiate,ghost,mixed,bk] [--priority memory|speed] [--max-memory 16GiB] [--steps N] [--rounds R] [--json]")
 	model := fs.String("model", "", "ONNX model file or zoo:NAME (see dpfinetune zoo list) (required)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	batch := fs.Int("batch", 32, "physical batch of the timed steps")
 	logical := fs.Int("logical-batch", 0, "logical batch of a timed step, a multiple of --batch: each step runs logical/batch physical batches, then one draw of noise and one optimizer update (default: --batch)")
 	modes := fs.String("modes", "nondp,instantiate,ghost,mixed,bk", "clipping modes to compare (nondp first: the ratios are to it)")
 	steps := fs.Int("steps", 5, "timed steps per mode (median reported), after one warm-up step")
+	priority := fs.String("priority", "memory", "layerwise decision of mixed and bk: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)")
 	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
@@ -85,6 +87,10 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	if *batch <= 0 || *steps <= 0 || *rounds <= 0 {
 		return usagef("--batch, --steps and --rounds must be positive")
+	}
+	prio := rewrite.Priority(*priority)
+	if prio != rewrite.PriorityMemory && prio != rewrite.PrioritySpeed {
+		return usagef("--priority must be memory or speed, got %q", *priority)
 	}
 	if *logical == 0 {
 		*logical = *batch
@@ -124,7 +130,7 @@ func runBench(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, MemoryCap: capBytes}
+	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
 	rep.Rows = make([]benchRow, len(ms))
 	for r := 0; r < *rounds; r++ {
 		for i, m := range ms {
@@ -132,7 +138,7 @@ func runBench(args []string, stdout io.Writer) error {
 			if r > 0 {
 				c = 0 // the largest batch is searched once
 			}
-			row, err := benchMode(*model, sample, *classes, m, *batch, *logical, *steps, c)
+			row, err := benchMode(*model, sample, *classes, prio, m, *batch, *logical, *steps, c)
 			if err != nil {
 				return fmt.Errorf("mode %s: %w", m, err)
 			}
@@ -167,7 +173,7 @@ func runBench(args []string, stdout io.Writer) error {
 	if rep.Rounds > 1 {
 		inTurn = fmt.Sprintf("; modes run in turn %d times, the median round", rep.Rounds)
 	}
-	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps, inTurn)
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority)
 	fmt.Fprintf(stdout, "%-12s %10s %8s %12s %8s %12s", "mode", "step ms", "× nondp", "heap", "× nondp", "est. peak")
 	if capBytes > 0 {
 		fmt.Fprintf(stdout, " %10s %12s", "max batch", "samples/s")
@@ -193,13 +199,13 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(model string, sample []int64, classes int, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
+func benchMode(model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
 		return row, err
 	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch)}})
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch), Priority: prio}})
 	if err != nil {
 		return row, err
 	}

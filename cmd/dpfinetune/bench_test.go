@@ -51,6 +51,7 @@ func TestBenchCLI(t *testing.T) {
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "8", "--logical-batch", "12"}, "multiple of --batch"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "0"}, "must be positive"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--rounds", "0"}, "must be positive"},
+		{[]string{"--model", "zoo:cnn-fmnist", "--priority", "fast"}, "--priority must be memory or speed"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--modes", "nondp,fast"}, "fast"},
 		{[]string{"--batch", "8"}, "--model is required"},
 	} {
