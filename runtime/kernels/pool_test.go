@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -74,6 +75,27 @@ var poolCases = []PoolShape{
 	{N: 3, C: 2, In: []int{11}, Kernel: []int{2}, Strides: []int{2}},                                 // inside, 1-D
 }
 
+// maxPoolInput returns n pooling inputs of the given trial: 0 distinct
+// values, 1 many ties, else ties, signed zeros, infinities and a few NaNs.
+func maxPoolInput(r *rand.Rand, n, trial int) []float32 {
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1))}
+	x := make([]float32, n)
+	for i := range x {
+		switch trial {
+		case 0:
+			x[i] = float32(r.NormFloat64())
+		case 1:
+			x[i] = float32(r.IntN(3))
+		default:
+			x[i] = specials[r.IntN(len(specials))]
+			if r.IntN(40) == 0 {
+				x[i] = float32(math.NaN())
+			}
+		}
+	}
+	return x
+}
+
 // TestMaxPoolFastPaths checks the inside-the-input MaxPool loops (2×2 and
 // general windows) against the general loop bit for bit, values and
 // argmax, on data full of ties, signed zeros, infinities and NaNs, and on
@@ -98,7 +120,6 @@ func TestMaxPoolFastPaths(t *testing.T) {
 		{N: 1, C: 2, In: []int{4, 5, 6}, Kernel: []int{1, 2, 2}}, // 3-D: general loop
 	}
 	r := newRand(9)
-	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
 	for ci, sh := range shapes {
 		p := sh
 		if err := p.Init(); err != nil {
@@ -106,20 +127,7 @@ func TestMaxPoolFastPaths(t *testing.T) {
 		}
 		n := p.N * p.C * p.InSize
 		for trial := 0; trial < 4; trial++ {
-			x := make([]float32, n)
-			for i := range x {
-				switch trial {
-				case 0: // distinct values
-					x[i] = float32(r.NormFloat64())
-				case 1: // many ties
-					x[i] = float32(r.IntN(3))
-				default: // ties, signed zeros, infinities, a few NaNs
-					x[i] = specials[r.IntN(len(specials)-1)]
-					if r.IntN(40) == 0 {
-						x[i] = float32(math.NaN())
-					}
-				}
-			}
+			x := maxPoolInput(r, n, trial)
 			y0, y1 := make([]float32, p.N*p.C*p.T), make([]float32, p.N*p.C*p.T)
 			a0, a1 := make([]int32, len(y0)), make([]int32, len(y0))
 			maxPoolForward(&p, x, y0, a0, false)
@@ -154,7 +162,6 @@ func TestMaxPoolBackwardFromOutput(t *testing.T) {
 		{N: 2, C: 2, In: []int{7, 7}, Kernel: []int{3, 3}, Strides: []int{2, 2}},
 	}, poolCases...)
 	r := newRand(11)
-	specials := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
 	for ci, sh := range shapes {
 		p := sh
 		if err := p.Init(); err != nil {
@@ -162,17 +169,7 @@ func TestMaxPoolBackwardFromOutput(t *testing.T) {
 		}
 		n := p.N * p.C * p.InSize
 		for trial := 0; trial < 4; trial++ {
-			x := make([]float32, n)
-			for i := range x {
-				switch trial {
-				case 0:
-					x[i] = float32(r.NormFloat64())
-				case 1:
-					x[i] = float32(r.IntN(3))
-				default:
-					x[i] = specials[r.IntN(len(specials))]
-				}
-			}
+			x := maxPoolInput(r, n, trial)
 			y, am := make([]float32, p.N*p.C*p.T), make([]int32, p.N*p.C*p.T)
 			MaxPoolForward(&p, x, y, am)
 			dy := randn(r, len(y))
