@@ -394,3 +394,45 @@ func copyGrads(m map[string][]float32) map[string][]float32 {
 	}
 	return out
 }
+
+// TestElementwiseWorkersAgree: elementwise parameters' per-sample
+// gradients are split over the cores for small samples and left to the
+// kernels for large ones (serialOpBelow). Whatever the split — all serial,
+// all split, or some of each, where per-worker buffers sized for one
+// group must not leak into the next — the norms and the clipped sum are
+// the same bit for bit.
+func TestElementwiseWorkersAgree(t *testing.T) {
+	defer func(v int) { serialOpBelow = v }(serialOpBelow)
+	for _, name := range []string{"vit", "mobilenet"} {
+		gd := loadGolden(t, name)
+		for _, mode := range []Mode{BK, Mixed} {
+			var ref map[string][]float32
+			var refNorms map[string][]float64
+			for _, below := range []int{0, 3000, 1 << 30} {
+				serialOpBelow = below
+				e := newEngine(t, name, mode, Clipping{Fn: Abadi, R: 0.1}, false)
+				sums, _, err := e.ClippedSum(gd.x, gd.y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				norms := e.ParamNorms()
+				if ref == nil {
+					ref, refNorms = copyGrads(sums), norms
+					continue
+				}
+				for pn, want := range ref {
+					for k, v := range sums[pn] {
+						if math.Float32bits(v) != math.Float32bits(want[k]) {
+							t.Fatalf("%s %s serialOpBelow %d: %s[%d] = %v, all serial %v", name, mode, below, pn, k, v, want[k])
+						}
+					}
+					for i, v := range norms[pn] {
+						if v != refNorms[pn][i] {
+							t.Fatalf("%s %s serialOpBelow %d: norm of %s, sample %d = %v, all serial %v", name, mode, below, pn, i, v, refNorms[pn][i])
+						}
+					}
+				}
+			}
+		}
+	}
+}

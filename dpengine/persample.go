@@ -30,8 +30,8 @@ type useGroup struct {
 // serialOpBelow is the per-sample output-gradient size below which the
 // kernels operandGrad calls run on one core (twice their elementwise
 // grain, 2¹⁵), so that elementwiseGroup splits samples over the cores
-// instead.
-const serialOpBelow = 1 << 16
+// instead. A variable for tests only.
+var serialOpBelow = 1 << 16
 
 // opScratch is one worker's buffers for operandGrad: the operand-shaped
 // result and the gathered sample slices it works on.
@@ -50,7 +50,12 @@ type useState struct {
 // Each sample is handled by exactly one worker, which therefore owns that
 // sample's norm and per-sample gradient slots.
 func forSamples(n int, fn func(w, i int)) {
-	workers := min(kernels.Workers(), n)
+	forSamplesOn(kernels.Workers(), n, fn)
+}
+
+// forSamplesOn is forSamples on at most workers goroutines.
+func forSamplesOn(workers, n int, fn func(w, i int)) {
+	workers = min(workers, n)
 	if workers <= 1 {
 		for i := 0; i < n; i++ {
 			fn(0, i)
@@ -677,7 +682,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		size := len(us.p.data)
 		errs := e.opErrs
 		clear(errs)
-		forSamples(e.n, func(w, i int) {
+		forSamplesOn(workers, e.n, func(w, i int) {
 			sc := &e.opScratch[w]
 			if errs[w] != nil {
 				return
