@@ -24,9 +24,10 @@ type Options struct {
 	// ForwardOnly compiles an inference plan: no gradients, no saved
 	// activations, the smallest buffer plan.
 	ForwardOnly bool
-	// KeepActivations keeps every forward activation alive until the next
-	// Forward, so that Backward may be called several times after one
-	// Forward (as ghost clipping's second backward pass does). Without it
+	// KeepActivations keeps every forward activation the backward pass
+	// reads alive until the next Forward, so that Backward may be called
+	// several times after one Forward (as ghost clipping's second backward
+	// pass does); values only the forward reads are freed as usual. Without it
 	// the backward pass reuses activation buffers as soon as they are no
 	// longer needed and each Backward must follow its own Forward.
 	KeepActivations bool
@@ -651,7 +652,7 @@ func (p *Plan) planBuffers() error {
 			if nd.needBwd && nd.saveOut {
 				end = bstep(nd.idx)
 			}
-			if isOut[t] || p.opts.KeepActivations {
+			if isOut[t] {
 				end = T
 			}
 			for _, cn := range t.cons {
@@ -668,6 +669,11 @@ func (p *Plan) planBuffers() error {
 						}
 					}
 				}
+			}
+			if p.opts.KeepActivations && end > F {
+				// A second backward reads what the first read: keep
+				// those, not the values only the forward needed.
+				end = T
 			}
 			if src := aliasSource(nd); src != nil && t == nd.out[0] {
 				// A reshape: share the input's buffer, which now lives as

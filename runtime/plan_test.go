@@ -701,3 +701,34 @@ func TestMaxPoolWithoutArgmax(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepActivationsSecondBackward: with KeepActivations only the values
+// a backward reads outlive the forward, so a second Backward after one
+// Forward must still give the first one's gradients, bit for bit, and both
+// must be the plain plan's (the convolutional fixtures, whose Relu inputs
+// and pooled maps are now freed early).
+func TestKeepActivationsSecondBackward(t *testing.T) {
+	for _, name := range []string{"cnn", "vgg", "resnet_eval", "mobilenet"} {
+		t.Run(name, func(t *testing.T) {
+			plain, _, labels := compileFixture(t, name, nil)
+			step(t, plain, labels, nil, nil)
+			kept, _, _ := compileFixture(t, name, &Options{KeepActivations: true})
+			step(t, kept, labels, nil, nil)
+			first := map[string][]float32{}
+			for _, pn := range kept.Params() {
+				first[pn] = append([]float32(nil), kept.Grad(pn)...)
+			}
+			if err := kept.Backward(nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			for _, pn := range kept.Params() {
+				want := plain.Grad(pn)
+				for j, v := range kept.Grad(pn) {
+					if math.Float32bits(v) != math.Float32bits(first[pn][j]) || math.Float32bits(v) != math.Float32bits(want[j]) {
+						t.Fatalf("%s[%d]: second backward %v, first %v, plain plan %v", pn, j, v, first[pn][j], want[j])
+					}
+				}
+			}
+		})
+	}
+}
