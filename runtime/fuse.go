@@ -294,18 +294,6 @@ func other(nd *node, t *tensor) *tensor {
 	return nil
 }
 
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // lastAxisMean reports whether nd is a ReduceMean of x over its last axis
 // only, keeping the reduced axis.
 func lastAxisMean(nd *node, x *tensor) bool {
@@ -321,7 +309,7 @@ func lastAxisMean(nd *node, x *tensor) bool {
 		return false
 	}
 	want := append(append([]int(nil), x.shape[:r-1]...), 1)
-	return sameShape(nd.out[0].shape, want)
+	return sameInts(nd.out[0].shape, want)
 }
 
 // matchNormalize matches, from its first ReduceMean, the chain
@@ -337,7 +325,7 @@ func (f *fuser) matchNormalize(r1 *node) *fusion {
 		return nil
 	}
 	d := sub.out[0]
-	if !sameShape(d.shape, x.shape) || len(d.cons) != 2 {
+	if !sameInts(d.shape, x.shape) || len(d.cons) != 2 {
 		return nil
 	}
 	var sq, div *node
@@ -370,7 +358,7 @@ func (f *fuser) matchNormalize(r1 *node) *fusion {
 	if !is(sqrt, "Sqrt", 1) || f.only(sqrt.out[0]) != div || div.in[1] != sqrt.out[0] {
 		return nil
 	}
-	if !sameShape(div.out[0].shape, x.shape) {
+	if !sameInts(div.out[0].shape, x.shape) {
 		return nil
 	}
 	nodes := []*node{r1, sub, sq, r2, add, sqrt, div}
@@ -415,7 +403,7 @@ func (f *fuser) matchGelu(e *node) *fusion {
 	if x == nil {
 		x = withConst(scale, "Mul", 1/math.Sqrt2, true)
 	}
-	if x == nil || !sameShape(x.shape, e.out[0].shape) || f.only(scale.out[0]) != e {
+	if x == nil || !sameInts(x.shape, e.out[0].shape) || f.only(scale.out[0]) != e {
 		return nil
 	}
 	add := f.only(e.out[0])
@@ -423,7 +411,7 @@ func (f *fuser) matchGelu(e *node) *fusion {
 		return nil
 	}
 	tail, y := f.geluTail(add.out[0], x)
-	if y == nil || !sameShape(y.shape, x.shape) {
+	if y == nil || !sameInts(y.shape, x.shape) {
 		return nil
 	}
 	return &fusion{op: fusedGelu, nodes: append([]*node{scale, e, add}, tail...), x: x, y: y}
@@ -470,7 +458,7 @@ func (f *fuser) matchGeluTanh(th *node) *fusion {
 			return nil
 		}
 		tail, y := f.geluTail(one.out[0], x)
-		if y == nil || !sameShape(y.shape, x.shape) || !sameShape(th.out[0].shape, x.shape) {
+		if y == nil || !sameInts(y.shape, x.shape) || !sameInts(th.out[0].shape, x.shape) {
 			return nil
 		}
 		nodes := append(pre, kMul, add, betaMul, th, one)

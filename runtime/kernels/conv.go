@@ -475,15 +475,7 @@ func convBackwardChunked(s *ConvShape, nb, workers int, x, w, dy, dx, dw, ws []f
 		buf := ws[wk*per : (wk+1)*per]
 		col, g, plane := buf[:s.D*nb*T], buf[s.D*nb*T:(s.D+s.M)*nb*T], buf[(s.D+s.M)*nb*T:]
 		clear(plane)
-		var dwp []float32
-		if dw != nil {
-			dwp = dw
-			if wk > 0 {
-				off := workers*per + (wk-1)*wSize
-				dwp = ws[off : off+wSize]
-			}
-			clear(dwp)
-		}
+		dwp := workerGrad(dw, ws, workers, per, wSize, wk)
 		for ch := lo; ch < hi; ch++ {
 			i0 := ch * nb
 			n := min(nb, s.N-i0)
@@ -512,14 +504,7 @@ func convBackwardChunked(s *ConvShape, nb, workers int, x, w, dy, dx, dw, ws []f
 			}
 		}
 	})
-	if dw != nil {
-		for wk := 1; wk < workers; wk++ {
-			off := workers*per + (wk-1)*wSize
-			for j, v := range ws[off : off+wSize] {
-				dw[j] += v
-			}
-		}
-	}
+	sumWorkerGrads(dw, ws, workers, per, wSize)
 }
 
 // convWorkers picks the number of sample-parallel workers whose col
@@ -862,15 +847,7 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	cg, mg := s.C/s.Group, s.M/s.Group
 	parallelWorkers(workers, s.N, func(wk, lo, hi int) {
 		col := ws[wk*colSize : (wk+1)*colSize]
-		var dwp []float32
-		if dw != nil {
-			dwp = dw
-			if wk > 0 {
-				off := workers*colSize + (wk-1)*wSize
-				dwp = ws[off : off+wSize]
-			}
-			clear(dwp[:wSize])
-		}
+		dwp := workerGrad(dw, ws, workers, colSize, wSize, wk)
 		for i := lo; i < hi; i++ {
 			dyi := dy[i*ys : (i+1)*ys]
 			for g := 0; g < s.Group; g++ {
@@ -899,13 +876,7 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 		}
 	})
 	if dw != nil {
-		for wk := 1; wk < workers; wk++ {
-			off := workers*colSize + (wk-1)*wSize
-			p := ws[off : off+wSize]
-			for j, v := range p {
-				dw[j] += v
-			}
-		}
+		sumWorkerGrads(dw, ws, workers, colSize, wSize)
 	}
 }
 
@@ -926,4 +897,35 @@ func convBiasGrad(s *ConvShape, dy, db []float32) {
 			db[m] = float32(acc)
 		}
 	})
+}
+
+// workerGrad returns worker wk's weight-gradient accumulator, cleared:
+// dw itself (its first wSize elements) for worker 0, and for the others a
+// slot in ws after the workers' per-element buffers; nil when dw is nil.
+// sumWorkerGrads adds the slots into dw once the workers are done.
+func workerGrad(dw, ws []float32, workers, per, wSize, wk int) []float32 {
+	if dw == nil {
+		return nil
+	}
+	g := dw[:wSize]
+	if wk > 0 {
+		off := workers*per + (wk-1)*wSize
+		g = ws[off : off+wSize]
+	}
+	clear(g)
+	return g
+}
+
+// sumWorkerGrads adds workers 1…workers−1's weight-gradient slots (see
+// workerGrad) into dw.
+func sumWorkerGrads(dw, ws []float32, workers, per, wSize int) {
+	if dw == nil {
+		return
+	}
+	for wk := 1; wk < workers; wk++ {
+		off := workers*per + (wk-1)*wSize
+		for j, v := range ws[off : off+wSize] {
+			dw[j] += v
+		}
+	}
 }

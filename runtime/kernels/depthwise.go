@@ -265,15 +265,7 @@ func dwBackward(s *ConvShape, x, w, dy, dx, dw, ws []float32) bool {
 		xp, dp, wf := buf[:d.xPlane], buf[d.xPlane:d.xPlane+d.dPlane], buf[d.xPlane+d.dPlane:]
 		clear(xp)
 		clear(dp)
-		var dwp []float32
-		if dw != nil {
-			dwp = dw
-			if wk > 0 {
-				off := workers*per + (wk-1)*wSize
-				dwp = ws[off : off+wSize]
-			}
-			clear(dwp)
-		}
+		dwp := workerGrad(dw, ws, workers, per, wSize, wk)
 		for u := lo; u < hi; u++ {
 			n, c := u/s.C, u%s.C
 			if dw != nil {
@@ -313,14 +305,7 @@ func dwBackward(s *ConvShape, x, w, dy, dx, dw, ws []float32) bool {
 			d.accWin.into(dp, dxc)
 		}
 	})
-	if dw != nil {
-		for wk := 1; wk < workers; wk++ {
-			off := workers*per + (wk-1)*wSize
-			for j, v := range ws[off : off+wSize] {
-				dw[j] += v
-			}
-		}
-	}
+	sumWorkerGrads(dw, ws, workers, per, wSize)
 	return true
 }
 
