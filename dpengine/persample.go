@@ -787,11 +787,7 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out [
 		M := opShape[0]
 		T := len(gi) / M
 		for m := 0; m < M; m++ {
-			var s float32
-			for _, v := range gi[m*T : (m+1)*T] {
-				s += v
-			}
-			out[m] = s
+			out[m] = sum4(gi[m*T : (m+1)*T]) // as convBias sums
 		}
 	case "Gemm":
 		if k != 2 {
