@@ -112,7 +112,10 @@ func writeFileAtomic(name string, write func(io.Writer) error) error {
 		return err
 	}
 	tmp := f.Name()
-	err = write(f)
+	err = f.Chmod(0o644) // CreateTemp's 0600 is for secrets; a picture is not one.
+	if err == nil {
+		err = write(f)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
