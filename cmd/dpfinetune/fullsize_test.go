@@ -142,8 +142,8 @@ func TestPlanNamesExportForms(t *testing.T) {
 	dir := fulltest.Dir(t)
 	for _, c := range []struct {
 		model, form string
-		module     map[string]string // stored name prefix → module name, for the first conv
-		text       string
+		module      map[string]string // stored name prefix → module name, for the first conv
+		text        string
 	}{
 		{"resnet18", "eval (BatchNorm folded)", map[string]string{"conv1.weight": "onnx::Conv_", "layer1.0.conv1.weight": "onnx::Conv_", "layer4.1.conv2.bias": "onnx::Conv_"},
 			"the exporter folded BatchNorm"},
