@@ -39,12 +39,49 @@ var serialOpBelow = 1 << 16
 // result and the gathered sample slices it works on.
 type opScratch struct {
 	buf, gi, other, self, d, q []float32
+	acc                        []float64
 }
 
 type useState struct {
 	use    *rewrite.Use
 	p      *param
 	linear *linearState
+	// idx maps the operand of a linear use through a path back to the
+	// parameter (buildPathMap); nil for direct uses.
+	idx []int32
+}
+
+// addSample adds inst, the per-sample gradient of sample i with respect to
+// the elements off… of the use's operand, to the parameter: to its
+// per-sample gradient (through idx, for a use through a path) or, where
+// the parameter keeps none, its squared norm to the sample's.
+func (us *useState) addSample(i, off int, inst []float32) {
+	p := us.p
+	size := len(p.data)
+	switch {
+	case us.idx != nil:
+		scatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
+	case p.ps != nil:
+		addTo(p.ps[i*size+off:i*size+off+len(inst)], inst)
+	default:
+		p.normSq[i] += sumSq(inst)
+	}
+}
+
+// useDecision is how the engine obtains a linear use's per-sample norm in
+// mode m: the plan's layerwise decision in mixed and bk mode, ghost
+// everywhere in ghost mode, instantiation in instantiate mode, and
+// instantiation wherever a ghost norm would not be the parameter's (see
+// rewrite.Use.GhostAllowed: shared parameters, paths that do not keep
+// the norm), whatever the mode.
+func useDecision(m Mode, u *rewrite.Use) rewrite.Decision {
+	switch {
+	case m == Instantiate || !u.GhostAllowed():
+		return rewrite.Instantiate
+	case m == Ghost:
+		return rewrite.Ghost
+	}
+	return u.Layer.Decision
 }
 
 // forSamples runs fn(w, i) for i in [0, n) on up to kernels.Workers()
@@ -101,7 +138,12 @@ type linearState struct {
 	x, dy             []float32
 	xStride, dyStride int
 	conv              *kernels.ConvShape
-	T                 int
+	// idx maps the operand back to the parameter for a use through a
+	// path (ghost norm and book-keeping's weighted sum on the operand);
+	// mapBuf is the engine's operand-shaped scratch for it.
+	idx    []int32
+	mapBuf *[]float32
+	T      int
 	// weightLayoutPD is true when the parameter is laid out p×D (Conv,
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
@@ -115,6 +157,11 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	}
 	for _, u := range rp.Uses {
 		if u.Kind == rewrite.KindElementwise && (cfg.Mode == BK || len(u.Path) > 0) {
+			return true
+		}
+		// An instantiated gradient through a path is mapped back into
+		// the parameter's per-sample gradient before its norm.
+		if u.Kind == rewrite.KindLinear && len(u.Path) > 0 && cfg.Mode != NonDP && useDecision(cfg.Mode, u) == rewrite.Instantiate {
 			return true
 		}
 		// Book-keeping keeps a layer's output gradient (T·p per group and
@@ -165,16 +212,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			}
 			us := &useState{use: u, p: p}
 			if u.Kind == rewrite.KindLinear {
-				if len(u.Path) > 0 {
-					return fmt.Errorf("dpengine: linear use of %q through %d shape ops is not supported", rp.Name, len(u.Path))
-				}
-				ls := &linearState{rule: g.linear, layer: u.Layer, decision: u.Layer.Decision}
-				switch {
-				case e.cfg.Mode == Ghost:
-					ls.decision = rewrite.Ghost
-				case e.cfg.Mode == Instantiate || rp.Shared:
-					ls.decision = rewrite.Instantiate
-				}
+				ls := &linearState{rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
 				us.linear = ls
 				p.linear = append(p.linear, ls)
 			}
@@ -184,6 +222,12 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 	for _, gs := range e.groups {
 		for _, g := range gs {
 			if len(g.uses[0].use.Path) == 0 {
+				continue
+			}
+			if g.linear != nil {
+				if err := e.buildLinearPaths(cg, g); err != nil {
+					return err
+				}
 				continue
 			}
 			var names []string
@@ -223,7 +267,47 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrit
 	if len(ls.x) == 0 {
 		return fmt.Errorf("no kept activations")
 	}
-	return ls.rule.weightedSum(ls, c, B, accum, overwrite, scratch, ws)
+	if ls.idx == nil {
+		return ls.rule.weightedSum(ls, c, B, accum, overwrite, scratch, ws)
+	}
+	// Through a path: the sum on the operand, mapped back (the map is
+	// linear, so mapping the sum is summing the mapped gradients).
+	*ls.mapBuf = grow(*ls.mapBuf, len(ls.idx))
+	buf := *ls.mapBuf
+	if err := ls.rule.weightedSum(ls, c, B, buf, true, scratch, ws); err != nil {
+		return err
+	}
+	if overwrite {
+		clear(accum)
+	}
+	scatterAdd(accum, buf, ls.idx)
+	return nil
+}
+
+// buildLinearPaths prepares the uses of a linear operand computed from
+// parameters (one, or several concatenated) through layout-only
+// operators: the index maps from the operand back to each parameter.
+func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
+	for _, us := range g.uses {
+		if len(us.use.Path) == 0 {
+			return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", us.use.OperandValue, g.output)
+		}
+		var others []string
+		for _, o := range g.uses {
+			if o != us {
+				others = append(others, o.p.name)
+			}
+		}
+		idx, err := buildPathMap(cg, us.use.OperandValue, us.p.name, others)
+		if err != nil {
+			return fmt.Errorf("dpengine: path of %q to %s: %w", us.p.name, g.output, err)
+		}
+		us.idx, us.linear.idx = idx, idx
+		if len(g.uses) > 1 && us.linear.decision != rewrite.Instantiate {
+			return fmt.Errorf("dpengine: operand %q of %s joins %d parameters and must be instantiated", us.use.OperandValue, g.output, len(g.uses))
+		}
+	}
+	return nil
 }
 
 // clipPhysical runs the DP backward pass(es) of one physical batch and adds
@@ -345,7 +429,13 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
 		if g.linear != nil {
-			err = g.linear.perSample(e, ev, g.uses[0])
+			// Several uses only where an operand joins several
+			// parameters (instantiated, each mapped to its own).
+			for _, us := range g.uses {
+				if err = g.linear.perSample(e, ev, us); err != nil {
+					break
+				}
+			}
 		} else {
 			err = e.elementwiseGroup(ev, g)
 		}

@@ -40,7 +40,7 @@ func convUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		// Σ_i C_i g_i once the clip factors are known.
 		ls.x, ls.dy = x.Data, dy.Data
 	}
-	size := len(p.data)
+	size := s.M * s.D // the operand's: the parameter's unless through a path
 	if s.IsDepthwise() {
 		// A depthwise group is one input channel and its M/C output
 		// channels of K taps: the per-sample gradient (M·K values) comes
@@ -56,11 +56,7 @@ func convUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 			buf := bufs[w]
 			inst := buf[scratch : scratch+size]
 			kernels.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
-			if p.ps != nil {
-				addTo(p.ps[i*size:(i+1)*size], inst)
-			} else {
-				p.normSq[i] += sumSq(inst)
-			}
+			us.addSample(i, 0, inst)
 		})
 		return nil
 	}
@@ -93,11 +89,7 @@ func convUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 			}
 			inst := rest[:P*D]
 			blas.SgemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
-			if p.ps != nil {
-				addTo(p.ps[i*size+gr*P*D:i*size+(gr+1)*P*D], inst)
-			} else {
-				p.normSq[i] += sumSq(inst)
-			}
+			us.addSample(i, gr*P*D, inst)
 		}
 	})
 	return nil

@@ -57,7 +57,7 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		ls.x, ls.xStride = data.Data, data.BatchStride
 		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
-	size := len(p.data)
+	size := D * P // the operand's: the parameter's unless through a path
 	need := T*D + T*P + 2*T*T
 	if ls.decision == rewrite.Instantiate {
 		need = T*D + T*P + size
@@ -78,11 +78,7 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		} else {
 			blas.SgemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
 		}
-		if p.ps != nil {
-			addTo(p.ps[i*size:(i+1)*size], inst)
-		} else {
-			p.normSq[i] += sumSq(inst)
-		}
+		us.addSample(i, 0, inst)
 	})
 	return nil
 }
