@@ -91,6 +91,9 @@ type Engine struct {
 	// and weighted sums run one layer at a time.
 	bkScratch   []float32
 	normScratch [][]float32
+	// mapScratch is book-keeping's operand-shaped sum for a weight
+	// reached through a path, before it is mapped back.
+	mapScratch []float32
 	// opScratch and opErrs are the elementwise groups' per-worker
 	// buffers, shared by all groups (hooks run one at a time): a set per
 	// group added up to hundreds of MB on MobileNetV2.

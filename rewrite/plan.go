@@ -21,8 +21,10 @@ const (
 	KindLinear Kind = "linear"
 	// KindElementwise: a parameter combined elementwise, with numpy
 	// broadcasting, with a batch-carrying tensor (Add/Sub/Mul/Div), a
-	// Conv/Gemm bias, or a tensor concatenated to batch data (class
-	// token). The per-sample gradient of the operand is the output
+	// Conv/Gemm bias, the scale or bias of a native normalization node
+	// (LayerNormalization, GroupNormalization, InstanceNormalization: the
+	// local derivative of the scale is the normalized input), or a tensor
+	// concatenated to batch data (class token). The per-sample gradient of the operand is the output
 	// gradient times the local derivative (1 for Add and biases, the
 	// other operand for Mul, …, the slice for Concat), summed over
 	// every axis along which the operand is broadcast except the batch;
@@ -249,6 +251,33 @@ type PlanOptions struct {
 	// onnx::MatMul_<n>, while node names carry the module path.
 	Train, Freeze *regexp.Regexp
 	Shared        SharedPolicy // "" is SharedInstantiate
+}
+
+// rearrangingOps are the path operators that copy distinct elements of
+// their input without summing or repeating any (permutations, reshapes,
+// slices): the norm of a per-sample gradient is the same on either side
+// of them, so a ghost norm computed on the consumer's operand is the
+// parameter's.
+var rearrangingOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Cast", "Slice", "Split")
+
+// NormPreserving reports whether every step of path is rearranging: the
+// parameter's per-sample gradient norm equals the norm of the operand's.
+func NormPreserving(path []Step) bool {
+	for _, s := range path {
+		if !rearrangingOps[s.Op] {
+			return false
+		}
+	}
+	return true
+}
+
+// GhostAllowed reports whether a linear use's per-sample norm may be
+// computed as a ghost norm on its operand: the parameter is read by no
+// other use (per-use norms do not add up) and reaches the operand through
+// rearranging operators only (see NormPreserving). Otherwise the use's
+// per-sample gradient is instantiated and mapped back to the parameter.
+func (u *Use) GhostAllowed() bool {
+	return u.Kind == KindLinear && u.Layer != nil && !u.Layer.Shared && NormPreserving(u.Path)
 }
 
 // pathOps are the shape-only operators a parameter may pass through
@@ -489,7 +518,7 @@ func (a *analyzer) param(v *graph.Value) *Param {
 	for _, u := range uses {
 		if u.Layer != nil {
 			u.Layer.Param = v.Name
-			u.Layer.decide(a.opts.Priority, prm.Shared)
+			u.Layer.decide(a.opts.Priority, prm.Shared, u.Path)
 		}
 	}
 	return prm
@@ -528,7 +557,7 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 						if o == nil || !o.DType.IsFloat() {
 							continue
 						}
-						step := Step{Node: n.Name, Output: n.Outputs[0].Name, Op: n.OpType, Operand: k}
+						step := Step{Node: n.Name, Output: o.Name, Op: n.OpType, Operand: k}
 						if r := walk(o, append(append([]Step(nil), path...), step)); r != "" {
 							return r
 						}
@@ -631,7 +660,15 @@ func (a *analyzer) classify(n *graph.Node, k int, q *graph.Value, path []Step) (
 	case "BatchNormalization":
 		return nil, fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", at)
 	case "LayerNormalization", "InstanceNormalization", "GroupNormalization":
-		return nil, fmt.Sprintf("read by %s: normalization scale/shift need the Mul/Add form for per-sample gradients", at)
+		// Scale (1) and bias (2): elementwise, from the normalized
+		// input and the output gradient of each sample.
+		if k == 1 || k == 2 {
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
 	}
 	return nil, fmt.Sprintf("read by %s: no per-sample rule for this operator and input", at)
 }
@@ -712,12 +749,20 @@ func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
 }
 
 // decide applies the layerwise decision.
-func (l *Layer) decide(pr Priority, shared bool) {
+func (l *Layer) decide(pr Priority, shared bool, path []Step) {
 	l.TwoT2 = 2 * l.T * l.T
 	l.PD = l.P * l.D
 	l.Shared = shared
 	if shared {
 		l.Decision, l.Reason = Instantiate, "shared parameter: per-use gradients are instantiated and summed"
+		return
+	}
+	if !NormPreserving(path) {
+		var ops []string
+		for _, s := range path {
+			ops = append(ops, s.Op)
+		}
+		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s through %v, which does not keep the norm: the per-sample gradient is instantiated and mapped back", l.Op, ops)
 		return
 	}
 	l.Decision, l.Reason = Decide(l.T, l.D, l.P, pr)
