@@ -13,8 +13,9 @@ import (
 type Model struct {
 	// Name names the class of input (a test name).
 	Name string
-	// Proto is the model; every one takes input "x" of shape (batch, 4)
-	// (float32) and has output "y".
+	// Proto is the model; every one takes input "x" of shape
+	// (batch, 1, 28, 28) (float32, a Fashion-MNIST image) and has output
+	// "y".
 	Proto *onnxpb.ModelProto
 	// Want is a fragment of the error every command must print.
 	Want string
@@ -29,8 +30,9 @@ type Model struct {
 //     limit for a folded constant;
 //   - range: a Range of 2⁴⁰ elements;
 //   - tile: a Tile whose repeats overflow;
-//   - plan: an Expand of the input to (batch, 2³⁵), 128 GiB per sample: left
-//     to the runtime, whose buffer plan must not fit the machine.
+//   - plan: an Expand of one pixel of the input to (batch, 2³⁵), 128 GiB
+//     per sample: left to the runtime, whose buffer plan must not fit the
+//     machine.
 func Models() []Model {
 	return []Model{
 		{"bomb", constantOfShape(1<<20, 1<<20, 1<<10), "over the 1 TiB limit for one tensor"},
@@ -38,7 +40,7 @@ func Models() []Model {
 		{"fold", constantOfShape(1 << 28), "limit for a folded constant"},
 		{"range", rangeModel(0, 1<<40, 1), "limit for a folded constant"},
 		{"tile", tileModel(1 << 62), "overflow"},
-		{"plan", expandModel(1, 1<<35), "memory"},
+		{"plan", expandModel(1<<35), "memory"},
 	}
 }
 
@@ -59,14 +61,15 @@ func tensorAttr(name string, t *onnxpb.TensorProto) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_TENSOR.Enum(), T: t}
 }
 
-// model wraps nodes into a model with input x (batch, 4) and output y.
+// model wraps nodes into a model with input x (batch, 1, 28, 28) and
+// output y.
 func model(inits []*onnxpb.TensorProto, nodes ...*onnxpb.NodeProto) *onnxpb.ModelProto {
-	dim := func(d *onnxpb.TensorShapeProto_Dimension) *onnxpb.TensorShapeProto_Dimension { return d }
+	dims := []*onnxpb.TensorShapeProto_Dimension{{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}}}
+	for _, d := range []int64{1, 28, 28} {
+		dims = append(dims, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+	}
 	x := &onnxpb.ValueInfoProto{Name: proto.String("x"), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
-		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: &onnxpb.TensorShapeProto{Dim: []*onnxpb.TensorShapeProto_Dimension{
-			dim(&onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}}),
-			dim(&onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: 4}}),
-		}}}}}}
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: &onnxpb.TensorShapeProto{Dim: dims}}}}}
 	return &onnxpb.ModelProto{
 		IrVersion:    proto.Int64(8),
 		ProducerName: proto.String("dpfinetune internal/hostile"),
@@ -98,13 +101,14 @@ func rangeModel(start, limit, delta int64) *onnxpb.ModelProto {
 }
 
 func tileModel(rep int64) *onnxpb.ModelProto {
-	return model([]*onnxpb.TensorProto{i64Tensor("reps", 1, rep)},
+	return model([]*onnxpb.TensorProto{i64Tensor("reps", 1, 1, 1, rep)},
 		node("Tile", "tile", []string{"x", "reps"}, []string{"y"}))
 }
 
-// expandModel broadcasts the input's first column to (batch·rows, cols).
-func expandModel(rows, cols int64) *onnxpb.ModelProto {
-	return model([]*onnxpb.TensorProto{i64Tensor("starts", 0), i64Tensor("ends", 1), i64Tensor("axes", 1), i64Tensor("shape", rows, cols)},
-		node("Slice", "col", []string{"x", "starts", "ends", "axes"}, []string{"x0"}),
+// expandModel broadcasts the input's first pixel to (batch, cols).
+func expandModel(cols int64) *onnxpb.ModelProto {
+	return model([]*onnxpb.TensorProto{i64Tensor("starts", 0), i64Tensor("ends", 1), i64Tensor("axes", 1), i64Tensor("shape", 1, cols)},
+		node("Flatten", "flat", []string{"x"}, []string{"xf"}),
+		node("Slice", "col", []string{"xf", "starts", "ends", "axes"}, []string{"x0"}),
 		node("Expand", "expand", []string{"x0", "shape"}, []string{"y"}))
 }
