@@ -40,7 +40,7 @@ func Models() []Model {
 		{"fold", constantOfShape(1 << 28), "limit for a folded constant"},
 		{"range", rangeModel(0, 1<<40, 1), "limit for a folded constant"},
 		{"tile", tileModel(1 << 62), "overflow"},
-		{"plan", expandModel(1<<35), "memory"},
+		{"plan", expandModel(1 << 35), "memory"},
 	}
 }
 
