@@ -22,7 +22,7 @@ func TestHostileShapes(t *testing.T) {
 			err = g.InferShapes(map[string][]int64{"x": {2, 1, 28, 28}})
 			if c.Name == "plan" {
 				// Within the per-tensor limit: for the runtime's plan to
-				// refuse (runtime's tests).
+				// refuse (runtime and cmd/dpfinetune tests).
 				if err != nil {
 					t.Fatalf("err = %v, want none", err)
 				}

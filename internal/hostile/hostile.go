@@ -31,8 +31,8 @@ type Model struct {
 //   - range: a Range of 2⁴⁰ elements;
 //   - tile: a Tile whose repeats overflow;
 //   - plan: an Expand of one pixel of the input to (batch, 2³⁵), 128 GiB
-//     per sample: left to the runtime, whose buffer plan must not fit the
-//     machine.
+//     per sample: within the per-tensor limit for up to 8 samples, left to
+//     the runtime, whose buffer plan must not fit the machine.
 func Models() []Model {
 	return []Model{
 		{"bomb", constantOfShape(1<<20, 1<<20, 1<<10), "over the 1 TiB limit for one tensor"},
@@ -40,7 +40,7 @@ func Models() []Model {
 		{"fold", constantOfShape(1 << 28), "limit for a folded constant"},
 		{"range", rangeModel(0, 1<<40, 1), "limit for a folded constant"},
 		{"tile", tileModel(1 << 62), "overflow"},
-		{"plan", expandModel(1 << 35), "memory"},
+		{"plan", expandModel(1 << 35), "of memory available"},
 	}
 }
 
@@ -62,7 +62,9 @@ func tensorAttr(name string, t *onnxpb.TensorProto) *onnxpb.AttributeProto {
 }
 
 // model wraps nodes into a model with input x (batch, 1, 28, 28) and
-// output y.
+// output y (batch, 10): the nodes compute z from x, and a linear head
+// (Flatten, MatMul by the parameter "w") makes the logits, so that the
+// commands that need a classifier reach the hostile nodes.
 func model(inits []*onnxpb.TensorProto, nodes ...*onnxpb.NodeProto) *onnxpb.ModelProto {
 	dims := []*onnxpb.TensorShapeProto_Dimension{{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}}}
 	for _, d := range []int64{1, 28, 28} {
@@ -70,6 +72,11 @@ func model(inits []*onnxpb.TensorProto, nodes ...*onnxpb.NodeProto) *onnxpb.Mode
 	}
 	x := &onnxpb.ValueInfoProto{Name: proto.String("x"), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
 		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: &onnxpb.TensorShapeProto{Dim: dims}}}}}
+	w := &onnxpb.TensorProto{Name: proto.String("w"), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)),
+		Dims: []int64{28 * 28, 10}, RawData: make([]byte, 4*28*28*10)}
+	nodes = append(nodes,
+		node("Flatten", "flatten", []string{"z"}, []string{"zf"}),
+		node("MatMul", "head", []string{"zf", "w"}, []string{"y"}))
 	return &onnxpb.ModelProto{
 		IrVersion:    proto.Int64(8),
 		ProducerName: proto.String("dpfinetune internal/hostile"),
@@ -77,38 +84,41 @@ func model(inits []*onnxpb.TensorProto, nodes ...*onnxpb.NodeProto) *onnxpb.Mode
 		Graph: &onnxpb.GraphProto{
 			Name:        proto.String("hostile"),
 			Node:        nodes,
-			Initializer: inits,
+			Initializer: append(inits, w),
 			Input:       []*onnxpb.ValueInfoProto{x},
 			Output:      []*onnxpb.ValueInfoProto{{Name: proto.String("y")}},
 		},
 	}
 }
 
-// constantOfShape is the 3-node model of issue 15: Constant (the shape) →
+// constantOfShape is the model of issue 15: Constant (the shape) →
 // ConstantOfShape → Add to the input.
 func constantOfShape(dims ...int64) *onnxpb.ModelProto {
 	return model(nil,
 		node("Constant", "shape", nil, []string{"s"}, tensorAttr("value", i64Tensor("s", dims...))),
 		node("ConstantOfShape", "bomb", []string{"s"}, []string{"c"}),
-		node("Add", "add", []string{"x", "c"}, []string{"y"}))
+		node("Add", "add", []string{"x", "c"}, []string{"z"}))
 }
 
 func rangeModel(start, limit, delta int64) *onnxpb.ModelProto {
 	return model([]*onnxpb.TensorProto{scalarI64("start", start), scalarI64("limit", limit), scalarI64("delta", delta)},
 		node("Range", "range", []string{"start", "limit", "delta"}, []string{"r"}),
 		node("Cast", "cast", []string{"r"}, []string{"rf"}, &onnxpb.AttributeProto{Name: proto.String("to"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(1)}),
-		node("Add", "add", []string{"x", "rf"}, []string{"y"}))
+		node("Add", "add", []string{"x", "rf"}, []string{"z"}))
 }
 
 func tileModel(rep int64) *onnxpb.ModelProto {
 	return model([]*onnxpb.TensorProto{i64Tensor("reps", 1, 1, 1, rep)},
-		node("Tile", "tile", []string{"x", "reps"}, []string{"y"}))
+		node("Tile", "tile", []string{"x", "reps"}, []string{"z"}))
 }
 
-// expandModel broadcasts the input's first pixel to (batch, cols).
+// expandModel broadcasts the input's first pixel to (batch, cols), sums
+// that back to one column and adds it to the flattened input.
 func expandModel(cols int64) *onnxpb.ModelProto {
 	return model([]*onnxpb.TensorProto{i64Tensor("starts", 0), i64Tensor("ends", 1), i64Tensor("axes", 1), i64Tensor("shape", 1, cols)},
 		node("Flatten", "flat", []string{"x"}, []string{"xf"}),
 		node("Slice", "col", []string{"xf", "starts", "ends", "axes"}, []string{"x0"}),
-		node("Expand", "expand", []string{"x0", "shape"}, []string{"y"}))
+		node("Expand", "expand", []string{"x0", "shape"}, []string{"e"}),
+		node("ReduceSum", "sum", []string{"e", "axes"}, []string{"s"}),
+		node("Add", "add", []string{"xf", "s"}, []string{"z"}))
 }
