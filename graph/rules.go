@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // rule is how the IR handles one operator: infer sets the dtypes and shapes
@@ -926,9 +927,15 @@ func inferTile(g *Graph, n *Node) error {
 	}
 	out := make(Shape, len(reps))
 	for i, r := range reps {
+		if r < 0 {
+			return fmt.Errorf("negative repeats %v", reps)
+		}
 		out[i] = Dim{Size: -1}
-		if x.Shape[i].Size >= 0 {
-			out[i].Size = x.Shape[i].Size * r
+		if d := x.Shape[i].Size; d >= 0 {
+			if r != 0 && d > math.MaxInt64/r {
+				return fmt.Errorf("repeats %v overflow axis %d of size %d", reps, i, d)
+			}
+			out[i].Size = d * r
 		}
 	}
 	setOut(n, 0, x.DType, out)

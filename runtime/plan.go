@@ -56,6 +56,11 @@ type Options struct {
 	// the hooks alone, and the parameter-sized gradient buffers would be
 	// a whole model's worth of memory it never reads.
 	NoParamGrads bool
+	// MaxMemory, if positive, bounds the bytes of the buffer plan (arena
+	// and workspace) and of any one run-time value; Compile refuses a plan
+	// over it before allocating. Zero means the machine's available memory
+	// (see AvailableMemory).
+	MaxMemory int64
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -461,6 +466,9 @@ func (p *Plan) build() error {
 		p.linkConsumers()
 	}
 
+	if err := p.checkTensorSizes(); err != nil {
+		return err
+	}
 	// Kernels.
 	for _, nd := range p.nodes {
 		n := nd.g
@@ -807,6 +815,9 @@ func (p *Plan) planBuffers() error {
 	p.arenaElems = total
 	for _, it := range items {
 		p.peakElems += it.size
+	}
+	if err := p.checkPlanSize(total); err != nil {
+		return err
 	}
 	buf, err := p.dev.Alloc(total)
 	if err != nil {
