@@ -14,13 +14,14 @@ type rule struct {
 	eval  func(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error)
 }
 
-var rules map[string]rule
+// rules is filled by the init functions of this file and of the files
+// that add operators (rules_*.go), in any order.
+var rules = map[string]rule{}
 
 // SupportedOps returns whether the IR can infer shapes through op.
 func SupportedOps(op string) bool { _, ok := rules[op]; return ok }
 
 func init() {
-	rules = map[string]rule{}
 	for _, op := range []string{"Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish",
 		"Tanh", "Erf", "Exp", "Log", "Softplus", "Softsign", "Mish", "Gelu", "Sin", "Cos", "Round",
 		"Sign", "Clip", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "Trilu", "Shrink", "ThresholdedRelu"} {
