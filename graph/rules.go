@@ -202,7 +202,11 @@ func inferDropout(g *Graph, n *Node) error {
 		return err
 	}
 	setOut(n, 0, x.DType, x.Shape)
-	setOut(n, 1, Bool, x.Shape)
+	mask := Bool
+	if n.Opset > 0 && n.Opset < 10 {
+		mask = x.DType // the mask became bool in opset 10
+	}
+	setOut(n, 1, mask, x.Shape)
 	return nil
 }
 
