@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"sort"
 )
 
 // rule is how the IR handles one operator: infer sets the dtypes and shapes
@@ -17,6 +18,23 @@ var rules map[string]rule
 
 // SupportedOps returns whether the IR can infer shapes through op.
 func SupportedOps(op string) bool { _, ok := rules[op]; return ok }
+
+// Folds reports whether the IR evaluates op at load time when all its inputs
+// are constants (shape arithmetic such as Shape, Gather, Concat, Equal):
+// such a node never reaches a runtime if its inputs are constants.
+func Folds(op string) bool { return rules[op].eval != nil }
+
+// FoldOps returns the operators Folds reports, sorted.
+func FoldOps() []string {
+	var out []string
+	for op, r := range rules {
+		if r.eval != nil {
+			out = append(out, op)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 func init() {
 	rules = map[string]rule{}

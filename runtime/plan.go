@@ -472,7 +472,23 @@ func (p *Plan) build() error {
 		p.linkConsumers()
 	}
 
-	// Kernels.
+	// Kernels: first name every node without one, not only the first.
+	var missing []UnsupportedNode
+	for _, nd := range p.nodes {
+		n := nd.g
+		if _, ok := opTable[n.OpType]; (!ok || n.Domain != "") && nd.build == nil {
+			u := UnsupportedNode{Node: nodeName(n), Op: n.OpType, Opset: n.Opset, Reason: "no kernel"}
+			if n.Domain != "" {
+				u.Op, u.Reason = n.Domain+"."+n.OpType, fmt.Sprintf("operator domain %q is not supported", n.Domain)
+			} else if graph.Folds(n.OpType) {
+				u.Reason = "no kernel: the IR evaluates it only when its inputs are constants, and here they are computed at run time"
+			}
+			missing = append(missing, u)
+		}
+	}
+	if missing != nil {
+		return fmt.Errorf("runtime: %w", &UnsupportedError{Nodes: missing})
+	}
 	for _, nd := range p.nodes {
 		n := nd.g
 		nd.saveIn = make([]bool, len(nd.in))
