@@ -74,6 +74,10 @@ func runNorms(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
+	_, g, err := loadGraph(*model)
+	if err != nil {
+		return err
+	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {
 		return err
@@ -104,10 +108,6 @@ func runNorms(args []string, stdout io.Writer) error {
 	}
 	pb := min(*batch, n)
 	opts, err := rf.options(dims, int64(pb))
-	if err != nil {
-		return err
-	}
-	_, g, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
