@@ -103,6 +103,9 @@ type Engine struct {
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64
 	noisePost float32
+	// canaries are the gradient canaries of the next logical batch
+	// (InjectCanaries).
+	canaries []DiracCanary
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch
@@ -316,6 +319,7 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 		}
 	}
 	grads, err := e.finishLogical(len(batch))
+	e.canaries = nil
 	if err != nil {
 		return StepStats{}, err
 	}
@@ -474,6 +478,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		p.settle() // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
+	e.addCanaries()
 	if std > 0 {
 		// Noise and the division by the expected batch size in one pass;
 		// with an optimizer that updates piece by piece, Step runs that

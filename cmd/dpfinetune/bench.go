@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/zoo"
@@ -222,7 +223,7 @@ func benchMode(model string, sample []int64, classes int, prio rewrite.Priority,
 	row.HeapBytes = lastHeap - base
 	row.StepMS, row.SamplesPerSec = ms, sps
 	if capBytes > 0 {
-		b, err := fitBatch(rp, string(mode), capBytes, 1<<16)
+		b, err := dptrain.FitBatch(rp, string(mode), capBytes, 1<<16)
 		if err != nil {
 			return row, err
 		}
