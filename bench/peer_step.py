@@ -50,7 +50,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_models import SUITE, build  # noqa: E402
+from torch_models import SUITE, Replicate, build  # noqa: E402
 
 LIBS = ("torch", "opacus", "private_vision", "fastdp", "loop")
 
@@ -68,15 +68,66 @@ def version(lib):
     return "fastDP-" + getattr(fastDP, "__version__", "src")
 
 
+def unsupported(lib, model, shape):
+    """The trainable parameters of model that lib has no per-sample rule
+    for, by its own table of supported layers: those not owned directly by
+    a module of a supported type (private_vision matches the type's name,
+    fastDP the exact type; nn.MultiheadAttention calls its out_proj's
+    weights without calling the module, so neither sees it)."""
+    if lib == "private_vision":
+        from private_vision.supported_layers_grad_samplers import _supported_layers_grad_samplers as table
+        ok = lambda mod: type(mod).__name__ in table  # noqa: E731
+    elif lib == "fastdp":
+        from fastDP.supported_layers_grad_samplers import _supported_layers_norm_sample_AND_clipping as table
+        ok = lambda mod: type(mod) in table  # noqa: E731
+    else:
+        return []
+    called = set()
+    hooks = [m.register_forward_hook(lambda mod, i, o: called.add(id(mod))) for m in model.modules()]
+    with torch.no_grad():
+        model(torch.zeros(2, *shape))
+    for h in hooks:
+        h.remove()
+    out = []
+    for mname, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            if p.requires_grad and not (ok(mod) and id(mod) in called):
+                out.append(mname + "." + pname if mname else pname)
+    return out
+
+
+def freeze_regex(names, model):
+    """A regular expression for `dpfinetune --freeze` (and clipsum
+    -freeze) that selects the parameters names of the exported model. A
+    parameter matches by its own name; where every parameter of a module
+    is in names, the module's path matches the nodes that read them, which
+    covers the ones the exporter renamed (MultiheadAttention's
+    in_proj_weight is read by …/self_attention/MatMul)."""
+    import re
+    names = set(names)
+    every = [n for n, _ in model.named_parameters()]
+    pats = []
+    for n in sorted(names):
+        parts = n.split(".")
+        pat = "^" + re.escape(n) + "$"
+        for k in range(1, len(parts)):
+            prefix = ".".join(parts[:k]) + "."
+            if all(o in names for o in every if o.startswith(prefix)):
+                pat = "(^|/)" + r"[./]".join(map(re.escape, parts[:k])) + r"[./]"
+                break
+        pats.append(pat)
+    return "|".join(dict.fromkeys(pats))
+
+
 class Runner:
     """One library's training step on one model: step(x, y) runs forward,
     backward, clipping, noise and Adam; names maps each gradient the step
     leaves in .grad back to the torch_models parameter name (Opacus renames
     the attention weights it replaces)."""
 
-    def __init__(self, lib, model, batch, sigma, clip, lr=1e-3):
+    def __init__(self, lib, model, shape, batch, sigma, clip, lr=1e-3):
         self.lib, self.model = lib, model
-        self.names = None
+        self.unsupported = unsupported(lib, model, shape)
         if lib == "torch":
             self.opt = torch.optim.Adam(model.parameters(), lr=lr)
             self.step = self._torch
@@ -94,6 +145,11 @@ class Runner:
             self.step = self._opacus
         elif lib == "private_vision":
             from private_vision import PrivacyEngine
+            # private_vision stops on a parameter it has no rule for and asks
+            # for it to be frozen: freeze those, as its message says.
+            for name, p in model.named_parameters():
+                if name in self.unsupported:
+                    p.requires_grad_(False)
             self.opt = torch.optim.Adam(model.parameters(), lr=lr)
             self.engine = PrivacyEngine(model, batch_size=batch, sample_size=50000, epochs=1, noise_multiplier=sigma,
                                         max_grad_norm=clip, ghost_clipping=True, mixed=True)
@@ -161,11 +217,36 @@ def loop_clipped_sum(model, x, y, clip):
     return {n: t for (n, p), t in zip([(n, p) for n, p in model.named_parameters() if p.requires_grad], total)}
 
 
-def no_dropout(m):
+def check_model(name):
+    """build(name) with every Dropout at p = 0 and every all-zero parameter
+    (biases, torchvision ViT's zero-initialised head, which would make
+    every other gradient zero) drawn from a seeded N(0, 0.02): the model
+    both sides of --check use."""
+    m = build(name)
     for mod in m.modules():
         if isinstance(mod, nn.Dropout):
             mod.p = 0.0
-    return m
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in m.parameters():
+            if not p.any():
+                p.copy_(0.02 * torch.randn(p.shape, generator=g))
+    return m.train()
+
+
+def export_check(name, path):
+    """Exports check_model(name) to ONNX as torch_models.export does."""
+    import warnings
+    m = check_model(name).eval()
+    if name == "vgg11-cifar":
+        m.avgpool = Replicate()
+    x = torch.randn(2, *SUITE[name][0])
+    with warnings.catch_warnings(), torch.enable_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            m, (x,), path, export_params=True, opset_version=14, do_constant_folding=True,
+            input_names=["input"], output_names=["logits"],
+            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def check(a):
@@ -173,29 +254,39 @@ def check(a):
     ours = dict(np.load(a.check))
     x = torch.from_numpy(np.load(a.input))
     y = torch.from_numpy(np.load(a.labels)).long()
-    model = no_dropout(build(a.model)).train()
+    model = check_model(a.model)
     n = x.shape[0]
+    cannot = []
     if a.lib == "loop":
         got = loop_clipped_sum(model, x, y, a.clip)
     else:
-        r = Runner(a.lib, model, n, 0.0, a.clip, lr=0.0)
+        r = Runner(a.lib, model, SUITE[a.model][0], n, 0.0, a.clip, lr=0.0)
         r.step(x, y)
         got = {k: v * n for k, v in r.gradients().items()}
+        cannot = r.unsupported
     worst, err, untrained = "", 0.0, []
     for name, want in ours.items():
         want = torch.from_numpy(want)
         if name.endswith(".T"):
-            name, want = name[:-2], want.t()
+            name = name[:-2]
+        # The exporter stores MultiheadAttention's in_proj_weight (and
+        # the Linear weights of 3-D inputs) transposed, named after the
+        # module: ours names that one "….self_attention.weight".
+        alias = name[: -len("weight")] + "in_proj_weight"
+        if name not in got and alias in got:
+            name = alias
         g = got.pop(name, None)
         if g is None or not g.any():
             untrained.append(name)
             continue
+        if want.dim() == 2 and tuple(want.shape) != tuple(g.shape) and tuple(want.t().shape) == tuple(g.shape):
+            want = want.t()
         e = ((g.reshape(want.shape).double() - want.double()).norm() / max(want.double().norm(), 1e-30)).item()
         if e > err:
             err, worst = e, name
     extra = sorted(k for k, v in got.items() if v.any())
     out = {"model": a.model, "impl": version(a.lib), "samples": n, "max_rel_err": err, "worst": worst,
-           "untrained": sorted(untrained), "ok": err <= a.tol}
+           "untrained": sorted(untrained), "cannot_train": cannot, "ok": err <= a.tol and not untrained}
     if extra:
         out["not_in_ours"] = extra
         out["ok"] = False
@@ -211,7 +302,7 @@ def timing(a):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
-    r = Runner(a.lib, model, batch, a.sigma, a.clip)
+    r = Runner(a.lib, model, shape, batch, a.sigma, a.clip)
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -255,8 +346,26 @@ def main():
     ap.add_argument("--input")
     ap.add_argument("--labels")
     ap.add_argument("--tol", type=float, default=1e-3)
+    ap.add_argument("--print-freeze", action="store_true",
+                    help="print a --freeze regular expression for the parameters LIB cannot train, and exit")
+    ap.add_argument("--export-check", metavar="PATH", help="export the --check model to this ONNX file, and exit")
+    ap.add_argument("--write-batch", metavar="N", type=int,
+                    help="write N seeded samples of the model's shape to --input and labels to --labels, and exit")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.print_freeze:
+        model = build(a.model)
+        print(freeze_regex(unsupported(a.lib, model, SUITE[a.model][0]), model))
+        return
+    if a.export_check:
+        export_check(a.model, a.export_check)
+        return
+    if a.write_batch:
+        import numpy as np
+        g = torch.Generator().manual_seed(7)
+        np.save(a.input, torch.randn(a.write_batch, *SUITE[a.model][0], generator=g).numpy())
+        np.save(a.labels, torch.randint(0, 10, (a.write_batch,), generator=g).numpy().astype(np.int64))
+        return
     try:
         if a.check:
             check(a)
