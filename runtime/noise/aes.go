@@ -106,7 +106,7 @@ func expandKey(key Key) roundKeys {
 }
 
 // encryptBlocks encrypts each block of bs in place under c's key, with
-// AES-NI four blocks at a time where the CPU has it, else one crypto/aes
+// AES-NI eight blocks at a time where the CPU has it, else one crypto/aes
 // call each.
 func (c *cipherPair) encryptBlocks(bs []block) {
 	if len(bs) == 0 {

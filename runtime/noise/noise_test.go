@@ -185,10 +185,9 @@ func TestAnySplit(t *testing.T) {
 // draw of every kind ends at once.
 func TestAuxWords(t *testing.T) {
 	g := New(Key{5}, 11)
-	a := auxWords{g: g, index: 99, domain: 1}
 	first := []block{counter(11, 1, 99)}
 	g.c.encryptBlocks(first)
-	a.load(&first[0])
+	a := auxWords{g: g, index: 99, domain: 1, b: &first[0]}
 	ref, _ := aes.NewCipher([]byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	for j := 1; j <= 3; j++ {
 		b := counter(11, uint16(j), 99)
@@ -201,10 +200,10 @@ func TestAuxWords(t *testing.T) {
 	}
 	for _, ref := range []bool{false, true} {
 		for _, layer := range []uint32{0, 1, 7, 255} {
-			a := auxWords{g: g, index: 99, domain: maxDomain, pos: 4, ref: ref}
+			a := auxWords{g: g, index: 99, domain: maxDomain, b: &block{1, 2, 3}, pos: 16, ref: ref}
 			z := zigSlow(&a, layer, 1<<23-1, ref)
-			if a.domain != maxDomain || a.w != [4]uint32{} || math.IsNaN(float64(z)) || z < 0 || z > zigR {
-				t.Fatalf("exhausted draw of layer %d: %v, domain %d, words %v", layer, z, a.domain, a.w)
+			if a.domain != maxDomain || *a.b != (block{}) || math.IsNaN(float64(z)) || z < 0 || z > zigR {
+				t.Fatalf("exhausted draw of layer %d: %v, domain %d, block %v", layer, z, a.domain, *a.b)
 			}
 		}
 	}
@@ -334,7 +333,7 @@ func TestDistribution(t *testing.T) {
 	const nt = 1 << 16
 	tail := make([]float64, nt)
 	for i := range tail {
-		a := auxWords{g: g, index: uint64(i), domain: 0, pos: 4}
+		a := auxWords{g: g, index: uint64(i), domain: 0, b: new(block), pos: 16}
 		tail[i] = float64(zigSlow(&a, 0, 0, false))
 	}
 	sort.Float64s(tail)
