@@ -65,7 +65,7 @@ func TestZigFastSlowLanes(t *testing.T) {
 
 // TestZigWedgeQuick: wherever the lines of zigWedge decide the wedge test
 // they agree with the exact test y < exp(-x²/2) in float64, and with the
-// Expf test they stand in for (so the draws did not change), on uniformly
+// expf test they stand in for (so the draws did not change), on uniformly
 // random points and on points within a few float32 steps of the curve.
 func TestZigWedgeQuick(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
@@ -87,7 +87,7 @@ func TestZigWedgeQuick(t *testing.T) {
 			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, exact %v", layer, m, w, x, y, accept, exact)
 		}
 		if expf := y < expf(-0.5*x*x); accept != expf {
-			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, Expf %v", layer, m, w, x, y, accept, expf)
+			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, expf %v", layer, m, w, x, y, accept, expf)
 		}
 		if zigWedgeAccept(layer, x, y) != accept {
 			t.Fatalf("layer %d m %d w %#x: zigWedgeAccept disagrees with the lines", layer, m, w)
@@ -103,7 +103,7 @@ func TestZigWedgeQuick(t *testing.T) {
 			undecided++
 		}
 	}
-	t.Logf("uniform wedge points left to Expf: %.2f %%", 100*float64(undecided)/n)
+	t.Logf("uniform wedge points left to expf: %.2f %%", 100*float64(undecided)/n)
 	// Near the lines and the curve: the u whose y is closest to each,
 	// and its neighbours, where the quick decisions come closest to the
 	// curve and a margin too thin would show.
