@@ -49,6 +49,8 @@ func ParseMode(s string) (Mode, error) {
 
 // Config configures an Engine.
 type Config struct {
+	// Device runs the step; nil is the CPU (runtime.OpenDevice names them).
+	Device   runtime.Device
 	Mode     Mode
 	Clipping Clipping
 	// PerLayer clips each parameter tensor separately with clip norm
@@ -220,6 +222,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		}
 	}
 	plan, err := runtime.Compile(cg, &runtime.Options{
+		Device:          cfg.Device,
 		Trainable:       trainable,
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
 		KeepHooked:      cfg.Mode == BK,

@@ -83,7 +83,12 @@ func runTrain(args []string, stdout io.Writer) error {
 	quiet := fs.Bool("quiet", false, "no progress bars")
 	evalBatch := fs.Int("eval-batch", 256, "batch of the per-epoch evaluation")
 	rf := addRewriteFlags(fs, "groupnorm")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" || *spec == "" || *out == "" {
@@ -170,6 +175,7 @@ func runTrain(args []string, stdout io.Writer) error {
 		}
 	}
 	cfg := dptrain.Config{
+		Device: dev,
 		Settings: trainSettings{
 			Model: *model, Data: *spec, TestData: testName, Epsilon: *eps, Delta: *delta, Epochs: *epochs, BatchSize: *batchSize,
 			Accountant: *acctName, Sampling: *sampling, Mode: string(mode), Clip: *clip, ClipFn: fn.String(), Gamma: *gamma,
