@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -81,6 +83,7 @@ func runBench(args []string, stdout io.Writer) error {
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps of every mode to this file (go tool pprof)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -139,6 +142,17 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
 	rep.Rows = make([]benchRow, len(ms))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for r := 0; r < *rounds; r++ {
 		for i, m := range ms {
 			c := capBytes
