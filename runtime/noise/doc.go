@@ -93,11 +93,11 @@
 // A word per element keeps the keystream at four elements per AES block,
 // as the sequential generator this package replaced; 98.5 % of the draws
 // end in the fast path, which zigFastAVX2 (eight at a time, chosen by a
-// CPUID check) or zigFastSSE (four) runs on runs of 4096 words. The 1.5 %
+// CPUID check) or zigFastSSE (four) runs on runs of 1024 words. The 1.5 %
 // slow draws of a run get their first auxiliary blocks encrypted together
 // with AES-NI, eight blocks interleaved (encryptBlocksAESNI): crypto/aes
 // encrypts a lone block in ~50 ns here, longer than the whole draw of the
-// ~60 elements of a run that need one. On the 2-core AMD EPYC the package
+// ~15 elements of a run that need one. On the 2-core AMD EPYC the package
 // was written on, BenchmarkAddGaussian draws 1.2–1.5 ns per element under
 // load, as fast as the generator it replaced (docs/PRIVACY.md).
 package noise

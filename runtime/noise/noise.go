@@ -26,8 +26,12 @@ func New(key Key, step uint64) *Generator {
 }
 
 // runWords is how many elements Add draws per keystream run: the words,
-// slow indices and values of a run stay in the first-level cache.
-const runWords = 4096
+// the counter mode's zero input, the slow indices and the values of a run
+// (16 KiB) stay in the 32 KiB first-level cache. With 4096, as the
+// sequential generator had, this one drew as fast as that one; with 1024,
+// 6–9 % faster (thread CPU time of both in one process, medians of 40
+// rounds); 512 drew as 1024 did.
+const runWords = 1024
 
 // auxBatch is how many slow draws of a run get their first auxiliary
 // block encrypted in one encryptBlocks call.

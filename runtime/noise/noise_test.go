@@ -382,3 +382,30 @@ func TestDistribution(t *testing.T) {
 		t.Errorf("tail KS distance %.5f > %.5f", d, crit)
 	}
 }
+
+// TestFinishBatches: a run whose draws all leave the fast path (layer 1
+// has no inner rectangle) is finished in several batches of auxiliary
+// blocks, the last one padded, each draw from its own element's words as
+// Reference draws it.
+func TestFinishBatches(t *testing.T) {
+	const n, e = 3*auxBatch + 13, 1<<33 + 2
+	r := rand.New(rand.NewPCG(7, 7))
+	words := make([]uint32, n)
+	slow := make([]int32, n)
+	for i := range words {
+		words[i] = r.Uint32()&^zigMask | 1
+		slow[i] = int32(i)
+	}
+	g := New(Key{4, 4}, 21)
+	x := testInput(n)
+	s := new(scratch)
+	g.finish(s, words, x, e, 0.5, 2, slow)
+	want := testInput(n)
+	for i, u := range words {
+		b := counter(21, 1, e+uint64(i))
+		g.c.block.Encrypt(b[:], b[:])
+		a := auxWords{g: g, index: e + uint64(i), domain: 1, b: &b, ref: true}
+		want[i] = zigApply(want[i], zigSlow(&a, 1, u>>zigShift, true), u, 0.5, 2)
+	}
+	sameBits(t, "finish", x, want)
+}
