@@ -99,3 +99,15 @@ func TestShapeElements(t *testing.T) {
 		t.Errorf("FormatBytes(1536) = %q", got)
 	}
 }
+
+// TestPoolRank: pooling over an input without spatial axes is an error,
+// not an index out of range (found by FuzzPipeline).
+func TestPoolRank(t *testing.T) {
+	for _, op := range []string{"GlobalAveragePool", "MaxPool"} {
+		var attrs = attrInts("kernel_shape")
+		g := newBuilder(14).input("x", 2, 3).node(op, []string{"x"}, []string{"y"}, attrs).output("y").graph(t)
+		if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), op) {
+			t.Errorf("%s on (2,3): err = %v", op, err)
+		}
+	}
+}

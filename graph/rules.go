@@ -296,7 +296,7 @@ func inferPool(g *Graph, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if len(kernel) != len(x.Shape)-2 {
+	if len(x.Shape) < 3 || len(kernel) != len(x.Shape)-2 {
 		return fmt.Errorf("kernel_shape %v does not match input %v", kernel, x.Shape)
 	}
 	p, err := n.Window(x.Shape[2:].Ints(), kernel)
@@ -316,6 +316,9 @@ func inferGlobalPool(g *Graph, n *Node) error {
 	x, err := rankedIn0(n)
 	if err != nil {
 		return err
+	}
+	if len(x.Shape) < 3 {
+		return fmt.Errorf("input %v has no spatial axes", x.Shape)
 	}
 	out := Shape{x.Shape[0], x.Shape[1]}
 	for range x.Shape[2:] {
