@@ -255,6 +255,11 @@ func decodeImage(path string, admit func(path string, w, h int) error) (decoded,
 		return decoded{}, fmt.Errorf("folder: %w", err)
 	}
 	defer f.Close()
+	return decodeImageFrom(f, path, admit)
+}
+
+// decodeImageFrom is decodeImage on the contents of path read from f.
+func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (decoded, error) {
 	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)

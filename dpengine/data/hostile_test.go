@@ -12,7 +12,7 @@ import (
 
 // pngWithSize returns a valid 1×1 gray PNG whose IHDR claims w×h pixels
 // (its CRC fixed up): the header a decompression bomb carries.
-func pngWithSize(t *testing.T, w, h uint32) []byte {
+func pngWithSize(t testing.TB, w, h uint32) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := png.Encode(&buf, grayImage(1, 1, func(x, y int) uint8 { return 9 })); err != nil {

@@ -118,6 +118,11 @@ func readIDX(path string, ndims int) ([]uint8, []int, error) {
 		return nil, nil, fmt.Errorf("idx: %w", err)
 	}
 	defer f.Close()
+	return readIDXFrom(f, path, ndims)
+}
+
+// readIDXFrom is readIDX on the contents of path read from f.
+func readIDXFrom(f io.Reader, path string, ndims int) ([]uint8, []int, error) {
 	br := bufio.NewReaderSize(f, 1<<16)
 	var r io.Reader = br
 	what := "file"
