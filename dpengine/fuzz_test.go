@@ -1,6 +1,8 @@
 package dpengine
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -254,6 +256,46 @@ func FuzzPipeline(f *testing.F) {
 		runtime.ReadMemStats(&after)
 		if d := after.TotalAlloc - before.TotalAlloc; d > fuzzMaxAlloc {
 			t.Errorf("one input allocated %d MiB, over %d MiB", d>>20, fuzzMaxAlloc>>20)
+		}
+	})
+}
+
+// FuzzCheckpoint reads arbitrary bytes as a checkpoint: an error, or a
+// checkpoint whose tensors match its names and sizes; never a panic, and
+// nothing allocated beyond what the input holds (sizes are checked against
+// the length first).
+func FuzzCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	for i, v := range []float32{1, -3.5} {
+		path := filepath.Join(dir, fmt.Sprint(i))
+		c := sampleCheckpointF(v)
+		if i == 1 {
+			c.Optimizer = nil
+		}
+		if err := WriteCheckpoint(path, c); err != nil {
+			f.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(checkpointMagic + "\xff\xff\xff\xff\xff\xff\xff\x7f"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := readCheckpoint(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		if len(c.Params) != len(c.ParamNames) {
+			t.Fatalf("%d tensors for %d names", len(c.Params), len(c.ParamNames))
+		}
+		if c.Optimizer != nil {
+			for name, slot := range c.Optimizer.Slots {
+				if len(slot) != len(c.Params) {
+					t.Fatalf("slot %s: %d tensors for %d parameters", name, len(slot), len(c.Params))
+				}
+			}
 		}
 	})
 }
