@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -559,8 +559,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.Report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.Report, append(b, '\n'), 0o644); err != nil {
-			return nil, err
+		if err := atomicfile.WriteBytes(cfg.Report, append(b, '\n')); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
 		}
 	}
 	return rep, nil
