@@ -111,3 +111,17 @@ func TestPoolRank(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldUnknownOutput: folding an Expand or Tile whose inferred output
+// shape has an unknown dimension (a negative target) is an error, not an
+// index out of range (found by FuzzPipeline).
+func TestFoldUnknownOutput(t *testing.T) {
+	for _, op := range []string{"Expand", "Tile"} {
+		g := newBuilder(14).input("x", 1).
+			init("a", i64([]int64{1}, 7)).init("s", i64([]int64{1}, -5)).
+			node(op, []string{"a", "s"}, []string{"y"}).output("y").graph(t)
+		if err := g.InferShapes(nil); err == nil {
+			t.Errorf("%s to -5: no error", op)
+		}
+	}
+}
