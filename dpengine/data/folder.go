@@ -169,6 +169,9 @@ func loadFolder(spec Spec) (*Images, error) {
 	}
 
 	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1}
+	for _, it := range order {
+		m.sourcePaths = append(m.sourcePaths, it.path)
+	}
 	uniform := true
 	for i, d := range imgs {
 		m.labels[i] = order[i].label

@@ -73,6 +73,8 @@ func loadIDX(spec Spec) (*Images, error) {
 		h:        idims[1],
 		w:        idims[2],
 		pix:      pix,
+
+		sourcePaths: []string{imgPath, lblPath},
 	}, nil
 }
 
