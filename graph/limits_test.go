@@ -125,3 +125,29 @@ func TestFoldUnknownOutput(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedAttributes: attribute and input lengths that disagree are
+// errors naming the node, not index out of range (Pad found by
+// FuzzPipeline; ConvTranspose by review after it).
+func TestMalformedAttributes(t *testing.T) {
+	cases := []struct {
+		name string
+		b    *builder
+	}{
+		{"Pad pads not 2·axes", newBuilder(18).input("x", 2, 3, 4).
+			init("p", i64([]int64{4}, 1, 1, 1, 1)).init("v", &Tensor{DType: Float32, Shape: []int64{}, F32: []float32{0}}).init("ax", i64([]int64{1}, 1)).
+			node("Pad", []string{"x", "p", "v", "ax"}, []string{"y"})},
+		{"ConvTranspose rank 2", newBuilder(14).input("x", 2, 3).init("w", &Tensor{DType: Float32, Shape: []int64{3, 3}, F32: make([]float32, 9)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"})},
+		{"ConvTranspose short strides", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("strides", 2))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := c.b.output("y").graph(t)
+			if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), "node ") {
+				t.Errorf("err = %v", err)
+			}
+		})
+	}
+}
