@@ -342,6 +342,9 @@ func evalReshape(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 }
 
 func evalConcat(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	out := n.Outputs[0].Shape.Ints()
 	a, _ := n.Int("axis")
 	ax, err := normAxis(a, len(out))
@@ -439,12 +442,18 @@ func evalGather(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 }
 
 func evalExpand(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	x := in[0]
 	out := n.Outputs[0].Shape.Ints()
 	return []*Tensor{x.take(out, broadcastIndex(out, x.Shape))}, nil
 }
 
 func evalTile(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	x := in[0]
 	out := n.Outputs[0].Shape.Ints()
 	st := stridesOf(x.Shape)
