@@ -63,7 +63,7 @@ func runTrain(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = runLoop(cfg, *tf.quiet, nil)
+	_, err = runLoop(cfg, *tf.quiet)
 	return err
 }
 
@@ -242,11 +242,21 @@ func openTest(spec, trainSpec string, sample []int64, norm string, logf func(str
 	return nil, "", nil
 }
 
-// runLoop runs the training loop with the command's progress bars (on a
+// runLoop runs the training loop with the command's progress bars and
+// signal handling (see withProgress).
+func runLoop(cfg dptrain.Config, quiet bool) (*dptrain.Report, error) {
+	var rep *dptrain.Report
+	err := withProgress(cfg, quiet, func(c dptrain.Config) (err error) {
+		rep, err = dptrain.Run(c)
+		return err
+	})
+	return rep, err
+}
+
+// withProgress calls run with cfg given the command's progress bars (on a
 // terminal, unless quiet), signal handling (SIGINT and SIGTERM finish the
-// step, checkpoint and stop) and the tests' afterStep hook; then is also
-// called with every event.
-func runLoop(cfg dptrain.Config, quiet bool, then func(dptrain.Event)) (*dptrain.Report, error) {
+// step, checkpoint and stop) and the tests' afterStep hook.
+func withProgress(cfg dptrain.Config, quiet bool, run func(dptrain.Config) error) error {
 	var stop atomic.Bool
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -287,19 +297,16 @@ func runLoop(cfg dptrain.Config, quiet bool, then func(dptrain.Event)) (*dptrain
 				fmt.Fprintln(os.Stderr)
 			}
 		}
-		if then != nil {
-			then(ev)
-		}
 	}
-	rep, err := dptrain.Run(cfg)
+	err := run(cfg)
 	if bar != nil {
 		bar.Exit()
 	}
 	var ie *dptrain.Interrupted
 	if errors.As(err, &ie) {
-		return nil, interruptError{ie.Checkpoint}
+		return interruptError{ie.Checkpoint}
 	}
-	return rep, err
+	return err
 }
 
 // withSplit returns the spec with its split replaced (a limit is dropped:
