@@ -19,6 +19,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // MetaPrefix prefixes the keys Run writes into the exported model's
@@ -95,6 +96,8 @@ type Config struct {
 	// Run derives. Gamma and Momentum are used whatever the clip function
 	// and optimizer, and recorded only where they apply.
 	Settings Settings
+	// Device runs the training and evaluation steps; nil is the CPU.
+	Device runtime.Device
 	// Graph is the model. Run rewrites it and trains its parameters in
 	// place: after Run it holds the trained model.
 	Graph *graph.Graph
@@ -348,7 +351,7 @@ func Run(cfg Config) (*Report, error) {
 	if d := testhook.NoiseDivisor; d > 0 {
 		engSigma /= d
 	}
-	ecfg := dpengine.Config{Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
+	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
@@ -460,7 +463,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	var ev *Evaluator
 	if cfg.Test != nil {
-		if ev, err = NewEvaluator(g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
+		if ev, err = NewEvaluatorOn(cfg.Device, g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
 			return nil, err
 		}
 	}

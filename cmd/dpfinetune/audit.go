@@ -69,7 +69,7 @@ func runAudit(args []string, stdout io.Writer) error {
 			log = io.Discard
 		}
 	}
-	cfg, err := tf.config(log)
+	cfg, err := tf.config(log, false)
 	if err != nil {
 		return err
 	}

@@ -56,10 +56,7 @@ func runTrain(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *tf.model == "" || *tf.spec == "" || *tf.out == "" {
-		return usagef("--model, --data and --out are required")
-	}
-	cfg, err := tf.config(stdout)
+	cfg, err := tf.config(stdout, true)
 	if err != nil {
 		return err
 	}
@@ -77,6 +74,7 @@ type trainFlags struct {
 	epochs, batchSize, physical, evalBatch                             *int
 	perLayer, nonPrivate, resume, quiet                                *bool
 	rf                                                                 *rewriteFlags
+	dev                                                                deviceFlag
 }
 
 // addTrainFlags defines the training flags on fs; outUsage documents --out.
@@ -114,13 +112,22 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		quiet:      fs.Bool("quiet", false, "no progress bars"),
 		evalBatch:  fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
 		rf:         addRewriteFlags(fs, "groupnorm"),
+		dev:        addDeviceFlag(fs),
 	}
 }
 
-// config validates the parsed flags, loads the model and the data, and
-// returns the run's configuration (notes go to stdout).
-func (f *trainFlags) config(stdout io.Writer) (dptrain.Config, error) {
+// config opens the device, validates the parsed flags (--out is required
+// when needOut), loads the model and the data, and returns the run's
+// configuration (notes go to stdout).
+func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, error) {
 	var cfg dptrain.Config
+	dev, err := f.dev.open()
+	if err != nil {
+		return cfg, err
+	}
+	if needOut && (*f.model == "" || *f.spec == "" || *f.out == "") {
+		return cfg, usagef("--model, --data and --out are required")
+	}
 	if *f.model == "" || *f.spec == "" {
 		return cfg, usagef("--model and --data are required")
 	}
@@ -205,6 +212,7 @@ func (f *trainFlags) config(stdout io.Writer) (dptrain.Config, error) {
 		}
 	}
 	cfg = dptrain.Config{
+		Device: dev,
 		Settings: trainSettings{
 			Model: *f.model, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,

@@ -302,7 +302,7 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	cfg.Train = &withCanaries{base: cfg.Train, canaries: inc}
 	g := cfg.Graph
 	return func() error {
-		ev, err := dptrain.NewEvaluator(g, []int64{int64(c), int64(h), int64(w)}, min(256, m))
+		ev, err := dptrain.NewEvaluatorOn(cfg.Device, g, []int64{int64(c), int64(h), int64(w)}, min(256, m))
 		if err != nil {
 			return fmt.Errorf("audit: scoring the input canaries: %w", err)
 		}
