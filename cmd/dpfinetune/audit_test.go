@@ -12,7 +12,7 @@ import (
 // auditArgs is the audit of the acceptance tests: the fixture CNN on 1000
 // images of the shipped Fashion-MNIST slice, 10 epochs of expected batch
 // 64 (240 steps), 1000 canaries with 250 + 250 guesses, δ = 1e-5, seeded.
-// With all 500 guesses right the bound could reach 4.9, so a claimed ε of
+// With all 500 guesses right the bound could reach 5.09, so a claimed ε of
 // 2 can be refuted; 1000 gradient canaries need 1000 of the CNN's 26 010
 // parameters.
 func auditArgs(eps string, extra ...string) []string {
