@@ -248,11 +248,18 @@ func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *ran
 		return out, nil
 	}
 	user := cfg.Events
+	var grads [][]float32 // per parameter, looked up once per step
 	cfg.Events = func(ev dptrain.Event) {
 		if ev.Kind == dptrain.StepDone {
 			// The auditor sees every private gradient (white box).
+			if grads == nil {
+				grads = make([][]float32, len(names))
+			}
+			for k, name := range names {
+				grads[k] = ev.Engine.Gradient(name)
+			}
 			for i, c := range coords {
-				scores[i] += float64(ev.Engine.Gradient(names[c.Param])[c.Index])
+				scores[i] += float64(grads[c.Param][c.Index])
 			}
 		}
 		if user != nil {
