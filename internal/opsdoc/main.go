@@ -46,6 +46,12 @@ implements (attributes and inputs that move between versions are read as
 each version writes them); a node of a model importing an opset outside the
 range is refused. Attribute values and dtypes a kernel does not take are
 refused when the plan is compiled, naming the node.
+
+ONNX's own backend test cases for these operators (the node and
+simple-model cases of python3-onnx 1.12 whose operators are all listed here)
+run in CI: `+"`runtime/conformance_test.go`"+` over `+"`testdata/conformance/`"+`,
+made by `+"`testdata/gen/make_conformance.py`"+` (regenerate both after this list
+changes). The test lists the cases the runtime refuses, with the reason.
 `)
 	fmt.Fprintf(w, "\n%d operators.\n\n| operator | opsets |\n|---|---|\n", len(ops))
 	for _, op := range ops {
