@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 )
 
@@ -14,7 +15,9 @@ type rule struct {
 	eval  func(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error)
 }
 
-var rules map[string]rule
+// rules is filled by the init functions of this file and of the files
+// that add operators (rules_*.go), in any order.
+var rules = map[string]rule{}
 
 // SupportedOps returns whether the IR can infer shapes through op.
 func SupportedOps(op string) bool { _, ok := rules[op]; return ok }
@@ -37,7 +40,6 @@ func FoldOps() []string {
 }
 
 func init() {
-	rules = map[string]rule{}
 	for _, op := range []string{"Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish",
 		"Tanh", "Erf", "Exp", "Log", "Softplus", "Softsign", "Mish", "Gelu", "Sin", "Cos", "Round",
 		"Sign", "Clip", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "Trilu", "Shrink", "ThresholdedRelu"} {
@@ -948,9 +950,15 @@ func inferTile(g *Graph, n *Node) error {
 	}
 	out := make(Shape, len(reps))
 	for i, r := range reps {
+		if r < 0 {
+			return fmt.Errorf("negative repeats %v", reps)
+		}
 		out[i] = Dim{Size: -1}
-		if x.Shape[i].Size >= 0 {
-			out[i].Size = x.Shape[i].Size * r
+		if d := x.Shape[i].Size; d >= 0 {
+			if r != 0 && d > math.MaxInt64/r {
+				return fmt.Errorf("repeats %v overflow axis %d of size %d", reps, i, d)
+			}
+			out[i].Size = d * r
 		}
 	}
 	setOut(n, 0, x.DType, out)

@@ -56,6 +56,11 @@ type Options struct {
 	// the hooks alone, and the parameter-sized gradient buffers would be
 	// a whole model's worth of memory it never reads.
 	NoParamGrads bool
+	// MaxMemory, if positive, bounds the bytes of the buffer plan (arena
+	// and workspace) and of any one run-time value; Compile refuses a plan
+	// over it before allocating. Zero means the machine's available memory
+	// (see AvailableMemory).
+	MaxMemory int64
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -281,7 +286,7 @@ func CompileForBatch(g *graph.Graph, batch int, sample []int64, opts *Options) (
 var nonDiff = map[string][]int{
 	"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
 	"Squeeze": {1}, "Unsqueeze": {1}, "Clip": {1, 2}, "BatchNormalization": {3, 4},
-	"Gather": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
+	"Gather": {1}, "ScatterND": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
 }
 
 func diffSlot(n *graph.Node, i int) bool {
@@ -472,6 +477,9 @@ func (p *Plan) build() error {
 		p.linkConsumers()
 	}
 
+	if err := p.checkTensorSizes(); err != nil {
+		return err
+	}
 	// Kernels: first name every node without one, not only the first.
 	var missing []UnsupportedNode
 	for _, nd := range p.nodes {
@@ -860,6 +868,9 @@ func (p *Plan) planBuffers() error {
 	p.arenaElems = total
 	for _, it := range items {
 		p.peakElems += it.size
+	}
+	if err := p.checkPlanSize(total); err != nil {
+		return err
 	}
 	buf, err := p.dev.Alloc(total)
 	if err != nil {

@@ -29,6 +29,8 @@ var opsets = map[string]OpsetRange{
 	"Dropout": {1, 18}, "Cast": {6, 18},
 	"Transpose": {1, 18}, "Concat": {4, 18}, "Slice": {1, 18}, "Gather": {1, 18},
 	"Pad": {2, 18}, "Expand": {8, 18}, "Where": {9, 18},
+	// ScatterND: reduction attribute add/mul (16), max/min (18). Einsum: 12 on.
+	"ScatterND": {11, 18}, "Einsum": {12, 18},
 	"ReduceMean": {1, 18}, "ReduceSum": {1, 18},
 	"Softmax": {1, 18}, "LogSoftmax": {1, 18},
 	"Conv": {1, 18}, "Gemm": {7, 18}, "MatMul": {1, 18},
