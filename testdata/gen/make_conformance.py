@@ -13,7 +13,10 @@ load-time-only operators). Each kept case is written as
     testdata/conformance/<kind>/<case>/model.onnx
     testdata/conformance/<kind>/<case>/input_<i>.pb, output_<i>.pb
 
-the ONNX test-data layout without the test_data_set_0 level. Inputs the
+the ONNX test-data layout without the test_data_set_0 level. A float64
+case of a single node whose attributes name no dtype is written in float32
+(inputs, outputs and expected values rounded; listed under
+"float64_as_float32" in the manifest). Inputs the
 runtime takes only as constants (int64, int32 and bool: shapes, axes,
 indices, conditions) are moved into the model as initializers, so that the
 model's remaining inputs are float32 tensors, as a model given to predict
@@ -96,12 +99,31 @@ def is_f32(a):
     return isinstance(a, (np.ndarray, np.generic)) and a.dtype == np.float32
 
 
+def to_float32(model, inputs, outputs):
+    """A float64 case of one node whose attributes name no dtype becomes
+    the same case in float32 (Einsum's cases are all float64); None if the
+    case is not of that kind."""
+    g = model.graph
+    arrays = list(inputs) + list(outputs)
+    if len(g.node) != 1 or any(a.name in ("to", "dtype") for a in g.node[0].attribute):
+        return None
+    if not arrays or not all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays):
+        return None
+    for vi in list(g.input) + list(g.output):
+        vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return [a.astype(np.float32) for a in inputs], [a.astype(np.float32) for a in outputs]
+
+
 def convert(case):
-    """Returns (model, inputs, outputs) with constant-only inputs moved into
-    initializers, or a reason string when the case cannot be kept."""
+    """Returns (model, inputs, outputs, float32ed) with constant-only inputs
+    moved into initializers, or a reason string when the case cannot be
+    kept."""
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     inputs, outputs = case.data_sets[0]
+    conv = to_float32(model, inputs, outputs)
+    if conv is not None:
+        inputs, outputs = conv
     g = model.graph
     if len(inputs) != len(g.input):
         return "optional inputs left out by position"
@@ -121,7 +143,7 @@ def convert(case):
         return "no float32 input"
     del g.input[:]
     g.input.extend(keep_in)
-    return model, keep_vals, list(outputs)
+    return model, keep_vals, list(outputs), conv is not None
 
 
 def main():
@@ -133,7 +155,7 @@ def main():
     ops = supported_ops(args.doc)
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)
-    kept, excluded, total = [], {}, 0
+    kept, excluded, converted, total = [], {}, [], 0
     for kind, case in collect():
         used = graph_ops(case.model.graph)
         if not used <= ops:
@@ -142,7 +164,7 @@ def main():
         if isinstance(r, str):
             excluded[case.name] = r
             continue
-        model, ins, outs = r
+        model, ins, outs, f32 = r
         blobs = {"model.onnx": model.SerializeToString()}
         for i, a in enumerate(ins):
             blobs["input_%d.pb" % i] = numpy_helper.from_array(a).SerializeToString()
@@ -158,6 +180,8 @@ def main():
             with open(os.path.join(d, name), "wb") as f:
                 f.write(b)
         kept.append(kind + "/" + case.name)
+        if f32:
+            converted.append(case.name)
         total += size
     manifest = {
         "onnx": onnx.__version__,
@@ -165,6 +189,7 @@ def main():
         "operators": sorted(ops),
         "cases": kept,
         "excluded": dict(sorted(excluded.items())),
+        "float64_as_float32": converted,
     }
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
