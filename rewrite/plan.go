@@ -154,6 +154,10 @@ type Layer struct {
 	Groups int64 `json:"groups"`
 	// Shared marks a use of a shared parameter: always instantiated.
 	Shared bool `json:"shared,omitempty"`
+	// Mapped marks a use through layout operators that do not keep the
+	// norm (Concat, Expand, Tile, Gather): always instantiated, and the
+	// per-sample gradient mapped back to the parameter.
+	Mapped bool `json:"mapped,omitempty"`
 	// TwoT2 = 2T² and PD = p·D are the per-sample, per-group space of the
 	// ghost norm and of the instantiated gradient (the paper's Table 3).
 	TwoT2    int64    `json:"2T2"`
@@ -742,6 +746,7 @@ func (l *Layer) decide(pr Priority, shared bool, path []Step) {
 		for _, s := range path {
 			ops = append(ops, s.Op)
 		}
+		l.Mapped = true
 		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s through %v, which does not keep the norm: the per-sample gradient is instantiated and mapped back", l.Op, ops)
 		return
 	}
