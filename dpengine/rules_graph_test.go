@@ -103,7 +103,7 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 		// Token MatMuls whose weights pass through layout ops: one
 		// operand joining two parameters (Concat of transposes), a
 		// weight stored with a unit axis (Unsqueeze, Squeeze, Cast,
-		// Flatten), a weight shared by a direct and a transposed use, and
+		// Flatten), rows gathered from a table, a weight shared by a direct and a transposed use, and
 		// a LayerNormalization over the last axis.
 		"paths": func() (*graph.Graph, []int64) {
 			m := newTestModel(17)
@@ -119,6 +119,11 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			wc = m.node("Flatten", []string{wc}, "wc.f", intAttr("axis", 1))
 			x = m.node("MatMul", []string{x, wc}, "h2")
 			x = m.node("Tanh", []string{x}, "t2")
+			// Rows gathered with a repeat: the map sums the repeated
+			// rows' gradients.
+			wg := m.node("Gather", []string{m.param("wg", 8, 6), m.ints("rows", 0, 2, 2, 5, 7, 1)}, "wg.g", intAttr("axis", 0))
+			x = m.node("MatMul", []string{x, wg}, "h2g")
+			x = m.node("Tanh", []string{x}, "t2g")
 			ws := m.param("ws", 6, 6)
 			y := m.node("MatMul", []string{x, ws}, "h3")
 			wst := m.node("Transpose", []string{ws}, "ws.t", intsAttr("perm", 1, 0))
