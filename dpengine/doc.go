@@ -13,7 +13,9 @@
 // InstanceNormalization scale and bias). A linear rule computes each
 // sample's ghost norm or instantiated gradient, and book-keeping's
 // weighted sum; an elementwise rule gives a sample's gradient with respect
-// to one operand. Supporting a new consumer is one rule file and its test.
+// to one operand. The planner registers its classification of the same
+// operator in package rewrite (consumers.go). Supporting a new consumer is
+// one rule file here, its consumer rule there, and their tests.
 // A weight that reaches its consumer through layout-only operators
 // (Transpose, Reshape, Slice of a packed tensor, …) gets its per-sample
 // gradient mapped back through an index map built once (path.go).
