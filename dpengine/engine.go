@@ -49,6 +49,8 @@ func ParseMode(s string) (Mode, error) {
 
 // Config configures an Engine.
 type Config struct {
+	// Device runs the step; nil is the CPU (runtime.OpenDevice names them).
+	Device   runtime.Device
 	Mode     Mode
 	Clipping Clipping
 	// PerLayer clips each parameter tensor separately with clip norm
@@ -103,6 +105,9 @@ type Engine struct {
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64
 	noisePost float32
+	// canaries are the gradient canaries of the next logical batch
+	// (InjectCanaries).
+	canaries []DiracCanary
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch
@@ -217,6 +222,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		}
 	}
 	plan, err := runtime.Compile(cg, &runtime.Options{
+		Device:          cfg.Device,
 		Trainable:       trainable,
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
 		KeepHooked:      cfg.Mode == BK,
@@ -316,6 +322,7 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 		}
 	}
 	grads, err := e.finishLogical(len(batch))
+	e.canaries = nil
 	if err != nil {
 		return StepStats{}, err
 	}
@@ -474,6 +481,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		p.settle() // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
+	e.addCanaries()
 	if std > 0 {
 		// Noise and the division by the expected batch size in one pass;
 		// with an optimizer that updates piece by piece, Step runs that

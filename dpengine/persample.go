@@ -241,7 +241,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			if err != nil {
 				return fmt.Errorf("dpengine: %w", err)
 			}
-			g.sub, err = runtime.Compile(sub, &runtime.Options{Trainable: names, KeepActivations: true})
+			g.sub, err = runtime.Compile(sub, &runtime.Options{Device: e.cfg.Device, Trainable: names, KeepActivations: true})
 			if err != nil {
 				return fmt.Errorf("dpengine: path of %v: %w", names, err)
 			}

@@ -115,9 +115,13 @@ type Use struct {
 
 // Param is the plan for one floating-point initializer.
 type Param struct {
-	Name  string  `json:"name"`
-	Shape []int64 `json:"shape"`
-	Size  int64   `json:"size"`
+	Name string `json:"name"`
+	// Module is the PyTorch state-dict name of a parameter the exporter
+	// renamed ("layer1.0.conv1.weight" for "onnx::Conv_196"), derived from
+	// the node that reads it; empty when Name is already the user's.
+	Module string  `json:"module,omitempty"`
+	Shape  []int64 `json:"shape"`
+	Size   int64   `json:"size"`
 	// Kind is linear if any use is linear, elementwise if all uses are,
 	// frozen if the parameter is not trained.
 	Kind Kind `json:"kind"`
@@ -185,6 +189,9 @@ type Plan struct {
 	InputShape []int64  `json:"input_shape"` // one sample
 	Batch      int64    `json:"batch"`
 	Priority   Priority `json:"priority"`
+	// ExportForm is how the model was exported, as far as the graph shows
+	// (ExportTraining, ExportEvalFolded or "").
+	ExportForm string   `json:"export_form,omitempty"`
 	Changes    []Change `json:"changes"`
 	Params     []*Param `json:"params"`
 	// Layers lists every trainable linear use in graph order.
@@ -203,6 +210,16 @@ type Plan struct {
 	Warnings []string `json:"warnings,omitempty"`
 
 	byName map[string]*Param
+}
+
+// Label is how reports name parameter name: its PyTorch name with the
+// stored one beside it when the exporter renamed it
+// ("layer1.0.conv1.weight (onnx::Conv_196)"), else the stored name.
+func (p *Plan) Label(name string) string {
+	if prm := p.Param(name); prm != nil && prm.Module != "" {
+		return prm.Module + " (" + name + ")"
+	}
+	return name
 }
 
 // Param returns the plan of the named initializer, or nil.
@@ -456,6 +473,9 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 	if re.MatchString(v.Name) {
 		return true
 	}
+	if m := ModuleName(v); m != "" && re.MatchString(m) {
+		return true
+	}
 	for _, n := range v.Consumers {
 		if n.Name != "" && re.MatchString(n.Name) {
 			return true
@@ -465,7 +485,7 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 }
 
 func (a *analyzer) param(v *graph.Value) *Param {
-	prm := &Param{Name: v.Name, Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
+	prm := &Param{Name: v.Name, Module: ModuleName(v), Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
 	uses, reason := a.uses(v)
 	switch {
 	case a.opts.Freeze != nil && selected(a.opts.Freeze, v):

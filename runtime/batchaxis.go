@@ -1,5 +1,7 @@
 package runtime
 
+import "github.com/dpfinetune/dpfinetune/graph"
+
 // Batch tracking: the DP engine needs per-sample slices of activations and
 // output gradients, and the samples do not always lie along the leading
 // axis: nn.MultiheadAttention exports run the attention projections on
@@ -204,6 +206,30 @@ func (nd *node) batchStride(N int) int {
 		default:
 			kOut = k
 		}
+	case "Einsum":
+		eq, _ := nd.g.Str("equation")
+		ranks := make([]int, len(nd.in))
+		for i, t := range nd.in {
+			ranks[i] = len(t.shape)
+		}
+		spec, err := graph.ParseEinsum(eq, ranks)
+		if err != nil {
+			return 0
+		}
+		l := spec.Inputs[si][k]
+		for j, o := range spec.Output {
+			if o == l {
+				kOut = j
+			}
+		}
+	case "ScatterND":
+		// Only data's batch axis below the indexed axes, with updates that
+		// do not depend on the samples, keeps each sample in place.
+		idx := nd.in[1]
+		if si != 0 || len(idx.shape) == 0 || k < idx.shape[len(idx.shape)-1] || nd.in[2].bstride > 0 {
+			return 0
+		}
+		kOut = k
 	default:
 		// Elementwise ops, Concat, Slice, Pad, Expand, Where, Clip...: the
 		// same axis, right-aligned to the output rank.

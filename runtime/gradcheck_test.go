@@ -450,6 +450,39 @@ func TestGradCheck(t *testing.T) {
 			b.node("GlobalMaxPool", []string{"m"}, "y")
 			return "y"
 		}, nil},
+		{"scatternd_replace", 14, func(b *modelBuilder) string {
+			b.param("data", 4, 3)
+			b.ints("idx", []int64{3, 0}, 2, 1)
+			b.param("upd", 2, 3)
+			b.node("ScatterND", []string{"data", "idx", "upd"}, "s")
+			b.node("Mul", []string{"s", "s"}, "y")
+			return "y"
+		}, nil},
+		{"scatternd_add_duplicates", 16, func(b *modelBuilder) string {
+			b.param("data", 3, 2, 2)
+			b.ints("idx", []int64{1, 0, 1, 0, 2, 1}, 3, 2)
+			b.param("upd", 3, 2)
+			b.node("ScatterND", []string{"data", "idx", "upd"}, "s", aStr("reduction", "add"))
+			b.node("Mul", []string{"s", "s"}, "y")
+			return "y"
+		}, nil},
+		{"einsum_batched_matmul", 14, func(b *modelBuilder) string {
+			b.param("q", 2, 3, 4, 5)
+			b.param("k", 2, 3, 6, 5)
+			b.node("Einsum", []string{"q", "k"}, "y", aStr("equation", "bhid,bhjd->bhij"))
+			return "y"
+		}, nil},
+		{"einsum_diag_sum_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 1, 3, 3)
+			b.param("c", 4, 3, 5)
+			b.node("Einsum", []string{"a", "c"}, "y", aStr("equation", "...ii,...ik->k...")) // (5,2,4)
+			return "y"
+		}, nil},
+		{"einsum_unary_transpose_sum", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("Einsum", []string{"a"}, "y", aStr("equation", "abc->ca"))
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")

@@ -1,0 +1,85 @@
+package runtime
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/onnx"
+)
+
+// TestOpModels runs the single-operator models of testdata/ops (written by
+// testdata/gen/make_op_models.py: PyTorch exports and one-node graphs for
+// ONNX-only attribute forms) and compares their output with the reference
+// the generator computed in PyTorch or numpy:
+// max |Δ| ≤ 1e-5·max(1, max |want|).
+func TestOpModels(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join("..", "testdata", "ops", "*.onnx"))
+	if len(paths) == 0 {
+		t.Fatal("no models under testdata/ops: run testdata/gen/make_op_models.py")
+	}
+	for _, path := range paths {
+		name := strings.TrimSuffix(filepath.Base(path), ".onnx")
+		t.Run(name, func(t *testing.T) {
+			p, want := compileOpModel(t, path, &Options{ForwardOnly: true})
+			if err := p.Forward(); err != nil {
+				t.Fatal(err)
+			}
+			y, shape := p.Output(0)
+			if !sameInts(shape, want.Shape) {
+				t.Fatalf("output shape %v, reference %v", shape, want.Shape)
+			}
+			ref := want.F32
+			var d float64
+			for i, v := range ref {
+				d = math.Max(d, math.Abs(float64(y[i])-float64(v)))
+			}
+			if tol := 1e-5 * math.Max(1, maxAbs(ref)); d > tol {
+				t.Errorf("max |Δ| %.3g > %.3g", d, tol)
+			}
+		})
+	}
+}
+
+// compileOpModel loads a model of testdata/ops, fixes its input shapes from
+// the reference arrays, compiles it and sets its inputs; it returns the
+// plan and the expected output.
+func compileOpModel(t *testing.T, path string, opts *Options) (*Plan, *npy.Array) {
+	t.Helper()
+	m, err := onnx.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := npy.ReadNPZ(strings.TrimSuffix(path, ".onnx") + ".npz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := map[string][]int64{}
+	for _, in := range g.Inputs {
+		a, ok := ref[in.Name]
+		if !ok {
+			t.Fatalf("no reference array for input %q", in.Name)
+		}
+		shapes[in.Name] = int64s(a.Shape)
+	}
+	if err := g.InferShapes(shapes); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, in := range g.Inputs {
+		if err := p.SetInput(i, ref[in.Name].F32); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, ref["y"]
+}
