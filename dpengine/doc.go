@@ -9,8 +9,9 @@
 // lives in its own file, registered by op type (rules.go): rule_conv.go
 // (Conv weights and biases), rule_matmul.go (Gemm and MatMul weights, Gemm
 // biases), rule_elementwise.go (Add, Sub, Mul, Div), rule_concat.go
-// (Concat) and rule_norm.go (LayerNormalization, GroupNormalization and
-// InstanceNormalization scale and bias). A linear rule computes each
+// (Concat), rule_norm.go (LayerNormalization, GroupNormalization and
+// InstanceNormalization scale and bias) and rule_einsum.go (an Einsum
+// weight: a grouped linear layer read through index maps). A linear rule computes each
 // sample's ghost norm or instantiated gradient, and book-keeping's
 // weighted sum; an elementwise rule gives a sample's gradient with respect
 // to one operand. The planner registers its classification of the same

@@ -67,6 +67,10 @@ func intAttr(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
 }
 
+func strAttr(name, v string) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
+}
+
 func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
 }
@@ -87,18 +91,35 @@ func (m *testModel) graph(t *testing.T, in []int64, out string, classes int64) *
 // ways the fixtures exported from PyTorch do not cover.
 func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 	return map[string]func() (*graph.Graph, []int64){
-		// GroupNormalization at opset 18 with a per-group affine, then a
-		// per-channel one, and InstanceNormalization.
+		// GroupNormalization at opset 18 with a per-group affine,
+		// InstanceNormalization, GroupNormalization with a per-channel
+		// affine (each followed by a nonlinearity, so that the next
+		// normalization does not cancel its parameters).
 		"norms": func() (*graph.Graph, []int64) {
 			m := newTestModel(18)
 			x := m.node("Conv", []string{"input", m.param("conv.w", 4, 3, 1, 1), m.param("conv.b", 4)}, "c")
 			x = m.node("GroupNormalization", []string{x, m.param("gn1.scale", 2), m.param("gn1.bias", 2)}, "gn1", intAttr("num_groups", 2))
 			x = m.node("Tanh", []string{x}, "t1")
-			x = m.node("GroupNormalization", []string{x, m.param("gn2.scale", 4), m.param("gn2.bias", 4)}, "gn2", intAttr("num_groups", 2))
 			x = m.node("InstanceNormalization", []string{x, m.param("in.scale", 4), m.param("in.bias", 4)}, "in")
+			x = m.node("Tanh", []string{x}, "t2")
+			x = m.node("GroupNormalization", []string{x, m.param("gn2.scale", 4), m.param("gn2.bias", 4)}, "gn2", intAttr("num_groups", 2))
 			x = m.node("Flatten", []string{x}, "f")
 			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 36), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
 			return m.graph(t, []int64{3, 3, 3}, x, 3), []int64{3, 3, 3}
+		},
+		// Einsum weights: a token Linear, a per-head weight (a group
+		// label), a weight as the first operand with two row labels.
+		"einsum": func() (*graph.Graph, []int64) {
+			m := newTestModel(14)
+			x := m.node("Einsum", []string{"input", m.param("w1", 4, 6)}, "e1", strAttr("equation", "btd,ed->bte"))
+			x = m.node("Tanh", []string{x}, "t1")
+			x = m.node("Reshape", []string{x, m.ints("heads", -1, 5, 2, 2)}, "r1")
+			x = m.node("Einsum", []string{x, m.param("w2", 2, 2, 3)}, "e2", strAttr("equation", "bthd,hde->bthe"))
+			x = m.node("Tanh", []string{x}, "t2")
+			x = m.node("Einsum", []string{m.param("w3", 4, 3), x}, "e3", strAttr("equation", "ke,bthe->bthk"))
+			x = m.node("ReduceMean", []string{x}, "pool", intsAttr("axes", 1, 2), intAttr("keepdims", 0))
+			x = m.node("Gemm", []string{x, m.param("fc.w", 4, 3), m.param("fc.b", 3)}, "logits")
+			return m.graph(t, []int64{5, 6}, x, 3), []int64{5, 6}
 		},
 		// Token MatMuls whose weights pass through layout ops: one
 		// operand joining two parameters (Concat of transposes), a
@@ -146,8 +167,9 @@ func testInput(n int, seed float64) []float32 {
 // TestRulesAgainstBatchOfOne: on graphs that exercise the normalization
 // rules and weights through layout ops, every DP mode's per-parameter
 // per-sample norms equal the norms of batch-of-1 gradients (the runtime's
-// plain backward pass on one sample), and its unclipped sum equals the
-// batch gradient.
+// plain backward pass on one sample), its unclipped sum equals the batch
+// gradient, and its clipped sum with a binding clip norm equals Σ_i C_i g_i
+// of the batch-of-1 gradients.
 func TestRulesAgainstBatchOfOne(t *testing.T) {
 	const B = 4
 	for name, build := range rulesModels(t) {
@@ -158,7 +180,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 		}
 		x := testInput(B*sampleLen, 0.3)
 		y := []int64{0, 2, 1, 2}
-		engine := func(mode Mode, batch int) *Engine {
+		engine := func(mode Mode, batch int, clip float64) *Engine {
 			g, _ := build()
 			rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch)}})
 			if err != nil {
@@ -169,7 +191,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 					t.Fatalf("%s: %s frozen: %s", name, prm.Name, prm.Reason)
 				}
 			}
-			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(batch), PhysicalBatch: batch})
+			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: clip}, ExpectedBatch: float64(batch), PhysicalBatch: batch})
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, mode, err)
 			}
@@ -179,13 +201,17 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 		// Brute force: one sample at a time, plain gradients.
 		want := map[string][]float64{}
 		full := map[string][]float64{}
-		one := engine(NonDP, 1)
+		one := engine(NonDP, 1, 1)
+		perSample := map[string][][]float32{}
+		total := make([]float64, B)
 		for i := 0; i < B; i++ {
 			sums, _, err := one.ClippedSum(x[i*sampleLen:(i+1)*sampleLen], y[i:i+1])
 			if err != nil {
 				t.Fatal(err)
 			}
 			for p, gr := range sums {
+				perSample[p] = append(perSample[p], append([]float32(nil), gr...))
+				total[i] += sumSq(gr)
 				want[p] = append(want[p], math.Sqrt(sumSq(gr)))
 				if full[p] == nil {
 					full[p] = make([]float64, len(gr))
@@ -197,7 +223,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 		}
 		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
 			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
-				e := engine(mode, B)
+				e := engine(mode, B, 1e9)
 				sums, _, err := e.ClippedSum(x, y)
 				if err != nil {
 					t.Fatal(err)
@@ -219,6 +245,31 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 					for k, v := range full[p] {
 						if d := math.Abs(float64(sums[p][k]) - v); d > 1e-4*scale {
 							t.Errorf("%s[%d]: unclipped sum %v, batch-of-1 sum %v", p, k, sums[p][k], v)
+							break
+						}
+					}
+				}
+				// Clipping that binds for most samples: Σ_i C_i g_i.
+				R := 0.5 * math.Sqrt(total[0])
+				clipped, _, err := engine(mode, B, R).ClippedSum(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for p, gs := range perSample {
+					want := make([]float64, len(gs[0]))
+					var scale float64
+					for i, g := range gs {
+						c := math.Min(1, R/math.Sqrt(total[i]))
+						for k, v := range g {
+							want[k] += c * float64(v)
+						}
+					}
+					for _, v := range want {
+						scale = math.Max(scale, math.Abs(v))
+					}
+					for k, v := range want {
+						if d := math.Abs(float64(clipped[p][k]) - v); d > 1e-4*scale {
+							t.Errorf("%s[%d]: clipped sum %v, from batch-of-1 gradients %v", p, k, clipped[p][k], v)
 							break
 						}
 					}
