@@ -107,6 +107,23 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 36), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
 			return m.graph(t, []int64{3, 3, 3}, x, 3), []int64{3, 3, 3}
 		},
+		// Windows folded into the batch axis, as Swin's attention does
+		// ((B, 8, 6) tokens as (B·2, 4, 6) windows): a sample's bias and
+		// weight gradients sum over all its windows' rows.
+		"windows": func() (*graph.Graph, []int64) {
+			m := newTestModel(14)
+			x := m.node("Reshape", []string{"input", m.ints("win", -1, 4, 6)}, "w")
+			x = m.node("Add", []string{x, m.param("b1", 6)}, "a1")
+			x = m.node("Tanh", []string{x}, "t1")
+			x = m.node("MatMul", []string{x, m.param("w1", 6, 6)}, "m1")
+			x = m.node("Add", []string{x, m.param("b2", 6)}, "a2")
+			x = m.node("Mul", []string{x, m.param("s2", 1, 4, 6)}, "s2m")
+			x = m.node("Tanh", []string{x}, "t2")
+			x = m.node("Reshape", []string{x, m.ints("unwin", -1, 8, 6)}, "uw")
+			x = m.node("ReduceMean", []string{x}, "pool", intsAttr("axes", 1), intAttr("keepdims", 0))
+			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 6), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
+			return m.graph(t, []int64{8, 6}, x, 3), []int64{8, 6}
+		},
 		// Einsum weights: a token Linear, a per-head weight (a group
 		// label), a weight as the first operand with two row labels.
 		"einsum": func() (*graph.Graph, []int64) {
