@@ -118,6 +118,9 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			x = m.node("Reshape", []string{x, m.ints("heads", -1, 5, 2, 2)}, "r1")
 			x = m.node("Einsum", []string{x, m.param("w2", 2, 2, 3)}, "e2", strAttr("equation", "bthd,hde->bthe"))
 			x = m.node("Tanh", []string{x}, "t2")
+			// The batch on the output's axis 1.
+			x = m.node("Einsum", []string{x, m.param("w2b", 3, 3)}, "e2b", strAttr("equation", "bthe,ef->tbhf"))
+			x = m.node("Transpose", []string{x}, "tr", intsAttr("perm", 1, 0, 2, 3))
 			x = m.node("Einsum", []string{m.param("w3", 4, 3), x}, "e3", strAttr("equation", "ke,bthe->bthk"))
 			x = m.node("ReduceMean", []string{x}, "pool", intsAttr("axes", 1, 2), intAttr("keepdims", 0))
 			x = m.node("Gemm", []string{x, m.param("fc.w", 4, 3), m.param("fc.b", 3)}, "logits")
