@@ -22,8 +22,9 @@ type useGroup struct {
 	// linear or elem is the consumer's per-sample rule (rules.go).
 	linear *linearRule
 	elem   *elementwiseRule
-	// sub back-propagates the operand's per-sample gradient through the
-	// parameter-only path to the parameters (nil for direct uses).
+	// sub back-propagates an elementwise operand's per-sample gradient
+	// through the parameter-only path to the parameters (nil for direct
+	// uses; a linear operand's uses map back through useState.idx).
 	sub     *runtime.Plan
 	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
@@ -177,8 +178,9 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	return false
 }
 
-// buildUses indexes the plan's parameter uses by consumer node and
-// prepares path sub-plans.
+// buildUses indexes the plan's parameter uses by consumer node, looks up
+// each consumer's per-sample rule and prepares the paths: sub-plans for
+// elementwise operands, index maps for linear ones.
 func (e *Engine) buildUses(cg *graph.Graph) error {
 	B := e.cfg.PhysicalBatch
 	type key struct{ out, operand string }
