@@ -31,11 +31,8 @@ func init() {
 	}
 	rules["IsNaN"] = rule{infer: boolLikeInput}
 	rules["IsInf"] = rule{infer: boolLikeInput}
-	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min"} {
+	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod"} {
 		rules[op] = rule{infer: broadcastInfer(false), eval: evalBinary}
-	}
-	for _, op := range []string{"Sum", "Mean", "PRelu"} {
-		rules[op] = rule{infer: broadcastInfer(false)}
 	}
 	for _, op := range []string{"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"} {
 		rules[op] = rule{infer: broadcastInfer(true), eval: evalBinary}
@@ -160,6 +157,9 @@ func boolLikeInput(g *Graph, n *Node) error {
 
 func broadcastInfer(toBool bool) func(g *Graph, n *Node) error {
 	return func(g *Graph, n *Node) error {
+		if err := legacyBroadcast(n); err != nil {
+			return err
+		}
 		var shapes []Shape
 		for i, v := range n.Inputs {
 			if v == nil {

@@ -56,6 +56,20 @@ func TestFoldOperators(t *testing.T) {
 			return b.init("a", i64([]int64{2, 1}, 1, 2)).init("c", i64([]int64{3}, 1, 10, 100)).
 				node("Einsum", []string{"a", "c"}, []string{"y"}, attrStr("equation", "...,...->..."))
 		}, []int64{1, 10, 100, 2, 20, 200}, []int64{2, 3}},
+		{"Sum of three, broadcast", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2, 1}, 1, 2)).init("c", i64([]int64{3}, 10, 20, 30)).init("d", i64([]int64{}, 100)).
+				node("Sum", []string{"a", "c", "d"}, []string{"y"})
+		}, []int64{111, 121, 131, 112, 122, 132}, []int64{2, 3}},
+		{"Max of three", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{3}, 1, 5, 2)).init("c", i64([]int64{3}, 4, 0, 2)).init("d", i64([]int64{1}, 3)).
+				node("Max", []string{"a", "c", "d"}, []string{"y"})
+		}, []int64{4, 5, 3}, []int64{3}},
+		{"Min of one", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2}, 7, -1)).node("Min", []string{"a"}, []string{"y"})
+		}, []int64{7, -1}, []int64{2}},
+		{"Mean of two", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2}, 2, 4)).init("c", i64([]int64{2}, 4, 8)).node("Mean", []string{"a", "c"}, []string{"y"})
+		}, []int64{3, 6}, []int64{2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +121,13 @@ func TestOperatorErrors(t *testing.T) {
 		{"Einsum unknown output label", 12, func(b *builder) *builder {
 			return b.node("Einsum", []string{"x"}, []string{"y"}, attrStr("equation", "i->j"))
 		}, "in no operand"},
+		{"PRelu per-channel slope at opset 9", 9, func(b *builder) *builder {
+			return b.input("z", 2, 3, 4).input("s", 3).node("PRelu", []string{"z", "s"}, []string{"y"})
+		}, "opset ≤ 6 form"},
+		{"legacy broadcast from a middle axis", 6, func(b *builder) *builder {
+			return b.input("z", 2, 3, 4).input("s", 3).
+				node("Add", []string{"z", "s"}, []string{"y"}, attrInt("broadcast", 1), attrInt("axis", 1))
+		}, "opset 6 broadcasting"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -38,6 +38,24 @@ func (b *modelBuilder) param(name string, shape ...int64) {
 	b.floats(name, data, shape...)
 }
 
+// awayFrom moves the elements of initializer name within margin of c to
+// c ± margin, so that finite differences do not straddle a kink at c.
+func (b *modelBuilder) awayFrom(name string, c, margin float32) {
+	for _, t := range b.inits {
+		if t.GetName() != name {
+			continue
+		}
+		for i, v := range t.FloatData {
+			switch {
+			case v >= c && v < c+margin:
+				t.FloatData[i] = c + margin
+			case v < c && v > c-margin:
+				t.FloatData[i] = c - margin
+			}
+		}
+	}
+}
+
 func (b *modelBuilder) floats(name string, data []float32, shape ...int64) {
 	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: shape, FloatData: data})
 }
@@ -481,6 +499,56 @@ func TestGradCheck(t *testing.T) {
 		{"einsum_unary_transpose_sum", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 3, 4)
 			b.node("Einsum", []string{"a"}, "y", aStr("equation", "abc->ca"))
+			return "y"
+		}, nil},
+		{"prelu_per_channel_slope", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4, 5)
+			b.awayFrom("x", 0, 0.05) // finite differences across the kink are off
+			b.param("slope", 3, 1, 1)
+			b.node("PRelu", []string{"x", "slope"}, "y")
+			return "y"
+		}, nil},
+		{"prelu_opset6_channel_vector", 6, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4)
+			b.param("slope", 3)
+			b.node("PRelu", []string{"x", "slope"}, "y")
+			return "y"
+		}, nil},
+		{"selu_celu_mish_softsign", 18, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Selu", []string{"x"}, "a", aFloat("alpha", 1.2), aFloat("gamma", 0.9))
+			b.node("Celu", []string{"x"}, "c", aFloat("alpha", 0.7))
+			b.node("Mish", []string{"x"}, "m")
+			b.node("Softsign", []string{"x"}, "s")
+			b.node("Mul", []string{"a", "c"}, "ac")
+			b.node("Mul", []string{"m", "s"}, "ms")
+			b.node("Add", []string{"ac", "ms"}, "y")
+			return "y"
+		}, nil},
+		{"sign_shrink", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Sign", []string{"x"}, "sg")
+			b.node("Shrink", []string{"x"}, "sh", aFloat("lambd", 0.5), aFloat("bias", 0.5))
+			b.node("Mul", []string{"sg", "x"}, "ax") // |x|
+			b.node("Mul", []string{"ax", "sh"}, "y")
+			return "y"
+		}, nil},
+		{"sum_mean_variadic_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 4)
+			b.param("d", 3, 1)
+			b.node("Sum", []string{"a", "c", "d"}, "s")
+			b.node("Mean", []string{"s", "c", "a"}, "m")
+			b.node("Sum", []string{"m"}, "y")
+			return "y"
+		}, nil},
+		{"max_min_variadic_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 3, 4)
+			b.param("d", 2, 1, 4)
+			b.node("Max", []string{"a", "c", "d"}, "mx")
+			b.node("Min", []string{"a", "d"}, "mn")
+			b.node("Mul", []string{"mx", "mn"}, "y")
 			return "y"
 		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {

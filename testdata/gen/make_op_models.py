@@ -193,6 +193,144 @@ def einsum_outer():
     return einsum_node("i,j->ji", randn(18, 3), randn(19, 4))
 
 
+# --- elementwise ---
+
+class Fn(torch.nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def forward(self, *xs):
+        return self.f(*xs)
+
+
+class PReLUNet(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.act = torch.nn.PReLU(c)
+        with torch.no_grad():
+            self.act.weight.copy_(torch.linspace(-0.5, 1.5, c))
+
+    def forward(self, x):
+        return self.act(x)
+
+
+@case
+def prelu_torch_per_channel():
+    return torch_case(PReLUNet(3), [randn(20, 2, 3, 4, 5)])
+
+
+@case
+def prelu_torch_shared():
+    return torch_case(PReLUNet(1), [randn(21, 2, 3, 4)])
+
+
+@case
+def prelu_opset6_per_channel():
+    x, s = randn(22, 2, 3, 4), np.array([0.1, -0.2, 0.3], dtype=np.float32)
+    y = np.where(x > 0, x, x * s.reshape(3, 1))
+    return node_case("PRelu", {"x": x}, y, opset=6, consts={"slope": s})
+
+
+@case
+def prelu_opset9_broadcast():
+    x, s = randn(23, 2, 3, 4), randn(24, 4)
+    return node_case("PRelu", {"x": x}, np.where(x > 0, x, x * s), opset=9, consts={"slope": s})
+
+
+@case
+def selu_torch():
+    return torch_case(torch.nn.SELU(), [randn(25, 3, 4) * 2])
+
+
+@case
+def selu_attrs():
+    x = randn(26, 3, 4) * 2
+    y = 1.5 * np.where(x > 0, x, 0.7 * (np.exp(x) - 1))
+    return node_case("Selu", {"x": x}, y, alpha=0.7, gamma=1.5)
+
+
+@case
+def celu_torch():
+    return torch_case(torch.nn.CELU(0.8), [randn(27, 3, 4) * 2], opset=14)
+
+
+@case
+def sign_torch():
+    x = randn(28, 3, 4)
+    x[0, 0] = 0
+    return torch_case(Fn(torch.sign), [x])
+
+
+def shrink_ref(x, lambd, bias):
+    return np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0))
+
+
+@case
+def shrink_hard():
+    # PyTorch's Hardshrink and Softshrink export as Where chains, not Shrink
+    x = randn(29, 3, 4)
+    return node_case("Shrink", {"x": x}, shrink_ref(x, 0.6, 0), opset=9, lambd=0.6)
+
+
+@case
+def shrink_soft():
+    x = randn(30, 3, 4)
+    return node_case("Shrink", {"x": x}, shrink_ref(x, 0.4, 0.4), opset=9, lambd=0.4, bias=0.4)
+
+
+@case
+def softsign_node():
+    x = randn(31, 3, 4) * 3
+    return node_case("Softsign", {"x": x}, x / (1 + np.abs(x)))
+
+
+@case
+def thresholdedrelu_node():
+    x = randn(32, 3, 4)
+    return node_case("ThresholdedRelu", {"x": x}, np.where(x > 0.3, x, 0), opset=10, alpha=0.3)
+
+
+def variadic_node(op, f, *shapes, opset=13):
+    xs = [randn(40 + i, *sh) for i, sh in enumerate(shapes)]
+    y = xs[0].astype(np.float64)
+    for x in xs[1:]:
+        y = f(y, x)
+    if op == "Mean":
+        y = y / len(xs)
+    return node_case(op, {f"x{i}": x for i, x in enumerate(xs)}, y, opset=opset)
+
+
+@case
+def sum_three_broadcast():
+    return variadic_node("Sum", np.add, (2, 3, 4), (4,), (3, 1))
+
+
+@case
+def sum_one():
+    return variadic_node("Sum", np.add, (2, 3))
+
+
+@case
+def mean_two_broadcast():
+    return variadic_node("Mean", np.add, (1, 3), (2, 1))
+
+
+@case
+def max_three_broadcast():
+    return variadic_node("Max", np.maximum, (2, 3, 4), (3, 4), (2, 1, 4))
+
+
+@case
+def min_two():
+    return variadic_node("Min", np.minimum, (3, 4), (3, 4))
+
+
+@case
+def max_torch():
+    return torch_case(Fn(torch.maximum), [randn(33, 3, 4), randn(34, 4)])
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
