@@ -45,14 +45,14 @@ func init() {
 	})
 	opTable["Sign"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
 		return func(x float32) float32 {
-				switch {
-				case x > 0:
-					return 1
-				case x < 0:
-					return -1
-				}
-				return x // 0, −0 and NaN map to themselves
-			}, func(x float32) float32 { return 0 }
+			switch {
+			case x > 0:
+				return 1
+			case x < 0:
+				return -1
+			}
+			return x // 0, −0 and NaN map to themselves
+		}, func(x float32) float32 { return 0 }
 	})
 	opTable["Shrink"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
 		l, b := attrF(n, "lambd", 0.5), attrF(n, "bias", 0)
