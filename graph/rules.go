@@ -40,7 +40,6 @@ func init() {
 	rules["Where"] = rule{infer: inferWhere, eval: evalWhere}
 	rules["Dropout"] = rule{infer: inferDropout}
 	rules["Conv"] = rule{infer: inferConv}
-	rules["ConvTranspose"] = rule{infer: inferConvTranspose}
 	rules["MaxPool"] = rule{infer: inferPool}
 	rules["AveragePool"] = rule{infer: inferPool}
 	rules["LpPool"] = rule{infer: inferPool}
@@ -242,46 +241,6 @@ func inferConv(g *Graph, n *Node) error {
 	out := Shape{x.Shape[0], w.Shape[0]}
 	for _, o := range p.Out {
 		out = append(out, Dim{Size: o})
-	}
-	setOut(n, 0, x.DType, out)
-	return nil
-}
-
-func inferConvTranspose(g *Graph, n *Node) error {
-	x, w := n.Input(0), n.Input(1)
-	if x == nil || w == nil || x.Shape == nil || len(w.Shape) != len(x.Shape) {
-		return errors.New("ConvTranspose needs X and W of the same known rank")
-	}
-	group, err := n.Int("group")
-	if err != nil {
-		return err
-	}
-	r := len(x.Shape) - 2
-	kernel, err := n.Ints("kernel_shape", w.Shape[2:].Ints())
-	if err != nil {
-		return err
-	}
-	ones := make([]int64, r)
-	for i := range ones {
-		ones[i] = 1
-	}
-	strides, _ := n.Ints("strides", ones)
-	dil, _ := n.Ints("dilations", ones)
-	pads, _ := n.Ints("pads", make([]int64, 2*r))
-	outPad, _ := n.Ints("output_padding", make([]int64, r))
-	outShape, _ := n.Ints("output_shape", nil)
-	out := Shape{x.Shape[0], {Size: w.Shape[1].Size * group}}
-	for i := 0; i < r; i++ {
-		if len(outShape) == r {
-			out = append(out, Dim{Size: outShape[i]})
-			continue
-		}
-		in := x.Shape[2+i].Size
-		if in < 0 {
-			out = append(out, Dim{Size: -1})
-			continue
-		}
-		out = append(out, Dim{Size: strides[i]*(in-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - pads[i] - pads[i+r]})
 	}
 	setOut(n, 0, x.DType, out)
 	return nil

@@ -139,3 +139,46 @@ func TestOperatorErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestConvTransposeShapes follows the examples of the ONNX ConvTranspose
+// documentation (pads, output_padding, output_shape, auto_pad, groups).
+func TestConvTransposeShapes(t *testing.T) {
+	cases := []struct {
+		name  string
+		x, w  []int64
+		attrs []*onnxpb.AttributeProto
+		want  []int64
+		err   string
+	}{
+		{"plain", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, nil, []int64{1, 2, 5, 5}, ""},
+		{"pads", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("pads", 1, 2, 1, 2)}, []int64{1, 2, 7, 3}, ""},
+		{"output_padding", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("output_padding", 1, 1)}, []int64{1, 2, 10, 8}, ""},
+		{"output_shape", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("output_shape", 10, 8)}, []int64{1, 2, 10, 8}, ""},
+		{"same_upper", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2, 2), attrStr("auto_pad", "SAME_UPPER")}, []int64{1, 2, 6, 6}, ""},
+		{"dilations", []int64{1, 1, 3, 3}, []int64{1, 1, 2, 2}, []*onnxpb.AttributeProto{attrInts("dilations", 2, 2)}, []int64{1, 1, 5, 5}, ""},
+		{"groups", []int64{1, 4, 3}, []int64{4, 3, 2}, []*onnxpb.AttributeProto{attrInt("group", 2)}, []int64{1, 6, 4}, ""},
+		{"output_padding too large", []int64{1, 1, 3}, []int64{1, 1, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2), attrInts("output_padding", 2)}, nil, "must be smaller"},
+		{"output_shape too large", []int64{1, 1, 3}, []int64{1, 1, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2), attrInts("output_shape", 9)}, nil, "exceeds"},
+		{"channels", []int64{1, 3, 3}, []int64{2, 1, 3}, nil, nil, "want W.shape[0] = channels"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := &Tensor{DType: Float32, Shape: c.w, F32: make([]float32, numel(c.w))}
+			g := newBuilder(14).input("x", c.x...).init("w", w).
+				node("ConvTranspose", []string{"x", "w"}, []string{"y"}, c.attrs...).output("y").graph(t)
+			err := g.InferShapes(nil)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want one containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Values["y"].Shape.Ints(); !equalInts(got, c.want) {
+				t.Errorf("output %v, want %v", got, c.want)
+			}
+		})
+	}
+}

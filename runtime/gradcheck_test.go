@@ -551,6 +551,26 @@ func TestGradCheck(t *testing.T) {
 			b.node("Mul", []string{"mx", "mn"}, "y")
 			return "y"
 		}, nil},
+		{"convtranspose2d_groups_stride_dilation_outpad", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 4, 3, 4)
+			b.param("w", 4, 3, 3, 2)
+			b.param("bias", 6)
+			b.node("ConvTranspose", []string{"x", "w", "bias"}, "y", aInt("group", 2), aInts("strides", 2, 1),
+				aInts("pads", 1, 0, 0, 1), aInts("dilations", 1, 2), aInts("output_padding", 1, 0))
+			return "y"
+		}, nil},
+		{"convtranspose1d_output_shape", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 5)
+			b.param("w", 3, 2, 4)
+			b.node("ConvTranspose", []string{"x", "w"}, "y", aInts("strides", 2), aInts("output_shape", 9))
+			return "y"
+		}, nil},
+		{"convtranspose3d_same_upper", 14, func(b *modelBuilder) string {
+			b.param("x", 1, 2, 2, 3, 2)
+			b.param("w", 2, 2, 2, 3, 2)
+			b.node("ConvTranspose", []string{"x", "w"}, "y", aInts("strides", 2, 1, 2), aStr("auto_pad", "SAME_UPPER"))
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")

@@ -331,6 +331,88 @@ def max_torch():
     return torch_case(Fn(torch.maximum), [randn(33, 3, 4), randn(34, 4)])
 
 
+# --- ConvTranspose ---
+
+def convt(cls, cin, cout, k, **kw):
+    torch.manual_seed(3)
+    m = cls(cin, cout, k, **kw)
+    with torch.no_grad():
+        if m.bias is not None:
+            m.bias.normal_()
+    return m
+
+
+@case
+def convtranspose2d_torch():
+    return torch_case(convt(torch.nn.ConvTranspose2d, 4, 6, (3, 2), stride=(2, 1), padding=(1, 0),
+                            output_padding=(1, 0), groups=2, dilation=(1, 2)), [randn(50, 2, 4, 5, 4)])
+
+
+@case
+def convtranspose1d_torch():
+    return torch_case(convt(torch.nn.ConvTranspose1d, 3, 2, 4, stride=3, padding=2, bias=False), [randn(51, 2, 3, 7)])
+
+
+@case
+def convtranspose2d_depthwise_torch():
+    return torch_case(convt(torch.nn.ConvTranspose2d, 3, 3, 3, stride=2, padding=1, output_padding=1, groups=3),
+                      [randn(52, 2, 3, 4, 4)])
+
+
+def convt_full(x, w, b, strides, dil, out_pad, group):
+    """conv_transpose with zero padding (PyTorch), for cropping."""
+    f = torch.nn.functional.conv_transpose2d if x.ndim == 4 else torch.nn.functional.conv_transpose1d
+    return f(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+             None if b is None else torch.from_numpy(b).double(), stride=strides,
+             output_padding=out_pad, groups=group, dilation=dil).numpy()
+
+
+@case
+def convtranspose_output_shape():
+    x, w, b = randn(53, 1, 2, 3, 3), randn(54, 2, 3, 3, 3), randn(55, 3)
+    full = convt_full(x, w, b, (2, 2), (1, 1), (1, 1), 1)  # 8×8
+    # output_shape 6×7: total pads 2 and 1, the odd unit at the start
+    # (the spec's rule for auto_pad other than SAME_UPPER)
+    y = full[:, :, 1:7, 1:8]
+    return node_case("ConvTranspose", {"x": x}, y, opset=11, consts={"w": w, "b": b},
+                     strides=[2, 2], output_padding=[1, 1], output_shape=[6, 7])
+
+
+@case
+def convtranspose_output_shape_beyond():
+    # the spec's example: output_shape 10×8 exceeds what the input gives
+    # (9×7); the extra units come at the end, as with output_padding 1
+    x, w = randn(62, 1, 1, 3, 3), randn(63, 1, 2, 3, 3)
+    y = convt_full(x, w, None, (3, 2), (1, 1), (1, 1), 1)
+    return node_case("ConvTranspose", {"x": x}, y, opset=11, consts={"w": w}, strides=[3, 2], output_shape=[10, 8])
+
+
+@case
+def convtranspose_same_upper():
+    x, w = randn(56, 1, 2, 3, 4), randn(57, 2, 1, 4, 3)
+    full = convt_full(x, w, None, (2, 3), (1, 1), (0, 0), 1)  # (2·2+4)=8 × (3·3+3)=12
+    # output = input·stride = 6×12: total 2 and 0
+    y = full[:, :, 1:7, 0:12]
+    return node_case("ConvTranspose", {"x": x}, y, opset=11, consts={"w": w}, strides=[2, 3], auto_pad="SAME_UPPER")
+
+
+@case
+def convtranspose_same_lower_odd():
+    x, w = randn(58, 1, 2, 5), randn(59, 2, 2, 4)
+    full = convt_full(x, w, None, (2,), (1,), (0,), 1)  # 2·4+4 = 12
+    # output 10: total 2... with kernel 4 odd total needs another case: use stride 2, k 5 → 13, total 3
+    return node_case("ConvTranspose", {"x": x}, full[:, :, 1:11], opset=11, consts={"w": w}, strides=[2],
+                     auto_pad="SAME_LOWER")
+
+
+@case
+def convtranspose_same_lower_odd_total():
+    x, w = randn(60, 1, 2, 5), randn(61, 2, 2, 5)
+    full = convt_full(x, w, None, (2,), (1,), (0,), 1)  # 2·4+5 = 13, output 10: total 3, 2 at the start
+    return node_case("ConvTranspose", {"x": x}, full[:, :, 2:12], opset=11, consts={"w": w}, strides=[2],
+                     auto_pad="SAME_LOWER")
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
