@@ -15,6 +15,7 @@ func init() {
 		rules[op] = rule{infer: broadcastInfer(false), eval: evalVariadic}
 	}
 	rules["PRelu"] = rule{infer: inferPRelu}
+	rules["LRN"] = rule{infer: sameAsInput}
 }
 
 // legacyBroadcast checks the broadcast and axis attributes that binary

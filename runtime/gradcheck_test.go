@@ -571,6 +571,11 @@ func TestGradCheck(t *testing.T) {
 			b.node("ConvTranspose", []string{"x", "w"}, "y", aInts("strides", 2, 1, 2), aStr("auto_pad", "SAME_UPPER"))
 			return "y"
 		}, nil},
+		{"lrn", 13, func(b *modelBuilder) string {
+			b.param("x", 2, 5, 2, 3)
+			b.node("LRN", []string{"x"}, "y", aInt("size", 4), aFloat("alpha", 0.5), aFloat("beta", 0.7), aFloat("bias", 1.5))
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")

@@ -89,6 +89,7 @@ func compileOpModel(t *testing.T, path string, opts *Options) (*Plan, *npy.Array
 var ortLacks = map[string]string{
 	"einsum_broadcast_ellipsis": "onnxruntime does not broadcast ellipsis axes of size 1 (PyTorch and numpy do)",
 	"prelu_opset6_per_channel":  "onnxruntime has no PRelu(6) kernel",
+	"lrn_even_size":             "onnxruntime takes odd LRN sizes only",
 }
 
 // TestOpModelsOnnxruntime holds the references of testdata/ops against

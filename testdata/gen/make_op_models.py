@@ -413,6 +413,29 @@ def convtranspose_same_lower_odd_total():
                      auto_pad="SAME_LOWER")
 
 
+# --- LRN ---
+
+@case
+def lrn_odd_size():
+    # PyTorch exports LocalResponseNorm as a chain with an If, not LRN;
+    # its functional form is the reference here
+    x = randn(70, 2, 5, 3, 4) * 2
+    y = torch.nn.functional.local_response_norm(torch.from_numpy(x).double(), 3, alpha=0.2, beta=0.6, k=1.5)
+    return node_case("LRN", {"x": x}, y.numpy(), opset=13, size=3, alpha=0.2, beta=0.6, bias=1.5)
+
+
+@case
+def lrn_even_size():
+    x = randn(71, 2, 6, 3) * 2
+    size, alpha, beta, bias = 4, 0.3, 0.75, 2.0
+    sq = np.zeros_like(x, dtype=np.float64)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1] - 1, c + size // 2)
+        sq[:, c] = (x[:, lo:hi + 1].astype(np.float64) ** 2).sum(axis=1)
+    y = x / (bias + alpha / size * sq) ** beta
+    return node_case("LRN", {"x": x}, y, opset=13, size=size, alpha=alpha, beta=beta, bias=bias)
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
