@@ -75,5 +75,5 @@ for f in "$OUTDIR"/*.json; do
 	name=$(basename "$f" .json)
 	wall=$(grep -o 'wall=[0-9]*s' "$OUTDIR/$name.log" | tail -n 1 | cut -d= -f2)
 	jq -r --arg n "$name" --arg w "${wall:-?}" \
-		'(.privacy == null) as $np | [$n, (.epochs|length), (if $np then "none" else (.privacy.Epsilon*1000|round/1000) end), (if $np then "-" else .privacy.Delta end), (if $np then "-" else (.settings.sigma*10000|round/10000) end), ((.epochs[-1].test.accuracy*10000|round)/100|tostring+" %"), $w] | @tsv' "$f"
+		'(.privacy == null) as $np | [$n, (.epochs|length), (if $np then "none" else (.privacy.epsilon*1000|round/1000) end), (if $np then "-" else .privacy.delta end), (if $np then "-" else (.settings.sigma*10000|round/10000) end), ((.epochs[-1].test.accuracy*10000|round)/100|tostring+" %"), $w] | @tsv' "$f"
 done | column -t -s $'\t'

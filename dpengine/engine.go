@@ -49,6 +49,8 @@ func ParseMode(s string) (Mode, error) {
 
 // Config configures an Engine.
 type Config struct {
+	// Device runs the step; nil is the CPU (runtime.OpenDevice names them).
+	Device   runtime.Device
 	Mode     Mode
 	Clipping Clipping
 	// PerLayer clips each parameter tensor separately with clip norm
@@ -91,6 +93,9 @@ type Engine struct {
 	// and weighted sums run one layer at a time.
 	bkScratch   []float32
 	normScratch [][]float32
+	// mapScratch is book-keeping's operand-shaped sum for a weight
+	// reached through a path, before it is mapped back.
+	mapScratch []float32
 	// opScratch and opErrs are the elementwise groups' per-worker
 	// buffers, shared by all groups (hooks run one at a time): a set per
 	// group added up to hundreds of MB on MobileNetV2.
@@ -100,6 +105,9 @@ type Engine struct {
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64
 	noisePost float32
+	// canaries are the gradient canaries of the next logical batch
+	// (InjectCanaries).
+	canaries []DiracCanary
 
 	// Per physical batch.
 	n       int // real samples in the current physical batch
@@ -214,6 +222,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		}
 	}
 	plan, err := runtime.Compile(cg, &runtime.Options{
+		Device:          cfg.Device,
 		Trainable:       trainable,
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
 		KeepHooked:      cfg.Mode == BK,
@@ -313,6 +322,7 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 		}
 	}
 	grads, err := e.finishLogical(len(batch))
+	e.canaries = nil
 	if err != nil {
 		return StepStats{}, err
 	}
@@ -471,6 +481,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		p.settle() // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
+	e.addCanaries()
 	if std > 0 {
 		// Noise and the division by the expected batch size in one pass;
 		// with an optimizer that updates piece by piece, Step runs that

@@ -15,7 +15,7 @@ import (
 
 // engineFixtures are the fixtures whose per-sample norms are defined
 // (resnet_train normalizes with batch statistics: samples interact).
-var engineFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "beit", "crossvit"}
+var engineFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "beit", "crossvit", "vit_nofold", "vit17", "packedqkv"}
 
 type golden struct {
 	x      []float32

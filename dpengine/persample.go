@@ -8,7 +8,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
 	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
@@ -20,6 +19,9 @@ type useGroup struct {
 	op      string
 	operand int
 	uses    []*useState
+	// linear or elem is the consumer's per-sample rule (rules.go).
+	linear *linearRule
+	elem   *elementwiseRule
 	// sub back-propagates the operand's per-sample gradient through the
 	// parameter-only path to the parameters (nil for direct uses).
 	sub     *runtime.Plan
@@ -37,12 +39,49 @@ var serialOpBelow = 1 << 16
 // result and the gathered sample slices it works on.
 type opScratch struct {
 	buf, gi, other, self, d, q []float32
+	acc                        []float64
 }
 
 type useState struct {
 	use    *rewrite.Use
 	p      *param
 	linear *linearState
+	// idx maps the operand of a linear use through a path back to the
+	// parameter (buildPathMap); nil for direct uses.
+	idx []int32
+}
+
+// addSample adds inst, the per-sample gradient of sample i with respect to
+// the elements off… of the use's operand, to the parameter: to its
+// per-sample gradient (through idx, for a use through a path) or, where
+// the parameter keeps none, its squared norm to the sample's.
+func (us *useState) addSample(i, off int, inst []float32) {
+	p := us.p
+	size := len(p.data)
+	switch {
+	case us.idx != nil:
+		scatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
+	case p.ps != nil:
+		addTo(p.ps[i*size+off:i*size+off+len(inst)], inst)
+	default:
+		p.normSq[i] += sumSq(inst)
+	}
+}
+
+// useDecision is how the engine obtains a linear use's per-sample norm in
+// mode m: the plan's layerwise decision in mixed and bk mode, ghost
+// everywhere in ghost mode, instantiation in instantiate mode, and
+// instantiation wherever a ghost norm would not be the parameter's (see
+// rewrite.Use.GhostAllowed: shared parameters, paths that do not keep
+// the norm), whatever the mode.
+func useDecision(m Mode, u *rewrite.Use) rewrite.Decision {
+	switch {
+	case m == Instantiate || !u.GhostAllowed():
+		return rewrite.Instantiate
+	case m == Ghost:
+		return rewrite.Ghost
+	}
+	return u.Layer.Decision
 }
 
 // forSamples runs fn(w, i) for i in [0, n) on up to kernels.Workers()
@@ -89,6 +128,7 @@ func workerBufs(bufs *[][]float32, workers, size int) [][]float32 {
 
 // linearState is a linear use's layer and book-keeping storage.
 type linearState struct {
+	rule     *linearRule
 	layer    *rewrite.Layer
 	decision rewrite.Decision
 	// bk: the layer's input and output gradient as the runtime holds
@@ -98,7 +138,12 @@ type linearState struct {
 	x, dy             []float32
 	xStride, dyStride int
 	conv              *kernels.ConvShape
-	T                 int
+	// idx maps the operand back to the parameter for a use through a
+	// path (ghost norm and book-keeping's weighted sum on the operand);
+	// mapBuf is the engine's operand-shaped scratch for it.
+	idx    []int32
+	mapBuf *[]float32
+	T      int
 	// weightLayoutPD is true when the parameter is laid out p×D (Conv,
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
@@ -112,6 +157,11 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	}
 	for _, u := range rp.Uses {
 		if u.Kind == rewrite.KindElementwise && (cfg.Mode == BK || len(u.Path) > 0) {
+			return true
+		}
+		// An instantiated gradient through a path is mapped back into
+		// the parameter's per-sample gradient before its norm.
+		if u.Kind == rewrite.KindLinear && len(u.Path) > 0 && cfg.Mode != NonDP && useDecision(cfg.Mode, u) == rewrite.Instantiate {
 			return true
 		}
 		// Book-keeping keeps a layer's output gradient (T·p per group and
@@ -148,21 +198,21 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			g := byKey[k]
 			if g == nil {
 				g = &useGroup{output: u.Output, op: u.Op, operand: u.Operand}
+				var err error
+				if u.Kind == rewrite.KindLinear {
+					g.linear, err = linearRuleFor(u.Op)
+				} else {
+					g.elem, err = elementwiseRuleFor(u.Op)
+				}
+				if err != nil {
+					return fmt.Errorf("dpengine: %s of %s: %w", rp.Name, u.Output, err)
+				}
 				byKey[k] = g
 				e.groups[u.Output] = append(e.groups[u.Output], g)
 			}
 			us := &useState{use: u, p: p}
 			if u.Kind == rewrite.KindLinear {
-				if len(u.Path) > 0 {
-					return fmt.Errorf("dpengine: linear use of %q through %d shape ops is not supported", rp.Name, len(u.Path))
-				}
-				ls := &linearState{layer: u.Layer, decision: u.Layer.Decision}
-				switch {
-				case e.cfg.Mode == Ghost:
-					ls.decision = rewrite.Ghost
-				case e.cfg.Mode == Instantiate || rp.Shared:
-					ls.decision = rewrite.Instantiate
-				}
+				ls := &linearState{rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
 				us.linear = ls
 				p.linear = append(p.linear, ls)
 			}
@@ -172,6 +222,12 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 	for _, gs := range e.groups {
 		for _, g := range gs {
 			if len(g.uses[0].use.Path) == 0 {
+				continue
+			}
+			if g.linear != nil {
+				if err := e.buildLinearPaths(cg, g); err != nil {
+					return err
+				}
 				continue
 			}
 			var names []string
@@ -185,7 +241,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			if err != nil {
 				return fmt.Errorf("dpengine: %w", err)
 			}
-			g.sub, err = runtime.Compile(sub, &runtime.Options{Trainable: names, KeepActivations: true})
+			g.sub, err = runtime.Compile(sub, &runtime.Options{Device: e.cfg.Device, Trainable: names, KeepActivations: true})
 			if err != nil {
 				return fmt.Errorf("dpengine: path of %v: %w", names, err)
 			}
@@ -194,6 +250,61 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			}
 			out, _ := g.sub.Output(0)
 			g.subOut = make([]float32, len(out))
+		}
+	}
+	return nil
+}
+
+// weightedSum adds Σ_i c_i g_i of a linear use to accum (or, if
+// overwrite, writes it there) from the kept input and output gradient
+// (book-keeping), scaling the kept output
+// gradient in place (nothing reads it after this). scratch is shared by
+// all layers (they run one after the other) and ws is the plan's idle
+// kernel workspace: a buffer per layer would add a whole model's worth of
+// weight-gradient copies and convolution workspaces to book-keeping's
+// memory (111 MB on ResNet-18 at batch 32, half of the non-private step's).
+func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
+	if len(ls.x) == 0 {
+		return fmt.Errorf("no kept activations")
+	}
+	if ls.idx == nil {
+		return ls.rule.weightedSum(ls, c, B, accum, overwrite, scratch, ws)
+	}
+	// Through a path: the sum on the operand, mapped back (the map is
+	// linear, so mapping the sum is summing the mapped gradients).
+	*ls.mapBuf = grow(*ls.mapBuf, len(ls.idx))
+	buf := *ls.mapBuf
+	if err := ls.rule.weightedSum(ls, c, B, buf, true, scratch, ws); err != nil {
+		return err
+	}
+	if overwrite {
+		clear(accum)
+	}
+	scatterAdd(accum, buf, ls.idx)
+	return nil
+}
+
+// buildLinearPaths prepares the uses of a linear operand computed from
+// parameters (one, or several concatenated) through layout-only
+// operators: the index maps from the operand back to each parameter.
+func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
+	for _, us := range g.uses {
+		if len(us.use.Path) == 0 {
+			return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", us.use.OperandValue, g.output)
+		}
+		var others []string
+		for _, o := range g.uses {
+			if o != us {
+				others = append(others, o.p.name)
+			}
+		}
+		idx, err := buildPathMap(cg, us.use.OperandValue, us.p.name, others)
+		if err != nil {
+			return fmt.Errorf("dpengine: path of %q to %s: %w", us.p.name, g.output, err)
+		}
+		us.idx, us.linear.idx = idx, idx
+		if len(g.uses) > 1 && us.linear.decision != rewrite.Instantiate {
+			return fmt.Errorf("dpengine: operand %q of %s joins %d parameters and must be instantiated", us.use.OperandValue, g.output, len(g.uses))
 		}
 	}
 	return nil
@@ -317,8 +428,14 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	}
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
-		if g.uses[0].linear != nil {
-			err = e.linearUse(ev, g.uses[0])
+		if g.linear != nil {
+			// Several uses only where an operand joins several
+			// parameters (instantiated, each mapped to its own).
+			for _, us := range g.uses {
+				if err = g.linear.perSample(e, ev, us); err != nil {
+					break
+				}
+			}
 		} else {
 			err = e.elementwiseGroup(ev, g)
 		}
@@ -360,290 +477,12 @@ func sampleShape(v *runtime.View) []int {
 	return s
 }
 
-// linearUse handles the weight of a Conv, Gemm or MatMul.
-func (e *Engine) linearUse(ev *runtime.HookEvent, us *useState) error {
-	ls, p := us.linear, us.p
-	B := e.cfg.PhysicalBatch
-	dout := &ev.DOut
-	if dout.BatchAxis < 0 {
-		return fmt.Errorf("output gradient has no batch axis")
-	}
-	switch ev.Node.OpType {
-	case "Conv":
-		return e.convUse(ev, us)
-	case "Gemm", "MatMul":
-	default:
-		return fmt.Errorf("no per-sample rule for %s weights", ev.Node.OpType)
-	}
-	data := &ev.Inputs[us.use.Data]
-	if data.BatchAxis < 0 {
-		return fmt.Errorf("input %q has no batch axis", data.Name)
-	}
-	ls.alpha = 1
-	ls.weightLayoutPD = false
-	if ev.Node.OpType == "Gemm" {
-		if a, err := ev.Node.Float("alpha"); err == nil {
-			ls.alpha = a
-		}
-		if ta, _ := ev.Node.Int("transA"); ta != 0 {
-			return fmt.Errorf("Gemm with transA=1 is not supported for per-sample gradients")
-		}
-		if tb, _ := ev.Node.Int("transB"); tb != 0 {
-			ls.weightLayoutPD = true
-		}
-	}
-	if us.use.Operand != 1 {
-		return fmt.Errorf("%s parameter as operand %d is not supported", ev.Node.OpType, us.use.Operand)
-	}
-	D, P := int(ls.layer.D), int(ls.layer.P)
-	T := len(data.Data) / B / D
-	if T*B*D != len(data.Data) || T*B*P != len(dout.Data) {
-		return fmt.Errorf("unexpected shapes %v and %v for D=%d p=%d", data.Shape, dout.Shape, D, P)
-	}
-	ls.T = T
-	if e.cfg.Mode == BK && p.ps == nil {
-		ls.x, ls.xStride = data.Data, data.BatchStride
-		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
-	}
-	size := len(p.data)
-	need := T*D + T*P + 2*T*T
-	if ls.decision == rewrite.Instantiate {
-		need = T*D + T*P + size
-	}
-	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	forSamples(e.n, func(w, i int) {
-		buf := bufs[w]
-		a := gatherSample(data, B, i, buf[:0:T*D])
-		g := gatherSample(dout, B, i, buf[T*D:T*D:T*D+T*P])
-		rest := buf[T*D+T*P:]
-		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, rest)
-			return
-		}
-		inst := rest[:size]
-		if ls.weightLayoutPD {
-			blas.SgemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
-		} else {
-			blas.SgemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
-		}
-		if p.ps != nil {
-			addTo(p.ps[i*size:(i+1)*size], inst)
-		} else {
-			p.normSq[i] += sumSq(inst)
-		}
-	})
-	return nil
-}
-
-// convUse handles a Conv weight: a_i is the unfolded input of sample i and
-// group g (T×D), and the output gradient of the group is already laid out
-// p×T, i.e. g_iᵀ.
-func (e *Engine) convUse(ev *runtime.HookEvent, us *useState) error {
-	ls, p := us.linear, us.p
-	s := ev.Conv
-	if s == nil {
-		return fmt.Errorf("no convolution geometry")
-	}
-	x, dy := &ev.Inputs[0], &ev.DOut
-	if x.BatchAxis != 0 || dy.BatchAxis != 0 {
-		return fmt.Errorf("convolution without a leading batch axis")
-	}
-	B := s.N
-	groups := max(s.Group, 1)
-	T, D := s.T, s.D
-	P := s.M / groups
-	inLen, outLen := len(x.Data)/B, len(dy.Data)/B
-	ls.conv = s
-	if e.cfg.Mode == BK && p.ps == nil {
-		// The input and output gradient stay alive (KeepHooked) for
-		// Σ_i C_i g_i once the clip factors are known.
-		ls.x, ls.dy = x.Data, dy.Data
-	}
-	size := len(p.data)
-	if s.IsDepthwise() {
-		// A depthwise group is one input channel and its M/C output
-		// channels of K taps: the per-sample gradient (M·K values) comes
-		// directly from the input planes and the output gradient,
-		// without unfolding or a GEMM per group, whatever the layer's
-		// ghost/instantiate decision (both give this norm).
-		if size != s.M*s.K {
-			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
-		}
-		scratch := kernels.DepthwiseScratchSize(s)
-		bufs := workerBufs(&e.normScratch, kernels.Workers(), scratch+size)
-		forSamples(e.n, func(w, i int) {
-			buf := bufs[w]
-			inst := buf[scratch : scratch+size]
-			kernels.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
-			if p.ps != nil {
-				addTo(p.ps[i*size:(i+1)*size], inst)
-			} else {
-				p.normSq[i] += sumSq(inst)
-			}
-		})
-		return nil
-	}
-	// Each sample's input is unfolded as col = a_iᵀ (D×T, the runtime's
-	// im2col layout, which the gather-map path fills fastest); then
-	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ.
-	plane := s.PlaneSize()
-	need := plane + T*D + 2*T*T
-	if ls.decision == rewrite.Instantiate {
-		need = plane + T*D + P*D
-	}
-	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	forSamples(e.n, func(w, i int) {
-		buf := bufs[w]
-		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
-		xi := x.Data[i*inLen : (i+1)*inLen]
-		for gr := 0; gr < groups; gr++ {
-			kernels.Im2ColPlane(s, xi, gr, col, pl)
-			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
-			if ls.decision == rewrite.Ghost {
-				aa, gg := rest[:T*T], rest[T*T:2*T*T]
-				blas.SgemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
-				blas.SgemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
-				var dot float64
-				for k, v := range aa {
-					dot += float64(v) * float64(gg[k])
-				}
-				p.normSq[i] += dot
-				continue
-			}
-			inst := rest[:P*D]
-			blas.SgemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
-			if p.ps != nil {
-				addTo(p.ps[i*size+gr*P*D:i*size+(gr+1)*P*D], inst)
-			} else {
-				p.normSq[i] += sumSq(inst)
-			}
-		}
-	})
-	return nil
-}
-
-// weightedSum adds Σ_i c_i g_i of a linear use to accum (or, if
-// overwrite, writes it there) from the kept input and output gradient
-// (book-keeping), scaling the kept output
-// gradient in place (nothing reads it after this). scratch is shared by
-// all layers (they run one after the other) and ws is the plan's idle
-// kernel workspace: a buffer per layer would add a whole model's worth of
-// weight-gradient copies and convolution workspaces to book-keeping's
-// memory (111 MB on ResNet-18 at batch 32, half of the non-private step's).
-func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
-	if len(ls.x) == 0 {
-		return fmt.Errorf("no kept activations")
-	}
-	if ls.conv != nil {
-		s := ls.conv
-		outLen := len(ls.dy) / B
-		for i := 0; i < B; i++ {
-			scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
-		}
-		need := kernels.ConvWorkspaceSize(s)
-		dwLen := len(accum)
-		if overwrite {
-			dwLen = 0
-		}
-		extra := 0
-		if len(ws) < need {
-			extra = need
-		}
-		*scratch = grow(*scratch, dwLen+extra)
-		dw := (*scratch)[:dwLen]
-		if extra > 0 {
-			ws = (*scratch)[dwLen:]
-		}
-		if overwrite {
-			dw = accum
-		}
-		kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
-		if !overwrite {
-			addTo(accum, dw)
-		}
-		return nil
-	}
-	D, P := int(ls.layer.D), int(ls.layer.P)
-	rows := len(ls.dy) / P
-	// Σ_i c_i g_iᵀa_i = Σ_rows (c_{sample(row)} g_row)ᵀ a_row: scale each
-	// output-gradient row by its sample's factor and take one GEMM over
-	// all rows, whatever the layout of the batch in them.
-	scaled := ls.dy
-	for r := 0; r < rows; r++ {
-		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
-		scale(scaled[r*P:(r+1)*P], ci)
-	}
-	beta := float32(1)
-	if overwrite {
-		beta = 0
-	}
-	if ls.weightLayoutPD {
-		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, beta, accum, D)
-	} else {
-		blas.Sgemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
-	}
-	return nil
-}
-
-// convBias handles the commonest elementwise parameter, a convolution's
-// bias read by nothing else: sample i's gradient is its output gradient
-// summed over positions, read in place and split over the cores. The
-// general path (a gathered copy and one sequential sum per channel, on one
-// core) cost 34 ms of a 730 ms book-keeping step of VGG-19 at batch 16.
-// It reports false, doing nothing, for any other case.
-func (e *Engine) convBias(ev *runtime.HookEvent, g *useGroup) bool {
-	if ev.Node.OpType != "Conv" || len(g.uses) != 1 || g.sub != nil || g.uses[0].use.Operand != 2 {
-		return false
-	}
-	p, dy := g.uses[0].p, &ev.DOut
-	M := len(p.data)
-	B := e.cfg.PhysicalBatch
-	if dy.BatchAxis != 0 || dy.BatchStride*B != len(dy.Data) || M == 0 || dy.BatchStride%M != 0 {
-		return false
-	}
-	stride := dy.BatchStride
-	T := stride / M
-	forSamples(e.n, func(_, i int) {
-		row := dy.Data[i*stride : (i+1)*stride]
-		var sq float64
-		for m := 0; m < M; m++ {
-			s := sum4(row[m*T : (m+1)*T])
-			if p.ps != nil {
-				p.ps[i*M+m] += s
-			} else {
-				sq += float64(s) * float64(s)
-			}
-		}
-		if p.ps == nil {
-			p.normSq[i] += sq
-		}
-	})
-	return true
-}
-
-// sum4 sums x with four running sums, so that the additions do not wait
-// on one another.
-func sum4(x []float32) float32 {
-	var a, b, c, d float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		a += x[i]
-		b += x[i+1]
-		c += x[i+2]
-		d += x[i+3]
-	}
-	for ; i < len(x); i++ {
-		a += x[i]
-	}
-	return (a + b) + (c + d)
-}
-
 // elementwiseGroup computes the per-sample gradients of the parameters
 // behind one elementwise operand.
 func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	B := e.cfg.PhysicalBatch
 	u := g.uses[0].use
-	if e.convBias(ev, g) {
+	if g.elem.batch != nil && g.elem.batch(e, ev, g) {
 		return nil
 	}
 	opView := &ev.Inputs[u.Operand]
@@ -687,7 +526,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 			if errs[w] != nil {
 				return
 			}
-			if err := e.operandGrad(ev, u, i, sc.buf, sc); err != nil {
+			if err := e.operandGrad(ev, g, u, i, sc.buf, sc); err != nil {
 				errs[w] = err
 				return
 			}
@@ -707,7 +546,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	sc := &e.opScratch[0]
 	buf := sc.buf
 	for i := 0; i < e.n; i++ {
-		if err := e.operandGrad(ev, u, i, buf, sc); err != nil {
+		if err := e.operandGrad(ev, g, u, i, buf, sc); err != nil {
 			return err
 		}
 		dy := buf
@@ -732,7 +571,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 
 // operandGrad writes sample i's gradient with respect to the operand (its
 // own shape, batch axis at 1 for batched operands) to out.
-func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out []float32, sc *opScratch) error {
+func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use, i int, out []float32, sc *opScratch) error {
 	B := e.cfg.PhysicalBatch
 	dout := &ev.DOut
 	if dout.BatchAxis < 0 {
@@ -744,78 +583,7 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, u *rewrite.Use, i int, out [
 	opView := &ev.Inputs[u.Operand]
 	opShape := sampleShape(opView)
 	k := u.Operand
-	switch ev.Node.OpType {
-	case "Add", "Sub", "Mul", "Div":
-		d := gi
-		other := &ev.Inputs[1-k]
-		if ev.Node.OpType == "Sub" && k == 1 {
-			scale(d, -1)
-		}
-		if ev.Node.OpType == "Mul" || ev.Node.OpType == "Div" {
-			ov, oShape := other.Data, other.Shape
-			if other.BatchAxis >= 0 {
-				sc.other = gatherSample(other, B, i, sc.other)
-				ov, oShape = sc.other, sampleShape(other)
-			}
-			sc.d = grow(sc.d, len(gi))
-			d = sc.d
-			switch {
-			case ev.Node.OpType == "Mul":
-				kernels.Binary(kernels.Mul, gi, gShape, ov, oShape, d, gShape)
-			case k == 0: // d(a/b)/da = 1/b
-				kernels.Binary(kernels.Div, gi, gShape, ov, oShape, d, gShape)
-			default: // d(a/b)/db = -a/b² = -(a/b)/b
-				self := opView.Data
-				sShape := opView.Shape
-				if opView.BatchAxis >= 0 {
-					sc.self = gatherSample(opView, B, i, sc.self)
-					self, sShape = sc.self, opShape
-				}
-				sc.q = grow(sc.q, len(gi))
-				q := sc.q
-				kernels.Binary(kernels.Div, ov, oShape, self, sShape, q, gShape)
-				kernels.Binary(kernels.Div, q, gShape, self, sShape, q, gShape)
-				kernels.Binary(kernels.Mul, gi, gShape, q, gShape, d, gShape)
-				scale(d, -1)
-			}
-		}
-		kernels.ReduceToShape(d, gShape, out, opShape)
-	case "Conv":
-		if k != 2 {
-			return fmt.Errorf("Conv operand %d is not a bias", k)
-		}
-		M := opShape[0]
-		T := len(gi) / M
-		for m := 0; m < M; m++ {
-			out[m] = sum4(gi[m*T : (m+1)*T]) // as convBias sums
-		}
-	case "Gemm":
-		if k != 2 {
-			return fmt.Errorf("Gemm operand %d is not the bias C", k)
-		}
-		if beta, err := ev.Node.Float("beta"); err == nil && beta != 1 {
-			scale(gi, beta)
-		}
-		p := gShape[len(gShape)-1]
-		kernels.ReduceToShape(gi, []int{len(gi) / p, p}, out, opShape)
-	case "Concat":
-		axis, err := ev.Node.Int("axis")
-		if err != nil {
-			return err
-		}
-		ax := int(axis)
-		if ax < 0 {
-			ax += len(gShape)
-		}
-		off := 0
-		for j := 0; j < k; j++ {
-			off += ev.Inputs[j].Shape[ax]
-		}
-		sliceAxis(gi, gShape, ax, off, opShape[ax], out)
-	default:
-		return fmt.Errorf("no per-sample rule for a parameter operand of %s", ev.Node.OpType)
-	}
-	return nil
+	return g.elem.operandGrad(ev, sampleGrad{k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
 }
 
 // grow returns b resized to n elements, reallocating only when too small.
@@ -824,21 +592,4 @@ func grow(b []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return b[:n]
-}
-
-// sliceAxis copies x[..., off:off+n, ...] (along axis) to out.
-func sliceAxis(x []float32, shape []int, axis, off, n int, out []float32) {
-	outer, inner := 1, 1
-	for _, d := range shape[:axis] {
-		outer *= d
-	}
-	for _, d := range shape[axis+1:] {
-		inner *= d
-	}
-	dim := shape[axis]
-	k := 0
-	for o := 0; o < outer; o++ {
-		src := x[(o*dim+off)*inner : (o*dim+off+n)*inner]
-		k += copy(out[k:], src)
-	}
 }

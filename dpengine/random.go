@@ -1,8 +1,6 @@
 package dpengine
 
 import (
-	"crypto/aes"
-	"crypto/cipher"
 	crand "crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -11,7 +9,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
+
+	"github.com/dpfinetune/dpfinetune/runtime/noise"
 )
 
 // Source is the randomness behind sampling and noise. Secure sources (the
@@ -45,7 +44,7 @@ func (s *Source) Describe() string {
 	if s.seeded {
 		return fmt.Sprintf("seeded (seed %d): reproducible, NOT secure", s.seed)
 	}
-	return "secure (ChaCha8 and AES-128-CTR keyed from crypto/rand)"
+	return "secure (ChaCha8 and AES-128 keyed from crypto/rand)"
 }
 
 // Stream returns the position of a seeded source (how many generators it
@@ -98,8 +97,9 @@ func (s *Source) AddGaussian(std float64, xs ...[]float32) {
 	s.addGaussianScaled(std, 1, xs...)
 }
 
-// noiseChunk is the number of elements drawn from one keystream. Fixed, so
-// that a seeded source gives the same noise on any number of cores.
+// noiseChunk is the piece of the gradient one core draws at a time (and
+// hands to the optimizer right after). Element i of the noise does not
+// depend on the split (runtime/noise), so this only sets the scheduling.
 const noiseChunk = 1 << 18
 
 // addGaussianScaled sets x ← (x + std·z)·post for every element, z ~ N(0, 1)
@@ -107,17 +107,15 @@ const noiseChunk = 1 << 18
 // over the parameters (on a 100 M-parameter model each pass is ~0.4 GB of
 // memory traffic).
 //
-// The bits come from AES-128 in counter mode under a fresh 128-bit key per
-// call (from crypto/rand, or derived from the seed and the stream
-// position), the generator of PyTorch's torchcsprng behind Opacus's secure
-// mode: with AES-NI it produces ~5 GB/s on one core here against ~1 GB/s
-// for ChaCha8, and the Gaussian noise of a 10⁸-parameter model needs
-// 0.4 GB of random bits per logical batch. AES-256's 14 rounds against 10
-// made the whole noise 11 % slower (BenchmarkAddGaussian, 1.34 against
-// 1.17 ns per element) for no gain that matters here: the keystream only
-// has to be indistinguishable from random to an attacker bounded at 2¹²⁸.
-// Chunk c uses counter blocks starting at c·2³², so chunks never share
-// keystream.
+// The noise is runtime/noise's: element i of the parameters laid out one
+// after another (xs[0], then xs[1], …) is a function of (key, step, i)
+// through AES-128, the generator of PyTorch's torchcsprng behind Opacus's
+// secure mode, under a fresh 128-bit key per call (from crypto/rand, or
+// derived from the seed and the stream position), with the stream position
+// as the step. AES-256's 14 rounds against 10 made the whole noise 11 %
+// slower (BenchmarkAddGaussian, 1.34 against 1.17 ns per element) for no
+// gain that matters here: the keystream only has to be indistinguishable
+// from random to an attacker bounded at 2¹²⁸.
 func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
 	s.addGaussianScaledThen(std, post, xs, nil)
 }
@@ -140,21 +138,17 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 	s.stream++
 	s.mu.Unlock()
 	key := s.key(n)
-	block, err := aes.NewCipher(key[:16]) // AES-128: the seed and stream, or 16 random bytes
-	if err != nil {
-		panic(fmt.Sprintf("dpengine: AES: %v", err)) // a 16-byte key cannot fail
-	}
+	// AES-128: the seed and stream, or 16 random bytes.
+	gen := noise.New(noise.Key(key[:16]), n)
 	var next atomic.Int64
 	work := func() {
-		var g noiseBits
 		for {
 			c := int(next.Add(1) - 1)
 			if c >= chunks {
 				return
 			}
-			g.reset(block, uint64(c))
-			k, lo, hi := chunkAt(xs, c)
-			gaussianInto(&g, xs[k][lo:hi], float32(std), post)
+			k, lo, hi, base := chunkAt(xs, c)
+			gen.Add(xs[k][lo:hi], base+uint64(lo), std, post)
 			if then != nil {
 				then(k, lo, hi)
 			}
@@ -174,74 +168,18 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 }
 
 // chunkAt locates the c-th noiseChunk-sized piece of the concatenation of
-// xs: xs[k][lo:hi] (a chunk never spans two slices).
-func chunkAt(xs [][]float32, c int) (k, lo, hi int) {
+// xs: xs[k][lo:hi] (a chunk never spans two slices), and the index of
+// xs[k][0] in the concatenation.
+func chunkAt(xs [][]float32, c int) (k, lo, hi int, base uint64) {
 	for k, x := range xs {
 		n := (len(x) + noiseChunk - 1) / noiseChunk
 		if c < n {
-			return k, c * noiseChunk, min((c+1)*noiseChunk, len(x))
+			return k, c * noiseChunk, min((c+1)*noiseChunk, len(x)), base
 		}
 		c -= n
+		base += uint64(len(x))
 	}
-	return 0, 0, 0
-}
-
-// noiseBits hands out 32-bit words of an AES-CTR keystream: the main
-// draws in runs of up to 4096 words (take), the ziggurat's rare extra
-// draws from a separate small buffer (aux), both refilled from the same
-// stream.
-type noiseBits struct {
-	ctr   cipher.Stream
-	buf   [4096]uint32
-	pos   int
-	extra [64]uint32
-	epos  int
-	zero  [4096 * 4]byte
-	// slow lists the draws of a run of buf that left the ziggurat's fast
-	// path (zigFastAVX2 or zigFastSSE).
-	slow [4096]int32
-}
-
-// reset starts the keystream of chunk c.
-func (g *noiseBits) reset(block cipher.Block, c uint64) {
-	var iv [aes.BlockSize]byte
-	binary.BigEndian.PutUint64(iv[0:], c>>32)
-	binary.BigEndian.PutUint32(iv[8:], uint32(c))
-	g.ctr = cipher.NewCTR(block, iv[:])
-	g.pos, g.epos = len(g.buf), len(g.extra)
-}
-
-// fill writes the next keystream words into w.
-func (g *noiseBits) fill(w []uint32) {
-	g.ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*len(w)), g.zero[:4*len(w)])
-}
-
-// take returns the next min(n, 4096) or fewer words of the main run.
-func (g *noiseBits) take(n int) []uint32 {
-	if g.pos == len(g.buf) {
-		g.fill(g.buf[:])
-		g.pos = 0
-	}
-	n = min(n, len(g.buf)-g.pos)
-	w := g.buf[g.pos : g.pos+n]
-	g.pos += n
-	return w
-}
-
-// aux returns the next 32 random bits of the auxiliary buffer.
-func (g *noiseBits) aux() uint32 {
-	if g.epos == len(g.extra) {
-		g.fill(g.extra[:])
-		g.epos = 0
-	}
-	w := g.extra[g.epos]
-	g.epos++
-	return w
-}
-
-// uniform returns a uniform float64 in [0, 1) with 53 random bits.
-func (g *noiseBits) uniform() float64 {
-	return float64(uint64(g.aux())<<21^uint64(g.aux())>>11) * (1.0 / (1 << 53))
+	return 0, 0, 0, 0
 }
 
 // geometricSkip returns the number of failures before the next success of

@@ -548,10 +548,16 @@ func rangeTensor(dt DType, start, limit, delta float64) (*Tensor, error) {
 	if delta == 0 {
 		return nil, errors.New("Range delta is 0")
 	}
-	cnt := int64(math.Max(math.Ceil((limit-start)/delta), 0))
-	if cnt > maxFoldElements {
-		return nil, fmt.Errorf("Range of %d elements", cnt)
+	// In float64 first: a NaN or an enormous count converts to int64 as
+	// garbage (math.MinInt64 on amd64).
+	fcnt := math.Ceil((limit - start) / delta)
+	if math.IsNaN(fcnt) {
+		return nil, fmt.Errorf("Range(%v, %v, %v) has no element count", start, limit, delta)
 	}
+	if fcnt > maxFoldElements {
+		return nil, fmt.Errorf("Range(%v, %v, %v) of %.0f elements is over the %d-element limit for a folded constant", start, limit, delta, fcnt, maxFoldElements)
+	}
+	cnt := int64(math.Max(fcnt, 0))
 	t := newTensor(dt, []int64{cnt})
 	for i := int64(0); i < cnt; i++ {
 		v := start + float64(i)*delta

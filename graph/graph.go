@@ -433,9 +433,10 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Shape: append(Shape(nil), v.Shape...), Const: v.Const, Initializer: v.Initializer, proto: v.proto}
-		if v.Shape == nil {
-			nv.Shape = nil
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, proto: v.proto}
+		if v.Shape != nil {
+			// A scalar's shape is empty but known: keep it non-nil.
+			nv.Shape = append(Shape{}, v.Shape...)
 		}
 		vm[v] = nv
 		c.Values[v.Name] = nv

@@ -127,8 +127,14 @@ func (g *Graph) inferNode(n *Node) error {
 	if err := rule.infer(g, n); err != nil {
 		return fmt.Errorf("graph: node %s: %w", n, err)
 	}
+	if err := checkOutputSizes(n); err != nil {
+		return err
+	}
 	if rule.eval == nil || !g.foldable(n) {
 		return nil
+	}
+	if big, err := foldTooLarge(n); big {
+		return err // nil: left for the runtime to compute
 	}
 	consts := make([]*Tensor, len(n.Inputs))
 	for i, v := range n.Inputs {

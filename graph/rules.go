@@ -3,6 +3,8 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"math"
+	"sort"
 )
 
 // rule is how the IR handles one operator: infer sets the dtypes and shapes
@@ -19,6 +21,23 @@ var rules = map[string]rule{}
 
 // SupportedOps returns whether the IR can infer shapes through op.
 func SupportedOps(op string) bool { _, ok := rules[op]; return ok }
+
+// Folds reports whether the IR evaluates op at load time when all its inputs
+// are constants (shape arithmetic such as Shape, Gather, Concat, Equal):
+// such a node never reaches a runtime if its inputs are constants.
+func Folds(op string) bool { return rules[op].eval != nil }
+
+// FoldOps returns the operators Folds reports, sorted.
+func FoldOps() []string {
+	var out []string
+	for op, r := range rules {
+		if r.eval != nil {
+			out = append(out, op)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
 
 func init() {
 	for _, op := range []string{"Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish",
@@ -202,7 +221,11 @@ func inferDropout(g *Graph, n *Node) error {
 		return err
 	}
 	setOut(n, 0, x.DType, x.Shape)
-	setOut(n, 1, Bool, x.Shape)
+	mask := Bool
+	if n.Opset > 0 && n.Opset < 10 {
+		mask = x.DType // the mask became bool in opset 10
+	}
+	setOut(n, 1, mask, x.Shape)
 	return nil
 }
 
@@ -886,9 +909,15 @@ func inferTile(g *Graph, n *Node) error {
 	}
 	out := make(Shape, len(reps))
 	for i, r := range reps {
+		if r < 0 {
+			return fmt.Errorf("negative repeats %v", reps)
+		}
 		out[i] = Dim{Size: -1}
-		if x.Shape[i].Size >= 0 {
-			out[i].Size = x.Shape[i].Size * r
+		if d := x.Shape[i].Size; d >= 0 {
+			if r != 0 && d > math.MaxInt64/r {
+				return fmt.Errorf("repeats %v overflow axis %d of size %d", reps, i, d)
+			}
+			out[i].Size = d * r
 		}
 	}
 	setOut(n, 0, x.DType, out)

@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
@@ -63,6 +65,10 @@ func isExternal(t *onnxpb.TensorProto) bool {
 // readExternal loads the bytes of every EXTERNAL tensor.
 func (m *Model) readExternal(dir string) error {
 	files := map[string]*os.File{}
+	// The total read is held to the memory available before each read.
+	var total int64
+	perFile := map[string]int64{}
+	avail, availSrc, haveAvail := sysmem.Available()
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -100,6 +106,16 @@ func (m *Model) readExternal(dir string) error {
 		}
 		if want, ok := wantBytes(t); ok && want != n {
 			return fmt.Errorf("tensor %q: external data length %d does not match its shape and type (%d bytes)", t.GetName(), n, want)
+		}
+		// Each byte of a file is read once in a well-formed model; many
+		// tensors over the same bytes would multiply a small file.
+		perFile[ref.location] += n
+		if perFile[ref.location] > st.Size() {
+			return fmt.Errorf("tensor %q: external data: the tensors so far read %d bytes of %q, which holds %d: their ranges overlap", t.GetName(), perFile[ref.location], ref.location, st.Size())
+		}
+		total += n
+		if haveAvail && total > avail {
+			return fmt.Errorf("tensor %q: external data read so far (%d MiB) exceeds the %d MiB of memory available (%s)", t.GetName(), total>>20, avail>>20, availSrc)
 		}
 		buf := make([]byte, n)
 		if _, err := f.ReadAt(buf, ref.offset); err != nil && !(errors.Is(err, io.EOF) && n == 0) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -214,6 +215,48 @@ func TestExternalLocationMustStayInside(t *testing.T) {
 		if _, err := LoadBytes(b, t.TempDir()); err == nil {
 			t.Errorf("location %q accepted", loc)
 		}
+	}
+}
+
+// TestExternalDataOverMemory: external data is held to the memory
+// available before it is read (one tensor asking for a sparse 1 TiB file),
+// and many tensors may not read the same bytes over and over.
+func TestExternalDataOverMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fileSize int64
+		tensors  int
+		dims     int64
+		want     string
+	}{
+		{"one tensor of 1 TiB", 1 << 40, 1, 1 << 38, "memory available"},
+		{"1024 tensors of the same 1 MiB", 1 << 20, 1024, 1 << 18, "overlap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			f, err := os.Create(filepath.Join(dir, "big.data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = f.Truncate(tc.fileSize) // sparse
+			f.Close()
+			if err != nil {
+				t.Skipf("no sparse file of %d bytes here: %v", tc.fileSize, err)
+			}
+			p := tinyModel()
+			for i := range tc.tensors {
+				p.Graph.Initializer = append(p.Graph.Initializer, &onnxpb.TensorProto{
+					Name: proto.String(fmt.Sprintf("big%d", i)), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: []int64{tc.dims},
+					DataLocation: onnxpb.TensorProto_EXTERNAL.Enum(),
+					ExternalData: []*onnxpb.StringStringEntryProto{kv("location", "big.data"), kv("length", fmt.Sprint(4*tc.dims))},
+				})
+			}
+			b, _ := proto.Marshal(p)
+			_, err = LoadBytes(b, dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
 	}
 }
 

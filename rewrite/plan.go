@@ -21,8 +21,10 @@ const (
 	KindLinear Kind = "linear"
 	// KindElementwise: a parameter combined elementwise, with numpy
 	// broadcasting, with a batch-carrying tensor (Add/Sub/Mul/Div), a
-	// Conv/Gemm bias, or a tensor concatenated to batch data (class
-	// token). The per-sample gradient of the operand is the output
+	// Conv/Gemm bias, the scale or bias of a native normalization node
+	// (LayerNormalization, GroupNormalization, InstanceNormalization: the
+	// local derivative of the scale is the normalized input), or a tensor
+	// concatenated to batch data (class token). The per-sample gradient of the operand is the output
 	// gradient times the local derivative (1 for Add and biases, the
 	// other operand for Mul, …, the slice for Concat), summed over
 	// every axis along which the operand is broadcast except the batch;
@@ -113,9 +115,13 @@ type Use struct {
 
 // Param is the plan for one floating-point initializer.
 type Param struct {
-	Name  string  `json:"name"`
-	Shape []int64 `json:"shape"`
-	Size  int64   `json:"size"`
+	Name string `json:"name"`
+	// Module is the PyTorch state-dict name of a parameter the exporter
+	// renamed ("layer1.0.conv1.weight" for "onnx::Conv_196"), derived from
+	// the node that reads it; empty when Name is already the user's.
+	Module string  `json:"module,omitempty"`
+	Shape  []int64 `json:"shape"`
+	Size   int64   `json:"size"`
 	// Kind is linear if any use is linear, elementwise if all uses are,
 	// frozen if the parameter is not trained.
 	Kind Kind `json:"kind"`
@@ -179,6 +185,9 @@ type Plan struct {
 	InputShape []int64  `json:"input_shape"` // one sample
 	Batch      int64    `json:"batch"`
 	Priority   Priority `json:"priority"`
+	// ExportForm is how the model was exported, as far as the graph shows
+	// (ExportTraining, ExportEvalFolded or "").
+	ExportForm string   `json:"export_form,omitempty"`
 	Changes    []Change `json:"changes"`
 	Params     []*Param `json:"params"`
 	// Layers lists every trainable linear use in graph order.
@@ -197,6 +206,16 @@ type Plan struct {
 	Warnings []string `json:"warnings,omitempty"`
 
 	byName map[string]*Param
+}
+
+// Label is how reports name parameter name: its PyTorch name with the
+// stored one beside it when the exporter renamed it
+// ("layer1.0.conv1.weight (onnx::Conv_196)"), else the stored name.
+func (p *Plan) Label(name string) string {
+	if prm := p.Param(name); prm != nil && prm.Module != "" {
+		return prm.Module + " (" + name + ")"
+	}
+	return name
 }
 
 // Param returns the plan of the named initializer, or nil.
@@ -232,6 +251,33 @@ type PlanOptions struct {
 	// onnx::MatMul_<n>, while node names carry the module path.
 	Train, Freeze *regexp.Regexp
 	Shared        SharedPolicy // "" is SharedInstantiate
+}
+
+// rearrangingOps are the path operators that copy distinct elements of
+// their input without summing or repeating any (permutations, reshapes,
+// slices): the norm of a per-sample gradient is the same on either side
+// of them, so a ghost norm computed on the consumer's operand is the
+// parameter's.
+var rearrangingOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Cast", "Slice", "Split")
+
+// NormPreserving reports whether every step of path is rearranging: the
+// parameter's per-sample gradient norm equals the norm of the operand's.
+func NormPreserving(path []Step) bool {
+	for _, s := range path {
+		if !rearrangingOps[s.Op] {
+			return false
+		}
+	}
+	return true
+}
+
+// GhostAllowed reports whether a linear use's per-sample norm may be
+// computed as a ghost norm on its operand: the parameter is read by no
+// other use (per-use norms do not add up) and reaches the operand through
+// rearranging operators only (see NormPreserving). Otherwise the use's
+// per-sample gradient is instantiated and mapped back to the parameter.
+func (u *Use) GhostAllowed() bool {
+	return u.Kind == KindLinear && u.Layer != nil && !u.Layer.Shared && NormPreserving(u.Path)
 }
 
 // pathOps are the shape-only operators a parameter may pass through
@@ -423,6 +469,9 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 	if re.MatchString(v.Name) {
 		return true
 	}
+	if m := ModuleName(v); m != "" && re.MatchString(m) {
+		return true
+	}
 	for _, n := range v.Consumers {
 		if n.Name != "" && re.MatchString(n.Name) {
 			return true
@@ -432,7 +481,7 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 }
 
 func (a *analyzer) param(v *graph.Value) *Param {
-	prm := &Param{Name: v.Name, Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
+	prm := &Param{Name: v.Name, Module: ModuleName(v), Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
 	uses, reason := a.uses(v)
 	switch {
 	case a.opts.Freeze != nil && selected(a.opts.Freeze, v):
@@ -469,7 +518,7 @@ func (a *analyzer) param(v *graph.Value) *Param {
 	for _, u := range uses {
 		if u.Layer != nil {
 			u.Layer.Param = v.Name
-			u.Layer.decide(a.opts.Priority, prm.Shared)
+			u.Layer.decide(a.opts.Priority, prm.Shared, u.Path)
 		}
 	}
 	return prm
@@ -508,7 +557,7 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 						if o == nil || !o.DType.IsFloat() {
 							continue
 						}
-						step := Step{Node: n.Name, Output: n.Outputs[0].Name, Op: n.OpType, Operand: k}
+						step := Step{Node: n.Name, Output: o.Name, Op: n.OpType, Operand: k}
 						if r := walk(o, append(append([]Step(nil), path...), step)); r != "" {
 							return r
 						}
@@ -611,7 +660,15 @@ func (a *analyzer) classify(n *graph.Node, k int, q *graph.Value, path []Step) (
 	case "BatchNormalization":
 		return nil, fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", at)
 	case "LayerNormalization", "InstanceNormalization", "GroupNormalization":
-		return nil, fmt.Sprintf("read by %s: normalization scale/shift need the Mul/Add form for per-sample gradients", at)
+		// Scale (1) and bias (2): elementwise, from the normalized
+		// input and the output gradient of each sample.
+		if k == 1 || k == 2 {
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
 	}
 	return nil, fmt.Sprintf("read by %s: no per-sample rule for this operator and input", at)
 }
@@ -692,12 +749,20 @@ func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
 }
 
 // decide applies the layerwise decision.
-func (l *Layer) decide(pr Priority, shared bool) {
+func (l *Layer) decide(pr Priority, shared bool, path []Step) {
 	l.TwoT2 = 2 * l.T * l.T
 	l.PD = l.P * l.D
 	l.Shared = shared
 	if shared {
 		l.Decision, l.Reason = Instantiate, "shared parameter: per-use gradients are instantiated and summed"
+		return
+	}
+	if !NormPreserving(path) {
+		var ops []string
+		for _, s := range path {
+			ops = append(ops, s.Op)
+		}
+		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s through %v, which does not keep the norm: the per-sample gradient is instantiated and mapped back", l.Op, ops)
 		return
 	}
 	l.Decision, l.Reason = Decide(l.T, l.D, l.P, pr)

@@ -43,6 +43,7 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if opts.Batch <= 0 {
 		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", opts.Batch)
 	}
+	form := ExportForm(g)
 	var changes []Change
 	ch, err := Cleanup(g)
 	changes = append(changes, ch...)
@@ -80,5 +81,6 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.Changes = changes
+	p.ExportForm = form
 	return p, nil
 }

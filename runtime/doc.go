@@ -8,8 +8,12 @@
 // Compile takes a graph whose values all have static shapes (run
 // graph.InferShapes on a clone for a concrete batch, or call
 // CompileForBatch, which does both). Each node gets a forward and a backward
-// kernel; an operator without one is a compile-time error naming the node.
-// Supported operators are listed by SupportedOps.
+// kernel; an operator without one is a compile-time error naming every such
+// node. Supported operators are listed by SupportedOps, each with the opset
+// versions it implements (Opsets). CheckOps looks at a freshly loaded graph,
+// before any work, and lists every node of another domain, of an operator
+// nothing runs, or of an opset outside its kernel's range; the commands call
+// it first (docs/OPERATORS.md is generated from these tables).
 //
 // Buffers: every activation, gradient and accumulation scratch buffer is a
 // slice of one arena allocated at compile time. Offsets are assigned by

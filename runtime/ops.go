@@ -193,19 +193,11 @@ func buildCopy(p *Plan, nd *node) error {
 	return nil
 }
 
+// buildDropout runs Dropout as identity, whatever its ratio and
+// training_mode: inference plans need exactly that, and training plans do
+// not drop activations (the rewrite elides Dropout and says so). The mask
+// output, if any, is a constant (see dropoutMask).
 func buildDropout(p *Plan, nd *node) error {
-	if len(nd.in) > 2 && nd.in[2] != nil {
-		t := nd.in[2]
-		if !t.isConst || len(t.b) != 1 {
-			return fmt.Errorf("training_mode input must be a constant")
-		}
-		if t.b[0] {
-			return fmt.Errorf("Dropout in training mode is not supported (the runtime runs dropout as identity)")
-		}
-	}
-	if err := onlyOutput(p, nd); err != nil {
-		return err
-	}
 	return buildCopy(p, nd)
 }
 
@@ -216,6 +208,22 @@ func buildCast(p *Plan, nd *node) error {
 	}
 	if graph.DType(to) != graph.Float32 {
 		return fmt.Errorf("Cast to %v at run time is not supported (only float32 to float32)", graph.DType(to))
+	}
+	if x := nd.in[0]; x != nil && x.isConst && x.data == nil {
+		// A constant the graph could not fold because the runtime made
+		// it (a Dropout mask): convert it once.
+		f := make([]float32, x.n)
+		for i := range f {
+			switch {
+			case x.b != nil && x.b[i]:
+				f[i] = 1
+			case x.i64 != nil:
+				f[i] = float32(x.i64[i])
+			}
+		}
+		y := nd.out[0]
+		nd.fwd = func() { copy(y.data, f) }
+		return nil
 	}
 	return buildCopy(p, nd)
 }

@@ -449,6 +449,10 @@ func buildBatchNorm(p *Plan, nd *node) error {
 	if err := onlyOutput(p, nd); err != nil {
 		return fmt.Errorf("%w (updated running statistics are computed but not differentiated)", err)
 	}
+	if nd.g.IntOr("spatial", 1) == 0 {
+		// Opsets 7–8: statistics per activation, not per channel.
+		return fmt.Errorf("spatial=0 (opset %d) is not supported: only per-channel statistics", nd.g.Opset)
+	}
 	N, C := x.shape[0], x.shape[1]
 	S := numel(x.shape[2:])
 	eps, _ := nd.g.Float("epsilon")

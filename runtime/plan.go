@@ -56,6 +56,11 @@ type Options struct {
 	// the hooks alone, and the parameter-sized gradient buffers would be
 	// a whole model's worth of memory it never reads.
 	NoParamGrads bool
+	// MaxMemory, if positive, bounds the bytes of the buffer plan (arena
+	// and workspace) and of any one run-time value; Compile refuses a plan
+	// over it before allocating. Zero means the machine's available memory
+	// (see AvailableMemory).
+	MaxMemory int64
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -374,8 +379,19 @@ func (p *Plan) build() error {
 			}
 			nd.in = append(nd.in, t)
 		}
-		for _, v := range n.Outputs {
+		for k, v := range n.Outputs {
 			if v == nil {
+				nd.out = append(nd.out, nil)
+				continue
+			}
+			if n.OpType == "Dropout" && n.Domain == "" && k > 0 {
+				// The runtime runs Dropout as identity, so its mask keeps
+				// every element: a constant, not a computed output.
+				t, err := dropoutMask(v)
+				if err != nil {
+					return fmt.Errorf("runtime: node %s: %w", n, err)
+				}
+				p.tensors[v] = t
 				nd.out = append(nd.out, nil)
 				continue
 			}
@@ -469,7 +485,26 @@ func (p *Plan) build() error {
 		p.linkConsumers()
 	}
 
-	// Kernels.
+	if err := p.checkTensorSizes(); err != nil {
+		return err
+	}
+	// Kernels: first name every node without one, not only the first.
+	var missing []UnsupportedNode
+	for _, nd := range p.nodes {
+		n := nd.g
+		if _, ok := opTable[n.OpType]; (!ok || n.Domain != "") && nd.build == nil {
+			u := UnsupportedNode{Node: nodeName(n), Op: n.OpType, Opset: n.Opset, Reason: "no kernel"}
+			if n.Domain != "" {
+				u.Op, u.Reason = n.Domain+"."+n.OpType, fmt.Sprintf("operator domain %q is not supported", n.Domain)
+			} else if graph.Folds(n.OpType) {
+				u.Reason = "no kernel: the IR evaluates it only when its inputs are constants, and here they are computed at run time"
+			}
+			missing = append(missing, u)
+		}
+	}
+	if missing != nil {
+		return fmt.Errorf("runtime: %w", &UnsupportedError{Nodes: missing})
+	}
 	for _, nd := range p.nodes {
 		n := nd.g
 		nd.saveIn = make([]bool, len(nd.in))
@@ -561,6 +596,32 @@ func (p *Plan) build() error {
 	}
 	p.ws = make([]float32, p.wsNeed)
 	return nil
+}
+
+// dropoutMask returns the mask output v of a Dropout run as identity: all
+// true (opset 10 and later, where the mask is bool) or all one (earlier
+// opsets, where it has the input's type).
+func dropoutMask(v *graph.Value) (*tensor, error) {
+	if !v.Shape.Static() {
+		return nil, fmt.Errorf("mask %q has shape %v: compile needs static shapes", v.Name, v.Shape)
+	}
+	t := &tensor{v: v, shape: ints(v.Shape), prod: -1, dataItem: -1, gradItem: -1, isConst: true}
+	t.n = numel(t.shape)
+	switch v.DType {
+	case graph.Bool:
+		t.b = make([]bool, t.n)
+		for i := range t.b {
+			t.b[i] = true
+		}
+	case graph.Float32:
+		t.data = make([]float32, t.n)
+		for i := range t.data {
+			t.data[i] = 1
+		}
+	default:
+		return nil, fmt.Errorf("mask %q of type %v is not supported", v.Name, v.DType)
+	}
+	return t, nil
 }
 
 // isRunningStat reports whether v is read only as BatchNormalization
@@ -818,6 +879,9 @@ func (p *Plan) planBuffers() error {
 	p.arenaElems = total
 	for _, it := range items {
 		p.peakElems += it.size
+	}
+	if err := p.checkPlanSize(total); err != nil {
+		return err
 	}
 	buf, err := p.dev.Alloc(total)
 	if err != nil {

@@ -10,6 +10,7 @@ out=${DEMO_OUT:-/tmp/dpfinetune-demo}
 mkdir -p "$out"
 set -x
 "$bin" train --model testdata/models/cnn.onnx --data idx:testdata/fmnist-small \
-	--epsilon 3 --epochs 1 --batch-size 128 --lr 0.02 --clip 1 --clip-fn automatic \
+	--epsilon 3 --epochs 3 --batch-size 128 --lr 0.02 --clip 1 --clip-fn automatic \
 	--out "$out/cnn-dp.onnx" --report "$out/report.json"
 "$bin" eval --model "$out/cnn-dp.onnx" --data idx:testdata/fmnist-small
+"$bin" report "$out/report.json" --out "$out/report.png"

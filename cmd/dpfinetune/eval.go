@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func init() {
@@ -21,12 +20,7 @@ func init() {
 
 // evalResult is the JSON form of "dpfinetune eval" and the per-epoch test
 // metrics of train.
-type evalResult struct {
-	Samples   int       `json:"samples"`
-	Accuracy  float64   `json:"accuracy"`
-	Loss      float64   `json:"loss"`
-	Confusion [][]int64 `json:"confusion"` // [true][predicted]
-}
+type evalResult = dptrain.EvalResult
 
 // modelSample returns the per-sample input shape declared by the model
 // (C,H,W), or override when given.
@@ -76,93 +70,6 @@ func openView(spec string, sample []int64, norm, augment string) (*data.View, er
 	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug})
 }
 
-// evaluator runs a forward-only plan of a graph over a dataset view.
-type evaluator struct {
-	plan  *runtime.Plan
-	batch int
-	x     []float32
-	y     []int64
-	loss  []float32
-	k     int
-}
-
-func newEvaluator(g *graph.Graph, sample []int64, batch int) (*evaluator, error) {
-	plan, err := runtime.CompileForBatch(g, batch, sample, &runtime.Options{ForwardOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	x, _ := plan.Input(0)
-	_, oshape := plan.Output(0)
-	if len(oshape) != 2 || oshape[0] != batch {
-		return nil, fmt.Errorf("model output has shape %v; want (batch, classes) logits", oshape)
-	}
-	return &evaluator{plan: plan, batch: batch, x: make([]float32, len(x)), y: make([]int64, batch), loss: make([]float32, batch), k: oshape[1]}, nil
-}
-
-// run evaluates every example of v.
-func (ev *evaluator) run(v *data.View) (*evalResult, error) {
-	if v.NumClasses() > ev.k {
-		return nil, fmt.Errorf("the data has %d classes but the model outputs %d logits (use --num-classes when training)", v.NumClasses(), ev.k)
-	}
-	res := &evalResult{Samples: v.Len(), Confusion: make([][]int64, ev.k)}
-	for i := range res.Confusion {
-		res.Confusion[i] = make([]int64, ev.k)
-	}
-	n := v.Len()
-	idx := make([]int, 0, ev.batch)
-	sl := len(ev.x) / ev.batch
-	logits := make([]float32, ev.batch*ev.k)
-	var correct int
-	var lossSum float64
-	for off := 0; off < n; off += ev.batch {
-		m := min(ev.batch, n-off)
-		idx = idx[:0]
-		for i := 0; i < m; i++ {
-			idx = append(idx, off+i)
-		}
-		clear(ev.x[m*sl:])
-		if err := v.Fill(ev.x[:m*sl], ev.y[:m], idx, nil); err != nil {
-			return nil, err
-		}
-		if err := ev.plan.SetInput(0, ev.x); err != nil {
-			return nil, err
-		}
-		if err := ev.plan.Forward(); err != nil {
-			return nil, err
-		}
-		if err := ev.plan.ReadOutput(0, logits); err != nil {
-			return nil, err
-		}
-		for i := 0; i < m; i++ {
-			row := logits[i*ev.k : (i+1)*ev.k]
-			best, mx := 0, math.Inf(-1)
-			for j, v := range row {
-				if float64(v) > mx {
-					best, mx = j, float64(v)
-				}
-			}
-			// Softmax cross-entropy with the max subtracted.
-			var se float64
-			for _, v := range row {
-				se += math.Exp(float64(v) - mx)
-			}
-			lossSum += math.Log(se) + mx - float64(row[ev.y[i]])
-			if math.IsNaN(mx) {
-				return nil, fmt.Errorf("example %d: the model produced NaN logits", off+i)
-			}
-			res.Confusion[ev.y[i]][best]++
-			if int64(best) == ev.y[i] {
-				correct++
-			}
-		}
-	}
-	if n > 0 {
-		res.Accuracy = float64(correct) / float64(n)
-		res.Loss = lossSum / float64(n)
-	}
-	return res, nil
-}
-
 func runEval(args []string, stdout io.Writer) error {
 	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
@@ -171,7 +78,12 @@ func runEval(args []string, stdout io.Writer) error {
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" || *spec == "" {
@@ -191,7 +103,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if *norm == "" {
 		*norm = "default"
 		for _, kv := range m.Proto.GetMetadataProps() {
-			if kv.GetKey() == metaPrefix+"norm" {
+			if kv.GetKey() == dptrain.MetaPrefix+"norm" {
 				*norm = kv.GetValue()
 			}
 		}
@@ -205,11 +117,11 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ev, err := newEvaluator(g, sample, min(*batch, max(v.Len(), 1)))
+	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(*batch, max(v.Len(), 1)))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	res, err := ev.run(v)
+	res, err := ev.Run(v)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -130,6 +131,63 @@ func TestFullSizeLogits(t *testing.T) {
 				t.Errorf("max |ours − PyTorch| = %.3g (logit scale %.3g)", worst, scale)
 			}
 			t.Logf("max |ours − PyTorch| = %.3g (logit scale %.3g)", worst, scale)
+		})
+	}
+}
+
+// TestPlanNamesExportForms: on torchvision's ResNet-18 eval export (BN
+// folded by the exporter, weights renamed onnx::Conv_N) plan says so and
+// shows the PyTorch names; the training-mode export keeps BN and names.
+func TestPlanNamesExportForms(t *testing.T) {
+	dir := fulltest.Dir(t)
+	for _, c := range []struct {
+		model, form string
+		module      map[string]string // stored name prefix → module name, for the first conv
+		text        string
+	}{
+		{"resnet18", "eval (BatchNorm folded)", map[string]string{"conv1.weight": "onnx::Conv_", "layer1.0.conv1.weight": "onnx::Conv_", "layer4.1.conv2.bias": "onnx::Conv_"},
+			"the exporter folded BatchNorm"},
+		{"resnet18_train", "training", nil, "BatchNormalization kept"},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			model := filepath.Join(dir, c.model+".onnx")
+			out, e, code := run(t, "plan", "--model", model, "--input-shape", "3,224,224", "--batch", "2", "--json")
+			if code != 0 {
+				t.Fatalf("plan: exit %d: %s", code, e)
+			}
+			var r struct {
+				Plan struct {
+					ExportForm string `json:"export_form"`
+					Params     []struct{ Name, Module string }
+				}
+			}
+			if err := json.Unmarshal([]byte(out), &r.Plan); err != nil {
+				t.Fatal(err)
+			}
+			if r.Plan.ExportForm != c.form {
+				t.Errorf("export_form %q, want %q", r.Plan.ExportForm, c.form)
+			}
+			got := map[string]string{}
+			for _, p := range r.Plan.Params {
+				if p.Module != "" {
+					got[p.Module] = p.Name
+				}
+			}
+			for mod, prefix := range c.module {
+				if name, ok := got[mod]; !ok || !strings.HasPrefix(name, prefix) {
+					t.Errorf("module name %q: stored name %q, want one starting %q", mod, name, prefix)
+				}
+			}
+			if c.module == nil && len(got) != 0 {
+				t.Errorf("names kept by the exporter got module names: %v", got)
+			}
+			human, _, _ := run(t, "plan", "--model", model, "--input-shape", "3,224,224", "--batch", "2")
+			if !strings.Contains(human, c.text) {
+				t.Errorf("plan does not say %q:\n%s", c.text, human)
+			}
+			if c.module != nil && !strings.Contains(human, "conv1.weight (onnx::Conv_") {
+				t.Errorf("plan does not show conv1.weight beside its stored name:\n%s", human)
+			}
 		})
 	}
 }

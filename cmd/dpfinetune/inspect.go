@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func init() {
@@ -38,6 +40,8 @@ type inspectReport struct {
 	Untied        int               `json:"untied_identity_params,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 	Inferred      *inferredReport   `json:"inferred,omitempty"`
+	// Unsupported lists the nodes no command can run (runtime.CheckOps).
+	Unsupported []runtime.UnsupportedNode `json:"unsupported,omitempty"`
 }
 
 type valueReport struct {
@@ -174,7 +178,14 @@ func runInspect(args []string, stdout io.Writer) error {
 		rep.ParamBytes += int64(len(v.Const.Bytes()))
 		rep.ParamTensors++
 	}
-	if *inShape != "" {
+	var unsup *runtime.UnsupportedError
+	if err := runtime.CheckOps(g); err != nil {
+		if !errors.As(err, &unsup) {
+			return fmt.Errorf("%s: %w", *model, err)
+		}
+		rep.Unsupported = unsup.Nodes
+	}
+	if *inShape != "" && unsup == nil {
 		dims, err := parseDims(*inShape)
 		if err != nil {
 			return usageError{err.Error()}
@@ -207,9 +218,15 @@ func runInspect(args []string, stdout io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printInspect(stdout, &rep)
 	}
-	printInspect(stdout, &rep)
+	if unsup != nil {
+		return fmt.Errorf("%s: %d node(s) the runtime cannot run (listed in the report); predict, plan, train and eval refuse this model", *model, len(unsup.Nodes))
+	}
 	return nil
 }
 
@@ -259,6 +276,12 @@ func printInspect(w io.Writer, r *inspectReport) {
 	}
 	fmt.Fprintf(w, "nodes:       %d\n", r.Nodes)
 	printOps(w, r.Operators)
+	if len(r.Unsupported) > 0 {
+		fmt.Fprintf(w, "\nunsupported: %d node(s) the runtime cannot run (no shapes inferred):\n", len(r.Unsupported))
+		for _, u := range r.Unsupported {
+			fmt.Fprintf(w, "  %s %q (opset %d): %s\n", u.Op, u.Node, u.Opset, u.Reason)
+		}
+	}
 	if inf := r.Inferred; inf != nil {
 		fmt.Fprintf(w, "\ninferred for input shapes %v (%d shape nodes folded):\n", inf.InputShapes, inf.FoldedNodes)
 		for _, v := range inf.Outputs {

@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"sort"
+	"strings"
 )
 
 // command is one subcommand of the CLI. Each lives in its own file and
@@ -24,8 +26,9 @@ type command struct {
 	name    string
 	summary string
 	// run parses args (the arguments after the command name) and does the
-	// work, writing results to stdout. A returned error is printed with the
-	// command name and turns into exit status 1; flag.ErrHelp exits 0.
+	// work, writing results to stdout. A returned error is printed on one
+	// line with the command name and turns into exit status exitError
+	// (exitUsage for a usageError); flag.ErrHelp exits 0.
 	run func(args []string, stdout io.Writer) error
 }
 
@@ -33,38 +36,59 @@ var commands = map[string]*command{}
 
 func register(c *command) { commands[c.name] = c }
 
+// Exit statuses, documented in README.md ("Exit status").
+const (
+	exitOK    = 0
+	exitError = 1  // the input, model, data, a file or a limit: one line says what and where
+	exitUsage = 2  // the command line itself
+	exitBug   = 70 // a panic: a bug in dpfinetune (EX_SOFTWARE of sysexits.h)
+)
+
 func main() {
 	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// runMain is main without the process exit, so that tests can call it.
-func runMain(args []string, stdout, stderr io.Writer) int {
+// runMain is main without the process exit, so that tests can call it. A
+// panic in the command's goroutine is a bug: it is reported as one, with
+// its stack, and exit status exitBug.
+func runMain(args []string, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "dpfinetune: internal error (a bug in dpfinetune, please report it with the command line): %v\n%s", r, debug.Stack())
+			code = exitBug
+		}
+	}()
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
-			return 2
+			return exitUsage
 		}
-		return 0
+		return exitOK
 	}
 	c, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "dpfinetune: unknown command %q\n\n", args[0])
 		usage(stderr)
-		return 2
+		return exitUsage
 	}
 	if err := c.run(args[1:], stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return exitOK
 		}
+		fmt.Fprintf(stderr, "dpfinetune %s: %s\n", c.name, oneLine(err.Error()))
 		var ue usageError
 		if errors.As(err, &ue) {
-			fmt.Fprintf(stderr, "dpfinetune %s: %v\n", c.name, err)
-			return 2
+			return exitUsage
 		}
-		fmt.Fprintf(stderr, "dpfinetune %s: %v\n", c.name, err)
-		return 1
+		return exitError
 	}
-	return 0
+	return exitOK
+}
+
+// oneLine keeps an error message on one line, whatever a file name or a
+// wrapped error holds.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
 }
 
 // usageError marks an error in the command line itself (exit status 2).

@@ -28,6 +28,18 @@ type normsReport struct {
 	PerParam  map[string][]float64 `json:"per_param"`
 	Decisions []layerDecision      `json:"decisions"`
 	Frozen    map[string]string    `json:"frozen,omitempty"`
+	// Modules maps the parameters the exporter renamed to their PyTorch
+	// names (rewrite.Param.Module).
+	Modules map[string]string `json:"modules,omitempty"`
+}
+
+// label names a parameter as the plan does: its PyTorch name, with the
+// stored one beside it when the exporter renamed it.
+func (r *normsReport) label(name string) string {
+	if m := r.Modules[name]; m != "" {
+		return m + " (" + name + ")"
+	}
+	return name
 }
 
 type layerDecision struct {
@@ -49,7 +61,12 @@ func runNorms(args []string, stdout io.Writer) error {
 	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rf := addRewriteFlags(fs, "freeze")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" || *input == "" || *labels == "" {
@@ -61,6 +78,10 @@ func runNorms(args []string, stdout io.Writer) error {
 	}
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
+	}
+	_, g, err := loadGraph(*model)
+	if err != nil {
+		return err
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {
@@ -95,16 +116,12 @@ func runNorms(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, g, err := loadGraph(*model)
-	if err != nil {
-		return err
-	}
 	rp, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	// A clip norm that never binds: the norms are what we want.
-	eng, err := dpengine.New(g, rp, dpengine.Config{Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
+	eng, err := dpengine.New(g, rp, dpengine.Config{Device: dev, Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
 		ExpectedBatch: float64(n), PhysicalBatch: pb})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
@@ -133,6 +150,12 @@ func runNorms(args []string, stdout io.Writer) error {
 	for _, p := range rp.Params {
 		if p.Kind == rewrite.KindFrozen {
 			rep.Frozen[p.Name] = p.Reason
+		}
+		if p.Module != "" {
+			if rep.Modules == nil {
+				rep.Modules = map[string]string{}
+			}
+			rep.Modules[p.Name] = p.Module
 		}
 	}
 	if *asJSON {
@@ -163,13 +186,13 @@ func printNorms(w io.Writer, r *normsReport) {
 			mx = math.Max(mx, v)
 		}
 		mean /= float64(len(r.PerParam[k]))
-		fmt.Fprintf(w, "  %-50s %11.5g %11.5g\n", trunc(k, 50), mean, mx)
+		fmt.Fprintf(w, "  %-50s %11.5g %11.5g\n", trunc(r.label(k), 50), mean, mx)
 	}
 	fmt.Fprintln(w, "\nlinear layers:")
 	for _, d := range r.Decisions {
-		fmt.Fprintf(w, "  %-40s %-7s T=%-6d D=%-6d p=%-6d %s\n", trunc(d.Param, 40), d.Op, d.T, d.D, d.P, d.Decision)
+		fmt.Fprintf(w, "  %-40s %-7s T=%-6d D=%-6d p=%-6d %s\n", trunc(r.label(d.Param), 40), d.Op, d.T, d.D, d.P, d.Decision)
 	}
 	for k, why := range r.Frozen {
-		fmt.Fprintf(w, "frozen: %s (%s)\n", k, why)
+		fmt.Fprintf(w, "frozen: %s (%s)\n", r.label(k), why)
 	}
 }

@@ -19,7 +19,9 @@ func init() {
 
 // planReport is the JSON form of "dpfinetune plan".
 type planReport struct {
-	Model  string            `json:"model"`
+	Model string `json:"model"`
+	// Device is where the estimated memory would be allocated.
+	Device string            `json:"device"`
 	BN     rewrite.BNOptions `json:"bn"`
 	Shared string            `json:"shared"`
 	Saved  string            `json:"saved,omitempty"`
@@ -34,7 +36,12 @@ func runPlan(args []string, stdout io.Writer) error {
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" {
@@ -62,7 +69,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	if *out != "" {
 		rm, err := g.ToONNX()
 		if err != nil {
@@ -99,6 +106,7 @@ func sci(v int64) string {
 func printPlan(w io.Writer, r *planReport) {
 	p := r.Plan
 	fmt.Fprintf(w, "model:       %s\n", r.Model)
+	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
 	if p.Priority == rewrite.PriorityMemory {
@@ -109,6 +117,14 @@ func printPlan(w io.Writer, r *planReport) {
 	fmt.Fprintln(w)
 	if r.Saved != "" {
 		fmt.Fprintf(w, "saved:       %s\n", r.Saved)
+	}
+	switch p.ExportForm {
+	case rewrite.ExportEvalFolded:
+		fmt.Fprintf(w, "export:      eval mode: the exporter folded BatchNorm into the convolutions (their weights and biases\n"+
+			"             are trained as they are; --bn has nothing to replace). To keep BatchNorm and train it as\n"+
+			"             GroupNorm, export with training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False.\n")
+	case rewrite.ExportTraining:
+		fmt.Fprintf(w, "export:      training mode: BatchNormalization kept in the graph (rewritten by --bn)\n")
 	}
 	if len(p.Changes) > 0 {
 		fmt.Fprintf(w, "\nrewrites (%d):\n", len(p.Changes))
@@ -126,7 +142,7 @@ func printPlan(w io.Writer, r *planReport) {
 	fmt.Fprintf(w, "\nlinear layers (per sample and group; the paper's Table 3):\n")
 	nameW := len("parameter")
 	for _, l := range p.Layers {
-		nameW = max(nameW, len(l.Param))
+		nameW = max(nameW, len(p.Label(l.Param)))
 	}
 	nameW = min(nameW, 48)
 	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
@@ -139,7 +155,7 @@ func printPlan(w io.Writer, r *planReport) {
 		if l.Shared {
 			dec += "*"
 		}
-		fmt.Fprintf(w, "  %-3d %-*s %-6s %7d %7d %6d %6d %9s %9s  %-11s %10s\n", i+1, nameW, trunc(l.Param, nameW), l.Op, l.T, l.D, l.P, l.Groups, sci(l.TwoT2), sci(l.PD), dec, humanBytes(l.Bytes))
+		fmt.Fprintf(w, "  %-3d %-*s %-6s %7d %7d %6d %6d %9s %9s  %-11s %10s\n", i+1, nameW, trunc(p.Label(l.Param), nameW), l.Op, l.T, l.D, l.P, l.Groups, sci(l.TwoT2), sci(l.PD), dec, humanBytes(l.Bytes))
 	}
 	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s\n", "", nameW, "total", "", "", "", "", "", sci(sumG), sci(sumP), "mixed "+sci(sumC))
 	fmt.Fprintf(w, "  memory: float32 buffers of the chosen method at batch %d, 4·B·groups·min-by-decision\n", p.Batch)
@@ -170,19 +186,19 @@ func printPlan(w io.Writer, r *planReport) {
 				}
 				uses = append(uses, s)
 			}
-			fmt.Fprintf(w, "  %-*s %-14s %s\n", nameW, trunc(prm.Name, nameW), shapeString(valueReport{Shape: anyDims(prm.Shape)}), strings.Join(uses, ", "))
+			fmt.Fprintf(w, "  %-*s %-14s %s\n", nameW, trunc(p.Label(prm.Name), nameW), shapeString(valueReport{Shape: anyDims(prm.Shape)}), strings.Join(uses, ", "))
 		}
 	}
 	if len(sharedP) > 0 {
 		fmt.Fprintf(w, "\nshared parameters (%d, * above):\n", len(sharedP))
 		for _, prm := range sharedP {
-			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(prm.Name, nameW), prm.Reason)
+			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(p.Label(prm.Name), nameW), prm.Reason)
 		}
 	}
 	if len(frozen) > 0 {
 		fmt.Fprintf(w, "\nfrozen parameters (%d):\n", len(frozen))
 		for _, prm := range frozen {
-			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(prm.Name, nameW), prm.Reason)
+			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(p.Label(prm.Name), nameW), prm.Reason)
 		}
 	}
 	fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: %d scalars per sample):\n", p.Batch, p.ActivationsPerSample)

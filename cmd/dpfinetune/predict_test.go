@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,63 @@ func TestPredictErrors(t *testing.T) {
 			_, stderr, code := run(t, append([]string{"predict"}, c.args...)...)
 			if code != c.code || !strings.Contains(stderr, c.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, stderr, c.code, c.want)
+			}
+		})
+	}
+}
+
+// TestPredictTrainingExports: predict and eval run training-mode exports
+// whose Dropout keeps its bool mask output (testdata/gen/make_dropout.py),
+// predict matching PyTorch's logits of the same model in training mode with
+// Dropout off.
+func TestPredictTrainingExports(t *testing.T) {
+	const dir = "../../testdata/dropout"
+	in, err := npy.ReadNPZ(filepath.Join(dir, "input.npz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	x := filepath.Join(tmp, "x.npy")
+	if err := npy.WriteFile(x, in["input"]); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"mobilenet_v3_small", "efficientnet", "mnasnet", "googlenet"} {
+		t.Run(name, func(t *testing.T) {
+			model := filepath.Join(dir, name+".onnx")
+			gold, err := npy.ReadNPZ(filepath.Join(dir, name+".npz"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := filepath.Join(tmp, name+".npy")
+			if _, stderr, code := run(t, "predict", "--model", model, "--input", x, "--out", out); code != 0 {
+				t.Fatalf("predict: exit %d: %s", code, stderr)
+			}
+			got, err := npy.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := gold["logits"].F32
+			if len(got.F32) != len(want) {
+				t.Fatalf("%d logits, want %d", len(got.F32), len(want))
+			}
+			var d, m float64
+			for i, w := range want {
+				d = math.Max(d, math.Abs(float64(got.F32[i]-w)))
+				m = math.Max(m, math.Abs(float64(w)))
+			}
+			if d > 1e-4*math.Max(1, m) {
+				t.Errorf("logits: max |Δ| = %.3g, max |want| = %.3g", d, m)
+			}
+			stdout, stderr, code := run(t, "eval", "--model", model, "--data", fmnist+":limit=8", "--batch", "4", "--json")
+			if code != 0 {
+				t.Fatalf("eval: exit %d: %s", code, stderr)
+			}
+			var r evalResult
+			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Samples != 8 || !(r.Loss > 0) {
+				t.Errorf("eval %+v: want 8 samples and a positive loss", r)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // rewriteFlags are the flags that choose how a model is rewritten for DP
@@ -78,7 +79,8 @@ func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, erro
 	return opts, nil
 }
 
-// loadGraph loads and validates a model file.
+// loadGraph loads and validates a model file and checks that the runtime
+// supports its operators (runtime.CheckOps).
 func loadGraph(path string) (*onnx.Model, *graph.Graph, error) {
 	m, err := onnx.Load(path)
 	if err != nil {
@@ -89,6 +91,11 @@ func loadGraph(path string) (*onnx.Model, *graph.Graph, error) {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := g.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// Every command that runs the model stops here, before any work, on
+	// the operators and opsets it cannot run, naming all of them.
+	if err := runtime.CheckOps(g); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return m, g, nil

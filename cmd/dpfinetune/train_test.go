@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
@@ -71,6 +72,9 @@ func TestTrainInterruptResume(t *testing.T) {
 	afterStep = func(step int64) {
 		if step == 11 { // mid second epoch (8 steps per epoch)
 			syscall.Kill(os.Getpid(), syscall.SIGINT)
+			// The signal reaches the loop through a goroutine; on a loaded
+			// machine the remaining steps could finish before it runs.
+			time.Sleep(time.Second)
 		}
 	}
 	_, e, code := run(t, trainArgs(part)...)

@@ -88,31 +88,34 @@ type State struct {
 // Poisson sampling. Fields that do not apply to the accountant are zero.
 type Result struct {
 	// Accountant is the accountant's name ("rdp", "prv" or "gdp").
-	Accountant string
+	Accountant string `json:"accountant"`
 	// Epsilon is the reported ε: for "prv" the upper bound EpsilonUpper.
-	Epsilon float64
+	Epsilon float64 `json:"epsilon"`
 	// Delta is the δ asked for.
-	Delta float64
+	Delta float64 `json:"delta"`
 	// Steps is the total number of steps composed.
-	Steps int
+	Steps int `json:"steps"`
 
 	// Order is the RDP order α at which the minimum was attained ("rdp").
-	Order float64
+	Order float64 `json:"order,omitempty"`
 	// Conversion is the RDP-to-(ε, δ) conversion used ("rdp").
-	Conversion Conversion
+	Conversion Conversion `json:"conversion,omitempty"`
 
 	// EpsilonLower, EpsilonEstimate and EpsilonUpper bound and estimate the
 	// true ε ("prv"): EpsilonLower ≤ ε ≤ EpsilonUpper given the error
 	// budgets EpsError and DeltaError (Gopi et al. 2021, Theorem 5.5).
-	EpsilonLower, EpsilonEstimate, EpsilonUpper float64
+	EpsilonLower    float64 `json:"epsilon_lower,omitempty"`
+	EpsilonEstimate float64 `json:"epsilon_estimate,omitempty"`
+	EpsilonUpper    float64 `json:"epsilon_upper,omitempty"`
 	// EpsError and DeltaError are the error budgets used ("prv").
-	EpsError, DeltaError float64
+	EpsError   float64 `json:"eps_error,omitempty"`
+	DeltaError float64 `json:"delta_error,omitempty"`
 
 	// Mu is the μ of μ-GDP ("gdp").
-	Mu float64
+	Mu float64 `json:"mu,omitempty"`
 	// Approximate is true when Epsilon is an approximation rather than an
 	// upper bound ("gdp").
-	Approximate bool
+	Approximate bool `json:"approximate"`
 }
 
 // Accountant accumulates the phases of a run and reports the privacy spent.

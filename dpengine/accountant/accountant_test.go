@@ -245,3 +245,28 @@ func TestTinySigma(t *testing.T) {
 		}
 	}
 }
+
+// TestResultJSONKeys holds the JSON of a Result (the "privacy" object of a
+// run report) to the snake_case keys of `privacy --json`.
+func TestResultJSONKeys(t *testing.T) {
+	r := Result{Accountant: PRV, Epsilon: 1, Delta: 1e-5, Steps: 3, Order: 2, Conversion: ConversionImproved,
+		EpsilonLower: 0.9, EpsilonEstimate: 0.95, EpsilonUpper: 1, EpsError: 0.01, DeltaError: 1e-8, Mu: 0.5}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"accountant", "epsilon", "delta", "steps", "order", "conversion", "epsilon_lower",
+		"epsilon_estimate", "epsilon_upper", "eps_error", "delta_error", "mu", "approximate"}
+	if len(m) != len(want) {
+		t.Errorf("%d keys %v, want %d", len(m), m, len(want))
+	}
+	for _, k := range want {
+		if _, ok := m[k]; !ok {
+			t.Errorf("key %q missing from %s", k, b)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
 const cifarPixels = 3 * 32 * 32
@@ -47,6 +49,16 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 			break
 		}
 		path := filepath.Join(dir, name)
+		if fi, err := os.Stat(path); err == nil {
+			// The file is read whole, then its records copied: a file
+			// larger than memory (a wrong path, a device) is refused first.
+			if avail, src, ok := sysmem.Available(); ok && 2*fi.Size() > avail {
+				return nil, fmt.Errorf("%s: %s: %d MiB file, more than the memory available can load (%d MiB, %s)", scheme, path, fi.Size()>>20, avail>>20, src)
+			}
+			if !fi.Mode().IsRegular() {
+				return nil, fmt.Errorf("%s: %s is not a regular file", scheme, path)
+			}
+		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			if os.IsNotExist(err) {

@@ -7,6 +7,8 @@ import (
 	"image/color"
 	_ "image/jpeg" // register the JPEG decoder for image.Decode
 	_ "image/png"  // register the PNG decoder for image.Decode
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
 // isImageFile reports whether name has a PNG or JPEG extension.
@@ -124,9 +128,17 @@ func loadFolder(spec Spec) (*Images, error) {
 		order = order[:spec.Limit]
 	}
 
-	// Decode in parallel, keeping the order.
+	// Decode in parallel, keeping the order. Every image's size is read
+	// from its header before it is decoded, and the decoded total is held
+	// to the memory available.
 	imgs := make([]decoded, len(order))
 	errs := make([]error, len(order))
+	budget := int64(math.MaxInt64)
+	budgetSrc := ""
+	if avail, src, ok := sysmem.Available(); ok {
+		budget, budgetSrc = avail, src
+	}
+	var used atomic.Int64
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(order)) {
@@ -138,7 +150,14 @@ func loadFolder(spec Spec) (*Images, error) {
 				if i >= len(order) {
 					return
 				}
-				imgs[i], errs[i] = decodeImage(order[i].path)
+				imgs[i], errs[i] = decodeImage(order[i].path, func(path string, w, h int) error {
+					// The decoder's image (up to 8 bytes a pixel) and ours
+					// (3); ours stays.
+					if u := used.Add(3 * int64(w) * int64(h)); u+8*int64(w)*int64(h) > budget {
+						return fmt.Errorf("folder: %s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
+					}
+					return nil
+				})
 			}
 		}()
 	}
@@ -221,15 +240,39 @@ func grayToRGB(g []uint8) []uint8 {
 	return out
 }
 
+// maxImagePixels bounds one image: 2²⁸ pixels (16384×16384) is beyond any
+// photograph, and decoding it takes up to 2 GiB.
+const maxImagePixels = 1 << 28
+
 // decodeImage decodes a PNG or JPEG file. Grayscale images stay one
 // channel; every other colour model becomes RGB with the alpha channel
-// dropped (colours un-premultiplied, as PIL's convert("RGB") does).
-func decodeImage(path string) (decoded, error) {
+// dropped (colours un-premultiplied, as PIL's convert("RGB") does). The
+// size in the file's header is checked against maxImagePixels, then passed
+// to admit, before the decoder allocates anything.
+func decodeImage(path string, admit func(path string, w, h int) error) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %w", err)
 	}
 	defer f.Close()
+	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
+	if err != nil {
+		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 {
+		return decoded{}, fmt.Errorf("folder: %s: empty image (%d×%d)", path, cfg.Width, cfg.Height)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > maxImagePixels {
+		return decoded{}, fmt.Errorf("folder: %s: image of %d×%d pixels, over the limit of %d pixels", path, cfg.Width, cfg.Height, maxImagePixels)
+	}
+	if admit != nil {
+		if err := admit(path, cfg.Width, cfg.Height); err != nil {
+			return decoded{}, err
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return decoded{}, fmt.Errorf("folder: %w", err)
+	}
 	img, _, err := image.Decode(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
 // loadIDX reads an MNIST-style IDX pair (images, labels) from spec.Dir.
@@ -157,6 +159,9 @@ func readIDX(path string, ndims int) ([]uint8, []int, error) {
 		if size > 1<<40 {
 			return nil, nil, fmt.Errorf("idx: %s: header dimensions %v are implausibly large", path, dims[:i+1])
 		}
+	}
+	if avail, src, ok := sysmem.Available(); ok && size > avail {
+		return nil, nil, fmt.Errorf("idx: %s: the header declares %s (%d MiB of data), more than the %d MiB of memory available (%s)", path, describeDims(dims), size>>20, avail>>20, src)
 	}
 	data, err := readN(r, int(size))
 	if len(data) < int(size) {

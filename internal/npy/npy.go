@@ -20,6 +20,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
 // DType is the element type of an array.
@@ -148,14 +150,18 @@ func Read(r io.Reader) (*Array, error) {
 		return nil, fmt.Errorf("npy: unsupported dtype %q (want float32, float64, int64, int32 or bool)", descr)
 	}
 	a := &Array{DType: dt, Shape: shape}
-	n := a.Len()
 	size := sizeOf[dt]
-	if n > (1<<40)/size {
-		return nil, fmt.Errorf("npy: shape %v is too large", shape)
+	n, ok := elements(shape)
+	if !ok || n > maxBytes/size {
+		return nil, fmt.Errorf("npy: shape %v is too large (over %d GiB)", shape, maxBytes>>30)
 	}
-	raw := make([]byte, n*size)
-	if _, err := io.ReadFull(r, raw); err != nil {
-		return nil, fmt.Errorf("npy: data of shape %v (%d bytes of %s): %w", shape, n*size, dt, err)
+	// The bytes and the decoded copy are both held for a moment.
+	if avail, src, ok := sysmem.Available(); ok && int64(2*n*size) > avail {
+		return nil, fmt.Errorf("npy: shape %v of %s needs %d MiB to decode, more than the %d MiB of memory available (%s)", shape, dt, 2*n*size>>20, avail>>20, src)
+	}
+	raw, err := readN(r, n*size)
+	if err != nil {
+		return nil, fmt.Errorf("npy: data of shape %v (%d bytes of %s): %d bytes read: %w", shape, n*size, dt, len(raw), err)
 	}
 	le := binary.LittleEndian
 	switch dt {
@@ -192,6 +198,47 @@ func Read(r io.Reader) (*Array, error) {
 		}
 	}
 	return a, nil
+}
+
+// maxBytes bounds the data of one array.
+const maxBytes = 1 << 40
+
+// elements returns the product of shape, and false if it overflows.
+func elements(shape []int) (int, bool) {
+	n := 1
+	for _, d := range shape {
+		if d < 0 || (d != 0 && n > math.MaxInt/d) {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, true
+}
+
+// readN reads exactly n bytes, growing its buffer as data arrives so that a
+// header claiming more than the input holds allocates no more than the
+// input (and the doubling slack).
+func readN(r io.Reader, n int) ([]byte, error) {
+	buf := make([]byte, 0, min(n, 1<<24))
+	for len(buf) < n {
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*cap(buf), n))
+			copy(nb, buf)
+			buf = nb
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				if len(buf) == n {
+					return buf, nil
+				}
+				return buf, io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // parseHeader parses the Python dict literal of a .npy header, e.g.

@@ -77,6 +77,13 @@ func TestReadErrors(t *testing.T) {
 		{"missing shape", hdr("{'descr': '<f4', 'fortran_order': False, }"), "missing key \"shape\""},
 		{"bad dim", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "bad dimension"},
 		{"bool byte", hdr("{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }") + "\x07", "byte value 7"},
+		// Hostile headers: a product that wraps to 0 (2³²·2³²), one that
+		// wraps negative, and sizes no machine has, all with no data.
+		{"overflow to zero", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"), "too large"},
+		{"overflow negative", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (3037000500, 3037000500), }"), "too large"},
+		{"over 1 TiB", hdr("{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627776,), }"), "too large"},
+		{"claims 512 GiB, holds 3 bytes", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (134217728, 1024), }") + "abc", "memory available"},
+		{"claims 64 MiB, holds 3 bytes", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (16777216,), }") + "abc", "3 bytes read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Read(strings.NewReader(tc.data))

@@ -384,6 +384,44 @@ class TinyCrossViT(nn.Module):
 # ---------------------------------------------------------------------------
 
 
+class PackedQKVNet(nn.Module):
+    """Attention whose q/k/v weights are slices of one packed parameter, and
+    other weights stored in a layout the matmul does not use, so that every
+    weight reaches its MatMul through layout-only ops when exported without
+    constant folding: qkv_weight (3D x D) -> Slice (q) and Slice -> Split
+    (k, v) -> Transpose; qkv_bias -> Split -> Add; proj_weight stored flat
+    (D*D) -> Reshape -> Transpose; fc_weight stored (D, D, 1) -> Squeeze ->
+    Transpose."""
+
+    def __init__(self, img=32, patch=8, dim=32, heads=2, num_classes=10):
+        super().__init__()
+        self.dim, self.heads = dim, heads
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.qkv_weight = nn.Parameter(torch.empty(3 * dim, dim))
+        nn.init.xavier_uniform_(self.qkv_weight)
+        self.qkv_bias = nn.Parameter(torch.zeros(3 * dim))
+        self.proj_weight = nn.Parameter(torch.empty(dim * dim).uniform_(-dim ** -0.5, dim ** -0.5))
+        self.proj_bias = nn.Parameter(torch.zeros(dim))
+        self.fc_weight = nn.Parameter(torch.empty(dim, dim, 1).uniform_(-dim ** -0.5, dim ** -0.5))
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, T, D)
+        B, N, C = x.shape
+        h = self.heads
+        wq = self.qkv_weight[:C]
+        wk, wv = torch.split(self.qkv_weight[C:], [C, C], dim=0)
+        bq, bk, bv = torch.split(self.qkv_bias, [C, C, C])
+        q = (x @ wq.t() + bq).reshape(B, N, h, C // h).permute(0, 2, 1, 3)
+        k = (x @ wk.t() + bk).reshape(B, N, h, C // h).permute(0, 2, 1, 3)
+        v = (x @ wv.t() + bv).reshape(B, N, h, C // h).permute(0, 2, 1, 3)
+        attn = ((q @ k.transpose(-2, -1)) * (C // h) ** -0.5).softmax(dim=-1)
+        a = (attn @ v).transpose(1, 2).reshape(B, N, C)
+        x = x + a @ self.proj_weight.view(C, C).t() + self.proj_bias
+        x = x + torch.tanh(x @ self.fc_weight.squeeze(-1).t())
+        return self.head(x.mean(1))
+
+
 @torch.no_grad()
 def perturb_constant_params(model, gen):
     """Parameters that are initialised to a constant (LayerNorm 1/0, zero
@@ -484,6 +522,22 @@ def build(name):
                      "exports as Gemm(transB=1) with the original weight. class_token reaches the graph through "
                      "Expand (batch), pos_embedding through Add. Export must run with autograd enabled: under "
                      "torch.no_grad() MHA takes its fast path and aten::_native_multi_head_attention is not exportable.")
+    elif name in ("vit_nofold", "vit17"):
+        m = torchvision.models.vision_transformer.VisionTransformer(
+            image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+            num_classes=10, dropout=0.0, attention_dropout=0.0)
+        shape = (3, 32, 32)
+        if name == "vit_nofold":
+            notes.append("The vit fixture's model exported with do_constant_folding=False: every token Linear "
+                         "weight (and in_proj_weight) reaches its MatMul through a Transpose of the original "
+                         "parameter, as in training-mode exports.")
+        else:
+            notes.append("The vit fixture's model exported at opset 17: LayerNorm is the native "
+                         "LayerNormalization node, whose scale and bias are trainable elementwise parameters.")
+    elif name == "packedqkv":
+        m = PackedQKVNet()
+        shape = (3, 32, 32)
+        notes.append(PackedQKVNet.__doc__.replace("\n    ", " ").strip())
     elif name == "beit":
         m = TinyBeit()
         shape = (3, 32, 32)
@@ -510,7 +564,15 @@ def build(name):
     return m, shape, 10, mode, notes
 
 
-FIXTURES = ["cnn", "resnet_eval", "resnet_train", "vgg", "mobilenet", "vit", "beit", "crossvit"]
+FIXTURES = ["cnn", "resnet_eval", "resnet_train", "vgg", "mobilenet", "vit", "beit", "crossvit",
+            "vit_nofold", "vit17", "packedqkv"]
+
+# Export settings that differ from the default (opset OPSET, constant folding).
+EXPORT = {
+    "vit_nofold": {"opset": 14, "fold": False},
+    "vit17": {"opset": 17, "fold": True},
+    "packedqkv": {"opset": 14, "fold": False},
+}
 
 
 def make_batch(shape, num_classes, n=BATCH):
@@ -525,7 +587,7 @@ def make_batch(shape, num_classes, n=BATCH):
 # ---------------------------------------------------------------------------
 
 
-def export_onnx(model, x, path, training=False):
+def export_onnx(model, x, path, training=False, opset=OPSET, fold=True):
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     # Export with autograd enabled and parameters requiring grad: otherwise
     # nn.MultiheadAttention (torchvision ViT) takes its inference fast path and
@@ -535,7 +597,7 @@ def export_onnx(model, x, path, training=False):
     with warnings.catch_warnings(), torch.enable_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (x,), path, export_params=True, opset_version=OPSET, do_constant_folding=True,
+            model, (x,), path, export_params=True, opset_version=opset, do_constant_folding=fold,
             input_names=["input"], output_names=["logits"],
             dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, training=mode)
     m = onnx.load(path)
@@ -668,7 +730,8 @@ def make_fixture(name, out_dir):
     # Export a deep copy: a TRAINING-mode export runs a traced forward in
     # train mode, which updates BatchNorm running statistics in place.
     exp_model = copy.deepcopy(model)
-    om = export_onnx(exp_model, x, onnx_path, training=training)
+    exp = EXPORT.get(name, {"opset": OPSET, "fold": True})
+    om = export_onnx(exp_model, x, onnx_path, training=training, **exp)
     buffers_changed = [n for (n, b0), (_, b1) in zip(model.named_buffers(), exp_model.named_buffers())
                        if not torch.equal(b0, b1) and not n.endswith("num_batches_tracked")]
     if training:
@@ -755,7 +818,8 @@ def make_fixture(name, out_dir):
         "input_shape": [BATCH] + list(shape),
         "num_classes": k,
         "mode": mode,
-        "onnx_opset": OPSET,
+        "onnx_opset": exp["opset"],
+        "constant_folding": exp["fold"],
         "trainable": params_info,
         "unmapped_torch_parameters": [],
         "non_parameter_initializers": other_inits,

@@ -247,6 +247,16 @@ def _node(op, ins, a, n_out):
         return [ins[0].astype(dt)]
     if op in ("Identity", "Dropout"):
         return [ins[0]] + ([np.ones(ins[0].shape, bool)] if n_out > 1 else [])
+    if op == "LayerNormalization":
+        x, scale = ins[0], ins[1]
+        ax = a.get("axis", -1) % x.ndim
+        axes = tuple(range(ax, x.ndim))
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+        y = (x - mean) / np.sqrt(var + a.get("epsilon", 1e-5)) * scale
+        if len(ins) > 2 and ins[2] is not None:
+            y = y + ins[2]
+        return [y]
     if op == "Range":
         return [np.arange(ins[0], ins[1], ins[2])]
     raise NotImplementedError("onnx_ref: op %s" % op)

@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package dpengine
+package noise
 
 // zigFastSSE is gaussianInto's fast path four draws at a time with SSE2
 // (the amd64 baseline); see zigFastFunc for the contract.

@@ -1,10 +1,6 @@
-package dpengine
+package noise
 
-import (
-	"math"
-
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
-)
+import "math"
 
 // The Gaussian noise of a logical batch is one draw per trainable
 // parameter: on a VGG with 10⁸ parameters, math/rand's NormFloat64 behind
@@ -79,21 +75,21 @@ func init() {
 // zigFastFunc is the signature of a vector fast path (zigFastSSE,
 // zigFastAVX2): over words (whose length is a multiple of its width), every
 // draw inside its layer's rectangle sets x[i] ← (x[i] + std·z_i)·post with
-// the same float32 operations as zigDraw (so the same bits); the index of
+// the same float32 operations as zigFastGo (so the same bits); the index of
 // every other draw goes, in increasing order, to slow (x[i] untouched), and
 // their count is returned. x must be at least as long as words and slow
 // hold len(words) indices; tab is zigKW.
 type zigFastFunc func(words []uint32, x []float32, tab *[zigLayers][2]uint32, std, post float32, slow []int32) int
 
 // zigPath is a vector fast path and the number of lanes it draws at once.
-// The zero zigPath (no vector path) leaves every draw to zigDraw.
+// The zero zigPath (no vector path) leaves every draw to zigFastGo.
 type zigPath struct {
 	name  string
 	fast  zigFastFunc
 	lanes int
 }
 
-// zigBest is the fast path gaussianInto uses: the first of the platform's
+// zigBest is the fast path Generator.Add uses: the first of the platform's
 // zigPaths (those the CPU can run, fastest first), if any.
 var zigBest = func() zigPath {
 	if len(zigPaths) == 0 {
@@ -102,80 +98,80 @@ var zigBest = func() zigPath {
 	return zigPaths[0]
 }()
 
-// gaussianInto sets x[i] ← (x[i] + std·z_i)·post with z_i ~ N(0, 1) drawn
-// from g. On amd64 a vector routine (zigFastAVX2 eight at a time, else
-// zigFastSSE four at a time) draws the fast path, then zigSlow finishes the
-// others in order: the result is the same, bit for bit, as zigDraw's alone
-// (the slow draws take g's auxiliary words in the same order).
-func gaussianInto(g *noiseBits, x []float32, std, post float32) {
-	gaussianIntoPath(g, x, std, post, zigBest)
-}
-
-// gaussianIntoPath is gaussianInto with the fast path p, so that the tests
-// and benchmarks can run each path the CPU has.
-func gaussianIntoPath(g *noiseBits, x []float32, std, post float32, p zigPath) {
-	for len(x) > 0 {
-		words := g.take(len(x))
-		n := 0
-		if p.fast != nil {
-			n = len(words) / p.lanes * p.lanes
-			ns := p.fast(words[:n], x[:n], &zigKW, std, post, g.slow[:n])
-			for _, i := range g.slow[:ns] {
-				u := words[i]
-				z := zigSlow(g, u&zigMask, u>>zigShift)
-				z = math.Float32frombits(math.Float32bits(z) ^ (u&zigSign)<<(31-8))
-				x[i] = (x[i] + float32(std*z)) * post
-			}
-		}
-		zigDraw(g, words[n:], x[n:], std, post)
-		x = x[len(words):]
+// zigFast runs the fast path p over words: the vector routine on the
+// largest multiple of its width, zigFastGo on the rest. It returns the
+// number of slow draws listed in slow.
+func zigFast(words []uint32, x []float32, std, post float32, slow []int32, p zigPath) int {
+	n, ns := 0, 0
+	if p.fast != nil {
+		n = len(words) / p.lanes * p.lanes
+		ns = p.fast(words[:n], x[:n], &zigKW, std, post, slow[:n])
 	}
+	k := zigFastGo(words[n:], x[n:], std, post, slow[ns:])
+	for j := ns; j < ns+k; j++ {
+		slow[j] += int32(n)
+	}
+	return ns + k
 }
 
-// zigDraw is gaussianInto on the given words, one at a time.
-func zigDraw(g *noiseBits, words []uint32, x []float32, std, post float32) {
+// zigFastGo is the fast path one word at a time, with the contract of
+// zigFastFunc (any length).
+func zigFastGo(words []uint32, x []float32, std, post float32, slow []int32) int {
 	x = x[:len(words)]
+	ns := 0
 	for i, u := range words {
 		layer := u & zigMask
 		m := u >> zigShift
-		var z float32
-		if m < zigK[layer] {
-			z = float32(m) * zigW[layer]
-		} else {
-			z = zigSlow(g, layer, m)
+		if m >= zigK[layer] {
+			slow[ns] = int32(i)
+			ns++
+			continue
 		}
-		// The sign bit moved to float32's sign: a branch here would
-		// be mispredicted half the time.
-		z = math.Float32frombits(math.Float32bits(z) ^ (u&zigSign)<<(31-8))
-		// The conversion forbids fusing std·z + x into an FMA (the Go
-		// spec allows it, and GOAMD64=v3 builds do it): the vector
-		// paths round the product and the sum separately.
-		x[i] = (x[i] + float32(std*z)) * post
+		x[i] = zigApply(x[i], float32(m)*zigW[layer], u, std, post)
 	}
+	return ns
+}
+
+// zigApply returns (x + std·z)·post for the magnitude |z| = a and the sign
+// bit of the element's word u.
+func zigApply(x, a float32, u uint32, std, post float32) float32 {
+	// The sign bit moved to float32's sign: a branch here would be
+	// mispredicted half the time.
+	z := math.Float32frombits(math.Float32bits(a) ^ (u&zigSign)<<(31-8))
+	// The conversion forbids fusing std·z + x into an FMA (the Go spec
+	// allows it, and GOAMD64=v3 builds do it): the vector paths, and any
+	// backend, round the product and the sum separately.
+	return (x + float32(std*z)) * post
 }
 
 // zigSlow finishes a draw that fell outside its layer's inner rectangle:
 // the wedge test for the upper layers, Marsaglia's exponential rejection
 // for the tail beyond r from the base strip; on rejection it starts a fresh
-// draw (whose sign bit is unused: the sign was taken from the first word).
-// It returns |z|. Its bits come from g's auxiliary buffer, so that the
-// words gaussianInto is iterating over stay untouched.
-func zigSlow(g *noiseBits, layer, m uint32) float32 {
+// draw from the next auxiliary word (whose sign bit is unused: the sign
+// was taken from the element's word). It returns |z|. Its bits are the
+// element's auxiliary words (a), so that no other element's draw depends
+// on it. exact selects the plain Expf wedge test (Reference) instead of
+// the quick one (zigWedgeAccept): both give the same bits.
+func zigSlow(a *auxWords, layer, m uint32, exact bool) float32 {
 	for {
 		if layer == 0 {
 			for {
-				x := -math.Log(1-g.uniform()) * zigTail
-				y := -math.Log(1 - g.uniform())
+				x := -ln(1-a.uniform()) * zigTail
+				y := -ln(1 - a.uniform())
 				if 2*y >= x*x {
 					return float32(zigR + x)
 				}
 			}
 		}
-		x, y := zigWedgePoint(layer, m, g.aux())
-		if zigWedgeAccept(layer, x, y) {
+		x, y := zigWedgePoint(layer, m, a.next())
+		if exact {
+			if y < expf(-0.5*x*x) {
+				return x
+			}
+		} else if zigWedgeAccept(layer, x, y) {
 			return x
 		}
-		w := g.aux()
+		w := a.next()
 		layer, m = w&zigMask, w>>zigShift
 		if m < zigK[layer] {
 			return float32(m) * zigW[layer]
@@ -220,7 +216,7 @@ func zigWedgeAccept(layer uint32, x, y float32) bool {
 	case yy > c+b.above:
 		return false
 	}
-	return y < kernels.Expf(-0.5*x*x)
+	return y < expf(-0.5*x*x)
 }
 
 // zigWedgeLines bounds f(x) = exp(-x²/2) on one layer's wedge:

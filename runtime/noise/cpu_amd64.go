@@ -1,6 +1,6 @@
 //go:build amd64 && !purego
 
-package dpengine
+package noise
 
 // cpuid executes CPUID with EAX = leaf and ECX = sub.
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)

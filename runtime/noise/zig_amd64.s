@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// zigFastSSE: the ziggurat's fast path (gaussianInto, gaussian.go) on four
+// zigFastSSE: the ziggurat's fast path (Generator.Add, ziggurat.go) on four
 // float32 lanes with SSE2, the amd64 baseline, so no CPU feature check.
 // The layer indices are the low bytes of the words, read straight from
 // memory; each lane's (zigK, zigW) pair is one 8-byte load from the

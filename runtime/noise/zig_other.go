@@ -1,6 +1,6 @@
 //go:build !amd64 || purego
 
-package dpengine
+package noise
 
 // zigPaths lists the vector fast paths of gaussianInto: none here, zigDraw
 // draws every value.

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/internal/hostile"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+)
+
+// childArgsEnv makes the test binary act as the dpfinetune binary: the
+// variable holds the arguments, one a line. Tests run commands in a child
+// process to measure its peak memory, which the child writes to the file
+// named by childRSSEnv.
+const (
+	childArgsEnv = "DPFINETUNE_TEST_CHILD_ARGS"
+	childRSSEnv  = "DPFINETUNE_TEST_CHILD_RSS"
+)
+
+func TestMain(m *testing.M) {
+	if a, ok := os.LookupEnv(childArgsEnv); ok {
+		code := runMain(strings.Split(a, "\n"), os.Stdout, os.Stderr)
+		if path := os.Getenv(childRSSEnv); path != "" {
+			if err := os.WriteFile(path, []byte(peakRSS()), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				code = exitError
+			}
+		}
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// peakRSS returns the process's peak resident memory (VmHWM of
+// /proc/self/status, "123 kB"). The rusage of a child is no measure on
+// Linux: a child started with vfork inherits its parent's high-water mark,
+// which for a test binary is the whole suite's.
+func peakRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// maxChildRSS is the peak resident memory any command may reach on a
+// hostile input (the test binary itself takes about 15 MiB).
+const maxChildRSS = 200 << 20
+
+// runChild runs dpfinetune with args in a child process and returns its
+// stderr, exit status and peak resident memory in bytes.
+func runChild(t *testing.T, args ...string) (stderr string, code int, rss int64) {
+	t.Helper()
+	rssFile := filepath.Join(t.TempDir(), "rss")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(args, "\n"), childRSSEnv+"="+rssFile)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(rssFile)
+	if err != nil {
+		t.Fatalf("child wrote no peak RSS: %v (stderr %q)", err, e.String())
+	}
+	kb, err := strconv.ParseInt(strings.TrimSuffix(string(b), " kB"), 10, 64)
+	if err != nil {
+		t.Skipf("no VmHWM in /proc/self/status (%q): peak memory not measurable here", b)
+	}
+	return e.String(), cmd.ProcessState.ExitCode(), kb << 10
+}
+
+// TestHostileModels runs every command that reads a model on one model per
+// class of absurd size (internal/hostile, the bomb of issue 15 first): each
+// must exit with status 1 and a one-line error naming the limit, never
+// panic, and stay under maxChildRSS. The one class within the per-tensor
+// limit (a plan larger than the machine) is only an error where buffers
+// are planned: inspect and plan describe it.
+func TestHostileModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 30 child processes")
+	}
+	dir := t.TempDir()
+	x := filepath.Join(dir, "x.npy")
+	if err := npy.WriteFile(x, npy.NewFloat32(make([]float32, 2*28*28), 2, 1, 28, 28)); err != nil {
+		t.Fatal(err)
+	}
+	y := filepath.Join(dir, "y.npy")
+	if err := npy.WriteFile(y, npy.NewInt64([]int64{1, 2}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range hostile.Models() {
+		b, err := proto.Marshal(c.Proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := filepath.Join(dir, c.Name+".onnx")
+		if err := os.WriteFile(model, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmds := [][]string{
+			{"inspect", "--model", model, "--input-shape", "1,28,28"},
+			{"plan", "--model", model, "--input-shape", "1,28,28", "--batch", "2", "--num-classes", "10"},
+			{"predict", "--model", model, "--input", x, "--out", filepath.Join(dir, "out.npy"), "--batch", "2"},
+			{"norms", "--model", model, "--input", x, "--labels", y, "--batch", "2"},
+			{"train", "--model", model, "--data", "idx:../../testdata/fmnist-small:limit=64", "--test-data", "none",
+				"--epsilon", "3", "--batch-size", "4", "--physical-batch", "2", "--quiet", "--out", filepath.Join(dir, "tuned.onnx")},
+		}
+		for _, args := range cmds {
+			t.Run(c.Name+"/"+args[0], func(t *testing.T) {
+				stderr, code, rss := runChild(t, args...)
+				line := strings.TrimSpace(stderr)
+				t.Logf("exit %d, peak RSS %d MiB: %s", code, rss>>20, line)
+				if rss > maxChildRSS {
+					t.Errorf("peak RSS %d MiB, over %d MiB", rss>>20, maxChildRSS>>20)
+				}
+				if c.Name == "plan" && (args[0] == "inspect" || args[0] == "plan") {
+					// Shapes and estimates only, nothing allocated:
+					// inspect and plan describe the 128 GiB value.
+					if code != exitOK {
+						t.Errorf("exit status %d, want 0", code)
+					}
+					return
+				}
+				if code != exitError {
+					t.Errorf("exit status %d, want %d", code, exitError)
+				}
+				if strings.Count(line, "\n") > 0 || !strings.HasPrefix(line, "dpfinetune "+args[0]+": ") || !strings.Contains(line, c.Want) {
+					t.Errorf("stderr %q: want one line naming %q", stderr, c.Want)
+				}
+			})
+		}
+	}
+}
+
+// TestPanicIsBug: a panic in a command is reported as a bug with exit
+// status exitBug, not as a Go crash (exit 2, which reads as a usage error).
+func TestPanicIsBug(t *testing.T) {
+	register(&command{name: "test-panic", run: func([]string, io.Writer) error {
+		var s []int
+		_ = s[3]
+		return nil
+	}})
+	defer delete(commands, "test-panic")
+	_, stderr, code := run(t, "test-panic")
+	if code != exitBug || !strings.HasPrefix(stderr, "dpfinetune: internal error (a bug") || !strings.Contains(stderr, "index out of range") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestErrorsOnOneLine: a message holding a newline (a file name, a
+// wrapped error) is printed on one line.
+func TestErrorsOnOneLine(t *testing.T) {
+	_, stderr, code := run(t, "inspect", "--model", "no\nsuch.onnx")
+	if code != exitError || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no such.onnx") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+)
+
+func init() {
+	register(&command{
+		name:    "report",
+		summary: "draw a run report (train --report) as a PNG: loss, accuracy, ε spent, ε(δ)",
+		run:     runReportCmd,
+	})
+}
+
+// reportView is the part of a `train --report` file that the picture
+// needs. It is read field by field so that reports of earlier versions,
+// which may lack some of them, still draw.
+type reportView struct {
+	Settings struct {
+		Model      string  `json:"model"`
+		Epsilon    float64 `json:"epsilon"`
+		Delta      float64 `json:"delta"`
+		SampleRate float64 `json:"sample_rate"`
+		Sigma      float64 `json:"sigma"`
+		Accountant string  `json:"accountant"`
+		NonPrivate bool    `json:"non_private"`
+	} `json:"settings"`
+	Privacy *struct {
+		Epsilon float64 `json:"epsilon"`
+		Delta   float64 `json:"delta"`
+		Steps   int     `json:"steps"`
+	} `json:"privacy"`
+	Epochs []struct {
+		Epoch     int     `json:"epoch"`
+		Steps     int64   `json:"steps"`
+		Epsilon   float64 `json:"epsilon"`
+		TrainLoss float64 `json:"train_loss"`
+		Test      *struct {
+			Accuracy float64 `json:"accuracy"`
+		} `json:"test"`
+	} `json:"epochs"`
+}
+
+func runReportCmd(args []string, stdout io.Writer) error {
+	fs := newFlagSet("report", "run.json [--out run.png] [--width PX --height PX]")
+	out := fs.String("out", "", "PNG to write (default: the report's name with .png)")
+	width := fs.Int("width", 1200, "picture width in pixels")
+	height := fs.Int("height", 900, "picture height in pixels")
+	// The report file comes first, as in "dpfinetune report run.json".
+	var in string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		in, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if in == "" {
+		return usagef("a report file is needed: dpfinetune report run.json")
+	}
+	if *width < 200 || *height < 150 || *width > 10000 || *height > 10000 {
+		return usagef("--width and --height must be in [200, 10000] and [150, 10000] pixels, got %d×%d", *width, *height)
+	}
+	if *out == "" {
+		*out = strings.TrimSuffix(in, filepath.Ext(in)) + ".png"
+	}
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	var r reportView
+	if err := json.Unmarshal(b, &r); err != nil {
+		return fmt.Errorf("%s: not a run report: %v", in, err)
+	}
+	if len(r.Epochs) == 0 {
+		return fmt.Errorf("%s: the report has no epochs to draw", in)
+	}
+	img, err := drawReport(&r, *width, *height)
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	if err := writeFileAtomic(*out, func(w io.Writer) error {
+		_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %s (%d×%d)\n", *out, *width, *height)
+	return nil
+}
+
+// writeFileAtomic writes name through a temporary file in its directory
+// and renames it into place, so that a failed write leaves nothing under
+// the final name.
+func writeFileAtomic(name string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	err = f.Chmod(0o644) // CreateTemp's 0600 is for secrets; a picture is not one.
+	if err == nil {
+		err = write(f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, name)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", name, err)
+	}
+	return nil
+}
+
+// drawReport lays out four panels: train loss, test accuracy and ε spent
+// against epochs, and the privacy curve ε(δ) of the run's accountant.
+func drawReport(r *reportView, width, height int) (*vgimg.Canvas, error) {
+	// ε spent starts at 0 before the first step.
+	loss, acc, eps := plotter.XYs{}, plotter.XYs{}, plotter.XYs{{X: 0, Y: 0}}
+	for _, e := range r.Epochs {
+		x := float64(e.Epoch)
+		if !math.IsNaN(e.TrainLoss) && !math.IsInf(e.TrainLoss, 0) {
+			loss = append(loss, plotter.XY{X: x, Y: e.TrainLoss})
+		}
+		if e.Test != nil {
+			acc = append(acc, plotter.XY{X: x, Y: 100 * e.Test.Accuracy})
+		}
+		if e.Epsilon > 0 && !r.Settings.NonPrivate {
+			eps = append(eps, plotter.XY{X: x, Y: e.Epsilon})
+		}
+	}
+	title := filepath.Base(r.Settings.Model)
+	p1, err := linePanel("train loss (not private)", "epoch", "loss", loss, color.RGBA{R: 31, G: 119, B: 180, A: 255})
+	if err != nil {
+		return nil, err
+	}
+	p2, err := linePanel("test accuracy", "epoch", "accuracy (%)", acc, color.RGBA{R: 44, G: 160, B: 44, A: 255})
+	if err != nil {
+		return nil, err
+	}
+	if len(eps) == 1 {
+		eps = nil
+	}
+	p3, err := linePanel("ε spent", "epoch", "ε", eps, color.RGBA{R: 214, G: 39, B: 40, A: 255})
+	if err != nil {
+		return nil, err
+	}
+	if r.Settings.Epsilon > 0 && len(eps) > 0 {
+		target, err := plotter.NewLine(plotter.XYs{{X: eps[0].X, Y: r.Settings.Epsilon}, {X: eps[len(eps)-1].X, Y: r.Settings.Epsilon}})
+		if err != nil {
+			return nil, err
+		}
+		target.Color = color.Gray{Y: 120}
+		target.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p3.Add(target)
+		p3.Legend.Add(fmt.Sprintf("target ε = %g", r.Settings.Epsilon), target)
+		p3.Legend.Top = false
+		p3.Legend.YOffs = vg.Millimeter * 4
+	}
+	p4, err := privacyCurvePanel(r)
+	if err != nil {
+		return nil, err
+	}
+	p1.Title.Text = title + ": " + p1.Title.Text
+
+	img := vgimg.NewWith(vgimg.UseWH(vg.Length(width)*vg.Inch/96, vg.Length(height)*vg.Inch/96), vgimg.UseDPI(96))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	plots := [][]*plot.Plot{{p1, p2}, {p3, p4}}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
+		}
+	}
+	return img, nil
+}
+
+func linePanel(title, xl, yl string, xys plotter.XYs, c color.Color) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, xl, yl
+	p.Add(plotter.NewGrid())
+	if len(xys) == 0 {
+		p.Title.Text += " (none in the report)"
+		return p, nil
+	}
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", title, err)
+	}
+	l.Color, s.Color = c, c
+	p.Add(l, s)
+	return p, nil
+}
+
+// privacyCurvePanel draws ε(δ) for the run's whole training: the steps
+// composed so far at the run's σ and sample rate (one phase: a resumed run
+// keeps both), evaluated by the run's accountant over δ from 1e-12 to 1e-1.
+func privacyCurvePanel(r *reportView) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = "privacy curve ε(δ)", "δ", "ε"
+	p.Add(plotter.NewGrid())
+	if r.Privacy == nil || r.Settings.NonPrivate || r.Settings.Sigma <= 0 || r.Privacy.Steps <= 0 {
+		p.Title.Text += " (non-private run)"
+		return p, nil
+	}
+	acc, err := accountant.New(r.Settings.Accountant)
+	if err != nil {
+		return nil, err
+	}
+	if err := acc.Step(r.Settings.Sigma, r.Settings.SampleRate, r.Privacy.Steps); err != nil {
+		return nil, fmt.Errorf("privacy curve: %w", err)
+	}
+	var xys plotter.XYs
+	for k := 0; k <= 22; k++ {
+		delta := math.Pow(10, -12+float64(k)*11/22)
+		res, err := acc.Epsilon(delta)
+		if err != nil || math.IsInf(res.Epsilon, 0) || math.IsNaN(res.Epsilon) {
+			continue
+		}
+		xys = append(xys, plotter.XY{X: delta, Y: res.Epsilon})
+	}
+	if len(xys) == 0 {
+		return nil, fmt.Errorf("privacy curve: the %s accountant answered no δ in [1e-12, 0.1]", r.Settings.Accountant)
+	}
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = decadeTicks{}
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return nil, err
+	}
+	l.Color = color.RGBA{R: 148, G: 103, B: 189, A: 255}
+	s.Color = l.Color
+	p.Add(l, s)
+	p.Legend.Top = true
+	p.Legend.XOffs = -vg.Millimeter * 4
+	p.Legend.Add(fmt.Sprintf("%s, σ = %.3g, q = %.3g, %d steps", r.Settings.Accountant, r.Settings.Sigma, r.Settings.SampleRate, r.Privacy.Steps), l)
+	if r.Privacy.Delta > 0 {
+		pt, err := plotter.NewScatter(plotter.XYs{{X: r.Privacy.Delta, Y: r.Privacy.Epsilon}})
+		if err != nil {
+			return nil, err
+		}
+		pt.Color = color.RGBA{R: 214, G: 39, B: 40, A: 255}
+		pt.Radius = vg.Points(4)
+		p.Add(pt)
+		p.Legend.Add(fmt.Sprintf("reported (δ = %.2g, ε = %.3g)", r.Privacy.Delta, r.Privacy.Epsilon), pt)
+	}
+	return p, nil
+}
+
+// decadeTicks labels every other power of ten of a log axis ("1e-6") and
+// marks the others, so that twelve decades stay readable.
+type decadeTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (decadeTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		v := math.Pow(10, e)
+		if v < min*(1-1e-9) || v > max*(1+1e-9) {
+			continue
+		}
+		t := plot.Tick{Value: v}
+		if int(e)%2 == 0 {
+			t.Label = fmt.Sprintf("1e%d", int(e))
+		}
+		ts = append(ts, t)
+	}
+	return ts
+}

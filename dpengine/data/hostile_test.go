@@ -1,0 +1,85 @@
+package data
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// pngWithSize returns a valid 1×1 gray PNG whose IHDR claims w×h pixels
+// (its CRC fixed up): the header a decompression bomb carries.
+func pngWithSize(t *testing.T, w, h uint32) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, grayImage(1, 1, func(x, y int) uint8 { return 9 })); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	// 8-byte signature, then IHDR: length (4), "IHDR" (4), width, height, …,
+	// CRC over type and data (13 bytes).
+	ihdr := b[8+8 : 8+8+13]
+	binary.BigEndian.PutUint32(ihdr[0:], w)
+	binary.BigEndian.PutUint32(ihdr[4:], h)
+	binary.BigEndian.PutUint32(b[8+8+13:], crc32.ChecksumIEEE(b[8+4:8+8+13]))
+	return b
+}
+
+// TestHostileData: sizes declared by data files are checked before they
+// are allocated, with a message naming the file and the limit.
+func TestHostileData(t *testing.T) {
+	png1 := func(t *testing.T, path string) { writePNG(t, path, grayImage(2, 2, func(x, y int) uint8 { return 1 })) }
+	for _, tc := range []struct {
+		name   string
+		scheme string
+		setup  func(t *testing.T, dir string)
+		frags  func(dir string) []string
+	}{
+		{"png header 2^20×2^20", "folder", func(t *testing.T, dir string) {
+			png1(t, filepath.Join(dir, "a", "1.png"))
+			writeFile(t, filepath.Join(dir, "b", "bomb.png"), pngWithSize(t, 1<<20, 1<<20))
+		}, func(dir string) []string {
+			return []string{filepath.Join(dir, "b", "bomb.png"), "1048576×1048576 pixels", "limit of 268435456 pixels"}
+		}},
+		{"png header 20000×20000", "folder", func(t *testing.T, dir string) {
+			png1(t, filepath.Join(dir, "a", "1.png"))
+			writeFile(t, filepath.Join(dir, "a", "2.png"), pngWithSize(t, 20000, 20000))
+		}, func(dir string) []string { return []string{filepath.Join(dir, "a", "2.png"), "20000×20000"} }},
+		{"png header 0 wide", "folder", func(t *testing.T, dir string) {
+			png1(t, filepath.Join(dir, "a", "1.png"))
+			writeFile(t, filepath.Join(dir, "a", "2.png"), pngWithSize(t, 0, 5))
+		}, func(dir string) []string { return []string{filepath.Join(dir, "a", "2.png")} }},
+		{"idx header 512 GiB", "idx", func(t *testing.T, dir string) {
+			idxSet{n: 4, h: 2, w: 2, tn: 1, labels: []byte{0, 1, 2, 3}, tlabs: []byte{0}}.write(t, dir)
+			writeFile(t, filepath.Join(dir, "train-images-idx3-ubyte"), idxFile([]int{1 << 19, 1 << 10, 1 << 10}, make([]byte, 16)))
+		}, func(dir string) []string {
+			return []string{filepath.Join(dir, "train-images-idx3-ubyte"), "524288 images of 1024×1024", "memory available"}
+		}},
+		{"idx header over 1 TiB", "idx", func(t *testing.T, dir string) {
+			idxSet{n: 4, h: 2, w: 2, tn: 1, labels: []byte{0, 1, 2, 3}, tlabs: []byte{0}}.write(t, dir)
+			writeFile(t, filepath.Join(dir, "train-images-idx3-ubyte"), idxFile([]int{1 << 31, 1 << 31, 1 << 31}, nil))
+		}, func(dir string) []string { return []string{"implausibly large"} }},
+		{"cifar sparse 1 TiB batch", "cifar10", func(t *testing.T, dir string) {
+			f, err := os.Create(filepath.Join(dir, "data_batch_1.bin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(1 << 40); err != nil {
+				t.Skipf("no sparse 1 TiB file here: %v", err)
+			}
+		}, func(dir string) []string {
+			return []string{filepath.Join(dir, "data_batch_1.bin"), "1048576 MiB file", "memory available"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.setup(t, dir)
+			_, err := LoadString(tc.scheme + ":" + dir)
+			wantErr(t, err, tc.frags(dir)...)
+		})
+	}
+}

@@ -1,0 +1,35 @@
+package dpengine
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRuleRegistry: every consumer the planner trains through has its rule
+// registered, and a consumer without one is named in the error.
+func TestRuleRegistry(t *testing.T) {
+	for _, tc := range []struct {
+		kind string
+		ops  []string
+		have []string
+	}{
+		{"linear", []string{"Conv", "Gemm", "MatMul"}, LinearRuleOps()},
+		{"elementwise", []string{"Add", "Sub", "Mul", "Div", "Conv", "Gemm", "Concat"}, ElementwiseRuleOps()},
+	} {
+		for _, op := range tc.ops {
+			if !slices.Contains(tc.have, op) {
+				t.Errorf("no %s rule for %s (have %v)", tc.kind, op, tc.have)
+			}
+		}
+		if !slices.IsSorted(tc.have) {
+			t.Errorf("%s rule list %v is not sorted", tc.kind, tc.have)
+		}
+	}
+	if _, err := linearRuleFor("NoSuchOp"); err == nil || !strings.Contains(err.Error(), "NoSuchOp") {
+		t.Errorf("linearRuleFor(NoSuchOp) = %v, want an error naming the operator", err)
+	}
+	if _, err := elementwiseRuleFor("NoSuchOp"); err == nil || !strings.Contains(err.Error(), "NoSuchOp") {
+		t.Errorf("elementwiseRuleFor(NoSuchOp) = %v, want an error naming the operator", err)
+	}
+}

@@ -1,0 +1,16 @@
+// Package dptrain is the training loop of dpfinetune: given a model graph,
+// a dataset and the privacy settings, it calibrates σ, rewrites and
+// compiles the model, and runs the epochs of Poisson-sampled logical
+// batches through a dpengine.Engine, with per-epoch evaluation,
+// checkpoints, resume, interruption and a run report; then it exports the
+// trained model.
+//
+// It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
+// program embeds to fine-tune a model privately (the role of Opacus's
+// make_private): fill a Config, call Run, and follow the run through
+// Config.Events.
+//
+// In the data flow of DESIGN.md §2 it sits after dpengine: it imports
+// onnx, graph, rewrite, dpengine and its accountant and data packages, and
+// only the command imports it.
+package dptrain

@@ -1,0 +1,690 @@
+package dptrain
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/testhook"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// MetaPrefix prefixes the keys Run writes into the exported model's
+// metadata_props.
+const MetaPrefix = "dpfinetune."
+
+// Settings is the configuration of a run: printed, written into the report
+// and the checkpoint, and compared on resume. The caller fills the fields
+// that say what to do; Run fills the ones it derives (Examples, the
+// effective BatchSize, SampleRate, StepsPerEpoch, Steps, Sigma,
+// PhysicalBatch, Classes, Noise, and Delta when it is 0).
+type Settings struct {
+	Model         string  `json:"model"`
+	Data          string  `json:"data"`
+	TestData      string  `json:"test_data,omitempty"`
+	Examples      int     `json:"examples"`
+	Epsilon       float64 `json:"epsilon"`
+	Delta         float64 `json:"delta"`
+	Epochs        int     `json:"epochs"`
+	BatchSize     int     `json:"batch_size"`
+	PhysicalBatch int     `json:"physical_batch"`
+	SampleRate    float64 `json:"sample_rate"`
+	StepsPerEpoch int     `json:"steps_per_epoch"`
+	Steps         int     `json:"steps"`
+	Sigma         float64 `json:"sigma"`
+	Accountant    string  `json:"accountant"`
+	Sampling      string  `json:"sampling"`
+	Mode          string  `json:"mode"`
+	Clip          float64 `json:"clip_norm"`
+	ClipFn        string  `json:"clip_fn"`
+	Gamma         float64 `json:"gamma,omitempty"`
+	PerLayer      bool    `json:"per_layer"`
+	Optimizer     string  `json:"optimizer"`
+	LR            float64 `json:"lr"`
+	Momentum      float64 `json:"momentum,omitempty"`
+	WeightDecay   float64 `json:"weight_decay,omitempty"`
+	Norm          string  `json:"norm"`
+	Augment       string  `json:"augment"`
+	InputShape    []int64 `json:"input_shape"`
+	Classes       int     `json:"classes"`
+	Noise         string  `json:"noise"`
+	Seed          *uint64 `json:"seed,omitempty"`
+	NonPrivate    bool    `json:"non_private,omitempty"`
+}
+
+// EpochRecord is one epoch of the run report.
+type EpochRecord struct {
+	Epoch       int         `json:"epoch"`
+	Steps       int64       `json:"steps"`
+	Epsilon     float64     `json:"epsilon"`
+	TrainLoss   float64     `json:"train_loss"`
+	Seconds     float64     `json:"seconds"`
+	SamplesPerS float64     `json:"samples_per_second"`
+	Test        *EvalResult `json:"test,omitempty"`
+}
+
+// Report is the run report: the settings, the rewrite plan, the privacy
+// spent and one record per epoch.
+type Report struct {
+	Settings   Settings           `json:"settings"`
+	Plan       *rewrite.Plan      `json:"plan,omitempty"`
+	Privacy    *accountant.Result `json:"privacy,omitempty"`
+	Epochs     []EpochRecord      `json:"epochs"`
+	Seconds    float64            `json:"seconds"`
+	Output     string             `json:"output"`
+	Checkpoint string             `json:"checkpoint"`
+	Note       string             `json:"note"`
+}
+
+// Config is what Run needs: the settings, the model graph, the data and
+// where to write.
+type Config struct {
+	// Settings says what to train and how; see Settings for the fields
+	// Run derives. Gamma and Momentum are used whatever the clip function
+	// and optimizer, and recorded only where they apply.
+	Settings Settings
+	// Device runs the training and evaluation steps; nil is the CPU.
+	Device runtime.Device
+	// Graph is the model. Run rewrites it and trains its parameters in
+	// place: after Run it holds the trained model.
+	Graph *graph.Graph
+	// Rewrite configures the rewrite for DP (norm layers, freezing, a new
+	// head). Its PlanOptions.Batch is set by Run.
+	Rewrite rewrite.Options
+	// Train is the training data; Test, when not nil, is evaluated after
+	// every epoch with batches of EvalBatch (default 256).
+	Train     data.Dataset
+	Test      data.Dataset
+	EvalBatch int
+	// PhysicalBatch is the number of samples per forward/backward pass;
+	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
+	// else min(L, 64) (or, on resume, the checkpoint's).
+	PhysicalBatch int
+	MaxMemory     int64
+	// Out is where the trained model is written ("" to skip the export:
+	// the trained parameters are in Graph).
+	Out string
+	// Checkpoint is written after every epoch and on interruption (""
+	// for none); Resume continues from it.
+	Checkpoint string
+	Resume     bool
+	// Report, when set, is the path of the JSON run report.
+	Report string
+	// Log receives the human-readable plan and one line per epoch; Warn
+	// receives warnings (shuffle sampling). Nil discards them.
+	Log, Warn io.Writer
+	// Events, when set, is called synchronously as the run progresses.
+	Events func(Event)
+	// Stop, when set, is polled before every step; when it returns true
+	// the run saves its checkpoint and returns an *Interrupted error.
+	Stop func() bool
+	// GradientCanaries are extra training examples with no input: each is
+	// a fixed per-sample gradient (see dpengine.DiracCanary), sampled like
+	// every other example (index Train.Len()+k) and clipped and noised
+	// with the rest. They exist for the white-box privacy audit.
+	GradientCanaries []dpengine.DiracCanary
+}
+
+// EventKind says what an Event reports.
+type EventKind int
+
+const (
+	// EpochStart: an epoch begins (or resumes at EpochStep).
+	EpochStart EventKind = iota
+	// StepDone: a logical batch has been applied.
+	StepDone
+	// EpochDone: an epoch ended; Record holds its report line.
+	EpochDone
+)
+
+// Event reports the progress of a run.
+type Event struct {
+	Kind EventKind
+	// Epoch is 0-based; EpochStep is the number of steps done in it.
+	Epoch, Epochs            int
+	EpochStep, StepsPerEpoch int
+	// Step is the number of logical batches done in the whole run.
+	Step int64
+	// Loss is the mean training loss of the epoch so far (not a private
+	// output) and SamplesPerSecond its throughput.
+	Loss, SamplesPerSecond float64
+	// Record is the finished epoch (EpochDone).
+	Record *EpochRecord
+	// Engine is the engine: after StepDone, Engine.Gradient returns the
+	// private gradient of that step.
+	Engine *dpengine.Engine
+
+	acct       accountant.Accountant
+	delta      float64
+	nonPrivate bool
+}
+
+// Epsilon returns the ε spent so far (0 for a non-private run, NaN if the
+// accountant cannot answer). It runs the accountant: call it sparingly.
+func (e Event) Epsilon() float64 { return spent(e.acct, e.delta, e.nonPrivate) }
+
+func spent(acct accountant.Accountant, delta float64, nonPrivate bool) float64 {
+	if nonPrivate || acct == nil || acct.TotalSteps() == 0 {
+		return 0
+	}
+	r, err := acct.Epsilon(delta)
+	if err != nil {
+		return math.NaN()
+	}
+	return r.Epsilon
+}
+
+// Interrupted reports a run stopped by Config.Stop after its checkpoint was
+// saved.
+type Interrupted struct{ Checkpoint string }
+
+func (e *Interrupted) Error() string {
+	return fmt.Sprintf("interrupted; checkpoint saved to %s: run the same command with --resume to continue", e.Checkpoint)
+}
+
+// Run trains as cfg says and returns the report (also written to
+// cfg.Report). The graph holds the trained model afterwards.
+func Run(cfg Config) (*Report, error) {
+	start := time.Now()
+	set := cfg.Settings
+	logf := func(format string, a ...any) {
+		if cfg.Log != nil {
+			fmt.Fprintf(cfg.Log, format, a...)
+		}
+	}
+	if cfg.Graph == nil || cfg.Train == nil {
+		return nil, errors.New("dptrain: Config needs a Graph and Train data")
+	}
+	mode, err := dpengine.ParseMode(set.Mode)
+	if err != nil {
+		return nil, err
+	}
+	if set.NonPrivate {
+		mode = dpengine.NonDP
+		set.Mode = string(mode)
+	}
+	fn, err := dpengine.ParseClipFn(set.ClipFn)
+	if err != nil {
+		return nil, err
+	}
+	set.ClipFn = fn.String()
+	gamma, momentum := set.Gamma, set.Momentum
+	if fn != dpengine.Automatic {
+		set.Gamma = 0
+	}
+	if set.Optimizer != "sgd" {
+		set.Momentum = 0
+	}
+	if cfg.EvalBatch <= 0 {
+		cfg.EvalBatch = 256
+	}
+	g := cfg.Graph
+	nData := cfg.Train.Len()
+	n := nData + len(cfg.GradientCanaries)
+	if n == 0 {
+		return nil, fmt.Errorf("%s: no training examples", set.Data)
+	}
+	if set.Epochs <= 0 || set.BatchSize <= 0 {
+		return nil, fmt.Errorf("dptrain: epochs %d and batch size %d must be positive", set.Epochs, set.BatchSize)
+	}
+	set.Examples = n
+	if set.Delta == 0 {
+		set.Delta = 1 / (10 * float64(n))
+	}
+	L := min(set.BatchSize, n)
+	q := float64(L) / float64(n)
+	stepsPerEpoch := (n + L - 1) / L
+	steps := set.Epochs * stepsPerEpoch
+	set.BatchSize, set.SampleRate, set.StepsPerEpoch, set.Steps = L, q, stepsPerEpoch, steps
+	set.Noise = "secure"
+	if set.Seed != nil {
+		set.Noise = fmt.Sprintf("seeded (%d): reproducible, NOT secure", *set.Seed)
+	}
+	if set.NonPrivate {
+		set.Noise, set.Delta, set.Epsilon = "none (non-private)", 0, 0
+	}
+	eps, delta := set.Epsilon, set.Delta
+	ckptPath := cfg.Checkpoint
+
+	// Resume.
+	var ckpt *dpengine.Checkpoint
+	var prev Settings
+	if cfg.Resume {
+		if ckptPath == "" {
+			return nil, errors.New("dptrain: Resume needs a Checkpoint path")
+		}
+		ckpt, err = dpengine.ReadCheckpoint(ckptPath)
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(ckpt.Settings, &prev); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: settings: %w", ckptPath, err)
+		}
+		if err := compatible(prev, set); err != nil {
+			return nil, fmt.Errorf("cannot resume from %s: %w", ckptPath, err)
+		}
+		if int(ckpt.Step) >= steps {
+			return nil, fmt.Errorf("checkpoint %s has already done all %d steps; raise --epochs to train more", ckptPath, steps)
+		}
+	}
+
+	// σ: calibrated so that the whole run (with any earlier phases of a
+	// resumed run) spends at most ε.
+	acct, err := accountant.New(set.Accountant)
+	if err != nil {
+		return nil, err
+	}
+	if ckpt != nil {
+		if acct, err = accountant.Restore(ckpt.Accountant); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
+		}
+	}
+	if !set.NonPrivate {
+		if ckpt != nil && prev.Epsilon == set.Epsilon && prev.Delta == set.Delta && prev.Steps == set.Steps && prev.SampleRate == set.SampleRate && prev.Sigma > 0 {
+			set.Sigma = prev.Sigma
+		} else {
+			remaining := steps - int(stepOf(ckpt))
+			cal, err := accountant.Calibrate(acct.State(), eps, delta, q, remaining)
+			if err != nil {
+				return nil, fmt.Errorf("calibrating σ for ε = %g, δ = %g, q = %.4g, %d steps: %w", eps, delta, q, remaining, err)
+			}
+			set.Sigma = cal.Sigma
+		}
+	}
+
+	// Rewrite, plan and pick the physical batch.
+	opts := cfg.Rewrite
+	opts.InputShape = set.InputShape
+	opts.Batch = int64(min(L, 64))
+	rp, err := rewrite.Prepare(g, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.Model, err)
+	}
+	P := cfg.PhysicalBatch
+	switch {
+	case P > 0:
+	case cfg.MaxMemory > 0:
+		if P, err = FitBatch(rp, string(mode), cfg.MaxMemory, L); err != nil {
+			return nil, err
+		}
+	default:
+		P = min(L, 64)
+	}
+	if ckpt != nil && cfg.PhysicalBatch == 0 && cfg.MaxMemory == 0 {
+		P = prev.PhysicalBatch
+	}
+	set.PhysicalBatch = P
+
+	var src *dpengine.Source
+	if set.Seed != nil {
+		src = dpengine.NewSeededSource(*set.Seed)
+	} else {
+		src = dpengine.NewSecureSource()
+	}
+	opt, err := dpengine.NewOptimizer(set.Optimizer, set.LR, momentum, set.WeightDecay)
+	if err != nil {
+		return nil, err
+	}
+	// The engine's σ is the calibrated one; only a test of the audit
+	// breaks it on purpose (internal/testhook), never a flag.
+	engSigma := set.Sigma
+	if d := testhook.NoiseDivisor; d > 0 {
+		engSigma /= d
+	}
+	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt}
+	eng, err := dpengine.New(g, rp, ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.Model, err)
+	}
+	for _, c := range cfg.GradientCanaries {
+		if err := eng.CheckCanary(c); err != nil {
+			return nil, err
+		}
+	}
+	_, oshape := eng.Plan().Output(0)
+	set.Classes = oshape[len(oshape)-1]
+	if cfg.Train.NumClasses() > set.Classes {
+		return nil, fmt.Errorf("%s has %d classes but %s outputs %d logits: pass --num-classes %d to replace the head", set.Data, cfg.Train.NumClasses(), set.Model, set.Classes, cfg.Train.NumClasses())
+	}
+	if ckpt != nil {
+		if err := eng.SetParams(ckpt.ParamNames, ckpt.Params); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
+		}
+		if ckpt.Optimizer != nil {
+			if err := opt.SetState(ckpt.Optimizer); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
+			}
+		}
+		if set.Seed != nil {
+			if !ckpt.Seeded {
+				return nil, fmt.Errorf("checkpoint %s comes from a run with secure randomness; it cannot be resumed with --seed", ckptPath)
+			}
+			src.SetStream(ckpt.SourceStream)
+		}
+	}
+
+	// The sampler.
+	var next func([]int) []int
+	if set.Sampling == "shuffle" {
+		s, err := dpengine.NewShuffleSampler(n, L, src)
+		if err != nil {
+			return nil, err
+		}
+		next = s.Next
+		if cfg.Warn != nil {
+			fmt.Fprintln(cfg.Warn, dpengine.ShuffleWarning)
+		}
+	} else {
+		s, err := dpengine.NewPoissonSampler(n, q, src)
+		if err != nil {
+			return nil, err
+		}
+		next = s.Next
+	}
+
+	// Print the plan.
+	logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+	logf("  rewrite:   %d trainable parameters in %d tensors, %d frozen", rp.Trainable.Scalars, rp.Trainable.Tensors, rp.Frozen.Scalars)
+	logf(" (%d rewrite changes; see --report)\n", len(rp.Changes))
+	if set.NonPrivate {
+		logf("  privacy:   NONE (--non-private)\n")
+	} else {
+		logf("  privacy:   target ε = %g, δ = %.3g (1/n = %.3g), accountant %s, %s sampling q = %.5g\n", eps, delta, 1/float64(n), set.Accountant, set.Sampling, q)
+		logf("  noise:     σ = %.5g (calibrated), clip norm R = %g (%s%s), noise std σR = %.4g per coordinate, %s\n",
+			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
+	}
+	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR)
+	if ckpt != nil {
+		logf("  resuming:  from %s at step %d (epoch %d)\n", ckptPath, ckpt.Step, ckpt.Epoch+1)
+	}
+	logf("  (losses and accuracies on training data are not private outputs)\n")
+
+	rep := &Report{Settings: set, Plan: rp, Output: cfg.Out, Checkpoint: ckptPath,
+		Note: "train_loss is computed on training data and is not a private output"}
+	step := stepOf(ckpt)
+	epoch, epochStep := 0, 0
+	if ckpt != nil {
+		epoch, epochStep = ckpt.Epoch, ckpt.EpochStep
+		if len(ckpt.Extra) > 0 {
+			json.Unmarshal(ckpt.Extra, &rep.Epochs)
+		}
+	}
+	// lastGood names the newest checkpoint on disk, for error messages.
+	lastGood := "none was written yet"
+	if ckpt != nil {
+		lastGood = ckptPath
+	}
+	save := func() error {
+		if ckptPath == "" {
+			return nil
+		}
+		sb, _ := json.Marshal(set)
+		eb, _ := json.Marshal(rep.Epochs)
+		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epoch, EpochStep: epochStep, Accountant: acct.State(),
+			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.Params(), Optimizer: opt.State(), Extra: eb}
+		if set.Seed != nil {
+			c.SourceStream = src.Stream()
+		}
+		if err := dpengine.WriteCheckpoint(ckptPath, c); err != nil {
+			return err
+		}
+		lastGood = ckptPath
+		return nil
+	}
+	var ev *Evaluator
+	if cfg.Test != nil {
+		if ev, err = NewEvaluatorOn(cfg.Device, g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
+			return nil, err
+		}
+	}
+	emit := func(e Event) {
+		if cfg.Events != nil {
+			e.Epochs, e.StepsPerEpoch, e.Step, e.Engine = set.Epochs, stepsPerEpoch, step, eng
+			e.acct, e.delta, e.nonPrivate = acct, delta, set.NonPrivate
+			cfg.Events(e)
+		}
+	}
+	// The batch splits into data examples and gradient canaries; the
+	// buffers are reused from step to step.
+	var batch, real []int
+	var canaries []dpengine.DiracCanary
+	for ; epoch < set.Epochs; epoch++ {
+		t0 := time.Now()
+		var lossSum float64
+		var seen int
+		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
+		for ; epochStep < stepsPerEpoch; epochStep++ {
+			if cfg.Stop != nil && cfg.Stop() {
+				if err := save(); err != nil {
+					return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
+				}
+				return nil, &Interrupted{ckptPath}
+			}
+			batch = next(batch)
+			aug := src.Rand()
+			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
+			in := batch
+			if len(cfg.GradientCanaries) > 0 {
+				real, canaries = real[:0], canaries[:0]
+				for _, i := range batch {
+					if i < nData {
+						real = append(real, i)
+					} else {
+						canaries = append(canaries, cfg.GradientCanaries[i-nData])
+					}
+				}
+				in = real
+				eng.InjectCanaries(canaries)
+			}
+			st, err := eng.Step(in, fill)
+			if err != nil {
+				return nil, fmt.Errorf("step %d: %w (the last good checkpoint: %s)", step+1, err, lastGood)
+			}
+			if bad := firstNonFinite(eng); bad != "" {
+				return nil, fmt.Errorf("step %d: parameter %q became NaN or infinite (lower --lr or --clip); stopped, the last good checkpoint: %s", step+1, bad, lastGood)
+			}
+			if !set.NonPrivate {
+				if err := acct.Step(set.Sigma, q, 1); err != nil {
+					return nil, err
+				}
+			}
+			step++
+			lossSum += st.MeanLoss * float64(st.Samples)
+			seen += st.Samples
+			el := time.Since(t0).Seconds()
+			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9)})
+		}
+		el := time.Since(t0).Seconds()
+		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
+		if ev != nil {
+			if rec.Test, err = ev.Run(cfg.Test); err != nil {
+				return nil, err
+			}
+		}
+		rep.Epochs = append(rep.Epochs, rec)
+		emit(Event{Kind: EpochDone, Epoch: epoch, EpochStep: stepsPerEpoch, Loss: rec.TrainLoss, SamplesPerSecond: rec.SamplesPerS, Record: &rec})
+		line := fmt.Sprintf("epoch %d/%d: train loss %.4f (not private), %.0f samples/s", epoch+1, set.Epochs, rec.TrainLoss, rec.SamplesPerS)
+		if rec.Test != nil {
+			line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f)", 100*rec.Test.Accuracy, rec.Test.Loss)
+		}
+		if !set.NonPrivate {
+			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
+		}
+		logf("%s\n", line)
+		epochStep = 0
+		if err := save(); err != nil {
+			return nil, fmt.Errorf("epoch %d: checkpoint: %w", epoch+1, err)
+		}
+	}
+
+	// Export.
+	if !set.NonPrivate {
+		r, err := acct.Epsilon(delta)
+		if err != nil {
+			return nil, err
+		}
+		rep.Privacy = &r
+	}
+	if cfg.Out != "" {
+		om, err := g.ToONNX()
+		if err != nil {
+			return nil, fmt.Errorf("exporting: %w", err)
+		}
+		SetMetadata(om.Proto, set, rep.Privacy)
+		if err := om.Save(cfg.Out, nil); err != nil {
+			return nil, err
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	if cfg.Out != "" {
+		if rep.Privacy != nil {
+			logf("done: %s written; privacy spent ε = %.4g at δ = %.3g (%s accountant%s)\n", cfg.Out, rep.Privacy.Epsilon, delta, set.Accountant, map[bool]string{true: "; assumes Poisson sampling, NOT a guarantee for --sampling shuffle"}[set.Sampling == "shuffle"])
+		} else {
+			logf("done: %s written (no privacy)\n", cfg.Out)
+		}
+	}
+	if cfg.Report != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(cfg.Report, append(b, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func stepOf(c *dpengine.Checkpoint) int64 {
+	if c == nil {
+		return 0
+	}
+	return c.Step
+}
+
+// compatible says whether a run may continue a checkpoint: the same model,
+// data, batch and clipping; epochs and ε may change (the accountant then
+// composes the phases).
+func compatible(prev, cur Settings) error {
+	var diffs []string
+	check := func(name string, a, b any) {
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			diffs = append(diffs, fmt.Sprintf("%s was %v, now %v", name, a, b))
+		}
+	}
+	check("--data", prev.Data, cur.Data)
+	check("examples", prev.Examples, cur.Examples)
+	check("--mode", prev.Mode, cur.Mode)
+	check("--clip", prev.Clip, cur.Clip)
+	check("--clip-fn", prev.ClipFn, cur.ClipFn)
+	check("--optimizer", prev.Optimizer, cur.Optimizer)
+	check("--accountant", prev.Accountant, cur.Accountant)
+	check("--non-private", prev.NonPrivate, cur.NonPrivate)
+	check("input shape", prev.InputShape, cur.InputShape)
+	if len(diffs) > 0 {
+		return errors.New(strings.Join(diffs, "; "))
+	}
+	return nil
+}
+
+// firstNonFinite returns the name of a parameter holding NaN or Inf.
+func firstNonFinite(e *dpengine.Engine) string {
+	names := e.ParamNames()
+	for k, p := range e.Params() {
+		for _, v := range p {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return names[k]
+			}
+		}
+	}
+	return ""
+}
+
+// SetMetadata records the run in the model's metadata_props (keys with
+// MetaPrefix; earlier ones are replaced).
+func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
+	kv := map[string]string{
+		"norm": s.Norm, "mode": s.Mode, "clip_norm": fmt.Sprint(s.Clip), "sample_rate": fmt.Sprint(s.SampleRate),
+		"steps": fmt.Sprint(s.Steps), "noise": s.Noise, "data": s.Data,
+	}
+	if r != nil {
+		kv["epsilon"] = fmt.Sprint(r.Epsilon)
+		kv["delta"] = fmt.Sprint(r.Delta)
+		kv["accountant"] = r.Accountant
+		kv["sigma"] = fmt.Sprint(s.Sigma)
+		kv["sampling"] = s.Sampling
+	} else {
+		kv["privacy"] = "none (non-private training)"
+	}
+	var props []*onnxpb.StringStringEntryProto
+	for _, e := range p.MetadataProps {
+		if !strings.HasPrefix(e.GetKey(), MetaPrefix) {
+			props = append(props, e)
+		}
+	}
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	for _, k := range keys {
+		props = append(props, &onnxpb.StringStringEntryProto{Key: proto.String(MetaPrefix + k), Value: proto.String(kv[k])})
+	}
+	p.MetadataProps = props
+}
+
+// FitBatch returns the largest physical batch in [1, limit] whose estimated
+// peak memory in the given mode fits capBytes, by bisection (the paper's
+// Table 6 procedure).
+func FitBatch(rp *rewrite.Plan, mode string, capBytes int64, limit int) (int, error) {
+	mem := func(b int) int64 {
+		for _, m := range rp.MemoryAt(int64(b)) {
+			if m.Mode == mode {
+				return m.Total
+			}
+		}
+		return math.MaxInt64
+	}
+	if mem(1) > capBytes {
+		return 0, fmt.Errorf("even a physical batch of 1 needs about %s in mode %s, over --max-memory %s", humanBytes(mem(1)), mode, humanBytes(capBytes))
+	}
+	lo, hi := 1, limit
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if mem(mid) <= capBytes {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, nil
+}
+
+// humanBytes writes a size in binary units (as "dpfinetune plan" does).
+func humanBytes(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,101 @@
+package graph
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/hostile"
+	"github.com/dpfinetune/dpfinetune/onnx"
+)
+
+// TestHostileShapes: every model that asks for an absurd tensor is refused
+// by shape inference, naming the node and the limit, before anything is
+// allocated (the bomb of issue 15 panicked in makeslice).
+func TestHostileShapes(t *testing.T) {
+	for _, c := range hostile.Models() {
+		t.Run(c.Name, func(t *testing.T) {
+			g, err := FromONNX(onnx.NewModel(c.Proto))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = g.InferShapes(map[string][]int64{"x": {2, 1, 28, 28}})
+			if c.Name == "plan" {
+				// Within the per-tensor limit: for the runtime's plan to
+				// refuse (runtime and cmd/dpfinetune tests).
+				if err != nil {
+					t.Fatalf("err = %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.Want) || !strings.Contains(err.Error(), "node ") {
+				t.Fatalf("err = %v, want a message naming the node and %q", err, c.Want)
+			}
+		})
+	}
+}
+
+// TestLargeFoldLeftToRuntime: an Expand of a constant over the folding
+// limit is not evaluated (the runtime computes it) and is not an error.
+func TestLargeFoldLeftToRuntime(t *testing.T) {
+	g := newBuilder(14).input("x", 1).
+		init("a", i64([]int64{1}, 7)).init("s", i64([]int64{1}, maxFoldElements+1)).
+		node("Expand", []string{"a", "s"}, []string{"y"}).output("y").graph(t)
+	if err := g.InferShapes(nil); err != nil {
+		t.Fatal(err)
+	}
+	y := g.Values["y"]
+	if y.Const != nil || len(g.Nodes) != 1 {
+		t.Errorf("folded a tensor of %d elements", maxFoldElements+1)
+	}
+	if got := y.Shape.Ints(); len(got) != 1 || got[0] != maxFoldElements+1 {
+		t.Errorf("shape %v", y.Shape)
+	}
+}
+
+func TestRangeCounts(t *testing.T) {
+	cases := []struct {
+		start, limit, delta float64
+		want                string
+	}{
+		{0, math.NaN(), 1, "no element count"},
+		{0, math.Inf(1), 1, "limit for a folded constant"},
+		{0, 1e300, 1e-300, "limit for a folded constant"},
+		{0, 1, 0, "delta is 0"},
+	}
+	for _, c := range cases {
+		_, err := rangeTensor(Float32, c.start, c.limit, c.delta)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Range(%v, %v, %v): err = %v, want %q", c.start, c.limit, c.delta, err, c.want)
+		}
+	}
+	if r, err := rangeTensor(Int64, 5, 0, 1); err != nil || r.Len() != 0 {
+		t.Errorf("empty Range: %v, %v", r, err)
+	}
+}
+
+func TestShapeElements(t *testing.T) {
+	cases := []struct {
+		dims []int64
+		n    int64
+		ok   bool
+	}{
+		{nil, 1, true},
+		{[]int64{2, 3}, 6, true},
+		{[]int64{0, 1 << 62, 1 << 62}, 0, true},
+		{[]int64{1 << 32, 1 << 31}, 0, false},
+		{[]int64{-1, 2}, 0, false},
+	}
+	for _, c := range cases {
+		n, ok := ShapeElements(c.dims)
+		if ok != c.ok || (ok && n != c.n) {
+			t.Errorf("ShapeElements(%v) = %d, %v; want %d, %v", c.dims, n, ok, c.n, c.ok)
+		}
+	}
+	if got := FormatBytes(4 << 50); got != "4 PiB" {
+		t.Errorf("FormatBytes(4 PiB) = %q", got)
+	}
+	if got := FormatBytes(1536); got != "1.5 KiB" {
+		t.Errorf("FormatBytes(1536) = %q", got)
+	}
+}

@@ -1,0 +1,137 @@
+package rewrite
+
+import (
+	"regexp"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// exporterName matches the names torch.onnx gives to initializers it
+// created itself (folded BatchNorm, de-duplicated or transposed weights):
+// "onnx::Conv_497", "onnx::MatMul_1021", or a bare number from older
+// exporters. Such a name says nothing about the module the user wrote.
+var exporterName = regexp.MustCompile(`^(onnx::[A-Za-z]+_\d+|\d+)$`)
+
+// ExporterNamed reports whether name was made up by the exporter rather
+// than taken from the PyTorch module's state dict.
+func ExporterNamed(name string) bool { return exporterName.MatchString(name) }
+
+// ModuleName derives the PyTorch name of an exporter-named initializer v
+// from the node that reads it: torch.onnx names nodes by module scope
+// ("/layer1/layer1.0/conv1/Conv"), so the weight of that Conv is
+// "layer1.0.conv1.weight". It returns "" when v keeps its own name, or no
+// reader carries a scope, or the input position has no conventional name.
+func ModuleName(v *graph.Value) string {
+	if v == nil || !ExporterNamed(v.Name) {
+		return ""
+	}
+	for _, n := range v.Consumers {
+		// Identity and Cast chains (de-duplicated weights) lead to the
+		// reader that names the parameter.
+		for (n.OpType == "Identity" || n.OpType == "Cast") && len(n.Outputs) == 1 && n.Outputs[0] != nil && len(n.Outputs[0].Consumers) == 1 {
+			v, n = n.Outputs[0], n.Outputs[0].Consumers[0]
+		}
+		mod := scopePath(n.Name)
+		if mod == "" {
+			continue
+		}
+		for i, in := range n.Inputs {
+			if in == v {
+				if s := paramSuffix(n.OpType, i); s != "" {
+					return mod + "." + s
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// scopePath turns a node name "/layer1/layer1.0/conv1/Conv" into the
+// module path "layer1.0.conv1". torch.onnx writes one scope per module;
+// a scope is qualified by the scope before it when it is that module's
+// child through a container ("layer1.0" under "layer1", "block.0.0" under
+// "block.0"), and is an attribute name otherwise. The last segment is the
+// operator.
+func scopePath(node string) string {
+	if !strings.HasPrefix(node, "/") {
+		return ""
+	}
+	segs := strings.Split(strings.TrimPrefix(node, "/"), "/")
+	if len(segs) < 2 {
+		return ""
+	}
+	path, last := "", ""
+	for _, s := range segs[:len(segs)-1] {
+		switch {
+		case s == "":
+			return ""
+		case path == "":
+			path = s
+		case strings.HasPrefix(s, last+"."):
+			path += s[len(last):]
+		default:
+			path += "." + s
+		}
+		last = s
+	}
+	return path
+}
+
+// paramSuffix is the state-dict name of input i of an operator that holds
+// a parameter there ("weight", "bias", …), or "".
+func paramSuffix(op string, i int) string {
+	switch op {
+	case "Conv", "ConvTranspose", "Gemm", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "BatchNormalization":
+		switch i {
+		case 1:
+			return "weight"
+		case 2:
+			return "bias"
+		case 3:
+			if op == "BatchNormalization" {
+				return "running_mean"
+			}
+		case 4:
+			if op == "BatchNormalization" {
+				return "running_var"
+			}
+		}
+	case "MatMul", "Mul", "PRelu", "Einsum":
+		return "weight"
+	case "Add":
+		return "bias"
+	}
+	return ""
+}
+
+// ExportForm says how the model was exported, as far as the graph shows:
+// "training" when it keeps BatchNormalization nodes (TrainingMode.TRAINING
+// with do_constant_folding=False), "eval (BatchNorm folded)" when it has
+// none and its convolutions carry weights the exporter created (an
+// eval-mode export folds each BatchNorm into the Conv before it, so --bn
+// finds nothing to replace), and "" when neither applies.
+func ExportForm(g *graph.Graph) string {
+	bn, folded := 0, 0
+	for _, n := range g.Nodes {
+		switch {
+		case n.OpType == "BatchNormalization" && n.Domain == "":
+			bn++
+		case n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && ExporterNamed(n.Inputs[1].Name):
+			folded++
+		}
+	}
+	switch {
+	case bn > 0:
+		return ExportTraining
+	case folded > 0:
+		return ExportEvalFolded
+	}
+	return ""
+}
+
+// The export forms ExportForm tells apart.
+const (
+	ExportTraining   = "training"
+	ExportEvalFolded = "eval (BatchNorm folded)"
+)

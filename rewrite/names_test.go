@@ -1,0 +1,74 @@
+package rewrite
+
+import (
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+func TestScopePath(t *testing.T) {
+	for _, c := range []struct{ node, want string }{
+		{"/conv1/Conv", "conv1"},
+		{"/layer1/layer1.0/conv1/Conv", "layer1.0.conv1"},
+		{"/features/features.3/block/block.0/block.0.0/Conv", "features.3.block.0.0"},
+		{"/encoder/layers/encoder_layer_0/self_attention/MatMul", "encoder.layers.encoder_layer_0.self_attention"},
+		{"/fc/Gemm", "fc"},
+		{"Conv_12", ""},  // older exporters: no scope
+		{"/Conv", ""},    // the root module: no name
+		{"//x/Conv", ""}, // malformed
+		{"", ""},
+	} {
+		if got := scopePath(c.node); got != c.want {
+			t.Errorf("scopePath(%q) = %q, want %q", c.node, got, c.want)
+		}
+	}
+}
+
+func TestExporterNamed(t *testing.T) {
+	for name, want := range map[string]bool{
+		"onnx::Conv_497": true, "onnx::MatMul_1021": true, "123": true,
+		"conv1.weight": false, "onnx::Conv": false, "fc.bias": false, "": false,
+	} {
+		if got := ExporterNamed(name); got != want {
+			t.Errorf("ExporterNamed(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// TestModuleName: the name of an exporter-named initializer comes from
+// the scope of the node reading it and its input position; names the
+// user wrote are kept.
+func TestModuleName(t *testing.T) {
+	g := &graph.Graph{}
+	x := &graph.Value{Name: "x"}
+	w := &graph.Value{Name: "onnx::Conv_196"}
+	b := &graph.Value{Name: "onnx::Conv_197"}
+	kept := &graph.Value{Name: "fc.weight"}
+	dup := &graph.Value{Name: "onnx::Conv_5"}
+	dupOut := &graph.Value{Name: "/Identity_output_0"}
+	y := &graph.Value{Name: "y"}
+	conv := &graph.Node{Name: "/layer1/layer1.0/conv1/Conv", OpType: "Conv", Inputs: []*graph.Value{x, w, b}, Outputs: []*graph.Value{y}}
+	gemm := &graph.Node{Name: "/fc/Gemm", OpType: "Gemm", Inputs: []*graph.Value{y, kept}}
+	id := &graph.Node{Name: "Identity_3", OpType: "Identity", Inputs: []*graph.Value{dup}, Outputs: []*graph.Value{dupOut}}
+	conv2 := &graph.Node{Name: "/layer2/conv/Conv", OpType: "Conv", Inputs: []*graph.Value{y, dupOut}}
+	w.Consumers, b.Consumers, kept.Consumers = []*graph.Node{conv}, []*graph.Node{conv}, []*graph.Node{gemm}
+	dup.Consumers, dupOut.Consumers = []*graph.Node{id}, []*graph.Node{conv2}
+	g.Nodes = []*graph.Node{conv, gemm, id, conv2}
+	for v, want := range map[*graph.Value]string{
+		w: "layer1.0.conv1.weight", b: "layer1.0.conv1.bias", kept: "", dup: "layer2.conv.weight",
+	} {
+		if got := ModuleName(v); got != want {
+			t.Errorf("ModuleName(%s) = %q, want %q", v.Name, got, want)
+		}
+	}
+	if got := ExportForm(g); got != ExportEvalFolded {
+		t.Errorf("ExportForm = %q, want %q", got, ExportEvalFolded)
+	}
+	g.Nodes = append(g.Nodes, &graph.Node{OpType: "BatchNormalization"})
+	if got := ExportForm(g); got != ExportTraining {
+		t.Errorf("ExportForm with BN = %q, want %q", got, ExportTraining)
+	}
+	if got := ExportForm(&graph.Graph{Nodes: []*graph.Node{gemm}}); got != "" {
+		t.Errorf("ExportForm without convs = %q, want \"\"", got)
+	}
+}

@@ -1,0 +1,11 @@
+//go:build !amd64 || purego
+
+package noise
+
+// haveAESNI is false: encryptBlocks uses crypto/aes.
+const haveAESNI = false
+
+// encryptBlocksAESNI is never called here (haveAESNI is false).
+func encryptBlocksAESNI(rk *roundKeys, bs *block, n int) {
+	panic("noise: no AES-NI code on this platform")
+}
