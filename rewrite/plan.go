@@ -427,7 +427,7 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 		}
 		for _, u := range prm.Uses {
 			if u.Layer != nil {
-				if u.Layer.Op == "Conv" || u.Layer.Op == "Gemm" {
+				if u.Layer.Op == "Conv" || u.Layer.Op == "ConvTranspose" || u.Layer.Op == "Gemm" {
 					if b := p.byName[u.Layer.Bias]; b == nil || !b.Trainable() {
 						u.Layer.Bias = ""
 					}
@@ -657,6 +657,42 @@ func (a *analyzer) classify(n *graph.Node, k int, q *graph.Value, path []Step) (
 		}
 		u.Kind = KindElementwise
 		return u, ""
+	case "ConvTranspose":
+		switch k {
+		case 1:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindLinear
+			return u, a.convTransposeLayer(n, u)
+		case 2:
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
+	case "PRelu":
+		// The slope: elementwise, from the sample's input and output
+		// gradient.
+		if k == 1 {
+			if r := data(0); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
+	case "Einsum":
+		// A weight of a two-operand Einsum: its per-sample gradient is
+		// the equation's gradient on the sample's slice of the other
+		// operand, instantiated.
+		if len(n.Inputs) == 2 {
+			if r := data(1 - k); r != "" {
+				return nil, r
+			}
+			u.Kind = KindElementwise
+			return u, ""
+		}
 	case "BatchNormalization":
 		return nil, fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", at)
 	case "LayerNormalization", "InstanceNormalization", "GroupNormalization":
@@ -704,6 +740,28 @@ func (a *analyzer) convLayer(n *graph.Node, u *Use) string {
 	g := n.IntOr("group", 1)
 	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
 		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
+	if b := n.Input(2); b != nil {
+		u.Layer.Bias = b.Name
+	}
+	return ""
+}
+
+// convTransposeLayer describes a ConvTranspose weight as the Conv it is
+// the adjoint of (runtime.HookEvent.TransposedConv): that Conv reads the
+// output gradient and produces the ConvTranspose's input, so T is the
+// input's positions, D = (Cout/group)·k, p = Cin/group.
+func (a *analyzer) convTransposeLayer(n *graph.Node, u *Use) string {
+	w, ok2 := dims(n.Input(1))
+	x, ok1 := dims(n.Input(0))
+	if !ok1 || !ok2 || len(w) < 3 || len(x) != len(w) {
+		return fmt.Sprintf("ConvTranspose %s: shapes unknown", nodeLabel(n))
+	}
+	if u.In.Axis != 0 {
+		return fmt.Sprintf("ConvTranspose %s: batch on %v of its input", nodeLabel(n), u.In)
+	}
+	g := n.IntOr("group", 1)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
+		T: u.In.Outer * u.In.Inner * prod(x[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
 	if b := n.Input(2); b != nil {
 		u.Layer.Bias = b.Name
 	}
