@@ -278,7 +278,7 @@ func inferPool(g *Graph, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if len(kernel) != len(x.Shape)-2 {
+	if len(x.Shape) < 3 || len(kernel) != len(x.Shape)-2 {
 		return fmt.Errorf("kernel_shape %v does not match input %v", kernel, x.Shape)
 	}
 	p, err := n.Window(x.Shape[2:].Ints(), kernel)
@@ -298,6 +298,9 @@ func inferGlobalPool(g *Graph, n *Node) error {
 	x, err := rankedIn0(n)
 	if err != nil {
 		return err
+	}
+	if len(x.Shape) < 3 {
+		return fmt.Errorf("input %v has no spatial axes", x.Shape)
 	}
 	out := Shape{x.Shape[0], x.Shape[1]}
 	for range x.Shape[2:] {
@@ -935,6 +938,9 @@ func (n *Node) PadAmounts(r int) ([]int64, error) {
 		if axes, err := constInts(n, 3); err != nil {
 			return nil, err
 		} else if axes != nil {
+			if len(pads) != 2*len(axes) {
+				return nil, fmt.Errorf("pads %v do not match axes %v", pads, axes)
+			}
 			full := make([]int64, 2*r)
 			for i, a := range axes {
 				ax, err := normAxis(a, r)

@@ -163,6 +163,8 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 	x := li.state(n.Input(0))
 	op := n.OpType
 	switch {
+	case op == "Einsum":
+		return li.einsumLayout(n)
 	case sameLayoutOps[op]:
 		if x.kind != batched {
 			return lost("only a secondary input carries the batch")
@@ -399,8 +401,6 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return ok(x.l)
 	case op == "Shape" || op == "Size":
 		return bstate{kind: indep}
-	case op == "Einsum":
-		return li.einsum(n)
 	case op == "ScatterND":
 		// Samples stay in place when only data carries the batch, on an
 		// axis below the ones the indices address.
@@ -412,53 +412,6 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return ok(x.l)
 	}
 	return lost("no batch rule for operator %s", op)
-}
-
-// einsum is the rule of Einsum: the batch rides on one label, which every
-// operand that carries the batch has at its batch axis, only once, and
-// which the output keeps.
-func (li *layoutInfo) einsum(n *graph.Node) bstate {
-	eq, err := n.Str("equation")
-	if err != nil {
-		return lost("%v", err)
-	}
-	ranks := make([]int, len(n.Inputs))
-	for i, in := range n.Inputs {
-		d, okd := dims(in)
-		if !okd {
-			return lost("shapes unknown")
-		}
-		ranks[i] = len(d)
-	}
-	spec, err := graph.ParseEinsum(eq, ranks)
-	if err != nil {
-		return lost("%v", err)
-	}
-	var res *BatchLayout
-	var label rune
-	for i, in := range n.Inputs {
-		s := li.state(in)
-		if s.kind != batched {
-			continue
-		}
-		l := spec.Inputs[i][s.l.Axis]
-		for a, c := range spec.Inputs[i] {
-			if c == l && a != s.l.Axis {
-				return mix("takes a diagonal over the batch axis")
-			}
-		}
-		if res != nil && (l != label || s.l.Outer != res.Outer || s.l.Inner != res.Inner) {
-			return mix("pairs the samples of one operand with those of another")
-		}
-		label, res = l, &BatchLayout{Outer: s.l.Outer, Inner: s.l.Inner}
-	}
-	for j, c := range spec.Output {
-		if c == label {
-			res.Axis = j
-			return ok(*res)
-		}
-	}
-	return mix("contracts over the batch axis")
 }
 
 // broadcast is the rule of elementwise operators with numpy broadcasting.
