@@ -160,6 +160,16 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Einsum", []string{"w2", "z"}, "y", attrS("equation", "ck,bck->bk")) // (N,5)
 			return m
 		},
+		"einsum_not_linear": func() *opModel {
+			// Weights that are no grouped linear layer: a label summed in
+			// the weight alone, a diagonal; instantiated.
+			m := &opModel{opset: 14, sample: []int64{3, 4}, rng: rand.New(rand.NewPCG(9, 10))}
+			m.param("wsum", 4, 2)
+			m.node("Einsum", []string{"input", "wsum"}, "z", attrS("equation", "bct,tj->bc")) // (N,3)
+			m.param("wdiag", 3, 3, 4)
+			m.node("Einsum", []string{"z", "wdiag"}, "y", attrS("equation", "bc,cck->bk")) // (N,4)
+			return m
+		},
 		"prelu_opset6_channels": func() *opModel {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)
