@@ -1157,6 +1157,9 @@ func inferSplit(g *Graph, n *Node) error {
 		return err
 	}
 	k := len(n.Outputs)
+	if no := n.IntOr("num_outputs", 0); no != 0 && (no != int64(k) || len(sizes) != 0) {
+		return fmt.Errorf("num_outputs %d with %d outputs and split sizes %v (opset 18: num_outputs or sizes, matching the outputs)", no, k, sizes)
+	}
 	dim := x.Shape[ax].Size
 	if len(sizes) == 0 {
 		if dim < 0 {

@@ -124,6 +124,9 @@ func TestOperatorErrors(t *testing.T) {
 		{"PRelu per-channel slope at opset 9", 9, func(b *builder) *builder {
 			return b.input("z", 2, 3, 4).input("s", 3).node("PRelu", []string{"z", "s"}, []string{"y"})
 		}, "opset ≤ 6 form"},
+		{"Split num_outputs against the outputs", 18, func(b *builder) *builder {
+			return b.input("z", 6).node("Split", []string{"z"}, []string{"y", "y1"}, attrInt("num_outputs", 3))
+		}, "num_outputs 3 with 2 outputs"},
 		{"legacy broadcast from a middle axis", 6, func(b *builder) *builder {
 			return b.input("z", 2, 3, 4).input("s", 3).
 				node("Add", []string{"z", "s"}, []string{"y"}, attrInt("broadcast", 1), attrInt("axis", 1))

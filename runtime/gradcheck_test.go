@@ -576,6 +576,25 @@ func TestGradCheck(t *testing.T) {
 			b.node("LRN", []string{"x"}, "y", aInt("size", 4), aFloat("alpha", 0.5), aFloat("beta", 0.7), aFloat("bias", 1.5))
 			return "y"
 		}, nil},
+		{"opset18_reduce_axes_input", 18, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.ints("axes", []int64{-1, 0}, 2)
+			b.node("ReduceMean", []string{"a", "axes"}, "m") // (1,3,1)
+			b.ints("none", []int64{}, 0)
+			b.node("ReduceSum", []string{"a", "none"}, "s", aInt("noop_with_empty_axes", 1)) // (2,3,4) unchanged
+			b.node("Mul", []string{"s", "m"}, "y")
+			return "y"
+		}, nil},
+		{"opset18_split_num_outputs_pad_axes", 18, func(b *modelBuilder) string {
+			b.param("x", 2, 7, 3)
+			b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String("split"), OpType: proto.String("Split"),
+				Input: []string{"x"}, Output: []string{"s0", "s1", "s2"}, Attribute: []*onnxpb.AttributeProto{aInt("axis", 1), aInt("num_outputs", 3)}})
+			b.node("Concat", []string{"s2", "s0"}, "c", aInt("axis", 1)) // 1 + 3 channels
+			b.ints("pads", []int64{1, 2}, 2)
+			b.ints("pax", []int64{2}, 1)
+			b.node("Pad", []string{"c", "pads", "", "pax"}, "y", aStr("mode", "reflect"))
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")
