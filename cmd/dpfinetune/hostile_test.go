@@ -264,6 +264,7 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, e, code = run(t, args(copyFMNIST(t), out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "integrity check failed") || !strings.Contains(e, ckpt) {
 			t.Errorf("resume of a corrupt checkpoint: exit %d: %s", code, e)
 		}
@@ -284,6 +285,7 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 		}
 		relabel(t, data)
 		_, e, code = run(t, args(data, out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "the training data changed") {
 			t.Errorf("resume on changed data: exit %d: %s", code, e)
 		}
@@ -304,6 +306,7 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 		}
 		_, e, code := run(t, args(data, out)...)
 		afterStep = nil
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "epoch 2") || !strings.Contains(e, "changed since it was loaded") {
 			t.Errorf("exit %d: %s", code, e)
 		}
