@@ -144,11 +144,15 @@ type Config struct {
 	// Stop, when set, is polled before every step; when it returns true
 	// the run saves its checkpoint and returns an *Interrupted error.
 	Stop func() bool
-	// GradientCanaries are extra training examples with no input: each is
-	// a fixed per-sample gradient (see dpengine.DiracCanary), sampled like
-	// every other example (index Train.Len()+k) and clipped and noised
-	// with the rest. They exist for the white-box privacy audit.
-	GradientCanaries []dpengine.DiracCanary
+	// GradientCanaries is a number of extra training examples with no
+	// input: each is a fixed per-sample gradient (see
+	// dpengine.DiracCanary), sampled like every other example (index
+	// Train.Len()+k) and clipped and noised with the rest. DrawCanaries,
+	// called once the engine exists (the coordinates depend on its
+	// parameters), returns them. They exist for the white-box privacy
+	// audit (package dptrain/audit).
+	GradientCanaries int
+	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
 }
 
 // EventKind says what an Event reports.
@@ -246,7 +250,10 @@ func Run(cfg Config) (*Report, error) {
 	}
 	g := cfg.Graph
 	nData := cfg.Train.Len()
-	n := nData + len(cfg.GradientCanaries)
+	if cfg.GradientCanaries < 0 || (cfg.GradientCanaries > 0 && cfg.DrawCanaries == nil) {
+		return nil, fmt.Errorf("dptrain: %d gradient canaries and no DrawCanaries", cfg.GradientCanaries)
+	}
+	n := nData + cfg.GradientCanaries
 	if n == 0 {
 		return nil, fmt.Errorf("%s: no training examples", set.Data)
 	}
@@ -366,9 +373,18 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
-	for _, c := range cfg.GradientCanaries {
-		if err := eng.CheckCanary(c); err != nil {
+	var gradCanaries []dpengine.DiracCanary
+	if cfg.GradientCanaries > 0 {
+		if gradCanaries, err = cfg.DrawCanaries(eng); err != nil {
 			return nil, err
+		}
+		if len(gradCanaries) != cfg.GradientCanaries {
+			return nil, fmt.Errorf("dptrain: DrawCanaries returned %d gradient canaries, want %d", len(gradCanaries), cfg.GradientCanaries)
+		}
+		for _, c := range gradCanaries {
+			if err := eng.CheckCanary(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	_, oshape := eng.Plan().Output(0)
@@ -501,13 +517,13 @@ func Run(cfg Config) (*Report, error) {
 			aug := src.Rand()
 			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
 			in := batch
-			if len(cfg.GradientCanaries) > 0 {
+			if len(gradCanaries) > 0 {
 				real, canaries = real[:0], canaries[:0]
 				for _, i := range batch {
 					if i < nData {
 						real = append(real, i)
 					} else {
-						canaries = append(canaries, cfg.GradientCanaries[i-nData])
+						canaries = append(canaries, gradCanaries[i-nData])
 					}
 				}
 				in = real

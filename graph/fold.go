@@ -65,6 +65,29 @@ func (t *Tensor) mapNumeric(f func(float64) float64) error {
 }
 
 func evalBinary(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if n.OpType == "Max" || n.OpType == "Min" {
+		// Variadic: one input is itself, more fold pairwise.
+		switch len(in) {
+		case 0:
+			return nil, fmt.Errorf("%s needs an input", n.OpType)
+		case 1:
+			return evalUnary(g, &Node{OpType: "Identity"}, in)
+		case 2:
+		default:
+			acc := in[0]
+			for _, t := range in[1:] {
+				out, err := evalBinary(g, n, []*Tensor{acc, t})
+				if err != nil {
+					return nil, err
+				}
+				acc = out[0]
+			}
+			return []*Tensor{acc}, nil
+		}
+	}
+	if len(in) != 2 {
+		return nil, fmt.Errorf("%s needs 2 inputs, got %d", n.OpType, len(in))
+	}
 	a, b := in[0], in[1]
 	sh, err := broadcastShapes(StaticShape(a.Shape...), StaticShape(b.Shape...))
 	if err != nil {
