@@ -138,6 +138,7 @@ type linearState struct {
 	x, dy             []float32
 	xStride, dyStride int
 	conv              *kernels.ConvShape
+	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);
 	// mapBuf is the engine's operand-shaped scratch for it.

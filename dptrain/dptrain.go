@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -63,6 +63,17 @@ type Settings struct {
 	Noise         string  `json:"noise"`
 	Seed          *uint64 `json:"seed,omitempty"`
 	NonPrivate    bool    `json:"non_private,omitempty"`
+	// DataSHA256 is the fingerprint of the training samples as loaded
+	// (data.Images.Fingerprint), when the dataset has one: a resume on
+	// other data is refused.
+	DataSHA256 string `json:"data_sha256,omitempty"`
+}
+
+// sourced is a dataset that can tell whether its files changed since it
+// was loaded, and fingerprint its samples (data.View, data.Images).
+type sourced interface {
+	CheckSources() error
+	Fingerprint() string
 }
 
 // EpochRecord is one epoch of the run report.
@@ -131,11 +142,15 @@ type Config struct {
 	// Stop, when set, is polled before every step; when it returns true
 	// the run saves its checkpoint and returns an *Interrupted error.
 	Stop func() bool
-	// GradientCanaries are extra training examples with no input: each is
-	// a fixed per-sample gradient (see dpengine.DiracCanary), sampled like
-	// every other example (index Train.Len()+k) and clipped and noised
-	// with the rest. They exist for the white-box privacy audit.
-	GradientCanaries []dpengine.DiracCanary
+	// GradientCanaries is a number of extra training examples with no
+	// input: each is a fixed per-sample gradient (see
+	// dpengine.DiracCanary), sampled like every other example (index
+	// Train.Len()+k) and clipped and noised with the rest. DrawCanaries,
+	// called once the engine exists (the coordinates depend on its
+	// parameters), returns them. They exist for the white-box privacy
+	// audit (package dptrain/audit).
+	GradientCanaries int
+	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
 }
 
 // EventKind says what an Event reports.
@@ -233,7 +248,10 @@ func Run(cfg Config) (*Report, error) {
 	}
 	g := cfg.Graph
 	nData := cfg.Train.Len()
-	n := nData + len(cfg.GradientCanaries)
+	if cfg.GradientCanaries < 0 || (cfg.GradientCanaries > 0 && cfg.DrawCanaries == nil) {
+		return nil, fmt.Errorf("dptrain: %d gradient canaries and no DrawCanaries", cfg.GradientCanaries)
+	}
+	n := nData + cfg.GradientCanaries
 	if n == 0 {
 		return nil, fmt.Errorf("%s: no training examples", set.Data)
 	}
@@ -241,6 +259,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("dptrain: epochs %d and batch size %d must be positive", set.Epochs, set.BatchSize)
 	}
 	set.Examples = n
+	if sd, ok := cfg.Train.(sourced); ok {
+		set.DataSHA256 = sd.Fingerprint()
+	}
 	if set.Delta == 0 {
 		set.Delta = 1 / (10 * float64(n))
 	}
@@ -350,9 +371,18 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
-	for _, c := range cfg.GradientCanaries {
-		if err := eng.CheckCanary(c); err != nil {
+	var gradCanaries []dpengine.DiracCanary
+	if cfg.GradientCanaries > 0 {
+		if gradCanaries, err = cfg.DrawCanaries(eng); err != nil {
 			return nil, err
+		}
+		if len(gradCanaries) != cfg.GradientCanaries {
+			return nil, fmt.Errorf("dptrain: DrawCanaries returned %d gradient canaries, want %d", len(gradCanaries), cfg.GradientCanaries)
+		}
+		for _, c := range gradCanaries {
+			if err := eng.CheckCanary(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	_, oshape := eng.Plan().Output(0)
@@ -466,6 +496,13 @@ func Run(cfg Config) (*Report, error) {
 		t0 := time.Now()
 		var lossSum float64
 		var seen int
+		if sd, ok := cfg.Train.(sourced); ok {
+			// The samples are in memory; a file rewritten under a running
+			// job means its checkpoint would resume on other data.
+			if err := sd.CheckSources(); err != nil {
+				return nil, fmt.Errorf("epoch %d: %w; stopping (the checkpoint holds the run so far)", epoch+1, err)
+			}
+		}
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
@@ -478,13 +515,13 @@ func Run(cfg Config) (*Report, error) {
 			aug := src.Rand()
 			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
 			in := batch
-			if len(cfg.GradientCanaries) > 0 {
+			if len(gradCanaries) > 0 {
 				real, canaries = real[:0], canaries[:0]
 				for _, i := range batch {
 					if i < nData {
 						real = append(real, i)
 					} else {
-						canaries = append(canaries, cfg.GradientCanaries[i-nData])
+						canaries = append(canaries, gradCanaries[i-nData])
 					}
 				}
 				in = real
@@ -559,8 +596,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.Report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.Report, append(b, '\n'), 0o644); err != nil {
-			return nil, err
+		if err := atomicfile.WriteBytes(cfg.Report, append(b, '\n')); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
 		}
 	}
 	return rep, nil
@@ -592,6 +629,9 @@ func compatible(prev, cur Settings) error {
 	check("--accountant", prev.Accountant, cur.Accountant)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
+	if prev.DataSHA256 != "" && cur.DataSHA256 != "" && prev.DataSHA256 != cur.DataSHA256 {
+		diffs = append(diffs, fmt.Sprintf("the training data changed (SHA-256 of the samples was %.12s…, now %.12s…)", prev.DataSHA256, cur.DataSHA256))
+	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))
 	}

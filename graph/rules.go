@@ -272,8 +272,8 @@ func inferConv(g *Graph, n *Node) error {
 
 func inferConvTranspose(g *Graph, n *Node) error {
 	x, w := n.Input(0), n.Input(1)
-	if x == nil || w == nil || x.Shape == nil || len(w.Shape) != len(x.Shape) {
-		return errors.New("ConvTranspose needs X and W of the same known rank")
+	if x == nil || w == nil || x.Shape == nil || len(w.Shape) != len(x.Shape) || len(x.Shape) < 3 {
+		return errors.New("ConvTranspose needs X and W of the same known rank ≥ 3")
 	}
 	group, err := n.Int("group")
 	if err != nil {
@@ -293,6 +293,9 @@ func inferConvTranspose(g *Graph, n *Node) error {
 	pads, _ := n.Ints("pads", make([]int64, 2*r))
 	outPad, _ := n.Ints("output_padding", make([]int64, r))
 	outShape, _ := n.Ints("output_shape", nil)
+	if len(kernel) != r || len(strides) != r || len(dil) != r || len(pads) != 2*r || len(outPad) != r {
+		return fmt.Errorf("kernel_shape %v, strides %v, dilations %v, pads %v, output_padding %v do not match %d spatial dims", kernel, strides, dil, pads, outPad, r)
+	}
 	out := Shape{x.Shape[0], {Size: w.Shape[1].Size * group}}
 	for i := 0; i < r; i++ {
 		if len(outShape) == r {
@@ -319,7 +322,7 @@ func inferPool(g *Graph, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if len(kernel) != len(x.Shape)-2 {
+	if len(x.Shape) < 3 || len(kernel) != len(x.Shape)-2 {
 		return fmt.Errorf("kernel_shape %v does not match input %v", kernel, x.Shape)
 	}
 	p, err := n.Window(x.Shape[2:].Ints(), kernel)
@@ -339,6 +342,9 @@ func inferGlobalPool(g *Graph, n *Node) error {
 	x, err := rankedIn0(n)
 	if err != nil {
 		return err
+	}
+	if len(x.Shape) < 3 {
+		return fmt.Errorf("input %v has no spatial axes", x.Shape)
 	}
 	out := Shape{x.Shape[0], x.Shape[1]}
 	for range x.Shape[2:] {
@@ -976,6 +982,9 @@ func (n *Node) PadAmounts(r int) ([]int64, error) {
 		if axes, err := constInts(n, 3); err != nil {
 			return nil, err
 		} else if axes != nil {
+			if len(pads) != 2*len(axes) {
+				return nil, fmt.Errorf("pads %v do not match axes %v", pads, axes)
+			}
 			full := make([]int64, 2*r)
 			for i, a := range axes {
 				ax, err := normAxis(a, r)

@@ -163,6 +163,8 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 	x := li.state(n.Input(0))
 	op := n.OpType
 	switch {
+	case op == "Einsum":
+		return li.einsumLayout(n)
 	case sameLayoutOps[op]:
 		if x.kind != batched {
 			return lost("only a secondary input carries the batch")
