@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
@@ -16,9 +15,11 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // MetaPrefix prefixes the keys Run writes into the exported model's
@@ -62,6 +63,17 @@ type Settings struct {
 	Noise         string  `json:"noise"`
 	Seed          *uint64 `json:"seed,omitempty"`
 	NonPrivate    bool    `json:"non_private,omitempty"`
+	// DataSHA256 is the fingerprint of the training samples as loaded
+	// (data.Images.Fingerprint), when the dataset has one: a resume on
+	// other data is refused.
+	DataSHA256 string `json:"data_sha256,omitempty"`
+}
+
+// sourced is a dataset that can tell whether its files changed since it
+// was loaded, and fingerprint its samples (data.View, data.Images).
+type sourced interface {
+	CheckSources() error
+	Fingerprint() string
 }
 
 // EpochRecord is one epoch of the run report.
@@ -95,6 +107,8 @@ type Config struct {
 	// Run derives. Gamma and Momentum are used whatever the clip function
 	// and optimizer, and recorded only where they apply.
 	Settings Settings
+	// Device runs the training and evaluation steps; nil is the CPU.
+	Device runtime.Device
 	// Graph is the model. Run rewrites it and trains its parameters in
 	// place: after Run it holds the trained model.
 	Graph *graph.Graph
@@ -108,7 +122,9 @@ type Config struct {
 	EvalBatch int
 	// PhysicalBatch is the number of samples per forward/backward pass;
 	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
-	// else min(L, 64) (or, on resume, the checkpoint's).
+	// else min(L, 64) (or, on resume, the checkpoint's). MaxMemory, when
+	// positive, also bounds the compiled plan's buffers (else the
+	// machine's available memory does).
 	PhysicalBatch int
 	MaxMemory     int64
 	// Out is where the trained model is written ("" to skip the export:
@@ -128,11 +144,15 @@ type Config struct {
 	// Stop, when set, is polled before every step; when it returns true
 	// the run saves its checkpoint and returns an *Interrupted error.
 	Stop func() bool
-	// GradientCanaries are extra training examples with no input: each is
-	// a fixed per-sample gradient (see dpengine.DiracCanary), sampled like
-	// every other example (index Train.Len()+k) and clipped and noised
-	// with the rest. They exist for the white-box privacy audit.
-	GradientCanaries []dpengine.DiracCanary
+	// GradientCanaries is a number of extra training examples with no
+	// input: each is a fixed per-sample gradient (see
+	// dpengine.DiracCanary), sampled like every other example (index
+	// Train.Len()+k) and clipped and noised with the rest. DrawCanaries,
+	// called once the engine exists (the coordinates depend on its
+	// parameters), returns them. They exist for the white-box privacy
+	// audit (package dptrain/audit).
+	GradientCanaries int
+	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
 }
 
 // EventKind says what an Event reports.
@@ -230,7 +250,10 @@ func Run(cfg Config) (*Report, error) {
 	}
 	g := cfg.Graph
 	nData := cfg.Train.Len()
-	n := nData + len(cfg.GradientCanaries)
+	if cfg.GradientCanaries < 0 || (cfg.GradientCanaries > 0 && cfg.DrawCanaries == nil) {
+		return nil, fmt.Errorf("dptrain: %d gradient canaries and no DrawCanaries", cfg.GradientCanaries)
+	}
+	n := nData + cfg.GradientCanaries
 	if n == 0 {
 		return nil, fmt.Errorf("%s: no training examples", set.Data)
 	}
@@ -238,6 +261,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("dptrain: epochs %d and batch size %d must be positive", set.Epochs, set.BatchSize)
 	}
 	set.Examples = n
+	if sd, ok := cfg.Train.(sourced); ok {
+		set.DataSHA256 = sd.Fingerprint()
+	}
 	if set.Delta == 0 {
 		set.Delta = 1 / (10 * float64(n))
 	}
@@ -341,15 +367,24 @@ func Run(cfg Config) (*Report, error) {
 	if d := testhook.NoiseDivisor; d > 0 {
 		engSigma /= d
 	}
-	ecfg := dpengine.Config{Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
-		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt}
+	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
-	for _, c := range cfg.GradientCanaries {
-		if err := eng.CheckCanary(c); err != nil {
+	var gradCanaries []dpengine.DiracCanary
+	if cfg.GradientCanaries > 0 {
+		if gradCanaries, err = cfg.DrawCanaries(eng); err != nil {
 			return nil, err
+		}
+		if len(gradCanaries) != cfg.GradientCanaries {
+			return nil, fmt.Errorf("dptrain: DrawCanaries returned %d gradient canaries, want %d", len(gradCanaries), cfg.GradientCanaries)
+		}
+		for _, c := range gradCanaries {
+			if err := eng.CheckCanary(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	_, oshape := eng.Plan().Output(0)
@@ -444,7 +479,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	var ev *Evaluator
 	if cfg.Test != nil {
-		if ev, err = NewEvaluator(g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
+		if ev, err = NewEvaluatorOn(cfg.Device, g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
 			return nil, err
 		}
 	}
@@ -463,6 +498,13 @@ func Run(cfg Config) (*Report, error) {
 		t0 := time.Now()
 		var lossSum float64
 		var seen int
+		if sd, ok := cfg.Train.(sourced); ok {
+			// The samples are in memory; a file rewritten under a running
+			// job means its checkpoint would resume on other data.
+			if err := sd.CheckSources(); err != nil {
+				return nil, fmt.Errorf("epoch %d: %w; stopping (the checkpoint holds the run so far)", epoch+1, err)
+			}
+		}
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
@@ -475,13 +517,13 @@ func Run(cfg Config) (*Report, error) {
 			aug := src.Rand()
 			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
 			in := batch
-			if len(cfg.GradientCanaries) > 0 {
+			if len(gradCanaries) > 0 {
 				real, canaries = real[:0], canaries[:0]
 				for _, i := range batch {
 					if i < nData {
 						real = append(real, i)
 					} else {
-						canaries = append(canaries, cfg.GradientCanaries[i-nData])
+						canaries = append(canaries, gradCanaries[i-nData])
 					}
 				}
 				in = real
@@ -556,8 +598,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.Report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.Report, append(b, '\n'), 0o644); err != nil {
-			return nil, err
+		if err := atomicfile.WriteBytes(cfg.Report, append(b, '\n')); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
 		}
 	}
 	return rep, nil
@@ -589,6 +631,9 @@ func compatible(prev, cur Settings) error {
 	check("--accountant", prev.Accountant, cur.Accountant)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
+	if prev.DataSHA256 != "" && cur.DataSHA256 != "" && prev.DataSHA256 != cur.DataSHA256 {
+		diffs = append(diffs, fmt.Sprintf("the training data changed (SHA-256 of the samples was %.12s…, now %.12s…)", prev.DataSHA256, cur.DataSHA256))
+	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))
 	}

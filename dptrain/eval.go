@@ -34,7 +34,12 @@ type Evaluator struct {
 // sample (C,H,W). The graph's parameters are read at every Run, so an
 // evaluator built before training sees the trained weights.
 func NewEvaluator(g *graph.Graph, sample []int64, batch int) (*Evaluator, error) {
-	plan, err := runtime.CompileForBatch(g, batch, sample, &runtime.Options{ForwardOnly: true})
+	return NewEvaluatorOn(nil, g, sample, batch)
+}
+
+// NewEvaluatorOn is NewEvaluator on device dev (nil is the CPU).
+func NewEvaluatorOn(dev runtime.Device, g *graph.Graph, sample []int64, batch int) (*Evaluator, error) {
+	plan, err := runtime.CompileForBatch(g, batch, sample, &runtime.Options{Device: dev, ForwardOnly: true})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,8 @@ var opsets = map[string]OpsetRange{
 	"Dropout": {1, 18}, "Cast": {6, 18},
 	"Transpose": {1, 18}, "Concat": {4, 18}, "Slice": {1, 18}, "Gather": {1, 18},
 	"Pad": {2, 18}, "Expand": {8, 18}, "Where": {9, 18},
+	// ScatterND: reduction attribute add/mul (16), max/min (18). Einsum: 12 on.
+	"ScatterND": {11, 18}, "Einsum": {12, 18},
 	"ReduceMean": {1, 18}, "ReduceSum": {1, 18},
 	"Softmax": {1, 18}, "LogSoftmax": {1, 18},
 	"Conv": {1, 18}, "Gemm": {7, 18}, "MatMul": {1, 18},
@@ -41,6 +43,13 @@ var opsets = map[string]OpsetRange{
 	// or Tanh chains, which run fused.
 	"Gelu":  {20, 20},
 	"Split": {1, 18}, "Tile": {6, 18}, "GlobalMaxPool": {1, 18},
+	// PRelu: opset 6 and earlier also take a per-channel slope (C) against
+	// (N, C, …); 7 on, one-way numpy broadcasting. Sum/Mean/Max/Min: equal
+	// shapes before 8, numpy broadcasting from 8 (a superset).
+	"PRelu": {6, 18}, "Selu": {6, 18}, "Celu": {12, 18}, "Sign": {9, 18}, "Shrink": {9, 18},
+	"Softsign": {1, 18}, "ThresholdedRelu": {10, 18}, "Mish": {18, 18},
+	"Sum": {6, 18}, "Mean": {6, 18}, "Max": {6, 18}, "Min": {6, 18},
+	"ConvTranspose": {1, 18}, "LRN": {1, 18},
 }
 
 // Opsets returns the OpsetRange of an operator the runtime has a kernel

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	goruntime "runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/zoo"
 )
 
@@ -80,7 +83,13 @@ func runBench(args []string, stdout io.Writer) error {
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps of every mode to this file (go tool pprof)")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" {
@@ -133,13 +142,24 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
 	rep.Rows = make([]benchRow, len(ms))
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for r := 0; r < *rounds; r++ {
 		for i, m := range ms {
 			c := capBytes
 			if r > 0 {
 				c = 0 // the largest batch is searched once
 			}
-			row, err := benchMode(*model, sample, *classes, prio, m, *batch, *logical, *steps, c)
+			row, err := benchMode(dev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c)
 			if err != nil {
 				return fmt.Errorf("mode %s: %w", m, err)
 			}
@@ -200,7 +220,7 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
+func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
@@ -216,7 +236,7 @@ func benchMode(model string, sample []int64, classes int, prio rewrite.Priority,
 		}
 	}
 	base := liveHeap()
-	ms, sps, err := timeSteps(g, rp, mode, batch, logical, steps, sample)
+	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample)
 	if err != nil {
 		return row, err
 	}
@@ -228,7 +248,7 @@ func benchMode(model string, sample []int64, classes int, prio rewrite.Priority,
 			return row, err
 		}
 		row.MaxBatch = b
-		if _, row.MaxBatchSPS, err = timeSteps(g, rp, mode, b, b, 2, sample); err != nil {
+		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample); err != nil {
 			return row, err
 		}
 	}
@@ -243,8 +263,8 @@ var lastHeap int64
 // given physical and logical batch (a step: logical/batch physical
 // batches, one draw of noise, one update), returning the median step time
 // in ms and the samples per second.
-func timeSteps(g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64) (float64, float64, error) {
-	cfg := dpengine.Config{Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
+func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64) (float64, float64, error) {
+	cfg := dpengine.Config{Device: dev, Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
 		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false)}
 	eng, err := dpengine.New(g, rp, cfg)
 	if err != nil {

@@ -78,7 +78,12 @@ func runEval(args []string, stdout io.Writer) error {
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" || *spec == "" {
@@ -112,7 +117,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ev, err := dptrain.NewEvaluator(g, sample, min(*batch, max(v.Len(), 1)))
+	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(*batch, max(v.Len(), 1)))
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}

@@ -61,7 +61,12 @@ func runNorms(args []string, stdout io.Writer) error {
 	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rf := addRewriteFlags(fs, "freeze")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" || *input == "" || *labels == "" {
@@ -116,7 +121,7 @@ func runNorms(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	// A clip norm that never binds: the norms are what we want.
-	eng, err := dpengine.New(g, rp, dpengine.Config{Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
+	eng, err := dpengine.New(g, rp, dpengine.Config{Device: dev, Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
 		ExpectedBatch: float64(n), PhysicalBatch: pb})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)

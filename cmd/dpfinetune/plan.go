@@ -19,7 +19,9 @@ func init() {
 
 // planReport is the JSON form of "dpfinetune plan".
 type planReport struct {
-	Model  string            `json:"model"`
+	Model string `json:"model"`
+	// Device is where the estimated memory would be allocated.
+	Device string            `json:"device"`
 	BN     rewrite.BNOptions `json:"bn"`
 	Shared string            `json:"shared"`
 	Saved  string            `json:"saved,omitempty"`
@@ -34,7 +36,12 @@ func runPlan(args []string, stdout io.Writer) error {
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	if *model == "" {
@@ -62,7 +69,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	if *out != "" {
 		rm, err := g.ToONNX()
 		if err != nil {
@@ -99,6 +106,7 @@ func sci(v int64) string {
 func printPlan(w io.Writer, r *planReport) {
 	p := r.Plan
 	fmt.Fprintf(w, "model:       %s\n", r.Model)
+	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
 	if p.Priority == rewrite.PriorityMemory {

@@ -33,7 +33,12 @@ func runPredict(args []string, stdout io.Writer) error {
 	input := fs.String("input", "", ".npy float32 input of shape (N, ...) matching the model input (required)")
 	out := fs.String("out", "", ".npy file for the model's first output, (N, ...) (required)")
 	batch := fs.Int("batch", 32, "samples per forward pass; the last chunk may be smaller")
+	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	dev, err := devFlag.open()
+	if err != nil {
 		return err
 	}
 	switch {
@@ -89,7 +94,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		size := hi - lo
 		p := plans[size]
 		if p == nil {
-			if p, err = runtime.CompileForBatch(g, size, sample, &runtime.Options{ForwardOnly: true}); err != nil {
+			if p, err = runtime.CompileForBatch(g, size, sample, &runtime.Options{Device: dev, ForwardOnly: true}); err != nil {
 				return fmt.Errorf("%s: batch of %d: %w", *model, size, err)
 			}
 			plans[size] = p

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -51,139 +52,180 @@ func (e interruptError) Error() string {
 
 func runTrain(args []string, stdout io.Writer) error {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
-	model := fs.String("model", "", "ONNX model file (required)")
-	spec := fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR or folder:DIR, with :limit=N (required)")
-	testSpec := fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)")
-	eps := fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee (required unless --non-private)")
-	delta := fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)")
-	epochs := fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)")
-	batchSize := fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n")
-	physical := fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), or the largest fitting --max-memory)")
-	maxMem := fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits (bisection)")
-	lr := fs.Float64("lr", 1e-3, "learning rate")
-	optName := fs.String("optimizer", "adam", "adam, adamw or sgd")
-	momentum := fs.Float64("momentum", 0.9, "momentum of sgd")
-	wd := fs.Float64("weight-decay", 0, "weight decay (L2 for sgd and adam, decoupled for adamw)")
-	clip := fs.Float64("clip", 1, "clip norm R")
-	clipFn := fs.String("clip-fn", "abadi", "clip function: abadi min(1, R/‖g‖), automatic R/(‖g‖+γ), or global 1[‖g‖<R]")
-	gamma := fs.Float64("gamma", 0.01, "γ of automatic clipping")
-	perLayer := fs.Bool("per-layer", false, "clip each parameter tensor with R/√K instead of all parameters together (modes bk and instantiate)")
-	modeName := fs.String("mode", "bk", "clipping: bk (book-keeping, default), mixed (paper), ghost, instantiate (Opacus-style), nondp")
-	acctName := fs.String("accountant", "rdp", "privacy accountant: rdp or prv")
-	sampling := fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)")
-	nonPrivate := fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining")
-	norm := fs.String("norm", "default", "input normalisation: default (the dataset's), none, fmnist, mnist, cifar10, cifar100, imagenet, half, or M1,M2,M3/S1,S2,S3")
-	augment := fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip")
-	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
-	out := fs.String("out", "", "where to write the trained model (required)")
-	ckptPath := fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)")
-	resume := fs.Bool("resume", false, "continue from the checkpoint")
-	reportPath := fs.String("report", "", "write a JSON run report here")
-	seedStr := fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure")
-	quiet := fs.Bool("quiet", false, "no progress bars")
-	evalBatch := fs.Int("eval-batch", 256, "batch of the per-epoch evaluation")
-	rf := addRewriteFlags(fs, "groupnorm")
+	tf := addTrainFlags(fs, "where to write the trained model (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *model == "" || *spec == "" || *out == "" {
-		return usagef("--model, --data and --out are required")
-	}
-	mode, err := dpengine.ParseMode(*modeName)
+	cfg, err := tf.config(stdout, true)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
-	if *nonPrivate {
+	_, err = runLoop(cfg, *tf.quiet)
+	return err
+}
+
+// trainFlags are the flags of a training run, shared by train and audit
+// (which runs exactly train's loop).
+type trainFlags struct {
+	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName *string
+	sampling, norm, augment, inShape, out, ckptPath, reportPath        *string
+	seedStr                                                            *string
+	eps, delta, lr, momentum, wd, clip, gamma                          *float64
+	epochs, batchSize, physical, evalBatch                             *int
+	perLayer, nonPrivate, resume, quiet                                *bool
+	rf                                                                 *rewriteFlags
+	dev                                                                deviceFlag
+}
+
+// addTrainFlags defines the training flags on fs; outUsage documents --out.
+func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
+	return &trainFlags{
+		model:      fs.String("model", "", "ONNX model file (required)"),
+		spec:       fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR or folder:DIR, with :limit=N (required)"),
+		testSpec:   fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
+		eps:        fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee (required unless --non-private)"),
+		delta:      fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
+		epochs:     fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
+		batchSize:  fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n"),
+		physical:   fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), or the largest fitting --max-memory)"),
+		maxMem:     fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits (bisection)"),
+		lr:         fs.Float64("lr", 1e-3, "learning rate"),
+		optName:    fs.String("optimizer", "adam", "adam, adamw or sgd"),
+		momentum:   fs.Float64("momentum", 0.9, "momentum of sgd"),
+		wd:         fs.Float64("weight-decay", 0, "weight decay (L2 for sgd and adam, decoupled for adamw)"),
+		clip:       fs.Float64("clip", 1, "clip norm R"),
+		clipFn:     fs.String("clip-fn", "abadi", "clip function: abadi min(1, R/‖g‖), automatic R/(‖g‖+γ), or global 1[‖g‖<R]"),
+		gamma:      fs.Float64("gamma", 0.01, "γ of automatic clipping"),
+		perLayer:   fs.Bool("per-layer", false, "clip each parameter tensor with R/√K instead of all parameters together (modes bk and instantiate)"),
+		modeName:   fs.String("mode", "bk", "clipping: bk (book-keeping, default), mixed (paper), ghost, instantiate (Opacus-style), nondp"),
+		acctName:   fs.String("accountant", "rdp", "privacy accountant: rdp or prv"),
+		sampling:   fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)"),
+		nonPrivate: fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
+		norm:       fs.String("norm", "default", "input normalisation: default (the dataset's), none, fmnist, mnist, cifar10, cifar100, imagenet, half, or M1,M2,M3/S1,S2,S3"),
+		augment:    fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
+		inShape:    fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
+		out:        fs.String("out", "", outUsage),
+		ckptPath:   fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
+		resume:     fs.Bool("resume", false, "continue from the checkpoint"),
+		reportPath: fs.String("report", "", "write a JSON run report here"),
+		seedStr:    fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
+		quiet:      fs.Bool("quiet", false, "no progress bars"),
+		evalBatch:  fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
+		rf:         addRewriteFlags(fs, "groupnorm"),
+		dev:        addDeviceFlag(fs),
+	}
+}
+
+// config opens the device, validates the parsed flags (--out is required
+// when needOut), loads the model and the data, and returns the run's
+// configuration (notes go to stdout).
+func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, error) {
+	var cfg dptrain.Config
+	dev, err := f.dev.open()
+	if err != nil {
+		return cfg, err
+	}
+	if needOut && (*f.model == "" || *f.spec == "" || *f.out == "") {
+		return cfg, usagef("--model, --data and --out are required")
+	}
+	if *f.model == "" || *f.spec == "" {
+		return cfg, usagef("--model and --data are required")
+	}
+	mode, err := dpengine.ParseMode(*f.modeName)
+	if err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	if *f.nonPrivate {
 		mode = dpengine.NonDP
 	}
-	if mode == dpengine.NonDP && !*nonPrivate {
-		return usagef("--mode nondp trains without privacy: say so with --non-private")
+	if mode == dpengine.NonDP && !*f.nonPrivate {
+		return cfg, usagef("--mode nondp trains without privacy: say so with --non-private")
 	}
-	if !*nonPrivate && !(*eps > 0) {
-		return usagef("--epsilon must be positive (or train without privacy with --non-private)")
+	if !*f.nonPrivate && !(*f.eps > 0) {
+		return cfg, usagef("--epsilon must be positive (or train without privacy with --non-private)")
 	}
-	if *epochs <= 0 || *batchSize <= 0 || *physical < 0 || *evalBatch <= 0 {
-		return usagef("--epochs, --batch-size and --eval-batch must be positive")
+	if *f.epochs <= 0 || *f.batchSize <= 0 || *f.physical < 0 || *f.evalBatch <= 0 {
+		return cfg, usagef("--epochs, --batch-size and --eval-batch must be positive")
 	}
-	if !(*lr > 0) || !(*clip > 0) || math.IsInf(*clip, 0) {
-		return usagef("--lr and --clip must be positive")
+	if !(*f.lr > 0) || !(*f.clip > 0) || math.IsInf(*f.clip, 0) {
+		return cfg, usagef("--lr and --clip must be positive")
 	}
-	if *delta != 0 {
-		if err := accountant.ValidateDelta(*delta); err != nil {
-			return usageError{err.Error()}
+	if *f.delta != 0 {
+		if err := accountant.ValidateDelta(*f.delta); err != nil {
+			return cfg, usageError{err.Error()}
 		}
 	}
-	fn, err := dpengine.ParseClipFn(*clipFn)
+	fn, err := dpengine.ParseClipFn(*f.clipFn)
 	if err != nil {
-		return usageError{err.Error()}
+		return cfg, usageError{err.Error()}
 	}
-	if *acctName != accountant.RDP && *acctName != accountant.PRV {
-		return usagef("--accountant must be rdp or prv, got %q", *acctName)
+	if *f.acctName != accountant.RDP && *f.acctName != accountant.PRV {
+		return cfg, usagef("--accountant must be rdp or prv, got %q", *f.acctName)
 	}
-	if *sampling != "poisson" && *sampling != "shuffle" {
-		return usagef("--sampling must be poisson or shuffle, got %q", *sampling)
+	if *f.sampling != "poisson" && *f.sampling != "shuffle" {
+		return cfg, usagef("--sampling must be poisson or shuffle, got %q", *f.sampling)
 	}
 	var seed *uint64
-	if *seedStr != "" {
-		v, err := strconv.ParseUint(*seedStr, 10, 64)
+	if *f.seedStr != "" {
+		v, err := strconv.ParseUint(*f.seedStr, 10, 64)
 		if err != nil {
-			return usagef("--seed must be a non-negative integer, got %q", *seedStr)
+			return cfg, usagef("--seed must be a non-negative integer, got %q", *f.seedStr)
 		}
 		seed = &v
 	}
-	if *ckptPath == "" {
-		*ckptPath = *out + ".ckpt"
+	if *f.ckptPath == "" && *f.out != "" {
+		*f.ckptPath = *f.out + ".ckpt"
 	}
-	if _, err := dpengine.NewOptimizer(*optName, *lr, *momentum, *wd); err != nil {
-		return usageError{err.Error()}
+	if _, err := dpengine.NewOptimizer(*f.optName, *f.lr, *f.momentum, *f.wd); err != nil {
+		return cfg, usageError{err.Error()}
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stdout, format, a...) }
 
 	// Model and data.
-	_, g, err := loadGraph(*model)
+	_, g, err := loadGraph(*f.model)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	sample, err := modelSample(g, *inShape)
+	sample, err := modelSample(g, *f.inShape)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	train, err := openView(*spec, sample, *norm, *augment)
+	train, err := openView(*f.spec, sample, *f.norm, *f.augment)
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	if train.Len() == 0 {
-		return fmt.Errorf("%s: no training examples", *spec)
+		return cfg, fmt.Errorf("%s: no training examples", *f.spec)
 	}
-	test, testName, err := openTest(*testSpec, *spec, sample, *norm, logf)
+	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, logf)
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	opts, err := rf.options(sample, int64(min(*batchSize, 64)))
+	opts, err := f.rf.options(sample, int64(min(*f.batchSize, 64)))
 	if err != nil {
-		return err
+		return cfg, err
 	}
 	var capBytes int64
-	if *physical == 0 && *maxMem != "" {
-		if capBytes, err = parseBytes(*maxMem); err != nil {
-			return usageError{err.Error()}
+	if *f.physical == 0 && *f.maxMem != "" {
+		if capBytes, err = parseBytes(*f.maxMem); err != nil {
+			return cfg, usageError{err.Error()}
 		}
 	}
-	cfg := dptrain.Config{
+	cfg = dptrain.Config{
+		Device: dev,
 		Settings: trainSettings{
-			Model: *model, Data: *spec, TestData: testName, Epsilon: *eps, Delta: *delta, Epochs: *epochs, BatchSize: *batchSize,
-			Accountant: *acctName, Sampling: *sampling, Mode: string(mode), Clip: *clip, ClipFn: fn.String(), Gamma: *gamma,
-			PerLayer: *perLayer, Optimizer: *optName, LR: *lr, Momentum: *momentum, WeightDecay: *wd,
-			Norm: train.Preprocess().Norm.String(), Augment: *augment, InputShape: sample, Seed: seed, NonPrivate: *nonPrivate,
+			Model: *f.model, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
+			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
+			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 		},
-		Graph: g, Rewrite: opts, Train: train, EvalBatch: *evalBatch, PhysicalBatch: *physical, MaxMemory: capBytes,
-		Out: *out, Checkpoint: *ckptPath, Resume: *resume, Report: *reportPath, Log: stdout, Warn: os.Stderr,
+		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
+		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
 	}
 	if test != nil {
 		cfg.Test = test
 	}
-	_, err = runLoop(cfg, *quiet, nil)
-	return err
+	return cfg, nil
 }
 
 // openTest opens the evaluation data: spec, or when it is empty the
@@ -208,11 +250,21 @@ func openTest(spec, trainSpec string, sample []int64, norm string, logf func(str
 	return nil, "", nil
 }
 
-// runLoop runs the training loop with the command's progress bars (on a
+// runLoop runs the training loop with the command's progress bars and
+// signal handling (see withProgress).
+func runLoop(cfg dptrain.Config, quiet bool) (*dptrain.Report, error) {
+	var rep *dptrain.Report
+	err := withProgress(cfg, quiet, func(c dptrain.Config) (err error) {
+		rep, err = dptrain.Run(c)
+		return err
+	})
+	return rep, err
+}
+
+// withProgress calls run with cfg given the command's progress bars (on a
 // terminal, unless quiet), signal handling (SIGINT and SIGTERM finish the
-// step, checkpoint and stop) and the tests' afterStep hook; then is also
-// called with every event.
-func runLoop(cfg dptrain.Config, quiet bool, then func(dptrain.Event)) (*dptrain.Report, error) {
+// step, checkpoint and stop) and the tests' afterStep hook.
+func withProgress(cfg dptrain.Config, quiet bool, run func(dptrain.Config) error) error {
 	var stop atomic.Bool
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -253,19 +305,16 @@ func runLoop(cfg dptrain.Config, quiet bool, then func(dptrain.Event)) (*dptrain
 				fmt.Fprintln(os.Stderr)
 			}
 		}
-		if then != nil {
-			then(ev)
-		}
 	}
-	rep, err := dptrain.Run(cfg)
+	err := run(cfg)
 	if bar != nil {
 		bar.Exit()
 	}
 	var ie *dptrain.Interrupted
 	if errors.As(err, &ie) {
-		return nil, interruptError{ie.Checkpoint}
+		return interruptError{ie.Checkpoint}
 	}
-	return rep, err
+	return err
 }
 
 // withSplit returns the spec with its split replaced (a limit is dropped:

@@ -47,10 +47,11 @@ func (a *prvAccountant) Epsilon(delta float64) (Result, error) {
 	if len(a.phases) == 0 {
 		return r, nil
 	}
-	lo, est, up, err := prvEpsilon(groupPhases(a.phases), delta, r.EpsError, r.DeltaError)
+	lo, est, up, epsErr, err := prvEpsilon(groupPhases(a.phases), delta, r.EpsError, r.DeltaError)
 	if err != nil {
 		return Result{}, err
 	}
+	r.EpsError = epsErr
 	r.EpsilonLower, r.EpsilonEstimate, r.EpsilonUpper = lo, est, up
 	r.Epsilon = up
 	return r, nil
@@ -58,6 +59,12 @@ func (a *prvAccountant) Epsilon(delta float64) (Result, error) {
 
 // maxPRVGrid bounds the PRV grid (about 32 bytes per point are needed).
 const maxPRVGrid = 1 << 23
+
+// maxPRVCoarsen is how much coarser than the ε error budget asks the grid
+// may be made to fit maxPRVGrid (the ε error grows by the same factor);
+// beyond it the accountant refuses rather than answer with an error bar
+// far wider than asked.
+const maxPRVCoarsen = 4
 
 // prvGrid is the discretisation used for one query: n points t_k = k·h for
 // k in [-n/2, n/2), stored at index k mod n, so that circular convolution
@@ -72,8 +79,12 @@ type prvGrid struct {
 // exceeds L with probability at most δ_err/4, each single step with
 // probability at most δ_err/(8T)), plus 3; the mesh
 // h = ε_err / sqrt(T·log(12/δ_err)/2) (Theorem 5.5 with the δ error split
-// as in the authors' implementation and Opacus).
-func prvDomain(phases []Phase, epsErr, deltaErr float64) (prvGrid, float64, error) {
+// as in the authors' implementation and Opacus). When that mesh would need
+// more than maxPRVGrid points (up to maxPRVCoarsen times more), the mesh is
+// widened to fit and the ε error it implies by the same theorem, larger than
+// asked, is returned in place of epsErr: the bounds stay rigorous, only
+// wider.
+func prvDomain(phases []Phase, epsErr, deltaErr float64) (prvGrid, float64, float64, error) {
 	total := 0
 	for _, p := range phases {
 		total += p.Steps
@@ -84,18 +95,24 @@ func prvDomain(phases []Phase, epsErr, deltaErr float64) (prvGrid, float64, erro
 	}
 	L = math.Max(L, epsErr) + 3
 	if math.IsInf(L, 0) || math.IsNaN(L) {
-		return prvGrid{}, 0, fmt.Errorf("PRV accountant: no finite RDP bound to size the domain (noise multiplier too small?)")
+		return prvGrid{}, 0, 0, fmt.Errorf("PRV accountant: no finite RDP bound to size the domain (noise multiplier too small?)")
 	}
-	h := epsErr / math.Sqrt(float64(total)*math.Log(12/deltaErr)/2)
+	spread := math.Sqrt(float64(total) * math.Log(12/deltaErr) / 2)
+	h := epsErr / spread
 	need := 2*L/h + 2
 	if need > maxPRVGrid {
-		return prvGrid{}, 0, fmt.Errorf("PRV accountant: the grid would need %.3g points (domain ±%.3g, mesh %.3g), more than %d; increase eps_error or use the rdp accountant", need, L, h, maxPRVGrid)
+		if need > maxPRVCoarsen*maxPRVGrid {
+			return prvGrid{}, 0, 0, fmt.Errorf("PRV accountant: the grid would need %.3g points (domain ±%.3g, mesh %.3g), more than %d; increase eps_error or use the rdp accountant", need, L, h, maxPRVGrid)
+		}
+		h = 2 * L / (maxPRVGrid - 2)
+		epsErr = h * spread
+		need = maxPRVGrid
 	}
 	n := 2
 	for float64(n) < need {
 		n <<= 1
 	}
-	return prvGrid{n: n, h: h}, L, nil
+	return prvGrid{n: n, h: h}, L, epsErr, nil
 }
 
 // prvEpsilon returns a lower bound, an estimate and an upper bound on the ε
@@ -104,23 +121,24 @@ func prvDomain(phases []Phase, epsErr, deltaErr float64) (prvGrid, float64, erro
 // with Ỹ the discretised composed privacy loss, δ_Y(ε+ε_err) - δ_err ≤
 // δ_Ỹ(ε) ≤ δ_Y(ε-ε_err) + δ_err, hence ε_Ỹ(δ+δ_err) - ε_err ≤ ε_Y(δ) ≤
 // ε_Ỹ(δ-δ_err) + ε_err. Both adjacency directions (removing and adding an
-// example) are composed and the larger ε is reported.
-func prvEpsilon(phases []Phase, delta, epsErr, deltaErr float64) (lo, est, up float64, err error) {
+// example) are composed and the larger ε is reported. The ε error used is
+// returned: epsErr, or more where the grid had to be coarser (prvDomain).
+func prvEpsilon(phases []Phase, delta, epsErr, deltaErr float64) (lo, est, up, epsErrUsed float64, err error) {
 	if !(deltaErr > 0 && deltaErr < delta) {
-		return 0, 0, 0, invalidf("PRV delta error %v must be in (0, delta=%v)", deltaErr, delta)
+		return 0, 0, 0, 0, invalidf("PRV delta error %v must be in (0, delta=%v)", deltaErr, delta)
 	}
-	g, _, err := prvDomain(phases, epsErr, deltaErr)
+	g, _, epsErr, err := prvDomain(phases, epsErr, deltaErr)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	// Rounding in the FFT is of order machine epsilon per point; summed
 	// over the grid it must stay well below the δ being resolved.
 	if 0x1p-52*float64(g.n) > delta-deltaErr {
-		return 0, 0, 0, fmt.Errorf("PRV accountant: delta %v is too small for a grid of %d points (floating-point error would dominate); use a larger delta or the rdp accountant", delta, g.n)
+		return 0, 0, 0, 0, fmt.Errorf("PRV accountant: delta %v is too small for a grid of %d points (floating-point error would dominate); use a larger delta or the rdp accountant", delta, g.n)
 	}
 	dists, shifts, err := prvCompose(phases, g)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	lo, est, up = math.Inf(-1), math.Inf(-1), math.Inf(-1)
 	for d := range dists {
@@ -129,7 +147,7 @@ func prvEpsilon(phases []Phase, delta, epsErr, deltaErr float64) (lo, est, up fl
 		est = math.Max(est, epsFromPMF(dists[d], g, t0, delta))
 		lo = math.Max(lo, epsFromPMF(dists[d], g, t0, delta+deltaErr)-epsErr)
 	}
-	return math.Max(lo, 0), math.Max(est, 0), math.Max(up, 0), nil
+	return math.Max(lo, 0), math.Max(est, 0), math.Max(up, 0), epsErr, nil
 }
 
 // Directions of adjacency: remove compares the mixture P = (1-q)N(0,σ²) +

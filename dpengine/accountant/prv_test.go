@@ -133,6 +133,33 @@ func TestPRVPublishedValues(t *testing.T) {
 	}
 }
 
+// TestPRVLargeDomain: σ = 0.6, q = 0.04, 10 000 steps, δ = 1e-5 needs a
+// grid of 1.1e7 points at eps_error 0.01 (domain ±169, mesh 3.1e-5), over
+// maxPRVGrid. The accountant answers on a coarser grid and reports the
+// larger ε error that grid implies (about 0.0127). Opacus 1.4's PRV
+// accountant (eps_error 0.01, delta_error δ/1000, which returns its upper
+// bound) answers 129.77 there, found by comparing the two on a grid of
+// settings. Checked: 129.77 lies in our [EpsilonLower, EpsilonUpper] widened
+// by the 0.005 rounding of the two decimals, our upper bound is within the
+// reported ε error of it, and that error stays below 0.02.
+func TestPRVLargeDomain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("composes a grid of 2²³ points (about 3 s)")
+	}
+	const opacus = 129.77
+	r := prvWith(t, Options{}, []Phase{{0.6, 0.04, 10000}}, 1e-5)
+	t.Logf("ε in [%.4f, %.4f], estimate %.4f, ε error %.4g", r.EpsilonLower, r.EpsilonUpper, r.EpsilonEstimate, r.EpsError)
+	if !(r.EpsError > DefaultEpsError && r.EpsError < 0.02) {
+		t.Errorf("ε error %v: want the coarser grid's, in (0.01, 0.02)", r.EpsError)
+	}
+	if !(r.EpsilonLower-0.005 <= opacus && opacus <= r.EpsilonUpper+0.005) {
+		t.Errorf("Opacus's %v not in [%.4f, %.4f]", opacus, r.EpsilonLower, r.EpsilonUpper)
+	}
+	if math.Abs(r.Epsilon-opacus) > r.EpsError+0.005 {
+		t.Errorf("ε %.4f, Opacus %v: more than the ε error %.4g apart", r.Epsilon, opacus, r.EpsError)
+	}
+}
+
 // TestPRVBelowRDP: the PRV upper bound should not exceed RDP's (RDP is
 // loose); this is how the two are used in practice. Not a theorem (the PRV
 // bound carries +0.01), so only checked where RDP is clearly looser.

@@ -98,6 +98,15 @@ func TestRDPPublishedValues(t *testing.T) {
 		// improved conversion (Opacus get_privacy_spent). Tolerance: the
 		// 12 digits given.
 		{"opacus", opacusOrders(), ConversionImproved, 1.5, 0.04, 2250, 1e-5, 7.32911117143, 1e-10, 0},
+		// Opacus 1.4's RDP accountant at σ=0.6, q=0.04, 10000 steps,
+		// δ=1e-5 (DEFAULT_ALPHAS, improved conversion): 136.92 at
+		// order 1.3, whose series needs more than 1000 terms (found by
+		// comparing the two on a grid of settings). The exact value at
+		// order 1.3, log A by mpmath.quad at 40 digits
+		// (0.00302642390150216, see TestRDPSmallSigmaFractional), is
+		// 136.91633030; ours is an upper bound on it within 1e-6.
+		{"opacus σ=0.6 10k steps", opacusOrders(), ConversionImproved, 0.6, 0.04, 10000, 1e-5, 136.91633030 + 5e-7, 5e-7, 1.3},
+		{"σ=0.6 10k steps, default orders", DefaultOrders(), ConversionImproved, 0.6, 0.04, 10000, 1e-5, 136.91633030 + 5e-7, 5e-7, 1.3},
 		// TensorFlow Privacy tutorials/README.md, "Select Parameters"
 		// table (MNIST, n=60000, batch 256, δ=1e-5), computed by the
 		// release of the time: classic conversion, orders
@@ -318,6 +327,31 @@ func numericalLogA(q, sigma, alpha float64) float64 {
 	return m + math.Log(s*h/3)
 }
 
+// TestRDPSmallSigmaFractional: at small σ the fractional-order series
+// converges only polynomially (terms ~ i^-(α+1)); log A must still come out
+// as an upper bound within 1e-12 of the exact value. References:
+// log A_α = log ∫ N(z; 0, σ²)·((1-q) + q·exp((2z-1)/(2σ²)))^α dz by
+// mpmath.quad at 40 digits (mpmath 1.3.0), split at -5, 0, 0.5, 1, 2, 3, 5,
+// 10:
+//
+//	mp.quad(lambda z: mp.npdf(z,0,s)*((1-q)+q*mp.exp((2*z-1)/(2*s*s)))**a,
+//	        [-mp.inf,-5,0,0.5,1,2,3,5,10,mp.inf])
+func TestRDPSmallSigmaFractional(t *testing.T) {
+	for _, c := range []struct{ alpha, want float64 }{
+		{1.1, 0.000781774200684036},
+		{1.2, 0.00177991168414268},
+		{1.3, 0.00302642390150216},
+		{1.4, 0.00456094902026421},
+		{1.5, 0.00643314197715031},
+	} {
+		got := logAFrac(0.04, 0.6, c.alpha)
+		// 1e-15: the digits printed by the reference.
+		if got < c.want-1e-15 || got > c.want+1e-12 {
+			t.Errorf("α=%v: log A = %.15g, exact %.15g (want an upper bound within 1e-12)", c.alpha, got, c.want)
+		}
+	}
+}
+
 // TestRDPAgainstNumericalIntegration compares log(A_α) from the series
 // (integer and fractional orders) with numericalLogA over the parameter
 // sets of dp_accounting's test_compute_log_a_equals_mp (which compares
@@ -334,6 +368,7 @@ func TestRDPAgainstNumericalIntegration(t *testing.T) {
 		{.99, .1, 256}, {.999, 100, 256.1},
 		{0.01, 1.1, 1.3}, {0.01, 1.1, 8.8}, {0.004, 0.7, 3.7}, {0.04, 1.5, 3.9},
 		{0.01, 0.35, 1.6}, {0.1, 2, 11}, {0.5, 1, 4.5}, {0.01, 4, 20}, {0.01, 0.6, 64},
+		{0.04, 0.6, 1.3}, {0.04, 0.6, 1.1}, {0.01, 0.3, 1.2},
 	}
 	for _, c := range cases {
 		var got float64

@@ -1,0 +1,422 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
+)
+
+// Kind is a kind of canary.
+type Kind string
+
+const (
+	// Gradient canaries are Dirac per-sample gradients injected before
+	// clipping (white box).
+	Gradient Kind = "gradient"
+	// Input canaries are mislabeled examples added to the data (black
+	// box).
+	Input Kind = "input"
+)
+
+// Options configures an audit.
+type Options struct {
+	Kind Kind
+	// Canaries is m, the number of canaries drawn (each included with
+	// probability ½).
+	Canaries int
+	// KPlus and KMinus are how many canaries the auditor guesses
+	// "included" (highest scores) and "excluded" (lowest scores); the rest
+	// are abstentions. KPlus + KMinus ≤ Canaries.
+	KPlus, KMinus int
+	// Confidence of the lower bound, e.g. 0.95.
+	Confidence float64
+	// Pool holds the images input canaries are drawn from (Kind Input);
+	// it must have at least Canaries examples and should not overlap the
+	// training data.
+	Pool data.Dataset
+	// Source draws the canaries and their inclusion; nil means a secure
+	// source.
+	Source *dpengine.Source
+}
+
+// Result is the outcome of an audit.
+type Result struct {
+	Kind       Kind    `json:"kind"`
+	Canaries   int     `json:"canaries"`
+	Included   int     `json:"included"`
+	KPlus      int     `json:"k_plus"`
+	KMinus     int     `json:"k_minus"`
+	Guesses    int     `json:"guesses"`
+	Correct    int     `json:"correct"`
+	Confidence float64 `json:"confidence"`
+	// Claimed is the ε the accountant reports for the run, at Delta.
+	Claimed float64 `json:"claimed_epsilon"`
+	Delta   float64 `json:"delta"`
+	// Bound is the empirical lower bound on ε.
+	Bound float64 `json:"epsilon_lower_bound"`
+	// MaxBound is the bound had every guess been right: the most this
+	// audit could show.
+	MaxBound float64 `json:"max_bound"`
+	// Violation says whether the bound exceeds the claimed ε.
+	Violation bool   `json:"violation"`
+	Statement string `json:"statement"`
+	// Report is the training run's report.
+	Report *dptrain.Report `json:"run"`
+}
+
+// Run audits one training run of cfg: it draws the canaries, adds the
+// included ones to cfg's training data (or gradients), runs dptrain.Run
+// with cfg otherwise unchanged, scores the canaries and computes the bound.
+// cfg.Events, if set, still sees every event.
+func Run(cfg dptrain.Config, o Options) (*Result, error) {
+	m := o.Canaries
+	switch {
+	case m < 1:
+		return nil, fmt.Errorf("audit: need at least one canary, got %d", m)
+	case o.KPlus < 0 || o.KMinus < 0 || o.KPlus+o.KMinus > m || o.KPlus+o.KMinus == 0:
+		return nil, fmt.Errorf("audit: guesses k+ = %d and k- = %d must be non-negative, not both 0, and sum to at most the %d canaries", o.KPlus, o.KMinus, m)
+	case !(o.Confidence > 0 && o.Confidence < 1):
+		return nil, fmt.Errorf("audit: confidence %v must be in (0, 1)", o.Confidence)
+	case cfg.Settings.NonPrivate:
+		return nil, errors.New("audit: a non-private run claims no ε to audit")
+	case cfg.Resume:
+		return nil, errors.New("audit: a resumed run cannot be audited (the canaries' scores are not checkpointed)")
+	case cfg.GradientCanaries > 0:
+		return nil, errors.New("audit: the configuration already has gradient canaries")
+	}
+	src := o.Source
+	if src == nil {
+		src = dpengine.NewSecureSource()
+	}
+	rng := src.Rand()
+	in := make([]bool, m)
+	included := 0
+	for i := range in {
+		in[i] = rng.IntN(2) == 1
+		if in[i] {
+			included++
+		}
+	}
+	scores := make([]float64, m)
+	var score func() error
+	switch o.Kind {
+	case Gradient:
+		s, err := gradientCanaries(&cfg, in, scores, rng)
+		if err != nil {
+			return nil, err
+		}
+		score = s
+	case Input:
+		s, err := inputCanaries(&cfg, o.Pool, in, scores, rng)
+		if err != nil {
+			return nil, err
+		}
+		score = s
+	default:
+		return nil, fmt.Errorf("audit: unknown canary kind %q (want gradient or input)", o.Kind)
+	}
+	rep, err := dptrain.Run(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := score(); err != nil {
+		return nil, err
+	}
+	r, v := Guess(scores, in, o.KPlus, o.KMinus)
+	res := &Result{Kind: o.Kind, Canaries: m, Included: included, KPlus: o.KPlus, KMinus: o.KMinus, Guesses: r, Correct: v,
+		Confidence: o.Confidence, Report: rep}
+	if rep.Privacy != nil {
+		res.Claimed, res.Delta = rep.Privacy.Epsilon, rep.Privacy.Delta
+	}
+	if res.Bound, err = EpsilonLowerBound(m, r, v, res.Delta, o.Confidence); err != nil {
+		return nil, err
+	}
+	if res.MaxBound, err = EpsilonLowerBound(m, r, r, res.Delta, o.Confidence); err != nil {
+		return nil, err
+	}
+	res.Violation = res.Bound > res.Claimed
+	res.Statement = statement(res)
+	return res, nil
+}
+
+// statement says in words what the numbers mean.
+func statement(r *Result) string {
+	conf := 100 * r.Confidence
+	if r.Violation {
+		return fmt.Sprintf("VIOLATION: with %g %% confidence the run is not (%.3g, %.3g)-DP, yet the accountant claims ε = %.3g: "+
+			"the clipping, the noise or the sampling does not do what the accountant assumes", conf, r.Bound, r.Delta, r.Claimed)
+	}
+	s := fmt.Sprintf("no violation found: the %s-canary audit shows ε ≥ %.3g with %g %% confidence, not above the claimed ε = %.3g. "+
+		"This is a lower bound from one run, not a proof of privacy", r.Kind, r.Bound, conf, r.Claimed)
+	if r.MaxBound <= r.Claimed {
+		s += fmt.Sprintf("; with these %d guesses even a perfect score could only show ε ≥ %.3g, so it could not have caught a violation of this size: use more canaries or guesses", r.Guesses, r.MaxBound)
+	}
+	return s
+}
+
+// Guess ranks the canaries by score, guesses "included" for the kPlus
+// highest and "excluded" for the kMinus lowest, and returns the number of
+// guesses r and of correct ones v. Ties are broken by index.
+func Guess(scores []float64, in []bool, kPlus, kMinus int) (r, v int) {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case scores[a] > scores[b]:
+			return -1
+		case scores[a] < scores[b]:
+			return 1
+		}
+		return 0
+	})
+	for k, i := range idx {
+		switch {
+		case k < kPlus:
+			r++
+			if in[i] {
+				v++
+			}
+		case k >= len(idx)-kMinus:
+			r++
+			if !in[i] {
+				v++
+			}
+		}
+	}
+	return r, v
+}
+
+// gradientCanaries makes the included canaries Dirac gradient canaries of
+// cfg, each at its own coordinate of the trainable parameters (drawn
+// without replacement once the engine exists) with a value just under the
+// clip norm (the largest contribution clipping allows, for every clip
+// function), and arranges for every step's private gradient at each
+// canary's coordinate, included or not, to be added to its score.
+func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *rand.Rand) (func() error, error) {
+	m := len(in)
+	value := cfg.Settings.Clip * (1 - 1e-6)
+	coords := make([]dpengine.DiracCanary, m)
+	var names []string
+	for _, b := range in {
+		if b {
+			cfg.GradientCanaries++
+		}
+	}
+	cfg.DrawCanaries = func(e *dpengine.Engine) ([]dpengine.DiracCanary, error) {
+		names = e.ParamNames()
+		params := e.Params()
+		total := 0
+		for _, p := range params {
+			total += len(p)
+		}
+		if total < m {
+			return nil, fmt.Errorf("audit: %d gradient canaries need as many coordinates, but the model has %d trainable parameters", m, total)
+		}
+		// m distinct flat positions (Floyd's algorithm), then mapped to
+		// (tensor, index).
+		seen := make(map[int]bool, m)
+		flat := make([]int, 0, m)
+		for j := total - m; j < total; j++ {
+			t := rng.IntN(j + 1)
+			if seen[t] {
+				t = j
+			}
+			seen[t] = true
+			flat = append(flat, t)
+		}
+		for i, f := range flat {
+			k := 0
+			for f >= len(params[k]) {
+				f -= len(params[k])
+				k++
+			}
+			coords[i] = dpengine.DiracCanary{Param: k, Index: f, Value: value}
+		}
+		var out []dpengine.DiracCanary
+		for i, c := range coords {
+			if in[i] {
+				out = append(out, c)
+			}
+		}
+		return out, nil
+	}
+	user := cfg.Events
+	var grads [][]float32 // per parameter, looked up once per step
+	cfg.Events = func(ev dptrain.Event) {
+		if ev.Kind == dptrain.StepDone {
+			// The auditor sees every private gradient (white box).
+			if grads == nil {
+				grads = make([][]float32, len(names))
+			}
+			for k, name := range names {
+				grads[k] = ev.Engine.Gradient(name)
+			}
+			for i, c := range coords {
+				scores[i] += float64(grads[c.Param][c.Index])
+			}
+		}
+		if user != nil {
+			user(ev)
+		}
+	}
+	return func() error { return nil }, nil
+}
+
+// inputCanaries draws m distinct images from pool, gives each a random
+// wrong label, adds the included ones to cfg's training data, and returns
+// the scoring: minus the trained model's loss on each canary (black box:
+// only the final model is used).
+func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []float64, rng *rand.Rand) (func() error, error) {
+	m := len(in)
+	if pool == nil || pool.Len() < m {
+		n := 0
+		if pool != nil {
+			n = pool.Len()
+		}
+		return nil, fmt.Errorf("audit: %d input canaries need as many images, the canary pool has %d", m, n)
+	}
+	k := cfg.Train.NumClasses()
+	if k < 2 {
+		return nil, fmt.Errorf("audit: mislabeled canaries need at least 2 classes, the data has %d", k)
+	}
+	c, h, w := pool.Shape()
+	if c2, h2, w2 := cfg.Train.Shape(); c != c2 || h != h2 || w != w2 {
+		return nil, fmt.Errorf("audit: canary images are %d×%d×%d, training images %d×%d×%d", c, h, w, c2, h2, w2)
+	}
+	all := &canarySet{pool: pool, idx: rng.Perm(pool.Len())[:m], labels: make([]int64, m), classes: k}
+	for i, j := range all.idx {
+		// A uniformly random label other than the true one.
+		l := rng.IntN(k - 1)
+		if l >= pool.Label(j) {
+			l++
+		}
+		all.labels[i] = int64(l)
+	}
+	inc := &canarySet{pool: pool, labels: []int64{}, classes: k}
+	for i, b := range in {
+		if b {
+			inc.idx = append(inc.idx, all.idx[i])
+			inc.labels = append(inc.labels, all.labels[i])
+		}
+	}
+	cfg.Train = &withCanaries{base: cfg.Train, canaries: inc}
+	g := cfg.Graph
+	return func() error {
+		ev, err := dptrain.NewEvaluatorOn(cfg.Device, g, []int64{int64(c), int64(h), int64(w)}, min(256, m))
+		if err != nil {
+			return fmt.Errorf("audit: scoring the input canaries: %w", err)
+		}
+		return ev.Losses(all, func(i int, _ int64, _ []float32, loss float64) {
+			scores[i] = -loss
+		})
+	}, nil
+}
+
+// canarySet is a set of pool images with replaced labels.
+type canarySet struct {
+	pool    data.Dataset
+	idx     []int
+	labels  []int64
+	classes int
+}
+
+func (c *canarySet) Len() int              { return len(c.idx) }
+func (c *canarySet) NumClasses() int       { return c.classes }
+func (c *canarySet) Label(i int) int       { return int(c.labels[i]) }
+func (c *canarySet) Shape() (ch, h, w int) { return c.pool.Shape() }
+func (c *canarySet) Labels() []int32 {
+	out := make([]int32, len(c.labels))
+	for i, l := range c.labels {
+		out[i] = int32(l)
+	}
+	return out
+}
+
+// Fill implements data.Dataset: one pool image at a time (canaries are
+// few), with the canary's label.
+func (c *canarySet) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
+	ch, h, w := c.pool.Shape()
+	per := ch * h * w
+	if len(x) < len(indices)*per || (y != nil && len(y) < len(indices)) {
+		return fmt.Errorf("audit: canary batch buffers too small for %d samples", len(indices))
+	}
+	var one [1]int
+	for k, i := range indices {
+		if i < 0 || i >= len(c.idx) {
+			return fmt.Errorf("audit: canary index %d out of range [0,%d)", i, len(c.idx))
+		}
+		one[0] = c.idx[i]
+		if err := c.pool.Fill(x[k*per:(k+1)*per], nil, one[:], rng); err != nil {
+			return err
+		}
+		if y != nil {
+			y[k] = c.labels[i]
+		}
+	}
+	return nil
+}
+
+// withCanaries is the training data followed by the included canaries.
+type withCanaries struct {
+	base     data.Dataset
+	canaries *canarySet
+}
+
+func (d *withCanaries) Len() int              { return d.base.Len() + d.canaries.Len() }
+func (d *withCanaries) NumClasses() int       { return d.base.NumClasses() }
+func (d *withCanaries) Shape() (ch, h, w int) { return d.base.Shape() }
+func (d *withCanaries) Label(i int) int {
+	if n := d.base.Len(); i >= n {
+		return d.canaries.Label(i - n)
+	}
+	return d.base.Label(i)
+}
+func (d *withCanaries) Labels() []int32 {
+	return append(d.base.Labels(), d.canaries.Labels()...)
+}
+
+// Fill implements data.Dataset: runs of training examples in one call to
+// the base data, canaries one by one.
+func (d *withCanaries) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
+	ch, h, w := d.base.Shape()
+	per := ch * h * w
+	if len(x) < len(indices)*per || (y != nil && len(y) < len(indices)) {
+		return fmt.Errorf("audit: batch buffers too small for %d samples", len(indices))
+	}
+	n := d.base.Len()
+	var one [1]int
+	for k := 0; k < len(indices); {
+		if i := indices[k]; i >= n {
+			one[0] = i - n
+			var yk []int64
+			if y != nil {
+				yk = y[k : k+1]
+			}
+			if err := d.canaries.Fill(x[k*per:(k+1)*per], yk, one[:], rng); err != nil {
+				return err
+			}
+			k++
+			continue
+		}
+		e := k
+		for e < len(indices) && indices[e] < n {
+			e++
+		}
+		var yk []int64
+		if y != nil {
+			yk = y[k:e]
+		}
+		if err := d.base.Fill(x[k*per:e*per], yk, indices[k:e], rng); err != nil {
+			return err
+		}
+		k = e
+	}
+	return nil
+}
