@@ -82,15 +82,29 @@ for lib in ${LIBS//,/ }; do
 		exit 2
 	fi
 	if why=$("$PY" - "$mod" 2>&1 <<'PYEOF'
-import importlib, sys
+import importlib, importlib.util, os, re, sys
 import torch
-m = importlib.import_module(sys.argv[1])
-if sys.argv[1] == "opacus":
-    import opacus.optimizers, opacus.validators  # noqa: F401
-    v = tuple(int(x) for x in m.__version__.split(".")[:2])
-    t = tuple(int(x) for x in torch.__version__.split(".")[:2])
-    if v > (1, 4) and t < (2, 0):
-        raise SystemExit("Opacus %s requires torch >= 2.0, this is %s: give OPACUS_SRC an Opacus v1.4.0 checkout" % (m.__version__, torch.__version__))
+name = sys.argv[1]
+env = {"opacus": "OPACUS_SRC", "private_vision": "PRIVATE_VISION_SRC", "fastDP": "FASTDP_SRC"}[name]
+spec = importlib.util.find_spec(name)
+if spec is None:
+    raise SystemExit("no module %s: install it or set %s to a directory of its sources" % (name, env))
+if name == "opacus":
+    # Opacus after 1.4.0 requires torch >= 2.0 and fails on import (torch.func):
+    # say so before trying.
+    vf = os.path.join(os.path.dirname(spec.origin), "version.py")
+    v = re.search(r'"([0-9.]+)"', open(vf).read()).group(1) if os.path.exists(vf) else "0"
+    vt = tuple(int(x) for x in v.split(".")[:3])
+    tt = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    if vt > (1, 4, 0) and tt < (2, 0):
+        raise SystemExit("Opacus %s requires torch >= 2.0 and this is torch %s: set OPACUS_SRC to an Opacus v1.4.0 checkout" % (v, torch.__version__))
+try:
+    importlib.import_module(name)
+    if name == "opacus":
+        import opacus.optimizers, opacus.validators  # noqa: F401
+except ModuleNotFoundError as e:
+    hint = {"opt_einsum": "set OPT_EINSUM_SRC to an opt_einsum v3.3.0 checkout", "scipy": "apt-get install python3-scipy"}.get(e.name, "")
+    raise SystemExit("%s needs %s%s" % (name, e.name, ": " + hint if hint else ""))
 PYEOF
 	); then
 		libs+=("$lib")
