@@ -23,9 +23,25 @@ test:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./onnx
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest#*:}; \
+		echo "fuzz $$name ($$n inputs)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$$name\$$" -fuzztime $$n -parallel 2 ./$$pkg; \
+	done
+
+# The fuzz targets beyond the loader (docs/ROBUSTNESS.md), as
+# package:target:inputs for make test; make fuzz runs each for FUZZ_LONG.
+FUZZ_TARGETS = dpengine:FuzzPipeline:1500x dpengine:FuzzCheckpoint:20000x \
+	internal/npy:FuzzRead:20000x dpengine/data:FuzzIDX:5000x \
+	dpengine/data:FuzzCIFAR:500x dpengine/data:FuzzImage:5000x
+FUZZ_LONG ?= 30s
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime 30s ./onnx
+	$(GO) test -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZ_LONG) ./onnx
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_LONG) ./$$pkg; \
+	done
 
 # Regenerate the ONNX bindings (needs protoc) and the fixtures (needs
 # /usr/bin/python3 with torch, torchvision and onnx).

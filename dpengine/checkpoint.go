@@ -2,6 +2,8 @@ package dpengine
 
 import (
 	"bufio"
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,8 +16,14 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 )
 
-// checkpointMagic starts every checkpoint file.
-const checkpointMagic = "DPFINETUNE-CHECKPOINT-1\n"
+// checkpointMagic starts every checkpoint file. Version 2 follows the
+// header and every tensor with the SHA-256 of its bytes, so that a flipped
+// bit anywhere is refused, naming the part it hit; version 1 had no check
+// and is refused.
+const (
+	checkpointMagic   = "DPFINETUNE-CHECKPOINT-2\n"
+	checkpointMagicV1 = "DPFINETUNE-CHECKPOINT-1\n"
+)
 
 // Checkpoint is everything a training run needs to continue as if it had
 // not stopped: weights, optimizer state, the accountant's phases, the
@@ -92,17 +100,26 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 	}
 	w := bufio.NewWriterSize(out, 1<<20)
 	w.WriteString(checkpointMagic)
-	binary.Write(w, binary.LittleEndian, uint64(len(hb)))
+	var hlen [8]byte
+	binary.LittleEndian.PutUint64(hlen[:], uint64(len(hb)))
+	sum := sha256.New()
+	sum.Write(hlen[:])
+	sum.Write(hb)
+	w.Write(hlen[:])
 	w.Write(hb)
+	w.Write(sum.Sum(nil))
 	write := func(xs []float32) error {
 		var buf [4]byte
+		sum.Reset()
 		for _, v := range xs {
 			binary.LittleEndian.PutUint32(buf[:], math.Float32bits(v))
+			sum.Write(buf[:])
 			if _, err := w.Write(buf[:]); err != nil {
 				return err
 			}
 		}
-		return nil
+		_, err := w.Write(sum.Sum(nil))
+		return err
 	}
 	for _, p := range c.Params {
 		if err := write(p); err != nil {
@@ -133,42 +150,125 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 		return fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	ok = true
+	syncDir(dir)
 	return nil
 }
 
-// ReadCheckpoint reads a checkpoint written by WriteCheckpoint.
+// syncDir makes a rename in dir durable. Errors are ignored: some file
+// systems cannot sync a directory, and the data itself is synced already.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// ReadCheckpoint reads a checkpoint written by WriteCheckpoint, checking
+// every part against the SHA-256 it carries: a corrupt or modified
+// checkpoint is refused with an error naming the part that does not match.
+// Sizes in the header are checked against the file's length before
+// anything is allocated.
 func ReadCheckpoint(path string) (*Checkpoint, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<20)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	c, err := readCheckpoint(bufio.NewReaderSize(f, 1<<20), st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// readCheckpoint decodes a checkpoint of size bytes from r.
+func readCheckpoint(r io.Reader, size int64) (*Checkpoint, error) {
 	magic := make([]byte, len(checkpointMagic))
 	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != checkpointMagic {
-		return nil, fmt.Errorf("checkpoint %s: not a dpfinetune checkpoint", path)
+		if string(magic) == checkpointMagicV1 {
+			return nil, errors.New("written by an older dpfinetune, without an integrity check: it cannot be verified, start the run again")
+		}
+		return nil, errors.New("not a dpfinetune checkpoint")
 	}
-	var n uint64
-	if err := binary.Read(r, binary.LittleEndian, &n); err != nil || n > 1<<30 {
-		return nil, fmt.Errorf("checkpoint %s: truncated or corrupt header", path)
+	const hashLen = sha256.Size
+	left := size - int64(len(checkpointMagic))
+	var hlen [8]byte
+	if _, err := io.ReadFull(r, hlen[:]); err != nil {
+		return nil, errors.New("truncated header")
+	}
+	n := binary.LittleEndian.Uint64(hlen[:])
+	left -= 8
+	if n > 1<<30 || int64(n)+hashLen > left {
+		return nil, fmt.Errorf("truncated or corrupt header: it claims %d bytes, the file holds %d more", n, left)
+	}
+	sum := sha256.New()
+	// check reads the SHA-256 that follows a part and compares it with
+	// the part's.
+	check := func(what string) error {
+		var want [hashLen]byte
+		if _, err := io.ReadFull(r, want[:]); err != nil {
+			return fmt.Errorf("%s: truncated: its SHA-256 is missing", what)
+		}
+		if !bytes.Equal(sum.Sum(nil), want[:]) {
+			return fmt.Errorf("integrity check failed: %s does not match its SHA-256 (the file is corrupt or was modified)", what)
+		}
+		return nil
 	}
 	hb := make([]byte, n)
 	if _, err := io.ReadFull(r, hb); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: truncated header: %w", path, err)
+		return nil, fmt.Errorf("truncated header: %w", err)
 	}
+	sum.Write(hlen[:])
+	sum.Write(hb)
+	if err := check("the header (settings, step counters, accountant, sampler and noise position)"); err != nil {
+		return nil, err
+	}
+	left -= int64(n) + hashLen
 	var h header
 	if err := json.Unmarshal(hb, &h); err != nil {
-		return nil, fmt.Errorf("checkpoint %s: corrupt header: %w", path, err)
+		return nil, fmt.Errorf("corrupt header: %w", err)
 	}
 	if len(h.Sizes) != len(h.ParamNames) {
-		return nil, fmt.Errorf("checkpoint %s: %d parameter names for %d tensors", path, len(h.ParamNames), len(h.Sizes))
+		return nil, fmt.Errorf("%d parameter names for %d tensors", len(h.ParamNames), len(h.Sizes))
 	}
-	read := func(size int) ([]float32, error) {
-		if size < 0 || size > 1<<34 {
-			return nil, errors.New("bad tensor size")
+	if len(h.Slots) > 8 {
+		return nil, fmt.Errorf("corrupt header: %d optimizer slots", len(h.Slots))
+	}
+	// What the header declares must be what the file holds, before any
+	// tensor is allocated.
+	tensors := int64(len(h.Sizes))
+	if h.OptName != "" {
+		tensors *= int64(1 + len(h.Slots))
+	}
+	need := tensors * hashLen
+	for _, sz := range h.Sizes {
+		if sz < 0 || int64(sz) > left/4 {
+			return nil, fmt.Errorf("the header declares a tensor of %d elements, the file holds %d more bytes", sz, left)
 		}
+		k := int64(1)
+		if h.OptName != "" {
+			k += int64(len(h.Slots))
+		}
+		need += 4 * int64(sz) * k
+		if need > left {
+			break
+		}
+	}
+	if need != left {
+		return nil, fmt.Errorf("truncated or corrupt: the header declares %d bytes of tensors, the file holds %d", need, left)
+	}
+	read := func(size int, what string) ([]float32, error) {
 		buf := make([]byte, 4*size)
 		if _, err := io.ReadFull(r, buf); err != nil {
+			return nil, fmt.Errorf("%s: truncated: %w", what, err)
+		}
+		sum.Reset()
+		sum.Write(buf)
+		if err := check(what); err != nil {
 			return nil, err
 		}
 		out := make([]float32, size)
@@ -179,9 +279,9 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	}
 	c := h.Checkpoint
 	for i, s := range h.Sizes {
-		t, err := read(s)
+		t, err := read(s, fmt.Sprintf("parameter %q", h.ParamNames[i]))
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint %s: parameter %q: truncated: %w", path, h.ParamNames[i], err)
+			return nil, err
 		}
 		c.Params = append(c.Params, t)
 	}
@@ -189,16 +289,17 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 		c.Optimizer = &OptimizerState{Name: h.OptName, Step: h.OptStep, Slots: map[string][][]float32{}}
 		for _, s := range h.Slots {
 			for i, size := range h.Sizes {
-				t, err := read(size)
+				t, err := read(size, fmt.Sprintf("optimizer %s of %q", s, h.ParamNames[i]))
 				if err != nil {
-					return nil, fmt.Errorf("checkpoint %s: optimizer %s of %q: truncated: %w", path, s, h.ParamNames[i], err)
+					return nil, err
 				}
 				c.Optimizer.Slots[s] = append(c.Optimizer.Slots[s], t)
 			}
 		}
 	}
-	if _, err := r.ReadByte(); err != io.EOF {
-		return nil, fmt.Errorf("checkpoint %s: trailing data", path)
+	var one [1]byte
+	if k, _ := r.Read(one[:]); k > 0 {
+		return nil, errors.New("trailing data")
 	}
 	return &c, nil
 }

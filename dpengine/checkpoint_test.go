@@ -1,6 +1,7 @@
 package dpengine
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,7 +14,11 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 )
 
-func sampleCheckpoint(t *testing.T, v float32) *Checkpoint {
+func sampleCheckpoint(t *testing.T, v float32) *Checkpoint { return sampleCheckpointF(v) }
+
+// sampleCheckpointF is a small checkpoint with an Adam state whose first
+// weight starts at v.
+func sampleCheckpointF(v float32) *Checkpoint {
 	a, _ := accountant.New("rdp")
 	a.Step(1.1, 0.01, 100)
 	o := NewAdam(1e-3, 0, false)
@@ -92,5 +97,107 @@ func TestCheckpointDiskFull(t *testing.T) {
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 {
 		t.Errorf("temporary files left: %v", entries)
+	}
+}
+
+// TestCheckpointIntegrity: one byte XOR 0x10 anywhere (the issue's test
+// flips the midpoint) is refused, naming the part it hit; so are a
+// version-1 checkpoint, which carries no check, and a header whose sizes
+// disagree with the file.
+func TestCheckpointIntegrity(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "run.ckpt")
+	c := sampleCheckpoint(t, 1)
+	big := make([]float32, 1000)
+	for i := range big {
+		big[i] = float32(i) / 7
+	}
+	c.ParamNames = append(c.ParamNames, "conv.weight")
+	c.Params = append(c.Params, big)
+	for k, s := range c.Optimizer.Slots {
+		c.Optimizer.Slots[k] = append(s, make([]float32, len(big)))
+	}
+	if err := WriteCheckpoint(path, c); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(path)
+	if _, err := ReadCheckpoint(path); err != nil {
+		t.Fatal(err)
+	}
+	hdrEnd := len(checkpointMagic) + 8 + int(binaryLen(good)) + 32
+	for _, tc := range []struct {
+		name string
+		at   int
+		want string
+	}{
+		{"midpoint", len(good) / 2, "does not match its SHA-256"},
+		{"header", len(checkpointMagic) + 8 + 10, "the header"},
+		{"first parameter", hdrEnd + 1, `parameter "w"`},
+		{"last byte", len(good) - 1, "optimizer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := append([]byte(nil), good...)
+			b[tc.at] ^= 0x10
+			os.WriteFile(path, b, 0o644)
+			_, err := ReadCheckpoint(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("byte %d of %d flipped: err = %v, want one naming %q", tc.at, len(good), err, tc.want)
+			}
+		})
+	}
+	// The midpoint of this file lies in the parameters or the optimizer
+	// state: say which.
+	b := append([]byte(nil), good...)
+	b[len(b)/2] ^= 0x10
+	os.WriteFile(path, b, 0o644)
+	if _, err := ReadCheckpoint(path); err == nil || !(strings.Contains(err.Error(), `"conv.weight"`)) {
+		t.Errorf("midpoint: %v, want it to name conv.weight", err)
+	}
+
+	v1 := append([]byte(checkpointMagicV1), good[len(checkpointMagic):]...)
+	os.WriteFile(path, v1, 0o644)
+	if _, err := ReadCheckpoint(path); err == nil || !strings.Contains(err.Error(), "without an integrity check") {
+		t.Errorf("version 1: %v", err)
+	}
+	// Appended or removed bytes: the sizes disagree before any tensor is
+	// allocated.
+	for _, b := range [][]byte{append(append([]byte(nil), good...), 0), good[:len(good)-33]} {
+		os.WriteFile(path, b, 0o644)
+		if _, err := ReadCheckpoint(path); err == nil || !strings.Contains(err.Error(), "truncated or corrupt") {
+			t.Errorf("%d bytes of %d: %v", len(b), len(good), err)
+		}
+	}
+}
+
+// binaryLen reads the header length of a checkpoint file.
+func binaryLen(b []byte) uint64 {
+	return binary.LittleEndian.Uint64(b[len(checkpointMagic):])
+}
+
+// readOnlyDir returns a directory this process cannot write: a chmod'ed
+// temporary directory, or /proc where the test runs as root (which writes
+// through permissions).
+func readOnlyDir(t *testing.T) string {
+	if os.Geteuid() != 0 {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		return dir
+	}
+	return "/proc"
+}
+
+// TestCheckpointReadOnlyDir: writing into a directory that cannot be
+// written fails with the path named and leaves nothing under the name.
+func TestCheckpointReadOnlyDir(t *testing.T) {
+	path := filepath.Join(readOnlyDir(t), "dpfinetune-test.ckpt")
+	err := WriteCheckpoint(path, sampleCheckpoint(t, 1))
+	if err == nil || !strings.Contains(err.Error(), "dpfinetune-test.ckpt") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("%s exists after a failed write (%v)", path, err)
 	}
 }

@@ -72,6 +72,10 @@ type Config struct {
 	// Optimizer applies the private gradient. Nil: gradients are computed
 	// but parameters are not updated.
 	Optimizer Optimizer
+	// MaxMemory, if positive, bounds the compiled plan's buffers
+	// (runtime.Options.MaxMemory); zero holds them to the machine's
+	// available memory.
+	MaxMemory int64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -232,6 +236,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		// Book-keeping and instantiation never take the runtime's
 		// summed gradients: they form Σ_i C_i g_i themselves.
 		NoParamGrads: cfg.Mode == BK || cfg.Mode == Instantiate,
+		MaxMemory:    cfg.MaxMemory,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 // TestRuleRegistry: every consumer the planner trains through has its rule
@@ -31,5 +33,21 @@ func TestRuleRegistry(t *testing.T) {
 	}
 	if _, err := elementwiseRuleFor("NoSuchOp"); err == nil || !strings.Contains(err.Error(), "NoSuchOp") {
 		t.Errorf("elementwiseRuleFor(NoSuchOp) = %v, want an error naming the operator", err)
+	}
+}
+
+// TestEveryPlannedConsumerHasARule: every operator the planner lets a
+// parameter be trained through has a per-sample rule here (the planner's
+// consumer rules and the engine's per-sample rules are registered in
+// pairs). BatchNormalization's consumer rule only refuses.
+func TestEveryPlannedConsumerHasARule(t *testing.T) {
+	lin, elem := LinearRuleOps(), ElementwiseRuleOps()
+	for _, op := range rewrite.ConsumerOps() {
+		if op == "BatchNormalization" {
+			continue
+		}
+		if !slices.Contains(lin, op) && !slices.Contains(elem, op) {
+			t.Errorf("the planner trains parameters read by %s, which has no per-sample rule", op)
+		}
 	}
 }

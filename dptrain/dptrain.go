@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -63,6 +63,17 @@ type Settings struct {
 	Noise         string  `json:"noise"`
 	Seed          *uint64 `json:"seed,omitempty"`
 	NonPrivate    bool    `json:"non_private,omitempty"`
+	// DataSHA256 is the fingerprint of the training samples as loaded
+	// (data.Images.Fingerprint), when the dataset has one: a resume on
+	// other data is refused.
+	DataSHA256 string `json:"data_sha256,omitempty"`
+}
+
+// sourced is a dataset that can tell whether its files changed since it
+// was loaded, and fingerprint its samples (data.View, data.Images).
+type sourced interface {
+	CheckSources() error
+	Fingerprint() string
 }
 
 // EpochRecord is one epoch of the run report.
@@ -111,7 +122,9 @@ type Config struct {
 	EvalBatch int
 	// PhysicalBatch is the number of samples per forward/backward pass;
 	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
-	// else min(L, 64) (or, on resume, the checkpoint's).
+	// else min(L, 64) (or, on resume, the checkpoint's). MaxMemory, when
+	// positive, also bounds the compiled plan's buffers (else the
+	// machine's available memory does).
 	PhysicalBatch int
 	MaxMemory     int64
 	// Out is where the trained model is written ("" to skip the export:
@@ -248,6 +261,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("dptrain: epochs %d and batch size %d must be positive", set.Epochs, set.BatchSize)
 	}
 	set.Examples = n
+	if sd, ok := cfg.Train.(sourced); ok {
+		set.DataSHA256 = sd.Fingerprint()
+	}
 	if set.Delta == 0 {
 		set.Delta = 1 / (10 * float64(n))
 	}
@@ -352,7 +368,7 @@ func Run(cfg Config) (*Report, error) {
 		engSigma /= d
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
-		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt}
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -482,6 +498,13 @@ func Run(cfg Config) (*Report, error) {
 		t0 := time.Now()
 		var lossSum float64
 		var seen int
+		if sd, ok := cfg.Train.(sourced); ok {
+			// The samples are in memory; a file rewritten under a running
+			// job means its checkpoint would resume on other data.
+			if err := sd.CheckSources(); err != nil {
+				return nil, fmt.Errorf("epoch %d: %w; stopping (the checkpoint holds the run so far)", epoch+1, err)
+			}
+		}
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
@@ -575,8 +598,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.Report != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := os.WriteFile(cfg.Report, append(b, '\n'), 0o644); err != nil {
-			return nil, err
+		if err := atomicfile.WriteBytes(cfg.Report, append(b, '\n')); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
 		}
 	}
 	return rep, nil
@@ -608,6 +631,9 @@ func compatible(prev, cur Settings) error {
 	check("--accountant", prev.Accountant, cur.Accountant)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
+	if prev.DataSHA256 != "" && cur.DataSHA256 != "" && prev.DataSHA256 != cur.DataSHA256 {
+		diffs = append(diffs, fmt.Sprintf("the training data changed (SHA-256 of the samples was %.12s…, now %.12s…)", prev.DataSHA256, cur.DataSHA256))
+	}
 	if len(diffs) > 0 {
 		return errors.New(strings.Join(diffs, "; "))
 	}

@@ -65,6 +65,29 @@ func (t *Tensor) mapNumeric(f func(float64) float64) error {
 }
 
 func evalBinary(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if n.OpType == "Max" || n.OpType == "Min" {
+		// Variadic: one input is itself, more fold pairwise.
+		switch len(in) {
+		case 0:
+			return nil, fmt.Errorf("%s needs an input", n.OpType)
+		case 1:
+			return evalUnary(g, &Node{OpType: "Identity"}, in)
+		case 2:
+		default:
+			acc := in[0]
+			for _, t := range in[1:] {
+				out, err := evalBinary(g, n, []*Tensor{acc, t})
+				if err != nil {
+					return nil, err
+				}
+				acc = out[0]
+			}
+			return []*Tensor{acc}, nil
+		}
+	}
+	if len(in) != 2 {
+		return nil, fmt.Errorf("%s needs 2 inputs, got %d", n.OpType, len(in))
+	}
 	a, b := in[0], in[1]
 	sh, err := broadcastShapes(StaticShape(a.Shape...), StaticShape(b.Shape...))
 	if err != nil {
@@ -342,6 +365,9 @@ func evalReshape(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 }
 
 func evalConcat(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	out := n.Outputs[0].Shape.Ints()
 	a, _ := n.Int("axis")
 	ax, err := normAxis(a, len(out))
@@ -439,12 +465,18 @@ func evalGather(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 }
 
 func evalExpand(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	x := in[0]
 	out := n.Outputs[0].Shape.Ints()
 	return []*Tensor{x.take(out, broadcastIndex(out, x.Shape))}, nil
 }
 
 func evalTile(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	if !n.Outputs[0].Shape.Static() {
+		return nil, fmt.Errorf("output shape %v not known", n.Outputs[0].Shape)
+	}
 	x := in[0]
 	out := n.Outputs[0].Shape.Ints()
 	st := stridesOf(x.Shape)

@@ -99,3 +99,55 @@ func TestShapeElements(t *testing.T) {
 		t.Errorf("FormatBytes(1536) = %q", got)
 	}
 }
+
+// TestPoolRank: pooling over an input without spatial axes is an error,
+// not an index out of range (found by FuzzPipeline).
+func TestPoolRank(t *testing.T) {
+	for _, op := range []string{"GlobalAveragePool", "MaxPool"} {
+		var attrs = attrInts("kernel_shape")
+		g := newBuilder(14).input("x", 2, 3).node(op, []string{"x"}, []string{"y"}, attrs).output("y").graph(t)
+		if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), op) {
+			t.Errorf("%s on (2,3): err = %v", op, err)
+		}
+	}
+}
+
+// TestFoldUnknownOutput: folding an Expand or Tile whose inferred output
+// shape has an unknown dimension (a negative target) is an error, not an
+// index out of range (found by FuzzPipeline).
+func TestFoldUnknownOutput(t *testing.T) {
+	for _, op := range []string{"Expand", "Tile"} {
+		g := newBuilder(14).input("x", 1).
+			init("a", i64([]int64{1}, 7)).init("s", i64([]int64{1}, -5)).
+			node(op, []string{"a", "s"}, []string{"y"}).output("y").graph(t)
+		if err := g.InferShapes(nil); err == nil {
+			t.Errorf("%s to -5: no error", op)
+		}
+	}
+}
+
+// TestMalformedAttributes: attribute and input lengths that disagree are
+// errors naming the node, not index out of range (Pad found by
+// FuzzPipeline; ConvTranspose by review after it).
+func TestMalformedAttributes(t *testing.T) {
+	cases := []struct {
+		name string
+		b    *builder
+	}{
+		{"Pad pads not 2·axes", newBuilder(18).input("x", 2, 3, 4).
+			init("p", i64([]int64{4}, 1, 1, 1, 1)).init("v", &Tensor{DType: Float32, Shape: []int64{}, F32: []float32{0}}).init("ax", i64([]int64{1}, 1)).
+			node("Pad", []string{"x", "p", "v", "ax"}, []string{"y"})},
+		{"ConvTranspose rank 2", newBuilder(14).input("x", 2, 3).init("w", &Tensor{DType: Float32, Shape: []int64{3, 3}, F32: make([]float32, 9)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"})},
+		{"ConvTranspose short strides", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("strides", 2))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := c.b.output("y").graph(t)
+			if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), "node ") {
+				t.Errorf("err = %v", err)
+			}
+		})
+	}
+}

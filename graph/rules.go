@@ -50,11 +50,8 @@ func init() {
 	}
 	rules["IsNaN"] = rule{infer: boolLikeInput}
 	rules["IsInf"] = rule{infer: boolLikeInput}
-	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min"} {
+	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod"} {
 		rules[op] = rule{infer: broadcastInfer(false), eval: evalBinary}
-	}
-	for _, op := range []string{"Sum", "Mean", "PRelu"} {
-		rules[op] = rule{infer: broadcastInfer(false)}
 	}
 	for _, op := range []string{"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"} {
 		rules[op] = rule{infer: broadcastInfer(true), eval: evalBinary}
@@ -62,7 +59,6 @@ func init() {
 	rules["Where"] = rule{infer: inferWhere, eval: evalWhere}
 	rules["Dropout"] = rule{infer: inferDropout}
 	rules["Conv"] = rule{infer: inferConv}
-	rules["ConvTranspose"] = rule{infer: inferConvTranspose}
 	rules["MaxPool"] = rule{infer: inferPool}
 	rules["AveragePool"] = rule{infer: inferPool}
 	rules["LpPool"] = rule{infer: inferPool}
@@ -179,6 +175,9 @@ func boolLikeInput(g *Graph, n *Node) error {
 
 func broadcastInfer(toBool bool) func(g *Graph, n *Node) error {
 	return func(g *Graph, n *Node) error {
+		if err := legacyBroadcast(n); err != nil {
+			return err
+		}
 		var shapes []Shape
 		for i, v := range n.Inputs {
 			if v == nil {
@@ -270,46 +269,6 @@ func inferConv(g *Graph, n *Node) error {
 	return nil
 }
 
-func inferConvTranspose(g *Graph, n *Node) error {
-	x, w := n.Input(0), n.Input(1)
-	if x == nil || w == nil || x.Shape == nil || len(w.Shape) != len(x.Shape) {
-		return errors.New("ConvTranspose needs X and W of the same known rank")
-	}
-	group, err := n.Int("group")
-	if err != nil {
-		return err
-	}
-	r := len(x.Shape) - 2
-	kernel, err := n.Ints("kernel_shape", w.Shape[2:].Ints())
-	if err != nil {
-		return err
-	}
-	ones := make([]int64, r)
-	for i := range ones {
-		ones[i] = 1
-	}
-	strides, _ := n.Ints("strides", ones)
-	dil, _ := n.Ints("dilations", ones)
-	pads, _ := n.Ints("pads", make([]int64, 2*r))
-	outPad, _ := n.Ints("output_padding", make([]int64, r))
-	outShape, _ := n.Ints("output_shape", nil)
-	out := Shape{x.Shape[0], {Size: w.Shape[1].Size * group}}
-	for i := 0; i < r; i++ {
-		if len(outShape) == r {
-			out = append(out, Dim{Size: outShape[i]})
-			continue
-		}
-		in := x.Shape[2+i].Size
-		if in < 0 {
-			out = append(out, Dim{Size: -1})
-			continue
-		}
-		out = append(out, Dim{Size: strides[i]*(in-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - pads[i] - pads[i+r]})
-	}
-	setOut(n, 0, x.DType, out)
-	return nil
-}
-
 func inferPool(g *Graph, n *Node) error {
 	x, err := rankedIn0(n)
 	if err != nil {
@@ -319,7 +278,7 @@ func inferPool(g *Graph, n *Node) error {
 	if err != nil {
 		return err
 	}
-	if len(kernel) != len(x.Shape)-2 {
+	if len(x.Shape) < 3 || len(kernel) != len(x.Shape)-2 {
 		return fmt.Errorf("kernel_shape %v does not match input %v", kernel, x.Shape)
 	}
 	p, err := n.Window(x.Shape[2:].Ints(), kernel)
@@ -339,6 +298,9 @@ func inferGlobalPool(g *Graph, n *Node) error {
 	x, err := rankedIn0(n)
 	if err != nil {
 		return err
+	}
+	if len(x.Shape) < 3 {
+		return fmt.Errorf("input %v has no spatial axes", x.Shape)
 	}
 	out := Shape{x.Shape[0], x.Shape[1]}
 	for range x.Shape[2:] {
@@ -976,6 +938,9 @@ func (n *Node) PadAmounts(r int) ([]int64, error) {
 		if axes, err := constInts(n, 3); err != nil {
 			return nil, err
 		} else if axes != nil {
+			if len(pads) != 2*len(axes) {
+				return nil, fmt.Errorf("pads %v do not match axes %v", pads, axes)
+			}
 			full := make([]int64, 2*r)
 			for i, a := range axes {
 				ax, err := normAxis(a, r)
@@ -1192,6 +1157,9 @@ func inferSplit(g *Graph, n *Node) error {
 		return err
 	}
 	k := len(n.Outputs)
+	if no := n.IntOr("num_outputs", 0); no != 0 && (no != int64(k) || len(sizes) != 0) {
+		return fmt.Errorf("num_outputs %d with %d outputs and split sizes %v (opset 18: num_outputs or sizes, matching the outputs)", no, k, sizes)
+	}
 	dim := x.Shape[ax].Size
 	if len(sizes) == 0 {
 		if dim < 0 {

@@ -363,3 +363,24 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestSaveReadOnlyDir: saving where nothing can be written (a chmod'ed
+// directory, or /proc for root) fails naming the path, leaving nothing
+// under it.
+func TestSaveReadOnlyDir(t *testing.T) {
+	dir := "/proc"
+	if os.Geteuid() != 0 {
+		dir = t.TempDir()
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o755)
+	}
+	path := filepath.Join(dir, "dpfinetune-save-test.onnx")
+	if err := NewModel(tinyModel()).Save(path, nil); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("%s exists (%v)", path, err)
+	}
+}

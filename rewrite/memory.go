@@ -33,7 +33,8 @@ const (
 //	             book-keeping keeps a layer's output gradient for
 //	             Σ_i C_i a_iᵀg_i (bk_l = out_l), or its instantiated
 //	             per-sample gradients where those are no larger (instantiate
-//	             decision with D ≤ T, and shared parameters: bk_l = inst_l);
+//	             decision with D ≤ T, shared parameters and weights through
+//	             layout operators that do not keep the norm: bk_l = inst_l);
 //	             elementwise parameters' per-sample gradients are kept
 //
 // plus 4·B for the per-sample norms in every DP mode. Ghost-norm Gram
@@ -42,7 +43,8 @@ const (
 // accumulated, so only the largest counts (the paper's Table 2 gives
 // their per-layer space, B(2T²+1) and B(pD+1)). The second back-
 // propagation of ghost and mixed clipping needs no extra space. Shared
-// parameters are instantiated in every DP mode.
+// parameters, and weights whose path does not keep the norm, are
+// instantiated in every DP mode.
 type ModeMemory struct {
 	Mode        string `json:"mode"`
 	Total       int64  `json:"total_bytes"`
@@ -77,13 +79,13 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
-		if l.Shared {
+		if l.Shared || l.Mapped {
 			ghost = inst
 		}
 		sumInst += inst
 		// dpengine's rule (needPerSample): keep the instantiated gradient
 		// where it is no larger than the input and output gradient.
-		if l.Shared || (l.Decision == Instantiate && l.D <= l.T) {
+		if l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T) {
 			sumBK += inst
 		} else {
 			sumBK += l.Groups * l.T * l.P

@@ -158,6 +158,10 @@ type Layer struct {
 	Groups int64 `json:"groups"`
 	// Shared marks a use of a shared parameter: always instantiated.
 	Shared bool `json:"shared,omitempty"`
+	// Mapped marks a use through layout operators that do not keep the
+	// norm (Concat, Expand, Tile, Gather): always instantiated, and the
+	// per-sample gradient mapped back to the parameter.
+	Mapped bool `json:"mapped,omitempty"`
 	// TwoT2 = 2T² and PD = p·D are the per-sample, per-group space of the
 	// ghost norm and of the instantiated gradient (the paper's Table 3).
 	TwoT2    int64    `json:"2T2"`
@@ -427,7 +431,7 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 		}
 		for _, u := range prm.Uses {
 			if u.Layer != nil {
-				if u.Layer.Op == "Conv" || u.Layer.Op == "Gemm" {
+				if u.Layer.Op == "Conv" || u.Layer.Op == "ConvTranspose" || u.Layer.Op == "Gemm" {
 					if b := p.byName[u.Layer.Bias]; b == nil || !b.Trainable() {
 						u.Layer.Bias = ""
 					}
@@ -600,73 +604,12 @@ func (a *analyzer) classify(n *graph.Node, k int, q *graph.Value, path []Step) (
 		u.Data, u.In = i, s.l
 		return ""
 	}
-	switch n.OpType {
-	case "Conv":
-		switch k {
-		case 1:
-			if r := data(0); r != "" {
-				return nil, r
+	c := &consumer{a: a, n: n, k: k, q: q, u: u, at: at, data: data}
+	if r := consumerRules[n.OpType]; r != nil {
+		if why, handled := r(c); handled {
+			if why != "" {
+				return nil, why
 			}
-			u.Kind = KindLinear
-			return u, a.convLayer(n, u)
-		case 2:
-			if r := data(0); r != "" {
-				return nil, r
-			}
-			u.Kind = KindElementwise
-			return u, ""
-		}
-	case "Gemm":
-		switch k {
-		case 1:
-			if r := data(0); r != "" {
-				return nil, r
-			}
-			u.Kind = KindLinear
-			return u, a.gemmLayer(n, u)
-		case 2:
-			if r := data(0); r != "" {
-				return nil, r
-			}
-			u.Kind = KindElementwise
-			return u, ""
-		}
-	case "MatMul":
-		if len(q.Shape) != 2 {
-			return nil, fmt.Sprintf("read by %s as a rank-%d operand; only 2-D MatMul weights are supported", at, len(q.Shape))
-		}
-		if r := data(1 - k); r != "" {
-			return nil, r
-		}
-		u.Kind = KindLinear
-		return u, a.matmulLayer(n, u)
-	case "Add", "Sub", "Mul", "Div":
-		if r := data(1 - k); r != "" {
-			return nil, r
-		}
-		u.Kind = KindElementwise
-		return u, ""
-	case "Concat":
-		for i := range n.Inputs {
-			if a.li.state(n.Inputs[i]).kind == batched {
-				if r := data(i); r != "" {
-					return nil, r
-				}
-				break
-			}
-		}
-		u.Kind = KindElementwise
-		return u, ""
-	case "BatchNormalization":
-		return nil, fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", at)
-	case "LayerNormalization", "InstanceNormalization", "GroupNormalization":
-		// Scale (1) and bias (2): elementwise, from the normalized
-		// input and the output gradient of each sample.
-		if k == 1 || k == 2 {
-			if r := data(0); r != "" {
-				return nil, r
-			}
-			u.Kind = KindElementwise
 			return u, ""
 		}
 	}
@@ -692,62 +635,6 @@ func prod(d []int64) int64 {
 	return p
 }
 
-func (a *analyzer) convLayer(n *graph.Node, u *Use) string {
-	w, ok2 := dims(n.Input(1))
-	y, ok3 := dims(n.Outputs[0])
-	if !ok2 || !ok3 || len(w) < 3 || len(y) != len(w) {
-		return fmt.Sprintf("Conv %s: shapes unknown", nodeLabel(n))
-	}
-	if u.In.Axis != 0 {
-		return fmt.Sprintf("Conv %s: batch on %v of its input", nodeLabel(n), u.In)
-	}
-	g := n.IntOr("group", 1)
-	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
-		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
-	if b := n.Input(2); b != nil {
-		u.Layer.Bias = b.Name
-	}
-	return ""
-}
-
-func (a *analyzer) gemmLayer(n *graph.Node, u *Use) string {
-	x, ok1 := dims(n.Input(0))
-	y, ok2 := dims(n.Outputs[0])
-	if !ok1 || !ok2 || len(x) != 2 {
-		return fmt.Sprintf("Gemm %s: shapes unknown", nodeLabel(n))
-	}
-	kAxis := 1
-	if n.IntOr("transA", 0) != 0 {
-		kAxis = 0
-	}
-	if u.In.Axis != 1-kAxis {
-		return fmt.Sprintf("Gemm %s: batch on the contracted axis", nodeLabel(n))
-	}
-	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
-		T: u.In.Outer * u.In.Inner, D: x[kAxis], P: y[1], Groups: 1}
-	if b := n.Input(2); b != nil {
-		u.Layer.Bias = b.Name
-	}
-	return ""
-}
-
-func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
-	x, ok1 := dims(n.Input(u.Data))
-	if !ok1 || len(x) < 2 {
-		return fmt.Sprintf("MatMul %s: data operand shape unknown or 1-D", nodeLabel(n))
-	}
-	var kdim int64
-	var p int64
-	if u.Operand == 1 { // y = x · W, W (K, N)
-		kdim, p = x[len(x)-1], u.OperandShape[1]
-	} else { // y = W · x, W (M, K), x (…, K, N)
-		kdim, p = x[len(x)-2], u.OperandShape[0]
-	}
-	t := prod(x) / (a.ab * kdim)
-	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: 1}
-	return ""
-}
-
 // decide applies the layerwise decision.
 func (l *Layer) decide(pr Priority, shared bool, path []Step) {
 	l.TwoT2 = 2 * l.T * l.T
@@ -762,6 +649,7 @@ func (l *Layer) decide(pr Priority, shared bool, path []Step) {
 		for _, s := range path {
 			ops = append(ops, s.Op)
 		}
+		l.Mapped = true
 		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s through %v, which does not keep the norm: the per-sample gradient is instantiated and mapped back", l.Op, ops)
 		return
 	}

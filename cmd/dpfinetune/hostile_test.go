@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -9,12 +10,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dpfinetune/dpfinetune/internal/hostile"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
 // childArgsEnv makes the test binary act as the dpfinetune binary: the
@@ -169,5 +173,203 @@ func TestErrorsOnOneLine(t *testing.T) {
 	_, stderr, code := run(t, "inspect", "--model", "no\nsuch.onnx")
 	if code != exitError || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, "no such.onnx") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// copyFMNIST copies the Fashion-MNIST slice to a temporary directory.
+func copyFMNIST(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src := "../../testdata/fmnist-small"
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".gz") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// relabel writes a plain train-labels file beside the .gz one (the plain
+// file takes precedence) with the first label changed: the same number
+// of examples, other data.
+func relabel(t *testing.T, dir string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "train-labels-idx1-ubyte.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[8] = (b[8] + 1) % 10 // the first label, after magic and count
+	if err := os.WriteFile(filepath.Join(dir, "train-labels-idx1-ubyte"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestResumeRefusesCorruptState is the issue's test: the demo CNN's
+// checkpoint with one byte XOR 0x10 at its midpoint must be refused, not
+// resumed into wrong weights or a wrong ε; so must a resume on changed
+// training data, and a data file rewritten between epochs stops the run.
+func TestResumeRefusesCorruptState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the fixture CNN")
+	}
+	args := func(data, out string, extra ...string) []string {
+		a := []string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", "idx:" + data + ":limit=512", "--test-data", "none",
+			"--epsilon", "3", "--epochs", "2", "--batch-size", "64", "--physical-batch", "32", "--seed", "5", "--quiet", "--out", out}
+		return append(a, extra...)
+	}
+	stopAfterEpoch1 := func() {
+		afterStep = func(step int64) {
+			if step == 8 { // the end of the first epoch (8 steps of 64 from 512)
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				time.Sleep(time.Second)
+			}
+		}
+	}
+
+	t.Run("checkpoint midpoint XOR 0x10", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "cnn.onnx")
+		stopAfterEpoch1()
+		_, e, code := run(t, args(copyFMNIST(t), out)...)
+		afterStep = nil
+		if code != exitError || !strings.Contains(e, "interrupted") {
+			t.Fatalf("exit %d: %s", code, e)
+		}
+		ckpt := out + ".ckpt"
+		b, err := os.ReadFile(ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)/2] ^= 0x10
+		if err := os.WriteFile(ckpt, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, e, code = run(t, args(copyFMNIST(t), out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
+		if code != exitError || !strings.Contains(e, "integrity check failed") || !strings.Contains(e, ckpt) {
+			t.Errorf("resume of a corrupt checkpoint: exit %d: %s", code, e)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Error("a model was written from a corrupt checkpoint")
+		}
+	})
+
+	t.Run("data changed before resume", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "cnn.onnx")
+		data := copyFMNIST(t)
+		stopAfterEpoch1()
+		_, e, code := run(t, args(data, out)...)
+		afterStep = nil
+		if code != exitError || !strings.Contains(e, "interrupted") {
+			t.Fatalf("exit %d: %s", code, e)
+		}
+		relabel(t, data)
+		_, e, code = run(t, args(data, out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
+		if code != exitError || !strings.Contains(e, "the training data changed") {
+			t.Errorf("resume on changed data: exit %d: %s", code, e)
+		}
+	})
+
+	t.Run("data rewritten between epochs", func(t *testing.T) {
+		dir := t.TempDir()
+		out := filepath.Join(dir, "cnn.onnx")
+		data := copyFMNIST(t)
+		afterStep = func(step int64) {
+			if step == 8 {
+				relabel(t, data)
+				// A new file with a new time: the loaded one was the .gz,
+				// so touch that too.
+				later := time.Now().Add(time.Minute)
+				os.Chtimes(filepath.Join(data, "train-labels-idx1-ubyte.gz"), later, later)
+			}
+		}
+		_, e, code := run(t, args(data, out)...)
+		afterStep = nil
+		t.Logf("exit %d: %s", code, e)
+		if code != exitError || !strings.Contains(e, "epoch 2") || !strings.Contains(e, "changed since it was loaded") {
+			t.Errorf("exit %d: %s", code, e)
+		}
+	})
+}
+
+// TestMutatedFixturesAreNotBugs runs inspect, plan and predict on every
+// fixture under one mutation of each kind (internal/hostile.Mutate, the
+// mutations FuzzPipeline makes): each may succeed or fail with status 1
+// or 2, never reach the bug handler (status 70), and fail on one line.
+func TestMutatedFixturesAreNotBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 288 commands")
+	}
+	paths, _ := filepath.Glob("../../testdata/models/*.onnx")
+	if len(paths) == 0 {
+		t.Fatal("no fixtures")
+	}
+	dir := t.TempDir()
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(p), ".onnx")
+		sample := "3,32,32"
+		if name == "cnn" {
+			sample = "1,28,28"
+		}
+		x := filepath.Join(dir, name+"-x.npy")
+		dims := []int{2}
+		for _, s := range strings.Split(sample, ",") {
+			d, _ := strconv.Atoi(s)
+			dims = append(dims, d)
+		}
+		if err := npy.WriteFile(x, npy.NewFloat32(make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), dims...)); err != nil {
+			t.Fatal(err)
+		}
+		for kind := byte(0); kind < 12; kind++ {
+			m := &onnxpb.ModelProto{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				t.Fatal(err)
+			}
+			hostile.Mutate(m, []byte{kind, 5 * kind, 3*kind + 1})
+			mb, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := filepath.Join(dir, fmt.Sprintf("%s-%d.onnx", name, kind))
+			if err := os.WriteFile(model, mb, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{
+				{"inspect", "--model", model, "--input-shape", sample},
+				{"plan", "--model", model, "--input-shape", sample, "--batch", "2"},
+				{"predict", "--model", model, "--input", x, "--out", filepath.Join(dir, "y.npy"), "--batch", "2"},
+			} {
+				_, stderr, code := run(t, args...)
+				if code == exitBug || (code != exitOK && strings.Count(stderr, "\n") != 1) {
+					t.Errorf("%s on %s mutated by kind %d: exit %d: %s", args[0], name, kind, code, stderr)
+				}
+			}
+		}
 	}
 }

@@ -43,6 +43,7 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 	var (
 		pix    []uint8
 		labels []int32
+		read   []string
 	)
 	for _, name := range files {
 		if spec.Limit > 0 && len(labels) >= spec.Limit {
@@ -59,6 +60,7 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 				return nil, fmt.Errorf("%s: %s is not a regular file", scheme, path)
 			}
 		}
+		read = append(read, path)
 		b, err := os.ReadFile(path)
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -111,6 +113,8 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 		h:        32,
 		w:        32,
 		pix:      pix,
+
+		sourcePaths: read,
 	}, nil
 }
 

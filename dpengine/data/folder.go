@@ -169,6 +169,9 @@ func loadFolder(spec Spec) (*Images, error) {
 	}
 
 	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1}
+	for _, it := range order {
+		m.sourcePaths = append(m.sourcePaths, it.path)
+	}
 	uniform := true
 	for i, d := range imgs {
 		m.labels[i] = order[i].label
@@ -255,6 +258,11 @@ func decodeImage(path string, admit func(path string, w, h int) error) (decoded,
 		return decoded{}, fmt.Errorf("folder: %w", err)
 	}
 	defer f.Close()
+	return decodeImageFrom(f, path, admit)
+}
+
+// decodeImageFrom is decodeImage on the contents of path read from f.
+func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (decoded, error) {
 	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)

@@ -7,12 +7,14 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // pngWithSize returns a valid 1×1 gray PNG whose IHDR claims w×h pixels
 // (its CRC fixed up): the header a decompression bomb carries.
-func pngWithSize(t *testing.T, w, h uint32) []byte {
+func pngWithSize(t testing.TB, w, h uint32) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := png.Encode(&buf, grayImage(1, 1, func(x, y int) uint8 { return 9 })); err != nil {
@@ -81,5 +83,53 @@ func TestHostileData(t *testing.T) {
 			_, err := LoadString(tc.scheme + ":" + dir)
 			wantErr(t, err, tc.frags(dir)...)
 		})
+	}
+}
+
+// TestSourcesChanged: a data file rewritten after loading (same size,
+// other bytes, a new modification time) is detected, naming the file; the
+// fingerprint of the samples follows their content, not the files' names.
+func TestSourcesChanged(t *testing.T) {
+	dir := t.TempDir()
+	set := idxSet{n: 4, h: 2, w: 2, tn: 1, labels: []byte{0, 1, 2, 3}, tlabs: []byte{0}}
+	set.write(t, dir)
+	a, err := LoadString("idx:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CheckSources(); err != nil {
+		t.Fatalf("unchanged: %v", err)
+	}
+	dir2 := t.TempDir()
+	set.write(t, dir2)
+	b, err := LoadString("idx:" + dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Fingerprint() != b.Fingerprint() || len(a.Fingerprint()) != 64 {
+		t.Errorf("same samples, fingerprints %s and %s", a.Fingerprint(), b.Fingerprint())
+	}
+	img := filepath.Join(dir, "train-images-idx3-ubyte")
+	raw, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-1] ^= 1
+	writeFile(t, img, raw)
+	later := time.Now().Add(time.Minute)
+	os.Chtimes(img, later, later)
+	if err := a.CheckSources(); err == nil || !strings.Contains(err.Error(), img) || !strings.Contains(err.Error(), "changed since it was loaded") {
+		t.Errorf("rewritten: %v", err)
+	}
+	c, err := LoadString("idx:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Fingerprint() == a.Fingerprint() {
+		t.Error("one pixel changed, same fingerprint")
+	}
+	os.Remove(img)
+	if err := a.CheckSources(); err == nil || !strings.Contains(err.Error(), "unreadable") {
+		t.Errorf("removed: %v", err)
 	}
 }

@@ -73,6 +73,8 @@ func loadIDX(spec Spec) (*Images, error) {
 		h:        idims[1],
 		w:        idims[2],
 		pix:      pix,
+
+		sourcePaths: []string{imgPath, lblPath},
 	}, nil
 }
 
@@ -118,6 +120,11 @@ func readIDX(path string, ndims int) ([]uint8, []int, error) {
 		return nil, nil, fmt.Errorf("idx: %w", err)
 	}
 	defer f.Close()
+	return readIDXFrom(f, path, ndims)
+}
+
+// readIDXFrom is readIDX on the contents of path read from f.
+func readIDXFrom(f io.Reader, path string, ndims int) ([]uint8, []int, error) {
 	br := bufio.NewReaderSize(f, 1<<16)
 	var r io.Reader = br
 	what := "file"

@@ -1,8 +1,14 @@
 package data
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"strconv"
+	"sync"
+	"time"
 )
 
 // Images is a dataset held in memory: per sample, channel-major (C,H,W)
@@ -27,6 +33,16 @@ type Images struct {
 	// Varied sizes (h == w == 0): one slice and one size per sample.
 	samples [][]uint8
 	sizes   [][2]int32
+
+	// sources are the files the samples were read from, as they were
+	// when read (CheckSources).
+	sources     []fileStamp
+	sourcePaths []string // set by the loaders, stamped by Load
+	// fingerprint caches Fingerprint.
+	fingerprint struct {
+		once sync.Once
+		sum  string
+	}
 }
 
 // NewImages builds an in-memory dataset of len(labels) samples of
@@ -160,4 +176,75 @@ func numberedClasses(n int) []string {
 		c[i] = strconv.Itoa(i)
 	}
 	return c
+}
+
+// fileStamp is what a source file looked like when it was read.
+type fileStamp struct {
+	path  string
+	size  int64
+	mtime time.Time
+}
+
+// stampFiles records the size and modification time of paths.
+func stampFiles(paths []string) ([]fileStamp, error) {
+	out := make([]fileStamp, len(paths))
+	for i, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+		out[i] = fileStamp{path: p, size: fi.Size(), mtime: fi.ModTime()}
+	}
+	return out, nil
+}
+
+// CheckSources reports a source file that changed (size or modification
+// time), disappeared or was replaced since the dataset was loaded: the
+// samples in memory are no longer those on disk, so a resumed run would
+// train on other data under the same privacy accounting. Datasets built
+// with NewImages have no sources.
+func (m *Images) CheckSources() error {
+	for _, f := range m.sources {
+		fi, err := os.Stat(f.path)
+		if err != nil {
+			return fmt.Errorf("data: %s was read at load time and is now unreadable: %w", f.path, err)
+		}
+		if fi.Size() != f.size || !fi.ModTime().Equal(f.mtime) {
+			return fmt.Errorf("data: %s changed since it was loaded (%d bytes modified %s, now %d bytes modified %s)",
+				f.path, f.size, f.mtime.UTC().Format(time.RFC3339Nano), fi.Size(), fi.ModTime().UTC().Format(time.RFC3339Nano))
+		}
+	}
+	return nil
+}
+
+// Fingerprint is the SHA-256 (hex) of the samples as loaded: channels,
+// every label, size and pixel. Two loads of the same data give the same
+// fingerprint whatever the files' names or times; a changed pixel or label
+// changes it. Computed once (it reads every byte).
+func (m *Images) Fingerprint() string {
+	m.fingerprint.once.Do(func() {
+		h := sha256.New()
+		var b [8]byte
+		put := func(v int64) {
+			binary.LittleEndian.PutUint64(b[:], uint64(v))
+			h.Write(b[:])
+		}
+		put(int64(m.channels))
+		put(int64(len(m.labels)))
+		for _, l := range m.labels {
+			put(int64(l))
+		}
+		if m.pix != nil {
+			put(int64(m.h))
+			put(int64(m.w))
+			h.Write(m.pix)
+		}
+		for i, s := range m.samples {
+			put(int64(m.sizes[i][0]))
+			put(int64(m.sizes[i][1]))
+			h.Write(s)
+		}
+		m.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
+	})
+	return m.fingerprint.sum
 }

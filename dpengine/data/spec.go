@@ -217,6 +217,10 @@ func Load(spec Spec) (*Images, error) {
 		return nil, err
 	}
 	im.spec = spec
+	if im.sources, err = stampFiles(im.sourcePaths); err != nil {
+		return nil, err
+	}
+	im.sourcePaths = nil
 	return im, nil
 }
 

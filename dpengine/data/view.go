@@ -227,6 +227,12 @@ func (v *View) Source() *Images { return v.src }
 // Preprocess returns the preprocessing, with zero shape fields filled in.
 func (v *View) Preprocess() Preprocess { return v.p }
 
+// CheckSources is the source dataset's CheckSources.
+func (v *View) CheckSources() error { return v.src.CheckSources() }
+
+// Fingerprint is the source dataset's Fingerprint.
+func (v *View) Fingerprint() string { return v.src.Fingerprint() }
+
 // Len returns the number of samples.
 func (v *View) Len() int { return v.src.Len() }
 

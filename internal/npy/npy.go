@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
@@ -427,17 +428,10 @@ func ReadFile(path string) (*Array, error) {
 	return a, nil
 }
 
-// WriteFile writes a as a .npy file.
+// WriteFile writes a as a .npy file, through a temporary file renamed over
+// path when complete (nothing half-written is left under path).
 func WriteFile(path string, a *Array) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := Write(f, a); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return f.Close()
+	return atomicfile.Write(path, func(w io.Writer) error { return Write(w, a) })
 }
 
 // ReadNPZ reads every array of a .npz archive (a zip of .npy members,
@@ -470,29 +464,22 @@ func ReadNPZ(path string) (map[string]*Array, error) {
 // WriteNPZ writes arrays as an uncompressed .npz archive with members in
 // sorted key order.
 func WriteNPZ(path string, arrays map[string]*Array) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	zw := zip.NewWriter(f)
-	keys := make([]string, 0, len(arrays))
-	for k := range arrays {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		w, err := zw.CreateHeader(&zip.FileHeader{Name: k + ".npy", Method: zip.Store})
-		if err == nil {
-			err = Write(w, arrays[k])
+	return atomicfile.Write(path, func(f io.Writer) error {
+		zw := zip.NewWriter(f)
+		keys := make([]string, 0, len(arrays))
+		for k := range arrays {
+			keys = append(keys, k)
 		}
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("npz: %s: member %q: %w", path, k, err)
+		sort.Strings(keys)
+		for _, k := range keys {
+			w, err := zw.CreateHeader(&zip.FileHeader{Name: k + ".npy", Method: zip.Store})
+			if err == nil {
+				err = Write(w, arrays[k])
+			}
+			if err != nil {
+				return fmt.Errorf("npz member %q: %w", k, err)
+			}
 		}
-	}
-	if err := zw.Close(); err != nil {
-		f.Close()
-		return fmt.Errorf("npz: %s: %w", path, err)
-	}
-	return f.Close()
+		return zw.Close()
+	})
 }

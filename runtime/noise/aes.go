@@ -35,7 +35,7 @@ func counter(step uint64, domain uint16, index uint64) block {
 // mode of domain 0 (Go's AES-NI code, eight blocks at a time) and the
 // expanded round keys for encryptBlocks, which encrypts the scattered
 // auxiliary blocks in bulk (crypto/aes only offers them one call each,
-// ~50 ns here, more than the whole draw of the ~60 elements per 4096 that
+// ~50 ns here, more than the whole draw of the ~15 elements per 1024 that
 // need one).
 type cipherPair struct {
 	block cipher.Block
@@ -106,7 +106,7 @@ func expandKey(key Key) roundKeys {
 }
 
 // encryptBlocks encrypts each block of bs in place under c's key, with
-// AES-NI four blocks at a time where the CPU has it, else one crypto/aes
+// AES-NI eight blocks at a time where the CPU has it, else one crypto/aes
 // call each.
 func (c *cipherPair) encryptBlocks(bs []block) {
 	if len(bs) == 0 {

@@ -10,7 +10,7 @@ var haveAESNI = func() bool {
 }()
 
 // encryptBlocksAESNI encrypts the n blocks at bs in place under the round
-// keys rk with AESENC, four blocks interleaved.
+// keys rk with AESENC, eight blocks interleaved.
 //
 //go:noescape
 func encryptBlocksAESNI(rk *roundKeys, bs *block, n int)

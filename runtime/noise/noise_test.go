@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sort"
 	"testing"
@@ -185,10 +187,9 @@ func TestAnySplit(t *testing.T) {
 // draw of every kind ends at once.
 func TestAuxWords(t *testing.T) {
 	g := New(Key{5}, 11)
-	a := auxWords{g: g, index: 99, domain: 1}
 	first := []block{counter(11, 1, 99)}
 	g.c.encryptBlocks(first)
-	a.load(&first[0])
+	a := auxWords{g: g, index: 99, domain: 1, b: &first[0]}
 	ref, _ := aes.NewCipher([]byte{5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	for j := 1; j <= 3; j++ {
 		b := counter(11, uint16(j), 99)
@@ -201,55 +202,88 @@ func TestAuxWords(t *testing.T) {
 	}
 	for _, ref := range []bool{false, true} {
 		for _, layer := range []uint32{0, 1, 7, 255} {
-			a := auxWords{g: g, index: 99, domain: maxDomain, pos: 4, ref: ref}
+			a := auxWords{g: g, index: 99, domain: maxDomain, b: &block{1, 2, 3}, pos: 16, ref: ref}
 			z := zigSlow(&a, layer, 1<<23-1, ref)
-			if a.domain != maxDomain || a.w != [4]uint32{} || math.IsNaN(float64(z)) || z < 0 || z > zigR {
-				t.Fatalf("exhausted draw of layer %d: %v, domain %d, words %v", layer, z, a.domain, a.w)
+			if a.domain != maxDomain || *a.b != (block{}) || math.IsNaN(float64(z)) || z < 0 || z > zigR {
+				t.Fatalf("exhausted draw of layer %d: %v, domain %d, block %v", layer, z, a.domain, *a.b)
 			}
 		}
 	}
 }
 
+// pythonReference is testdata/reference_py.json, written by
+// scripts/noise/reference.py: the noise of a fixed key and step computed
+// by a Python reimplementation of the specification in doc.go alone.
+type pythonReference struct {
+	N           int      `json:"n"`
+	TableSHA256 string   `json:"table_sha256"`
+	SHA256      string   `json:"sha256"`
+	FirstBits   []string `json:"first_bits"`
+}
+
+func loadPythonReference(t *testing.T) pythonReference {
+	t.Helper()
+	data, err := os.ReadFile("testdata/reference_py.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ref pythonReference
+	if err := json.Unmarshal(data, &ref); err != nil {
+		t.Fatalf("testdata/reference_py.json: %v", err)
+	}
+	if ref.N == 0 || len(ref.FirstBits) == 0 {
+		t.Fatal("testdata/reference_py.json: no values")
+	}
+	return ref
+}
+
 // TestAddGaussianGolden: the noise of a fixed key and step, through the
-// fast path the CPU has, hashes to the value Reference gave when the
-// counter-based scheme was introduced (it replaced chunk keystreams whose
-// slow draws took words in sequence, whose hash was
-// 8b417fc5c33cf73a92d822389ac0ecd7b4a1b36505afb5e3537d7981ab6575a5 in
-// dpengine). Any change to the draws, however small, must be deliberate
-// and documented in docs/PRIVACY.md; scripts/noise/reference.py recomputes
-// the first elements from the specification in doc.go alone.
+// fast path the CPU has, is the Python reimplementation's, bit for bit:
+// the first 4096 values one by one, all 1 000 003 by their hash. It
+// replaced chunk keystreams whose slow draws took words in sequence (the
+// hash of dpengine's seeded case was then
+// 8b417fc5c33cf73a92d822389ac0ecd7b4a1b36505afb5e3537d7981ab6575a5). Any
+// change to the draws, however small, must be deliberate, documented in
+// doc.go and docs/PRIVACY.md, and the file regenerated.
 func TestAddGaussianGolden(t *testing.T) {
+	ref := loadPythonReference(t)
 	var key Key
 	binary.LittleEndian.PutUint64(key[0:], 42)
-	x := make([]float32, 1000003)
+	x := make([]float32, ref.N)
 	for i := range x {
 		x[i] = float32(i%7) - 3
 	}
 	AddGaussian(x, key, 9, 5, 0.7, 1.0/3)
+	for i, hx := range ref.FirstBits {
+		if got := fmt.Sprintf("%08x", math.Float32bits(x[i])); got != hx {
+			t.Fatalf("element %d: bits %s, Python %s", i, got, hx)
+		}
+	}
 	h := sha256.New()
 	for _, v := range x {
 		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)))
 	}
-	const want = "961f04577b979c797aada81e1701acd02b33f8d76734c12c67c623e636158d35"
-	if got := fmt.Sprintf("%x", h.Sum(nil)); got != want {
-		t.Fatalf("noise hash %s, want %s", got, want)
+	if got := fmt.Sprintf("%x", h.Sum(nil)); got != ref.SHA256 {
+		t.Fatalf("noise hash %s, Python %s", got, ref.SHA256)
 	}
 }
 
 // TestTablesGolden: the ziggurat's tables, computed at start-up with
-// math.Exp and math.Log, hash to fixed values, so that a platform whose
-// math library rounds differently in a place that matters is caught (a
-// backend copies the tables rather than recomputing them).
+// math.Exp and math.Log, are those the Python reimplementation computes
+// from doc.go's construction (by hash), so that a platform whose math
+// library rounds differently in a place that matters is caught (a backend
+// copies the tables rather than recomputing them).
 func TestTablesGolden(t *testing.T) {
+	ref := loadPythonReference(t)
+	k, w, f := Tables()
 	h := sha256.New()
 	for i := range zigLayers {
-		h.Write(binary.LittleEndian.AppendUint32(nil, zigK[i]))
-		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(zigW[i])))
-		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(zigF32[i])))
+		h.Write(binary.LittleEndian.AppendUint32(nil, k[i]))
+		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(w[i])))
+		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(f[i])))
 	}
-	const want = "7eb83c271082a658128cc1d762331090d6239124ba6f43450fecc9864ff05b85"
-	if got := fmt.Sprintf("%x", h.Sum(nil)); got != want {
-		t.Fatalf("table hash %s, want %s", got, want)
+	if got := fmt.Sprintf("%x", h.Sum(nil)); got != ref.TableSHA256 {
+		t.Fatalf("table hash %s, Python %s", got, ref.TableSHA256)
 	}
 }
 
@@ -334,7 +368,7 @@ func TestDistribution(t *testing.T) {
 	const nt = 1 << 16
 	tail := make([]float64, nt)
 	for i := range tail {
-		a := auxWords{g: g, index: uint64(i), domain: 0, pos: 4}
+		a := auxWords{g: g, index: uint64(i), domain: 0, b: new(block), pos: 16}
 		tail[i] = float64(zigSlow(&a, 0, 0, false))
 	}
 	sort.Float64s(tail)
@@ -346,5 +380,46 @@ func TestDistribution(t *testing.T) {
 	}
 	if crit := math.Sqrt(math.Log(2/1e-6) / (2 * nt)); d > crit {
 		t.Errorf("tail KS distance %.5f > %.5f", d, crit)
+	}
+}
+
+// TestFinishBatches: a run whose draws all leave the fast path (layer 1
+// has no inner rectangle) is finished in several batches of auxiliary
+// blocks, the last one padded, each draw from its own element's words as
+// Reference draws it.
+func TestFinishBatches(t *testing.T) {
+	const n, e = 3*auxBatch + 13, 1<<33 + 2
+	r := rand.New(rand.NewPCG(7, 7))
+	words := make([]uint32, n)
+	slow := make([]int32, n)
+	for i := range words {
+		words[i] = r.Uint32()&^zigMask | 1
+		slow[i] = int32(i)
+	}
+	g := New(Key{4, 4}, 21)
+	x := testInput(n)
+	s := new(scratch)
+	g.finish(s, words, x, e, 0.5, 2, slow)
+	want := testInput(n)
+	for i, u := range words {
+		b := counter(21, 1, e+uint64(i))
+		g.c.block.Encrypt(b[:], b[:])
+		a := auxWords{g: g, index: e + uint64(i), domain: 1, b: &b, ref: true}
+		want[i] = zigApply(want[i], zigSlow(&a, 1, u>>zigShift, true), u, 0.5, 2)
+	}
+	sameBits(t, "finish", x, want)
+}
+
+// TestAddAllocations: once the scratch pool is warm, Add allocates only
+// its counter-mode stream (crypto/cipher.NewCTR and its IV), however
+// many elements it draws.
+func TestAddAllocations(t *testing.T) {
+	g := New(Key{8}, 1)
+	for _, n := range []int{100, 1 << 16} {
+		x := make([]float32, n)
+		g.Add(x, 0, 1, 1)
+		if a := testing.AllocsPerRun(10, func() { g.Add(x, 3, 1, 1) }); a > 2 {
+			t.Errorf("Add of %d elements: %v allocations", n, a)
+		}
 	}
 }

@@ -2,13 +2,13 @@
 
 package noise
 
-// zigFastSSE is gaussianInto's fast path four draws at a time with SSE2
+// zigFastSSE is Generator.Add's fast path four draws at a time with SSE2
 // (the amd64 baseline); see zigFastFunc for the contract.
 //
 //go:noescape
 func zigFastSSE(words []uint32, x []float32, tab *[zigLayers][2]uint32, std, post float32, slow []int32) int
 
-// zigFastAVX2 is gaussianInto's fast path eight draws at a time with AVX2
+// zigFastAVX2 is Generator.Add's fast path eight draws at a time with AVX2
 // and POPCNT; see zigFastFunc for the contract. It may also write up to
 // eight entries of slow past the count it returns (all within len(words)).
 //

@@ -2,6 +2,6 @@
 
 package noise
 
-// zigPaths lists the vector fast paths of gaussianInto: none here, zigDraw
+// zigPaths lists the vector fast paths of Generator.Add: none here, zigFastGo
 // draws every value.
 var zigPaths []zigPath

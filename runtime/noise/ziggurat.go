@@ -5,23 +5,23 @@ import "math"
 // The Gaussian noise of a logical batch is one draw per trainable
 // parameter: on a VGG with 10⁸ parameters, math/rand's NormFloat64 behind
 // the rand.Rand interface (~10 ns a draw) cost more than the training
-// step. gaussianInto is a float32 ziggurat (Marsaglia & Tsang 2000, 256
-// layers: 98.5 % of draws take the fast path) fed from a buffered AES-CTR
-// keystream, one 32-bit word per draw in the common case, without a branch
-// on the sign. Unlike the classic 32-bit version (and math/rand's), the
-// layer index, the sign and the 23-bit magnitude come from disjoint bits of
-// the word, so they are independent (Doornik 2005 showed the classic reuse
-// of the low bits biases the output).
+// step. The draw is a float32 ziggurat (Marsaglia & Tsang 2000, 256
+// layers: 98.5 % of draws take the fast path), one 32-bit word per draw in
+// the common case, without a branch on the sign. Unlike the classic 32-bit
+// version (and math/rand's), the layer index, the sign and the 23-bit
+// magnitude come from disjoint bits of the word, so they are independent
+// (Doornik 2005 showed the classic reuse of the low bits biases the
+// output).
 //
 // Speed, per draw on one core of the 2-core AMD EPYC (Zen 3) it was tuned
-// on (BenchmarkGaussianInto, medians of 6–9 runs under other load): 2.5 ns
-// with zigFastSSE and every wedge point decided by Expf; 2.2 ns with the
-// wedge's quick test (zigWedgeAccept); 1.8–2.0 ns with zigFastAVX2
-// (BenchmarkAddGaussian, two cores: 1.40 → 1.1–1.2 ns). What was left then
-// was the AES-256-CTR keystream (~45 %; AES-128 since, 11 % faster over
-// all), the vector fast path (~33 %) and the slow path (~20 %, mostly
-// branches on its random outcomes; Expf is 2 %). Those two changes did not
-// change the draws (TestGaussianGolden).
+// on, when the draws still came from one sequential keystream per chunk
+// (medians of 6–9 runs under other load): 2.5 ns with zigFastSSE and every
+// wedge point decided by expf; 2.2 ns with the wedge's quick test
+// (zigWedgeAccept); 1.8–2.0 ns with zigFastAVX2 (BenchmarkAddGaussian, two
+// cores: 1.40 → 1.1–1.2 ns). What was left then was the AES-256-CTR
+// keystream (~45 %; AES-128 since, 11 % faster over all), the vector fast
+// path (~33 %) and the slow path (~20 %, mostly branches on its random
+// outcomes; expf is 2 %).
 const (
 	zigLayers = 256
 	zigR      = 3.6541528853610088 // x of the base strip's right edge
@@ -32,6 +32,10 @@ const (
 	zigShift  = 9                  // bits 9–31: magnitude
 	zigTail   = 1.0 / zigR         // rate of the tail's exponential proposal
 )
+
+// Tables returns the ziggurat's tables K, W and F (doc.go), for a backend
+// to copy.
+func Tables() (k [zigLayers]uint32, w, f [zigLayers]float32) { return zigK, zigW, zigF32 }
 
 // zigK[i] is the acceptance bound of layer i on the 23-bit magnitude
 // (x_{i-1}/x_i·2²³; for the base strip r·f(r)/v·2²³), zigW[i] = x_i/2²³
@@ -150,7 +154,7 @@ func zigApply(x, a float32, u uint32, std, post float32) float32 {
 // draw from the next auxiliary word (whose sign bit is unused: the sign
 // was taken from the element's word). It returns |z|. Its bits are the
 // element's auxiliary words (a), so that no other element's draw depends
-// on it. exact selects the plain Expf wedge test (Reference) instead of
+// on it. exact selects the plain expf wedge test (Reference) instead of
 // the quick one (zigWedgeAccept): both give the same bits.
 func zigSlow(a *auxWords, layer, m uint32, exact bool) float32 {
 	for {
@@ -193,18 +197,18 @@ func zigWedgePoint(layer, m, w uint32) (x, y float32) {
 
 // zigWedgeAccept is the wedge test y < f(x) of layer ≥ 1, f(x) = exp(-x²/2).
 //
-// The test is done in float32 (kernels.Expf: ≤ 1e-7 relative error, 3×
-// faster than math.Exp; with the float32 rounding of -x²/2 its result is
-// within 5e-7 of f(x) relative): its rounding moves the density by that
-// much, below float32's own resolution of the output. Expf was more than
+// The test is done in float32 (expf: ≤ 1e-7 relative error, 3× faster
+// than math.Exp; with the float32 rounding of -x²/2 its result is within
+// 5e-7 of f(x) relative): its rounding moves the density by that much,
+// below float32's own resolution of the output. expf was more than
 // half of the slow path's time, so a point is first compared with two
 // lines that bound f on the layer's wedge (zigWedge; the idea is
 // McFarland 2016's): a point under the lower line is under the curve, one
 // over the upper line is over it, and only those between the lines, 0.5 %
-// of the wedge's points, call Expf. The lines stand off f by wedgeMargin
-// more than the exact bound, 20× the Expf test's error, so a quick
-// decision is the one the exact test would make and also the one the Expf
-// test makes: the draws are the same, bit for bit, as with the Expf test
+// of the wedge's points, call expf. The lines stand off f by wedgeMargin
+// more than the exact bound, 20× the expf test's error, so a quick
+// decision is the one the exact test would make and also the one the expf
+// test makes: the draws are the same, bit for bit, as with the expf test
 // alone (TestZigWedgeQuick, TestZigSlowUnchanged), and the random words
 // consumed are the same whichever decides.
 func zigWedgeAccept(layer uint32, x, y float32) bool {
@@ -231,9 +235,9 @@ var zigWedge [zigLayers]zigWedgeLines
 // wedgeMargin is how much farther than the exact bound the lines stand off
 // f, relative to f's largest value on the layer: it covers the float64
 // rounding of the bounds (~1e-15) and makes the quick decision agree with
-// the Expf test, whose error is ≤ 5e-7 relative (TestZigWedgeQuick finds
+// the expf test, whose error is ≤ 5e-7 relative (TestZigWedgeQuick finds
 // disagreements with a margin of 1e-7, none from 3e-7 up). A larger margin
-// only sends a few more points to Expf: 1e-5 leaves 0.53 % of them.
+// only sends a few more points to expf: 1e-5 leaves 0.53 % of them.
 const wedgeMargin = 1e-5
 
 // wedgeBounds returns the lines of layer i ≥ 1. The chord joins

@@ -65,7 +65,7 @@ func TestZigFastSlowLanes(t *testing.T) {
 
 // TestZigWedgeQuick: wherever the lines of zigWedge decide the wedge test
 // they agree with the exact test y < exp(-x²/2) in float64, and with the
-// Expf test they stand in for (so the draws did not change), on uniformly
+// expf test they stand in for (so the draws did not change), on uniformly
 // random points and on points within a few float32 steps of the curve.
 func TestZigWedgeQuick(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
@@ -87,7 +87,7 @@ func TestZigWedgeQuick(t *testing.T) {
 			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, exact %v", layer, m, w, x, y, accept, exact)
 		}
 		if expf := y < expf(-0.5*x*x); accept != expf {
-			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, Expf %v", layer, m, w, x, y, accept, expf)
+			t.Fatalf("layer %d m %d w %#x: x %v y %v: quick accept %v, expf %v", layer, m, w, x, y, accept, expf)
 		}
 		if zigWedgeAccept(layer, x, y) != accept {
 			t.Fatalf("layer %d m %d w %#x: zigWedgeAccept disagrees with the lines", layer, m, w)
@@ -103,7 +103,7 @@ func TestZigWedgeQuick(t *testing.T) {
 			undecided++
 		}
 	}
-	t.Logf("uniform wedge points left to Expf: %.2f %%", 100*float64(undecided)/n)
+	t.Logf("uniform wedge points left to expf: %.2f %%", 100*float64(undecided)/n)
 	// Near the lines and the curve: the u whose y is closest to each,
 	// and its neighbours, where the quick decisions come closest to the
 	// curve and a margin too thin would show.
@@ -138,12 +138,11 @@ func TestZigSlowUnchanged(t *testing.T) {
 	for i := range 1 << 20 {
 		layer := 1 + r.Uint32N(zigLayers-1)
 		m := zigK[layer] + r.Uint32N(1<<23-zigK[layer])
-		a := auxWords{g: g, index: uint64(i), domain: 1}
-		b := auxWords{g: g, index: uint64(i), domain: 1, ref: true}
 		first := counter(3, 1, uint64(i))
 		g.c.block.Encrypt(first[:], first[:])
-		a.load(&first)
-		b.load(&first)
+		second := first
+		a := auxWords{g: g, index: uint64(i), domain: 1, b: &first}
+		b := auxWords{g: g, index: uint64(i), domain: 1, b: &second, ref: true}
 		if x, y := zigSlow(&a, layer, m, false), zigSlow(&b, layer, m, true); math.Float32bits(x) != math.Float32bits(y) {
 			t.Fatalf("draw %d (layer %d, m %d): %v, expf alone %v", i, layer, m, x, y)
 		}

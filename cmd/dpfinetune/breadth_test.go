@@ -1,0 +1,231 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/orttest"
+)
+
+// breadthCI is the subset of testdata/gen/breadth.py's models that runs on
+// every test run (when PyTorch is present): a transformer at opset 17 with
+// native LayerNormalization, a BatchNorm CNN with Dropout and HardSwish, a
+// ConvNeXt (LayerNorm over channels, layer scale), and a Swin transformer
+// (relative-position bias, shifted windows). DPFINETUNE_BREADTH=1 runs all
+// of them; DPFINETUNE_BREADTH=a,b runs those.
+var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "swin_t"}
+
+var breadthAll = []string{"resnet18", "wide_resnet", "resnext", "densenet", "mobilenet_v2", "mobilenet_v3_small",
+	"mobilenet_v3_large", "efficientnet", "regnet", "shufflenet_v2", "mnasnet", "googlenet", "inception_v3",
+	"squeezenet", "alexnet", "vgg", "vgg_bn", "convnext", "swin_t", "vit", "maxvit"}
+
+type breadthEntry struct {
+	Size    int               `json:"size"`
+	HasBN   bool              `json:"has_bn"`
+	Reduced string            `json:"reduced"`
+	Errors  map[string]string `json:"errors"`
+}
+
+// breadthExports runs breadth.py for models into a cache directory keyed by
+// the script and the list, or skips t without PyTorch.
+func breadthExports(t *testing.T, models []string) (string, map[string]breadthEntry) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("torchvision breadth exports are slow; skipped in -short")
+	}
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx").Run(); err != nil {
+		t.Skip("no /usr/bin/python3 with torch, torchvision and onnx")
+	}
+	gen := "../../testdata/gen"
+	h := sha256.New()
+	for _, f := range []string{"breadth.py", "make_dropout.py", "make_fixtures.py"} {
+		b, err := os.ReadFile(filepath.Join(gen, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Write(b)
+	}
+	h.Write([]byte(strings.Join(models, ",")))
+	dir := filepath.Join(os.TempDir(), "dpfinetune-breadth-"+hex.EncodeToString(h.Sum(nil)[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		cmd := exec.Command(py, filepath.Join(gen, "breadth.py"), "--out", dir, "--models", strings.Join(models, ","))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("breadth.py: %v\n%s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "done"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man := map[string]breadthEntry{}
+	if err := json.Unmarshal(raw, &man); err != nil {
+		t.Fatal(err)
+	}
+	return dir, man
+}
+
+// TestTorchvisionBreadth exports reduced torchvision classifiers
+// (testdata/gen/breadth.py) at opsets 14 and 17, in eval form and in
+// TrainingMode.TRAINING form without constant folding, and checks each:
+//
+//   - predict against PyTorch's logits (max |Δ| ≤ 1e-4·max(1, max|want|));
+//   - norms --mode bk against PyTorch's brute-force per-sample gradient
+//     norms for models without BatchNorm (rel ≤ 1e-3, and no parameter
+//     frozen), and against norms --mode instantiate for models with it;
+//   - two epochs of DP training on 16 Fashion-MNIST images (exit 0);
+//   - the trained export in onnxruntime against predict on it.
+func TestTorchvisionBreadth(t *testing.T) {
+	models := breadthCI
+	switch v := os.Getenv("DPFINETUNE_BREADTH"); v {
+	case "":
+	case "1":
+		models = breadthAll
+	default:
+		models = strings.Split(v, ",")
+	}
+	dir, man := breadthExports(t, models)
+	for _, name := range models {
+		e, ok := man[name]
+		if !ok {
+			t.Fatalf("%s: not exported", name)
+		}
+		ref, err := npy.ReadNPZ(filepath.Join(dir, name+".npz"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := t.TempDir()
+		x, y := filepath.Join(tmp, "x.npy"), filepath.Join(tmp, "y.npy")
+		if err := npy.WriteFile(x, ref["input"]); err != nil {
+			t.Fatal(err)
+		}
+		if err := npy.WriteFile(y, ref["labels"]); err != nil {
+			t.Fatal(err)
+		}
+		for _, form := range []string{"eval", "train"} {
+			for _, opset := range []int{14, 17} {
+				key := fmt.Sprintf("%s_op%d", form, opset)
+				t.Run(name+"/"+key, func(t *testing.T) {
+					if msg, bad := e.Errors[key]; bad {
+						t.Skipf("PyTorch cannot export it: %s", msg)
+					}
+					model := filepath.Join(dir, fmt.Sprintf("%s_%s.onnx", name, key))
+					breadthCheck(t, model, form, x, y, ref, e.HasBN, tmp)
+				})
+			}
+		}
+	}
+}
+
+func breadthCheck(t *testing.T, model, form, x, y string, ref map[string]*npy.Array, hasBN bool, tmp string) {
+	// 1. Logits.
+	out := filepath.Join(tmp, "logits.npy")
+	if _, stderr, code := run(t, "predict", "--model", model, "--input", x, "--out", out); code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, stderr)
+	}
+	got, err := npy.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ref["logits_"+form].F32
+	if d, m := maxDiff(got.F32, want); d > 1e-4*math.Max(1, m) {
+		t.Errorf("predict: max |Δ| = %.3g, max |want| = %.3g", d, m)
+	}
+
+	// 2. Per-sample gradient norms.
+	norms := func(mode string) normsReport {
+		stdout, stderr, code := run(t, "norms", "--model", model, "--input", x, "--labels", y, "--mode", mode, "--json")
+		if code != 0 {
+			t.Fatalf("norms --mode %s: exit %d: %s", mode, code, stderr)
+		}
+		var r normsReport
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	bk := norms("bk")
+	var wantNorms []float64
+	what := "PyTorch brute force"
+	if hasBN {
+		wantNorms, what = norms("instantiate").Total, "instantiate mode"
+	} else {
+		if len(bk.Frozen) > 0 {
+			t.Errorf("norms froze %d parameters: %v", len(bk.Frozen), bk.Frozen)
+		}
+		for _, v := range ref["norms"].F64 {
+			wantNorms = append(wantNorms, v)
+		}
+	}
+	if len(bk.Total) != len(wantNorms) {
+		t.Fatalf("norms: %d samples, want %d", len(bk.Total), len(wantNorms))
+	}
+	for i, w := range wantNorms {
+		if r := math.Abs(bk.Total[i]-w) / w; !(r <= 1e-3) {
+			t.Errorf("norms: sample %d: bk %.6g, %s %.6g (rel %.2g)", i, bk.Total[i], what, w, r)
+		}
+	}
+
+	// 3. DP training steps, 4. the export in onnxruntime.
+	trained := filepath.Join(tmp, "trained.onnx")
+	if _, stderr, code := run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none",
+		"--epsilon", "8", "--epochs", "2", "--batch-size", "8", "--physical-batch", "4", "--num-classes", "10",
+		"--seed", "1", "--quiet", "--out", trained); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	ours := filepath.Join(tmp, "trained.npy")
+	if _, stderr, code := run(t, "predict", "--model", trained, "--input", x, "--out", ours); code != 0 {
+		t.Fatalf("predict on the trained model: exit %d: %s", code, stderr)
+	}
+	o, err := npy.ReadFile(ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ref["input"]
+	sh := make([]int64, len(in.Shape))
+	for i, d := range in.Shape {
+		sh[i] = int64(d)
+	}
+	res := orttest.Run(t, trained, map[string]orttest.Tensor{"input": {Shape: sh, Data: in.F32}})
+	outs := make([]string, 0, len(res))
+	for k := range res {
+		outs = append(outs, k)
+	}
+	sort.Strings(outs)
+	theirs, ok := res["logits"]
+	if !ok {
+		t.Fatalf("onnxruntime outputs %v, no logits", outs)
+	}
+	if d, m := maxDiff(theirs.Data, o.F32); d > 1e-4*math.Max(1, m) {
+		t.Errorf("trained model: onnxruntime vs predict max |Δ| = %.3g, max = %.3g", d, m)
+	}
+}
+
+func maxDiff(got, want []float32) (d, m float64) {
+	if len(got) != len(want) {
+		return math.Inf(1), 0
+	}
+	for i, w := range want {
+		m = math.Max(m, math.Abs(float64(w)))
+		if e := math.Abs(float64(got[i]) - float64(w)); e > d || math.IsNaN(e) {
+			d = e
+			if math.IsNaN(e) {
+				d = math.Inf(1)
+			}
+		}
+	}
+	return d, m
+}

@@ -1,0 +1,91 @@
+package data
+
+import (
+	"bytes"
+	"image/color"
+	"image/jpeg"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzIDX decodes arbitrary bytes as IDX images and labels (plain or
+// gzip): an error or data exactly as long as the header says, never a
+// panic.
+func FuzzIDX(f *testing.F) {
+	f.Add(idxFile([]int{2, 2, 2}, seqBytes(8, 3, 1)), uint8(3))
+	f.Add(idxFile([]int{4}, []byte{0, 1, 2, 3}), uint8(1))
+	f.Add(gz(idxFile([]int{1, 3, 3}, seqBytes(9, 5, 2))), uint8(3))
+	f.Add(idxFile([]int{1 << 19, 1 << 10, 1 << 10}, nil), uint8(3))
+	f.Add([]byte{0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff}, uint8(3))
+	if b, err := os.ReadFile("../../testdata/fmnist-small/t10k-labels-idx1-ubyte.gz"); err == nil {
+		f.Add(b, uint8(1))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, nd uint8) {
+		ndims := 1 + int(nd)%3
+		data, dims, err := readIDXFrom(bytes.NewReader(b), "fuzz", ndims)
+		if err != nil {
+			return
+		}
+		n := 1
+		for _, d := range dims {
+			n *= d
+		}
+		if len(dims) != ndims || len(data) != n {
+			t.Errorf("dims %v with %d bytes", dims, len(data))
+		}
+	})
+}
+
+// FuzzCIFAR loads arbitrary bytes as a CIFAR-10 or CIFAR-100 test batch.
+func FuzzCIFAR(f *testing.F) {
+	f.Add(append(cifarRecord(3, 7), cifarRecord(9, 1)...), false)
+	f.Add(append([]byte{1}, cifarRecord(42, 2)...), true)
+	f.Add(cifarRecord(200, 1), false)
+	f.Add([]byte{1, 2, 3}, true)
+	f.Fuzz(func(t *testing.T, b []byte, hundred bool) {
+		dir := t.TempDir()
+		name := "test_batch.bin"
+		if hundred {
+			name = "test.bin"
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		scheme := "cifar10"
+		if hundred {
+			scheme = "cifar100"
+		}
+		m, err := LoadString(scheme + ":" + dir + ":test")
+		if err != nil {
+			return
+		}
+		if m.Len() == 0 || len(m.labels) != m.Len() || len(m.pix) != m.Len()*cifarPixels {
+			t.Errorf("%d samples, %d labels, %d pixels", m.Len(), len(m.labels), len(m.pix))
+		}
+	})
+}
+
+// FuzzImage decodes arbitrary bytes as a PNG or JPEG image (the header is
+// checked before the decoder allocates).
+func FuzzImage(f *testing.F) {
+	var buf bytes.Buffer
+	jpeg.Encode(&buf, flatRGB(8, 8, color.NRGBA{10, 200, 30, 255}), nil)
+	f.Add(buf.Bytes())
+	f.Add(pngWithSize(f, 3, 2))
+	f.Add(pngWithSize(f, 1<<20, 1<<20))
+	f.Add([]byte("\x89PNG\r\n\x1a\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d, err := decodeImageFrom(bytes.NewReader(b), "fuzz", nil)
+		if err != nil {
+			return
+		}
+		c := 3
+		if d.gray {
+			c = 1
+		}
+		if d.w <= 0 || d.h <= 0 || len(d.pix) != c*d.w*d.h {
+			t.Errorf("%d×%d image with %d bytes (gray %v)", d.w, d.h, len(d.pix), d.gray)
+		}
+	})
+}

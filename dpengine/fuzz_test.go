@@ -1,0 +1,190 @@
+package dpengine
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/hostile"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+)
+
+// fuzzMaxMemory is the memory ceiling of one fuzz input's compiled plan,
+// and fuzzMaxAlloc the most the whole pipeline may allocate for one input
+// (a fixture's step at batch 2 allocates a few MiB).
+const (
+	fuzzMaxMemory = 64 << 20
+	fuzzMaxAlloc  = 1 << 30
+)
+
+// fuzzFixtures loads every model under testdata/models, sorted by name.
+func fuzzFixtures(f *testing.F) []*onnxpb.ModelProto {
+	paths, _ := filepath.Glob("../testdata/models/*.onnx")
+	sort.Strings(paths)
+	if len(paths) == 0 {
+		f.Fatal("no fixtures under testdata/models")
+	}
+	var out []*onnxpb.ModelProto
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		m := &onnxpb.ModelProto{}
+		if err := proto.Unmarshal(b, m); err != nil {
+			f.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// runPipeline takes a model through everything a training run does to
+// it: load, shape inference, rewrite, compile for a batch of 2 under
+// fuzzMaxMemory, one DP step, and export. Errors are fine; a panic fails.
+func runPipeline(t *testing.T, data []byte, mode Mode) {
+	m, err := onnx.LoadBytes(data, "")
+	if err != nil {
+		return
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil || g.Validate() != nil || len(g.Inputs) != 1 {
+		return
+	}
+	in := g.Inputs[0]
+	if len(in.Shape) < 2 {
+		return
+	}
+	sample := make([]int64, len(in.Shape)-1)
+	per := int64(1)
+	for i, d := range in.Shape[1:] {
+		if d.Size <= 0 || d.Size > 1<<12 {
+			return
+		}
+		sample[i] = d.Size
+		per *= d.Size
+		if per > 1<<16 {
+			return
+		}
+	}
+	const batch = 2
+	c := g.Clone()
+	if err := c.InferShapes(map[string][]int64{in.Name: append([]int64{batch}, sample...)}); err != nil {
+		return
+	}
+	if len(c.Outputs) == 0 || len(c.Outputs[0].Shape) != 2 {
+		return
+	}
+	classes := c.Outputs[0].Shape[1].Size
+	if classes <= 0 {
+		return
+	}
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: batch}})
+	if err != nil {
+		return
+	}
+	eng, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: batch,
+		PhysicalBatch: batch, Source: NewSeededSource(1), Optimizer: &SGD{LR: 0.1}, MaxMemory: fuzzMaxMemory})
+	if err != nil {
+		return
+	}
+	fill := func(idx []int, x []float32, y []int64) error {
+		for i := range x {
+			x[i] = float32(i%7) - 3
+		}
+		for i, j := range idx {
+			y[i] = int64(j) % classes
+		}
+		return nil
+	}
+	if _, err := eng.Step([]int{0, 1}, fill); err != nil {
+		return
+	}
+	if out, err := g.ToONNX(); err == nil {
+		if b, err := out.Bytes(); err == nil {
+			if _, err := onnx.LoadBytes(b, ""); err != nil {
+				t.Errorf("the exported model does not load again: %v", err)
+			}
+		}
+	}
+}
+
+// FuzzPipeline mutates the fixture models (shapes, attributes, opsets,
+// dtypes, node order, dangling names, operators, truncated data) and runs
+// each through load, shape inference, rewrite, compile, a DP step and
+// export: no input may panic or allocate more than fuzzMaxAlloc.
+func FuzzPipeline(f *testing.F) {
+	fixtures := fuzzFixtures(f)
+	for i := range fixtures {
+		f.Add(uint8(i), uint8(0), []byte{})
+		// One seed per mutation kind on each fixture.
+		for k := byte(0); k < 12; k++ {
+			f.Add(uint8(i), k, []byte{k, byte(i * 7), byte(k*5 + 1)})
+		}
+	}
+	modes := []Mode{BK, Mixed, Ghost, Instantiate}
+	f.Fuzz(func(t *testing.T, which, mode uint8, prog []byte) {
+		m := proto.Clone(fixtures[int(which)%len(fixtures)]).(*onnxpb.ModelProto)
+		hostile.Mutate(m, prog)
+		data, err := proto.Marshal(m)
+		if err != nil {
+			return
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		runPipeline(t, data, modes[int(mode)%len(modes)])
+		runtime.ReadMemStats(&after)
+		if d := after.TotalAlloc - before.TotalAlloc; d > fuzzMaxAlloc {
+			t.Errorf("one input allocated %d MiB, over %d MiB", d>>20, fuzzMaxAlloc>>20)
+		}
+	})
+}
+
+// FuzzCheckpoint reads arbitrary bytes as a checkpoint: an error, or a
+// checkpoint whose tensors match its names and sizes; never a panic, and
+// nothing allocated beyond what the input holds (sizes are checked against
+// the length first).
+func FuzzCheckpoint(f *testing.F) {
+	dir := f.TempDir()
+	for i, v := range []float32{1, -3.5} {
+		path := filepath.Join(dir, fmt.Sprint(i))
+		c := sampleCheckpointF(v)
+		if i == 1 {
+			c.Optimizer = nil
+		}
+		if err := WriteCheckpoint(path, c); err != nil {
+			f.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(checkpointMagic + "\xff\xff\xff\xff\xff\xff\xff\x7f"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := readCheckpoint(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		if len(c.Params) != len(c.ParamNames) {
+			t.Fatalf("%d tensors for %d names", len(c.Params), len(c.ParamNames))
+		}
+		if c.Optimizer != nil {
+			for name, slot := range c.Optimizer.Slots {
+				if len(slot) != len(c.Params) {
+					t.Fatalf("slot %s: %d tensors for %d parameters", name, len(slot), len(c.Params))
+				}
+			}
+		}
+	})
+}

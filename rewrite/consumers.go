@@ -1,0 +1,206 @@
+package rewrite
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// Consumer rules: how the plan classifies a node that reads a trainable
+// parameter (or a value derived from parameters only) where it meets the
+// batch. Each operator registers one rule, as the DP engine registers its
+// per-sample rule for the same operator (dpengine/rules.go), so that a
+// new consumer is one rule here, one there, and their tests.
+
+// consumer is what a consumer rule sees: node n reads the parameter-derived
+// value q as its input k; u is the use being built (Node, Op, Operand,
+// Path, Out are set).
+type consumer struct {
+	a  *analyzer
+	n  *graph.Node
+	k  int
+	q  *graph.Value
+	u  *Use
+	at string // "Op name (input k)", for messages
+	// data marks input i as the use's batch-carrying input (u.Data,
+	// u.In), or says why it cannot be.
+	data func(i int) string
+}
+
+// A consumerRule sets c.u.Kind (and c.u.Layer for a linear use) and
+// reports handled; why, if not empty, says why the parameter cannot be
+// trained there. A rule that does not handle input c.k reports false, and
+// the parameter is frozen with "no per-sample rule for this operator and
+// input".
+type consumerRule func(c *consumer) (why string, handled bool)
+
+var consumerRules = map[string]consumerRule{}
+
+// registerConsumer registers the consumer rule of ops (from init; two
+// rules for one operator is a programming error).
+func registerConsumer(r consumerRule, ops ...string) {
+	for _, op := range ops {
+		if consumerRules[op] != nil {
+			panic("rewrite: two consumer rules for " + op)
+		}
+		consumerRules[op] = r
+	}
+}
+
+// ConsumerOps lists, sorted, the operators with a consumer rule.
+func ConsumerOps() []string {
+	var ops []string
+	for op := range consumerRules {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+func init() {
+	registerConsumer(convConsumer, "Conv")
+	registerConsumer(gemmConsumer, "Gemm")
+	registerConsumer(matmulConsumer, "MatMul")
+	registerConsumer(arithmeticConsumer, "Add", "Sub", "Mul", "Div")
+	registerConsumer(concatConsumer, "Concat")
+	registerConsumer(normConsumer, "LayerNormalization", "InstanceNormalization", "GroupNormalization")
+	registerConsumer(func(c *consumer) (string, bool) {
+		return fmt.Sprintf("read by %s: rewrite BatchNorm with --bn groupnorm or --bn freeze", c.at), true
+	}, "BatchNormalization")
+}
+
+// linear makes the use linear with the layer annotate gives it.
+func (c *consumer) linear(annotate func(*graph.Node, *Use) string) (string, bool) {
+	c.u.Kind = KindLinear
+	return annotate(c.n, c.u), true
+}
+
+// elementwise makes the use elementwise with input i as its data.
+func (c *consumer) elementwise(i int) (string, bool) {
+	if r := c.data(i); r != "" {
+		return r, true
+	}
+	c.u.Kind = KindElementwise
+	return "", true
+}
+
+// convConsumer: the weight (1) is linear, the bias (2) elementwise.
+func convConsumer(c *consumer) (string, bool) {
+	switch c.k {
+	case 1:
+		if r := c.data(0); r != "" {
+			return r, true
+		}
+		return c.linear(c.a.convLayer)
+	case 2:
+		return c.elementwise(0)
+	}
+	return "", false
+}
+
+// gemmConsumer: B (1) is a linear weight, C (2) an elementwise bias.
+func gemmConsumer(c *consumer) (string, bool) {
+	switch c.k {
+	case 1:
+		if r := c.data(0); r != "" {
+			return r, true
+		}
+		return c.linear(c.a.gemmLayer)
+	case 2:
+		return c.elementwise(0)
+	}
+	return "", false
+}
+
+// matmulConsumer: a 2-D operand is a linear weight, the other operand
+// the data.
+func matmulConsumer(c *consumer) (string, bool) {
+	if len(c.q.Shape) != 2 {
+		return fmt.Sprintf("read by %s as a rank-%d operand; only 2-D MatMul weights are supported", c.at, len(c.q.Shape)), true
+	}
+	if r := c.data(1 - c.k); r != "" {
+		return r, true
+	}
+	return c.linear(c.a.matmulLayer)
+}
+
+// arithmeticConsumer: either operand of a binary op, the other the data.
+func arithmeticConsumer(c *consumer) (string, bool) { return c.elementwise(1 - c.k) }
+
+// concatConsumer: a tensor joined to batch data (a class token).
+func concatConsumer(c *consumer) (string, bool) {
+	for i := range c.n.Inputs {
+		if c.a.li.state(c.n.Inputs[i]).kind == batched {
+			return c.elementwise(i)
+		}
+	}
+	c.u.Kind = KindElementwise
+	return "", true
+}
+
+// normConsumer: the scale (1) and bias (2) of a native normalization
+// node are elementwise, from the normalized input and the output gradient
+// of each sample.
+func normConsumer(c *consumer) (string, bool) {
+	if c.k == 1 || c.k == 2 {
+		return c.elementwise(0)
+	}
+	return "", false
+}
+
+func (a *analyzer) convLayer(n *graph.Node, u *Use) string {
+	w, ok2 := dims(n.Input(1))
+	y, ok3 := dims(n.Outputs[0])
+	if !ok2 || !ok3 || len(w) < 3 || len(y) != len(w) {
+		return fmt.Sprintf("Conv %s: shapes unknown", nodeLabel(n))
+	}
+	if u.In.Axis != 0 {
+		return fmt.Sprintf("Conv %s: batch on %v of its input", nodeLabel(n), u.In)
+	}
+	g := n.IntOr("group", 1)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
+		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
+	if b := n.Input(2); b != nil {
+		u.Layer.Bias = b.Name
+	}
+	return ""
+}
+
+func (a *analyzer) gemmLayer(n *graph.Node, u *Use) string {
+	x, ok1 := dims(n.Input(0))
+	y, ok2 := dims(n.Outputs[0])
+	if !ok1 || !ok2 || len(x) != 2 {
+		return fmt.Sprintf("Gemm %s: shapes unknown", nodeLabel(n))
+	}
+	kAxis := 1
+	if n.IntOr("transA", 0) != 0 {
+		kAxis = 0
+	}
+	if u.In.Axis != 1-kAxis {
+		return fmt.Sprintf("Gemm %s: batch on the contracted axis", nodeLabel(n))
+	}
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
+		T: u.In.Outer * u.In.Inner, D: x[kAxis], P: y[1], Groups: 1}
+	if b := n.Input(2); b != nil {
+		u.Layer.Bias = b.Name
+	}
+	return ""
+}
+
+func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
+	x, ok1 := dims(n.Input(u.Data))
+	if !ok1 || len(x) < 2 {
+		return fmt.Sprintf("MatMul %s: data operand shape unknown or 1-D", nodeLabel(n))
+	}
+	var kdim int64
+	var p int64
+	if u.Operand == 1 { // y = x · W, W (K, N)
+		kdim, p = x[len(x)-1], u.OperandShape[1]
+	} else { // y = W · x, W (M, K), x (…, K, N)
+		kdim, p = x[len(x)-2], u.OperandShape[0]
+	}
+	t := prod(x) / (a.ab * kdim)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: 1}
+	return ""
+}
