@@ -127,7 +127,7 @@ func (nd *node) batchStride(N int) int {
 			return 0
 		}
 		kOut = 0
-	case "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "InstanceNormalization", "GroupNormalization":
+	case "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "InstanceNormalization", "GroupNormalization":
 		if k != 0 {
 			return 0
 		}

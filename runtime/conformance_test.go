@@ -40,6 +40,8 @@ var conformanceRefused = map[string]string{
 	"test_operator_addmm":                                 opset6,
 	"test_PoissonNLLLLoss_no_reduce":                      opset6,
 	"light_vgg19":                                         "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_bvlc_alexnet":                                  "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_zfnet512":                                      "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"test_split_zero_size_splits":                         "a zero-size dimension: shapes need every dimension positive",
 	"test_softmax_axis_0_expanded":                        reduceMaxRunTime,
 	"test_softmax_axis_1_expanded":                        reduceMaxRunTime,
@@ -90,6 +92,12 @@ const (
 var conformanceDiffers = map[string]string{
 	"test_training_dropout":         dropoutIdentity,
 	"test_training_dropout_default": dropoutIdentity,
+	// Every weight is 0.02, so the 1000 logits are equal and about 1.3e19;
+	// the blocked SGEMM sums columns 0–511 and 512–999 in different orders
+	// (2e-6 relative apart, 2.5e13 absolute) and Softmax of those
+	// differences puts all the mass on 512 classes, where ONNX's reference
+	// rounds every column alike and gives 0.001 each.
+	"light_resnet50": "ill-conditioned: equal logits of 1.3e19 whose float32 rounding decides Softmax",
 }
 
 const dropoutIdentity = "Dropout with training_mode=true: the runtime runs Dropout as identity (inference), ONNX's case drops with numpy's seeded generator"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/orttest"
 	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
@@ -82,4 +83,55 @@ func compileOpModel(t *testing.T, path string, opts *Options) (*Plan, *npy.Array
 		}
 	}
 	return p, ref["y"]
+}
+
+// ortLacks lists the models onnxruntime 1.30 refuses, with its reason.
+var ortLacks = map[string]string{
+	"einsum_broadcast_ellipsis": "onnxruntime does not broadcast ellipsis axes of size 1 (PyTorch and numpy do)",
+	"prelu_opset6_per_channel":  "onnxruntime has no PRelu(6) kernel",
+	"lrn_even_size":             "onnxruntime takes odd LRN sizes only",
+}
+
+// TestOpModelsOnnxruntime holds the references of testdata/ops against
+// onnxruntime (skipped where onnxruntime cannot be had; see
+// internal/orttest), so that the spec reading of the generator, PyTorch's
+// and onnxruntime's agree on every attribute form.
+func TestOpModelsOnnxruntime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts onnxruntime once per model")
+	}
+	paths, _ := filepath.Glob(filepath.Join("..", "testdata", "ops", "*.onnx"))
+	for _, path := range paths {
+		name := strings.TrimSuffix(filepath.Base(path), ".onnx")
+		t.Run(name, func(t *testing.T) {
+			if why, ok := ortLacks[name]; ok {
+				t.Skip(why)
+			}
+			ref, err := npy.ReadNPZ(strings.TrimSuffix(path, ".onnx") + ".npz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			feeds := map[string]orttest.Tensor{}
+			for k, a := range ref {
+				if k != "y" {
+					feeds[k] = orttest.Tensor{Shape: int64s(a.Shape), Data: a.F32}
+				}
+			}
+			got, ok := orttest.Run(t, path, feeds)["y"]
+			if !ok {
+				t.Fatal("onnxruntime gave no output y")
+			}
+			want := ref["y"].F32
+			if len(got.Data) != len(want) {
+				t.Fatalf("onnxruntime output %v, reference %v", got.Shape, ref["y"].Shape)
+			}
+			var d float64
+			for i, v := range want {
+				d = math.Max(d, math.Abs(float64(got.Data[i])-float64(v)))
+			}
+			if tol := 1e-5 * math.Max(1, maxAbs(want)); d > tol {
+				t.Errorf("onnxruntime differs from the reference: max |Δ| %.3g > %.3g", d, tol)
+			}
+		})
+	}
 }

@@ -100,6 +100,14 @@ type HookEvent struct {
 	// per-sample unfolded input a_i, so that the per-sample weight
 	// gradient of group g is dY_{i,g}·Im2Col(x_i, g)ᵀ.
 	Conv *kernels.ConvShape
+	// TransposedConv is, for a ConvTranspose node, the convolution it is
+	// the adjoint of: a Conv from the ConvTranspose's output (N, Cout, …)
+	// to its input (N, Cin, …) with the same weight, whose layout
+	// (Cin, Cout/group, k…) is that Conv's (M, C/group, k…). The weight's
+	// per-sample gradient is that Conv's, with the ConvTranspose's output
+	// gradient as its input and the ConvTranspose's input as its output
+	// gradient: X_i·Im2Col(dY_i)ᵀ per group.
+	TransposedConv *kernels.ConvShape
 	// Params lists, for each input, whether it is a trainable parameter.
 	Params []bool
 	// Derived lists, for each input, whether it is computed from trainable
@@ -558,6 +566,9 @@ func (p *Plan) build() error {
 			ev := &nd.hookEv
 			ev.Node = nd.g
 			ev.Conv = nd.conv
+			if n := nd.g; n.OpType == "ConvTranspose" {
+				ev.Conv, ev.TransposedConv = nil, nd.conv
+			}
 			ev.Params = make([]bool, len(nd.in))
 			ev.Derived = make([]bool, len(nd.in))
 			ev.Inputs = make([]View, len(nd.in))

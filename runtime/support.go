@@ -43,6 +43,13 @@ var opsets = map[string]OpsetRange{
 	// or Tanh chains, which run fused.
 	"Gelu":  {20, 20},
 	"Split": {1, 18}, "Tile": {6, 18}, "GlobalMaxPool": {1, 18},
+	// PRelu: opset 6 and earlier also take a per-channel slope (C) against
+	// (N, C, …); 7 on, one-way numpy broadcasting. Sum/Mean/Max/Min: equal
+	// shapes before 8, numpy broadcasting from 8 (a superset).
+	"PRelu": {6, 18}, "Selu": {6, 18}, "Celu": {12, 18}, "Sign": {9, 18}, "Shrink": {9, 18},
+	"Softsign": {1, 18}, "ThresholdedRelu": {10, 18}, "Mish": {18, 18},
+	"Sum": {6, 18}, "Mean": {6, 18}, "Max": {6, 18}, "Min": {6, 18},
+	"ConvTranspose": {1, 18}, "LRN": {1, 18},
 }
 
 // Opsets returns the OpsetRange of an operator the runtime has a kernel

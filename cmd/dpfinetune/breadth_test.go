@@ -192,7 +192,7 @@ func breadthCheck(t *testing.T, model, form, x, y string, ref map[string]*npy.Ar
 	// 3. DP training steps, 4. the export in onnxruntime.
 	trained := filepath.Join(tmp, "trained.onnx")
 	if _, stderr, code := run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none",
-		"--epsilon", "8", "--epochs", "2", "--batch-size", "8", "--physical-batch", "4",
+		"--epsilon", "8", "--epochs", "2", "--batch-size", "8", "--physical-batch", "4", "--num-classes", "10",
 		"--seed", "1", "--quiet", "--out", trained); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
 	}
