@@ -20,11 +20,13 @@ import (
 // breadthCI is the subset of testdata/gen/breadth.py's models that runs on
 // every test run (when PyTorch is present): a transformer at opset 17 with
 // native LayerNormalization, a BatchNorm CNN with Dropout and HardSwish, a
-// ConvNeXt (LayerNorm over channels, layer scale), and GoogLeNet (Concat
-// of four branches, MaxPool with ceil_mode). DPFINETUNE_BREADTH=1 runs all
+// ConvNeXt (LayerNorm over channels, layer scale), GoogLeNet (Concat of
+// four branches, MaxPool with ceil_mode) and a Swin transformer
+// (relative-position bias, shifted windows: biases on window-batched
+// tokens, whose per-sample norms were once wrong). DPFINETUNE_BREADTH=1 runs all
 // of them; DPFINETUNE_BREADTH=a,b runs those. docs/BREADTH.md has the last
 // full run's results.
-var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "googlenet"}
+var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "googlenet", "swin_t"}
 
 var breadthAll = []string{"resnet18", "wide_resnet", "resnext", "densenet", "mobilenet_v2", "mobilenet_v3_small",
 	"mobilenet_v3_large", "efficientnet", "regnet", "shufflenet_v2", "mnasnet", "googlenet", "inception_v3",
