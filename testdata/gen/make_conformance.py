@@ -215,7 +215,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output directory (testdata/conformance)")
     ap.add_argument("--doc", default="docs/OPERATORS.md", help="supported operators (generated)")
-    ap.add_argument("--max-bytes", type=int, default=64 << 10, help="largest case kept")
+    ap.add_argument("--max-bytes", type=int, default=192 << 10, help="largest case kept")
     ap.add_argument("--onnx-data", help="also onnx/onnx's onnx/backend/test/data (a checkout of onnx/onnx): "
                     "pytorch-converted, pytorch-operator and light cases")
     ap.add_argument("--onnx-data-rev", default="", help="the onnx/onnx commit of --onnx-data, for the manifest")
@@ -247,7 +247,7 @@ def main():
         for i, (a, vi) in enumerate(zip(outs, model.graph.output)):
             blobs["output_%d.pb" % i] = numpy_helper.from_array(np.asarray(a), vi.name).SerializeToString()
         size = sum(len(b) for b in blobs.values())
-        if size > (args.max_bytes if kind != "light" else 4 * args.max_bytes):
+        if size > (args.max_bytes if kind != "light" else 2 * args.max_bytes):
             excluded[case.name] = "%d bytes, over --max-bytes %d" % (size, args.max_bytes)
             continue
         d = os.path.join(args.out, kind, case.name)
