@@ -14,19 +14,19 @@ func equation(eq string) *onnxpb.AttributeProto {
 }
 
 // TestEinsum: the batch is followed through Einsum, and a weight read by
-// one is a grouped linear layer, or else trained through the equation's
-// gradient.
+// one is a grouped linear layer, or frozen with the reason.
 func TestEinsum(t *testing.T) {
 	for _, tc := range []struct {
 		name, eq string
 		w        []int64 // weight shape; nil: x·x (both operands the data)
 		out      []any   // output shape
-		// want: the weight's layer (T, D, p, groups); general: no grouped
-		// linear layer, the weight is trained through the equation's
-		// gradient (an elementwise use); or a substring of a problem.
+		// want: the weight's layer (T, D, p, groups), or a substring of
+		// the frozen reason or of a problem.
 		t, d, p, groups int64
-		general         bool
-		problem         string
+		frozen, problem string
+		// general: no grouped linear layer; the weight is trained through
+		// the general Einsum rule (instantiated from the equation).
+		general bool
 	}{
 		{name: "token linear", eq: "btd,ed->bte", w: []int64{4, 6}, out: []any{"N", 5, 4}, t: 5, d: 6, p: 4, groups: 1},
 		{name: "per head", eq: "bthd,hde->bthe", w: []int64{2, 3, 4}, out: []any{"N", 5, 2, 4}, t: 5, d: 3, p: 4, groups: 2},
@@ -75,9 +75,15 @@ func TestEinsum(t *testing.T) {
 				return
 			}
 			prm := p.Param("w")
+			if tc.frozen != "" {
+				if prm.Trainable() || !strings.Contains(prm.Reason, tc.frozen) {
+					t.Errorf("w: kind %s (%s), want frozen with %q", prm.Kind, prm.Reason, tc.frozen)
+				}
+				return
+			}
 			if tc.general {
-				if prm.Kind != KindElementwise || len(prm.Uses) != 1 || prm.Uses[0].Op != "Einsum" {
-					t.Errorf("w: kind %s (%s), want one elementwise use of the Einsum", prm.Kind, prm.Reason)
+				if prm.Kind != KindElementwise || len(prm.Uses) != 1 {
+					t.Errorf("w: kind %s (%s), %d uses; want one use through the general Einsum rule", prm.Kind, prm.Reason, len(prm.Uses))
 				}
 				return
 			}
