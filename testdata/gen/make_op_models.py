@@ -436,6 +436,28 @@ def lrn_even_size():
     return node_case("LRN", {"x": x}, y, opset=13, size=size, alpha=alpha, beta=beta, bias=bias)
 
 
+# --- legacy broadcasting (opset 6) ---
+
+@case
+def add_opset6_broadcast():
+    a, b = randn(80, 2, 3, 4), randn(81, 3, 4)
+    return node_case("Add", {"a": a, "b": b}, a + b, opset=6, broadcast=1)
+
+
+@case
+def mul_opset6_broadcast_axis():
+    # axis given, B aligned with A's last axes: numpy's rule
+    a, b = randn(82, 2, 3, 4), randn(83, 4)
+    return node_case("Mul", {"a": a, "b": b}, a * b, opset=6, broadcast=1, axis=2)
+
+
+@case
+def gemm_opset6_broadcast_c():
+    a, b, c = randn(84, 3, 4), randn(85, 5, 4), randn(86, 5)
+    return node_case("Gemm", {"a": a}, 0.5 * a @ b.T + 2 * c, opset=6, consts={"b": b, "c": c},
+                     transB=1, alpha=0.5, beta=2.0, broadcast=1)
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
