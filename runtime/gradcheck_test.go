@@ -490,6 +490,12 @@ func TestGradCheck(t *testing.T) {
 			b.node("Einsum", []string{"q", "k"}, "y", aStr("equation", "bhid,bhjd->bhij"))
 			return "y"
 		}, nil},
+		{"einsum_transposed_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 5, 3) // b d i: read transposed
+			b.param("k", 2, 4, 5) // b j d: read transposed
+			b.node("Einsum", []string{"a", "k"}, "y", aStr("equation", "bdi,bjd->bij"))
+			return "y"
+		}, nil},
 		{"einsum_diag_sum_broadcast", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 1, 3, 3)
 			b.param("c", 4, 3, 5)

@@ -197,8 +197,26 @@ func buildEinsum(p *Plan, nd *node) error {
 		}
 		return out
 	}
+	// An operand already laid out as the product needs it, or as its
+	// transpose (k·d of attention's keys), is read in place: the GEMM
+	// transposes it. Only other layouts are gathered through a map.
 	mA := layoutMap(s.Inputs[0], a.shape, cat(batch, rows, con), size)
+	tA := false
+	if mA != nil && layoutMap(s.Inputs[0], a.shape, cat(batch, con, rows), size) == nil {
+		mA, tA = nil, true
+	}
 	mB := layoutMap(s.Inputs[1], b.shape, cat(batch, con, cols), size)
+	tB := false
+	if mB != nil && layoutMap(s.Inputs[1], b.shape, cat(batch, cols, con), size) == nil {
+		mB, tB = nil, true
+	}
+	lda, ldb := K, N // leading dimensions of A′ (M×K or K×M) and B′ (K×N or N×K)
+	if tA {
+		lda = M
+	}
+	if tB {
+		ldb = K
+	}
 	// The output map: element j of y comes from element yIdx[j] of the
 	// product (a permutation, since every output label is in it once).
 	cOrder := cat(batch, rows, cols)
@@ -271,7 +289,7 @@ func buildEinsum(p *Plan, nd *node) error {
 		if yIdx != nil {
 			c = ws[offC : offC+sizeC]
 		}
-		blas.SgemmStrided(false, false, M, N, K, 1, av, K, M*K, bv, N, K*N, 0, c, N, M*N, nb)
+		blas.SgemmStrided(tA, tB, M, N, K, 1, av, lda, M*K, bv, ldb, K*N, 0, c, N, M*N, nb)
 		if yIdx != nil {
 			for j, i := range yIdx {
 				y.data[j] = c[i]
@@ -293,7 +311,11 @@ func buildEinsum(p *Plan, nd *node) error {
 			if mA != nil {
 				t = ws[offDA : offDA+sizeA]
 			}
-			blas.SgemmStrided(false, true, M, K, N, 1, dc, N, M*N, bv, N, K*N, 0, t, K, M*K, nb)
+			if tA { // dA′ (K×M) = op(B′)·dCᵀ
+				blas.SgemmStrided(tB, true, K, M, N, 1, bv, ldb, K*N, dc, N, M*N, 0, t, M, M*K, nb)
+			} else { // dA′ (M×K) = dC·op(B′)ᵀ
+				blas.SgemmStrided(false, !tB, M, K, N, 1, dc, N, M*N, bv, ldb, K*N, 0, t, K, M*K, nb)
+			}
 			if mA != nil {
 				mA.scatter(t, da)
 			}
@@ -303,7 +325,11 @@ func buildEinsum(p *Plan, nd *node) error {
 			if mB != nil {
 				t = ws[offDB : offDB+sizeB]
 			}
-			blas.SgemmStrided(true, false, K, N, M, 1, av, K, M*K, dc, N, M*N, 0, t, N, K*N, nb)
+			if tB { // dB′ (N×K) = dCᵀ·op(A′)
+				blas.SgemmStrided(true, tA, N, K, M, 1, dc, N, M*N, av, lda, M*K, 0, t, K, K*N, nb)
+			} else { // dB′ (K×N) = op(A′)ᵀ·dC
+				blas.SgemmStrided(!tA, false, K, N, M, 1, av, lda, M*K, dc, N, M*N, 0, t, N, K*N, nb)
+			}
 			if mB != nil {
 				mB.scatter(t, db)
 			}

@@ -189,6 +189,12 @@ def einsum_broadcast_ellipsis():
 
 
 @case
+def einsum_transposed_operands():
+    # both operands read in place by a transposing GEMM
+    return einsum_node("bdi,bjd->bij", randn(35, 2, 5, 3), randn(36, 2, 4, 5))
+
+
+@case
 def einsum_outer():
     return einsum_node("i,j->ji", randn(18, 3), randn(19, 4))
 
