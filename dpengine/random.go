@@ -15,10 +15,10 @@ import (
 
 // Source is the randomness behind sampling and noise. Secure sources (the
 // default) key their generators — ChaCha8 for sampling and augmentation,
-// AES-128 in counter mode for the Gaussian noise, both cryptographically
-// strong — from the operating system's entropy; a seeded source is deterministic, for
-// reproducible experiments only, and is labelled so wherever it is
-// reported.
+// AES-128 on counter blocks for the Gaussian noise (runtime/noise), both
+// cryptographically strong — from the operating system's entropy, a fresh
+// key per generator; a seeded source is deterministic, for reproducible
+// experiments only, and is labelled so wherever it is reported.
 type Source struct {
 	seeded bool
 	seed   uint64

@@ -36,7 +36,7 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	ai, aShape := data.Data, data.Shape
 	if data.BatchAxis >= 0 {
 		sc.other = gatherSample(data, s.B, s.i, sc.other)
-		ai, aShape = sc.other, sampleShape(data)
+		ai, aShape = sc.other, sampleShape(data, s.B)
 	}
 	shapes := make([][]int64, 2)
 	shapes[s.k], shapes[1-s.k] = int64s(s.opShape), int64s(aShape)

@@ -122,7 +122,9 @@ type Config struct {
 	EvalBatch int
 	// PhysicalBatch is the number of samples per forward/backward pass;
 	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
-	// else min(L, 64) (or, on resume, the checkpoint's).
+	// else min(L, 64) (or, on resume, the checkpoint's). MaxMemory, when
+	// positive, also bounds the compiled plan's buffers (else the
+	// machine's available memory does).
 	PhysicalBatch int
 	MaxMemory     int64
 	// Out is where the trained model is written ("" to skip the export:
@@ -366,7 +368,7 @@ func Run(cfg Config) (*Report, error) {
 		engSigma /= d
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
-		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt}
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
@@ -125,6 +126,14 @@ func TensorFromProto(m *onnx.Model, p *onnxpb.TensorProto) (*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Integer types widen to int64 (8 bytes from 1 for int8): the decoded
+	// size, not the file's, is what memory must hold.
+	if dec := n64 * decodedSize(t.DType); dec > int64(len(b)) {
+		if avail, src, ok := sysmem.Available(); ok && dec > avail {
+			return nil, fmt.Errorf("tensor %q: %v of shape %v decodes to %s, more than the %s of memory available (%s)",
+				p.GetName(), t.DType, t.Shape, FormatBytes(float64(dec)), FormatBytes(float64(avail)), src)
+		}
+	}
 	n := int(n64)
 	le := binary.LittleEndian
 	switch t.DType {
@@ -167,6 +176,19 @@ func TensorFromProto(m *onnx.Model, p *onnxpb.TensorProto) (*Tensor, error) {
 		t.Raw = append([]byte(nil), b...)
 	}
 	return t, nil
+}
+
+// decodedSize is the bytes one element takes once decoded into a Tensor.
+func decodedSize(dt DType) int64 {
+	switch dt {
+	case Float32:
+		return 4
+	case Int64, Int32, Int8, Uint8, Float64:
+		return 8
+	case Bool:
+		return 1
+	}
+	return elemBytes(dt)
 }
 
 // Bytes encodes the elements little-endian in the tensor's own type.

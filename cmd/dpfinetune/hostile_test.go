@@ -18,6 +18,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/internal/hostile"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
 // childArgsEnv makes the test binary act as the dpfinetune binary: the
@@ -264,6 +265,7 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, e, code = run(t, args(copyFMNIST(t), out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "integrity check failed") || !strings.Contains(e, ckpt) {
 			t.Errorf("resume of a corrupt checkpoint: exit %d: %s", code, e)
 		}
@@ -284,6 +286,7 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 		}
 		relabel(t, data)
 		_, e, code = run(t, args(data, out, "--resume")...)
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "the training data changed") {
 			t.Errorf("resume on changed data: exit %d: %s", code, e)
 		}
@@ -304,8 +307,69 @@ func TestResumeRefusesCorruptState(t *testing.T) {
 		}
 		_, e, code := run(t, args(data, out)...)
 		afterStep = nil
+		t.Logf("exit %d: %s", code, e)
 		if code != exitError || !strings.Contains(e, "epoch 2") || !strings.Contains(e, "changed since it was loaded") {
 			t.Errorf("exit %d: %s", code, e)
 		}
 	})
+}
+
+// TestMutatedFixturesAreNotBugs runs inspect, plan and predict on every
+// fixture under one mutation of each kind (internal/hostile.Mutate, the
+// mutations FuzzPipeline makes): each may succeed or fail with status 1
+// or 2, never reach the bug handler (status 70), and fail on one line.
+func TestMutatedFixturesAreNotBugs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 288 commands")
+	}
+	paths, _ := filepath.Glob("../../testdata/models/*.onnx")
+	if len(paths) == 0 {
+		t.Fatal("no fixtures")
+	}
+	dir := t.TempDir()
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimSuffix(filepath.Base(p), ".onnx")
+		sample := "3,32,32"
+		if name == "cnn" {
+			sample = "1,28,28"
+		}
+		x := filepath.Join(dir, name+"-x.npy")
+		dims := []int{2}
+		for _, s := range strings.Split(sample, ",") {
+			d, _ := strconv.Atoi(s)
+			dims = append(dims, d)
+		}
+		if err := npy.WriteFile(x, npy.NewFloat32(make([]float32, dims[0]*dims[1]*dims[2]*dims[3]), dims...)); err != nil {
+			t.Fatal(err)
+		}
+		for kind := byte(0); kind < 12; kind++ {
+			m := &onnxpb.ModelProto{}
+			if err := proto.Unmarshal(b, m); err != nil {
+				t.Fatal(err)
+			}
+			hostile.Mutate(m, []byte{kind, 5 * kind, 3*kind + 1})
+			mb, err := proto.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := filepath.Join(dir, fmt.Sprintf("%s-%d.onnx", name, kind))
+			if err := os.WriteFile(model, mb, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{
+				{"inspect", "--model", model, "--input-shape", sample},
+				{"plan", "--model", model, "--input-shape", sample, "--batch", "2"},
+				{"predict", "--model", model, "--input", x, "--out", filepath.Join(dir, "y.npy"), "--batch", "2"},
+			} {
+				_, stderr, code := run(t, args...)
+				if code == exitBug || (code != exitOK && strings.Count(stderr, "\n") != 1) {
+					t.Errorf("%s on %s mutated by kind %d: exit %d: %s", args[0], name, kind, code, stderr)
+				}
+			}
+		}
+	}
 }
