@@ -14,7 +14,7 @@ func equation(eq string) *onnxpb.AttributeProto {
 }
 
 // TestEinsum: the batch is followed through Einsum, and a weight read by
-// one is a grouped linear layer, or frozen with the reason.
+// one is a grouped linear layer, or an instantiated elementwise use.
 func TestEinsum(t *testing.T) {
 	for _, tc := range []struct {
 		name, eq string
@@ -24,13 +24,17 @@ func TestEinsum(t *testing.T) {
 		// the frozen reason or of a problem.
 		t, d, p, groups int64
 		frozen, problem string
+		elementwise     bool
 	}{
 		{name: "token linear", eq: "btd,ed->bte", w: []int64{4, 6}, out: []any{"N", 5, 4}, t: 5, d: 6, p: 4, groups: 1},
 		{name: "per head", eq: "bthd,hde->bthe", w: []int64{2, 3, 4}, out: []any{"N", 5, 2, 4}, t: 5, d: 3, p: 4, groups: 2},
 		{name: "weight first", eq: "ke,bthe->bthk", w: []int64{4, 3}, out: []any{"N", 5, 2, 4}, t: 10, d: 3, p: 4, groups: 1},
 		{name: "batch moved", eq: "bthd,hde->tbhe", w: []int64{2, 3, 4}, out: []any{"N", 5, 2, 4}, t: 5, d: 3, p: 4, groups: 2},
-		{name: "data label summed", eq: "bthd,hde->bhe", w: []int64{2, 3, 4}, out: []any{"N", 2, 4}, frozen: `data label 't' is summed on its own`},
-		{name: "weight label summed", eq: "bthd,hdf->bthd", w: []int64{2, 3, 7}, out: []any{"N", 5, 2, 3}, frozen: `weight label 'f' is summed on its own`},
+		// No grouped linear layer: instantiated from the equation
+		// (dpengine/rule_einsum_general.go), not frozen.
+		{name: "data label summed", eq: "bthd,hde->bhe", w: []int64{2, 3, 4}, out: []any{"N", 2, 4}, elementwise: true},
+		{name: "weight label summed", eq: "bthd,hdf->bthd", w: []int64{2, 3, 7}, out: []any{"N", 5, 2, 3}, elementwise: true},
+		{name: "weight carries the batch label", eq: "bthd,bd->bth", w: []int64{4, 3}, out: []any{"N", 5, 2}, problem: "pairs the batch"},
 		{name: "attention", eq: "bthd,bshd->bhts", out: []any{"N", 2, 5, 5}},
 		{name: "sum over the batch", eq: "bthd,bshd->hts", out: []any{2, 5, 5}, problem: "sums over the batch"},
 	} {
@@ -72,6 +76,12 @@ func TestEinsum(t *testing.T) {
 				return
 			}
 			prm := p.Param("w")
+			if tc.elementwise {
+				if prm.Kind != KindElementwise {
+					t.Errorf("w: kind %s (%s), want elementwise", prm.Kind, prm.Reason)
+				}
+				return
+			}
 			if tc.frozen != "" {
 				if prm.Trainable() || !strings.Contains(prm.Reason, tc.frozen) {
 					t.Errorf("w: kind %s (%s), want frozen with %q", prm.Kind, prm.Reason, tc.frozen)
