@@ -114,11 +114,17 @@ func TestOpModelsOnnxruntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			m, err := onnx.Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
 			feeds := map[string]orttest.Tensor{}
-			for k, a := range ref {
-				if k != "y" {
-					feeds[k] = orttest.Tensor{Shape: int64s(a.Shape), Data: a.F32}
+			for _, in := range m.Proto.GetGraph().GetInput() {
+				a, ok := ref[in.GetName()]
+				if !ok {
+					t.Fatalf("no reference array for input %q", in.GetName())
 				}
+				feeds[in.GetName()] = orttest.Tensor{Shape: int64s(a.Shape), Data: a.F32}
 			}
 			got, ok := orttest.Run(t, path, feeds)["y"]
 			if !ok {
