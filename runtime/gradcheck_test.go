@@ -496,6 +496,21 @@ func TestGradCheck(t *testing.T) {
 			b.node("Einsum", []string{"a", "k"}, "y", aStr("equation", "bdi,bjd->bij"))
 			return "y"
 		}, nil},
+		{"einsum_three_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 4, 5)
+			b.param("d", 2, 1, 5)
+			b.node("Einsum", []string{"a", "c", "d"}, "y", aStr("equation", "bij,jk,bxk->bki")) // x broadcast, j contracted
+			return "y"
+		}, nil},
+		{"einsum_four_operands_diag", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 3)
+			b.param("c", 3, 2)
+			b.param("d", 2)
+			b.param("e", 4, 2)
+			b.node("Einsum", []string{"a", "c", "d", "e"}, "y", aStr("equation", "ii,ij,j,kj->ki"))
+			return "y"
+		}, nil},
 		{"einsum_diag_sum_broadcast", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 1, 3, 3)
 			b.param("c", 4, 3, 5)

@@ -87,12 +87,13 @@ func compileOpModel(t *testing.T, path string, opts *Options) (*Plan, *npy.Array
 
 // ortLacks lists the models onnxruntime 1.30 refuses, with its reason.
 var ortLacks = map[string]string{
-	"einsum_broadcast_ellipsis": "onnxruntime does not broadcast ellipsis axes of size 1 (PyTorch and numpy do)",
-	"prelu_opset6_per_channel":  "onnxruntime has no PRelu(6) kernel",
-	"lrn_even_size":             "onnxruntime takes odd LRN sizes only",
-	"add_opset6_broadcast":      "onnxruntime has no Add(6) kernel",
-	"mul_opset6_broadcast_axis": "onnxruntime has no Mul(6) kernel",
-	"gemm_opset6_broadcast_c":   "onnxruntime has no Gemm(6) kernel",
+	"einsum_broadcast_ellipsis":           "onnxruntime does not broadcast ellipsis axes of size 1 (PyTorch and numpy do)",
+	"einsum_four_operands_broadcast_diag": "onnxruntime does not broadcast ellipsis axes of size 1 (PyTorch and numpy do)",
+	"prelu_opset6_per_channel":            "onnxruntime has no PRelu(6) kernel",
+	"lrn_even_size":                       "onnxruntime takes odd LRN sizes only",
+	"add_opset6_broadcast":                "onnxruntime has no Add(6) kernel",
+	"mul_opset6_broadcast_axis":           "onnxruntime has no Mul(6) kernel",
+	"gemm_opset6_broadcast_c":             "onnxruntime has no Gemm(6) kernel",
 }
 
 // TestOpModelsOnnxruntime holds the references of testdata/ops against

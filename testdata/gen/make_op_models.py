@@ -195,6 +195,16 @@ def einsum_transposed_operands():
 
 
 @case
+def einsum_chain_three():
+    return einsum_node("ij,jk,kl->il", randn(37, 3, 4), randn(38, 4, 5), randn(39, 5, 2))
+
+
+@case
+def einsum_four_operands_broadcast_diag():
+    return einsum_node("...ii,...ij,j,kj->k...i", randn(87, 2, 1, 3, 3), randn(88, 4, 3, 2), randn(89, 2), randn(92, 5, 2))
+
+
+@case
 def einsum_outer():
     return einsum_node("i,j->ji", randn(18, 3), randn(19, 4))
 
