@@ -180,25 +180,43 @@ func buildVariadic(op string) builder {
 			}
 			return w
 		}
-		nd.fwd = func() {
-			for j := range y.data {
-				v := at(0, j)
-				for i := 1; i < len(xs); i++ {
-					u := at(i, j)
-					switch op {
-					case "Sum", "Mean":
-						v += u
-					case "Max":
-						if u > v || u != u {
-							v = u
-						}
-					case "Min":
-						if u < v || u != u {
-							v = u
-						}
+		if op == "Sum" || op == "Mean" {
+			// The vectorized broadcasting kernels: x₀ + x₁, then + xᵢ in
+			// place (each output element reads only its own position).
+			nd.fwd = func() {
+				if len(xs) == 1 {
+					kernels.Expand(xs[0].data, xs[0].shape, y.data, y.shape)
+				} else {
+					kernels.Binary(kernels.Add, xs[0].data, xs[0].shape, xs[1].data, xs[1].shape, y.data, y.shape)
+				}
+				for _, x := range xs[min(2, len(xs)):] {
+					kernels.Binary(kernels.Add, y.data, y.shape, x.data, x.shape, y.data, y.shape)
+				}
+				if scale != 1 {
+					for j := range y.data {
+						y.data[j] *= scale
 					}
 				}
-				y.data[j] = v * scale
+			}
+		} else {
+			nd.fwd = func() {
+				for j := range y.data {
+					v := at(0, j)
+					for i := 1; i < len(xs); i++ {
+						u := at(i, j)
+						switch op {
+						case "Max":
+							if u > v || u != u {
+								v = u
+							}
+						case "Min":
+							if u < v || u != u {
+								v = u
+							}
+						}
+					}
+					y.data[j] = v
+				}
 			}
 		}
 		switch op {
