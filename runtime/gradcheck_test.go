@@ -616,6 +616,34 @@ func TestGradCheck(t *testing.T) {
 			b.node("Pad", []string{"c", "pads", "", "pax"}, "y", aStr("mode", "reflect"))
 			return "y"
 		}, nil},
+		{"reduce_extremes_norms_logsums", 13, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("ReduceMax", []string{"a"}, "mx", aInts("axes", 1))                      // (2,1,4)
+			b.node("ReduceMin", []string{"a"}, "mn", aInts("axes", 2), aInt("keepdims", 0)) // (2,3)
+			b.node("ReduceL1", []string{"a"}, "l1", aInts("axes", 0, 2))                    // (1,3,1)
+			b.node("ReduceL2", []string{"a"}, "l2", aInts("axes", 1))                       // (2,1,4)
+			b.node("ReduceSumSquare", []string{"a"}, "ss")                                  // (1,1,1)
+			b.node("ReduceLogSumExp", []string{"a"}, "lse", aInts("axes", 2))               // (2,3,1)
+			b.node("Exp", []string{"a"}, "ea")
+			b.node("ReduceLogSum", []string{"ea"}, "ls", aInts("axes", 0)) // (1,3,4)
+			b.node("ReduceProd", []string{"a"}, "pr", aInts("axes", 1))    // (2,1,4)
+			b.node("Add", []string{"mx", "l2"}, "s1")
+			b.node("Mul", []string{"s1", "pr"}, "s2")
+			b.node("Add", []string{"s2", "l1"}, "s3")
+			b.node("Add", []string{"s3", "ss"}, "s4")
+			b.node("Add", []string{"s4", "lse"}, "s5")
+			b.node("Mul", []string{"s5", "ls"}, "s6")
+			b.ints("ax", []int64{2}, 1)
+			b.node("Unsqueeze", []string{"mn", "ax"}, "mn3") // (2,3,1)
+			b.node("Add", []string{"s6", "mn3"}, "y")
+			return "y"
+		}, nil},
+		{"reduce_prod_with_zero", 18, func(b *modelBuilder) string {
+			b.floats("a", []float32{0, 1.5, -2, 0.7, 0, 0, 3, 1.2, -0.4}, 3, 3)
+			b.ints("ax", []int64{1}, 1)
+			b.node("ReduceProd", []string{"a", "ax"}, "y")
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")
