@@ -21,8 +21,7 @@ import (
 //	DPFINETUNE_ONNX_BACKEND_DATA=/path/to/onnx/onnx/backend/test/data go test ./runtime -run TestONNXBackendData -v
 //
 // Every case that runs must match ONNX's expected outputs; the refused
-// ones are logged with the reason (BatchNormalization-6, float64 and
-// int64 inputs).
+// ones are logged with the reason (float64 and int64 inputs).
 func TestONNXBackendData(t *testing.T) {
 	root := os.Getenv("DPFINETUNE_ONNX_BACKEND_DATA")
 	if root == "" {

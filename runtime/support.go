@@ -38,7 +38,7 @@ var opsets = map[string]OpsetRange{
 	"Softmax": {1, 18}, "LogSoftmax": {1, 18},
 	"Conv": {1, 18}, "Gemm": {6, 18}, "MatMul": {1, 18},
 	"MaxPool": {1, 18}, "AveragePool": {1, 18}, "GlobalAveragePool": {1, 18},
-	"BatchNormalization": {7, 18}, "LayerNormalization": {17, 18},
+	"BatchNormalization": {6, 18}, "LayerNormalization": {17, 18},
 	"InstanceNormalization": {6, 18}, "GroupNormalization": {18, 18},
 	"LeakyRelu": {6, 18}, "Elu": {6, 18}, "HardSigmoid": {6, 18}, "HardSwish": {14, 18}, "Softplus": {1, 18},
 	// Gelu entered the standard at opset 20, past the newest opset checked:
