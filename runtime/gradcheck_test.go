@@ -644,6 +644,13 @@ func TestGradCheck(t *testing.T) {
 			b.node("ReduceProd", []string{"a", "ax"}, "y")
 			return "y"
 		}, nil},
+		{"sin_cos", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Sin", []string{"x"}, "s")
+			b.node("Cos", []string{"x"}, "c")
+			b.node("Mul", []string{"s", "c"}, "y")
+			return "y"
+		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {
 			b.param("a", 3, 3)
 			b.node("MatMul", []string{"a", "a"}, "aa")

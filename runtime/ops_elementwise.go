@@ -10,7 +10,8 @@ import (
 
 // Elementwise operators of older and Caffe2-era exports and of the ONNX
 // backend tests: PRelu (with a trainable slope), Selu, Celu, Sign, Shrink,
-// Softsign, ThresholdedRelu, Mish, and the variadic Sum, Mean, Max, Min.
+// Softsign, ThresholdedRelu, Mish, Floor, Ceil, Round, Sin, Cos, and the
+// variadic Sum, Mean, Max, Min.
 
 func init() {
 	opTable["PRelu"] = buildPRelu
@@ -107,6 +108,20 @@ func init() {
 				t := math.Tanh(sp(v))
 				return float32(t + v*(1-t*t)/(1+math.Exp(-v)))
 			}
+	})
+	// Piecewise-constant maps: gradient zero almost everywhere.
+	for op, f := range map[string]func(float64) float64{"Floor": math.Floor, "Ceil": math.Ceil, "Round": math.RoundToEven} {
+		opTable[op] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+			return func(x float32) float32 { return float32(f(float64(x))) }, func(x float32) float32 { return 0 }
+		})
+	}
+	opTable["Sin"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+		return func(x float32) float32 { return float32(math.Sin(float64(x))) },
+			func(x float32) float32 { return float32(math.Cos(float64(x))) }
+	})
+	opTable["Cos"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+		return func(x float32) float32 { return float32(math.Cos(float64(x))) },
+			func(x float32) float32 { return float32(-math.Sin(float64(x))) }
 	})
 	opTable["Sum"] = buildVariadic("Sum")
 	opTable["Mean"] = buildVariadic("Mean")

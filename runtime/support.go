@@ -53,6 +53,7 @@ var opsets = map[string]OpsetRange{
 	"Softsign": {1, 18}, "ThresholdedRelu": {10, 18}, "Mish": {18, 18},
 	"Sum": {6, 18}, "Mean": {6, 18}, "Max": {6, 18}, "Min": {6, 18},
 	"ConvTranspose": {1, 18}, "LRN": {1, 18},
+	"Floor": {6, 18}, "Ceil": {6, 18}, "Round": {11, 18}, "Sin": {7, 18}, "Cos": {7, 18},
 	// The other reductions: axes an attribute until 17, an input at 18
 	// (graph.Node.ReduceAxes reads both).
 	"ReduceMax": {1, 18}, "ReduceMin": {1, 18}, "ReduceProd": {1, 18}, "ReduceL1": {1, 18}, "ReduceL2": {1, 18},
