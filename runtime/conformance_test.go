@@ -23,40 +23,10 @@ import (
 // case that starts passing fails the test until it is taken off the list),
 // and no other case may be.
 var conformanceRefused = map[string]string{
-	"test_operator_add_size1_broadcast":                   opset6,
-	"test_BatchNorm1d_3d_input_eval":                      opset6,
-	"test_BatchNorm2d_eval":                               opset6,
-	"test_BatchNorm2d_momentum_eval":                      opset6,
-	"test_BatchNorm3d_eval":                               opset6,
-	"test_BatchNorm3d_momentum_eval":                      opset6,
-	"test_Linear":                                         opset6,
-	"test_operator_mm":                                    opset6,
-	"test_GLU":                                            opset6,
-	"test_GLU_dim":                                        opset6,
-	"test_operator_pow":                                   opset6,
-	"test_Softsign":                                       opset6,
-	"test_operator_basic":                                 opset6,
-	"test_operator_params":                                opset6,
-	"test_operator_addmm":                                 opset6,
-	"test_PoissonNLLLLoss_no_reduce":                      opset6,
 	"light_vgg19":                                         "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"light_bvlc_alexnet":                                  "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"light_zfnet512":                                      "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"test_split_zero_size_splits":                         "a zero-size dimension: shapes need every dimension positive",
-	"test_softmax_axis_0_expanded":                        reduceMaxRunTime,
-	"test_softmax_axis_1_expanded":                        reduceMaxRunTime,
-	"test_softmax_axis_2_expanded":                        reduceMaxRunTime,
-	"test_softmax_default_axis_expanded":                  reduceMaxRunTime,
-	"test_softmax_large_number_expanded":                  reduceMaxRunTime,
-	"test_softmax_negative_axis_expanded":                 reduceMaxRunTime,
-	"test_softmax_example_expanded":                       reduceMaxRunTime,
-	"test_logsoftmax_axis_0_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_axis_1_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_axis_2_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_default_axis_expanded":               reduceMaxRunTime,
-	"test_logsoftmax_large_number_expanded":               reduceMaxRunTime,
-	"test_logsoftmax_negative_axis_expanded":              reduceMaxRunTime,
-	"test_logsoftmax_example_1_expanded":                  reduceMaxRunTime,
 	"test_batchnorm_epsilon_training_mode":                bnRunningStats,
 	"test_batchnorm_example_training_mode":                bnRunningStats,
 	"test_layer_normalization_2d_axis0":                   lnStats,
@@ -81,10 +51,8 @@ var conformanceRefused = map[string]string{
 }
 
 const (
-	opset6           = "opset 6 (PyTorch 0.3 exports): Add/Sub/Mul/Div/Pow/Gemm before 7 (legacy broadcast attribute) and BatchNormalization before 7 (is_test) are outside their kernels' opset range, and CheckOps names the node"
-	reduceMaxRunTime = "ReduceMax on run-time data: it has no kernel (the IR folds it on constants only), and this expanded Softmax/LogSoftmax subtracts the row maximum with it"
-	bnRunningStats   = "the updated running mean and variance are graph outputs: the kernel computes them but no plan outputs them"
-	lnStats          = "the Mean and InvStdDev outputs are graph outputs: the kernel outputs only Y"
+	bnRunningStats = "the updated running mean and variance are graph outputs: the kernel computes them but no plan outputs them"
+	lnStats        = "the Mean and InvStdDev outputs are graph outputs: the kernel outputs only Y"
 )
 
 // conformanceDiffers lists cases that run but that the runtime answers
