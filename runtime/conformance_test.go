@@ -24,20 +24,6 @@ import (
 // and no other case may be.
 var conformanceRefused = map[string]string{
 	"test_split_zero_size_splits":                         "a zero-size dimension: shapes need every dimension positive",
-	"test_softmax_axis_0_expanded":                        reduceMaxRunTime,
-	"test_softmax_axis_1_expanded":                        reduceMaxRunTime,
-	"test_softmax_axis_2_expanded":                        reduceMaxRunTime,
-	"test_softmax_default_axis_expanded":                  reduceMaxRunTime,
-	"test_softmax_large_number_expanded":                  reduceMaxRunTime,
-	"test_softmax_negative_axis_expanded":                 reduceMaxRunTime,
-	"test_softmax_example_expanded":                       reduceMaxRunTime,
-	"test_logsoftmax_axis_0_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_axis_1_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_axis_2_expanded":                     reduceMaxRunTime,
-	"test_logsoftmax_default_axis_expanded":               reduceMaxRunTime,
-	"test_logsoftmax_large_number_expanded":               reduceMaxRunTime,
-	"test_logsoftmax_negative_axis_expanded":              reduceMaxRunTime,
-	"test_logsoftmax_example_1_expanded":                  reduceMaxRunTime,
 	"test_batchnorm_epsilon_training_mode":                bnRunningStats,
 	"test_batchnorm_example_training_mode":                bnRunningStats,
 	"test_layer_normalization_2d_axis0":                   lnStats,
@@ -62,9 +48,8 @@ var conformanceRefused = map[string]string{
 }
 
 const (
-	reduceMaxRunTime = "ReduceMax on run-time data: it has no kernel (the IR folds it on constants only), and this expanded Softmax/LogSoftmax subtracts the row maximum with it"
-	bnRunningStats   = "the updated running mean and variance are graph outputs: the kernel computes them but no plan outputs them"
-	lnStats          = "the Mean and InvStdDev outputs are graph outputs: the kernel outputs only Y"
+	bnRunningStats = "the updated running mean and variance are graph outputs: the kernel computes them but no plan outputs them"
+	lnStats        = "the Mean and InvStdDev outputs are graph outputs: the kernel outputs only Y"
 )
 
 // conformanceDiffers lists cases that run but that the runtime answers
