@@ -132,7 +132,14 @@ func FuzzPipeline(f *testing.F) {
 		}
 	}
 	modes := []Mode{BK, Mixed, Ghost, Instantiate}
+	// A crash outside the fuzz function's goroutine (a kernel worker)
+	// kills the fuzzing process without saying which input did it: with
+	// DPFINETUNE_FUZZ_LAST set, each input is written there first.
+	last := os.Getenv("DPFINETUNE_FUZZ_LAST")
 	f.Fuzz(func(t *testing.T, which, mode uint8, prog []byte) {
+		if last != "" {
+			os.WriteFile(last, append([]byte{which, mode}, prog...), 0o644)
+		}
 		m := proto.Clone(fixtures[int(which)%len(fixtures)]).(*onnxpb.ModelProto)
 		hostile.Mutate(m, prog)
 		data, err := proto.Marshal(m)
