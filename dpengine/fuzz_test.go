@@ -27,7 +27,7 @@ const (
 )
 
 // fuzzFixtures loads every model under testdata/models, sorted by name.
-func fuzzFixtures(f *testing.F) []*onnxpb.ModelProto {
+func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 	paths, _ := filepath.Glob("../testdata/models/*.onnx")
 	sort.Strings(paths)
 	if len(paths) == 0 {
@@ -132,7 +132,14 @@ func FuzzPipeline(f *testing.F) {
 		}
 	}
 	modes := []Mode{BK, Mixed, Ghost, Instantiate}
+	// A crash outside the fuzz function's goroutine (a kernel worker)
+	// kills the fuzzing process without saying which input did it: with
+	// DPFINETUNE_FUZZ_LAST set, each input is written there first.
+	last := os.Getenv("DPFINETUNE_FUZZ_LAST")
 	f.Fuzz(func(t *testing.T, which, mode uint8, prog []byte) {
+		if last != "" {
+			os.WriteFile(last, append([]byte{which, mode}, prog...), 0o644)
+		}
 		m := proto.Clone(fixtures[int(which)%len(fixtures)]).(*onnxpb.ModelProto)
 		hostile.Mutate(m, prog)
 		data, err := proto.Marshal(m)

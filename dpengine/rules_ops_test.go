@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -247,5 +250,66 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestOperatorNormsMatchPyTorch: the per-sample norms of a PyTorch export
+// with Conv, PReLU (per-channel and shared slopes), a grouped strided
+// ConvTranspose and Linear parameters equal PyTorch's batch-of-1 norms
+// (testdata/ops/norms_convtranspose_prelu, from make_op_models.py) in
+// every DP mode.
+func TestOperatorNormsMatchPyTorch(t *testing.T) {
+	base := filepath.Join("..", "testdata", "ops", "norms_convtranspose_prelu")
+	ref, err := npy.ReadNPZ(base + ".npz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, labels, want := ref["input"].F32, ref["labels"].I64, ref["norm_total"].F64
+	B := len(labels)
+	for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+		t.Run(string(mode), func(t *testing.T) {
+			m, err := onnx.Load(base + ".onnx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{3, 4, 4}, Batch: int64(B)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(B), PhysicalBatch: B})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, norms, err := e.ClippedSum(x, labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, w := range want {
+				if r := math.Abs(norms[i]-w) / w; r > 1e-4 {
+					t.Errorf("sample %d: total norm %v, PyTorch %v (rel %.2e)", i, norms[i], w, r)
+				}
+			}
+			got := e.ParamNorms()
+			n := 0
+			for k, a := range ref {
+				name, ok := strings.CutPrefix(k, "norm/")
+				if !ok {
+					continue
+				}
+				n++
+				for i, w := range a.F64 {
+					if d := math.Abs(got[name][i] - w); d > 1e-4*w+1e-7 {
+						t.Errorf("%s sample %d: norm %v, PyTorch %v", name, i, got[name][i], w)
+					}
+				}
+			}
+			if n != 8 || len(got) != n {
+				t.Errorf("%d parameters with norms, %d with PyTorch references (want 8)", len(got), n)
+			}
+		})
 	}
 }

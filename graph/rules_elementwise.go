@@ -16,6 +16,7 @@ func init() {
 	}
 	rules["PRelu"] = rule{infer: inferPRelu}
 	rules["LRN"] = rule{infer: sameAsInput}
+	rules["ReduceLogSum"] = rule{infer: inferReduce}
 }
 
 // legacyBroadcast checks the broadcast and axis attributes that binary

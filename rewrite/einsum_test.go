@@ -24,13 +24,16 @@ func TestEinsum(t *testing.T) {
 		// the frozen reason or of a problem.
 		t, d, p, groups int64
 		frozen, problem string
+		// general: no grouped linear layer; the weight is trained through
+		// the general Einsum rule (instantiated from the equation).
+		general bool
 	}{
 		{name: "token linear", eq: "btd,ed->bte", w: []int64{4, 6}, out: []any{"N", 5, 4}, t: 5, d: 6, p: 4, groups: 1},
 		{name: "per head", eq: "bthd,hde->bthe", w: []int64{2, 3, 4}, out: []any{"N", 5, 2, 4}, t: 5, d: 3, p: 4, groups: 2},
 		{name: "weight first", eq: "ke,bthe->bthk", w: []int64{4, 3}, out: []any{"N", 5, 2, 4}, t: 10, d: 3, p: 4, groups: 1},
 		{name: "batch moved", eq: "bthd,hde->tbhe", w: []int64{2, 3, 4}, out: []any{"N", 5, 2, 4}, t: 5, d: 3, p: 4, groups: 2},
-		{name: "data label summed", eq: "bthd,hde->bhe", w: []int64{2, 3, 4}, out: []any{"N", 2, 4}, frozen: `data label 't' is summed on its own`},
-		{name: "weight label summed", eq: "bthd,hdf->bthd", w: []int64{2, 3, 7}, out: []any{"N", 5, 2, 3}, frozen: `weight label 'f' is summed on its own`},
+		{name: "data label summed", eq: "bthd,hde->bhe", w: []int64{2, 3, 4}, out: []any{"N", 2, 4}, general: true},
+		{name: "weight label summed", eq: "bthd,hdf->bthd", w: []int64{2, 3, 7}, out: []any{"N", 5, 2, 3}, general: true},
 		{name: "attention", eq: "bthd,bshd->bhts", out: []any{"N", 2, 5, 5}},
 		{name: "sum over the batch", eq: "bthd,bshd->hts", out: []any{2, 5, 5}, problem: "sums over the batch"},
 	} {
@@ -75,6 +78,12 @@ func TestEinsum(t *testing.T) {
 			if tc.frozen != "" {
 				if prm.Trainable() || !strings.Contains(prm.Reason, tc.frozen) {
 					t.Errorf("w: kind %s (%s), want frozen with %q", prm.Kind, prm.Reason, tc.frozen)
+				}
+				return
+			}
+			if tc.general {
+				if prm.Kind != KindElementwise || len(prm.Uses) != 1 {
+					t.Errorf("w: kind %s (%s), %d uses; want one use through the general Einsum rule", prm.Kind, prm.Reason, len(prm.Uses))
 				}
 				return
 			}

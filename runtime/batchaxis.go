@@ -151,7 +151,8 @@ func (nd *node) batchStride(N int) int {
 			return 0
 		}
 		kOut = k
-	case "ReduceMean", "ReduceSum":
+	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+		"ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp":
 		axes, noop, err := nd.g.ReduceAxes(r)
 		if err != nil {
 			return 0

@@ -490,6 +490,27 @@ func TestGradCheck(t *testing.T) {
 			b.node("Einsum", []string{"q", "k"}, "y", aStr("equation", "bhid,bhjd->bhij"))
 			return "y"
 		}, nil},
+		{"einsum_transposed_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 5, 3) // b d i: read transposed
+			b.param("k", 2, 4, 5) // b j d: read transposed
+			b.node("Einsum", []string{"a", "k"}, "y", aStr("equation", "bdi,bjd->bij"))
+			return "y"
+		}, nil},
+		{"einsum_three_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 4, 5)
+			b.param("d", 2, 1, 5)
+			b.node("Einsum", []string{"a", "c", "d"}, "y", aStr("equation", "bij,jk,bxk->bki")) // x broadcast, j contracted
+			return "y"
+		}, nil},
+		{"einsum_four_operands_diag", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 3)
+			b.param("c", 3, 2)
+			b.param("d", 2)
+			b.param("e", 4, 2)
+			b.node("Einsum", []string{"a", "c", "d", "e"}, "y", aStr("equation", "ii,ij,j,kj->ki"))
+			return "y"
+		}, nil},
 		{"einsum_diag_sum_broadcast", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 1, 3, 3)
 			b.param("c", 4, 3, 5)
@@ -593,6 +614,41 @@ func TestGradCheck(t *testing.T) {
 			b.ints("pads", []int64{1, 2}, 2)
 			b.ints("pax", []int64{2}, 1)
 			b.node("Pad", []string{"c", "pads", "", "pax"}, "y", aStr("mode", "reflect"))
+			return "y"
+		}, nil},
+		{"reduce_extremes_norms_logsums", 13, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("ReduceMax", []string{"a"}, "mx", aInts("axes", 1))                      // (2,1,4)
+			b.node("ReduceMin", []string{"a"}, "mn", aInts("axes", 2), aInt("keepdims", 0)) // (2,3)
+			b.node("ReduceL1", []string{"a"}, "l1", aInts("axes", 0, 2))                    // (1,3,1)
+			b.node("ReduceL2", []string{"a"}, "l2", aInts("axes", 1))                       // (2,1,4)
+			b.node("ReduceSumSquare", []string{"a"}, "ss")                                  // (1,1,1)
+			b.node("ReduceLogSumExp", []string{"a"}, "lse", aInts("axes", 2))               // (2,3,1)
+			b.node("Exp", []string{"a"}, "ea")
+			b.node("ReduceLogSum", []string{"ea"}, "ls", aInts("axes", 0)) // (1,3,4)
+			b.node("ReduceProd", []string{"a"}, "pr", aInts("axes", 1))    // (2,1,4)
+			b.node("Add", []string{"mx", "l2"}, "s1")
+			b.node("Mul", []string{"s1", "pr"}, "s2")
+			b.node("Add", []string{"s2", "l1"}, "s3")
+			b.node("Add", []string{"s3", "ss"}, "s4")
+			b.node("Add", []string{"s4", "lse"}, "s5")
+			b.node("Mul", []string{"s5", "ls"}, "s6")
+			b.ints("ax", []int64{2}, 1)
+			b.node("Unsqueeze", []string{"mn", "ax"}, "mn3") // (2,3,1)
+			b.node("Add", []string{"s6", "mn3"}, "y")
+			return "y"
+		}, nil},
+		{"reduce_prod_with_zero", 18, func(b *modelBuilder) string {
+			b.floats("a", []float32{0, 1.5, -2, 0.7, 0, 0, 3, 1.2, -0.4}, 3, 3)
+			b.ints("ax", []int64{1}, 1)
+			b.node("ReduceProd", []string{"a", "ax"}, "y")
+			return "y"
+		}, nil},
+		{"sin_cos", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Sin", []string{"x"}, "s")
+			b.node("Cos", []string{"x"}, "c")
+			b.node("Mul", []string{"s", "c"}, "y")
 			return "y"
 		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {

@@ -10,7 +10,8 @@ import (
 
 // Elementwise operators of older and Caffe2-era exports and of the ONNX
 // backend tests: PRelu (with a trainable slope), Selu, Celu, Sign, Shrink,
-// Softsign, ThresholdedRelu, Mish, and the variadic Sum, Mean, Max, Min.
+// Softsign, ThresholdedRelu, Mish, Floor, Ceil, Round, Sin, Cos, and the
+// variadic Sum, Mean, Max, Min.
 
 func init() {
 	opTable["PRelu"] = buildPRelu
@@ -108,6 +109,20 @@ func init() {
 				return float32(t + v*(1-t*t)/(1+math.Exp(-v)))
 			}
 	})
+	// Piecewise-constant maps: gradient zero almost everywhere.
+	for op, f := range map[string]func(float64) float64{"Floor": math.Floor, "Ceil": math.Ceil, "Round": math.RoundToEven} {
+		opTable[op] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+			return func(x float32) float32 { return float32(f(float64(x))) }, func(x float32) float32 { return 0 }
+		})
+	}
+	opTable["Sin"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+		return func(x float32) float32 { return float32(math.Sin(float64(x))) },
+			func(x float32) float32 { return float32(math.Cos(float64(x))) }
+	})
+	opTable["Cos"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
+		return func(x float32) float32 { return float32(math.Cos(float64(x))) },
+			func(x float32) float32 { return float32(-math.Sin(float64(x))) }
+	})
 	opTable["Sum"] = buildVariadic("Sum")
 	opTable["Mean"] = buildVariadic("Mean")
 	opTable["Max"] = buildVariadic("Max")
@@ -180,25 +195,43 @@ func buildVariadic(op string) builder {
 			}
 			return w
 		}
-		nd.fwd = func() {
-			for j := range y.data {
-				v := at(0, j)
-				for i := 1; i < len(xs); i++ {
-					u := at(i, j)
-					switch op {
-					case "Sum", "Mean":
-						v += u
-					case "Max":
-						if u > v || u != u {
-							v = u
-						}
-					case "Min":
-						if u < v || u != u {
-							v = u
-						}
+		if op == "Sum" || op == "Mean" {
+			// The vectorized broadcasting kernels: x₀ + x₁, then + xᵢ in
+			// place (each output element reads only its own position).
+			nd.fwd = func() {
+				if len(xs) == 1 {
+					kernels.Expand(xs[0].data, xs[0].shape, y.data, y.shape)
+				} else {
+					kernels.Binary(kernels.Add, xs[0].data, xs[0].shape, xs[1].data, xs[1].shape, y.data, y.shape)
+				}
+				for _, x := range xs[min(2, len(xs)):] {
+					kernels.Binary(kernels.Add, y.data, y.shape, x.data, x.shape, y.data, y.shape)
+				}
+				if scale != 1 {
+					for j := range y.data {
+						y.data[j] *= scale
 					}
 				}
-				y.data[j] = v * scale
+			}
+		} else {
+			nd.fwd = func() {
+				for j := range y.data {
+					v := at(0, j)
+					for i := 1; i < len(xs); i++ {
+						u := at(i, j)
+						switch op {
+						case "Max":
+							if u > v || u != u {
+								v = u
+							}
+						case "Min":
+							if u < v || u != u {
+								v = u
+							}
+						}
+					}
+					y.data[j] = v
+				}
 			}
 		}
 		switch op {

@@ -295,6 +295,8 @@ var nonDiff = map[string][]int{
 	"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
 	"Squeeze": {1}, "Unsqueeze": {1}, "Clip": {1, 2}, "BatchNormalization": {3, 4},
 	"Gather": {1}, "ScatterND": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
+	"ReduceMax": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceL1": {1}, "ReduceL2": {1},
+	"ReduceSumSquare": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
 }
 
 func diffSlot(n *graph.Node, i int) bool {

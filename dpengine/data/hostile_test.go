@@ -64,6 +64,12 @@ func TestHostileData(t *testing.T) {
 			idxSet{n: 4, h: 2, w: 2, tn: 1, labels: []byte{0, 1, 2, 3}, tlabs: []byte{0}}.write(t, dir)
 			writeFile(t, filepath.Join(dir, "train-images-idx3-ubyte"), idxFile([]int{1 << 31, 1 << 31, 1 << 31}, nil))
 		}, func(dir string) []string { return []string{"implausibly large"} }},
+		// 2⁴⁰ after two dimensions, then ×(2³²−1) overflows int64 (found
+		// by FuzzIDX: the wrapped size reached make).
+		{"idx header overflowing int64", "idx", func(t *testing.T, dir string) {
+			idxSet{n: 4, h: 2, w: 2, tn: 1, labels: []byte{0, 1, 2, 3}, tlabs: []byte{0}}.write(t, dir)
+			writeFile(t, filepath.Join(dir, "train-images-idx3-ubyte"), idxFile([]int{1<<32 - 1, 1 << 8, 1<<32 - 1}, nil))
+		}, func(dir string) []string { return []string{"implausibly large"} }},
 		{"cifar sparse 1 TiB batch", "cifar10", func(t *testing.T, dir string) {
 			f, err := os.Create(filepath.Join(dir, "data_batch_1.bin"))
 			if err != nil {

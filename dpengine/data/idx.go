@@ -162,10 +162,11 @@ func readIDXFrom(f io.Reader, path string, ndims int) ([]uint8, []int, error) {
 	size := int64(1)
 	for i := range dims {
 		dims[i] = int(binary.BigEndian.Uint32(hdr[4+4*i:]))
-		size *= int64(dims[i])
-		if size > 1<<40 {
+		// Checked before multiplying: two sizes near 2³² overflow int64.
+		if dims[i] != 0 && size > (1<<40)/int64(dims[i]) {
 			return nil, nil, fmt.Errorf("idx: %s: header dimensions %v are implausibly large", path, dims[:i+1])
 		}
+		size *= int64(dims[i])
 	}
 	if avail, src, ok := sysmem.Available(); ok && size > avail {
 		return nil, nil, fmt.Errorf("idx: %s: the header declares %s (%d MiB of data), more than the %d MiB of memory available (%s)", path, describeDims(dims), size>>20, avail>>20, src)

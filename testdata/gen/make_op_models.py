@@ -189,6 +189,22 @@ def einsum_broadcast_ellipsis():
 
 
 @case
+def einsum_transposed_operands():
+    # both operands read in place by a transposing GEMM
+    return einsum_node("bdi,bjd->bij", randn(35, 2, 5, 3), randn(36, 2, 4, 5))
+
+
+@case
+def einsum_chain_three():
+    return einsum_node("ij,jk,kl->il", randn(37, 3, 4), randn(38, 4, 5), randn(39, 5, 2))
+
+
+@case
+def einsum_four_operands_broadcast_diag():
+    return einsum_node("...ii,...ij,j,kj->k...i", randn(87, 2, 1, 3, 3), randn(88, 4, 3, 2), randn(89, 2), randn(92, 5, 2))
+
+
+@case
 def einsum_outer():
     return einsum_node("i,j->ji", randn(18, 3), randn(19, 4))
 
@@ -436,6 +452,81 @@ def lrn_even_size():
     return node_case("LRN", {"x": x}, y, opset=13, size=size, alpha=alpha, beta=beta, bias=bias)
 
 
+# --- legacy broadcasting (opset 6) ---
+
+@case
+def add_opset6_broadcast():
+    a, b = randn(80, 2, 3, 4), randn(81, 3, 4)
+    return node_case("Add", {"a": a, "b": b}, a + b, opset=6, broadcast=1)
+
+
+@case
+def mul_opset6_broadcast_axis():
+    # axis given, B aligned with A's last axes: numpy's rule
+    a, b = randn(82, 2, 3, 4), randn(83, 4)
+    return node_case("Mul", {"a": a, "b": b}, a * b, opset=6, broadcast=1, axis=2)
+
+
+@case
+def gemm_opset6_broadcast_c():
+    a, b, c = randn(84, 3, 4), randn(85, 5, 4), randn(86, 5)
+    return node_case("Gemm", {"a": a}, 0.5 * a @ b.T + 2 * c, opset=6, consts={"b": b, "c": c},
+                     transB=1, alpha=0.5, beta=2.0, broadcast=1)
+
+
+# --- per-sample norms (the DP engine's rules for these operators) ---
+
+class ConvTPReLUNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.p1 = torch.nn.PReLU(4)
+        self.t = torch.nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.p2 = torch.nn.PReLU()
+        self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x):
+        return self.fc(self.p2(self.t(self.p1(self.c(x)))).flatten(1))
+
+
+@case
+def norms_convtranspose_prelu():
+    """Per-sample gradient norms of Conv, PReLU (per-channel and shared),
+    ConvTranspose (grouped, strided, output_padding) and Linear parameters,
+    by batch-of-1 loops in PyTorch (float64 sums of float32 gradients)."""
+    torch.manual_seed(4)
+    m = ConvTPReLUNet().eval()
+    with torch.no_grad():
+        m.p1.weight.uniform_(-0.5, 0.5)
+        m.p2.weight.fill_(0.3)
+    x = torch.from_numpy(randn(90, 6, 3, 4, 4))
+    labels = torch.from_numpy(rng(91).integers(0, 5, 6))
+    buf = io.BytesIO()
+    torch.onnx.export(m, x, buf, opset_version=14, input_names=["input"], output_names=["y"],
+                      dynamic_axes={"input": {0: "batch"}, "y": {0: "batch"}})
+    om = onnx.load_from_string(buf.getvalue())
+    inits = {i.name: numpy_helper.to_array(i) for i in om.graph.initializer}
+    names = {}
+    for n, p in m.named_parameters():
+        # by value: the exporter folds the slope's Unsqueeze into (C, 1, 1)
+        hits = [k for k, v in inits.items() if v.size == p.numel() and np.array_equal(v.ravel(), p.detach().numpy().ravel())]
+        assert len(hits) == 1, (n, hits)
+        names[n] = hits[0]
+    extra = {"labels": labels.numpy()}
+    total = np.zeros(6)
+    for i in range(6):
+        m.zero_grad()
+        torch.nn.functional.cross_entropy(m(x[i:i + 1]), labels[i:i + 1]).backward()
+        for n, p in m.named_parameters():
+            sq = float((p.grad.double() ** 2).sum())
+            extra.setdefault("norm/" + names[n], np.zeros(6))[i] = sq ** 0.5
+            total[i] += sq
+    extra["norm_total"] = np.sqrt(total)
+    with torch.no_grad():
+        y = m(x)
+    return om, {"input": x.numpy()}, y.numpy(), extra
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -459,13 +550,16 @@ def main():
         if only and name not in only:
             continue
         torch.manual_seed(0)
-        m, feeds, y = fn()
+        out = fn()
+        m, feeds, y = out[:3]
+        extra = out[3] if len(out) > 3 else {}
         onnx.checker.check_model(m)
         m.producer_name = "dpfinetune make_op_models.py"
         with open(os.path.join(args.out, name + ".onnx"), "wb") as f:
             f.write(m.SerializeToString())
         arrays = dict(feeds)
         arrays["y"] = np.ascontiguousarray(y, dtype=np.float32)
+        arrays.update(extra)
         save_npz(os.path.join(args.out, name + ".npz"), arrays)
         ops = sorted({n.op_type for n in m.graph.node})
         print(f"{name}: opset {m.opset_import[0].version}, ops {ops}, y {y.shape}")
