@@ -581,6 +581,7 @@ func (e *Engine) Decisions() map[string]rewrite.Decision {
 }
 
 func addTo(dst, src []float32) {
+	dst = dst[:len(src)] // one bounds check, not one per element
 	for i, v := range src {
 		dst[i] += v
 	}

@@ -22,8 +22,9 @@ type useGroup struct {
 	// linear or elem is the consumer's per-sample rule (rules.go).
 	linear *linearRule
 	elem   *elementwiseRule
-	// sub back-propagates the operand's per-sample gradient through the
-	// parameter-only path to the parameters (nil for direct uses).
+	// sub back-propagates an elementwise operand's per-sample gradient
+	// through the parameter-only path to the parameters (nil for direct
+	// uses; a linear operand's uses map back through useState.idx).
 	sub     *runtime.Plan
 	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
@@ -177,8 +178,9 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	return false
 }
 
-// buildUses indexes the plan's parameter uses by consumer node and
-// prepares path sub-plans.
+// buildUses indexes the plan's parameter uses by consumer node, looks up
+// each consumer's per-sample rule and prepares the paths: sub-plans for
+// elementwise operands, index maps for linear ones.
 func (e *Engine) buildUses(cg *graph.Graph) error {
 	B := e.cfg.PhysicalBatch
 	type key struct{ out, operand string }
@@ -470,10 +472,16 @@ func scatterSample(stride, N, i int, src, dst []float32) {
 	}
 }
 
-func sampleShape(v *runtime.View) []int {
+// sampleShape is the shape of sample i's elements of v (N samples) as
+// gatherSample lays them out: v's shape with the batch axis reduced to its
+// share of one sample. That share is 1 for a plain (N, …) tensor, and
+// Outer·Inner where the export folds more into the axis (rewrite.BatchLayout:
+// Swin's windows are (N·windows, tokens, C), attention heads (N·H, T, d)),
+// so that reductions over it sum all of a sample's rows.
+func sampleShape(v *runtime.View, N int) []int {
 	s := append([]int(nil), v.Shape...)
 	if v.BatchAxis >= 0 {
-		s[v.BatchAxis] = 1
+		s[v.BatchAxis] = max(1, s[v.BatchAxis]/N)
 	}
 	return s
 }
@@ -580,9 +588,9 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use,
 	}
 	sc.gi = gatherSample(dout, B, i, sc.gi)
 	gi := sc.gi
-	gShape := sampleShape(dout)
+	gShape := sampleShape(dout, B)
 	opView := &ev.Inputs[u.Operand]
-	opShape := sampleShape(opView)
+	opShape := sampleShape(opView, B)
 	k := u.Operand
 	return g.elem.operandGrad(ev, sampleGrad{k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
 }

@@ -15,10 +15,10 @@ import (
 
 // Source is the randomness behind sampling and noise. Secure sources (the
 // default) key their generators — ChaCha8 for sampling and augmentation,
-// AES-128 in counter mode for the Gaussian noise, both cryptographically
-// strong — from the operating system's entropy; a seeded source is deterministic, for
-// reproducible experiments only, and is labelled so wherever it is
-// reported.
+// AES-128 on counter blocks for the Gaussian noise (runtime/noise), both
+// cryptographically strong — from the operating system's entropy, a fresh
+// key per generator; a seeded source is deterministic, for reproducible
+// experiments only, and is labelled so wherever it is reported.
 type Source struct {
 	seeded bool
 	seed   uint64
@@ -133,13 +133,7 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 	if chunks == 0 {
 		return
 	}
-	s.mu.Lock()
-	n := s.stream
-	s.stream++
-	s.mu.Unlock()
-	key := s.key(n)
-	// AES-128: the seed and stream, or 16 random bytes.
-	gen := noise.New(noise.Key(key[:16]), n)
+	gen := noise.New(s.nextNoise())
 	var next atomic.Int64
 	work := func() {
 		for {
@@ -165,6 +159,20 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 	}
 	work()
 	wg.Wait()
+}
+
+// nextNoise advances the source by one generator and returns the key and
+// step of the noise it stands for: 16 bytes from crypto/rand, or for a
+// seeded source the seed and the position (the key's first half, so AES-128
+// sees both), with the position as the step. A backend that draws the
+// noise where the gradient lives takes these two and nothing else.
+func (s *Source) nextNoise() (noise.Key, uint64) {
+	s.mu.Lock()
+	n := s.stream
+	s.stream++
+	s.mu.Unlock()
+	key := s.key(n)
+	return noise.Key(key[:16]), n
 }
 
 // chunkAt locates the c-th noiseChunk-sized piece of the concatenation of

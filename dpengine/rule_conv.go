@@ -20,12 +20,17 @@ func init() {
 // group g (T×D), and the output gradient of the group is already laid out
 // p×T, i.e. g_iᵀ.
 func convUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
+	return convUseOn(e, us, ev.Conv, &ev.Inputs[0], &ev.DOut)
+}
+
+// convUseOn is convUse for the convolution s with input x and output
+// gradient dy (a ConvTranspose passes the Conv it is the adjoint of, its
+// output gradient as x and its input as dy).
+func convUseOn(e *Engine, us *useState, s *kernels.ConvShape, x, dy *runtime.View) error {
 	ls, p := us.linear, us.p
-	s := ev.Conv
 	if s == nil {
 		return fmt.Errorf("no convolution geometry")
 	}
-	x, dy := &ev.Inputs[0], &ev.DOut
 	if x.BatchAxis != 0 || dy.BatchAxis != 0 {
 		return fmt.Errorf("convolution without a leading batch axis")
 	}

@@ -76,7 +76,7 @@ func concatRunes(parts ...[]rune) []rune {
 
 // newEinsumGeom builds the geometry of weight operand w of an Einsum node
 // whose data operand x carries the batch on x.BatchAxis.
-func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int) (*einsumGeom, error) {
+func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int, B int) (*einsumGeom, error) {
 	eq, err := n.Str("equation")
 	if err != nil {
 		return nil, err
@@ -95,7 +95,7 @@ func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int)
 		ranks[k] = len(sh)
 	}
 	sampleShapes := [][]int{nil, nil}
-	sampleShapes[w], sampleShapes[1-w] = weightShape, sampleShape(x)
+	sampleShapes[w], sampleShapes[1-w] = weightShape, sampleShape(x, B)
 	s, err := graph.ParseEinsum(eq, ranks)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int)
 	}
 	g := &einsumGeom{G: prod(e.G), T: prod(e.R), D: prod(e.K), P: prod(e.N)}
 	g.aIdx = labelOffsets(concatRunes(e.G, e.R, e.K), size, s.Inputs[1-w], sampleShapes[1-w])
-	g.gIdx = labelOffsets(concatRunes(e.G, e.R, e.N), size, s.Output, sampleShape(dy))
+	g.gIdx = labelOffsets(concatRunes(e.G, e.R, e.N), size, s.Output, sampleShape(dy, B))
 	g.wIdx = labelOffsets(concatRunes(e.G, e.K, e.N), size, s.Inputs[w], weightShape)
 	return g, nil
 }
@@ -163,7 +163,7 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	x, dy := &ev.Inputs[us.use.Data], &ev.DOut
 	w := us.use.Operand
 	if ls.einsum == nil {
-		g, err := newEinsumGeom(ev.Node, w, x, dy, ev.Inputs[w].Shape)
+		g, err := newEinsumGeom(ev.Node, w, x, dy, ev.Inputs[w].Shape, B)
 		if err != nil {
 			return err
 		}

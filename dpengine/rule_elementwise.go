@@ -27,7 +27,7 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 		ov, oShape := other.Data, other.Shape
 		if other.BatchAxis >= 0 {
 			sc.other = gatherSample(other, s.B, s.i, sc.other)
-			ov, oShape = sc.other, sampleShape(other)
+			ov, oShape = sc.other, sampleShape(other, s.B)
 		}
 		sc.d = grow(sc.d, len(gi))
 		d = sc.d

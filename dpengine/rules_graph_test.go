@@ -97,7 +97,9 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 		// normalization does not cancel its parameters).
 		"norms": func() (*graph.Graph, []int64) {
 			m := newTestModel(18)
-			x := m.node("Conv", []string{"input", m.param("conv.w", 4, 3, 1, 1), m.param("conv.b", 4)}, "c")
+			// A convolution weight stored flat: Reshape on its path.
+			w := m.node("Reshape", []string{m.param("conv.w", 12), m.ints("conv.shape", 4, 3, 1, 1)}, "conv.w4")
+			x := m.node("Conv", []string{"input", w, m.param("conv.b", 4)}, "c")
 			x = m.node("GroupNormalization", []string{x, m.param("gn1.scale", 2), m.param("gn1.bias", 2)}, "gn1", intAttr("num_groups", 2))
 			x = m.node("Tanh", []string{x}, "t1")
 			x = m.node("InstanceNormalization", []string{x, m.param("in.scale", 4), m.param("in.bias", 4)}, "in")
@@ -106,6 +108,23 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			x = m.node("Flatten", []string{x}, "f")
 			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 36), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
 			return m.graph(t, []int64{3, 3, 3}, x, 3), []int64{3, 3, 3}
+		},
+		// Windows folded into the batch axis, as Swin's attention does
+		// ((B, 8, 6) tokens as (B·2, 4, 6) windows): a sample's bias and
+		// weight gradients sum over all its windows' rows.
+		"windows": func() (*graph.Graph, []int64) {
+			m := newTestModel(14)
+			x := m.node("Reshape", []string{"input", m.ints("win", -1, 4, 6)}, "w")
+			x = m.node("Add", []string{x, m.param("b1", 6)}, "a1")
+			x = m.node("Tanh", []string{x}, "t1")
+			x = m.node("MatMul", []string{x, m.param("w1", 6, 6)}, "m1")
+			x = m.node("Add", []string{x, m.param("b2", 6)}, "a2")
+			x = m.node("Mul", []string{x, m.param("s2", 1, 4, 6)}, "s2m")
+			x = m.node("Tanh", []string{x}, "t2")
+			x = m.node("Reshape", []string{x, m.ints("unwin", -1, 8, 6)}, "uw")
+			x = m.node("ReduceMean", []string{x}, "pool", intsAttr("axes", 1), intAttr("keepdims", 0))
+			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 6), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
+			return m.graph(t, []int64{8, 6}, x, 3), []int64{8, 6}
 		},
 		// Einsum weights: a token Linear, a per-head weight (a group
 		// label), a weight as the first operand with two row labels.
@@ -116,6 +135,9 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			x = m.node("Reshape", []string{x, m.ints("heads", -1, 5, 2, 2)}, "r1")
 			x = m.node("Einsum", []string{x, m.param("w2", 2, 2, 3)}, "e2", strAttr("equation", "bthd,hde->bthe"))
 			x = m.node("Tanh", []string{x}, "t2")
+			// The batch on the output's axis 1.
+			x = m.node("Einsum", []string{x, m.param("w2b", 3, 3)}, "e2b", strAttr("equation", "bthe,ef->tbhf"))
+			x = m.node("Transpose", []string{x}, "tr", intsAttr("perm", 1, 0, 2, 3))
 			x = m.node("Einsum", []string{m.param("w3", 4, 3), x}, "e3", strAttr("equation", "ke,bthe->bthk"))
 			x = m.node("ReduceMean", []string{x}, "pool", intsAttr("axes", 1, 2), intAttr("keepdims", 0))
 			x = m.node("Gemm", []string{x, m.param("fc.w", 4, 3), m.param("fc.b", 3)}, "logits")

@@ -50,11 +50,8 @@ func init() {
 	}
 	rules["IsNaN"] = rule{infer: boolLikeInput}
 	rules["IsInf"] = rule{infer: boolLikeInput}
-	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min"} {
+	for _, op := range []string{"Add", "Sub", "Mul", "Div", "Pow", "Mod"} {
 		rules[op] = rule{infer: broadcastInfer(false), eval: evalBinary}
-	}
-	for _, op := range []string{"Sum", "Mean", "PRelu"} {
-		rules[op] = rule{infer: broadcastInfer(false)}
 	}
 	for _, op := range []string{"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor"} {
 		rules[op] = rule{infer: broadcastInfer(true), eval: evalBinary}
@@ -62,7 +59,6 @@ func init() {
 	rules["Where"] = rule{infer: inferWhere, eval: evalWhere}
 	rules["Dropout"] = rule{infer: inferDropout}
 	rules["Conv"] = rule{infer: inferConv}
-	rules["ConvTranspose"] = rule{infer: inferConvTranspose}
 	rules["MaxPool"] = rule{infer: inferPool}
 	rules["AveragePool"] = rule{infer: inferPool}
 	rules["LpPool"] = rule{infer: inferPool}
@@ -179,6 +175,9 @@ func boolLikeInput(g *Graph, n *Node) error {
 
 func broadcastInfer(toBool bool) func(g *Graph, n *Node) error {
 	return func(g *Graph, n *Node) error {
+		if err := legacyBroadcast(n); err != nil {
+			return err
+		}
 		var shapes []Shape
 		for i, v := range n.Inputs {
 			if v == nil {
@@ -265,49 +264,6 @@ func inferConv(g *Graph, n *Node) error {
 	out := Shape{x.Shape[0], w.Shape[0]}
 	for _, o := range p.Out {
 		out = append(out, Dim{Size: o})
-	}
-	setOut(n, 0, x.DType, out)
-	return nil
-}
-
-func inferConvTranspose(g *Graph, n *Node) error {
-	x, w := n.Input(0), n.Input(1)
-	if x == nil || w == nil || x.Shape == nil || len(w.Shape) != len(x.Shape) || len(x.Shape) < 3 {
-		return errors.New("ConvTranspose needs X and W of the same known rank ≥ 3")
-	}
-	group, err := n.Int("group")
-	if err != nil {
-		return err
-	}
-	r := len(x.Shape) - 2
-	kernel, err := n.Ints("kernel_shape", w.Shape[2:].Ints())
-	if err != nil {
-		return err
-	}
-	ones := make([]int64, r)
-	for i := range ones {
-		ones[i] = 1
-	}
-	strides, _ := n.Ints("strides", ones)
-	dil, _ := n.Ints("dilations", ones)
-	pads, _ := n.Ints("pads", make([]int64, 2*r))
-	outPad, _ := n.Ints("output_padding", make([]int64, r))
-	outShape, _ := n.Ints("output_shape", nil)
-	if len(kernel) != r || len(strides) != r || len(dil) != r || len(pads) != 2*r || len(outPad) != r {
-		return fmt.Errorf("kernel_shape %v, strides %v, dilations %v, pads %v, output_padding %v do not match %d spatial dims", kernel, strides, dil, pads, outPad, r)
-	}
-	out := Shape{x.Shape[0], {Size: w.Shape[1].Size * group}}
-	for i := 0; i < r; i++ {
-		if len(outShape) == r {
-			out = append(out, Dim{Size: outShape[i]})
-			continue
-		}
-		in := x.Shape[2+i].Size
-		if in < 0 {
-			out = append(out, Dim{Size: -1})
-			continue
-		}
-		out = append(out, Dim{Size: strides[i]*(in-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - pads[i] - pads[i+r]})
 	}
 	setOut(n, 0, x.DType, out)
 	return nil
@@ -1201,6 +1157,9 @@ func inferSplit(g *Graph, n *Node) error {
 		return err
 	}
 	k := len(n.Outputs)
+	if no := n.IntOr("num_outputs", 0); no != 0 && (no != int64(k) || len(sizes) != 0) {
+		return fmt.Errorf("num_outputs %d with %d outputs and split sizes %v (opset 18: num_outputs or sizes, matching the outputs)", no, k, sizes)
+	}
 	dim := x.Shape[ax].Size
 	if len(sizes) == 0 {
 		if dim < 0 {

@@ -56,6 +56,20 @@ func TestFoldOperators(t *testing.T) {
 			return b.init("a", i64([]int64{2, 1}, 1, 2)).init("c", i64([]int64{3}, 1, 10, 100)).
 				node("Einsum", []string{"a", "c"}, []string{"y"}, attrStr("equation", "...,...->..."))
 		}, []int64{1, 10, 100, 2, 20, 200}, []int64{2, 3}},
+		{"Sum of three, broadcast", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2, 1}, 1, 2)).init("c", i64([]int64{3}, 10, 20, 30)).init("d", i64([]int64{}, 100)).
+				node("Sum", []string{"a", "c", "d"}, []string{"y"})
+		}, []int64{111, 121, 131, 112, 122, 132}, []int64{2, 3}},
+		{"Max of three", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{3}, 1, 5, 2)).init("c", i64([]int64{3}, 4, 0, 2)).init("d", i64([]int64{1}, 3)).
+				node("Max", []string{"a", "c", "d"}, []string{"y"})
+		}, []int64{4, 5, 3}, []int64{3}},
+		{"Min of one", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2}, 7, -1)).node("Min", []string{"a"}, []string{"y"})
+		}, []int64{7, -1}, []int64{2}},
+		{"Mean of two", 13, func(b *builder) *builder {
+			return b.init("a", i64([]int64{2}, 2, 4)).init("c", i64([]int64{2}, 4, 8)).node("Mean", []string{"a", "c"}, []string{"y"})
+		}, []int64{3, 6}, []int64{2}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -107,6 +121,16 @@ func TestOperatorErrors(t *testing.T) {
 		{"Einsum unknown output label", 12, func(b *builder) *builder {
 			return b.node("Einsum", []string{"x"}, []string{"y"}, attrStr("equation", "i->j"))
 		}, "in no operand"},
+		{"PRelu per-channel slope at opset 9", 9, func(b *builder) *builder {
+			return b.input("z", 2, 3, 4).input("s", 3).node("PRelu", []string{"z", "s"}, []string{"y"})
+		}, "opset ≤ 6 form"},
+		{"Split num_outputs against the outputs", 18, func(b *builder) *builder {
+			return b.input("z", 6).node("Split", []string{"z"}, []string{"y", "y1"}, attrInt("num_outputs", 3))
+		}, "num_outputs 3 with 2 outputs"},
+		{"legacy broadcast from a middle axis", 6, func(b *builder) *builder {
+			return b.input("z", 2, 3, 4).input("s", 3).
+				node("Add", []string{"z", "s"}, []string{"y"}, attrInt("broadcast", 1), attrInt("axis", 1))
+		}, "opset 6 broadcasting"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -114,6 +138,49 @@ func TestOperatorErrors(t *testing.T) {
 			err := g.InferShapes(nil)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestConvTransposeShapes follows the examples of the ONNX ConvTranspose
+// documentation (pads, output_padding, output_shape, auto_pad, groups).
+func TestConvTransposeShapes(t *testing.T) {
+	cases := []struct {
+		name  string
+		x, w  []int64
+		attrs []*onnxpb.AttributeProto
+		want  []int64
+		err   string
+	}{
+		{"plain", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, nil, []int64{1, 2, 5, 5}, ""},
+		{"pads", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("pads", 1, 2, 1, 2)}, []int64{1, 2, 7, 3}, ""},
+		{"output_padding", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("output_padding", 1, 1)}, []int64{1, 2, 10, 8}, ""},
+		{"output_shape", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 3, 2), attrInts("output_shape", 10, 8)}, []int64{1, 2, 10, 8}, ""},
+		{"same_upper", []int64{1, 1, 3, 3}, []int64{1, 2, 3, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2, 2), attrStr("auto_pad", "SAME_UPPER")}, []int64{1, 2, 6, 6}, ""},
+		{"dilations", []int64{1, 1, 3, 3}, []int64{1, 1, 2, 2}, []*onnxpb.AttributeProto{attrInts("dilations", 2, 2)}, []int64{1, 1, 5, 5}, ""},
+		{"groups", []int64{1, 4, 3}, []int64{4, 3, 2}, []*onnxpb.AttributeProto{attrInt("group", 2)}, []int64{1, 6, 4}, ""},
+		{"output_padding too large", []int64{1, 1, 3}, []int64{1, 1, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2), attrInts("output_padding", 2)}, nil, "must be smaller"},
+		{"output_shape too large", []int64{1, 1, 3}, []int64{1, 1, 3}, []*onnxpb.AttributeProto{attrInts("strides", 2), attrInts("output_shape", 9)}, nil, "exceeds"},
+		{"channels", []int64{1, 3, 3}, []int64{2, 1, 3}, nil, nil, "want W.shape[0] = channels"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := &Tensor{DType: Float32, Shape: c.w, F32: make([]float32, numel(c.w))}
+			g := newBuilder(14).input("x", c.x...).init("w", w).
+				node("ConvTranspose", []string{"x", "w"}, []string{"y"}, c.attrs...).output("y").graph(t)
+			err := g.InferShapes(nil)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want one containing %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Values["y"].Shape.Ints(); !equalInts(got, c.want) {
+				t.Errorf("output %v, want %v", got, c.want)
 			}
 		})
 	}

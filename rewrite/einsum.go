@@ -165,7 +165,15 @@ func einsumConsumer(c *consumer) (string, bool) {
 	b := s.Inputs[1-c.k][c.u.In.Axis]
 	e, err := SplitEinsum(s, shapes, c.k, b)
 	if err != nil {
-		return fmt.Sprintf("read by %s: %v", c.at, err), true
+		for _, l := range s.Inputs[c.k] {
+			if l == b {
+				return fmt.Sprintf("read by %s: %v", c.at, err), true
+			}
+		}
+		// Not a grouped linear layer: the per-sample gradient is
+		// instantiated from the equation (dpengine/rule_einsum_general.go).
+		c.u.Kind = KindElementwise
+		return "", true
 	}
 	size := map[rune]int64{}
 	for i, ls := range s.Inputs {

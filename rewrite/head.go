@@ -140,6 +140,14 @@ func ReplaceHead(g *graph.Graph, k int64, seed uint64) ([]Change, error) {
 	relink(g)
 	heads, err := findHeads(g)
 	if err != nil {
+		// A head that cannot be replaced (a convolutional head, a Linear
+		// exported as MatMul and Add) is fine when it already has the
+		// classes asked for: the user named the model's own count.
+		if outputsHaveClasses(g, k) {
+			return []Change{{Pass: "head", Target: g.Outputs[0].Name,
+				Action: fmt.Sprintf("kept: the model already has %d classes", k),
+				Reason: fmt.Sprintf("--num-classes %d; its head cannot be replaced by a fresh one (%v)", k, err)}}, nil
+		}
 		return nil, fmt.Errorf("rewrite: head replacement: %w", err)
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x6470_6669_6e65)) // "dpfine"
@@ -182,4 +190,18 @@ func ReplaceHead(g *graph.Graph, k int64, seed uint64) ([]Change, error) {
 		out.Shape[len(out.Shape)-1] = graph.Dim{Size: k}
 	}
 	return changes, g.Validate()
+}
+
+// outputsHaveClasses reports whether every graph output is (batch, k)
+// logits with k known.
+func outputsHaveClasses(g *graph.Graph, k int64) bool {
+	if len(g.Outputs) == 0 {
+		return false
+	}
+	for _, o := range g.Outputs {
+		if o == nil || len(o.Shape) != 2 || o.Shape[1].Size != k {
+			return false
+		}
+	}
+	return true
 }

@@ -113,7 +113,7 @@ func TestReplaceHeadErrors(t *testing.T) {
 		t.Errorf("no head: %v", err)
 	}
 	passthrough := newMB().input("x", "N", 3).output("y", "N", 3).node("Relu", "r", []string{"x"}, []string{"y"}).build(t)
-	if _, err := ReplaceHead(passthrough, 3, 0); err == nil {
+	if _, err := ReplaceHead(passthrough, 4, 0); err == nil {
 		t.Error("no head in a Relu model")
 	}
 	shared := sharedModel(t)
@@ -125,5 +125,29 @@ func TestReplaceHeadErrors(t *testing.T) {
 		node("Gemm", "fc2", []string{"h", "W"}, []string{"y"}).build(t)
 	if _, err := ReplaceHead(tied, 3, 0); err == nil || !strings.Contains(err.Error(), "shared") {
 		t.Errorf("tied head: %v", err)
+	}
+}
+
+// TestReplaceHeadKeepsOwnCount: a head that cannot be replaced (SqueezeNet's
+// Conv → Relu → GlobalAveragePool → Flatten) is kept when --num-classes
+// names the count the model already has, and still refused for another.
+func TestReplaceHeadKeepsOwnCount(t *testing.T) {
+	build := func() *graph.Graph {
+		return newMB().input("x", "N", 3, 4, 4).output("y", "N", 10).init("w", []int64{10, 3, 1, 1}).
+			node("Conv", "final_conv", []string{"x", "w"}, []string{"c"}).
+			node("Relu", "r", []string{"c"}, []string{"h"}).
+			node("GlobalAveragePool", "gap", []string{"h"}, []string{"p"}).
+			node("Flatten", "f", []string{"p"}, []string{"y"}).build(t)
+	}
+	g := build()
+	ch, err := ReplaceHead(g, 10, 0)
+	if err != nil || len(ch) != 1 || !strings.Contains(ch[0].Action, "kept: the model already has 10 classes") {
+		t.Fatalf("own count: %v, %v", ch, err)
+	}
+	if w := g.Values["w"]; w == nil || w.Const == nil || w.Const.Shape[0] != 10 {
+		t.Error("the kept head changed")
+	}
+	if _, err := ReplaceHead(build(), 5, 0); err == nil || !strings.Contains(err.Error(), "head replacement") {
+		t.Errorf("another count: %v, want the head replacement error", err)
 	}
 }

@@ -401,6 +401,15 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return ok(x.l)
 	case op == "Shape" || op == "Size":
 		return bstate{kind: indep}
+	case op == "ScatterND":
+		// Samples stay in place when only data carries the batch, on an
+		// axis below the ones the indices address.
+		idx, upd := n.Input(1), li.state(n.Input(2))
+		id, okd := dims(idx)
+		if x.kind != batched || upd.kind == batched || !okd || len(id) == 0 || int64(x.l.Axis) < id[len(id)-1] {
+			return mix("scatters across the batch axis")
+		}
+		return ok(x.l)
 	}
 	return lost("no batch rule for operator %s", op)
 }

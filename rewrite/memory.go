@@ -27,8 +27,13 @@ const (
 //	nondp:       nothing more
 //	instantiate: PerSample = 4·B·(Σ_l inst_l + Σ_e n_e)   (Opacus keeps every
 //	             per-sample gradient until the clip factors are known)
-//	ghost:       Transient = 4·B·max(max_l ghost_l, max_e n_e)
-//	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e)
+//	ghost:       Transient = 4·B·max(max_l ghost_l, max_e n_e), and
+//	             PerSample = 4·B·Σ_k n_k over the parameters k whose
+//	             per-sample gradients are kept for their norm: shared
+//	             ones, weights through a path that does not keep the norm
+//	             (Layer.Mapped), elementwise parameters behind a path
+//	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
+//	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
 //	             book-keeping keeps a layer's output gradient for
 //	             Σ_i C_i a_iᵀg_i (bk_l = out_l), or its instantiated
@@ -64,16 +69,23 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		Optimizer:   8 * p.Trainable.Scalars,
 		Activations: 4 * b * p.ActivationsPerSample,
 	}
-	var sumInst, sumBK, maxGhost, maxChosen, sumElem, maxElem int64
+	var sumInst, sumBK, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
 		}
+		kept := prm.Shared
 		for _, u := range prm.Uses {
 			if u.Kind == KindElementwise {
 				sumElem += prm.Size
 				maxElem = max(maxElem, prm.Size)
 			}
+			if (u.Layer != nil && u.Layer.Mapped) || (u.Kind == KindElementwise && len(u.Path) > 0) {
+				kept = true
+			}
+		}
+		if kept {
+			sumKept += prm.Size
 		}
 	}
 	for _, l := range p.Layers {
@@ -106,8 +118,8 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
-		mode(ModeGhost, norms, 4*b*max(maxGhost, maxElem)),
-		mode(ModeMixed, norms, 4*b*max(maxChosen, maxElem)),
+		mode(ModeGhost, 4*b*sumKept+norms, 4*b*max(maxGhost, maxElem)),
+		mode(ModeMixed, 4*b*sumKept+norms, 4*b*max(maxChosen, maxElem)),
 		mode(ModeBK, 4*b*(sumBK+sumElem)+norms, 4*b*max(maxChosen, maxElem)),
 	}
 }

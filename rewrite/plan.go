@@ -431,7 +431,7 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 		}
 		for _, u := range prm.Uses {
 			if u.Layer != nil {
-				if u.Layer.Op == "Conv" || u.Layer.Op == "Gemm" {
+				if u.Layer.Op == "Conv" || u.Layer.Op == "ConvTranspose" || u.Layer.Op == "Gemm" {
 					if b := p.byName[u.Layer.Bias]; b == nil || !b.Trainable() {
 						u.Layer.Bias = ""
 					}

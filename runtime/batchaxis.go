@@ -127,7 +127,7 @@ func (nd *node) batchStride(N int) int {
 			return 0
 		}
 		kOut = 0
-	case "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "InstanceNormalization", "GroupNormalization":
+	case "Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "InstanceNormalization", "GroupNormalization":
 		if k != 0 {
 			return 0
 		}
@@ -151,7 +151,8 @@ func (nd *node) batchStride(N int) int {
 			return 0
 		}
 		kOut = k
-	case "ReduceMean", "ReduceSum":
+	case "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+		"ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp":
 		axes, noop, err := nd.g.ReduceAxes(r)
 		if err != nil {
 			return 0

@@ -38,6 +38,24 @@ func (b *modelBuilder) param(name string, shape ...int64) {
 	b.floats(name, data, shape...)
 }
 
+// awayFrom moves the elements of initializer name within margin of c to
+// c ± margin, so that finite differences do not straddle a kink at c.
+func (b *modelBuilder) awayFrom(name string, c, margin float32) {
+	for _, t := range b.inits {
+		if t.GetName() != name {
+			continue
+		}
+		for i, v := range t.FloatData {
+			switch {
+			case v >= c && v < c+margin:
+				t.FloatData[i] = c + margin
+			case v < c && v > c-margin:
+				t.FloatData[i] = c - margin
+			}
+		}
+	}
+}
+
 func (b *modelBuilder) floats(name string, data []float32, shape ...int64) {
 	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: shape, FloatData: data})
 }
@@ -472,6 +490,27 @@ func TestGradCheck(t *testing.T) {
 			b.node("Einsum", []string{"q", "k"}, "y", aStr("equation", "bhid,bhjd->bhij"))
 			return "y"
 		}, nil},
+		{"einsum_transposed_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 5, 3) // b d i: read transposed
+			b.param("k", 2, 4, 5) // b j d: read transposed
+			b.node("Einsum", []string{"a", "k"}, "y", aStr("equation", "bdi,bjd->bij"))
+			return "y"
+		}, nil},
+		{"einsum_three_operands", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 4, 5)
+			b.param("d", 2, 1, 5)
+			b.node("Einsum", []string{"a", "c", "d"}, "y", aStr("equation", "bij,jk,bxk->bki")) // x broadcast, j contracted
+			return "y"
+		}, nil},
+		{"einsum_four_operands_diag", 14, func(b *modelBuilder) string {
+			b.param("a", 3, 3)
+			b.param("c", 3, 2)
+			b.param("d", 2)
+			b.param("e", 4, 2)
+			b.node("Einsum", []string{"a", "c", "d", "e"}, "y", aStr("equation", "ii,ij,j,kj->ki"))
+			return "y"
+		}, nil},
 		{"einsum_diag_sum_broadcast", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 1, 3, 3)
 			b.param("c", 4, 3, 5)
@@ -481,6 +520,135 @@ func TestGradCheck(t *testing.T) {
 		{"einsum_unary_transpose_sum", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 3, 4)
 			b.node("Einsum", []string{"a"}, "y", aStr("equation", "abc->ca"))
+			return "y"
+		}, nil},
+		{"prelu_per_channel_slope", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4, 5)
+			b.awayFrom("x", 0, 0.05) // finite differences across the kink are off
+			b.param("slope", 3, 1, 1)
+			b.node("PRelu", []string{"x", "slope"}, "y")
+			return "y"
+		}, nil},
+		{"prelu_opset6_channel_vector", 6, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4)
+			b.param("slope", 3)
+			b.node("PRelu", []string{"x", "slope"}, "y")
+			return "y"
+		}, nil},
+		{"selu_celu_mish_softsign", 18, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Selu", []string{"x"}, "a", aFloat("alpha", 1.2), aFloat("gamma", 0.9))
+			b.node("Celu", []string{"x"}, "c", aFloat("alpha", 0.7))
+			b.node("Mish", []string{"x"}, "m")
+			b.node("Softsign", []string{"x"}, "s")
+			b.node("Mul", []string{"a", "c"}, "ac")
+			b.node("Mul", []string{"m", "s"}, "ms")
+			b.node("Add", []string{"ac", "ms"}, "y")
+			return "y"
+		}, nil},
+		{"sign_shrink", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Sign", []string{"x"}, "sg")
+			b.node("Shrink", []string{"x"}, "sh", aFloat("lambd", 0.5), aFloat("bias", 0.5))
+			b.node("Mul", []string{"sg", "x"}, "ax") // |x|
+			b.node("Mul", []string{"ax", "sh"}, "y")
+			return "y"
+		}, nil},
+		{"sum_mean_variadic_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 4)
+			b.param("d", 3, 1)
+			b.node("Sum", []string{"a", "c", "d"}, "s")
+			b.node("Mean", []string{"s", "c", "a"}, "m")
+			b.node("Sum", []string{"m"}, "y")
+			return "y"
+		}, nil},
+		{"max_min_variadic_broadcast", 14, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.param("c", 3, 4)
+			b.param("d", 2, 1, 4)
+			b.node("Max", []string{"a", "c", "d"}, "mx")
+			b.node("Min", []string{"a", "d"}, "mn")
+			b.node("Mul", []string{"mx", "mn"}, "y")
+			return "y"
+		}, nil},
+		{"convtranspose2d_groups_stride_dilation_outpad", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 4, 3, 4)
+			b.param("w", 4, 3, 3, 2)
+			b.param("bias", 6)
+			b.node("ConvTranspose", []string{"x", "w", "bias"}, "y", aInt("group", 2), aInts("strides", 2, 1),
+				aInts("pads", 1, 0, 0, 1), aInts("dilations", 1, 2), aInts("output_padding", 1, 0))
+			return "y"
+		}, nil},
+		{"convtranspose1d_output_shape", 14, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 5)
+			b.param("w", 3, 2, 4)
+			b.node("ConvTranspose", []string{"x", "w"}, "y", aInts("strides", 2), aInts("output_shape", 9))
+			return "y"
+		}, nil},
+		{"convtranspose3d_same_upper", 14, func(b *modelBuilder) string {
+			b.param("x", 1, 2, 2, 3, 2)
+			b.param("w", 2, 2, 2, 3, 2)
+			b.node("ConvTranspose", []string{"x", "w"}, "y", aInts("strides", 2, 1, 2), aStr("auto_pad", "SAME_UPPER"))
+			return "y"
+		}, nil},
+		{"lrn", 13, func(b *modelBuilder) string {
+			b.param("x", 2, 5, 2, 3)
+			b.node("LRN", []string{"x"}, "y", aInt("size", 4), aFloat("alpha", 0.5), aFloat("beta", 0.7), aFloat("bias", 1.5))
+			return "y"
+		}, nil},
+		{"opset18_reduce_axes_input", 18, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.ints("axes", []int64{-1, 0}, 2)
+			b.node("ReduceMean", []string{"a", "axes"}, "m") // (1,3,1)
+			b.ints("none", []int64{}, 0)
+			b.node("ReduceSum", []string{"a", "none"}, "s", aInt("noop_with_empty_axes", 1)) // (2,3,4) unchanged
+			b.node("Mul", []string{"s", "m"}, "y")
+			return "y"
+		}, nil},
+		{"opset18_split_num_outputs_pad_axes", 18, func(b *modelBuilder) string {
+			b.param("x", 2, 7, 3)
+			b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String("split"), OpType: proto.String("Split"),
+				Input: []string{"x"}, Output: []string{"s0", "s1", "s2"}, Attribute: []*onnxpb.AttributeProto{aInt("axis", 1), aInt("num_outputs", 3)}})
+			b.node("Concat", []string{"s2", "s0"}, "c", aInt("axis", 1)) // 1 + 3 channels
+			b.ints("pads", []int64{1, 2}, 2)
+			b.ints("pax", []int64{2}, 1)
+			b.node("Pad", []string{"c", "pads", "", "pax"}, "y", aStr("mode", "reflect"))
+			return "y"
+		}, nil},
+		{"reduce_extremes_norms_logsums", 13, func(b *modelBuilder) string {
+			b.param("a", 2, 3, 4)
+			b.node("ReduceMax", []string{"a"}, "mx", aInts("axes", 1))                      // (2,1,4)
+			b.node("ReduceMin", []string{"a"}, "mn", aInts("axes", 2), aInt("keepdims", 0)) // (2,3)
+			b.node("ReduceL1", []string{"a"}, "l1", aInts("axes", 0, 2))                    // (1,3,1)
+			b.node("ReduceL2", []string{"a"}, "l2", aInts("axes", 1))                       // (2,1,4)
+			b.node("ReduceSumSquare", []string{"a"}, "ss")                                  // (1,1,1)
+			b.node("ReduceLogSumExp", []string{"a"}, "lse", aInts("axes", 2))               // (2,3,1)
+			b.node("Exp", []string{"a"}, "ea")
+			b.node("ReduceLogSum", []string{"ea"}, "ls", aInts("axes", 0)) // (1,3,4)
+			b.node("ReduceProd", []string{"a"}, "pr", aInts("axes", 1))    // (2,1,4)
+			b.node("Add", []string{"mx", "l2"}, "s1")
+			b.node("Mul", []string{"s1", "pr"}, "s2")
+			b.node("Add", []string{"s2", "l1"}, "s3")
+			b.node("Add", []string{"s3", "ss"}, "s4")
+			b.node("Add", []string{"s4", "lse"}, "s5")
+			b.node("Mul", []string{"s5", "ls"}, "s6")
+			b.ints("ax", []int64{2}, 1)
+			b.node("Unsqueeze", []string{"mn", "ax"}, "mn3") // (2,3,1)
+			b.node("Add", []string{"s6", "mn3"}, "y")
+			return "y"
+		}, nil},
+		{"reduce_prod_with_zero", 18, func(b *modelBuilder) string {
+			b.floats("a", []float32{0, 1.5, -2, 0.7, 0, 0, 3, 1.2, -0.4}, 3, 3)
+			b.ints("ax", []int64{1}, 1)
+			b.node("ReduceProd", []string{"a", "ax"}, "y")
+			return "y"
+		}, nil},
+		{"sin_cos", 14, func(b *modelBuilder) string {
+			b.param("x", 4, 5)
+			b.node("Sin", []string{"x"}, "s")
+			b.node("Cos", []string{"x"}, "c")
+			b.node("Mul", []string{"s", "c"}, "y")
 			return "y"
 		}, nil},
 		{"shared_param_accumulates", 14, func(b *modelBuilder) string {

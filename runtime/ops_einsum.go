@@ -90,14 +90,9 @@ func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMa
 	return m
 }
 
-// buildEinsum compiles one- and two-operand Einsum. One operand is a
-// layout map (transpose, diagonal, sums). Two operands become one batched
-// GEMM: each label is a batch label (in both operands and the output), a
-// row label (first operand and output), a column label (second operand and
-// output) or a contracted label (both operands, not the output); labels of
-// one operand that the output drops are summed before the product. Each
-// operand is mapped to (batch, rows, contracted) / (batch, contracted,
-// columns), the product gives (batch, rows, columns), mapped to the output.
+// buildEinsum compiles Einsum. One operand is a layout map (transpose,
+// diagonal, sums). Two operands become one batched GEMM (einsumStep); more
+// operands a chain of them (buildEinsumChain).
 func buildEinsum(p *Plan, nd *node) error {
 	eq, err := nd.g.Str("equation")
 	if err != nil {
@@ -121,8 +116,7 @@ func buildEinsum(p *Plan, nd *node) error {
 		return fmt.Errorf("equation %q: %w", eq, err)
 	}
 	y := nd.out[0]
-	switch len(nd.in) {
-	case 1:
+	if len(nd.in) == 1 {
 		x := nd.in[0]
 		m := layoutMap(s.Inputs[0], x.shape, s.Output, size)
 		if m == nil {
@@ -134,24 +128,162 @@ func buildEinsum(p *Plan, nd *node) error {
 		nd.fwd = func() { m.gather(x.data, y.data) }
 		nd.bwd = func() { m.scatter(y.grad, nd.dIn[0]) }
 		return nil
-	case 2:
-	default:
-		return fmt.Errorf("equation %q: Einsum of %d operands is not supported (one or two)", eq, len(nd.in))
 	}
-	a, b := nd.in[0], nd.in[1]
-	// present: the labels an operand really has (not broadcast from 1).
-	present := func(k int) map[rune]bool {
+	for i := range nd.saveIn {
+		nd.saveIn[i] = true
+	}
+	if len(nd.in) == 2 {
+		st, err := newEinsumStep(s.Inputs[0], nd.in[0].shape, s.Inputs[1], nd.in[1].shape, s.Output, y.shape)
+		if err != nil {
+			return fmt.Errorf("equation %q: %w", eq, err)
+		}
+		p.needWS(st.ws)
+		a, b := nd.in[0], nd.in[1]
+		nd.fwd = func() { st.forward(a.data, b.data, y.data, p.ws) }
+		nd.bwd = func() { st.backward(a.data, b.data, y.grad, nd.dIn[0], nd.dIn[1], p.ws) }
+		return nil
+	}
+	return buildEinsumChain(p, nd, s, eq)
+}
+
+// buildEinsumChain compiles an Einsum of three or more operands as a chain
+// of two-operand steps, left to right: step i contracts the running result
+// with operand i into the labels that a later operand or the output still
+// needs (in order of first appearance; the last step writes the output).
+// The intermediate results and their gradients are kept outside the arena,
+// for the backward pass.
+func buildEinsumChain(p *Plan, nd *node, s *graph.EinsumSpec, eq string) error {
+	y := nd.out[0]
+	n := len(nd.in)
+	steps := make([]*einsumStep, n-1)
+	mids := make([][]float32, n-2)  // running results 1 … n−2
+	dmids := make([][]float32, n-2) // their gradients
+	labels, shape := s.Inputs[0], nd.in[0].shape
+	for i := 1; i < n; i++ {
+		var out []rune
+		var outShape []int
+		if i == n-1 {
+			out, outShape = s.Output, y.shape
+		} else {
+			needed := map[rune]bool{}
+			for _, ls := range append(append([][]rune{}, s.Inputs[i+1:]...), s.Output) {
+				for _, l := range ls {
+					needed[l] = true
+				}
+			}
+			// Each label's size in this step: the larger of the two
+			// operands' (a size-1 axis broadcasts).
+			sz := map[rune]int{}
+			for _, side := range []struct {
+				ls []rune
+				sh []int
+			}{{labels, shape}, {s.Inputs[i], nd.in[i].shape}} {
+				for a, l := range side.ls {
+					sz[l] = max(sz[l], side.sh[a])
+				}
+			}
+			seen := map[rune]bool{}
+			for _, l := range append(append([]rune{}, labels...), s.Inputs[i]...) {
+				if needed[l] && !seen[l] {
+					seen[l] = true
+					out = append(out, l)
+					outShape = append(outShape, sz[l])
+				}
+			}
+		}
+		st, err := newEinsumStep(labels, shape, s.Inputs[i], nd.in[i].shape, out, outShape)
+		if err != nil {
+			return fmt.Errorf("equation %q, step %d: %w", eq, i, err)
+		}
+		steps[i-1] = st
+		p.needWS(st.ws)
+		if i < n-1 {
+			k := numel(outShape)
+			mids[i-1], dmids[i-1] = make([]float32, k), make([]float32, k)
+			nd.auxBytes += 8 * int64(k)
+		}
+		labels, shape = out, outShape
+	}
+	// lhs returns step i's first operand (forward value and gradient
+	// target): operand 0 for the first step, the running result after.
+	lhs := func(i int) ([]float32, []float32) {
+		if i == 0 {
+			return nd.in[0].data, nd.dIn[0]
+		}
+		return mids[i-1], dmids[i-1]
+	}
+	out := func(i int) ([]float32, []float32) {
+		if i == n-2 {
+			return y.data, y.grad
+		}
+		return mids[i], dmids[i]
+	}
+	nd.fwd = func() {
+		for i, st := range steps {
+			a, _ := lhs(i)
+			o, _ := out(i)
+			st.forward(a, nd.in[i+1].data, o, p.ws)
+		}
+	}
+	nd.bwd = func() {
+		for i := len(steps) - 1; i >= 0; i-- {
+			a, da := lhs(i)
+			_, do := out(i)
+			steps[i].backward(a, nd.in[i+1].data, do, da, nd.dIn[i+1], p.ws)
+		}
+	}
+	return nil
+}
+
+// einsumStep is a compiled two-operand Einsum: one batched GEMM between
+// the operands, each read in place (possibly transposed) or gathered into
+// the product's layout, and the product mapped to the output.
+type einsumStep struct {
+	mA, mB       *einsumMap
+	tA, tB       bool
+	lda, ldb     int
+	nb, M, N, K  int
+	yIdx         []int32
+	offB, offC   int
+	offDA, offDB int
+	sizeA, sizeB int
+	sizeC        int
+	ws           int // workspace elements it needs
+}
+
+// newEinsumStep compiles the Einsum of operands with labels la (shape sa)
+// and lb (shape sb) into labels lo (shape so). Each label is a batch label
+// (in both operands and the output), a row label (first operand and
+// output), a column label (second operand and output) or a contracted
+// label (both operands, not the output); labels of one operand that the
+// output drops are summed before the product; an axis of size 1 against a
+// larger label broadcasts.
+func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int) (*einsumStep, error) {
+	s := &graph.EinsumSpec{Inputs: [][]rune{la, lb}, Output: lo}
+	size, err := s.Sizes([][]int64{int64s(sa), int64s(sb)})
+	if err != nil {
+		return nil, err
+	}
+	for i, l := range lo {
+		if _, ok := size[l]; !ok {
+			size[l] = 1
+		}
+		if int(size[l]) != so[i] {
+			return nil, fmt.Errorf("output label %d has size %d, the operands give %d", i, so[i], size[l])
+		}
+	}
+	present := func(ls []rune, sh []int) map[rune]bool {
 		out := map[rune]bool{}
-		for ax, l := range s.Inputs[k] {
-			if shapes[k][ax] != 1 || size[l] == 1 {
+		for ax, l := range ls {
+			if sh[ax] != 1 || size[l] == 1 {
 				out[l] = true
 			}
 		}
 		return out
 	}
-	inA, inB := present(0), present(1)
+	inA, inB := present(la, sa), present(lb, sb)
 	inY := map[rune]bool{}
-	for _, l := range s.Output {
+	for _, l := range lo {
 		inY[l] = true
 	}
 	var batch, rows, cols, con []rune
@@ -165,7 +297,7 @@ func buildEinsum(p *Plan, nd *node) error {
 	}
 	// Labels in output order first, so that the product lands in the
 	// output's layout whenever the output allows it.
-	for _, l := range s.Output {
+	for _, l := range lo {
 		switch {
 		case inA[l] && inB[l]:
 			add(&batch, l)
@@ -177,7 +309,7 @@ func buildEinsum(p *Plan, nd *node) error {
 			add(&rows, l)
 		}
 	}
-	for _, l := range s.Inputs[1] {
+	for _, l := range lb {
 		if inA[l] && inB[l] && !inY[l] {
 			add(&con, l)
 		}
@@ -189,7 +321,6 @@ func buildEinsum(p *Plan, nd *node) error {
 		}
 		return n
 	}
-	nb, M, N, K := prod(batch), prod(rows), prod(cols), prod(con)
 	cat := func(parts ...[]rune) []rune {
 		var out []rune
 		for _, q := range parts {
@@ -197,10 +328,28 @@ func buildEinsum(p *Plan, nd *node) error {
 		}
 		return out
 	}
-	mA := layoutMap(s.Inputs[0], a.shape, cat(batch, rows, con), size)
-	mB := layoutMap(s.Inputs[1], b.shape, cat(batch, con, cols), size)
-	// The output map: element j of y comes from element yIdx[j] of the
-	// product (a permutation, since every output label is in it once).
+	e := &einsumStep{nb: prod(batch), M: prod(rows), N: prod(cols), K: prod(con)}
+	// An operand already laid out as the product needs it, or as its
+	// transpose (k·d of attention's keys), is read in place: the GEMM
+	// transposes it. Only other layouts are gathered through a map.
+	e.mA = layoutMap(la, sa, cat(batch, rows, con), size)
+	if e.mA != nil && layoutMap(la, sa, cat(batch, con, rows), size) == nil {
+		e.mA, e.tA = nil, true
+	}
+	e.mB = layoutMap(lb, sb, cat(batch, con, cols), size)
+	if e.mB != nil && layoutMap(lb, sb, cat(batch, cols, con), size) == nil {
+		e.mB, e.tB = nil, true
+	}
+	e.lda, e.ldb = e.K, e.N // leading dimensions of A′ (M×K or K×M) and B′ (K×N or N×K)
+	if e.tA {
+		e.lda = e.M
+	}
+	if e.tB {
+		e.ldb = e.K
+	}
+	// The output map: element j of the output comes from element yIdx[j]
+	// of the product (a permutation, since every output label is in it
+	// once).
 	cOrder := cat(batch, rows, cols)
 	cSt := map[rune]int{}
 	st := 1
@@ -208,106 +357,116 @@ func buildEinsum(p *Plan, nd *node) error {
 		cSt[cOrder[i]] = st
 		st *= int(size[cOrder[i]])
 	}
-	if st != y.n {
-		return fmt.Errorf("equation %q: output %v does not hold %d elements", eq, y.shape, st)
+	if st != numel(so) {
+		return nil, fmt.Errorf("output %v does not hold %d elements", so, st)
 	}
-	var yIdx []int32
-	forCoords(y.shape, func(j int, c []int) {
+	forCoords(so, func(j int, c []int) {
 		i := 0
-		for ax, l := range s.Output {
+		for ax, l := range lo {
 			i += c[ax] * cSt[l]
 		}
-		if i != j && yIdx == nil {
-			yIdx = make([]int32, y.n)
+		if i != j && e.yIdx == nil {
+			e.yIdx = make([]int32, numel(so))
 			for q := 0; q < j; q++ {
-				yIdx[q] = int32(q)
+				e.yIdx[q] = int32(q)
 			}
 		}
-		if yIdx != nil {
-			yIdx[j] = int32(i)
+		if e.yIdx != nil {
+			e.yIdx[j] = int32(i)
 		}
 	})
 	// Workspace: A′, B′ (when mapped), the product or its gradient (when
 	// the output is permuted), and dA′, dB′ (when mapped).
-	sizeA, sizeB, sizeC := nb*M*K, nb*K*N, nb*M*N
-	offB, offC := 0, 0
-	if mA != nil {
-		offB = sizeA
+	e.sizeA, e.sizeB, e.sizeC = e.nb*e.M*e.K, e.nb*e.K*e.N, e.nb*e.M*e.N
+	if e.mA != nil {
+		e.offB = e.sizeA
 	}
-	offC = offB
-	if mB != nil {
-		offC += sizeB
+	e.offC = e.offB
+	if e.mB != nil {
+		e.offC += e.sizeB
 	}
-	offDA := offC
-	if yIdx != nil {
-		offDA += sizeC
+	e.offDA = e.offC
+	if e.yIdx != nil {
+		e.offDA += e.sizeC
 	}
-	offDB := offDA
-	if mA != nil {
-		offDB += sizeA
+	e.offDB = e.offDA
+	if e.mA != nil {
+		e.offDB += e.sizeA
 	}
-	end := offDB
-	if mB != nil {
-		end += sizeB
+	e.ws = e.offDB
+	if e.mB != nil {
+		e.ws += e.sizeB
 	}
-	p.needWS(end)
-	nd.saveIn[0], nd.saveIn[1] = true, true
-	operands := func(ws []float32) (av, bv []float32) {
-		av, bv = a.data, b.data
-		if mA != nil {
-			av = ws[:sizeA]
-			mA.gather(a.data, av)
-		}
-		if mB != nil {
-			bv = ws[offB : offB+sizeB]
-			mB.gather(b.data, bv)
-		}
-		return av, bv
+	return e, nil
+}
+
+// operands returns A′ and B′: the operands themselves, or gathered into ws.
+func (e *einsumStep) operands(a, b, ws []float32) (av, bv []float32) {
+	av, bv = a, b
+	if e.mA != nil {
+		av = ws[:e.sizeA]
+		e.mA.gather(a, av)
 	}
-	nd.fwd = func() {
-		ws := p.ws
-		av, bv := operands(ws)
-		c := y.data
-		if yIdx != nil {
-			c = ws[offC : offC+sizeC]
-		}
-		blas.SgemmStrided(false, false, M, N, K, 1, av, K, M*K, bv, N, K*N, 0, c, N, M*N, nb)
-		if yIdx != nil {
-			for j, i := range yIdx {
-				y.data[j] = c[i]
-			}
-		}
+	if e.mB != nil {
+		bv = ws[e.offB : e.offB+e.sizeB]
+		e.mB.gather(b, bv)
 	}
-	nd.bwd = func() {
-		ws := p.ws
-		av, bv := operands(ws)
-		dc := y.grad
-		if yIdx != nil {
-			dc = ws[offC : offC+sizeC]
-			for j, i := range yIdx {
-				dc[i] = y.grad[j]
-			}
-		}
-		if da := nd.dIn[0]; da != nil {
-			t := da
-			if mA != nil {
-				t = ws[offDA : offDA+sizeA]
-			}
-			blas.SgemmStrided(false, true, M, K, N, 1, dc, N, M*N, bv, N, K*N, 0, t, K, M*K, nb)
-			if mA != nil {
-				mA.scatter(t, da)
-			}
-		}
-		if db := nd.dIn[1]; db != nil {
-			t := db
-			if mB != nil {
-				t = ws[offDB : offDB+sizeB]
-			}
-			blas.SgemmStrided(true, false, K, N, M, 1, av, K, M*K, dc, N, M*N, 0, t, N, K*N, nb)
-			if mB != nil {
-				mB.scatter(t, db)
-			}
+	return av, bv
+}
+
+func (e *einsumStep) forward(a, b, y, ws []float32) {
+	av, bv := e.operands(a, b, ws)
+	c := y
+	if e.yIdx != nil {
+		c = ws[e.offC : e.offC+e.sizeC]
+	}
+	M, N, K := e.M, e.N, e.K
+	blas.SgemmStrided(e.tA, e.tB, M, N, K, 1, av, e.lda, M*K, bv, e.ldb, K*N, 0, c, N, M*N, e.nb)
+	if e.yIdx != nil {
+		for j, i := range e.yIdx {
+			y[j] = c[i]
 		}
 	}
-	return nil
+}
+
+// backward writes the gradients of both operands (da, db; either may be
+// nil) from the output gradient dy.
+func (e *einsumStep) backward(a, b, dy, da, db, ws []float32) {
+	av, bv := e.operands(a, b, ws)
+	M, N, K, nb := e.M, e.N, e.K, e.nb
+	dc := dy
+	if e.yIdx != nil {
+		dc = ws[e.offC : e.offC+e.sizeC]
+		for j, i := range e.yIdx {
+			dc[i] = dy[j]
+		}
+	}
+	if da != nil {
+		t := da
+		if e.mA != nil {
+			t = ws[e.offDA : e.offDA+e.sizeA]
+		}
+		if e.tA { // dA′ (K×M) = op(B′)·dCᵀ
+			blas.SgemmStrided(e.tB, true, K, M, N, 1, bv, e.ldb, K*N, dc, N, M*N, 0, t, M, M*K, nb)
+		} else { // dA′ (M×K) = dC·op(B′)ᵀ
+			blas.SgemmStrided(false, !e.tB, M, K, N, 1, dc, N, M*N, bv, e.ldb, K*N, 0, t, K, M*K, nb)
+		}
+		if e.mA != nil {
+			e.mA.scatter(t, da)
+		}
+	}
+	if db != nil {
+		t := db
+		if e.mB != nil {
+			t = ws[e.offDB : e.offDB+e.sizeB]
+		}
+		if e.tB { // dB′ (N×K) = dCᵀ·op(A′)
+			blas.SgemmStrided(true, e.tA, N, K, M, 1, dc, N, M*N, av, e.lda, M*K, 0, t, K, K*N, nb)
+		} else { // dB′ (K×N) = op(A′)ᵀ·dC
+			blas.SgemmStrided(!e.tA, false, K, N, M, 1, av, e.lda, M*K, dc, N, M*N, 0, t, N, K*N, nb)
+		}
+		if e.mB != nil {
+			e.mB.scatter(t, db)
+		}
+	}
 }

@@ -449,6 +449,10 @@ func buildBatchNorm(p *Plan, nd *node) error {
 	if err := onlyOutput(p, nd); err != nil {
 		return fmt.Errorf("%w (updated running statistics are computed but not differentiated)", err)
 	}
+	if nd.g.Opset < 7 && nd.g.IntOr("is_test", 0) == 0 {
+		// Opset 6: is_test=0 (the default) asks for batch statistics.
+		return fmt.Errorf("is_test=0 (opset %d, batch statistics) is not supported: only is_test=1", nd.g.Opset)
+	}
 	if nd.g.IntOr("spatial", 1) == 0 {
 		// Opsets 7–8: statistics per activation, not per channel.
 		return fmt.Errorf("spatial=0 (opset %d) is not supported: only per-channel statistics", nd.g.Opset)

@@ -100,6 +100,14 @@ type HookEvent struct {
 	// per-sample unfolded input a_i, so that the per-sample weight
 	// gradient of group g is dY_{i,g}·Im2Col(x_i, g)ᵀ.
 	Conv *kernels.ConvShape
+	// TransposedConv is, for a ConvTranspose node, the convolution it is
+	// the adjoint of: a Conv from the ConvTranspose's output (N, Cout, …)
+	// to its input (N, Cin, …) with the same weight, whose layout
+	// (Cin, Cout/group, k…) is that Conv's (M, C/group, k…). The weight's
+	// per-sample gradient is that Conv's, with the ConvTranspose's output
+	// gradient as its input and the ConvTranspose's input as its output
+	// gradient: X_i·Im2Col(dY_i)ᵀ per group.
+	TransposedConv *kernels.ConvShape
 	// Params lists, for each input, whether it is a trainable parameter.
 	Params []bool
 	// Derived lists, for each input, whether it is computed from trainable
@@ -287,6 +295,8 @@ var nonDiff = map[string][]int{
 	"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
 	"Squeeze": {1}, "Unsqueeze": {1}, "Clip": {1, 2}, "BatchNormalization": {3, 4},
 	"Gather": {1}, "ScatterND": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
+	"ReduceMax": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceL1": {1}, "ReduceL2": {1},
+	"ReduceSumSquare": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
 }
 
 func diffSlot(n *graph.Node, i int) bool {
@@ -558,6 +568,9 @@ func (p *Plan) build() error {
 			ev := &nd.hookEv
 			ev.Node = nd.g
 			ev.Conv = nd.conv
+			if n := nd.g; n.OpType == "ConvTranspose" {
+				ev.Conv, ev.TransposedConv = nil, nd.conv
+			}
 			ev.Params = make([]bool, len(nd.in))
 			ev.Derived = make([]bool, len(nd.in))
 			ev.Inputs = make([]View, len(nd.in))

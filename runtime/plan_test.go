@@ -338,10 +338,10 @@ func testAllocations(t *testing.T, check bool) {
 func TestCompileErrors(t *testing.T) {
 	b := newBuilder(1, 14)
 	b.param("a", 2, 3)
-	b.node("Softsign", []string{"a"}, "y")
+	b.node("Hardmax", []string{"a"}, "y")
 	g := b.graph(t, "y")
 	_, err := Compile(g, nil)
-	if err == nil || !strings.Contains(err.Error(), "Softsign") || !strings.Contains(err.Error(), `"y"`) {
+	if err == nil || !strings.Contains(err.Error(), "Hardmax") || !strings.Contains(err.Error(), `"y"`) {
 		t.Errorf("unsupported op: error %v, want one naming the node and op", err)
 	}
 

@@ -21,7 +21,10 @@ type OpsetRange struct{ Since, Until int64 }
 // inputs attributes before 6–7 are not), Until the newest version checked:
 // 18, the newest opset exporters write that this project reads.
 var opsets = map[string]OpsetRange{
-	"Add": {7, 18}, "Sub": {7, 18}, "Mul": {7, 18}, "Div": {7, 18}, "Pow": {7, 18},
+	// Binary arithmetic and Gemm before 7 carry a broadcast attribute:
+	// numpy's rule when B lines up with A's last axes, which the IR checks
+	// (graph's legacyBroadcast refuses any other axis, naming the node).
+	"Add": {6, 18}, "Sub": {6, 18}, "Mul": {6, 18}, "Div": {6, 18}, "Pow": {6, 18},
 	"Relu": {6, 18}, "Sigmoid": {6, 18}, "Tanh": {6, 18}, "Exp": {6, 18}, "Log": {6, 18},
 	"Sqrt": {6, 18}, "Neg": {6, 18}, "Abs": {6, 18}, "Reciprocal": {6, 18}, "Erf": {9, 18},
 	"Clip":     {6, 18},
@@ -33,9 +36,9 @@ var opsets = map[string]OpsetRange{
 	"ScatterND": {11, 18}, "Einsum": {12, 18},
 	"ReduceMean": {1, 18}, "ReduceSum": {1, 18},
 	"Softmax": {1, 18}, "LogSoftmax": {1, 18},
-	"Conv": {1, 18}, "Gemm": {7, 18}, "MatMul": {1, 18},
+	"Conv": {1, 18}, "Gemm": {6, 18}, "MatMul": {1, 18},
 	"MaxPool": {1, 18}, "AveragePool": {1, 18}, "GlobalAveragePool": {1, 18},
-	"BatchNormalization": {7, 18}, "LayerNormalization": {17, 18},
+	"BatchNormalization": {6, 18}, "LayerNormalization": {17, 18},
 	"InstanceNormalization": {6, 18}, "GroupNormalization": {18, 18},
 	"LeakyRelu": {6, 18}, "Elu": {6, 18}, "HardSigmoid": {6, 18}, "HardSwish": {14, 18}, "Softplus": {1, 18},
 	// Gelu entered the standard at opset 20, past the newest opset checked:
@@ -43,6 +46,18 @@ var opsets = map[string]OpsetRange{
 	// or Tanh chains, which run fused.
 	"Gelu":  {20, 20},
 	"Split": {1, 18}, "Tile": {6, 18}, "GlobalMaxPool": {1, 18},
+	// PRelu: opset 6 and earlier also take a per-channel slope (C) against
+	// (N, C, …); 7 on, one-way numpy broadcasting. Sum/Mean/Max/Min: equal
+	// shapes before 8, numpy broadcasting from 8 (a superset).
+	"PRelu": {6, 18}, "Selu": {6, 18}, "Celu": {12, 18}, "Sign": {9, 18}, "Shrink": {9, 18},
+	"Softsign": {1, 18}, "ThresholdedRelu": {10, 18}, "Mish": {18, 18},
+	"Sum": {6, 18}, "Mean": {6, 18}, "Max": {6, 18}, "Min": {6, 18},
+	"ConvTranspose": {1, 18}, "LRN": {1, 18},
+	"Floor": {6, 18}, "Ceil": {6, 18}, "Round": {11, 18}, "Sin": {7, 18}, "Cos": {7, 18},
+	// The other reductions: axes an attribute until 17, an input at 18
+	// (graph.Node.ReduceAxes reads both).
+	"ReduceMax": {1, 18}, "ReduceMin": {1, 18}, "ReduceProd": {1, 18}, "ReduceL1": {1, 18}, "ReduceL2": {1, 18},
+	"ReduceSumSquare": {1, 18}, "ReduceLogSum": {1, 18}, "ReduceLogSumExp": {1, 18},
 }
 
 // Opsets returns the OpsetRange of an operator the runtime has a kernel

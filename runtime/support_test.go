@@ -36,7 +36,7 @@ func TestCheckOps(t *testing.T) {
 	g := &graph.Graph{Nodes: []*graph.Node{
 		mk("Relu", "ok", "", 14),
 		mk("Shape", "shape", "", 14), // folded by the IR
-		mk("Round", "r1", "", 14),    // inferred, no kernel
+		mk("Hardmax", "r1", "", 14),  // inferred, no kernel
 		mk("Wibble", "w", "", 14),    // unknown
 		mk("LayerNormalization", "ln", "", 14),
 		mk("Conv", "conv", "", 19),
@@ -48,7 +48,7 @@ func TestCheckOps(t *testing.T) {
 		t.Fatalf("CheckOps = %v, want *UnsupportedError", err)
 	}
 	want := []UnsupportedNode{
-		{"r1", "Round", 14, "no kernel (shapes are inferred, but nothing runs it)"},
+		{"r1", "Hardmax", 14, "no kernel (shapes are inferred, but nothing runs it)"},
 		{"w", "Wibble", 14, "not supported"},
 		{"ln", "LayerNormalization", 14, "opset 14 is older than the kernel's range 17–18"},
 		{"conv", "Conv", 19, "opset 19 is newer than the kernel's range 1–18"},

@@ -72,15 +72,15 @@ func node(op, name, domain string) *onnxpb.NodeProto {
 func TestUnsupportedOperators(t *testing.T) {
 	mixed := writeModel(t, 14, []*onnxpb.NodeProto{
 		node("Relu", "fine", ""),
-		node("Round", "rounding", ""),           // shapes inferred, no kernel
+		node("Hardmax", "rounding", ""),         // shapes inferred, no kernel
 		node("Frobnicate", "mystery", ""),       // unknown to the IR
 		node("Relu", "fine2", ""),               //
 		node("Custom", "vendor", "com.example"), // another domain
-		node("Round", "rounding2", ""),
+		node("Hardmax", "rounding2", ""),
 	})
 	mixedWant := []string{
-		`Round "rounding" (opset 14): no kernel`, `Frobnicate "mystery" (opset 14): not supported`,
-		`com.example.Custom "vendor" (opset 1)`, `Round "rounding2" (opset 14)`,
+		`Hardmax "rounding" (opset 14): no kernel`, `Frobnicate "mystery" (opset 14): not supported`,
+		`com.example.Custom "vendor" (opset 1)`, `Hardmax "rounding2" (opset 14)`,
 	}
 	newer := writeModel(t, 19, []*onnxpb.NodeProto{node("Relu", "relu", ""), node("Sigmoid", "sig", "")})
 	newerWant := []string{`Relu "relu" (opset 19): opset 19 is newer than the kernel's range 6–18`, `Sigmoid "sig" (opset 19)`}
@@ -151,7 +151,7 @@ func TestUnsupportedOperators(t *testing.T) {
 		for _, u := range rep.Unsupported {
 			got = append(got, u.Op+"/"+u.Node)
 		}
-		want := "Round/rounding Frobnicate/mystery com.example.Custom/vendor Round/rounding2"
+		want := "Hardmax/rounding Frobnicate/mystery com.example.Custom/vendor Hardmax/rounding2"
 		if strings.Join(got, " ") != want || rep.Nodes != 6 {
 			t.Errorf("unsupported %v (nodes %d), want %s of 6", got, rep.Nodes, want)
 		}

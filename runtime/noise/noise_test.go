@@ -409,3 +409,17 @@ func TestFinishBatches(t *testing.T) {
 	}
 	sameBits(t, "finish", x, want)
 }
+
+// TestAddAllocations: once the scratch pool is warm, Add allocates only
+// its counter-mode stream (crypto/cipher.NewCTR and its IV), however
+// many elements it draws.
+func TestAddAllocations(t *testing.T) {
+	g := New(Key{8}, 1)
+	for _, n := range []int{100, 1 << 16} {
+		x := make([]float32, n)
+		g.Add(x, 0, 1, 1)
+		if a := testing.AllocsPerRun(10, func() { g.Add(x, 3, 1, 1) }); a > 2 {
+			t.Errorf("Add of %d elements: %v allocations", n, a)
+		}
+	}
+}

@@ -1,0 +1,8 @@
+"""Placeholder for transformers.models.t5 (see transformers/__init__.py)."""
+from transformers import placeholder
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return placeholder(__name__, name)

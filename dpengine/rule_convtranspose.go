@@ -1,0 +1,61 @@
+package dpengine
+
+import (
+	"fmt"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+// ConvTranspose weights and biases. A ConvTranspose is the adjoint of a
+// Conv with the same weight (runtime.HookEvent.TransposedConv): its
+// weight's per-sample gradient is that Conv's, with the ConvTranspose's
+// output gradient as the Conv's input and its input as the Conv's output
+// gradient, so the Conv rule computes it (ghost norm or instantiation, per
+// group). The bias is a Conv bias of the output.
+
+func init() {
+	registerLinear(&linearRule{perSample: convTransposeUse, weightedSum: convTransposeWeightedSum}, "ConvTranspose")
+	registerElementwise(&elementwiseRule{operandGrad: convBiasOperand, batch: convBias}, "ConvTranspose")
+}
+
+func convTransposeUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
+	if ev.TransposedConv == nil {
+		return fmt.Errorf("no transposed-convolution geometry")
+	}
+	return convUseOn(e, us, ev.TransposedConv, &ev.DOut, &ev.Inputs[0])
+}
+
+// convTransposeWeightedSum is book-keeping's Σ_i c_i g_i of a
+// ConvTranspose weight. convUseOn kept the output gradient as ls.x and the
+// input as ls.dy; the factors scale the output gradient (as a Conv's), not
+// the input activation, which other layers may still read.
+func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
+	s := ls.conv
+	inLen := len(ls.x) / B
+	for i := 0; i < B; i++ {
+		scale(ls.x[i*inLen:(i+1)*inLen], c[i])
+	}
+	need := kernels.ConvWorkspaceSize(s)
+	dwLen := len(accum)
+	if overwrite {
+		dwLen = 0
+	}
+	extra := 0
+	if len(ws) < need {
+		extra = need
+	}
+	*scratch = grow(*scratch, dwLen+extra)
+	dw := (*scratch)[:dwLen]
+	if extra > 0 {
+		ws = (*scratch)[dwLen:]
+	}
+	if overwrite {
+		dw = accum
+	}
+	kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
+	if !overwrite {
+		addTo(accum, dw)
+	}
+	return nil
+}
