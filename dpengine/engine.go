@@ -48,7 +48,9 @@ func ParseMode(s string) (Mode, error) {
 
 // Config configures an Engine.
 type Config struct {
-	// Device runs the step; nil is the CPU (runtime.OpenDevice names them).
+	// Device runs the step: the plan's kernels and the DP operations
+	// (runtime.DPOps; New fails on a device without them). Nil is the
+	// CPU (runtime.OpenDevice names them).
 	Device   runtime.Device
 	Mode     Mode
 	Clipping Clipping
