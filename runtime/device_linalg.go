@@ -16,8 +16,8 @@ type LinalgOps interface {
 	// with row strides lda, ldb, ldc. β = 0 overwrites C without reading
 	// it; α = 0 does not read A or B. It may use all of the device.
 	Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
-	// GemmSerial is Gemm on one worker, for per-sample work that already
-	// runs Workers() samples at once. Its result is Gemm's, bit for bit.
+	// GemmSerial is Gemm on the calling worker only, for per-sample work
+	// that already runs Workers() samples at once.
 	GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 	// Axpy computes y += α·x over len(x) elements (len(y) ≥ len(x)): the
 	// weighted accumulation Σ_i C_i g_i of instantiated per-sample
