@@ -139,6 +139,13 @@ func TestMalformedAttributes(t *testing.T) {
 			node("Pad", []string{"x", "p", "v", "ax"}, []string{"y"})},
 		{"ConvTranspose rank 2", newBuilder(14).input("x", 2, 3).init("w", &Tensor{DType: Float32, Shape: []int64{3, 3}, F32: make([]float32, 9)}).
 			node("ConvTranspose", []string{"x", "w"}, []string{"y"})},
+		// dilation·(kernel−1) overflowed, the output size came out
+		// plausible and the depthwise kernel sliced out of range in a
+		// worker goroutine (FuzzPipeline: the process died silently).
+		{"Conv dilation 2⁶³−1", newBuilder(14).input("x", 1, 3, 8, 8).init("w", &Tensor{DType: Float32, Shape: []int64{3, 1, 3, 3}, F32: make([]float32, 27)}).
+			node("Conv", []string{"x", "w"}, []string{"y"}, attrInt("group", 3), attrInts("dilations", math.MaxInt64, 1))},
+		{"Conv pads 2⁶²", newBuilder(14).input("x", 1, 3, 8, 8).init("w", &Tensor{DType: Float32, Shape: []int64{3, 1, 3, 3}, F32: make([]float32, 27)}).
+			node("Conv", []string{"x", "w"}, []string{"y"}, attrInt("group", 3), attrInts("pads", 1<<62, 0, 1<<62, 0))},
 		{"ConvTranspose short strides", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
 			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("strides", 2))},
 	}

@@ -156,6 +156,9 @@ func ResolveAutoPad(autoPad string, in, kernel, strides, dilations, pads []int64
 	return nil, fmt.Errorf("unknown auto_pad %q", autoPad)
 }
 
+// maxWindow bounds each kernel size, stride, dilation and pad.
+const maxWindow = 1 << 31
+
 // WindowParams are the resolved attributes of a Conv or pooling node.
 type WindowParams struct {
 	Kernel, Strides, Dilations []int64
@@ -189,6 +192,11 @@ func (n *Node) Window(spatial []int64, kernel []int64) (*WindowParams, error) {
 		if p.Strides[i] <= 0 || p.Dilations[i] <= 0 || kernel[i] <= 0 {
 			return nil, fmt.Errorf("node %s: kernel %v, strides %v and dilations %v must be positive", n, kernel, p.Strides, p.Dilations)
 		}
+		// Window arithmetic (dilation·(kernel−1), input + pads) must not
+		// overflow: no real window comes near 2³¹.
+		if p.Strides[i] > maxWindow || p.Dilations[i] > maxWindow || kernel[i] > maxWindow {
+			return nil, fmt.Errorf("node %s: kernel %v, strides %v or dilations %v over %d", n, kernel, p.Strides, p.Dilations, maxWindow)
+		}
 	}
 	pads, err := n.Ints("pads", nil)
 	if err != nil {
@@ -199,8 +207,8 @@ func (n *Node) Window(spatial []int64, kernel []int64) (*WindowParams, error) {
 		return nil, fmt.Errorf("node %s: %w", n, err)
 	}
 	for _, v := range p.Pads {
-		if v < 0 {
-			return nil, fmt.Errorf("node %s: negative pads %v", n, p.Pads)
+		if v < 0 || v > maxWindow {
+			return nil, fmt.Errorf("node %s: pads %v must lie in [0, %d]", n, p.Pads, maxWindow)
 		}
 	}
 	p.CeilMode = n.IntOr("ceil_mode", 0) != 0

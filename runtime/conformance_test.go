@@ -23,6 +23,9 @@ import (
 // case that starts passing fails the test until it is taken off the list),
 // and no other case may be.
 var conformanceRefused = map[string]string{
+	"light_vgg19":                                         "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_bvlc_alexnet":                                  "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_zfnet512":                                      "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"test_split_zero_size_splits":                         "a zero-size dimension: shapes need every dimension positive",
 	"test_batchnorm_epsilon_training_mode":                bnRunningStats,
 	"test_batchnorm_example_training_mode":                bnRunningStats,
@@ -57,16 +60,23 @@ const (
 var conformanceDiffers = map[string]string{
 	"test_training_dropout":         dropoutIdentity,
 	"test_training_dropout_default": dropoutIdentity,
+	// Every weight is 0.02, so the 1000 logits are equal and about 1.3e19;
+	// the blocked SGEMM sums columns 0–511 and 512–999 in different orders
+	// (2e-6 relative apart, 2.5e13 absolute) and Softmax of those
+	// differences puts all the mass on 512 classes, where ONNX's reference
+	// rounds every column alike and gives 0.001 each.
+	"light_resnet50": "ill-conditioned: equal logits of 1.3e19 whose float32 rounding decides Softmax",
 }
 
 const dropoutIdentity = "Dropout with training_mode=true: the runtime runs Dropout as identity (inference), ONNX's case drops with numpy's seeded generator"
 
 const conformanceDir = "../testdata/conformance"
 
-// TestONNXConformance runs ONNX's own backend node and simple-model test
-// cases (testdata/gen/make_conformance.py: every case, from the case
-// generators of python3-onnx 1.12, whose operators are all in
-// docs/OPERATORS.md) along the predict path: CheckOps, shape inference,
+// TestONNXConformance runs ONNX's own backend test cases
+// (testdata/gen/make_conformance.py: every node and simple-model case of
+// python3-onnx 1.12's case generators, and every pytorch-converted,
+// pytorch-operator and light case of onnx/onnx's stored test data, whose
+// operators are all in docs/OPERATORS.md) along the predict path: CheckOps, shape inference,
 // a forward-only plan. Each output must match ONNX's expected one to
 // max |Δ| ≤ 1e-4·max(1, max|want|).
 //
@@ -167,6 +177,13 @@ func runConformanceCase(dir string) error {
 			}
 		}
 	}
+	if _, err := os.Stat(filepath.Join(dir, "input_arange")); err == nil {
+		// onnx's runner feeds the light models arange(n)/n in the
+		// declared input shape (unknown dims 1).
+		if ins, err = arangeInputs(filepath.Join(dir, "model.onnx")); err != nil {
+			return err
+		}
+	}
 	err := runConformanceModel(dir, ins, outs, len(ins))
 	var mismatch *conformanceMismatch
 	for _, live := range []int{1, 0} {
@@ -181,6 +198,32 @@ func runConformanceCase(dir string) error {
 		}
 	}
 	return err
+}
+
+func arangeInputs(path string) ([]*onnxpb.TensorProto, error) {
+	m, err := onnx.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*onnxpb.TensorProto
+	for _, vi := range m.Proto.GetGraph().GetInput() {
+		var dims []int64
+		n := 1
+		for _, d := range vi.GetType().GetTensorType().GetShape().GetDim() {
+			v := d.GetDimValue()
+			if v <= 0 {
+				v = 1
+			}
+			dims = append(dims, v)
+			n *= int(v)
+		}
+		t := &graph.Tensor{DType: graph.Float32, Shape: dims, F32: make([]float32, n)}
+		for i := range t.F32 {
+			t.F32[i] = float32(float64(i) / float64(n))
+		}
+		out = append(out, t.ToProto(vi.GetName()))
+	}
+	return out, nil
 }
 
 // runConformanceModel feeds the first live inputs at run time and bakes the

@@ -12,6 +12,10 @@ values:
                        logits_train: training mode with Dropout off (what a
                          TrainingMode.TRAINING export computes: BatchNorm
                          with batch statistics),
+                       logits_eval64, logits_train64: the same in float64
+                         (BatchNorm over a batch of 4 at 1×1 spatial size is
+                         ill-conditioned: PyTorch's own float32 result is off
+                         by ~7e-4 relative on inception_v3),
                        norms: per-sample gradient norms of the per-sample
                          cross-entropy, all parameters, by brute force
                          (one backward per sample, eval mode), only for
@@ -26,6 +30,7 @@ Stochastic depth is off (its training-mode export has no ONNX form).
 """
 
 import argparse
+import copy
 import functools
 import importlib
 import json
@@ -105,7 +110,7 @@ MODELS = {
     "googlenet": (tiny_googlenet, 64, "every channel count ÷ 8, no aux heads"),
     "inception_v3": (lambda: torchvision.models.inception_v3(num_classes=10, aux_logits=False, init_weights=True), 75, "full width (27 M parameters), 75×75, no aux head"),
     "squeezenet": (lambda: torchvision.models.squeezenet1_1(num_classes=10), 64, "squeezenet1_1, full width"),
-    "alexnet": (alexnet, 64, "classifier 9216→64→64→10 (features full width)"),
+    "alexnet": (alexnet, 224, "classifier 9216→64→64→10 (features full width); 224×224: smaller inputs leave fewer than 6×6 pixels, whose adaptive pool torch 1.13 cannot export"),
     "vgg": (vgg, 32, "VGG features [8,M,16,M,32,M], 2×2 pool, classifier 128→32→10"),
     "vgg_bn": (vgg_bn, 32, "as vgg, with BatchNorm"),
     "convnext": (convnext, 32, "3 stages 8/16/32, one block each"),
@@ -139,6 +144,8 @@ def has_bn(m):
 
 
 def brute_norms(m, x, y):
+    """Only for models without BatchNorm (whose statistics the training-mode
+    reference forward has updated)."""
     m.eval()
     params = [p for p in m.parameters() if p.requires_grad]
     out = []
@@ -170,11 +177,13 @@ def main():
         ref = {"input": x.numpy(), "labels": y.numpy()}
         with torch.no_grad():
             ref["logits_eval"] = m.eval()(x).numpy()
+            ref["logits_eval64"] = copy.deepcopy(m).double()(x.double()).numpy()
             m.train()
             for mod in m.modules():
                 if isinstance(mod, nn.Dropout):
                     mod.eval()
             ref["logits_train"] = m(x).numpy()
+            ref["logits_train64"] = copy.deepcopy(m).double()(x.double()).numpy()
         bn = has_bn(m)
         if not bn:
             ref["norms"] = brute_norms(m, x, y)

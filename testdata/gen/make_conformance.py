@@ -5,8 +5,11 @@
 Runs the node and simple-model case generators that Debian's python3-onnx
 (1.12) ships in onnx.backend.test.case (the same cases as onnx/onnx
 onnx/backend/test/data/node and .../simple; the real-model cases are
-download links and the pytorch-converted / pytorch-operator data is not in
-the package), and keeps every case whose operators are all in
+download links), adds with --onnx-data the stored pytorch-converted,
+pytorch-operator and light cases of an onnx/onnx checkout (not in the
+Debian package; the light models' input is arange(n)/n, which the Go test
+makes itself, marked by an empty input_arange file), and keeps every case
+whose operators are all in
 docs/OPERATORS.md (generated from the runtime's tables: kernels and
 load-time-only operators). Each kept case is written as
 
@@ -29,10 +32,14 @@ float32 input at all, or a case larger than --max-bytes. The Go test
 (runtime/conformance_test.go) runs every kept case and lists the ones the
 runtime refuses, with the reason.
 
-Run from the repository root; regenerate after docs/OPERATORS.md changes:
+Run from the repository root; regenerate after docs/OPERATORS.md changes
+(the committed suite used onnx/onnx at the commit in manifest.json's
+"onnx_data"):
 
     go run ./internal/opsdoc > docs/OPERATORS.md
-    /usr/bin/python3 testdata/gen/make_conformance.py --out testdata/conformance
+    git clone https://github.com/onnx/onnx /tmp/onnx
+    /usr/bin/python3 testdata/gen/make_conformance.py --out testdata/conformance \
+        --onnx-data /tmp/onnx/onnx/backend/test/data --onnx-data-rev $(git -C /tmp/onnx rev-parse HEAD)
 
 Two runs give byte-identical files.
 """
@@ -95,6 +102,57 @@ def collect():
     return [(kind, c) for (kind, _), c in sorted(out.items())]
 
 
+class DataCase:
+    """A case read from onnx/onnx's stored test data (same fields as the
+    generators' TestCase that convert uses)."""
+
+    def __init__(self, name, model, inputs, outputs, arange):
+        self.name, self.model, self.data_sets, self.arange = name, model, [(inputs, outputs)], arange
+
+
+def arange_input(vi):
+    """The input onnx's runner feeds the light models: arange(n)/n in the
+    declared shape (unknown dims 1), float32."""
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+def read_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def collect_data(root):
+    """onnx/onnx's onnx/backend/test/data: pytorch-converted and
+    pytorch-operator (case/model.onnx, case/test_data_set_0/*.pb) and light
+    (light_<m>.onnx and light_<m>_output_0.pb, input arange(n)/n)."""
+    out = []
+    for kind in ("pytorch-converted", "pytorch-operator"):
+        d = os.path.join(root, kind)
+        for name in sorted(os.listdir(d)):
+            ds = os.path.join(d, name, "test_data_set_0")
+            if not os.path.isdir(ds):
+                continue
+            files = sorted(os.listdir(ds))
+            ins = [read_pb(os.path.join(ds, f)) for f in files if f.startswith("input_")]
+            outs = [read_pb(os.path.join(ds, f)) for f in files if f.startswith("output_")]
+            out.append((kind, DataCase(name, onnx.load(os.path.join(d, name, "model.onnx")), ins, outs, False)))
+    d = os.path.join(root, "light")
+    for f in sorted(os.listdir(d)):
+        if not (f.startswith("light_") and f.endswith(".onnx")):
+            continue
+        name = f[:-len(".onnx")]
+        m = onnx.load(os.path.join(d, f))
+        inits = {i.name for i in m.graph.initializer}
+        ins = [arange_input(vi) for vi in m.graph.input if vi.name not in inits]
+        outs = [read_pb(os.path.join(d, name + "_output_0.pb"))]
+        out.append(("light", DataCase(name, m, ins, outs, True)))
+    return out
+
+
 def is_f32(a):
     return isinstance(a, (np.ndarray, np.generic)) and a.dtype == np.float32
 
@@ -109,6 +167,8 @@ def to_float32(model, inputs, outputs):
         return None
     if not arrays or not all(isinstance(a, np.ndarray) and a.dtype == np.float64 for a in arrays):
         return None
+    if any(np.abs(a).max(initial=0) > np.finfo(np.float32).max for a in arrays):
+        return None  # values beyond float32: left out as float64
     for vi in list(g.input) + list(g.output):
         vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
     return [a.astype(np.float32) for a in inputs], [a.astype(np.float32) for a in outputs]
@@ -125,6 +185,11 @@ def convert(case):
     if conv is not None:
         inputs, outputs = conv
     g = model.graph
+    inits = {i.name for i in g.initializer}
+    real = [vi for vi in g.input if vi.name not in inits]
+    if len(real) != len(g.input):  # old IR: initializers listed as inputs
+        del g.input[:]
+        g.input.extend(real)
     if len(inputs) != len(g.input):
         return "optional inputs left out by position"
     for o in outputs:
@@ -150,13 +215,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output directory (testdata/conformance)")
     ap.add_argument("--doc", default="docs/OPERATORS.md", help="supported operators (generated)")
-    ap.add_argument("--max-bytes", type=int, default=64 << 10, help="largest case kept")
+    ap.add_argument("--max-bytes", type=int, default=192 << 10, help="largest case kept")
+    ap.add_argument("--onnx-data", help="also onnx/onnx's onnx/backend/test/data (a checkout of onnx/onnx): "
+                    "pytorch-converted, pytorch-operator and light cases")
+    ap.add_argument("--onnx-data-rev", default="", help="the onnx/onnx commit of --onnx-data, for the manifest")
     args = ap.parse_args()
     ops = supported_ops(args.doc)
     if os.path.isdir(args.out):
         shutil.rmtree(args.out)
     kept, excluded, converted, total = [], {}, [], 0
-    for kind, case in collect():
+    cases = collect()
+    if args.onnx_data:
+        cases += collect_data(args.onnx_data)
+    for kind, case in cases:
         used = graph_ops(case.model.graph)
         if not used <= ops:
             continue
@@ -166,12 +237,17 @@ def main():
             continue
         model, ins, outs, f32 = r
         blobs = {"model.onnx": model.SerializeToString()}
+        if getattr(case, "arange", False):
+            # The test feeds arange(n)/n itself: light models' inputs are
+            # images, too large to store.
+            blobs["input_arange"] = b""
+            ins = []
         for i, a in enumerate(ins):
             blobs["input_%d.pb" % i] = numpy_helper.from_array(a).SerializeToString()
         for i, (a, vi) in enumerate(zip(outs, model.graph.output)):
             blobs["output_%d.pb" % i] = numpy_helper.from_array(np.asarray(a), vi.name).SerializeToString()
         size = sum(len(b) for b in blobs.values())
-        if size > args.max_bytes:
+        if size > (args.max_bytes if kind != "light" else 2 * args.max_bytes):
             excluded[case.name] = "%d bytes, over --max-bytes %d" % (size, args.max_bytes)
             continue
         d = os.path.join(args.out, kind, case.name)
@@ -187,6 +263,7 @@ def main():
         "onnx": onnx.__version__,
         "generator": "testdata/gen/make_conformance.py",
         "operators": sorted(ops),
+        "onnx_data": "onnx/onnx@" + args.onnx_data_rev if args.onnx_data else None,
         "cases": kept,
         "excluded": dict(sorted(excluded.items())),
         "float64_as_float32": converted,
