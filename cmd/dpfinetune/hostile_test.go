@@ -152,6 +152,85 @@ func TestHostileModels(t *testing.T) {
 	}
 }
 
+// TestHostileData runs the commands that read data on one file per
+// class of absurd size (a .npy header of 512 GiB, an IDX header of 512
+// GiB, a PNG claiming 2²⁰×2²⁰ pixels, a sparse 1 TiB CIFAR batch): exit 1,
+// one line naming the file and the limit, peak RSS under maxChildRSS.
+func TestHostileData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	dir := t.TempDir()
+	cnn := "../../testdata/models/cnn.onnx"
+	write := func(path string, b []byte) string {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	bombNPY := write(filepath.Join(dir, "x.npy"), hostile.NPY([]int64{1 << 27, 1, 32, 32}, []byte("abc")))
+	labels := filepath.Join(dir, "y.npy")
+	if err := npy.WriteFile(labels, npy.NewInt64([]int64{1, 2}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	idxDir := filepath.Join(dir, "idx")
+	write(filepath.Join(idxDir, "train-images-idx3-ubyte"), hostile.IDX([]uint32{1 << 19, 1 << 10, 1 << 10}, make([]byte, 16)))
+	write(filepath.Join(idxDir, "train-labels-idx1-ubyte"), hostile.IDX([]uint32{4}, []byte{0, 1, 2, 3}))
+	folder := filepath.Join(dir, "folder")
+	write(filepath.Join(folder, "a", "1.png"), hostile.PNG(1, 1))
+	write(filepath.Join(folder, "b", "bomb.png"), hostile.PNG(1<<20, 1<<20))
+	cifar := filepath.Join(dir, "cifar")
+	f, err := os.Create(write(filepath.Join(cifar, "data_batch_1.bin"), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sparse := f.Truncate(1<<40) == nil
+	f.Close()
+	train := func(spec string) []string {
+		return []string{"train", "--model", cnn, "--data", spec, "--test-data", "none", "--epsilon", "3", "--batch-size", "4",
+			"--quiet", "--out", filepath.Join(dir, "tuned.onnx"), "--num-classes", "2"}
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"predict npy 512 GiB", []string{"predict", "--model", cnn, "--input", bombNPY, "--out", filepath.Join(dir, "out.npy")}, []string{bombNPY, "memory available"}},
+		{"norms npy 512 GiB", []string{"norms", "--model", cnn, "--input", bombNPY, "--labels", labels}, []string{bombNPY, "memory available"}},
+		{"train idx 512 GiB", train("idx:" + idxDir), []string{"train-images-idx3-ubyte", "memory available"}},
+		{"train png 2^20×2^20", train("folder:" + folder), []string{"bomb.png", "1048576×1048576"}},
+		{"eval png 2^20×2^20", []string{"eval", "--model", cnn, "--data", "folder:" + folder + ":split=train"}, []string{"bomb.png", "1048576×1048576"}},
+	}
+	if sparse {
+		cases = append(cases, struct {
+			name string
+			args []string
+			want []string
+		}{"train cifar sparse 1 TiB", train("cifar10:" + cifar), []string{"data_batch_1.bin", "memory available"}})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stderr, code, rss := runChild(t, c.args...)
+			line := strings.TrimSpace(stderr)
+			t.Logf("exit %d, peak RSS %d MiB: %s", code, rss>>20, line)
+			if code != exitError || strings.Contains(line, "\n") || !strings.HasPrefix(line, "dpfinetune "+c.args[0]+": ") {
+				t.Errorf("exit %d, stderr %q: want status 1 and one line", code, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("stderr %q does not name %q", line, w)
+				}
+			}
+			if rss > maxChildRSS {
+				t.Errorf("peak RSS %d MiB, over %d MiB", rss>>20, maxChildRSS>>20)
+			}
+		})
+	}
+}
+
 // TestPanicIsBug: a panic in a command is reported as a bug with exit
 // status exitBug, not as a Go crash (exit 2, which reads as a usage error).
 func TestPanicIsBug(t *testing.T) {

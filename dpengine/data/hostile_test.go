@@ -1,34 +1,17 @@
 package data
 
 import (
-	"bytes"
-	"encoding/binary"
-	"hash/crc32"
-	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpfinetune/dpfinetune/internal/hostile"
 )
 
-// pngWithSize returns a valid 1×1 gray PNG whose IHDR claims w×h pixels
-// (its CRC fixed up): the header a decompression bomb carries.
-func pngWithSize(t testing.TB, w, h uint32) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, grayImage(1, 1, func(x, y int) uint8 { return 9 })); err != nil {
-		t.Fatal(err)
-	}
-	b := buf.Bytes()
-	// 8-byte signature, then IHDR: length (4), "IHDR" (4), width, height, …,
-	// CRC over type and data (13 bytes).
-	ihdr := b[8+8 : 8+8+13]
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	binary.BigEndian.PutUint32(b[8+8+13:], crc32.ChecksumIEEE(b[8+4:8+8+13]))
-	return b
-}
+// pngWithSize is hostile.PNG: a 1×1 PNG whose header claims w×h pixels.
+func pngWithSize(_ testing.TB, w, h uint32) []byte { return hostile.PNG(w, h) }
 
 // TestHostileData: sizes declared by data files are checked before they
 // are allocated, with a message naming the file and the limit.

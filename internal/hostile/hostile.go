@@ -1,6 +1,3 @@
-// Package hostile builds malformed and hostile inputs for tests: small ONNX
-// models whose shapes ask for absurd amounts of memory. They are built in
-// code, a few hundred bytes each, rather than committed as files.
 package hostile
 
 import (
