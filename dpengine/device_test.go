@@ -17,7 +17,7 @@ import (
 // group, so that a test sees the engine compute through its device.
 type countingOps struct {
 	runtime.CPU
-	gemm, axpy, elementwise, conv, adam atomic.Int64
+	gemm, axpy, elementwise, conv, adam, sgd, noise atomic.Int64
 }
 
 func (c *countingOps) Gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
@@ -65,6 +65,16 @@ func (c *countingOps) AdamUpdate(p, g, m, v []float32, co runtime.AdamCoeffs) {
 	c.CPU.AdamUpdate(p, g, m, v, co)
 }
 
+func (c *countingOps) SGDUpdate(p, g, vel []float32, co runtime.SGDCoeffs) {
+	c.sgd.Add(1)
+	c.CPU.SGDUpdate(p, g, vel, co)
+}
+
+func (c *countingOps) AddGaussianNoise(x []float32, key runtime.NoiseKey, step, offset uint64, std float64, post float32) {
+	c.noise.Add(1)
+	c.CPU.AddGaussianNoise(x, key, step, offset, std, post)
+}
+
 // useOps moves a built engine and its optimizer onto ops. (runtime.Compile
 // runs plans on the CPU only, so the engine is built there.)
 func useOps(e *Engine, ops runtime.DPOps) {
@@ -86,21 +96,26 @@ func TestEngineComputesThroughDevice(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		mode Mode
+		opt  string // "sgd" (with momentum and weight decay) or "adamw"
 		// groups that must be reached
 		gemm, axpy, elementwise, conv bool
 	}{
-		{"cnn", Instantiate, true, true, false, true},
-		{"cnn", Ghost, true, false, false, true},
-		{"cnn", BK, true, false, false, true},
-		{"vit", Instantiate, true, true, true, false},
-		{"vit", Mixed, true, false, true, false},
-		{"vit", BK, true, false, true, false},
+		{"cnn", Instantiate, "sgd", true, true, false, true},
+		{"cnn", Ghost, "adamw", true, false, false, true},
+		{"cnn", BK, "sgd", true, false, false, true},
+		{"vit", Instantiate, "adamw", true, true, true, false},
+		{"vit", Mixed, "sgd", true, false, true, false},
+		{"vit", BK, "adamw", true, false, true, false},
 	} {
 		t.Run(c.name+"/"+string(c.mode), func(t *testing.T) {
 			gd := loadGolden(t, c.name)
 			cfg := func() Config {
+				var opt Optimizer = NewAdam(1e-2, 0.01, true)
+				if c.opt == "sgd" {
+					opt = &SGD{LR: 1e-2, Momentum: 0.9, WeightDecay: 0.01}
+				}
 				return Config{Mode: c.mode, Clipping: Clipping{Fn: Abadi, R: 0.5}, NoiseMultiplier: 1, ExpectedBatch: 8,
-					PhysicalBatch: 8, Source: NewSeededSource(3), Optimizer: NewAdam(1e-2, 0.01, true)}
+					PhysicalBatch: 8, Source: NewSeededSource(3), Optimizer: opt}
 			}
 			ref := buildEngine(t, c.name, cfg())
 			dev := buildEngine(t, c.name, cfg())
@@ -136,7 +151,8 @@ func TestEngineComputesThroughDevice(t *testing.T) {
 			}{
 				{"gemm", c.gemm, ops.gemm.Load()}, {"axpy", c.axpy, ops.axpy.Load()},
 				{"elementwise", c.elementwise, ops.elementwise.Load()}, {"conv", c.conv, ops.conv.Load()},
-				{"adam", true, ops.adam.Load()},
+				{"adam", c.opt == "adamw", ops.adam.Load()}, {"sgd", c.opt == "sgd", ops.sgd.Load()},
+				{"noise", true, ops.noise.Load()},
 			} {
 				if g.want && g.n == 0 {
 					missing = append(missing, g.name)

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func randSlice(r *rand.Rand, n int) []float32 {
@@ -230,7 +232,7 @@ func TestGaussianNoiseDistribution(t *testing.T) {
 	// Noise and scaling in one pass: (x + std·z)·post.
 	y := []float32{1, 2, 3}
 	z := []float32{1, 2, 3}
-	NewSeededSource(5).addGaussianScaled(0.5, 0.25, y)
+	NewSeededSource(5).addGaussianScaled(runtime.CPU{}, 0.5, 0.25, y)
 	NewSeededSource(5).AddGaussian(0.5, z)
 	for i := range y {
 		if want := z[i] * 0.25; math.Abs(float64(y[i]-want)) > 1e-6 {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/noise"
 )
 
@@ -30,7 +31,7 @@ func TestSourceNoiseLayout(t *testing.T) {
 	s := NewSeededSource(77)
 	s.SetStream(4)
 	got := mk()
-	s.addGaussianScaled(0.8, 0.125, got...)
+	s.addGaussianScaled(runtime.CPU{}, 0.8, 0.125, got...)
 	if s.Stream() != 5 {
 		t.Fatalf("stream %d after one draw, want 5", s.Stream())
 	}
@@ -61,7 +62,7 @@ func TestGaussianGolden(t *testing.T) {
 	for i := range x {
 		x[i] = float32(i%7) - 3
 	}
-	NewSeededSource(42).addGaussianScaled(0.7, 1.0/3, x)
+	NewSeededSource(42).addGaussianScaled(runtime.CPU{}, 0.7, 1.0/3, x)
 	h := sha256.New()
 	for _, v := range x {
 		h.Write(binary.LittleEndian.AppendUint32(nil, math.Float32bits(v)))

@@ -93,29 +93,16 @@ func (o *SGD) begin(params, grads [][]float32, gradScale float32) (func(k, lo, h
 	if o.Momentum != 0 && o.vel == nil {
 		o.vel = zerosLike(params)
 	}
-	lr, mu, wd := float32(o.LR), float32(o.Momentum), float32(o.WeightDecay)
-	first := o.step == 0
+	c := runtime.SGDCoeffs{LR: float32(o.LR), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay),
+		GradScale: gradScale, First: o.step == 0}
 	o.step++
+	ops := o.device()
 	return func(k, lo, hi int) {
-		p, g := params[k][lo:hi], grads[k][lo:hi]
-		g = g[:len(p)]
-		if mu == 0 {
-			for i := range p {
-				p[i] -= lr * (float32(g[i]*gradScale) + wd*p[i])
-			}
-			return
+		var vel []float32
+		if o.vel != nil {
+			vel = o.vel[k][lo:hi]
 		}
-		vel := o.vel[k][lo:hi]
-		vel = vel[:len(p)]
-		for i := range p {
-			d := float32(g[i]*gradScale) + wd*p[i]
-			if first {
-				vel[i] = d
-			} else {
-				vel[i] = mu*vel[i] + d
-			}
-			p[i] -= lr * vel[i]
-		}
+		ops.SGDUpdate(params[k][lo:hi], grads[k][lo:hi], vel, c)
 	}, nil
 }
 

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/noise"
 )
 
@@ -94,7 +95,7 @@ func (s *Source) Rand() *rand.Rand { return rand.New(s.newChaCha()) }
 // split into fixed chunks, each with its own keystream, so the result is
 // deterministic for a seeded source whatever the number of cores.
 func (s *Source) AddGaussian(std float64, xs ...[]float32) {
-	s.addGaussianScaled(std, 1, xs...)
+	s.addGaussianScaled(runtime.CPU{}, std, 1, xs...)
 }
 
 // noiseChunk is the piece of the gradient one core draws at a time (and
@@ -105,7 +106,8 @@ const noiseChunk = 1 << 18
 // addGaussianScaled sets x ← (x + std·z)·post for every element, z ~ N(0, 1)
 // i.i.d.: the noise and the division by the expected batch size in one pass
 // over the parameters (on a 100 M-parameter model each pass is ~0.4 GB of
-// memory traffic).
+// memory traffic). The device of ops draws it (DPOps.AddGaussianNoise);
+// the source only picks the key and step.
 //
 // The noise is runtime/noise's: element i of the parameters laid out one
 // after another (xs[0], then xs[1], …) is a function of (key, step, i)
@@ -116,8 +118,8 @@ const noiseChunk = 1 << 18
 // slower (BenchmarkAddGaussian, 1.34 against 1.17 ns per element) for no
 // gain that matters here: the keystream only has to be indistinguishable
 // from random to an attacker bounded at 2¹²⁸.
-func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
-	s.addGaussianScaledThen(std, post, xs, nil)
+func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32, xs ...[]float32) {
+	s.addGaussianScaledThen(ops, std, post, xs, nil)
 }
 
 // addGaussianScaledThen is addGaussianScaled calling then(k, lo, hi) on
@@ -125,7 +127,7 @@ func (s *Source) addGaussianScaled(std float64, post float32, xs ...[]float32) {
 // while the piece is still in cache: the optimizer update runs there, and
 // the noised gradient of a 10⁸-parameter model is not read back from
 // memory a second time.
-func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
+func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
 	var chunks int
 	for _, x := range xs {
 		chunks += (len(x) + noiseChunk - 1) / noiseChunk
@@ -133,7 +135,7 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 	if chunks == 0 {
 		return
 	}
-	gen := noise.New(s.nextNoise())
+	key, step := s.nextNoise()
 	var next atomic.Int64
 	work := func() {
 		for {
@@ -142,13 +144,13 @@ func (s *Source) addGaussianScaledThen(std float64, post float32, xs [][]float32
 				return
 			}
 			k, lo, hi, base := chunkAt(xs, c)
-			gen.Add(xs[k][lo:hi], base+uint64(lo), std, post)
+			ops.AddGaussianNoise(xs[k][lo:hi], key, step, base+uint64(lo), std, post)
 			if then != nil {
 				then(k, lo, hi)
 			}
 		}
 	}
-	workers := min(runtime.GOMAXPROCS(0), chunks)
+	workers := min(goruntime.GOMAXPROCS(0), chunks)
 	var wg sync.WaitGroup
 	for w := 1; w < workers; w++ {
 		wg.Add(1)

@@ -21,7 +21,51 @@ type OptimOps interface {
 	// result is the same bit for bit on every device. It runs on one
 	// worker; the engine splits a step's parameters over Workers().
 	AdamUpdate(p, g, m, v []float32, c AdamCoeffs)
+	// SGDUpdate applies one SGD update to p (len(p) elements) with
+	// gradient g and, when c.Momentum ≠ 0, velocity vel (at least len(p)
+	// elements each): PyTorch's SGD,
+	//
+	//	d ← float32(g·GradScale) + WeightDecay·θ
+	//	v ← d on the first step (c.First), Momentum·v + d after
+	//	θ ← θ − LR·v   (θ ← θ − LR·d without momentum; vel unused)
+	//
+	// in float32. It runs on one worker, like AdamUpdate.
+	SGDUpdate(p, g, vel []float32, c SGDCoeffs)
+}
+
+// SGDCoeffs are the step's scalars of OptimOps.SGDUpdate.
+type SGDCoeffs struct {
+	// LR is the learning rate η, Momentum μ, WeightDecay the L2
+	// coefficient λ added to the gradient.
+	LR, Momentum, WeightDecay float32
+	// GradScale multiplies the gradient as it is read.
+	GradScale float32
+	// First is set on the optimizer's first step: the velocity is then
+	// the gradient itself, not μ·v + d.
+	First bool
 }
 
 // AdamUpdate implements OptimOps with kernels.AdamUpdate.
 func (CPU) AdamUpdate(p, g, m, v []float32, c AdamCoeffs) { kernels.AdamUpdate(p, g, m, v, c) }
+
+// SGDUpdate implements OptimOps.
+func (CPU) SGDUpdate(p, g, vel []float32, c SGDCoeffs) {
+	lr, mu, wd, gs := c.LR, c.Momentum, c.WeightDecay, c.GradScale
+	g = g[:len(p)] // one bounds check, not one per element
+	if mu == 0 {
+		for i := range p {
+			p[i] -= lr * (float32(g[i]*gs) + wd*p[i])
+		}
+		return
+	}
+	vel = vel[:len(p)]
+	for i := range p {
+		d := float32(g[i]*gs) + wd*p[i]
+		if c.First {
+			vel[i] = d
+		} else {
+			vel[i] = mu*vel[i] + d
+		}
+		p[i] -= lr * vel[i]
+	}
+}
