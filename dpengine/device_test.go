@@ -17,7 +17,7 @@ import (
 // group, so that a test sees the engine compute through its device.
 type countingOps struct {
 	runtime.CPU
-	gemm, axpy, elementwise, conv, adam, sgd, noise atomic.Int64
+	gemm, axpy, elementwise, conv, vector, adam, sgd, noise atomic.Int64
 }
 
 func (c *countingOps) Gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
@@ -73,6 +73,41 @@ func (c *countingOps) SGDUpdate(p, g, vel []float32, co runtime.SGDCoeffs) {
 func (c *countingOps) AddGaussianNoise(x []float32, key runtime.NoiseKey, step, offset uint64, std float64, post float32) {
 	c.noise.Add(1)
 	c.CPU.AddGaussianNoise(x, key, step, offset, std, post)
+}
+
+func (c *countingOps) SumSq(x []float32) float64 {
+	c.vector.Add(1)
+	return c.CPU.SumSq(x)
+}
+
+func (c *countingOps) SquaredNorms(x []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.SquaredNorms(x, dst)
+}
+
+func (c *countingOps) Dot(a, b []float32) float64 {
+	c.vector.Add(1)
+	return c.CPU.Dot(a, b)
+}
+
+func (c *countingOps) Scale(alpha float32, x []float32) {
+	c.vector.Add(1)
+	c.CPU.Scale(alpha, x)
+}
+
+func (c *countingOps) Add(x, y []float32) {
+	c.vector.Add(1)
+	c.CPU.Add(x, y)
+}
+
+func (c *countingOps) AddRunSums(x, dst []float32) {
+	c.vector.Add(1)
+	c.CPU.AddRunSums(x, dst)
+}
+
+func (c *countingOps) SumRows(g []float32, T, p int, out []float32) {
+	c.vector.Add(1)
+	c.CPU.SumRows(g, T, p, out)
 }
 
 // useOps moves a built engine and its optimizer onto ops. (runtime.Compile
@@ -152,7 +187,7 @@ func TestEngineComputesThroughDevice(t *testing.T) {
 				{"gemm", c.gemm, ops.gemm.Load()}, {"axpy", c.axpy, ops.axpy.Load()},
 				{"elementwise", c.elementwise, ops.elementwise.Load()}, {"conv", c.conv, ops.conv.Load()},
 				{"adam", c.opt == "adamw", ops.adam.Load()}, {"sgd", c.opt == "sgd", ops.sgd.Load()},
-				{"noise", true, ops.noise.Load()},
+				{"vector", true, ops.vector.Load()}, {"noise", true, ops.noise.Load()},
 			} {
 				if g.want && g.n == 0 {
 					missing = append(missing, g.name)

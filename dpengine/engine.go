@@ -403,7 +403,7 @@ func (e *Engine) settleGrad() {
 	}
 	if e.gradScale != 1 {
 		for _, p := range e.params {
-			scale(p.accum, e.gradScale)
+			e.ops.Scale(e.gradScale, p.accum)
 		}
 		e.gradScale = 1
 	}
@@ -509,7 +509,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 		e.cfg.Source.addGaussianScaled(e.ops, std, inv, grads...)
 	} else {
 		for _, g := range grads {
-			scale(g, inv)
+			e.ops.Scale(inv, g)
 		}
 	}
 	return grads, nil
@@ -589,19 +589,6 @@ func (e *Engine) Decisions() map[string]rewrite.Decision {
 		}
 	}
 	return out
-}
-
-func addTo(dst, src []float32) {
-	dst = dst[:len(src)] // one bounds check, not one per element
-	for i, v := range src {
-		dst[i] += v
-	}
-}
-
-func scale(x []float32, s float32) {
-	for i := range x {
-		x[i] *= s
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -24,37 +24,28 @@ func GhostNormSq(a []float32, T, D int, g []float32, p int, ws []float32) float6
 func ghostNormSq(ops runtime.DPOps, a []float32, T, D int, g []float32, p int, ws []float32) float64 {
 	if T == 1 {
 		// Rank one: ‖g aᵀ‖² = ‖a‖²‖g‖².
-		return sumSq(a[:D]) * sumSq(g[:p])
+		return ops.SumSq(a[:D]) * ops.SumSq(g[:p])
 	}
 	aa, gg := ws[:T*T], ws[T*T:2*T*T]
 	ops.GemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
 	ops.GemmSerial(false, true, T, T, p, 1, g, p, g, p, 0, gg, T)
-	var s float64
-	for i, v := range aa {
-		s += float64(v) * float64(gg[i])
-	}
-	return s
+	return ops.Dot(aa, gg)
 }
 
 // InstantiateGrad writes g_iᵀa_i (p×D) to out and returns its squared
 // Frobenius norm, on the CPU device.
 func InstantiateGrad(a []float32, T, D int, g []float32, p int, out []float32) float64 {
 	runtime.CPU{}.GemmSerial(true, false, p, D, T, 1, g, p, a, D, 0, out[:p*D], D)
-	return sumSq(out[:p*D])
+	return runtime.CPU{}.SumSq(out[:p*D])
 }
 
 // BiasGradSq returns the squared norm of a bias's per-sample gradient
-// Σ_t g_i[t,:] and writes that gradient to out (length p).
+// Σ_t g_i[t,:] and writes that gradient to out (length p), on the CPU
+// device.
 func BiasGradSq(g []float32, T, p int, out []float32) float64 {
-	out = out[:p]
-	clear(out)
-	for t := 0; t < T; t++ {
-		row := g[t*p : (t+1)*p]
-		for j, v := range row {
-			out[j] += v
-		}
-	}
-	return sumSq(out)
+	cpu := runtime.CPU{}
+	cpu.SumRows(g, T, p, out)
+	return cpu.SumSq(out[:p])
 }
 
 // WeightedGradSum adds Σ_i c_i g_iᵀa_i (p×D) to out, for B samples stacked
@@ -77,11 +68,3 @@ func WeightedGradSum(a []float32, g []float32, c []float32, B, T, D, p int, ws [
 // PreferGhost is the paper's layerwise rule (eq. 4.1, memory priority): use
 // the ghost norm iff its 2T² space is smaller than the pD of instantiation.
 func PreferGhost(T, D, p int) bool { return 2*T*T < p*D }
-
-func sumSq(x []float32) float64 {
-	var s float64
-	for _, v := range x {
-		s += float64(v) * float64(v)
-	}
-	return s
-}

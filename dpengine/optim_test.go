@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // legacyAdamStep is the scalar update Adam.Step ran before the SSE2 kernel
@@ -168,14 +170,14 @@ func TestNonDPFusedScale(t *testing.T) {
 				}
 				for name, g := range sums {
 					if w := want[name]; w != nil {
-						addTo(w, g)
+						runtime.CPU{}.Add(g, w)
 					} else {
 						want[name] = g
 					}
 				}
 			}
 			for _, w := range want {
-				scale(w, float32(1.0/10))
+				runtime.CPU{}.Scale(float32(1.0/10), w)
 			}
 			if _, err := fused.Step(batch, fill); err != nil {
 				t.Fatal(err)

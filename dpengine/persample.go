@@ -55,16 +55,16 @@ type useState struct {
 // the elements off… of the use's operand, to the parameter: to its
 // per-sample gradient (through idx, for a use through a path) or, where
 // the parameter keeps none, its squared norm to the sample's.
-func (us *useState) addSample(i, off int, inst []float32) {
+func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	p := us.p
 	size := len(p.data)
 	switch {
 	case us.idx != nil:
 		scatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
 	case p.ps != nil:
-		addTo(p.ps[i*size+off:i*size+off+len(inst)], inst)
+		ops.Add(inst, p.ps[i*size+off:i*size+off+len(inst)])
 	default:
-		p.normSq[i] += sumSq(inst)
+		p.normSq[i] += ops.SumSq(inst)
 	}
 }
 
@@ -334,10 +334,7 @@ func (e *Engine) clipPhysical(B int) error {
 		if p.ps == nil {
 			continue
 		}
-		size := len(p.data)
-		for i := 0; i < B; i++ {
-			p.normSq[i] = sumSq(p.ps[i*size : (i+1)*size])
-		}
+		e.ops.SquaredNorms(p.ps[:B*len(p.data)], p.normSq[:B])
 	}
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
@@ -394,7 +391,7 @@ func (e *Engine) clipPhysical(B int) error {
 				p.fresh = false
 				continue
 			}
-			addTo(p.accum, e.plan.Grad(p.name))
+			e.ops.Add(e.plan.Grad(p.name), p.accum)
 		}
 		return nil
 	}
@@ -540,9 +537,9 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 				return
 			}
 			if us.p.ps != nil {
-				addTo(us.p.ps[i*size:(i+1)*size], sc.buf)
+				e.ops.Add(sc.buf, us.p.ps[i*size:(i+1)*size])
 			} else {
-				us.p.normSq[i] += sumSq(sc.buf)
+				us.p.normSq[i] += e.ops.SumSq(sc.buf)
 			}
 		})
 		for _, err := range errs {
@@ -572,7 +569,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		}
 		for _, us := range g.uses {
 			grad := g.sub.Grad(us.p.name)
-			addTo(us.p.ps[i*len(us.p.data):(i+1)*len(us.p.data)], grad)
+			e.ops.Add(grad, us.p.ps[i*len(us.p.data):(i+1)*len(us.p.data)])
 		}
 	}
 	return nil

@@ -59,7 +59,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 			buf := bufs[w]
 			inst := buf[scratch : scratch+size]
 			e.ops.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
-			us.addSample(i, 0, inst)
+			us.addSample(e.ops, i, 0, inst)
 		})
 		return nil
 	}
@@ -92,7 +92,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 			}
 			inst := rest[:P*D]
 			e.ops.GemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
-			us.addSample(i, gr*P*D, inst)
+			us.addSample(e.ops, i, gr*P*D, inst)
 		}
 	})
 	return nil
@@ -105,7 +105,7 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	s := ls.conv
 	outLen := len(ls.dy) / B
 	for i := 0; i < B; i++ {
-		scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
+		ls.ops.Scale(c[i], ls.dy[i*outLen:(i+1)*outLen])
 	}
 	need := ls.ops.ConvWorkspaceSize(s)
 	dwLen := len(accum)
@@ -126,7 +126,7 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	}
 	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
 	if !overwrite {
-		addTo(accum, dw)
+		ls.ops.Add(dw, accum)
 	}
 	return nil
 }
@@ -148,21 +148,20 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		return false
 	}
 	stride := dy.BatchStride
-	T := stride / M
-	e.forSamples(e.n, func(_, i int) {
+	var bufs [][]float32
+	if p.ps == nil {
+		bufs = workerBufs(&e.normScratch, e.ops.Workers(), M)
+	}
+	e.forSamples(e.n, func(w, i int) {
 		row := dy.Data[i*stride : (i+1)*stride]
-		var sq float64
-		for m := 0; m < M; m++ {
-			s := sum4(row[m*T : (m+1)*T])
-			if p.ps != nil {
-				p.ps[i*M+m] += s
-			} else {
-				sq += float64(s) * float64(s)
-			}
+		if p.ps != nil {
+			e.ops.AddRunSums(row, p.ps[i*M:(i+1)*M])
+			return
 		}
-		if p.ps == nil {
-			p.normSq[i] += sq
-		}
+		gi := bufs[w][:M]
+		clear(gi)
+		e.ops.AddRunSums(row, gi)
+		p.normSq[i] += e.ops.SumSq(gi)
 	})
 	return true
 }
@@ -175,25 +174,8 @@ func convBiasOperand(_ *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	}
 	M := s.opShape[0]
 	T := len(s.gi) / M
-	for m := 0; m < M; m++ {
-		s.out[m] = sum4(s.gi[m*T : (m+1)*T]) // as convBias sums
-	}
+	out := s.out[:M]
+	clear(out)
+	s.ops.AddRunSums(s.gi[:M*T], out) // as convBias sums
 	return nil
-}
-
-// sum4 sums x with four running sums, so that the additions do not wait
-// on one another.
-func sum4(x []float32) float32 {
-	var a, b, c, d float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		a += x[i]
-		b += x[i+1]
-		c += x[i+2]
-		d += x[i+3]
-	}
-	for ; i < len(x); i++ {
-		a += x[i]
-	}
-	return (a + b) + (c + d)
 }

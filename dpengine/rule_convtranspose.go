@@ -33,7 +33,7 @@ func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float
 	s := ls.conv
 	inLen := len(ls.x) / B
 	for i := 0; i < B; i++ {
-		scale(ls.x[i*inLen:(i+1)*inLen], c[i])
+		ls.ops.Scale(c[i], ls.x[i*inLen:(i+1)*inLen])
 	}
 	need := ls.ops.ConvWorkspaceSize(s)
 	dwLen := len(accum)
@@ -54,7 +54,7 @@ func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float
 	}
 	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
 	if !overwrite {
-		addTo(accum, dw)
+		ls.ops.Add(dw, accum)
 	}
 	return nil
 }

@@ -198,7 +198,7 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		}
 		full := rest[g.D*g.P : g.D*g.P+size]
 		g.inst(e.ops, a, gg, 1, rest[:g.D*g.P], full)
-		us.addSample(i, 0, full)
+		us.addSample(e.ops, i, 0, full)
 	})
 	return nil
 }
@@ -227,7 +227,7 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		}
 		g.rows(&g.x, &g.dy, B, i, xs, ys, a, gg)
 		g.inst(ls.ops, a, gg, c[i], tmp, full)
-		addTo(accum, full)
+		ls.ops.Add(full, accum)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 	d := gi
 	other := &ev.Inputs[1-k]
 	if op == "Sub" && k == 1 {
-		scale(d, -1)
+		s.ops.Scale(-1, d)
 	}
 	if op == "Mul" || op == "Div" {
 		ov, oShape := other.Data, other.Shape
@@ -47,7 +47,7 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 			s.ops.Binary(runtime.BinaryDiv, ov, oShape, self, sShape, q, gShape)
 			s.ops.Binary(runtime.BinaryDiv, q, gShape, self, sShape, q, gShape)
 			s.ops.Binary(runtime.BinaryMul, gi, gShape, q, gShape, d, gShape)
-			scale(d, -1)
+			s.ops.Scale(-1, d)
 		}
 	}
 	s.ops.ReduceToShape(d, gShape, s.out, s.opShape)

@@ -76,7 +76,7 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		} else {
 			e.ops.GemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
 		}
-		us.addSample(i, 0, inst)
+		us.addSample(e.ops, i, 0, inst)
 	})
 	return nil
 }
@@ -92,7 +92,7 @@ func matrixWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 	scaled := ls.dy
 	for r := 0; r < rows; r++ {
 		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
-		scale(scaled[r*P:(r+1)*P], ci)
+		ls.ops.Scale(ci, scaled[r*P:(r+1)*P])
 	}
 	beta := float32(1)
 	if overwrite {
@@ -113,7 +113,7 @@ func gemmBias(ev *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 		return fmt.Errorf("Gemm operand %d is not the bias C", s.k)
 	}
 	if beta, err := ev.Node.Float("beta"); err == nil && beta != 1 {
-		scale(s.gi, beta)
+		s.ops.Scale(beta, s.gi)
 	}
 	p := s.gShape[len(s.gShape)-1]
 	s.ops.ReduceToShape(s.gi, []int{len(s.gi) / p, p}, s.out, s.opShape)

@@ -11,6 +11,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // testModel builds a small ONNX graph for the per-sample rules' tests.
@@ -233,8 +234,8 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 			}
 			for p, gr := range sums {
 				perSample[p] = append(perSample[p], append([]float32(nil), gr...))
-				total[i] += sumSq(gr)
-				want[p] = append(want[p], math.Sqrt(sumSq(gr)))
+				total[i] += runtime.CPU{}.SumSq(gr)
+				want[p] = append(want[p], math.Sqrt(runtime.CPU{}.SumSq(gr)))
 				if full[p] == nil {
 					full[p] = make([]float64, len(gr))
 				}
