@@ -3,6 +3,8 @@ package dpengine
 import (
 	"fmt"
 	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // ClipFn maps a per-sample gradient norm to the factor C_i its gradient is
@@ -67,23 +69,18 @@ func (c Clipping) Validate() error {
 // Factor returns C_i for a per-sample gradient norm. A NaN or infinite
 // norm gets factor 0: that sample contributes nothing, which keeps the
 // sensitivity bound (the caller reports it).
-func (c Clipping) Factor(norm float64) float64 {
-	if math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return 0
-	}
+func (c Clipping) Factor(norm float64) float64 { return c.rule().Factor(norm) }
+
+// rule is the clipping as the device computes it.
+func (c Clipping) rule() runtime.ClipRule {
+	fn := runtime.ClipAbadi
 	switch c.Fn {
 	case Automatic:
-		return c.R / (norm + c.Gamma)
+		fn = runtime.ClipAutomatic
 	case Global:
-		if norm < c.R {
-			return 1
-		}
-		return 0
+		fn = runtime.ClipGlobal
 	}
-	if norm <= c.R {
-		return 1
-	}
-	return c.R / norm
+	return runtime.ClipRule{Fn: fn, R: c.R, Gamma: c.Gamma}
 }
 
 // Factors fills dst with C_i for norms and returns it.

@@ -17,7 +17,7 @@ import (
 // group, so that a test sees the engine compute through its device.
 type countingOps struct {
 	runtime.CPU
-	gemm, axpy, elementwise, conv, vector, adam, sgd, noise atomic.Int64
+	gemm, axpy, elementwise, conv, vector, clip, adam, sgd, noise atomic.Int64
 }
 
 func (c *countingOps) Gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
@@ -110,6 +110,11 @@ func (c *countingOps) SumRows(g []float32, T, p int, out []float32) {
 	c.CPU.SumRows(g, T, p, out)
 }
 
+func (c *countingOps) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
+	c.clip.Add(1)
+	c.CPU.ClipFactors(r, normSq, dst)
+}
+
 // useOps moves a built engine and its optimizer onto ops. (runtime.Compile
 // runs plans on the CPU only, so the engine is built there.)
 func useOps(e *Engine, ops runtime.DPOps) {
@@ -187,7 +192,7 @@ func TestEngineComputesThroughDevice(t *testing.T) {
 				{"gemm", c.gemm, ops.gemm.Load()}, {"axpy", c.axpy, ops.axpy.Load()},
 				{"elementwise", c.elementwise, ops.elementwise.Load()}, {"conv", c.conv, ops.conv.Load()},
 				{"adam", c.opt == "adamw", ops.adam.Load()}, {"sgd", c.opt == "sgd", ops.sgd.Load()},
-				{"vector", true, ops.vector.Load()}, {"noise", true, ops.noise.Load()},
+				{"vector", true, ops.vector.Load()}, {"clip", true, ops.clip.Load()}, {"noise", true, ops.noise.Load()},
 			} {
 				if g.want && g.n == 0 {
 					missing = append(missing, g.name)

@@ -349,33 +349,26 @@ func (e *Engine) clipPhysical(B int) error {
 	if e.cfg.PerLayer {
 		c := e.cfg.Clipping
 		c.R /= math.Sqrt(K)
+		r := c.rule()
 		for k, p := range e.params {
-			for i := 0; i < B; i++ {
-				f := float32(0)
-				if i < n {
-					f = float32(c.Factor(math.Sqrt(p.normSq[i])))
-				}
-				e.factors[k][i] = f
-			}
+			e.ops.ClipFactors(r, p.normSq[:n], e.factors[k][:n])
+			clear(e.factors[k][n:B])
 		}
 	}
 	f := e.factors[0]
-	for i := 0; i < B; i++ {
+	if !e.cfg.PerLayer {
+		e.ops.ClipFactors(e.cfg.Clipping.rule(), e.normSq[:n], f[:n])
+		clear(f[n:B])
+	}
+	// Counts for the report, from the norms and factors the device
+	// computed.
+	for i := 0; i < n; i++ {
 		norm := math.Sqrt(e.normSq[i])
-		if i >= n {
-			if !e.cfg.PerLayer {
-				f[i] = 0
-			}
-			continue
-		}
 		if math.IsNaN(norm) || math.IsInf(norm, 0) {
 			e.nonFinite++
 		}
-		if !e.cfg.PerLayer {
-			f[i] = float32(e.cfg.Clipping.Factor(norm))
-			if f[i] < 1 {
-				e.clipped++
-			}
+		if !e.cfg.PerLayer && f[i] < 1 {
+			e.clipped++
 		}
 	}
 	switch e.cfg.Mode {

@@ -12,8 +12,8 @@ import "fmt"
 //
 // The operations are grouped by file, one interface per group, so that a
 // backend is one file per group: LinalgOps (device_linalg.go), PerSampleOps
-// (device_dp.go), VectorOps (device_vector.go), OptimOps
-// (device_optim.go) and NoiseOps (device_noise.go). CPU implements them with
+// (device_dp.go), VectorOps (device_vector.go), ClipOps (device_clip.go),
+// OptimOps (device_optim.go) and NoiseOps (device_noise.go). CPU implements them with
 // the kernels of runtime/kernels and runtime/blas, one call each, with no
 // copy and no allocation.
 //
@@ -28,6 +28,7 @@ type DPOps interface {
 	OptimOps
 	NoiseOps
 	VectorOps
+	ClipOps
 	// Workers is the number of goroutines the device's operations split
 	// work over; the engine runs that many samples at once, each on its
 	// own scratch, with the serial operations (GemmSerial, …).

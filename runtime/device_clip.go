@@ -1,0 +1,64 @@
+package runtime
+
+import "math"
+
+// ClipFn selects the clip function of a ClipRule.
+type ClipFn int
+
+// The clip functions of ClipRule.
+const (
+	// ClipAbadi is C_i = min(1, R/‖g_i‖) (Abadi et al. 2016).
+	ClipAbadi ClipFn = iota
+	// ClipAutomatic is C_i = R/(‖g_i‖ + γ) (Bu et al. 2022).
+	ClipAutomatic
+	// ClipGlobal is C_i = 1[‖g_i‖ < R] (Bu et al. 2021).
+	ClipGlobal
+)
+
+// ClipRule is a per-sample clip function with its clip norm R and, for
+// automatic clipping, its stability constant γ. The engine's per-layer
+// clipping passes R/√K for K parameters.
+type ClipRule struct {
+	Fn       ClipFn
+	R, Gamma float64
+}
+
+// Factor returns C_i for a per-sample gradient norm, in float64. A NaN or
+// infinite norm gets factor 0: that sample contributes nothing, which keeps
+// the sensitivity bound R of Σ_i C_i g_i.
+func (r ClipRule) Factor(norm float64) float64 {
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return 0
+	}
+	switch r.Fn {
+	case ClipAutomatic:
+		return r.R / (norm + r.Gamma)
+	case ClipGlobal:
+		if norm < r.R {
+			return 1
+		}
+		return 0
+	}
+	if norm <= r.R {
+		return 1
+	}
+	return r.R / norm
+}
+
+// ClipOps is the clipping of the DP operation set (DPOps): the factors C_i
+// of the clipped sum Σ_i C_i g_i (the paper's Algorithm 1; DESIGN.md §3).
+type ClipOps interface {
+	// ClipFactors writes dst[i] = float32(r.Factor(√normSq[i])) for every
+	// i < len(normSq) (len(dst) ≥ len(normSq)): the clip factors of the
+	// samples from their squared gradient norms, computed in float64 and
+	// rounded once, so that every device gives the same factors.
+	ClipFactors(r ClipRule, normSq []float64, dst []float32)
+}
+
+// ClipFactors implements ClipOps.
+func (CPU) ClipFactors(r ClipRule, normSq []float64, dst []float32) {
+	dst = dst[:len(normSq)]
+	for i, s := range normSq {
+		dst[i] = float32(r.Factor(math.Sqrt(s)))
+	}
+}
