@@ -137,24 +137,37 @@ func TestEngineComputesThroughDevice(t *testing.T) {
 		name string
 		mode Mode
 		opt  string // "sgd" (with momentum and weight decay) or "adamw"
+		// perLayer clips each parameter on its own, with automatic
+		// clipping
+		perLayer bool
 		// groups that must be reached
 		gemm, axpy, elementwise, conv bool
 	}{
-		{"cnn", Instantiate, "sgd", true, true, false, true},
-		{"cnn", Ghost, "adamw", true, false, false, true},
-		{"cnn", BK, "sgd", true, false, false, true},
-		{"vit", Instantiate, "adamw", true, true, true, false},
-		{"vit", Mixed, "sgd", true, false, true, false},
-		{"vit", BK, "adamw", true, false, true, false},
+		{"cnn", Instantiate, "sgd", false, true, true, false, true},
+		{"cnn", Ghost, "adamw", false, true, false, false, true},
+		{"cnn", BK, "sgd", false, true, false, false, true},
+		{"cnn", BK, "adamw", true, true, false, false, true},
+		{"vit", Instantiate, "adamw", false, true, true, true, false},
+		{"vit", Mixed, "sgd", false, true, false, true, false},
+		{"vit", BK, "adamw", false, true, false, true, false},
+		{"vit", Instantiate, "sgd", true, true, true, true, false},
 	} {
-		t.Run(c.name+"/"+string(c.mode), func(t *testing.T) {
+		name := c.name + "/" + string(c.mode) + "/" + c.opt
+		if c.perLayer {
+			name += "/perlayer"
+		}
+		t.Run(name, func(t *testing.T) {
 			gd := loadGolden(t, c.name)
 			cfg := func() Config {
 				var opt Optimizer = NewAdam(1e-2, 0.01, true)
 				if c.opt == "sgd" {
 					opt = &SGD{LR: 1e-2, Momentum: 0.9, WeightDecay: 0.01}
 				}
-				return Config{Mode: c.mode, Clipping: Clipping{Fn: Abadi, R: 0.5}, NoiseMultiplier: 1, ExpectedBatch: 8,
+				clip := Clipping{Fn: Abadi, R: 0.5}
+				if c.perLayer {
+					clip = Clipping{Fn: Automatic, R: 0.5, Gamma: 0.01}
+				}
+				return Config{Mode: c.mode, Clipping: clip, PerLayer: c.perLayer, NoiseMultiplier: 1, ExpectedBatch: 8,
 					PhysicalBatch: 8, Source: NewSeededSource(3), Optimizer: opt}
 			}
 			ref := buildEngine(t, c.name, cfg())

@@ -1,8 +1,11 @@
 package runtime
 
 import (
+	"math"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime/noise"
 )
 
 // hostOnly is a device without the DP operations.
@@ -40,5 +43,101 @@ func TestDPOpsOf(t *testing.T) {
 				t.Errorf("Workers() = %d", ops.Workers())
 			}
 		})
+	}
+}
+
+// TestCPUVectorAndClipOps: the CPU's vector, clip and SGD operations on
+// hand-computed cases.
+func TestCPUVectorAndClipOps(t *testing.T) {
+	var c CPU
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, tc := range []struct {
+		name      string
+		got, want []float64
+	}{
+		{"SumSq", []float64{c.SumSq([]float32{3, 4}), c.SumSq(nil)}, []float64{25, 0}},
+		{"SquaredNorms", func() []float64 {
+			d := make([]float64, 3)
+			c.SquaredNorms([]float32{1, 2, 0, 0, -3, 4}, d)
+			return d
+		}(), []float64{5, 0, 25}},
+		{"Dot", []float64{c.Dot([]float32{1, 2, 3}, []float32{4, 5, 6, 100})}, []float64{32}},
+		{"Scale", f64(func() []float32 { x := []float32{1, -2}; c.Scale(2, x); return x }()), []float64{2, -4}},
+		{"Add", f64(func() []float32 { y := []float32{10, 20, 30}; c.Add([]float32{1, 2}, y); return y }()), []float64{11, 22, 30}},
+		{"AddRunSums", f64(func() []float32 {
+			d := []float32{0.5, 0}
+			c.AddRunSums([]float32{1, 2, 3, 4, 5, 6}, d)
+			return d
+		}()), []float64{6.5, 15}},
+		{"SumRows", f64(func() []float32 {
+			out := []float32{9, 9, 9}
+			c.SumRows([]float32{1, 2, 3, 4, 5, 6}, 2, 3, out)
+			return out
+		}()), []float64{5, 7, 9}},
+		{"ClipFactors/abadi", f64(func() []float32 {
+			d := make([]float32, 5)
+			c.ClipFactors(ClipRule{Fn: ClipAbadi, R: 1}, []float64{0.25, 1, 4, nan, inf}, d)
+			return d
+		}()), []float64{1, 1, 0.5, 0, 0}},
+		{"ClipFactors/automatic", f64(func() []float32 {
+			d := make([]float32, 2)
+			c.ClipFactors(ClipRule{Fn: ClipAutomatic, R: 1, Gamma: 1}, []float64{9, 0}, d)
+			return d
+		}()), []float64{0.25, 1}},
+		{"ClipFactors/global", f64(func() []float32 {
+			d := make([]float32, 3)
+			c.ClipFactors(ClipRule{Fn: ClipGlobal, R: 2}, []float64{1, 4, 9}, d)
+			return d
+		}()), []float64{1, 0, 0}},
+		{"SGDUpdate/plain", f64(func() []float32 {
+			p := []float32{1, 2}
+			c.SGDUpdate(p, []float32{2, 4}, nil, SGDCoeffs{LR: 0.5, WeightDecay: 0.5, GradScale: 0.5})
+			return p // θ − η(s·g + λθ)
+		}()), []float64{0.25, 0.5}},
+		{"SGDUpdate/momentum", f64(func() []float32 {
+			p, v := []float32{1}, []float32{7}
+			co := SGDCoeffs{LR: 0.5, Momentum: 0.5, GradScale: 1, First: true}
+			c.SGDUpdate(p, []float32{2}, v, co) // v = 2, θ = 0
+			co.First = false
+			c.SGDUpdate(p, []float32{2}, v, co) // v = 3, θ = −1.5
+			return append(p, v...)
+		}()), []float64{-1.5, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", tc.got, tc.want)
+			}
+			for i := range tc.want {
+				if tc.got[i] != tc.want[i] {
+					t.Fatalf("got %v, want %v", tc.got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func f64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestCPUAddGaussianNoise: the CPU's noise is runtime/noise's reference
+// bit for bit, for a range that starts inside the step's noise vector.
+func TestCPUAddGaussianNoise(t *testing.T) {
+	key := NoiseKey{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+	got, want := make([]float32, 3000), make([]float32, 3000)
+	for i := range got {
+		got[i] = float32(i) / 100
+		want[i] = got[i]
+	}
+	CPU{}.AddGaussianNoise(got, key, 7, 12345, 0.8, 0.125)
+	noise.Reference(want, key, 7, 12345, 0.8, 0.125)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+		}
 	}
 }
