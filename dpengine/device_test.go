@@ -105,6 +105,16 @@ func (c *countingOps) AddRunSums(x, dst []float32) {
 	c.CPU.AddRunSums(x, dst)
 }
 
+func (c *countingOps) ScatterAdd(dst, src []float32, idx []int32) {
+	c.vector.Add(1)
+	c.CPU.ScatterAdd(dst, src, idx)
+}
+
+func (c *countingOps) AddNormSq(x, y []float64) {
+	c.vector.Add(1)
+	c.CPU.AddNormSq(x, y)
+}
+
 func (c *countingOps) SumRows(g []float32, T, p int, out []float32) {
 	c.vector.Add(1)
 	c.CPU.SumRows(g, T, p, out)

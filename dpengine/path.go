@@ -103,12 +103,3 @@ func buildPathMap(cg *graph.Graph, operand, param string, others []string) ([]in
 	}
 	return idx, nil
 }
-
-// scatterAdd adds src[j] to dst[idx[j]] for every mapped element.
-func scatterAdd(dst, src []float32, idx []int32) {
-	for j, k := range idx {
-		if k >= 0 {
-			dst[k] += src[j]
-		}
-	}
-}

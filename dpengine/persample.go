@@ -60,7 +60,7 @@ func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	size := len(p.data)
 	switch {
 	case us.idx != nil:
-		scatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
+		ops.ScatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
 	case p.ps != nil:
 		ops.Add(inst, p.ps[i*size+off:i*size+off+len(inst)])
 	default:
@@ -283,7 +283,7 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrit
 	if overwrite {
 		clear(accum)
 	}
-	scatterAdd(accum, buf, ls.idx)
+	ls.ops.ScatterAdd(accum, buf, ls.idx)
 	return nil
 }
 
@@ -339,12 +339,9 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	for i := 0; i < B; i++ {
-		var tot float64
-		for _, p := range e.params {
-			tot += p.normSq[i]
-		}
-		e.normSq[i] = tot
+	clear(e.normSq[:B])
+	for _, p := range e.params {
+		e.ops.AddNormSq(p.normSq[:B], e.normSq[:B])
 	}
 	if e.cfg.PerLayer {
 		c := e.cfg.Clipping

@@ -69,6 +69,16 @@ func TestCPUVectorAndClipOps(t *testing.T) {
 			c.AddRunSums([]float32{1, 2, 3, 4, 5, 6}, d)
 			return d
 		}()), []float64{6.5, 15}},
+		{"ScatterAdd", f64(func() []float32 {
+			d := []float32{1, 1, 1}
+			c.ScatterAdd(d, []float32{5, 6, 7, 8}, []int32{2, -1, 0, 2})
+			return d
+		}()), []float64{8, 1, 14}},
+		{"AddNormSq", func() []float64 {
+			y := []float64{1, 2, 3}
+			c.AddNormSq([]float64{0.5, 0.25}, y)
+			return y
+		}(), []float64{1.5, 2.25, 3}},
 		{"SumRows", f64(func() []float32 {
 			out := []float32{9, 9, 9}
 			c.SumRows([]float32{1, 2, 3, 4, 5, 6}, 2, 3, out)

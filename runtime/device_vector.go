@@ -32,6 +32,15 @@ type VectorOps interface {
 	// positions). Each run is summed in float32 with four running sums.
 	// It runs on one worker.
 	AddRunSums(x, dst []float32)
+	// ScatterAdd adds src[j] to dst[idx[j]] for every j with idx[j] ≥ 0:
+	// a gradient with respect to an operand that reaches its parameter
+	// through layout-only operators, mapped back to the parameter
+	// (len(idx) ≤ len(src)). It runs on one worker.
+	ScatterAdd(dst, src []float32, idx []int32)
+	// AddNormSq computes y ← y + x over len(x) float64 elements: the
+	// squared norms of one parameter's per-sample gradients added to the
+	// samples' total squared norms.
+	AddNormSq(x, y []float64)
 	// SumRows overwrites out (p elements) with Σ_t g[t,:] for g a T×p
 	// row-major matrix: the gradient of a bias shared by T rows.
 	SumRows(g []float32, T, p int, out []float32)
@@ -108,6 +117,23 @@ func sum4(x []float32) float32 {
 		a += x[i]
 	}
 	return (a + b) + (c + d)
+}
+
+// ScatterAdd implements VectorOps.
+func (CPU) ScatterAdd(dst, src []float32, idx []int32) {
+	for j, k := range idx {
+		if k >= 0 {
+			dst[k] += src[j]
+		}
+	}
+}
+
+// AddNormSq implements VectorOps.
+func (CPU) AddNormSq(x, y []float64) {
+	y = y[:len(x)] // one bounds check, not one per element
+	for i, v := range x {
+		y[i] += v
+	}
 }
 
 // SumRows implements VectorOps.
