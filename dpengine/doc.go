@@ -22,12 +22,15 @@
 // gradient mapped back through an index map built once (path.go).
 //
 // Device. The engine computes through Config.Device (nil: the CPU): the
-// plan's forward and backward kernels, and every GEMM, per-sample
-// convolution op, elementwise rule op and Adam update of the DP step
-// through the device's runtime.DPOps. It never calls runtime/kernels or
-// runtime/blas (internal/archtest fails if a package above runtime does).
-// Its own scalar passes over host slices (clip factors, the noise, SGD, the
-// scaling and sums of per-sample gradients) are not device operations yet.
+// plan's forward and backward kernels, and everything else of a DP step
+// through the device's runtime.DPOps: GEMMs, per-sample convolution ops,
+// elementwise rule ops, per-sample squared norms, clip factors, the scaling
+// and sums of per-sample gradients, the Gaussian noise (the Source picks
+// its key and step; the device draws it) and the SGD or Adam update. It
+// never calls runtime/kernels or runtime/blas (internal/archtest fails if
+// a package above runtime does). Left on the host: sampling, the counts of
+// clipped and non-finite samples, canaries, and copies that gather a
+// sample of a batched operand.
 //
 // Package dpengine imports only packages to its left in the data flow:
 // onnx, graph, rewrite and runtime.

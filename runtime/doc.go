@@ -72,13 +72,21 @@
 //
 // A Device holds a plan's buffers and runs its kernels (Compile's
 // Options.Device; OpenDevice opens one by its --device name). DPOps is the
-// DP part of the device operation set (DESIGN.md §8): the GEMMs of ghost
-// norms, per-sample instantiation and book-keeping's clipped sums, the
-// elementwise ops of the per-sample rules, the per-sample convolution ops
-// and the Adam update, one interface per group, one file per group
-// (device_linalg.go, device_dp.go, device_optim.go; DPOpsOf in
-// device_ops.go). The DP engine computes through DPOps only, so no package
-// above runtime imports kernels or blas (internal/archtest checks it).
+// DP part of the device operation set (DESIGN.md §8), one interface per
+// group, one file per group: the GEMMs of ghost norms, per-sample
+// instantiation and book-keeping's clipped sums, and the elementwise ops
+// of the per-sample rules (LinalgOps, device_linalg.go); the per-sample
+// convolution ops (PerSampleOps, device_dp.go); per-sample squared norms,
+// the ghost norm's inner product, scalings by clip factors, sums of
+// per-sample gradients, bias and index-map sums (VectorOps,
+// device_vector.go); the clip factors C_i (ClipOps, device_clip.go); the
+// SGD and Adam updates (OptimOps, device_optim.go); and the Gaussian
+// noise, drawn from runtime/noise's keyed counter-based generator under
+// the key and step the engine picks (NoiseOps, device_noise.go). DPOpsOf
+// is in device_ops.go. The DP engine computes through DPOps only, so no
+// package above runtime imports kernels or blas (internal/archtest checks
+// it), and every number of a DP step outside the compiled forward and
+// backward passes comes from a named device operation.
 //
 // The CPU is the worked example of a backend: CPU implements Device and
 // DPOps, each operation one call of a kernel. A backend implements the same
@@ -86,9 +94,10 @@
 //
 // What is still host-slice based: the forward and backward kernels are CPU
 // closures (CPUKernel) compiled by this package, every Buffer is a host
-// slice, the DP operations take []float32, and the engine's own scalar
-// passes (clip factors, the noise, SGD, scaling and sums of per-sample
-// gradients) run on the host. The next step is device buffers: operations
+// slice and the DP operations take []float32. Left on the host: the
+// engine's bookkeeping (Poisson sampling, the counts of clipped and
+// non-finite samples, which read the factors back, canaries) and data
+// movement (gathering a sample of a batched operand). The next step is device buffers: operations
 // on Buffers, the plan compiled to device operations (docs/ROADMAP.md).
 //
 // Package runtime imports only packages onnx, graph and rewrite, and its
