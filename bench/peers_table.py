@@ -128,6 +128,25 @@ def main():
             print("| %s (%s) | %s |" % (m, b, " | ".join(cells)))
         print("\n† its clipped gradient differs from the per-sample definition (check table). "
               "‡ trains only the parameters it supports (notes).")
+        # Memory: the Python side's peak resident set (whole process) and
+        # our live heap after warm-up are different measures: side by side,
+        # not as ratios.
+        rss, heap = {}, {}
+        for r in times:
+            m, lib = r["model"], lib_of(r)
+            if lib == "dpfinetune":
+                for row in r["rows"]:
+                    heap[(m, row["mode"])] = max(heap.get((m, row["mode"]), 0), row["heap_bytes"] / 2**20)
+            elif "maxrss_mb" in r:
+                rss[(m, lib)] = max(rss.get((m, lib), 0), r["maxrss_mb"])
+        print("\nMemory: peak resident set of each Python process (MB, interpreter and libtorch included) "
+              "and dpfinetune's live Go heap after the warm-up step (MiB, weights and buffers)\n")
+        print("| model | PyTorch non-DP | " + " | ".join(n for _, n in PEERS) + " | dpfinetune nondp heap | dpfinetune bk heap |")
+        print("|---|---|" + "---|" * len(PEERS) + "---|---|")
+        for m in models:
+            cells = ["%.0f" % rss[(m, lib)] if (m, lib) in rss else "–" for lib in ["torch"] + [p for p, _ in PEERS]]
+            cells += ["%.0f" % heap[(m, mode)] if (m, mode) in heap else "–" for mode in ("nondp", "bk")]
+            print("| %s | %s |" % (m, " | ".join(cells)))
     if notes:
         print()
         for n in dict.fromkeys(notes):

@@ -21,6 +21,14 @@
 // (Transpose, Reshape, Slice of a packed tensor, …) gets its per-sample
 // gradient mapped back through an index map built once (path.go).
 //
+// Device. The engine computes through Config.Device (nil: the CPU): the
+// plan's forward and backward kernels, and every GEMM, per-sample
+// convolution op, elementwise rule op and Adam update of the DP step
+// through the device's runtime.DPOps. It never calls runtime/kernels or
+// runtime/blas (internal/archtest fails if a package above runtime does).
+// Its own scalar passes over host slices (clip factors, the noise, SGD, the
+// scaling and sums of per-sample gradients) are not device operations yet.
+//
 // Package dpengine imports only packages to its left in the data flow:
 // onnx, graph, rewrite and runtime.
 package dpengine

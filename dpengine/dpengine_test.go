@@ -285,7 +285,7 @@ func TestSGDMomentum(t *testing.T) {
 
 // TestSpansCoverEveryElementOnce: the optimizers' parallel split visits
 // every element of uneven parameter lists exactly once, including lists
-// that straddle the workers' boundaries and empty ones.
+// that straddle the boundaries of 4 workers and empty ones.
 func TestSpansCoverEveryElementOnce(t *testing.T) {
 	for _, sizes := range [][]int{
 		{5},
@@ -298,7 +298,7 @@ func TestSpansCoverEveryElementOnce(t *testing.T) {
 			xs[k] = make([]float32, n)
 		}
 		var mu sync.Mutex
-		spans(xs, func(k, lo, hi int) {
+		spans(4, xs, func(k, lo, hi int) {
 			mu.Lock()
 			defer mu.Unlock()
 			for i := lo; i < hi; i++ {

@@ -9,7 +9,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Mode is how per-sample gradients are clipped (DESIGN.md §4).
@@ -49,7 +48,9 @@ func ParseMode(s string) (Mode, error) {
 
 // Config configures an Engine.
 type Config struct {
-	// Device runs the step; nil is the CPU (runtime.OpenDevice names them).
+	// Device runs the step: the plan's kernels and the DP operations
+	// (runtime.DPOps; New fails on a device without them). Nil is the
+	// CPU (runtime.OpenDevice names them).
 	Device   runtime.Device
 	Mode     Mode
 	Clipping Clipping
@@ -82,6 +83,7 @@ type Config struct {
 // clips, noises and applies the update.
 type Engine struct {
 	cfg       Config
+	ops       runtime.DPOps // the DP operations of cfg.Device
 	rp        *rewrite.Plan
 	plan      *runtime.Plan
 	sample    []int64 // per-sample input shape
@@ -181,6 +183,12 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if g == nil || rp == nil {
 		return nil, errors.New("dpengine: nil graph or plan")
 	}
+	// Every DP operation of the step runs on the device: it must have
+	// them before any work.
+	ops, err := runtime.DPOpsOf(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
 	if cfg.Mode != NonDP {
 		if err := cfg.Clipping.Validate(); err != nil {
 			return nil, fmt.Errorf("dpengine: %w", err)
@@ -241,7 +249,10 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
-	e := &Engine{cfg: cfg, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1}
+	if so, ok := cfg.Optimizer.(scaledOptimizer); ok {
+		so.setDevice(ops)
+	}
+	e := &Engine{cfg: cfg, ops: ops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1}
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)
@@ -447,7 +458,7 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 			// Split over the cores: on a 10⁸-parameter model this pass
 			// per physical batch is as long as the batch's GEMMs.
 			for _, p := range e.params {
-				kernels.Axpy(1, e.plan.Grad(p.name), p.accum)
+				e.ops.Axpy(1, e.plan.Grad(p.name), p.accum)
 			}
 		}
 		e.physCount++

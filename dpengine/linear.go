@@ -1,7 +1,7 @@
 package dpengine
 
 import (
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // The per-sample contract for a linear layer (DESIGN.md §3; the paper §3):
@@ -14,15 +14,21 @@ import (
 // GhostNormSq returns ‖g_iᵀa_i‖²_F without forming the p×D gradient: by the
 // ghost norm trick (paper eq. 3.1) it equals ⟨a_i a_iᵀ, g_i g_iᵀ⟩, two T×T
 // Gram matrices, so it costs 2T² space instead of pD. ws must hold 2·T·T
-// floats (T > 1).
+// floats (T > 1). It runs on the CPU device; the engine computes it on its
+// own device.
 func GhostNormSq(a []float32, T, D int, g []float32, p int, ws []float32) float64 {
+	return ghostNormSq(runtime.CPU{}, a, T, D, g, p, ws)
+}
+
+// ghostNormSq is GhostNormSq on the device of ops.
+func ghostNormSq(ops runtime.DPOps, a []float32, T, D int, g []float32, p int, ws []float32) float64 {
 	if T == 1 {
 		// Rank one: ‖g aᵀ‖² = ‖a‖²‖g‖².
 		return sumSq(a[:D]) * sumSq(g[:p])
 	}
 	aa, gg := ws[:T*T], ws[T*T:2*T*T]
-	blas.SgemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
-	blas.SgemmSerial(false, true, T, T, p, 1, g, p, g, p, 0, gg, T)
+	ops.GemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
+	ops.GemmSerial(false, true, T, T, p, 1, g, p, g, p, 0, gg, T)
 	var s float64
 	for i, v := range aa {
 		s += float64(v) * float64(gg[i])
@@ -31,9 +37,9 @@ func GhostNormSq(a []float32, T, D int, g []float32, p int, ws []float32) float6
 }
 
 // InstantiateGrad writes g_iᵀa_i (p×D) to out and returns its squared
-// Frobenius norm.
+// Frobenius norm, on the CPU device.
 func InstantiateGrad(a []float32, T, D int, g []float32, p int, out []float32) float64 {
-	blas.SgemmSerial(true, false, p, D, T, 1, g, p, a, D, 0, out[:p*D], D)
+	runtime.CPU{}.GemmSerial(true, false, p, D, T, 1, g, p, a, D, 0, out[:p*D], D)
 	return sumSq(out[:p*D])
 }
 
@@ -54,7 +60,7 @@ func BiasGradSq(g []float32, T, p int, out []float32) float64 {
 // WeightedGradSum adds Σ_i c_i g_iᵀa_i (p×D) to out, for B samples stacked
 // as a (B·T×D) and g (B·T×p): the book-keeping clipped gradient (Bu et al.
 // 2023), one GEMM over the whole batch instead of B. ws must hold B·T·p
-// floats.
+// floats. It runs on the CPU device.
 func WeightedGradSum(a []float32, g []float32, c []float32, B, T, D, p int, ws []float32, out []float32) {
 	scaled := ws[:B*T*p]
 	for i := 0; i < B; i++ {
@@ -65,7 +71,7 @@ func WeightedGradSum(a []float32, g []float32, c []float32, B, T, D, p int, ws [
 			dst[k] = ci * v
 		}
 	}
-	blas.Sgemm(true, false, p, D, B*T, 1, scaled, p, a, D, 1, out, D)
+	runtime.CPU{}.Gemm(true, false, p, D, B*T, 1, scaled, p, a, D, 1, out, D)
 }
 
 // PreferGhost is the paper's layerwise rule (eq. 4.1, memory priority): use

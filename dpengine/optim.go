@@ -5,7 +5,7 @@ import (
 	"math"
 	"sync"
 
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // Optimizer updates parameters from the private gradient. Params and grads
@@ -35,6 +35,22 @@ type scaledOptimizer interface {
 	// step. stepScaled is begin followed by spans. The engine runs the
 	// pieces right after drawing their noise, while they are in cache.
 	begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error)
+	// setDevice makes the optimizer update on the device of ops (the
+	// engine's); until then it updates on the CPU.
+	setDevice(ops runtime.DPOps)
+}
+
+// onDevice is the device an optimizer updates on; the zero value is the
+// CPU, for an optimizer used outside an Engine.
+type onDevice struct{ ops runtime.DPOps }
+
+func (d *onDevice) setDevice(ops runtime.DPOps) { d.ops = ops }
+
+func (d *onDevice) device() runtime.DPOps {
+	if d.ops == nil {
+		return runtime.CPU{}
+	}
+	return d.ops
 }
 
 // OptimizerState is the serializable state of an optimizer.
@@ -50,6 +66,7 @@ type SGD struct {
 	LR, Momentum, WeightDecay float64
 	step                      int64
 	vel                       [][]float32
+	onDevice
 }
 
 // Name implements Optimizer.
@@ -64,7 +81,7 @@ func (o *SGD) stepScaled(params, grads [][]float32, gradScale float32) error {
 	if err != nil {
 		return err
 	}
-	spans(params, upd)
+	spans(o.device().Workers(), params, upd)
 	return nil
 }
 
@@ -128,6 +145,7 @@ type Adam struct {
 	Decoupled                          bool
 	step                               int64
 	m, v                               [][]float32
+	onDevice
 }
 
 // NewAdam returns Adam with PyTorch's defaults (β = 0.9, 0.999; ε = 1e-8).
@@ -147,7 +165,7 @@ func (o *Adam) Name() string {
 func (o *Adam) Step(params, grads [][]float32) error { return o.stepScaled(params, grads, 1) }
 
 // stepScaled implements scaledOptimizer. The update is
-// kernels.AdamUpdate (SSE2 on amd64), PyTorch's formulation in float32:
+// the device's AdamUpdate (kernels.AdamUpdate on the CPU, SSE2 on amd64), PyTorch's formulation in float32:
 //
 //	d ← s·g (+ λ·θ for Adam; AdamW instead shrinks θ ← θ·(1 − η·λ))
 //	m ← β₁·m + (1 − β₁)·d;  v ← β₂·v + (1 − β₂)·d²
@@ -157,7 +175,7 @@ func (o *Adam) stepScaled(params, grads [][]float32, gradScale float32) error {
 	if err != nil {
 		return err
 	}
-	spans(params, upd)
+	spans(o.device().Workers(), params, upd)
 	return nil
 }
 
@@ -175,7 +193,8 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 	bc2 := 1 - math.Pow(b2, float64(o.step))
 	lr, wd := float32(o.LR), float32(o.WeightDecay)
 	fb1, fb2 := float32(b1), float32(b2)
-	c := kernels.AdamCoeffs{
+	ops := o.device()
+	c := runtime.AdamCoeffs{
 		GradScale: gradScale, Decay: 1,
 		Beta1: fb1, OneMinusBeta1: 1 - fb1,
 		Beta2: fb2, OneMinusBeta2: 1 - fb2,
@@ -189,7 +208,7 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 		c.L2 = wd
 	}
 	return func(k, lo, hi int) {
-		kernels.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi], c)
+		ops.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi], c)
 	}, nil
 }
 
@@ -262,16 +281,17 @@ func copyLists(xs [][]float32) [][]float32 {
 const spanGrain = 1 << 15
 
 // spans calls fn(k, lo, hi) over pieces xs[k][lo:hi] that together cover
-// every element of xs once, spread over the cores: the optimizer update is
+// every element of xs once, spread over up to workers goroutines (the
+// device's Workers()): the optimizer update is
 // a memory-bound pass over every parameter (10⁸ on a VGG), which one core
 // cannot saturate. Pieces are independent, so the result does not depend
 // on the number of cores.
-func spans(xs [][]float32, fn func(k, lo, hi int)) {
+func spans(workers int, xs [][]float32, fn func(k, lo, hi int)) {
 	total := 0
 	for _, x := range xs {
 		total += len(x)
 	}
-	workers := min(kernels.Workers(), max(1, total/spanGrain))
+	workers = min(workers, max(1, total/spanGrain))
 	if workers <= 1 {
 		for k, x := range xs {
 			fn(k, 0, len(x))

@@ -8,7 +8,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // useGroup is the set of parameter uses that read the same operand of the
@@ -85,12 +84,12 @@ func useDecision(m Mode, u *rewrite.Use) rewrite.Decision {
 	return u.Layer.Decision
 }
 
-// forSamples runs fn(w, i) for i in [0, n) on up to kernels.Workers()
+// forSamples runs fn(w, i) for i in [0, n) on up to the device's Workers()
 // goroutines; w identifies the worker, so fn can use per-worker buffers.
 // Each sample is handled by exactly one worker, which therefore owns that
 // sample's norm and per-sample gradient slots.
-func forSamples(n int, fn func(w, i int)) {
-	forSamplesOn(kernels.Workers(), n, fn)
+func (e *Engine) forSamples(n int, fn func(w, i int)) {
+	forSamplesOn(e.ops.Workers(), n, fn)
 }
 
 // forSamplesOn is forSamples on at most workers goroutines.
@@ -138,7 +137,8 @@ type linearState struct {
 	// features, sample of row r given by the batch stride.
 	x, dy             []float32
 	xStride, dyStride int
-	conv              *kernels.ConvShape
+	conv              *runtime.ConvShape
+	ops               runtime.DPOps
 	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);
@@ -215,7 +215,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			}
 			us := &useState{use: u, p: p}
 			if u.Kind == rewrite.KindLinear {
-				ls := &linearState{rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
+				ls := &linearState{ops: e.ops, rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
 				us.linear = ls
 				p.linear = append(p.linear, ls)
 			}
@@ -408,7 +408,7 @@ func (e *Engine) clipPhysical(B int) error {
 			size := len(p.data)
 			for i := 0; i < n; i++ {
 				if fk[i] != 0 {
-					kernels.Axpy(fk[i], p.ps[i*size:(i+1)*size], p.accum)
+					e.ops.Axpy(fk[i], p.ps[i*size:(i+1)*size], p.accum)
 				}
 			}
 			continue
@@ -516,7 +516,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		// ViT): the kernels split a large sample's work themselves, and
 		// splitting samples on top of that made MobileNetV2's GroupNorm
 		// affines slower.
-		workers = max(1, min(kernels.Workers(), e.n))
+		workers = max(1, min(e.ops.Workers(), e.n))
 	}
 	if len(e.opScratch) < workers {
 		e.opScratch = append(e.opScratch, make([]opScratch, workers-len(e.opScratch))...)
@@ -592,7 +592,7 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use,
 	opView := &ev.Inputs[u.Operand]
 	opShape := sampleShape(opView, B)
 	k := u.Operand
-	return g.elem.operandGrad(ev, sampleGrad{k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
+	return g.elem.operandGrad(ev, sampleGrad{ops: e.ops, k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
 }
 
 // grow returns b resized to n elements, reallocating only when too small.

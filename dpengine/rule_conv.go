@@ -5,8 +5,6 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Conv weights (1-D/2-D/3-D, groups, depthwise) and Conv biases.
@@ -26,7 +24,7 @@ func convUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 // convUseOn is convUse for the convolution s with input x and output
 // gradient dy (a ConvTranspose passes the Conv it is the adjoint of, its
 // output gradient as x and its input as dy).
-func convUseOn(e *Engine, us *useState, s *kernels.ConvShape, x, dy *runtime.View) error {
+func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.View) error {
 	ls, p := us.linear, us.p
 	if s == nil {
 		return fmt.Errorf("no convolution geometry")
@@ -55,12 +53,12 @@ func convUseOn(e *Engine, us *useState, s *kernels.ConvShape, x, dy *runtime.Vie
 		if size != s.M*s.K {
 			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
 		}
-		scratch := kernels.DepthwiseScratchSize(s)
-		bufs := workerBufs(&e.normScratch, kernels.Workers(), scratch+size)
-		forSamples(e.n, func(w, i int) {
+		scratch := e.ops.DepthwiseScratchSize(s)
+		bufs := workerBufs(&e.normScratch, e.ops.Workers(), scratch+size)
+		e.forSamples(e.n, func(w, i int) {
 			buf := bufs[w]
 			inst := buf[scratch : scratch+size]
-			kernels.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
+			e.ops.DepthwisePerSampleGrad(s, x.Data[i*inLen:(i+1)*inLen], dy.Data[i*outLen:(i+1)*outLen], inst, buf[:scratch])
 			us.addSample(i, 0, inst)
 		})
 		return nil
@@ -73,18 +71,18 @@ func convUseOn(e *Engine, us *useState, s *kernels.ConvShape, x, dy *runtime.Vie
 	if ls.decision == rewrite.Instantiate {
 		need = plane + T*D + P*D
 	}
-	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	forSamples(e.n, func(w, i int) {
+	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
 		xi := x.Data[i*inLen : (i+1)*inLen]
 		for gr := 0; gr < groups; gr++ {
-			kernels.Im2ColPlane(s, xi, gr, col, pl)
+			e.ops.Im2ColPlane(s, xi, gr, col, pl)
 			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
 			if ls.decision == rewrite.Ghost {
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
-				blas.SgemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
-				blas.SgemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
+				e.ops.GemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
+				e.ops.GemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
 				var dot float64
 				for k, v := range aa {
 					dot += float64(v) * float64(gg[k])
@@ -93,7 +91,7 @@ func convUseOn(e *Engine, us *useState, s *kernels.ConvShape, x, dy *runtime.Vie
 				continue
 			}
 			inst := rest[:P*D]
-			blas.SgemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
+			e.ops.GemmSerial(false, true, P, D, T, 1, gT, T, col, T, 0, inst, D)
 			us.addSample(i, gr*P*D, inst)
 		}
 	})
@@ -109,7 +107,7 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	for i := 0; i < B; i++ {
 		scale(ls.dy[i*outLen:(i+1)*outLen], c[i])
 	}
-	need := kernels.ConvWorkspaceSize(s)
+	need := ls.ops.ConvWorkspaceSize(s)
 	dwLen := len(accum)
 	if overwrite {
 		dwLen = 0
@@ -126,7 +124,7 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	if overwrite {
 		dw = accum
 	}
-	kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
+	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
 	if !overwrite {
 		addTo(accum, dw)
 	}
@@ -151,7 +149,7 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	}
 	stride := dy.BatchStride
 	T := stride / M
-	forSamples(e.n, func(_, i int) {
+	e.forSamples(e.n, func(_, i int) {
 		row := dy.Data[i*stride : (i+1)*stride]
 		var sq float64
 		for m := 0; m < M; m++ {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // ConvTranspose weights and biases. A ConvTranspose is the adjoint of a
@@ -36,7 +35,7 @@ func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float
 	for i := 0; i < B; i++ {
 		scale(ls.x[i*inLen:(i+1)*inLen], c[i])
 	}
-	need := kernels.ConvWorkspaceSize(s)
+	need := ls.ops.ConvWorkspaceSize(s)
 	dwLen := len(accum)
 	if overwrite {
 		dwLen = 0
@@ -53,7 +52,7 @@ func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float
 	if overwrite {
 		dw = accum
 	}
-	kernels.ConvBackward(s, ls.x, nil, ls.dy, nil, dw, nil, ws)
+	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
 	if !overwrite {
 		addTo(accum, dw)
 	}

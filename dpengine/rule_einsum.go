@@ -6,8 +6,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Einsum with one weight and one data operand. Its labels split as
@@ -146,10 +144,10 @@ func (g *einsumGeom) rows(x, dy *runtime.View, B, i int, xs, ys, a, gg []float32
 
 // inst writes sample i's weight gradient, in the weight's layout, to out
 // (scaled by c), from a and gg; tmp holds D·P floats.
-func (g *einsumGeom) inst(a, gg []float32, c float32, tmp, out []float32) {
+func (g *einsumGeom) inst(ops runtime.DPOps, a, gg []float32, c float32, tmp, out []float32) {
 	T, D, P := g.T, g.D, g.P
 	for gr := 0; gr < g.G; gr++ {
-		blas.SgemmSerial(true, false, D, P, T, c, a[gr*T*D:(gr+1)*T*D], D, gg[gr*T*P:(gr+1)*T*P], P, 0, tmp, P)
+		ops.GemmSerial(true, false, D, P, T, c, a[gr*T*D:(gr+1)*T*D], D, gg[gr*T*P:(gr+1)*T*P], P, 0, tmp, P)
 		for j, v := range tmp {
 			out[g.wIdx[gr*D*P+j]] = v
 		}
@@ -184,8 +182,8 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = xLen + yLen + rows + g.D*g.P + size
 	}
-	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	forSamples(e.n, func(wk, i int) {
+	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	e.forSamples(e.n, func(wk, i int) {
 		buf := bufs[wk]
 		xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
 		rest := buf[xLen+yLen:]
@@ -194,12 +192,12 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		g.rows(x, dy, B, i, xs, ys, a, gg)
 		if ls.decision == rewrite.Ghost {
 			for gr := 0; gr < g.G; gr++ {
-				p.normSq[i] += GhostNormSq(a[gr*g.T*g.D:(gr+1)*g.T*g.D], g.T, g.D, gg[gr*g.T*g.P:(gr+1)*g.T*g.P], g.P, rest)
+				p.normSq[i] += ghostNormSq(e.ops, a[gr*g.T*g.D:(gr+1)*g.T*g.D], g.T, g.D, gg[gr*g.T*g.P:(gr+1)*g.T*g.P], g.P, rest)
 			}
 			return
 		}
 		full := rest[g.D*g.P : g.D*g.P+size]
-		g.inst(a, gg, 1, rest[:g.D*g.P], full)
+		g.inst(e.ops, a, gg, 1, rest[:g.D*g.P], full)
 		us.addSample(i, 0, full)
 	})
 	return nil
@@ -228,7 +226,7 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 			continue
 		}
 		g.rows(&g.x, &g.dy, B, i, xs, ys, a, gg)
-		g.inst(a, gg, c[i], tmp, full)
+		g.inst(ls.ops, a, gg, c[i], tmp, full)
 		addTo(accum, full)
 	}
 	return nil

@@ -2,7 +2,6 @@ package dpengine
 
 import (
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Add, Sub, Mul and Div with numpy broadcasting: biases, layer scales,
@@ -33,9 +32,9 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 		d = sc.d
 		switch {
 		case op == "Mul":
-			kernels.Binary(kernels.Mul, gi, gShape, ov, oShape, d, gShape)
+			s.ops.Binary(runtime.BinaryMul, gi, gShape, ov, oShape, d, gShape)
 		case k == 0: // d(a/b)/da = 1/b
-			kernels.Binary(kernels.Div, gi, gShape, ov, oShape, d, gShape)
+			s.ops.Binary(runtime.BinaryDiv, gi, gShape, ov, oShape, d, gShape)
 		default: // d(a/b)/db = -a/b² = -(a/b)/b
 			self := s.op.Data
 			sShape := s.op.Shape
@@ -45,12 +44,12 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 			}
 			sc.q = grow(sc.q, len(gi))
 			q := sc.q
-			kernels.Binary(kernels.Div, ov, oShape, self, sShape, q, gShape)
-			kernels.Binary(kernels.Div, q, gShape, self, sShape, q, gShape)
-			kernels.Binary(kernels.Mul, gi, gShape, q, gShape, d, gShape)
+			s.ops.Binary(runtime.BinaryDiv, ov, oShape, self, sShape, q, gShape)
+			s.ops.Binary(runtime.BinaryDiv, q, gShape, self, sShape, q, gShape)
+			s.ops.Binary(runtime.BinaryMul, gi, gShape, q, gShape, d, gShape)
 			scale(d, -1)
 		}
 	}
-	kernels.ReduceToShape(d, gShape, s.out, s.opShape)
+	s.ops.ReduceToShape(d, gShape, s.out, s.opShape)
 	return nil
 }

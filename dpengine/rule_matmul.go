@@ -5,8 +5,6 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Gemm and MatMul weights (y = α·x·W or x·Wᵀ for Gemm with transB), and
@@ -62,21 +60,21 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = T*D + T*P + size
 	}
-	bufs := workerBufs(&e.normScratch, kernels.Workers(), need)
-	forSamples(e.n, func(w, i int) {
+	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		a := gatherSample(data, B, i, buf[:0:T*D])
 		g := gatherSample(dout, B, i, buf[T*D:T*D:T*D+T*P])
 		rest := buf[T*D+T*P:]
 		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * GhostNormSq(a, T, D, g, P, rest)
+			p.normSq[i] += float64(ls.alpha*ls.alpha) * ghostNormSq(e.ops, a, T, D, g, P, rest)
 			return
 		}
 		inst := rest[:size]
 		if ls.weightLayoutPD {
-			blas.SgemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
+			e.ops.GemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
 		} else {
-			blas.SgemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
+			e.ops.GemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
 		}
 		us.addSample(i, 0, inst)
 	})
@@ -101,9 +99,9 @@ func matrixWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		beta = 0
 	}
 	if ls.weightLayoutPD {
-		blas.Sgemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, beta, accum, D)
+		ls.ops.Gemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, beta, accum, D)
 	} else {
-		blas.Sgemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
+		ls.ops.Gemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
 	}
 	return nil
 }
@@ -118,6 +116,6 @@ func gemmBias(ev *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 		scale(s.gi, beta)
 	}
 	p := s.gShape[len(s.gShape)-1]
-	kernels.ReduceToShape(s.gi, []int{len(s.gi) / p, p}, s.out, s.opShape)
+	s.ops.ReduceToShape(s.gi, []int{len(s.gi) / p, p}, s.out, s.opShape)
 	return nil
 }

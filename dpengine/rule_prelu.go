@@ -5,7 +5,6 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // PRelu's slope: y = x for x > 0, slope·x otherwise, so sample i's slope
@@ -41,7 +40,7 @@ func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 			d[j] *= v
 		}
 	}
-	kernels.ReduceToShape(d, s.gShape, s.out, intsOf(eff))
+	s.ops.ReduceToShape(d, s.gShape, s.out, intsOf(eff))
 	return nil
 }
 

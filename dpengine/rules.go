@@ -45,6 +45,7 @@ type linearRule struct {
 // the sample's output gradient gi of shape gShape (the rule may overwrite
 // it), and out, the operand-shaped result.
 type sampleGrad struct {
+	ops     runtime.DPOps
 	k, i, B int
 	gi      []float32
 	gShape  []int

@@ -56,7 +56,7 @@
 // parameter (or a value computed from parameters only: HookEvent.Derived),
 // when the node's output gradient is complete and before any of its buffers
 // are reused. The event carries the node's input activations, its output
-// gradient and, for Conv, the geometry for kernels.Im2Col. Each View says
+// gradient and, for Conv, its geometry (ConvShape, for DPOps.Im2ColPlane). Each View says
 // where the samples are (BatchAxis, BatchStride): usually the leading axis,
 // but nn.MultiheadAttention exports run their projections on (T, B, D) and
 // (T·B, D) tensors. BackwardOptions.SkipParamGrads skips the parameter
@@ -67,6 +67,29 @@
 // Identity nodes; call graph.UntieIdentityParams before compiling so that
 // each parameter is read directly by the operator that uses it (otherwise
 // the hook fires on the Identity).
+//
+// # Devices and the DP operation set
+//
+// A Device holds a plan's buffers and runs its kernels (Compile's
+// Options.Device; OpenDevice opens one by its --device name). DPOps is the
+// DP part of the device operation set (DESIGN.md §8): the GEMMs of ghost
+// norms, per-sample instantiation and book-keeping's clipped sums, the
+// elementwise ops of the per-sample rules, the per-sample convolution ops
+// and the Adam update, one interface per group, one file per group
+// (device_linalg.go, device_dp.go, device_optim.go; DPOpsOf in
+// device_ops.go). The DP engine computes through DPOps only, so no package
+// above runtime imports kernels or blas (internal/archtest checks it).
+//
+// The CPU is the worked example of a backend: CPU implements Device and
+// DPOps, each operation one call of a kernel. A backend implements the same
+// interfaces and registers an opener under its name (devices.go).
+//
+// What is still host-slice based: the forward and backward kernels are CPU
+// closures (CPUKernel) compiled by this package, every Buffer is a host
+// slice, the DP operations take []float32, and the engine's own scalar
+// passes (clip factors, the noise, SGD, scaling and sums of per-sample
+// gradients) run on the host. The next step is device buffers: operations
+// on Buffers, the plan compiled to device operations (docs/ROADMAP.md).
 //
 // Package runtime imports only packages onnx, graph and rewrite, and its
 // own subpackages kernels and blas.

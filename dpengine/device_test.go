@@ -1,0 +1,176 @@
+package dpengine
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// countingOps is the CPU's DP operations, counting the calls of each
+// group, so that a test sees the engine compute through its device.
+type countingOps struct {
+	runtime.CPU
+	gemm, axpy, elementwise, conv, adam atomic.Int64
+}
+
+func (c *countingOps) Gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
+	c.gemm.Add(1)
+	c.CPU.Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc)
+}
+
+func (c *countingOps) GemmSerial(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
+	c.gemm.Add(1)
+	c.CPU.GemmSerial(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc)
+}
+
+func (c *countingOps) Axpy(alpha float32, x, y []float32) {
+	c.axpy.Add(1)
+	c.CPU.Axpy(alpha, x, y)
+}
+
+func (c *countingOps) Binary(op runtime.BinaryOp, a []float32, aShape []int, b []float32, bShape []int, y []float32, yShape []int) {
+	c.elementwise.Add(1)
+	c.CPU.Binary(op, a, aShape, b, bShape, y, yShape)
+}
+
+func (c *countingOps) ReduceToShape(x []float32, xShape []int, t []float32, tShape []int) {
+	c.elementwise.Add(1)
+	c.CPU.ReduceToShape(x, xShape, t, tShape)
+}
+
+func (c *countingOps) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
+	c.conv.Add(1)
+	c.CPU.Im2ColPlane(s, xi, g, col, plane)
+}
+
+func (c *countingOps) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
+	c.conv.Add(1)
+	c.CPU.ConvWeightGrad(s, x, dy, dw, ws)
+}
+
+func (c *countingOps) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []float32) {
+	c.conv.Add(1)
+	c.CPU.DepthwisePerSampleGrad(s, xi, dyi, dw, ws)
+}
+
+func (c *countingOps) AdamUpdate(p, g, m, v []float32, co runtime.AdamCoeffs) {
+	c.adam.Add(1)
+	c.CPU.AdamUpdate(p, g, m, v, co)
+}
+
+// useOps moves a built engine and its optimizer onto ops. (runtime.Compile
+// runs plans on the CPU only, so the engine is built there.)
+func useOps(e *Engine, ops runtime.DPOps) {
+	e.ops = ops
+	for _, p := range e.params {
+		for _, ls := range p.linear {
+			ls.ops = ops
+		}
+	}
+	if so, ok := e.cfg.Optimizer.(scaledOptimizer); ok {
+		so.setDevice(ops)
+	}
+}
+
+// TestEngineComputesThroughDevice: an engine whose DP operations are
+// replaced calls them (each group a mode needs) and only them: its update
+// equals the CPU engine's bit for bit.
+func TestEngineComputesThroughDevice(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mode Mode
+		// groups that must be reached
+		gemm, axpy, elementwise, conv bool
+	}{
+		{"cnn", Instantiate, true, true, false, true},
+		{"cnn", Ghost, true, false, false, true},
+		{"cnn", BK, true, false, false, true},
+		{"vit", Instantiate, true, true, true, false},
+		{"vit", Mixed, true, false, true, false},
+		{"vit", BK, true, false, true, false},
+	} {
+		t.Run(c.name+"/"+string(c.mode), func(t *testing.T) {
+			gd := loadGolden(t, c.name)
+			cfg := func() Config {
+				return Config{Mode: c.mode, Clipping: Clipping{Fn: Abadi, R: 0.5}, NoiseMultiplier: 1, ExpectedBatch: 8,
+					PhysicalBatch: 8, Source: NewSeededSource(3), Optimizer: NewAdam(1e-2, 0.01, true)}
+			}
+			ref := buildEngine(t, c.name, cfg())
+			dev := buildEngine(t, c.name, cfg())
+			ops := &countingOps{}
+			useOps(dev, ops)
+			sl := len(gd.x) / 8
+			batch := []int{0, 1, 2, 3, 4, 5, 6, 7}
+			fill := func(idx []int, xs []float32, ys []int64) error {
+				for k, i := range idx {
+					copy(xs[k*sl:(k+1)*sl], gd.x[i*sl:(i+1)*sl])
+					ys[k] = gd.y[i]
+				}
+				return nil
+			}
+			for _, e := range []*Engine{ref, dev} {
+				if _, err := e.Step(batch, fill); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, got := ref.Params(), dev.Params()
+			for k, name := range ref.ParamNames() {
+				for i := range want[k] {
+					if math.Float32bits(got[k][i]) != math.Float32bits(want[k][i]) {
+						t.Fatalf("%s[%d]: %v on the counting device, %v on the CPU", name, i, got[k][i], want[k][i])
+					}
+				}
+			}
+			var missing []string
+			for _, g := range []struct {
+				name string
+				want bool
+				n    int64
+			}{
+				{"gemm", c.gemm, ops.gemm.Load()}, {"axpy", c.axpy, ops.axpy.Load()},
+				{"elementwise", c.elementwise, ops.elementwise.Load()}, {"conv", c.conv, ops.conv.Load()},
+				{"adam", true, ops.adam.Load()},
+			} {
+				if g.want && g.n == 0 {
+					missing = append(missing, g.name)
+				}
+			}
+			if len(missing) > 0 {
+				t.Errorf("no call of the device's %s operations", strings.Join(missing, ", "))
+			}
+		})
+	}
+}
+
+// noDPOps is a device without DP operations.
+type noDPOps struct{ runtime.Device }
+
+func (noDPOps) Name() string { return "nodp-test" }
+
+// TestNewRejectsDeviceWithoutDPOps: New refuses, naming the device,
+// before any work.
+func TestNewRejectsDeviceWithoutDPOps(t *testing.T) {
+	m, err := onnx.Load(filepath.Join("..", "testdata", "models", "cnn.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{1, 28, 28}, Batch: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(g, rp, Config{Device: noDPOps{runtime.CPU{}}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8})
+	if err == nil || !strings.Contains(err.Error(), "nodp-test") || !strings.Contains(err.Error(), "DPOps") {
+		t.Fatalf("got %v, want an error naming the device and runtime.DPOps", err)
+	}
+}

@@ -1,0 +1,59 @@
+package runtime
+
+import "github.com/dpfinetune/dpfinetune/runtime/kernels"
+
+// ConvShape is the compiled geometry of a convolution (HookEvent.Conv):
+// batch, channels, groups, spatial sizes, and T (output positions) and D
+// ((C/Group)·kernel size), the rows and columns of one sample's unfolded
+// input.
+type ConvShape = kernels.ConvShape
+
+// PerSampleOps is the per-sample part of the DP operation set (DPOps): what
+// the engine needs, beyond GEMMs, to form the per-sample norms and the
+// clipped sums of convolutions (DESIGN.md §3; the paper §3, where a Conv is
+// a linear layer on its unfolded input).
+type PerSampleOps interface {
+	// Im2ColPlane unfolds group g of one sample's input xi (C·InSize) into
+	// col, the sample's a_i transposed: D×T, row-major. plane is scratch
+	// of s.PlaneSize() elements (any contents). It runs on one worker.
+	Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32)
+	// ConvWeightGrad overwrites dw (M×D) with the weight gradient of the
+	// convolution s summed over the batch: Σ_i g_iᵀa_i for input x
+	// (N×C×In) and output gradient dy (N×M×Out). ws is scratch of
+	// ConvWorkspaceSize(s) elements. Book-keeping takes its clipped sum
+	// this way, dy scaled per sample by C_i.
+	ConvWeightGrad(s *ConvShape, x, dy, dw, ws []float32)
+	// ConvWorkspaceSize is the scratch ConvWeightGrad needs, in elements.
+	ConvWorkspaceSize(s *ConvShape) int
+	// DepthwisePerSampleGrad writes one sample's weight gradient of a
+	// depthwise convolution to dw (M·K elements, the weight's layout),
+	// for input xi (C·InSize) and output gradient dyi (M·T); ws is scratch
+	// of DepthwiseScratchSize(s) elements. It runs on one worker.
+	DepthwisePerSampleGrad(s *ConvShape, xi, dyi, dw, ws []float32)
+	// DepthwiseScratchSize is the scratch DepthwisePerSampleGrad needs, in
+	// elements.
+	DepthwiseScratchSize(s *ConvShape) int
+}
+
+// Im2ColPlane implements PerSampleOps with kernels.Im2ColPlane.
+func (CPU) Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32) {
+	kernels.Im2ColPlane(s, xi, g, col, plane)
+}
+
+// ConvWeightGrad implements PerSampleOps with kernels.ConvBackward.
+func (CPU) ConvWeightGrad(s *ConvShape, x, dy, dw, ws []float32) {
+	kernels.ConvBackward(s, x, nil, dy, nil, dw, nil, ws)
+}
+
+// ConvWorkspaceSize implements PerSampleOps with kernels.ConvWorkspaceSize.
+func (CPU) ConvWorkspaceSize(s *ConvShape) int { return kernels.ConvWorkspaceSize(s) }
+
+// DepthwisePerSampleGrad implements PerSampleOps with
+// kernels.DepthwisePerSampleGrad.
+func (CPU) DepthwisePerSampleGrad(s *ConvShape, xi, dyi, dw, ws []float32) {
+	kernels.DepthwisePerSampleGrad(s, xi, dyi, dw, ws)
+}
+
+// DepthwiseScratchSize implements PerSampleOps with
+// kernels.DepthwiseScratchSize.
+func (CPU) DepthwiseScratchSize(s *ConvShape) int { return kernels.DepthwiseScratchSize(s) }
