@@ -703,7 +703,7 @@ func FitBatch(rp *rewrite.Plan, mode string, capBytes int64, limit int) (int, er
 		return math.MaxInt64
 	}
 	if mem(1) > capBytes {
-		return 0, fmt.Errorf("even a physical batch of 1 needs about %s in mode %s, over --max-memory %s", humanBytes(mem(1)), mode, humanBytes(capBytes))
+		return 0, fmt.Errorf("even a physical batch of 1 needs about %s in mode %s, over --max-memory %s", FormatBytes(mem(1)), mode, FormatBytes(capBytes))
 	}
 	lo, hi := 1, limit
 	for lo < hi {
@@ -717,8 +717,9 @@ func FitBatch(rp *rewrite.Plan, mode string, capBytes int64, limit int) (int, er
 	return lo, nil
 }
 
-// humanBytes writes a size in binary units (as "dpfinetune plan" does).
-func humanBytes(b int64) string {
+// FormatBytes writes a size in binary units ("1.5 GiB"), as every
+// dpfinetune report does.
+func FormatBytes(b int64) string {
 	const unit = 1024
 	if b < unit {
 		return fmt.Sprintf("%d B", b)

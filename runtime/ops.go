@@ -67,6 +67,24 @@ func floatIn(nd *node, i int) (*tensor, error) {
 	return t, nil
 }
 
+// floatIn3 returns the two float inputs and the optional third of a
+// Conv, ConvTranspose or Gemm (X, W, B) or a normalization (X, scale, bias);
+// c is nil when the third input is absent.
+func floatIn3(nd *node) (a, b, c *tensor, err error) {
+	if a, err = floatIn(nd, 0); err != nil {
+		return nil, nil, nil, err
+	}
+	if b, err = floatIn(nd, 1); err != nil {
+		return nil, nil, nil, err
+	}
+	if len(nd.in) > 2 && nd.in[2] != nil {
+		if c, err = floatIn(nd, 2); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return a, b, c, nil
+}
+
 // onlyOutput checks that outputs beyond the first are absent or unused.
 func onlyOutput(p *Plan, nd *node) error {
 	for k, t := range nd.out[1:] {

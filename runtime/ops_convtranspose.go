@@ -15,19 +15,9 @@ func init() {
 // forward, the weight gradient is its weight gradient with the roles of
 // input and output gradient swapped.
 func buildConvTranspose(p *Plan, nd *node) error {
-	x, err := floatIn(nd, 0)
+	x, w, b, err := floatIn3(nd)
 	if err != nil {
 		return err
-	}
-	w, err := floatIn(nd, 1)
-	if err != nil {
-		return err
-	}
-	var b *tensor
-	if len(nd.in) > 2 && nd.in[2] != nil {
-		if b, err = floatIn(nd, 2); err != nil {
-			return err
-		}
 	}
 	y := nd.out[0]
 	if len(x.shape) < 3 || len(x.shape) > 5 || len(w.shape) != len(x.shape) {

@@ -37,19 +37,9 @@ func sameInts(a, b []int) bool {
 }
 
 func buildConv(p *Plan, nd *node) error {
-	x, err := floatIn(nd, 0)
+	x, w, b, err := floatIn3(nd)
 	if err != nil {
 		return err
-	}
-	w, err := floatIn(nd, 1)
-	if err != nil {
-		return err
-	}
-	var b *tensor
-	if len(nd.in) > 2 && nd.in[2] != nil {
-		if b, err = floatIn(nd, 2); err != nil {
-			return err
-		}
 	}
 	y := nd.out[0]
 	if len(x.shape) < 3 || len(x.shape) > 5 || len(w.shape) != len(x.shape) {
@@ -93,19 +83,9 @@ func buildConv(p *Plan, nd *node) error {
 }
 
 func buildGemm(p *Plan, nd *node) error {
-	a, err := floatIn(nd, 0)
+	a, b, c, err := floatIn3(nd)
 	if err != nil {
 		return err
-	}
-	b, err := floatIn(nd, 1)
-	if err != nil {
-		return err
-	}
-	var c *tensor
-	if len(nd.in) > 2 && nd.in[2] != nil {
-		if c, err = floatIn(nd, 2); err != nil {
-			return err
-		}
 	}
 	if len(a.shape) != 2 || len(b.shape) != 2 {
 		return fmt.Errorf("Gemm needs 2-D operands, got %v and %v", a.shape, b.shape)
@@ -685,19 +665,9 @@ func (r *rowNorm) backwardParams(x, dy, dscale, dbias []float32) {
 }
 
 func compileRowNorm(p *Plan, nd *node, r *rowNorm, nParams int) error {
-	x, err := floatIn(nd, 0)
+	x, scale, bias, err := floatIn3(nd)
 	if err != nil {
 		return err
-	}
-	scale, err := floatIn(nd, 1)
-	if err != nil {
-		return err
-	}
-	var bias *tensor
-	if len(nd.in) > 2 && nd.in[2] != nil {
-		if bias, err = floatIn(nd, 2); err != nil {
-			return err
-		}
 	}
 	if scale.n != nParams || (bias != nil && bias.n != nParams) {
 		return fmt.Errorf("scale %v / bias must hold %d elements", scale.shape, nParams)
