@@ -102,12 +102,20 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 // convolution's own weight-gradient kernel on the kept input and the
 // output gradient scaled per sample (see linearState.weightedSum).
 func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
-	s := ls.conv
 	outLen := len(ls.dy) / B
 	for i := 0; i < B; i++ {
 		ls.ops.Scale(c[i], ls.dy[i*outLen:(i+1)*outLen])
 	}
-	need := ls.ops.ConvWorkspaceSize(s)
+	convWeightGradInto(ls, accum, overwrite, scratch, ws)
+	return nil
+}
+
+// convWeightGradInto runs the convolution's weight-gradient kernel on the
+// kept ls.x and ls.dy (already scaled per sample) and writes the result to
+// accum (overwrite) or adds it there, with the kernel's workspace taken from
+// ws when large enough, else from scratch.
+func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratch *[]float32, ws []float32) {
+	need := ls.ops.ConvWorkspaceSize(ls.conv)
 	dwLen := len(accum)
 	if overwrite {
 		dwLen = 0
@@ -124,11 +132,10 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	if overwrite {
 		dw = accum
 	}
-	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
+	ls.ops.ConvWeightGrad(ls.conv, ls.x, ls.dy, dw, ws)
 	if !overwrite {
 		ls.ops.Add(dw, accum)
 	}
-	return nil
 }
 
 // convBias handles the commonest elementwise parameter, a convolution's

@@ -30,31 +30,10 @@ func convTransposeUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 // input as ls.dy; the factors scale the output gradient (as a Conv's), not
 // the input activation, which other layers may still read.
 func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
-	s := ls.conv
 	inLen := len(ls.x) / B
 	for i := 0; i < B; i++ {
 		ls.ops.Scale(c[i], ls.x[i*inLen:(i+1)*inLen])
 	}
-	need := ls.ops.ConvWorkspaceSize(s)
-	dwLen := len(accum)
-	if overwrite {
-		dwLen = 0
-	}
-	extra := 0
-	if len(ws) < need {
-		extra = need
-	}
-	*scratch = grow(*scratch, dwLen+extra)
-	dw := (*scratch)[:dwLen]
-	if extra > 0 {
-		ws = (*scratch)[dwLen:]
-	}
-	if overwrite {
-		dw = accum
-	}
-	ls.ops.ConvWeightGrad(s, ls.x, ls.dy, dw, ws)
-	if !overwrite {
-		ls.ops.Add(dw, accum)
-	}
+	convWeightGradInto(ls, accum, overwrite, scratch, ws)
 	return nil
 }
