@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"fmt"
+	"runtime/debug"
 	"sync"
 
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
@@ -29,13 +31,12 @@ func parallelFor(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	wg := wgPool.Get().(*sync.WaitGroup)
+	g := groupPool.Get().(*group)
 	for i := 0; i < w-1; i++ {
-		spawn(task{fn: fn, lo: i * n / w, hi: (i + 1) * n / w, wg: wg})
+		spawn(task{fn: fn, lo: i * n / w, hi: (i + 1) * n / w, g: g})
 	}
 	fn((w-1)*n/w, n)
-	wg.Wait()
-	wgPool.Put(wg)
+	g.wait()
 }
 
 // parallelWorkers runs fn(w, lo, hi) for w in [0, workers) with [lo, hi) a
@@ -50,13 +51,12 @@ func parallelWorkers(workers, n int, fn func(w, lo, hi int)) {
 		}
 		return
 	}
-	wg := wgPool.Get().(*sync.WaitGroup)
+	g := groupPool.Get().(*group)
 	for i := 1; i < workers; i++ {
-		spawn(task{wfn: fn, w: i, lo: i * n / workers, hi: (i + 1) * n / workers, wg: wg})
+		spawn(task{wfn: fn, w: i, lo: i * n / workers, hi: (i + 1) * n / workers, g: g})
 	}
 	fn(0, 0, n/workers)
-	wg.Wait()
-	wgPool.Put(wg)
+	g.wait()
 }
 
 // task is one range of a parallelFor (fn) or parallelWorkers (wfn) call.
@@ -64,7 +64,43 @@ type task struct {
 	fn        func(lo, hi int)
 	wfn       func(w, lo, hi int)
 	w, lo, hi int
-	wg        *sync.WaitGroup
+	g         *group
+}
+
+// group is one parallel call's workers: their WaitGroup, and the first
+// panic among them. A panic in a worker goroutine cannot be recovered by
+// the command that started the work (it would end the process with Go's
+// crash output, no exit status of ours); it is caught in the worker and
+// raised again in the calling goroutine once all workers are done, where
+// the command's recover reports it as a bug.
+type group struct {
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	panic *WorkerPanic
+}
+
+// WorkerPanic is the value a parallel kernel panics with, in the calling
+// goroutine, when one of its workers panicked: the worker's panic value and
+// its stack.
+type WorkerPanic struct {
+	Value any
+	Stack []byte
+}
+
+func (p *WorkerPanic) Error() string {
+	return fmt.Sprintf("kernel worker panicked: %v\n%s", p.Value, p.Stack)
+}
+
+// wait waits for the workers, returns g to the pool and re-raises a
+// worker's panic.
+func (g *group) wait() {
+	g.wg.Wait()
+	p := g.panic
+	g.panic = nil
+	groupPool.Put(g)
+	if p != nil {
+		panic(p)
+	}
 }
 
 // Tasks reach their goroutines through a channel, and WaitGroups are
@@ -75,24 +111,33 @@ type task struct {
 // which task it takes does not matter, so a full channel only makes the
 // sender wait for goroutines that are already started.
 var (
-	tasks  = make(chan task, 64)
-	wgPool = sync.Pool{New: func() any { return new(sync.WaitGroup) }}
+	tasks     = make(chan task, 64)
+	groupPool = sync.Pool{New: func() any { return new(group) }}
 )
 
 func spawn(t task) {
-	t.wg.Add(1)
+	t.g.wg.Add(1)
 	go runTask()
 	tasks <- t
 }
 
 func runTask() {
 	t := <-tasks
+	defer func() {
+		if r := recover(); r != nil {
+			t.g.mu.Lock()
+			if t.g.panic == nil {
+				t.g.panic = &WorkerPanic{Value: r, Stack: debug.Stack()}
+			}
+			t.g.mu.Unlock()
+		}
+		t.g.wg.Done()
+	}()
 	if t.fn != nil {
 		t.fn(t.lo, t.hi)
 	} else {
 		t.wfn(t.w, t.lo, t.hi)
 	}
-	t.wg.Done()
 }
 
 // elementwiseGrain is the smallest slice worth handing to another goroutine
