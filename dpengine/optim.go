@@ -3,8 +3,8 @@ package dpengine
 import (
 	"fmt"
 	"math"
-	"sync"
 
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -286,7 +286,7 @@ func spans(workers int, xs [][]float32, fn func(k, lo, hi int)) {
 		return
 	}
 	per := (total + workers - 1) / workers
-	var wg sync.WaitGroup
+	var wg par.Group
 	for w := 0; w < workers; w++ {
 		// Worker w covers the flat range [w·per, (w+1)·per).
 		start, end := w*per, min((w+1)*per, total)

@@ -3,9 +3,9 @@ package dpengine
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
@@ -101,7 +101,7 @@ func forSamplesOn(workers, n int, fn func(w, i int)) {
 		}
 		return
 	}
-	var wg sync.WaitGroup
+	var wg par.Group
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func(w int) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/noise"
 )
@@ -151,7 +152,7 @@ func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post floa
 		}
 	}
 	workers := min(goruntime.GOMAXPROCS(0), chunks)
-	var wg sync.WaitGroup
+	var wg par.Group
 	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"sync"
 
+	"github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
@@ -11,9 +12,9 @@ import (
 // use, so the two never oversubscribe the cores. The workers are
 // persistent and the work function is compiled once per node, so a
 // parallel region allocates nothing.
-var workers struct {
-	mu      sync.Mutex // one parallel region at a time
-	wg      sync.WaitGroup
+var pool struct {
+	mu      sync.Mutex    // one parallel region at a time
+	wg      workers.Group // a worker's panic is raised again in parFor's caller
 	tasks   chan task
 	started int
 }
@@ -24,10 +25,14 @@ type task struct {
 }
 
 func worker() {
-	for t := range workers.tasks {
-		t.fn(t.lo, t.hi)
-		workers.wg.Done()
+	for t := range pool.tasks {
+		run(t)
 	}
+}
+
+func run(t task) {
+	defer pool.wg.Done()
+	t.fn(t.lo, t.hi)
 }
 
 // parFor calls fn on a static split of [0, n) into contiguous ranges of
@@ -48,21 +53,21 @@ func parFor(n, grain int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	workers.mu.Lock()
-	defer workers.mu.Unlock()
-	if workers.tasks == nil {
-		workers.tasks = make(chan task, 64)
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if pool.tasks == nil {
+		pool.tasks = make(chan task, 64)
 	}
-	for workers.started < w-1 {
+	for pool.started < w-1 {
 		go worker()
-		workers.started++
+		pool.started++
 	}
-	workers.wg.Add(w - 1)
+	pool.wg.Add(w - 1)
 	for i := 0; i < w-1; i++ {
-		workers.tasks <- task{fn, i * n / w, (i + 1) * n / w}
+		pool.tasks <- task{fn, i * n / w, (i + 1) * n / w}
 	}
 	fn((w-1)*n/w, n)
-	workers.wg.Wait()
+	pool.wg.Wait()
 }
 
 // grainFor returns a grain (in items) so that each parallel range holds

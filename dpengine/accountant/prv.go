@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"math"
 	"runtime"
-	"sync"
+
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 )
 
 type prvAccountant struct{ base }
@@ -419,7 +420,7 @@ func truncatedLossMoment(dir int, q, sigma, tlo, thi float64) float64 {
 // the number of CPUs.
 func parallelFor(n int, f func(int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
-	var wg sync.WaitGroup
+	var wg par.Group
 	next := make(chan int, n)
 	for i := range n {
 		next <- i

@@ -14,10 +14,10 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 )
 
 // isImageFile reports whether name has a PNG or JPEG extension.
@@ -140,7 +140,7 @@ func loadFolder(spec Spec) (*Images, error) {
 	}
 	var used atomic.Int64
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var wg par.Group
 	for range min(runtime.GOMAXPROCS(0), len(order)) {
 		wg.Add(1)
 		go func() {

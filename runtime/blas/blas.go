@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 )
 
 // Backend names reported by Backend.
@@ -171,7 +173,7 @@ func SgemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, 
 	if workers > batch {
 		workers = batch
 	}
-	var wg sync.WaitGroup
+	var wg par.Group
 	var next atomic.Int64
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -317,7 +319,7 @@ func parallelBands(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		serial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	var wg sync.WaitGroup
+	var wg par.Group
 	for lo := 0; lo < dim; lo += chunk {
 		hi := min(dim, lo+chunk)
 		var run func()

@@ -1,10 +1,9 @@
 package kernels
 
 import (
-	"fmt"
-	"runtime/debug"
 	"sync"
 
+	"github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
 )
 
@@ -36,7 +35,8 @@ func parallelFor(n, grain int, fn func(lo, hi int)) {
 		spawn(task{fn: fn, lo: i * n / w, hi: (i + 1) * n / w, g: g})
 	}
 	fn((w-1)*n/w, n)
-	g.wait()
+	g.Wait()
+	groupPool.Put(g)
 }
 
 // parallelWorkers runs fn(w, lo, hi) for w in [0, workers) with [lo, hi) a
@@ -56,7 +56,8 @@ func parallelWorkers(workers, n int, fn func(w, lo, hi int)) {
 		spawn(task{wfn: fn, w: i, lo: i * n / workers, hi: (i + 1) * n / workers, g: g})
 	}
 	fn(0, 0, n/workers)
-	g.wait()
+	g.Wait()
+	groupPool.Put(g)
 }
 
 // task is one range of a parallelFor (fn) or parallelWorkers (wfn) call.
@@ -67,41 +68,11 @@ type task struct {
 	g         *group
 }
 
-// group is one parallel call's workers: their WaitGroup, and the first
-// panic among them. A panic in a worker goroutine cannot be recovered by
-// the command that started the work (it would end the process with Go's
-// crash output, no exit status of ours); it is caught in the worker and
-// raised again in the calling goroutine once all workers are done, where
-// the command's recover reports it as a bug.
-type group struct {
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	panic *WorkerPanic
-}
-
-// WorkerPanic is the value a parallel kernel panics with, in the calling
-// goroutine, when one of its workers panicked: the worker's panic value and
-// its stack.
-type WorkerPanic struct {
-	Value any
-	Stack []byte
-}
-
-func (p *WorkerPanic) Error() string {
-	return fmt.Sprintf("kernel worker panicked: %v\n%s", p.Value, p.Stack)
-}
-
-// wait waits for the workers, returns g to the pool and re-raises a
-// worker's panic.
-func (g *group) wait() {
-	g.wg.Wait()
-	p := g.panic
-	g.panic = nil
-	groupPool.Put(g)
-	if p != nil {
-		panic(p)
-	}
-}
+// A group is one parallel call's workers (workers.Group: a panic in a
+// worker is raised again in the caller once all are done, where the
+// command's recover reports it as a bug instead of the process ending
+// with Go's crash output).
+type group = workers.Group
 
 // Tasks reach their goroutines through a channel, and WaitGroups are
 // recycled, so that a parallel call allocates nothing itself: a goroutine
@@ -116,23 +87,14 @@ var (
 )
 
 func spawn(t task) {
-	t.g.wg.Add(1)
+	t.g.Add(1)
 	go runTask()
 	tasks <- t
 }
 
 func runTask() {
 	t := <-tasks
-	defer func() {
-		if r := recover(); r != nil {
-			t.g.mu.Lock()
-			if t.g.panic == nil {
-				t.g.panic = &WorkerPanic{Value: r, Stack: debug.Stack()}
-			}
-			t.g.mu.Unlock()
-		}
-		t.g.wg.Done()
-	}()
+	defer t.g.Done()
 	if t.fn != nil {
 		t.fn(t.lo, t.hi)
 	} else {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/workers"
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
 )
 
@@ -39,9 +40,9 @@ func TestWorkerPanicReachesCaller(t *testing.T) {
 				c.run()
 				return nil
 			}()
-			wp, ok := got.(*WorkerPanic)
+			wp, ok := got.(*workers.Panic)
 			if !ok || wp.Value != "index out of range in a worker" || len(wp.Stack) == 0 {
-				t.Fatalf("recovered %#v, want a *WorkerPanic with the worker's value and stack", got)
+				t.Fatalf("recovered %#v, want a *workers.Panic with the worker's value and stack", got)
 			}
 			parallelFor(1000, 1, func(lo, hi int) {})
 			parallelWorkers(4, 1000, func(w, lo, hi int) {})

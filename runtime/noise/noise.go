@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 )
 
 // Generator draws the noise of one step under one key: element i of the
@@ -205,7 +207,7 @@ func AddGaussian(dst []float32, key Key, step, offset uint64, std float64, post 
 		return
 	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var wg par.Group
 	for range workers {
 		wg.Add(1)
 		go func() {
