@@ -31,7 +31,9 @@ type Panic struct {
 }
 
 // Error makes a Panic print as the worker's panic with its stack.
-func (p *Panic) Error() string { return fmt.Sprintf("worker goroutine panicked: %v\n%s", p.Value, p.Stack) }
+func (p *Panic) Error() string {
+	return fmt.Sprintf("worker goroutine panicked: %v\n%s", p.Value, p.Stack)
+}
 
 // Add adds n workers.
 func (g *Group) Add(n int) { g.wg.Add(n) }
