@@ -11,9 +11,9 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 )
 
 // checkpointMagic starts every checkpoint file. Version 2 follows the
@@ -81,25 +81,22 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	err = atomicfile.Write(path, func(out io.Writer) error {
+		if checkpointWriter != nil {
+			out = checkpointWriter(out)
+		}
+		return writeCheckpoint(out, c, &h, hb)
+	})
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	var out io.Writer = f
-	if checkpointWriter != nil {
-		out = checkpointWriter(f)
-	}
-	w := bufio.NewWriterSize(out, 1<<20)
-	w.WriteString(checkpointMagic)
+	return nil
+}
+
+// writeCheckpoint writes the checkpoint's bytes: magic, header length,
+// header and its SHA-256, then every tensor followed by its SHA-256.
+func writeCheckpoint(w io.Writer, c *Checkpoint, h *header, hb []byte) error {
+	io.WriteString(w, checkpointMagic)
 	var hlen [8]byte
 	binary.LittleEndian.PutUint64(hlen[:], uint64(len(hb)))
 	sum := sha256.New()
@@ -123,44 +120,21 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 	}
 	for _, p := range c.Params {
 		if err := write(p); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", path, err)
+			return err
 		}
 	}
 	for _, s := range h.Slots {
 		slot := c.Optimizer.Slots[s]
 		if len(slot) != len(c.Params) {
-			return fmt.Errorf("checkpoint: optimizer slot %q has %d tensors for %d parameters", s, len(slot), len(c.Params))
+			return fmt.Errorf("optimizer slot %q has %d tensors for %d parameters", s, len(slot), len(c.Params))
 		}
 		for _, t := range slot {
 			if err := write(t); err != nil {
-				return fmt.Errorf("checkpoint %s: %w", path, err)
+				return err
 			}
 		}
 	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	ok = true
-	syncDir(dir)
 	return nil
-}
-
-// syncDir makes a rename in dir durable. Errors are ignored: some file
-// systems cannot sync a directory, and the data itself is synced already.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }
 
 // ReadCheckpoint reads a checkpoint written by WriteCheckpoint, checking

@@ -12,8 +12,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
-
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
@@ -190,7 +190,7 @@ func (m *Model) Save(path string, opts *SaveOptions) error {
 	if err := m.writeExternal(dir); err != nil {
 		return fmt.Errorf("onnx: saving %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, func(f *os.File) error {
+	if err := atomicfile.WriteFile(path, func(f *os.File) error {
 		_, err := f.Write(data)
 		return err
 	}); err != nil {
@@ -283,7 +283,7 @@ func (m *Model) writeExternal(dir string) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		err := writeFileAtomic(p, func(f *os.File) error {
+		err := atomicfile.WriteFile(p, func(f *os.File) error {
 			for _, c := range chunks {
 				if _, err := f.WriteAt(c.data, c.off); err != nil {
 					return err
@@ -295,39 +295,5 @@ func (m *Model) writeExternal(dir string) error {
 			return fmt.Errorf("external data %s: %w", name, err)
 		}
 	}
-	return nil
-}
-
-// writeFileAtomic writes path through a temporary file in the same
-// directory, synced and renamed over the target only when complete.
-func writeFileAtomic(path string, write func(*os.File) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := write(f); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 )
 
 func init() {
@@ -93,39 +94,13 @@ func runReportCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	if err := writeFileAtomic(*out, func(w io.Writer) error {
+	if err := atomicfile.Write(*out, func(w io.Writer) error {
 		_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 		return err
 	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s (%d×%d)\n", *out, *width, *height)
-	return nil
-}
-
-// writeFileAtomic writes name through a temporary file in its directory
-// and renames it into place, so that a failed write leaves nothing under
-// the final name.
-func writeFileAtomic(name string, write func(io.Writer) error) error {
-	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(0o644) // CreateTemp's 0600 is for secrets; a picture is not one.
-	if err == nil {
-		err = write(f)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, name)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", name, err)
-	}
 	return nil
 }
 

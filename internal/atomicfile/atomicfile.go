@@ -8,10 +8,12 @@ import (
 	"path/filepath"
 )
 
-// Write creates path with the bytes write produces (through a buffer), with
-// permissions 0644. An error from write, from the file system or from the
-// rename is returned with the path, and the temporary file is removed.
-func Write(path string, write func(w io.Writer) error) (err error) {
+// WriteFile creates path with what write puts in the temporary file it is
+// given (written in order or with WriteAt), with permissions 0644: the file
+// is synced, closed and renamed over path only when write and the file
+// system succeeded. An error is returned with the path, and the temporary
+// file is removed.
+func WriteFile(path string, write func(f *os.File) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -24,11 +26,7 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	bw := bufio.NewWriterSize(f, 1<<16)
-	if err := write(bw); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
+	if err := write(f); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -37,6 +35,8 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
+	// CreateTemp's 0600 is for secrets; models, reports and checkpoints
+	// are read like any output.
 	if err := os.Chmod(tmp, 0o644); err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
@@ -50,6 +50,18 @@ func Write(path string, write func(w io.Writer) error) (err error) {
 		d.Close()
 	}
 	return nil
+}
+
+// Write is WriteFile for a sequential writer: the bytes write produces go
+// through a buffer.
+func Write(path string, write func(w io.Writer) error) error {
+	return WriteFile(path, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, 1<<16)
+		if err := write(bw); err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
 }
 
 // WriteBytes is Write of b.
