@@ -575,6 +575,25 @@ const (
 	normGroup
 )
 
+// NormRows describes a compiled normalization node to the per-sample
+// rules: the node normalizes rows of RowLen consecutive elements of its
+// input (a sample's rows are consecutive in its own elements), and element
+// j of row r reads scale and bias element Param(r, j). Row r of the whole
+// input has the mean and 1/σ Stats(r) from the last Forward, so that a
+// rule forms x̂ = (x − mean)·(1/σ) with the forward's own bits instead of
+// recomputing them.
+type NormRows struct{ r *rowNorm }
+
+// RowLen is the number of elements a row normalizes together.
+func (n *NormRows) RowLen() int { return n.r.L }
+
+// Param is the scale/bias element that element j of row row uses.
+func (n *NormRows) Param(row, j int) int { return n.r.pidx(row, j) }
+
+// Stats is row row's mean and 1/σ from the last Forward (rows numbered
+// over the whole input, in its flat order).
+func (n *NormRows) Stats(row int) (mean, inv float32) { return n.r.mean[row], n.r.inv[row] }
+
 func (r *rowNorm) pidx(row, j int) int {
 	switch r.mode {
 	case normChan:
@@ -678,6 +697,7 @@ func compileRowNorm(p *Plan, nd *node, r *rowNorm, nParams int) error {
 	}
 	r.eps = float64(eps)
 	r.mean, r.inv = make([]float32, r.rows), make([]float32, r.rows)
+	nd.norm = r
 	r.accS, r.accB = make([]float64, nParams), make([]float64, nParams)
 	y := nd.out[0]
 	nd.saveIn[0], nd.saveIn[1] = true, true

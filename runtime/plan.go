@@ -108,6 +108,11 @@ type HookEvent struct {
 	// gradient as its input and the ConvTranspose's input as its output
 	// gradient: X_i·Im2Col(dY_i)ᵀ per group.
 	TransposedConv *kernels.ConvShape
+	// Norm is, for a LayerNormalization, GroupNormalization or
+	// InstanceNormalization node, how it normalizes: its rows, their
+	// statistics from the last Forward, and which scale/bias element each
+	// element uses (nil for other operators).
+	Norm *NormRows
 	// Params lists, for each input, whether it is a trainable parameter.
 	Params []bool
 	// Derived lists, for each input, whether it is computed from trainable
@@ -185,6 +190,7 @@ type node struct {
 	aliased     bool // output 0 shares input 0's buffer: no forward work
 	hookEv      HookEvent
 	conv        *kernels.ConvShape
+	norm        *rowNorm
 	fk, bk      CPUKernel
 	// build compiles a fused node (nil: the operator's opTable entry);
 	// fused is the number of graph nodes it replaces.
@@ -570,6 +576,9 @@ func (p *Plan) build() error {
 			ev.Conv = nd.conv
 			if n := nd.g; n.OpType == "ConvTranspose" {
 				ev.Conv, ev.TransposedConv = nil, nd.conv
+			}
+			if nd.norm != nil {
+				ev.Norm = &NormRows{r: nd.norm}
 			}
 			ev.Params = make([]bool, len(nd.in))
 			ev.Derived = make([]bool, len(nd.in))
