@@ -70,9 +70,9 @@ func (c *countingOps) SGDUpdate(p, g, vel []float32, co runtime.SGDCoeffs) {
 	c.CPU.SGDUpdate(p, g, vel, co)
 }
 
-func (c *countingOps) AddGaussianNoise(x []float32, key runtime.NoiseKey, step, offset uint64, std float64, post float32) {
+func (c *countingOps) AddGaussianNoise(x []float32, n runtime.Noise, offset uint64, std float64, post float32) {
 	c.noise.Add(1)
-	c.CPU.AddGaussianNoise(x, key, step, offset, std, post)
+	c.CPU.AddGaussianNoise(x, n, offset, std, post)
 }
 
 func (c *countingOps) SumSq(x []float32) float64 {

@@ -136,7 +136,7 @@ func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post floa
 	if chunks == 0 {
 		return
 	}
-	key, step := s.nextNoise()
+	n := ops.PrepareNoise(s.nextNoise())
 	var next atomic.Int64
 	work := func() {
 		for {
@@ -145,7 +145,7 @@ func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post floa
 				return
 			}
 			k, lo, hi, base := chunkAt(xs, c)
-			ops.AddGaussianNoise(xs[k][lo:hi], key, step, base+uint64(lo), std, post)
+			ops.AddGaussianNoise(xs[k][lo:hi], n, base+uint64(lo), std, post)
 			if then != nil {
 				then(k, lo, hi)
 			}

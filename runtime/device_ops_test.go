@@ -143,7 +143,7 @@ func TestCPUAddGaussianNoise(t *testing.T) {
 		got[i] = float32(i) / 100
 		want[i] = got[i]
 	}
-	CPU{}.AddGaussianNoise(got, key, 7, 12345, 0.8, 0.125)
+	CPU{}.AddGaussianNoise(got, CPU{}.PrepareNoise(key, 7), 12345, 0.8, 0.125)
 	noise.Reference(want, key, 7, 12345, 0.8, 0.125)
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
