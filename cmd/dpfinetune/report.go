@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 )
 
@@ -26,35 +27,6 @@ func init() {
 		summary: "draw a run report (train --report) as a PNG: loss, accuracy, ε spent, ε(δ)",
 		run:     runReportCmd,
 	})
-}
-
-// reportView is the part of a `train --report` file that the picture
-// needs. It is read field by field so that reports of earlier versions,
-// which may lack some of them, still draw.
-type reportView struct {
-	Settings struct {
-		Model      string  `json:"model"`
-		Epsilon    float64 `json:"epsilon"`
-		Delta      float64 `json:"delta"`
-		SampleRate float64 `json:"sample_rate"`
-		Sigma      float64 `json:"sigma"`
-		Accountant string  `json:"accountant"`
-		NonPrivate bool    `json:"non_private"`
-	} `json:"settings"`
-	Privacy *struct {
-		Epsilon float64 `json:"epsilon"`
-		Delta   float64 `json:"delta"`
-		Steps   int     `json:"steps"`
-	} `json:"privacy"`
-	Epochs []struct {
-		Epoch     int     `json:"epoch"`
-		Steps     int64   `json:"steps"`
-		Epsilon   float64 `json:"epsilon"`
-		TrainLoss float64 `json:"train_loss"`
-		Test      *struct {
-			Accuracy float64 `json:"accuracy"`
-		} `json:"test"`
-	} `json:"epochs"`
 }
 
 func runReportCmd(args []string, stdout io.Writer) error {
@@ -83,7 +55,7 @@ func runReportCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var r reportView
+	var r dptrain.Report
 	if err := json.Unmarshal(b, &r); err != nil {
 		return fmt.Errorf("%s: not a run report: %v", in, err)
 	}
@@ -106,7 +78,7 @@ func runReportCmd(args []string, stdout io.Writer) error {
 
 // drawReport lays out four panels: train loss, test accuracy and ε spent
 // against epochs, and the privacy curve ε(δ) of the run's accountant.
-func drawReport(r *reportView, width, height int) (*vgimg.Canvas, error) {
+func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	// ε spent starts at 0 before the first step.
 	loss, acc, eps := plotter.XYs{}, plotter.XYs{}, plotter.XYs{{X: 0, Y: 0}}
 	for _, e := range r.Epochs {
@@ -189,7 +161,7 @@ func linePanel(title, xl, yl string, xys plotter.XYs, c color.Color) (*plot.Plot
 // privacyCurvePanel draws ε(δ) for the run's whole training: the steps
 // composed so far at the run's σ and sample rate (one phase: a resumed run
 // keeps both), evaluated by the run's accountant over δ from 1e-12 to 1e-1.
-func privacyCurvePanel(r *reportView) (*plot.Plot, error) {
+func privacyCurvePanel(r *dptrain.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = "privacy curve ε(δ)", "δ", "ε"
 	p.Add(plotter.NewGrid())

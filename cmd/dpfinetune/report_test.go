@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 )
 
 // TestReportPNG draws a report written by train's own types and checks
@@ -14,13 +18,21 @@ import (
 // with a message naming the file.
 func TestReportPNG(t *testing.T) {
 	dir := t.TempDir()
-	b := []byte(`{"settings": {"model": "testdata/models/cnn.onnx", "epsilon": 3, "delta": 1e-5, "sample_rate": 0.032,
-		"sigma": 0.92, "accountant": "rdp", "steps": 96},
-	"privacy": {"accountant": "rdp", "epsilon": 3, "delta": 1e-5, "steps": 96},
-	"epochs": [
-		{"epoch": 1, "steps": 32, "epsilon": 2.2, "train_loss": 1.3, "test": {"samples": 100, "accuracy": 0.65}},
-		{"epoch": 2, "steps": 64, "epsilon": 2.6, "train_loss": 1.1, "test": {"samples": 100, "accuracy": 0.68}},
-		{"epoch": 3, "steps": 96, "epsilon": 3.0, "train_loss": 1.0, "test": {"samples": 100, "accuracy": 0.70}}]}`)
+	// The report as train writes it (dptrain's types), so that the picture
+	// follows any change of its keys.
+	rep := dptrain.Report{
+		Settings: dptrain.Settings{Model: "testdata/models/cnn.onnx", Epsilon: 3, Delta: 1e-5, SampleRate: 0.032,
+			Sigma: 0.92, Accountant: "rdp", Steps: 96},
+		Privacy: &accountant.Result{Accountant: "rdp", Epsilon: 3, Delta: 1e-5, Steps: 96},
+	}
+	for e, acc := range []float64{0.65, 0.68, 0.70} {
+		rep.Epochs = append(rep.Epochs, dptrain.EpochRecord{Epoch: e + 1, Steps: int64(32 * (e + 1)), Epsilon: 2.2 + 0.4*float64(e),
+			TrainLoss: 1.3 - 0.15*float64(e), Test: &dptrain.EvalResult{Samples: 100, Accuracy: acc}})
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := filepath.Join(dir, "run.json")
 	if err := os.WriteFile(in, b, 0o644); err != nil {
 		t.Fatal(err)
