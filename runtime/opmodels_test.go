@@ -71,7 +71,7 @@ func compileOpModel(t *testing.T, path string, opts *Options) (*Plan, *npy.Array
 		if !ok {
 			t.Fatalf("no reference array for input %q", in.Name)
 		}
-		shapes[in.Name] = int64s(a.Shape)
+		shapes[in.Name] = to64(a.Shape)
 	}
 	if err := g.InferShapes(shapes); err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestOpModelsOnnxruntime(t *testing.T) {
 				if !ok {
 					t.Fatalf("no reference array for input %q", in.GetName())
 				}
-				feeds[in.GetName()] = orttest.Tensor{Shape: int64s(a.Shape), Data: a.F32}
+				feeds[in.GetName()] = orttest.Tensor{Shape: to64(a.Shape), Data: a.F32}
 			}
 			got, ok := orttest.Run(t, path, feeds)["y"]
 			if !ok {

@@ -105,7 +105,7 @@ func buildEinsum(p *Plan, nd *node) error {
 		if err != nil {
 			return err
 		}
-		shapes[i], ranks[i] = int64s(t.shape), len(t.shape)
+		shapes[i], ranks[i] = to64(t.shape), len(t.shape)
 	}
 	s, err := graph.ParseEinsum(eq, ranks)
 	if err != nil {
@@ -260,7 +260,7 @@ type einsumStep struct {
 // larger label broadcasts.
 func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int) (*einsumStep, error) {
 	s := &graph.EinsumSpec{Inputs: [][]rune{la, lb}, Output: lo}
-	size, err := s.Sizes([][]int64{int64s(sa), int64s(sb)})
+	size, err := s.Sizes([][]int64{to64(sa), to64(sb)})
 	if err != nil {
 		return nil, err
 	}

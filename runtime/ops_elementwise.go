@@ -349,17 +349,9 @@ func buildPRelu(p *Plan, nd *node) error {
 
 // preluSlopeShape is graph.PReluSlopeShape on the runtime's shapes.
 func preluSlopeShape(nd *node, xs, ss []int) ([]int, error) {
-	sh, err := graph.PReluSlopeShape(nd.g.Opset, int64s(xs), int64s(ss))
+	sh, err := graph.PReluSlopeShape(nd.g.Opset, to64(xs), to64(ss))
 	if err != nil {
 		return nil, err
 	}
-	return ints64(sh), nil
-}
-
-func ints64(s []int64) []int {
-	out := make([]int, len(s))
-	for i, d := range s {
-		out[i] = int(d)
-	}
-	return out
+	return toInt(sh), nil
 }

@@ -31,7 +31,7 @@ func buildScatterND(p *Plan, nd *node) error {
 	if err != nil {
 		return err
 	}
-	tgt, err := graph.ScatterNDTargets(int64s(x.shape), int64s(it.shape), it.i64)
+	tgt, err := graph.ScatterNDTargets(to64(x.shape), to64(it.shape), it.i64)
 	if err != nil {
 		return err
 	}
@@ -100,13 +100,4 @@ func buildScatterND(p *Plan, nd *node) error {
 		}
 	}
 	return nil
-}
-
-// int64s converts a runtime shape to the graph package's form.
-func int64s(s []int) []int64 {
-	out := make([]int64, len(s))
-	for i, d := range s {
-		out[i] = int64(d)
-	}
-	return out
 }
