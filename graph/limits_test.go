@@ -148,12 +148,30 @@ func TestMalformedAttributes(t *testing.T) {
 			node("Conv", []string{"x", "w"}, []string{"y"}, attrInt("group", 3), attrInts("pads", 1<<62, 0, 1<<62, 0))},
 		{"ConvTranspose short strides", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
 			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("strides", 2))},
+		// ConvTranspose shares Conv's window checks: the same overflow.
+		{"ConvTranspose dilation 2⁶³−1", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("dilations", math.MaxInt64, 1))},
+		{"ConvTranspose pads 2⁶²", newBuilder(14).input("x", 1, 3, 4, 4).init("w", &Tensor{DType: Float32, Shape: []int64{3, 2, 2, 2}, F32: make([]float32, 24)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("pads", 1<<62, 0, 1<<62, 0))},
+		{"ConvTranspose stride × input overflows", newBuilder(14).input("x", 1, 1, 1<<34, 1).init("w", &Tensor{DType: Float32, Shape: []int64{1, 1, 1, 1}, F32: make([]float32, 1)}).
+			node("ConvTranspose", []string{"x", "w"}, []string{"y"}, attrInts("strides", 1<<31, 1))},
+	}
+	bounds := map[string]string{
+		"ConvTranspose dilation 2⁶³−1":           "over 2147483648",
+		"ConvTranspose pads 2⁶²":                 "beyond ±2147483648",
+		"ConvTranspose stride × input overflows": "overflows the output size",
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := c.b.output("y").graph(t)
-			if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), "node ") {
+			err := g.InferShapes(nil)
+			if err == nil || !strings.Contains(err.Error(), "node ") {
 				t.Errorf("err = %v", err)
+			}
+			// ConvTranspose's window must be refused by the bound itself,
+			// not by whatever a wrapped size happened to give.
+			if want := bounds[c.name]; want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+				t.Errorf("err = %v, want %q", err, want)
 			}
 		})
 	}

@@ -18,29 +18,18 @@ func init() {
 // does). Out is the output's spatial sizes.
 func (n *Node) ConvTransposeWindow(in, kernel []int64) (*WindowParams, []int64, error) {
 	r := len(in)
-	ones := make([]int64, r)
-	for i := range ones {
-		ones[i] = 1
-	}
-	var err error
-	p := &WindowParams{Kernel: kernel}
-	if p.Strides, err = n.Ints("strides", ones); err != nil {
-		return nil, nil, err
-	}
-	if p.Dilations, err = n.Ints("dilations", ones); err != nil {
+	p, err := n.windowSteps(r, kernel)
+	if err != nil {
 		return nil, nil, err
 	}
 	outPad, err := n.Ints("output_padding", make([]int64, r))
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(p.Strides) != r || len(p.Dilations) != r || len(kernel) != r || len(outPad) != r {
-		return nil, nil, fmt.Errorf("kernel %v, strides %v, dilations %v, output_padding %v do not match %d spatial dims", kernel, p.Strides, p.Dilations, outPad, r)
+	if len(outPad) != r {
+		return nil, nil, fmt.Errorf("output_padding %v does not match %d spatial dims", outPad, r)
 	}
 	for i := 0; i < r; i++ {
-		if p.Strides[i] <= 0 || p.Dilations[i] <= 0 || kernel[i] <= 0 {
-			return nil, nil, fmt.Errorf("kernel %v, strides %v and dilations %v must be positive", kernel, p.Strides, p.Dilations)
-		}
 		if outPad[i] < 0 || (outPad[i] >= p.Strides[i] && outPad[i] >= p.Dilations[i]) {
 			return nil, nil, fmt.Errorf("output_padding %v must be smaller than the stride %v or the dilation %v", outPad, p.Strides, p.Dilations)
 		}
@@ -62,6 +51,11 @@ func (n *Node) ConvTransposeWindow(in, kernel []int64) (*WindowParams, []int64, 
 	}
 	if len(pads) != 2*r {
 		return nil, nil, fmt.Errorf("pads %v do not match %d spatial dims", pads, r)
+	}
+	for _, v := range append(append([]int64{}, pads...), outShape...) {
+		if v > maxWindow || v < -maxWindow {
+			return nil, nil, fmt.Errorf("pads %v or output_shape %v beyond ±%d", pads, outShape, maxWindow)
+		}
 	}
 	switch autoPad {
 	case "", "NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER":
@@ -86,6 +80,9 @@ func (n *Node) ConvTransposeWindow(in, kernel []int64) (*WindowParams, []int64, 
 		if in[i] < 0 {
 			out[i] = -1
 			continue
+		}
+		if in[i]-1 > (1<<62)/p.Strides[i] {
+			return nil, nil, fmt.Errorf("input size %d along axis %d at stride %d overflows the output size", in[i], i, p.Strides[i])
 		}
 		full := p.Strides[i]*(in[i]-1) + outPad[i] + (kernel[i]-1)*p.Dilations[i] + 1
 		if outShape != nil {

@@ -168,11 +168,12 @@ type WindowParams struct {
 	Out      []int64 // output spatial sizes
 }
 
-// Window resolves the window attributes of a Conv, ConvTranspose, MaxPool
-// or AveragePool node for an input with the given spatial sizes, applying
-// rank-dependent defaults and auto_pad.
-func (n *Node) Window(spatial []int64, kernel []int64) (*WindowParams, error) {
-	r := len(spatial)
+// windowSteps reads a window's strides and dilations (default 1) for r
+// spatial dims and checks them with the kernel: lengths r, positive, and
+// at most maxWindow, so that the window arithmetic (dilation·(kernel−1),
+// stride·(input−1), input + pads) cannot overflow — no real window comes
+// near 2³¹.
+func (n *Node) windowSteps(r int, kernel []int64) (*WindowParams, error) {
 	ones := make([]int64, r)
 	for i := range ones {
 		ones[i] = 1
@@ -192,11 +193,21 @@ func (n *Node) Window(spatial []int64, kernel []int64) (*WindowParams, error) {
 		if p.Strides[i] <= 0 || p.Dilations[i] <= 0 || kernel[i] <= 0 {
 			return nil, fmt.Errorf("node %s: kernel %v, strides %v and dilations %v must be positive", n, kernel, p.Strides, p.Dilations)
 		}
-		// Window arithmetic (dilation·(kernel−1), input + pads) must not
-		// overflow: no real window comes near 2³¹.
 		if p.Strides[i] > maxWindow || p.Dilations[i] > maxWindow || kernel[i] > maxWindow {
 			return nil, fmt.Errorf("node %s: kernel %v, strides %v or dilations %v over %d", n, kernel, p.Strides, p.Dilations, maxWindow)
 		}
+	}
+	return p, nil
+}
+
+// Window resolves the window attributes of a Conv, ConvTranspose, MaxPool
+// or AveragePool node for an input with the given spatial sizes, applying
+// rank-dependent defaults and auto_pad.
+func (n *Node) Window(spatial []int64, kernel []int64) (*WindowParams, error) {
+	r := len(spatial)
+	p, err := n.windowSteps(r, kernel)
+	if err != nil {
+		return nil, err
 	}
 	pads, err := n.Ints("pads", nil)
 	if err != nil {
