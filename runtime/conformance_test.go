@@ -60,13 +60,23 @@ const (
 var conformanceDiffers = map[string]string{
 	"test_training_dropout":         dropoutIdentity,
 	"test_training_dropout_default": dropoutIdentity,
-	// Every weight is 0.02, so the 1000 logits are equal and about 1.3e19;
-	// the blocked SGEMM sums columns 0–511 and 512–999 in different orders
-	// (2e-6 relative apart, 2.5e13 absolute) and Softmax of those
-	// differences puts all the mass on 512 classes, where ONNX's reference
-	// rounds every column alike and gives 0.001 each.
-	"light_resnet50": "ill-conditioned: equal logits of 1.3e19 whose float32 rounding decides Softmax",
 }
+
+// conformanceOrderDependent lists cases whose expected output is decided by
+// float32 rounding order, so that they pass or differ depending on how the
+// CPU's SGEMM kernel blocks its sums (OpenBLAS picks AVX2 or AVX-512 code
+// at run time); each must still run. Every weight of ONNX's light models is
+// a constant, so the 1000 logits are equal and about 1.3e19: a kernel that
+// sums columns 0–511 and 512–999 in different orders rounds them 2e-6
+// relative (2.5e13 absolute) apart and Softmax puts all the mass on one
+// block, where ONNX's reference rounds every column alike and gives 0.001
+// each.
+var conformanceOrderDependent = map[string]string{
+	"light_resnet50":   illConditioned,
+	"light_squeezenet": illConditioned,
+}
+
+const illConditioned = "ill-conditioned: equal logits of about 1e19 whose float32 rounding order decides Softmax"
 
 const dropoutIdentity = "Dropout with training_mode=true: the runtime runs Dropout as identity (inference), ONNX's case drops with numpy's seeded generator"
 
@@ -110,6 +120,17 @@ func TestONNXConformance(t *testing.T) {
 			whyDiff, expectDiff := conformanceDiffers[name]
 			err := runConformanceCase(filepath.Join(conformanceDir, c))
 			var mismatch *conformanceMismatch
+			if _, ok := conformanceOrderDependent[name]; ok {
+				if err != nil && !errors.As(err, &mismatch) {
+					t.Errorf("refused: %v", err)
+				}
+				if err != nil {
+					differs++
+				} else {
+					passed++
+				}
+				return
+			}
 			switch {
 			case errors.As(err, &mismatch) && expectDiff:
 				differs++
@@ -128,14 +149,14 @@ func TestONNXConformance(t *testing.T) {
 			}
 		})
 	}
-	for _, list := range []map[string]string{conformanceRefused, conformanceDiffers} {
+	for _, list := range []map[string]string{conformanceRefused, conformanceDiffers, conformanceOrderDependent} {
 		for name := range list {
 			if !listed[name] {
 				t.Errorf("%s is listed but not in the manifest", name)
 			}
 		}
 	}
-	t.Logf("%d cases: %d pass, %d refused and %d differing as listed", len(man.Cases), passed, refused, differs)
+	t.Logf("%d cases: %d pass, %d refused and %d differing as listed (or by rounding order)", len(man.Cases), passed, refused, differs)
 }
 
 // conformanceMismatch is a case that ran and gave the wrong numbers.

@@ -9,6 +9,14 @@ import (
 type Buffer interface {
 	// Len returns the number of float32 elements.
 	Len() int
+	// Floats returns the buffer's elements as the device's operations
+	// address them. The operation sets (DPOps, GraphOps) take such slices
+	// and sub-slices of them as their operands: on a host device (CPU,
+	// the reference backend) they are the memory itself; on an
+	// accelerator they are a view of device memory that only the device's
+	// operations may dereference, the host reading and writing it through
+	// CopyIn and CopyOut.
+	Floats() []float32
 }
 
 // Kernel is one unit of work a Device runs: on the CPU, a Go function over
@@ -45,6 +53,8 @@ type CPU struct{}
 type cpuBuffer []float32
 
 func (b cpuBuffer) Len() int { return len(b) }
+
+func (b cpuBuffer) Floats() []float32 { return b }
 
 // CPUKernel is a CPU kernel: a function over host slices captured when
 // the plan was compiled.

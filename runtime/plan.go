@@ -12,8 +12,8 @@ import (
 
 // Options configure Compile.
 type Options struct {
-	// Device runs the plan; nil means CPU{}. Only the CPU has kernels
-	// today.
+	// Device runs the plan; nil means CPU{}. It must implement GraphOps,
+	// which the compiled nodes call.
 	Device Device
 	// Trainable names the initializers whose gradients Backward computes.
 	// nil means every floating-point initializer that reaches the output
@@ -217,6 +217,7 @@ func (nd *node) dOut(i int) []float32 {
 type Plan struct {
 	g       *graph.Graph
 	dev     Device
+	ops     GraphOps // dev's operations, which the compiled nodes call
 	opts    Options
 	tensors map[*graph.Value]*tensor
 	nodes   []*node
@@ -254,9 +255,11 @@ func Compile(g *graph.Graph, opts *Options) (*Plan, error) {
 	if p.dev == nil {
 		p.dev = CPU{}
 	}
-	if _, ok := p.dev.(CPU); !ok {
-		return nil, fmt.Errorf("runtime: no kernels for device %s", p.dev.Name())
+	ops, err := GraphOpsOf(p.dev)
+	if err != nil {
+		return nil, err
 	}
+	p.ops = ops
 	if err := p.build(); err != nil {
 		return nil, err
 	}
@@ -899,10 +902,7 @@ func (p *Plan) planBuffers() error {
 		return fmt.Errorf("runtime: allocating the %d-element arena: %w", total, err)
 	}
 	p.arena = buf
-	host, err := HostSlice(buf)
-	if err != nil {
-		return err
-	}
+	host := buf.Floats()
 	slice := func(i, n int) []float32 { o := items[i].off; return host[o : o+n : o+n] }
 	for _, t := range p.tensors {
 		if t.dataItem >= 0 {
