@@ -302,6 +302,14 @@ def timing(a):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, 10, (batch,), generator=g)
+    if a.channels_last:
+        if a.lib != "torch":
+            raise SystemExit("--channels-last is for --lib torch (PyTorch's non-DP step at its best)")
+        # oneDNN's convolutions on the CPU are fastest on NHWC tensors; a
+        # model without 4-D activations ignores the format.
+        model = model.to(memory_format=torch.channels_last)
+        if x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
     r = Runner(a.lib, model, shape, batch, a.sigma, a.clip)
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -320,6 +328,7 @@ def timing(a):
     out = {
         "model": a.model, "impl": version(a.lib), "lib": a.lib, "batch": batch, "threads": a.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "memory_format": "channels_last" if a.channels_last else "contiguous",
         "step_ms_median": round(statistics.median(ts), 2), "step_ms_min": round(min(ts), 2),
         "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "untrained": [n for n in names if n not in have],
@@ -342,6 +351,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--sigma", type=float, default=1.0)
     ap.add_argument("--clip", type=float, default=1.0)
+    ap.add_argument("--channels-last", action="store_true",
+                    help="--lib torch only: the model and batch in torch.channels_last (NHWC) memory format")
     ap.add_argument("--check", help="our clipped gradient sum (bench/cmd/clipsum -out)")
     ap.add_argument("--input")
     ap.add_argument("--labels")

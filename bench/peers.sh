@@ -26,8 +26,8 @@
 #    a parameter, ours is computed with the same parameters frozen, and the
 #    table says which.
 # 2. Timing: ROUNDS rounds; in each, per model, PyTorch non-DP (with
-#    OMP_WAIT_POLICY=PASSIVE and with the default policy: its best is
-#    reported), each library (PASSIVE) and `dpfinetune bench --modes
+#    OMP_WAIT_POLICY=PASSIVE and with the default policy, each with
+#    contiguous and channels_last tensors: its best is reported and named), each library (PASSIVE) and `dpfinetune bench --modes
 #    nondp,bk` run in turn, each a fresh process: σ = 1, R = 1, Adam(1e-3),
 #    expected batch = physical batch, THREADS threads. Each reports the
 #    median of STEPS steps after WARMUP; the table shows the best round.
@@ -151,8 +151,10 @@ if [ "$TIME" = 1 ]; then
 		for m in ${MODELS//,/ }; do
 			b=${BATCH[$m]}
 			args=(--model "$m" --batch "$b" --steps "$STEPS" --warmup "$WARMUP")
-			OMP_WAIT_POLICY=PASSIVE step --lib torch "${args[@]}" 2>>"$OUT/time.log" | tee -a "$OUT/time.jsonl" >&2
-			(unset OMP_WAIT_POLICY; step --lib torch "${args[@]}") 2>>"$OUT/time.log" | tee -a "$OUT/time.jsonl" >&2
+			for fmt in "" --channels-last; do
+				OMP_WAIT_POLICY=PASSIVE step --lib torch "${args[@]}" $fmt 2>>"$OUT/time.log" | tee -a "$OUT/time.jsonl" >&2
+				(unset OMP_WAIT_POLICY; step --lib torch "${args[@]}" $fmt) 2>>"$OUT/time.log" | tee -a "$OUT/time.jsonl" >&2
+			done
 			for lib in "${libs[@]}"; do
 				OMP_WAIT_POLICY=PASSIVE step --lib "$lib" "${args[@]}" 2>>"$OUT/time.log" | tee -a "$OUT/time.jsonl" >&2
 			done

@@ -7,7 +7,7 @@ OUTDIR/check.jsonl (bench/peer_step.py --check lines) gives the gradient
 check table; OUTDIR/time.jsonl (peer_step.py timing lines and one
 `dpfinetune bench` line per round and model) the timing table: per model
 and library the best round's median step in ms and its ratio to PyTorch's
-non-DP step (the best of its thread settings). A library whose gradient
+non-DP step (the best of its thread policies and memory formats, named). A library whose gradient
 check failed is marked †, one that leaves parameters untrained ‡ (the
 notes under the table name them); a library that failed shows its error.
 """
@@ -30,6 +30,12 @@ def lib_of(r):
     if "lib" in r:
         return r["lib"]
     return IMPL.get(r.get("impl", "").split("-")[0], r.get("impl", ""))
+
+
+def setting(r):
+    """PyTorch's thread policy and memory format of a timing line."""
+    pol = "PASSIVE" if r.get("omp_wait_policy") == "PASSIVE" else "default OMP"
+    return pol + (", NHWC" if r.get("memory_format") == "channels_last" else "")
 
 
 def brief(names):
@@ -98,7 +104,7 @@ def main():
                 continue
             k = (m, lib)
             if lib == "torch":
-                k = (m, "torch", r.get("omp_wait_policy") or "default")
+                k = (m, "torch", setting(r))
             cur = best.get(k)
             if not isinstance(cur, float) or r["step_ms_median"] < cur:
                 best[k] = r["step_ms_median"]
@@ -108,13 +114,13 @@ def main():
         print("|---|" + "---|" * len(cols))
         for m in models:
             b = next((r["batch"] for r in times if r["model"] == m and "batch" in r), "?")
-            pols = {p: best[(m, "torch", p)] for p in ("PASSIVE", "default") if (m, "torch", p) in best}
+            pols = {k[2]: v for k, v in best.items() if len(k) == 3 and k[0] == m and k[1] == "torch"}
             if not pols:
                 continue
             pol = min(pols, key=pols.get)
             base = pols[pol]
-            other = " / ".join("%.1f %s" % (v, "PASSIVE" if p == "PASSIVE" else "default OMP") for p, v in pols.items() if p != pol)
-            cells = ["%.1f (%s%s)" % (base, "PASSIVE" if pol == "PASSIVE" else "default OMP", "; " + other if other else "")]
+            other = " / ".join("%.1f %s" % (v, p) for p, v in sorted(pols.items(), key=lambda kv: kv[1]) if p != pol)
+            cells = ["%.1f (%s%s)" % (base, pol, "; " + other if other else "")]
             for lib in [p for p, _ in PEERS] + ["dpfinetune nondp", "dpfinetune bk"]:
                 v = best.get((m, lib))
                 if v is None:

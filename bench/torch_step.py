@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Times one non-DP PyTorch training step of a suite or zoo model
-(torch_models.MODELS; the zoo models with GroupNorm for BatchNorm): forward,
-per-sample softmax cross-entropy summed over the batch (the runtime
-backpropagates Σ_i loss_i), backward, Adam(lr 1e-3) step.
+(torch_models.MODELS; the zoo models with GroupNorm for BatchNorm) the way
+PyTorch runs it best: zero_grad(set_to_none=True), forward, mean softmax
+cross-entropy, backward, Adam(lr 1e-3) step; with --channels-last the model
+and batch in NHWC memory format, which oneDNN's CPU convolutions prefer.
+The thread policy (OMP_WAIT_POLICY) is the caller's: run_suite.sh times
+both and keeps the better.
 
-    /usr/bin/python3 bench/torch_step.py --model NAME [--threads 2] [--warmup 3] [--steps 20]
+    /usr/bin/python3 bench/torch_step.py --model NAME [--threads 2] [--warmup 3] [--steps 20] [--channels-last]
 
 Prints one JSON line {model, batch, threads, step_ms_median, step_ms_min,
 maxrss_mb, train_peak_mb}. maxrss_mb is ru_maxrss of this process (run
@@ -15,6 +18,7 @@ numbers for ours.
 """
 import argparse
 import json
+import os
 import resource
 import statistics
 import time
@@ -32,6 +36,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     if a.model not in MODELS:
@@ -44,11 +49,14 @@ def main():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, *shape, generator=g)
     y = torch.randint(0, classes, (batch,), generator=g)
+    if a.channels_last:
+        m = m.to(memory_format=torch.channels_last)
+        if x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
 
     def step():
-        opt.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(m(x), y, reduction="none").sum()
-        loss.backward()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(m(x), y).backward()
         opt.step()
 
     try:
@@ -66,6 +74,8 @@ def main():
         ts.append((time.perf_counter() - t0) * 1e3)
     out = {
         "model": a.model, "impl": "pytorch-" + torch.__version__, "batch": batch, "threads": a.threads,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "memory_format": "channels_last" if a.channels_last else "contiguous",
         "step_ms_median": round(statistics.median(ts), 2), "step_ms_min": round(min(ts), 2),
         "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
