@@ -206,7 +206,7 @@ func buildTile(p *Plan, nd *node) error {
 		}
 		idx[i] = int32(j)
 	})
-	buildIndexMap(nd, x, idx, 0)
+	buildIndexMap(p, nd, x, idx, 0)
 	return nil
 }
 
