@@ -206,8 +206,8 @@ func buildCopy(p *Plan, nd *node) error {
 	if x.n != y.n {
 		return fmt.Errorf("input %v and output %v differ in size", x.shape, y.shape)
 	}
-	nd.fwd = func() { copy(y.data, x.data) }
-	nd.bwd = func() { copy(nd.dIn[0], y.grad) }
+	nd.fwd = func() { p.ops.Copy(x.data, y.data) }
+	nd.bwd = func() { p.ops.Copy(y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -239,8 +239,17 @@ func buildCast(p *Plan, nd *node) error {
 				f[i] = float32(x.i64[i])
 			}
 		}
+		// The converted constant lives on the device, in a buffer of
+		// the node's own.
+		buf, err := p.dev.Alloc(len(f))
+		if err != nil {
+			return err
+		}
+		if err := p.dev.CopyIn(buf, 0, f); err != nil {
+			return err
+		}
 		y := nd.out[0]
-		nd.fwd = func() { copy(y.data, f) }
+		nd.fwd = func() { p.ops.Copy(buf.Floats(), y.data) }
 		return nil
 	}
 	return buildCopy(p, nd)
@@ -252,8 +261,8 @@ func buildExpand(p *Plan, nd *node) error {
 		return err
 	}
 	y := nd.out[0]
-	nd.fwd = func() { kernels.Expand(x.data, x.shape, y.data, y.shape) }
-	nd.bwd = func() { kernels.ReduceToShape(y.grad, y.shape, nd.dIn[0], x.shape) }
+	nd.fwd = func() { p.ops.Expand(x.data, x.shape, y.data, y.shape) }
+	nd.bwd = func() { p.ops.ReduceToShape(y.grad, y.shape, nd.dIn[0], x.shape) }
 	return nil
 }
 
