@@ -475,13 +475,16 @@ func buildFusedNormalize(eps float32) builder {
 		x, y := nd.in[0], nd.out[0]
 		L := x.shape[len(x.shape)-1]
 		rows := x.n / L
-		inv := make([]float32, rows)
+		// 1/σ of every row, for the backward: a node-owned device
+		// buffer.
+		buf, err := p.dev.Alloc(rows)
+		if err != nil {
+			return err
+		}
+		inv := buf.Floats()
 		nd.saveOut = true
-		grain := grainFor(L)
-		fwd := func(lo, hi int) { kernels.NormalizeRows(x.data, y.data, L, eps, inv, lo, hi) }
-		bwd := func(lo, hi int) { kernels.NormalizeRowsBackward(y.data, y.grad, inv, L, nd.dIn[0], lo, hi) }
-		nd.fwd = func() { parFor(rows, grain, fwd) }
-		nd.bwd = func() { parFor(rows, grain, bwd) }
+		nd.fwd = func() { p.ops.NormalizeRows(x.data, y.data, L, eps, inv) }
+		nd.bwd = func() { p.ops.NormalizeRowsBackward(y.data, y.grad, inv, L, nd.dIn[0]) }
 		return nil
 	}
 }

@@ -218,29 +218,8 @@ func buildGlobalMaxPool(p *Plan, nd *node) error {
 		return fmt.Errorf("input %v has no spatial axes", x.shape)
 	}
 	planes, L := x.shape[0]*x.shape[1], numel(x.shape[2:])
-	arg := make([]int32, planes)
-	fwd := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			row := x.data[i*L : (i+1)*L]
-			bi := 0
-			for j, v := range row {
-				if v > row[bi] || v != v {
-					bi = j
-				}
-			}
-			y.data[i], arg[i] = row[bi], int32(bi)
-		}
-	}
-	bwd := func(lo, hi int) {
-		dx := nd.dIn[0]
-		for i := lo; i < hi; i++ {
-			row := dx[i*L : (i+1)*L]
-			clear(row)
-			row[arg[i]] = y.grad[i]
-		}
-	}
-	grain := grainFor(L)
-	nd.fwd = func() { parFor(planes, grain, fwd) }
-	nd.bwd = func() { parFor(planes, grain, bwd) }
+	arg := make([]int32, planes) // the winners, for the backward
+	nd.fwd = func() { p.ops.GlobalMaxPool(planes, L, x.data, y.data, arg) }
+	nd.bwd = func() { p.ops.GlobalMaxPoolBackward(planes, L, y.grad, arg, nd.dIn[0]) }
 	return nil
 }

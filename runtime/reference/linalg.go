@@ -43,6 +43,14 @@ func (d Device) GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []
 	d.Gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// GemmStrided implements runtime.LinalgOps: one Gemm per product, on the
+// sub-slices the strides give.
+func (d Device) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	for i := 0; i < batch; i++ {
+		d.Gemm(transA, transB, m, n, k, alpha, a[i*strideA:], lda, b[i*strideB:], ldb, beta, c[i*strideC:], ldc)
+	}
+}
+
 // Axpy implements runtime.LinalgOps.
 func (Device) Axpy(alpha float32, x, y []float32) {
 	for i, v := range x {
