@@ -1,6 +1,10 @@
 package runtime
 
-import "github.com/dpfinetune/dpfinetune/runtime/kernels"
+import (
+	"sync"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
 
 // PoolShape is the compiled geometry of a MaxPool or AveragePool: batch,
 // channels, spatial sizes, window, strides, dilations, pads, ceil mode and
@@ -181,73 +185,139 @@ func (CPU) AveragePoolBackward(s *PoolShape, dy, dx []float32) {
 	kernels.AveragePoolBackward(s, dy, dx)
 }
 
-// GlobalAveragePool implements NNOps with kernels.GlobalAveragePoolRows.
+// GlobalAveragePool implements NNOps with kernels.GlobalAveragePoolRows,
+// planes split over the workers.
 func (CPU) GlobalAveragePool(planes, spatial int, x, y []float32) {
-	kernels.GlobalAveragePoolRows(planes, spatial, x, y)
+	runJob(planes, grainFor(spatial), func(j *cpuJob, lo, hi int) {
+		kernels.GlobalAveragePoolRows(j.n, j.f[0], j.f[1], lo, hi)
+	}, func(j *cpuJob) { j.n, j.f[0], j.f[1] = spatial, x, y })
 }
 
 // GlobalAveragePoolBackward implements NNOps with
 // kernels.GlobalAveragePoolRowsBackward.
 func (CPU) GlobalAveragePoolBackward(planes, spatial int, dy, dx []float32) {
-	kernels.GlobalAveragePoolRowsBackward(planes, spatial, dy, dx)
+	runJob(planes, grainFor(spatial), func(j *cpuJob, lo, hi int) {
+		kernels.GlobalAveragePoolRowsBackward(j.n, j.f[0], j.f[1], lo, hi)
+	}, func(j *cpuJob) { j.n, j.f[0], j.f[1] = spatial, dy, dx })
 }
 
 // GlobalMaxPool implements NNOps with kernels.GlobalMaxPool.
 func (CPU) GlobalMaxPool(planes, spatial int, x, y []float32, argmax []int32) {
-	kernels.GlobalMaxPool(planes, spatial, x, y, argmax)
+	runJob(planes, grainFor(spatial), func(j *cpuJob, lo, hi int) {
+		kernels.GlobalMaxPool(j.n, j.f[0], j.f[1], j.arg, lo, hi)
+	}, func(j *cpuJob) { j.n, j.f[0], j.f[1], j.arg = spatial, x, y, argmax })
 }
 
 // GlobalMaxPoolBackward implements NNOps with
 // kernels.GlobalMaxPoolBackward.
 func (CPU) GlobalMaxPoolBackward(planes, spatial int, dy []float32, argmax []int32, dx []float32) {
-	kernels.GlobalMaxPoolBackward(planes, spatial, dy, argmax, dx)
+	runJob(planes, grainFor(spatial), func(j *cpuJob, lo, hi int) {
+		kernels.GlobalMaxPoolBackward(j.n, j.f[0], j.arg, j.f[1], lo, hi)
+	}, func(j *cpuJob) { j.n, j.f[0], j.arg, j.f[1] = spatial, dy, argmax, dx })
 }
 
-// BatchNorm implements NNOps with kernels.BatchNorm.
+// BatchNorm implements NNOps with kernels.BatchNorm, channels split over
+// the workers.
 func (CPU) BatchNorm(s *BatchNormShape, x, scale, bias, runMean, runVar, y, mean, invStd, newMean, newVar []float32) {
-	kernels.BatchNorm(s, x, scale, bias, runMean, runVar, y, mean, invStd, newMean, newVar)
+	runJob(s.C, grainFor(s.N*s.S), func(j *cpuJob, lo, hi int) {
+		f := &j.f
+		kernels.BatchNorm(j.bn, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9], lo, hi)
+	}, func(j *cpuJob) {
+		j.bn, j.f = s, [11][]float32{x, scale, bias, runMean, runVar, y, mean, invStd, newMean, newVar}
+	})
 }
 
-// BatchNormBackward implements NNOps with kernels.BatchNormBackward.
+// BatchNormBackward implements NNOps with kernels.BatchNormBackward,
+// channels split over the workers.
 func (CPU) BatchNormBackward(s *BatchNormShape, x, scale, mean, invStd, dy, dx, dscale, dbias []float32) {
-	kernels.BatchNormBackward(s, x, scale, mean, invStd, dy, dx, dscale, dbias)
+	runJob(s.C, grainFor(s.N*s.S), func(j *cpuJob, lo, hi int) {
+		f := &j.f
+		kernels.BatchNormBackward(j.bn, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], lo, hi)
+	}, func(j *cpuJob) {
+		j.bn, j.f = s, [11][]float32{x, scale, mean, invStd, dy, dx, dscale, dbias}
+	})
+}
+
+// cpuJob is a parallel region of one of the CPU's graph kernels that work
+// on a range of items (kernels.NormalizeRows, kernels.BatchNorm, …): its
+// operands, and kernel, a plain function reading them. Jobs are pooled
+// and their work function made once per job, so that a call allocates
+// nothing (the closures of kernels' own parallel loops would, once per
+// call).
+type cpuJob struct {
+	f      [11][]float32
+	arg    []int32
+	n      int
+	eps    float32
+	bn     *BatchNormShape
+	lrn    *LRNShape
+	kernel func(j *cpuJob, lo, hi int)
+	fn     func(lo, hi int)
+}
+
+var cpuJobs = sync.Pool{New: func() any {
+	j := &cpuJob{}
+	j.fn = func(lo, hi int) { j.kernel(j, lo, hi) }
+	return j
+}}
+
+// runJob runs kernel over [0, items) on the workers, ranges of at least
+// grain items, with the operands set by set.
+func runJob(items, grain int, kernel func(j *cpuJob, lo, hi int), set func(j *cpuJob)) {
+	j := cpuJobs.Get().(*cpuJob)
+	j.kernel = kernel
+	set(j)
+	parFor(items, grain, j.fn)
+	*j = cpuJob{fn: j.fn}
+	cpuJobs.Put(j)
 }
 
 // NormalizeRows implements NNOps with kernels.NormalizeRows, rows split
 // over the workers.
 func (CPU) NormalizeRows(x, y []float32, L int, eps float32, invStd []float32) {
-	parFor(len(invStd), grainFor(L), func(lo, hi int) { kernels.NormalizeRows(x, y, L, eps, invStd, lo, hi) })
+	runJob(len(invStd), grainFor(L), func(j *cpuJob, lo, hi int) {
+		kernels.NormalizeRows(j.f[0], j.f[1], j.n, j.eps, j.f[2], lo, hi)
+	}, func(j *cpuJob) { j.f[0], j.f[1], j.n, j.eps, j.f[2] = x, y, L, eps, invStd })
 }
 
 // NormalizeRowsBackward implements NNOps with
 // kernels.NormalizeRowsBackward, rows split over the workers.
 func (CPU) NormalizeRowsBackward(y, dy, invStd []float32, L int, dx []float32) {
-	parFor(len(invStd), grainFor(L), func(lo, hi int) { kernels.NormalizeRowsBackward(y, dy, invStd, L, dx, lo, hi) })
+	runJob(len(invStd), grainFor(L), func(j *cpuJob, lo, hi int) {
+		kernels.NormalizeRowsBackward(j.f[0], j.f[1], j.f[2], j.n, j.f[3], lo, hi)
+	}, func(j *cpuJob) { j.f[0], j.f[1], j.f[2], j.n, j.f[3] = y, dy, invStd, L, dx })
 }
 
 // NormalizeRowsAffine implements NNOps, rows split over the workers.
 func (CPU) NormalizeRowsAffine(n *NormRows, x, scale, bias, y, mean, invStd []float32) {
-	r := n.r
-	parFor(r.rows, grainFor(r.L), func(lo, hi int) { r.forward(x, scale, bias, y, mean, invStd, lo, hi) })
+	n.r.forward(x, scale, bias, y, mean, invStd)
 }
 
 // NormalizeRowsAffineBackward implements NNOps, rows split over the
 // workers.
 func (CPU) NormalizeRowsAffineBackward(n *NormRows, x, scale, mean, invStd, dy, dx []float32) {
-	r := n.r
-	parFor(r.rows, grainFor(r.L), func(lo, hi int) { r.backwardX(x, scale, mean, invStd, dy, dx, lo, hi) })
+	n.r.backward(x, scale, mean, invStd, dy, dx)
 }
 
 // NormalizeRowsAffineParamGrads implements NNOps.
 func (CPU) NormalizeRowsAffineParamGrads(n *NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
-	n.r.backwardParams(x, mean, invStd, dy, dscale, dbias)
+	kernels.RowNormParamGrads(&n.r.RowNorm, x, mean, invStd, dy, dscale, dbias, n.r.accS, n.r.accB)
 }
 
-// LRN implements NNOps with kernels.LRN.
-func (CPU) LRN(s *LRNShape, x, y, ws []float32) { kernels.LRN(s, x, y, ws) }
+// LRN implements NNOps with kernels.LRN, samples split over the workers.
+func (CPU) LRN(s *LRNShape, x, y, ws []float32) {
+	runJob(s.N, grainFor(s.C*s.Inner*s.Size), func(j *cpuJob, lo, hi int) {
+		kernels.LRN(j.lrn, j.f[0], j.f[1], j.f[2], lo, hi)
+	}, func(j *cpuJob) { j.lrn, j.f[0], j.f[1], j.f[2] = s, x, y, ws })
+}
 
-// LRNBackward implements NNOps with kernels.LRNBackward.
-func (CPU) LRNBackward(s *LRNShape, x, dy, dx, ws []float32) { kernels.LRNBackward(s, x, dy, dx, ws) }
+// LRNBackward implements NNOps with kernels.LRNBackward, samples split
+// over the workers.
+func (CPU) LRNBackward(s *LRNShape, x, dy, dx, ws []float32) {
+	runJob(s.N, grainFor(s.C*s.Inner*s.Size), func(j *cpuJob, lo, hi int) {
+		kernels.LRNBackward(j.lrn, j.f[0], j.f[1], j.f[2], j.f[3], lo, hi)
+	}, func(j *cpuJob) { j.lrn, j.f[0], j.f[1], j.f[2], j.f[3] = s, x, dy, dx, ws })
+}
 
 // GemmBias implements NNOps with kernels.Expand and a scaling.
 func (CPU) GemmBias(beta float32, c []float32, cShape []int, y []float32, yShape []int) {

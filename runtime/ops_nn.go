@@ -2,7 +2,8 @@ package runtime
 
 import (
 	"fmt"
-	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 func to64(s []int) []int64 {
@@ -483,23 +484,18 @@ func buildBatchNorm(p *Plan, nd *node) error {
 // InstanceNormalization, GroupNormalization) and applies a per-element
 // affine transform whose parameter index depends on mode.
 type rowNorm struct {
-	rows, L int
-	eps     float64
-	mode    int // normLast: index j; normChan: channel of element; normGroup: group
-	G, CpG  int // groups, channels per group
-	S       int // spatial size
+	kernels.RowNorm
 	nParams int // scale and bias elements
-	mean    []float32
-	inv     []float32
-	accS    []float64
-	accB    []float64
+	// mean and inv are the rows' statistics from the last forward;
+	// accS and accB the CPU's float64 accumulators of the parameter
+	// gradients.
+	mean, inv  []float32
+	accS, accB []float64
+	// The CPU's parallel regions, compiled once so that a run allocates
+	// nothing: their operands for the next parFor.
+	x, scale, bias, y, dy, dx, mu, is []float32
+	fwdJob, bwdJob                    func(lo, hi int)
 }
-
-const (
-	normLast = iota
-	normChan
-	normGroup
-)
 
 // NormRows describes a compiled normalization node to the per-sample
 // rules: the node normalizes rows of RowLen consecutive elements of its
@@ -514,135 +510,44 @@ type NormRows struct{ r *rowNorm }
 func (n *NormRows) RowLen() int { return n.r.L }
 
 // Rows is the number of rows of the whole input.
-func (n *NormRows) Rows() int { return n.r.rows }
+func (n *NormRows) Rows() int { return n.r.Rows }
 
 // Epsilon is the ε added to each row's variance.
-func (n *NormRows) Epsilon() float64 { return n.r.eps }
+func (n *NormRows) Epsilon() float64 { return n.r.Eps }
 
 // Param is the scale/bias element that element j of row row uses.
-func (n *NormRows) Param(row, j int) int { return n.r.pidx(row, j) }
+func (n *NormRows) Param(row, j int) int { return n.r.Param(row, j) }
 
 // Stats is row row's mean and 1/σ from the last Forward (rows numbered
 // over the whole input, in its flat order).
 func (n *NormRows) Stats(row int) (mean, inv float32) { return n.r.mean[row], n.r.inv[row] }
 
-func (r *rowNorm) pidx(row, j int) int {
-	switch r.mode {
-	case normChan:
-		return (row%r.G)*r.CpG + j/r.S
-	case normGroup:
-		return row % r.G
-	}
-	return j
-}
-
-// forward is the CPU's NNOps.NormalizeRowsAffine on rows [lo, hi).
-func (r *rowNorm) forward(x, scale, bias, y, mean, inv []float32, lo, hi int) {
-	for row := lo; row < hi; row++ {
-		xr, yr := x[row*r.L:(row+1)*r.L], y[row*r.L:(row+1)*r.L]
-		var s float64
-		for _, v := range xr {
-			s += float64(v)
-		}
-		m := s / float64(r.L)
-		var ss float64
-		for _, v := range xr {
-			d := float64(v) - m
-			ss += d * d
-		}
-		iv := 1 / math.Sqrt(ss/float64(r.L)+r.eps)
-		mean[row], inv[row] = float32(m), float32(iv)
-		mf, ivf := float32(m), float32(iv)
-		for j, v := range xr {
-			k := r.pidx(row, j)
-			yv := (v - mf) * ivf * scale[k]
-			if bias != nil {
-				yv += bias[k]
-			}
-			yr[j] = yv
-		}
-	}
-}
-
-// backwardX computes dx for rows [lo, hi) (the CPU's
-// NNOps.NormalizeRowsAffineBackward).
-func (r *rowNorm) backwardX(x, scale, mean, inv, dy, dx []float32, lo, hi int) {
-	for row := lo; row < hi; row++ {
-		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		m, iv := mean[row], inv[row]
-		var sg, sgx float64
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			xh := (xr[j] - m) * iv
-			gs := g * scale[k]
-			sg += float64(gs)
-			sgx += float64(gs * xh)
-		}
-		mg, mgx := float32(sg/float64(r.L)), float32(sgx/float64(r.L))
-		dr := dx[row*r.L : (row+1)*r.L]
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			xh := (xr[j] - m) * iv
-			dr[j] = iv * (g*scale[k] - mg - xh*mgx)
-		}
-	}
-}
-
-// backwardParams computes the scale and bias gradients (either may be
-// nil), summed over rows (the CPU's NNOps.NormalizeRowsAffineParamGrads).
-func (r *rowNorm) backwardParams(x, mean, inv, dy, dscale, dbias []float32) {
-	if dscale == nil && dbias == nil {
-		return
-	}
-	clear(r.accS)
-	clear(r.accB)
-	for row := 0; row < r.rows; row++ {
-		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		m, iv := mean[row], inv[row]
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			r.accS[k] += float64(g * (xr[j] - m) * iv)
-			r.accB[k] += float64(g)
-		}
-	}
-	if dscale != nil {
-		for k := range dscale {
-			dscale[k] = float32(r.accS[k])
-		}
-	}
-	if dbias != nil {
-		for k := range dbias {
-			dbias[k] = float32(r.accB[k])
-		}
-	}
-}
-
 // NewLayerNormRows describes LayerNormalization of outer rows of size
 // elements, scale and bias of size elements (NNOps.NormalizeRowsAffine).
 func NewLayerNormRows(outer, size int, eps float64) *NormRows {
-	return newNormRows(&rowNorm{rows: outer, L: size, mode: normLast}, size, eps)
+	return newNormRows(&rowNorm{RowNorm: kernels.RowNorm{Rows: outer, L: size, Mode: kernels.NormLast}}, size, eps)
 }
 
 // NewInstanceNormRows describes InstanceNormalization of n samples of c
 // channels of spatial elements, scale and bias per channel.
 func NewInstanceNormRows(n, c, spatial int, eps float64) *NormRows {
-	return newNormRows(&rowNorm{rows: n * c, L: spatial, mode: normChan, G: c, CpG: 1, S: spatial}, c, eps)
+	return newNormRows(&rowNorm{RowNorm: kernels.RowNorm{Rows: n * c, L: spatial, Mode: kernels.NormChannel, G: c, CpG: 1, S: spatial}}, c, eps)
 }
 
 // NewGroupNormRows describes GroupNormalization of n samples of c
 // channels of spatial elements in groups groups, scale and bias per
 // channel, or per group when perGroup (opset 18).
 func NewGroupNormRows(n, c, spatial, groups int, perGroup bool, eps float64) *NormRows {
-	r := &rowNorm{rows: n * groups, L: c / groups * spatial, G: groups, CpG: c / groups, S: spatial, mode: normChan}
+	r := &rowNorm{RowNorm: kernels.RowNorm{Rows: n * groups, L: c / groups * spatial, G: groups, CpG: c / groups, S: spatial, Mode: kernels.NormChannel}}
 	if perGroup {
-		r.mode = normGroup
+		r.Mode = kernels.NormGroup
 		return newNormRows(r, groups, eps)
 	}
 	return newNormRows(r, c, eps)
 }
 
 func newNormRows(r *rowNorm, nParams int, eps float64) *NormRows {
-	r.eps = eps
+	r.Eps = eps
 	r.nParams = nParams
 	r.accS, r.accB = make([]float64, nParams), make([]float64, nParams)
 	return &NormRows{r: r}
@@ -650,6 +555,27 @@ func newNormRows(r *rowNorm, nParams int, eps float64) *NormRows {
 
 // NumParams is the number of scale (and bias) elements.
 func (n *NormRows) NumParams() int { return n.r.nParams }
+
+// forward is the CPU's NNOps.NormalizeRowsAffine, rows split over the
+// workers.
+func (r *rowNorm) forward(x, scale, bias, y, mean, inv []float32) {
+	if r.fwdJob == nil {
+		r.fwdJob = func(lo, hi int) { kernels.RowNormForward(&r.RowNorm, r.x, r.scale, r.bias, r.y, r.mu, r.is, lo, hi) }
+	}
+	r.x, r.scale, r.bias, r.y, r.mu, r.is = x, scale, bias, y, mean, inv
+	parFor(r.Rows, grainFor(r.L), r.fwdJob)
+	r.x, r.scale, r.bias, r.y, r.mu, r.is = nil, nil, nil, nil, nil, nil
+}
+
+// backward is the CPU's NNOps.NormalizeRowsAffineBackward.
+func (r *rowNorm) backward(x, scale, mean, inv, dy, dx []float32) {
+	if r.bwdJob == nil {
+		r.bwdJob = func(lo, hi int) { kernels.RowNormBackward(&r.RowNorm, r.x, r.scale, r.mu, r.is, r.dy, r.dx, lo, hi) }
+	}
+	r.x, r.scale, r.mu, r.is, r.dy, r.dx = x, scale, mean, inv, dy, dx
+	parFor(r.Rows, grainFor(r.L), r.bwdJob)
+	r.x, r.scale, r.mu, r.is, r.dy, r.dx = nil, nil, nil, nil, nil, nil
+}
 
 func compileRowNorm(p *Plan, nd *node, mk func(eps float64) *NormRows) error {
 	x, scale, bias, err := floatIn3(nd)
@@ -667,11 +593,11 @@ func compileRowNorm(p *Plan, nd *node, mk func(eps float64) *NormRows) error {
 	}
 	// The rows' statistics, for the backward and the per-sample rules
 	// (NormRows.Stats): node-owned device buffers.
-	stats, err := p.dev.Alloc(2 * r.rows)
+	stats, err := p.dev.Alloc(2 * r.Rows)
 	if err != nil {
 		return err
 	}
-	r.mean, r.inv = stats.Floats()[:r.rows], stats.Floats()[r.rows:]
+	r.mean, r.inv = stats.Floats()[:r.Rows], stats.Floats()[r.Rows:]
 	nd.norm = r
 	y := nd.out[0]
 	nd.saveIn[0], nd.saveIn[1] = true, true
