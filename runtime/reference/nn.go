@@ -66,11 +66,11 @@ func poolWindow(s *runtime.PoolShape) window {
 	return newWindow(s.In, s.Kernel, s.Out, s.Strides, s.Dilations, s.Pads)
 }
 
-// convTaps calls fn(n, m, o, c, kw, xi) for every product of the
+// convProducts calls fn(n, m, o, c, kw, xi) for every product of the
 // convolution s: sample n, output channel m at output position o, input
 // channel c at input position xi (flat in the plane), read through weight
 // element kw (flat in w).
-func convTaps(s *runtime.ConvShape, fn func(n, m, o, c, kw, xi int)) {
+func convProducts(s *runtime.ConvShape, fn func(n, m, o, c, kw, xi int)) {
 	w := convWindow(s)
 	G := max(s.Group, 1)
 	Cg, Mg := s.C/G, s.M/G
@@ -113,7 +113,7 @@ func (Device) Conv(s *runtime.ConvShape, x, w, bias, y, _ []float32) {
 			acc[i] = float64(bias[i/T%s.M])
 		}
 	}
-	convTaps(s, func(n, m, o, c, kw, xi int) {
+	convProducts(s, func(n, m, o, c, kw, xi int) {
 		acc[(n*s.M+m)*T+o] += float64(w[kw]) * float64(x[(n*s.C+c)*In+xi])
 	})
 	round(y, acc)
@@ -130,7 +130,7 @@ func (Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, _ []float
 	if dw != nil {
 		adw = make([]float64, s.M*(s.C/max(s.Group, 1))*numel(s.Kernel))
 	}
-	convTaps(s, func(n, m, o, c, kw, xi int) {
+	convProducts(s, func(n, m, o, c, kw, xi int) {
 		g := float64(dy[(n*s.M+m)*T+o])
 		if adx != nil {
 			adx[(n*s.C+c)*In+xi] += g * float64(w[kw])
@@ -175,7 +175,7 @@ func (Device) ConvTranspose(s *runtime.ConvShape, x, w, bias, y, _ []float32) {
 			acc[i] = float64(bias[i/In%s.C])
 		}
 	}
-	convTaps(s, func(n, m, o, c, kw, xi int) {
+	convProducts(s, func(n, m, o, c, kw, xi int) {
 		acc[(n*s.C+c)*In+xi] += float64(x[(n*s.M+m)*T+o]) * float64(w[kw])
 	})
 	round(y, acc)
@@ -192,7 +192,7 @@ func (Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, 
 	if dw != nil {
 		adw = make([]float64, s.M*(s.C/max(s.Group, 1))*numel(s.Kernel))
 	}
-	convTaps(s, func(n, m, o, c, kw, xi int) {
+	convProducts(s, func(n, m, o, c, kw, xi int) {
 		g := float64(dy[(n*s.C+c)*In+xi])
 		if adx != nil {
 			adx[(n*s.M+m)*T+o] += g * float64(w[kw])
