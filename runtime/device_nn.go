@@ -288,6 +288,59 @@ func (CPU) NormalizeRowsBackward(y, dy, invStd []float32, L int, dx []float32) {
 	}, func(j *cpuJob) { j.f[0], j.f[1], j.f[2], j.n, j.f[3] = y, dy, invStd, L, dx })
 }
 
+// rowNormShape is the geometry of a row normalization and its parameter
+// layout (normLast, normChan, normGroup).
+type rowNormShape = kernels.RowNorm
+
+// The parameter layouts of a row normalization.
+const (
+	normLast  = kernels.NormLast
+	normChan  = kernels.NormChannel
+	normGroup = kernels.NormGroup
+)
+
+// rowNorm normalizes rows of L contiguous elements (LayerNormalization,
+// InstanceNormalization, GroupNormalization) and applies a per-element
+// affine transform whose parameter index depends on mode.
+type rowNorm struct {
+	rowNormShape
+	nParams int // scale and bias elements
+	// mean and inv are the rows' statistics from the last forward;
+	// accS and accB the CPU's float64 accumulators of the parameter
+	// gradients.
+	mean, inv  []float32
+	accS, accB []float64
+	// The CPU's parallel regions, compiled once so that a run allocates
+	// nothing: their operands for the next parFor.
+	x, scale, bias, y, dy, dx, mu, is []float32
+	fwdJob, bwdJob                    func(lo, hi int)
+}
+
+// forward is the CPU's NNOps.NormalizeRowsAffine, rows split over the
+// workers.
+func (r *rowNorm) forward(x, scale, bias, y, mean, inv []float32) {
+	if r.fwdJob == nil {
+		r.fwdJob = func(lo, hi int) {
+			kernels.RowNormForward(&r.rowNormShape, r.x, r.scale, r.bias, r.y, r.mu, r.is, lo, hi)
+		}
+	}
+	r.x, r.scale, r.bias, r.y, r.mu, r.is = x, scale, bias, y, mean, inv
+	parFor(r.Rows, grainFor(r.L), r.fwdJob)
+	r.x, r.scale, r.bias, r.y, r.mu, r.is = nil, nil, nil, nil, nil, nil
+}
+
+// backward is the CPU's NNOps.NormalizeRowsAffineBackward.
+func (r *rowNorm) backward(x, scale, mean, inv, dy, dx []float32) {
+	if r.bwdJob == nil {
+		r.bwdJob = func(lo, hi int) {
+			kernels.RowNormBackward(&r.rowNormShape, r.x, r.scale, r.mu, r.is, r.dy, r.dx, lo, hi)
+		}
+	}
+	r.x, r.scale, r.mu, r.is, r.dy, r.dx = x, scale, mean, inv, dy, dx
+	parFor(r.Rows, grainFor(r.L), r.bwdJob)
+	r.x, r.scale, r.mu, r.is, r.dy, r.dx = nil, nil, nil, nil, nil, nil
+}
+
 // NormalizeRowsAffine implements NNOps, rows split over the workers.
 func (CPU) NormalizeRowsAffine(n *NormRows, x, scale, bias, y, mean, invStd []float32) {
 	n.r.forward(x, scale, bias, y, mean, invStd)
@@ -301,7 +354,7 @@ func (CPU) NormalizeRowsAffineBackward(n *NormRows, x, scale, mean, invStd, dy, 
 
 // NormalizeRowsAffineParamGrads implements NNOps.
 func (CPU) NormalizeRowsAffineParamGrads(n *NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
-	kernels.RowNormParamGrads(&n.r.RowNorm, x, mean, invStd, dy, dscale, dbias, n.r.accS, n.r.accB)
+	kernels.RowNormParamGrads(&n.r.rowNormShape, x, mean, invStd, dy, dscale, dbias, n.r.accS, n.r.accB)
 }
 
 // LRN implements NNOps with kernels.LRN, samples split over the workers.

@@ -1,10 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
-)
+import "fmt"
 
 func to64(s []int) []int64 {
 	out := make([]int64, len(s))
@@ -480,23 +476,6 @@ func buildBatchNorm(p *Plan, nd *node) error {
 	return nil
 }
 
-// rowNorm normalizes rows of L contiguous elements (LayerNormalization,
-// InstanceNormalization, GroupNormalization) and applies a per-element
-// affine transform whose parameter index depends on mode.
-type rowNorm struct {
-	kernels.RowNorm
-	nParams int // scale and bias elements
-	// mean and inv are the rows' statistics from the last forward;
-	// accS and accB the CPU's float64 accumulators of the parameter
-	// gradients.
-	mean, inv  []float32
-	accS, accB []float64
-	// The CPU's parallel regions, compiled once so that a run allocates
-	// nothing: their operands for the next parFor.
-	x, scale, bias, y, dy, dx, mu, is []float32
-	fwdJob, bwdJob                    func(lo, hi int)
-}
-
 // NormRows describes a compiled normalization node to the per-sample
 // rules: the node normalizes rows of RowLen consecutive elements of its
 // input (a sample's rows are consecutive in its own elements), and element
@@ -525,22 +504,22 @@ func (n *NormRows) Stats(row int) (mean, inv float32) { return n.r.mean[row], n.
 // NewLayerNormRows describes LayerNormalization of outer rows of size
 // elements, scale and bias of size elements (NNOps.NormalizeRowsAffine).
 func NewLayerNormRows(outer, size int, eps float64) *NormRows {
-	return newNormRows(&rowNorm{RowNorm: kernels.RowNorm{Rows: outer, L: size, Mode: kernels.NormLast}}, size, eps)
+	return newNormRows(&rowNorm{rowNormShape: rowNormShape{Rows: outer, L: size, Mode: normLast}}, size, eps)
 }
 
 // NewInstanceNormRows describes InstanceNormalization of n samples of c
 // channels of spatial elements, scale and bias per channel.
 func NewInstanceNormRows(n, c, spatial int, eps float64) *NormRows {
-	return newNormRows(&rowNorm{RowNorm: kernels.RowNorm{Rows: n * c, L: spatial, Mode: kernels.NormChannel, G: c, CpG: 1, S: spatial}}, c, eps)
+	return newNormRows(&rowNorm{rowNormShape: rowNormShape{Rows: n * c, L: spatial, Mode: normChan, G: c, CpG: 1, S: spatial}}, c, eps)
 }
 
 // NewGroupNormRows describes GroupNormalization of n samples of c
 // channels of spatial elements in groups groups, scale and bias per
 // channel, or per group when perGroup (opset 18).
 func NewGroupNormRows(n, c, spatial, groups int, perGroup bool, eps float64) *NormRows {
-	r := &rowNorm{RowNorm: kernels.RowNorm{Rows: n * groups, L: c / groups * spatial, G: groups, CpG: c / groups, S: spatial, Mode: kernels.NormChannel}}
+	r := &rowNorm{rowNormShape: rowNormShape{Rows: n * groups, L: c / groups * spatial, G: groups, CpG: c / groups, S: spatial, Mode: normChan}}
 	if perGroup {
-		r.Mode = kernels.NormGroup
+		r.Mode = normGroup
 		return newNormRows(r, groups, eps)
 	}
 	return newNormRows(r, c, eps)
@@ -555,27 +534,6 @@ func newNormRows(r *rowNorm, nParams int, eps float64) *NormRows {
 
 // NumParams is the number of scale (and bias) elements.
 func (n *NormRows) NumParams() int { return n.r.nParams }
-
-// forward is the CPU's NNOps.NormalizeRowsAffine, rows split over the
-// workers.
-func (r *rowNorm) forward(x, scale, bias, y, mean, inv []float32) {
-	if r.fwdJob == nil {
-		r.fwdJob = func(lo, hi int) { kernels.RowNormForward(&r.RowNorm, r.x, r.scale, r.bias, r.y, r.mu, r.is, lo, hi) }
-	}
-	r.x, r.scale, r.bias, r.y, r.mu, r.is = x, scale, bias, y, mean, inv
-	parFor(r.Rows, grainFor(r.L), r.fwdJob)
-	r.x, r.scale, r.bias, r.y, r.mu, r.is = nil, nil, nil, nil, nil, nil
-}
-
-// backward is the CPU's NNOps.NormalizeRowsAffineBackward.
-func (r *rowNorm) backward(x, scale, mean, inv, dy, dx []float32) {
-	if r.bwdJob == nil {
-		r.bwdJob = func(lo, hi int) { kernels.RowNormBackward(&r.RowNorm, r.x, r.scale, r.mu, r.is, r.dy, r.dx, lo, hi) }
-	}
-	r.x, r.scale, r.mu, r.is, r.dy, r.dx = x, scale, mean, inv, dy, dx
-	parFor(r.Rows, grainFor(r.L), r.bwdJob)
-	r.x, r.scale, r.mu, r.is, r.dy, r.dx = nil, nil, nil, nil, nil, nil
-}
 
 func compileRowNorm(p *Plan, nd *node, mk func(eps float64) *NormRows) error {
 	x, scale, bias, err := floatIn3(nd)
