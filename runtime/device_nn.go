@@ -127,6 +127,41 @@ type NNOps interface {
 	GemmBiasBackward(beta float32, dy []float32, yShape []int, dc []float32, cShape []int)
 }
 
+// cpuJob is a parallel region of one of the CPU's graph kernels that work
+// on a range of items (kernels.NormalizeRows, kernels.BatchNorm, …): its
+// operands, and kernel, a plain function reading them. Jobs are pooled
+// and their work function made once per job, so that a call allocates
+// nothing (the closures of kernels' own parallel loops would, once per
+// call).
+type cpuJob struct {
+	f      [11][]float32
+	arg    []int32
+	n      int
+	eps    float32
+	bn     *BatchNormShape
+	lrn    *LRNShape
+	rn     *rowNormShape
+	kernel func(j *cpuJob, lo, hi int)
+	fn     func(lo, hi int)
+}
+
+var cpuJobs = sync.Pool{New: func() any {
+	j := &cpuJob{}
+	j.fn = func(lo, hi int) { j.kernel(j, lo, hi) }
+	return j
+}}
+
+// runJob runs kernel over [0, items) on the workers, ranges of at least
+// grain items, with the operands set by set.
+func runJob(items, grain int, kernel func(j *cpuJob, lo, hi int), set func(j *cpuJob)) {
+	j := cpuJobs.Get().(*cpuJob)
+	j.kernel = kernel
+	set(j)
+	parFor(items, grain, j.fn)
+	*j = cpuJob{fn: j.fn}
+	cpuJobs.Put(j)
+}
+
 // ConvScratchSize implements NNOps with kernels.ConvWorkspaceSize.
 func (CPU) ConvScratchSize(s *ConvShape) int { return kernels.ConvWorkspaceSize(s) }
 
@@ -238,40 +273,6 @@ func (CPU) BatchNormBackward(s *BatchNormShape, x, scale, mean, invStd, dy, dx, 
 	})
 }
 
-// cpuJob is a parallel region of one of the CPU's graph kernels that work
-// on a range of items (kernels.NormalizeRows, kernels.BatchNorm, …): its
-// operands, and kernel, a plain function reading them. Jobs are pooled
-// and their work function made once per job, so that a call allocates
-// nothing (the closures of kernels' own parallel loops would, once per
-// call).
-type cpuJob struct {
-	f      [11][]float32
-	arg    []int32
-	n      int
-	eps    float32
-	bn     *BatchNormShape
-	lrn    *LRNShape
-	kernel func(j *cpuJob, lo, hi int)
-	fn     func(lo, hi int)
-}
-
-var cpuJobs = sync.Pool{New: func() any {
-	j := &cpuJob{}
-	j.fn = func(lo, hi int) { j.kernel(j, lo, hi) }
-	return j
-}}
-
-// runJob runs kernel over [0, items) on the workers, ranges of at least
-// grain items, with the operands set by set.
-func runJob(items, grain int, kernel func(j *cpuJob, lo, hi int), set func(j *cpuJob)) {
-	j := cpuJobs.Get().(*cpuJob)
-	j.kernel = kernel
-	set(j)
-	parFor(items, grain, j.fn)
-	*j = cpuJob{fn: j.fn}
-	cpuJobs.Put(j)
-}
-
 // NormalizeRows implements NNOps with kernels.NormalizeRows, rows split
 // over the workers.
 func (CPU) NormalizeRows(x, y []float32, L int, eps float32, invStd []float32) {
@@ -310,46 +311,27 @@ type rowNorm struct {
 	// gradients.
 	mean, inv  []float32
 	accS, accB []float64
-	// The CPU's parallel regions, compiled once so that a run allocates
-	// nothing: their operands for the next parFor.
-	x, scale, bias, y, dy, dx, mu, is []float32
-	fwdJob, bwdJob                    func(lo, hi int)
-}
-
-// forward is the CPU's NNOps.NormalizeRowsAffine, rows split over the
-// workers.
-func (r *rowNorm) forward(x, scale, bias, y, mean, inv []float32) {
-	if r.fwdJob == nil {
-		r.fwdJob = func(lo, hi int) {
-			kernels.RowNormForward(&r.rowNormShape, r.x, r.scale, r.bias, r.y, r.mu, r.is, lo, hi)
-		}
-	}
-	r.x, r.scale, r.bias, r.y, r.mu, r.is = x, scale, bias, y, mean, inv
-	parFor(r.Rows, grainFor(r.L), r.fwdJob)
-	r.x, r.scale, r.bias, r.y, r.mu, r.is = nil, nil, nil, nil, nil, nil
-}
-
-// backward is the CPU's NNOps.NormalizeRowsAffineBackward.
-func (r *rowNorm) backward(x, scale, mean, inv, dy, dx []float32) {
-	if r.bwdJob == nil {
-		r.bwdJob = func(lo, hi int) {
-			kernels.RowNormBackward(&r.rowNormShape, r.x, r.scale, r.mu, r.is, r.dy, r.dx, lo, hi)
-		}
-	}
-	r.x, r.scale, r.mu, r.is, r.dy, r.dx = x, scale, mean, inv, dy, dx
-	parFor(r.Rows, grainFor(r.L), r.bwdJob)
-	r.x, r.scale, r.mu, r.is, r.dy, r.dx = nil, nil, nil, nil, nil, nil
 }
 
 // NormalizeRowsAffine implements NNOps, rows split over the workers.
 func (CPU) NormalizeRowsAffine(n *NormRows, x, scale, bias, y, mean, invStd []float32) {
-	n.r.forward(x, scale, bias, y, mean, invStd)
+	runJob(n.r.Rows, grainFor(n.r.L), func(j *cpuJob, lo, hi int) {
+		f := &j.f
+		kernels.RowNormForward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], lo, hi)
+	}, func(j *cpuJob) {
+		j.rn, j.f = &n.r.rowNormShape, [11][]float32{x, scale, bias, y, mean, invStd}
+	})
 }
 
 // NormalizeRowsAffineBackward implements NNOps, rows split over the
 // workers.
 func (CPU) NormalizeRowsAffineBackward(n *NormRows, x, scale, mean, invStd, dy, dx []float32) {
-	n.r.backward(x, scale, mean, invStd, dy, dx)
+	runJob(n.r.Rows, grainFor(n.r.L), func(j *cpuJob, lo, hi int) {
+		f := &j.f
+		kernels.RowNormBackward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], lo, hi)
+	}, func(j *cpuJob) {
+		j.rn, j.f = &n.r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
+	})
 }
 
 // NormalizeRowsAffineParamGrads implements NNOps.
