@@ -128,8 +128,9 @@ type NNOps interface {
 }
 
 // cpuJob is a parallel region of one of the CPU's graph kernels that work
-// on a range of items (kernels.NormalizeRows, kernels.BatchNorm, …): its
-// operands, and kernel, a plain function reading them. Jobs are pooled
+// on a range of items (kernels.NormalizeRows, kernels.BatchNorm, …, and
+// the layout plans' block copies): its operands, and kernel, a plain
+// function reading them. Jobs are pooled
 // and their work function made once per job, so that a call allocates
 // nothing (the closures of kernels' own parallel loops would, once per
 // call).
@@ -141,6 +142,10 @@ type cpuJob struct {
 	bn     *BatchNormShape
 	lrn    *LRNShape
 	rn     *rowNormShape
+	pp     *PermPlan
+	rb     *RowBlocks
+	parts  [][]float32
+	flag   bool
 	kernel func(j *cpuJob, lo, hi int)
 	fn     func(lo, hi int)
 }
