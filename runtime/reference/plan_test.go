@@ -23,11 +23,13 @@ const planTolerance = 1e-4
 // planErr is the error metric of TestPlanOnReferenceBackend: max_k
 // |got_k − want_k| / max(max_k |want_k|, floor), the largest absolute
 // difference scaled by the largest magnitude of the CPU's tensor. For
-// parameter gradients the floor is 1e-4 × the largest CPU gradient of the
-// model (as runtime's TestGoldens does against PyTorch): some gradients
-// are analytically zero (attention key biases, to which softmax is
-// invariant) and both devices give float rounding noise for them, which
-// has no scale of its own. A NaN on one side only, or a different length,
+// parameter gradients the floor is 1e-3 × the largest CPU gradient of the
+// model: some gradients are analytically zero (attention key biases, to
+// which softmax is invariant) and both devices give float rounding noise
+// for them, different on each, which has no scale of its own; with the
+// floor such a tensor may differ by 1e-7 of the model's largest gradient
+// (float32's rounding unit), the absolute allowance runtime's TestGoldens
+// gives against PyTorch. A NaN on one side only, or a different length,
 // is +Inf.
 func planErr(got, want []float32, floor float64) float64 {
 	if len(got) != len(want) {
@@ -94,7 +96,8 @@ func runPlan(t *testing.T, g *graph.Graph, gold map[string]*npy.Array, dev runti
 // testdata/models on the reference backend and on the CPU, for the batch
 // of its golden input (testdata/golden), fused and unfused, and holds the
 // reference plan's logits, per-sample losses (on the golden labels) and
-// parameter gradients to the CPU plan's: planErr ≤ 1e-4 for every tensor.
+// parameter gradients to the CPU plan's: planErr ≤ 1e-4 for every tensor
+// (gradients floored at 1e-3 of the model's largest).
 // The plan's nodes compute only through the device's GraphOps, so this is
 // the whole forward and backward pass of every fixture computed twice,
 // by independent code.
@@ -159,7 +162,7 @@ func TestPlanOnReferenceBackend(t *testing.T) {
 						t.Errorf("%s: parameter %s has no gradient on the reference plan", mode, n)
 						continue
 					}
-					e := planErr(gr, want.grads[n], 1e-4*largest)
+					e := planErr(gr, want.grads[n], 1e-3*largest)
 					if e > planTolerance {
 						t.Errorf("%s: gradient %s: error %.3g > %g", mode, n, e, planTolerance)
 					}
