@@ -69,6 +69,9 @@ func runPlan(t *testing.T, g *graph.Graph, gold map[string]*npy.Array, dev runti
 	if err != nil {
 		t.Fatalf("%s: compile: %v", dev.Name(), err)
 	}
+	if p.Device() != dev {
+		t.Fatalf("the plan compiled for %s runs on %s", dev.Name(), p.Device().Name())
+	}
 	if err := p.SetInput(0, in.F32); err != nil {
 		t.Fatalf("%s: %v", dev.Name(), err)
 	}
