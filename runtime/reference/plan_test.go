@@ -174,7 +174,50 @@ func TestPlanOnReferenceBackend(t *testing.T) {
 					}
 				}
 				t.Logf("%s: %d gradients, worst error %.3g (%s)", mode, len(names), worst, worstName)
+				if !noFusion {
+					checkPyTorch(t, got, gold)
+				}
 			}
 		})
+	}
+}
+
+// checkPyTorch holds the reference plan's results to PyTorch's
+// (testdata/golden, the values runtime's TestGoldens holds the CPU to),
+// with TestGoldens' metric and bounds: logits and per-sample losses within
+// 1e-4 of the largest golden value; every gradient within 1e-3 of its
+// largest golden value, floored at 1e-4 of the model's largest golden
+// gradient. The reference backend is then checked against an
+// implementation that shares no code with either backend.
+func checkPyTorch(t *testing.T, got planRun, gold map[string]*npy.Array) {
+	t.Helper()
+	if e := planErr(got.logits, gold["logits"].F32, 0); e > 1e-4 {
+		t.Errorf("logits against PyTorch: error %.3g > 1e-4", e)
+	}
+	if e := planErr(got.losses, gold["loss"].F32, 0); e > 1e-4 {
+		t.Errorf("losses against PyTorch: error %.3g > 1e-4", e)
+	}
+	var largest float64
+	n := 0
+	for k, a := range gold {
+		if strings.HasPrefix(k, "grad/") {
+			n++
+			for _, v := range a.F32 {
+				largest = math.Max(largest, math.Abs(float64(v)))
+			}
+		}
+	}
+	if n != len(got.grads) {
+		t.Errorf("%d golden gradients, %d trainable parameters", n, len(got.grads))
+	}
+	for name, gr := range got.grads {
+		want, ok := gold["grad/"+name]
+		if !ok {
+			t.Errorf("%s: no golden gradient", name)
+			continue
+		}
+		if e := planErr(gr, want.F32, 1e-4*largest); e > 1e-3 {
+			t.Errorf("gradient %s against PyTorch: error %.3g > 1e-3", name, e)
+		}
 	}
 }
