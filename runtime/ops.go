@@ -17,12 +17,12 @@ var opTable map[string]builder
 
 func init() {
 	opTable = map[string]builder{
-		"Add": buildBinary(kernels.Add), "Sub": buildBinary(kernels.Sub), "Mul": buildBinary(kernels.Mul),
-		"Div": buildBinary(kernels.Div), "Pow": buildBinary(kernels.Pow),
-		"Relu": buildUnary(kernels.Relu), "Sigmoid": buildUnary(kernels.Sigmoid), "Tanh": buildUnary(kernels.Tanh),
-		"Erf": buildUnary(kernels.Erf), "Exp": buildUnary(kernels.Exp), "Log": buildUnary(kernels.Log),
-		"Sqrt": buildUnary(kernels.Sqrt), "Neg": buildUnary(kernels.Neg), "Abs": buildUnary(kernels.Abs),
-		"Reciprocal": buildUnary(kernels.Reciprocal),
+		"Add": buildBinary(BinaryAdd), "Sub": buildBinary(BinarySub), "Mul": buildBinary(BinaryMul),
+		"Div": buildBinary(BinaryDiv), "Pow": buildBinary(BinaryPow),
+		"Relu": buildUnary(UnaryRelu), "Sigmoid": buildUnary(UnarySigmoid), "Tanh": buildUnary(UnaryTanh),
+		"Erf": buildUnary(UnaryErf), "Exp": buildUnary(UnaryExp), "Log": buildUnary(UnaryLog),
+		"Sqrt": buildUnary(UnarySqrt), "Neg": buildUnary(UnaryNeg), "Abs": buildUnary(UnaryAbs),
+		"Reciprocal": buildUnary(UnaryReciprocal),
 		"Clip":       buildClip,
 		"Identity":   buildCopy, "Reshape": buildCopy, "Flatten": buildCopy, "Squeeze": buildCopy,
 		"Unsqueeze": buildCopy, "Dropout": buildDropout, "Cast": buildCast,
@@ -122,7 +122,7 @@ func constFloat(nd *node, i int, def float32) (float32, error) {
 	return 0, fmt.Errorf("input %d (%q) must be a scalar", i, t.v.Name)
 }
 
-func buildBinary(op kernels.BinaryOp) builder {
+func buildBinary(op BinaryOp) builder {
 	return func(p *Plan, nd *node) error {
 		a, err := floatIn(nd, 0)
 		if err != nil {
@@ -133,35 +133,35 @@ func buildBinary(op kernels.BinaryOp) builder {
 			return err
 		}
 		y := nd.out[0]
-		nd.fwd = func() { kernels.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
+		nd.fwd = func() { p.ops.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
 		switch op {
-		case kernels.Mul:
+		case BinaryMul:
 			nd.saveIn[0], nd.saveIn[1] = true, true
-		case kernels.Div, kernels.Pow:
+		case BinaryDiv, BinaryPow:
 			nd.saveIn[0], nd.saveIn[1], nd.saveOut = true, true, true
 		}
 		nd.bwd = func() {
-			kernels.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
+			p.ops.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
 		}
 		return nil
 	}
 }
 
-func buildUnary(op kernels.UnaryOp) builder {
+func buildUnary(op UnaryOp) builder {
 	return func(p *Plan, nd *node) error {
 		x, err := floatIn(nd, 0)
 		if err != nil {
 			return err
 		}
 		y := nd.out[0]
-		nd.fwd = func() { kernels.Unary(op, x.data, y.data) }
+		nd.fwd = func() { p.ops.Unary(op, UnaryParams{}, x.data, y.data) }
 		switch op {
-		case kernels.Erf, kernels.Log, kernels.Abs:
+		case UnaryErf, UnaryLog, UnaryAbs:
 			nd.saveIn[0] = true
-		case kernels.Relu, kernels.Sigmoid, kernels.Tanh, kernels.Exp, kernels.Sqrt, kernels.Reciprocal:
+		case UnaryRelu, UnarySigmoid, UnaryTanh, UnaryExp, UnarySqrt, UnaryReciprocal:
 			nd.saveOut = true
 		}
-		nd.bwd = func() { kernels.UnaryBackward(op, x.data, y.data, y.grad, nd.dIn[0]) }
+		nd.bwd = func() { p.ops.UnaryBackward(op, UnaryParams{}, x.data, y.data, y.grad, nd.dIn[0]) }
 		nd.inplaceGrad = true
 		return nil
 	}
@@ -189,9 +189,9 @@ func buildClip(p *Plan, nd *node) error {
 		}
 	}
 	y := nd.out[0]
-	nd.fwd = func() { kernels.Clip(x.data, lo, hi, y.data) }
+	nd.fwd = func() { p.ops.Clip(x.data, lo, hi, y.data) }
 	nd.saveIn[0] = true
-	nd.bwd = func() { kernels.ClipBackward(x.data, lo, hi, y.grad, nd.dIn[0]) }
+	nd.bwd = func() { p.ops.ClipBackward(x.data, lo, hi, y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -273,9 +273,9 @@ func buildWhere(p *Plan, nd *node) error {
 	o := nd.out[0]
 	cond := kernels.BoolsAsBytes(c.b)
 	p.needWS(o.n)
-	nd.fwd = func() { kernels.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
+	nd.fwd = func() { p.ops.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
 	nd.bwd = func() {
-		kernels.WhereBackward(cond, c.shape, x.shape, yv.shape, o.grad, o.shape, nd.dIn[1], nd.dIn[2], p.ws)
+		p.ops.WhereBackward(cond, c.shape, x.shape, yv.shape, o.grad, o.shape, nd.dIn[1], nd.dIn[2], p.ws)
 	}
 	return nil
 }
