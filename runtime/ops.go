@@ -544,6 +544,10 @@ func buildConcat(p *Plan, nd *node) error {
 // --- reductions and softmax ---
 
 func buildReduce(mean bool) builder {
+	op := ReduceSum
+	if mean {
+		op = ReduceMean
+	}
 	return func(p *Plan, nd *node) error {
 		x, err := floatIn(nd, 0)
 		if err != nil {
@@ -558,35 +562,14 @@ func buildReduce(mean bool) builder {
 			return buildCopy(p, nd)
 		}
 		kept := append([]int(nil), x.shape...)
-		cnt := 1
 		for _, a := range axes {
-			cnt *= kept[a]
 			kept[a] = 1
 		}
 		if numel(kept) != y.n {
 			return fmt.Errorf("reduced shape %v does not match output %v", kept, y.shape)
 		}
-		scale := float32(1)
-		if mean {
-			scale = 1 / float32(cnt)
-		}
-		nd.fwd = func() {
-			kernels.ReduceToShape(x.data, x.shape, y.data, kept)
-			if scale != 1 {
-				for i := range y.data {
-					y.data[i] *= scale
-				}
-			}
-		}
-		nd.bwd = func() {
-			dx := nd.dIn[0]
-			kernels.Expand(y.grad, kept, dx, x.shape)
-			if scale != 1 {
-				for i := range dx {
-					dx[i] *= scale
-				}
-			}
-		}
+		nd.fwd = func() { p.ops.ReduceAxes(op, x.data, x.shape, y.data, kept, nil, nil) }
+		nd.bwd = func() { p.ops.ReduceAxesBackward(op, nil, x.shape, nil, y.grad, kept, nil, nil, nd.dIn[0]) }
 		return nil
 	}
 }
@@ -616,107 +599,13 @@ func buildSoftmax(logSoftmax bool) builder {
 			L, inner = numel(x.shape[ax:]), 1
 		}
 		nd.saveOut = true
-		grain := grainFor(L * inner)
-		fwd := func(lo, hi int) {
-			xd, yd := x.data, y.data
-			if inner == 1 {
-				softmaxRows(xd, yd, L, lo, hi, logSoftmax)
-				return
-			}
-			for o := lo; o < hi; o++ {
-				for in := 0; in < inner; in++ {
-					base := o*L*inner + in
-					m := float32(math.Inf(-1))
-					for j := 0; j < L; j++ {
-						if v := xd[base+j*inner]; v > m {
-							m = v
-						}
-					}
-					var s float64
-					for j := 0; j < L; j++ {
-						e := float64(kernels.Expf(xd[base+j*inner] - m))
-						s += e
-						if !logSoftmax {
-							yd[base+j*inner] = float32(e)
-						}
-					}
-					if logSoftmax {
-						ls := float32(math.Log(s))
-						for j := 0; j < L; j++ {
-							yd[base+j*inner] = xd[base+j*inner] - m - ls
-						}
-					} else {
-						inv := float32(1 / s)
-						for j := 0; j < L; j++ {
-							yd[base+j*inner] *= inv
-						}
-					}
-				}
-			}
-		}
-		nd.fwd = func() { parFor(outer, grain, fwd) }
-		bwd := func(lo, hi int) {
-			yd, dy, dx := y.data, y.grad, nd.dIn[0]
-			for o := lo; o < hi; o++ {
-				for in := 0; in < inner; in++ {
-					base := o*L*inner + in
-					var s float64
-					if logSoftmax {
-						for j := 0; j < L; j++ {
-							s += float64(dy[base+j*inner])
-						}
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
-						}
-					} else {
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							s += float64(dy[k] * yd[k])
-						}
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							dx[k] = yd[k] * (dy[k] - float32(s))
-						}
-					}
-				}
-			}
-		}
-		nd.bwd = func() { parFor(outer, grain, bwd) }
-		return nil
-	}
-}
-
-// softmaxRows computes the softmax (or log-softmax) of rows [lo, hi) of L
-// contiguous elements: the shifted row x − max goes to y, where the
-// vectorized kernels.Expfs exponentiates it in place.
-func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
-	for o := lo; o < hi; o++ {
-		xr, yr := x[o*L:(o+1)*L], y[o*L:(o+1)*L]
-		m := float32(math.Inf(-1))
-		for _, v := range xr {
-			if v > m {
-				m = v
-			}
-		}
-		for j, v := range xr {
-			yr[j] = v - m
-		}
-		kernels.Expfs(yr, yr)
-		var s float64
-		for _, e := range yr {
-			s += float64(e)
-		}
 		if logSoftmax {
-			ls := float32(math.Log(s))
-			for j, v := range xr {
-				yr[j] = v - m - ls
-			}
-			continue
+			nd.fwd = func() { p.ops.LogSoftmax(x.data, outer, L, inner, y.data) }
+			nd.bwd = func() { p.ops.LogSoftmaxBackward(y.data, y.grad, outer, L, inner, nd.dIn[0]) }
+		} else {
+			nd.fwd = func() { p.ops.Softmax(x.data, outer, L, inner, y.data) }
+			nd.bwd = func() { p.ops.SoftmaxBackward(y.data, y.grad, outer, L, inner, nd.dIn[0]) }
 		}
-		inv := float32(1 / s)
-		for j := range yr {
-			yr[j] *= inv
-		}
+		return nil
 	}
 }
