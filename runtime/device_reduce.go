@@ -52,6 +52,37 @@ type ReduceOps interface {
 	// dlogits_i = w_i·(probs_i − onehot(label_i)); weights (n) are the
 	// DP engine's clip factors C_i in its second pass, or all ones.
 	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32)
+	// ScatterReduce combines the updates u into y at the compile-time
+	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
+	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
+	// ScatterND's reduction attribute; Max and Min propagate NaN). y
+	// holds the data before (a copy of ScatterND's data input).
+	ScatterReduce(red ScatterReduction, u []float32, idx []int32, y []float32)
+}
+
+// ScatterReduction selects how ReduceOps.ScatterReduce combines an update
+// with the element it lands on (ONNX ScatterND's reduction: "none",
+// "add", "mul", "max", "min").
+type ScatterReduction int
+
+// The reductions of ReduceOps.ScatterReduce.
+const (
+	ScatterReduceNone ScatterReduction = iota
+	ScatterReduceAdd
+	ScatterReduceMul
+	ScatterReduceMax
+	ScatterReduceMin
+)
+
+// ScatterReductionNamed returns the reduction of ScatterND's reduction
+// attribute value.
+func ScatterReductionNamed(name string) (ScatterReduction, error) {
+	for i, n := range []string{"none", "add", "mul", "max", "min"} {
+		if n == name {
+			return ScatterReduction(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scatter reduction %q", name)
 }
 
 // ReduceOp selects the reduction of ReduceOps.ReduceAxes (the ONNX
@@ -465,5 +496,33 @@ func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights 
 			d[j] = w * pr[j]
 		}
 		d[labels[i]] -= w
+	}
+}
+
+// ScatterReduce implements ReduceOps in one pass on the calling goroutine.
+func (CPU) ScatterReduce(red ScatterReduction, u []float32, idx []int32, y []float32) {
+	switch red {
+	case ScatterReduceNone:
+		for i, j := range idx {
+			y[j] = u[i]
+		}
+	case ScatterReduceAdd:
+		for i, j := range idx {
+			y[j] += u[i]
+		}
+	case ScatterReduceMul:
+		for i, j := range idx {
+			y[j] *= u[i]
+		}
+	case ScatterReduceMax:
+		for i, j := range idx {
+			y[j] = max(y[j], u[i])
+		}
+	case ScatterReduceMin:
+		for i, j := range idx {
+			y[j] = min(y[j], u[i])
+		}
+	default:
+		panic(fmt.Sprintf("runtime: unknown scatter reduction %d", red))
 	}
 }

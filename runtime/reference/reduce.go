@@ -248,3 +248,30 @@ func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weigh
 		}
 	}
 }
+
+// ScatterReduce implements runtime.ReduceOps: each update in turn, the
+// combination in float64 (max and min propagate NaN).
+func (Device) ScatterReduce(red runtime.ScatterReduction, u []float32, idx []int32, y []float32) {
+	for i, j := range idx {
+		a, b := float64(y[j]), float64(u[i])
+		switch red {
+		case runtime.ScatterReduceNone:
+			a = b
+		case runtime.ScatterReduceAdd:
+			a += b
+		case runtime.ScatterReduceMul:
+			a *= b
+		case runtime.ScatterReduceMax:
+			if b > a || b != b {
+				a = b
+			}
+		case runtime.ScatterReduceMin:
+			if b < a || b != b {
+				a = b
+			}
+		default:
+			panic("reference: unknown scatter reduction")
+		}
+		y[j] = float32(a)
+	}
+}

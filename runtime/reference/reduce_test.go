@@ -94,6 +94,30 @@ func TestReduceOps(t *testing.T) {
 		d.SoftmaxCrossEntropyBackward(probsRef, labels, weights, N, K, dl)
 		return [][]float32{losses, probs, dl}
 	}})
+	// ScatterReduce with repeated offsets (the reductions accumulate in
+	// order) and a NaN update.
+	data := randIn(700, 50, -1, 1)
+	upd := randIn(701, 30, -1, 1)
+	upd[4] = float32(math.NaN())
+	sIdx := make([]int32, len(upd))
+	for i := range sIdx {
+		sIdx[i] = int32(i * 7 % 50)
+	}
+	uniq := make([]int32, len(upd)) // for replacement: distinct offsets
+	for i := range uniq {
+		uniq[i] = int32(i * 3 % 50)
+	}
+	for red := runtime.ScatterReduceNone; red <= runtime.ScatterReduceMin; red++ {
+		cases = append(cases, opCase{name: fmt.Sprintf("ScatterReduce/%d", red), run: func(d runtime.GraphOps) [][]float32 {
+			y := append([]float32(nil), data...)
+			idx := sIdx
+			if red == runtime.ScatterReduceNone {
+				idx = uniq
+			}
+			d.ScatterReduce(red, upd, idx, y)
+			return [][]float32{y}
+		}})
+	}
 	compareWithCPU(t, cases)
 }
 
@@ -129,6 +153,11 @@ func TestReduceHand(t *testing.T) {
 		{"ReduceMinBackward", cols(runtime.ReduceMin, []float32{1, 2, 3}), []float32{0, 2, 0, 1, 0, 3}},
 		{"ReduceProdBackward", cols(runtime.ReduceProd, []float32{1, 1, 1}), []float32{0, 5, -6, 1, -2, 3}},
 		{"SoftmaxCrossEntropy", ce(), []float32{float32(math.Ln2), 0.5, 0.5}},
+		{"ScatterReduceMul", func() []float32 {
+			y := []float32{1, 2, 3}
+			d.ScatterReduce(runtime.ScatterReduceMul, []float32{4, 5, -1}, []int32{2, 0, 2}, y)
+			return y
+		}(), []float32{5, 2, -12}},
 	} {
 		if err := closeTo(c.got, c.want, 1e-6, 0); err != nil {
 			t.Errorf("%s: %v", c.name, err)
