@@ -92,14 +92,11 @@ func buildVariadic(op string) builder {
 			if op == "Mean" {
 				scale = 1 / float32(len(xs))
 			}
-			if len(xs) == 1 && xs[0].n != y.n {
-				return fmt.Errorf("%s of one input %v broadcast to %v is not supported", op, xs[0].shape, y.shape)
-			}
 			// The vectorized broadcasting Binary: x₀ + x₁, then + xᵢ in
 			// place (each output element reads only its own position).
 			nd.fwd = func() {
 				if len(xs) == 1 {
-					p.ops.Unary(UnaryIdentity, UnaryParams{}, xs[0].data, y.data)
+					p.ops.Expand(xs[0].data, xs[0].shape, y.data, y.shape)
 				} else {
 					p.ops.Binary(BinaryAdd, xs[0].data, xs[0].shape, xs[1].data, xs[1].shape, y.data, y.shape)
 				}
