@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // builder compiles one node: it sets nd.fwd, nd.bwd (when a backward is
@@ -280,7 +279,14 @@ func buildWhere(p *Plan, nd *node) error {
 		return err
 	}
 	o := nd.out[0]
-	cond := kernels.BoolsAsBytes(c.b)
+	// The condition as the bytes ElementwiseOps.Where reads (1 for true),
+	// converted once here.
+	cond := make([]uint8, len(c.b))
+	for i, v := range c.b {
+		if v {
+			cond[i] = 1
+		}
+	}
 	p.needWS(o.n)
 	nd.fwd = func() { p.ops.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
 	nd.bwd = func() {
