@@ -357,42 +357,47 @@ func (CPU) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32
 // contiguous rows (inner = 1) through softmaxRows, strided ones with
 // kernels.Expf element by element.
 func cpuSoftmax(x []float32, outer, L, inner int, y []float32, logSoftmax bool) {
-	parFor(outer, grainFor(L*inner), func(lo, hi int) {
-		if inner == 1 {
-			softmaxRows(x, y, L, lo, hi, logSoftmax)
-			return
-		}
-		for o := lo; o < hi; o++ {
-			for in := 0; in < inner; in++ {
-				base := o*L*inner + in
-				m := float32(math.Inf(-1))
-				for j := 0; j < L; j++ {
-					if v := x[base+j*inner]; v > m {
-						m = v
-					}
+	j := newJob(softmaxBody)
+	j.a, j.b, j.n, j.k, j.flag = x, y, L, inner, logSoftmax
+	j.run(outer, grainFor(L*inner))
+}
+
+func softmaxBody(j *job, lo, hi int) {
+	x, y, L, inner, logSoftmax := j.a, j.b, j.n, j.k, j.flag
+	if inner == 1 {
+		softmaxRows(x, y, L, lo, hi, logSoftmax)
+		return
+	}
+	for o := lo; o < hi; o++ {
+		for in := 0; in < inner; in++ {
+			base := o*L*inner + in
+			m := float32(math.Inf(-1))
+			for j := 0; j < L; j++ {
+				if v := x[base+j*inner]; v > m {
+					m = v
 				}
-				var s float64
-				for j := 0; j < L; j++ {
-					e := float64(kernels.Expf(x[base+j*inner] - m))
-					s += e
-					if !logSoftmax {
-						y[base+j*inner] = float32(e)
-					}
+			}
+			var s float64
+			for j := 0; j < L; j++ {
+				e := float64(kernels.Expf(x[base+j*inner] - m))
+				s += e
+				if !logSoftmax {
+					y[base+j*inner] = float32(e)
 				}
-				if logSoftmax {
-					ls := float32(math.Log(s))
-					for j := 0; j < L; j++ {
-						y[base+j*inner] = x[base+j*inner] - m - ls
-					}
-				} else {
-					inv := float32(1 / s)
-					for j := 0; j < L; j++ {
-						y[base+j*inner] *= inv
-					}
+			}
+			if logSoftmax {
+				ls := float32(math.Log(s))
+				for j := 0; j < L; j++ {
+					y[base+j*inner] = x[base+j*inner] - m - ls
+				}
+			} else {
+				inv := float32(1 / s)
+				for j := 0; j < L; j++ {
+					y[base+j*inner] *= inv
 				}
 			}
 		}
-	})
+	}
 }
 
 // softmaxRows computes the softmax (or log-softmax) of rows [lo, hi) of L
@@ -433,32 +438,37 @@ func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
 // gradient from its output y, split over the runtime's workers by outer
 // index.
 func cpuSoftmaxBackward(yd, dy []float32, outer, L, inner int, dx []float32, logSoftmax bool) {
-	parFor(outer, grainFor(L*inner), func(lo, hi int) {
-		for o := lo; o < hi; o++ {
-			for in := 0; in < inner; in++ {
-				base := o*L*inner + in
-				var s float64
-				if logSoftmax {
-					for j := 0; j < L; j++ {
-						s += float64(dy[base+j*inner])
-					}
-					for j := 0; j < L; j++ {
-						k := base + j*inner
-						dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
-					}
-				} else {
-					for j := 0; j < L; j++ {
-						k := base + j*inner
-						s += float64(dy[k] * yd[k])
-					}
-					for j := 0; j < L; j++ {
-						k := base + j*inner
-						dx[k] = yd[k] * (dy[k] - float32(s))
-					}
+	j := newJob(softmaxBackwardBody)
+	j.a, j.b, j.c, j.n, j.k, j.flag = yd, dy, dx, L, inner, logSoftmax
+	j.run(outer, grainFor(L*inner))
+}
+
+func softmaxBackwardBody(j *job, lo, hi int) {
+	yd, dy, dx, L, inner, logSoftmax := j.a, j.b, j.c, j.n, j.k, j.flag
+	for o := lo; o < hi; o++ {
+		for in := 0; in < inner; in++ {
+			base := o*L*inner + in
+			var s float64
+			if logSoftmax {
+				for j := 0; j < L; j++ {
+					s += float64(dy[base+j*inner])
+				}
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
+				}
+			} else {
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					s += float64(dy[k] * yd[k])
+				}
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					dx[k] = yd[k] * (dy[k] - float32(s))
 				}
 			}
 		}
-	})
+	}
 }
 
 // SoftmaxCrossEntropy implements ReduceOps, one sample after another on
