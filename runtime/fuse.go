@@ -169,9 +169,9 @@ func (m *fusion) node(at *node) *node {
 	case fusedNormalize:
 		nd.build = buildFusedNormalize(m.eps)
 	case fusedGelu:
-		nd.build = buildFusedGelu(kernels.GeluErf, kernels.GeluErfBackward)
+		nd.build = buildFusedGelu(false)
 	case fusedGeluTanh:
-		nd.build = buildFusedGelu(kernels.GeluTanh, kernels.GeluTanhBackward)
+		nd.build = buildFusedGelu(true)
 	}
 	return nd
 }
@@ -489,17 +489,14 @@ func buildFusedNormalize(eps float32) builder {
 	}
 }
 
-// buildFusedGelu compiles a fused GELU from its range kernels; the backward
-// reads the input.
-func buildFusedGelu(f func(x, y []float32), df func(x, dy, dx []float32)) builder {
+// buildFusedGelu compiles a fused GELU (ElementwiseOps.Gelu, in its tanh
+// form when tanh is true); the backward reads the input.
+func buildFusedGelu(tanh bool) builder {
 	return func(p *Plan, nd *node) error {
 		x, y := nd.in[0], nd.out[0]
 		nd.saveIn[0] = true
-		fwd := func(lo, hi int) { f(x.data[lo:hi], y.data[lo:hi]) }
-		bwd := func(lo, hi int) { df(x.data[lo:hi], y.grad[lo:hi], nd.dIn[0][lo:hi]) }
-		const grain = 1 << 13 // a few µs of transcendental work per range
-		nd.fwd = func() { parFor(x.n, grain, fwd) }
-		nd.bwd = func() { parFor(x.n, grain, bwd) }
+		nd.fwd = func() { p.ops.Gelu(tanh, x.data, y.data) }
+		nd.bwd = func() { p.ops.GeluBackward(tanh, x.data, y.grad, nd.dIn[0]) }
 		return nil
 	}
 }
