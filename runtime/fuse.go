@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Compile-time fusion of decomposed operator chains.
