@@ -45,3 +45,40 @@ func TestAdoptHostCPU(t *testing.T) {
 		t.Fatal("a negative float64 allocation was accepted")
 	}
 }
+
+// TestPlanAdoptsInitializersOnCPU checks that on the CPU the plan's
+// parameters and float constants are the graph's initializers themselves
+// (adopted, not copied: a model's memory is not doubled), so that
+// SyncParams and LoadParams have nothing to copy.
+func TestPlanAdoptsInitializersOnCPU(t *testing.T) {
+	p, _, labels := compileFixture(t, "cnn", nil)
+	if len(p.Params()) == 0 || len(p.consts) == 0 {
+		t.Fatal("the fixture has no parameters")
+	}
+	for _, name := range p.Params() {
+		data, _ := p.Param(name)
+		init := p.Graph().Values[name].Const.F32
+		if !SameMemory(data, init) {
+			t.Fatalf("parameter %q: the plan's buffer is not the initializer's storage", name)
+		}
+	}
+	for _, c := range p.consts {
+		if c.v.Const != nil && c.v.Const.F32 != nil && !SameMemory(c.data, c.v.Const.F32) {
+			t.Fatalf("constant %q was copied", c.v.Name)
+		}
+	}
+	name := p.Params()[0]
+	data, _ := p.Param(name)
+	before := data[0]
+	step(t, p, labels, nil, nil)
+	data[0] = before + 1 // an update in place is the initializer's
+	if err := p.SyncParams(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.LoadParams(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Graph().Values[name].Const.F32[0]; got != before+1 {
+		t.Fatalf("initializer %q reads %v after an update to %v", name, got, before+1)
+	}
+}
