@@ -54,7 +54,10 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
 		}
 		scratch := e.ops.DepthwiseScratchSize(s)
-		bufs := workerBufs(&e.normScratch, e.ops.Workers(), scratch+size)
+		bufs, err := e.workerBufs(scratch + size)
+		if err != nil {
+			return err
+		}
 		e.forSamples(e.n, func(w, i int) {
 			buf := bufs[w]
 			inst := buf[scratch : scratch+size]
@@ -71,7 +74,10 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 	if ls.decision == rewrite.Instantiate {
 		need = plane + T*D + P*D
 	}
-	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
 	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
@@ -87,7 +93,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 				for k, v := range aa {
 					dot += float64(v) * float64(gg[k])
 				}
-				p.normSq[i] += dot
+				p.normSq[i] += dot // host write: a device accumulation
 				continue
 			}
 			inst := rest[:P*D]
@@ -106,15 +112,14 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	for i := 0; i < B; i++ {
 		ls.ops.Scale(c[i], ls.dy[i*outLen:(i+1)*outLen])
 	}
-	convWeightGradInto(ls, accum, overwrite, scratch, ws)
-	return nil
+	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
 }
 
 // convWeightGradInto runs the convolution's weight-gradient kernel on the
 // kept ls.x and ls.dy (already scaled per sample) and writes the result to
 // accum (overwrite) or adds it there, with the kernel's workspace taken from
 // ws when large enough, else from scratch.
-func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratch *[]float32, ws []float32) {
+func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
 	need := ls.ops.ConvWorkspaceSize(ls.conv)
 	dwLen := len(accum)
 	if overwrite {
@@ -124,7 +129,11 @@ func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratc
 	if len(ws) < need {
 		extra = need
 	}
-	*scratch = grow(*scratch, dwLen+extra)
+	buf, err := growOn(ls.dev, *scratch, dwLen+extra)
+	if err != nil {
+		return err
+	}
+	*scratch = buf
 	dw := (*scratch)[:dwLen]
 	if extra > 0 {
 		ws = (*scratch)[dwLen:]
@@ -136,6 +145,7 @@ func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratc
 	if !overwrite {
 		ls.ops.Add(dw, accum)
 	}
+	return nil
 }
 
 // convBias handles the commonest elementwise parameter, a convolution's
@@ -157,7 +167,10 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	stride := dy.BatchStride
 	var bufs [][]float32
 	if p.ps == nil {
-		bufs = workerBufs(&e.normScratch, e.ops.Workers(), M)
+		var err error
+		if bufs, err = e.workerBufs(M); err != nil {
+			return false // the general path reports it
+		}
 	}
 	e.forSamples(e.n, func(w, i int) {
 		row := dy.Data[i*stride : (i+1)*stride]
@@ -166,9 +179,9 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 			return
 		}
 		gi := bufs[w][:M]
-		clear(gi)
+		clear(gi) // host write: a device fill
 		e.ops.AddRunSums(row, gi)
-		p.normSq[i] += e.ops.SumSq(gi)
+		p.normSq[i] += e.ops.SumSq(gi) // host write: a device accumulation
 	})
 	return true
 }

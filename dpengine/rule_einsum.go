@@ -182,7 +182,10 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = xLen + yLen + rows + g.D*g.P + size
 	}
-	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
 	e.forSamples(e.n, func(wk, i int) {
 		buf := bufs[wk]
 		xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
@@ -216,8 +219,11 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 	xLen, yLen := len(g.x.Data)/B, len(g.dy.Data)/B
 	rows := g.G * g.T * (g.D + g.P)
 	size := g.G * g.D * g.P
-	*scratch = grow(*scratch, xLen+yLen+rows+g.D*g.P+size)
-	buf := *scratch
+	buf, err := growOn(ls.dev, *scratch, xLen+yLen+rows+g.D*g.P+size)
+	if err != nil {
+		return err
+	}
+	*scratch = buf
 	xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
 	a, gg := buf[xLen+yLen:xLen+yLen+g.G*g.T*g.D], buf[xLen+yLen+g.G*g.T*g.D:xLen+yLen+rows]
 	tmp, full := buf[xLen+yLen+rows:xLen+yLen+rows+g.D*g.P], buf[xLen+yLen+rows+g.D*g.P:]

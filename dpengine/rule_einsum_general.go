@@ -35,7 +35,9 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	data := &ev.Inputs[1-s.k]
 	ai, aShape := data.Data, data.Shape
 	if data.BatchAxis >= 0 {
-		sc.other = gatherSample(data, s.B, s.i, sc.other)
+		if sc.other, err = gatherOn(s.dev, data, s.B, s.i, sc.other); err != nil {
+			return err
+		}
 		ai, aShape = sc.other, sampleShape(data, s.B)
 	}
 	shapes := make([][]int64, 2)

@@ -22,7 +22,10 @@ func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	x := &ev.Inputs[0]
 	xi := x.Data
 	if x.BatchAxis >= 0 {
-		sc.other = gatherSample(x, s.B, s.i, sc.other)
+		var err error
+		if sc.other, err = gatherOn(s.dev, x, s.B, s.i, sc.other); err != nil {
+			return err
+		}
 		xi = sc.other
 	}
 	if len(xi) != len(s.gi) {

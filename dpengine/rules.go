@@ -46,6 +46,7 @@ type linearRule struct {
 // it), and out, the operand-shaped result.
 type sampleGrad struct {
 	ops     runtime.DPOps
+	dev     runtime.Device // where scratch is allocated (gatherOn, growOn)
 	k, i, B int
 	gi      []float32
 	gShape  []int

@@ -1187,6 +1187,18 @@ func (p *Plan) Param(name string) ([]float32, []int) {
 	return nil, nil
 }
 
+// HostParam returns the host storage of trainable parameter name (nil if
+// it is not trainable): the graph's initializer, which SyncParams brings
+// up to date with the device and LoadParams copies to it.
+func (p *Plan) HostParam(name string) []float32 {
+	for _, t := range p.params {
+		if t.v.Name == name {
+			return t.host
+		}
+	}
+	return nil
+}
+
 // Grad returns the gradient of trainable parameter name after Backward,
 // summed over the batch (nil if name is not trainable).
 func (p *Plan) Grad(name string) []float32 {
