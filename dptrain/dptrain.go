@@ -466,8 +466,13 @@ func Run(cfg Config) (*Report, error) {
 		}
 		sb, _ := json.Marshal(set)
 		eb, _ := json.Marshal(rep.Epochs)
+		// The checkpoint reads the parameters on the host: the
+		// initializers, brought up to date with the device.
+		if err := eng.SyncParams(); err != nil {
+			return err
+		}
 		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epoch, EpochStep: epochStep, Accountant: acct.State(),
-			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.Params(), Optimizer: opt.State(), Extra: eb}
+			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(), Extra: eb}
 		if set.Seed != nil {
 			c.SourceStream = src.Stream()
 		}
@@ -550,6 +555,11 @@ func Run(cfg Config) (*Report, error) {
 		el := time.Since(t0).Seconds()
 		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
 		if ev != nil {
+			// The evaluator's plan loads the graph's initializers: bring
+			// them up to date with the engine's device first.
+			if err := eng.SyncParams(); err != nil {
+				return nil, err
+			}
 			if rec.Test, err = ev.Run(cfg.Test); err != nil {
 				return nil, err
 			}
@@ -570,7 +580,12 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 
-	// Export.
+	// Export. The graph's initializers get the trained weights from the
+	// engine's device: the exported model reads them, and so does anyone
+	// reading cfg.Graph after Run (the audit's black-box scoring).
+	if err := eng.SyncParams(); err != nil {
+		return nil, err
+	}
 	if !set.NonPrivate {
 		r, err := acct.Epsilon(delta)
 		if err != nil {
@@ -641,6 +656,9 @@ func compatible(prev, cur Settings) error {
 }
 
 // firstNonFinite returns the name of a parameter holding NaN or Inf.
+// Host read: the device parameters, every step (not SyncParams, which
+// would copy the model to the host each step on a device with memory of
+// its own: a device-side check belongs here).
 func firstNonFinite(e *dpengine.Engine) string {
 	names := e.ParamNames()
 	for k, p := range e.Params() {
