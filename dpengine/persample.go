@@ -38,8 +38,11 @@ var serialOpBelow = 1 << 16
 // opScratch is one worker's buffers for operandGrad: the operand-shaped
 // result and the gathered sample slices it works on.
 type opScratch struct {
+	// Device memory (grown with growOn and gatherOn).
 	buf, gi, other, self, d, q []float32
-	acc                        []float64
+	// acc is host memory: the sums of the rules that still compute on
+	// the host (normOperand, einsumOperand).
+	acc []float64
 }
 
 type useState struct {

@@ -82,6 +82,8 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return fmt.Errorf("output gradient %v does not match equation %q", gShape, eq)
 	}
 	stW, stA, stY := strideOf(spec.Inputs[s.k], s.opShape), strideOf(spec.Inputs[1-s.k], aShape), strideOf(spec.Output, gShape)
+	// Host scratch: the contraction below runs on the host (host read of
+	// the operands; not yet a device operation).
 	sc.acc = growF64(sc.acc, len(s.out))
 	acc := sc.acc
 	clear(acc)

@@ -42,6 +42,9 @@ func normOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return fmt.Errorf("%s input of %d and output gradient of %d elements per sample for rows of %d (batch stride %d)",
 			ev.Node.OpType, len(xi), len(gi), L, x.BatchStride)
 	}
+	// Host scratch: these sums run on the host (host read of the
+	// gathered sample and the output gradient; not yet a device
+	// operation), so their accumulator is host memory.
 	if cap(sc.acc) < len(s.out) {
 		sc.acc = make([]float64, len(s.out))
 	}
