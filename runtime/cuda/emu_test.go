@@ -5,6 +5,7 @@ package cuda
 import (
 	_ "embed"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"unsafe"
@@ -13,10 +14,20 @@ import (
 //go:embed testdata/emu_test.cu
 var emuTestSource string
 
-// emuDriver returns the emulated driver, or skips the test when the
-// machine cannot run it (no g++).
+// emuDriver returns the driver the tests run on: the emulation, or the
+// GPU's driver when DPFINETUNE_CUDA=gpu (the same tests then check the
+// kernels as NVRTC compiles them). It skips the test when the machine
+// cannot run the emulation (no g++).
 func emuDriver(t testing.TB) Driver {
 	t.Helper()
+	if os.Getenv(EnvDriver) == "gpu" {
+		d, err := Real()
+		if err != nil {
+			t.Fatalf("%s=gpu: %v", EnvDriver, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
 	d, err := Emulated()
 	if err != nil {
 		t.Skipf("no CUDA emulation here: %v", err)

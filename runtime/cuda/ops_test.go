@@ -280,7 +280,9 @@ var opCases = []opCase{
 		return out, true
 	}, 1e-5},
 	{"Axpy", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
-		o, ok := ops.(interface{ Axpy(float32, []float32, []float32) })
+		o, ok := ops.(interface {
+			Axpy(float32, []float32, []float32)
+		})
 		if !ok {
 			return nil, false
 		}

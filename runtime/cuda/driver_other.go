@@ -9,3 +9,9 @@ import "errors"
 func Emulated() (Driver, error) {
 	return nil, errors.New("cuda: the emulation runs on linux/amd64 and linux/arm64 only")
 }
+
+// Real returns the GPU's driver, which this build lacks: it reaches
+// libcuda through purego on linux/amd64 and linux/arm64.
+func Real() (Driver, error) {
+	return nil, errors.New("cuda: no CUDA driver: this build reaches libcuda.so.1 on linux/amd64 and linux/arm64 only")
+}

@@ -1,0 +1,81 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ebitengine/purego"
+)
+
+// TestRealDriverAbsent checks the error of the GPU's driver on a machine
+// without one: it names what is missing.
+func TestRealDriverAbsent(t *testing.T) {
+	if _, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+		t.Skip("this machine has libcuda.so.1: the error path is not reachable")
+	}
+	d, err := Real()
+	if err == nil {
+		d.Close()
+		t.Fatal("Real() succeeded without libcuda.so.1")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "no CUDA driver") || !strings.Contains(msg, "libcuda.so.1") {
+		t.Errorf("error %q does not say that libcuda.so.1 is missing", msg)
+	}
+	t.Setenv(EnvDriver, "")
+	if _, err := Open(); err == nil || !strings.Contains(err.Error(), "no CUDA driver") {
+		t.Errorf("Open() without a driver: %v", err)
+	}
+}
+
+// TestOpenEmulated checks that DPFINETUNE_CUDA=emulate opens the device on
+// the emulation.
+func TestOpenEmulated(t *testing.T) {
+	emuDriver(t) // skips without g++
+	t.Setenv(EnvDriver, "emulate")
+	d, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !d.Properties().Emulated || !strings.HasPrefix(d.Name(), "cuda (emulated") {
+		t.Errorf("Open() with %s=emulate gave %q, %+v", EnvDriver, d.Name(), d.Properties())
+	}
+}
+
+// TestArgsPacking checks the argument array: one pointer per argument, to
+// its value's bytes, structs over consecutive slots.
+func TestArgsPacking(t *testing.T) {
+	var a Args
+	a.I32(-2).F32(1.5).U64(1 << 40).Bytes([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}).F64(0.25).Ptr(0x1000)
+	if a.Len() != 6 {
+		t.Fatalf("%d arguments, want 6", a.Len())
+	}
+	if _, err := a.pointers(); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint8{0, 1, 2, 3, 5, 6}
+	for i, w := range want {
+		if a.first[i] != w || a.ptrs[i] == 0 {
+			t.Errorf("argument %d in slot %d, want %d", i, a.first[i], w)
+		}
+	}
+	if int32(a.vals[0]) != -2 || a.vals[2] != 1<<40 || a.vals[3] != 0x0807060504030201 || a.vals[4] != 0x0c0b0a09 || a.vals[6] != 0x1000 {
+		t.Errorf("slots %x", a.vals[:7])
+	}
+	a.Reset()
+	if a.Len() != 0 {
+		t.Error("Reset left arguments")
+	}
+}
+
+func TestKernelNames(t *testing.T) {
+	src := `extern "C" __global__ void a(int x) {}
+__device__ void helper() {}
+extern "C"  __global__  void __launch_bounds__(256) b_2 (float *y) {}
+__global__ void mangled() {}`
+	if got := strings.Join(KernelNames(src), ","); got != "a,b_2" {
+		t.Errorf("KernelNames = %s, want a,b_2", got)
+	}
+}
