@@ -589,39 +589,23 @@ func buildFusedSplit(axis int, starts []int) builder {
 		outer, inner := numel(x.shape[:axis]), numel(x.shape[axis+1:])
 		rowX := x.shape[axis] * inner
 		off, size := make([]int, len(nd.out)), make([]int, len(nd.out))
-		covered := 0
 		for k, o := range nd.out {
 			off[k], size[k] = starts[k]*inner, o.shape[axis]*inner
-			covered += size[k]
 		}
-		gaps := covered != rowX
-		fwd := func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				src := x.data[r*rowX : (r+1)*rowX]
-				for k, o := range nd.out {
-					copy(o.data[r*size[k]:(r+1)*size[k]], src[off[k]:off[k]+size[k]])
-				}
+		b := NewRowBlocks(outer, rowX, off, size)
+		ys, dys := make([][]float32, len(nd.out)), make([][]float32, len(nd.out))
+		nd.fwd = func() {
+			for k, o := range nd.out {
+				ys[k] = o.data
 			}
+			p.ops.Split(x.data, b, ys)
 		}
-		bwd := func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				dst := nd.dIn[0][r*rowX : (r+1)*rowX]
-				if gaps {
-					clear(dst)
-				}
-				for k, o := range nd.out {
-					d := dst[off[k] : off[k]+size[k]]
-					if o.grad == nil {
-						clear(d)
-						continue
-					}
-					copy(d, o.grad[r*size[k]:(r+1)*size[k]])
-				}
+		nd.bwd = func() {
+			for k, o := range nd.out {
+				dys[k] = o.grad
 			}
+			p.ops.Concat(dys, b, nd.dIn[0])
 		}
-		grain := grainFor(rowX)
-		nd.fwd = func() { parFor(outer, grain, fwd) }
-		nd.bwd = func() { parFor(outer, grain, bwd) }
 		return nil
 	}
 }

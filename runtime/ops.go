@@ -206,8 +206,8 @@ func buildCopy(p *Plan, nd *node) error {
 	if x.n != y.n {
 		return fmt.Errorf("input %v and output %v differ in size", x.shape, y.shape)
 	}
-	nd.fwd = func() { copy(y.data, x.data) }
-	nd.bwd = func() { copy(nd.dIn[0], y.grad) }
+	nd.fwd = func() { p.ops.Copy(x.data, y.data) }
+	nd.bwd = func() { p.ops.Copy(y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -239,8 +239,17 @@ func buildCast(p *Plan, nd *node) error {
 				f[i] = float32(x.i64[i])
 			}
 		}
+		// The converted constant lives on the device, in a buffer of
+		// the node's own.
+		buf, err := p.dev.Alloc(len(f))
+		if err != nil {
+			return err
+		}
+		if err := p.dev.CopyIn(buf, 0, f); err != nil {
+			return err
+		}
 		y := nd.out[0]
-		nd.fwd = func() { copy(y.data, f) }
+		nd.fwd = func() { p.ops.Copy(buf.Floats(), y.data) }
 		return nil
 	}
 	return buildCopy(p, nd)
@@ -252,8 +261,8 @@ func buildExpand(p *Plan, nd *node) error {
 		return err
 	}
 	y := nd.out[0]
-	nd.fwd = func() { kernels.Expand(x.data, x.shape, y.data, y.shape) }
-	nd.bwd = func() { kernels.ReduceToShape(y.grad, y.shape, nd.dIn[0], x.shape) }
+	nd.fwd = func() { p.ops.Expand(x.data, x.shape, y.data, y.shape) }
+	nd.bwd = func() { p.ops.ReduceToShape(y.grad, y.shape, nd.dIn[0], x.shape) }
 	return nil
 }
 
@@ -283,35 +292,12 @@ func buildWhere(p *Plan, nd *node) error {
 // --- index-map operators: Slice, Gather, Pad ---
 
 // buildIndexMap compiles y[i] = x[idx[i]] (fill where idx[i] < 0), whose
-// backward scatters: dx[idx[i]] += dy[i].
-func buildIndexMap(nd *node, x *tensor, idx []int32, fill float32) {
+// backward scatters: dx[idx[i]] += dy[i] (LayoutOps.IndexGather).
+func buildIndexMap(p *Plan, nd *node, x *tensor, idx []int32, fill float32) {
 	y := nd.out[0]
-	// Slices, gathers of rows and pads move contiguous blocks: copy those
-	// (and drop the per-element map) when runs average 8 elements or more.
-	if r := runsOf(idx, x.n); len(r.n)*8 <= len(idx) {
-		nd.fwd = func() { r.forward(x.data, y.data, fill) }
-		nd.bwd = func() { r.backward(y.grad, nd.dIn[0]) }
-		return
-	}
-	nd.fwd = func() {
-		xd, yd := x.data, y.data
-		for i, j := range idx {
-			if j < 0 {
-				yd[i] = fill
-			} else {
-				yd[i] = xd[j]
-			}
-		}
-	}
-	nd.bwd = func() {
-		dx, dy := nd.dIn[0], y.grad
-		clear(dx)
-		for i, j := range idx {
-			if j >= 0 {
-				dx[j] += dy[i]
-			}
-		}
-	}
+	m := NewIndexMap(idx, x.n, fill)
+	nd.fwd = func() { p.ops.IndexGather(x.data, m, y.data) }
+	nd.bwd = func() { p.ops.IndexGatherBackward(y.grad, m, nd.dIn[0]) }
 }
 
 func strides(shape []int) []int {
@@ -363,7 +349,7 @@ func buildSlice(p *Plan, nd *node) error {
 		}
 		idx[i] = int32(j)
 	})
-	buildIndexMap(nd, x, idx, 0)
+	buildIndexMap(p, nd, x, idx, 0)
 	return nil
 }
 
@@ -406,7 +392,7 @@ func buildGather(p *Plan, nd *node) error {
 	if len(idx) != y.n {
 		return fmt.Errorf("gathered %d elements, output %v holds %d", len(idx), y.shape, y.n)
 	}
-	buildIndexMap(nd, x, idx, 0)
+	buildIndexMap(p, nd, x, idx, 0)
 	return nil
 }
 
@@ -469,7 +455,7 @@ func buildPad(p *Plan, nd *node) error {
 	if bad != nil {
 		return bad
 	}
-	buildIndexMap(nd, x, idx, fill)
+	buildIndexMap(p, nd, x, idx, fill)
 	return nil
 }
 
@@ -485,12 +471,9 @@ func buildTranspose(p *Plan, nd *node) error {
 		return err
 	}
 	y := nd.out[0]
-	pp := newPermPlan(x.shape, perm)
-	units, grain := pp.units(), pp.grain()
-	fwd := func(lo, hi int) { pp.run(y.data, x.data, false, lo, hi) }
-	bwd := func(lo, hi int) { pp.run(nd.dIn[0], y.grad, true, lo, hi) }
-	nd.fwd = func() { parFor(units, grain, fwd) }
-	nd.bwd = func() { parFor(units, grain, bwd) }
+	pp := NewPermPlan(x.shape, perm)
+	nd.fwd = func() { p.ops.Transpose(x.data, pp, y.data) }
+	nd.bwd = func() { p.ops.TransposeBackward(y.grad, pp, nd.dIn[0]) }
 	return nil
 }
 
@@ -508,35 +491,27 @@ func buildConcat(p *Plan, nd *node) error {
 		return fmt.Errorf("axis %d out of range for rank %d", a, r)
 	}
 	ax := int(a)
-	outer := numel(y.shape[:ax])
-	rowY := numel(y.shape[ax:])
-	rows := make([]int, len(nd.in))
+	off, size := make([]int, len(nd.in)), make([]int, len(nd.in))
+	at := 0
 	for i := range nd.in {
 		t, err := floatIn(nd, i)
 		if err != nil {
 			return err
 		}
-		rows[i] = numel(t.shape[ax:])
+		off[i], size[i] = at, numel(t.shape[ax:])
+		at += size[i]
 	}
+	b := NewRowBlocks(numel(y.shape[:ax]), numel(y.shape[ax:]), off, size)
+	xs, dxs := make([][]float32, len(nd.in)), make([][]float32, len(nd.in))
 	nd.fwd = func() {
-		for o := 0; o < outer; o++ {
-			off := o * rowY
-			for i, t := range nd.in {
-				copy(y.data[off:off+rows[i]], t.data[o*rows[i]:(o+1)*rows[i]])
-				off += rows[i]
-			}
+		for i, t := range nd.in {
+			xs[i] = t.data
 		}
+		p.ops.Concat(xs, b, y.data)
 	}
 	nd.bwd = func() {
-		for o := 0; o < outer; o++ {
-			off := o * rowY
-			for i := range nd.in {
-				if d := nd.dIn[i]; d != nil {
-					copy(d[o*rows[i]:(o+1)*rows[i]], y.grad[off:off+rows[i]])
-				}
-				off += rows[i]
-			}
-		}
+		copy(dxs, nd.dIn)
+		p.ops.Split(y.grad, b, dxs)
 	}
 	return nil
 }

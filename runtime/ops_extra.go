@@ -160,30 +160,28 @@ func buildSplit(p *Plan, nd *node) error {
 	if total != x.shape[ax] {
 		return fmt.Errorf("outputs take %d of %d along axis %d", total, x.shape[ax], ax)
 	}
-	rowX := x.shape[ax] * inner
+	off, size := make([]int, len(nd.out)), make([]int, len(nd.out))
+	at := 0
+	for i := range nd.out {
+		off[i] = at
+		size[i] = rows[i]
+		at += rows[i]
+	}
+	b := NewRowBlocks(outer, x.shape[ax]*inner, off, size)
+	ys, dys := make([][]float32, len(nd.out)), make([][]float32, len(nd.out))
 	nd.fwd = func() {
-		for o := 0; o < outer; o++ {
-			off := o * rowX
-			for i, t := range nd.out {
-				copy(t.data[o*rows[i]:(o+1)*rows[i]], x.data[off:off+rows[i]])
-				off += rows[i]
-			}
+		for i, t := range nd.out {
+			ys[i] = t.data
 		}
+		p.ops.Split(x.data, b, ys)
 	}
 	nd.bwd = func() {
-		dx := nd.dIn[0]
-		for o := 0; o < outer; o++ {
-			off := o * rowX
-			for i, t := range nd.out {
-				dst := dx[off : off+rows[i]]
-				if t.grad == nil { // an output that does not reach the loss
-					clear(dst)
-				} else {
-					copy(dst, t.grad[o*rows[i]:(o+1)*rows[i]])
-				}
-				off += rows[i]
-			}
+		// An output that does not reach the loss has no gradient: its
+		// part of dx is zero.
+		for i, t := range nd.out {
+			dys[i] = t.grad
 		}
+		p.ops.Concat(dys, b, nd.dIn[0])
 	}
 	return nil
 }
@@ -206,7 +204,7 @@ func buildTile(p *Plan, nd *node) error {
 		}
 		idx[i] = int32(j)
 	})
-	buildIndexMap(nd, x, idx, 0)
+	buildIndexMap(p, nd, x, idx, 0)
 	return nil
 }
 

@@ -6,22 +6,84 @@ package runtime
 // q/k/v slices of the packed projection), so they are compiled into block
 // copies instead of an element-by-element walk.
 
-// runs is an index map y[i] = x[idx[i]] compressed into maximal runs of
-// consecutive indices: y[dst[k] : dst[k]+n[k]] = x[src[k] : src[k]+n[k]].
-// Elements with idx < 0 (padding) belong to no run and hold fill.
-type runs struct {
-	dst, src, n []int32
-	disjoint    bool // no two runs read the same x element
-	covers      bool // the runs read every x element
-	padded      bool // some y elements are fill
+// IndexMap is a compiled gather y[i] = x[idx[i]] (Fill where idx[i] < 0)
+// of LayoutOps.IndexGather: the index map of Slice, Gather, Pad and Tile,
+// computed once at compile time. It holds the map either element by
+// element (Idx) or, when the map moves contiguous blocks (slices, gathers
+// of rows, pads: runs of 8 elements or more on average), as those blocks
+// (Runs), which a device copies block by block.
+type IndexMap struct {
+	// Len is the number of elements of y (the length of the map), SrcLen
+	// that of x.
+	Len, SrcLen int
+	// Fill is the value of y where the map reads nothing (Pad's constant).
+	Fill float32
+	// Idx is the map element by element; nil when Runs holds it.
+	Idx []int32
+	// Runs is the map as blocks; nil when Idx holds it.
+	Runs *IndexRuns
+}
+
+// NewIndexMap compiles the map idx (y has len(idx) elements, x srcLen,
+// every idx[i] < srcLen; idx[i] < 0 reads fill). The map keeps idx when
+// its runs of consecutive indices are shorter than 8 elements on average,
+// and replaces it by the runs otherwise.
+func NewIndexMap(idx []int32, srcLen int, fill float32) *IndexMap {
+	m := &IndexMap{Len: len(idx), SrcLen: srcLen, Fill: fill}
+	if r := runsOf(idx, srcLen); len(r.N)*8 <= len(idx) {
+		m.Runs = r
+	} else {
+		m.Idx = idx
+	}
+	return m
+}
+
+// gather is the CPU's IndexGather on the element map.
+func (m *IndexMap) gather(x, y []float32) {
+	if m.Runs != nil {
+		m.Runs.forward(x, y, m.Fill)
+		return
+	}
+	fill := m.Fill
+	for i, j := range m.Idx {
+		if j < 0 {
+			y[i] = fill
+		} else {
+			y[i] = x[j]
+		}
+	}
+}
+
+// gatherBackward is the CPU's IndexGatherBackward.
+func (m *IndexMap) gatherBackward(dy, dx []float32) {
+	if m.Runs != nil {
+		m.Runs.backward(dy, dx)
+		return
+	}
+	clear(dx[:m.SrcLen])
+	for i, j := range m.Idx {
+		if j >= 0 {
+			dx[j] += dy[i]
+		}
+	}
+}
+
+// IndexRuns is an index map y[i] = x[idx[i]] compressed into maximal runs
+// of consecutive indices: y[Dst[k] : Dst[k]+N[k]] = x[Src[k] : Src[k]+N[k]].
+// Elements with idx < 0 (padding) belong to no run and hold the fill.
+type IndexRuns struct {
+	Dst, Src, N []int32
+	Disjoint    bool // no two runs read the same x element
+	Covers      bool // the runs read every x element
+	Padded      bool // some y elements are fill
 }
 
 // runsOf compresses idx (x has nx elements).
-func runsOf(idx []int32, nx int) *runs {
-	r := &runs{}
+func runsOf(idx []int32, nx int) *IndexRuns {
+	r := &IndexRuns{}
 	for i := 0; i < len(idx); {
 		if idx[i] < 0 {
-			r.padded = true
+			r.Padded = true
 			i++
 			continue
 		}
@@ -29,50 +91,50 @@ func runsOf(idx []int32, nx int) *runs {
 		for j < len(idx) && idx[j] == idx[j-1]+1 {
 			j++
 		}
-		r.dst = append(r.dst, int32(i))
-		r.src = append(r.src, idx[i])
-		r.n = append(r.n, int32(j-i))
+		r.Dst = append(r.Dst, int32(i))
+		r.Src = append(r.Src, idx[i])
+		r.N = append(r.N, int32(j-i))
 		i = j
 	}
 	seen := make([]bool, nx)
-	r.disjoint = true
+	r.Disjoint = true
 	count := 0
-	for k := range r.src {
-		for s := r.src[k]; s < r.src[k]+r.n[k]; s++ {
+	for k := range r.Src {
+		for s := r.Src[k]; s < r.Src[k]+r.N[k]; s++ {
 			if seen[s] {
-				r.disjoint = false
+				r.Disjoint = false
 			} else {
 				count++
 			}
 			seen[s] = true
 		}
 	}
-	r.covers = count == nx
+	r.Covers = count == nx
 	return r
 }
 
 // forward writes y from x (fill outside the runs).
-func (r *runs) forward(x, y []float32, fill float32) {
-	if r.padded {
+func (r *IndexRuns) forward(x, y []float32, fill float32) {
+	if r.Padded {
 		for i := range y {
 			y[i] = fill
 		}
 	}
-	for k := range r.dst {
-		d, s, n := r.dst[k], r.src[k], r.n[k]
+	for k := range r.Dst {
+		d, s, n := r.Dst[k], r.Src[k], r.N[k]
 		copy(y[d:d+n], x[s:s+n])
 	}
 }
 
 // backward writes dx from dy: a copy where the runs are disjoint, a sum
 // otherwise (Gather with repeated indices, Tile).
-func (r *runs) backward(dy, dx []float32) {
-	if !r.covers || !r.disjoint {
+func (r *IndexRuns) backward(dy, dx []float32) {
+	if !r.Covers || !r.Disjoint {
 		clear(dx)
 	}
-	for k := range r.src {
-		d, s, n := r.dst[k], r.src[k], r.n[k]
-		if r.disjoint {
+	for k := range r.Src {
+		d, s, n := r.Dst[k], r.Src[k], r.N[k]
+		if r.Disjoint {
 			copy(dx[s:s+n], dy[d:d+n])
 			continue
 		}
@@ -83,10 +145,16 @@ func (r *runs) backward(dy, dx []float32) {
 	}
 }
 
-// permPlan is a compiled Transpose: the permutation with unit axes dropped
-// and axes that stay adjacent merged, run either as row copies (the last
-// output axis is contiguous in the input) or as tiled 2-D transposes.
-type permPlan struct {
+// PermPlan is a compiled Transpose of LayoutOps.Transpose: y =
+// transpose(x, Perm) for x of shape Shape. The CPU runs the permutation
+// with unit axes dropped and axes that stay adjacent merged, either as row
+// copies (the last output axis is contiguous in the input) or as tiled 2-D
+// transposes, split over its workers.
+type PermPlan struct {
+	// Shape is x's shape, Perm the permutation (output axis k is input
+	// axis Perm[k]), as ONNX Transpose's perm.
+	Shape, Perm []int
+
 	n int
 	// Row copies: output row r (of rowLen elements) is input
 	// [srcRow[r], srcRow[r]+rowLen).
@@ -96,12 +164,37 @@ type permPlan struct {
 	// y[dOut[o] + i·dA + j] = x[sOut[o] + i + j·sC].
 	A, C, dA, sC int
 	dOut, sOut   []int32
+
+	// The CPU's parallel region, compiled once so that a run allocates
+	// nothing: run's operands for the next parFor.
+	dst, src []float32
+	scatter  bool
+	job      func(lo, hi int)
+}
+
+// NewPermPlan compiles y = transpose(x, perm) for x of shape shape.
+func NewPermPlan(shape, perm []int) *PermPlan {
+	pp := newPermPlan(shape, perm)
+	pp.Shape = append([]int(nil), shape...)
+	pp.Perm = append([]int(nil), perm...)
+	return pp
+}
+
+// parallel runs the plan (or its inverse, with scatter) over the CPU's
+// workers.
+func (pp *PermPlan) parallel(dst, src []float32, scatter bool) {
+	if pp.job == nil {
+		pp.job = func(lo, hi int) { pp.run(pp.dst, pp.src, pp.scatter, lo, hi) }
+	}
+	pp.dst, pp.src, pp.scatter = dst, src, scatter
+	parFor(pp.units(), pp.grain(), pp.job)
+	pp.dst, pp.src = nil, nil
 }
 
 const permTile = 16
 
-// newPermPlan compiles y = transpose(x, perm) for x of shape xs.
-func newPermPlan(xs []int, perm []int) *permPlan {
+// newPermPlan compiles the CPU part of a PermPlan for x of shape xs.
+func newPermPlan(xs []int, perm []int) *PermPlan {
 	st := strides(xs)
 	// Output axes with their sizes and input strides, unit axes dropped.
 	var shape, ss []int
@@ -120,7 +213,7 @@ func newPermPlan(xs []int, perm []int) *permPlan {
 			ss = append(ss[:k+1], ss[k+2:]...)
 		}
 	}
-	pp := &permPlan{n: numel(xs)}
+	pp := &PermPlan{n: numel(xs)}
 	r := len(shape)
 	if r <= 1 || ss[r-1] == 1 {
 		pp.rowLen = 1
@@ -173,7 +266,7 @@ func newPermPlan(xs []int, perm []int) *permPlan {
 
 // units is the number of independent work items (rows, or outer index ×
 // tile row) for a parallel split.
-func (pp *permPlan) units() int {
+func (pp *PermPlan) units() int {
 	if pp.srcRow != nil {
 		return len(pp.srcRow)
 	}
@@ -181,7 +274,7 @@ func (pp *permPlan) units() int {
 }
 
 // grain is the number of units holding about 16K elements.
-func (pp *permPlan) grain() int {
+func (pp *PermPlan) grain() int {
 	per := pp.rowLen
 	if pp.srcRow == nil {
 		per = permTile * pp.C
@@ -191,7 +284,7 @@ func (pp *permPlan) grain() int {
 
 // run moves units [lo, hi): y from x, or with scatter x-shaped dst from
 // y-shaped src (the backward, the inverse permutation).
-func (pp *permPlan) run(dst, src []float32, scatter bool, lo, hi int) {
+func (pp *PermPlan) run(dst, src []float32, scatter bool, lo, hi int) {
 	if pp.srcRow != nil {
 		L := int32(pp.rowLen)
 		for r := lo; r < hi; r++ {
@@ -226,4 +319,66 @@ func (pp *permPlan) run(dst, src []float32, scatter bool, lo, hi int) {
 			}
 		}
 	}
+}
+
+// RowBlocks is the compiled layout of LayoutOps.Concat and Split: an
+// array of Outer rows of Row elements each, and parts k = 0, 1, … each
+// of Outer rows of Size[k] elements, part k's row o being elements
+// [Off[k], Off[k]+Size[k]) of the array's row o. ONNX Concat and Split
+// along an axis are this with Outer the product of the axes before it
+// and Row, Size[k] the elements from the axis on.
+type RowBlocks struct {
+	Outer, Row int
+	Off, Size  []int
+
+	gaps bool // the parts leave elements of a row uncovered
+
+	// The CPU's parallel region, compiled once (see PermPlan).
+	x     []float32
+	parts [][]float32
+	split bool
+	job   func(lo, hi int)
+}
+
+// NewRowBlocks compiles the layout of parts at offsets off, of sizes size,
+// in outer rows of row elements.
+func NewRowBlocks(outer, row int, off, size []int) *RowBlocks {
+	b := &RowBlocks{Outer: outer, Row: row, Off: off, Size: size}
+	covered := 0
+	for _, s := range size {
+		covered += s
+	}
+	b.gaps = covered != row
+	return b
+}
+
+// rows moves rows [lo, hi): parts from x (split) or x from parts.
+func (b *RowBlocks) rows(x []float32, parts [][]float32, split bool, lo, hi int) {
+	for o := lo; o < hi; o++ {
+		row := x[o*b.Row : (o+1)*b.Row]
+		if !split && b.gaps {
+			clear(row)
+		}
+		for k, t := range parts {
+			off, n := b.Off[k], b.Size[k]
+			switch {
+			case split && t != nil:
+				copy(t[o*n:(o+1)*n], row[off:off+n])
+			case !split && t == nil:
+				clear(row[off : off+n])
+			case !split:
+				copy(row[off:off+n], t[o*n:(o+1)*n])
+			}
+		}
+	}
+}
+
+// parallel runs rows over the CPU's workers.
+func (b *RowBlocks) parallel(x []float32, parts [][]float32, split bool) {
+	if b.job == nil {
+		b.job = func(lo, hi int) { b.rows(b.x, b.parts, b.split, lo, hi) }
+	}
+	b.x, b.parts, b.split = x, parts, split
+	parFor(b.Outer, grainFor(b.Row), b.job)
+	b.x, b.parts = nil, nil
 }

@@ -7,7 +7,6 @@ import (
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Options configure Compile.
@@ -96,10 +95,10 @@ type View struct {
 type HookEvent struct {
 	Node *graph.Node
 	// Conv is the compiled geometry of a Conv node (nil for other
-	// operators): with kernels.Im2Col (or Im2ColPlane) it gives the
+	// operators): with PerSampleOps.Im2ColPlane it gives the
 	// per-sample unfolded input a_i, so that the per-sample weight
 	// gradient of group g is dY_{i,g}·Im2Col(x_i, g)ᵀ.
-	Conv *kernels.ConvShape
+	Conv *ConvShape
 	// TransposedConv is, for a ConvTranspose node, the convolution it is
 	// the adjoint of: a Conv from the ConvTranspose's output (N, Cout, …)
 	// to its input (N, Cin, …) with the same weight, whose layout
@@ -107,7 +106,7 @@ type HookEvent struct {
 	// per-sample gradient is that Conv's, with the ConvTranspose's output
 	// gradient as its input and the ConvTranspose's input as its output
 	// gradient: X_i·Im2Col(dY_i)ᵀ per group.
-	TransposedConv *kernels.ConvShape
+	TransposedConv *ConvShape
 	// Norm is, for a LayerNormalization, GroupNormalization or
 	// InstanceNormalization node, how it normalizes: its rows, their
 	// statistics from the last Forward, and which scale/bias element each
@@ -164,6 +163,7 @@ type tensor struct {
 	// inputs.
 	dataEnd      int
 	off          int // arena offset of data (when dataItem ≥ 0)
+	goff         int // arena offset of grad (when gradItem ≥ 0)
 	bax, bstride int // batch axis (-1 if none) and stride (0 if none): see propagateBatch
 }
 
@@ -189,7 +189,7 @@ type node struct {
 	hooked      bool
 	aliased     bool // output 0 shares input 0's buffer: no forward work
 	hookEv      HookEvent
-	conv        *kernels.ConvShape
+	conv        *ConvShape
 	norm        *rowNorm
 	fk, bk      CPUKernel
 	// build compiles a fused node (nil: the operator's opTable entry);
@@ -487,7 +487,13 @@ func (p *Plan) build() error {
 	}
 	for _, t := range p.params {
 		if !p.opts.NoParamGrads {
-			t.grad = make([]float32, t.n)
+			// Parameter gradients persist across steps, outside the
+			// arena, on the device.
+			buf, err := p.dev.Alloc(t.n)
+			if err != nil {
+				return fmt.Errorf("runtime: allocating the gradient of %q: %w", t.v.Name, err)
+			}
+			t.grad = buf.Floats()
 		}
 	}
 	p.linkConsumers()
@@ -918,6 +924,7 @@ func (p *Plan) planBuffers() error {
 	for _, t := range p.tensors {
 		if t.gradItem >= 0 {
 			t.grad = slice(t.gradItem, t.n)
+			t.goff = items[t.gradItem].off
 		}
 	}
 	for _, nd := range p.nodes {
@@ -1189,7 +1196,11 @@ func (p *Plan) BackwardFrom(dy []float32, opts *BackwardOptions) error {
 	if len(dy) != o.n {
 		return fmt.Errorf("runtime: output gradient of %d elements, want %d", len(dy), o.n)
 	}
-	copy(o.grad, dy)
+	if o.gradItem < 0 { // a gradient the plan holds outside the arena
+		copy(o.grad, dy)
+	} else if err := p.dev.CopyIn(p.arena, o.goff, dy); err != nil {
+		return err
+	}
 	return p.backward(opts)
 }
 
@@ -1209,11 +1220,11 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 	}
 	for _, t := range p.params {
 		if !bo.SkipParamGrads && !t.reach {
-			clear(t.grad)
+			p.ops.Fill(0, t.grad)
 		}
 	}
 	for _, t := range p.zeroGrads {
-		clear(t.grad)
+		p.ops.Fill(0, t.grad)
 	}
 	for i := len(p.nodes) - 1; i >= 0; i-- {
 		nd := p.nodes[i]
@@ -1241,7 +1252,7 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 		}
 		for j, t := range nd.in {
 			if nd.acc[j] && nd.dIn[j] != nil {
-				kernels.Axpy(1, nd.dIn[j], t.grad)
+				p.ops.Axpy(1, nd.dIn[j], t.grad)
 			}
 		}
 	}

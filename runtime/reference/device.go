@@ -76,3 +76,6 @@ func (Device) Run(k runtime.Kernel) error {
 // Workers implements runtime.DPOps: the reference backend runs one
 // sample at a time.
 func (Device) Workers() int { return 1 }
+
+// The reference backend implements the whole DP operation set.
+var _ runtime.DPOps = Device{}

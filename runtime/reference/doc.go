@@ -2,8 +2,9 @@
 // (runtime.Ops, DESIGN.md §8): every operation in the plainest Go, computed
 // in float64 from the float32 operands and rounded once to float32 on the
 // way out, one goroutine, no blocking, no assembly, and no code shared with
-// the CPU backend (it imports neither runtime/kernels nor runtime/blas;
-// internal/archtest checks it).
+// the CPU backend (it imports neither runtime/kernels, runtime/blas nor
+// runtime/noise — its noise is written from runtime/noise/doc.go's
+// specification; internal/archtest checks it).
 //
 // It exists to be different from the CPU backend: the engine and the plans
 // run unchanged on it, and the tests hold the CPU backend — and the CUDA

@@ -1,0 +1,40 @@
+package reference
+
+import (
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// factor is the clip factor C_i of a per-sample gradient norm under rule
+// r, from the clip functions' definitions (runtime.ClipFn): Abadi et
+// al.'s min(1, R/‖g‖), Bu et al.'s automatic R/(‖g‖ + γ) and global
+// 1[‖g‖ < R]. A NaN or infinite norm gets 0, so that the sample adds
+// nothing and the sensitivity bound R holds.
+func factor(r runtime.ClipRule, norm float64) float64 {
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return 0
+	}
+	switch r.Fn {
+	case runtime.ClipAbadi:
+		if norm <= r.R {
+			return 1
+		}
+		return r.R / norm
+	case runtime.ClipAutomatic:
+		return r.R / (norm + r.Gamma)
+	case runtime.ClipGlobal:
+		if norm < r.R {
+			return 1
+		}
+		return 0
+	}
+	panic("reference: unknown clip function")
+}
+
+// ClipFactors implements runtime.ClipOps: float64 factors rounded once.
+func (Device) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
+	for i, s := range normSq {
+		dst[i] = float32(factor(r, math.Sqrt(s)))
+	}
+}

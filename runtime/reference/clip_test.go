@@ -1,0 +1,41 @@
+package reference_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
+)
+
+// TestClipFactors: the reference backend's clip factors are the CPU's bit
+// for bit (the contract: float64, rounded once) for every clip function,
+// on random squared norms around R² and on the edge cases 0, R² itself,
+// NaN and ±Inf; plus factors worked out by hand.
+func TestClipFactors(t *testing.T) {
+	ref, cpu := reference.Device{}, runtime.CPU{}
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, rule := range []runtime.ClipRule{
+		{Fn: runtime.ClipAbadi, R: 1},
+		{Fn: runtime.ClipAbadi, R: 0.37},
+		{Fn: runtime.ClipAutomatic, R: 2, Gamma: 0.01},
+		{Fn: runtime.ClipGlobal, R: 1.5},
+	} {
+		normSq := []float64{0, rule.R * rule.R, math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, 1e300}
+		for range 200 {
+			normSq = append(normSq, rule.R*rule.R*4*r.Float64())
+		}
+		got, want := make([]float32, len(normSq)+1), make([]float32, len(normSq)+1)
+		ref.ClipFactors(rule, normSq, got)
+		cpu.ClipFactors(rule, normSq, want)
+		dpSameBits(t, "ClipFactors", got, want)
+	}
+	got := make([]float32, 3)
+	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAbadi, R: 1}, []float64{0.25, 1, 16}, got)
+	dpSameBits(t, "Abadi by hand", got, []float32{1, 1, 0.25})
+	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAutomatic, R: 1, Gamma: 1}, []float64{0, 9, 1}, got)
+	dpSameBits(t, "automatic by hand", got, []float32{1, 0.25, 0.5})
+	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipGlobal, R: 2}, []float64{3.99, 4, math.NaN()}, got)
+	dpSameBits(t, "global by hand", got, []float32{1, 0, 0})
+}

@@ -1,0 +1,142 @@
+package reference
+
+import (
+	"fmt"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// The per-sample convolution operations (runtime.PerSampleOps), written
+// from ONNX Conv's definition: output position o (a multi-index over
+// s.Out) of kernel tap k (a multi-index over s.Kernel) reads input
+// position o·stride + k·dilation − padBegin along every spatial axis, or
+// zero where that lies in the padding. A Conv of group g is then a linear
+// layer on the D×T matrix whose row (c, k) and column o hold that input
+// element of channel g·C/Group + c (the paper's unfolded a_iᵀ). Scratch is
+// never needed: the reference backend allocates what it uses.
+
+// convTaps returns, for every kernel tap k and output position t, the
+// offset in one channel plane (s.InSize elements) of the input element
+// that tap k reads for output position t, or −1 where it lies in the
+// padding: taps[k·T+t].
+func convTaps(s *runtime.ConvShape) []int {
+	d := len(s.In)
+	if len(s.Kernel) != d || len(s.Out) != d {
+		panic(fmt.Sprintf("reference: convolution of input %v, kernel %v and output %v: ranks differ (shape not initialised?)", s.In, s.Kernel, s.Out))
+	}
+	at := func(v []int, a, def int) int {
+		if v == nil {
+			return def
+		}
+		return v[a]
+	}
+	taps := make([]int, s.K*s.T)
+	kIdx := make([]int, d)
+	oIdx := make([]int, d)
+	for k := 0; k < s.K; k++ {
+		unravel(k, s.Kernel, kIdx)
+		for t := 0; t < s.T; t++ {
+			unravel(t, s.Out, oIdx)
+			off := 0
+			for a := 0; a < d; a++ {
+				p := oIdx[a]*at(s.Strides, a, 1) + kIdx[a]*at(s.Dilations, a, 1) - at(s.Pads, a, 0)
+				if p < 0 || p >= s.In[a] {
+					off = -1
+					break
+				}
+				off = off*s.In[a] + p
+			}
+			taps[k*s.T+t] = off
+		}
+	}
+	return taps
+}
+
+// unravel writes the row-major multi-index of flat index i in shape to idx.
+func unravel(i int, shape, idx []int) {
+	for a := len(shape) - 1; a >= 0; a-- {
+		idx[a] = i % shape[a]
+		i /= shape[a]
+	}
+}
+
+// Im2ColPlane implements runtime.PerSampleOps: col[(c·K+k)·T+t] is the
+// input element of channel g·C/Group + c that tap k reads for output
+// position t (zero in the padding). plane is not used.
+func (Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
+	taps := convTaps(s)
+	cg := s.C / s.Group
+	if len(xi) < s.C*s.InSize || len(col) < s.D*s.T {
+		panic(fmt.Sprintf("reference: Im2ColPlane: input %d (want %d) or col %d (want %d) too short", len(xi), s.C*s.InSize, len(col), s.D*s.T))
+	}
+	for c := 0; c < cg; c++ {
+		xc := xi[(g*cg+c)*s.InSize : (g*cg+c+1)*s.InSize]
+		for k := 0; k < s.K; k++ {
+			row := col[(c*s.K+k)*s.T : (c*s.K+k+1)*s.T]
+			for t := range row {
+				if off := taps[k*s.T+t]; off >= 0 {
+					row[t] = xc[off]
+				} else {
+					row[t] = 0
+				}
+			}
+		}
+	}
+}
+
+// weightGrad overwrites dw (M×D) with Σ_i Σ_t dy[i, m, t]·x[i, channel of
+// (m, c), tap (k, t)] over the n samples of x (n×C×InSize) and dy
+// (n×M×T): the weight gradient of Conv, one float64 sum per weight,
+// rounded once.
+func weightGrad(s *runtime.ConvShape, n int, x, dy, dw []float32) {
+	taps := convTaps(s)
+	cg, mg := s.C/s.Group, s.M/s.Group
+	xs, ys := s.C*s.InSize, s.M*s.T
+	if len(x) < n*xs || len(dy) < n*ys || len(dw) < s.M*s.D {
+		panic(fmt.Sprintf("reference: conv weight gradient: x %d (want %d), dy %d (want %d) or dw %d (want %d) too short", len(x), n*xs, len(dy), n*ys, len(dw), s.M*s.D))
+	}
+	for m := 0; m < s.M; m++ {
+		g := m / mg
+		for c := 0; c < cg; c++ {
+			ch := g*cg + c
+			for k := 0; k < s.K; k++ {
+				var sum float64
+				for i := 0; i < n; i++ {
+					xc := x[i*xs+ch*s.InSize : i*xs+(ch+1)*s.InSize]
+					dym := dy[i*ys+m*s.T : i*ys+(m+1)*s.T]
+					for t, v := range dym {
+						if off := taps[k*s.T+t]; off >= 0 {
+							sum += float64(v) * float64(xc[off])
+						}
+					}
+				}
+				dw[m*s.D+c*s.K+k] = float32(sum)
+			}
+		}
+	}
+}
+
+// ConvWeightGrad implements runtime.PerSampleOps: dw = Σ_i g_iᵀa_i over
+// the batch, each weight one float64 sum. ws is not used.
+func (Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
+	weightGrad(s, s.N, x, dy, dw)
+}
+
+// ConvWorkspaceSize implements runtime.PerSampleOps: the reference backend
+// needs no scratch.
+func (Device) ConvWorkspaceSize(s *runtime.ConvShape) int { return 0 }
+
+// DepthwisePerSampleGrad implements runtime.PerSampleOps: one sample's
+// weight gradient dw[m, k] = Σ_t dyi[m, t]·xi[m/(M/C), tap (k, t)] of a
+// depthwise convolution (Group = C), the general convolution's with one
+// input channel per group. ws is not used.
+func (Device) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []float32) {
+	if s.Group != s.C {
+		panic(fmt.Sprintf("reference: DepthwisePerSampleGrad of a convolution with %d groups and %d channels, not depthwise", s.Group, s.C))
+	}
+	weightGrad(s, 1, xi, dyi, dw)
+}
+
+// DepthwiseScratchSize implements runtime.PerSampleOps: the reference
+// backend needs no scratch.
+func (Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }

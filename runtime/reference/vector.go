@@ -1,0 +1,96 @@
+package reference
+
+// The vector operations (runtime.VectorOps). Sums of squares and dot
+// products are the contract's own: float64, element by element in order,
+// so that the clip factors are the CPU's bit for bit. Every other result
+// is a float64 sum or product rounded once to float32.
+
+// SumSq implements runtime.VectorOps.
+func (Device) SumSq(x []float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += float64(v) * float64(v)
+	}
+	return s
+}
+
+// SquaredNorms implements runtime.VectorOps.
+func (d Device) SquaredNorms(x []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	size := len(x) / len(dst)
+	for i := range dst {
+		dst[i] = d.SumSq(x[i*size : (i+1)*size])
+	}
+}
+
+// Dot implements runtime.VectorOps.
+func (Device) Dot(a, b []float32) float64 {
+	var s float64
+	for i, v := range a {
+		s += float64(v) * float64(b[i])
+	}
+	return s
+}
+
+// Scale implements runtime.VectorOps.
+func (Device) Scale(alpha float32, x []float32) {
+	for i, v := range x {
+		x[i] = float32(float64(alpha) * float64(v))
+	}
+}
+
+// Add implements runtime.VectorOps.
+func (Device) Add(x, y []float32) {
+	for i, v := range x {
+		y[i] = float32(float64(y[i]) + float64(v))
+	}
+}
+
+// AddRunSums implements runtime.VectorOps: each run is summed in float64
+// and the sum added to dst[m] once. (The CPU's four float32 running sums
+// are its order, not a result every device must reproduce: the bias
+// gradient it gives is within float32 rounding of this one.)
+func (Device) AddRunSums(x, dst []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	T := len(x) / len(dst)
+	for m := range dst {
+		var s float64
+		for _, v := range x[m*T : (m+1)*T] {
+			s += float64(v)
+		}
+		dst[m] = float32(float64(dst[m]) + float64(float32(s)))
+	}
+}
+
+// ScatterAdd implements runtime.VectorOps: the additions are made in the
+// order of idx, each rounded once.
+func (Device) ScatterAdd(dst, src []float32, idx []int32) {
+	for j, k := range idx {
+		if k >= 0 {
+			dst[k] = float32(float64(dst[k]) + float64(src[j]))
+		}
+	}
+}
+
+// AddNormSq implements runtime.VectorOps.
+func (Device) AddNormSq(x, y []float64) {
+	for i, v := range x {
+		y[i] += v
+	}
+}
+
+// SumRows implements runtime.VectorOps: each column a float64 sum,
+// rounded once.
+func (Device) SumRows(g []float32, T, p int, out []float32) {
+	for j := 0; j < p; j++ {
+		var s float64
+		for t := 0; t < T; t++ {
+			s += float64(g[t*p+j])
+		}
+		out[j] = float32(s)
+	}
+}

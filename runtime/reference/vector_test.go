@@ -1,0 +1,137 @@
+package reference_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
+)
+
+// dpVectorCase is one vector operation run on a device: it returns the
+// operation's float32 and float64 results for the given inputs (which it
+// must not modify). exact says the contract makes the result the same on
+// every device: float64 sums in order, or one rounding per element.
+type dpVectorCase struct {
+	name  string
+	exact bool
+	run   func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64)
+}
+
+// dpVectorIn are the random operands of one vector case.
+type dpVectorIn struct {
+	a, b  []float32
+	n64   []float64
+	rows  int
+	idx   []int32
+	alpha float32
+}
+
+func dpVectorCases() []dpVectorCase {
+	return []dpVectorCase{
+		{"SumSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			return nil, []float64{d.SumSq(in.a)}
+		}},
+		{"SquaredNorms", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			dst := make([]float64, in.rows)
+			d.SquaredNorms(in.a, dst)
+			return nil, dst
+		}},
+		{"Dot", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			return nil, []float64{d.Dot(in.a[:len(in.a)-3], in.b)}
+		}},
+		{"Scale", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			x := dpClone(in.a)
+			d.Scale(in.alpha, x)
+			return x, nil
+		}},
+		{"Add", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.b)
+			d.Add(in.a[:len(in.a)-5], y)
+			return y, nil
+		}},
+		{"AddRunSums", false, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			dst := dpClone(in.b[:in.rows])
+			d.AddRunSums(in.a, dst)
+			return dst, nil
+		}},
+		{"ScatterAdd", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			dst := dpClone(in.b[:7])
+			d.ScatterAdd(dst, in.a, in.idx)
+			return dst, nil
+		}},
+		{"AddNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64)
+			d.AddNormSq(in.n64[:len(in.n64)-2], y)
+			return nil, y
+		}},
+		{"SumRows", false, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			out := dpRand(rand.New(rand.NewPCG(9, 9)), len(in.a)/in.rows) // overwritten
+			d.SumRows(in.a, in.rows, len(in.a)/in.rows, out)
+			return out, nil
+		}},
+	}
+}
+
+// TestVectorOps holds every vector operation of the reference backend to
+// the CPU's on random inputs of several sizes: bit for bit where the
+// contract fixes the result, within 1e-5 of the largest element (dpErr)
+// for the sums whose order is the device's.
+func TestVectorOps(t *testing.T) {
+	ref, cpu := reference.Device{}, runtime.CPU{}
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range dpVectorCases() {
+		t.Run(c.name, func(t *testing.T) {
+			for _, size := range []struct{ rows, cols int }{{1, 8}, {3, 17}, {5, 64}, {4, 1001}} {
+				n := size.rows * size.cols
+				in := dpVectorIn{a: dpRand(r, n), b: dpRand(r, n), rows: size.rows, alpha: float32(r.NormFloat64())}
+				for i := 0; i < n; i += 1 + r.IntN(3) {
+					in.a[i] *= 1e3 // a range of magnitudes
+				}
+				in.n64 = make([]float64, size.rows+2)
+				for i := range in.n64 {
+					in.n64[i] = r.ExpFloat64()
+				}
+				in.idx = make([]int32, n)
+				for i := range in.idx {
+					in.idx[i] = int32(r.IntN(9) - 2) // −2 … 6: some skipped, repeats
+				}
+				keep := dpClone(in.a)
+				g32, g64 := c.run(ref, in)
+				w32, w64 := c.run(cpu, in)
+				dpSameBits(t, "input", in.a, keep)
+				if c.exact {
+					dpSameBits(t, c.name, g32, w32)
+				} else if e := dpErr(g32, w32); e > 1e-5 {
+					t.Errorf("%d×%d: error %.3g > 1e-5", size.rows, size.cols, e)
+				}
+				for k := range w64 {
+					if math.Float64bits(g64[k]) != math.Float64bits(w64[k]) {
+						t.Errorf("%d×%d: element %d is %v, the CPU's %v", size.rows, size.cols, k, g64[k], w64[k])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestVectorOpsByHand: a few results worked out by hand.
+func TestVectorOpsByHand(t *testing.T) {
+	d := reference.Device{}
+	if got := d.SumSq([]float32{3, 4}); got != 25 {
+		t.Errorf("SumSq(3, 4) = %v, want 25", got)
+	}
+	if got := d.Dot([]float32{1, 2}, []float32{3, 4, 5}); got != 11 {
+		t.Errorf("Dot = %v, want 11", got)
+	}
+	out := make([]float32, 2)
+	d.SumRows([]float32{1, 2, 3, 4, 5, 6}, 3, 2, out)
+	dpSameBits(t, "SumRows", out, []float32{9, 12})
+	dst := []float32{1, 1}
+	d.AddRunSums([]float32{1, 2, 3, 4, 5, 6}, dst)
+	dpSameBits(t, "AddRunSums", dst, []float32{7, 16})
+	dst = []float32{0, 0, 0}
+	d.ScatterAdd(dst, []float32{1, 2, 4, 8}, []int32{2, -1, 2, 0})
+	dpSameBits(t, "ScatterAdd", dst, []float32{8, 0, 5})
+}
