@@ -56,6 +56,8 @@ type Device struct {
 	// scratch stages host operands; it grows to the largest call.
 	scratch arena
 	pending []copyBack
+	// res receives the scalar results (SumSq, Dot).
+	res [1]float64
 
 	// tables holds NoiseTables (noise.cu); rk the AES round keys of rkKey.
 	tables, rk DevicePtr

@@ -35,4 +35,68 @@
 // --fmad=false) and without fast math, so that float arithmetic rounds
 // each operation alone on both: the optimizer's update and the noise are
 // the CPU's bit for bit on the emulation, and so on the GPU.
+//
+// # Kernel sources
+//
+// kernels/<group>.cu holds the kernels of one operation group (vector.cu:
+// runtime.VectorOps, clip.cu: ClipOps, optim.cu: OptimOps, noise.cu:
+// NoiseOps, linalg.cu: LinalgOps.Axpy), embedded in the binary. Kernels are
+// extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
+// a short prelude first (the fixed-width integer types, DYN_SHARED), the
+// emulation its header. Elementwise kernels are grid-stride loops on
+// blocks of 256 threads, the grid capped at 16 blocks per multiprocessor.
+// Sums whose order the contract fixes (SumSq, SquaredNorms and Dot in
+// float64 in order, AddRunSums's four running sums, SumRows, ScatterAdd in
+// index order) run that order on one thread per result, parallel across
+// results only, so that they are the CPU's bit for bit.
+//
+// The noise kernel (noise.cu) is runtime/noise's specification (its
+// doc.go) in CUDA C: AES-128 (S-box computed on the host from its
+// definition, key schedule on the device once a key), one thread per
+// domain-0 counter block (four elements), the ziggurat's tables copied
+// from noise.Tables, and the slow path's wedge test through expf and the
+// tail through ln, both ported from noise/mathf.go operation by
+// operation. TestNoiseMatchesCPU holds it to runtime.CPU, noise.Reference
+// and the reference backend bit for bit.
+//
+// # Device and operands
+//
+// Device is the runtime.Device: Alloc returns device memory, and a
+// buffer's Floats is a []float32 view of it (unsafe.Slice over the device
+// address; only the device's operations dereference it). An operation
+// passes an operand that lies in the Device's memory to its kernel as it
+// is and stages any other slice — host memory, such as the engine's
+// float64 norms — through a scratch area, copying it back if written.
+// Under unified addressing the two kinds of address never coincide; under
+// emulation device memory is C memory, apart from Go's.
+//
+// # Tests
+//
+// go test ./runtime/cuda/ runs on the emulation (skipping when there is no
+// g++): the header's built-ins through test kernels (testdata/emu_test.cu),
+// every operation against runtime.CPU bit for bit and against the
+// reference backend, with host and device operands and sizes 0, 1 and
+// around the block and grid sizes, the noise bit for bit, the Driver's
+// errors (compile errors with the compiler's log, bad launches, copies out
+// of bounds) and the real driver's error without libcuda.so.1. With
+// DPFINETUNE_CUDA=gpu the same tests run on the GPU's driver.
+//
+// # What remains (issue 14)
+//
+//   - LinalgOps' GEMMs: cuBLAS (libcublas through purego, cublasSgemm on
+//     column-major operands) in the real driver and a CPU SGEMM in the
+//     emulation, behind one more Driver method; Binary and ReduceToShape.
+//   - PerSampleOps: Im2ColPlane, ConvWeightGrad, DepthwisePerSampleGrad.
+//   - GraphOps (LayoutOps, NNOps, ElementwiseOps, ReduceOps), whose
+//     interfaces other work is defining now; with them and the above the
+//     Device implements runtime.Ops, and runtime/devices.go's "cuda" entry
+//     can open it.
+//   - Speed: the in-order sums on one thread per result (exact but slow
+//     for one long vector: SumSq, Dot, ScatterAdd), staging of host
+//     operands (the engine's scalars could live on the device), a stream
+//     per worker instead of the default stream, and the emulated launch
+//     (a thread per CUDA thread, created per launch).
+//   - The real driver is tested only up to its missing-driver error on a
+//     machine without a GPU; DPFINETUNE_CUDA=gpu go test ./runtime/cuda/
+//     on a GPU is its first check.
 package cuda

@@ -9,10 +9,12 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/noise"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // TestNoiseMatchesCPU is the key test of the noise: the device's draws are
-// runtime.CPU's (and noise.Reference's) bit for bit, for several keys and
+// runtime.CPU's (and noise.Reference's, and the reference backend's) bit
+// for bit, for several keys and
 // steps, offsets inside and across AES blocks, sizes that start and end
 // mid-block, host and device operands, and enough elements that the slow
 // path's wedge and tail draws occur.
@@ -49,6 +51,13 @@ func TestNoiseMatchesCPU(t *testing.T) {
 				noise.Reference(ref, key, step, c.offset, std, post)
 				if err := sameBits(widen32(ref), widen32(want)); err != nil {
 					t.Fatalf("key %d step %d n=%d offset %d: CPU against noise.Reference: %v", ki, step, c.n, c.offset, err)
+				}
+				if c.n < 5000 { // the reference backend draws ~100 ns an element
+					rb := append([]float32(nil), x...)
+					reference.Device{}.AddGaussianNoise(rb, reference.Device{}.PrepareNoise(key, step), c.offset, std, post)
+					if err := sameBits(widen32(rb), widen32(want)); err != nil {
+						t.Fatalf("key %d step %d n=%d offset %d: reference backend against the CPU: %v", ki, step, c.n, c.offset, err)
+					}
 				}
 				for _, dev := range []bool{false, true} {
 					p := &placer{bufs: map[uintptr]runtime.Buffer{}}

@@ -10,9 +10,11 @@ import "fmt"
 
 // SumSq implements runtime.VectorOps.
 func (d *Device) SumSq(x []float32) float64 {
-	var out [1]float64
-	d.SquaredNorms(x, out[:])
-	return out[0]
+	d.begin()
+	defer d.end("SumSq")
+	d.sumSqRows(x, d.res[:])
+	d.flush("SumSq")
+	return d.res[0]
 }
 
 // SquaredNorms implements runtime.VectorOps: one thread per sample.
@@ -20,23 +22,28 @@ func (d *Device) SquaredNorms(x []float32, dst []float64) {
 	if len(dst) == 0 {
 		return
 	}
-	size := len(x) / len(dst)
-	a := d.begin()
+	d.begin()
 	defer d.end("SquaredNorms")
-	a.Ptr(f32(x[:size*len(dst)], opIn, d)).I64(int64(size)).Ptr(f64(dst, opOut, d)).I64(int64(len(dst)))
+	d.sumSqRows(x, dst)
+}
+
+// sumSqRows launches sum_sq_rows over the len(dst) rows of x (d.mu held).
+func (d *Device) sumSqRows(x []float32, dst []float64) {
+	size := len(x) / len(dst)
+	d.args.Reset()
+	d.args.Ptr(f32(x[:size*len(dst)], opIn, d)).I64(int64(size)).Ptr(f64(dst, opOut, d)).I64(int64(len(dst)))
 	d.launch("sum_sq_rows", int64(len(dst)))
 }
 
 // Dot implements runtime.VectorOps.
 func (d *Device) Dot(a, b []float32) float64 {
 	b = b[:len(a)]
-	var out [1]float64
 	args := d.begin()
 	defer d.end("Dot")
-	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(out[:], opOut, d))
+	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(d.res[:], opOut, d))
 	d.launchOne("dot")
 	d.flush("Dot")
-	return out[0]
+	return d.res[0]
 }
 
 // flush copies the staged outputs back now (d.mu held), for an operation
