@@ -79,3 +79,65 @@ __global__ void mangled() {}`
 		t.Errorf("KernelNames = %s, want a,b_2", got)
 	}
 }
+
+// TestNVRTCCompiles compiles every kernel source, and the emulation's test
+// kernels, with NVRTC for two architectures, as the real driver does: it
+// needs the library (DPFINETUNE_NVRTC or the usual names), not a GPU, and
+// skips without it.
+func TestNVRTCCompiles(t *testing.T) {
+	rtc, err := loadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC here: %v", err)
+	}
+	t.Logf("NVRTC %s", rtc.ver)
+	srcs := map[string]string{"emu_test.cu": emuTestSource}
+	for mod := range deviceKernels {
+		b, err := kernelSources.ReadFile("kernels/" + mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[mod] = string(b)
+	}
+	for name, src := range srcs {
+		for _, arch := range [][2]int{{7, 0}, {8, 0}} {
+			cubin, err := rtc.compile(name, nvrtcSource(name, src), nvrtcOpts(arch[0], arch[1]), false)
+			if err != nil {
+				t.Errorf("sm_%d%d: %v", arch[0], arch[1], err)
+				continue
+			}
+			if len(cubin) < 4 || string(cubin[1:4]) != "ELF" {
+				t.Errorf("%s sm_%d%d: %d bytes that are not an ELF cubin", name, arch[0], arch[1], len(cubin))
+			}
+		}
+	}
+	_, err = rtc.compile("broken.cu", nvrtcSource("broken.cu", "extern \"C\" __global__ void broken(float *x) {\n  x[0] = undefined_name;\n}\n"), nvrtcOpts(8, 0), false)
+	if err == nil || !strings.Contains(err.Error(), "undefined_name") || !strings.Contains(err.Error(), "broken.cu") {
+		t.Errorf("compile error: %v, want NVRTC's log naming broken.cu and undefined_name", err)
+	}
+}
+
+// TestNVRTCNoFMA checks the PTX of the device's kernels for fused
+// multiply-adds: with --fmad=false there is none, so that each product
+// and sum rounds on its own on the GPU as on the CPU.
+func TestNVRTCNoFMA(t *testing.T) {
+	rtc, err := loadNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC here: %v", err)
+	}
+	for mod := range deviceKernels {
+		b, err := kernelSources.ReadFile("kernels/" + mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := append([]string{"--gpu-architecture=compute_80"}, nvrtcOptions...)
+		ptx, err := rtc.compile(mod, nvrtcSource(mod, string(b)), opts, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(ptx), "\n") {
+			if strings.Contains(line, "fma.") || strings.Contains(line, "mad.f") || strings.Contains(line, "mad.rn.f") {
+				t.Errorf("%s: a fused multiply-add in the PTX: %s", mod, strings.TrimSpace(line))
+			}
+		}
+	}
+}

@@ -28,6 +28,17 @@ typedef long long int64_t;
 #define DYN_SHARED(T, name) extern __shared__ T name[]
 `
 
+// nvrtcSource is what NVRTC compiles for a kernel source: the prelude and
+// the source, its lines numbered as in its file.
+func nvrtcSource(name, source string) string {
+	return nvrtcPrelude + "#line 1 \"" + name + "\"\n" + source
+}
+
+// nvrtcOpts are the options of a compilation for sm_<major><minor>.
+func nvrtcOpts(major, minor int) []string {
+	return append([]string{fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)}, nvrtcOptions...)
+}
+
 // nvrtcOptions are the compile options besides the architecture: no FMA
 // contraction, so that every product and sum rounds on its own, as the
 // CPU's code and the emulation do (the bit-for-bit contracts of the
@@ -43,10 +54,15 @@ type cudaFuncs struct {
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel, getErrorName, getErrorString uintptr
 }
 
-// The NVRTC entry points (nvrtc.h).
-type nvrtcFuncs struct {
+// nvrtc is NVRTC, the runtime compiler of CUDA C (nvrtc.h): it needs no
+// GPU, so that the kernel sources' compilation is tested wherever the
+// library is (TestNVRTCCompiles).
+type nvrtc struct {
 	version, createProgram, compileProgram, getProgramLogSize, getProgramLog uintptr
 	getCUBINSize, getCUBIN, destroyProgram, getErrorString                   uintptr
+	getPTXSize, getPTX                                                       uintptr
+	// ver is the library's version, "12.4".
+	ver string
 }
 
 // nvidia is the Driver of a real GPU: the CUDA driver API of libcuda.so.1
@@ -55,8 +71,7 @@ type nvrtcFuncs struct {
 // may run on any thread).
 type nvidia struct {
 	cu      cudaFuncs
-	rtc     nvrtcFuncs
-	rtcVer  string
+	rtc     *nvrtc
 	dev     int32
 	ctx     uintptr
 	props   Properties
@@ -141,7 +156,7 @@ func Real() (Driver, error) {
 		Name: goString(name[:]), Major: int(*major), Minor: int(*minor), TotalMem: int64(*total),
 		Multiprocessors: int(*sms), DriverVersion: int(ver),
 	}
-	if err := c.loadNVRTC(); err != nil {
+	if c.rtc, err = loadNVRTC(); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -152,7 +167,8 @@ func Real() (Driver, error) {
 	return c, nil
 }
 
-func (c *nvidia) loadNVRTC() error {
+// loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
+func loadNVRTC() (*nvrtc, error) {
 	var names []string
 	if p := os.Getenv(EnvNVRTC); p != "" {
 		names = append(names, p)
@@ -161,24 +177,24 @@ func (c *nvidia) loadNVRTC() error {
 		"/usr/local/cuda/lib64/libnvrtc.so")
 	h, lib, err := dlopenFirst(names)
 	if err != nil {
-		return fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
+		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
 	}
-	f := &c.rtc
+	f := &nvrtc{}
 	if err := syms(h, lib, []*uintptr{
 		&f.version, &f.createProgram, &f.compileProgram, &f.getProgramLogSize, &f.getProgramLog,
-		&f.getCUBINSize, &f.getCUBIN, &f.destroyProgram, &f.getErrorString,
+		&f.getCUBINSize, &f.getCUBIN, &f.destroyProgram, &f.getErrorString, &f.getPTXSize, &f.getPTX,
 	}, []string{
 		"nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
-		"nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcDestroyProgram", "nvrtcGetErrorString",
+		"nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcDestroyProgram", "nvrtcGetErrorString", "nvrtcGetPTXSize", "nvrtcGetPTX",
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	var major, minor int32
-	if err := c.rtcCall("nvrtcVersion", f.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor))); err != nil {
-		return err
+	if err := f.call("nvrtcVersion", f.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor))); err != nil {
+		return nil, err
 	}
-	c.rtcVer = fmt.Sprintf("%d.%d", major, minor)
-	return nil
+	f.ver = fmt.Sprintf("%d.%d", major, minor)
+	return f, nil
 }
 
 // goString is the Go string of a NUL-terminated byte array.
@@ -218,15 +234,15 @@ func (c *nvidia) call(op string, fn uintptr, args ...uintptr) error {
 	return fmt.Errorf("cuda: %s: %s (%d): %s", op, cString(name), r, cString(desc))
 }
 
-// rtcCall is call for NVRTC's functions and their nvrtcResult.
+// call is nvidia.call for NVRTC's functions and their nvrtcResult.
 //
 //go:uintptrescapes
-func (c *nvidia) rtcCall(op string, fn uintptr, args ...uintptr) error {
+func (f *nvrtc) call(op string, fn uintptr, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(fn, args...)
 	if r == 0 {
 		return nil
 	}
-	s, _, _ := purego.SyscallN(c.rtc.getErrorString, r)
+	s, _, _ := purego.SyscallN(f.getErrorString, r)
 	return fmt.Errorf("cuda: %s: %s (%d)", op, cString(s), r)
 }
 
@@ -315,42 +331,47 @@ func (c *nvidia) CopyDtoD(dst, src DevicePtr, bytes int) error {
 // cstr is s as a NUL-terminated C string.
 func cstr(s string) []byte { return append([]byte(s), 0) }
 
-// compile compiles source with NVRTC for the device's architecture and
-// returns the cubin, or the compiler's log as the error.
-func (c *nvidia) compile(name, source string, opts []string) ([]byte, error) {
+// compile compiles source with NVRTC and returns the cubin (for an
+// architecture sm_XY) or, with ptx, the PTX (for compute_XY), or the
+// compiler's log as the error.
+func (f *nvrtc) compile(name, source string, opts []string, ptx bool) ([]byte, error) {
 	src, cname := cstr(source), cstr(name)
 	var prog uintptr
-	if err := c.rtcCall("nvrtcCreateProgram", c.rtc.createProgram, uintptr(unsafe.Pointer(&prog)),
+	if err := f.call("nvrtcCreateProgram", f.createProgram, uintptr(unsafe.Pointer(&prog)),
 		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); err != nil {
 		return nil, err
 	}
-	defer purego.SyscallN(c.rtc.destroyProgram, uintptr(unsafe.Pointer(&prog)))
+	defer purego.SyscallN(f.destroyProgram, uintptr(unsafe.Pointer(&prog)))
 	copts := make([][]byte, len(opts))
 	optPtrs := make([]uintptr, len(opts))
 	for i, o := range opts {
 		copts[i] = cstr(o)
 		optPtrs[i] = uintptr(unsafe.Pointer(&copts[i][0]))
 	}
-	cerr := c.rtcCall("nvrtcCompileProgram", c.rtc.compileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&optPtrs[0])))
+	cerr := f.call("nvrtcCompileProgram", f.compileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&optPtrs[0])))
 	runtime.KeepAlive(copts)
 	if cerr != nil {
 		var n uintptr
 		log := ""
-		if c.rtcCall("nvrtcGetProgramLogSize", c.rtc.getProgramLogSize, prog, uintptr(unsafe.Pointer(&n))) == nil && n > 0 {
+		if f.call("nvrtcGetProgramLogSize", f.getProgramLogSize, prog, uintptr(unsafe.Pointer(&n))) == nil && n > 0 {
 			buf := make([]byte, n)
-			if c.rtcCall("nvrtcGetProgramLog", c.rtc.getProgramLog, prog, uintptr(unsafe.Pointer(&buf[0]))) == nil {
+			if f.call("nvrtcGetProgramLog", f.getProgramLog, prog, uintptr(unsafe.Pointer(&buf[0]))) == nil {
 				log = goString(buf)
 			}
 		}
 		return nil, fmt.Errorf("cuda: compiling module %s: %w\n%s", name, cerr, log)
 	}
+	getSize, get, what := f.getCUBINSize, f.getCUBIN, "CUBIN"
+	if ptx {
+		getSize, get, what = f.getPTXSize, f.getPTX, "PTX"
+	}
 	var n uintptr
-	if err := c.rtcCall("nvrtcGetCUBINSize", c.rtc.getCUBINSize, prog, uintptr(unsafe.Pointer(&n))); err != nil {
+	if err := f.call("nvrtcGet"+what+"Size", getSize, prog, uintptr(unsafe.Pointer(&n))); err != nil {
 		return nil, err
 	}
 	cubin := make([]byte, n)
 	if n > 0 {
-		if err := c.rtcCall("nvrtcGetCUBIN", c.rtc.getCUBIN, prog, uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
+		if err := f.call("nvrtcGet"+what, get, prog, uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
 			return nil, err
 		}
 	}
@@ -360,13 +381,13 @@ func (c *nvidia) compile(name, source string, opts []string) ([]byte, error) {
 }
 
 func (c *nvidia) LoadModule(name, source string) (Module, error) {
-	full := nvrtcPrelude + "#line 1 \"" + name + "\"\n" + source
-	opts := append([]string{fmt.Sprintf("--gpu-arch=sm_%d%d", c.props.Major, c.props.Minor)}, nvrtcOptions...)
-	key := cacheKey(full, strings.Join(opts, " "), c.rtcVer, fmt.Sprint(c.props.DriverVersion))
+	full := nvrtcSource(name, source)
+	opts := nvrtcOpts(c.props.Major, c.props.Minor)
+	key := cacheKey(full, strings.Join(opts, " "), c.rtc.ver, fmt.Sprint(c.props.DriverVersion))
 	path := filepath.Join(c.cache, key+".cubin")
 	cubin, err := os.ReadFile(path)
 	if err != nil || len(cubin) == 0 {
-		if cubin, err = c.compile(name, full, opts); err != nil {
+		if cubin, err = c.rtc.compile(name, full, opts, false); err != nil {
 			return 0, err
 		}
 		if err := writeAtomic(path, cubin); err != nil {
