@@ -26,7 +26,7 @@
 //     blockDim, gridDim, __shared__, __syncthreads, the atomics, the warp
 //     shuffles, the bit casts — and a launcher per kernel that runs the
 //     grid's blocks one after another, a block's threads as real threads
-//     with barriers; its comment lists the restrictions the kernels follow
+//     (a pool kept from launch to launch) with barriers; its comment lists the restrictions the kernels follow
 //     (all of them CUDA's own rules). Device memory is C memory outside
 //     the Go heap. It is selected with DPFINETUNE_CUDA=emulate (Open) and
 //     is what the tests run on a machine without a GPU.
@@ -94,8 +94,7 @@
 //   - Speed: the in-order sums on one thread per result (exact but slow
 //     for one long vector: SumSq, Dot, ScatterAdd), staging of host
 //     operands (the engine's scalars could live on the device), a stream
-//     per worker instead of the default stream, and the emulated launch
-//     (a thread per CUDA thread, created per launch).
+//     per worker instead of the default stream.
 //   - The real driver is tested only up to its missing-driver error on a
 //     machine without a GPU; DPFINETUNE_CUDA=gpu go test ./runtime/cuda/
 //     on a GPU is its first check.

@@ -6,8 +6,9 @@
 // float arithmetic rounds as NVRTC's --fmad=false code does).
 //
 // Execution model. A launch runs the grid's blocks one after another. The
-// threads of a block are real POSIX threads, created once per launch, each
-// running every block in turn with its own threadIdx; __syncthreads is a
+// threads of a block are real POSIX threads, a pool created as launches
+// first need them and kept, each running every block in turn with its own
+// threadIdx; __syncthreads is a
 // barrier over the block's threads and a barrier ends every block, so a
 // block's threads see each other's writes as on the GPU. Warps are the
 // block's threads 32 by 32 in linear order (x fastest, as CUDA numbers
@@ -30,6 +31,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,12 +72,7 @@ static struct {
   pthread_barrier_t block_bar;
   pthread_barrier_t warp_bar[EMU_MAX_THREADS / 32];
   uint64_t slot[EMU_MAX_THREADS]; // the shuffles' exchange
-  // The start gate: threads wait for go (or abort, if a thread could not
-  // be created) before running any block.
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int go, abort;
-} emu_L = {{0}, {0}, 0, 0, 0, 0, {}, {}, {0}, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+} emu_L;
 
 static inline void __syncthreads(void) { pthread_barrier_wait(&emu_L.block_bar); }
 
@@ -219,13 +216,19 @@ static inline double __longlong_as_double(long long u) {
 
 // --- launches ----------------------------------------------------------------
 
-static void *emu_thread(void *arg) {
-  unsigned tid = (unsigned)(uintptr_t)arg;
-  pthread_mutex_lock(&emu_L.mu);
-  while (!emu_L.go && !emu_L.abort) pthread_cond_wait(&emu_L.cv, &emu_L.mu);
-  int abort_ = emu_L.abort;
-  pthread_mutex_unlock(&emu_L.mu);
-  if (abort_) return 0;
+// The threads of a block are a pool, created as launches first need them
+// and kept for the library's lifetime: a launch wakes its block's threads
+// (each through its own semaphore) and waits for each to post done.
+static struct {
+  pthread_mutex_t mu; // serializes pool growth
+  unsigned created;
+  sem_t go[EMU_MAX_THREADS];
+  sem_t done;
+  int done_ok;
+} emu_pool = {PTHREAD_MUTEX_INITIALIZER, 0, {}, {}, 0};
+
+// emu_block_loop runs every block of the launch as thread tid.
+static void emu_block_loop(unsigned tid) {
   emu_tid = tid;
   blockDim = dim3{emu_L.block[0], emu_L.block[1], emu_L.block[2]};
   gridDim = dim3{emu_L.grid[0], emu_L.grid[1], emu_L.grid[2]};
@@ -237,7 +240,46 @@ static void *emu_thread(void *arg) {
         emu_L.body(emu_L.args);
         pthread_barrier_wait(&emu_L.block_bar); // the block ends for all its threads
       }
+}
+
+static void *emu_worker(void *arg) {
+  unsigned tid = (unsigned)(uintptr_t)arg;
+  for (;;) {
+    while (sem_wait(&emu_pool.go[tid]) != 0) {
+    }
+    emu_block_loop(tid);
+    sem_post(&emu_pool.done);
+  }
   return 0;
+}
+
+// emu_grow makes the pool n threads large; false if a thread could not be
+// created.
+static bool emu_grow(unsigned n) {
+  pthread_mutex_lock(&emu_pool.mu);
+  if (!emu_pool.done_ok) {
+    sem_init(&emu_pool.done, 0, 0);
+    emu_pool.done_ok = 1;
+  }
+  bool ok = true;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 512 << 10);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  while (emu_pool.created < n) {
+    unsigned t = emu_pool.created;
+    sem_init(&emu_pool.go[t], 0, 0);
+    pthread_t th;
+    if (pthread_create(&th, &attr, emu_worker, (void *)(uintptr_t)t) != 0) {
+      sem_destroy(&emu_pool.go[t]);
+      ok = false;
+      break;
+    }
+    emu_pool.created++;
+  }
+  pthread_attr_destroy(&attr);
+  pthread_mutex_unlock(&emu_pool.mu);
+  return ok;
 }
 
 // emu_run runs one launch: cfg is grid x, y, z, block x, y, z and the
@@ -248,6 +290,7 @@ static int emu_run(const unsigned *cfg, void **args, void (*body)(void **)) {
     if (cfg[i] == 0) return 1;
   unsigned long long n = (unsigned long long)cfg[3] * cfg[4] * cfg[5];
   if (n > EMU_MAX_THREADS || cfg[5] > 64) return 1;
+  if (!emu_grow((unsigned)n)) return 2;
   memcpy(emu_L.grid, cfg, sizeof emu_L.grid);
   memcpy(emu_L.block, cfg + 3, sizeof emu_L.block);
   emu_L.nthreads = (unsigned)n;
@@ -264,28 +307,17 @@ static int emu_run(const unsigned *cfg, void **args, void (*body)(void **)) {
     unsigned m = emu_L.nthreads - w * 32;
     pthread_barrier_init(&emu_L.warp_bar[w], 0, m < 32 ? m : 32);
   }
-  emu_L.go = emu_L.abort = 0;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 512 << 10);
-  static pthread_t th[EMU_MAX_THREADS];
-  unsigned made = 0;
-  for (; made < emu_L.nthreads; made++)
-    if (pthread_create(&th[made], &attr, emu_thread, (void *)(uintptr_t)made) != 0) break;
-  pthread_attr_destroy(&attr);
-  pthread_mutex_lock(&emu_L.mu);
-  if (made < emu_L.nthreads)
-    emu_L.abort = 1;
-  else
-    emu_L.go = 1;
-  pthread_cond_broadcast(&emu_L.cv);
-  pthread_mutex_unlock(&emu_L.mu);
-  for (unsigned i = 0; i < made; i++) pthread_join(th[i], 0);
+  // sem_post and sem_wait order memory: the workers see the state above,
+  // and the caller sees everything the kernel wrote.
+  for (unsigned t = 0; t < emu_L.nthreads; t++) sem_post(&emu_pool.go[t]);
+  for (unsigned t = 0; t < emu_L.nthreads; t++)
+    while (sem_wait(&emu_pool.done) != 0) {
+    }
   pthread_barrier_destroy(&emu_L.block_bar);
   for (unsigned w = 0; w < warps; w++) pthread_barrier_destroy(&emu_L.warp_bar[w]);
   free(emu_L.dyn_shared);
   emu_L.dyn_shared = 0;
-  return made < emu_L.nthreads ? 2 : 0;
+  return 0;
 }
 
 // emu_call calls kernel k with its arguments unpacked from a, CUDA's
