@@ -9,7 +9,8 @@ import (
 )
 
 // EnvCache overrides the directory under which compiled modules are
-// cached (default: os.UserCacheDir()/dpfinetune).
+// cached (default: os.UserCacheDir()/dpfinetune, or the temporary
+// directory's dpfinetune-cache when there is no user cache directory).
 const EnvCache = "DPFINETUNE_CUDA_CACHE"
 
 // cacheDir returns the cache directory sub (created if needed): compiled
@@ -18,11 +19,13 @@ const EnvCache = "DPFINETUNE_CUDA_CACHE"
 func cacheDir(sub string) (string, error) {
 	base := os.Getenv(EnvCache)
 	if base == "" {
-		d, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("cuda: no cache directory (set %s): %w", EnvCache, err)
+		if d, err := os.UserCacheDir(); err == nil {
+			base = filepath.Join(d, "dpfinetune")
+		} else {
+			// No home (a bare CI job): the temporary directory still
+			// caches within the machine's life.
+			base = filepath.Join(os.TempDir(), "dpfinetune-cache")
 		}
-		base = filepath.Join(d, "dpfinetune")
 	}
 	dir := filepath.Join(base, sub)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

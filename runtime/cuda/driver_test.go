@@ -141,3 +141,21 @@ func TestNVRTCNoFMA(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheDir(t *testing.T) {
+	t.Setenv(EnvCache, "")
+	t.Setenv("XDG_CACHE_HOME", "")
+	t.Setenv("HOME", "")
+	dir, err := cacheDir("cuda-emu")
+	if err != nil || !strings.Contains(dir, "dpfinetune") {
+		t.Errorf("without a home: %q, %v", dir, err)
+	}
+	base := t.TempDir()
+	t.Setenv(EnvCache, base)
+	if dir, err := cacheDir("x"); err != nil || dir != base+"/x" {
+		t.Errorf("with %s: %q, %v", EnvCache, dir, err)
+	}
+	if cacheKey("ab", "c") == cacheKey("a", "bc") {
+		t.Error("cacheKey does not separate its parts")
+	}
+}
