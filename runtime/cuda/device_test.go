@@ -127,3 +127,34 @@ func TestConcurrentOps(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSubSliceOperands passes pieces of one device buffer as operands:
+// interior addresses are device memory too.
+func TestSubSliceOperands(t *testing.T) {
+	d := emuDevice(t)
+	r := rand.New(rand.NewSource(3))
+	host := randFloats(r, 1000)
+	b, err := d.Alloc(len(host))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CopyIn(b, 0, host); err != nil {
+		t.Fatal(err)
+	}
+	f := b.Floats()
+	d.Axpy(0.75, f[3:303], f[500:800])
+	d.Scale(-2, f[901:997])
+	want := append([]float32(nil), host...)
+	runtime.CPU{}.Axpy(0.75, want[3:303], want[500:800])
+	runtime.CPU{}.Scale(-2, want[901:997])
+	got := make([]float32, len(host))
+	if err := d.CopyOut(got, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sameBits(widen32(got), widen32(want)); err != nil {
+		t.Error(err)
+	}
+	if len(d.scratch.chunks) != 0 {
+		t.Errorf("device operands were staged: %d scratch chunks", len(d.scratch.chunks))
+	}
+}

@@ -280,19 +280,36 @@ func TestEmuShuffles(t *testing.T) {
 func TestEmuBitsAndMath(t *testing.T) {
 	d := emuDriver(t)
 	m := loadTestModule(t, d)
-	x := []float32{1, 2, 0.25, 3e-38, 1e30, float32(math.Pi)}
+	x := []float32{1, 2, 0.25, 3e-38, 1e30, float32(math.Pi), 80}
 	n := len(x)
 	px := devSlice(t, d, x)
 	u, back, rs, sq := devSlice(t, d, make([]uint32, n)), devSlice(t, d, make([]float32, n)), devSlice(t, d, make([]float32, n)), devSlice(t, d, make([]float32, n))
-	launch(t, d, m, "bits", D1(1), D1(n), 0, new(Args).Ptr(px).Ptr(u).Ptr(back).Ptr(rs).Ptr(sq))
+	ex, lg, db := devSlice(t, d, make([]float32, n)), devSlice(t, d, make([]float32, n)), devSlice(t, d, make([]float64, n))
+	launch(t, d, m, "bits", D1(1), D1(n), 0, new(Args).Ptr(px).Ptr(u).Ptr(back).Ptr(rs).Ptr(sq).Ptr(ex).Ptr(lg).Ptr(db))
 	gu, gb, grs, gsq := fromDev[uint32](t, d, u, n), fromDev[float32](t, d, back, n), fromDev[float32](t, d, rs, n), fromDev[float32](t, d, sq, n)
+	gex, glg, gdb := fromDev[float32](t, d, ex, n), fromDev[float32](t, d, lg, n), fromDev[float64](t, d, db, n)
+	// ulps is the distance in units in the last place of float32.
+	ulps := func(a, b float32) int64 {
+		d := int64(math.Float32bits(a)) - int64(math.Float32bits(b))
+		if d < 0 {
+			d = -d
+		}
+		return d
+	}
 	for i, v := range x {
-		if gu[i] != math.Float32bits(v) || gb[i] != v {
-			t.Errorf("bit casts of %v: %#x %v", v, gu[i], gb[i])
+		if gu[i] != math.Float32bits(v) || gb[i] != v || gdb[i] != float64(v) {
+			t.Errorf("bit casts of %v: %#x %v %v", v, gu[i], gb[i], gdb[i])
 		}
 		s := float32(math.Sqrt(float64(v)))
 		if gsq[i] != s || grs[i] != 1/s {
 			t.Errorf("sqrtf/rsqrtf(%v) = %v %v, want %v %v", v, gsq[i], grs[i], s, 1/s)
+		}
+		// CUDA's expf and logf are within 2 and 1 ulp (no fast math).
+		if e := float32(math.Exp(-float64(v))); ulps(gex[i], e) > 2 {
+			t.Errorf("expf(-%v) = %v, want %v", v, gex[i], e)
+		}
+		if l := float32(math.Log(float64(v))); ulps(glg[i], l) > 1 {
+			t.Errorf("logf(%v) = %v, want %v", v, glg[i], l)
 		}
 	}
 }

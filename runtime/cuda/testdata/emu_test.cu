@@ -75,10 +75,13 @@ extern "C" __global__ void shuffles(const int *x, int *down, int *bfly, int *bca
 }
 
 // bits checks the bit casts and the math functions the kernels use.
-extern "C" __global__ void bits(const float *x, unsigned *u, float *back, float *rs, float *sq) {
+extern "C" __global__ void bits(const float *x, unsigned *u, float *back, float *rs, float *sq, float *ex, float *lg, double *dbits) {
   int i = threadIdx.x;
   u[i] = __float_as_uint(x[i]);
   back[i] = __uint_as_float(u[i]) + __int_as_float(__float_as_int(0.0f));
   rs[i] = rsqrtf(x[i]);
   sq[i] = sqrtf(x[i]);
+  ex[i] = expf(-x[i]);
+  lg[i] = logf(x[i]);
+  dbits[i] = __longlong_as_double(__double_as_longlong((double)x[i]));
 }
