@@ -275,6 +275,16 @@ func TestEmuShuffles(t *testing.T) {
 	if gDown[0] != gBfly[0] {
 		t.Errorf("lane 0's reductions differ: %d %d", gDown[0], gBfly[0])
 	}
+	// A block of 40 threads: its second warp has 8 lanes, whose shuffles
+	// must not wait for the 24 lanes it lacks; the first warp is whole.
+	launch(t, d, m, "shuffles", D1(1), D1(40), 0, new(Args).Ptr(px).Ptr(down).Ptr(bfly).Ptr(bcast).Ptr(down8).Ptr(dx))
+	var sum int32
+	for _, v := range x[:32] {
+		sum += v
+	}
+	if g := fromDev[int32](t, d, bfly, 1)[0]; g != sum {
+		t.Errorf("block of 40: the first warp's butterfly sum %d, want %d", g, sum)
+	}
 }
 
 func TestEmuBitsAndMath(t *testing.T) {

@@ -53,6 +53,7 @@ extern "C" __global__ void atomics(int *ci, unsigned *cu, unsigned long long *cu
   int old = *cas, seen;
   while ((seen = atomicCAS(cas, old, old + 1)) != old) old = seen;
   atomicMax(mx, g);
+  __threadfence();
   atomicExch(exch, g);
 }
 
