@@ -78,8 +78,17 @@
 // reference backend, with host and device operands and sizes 0, 1 and
 // around the block and grid sizes, the noise bit for bit, the Driver's
 // errors (compile errors with the compiler's log, bad launches, copies out
-// of bounds) and the real driver's error without libcuda.so.1. With
-// DPFINETUNE_CUDA=gpu the same tests run on the GPU's driver.
+// of bounds) and the real driver's error without libcuda.so.1. The real
+// driver's own code runs too, on testdata/fakecuda.c: a stand-in for
+// libcuda.so.1 and NVRTC built with gcc (DPFINETUNE_LIBCUDA and
+// DPFINETUNE_NVRTC point the driver at it), with the entry points' C
+// signatures over host memory, that checks the current context on each
+// call and NVRTC's options and runs the "cubin" (the source) on the
+// emulation: every operation and the noise are the CPU's bit for bit
+// through it. Where NVRTC itself is at hand (DPFINETUNE_NVRTC, no GPU
+// needed), TestNVRTCCompiles compiles every kernel source with it and
+// TestNVRTCNoFMA finds no fused multiply-add in their PTX. With
+// DPFINETUNE_CUDA=gpu the tests run on the GPU's driver.
 //
 // # What remains (issue 14)
 //
@@ -95,7 +104,7 @@
 //     for one long vector: SumSq, Dot, ScatterAdd), staging of host
 //     operands (the engine's scalars could live on the device), a stream
 //     per worker instead of the default stream.
-//   - The real driver is tested only up to its missing-driver error on a
-//     machine without a GPU; DPFINETUNE_CUDA=gpu go test ./runtime/cuda/
-//     on a GPU is its first check.
+//   - The real driver has run on the stand-in and NVRTC 11.8 only, not on
+//     a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on one is its
+//     first real check.
 package cuda

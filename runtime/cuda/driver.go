@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"unsafe"
 )
@@ -145,10 +146,10 @@ func (a *Args) I64(v int64) *Args { return a.add(uint64(v)) }
 func (a *Args) U64(v uint64) *Args { return a.add(v) }
 
 // F32 adds a float argument.
-func (a *Args) F32(v float32) *Args { return a.add(uint64(*(*uint32)(unsafe.Pointer(&v)))) }
+func (a *Args) F32(v float32) *Args { return a.add(uint64(math.Float32bits(v))) }
 
 // F64 adds a double argument.
-func (a *Args) F64(v float64) *Args { return a.add(*(*uint64)(unsafe.Pointer(&v))) }
+func (a *Args) F64(v float64) *Args { return a.add(math.Float64bits(v)) }
 
 // Bytes adds a struct argument passed by value: b is its memory image
 // (at most 8-byte alignment).

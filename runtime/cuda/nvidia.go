@@ -17,15 +17,21 @@ import (
 // EnvNVRTC names the NVRTC library to load before the usual names.
 const EnvNVRTC = "DPFINETUNE_NVRTC"
 
+// EnvLibCUDA names the driver library to load before libcuda.so.1.
+const EnvLibCUDA = "DPFINETUNE_LIBCUDA"
+
 // nvrtcPrelude is what NVRTC compiles before a kernel source: the fixed
 // width integers (NVRTC has no <stdint.h>) and DYN_SHARED, which the
-// emulation header defines its own way.
-const nvrtcPrelude = `typedef unsigned char uint8_t;
+// emulation header defines its own way; only under NVRTC (__CUDACC_RTC__),
+// so that the test's stand-in driver can compile the same text on the host.
+const nvrtcPrelude = `#ifdef __CUDACC_RTC__
+typedef unsigned char uint8_t;
 typedef unsigned int uint32_t;
 typedef int int32_t;
 typedef unsigned long long uint64_t;
 typedef long long int64_t;
 #define DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
 `
 
 // nvrtcSource is what NVRTC compiles for a kernel source: the prelude and
@@ -106,7 +112,11 @@ func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 // Real returns the driver of the machine's first GPU. Without the NVIDIA
 // driver it fails with "no CUDA driver: libcuda.so.1 not found".
 func Real() (Driver, error) {
-	h, _, err := dlopenFirst([]string{"libcuda.so.1", "libcuda.so"})
+	var names []string
+	if p := os.Getenv(EnvLibCUDA); p != "" {
+		names = append(names, p)
+	}
+	h, _, err := dlopenFirst(append(names, "libcuda.so.1", "libcuda.so"))
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
 	}
