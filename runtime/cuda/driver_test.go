@@ -12,6 +12,7 @@ import (
 // TestRealDriverAbsent checks the error of the GPU's driver on a machine
 // without one: it names what is missing.
 func TestRealDriverAbsent(t *testing.T) {
+	t.Setenv(EnvLibCUDA, "")
 	if _, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
 		t.Skip("this machine has libcuda.so.1: the error path is not reachable")
 	}
