@@ -19,6 +19,14 @@ type LinalgOps interface {
 	// GemmSerial is Gemm on the calling worker only, for per-sample work
 	// that already runs Workers() samples at once.
 	GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	// GemmStrided computes batch products C_i = α·op(A_i)·op(B_i) + β·C_i
+	// (as Gemm), A_i starting at element i·strideA of a, B_i at
+	// i·strideB of b, C_i at i·strideC of c; a stride of 0 shares one
+	// matrix among the products. The batched MatMul of attention (one
+	// product per head, broadcast operands) and Einsum's contractions. It
+	// may use all of the device, spreading products too small to split
+	// over its workers whole.
+	GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int)
 	// Axpy computes y += α·x over len(x) elements (len(y) ≥ len(x)): the
 	// weighted accumulation Σ_i C_i g_i of instantiated per-sample
 	// gradients, and the sum of gradients over physical batches.
@@ -52,6 +60,11 @@ func (CPU) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 // GemmSerial implements LinalgOps with blas.SgemmSerial.
 func (CPU) GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	blas.SgemmSerial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// GemmStrided implements LinalgOps with blas.SgemmStrided.
+func (CPU) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	blas.SgemmStrided(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
 }
 
 // Axpy implements LinalgOps with kernels.Axpy.

@@ -1,5 +1,538 @@
 package runtime
 
-// ReduceOps is the group of GraphOps for reductions over axes, softmax and log-softmax, and the per-sample softmax cross-entropy head.
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
+
+// ReduceOps is the group of GraphOps for reductions over axes, softmax and
+// log-softmax, and the per-sample softmax cross-entropy head.
 type ReduceOps interface {
+	// ReduceAxes computes y = op(x) over the axes along which yShape (x's
+	// shape with the reduced axes kept as 1, same rank) is 1: the ONNX
+	// Reduce* operators. grp maps every element of x to the element of y
+	// it reduces into (ReduceGroups; ReduceSum and ReduceMean do not read
+	// it and take nil). state is ReduceStateLen(op, len(y)) float64
+	// elements that the forward leaves for ReduceAxesBackward (the
+	// extremes' winners, the product's factors). Sums accumulate in
+	// float64, except ReduceSum's and ReduceMean's, which sum in float32
+	// as ReduceToShape does.
+	ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShape []int, grp []int32, state []float64)
+	// ReduceAxesBackward computes dx from dy for the forward that left y
+	// and state: the extremes send each output's gradient to the first
+	// element that attains it; the others multiply by their derivative
+	// (1, 1/count, sign(x), x/y, 2x, 1/Σx, e^(x−y), and for the product
+	// the product of the other elements, exact with zeros).
+	ReduceAxesBackward(op ReduceOp, x []float32, xShape []int, y, dy []float32, yShape []int, grp []int32, state []float64, dx []float32)
+	// Softmax computes y = exp(x − max)/Σ exp(x − max) along the middle
+	// axis of x viewed as outer × n × inner (ONNX Softmax: inner is the
+	// product of the axes after the softmax axis from opset 13, and 1
+	// before, where n is the product of the axes from it on), the sums in
+	// float64.
+	Softmax(x []float32, outer, n, inner int, y []float32)
+	// LogSoftmax computes y = x − max − log Σ exp(x − max) along the
+	// middle axis of outer × n × inner, as Softmax.
+	LogSoftmax(x []float32, outer, n, inner int, y []float32)
+	// SoftmaxBackward computes dx = y ⊙ (dy − Σ dy ⊙ y) along the middle
+	// axis from Softmax's output y.
+	SoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32)
+	// LogSoftmaxBackward computes dx = dy − exp(y)·Σ dy along the middle
+	// axis from LogSoftmax's output y.
+	LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32)
+	// SoftmaxCrossEntropy computes the plan's loss head for n samples of k
+	// logits (n×k row-major) and their class labels (in [0, k): the
+	// caller checks them): the per-sample loss
+	// loss_i = log Σ_j exp(z_ij) − z_i,label_i into losses (n) and the
+	// softmax of each row into probs (n×k), which the backward reads.
+	SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32)
+	// SoftmaxCrossEntropyBackward writes the gradient of Σ_i w_i·loss_i
+	// with respect to the logits, the seed of the backward pass:
+	// dlogits_i = w_i·(probs_i − onehot(label_i)); weights (n) are the
+	// DP engine's clip factors C_i in its second pass, or all ones.
+	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32)
+	// ScatterReduce combines the updates u into y at the compile-time
+	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
+	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
+	// ScatterND's reduction attribute; Max and Min propagate NaN). y
+	// holds the data before (a copy of ScatterND's data input).
+	ScatterReduce(red ScatterReduction, u []float32, idx []int32, y []float32)
+}
+
+// ScatterReduction selects how ReduceOps.ScatterReduce combines an update
+// with the element it lands on (ONNX ScatterND's reduction: "none",
+// "add", "mul", "max", "min").
+type ScatterReduction int
+
+// The reductions of ReduceOps.ScatterReduce.
+const (
+	ScatterReduceNone ScatterReduction = iota
+	ScatterReduceAdd
+	ScatterReduceMul
+	ScatterReduceMax
+	ScatterReduceMin
+)
+
+// ScatterReductionNamed returns the reduction of ScatterND's reduction
+// attribute value.
+func ScatterReductionNamed(name string) (ScatterReduction, error) {
+	for i, n := range []string{"none", "add", "mul", "max", "min"} {
+		if n == name {
+			return ScatterReduction(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scatter reduction %q", name)
+}
+
+// ReduceOp selects the reduction of ReduceOps.ReduceAxes (the ONNX
+// Reduce* operators).
+type ReduceOp int
+
+// The reductions of ReduceOps.ReduceAxes.
+const (
+	ReduceSum ReduceOp = iota
+	ReduceMean
+	ReduceMax
+	ReduceMin
+	ReduceProd
+	ReduceL1
+	ReduceL2
+	ReduceSumSquare
+	ReduceLogSum
+	ReduceLogSumExp
+)
+
+var reduceNames = [...]string{"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+	"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
+
+// String returns the ONNX operator name.
+func (op ReduceOp) String() string {
+	if op >= 0 && int(op) < len(reduceNames) {
+		return reduceNames[op]
+	}
+	return fmt.Sprintf("ReduceOp(%d)", int(op))
+}
+
+// ReduceOpNamed returns the reduction of an ONNX operator name.
+func ReduceOpNamed(name string) (ReduceOp, bool) {
+	for i, n := range reduceNames {
+		if n == name {
+			return ReduceOp(i), true
+		}
+	}
+	return 0, false
+}
+
+// ReduceStateLen returns the float64 elements ReduceAxes keeps for its
+// backward (or uses as scratch) for a reduction to m outputs: none for
+// ReduceSum and ReduceMean, 2m for ReduceProd (the product of the nonzero
+// elements and the count of zeros), m for the others.
+func ReduceStateLen(op ReduceOp, m int) int {
+	switch op {
+	case ReduceSum, ReduceMean:
+		return 0
+	case ReduceProd:
+		return 2 * m
+	}
+	return m
+}
+
+// ReduceGroups returns, for every element of an array of shape xShape,
+// the element of the reduction of shape yShape (same rank, reduced axes
+// 1) it belongs to: ReduceAxes's grp.
+func ReduceGroups(xShape, yShape []int) []int32 {
+	st := strides(yShape)
+	grp := make([]int32, numel(xShape))
+	forCoords(xShape, func(i int, c []int) {
+		j := 0
+		for k, ck := range c {
+			if yShape[k] != 1 {
+				j += ck * st[k]
+			}
+		}
+		grp[i] = int32(j)
+	})
+	return grp
+}
+
+// reduceCount returns the number of elements of x (xShape) that each
+// element of the reduction (yShape) gathers.
+func reduceCount(xShape, yShape []int) int {
+	cnt := 1
+	for a, d := range yShape {
+		if d == 1 {
+			cnt *= xShape[a]
+		}
+	}
+	return cnt
+}
+
+// ReduceAxes implements ReduceOps: ReduceSum and ReduceMean with
+// kernels.ReduceToShape (and the mean's scaling in place), the others in
+// one pass over x on the calling goroutine.
+func (CPU) ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShape []int, grp []int32, state []float64) {
+	switch op {
+	case ReduceSum, ReduceMean:
+		kernels.ReduceToShape(x, xShape, y, yShape)
+		if op == ReduceMean {
+			if scale := 1 / float32(reduceCount(xShape, yShape)); scale != 1 {
+				for i := range y {
+					y[i] *= scale
+				}
+			}
+		}
+	case ReduceMax, ReduceMin:
+		arg := state[:len(y)] // the winning element of each output
+		for g := range arg {
+			arg[g] = -1
+		}
+		for i, v := range x {
+			g := grp[i]
+			a := int(arg[g])
+			switch {
+			case a < 0, v != v && x[a] == x[a],
+				op == ReduceMax && v > x[a], op == ReduceMin && v < x[a]:
+				arg[g] = float64(i)
+			}
+		}
+		for g, a := range arg {
+			y[g] = x[int(a)]
+		}
+	case ReduceProd:
+		nz, zeros := state[:len(y)], state[len(y):2*len(y)] // product of the nonzero elements, count of zeros
+		for g := range nz {
+			nz[g], zeros[g] = 1, 0
+		}
+		for i, v := range x {
+			if v == 0 {
+				zeros[grp[i]]++
+			} else {
+				nz[grp[i]] *= float64(v)
+			}
+		}
+		for g := range nz {
+			if zeros[g] > 0 {
+				y[g] = 0
+			} else {
+				y[g] = float32(nz[g])
+			}
+		}
+	case ReduceLogSumExp:
+		// Shifted by each group's maximum, so that large inputs do not
+		// overflow.
+		acc := state[:len(y)]
+		for g := range acc {
+			acc[g] = math.Inf(-1)
+		}
+		for i, v := range x {
+			acc[grp[i]] = math.Max(acc[grp[i]], float64(v))
+		}
+		for g := range acc {
+			y[g] = float32(acc[g]) // the maximum, for now
+			acc[g] = 0
+		}
+		for i, v := range x {
+			acc[grp[i]] += math.Exp(float64(v - y[grp[i]]))
+		}
+		for g := range acc {
+			y[g] += float32(math.Log(acc[g]))
+		}
+	case ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum:
+		acc := state[:len(y)]
+		clear(acc)
+		for i, v := range x {
+			f := float64(v)
+			switch op {
+			case ReduceL1:
+				acc[grp[i]] += math.Abs(f)
+			case ReduceL2, ReduceSumSquare:
+				acc[grp[i]] += f * f
+			case ReduceLogSum:
+				acc[grp[i]] += f
+			}
+		}
+		for g, a := range acc {
+			switch op {
+			case ReduceL2:
+				a = math.Sqrt(a)
+			case ReduceLogSum:
+				a = math.Log(a)
+			}
+			y[g] = float32(a)
+		}
+	default:
+		panic(fmt.Sprintf("runtime: unknown reduction %v", op))
+	}
+}
+
+// ReduceAxesBackward implements ReduceOps: ReduceSum and ReduceMean with
+// kernels.Expand (and the mean's scaling in place), the others in one pass
+// over x on the calling goroutine.
+func (CPU) ReduceAxesBackward(op ReduceOp, x []float32, xShape []int, y, dy []float32, yShape []int, grp []int32, state []float64, dx []float32) {
+	switch op {
+	case ReduceSum, ReduceMean:
+		kernels.Expand(dy, yShape, dx, xShape)
+		if op == ReduceMean {
+			if scale := 1 / float32(reduceCount(xShape, yShape)); scale != 1 {
+				for i := range dx {
+					dx[i] *= scale
+				}
+			}
+		}
+		return
+	case ReduceMax, ReduceMin:
+		clear(dx)
+		for g, a := range state[:len(y)] {
+			dx[int(a)] += dy[g]
+		}
+		return
+	}
+	var nz, zeros []float64
+	if op == ReduceProd {
+		nz, zeros = state[:len(y)], state[len(y):2*len(y)]
+	}
+	for i, v := range x {
+		g := grp[i]
+		yg, d := y[g], dy[g]
+		switch op {
+		case ReduceProd:
+			switch {
+			case zeros[g] == 0:
+				dx[i] = d * float32(nz[g]/float64(v))
+			case zeros[g] == 1 && v == 0:
+				dx[i] = d * float32(nz[g])
+			default:
+				dx[i] = 0
+			}
+		case ReduceL1:
+			switch {
+			case v > 0:
+				dx[i] = d
+			case v < 0:
+				dx[i] = -d
+			default:
+				dx[i] = 0
+			}
+		case ReduceL2:
+			if yg == 0 {
+				dx[i] = 0
+			} else {
+				dx[i] = d * v / yg
+			}
+		case ReduceSumSquare:
+			dx[i] = 2 * d * v
+		case ReduceLogSum:
+			dx[i] = d * float32(math.Exp(-float64(yg)))
+		case ReduceLogSumExp:
+			dx[i] = d * float32(math.Exp(float64(v-yg)))
+		default:
+			panic(fmt.Sprintf("runtime: unknown reduction %v", op))
+		}
+	}
+}
+
+// Softmax implements ReduceOps over the runtime's workers (cpuSoftmax).
+func (CPU) Softmax(x []float32, outer, n, inner int, y []float32) {
+	cpuSoftmax(x, outer, n, inner, y, false)
+}
+
+// LogSoftmax implements ReduceOps over the runtime's workers (cpuSoftmax).
+func (CPU) LogSoftmax(x []float32, outer, n, inner int, y []float32) {
+	cpuSoftmax(x, outer, n, inner, y, true)
+}
+
+// SoftmaxBackward implements ReduceOps over the runtime's workers.
+func (CPU) SoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32) {
+	cpuSoftmaxBackward(y, dy, outer, n, inner, dx, false)
+}
+
+// LogSoftmaxBackward implements ReduceOps over the runtime's workers.
+func (CPU) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32) {
+	cpuSoftmaxBackward(y, dy, outer, n, inner, dx, true)
+}
+
+// cpuSoftmax computes the softmax (or log-softmax) of x viewed as outer ×
+// L × inner along L, split over the runtime's workers by outer index:
+// contiguous rows (inner = 1) through softmaxRows, strided ones with
+// kernels.Expf element by element.
+func cpuSoftmax(x []float32, outer, L, inner int, y []float32, logSoftmax bool) {
+	j := newJob(softmaxBody)
+	j.a, j.b, j.n, j.k, j.flag = x, y, L, inner, logSoftmax
+	j.run(outer, grainFor(L*inner))
+}
+
+func softmaxBody(j *job, lo, hi int) {
+	x, y, L, inner, logSoftmax := j.a, j.b, j.n, j.k, j.flag
+	if inner == 1 {
+		softmaxRows(x, y, L, lo, hi, logSoftmax)
+		return
+	}
+	for o := lo; o < hi; o++ {
+		for in := 0; in < inner; in++ {
+			base := o*L*inner + in
+			m := float32(math.Inf(-1))
+			for j := 0; j < L; j++ {
+				if v := x[base+j*inner]; v > m {
+					m = v
+				}
+			}
+			var s float64
+			for j := 0; j < L; j++ {
+				e := float64(kernels.Expf(x[base+j*inner] - m))
+				s += e
+				if !logSoftmax {
+					y[base+j*inner] = float32(e)
+				}
+			}
+			if logSoftmax {
+				ls := float32(math.Log(s))
+				for j := 0; j < L; j++ {
+					y[base+j*inner] = x[base+j*inner] - m - ls
+				}
+			} else {
+				inv := float32(1 / s)
+				for j := 0; j < L; j++ {
+					y[base+j*inner] *= inv
+				}
+			}
+		}
+	}
+}
+
+// softmaxRows computes the softmax (or log-softmax) of rows [lo, hi) of L
+// contiguous elements: the shifted row x − max goes to y, where the
+// vectorized kernels.Expfs exponentiates it in place.
+func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
+	for o := lo; o < hi; o++ {
+		xr, yr := x[o*L:(o+1)*L], y[o*L:(o+1)*L]
+		m := float32(math.Inf(-1))
+		for _, v := range xr {
+			if v > m {
+				m = v
+			}
+		}
+		for j, v := range xr {
+			yr[j] = v - m
+		}
+		kernels.Expfs(yr, yr)
+		var s float64
+		for _, e := range yr {
+			s += float64(e)
+		}
+		if logSoftmax {
+			ls := float32(math.Log(s))
+			for j, v := range xr {
+				yr[j] = v - m - ls
+			}
+			continue
+		}
+		inv := float32(1 / s)
+		for j := range yr {
+			yr[j] *= inv
+		}
+	}
+}
+
+// cpuSoftmaxBackward computes the softmax's (or log-softmax's) input
+// gradient from its output y, split over the runtime's workers by outer
+// index.
+func cpuSoftmaxBackward(yd, dy []float32, outer, L, inner int, dx []float32, logSoftmax bool) {
+	j := newJob(softmaxBackwardBody)
+	j.a, j.b, j.c, j.n, j.k, j.flag = yd, dy, dx, L, inner, logSoftmax
+	j.run(outer, grainFor(L*inner))
+}
+
+func softmaxBackwardBody(j *job, lo, hi int) {
+	yd, dy, dx, L, inner, logSoftmax := j.a, j.b, j.c, j.n, j.k, j.flag
+	for o := lo; o < hi; o++ {
+		for in := 0; in < inner; in++ {
+			base := o*L*inner + in
+			var s float64
+			if logSoftmax {
+				for j := 0; j < L; j++ {
+					s += float64(dy[base+j*inner])
+				}
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
+				}
+			} else {
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					s += float64(dy[k] * yd[k])
+				}
+				for j := 0; j < L; j++ {
+					k := base + j*inner
+					dx[k] = yd[k] * (dy[k] - float32(s))
+				}
+			}
+		}
+	}
+}
+
+// SoftmaxCrossEntropy implements ReduceOps, one sample after another on
+// the calling goroutine.
+func (CPU) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+	for i := 0; i < n; i++ {
+		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
+		m := float32(math.Inf(-1))
+		for _, v := range row {
+			if v > m {
+				m = v
+			}
+		}
+		var s float64
+		for j, v := range row {
+			e := math.Exp(float64(v - m))
+			pr[j] = float32(e)
+			s += e
+		}
+		inv := float32(1 / s)
+		for j := range pr {
+			pr[j] *= inv
+		}
+		losses[i] = float32(math.Log(s) - float64(row[labels[i]]-m))
+	}
+}
+
+// SoftmaxCrossEntropyBackward implements ReduceOps, one sample after
+// another on the calling goroutine.
+func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+	for i := 0; i < n; i++ {
+		w := weights[i]
+		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
+		for j := range d {
+			d[j] = w * pr[j]
+		}
+		d[labels[i]] -= w
+	}
+}
+
+// ScatterReduce implements ReduceOps in one pass on the calling goroutine.
+func (CPU) ScatterReduce(red ScatterReduction, u []float32, idx []int32, y []float32) {
+	switch red {
+	case ScatterReduceNone:
+		for i, j := range idx {
+			y[j] = u[i]
+		}
+	case ScatterReduceAdd:
+		for i, j := range idx {
+			y[j] += u[i]
+		}
+	case ScatterReduceMul:
+		for i, j := range idx {
+			y[j] *= u[i]
+		}
+	case ScatterReduceMax:
+		for i, j := range idx {
+			y[j] = max(y[j], u[i])
+		}
+	case ScatterReduceMin:
+		for i, j := range idx {
+			y[j] = min(y[j], u[i])
+		}
+	default:
+		panic(fmt.Sprintf("runtime: unknown scatter reduction %d", red))
+	}
 }

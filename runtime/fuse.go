@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Compile-time fusion of decomposed operator chains.
@@ -169,9 +168,9 @@ func (m *fusion) node(at *node) *node {
 	case fusedNormalize:
 		nd.build = buildFusedNormalize(m.eps)
 	case fusedGelu:
-		nd.build = buildFusedGelu(kernels.GeluErf, kernels.GeluErfBackward)
+		nd.build = buildFusedGelu(false)
 	case fusedGeluTanh:
-		nd.build = buildFusedGelu(kernels.GeluTanh, kernels.GeluTanhBackward)
+		nd.build = buildFusedGelu(true)
 	}
 	return nd
 }
@@ -475,28 +474,28 @@ func buildFusedNormalize(eps float32) builder {
 		x, y := nd.in[0], nd.out[0]
 		L := x.shape[len(x.shape)-1]
 		rows := x.n / L
-		inv := make([]float32, rows)
+		// 1/σ of every row, for the backward: a node-owned device
+		// buffer.
+		buf, err := p.dev.Alloc(rows)
+		if err != nil {
+			return err
+		}
+		inv := buf.Floats()
 		nd.saveOut = true
-		grain := grainFor(L)
-		fwd := func(lo, hi int) { kernels.NormalizeRows(x.data, y.data, L, eps, inv, lo, hi) }
-		bwd := func(lo, hi int) { kernels.NormalizeRowsBackward(y.data, y.grad, inv, L, nd.dIn[0], lo, hi) }
-		nd.fwd = func() { parFor(rows, grain, fwd) }
-		nd.bwd = func() { parFor(rows, grain, bwd) }
+		nd.fwd = func() { p.ops.NormalizeRows(x.data, y.data, L, eps, inv) }
+		nd.bwd = func() { p.ops.NormalizeRowsBackward(y.data, y.grad, inv, L, nd.dIn[0]) }
 		return nil
 	}
 }
 
-// buildFusedGelu compiles a fused GELU from its range kernels; the backward
-// reads the input.
-func buildFusedGelu(f func(x, y []float32), df func(x, dy, dx []float32)) builder {
+// buildFusedGelu compiles a fused GELU (ElementwiseOps.Gelu, in its tanh
+// form when tanh is true); the backward reads the input.
+func buildFusedGelu(tanh bool) builder {
 	return func(p *Plan, nd *node) error {
 		x, y := nd.in[0], nd.out[0]
 		nd.saveIn[0] = true
-		fwd := func(lo, hi int) { f(x.data[lo:hi], y.data[lo:hi]) }
-		bwd := func(lo, hi int) { df(x.data[lo:hi], y.grad[lo:hi], nd.dIn[0][lo:hi]) }
-		const grain = 1 << 13 // a few µs of transcendental work per range
-		nd.fwd = func() { parFor(x.n, grain, fwd) }
-		nd.bwd = func() { parFor(x.n, grain, bwd) }
+		nd.fwd = func() { p.ops.Gelu(tanh, x.data, y.data) }
+		nd.bwd = func() { p.ops.GeluBackward(tanh, x.data, y.grad, nd.dIn[0]) }
 		return nil
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // builder compiles one node: it sets nd.fwd, nd.bwd (when a backward is
@@ -17,12 +16,12 @@ var opTable map[string]builder
 
 func init() {
 	opTable = map[string]builder{
-		"Add": buildBinary(kernels.Add), "Sub": buildBinary(kernels.Sub), "Mul": buildBinary(kernels.Mul),
-		"Div": buildBinary(kernels.Div), "Pow": buildBinary(kernels.Pow),
-		"Relu": buildUnary(kernels.Relu), "Sigmoid": buildUnary(kernels.Sigmoid), "Tanh": buildUnary(kernels.Tanh),
-		"Erf": buildUnary(kernels.Erf), "Exp": buildUnary(kernels.Exp), "Log": buildUnary(kernels.Log),
-		"Sqrt": buildUnary(kernels.Sqrt), "Neg": buildUnary(kernels.Neg), "Abs": buildUnary(kernels.Abs),
-		"Reciprocal": buildUnary(kernels.Reciprocal),
+		"Add": buildBinary(BinaryAdd), "Sub": buildBinary(BinarySub), "Mul": buildBinary(BinaryMul),
+		"Div": buildBinary(BinaryDiv), "Pow": buildBinary(BinaryPow),
+		"Relu": buildUnary(UnaryRelu), "Sigmoid": buildUnary(UnarySigmoid), "Tanh": buildUnary(UnaryTanh),
+		"Erf": buildUnary(UnaryErf), "Exp": buildUnary(UnaryExp), "Log": buildUnary(UnaryLog),
+		"Sqrt": buildUnary(UnarySqrt), "Neg": buildUnary(UnaryNeg), "Abs": buildUnary(UnaryAbs),
+		"Reciprocal": buildUnary(UnaryReciprocal),
 		"Clip":       buildClip,
 		"Identity":   buildCopy, "Reshape": buildCopy, "Flatten": buildCopy, "Squeeze": buildCopy,
 		"Unsqueeze": buildCopy, "Dropout": buildDropout, "Cast": buildCast,
@@ -122,7 +121,7 @@ func constFloat(nd *node, i int, def float32) (float32, error) {
 	return 0, fmt.Errorf("input %d (%q) must be a scalar", i, t.v.Name)
 }
 
-func buildBinary(op kernels.BinaryOp) builder {
+func buildBinary(op BinaryOp) builder {
 	return func(p *Plan, nd *node) error {
 		a, err := floatIn(nd, 0)
 		if err != nil {
@@ -133,35 +132,35 @@ func buildBinary(op kernels.BinaryOp) builder {
 			return err
 		}
 		y := nd.out[0]
-		nd.fwd = func() { kernels.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
+		nd.fwd = func() { p.ops.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
 		switch op {
-		case kernels.Mul:
+		case BinaryMul:
 			nd.saveIn[0], nd.saveIn[1] = true, true
-		case kernels.Div, kernels.Pow:
+		case BinaryDiv, BinaryPow:
 			nd.saveIn[0], nd.saveIn[1], nd.saveOut = true, true, true
 		}
 		nd.bwd = func() {
-			kernels.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
+			p.ops.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
 		}
 		return nil
 	}
 }
 
-func buildUnary(op kernels.UnaryOp) builder {
+func buildUnary(op UnaryOp) builder {
 	return func(p *Plan, nd *node) error {
 		x, err := floatIn(nd, 0)
 		if err != nil {
 			return err
 		}
 		y := nd.out[0]
-		nd.fwd = func() { kernels.Unary(op, x.data, y.data) }
+		nd.fwd = func() { p.ops.Unary(op, UnaryParams{}, x.data, y.data) }
 		switch op {
-		case kernels.Erf, kernels.Log, kernels.Abs:
+		case UnaryErf, UnaryLog, UnaryAbs:
 			nd.saveIn[0] = true
-		case kernels.Relu, kernels.Sigmoid, kernels.Tanh, kernels.Exp, kernels.Sqrt, kernels.Reciprocal:
+		case UnaryRelu, UnarySigmoid, UnaryTanh, UnaryExp, UnarySqrt, UnaryReciprocal:
 			nd.saveOut = true
 		}
-		nd.bwd = func() { kernels.UnaryBackward(op, x.data, y.data, y.grad, nd.dIn[0]) }
+		nd.bwd = func() { p.ops.UnaryBackward(op, UnaryParams{}, x.data, y.data, y.grad, nd.dIn[0]) }
 		nd.inplaceGrad = true
 		return nil
 	}
@@ -189,9 +188,9 @@ func buildClip(p *Plan, nd *node) error {
 		}
 	}
 	y := nd.out[0]
-	nd.fwd = func() { kernels.Clip(x.data, lo, hi, y.data) }
+	nd.fwd = func() { p.ops.Clip(x.data, lo, hi, y.data) }
 	nd.saveIn[0] = true
-	nd.bwd = func() { kernels.ClipBackward(x.data, lo, hi, y.grad, nd.dIn[0]) }
+	nd.bwd = func() { p.ops.ClipBackward(x.data, lo, hi, y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -280,11 +279,18 @@ func buildWhere(p *Plan, nd *node) error {
 		return err
 	}
 	o := nd.out[0]
-	cond := kernels.BoolsAsBytes(c.b)
+	// The condition as the bytes ElementwiseOps.Where reads (1 for true),
+	// converted once here.
+	cond := make([]uint8, len(c.b))
+	for i, v := range c.b {
+		if v {
+			cond[i] = 1
+		}
+	}
 	p.needWS(o.n)
-	nd.fwd = func() { kernels.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
+	nd.fwd = func() { p.ops.Where(cond, c.shape, x.data, x.shape, yv.data, yv.shape, o.data, o.shape) }
 	nd.bwd = func() {
-		kernels.WhereBackward(cond, c.shape, x.shape, yv.shape, o.grad, o.shape, nd.dIn[1], nd.dIn[2], p.ws)
+		p.ops.WhereBackward(cond, c.shape, x.shape, yv.shape, o.grad, o.shape, nd.dIn[1], nd.dIn[2], p.ws)
 	}
 	return nil
 }
@@ -519,6 +525,10 @@ func buildConcat(p *Plan, nd *node) error {
 // --- reductions and softmax ---
 
 func buildReduce(mean bool) builder {
+	op := ReduceSum
+	if mean {
+		op = ReduceMean
+	}
 	return func(p *Plan, nd *node) error {
 		x, err := floatIn(nd, 0)
 		if err != nil {
@@ -533,35 +543,14 @@ func buildReduce(mean bool) builder {
 			return buildCopy(p, nd)
 		}
 		kept := append([]int(nil), x.shape...)
-		cnt := 1
 		for _, a := range axes {
-			cnt *= kept[a]
 			kept[a] = 1
 		}
 		if numel(kept) != y.n {
 			return fmt.Errorf("reduced shape %v does not match output %v", kept, y.shape)
 		}
-		scale := float32(1)
-		if mean {
-			scale = 1 / float32(cnt)
-		}
-		nd.fwd = func() {
-			kernels.ReduceToShape(x.data, x.shape, y.data, kept)
-			if scale != 1 {
-				for i := range y.data {
-					y.data[i] *= scale
-				}
-			}
-		}
-		nd.bwd = func() {
-			dx := nd.dIn[0]
-			kernels.Expand(y.grad, kept, dx, x.shape)
-			if scale != 1 {
-				for i := range dx {
-					dx[i] *= scale
-				}
-			}
-		}
+		nd.fwd = func() { p.ops.ReduceAxes(op, x.data, x.shape, y.data, kept, nil, nil) }
+		nd.bwd = func() { p.ops.ReduceAxesBackward(op, nil, x.shape, nil, y.grad, kept, nil, nil, nd.dIn[0]) }
 		return nil
 	}
 }
@@ -591,107 +580,13 @@ func buildSoftmax(logSoftmax bool) builder {
 			L, inner = numel(x.shape[ax:]), 1
 		}
 		nd.saveOut = true
-		grain := grainFor(L * inner)
-		fwd := func(lo, hi int) {
-			xd, yd := x.data, y.data
-			if inner == 1 {
-				softmaxRows(xd, yd, L, lo, hi, logSoftmax)
-				return
-			}
-			for o := lo; o < hi; o++ {
-				for in := 0; in < inner; in++ {
-					base := o*L*inner + in
-					m := float32(math.Inf(-1))
-					for j := 0; j < L; j++ {
-						if v := xd[base+j*inner]; v > m {
-							m = v
-						}
-					}
-					var s float64
-					for j := 0; j < L; j++ {
-						e := float64(kernels.Expf(xd[base+j*inner] - m))
-						s += e
-						if !logSoftmax {
-							yd[base+j*inner] = float32(e)
-						}
-					}
-					if logSoftmax {
-						ls := float32(math.Log(s))
-						for j := 0; j < L; j++ {
-							yd[base+j*inner] = xd[base+j*inner] - m - ls
-						}
-					} else {
-						inv := float32(1 / s)
-						for j := 0; j < L; j++ {
-							yd[base+j*inner] *= inv
-						}
-					}
-				}
-			}
-		}
-		nd.fwd = func() { parFor(outer, grain, fwd) }
-		bwd := func(lo, hi int) {
-			yd, dy, dx := y.data, y.grad, nd.dIn[0]
-			for o := lo; o < hi; o++ {
-				for in := 0; in < inner; in++ {
-					base := o*L*inner + in
-					var s float64
-					if logSoftmax {
-						for j := 0; j < L; j++ {
-							s += float64(dy[base+j*inner])
-						}
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							dx[k] = dy[k] - float32(math.Exp(float64(yd[k])))*float32(s)
-						}
-					} else {
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							s += float64(dy[k] * yd[k])
-						}
-						for j := 0; j < L; j++ {
-							k := base + j*inner
-							dx[k] = yd[k] * (dy[k] - float32(s))
-						}
-					}
-				}
-			}
-		}
-		nd.bwd = func() { parFor(outer, grain, bwd) }
-		return nil
-	}
-}
-
-// softmaxRows computes the softmax (or log-softmax) of rows [lo, hi) of L
-// contiguous elements: the shifted row x − max goes to y, where the
-// vectorized kernels.Expfs exponentiates it in place.
-func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
-	for o := lo; o < hi; o++ {
-		xr, yr := x[o*L:(o+1)*L], y[o*L:(o+1)*L]
-		m := float32(math.Inf(-1))
-		for _, v := range xr {
-			if v > m {
-				m = v
-			}
-		}
-		for j, v := range xr {
-			yr[j] = v - m
-		}
-		kernels.Expfs(yr, yr)
-		var s float64
-		for _, e := range yr {
-			s += float64(e)
-		}
 		if logSoftmax {
-			ls := float32(math.Log(s))
-			for j, v := range xr {
-				yr[j] = v - m - ls
-			}
-			continue
+			nd.fwd = func() { p.ops.LogSoftmax(x.data, outer, L, inner, y.data) }
+			nd.bwd = func() { p.ops.LogSoftmaxBackward(y.data, y.grad, outer, L, inner, nd.dIn[0]) }
+		} else {
+			nd.fwd = func() { p.ops.Softmax(x.data, outer, L, inner, y.data) }
+			nd.bwd = func() { p.ops.SoftmaxBackward(y.data, y.grad, outer, L, inner, nd.dIn[0]) }
 		}
-		inv := float32(1 / s)
-		for j := range yr {
-			yr[j] *= inv
-		}
+		return nil
 	}
 }

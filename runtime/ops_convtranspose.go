@@ -1,10 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
-)
+import "fmt"
 
 func init() {
 	opTable["ConvTranspose"] = buildConvTranspose
@@ -32,7 +28,7 @@ func buildConvTranspose(p *Plan, nd *node) error {
 	if want := append([]int{x.shape[0], cout}, toInt(wp.Out)...); !sameInts(want, y.shape) {
 		return fmt.Errorf("output shape %v, the attributes give %v", y.shape, want)
 	}
-	s := &kernels.ConvShape{
+	s := &ConvShape{
 		N: x.shape[0], C: cout, M: x.shape[1], Group: group,
 		In: y.shape[2:], Kernel: w.shape[2:], Strides: toInt(wp.Strides), Dilations: toInt(wp.Dilations), Pads: toInt(wp.Pads),
 	}
@@ -48,47 +44,22 @@ func buildConvTranspose(p *Plan, nd *node) error {
 	if b != nil && b.n != cout {
 		return fmt.Errorf("bias %v does not match %d output channels", b.shape, cout)
 	}
-	p.needWS(kernels.ConvWorkspaceSize(s))
+	p.needWS(p.ops.ConvScratchSize(s))
 	nd.conv = s // the hook event passes it as TransposedConv
 	nd.saveIn[0], nd.saveIn[1] = true, true
-	plane := numel(y.shape[2:])
 	nd.fwd = func() {
-		kernels.ConvBackward(s, nil, w.data, x.data, y.data, nil, nil, p.ws)
-		if b == nil {
-			return
+		var bias []float32
+		if b != nil {
+			bias = b.data
 		}
-		for i := 0; i < s.N; i++ {
-			for c := 0; c < cout; c++ {
-				row := y.data[(i*cout+c)*plane : (i*cout+c+1)*plane]
-				bc := b.data[c]
-				for k := range row {
-					row[k] += bc
-				}
-			}
-		}
+		p.ops.ConvTranspose(s, x.data, w.data, bias, y.data, p.ws)
 	}
 	nd.bwd = func() {
-		dy := y.grad
-		if dx := nd.dIn[0]; dx != nil {
-			kernels.ConvForward(s, dy, w.data, nil, dx, p.ws)
+		var db []float32
+		if len(nd.dIn) > 2 {
+			db = nd.dIn[2]
 		}
-		if dw := nd.dIn[1]; dw != nil {
-			kernels.ConvBackward(s, dy, w.data, x.data, nil, dw, nil, p.ws)
-		}
-		if len(nd.dIn) > 2 && nd.dIn[2] != nil {
-			db := nd.dIn[2]
-			for c := 0; c < cout; c++ {
-				var acc float64
-				for i := 0; i < s.N; i++ {
-					var part float32
-					for _, v := range dy[(i*cout+c)*plane : (i*cout+c+1)*plane] {
-						part += v
-					}
-					acc += float64(part)
-				}
-				db[c] = float32(acc)
-			}
-		}
+		p.ops.ConvTransposeBackward(s, x.data, w.data, y.grad, nd.dIn[0], nd.dIn[1], db, p.ws)
 	}
 	return nil
 }

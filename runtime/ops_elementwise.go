@@ -2,10 +2,8 @@ package runtime
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
 // Elementwise operators of older and Caffe2-era exports and of the ONNX
@@ -15,114 +13,27 @@ import (
 
 func init() {
 	opTable["PRelu"] = buildPRelu
-	opTable["Selu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a := float64(attrF(n, "alpha", 1.67326319217681884765625))
-		g := float64(attrF(n, "gamma", 1.05070102214813232421875))
-		return func(x float32) float32 {
-				if x > 0 {
-					return float32(g * float64(x))
-				}
-				return float32(g * a * math.Expm1(float64(x)))
-			}, func(x float32) float32 {
-				if x > 0 {
-					return float32(g)
-				}
-				return float32(g * a * math.Exp(float64(x)))
-			}
+	opTable["Selu"] = buildActivation(UnarySelu, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 1.67326319217681884765625), Gamma: attrF(n, "gamma", 1.05070102214813232421875)}
 	})
-	opTable["Celu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a := float64(attrF(n, "alpha", 1))
-		return func(x float32) float32 {
-				if x > 0 {
-					return x
-				}
-				return float32(a * math.Expm1(float64(x)/a))
-			}, func(x float32) float32 {
-				if x > 0 {
-					return 1
-				}
-				return float32(math.Exp(float64(x) / a))
-			}
+	opTable["Celu"] = buildActivation(UnaryCelu, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 1)}
 	})
-	opTable["Sign"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 {
-			switch {
-			case x > 0:
-				return 1
-			case x < 0:
-				return -1
-			}
-			return x // 0, −0 and NaN map to themselves
-		}, func(x float32) float32 { return 0 }
+	opTable["Sign"] = buildActivation(UnarySign, nil)
+	opTable["Shrink"] = buildActivation(UnaryShrink, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "lambd", 0.5), Beta: attrF(n, "bias", 0)}
 	})
-	opTable["Shrink"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		l, b := attrF(n, "lambd", 0.5), attrF(n, "bias", 0)
-		return func(x float32) float32 {
-				switch {
-				case x < -l:
-					return x + b
-				case x > l:
-					return x - b
-				}
-				return 0
-			}, func(x float32) float32 {
-				if x < -l || x > l {
-					return 1
-				}
-				return 0
-			}
+	opTable["Softsign"] = buildActivation(UnarySoftsign, nil)
+	opTable["ThresholdedRelu"] = buildActivation(UnaryThresholdedRelu, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 1)}
 	})
-	opTable["Softsign"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 { return x / (1 + float32(math.Abs(float64(x)))) },
-			func(x float32) float32 {
-				d := 1 + float32(math.Abs(float64(x)))
-				return 1 / (d * d)
-			}
-	})
-	opTable["ThresholdedRelu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a := attrF(n, "alpha", 1)
-		return func(x float32) float32 {
-				if x > a {
-					return x
-				}
-				return 0
-			}, func(x float32) float32 {
-				if x > a {
-					return 1
-				}
-				return 0
-			}
-	})
-	opTable["Mish"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		sp := func(v float64) float64 {
-			if v > 20 {
-				return v
-			}
-			return math.Log1p(math.Exp(v))
-		}
-		return func(x float32) float32 {
-				v := float64(x)
-				return float32(v * math.Tanh(sp(v)))
-			}, func(x float32) float32 {
-				v := float64(x)
-				t := math.Tanh(sp(v))
-				return float32(t + v*(1-t*t)/(1+math.Exp(-v)))
-			}
-	})
+	opTable["Mish"] = buildActivation(UnaryMish, nil)
 	// Piecewise-constant maps: gradient zero almost everywhere.
-	for op, f := range map[string]func(float64) float64{"Floor": math.Floor, "Ceil": math.Ceil, "Round": math.RoundToEven} {
-		opTable[op] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-			return func(x float32) float32 { return float32(f(float64(x))) }, func(x float32) float32 { return 0 }
-		})
-	}
-	opTable["Sin"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 { return float32(math.Sin(float64(x))) },
-			func(x float32) float32 { return float32(math.Cos(float64(x))) }
-	})
-	opTable["Cos"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 { return float32(math.Cos(float64(x))) },
-			func(x float32) float32 { return float32(-math.Sin(float64(x))) }
-	})
+	opTable["Floor"] = buildActivation(UnaryFloor, nil)
+	opTable["Ceil"] = buildActivation(UnaryCeil, nil)
+	opTable["Round"] = buildActivation(UnaryRound, nil)
+	opTable["Sin"] = buildActivation(UnarySin, nil)
+	opTable["Cos"] = buildActivation(UnaryCos, nil)
 	opTable["Sum"] = buildVariadic("Sum")
 	opTable["Mean"] = buildVariadic("Mean")
 	opTable["Max"] = buildVariadic("Max")
@@ -172,109 +83,63 @@ func buildVariadic(op string) builder {
 			if len(x.shape) > len(y.shape) {
 				return fmt.Errorf("input %d %v has a higher rank than the output %v", i, x.shape, y.shape)
 			}
-			maps[i] = broadcastMap(x.shape, y.shape)
-		}
-		at := func(i, j int) float32 {
-			if m := maps[i]; m != nil {
-				return xs[i].data[m[j]]
+			if op == "Max" || op == "Min" {
+				maps[i] = broadcastMap(x.shape, y.shape)
 			}
-			return xs[i].data[j]
-		}
-		scale := float32(1)
-		if op == "Mean" {
-			scale = 1 / float32(len(xs))
-		}
-		// winner returns the input whose value is y[j] (Max, Min).
-		winner := func(j int) int {
-			w, v := 0, at(0, j)
-			for i := 1; i < len(xs); i++ {
-				u := at(i, j)
-				if op == "Max" && u > v || op == "Min" && u < v || u != u && v == v {
-					w, v = i, u
-				}
-			}
-			return w
 		}
 		if op == "Sum" || op == "Mean" {
-			// The vectorized broadcasting kernels: x₀ + x₁, then + xᵢ in
+			scale := float32(1)
+			if op == "Mean" {
+				scale = 1 / float32(len(xs))
+			}
+			// The vectorized broadcasting Binary: x₀ + x₁, then + xᵢ in
 			// place (each output element reads only its own position).
 			nd.fwd = func() {
 				if len(xs) == 1 {
-					kernels.Expand(xs[0].data, xs[0].shape, y.data, y.shape)
+					p.ops.Expand(xs[0].data, xs[0].shape, y.data, y.shape)
 				} else {
-					kernels.Binary(kernels.Add, xs[0].data, xs[0].shape, xs[1].data, xs[1].shape, y.data, y.shape)
+					p.ops.Binary(BinaryAdd, xs[0].data, xs[0].shape, xs[1].data, xs[1].shape, y.data, y.shape)
 				}
 				for _, x := range xs[min(2, len(xs)):] {
-					kernels.Binary(kernels.Add, y.data, y.shape, x.data, x.shape, y.data, y.shape)
+					p.ops.Binary(BinaryAdd, y.data, y.shape, x.data, x.shape, y.data, y.shape)
 				}
 				if scale != 1 {
-					for j := range y.data {
-						y.data[j] *= scale
-					}
+					p.ops.Unary(UnaryScale, UnaryParams{Alpha: scale}, y.data, y.data)
 				}
 			}
-		} else {
-			nd.fwd = func() {
-				for j := range y.data {
-					v := at(0, j)
-					for i := 1; i < len(xs); i++ {
-						u := at(i, j)
-						switch op {
-						case "Max":
-							if u > v || u != u {
-								v = u
-							}
-						case "Min":
-							if u < v || u != u {
-								v = u
-							}
-						}
-					}
-					y.data[j] = v
-				}
-			}
-		}
-		switch op {
-		case "Sum", "Mean":
 			nd.bwd = func() {
 				for i, x := range xs {
 					dx := nd.dIn[i]
 					if dx == nil {
 						continue
 					}
-					if maps[i] == nil {
-						copy(dx, y.grad)
-					} else {
-						kernels.ReduceToShape(y.grad, y.shape, dx, x.shape)
-					}
+					// A copy where the shapes agree.
+					p.ops.ReduceToShape(y.grad, y.shape, dx, x.shape)
 					if scale != 1 {
-						for k := range dx {
-							dx[k] *= scale
-						}
+						p.ops.Unary(UnaryScale, UnaryParams{Alpha: scale}, dx, dx)
 					}
 				}
 			}
-		default:
-			for i := range nd.saveIn {
-				nd.saveIn[i] = true
+			return nil
+		}
+		// Max and Min: the operand lists are filled at each call (the
+		// tensors' slices and the gradients present) into lists made here.
+		isMin := op == "Min"
+		vals, grads := make([][]float32, len(xs)), make([][]float32, len(xs))
+		for i := range nd.saveIn {
+			nd.saveIn[i] = true
+		}
+		nd.fwd = func() {
+			for i, x := range xs {
+				vals[i] = x.data
 			}
-			nd.bwd = func() {
-				for i := range xs {
-					clear(nd.dIn[i])
-				}
-				for j, g := range y.grad {
-					w := winner(j)
-					dx := nd.dIn[w]
-					if dx == nil {
-						continue
-					}
-					if m := maps[w]; m != nil {
-						dx[m[j]] += g
-					} else {
-						dx[j] += g
-					}
-				}
+			p.ops.MaxMin(isMin, vals, maps, y.data)
+		}
+		nd.bwd = func() {
+			for i, x := range xs {
+				vals[i], grads[i] = x.data, nd.dIn[i]
 			}
+			p.ops.MaxMinBackward(isMin, vals, maps, y.grad, grads)
 		}
 		return nil
 	}
@@ -300,48 +165,20 @@ func buildPRelu(p *Plan, nd *node) error {
 	}
 	y := nd.out[0]
 	sm := broadcastMap(sShape, x.shape)
-	slope := func(j int) float32 {
-		if sm != nil {
-			return s.data[sm[j]]
-		}
-		return s.data[j]
-	}
 	nd.saveIn[0], nd.saveIn[1] = true, true
-	p.needWS(x.n)
-	nd.fwd = func() {
-		for j, v := range x.data {
-			if v > 0 {
-				y.data[j] = v
-			} else {
-				y.data[j] = slope(j) * v
-			}
-		}
+	if sm != nil {
+		p.needWS(x.n)
 	}
+	nd.fwd = func() { p.ops.PRelu(x.data, s.data, sm, y.data) }
 	nd.bwd = func() {
-		dy := y.grad
-		if dx := nd.dIn[0]; dx != nil {
-			for j, v := range x.data {
-				if v > 0 {
-					dx[j] = dy[j]
-				} else {
-					dx[j] = dy[j] * slope(j)
-				}
-			}
+		ds := nd.dIn[1]
+		t := ds // the slope's gradient before the reduction onto its shape
+		if ds != nil && sm != nil {
+			t = p.ws[:x.n]
 		}
-		if ds := nd.dIn[1]; ds != nil {
-			t := p.ws[:x.n]
-			for j, v := range x.data {
-				if v > 0 {
-					t[j] = 0
-				} else {
-					t[j] = dy[j] * v
-				}
-			}
-			if sm == nil {
-				copy(ds, t)
-			} else {
-				kernels.ReduceToShape(t, x.shape, ds, sShape)
-			}
+		p.ops.PReluBackward(x.data, s.data, sm, y.grad, nd.dIn[0], t)
+		if ds != nil && sm != nil {
+			p.ops.ReduceToShape(t, x.shape, ds, sShape)
 		}
 	}
 	return nil

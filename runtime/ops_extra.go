@@ -2,96 +2,30 @@ package runtime
 
 import (
 	"fmt"
-	"math"
 )
 
 // Operators beyond the fixtures: pointwise activations (LeakyRelu, Elu,
 // HardSigmoid, HardSwish, Gelu, Softplus), Split, Tile, GlobalMaxPool.
 
 func init() {
-	opTable["LeakyRelu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a := attrF(n, "alpha", 0.01)
-		return func(x float32) float32 {
-				if x < 0 {
-					return a * x
-				}
-				return x
-			}, func(x float32) float32 {
-				if x < 0 {
-					return a
-				}
-				return 1
-			}
+	opTable["LeakyRelu"] = buildActivation(UnaryLeakyRelu, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 0.01)}
 	})
-	opTable["Elu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a := float64(attrF(n, "alpha", 1))
-		return func(x float32) float32 {
-				if x < 0 {
-					return float32(a * math.Expm1(float64(x)))
-				}
-				return x
-			}, func(x float32) float32 {
-				if x < 0 {
-					return float32(a * math.Exp(float64(x)))
-				}
-				return 1
-			}
+	opTable["Elu"] = buildActivation(UnaryElu, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 1)}
 	})
-	opTable["HardSigmoid"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		a, b := attrF(n, "alpha", 0.2), attrF(n, "beta", 0.5)
-		return func(x float32) float32 { return min(max(a*x+b, 0), 1) },
-			func(x float32) float32 {
-				if v := a*x + b; v > 0 && v < 1 {
-					return a
-				}
-				return 0
-			}
+	opTable["HardSigmoid"] = buildActivation(UnaryHardSigmoid, func(n *node) UnaryParams {
+		return UnaryParams{Alpha: attrF(n, "alpha", 0.2), Beta: attrF(n, "beta", 0.5)}
 	})
-	opTable["HardSwish"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 { return x * min(max(x/6+0.5, 0), 1) },
-			func(x float32) float32 {
-				switch {
-				case x <= -3:
-					return 0
-				case x >= 3:
-					return 1
-				}
-				return x/3 + 0.5
-			}
-	})
-	opTable["Softplus"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		return func(x float32) float32 {
-				v := float64(x)
-				if v > 20 {
-					return x
-				}
-				return float32(math.Log1p(math.Exp(v)))
-			}, func(x float32) float32 {
-				return float32(1 / (1 + math.Exp(-float64(x))))
-			}
-	})
-	opTable["Gelu"] = buildPointwise(func(n *node) (func(x float32) float32, func(x float32) float32) {
-		approx, _ := n.g.Str("approximate")
-		if approx == "tanh" {
-			const c = 0.7978845608028654 // √(2/π)
-			return func(x float32) float32 {
-					v := float64(x)
-					return float32(0.5 * v * (1 + math.Tanh(c*(v+0.044715*v*v*v))))
-				}, func(x float32) float32 {
-					v := float64(x)
-					u := c * (v + 0.044715*v*v*v)
-					th := math.Tanh(u)
-					return float32(0.5*(1+th) + 0.5*v*(1-th*th)*c*(1+3*0.044715*v*v))
-				}
+	opTable["HardSwish"] = buildActivation(UnaryHardSwish, nil)
+	opTable["Softplus"] = buildActivation(UnarySoftplus, nil)
+	opTable["Gelu"] = func(p *Plan, nd *node) error {
+		op := UnaryGelu
+		if approx, _ := nd.g.Str("approximate"); approx == "tanh" {
+			op = UnaryGeluTanh
 		}
-		return func(x float32) float32 {
-				v := float64(x)
-				return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
-			}, func(x float32) float32 {
-				v := float64(x)
-				return float32(0.5*(1+math.Erf(v/math.Sqrt2)) + v*math.Exp(-0.5*v*v)/math.Sqrt(2*math.Pi))
-			}
-	})
+		return buildActivation(op, nil)(p, nd)
+	}
 	opTable["Split"] = buildSplit
 	opTable["Tile"] = buildTile
 	opTable["GlobalMaxPool"] = buildGlobalMaxPool
@@ -105,30 +39,23 @@ func attrF(n *node, name string, def float32) float32 {
 	return def
 }
 
-// buildPointwise compiles y = f(x) with dx = dy·f'(x); mk builds f and f'
-// from the node's attributes.
-func buildPointwise(mk func(n *node) (f, df func(float32) float32)) builder {
+// buildActivation compiles y = op(x) with dx = dy·op'(x) for the
+// activations that ElementwiseOps.Unary evaluates from the input (the
+// backward reads x); par reads the operator's attributes (nil: none).
+func buildActivation(op UnaryOp, par func(n *node) UnaryParams) builder {
 	return func(p *Plan, nd *node) error {
 		x, err := floatIn(nd, 0)
 		if err != nil {
 			return err
 		}
 		y := nd.out[0]
-		f, df := mk(nd)
-		fwd := func(lo, hi int) {
-			for i, v := range x.data[lo:hi] {
-				y.data[lo+i] = f(v)
-			}
-		}
-		bwd := func(lo, hi int) {
-			dx := nd.dIn[0]
-			for i, v := range x.data[lo:hi] {
-				dx[lo+i] = y.grad[lo+i] * df(v)
-			}
+		var pr UnaryParams
+		if par != nil {
+			pr = par(nd)
 		}
 		nd.saveIn[0] = true
-		nd.fwd = func() { parFor(x.n, 1<<14, fwd) }
-		nd.bwd = func() { parFor(x.n, 1<<14, bwd) }
+		nd.fwd = func() { p.ops.Unary(op, pr, x.data, y.data) }
+		nd.bwd = func() { p.ops.UnaryBackward(op, pr, x.data, nil, y.grad, nd.dIn[0]) }
 		return nil
 	}
 }
@@ -218,29 +145,8 @@ func buildGlobalMaxPool(p *Plan, nd *node) error {
 		return fmt.Errorf("input %v has no spatial axes", x.shape)
 	}
 	planes, L := x.shape[0]*x.shape[1], numel(x.shape[2:])
-	arg := make([]int32, planes)
-	fwd := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			row := x.data[i*L : (i+1)*L]
-			bi := 0
-			for j, v := range row {
-				if v > row[bi] || v != v {
-					bi = j
-				}
-			}
-			y.data[i], arg[i] = row[bi], int32(bi)
-		}
-	}
-	bwd := func(lo, hi int) {
-		dx := nd.dIn[0]
-		for i := lo; i < hi; i++ {
-			row := dx[i*L : (i+1)*L]
-			clear(row)
-			row[arg[i]] = y.grad[i]
-		}
-	}
-	grain := grainFor(L)
-	nd.fwd = func() { parFor(planes, grain, fwd) }
-	nd.bwd = func() { parFor(planes, grain, bwd) }
+	arg := make([]int32, planes) // the winners, for the backward
+	nd.fwd = func() { p.ops.GlobalMaxPool(planes, L, x.data, y.data, arg) }
+	nd.bwd = func() { p.ops.GlobalMaxPoolBackward(planes, L, y.grad, arg, nd.dIn[0]) }
 	return nil
 }

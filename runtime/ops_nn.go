@@ -1,12 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-	"math"
-
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
-)
+import "fmt"
 
 func to64(s []int) []int64 {
 	out := make([]int64, len(s))
@@ -49,7 +43,7 @@ func buildConv(p *Plan, nd *node) error {
 	if err != nil {
 		return err
 	}
-	s := &kernels.ConvShape{
+	s := &ConvShape{
 		N: x.shape[0], C: x.shape[1], M: w.shape[0], Group: int(nd.g.IntOr("group", 1)),
 		In: x.shape[2:], Kernel: w.shape[2:], Strides: toInt(wp.Strides), Dilations: toInt(wp.Dilations), Pads: toInt(wp.Pads),
 	}
@@ -62,7 +56,7 @@ func buildConv(p *Plan, nd *node) error {
 	if want := append([]int{s.N, s.M}, s.Out...); !sameInts(want, y.shape) {
 		return fmt.Errorf("output shape %v, kernel computes %v", y.shape, want)
 	}
-	p.needWS(kernels.ConvWorkspaceSize(s))
+	p.needWS(p.ops.ConvScratchSize(s))
 	nd.conv = s
 	nd.saveIn[0], nd.saveIn[1] = true, true
 	nd.fwd = func() {
@@ -70,14 +64,14 @@ func buildConv(p *Plan, nd *node) error {
 		if b != nil {
 			bias = b.data
 		}
-		kernels.ConvForward(s, x.data, w.data, bias, y.data, p.ws)
+		p.ops.Conv(s, x.data, w.data, bias, y.data, p.ws)
 	}
 	nd.bwd = func() {
 		var db []float32
 		if len(nd.dIn) > 2 {
 			db = nd.dIn[2]
 		}
-		kernels.ConvBackward(s, x.data, w.data, y.grad, nd.dIn[0], nd.dIn[1], db, p.ws)
+		p.ops.ConvBackward(s, x.data, w.data, y.grad, nd.dIn[0], nd.dIn[1], db, p.ws)
 	}
 	return nil
 }
@@ -116,40 +110,29 @@ func buildGemm(p *Plan, nd *node) error {
 	nd.fwd = func() {
 		cb := float32(0)
 		if c != nil && beta != 0 {
-			kernels.Expand(c.data, c.shape, y.data, y.shape)
-			if beta != 1 {
-				for i := range y.data {
-					y.data[i] *= beta
-				}
-			}
+			p.ops.GemmBias(beta, c.data, c.shape, y.data, y.shape)
 			cb = 1
 		}
-		blas.Sgemm(tA, tB, M, N, K, alpha, a.data, lda, b.data, ldb, cb, y.data, N)
+		p.ops.Gemm(tA, tB, M, N, K, alpha, a.data, lda, b.data, ldb, cb, y.data, N)
 	}
 	nd.bwd = func() {
 		dy := y.grad
 		if da := nd.dIn[0]; da != nil {
 			if !tA { // dA (M×K) = α dY · op(B)ᵀ
-				blas.Sgemm(false, !tB, M, K, N, alpha, dy, N, b.data, ldb, 0, da, K)
+				p.ops.Gemm(false, !tB, M, K, N, alpha, dy, N, b.data, ldb, 0, da, K)
 			} else { // dA (K×M) = α op(B) · dYᵀ
-				blas.Sgemm(tB, true, K, M, N, alpha, b.data, ldb, dy, N, 0, da, M)
+				p.ops.Gemm(tB, true, K, M, N, alpha, b.data, ldb, dy, N, 0, da, M)
 			}
 		}
 		if db := nd.dIn[1]; db != nil {
 			if !tB { // dB (K×N) = α op(A)ᵀ · dY
-				blas.Sgemm(!tA, false, K, N, M, alpha, a.data, lda, dy, N, 0, db, N)
+				p.ops.Gemm(!tA, false, K, N, M, alpha, a.data, lda, dy, N, 0, db, N)
 			} else { // dB (N×K) = α dYᵀ · op(A)
-				blas.Sgemm(true, tA, N, K, M, alpha, dy, N, a.data, lda, 0, db, K)
+				p.ops.Gemm(true, tA, N, K, M, alpha, dy, N, a.data, lda, 0, db, K)
 			}
 		}
 		if len(nd.dIn) > 2 && nd.dIn[2] != nil {
-			dc := nd.dIn[2]
-			kernels.ReduceToShape(dy, y.shape, dc, c.shape)
-			if beta != 1 {
-				for i := range dc {
-					dc[i] *= beta
-				}
-			}
+			p.ops.GemmBiasBackward(beta, dy, y.shape, nd.dIn[2], c.shape)
 		}
 	}
 	return nil
@@ -181,7 +164,7 @@ func buildMatMul(p *Plan, nd *node) error {
 		return fmt.Errorf("inner dimensions of %v and %v differ", a.shape, b.shape)
 	}
 	ba, bb := as[:len(as)-2], bs[:len(bs)-2]
-	batch, err := kernels.BroadcastShape(ba, bb)
+	batch, err := broadcastShape(ba, bb)
 	if err != nil {
 		return err
 	}
@@ -192,13 +175,13 @@ func buildMatMul(p *Plan, nd *node) error {
 	nd.saveIn[0], nd.saveIn[1] = true, true
 	if len(bb) == 0 { // (…, M, K) × (K, N): one product over all rows
 		R := nb * M
-		nd.fwd = func() { blas.Sgemm(false, false, R, N, K, 1, a.data, K, b.data, N, 0, y.data, N) }
+		nd.fwd = func() { p.ops.Gemm(false, false, R, N, K, 1, a.data, K, b.data, N, 0, y.data, N) }
 		nd.bwd = func() {
 			if da := nd.dIn[0]; da != nil {
-				blas.Sgemm(false, true, R, K, N, 1, y.grad, N, b.data, N, 0, da, K)
+				p.ops.Gemm(false, true, R, K, N, 1, y.grad, N, b.data, N, 0, da, K)
 			}
 			if db := nd.dIn[1]; db != nil {
-				blas.Sgemm(true, false, K, N, R, 1, a.data, K, y.grad, N, 0, db, N)
+				p.ops.Gemm(true, false, K, N, R, 1, a.data, K, y.grad, N, 0, db, N)
 			}
 		}
 		return nil
@@ -219,26 +202,26 @@ func buildMatMul(p *Plan, nd *node) error {
 	sa, sb := uniformStep(aOff, M*K), uniformStep(bOff, K*N)
 	if sa >= 0 && sb >= 0 {
 		nd.fwd = func() {
-			blas.SgemmStrided(false, false, M, N, K, 1, a.data, K, sa, b.data, N, sb, 0, y.data, N, M*N, nb)
+			p.ops.GemmStrided(false, false, M, N, K, 1, a.data, K, sa, b.data, N, sb, 0, y.data, N, M*N, nb)
 		}
 		nd.bwd = func() {
 			if da := nd.dIn[0]; da != nil {
 				if aFull {
-					blas.SgemmStrided(false, true, M, K, N, 1, y.grad, N, M*N, b.data, N, sb, 0, da, K, M*K, nb)
+					p.ops.GemmStrided(false, true, M, K, N, 1, y.grad, N, M*N, b.data, N, sb, 0, da, K, M*K, nb)
 				} else {
-					clear(da)
+					p.ops.Fill(0, da)
 					for i := 0; i < nb; i++ {
-						blas.Sgemm(false, true, M, K, N, 1, y.grad[i*M*N:], N, b.data[bOff[i]:], N, 1, da[aOff[i]:], K)
+						p.ops.Gemm(false, true, M, K, N, 1, y.grad[i*M*N:], N, b.data[bOff[i]:], N, 1, da[aOff[i]:], K)
 					}
 				}
 			}
 			if db := nd.dIn[1]; db != nil {
 				if bFull {
-					blas.SgemmStrided(true, false, K, N, M, 1, a.data, K, sa, y.grad, N, M*N, 0, db, N, K*N, nb)
+					p.ops.GemmStrided(true, false, K, N, M, 1, a.data, K, sa, y.grad, N, M*N, 0, db, N, K*N, nb)
 				} else {
-					clear(db)
+					p.ops.Fill(0, db)
 					for i := 0; i < nb; i++ {
-						blas.Sgemm(true, false, K, N, M, 1, a.data[aOff[i]:], K, y.grad[i*M*N:], N, 1, db[bOff[i]:], N)
+						p.ops.Gemm(true, false, K, N, M, 1, a.data[aOff[i]:], K, y.grad[i*M*N:], N, 1, db[bOff[i]:], N)
 					}
 				}
 			}
@@ -247,32 +230,57 @@ func buildMatMul(p *Plan, nd *node) error {
 	}
 	nd.fwd = func() {
 		for i := 0; i < nb; i++ {
-			blas.Sgemm(false, false, M, N, K, 1, a.data[aOff[i]:], K, b.data[bOff[i]:], N, 0, y.data[i*M*N:], N)
+			p.ops.Gemm(false, false, M, N, K, 1, a.data[aOff[i]:], K, b.data[bOff[i]:], N, 0, y.data[i*M*N:], N)
 		}
 	}
 	nd.bwd = func() {
 		if da := nd.dIn[0]; da != nil {
 			beta := float32(0)
 			if !aFull {
-				clear(da)
+				p.ops.Fill(0, da)
 				beta = 1
 			}
 			for i := 0; i < nb; i++ {
-				blas.Sgemm(false, true, M, K, N, 1, y.grad[i*M*N:], N, b.data[bOff[i]:], N, beta, da[aOff[i]:], K)
+				p.ops.Gemm(false, true, M, K, N, 1, y.grad[i*M*N:], N, b.data[bOff[i]:], N, beta, da[aOff[i]:], K)
 			}
 		}
 		if db := nd.dIn[1]; db != nil {
 			beta := float32(0)
 			if !bFull {
-				clear(db)
+				p.ops.Fill(0, db)
 				beta = 1
 			}
 			for i := 0; i < nb; i++ {
-				blas.Sgemm(true, false, K, N, M, 1, a.data[aOff[i]:], K, y.grad[i*M*N:], N, beta, db[bOff[i]:], N)
+				p.ops.Gemm(true, false, K, N, M, 1, a.data[aOff[i]:], K, y.grad[i*M*N:], N, beta, db[bOff[i]:], N)
 			}
 		}
 	}
 	return nil
+}
+
+// broadcastShape is the numpy broadcast of the shapes a and b (aligned
+// on the right).
+func broadcastShape(a, b []int) ([]int, error) {
+	n := max(len(a), len(b))
+	out := make([]int, n)
+	for k := 0; k < n; k++ {
+		da, db := 1, 1
+		if i := k - (n - len(a)); i >= 0 {
+			da = a[i]
+		}
+		if i := k - (n - len(b)); i >= 0 {
+			db = b[i]
+		}
+		switch {
+		case da == db || db == 1:
+			out[k] = da
+		case da == 1:
+			out[k] = db
+		default:
+			return nil, fmt.Errorf("shapes %v and %v do not broadcast", a, b)
+		}
+	}
+	return out, nil
 }
 
 // uniformStep returns the constant step of offs (mat when each product
@@ -331,7 +339,7 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 	if !sameInts(toInt(wp.Out), y.shape[2:]) {
 		return fmt.Errorf("output %v, window computes %v", y.shape, wp.Out)
 	}
-	ps := &kernels.PoolShape{N: x.shape[0], C: x.shape[1], In: x.shape[2:], Kernel: toInt(ks),
+	ps := &PoolShape{N: x.shape[0], C: x.shape[1], In: x.shape[2:], Kernel: toInt(ks),
 		Strides: toInt(wp.Strides), Dilations: toInt(wp.Dilations), Pads: toInt(wp.Pads), CeilMode: wp.CeilMode,
 		CountIncludePad: nd.g.IntOr("count_include_pad", 0) != 0}
 	if err := ps.Init(); err != nil {
@@ -342,13 +350,13 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 	}
 	if isMax {
 		var arg []int32
-		nd.fwd = func() { kernels.MaxPoolForward(ps, x.data, y.data, arg) }
+		nd.fwd = func() { p.ops.MaxPool(ps, x.data, y.data, arg) }
 		nd.bwd = func() {
 			if arg == nil {
-				kernels.MaxPoolBackwardFromOutput(ps, x.data, y.data, y.grad, nd.dIn[0])
+				p.ops.MaxPoolBackwardFromOutput(ps, x.data, y.data, y.grad, nd.dIn[0])
 				return
 			}
-			kernels.MaxPoolBackward(ps, y.grad, arg, nd.dIn[0])
+			p.ops.MaxPoolBackward(ps, y.grad, arg, nd.dIn[0])
 		}
 		nd.planned = func() {
 			// The argmax (one int32 per output) is only for the
@@ -364,8 +372,8 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 		}
 		return nil
 	}
-	nd.fwd = func() { kernels.AveragePoolForward(ps, x.data, y.data) }
-	nd.bwd = func() { kernels.AveragePoolBackward(ps, y.grad, nd.dIn[0]) }
+	nd.fwd = func() { p.ops.AveragePool(ps, x.data, y.data) }
+	nd.bwd = func() { p.ops.AveragePoolBackward(ps, y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -383,29 +391,8 @@ func buildGlobalAvgPool(p *Plan, nd *node) error {
 	}
 	planes := x.shape[0] * x.shape[1]
 	L := numel(x.shape[2:])
-	inv := 1 / float32(L)
-	fwd := func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			var s float32
-			for _, v := range x.data[i*L : (i+1)*L] {
-				s += v
-			}
-			y.data[i] = s * inv
-		}
-	}
-	bwd := func(lo, hi int) {
-		dx := nd.dIn[0]
-		for i := lo; i < hi; i++ {
-			g := y.grad[i] * inv
-			row := dx[i*L : (i+1)*L]
-			for j := range row {
-				row[j] = g
-			}
-		}
-	}
-	grain := grainFor(L)
-	nd.fwd = func() { parFor(planes, grain, fwd) }
-	nd.bwd = func() { parFor(planes, grain, bwd) }
+	nd.fwd = func() { p.ops.GlobalAveragePool(planes, L, x.data, y.data) }
+	nd.bwd = func() { p.ops.GlobalAveragePoolBackward(planes, L, y.grad, nd.dIn[0]) }
 	return nil
 }
 
@@ -457,123 +444,37 @@ func buildBatchNorm(p *Plan, nd *node) error {
 		}
 	}
 	scale, bias, rmean, rvar := prm[1], prm[2], prm[3], prm[4]
-	mean, inv := make([]float32, C), make([]float32, C)
-	sdy, sdyx := make([]float64, C), make([]float64, C)
-	M := float64(N * S)
+	bn := &BatchNormShape{N: N, C: C, S: S, Epsilon: eps, Momentum: mom, Training: training}
+	// The statistics the forward used, for the backward: node-owned
+	// device buffers.
+	stats, err := p.dev.Alloc(2 * C)
+	if err != nil {
+		return err
+	}
+	mean, inv := stats.Floats()[:C], stats.Floats()[C:]
+	var newMean, newVar *tensor
+	if len(nd.out) > 1 {
+		newMean = nd.out[1]
+	}
+	if len(nd.out) > 2 {
+		newVar = nd.out[2]
+	}
 	nd.saveIn[0] = true
-	grain := grainFor(N * S)
-	fwd := func(lo, hi int) {
-		xd, yd := x.data, y.data
-		for c := lo; c < hi; c++ {
-			if training {
-				var s, ss float64
-				for n := 0; n < N; n++ {
-					for _, v := range xd[(n*C+c)*S : (n*C+c+1)*S] {
-						s += float64(v)
-					}
-				}
-				m := s / M
-				for n := 0; n < N; n++ {
-					for _, v := range xd[(n*C+c)*S : (n*C+c+1)*S] {
-						d := float64(v) - m
-						ss += d * d
-					}
-				}
-				vr := ss / M
-				mean[c], inv[c] = float32(m), float32(1/math.Sqrt(vr+float64(eps)))
-				if len(nd.out) > 1 && nd.out[1] != nil {
-					nd.out[1].data[c] = rmean.data[c]*mom + float32(m)*(1-mom)
-				}
-				if len(nd.out) > 2 && nd.out[2] != nil {
-					nd.out[2].data[c] = rvar.data[c]*mom + float32(vr)*(1-mom)
-				}
-			} else {
-				mean[c], inv[c] = rmean.data[c], float32(1/math.Sqrt(float64(rvar.data[c])+float64(eps)))
-			}
-			a := inv[c] * scale.data[c]
-			b := bias.data[c] - mean[c]*a
-			for n := 0; n < N; n++ {
-				o := (n*C + c) * S
-				for j, v := range xd[o : o+S] {
-					yd[o+j] = v*a + b
-				}
-			}
+	nd.fwd = func() {
+		var nm, nv []float32
+		if training && newMean != nil {
+			nm = newMean.data
 		}
-	}
-	bwd := func(lo, hi int) {
-		xd, dy, dx := x.data, y.grad, nd.dIn[0]
-		for c := lo; c < hi; c++ {
-			var s1, s2 float64
-			m, iv := mean[c], inv[c]
-			for n := 0; n < N; n++ {
-				o := (n*C + c) * S
-				for j, g := range dy[o : o+S] {
-					s1 += float64(g)
-					s2 += float64(g * (xd[o+j] - m) * iv)
-				}
-			}
-			sdy[c], sdyx[c] = s1, s2
-			if dx == nil {
-				continue
-			}
-			sc := scale.data[c]
-			if training {
-				k := float32(1/M) * iv * sc
-				for n := 0; n < N; n++ {
-					o := (n*C + c) * S
-					for j, g := range dy[o : o+S] {
-						xh := (xd[o+j] - m) * iv
-						dx[o+j] = k * (float32(M)*g - float32(s1) - xh*float32(s2))
-					}
-				}
-			} else {
-				k := iv * sc
-				for n := 0; n < N; n++ {
-					o := (n*C + c) * S
-					for j, g := range dy[o : o+S] {
-						dx[o+j] = k * g
-					}
-				}
-			}
+		if training && newVar != nil {
+			nv = newVar.data
 		}
+		p.ops.BatchNorm(bn, x.data, scale.data, bias.data, rmean.data, rvar.data, y.data, mean, inv, nm, nv)
 	}
-	nd.fwd = func() { parFor(C, grain, fwd) }
 	nd.bwd = func() {
-		parFor(C, grain, bwd)
-		if d := nd.dIn[1]; d != nil {
-			for c := range d {
-				d[c] = float32(sdyx[c])
-			}
-		}
-		if d := nd.dIn[2]; d != nil {
-			for c := range d {
-				d[c] = float32(sdy[c])
-			}
-		}
+		p.ops.BatchNormBackward(bn, x.data, scale.data, mean, inv, y.grad, nd.dIn[0], nd.dIn[1], nd.dIn[2])
 	}
 	return nil
 }
-
-// rowNorm normalizes rows of L contiguous elements (LayerNormalization,
-// InstanceNormalization, GroupNormalization) and applies a per-element
-// affine transform whose parameter index depends on mode.
-type rowNorm struct {
-	rows, L int
-	eps     float64
-	mode    int // normLast: index j; normChan: channel of element; normGroup: group
-	G, CpG  int // groups, channels per group
-	S       int // spatial size
-	mean    []float32
-	inv     []float32
-	accS    []float64
-	accB    []float64
-}
-
-const (
-	normLast = iota
-	normChan
-	normGroup
-)
 
 // NormRows describes a compiled normalization node to the per-sample
 // rules: the node normalizes rows of RowLen consecutive elements of its
@@ -587,137 +488,89 @@ type NormRows struct{ r *rowNorm }
 // RowLen is the number of elements a row normalizes together.
 func (n *NormRows) RowLen() int { return n.r.L }
 
+// Rows is the number of rows of the whole input.
+func (n *NormRows) Rows() int { return n.r.Rows }
+
+// Epsilon is the ε added to each row's variance.
+func (n *NormRows) Epsilon() float64 { return n.r.Eps }
+
 // Param is the scale/bias element that element j of row row uses.
-func (n *NormRows) Param(row, j int) int { return n.r.pidx(row, j) }
+func (n *NormRows) Param(row, j int) int { return n.r.Param(row, j) }
 
 // Stats is row row's mean and 1/σ from the last Forward (rows numbered
 // over the whole input, in its flat order).
 func (n *NormRows) Stats(row int) (mean, inv float32) { return n.r.mean[row], n.r.inv[row] }
 
-func (r *rowNorm) pidx(row, j int) int {
-	switch r.mode {
-	case normChan:
-		return (row%r.G)*r.CpG + j/r.S
-	case normGroup:
-		return row % r.G
-	}
-	return j
+// NewLayerNormRows describes LayerNormalization of outer rows of size
+// elements, scale and bias of size elements (NNOps.NormalizeRowsAffine).
+func NewLayerNormRows(outer, size int, eps float64) *NormRows {
+	return newNormRows(&rowNorm{rowNormShape: rowNormShape{Rows: outer, L: size, Mode: normLast}}, size, eps)
 }
 
-func (r *rowNorm) forward(x, scale, bias, y []float32, lo, hi int) {
-	for row := lo; row < hi; row++ {
-		xr, yr := x[row*r.L:(row+1)*r.L], y[row*r.L:(row+1)*r.L]
-		var s float64
-		for _, v := range xr {
-			s += float64(v)
-		}
-		m := s / float64(r.L)
-		var ss float64
-		for _, v := range xr {
-			d := float64(v) - m
-			ss += d * d
-		}
-		iv := 1 / math.Sqrt(ss/float64(r.L)+r.eps)
-		r.mean[row], r.inv[row] = float32(m), float32(iv)
-		mf, ivf := float32(m), float32(iv)
-		for j, v := range xr {
-			k := r.pidx(row, j)
-			yv := (v - mf) * ivf * scale[k]
-			if bias != nil {
-				yv += bias[k]
-			}
-			yr[j] = yv
-		}
-	}
+// NewInstanceNormRows describes InstanceNormalization of n samples of c
+// channels of spatial elements, scale and bias per channel.
+func NewInstanceNormRows(n, c, spatial int, eps float64) *NormRows {
+	return newNormRows(&rowNorm{rowNormShape: rowNormShape{Rows: n * c, L: spatial, Mode: normChan, G: c, CpG: 1, S: spatial}}, c, eps)
 }
 
-// backwardX computes dx for rows [lo, hi).
-func (r *rowNorm) backwardX(x, scale, dy, dx []float32, lo, hi int) {
-	for row := lo; row < hi; row++ {
-		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		m, iv := r.mean[row], r.inv[row]
-		var sg, sgx float64
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			xh := (xr[j] - m) * iv
-			gs := g * scale[k]
-			sg += float64(gs)
-			sgx += float64(gs * xh)
-		}
-		mg, mgx := float32(sg/float64(r.L)), float32(sgx/float64(r.L))
-		dr := dx[row*r.L : (row+1)*r.L]
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			xh := (xr[j] - m) * iv
-			dr[j] = iv * (g*scale[k] - mg - xh*mgx)
-		}
+// NewGroupNormRows describes GroupNormalization of n samples of c
+// channels of spatial elements in groups groups, scale and bias per
+// channel, or per group when perGroup (opset 18).
+func NewGroupNormRows(n, c, spatial, groups int, perGroup bool, eps float64) *NormRows {
+	r := &rowNorm{rowNormShape: rowNormShape{Rows: n * groups, L: c / groups * spatial, G: groups, CpG: c / groups, S: spatial, Mode: normChan}}
+	if perGroup {
+		r.Mode = normGroup
+		return newNormRows(r, groups, eps)
 	}
+	return newNormRows(r, c, eps)
 }
 
-// backwardParams computes the scale and bias gradients (either may be
-// nil), summed over rows.
-func (r *rowNorm) backwardParams(x, dy, dscale, dbias []float32) {
-	if dscale == nil && dbias == nil {
-		return
-	}
-	clear(r.accS)
-	clear(r.accB)
-	for row := 0; row < r.rows; row++ {
-		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		m, iv := r.mean[row], r.inv[row]
-		for j, g := range gr {
-			k := r.pidx(row, j)
-			r.accS[k] += float64(g * (xr[j] - m) * iv)
-			r.accB[k] += float64(g)
-		}
-	}
-	if dscale != nil {
-		for k := range dscale {
-			dscale[k] = float32(r.accS[k])
-		}
-	}
-	if dbias != nil {
-		for k := range dbias {
-			dbias[k] = float32(r.accB[k])
-		}
-	}
+func newNormRows(r *rowNorm, nParams int, eps float64) *NormRows {
+	r.Eps = eps
+	r.nParams = nParams
+	r.accS, r.accB = make([]float64, nParams), make([]float64, nParams)
+	return &NormRows{r: r}
 }
 
-func compileRowNorm(p *Plan, nd *node, r *rowNorm, nParams int) error {
+// NumParams is the number of scale (and bias) elements.
+func (n *NormRows) NumParams() int { return n.r.nParams }
+
+func compileRowNorm(p *Plan, nd *node, mk func(eps float64) *NormRows) error {
 	x, scale, bias, err := floatIn3(nd)
 	if err != nil {
 		return err
-	}
-	if scale.n != nParams || (bias != nil && bias.n != nParams) {
-		return fmt.Errorf("scale %v / bias must hold %d elements", scale.shape, nParams)
 	}
 	eps, _ := nd.g.Float("epsilon")
 	if nd.g.Attr("epsilon") == nil {
 		eps = 1e-5
 	}
-	r.eps = float64(eps)
-	r.mean, r.inv = make([]float32, r.rows), make([]float32, r.rows)
+	nr := mk(float64(eps))
+	r := nr.r
+	if nParams := r.nParams; scale.n != nParams || (bias != nil && bias.n != nParams) {
+		return fmt.Errorf("scale %v / bias must hold %d elements", scale.shape, nParams)
+	}
+	// The rows' statistics, for the backward and the per-sample rules
+	// (NormRows.Stats): node-owned device buffers.
+	stats, err := p.dev.Alloc(2 * r.Rows)
+	if err != nil {
+		return err
+	}
+	r.mean, r.inv = stats.Floats()[:r.Rows], stats.Floats()[r.Rows:]
 	nd.norm = r
-	r.accS, r.accB = make([]float64, nParams), make([]float64, nParams)
 	y := nd.out[0]
 	nd.saveIn[0], nd.saveIn[1] = true, true
-	grain := grainFor(r.L)
-	fwd := func(lo, hi int) {
+	nd.fwd = func() {
 		var b []float32
 		if bias != nil {
 			b = bias.data
 		}
-		r.forward(x.data, scale.data, b, y.data, lo, hi)
-	}
-	bwd := func(lo, hi int) { r.backwardX(x.data, scale.data, y.grad, nd.dIn[0], lo, hi) }
-	nd.fwd = func() {
-		parFor(r.rows, grain, fwd)
+		p.ops.NormalizeRowsAffine(nr, x.data, scale.data, b, y.data, r.mean, r.inv)
 		// LayerNormalization's optional Mean and InvStdDev outputs.
 		if len(nd.out) > 1 && nd.out[1] != nil {
-			copy(nd.out[1].data, r.mean)
+			p.ops.Copy(r.mean, nd.out[1].data)
 		}
 		if len(nd.out) > 2 && nd.out[2] != nil {
-			copy(nd.out[2].data, r.inv)
+			p.ops.Copy(r.inv, nd.out[2].data)
 		}
 	}
 	nd.bwd = func() {
@@ -726,9 +579,11 @@ func compileRowNorm(p *Plan, nd *node, r *rowNorm, nParams int) error {
 			db = nd.dIn[2]
 		}
 		if nd.dIn[0] != nil {
-			parFor(r.rows, grain, bwd)
+			p.ops.NormalizeRowsAffineBackward(nr, x.data, scale.data, r.mean, r.inv, y.grad, nd.dIn[0])
 		}
-		r.backwardParams(x.data, y.grad, nd.dIn[1], db)
+		if nd.dIn[1] != nil || db != nil {
+			p.ops.NormalizeRowsAffineParamGrads(nr, x.data, r.mean, r.inv, y.grad, nd.dIn[1], db)
+		}
 	}
 	return nil
 }
@@ -750,8 +605,8 @@ func buildLayerNorm(p *Plan, nd *node) error {
 		return fmt.Errorf("axis %d out of range for rank %d", a, rank)
 	}
 	L := numel(x.shape[a:])
-	r := &rowNorm{rows: numel(x.shape[:a]), L: L, mode: normLast}
-	return compileRowNorm(p, nd, r, L)
+	outer := numel(x.shape[:a])
+	return compileRowNorm(p, nd, func(eps float64) *NormRows { return NewLayerNormRows(outer, L, eps) })
 }
 
 func buildInstanceNorm(p *Plan, nd *node) error {
@@ -763,8 +618,8 @@ func buildInstanceNorm(p *Plan, nd *node) error {
 		return fmt.Errorf("input %v has no spatial axes", x.shape)
 	}
 	C, S := x.shape[1], numel(x.shape[2:])
-	r := &rowNorm{rows: x.shape[0] * C, L: S, mode: normChan, G: C, CpG: 1, S: S}
-	return compileRowNorm(p, nd, r, C)
+	N := x.shape[0]
+	return compileRowNorm(p, nd, func(eps float64) *NormRows { return NewInstanceNormRows(N, C, S, eps) })
 }
 
 func buildGroupNorm(p *Plan, nd *node) error {
@@ -783,11 +638,11 @@ func buildGroupNorm(p *Plan, nd *node) error {
 	if G <= 0 || C%int(G) != 0 {
 		return fmt.Errorf("%d channels do not split into %d groups", C, G)
 	}
-	r := &rowNorm{rows: x.shape[0] * int(G), L: C / int(G) * S, G: int(G), CpG: C / int(G), S: S}
-	nParams := C
-	r.mode = normChan
-	if s := nd.in[1]; s != nil && s.n == int(G) && int(G) != C {
-		r.mode, nParams = normGroup, int(G) // opset-18 per-group scale and bias
+	// Opset 18's per-group scale and bias.
+	perGroup := false
+	if sc := nd.in[1]; sc != nil && sc.n == int(G) && int(G) != C {
+		perGroup = true
 	}
-	return compileRowNorm(p, nd, r, nParams)
+	N := x.shape[0]
+	return compileRowNorm(p, nd, func(eps float64) *NormRows { return NewGroupNormRows(N, C, S, int(G), perGroup, eps) })
 }

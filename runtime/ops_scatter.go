@@ -11,9 +11,10 @@ func init() {
 }
 
 // buildScatterND compiles y = data with the slices named by constant
-// indices replaced by (or reduced with) updates. Backward, for
-// replacement: dData is dy with the overwritten elements zeroed, dUpdates
-// gathers dy; for "add" dData is dy. The other reductions have no backward.
+// indices replaced by (or reduced with) updates: a Copy and a
+// ScatterReduce. Backward, for replacement: dData is dy with the
+// overwritten elements zeroed, dUpdates gathers dy (both IndexGather); for
+// "add" dData is dy. The other reductions have no backward.
 func buildScatterND(p *Plan, nd *node) error {
 	x, err := floatIn(nd, 0)
 	if err != nil {
@@ -27,7 +28,11 @@ func buildScatterND(p *Plan, nd *node) error {
 	if it == nil || !it.isConst || it.i64 == nil {
 		return fmt.Errorf("ScatterND needs constant integer indices")
 	}
-	red, err := nd.g.ScatterReduction()
+	name, err := nd.g.ScatterReduction()
+	if err != nil {
+		return err
+	}
+	red, err := ScatterReductionNamed(name)
 	if err != nil {
 		return err
 	}
@@ -38,7 +43,7 @@ func buildScatterND(p *Plan, nd *node) error {
 	if len(tgt) != u.n {
 		return fmt.Errorf("updates %v hold %d elements, the indices address %d", u.shape, u.n, len(tgt))
 	}
-	if red == "none" {
+	if red == ScatterReduceNone {
 		// ONNX leaves duplicate indices undefined for replacement; refuse
 		// them rather than pick one writer silently.
 		seen := make([]bool, x.n)
@@ -55,48 +60,39 @@ func buildScatterND(p *Plan, nd *node) error {
 	}
 	y := nd.out[0]
 	nd.fwd = func() {
-		copy(y.data, x.data)
-		yd, ud := y.data, u.data
-		switch red {
-		case "none":
-			for i, j := range idx {
-				yd[j] = ud[i]
-			}
-		case "add":
-			for i, j := range idx {
-				yd[j] += ud[i]
-			}
-		case "mul":
-			for i, j := range idx {
-				yd[j] *= ud[i]
-			}
-		case "max":
-			for i, j := range idx {
-				yd[j] = max(yd[j], ud[i])
-			}
-		case "min":
-			for i, j := range idx {
-				yd[j] = min(yd[j], ud[i])
-			}
-		}
+		p.ops.Copy(x.data, y.data)
+		p.ops.ScatterReduce(red, u.data, idx, y.data)
 	}
-	if red != "none" && red != "add" {
+	switch red {
+	case ScatterReduceNone, ScatterReduceAdd:
+	default:
 		return nil
+	}
+	// dUpdates gathers dy; dData is dy (a copy for "add"; for
+	// replacement, a gather with the overwritten elements reading 0).
+	dUpd := NewIndexMap(idx, y.n, 0)
+	var dData *IndexMap
+	if red == ScatterReduceNone {
+		keep := make([]int32, x.n)
+		for j := range keep {
+			keep[j] = int32(j)
+		}
+		for _, j := range idx {
+			keep[j] = -1
+		}
+		dData = NewIndexMap(keep, y.n, 0)
 	}
 	nd.bwd = func() {
 		dy := y.grad
 		if dx := nd.dIn[0]; dx != nil {
-			copy(dx, dy)
-			if red == "none" {
-				for _, j := range idx {
-					dx[j] = 0
-				}
+			if dData == nil {
+				p.ops.Copy(dy, dx)
+			} else {
+				p.ops.IndexGather(dy, dData, dx)
 			}
 		}
 		if du := nd.dIn[2]; du != nil {
-			for i, j := range idx {
-				du[i] = dy[j]
-			}
+			p.ops.IndexGather(dy, dUpd, du)
 		}
 	}
 	return nil

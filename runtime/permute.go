@@ -164,12 +164,6 @@ type PermPlan struct {
 	// y[dOut[o] + i·dA + j] = x[sOut[o] + i + j·sC].
 	A, C, dA, sC int
 	dOut, sOut   []int32
-
-	// The CPU's parallel region, compiled once so that a run allocates
-	// nothing: run's operands for the next parFor.
-	dst, src []float32
-	scatter  bool
-	job      func(lo, hi int)
 }
 
 // NewPermPlan compiles y = transpose(x, perm) for x of shape shape.
@@ -183,12 +177,9 @@ func NewPermPlan(shape, perm []int) *PermPlan {
 // parallel runs the plan (or its inverse, with scatter) over the CPU's
 // workers.
 func (pp *PermPlan) parallel(dst, src []float32, scatter bool) {
-	if pp.job == nil {
-		pp.job = func(lo, hi int) { pp.run(pp.dst, pp.src, pp.scatter, lo, hi) }
-	}
-	pp.dst, pp.src, pp.scatter = dst, src, scatter
-	parFor(pp.units(), pp.grain(), pp.job)
-	pp.dst, pp.src = nil, nil
+	runJob(pp.units(), pp.grain(), func(j *cpuJob, lo, hi int) {
+		j.pp.run(j.f[0], j.f[1], j.flag, lo, hi)
+	}, func(j *cpuJob) { j.pp, j.f[0], j.f[1], j.flag = pp, dst, src, scatter })
 }
 
 const permTile = 16
@@ -332,12 +323,6 @@ type RowBlocks struct {
 	Off, Size  []int
 
 	gaps bool // the parts leave elements of a row uncovered
-
-	// The CPU's parallel region, compiled once (see PermPlan).
-	x     []float32
-	parts [][]float32
-	split bool
-	job   func(lo, hi int)
 }
 
 // NewRowBlocks compiles the layout of parts at offsets off, of sizes size,
@@ -375,10 +360,7 @@ func (b *RowBlocks) rows(x []float32, parts [][]float32, split bool, lo, hi int)
 
 // parallel runs rows over the CPU's workers.
 func (b *RowBlocks) parallel(x []float32, parts [][]float32, split bool) {
-	if b.job == nil {
-		b.job = func(lo, hi int) { b.rows(b.x, b.parts, b.split, lo, hi) }
-	}
-	b.x, b.parts, b.split = x, parts, split
-	parFor(b.Outer, grainFor(b.Row), b.job)
-	b.x, b.parts = nil, nil
+	runJob(b.Outer, grainFor(b.Row), func(j *cpuJob, lo, hi int) {
+		j.rb.rows(j.f[0], j.parts, j.flag, lo, hi)
+	}, func(j *cpuJob) { j.rb, j.f[0], j.parts, j.flag = b, x, parts, split })
 }

@@ -3,7 +3,6 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -1134,26 +1133,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 		}
 	}
 	copy(p.labels, labels)
-	for i := 0; i < n; i++ {
-		row, pr := o.data[i*k:(i+1)*k], p.probs[i*k:(i+1)*k]
-		m := float32(math.Inf(-1))
-		for _, v := range row {
-			if v > m {
-				m = v
-			}
-		}
-		var s float64
-		for j, v := range row {
-			e := math.Exp(float64(v - m))
-			pr[j] = float32(e)
-			s += e
-		}
-		inv := float32(1 / s)
-		for j := range pr {
-			pr[j] *= inv
-		}
-		losses[i] = float32(math.Log(s) - float64(row[labels[i]]-m))
-	}
+	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, losses, p.probs)
 	return nil
 }
 
@@ -1175,14 +1155,7 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 	if o.grad == nil {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
-	for i := 0; i < n; i++ {
-		w := weights[i]
-		d, pr := o.grad[i*k:(i+1)*k], p.probs[i*k:(i+1)*k]
-		for j := range d {
-			d[j] = w * pr[j]
-		}
-		d[p.labels[i]] -= w
-	}
+	p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, o.grad)
 	return p.backward(opts)
 }
 

@@ -21,11 +21,39 @@ const (
 	Abs
 	Reciprocal
 	Identity
+
+	// The parameterized and less common activations below are evaluated
+	// by Activation and ActivationBackward (activation.go), element by
+	// element in float64 where their definition needs a transcendental
+	// function; Unary and UnaryBackward do not take them.
+	LeakyRelu
+	Elu
+	HardSigmoid
+	HardSwish
+	Softplus
+	Gelu
+	GeluTanhApprox
+	Selu
+	Celu
+	Sign
+	Shrink
+	Softsign
+	ThresholdedRelu
+	Mish
+	Floor
+	Ceil
+	Round
+	Sin
+	Cos
+	Scale
 )
 
-// String returns the ONNX operator name.
+// String returns the ONNX operator name (GeluTanh is Gelu with
+// approximate="tanh"; Scale is the experimental ONNX Scale, y = α·x).
 func (op UnaryOp) String() string {
-	names := [...]string{"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Identity"}
+	names := [...]string{"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Identity",
+		"LeakyRelu", "Elu", "HardSigmoid", "HardSwish", "Softplus", "Gelu", "GeluTanh", "Selu", "Celu", "Sign",
+		"Shrink", "Softsign", "ThresholdedRelu", "Mish", "Floor", "Ceil", "Round", "Sin", "Cos", "Scale"}
 	if op >= 0 && int(op) < len(names) {
 		return names[op]
 	}

@@ -6,12 +6,12 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
-// factor is the clip factor C_i of a per-sample gradient norm under rule
+// clipFactor is the clip factor C_i of a per-sample gradient norm under rule
 // r, from the clip functions' definitions (runtime.ClipFn): Abadi et
 // al.'s min(1, R/‖g‖), Bu et al.'s automatic R/(‖g‖ + γ) and global
 // 1[‖g‖ < R]. A NaN or infinite norm gets 0, so that the sample adds
 // nothing and the sensitivity bound R holds.
-func factor(r runtime.ClipRule, norm float64) float64 {
+func clipFactor(r runtime.ClipRule, norm float64) float64 {
 	if math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return 0
 	}
@@ -35,6 +35,6 @@ func factor(r runtime.ClipRule, norm float64) float64 {
 // ClipFactors implements runtime.ClipOps: float64 factors rounded once.
 func (Device) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
 	for i, s := range normSq {
-		dst[i] = float32(factor(r, math.Sqrt(s)))
+		dst[i] = float32(clipFactor(r, math.Sqrt(s)))
 	}
 }

@@ -9,24 +9,24 @@ import (
 // Gemm implements runtime.LinalgOps: every entry of C is one float64 dot
 // product, rounded once.
 func (Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	at := func(i, p int) float64 {
-		if transA {
-			return float64(a[p*lda+i])
-		}
-		return float64(a[i*lda+p])
+	// op(A)[i, p] is a[i·ai + p·ap] and op(B)[p, j] is b[p·bp + j·bj].
+	ai, ap := lda, 1
+	if transA {
+		ai, ap = 1, lda
 	}
-	bt := func(p, j int) float64 {
-		if transB {
-			return float64(b[j*ldb+p])
-		}
-		return float64(b[p*ldb+j])
+	bp, bj := ldb, 1
+	if transB {
+		bp, bj = 1, ldb
 	}
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
 			var s float64
 			if alpha != 0 {
+				ia, ib := i*ai, j*bj
 				for p := 0; p < k; p++ {
-					s += at(i, p) * bt(p, j)
+					s += float64(a[ia]) * float64(b[ib])
+					ia += ap
+					ib += bp
 				}
 				s *= float64(alpha)
 			}
@@ -41,6 +41,14 @@ func (Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32,
 // GemmSerial implements runtime.LinalgOps.
 func (d Device) GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	d.Gemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// GemmStrided implements runtime.LinalgOps: one Gemm per product, on the
+// sub-slices the strides give.
+func (d Device) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	for i := 0; i < batch; i++ {
+		d.Gemm(transA, transB, m, n, k, alpha, a[i*strideA:], lda, b[i*strideB:], ldb, beta, c[i*strideC:], ldc)
+	}
 }
 
 // Axpy implements runtime.LinalgOps.

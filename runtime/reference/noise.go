@@ -93,12 +93,12 @@ func (Device) AddGaussianNoise(x []float32, n runtime.Noise, offset uint64, std 
 		layer, m := u&255, u>>9
 		var a float32
 		if m < zigK[layer] {
-			a = mul(float32(m), zigW[layer])
+			a = mul32(float32(m), zigW[layer])
 		} else {
 			a = zigSlow(&auxWords{blk: blk, step: n.Step, index: i}, layer, m)
 		}
 		z := math.Float32frombits(math.Float32bits(a) ^ (u>>8&1)<<31)
-		x[j] = mul(add(x[j], mul(sd, z)), post)
+		x[j] = mul32(add32(x[j], mul32(sd, z)), post)
 	}
 }
 
@@ -159,16 +159,16 @@ func zigSlow(a *auxWords, layer, m uint32) float32 {
 				}
 			}
 		}
-		x := mul(float32(m), zigW[layer])
+		x := mul32(float32(m), zigW[layer])
 		v := float32(a.next()>>8) * (1.0 / (1 << 24))
-		y := add(zigF[layer], mul(v, sub(zigF[layer-1], zigF[layer])))
-		if y < expfRef(mul(mul(-0.5, x), x)) {
+		y := add32(zigF[layer], mul32(v, sub32(zigF[layer-1], zigF[layer])))
+		if y < expfRef(mul32(mul32(-0.5, x), x)) {
 			return x
 		}
 		w := a.next()
 		layer, m = w&255, w>>9
 		if m < zigK[layer] {
-			return mul(float32(m), zigW[layer])
+			return mul32(float32(m), zigW[layer])
 		}
 	}
 }
@@ -186,16 +186,16 @@ func expfRef(x float32) float32 {
 	case x < -87.33654:
 		return 0
 	}
-	fn := add(mul(x, 1.44269504088896341), 0.5)
+	fn := add32(mul32(x, 1.44269504088896341), 0.5)
 	n := int32(math.Floor(float64(fn)))
 	nf := float32(n)
-	r := sub(sub(x, mul(nf, 0.693359375)), mul(nf, -2.12194440e-4))
+	r := sub32(sub32(x, mul32(nf, 0.693359375)), mul32(nf, -2.12194440e-4))
 	p := float32(1.9875691500e-4)
 	for _, c := range [...]float32{1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1} {
-		p = add(mul(p, r), c)
+		p = add32(mul32(p, r), c)
 	}
-	y := add(add(mul(mul(p, r), r), r), 1)
-	return f32(float64(y) * math.Ldexp(1, int(n)))
+	y := add32(add32(mul32(mul32(p, r), r), r), 1)
+	return float32(float64(y) * math.Ldexp(1, int(n)))
 }
 
 // lnRef is ln x for x ∈ (0, 1] by the steps doc.go prescribes, every

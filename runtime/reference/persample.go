@@ -15,11 +15,11 @@ import (
 // element of channel g·C/Group + c (the paper's unfolded a_iᵀ). Scratch is
 // never needed: the reference backend allocates what it uses.
 
-// convTaps returns, for every kernel tap k and output position t, the
+// planeTaps returns, for every kernel tap k and output position t, the
 // offset in one channel plane (s.InSize elements) of the input element
 // that tap k reads for output position t, or −1 where it lies in the
 // padding: taps[k·T+t].
-func convTaps(s *runtime.ConvShape) []int {
+func planeTaps(s *runtime.ConvShape) []int {
 	d := len(s.In)
 	if len(s.Kernel) != d || len(s.Out) != d {
 		panic(fmt.Sprintf("reference: convolution of input %v, kernel %v and output %v: ranks differ (shape not initialised?)", s.In, s.Kernel, s.Out))
@@ -34,9 +34,9 @@ func convTaps(s *runtime.ConvShape) []int {
 	kIdx := make([]int, d)
 	oIdx := make([]int, d)
 	for k := 0; k < s.K; k++ {
-		unravel(k, s.Kernel, kIdx)
+		unravelIndex(k, s.Kernel, kIdx)
 		for t := 0; t < s.T; t++ {
-			unravel(t, s.Out, oIdx)
+			unravelIndex(t, s.Out, oIdx)
 			off := 0
 			for a := 0; a < d; a++ {
 				p := oIdx[a]*at(s.Strides, a, 1) + kIdx[a]*at(s.Dilations, a, 1) - at(s.Pads, a, 0)
@@ -52,8 +52,8 @@ func convTaps(s *runtime.ConvShape) []int {
 	return taps
 }
 
-// unravel writes the row-major multi-index of flat index i in shape to idx.
-func unravel(i int, shape, idx []int) {
+// unravelIndex writes the row-major multi-index of flat index i in shape to idx.
+func unravelIndex(i int, shape, idx []int) {
 	for a := len(shape) - 1; a >= 0; a-- {
 		idx[a] = i % shape[a]
 		i /= shape[a]
@@ -64,7 +64,7 @@ func unravel(i int, shape, idx []int) {
 // input element of channel g·C/Group + c that tap k reads for output
 // position t (zero in the padding). plane is not used.
 func (Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
-	taps := convTaps(s)
+	taps := planeTaps(s)
 	cg := s.C / s.Group
 	if len(xi) < s.C*s.InSize || len(col) < s.D*s.T {
 		panic(fmt.Sprintf("reference: Im2ColPlane: input %d (want %d) or col %d (want %d) too short", len(xi), s.C*s.InSize, len(col), s.D*s.T))
@@ -84,12 +84,12 @@ func (Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane 
 	}
 }
 
-// weightGrad overwrites dw (M×D) with Σ_i Σ_t dy[i, m, t]·x[i, channel of
+// convWeightGradSum overwrites dw (M×D) with Σ_i Σ_t dy[i, m, t]·x[i, channel of
 // (m, c), tap (k, t)] over the n samples of x (n×C×InSize) and dy
 // (n×M×T): the weight gradient of Conv, one float64 sum per weight,
 // rounded once.
-func weightGrad(s *runtime.ConvShape, n int, x, dy, dw []float32) {
-	taps := convTaps(s)
+func convWeightGradSum(s *runtime.ConvShape, n int, x, dy, dw []float32) {
+	taps := planeTaps(s)
 	cg, mg := s.C/s.Group, s.M/s.Group
 	xs, ys := s.C*s.InSize, s.M*s.T
 	if len(x) < n*xs || len(dy) < n*ys || len(dw) < s.M*s.D {
@@ -119,7 +119,7 @@ func weightGrad(s *runtime.ConvShape, n int, x, dy, dw []float32) {
 // ConvWeightGrad implements runtime.PerSampleOps: dw = Σ_i g_iᵀa_i over
 // the batch, each weight one float64 sum. ws is not used.
 func (Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
-	weightGrad(s, s.N, x, dy, dw)
+	convWeightGradSum(s, s.N, x, dy, dw)
 }
 
 // ConvWorkspaceSize implements runtime.PerSampleOps: the reference backend
@@ -134,7 +134,7 @@ func (Device) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []flo
 	if s.Group != s.C {
 		panic(fmt.Sprintf("reference: DepthwisePerSampleGrad of a convolution with %d groups and %d channels, not depthwise", s.Group, s.C))
 	}
-	weightGrad(s, 1, xi, dyi, dw)
+	convWeightGradSum(s, 1, xi, dyi, dw)
 }
 
 // DepthwiseScratchSize implements runtime.PerSampleOps: the reference

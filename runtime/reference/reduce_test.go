@@ -1,0 +1,166 @@
+package reference
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// TestReduceOps holds every ReduceOps operation of the reference device
+// against the CPU's on random inputs: each reduction over single axes,
+// several axes and all of them, softmax and log-softmax along contiguous
+// and strided axes, and the cross-entropy head, forward and backward.
+func TestReduceOps(t *testing.T) {
+	var cases []opCase
+	xShape := []int{3, 4, 5}
+	n := numel(xShape)
+	for _, axes := range [][]int{{0}, {1}, {2}, {0, 2}, {1, 2}, {0, 1, 2}} {
+		yShape := append([]int(nil), xShape...)
+		for _, a := range axes {
+			yShape[a] = 1
+		}
+		m := numel(yShape)
+		grp := runtime.ReduceGroups(xShape, yShape)
+		dy := randIn(uint64(100+len(cases)), m, -1, 1)
+		for op := runtime.ReduceSum; op <= runtime.ReduceLogSumExp; op++ {
+			x := randIn(uint64(200+len(cases)), n, -2, 2)
+			switch op {
+			case runtime.ReduceLogSum:
+				x = randIn(uint64(300+len(cases)), n, 0.1, 2)
+			case runtime.ReduceProd:
+				x = awayFromZero(uint64(400+len(cases)), n, 0.5, 1.5)
+				// One zero in the first output's group, two in the last's
+				// (all three in one group when all axes are reduced).
+				x[0], x[n-1] = 0, 0
+				for i := range x {
+					if grp[i] == grp[n-1] && i != n-1 {
+						x[i] = 0
+						break
+					}
+				}
+			case runtime.ReduceMax, runtime.ReduceMin:
+				x[n/2] = float32(math.NaN())
+			}
+			cases = append(cases, opCase{name: fmt.Sprintf("%v/axes=%v", op, axes), run: func(d runtime.GraphOps) [][]float32 {
+				y, dx := make([]float32, m), make([]float32, n)
+				state := make([]float64, runtime.ReduceStateLen(op, m))
+				d.ReduceAxes(op, x, xShape, y, yShape, grp, state)
+				d.ReduceAxesBackward(op, x, xShape, y, dy, yShape, grp, state, dx)
+				return [][]float32{y, dx}
+			}})
+		}
+	}
+	// Softmax along each axis of (6, 70, 9): strided (inner > 1) and
+	// contiguous rows; the backward reads the reference's forward output
+	// on both devices.
+	sShape := []int{6, 70, 9}
+	sx := randIn(500, numel(sShape), -6, 6)
+	sdy := randIn(501, numel(sShape), -1, 1)
+	for ax := range sShape {
+		outer, L, inner := numel(sShape[:ax]), sShape[ax], numel(sShape[ax+1:])
+		for _, log := range []bool{false, true} {
+			yRef := make([]float32, len(sx))
+			if log {
+				Device{}.LogSoftmax(sx, outer, L, inner, yRef)
+			} else {
+				Device{}.Softmax(sx, outer, L, inner, yRef)
+			}
+			// abs: the CPU's backward subtracts Σ dy·y rounded to float32
+			// from dy (|dy| ≤ 1), which cancels.
+			cases = append(cases, opCase{name: fmt.Sprintf("Softmax/log=%v/axis=%d", log, ax), abs: 2e-7, run: func(d runtime.GraphOps) [][]float32 {
+				y, dx := make([]float32, len(sx)), make([]float32, len(sx))
+				if log {
+					d.LogSoftmax(sx, outer, L, inner, y)
+					d.LogSoftmaxBackward(yRef, sdy, outer, L, inner, dx)
+				} else {
+					d.Softmax(sx, outer, L, inner, y)
+					d.SoftmaxBackward(yRef, sdy, outer, L, inner, dx)
+				}
+				return [][]float32{y, dx}
+			}})
+		}
+	}
+	const N, K = 7, 10
+	logits := randIn(600, N*K, -8, 8)
+	labels := []int64{0, 9, 3, 3, 5, 1, 8}
+	weights := randIn(601, N, 0, 1)
+	probsRef, lossRef := make([]float32, N*K), make([]float32, N)
+	Device{}.SoftmaxCrossEntropy(logits, labels, N, K, lossRef, probsRef)
+	cases = append(cases, opCase{name: "SoftmaxCrossEntropy", run: func(d runtime.GraphOps) [][]float32 {
+		losses, probs, dl := make([]float32, N), make([]float32, N*K), make([]float32, N*K)
+		d.SoftmaxCrossEntropy(logits, labels, N, K, losses, probs)
+		d.SoftmaxCrossEntropyBackward(probsRef, labels, weights, N, K, dl)
+		return [][]float32{losses, probs, dl}
+	}})
+	// ScatterReduce with repeated offsets (the reductions accumulate in
+	// order) and a NaN update.
+	data := randIn(700, 50, -1, 1)
+	upd := randIn(701, 30, -1, 1)
+	upd[4] = float32(math.NaN())
+	sIdx := make([]int32, len(upd))
+	for i := range sIdx {
+		sIdx[i] = int32(i * 7 % 50)
+	}
+	uniq := make([]int32, len(upd)) // for replacement: distinct offsets
+	for i := range uniq {
+		uniq[i] = int32(i * 3 % 50)
+	}
+	for red := runtime.ScatterReduceNone; red <= runtime.ScatterReduceMin; red++ {
+		cases = append(cases, opCase{name: fmt.Sprintf("ScatterReduce/%d", red), run: func(d runtime.GraphOps) [][]float32 {
+			y := append([]float32(nil), data...)
+			idx := sIdx
+			if red == runtime.ScatterReduceNone {
+				idx = uniq
+			}
+			d.ScatterReduce(red, upd, idx, y)
+			return [][]float32{y}
+		}})
+	}
+	compareWithCPU(t, cases)
+}
+
+// TestReduceHand checks the reference device on hand-computed cases.
+func TestReduceHand(t *testing.T) {
+	var d Device
+	x := []float32{1, -2, 3, 0, 5, -6} // 2×3
+	rows := func(op runtime.ReduceOp) []float32 {
+		y := make([]float32, 2)
+		d.ReduceAxes(op, x, []int{2, 3}, y, []int{2, 1}, nil, nil)
+		return y
+	}
+	cols := func(op runtime.ReduceOp, dy []float32) []float32 {
+		dx := make([]float32, 6)
+		d.ReduceAxesBackward(op, x, []int{2, 3}, nil, dy, []int{1, 3}, nil, nil, dx)
+		return dx
+	}
+	ce := func() []float32 {
+		loss, probs := make([]float32, 1), make([]float32, 2)
+		d.SoftmaxCrossEntropy([]float32{0, 0}, []int64{1}, 1, 2, loss, probs)
+		return append(loss, probs...)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want []float32
+	}{
+		{"ReduceSum", rows(runtime.ReduceSum), []float32{2, -1}},
+		{"ReduceMean", rows(runtime.ReduceMean), []float32{2.0 / 3, -1.0 / 3}},
+		{"ReduceMax", rows(runtime.ReduceMax), []float32{3, 5}},
+		{"ReduceProd", rows(runtime.ReduceProd), []float32{-6, 0}},
+		{"ReduceL1", rows(runtime.ReduceL1), []float32{6, 11}},
+		{"ReduceSumSquare", rows(runtime.ReduceSumSquare), []float32{14, 61}},
+		{"ReduceMinBackward", cols(runtime.ReduceMin, []float32{1, 2, 3}), []float32{0, 2, 0, 1, 0, 3}},
+		{"ReduceProdBackward", cols(runtime.ReduceProd, []float32{1, 1, 1}), []float32{0, 5, -6, 1, -2, 3}},
+		{"SoftmaxCrossEntropy", ce(), []float32{float32(math.Ln2), 0.5, 0.5}},
+		{"ScatterReduceMul", func() []float32 {
+			y := []float32{1, 2, 3}
+			d.ScatterReduce(runtime.ScatterReduceMul, []float32{4, 5, -1}, []int32{2, 0, 2}, y)
+			return y
+		}(), []float32{5, 2, -12}},
+	} {
+		if err := closeTo(c.got, c.want, 1e-6, 0); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
