@@ -16,9 +16,11 @@
 //     the primary context, cuMemAlloc, cuMemcpy*, cuModuleLoadData,
 //     cuLaunchKernel) and NVRTC (libnvrtc.so, .so.13, .so.12), which
 //     compiles each kernel source for the device's architecture at first
-//     use with --fmad=false; the cubin is cached on disk under the hash of
-//     the source, the options, the NVRTC and driver versions and the
-//     architecture (os.UserCacheDir()/dpfinetune/cuda, or EnvCache).
+//     use with --fmad=false (a cubin for sm_XY; PTX for the newest
+//     compute_XY below it when that NVRTC does not know the device, which
+//     the driver then compiles); the result is cached on disk under the
+//     hash of the source, the options, the NVRTC and driver versions and
+//     the architecture (os.UserCacheDir()/dpfinetune/cuda, or EnvCache).
 //   - the emulation (emulate.go): the same kernel sources, compiled by the
 //     host's g++ against emu/cuda_emu.h into a shared library (cached the
 //     same way under cuda-emu/) and loaded with purego.Dlopen. The header

@@ -90,7 +90,7 @@ func TestNVRTCCompiles(t *testing.T) {
 	if err != nil {
 		t.Skipf("no NVRTC here: %v", err)
 	}
-	t.Logf("NVRTC %s", rtc.ver)
+	t.Logf("NVRTC %s, architectures %v", rtc.ver, rtc.archs)
 	srcs := map[string]string{"emu_test.cu": emuTestSource}
 	for mod := range deviceKernels {
 		b, err := kernelSources.ReadFile("kernels/" + mod)
@@ -158,5 +158,22 @@ func TestCacheDir(t *testing.T) {
 	}
 	if cacheKey("ab", "c") == cacheKey("a", "bc") {
 		t.Error("cacheKey does not separate its parts")
+	}
+}
+
+func TestNVRTCTarget(t *testing.T) {
+	f := &nvrtc{archs: []int{52, 60, 70, 80}}
+	for _, c := range []struct {
+		major, minor int
+		arch         string
+		ptx          bool
+	}{{8, 0, "sm_80", false}, {8, 6, "compute_80", true}, {9, 0, "compute_80", true}, {5, 0, "sm_50", false}} {
+		opts, ptx := f.target(c.major, c.minor)
+		if opts[0] != "--gpu-architecture="+c.arch || ptx != c.ptx || !strings.Contains(strings.Join(opts, " "), "--fmad=false") {
+			t.Errorf("%d.%d: %v ptx=%v, want %s ptx=%v", c.major, c.minor, opts, ptx, c.arch, c.ptx)
+		}
+	}
+	if opts, ptx := (&nvrtc{}).target(9, 0); opts[0] != "--gpu-architecture=sm_90" || ptx {
+		t.Errorf("without the list: %v %v", opts, ptx)
 	}
 }

@@ -136,3 +136,26 @@ func TestRealDriverOnFake(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestRealDriverNewerGPU runs the stand-in with an NVRTC that does not
+// know the device's sm_86: the driver compiles PTX for compute_80 and
+// loads that.
+func TestRealDriverNewerGPU(t *testing.T) {
+	t.Setenv("FAKECUDA_ARCHS", "70,75,80")
+	drv := fakeDriver(t)
+	d, err := New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	x := []float32{1, 2, 3}
+	d.Scale(2, x)
+	if x[0] != 2 || x[2] != 6 {
+		t.Errorf("Scale on PTX modules: %v", x)
+	}
+	ptx, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "*.ptx"))
+	cubins, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "*.cubin"))
+	if len(ptx) != len(deviceKernels) || len(cubins) != 0 {
+		t.Errorf("%d PTX and %d cubin modules cached, want %d and 0", len(ptx), len(cubins), len(deviceKernels))
+	}
+}

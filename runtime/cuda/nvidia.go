@@ -67,6 +67,9 @@ type nvrtc struct {
 	version, createProgram, compileProgram, getProgramLogSize, getProgramLog uintptr
 	getCUBINSize, getCUBIN, destroyProgram, getErrorString                   uintptr
 	getPTXSize, getPTX                                                       uintptr
+	// archs are the sm_XY the library compiles for (XY), when it says
+	// (nvrtcGetSupportedArchs, NVRTC 11.2 on).
+	archs []int
 	// ver is the library's version, "12.4".
 	ver string
 }
@@ -204,7 +207,40 @@ func loadNVRTC() (*nvrtc, error) {
 		return nil, err
 	}
 	f.ver = fmt.Sprintf("%d.%d", major, minor)
+	num, e1 := purego.Dlsym(h, "nvrtcGetNumSupportedArchs")
+	list, e2 := purego.Dlsym(h, "nvrtcGetSupportedArchs")
+	var n int32
+	if e1 == nil && e2 == nil && f.call("nvrtcGetNumSupportedArchs", num, uintptr(unsafe.Pointer(&n))) == nil && n > 0 && n < 1000 {
+		archs := make([]int32, n)
+		if f.call("nvrtcGetSupportedArchs", list, uintptr(unsafe.Pointer(&archs[0]))) == nil {
+			for _, a := range archs {
+				f.archs = append(f.archs, int(a))
+			}
+		}
+	}
 	return f, nil
+}
+
+// target returns the options that compile for a device of compute
+// capability major.minor, and whether the result is PTX: a cubin for
+// sm_XY when NVRTC knows the architecture, else PTX for the newest
+// compute_XY it knows below it, which the driver compiles (a GPU newer
+// than the NVRTC at hand).
+func (f *nvrtc) target(major, minor int) (opts []string, ptx bool) {
+	arch := 10*major + minor
+	best := 0
+	for _, a := range f.archs {
+		if a == arch {
+			return nvrtcOpts(major, minor), false
+		}
+		if a < arch && a > best {
+			best = a
+		}
+	}
+	if len(f.archs) == 0 || best == 0 {
+		return nvrtcOpts(major, minor), false
+	}
+	return append([]string{fmt.Sprintf("--gpu-architecture=compute_%d", best)}, nvrtcOptions...), true
 }
 
 // goString is the Go string of a NUL-terminated byte array.
@@ -392,12 +428,16 @@ func (f *nvrtc) compile(name, source string, opts []string, ptx bool) ([]byte, e
 
 func (c *nvidia) LoadModule(name, source string) (Module, error) {
 	full := nvrtcSource(name, source)
-	opts := nvrtcOpts(c.props.Major, c.props.Minor)
+	opts, ptx := c.rtc.target(c.props.Major, c.props.Minor)
 	key := cacheKey(full, strings.Join(opts, " "), c.rtc.ver, fmt.Sprint(c.props.DriverVersion))
-	path := filepath.Join(c.cache, key+".cubin")
+	ext := ".cubin"
+	if ptx {
+		ext = ".ptx"
+	}
+	path := filepath.Join(c.cache, key+ext)
 	cubin, err := os.ReadFile(path)
 	if err != nil || len(cubin) == 0 {
-		if cubin, err = c.rtc.compile(name, full, opts, false); err != nil {
+		if cubin, err = c.rtc.compile(name, full, opts, ptx); err != nil {
 			return 0, err
 		}
 		if err := writeAtomic(path, cubin); err != nil {

@@ -265,15 +265,43 @@ int nvrtcCreateProgram(prog **p, const char *src, const char *name, int nh, cons
   (*p)->log = strdup("");
   return 0;
 }
+// The architectures NVRTC knows: FAKECUDA_ARCHS, a comma-separated list
+// (default 80,86, which has the fake device's 86).
+static int archs(int *out) {
+  const char *e = getenv("FAKECUDA_ARCHS");
+  if (!e || !*e) e = "80,86";
+  int n = 0;
+  for (const char *p = e; *p;) {
+    int a = (int)strtol(p, (char **)&p, 10);
+    if (out) out[n] = a;
+    n++;
+    if (*p == ',') p++;
+  }
+  return n;
+}
+int nvrtcGetNumSupportedArchs(int *n) {
+  *n = archs(NULL);
+  return 0;
+}
+int nvrtcGetSupportedArchs(int *a) {
+  archs(a);
+  return 0;
+}
+
 int nvrtcCompileProgram(prog *p, int n, const char *const *opts) {
-  int fmad = 0, arch = 0;
+  int fmad = 0, arch = 0, list[64], na = archs(list);
   for (int i = 0; i < n; i++) {
     if (strcmp(opts[i], "--fmad=false") == 0) fmad = 1;
-    if (strcmp(opts[i], "--gpu-architecture=sm_86") == 0) arch = 1;
+    for (int k = 0; k < na; k++) {
+      char sm[64], compute[64];
+      snprintf(sm, sizeof sm, "--gpu-architecture=sm_%d", list[k]);
+      snprintf(compute, sizeof compute, "--gpu-architecture=compute_%d", list[k]);
+      if ((list[k] == 86 && strcmp(opts[i], sm) == 0) || strcmp(opts[i], compute) == 0) arch = 1;
+    }
   }
   free(p->log);
   if (!fmad || !arch) {
-    p->log = strdup("fake nvrtc: want --fmad=false and --gpu-architecture=sm_86");
+    p->log = strdup("fake nvrtc: want --fmad=false and sm_86 or compute_XY of a known XY");
     return 5; // NVRTC_ERROR_INVALID_OPTION
   }
   if (strstr(p->src, "undefined_name")) {
