@@ -102,8 +102,8 @@ func Open() (*Device, error) {
 }
 
 // New returns the Device on drv: it compiles (or finds in the cache) and
-// loads the kernel modules and uploads the noise tables. Close releases
-// drv.
+// loads the kernel modules and uploads the noise tables. The Device's
+// Close releases drv; if New fails, drv is still the caller's to close.
 func New(drv Driver) (*Device, error) {
 	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args)}
 	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
