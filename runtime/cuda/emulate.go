@@ -26,8 +26,10 @@ const EnvCXX = "DPFINETUNE_CUDA_CXX"
 // emuFlags are the emulation's compiler flags: no contraction of a·b + c
 // into an FMA and no fast math, so that float arithmetic rounds each
 // operation as NVRTC's --fmad=false code does (the bit-for-bit contracts of
-// the optimizer and the noise hold on both).
-var emuFlags = []string{"-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-w"}
+// the optimizer and the noise hold on both); hidden symbols but the
+// launchers, so that a kernel named like a function of another library
+// (add, scale, dot) is called as itself.
+var emuFlags = []string{"-x", "c++", "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-pthread", "-ffp-contract=off", "-fno-fast-math", "-w"}
 
 // emuLaunchMu serializes emulated launches process-wide: a module's launch
 // state and shared arrays are per library, and a library is loaded once

@@ -91,7 +91,7 @@ type nvidia struct {
 func dlopenFirst(names []string) (uintptr, string, error) {
 	var errs []error
 	for _, n := range names {
-		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return h, n, nil
 		}
@@ -415,11 +415,12 @@ func (f *nvrtc) compile(name, source string, opts []string, ptx bool) ([]byte, e
 	if err := f.call("nvrtcGet"+what+"Size", getSize, prog, uintptr(unsafe.Pointer(&n))); err != nil {
 		return nil, err
 	}
+	if n == 0 {
+		return nil, fmt.Errorf("cuda: compiling module %s: NVRTC returned an empty %s", name, what)
+	}
 	cubin := make([]byte, n)
-	if n > 0 {
-		if err := f.call("nvrtcGet"+what, get, prog, uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
-			return nil, err
-		}
+	if err := f.call("nvrtcGet"+what, get, prog, uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
+		return nil, err
 	}
 	runtime.KeepAlive(src)
 	runtime.KeepAlive(cname)

@@ -192,7 +192,7 @@ CUresult cuModuleLoadData(void **mod, const void *image) {
   }
   fclose(f);
   snprintf(cmd, sizeof cmd,
-           "g++ -x c++ -std=c++17 -O1 -shared -fPIC -pthread -ffp-contract=off -w -include '%s' -o %s %s",
+           "g++ -x c++ -std=c++17 -O1 -shared -fPIC -fvisibility=hidden -pthread -ffp-contract=off -w -include '%s' -o %s %s",
            getenv("FAKECUDA_HEADER"), out, in);
   int rc = system(cmd);
   if (rc == 0) {
@@ -320,18 +320,23 @@ int nvrtcGetProgramLog(prog *p, char *log) {
   strcpy(log, p->log);
   return 0;
 }
-int nvrtcGetCUBINSize(prog *p, size_t *n) {
+// The cubin and the PTX are the same image. The entry points share static
+// helpers, not each other: a call between exported functions could bind
+// to another library's of the same name.
+static int image_size(prog *p, size_t *n) {
   if (!p->compiled) return 9; // NVRTC_ERROR_INVALID_PROGRAM
   *n = strlen(magic) + strlen(p->src) + 1;
   return 0;
 }
-int nvrtcGetCUBIN(prog *p, char *out) {
+static int image(prog *p, char *out) {
   strcpy(out, magic);
   strcat(out, p->src);
   return 0;
 }
-int nvrtcGetPTXSize(prog *p, size_t *n) { return nvrtcGetCUBINSize(p, n); }
-int nvrtcGetPTX(prog *p, char *out) { return nvrtcGetCUBIN(p, out); }
+int nvrtcGetCUBINSize(prog *p, size_t *n) { return image_size(p, n); }
+int nvrtcGetCUBIN(prog *p, char *out) { return image(p, out); }
+int nvrtcGetPTXSize(prog *p, size_t *n) { return image_size(p, n); }
+int nvrtcGetPTX(prog *p, char *out) { return image(p, out); }
 int nvrtcDestroyProgram(prog **p) {
   free((*p)->src);
   free((*p)->log);
