@@ -8,7 +8,8 @@ import (
 )
 
 // ReduceOps is the group of GraphOps for reductions over axes, softmax and
-// log-softmax, and the per-sample softmax cross-entropy head.
+// log-softmax, the per-sample softmax cross-entropy head, and the
+// reductions of updates into scattered elements (ScatterND).
 type ReduceOps interface {
 	// ReduceAxes computes y = op(x) over the axes along which yShape (x's
 	// shape with the reduced axes kept as 1, same rank) is 1: the ONNX
