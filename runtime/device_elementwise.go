@@ -1,10 +1,6 @@
 package runtime
 
-import (
-	"sync"
-
-	"github.com/dpfinetune/dpfinetune/runtime/kernels"
-)
+import "github.com/dpfinetune/dpfinetune/runtime/kernels"
 
 // ElementwiseOps is the group of GraphOps for unary, binary and
 // parameterized activations, Where, Clip and their derivatives: every
@@ -135,12 +131,14 @@ func (CPU) Unary(op UnaryOp, par UnaryParams, x, y []float32) {
 		kernels.Unary(op, x, y)
 		return
 	}
-	j := newJob(activationBody)
-	j.op, j.par, j.a, j.b = op, par, x, y
-	j.run(len(x), activationGrain)
+	runJob(len(x), activationGrain, activationKernel, func(j *cpuJob) {
+		j.op, j.par, j.f[0], j.f[1] = op, par, x, y
+	})
 }
 
-func activationBody(j *job, lo, hi int) { kernels.Activation(j.op, j.par, j.a[lo:hi], j.b[lo:hi]) }
+func activationKernel(j *cpuJob, lo, hi int) {
+	kernels.Activation(j.op, j.par, j.f[0][lo:hi], j.f[1][lo:hi])
+}
 
 // UnaryBackward implements ElementwiseOps with kernels.UnaryBackward or
 // kernels.ActivationBackward.
@@ -149,17 +147,17 @@ func (CPU) UnaryBackward(op UnaryOp, par UnaryParams, x, y, dy, dx []float32) {
 		kernels.UnaryBackward(op, x, y, dy, dx)
 		return
 	}
-	j := newJob(activationBackwardBody)
-	j.op, j.par, j.a, j.b, j.c = op, par, x, dy, dx
-	j.run(len(dy), activationGrain)
+	runJob(len(dy), activationGrain, activationBackwardKernel, func(j *cpuJob) {
+		j.op, j.par, j.f[0], j.f[1], j.f[2] = op, par, x, dy, dx
+	})
 }
 
-func activationBackwardBody(j *job, lo, hi int) {
+func activationBackwardKernel(j *cpuJob, lo, hi int) {
 	var x []float32
-	if j.a != nil {
-		x = j.a[lo:hi]
+	if j.f[0] != nil {
+		x = j.f[0][lo:hi]
 	}
-	kernels.ActivationBackward(j.op, j.par, x, j.b[lo:hi], j.c[lo:hi])
+	kernels.ActivationBackward(j.op, j.par, x, j.f[1][lo:hi], j.f[2][lo:hi])
 }
 
 // BinaryBackward implements ElementwiseOps with kernels.BinaryBackward.
@@ -192,32 +190,30 @@ const geluGrain = 1 << 13
 // Gelu implements ElementwiseOps with kernels.GeluErf or kernels.GeluTanh
 // over the runtime's workers.
 func (CPU) Gelu(tanh bool, x, y []float32) {
-	j := newJob(geluBody)
-	j.flag, j.a, j.b = tanh, x, y
-	j.run(len(x), geluGrain)
+	runJob(len(x), geluGrain, geluKernel, func(j *cpuJob) { j.flag, j.f[0], j.f[1] = tanh, x, y })
 }
 
-func geluBody(j *job, lo, hi int) {
+func geluKernel(j *cpuJob, lo, hi int) {
 	if j.flag {
-		kernels.GeluTanh(j.a[lo:hi], j.b[lo:hi])
+		kernels.GeluTanh(j.f[0][lo:hi], j.f[1][lo:hi])
 	} else {
-		kernels.GeluErf(j.a[lo:hi], j.b[lo:hi])
+		kernels.GeluErf(j.f[0][lo:hi], j.f[1][lo:hi])
 	}
 }
 
 // GeluBackward implements ElementwiseOps with kernels.GeluErfBackward or
 // kernels.GeluTanhBackward over the runtime's workers.
 func (CPU) GeluBackward(tanh bool, x, dy, dx []float32) {
-	j := newJob(geluBackwardBody)
-	j.flag, j.a, j.b, j.c = tanh, x, dy, dx
-	j.run(len(dy), geluGrain)
+	runJob(len(dy), geluGrain, geluBackwardKernel, func(j *cpuJob) {
+		j.flag, j.f[0], j.f[1], j.f[2] = tanh, x, dy, dx
+	})
 }
 
-func geluBackwardBody(j *job, lo, hi int) {
+func geluBackwardKernel(j *cpuJob, lo, hi int) {
 	if j.flag {
-		kernels.GeluTanhBackward(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
+		kernels.GeluTanhBackward(j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi])
 	} else {
-		kernels.GeluErfBackward(j.a[lo:hi], j.b[lo:hi], j.c[lo:hi])
+		kernels.GeluErfBackward(j.f[0][lo:hi], j.f[1][lo:hi], j.f[2][lo:hi])
 	}
 }
 
@@ -324,40 +320,4 @@ func (CPU) MaxMinBackward(min bool, xs [][]float32, idx [][]int32, dy []float32,
 			dx[j] += g
 		}
 	}
-}
-
-// job is the work of one parallel region of a CPU operation: a body (a
-// function of the package, capturing nothing) and its operands. Jobs are
-// reused through jobPool, each with its range function made once, so
-// that an operation's parFor allocates nothing per call (the builders'
-// closures, made once at compile time, did not either).
-type job struct {
-	body    func(j *job, lo, hi int)
-	fn      func(lo, hi int) // calls body on j; made with the job
-	op      UnaryOp
-	par     UnaryParams
-	flag    bool
-	a, b, c []float32
-	n, k    int
-}
-
-var jobPool = sync.Pool{New: func() any {
-	j := new(job)
-	j.fn = func(lo, hi int) { j.body(j, lo, hi) }
-	return j
-}}
-
-// newJob returns a cleared job that runs body.
-func newJob(body func(j *job, lo, hi int)) *job {
-	j := jobPool.Get().(*job)
-	j.body = body
-	return j
-}
-
-// run calls the body over [0, n) split by parFor with the grain, then
-// returns the job to the pool (its operands dropped).
-func (j *job) run(n, grain int) {
-	parFor(n, grain, j.fn)
-	*j = job{fn: j.fn}
-	jobPool.Put(j)
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // ReduceOps is the group of GraphOps for reductions over axes, softmax and
-// log-softmax, and the per-sample softmax cross-entropy head.
+// log-softmax, the per-sample softmax cross-entropy head, and the
+// reductions of updates into scattered elements (ScatterND).
 type ReduceOps interface {
 	// ReduceAxes computes y = op(x) over the axes along which yShape (x's
 	// shape with the reduced axes kept as 1, same rank) is 1: the ONNX
@@ -357,13 +358,13 @@ func (CPU) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32
 // contiguous rows (inner = 1) through softmaxRows, strided ones with
 // kernels.Expf element by element.
 func cpuSoftmax(x []float32, outer, L, inner int, y []float32, logSoftmax bool) {
-	j := newJob(softmaxBody)
-	j.a, j.b, j.n, j.k, j.flag = x, y, L, inner, logSoftmax
-	j.run(outer, grainFor(L*inner))
+	runJob(outer, grainFor(L*inner), softmaxKernel, func(j *cpuJob) {
+		j.f[0], j.f[1], j.n, j.k, j.flag = x, y, L, inner, logSoftmax
+	})
 }
 
-func softmaxBody(j *job, lo, hi int) {
-	x, y, L, inner, logSoftmax := j.a, j.b, j.n, j.k, j.flag
+func softmaxKernel(job *cpuJob, lo, hi int) {
+	x, y, L, inner, logSoftmax := job.f[0], job.f[1], job.n, job.k, job.flag
 	if inner == 1 {
 		softmaxRows(x, y, L, lo, hi, logSoftmax)
 		return
@@ -438,13 +439,13 @@ func softmaxRows(x, y []float32, L, lo, hi int, logSoftmax bool) {
 // gradient from its output y, split over the runtime's workers by outer
 // index.
 func cpuSoftmaxBackward(yd, dy []float32, outer, L, inner int, dx []float32, logSoftmax bool) {
-	j := newJob(softmaxBackwardBody)
-	j.a, j.b, j.c, j.n, j.k, j.flag = yd, dy, dx, L, inner, logSoftmax
-	j.run(outer, grainFor(L*inner))
+	runJob(outer, grainFor(L*inner), softmaxBackwardKernel, func(j *cpuJob) {
+		j.f[0], j.f[1], j.f[2], j.n, j.k, j.flag = yd, dy, dx, L, inner, logSoftmax
+	})
 }
 
-func softmaxBackwardBody(j *job, lo, hi int) {
-	yd, dy, dx, L, inner, logSoftmax := j.a, j.b, j.c, j.n, j.k, j.flag
+func softmaxBackwardKernel(job *cpuJob, lo, hi int) {
+	yd, dy, dx, L, inner, logSoftmax := job.f[0], job.f[1], job.f[2], job.n, job.k, job.flag
 	for o := lo; o < hi; o++ {
 		for in := 0; in < inner; in++ {
 			base := o*L*inner + in

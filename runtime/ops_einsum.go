@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/runtime/blas"
 )
 
 func init() {
@@ -14,31 +13,24 @@ func init() {
 // einsumMap moves the elements of an operand into a target layout:
 // element i goes to dst[i] (summed with the others that land there), or
 // nowhere when dst[i] < 0 (off the diagonal of a repeated label). A nil
-// map means the operand is in the target layout already.
+// map means the operand is in the target layout already. The move is
+// LayoutOps.IndexGatherBackward over the compiled map im (the target
+// reads the operand's elements as an IndexGather's input reads its
+// output's gradient); its adjoint is IndexGather.
 type einsumMap struct {
 	dst []int32
-	n   int // elements of the target
+	n   int       // elements of the target
+	im  *IndexMap // dst compiled: y = the operand, x = the target
 }
 
 // gather computes the target t from operand x (t = Σ of what lands there).
-func (m *einsumMap) gather(x, t []float32) {
-	clear(t[:m.n])
-	for i, j := range m.dst {
-		if j >= 0 {
-			t[j] += x[i]
-		}
-	}
+func (m *einsumMap) gather(ops GraphOps, x, t []float32) {
+	ops.IndexGatherBackward(x, m.im, t[:m.n])
 }
 
-// scatter is gather's adjoint: dx[i] = dt[dst[i]].
-func (m *einsumMap) scatter(dt, dx []float32) {
-	for i, j := range m.dst {
-		if j >= 0 {
-			dx[i] = dt[j]
-		} else {
-			dx[i] = 0
-		}
-	}
+// scatter is gather's adjoint: dx[i] = dt[dst[i]] (0 off the diagonals).
+func (m *einsumMap) scatter(ops GraphOps, dt, dx []float32) {
+	ops.IndexGather(dt, m.im, dx)
 }
 
 // layoutMap builds the map from an operand with labels ls and shape sh to
@@ -87,6 +79,7 @@ func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMa
 	if identity {
 		return nil
 	}
+	m.im = NewIndexMap(m.dst, m.n, 0)
 	return m
 }
 
@@ -125,8 +118,8 @@ func buildEinsum(p *Plan, nd *node) error {
 		if m.n != y.n {
 			return fmt.Errorf("equation %q: output %v does not hold %d elements", eq, y.shape, m.n)
 		}
-		nd.fwd = func() { m.gather(x.data, y.data) }
-		nd.bwd = func() { m.scatter(y.grad, nd.dIn[0]) }
+		nd.fwd = func() { m.gather(p.ops, x.data, y.data) }
+		nd.bwd = func() { m.scatter(p.ops, y.grad, nd.dIn[0]) }
 		return nil
 	}
 	for i := range nd.saveIn {
@@ -139,8 +132,8 @@ func buildEinsum(p *Plan, nd *node) error {
 		}
 		p.needWS(st.ws)
 		a, b := nd.in[0], nd.in[1]
-		nd.fwd = func() { st.forward(a.data, b.data, y.data, p.ws) }
-		nd.bwd = func() { st.backward(a.data, b.data, y.grad, nd.dIn[0], nd.dIn[1], p.ws) }
+		nd.fwd = func() { st.forward(p.ops, a.data, b.data, y.data, p.ws) }
+		nd.bwd = func() { st.backward(p.ops, a.data, b.data, y.grad, nd.dIn[0], nd.dIn[1], p.ws) }
 		return nil
 	}
 	return buildEinsumChain(p, nd, s, eq)
@@ -151,7 +144,7 @@ func buildEinsum(p *Plan, nd *node) error {
 // with operand i into the labels that a later operand or the output still
 // needs (in order of first appearance; the last step writes the output).
 // The intermediate results and their gradients are kept outside the arena,
-// for the backward pass.
+// in device buffers of the node's own, for the backward pass.
 func buildEinsumChain(p *Plan, nd *node, s *graph.EinsumSpec, eq string) error {
 	y := nd.out[0]
 	n := len(nd.in)
@@ -199,7 +192,13 @@ func buildEinsumChain(p *Plan, nd *node, s *graph.EinsumSpec, eq string) error {
 		p.needWS(st.ws)
 		if i < n-1 {
 			k := numel(outShape)
-			mids[i-1], dmids[i-1] = make([]float32, k), make([]float32, k)
+			for _, dst := range []*[]float32{&mids[i-1], &dmids[i-1]} {
+				buf, err := p.dev.Alloc(k)
+				if err != nil {
+					return err
+				}
+				*dst = buf.Floats()
+			}
 			nd.auxBytes += 8 * int64(k)
 		}
 		labels, shape = out, outShape
@@ -222,14 +221,14 @@ func buildEinsumChain(p *Plan, nd *node, s *graph.EinsumSpec, eq string) error {
 		for i, st := range steps {
 			a, _ := lhs(i)
 			o, _ := out(i)
-			st.forward(a, nd.in[i+1].data, o, p.ws)
+			st.forward(p.ops, a, nd.in[i+1].data, o, p.ws)
 		}
 	}
 	nd.bwd = func() {
 		for i := len(steps) - 1; i >= 0; i-- {
 			a, da := lhs(i)
 			_, do := out(i)
-			steps[i].backward(a, nd.in[i+1].data, do, da, nd.dIn[i+1], p.ws)
+			steps[i].backward(p.ops, a, nd.in[i+1].data, do, da, nd.dIn[i+1], p.ws)
 		}
 	}
 	return nil
@@ -244,6 +243,7 @@ type einsumStep struct {
 	lda, ldb     int
 	nb, M, N, K  int
 	yIdx         []int32
+	yMap         *IndexMap // yIdx compiled: y = the output, x = the product
 	offB, offC   int
 	offDA, offDB int
 	sizeA, sizeB int
@@ -375,6 +375,9 @@ func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int
 			e.yIdx[j] = int32(i)
 		}
 	})
+	if e.yIdx != nil {
+		e.yMap = NewIndexMap(e.yIdx, e.nb*e.M*e.N, 0)
+	}
 	// Workspace: A′, B′ (when mapped), the product or its gradient (when
 	// the output is permuted), and dA′, dB′ (when mapped).
 	e.sizeA, e.sizeB, e.sizeC = e.nb*e.M*e.K, e.nb*e.K*e.N, e.nb*e.M*e.N
@@ -401,45 +404,41 @@ func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int
 }
 
 // operands returns A′ and B′: the operands themselves, or gathered into ws.
-func (e *einsumStep) operands(a, b, ws []float32) (av, bv []float32) {
+func (e *einsumStep) operands(ops GraphOps, a, b, ws []float32) (av, bv []float32) {
 	av, bv = a, b
 	if e.mA != nil {
 		av = ws[:e.sizeA]
-		e.mA.gather(a, av)
+		e.mA.gather(ops, a, av)
 	}
 	if e.mB != nil {
 		bv = ws[e.offB : e.offB+e.sizeB]
-		e.mB.gather(b, bv)
+		e.mB.gather(ops, b, bv)
 	}
 	return av, bv
 }
 
-func (e *einsumStep) forward(a, b, y, ws []float32) {
-	av, bv := e.operands(a, b, ws)
+func (e *einsumStep) forward(ops GraphOps, a, b, y, ws []float32) {
+	av, bv := e.operands(ops, a, b, ws)
 	c := y
 	if e.yIdx != nil {
 		c = ws[e.offC : e.offC+e.sizeC]
 	}
 	M, N, K := e.M, e.N, e.K
-	blas.SgemmStrided(e.tA, e.tB, M, N, K, 1, av, e.lda, M*K, bv, e.ldb, K*N, 0, c, N, M*N, e.nb)
+	ops.GemmStrided(e.tA, e.tB, M, N, K, 1, av, e.lda, M*K, bv, e.ldb, K*N, 0, c, N, M*N, e.nb)
 	if e.yIdx != nil {
-		for j, i := range e.yIdx {
-			y[j] = c[i]
-		}
+		ops.IndexGather(c, e.yMap, y) // y[j] = c[yIdx[j]]
 	}
 }
 
 // backward writes the gradients of both operands (da, db; either may be
 // nil) from the output gradient dy.
-func (e *einsumStep) backward(a, b, dy, da, db, ws []float32) {
-	av, bv := e.operands(a, b, ws)
+func (e *einsumStep) backward(ops GraphOps, a, b, dy, da, db, ws []float32) {
+	av, bv := e.operands(ops, a, b, ws)
 	M, N, K, nb := e.M, e.N, e.K, e.nb
 	dc := dy
 	if e.yIdx != nil {
 		dc = ws[e.offC : e.offC+e.sizeC]
-		for j, i := range e.yIdx {
-			dc[i] = dy[j]
-		}
+		ops.IndexGatherBackward(dy, e.yMap, dc) // dc[yIdx[j]] = dy[j], a permutation
 	}
 	if da != nil {
 		t := da
@@ -447,12 +446,12 @@ func (e *einsumStep) backward(a, b, dy, da, db, ws []float32) {
 			t = ws[e.offDA : e.offDA+e.sizeA]
 		}
 		if e.tA { // dA′ (K×M) = op(B′)·dCᵀ
-			blas.SgemmStrided(e.tB, true, K, M, N, 1, bv, e.ldb, K*N, dc, N, M*N, 0, t, M, M*K, nb)
+			ops.GemmStrided(e.tB, true, K, M, N, 1, bv, e.ldb, K*N, dc, N, M*N, 0, t, M, M*K, nb)
 		} else { // dA′ (M×K) = dC·op(B′)ᵀ
-			blas.SgemmStrided(false, !e.tB, M, K, N, 1, dc, N, M*N, bv, e.ldb, K*N, 0, t, K, M*K, nb)
+			ops.GemmStrided(false, !e.tB, M, K, N, 1, dc, N, M*N, bv, e.ldb, K*N, 0, t, K, M*K, nb)
 		}
 		if e.mA != nil {
-			e.mA.scatter(t, da)
+			e.mA.scatter(ops, t, da)
 		}
 	}
 	if db != nil {
@@ -461,12 +460,12 @@ func (e *einsumStep) backward(a, b, dy, da, db, ws []float32) {
 			t = ws[e.offDB : e.offDB+e.sizeB]
 		}
 		if e.tB { // dB′ (N×K) = dCᵀ·op(A′)
-			blas.SgemmStrided(true, e.tA, N, K, M, 1, dc, N, M*N, av, e.lda, M*K, 0, t, K, K*N, nb)
+			ops.GemmStrided(true, e.tA, N, K, M, 1, dc, N, M*N, av, e.lda, M*K, 0, t, K, K*N, nb)
 		} else { // dB′ (K×N) = op(A′)ᵀ·dC
-			blas.SgemmStrided(!e.tA, false, K, N, M, 1, av, e.lda, M*K, dc, N, M*N, 0, t, N, K*N, nb)
+			ops.GemmStrided(!e.tA, false, K, N, M, 1, av, e.lda, M*K, dc, N, M*N, 0, t, N, K*N, nb)
 		}
 		if e.mB != nil {
-			e.mB.scatter(t, db)
+			e.mB.scatter(ops, t, db)
 		}
 	}
 }

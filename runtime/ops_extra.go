@@ -1,8 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-)
+import "fmt"
 
 // Operators beyond the fixtures: pointwise activations (LeakyRelu, Elu,
 // HardSigmoid, HardSwish, Gelu, Softplus), Split, Tile, GlobalMaxPool.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dpfinetune's build, tests and demo can use on a Debian
 # machine: `setup.sh` for the demo (OpenBLAS), `setup.sh test` for `make
-# test` (also PyTorch, torchvision, onnx, the Fashion-MNIST data set and
-# onnxruntime from npm), so that CI and a newcomer run the same tests.
+# test` (also PyTorch, torchvision, onnx, the Fashion-MNIST data set,
+# g++ for the CUDA backend's emulated kernels and onnxruntime from npm), so that CI and a newcomer run the same tests.
 # Everything here is optional: without OpenBLAS the runtime uses its pure-Go
 # SGEMM; without Python/PyTorch or onnxruntime the tests that need them skip
 # with a message. Not root, or no apt-get: nothing is installed and the run
@@ -18,6 +18,8 @@ if [ "$mode" = test ] || [ -n "${DPFINETUNE_WITH_PYTHON:-}" ]; then
 	[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] ||
 		[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte ] || need+=(dataset-fashion-mnist)
 	command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)
+	# The CUDA backend's emulated kernels (runtime/cuda) are compiled by g++.
+	command -v g++ >/dev/null || need+=(g++)
 fi
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then

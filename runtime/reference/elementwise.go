@@ -6,6 +6,12 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
+// softplus is log(1 + eˣ), written as max(x, 0) + log(1 + e^−|x|) so
+// that it does not overflow for large x.
+func softplus(x float64) float64 {
+	return math.Max(x, 0) + math.Log1p(math.Exp(-math.Abs(x)))
+}
+
 // unary64 is op(x) in float64, from the ONNX operator definitions.
 func unary64(op runtime.UnaryOp, p runtime.UnaryParams, x float64) float64 {
 	a, b, g := float64(p.Alpha), float64(p.Beta), float64(p.Gamma)
@@ -50,7 +56,7 @@ func unary64(op runtime.UnaryOp, p runtime.UnaryParams, x float64) float64 {
 	case runtime.UnaryHardSwish:
 		return x * math.Max(0, math.Min(1, x/6+0.5))
 	case runtime.UnarySoftplus:
-		return math.Log(1 + math.Exp(x))
+		return softplus(x)
 	case runtime.UnaryGelu:
 		return 0.5 * x * (1 + math.Erf(x/math.Sqrt(2)))
 	case runtime.UnaryGeluTanh:
@@ -86,7 +92,7 @@ func unary64(op runtime.UnaryOp, p runtime.UnaryParams, x float64) float64 {
 		}
 		return 0
 	case runtime.UnaryMish:
-		return x * math.Tanh(math.Log(1+math.Exp(x)))
+		return x * math.Tanh(softplus(x))
 	case runtime.UnaryFloor:
 		return math.Floor(x)
 	case runtime.UnaryCeil:
@@ -196,8 +202,7 @@ func unaryGrad64(op runtime.UnaryOp, p runtime.UnaryParams, x, y float64) float6
 		}
 		return 0
 	case runtime.UnaryMish:
-		sp := math.Log(1 + math.Exp(x))
-		t := math.Tanh(sp)
+		t := math.Tanh(softplus(x))
 		return t + x*(1-t*t)*(1/(1+math.Exp(-x)))
 	case runtime.UnarySin:
 		return math.Cos(x)

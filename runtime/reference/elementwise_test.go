@@ -132,6 +132,9 @@ func TestElementwiseOps(t *testing.T) {
 		{runtime.UnarySin, runtime.UnaryParams{}, wide},
 		{runtime.UnaryCos, runtime.UnaryParams{}, wide},
 		{runtime.UnaryScale, runtime.UnaryParams{Alpha: -0.37}, wide},
+		// Beyond the CPU's cut-over to x at 20.
+		{runtime.UnarySoftplus, runtime.UnaryParams{}, randIn(6, n, -40, 40)},
+		{runtime.UnaryMish, runtime.UnaryParams{}, randIn(7, n, -40, 40)},
 	}
 	dy := randIn(5, n, -1, 1)
 	for _, u := range unaries {

@@ -1,0 +1,447 @@
+package cuda
+
+import (
+	"embed"
+	"fmt"
+	"os"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// EnvDriver selects the driver Open uses: "emulate" for the emulation,
+// anything else (or unset) for the GPU's driver.
+const EnvDriver = "DPFINETUNE_CUDA"
+
+//go:embed kernels/*.cu
+var kernelSources embed.FS
+
+// The kernels the Device launches, by module (kernels/<module>.cu).
+var deviceKernels = map[string][]string{
+	"vector.cu": {"sum_sq_rows", "dot", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows"},
+	"clip.cu":   {"clip_factors"},
+	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
+	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
+	"linalg.cu": {"axpy"},
+}
+
+// Device is the CUDA backend: a runtime.Device whose buffers are device
+// memory, and the operation groups VectorOps, ClipOps, OptimOps, NoiseOps
+// and LinalgOps.Axpy as CUDA kernels (kernels/*.cu). It does not yet
+// implement all of runtime.DPOps nor runtime.GraphOps (doc.go lists what
+// remains).
+//
+// Operands are []float32 (and []float64, []int32) slices. A slice that
+// lies in memory this Device allocated — the Floats of its buffers and
+// sub-slices of them — is passed to the kernels as it is; any other slice
+// is host memory, staged through a device scratch area (copied in, and
+// back out when the operation writes it), so that the engine's host-side
+// scalars (norms, factors) work unchanged. The address tells which: under
+// CUDA's unified addressing, device and host addresses never coincide.
+//
+// An operation that meets a driver error panics (the operation sets have
+// no error results; an error there means a lost device). A Device is safe
+// for concurrent use: its calls are serialized.
+type Device struct {
+	drv   Driver
+	props Properties
+
+	mu   sync.Mutex
+	fn   map[string]Function
+	args *Args
+	// spans are the device allocations, sorted by address.
+	spans []span
+	// scratch stages host operands; it grows to the largest call.
+	scratch arena
+	pending []copyBack
+	// res receives the scalar results (SumSq, Dot).
+	res [1]float64
+
+	// tables holds NoiseTables (noise.cu); rk the AES round keys of rkKey.
+	tables, rk DevicePtr
+	rkKey      runtime.NoiseKey
+	rkOK       bool
+
+	maxGrid int
+}
+
+type span struct {
+	p     DevicePtr
+	bytes int
+}
+
+// copyBack is a staged operand the operation writes: copied back to the
+// host when the call ends.
+type copyBack struct {
+	host  unsafe.Pointer
+	dev   DevicePtr
+	bytes int
+}
+
+// Open returns the CUDA device: the GPU through the driver (Real), or the
+// emulation when DPFINETUNE_CUDA=emulate.
+func Open() (*Device, error) {
+	var drv Driver
+	var err error
+	if os.Getenv(EnvDriver) == "emulate" {
+		drv, err = Emulated()
+	} else {
+		drv, err = Real()
+	}
+	if err != nil {
+		return nil, err
+	}
+	d, err := New(drv)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// New returns the Device on drv: it compiles (or finds in the cache) and
+// loads the kernel modules and uploads the noise tables. The Device's
+// Close releases drv; if New fails, drv is still the caller's to close.
+func New(drv Driver) (*Device, error) {
+	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args)}
+	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
+	for mod, names := range deviceKernels {
+		src, err := kernelSources.ReadFile("kernels/" + mod)
+		if err != nil {
+			return nil, err
+		}
+		m, err := drv.LoadModule(mod, string(src))
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			f, err := drv.Function(m, n)
+			if err != nil {
+				return nil, fmt.Errorf("cuda: module %s: %w", mod, err)
+			}
+			d.fn[n] = f
+		}
+	}
+	if err := d.uploadNoiseTables(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Properties describes the device.
+func (d *Device) Properties() Properties { return d.props }
+
+// Name implements runtime.Device.
+func (d *Device) Name() string { return "cuda (" + d.props.Name + ")" }
+
+// buffer is device memory of n float32 elements at p.
+type buffer struct {
+	d *Device
+	p DevicePtr
+	n int
+}
+
+func (b *buffer) Len() int { return b.n }
+
+// Floats implements runtime.Buffer: a view of device memory, for the
+// device's operations only (the host reads and writes it through CopyIn
+// and CopyOut).
+func (b *buffer) Floats() []float32 { return floatsAt(b.p, b.n) }
+
+// Alloc implements runtime.Device: n zeroed float32 elements of device
+// memory, held until Free or Close.
+func (d *Device) Alloc(n int) (runtime.Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("cuda: negative allocation %d", n)
+	}
+	if n == 0 {
+		return &buffer{d: d}, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p, err := d.alloc(4 * n)
+	if err != nil {
+		return nil, err
+	}
+	return &buffer{d: d, p: p, n: n}, nil
+}
+
+// alloc allocates device memory and records it (d.mu held).
+func (d *Device) alloc(bytes int) (DevicePtr, error) {
+	p, err := d.drv.Alloc(bytes)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: allocating %d bytes: %w", bytes, err)
+	}
+	i := sort.Search(len(d.spans), func(i int) bool { return d.spans[i].p > p })
+	d.spans = append(d.spans, span{})
+	copy(d.spans[i+1:], d.spans[i:])
+	d.spans[i] = span{p, bytes}
+	return p, nil
+}
+
+// free releases memory alloc returned (d.mu held).
+func (d *Device) free(p DevicePtr) error {
+	i := sort.Search(len(d.spans), func(i int) bool { return d.spans[i].p >= p })
+	if i == len(d.spans) || d.spans[i].p != p {
+		return fmt.Errorf("cuda: free of %#x, not an allocation of this device", uintptr(p))
+	}
+	d.spans = append(d.spans[:i], d.spans[i+1:]...)
+	return d.drv.Free(p)
+}
+
+// Free releases a buffer of this device.
+func (d *Device) Free(b runtime.Buffer) error {
+	db, err := d.own(b)
+	if err != nil || db.n == 0 {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err = d.free(db.p)
+	db.p, db.n = 0, 0
+	return err
+}
+
+func (d *Device) own(b runtime.Buffer) (*buffer, error) {
+	db, ok := b.(*buffer)
+	if !ok || db.d != d {
+		return nil, fmt.Errorf("cuda: buffer of type %T is not a buffer of this device", b)
+	}
+	return db, nil
+}
+
+// CopyIn implements runtime.Device.
+func (d *Device) CopyIn(dst runtime.Buffer, off int, src []float32) error {
+	b, err := d.own(dst)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+len(src) > b.n {
+		return fmt.Errorf("cuda: copy of %d elements at %d into a buffer of %d", len(src), off, b.n)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.CopyHtoD(b.p+DevicePtr(4*off), unsafe.Pointer(&src[0]), 4*len(src))
+}
+
+// CopyOut implements runtime.Device.
+func (d *Device) CopyOut(dst []float32, src runtime.Buffer, off int) error {
+	b, err := d.own(src)
+	if err != nil {
+		return err
+	}
+	if off < 0 || off+len(dst) > b.n {
+		return fmt.Errorf("cuda: copy of %d elements at %d from a buffer of %d", len(dst), off, b.n)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.CopyDtoH(unsafe.Pointer(&dst[0]), b.p+DevicePtr(4*off), 4*len(dst))
+}
+
+// Run implements runtime.Device: a compiled node is a host-side sequence
+// of the device's operations.
+func (d *Device) Run(k runtime.Kernel) error {
+	ck, ok := k.(*runtime.CPUKernel)
+	if !ok {
+		return fmt.Errorf("cuda: kernel %s of type %T is not a host-side sequence of operations", k.KernelName(), k)
+	}
+	ck.Fn()
+	return nil
+}
+
+// Workers is 1: the device parallelizes inside each operation, so the
+// engine gives it one sample at a time.
+func (d *Device) Workers() int { return 1 }
+
+// Synchronize waits for the device's work.
+func (d *Device) Synchronize() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drv.Synchronize()
+}
+
+// Close releases every allocation and the driver.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.spans {
+		d.drv.Free(s.p)
+	}
+	d.spans, d.scratch = nil, arena{}
+	return d.drv.Close()
+}
+
+// isDevice reports whether [p, p+bytes) lies in one of d's allocations.
+func (d *Device) isDevice(p DevicePtr, bytes int) bool {
+	i := sort.Search(len(d.spans), func(i int) bool { return d.spans[i].p > p }) - 1
+	return i >= 0 && uintptr(p)+uintptr(bytes) <= uintptr(d.spans[i].p)+uintptr(d.spans[i].bytes)
+}
+
+// arena is the scratch that stages host operands: chunks of device
+// memory handed out in 256-byte-aligned pieces for one call, reset after
+// it. A call that outgrows the last chunk gets a new one (the earlier
+// pieces stay valid); reset merges the chunks into one of their total
+// size, so a steady workload stages without allocating.
+type arena struct {
+	chunks []chunk
+}
+
+type chunk struct {
+	p          DevicePtr
+	size, used int
+}
+
+const minScratch = 1 << 20
+
+// take returns bytes bytes of scratch (d.mu held).
+func (d *Device) take(bytes int) (DevicePtr, error) {
+	bytes = (bytes + 255) &^ 255
+	a := &d.scratch
+	if n := len(a.chunks); n > 0 && a.chunks[n-1].size-a.chunks[n-1].used >= bytes {
+		c := &a.chunks[n-1]
+		p := c.p + DevicePtr(c.used)
+		c.used += bytes
+		return p, nil
+	}
+	size := max(bytes, minScratch)
+	if n := len(a.chunks); n > 0 {
+		size = max(size, 2*a.chunks[n-1].size)
+	}
+	p, err := d.alloc(size)
+	if err != nil {
+		return 0, err
+	}
+	a.chunks = append(a.chunks, chunk{p, size, bytes})
+	return p, nil
+}
+
+// resetScratch ends a call's use of the scratch (d.mu held).
+func (d *Device) resetScratch() {
+	a := &d.scratch
+	if len(a.chunks) <= 1 {
+		for i := range a.chunks {
+			a.chunks[i].used = 0
+		}
+		return
+	}
+	total := 0
+	for _, c := range a.chunks {
+		total += c.size
+		d.free(c.p)
+	}
+	a.chunks = a.chunks[:0]
+	if p, err := d.alloc(total); err == nil {
+		a.chunks = append(a.chunks, chunk{p, total, 0})
+	}
+}
+
+// operand returns the device address of the operand at host, bytes long:
+// the address itself when it is device memory of d, else a piece of
+// scratch holding a copy (in) that is copied back when the call ends
+// (out) (d.mu held).
+func (d *Device) operand(host unsafe.Pointer, bytes int, in, out bool) DevicePtr {
+	if bytes == 0 {
+		return 0
+	}
+	p := DevicePtr(uintptr(host))
+	if d.isDevice(p, bytes) {
+		return p
+	}
+	s, err := d.take(bytes)
+	if err != nil {
+		panic(err)
+	}
+	if in {
+		if err := d.drv.CopyHtoD(s, host, bytes); err != nil {
+			panic(fmt.Errorf("cuda: staging an operand: %w", err))
+		}
+	}
+	if out {
+		d.pending = append(d.pending, copyBack{host, s, bytes})
+	}
+	return s
+}
+
+// Operand kinds: what a kernel does with an operand.
+const (
+	opIn    = iota // reads it
+	opOut          // overwrites it
+	opInOut        // reads and writes it
+)
+
+func f32(s []float32, kind int, d *Device) DevicePtr {
+	if len(s) == 0 {
+		return 0
+	}
+	return d.operand(unsafe.Pointer(&s[0]), 4*len(s), kind != opOut, kind != opIn)
+}
+
+func f64(s []float64, kind int, d *Device) DevicePtr {
+	if len(s) == 0 {
+		return 0
+	}
+	return d.operand(unsafe.Pointer(&s[0]), 8*len(s), kind != opOut, kind != opIn)
+}
+
+func i32(s []int32, d *Device) DevicePtr {
+	if len(s) == 0 {
+		return 0
+	}
+	return d.operand(unsafe.Pointer(&s[0]), 4*len(s), true, false)
+}
+
+// begin starts an operation: it locks d and returns the reset argument
+// list.
+func (d *Device) begin() *Args {
+	d.mu.Lock()
+	d.args.Reset()
+	return d.args
+}
+
+// end finishes an operation: the staged outputs come back to the host
+// (the copies wait for the kernels), the scratch is reset and d unlocked.
+func (d *Device) end(op string) {
+	defer d.mu.Unlock()
+	for _, c := range d.pending {
+		if err := d.drv.CopyDtoH(c.host, c.dev, c.bytes); err != nil {
+			d.pending = d.pending[:0]
+			d.resetScratch()
+			panic(fmt.Errorf("cuda: %s: %w", op, err))
+		}
+	}
+	d.pending = d.pending[:0]
+	d.resetScratch()
+}
+
+// launch runs kernel name over n work items, a thread each (grid-stride
+// loops cover the rest when the grid is capped) (d.mu held).
+func (d *Device) launch(name string, n int64) {
+	block := int64(256)
+	grid := min((n+block-1)/block, int64(d.maxGrid))
+	d.launchGrid(name, D1(int(max(grid, 1))), D1(int(block)))
+}
+
+// launchOne runs kernel name on one thread (d.mu held).
+func (d *Device) launchOne(name string) { d.launchGrid(name, D1(1), D1(1)) }
+
+func (d *Device) launchGrid(name string, grid, block Dim3) {
+	if err := d.drv.Launch(d.fn[name], grid, block, 0, d.args); err != nil {
+		panic(fmt.Errorf("cuda: %s: %w", name, err))
+	}
+}
+
+var (
+	_ runtime.Device    = (*Device)(nil)
+	_ runtime.VectorOps = (*Device)(nil)
+	_ runtime.ClipOps   = (*Device)(nil)
+	_ runtime.OptimOps  = (*Device)(nil)
+	_ runtime.NoiseOps  = (*Device)(nil)
+)

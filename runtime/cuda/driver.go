@@ -1,0 +1,182 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"unsafe"
+)
+
+// DevicePtr is an address in device memory (CUDA's CUdeviceptr). Under
+// CUDA's unified virtual addressing it never equals a host address of the
+// process, which lets the Device tell a device operand from a host one by
+// its address alone.
+type DevicePtr uintptr
+
+// Module is a loaded kernel module: a cubin on the GPU, a shared library
+// under emulation.
+type Module uintptr
+
+// Function is a kernel of a loaded module, ready to launch.
+type Function uintptr
+
+// Dim3 is a grid or block size, as CUDA's dim3.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// D1 is the one-dimensional Dim3 {n, 1, 1}.
+func D1(n int) Dim3 { return Dim3{uint32(n), 1, 1} }
+
+// Properties describes the device a Driver runs on.
+type Properties struct {
+	// Name is the device's name, e.g. "NVIDIA H100 80GB HBM3".
+	Name string
+	// Major and Minor are the compute capability (sm_<Major><Minor>).
+	Major, Minor int
+	// TotalMem is the device memory in bytes.
+	TotalMem int64
+	// Multiprocessors is the number of streaming multiprocessors, which
+	// sizes grid-stride launches.
+	Multiprocessors int
+	// DriverVersion is the CUDA driver's version (12040 for 12.4).
+	DriverVersion int
+	// Emulated is set for the emulated driver.
+	Emulated bool
+}
+
+// Driver is the host side of a CUDA device: memory, copies, kernel modules
+// and launches, each call synchronous with respect to the host's view of
+// the results (copies and Synchronize wait). It is small on purpose: two
+// implementations, the real driver API reached through purego (nvidia.go)
+// and the emulation that compiles the same kernel sources with the host
+// C++ compiler (emulate.go), and everything above it (Device, the
+// operations) is shared.
+//
+// A Driver is not safe for concurrent use; Device serializes its calls.
+type Driver interface {
+	// Properties describes the device.
+	Properties() Properties
+	// Alloc returns bytes bytes of device memory, zeroed.
+	Alloc(bytes int) (DevicePtr, error)
+	// Free releases memory Alloc returned.
+	Free(p DevicePtr) error
+	// CopyHtoD copies bytes bytes from host memory src to device memory
+	// dst.
+	CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error
+	// CopyDtoH copies bytes bytes from device memory src to host memory
+	// dst.
+	CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error
+	// CopyDtoD copies bytes bytes between device buffers.
+	CopyDtoD(dst, src DevicePtr, bytes int) error
+	// LoadModule compiles CUDA C source (named name in messages) and
+	// loads it: NVRTC on the GPU, g++ under emulation, each cached on
+	// disk by the hash of what it depends on. A compile error returns
+	// the compiler's log.
+	LoadModule(name, source string) (Module, error)
+	// Function looks up kernel name (an extern "C" __global__ function)
+	// in m.
+	Function(m Module, name string) (Function, error)
+	// Launch runs f on a grid of blocks of threads with sharedBytes of
+	// dynamic shared memory and the arguments args. The emulated driver
+	// returns when the kernel has run; the real one may return before
+	// (the next copy or Synchronize waits).
+	Launch(f Function, grid, block Dim3, sharedBytes int, args *Args) error
+	// Synchronize waits for every launch to finish and returns the first
+	// error one met.
+	Synchronize() error
+	// Close releases the device (its memory, modules and context).
+	Close() error
+}
+
+// maxArgSlots bounds a kernel's argument list, in 8-byte slots.
+const maxArgSlots = 32
+
+// Args packs a kernel's arguments as cuLaunchKernel takes them: an array
+// of pointers, one to each argument's value, whose size the kernel's
+// parameter type gives (the driver copies that many bytes). Each value
+// sits in its own 8-byte-aligned slot, a struct over as many slots as it
+// needs. An Args is reused from launch to launch (Reset), so that a launch
+// allocates nothing; it must not be copied once in use.
+type Args struct {
+	vals  [maxArgSlots]uint64
+	ptrs  [maxArgSlots]uintptr
+	first [maxArgSlots]uint8 // the slot of each argument
+	n     int                // arguments
+	slots int                // slots used
+	err   error
+}
+
+// Reset empties a for the next launch.
+func (a *Args) Reset() { a.n, a.slots, a.err = 0, 0, nil }
+
+// Len is the number of arguments.
+func (a *Args) Len() int { return a.n }
+
+func (a *Args) add(v uint64) *Args { return a.addBytes(unsafe.Slice((*byte)(unsafe.Pointer(&v)), 8)) }
+
+func (a *Args) addBytes(b []byte) *Args {
+	k := (len(b) + 7) / 8
+	if a.slots+k > maxArgSlots {
+		if a.err == nil {
+			a.err = fmt.Errorf("cuda: more than %d bytes of kernel arguments", 8*maxArgSlots)
+		}
+		return a
+	}
+	a.first[a.n] = uint8(a.slots)
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(&a.vals[a.slots])), 8*k)
+	clear(dst)
+	copy(dst, b)
+	a.n++
+	a.slots += k
+	return a
+}
+
+// Ptr adds a device pointer argument (T* in the kernel).
+func (a *Args) Ptr(p DevicePtr) *Args { return a.add(uint64(p)) }
+
+// I32 adds an int argument.
+func (a *Args) I32(v int32) *Args { return a.add(uint64(uint32(v))) }
+
+// U32 adds an unsigned int argument.
+func (a *Args) U32(v uint32) *Args { return a.add(uint64(v)) }
+
+// I64 adds a long long argument.
+func (a *Args) I64(v int64) *Args { return a.add(uint64(v)) }
+
+// U64 adds an unsigned long long argument.
+func (a *Args) U64(v uint64) *Args { return a.add(v) }
+
+// F32 adds a float argument.
+func (a *Args) F32(v float32) *Args { return a.add(uint64(math.Float32bits(v))) }
+
+// F64 adds a double argument.
+func (a *Args) F64(v float64) *Args { return a.add(math.Float64bits(v)) }
+
+// Bytes adds a struct argument passed by value: b is its memory image
+// (at most 8-byte alignment).
+func (a *Args) Bytes(b []byte) *Args { return a.addBytes(b) }
+
+// pointers fills and returns the pointer array the launch passes: it is
+// built at launch time from the slots' current addresses.
+func (a *Args) pointers() (uintptr, error) {
+	if a.err != nil {
+		return 0, a.err
+	}
+	for i := 0; i < a.n; i++ {
+		a.ptrs[i] = uintptr(unsafe.Pointer(&a.vals[a.first[i]]))
+	}
+	return uintptr(unsafe.Pointer(&a.ptrs[0])), nil
+}
+
+// kernelDecl finds the kernels of a source: extern "C" __global__ void
+// name(.
+var kernelDecl = regexp.MustCompile(`extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s+)?(\w+)\s*\(`)
+
+// KernelNames returns the names of the kernels a CUDA C source defines
+// (extern "C" __global__ void name(…)), in order.
+func KernelNames(source string) []string {
+	var names []string
+	for _, m := range kernelDecl.FindAllStringSubmatch(source, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}

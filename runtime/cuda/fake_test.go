@@ -1,0 +1,161 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	_ "embed"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/noise"
+)
+
+//go:embed testdata/fakecuda.c
+var fakeCUDASource string
+
+// fakeDriver returns the real driver (nvidia.go) on testdata/fakecuda.c, a
+// stand-in for libcuda.so.1 and NVRTC built with gcc: the purego calls,
+// their arguments, the context binding, the compile options and the cubin
+// cache run as on a GPU, the kernels on the emulation. It skips without
+// gcc and g++.
+func fakeDriver(t *testing.T) Driver {
+	t.Helper()
+	for _, c := range []string{"gcc", "g++"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("no %s for the stand-in driver: %v", c, err)
+		}
+	}
+	dir, err := cacheDir(filepath.Join("cuda-fake", cacheKey(fakeCUDASource, emuHeader)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, hdr := filepath.Join(dir, "libfakecuda.so"), filepath.Join(dir, "cuda_emu.h")
+	if _, err := os.Stat(lib); err != nil {
+		src := filepath.Join(t.TempDir(), "fakecuda.c")
+		if err := os.WriteFile(src, []byte(fakeCUDASource), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(t.TempDir(), "libfakecuda.so")
+		if out, err := exec.Command("gcc", "-O1", "-shared", "-fPIC", "-o", tmp, src, "-ldl").CombinedOutput(); err != nil {
+			t.Fatalf("building the stand-in driver: %v\n%s", err, out)
+		}
+		data, err := os.ReadFile(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeAtomic(hdr, []byte(emuHeader)); err != nil {
+			t.Fatal(err)
+		}
+		if err := writeAtomic(lib, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv(EnvLibCUDA, lib)
+	t.Setenv(EnvNVRTC, lib)
+	t.Setenv("FAKECUDA_HEADER", hdr)
+	t.Setenv("FAKECUDA_CACHE", dir)
+	t.Setenv(EnvCache, t.TempDir()) // the cubins: compiled afresh, cached here
+	d, err := Real()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestRealDriverOnFake runs the real driver on the stand-in: properties,
+// the Device's operations bit for bit against the CPU (host and device
+// operands), the noise, compile errors with NVRTC's log, driver errors
+// with their names, and the cubin cache.
+func TestRealDriverOnFake(t *testing.T) {
+	drv := fakeDriver(t)
+	p := drv.Properties()
+	if p.Name != "Fake GPU" || p.Major != 8 || p.Minor != 6 || p.Multiprocessors != 3 || p.TotalMem != 3<<30 || p.DriverVersion != 12040 || p.Emulated {
+		t.Errorf("properties %+v", p)
+	}
+	d, err := New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, c := range opCases {
+		for _, n := range []int{0, 1, 257, 3001} {
+			seed := int64(n) + 11
+			want, _ := c.run(runtime.CPU{}, &placer{}, n, seed)
+			for _, dev := range []bool{false, true} {
+				pl := &placer{bufs: map[uintptr]runtime.Buffer{}}
+				if dev {
+					pl.dev = d
+				}
+				got, _ := c.run(d, pl, n, seed)
+				if err := sameBits(got, want); err != nil {
+					t.Fatalf("%s n=%d device operands=%v: %v", c.name, n, dev, err)
+				}
+				for _, b := range pl.bufs {
+					if err := d.Free(b); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	key := noise.Key{3, 1, 4}
+	x, want := make([]float32, 5003), make([]float32, 5003)
+	runtime.CPU{}.AddGaussianNoise(want, runtime.CPU{}.PrepareNoise(key, 9), 2, 1.5, 0.5)
+	d.AddGaussianNoise(x, d.PrepareNoise(key, 9), 2, 1.5, 0.5)
+	if err := sameBits(widen32(x), widen32(want)); err != nil {
+		t.Errorf("noise: %v", err)
+	}
+
+	_, err = drv.LoadModule("broken.cu", "extern \"C\" __global__ void broken(float *x) {\n  x[0] = undefined_name;\n}\n")
+	if err == nil || !strings.Contains(err.Error(), "NVRTC_ERROR_COMPILATION") || !strings.Contains(err.Error(), "undefined_name") {
+		t.Errorf("compile error: %v", err)
+	}
+	if err := drv.Free(12345); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_VALUE") {
+		t.Errorf("free of a bad pointer: %v", err)
+	}
+	m, err := drv.LoadModule("emu_test.cu", emuTestSource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.Function(m, "nope"); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_NOT_FOUND") {
+		t.Errorf("missing kernel: %v", err)
+	}
+	// The cubins are cached: a second load reads them back.
+	cached, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "*.cubin"))
+	if len(cached) != len(deviceKernels)+1 {
+		t.Errorf("%d cubins cached, want %d", len(cached), len(deviceKernels)+1)
+	}
+	if _, err := drv.LoadModule("emu_test.cu", emuTestSource); err != nil {
+		t.Errorf("loading a cached cubin: %v", err)
+	}
+	if err := drv.Synchronize(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRealDriverNewerGPU runs the stand-in with an NVRTC that does not
+// know the device's sm_86: the driver compiles PTX for compute_80 and
+// loads that.
+func TestRealDriverNewerGPU(t *testing.T) {
+	t.Setenv("FAKECUDA_ARCHS", "70,75,80")
+	drv := fakeDriver(t)
+	d, err := New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	x := []float32{1, 2, 3}
+	d.Scale(2, x)
+	if x[0] != 2 || x[2] != 6 {
+		t.Errorf("Scale on PTX modules: %v", x)
+	}
+	ptx, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "*.ptx"))
+	cubins, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "*.cubin"))
+	if len(ptx) != len(deviceKernels) || len(cubins) != 0 {
+		t.Errorf("%d PTX and %d cubin modules cached, want %d and 0", len(ptx), len(cubins), len(deviceKernels))
+	}
+}

@@ -1,0 +1,84 @@
+// vector.cu: runtime.VectorOps (device_vector.go). Sums that the contract
+// fixes to one order (float64 in the order of x; float32 with four running
+// sums; a column summed row after row) run that order on one thread per
+// output, so that the GPU gives the CPU's bits: the parallelism is across
+// outputs (samples, runs, columns), not within one sum.
+
+// The grid-stride loop of element i over n.
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// sum_sq_rows writes dst[i] = Σ_k x[i·size+k]², summed in float64 in the
+// order of k, for the rows i < rows (SumSq is one row).
+extern "C" __global__ void sum_sq_rows(const float *x, long long size, double *dst, long long rows) {
+  FOR_EACH(i, rows) {
+    const float *r = x + i * size;
+    double s = 0;
+    for (long long k = 0; k < size; k++) {
+      double v = r[k];
+      s += v * v;
+    }
+    dst[i] = s;
+  }
+}
+
+// dot writes Σ_k a_k·b_k, in float64 in order, to out[0] (one thread).
+extern "C" __global__ void dot(const float *a, const float *b, long long n, double *out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double s = 0;
+  for (long long k = 0; k < n; k++) s += (double)a[k] * (double)b[k];
+  out[0] = s;
+}
+
+// scale computes x ← α·x.
+extern "C" __global__ void scale(float alpha, float *x, long long n) {
+  FOR_EACH(i, n) x[i] *= alpha;
+}
+
+// add computes y ← y + x.
+extern "C" __global__ void add(const float *x, float *y, long long n) {
+  FOR_EACH(i, n) y[i] += x[i];
+}
+
+// add_run_sums adds to dst[m] the sum of run m of x (runs of t elements),
+// summed with four running sums as the CPU's sum4: a + b + c + d over the
+// elements 4j, 4j+1, 4j+2, 4j+3, the tail into a, then (a + b) + (c + d).
+extern "C" __global__ void add_run_sums(const float *x, long long t, float *dst, long long runs) {
+  FOR_EACH(m, runs) {
+    const float *r = x + m * t;
+    float a = 0, b = 0, c = 0, d = 0;
+    long long i = 0;
+    for (; i + 4 <= t; i += 4) {
+      a += r[i];
+      b += r[i + 1];
+      c += r[i + 2];
+      d += r[i + 3];
+    }
+    for (; i < t; i++) a += r[i];
+    dst[m] += (a + b) + (c + d);
+  }
+}
+
+// scatter_add adds src[j] to dst[idx[j]] for every j < n with idx[j] ≥ 0,
+// in the order of j on one thread: two j may name the same element, and
+// the order of their additions decides the float32 result.
+extern "C" __global__ void scatter_add(float *dst, const float *src, const int *idx, long long n) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (long long j = 0; j < n; j++)
+    if (idx[j] >= 0) dst[idx[j]] += src[j];
+}
+
+// add_norm_sq computes y ← y + x in float64.
+extern "C" __global__ void add_norm_sq(const double *x, double *y, long long n) {
+  FOR_EACH(i, n) y[i] += x[i];
+}
+
+// sum_rows overwrites out[j] with Σ_t g[t·p + j] for j < p, summed in
+// float32 from 0 in the order of t.
+extern "C" __global__ void sum_rows(const float *g, long long t, long long p, float *out) {
+  FOR_EACH(j, p) {
+    float s = 0;
+    for (long long r = 0; r < t; r++) s += g[r * p + j];
+    out[j] = s;
+  }
+}

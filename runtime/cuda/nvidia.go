@@ -1,0 +1,519 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// EnvNVRTC names the NVRTC library to load before the usual names.
+const EnvNVRTC = "DPFINETUNE_NVRTC"
+
+// EnvLibCUDA names the driver library to load before libcuda.so.1.
+const EnvLibCUDA = "DPFINETUNE_LIBCUDA"
+
+// nvrtcPrelude is what NVRTC compiles before a kernel source: the fixed
+// width integers (NVRTC has no <stdint.h>) and DYN_SHARED, which the
+// emulation header defines its own way; only under NVRTC (__CUDACC_RTC__),
+// so that the test's stand-in driver can compile the same text on the host.
+const nvrtcPrelude = `#ifdef __CUDACC_RTC__
+typedef unsigned char uint8_t;
+typedef unsigned int uint32_t;
+typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+#define DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+`
+
+// nvrtcSource is what NVRTC compiles for a kernel source: the prelude and
+// the source, its lines numbered as in its file.
+func nvrtcSource(name, source string) string {
+	return nvrtcPrelude + "#line 1 \"" + name + "\"\n" + source
+}
+
+// nvrtcOpts are the options of a compilation for sm_<major><minor>.
+func nvrtcOpts(major, minor int) []string {
+	return append([]string{fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor)}, nvrtcOptions...)
+}
+
+// nvrtcOptions are the compile options besides the architecture: no FMA
+// contraction, so that every product and sum rounds on its own, as the
+// CPU's code and the emulation do (the bit-for-bit contracts of the
+// optimizer and the noise); IEEE division and square root are NVRTC's
+// defaults (no fast math).
+var nvrtcOptions = []string{"--fmad=false", "--std=c++17"}
+
+// The driver API's entry points (cuda.h), by symbol.
+type cudaFuncs struct {
+	init, driverGetVersion, deviceGet, deviceGetName, deviceGetAttribute, deviceTotalMem        uintptr
+	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent, ctxSynchronize                          uintptr
+	memAlloc, memFree, memsetD8, memcpyHtoD, memcpyDtoH, memcpyDtoD                             uintptr
+	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel, getErrorName, getErrorString uintptr
+}
+
+// nvrtc is NVRTC, the runtime compiler of CUDA C (nvrtc.h): it needs no
+// GPU, so that the kernel sources' compilation is tested wherever the
+// library is (TestNVRTCCompiles).
+type nvrtc struct {
+	version, createProgram, compileProgram, getProgramLogSize, getProgramLog uintptr
+	getCUBINSize, getCUBIN, destroyProgram, getErrorString                   uintptr
+	getPTXSize, getPTX                                                       uintptr
+	// archs are the sm_XY the library compiles for (XY), when it says
+	// (nvrtcGetSupportedArchs, NVRTC 11.2 on).
+	archs []int
+	// ver is the library's version, "12.4".
+	ver string
+}
+
+// nvidia is the Driver of a real GPU: the CUDA driver API of libcuda.so.1
+// and NVRTC, called through purego (no cgo). It uses device 0's primary
+// context, made current on the calling thread by every call (a goroutine
+// may run on any thread).
+type nvidia struct {
+	cu      cudaFuncs
+	rtc     *nvrtc
+	dev     int32
+	ctx     uintptr
+	props   Properties
+	cache   string
+	modules []uintptr
+}
+
+func dlopenFirst(names []string) (uintptr, string, error) {
+	var errs []error
+	for _, n := range names {
+		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			return h, n, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, "", errors.Join(errs...)
+}
+
+// syms resolves the symbols into the uintptr fields of dst, in order.
+func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
+	for i, n := range names {
+		p, err := purego.Dlsym(h, n)
+		if err != nil {
+			return fmt.Errorf("cuda: %s has no %s (too old?): %w", lib, n, err)
+		}
+		*dst[i] = p
+	}
+	return nil
+}
+
+// Real returns the driver of the machine's first GPU. Without the NVIDIA
+// driver it fails with "no CUDA driver: libcuda.so.1 not found".
+func Real() (Driver, error) {
+	var names []string
+	if p := os.Getenv(EnvLibCUDA); p != "" {
+		names = append(names, p)
+	}
+	h, _, err := dlopenFirst(append(names, "libcuda.so.1", "libcuda.so"))
+	if err != nil {
+		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
+	}
+	c := &nvidia{}
+	f := &c.cu
+	if err := syms(h, "libcuda.so.1", []*uintptr{
+		&f.init, &f.driverGetVersion, &f.deviceGet, &f.deviceGetName, &f.deviceGetAttribute, &f.deviceTotalMem,
+		&f.primaryCtxRetain, &f.primaryCtxRelease, &f.ctxSetCurrent, &f.ctxSynchronize,
+		&f.memAlloc, &f.memFree, &f.memsetD8, &f.memcpyHtoD, &f.memcpyDtoH, &f.memcpyDtoD,
+		&f.moduleLoadData, &f.moduleUnload, &f.moduleGetFunction, &f.launchKernel, &f.getErrorName, &f.getErrorString,
+	}, []string{
+		"cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute", "cuDeviceTotalMem_v2",
+		"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxSetCurrent", "cuCtxSynchronize",
+		"cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD8_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+		"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.call("cuInit", f.init, 0); err != nil {
+		return nil, err
+	}
+	var ver int32
+	if err := c.call("cuDriverGetVersion", f.driverGetVersion, uintptr(unsafe.Pointer(&ver))); err != nil {
+		return nil, err
+	}
+	if err := c.call("cuDeviceGet", f.deviceGet, uintptr(unsafe.Pointer(&c.dev)), 0); err != nil {
+		return nil, fmt.Errorf("%w (no GPU visible?)", err)
+	}
+	if err := c.call("cuDevicePrimaryCtxRetain", f.primaryCtxRetain, uintptr(unsafe.Pointer(&c.ctx)), uintptr(c.dev)); err != nil {
+		return nil, err
+	}
+	// The results live on the heap (new): the driver writes them through
+	// addresses the garbage collector does not see as pointers.
+	name := new([256]byte)
+	major, minor, sms, total := new(int32), new(int32), new(int32), new(uint64)
+	err = errors.Join(
+		c.call("cuDeviceGetName", f.deviceGetName, uintptr(unsafe.Pointer(&name[0])), uintptr(len(name)), uintptr(c.dev)),
+		c.call("cuDeviceGetAttribute", f.deviceGetAttribute, uintptr(unsafe.Pointer(major)), 75, uintptr(c.dev)), // compute capability major
+		c.call("cuDeviceGetAttribute", f.deviceGetAttribute, uintptr(unsafe.Pointer(minor)), 76, uintptr(c.dev)), // minor
+		c.call("cuDeviceGetAttribute", f.deviceGetAttribute, uintptr(unsafe.Pointer(sms)), 16, uintptr(c.dev)),   // multiprocessors
+		c.call("cuDeviceTotalMem", f.deviceTotalMem, uintptr(unsafe.Pointer(total)), uintptr(c.dev)))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.props = Properties{
+		Name: goString(name[:]), Major: int(*major), Minor: int(*minor), TotalMem: int64(*total),
+		Multiprocessors: int(*sms), DriverVersion: int(ver),
+	}
+	if c.rtc, err = loadNVRTC(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.cache, err = cacheDir("cuda"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
+func loadNVRTC() (*nvrtc, error) {
+	var names []string
+	if p := os.Getenv(EnvNVRTC); p != "" {
+		names = append(names, p)
+	}
+	names = append(names, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+		"/usr/local/cuda/lib64/libnvrtc.so")
+	h, lib, err := dlopenFirst(names)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
+	}
+	f := &nvrtc{}
+	if err := syms(h, lib, []*uintptr{
+		&f.version, &f.createProgram, &f.compileProgram, &f.getProgramLogSize, &f.getProgramLog,
+		&f.getCUBINSize, &f.getCUBIN, &f.destroyProgram, &f.getErrorString, &f.getPTXSize, &f.getPTX,
+	}, []string{
+		"nvrtcVersion", "nvrtcCreateProgram", "nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
+		"nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcDestroyProgram", "nvrtcGetErrorString", "nvrtcGetPTXSize", "nvrtcGetPTX",
+	}); err != nil {
+		return nil, err
+	}
+	var major, minor int32
+	if err := f.call("nvrtcVersion", f.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor))); err != nil {
+		return nil, err
+	}
+	f.ver = fmt.Sprintf("%d.%d", major, minor)
+	num, e1 := purego.Dlsym(h, "nvrtcGetNumSupportedArchs")
+	list, e2 := purego.Dlsym(h, "nvrtcGetSupportedArchs")
+	var n int32
+	if e1 == nil && e2 == nil && f.call("nvrtcGetNumSupportedArchs", num, uintptr(unsafe.Pointer(&n))) == nil && n > 0 && n < 1000 {
+		archs := make([]int32, n)
+		if f.call("nvrtcGetSupportedArchs", list, uintptr(unsafe.Pointer(&archs[0]))) == nil {
+			for _, a := range archs {
+				f.archs = append(f.archs, int(a))
+			}
+		}
+	}
+	return f, nil
+}
+
+// target returns the options that compile for a device of compute
+// capability major.minor, and whether the result is PTX: a cubin for
+// sm_XY when NVRTC knows the architecture, else PTX for the newest
+// compute_XY it knows below it, which the driver compiles (a GPU newer
+// than the NVRTC at hand).
+func (f *nvrtc) target(major, minor int) (opts []string, ptx bool) {
+	arch := 10*major + minor
+	best := 0
+	for _, a := range f.archs {
+		if a == arch {
+			return nvrtcOpts(major, minor), false
+		}
+		if a < arch && a > best {
+			best = a
+		}
+	}
+	if len(f.archs) == 0 || best == 0 {
+		return nvrtcOpts(major, minor), false
+	}
+	return append([]string{fmt.Sprintf("--gpu-architecture=compute_%d", best)}, nvrtcOptions...), true
+}
+
+// goString is the Go string of a NUL-terminated byte array.
+func goString(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
+}
+
+// cString reads the NUL-terminated C string at p.
+func cString(p uintptr) string {
+	if p == 0 {
+		return ""
+	}
+	base := ptrOf(DevicePtr(p))
+	n := 0
+	for *(*byte)(unsafe.Add(base, n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(base), n))
+}
+
+// call calls a driver API function and turns its CUresult into an error
+// naming op. Like purego.SyscallN, it takes pointers converted to uintptr
+// in its arguments and keeps what they point to alive and in place.
+//
+//go:uintptrescapes
+func (c *nvidia) call(op string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if r == 0 {
+		return nil
+	}
+	var name, desc uintptr
+	purego.SyscallN(c.cu.getErrorName, r, uintptr(unsafe.Pointer(&name)))
+	purego.SyscallN(c.cu.getErrorString, r, uintptr(unsafe.Pointer(&desc)))
+	return fmt.Errorf("cuda: %s: %s (%d): %s", op, cString(name), r, cString(desc))
+}
+
+// call is nvidia.call for NVRTC's functions and their nvrtcResult.
+//
+//go:uintptrescapes
+func (f *nvrtc) call(op string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if r == 0 {
+		return nil
+	}
+	s, _, _ := purego.SyscallN(f.getErrorString, r)
+	return fmt.Errorf("cuda: %s: %s (%d)", op, cString(s), r)
+}
+
+// bind makes the context current on the calling thread, which stays
+// locked to the goroutine until the returned function runs.
+func (c *nvidia) bind() (func(), error) {
+	runtime.LockOSThread()
+	if err := c.call("cuCtxSetCurrent", c.cu.ctxSetCurrent, c.ctx); err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	return runtime.UnlockOSThread, nil
+}
+
+func (c *nvidia) Properties() Properties { return c.props }
+
+func (c *nvidia) Alloc(bytes int) (DevicePtr, error) {
+	if bytes <= 0 {
+		return 0, fmt.Errorf("cuda: allocation of %d bytes", bytes)
+	}
+	done, err := c.bind()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	var p uint64
+	if err := c.call("cuMemAlloc", c.cu.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes)); err != nil {
+		return 0, err
+	}
+	if err := c.call("cuMemsetD8", c.cu.memsetD8, uintptr(p), 0, uintptr(bytes)); err != nil {
+		c.call("cuMemFree", c.cu.memFree, uintptr(p))
+		return 0, err
+	}
+	return DevicePtr(p), nil
+}
+
+func (c *nvidia) Free(p DevicePtr) error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return c.call("cuMemFree", c.cu.memFree, uintptr(p))
+}
+
+func (c *nvidia) CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = c.call("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes))
+	runtime.KeepAlive(src)
+	return err
+}
+
+func (c *nvidia) CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = c.call("cuMemcpyDtoH", c.cu.memcpyDtoH, uintptr(dst), uintptr(src), uintptr(bytes))
+	runtime.KeepAlive(dst)
+	return err
+}
+
+func (c *nvidia) CopyDtoD(dst, src DevicePtr, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return c.call("cuMemcpyDtoD", c.cu.memcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes))
+}
+
+// cstr is s as a NUL-terminated C string.
+func cstr(s string) []byte { return append([]byte(s), 0) }
+
+// compile compiles source with NVRTC and returns the cubin (for an
+// architecture sm_XY) or, with ptx, the PTX (for compute_XY), or the
+// compiler's log as the error.
+func (f *nvrtc) compile(name, source string, opts []string, ptx bool) ([]byte, error) {
+	src, cname := cstr(source), cstr(name)
+	var prog uintptr
+	if err := f.call("nvrtcCreateProgram", f.createProgram, uintptr(unsafe.Pointer(&prog)),
+		uintptr(unsafe.Pointer(&src[0])), uintptr(unsafe.Pointer(&cname[0])), 0, 0, 0); err != nil {
+		return nil, err
+	}
+	defer purego.SyscallN(f.destroyProgram, uintptr(unsafe.Pointer(&prog)))
+	copts := make([][]byte, len(opts))
+	optPtrs := make([]uintptr, len(opts))
+	for i, o := range opts {
+		copts[i] = cstr(o)
+		optPtrs[i] = uintptr(unsafe.Pointer(&copts[i][0]))
+	}
+	cerr := f.call("nvrtcCompileProgram", f.compileProgram, prog, uintptr(len(opts)), uintptr(unsafe.Pointer(&optPtrs[0])))
+	runtime.KeepAlive(copts)
+	if cerr != nil {
+		var n uintptr
+		log := ""
+		if f.call("nvrtcGetProgramLogSize", f.getProgramLogSize, prog, uintptr(unsafe.Pointer(&n))) == nil && n > 0 {
+			buf := make([]byte, n)
+			if f.call("nvrtcGetProgramLog", f.getProgramLog, prog, uintptr(unsafe.Pointer(&buf[0]))) == nil {
+				log = goString(buf)
+			}
+		}
+		return nil, fmt.Errorf("cuda: compiling module %s: %w\n%s", name, cerr, log)
+	}
+	getSize, get, what := f.getCUBINSize, f.getCUBIN, "CUBIN"
+	if ptx {
+		getSize, get, what = f.getPTXSize, f.getPTX, "PTX"
+	}
+	var n uintptr
+	if err := f.call("nvrtcGet"+what+"Size", getSize, prog, uintptr(unsafe.Pointer(&n))); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("cuda: compiling module %s: NVRTC returned an empty %s", name, what)
+	}
+	cubin := make([]byte, n)
+	if err := f.call("nvrtcGet"+what, get, prog, uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(src)
+	runtime.KeepAlive(cname)
+	return cubin, nil
+}
+
+func (c *nvidia) LoadModule(name, source string) (Module, error) {
+	full := nvrtcSource(name, source)
+	opts, ptx := c.rtc.target(c.props.Major, c.props.Minor)
+	key := cacheKey(full, strings.Join(opts, " "), c.rtc.ver, fmt.Sprint(c.props.DriverVersion))
+	ext := ".cubin"
+	if ptx {
+		ext = ".ptx"
+	}
+	path := filepath.Join(c.cache, key+ext)
+	cubin, err := os.ReadFile(path)
+	if err != nil || len(cubin) == 0 {
+		if cubin, err = c.rtc.compile(name, full, opts, ptx); err != nil {
+			return 0, err
+		}
+		if err := writeAtomic(path, cubin); err != nil {
+			return 0, fmt.Errorf("cuda: caching module %s: %w", name, err)
+		}
+	}
+	done, err := c.bind()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	var m uintptr
+	if err := c.call("cuModuleLoadData "+name, c.cu.moduleLoadData, uintptr(unsafe.Pointer(&m)), uintptr(unsafe.Pointer(&cubin[0]))); err != nil {
+		return 0, err
+	}
+	runtime.KeepAlive(cubin)
+	c.modules = append(c.modules, m)
+	return Module(m), nil
+}
+
+func (c *nvidia) Function(m Module, name string) (Function, error) {
+	done, err := c.bind()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	cname := cstr(name)
+	var f uintptr
+	if err := c.call("cuModuleGetFunction "+name, c.cu.moduleGetFunction, uintptr(unsafe.Pointer(&f)), uintptr(m), uintptr(unsafe.Pointer(&cname[0]))); err != nil {
+		return 0, err
+	}
+	return Function(f), nil
+}
+
+func (c *nvidia) Launch(f Function, grid, block Dim3, sharedBytes int, args *Args) error {
+	ap, err := args.pointers()
+	if err != nil {
+		return err
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = c.call("cuLaunchKernel", c.cu.launchKernel, uintptr(f),
+		uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z), uintptr(block.X), uintptr(block.Y), uintptr(block.Z),
+		uintptr(sharedBytes), 0, ap, 0)
+	runtime.KeepAlive(args)
+	return err
+}
+
+func (c *nvidia) Synchronize() error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return c.call("cuCtxSynchronize", c.cu.ctxSynchronize)
+}
+
+func (c *nvidia) Close() error {
+	if c.ctx == 0 {
+		return nil
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	var errs []error
+	for _, m := range c.modules {
+		errs = append(errs, c.call("cuModuleUnload", c.cu.moduleUnload, m))
+	}
+	c.modules = nil
+	errs = append(errs, c.call("cuDevicePrimaryCtxRelease", c.cu.primaryCtxRelease, uintptr(c.dev)))
+	c.ctx = 0
+	return errors.Join(errs...)
+}

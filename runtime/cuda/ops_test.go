@@ -1,0 +1,364 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+	"unsafe"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
+)
+
+// emuDevice returns a Device on the emulated driver, or skips the test.
+func emuDevice(t testing.TB) *Device {
+	t.Helper()
+	drv := emuDriver(t)
+	d, err := New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// placer puts a test's operands where the operations under test take
+// them: host slices, or the Floats of buffers of a Device (written with
+// CopyIn, read with CopyOut, as on a GPU).
+type placer struct {
+	dev  *Device // nil: host slices
+	bufs map[uintptr]runtime.Buffer
+}
+
+func place[T any](p *placer, v []T) []T {
+	out := append([]T(nil), v...)
+	if p.dev == nil || len(v) == 0 {
+		return out
+	}
+	var z T
+	bytes := len(v) * int(unsafe.Sizeof(z))
+	b, err := p.dev.Alloc((bytes + 3) / 4)
+	if err != nil {
+		panic(err)
+	}
+	host := make([]float32, b.Len())
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), bytes), unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), bytes))
+	if err := p.dev.CopyIn(b, 0, host); err != nil {
+		panic(err)
+	}
+	s := unsafe.Slice((*T)(unsafe.Pointer(&b.Floats()[0])), len(v))
+	p.bufs[uintptr(unsafe.Pointer(&s[0]))] = b
+	return s
+}
+
+func fetch[T any](p *placer, s []T) []T {
+	if p.dev == nil || len(s) == 0 {
+		return append([]T(nil), s...)
+	}
+	b := p.bufs[uintptr(unsafe.Pointer(&s[0]))]
+	host := make([]float32, b.Len())
+	if err := p.dev.CopyOut(host, b, 0); err != nil {
+		panic(err)
+	}
+	out := make([]T, len(s))
+	var z T
+	bytes := len(s) * int(unsafe.Sizeof(z))
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), bytes), unsafe.Slice((*byte)(unsafe.Pointer(&host[0])), bytes))
+	return out
+}
+
+// randFloats returns n values: mostly normal, some large, small, zero or
+// negative zero, so that rounding and signs are exercised.
+func randFloats(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		switch r.Intn(20) {
+		case 0:
+			v[i] = 0
+		case 1:
+			v[i] = float32(math.Copysign(0, -1))
+		case 2:
+			v[i] = float32(r.NormFloat64() * 1e4)
+		case 3:
+			v[i] = float32(r.NormFloat64() * 1e-4)
+		default:
+			v[i] = float32(r.NormFloat64())
+		}
+	}
+	return v
+}
+
+func widen32(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// opCase is one operation under test: run draws its inputs from seed and
+// n (the same for every implementation), applies the operation of ops
+// (runtime.CPU, reference.Device or the CUDA Device) to operands placed by
+// p, and returns its outputs; ok is false when ops lacks the operation.
+type opCase struct {
+	name string
+	run  func(ops any, p *placer, n int, seed int64) (out []float64, ok bool)
+	// tol is the relative tolerance against the reference backend,
+	// which computes in float64 and rounds once.
+	tol float64
+}
+
+var opCases = []opCase{
+	{"SumSq", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		x := randFloats(rand.New(rand.NewSource(seed)), n)
+		return []float64{o.SumSq(place(p, x))}, true
+	}, 1e-12},
+	{"SquaredNorms", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := 1 + n%7
+		x := randFloats(r, rows*n)
+		dst := place(p, make([]float64, rows))
+		o.SquaredNorms(place(p, x), dst)
+		return fetch(p, dst), true
+	}, 1e-12},
+	{"Dot", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		a, b := randFloats(r, n), randFloats(r, n+3)
+		return []float64{o.Dot(place(p, a), place(p, b))}, true
+	}, 1e-9},
+	{"Scale", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x := place(p, randFloats(r, n))
+		o.Scale(float32(r.NormFloat64()), x)
+		return widen32(fetch(p, x)), true
+	}, 1e-6},
+	{"Add", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x, y := randFloats(r, n), place(p, randFloats(r, n+2))
+		o.Add(place(p, x), y)
+		return widen32(fetch(p, y)), true
+	}, 1e-6},
+	{"AddRunSums", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		runs := 1 + n%5
+		x, dst := randFloats(r, runs*n), place(p, randFloats(r, runs))
+		o.AddRunSums(place(p, x), dst)
+		return widen32(fetch(p, dst)), true
+	}, 1e-4},
+	{"ScatterAdd", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		m := max(1, n/3) // several sources per destination
+		src, dst := randFloats(r, n+1), place(p, randFloats(r, m))
+		idx := make([]int32, n)
+		for j := range idx {
+			idx[j] = int32(r.Intn(m+1)) - 1 // −1: skipped
+		}
+		o.ScatterAdd(dst, place(p, src), place(p, idx))
+		return widen32(fetch(p, dst)), true
+	}, 1e-4},
+	{"AddNormSq", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x, y := make([]float64, n), make([]float64, n+1)
+		for i := range x {
+			x[i], y[i] = r.ExpFloat64(), r.ExpFloat64()
+		}
+		yy := place(p, y)
+		o.AddNormSq(place(p, x), yy)
+		return fetch(p, yy), true
+	}, 1e-15},
+	{"SumRows", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		T := 1 + n%9
+		g, out := randFloats(r, T*n), place(p, randFloats(r, n)) // overwritten
+		o.SumRows(place(p, g), T, n, out)
+		return widen32(fetch(p, out)), true
+	}, 1e-4},
+	{"ClipFactors", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.ClipOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		normSq := make([]float64, n)
+		for i := range normSq {
+			switch r.Intn(12) {
+			case 0:
+				normSq[i] = math.NaN()
+			case 1:
+				normSq[i] = math.Inf(1)
+			case 2:
+				normSq[i] = 0
+			case 3:
+				normSq[i] = 1 // ‖g‖ = R: the boundary of Abadi's and global clipping
+			default:
+				normSq[i] = r.ExpFloat64() * 2
+			}
+		}
+		var out []float64
+		for _, rule := range []runtime.ClipRule{{Fn: runtime.ClipAbadi, R: 1}, {Fn: runtime.ClipAutomatic, R: 0.7, Gamma: 0.01}, {Fn: runtime.ClipGlobal, R: 1}} {
+			dst := place(p, make([]float32, n+1))
+			o.ClipFactors(rule, place(p, normSq), dst)
+			out = append(out, widen32(fetch(p, dst))...)
+		}
+		return out, true
+	}, 1e-7},
+	{"AdamUpdate", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.OptimOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		var out []float64
+		for _, l2 := range []float32{0, 0.01} {
+			pp, g, m := place(p, randFloats(r, n)), randFloats(r, n+1), place(p, randFloats(r, n+1))
+			v0 := randFloats(r, n+1)
+			for i := range v0 {
+				v0[i] *= v0[i]
+			}
+			v := place(p, v0)
+			c := runtime.AdamCoeffs{GradScale: 0.5, L2: l2, Decay: 1 - 1e-3*(1-l2*100), Beta1: 0.9, OneMinusBeta1: 0.1, Beta2: 0.999, OneMinusBeta2: 1 - float32(0.999), StepSize: 1e-3 / (1 - 0.9*0.9), SqrtBC2: float32(math.Sqrt(1 - 0.999*0.999)), Eps: 1e-8}
+			o.AdamUpdate(pp, place(p, g), m, v, c)
+			out = append(append(append(out, widen32(fetch(p, pp))...), widen32(fetch(p, m))...), widen32(fetch(p, v))...)
+		}
+		return out, true
+	}, 1e-5},
+	{"SGDUpdate", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.OptimOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		var out []float64
+		for _, c := range []runtime.SGDCoeffs{
+			{LR: 0.1, GradScale: 0.25, WeightDecay: 1e-4},
+			{LR: 0.05, Momentum: 0.9, WeightDecay: 1e-3, GradScale: 2, First: true},
+			{LR: 0.05, Momentum: 0.9, GradScale: 1},
+		} {
+			pp, g, vel := place(p, randFloats(r, n)), randFloats(r, n+1), place(p, randFloats(r, n+2))
+			o.SGDUpdate(pp, place(p, g), vel, c)
+			out = append(append(out, widen32(fetch(p, pp))...), widen32(fetch(p, vel))...)
+		}
+		return out, true
+	}, 1e-5},
+	{"Axpy", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(interface {
+			Axpy(float32, []float32, []float32)
+		})
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x, y := randFloats(r, n), place(p, randFloats(r, n+1))
+		o.Axpy(float32(r.NormFloat64()), place(p, x), y)
+		return widen32(fetch(p, y)), true
+	}, 1e-5},
+}
+
+// opSizes are the sizes each operation runs at: empty, one, around the
+// block size (256) and the capped grid's reach (emulation: 16·2 blocks of
+// 256), and odd.
+var opSizes = []int{0, 1, 3, 255, 256, 257, 1000, 8193, 9001}
+
+// TestOpsMatchCPU holds every operation of the Device to runtime.CPU's
+// bits, with host operands (staged through the scratch) and with device
+// buffers' Floats, and to the reference backend's values where it has the
+// operation.
+func TestOpsMatchCPU(t *testing.T) {
+	d := emuDevice(t)
+	for _, c := range opCases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, n := range opSizes {
+				seed := int64(n)*7919 + int64(len(c.name))
+				want, _ := c.run(runtime.CPU{}, &placer{}, n, seed)
+				for _, dev := range []bool{false, true} {
+					p := &placer{bufs: map[uintptr]runtime.Buffer{}}
+					if dev {
+						p.dev = d
+					}
+					got, _ := c.run(d, p, n, seed)
+					if err := sameBits(got, want); err != nil {
+						t.Fatalf("n=%d device operands=%v: %v", n, dev, err)
+					}
+					for _, b := range p.bufs {
+						d.Free(b)
+					}
+				}
+				if ref, ok := c.run(reference.Device{}, &placer{}, n, seed); ok {
+					got, _ := c.run(d, &placer{}, n, seed)
+					if err := near(got, ref, c.tol); err != nil {
+						t.Errorf("n=%d: against the reference backend: %v", n, err)
+					}
+				} else if n == 0 {
+					t.Logf("the reference backend has no %s", c.name)
+				}
+			}
+		})
+	}
+}
+
+func sameBits(got, want []float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d outputs, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) && !(math.IsNaN(got[i]) && math.IsNaN(want[i])) {
+			return fmt.Errorf("output %d = %v (%#x), want %v (%#x)", i, got[i], math.Float64bits(got[i]), want[i], math.Float64bits(want[i]))
+		}
+	}
+	return nil
+}
+
+func near(got, want []float64, tol float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d outputs, want %d", len(got), len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g == w || math.IsNaN(g) && math.IsNaN(w) {
+			continue
+		}
+		if math.Abs(g-w) > tol*math.Max(1, math.Abs(w)) {
+			return fmt.Errorf("output %d = %v, want %v (tolerance %g)", i, g, w, tol)
+		}
+	}
+	return nil
+}

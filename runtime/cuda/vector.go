@@ -1,0 +1,131 @@
+package cuda
+
+import "fmt"
+
+// The VectorOps of the device (runtime/device_vector.go; kernels in
+// kernels/vector.cu). The sums the contract orders — SumSq, SquaredNorms
+// and Dot in float64 in order, AddRunSums with four running sums, SumRows
+// row after row, ScatterAdd in the order of its indices — keep that order
+// on one thread per result, so that they equal the CPU's bit for bit.
+
+// SumSq implements runtime.VectorOps.
+func (d *Device) SumSq(x []float32) float64 {
+	d.begin()
+	defer d.end("SumSq")
+	d.sumSqRows(x, d.res[:])
+	d.flush("SumSq")
+	return d.res[0]
+}
+
+// SquaredNorms implements runtime.VectorOps: one thread per sample.
+func (d *Device) SquaredNorms(x []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	d.begin()
+	defer d.end("SquaredNorms")
+	d.sumSqRows(x, dst)
+}
+
+// sumSqRows launches sum_sq_rows over the len(dst) rows of x (d.mu held).
+func (d *Device) sumSqRows(x []float32, dst []float64) {
+	size := len(x) / len(dst)
+	d.args.Reset()
+	d.args.Ptr(f32(x[:size*len(dst)], opIn, d)).I64(int64(size)).Ptr(f64(dst, opOut, d)).I64(int64(len(dst)))
+	d.launch("sum_sq_rows", int64(len(dst)))
+}
+
+// Dot implements runtime.VectorOps.
+func (d *Device) Dot(a, b []float32) float64 {
+	b = b[:len(a)]
+	args := d.begin()
+	defer d.end("Dot")
+	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(d.res[:], opOut, d))
+	d.launchOne("dot")
+	d.flush("Dot")
+	return d.res[0]
+}
+
+// flush copies the staged outputs back now (d.mu held), for an operation
+// that returns one of them.
+func (d *Device) flush(op string) {
+	for _, c := range d.pending {
+		if err := d.drv.CopyDtoH(c.host, c.dev, c.bytes); err != nil {
+			panic(fmt.Errorf("cuda: %s: %w", op, err))
+		}
+	}
+	d.pending = d.pending[:0]
+}
+
+// Scale implements runtime.VectorOps.
+func (d *Device) Scale(alpha float32, x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("Scale")
+	a.F32(alpha).Ptr(f32(x, opInOut, d)).I64(int64(len(x)))
+	d.launch("scale", int64(len(x)))
+}
+
+// Add implements runtime.VectorOps.
+func (d *Device) Add(x, y []float32) {
+	y = y[:len(x)]
+	if len(x) == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("Add")
+	a.Ptr(f32(x, opIn, d)).Ptr(f32(y, opInOut, d)).I64(int64(len(x)))
+	d.launch("add", int64(len(x)))
+}
+
+// AddRunSums implements runtime.VectorOps: one thread per run.
+func (d *Device) AddRunSums(x, dst []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	t := len(x) / len(dst)
+	a := d.begin()
+	defer d.end("AddRunSums")
+	a.Ptr(f32(x[:t*len(dst)], opIn, d)).I64(int64(t)).Ptr(f32(dst, opInOut, d)).I64(int64(len(dst)))
+	d.launch("add_run_sums", int64(len(dst)))
+}
+
+// ScatterAdd implements runtime.VectorOps, on one thread (two indices may
+// name one element, and their order decides its float32 sum).
+func (d *Device) ScatterAdd(dst, src []float32, idx []int32) {
+	src = src[:len(idx)]
+	if len(idx) == 0 || len(dst) == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("ScatterAdd")
+	a.Ptr(f32(dst, opInOut, d)).Ptr(f32(src, opIn, d)).Ptr(i32(idx, d)).I64(int64(len(idx)))
+	d.launchOne("scatter_add")
+}
+
+// AddNormSq implements runtime.VectorOps.
+func (d *Device) AddNormSq(x, y []float64) {
+	y = y[:len(x)]
+	if len(x) == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("AddNormSq")
+	a.Ptr(f64(x, opIn, d)).Ptr(f64(y, opInOut, d)).I64(int64(len(x)))
+	d.launch("add_norm_sq", int64(len(x)))
+}
+
+// SumRows implements runtime.VectorOps: one thread per column.
+func (d *Device) SumRows(g []float32, T, p int, out []float32) {
+	out = out[:p]
+	if p == 0 {
+		return
+	}
+	g = g[:T*p]
+	a := d.begin()
+	defer d.end("SumRows")
+	a.Ptr(f32(g, opIn, d)).I64(int64(T)).I64(int64(p)).Ptr(f32(out, opOut, d))
+	d.launch("sum_rows", int64(p))
+}
