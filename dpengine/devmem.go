@@ -12,11 +12,14 @@ import (
 // device, so that a backend with memory of its own runs the step without
 // host copies. Host-side by design are the input batch staging (copied in
 // by Plan.SetInput), labels, per-sample losses and the other step scalars
-// the host reads; where the host reads or writes device memory today (a
-// count of clipped samples, a norm for reporting, a clear) the code says
-// "host read:" or "host write:", which is where a backend without host
-// memory needs a CopyOut, a CopyIn or an operation. On the CPU and the
-// reference backend device memory is host memory, so none of this copies.
+// the host reads. Fills and copies of device buffers run through the
+// device's LayoutOps (Fill, Copy); where the host still reads or writes
+// device memory (a count of clipped samples, a norm for reporting, a
+// float64 clear, a per-sample norm accumulated on the host, a gathered
+// sample) the code says "host read:" or "host write:", which is where a
+// backend without host memory needs a CopyOut, a CopyIn or an operation.
+// On the CPU and the reference backend device memory is host memory, so
+// none of this copies.
 
 // allocOn returns n zeroed float32 elements of dev's memory (the view
 // its operations take); a nil dev is the CPU, as in Config.

@@ -82,9 +82,12 @@ type Config struct {
 // Engine trains a compiled model privately: feed it logical batches, it
 // clips, noises and applies the update.
 type Engine struct {
-	cfg       Config
-	dev       runtime.Device // cfg.Device, or the CPU: where the step's state lives (devmem.go)
-	ops       runtime.DPOps  // the DP operations of cfg.Device
+	cfg Config
+	dev runtime.Device // cfg.Device, or the CPU: where the step's state lives (devmem.go)
+	ops runtime.DPOps  // the DP operations of cfg.Device
+	// lay are the device's layout operations (part of the GraphOps the
+	// plan needs): the fills and copies of the step's device buffers.
+	lay       runtime.LayoutOps
 	rp        *rewrite.Plan
 	plan      *runtime.Plan
 	sample    []int64 // per-sample input shape
@@ -149,9 +152,9 @@ type Engine struct {
 }
 
 // settle zeroes accum if no contribution has been written to it.
-func (p *param) settle() {
+func (p *param) settle(lay runtime.LayoutOps) {
 	if p.fresh {
-		clear(p.accum) // host write: a device fill
+		lay.Fill(0, p.accum)
 		p.fresh = false
 	}
 }
@@ -263,11 +266,15 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if dev == nil {
 		dev = runtime.CPU{}
 	}
+	gops, err := runtime.GraphOpsOf(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
 	if so, ok := cfg.Optimizer.(scaledOptimizer); ok {
 		so.setDevice(ops)
 		so.setMemory(dev)
 	}
-	e := &Engine{cfg: cfg, dev: dev, ops: ops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1, weightsN: -1}
+	e := &Engine{cfg: cfg, dev: dev, ops: ops, lay: gops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1, weightsN: -1}
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)
@@ -458,11 +465,11 @@ func (e *Engine) accums() [][]float32 {
 // the pending scale is applied.
 func (e *Engine) settleGrad() {
 	for _, p := range e.params {
-		p.settle()
+		p.settle(e.lay)
 	}
 	if e.gradInPlan {
 		for _, p := range e.params {
-			copy(p.accum, e.plan.Grad(p.name)) // host write: a device copy
+			e.lay.Copy(e.plan.Grad(p.name), p.accum)
 		}
 		e.gradInPlan = false
 	}
@@ -556,7 +563,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 			case e.gradInPlan:
 				grads[k] = e.plan.Grad(p.name)
 			case e.physCount == 0: // an empty batch
-				clear(p.accum) // host write: a device fill
+				e.lay.Fill(0, p.accum)
 				grads[k] = p.accum
 			default:
 				grads[k] = p.accum
@@ -567,7 +574,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 	std := e.cfg.NoiseMultiplier * e.cfg.Clipping.R
 	inv := float32(1 / e.cfg.ExpectedBatch)
 	for k, p := range e.params {
-		p.settle() // an empty logical batch: noise alone
+		p.settle(e.lay) // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
 	e.addCanaries()

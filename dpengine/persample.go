@@ -130,7 +130,8 @@ type linearState struct {
 	xStride, dyStride int
 	conv              *runtime.ConvShape
 	ops               runtime.DPOps
-	dev               runtime.Device // where its scratch is allocated
+	lay               runtime.LayoutOps // the device's fills and copies
+	dev               runtime.Device    // where its scratch is allocated
 	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);
@@ -210,7 +211,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			}
 			us := &useState{use: u, p: p}
 			if u.Kind == rewrite.KindLinear {
-				ls := &linearState{ops: e.ops, dev: e.dev, rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
+				ls := &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
 				us.linear = ls
 				p.linear = append(p.linear, ls)
 			}
@@ -281,7 +282,7 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrit
 		return err
 	}
 	if overwrite {
-		clear(accum) // host write: a device fill
+		ls.lay.Fill(0, accum)
 	}
 	ls.ops.ScatterAdd(accum, buf, ls.idx)
 	return nil
@@ -316,11 +317,10 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 // clipPhysical runs the DP backward pass(es) of one physical batch and adds
 // Σ_i C_i g_i to every parameter's accumulator.
 func (e *Engine) clipPhysical(B int) error {
-	// host write: device fills
-	clear(e.normSq)
+	clear(e.normSq) // host write: a device fill (float64)
 	for _, p := range e.params {
-		clear(p.normSq)
-		clear(p.ps)
+		clear(p.normSq) // host write: a device fill (float64)
+		e.lay.Fill(0, p.ps)
 	}
 	e.hookErr = nil
 	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}
@@ -340,7 +340,7 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	clear(e.normSq[:B]) // host write: a device fill
+	clear(e.normSq[:B]) // host write: a device fill (float64)
 	for _, p := range e.params {
 		e.ops.AddNormSq(p.normSq[:B], e.normSq[:B])
 	}
@@ -350,13 +350,13 @@ func (e *Engine) clipPhysical(B int) error {
 		r := c.rule()
 		for k, p := range e.params {
 			e.ops.ClipFactors(r, p.normSq[:n], e.factors[k][:n])
-			clear(e.factors[k][n:B]) // host write: a device fill
+			e.lay.Fill(0, e.factors[k][n:B])
 		}
 	}
 	f := e.factors[0]
 	if !e.cfg.PerLayer {
 		e.ops.ClipFactors(e.cfg.Clipping.rule(), e.normSq[:n], f[:n])
-		clear(f[n:B]) // host write: a device fill
+		e.lay.Fill(0, f[n:B])
 	}
 	// Counts for the report, from the norms and factors the device
 	// computed (host read: the norms and factors).
@@ -378,7 +378,7 @@ func (e *Engine) clipPhysical(B int) error {
 		}
 		for _, p := range e.params {
 			if p.fresh {
-				copy(p.accum, e.plan.Grad(p.name)) // host write: a device copy
+				e.lay.Copy(e.plan.Grad(p.name), p.accum)
 				p.fresh = false
 				continue
 			}
@@ -392,7 +392,7 @@ func (e *Engine) clipPhysical(B int) error {
 			fk = e.factors[k]
 		}
 		if p.ps != nil {
-			p.settle()
+			p.settle(e.lay)
 			size := len(p.data)
 			for i := 0; i < n; i++ {
 				if fk[i] != 0 { // host read: the clip factor
@@ -407,7 +407,7 @@ func (e *Engine) clipPhysical(B int) error {
 			}
 			p.fresh = false
 		}
-		p.settle() // no linear use: nothing was written
+		p.settle(e.lay) // no linear use: nothing was written
 	}
 	return nil
 }
@@ -561,7 +561,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 					return err
 				}
 			}
-			clear(g.subBase) // host write: a device fill
+			e.lay.Fill(0, g.subBase)
 			scatterSample(opView.BatchStride, B, i, buf, g.subBase)
 			dy = g.subBase
 		}
@@ -593,5 +593,5 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use,
 	opView := &ev.Inputs[u.Operand]
 	opShape := sampleShape(opView, B)
 	k := u.Operand
-	return g.elem.operandGrad(ev, sampleGrad{ops: e.ops, dev: e.dev, k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
+	return g.elem.operandGrad(ev, sampleGrad{ops: e.ops, lay: e.lay, dev: e.dev, k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
 }

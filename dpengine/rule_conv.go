@@ -179,7 +179,7 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 			return
 		}
 		gi := bufs[w][:M]
-		clear(gi) // host write: a device fill
+		e.lay.Fill(0, gi)
 		e.ops.AddRunSums(row, gi)
 		p.normSq[i] += e.ops.SumSq(gi) // host write: a device accumulation
 	})
@@ -195,7 +195,7 @@ func convBiasOperand(_ *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	M := s.opShape[0]
 	T := len(s.gi) / M
 	out := s.out[:M]
-	clear(out)
+	s.lay.Fill(0, out)
 	s.ops.AddRunSums(s.gi[:M*T], out) // as convBias sums
 	return nil
 }

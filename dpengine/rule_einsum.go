@@ -214,7 +214,7 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		return fmt.Errorf("no Einsum geometry")
 	}
 	if overwrite {
-		clear(accum)
+		ls.lay.Fill(0, accum)
 	}
 	xLen, yLen := len(g.x.Data)/B, len(g.dy.Data)/B
 	rows := g.G * g.T * (g.D + g.P)
