@@ -135,3 +135,23 @@ func sameBitsList(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestEngineAdoptsOnCPU checks that on the CPU the engine's parameters are
+// the graph's initializers (no copy of the model), so that SyncParams and
+// LoadParams cost nothing there.
+func TestEngineAdoptsOnCPU(t *testing.T) {
+	e := buildEngine(t, "cnn", Config{Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: 8, PhysicalBatch: 8,
+		Source: NewSeededSource(1), Optimizer: NewAdam(1e-3, 0, false)})
+	host := e.HostParams()
+	for k, p := range e.Params() {
+		if !runtime.SameMemory(p, host[k]) {
+			t.Fatalf("parameter %s: the CPU engine copied the initializer", e.ParamNames()[k])
+		}
+	}
+	if err := e.SyncParams(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.LoadParams(); err != nil {
+		t.Fatal(err)
+	}
+}

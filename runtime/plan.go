@@ -1070,8 +1070,9 @@ func (p *Plan) Graph() *graph.Graph { return p.g }
 func (p *Plan) Device() Device { return p.dev }
 
 // Scratch returns the workspace the plan's kernels share during Forward
-// and Backward (convolution columns, per-worker partial sums). Its contents
-// are undefined, and it is the caller's between those calls: book-keeping
+// and Backward (convolution columns, per-worker partial sums): device
+// memory, an operand for the device's operations. Its contents are
+// undefined, and it is the caller's between those calls: book-keeping
 // runs its weighted-sum convolutions in it after Backward instead of
 // holding a second workspace of the same size.
 func (p *Plan) Scratch() []float32 { return p.ws }
@@ -1095,7 +1096,8 @@ func (p *Plan) LiveBytes() int64 { return 4 * int64(p.liveElems) }
 func (p *Plan) UnplannedBytes() int64 { return 4 * int64(p.peakElems) }
 
 // Input returns the buffer of graph input i, to be filled before Forward,
-// and its shape.
+// and its shape. It is a view of device memory: the host fills it in place
+// only on a host device (CPU, reference backend); SetInput works on any.
 func (p *Plan) Input(i int) ([]float32, []int) { return p.inputs[i].data, p.inputs[i].shape }
 
 // SetInput copies x into graph input i, checking its length.
