@@ -58,12 +58,12 @@ func growOn(dev runtime.Device, b []float32, n int) ([]float32, error) {
 }
 
 // gatherOn is gatherSample into dst grown on dev to the sample's size.
-func gatherOn(dev runtime.Device, v *runtime.View, N, i int, dst []float32) ([]float32, error) {
+func gatherOn(dev runtime.Device, lay runtime.LayoutOps, v *runtime.View, N, i int, dst []float32) ([]float32, error) {
 	dst, err := growOn(dev, dst, sampleLen(v, N, i))
 	if err != nil {
 		return nil, err
 	}
-	return gatherSample(v, N, i, dst), nil
+	return gatherSample(lay, v, N, i, dst), nil
 }
 
 // sampleLen is the number of elements of sample i of v (N samples), as

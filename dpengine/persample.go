@@ -437,28 +437,34 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	}
 }
 
-// gatherSample copies sample i's elements of v (N samples) into dst and
-// returns it; the samples' shape is v.Shape with the batch axis set to 1.
-// It is a host copy of device data (host read and write: a device gather);
-// dst must hold the sample (gatherOn grows it on the device), or append
-// allocates host memory.
-func gatherSample(v *runtime.View, N, i int, dst []float32) []float32 {
+// gatherSample copies sample i's elements of v (N samples) into dst,
+// block by block through the device's copies, and returns them; the
+// samples' shape is v.Shape with the batch axis set to 1. dst's capacity
+// must hold the sample (gatherOn grows it on the device; a smaller one is
+// replaced by host memory, as append would).
+func gatherSample(lay runtime.LayoutOps, v *runtime.View, N, i int, dst []float32) []float32 {
 	stride := v.BatchStride
 	blocks := len(v.Data) / stride
-	dst = dst[:0]
+	n := sampleLen(v, N, i)
+	if cap(dst) < n {
+		dst = make([]float32, n)
+	}
+	dst = dst[:n]
+	k := 0
 	for b := i; b < blocks; b += N {
-		dst = append(dst, v.Data[b*stride:(b+1)*stride]...)
+		lay.Copy(v.Data[b*stride:(b+1)*stride], dst[k:k+stride])
+		k += stride
 	}
 	return dst
 }
 
 // scatterSample writes src (sample i's elements) into the zeroed full
-// tensor dst with v's layout (host write: a device scatter).
-func scatterSample(stride, N, i int, src, dst []float32) {
+// tensor dst with v's layout, block by block through the device's copies.
+func scatterSample(lay runtime.LayoutOps, stride, N, i int, src, dst []float32) {
 	blocks := len(dst) / stride
 	k := 0
 	for b := i; b < blocks; b += N {
-		copy(dst[b*stride:(b+1)*stride], src[k:k+stride])
+		lay.Copy(src[k:k+stride], dst[b*stride:(b+1)*stride])
 		k += stride
 	}
 }
@@ -562,7 +568,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 				}
 			}
 			e.lay.Fill(0, g.subBase)
-			scatterSample(opView.BatchStride, B, i, buf, g.subBase)
+			scatterSample(e.lay, opView.BatchStride, B, i, buf, g.subBase)
 			dy = g.subBase
 		}
 		if err := g.sub.BackwardFrom(dy, nil); err != nil {
@@ -584,7 +590,7 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use,
 	if dout.BatchAxis < 0 {
 		return fmt.Errorf("output gradient has no batch axis")
 	}
-	gi, err := gatherOn(e.dev, dout, B, i, sc.gi)
+	gi, err := gatherOn(e.dev, e.lay, dout, B, i, sc.gi)
 	if err != nil {
 		return err
 	}

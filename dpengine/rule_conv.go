@@ -89,11 +89,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
 				e.ops.GemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
 				e.ops.GemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
-				var dot float64
-				for k, v := range aa {
-					dot += float64(v) * float64(gg[k])
-				}
-				p.normSq[i] += dot // host write: a device accumulation
+				p.normSq[i] += e.ops.Dot(aa, gg) // host write: a device accumulation
 				continue
 			}
 			inst := rest[:P*D]

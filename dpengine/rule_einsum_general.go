@@ -35,7 +35,7 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	data := &ev.Inputs[1-s.k]
 	ai, aShape := data.Data, data.Shape
 	if data.BatchAxis >= 0 {
-		if sc.other, err = gatherOn(s.dev, data, s.B, s.i, sc.other); err != nil {
+		if sc.other, err = gatherOn(s.dev, s.lay, data, s.B, s.i, sc.other); err != nil {
 			return err
 		}
 		ai, aShape = sc.other, sampleShape(data, s.B)

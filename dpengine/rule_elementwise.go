@@ -26,7 +26,7 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 		ov, oShape := other.Data, other.Shape
 		if other.BatchAxis >= 0 {
 			var err error
-			if sc.other, err = gatherOn(s.dev, other, s.B, s.i, sc.other); err != nil {
+			if sc.other, err = gatherOn(s.dev, s.lay, other, s.B, s.i, sc.other); err != nil {
 				return err
 			}
 			ov, oShape = sc.other, sampleShape(other, s.B)
@@ -45,7 +45,7 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 			self := s.op.Data
 			sShape := s.op.Shape
 			if s.op.BatchAxis >= 0 {
-				if sc.self, err = gatherOn(s.dev, s.op, s.B, s.i, sc.self); err != nil {
+				if sc.self, err = gatherOn(s.dev, s.lay, s.op, s.B, s.i, sc.self); err != nil {
 					return err
 				}
 				self, sShape = sc.self, s.opShape

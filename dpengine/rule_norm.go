@@ -34,7 +34,7 @@ func normOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	}
 	L := nr.RowLen()
 	var err error
-	if sc.self, err = gatherOn(s.dev, x, s.B, s.i, sc.self); err != nil {
+	if sc.self, err = gatherOn(s.dev, s.lay, x, s.B, s.i, sc.self); err != nil {
 		return err
 	}
 	xi, gi := sc.self, s.gi
