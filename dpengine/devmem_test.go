@@ -29,7 +29,8 @@ func copyLists(xs [][]float32) [][]float32 {
 	return out
 }
 
-// TestEngineOnSeparateMemory trains the fixture engines a few steps on
+// TestEngineOnSeparateMemory trains every fixture engine (the modes taken
+// in turn, SGD and AdamW alternating) a few steps on
 // reference.Separate, whose buffers are copies of the graph's
 // initializers, and on reference.Device, which adopts them, with the same
 // seed, and checks that
@@ -45,8 +46,8 @@ func copyLists(xs [][]float32) [][]float32 {
 //     initializers and calls LoadParams) the device holds the restored
 //     values.
 func TestEngineOnSeparateMemory(t *testing.T) {
-	modes := []Mode{BK, Ghost, Instantiate}
-	for fi, name := range []string{"cnn", "vit", "packedqkv"} {
+	modes := []Mode{BK, Ghost, Instantiate, Mixed, NonDP}
+	for fi, name := range engineFixtures {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			gd := loadGolden(t, name)
@@ -65,8 +66,12 @@ func TestEngineOnSeparateMemory(t *testing.T) {
 				if fi%2 == 1 {
 					o = &SGD{LR: 1e-2, Momentum: 0.9, WeightDecay: 0.01}
 				}
-				return Config{Device: dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 0.5}, NoiseMultiplier: 1,
+				c := Config{Device: dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 0.5}, NoiseMultiplier: 1,
 					ExpectedBatch: n, PhysicalBatch: n, Source: NewSeededSource(3), Optimizer: o}
+				if mode == NonDP {
+					c.NoiseMultiplier = 0
+				}
+				return c
 			}
 			ref := buildEngine(t, name, cfg(reference.Device{}))
 			sep := buildEngine(t, name, cfg(reference.Separate{}))
