@@ -460,7 +460,9 @@ func Run(cfg Config) (*Report, error) {
 	if ckpt != nil {
 		lastGood = ckptPath
 	}
-	save := func() error {
+	// save writes the checkpoint after epochs completed epochs and
+	// epochStep steps of the next.
+	save := func(epochs int) error {
 		if ckptPath == "" {
 			return nil
 		}
@@ -471,7 +473,7 @@ func Run(cfg Config) (*Report, error) {
 		if err := eng.SyncParams(); err != nil {
 			return err
 		}
-		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epoch, EpochStep: epochStep, Accountant: acct.State(),
+		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: epochStep, Accountant: acct.State(),
 			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(), Extra: eb}
 		if set.Seed != nil {
 			c.SourceStream = src.Stream()
@@ -513,7 +515,7 @@ func Run(cfg Config) (*Report, error) {
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
-				if err := save(); err != nil {
+				if err := save(epoch); err != nil {
 					return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
 				}
 				return nil, &Interrupted{ckptPath}
@@ -574,8 +576,11 @@ func Run(cfg Config) (*Report, error) {
 			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
 		}
 		logf("%s\n", line)
+		// The epoch is complete: a resume starts the next one (recorded
+		// as the epoch's own index, it repeated the epoch, running more
+		// steps than σ was calibrated for).
 		epochStep = 0
-		if err := save(); err != nil {
+		if err := save(epoch + 1); err != nil {
 			return nil, fmt.Errorf("epoch %d: checkpoint: %w", epoch+1, err)
 		}
 	}
