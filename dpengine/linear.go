@@ -17,19 +17,24 @@ import (
 // floats (T > 1). It runs on the CPU device; the engine computes it on its
 // own device.
 func GhostNormSq(a []float32, T, D int, g []float32, p int, ws []float32) float64 {
-	return ghostNormSq(runtime.CPU{}, a, T, D, g, p, ws)
+	var s [1]float64
+	addGhostNormSq(runtime.CPU{}, 1, a, T, D, g, p, ws, s[:])
+	return s[0]
 }
 
-// ghostNormSq is GhostNormSq on the device of ops.
-func ghostNormSq(ops runtime.DPOps, a []float32, T, D int, g []float32, p int, ws []float32) float64 {
+// addGhostNormSq adds alpha·GhostNormSq to dst[0] on the device of ops: a
+// sample's squared norm accumulated in device memory (alpha is a Gemm's
+// α², else 1, which leaves the norm's bits as they are).
+func addGhostNormSq(ops runtime.DPOps, alpha float64, a []float32, T, D int, g []float32, p int, ws []float32, dst []float64) {
 	if T == 1 {
 		// Rank one: ‖g aᵀ‖² = ‖a‖²‖g‖².
-		return ops.SumSq(a[:D]) * ops.SumSq(g[:p])
+		ops.AddSumSqProduct(alpha, a[:D], g[:p], dst)
+		return
 	}
 	aa, gg := ws[:T*T], ws[T*T:2*T*T]
 	ops.GemmSerial(false, true, T, T, D, 1, a, D, a, D, 0, aa, T)
 	ops.GemmSerial(false, true, T, T, p, 1, g, p, g, p, 0, gg, T)
-	return ops.Dot(aa, gg)
+	ops.AddDot(alpha, aa, gg, dst)
 }
 
 // InstantiateGrad writes g_iᵀa_i (p×D) to out and returns its squared

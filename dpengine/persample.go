@@ -67,7 +67,7 @@ func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	case p.ps != nil:
 		ops.Add(inst, p.ps[i*size+off:i*size+off+len(inst)])
 	default:
-		p.normSq[i] += ops.SumSq(inst) // host write: a device accumulation
+		ops.AddSumSq(inst, p.normSq[i:i+1])
 	}
 }
 
@@ -317,9 +317,9 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 // clipPhysical runs the DP backward pass(es) of one physical batch and adds
 // Σ_i C_i g_i to every parameter's accumulator.
 func (e *Engine) clipPhysical(B int) error {
-	clear(e.normSq) // host write: a device fill (float64)
+	e.ops.ZeroNormSq(e.normSq)
 	for _, p := range e.params {
-		clear(p.normSq) // host write: a device fill (float64)
+		e.ops.ZeroNormSq(p.normSq)
 		e.lay.Fill(0, p.ps)
 	}
 	e.hookErr = nil
@@ -340,7 +340,7 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	clear(e.normSq[:B]) // host write: a device fill (float64)
+	e.ops.ZeroNormSq(e.normSq[:B])
 	for _, p := range e.params {
 		e.ops.AddNormSq(p.normSq[:B], e.normSq[:B])
 	}
@@ -543,7 +543,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 			if us.p.ps != nil {
 				e.ops.Add(sc.buf, us.p.ps[i*size:(i+1)*size])
 			} else {
-				us.p.normSq[i] += e.ops.SumSq(sc.buf) // host write: a device accumulation
+				e.ops.AddSumSq(sc.buf, us.p.normSq[i:i+1])
 			}
 		})
 		for _, err := range errs {

@@ -89,7 +89,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
 				e.ops.GemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
 				e.ops.GemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
-				p.normSq[i] += e.ops.Dot(aa, gg) // host write: a device accumulation
+				e.ops.AddDot(1, aa, gg, p.normSq[i:i+1])
 				continue
 			}
 			inst := rest[:P*D]
@@ -177,7 +177,7 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		gi := bufs[w][:M]
 		e.lay.Fill(0, gi)
 		e.ops.AddRunSums(row, gi)
-		p.normSq[i] += e.ops.SumSq(gi) // host write: a device accumulation
+		e.ops.AddSumSq(gi, p.normSq[i:i+1])
 	})
 	return true
 }

@@ -197,7 +197,7 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		g.rows(e.lay, x, dy, B, i, xs, ys, a, gg)
 		if ls.decision == rewrite.Ghost {
 			for gr := 0; gr < g.G; gr++ {
-				p.normSq[i] += ghostNormSq(e.ops, a[gr*g.T*g.D:(gr+1)*g.T*g.D], g.T, g.D, gg[gr*g.T*g.P:(gr+1)*g.T*g.P], g.P, rest)
+				addGhostNormSq(e.ops, 1, a[gr*g.T*g.D:(gr+1)*g.T*g.D], g.T, g.D, gg[gr*g.T*g.P:(gr+1)*g.T*g.P], g.P, rest, p.normSq[i:i+1])
 			}
 			return
 		}

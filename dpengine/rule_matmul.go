@@ -70,7 +70,7 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		g := gatherSample(e.lay, dout, B, i, buf[T*D:T*D:T*D+T*P])
 		rest := buf[T*D+T*P:]
 		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * ghostNormSq(e.ops, a, T, D, g, P, rest) // host write: a device accumulation
+			addGhostNormSq(e.ops, float64(ls.alpha*ls.alpha), a, T, D, g, P, rest, p.normSq[i:i+1])
 			return
 		}
 		inst := rest[:size]

@@ -1,5 +1,7 @@
 package runtime
 
+import "github.com/dpfinetune/dpfinetune/runtime/kernels"
+
 // VectorOps is the vector arithmetic of the DP operation set (DPOps): the
 // squared norms, scalings and sums of per-sample gradients that the engine
 // performs between GEMMs (DESIGN.md §3; the paper §3–§4). Norms are summed
@@ -44,6 +46,33 @@ type VectorOps interface {
 	// SumRows overwrites out (p elements) with Σ_t g[t,:] for g a T×p
 	// row-major matrix: the gradient of a bias shared by T rows.
 	SumRows(g []float32, T, p int, out []float32)
+	// ZeroNormSq sets the float64 elements of x to 0: the per-sample
+	// squared norms cleared before a physical batch's backward pass.
+	ZeroNormSq(x []float64)
+	// AddSumSq computes dst[0] ← dst[0] + SumSq(x), the sum of squares
+	// summed from 0 in float64 in the order of x and then added: one
+	// sample's squared gradient norm (or a piece of it) accumulated into
+	// its slot of device memory, so that the host reads no scalar. It
+	// runs on one worker.
+	AddSumSq(x []float32, dst []float64)
+	// AddDot computes dst[0] ← dst[0] + alpha·Dot(a, b), the dot product
+	// summed from 0 in float64 in order (len(b) ≥ len(a)), multiplied by
+	// alpha and then added: a ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ (the paper's
+	// eq. 3.1; alpha is a Gemm's α², else 1) accumulated into the sample's
+	// squared norm. It runs on one worker.
+	AddDot(alpha float64, a, b []float32, dst []float64)
+	// AddSumSqProduct computes dst[0] ← dst[0] + alpha·(SumSq(a)·SumSq(b)):
+	// the ghost norm of a rank-one gradient g aᵀ (one row: ‖g aᵀ‖² =
+	// ‖a‖²‖g‖²), accumulated as AddDot. It runs on one worker.
+	AddSumSqProduct(alpha float64, a, b []float32, dst []float64)
+	// AddScaledRows computes y ← y + Σ_i c_i·x_i over the len(c) rows x_i
+	// of x (len(y) elements each), row after row in the order of i, each
+	// as Axpy (the product rounded to float32, then added), and skips the
+	// rows whose c_i is 0: the clipped sum Σ_i C_i g_i of instantiated
+	// per-sample gradients (the paper's Algorithm 1), where a sample of
+	// factor 0 (non-finite, or clipped away) adds nothing, not even the
+	// NaN of 0·∞.
+	AddScaledRows(c, x, y []float32)
 }
 
 // SumSq implements VectorOps.
@@ -133,6 +162,32 @@ func (CPU) AddNormSq(x, y []float64) {
 	y = y[:len(x)] // one bounds check, not one per element
 	for i, v := range x {
 		y[i] += v
+	}
+}
+
+// ZeroNormSq implements VectorOps.
+func (CPU) ZeroNormSq(x []float64) { clear(x) }
+
+// AddSumSq implements VectorOps.
+func (c CPU) AddSumSq(x []float32, dst []float64) { dst[0] += c.SumSq(x) }
+
+// AddDot implements VectorOps.
+func (c CPU) AddDot(alpha float64, a, b []float32, dst []float64) {
+	dst[0] += alpha * c.Dot(a, b)
+}
+
+// AddSumSqProduct implements VectorOps.
+func (c CPU) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
+	dst[0] += alpha * (c.SumSq(a) * c.SumSq(b))
+}
+
+// AddScaledRows implements VectorOps: one Axpy per row of non-zero factor.
+func (CPU) AddScaledRows(c, x, y []float32) {
+	n := len(y)
+	for i, ci := range c {
+		if ci != 0 {
+			kernels.Axpy(ci, x[i*n:(i+1)*n], y)
+		}
 	}
 }
 

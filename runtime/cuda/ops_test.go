@@ -212,6 +212,71 @@ var opCases = []opCase{
 		o.SumRows(place(p, g), T, n, out)
 		return widen32(fetch(p, out)), true
 	}, 1e-4},
+	{"ZeroNormSq", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		y := make([]float64, n+2)
+		for i := range y {
+			y[i] = r.ExpFloat64()
+		}
+		yy := place(p, y)
+		o.ZeroNormSq(yy[1 : n+1])
+		return fetch(p, yy), true
+	}, 0},
+	{"AddSumSq", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x := randFloats(r, n)
+		dst := place(p, []float64{r.ExpFloat64(), r.ExpFloat64()})
+		o.AddSumSq(place(p, x), dst[1:])
+		return fetch(p, dst), true
+	}, 1e-12},
+	{"AddDot", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		a, b := randFloats(r, n), randFloats(r, n+3)
+		dst := place(p, []float64{r.ExpFloat64(), r.ExpFloat64()})
+		o.AddDot(1, place(p, a), place(p, b), dst[:1])
+		o.AddDot(r.ExpFloat64(), place(p, a), place(p, b), dst[1:])
+		return fetch(p, dst), true
+	}, 1e-9},
+	{"AddSumSqProduct", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		a, b := randFloats(r, n), randFloats(r, n/2+1)
+		dst := place(p, []float64{r.ExpFloat64(), r.ExpFloat64()})
+		o.AddSumSqProduct(r.ExpFloat64(), place(p, a), place(p, b), dst[1:])
+		return fetch(p, dst), true
+	}, 1e-12},
+	{"AddScaledRows", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := 1 + n%6
+		c, x, y := randFloats(r, rows), randFloats(r, rows*n), place(p, randFloats(r, n))
+		for i := 1; i < rows; i += 2 {
+			c[i] = 0 // skipped: its row's ∞ adds nothing
+			if n > 0 {
+				x[i*n] = float32(math.Inf(1))
+			}
+		}
+		o.AddScaledRows(place(p, c), place(p, x), y)
+		return widen32(fetch(p, y)), true
+	}, 1e-4},
 	{"ClipFactors", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.ClipOps)
 		if !ok {

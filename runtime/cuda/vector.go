@@ -129,3 +129,56 @@ func (d *Device) SumRows(g []float32, T, p int, out []float32) {
 	a.Ptr(f32(g, opIn, d)).I64(int64(T)).I64(int64(p)).Ptr(f32(out, opOut, d))
 	d.launch("sum_rows", int64(p))
 }
+
+// ZeroNormSq implements runtime.VectorOps.
+func (d *Device) ZeroNormSq(x []float64) {
+	if len(x) == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("ZeroNormSq")
+	a.Ptr(f64(x, opOut, d)).I64(int64(len(x)))
+	d.launch("zero_f64", int64(len(x)))
+}
+
+// AddSumSq implements runtime.VectorOps, on one thread (the sum's order
+// is the contract's).
+func (d *Device) AddSumSq(x []float32, dst []float64) {
+	dst = dst[:1]
+	a := d.begin()
+	defer d.end("AddSumSq")
+	a.Ptr(f32(x, opIn, d)).I64(int64(len(x))).Ptr(f64(dst, opInOut, d))
+	d.launchOne("add_sum_sq")
+}
+
+// AddDot implements runtime.VectorOps, on one thread.
+func (d *Device) AddDot(alpha float64, x, y []float32, dst []float64) {
+	y, dst = y[:len(x)], dst[:1]
+	a := d.begin()
+	defer d.end("AddDot")
+	a.F64(alpha).Ptr(f32(x, opIn, d)).Ptr(f32(y, opIn, d)).I64(int64(len(x))).Ptr(f64(dst, opInOut, d))
+	d.launchOne("add_dot")
+}
+
+// AddSumSqProduct implements runtime.VectorOps, on one thread.
+func (d *Device) AddSumSqProduct(alpha float64, x, y []float32, dst []float64) {
+	dst = dst[:1]
+	a := d.begin()
+	defer d.end("AddSumSqProduct")
+	a.F64(alpha).Ptr(f32(x, opIn, d)).I64(int64(len(x))).Ptr(f32(y, opIn, d)).I64(int64(len(y))).Ptr(f64(dst, opInOut, d))
+	d.launchOne("add_sum_sq_product")
+}
+
+// AddScaledRows implements runtime.VectorOps: one thread per element of
+// y, adding the rows in order.
+func (d *Device) AddScaledRows(c, x, y []float32) {
+	n := len(y)
+	if n == 0 || len(c) == 0 {
+		return
+	}
+	x = x[:len(c)*n]
+	a := d.begin()
+	defer d.end("AddScaledRows")
+	a.Ptr(f32(c, opIn, d)).I64(int64(len(c))).Ptr(f32(x, opIn, d)).Ptr(f32(y, opInOut, d)).I64(int64(n))
+	d.launch("add_scaled_rows", int64(n))
+}

@@ -94,3 +94,46 @@ func (Device) SumRows(g []float32, T, p int, out []float32) {
 		out[j] = float32(s)
 	}
 }
+
+// ZeroNormSq implements runtime.VectorOps.
+func (Device) ZeroNormSq(x []float64) {
+	for i := range x {
+		x[i] = 0
+	}
+}
+
+// AddSumSq implements runtime.VectorOps: the contract's float64 sum in
+// order, then one addition.
+func (d Device) AddSumSq(x []float32, dst []float64) {
+	dst[0] += d.SumSq(x)
+}
+
+// AddDot implements runtime.VectorOps: the contract's float64 dot
+// product in order, scaled, then added.
+func (d Device) AddDot(alpha float64, a, b []float32, dst []float64) {
+	s := d.Dot(a, b)
+	dst[0] += alpha * s
+}
+
+// AddSumSqProduct implements runtime.VectorOps.
+func (d Device) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
+	s := d.SumSq(a) * d.SumSq(b)
+	dst[0] += alpha * s
+}
+
+// AddScaledRows implements runtime.VectorOps: each element of y is
+// y + Σ_i c_i·x_i[j] over the rows of non-zero factor, summed in float64
+// and rounded once. (The CPU rounds each product and each partial sum to
+// float32, as Axpy does: within float32 rounding of this.)
+func (Device) AddScaledRows(c, x, y []float32) {
+	n := len(y)
+	for j := range y {
+		s := float64(y[j])
+		for i, ci := range c {
+			if ci != 0 {
+				s += float64(ci) * float64(x[i*n+j])
+			}
+		}
+		y[j] = float32(s)
+	}
+}

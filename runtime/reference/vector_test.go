@@ -71,6 +71,43 @@ func dpVectorCases() []dpVectorCase {
 			d.SumRows(in.a, in.rows, len(in.a)/in.rows, out)
 			return out, nil
 		}},
+		{"ZeroNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64)
+			d.ZeroNormSq(y[1 : len(y)-1])
+			return nil, y
+		}},
+		{"AddSumSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64)
+			d.AddSumSq(in.a, y[1:2])
+			return nil, y
+		}},
+		{"AddDot", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64)
+			d.AddDot(1, in.a[:len(in.a)-3], in.b, y[0:1])
+			d.AddDot(float64(in.alpha*in.alpha), in.a, in.b, y[1:2])
+			return nil, y
+		}},
+		{"AddSumSqProduct", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64)
+			d.AddSumSqProduct(1, in.a, in.b[:len(in.b)/2], y[0:1])
+			d.AddSumSqProduct(float64(in.alpha*in.alpha), in.a[:1], in.b, y[1:2])
+			return nil, y
+		}},
+		{"AddScaledRows", false, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			cols := len(in.a) / in.rows
+			x := dpClone(in.a)
+			c := make([]float32, in.rows)
+			for i := range c {
+				c[i] = in.b[i] // some rows of factor 0, whose non-finite gradient adds nothing
+				if i%2 == 1 {
+					c[i] = 0
+					x[i*cols] = float32(math.Inf(1))
+				}
+			}
+			y := dpClone(in.b[:cols])
+			d.AddScaledRows(c, x, y)
+			return y, nil
+		}},
 	}
 }
 
@@ -134,4 +171,21 @@ func TestVectorOpsByHand(t *testing.T) {
 	dst = []float32{0, 0, 0}
 	d.ScatterAdd(dst, []float32{1, 2, 4, 8}, []int32{2, -1, 2, 0})
 	dpSameBits(t, "ScatterAdd", dst, []float32{8, 0, 5})
+	n := []float64{1, 2}
+	d.AddSumSq([]float32{3, 4}, n[1:])
+	d.AddDot(0.5, []float32{1, 2}, []float32{3, 4}, n[:1])
+	if n[0] != 6.5 || n[1] != 27 {
+		t.Errorf("AddDot, AddSumSq = %v, want [6.5 27]", n)
+	}
+	d.AddSumSqProduct(2, []float32{3, 4}, []float32{1, 1}, n[:1])
+	if n[0] != 106.5 {
+		t.Errorf("AddSumSqProduct = %v, want 106.5", n[0])
+	}
+	d.ZeroNormSq(n)
+	if n[0] != 0 || n[1] != 0 {
+		t.Errorf("ZeroNormSq left %v", n)
+	}
+	y := []float32{1, 1}
+	d.AddScaledRows([]float32{2, 0, -1}, []float32{1, 2, float32(math.NaN()), 5, 3, 1}, y)
+	dpSameBits(t, "AddScaledRows", y, []float32{0, 4})
 }

@@ -82,3 +82,59 @@ extern "C" __global__ void sum_rows(const float *g, long long t, long long p, fl
     out[j] = s;
   }
 }
+
+// zero_f64 sets x[i] = 0 for i < n (ZeroNormSq).
+extern "C" __global__ void zero_f64(double *x, long long n) {
+  FOR_EACH(i, n) x[i] = 0;
+}
+
+// add_sum_sq computes dst[0] += Σ_k x_k², the sum in float64 in order
+// from 0, then added (one thread).
+extern "C" __global__ void add_sum_sq(const float *x, long long n, double *dst) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double s = 0;
+  for (long long k = 0; k < n; k++) {
+    double v = x[k];
+    s += v * v;
+  }
+  dst[0] += s;
+}
+
+// add_dot computes dst[0] += α·Σ_k a_k·b_k, the sum in float64 in order
+// from 0, then scaled and added (one thread).
+extern "C" __global__ void add_dot(double alpha, const float *a, const float *b, long long n, double *dst) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double s = 0;
+  for (long long k = 0; k < n; k++) s += (double)a[k] * (double)b[k];
+  dst[0] += alpha * s;
+}
+
+// add_sum_sq_product computes dst[0] += α·(Σ_k a_k² · Σ_k b_k²), each sum
+// in float64 in order from 0 (one thread).
+extern "C" __global__ void add_sum_sq_product(double alpha, const float *a, long long na, const float *b, long long nb, double *dst) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  double sa = 0, sb = 0;
+  for (long long k = 0; k < na; k++) {
+    double v = a[k];
+    sa += v * v;
+  }
+  for (long long k = 0; k < nb; k++) {
+    double v = b[k];
+    sb += v * v;
+  }
+  dst[0] += alpha * (sa * sb);
+}
+
+// add_scaled_rows computes y[j] += c_i·x[i·n + j] for the rows i < rows of
+// non-zero c_i, in the order of i, the product rounded to float before
+// each sum as the CPU's Axpy row after row: one thread per element j.
+extern "C" __global__ void add_scaled_rows(const float *c, long long rows, const float *x, float *y, long long n) {
+  FOR_EACH(j, n) {
+    float s = y[j];
+    for (long long i = 0; i < rows; i++) {
+      float ci = c[i];
+      if (ci != 0) s += ci * x[i * n + j];
+    }
+    y[j] = s;
+  }
+}
