@@ -120,6 +120,38 @@ func (c *countingOps) SumRows(g []float32, T, p int, out []float32) {
 	c.CPU.SumRows(g, T, p, out)
 }
 
+func (c *countingOps) ZeroNormSq(x []float64) {
+	c.vector.Add(1)
+	c.CPU.ZeroNormSq(x)
+}
+
+func (c *countingOps) AddSumSq(x []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.AddSumSq(x, dst)
+}
+
+func (c *countingOps) AddDot(alpha float64, a, b []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.AddDot(alpha, a, b, dst)
+}
+
+func (c *countingOps) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.AddSumSqProduct(alpha, a, b, dst)
+}
+
+// AddScaledRows is the instantiated clipped sum Σ_i C_i g_i: one Axpy per
+// sample, counted as such.
+func (c *countingOps) AddScaledRows(cs, x, y []float32) {
+	c.axpy.Add(1)
+	c.CPU.AddScaledRows(cs, x, y)
+}
+
+func (c *countingOps) CountClipped(normSq []float64, factors []float32) (int, int) {
+	c.clip.Add(1)
+	return c.CPU.CountClipped(normSq, factors)
+}
+
 func (c *countingOps) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
 	c.clip.Add(1)
 	c.CPU.ClipFactors(r, normSq, dst)

@@ -358,17 +358,16 @@ func (e *Engine) clipPhysical(B int) error {
 		e.ops.ClipFactors(e.cfg.Clipping.rule(), e.normSq[:n], f[:n])
 		e.lay.Fill(0, f[n:B])
 	}
-	// Counts for the report, from the norms and factors the device
-	// computed (host read: the norms and factors).
-	for i := 0; i < n; i++ {
-		norm := math.Sqrt(e.normSq[i])
-		if math.IsNaN(norm) || math.IsInf(norm, 0) {
-			e.nonFinite++
-		}
-		if !e.cfg.PerLayer && f[i] < 1 {
-			e.clipped++
-		}
+	// Counts for the report: two step scalars, counted by the device
+	// from the norms and factors it computed (per-layer clipping counts
+	// no clipped samples).
+	counted := f[:n]
+	if e.cfg.PerLayer {
+		counted = nil
 	}
+	nonFinite, clipped := e.ops.CountClipped(e.normSq[:n], counted)
+	e.nonFinite += nonFinite
+	e.clipped += clipped
 	switch e.cfg.Mode {
 	case Ghost, Mixed:
 		// The second backward pass on Σ_i C_i L_i gives Σ_i C_i g_i for
@@ -393,12 +392,7 @@ func (e *Engine) clipPhysical(B int) error {
 		}
 		if p.ps != nil {
 			p.settle(e.lay)
-			size := len(p.data)
-			for i := 0; i < n; i++ {
-				if fk[i] != 0 { // host read: the clip factor
-					e.ops.Axpy(fk[i], p.ps[i*size:(i+1)*size], p.accum)
-				}
-			}
+			e.ops.AddScaledRows(fk[:n], p.ps[:n*len(p.data)], p.accum)
 			continue
 		}
 		for _, ls := range p.linear {

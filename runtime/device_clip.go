@@ -53,6 +53,28 @@ type ClipOps interface {
 	// samples from their squared gradient norms, computed in float64 and
 	// rounded once, so that every device gives the same factors.
 	ClipFactors(r ClipRule, normSq []float64, dst []float32)
+	// CountClipped returns the step's report counts: nonFinite, the
+	// number of samples whose norm √normSq[i] is NaN or infinite (their
+	// factor is 0), and clipped, the number of factors[i] < 1 (len(factors)
+	// may be 0, where the factors are per layer). One small operation per
+	// step, so that the host reads two scalars, not the norms.
+	CountClipped(normSq []float64, factors []float32) (nonFinite, clipped int)
+}
+
+// CountClipped implements ClipOps.
+func (CPU) CountClipped(normSq []float64, factors []float32) (nonFinite, clipped int) {
+	for _, s := range normSq {
+		norm := math.Sqrt(s)
+		if math.IsNaN(norm) || math.IsInf(norm, 0) {
+			nonFinite++
+		}
+	}
+	for _, f := range factors {
+		if f < 1 {
+			clipped++
+		}
+	}
+	return nonFinite, clipped
 }
 
 // ClipFactors implements ClipOps.

@@ -21,7 +21,7 @@ var kernelSources embed.FS
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
 	"vector.cu": {"sum_sq_rows", "dot", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows", "zero_f64", "add_sum_sq", "add_dot", "add_sum_sq_product", "add_scaled_rows"},
-	"clip.cu":   {"clip_factors"},
+	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy"},
@@ -56,8 +56,8 @@ type Device struct {
 	// scratch stages host operands; it grows to the largest call.
 	scratch arena
 	pending []copyBack
-	// res receives the scalar results (SumSq, Dot).
-	res [1]float64
+	// res receives the scalar results (SumSq, Dot, CountClipped's two).
+	res [2]float64
 
 	// tables holds NoiseTables (noise.cu); rk the AES round keys of rkKey.
 	tables, rk DevicePtr

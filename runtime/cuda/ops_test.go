@@ -306,6 +306,33 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-7},
+	{"CountClipped", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.ClipOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		normSq, factors := make([]float64, n), make([]float32, n/2+1)
+		for i := range normSq {
+			switch r.Intn(6) {
+			case 0:
+				normSq[i] = math.NaN()
+			case 1:
+				normSq[i] = math.Inf(1)
+			default:
+				normSq[i] = r.ExpFloat64()
+			}
+		}
+		for i := range factors {
+			factors[i] = float32(min(1, 2*r.Float64()))
+		}
+		var out []float64
+		for _, f := range [][]float32{nil, factors} {
+			bad, clipped := o.CountClipped(place(p, normSq), place(p, f))
+			out = append(out, float64(bad), float64(clipped))
+		}
+		return out, true
+	}, 0},
 	{"AdamUpdate", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.OptimOps)
 		if !ok {

@@ -12,7 +12,7 @@ import "fmt"
 func (d *Device) SumSq(x []float32) float64 {
 	d.begin()
 	defer d.end("SumSq")
-	d.sumSqRows(x, d.res[:])
+	d.sumSqRows(x, d.res[:1])
 	d.flush("SumSq")
 	return d.res[0]
 }
@@ -40,7 +40,7 @@ func (d *Device) Dot(a, b []float32) float64 {
 	b = b[:len(a)]
 	args := d.begin()
 	defer d.end("Dot")
-	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(d.res[:], opOut, d))
+	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(d.res[:1], opOut, d))
 	d.launchOne("dot")
 	d.flush("Dot")
 	return d.res[0]

@@ -38,3 +38,18 @@ func (Device) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
 		dst[i] = float32(clipFactor(r, math.Sqrt(s)))
 	}
 }
+
+// CountClipped implements runtime.ClipOps.
+func (Device) CountClipped(normSq []float64, factors []float32) (nonFinite, clipped int) {
+	for _, s := range normSq {
+		if norm := math.Sqrt(s); math.IsNaN(norm) || math.IsInf(norm, 0) {
+			nonFinite++
+		}
+	}
+	for _, f := range factors {
+		if float64(f) < 1 {
+			clipped++
+		}
+	}
+	return nonFinite, clipped
+}

@@ -30,6 +30,16 @@ func TestClipFactors(t *testing.T) {
 		ref.ClipFactors(rule, normSq, got)
 		cpu.ClipFactors(rule, normSq, want)
 		dpSameBits(t, "ClipFactors", got, want)
+		for _, f := range [][]float32{nil, got[:len(normSq)], got[:3]} {
+			gn, gc := ref.CountClipped(normSq, f)
+			wn, wc := cpu.CountClipped(normSq, f)
+			if gn != wn || gc != wc {
+				t.Errorf("%v: CountClipped of %d factors = %d, %d, the CPU's %d, %d", rule, len(f), gn, gc, wn, wc)
+			}
+		}
+	}
+	if n, c := ref.CountClipped([]float64{1, math.NaN(), math.Inf(1), -1, 0}, []float32{1, 0.5, 0, 1}); n != 3 || c != 2 {
+		t.Errorf("CountClipped by hand = %d, %d, want 3, 2", n, c)
 	}
 	got := make([]float32, 3)
 	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAbadi, R: 1}, []float64{0.25, 1, 16}, got)

@@ -22,3 +22,20 @@ extern "C" __global__ void clip_factors(int fn, double r, double gamma, const do
     dst[i] = (float)f;
   }
 }
+
+// count_clipped writes out[0] = the number of i < n whose norm
+// √norm_sq[i] is NaN or infinite and out[1] = the number of i < m with
+// factors[i] < 1 (one thread: n and m are a physical batch; the counts
+// are integers, exact in a double).
+extern "C" __global__ void count_clipped(const double *norm_sq, long long n, const float *factors, long long m, double *out) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  long long bad = 0, clipped = 0;
+  for (long long i = 0; i < n; i++) {
+    double norm = sqrt(norm_sq[i]);
+    if (isnan(norm) || isinf(norm)) bad++;
+  }
+  for (long long i = 0; i < m; i++)
+    if (factors[i] < 1) clipped++;
+  out[0] = (double)bad;
+  out[1] = (double)clipped;
+}
