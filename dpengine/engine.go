@@ -120,8 +120,9 @@ type Engine struct {
 	canaries []DiracCanary
 
 	// Per physical batch. x (the input batch, which Plan.SetInput copies
-	// to the device), y (labels) and losses (per-sample, read by the
-	// host) are host memory by design; the others are device memory.
+	// to the device), y (labels, which Plan.Loss copies in) and losses
+	// (per-sample step scalars, which Plan.Loss copies out) are host
+	// memory by design; the others are device memory.
 	n      int // real samples in the current physical batch
 	x      []float32
 	y      []int64

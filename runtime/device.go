@@ -190,19 +190,50 @@ func AllocFloat64(d Device, n int) ([]float64, error) {
 	if n == 0 {
 		return []float64{}, nil
 	}
+	_, ptr, err := alloc8(d, n, "float64")
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*float64)(ptr), n), nil
+}
+
+// alloc8 returns a buffer of d of 2n float32 elements (n > 0) and its
+// start, checked 8-byte aligned: the storage of n 8-byte elements of the
+// given kind (float64, int64), carved as AllocFloat64 describes.
+func alloc8(d Device, n int, kind string) (Buffer, unsafe.Pointer, error) {
 	b, err := d.Alloc(2 * n)
 	if err != nil {
-		return nil, fmt.Errorf("runtime: %s: allocating %d float64 elements: %w", d.Name(), n, err)
+		return nil, nil, fmt.Errorf("runtime: %s: allocating %d %s elements: %w", d.Name(), n, kind, err)
 	}
 	f := b.Floats()
 	if len(f) != 2*n {
-		return nil, fmt.Errorf("runtime: %s: a buffer of %d elements for %d float64s has %d", d.Name(), 2*n, n, len(f))
+		return nil, nil, fmt.Errorf("runtime: %s: a buffer of %d elements for %d %ss has %d", d.Name(), 2*n, n, kind, len(f))
 	}
 	ptr := unsafe.Pointer(unsafe.SliceData(f))
 	if uintptr(ptr)%8 != 0 {
-		return nil, fmt.Errorf("runtime: %s: buffer at %p is not 8-byte aligned for float64", d.Name(), ptr)
+		return nil, nil, fmt.Errorf("runtime: %s: buffer at %p is not 8-byte aligned for %s", d.Name(), ptr, kind)
 	}
-	return unsafe.Slice((*float64)(ptr), n), nil
+	return b, ptr, nil
+}
+
+// allocInt64 returns n int64 elements of device memory (n > 0), carved
+// like AllocFloat64, with the buffer that holds them, which CopyIn fills
+// from a host []int64 seen as float32s (bitsOf64): the plan's labels.
+func allocInt64(d Device, n int) (Buffer, []int64, error) {
+	b, ptr, err := alloc8(d, n, "int64")
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, unsafe.Slice((*int64)(ptr), n), nil
+}
+
+// bitsOf64 returns the memory of v as 2·len(v) float32s, for CopyIn and
+// CopyOut of 8-byte elements: the copies move bits, never values.
+func bitsOf64(v []int64) []float32 {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(v))), 2*len(v))
 }
 
 // AdoptHost implements HostAdopter: a host slice is a CPU buffer as it is.

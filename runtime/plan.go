@@ -238,11 +238,15 @@ type Plan struct {
 	ws         []float32
 	wsNeed     int
 
-	// loss head
-	probs   []float32 // softmax of the logits, per sample
-	labels  []int64
-	hasLoss bool
-	ones    []float32
+	// loss head: device memory, written by Loss (labels copied in, the
+	// per-sample losses copied out: the step's only host traffic of it)
+	probs     []float32 // softmax of the logits, per sample
+	labels    []int64
+	labelsBuf Buffer // holds labels
+	losses    []float32
+	lossesBuf Buffer // holds losses
+	hasLoss   bool
+	ones      []float32
 
 	forwardDone bool
 	zeroGrads   []*tensor // gradients no node writes: cleared by backward
@@ -625,9 +629,10 @@ func (p *Plan) build() error {
 		}
 	}
 	// Loss head on output 0 when it is (N, K).
-	// Its softmax and unit weights, and the kernels' workspace, are
-	// operands of device operations: device memory. The labels stay on
-	// the host (Loss checks them there).
+	// Its softmax, unit weights, labels and per-sample losses, and the
+	// kernels' workspace, are operands of device operations: device
+	// memory. Loss checks the caller's labels on the host, copies them in
+	// and the losses out.
 	if o := p.outputs[0]; len(o.shape) == 2 {
 		p.hasLoss = true
 		probs, err := p.dev.Alloc(o.n)
@@ -635,7 +640,15 @@ func (p *Plan) build() error {
 			return fmt.Errorf("runtime: allocating the loss head's softmax (%d elements): %w", o.n, err)
 		}
 		p.probs = probs.Floats()
-		p.labels = make([]int64, o.shape[0])
+		if o.shape[0] > 0 {
+			if p.labelsBuf, p.labels, err = allocInt64(p.dev, o.shape[0]); err != nil {
+				return fmt.Errorf("runtime: the loss head's labels: %w", err)
+			}
+		}
+		if p.lossesBuf, err = p.dev.Alloc(o.shape[0]); err != nil {
+			return fmt.Errorf("runtime: allocating the loss head's losses (%d elements): %w", o.shape[0], err)
+		}
+		p.losses = p.lossesBuf.Floats()
 		ones := make([]float32, o.shape[0])
 		for i := range ones {
 			ones[i] = 1
@@ -1240,8 +1253,16 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 			return fmt.Errorf("runtime: loss: label %d of sample %d is outside [0, %d)", y, i, k)
 		}
 	}
-	copy(p.labels, labels)
-	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, losses, p.probs)
+	if n == 0 {
+		return nil
+	}
+	if err := p.dev.CopyIn(p.labelsBuf, 0, bitsOf64(labels)); err != nil {
+		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
+	}
+	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.losses, p.probs)
+	if err := p.dev.CopyOut(losses, p.lossesBuf, 0); err != nil {
+		return fmt.Errorf("runtime: loss: copying the losses out: %w", err)
+	}
 	return nil
 }
 

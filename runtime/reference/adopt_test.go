@@ -78,8 +78,10 @@ func loadModel(t *testing.T, name string) (*graph.Graph, map[string]*npy.Array) 
 // bit: the same arithmetic), that an update of the device's parameters
 // leaves the initializers alone until SyncParams, which then brings them
 // to the device's values, and that LoadParams brings a host change of the
-// initializers to the device.
+// initializers to the device. The per-sample losses, which Loss computes
+// in device memory from the labels it copies in, come out the same.
 func TestPlanOnSeparateMemory(t *testing.T) {
+	lossesOn := map[string][]float32{}
 	run := func(dev runtime.Device) (*runtime.Plan, *graph.Graph, map[string][]float32) {
 		g, gold := loadModel(t, "cnn")
 		in := gold["input"]
@@ -97,6 +99,7 @@ func TestPlanOnSeparateMemory(t *testing.T) {
 		if err := p.Loss(gold["labels"].I64, losses); err != nil {
 			t.Fatal(err)
 		}
+		lossesOn[dev.Name()] = losses
 		if err := p.Backward(nil, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -114,6 +117,10 @@ func TestPlanOnSeparateMemory(t *testing.T) {
 	}
 	_, gRef, ref := run(reference.Device{})
 	p, g, got := run(reference.Separate{})
+	lr, ls := lossesOn[reference.Device{}.Name()], lossesOn[reference.Separate{}.Name()]
+	if !equalBits(ls, lr) || len(lr) == 0 || lr[0] <= 0 {
+		t.Fatalf("per-sample losses %v on reference.Separate, %v on reference.Device", ls, lr)
+	}
 	orig, _ := loadModel(t, "cnn")
 	for name, w := range ref {
 		if !equalBits(got[name], w) {
