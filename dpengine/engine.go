@@ -85,9 +85,11 @@ type Engine struct {
 	cfg Config
 	dev runtime.Device // cfg.Device, or the CPU: where the step's state lives (devmem.go)
 	ops runtime.DPOps  // the DP operations of cfg.Device
-	// lay are the device's layout operations (part of the GraphOps the
-	// plan needs): the fills and copies of the step's device buffers.
-	lay       runtime.LayoutOps
+	// lay are the device's graph operations (the GraphOps the plan
+	// needs): the fills and copies of the step's device buffers, and the
+	// gathers, scatters and derivatives the per-sample rules share with
+	// the forward and backward passes.
+	lay       runtime.GraphOps
 	rp        *rewrite.Plan
 	plan      *runtime.Plan
 	sample    []int64 // per-sample input shape

@@ -130,8 +130,8 @@ type linearState struct {
 	xStride, dyStride int
 	conv              *runtime.ConvShape
 	ops               runtime.DPOps
-	lay               runtime.LayoutOps // the device's fills and copies
-	dev               runtime.Device    // where its scratch is allocated
+	lay               runtime.GraphOps // the device's fills, copies, gathers and scatters
+	dev               runtime.Device   // where its scratch is allocated
 	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);

@@ -35,17 +35,13 @@ func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	if err != nil {
 		return err
 	}
-	d := s.gi // the rule may overwrite it
-	// host read and write: the slope's local derivative, elementwise on
-	// device data (not yet a device operation).
-	for j, v := range xi {
-		if v > 0 {
-			d[j] = 0
-		} else {
-			d[j] *= v
-		}
+	// The slope's local derivative dy·x where x ≤ 0, 0 elsewhere: PRelu's
+	// own backward, its ds before the reduction (no dx).
+	if sc.d, err = growOn(s.dev, sc.d, len(xi)); err != nil {
+		return err
 	}
-	s.ops.ReduceToShape(d, s.gShape, s.out, intsOf(eff))
+	s.lay.PReluBackward(xi, nil, nil, s.gi, nil, sc.d)
+	s.ops.ReduceToShape(sc.d, s.gShape, s.out, intsOf(eff))
 	return nil
 }
 
