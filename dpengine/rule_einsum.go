@@ -27,6 +27,10 @@ func init() {
 type einsumGeom struct {
 	G, T, D, P       int
 	aIdx, gIdx, wIdx []int32
+	// aMap and gMap are aIdx and gIdx as the device's index gathers from
+	// a gathered sample of the data operand and of the output gradient
+	// (built by einsumUse once the samples' sizes are known).
+	aMap, gMap *runtime.IndexMap
 	// bk: the data operand and output gradient as the runtime holds them.
 	x, dy runtime.View
 }
@@ -129,30 +133,24 @@ func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int,
 	return g, nil
 }
 
-// rows gathers sample i's a_i and g_i, group after group, into a and gg.
-func (g *einsumGeom) rows(lay runtime.LayoutOps, x, dy *runtime.View, B, i int, xs, ys, a, gg []float32) ([]float32, []float32) {
+// rows gathers sample i's a_i and g_i, group after group, into a and gg:
+// the sample's blocks, then the device's index gathers over aMap and gMap.
+func (g *einsumGeom) rows(lay runtime.GraphOps, x, dy *runtime.View, B, i int, xs, ys, a, gg []float32) ([]float32, []float32) {
 	xs = gatherSample(lay, x, B, i, xs)
 	ys = gatherSample(lay, dy, B, i, ys)
-	// host read and write: index gathers of device data (a
-	// LayoutOps.IndexGather over a map built once).
-	for j, o := range g.aIdx {
-		a[j] = xs[o]
-	}
-	for j, o := range g.gIdx {
-		gg[j] = ys[o]
-	}
+	lay.IndexGather(xs, g.aMap, a[:len(g.aIdx)])
+	lay.IndexGather(ys, g.gMap, gg[:len(g.gIdx)])
 	return xs, ys
 }
 
 // inst writes sample i's weight gradient, in the weight's layout, to out
-// (scaled by c), from a and gg; tmp holds D·P floats.
-func (g *einsumGeom) inst(ops runtime.DPOps, a, gg []float32, c float32, tmp, out []float32) {
+// (scaled by c), from a and gg; tmp holds D·P floats. Each group's D×P
+// product lands in the weight's layout through the device's scatter.
+func (g *einsumGeom) inst(ops runtime.DPOps, lay runtime.GraphOps, a, gg []float32, c float32, tmp, out []float32) {
 	T, D, P := g.T, g.D, g.P
 	for gr := 0; gr < g.G; gr++ {
 		ops.GemmSerial(true, false, D, P, T, c, a[gr*T*D:(gr+1)*T*D], D, gg[gr*T*P:(gr+1)*T*P], P, 0, tmp, P)
-		for j, v := range tmp { // host read and write: an index scatter of device data
-			out[g.wIdx[gr*D*P+j]] = v
-		}
+		lay.ScatterReduce(runtime.ScatterReduceNone, tmp[:D*P], g.wIdx[gr*D*P:(gr+1)*D*P], out)
 	}
 }
 
@@ -173,6 +171,10 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	xLen, yLen := len(x.Data)/B, len(dy.Data)/B
 	if g.G*g.T*g.D != xLen || g.G*g.T*g.P != yLen {
 		return fmt.Errorf("samples of %d and %d values for %d groups of %d rows, D=%d, p=%d", xLen, yLen, g.G, g.T, g.D, g.P)
+	}
+	if g.aMap == nil {
+		g.aMap = runtime.NewIndexMap(g.aIdx, xLen, 0)
+		g.gMap = runtime.NewIndexMap(g.gIdx, yLen, 0)
 	}
 	if e.cfg.Mode == BK && p.ps == nil {
 		g.x, g.dy = *x, *dy
@@ -202,7 +204,7 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 			return
 		}
 		full := rest[g.D*g.P : g.D*g.P+size]
-		g.inst(e.ops, a, gg, 1, rest[:g.D*g.P], full)
+		g.inst(e.ops, e.lay, a, gg, 1, rest[:g.D*g.P], full)
 		us.addSample(e.ops, i, 0, full)
 	})
 	return nil
@@ -230,11 +232,11 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 	a, gg := buf[xLen+yLen:xLen+yLen+g.G*g.T*g.D], buf[xLen+yLen+g.G*g.T*g.D:xLen+yLen+rows]
 	tmp, full := buf[xLen+yLen+rows:xLen+yLen+rows+g.D*g.P], buf[xLen+yLen+rows+g.D*g.P:]
 	for i := 0; i < B; i++ {
-		if c[i] == 0 {
+		if c[i] == 0 { // host read: the clip factor, also the GEMM's α below
 			continue
 		}
 		g.rows(ls.lay, &g.x, &g.dy, B, i, xs, ys, a, gg)
-		g.inst(ls.ops, a, gg, c[i], tmp, full)
+		g.inst(ls.ops, ls.lay, a, gg, c[i], tmp, full)
 		ls.ops.Add(full, accum)
 	}
 	return nil
