@@ -197,6 +197,28 @@ func AllocFloat64(d Device, n int) ([]float64, error) {
 	return unsafe.Slice((*float64)(ptr), n), nil
 }
 
+// AllocInt32 returns n int32 elements of device memory, zeroed, for the
+// int32 state the device's operations write and read (MaxPool's winners),
+// carved from a float32 buffer of n elements (same size and alignment) as
+// AllocFloat64 describes.
+func AllocInt32(d Device, n int) ([]int32, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("runtime: %s: negative int32 allocation %d", d.Name(), n)
+	}
+	if n == 0 {
+		return []int32{}, nil
+	}
+	b, err := d.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %s: allocating %d int32 elements: %w", d.Name(), n, err)
+	}
+	f := b.Floats()
+	if len(f) != n {
+		return nil, fmt.Errorf("runtime: %s: a buffer of %d elements for %d int32s has %d", d.Name(), n, n, len(f))
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), n), nil
+}
+
 // alloc8 returns a buffer of d of 2n float32 elements (n > 0) and its
 // start, checked 8-byte aligned: the storage of n 8-byte elements of the
 // given kind (float64, int64), carved as AllocFloat64 describes.

@@ -44,6 +44,30 @@ func TestAdoptHostCPU(t *testing.T) {
 	if _, err := AllocFloat64(CPU{}, -1); err == nil {
 		t.Fatal("a negative float64 allocation was accepted")
 	}
+	for _, n := range []int{0, 1, 5} {
+		v, err := AllocInt32(CPU{}, n)
+		if err != nil || len(v) != n {
+			t.Fatalf("AllocInt32(%d): %d elements, %v", n, len(v), err)
+		}
+		for _, x := range v {
+			if x != 0 {
+				t.Fatalf("AllocInt32(%d) is not zeroed", n)
+			}
+		}
+	}
+	if _, err := AllocInt32(CPU{}, -1); err == nil {
+		t.Fatal("a negative int32 allocation was accepted")
+	}
+	b, l, err := allocInt64(CPU{}, 3)
+	if err != nil || len(l) != 3 || b.Len() != 6 || uintptr(unsafe.Pointer(&l[0]))%8 != 0 {
+		t.Fatalf("allocInt64(3): %d elements in a buffer of %d, %v", len(l), b.Len(), err)
+	}
+	if err := (CPU{}).CopyIn(b, 0, bitsOf64([]int64{-1, 1 << 40, 7})); err != nil {
+		t.Fatal(err)
+	}
+	if l[0] != -1 || l[1] != 1<<40 || l[2] != 7 {
+		t.Fatalf("int64s copied in as float32 bits read %v", l)
+	}
 }
 
 // TestPlanAdoptsInitializersOnCPU checks that on the CPU the plan's

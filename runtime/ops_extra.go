@@ -143,7 +143,12 @@ func buildGlobalMaxPool(p *Plan, nd *node) error {
 		return fmt.Errorf("input %v has no spatial axes", x.shape)
 	}
 	planes, L := x.shape[0]*x.shape[1], numel(x.shape[2:])
-	arg := make([]int32, planes) // the winners, for the backward
+	// The winners, written by the device's forward for its backward:
+	// device memory.
+	arg, err := AllocInt32(p.dev, planes)
+	if err != nil {
+		return fmt.Errorf("the winners of GlobalMaxPool: %w", err)
+	}
 	nd.fwd = func() { p.ops.GlobalMaxPool(planes, L, x.data, y.data, arg) }
 	nd.bwd = func() { p.ops.GlobalMaxPoolBackward(planes, L, y.grad, arg, nd.dIn[0]) }
 	return nil

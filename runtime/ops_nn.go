@@ -358,7 +358,7 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 			}
 			p.ops.MaxPoolBackward(ps, y.grad, arg, nd.dIn[0])
 		}
-		nd.planned = func() {
+		nd.planned = func() error {
 			// The argmax (one int32 per output) is only for the
 			// backward, and not even there when x and y are both
 			// still intact at it: book-keeping keeps the output of a
@@ -366,9 +366,15 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 			// found again from it (−2.9 MB on the cnn-fmnist step).
 			at := p.backStep(nd.idx)
 			if nd.needBwd && (x.dataEnd < at || y.dataEnd < at) {
-				arg = make([]int32, y.n)
+				// Written by the device's forward, read by its
+				// backward: device memory.
+				var err error
+				if arg, err = AllocInt32(p.dev, y.n); err != nil {
+					return fmt.Errorf("the winners of MaxPool: %w", err)
+				}
 				nd.auxBytes = 4 * int64(y.n)
 			}
+			return nil
 		}
 		return nil
 	}

@@ -204,7 +204,7 @@ type node struct {
 	fused int
 	// planned, if set, finishes the node once the buffer plan is known
 	// (which values outlive which steps).
-	planned func()
+	planned func() error
 	// auxBytes is what the node holds outside the arena (MaxPool winners).
 	auxBytes int64
 }
@@ -598,7 +598,9 @@ func (p *Plan) build() error {
 	}
 	for _, nd := range p.nodes {
 		if nd.planned != nil {
-			nd.planned()
+			if err := nd.planned(); err != nil {
+				return fmt.Errorf("runtime: node %s (%s): %w", nd.g.Name, nd.g.OpType, err)
+			}
 		}
 	}
 	p.propagateBatch()
