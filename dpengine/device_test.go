@@ -147,6 +147,11 @@ func (c *countingOps) AddScaledRows(cs, x, y []float32) {
 	c.CPU.AddScaledRows(cs, x, y)
 }
 
+func (c *countingOps) ScaleRows(f []float32, alpha float32, x []float32, row, stride int) {
+	c.vector.Add(1)
+	c.CPU.ScaleRows(f, alpha, x, row, stride)
+}
+
 func (c *countingOps) CountClipped(normSq []float64, factors []float32) (int, int) {
 	c.clip.Add(1)
 	return c.CPU.CountClipped(normSq, factors)

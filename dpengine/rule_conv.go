@@ -105,9 +105,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 // output gradient scaled per sample (see linearState.weightedSum).
 func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
 	outLen := len(ls.dy) / B
-	for i := 0; i < B; i++ {
-		ls.ops.Scale(c[i], ls.dy[i*outLen:(i+1)*outLen])
-	}
+	ls.ops.ScaleRows(c[:B], 1, ls.dy[:B*outLen], outLen, outLen) // sample i's rows by C_i
 	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
 }
 

@@ -91,12 +91,10 @@ func matrixWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 	rows := len(ls.dy) / P
 	// Σ_i c_i g_iᵀa_i = Σ_rows (c_{sample(row)} g_row)ᵀ a_row: scale each
 	// output-gradient row by its sample's factor and take one GEMM over
-	// all rows, whatever the layout of the batch in them.
-	scaled := ls.dy
-	for r := 0; r < rows; r++ {
-		ci := c[(r*P/ls.dyStride)%B] * ls.alpha
-		ls.ops.Scale(ci, scaled[r*P:(r+1)*P])
-	}
+	// all rows, whatever the layout of the batch in them (on the device:
+	// the factors stay where the clip step wrote them).
+	scaled := ls.dy[:rows*P]
+	ls.ops.ScaleRows(c[:B], ls.alpha, scaled, P, ls.dyStride)
 	beta := float32(1)
 	if overwrite {
 		beta = 0

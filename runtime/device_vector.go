@@ -73,6 +73,14 @@ type VectorOps interface {
 	// factor 0 (non-finite, or clipped away) adds nothing, not even the
 	// NaN of 0·∞.
 	AddScaledRows(c, x, y []float32)
+	// ScaleRows scales row r of x (len(x)/row rows of row elements) by
+	// c_s·alpha, s = (r·row/stride) mod len(c), the product rounded to
+	// float32 first, as Scale(c_s·alpha, row r): book-keeping's scaling
+	// of each sample's output gradient by its clip factor C_s (and a
+	// Gemm's α) before its one GEMM for Σ_i C_i g_iᵀa_i, wherever the
+	// batch sits in the rows (stride is the batch stride, len(c) the
+	// batch). It runs on one worker.
+	ScaleRows(c []float32, alpha float32, x []float32, row, stride int)
 }
 
 // SumSq implements VectorOps.
@@ -188,6 +196,16 @@ func (CPU) AddScaledRows(c, x, y []float32) {
 		if ci != 0 {
 			kernels.Axpy(ci, x[i*n:(i+1)*n], y)
 		}
+	}
+}
+
+// ScaleRows implements VectorOps: one Scale per row.
+func (c CPU) ScaleRows(f []float32, alpha float32, x []float32, row, stride int) {
+	if row == 0 || len(f) == 0 {
+		return
+	}
+	for r := 0; r < len(x)/row; r++ {
+		c.Scale(f[(r*row/stride)%len(f)]*alpha, x[r*row:(r+1)*row])
 	}
 }
 

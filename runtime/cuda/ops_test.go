@@ -306,6 +306,22 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-7},
+	{"ScaleRows", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		var out []float64
+		// Samples of 4 rows of 3 (batch axis first), and rows of 3 with
+		// the batch of 5 innermost (stride 3: sample r mod 5).
+		for _, g := range []struct{ row, stride, b int }{{3, 12, 1 + n/12}, {3, 3, 5}} {
+			c, x := randFloats(r, g.b), place(p, randFloats(r, n))
+			o.ScaleRows(place(p, c), 0.5, x, g.row, g.stride)
+			out = append(out, widen32(fetch(p, x))...)
+		}
+		return out, true
+	}, 1e-6},
 	{"CountClipped", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.ClipOps)
 		if !ok {

@@ -182,3 +182,15 @@ func (d *Device) AddScaledRows(c, x, y []float32) {
 	a.Ptr(f32(c, opIn, d)).I64(int64(len(c))).Ptr(f32(x, opIn, d)).Ptr(f32(y, opInOut, d)).I64(int64(n))
 	d.launch("add_scaled_rows", int64(n))
 }
+
+// ScaleRows implements runtime.VectorOps: one thread per element.
+func (d *Device) ScaleRows(c []float32, alpha float32, x []float32, row, stride int) {
+	if row == 0 || len(c) == 0 || len(x) < row {
+		return
+	}
+	x = x[:len(x)/row*row]
+	a := d.begin()
+	defer d.end("ScaleRows")
+	a.Ptr(f32(c, opIn, d)).I64(int64(len(c))).F32(alpha).Ptr(f32(x, opInOut, d)).I64(int64(len(x))).I64(int64(row)).I64(int64(stride))
+	d.launch("scale_rows", int64(len(x)))
+}

@@ -137,3 +137,18 @@ func (Device) AddScaledRows(c, x, y []float32) {
 		y[j] = float32(s)
 	}
 }
+
+// ScaleRows implements runtime.VectorOps: each element the float64
+// product x·c_s·α rounded once (the CPU rounds c_s·α first, then the
+// product: within float32 rounding of this).
+func (Device) ScaleRows(c []float32, alpha float32, x []float32, row, stride int) {
+	if row == 0 || len(c) == 0 {
+		return
+	}
+	for r := 0; r < len(x)/row; r++ {
+		f := float64(c[(r*row/stride)%len(c)]) * float64(alpha)
+		for k := r * row; k < (r+1)*row; k++ {
+			x[k] = float32(float64(x[k]) * f)
+		}
+	}
+}

@@ -71,6 +71,14 @@ func dpVectorCases() []dpVectorCase {
 			d.SumRows(in.a, in.rows, len(in.a)/in.rows, out)
 			return out, nil
 		}},
+		{"ScaleRows", false, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			x := dpClone(in.a)
+			cols := len(x) / in.rows
+			d.ScaleRows(in.b[:in.rows], in.alpha, x, cols, cols) // a sample per row
+			y := dpClone(in.a)
+			d.ScaleRows(in.b[:3], 1, y, 1, 1) // the batch innermost
+			return append(x, y...), nil
+		}},
 		{"ZeroNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
 			y := dpClone(in.n64)
 			d.ZeroNormSq(y[1 : len(y)-1])
@@ -188,4 +196,7 @@ func TestVectorOpsByHand(t *testing.T) {
 	y := []float32{1, 1}
 	d.AddScaledRows([]float32{2, 0, -1}, []float32{1, 2, float32(math.NaN()), 5, 3, 1}, y)
 	dpSameBits(t, "AddScaledRows", y, []float32{0, 4})
+	x := []float32{1, 2, 3, 4, 5, 6}
+	d.ScaleRows([]float32{2, -1}, 0.5, x, 1, 3) // samples of 3 rows of 1
+	dpSameBits(t, "ScaleRows", x, []float32{1, 2, 3, -2, -2.5, -3})
 }

@@ -138,3 +138,14 @@ extern "C" __global__ void add_scaled_rows(const float *c, long long rows, const
     y[j] = s;
   }
 }
+
+// scale_rows scales element k of x (rows of row elements, n in all) by
+// c[s]·α, s = (r·row/stride) mod nc for its row r, the product rounded to
+// float first as the CPU's Scale(c_s·α, row r).
+extern "C" __global__ void scale_rows(const float *c, long long nc, float alpha, float *x, long long n, long long row, long long stride) {
+  FOR_EACH(k, n) {
+    long long r = k / row;
+    float f = c[(r * row / stride) % nc] * alpha;
+    x[k] *= f;
+  }
+}
