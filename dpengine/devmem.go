@@ -57,6 +57,21 @@ func growOn(dev runtime.Device, b []float32, n int) ([]float32, error) {
 	return allocOn(dev, n, "scratch")
 }
 
+// growF64On is growOn for float64 scratch (runtime.AllocFloat64).
+func growF64On(dev runtime.Device, b []float64, n int) ([]float64, error) {
+	if cap(b) >= n {
+		return b[:n], nil
+	}
+	if dev == nil {
+		dev = runtime.CPU{}
+	}
+	f, err := runtime.AllocFloat64(dev, n)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: allocating float64 scratch on %s: %w", dev.Name(), err)
+	}
+	return f, nil
+}
+
 // gatherOn is gatherSample into dst grown on dev to the sample's size.
 func gatherOn(dev runtime.Device, lay runtime.LayoutOps, v *runtime.View, N, i int, dst []float32) ([]float32, error) {
 	dst, err := growOn(dev, dst, sampleLen(v, N, i))

@@ -38,11 +38,13 @@ var serialOpBelow = 1 << 16
 // opScratch is one worker's buffers for operandGrad: the operand-shaped
 // result and the gathered sample slices it works on.
 type opScratch struct {
-	// Device memory (grown with growOn and gatherOn).
+	// Device memory (grown with growOn, gatherOn and growF64On): acc
+	// holds the float64 sums of a general Einsum's contraction.
 	buf, gi, other, self, d, q []float32
-	// acc is host memory: the sums of the rules that still compute on
-	// the host (normOperand, einsumOperand).
-	acc []float64
+	acc                        []float64
+	// hostAcc is host memory: the sums of normOperand, which still
+	// computes on the host.
+	hostAcc []float64
 }
 
 type useState struct {

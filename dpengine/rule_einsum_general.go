@@ -81,39 +81,12 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	if len(gShape) != len(spec.Output) {
 		return fmt.Errorf("output gradient %v does not match equation %q", gShape, eq)
 	}
-	stW, stA, stY := strideOf(spec.Inputs[s.k], s.opShape), strideOf(spec.Inputs[1-s.k], aShape), strideOf(spec.Output, gShape)
-	// Host scratch: the contraction below runs on the host (host read of
-	// the operands; not yet a device operation).
-	sc.acc = growF64(sc.acc, len(s.out))
-	acc := sc.acc
-	clear(acc)
-	coord := make([]int, len(labels))
-	w, a, y := 0, 0, 0
-	for {
-		acc[w] += float64(ai[a]) * float64(s.gi[y])
-		k := len(labels) - 1
-		for ; k >= 0; k-- {
-			coord[k]++
-			w, a, y = w+stW[k], a+stA[k], y+stY[k]
-			if coord[k] < dims[k] {
-				break
-			}
-			w, a, y = w-coord[k]*stW[k], a-coord[k]*stA[k], y-coord[k]*stY[k]
-			coord[k] = 0
-		}
-		if k < 0 {
-			break
-		}
+	// The contraction, one loop per label, on the device with its
+	// float64 sums in device scratch.
+	l := runtime.ContractLoop{Dims: dims, Out: strideOf(spec.Inputs[s.k], s.opShape), A: strideOf(spec.Inputs[1-s.k], aShape), B: strideOf(spec.Output, gShape)}
+	if sc.acc, err = growF64On(s.dev, sc.acc, len(s.out)); err != nil {
+		return err
 	}
-	for j, v := range acc {
-		s.out[j] = float32(v)
-	}
+	s.ops.Contract(&l, ai, s.gi, sc.acc, s.out)
 	return nil
-}
-
-func growF64(b []float64, n int) []float64 {
-	if cap(b) < n {
-		return make([]float64, n)
-	}
-	return b[:n]
 }

@@ -45,10 +45,10 @@ func normOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	// Host scratch: these sums run on the host (host read of the
 	// gathered sample and the output gradient; not yet a device
 	// operation), so their accumulator is host memory.
-	if cap(sc.acc) < len(s.out) {
-		sc.acc = make([]float64, len(s.out))
+	if cap(sc.hostAcc) < len(s.out) {
+		sc.hostAcc = make([]float64, len(s.out))
 	}
-	acc := sc.acc[:len(s.out)]
+	acc := sc.hostAcc[:len(s.out)]
 	clear(acc)
 	// gatherSample took blocks s.i, s.i+B, … of BatchStride elements: the
 	// sample's row r is row r mod perBlock of block s.i + (r / perBlock)·B.

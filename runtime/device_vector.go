@@ -81,6 +81,26 @@ type VectorOps interface {
 	// batch sits in the rows (stride is the batch stride, len(c) the
 	// batch). It runs on one worker.
 	ScaleRows(c []float32, alpha float32, x []float32, row, stride int)
+	// Contract computes out[w] = Σ a[i_a]·b[i_b] over the loop nest l,
+	// the products and the sum in float64 in the loop's order (its last
+	// loop fastest), each output rounded once; acc is float64 scratch of
+	// len(out) elements: a weight's per-sample gradient through a general
+	// two-operand Einsum (one that is not a grouped linear layer), the
+	// equation's contraction of the other operand with the output
+	// gradient. It runs on one worker.
+	Contract(l *ContractLoop, a, b []float32, acc []float64, out []float32)
+}
+
+// ContractLoop is the loop nest of VectorOps.Contract: one loop per
+// einsum label, with its extent and, per tensor, the stride that a step
+// along it moves that tensor's offset by (0 where the tensor lacks the
+// label or broadcasts it; a sum of strides where a label repeats, a
+// diagonal). Compile-time shape arithmetic, built on the host.
+type ContractLoop struct {
+	// Dims are the loops' extents, the last loop innermost.
+	Dims []int
+	// Out, A and B are the strides of out, a and b per loop.
+	Out, A, B []int
 }
 
 // SumSq implements VectorOps.
@@ -206,6 +226,40 @@ func (c CPU) ScaleRows(f []float32, alpha float32, x []float32, row, stride int)
 	}
 	for r := 0; r < len(x)/row; r++ {
 		c.Scale(f[(r*row/stride)%len(f)]*alpha, x[r*row:(r+1)*row])
+	}
+}
+
+// Contract implements VectorOps: the loop nest as an odometer (the last
+// coordinate fastest, the offsets moved by the strides), on the caller's
+// goroutine.
+func (CPU) Contract(l *ContractLoop, a, b []float32, acc []float64, out []float32) {
+	acc = acc[:len(out)]
+	clear(acc)
+	empty := false
+	for _, d := range l.Dims {
+		empty = empty || d == 0
+	}
+	var small [16]int // no allocation for up to 16 labels
+	coord := small[:min(len(l.Dims), len(small))]
+	if len(l.Dims) > len(small) {
+		coord = make([]int, len(l.Dims))
+	}
+	for w, ia, ib := 0, 0, 0; !empty; {
+		acc[w] += float64(a[ia]) * float64(b[ib])
+		k := len(l.Dims) - 1
+		for ; k >= 0; k-- {
+			coord[k]++
+			w, ia, ib = w+l.Out[k], ia+l.A[k], ib+l.B[k]
+			if coord[k] < l.Dims[k] {
+				break
+			}
+			w, ia, ib = w-coord[k]*l.Out[k], ia-coord[k]*l.A[k], ib-coord[k]*l.B[k]
+			coord[k] = 0
+		}
+		empty = k < 0
+	}
+	for j, v := range acc {
+		out[j] = float32(v)
 	}
 }
 

@@ -322,6 +322,27 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-6},
+	{"Contract", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		// ik = ij·jk with j of n (a matrix product summing n terms per
+		// output), and a diagonal ii = ij·ji.
+		m := max(n, 1)
+		a, b := randFloats(r, 3*m), randFloats(r, 3*m)
+		var out []float64
+		for _, l := range []runtime.ContractLoop{
+			{Dims: []int{3, n, 3}, Out: []int{3, 0, 1}, A: []int{n, 1, 0}, B: []int{0, 3, 1}},
+			{Dims: []int{3, n}, Out: []int{1, 0}, A: []int{n, 1}, B: []int{1, 3}},
+		} {
+			res := place(p, make([]float32, 9))
+			o.Contract(&l, place(p, a), place(p, b), place(p, make([]float64, 9)), res)
+			out = append(out, widen32(fetch(p, res))...)
+		}
+		return out, true
+	}, 1e-7},
 	{"CountClipped", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.ClipOps)
 		if !ok {

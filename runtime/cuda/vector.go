@@ -1,6 +1,11 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
 
 // The VectorOps of the device (runtime/device_vector.go; kernels in
 // kernels/vector.cu). The sums the contract orders — SumSq, SquaredNorms
@@ -193,4 +198,30 @@ func (d *Device) ScaleRows(c []float32, alpha float32, x []float32, row, stride 
 	defer d.end("ScaleRows")
 	a.Ptr(f32(c, opIn, d)).I64(int64(len(c))).F32(alpha).Ptr(f32(x, opInOut, d)).I64(int64(len(x))).I64(int64(row)).I64(int64(stride))
 	d.launch("scale_rows", int64(len(x)))
+}
+
+// Contract implements runtime.VectorOps, on one thread (the sum's order
+// is the loop's): the loop nest goes to the kernel as int32s.
+func (d *Device) Contract(l *runtime.ContractLoop, x, y []float32, acc []float64, out []float32) {
+	nl := len(l.Dims)
+	if nl > 32 {
+		panic(fmt.Errorf("cuda: Contract: %d loops, more than 32", nl))
+	}
+	if len(out) == 0 {
+		return
+	}
+	acc = acc[:len(out)]
+	a := d.begin()
+	defer d.end("Contract")
+	d.loop = d.loop[:0]
+	for _, s := range [][]int{l.Dims, l.Out, l.A, l.B} {
+		for _, v := range s[:nl] {
+			if v < 0 || v > math.MaxInt32 {
+				panic(fmt.Errorf("cuda: Contract: loop value %d outside int32", v))
+			}
+			d.loop = append(d.loop, int32(v))
+		}
+	}
+	a.Ptr(i32(d.loop, d)).I32(int32(nl)).Ptr(f32(x, opIn, d)).Ptr(f32(y, opIn, d)).Ptr(f64(acc, opOut, d)).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
+	d.launchOne("contract")
 }

@@ -1,5 +1,7 @@
 package reference
 
+import "github.com/dpfinetune/dpfinetune/runtime"
+
 // The vector operations (runtime.VectorOps). Sums of squares and dot
 // products are the contract's own: float64, element by element in order,
 // so that the clip factors are the CPU's bit for bit. Every other result
@@ -150,5 +152,32 @@ func (Device) ScaleRows(c []float32, alpha float32, x []float32, row, stride int
 		for k := r * row; k < (r+1)*row; k++ {
 			x[k] = float32(float64(x[k]) * f)
 		}
+	}
+}
+
+// Contract implements runtime.VectorOps from the definition: every point
+// of the loop nest in row-major order (the last loop fastest), its
+// offsets the dot products of its coordinates with the strides, the
+// products summed in float64 and rounded once.
+func (Device) Contract(l *runtime.ContractLoop, a, b []float32, acc []float64, out []float32) {
+	sum := make([]float64, len(out))
+	total := 1
+	for _, d := range l.Dims {
+		total *= d
+	}
+	for t := 0; t < total; t++ {
+		w, ia, ib := 0, 0, 0
+		rest := t
+		for k := len(l.Dims) - 1; k >= 0; k-- {
+			c := rest % l.Dims[k]
+			rest /= l.Dims[k]
+			w += c * l.Out[k]
+			ia += c * l.A[k]
+			ib += c * l.B[k]
+		}
+		sum[w] += float64(a[ia]) * float64(b[ib])
+	}
+	for j, v := range sum {
+		out[j] = float32(v)
 	}
 }

@@ -28,6 +28,15 @@ type dpVectorIn struct {
 	alpha float32
 }
 
+// contractLoops are Contract's test loop nests over operands of at least
+// 6 elements and an output of 4: ik = ij·jk (2×3×2), a diagonal ii = ij·ji
+// with b read transposed, and a broadcast of b along i with j summed.
+var contractLoops = []runtime.ContractLoop{
+	{Dims: []int{2, 3, 2}, Out: []int{2, 0, 1}, A: []int{3, 1, 0}, B: []int{0, 2, 1}},
+	{Dims: []int{2, 3}, Out: []int{1, 0}, A: []int{3, 1}, B: []int{1, 2}},
+	{Dims: []int{4, 6}, Out: []int{1, 0}, A: []int{0, 1}, B: []int{0, 1}},
+}
+
 func dpVectorCases() []dpVectorCase {
 	return []dpVectorCase{
 		{"SumSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
@@ -78,6 +87,15 @@ func dpVectorCases() []dpVectorCase {
 			y := dpClone(in.a)
 			d.ScaleRows(in.b[:3], 1, y, 1, 1) // the batch innermost
 			return append(x, y...), nil
+		}},
+		{"Contract", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			var out []float32
+			for _, l := range contractLoops {
+				o := make([]float32, 4)
+				d.Contract(&l, in.a, in.b, make([]float64, 4), o)
+				out = append(out, o...)
+			}
+			return out, nil
 		}},
 		{"ZeroNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
 			y := dpClone(in.n64)
@@ -199,4 +217,9 @@ func TestVectorOpsByHand(t *testing.T) {
 	x := []float32{1, 2, 3, 4, 5, 6}
 	d.ScaleRows([]float32{2, -1}, 0.5, x, 1, 3) // samples of 3 rows of 1
 	dpSameBits(t, "ScaleRows", x, []float32{1, 2, 3, -2, -2.5, -3})
+	// (1 2; 3 4)·(5 6; 7 8) = (19 22; 43 50).
+	out = make([]float32, 4)
+	mm := runtime.ContractLoop{Dims: []int{2, 2, 2}, Out: []int{2, 0, 1}, A: []int{2, 1, 0}, B: []int{0, 2, 1}}
+	d.Contract(&mm, []float32{1, 2, 3, 4}, []float32{5, 6, 7, 8}, nil, out)
+	dpSameBits(t, "Contract", out, []float32{19, 22, 43, 50})
 }

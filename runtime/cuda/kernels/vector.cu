@@ -149,3 +149,37 @@ extern "C" __global__ void scale_rows(const float *c, long long nc, float alpha,
     x[k] *= f;
   }
 }
+
+// contract computes out[w] = Σ a[ia]·b[ib] over the loop nest of nl loops
+// given in loop (extents, then the strides of out, a and b, nl each), the
+// products and sums in float64 in the loop's order (the last loop
+// fastest) into acc, each output rounded once: one thread, as the order
+// is the contract's (nl ≤ 32).
+extern "C" __global__ void contract(const int *loop, int nl, const float *a, const float *b, double *acc, float *out, long long nout) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const int *dims = loop, *so = loop + nl, *sa = loop + 2 * nl, *sb = loop + 3 * nl;
+  for (long long j = 0; j < nout; j++) acc[j] = 0;
+  bool empty = false;
+  for (int k = 0; k < nl; k++)
+    if (dims[k] == 0) empty = true;
+  long long coord[32];
+  for (int k = 0; k < nl; k++) coord[k] = 0;
+  long long w = 0, ia = 0, ib = 0;
+  while (!empty) {
+    acc[w] += (double)a[ia] * (double)b[ib];
+    int k = nl - 1;
+    for (; k >= 0; k--) {
+      coord[k]++;
+      w += so[k];
+      ia += sa[k];
+      ib += sb[k];
+      if (coord[k] < dims[k]) break;
+      w -= coord[k] * so[k];
+      ia -= coord[k] * sa[k];
+      ib -= coord[k] * sb[k];
+      coord[k] = 0;
+    }
+    empty = k < 0;
+  }
+  for (long long j = 0; j < nout; j++) out[j] = (float)acc[j];
+}
