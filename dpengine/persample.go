@@ -39,12 +39,10 @@ var serialOpBelow = 1 << 16
 // result and the gathered sample slices it works on.
 type opScratch struct {
 	// Device memory (grown with growOn, gatherOn and growF64On): acc
-	// holds the float64 sums of a general Einsum's contraction.
+	// holds the float64 sums of a general Einsum's contraction and of a
+	// normalization's affine gradient.
 	buf, gi, other, self, d, q []float32
 	acc                        []float64
-	// hostAcc is host memory: the sums of normOperand, which still
-	// computes on the host.
-	hostAcc []float64
 }
 
 type useState struct {

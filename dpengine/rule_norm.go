@@ -42,33 +42,12 @@ func normOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return fmt.Errorf("%s input of %d and output gradient of %d elements per sample for rows of %d (batch stride %d)",
 			ev.Node.OpType, len(xi), len(gi), L, x.BatchStride)
 	}
-	// Host scratch: these sums run on the host (host read of the
-	// gathered sample and the output gradient; not yet a device
-	// operation), so their accumulator is host memory.
-	if cap(sc.hostAcc) < len(s.out) {
-		sc.hostAcc = make([]float64, len(s.out))
+	// The sums run on the device, into its float64 scratch, from the
+	// rows' statistics the forward left in device memory.
+	if sc.acc, err = growF64On(s.dev, sc.acc, len(s.out)); err != nil {
+		return err
 	}
-	acc := sc.hostAcc[:len(s.out)]
-	clear(acc)
-	// gatherSample took blocks s.i, s.i+B, … of BatchStride elements: the
-	// sample's row r is row r mod perBlock of block s.i + (r / perBlock)·B.
-	perBlock := x.BatchStride / L
-	for row := 0; row < len(xi)/L; row++ {
-		global := (s.i+row/perBlock*s.B)*perBlock + row%perBlock
-		xr, gr := xi[row*L:(row+1)*L], gi[row*L:(row+1)*L]
-		if s.k == 2 {
-			for j, g := range gr {
-				acc[nr.Param(global, j)] += float64(g)
-			}
-			continue
-		}
-		mf, ivf := nr.Stats(global)
-		for j, g := range gr {
-			acc[nr.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
-		}
-	}
-	for k, v := range acc {
-		s.out[k] = float32(v)
-	}
+	mean, inv := nr.StatsData()
+	s.ops.NormAffineSampleGrad(nr, s.k == 1, s.i, s.B, x.BatchStride, xi, mean, inv, gi, sc.acc, s.out)
 	return nil
 }

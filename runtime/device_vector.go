@@ -89,6 +89,19 @@ type VectorOps interface {
 	// equation's contraction of the other operand with the output
 	// gradient. It runs on one worker.
 	Contract(l *ContractLoop, a, b []float32, acc []float64, out []float32)
+	// NormAffineSampleGrad overwrites out (n.NumParams() elements) with
+	// sample i's gradient with respect to the scale (scale true: Σ dy·x̂)
+	// or the bias (Σ dy) of the normalization n (LayerNormalization,
+	// GroupNormalization, InstanceNormalization), from the sample's x and
+	// dy gathered as the engine gathers a sample (blocks i, i+B, … of
+	// stride elements of the whole tensor; x may be nil for the bias) and
+	// the statistics mean and invStd of the whole tensor's rows from the
+	// forward (n.StatsData; nil for the bias): each term the
+	// float32 dy·(x − mean)·(1/σ), as the forward rounds x̂, summed in
+	// float64 per parameter element in the order of the rows and their
+	// elements, rounded once. acc is float64 scratch of len(out)
+	// elements. It runs on one worker.
+	NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32)
 }
 
 // ContractLoop is the loop nest of VectorOps.Contract: one loop per
@@ -260,6 +273,36 @@ func (CPU) Contract(l *ContractLoop, a, b []float32, acc []float64, out []float3
 	}
 	for j, v := range acc {
 		out[j] = float32(v)
+	}
+}
+
+// NormAffineSampleGrad implements VectorOps, row after row on the
+// caller's goroutine.
+func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	r := n.r
+	L := r.L
+	acc = acc[:len(out)]
+	clear(acc)
+	// The gather took blocks i, i+B, … of stride elements: the sample's
+	// row q is row q mod perBlock of block i + (q / perBlock)·B.
+	perBlock := stride / L
+	for q := 0; q < len(dy)/L; q++ {
+		global := (i+q/perBlock*B)*perBlock + q%perBlock
+		gr := dy[q*L : (q+1)*L]
+		if !scale {
+			for j, g := range gr {
+				acc[r.Param(global, j)] += float64(g)
+			}
+			continue
+		}
+		xr := x[q*L : (q+1)*L]
+		mf, ivf := mean[global], invStd[global]
+		for j, g := range gr {
+			acc[r.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
+		}
+	}
+	for k, v := range acc {
+		out[k] = float32(v)
 	}
 }
 

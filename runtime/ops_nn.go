@@ -507,6 +507,26 @@ func (n *NormRows) Param(row, j int) int { return n.r.Param(row, j) }
 // over the whole input, in its flat order).
 func (n *NormRows) Stats(row int) (mean, inv float32) { return n.r.mean[row], n.r.inv[row] }
 
+// ParamMap is Param as one formula for a device's kernel: element j of
+// row row uses scale/bias element (row mod G)·CpG + j/S (LayerNorm: 1, 0,
+// 1; GroupNormalization's per-group affine: groups, 1, the row length;
+// per channel and InstanceNormalization: groups, channels per group,
+// spatial size).
+func (n *NormRows) ParamMap() (G, CpG, S int) {
+	switch r := n.r; r.Mode {
+	case normChan:
+		return r.G, r.CpG, r.S
+	case normGroup:
+		return r.G, 1, r.L
+	}
+	return 1, 0, 1
+}
+
+// StatsData is the rows' means and 1/σ from the last Forward, Rows()
+// each: device memory, for the device's operations (Stats reads one row's
+// on the host).
+func (n *NormRows) StatsData() (mean, inv []float32) { return n.r.mean, n.r.inv }
+
 // NewLayerNormRows describes LayerNormalization of outer rows of size
 // elements, scale and bias of size elements (NNOps.NormalizeRowsAffine).
 func NewLayerNormRows(outer, size int, eps float64) *NormRows {

@@ -343,6 +343,39 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-7},
+	{"NormAffineSampleGrad", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		sp, D, T := 1+n%7, 1+n%13, 1+n%5
+		const B = 3
+		var out []float64
+		for _, c := range []struct {
+			nr     *runtime.NormRows
+			stride int // the batch stride: a block per sample, or rows of the batch innermost
+			rows   int // the sample's rows
+		}{
+			{runtime.NewGroupNormRows(B, 4, sp, 2, false, 1e-5), 2 * 2 * sp, 2},
+			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp, 2},
+			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp, 3},
+			{runtime.NewLayerNormRows(T*B, D, 1e-5), D, T}, // (T, B, D): the batch in the middle
+		} {
+			L := c.nr.RowLen()
+			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
+			for k := range inv {
+				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
+			}
+			x, dy := randFloats(r, c.rows*L), randFloats(r, c.rows*L)
+			for _, scale := range []bool{true, false} {
+				res := place(p, make([]float32, c.nr.NumParams()))
+				o.NormAffineSampleGrad(c.nr, scale, 1, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, c.nr.NumParams())), res)
+				out = append(out, widen32(fetch(p, res))...)
+			}
+		}
+		return out, true
+	}, 1e-5},
 	{"CountClipped", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.ClipOps)
 		if !ok {

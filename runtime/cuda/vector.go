@@ -225,3 +225,28 @@ func (d *Device) Contract(l *runtime.ContractLoop, x, y []float32, acc []float64
 	a.Ptr(i32(d.loop, d)).I32(int32(nl)).Ptr(f32(x, opIn, d)).Ptr(f32(y, opIn, d)).Ptr(f64(acc, opOut, d)).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
 	d.launchOne("contract")
 }
+
+// NormAffineSampleGrad implements runtime.VectorOps, on one thread (the
+// sums' order is the contract's); the parameter map is n.ParamMap's
+// formula.
+func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	if len(out) == 0 {
+		return
+	}
+	L := n.RowLen()
+	G, CpG, S := n.ParamMap()
+	acc = acc[:len(out)]
+	dy = dy[:len(dy)/L*L]
+	sc := int32(0)
+	if scale {
+		sc, x = 1, x[:len(dy)]
+	} else {
+		x, mean, invStd = nil, nil, nil
+	}
+	a := d.begin()
+	defer d.end("NormAffineSampleGrad")
+	a.I32(sc).I64(int64(i)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
+	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy)))
+	a.Ptr(f64(acc, opOut, d)).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
+	d.launchOne("norm_affine_sample_grad")
+}

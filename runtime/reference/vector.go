@@ -181,3 +181,29 @@ func (Device) Contract(l *runtime.ContractLoop, a, b []float32, acc []float64, o
 		out[j] = float32(v)
 	}
 }
+
+// NormAffineSampleGrad implements runtime.VectorOps from the definition:
+// sample i's rows are the rows of blocks i, i+B, … of the whole tensor,
+// each element's x̂ = (x − mean)·(1/σ) with its row's statistics, and the
+// gradient Σ dy·x̂ (or Σ dy) per parameter element in float64, rounded
+// once. (The CPU rounds each term to float32 first, as the forward
+// rounds x̂: within float32 rounding of this.)
+func (Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	L := n.RowLen()
+	perBlock := stride / L
+	sum := make([]float64, len(out))
+	for q := 0; q < len(dy)/L; q++ {
+		block, within := i+q/perBlock*B, q%perBlock
+		row := block*perBlock + within
+		for j := 0; j < L; j++ {
+			g := float64(dy[q*L+j])
+			if scale {
+				g *= (float64(x[q*L+j]) - float64(mean[row])) * float64(invStd[row])
+			}
+			sum[n.Param(row, j)] += g
+		}
+	}
+	for k, v := range sum {
+		out[k] = float32(v)
+	}
+}

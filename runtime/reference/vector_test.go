@@ -223,3 +223,48 @@ func TestVectorOpsByHand(t *testing.T) {
 	d.Contract(&mm, []float32{1, 2, 3, 4}, []float32{5, 6, 7, 8}, nil, out)
 	dpSameBits(t, "Contract", out, []float32{19, 22, 43, 50})
 }
+
+// TestNormAffineSampleGrad holds the reference backend's per-sample
+// normalization affine gradients to the CPU's (within 1e-5: the CPU
+// rounds each term to float32) for every kind of NormRows, with the
+// sample's rows in a block of their own or spread (the batch in the
+// middle), and checks a LayerNorm case by hand.
+func TestNormAffineSampleGrad(t *testing.T) {
+	ref, cpu := reference.Device{}, runtime.CPU{}
+	r := rand.New(rand.NewPCG(7, 8))
+	const B = 3
+	for _, c := range []struct {
+		name         string
+		nr           *runtime.NormRows
+		stride, rows int
+	}{
+		{"GroupNorm", runtime.NewGroupNormRows(B, 4, 5, 2, false, 1e-5), 20, 2},
+		{"GroupNorm per group", runtime.NewGroupNormRows(B, 4, 5, 2, true, 1e-5), 20, 2},
+		{"InstanceNorm", runtime.NewInstanceNormRows(B, 3, 7, 1e-5), 21, 3},
+		{"LayerNorm (T, B, D)", runtime.NewLayerNormRows(4*B, 6, 1e-5), 6, 4},
+	} {
+		L := c.nr.RowLen()
+		mean, inv := dpRand(r, c.nr.Rows()), dpRand(r, c.nr.Rows())
+		for k := range inv {
+			inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
+		}
+		x, dy := dpRand(r, c.rows*L), dpRand(r, c.rows*L)
+		for _, scale := range []bool{true, false} {
+			got, want := make([]float32, c.nr.NumParams()), make([]float32, c.nr.NumParams())
+			ref.NormAffineSampleGrad(c.nr, scale, 2, B, c.stride, x, mean, inv, dy, nil, got)
+			cpu.NormAffineSampleGrad(c.nr, scale, 2, B, c.stride, x, mean, inv, dy, make([]float64, len(want)), want)
+			if e := dpErr(got, want); e > 1e-5 {
+				t.Errorf("%s (scale %v): error %.3g > 1e-5", c.name, scale, e)
+			}
+		}
+	}
+	// LayerNorm of rows of 2, samples of one row each (B = 2), sample 1:
+	// row 1, mean 1, 1/σ 2: x̂ = (−2, 2), dy = (3, 5).
+	nr := runtime.NewLayerNormRows(2, 2, 1e-5)
+	out := make([]float32, 2)
+	mean, inv, x, dy := []float32{0, 1}, []float32{1, 2}, []float32{0, 2}, []float32{3, 5}
+	ref.NormAffineSampleGrad(nr, true, 1, 2, 2, x, mean, inv, dy, nil, out)
+	dpSameBits(t, "NormAffineSampleGrad scale", out, []float32{-6, 10})
+	ref.NormAffineSampleGrad(nr, false, 1, 2, 2, nil, nil, nil, dy, nil, out)
+	dpSameBits(t, "NormAffineSampleGrad bias", out, []float32{3, 5})
+}

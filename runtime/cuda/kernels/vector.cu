@@ -183,3 +183,35 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
   }
   for (long long j = 0; j < nout; j++) out[j] = (float)acc[j];
 }
+
+// norm_affine_sample_grad overwrites out (nout elements) with sample i's
+// gradient with respect to a normalization's scale (scale ≠ 0: Σ dy·x̂,
+// each term the float dy·(x − mean)·(1/σ)) or bias (Σ dy), from the
+// sample's rows of L elements gathered from blocks i, i+B, … of per_block
+// rows each; element j of whole-tensor row r uses parameter
+// (r mod g)·cpg + j/s. The sums are float64 in acc in the order of the
+// rows and their elements, rounded once: one thread, as the order is the
+// contract's.
+extern "C" __global__ void norm_affine_sample_grad(int scale, long long i, long long b, long long per_block, long long l,
+                                                   long long g, long long cpg, long long s, const float *x,
+                                                   const float *mean, const float *inv, const float *dy, long long ndy,
+                                                   double *acc, float *out, long long nout) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (long long k = 0; k < nout; k++) acc[k] = 0;
+  for (long long q = 0; q < ndy / l; q++) {
+    long long row = (i + q / per_block * b) * per_block + q % per_block;
+    const float *gr = dy + q * l;
+    long long base = (row % g) * cpg;
+    if (!scale) {
+      for (long long j = 0; j < l; j++) acc[base + j / s] += (double)gr[j];
+      continue;
+    }
+    const float *xr = x + q * l;
+    float mf = mean[row], ivf = inv[row];
+    for (long long j = 0; j < l; j++) {
+      float t = gr[j] * (xr[j] - mf) * ivf;
+      acc[base + j / s] += (double)t;
+    }
+  }
+  for (long long k = 0; k < nout; k++) out[k] = (float)acc[k];
+}
