@@ -11,13 +11,16 @@ import (
 // clip factors, optimizer state, scratch) is allocated from the engine's
 // device, so that a backend with memory of its own runs the step without
 // host copies. Host-side by design are the input batch staging (copied in
-// by Plan.SetInput), labels, per-sample losses and the other step scalars
-// the host reads. Fills and copies of device buffers run through the
-// device's LayoutOps (Fill, Copy); where the host still reads or writes
-// device memory (a count of clipped samples, a norm for reporting, a
-// float64 clear, a per-sample norm accumulated on the host, a gathered
-// sample) the code says "host read:" or "host write:", which is where a
-// backend without host memory needs a CopyOut, a CopyIn or an operation.
+// by Plan.SetInput), labels and per-sample losses (Plan.Loss copies them
+// in and out) and the other step scalars the host reads. Fills and copies
+// of device buffers run through the device's LayoutOps (Fill, Copy), the
+// norms' clears and accumulations through VectorOps (ZeroNormSq,
+// AddSumSq, AddDot, AddSumSqProduct), the report's counts through
+// ClipOps.CountClipped; where the host still reads or writes device
+// memory (book-keeping's Einsum factors, reports outside the step,
+// canaries) the code says "host read:" or "host write:", which is where a
+// backend without host memory needs a CopyOut, a CopyIn or an operation
+// (docs/ARCHITECTURE.md, "Where the state lives").
 // On the CPU and the reference backend device memory is host memory, so
 // none of this copies.
 

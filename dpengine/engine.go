@@ -643,6 +643,19 @@ func (e *Engine) Gradient(name string) []float32 {
 	return nil
 }
 
+// NonFiniteParam returns the name of the first trainable parameter (in
+// ParamNames' order) holding a NaN or infinite element, or "": counted on
+// the device (VectorOps.CountNonFinite), one scalar per parameter, so
+// that a check after every step reads no parameter on the host.
+func (e *Engine) NonFiniteParam() string {
+	for _, p := range e.params {
+		if e.ops.CountNonFinite(p.data) > 0 {
+			return p.name
+		}
+	}
+	return ""
+}
+
 // ParamNorms returns, after ClippedSum or a Step's last physical batch, the
 // per-sample gradient norm of each parameter for the real samples.
 func (e *Engine) ParamNorms() map[string][]float64 {

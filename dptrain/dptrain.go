@@ -660,21 +660,10 @@ func compatible(prev, cur Settings) error {
 	return nil
 }
 
-// firstNonFinite returns the name of a parameter holding NaN or Inf.
-// Host read: the device parameters, every step (not SyncParams, which
-// would copy the model to the host each step on a device with memory of
-// its own: a device-side check belongs here).
-func firstNonFinite(e *dpengine.Engine) string {
-	names := e.ParamNames()
-	for k, p := range e.Params() {
-		for _, v := range p {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return names[k]
-			}
-		}
-	}
-	return ""
-}
+// firstNonFinite returns the name of a parameter holding NaN or Inf,
+// counted on the engine's device (Engine.NonFiniteParam): every step,
+// without copying the model to the host.
+func firstNonFinite(e *dpengine.Engine) string { return e.NonFiniteParam() }
 
 // SetMetadata records the run in the model's metadata_props (keys with
 // MetaPrefix; earlier ones are replaced).

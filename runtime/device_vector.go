@@ -1,6 +1,10 @@
 package runtime
 
-import "github.com/dpfinetune/dpfinetune/runtime/kernels"
+import (
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+)
 
 // VectorOps is the vector arithmetic of the DP operation set (DPOps): the
 // squared norms, scalings and sums of per-sample gradients that the engine
@@ -81,6 +85,10 @@ type VectorOps interface {
 	// batch sits in the rows (stride is the batch stride, len(c) the
 	// batch). It runs on one worker.
 	ScaleRows(c []float32, alpha float32, x []float32, row, stride int)
+	// CountNonFinite returns the number of NaN or infinite elements of x:
+	// the trainer's check, after each step, that no parameter diverged,
+	// one scalar instead of a host read of the model.
+	CountNonFinite(x []float32) int
 	// Contract computes out[w] = Σ a[i_a]·b[i_b] over the loop nest l,
 	// the products and the sum in float64 in the loop's order (its last
 	// loop fastest), each output rounded once; acc is float64 scratch of
@@ -304,6 +312,17 @@ func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, me
 	for k, v := range acc {
 		out[k] = float32(v)
 	}
+}
+
+// CountNonFinite implements VectorOps.
+func (CPU) CountNonFinite(x []float32) int {
+	n := 0
+	for _, v := range x {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			n++
+		}
+	}
+	return n
 }
 
 // SumRows implements VectorOps.

@@ -20,7 +20,7 @@ var kernelSources embed.FS
 
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
-	"vector.cu": {"sum_sq_rows", "dot", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows", "zero_f64", "add_sum_sq", "add_dot", "add_sum_sq_product", "add_scaled_rows", "scale_rows", "contract", "norm_affine_sample_grad"},
+	"vector.cu": {"sum_sq_rows", "dot", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows", "zero_f64", "add_sum_sq", "add_dot", "add_sum_sq_product", "add_scaled_rows", "scale_rows", "contract", "norm_affine_sample_grad", "count_non_finite"},
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},

@@ -48,9 +48,12 @@
 // emulation its header. Elementwise kernels are grid-stride loops on
 // blocks of 256 threads, the grid capped at 16 blocks per multiprocessor.
 // Sums whose order the contract fixes (SumSq, SquaredNorms and Dot in
-// float64 in order, AddRunSums's four running sums, SumRows, ScatterAdd in
-// index order) run that order on one thread per result, parallel across
-// results only, so that they are the CPU's bit for bit.
+// float64 in order, AddSumSq, AddDot and AddSumSqProduct accumulated into
+// a device slot, AddRunSums's four running sums, SumRows, AddScaledRows
+// row after row, ScatterAdd in index order, Contract's and
+// NormAffineSampleGrad's float64 sums, ClipOps.CountClipped) run that order
+// on one thread per result, parallel across results only, so that they
+// are the CPU's bit for bit.
 //
 // The noise kernel (noise.cu) is runtime/noise's specification (its
 // doc.go) in CUDA C: AES-128 (S-box computed on the host from its

@@ -376,6 +376,25 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-5},
+	{"CountNonFinite", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		x := randFloats(r, n)
+		for i := range x {
+			switch r.Intn(40) {
+			case 0:
+				x[i] = float32(math.NaN())
+			case 1:
+				x[i] = float32(math.Inf(1 - 2*r.Intn(2)))
+			case 2:
+				x[i] = math.MaxFloat32
+			}
+		}
+		return []float64{float64(o.CountNonFinite(place(p, x)))}, true
+	}, 0},
 	{"CountClipped", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.ClipOps)
 		if !ok {

@@ -250,3 +250,18 @@ func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, str
 	a.Ptr(f64(acc, opOut, d)).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
 	d.launchOne("norm_affine_sample_grad")
 }
+
+// CountNonFinite implements runtime.VectorOps: a grid-stride count, added
+// atomically into a zeroed result slot (as a uint64).
+func (d *Device) CountNonFinite(x []float32) int {
+	if len(x) == 0 {
+		return 0
+	}
+	a := d.begin()
+	defer d.end("CountNonFinite")
+	d.res[0] = 0 // the bits of uint64 0
+	a.Ptr(f32(x, opIn, d)).I64(int64(len(x))).Ptr(f64(d.res[:1], opInOut, d))
+	d.launch("count_non_finite", int64(len(x)))
+	d.flush("CountNonFinite")
+	return int(math.Float64bits(d.res[0]))
+}

@@ -207,3 +207,15 @@ func (Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride
 		out[k] = float32(v)
 	}
 }
+
+// CountNonFinite implements runtime.VectorOps: an element is finite when
+// it minus itself is 0 (NaN − NaN and ∞ − ∞ are NaN).
+func (Device) CountNonFinite(x []float32) int {
+	n := 0
+	for _, v := range x {
+		if float64(v)-float64(v) != 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -97,6 +97,13 @@ func dpVectorCases() []dpVectorCase {
 			}
 			return out, nil
 		}},
+		{"CountNonFinite", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			x := dpClone(in.a)
+			for i := 0; i < len(x); i += 5 {
+				x[i] = [...]float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, 0}[i/5%5]
+			}
+			return nil, []float64{float64(d.CountNonFinite(x))}
+		}},
 		{"ZeroNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
 			y := dpClone(in.n64)
 			d.ZeroNormSq(y[1 : len(y)-1])

@@ -215,3 +215,15 @@ extern "C" __global__ void norm_affine_sample_grad(int scale, long long i, long 
   }
   for (long long k = 0; k < nout; k++) out[k] = (float)acc[k];
 }
+
+// count_non_finite adds to count[0] the number of NaN or infinite
+// elements of x (an integer count: the atomic additions' order does not
+// matter).
+extern "C" __global__ void count_non_finite(const float *x, long long n, unsigned long long *count) {
+  unsigned long long c = 0;
+  FOR_EACH(i, n) {
+    float v = x[i];
+    if (isnan(v) || isinf(v)) c++;
+  }
+  if (c) atomicAdd(count, c);
+}
