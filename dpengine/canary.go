@@ -52,7 +52,10 @@ func (e *Engine) addCanaries() {
 		if f < 1 {
 			e.clipped++
 		}
-		e.params[k.Param].accum[k.Index] += float32(f * k.Value) // host write: one element of a device accumulator
+		// One element of the device accumulator, added by the device
+		// from a host scalar (staged where the memory is the device's).
+		e.canaryVal[0] = float32(f * k.Value)
+		e.ops.Add(e.canaryVal[:], e.params[k.Param].accum[k.Index:k.Index+1])
 	}
 	e.canaries = nil
 }

@@ -181,3 +181,23 @@ func TestNonFiniteParam(t *testing.T) {
 		t.Fatalf("NonFiniteParam = %q, want %q (NaN)", name, names[0])
 	}
 }
+
+// TestCopyGradient: CopyGradient copies a range of the private gradient
+// to the host, equal to the device view Gradient, and refuses an unknown
+// parameter or a range outside it.
+func TestCopyGradient(t *testing.T) {
+	e := buildEngine(t, "cnn", Config{Mode: Ghost, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: 8,
+		PhysicalBatch: 8, Source: NewSeededSource(1), Optimizer: &SGD{LR: 0.1}})
+	name := e.ParamNames()[0]
+	g := e.Gradient(name)
+	for i := range g {
+		g[i] = float32(i)
+	}
+	dst := make([]float32, 3)
+	if !e.CopyGradient(name, 2, dst) || dst[0] != 2 || dst[2] != 4 {
+		t.Fatalf("CopyGradient(%q, 2) = %v", name, dst)
+	}
+	if e.CopyGradient("no such parameter", 0, dst) || e.CopyGradient(name, len(g)-2, dst) || e.CopyGradient(name, -1, dst) {
+		t.Fatal("CopyGradient accepted a parameter or range outside the model")
+	}
+}

@@ -120,6 +120,8 @@ type Engine struct {
 	// canaries are the gradient canaries of the next logical batch
 	// (InjectCanaries).
 	canaries []DiracCanary
+	// canaryVal is the host scalar addCanaries adds to an accumulator.
+	canaryVal [1]float32
 
 	// Per physical batch. x (the input batch, which Plan.SetInput copies
 	// to the device), y (labels, which Plan.Loss copies in) and losses
@@ -621,13 +623,17 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 		return nil, nil, err
 	}
 	e.settleGrad()
+	// Host copies through the device's operations: the sums by its copy,
+	// the squared norms by its float64 addition onto zeros (exact).
 	out := map[string][]float32{}
 	for _, p := range e.params {
-		out[p.name] = append([]float32(nil), p.accum...) // host read: the clipped sums
+		out[p.name] = make([]float32, len(p.accum))
+		e.lay.Copy(p.accum, out[p.name])
 	}
-	norms := make([]float64, n) // host read: the norms
+	norms := make([]float64, n)
+	e.ops.AddNormSq(e.normSq[:n], norms)
 	for i := range norms {
-		norms[i] = math.Sqrt(e.normSq[i])
+		norms[i] = math.Sqrt(norms[i])
 	}
 	return out, norms, nil
 }
@@ -641,6 +647,20 @@ func (e *Engine) Gradient(name string) []float32 {
 		return p.accum
 	}
 	return nil
+}
+
+// CopyGradient copies len(dst) elements of the private gradient of
+// parameter name from the last Step, from element off on, into the host
+// slice dst through the device's copy (Gradient is the device view
+// itself); false if there is no such parameter or range.
+func (e *Engine) CopyGradient(name string, off int, dst []float32) bool {
+	p := e.byName[name]
+	if p == nil || off < 0 || off+len(dst) > len(p.accum) {
+		return false
+	}
+	e.settleGrad()
+	e.lay.Copy(p.accum[off:off+len(dst)], dst)
+	return true
 }
 
 // NonFiniteParam returns the name of the first trainable parameter (in
@@ -661,9 +681,10 @@ func (e *Engine) NonFiniteParam() string {
 func (e *Engine) ParamNorms() map[string][]float64 {
 	out := map[string][]float64{}
 	for _, p := range e.params {
-		v := make([]float64, e.n) // host read: the norms
+		v := make([]float64, e.n) // a host copy: the device's float64 addition onto zeros (exact)
+		e.ops.AddNormSq(p.normSq[:e.n], v)
 		for i := range v {
-			v[i] = math.Sqrt(p.normSq[i])
+			v[i] = math.Sqrt(v[i])
 		}
 		out[p.name] = v
 	}

@@ -248,18 +248,17 @@ func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *ran
 		return out, nil
 	}
 	user := cfg.Events
-	var grads [][]float32 // per parameter, looked up once per step
+	var g [1]float32 // one element of a private gradient, copied to the host
 	cfg.Events = func(ev dptrain.Event) {
 		if ev.Kind == dptrain.StepDone {
-			// The auditor sees every private gradient (white box).
-			if grads == nil {
-				grads = make([][]float32, len(names))
-			}
-			for k, name := range names {
-				grads[k] = ev.Engine.Gradient(name)
-			}
+			// The auditor sees every private gradient (white box): each
+			// canary's coordinate, copied from the device.
 			for i, c := range coords {
-				scores[i] += float64(grads[c.Param][c.Index]) // host read: one element of a device gradient
+				if !ev.Engine.CopyGradient(names[c.Param], c.Index, g[:]) {
+					// DrawCanaries drew the coordinates from the model.
+					panic(fmt.Sprintf("audit: canary coordinate %d of parameter %q is not in the model", c.Index, names[c.Param]))
+				}
+				scores[i] += float64(g[0])
 			}
 		}
 		if user != nil {
