@@ -25,6 +25,11 @@ var deviceKernels = map[string][]string{
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy"},
+	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
+		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
+		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_normalize", "row_grad_sums", "row_normalize_bwd",
+		"row_affine", "row_affine_grad_sums", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd"},
+	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device
@@ -65,6 +70,13 @@ type Device struct {
 	rkOK       bool
 
 	maxGrid int
+
+	// planData holds device copies of compile-time plans (a convolution's
+	// geometry, a normalization's parameter tables), keyed by the plan's
+	// pointer: see planCopy.
+	planData map[any]DevicePtr
+	// shapes stages an operation's shape arguments (stageShapes).
+	shapes []int64
 }
 
 type span struct {
@@ -275,7 +287,7 @@ func (d *Device) Close() error {
 	for _, s := range d.spans {
 		d.drv.Free(s.p)
 	}
-	d.spans, d.scratch = nil, arena{}
+	d.spans, d.scratch, d.planData = nil, arena{}, nil
 	return d.drv.Close()
 }
 
@@ -419,6 +431,31 @@ func (d *Device) end(op string) {
 	}
 	d.pending = d.pending[:0]
 	d.resetScratch()
+}
+
+// planCopy returns the device copy of the read-only compile-time plan key
+// (a pointer), made from fill's bytes at its first use and kept until
+// Close (d.mu held). The map holds the pointer, so the plan cannot be
+// collected and its address reused by another while its copy is cached.
+func (d *Device) planCopy(key any, fill func() []byte) DevicePtr {
+	if p, ok := d.planData[key]; ok {
+		return p
+	}
+	b := fill()
+	p, err := d.alloc(max(len(b), 1))
+	if err != nil {
+		panic(err)
+	}
+	if len(b) > 0 {
+		if err := d.drv.CopyHtoD(p, unsafe.Pointer(&b[0]), len(b)); err != nil {
+			panic(fmt.Errorf("cuda: copying a plan to the device: %w", err))
+		}
+	}
+	if d.planData == nil {
+		d.planData = map[any]DevicePtr{}
+	}
+	d.planData[key] = p
+	return p
 }
 
 // launch runs kernel name over n work items, a thread each (grid-stride
