@@ -42,7 +42,8 @@
 //
 // kernels/<group>.cu holds the kernels of one operation group (vector.cu:
 // runtime.VectorOps, clip.cu: ClipOps, optim.cu: OptimOps, noise.cu:
-// NoiseOps, linalg.cu: LinalgOps.Axpy), embedded in the binary. Kernels are
+// NoiseOps, linalg.cu: LinalgOps.Axpy, nn.cu: NNOps, reduce.cu:
+// ReduceOps), embedded in the binary. Kernels are
 // extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
 // a short prelude first (the fixed-width integer types, DYN_SHARED), the
 // emulation its header. Elementwise kernels are grid-stride loops on
@@ -60,6 +61,32 @@
 // tail through ln, both ported from noise/mathf.go operation by
 // operation. TestNoiseMatchesCPU holds it to runtime.CPU, noise.Reference
 // and the reference backend bit for bit.
+//
+// NNOps and ReduceOps (nn.cu, reduce.cu) are correct and simple first:
+// one thread per element written, its sum in float64 in a fixed order
+// rounded once (ReduceSum and ReduceMean in float32, as their contract
+// says), statistics a thread per channel or row kept in float64 scratch
+// for the elementwise pass; a gradient that several outputs feed (a
+// convolution's or pooling's input) is gathered by the input element's
+// thread over the window positions that read it, never scattered with
+// atomics; ScatterReduce runs in order on one thread. Their values, not
+// the CPU's bits, are the contract (TestGraphOps: the reference backend
+// and the CPU within a tolerance). exp and log are written out in double
+// (d_exp, d_log: a Taylor series after range reduction, atanh's series),
+// so that these modules keep no FMA (TestNVRTCNoFMA).
+//
+// Their compile-time parameters reach the kernels as device copies made
+// at first use and kept on the Device until Close, keyed by the plan's
+// pointer (planCopy; the map keeps the plan alive, so that no other plan
+// reuses the address while its copy is cached): a convolution's or
+// pooling's geometry (ConvShape, PoolShape: sizes and each axis's window,
+// lifted to three axes, as int32s) and a row normalization's parameter
+// table (NormRows: the parameter of element j of row r is row_off[r] +
+// col_off[j], checked for every element when the table is built, with
+// each column offset's columns listed for the parameter gradients). Plans
+// are read-only and live as long as the plan, so one copy serves every
+// call. Shapes passed per call (GemmBias's, a reduction's) are staged
+// with the call (stageShapes).
 //
 // # Device and operands
 //
@@ -98,12 +125,18 @@
 //     column-major operands) in the real driver and a CPU SGEMM in the
 //     emulation, behind one more Driver method; Binary and ReduceToShape.
 //   - PerSampleOps: Im2ColPlane, ConvWeightGrad, DepthwisePerSampleGrad.
-//   - GraphOps (LayoutOps, NNOps, ElementwiseOps, ReduceOps), whose
-//     interfaces other work is defining now; with them and the above the
-//     Device implements runtime.Ops, and runtime/devices.go's "cuda" entry
-//     can open it.
+//   - LayoutOps and ElementwiseOps (in progress beside this work); with
+//     them and the above the Device implements runtime.Ops. runtime's
+//     "cuda" device is registered (register.go) and opens the Device, on
+//     which Compile fails until then. The integration tests
+//     (TestPlanOnCUDA, dpengine's TestEngineOnCUDA) lend runtime.CPU's
+//     groups meanwhile, which on the emulation can compute on device
+//     memory.
 //   - Speed: the in-order sums on one thread per result (exact but slow
-//     for one long vector: SumSq, Dot, ScatterAdd), staging of host
+//     for one long vector: SumSq, Dot, ScatterAdd, ScatterReduce; a
+//     channel's or row's statistics; a GemmBias gradient), one thread per
+//     output in the convolutions (tiles in shared memory, or im2col and
+//     the GEMM), staging of host
 //     operands (the engine's scalars could live on the device), a stream
 //     per worker instead of the default stream.
 //   - The real driver has run on the stand-in and NVRTC 11.8 only, not on
