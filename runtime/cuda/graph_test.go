@@ -148,7 +148,9 @@ func nnCases() []graphCase {
 			return fetchAll(p, y, dx)
 		})
 	}
-	for _, sz := range [][2]int{{6, 50}, {300, 7}, {1, 1}} {
+	// 300×40: more elements than the emulation's capped grid has threads
+	// (32 blocks of 256), so that the grid-stride loops go round.
+	for _, sz := range [][2]int{{6, 50}, {300, 7}, {1, 1}, {300, 40}} {
 		planes, L := sz[0], sz[1]
 		x, dy := uniform(rng, planes*L, -1, 1), uniform(rng, planes, -1, 1)
 		if planes*L > 20 {
@@ -249,7 +251,7 @@ func nnCases() []graphCase {
 	for _, gc := range []struct {
 		beta           float32
 		yShape, cShape []int
-	}{{1, []int{3, 5}, []int{5}}, {0.5, []int{3, 5}, []int{3, 1}}, {2, []int{3, 5}, []int{3, 5}}, {1, []int{30, 17}, []int{}}, {-1, []int{300, 4}, []int{1, 4}}} {
+	}{{1, []int{3, 5}, []int{5}}, {0.5, []int{3, 5}, []int{3, 1}}, {2, []int{3, 5}, []int{3, 5}}, {1, []int{30, 17}, []int{}}, {-1, []int{300, 4}, []int{1, 4}}, {1, []int{300, 40}, []int{40}}} {
 		ny, nc := numel(gc.yShape), numel(gc.cShape)
 		c, dy := uniform(rng, nc, -1, 1), uniform(rng, ny, -1, 1)
 		add(fmt.Sprint("GemmBias/", gc.beta, gc.yShape, gc.cShape), 1e-5, func(o runtime.NNOps, p *placer) [][]float32 {
@@ -375,6 +377,57 @@ func reduceCases() []graphCase {
 		})
 	}
 	return cases
+}
+
+// TestExpLog checks the kernels' d_exp and d_log (written out without
+// FMAs) over float32's range, through operations that compute them alone:
+// ReduceLogSum of one-element groups is float32(log x), and its backward
+// with dy = 1 is float32(exp(−y)) for any y given. Both are within a unit
+// in the last place of float32 of Go's math (where Go's result is not a
+// subnormal, whose units are coarser).
+func TestExpLog(t *testing.T) {
+	d := emuDevice(t)
+	var xs []float32
+	for e := -149.0; e <= 127; e += 0.37 {
+		xs = append(xs, float32(math.Pow(2, e)))
+	}
+	xs = append(xs, math.SmallestNonzeroFloat32, math.MaxFloat32, 1, 2, 0.5, 1+1e-7, 1-1e-7)
+	n := len(xs)
+	y := make([]float32, n)
+	d.ReduceAxes(runtime.ReduceLogSum, xs, []int{n}, y, []int{n}, nil, make([]float64, n))
+	for i, x := range xs {
+		if want := float32(math.Log(float64(x))); !ulpClose(y[i], want) {
+			t.Errorf("log %g = %g, want %g", x, y[i], want)
+		}
+	}
+	var ys []float32
+	for v := -100.0; v <= 110; v += 0.173 {
+		ys = append(ys, float32(v))
+	}
+	ys = append(ys, 0, -88.72283, 87.33655, -1e-30, 1e-30, float32(math.Inf(1)), float32(math.Inf(-1)))
+	n = len(ys)
+	dx, ones := make([]float32, n), make([]float32, n)
+	for i := range ones {
+		ones[i] = 1
+	}
+	d.ReduceAxesBackward(runtime.ReduceLogSum, ones, []int{n}, ys, ones, []int{n}, nil, nil, dx)
+	for i, v := range ys {
+		if want := float32(math.Exp(-float64(v))); !ulpClose(dx[i], want) {
+			t.Errorf("exp %g = %g, want %g", -v, dx[i], want)
+		}
+	}
+}
+
+// ulpClose reports whether got is want or a float32 neighbour of it (any
+// two subnormals or zeros within 2⁻¹²⁶·2⁻²⁰ of each other pass).
+func ulpClose(got, want float32) bool {
+	if got == want {
+		return true
+	}
+	if math.Abs(float64(want)) < 0x1p-126 {
+		return math.Abs(float64(got)-float64(want)) <= 0x1p-146
+	}
+	return got == math.Nextafter32(want, float32(math.Inf(1))) || got == math.Nextafter32(want, float32(math.Inf(-1)))
 }
 
 // TestGraphOps holds the Device's NNOps and ReduceOps to the reference
