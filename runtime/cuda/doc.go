@@ -70,7 +70,7 @@
 // convolution's or pooling's input) is gathered by the input element's
 // thread over the window positions that read it, never scattered with
 // atomics; ScatterReduce runs in order on one thread. Their values, not
-// the CPU's bits, are the contract (TestGraphOps: the reference backend
+// the CPU's bits, are the contract (TestNNReduceOps: the reference backend
 // and the CPU within a tolerance). exp and log are written out in double
 // (d_exp, d_log: a Taylor series after range reduction, atanh's series),
 // so that these modules keep no FMA (TestNVRTCNoFMA).

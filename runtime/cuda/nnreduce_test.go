@@ -430,23 +430,23 @@ func ulpClose(got, want float32) bool {
 	return got == math.Nextafter32(want, float32(math.Inf(1))) || got == math.Nextafter32(want, float32(math.Inf(-1)))
 }
 
-// TestGraphOps holds the Device's NNOps and ReduceOps to the reference
+// TestNNReduceOps holds the Device's NNOps and ReduceOps to the reference
 // backend and to runtime.CPU on random inputs, with host operands (staged)
 // and with device buffers.
-func TestGraphOps(t *testing.T) { checkGraphOps(t, emuDevice(t)) }
+func TestNNReduceOps(t *testing.T) { checkNNReduceOps(t, emuDevice(t)) }
 
-// TestGraphOpsOnFake runs TestGraphOps' cases through the real driver's
+// TestNNReduceOpsOnFake runs TestNNReduceOps' cases through the real driver's
 // code on the stand-in (testdata/fakecuda.c).
-func TestGraphOpsOnFake(t *testing.T) {
+func TestNNReduceOpsOnFake(t *testing.T) {
 	d, err := New(fakeDriver(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	checkGraphOps(t, d)
+	checkNNReduceOps(t, d)
 }
 
-func checkGraphOps(t *testing.T, d *Device) {
+func checkNNReduceOps(t *testing.T, d *Device) {
 	for _, c := range append(nnCases(), reduceCases()...) {
 		t.Run(c.name, func(t *testing.T) {
 			ref := c.run(reference.Device{}, &placer{})
