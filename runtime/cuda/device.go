@@ -24,7 +24,10 @@ var deviceKernels = map[string][]string{
 	"clip.cu":   {"clip_factors"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
-	"linalg.cu": {"axpy"},
+	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale"},
+	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
+		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
+	"layout.cu": {"copy_f", "fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device
@@ -63,6 +66,9 @@ type Device struct {
 	tables, rk DevicePtr
 	rkKey      runtime.NoiseKey
 	rkOK       bool
+
+	// gathers holds the IndexMaps' device forms (layout.go).
+	gathers map[*runtime.IndexMap]*gatherPlan
 
 	maxGrid int
 }
@@ -275,7 +281,7 @@ func (d *Device) Close() error {
 	for _, s := range d.spans {
 		d.drv.Free(s.p)
 	}
-	d.spans, d.scratch = nil, arena{}
+	d.spans, d.scratch, d.gathers = nil, arena{}, nil
 	return d.drv.Close()
 }
 
@@ -439,9 +445,12 @@ func (d *Device) launchGrid(name string, grid, block Dim3) {
 }
 
 var (
-	_ runtime.Device    = (*Device)(nil)
-	_ runtime.VectorOps = (*Device)(nil)
-	_ runtime.ClipOps   = (*Device)(nil)
-	_ runtime.OptimOps  = (*Device)(nil)
-	_ runtime.NoiseOps  = (*Device)(nil)
+	_ runtime.Device         = (*Device)(nil)
+	_ runtime.VectorOps      = (*Device)(nil)
+	_ runtime.ClipOps        = (*Device)(nil)
+	_ runtime.OptimOps       = (*Device)(nil)
+	_ runtime.NoiseOps       = (*Device)(nil)
+	_ runtime.LinalgOps      = (*Device)(nil)
+	_ runtime.LayoutOps      = (*Device)(nil)
+	_ runtime.ElementwiseOps = (*Device)(nil)
 )
