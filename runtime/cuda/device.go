@@ -27,7 +27,8 @@ var deviceKernels = map[string][]string{
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale"},
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"layout.cu": {"copy_f", "fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
+	"persample.cu": {"im2col_plane", "conv_weight_grad"},
+	"layout.cu":    {"copy_f", "fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device
@@ -453,4 +454,6 @@ var (
 	_ runtime.LinalgOps      = (*Device)(nil)
 	_ runtime.LayoutOps      = (*Device)(nil)
 	_ runtime.ElementwiseOps = (*Device)(nil)
+	_ runtime.PerSampleOps   = (*Device)(nil)
+	_ runtime.DPOps          = (*Device)(nil)
 )
