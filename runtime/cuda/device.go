@@ -32,10 +32,9 @@ var deviceKernels = map[string][]string{
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device
-// memory, and the operation groups VectorOps, ClipOps, OptimOps, NoiseOps
-// and LinalgOps.Axpy as CUDA kernels (kernels/*.cu). It does not yet
-// implement all of runtime.DPOps nor runtime.GraphOps (doc.go lists what
-// remains).
+// memory, and the operation groups as CUDA kernels (kernels/*.cu) and
+// cuBLAS's GEMMs: runtime.DPOps, LayoutOps and ElementwiseOps (doc.go
+// lists what remains).
 //
 // Operands are []float32 (and []float64, []int32) slices. A slice that
 // lies in memory this Device allocated — the Floats of its buffers and

@@ -25,14 +25,14 @@ var mathModules = map[string]bool{"elementwise.cu": true}
 // special-cases the exponents the CPU does and takes others in double,
 // rounded once.
 func (d *Device) Binary(op runtime.BinaryOp, a []float32, aShape []int, b []float32, bShape []int, y []float32, yShape []int) {
-	n := numel(yShape)
+	n := numElems(yShape)
 	if n == 0 {
 		return
 	}
 	l := newLayout(yShape, nil, aShape, bShape)
 	args := d.begin()
 	defer d.end("Binary")
-	args.I32(int32(op)).Ptr(f32(a[:numel(aShape)], opIn, d)).Ptr(f32(b[:numel(bShape)], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
+	args.I32(int32(op)).Ptr(f32(a[:numElems(aShape)], opIn, d)).Ptr(f32(b[:numElems(bShape)], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
 	l.arg(args)
 	d.launch("binary", int64(n))
 }
@@ -40,13 +40,13 @@ func (d *Device) Binary(op runtime.BinaryOp, a []float32, aShape []int, b []floa
 // BinaryBackward implements runtime.ElementwiseOps: one thread per element
 // of each gradient.
 func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, b []float32, bShape []int, y, dy []float32, yShape []int, da, db []float32) {
-	ny := numel(yShape)
+	ny := numElems(yShape)
 	for wrt, t := range [][]float32{da, db} {
 		tShape := aShape
 		if wrt == 1 {
 			tShape = bShape
 		}
-		nt := numel(tShape)
+		nt := numElems(tShape)
 		if t == nil || nt == 0 {
 			continue
 		}
@@ -60,7 +60,7 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			yy = y[:ny]
 		}
 		args := d.begin()
-		args.I32(int32(op)).I32(int32(wrt)).Ptr(f32(a[:numel(aShape)], opIn, d)).Ptr(f32(b[:numel(bShape)], opIn, d))
+		args.I32(int32(op)).I32(int32(wrt)).Ptr(f32(a[:numElems(aShape)], opIn, d)).Ptr(f32(b[:numElems(bShape)], opIn, d))
 		args.Ptr(f32(yy, opIn, d)).Ptr(f32(dy[:ny], opIn, d)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(ny / nt))
 		l.arg(args)
 		d.launch("binary_backward", int64(nt))
@@ -168,14 +168,14 @@ func u8(s []uint8, d *Device) DevicePtr {
 
 // Where implements runtime.ElementwiseOps: one thread per element of out.
 func (d *Device) Where(cond []uint8, condShape []int, x []float32, xShape []int, y []float32, yShape []int, out []float32, outShape []int) {
-	n := numel(outShape)
+	n := numElems(outShape)
 	if n == 0 {
 		return
 	}
 	l := newLayout(outShape, nil, condShape, xShape, yShape)
 	a := d.begin()
 	defer d.end("Where")
-	a.Ptr(u8(cond[:numel(condShape)], d)).Ptr(f32(x[:numel(xShape)], opIn, d)).Ptr(f32(y[:numel(yShape)], opIn, d)).Ptr(f32(out[:n], opOut, d)).I64(int64(n))
+	a.Ptr(u8(cond[:numElems(condShape)], d)).Ptr(f32(x[:numElems(xShape)], opIn, d)).Ptr(f32(y[:numElems(yShape)], opIn, d)).Ptr(f32(out[:n], opOut, d)).I64(int64(n))
 	l.arg(a)
 	d.launch("where_f", int64(n))
 }
@@ -183,13 +183,13 @@ func (d *Device) Where(cond []uint8, condShape []int, x []float32, xShape []int,
 // WhereBackward implements runtime.ElementwiseOps: one thread per element
 // of each gradient; it needs no scratch (ws is not used).
 func (d *Device) WhereBackward(cond []uint8, condShape []int, xShape, yShape []int, dout []float32, outShape []int, dx, dy, ws []float32) {
-	n := numel(outShape)
+	n := numElems(outShape)
 	for k, t := range [][]float32{dx, dy} {
 		tShape := xShape
 		if k == 1 {
 			tShape = yShape
 		}
-		nt := numel(tShape)
+		nt := numElems(tShape)
 		if t == nil || nt == 0 {
 			continue
 		}
@@ -199,7 +199,7 @@ func (d *Device) WhereBackward(cond []uint8, condShape []int, xShape, yShape []i
 		}
 		l := newLayout(outShape, reducedAxes(outShape, tShape), outShape, condShape)
 		a := d.begin()
-		a.Ptr(u8(cond[:numel(condShape)], d)).Ptr(f32(dout[:n], opIn, d)).I32(int32(1 - k)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(n / nt))
+		a.Ptr(u8(cond[:numElems(condShape)], d)).Ptr(f32(dout[:n], opIn, d)).I32(int32(1 - k)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(n / nt))
 		l.arg(a)
 		d.launch("where_backward", int64(nt))
 		d.end("WhereBackward")

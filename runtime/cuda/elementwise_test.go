@@ -60,7 +60,7 @@ func actInput(r *rand.Rand, n int, positive bool) []float32 {
 	return x
 }
 
-var elementwiseCases = []graphCase{
+var elementwiseCases = []valueCase{
 	{"Unary", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.ElementwiseOps)
 		if !ok {
@@ -256,5 +256,5 @@ var elementwiseCases = []graphCase{
 // TestElementwiseOps holds the Device's ElementwiseOps to the reference
 // backend and the CPU, through the emulation.
 func TestElementwiseOps(t *testing.T) {
-	testGraphCases(t, emuDevice(t), elementwiseCases, 6)
+	testValueCases(t, emuDevice(t), elementwiseCases, 6)
 }

@@ -137,14 +137,14 @@ func (d *Device) IndexGatherBackward(dy []float32, m *runtime.IndexMap, dx []flo
 func permLayout(pp *runtime.PermPlan) (iterLayout, int) {
 	st := make([]int, len(pp.Shape))
 	for a := range st {
-		st[a] = numel(pp.Shape[a+1:])
+		st[a] = numElems(pp.Shape[a+1:])
 	}
 	axes := make([]axis, len(pp.Perm))
 	for k, p := range pp.Perm {
 		axes[k] = axis{dim: pp.Shape[p]}
 		axes[k].st[0] = st[p]
 	}
-	return compactLayout(axes, 1, fmt.Sprintf("transpose %v of %v", pp.Perm, pp.Shape)), numel(pp.Shape)
+	return compactLayout(axes, 1, fmt.Sprintf("transpose %v of %v", pp.Perm, pp.Shape)), numElems(pp.Shape)
 }
 
 // Transpose implements runtime.LayoutOps: one thread per element of y.
@@ -176,14 +176,14 @@ func (d *Device) permute(x, y []float32, pp *runtime.PermPlan, scatter bool, op 
 
 // Expand implements runtime.LayoutOps: one thread per element of y.
 func (d *Device) Expand(x []float32, xShape []int, y []float32, yShape []int) {
-	n := numel(yShape)
+	n := numElems(yShape)
 	if n == 0 {
 		return
 	}
 	l := newLayout(yShape, nil, xShape)
 	a := d.begin()
 	defer d.end("Expand")
-	a.Ptr(f32(x[:numel(xShape)], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
+	a.Ptr(f32(x[:numElems(xShape)], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
 	l.arg(a)
 	d.launch("expand", int64(n))
 }

@@ -63,7 +63,7 @@ func randBlocks(r *rand.Rand) (*runtime.RowBlocks, []int) {
 	return runtime.NewRowBlocks(outer, row, off, size), size
 }
 
-var layoutCases = []graphCase{
+var layoutCases = []valueCase{
 	{"Copy", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.LayoutOps)
 		if !ok {
@@ -154,5 +154,5 @@ var layoutCases = []graphCase{
 // TestLayoutOps holds the Device's LayoutOps to the reference backend and
 // the CPU on random maps, permutations and blocks, through the emulation.
 func TestLayoutOps(t *testing.T) {
-	testGraphCases(t, emuDevice(t), layoutCases, 25)
+	testValueCases(t, emuDevice(t), layoutCases, 25)
 }

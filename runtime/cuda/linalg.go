@@ -69,7 +69,7 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 	for len(tShape) > len(xShape) && tShape[0] == 1 {
 		tShape = tShape[1:]
 	}
-	nt, nx := numel(tShape), numel(xShape)
+	nt, nx := numElems(tShape), numElems(xShape)
 	if nt == 0 {
 		return
 	}
@@ -90,8 +90,8 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	d.launch("reduce_to_shape", int64(len(t)))
 }
 
-// numel is the number of elements of a shape (1 for a scalar's []).
-func numel(shape []int) int {
+// numElems is the number of elements of a shape (1 for a scalar's []).
+func numElems(shape []int) int {
 	n := 1
 	for _, s := range shape {
 		n *= s
@@ -163,7 +163,7 @@ func newLayout(shape []int, reduced []bool, shapes ...[]int) iterLayout {
 			if s[sa] != dim {
 				panic(fmt.Sprintf("cuda: shape %v does not broadcast to %v", s, shape))
 			}
-			ax.st[k] = numel(s[sa+1:])
+			ax.st[k] = numElems(s[sa+1:])
 		}
 		axes = append(axes, ax)
 	}

@@ -14,23 +14,23 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
-// graphCase is one case of an operation whose contract is a value, not
+// valueCase is one case of an operation whose contract is a value, not
 // the CPU's bits (the GEMMs, the graph groups, PerSampleOps): run draws
 // its inputs from r, applies the operation of ops (runtime.CPU,
 // reference.Device or the CUDA Device) to operands placed by p and
 // returns its outputs; ok is false when ops lacks the operation. The
 // Device's outputs are held to the reference backend's and the CPU's
 // within tol, relative (0: equal values).
-type graphCase struct {
+type valueCase struct {
 	name string
 	run  func(ops any, p *placer, r *rand.Rand) (out [][]float32, ok bool)
 	tol  float64
 }
 
-// testGraphCases runs every case reps times (inputs from seeds 1…reps) on
+// testValueCases runs every case reps times (inputs from seeds 1…reps) on
 // d with host operands and with device buffers, against the reference
 // backend and the CPU.
-func testGraphCases(t *testing.T, d *Device, cases []graphCase, reps int) {
+func testValueCases(t *testing.T, d *Device, cases []valueCase, reps int) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			for rep := 1; rep <= reps; rep++ {
@@ -191,7 +191,7 @@ func (g gemmDims) cInit(r *rand.Rand, n int) []float32 {
 	return unif(r, n)
 }
 
-var linalgCases = []graphCase{
+var linalgCases = []valueCase{
 	{"Gemm", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.LinalgOps)
 		if !ok {
@@ -276,7 +276,7 @@ var linalgCases = []graphCase{
 // TestLinalgOps holds the Device's LinalgOps to the reference backend and
 // the CPU on random shapes, through the emulation.
 func TestLinalgOps(t *testing.T) {
-	testGraphCases(t, emuDevice(t), linalgCases, 40)
+	testValueCases(t, emuDevice(t), linalgCases, 40)
 }
 
 // TestGemmEdges covers the GEMMs' edge sizes on the emulation: empty
@@ -302,24 +302,30 @@ func TestGemmEdges(t *testing.T) {
 	}
 }
 
-// TestGemmOnFake runs the GEMMs through the real driver's cuBLAS calls on
-// the stand-in (testdata/fakecuda.c, whose cuBLAS is column-major and
-// checks the arguments as cuBLAS does): the operand swap, the leading
-// dimensions and the batched pointer arrays.
-func TestGemmOnFake(t *testing.T) {
+// TestGraphOpsOnFake runs the GEMMs through the real driver's cuBLAS
+// calls on the stand-in (testdata/fakecuda.c, whose cuBLAS is
+// column-major and checks the arguments as cuBLAS does): the operand
+// swap, the leading dimensions and the batched pointer arrays; and the
+// other operations of this file's tables through the real driver's
+// launches (their by-value shape arguments).
+func TestGraphOpsOnFake(t *testing.T) {
 	drv := fakeDriver(t)
 	d, err := New(drv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var gemms []graphCase
+	var gemms, others []valueCase
 	for _, c := range linalgCases {
 		if regexp.MustCompile(`^Gemm`).MatchString(c.name) {
 			gemms = append(gemms, c)
+		} else {
+			others = append(others, c)
 		}
 	}
-	testGraphCases(t, d, gemms, 15)
+	testValueCases(t, d, gemms, 15)
+	others = append(append(append(others, layoutCases...), elementwiseCases...), persampleCases...)
+	testValueCases(t, d, others, 1)
 }
 
 // TestLayoutHeaders checks that the kernel sources sharing the Layout

@@ -38,7 +38,7 @@ func randConv(r *rand.Rand, depthwise bool) *runtime.ConvShape {
 	}
 }
 
-var persampleCases = []graphCase{
+var persampleCases = []valueCase{
 	{"Im2ColPlane", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.PerSampleOps)
 		if !ok {
@@ -81,5 +81,5 @@ var persampleCases = []graphCase{
 // TestPerSampleOps holds the Device's PerSampleOps to the reference
 // backend and the CPU on random convolutions, through the emulation.
 func TestPerSampleOps(t *testing.T) {
-	testGraphCases(t, emuDevice(t), persampleCases, 30)
+	testValueCases(t, emuDevice(t), persampleCases, 30)
 }
