@@ -55,8 +55,8 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			continue
 		}
 		l := newLayout(yShape, reducedAxes(yShape, tShape), yShape, aShape, bShape)
-		var yy []float32
-		if op == runtime.BinaryDiv || op == runtime.BinaryPow {
+		var yy []float32 // read by Div's d/db and Pow only (may be nil otherwise)
+		if op == runtime.BinaryDiv && wrt == 1 || op == runtime.BinaryPow {
 			yy = y[:ny]
 		}
 		args := d.begin()

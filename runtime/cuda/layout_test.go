@@ -156,3 +156,27 @@ var layoutCases = []valueCase{
 func TestLayoutOps(t *testing.T) {
 	testValueCases(t, emuDevice(t), layoutCases, 25)
 }
+
+// TestEmptyOperands runs the operations on empty operands and shapes with
+// a zero extent: nothing to do, nothing launched, nothing written.
+func TestEmptyOperands(t *testing.T) {
+	d := emuDevice(t)
+	y := []float32{7}
+	d.Copy(nil, y)
+	d.Fill(1, nil)
+	d.Expand(nil, []int{0, 3}, nil, []int{2, 0, 3})
+	d.Transpose(nil, runtime.NewPermPlan([]int{2, 0}, []int{1, 0}), nil)
+	d.IndexGather(nil, runtime.NewIndexMap(nil, 0, 0), nil)
+	d.Concat([][]float32{nil}, runtime.NewRowBlocks(0, 3, []int{0}, []int{3}), nil)
+	d.Binary(runtime.BinaryAdd, nil, []int{0}, []float32{1}, []int{1}, nil, []int{0})
+	d.ReduceToShape(nil, []int{0, 2}, y[:0], []int{0, 1})
+	t2 := []float32{7, 7}
+	d.ReduceToShape(nil, []int{0, 2}, t2, []int{2}) // sums of nothing
+	d.Unary(runtime.UnaryExp, runtime.UnaryParams{}, nil, nil)
+	d.UnaryBackward(runtime.UnaryExp, runtime.UnaryParams{}, nil, nil, nil, nil)
+	d.Gemm(false, false, 0, 3, 2, 1, nil, 2, make([]float32, 6), 3, 0, nil, 3)
+	d.MaxMin(false, [][]float32{nil}, [][]int32{nil}, nil)
+	if y[0] != 7 || t2[0] != 0 || t2[1] != 0 {
+		t.Errorf("after empty operations: y %v, t %v", y, t2)
+	}
+}
