@@ -69,7 +69,10 @@ var layoutCases = []valueCase{
 		if !ok {
 			return nil, false
 		}
-		n := r.Intn(10000)
+		n := r.Intn(600)
+		if r.Intn(4) == 0 {
+			n = r.Intn(10000) // beyond the emulation's grid
+		}
 		y := place(p, filled(n+3, 7))
 		o.Copy(place(p, unif(r, n)), y)
 		return [][]float32{fetch(p, y)}, true
@@ -79,7 +82,7 @@ var layoutCases = []valueCase{
 		if !ok {
 			return nil, false
 		}
-		y := place(p, filled(r.Intn(10000), 7))
+		y := place(p, filled(r.Intn(600)+r.Intn(4)/3*9000, 7))
 		o.Fill([]float32{0, 1.5}[r.Intn(2)], y)
 		return [][]float32{fetch(p, y)}, true
 	}, 0},
