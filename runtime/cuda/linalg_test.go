@@ -7,11 +7,14 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
+	"github.com/ebitengine/purego"
 )
 
 // valueCase is one case of an operation whose contract is a value, not
@@ -350,5 +353,27 @@ func TestLayoutHeaders(t *testing.T) {
 		} else if h != first {
 			t.Errorf("%s: the Layout header differs from linalg.cu's", f)
 		}
+	}
+}
+
+// TestCUBLASAbsent checks the real driver's error when cuBLAS is missing
+// (on the stand-in, which has the driver and NVRTC): it names the library
+// and the variable that points at it.
+func TestCUBLASAbsent(t *testing.T) {
+	for _, lib := range []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"} {
+		if h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL); err == nil {
+			purego.Dlclose(h)
+			t.Skipf("this machine has %s: the error path is not reachable", lib)
+		}
+	}
+	fakeDriver(t).Close()
+	t.Setenv(EnvCUBLAS, filepath.Join(t.TempDir(), "libcublas.so.13"))
+	drv, err := Real()
+	if err == nil {
+		drv.Close()
+		t.Fatal("Real() succeeded without cuBLAS")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "cuBLAS") || !strings.Contains(msg, "libcublas.so") || !strings.Contains(msg, EnvCUBLAS) {
+		t.Errorf("error %q does not say that cuBLAS is missing and how to point at it", msg)
 	}
 }
