@@ -52,7 +52,7 @@ func (e *Engine) addCanaries() {
 		if f < 1 {
 			e.clipped++
 		}
-		e.params[k.Param].accum[k.Index] += float32(f * k.Value)
+		e.params[k.Param].accum[k.Index] += float32(f * k.Value) // host write: one element of a device accumulator
 	}
 	e.canaries = nil
 }

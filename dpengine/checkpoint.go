@@ -287,7 +287,8 @@ func sortStrings(s []string) {
 }
 
 // SetParams copies saved parameter values into the engine's parameters,
-// matching them by name.
+// matching them by name: into the graph's initializers, then to the
+// device (LoadParams).
 func (e *Engine) SetParams(names []string, values [][]float32) error {
 	if len(names) != len(values) {
 		return fmt.Errorf("dpengine: %d names for %d tensors", len(names), len(values))
@@ -301,11 +302,11 @@ func (e *Engine) SetParams(names []string, values [][]float32) error {
 		if len(p.data) != len(values[k]) {
 			return fmt.Errorf("dpengine: checkpoint parameter %q has %d elements, the model %d", name, len(values[k]), len(p.data))
 		}
-		copy(p.data, values[k])
+		copy(e.plan.HostParam(name), values[k])
 		seen++
 	}
 	if seen != len(e.params) {
 		return fmt.Errorf("dpengine: checkpoint has %d of the model's %d trainable parameters", seen, len(e.params))
 	}
-	return nil
+	return e.LoadParams()
 }

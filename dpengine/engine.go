@@ -82,8 +82,12 @@ type Config struct {
 // Engine trains a compiled model privately: feed it logical batches, it
 // clips, noises and applies the update.
 type Engine struct {
-	cfg       Config
-	ops       runtime.DPOps // the DP operations of cfg.Device
+	cfg Config
+	dev runtime.Device // cfg.Device, or the CPU: where the step's state lives (devmem.go)
+	ops runtime.DPOps  // the DP operations of cfg.Device
+	// lay are the device's layout operations (part of the GraphOps the
+	// plan needs): the fills and copies of the step's device buffers.
+	lay       runtime.LayoutOps
 	rp        *rewrite.Plan
 	plan      *runtime.Plan
 	sample    []int64 // per-sample input shape
@@ -115,14 +119,22 @@ type Engine struct {
 	// (InjectCanaries).
 	canaries []DiracCanary
 
-	// Per physical batch.
-	n       int // real samples in the current physical batch
-	x       []float32
-	y       []int64
-	losses  []float32
-	weights []float32
-	normSq  []float64   // flat: per sample
-	factors [][]float32 // per param (per-layer) or one shared slice
+	// Per physical batch. x (the input batch, which Plan.SetInput copies
+	// to the device), y (labels) and losses (per-sample, read by the
+	// host) are host memory by design; the others are device memory.
+	n      int // real samples in the current physical batch
+	x      []float32
+	y      []int64
+	losses []float32
+	// weights are the loss weights of the physical batch (1 for a real
+	// sample, 0 for padding): device memory, written from the host
+	// staging weightsHost when the number of real samples changes.
+	weights     []float32
+	weightsBuf  runtime.Buffer
+	weightsHost []float32
+	weightsN    int         // real samples weights was written for (-1: never)
+	normSq      []float64   // flat: per sample
+	factors     [][]float32 // per param (per-layer) or one shared slice
 
 	// Per logical batch.
 	samples   int
@@ -140,19 +152,20 @@ type Engine struct {
 }
 
 // settle zeroes accum if no contribution has been written to it.
-func (p *param) settle() {
+func (p *param) settle(lay runtime.LayoutOps) {
 	if p.fresh {
-		clear(p.accum)
+		lay.Fill(0, p.accum)
 		p.fresh = false
 	}
 }
 
 // param is one trainable parameter.
 type param struct {
-	name  string
+	name string
+	// data is the plan's device buffer of the parameter (runtime.Plan.Param).
 	data  []float32
 	shape []int
-	accum []float32 // Σ C_i g_i over the logical batch
+	accum []float32 // Σ C_i g_i over the logical batch (device memory)
 	// fresh says accum holds nothing of this logical batch yet (stale
 	// values, not zeros): the first contribution overwrites it instead of
 	// adding, which spares book-keeping a clearing pass over every
@@ -249,10 +262,19 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
+	dev := cfg.Device
+	if dev == nil {
+		dev = runtime.CPU{}
+	}
+	gops, err := runtime.GraphOpsOf(cfg.Device)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
 	if so, ok := cfg.Optimizer.(scaledOptimizer); ok {
 		so.setDevice(ops)
+		so.setMemory(dev)
 	}
-	e := &Engine{cfg: cfg, ops: ops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1}
+	e := &Engine{cfg: cfg, dev: dev, ops: ops, lay: gops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1, weightsN: -1}
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)
@@ -265,11 +287,23 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	e.x = make([]float32, len(x))
 	e.y = make([]int64, B)
 	e.losses = make([]float32, B)
-	e.weights = make([]float32, B)
-	e.normSq = make([]float64, B)
+	e.weightsHost = make([]float32, B)
+	if e.weightsBuf, err = runtime.AdoptHost(dev, e.weightsHost); err != nil {
+		return nil, fmt.Errorf("dpengine: the loss weights: %w", err)
+	}
+	e.weights = e.weightsBuf.Floats()
+	if e.normSq, err = e.alloc64(B, "the per-sample squared norms"); err != nil {
+		return nil, err
+	}
 	for _, name := range plan.Params() {
 		data, sh := plan.Param(name)
-		p := &param{name: name, data: data, shape: sh, accum: make([]float32, len(data)), normSq: make([]float64, B)}
+		p := &param{name: name, data: data, shape: sh}
+		if p.accum, err = e.alloc(len(data), "the gradient accumulator of "+name); err != nil {
+			return nil, err
+		}
+		if p.normSq, err = e.alloc64(B, "the per-sample squared norms of "+name); err != nil {
+			return nil, err
+		}
 		e.params = append(e.params, p)
 		e.byName[name] = p
 	}
@@ -278,13 +312,15 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 			return nil, err
 		}
 	}
+	nf := 1
 	if cfg.PerLayer {
-		e.factors = make([][]float32, len(e.params))
-		for i := range e.factors {
-			e.factors[i] = make([]float32, B)
+		nf = len(e.params)
+	}
+	e.factors = make([][]float32, nf)
+	for i := range e.factors {
+		if e.factors[i], err = e.alloc(B, "clip factors"); err != nil {
+			return nil, err
 		}
-	} else {
-		e.factors = [][]float32{make([]float32, B)}
 	}
 	return e, nil
 }
@@ -304,11 +340,47 @@ func (e *Engine) ParamNames() []string {
 	return out
 }
 
-// Params returns the trainable tensors (their storage) in ParamNames order.
+// Params returns the trainable tensors in ParamNames order: the views of
+// their device buffers, which the step updates in place and only the
+// device's operations may dereference (on the CPU and the reference
+// backend they are the graph's initializers). A host reader calls
+// SyncParams and reads HostParams instead.
 func (e *Engine) Params() [][]float32 {
 	out := make([][]float32, len(e.params))
 	for i, p := range e.params {
 		out[i] = p.data
+	}
+	return out
+}
+
+// SyncParams copies the trainable parameters from the device into the
+// graph's initializers (runtime.Plan.SyncParams; nothing to copy on the
+// CPU). Every host reader of parameters calls it first: checkpoint save,
+// export, evaluation by another plan, audits.
+func (e *Engine) SyncParams() error {
+	if err := e.plan.SyncParams(); err != nil {
+		return fmt.Errorf("dpengine: %w", err)
+	}
+	return nil
+}
+
+// LoadParams copies the graph's initializers into the engine's device
+// buffers (runtime.Plan.LoadParams): after a checkpoint restore or any
+// other change of the initializers on the host, before the next Step.
+func (e *Engine) LoadParams() error {
+	if err := e.plan.LoadParams(); err != nil {
+		return fmt.Errorf("dpengine: %w", err)
+	}
+	return nil
+}
+
+// HostParams returns the trainable tensors' host storage, the graph's
+// initializers, in ParamNames order: current after SyncParams, and what
+// LoadParams reads.
+func (e *Engine) HostParams() [][]float32 {
+	out := make([][]float32, len(e.params))
+	for i, p := range e.params {
+		out[i] = e.plan.HostParam(p.name)
 	}
 	return out
 }
@@ -393,11 +465,11 @@ func (e *Engine) accums() [][]float32 {
 // the pending scale is applied.
 func (e *Engine) settleGrad() {
 	for _, p := range e.params {
-		p.settle()
+		p.settle(e.lay)
 	}
 	if e.gradInPlan {
 		for _, p := range e.params {
-			copy(p.accum, e.plan.Grad(p.name))
+			e.lay.Copy(e.plan.Grad(p.name), p.accum)
 		}
 		e.gradInPlan = false
 	}
@@ -437,11 +509,19 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 		e.lossSum += l
 	}
 	e.samples += n
-	for i := range e.weights {
-		e.weights[i] = 0
-		if i < n {
-			e.weights[i] = 1
+	if n != e.weightsN {
+		for i := range e.weightsHost {
+			e.weightsHost[i] = 0
+			if i < n {
+				e.weightsHost[i] = 1
+			}
 		}
+		if !runtime.SameMemory(e.weights, e.weightsHost) {
+			if err := e.dev.CopyIn(e.weightsBuf, 0, e.weightsHost); err != nil {
+				return fmt.Errorf("dpengine: the loss weights: %w", err)
+			}
+		}
+		e.weightsN = n
 	}
 	if e.cfg.Mode == NonDP {
 		// The first physical batch's gradient stays in the plan; a second
@@ -483,7 +563,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 			case e.gradInPlan:
 				grads[k] = e.plan.Grad(p.name)
 			case e.physCount == 0: // an empty batch
-				clear(p.accum)
+				e.lay.Fill(0, p.accum)
 				grads[k] = p.accum
 			default:
 				grads[k] = p.accum
@@ -494,7 +574,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 	std := e.cfg.NoiseMultiplier * e.cfg.Clipping.R
 	inv := float32(1 / e.cfg.ExpectedBatch)
 	for k, p := range e.params {
-		p.settle() // an empty logical batch: noise alone
+		p.settle(e.lay) // an empty logical batch: noise alone
 		grads[k] = p.accum
 	}
 	e.addCanaries()
@@ -540,9 +620,9 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 	e.settleGrad()
 	out := map[string][]float32{}
 	for _, p := range e.params {
-		out[p.name] = append([]float32(nil), p.accum...)
+		out[p.name] = append([]float32(nil), p.accum...) // host read: the clipped sums
 	}
-	norms := make([]float64, n)
+	norms := make([]float64, n) // host read: the norms
 	for i := range norms {
 		norms[i] = math.Sqrt(e.normSq[i])
 	}
@@ -550,7 +630,8 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 }
 
 // Gradient returns the private gradient of parameter name from the last
-// Step (noisy and divided by the expected batch size), or nil.
+// Step (noisy and divided by the expected batch size), or nil: the view of
+// its device buffer, like Params.
 func (e *Engine) Gradient(name string) []float32 {
 	if p := e.byName[name]; p != nil {
 		e.settleGrad()
@@ -564,7 +645,7 @@ func (e *Engine) Gradient(name string) []float32 {
 func (e *Engine) ParamNorms() map[string][]float64 {
 	out := map[string][]float64{}
 	for _, p := range e.params {
-		v := make([]float64, e.n)
+		v := make([]float64, e.n) // host read: the norms
 		for i := range v {
 			v[i] = math.Sqrt(p.normSq[i])
 		}

@@ -38,19 +38,86 @@ type scaledOptimizer interface {
 	// setDevice makes the optimizer update on the device of ops (the
 	// engine's); until then it updates on the CPU.
 	setDevice(ops runtime.DPOps)
+	// setMemory makes the optimizer keep the state it allocates from then
+	// on in dev's memory (the engine's device); until then in the CPU's.
+	setMemory(dev runtime.Device)
 }
 
-// onDevice is the device an optimizer updates on; the zero value is the
-// CPU, for an optimizer used outside an Engine.
-type onDevice struct{ ops runtime.DPOps }
+// onDevice is the device an optimizer updates on and keeps its state in;
+// the zero value is the CPU, for an optimizer used outside an Engine.
+type onDevice struct {
+	ops runtime.DPOps
+	dev runtime.Device
+}
 
 func (d *onDevice) setDevice(ops runtime.DPOps) { d.ops = ops }
+
+func (d *onDevice) setMemory(dev runtime.Device) { d.dev = dev }
 
 func (d *onDevice) device() runtime.DPOps {
 	if d.ops == nil {
 		return runtime.CPU{}
 	}
 	return d.ops
+}
+
+func (d *onDevice) memory() runtime.Device {
+	if d.dev == nil {
+		return runtime.CPU{}
+	}
+	return d.dev
+}
+
+// An optimizer state slot (a momentum, Adam's m or v) is one device
+// buffer per parameter tensor, and their views, which the update
+// operations take.
+
+// zeros allocates a slot of the shapes of xs on the device, zeroed.
+func (d *onDevice) zeros(xs [][]float32) ([][]float32, []runtime.Buffer, error) {
+	views, bufs := make([][]float32, len(xs)), make([]runtime.Buffer, len(xs))
+	for i, x := range xs {
+		b, err := d.memory().Alloc(len(x))
+		if err != nil {
+			return nil, nil, fmt.Errorf("optimizer: allocating state of %d elements on %s: %w", len(x), d.memory().Name(), err)
+		}
+		views[i], bufs[i] = b.Floats(), b
+	}
+	return views, bufs, nil
+}
+
+// load returns a slot on the device holding a copy of xs (nil for nil).
+func (d *onDevice) load(xs [][]float32) ([][]float32, []runtime.Buffer, error) {
+	if xs == nil {
+		return nil, nil, nil
+	}
+	views, bufs, err := d.zeros(xs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, x := range xs {
+		if err := d.memory().CopyIn(bufs[i], 0, x); err != nil {
+			return nil, nil, fmt.Errorf("optimizer: loading state: %w", err)
+		}
+	}
+	return views, bufs, nil
+}
+
+// save returns a host copy of a slot (host read: a CopyOut of every
+// buffer). A CopyOut of the optimizer's own buffers fails only on a
+// broken device, which State, having no error to return, reports by
+// panicking.
+func (d *onDevice) save(bufs []runtime.Buffer) [][]float32 {
+	if bufs == nil {
+		return nil
+	}
+	out := make([][]float32, len(bufs))
+	for i, b := range bufs {
+		out[i] = make([]float32, b.Len())
+		if err := d.memory().CopyOut(out[i], b, 0); err != nil {
+			panic(fmt.Sprintf("optimizer: saving state from %s: %v", d.memory().Name(), err))
+		}
+	}
+	return out
 }
 
 // OptimizerState is the serializable state of an optimizer.
@@ -65,7 +132,8 @@ type OptimizerState struct {
 type SGD struct {
 	LR, Momentum, WeightDecay float64
 	step                      int64
-	vel                       [][]float32
+	vel                       [][]float32 // device views of velBuf
+	velBuf                    []runtime.Buffer
 	onDevice
 }
 
@@ -91,7 +159,11 @@ func (o *SGD) begin(params, grads [][]float32, gradScale float32) (func(k, lo, h
 		return nil, err
 	}
 	if o.Momentum != 0 && o.vel == nil {
-		o.vel = zerosLike(params)
+		vel, bufs, err := o.zeros(params)
+		if err != nil {
+			return nil, err
+		}
+		o.vel, o.velBuf = vel, bufs
 	}
 	c := runtime.SGDCoeffs{LR: float32(o.LR), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay),
 		GradScale: gradScale, First: o.step == 0}
@@ -110,7 +182,7 @@ func (o *SGD) begin(params, grads [][]float32, gradScale float32) (func(k, lo, h
 func (o *SGD) State() *OptimizerState {
 	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
 	if o.vel != nil {
-		s.Slots["momentum"] = copyLists(o.vel)
+		s.Slots["momentum"] = o.save(o.velBuf)
 	}
 	return s
 }
@@ -120,7 +192,11 @@ func (o *SGD) SetState(s *OptimizerState) error {
 	if s.Name != o.Name() {
 		return fmt.Errorf("optimizer state is for %q, not sgd", s.Name)
 	}
-	o.step, o.vel = s.Step, copyLists(s.Slots["momentum"])
+	vel, bufs, err := o.load(s.Slots["momentum"])
+	if err != nil {
+		return err
+	}
+	o.step, o.vel, o.velBuf = s.Step, vel, bufs
 	return nil
 }
 
@@ -131,7 +207,8 @@ type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	Decoupled                          bool
 	step                               int64
-	m, v                               [][]float32
+	m, v                               [][]float32 // device views of mBuf, vBuf
+	mBuf, vBuf                         []runtime.Buffer
 	onDevice
 }
 
@@ -172,7 +249,15 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 		return nil, err
 	}
 	if o.m == nil {
-		o.m, o.v = zerosLike(params), zerosLike(params)
+		m, mBuf, err := o.zeros(params)
+		if err != nil {
+			return nil, err
+		}
+		v, vBuf, err := o.zeros(params)
+		if err != nil {
+			return nil, err
+		}
+		o.m, o.v, o.mBuf, o.vBuf = m, v, mBuf, vBuf
 	}
 	o.step++
 	b1, b2 := o.Beta1, o.Beta2
@@ -203,7 +288,7 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 func (o *Adam) State() *OptimizerState {
 	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
 	if o.m != nil {
-		s.Slots["m"], s.Slots["v"] = copyLists(o.m), copyLists(o.v)
+		s.Slots["m"], s.Slots["v"] = o.save(o.mBuf), o.save(o.vBuf)
 	}
 	return s
 }
@@ -213,7 +298,15 @@ func (o *Adam) SetState(s *OptimizerState) error {
 	if s.Name != o.Name() {
 		return fmt.Errorf("optimizer state is for %q, not %s", s.Name, o.Name())
 	}
-	o.step, o.m, o.v = s.Step, copyLists(s.Slots["m"]), copyLists(s.Slots["v"])
+	m, mBuf, err := o.load(s.Slots["m"])
+	if err != nil {
+		return err
+	}
+	v, vBuf, err := o.load(s.Slots["v"])
+	if err != nil {
+		return err
+	}
+	o.step, o.m, o.v, o.mBuf, o.vBuf = s.Step, m, v, mBuf, vBuf
 	return nil
 }
 
@@ -243,25 +336,6 @@ func checkLists(params, grads [][]float32) error {
 		}
 	}
 	return nil
-}
-
-func zerosLike(xs [][]float32) [][]float32 {
-	out := make([][]float32, len(xs))
-	for i, x := range xs {
-		out[i] = make([]float32, len(x))
-	}
-	return out
-}
-
-func copyLists(xs [][]float32) [][]float32 {
-	if xs == nil {
-		return nil
-	}
-	out := make([][]float32, len(xs))
-	for i, x := range xs {
-		out[i] = append([]float32(nil), x...)
-	}
-	return out
 }
 
 // spanGrain is the smallest piece of a parameter list worth a goroutine.

@@ -38,8 +38,11 @@ var serialOpBelow = 1 << 16
 // opScratch is one worker's buffers for operandGrad: the operand-shaped
 // result and the gathered sample slices it works on.
 type opScratch struct {
+	// Device memory (grown with growOn and gatherOn).
 	buf, gi, other, self, d, q []float32
-	acc                        []float64
+	// acc is host memory: the sums of the rules that still compute on
+	// the host (normOperand, einsumOperand).
+	acc []float64
 }
 
 type useState struct {
@@ -64,7 +67,7 @@ func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	case p.ps != nil:
 		ops.Add(inst, p.ps[i*size+off:i*size+off+len(inst)])
 	default:
-		p.normSq[i] += ops.SumSq(inst)
+		p.normSq[i] += ops.SumSq(inst) // host write: a device accumulation
 	}
 }
 
@@ -114,18 +117,6 @@ func forSamplesOn(workers, n int, fn func(w, i int)) {
 	wg.Wait()
 }
 
-// workerBufs returns per-worker scratch slices of at least size elements,
-// reused across layers and steps (grown to the largest layer's need).
-func workerBufs(bufs *[][]float32, workers, size int) [][]float32 {
-	if len(*bufs) < workers || len((*bufs)[0]) < size {
-		*bufs = make([][]float32, workers)
-		for w := range *bufs {
-			(*bufs)[w] = make([]float32, size)
-		}
-	}
-	return *bufs
-}
-
 // linearState is a linear use's layer and book-keeping storage.
 type linearState struct {
 	rule     *linearRule
@@ -139,6 +130,8 @@ type linearState struct {
 	xStride, dyStride int
 	conv              *runtime.ConvShape
 	ops               runtime.DPOps
+	lay               runtime.LayoutOps // the device's fills and copies
+	dev               runtime.Device    // where its scratch is allocated
 	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);
@@ -194,7 +187,10 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			return fmt.Errorf("dpengine: trainable parameter %q is not in the compiled plan", rp.Name)
 		}
 		if needPerSample(e.cfg, rp) {
-			p.ps = make([]float32, B*len(p.data))
+			var err error
+			if p.ps, err = e.alloc(B*len(p.data), "the per-sample gradients of "+rp.Name); err != nil {
+				return err
+			}
 		}
 		for _, u := range rp.Uses {
 			k := key{u.Output, u.OperandValue}
@@ -215,7 +211,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			}
 			us := &useState{use: u, p: p}
 			if u.Kind == rewrite.KindLinear {
-				ls := &linearState{ops: e.ops, rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
+				ls := &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: u.Layer, decision: useDecision(e.cfg.Mode, u), mapBuf: &e.mapScratch}
 				us.linear = ls
 				p.linear = append(p.linear, ls)
 			}
@@ -252,7 +248,9 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 				return fmt.Errorf("dpengine: path of %v: %w", names, err)
 			}
 			out, _ := g.sub.Output(0)
-			g.subOut = make([]float32, len(out))
+			if g.subOut, err = e.alloc(len(out), "the path gradient of "+g.output); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -275,13 +273,16 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrit
 	}
 	// Through a path: the sum on the operand, mapped back (the map is
 	// linear, so mapping the sum is summing the mapped gradients).
-	*ls.mapBuf = grow(*ls.mapBuf, len(ls.idx))
-	buf := *ls.mapBuf
+	buf, err := growOn(ls.dev, *ls.mapBuf, len(ls.idx))
+	if err != nil {
+		return err
+	}
+	*ls.mapBuf = buf
 	if err := ls.rule.weightedSum(ls, c, B, buf, true, scratch, ws); err != nil {
 		return err
 	}
 	if overwrite {
-		clear(accum)
+		ls.lay.Fill(0, accum)
 	}
 	ls.ops.ScatterAdd(accum, buf, ls.idx)
 	return nil
@@ -316,10 +317,10 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 // clipPhysical runs the DP backward pass(es) of one physical batch and adds
 // Σ_i C_i g_i to every parameter's accumulator.
 func (e *Engine) clipPhysical(B int) error {
-	clear(e.normSq)
+	clear(e.normSq) // host write: a device fill (float64)
 	for _, p := range e.params {
-		clear(p.normSq)
-		clear(p.ps)
+		clear(p.normSq) // host write: a device fill (float64)
+		e.lay.Fill(0, p.ps)
 	}
 	e.hookErr = nil
 	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}
@@ -339,7 +340,7 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	clear(e.normSq[:B])
+	clear(e.normSq[:B]) // host write: a device fill (float64)
 	for _, p := range e.params {
 		e.ops.AddNormSq(p.normSq[:B], e.normSq[:B])
 	}
@@ -349,16 +350,16 @@ func (e *Engine) clipPhysical(B int) error {
 		r := c.rule()
 		for k, p := range e.params {
 			e.ops.ClipFactors(r, p.normSq[:n], e.factors[k][:n])
-			clear(e.factors[k][n:B])
+			e.lay.Fill(0, e.factors[k][n:B])
 		}
 	}
 	f := e.factors[0]
 	if !e.cfg.PerLayer {
 		e.ops.ClipFactors(e.cfg.Clipping.rule(), e.normSq[:n], f[:n])
-		clear(f[n:B])
+		e.lay.Fill(0, f[n:B])
 	}
 	// Counts for the report, from the norms and factors the device
-	// computed.
+	// computed (host read: the norms and factors).
 	for i := 0; i < n; i++ {
 		norm := math.Sqrt(e.normSq[i])
 		if math.IsNaN(norm) || math.IsInf(norm, 0) {
@@ -377,7 +378,7 @@ func (e *Engine) clipPhysical(B int) error {
 		}
 		for _, p := range e.params {
 			if p.fresh {
-				copy(p.accum, e.plan.Grad(p.name))
+				e.lay.Copy(e.plan.Grad(p.name), p.accum)
 				p.fresh = false
 				continue
 			}
@@ -391,10 +392,10 @@ func (e *Engine) clipPhysical(B int) error {
 			fk = e.factors[k]
 		}
 		if p.ps != nil {
-			p.settle()
+			p.settle(e.lay)
 			size := len(p.data)
 			for i := 0; i < n; i++ {
-				if fk[i] != 0 {
+				if fk[i] != 0 { // host read: the clip factor
 					e.ops.Axpy(fk[i], p.ps[i*size:(i+1)*size], p.accum)
 				}
 			}
@@ -406,7 +407,7 @@ func (e *Engine) clipPhysical(B int) error {
 			}
 			p.fresh = false
 		}
-		p.settle() // no linear use: nothing was written
+		p.settle(e.lay) // no linear use: nothing was written
 	}
 	return nil
 }
@@ -436,25 +437,34 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	}
 }
 
-// gatherSample copies sample i's elements of v (N samples) into dst and
-// returns it; the samples' shape is v.Shape with the batch axis set to 1.
-func gatherSample(v *runtime.View, N, i int, dst []float32) []float32 {
+// gatherSample copies sample i's elements of v (N samples) into dst,
+// block by block through the device's copies, and returns them; the
+// samples' shape is v.Shape with the batch axis set to 1. dst's capacity
+// must hold the sample (gatherOn grows it on the device; a smaller one is
+// replaced by host memory, as append would).
+func gatherSample(lay runtime.LayoutOps, v *runtime.View, N, i int, dst []float32) []float32 {
 	stride := v.BatchStride
 	blocks := len(v.Data) / stride
-	dst = dst[:0]
+	n := sampleLen(v, N, i)
+	if cap(dst) < n {
+		dst = make([]float32, n)
+	}
+	dst = dst[:n]
+	k := 0
 	for b := i; b < blocks; b += N {
-		dst = append(dst, v.Data[b*stride:(b+1)*stride]...)
+		lay.Copy(v.Data[b*stride:(b+1)*stride], dst[k:k+stride])
+		k += stride
 	}
 	return dst
 }
 
 // scatterSample writes src (sample i's elements) into the zeroed full
-// tensor dst with v's layout.
-func scatterSample(stride, N, i int, src, dst []float32) {
+// tensor dst with v's layout, block by block through the device's copies.
+func scatterSample(lay runtime.LayoutOps, stride, N, i int, src, dst []float32) {
 	blocks := len(dst) / stride
 	k := 0
 	for b := i; b < blocks; b += N {
-		copy(dst[b*stride:(b+1)*stride], src[k:k+stride])
+		lay.Copy(src[k:k+stride], dst[b*stride:(b+1)*stride])
 		k += stride
 	}
 }
@@ -510,7 +520,11 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		e.opErrs = make([]error, len(e.opScratch))
 	}
 	for w := range e.opScratch[:workers] {
-		e.opScratch[w].buf = grow(e.opScratch[w].buf, perSample)
+		buf, err := growOn(e.dev, e.opScratch[w].buf, perSample)
+		if err != nil {
+			return err
+		}
+		e.opScratch[w].buf = buf
 	}
 	if g.sub == nil {
 		us := g.uses[0]
@@ -529,7 +543,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 			if us.p.ps != nil {
 				e.ops.Add(sc.buf, us.p.ps[i*size:(i+1)*size])
 			} else {
-				us.p.normSq[i] += e.ops.SumSq(sc.buf)
+				us.p.normSq[i] += e.ops.SumSq(sc.buf) // host write: a device accumulation
 			}
 		})
 		for _, err := range errs {
@@ -548,10 +562,13 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		dy := buf
 		if batched {
 			if g.subBase == nil {
-				g.subBase = make([]float32, opLen)
+				var err error
+				if g.subBase, err = e.alloc(opLen, "the path operand of "+g.output); err != nil {
+					return err
+				}
 			}
-			clear(g.subBase)
-			scatterSample(opView.BatchStride, B, i, buf, g.subBase)
+			e.lay.Fill(0, g.subBase)
+			scatterSample(e.lay, opView.BatchStride, B, i, buf, g.subBase)
 			dy = g.subBase
 		}
 		if err := g.sub.BackwardFrom(dy, nil); err != nil {
@@ -573,19 +590,14 @@ func (e *Engine) operandGrad(ev *runtime.HookEvent, g *useGroup, u *rewrite.Use,
 	if dout.BatchAxis < 0 {
 		return fmt.Errorf("output gradient has no batch axis")
 	}
-	sc.gi = gatherSample(dout, B, i, sc.gi)
-	gi := sc.gi
+	gi, err := gatherOn(e.dev, e.lay, dout, B, i, sc.gi)
+	if err != nil {
+		return err
+	}
+	sc.gi = gi
 	gShape := sampleShape(dout, B)
 	opView := &ev.Inputs[u.Operand]
 	opShape := sampleShape(opView, B)
 	k := u.Operand
-	return g.elem.operandGrad(ev, sampleGrad{ops: e.ops, k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
-}
-
-// grow returns b resized to n elements, reallocating only when too small.
-func grow(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
-	}
-	return b[:n]
+	return g.elem.operandGrad(ev, sampleGrad{ops: e.ops, lay: e.lay, dev: e.dev, k: k, i: i, B: B, gi: gi, gShape: gShape, op: opView, opShape: opShape, out: out}, sc)
 }

@@ -26,12 +26,13 @@ func concatOperand(ev *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	for j := 0; j < s.k; j++ {
 		off += ev.Inputs[j].Shape[ax]
 	}
-	sliceAxis(s.gi, s.gShape, ax, off, s.opShape[ax], s.out)
+	sliceAxis(s.lay, s.gi, s.gShape, ax, off, s.opShape[ax], s.out)
 	return nil
 }
 
-// sliceAxis copies x[..., off:off+n, ...] (along axis) to out.
-func sliceAxis(x []float32, shape []int, axis, off, n int, out []float32) {
+// sliceAxis copies x[..., off:off+n, ...] (along axis) to out, one
+// contiguous block at a time through the device's copies.
+func sliceAxis(lay runtime.LayoutOps, x []float32, shape []int, axis, off, n int, out []float32) {
 	outer, inner := 1, 1
 	for _, d := range shape[:axis] {
 		outer *= d
@@ -43,6 +44,7 @@ func sliceAxis(x []float32, shape []int, axis, off, n int, out []float32) {
 	k := 0
 	for o := 0; o < outer; o++ {
 		src := x[(o*dim+off)*inner : (o*dim+off+n)*inner]
-		k += copy(out[k:], src)
+		lay.Copy(src, out[k:k+len(src)])
+		k += len(src)
 	}
 }

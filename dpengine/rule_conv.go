@@ -54,7 +54,10 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
 		}
 		scratch := e.ops.DepthwiseScratchSize(s)
-		bufs := workerBufs(&e.normScratch, e.ops.Workers(), scratch+size)
+		bufs, err := e.workerBufs(scratch + size)
+		if err != nil {
+			return err
+		}
 		e.forSamples(e.n, func(w, i int) {
 			buf := bufs[w]
 			inst := buf[scratch : scratch+size]
@@ -71,7 +74,10 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 	if ls.decision == rewrite.Instantiate {
 		need = plane + T*D + P*D
 	}
-	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
 	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
 		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
@@ -83,11 +89,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
 				e.ops.GemmSerial(true, false, T, T, D, 1, col, T, col, T, 0, aa, T)
 				e.ops.GemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
-				var dot float64
-				for k, v := range aa {
-					dot += float64(v) * float64(gg[k])
-				}
-				p.normSq[i] += dot
+				p.normSq[i] += e.ops.Dot(aa, gg) // host write: a device accumulation
 				continue
 			}
 			inst := rest[:P*D]
@@ -106,15 +108,14 @@ func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overw
 	for i := 0; i < B; i++ {
 		ls.ops.Scale(c[i], ls.dy[i*outLen:(i+1)*outLen])
 	}
-	convWeightGradInto(ls, accum, overwrite, scratch, ws)
-	return nil
+	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
 }
 
 // convWeightGradInto runs the convolution's weight-gradient kernel on the
 // kept ls.x and ls.dy (already scaled per sample) and writes the result to
 // accum (overwrite) or adds it there, with the kernel's workspace taken from
 // ws when large enough, else from scratch.
-func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratch *[]float32, ws []float32) {
+func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
 	need := ls.ops.ConvWorkspaceSize(ls.conv)
 	dwLen := len(accum)
 	if overwrite {
@@ -124,7 +125,11 @@ func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratc
 	if len(ws) < need {
 		extra = need
 	}
-	*scratch = grow(*scratch, dwLen+extra)
+	buf, err := growOn(ls.dev, *scratch, dwLen+extra)
+	if err != nil {
+		return err
+	}
+	*scratch = buf
 	dw := (*scratch)[:dwLen]
 	if extra > 0 {
 		ws = (*scratch)[dwLen:]
@@ -136,6 +141,7 @@ func convWeightGradInto(ls *linearState, accum []float32, overwrite bool, scratc
 	if !overwrite {
 		ls.ops.Add(dw, accum)
 	}
+	return nil
 }
 
 // convBias handles the commonest elementwise parameter, a convolution's
@@ -157,7 +163,10 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	stride := dy.BatchStride
 	var bufs [][]float32
 	if p.ps == nil {
-		bufs = workerBufs(&e.normScratch, e.ops.Workers(), M)
+		var err error
+		if bufs, err = e.workerBufs(M); err != nil {
+			return false // the general path reports it
+		}
 	}
 	e.forSamples(e.n, func(w, i int) {
 		row := dy.Data[i*stride : (i+1)*stride]
@@ -166,9 +175,9 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 			return
 		}
 		gi := bufs[w][:M]
-		clear(gi)
+		e.lay.Fill(0, gi)
 		e.ops.AddRunSums(row, gi)
-		p.normSq[i] += e.ops.SumSq(gi)
+		p.normSq[i] += e.ops.SumSq(gi) // host write: a device accumulation
 	})
 	return true
 }
@@ -182,7 +191,7 @@ func convBiasOperand(_ *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	M := s.opShape[0]
 	T := len(s.gi) / M
 	out := s.out[:M]
-	clear(out)
+	s.lay.Fill(0, out)
 	s.ops.AddRunSums(s.gi[:M*T], out) // as convBias sums
 	return nil
 }

@@ -34,6 +34,5 @@ func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float
 	for i := 0; i < B; i++ {
 		ls.ops.Scale(c[i], ls.x[i*inLen:(i+1)*inLen])
 	}
-	convWeightGradInto(ls, accum, overwrite, scratch, ws)
-	return nil
+	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
 }

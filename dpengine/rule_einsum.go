@@ -130,9 +130,11 @@ func newEinsumGeom(n *graph.Node, w int, x, dy *runtime.View, weightShape []int,
 }
 
 // rows gathers sample i's a_i and g_i, group after group, into a and gg.
-func (g *einsumGeom) rows(x, dy *runtime.View, B, i int, xs, ys, a, gg []float32) ([]float32, []float32) {
-	xs = gatherSample(x, B, i, xs)
-	ys = gatherSample(dy, B, i, ys)
+func (g *einsumGeom) rows(lay runtime.LayoutOps, x, dy *runtime.View, B, i int, xs, ys, a, gg []float32) ([]float32, []float32) {
+	xs = gatherSample(lay, x, B, i, xs)
+	ys = gatherSample(lay, dy, B, i, ys)
+	// host read and write: index gathers of device data (a
+	// LayoutOps.IndexGather over a map built once).
 	for j, o := range g.aIdx {
 		a[j] = xs[o]
 	}
@@ -148,7 +150,7 @@ func (g *einsumGeom) inst(ops runtime.DPOps, a, gg []float32, c float32, tmp, ou
 	T, D, P := g.T, g.D, g.P
 	for gr := 0; gr < g.G; gr++ {
 		ops.GemmSerial(true, false, D, P, T, c, a[gr*T*D:(gr+1)*T*D], D, gg[gr*T*P:(gr+1)*T*P], P, 0, tmp, P)
-		for j, v := range tmp {
+		for j, v := range tmp { // host read and write: an index scatter of device data
 			out[g.wIdx[gr*D*P+j]] = v
 		}
 	}
@@ -182,14 +184,17 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = xLen + yLen + rows + g.D*g.P + size
 	}
-	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
 	e.forSamples(e.n, func(wk, i int) {
 		buf := bufs[wk]
 		xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
 		rest := buf[xLen+yLen:]
 		a, gg := rest[:g.G*g.T*g.D], rest[g.G*g.T*g.D:rows]
 		rest = rest[rows:]
-		g.rows(x, dy, B, i, xs, ys, a, gg)
+		g.rows(e.lay, x, dy, B, i, xs, ys, a, gg)
 		if ls.decision == rewrite.Ghost {
 			for gr := 0; gr < g.G; gr++ {
 				p.normSq[i] += ghostNormSq(e.ops, a[gr*g.T*g.D:(gr+1)*g.T*g.D], g.T, g.D, gg[gr*g.T*g.P:(gr+1)*g.T*g.P], g.P, rest)
@@ -211,13 +216,16 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		return fmt.Errorf("no Einsum geometry")
 	}
 	if overwrite {
-		clear(accum)
+		ls.lay.Fill(0, accum)
 	}
 	xLen, yLen := len(g.x.Data)/B, len(g.dy.Data)/B
 	rows := g.G * g.T * (g.D + g.P)
 	size := g.G * g.D * g.P
-	*scratch = grow(*scratch, xLen+yLen+rows+g.D*g.P+size)
-	buf := *scratch
+	buf, err := growOn(ls.dev, *scratch, xLen+yLen+rows+g.D*g.P+size)
+	if err != nil {
+		return err
+	}
+	*scratch = buf
 	xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
 	a, gg := buf[xLen+yLen:xLen+yLen+g.G*g.T*g.D], buf[xLen+yLen+g.G*g.T*g.D:xLen+yLen+rows]
 	tmp, full := buf[xLen+yLen+rows:xLen+yLen+rows+g.D*g.P], buf[xLen+yLen+rows+g.D*g.P:]
@@ -225,7 +233,7 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		if c[i] == 0 {
 			continue
 		}
-		g.rows(&g.x, &g.dy, B, i, xs, ys, a, gg)
+		g.rows(ls.lay, &g.x, &g.dy, B, i, xs, ys, a, gg)
 		g.inst(ls.ops, a, gg, c[i], tmp, full)
 		ls.ops.Add(full, accum)
 	}

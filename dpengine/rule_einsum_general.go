@@ -35,7 +35,9 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	data := &ev.Inputs[1-s.k]
 	ai, aShape := data.Data, data.Shape
 	if data.BatchAxis >= 0 {
-		sc.other = gatherSample(data, s.B, s.i, sc.other)
+		if sc.other, err = gatherOn(s.dev, s.lay, data, s.B, s.i, sc.other); err != nil {
+			return err
+		}
 		ai, aShape = sc.other, sampleShape(data, s.B)
 	}
 	shapes := make([][]int64, 2)
@@ -80,6 +82,8 @@ func einsumOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return fmt.Errorf("output gradient %v does not match equation %q", gShape, eq)
 	}
 	stW, stA, stY := strideOf(spec.Inputs[s.k], s.opShape), strideOf(spec.Inputs[1-s.k], aShape), strideOf(spec.Output, gShape)
+	// Host scratch: the contraction below runs on the host (host read of
+	// the operands; not yet a device operation).
 	sc.acc = growF64(sc.acc, len(s.out))
 	acc := sc.acc
 	clear(acc)

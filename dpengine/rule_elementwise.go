@@ -25,10 +25,16 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 	if op == "Mul" || op == "Div" {
 		ov, oShape := other.Data, other.Shape
 		if other.BatchAxis >= 0 {
-			sc.other = gatherSample(other, s.B, s.i, sc.other)
+			var err error
+			if sc.other, err = gatherOn(s.dev, s.lay, other, s.B, s.i, sc.other); err != nil {
+				return err
+			}
 			ov, oShape = sc.other, sampleShape(other, s.B)
 		}
-		sc.d = grow(sc.d, len(gi))
+		var err error
+		if sc.d, err = growOn(s.dev, sc.d, len(gi)); err != nil {
+			return err
+		}
 		d = sc.d
 		switch {
 		case op == "Mul":
@@ -39,10 +45,14 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 			self := s.op.Data
 			sShape := s.op.Shape
 			if s.op.BatchAxis >= 0 {
-				sc.self = gatherSample(s.op, s.B, s.i, sc.self)
+				if sc.self, err = gatherOn(s.dev, s.lay, s.op, s.B, s.i, sc.self); err != nil {
+					return err
+				}
 				self, sShape = sc.self, s.opShape
 			}
-			sc.q = grow(sc.q, len(gi))
+			if sc.q, err = growOn(s.dev, sc.q, len(gi)); err != nil {
+				return err
+			}
 			q := sc.q
 			s.ops.Binary(runtime.BinaryDiv, ov, oShape, self, sShape, q, gShape)
 			s.ops.Binary(runtime.BinaryDiv, q, gShape, self, sShape, q, gShape)

@@ -60,14 +60,17 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if ls.decision == rewrite.Instantiate {
 		need = T*D + T*P + size
 	}
-	bufs := workerBufs(&e.normScratch, e.ops.Workers(), need)
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
 	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
-		a := gatherSample(data, B, i, buf[:0:T*D])
-		g := gatherSample(dout, B, i, buf[T*D:T*D:T*D+T*P])
+		a := gatherSample(e.lay, data, B, i, buf[:0:T*D])
+		g := gatherSample(e.lay, dout, B, i, buf[T*D:T*D:T*D+T*P])
 		rest := buf[T*D+T*P:]
 		if ls.decision == rewrite.Ghost {
-			p.normSq[i] += float64(ls.alpha*ls.alpha) * ghostNormSq(e.ops, a, T, D, g, P, rest)
+			p.normSq[i] += float64(ls.alpha*ls.alpha) * ghostNormSq(e.ops, a, T, D, g, P, rest) // host write: a device accumulation
 			return
 		}
 		inst := rest[:size]

@@ -33,12 +33,18 @@ func normOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return fmt.Errorf("%s input has no batch axis", ev.Node.OpType)
 	}
 	L := nr.RowLen()
-	sc.self = gatherSample(x, s.B, s.i, sc.self)
+	var err error
+	if sc.self, err = gatherOn(s.dev, s.lay, x, s.B, s.i, sc.self); err != nil {
+		return err
+	}
 	xi, gi := sc.self, s.gi
 	if len(xi) != len(gi) || len(xi)%L != 0 || x.BatchStride%L != 0 {
 		return fmt.Errorf("%s input of %d and output gradient of %d elements per sample for rows of %d (batch stride %d)",
 			ev.Node.OpType, len(xi), len(gi), L, x.BatchStride)
 	}
+	// Host scratch: these sums run on the host (host read of the
+	// gathered sample and the output gradient; not yet a device
+	// operation), so their accumulator is host memory.
 	if cap(sc.acc) < len(s.out) {
 		sc.acc = make([]float64, len(s.out))
 	}

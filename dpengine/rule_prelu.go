@@ -22,7 +22,10 @@ func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	x := &ev.Inputs[0]
 	xi := x.Data
 	if x.BatchAxis >= 0 {
-		sc.other = gatherSample(x, s.B, s.i, sc.other)
+		var err error
+		if sc.other, err = gatherOn(s.dev, s.lay, x, s.B, s.i, sc.other); err != nil {
+			return err
+		}
 		xi = sc.other
 	}
 	if len(xi) != len(s.gi) {
@@ -33,6 +36,8 @@ func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 		return err
 	}
 	d := s.gi // the rule may overwrite it
+	// host read and write: the slope's local derivative, elementwise on
+	// device data (not yet a device operation).
 	for j, v := range xi {
 		if v > 0 {
 			d[j] = 0

@@ -46,6 +46,8 @@ type linearRule struct {
 // it), and out, the operand-shaped result.
 type sampleGrad struct {
 	ops     runtime.DPOps
+	lay     runtime.LayoutOps // the device's fills and copies
+	dev     runtime.Device    // where scratch is allocated (gatherOn, growOn)
 	k, i, B int
 	gi      []float32
 	gShape  []int

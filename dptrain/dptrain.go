@@ -460,14 +460,21 @@ func Run(cfg Config) (*Report, error) {
 	if ckpt != nil {
 		lastGood = ckptPath
 	}
-	save := func() error {
+	// save writes the checkpoint after epochs completed epochs and
+	// epochStep steps of the next.
+	save := func(epochs int) error {
 		if ckptPath == "" {
 			return nil
 		}
 		sb, _ := json.Marshal(set)
 		eb, _ := json.Marshal(rep.Epochs)
-		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epoch, EpochStep: epochStep, Accountant: acct.State(),
-			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.Params(), Optimizer: opt.State(), Extra: eb}
+		// The checkpoint reads the parameters on the host: the
+		// initializers, brought up to date with the device.
+		if err := eng.SyncParams(); err != nil {
+			return err
+		}
+		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: epochStep, Accountant: acct.State(),
+			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(), Extra: eb}
 		if set.Seed != nil {
 			c.SourceStream = src.Stream()
 		}
@@ -508,7 +515,7 @@ func Run(cfg Config) (*Report, error) {
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
-				if err := save(); err != nil {
+				if err := save(epoch); err != nil {
 					return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
 				}
 				return nil, &Interrupted{ckptPath}
@@ -550,6 +557,11 @@ func Run(cfg Config) (*Report, error) {
 		el := time.Since(t0).Seconds()
 		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
 		if ev != nil {
+			// The evaluator's plan loads the graph's initializers: bring
+			// them up to date with the engine's device first.
+			if err := eng.SyncParams(); err != nil {
+				return nil, err
+			}
 			if rec.Test, err = ev.Run(cfg.Test); err != nil {
 				return nil, err
 			}
@@ -564,13 +576,21 @@ func Run(cfg Config) (*Report, error) {
 			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
 		}
 		logf("%s\n", line)
+		// The epoch is complete: a resume starts the next one (recorded
+		// as the epoch's own index, it repeated the epoch, running more
+		// steps than σ was calibrated for).
 		epochStep = 0
-		if err := save(); err != nil {
+		if err := save(epoch + 1); err != nil {
 			return nil, fmt.Errorf("epoch %d: checkpoint: %w", epoch+1, err)
 		}
 	}
 
-	// Export.
+	// Export. The graph's initializers get the trained weights from the
+	// engine's device: the exported model reads them, and so does anyone
+	// reading cfg.Graph after Run (the audit's black-box scoring).
+	if err := eng.SyncParams(); err != nil {
+		return nil, err
+	}
 	if !set.NonPrivate {
 		r, err := acct.Epsilon(delta)
 		if err != nil {
@@ -641,6 +661,9 @@ func compatible(prev, cur Settings) error {
 }
 
 // firstNonFinite returns the name of a parameter holding NaN or Inf.
+// Host read: the device parameters, every step (not SyncParams, which
+// would copy the model to the host each step on a device with memory of
+// its own: a device-side check belongs here).
 func firstNonFinite(e *dpengine.Engine) string {
 	names := e.ParamNames()
 	for k, p := range e.Params() {

@@ -31,8 +31,10 @@ type Evaluator struct {
 }
 
 // NewEvaluator compiles g for forward passes of batch samples of shape
-// sample (C,H,W). The graph's parameters are read at every Run, so an
-// evaluator built before training sees the trained weights.
+// sample (C,H,W). The graph's initializers are read at every Run (loaded
+// to the device, runtime.Plan.LoadParams), so an evaluator built before
+// training sees the trained weights once the trainer has put them there
+// (dpengine.Engine.SyncParams).
 func NewEvaluator(g *graph.Graph, sample []int64, batch int) (*Evaluator, error) {
 	return NewEvaluatorOn(nil, g, sample, batch)
 }
@@ -89,6 +91,9 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 // Losses calls fn for every example i of v, in order, with its label, its
 // logits (valid during the call only) and its softmax cross-entropy loss.
 func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits []float32, loss float64)) error {
+	if err := ev.plan.LoadParams(); err != nil {
+		return fmt.Errorf("evaluating: %w", err)
+	}
 	n := v.Len()
 	sl := len(ev.x) / ev.batch
 	for off := 0; off < n; off += ev.batch {

@@ -130,3 +130,80 @@ func (CPU) Run(k Kernel) error {
 
 // HostSlice returns the host memory of a CPU buffer.
 func HostSlice(b Buffer) ([]float32, error) { return hostOf(b) }
+
+// HostAdopter is a Device whose memory is host memory (CPU, the reference
+// backend): it can take a host slice as one of its buffers without a copy.
+// The plan adopts the graph's initializers this way, so that on such a
+// device parameters and constants are the graph's own storage — no second
+// copy of the model, and the engine's updates land in the initializers —
+// while a device with memory of its own (an accelerator) gets a copy
+// (AdoptHost). An optional interface rather than a Device method, so that
+// a backend without host memory has nothing to implement.
+type HostAdopter interface {
+	// AdoptHost returns a buffer whose Floats is host itself (same
+	// backing array, same length), or false where this device cannot
+	// use that memory, in which case the caller copies.
+	AdoptHost(host []float32) (Buffer, bool)
+}
+
+// AdoptHost returns a buffer of d holding host's elements: host itself
+// where d adopts host memory (HostAdopter), else a new buffer of d with a
+// copy. Whether the two are the same memory is SameMemory(host, b.Floats()).
+func AdoptHost(d Device, host []float32) (Buffer, error) {
+	if a, ok := d.(HostAdopter); ok {
+		if b, ok := a.AdoptHost(host); ok {
+			return b, nil
+		}
+	}
+	b, err := d.Alloc(len(host))
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %s: allocating %d elements to copy host memory into: %w", d.Name(), len(host), err)
+	}
+	if err := d.CopyIn(b, 0, host); err != nil {
+		return nil, fmt.Errorf("runtime: %s: copying %d host elements in: %w", d.Name(), len(host), err)
+	}
+	return b, nil
+}
+
+// SameMemory reports whether a and b are the same memory: the same length
+// and backing array start. A device view is compared as an address, never
+// dereferenced, so it may be given for either.
+func SameMemory(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// AllocFloat64 returns n float64 elements of device memory, zeroed, for
+// what the DP operations keep in float64 (per-sample squared norms, whose
+// sums over millions of elements float32 would round). It is carved from
+// a float32 buffer of 2n elements, so that a device has one allocation
+// type (Alloc) and a backend nothing more to implement; the buffer's
+// alignment is checked, float64 needing 8 bytes. Like Buffer.Floats, the
+// slice is host memory on a host device and a view only the device's
+// operations dereference on an accelerator.
+func AllocFloat64(d Device, n int) ([]float64, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("runtime: %s: negative float64 allocation %d", d.Name(), n)
+	}
+	if n == 0 {
+		return []float64{}, nil
+	}
+	b, err := d.Alloc(2 * n)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: %s: allocating %d float64 elements: %w", d.Name(), n, err)
+	}
+	f := b.Floats()
+	if len(f) != 2*n {
+		return nil, fmt.Errorf("runtime: %s: a buffer of %d elements for %d float64s has %d", d.Name(), 2*n, n, len(f))
+	}
+	ptr := unsafe.Pointer(unsafe.SliceData(f))
+	if uintptr(ptr)%8 != 0 {
+		return nil, fmt.Errorf("runtime: %s: buffer at %p is not 8-byte aligned for float64", d.Name(), ptr)
+	}
+	return unsafe.Slice((*float64)(ptr), n), nil
+}
+
+// AdoptHost implements HostAdopter: a host slice is a CPU buffer as it is.
+func (CPU) AdoptHost(host []float32) (Buffer, bool) { return cpuBuffer(host), true }

@@ -257,10 +257,10 @@ func scalar(t *tensor, want float64) bool {
 }
 
 func scalarValue(t *tensor) (float32, bool) {
-	if t == nil || !t.isConst || t.param || t.derived || len(t.data) != 1 || t.n != 1 {
+	if t == nil || !t.isConst || t.param || t.derived || len(t.host) != 1 || t.n != 1 {
 		return 0, false
 	}
-	return t.data[0], true
+	return t.host[0], true
 }
 
 // withConst returns the operand of the binary node nd that is not the

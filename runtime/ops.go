@@ -113,8 +113,8 @@ func constFloat(nd *node, i int, def float32) (float32, error) {
 		return 0, fmt.Errorf("input %d (%q) must be a constant", i, t.v.Name)
 	}
 	switch {
-	case t.data != nil && len(t.data) == 1:
-		return t.data[0], nil
+	case t.host != nil && len(t.host) == 1:
+		return t.host[0], nil
 	case t.i64 != nil && len(t.i64) == 1:
 		return float32(t.i64[0]), nil
 	}

@@ -46,7 +46,12 @@ func buildReduceOther(name string) builder {
 			return fmt.Errorf("reduced size %d does not match output %v", outN, y.shape)
 		}
 		grp := ReduceGroups(x.shape, kept)
-		state := make([]float64, ReduceStateLen(op, y.n))
+		// The reduction's run-time state (what the backward reads) is
+		// written by the device: device memory.
+		state, err := AllocFloat64(p.dev, ReduceStateLen(op, y.n))
+		if err != nil {
+			return err
+		}
 		nd.auxBytes = int64(8 * len(state))
 		nd.saveIn[0] = true
 		nd.saveOut = true

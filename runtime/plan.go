@@ -145,10 +145,17 @@ type tensor struct {
 	v     *graph.Value
 	shape []int
 	n     int
-	data  []float32 // forward value (arena slice or constant data)
-	i64   []int64   // integer constant
-	b     []bool    // boolean constant
-	grad  []float32 // gradient (arena slice, or persistent for parameters)
+	data  []float32 // forward value (arena slice, or a constant's device buffer)
+	// host is a float constant's host data (the graph initializer's own
+	// storage, or the plan's conversion of it) and buf its device buffer,
+	// whose Floats is data: the same memory where the device adopts host
+	// memory (HostAdopter), a copy elsewhere. Compile-time reads of a
+	// constant's values (constFloat, scalarValue) use host.
+	host []float32
+	buf  Buffer
+	i64  []int64   // integer constant
+	b    []bool    // boolean constant
+	grad []float32 // gradient (arena slice, or persistent for parameters)
 
 	isConst, isInput, param bool
 	derived                 bool // computed from trainable parameters and constants only
@@ -239,6 +246,10 @@ type Plan struct {
 
 	forwardDone bool
 	zeroGrads   []*tensor // gradients no node writes: cleared by backward
+	// consts are the float constants (initializers, trainable or not)
+	// adopted to the device, in the order they were met: LoadParams copies
+	// their host data in again.
+	consts []*tensor
 }
 
 // Compile builds a plan for g, whose values must all have static shapes
@@ -349,11 +360,16 @@ func (p *Plan) build() error {
 			c := v.Const
 			switch {
 			case c.F32 != nil || (c.DType == graph.Float32 && c.Len() == 0):
-				t.data = c.F32
+				if err := p.adopt(t, c.F32); err != nil {
+					return nil, err
+				}
 			case c.F64 != nil:
-				t.data = make([]float32, len(c.F64))
+				f := make([]float32, len(c.F64))
 				for i, x := range c.F64 {
-					t.data[i] = float32(x)
+					f[i] = float32(x)
+				}
+				if err := p.adopt(t, f); err != nil {
+					return nil, err
 				}
 			case c.I64 != nil:
 				t.i64 = c.I64
@@ -400,6 +416,11 @@ func (p *Plan) build() error {
 				t, err := dropoutMask(v)
 				if err != nil {
 					return fmt.Errorf("runtime: node %s: %w", n, err)
+				}
+				if t.data != nil {
+					if err := p.adopt(t, t.data); err != nil {
+						return fmt.Errorf("runtime: node %s: %w", n, err)
+					}
 				}
 				p.tensors[v] = t
 				nd.out = append(nd.out, nil)
@@ -604,16 +625,83 @@ func (p *Plan) build() error {
 		}
 	}
 	// Loss head on output 0 when it is (N, K).
+	// Its softmax and unit weights, and the kernels' workspace, are
+	// operands of device operations: device memory. The labels stay on
+	// the host (Loss checks them there).
 	if o := p.outputs[0]; len(o.shape) == 2 {
 		p.hasLoss = true
-		p.probs = make([]float32, o.n)
+		probs, err := p.dev.Alloc(o.n)
+		if err != nil {
+			return fmt.Errorf("runtime: allocating the loss head's softmax (%d elements): %w", o.n, err)
+		}
+		p.probs = probs.Floats()
 		p.labels = make([]int64, o.shape[0])
-		p.ones = make([]float32, o.shape[0])
-		for i := range p.ones {
-			p.ones[i] = 1
+		ones := make([]float32, o.shape[0])
+		for i := range ones {
+			ones[i] = 1
+		}
+		buf, err := AdoptHost(p.dev, ones)
+		if err != nil {
+			return fmt.Errorf("runtime: the loss head's unit weights: %w", err)
+		}
+		p.ones = buf.Floats()
+	}
+	ws, err := p.dev.Alloc(p.wsNeed)
+	if err != nil {
+		return fmt.Errorf("runtime: allocating the %d-element kernel workspace: %w", p.wsNeed, err)
+	}
+	p.ws = ws.Floats()
+	return nil
+}
+
+// adopt makes host, the float data of constant t, a buffer of the plan's
+// device (runtime.AdoptHost: the same memory on the CPU and the reference
+// backend, a copy on a device with memory of its own) and t's data its
+// view.
+func (p *Plan) adopt(t *tensor, host []float32) error {
+	buf, err := AdoptHost(p.dev, host)
+	if err != nil {
+		return fmt.Errorf("runtime: constant %q: %w", t.v.Name, err)
+	}
+	t.host, t.buf, t.data = host, buf, buf.Floats()
+	p.consts = append(p.consts, t)
+	return nil
+}
+
+// SyncParams copies the trainable parameters from the device into the
+// graph's initializers, where a host reader finds them: whoever reads
+// parameters on the host after training steps — checkpoint save, export,
+// evaluation by another plan, audits — calls it first (dpengine's
+// Engine.SyncParams does). Where the device adopted the initializers
+// (CPU, reference backend) they are the same memory and nothing is
+// copied.
+func (p *Plan) SyncParams() error {
+	for _, t := range p.params {
+		if SameMemory(t.host, t.data) {
+			continue
+		}
+		if err := p.dev.CopyOut(t.host, t.buf, 0); err != nil {
+			return fmt.Errorf("runtime: syncing parameter %q to the host: %w", t.v.Name, err)
 		}
 	}
-	p.ws = make([]float32, p.wsNeed)
+	return nil
+}
+
+// LoadParams copies the graph's float initializers (trainable parameters
+// and constants) into the plan's device buffers: whoever changes
+// initializers on the host after Compile — a checkpoint restore, another
+// plan's SyncParams into the same graph before this plan evaluates it —
+// calls it before the next Forward. Where the device adopted the
+// initializers it copies nothing.
+func (p *Plan) LoadParams() error {
+	for _, t := range p.consts {
+		if SameMemory(t.host, t.data) {
+			continue
+		}
+		if err := p.dev.CopyIn(t.buf, 0, t.host); err != nil {
+			return fmt.Errorf("runtime: loading initializer %q to the device: %w", t.v.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -771,7 +859,7 @@ func (p *Plan) planBuffers() error {
 				// long as either needs it; the forward copy is dropped.
 				nd.aliased = true
 				if src.dataItem < 0 { // a constant (or parameter)
-					t.data = src.data
+					t.data, t.host, t.buf = src.data, src.host, src.buf
 					continue
 				}
 				t.dataItem = src.dataItem
@@ -982,8 +1070,9 @@ func (p *Plan) Graph() *graph.Graph { return p.g }
 func (p *Plan) Device() Device { return p.dev }
 
 // Scratch returns the workspace the plan's kernels share during Forward
-// and Backward (convolution columns, per-worker partial sums). Its contents
-// are undefined, and it is the caller's between those calls: book-keeping
+// and Backward (convolution columns, per-worker partial sums): device
+// memory, an operand for the device's operations. Its contents are
+// undefined, and it is the caller's between those calls: book-keeping
 // runs its weighted-sum convolutions in it after Backward instead of
 // holding a second workspace of the same size.
 func (p *Plan) Scratch() []float32 { return p.ws }
@@ -1007,7 +1096,8 @@ func (p *Plan) LiveBytes() int64 { return 4 * int64(p.liveElems) }
 func (p *Plan) UnplannedBytes() int64 { return 4 * int64(p.peakElems) }
 
 // Input returns the buffer of graph input i, to be filled before Forward,
-// and its shape.
+// and its shape. It is a view of device memory: the host fills it in place
+// only on a host device (CPU, reference backend); SetInput works on any.
 func (p *Plan) Input(i int) ([]float32, []int) { return p.inputs[i].data, p.inputs[i].shape }
 
 // SetInput copies x into graph input i, checking its length.
@@ -1065,8 +1155,11 @@ func (p *Plan) ReadOutput(i int, dst []float32) error {
 	if len(dst) != t.n {
 		return fmt.Errorf("runtime: output %q has shape %v (%d elements), destination holds %d", t.v.Name, t.shape, t.n, len(dst))
 	}
-	if t.dataItem < 0 {
-		copy(dst, t.data) // a constant output
+	if t.dataItem < 0 { // a constant output
+		if t.buf != nil {
+			return p.dev.CopyOut(dst, t.buf, 0)
+		}
+		copy(dst, t.data)
 		return nil
 	}
 	return p.dev.CopyOut(dst, p.arena, t.off)
@@ -1082,8 +1175,11 @@ func (p *Plan) Params() []string {
 	return out
 }
 
-// Param returns the data of trainable parameter name (the initializer's
-// own storage: update it in place) and its shape.
+// Param returns the device buffer view of trainable parameter name
+// (update it in place through the device's operations) and its shape. On
+// a device that adopts host memory (CPU, reference backend) it is the
+// initializer's own storage; elsewhere the initializer is a host copy that
+// SyncParams refreshes and LoadParams writes back.
 func (p *Plan) Param(name string) ([]float32, []int) {
 	for _, t := range p.params {
 		if t.v.Name == name {
@@ -1091,6 +1187,18 @@ func (p *Plan) Param(name string) ([]float32, []int) {
 		}
 	}
 	return nil, nil
+}
+
+// HostParam returns the host storage of trainable parameter name (nil if
+// it is not trainable): the graph's initializer, which SyncParams brings
+// up to date with the device and LoadParams copies to it.
+func (p *Plan) HostParam(name string) []float32 {
+	for _, t := range p.params {
+		if t.v.Name == name {
+			return t.host
+		}
+	}
+	return nil
 }
 
 // Grad returns the gradient of trainable parameter name after Backward,

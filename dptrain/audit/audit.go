@@ -259,7 +259,7 @@ func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *ran
 				grads[k] = ev.Engine.Gradient(name)
 			}
 			for i, c := range coords {
-				scores[i] += float64(grads[c.Param][c.Index])
+				scores[i] += float64(grads[c.Param][c.Index]) // host read: one element of a device gradient
 			}
 		}
 		if user != nil {

@@ -79,3 +79,27 @@ func (Device) Workers() int { return 1 }
 
 // The reference backend implements the whole DP operation set.
 var _ runtime.DPOps = Device{}
+
+// AdoptHost implements runtime.HostAdopter: the reference backend's
+// memory is host memory, so a host slice becomes a buffer as it is.
+func (Device) AdoptHost(host []float32) (runtime.Buffer, bool) { return &buffer{host}, true }
+
+// Separate is the reference backend with memory of its own: it adopts no
+// host slice (its AdoptHost refuses), so that the plan copies every
+// initializer into distinct buffers, as on an accelerator. Tests run on it
+// to catch a host reader of parameters that forgot Plan.SyncParams (or a
+// writer that forgot LoadParams): the arithmetic is the reference
+// backend's, only where the state lives differs.
+type Separate struct{ Device }
+
+// Name implements runtime.Device.
+func (Separate) Name() string { return "reference (separate memory)" }
+
+// AdoptHost implements runtime.HostAdopter by refusing: every host slice
+// is copied into a buffer of the device's own.
+func (Separate) AdoptHost([]float32) (runtime.Buffer, bool) { return nil, false }
+
+var (
+	_ runtime.HostAdopter = Device{}
+	_ runtime.Ops         = Separate{}
+)

@@ -1,0 +1,98 @@
+package dpengine
+
+import (
+	"fmt"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// The step's state lives in device memory: every buffer a device
+// operation reads or writes (accumulated and per-sample gradients, norms,
+// clip factors, optimizer state, scratch) is allocated from the engine's
+// device, so that a backend with memory of its own runs the step without
+// host copies. Host-side by design are the input batch staging (copied in
+// by Plan.SetInput), labels, per-sample losses and the other step scalars
+// the host reads. Fills and copies of device buffers run through the
+// device's LayoutOps (Fill, Copy); where the host still reads or writes
+// device memory (a count of clipped samples, a norm for reporting, a
+// float64 clear, a per-sample norm accumulated on the host, a gathered
+// sample) the code says "host read:" or "host write:", which is where a
+// backend without host memory needs a CopyOut, a CopyIn or an operation.
+// On the CPU and the reference backend device memory is host memory, so
+// none of this copies.
+
+// allocOn returns n zeroed float32 elements of dev's memory (the view
+// its operations take); a nil dev is the CPU, as in Config.
+func allocOn(dev runtime.Device, n int, what string) ([]float32, error) {
+	if dev == nil {
+		dev = runtime.CPU{}
+	}
+	buf, err := dev.Alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: allocating %s (%d elements) on %s: %w", what, n, dev.Name(), err)
+	}
+	return buf.Floats(), nil
+}
+
+// alloc returns n zeroed float32 elements of the engine's device.
+func (e *Engine) alloc(n int, what string) ([]float32, error) { return allocOn(e.dev, n, what) }
+
+// alloc64 returns n zeroed float64 elements of the engine's device
+// (runtime.AllocFloat64).
+func (e *Engine) alloc64(n int, what string) ([]float64, error) {
+	f, err := runtime.AllocFloat64(e.dev, n)
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: allocating %s: %w", what, err)
+	}
+	return f, nil
+}
+
+// growOn returns b resized to n elements, allocating from dev only when
+// b is too small: scratch grows to the largest layer's need in the first
+// step and is reused after, so that a step allocates nothing.
+func growOn(dev runtime.Device, b []float32, n int) ([]float32, error) {
+	if cap(b) >= n {
+		return b[:n], nil
+	}
+	return allocOn(dev, n, "scratch")
+}
+
+// gatherOn is gatherSample into dst grown on dev to the sample's size.
+func gatherOn(dev runtime.Device, lay runtime.LayoutOps, v *runtime.View, N, i int, dst []float32) ([]float32, error) {
+	dst, err := growOn(dev, dst, sampleLen(v, N, i))
+	if err != nil {
+		return nil, err
+	}
+	return gatherSample(lay, v, N, i, dst), nil
+}
+
+// sampleLen is the number of elements of sample i of v (N samples), as
+// gatherSample collects them.
+func sampleLen(v *runtime.View, N, i int) int {
+	stride := v.BatchStride
+	blocks := len(v.Data) / stride
+	if i >= blocks {
+		return 0
+	}
+	return (blocks - i + N - 1) / N * stride
+}
+
+// workerBufs returns per-worker scratch slices of at least size elements
+// of the engine's device, reused across layers and steps (grown to the
+// largest layer's need).
+func (e *Engine) workerBufs(size int) ([][]float32, error) {
+	workers := e.ops.Workers()
+	bufs := e.normScratch
+	if len(bufs) < workers || len(bufs[0]) < size {
+		bufs = make([][]float32, workers)
+		for w := range bufs {
+			b, err := e.alloc(size, "per-worker norm scratch")
+			if err != nil {
+				return nil, err
+			}
+			bufs[w] = b
+		}
+		e.normScratch = bufs
+	}
+	return bufs, nil
+}

@@ -1,0 +1,179 @@
+package dptrain_test
+
+import (
+	"math"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
+)
+
+// TestRunOnSeparateMemory trains the fixture CNN for two epochs of three
+// steps, interrupted after four steps (the checkpoint is saved) and
+// resumed, with evaluation after the first epoch (the resumed run
+// evaluates nothing, so that the export's sync is the only one after its
+// last steps) and an export at the end, and trains it for one epoch
+// without a checkpoint or evaluation (so that nothing but the export
+// syncs), on reference.Separate (parameters and
+// optimizer state in memory of their own, copied to and from the graph's
+// initializers) and on reference.Device (which adopts the initializers),
+// with the same seed. The two runs compute the same arithmetic, so every
+// host reader of parameters that syncs them (checkpoint save, evaluation,
+// export) sees the same values on both: the checkpoints, the test
+// metrics and the exported weights must be identical. A forgotten
+// SyncParams (or LoadParams after the restore) on any of those paths
+// makes the separate run read or continue from stale weights.
+func TestRunOnSeparateMemory(t *testing.T) {
+	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		ckpt   *dpengine.Checkpoint
+		epochs []dptrain.EpochRecord
+		models []*graph.Graph // the resumed run's export, the plain run's
+	}
+	run := func(dev runtime.Device) result {
+		dir := t.TempDir()
+		ckpt, out := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "out.onnx")
+		var r result
+		for _, stage := range []string{"interrupted", "resumed", "plain"} {
+			m, err := onnx.Load("../testdata/models/cnn.onnx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seed := uint64(7)
+			cfg := dptrain.Config{
+				Settings: dptrain.Settings{
+					Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+					Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+					Optimizer: "adam", LR: 2e-3, InputShape: []int64{1, 28, 28}, Seed: &seed,
+				},
+				Device: dev, Graph: g, Train: ds, EvalBatch: 48,
+				Checkpoint: ckpt, Resume: stage == "resumed", Out: out,
+			}
+			switch stage {
+			case "plain":
+				cfg.Settings.Epochs, cfg.Checkpoint = 1, ""
+				cfg.Out = filepath.Join(dir, "plain.onnx")
+			case "interrupted":
+				cfg.Test = ds
+				polls := 0
+				cfg.Stop = func() bool { polls++; return polls > 4 }
+				_, err := dptrain.Run(cfg)
+				if _, ok := err.(*dptrain.Interrupted); !ok {
+					t.Fatalf("%s: the first run was not interrupted: %v", dev.Name(), err)
+				}
+				if r.ckpt, err = dpengine.ReadCheckpoint(ckpt); err != nil {
+					t.Fatal(err)
+				}
+				if r.ckpt.Step != 4 {
+					t.Fatalf("%s: the checkpoint is at step %d, want 4", dev.Name(), r.ckpt.Step)
+				}
+				continue
+			}
+			rep, err := dptrain.Run(cfg)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", dev.Name(), stage, err)
+			}
+			if stage == "resumed" {
+				r.epochs = rep.Epochs
+			}
+			om, err := onnx.Load(cfg.Out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model, err := graph.FromONNX(om)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.models = append(r.models, model)
+		}
+		return r
+	}
+	want := run(reference.Device{})
+	got := run(reference.Separate{})
+
+	if !reflect.DeepEqual(got.ckpt.ParamNames, want.ckpt.ParamNames) || len(got.ckpt.Params) != len(want.ckpt.Params) {
+		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
+	}
+	for k, name := range want.ckpt.ParamNames {
+		if !sameBits(got.ckpt.Params[k], want.ckpt.Params[k]) {
+			t.Errorf("checkpoint parameter %s differs between reference.Separate and reference.Device", name)
+		}
+	}
+	for slot, ws := range want.ckpt.Optimizer.Slots {
+		for k := range ws {
+			if !sameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
+				t.Errorf("checkpoint optimizer %s of %s differs", slot, want.ckpt.ParamNames[k])
+			}
+		}
+	}
+	if len(got.epochs) != 2 || len(want.epochs) != 2 {
+		t.Fatalf("%d and %d epoch records, want 2: %+v", len(got.epochs), len(want.epochs), want.epochs)
+	}
+	if want.epochs[0].Test == nil {
+		t.Fatal("the first epoch was not evaluated")
+	}
+	for i := range want.epochs {
+		g, w := got.epochs[i], want.epochs[i]
+		if !reflect.DeepEqual(g.Test, w.Test) || g.TrainLoss != w.TrainLoss {
+			t.Errorf("epoch %d: test %+v, train loss %v on reference.Separate; test %+v, train loss %v on reference.Device", i+1, g.Test, g.TrainLoss, w.Test, w.TrainLoss)
+		}
+	}
+	orig, err := onnx.Load("../testdata/models/cnn.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	og, err := graph.FromONNX(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mi, wm := range want.models {
+		n, moved := 0, false
+		for _, v := range wm.Initializers {
+			if v.Const == nil || v.Const.F32 == nil {
+				continue
+			}
+			gv := got.models[mi].Values[v.Name]
+			if gv == nil || gv.Const == nil || !sameBits(gv.Const.F32, v.Const.F32) {
+				t.Errorf("export %d: initializer %s differs between reference.Separate and reference.Device", mi+1, v.Name)
+			}
+			if ov := og.Values[v.Name]; ov != nil && ov.Const != nil && !sameBits(ov.Const.F32, v.Const.F32) {
+				moved = true
+			}
+			n++
+		}
+		if n == 0 || !moved {
+			t.Fatalf("export %d has %d float initializers, moved by training: %v", mi+1, n, moved)
+		}
+	}
+}
+
+// sameBits reports whether a and b hold the same float32 bit patterns.
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
