@@ -28,7 +28,7 @@ var deviceKernels = map[string][]string{
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col_plane", "conv_weight_grad"},
-	"layout.cu":    {"copy_f", "fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
+	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device

@@ -8,7 +8,8 @@ import (
 )
 
 // The LayoutOps of the device (runtime/device_layout.go; kernels in
-// kernels/layout.cu): one thread per element moved. An IndexMap's device
+// kernels/layout.cu): Copy is one copy of the driver's, the others one
+// thread per element moved. An IndexMap's device
 // form (its element map and, for the adjoint, each source element's
 // readers in increasing order) is built at the map's first use and kept
 // on the Device keyed by the map's pointer — plans are read-only and live
@@ -24,16 +25,33 @@ type gatherPlan struct {
 	idx, start, readers DevicePtr
 }
 
-// Copy implements runtime.LayoutOps.
+// Copy implements runtime.LayoutOps with one copy of the driver's (no
+// kernel, no staging): device to device, or between the host and the
+// device, or a host copy when neither operand is device memory. The
+// engine copies many small blocks, each one call.
 func (d *Device) Copy(x, y []float32) {
-	if len(x) == 0 {
+	n := len(x)
+	if n == 0 {
 		return
 	}
-	y = y[:len(x)]
-	a := d.begin()
-	defer d.end("Copy")
-	a.Ptr(f32(x, opIn, d)).Ptr(f32(y, opOut, d)).I64(int64(len(x)))
-	d.launch("copy_f", int64(len(x)))
+	y = y[:n]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	px, py := DevicePtr(uintptr(unsafe.Pointer(&x[0]))), DevicePtr(uintptr(unsafe.Pointer(&y[0])))
+	var err error
+	switch xd, yd := d.isDevice(px, 4*n), d.isDevice(py, 4*n); {
+	case xd && yd:
+		err = d.drv.CopyDtoD(py, px, 4*n)
+	case xd:
+		err = d.drv.CopyDtoH(unsafe.Pointer(&y[0]), px, 4*n)
+	case yd:
+		err = d.drv.CopyHtoD(py, unsafe.Pointer(&x[0]), 4*n)
+	default:
+		copy(y, x)
+	}
+	if err != nil {
+		panic(fmt.Errorf("cuda: Copy of %d elements: %w", n, err))
+	}
 }
 
 // Fill implements runtime.LayoutOps.

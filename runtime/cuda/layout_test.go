@@ -183,3 +183,28 @@ func TestEmptyOperands(t *testing.T) {
 		t.Errorf("after empty operations: y %v, t %v", y, t2)
 	}
 }
+
+// TestCopyMixed copies between host slices and device buffers in every
+// combination, and within one buffer.
+func TestCopyMixed(t *testing.T) {
+	d := emuDevice(t)
+	r := rand.New(rand.NewSource(3))
+	src := unif(r, 1000)
+	for _, xdev := range []bool{false, true} {
+		for _, ydev := range []bool{false, true} {
+			px, py := &placer{bufs: map[uintptr]runtime.Buffer{}}, &placer{bufs: map[uintptr]runtime.Buffer{}}
+			if xdev {
+				px.dev = d
+			}
+			if ydev {
+				py.dev = d
+			}
+			x, y := place(px, src), place(py, filled(1001, 7))
+			d.Copy(x[10:], y[1:])
+			got := fetch(py, y)
+			if got[0] != 7 || got[1000] != 7 || got[1] != src[10] || got[990] != src[999] {
+				t.Errorf("x on the device %v, y on the device %v: got %v … %v", xdev, ydev, got[:3], got[989:])
+			}
+		}
+	}
+}

@@ -32,11 +32,6 @@ __device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, 
 }
 // END LAYOUT
 
-// copy_f computes y[i] = x[i] for i < n.
-extern "C" __global__ void copy_f(const float *x, float *y, long long n) {
-  FOR_EACH(i, n) y[i] = x[i];
-}
-
 // fill_f sets the n elements of y to v.
 extern "C" __global__ void fill_f(float v, float *y, long long n) {
   FOR_EACH(i, n) y[i] = v;
