@@ -198,6 +198,10 @@ func (d *Device) Expand(x []float32, xShape []int, y []float32, yShape []int) {
 	if n == 0 {
 		return
 	}
+	if numElems(xShape) == n { // nothing broadcast: a copy
+		d.Copy(x[:n], y[:n])
+		return
+	}
 	l := newLayout(yShape, nil, xShape)
 	a := d.begin()
 	defer d.end("Expand")
