@@ -428,9 +428,12 @@ func (d *Device) end(op string) {
 }
 
 // launch runs kernel name over n work items, a thread each (grid-stride
-// loops cover the rest when the grid is capped) (d.mu held).
+// loops cover the rest when the grid is capped) (d.mu held). Blocks are
+// 256 threads, fewer (whole warps) for fewer items: the kernels loop over
+// any block size, and the emulation, whose threads are real, does not
+// wake 256 of them for a handful of elements.
 func (d *Device) launch(name string, n int64) {
-	block := int64(256)
+	block := min(int64(256), max(32, (n+31)/32*32))
 	grid := min((n+block-1)/block, int64(d.maxGrid))
 	d.launchGrid(name, D1(int(max(grid, 1))), D1(int(block)))
 }
