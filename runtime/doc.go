@@ -68,37 +68,48 @@
 // each parameter is read directly by the operator that uses it (otherwise
 // the hook fires on the Identity).
 //
-// # Devices and the DP operation set
+// # Devices and the operation set
 //
-// A Device holds a plan's buffers and runs its kernels (Compile's
-// Options.Device; OpenDevice opens one by its --device name). DPOps is the
-// DP part of the device operation set (DESIGN.md §8), one interface per
-// group, one file per group: the GEMMs of ghost norms, per-sample
-// instantiation and book-keeping's clipped sums, and the elementwise ops
-// of the per-sample rules (LinalgOps, device_linalg.go); the per-sample
-// convolution ops (PerSampleOps, device_dp.go); per-sample squared norms,
-// the ghost norm's inner product, scalings by clip factors, sums of
-// per-sample gradients, bias and index-map sums (VectorOps,
-// device_vector.go); the clip factors C_i (ClipOps, device_clip.go); the
-// SGD and Adam updates (OptimOps, device_optim.go); and the Gaussian
-// noise, drawn from runtime/noise's keyed counter-based generator under
-// the key and step the engine picks (NoiseOps, device_noise.go). DPOpsOf
-// is in device_ops.go. The DP engine computes through DPOps only, so no
-// package above runtime imports kernels or blas (internal/archtest checks
-// it), and every number of a DP step outside the compiled forward and
-// backward passes comes from a named device operation.
+// A Device holds a plan's buffers and runs its compiled nodes (Compile's
+// Options.Device; OpenDevice opens one by its --device name). What a
+// training step computes is one named operation set, Ops (DESIGN.md §8;
+// docs/ARCHITECTURE.md), one interface per group and one file per group:
 //
-// The CPU is the worked example of a backend: CPU implements Device and
-// DPOps, each operation one call of a kernel. A backend implements the same
-// interfaces and registers an opener under its name (devices.go).
+//   - GraphOps (device_graph.go), what the compiled forward and backward
+//     passes and the loss head perform: LinalgOps (device_linalg.go: GEMMs,
+//     strided-batched GEMMs, broadcasting binary ops), LayoutOps
+//     (device_layout.go: copies, index maps, transposes, concatenation),
+//     NNOps (device_nn.go: convolutions, pooling, normalizations, LRN),
+//     ElementwiseOps (device_elementwise.go: activations and their
+//     derivatives) and ReduceOps (device_reduce.go: reductions, softmax,
+//     the cross-entropy head). Compile requires them of its device
+//     (GraphOpsOf), and a compiled node's closures touch tensor data only
+//     through them.
+//   - DPOps (device_ops.go), what the DP engine computes outside the
+//     passes: LinalgOps; PerSampleOps (device_dp.go: per-sample
+//     convolution unfolding and weight gradients); VectorOps
+//     (device_vector.go: per-sample squared norms, the ghost norm's inner
+//     product, scalings by clip factors, sums); ClipOps (device_clip.go:
+//     the factors C_i); OptimOps (device_optim.go: SGD, Adam, AdamW); and
+//     NoiseOps (device_noise.go: runtime/noise's keyed counter-based
+//     Gaussian noise).
 //
-// What is still host-slice based: the forward and backward kernels are CPU
-// closures (CPUKernel) compiled by this package, every Buffer is a host
-// slice and the DP operations take []float32. Left on the host: the
-// engine's bookkeeping (Poisson sampling, the counts of clipped and
-// non-finite samples, which read the factors back, canaries) and data
-// movement (gathering a sample of a batched operand). The next step is device buffers: operations
-// on Buffers, the plan compiled to device operations (docs/ROADMAP.md).
+// Operands are []float32 views of device buffers (Buffer.Floats): host
+// memory on the CPU and the reference backend, device memory that only the
+// device's operations dereference on an accelerator. Float initializers are
+// adopted by the device at compile time (AdoptHost: the same memory on a
+// host device, a copy elsewhere; Plan.SyncParams and Plan.LoadParams move
+// parameters between the device and the graph's initializers), and the
+// engine allocates its step state from the device.
+//
+// Backends: CPU (this package; each operation one call of a kernel of
+// runtime/kernels or runtime/blas, no allocation per step) is the product
+// device and the worked example; runtime/reference is the float64
+// reference backend the tests hold the others to; runtime/cuda is the CUDA
+// backend, tested through its emulation. A backend implements the groups
+// and registers an opener under its name (devices.go). No package above
+// runtime imports kernels or blas, and the reference backend imports
+// neither (internal/archtest checks both).
 //
 // Package runtime imports only packages onnx, graph and rewrite, and its
 // own subpackages kernels and blas.

@@ -598,5 +598,3 @@ func (d *Device) GemmBiasBackward(beta float32, dy []float32, yShape []int, dc [
 	a.F32(beta).Ptr(f32(dy[:ny], opIn, d)).Ptr(sh).I32(int32(len(yShape))).Ptr(f32(dc[:nc], opOut, d)).I64(int64(nc)).I64(int64(ny / nc))
 	d.launch("gemm_bias_bwd", int64(nc))
 }
-
-var _ runtime.NNOps = (*Device)(nil)

@@ -175,5 +175,3 @@ func (d *Device) ScatterReduce(red runtime.ScatterReduction, u []float32, idx []
 	a.I32(int32(red)).Ptr(f32(u[:len(idx)], opIn, d)).Ptr(i32(idx, d)).I64(int64(len(idx))).Ptr(f32(y, opInOut, d))
 	d.launchOne("scatter_reduce")
 }
-
-var _ runtime.ReduceOps = (*Device)(nil)
