@@ -42,6 +42,9 @@ func packGeometry(sizes [geoAxes]int, in, kernel, strides, dilations, pads, out 
 	if r > 3 {
 		panic(fmt.Sprintf("cuda: a window of %d spatial axes (at most 3)", r))
 	}
+	if len(out) != r || len(kernel) != r {
+		panic(fmt.Sprintf("cuda: a window over %v with kernel %v and output %v (a shape used before its Init)", in, kernel, out))
+	}
 	for a := 0; a < 3; a++ {
 		in3, k3, s3, d3, pb, pe, o3 := 1, 1, 1, 1, 0, 0, 1
 		if b := a - (3 - r); b >= 0 {
@@ -565,7 +568,10 @@ func (d *Device) stageShapes(full, part []int) DevicePtr {
 	for i := 0; i < r-len(part); i++ {
 		sh = append(sh, 1)
 	}
-	for _, v := range part {
+	for i, v := range part {
+		if f := full[r-len(part)+i]; v != 1 && v != f {
+			panic(fmt.Sprintf("cuda: shape %v is not %v or broadcast to it", part, full))
+		}
 		sh = append(sh, int64(v))
 	}
 	d.shapes = sh
