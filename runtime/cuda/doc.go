@@ -58,7 +58,8 @@
 // extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
 // a short prelude first (the fixed-width integer types, DYN_SHARED), the
 // emulation its header. Elementwise kernels are grid-stride loops on
-// blocks of up to 256 threads, the grid capped at 16 blocks per multiprocessor.
+// blocks of up to 256 threads (32 on the emulation, whose block threads
+// are real threads), the grid capped at 16 blocks per multiprocessor.
 // Sums whose order the contract fixes (SumSq, SquaredNorms and Dot in
 // float64 in order, AddRunSums's four running sums, SumRows, ScatterAdd in
 // index order) run that order on one thread per result, parallel across
