@@ -13,9 +13,20 @@ import (
 var (
 	deviceOpeners = map[string]func() (Device, error){"cpu": func() (Device, error) { return CPU{}, nil }}
 	deviceMissing = map[string]string{
-		"cuda": "this build has no CUDA backend yet (docs/ROADMAP.md); use --device cpu",
+		"cuda": "this build has no CUDA backend (import runtime/cuda to register it); use --device cpu",
 	}
 )
+
+// RegisterDevice makes OpenDevice(name) call open: a backend in a package
+// of its own (runtime/cuda, which imports runtime and so cannot be
+// imported by it) registers itself from its init, and a binary that
+// imports the backend's package offers the device. open's error is
+// reported as the device being unavailable. It is not safe to call
+// concurrently with OpenDevice (init time only).
+func RegisterDevice(name string, open func() (Device, error)) {
+	deviceOpeners[name] = open
+	delete(deviceMissing, name)
+}
 
 // DeviceNames returns the names OpenDevice opens in this build, sorted.
 func DeviceNames() []string {

@@ -5,13 +5,15 @@ import (
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
+	// The CUDA backend registers --device cuda (runtime.RegisterDevice).
+	_ "github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
 // deviceFlag is --device, shared by every command that computes.
 type deviceFlag struct{ name *string }
 
 func addDeviceFlag(fs *flag.FlagSet) deviceFlag {
-	return deviceFlag{fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: not in this build yet)")}
+	return deviceFlag{fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: the GPU through libcuda.so.1 and NVRTC, or its emulation with DPFINETUNE_CUDA=emulate)")}
 }
 
 // open returns the device, or a usage error (exit status 2) naming why it

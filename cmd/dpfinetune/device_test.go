@@ -12,7 +12,7 @@ func TestDeviceFlag(t *testing.T) {
 	for _, cmd := range []string{"train", "audit", "eval", "predict", "norms", "bench", "plan"} {
 		for dev, want := range map[string]string{
 			"cuda": `--device: device "cuda" is not available`,
-			"tpu":  `--device: unknown device "tpu" (this build has: cpu)`,
+			"tpu":  `--device: unknown device "tpu" (this build has: cpu, cuda)`,
 		} {
 			_, e, code := run(t, cmd, "--device", dev)
 			if code != 2 || !strings.Contains(e, want) || strings.Count(strings.TrimSpace(e), "\n") != 0 {

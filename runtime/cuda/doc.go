@@ -10,7 +10,8 @@
 // small interface: memory (Alloc, Free, the three copies), modules
 // (LoadModule compiles a CUDA C source, Function looks a kernel up),
 // Launch with CUDA's argument packing (Args: an array of pointers, one per
-// argument value) and Synchronize. It has two implementations:
+// argument value), Gemm (batched row-major SGEMM, GemmArgs) and
+// Synchronize. It has two implementations:
 //
 //   - the real driver (nvidia.go): libcuda.so.1 (the driver API: cuInit,
 //     the primary context, cuMemAlloc, cuMemcpy*, cuModuleLoadData,
@@ -21,6 +22,13 @@
 //     the driver then compiles); the result is cached on disk under the
 //     hash of the source, the options, the NVRTC and driver versions and
 //     the architecture (os.UserCacheDir()/dpfinetune/cuda, or EnvCache).
+//     The GEMMs are cuBLAS's (libcublas.so.13, .12, or EnvCUBLAS), on the
+//     default stream as the kernels: cuBLAS is column-major, so a
+//     row-major C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ on the
+//     same memory (operands and sizes swapped); a batch is
+//     cublasSgemmBatched on device arrays of the products' addresses,
+//     since cublasSgemmStridedBatched's 18 arguments exceed the 15 that
+//     purego.SyscallN passes.
 //   - the emulation (emulate.go): the same kernel sources, compiled by the
 //     host's g++ against emu/cuda_emu.h into a shared library (cached the
 //     same way under cuda-emu/) and loaded with purego.Dlopen. The header
@@ -31,7 +39,8 @@
 //     (a pool kept from launch to launch) with barriers; its comment lists the restrictions the kernels follow
 //     (all of them CUDA's own rules). Device memory is C memory outside
 //     the Go heap. It is selected with DPFINETUNE_CUDA=emulate (Open) and
-//     is what the tests run on a machine without a GPU.
+//     is what the tests run on a machine without a GPU. Its Gemm is the
+//     CPU's SGEMM (runtime/blas) over the emulated memory.
 //
 // Both compile without contracting a·b + c into an FMA (-ffp-contract=off,
 // --fmad=false) and without fast math, so that float arithmetic rounds
@@ -42,11 +51,15 @@
 //
 // kernels/<group>.cu holds the kernels of one operation group (vector.cu:
 // runtime.VectorOps, clip.cu: ClipOps, optim.cu: OptimOps, noise.cu:
-// NoiseOps, linalg.cu: LinalgOps.Axpy), embedded in the binary. Kernels are
+// NoiseOps, linalg.cu: LinalgOps but the GEMMs and Binary, persample.cu:
+// PerSampleOps, layout.cu: LayoutOps, elementwise.cu: ElementwiseOps and
+// LinalgOps.Binary, nn.cu: NNOps, reduce.cu: ReduceOps), embedded in the
+// binary. Kernels are
 // extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
 // a short prelude first (the fixed-width integer types, DYN_SHARED), the
 // emulation its header. Elementwise kernels are grid-stride loops on
-// blocks of 256 threads, the grid capped at 16 blocks per multiprocessor.
+// blocks of up to 256 threads (32 on the emulation, whose block threads
+// are real threads), the grid capped at 16 blocks per multiprocessor.
 // Sums whose order the contract fixes (SumSq, SquaredNorms and Dot in
 // float64 in order, AddSumSq, AddDot and AddSumSqProduct accumulated into
 // a device slot, AddRunSums's four running sums, SumRows, AddScaledRows
@@ -63,6 +76,51 @@
 // tail through ln, both ported from noise/mathf.go operation by
 // operation. TestNoiseMatchesCPU holds it to runtime.CPU, noise.Reference
 // and the reference backend bit for bit.
+//
+// The graph's and the per-sample operations are correct and simple first:
+// one thread per element written, a reduction (ReduceToShape, a
+// broadcast operand's gradient, a convolution's weight gradient) summed
+// by that element's thread in double in a fixed order and rounded once,
+// so that no atomics decide a result. Their values, not the CPU's bits,
+// are the contract: the tests hold them to the reference backend and the
+// CPU within a tolerance. Activations compute in double with CUDA's math
+// library, whose functions contain fused multiply-adds by design
+// (elementwise.cu is the one module TestNVRTCNoFMA exempts, mathModules).
+//
+// Compile-time parameters reach the kernels two ways. Shapes are
+// by-value kernel arguments built per call on the host: a broadcast or a
+// permutation as Layout (linalg.go's iterLayout: unit axes dropped,
+// axes contiguous in every operand merged, at most 8, the threads' axes
+// before a reduction's), a convolution's geometry as ConvGeom
+// (persample.go), RowBlocks as a launch per part — nothing to keep. An
+// IndexMap, whose element map can be large, is copied to the device at
+// its first use with its adjoint's inverse (each source element's
+// readers, in order) and kept keyed by the map's pointer until Close:
+// plans are read-only and live as long as the plan (layout.go).
+//
+// NNOps and ReduceOps (nn.cu, reduce.cu) follow the same rules: a
+// thread per element written, statistics a thread per channel or row
+// kept in float64 scratch for the elementwise pass; a gradient that
+// several outputs feed (a convolution's or pooling's input) is gathered
+// by the input element's thread over the window positions that read it;
+// ScatterReduce runs in order on one thread; ReduceSum and ReduceMean sum
+// in float32, as their contract says. exp and log are written out in
+// double there (d_exp, d_log: a Taylor series after range reduction,
+// atanh's series), so that those modules keep no FMA (TestNVRTCNoFMA);
+// TestExpLog holds them to Go's math within a float32 ulp.
+//
+// Their compile-time plans reach the kernels a third way: as device
+// copies made at first use and kept on the Device until Close, keyed by
+// the plan's pointer (planCopy; the map keeps the plan alive, so that no
+// other plan reuses the address while its copy is cached): a
+// convolution's or pooling's geometry (ConvShape, PoolShape: sizes and
+// each axis's window, lifted to three axes, as int32s, one copy per plan
+// rather than an argument per call) and a row normalization's parameter
+// table (NormRows: the parameter of element j of row r is row_off[r] +
+// col_off[j], checked for every element when the table is built, with
+// each column offset's columns listed for the parameter gradients).
+// GemmBias's and a reduction's shapes are staged with each call
+// (stageShapes).
 //
 // # Device and operands
 //
@@ -95,21 +153,29 @@
 // TestNVRTCNoFMA finds no fused multiply-add in their PTX. With
 // DPFINETUNE_CUDA=gpu the tests run on the GPU's driver.
 //
+// Whole computations run on the emulated Device too: TestPlanOnCUDA
+// compiles every fixture of testdata/models, fused and unfused, and holds
+// its logits, per-sample losses and gradients to the reference backend's
+// (runtime/reference's metric and bound); dpengine's TestEngineOnCUDA runs
+// the DP engine on cnn and vit in bk and ghost modes against the CPU's
+// (norms, clipped sums, and a noisy step's gradients, parameters and
+// updates); cmd/dpfinetune's TestNormsCUDAEmulated runs dpfinetune norms
+// --device cuda. runtime.OpenDevice("cuda") opens the Device (register.go:
+// this package's init registers it, and the binary imports the package).
+//
 // # What remains (issue 14)
 //
-//   - LinalgOps' GEMMs: cuBLAS (libcublas through purego, cublasSgemm on
-//     column-major operands) in the real driver and a CPU SGEMM in the
-//     emulation, behind one more Driver method; Binary and ReduceToShape.
-//   - PerSampleOps: Im2ColPlane, ConvWeightGrad, DepthwisePerSampleGrad.
-//   - GraphOps (LayoutOps, NNOps, ElementwiseOps, ReduceOps), whose
-//     interfaces other work is defining now; with them and the above the
-//     Device implements runtime.Ops, and runtime/devices.go's "cuda" entry
-//     can open it.
-//   - Speed: the in-order sums on one thread per result (exact but slow
-//     for one long vector: SumSq, Dot, ScatterAdd), staging of host
-//     operands (the engine's scalars could live on the device), a stream
-//     per worker instead of the default stream.
-//   - The real driver has run on the stand-in and NVRTC 11.8 only, not on
-//     a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on one is its
-//     first real check.
+//   - Speed: one thread per output element everywhere (tiled or
+//     warp-cooperative kernels, shared memory; im2col and the GEMM for
+//     the convolutions), the in-order sums on one thread per result
+//     (exact but slow for one long vector: SumSq, Dot, ScatterAdd,
+//     ScatterReduce, a broadcast MaxMin input's gradient, a GemmBias
+//     gradient, a channel's or row's statistics), the batched GEMMs'
+//     pointer arrays (cublasSgemmStridedBatched needs a call with more
+//     arguments than purego passes), staging of host operands (the
+//     engine's scalars could live on the device), a stream per worker
+//     instead of the default stream.
+//   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
+//     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
+//     one is their first real check.
 package cuda

@@ -80,11 +80,54 @@ type Driver interface {
 	// returns when the kernel has run; the real one may return before
 	// (the next copy or Synchronize waits).
 	Launch(f Function, grid, block Dim3, sharedBytes int, args *Args) error
+	// Gemm runs the products g describes on device memory, ordered after
+	// the launches before it: cuBLAS on the GPU, the CPU's SGEMM under
+	// emulation. M, N, K and Batch are positive (the Device handles
+	// empty products and K = 0 itself).
+	Gemm(g *GemmArgs) error
 	// Synchronize waits for every launch to finish and returns the first
 	// error one met.
 	Synchronize() error
 	// Close releases the device (its memory, modules and context).
 	Close() error
+}
+
+// GemmArgs describes Batch products C_i = α·op(A_i)·op(B_i) + β·C_i of
+// row-major float32 matrices in device memory, with the semantics of
+// runtime.LinalgOps.GemmStrided: op(X) is X or Xᵀ as TransA, TransB say,
+// op(A_i) is M×K, op(B_i) K×N and C_i M×N, with row strides LDA, LDB,
+// LDC; A_i starts StrideA elements after A_{i−1} (0: one matrix shared
+// by every product), and so on. β = 0 overwrites C without reading it.
+type GemmArgs struct {
+	TransA, TransB   bool
+	M, N, K          int
+	Alpha, Beta      float32
+	A, B, C          DevicePtr
+	LDA, LDB, LDC    int
+	StrideA, StrideB int
+	StrideC, Batch   int
+}
+
+// gemmExtent is the number of elements a matrix operand of a GEMM spans:
+// batch matrices of rows×cols (row stride ld) stride elements apart.
+func gemmExtent(rows, cols, ld, stride, batch int) int {
+	if rows == 0 || cols == 0 || batch == 0 {
+		return 0
+	}
+	return (batch-1)*stride + (rows-1)*ld + cols
+}
+
+// extents returns the elements A, B and C span.
+func (g *GemmArgs) extents() (a, b, c int) {
+	ar, ac := g.M, g.K
+	if g.TransA {
+		ar, ac = ac, ar
+	}
+	br, bc := g.K, g.N
+	if g.TransB {
+		br, bc = bc, br
+	}
+	return gemmExtent(ar, ac, g.LDA, g.StrideA, g.Batch), gemmExtent(br, bc, g.LDB, g.StrideB, g.Batch), gemmExtent(g.M, g.N, g.LDC, g.StrideC, g.Batch)
 }
 
 // maxArgSlots bounds a kernel's argument list, in 8-byte slots.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/dpfinetune/dpfinetune/runtime/blas"
 	"github.com/ebitengine/purego"
 )
 
@@ -277,6 +278,24 @@ func (e *emulated) Launch(f Function, grid, block Dim3, sharedBytes int, args *A
 		return fmt.Errorf("cuda: emulation: invalid launch configuration grid %v block %v", grid, block)
 	}
 	return fmt.Errorf("cuda: emulation: could not start the %d threads of a block", block.X*block.Y*block.Z)
+}
+
+// Gemm implements Driver with the CPU's SGEMM (runtime/blas) over the
+// emulated device memory, after checking that every operand lies in it
+// (as a GPU would fault).
+func (e *emulated) Gemm(g *GemmArgs) error {
+	la, lb, lc := g.extents()
+	for _, o := range []struct {
+		p DevicePtr
+		n int
+	}{{g.A, la}, {g.B, lb}, {g.C, lc}} {
+		if err := e.check(o.p, 4*o.n); err != nil {
+			return fmt.Errorf("cuda: emulation: GEMM operand: %w", err)
+		}
+	}
+	blas.SgemmStrided(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, floatsAt(g.A, la), g.LDA, g.StrideA,
+		floatsAt(g.B, lb), g.LDB, g.StrideB, g.Beta, floatsAt(g.C, lc), g.LDC, g.StrideC, g.Batch)
+	return nil
 }
 
 // Synchronize implements Driver: emulated launches have finished when

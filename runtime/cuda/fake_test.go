@@ -56,6 +56,7 @@ func fakeDriver(t *testing.T) Driver {
 	}
 	t.Setenv(EnvLibCUDA, lib)
 	t.Setenv(EnvNVRTC, lib)
+	t.Setenv(EnvCUBLAS, lib)
 	t.Setenv("FAKECUDA_HEADER", hdr)
 	t.Setenv("FAKECUDA_CACHE", dir)
 	t.Setenv(EnvCache, t.TempDir()) // the cubins: compiled afresh, cached here

@@ -1,5 +1,14 @@
 package cuda
 
+import (
+	"fmt"
+	"unsafe"
+)
+
+// The LinalgOps of the device (runtime/device_linalg.go): the GEMMs through
+// the Driver (cuBLAS on the GPU), Binary in elementwise.go (its Pow calls
+// the math library), the rest as kernels of kernels/linalg.cu.
+
 // Axpy implements runtime.LinalgOps.Axpy (kernels/linalg.cu): y ← y + α·x,
 // the product rounded before the sum, as the CPU's.
 func (d *Device) Axpy(alpha float32, x, y []float32) {
@@ -11,4 +20,209 @@ func (d *Device) Axpy(alpha float32, x, y []float32) {
 	defer d.end("Axpy")
 	a.F32(alpha).Ptr(f32(x, opIn, d)).Ptr(f32(y, opInOut, d)).I64(int64(len(x)))
 	d.launch("axpy", int64(len(x)))
+}
+
+// Gemm implements runtime.LinalgOps: one product through Driver.Gemm.
+func (d *Device) Gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	d.GemmStrided(transA, transB, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
+}
+
+// GemmSerial implements runtime.LinalgOps: the device has one worker, so
+// it is Gemm.
+func (d *Device) GemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	d.GemmStrided(transA, transB, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
+}
+
+// GemmStrided implements runtime.LinalgOps through Driver.Gemm (cuBLAS's
+// batched SGEMM on the GPU). A product with K = 0 or α = 0 is C ← β·C,
+// a kernel (cuBLAS rejects the leading dimensions of empty operands).
+func (d *Device) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	if m < 0 || n < 0 || k < 0 || batch < 0 || strideA < 0 || strideB < 0 || strideC < 0 {
+		panic(fmt.Sprintf("cuda: GEMM of m=%d n=%d k=%d batch=%d strides %d, %d, %d", m, n, k, batch, strideA, strideB, strideC))
+	}
+	if m == 0 || n == 0 || batch == 0 {
+		return
+	}
+	g := GemmArgs{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: alpha, Beta: beta,
+		LDA: lda, LDB: ldb, LDC: ldc, StrideA: strideA, StrideB: strideB, StrideC: strideC, Batch: batch}
+	la, lb, lc := g.extents()
+	args := d.begin()
+	defer d.end("Gemm")
+	// C is staged in and out even where β = 0: the elements between its
+	// rows (ldc > n) are not the product's and must come back unchanged.
+	g.C = f32(c[:lc], opInOut, d)
+	if k == 0 || alpha == 0 {
+		args.F32(beta).Ptr(g.C).I64(int64(m)).I64(int64(n)).I64(int64(ldc)).I64(int64(strideC)).I64(int64(batch))
+		d.launch("gemm_scale", int64(batch*m*n))
+		return
+	}
+	g.A, g.B = f32(a[:la], opIn, d), f32(b[:lb], opIn, d)
+	if err := d.drv.Gemm(&g); err != nil {
+		panic(fmt.Errorf("cuda: Gemm %dx%dx%d (batch %d): %w", m, n, k, batch, err))
+	}
+}
+
+// ReduceToShape implements runtime.LinalgOps (kernels/linalg.cu): one
+// thread per element of t, summing its terms in double in row-major
+// order and rounding once (no atomics: the sum's order is fixed).
+func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []int) {
+	for len(tShape) > len(xShape) && tShape[0] == 1 {
+		tShape = tShape[1:]
+	}
+	nt, nx := numElems(tShape), numElems(xShape)
+	if nt == 0 {
+		return
+	}
+	if nx == 0 {
+		d.Fill(0, t[:nt])
+		return
+	}
+	if nt == nx { // nothing to sum: the same elements in the same order
+		reducedAxes(xShape, tShape) // validates
+		d.Copy(x[:nx], t[:nt])
+		return
+	}
+	d.reduceTo(x[:nx], xShape, t[:nt], tShape, "ReduceToShape")
+}
+
+// reduceTo launches reduce_to_shape (x and t non-empty).
+func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, op string) {
+	l := newLayout(xShape, reducedAxes(xShape, tShape), xShape)
+	args := d.begin()
+	defer d.end(op)
+	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(len(x) / len(t)))
+	l.arg(args)
+	d.launch("reduce_to_shape", int64(len(t)))
+}
+
+// numElems is the number of elements of a shape (1 for a scalar's []).
+func numElems(shape []int) int {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return n
+}
+
+// reducedAxes marks the axes of shape along which tShape (right-aligned,
+// missing or 1 there) is broadcast: the axes ReduceToShape sums over.
+func reducedAxes(shape, tShape []int) []bool {
+	r := make([]bool, len(shape))
+	off := len(shape) - len(tShape)
+	for a, s := range shape {
+		if ta := a - off; ta < 0 || tShape[ta] == 1 && s != 1 {
+			r[a] = true
+		} else if tShape[ta] != s {
+			panic(fmt.Sprintf("cuda: cannot reduce shape %v to %v", shape, tShape))
+		}
+	}
+	return r
+}
+
+// Kernel layout limits (kernels' LAYOUT_MAX_RANK and LAYOUT_MAX_OPS).
+const (
+	layoutMaxRank = 8
+	layoutMaxOps  = 4
+)
+
+// iterLayout is the kernels' Layout, field for field (int32s): an
+// iteration over a broadcast shape, the threads' axes (keep of them)
+// first, then the axes each thread loops over; st[k][a] is operand k's
+// stride along axis a. It is a kernel argument passed by value — 168
+// bytes, built per call on the stack from the shapes, nothing cached.
+type iterLayout struct {
+	rank, keep int32
+	dim        [layoutMaxRank]int32
+	st         [layoutMaxOps][layoutMaxRank]int32
+}
+
+// arg adds l to a kernel's arguments.
+func (l *iterLayout) arg(a *Args) {
+	a.Bytes(unsafe.Slice((*byte)(unsafe.Pointer(l)), unsafe.Sizeof(*l)))
+}
+
+// axis is one axis of an iteration: its extent, each operand's stride
+// along it, and whether the threads loop over it (a reduction's).
+type axis struct {
+	dim int
+	st  [layoutMaxOps]int
+	red bool
+}
+
+// newLayout builds the iteration over shape for operands of the given
+// shapes (each broadcast onto shape, right-aligned): reduced[a] marks the
+// axes the threads loop over (nil: none).
+func newLayout(shape []int, reduced []bool, shapes ...[]int) iterLayout {
+	if len(shapes) > layoutMaxOps {
+		panic("cuda: layout of too many operands")
+	}
+	axes := make([]axis, 0, len(shape))
+	r := len(shape)
+	for a, dim := range shape {
+		ax := axis{dim: dim, red: reduced != nil && reduced[a]}
+		for k, s := range shapes {
+			sa := a - (r - len(s))
+			if sa < 0 || s[sa] == 1 {
+				continue
+			}
+			if s[sa] != dim {
+				panic(fmt.Sprintf("cuda: shape %v does not broadcast to %v", s, shape))
+			}
+			ax.st[k] = numElems(s[sa+1:])
+		}
+		axes = append(axes, ax)
+	}
+	return compactLayout(axes, len(shapes), fmt.Sprint(shape))
+}
+
+// compactLayout turns axes into the kernels' Layout for nops operands:
+// unit axes dropped, the kept axes first and then the looped ones, each
+// in their order, and neighbours of one kind merged where every operand
+// is contiguous across them. what names the shape in a panic.
+func compactLayout(axes []axis, nops int, what string) iterLayout {
+	merged := make([]axis, 0, len(axes))
+	for _, red := range []bool{false, true} {
+		for _, ax := range axes {
+			if ax.red != red || ax.dim == 1 {
+				continue
+			}
+			if n := len(merged); n > 0 && merged[n-1].red == red {
+				p := &merged[n-1]
+				ok := true
+				for k := 0; k < nops; k++ {
+					ok = ok && p.st[k] == ax.st[k]*ax.dim
+				}
+				if ok {
+					p.dim *= ax.dim
+					p.st = ax.st
+					continue
+				}
+			}
+			merged = append(merged, ax)
+		}
+	}
+	if len(merged) > layoutMaxRank {
+		panic(fmt.Sprintf("cuda: iteration over %s needs %d axes, more than the kernels' %d", what, len(merged), layoutMaxRank))
+	}
+	var l iterLayout
+	l.rank = int32(len(merged))
+	for a, ax := range merged {
+		if !ax.red {
+			l.keep++
+		}
+		l.dim[a] = i32Of(ax.dim)
+		for k := 0; k < nops; k++ {
+			l.st[k][a] = i32Of(ax.st[k])
+		}
+	}
+	return l
+}
+
+// i32Of is v as an int32 kernel argument; larger tensors are beyond the
+// kernels' 32-bit shapes.
+func i32Of(v int) int32 {
+	if v != int(int32(v)) {
+		panic(fmt.Sprintf("cuda: %d exceeds the kernels' 32-bit shapes", v))
+	}
+	return int32(v)
 }

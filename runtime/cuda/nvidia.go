@@ -20,6 +20,9 @@ const EnvNVRTC = "DPFINETUNE_NVRTC"
 // EnvLibCUDA names the driver library to load before libcuda.so.1.
 const EnvLibCUDA = "DPFINETUNE_LIBCUDA"
 
+// EnvCUBLAS names the cuBLAS library to load before the usual names.
+const EnvCUBLAS = "DPFINETUNE_CUBLAS"
+
 // nvrtcPrelude is what NVRTC compiles before a kernel source: the fixed
 // width integers (NVRTC has no <stdint.h>) and DYN_SHARED, which the
 // emulation header defines its own way; only under NVRTC (__CUDACC_RTC__),
@@ -86,6 +89,20 @@ type nvidia struct {
 	props   Properties
 	cache   string
 	modules []uintptr
+	// blas is cuBLAS and handle its handle on the primary context; ptrs
+	// holds the pointer arrays of batched GEMMs (ptrsLen of them).
+	blas    *cublas
+	handle  uintptr
+	ptrs    DevicePtr
+	ptrsLen int
+}
+
+// cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
+// products go through cublasSgemmBatched and its device arrays of
+// pointers: cublasSgemmStridedBatched takes 18 arguments, beyond the 15
+// that purego.SyscallN passes.
+type cublas struct {
+	create, destroy, sgemm, sgemmBatched uintptr
 }
 
 func dlopenFirst(names []string) (uintptr, string, error) {
@@ -177,7 +194,139 @@ func Real() (Driver, error) {
 		c.Close()
 		return nil, err
 	}
+	if c.blas, err = loadCUBLAS(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if err := c.createHandle(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// loadCUBLAS loads cuBLAS: EnvCUBLAS's path, else the usual names.
+func loadCUBLAS() (*cublas, error) {
+	var names []string
+	if p := os.Getenv(EnvCUBLAS); p != "" {
+		names = append(names, p)
+	}
+	names = append(names, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
+		"/usr/local/cuda/lib64/libcublas.so")
+	h, lib, err := dlopenFirst(names)
+	if err != nil {
+		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12; set %s): %w", EnvCUBLAS, err)
+	}
+	b := &cublas{}
+	if err := syms(h, lib, []*uintptr{&b.create, &b.destroy, &b.sgemm, &b.sgemmBatched},
+		[]string{"cublasCreate_v2", "cublasDestroy_v2", "cublasSgemm_v2", "cublasSgemmBatched"}); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// cublasStatus names cuBLAS's status codes (cublasStatus_t).
+var cublasStatus = map[uintptr]string{
+	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
+	8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",
+	14: "CUBLAS_STATUS_INTERNAL_ERROR", 15: "CUBLAS_STATUS_NOT_SUPPORTED", 16: "CUBLAS_STATUS_LICENSE_ERROR",
+}
+
+// call is nvidia.call for cuBLAS's functions and their cublasStatus_t.
+//
+//go:uintptrescapes
+func (b *cublas) call(op string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if r == 0 {
+		return nil
+	}
+	name := cublasStatus[r]
+	if name == "" {
+		name = "CUBLAS_STATUS_UNKNOWN"
+	}
+	return fmt.Errorf("cuda: %s: %s (%d)", op, name, r)
+}
+
+// createHandle creates the cuBLAS handle on the primary context. Its
+// stream is the default stream, the kernels' own, so that the GEMMs and
+// the launches run in the order they are issued.
+func (c *nvidia) createHandle() error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	h := new(uintptr)
+	if err := c.blas.call("cublasCreate", c.blas.create, uintptr(unsafe.Pointer(h))); err != nil {
+		return err
+	}
+	c.handle = *h
+	return nil
+}
+
+// cublasOp is cuBLAS's operation of a transposed operand or not
+// (CUBLAS_OP_T, CUBLAS_OP_N).
+func cublasOp(trans bool) uintptr {
+	if trans {
+		return 1
+	}
+	return 0
+}
+
+// Gemm implements Driver with cuBLAS. cuBLAS is column-major: a row-major
+// C = op(A)·op(B) is the column-major Cᵀ = op(B)ᵀ·op(A)ᵀ, whose operands
+// are the same memory read column-major, so the call swaps A and B (and
+// M and N) and keeps the transpositions and leading dimensions. A batch
+// of one is cublasSgemm; more are cublasSgemmBatched on arrays of the
+// products' addresses, copied to device memory (in stream order, so a
+// running product's array is not overwritten under it).
+func (c *nvidia) Gemm(g *GemmArgs) error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	// alpha and beta are read through host pointers (the default
+	// pointer mode): on the heap, where the call's uintptrs keep them.
+	ab := new([2]float32)
+	ab[0], ab[1] = g.Alpha, g.Beta
+	ta, tb := cublasOp(g.TransA), cublasOp(g.TransB)
+	if g.Batch == 1 {
+		err := c.blas.call("cublasSgemm", c.blas.sgemm, c.handle, tb, ta, uintptr(g.N), uintptr(g.M), uintptr(g.K),
+			uintptr(unsafe.Pointer(&ab[0])), uintptr(g.B), uintptr(g.LDB), uintptr(g.A), uintptr(g.LDA),
+			uintptr(unsafe.Pointer(&ab[1])), uintptr(g.C), uintptr(g.LDC))
+		runtime.KeepAlive(ab)
+		return err
+	}
+	n := 3 * g.Batch
+	if n > c.ptrsLen {
+		if c.ptrs != 0 {
+			c.call("cuMemFree", c.cu.memFree, uintptr(c.ptrs))
+			c.ptrs, c.ptrsLen = 0, 0
+		}
+		size := max(n, 2*c.ptrsLen, 768)
+		var p uint64
+		if err := c.call("cuMemAlloc", c.cu.memAlloc, uintptr(unsafe.Pointer(&p)), uintptr(8*size)); err != nil {
+			return err
+		}
+		c.ptrs, c.ptrsLen = DevicePtr(p), size
+	}
+	// The arrays of B's, A's and C's addresses, in the order of the call.
+	arr := make([]uint64, n)
+	for i := 0; i < g.Batch; i++ {
+		arr[i] = uint64(g.B) + uint64(4*i*g.StrideB)
+		arr[g.Batch+i] = uint64(g.A) + uint64(4*i*g.StrideA)
+		arr[2*g.Batch+i] = uint64(g.C) + uint64(4*i*g.StrideC)
+	}
+	if err := c.call("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(c.ptrs), uintptr(unsafe.Pointer(&arr[0])), uintptr(8*n)); err != nil {
+		return err
+	}
+	runtime.KeepAlive(arr)
+	err = c.blas.call("cublasSgemmBatched", c.blas.sgemmBatched, c.handle, tb, ta, uintptr(g.N), uintptr(g.M), uintptr(g.K),
+		uintptr(unsafe.Pointer(&ab[0])), uintptr(c.ptrs), uintptr(g.LDB), uintptr(c.ptrs)+uintptr(8*g.Batch), uintptr(g.LDA),
+		uintptr(unsafe.Pointer(&ab[1])), uintptr(c.ptrs)+uintptr(16*g.Batch), uintptr(g.LDC), uintptr(g.Batch))
+	runtime.KeepAlive(ab)
+	return err
 }
 
 // loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
@@ -509,6 +658,14 @@ func (c *nvidia) Close() error {
 	}
 	defer done()
 	var errs []error
+	if c.handle != 0 {
+		errs = append(errs, c.blas.call("cublasDestroy", c.blas.destroy, c.handle))
+		c.handle = 0
+	}
+	if c.ptrs != 0 {
+		errs = append(errs, c.call("cuMemFree", c.cu.memFree, uintptr(c.ptrs)))
+		c.ptrs, c.ptrsLen = 0, 0
+	}
 	for _, m := range c.modules {
 		errs = append(errs, c.call("cuModuleUnload", c.cu.moduleUnload, m))
 	}

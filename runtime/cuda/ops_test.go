@@ -475,8 +475,9 @@ var opCases = []opCase{
 }
 
 // opSizes are the sizes each operation runs at: empty, one, around the
-// block size (256) and the capped grid's reach (emulation: 16·2 blocks of
-// 256), and odd.
+// block size (256 on a GPU, 32 on the emulation) and the capped grid's
+// reach (emulation: 16·2 blocks of 32; the fake GPU's 16·3 of 256), and
+// odd.
 var opSizes = []int{0, 1, 3, 255, 256, 257, 1000, 8193, 9001}
 
 // TestOpsMatchCPU holds every operation of the Device to runtime.CPU's

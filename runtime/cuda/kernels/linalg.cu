@@ -1,8 +1,68 @@
-// linalg.cu: the part of runtime.LinalgOps (device_linalg.go) done on the
-// GPU so far: Axpy. The GEMMs (cuBLAS), Binary and ReduceToShape remain.
+// linalg.cu: runtime.LinalgOps (device_linalg.go) but the GEMMs, which are
+// cuBLAS's (Driver.Gemm), and Binary, whose Pow needs the math library
+// (elementwise.cu): Axpy, ReduceToShape, and the scaling of C that a GEMM
+// with K = 0 or α = 0 reduces to. Nothing here calls the math library,
+// so that its PTX has no fused multiply-add (TestNVRTCNoFMA).
+
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// BEGIN LAYOUT (the same text in linalg.cu, layout.cu and elementwise.cu;
+// TestLayoutHeaders checks)
+//
+// Layout is an iteration over a broadcast shape, built on the host
+// (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
+// every operand merged, the axes a thread owns (keep of them) before the
+// axes it loops over (a reduction's). st[k][a] is operand k's element
+// stride along axis a, 0 where it is broadcast.
+#define LAYOUT_MAX_RANK 8
+#define LAYOUT_MAX_OPS 4
+struct Layout {
+  int rank, keep;
+  int dim[LAYOUT_MAX_RANK];
+  int st[LAYOUT_MAX_OPS][LAYOUT_MAX_RANK];
+};
+
+// layout_offsets adds to off[k] (k < nops) the offsets of operand k at
+// linear index i over the axes [lo, hi) of l, row-major.
+__device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, long long i, long long *off, int nops) {
+  for (int a = hi - 1; a >= lo; a--) {
+    long long d = l.dim[a], c = i % d;
+    i /= d;
+    for (int k = 0; k < nops; k++) off[k] += c * l.st[k][a];
+  }
+}
+// END LAYOUT
 
 // axpy computes y ← y + α·x, the product rounded before the sum.
 extern "C" __global__ void axpy(float alpha, const float *x, float *y, long long n) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    y[i] += alpha * x[i];
+  FOR_EACH(i, n) y[i] += alpha * x[i];
+}
+
+// reduce_to_shape writes t[j] = Σ x over the looped axes of l (operand 0
+// is x), for the n elements of t (the kept axes, t contiguous over them),
+// m terms each: summed in double in row-major order, rounded once.
+extern "C" __global__ void reduce_to_shape(const float *x, float *t, long long n, long long m, Layout l) {
+  FOR_EACH(j, n) {
+    long long base = 0;
+    layout_offsets(l, 0, l.keep, j, &base, 1);
+    double s = 0;
+    for (long long r = 0; r < m; r++) {
+      long long off = base;
+      layout_offsets(l, l.keep, l.rank, r, &off, 1);
+      s += x[off];
+    }
+    t[j] = (float)s;
+  }
+}
+
+// gemm_scale computes C ← β·C (β = 0: C ← 0, not read) for batch m×n
+// matrices, row stride ldc, stride_c apart: a GEMM whose product is empty
+// (K = 0) or zero (α = 0).
+extern "C" __global__ void gemm_scale(float beta, float *c, long long m, long long n, long long ldc, long long stride_c, long long batch) {
+  FOR_EACH(i, batch * m * n) {
+    long long b = i / (m * n), r = i / n % m, col = i % n;
+    float *p = c + b * stride_c + r * ldc + col;
+    *p = beta == 0 ? 0.0f : beta * *p;
+  }
 }

@@ -1,4 +1,5 @@
-// fakecuda.c: a stand-in for libcuda.so.1 and libnvrtc.so in one library,
+// fakecuda.c: a stand-in for libcuda.so.1, libnvrtc.so and libcublas.so
+// in one library,
 // for TestRealDriverOnFake: the entry points the real driver (nvidia.go)
 // calls, with their C signatures, over host memory. "Compiling" keeps the
 // source as the cubin; loading the cubin compiles it with g++ against the
@@ -350,4 +351,76 @@ const char *nvrtcGetErrorString(int r) {
   case 6: return "NVRTC_ERROR_COMPILATION";
   }
   return "NVRTC_ERROR_FAKE";
+}
+
+// --- cuBLAS ---
+
+// The handle is a token; the GEMMs are plain column-major loops over the
+// "device" memory, checked as cuBLAS checks its arguments.
+static void *const the_handle = (void *)0xb1a5;
+static int handles;
+
+int cublasCreate_v2(void **h) {
+  if (need_ctx() != OK) return 1; // CUBLAS_STATUS_NOT_INITIALIZED
+  handles++;
+  *h = the_handle;
+  return 0;
+}
+int cublasDestroy_v2(void *h) {
+  if (h != the_handle || handles == 0) return 1;
+  handles--;
+  return 0;
+}
+
+// gemm1 is one column-major product C = α·op(A)·op(B) + β·C, C m×n (β = 0:
+// C not read), summed in double.
+static int gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc) {
+  size_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  if (find((unsigned long long)(uintptr_t)A, 4 * ((ac - 1) * lda + ar)) < 0 ||
+      find((unsigned long long)(uintptr_t)B, 4 * ((bc - 1) * ldb + br)) < 0 ||
+      find((unsigned long long)(uintptr_t)C, 4 * (((size_t)n - 1) * ldc + m)) < 0)
+    return 14; // CUBLAS_STATUS_INTERNAL_ERROR: the GPU faulted
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++) {
+      double s = 0;
+      for (int l = 0; l < k; l++) {
+        float a = ta ? A[l + (size_t)i * lda] : A[i + (size_t)l * lda];
+        float b = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
+        s += (double)a * b;
+      }
+      float *c = &C[i + (size_t)j * ldc];
+      *c = beta == 0 ? (float)(alpha * s) : (float)(alpha * s + (double)beta * *c);
+    }
+  return 0;
+}
+
+static int check_gemm(void *h, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc) {
+  if (h != the_handle || handles == 0 || need_ctx() != OK) return 1;
+  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1) || m < 0 || n < 0 || k < 0) return 7; // INVALID_VALUE
+  int ar = ta ? k : m, br = tb ? n : k;
+  if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1)) return 7;
+  return 0;
+}
+
+int cublasSgemm_v2(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *A, int lda,
+                   const float *B, int ldb, const float *beta, float *C, int ldc) {
+  int r = check_gemm(h, ta, tb, m, n, k, lda, ldb, ldc);
+  if (r || m == 0 || n == 0) return r;
+  return gemm1(ta, tb, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+}
+
+int cublasSgemmBatched(void *h, int ta, int tb, int m, int n, int k, const float *alpha, const float *const A[],
+                       int lda, const float *const B[], int ldb, const float *beta, float *const C[], int ldc,
+                       int batch) {
+  int r = check_gemm(h, ta, tb, m, n, k, lda, ldb, ldc);
+  if (r || batch < 0) return r ? r : 7;
+  // The arrays of pointers are device memory.
+  size_t bytes = sizeof(void *) * (size_t)batch;
+  if (batch > 0 && (find((unsigned long long)(uintptr_t)A, bytes) < 0 || find((unsigned long long)(uintptr_t)B, bytes) < 0 ||
+                    find((unsigned long long)(uintptr_t)C, bytes) < 0))
+    return 14;
+  for (int i = 0; i < batch && m > 0 && n > 0; i++)
+    if ((r = gemm1(ta, tb, m, n, k, *alpha, A[i], lda, B[i], ldb, *beta, C[i], ldc)) != 0) return r;
+  return 0;
 }

@@ -1,0 +1,657 @@
+// nn.cu: runtime.NNOps (device_nn.go): convolutions, poolings, the
+// normalizations, LRN and Gemm's bias. Correct and simple first: one
+// thread per output element (grid-stride loops), each summing its terms in
+// double in a fixed order and rounding once, as the reference backend
+// does; a gradient that several outputs feed is gathered by the thread of
+// the gradient's element (the window positions that read it enumerated
+// backwards), never scattered with atomics, so that results do not depend
+// on the schedule. Statistics (a channel's or a row's mean and 1/σ) are
+// one thread per channel or row, kept in double in scratch for the
+// elementwise pass that follows.
+
+// The grid-stride loop of element i over n.
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// d_exp and d_log are e^x and ln x in double, written out (the CUDA math
+// library's use fused multiply-adds, which the kernels keep out of their
+// code, TestNVRTCNoFMA): within a few units in the last place of a double,
+// which the float32 results round away. nn.cu and reduce.cu hold the same
+// copy (modules are compiled alone).
+
+// d_pow2 returns 2^j for −1022 ≤ j ≤ 1023.
+__device__ static double d_pow2(long long j) { return __longlong_as_double((j + 1023) << 52); }
+
+// d_exp returns e^x: x = k·ln2 + r with |r| ≤ ln2/2 (ln2 split in two, so
+// that r is exact to a double), e^r by its Taylor series to r^14 (the rest
+// is below 2^-56 of it), scaled by 2^k.
+__device__ static double d_exp(double x) {
+  if (x != x) return x;
+  if (x > 709.782712893384) return __longlong_as_double(0x7ff0000000000000LL);
+  if (x < -745.2) return 0;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  double kd = x * 1.44269504088896338700e+00;
+  long long k = (long long)(kd < 0 ? kd - 0.5 : kd + 0.5);
+  double r = (x - (double)k * ln2_hi) - (double)k * ln2_lo;
+  const double c[15] = {1.0,
+                        1.0,
+                        1.0 / 2,
+                        1.0 / 6,
+                        1.0 / 24,
+                        1.0 / 120,
+                        1.0 / 720,
+                        1.0 / 5040,
+                        1.0 / 40320,
+                        1.0 / 362880,
+                        1.0 / 3628800,
+                        1.0 / 39916800,
+                        1.0 / 479001600,
+                        1.0 / 6227020800.0,
+                        1.0 / 87178291200.0};
+  double p = c[14];
+  for (int i = 13; i >= 0; i--) p = p * r + c[i];
+  if (k < -1021) return p * d_pow2(k + 54) * d_pow2(-54);
+  if (k > 1023) return p * d_pow2(k - 1) * 2;
+  return p * d_pow2(k);
+}
+
+// d_log returns ln x: x = 2^e·m with √½ ≤ m < √2, ln m = 2·atanh(s) with
+// s = (m − 1)/(m + 1), |s| < 0.172, by its series to s^23.
+__device__ static double d_log(double x) {
+  if (x != x) return x;
+  if (x < 0) return __longlong_as_double(0x7ff8000000000000LL);
+  if (x == 0) return -__longlong_as_double(0x7ff0000000000000LL);
+  if (x == __longlong_as_double(0x7ff0000000000000LL)) return x;
+  long long e = 0;
+  if (x < 2.2250738585072014e-308) {  // subnormal
+    x *= d_pow2(54);
+    e = -54;
+  }
+  long long b = __double_as_longlong(x);
+  e += ((b >> 52) & 0x7ff) - 1023;
+  double m = __longlong_as_double((b & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    e++;
+  }
+  double f = m - 1, s = f / (2 + f), z = s * s, t = 0;
+  for (int n = 23; n >= 3; n -= 2) t = (t + 1.0 / n) * z;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  return (double)e * ln2_hi + ((double)e * ln2_lo + (2 * s + 2 * s * t));
+}
+
+// The geometry of a convolution or pooling (Go: packGeometry), int32s:
+// sizes, then per spatial axis (lifted to three by leading unit axes) the
+// input size, kernel size, stride, dilation, begin and end pads and the
+// output size.
+enum {
+  G_N,     // batch
+  G_C,     // input channels
+  G_M,     // output channels (pooling: C)
+  G_CG,    // input channels per group
+  G_MG,    // output channels per group
+  G_K,     // kernel taps ∏kernel
+  G_T,     // output positions ∏out
+  G_IN,    // input positions ∏in
+  G_INCL,  // AveragePool: count_include_pad
+  G_INS,   // in[3]
+  G_KS = G_INS + 3,
+  G_S = G_KS + 3,
+  G_D = G_S + 3,
+  G_PB = G_D + 3,
+  G_PE = G_PB + 3,
+  G_OUT = G_PE + 3,
+  G_LEN = G_OUT + 3
+};
+
+// tap returns the flat input position of tap k of the window at flat
+// output position o, or −1 when it lies outside the input; *padded tells
+// whether it lies inside the padded input.
+__device__ static long long tap(const int *g, long long o, long long k, bool *padded) {
+  long long idx = 0, st = 1;
+  bool inside = true, pad = true;
+  for (int a = 2; a >= 0; a--) {
+    long long oa = o % g[G_OUT + a], ka = k % g[G_KS + a];
+    o /= g[G_OUT + a];
+    k /= g[G_KS + a];
+    long long i = oa * g[G_S + a] - g[G_PB + a] + ka * g[G_D + a];
+    if (i < 0 || i >= g[G_INS + a]) inside = false;
+    if (i < -g[G_PB + a] || i >= g[G_INS + a] + g[G_PE + a]) pad = false;
+    idx += i * st;
+    st *= g[G_INS + a];
+  }
+  if (padded) *padded = pad;
+  return inside ? idx : -1;
+}
+
+// out_pos finds the output position *oa along axis a whose tap ka reads
+// input position ia, if there is one.
+__device__ static bool out_pos(const int *g, int a, long long ia, int ka, long long *oa) {
+  long long num = ia + g[G_PB + a] - (long long)ka * g[G_D + a];
+  if (num < 0 || num % g[G_S + a] != 0) return false;
+  *oa = num / g[G_S + a];
+  return *oa < g[G_OUT + a];
+}
+
+// FOR_TAPS_OF(g, i, o, k) runs the statement that follows for every
+// window position o and tap k that read input position i (flat in a
+// plane), in increasing order of the kernel tap.
+#define FOR_TAPS_OF(g, i, o, k)                                                       \
+  long long ia_[3];                                                                   \
+  {                                                                                   \
+    long long r_ = (i);                                                               \
+    for (int a_ = 2; a_ >= 0; a_--) {                                                 \
+      ia_[a_] = r_ % g[G_INS + a_];                                                   \
+      r_ /= g[G_INS + a_];                                                            \
+    }                                                                                 \
+  }                                                                                   \
+  long long o0_, o1_, o2_;                                                            \
+  for (int k0_ = 0; k0_ < g[G_KS]; k0_++)                                             \
+    if (out_pos(g, 0, ia_[0], k0_, &o0_))                                             \
+      for (int k1_ = 0; k1_ < g[G_KS + 1]; k1_++)                                     \
+        if (out_pos(g, 1, ia_[1], k1_, &o1_))                                         \
+          for (int k2_ = 0; k2_ < g[G_KS + 2]; k2_++)                                 \
+            if (out_pos(g, 2, ia_[2], k2_, &o2_))                                     \
+              for (long long o = (o0_ * g[G_OUT + 1] + o1_) * g[G_OUT + 2] + o2_,     \
+                             k = ((long long)k0_ * g[G_KS + 1] + k1_) * g[G_KS + 2] + k2_, \
+                             once_ = 1;                                               \
+                   once_; once_ = 0)
+
+// conv_fwd computes y[n,m,o] = bias[m] + Σ_{c in m's group, k} w[m,c,k]·
+// x[n,c,tap(o,k)] (bias may be null): Conv, and ConvTranspose's input
+// gradient.
+extern "C" __global__ void conv_fwd(const int *g, const float *x, const float *w, const float *bias, float *y) {
+  long long M = g[G_M], T = g[G_T], In = g[G_IN], K = g[G_K], Cg = g[G_CG];
+  FOR_EACH(idx, g[G_N] * M * T) {
+    long long n = idx / (M * T), m = idx / T % M, o = idx % T;
+    long long c0 = m / g[G_MG] * Cg;
+    double s = bias ? (double)bias[m] : 0;
+    for (long long cg = 0; cg < Cg; cg++) {
+      const float *xp = x + (n * g[G_C] + c0 + cg) * In, *wp = w + (m * Cg + cg) * K;
+      for (long long k = 0; k < K; k++) {
+        long long i = tap(g, o, k, 0);
+        if (i >= 0) s += (double)wp[k] * (double)xp[i];
+      }
+    }
+    y[idx] = (float)s;
+  }
+}
+
+// conv_dx computes the convolution's input gradient dx[n,c,i] = bias[c] +
+// Σ over the positions o and taps k reading i and the group's output
+// channels m of dy[n,m,o]·w[m,c,k] (bias may be null): ConvBackward's dx,
+// and ConvTranspose with its bias.
+extern "C" __global__ void conv_dx(const int *g, const float *dy, const float *w, const float *bias, float *dx) {
+  long long C = g[G_C], M = g[G_M], T = g[G_T], In = g[G_IN], K = g[G_K], Cg = g[G_CG], Mg = g[G_MG];
+  FOR_EACH(idx, g[G_N] * C * In) {
+    long long n = idx / (C * In), c = idx / In % C, i = idx % In;
+    long long m0 = c / Cg * Mg, cg = c % Cg;
+    double s = bias ? (double)bias[c] : 0;
+    FOR_TAPS_OF(g, i, o, k) {
+      for (long long m = m0; m < m0 + Mg; m++) s += (double)dy[(n * M + m) * T + o] * (double)w[(m * Cg + cg) * K + k];
+    }
+    dx[idx] = (float)s;
+  }
+}
+
+// conv_dw computes the weight gradient dw[m,c,k] = Σ_{n,o} dy[n,m,o]·
+// x[n,c,tap(o,k)], summed over the batch.
+extern "C" __global__ void conv_dw(const int *g, const float *x, const float *dy, float *dw) {
+  long long C = g[G_C], M = g[G_M], T = g[G_T], In = g[G_IN], K = g[G_K], Cg = g[G_CG];
+  FOR_EACH(idx, M * Cg * K) {
+    long long m = idx / (Cg * K), cg = idx / K % Cg, k = idx % K;
+    long long c = m / g[G_MG] * Cg + cg;
+    double s = 0;
+    for (long long n = 0; n < g[G_N]; n++) {
+      const float *dyp = dy + (n * M + m) * T, *xp = x + (n * C + c) * In;
+      for (long long o = 0; o < T; o++) {
+        long long i = tap(g, o, k, 0);
+        if (i >= 0) s += (double)dyp[o] * (double)xp[i];
+      }
+    }
+    dw[idx] = (float)s;
+  }
+}
+
+// channel_sums writes the sum over samples and positions of each channel
+// of x (N×C×P) to out: a bias gradient.
+extern "C" __global__ void channel_sums(const float *x, long long N, long long C, long long P, float *out) {
+  FOR_EACH(c, C) {
+    double s = 0;
+    for (long long n = 0; n < N; n++)
+      for (long long p = 0; p < P; p++) s += x[(n * C + c) * P + p];
+    out[c] = (float)s;
+  }
+}
+
+// max_winner returns the input position in plane xp of the winner of
+// window o — the first maximum; a NaN wins and stays — or −1 for a window
+// with no input element.
+__device__ static long long max_winner(const int *g, const float *xp, long long o) {
+  float best = __uint_as_float(0xff800000u);
+  long long bi = -1;
+  for (long long k = 0; k < g[G_K]; k++) {
+    long long i = tap(g, o, k, 0);
+    if (i < 0) continue;
+    float v = xp[i];
+    if (bi < 0 || v > best || (v != v && best == best)) {
+      best = v;
+      bi = i;
+    }
+  }
+  return bi;
+}
+
+// max_pool computes MaxPool (−∞ and −1 for a window with no input
+// element); argmax (or null) receives the winner's position in its plane.
+extern "C" __global__ void max_pool(const int *g, const float *x, float *y, int *argmax) {
+  long long T = g[G_T], In = g[G_IN];
+  FOR_EACH(idx, g[G_N] * g[G_C] * T) {
+    const float *xp = x + idx / T * In;
+    long long b = max_winner(g, xp, idx % T);
+    y[idx] = b >= 0 ? xp[b] : __uint_as_float(0xff800000u);
+    if (argmax) argmax[idx] = (int)b;
+  }
+}
+
+// max_pool_bwd computes dx[i] = Σ dy[o] over the windows o whose winner
+// (argmax) is i.
+extern "C" __global__ void max_pool_bwd(const int *g, const float *dy, const int *argmax, float *dx) {
+  long long T = g[G_T], In = g[G_IN];
+  FOR_EACH(idx, g[G_N] * g[G_C] * In) {
+    long long pl = idx / In, i = idx % In;
+    double s = 0;
+    FOR_TAPS_OF(g, i, o, k) {
+      if (argmax[pl * T + o] == i) s += dy[pl * T + o];
+    }
+    dx[idx] = (float)s;
+  }
+}
+
+// max_pool_bwd_out is max_pool_bwd with each window's winner found again:
+// the first of its elements with the bits of its output y.
+extern "C" __global__ void max_pool_bwd_out(const int *g, const float *x, const float *y, const float *dy, float *dx) {
+  long long T = g[G_T], In = g[G_IN], K = g[G_K];
+  FOR_EACH(idx, g[G_N] * g[G_C] * In) {
+    long long pl = idx / In, i = idx % In;
+    const float *xp = x + pl * In;
+    double s = 0;
+    FOR_TAPS_OF(g, i, o, k) {
+      unsigned yb = __float_as_uint(y[pl * T + o]);
+      for (long long k2 = 0; k2 < K; k2++) {
+        long long j = tap(g, o, k2, 0);
+        if (j >= 0 && __float_as_uint(xp[j]) == yb) {
+          if (j == i) s += dy[pl * T + o];
+          break;
+        }
+      }
+    }
+    dx[idx] = (float)s;
+  }
+}
+
+// avg_divisor returns AveragePool's divisor of window o: its taps inside
+// the input, or with count_include_pad inside the padded input.
+__device__ static long long avg_divisor(const int *g, long long o) {
+  long long div = 0;
+  for (long long k = 0; k < g[G_K]; k++) {
+    bool padded;
+    if (tap(g, o, k, &padded) >= 0 || (g[G_INCL] && padded)) div++;
+  }
+  return div;
+}
+
+// avg_pool computes AveragePool (0 for a window with no element).
+extern "C" __global__ void avg_pool(const int *g, const float *x, float *y) {
+  long long T = g[G_T], In = g[G_IN];
+  FOR_EACH(idx, g[G_N] * g[G_C] * T) {
+    const float *xp = x + idx / T * In;
+    long long o = idx % T;
+    double s = 0;
+    for (long long k = 0; k < g[G_K]; k++) {
+      long long i = tap(g, o, k, 0);
+      if (i >= 0) s += xp[i];
+    }
+    long long div = avg_divisor(g, o);
+    y[idx] = (float)(div > 0 ? s / (double)div : s);
+  }
+}
+
+// avg_pool_bwd computes dx[i] = Σ dy[o]/divisor(o) over the windows o
+// reading i.
+extern "C" __global__ void avg_pool_bwd(const int *g, const float *dy, float *dx) {
+  long long T = g[G_T], In = g[G_IN];
+  FOR_EACH(idx, g[G_N] * g[G_C] * In) {
+    long long pl = idx / In, i = idx % In;
+    double s = 0;
+    FOR_TAPS_OF(g, i, o, k) { s += (double)dy[pl * T + o] / (double)avg_divisor(g, o); }
+    dx[idx] = (float)s;
+  }
+}
+
+// global_avg_pool writes each plane's mean to y.
+extern "C" __global__ void global_avg_pool(const float *x, long long planes, long long spatial, float *y) {
+  FOR_EACH(pl, planes) {
+    double s = 0;
+    for (long long j = 0; j < spatial; j++) s += x[pl * spatial + j];
+    y[pl] = (float)(s / (double)spatial);
+  }
+}
+
+// global_avg_pool_bwd spreads dy/spatial over each plane.
+extern "C" __global__ void global_avg_pool_bwd(const float *dy, long long planes, long long spatial, float *dx) {
+  FOR_EACH(i, planes * spatial) dx[i] = (float)((double)dy[i / spatial] / (double)spatial);
+}
+
+// global_max_pool writes each plane's first maximum (the last NaN
+// winning) and its position.
+extern "C" __global__ void global_max_pool(const float *x, long long planes, long long spatial, float *y, int *argmax) {
+  FOR_EACH(pl, planes) {
+    const float *r = x + pl * spatial;
+    long long b = 0;
+    for (long long j = 0; j < spatial; j++)
+      if (r[j] > r[b] || r[j] != r[j]) b = j;
+    y[pl] = r[b];
+    argmax[pl] = (int)b;
+  }
+}
+
+// global_max_pool_bwd writes dy at each plane's winner and 0 elsewhere.
+extern "C" __global__ void global_max_pool_bwd(const float *dy, const int *argmax, long long planes, long long spatial, float *dx) {
+  FOR_EACH(i, planes * spatial) dx[i] = i % spatial == argmax[i / spatial] ? dy[i / spatial] : 0.0f;
+}
+
+// bn_stats computes channel c's mean and 1/σ — the batch's (two passes)
+// when training, else the running ones — into st[2c], st[2c+1] (double)
+// and mean, inv_std (float), and when training the updated running
+// statistics into new_mean and new_var (either may be null).
+extern "C" __global__ void bn_stats(const float *x, long long N, long long C, long long S, int training, float eps,
+                                    float momentum, const float *run_mean, const float *run_var, double *st, float *mean,
+                                    float *inv_std, float *new_mean, float *new_var) {
+  FOR_EACH(c, C) {
+    double m, v;
+    if (training) {
+      double M = (double)(N * S), s = 0, ss = 0;
+      for (long long n = 0; n < N; n++)
+        for (long long j = 0; j < S; j++) s += x[(n * C + c) * S + j];
+      m = s / M;
+      for (long long n = 0; n < N; n++)
+        for (long long j = 0; j < S; j++) {
+          double d = (double)x[(n * C + c) * S + j] - m;
+          ss += d * d;
+        }
+      v = ss / M;
+      double mom = momentum;
+      if (new_mean) new_mean[c] = (float)((double)run_mean[c] * mom + m * (1 - mom));
+      if (new_var) new_var[c] = (float)((double)run_var[c] * mom + v * (1 - mom));
+    } else {
+      m = run_mean[c];
+      v = run_var[c];
+    }
+    double iv = 1 / sqrt(v + (double)eps);
+    st[2 * c] = m;
+    st[2 * c + 1] = iv;
+    mean[c] = (float)m;
+    inv_std[c] = (float)iv;
+  }
+}
+
+// bn_apply computes y = (x − μ_c)·σ_c⁻¹·scale_c + bias_c from bn_stats'
+// statistics.
+extern "C" __global__ void bn_apply(const float *x, long long N, long long C, long long S, const double *st,
+                                    const float *scale, const float *bias, float *y) {
+  FOR_EACH(i, N * C * S) {
+    long long c = i / S % C;
+    y[i] = (float)(((double)x[i] - st[2 * c]) * st[2 * c + 1] * (double)scale[c] + (double)bias[c]);
+  }
+}
+
+// bn_grad_sums computes channel c's Σ dy and Σ dy·x̂ into sums[2c],
+// sums[2c+1], and writes them to dbias and dscale (either may be null).
+extern "C" __global__ void bn_grad_sums(const float *x, const float *dy, long long N, long long C, long long S,
+                                        const float *mean, const float *inv_std, double *sums, float *dscale,
+                                        float *dbias) {
+  FOR_EACH(c, C) {
+    double m = mean[c], iv = inv_std[c], sg = 0, sgx = 0;
+    for (long long n = 0; n < N; n++)
+      for (long long j = 0; j < S; j++) {
+        long long i = (n * C + c) * S + j;
+        sg += dy[i];
+        sgx += (double)dy[i] * ((double)x[i] - m) * iv;
+      }
+    sums[2 * c] = sg;
+    sums[2 * c + 1] = sgx;
+    if (dscale) dscale[c] = (float)sgx;
+    if (dbias) dbias[c] = (float)sg;
+  }
+}
+
+// bn_dx computes dx = scale·σ⁻¹·(dy − mean(dy) − x̂·mean(dy·x̂)) when
+// training, else scale·σ⁻¹·dy.
+extern "C" __global__ void bn_dx(const float *x, const float *dy, long long N, long long C, long long S,
+                                 const float *scale, const float *mean, const float *inv_std, const double *sums,
+                                 int training, float *dx) {
+  double M = (double)(N * S);
+  FOR_EACH(i, N * C * S) {
+    long long c = i / S % C;
+    double iv = inv_std[c], g = dy[i];
+    if (training) {
+      double xh = ((double)x[i] - (double)mean[c]) * iv;
+      g = g - sums[2 * c] / M - xh * sums[2 * c + 1] / M;
+    }
+    dx[i] = (float)((double)scale[c] * iv * g);
+  }
+}
+
+// row_stats computes each row's mean and 1/√(variance + eps) (two passes)
+// into st[2r], st[2r+1] (double) and mean (or null) and inv_std.
+extern "C" __global__ void row_stats(const float *x, long long rows, long long L, double eps, double *st, float *mean,
+                                     float *inv_std) {
+  FOR_EACH(r, rows) {
+    const float *xr = x + r * L;
+    double s = 0, ss = 0;
+    for (long long j = 0; j < L; j++) s += xr[j];
+    double m = s / (double)L;
+    for (long long j = 0; j < L; j++) {
+      double d = (double)xr[j] - m;
+      ss += d * d;
+    }
+    double iv = 1 / sqrt(ss / (double)L + eps);
+    st[2 * r] = m;
+    st[2 * r + 1] = iv;
+    if (mean) mean[r] = (float)m;
+    inv_std[r] = (float)iv;
+  }
+}
+
+// row_normalize writes y = (x − μ)·σ⁻¹ from row_stats' statistics.
+extern "C" __global__ void row_normalize(const float *x, long long rows, long long L, const double *st, float *y) {
+  FOR_EACH(i, rows * L) {
+    long long r = i / L;
+    y[i] = (float)(((double)x[i] - st[2 * r]) * st[2 * r + 1]);
+  }
+}
+
+// row_grad_sums computes each row's mean(dy) and mean(dy·y) into sums.
+extern "C" __global__ void row_grad_sums(const float *y, const float *dy, long long rows, long long L, double *sums) {
+  FOR_EACH(r, rows) {
+    double mg = 0, mgy = 0;
+    for (long long i = r * L; i < (r + 1) * L; i++) {
+      mg += dy[i];
+      mgy += (double)dy[i] * (double)y[i];
+    }
+    sums[2 * r] = mg / (double)L;
+    sums[2 * r + 1] = mgy / (double)L;
+  }
+}
+
+// row_normalize_bwd computes dx = σ⁻¹·(dy − mean(dy) − y·mean(dy·y)).
+extern "C" __global__ void row_normalize_bwd(const float *y, const float *dy, const float *inv_std, long long rows,
+                                             long long L, const double *sums, float *dx) {
+  FOR_EACH(i, rows * L) {
+    long long r = i / L;
+    dx[i] = (float)((double)inv_std[r] * ((double)dy[i] - sums[2 * r] - (double)y[i] * sums[2 * r + 1]));
+  }
+}
+
+// The parameter table of an affine row normalization (Go: normTable),
+// int32s: the number ncol of distinct column offsets, row_off[rows],
+// col_off[L], then col_start[ncol + 1] and col_list[L], the columns j
+// with col_off[j] = b at col_list[col_start[b] .. col_start[b + 1]). The
+// parameter of element j of row r is row_off[r] + col_off[j].
+#define ROW_OFF(tab) ((tab) + 1)
+#define COL_OFF(tab, rows) ((tab) + 1 + (rows))
+#define PARAM(tab, rows, r, j) (ROW_OFF(tab)[r] + COL_OFF(tab, rows)[j])
+
+// row_affine writes y = x̂·scale[k] + bias[k] (bias may be null).
+extern "C" __global__ void row_affine(const float *x, long long rows, long long L, const double *st, const float *scale,
+                                      const float *bias, const int *tab, float *y) {
+  FOR_EACH(i, rows * L) {
+    long long r = i / L, k = PARAM(tab, rows, r, i % L);
+    double v = ((double)x[i] - st[2 * r]) * st[2 * r + 1] * (double)scale[k];
+    if (bias) v += bias[k];
+    y[i] = (float)v;
+  }
+}
+
+// row_affine_grad_sums computes each row's mean(g) and mean(g·x̂), g =
+// dy·scale[k], into sums.
+extern "C" __global__ void row_affine_grad_sums(const float *x, const float *scale, const float *mean,
+                                                const float *inv_std, const float *dy, long long rows, long long L,
+                                                const int *tab, double *sums) {
+  FOR_EACH(r, rows) {
+    double m = mean[r], iv = inv_std[r], sg = 0, sgx = 0;
+    for (long long j = 0; j < L; j++) {
+      long long i = r * L + j;
+      double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
+      sg += g;
+      sgx += g * ((double)x[i] - m) * iv;
+    }
+    sums[2 * r] = sg / (double)L;
+    sums[2 * r + 1] = sgx / (double)L;
+  }
+}
+
+// row_affine_dx computes dx = σ⁻¹·(g − mean(g) − x̂·mean(g·x̂)).
+extern "C" __global__ void row_affine_dx(const float *x, const float *scale, const float *mean, const float *inv_std,
+                                         const float *dy, long long rows, long long L, const int *tab,
+                                         const double *sums, float *dx) {
+  FOR_EACH(i, rows * L) {
+    long long r = i / L;
+    double iv = inv_std[r], g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, i % L)];
+    double xh = ((double)x[i] - (double)mean[r]) * iv;
+    dx[i] = (float)(iv * (g - sums[2 * r] - xh * sums[2 * r + 1]));
+  }
+}
+
+// row_param_grads computes, for every parameter k, dscale[k] = Σ dy·x̂ and
+// dbias[k] = Σ dy over the elements using it (either may be null), in
+// row-major order: for each row r, the columns j with col_off[j] =
+// k − row_off[r].
+extern "C" __global__ void row_param_grads(const float *x, const float *mean, const float *inv_std, const float *dy,
+                                           long long rows, long long L, const int *tab, long long params,
+                                           float *dscale, float *dbias) {
+  long long ncol = tab[0];
+  const int *row_off = ROW_OFF(tab), *col_start = COL_OFF(tab, rows) + L, *col_list = col_start + ncol + 1;
+  FOR_EACH(k, params) {
+    double ss = 0, sb = 0;
+    for (long long r = 0; r < rows; r++) {
+      long long b = k - row_off[r];
+      if (b < 0 || b >= ncol) continue;
+      double m = mean[r], iv = inv_std[r];
+      for (int q = col_start[b]; q < col_start[b + 1]; q++) {
+        long long i = r * L + col_list[q];
+        ss += (double)dy[i] * ((double)x[i] - m) * iv;
+        sb += dy[i];
+      }
+    }
+    if (dscale) dscale[k] = (float)ss;
+    if (dbias) dbias[k] = (float)sb;
+  }
+}
+
+// lrn_scale returns s = bias + α/size·Σ x² over the window of channel c at
+// inner position k of sample n.
+__device__ static double lrn_scale(const float *x, long long C, long long inner, int size, double alpha, double bias,
+                                   long long n, long long c, long long k) {
+  long long lo = c - (size - 1) / 2, hi = c + size / 2;
+  if (lo < 0) lo = 0;
+  if (hi > C - 1) hi = C - 1;
+  double s = 0;
+  for (long long q = lo; q <= hi; q++) {
+    double v = x[(n * C + q) * inner + k];
+    s += v * v;
+  }
+  return bias + alpha / size * s;
+}
+
+// lrn computes LRN: y = x·s^(−β).
+extern "C" __global__ void lrn(const float *x, long long N, long long C, long long inner, int size, double alpha,
+                               double beta, double bias, float *y) {
+  FOR_EACH(i, N * C * inner) {
+    long long n = i / (C * inner), c = i / inner % C, k = i % inner;
+    y[i] = (float)((double)x[i] * d_exp(-beta * d_log(lrn_scale(x, C, inner, size, alpha, bias, n, c, k))));
+  }
+}
+
+// lrn_bwd computes dx_j = dy_j·s_j^(−β) − 2αβ/size·x_j·Σ_{c: j ∈ W(c)}
+// dy_c·x_c·s_c^(−β−1).
+extern "C" __global__ void lrn_bwd(const float *x, const float *dy, long long N, long long C, long long inner, int size,
+                                   double alpha, double beta, double bias, float *dx) {
+  FOR_EACH(i, N * C * inner) {
+    long long n = i / (C * inner), j = i / inner % C, k = i % inner;
+    double v = (double)dy[i] * d_exp(-beta * d_log(lrn_scale(x, C, inner, size, alpha, bias, n, j, k)));
+    long long lo = j - size / 2, hi = j + (size - 1) / 2;
+    if (lo < 0) lo = 0;
+    if (hi > C - 1) hi = C - 1;
+    double acc = 0;
+    for (long long c = lo; c <= hi; c++) {
+      long long ic = (n * C + c) * inner + k;
+      acc += (double)dy[ic] * (double)x[ic] * d_exp((-beta - 1) * d_log(lrn_scale(x, C, inner, size, alpha, bias, n, c, k)));
+    }
+    v -= 2 * alpha / size * beta * (double)x[i] * acc;
+    dx[i] = (float)v;
+  }
+}
+
+// Broadcast shapes (Go: broadcastShapes): sh[0..rank) is the full shape,
+// sh[rank..2·rank) the broadcast operand's, aligned to it (1 on the axes
+// it is broadcast along, else the full size).
+
+// gemm_bias writes y = β·c broadcast to y's shape.
+extern "C" __global__ void gemm_bias(float beta, const float *c, const long long *sh, int rank, float *y, long long n) {
+  FOR_EACH(i, n) {
+    long long r = i, idx = 0, st = 1;
+    for (int a = rank - 1; a >= 0; a--) {
+      long long ca = r % sh[a];
+      r /= sh[a];
+      if (sh[rank + a] != 1) idx += ca * st;
+      st *= sh[rank + a];
+    }
+    y[i] = (float)((double)beta * (double)c[idx]);
+  }
+}
+
+// gemm_bias_bwd writes dc[j] = β·Σ dy over the elements of y that c's
+// element j is broadcast to, in increasing order.
+extern "C" __global__ void gemm_bias_bwd(float beta, const float *dy, const long long *sh, int rank, float *dc,
+                                         long long nc, long long count) {
+  FOR_EACH(j, nc) {
+    double s = 0;
+    for (long long q = 0; q < count; q++) {
+      long long jj = j, qq = q, off = 0, st = 1;
+      for (int a = rank - 1; a >= 0; a--) {
+        if (sh[rank + a] == 1) {
+          off += qq % sh[a] * st;
+          qq /= sh[a];
+        } else {
+          off += jj % sh[a] * st;
+          jj /= sh[a];
+        }
+        st *= sh[a];
+      }
+      s += dy[off];
+    }
+    dc[j] = (float)((double)beta * s);
+  }
+}

@@ -1,0 +1,59 @@
+// persample.cu: runtime.PerSampleOps (device_dp.go): the unfolded input of
+// one sample (im2col), the weight gradient of a convolution summed over
+// the batch and the per-sample weight gradient of a depthwise
+// convolution, each one thread per element written, its sum in double in
+// a fixed order, rounded once. They need no scratch.
+
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// ConvGeom is runtime.ConvShape's geometry lifted to three spatial axes
+// (leading unit axes), built on the host (convGeom in persample.go).
+struct ConvGeom {
+  int in[3], k[3], s[3], d[3], pb[3], out[3];
+  int n, c, m, group, t, kk, dd, in_size;
+};
+
+// conv_tap returns the offset in a channel plane of the input element that
+// kernel tap k reads for output position t, or −1 in the padding.
+__device__ __forceinline__ long long conv_tap(const ConvGeom &g, long long k, long long t) {
+  long long kw = k % g.k[2], kh = k / g.k[2] % g.k[1], kd = k / ((long long)g.k[2] * g.k[1]);
+  long long ow = t % g.out[2], oh = t / g.out[2] % g.out[1], od = t / ((long long)g.out[2] * g.out[1]);
+  long long id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+  long long ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+  long long iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+  if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) return -1;
+  return (id * g.in[1] + ih) * g.in[2] + iw;
+}
+
+// im2col_plane writes group grp's unfolded input of one sample xi:
+// col[(c·K + k)·T + t] = the element of channel grp·C/group + c that tap k
+// reads for output position t (0 in the padding), for the n = D·T elements.
+extern "C" __global__ void im2col_plane(ConvGeom g, const float *xi, int grp, float *col, long long n) {
+  FOR_EACH(i, n) {
+    long long r = i / g.t, t = i % g.t, c = r / g.kk, k = r % g.kk;
+    long long ch = grp * (long long)(g.c / g.group) + c;
+    long long off = conv_tap(g, k, t);
+    col[i] = off < 0 ? 0.0f : xi[ch * g.in_size + off];
+  }
+}
+
+// conv_weight_grad writes dw[m·D + c·K + k] = Σ_i Σ_t dy[i, m, t] · x[i,
+// channel, tap (k, t)] over the `samples` samples, for the n = M·D weights
+// (channel: c of m's group), summed in double over i, then t.
+extern "C" __global__ void conv_weight_grad(ConvGeom g, const float *x, const float *dy, float *dw, int samples, long long n) {
+  FOR_EACH(w, n) {
+    long long m = w / g.dd, r = w % g.dd, c = r / g.kk, k = r % g.kk;
+    long long ch = m / (g.m / g.group) * (g.c / g.group) + c;
+    double s = 0;
+    for (long long i = 0; i < samples; i++) {
+      const float *xc = x + (i * g.c + ch) * g.in_size;
+      const float *dym = dy + (i * g.m + m) * g.t;
+      for (long long t = 0; t < g.t; t++) {
+        long long off = conv_tap(g, k, t);
+        if (off >= 0) s += (double)dym[t] * xc[off];
+      }
+    }
+    dw[w] = (float)s;
+  }
+}

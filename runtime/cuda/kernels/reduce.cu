@@ -1,0 +1,345 @@
+// reduce.cu: runtime.ReduceOps (device_reduce.go): reductions over axes,
+// softmax and log-softmax, the softmax cross-entropy head and the scatter
+// reductions. One thread per output (a reduction's element, a softmax
+// line, a sample) sums its terms in the order of the input, as the CPU
+// does (float64 but for ReduceSum's and ReduceMean's float32, as the
+// contract says); the backward passes are one thread per input element.
+// ScatterReduce runs on one thread: two updates may land on one element,
+// and the order of their combination decides the result.
+
+// The grid-stride loop of element i over n.
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// d_exp and d_log are e^x and ln x in double, written out (the CUDA math
+// library's use fused multiply-adds, which the kernels keep out of their
+// code, TestNVRTCNoFMA): within a few units in the last place of a double,
+// which the float32 results round away. nn.cu and reduce.cu hold the same
+// copy (modules are compiled alone).
+
+// d_pow2 returns 2^j for −1022 ≤ j ≤ 1023.
+__device__ static double d_pow2(long long j) { return __longlong_as_double((j + 1023) << 52); }
+
+// d_exp returns e^x: x = k·ln2 + r with |r| ≤ ln2/2 (ln2 split in two, so
+// that r is exact to a double), e^r by its Taylor series to r^14 (the rest
+// is below 2^-56 of it), scaled by 2^k.
+__device__ static double d_exp(double x) {
+  if (x != x) return x;
+  if (x > 709.782712893384) return __longlong_as_double(0x7ff0000000000000LL);
+  if (x < -745.2) return 0;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  double kd = x * 1.44269504088896338700e+00;
+  long long k = (long long)(kd < 0 ? kd - 0.5 : kd + 0.5);
+  double r = (x - (double)k * ln2_hi) - (double)k * ln2_lo;
+  const double c[15] = {1.0,
+                        1.0,
+                        1.0 / 2,
+                        1.0 / 6,
+                        1.0 / 24,
+                        1.0 / 120,
+                        1.0 / 720,
+                        1.0 / 5040,
+                        1.0 / 40320,
+                        1.0 / 362880,
+                        1.0 / 3628800,
+                        1.0 / 39916800,
+                        1.0 / 479001600,
+                        1.0 / 6227020800.0,
+                        1.0 / 87178291200.0};
+  double p = c[14];
+  for (int i = 13; i >= 0; i--) p = p * r + c[i];
+  if (k < -1021) return p * d_pow2(k + 54) * d_pow2(-54);
+  if (k > 1023) return p * d_pow2(k - 1) * 2;
+  return p * d_pow2(k);
+}
+
+// d_log returns ln x: x = 2^e·m with √½ ≤ m < √2, ln m = 2·atanh(s) with
+// s = (m − 1)/(m + 1), |s| < 0.172, by its series to s^23.
+__device__ static double d_log(double x) {
+  if (x != x) return x;
+  if (x < 0) return __longlong_as_double(0x7ff8000000000000LL);
+  if (x == 0) return -__longlong_as_double(0x7ff0000000000000LL);
+  if (x == __longlong_as_double(0x7ff0000000000000LL)) return x;
+  long long e = 0;
+  if (x < 2.2250738585072014e-308) {  // subnormal
+    x *= d_pow2(54);
+    e = -54;
+  }
+  long long b = __double_as_longlong(x);
+  e += ((b >> 52) & 0x7ff) - 1023;
+  double m = __longlong_as_double((b & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    e++;
+  }
+  double f = m - 1, s = f / (2 + f), z = s * s, t = 0;
+  for (int n = 23; n >= 3; n -= 2) t = (t + 1.0 / n) * z;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  return (double)e * ln2_hi + ((double)e * ln2_lo + (2 * s + 2 * s * t));
+}
+
+// The reductions (runtime.ReduceOp).
+enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_SUM_SQUARE, R_LOG_SUM, R_LOG_SUM_EXP };
+
+// Shapes (Go: reduceShapes): sh[0..rank) is x's shape, sh[rank..2·rank)
+// y's, of the same rank with 1 on the reduced axes.
+
+// element returns the flat index in x of the q-th element (in increasing
+// order) that reduces into y's element j.
+__device__ static long long element(const long long *sh, int rank, long long j, long long q) {
+  long long off = 0, st = 1;
+  for (int a = rank - 1; a >= 0; a--) {
+    if (sh[rank + a] == 1) {
+      off += q % sh[a] * st;
+      q /= sh[a];
+    } else {
+      off += j % sh[a] * st;
+      j /= sh[a];
+    }
+    st *= sh[a];
+  }
+  return off;
+}
+
+// group returns the element of y that x's element i reduces into.
+__device__ static long long group(const long long *sh, int rank, long long i) {
+  long long g = 0, st = 1;
+  for (int a = rank - 1; a >= 0; a--) {
+    long long c = i % sh[a];
+    i /= sh[a];
+    if (sh[rank + a] != 1) g += c * st;
+    st *= sh[rank + a];
+  }
+  return g;
+}
+
+// reduce_axes computes y[j] = op over the count elements of x reducing
+// into it, leaving state for reduce_axes_bwd (runtime.ReduceStateLen):
+// the winner's index (ReduceMax, ReduceMin), the product of the nonzero
+// elements and the count of zeros (ReduceProd, at j and ny + j), the sum
+// (the others). scale is ReduceMean's 1/count.
+extern "C" __global__ void reduce_axes(int op, const float *x, const long long *sh, int rank, float *y, double *state,
+                                       long long ny, long long count, float scale) {
+  FOR_EACH(j, ny) {
+    switch (op) {
+      case R_SUM:
+      case R_MEAN: {
+        float s = 0;
+        for (long long q = 0; q < count; q++) s += x[element(sh, rank, j, q)];
+        y[j] = op == R_MEAN ? s * scale : s;
+        break;
+      }
+      case R_MAX:
+      case R_MIN: {
+        long long a = -1;
+        for (long long q = 0; q < count; q++) {
+          long long i = element(sh, rank, j, q);
+          float v = x[i];
+          if (a < 0 || (v != v && x[a] == x[a]) || (op == R_MAX && v > x[a]) || (op == R_MIN && v < x[a])) a = i;
+        }
+        state[j] = (double)a;
+        y[j] = x[a];
+        break;
+      }
+      case R_PROD: {
+        double nz = 1, zeros = 0;
+        for (long long q = 0; q < count; q++) {
+          float v = x[element(sh, rank, j, q)];
+          if (v == 0)
+            zeros++;
+          else
+            nz *= (double)v;
+        }
+        state[j] = nz;
+        state[ny + j] = zeros;
+        y[j] = zeros > 0 ? 0.0f : (float)nz;
+        break;
+      }
+      case R_LOG_SUM_EXP: {
+        // Shifted by the maximum, so that large inputs do not overflow.
+        double m = -__longlong_as_double(0x7ff0000000000000LL);
+        for (long long q = 0; q < count; q++) m = fmax(m, (double)x[element(sh, rank, j, q)]);
+        float mf = (float)m;
+        double s = 0;
+        for (long long q = 0; q < count; q++) s += d_exp((double)(x[element(sh, rank, j, q)] - mf));
+        state[j] = s;
+        y[j] = mf + (float)d_log(s);
+        break;
+      }
+      default: {
+        double s = 0;
+        for (long long q = 0; q < count; q++) {
+          double f = x[element(sh, rank, j, q)];
+          s += op == R_L1 ? fabs(f) : op == R_LOG_SUM ? f : f * f;
+        }
+        state[j] = s;
+        y[j] = (float)(op == R_L2 ? sqrt(s) : op == R_LOG_SUM ? d_log(s) : s);
+      }
+    }
+  }
+}
+
+// reduce_axes_bwd computes dx[i] from dy at x's element i's group g: dy
+// (ReduceSum), dy·scale (ReduceMean), dy at the winner (ReduceMax,
+// ReduceMin), and the derivative of the others.
+extern "C" __global__ void reduce_axes_bwd(int op, const float *x, const long long *sh, int rank, const float *y,
+                                           const float *dy, const double *state, long long ny, float *dx, long long nx,
+                                           float scale) {
+  FOR_EACH(i, nx) {
+    long long g = group(sh, rank, i);
+    float v = x ? x[i] : 0, d = dy[g], r;
+    switch (op) {
+      case R_SUM:
+        r = d;
+        break;
+      case R_MEAN:
+        r = d * scale;
+        break;
+      case R_MAX:
+      case R_MIN:
+        r = (long long)state[g] == i ? 0.0f + d : 0.0f;
+        break;
+      case R_PROD: {
+        double nz = state[g], zeros = state[ny + g];
+        if (zeros == 0)
+          r = d * (float)(nz / (double)v);
+        else if (zeros == 1 && v == 0)
+          r = d * (float)nz;
+        else
+          r = 0;
+        break;
+      }
+      case R_L1:
+        r = v > 0 ? d : v < 0 ? -d : 0.0f;
+        break;
+      case R_L2:
+        r = y[g] == 0 ? 0.0f : d * v / y[g];
+        break;
+      case R_SUM_SQUARE:
+        r = 2 * d * v;
+        break;
+      case R_LOG_SUM:
+        r = d * (float)d_exp(-(double)y[g]);
+        break;
+      default: // R_LOG_SUM_EXP
+        r = d * (float)d_exp((double)(v - y[g]));
+    }
+    dx[i] = r;
+  }
+}
+
+// softmax computes the softmax (or, with log_softmax, the log-softmax) of
+// x viewed as outer × n × inner along n, a thread per line: y = e/Σe with
+// e = exp(x − max) in float, the sum in double.
+extern "C" __global__ void softmax(const float *x, long long outer, long long n, long long inner, float *y,
+                                   int log_softmax) {
+  FOR_EACH(line, outer * inner) {
+    long long base = line / inner * n * inner + line % inner;
+    float m = __uint_as_float(0xff800000u);
+    for (long long j = 0; j < n; j++) {
+      float v = x[base + j * inner];
+      if (v > m) m = v;
+    }
+    double s = 0;
+    for (long long j = 0; j < n; j++) {
+      float e = (float)d_exp((double)(x[base + j * inner] - m));
+      s += e;
+      if (!log_softmax) y[base + j * inner] = e;
+    }
+    if (log_softmax) {
+      float ls = (float)d_log(s);
+      for (long long j = 0; j < n; j++) y[base + j * inner] = x[base + j * inner] - m - ls;
+    } else {
+      float inv = (float)(1 / s);
+      for (long long j = 0; j < n; j++) y[base + j * inner] *= inv;
+    }
+  }
+}
+
+// softmax_bwd computes dx = y ⊙ (dy − Σ dy ⊙ y) along n from the softmax
+// y, or with log_softmax dx = dy − exp(y)·Σ dy from the log-softmax y.
+extern "C" __global__ void softmax_bwd(const float *y, const float *dy, long long outer, long long n, long long inner,
+                                       float *dx, int log_softmax) {
+  FOR_EACH(line, outer * inner) {
+    long long base = line / inner * n * inner + line % inner;
+    double s = 0;
+    if (log_softmax) {
+      for (long long j = 0; j < n; j++) s += dy[base + j * inner];
+      for (long long j = 0; j < n; j++) {
+        long long k = base + j * inner;
+        dx[k] = dy[k] - (float)d_exp((double)y[k]) * (float)s;
+      }
+    } else {
+      for (long long j = 0; j < n; j++) {
+        long long k = base + j * inner;
+        s += (double)(dy[k] * y[k]);
+      }
+      for (long long j = 0; j < n; j++) {
+        long long k = base + j * inner;
+        dx[k] = y[k] * (dy[k] - (float)s);
+      }
+    }
+  }
+}
+
+// softmax_xent computes, per sample i, the softmax of its k logits into
+// probs and the loss log Σ exp(z) − z_label into losses.
+extern "C" __global__ void softmax_xent(const float *logits, const long long *labels, long long n, long long k,
+                                        float *losses, float *probs) {
+  FOR_EACH(i, n) {
+    const float *row = logits + i * k;
+    float *pr = probs + i * k;
+    float m = __uint_as_float(0xff800000u);
+    for (long long j = 0; j < k; j++)
+      if (row[j] > m) m = row[j];
+    double s = 0;
+    for (long long j = 0; j < k; j++) {
+      double e = d_exp((double)(row[j] - m));
+      pr[j] = (float)e;
+      s += e;
+    }
+    float inv = (float)(1 / s);
+    for (long long j = 0; j < k; j++) pr[j] *= inv;
+    losses[i] = (float)(d_log(s) - (double)(row[labels[i]] - m));
+  }
+}
+
+// softmax_xent_bwd writes dlogits = w_i·(probs − onehot(label_i)).
+extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long *labels, const float *weights,
+                                            long long n, long long k, float *dlogits) {
+  FOR_EACH(e, n * k) {
+    long long i = e / k;
+    float w = weights[i], d = w * probs[e];
+    if (e % k == labels[i]) d -= w;
+    dlogits[e] = d;
+  }
+}
+
+// The scatter reductions (runtime.ScatterReduction).
+enum { S_NONE, S_ADD, S_MUL, S_MAX, S_MIN };
+
+// scatter_reduce combines u[i] into y[idx[i]] for i < n in increasing i,
+// on one thread (Max and Min propagate NaN).
+extern "C" __global__ void scatter_reduce(int red, const float *u, const int *idx, long long n, float *y) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (long long i = 0; i < n; i++) {
+    float *t = y + idx[i];
+    float v = u[i];
+    switch (red) {
+      case S_NONE:
+        *t = v;
+        break;
+      case S_ADD:
+        *t += v;
+        break;
+      case S_MUL:
+        *t *= v;
+        break;
+      case S_MAX: // as Go's max: NaN wins, +0 over −0
+        if (*t == *t && (v != v || v > *t || (v == 0 && *t == 0 && (__float_as_uint(*t) >> 31)))) *t = v;
+        break;
+      default: // as Go's min: NaN wins, −0 over +0
+        if (*t == *t && (v != v || v < *t || (v == 0 && *t == 0 && (__float_as_uint(v) >> 31)))) *t = v;
+    }
+  }
+}

@@ -1,0 +1,106 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// The PerSampleOps of the device (runtime/device_dp.go; kernels in
+// kernels/persample.cu): direct kernels on the convolution's geometry,
+// one thread per element written, which need no scratch. The geometry
+// (convGeom) is a by-value kernel argument built from the ConvShape's
+// exported fields at each call: a few dozen integers, nothing cached.
+
+// convGeom is the kernels' ConvGeom, field for field: the shape lifted to
+// three spatial axes by leading unit axes.
+type convGeom struct {
+	in, k, s, d, pb, out              [3]int32
+	n, c, m, group, t, kk, dd, inSize int32
+}
+
+// geomOf lifts s (initialized) to convGeom.
+func geomOf(s *runtime.ConvShape) convGeom {
+	nd := len(s.In)
+	if nd < 1 || nd > 3 || len(s.Kernel) != nd || len(s.Out) != nd {
+		panic(fmt.Sprintf("cuda: convolution of %d spatial axes (kernel %v, output %v): the kernels take 1 to 3", nd, s.Kernel, s.Out))
+	}
+	g := convGeom{n: i32Of(s.N), c: i32Of(s.C), m: i32Of(s.M), group: i32Of(max(1, s.Group)), t: i32Of(s.T), kk: i32Of(s.K), dd: i32Of(s.D), inSize: i32Of(s.InSize)}
+	for a := 0; a < 3; a++ {
+		g.in[a], g.k[a], g.s[a], g.d[a], g.out[a] = 1, 1, 1, 1, 1
+	}
+	for a := 0; a < nd; a++ {
+		l := 3 - nd + a
+		g.in[l], g.k[l], g.out[l] = i32Of(s.In[a]), i32Of(s.Kernel[a]), i32Of(s.Out[a])
+		if s.Strides != nil {
+			g.s[l] = i32Of(s.Strides[a])
+		}
+		if s.Dilations != nil {
+			g.d[l] = i32Of(s.Dilations[a])
+		}
+		if s.Pads != nil {
+			g.pb[l] = i32Of(s.Pads[a])
+		}
+	}
+	return g
+}
+
+func (g *convGeom) arg(a *Args) *Args {
+	return a.Bytes(unsafe.Slice((*byte)(unsafe.Pointer(g)), unsafe.Sizeof(*g)))
+}
+
+// Im2ColPlane implements runtime.PerSampleOps: one thread per element of
+// col. plane is not used.
+func (d *Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
+	n := s.D * s.T
+	if n == 0 {
+		return
+	}
+	geom := geomOf(s)
+	a := d.begin()
+	defer d.end("Im2ColPlane")
+	geom.arg(a).Ptr(f32(xi[:s.C*s.InSize], opIn, d)).I32(int32(g)).Ptr(f32(col[:n], opOut, d)).I64(int64(n))
+	d.launch("im2col_plane", int64(n))
+}
+
+// ConvWeightGrad implements runtime.PerSampleOps: one thread per weight,
+// its sum over the batch and the output positions in double. ws is not
+// used.
+func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
+	d.convWeightGrad(s, s.N, x, dy, dw, "ConvWeightGrad")
+}
+
+func (d *Device) convWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw []float32, op string) {
+	n := s.M * s.D
+	if n == 0 {
+		return
+	}
+	if samples == 0 || s.T == 0 {
+		d.Fill(0, dw[:n])
+		return
+	}
+	geom := geomOf(s)
+	a := d.begin()
+	defer d.end(op)
+	geom.arg(a).Ptr(f32(x[:samples*s.C*s.InSize], opIn, d)).Ptr(f32(dy[:samples*s.M*s.T], opIn, d)).Ptr(f32(dw[:n], opOut, d)).I32(i32Of(samples)).I64(int64(n))
+	d.launch("conv_weight_grad", int64(n))
+}
+
+// ConvWorkspaceSize implements runtime.PerSampleOps: the kernel needs no
+// scratch.
+func (d *Device) ConvWorkspaceSize(s *runtime.ConvShape) int { return 0 }
+
+// DepthwisePerSampleGrad implements runtime.PerSampleOps: the convolution's
+// weight gradient of one sample (a depthwise group is one input channel),
+// one thread per weight. ws is not used.
+func (d *Device) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []float32) {
+	if !s.IsDepthwise() {
+		panic(fmt.Sprintf("cuda: DepthwisePerSampleGrad of a convolution with %d groups and %d channels, not depthwise", s.Group, s.C))
+	}
+	d.convWeightGrad(s, 1, xi, dyi, dw, "DepthwisePerSampleGrad")
+}
+
+// DepthwiseScratchSize implements runtime.PerSampleOps: the kernel needs
+// no scratch.
+func (d *Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }

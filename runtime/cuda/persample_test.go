@@ -1,0 +1,85 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"math/rand"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// randConv draws an initialized convolution of 1 to 3 spatial axes with
+// groups, strides, dilations and asymmetric pads; depthwise ones
+// (Group = C, a channel multiplier) with depthwise set.
+func randConv(r *rand.Rand, depthwise bool) *runtime.ConvShape {
+	for {
+		nd := 1 + r.Intn(3)
+		s := &runtime.ConvShape{N: 1 + r.Intn(3), C: 1 + r.Intn(4)}
+		s.Group = []int{1, 1, s.C}[r.Intn(3)]
+		if depthwise {
+			s.C = 2 + r.Intn(3)
+			s.Group = s.C
+		}
+		s.M = s.Group * (1 + r.Intn(3))
+		for a := 0; a < nd; a++ {
+			s.In = append(s.In, 1+r.Intn(map[int]int{1: 20, 2: 9, 3: 5}[nd]))
+			s.Kernel = append(s.Kernel, 1+r.Intn(3))
+			s.Strides = append(s.Strides, 1+r.Intn(2))
+			s.Dilations = append(s.Dilations, 1+r.Intn(2))
+		}
+		s.Pads = make([]int, 2*nd)
+		for a := range s.Pads {
+			s.Pads[a] = r.Intn(3)
+		}
+		if s.Init() == nil && s.T > 0 {
+			return s
+		}
+	}
+}
+
+var persampleCases = []valueCase{
+	{"Im2ColPlane", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := randConv(r, false)
+		xi := place(p, unif(r, s.C*s.InSize))
+		var out [][]float32
+		for g := 0; g < s.Group; g++ {
+			col := place(p, filled(s.D*s.T, 7))
+			o.Im2ColPlane(s, xi, g, col, make([]float32, s.PlaneSize()))
+			out = append(out, fetch(p, col))
+		}
+		return out, true
+	}, 0},
+	{"ConvWeightGrad", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := randConv(r, r.Intn(3) == 0)
+		x, dy := unif(r, s.N*s.C*s.InSize), unif(r, s.N*s.M*s.T)
+		dw := place(p, filled(s.M*s.D, 7))
+		o.ConvWeightGrad(s, place(p, x), place(p, dy), dw, make([]float32, o.ConvWorkspaceSize(s)))
+		return [][]float32{fetch(p, dw)}, true
+	}, 1e-5},
+	{"DepthwisePerSampleGrad", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := randConv(r, true)
+		xi, dyi := unif(r, s.C*s.InSize), unif(r, s.M*s.T)
+		dw := place(p, filled(s.M*s.K, 7))
+		o.DepthwisePerSampleGrad(s, place(p, xi), place(p, dyi), dw, filled(o.DepthwiseScratchSize(s), 3))
+		return [][]float32{fetch(p, dw)}, true
+	}, 1e-5},
+}
+
+// TestPerSampleOps holds the Device's PerSampleOps to the reference
+// backend and the CPU on random convolutions, through the emulation.
+func TestPerSampleOps(t *testing.T) {
+	testValueCases(t, emuDevice(t), persampleCases, 30)
+}
