@@ -8,9 +8,12 @@ import (
 
 // VectorOps is the vector arithmetic of the DP operation set (DPOps): the
 // squared norms, scalings and sums of per-sample gradients that the engine
-// performs between GEMMs (DESIGN.md §3; the paper §3–§4). Norms are summed
-// in float64, element by element in order, so that every device gives the
-// engine's clip factors bit for bit.
+// performs between GEMMs (DESIGN.md §3; the paper §3–§4), accumulated in
+// their device slots (AddSumSq, AddDot, AddSumSqProduct) so that the host
+// reads no norm; the per-sample gradients of the rules that are not GEMMs
+// (Contract, NormAffineSampleGrad); and the trainer's divergence count.
+// Norms are summed in float64, element by element in order, so that every
+// device gives the engine's clip factors bit for bit.
 type VectorOps interface {
 	// SumSq returns ‖x‖² = Σ_k x_k², accumulated in float64 in the order
 	// of x: the squared norm of one sample's gradient (or of one piece of
