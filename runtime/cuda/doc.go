@@ -128,8 +128,10 @@
 // buffer's Floats is a []float32 view of it (unsafe.Slice over the device
 // address; only the device's operations dereference it). An operation
 // passes an operand that lies in the Device's memory to its kernel as it
-// is and stages any other slice — host memory, such as the engine's
-// float64 norms — through a scratch area, copying it back if written.
+// is and stages any other slice — host memory, such as a compile-time
+// index map, a loop nest or a host scalar (the engine's norms, factors and
+// counts are device memory) — through a scratch area, copying it back if
+// written.
 // Under unified addressing the two kinds of address never coincide; under
 // emulation device memory is C memory, apart from Go's.
 //
@@ -168,12 +170,14 @@
 //   - Speed: one thread per output element everywhere (tiled or
 //     warp-cooperative kernels, shared memory; im2col and the GEMM for
 //     the convolutions), the in-order sums on one thread per result
-//     (exact but slow for one long vector: SumSq, Dot, ScatterAdd,
+//     (exact but slow for one long vector: SumSq, Dot, AddSumSq, AddDot,
+//     AddSumSqProduct, Contract, NormAffineSampleGrad, ScatterAdd,
 //     ScatterReduce, a broadcast MaxMin input's gradient, a GemmBias
 //     gradient, a channel's or row's statistics), the batched GEMMs'
 //     pointer arrays (cublasSgemmStridedBatched needs a call with more
 //     arguments than purego passes), staging of host operands (the
-//     engine's scalars could live on the device), a stream per worker
+//     compile-time index maps and loop nests could be uploaded once), a
+//     stream per worker
 //     instead of the default stream.
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
