@@ -16,11 +16,9 @@ import (
 // of device buffers run through the device's LayoutOps (Fill, Copy), the
 // norms' clears and accumulations through VectorOps (ZeroNormSq,
 // AddSumSq, AddDot, AddSumSqProduct), the report's counts through
-// ClipOps.CountClipped, reports' and audits' copies through the
-// device's copies and additions; where the host still reads or writes
-// device memory (book-keeping's Einsum factors) the code says
-// "host read:" or "host write:", which is where a
-// backend without host memory needs a CopyOut, a CopyIn or an operation
+// ClipOps.CountClipped, and what the host must see (reports, audits,
+// book-keeping's Einsum factors, which are GEMM scalars) is copied out
+// through the device's copies and additions, never read in place
 // (docs/ARCHITECTURE.md, "Where the state lives").
 // On the CPU and the reference backend device memory is host memory, so
 // none of this copies.

@@ -31,6 +31,10 @@ type einsumGeom struct {
 	// a gathered sample of the data operand and of the output gradient
 	// (built by einsumUse once the samples' sizes are known).
 	aMap, gMap *runtime.IndexMap
+	// hostC is host memory for book-keeping's clip factors, copied from
+	// the device once per physical batch: each sample's factor is its
+	// GEMM's α (a host scalar) and a factor of 0 skips the sample.
+	hostC []float32
 	// bk: the data operand and output gradient as the runtime holds them.
 	x, dy runtime.View
 }
@@ -175,6 +179,7 @@ func einsumUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if g.aMap == nil {
 		g.aMap = runtime.NewIndexMap(g.aIdx, xLen, 0)
 		g.gMap = runtime.NewIndexMap(g.gIdx, yLen, 0)
+		g.hostC = make([]float32, B)
 	}
 	if e.cfg.Mode == BK && p.ps == nil {
 		g.x, g.dy = *x, *dy
@@ -231,12 +236,16 @@ func einsumWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 	xs, ys := buf[:0:xLen], buf[xLen:xLen:xLen+yLen]
 	a, gg := buf[xLen+yLen:xLen+yLen+g.G*g.T*g.D], buf[xLen+yLen+g.G*g.T*g.D:xLen+yLen+rows]
 	tmp, full := buf[xLen+yLen+rows:xLen+yLen+rows+g.D*g.P], buf[xLen+yLen+rows+g.D*g.P:]
+	// The factors are step scalars here: one copy to the host through the
+	// device's copy (staged where the memory is the device's).
+	hc := g.hostC[:B]
+	ls.lay.Copy(c[:B], hc)
 	for i := 0; i < B; i++ {
-		if c[i] == 0 { // host read: the clip factor, also the GEMM's α below
+		if hc[i] == 0 {
 			continue
 		}
 		g.rows(ls.lay, &g.x, &g.dy, B, i, xs, ys, a, gg)
-		g.inst(ls.ops, ls.lay, a, gg, c[i], tmp, full)
+		g.inst(ls.ops, ls.lay, a, gg, hc[i], tmp, full)
 		ls.ops.Add(full, accum)
 	}
 	return nil
