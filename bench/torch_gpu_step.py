@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Times PyTorch's non-DP training step on a GPU: the baseline that
+scripts/gpu-check.sh sets beside `dpfinetune bench --device cuda` (issue 14,
+paper Tables 4–6). torchvision's resnet50, vgg16 and vit_b_16 (random
+weights: no download), or the CIFAR suite models of torch_models; forward,
+mean softmax cross-entropy, backward, Adam(1e-3), zero_grad(set_to_none=True),
+each step closed by torch.cuda.synchronize().
+
+    python3 bench/torch_gpu_step.py --model resnet50 --batch 32 [--steps 20] [--warmup 5] [--size 224] [--classes 1000]
+
+Prints one JSON line {model, batch, device, step_ms_median, step_ms_min,
+peak_mib} with peak_mib torch.cuda.max_memory_allocated over the timed
+steps (the caching allocator's live tensors, not the process).
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def build(name, classes):
+    import torchvision
+    if hasattr(torchvision.models, name):
+        return getattr(torchvision.models, name)(weights=None, num_classes=classes)
+    from torch_models import build as suite_build  # the CIFAR suite
+    return suite_build(name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("torch_gpu_step: no CUDA device")
+    dev = torch.device("cuda")
+    m = build(a.model, a.classes).to(dev).train()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(a.batch, 3, a.size, a.size, generator=g).to(dev)
+    y = torch.randint(0, a.classes, (a.batch,), generator=g).to(dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(m(x), y).backward()
+        opt.step()
+        torch.cuda.synchronize()
+
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.reset_peak_memory_stats()
+    ts = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    print(json.dumps({
+        "model": a.model, "impl": "pytorch-" + torch.__version__, "batch": a.batch, "device": torch.cuda.get_device_name(),
+        "step_ms_median": round(statistics.median(ts), 2), "step_ms_min": round(min(ts), 2),
+        "peak_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The CUDA backend on a real GPU, in one command (issue 14): for a machine
+# with an NVIDIA GPU and no network (the driver; PyTorch with CUDA for the
+# baseline rows). It
+#   1. runs the CUDA backend's tests on the real driver
+#      (DPFINETUNE_CUDA=gpu: every operation against the CPU and the
+#      reference backend, the noise bit for bit, every fixture plan);
+#   2. compares `dpfinetune norms --device cuda` with `--device cpu` on
+#      every fixture that has a golden batch (bk and ghost modes);
+#   3. benchmarks `dpfinetune bench --device cuda` (nondp, bk, mixed) on
+#      ResNet-50, ViT-B/16 and VGG-16 at 224×224 and VGG-19 on CIFAR, and
+#      PyTorch's non-DP step on the same GPU (bench/torch_gpu_step.py).
+# Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
+# norms.jsonl, bench.jsonl, and summary.md to paste into docs/BENCHMARKS.md.
+#
+#   scripts/gpu-check.sh [OUT]
+#
+# Go is needed only to build: with go on PATH the script builds
+# bin/dpfinetune and bin/cuda.test; without it, it runs the ones already in
+# bin/ (build them elsewhere with `GPU_CHECK_BUILD_ONLY=1
+# scripts/gpu-check.sh` and carry bin/ over). GPU_CHECK_EMULATE=1 is a dry
+# run on the CUDA emulation (any machine with g++): the same steps, with two
+# small models at batch 2 for the benchmarks and no PyTorch rows.
+# Environment: STEPS (5), BATCH224 (32), PY (the first of python3,
+# /usr/bin/python3 that has numpy).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu-check-out}
+STEPS=${STEPS:-5}
+BATCH224=${BATCH224:-32}
+if [ -z "${PY:-}" ]; then # the first Python with numpy (and torch, for the baseline rows)
+	for PY in python3 /usr/bin/python3; do "$PY" -c 'import numpy' 2>/dev/null && break; done
+fi
+mkdir -p "$OUT" bin
+if command -v go >/dev/null; then
+	go build -o bin/dpfinetune ./cmd/dpfinetune || exit 1
+	go test -c -o bin/cuda.test ./runtime/cuda || exit 1
+fi
+[ "${GPU_CHECK_BUILD_ONLY:-}" = 1 ] && exit 0
+for b in bin/dpfinetune bin/cuda.test; do
+	[ -x "$b" ] || { echo "gpu-check: $b missing (no go here to build it)" >&2; exit 1; }
+done
+mode=gpu
+if [ "${GPU_CHECK_EMULATE:-}" = 1 ]; then
+	mode=emulate
+	BATCH224=2
+	STEPS=1
+fi
+export DPFINETUNE_CUDA=$mode
+{
+	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "driver: $mode"
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+	echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+} >"$OUT/machine.txt"
+cat "$OUT/machine.txt" >&2
+status=0
+
+echo "== 1. CUDA backend tests ($mode)" >&2
+if (cd runtime/cuda && ../../bin/cuda.test -test.count=1 -test.v) >"$OUT/cuda-test.log" 2>&1; then
+	echo "pass: $(grep -c '^--- PASS' "$OUT/cuda-test.log") tests, $(grep -c '^--- SKIP' "$OUT/cuda-test.log") skipped" >&2
+else
+	status=1
+	echo "FAIL (see $OUT/cuda-test.log):" >&2
+	grep -A5 '^--- FAIL' "$OUT/cuda-test.log" | head -40 >&2
+fi
+
+echo "== 2. norms --device cuda against --device cpu" >&2
+: >"$OUT/norms.jsonl"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for gd in testdata/golden/*.npz; do
+	name=$(basename "$gd" .npz)
+	model=testdata/models/$name.onnx
+	[ -f "$model" ] || continue
+	"$PY" - "$gd" "$tmp/$name" <<'PYEOF' || continue
+import sys, numpy as np
+z = np.load(sys.argv[1])
+if "input" not in z or "labels" not in z:
+    sys.exit(1)
+np.save(sys.argv[2] + "-x.npy", z["input"].astype(np.float32))
+np.save(sys.argv[2] + "-y.npy", z["labels"].astype(np.int64))
+PYEOF
+	for m in bk ghost; do
+		for d in cpu cuda; do
+			bin/dpfinetune norms --device $d --model "$model" --input "$tmp/$name-x.npy" --labels "$tmp/$name-y.npy" --mode $m --json >"$tmp/$name-$m-$d.json" 2>>"$OUT/norms.log" ||
+				echo "{\"error\": \"norms --device $d failed\"}" >"$tmp/$name-$m-$d.json"
+		done
+		"$PY" - "$name" "$m" "$tmp/$name-$m-cpu.json" "$tmp/$name-$m-cuda.json" <<'PYEOF' | tee -a "$OUT/norms.jsonl" >&2
+import json, sys
+name, mode, a, b = sys.argv[1:5]
+cpu, gpu = json.load(open(a)), json.load(open(b))
+if "error" in cpu or "error" in gpu:
+    print(json.dumps({"model": name, "mode": mode, "ok": False, "error": cpu.get("error") or gpu.get("error")}))
+    sys.exit()
+t0, t1 = cpu["total"], gpu["total"]
+rel = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(t0, t1)) if t0 else 0.0
+print(json.dumps({"model": name, "mode": mode, "samples": len(t0), "max_rel": rel, "ok": len(t0) == len(t1) and rel <= 1e-4}))
+PYEOF
+	done
+done
+grep -q '"ok": false' "$OUT/norms.jsonl" && status=1
+
+echo "== 3. benchmarks" >&2
+: >"$OUT/bench.jsonl"
+bench() { # name batch input-shape
+	bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps "$STEPS" --modes nondp,bk,mixed --json 2>>"$OUT/bench.log" |
+		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "batch": r["batch"], "rows": r["rows"]}))' "$1" |
+		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
+	if [ $mode = gpu ]; then
+		size=224
+		[ "$3" = cifar ] && size=32
+		(cd bench && "$PY" torch_gpu_step.py --model "$4" --batch "$2" --size $size --classes "$5" --steps 20) 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
+	fi
+}
+if [ $mode = gpu ]; then
+	bench resnet50 "$BATCH224" 224 resnet50 1000
+	bench vit_b_16 "$BATCH224" 224 vit_b_16 1000
+	bench vgg16 "$BATCH224" 224 vgg16 1000
+	bench cifar_vgg19 64 cifar cifar_vgg19 10
+else # the dry run: the emulation's kernels are the plainest, so small models
+	bench cnn-fmnist 2 cifar - 10
+	bench cifar_resnet18 2 cifar - 10
+fi
+"$PY" - "$OUT/bench.jsonl" "$OUT/machine.txt" >"$OUT/summary.md" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print("GPU check, " + open(sys.argv[2]).read().replace("\n", "; ") + "\n")
+print("| model (batch) | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk heap/peak |")
+print("|---|---|---|---|---|---|")
+ours = {r["model"]: r for r in rows if r.get("impl") == "dpfinetune"}
+torch = [r for r in rows if str(r.get("impl", "")).startswith("pytorch")]
+for name, r in ours.items():
+    if "error" in r:
+        print("| %s | | error: %s | | | |" % (name, r["error"]))
+        continue
+    t = next((x for x in torch if name.endswith(x["model"])), None)
+    by = {x["mode"]: x for x in r["rows"]}
+    base = t["step_ms_median"] if t else None
+    bk = by.get("bk", {}).get("step_ms")
+    print("| %s (%d) | %s | %.1f | %.1f%s | %.1f | %.0f MiB |" % (
+        name, r["batch"], "%.1f (%.0f)" % (base, t["peak_mib"]) if t else "–", by["nondp"]["step_ms"], bk,
+        " (%.2f×)" % (bk / base) if base else "", by.get("mixed", {}).get("step_ms", float("nan")),
+        by.get("bk", {}).get("estimated_peak_bytes", 0) / 2**20))
+PYEOF
+cat "$OUT/summary.md" >&2
+exit $status
