@@ -8,3 +8,9 @@ const haveAdamSSE = false
 
 func adamSSE(p, g, m, v []float32, k *[12]float32)   { panic("kernels: no SSE Adam") }
 func adamL2SSE(p, g, m, v []float32, k *[12]float32) { panic("kernels: no SSE Adam") }
+
+// haveAdamAVX reports whether the AVX Adam kernels may run: never here.
+var haveAdamAVX = false
+
+func adamAVX(p, g, m, v []float32, k *[12]float32)   { panic("kernels: no AVX Adam") }
+func adamL2AVX(p, g, m, v []float32, k *[12]float32) { panic("kernels: no AVX Adam") }

@@ -60,10 +60,21 @@ func sameFloat32(a, b float32) bool {
 	return math.Float32bits(a) == math.Float32bits(b) || a != a && b != b
 }
 
-// TestAdamUpdateMatchesScalar: the SSE2 kernel (where built) and the Go
-// reference agree bit for bit, on every length (tails included), with and
-// without weight decay, decoupled or not, with a gradient scale.
+// TestAdamUpdateMatchesScalar: the AVX and SSE2 kernels (where built and
+// usable, each on its own) and the Go reference agree bit for bit, on
+// every length (tails included), with and without weight decay, decoupled
+// or not, with a gradient scale.
 func TestAdamUpdateMatchesScalar(t *testing.T) {
+	testAdamUpdateMatchesScalar(t)
+	if haveAdamAVX {
+		// The SSE2 kernel alone, as on a CPU without AVX.
+		haveAdamAVX = false
+		defer func() { haveAdamAVX = true }()
+		testAdamUpdateMatchesScalar(t)
+	}
+}
+
+func testAdamUpdateMatchesScalar(t *testing.T) {
 	r := newRand(1)
 	for _, n := range []int{0, 1, 3, 4, 5, 7, 8, 33, 1000} {
 		for _, decoupled := range []bool{false, true} {
