@@ -314,31 +314,90 @@ func (r *RowNorm) Param(row, j int) int {
 	return j
 }
 
+// segments returns how row's elements map to parameter elements as runs
+// of equal index: the run starting at element off uses parameter k0 +
+// (off/run)·step. NormLast has runs of one element (k = j), NormChannel one
+// run per channel of S elements, NormGroup one run over the row.
+func (r *RowNorm) segments(row int) (k0, step, run int) {
+	switch r.Mode {
+	case NormChannel:
+		return (row % r.G) * r.CpG, 1, r.S
+	case NormGroup:
+		return row % r.G, 0, r.L
+	}
+	return 0, 1, 1
+}
+
+// rowMeanVar returns the mean and the population variance of xr, both
+// two-pass in float64. Four independent partial sums per pass keep the
+// float64 adds from waiting on each other (a single running sum is bound
+// by the add's latency, not by the row's memory, which is in cache).
+func rowMeanVar(xr []float32) (mean, variance float64) {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+3 < len(xr); j += 4 {
+		s0 += float64(xr[j])
+		s1 += float64(xr[j+1])
+		s2 += float64(xr[j+2])
+		s3 += float64(xr[j+3])
+	}
+	for ; j < len(xr); j++ {
+		s0 += float64(xr[j])
+	}
+	m := ((s0 + s1) + (s2 + s3)) / float64(len(xr))
+	var q0, q1, q2, q3 float64
+	for j = 0; j+3 < len(xr); j += 4 {
+		d0, d1 := float64(xr[j])-m, float64(xr[j+1])-m
+		d2, d3 := float64(xr[j+2])-m, float64(xr[j+3])-m
+		q0 += d0 * d0
+		q1 += d1 * d1
+		q2 += d2 * d2
+		q3 += d3 * d3
+	}
+	for ; j < len(xr); j++ {
+		d := float64(xr[j]) - m
+		q0 += d * d
+	}
+	return m, ((q0 + q1) + (q2 + q3)) / float64(len(xr))
+}
+
 // RowNormForward normalizes rows [lo, hi) of x into y (bias may be nil)
 // and stores each row's mean and 1/σ in mean and inv.
 func RowNormForward(r *RowNorm, x, scale, bias, y, mean, inv []float32, lo, hi int) {
 	for row := lo; row < hi; row++ {
 		xr, yr := x[row*r.L:(row+1)*r.L], y[row*r.L:(row+1)*r.L]
-		var s float64
-		for _, v := range xr {
-			s += float64(v)
-		}
-		m := s / float64(r.L)
-		var ss float64
-		for _, v := range xr {
-			d := float64(v) - m
-			ss += d * d
-		}
-		iv := 1 / math.Sqrt(ss/float64(r.L)+r.Eps)
+		m, variance := rowMeanVar(xr)
+		iv := 1 / math.Sqrt(variance+r.Eps)
 		mean[row], inv[row] = float32(m), float32(iv)
 		mf, ivf := float32(m), float32(iv)
-		for j, v := range xr {
-			k := r.Param(row, j)
-			yv := (v - mf) * ivf * scale[k]
-			if bias != nil {
-				yv += bias[k]
+		if r.Mode == NormLast {
+			scale := scale[:len(xr)]
+			if bias == nil {
+				for j, v := range xr {
+					yr[j] = (v - mf) * ivf * scale[j]
+				}
+				continue
 			}
-			yr[j] = yv
+			bias := bias[:len(xr)]
+			for j, v := range xr {
+				yr[j] = (v-mf)*ivf*scale[j] + bias[j]
+			}
+			continue
+		}
+		k0, step, run := r.segments(row)
+		for off, k := 0, k0; off < len(xr); off, k = off+run, k+step {
+			src, dst := xr[off:off+run], yr[off:off+run]
+			sc := scale[k]
+			if bias == nil {
+				for j, v := range src {
+					dst[j] = (v - mf) * ivf * sc
+				}
+				continue
+			}
+			b := bias[k]
+			for j, v := range src {
+				dst[j] = (v-mf)*ivf*sc + b
+			}
 		}
 	}
 }
@@ -348,21 +407,37 @@ func RowNormForward(r *RowNorm, x, scale, bias, y, mean, inv []float32, lo, hi i
 func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi int) {
 	for row := lo; row < hi; row++ {
 		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		m, iv := mean[row], inv[row]
-		var sg, sgx float64
-		for j, g := range gr {
-			k := r.Param(row, j)
-			xh := (xr[j] - m) * iv
-			gs := g * scale[k]
-			sg += float64(gs)
-			sgx += float64(gs * xh)
-		}
-		mg, mgx := float32(sg/float64(r.L)), float32(sgx/float64(r.L))
 		dr := dx[row*r.L : (row+1)*r.L]
-		for j, g := range gr {
-			k := r.Param(row, j)
-			xh := (xr[j] - m) * iv
-			dr[j] = iv * (g*scale[k] - mg - xh*mgx)
+		m, iv := mean[row], inv[row]
+		k0, step, run := r.segments(row)
+		// Σ g·γ and Σ g·γ·x̂ in float64, two partial sums each (see
+		// rowMeanVar).
+		var sg0, sg1, sgx0, sgx1 float64
+		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
+			xs, gs := xr[off:off+run], gr[off:off+run]
+			sc := scale[k]
+			j := 0
+			for ; j+1 < len(gs); j += 2 {
+				a0, a1 := gs[j]*sc, gs[j+1]*sc
+				sg0 += float64(a0)
+				sg1 += float64(a1)
+				sgx0 += float64(a0 * ((xs[j] - m) * iv))
+				sgx1 += float64(a1 * ((xs[j+1] - m) * iv))
+			}
+			if j < len(gs) {
+				a := gs[j] * sc
+				sg0 += float64(a)
+				sgx0 += float64(a * ((xs[j] - m) * iv))
+			}
+		}
+		mg, mgx := float32((sg0+sg1)/float64(r.L)), float32((sgx0+sgx1)/float64(r.L))
+		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
+			xs, gs, ds := xr[off:off+run], gr[off:off+run], dr[off:off+run]
+			sc := scale[k]
+			for j, g := range gs {
+				xh := (xs[j] - m) * iv
+				ds[j] = iv * (g*sc - mg - xh*mgx)
+			}
 		}
 	}
 }
