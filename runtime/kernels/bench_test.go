@@ -56,4 +56,12 @@ func BenchmarkRowNorm(b *testing.B) {
 			RowNormBackward(r, x, scale, mean, inv, dy, dx, 0, r.Rows)
 		}
 	})
+	b.Run("params", func(b *testing.B) {
+		b.SetBytes(int64(8 * n))
+		accS, accB := make([]float64, 64), make([]float64, 64)
+		dscale, dbias := make([]float32, 64), make([]float32, 64)
+		for i := 0; i < b.N; i++ {
+			RowNormParamGrads(r, x, mean, inv, dy, dscale, dbias, accS, accB)
+		}
+	})
 }

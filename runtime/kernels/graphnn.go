@@ -454,10 +454,33 @@ func RowNormParamGrads(r *RowNorm, x, mean, inv, dy, dscale, dbias []float32, ac
 	for row := 0; row < r.Rows; row++ {
 		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
 		m, iv := mean[row], inv[row]
-		for j, g := range gr {
-			k := r.Param(row, j)
-			accS[k] += float64(g * (xr[j] - m) * iv)
-			accB[k] += float64(g)
+		if r.Mode == NormLast {
+			for j, g := range gr {
+				accS[j] += float64(g * (xr[j] - m) * iv)
+				accB[j] += float64(g)
+			}
+			continue
+		}
+		// A run of equal parameter index sums into local partial sums
+		// first (two each, see rowMeanVar), not through memory.
+		k0, step, run := r.segments(row)
+		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
+			xs, gs := xr[off:off+run], gr[off:off+run]
+			var s0, s1, b0, b1 float64
+			j := 0
+			for ; j+1 < len(gs); j += 2 {
+				g0, g1 := gs[j], gs[j+1]
+				s0 += float64(g0 * (xs[j] - m) * iv)
+				s1 += float64(g1 * (xs[j+1] - m) * iv)
+				b0 += float64(g0)
+				b1 += float64(g1)
+			}
+			if j < len(gs) {
+				s0 += float64(gs[j] * (xs[j] - m) * iv)
+				b0 += float64(gs[j])
+			}
+			accS[k] += s0 + s1
+			accB[k] += b0 + b1
 		}
 	}
 	if dscale != nil {
