@@ -321,3 +321,43 @@ func TestLargeReductionsParallel(t *testing.T) {
 		allClose(t, fmt.Sprint("large mul backward ", c), db, want, 1e-3, 1e-4)
 	}
 }
+
+// TestReluBits: Relu and its gradient (the SSE2 kernels where built, and
+// the scalar tails) agree bit for bit with the definitions — negative → +0,
+// ±0 and NaN (either sign) pass through; the gradient passes dy where
+// y > 0 and is +0 elsewhere, NaN y included — on every length.
+func TestReluBits(t *testing.T) {
+	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), -float32(math.NaN()), math.SmallestNonzeroFloat32, -math.SmallestNonzeroFloat32, math.MaxFloat32, -math.MaxFloat32}
+	r := newRand(5)
+	for n := 0; n < 40; n++ {
+		x, dy := randn(r, n), randn(r, n)
+		for i := range x {
+			if r.IntN(2) == 0 {
+				x[i] = special[r.IntN(len(special))]
+			}
+			if r.IntN(4) == 0 {
+				dy[i] = special[r.IntN(len(special))]
+			}
+		}
+		y, dx := make([]float32, n), make([]float32, n)
+		unaryRange(Relu, x, y)
+		unaryGradRange(Relu, x, y, dy, dx, 0)
+		for i, v := range x {
+			want := v
+			if v < 0 {
+				want = 0
+			}
+			if math.Float32bits(y[i]) != math.Float32bits(want) {
+				t.Fatalf("n=%d: Relu(%v) = %v (%#x), want %#x", n, v, y[i], math.Float32bits(y[i]), math.Float32bits(want))
+			}
+			var g float32
+			if y[i] > 0 {
+				g = dy[i]
+			}
+			if math.Float32bits(dx[i]) != math.Float32bits(g) {
+				t.Fatalf("n=%d: Relu gradient at y=%v, dy=%v: %#x, want %#x", n, y[i], dy[i], math.Float32bits(dx[i]), math.Float32bits(g))
+			}
+		}
+	}
+}

@@ -21,3 +21,14 @@ func geluErfBackwardSSE(x, dy, dx []float32)
 //
 //go:noescape
 func expSSE(x, y []float32)
+
+// reluSSE writes Relu of the first len(x) &^ 3 elements of x to y.
+//
+//go:noescape
+func reluSSE(x, y []float32)
+
+// reluGradSSE writes the Relu gradient of the first len(dy) &^ 3
+// elements (from the output y) to dx.
+//
+//go:noescape
+func reluGradSSE(y, dy, dx []float32)

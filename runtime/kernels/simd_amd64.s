@@ -242,3 +242,74 @@ DATA simdConst<>+472(SB)/8, $0x0000007f0000007f
 DATA simdConst<>+480(SB)/8, $0x3ecc422a3ecc422a // INVSQRT2PI
 DATA simdConst<>+488(SB)/8, $0x3ecc422a3ecc422a
 GLOBL simdConst<>(SB), RODATA|NOPTR, $496
+
+// func reluSSE(x, y []float32)
+//
+// y = max(0, x) on len(x) &^ 3 elements with MAXPS 0, x: MAXPS returns its
+// source operand (x) when the two compare equal (±0) or either is a NaN,
+// so the result is bit for bit unaryRange's "v < 0 → 0": negative values
+// become +0, and -0 and NaN pass through. Branch-free, unlike the scalar
+// loop, whose branch on the sign mispredicts on normalized activations.
+TEXT ·reluSSE(SB), NOSPLIT, $0-48
+	MOVQ  x_base+0(FP), SI
+	MOVQ  x_len+8(FP), CX
+	MOVQ  y_base+24(FP), DI
+	ANDQ  $-8, CX
+	XORQ  AX, AX
+	XORPS X2, X2
+
+reluLoop8:
+	CMPQ   AX, CX
+	JGE    reluTail
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS 16(SI)(AX*4), X1
+	MOVAPS X2, X3
+	MOVAPS X2, X4
+	MAXPS  X0, X3
+	MAXPS  X1, X4
+	MOVUPS X3, (DI)(AX*4)
+	MOVUPS X4, 16(DI)(AX*4)
+	ADDQ   $8, AX
+	JMP    reluLoop8
+
+reluTail:
+	MOVQ x_len+8(FP), CX
+	ANDQ $-4, CX
+	CMPQ AX, CX
+	JGE  reluDone
+	MOVUPS (SI)(AX*4), X0
+	MOVAPS X2, X3
+	MAXPS  X0, X3
+	MOVUPS X3, (DI)(AX*4)
+
+reluDone:
+	RET
+
+// func reluGradSSE(y, dy, dx []float32)
+//
+// dx = dy where y > 0, else +0, on len(dy) &^ 3 elements: the mask of
+// 0 < y (CMPPS, false for a NaN y) ANDed with dy's bits, bit for bit
+// unaryGradRange's Relu case.
+TEXT ·reluGradSSE(SB), NOSPLIT, $0-72
+	MOVQ  y_base+0(FP), SI
+	MOVQ  dy_base+24(FP), DX
+	MOVQ  dy_len+32(FP), CX
+	MOVQ  dx_base+48(FP), DI
+	ANDQ  $-4, CX
+	XORQ  AX, AX
+	XORPS X2, X2
+
+reluGradLoop:
+	CMPQ   AX, CX
+	JGE    reluGradDone
+	MOVUPS (SI)(AX*4), X0
+	MOVAPS X2, X1
+	CMPPS  X0, X1, $1 // X1 = 0 < y
+	MOVUPS (DX)(AX*4), X3
+	ANDPS  X3, X1
+	MOVUPS X1, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    reluGradLoop
+
+reluGradDone:
+	RET

@@ -9,3 +9,5 @@ const haveSIMD = false
 func geluErfSSE(x, y []float32)              { panic("kernels: no SIMD kernels") }
 func geluErfBackwardSSE(x, dy, dx []float32) { panic("kernels: no SIMD kernels") }
 func expSSE(x, y []float32)                  { panic("kernels: no SIMD kernels") }
+func reluSSE(x, y []float32)                 { panic("kernels: no SIMD kernels") }
+func reluGradSSE(y, dy, dx []float32)        { panic("kernels: no SIMD kernels") }

@@ -72,6 +72,11 @@ func unaryRange(op UnaryOp, x, y []float32) {
 	y = y[:len(x)]
 	switch op {
 	case Relu:
+		if haveSIMD {
+			n := len(x) &^ 3
+			reluSSE(x[:n], y[:n])
+			x, y = x[n:], y[n:]
+		}
 		for i, v := range x {
 			// v < 0 (not v > 0) so that NaN propagates as in PyTorch.
 			if v < 0 {
@@ -156,6 +161,11 @@ func unaryGradRange(op UnaryOp, x, y, dy, dx []float32, off int) {
 	switch op {
 	case Relu:
 		ys := y[off : off+len(dy)]
+		if haveSIMD {
+			n := len(dy) &^ 3
+			reluGradSSE(ys[:n], dy[:n], dx[:n])
+			ys, dy, dx = ys[n:], dy[n:], dx[n:]
+		}
 		for i, g := range dy {
 			if ys[i] > 0 {
 				dx[i] = g
