@@ -232,6 +232,15 @@ func (s *ConvShape) planeSize() int {
 	return s.pin[0] * s.pin[1] * s.pin[2]
 }
 
+// planeLen is the length of the plane gatherCol reads (padded or not),
+// which bounds every gather-map offset.
+func (s *ConvShape) planeLen() int {
+	if s.padded {
+		return s.planeSize()
+	}
+	return s.InSize
+}
+
 // padInto copies channel plane src (InSize elements) into the interior of
 // the padded plane, whose border is left as it is (zero).
 func (s *ConvShape) padInto(src, plane []float32) {
@@ -273,8 +282,14 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 			m := s.gmap[k*T : (k+1)*T]
 			dst := col[(c*K+k)*ld:]
 			dst = dst[:len(m)]
-			for j, q := range m {
-				dst[j] = src[q]
+			j := 0
+			if haveGatherAVX512 && len(m) >= 16 {
+				// buildGather's offsets all lie in the (padded) plane.
+				j = len(m) &^ 15
+				gatherAVX512(dst, src[:s.planeLen()], m)
+			}
+			for ; j < len(m); j++ {
+				dst[j] = src[m[j]]
 			}
 		}
 	}

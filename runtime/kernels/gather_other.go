@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package kernels
+
+// haveGatherAVX512 reports whether the AVX-512 gather may run: never here.
+var haveGatherAVX512 = false
+
+func gatherAVX512(dst, src []float32, m []int32) { panic("kernels: no AVX-512 gather") }
