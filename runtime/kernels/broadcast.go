@@ -345,11 +345,7 @@ func ReduceToShape(x []float32, xShape []int, t []float32, tShape []int) {
 			row := x[off[0] : off[0]+rowLen]
 			if st == 0 {
 				// The row folds into one element: sum it in float64.
-				var s float64
-				for _, v := range row {
-					s += float64(v)
-				}
-				dst[off[1]] += float32(s)
+				dst[off[1]] += float32(sumFloat64(row))
 				return
 			}
 			d := dst[off[1] : off[1]+rowLen]
@@ -539,4 +535,21 @@ func gradRowFast(op BinaryOp, wrt int, dy, y, a []float32, sa int, b []float32, 
 		return false
 	}
 	return true
+}
+
+// sumFloat64 returns the sum of x in float64, in four independent partial
+// sums: a single running sum waits on the add's latency at every element.
+func sumFloat64(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+3 < len(x); j += 4 {
+		s0 += float64(x[j])
+		s1 += float64(x[j+1])
+		s2 += float64(x[j+2])
+		s3 += float64(x[j+3])
+	}
+	for ; j < len(x); j++ {
+		s0 += float64(x[j])
+	}
+	return (s0 + s1) + (s2 + s3)
 }

@@ -333,20 +333,10 @@ func (r *RowNorm) segments(row int) (k0, step, run int) {
 // float64 adds from waiting on each other (a single running sum is bound
 // by the add's latency, not by the row's memory, which is in cache).
 func rowMeanVar(xr []float32) (mean, variance float64) {
-	var s0, s1, s2, s3 float64
+	m := sumFloat64(xr) / float64(len(xr))
+	var q0, q1, q2, q3 float64
 	j := 0
 	for ; j+3 < len(xr); j += 4 {
-		s0 += float64(xr[j])
-		s1 += float64(xr[j+1])
-		s2 += float64(xr[j+2])
-		s3 += float64(xr[j+3])
-	}
-	for ; j < len(xr); j++ {
-		s0 += float64(xr[j])
-	}
-	m := ((s0 + s1) + (s2 + s3)) / float64(len(xr))
-	var q0, q1, q2, q3 float64
-	for j = 0; j+3 < len(xr); j += 4 {
 		d0, d1 := float64(xr[j])-m, float64(xr[j+1])-m
 		d2, d3 := float64(xr[j+2])-m, float64(xr[j+3])-m
 		q0 += d0 * d0
