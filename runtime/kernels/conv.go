@@ -939,8 +939,20 @@ func sumWorkerGrads(dw, ws []float32, workers, per, wSize int) {
 	}
 	for wk := 1; wk < workers; wk++ {
 		off := workers*per + (wk-1)*wSize
-		for j, v := range ws[off : off+wSize] {
-			dw[j] += v
-		}
+		addTo(dw[:wSize], ws[off:off+wSize])
+	}
+}
+
+// addTo adds src into dst elementwise (len(dst) ≥ len(src)), through
+// AVX where the CPU has it: the same float32 addition per element.
+func addTo(dst, src []float32) {
+	dst = dst[:len(src)]
+	if haveAdamAVX {
+		n := len(src) &^ 15
+		addToAVX(dst, src[:n])
+		dst, src = dst[n:], src[n:]
+	}
+	for j, v := range src {
+		dst[j] += v
 	}
 }

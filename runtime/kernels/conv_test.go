@@ -272,3 +272,22 @@ func TestGatherColAVX512(t *testing.T) {
 		}
 	}
 }
+
+// TestAddTo: addTo (AVX where built) is the scalar dst[j] += src[j], bit
+// for bit, on every tail length.
+func TestAddTo(t *testing.T) {
+	r := newRand(8)
+	for n := 0; n < 50; n++ {
+		a, b := randn(r, n), randn(r, n)
+		want := append([]float32(nil), a...)
+		for j := range want {
+			want[j] += b[j]
+		}
+		addTo(a, b)
+		for j := range a {
+			if math.Float32bits(a[j]) != math.Float32bits(want[j]) {
+				t.Fatalf("n=%d: [%d] = %v, want %v", n, j, a[j], want[j])
+			}
+		}
+	}
+}

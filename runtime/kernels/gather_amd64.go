@@ -32,3 +32,9 @@ func cpuHasAVX512() bool {
 	_, ebx7, _, _ := cpuid(7, 0)
 	return ebx7&avx512f != 0
 }
+
+// addToAVX adds src into dst for the first len(src) &^ 15 elements; only
+// call it when haveAdamAVX.
+//
+//go:noescape
+func addToAVX(dst, src []float32)

@@ -30,3 +30,31 @@ loop:
 done:
 	VZEROUPPER
 	RET
+
+// func addToAVX(dst, src []float32)
+//
+// dst[j] += src[j] for j < len(src) &^ 15, two YMM additions per step (the
+// same IEEE float32 addition per element as the scalar loop). Only call it
+// when haveAdamAVX (the CPU and OS have AVX); len(dst) ≥ len(src).
+TEXT ·addToAVX(SB), NOSPLIT, $0-48
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), CX
+	ANDQ $-16, CX
+	XORQ AX, AX
+
+addLoop:
+	CMPQ    AX, CX
+	JGE     addDone
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VADDPS  (SI)(AX*4), Y0, Y0
+	VADDPS  32(SI)(AX*4), Y1, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	ADDQ    $16, AX
+	JMP     addLoop
+
+addDone:
+	VZEROUPPER
+	RET

@@ -6,3 +6,5 @@ package kernels
 var haveGatherAVX512 = false
 
 func gatherAVX512(dst, src []float32, m []int32) { panic("kernels: no AVX-512 gather") }
+
+func addToAVX(dst, src []float32) { panic("kernels: no AVX add") }
