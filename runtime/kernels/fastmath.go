@@ -82,6 +82,11 @@ func Tanhf(x float32) float32 {
 // is split).
 func tanhSlice(x, y []float32) {
 	y = y[:len(x)]
+	if haveTanhAVX2 {
+		n := len(x) &^ 7
+		tanhAVX2(x[:n], y[:n])
+		x, y = x[n:], y[n:]
+	}
 	if haveTanhSSE {
 		n := len(x) &^ 3
 		tanhSSE(x[:n], y[:n])

@@ -35,8 +35,8 @@ func TestExpfErff(t *testing.T) {
 // and over a sample of every float32 (one bit pattern in 4099, all
 // exponents, NaN payloads among them): relative 4e-7 (a few float32 ulp)
 // wherever |tanh x| ≥ 1e-30. It also checks the special values and that
-// tanhSlice, which Unary runs (four lanes at a time where SSE2 is built
-// in), agrees with Tanhf bit for bit, in place and for every alignment of
+// tanhSlice, which Unary runs (eight lanes at a time with AVX2, four with
+// SSE2), agrees with Tanhf bit for bit, in place and for every alignment of
 // the scalar tail.
 func TestTanhf(t *testing.T) {
 	var worst float64
@@ -96,6 +96,27 @@ func TestTanhf(t *testing.T) {
 			if math.Float32bits(in[i]) != math.Float32bits(ys[off+i]) {
 				t.Fatalf("in-place tanhSlice at offset %d differs at %d", off, i)
 			}
+		}
+	}
+}
+
+// TestTanhSliceSSE: with the AVX2 kernel off (as on a CPU without it),
+// tanhSlice's SSE2 kernel and scalar tail agree with Tanhf bit for bit.
+func TestTanhSliceSSE(t *testing.T) {
+	if !haveTanhAVX2 {
+		t.Skip("the AVX2 kernel is not in use here; TestTanhf covers tanhSlice")
+	}
+	haveTanhAVX2 = false
+	defer func() { haveTanhAVX2 = true }()
+	var xs []float32
+	for b := uint64(0); b < 1<<32; b += 40009 {
+		xs = append(xs, math.Float32frombits(uint32(b)))
+	}
+	ys := make([]float32, len(xs))
+	tanhSlice(xs, ys)
+	for i, x := range xs {
+		if s := Tanhf(x); math.Float32bits(s) != math.Float32bits(ys[i]) {
+			t.Fatalf("Tanhf(%g) = %#x, tanhSlice %#x", x, math.Float32bits(s), math.Float32bits(ys[i]))
 		}
 	}
 }

@@ -131,6 +131,107 @@ loop:
 done:
 	RET
 
+// func tanhAVX2(x, y []float32)
+//
+// tanhSSE on eight lanes (YMM) for CPUs with AVX2 (haveTanhAVX2): the same
+// IEEE operations in the same order, VEX-encoded, never fused, so the
+// results agree with tanhScalar bit for bit. Each constant is broadcast
+// from the first lane of its tanhConst entry; len(x) must be a multiple
+// of 8.
+TEXT ·tanhAVX2(SB), NOSPLIT, $0-48
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ y_base+24(FP), DI
+	LEAQ tanhConst<>(SB), R8
+	ANDQ $-8, CX
+	XORQ AX, AX
+
+avxLoop:
+	CMPQ    AX, CX
+	JGE     avxDone
+	VMOVUPS (SI)(AX*4), Y0           // x
+
+	// t = 2·min(|x|, 20)
+	VBROADCASTSS T_ABS, Y1
+	VANDPS       Y0, Y1, Y1
+	VBROADCASTSS T_TWENTY, Y2
+	VMINPS       Y2, Y1, Y1
+	VADDPS       Y1, Y1, Y1          // Y1 = t
+
+	// fn = (t·log2e − 0.5) + magic, nf = fn − magic
+	VBROADCASTSS T_LOG2E, Y4
+	VMULPS       Y1, Y4, Y4
+	VBROADCASTSS T_HALF, Y2
+	VSUBPS       Y2, Y4, Y4
+	VBROADCASTSS T_MAGIC, Y3
+	VADDPS       Y3, Y4, Y4          // Y4 = fn
+	VSUBPS       Y3, Y4, Y5          // Y5 = nf
+
+	// r = (t − nf·c1) − nf·c2
+	VBROADCASTSS T_C1, Y6
+	VMULPS       Y5, Y6, Y6
+	VSUBPS       Y6, Y1, Y1
+	VBROADCASTSS T_C2, Y6
+	VMULPS       Y5, Y6, Y6
+	VSUBPS       Y6, Y1, Y1          // Y1 = r
+
+	// p (Estrin, as tanhSSE), em = p·r² + r
+	VMULPS       Y1, Y1, Y8          // Y8 = r²
+	VMULPS       Y8, Y8, Y2          // Y2 = r⁴
+	VBROADCASTSS T_P3, Y7
+	VMULPS       Y1, Y7, Y7
+	VBROADCASTSS T_P2, Y6
+	VADDPS       Y6, Y7, Y7          // Y7 = q0
+	VBROADCASTSS T_P5, Y9
+	VMULPS       Y1, Y9, Y9
+	VBROADCASTSS T_P4, Y6
+	VADDPS       Y6, Y9, Y9          // Y9 = q1
+	VBROADCASTSS T_P7, Y10
+	VMULPS       Y1, Y10, Y10
+	VBROADCASTSS T_P6, Y6
+	VADDPS       Y6, Y10, Y10        // Y10 = q2
+	VBROADCASTSS T_P9, Y11
+	VMULPS       Y1, Y11, Y11
+	VBROADCASTSS T_P8, Y6
+	VADDPS       Y6, Y11, Y11        // Y11 = q3
+	VMULPS       Y8, Y9, Y9
+	VADDPS       Y7, Y9, Y9          // Y9 = q0 + r²·q1
+	VMULPS       Y8, Y11, Y11
+	VADDPS       Y10, Y11, Y11       // Y11 = q2 + r²·q3
+	VMULPS       Y2, Y11, Y11
+	VADDPS       Y9, Y11, Y11        // Y11 = p
+	VMULPS       Y8, Y11, Y11
+	VADDPS       Y1, Y11, Y11        // Y11 = em
+
+	// s = 2ⁿ from the bits of fn; e = (s − 1) + s·em
+	VBROADCASTSS T_EXPBIAS, Y6
+	VPSUBD       Y6, Y4, Y4
+	VPSLLD       $23, Y4, Y4         // Y4 = s
+	VBROADCASTSS T_ONE, Y6
+	VSUBPS       Y6, Y4, Y9
+	VMULPS       Y4, Y11, Y11
+	VADDPS       Y11, Y9, Y9         // Y9 = e
+
+	// e/(e+2) with the sign of x; a NaN x passes through.
+	VBROADCASTSS T_TWO, Y10
+	VADDPS       Y9, Y10, Y10
+	VDIVPS       Y10, Y9, Y9
+	VBROADCASTSS T_SIGN, Y6
+	VANDPS       Y0, Y6, Y6
+	VORPS        Y6, Y9, Y9
+	VCMPPS       $3, Y0, Y0, Y11     // unordered: x is NaN
+	VANDPS       Y11, Y0, Y0
+	VANDNPS      Y9, Y11, Y11
+	VORPS        Y0, Y11, Y11
+	VMOVUPS      Y11, (DI)(AX*4)
+
+	ADDQ $8, AX
+	JMP  avxLoop
+
+avxDone:
+	VZEROUPPER
+	RET
+
 DATA tanhConst<>+0(SB)/4, $0x7fffffff
 DATA tanhConst<>+4(SB)/4, $0x7fffffff
 DATA tanhConst<>+8(SB)/4, $0x7fffffff

@@ -7,3 +7,8 @@ package kernels
 const haveTanhSSE = false
 
 func tanhSSE(x, y []float32) { panic("kernels: no SSE tanh") }
+
+// haveTanhAVX2 reports whether tanhAVX2 may run: never here.
+var haveTanhAVX2 = false
+
+func tanhAVX2(x, y []float32) { panic("kernels: no AVX2 tanh") }
