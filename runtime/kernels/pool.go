@@ -192,7 +192,17 @@ func maxPool2x2Plane(g *geom3, xp, yp []float32, ap []int32) {
 func maxPoolRow2x2(x []float32, W, sw int, base int32, yr []float32, ar []int32) float32 {
 	r0, r1 := x[:W], x[W:2*W]
 	var acc float32
-	for ow := range yr {
+	start := 0
+	if havePoolSSE && sw == 1 && ar != nil && len(yr) >= 4 {
+		// Four windows per step in SSE2, the same selects; the tail
+		// below.
+		start = len(yr) &^ 3
+		if W < len(yr)+1 || len(ar) < start {
+			panic(fmt.Sprintf("kernels: 2×2 pooling row of %d outputs over %d inputs", len(yr), W))
+		}
+		acc = maxPoolRow2x2S1SSE(r0, r1, base, yr, ar)
+	}
+	for ow := start; ow < len(yr); ow++ {
 		j := ow * sw
 		p, q := r0[j:j+2], r1[j:j+2]
 		a, b, c, d := p[0], p[1], q[0], q[1]

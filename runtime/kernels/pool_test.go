@@ -262,3 +262,49 @@ func TestGlobalAveragePool(t *testing.T) {
 		return y
 	}, func(dy []float32) { GlobalAveragePoolBackward(planes, spatial, dy, dx) })
 }
+
+// TestMaxPoolRow2x2Bits: the 2×2 row kernel (four windows per SSE2 step
+// where built, stride 1) picks the same values, bit for bit, and the same
+// argmax offsets as the general first-maximum rule (maxPoolRow2x2NaN), on
+// rows full of ties and signed zeros, for every width and stride; a row
+// with a NaN reports it through the returned sum.
+func TestMaxPoolRow2x2Bits(t *testing.T) {
+	r := newRand(9)
+	vals := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 2, float32(math.Inf(1)), float32(math.Inf(-1))}
+	for W := 2; W < 40; W++ {
+		for _, sw := range []int{1, 2} {
+			OW := (W-2)/sw + 1
+			for trial := 0; trial < 20; trial++ {
+				x := make([]float32, 2*W)
+				for i := range x {
+					x[i] = vals[r.IntN(len(vals)-2)] // no infinities: they may meet
+				}
+				if trial%4 == 3 {
+					// In a window: the last columns may be no tap.
+					x[r.IntN(2)*W+r.IntN((OW-1)*sw+2)] = float32(math.NaN())
+				}
+				const base = 1000
+				y, a := make([]float32, OW), make([]int32, OW)
+				acc := maxPoolRow2x2(x, W, sw, base, y, a)
+				if trial%4 == 3 {
+					if acc == acc {
+						t.Fatalf("W=%d sw=%d: a NaN tap, sum %v", W, sw, acc)
+					}
+					continue
+				}
+				if acc != acc {
+					t.Fatalf("W=%d sw=%d: no NaN, sum %v", W, sw, acc)
+				}
+				xf := make([]float32, base+2*W)
+				copy(xf[base:], x)
+				wy, wa := make([]float32, OW), make([]int32, OW)
+				maxPoolRow2x2NaN(xf, base, W, sw, wy, wa)
+				for i := range y {
+					if math.Float32bits(y[i]) != math.Float32bits(wy[i]) || a[i] != wa[i] {
+						t.Fatalf("W=%d sw=%d x=%v: [%d] = %v at %d, want %v at %d", W, sw, x, i, y[i], a[i], wy[i], wa[i])
+					}
+				}
+			}
+		}
+	}
+}
