@@ -193,11 +193,11 @@ func maxPoolRow2x2(x []float32, W, sw int, base int32, yr []float32, ar []int32)
 	r0, r1 := x[:W], x[W:2*W]
 	var acc float32
 	start := 0
-	if havePoolSSE && sw == 1 && ar != nil && len(yr) >= 4 {
+	if havePoolSSE && sw == 1 && len(yr) >= 4 {
 		// Four windows per step in SSE2, the same selects; the tail
 		// below.
 		start = len(yr) &^ 3
-		if W < len(yr)+1 || len(ar) < start {
+		if W < len(yr)+1 || ar != nil && len(ar) < start {
 			panic(fmt.Sprintf("kernels: 2×2 pooling row of %d outputs over %d inputs", len(yr), W))
 		}
 		acc = maxPoolRow2x2S1SSE(r0, r1, base, yr, ar)

@@ -17,7 +17,7 @@ func maxPoolBackS1SSE(r0, r1, y, dy, d0, d1 []float32, n int, carry *[2]float32)
 // the sum of their taps (NaN when the row needs the NaN rule). r0 and r1
 // are consecutive input rows of W = len(r0) elements, base r0[0]'s flat
 // index; the caller checks the lengths (W ≥ len(yr)+1, len(r1) ≥ W,
-// len(ar) ≥ len(yr) &^ 3).
+// len(ar) ≥ len(yr) &^ 3, or ar empty: no argmax stored).
 //
 //go:noescape
 func maxPoolRow2x2S1SSE(r0, r1 []float32, base int32, yr []float32, ar []int32) float32

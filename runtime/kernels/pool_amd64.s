@@ -105,7 +105,8 @@ done:
 // −Inf), as the Go loop's sum is: the caller then redoes the row by the
 // NaN rule. r0 and r1 are two consecutive input rows of W = len(r0)
 // elements (base the flat index of r0[0], r1's W further); the caller
-// checks the lengths: W ≥ len(yr)+1, len(r1) ≥ W, len(ar) ≥ len(yr) &^ 3.
+// checks the lengths: W ≥ len(yr)+1, len(r1) ≥ W, len(ar) ≥ len(yr) &^ 3
+// or ar empty (no argmax stored).
 TEXT ·maxPoolRow2x2S1SSE(SB), NOSPLIT, $0-108
 	MOVQ r0_base+0(FP), SI
 	MOVQ r1_base+24(FP), DX
@@ -114,6 +115,7 @@ TEXT ·maxPoolRow2x2S1SSE(SB), NOSPLIT, $0-108
 	MOVQ yr_base+56(FP), DI
 	MOVQ yr_len+64(FP), CX
 	MOVQ ar_base+80(FP), R8
+	MOVQ ar_len+88(FP), R11         // 0: no argmax to store
 	ANDQ $-4, CX
 	XORQ AX, AX
 	XORPS X15, X15                  // tap sums
@@ -173,7 +175,11 @@ mpLoop:
 	POR    X11, X10                 // X10 = offset
 	PADDL  X13, X10
 	MOVUPS X6, (DI)(AX*4)
+	TESTQ  R11, R11
+	JZ     mpNext
 	MOVOU  X10, (R8)(AX*4)
+
+mpNext:
 	PADDL  X12, X13
 	ADDQ   $4, AX
 	JMP    mpLoop

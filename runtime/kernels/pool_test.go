@@ -286,6 +286,16 @@ func TestMaxPoolRow2x2Bits(t *testing.T) {
 				const base = 1000
 				y, a := make([]float32, OW), make([]int32, OW)
 				acc := maxPoolRow2x2(x, W, sw, base, y, a)
+				// Without argmax: the same values.
+				y2 := make([]float32, OW)
+				if acc2 := maxPoolRow2x2(x, W, sw, base, y2, nil); math.Float32bits(acc2) != math.Float32bits(acc) && acc == acc {
+					t.Fatalf("W=%d sw=%d: sum %v without argmax, %v with", W, sw, acc2, acc)
+				}
+				for i := range y {
+					if math.Float32bits(y2[i]) != math.Float32bits(y[i]) && y[i] == y[i] {
+						t.Fatalf("W=%d sw=%d: [%d] = %v without argmax, %v with", W, sw, i, y2[i], y[i])
+					}
+				}
 				if trial%4 == 3 {
 					if acc == acc {
 						t.Fatalf("W=%d sw=%d: a NaN tap, sum %v", W, sw, acc)
