@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -331,27 +330,40 @@ func TestGraphOpsOnFake(t *testing.T) {
 	testValueCases(t, d, others, 1)
 }
 
-// TestLayoutHeaders checks that the kernel sources sharing the Layout
-// header (between BEGIN LAYOUT and END LAYOUT) carry the same text.
-func TestLayoutHeaders(t *testing.T) {
-	re := regexp.MustCompile(`(?s)// BEGIN LAYOUT.*// END LAYOUT`)
-	var first string
-	for _, f := range []string{"linalg.cu", "layout.cu", "elementwise.cu"} {
-		b, err := kernelSources.ReadFile("kernels/" + f)
-		if os.IsNotExist(err) {
-			continue
+// TestCommonHeader checks that what several kernel modules share
+// (kernels/common.cuh: FOR_EACH, Layout, d_exp and d_log) exists once: every
+// module's loaded source starts with the header, the header defines no
+// kernel of its own, and no module's file carries a copy of a definition.
+func TestCommonHeader(t *testing.T) {
+	common, err := kernelSources.ReadFile("kernels/" + commonHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := KernelNames(string(common)); len(k) != 0 {
+		t.Errorf("%s defines kernels %v", commonHeader, k)
+	}
+	defs := []string{"#define FOR_EACH", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
+	for _, d := range defs {
+		if n := strings.Count(string(common), d); n != 1 {
+			t.Errorf("%s: %q %d times, want once", commonHeader, d, n)
 		}
+	}
+	for mod := range deviceKernels {
+		b, err := kernelSources.ReadFile("kernels/" + mod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := re.FindString(string(b))
-		if h == "" {
-			t.Fatalf("%s has no Layout header", f)
+		for _, d := range defs {
+			if strings.Contains(string(b), d) {
+				t.Errorf("%s has its own %q (%s holds it)", mod, d, commonHeader)
+			}
 		}
-		if first == "" {
-			first = h
-		} else if h != first {
-			t.Errorf("%s: the Layout header differs from linalg.cu's", f)
+		src, err := moduleSource(mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(src, string(common)) || !strings.HasSuffix(src, string(b)) {
+			t.Errorf("%s: the loaded source is not %s and the module's file", mod, commonHeader)
 		}
 	}
 }
