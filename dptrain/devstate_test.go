@@ -1,7 +1,6 @@
 package dptrain_test
 
 import (
-	"math"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
@@ -113,13 +113,13 @@ func TestRunOnSeparateMemory(t *testing.T) {
 		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
 	}
 	for k, name := range want.ckpt.ParamNames {
-		if !sameBits(got.ckpt.Params[k], want.ckpt.Params[k]) {
+		if !numcheck.SameBits(got.ckpt.Params[k], want.ckpt.Params[k]) {
 			t.Errorf("checkpoint parameter %s differs between reference.Separate and reference.Device", name)
 		}
 	}
 	for slot, ws := range want.ckpt.Optimizer.Slots {
 		for k := range ws {
-			if !sameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
+			if !numcheck.SameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
 				t.Errorf("checkpoint optimizer %s of %s differs", slot, want.ckpt.ParamNames[k])
 			}
 		}
@@ -151,10 +151,10 @@ func TestRunOnSeparateMemory(t *testing.T) {
 				continue
 			}
 			gv := got.models[mi].Values[v.Name]
-			if gv == nil || gv.Const == nil || !sameBits(gv.Const.F32, v.Const.F32) {
+			if gv == nil || gv.Const == nil || !numcheck.SameBits(gv.Const.F32, v.Const.F32) {
 				t.Errorf("export %d: initializer %s differs between reference.Separate and reference.Device", mi+1, v.Name)
 			}
-			if ov := og.Values[v.Name]; ov != nil && ov.Const != nil && !sameBits(ov.Const.F32, v.Const.F32) {
+			if ov := og.Values[v.Name]; ov != nil && ov.Const != nil && !numcheck.SameBits(ov.Const.F32, v.Const.F32) {
 				moved = true
 			}
 			n++
@@ -163,17 +163,4 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			t.Fatalf("export %d has %d float initializers, moved by training: %v", mi+1, n, moved)
 		}
 	}
-}
-
-// sameBits reports whether a and b hold the same float32 bit patterns.
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
