@@ -105,7 +105,13 @@ type cublas struct {
 	create, destroy, sgemm, sgemmBatched uintptr
 }
 
-func dlopenFirst(names []string) (uintptr, string, error) {
+// dlopenFirst loads the first library that opens: the path in the
+// environment variable env where it is set, then names in order. It
+// returns the handle and the name that opened, or every attempt's error.
+func dlopenFirst(env string, names ...string) (uintptr, string, error) {
+	if p := os.Getenv(env); p != "" {
+		names = append([]string{p}, names...)
+	}
 	var errs []error
 	for _, n := range names {
 		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
@@ -132,11 +138,7 @@ func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 // Real returns the driver of the machine's first GPU. Without the NVIDIA
 // driver it fails with "no CUDA driver: libcuda.so.1 not found".
 func Real() (Driver, error) {
-	var names []string
-	if p := os.Getenv(EnvLibCUDA); p != "" {
-		names = append(names, p)
-	}
-	h, _, err := dlopenFirst(append(names, "libcuda.so.1", "libcuda.so"))
+	h, _, err := dlopenFirst(EnvLibCUDA, "libcuda.so.1", "libcuda.so")
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
 	}
@@ -207,13 +209,8 @@ func Real() (Driver, error) {
 
 // loadCUBLAS loads cuBLAS: EnvCUBLAS's path, else the usual names.
 func loadCUBLAS() (*cublas, error) {
-	var names []string
-	if p := os.Getenv(EnvCUBLAS); p != "" {
-		names = append(names, p)
-	}
-	names = append(names, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
+	h, lib, err := dlopenFirst(EnvCUBLAS, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
 		"/usr/local/cuda/lib64/libcublas.so")
-	h, lib, err := dlopenFirst(names)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12; set %s): %w", EnvCUBLAS, err)
 	}
@@ -331,13 +328,8 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 
 // loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
 func loadNVRTC() (*nvrtc, error) {
-	var names []string
-	if p := os.Getenv(EnvNVRTC); p != "" {
-		names = append(names, p)
-	}
-	names = append(names, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+	h, lib, err := dlopenFirst(EnvNVRTC, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
 		"/usr/local/cuda/lib64/libnvrtc.so")
-	h, lib, err := dlopenFirst(names)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
 	}
