@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -31,14 +30,7 @@ import (
 // SyncParams (or LoadParams after the restore) on any of those paths
 // makes the separate run read or continue from stale weights.
 func TestRunOnSeparateMemory(t *testing.T) {
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := smallFMNIST(t)
 	type result struct {
 		ckpt   *dpengine.Checkpoint
 		epochs []dptrain.EpochRecord
@@ -49,14 +41,7 @@ func TestRunOnSeparateMemory(t *testing.T) {
 		ckpt, out := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "out.onnx")
 		var r result
 		for _, stage := range []string{"interrupted", "resumed", "plain"} {
-			m, err := onnx.Load("../testdata/models/cnn.onnx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := graph.FromONNX(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := cnnGraph(t)
 			seed := uint64(7)
 			cfg := dptrain.Config{
 				Settings: dptrain.Settings{
@@ -136,14 +121,7 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			t.Errorf("epoch %d: test %+v, train loss %v on reference.Separate; test %+v, train loss %v on reference.Device", i+1, g.Test, g.TrainLoss, w.Test, w.TrainLoss)
 		}
 	}
-	orig, err := onnx.Load("../testdata/models/cnn.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	og, err := graph.FromONNX(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	og := cnnGraph(t)
 	for mi, wm := range want.models {
 		n, moved := 0, false
 		for _, v := range wm.Initializers {
