@@ -3,10 +3,8 @@ package main
 import (
 	"encoding/json"
 	"math"
-	"path/filepath"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
@@ -22,18 +20,7 @@ func TestNormsCUDAEmulated(t *testing.T) {
 		t.Skipf("no CUDA emulation here: %v", err)
 	}
 	dev.(*cuda.Device).Close()
-	gd, err := npy.ReadNPZ("../../testdata/golden/cnn.npz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
-	if err := npy.WriteFile(xp, gd["input"]); err != nil {
-		t.Fatal(err)
-	}
-	if err := npy.WriteFile(yp, gd["labels"]); err != nil {
-		t.Fatal(err)
-	}
+	_, xp, yp := goldenInputs(t, "cnn")
 	norms := func(device, mode string) normsReport {
 		out, errOut, code := run(t, "norms", "--device", device, "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
 		if code != 0 {

@@ -193,29 +193,25 @@ func (g gemmDims) cInit(r *rand.Rand, n int) []float32 {
 	return unif(r, n)
 }
 
+// gemmCase is the valueCase of one random GEMM through gemm (Gemm or
+// GemmSerial, which share their contract), within 1e-4.
+func gemmCase(name string, gemm func(o runtime.LinalgOps, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) valueCase {
+	return valueCase{name, func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.LinalgOps)
+		if !ok {
+			return nil, false
+		}
+		g := randGemm(r)
+		la, lb, lc := g.sizes()
+		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
+		gemm(o, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
+		return [][]float32{fetch(p, c)}, true
+	}, 1e-4}
+}
+
 var linalgCases = []valueCase{
-	{"Gemm", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
-		o, ok := ops.(runtime.LinalgOps)
-		if !ok {
-			return nil, false
-		}
-		g := randGemm(r)
-		la, lb, lc := g.sizes()
-		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
-		o.Gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
-		return [][]float32{fetch(p, c)}, true
-	}, 1e-4},
-	{"GemmSerial", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
-		o, ok := ops.(runtime.LinalgOps)
-		if !ok {
-			return nil, false
-		}
-		g := randGemm(r)
-		la, lb, lc := g.sizes()
-		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
-		o.GemmSerial(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
-		return [][]float32{fetch(p, c)}, true
-	}, 1e-4},
+	gemmCase("Gemm", runtime.LinalgOps.Gemm),
+	gemmCase("GemmSerial", runtime.LinalgOps.GemmSerial),
 	{"GemmStrided", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.LinalgOps)
 		if !ok {
