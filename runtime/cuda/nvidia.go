@@ -444,6 +444,20 @@ func (c *nvidia) bind() (func(), error) {
 	return runtime.UnlockOSThread, nil
 }
 
+// boundCall is call with the context current (bind) for its duration: a
+// driver operation of one call. Like call, it keeps what the pointers
+// converted in its arguments point to alive and in place.
+//
+//go:uintptrescapes
+func (c *nvidia) boundCall(op string, fn uintptr, args ...uintptr) error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return c.call(op, fn, args...)
+}
+
 func (c *nvidia) Properties() Properties { return c.props }
 
 func (c *nvidia) Alloc(bytes int) (DevicePtr, error) {
@@ -467,52 +481,28 @@ func (c *nvidia) Alloc(bytes int) (DevicePtr, error) {
 }
 
 func (c *nvidia) Free(p DevicePtr) error {
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuMemFree", c.cu.memFree, uintptr(p))
+	return c.boundCall("cuMemFree", c.cu.memFree, uintptr(p))
 }
 
 func (c *nvidia) CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	err = c.call("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes))
-	runtime.KeepAlive(src)
-	return err
+	return c.boundCall("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 func (c *nvidia) CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	err = c.call("cuMemcpyDtoH", c.cu.memcpyDtoH, uintptr(dst), uintptr(src), uintptr(bytes))
-	runtime.KeepAlive(dst)
-	return err
+	return c.boundCall("cuMemcpyDtoH", c.cu.memcpyDtoH, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 func (c *nvidia) CopyDtoD(dst, src DevicePtr, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuMemcpyDtoD", c.cu.memcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes))
+	return c.boundCall("cuMemcpyDtoD", c.cu.memcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 // cstr is s as a NUL-terminated C string.
@@ -632,12 +622,7 @@ func (c *nvidia) Launch(f Function, grid, block Dim3, sharedBytes int, args *Arg
 }
 
 func (c *nvidia) Synchronize() error {
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuCtxSynchronize", c.cu.ctxSynchronize)
+	return c.boundCall("cuCtxSynchronize", c.cu.ctxSynchronize)
 }
 
 func (c *nvidia) Close() error {
