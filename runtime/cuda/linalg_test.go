@@ -193,6 +193,20 @@ func (g gemmDims) cInit(r *rand.Rand, n int) []float32 {
 	return unif(r, n)
 }
 
+// binaryOps are the operators of runtime.BinaryOp.
+var binaryOps = []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub, runtime.BinaryMul, runtime.BinaryDiv, runtime.BinaryPow}
+
+// powOperands makes a and b Pow's operands in place: bases in
+// [0.1, 2.1), exponents 2, 1, 3 or 0.5 (the CPU's exact cases) or 3·b.
+func powOperands(r *rand.Rand, a, b []float32) {
+	for i := range a {
+		a[i] = 0.1 + 2*float32(math.Abs(float64(a[i])))
+	}
+	for i := range b {
+		b[i] = []float32{2, 1, 3, 0.5, b[i] * 3}[r.Intn(5)]
+	}
+}
+
 // gemmCase is the valueCase of one random GEMM through gemm (Gemm or
 // GemmSerial, which share their contract), within 1e-4.
 func gemmCase(name string, gemm func(o runtime.LinalgOps, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) valueCase {
@@ -239,15 +253,10 @@ var linalgCases = []valueCase{
 		}
 		shape, s := randBroadcast(r, 2)
 		var out [][]float32
-		for _, op := range []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub, runtime.BinaryMul, runtime.BinaryDiv, runtime.BinaryPow} {
+		for _, op := range binaryOps {
 			a, b := unif(r, shapeNumel(s[0])), unif(r, shapeNumel(s[1]))
 			if op == runtime.BinaryPow {
-				for i := range a {
-					a[i] = 0.1 + 2*float32(math.Abs(float64(a[i])))
-				}
-				for i := range b {
-					b[i] = []float32{2, 1, 3, 0.5, b[i] * 3}[r.Intn(5)]
-				}
+				powOperands(r, a, b)
 			}
 			y := place(p, filled(shapeNumel(shape)+1, 7))
 			o.Binary(op, place(p, a), s[0], place(p, b), s[1], y, shape)
