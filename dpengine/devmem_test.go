@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -50,16 +51,8 @@ func TestEngineOnSeparateMemory(t *testing.T) {
 	for fi, name := range engineFixtures {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			gd := loadGolden(t, name)
 			const n = 8
-			sl := len(gd.x) / len(gd.y)
-			fill := func(idx []int, xs []float32, ys []int64) error {
-				for k, i := range idx {
-					copy(xs[k*sl:(k+1)*sl], gd.x[i*sl:(i+1)*sl])
-					ys[k] = gd.y[i]
-				}
-				return nil
-			}
+			_, _, _, fill := engineBatch(t, name, n)
 			mode := modes[fi%len(modes)]
 			cfg := func(dev runtime.Device) Config {
 				var o Optimizer = NewAdam(1e-2, 0.01, true)
@@ -94,16 +87,16 @@ func TestEngineOnSeparateMemory(t *testing.T) {
 			names := sep.ParamNames()
 			moved := false
 			for k, p := range sep.Params() {
-				if !sameBitsList(p, ref.Params()[k]) {
+				if !numcheck.SameBits(p, ref.Params()[k]) {
 					t.Fatalf("%s: parameter %s differs between reference.Separate and reference.Device", mode, names[k])
 				}
-				if !sameBitsList(ref.HostParams()[k], ref.Params()[k]) {
+				if !numcheck.SameBits(ref.HostParams()[k], ref.Params()[k]) {
 					t.Fatalf("%s: parameter %s: reference.Device's initializer is not its parameter", mode, names[k])
 				}
-				if !sameBitsList(sep.HostParams()[k], initial[k]) {
+				if !numcheck.SameBits(sep.HostParams()[k], initial[k]) {
 					t.Fatalf("%s: parameter %s: the initializer changed before SyncParams: the memory is not separate", mode, names[k])
 				}
-				moved = moved || !sameBitsList(p, initial[k])
+				moved = moved || !numcheck.SameBits(p, initial[k])
 			}
 			if !moved {
 				t.Fatalf("%s: the steps did not move the parameters", mode)
@@ -112,7 +105,7 @@ func TestEngineOnSeparateMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k, p := range sep.Params() {
-				if !sameBitsList(sep.HostParams()[k], p) {
+				if !numcheck.SameBits(sep.HostParams()[k], p) {
 					t.Fatalf("%s: parameter %s: after SyncParams the initializer is not the device's parameter", mode, names[k])
 				}
 			}
@@ -120,25 +113,12 @@ func TestEngineOnSeparateMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k, p := range sep.Params() {
-				if !sameBitsList(p, initial[k]) {
+				if !numcheck.SameBits(p, initial[k]) {
 					t.Fatalf("%s: parameter %s: SetParams did not reach the device", mode, names[k])
 				}
 			}
 		})
 	}
-}
-
-// sameBitsList reports whether a and b hold the same float32 bit patterns.
-func sameBitsList(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestEngineAdoptsOnCPU checks that on the CPU the engine's parameters are

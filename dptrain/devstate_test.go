@@ -1,15 +1,14 @@
 package dptrain_test
 
 import (
-	"math"
 	"path/filepath"
 	"reflect"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
@@ -31,14 +30,7 @@ import (
 // SyncParams (or LoadParams after the restore) on any of those paths
 // makes the separate run read or continue from stale weights.
 func TestRunOnSeparateMemory(t *testing.T) {
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := smallFMNIST(t)
 	type result struct {
 		ckpt   *dpengine.Checkpoint
 		epochs []dptrain.EpochRecord
@@ -49,14 +41,7 @@ func TestRunOnSeparateMemory(t *testing.T) {
 		ckpt, out := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "out.onnx")
 		var r result
 		for _, stage := range []string{"interrupted", "resumed", "plain"} {
-			m, err := onnx.Load("../testdata/models/cnn.onnx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := graph.FromONNX(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := cnnGraph(t)
 			seed := uint64(7)
 			cfg := dptrain.Config{
 				Settings: dptrain.Settings{
@@ -113,13 +98,13 @@ func TestRunOnSeparateMemory(t *testing.T) {
 		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
 	}
 	for k, name := range want.ckpt.ParamNames {
-		if !sameBits(got.ckpt.Params[k], want.ckpt.Params[k]) {
+		if !numcheck.SameBits(got.ckpt.Params[k], want.ckpt.Params[k]) {
 			t.Errorf("checkpoint parameter %s differs between reference.Separate and reference.Device", name)
 		}
 	}
 	for slot, ws := range want.ckpt.Optimizer.Slots {
 		for k := range ws {
-			if !sameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
+			if !numcheck.SameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
 				t.Errorf("checkpoint optimizer %s of %s differs", slot, want.ckpt.ParamNames[k])
 			}
 		}
@@ -136,14 +121,7 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			t.Errorf("epoch %d: test %+v, train loss %v on reference.Separate; test %+v, train loss %v on reference.Device", i+1, g.Test, g.TrainLoss, w.Test, w.TrainLoss)
 		}
 	}
-	orig, err := onnx.Load("../testdata/models/cnn.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	og, err := graph.FromONNX(orig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	og := cnnGraph(t)
 	for mi, wm := range want.models {
 		n, moved := 0, false
 		for _, v := range wm.Initializers {
@@ -151,10 +129,10 @@ func TestRunOnSeparateMemory(t *testing.T) {
 				continue
 			}
 			gv := got.models[mi].Values[v.Name]
-			if gv == nil || gv.Const == nil || !sameBits(gv.Const.F32, v.Const.F32) {
+			if gv == nil || gv.Const == nil || !numcheck.SameBits(gv.Const.F32, v.Const.F32) {
 				t.Errorf("export %d: initializer %s differs between reference.Separate and reference.Device", mi+1, v.Name)
 			}
-			if ov := og.Values[v.Name]; ov != nil && ov.Const != nil && !sameBits(ov.Const.F32, v.Const.F32) {
+			if ov := og.Values[v.Name]; ov != nil && ov.Const != nil && !numcheck.SameBits(ov.Const.F32, v.Const.F32) {
 				moved = true
 			}
 			n++
@@ -163,17 +141,4 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			t.Fatalf("export %d has %d float initializers, moved by training: %v", mi+1, n, moved)
 		}
 	}
-}
-
-// sameBits reports whether a and b hold the same float32 bit patterns.
-func sameBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }

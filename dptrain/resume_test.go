@@ -11,11 +11,11 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
-// TestResumeAfterCompleteEpoch trains one epoch with a checkpoint, then
-// resumes with two epochs: the checkpoint records one completed epoch, and
-// the resumed run does the second epoch only — three steps more, two epoch
-// records in all, and ε within the target that σ was calibrated for.
-func TestResumeAfterCompleteEpoch(t *testing.T) {
+// smallFMNIST returns the first 96 images of testdata/fmnist-small as the
+// fixture CNN's 1×28×28 inputs (the data set's normalization): three
+// Poisson batches of 32 in expectation, for short runs.
+func smallFMNIST(t *testing.T) *data.View {
+	t.Helper()
 	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
 	if err != nil {
 		t.Fatal(err)
@@ -24,18 +24,36 @@ func TestResumeAfterCompleteEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ds
+}
+
+// cnnGraph loads the fixture CNN (testdata/models/cnn.onnx) as a graph of
+// its own, initializers included.
+func cnnGraph(t *testing.T) *graph.Graph {
+	t.Helper()
+	m, err := onnx.Load("../testdata/models/cnn.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestResumeAfterCompleteEpoch trains one epoch with a checkpoint, then
+// resumes with two epochs: the checkpoint records one completed epoch, and
+// the resumed run does the second epoch only — three steps more, two epoch
+// records in all, and ε within the target that σ was calibrated for.
+func TestResumeAfterCompleteEpoch(t *testing.T) {
+	ds := smallFMNIST(t)
 	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
 	var rep *dptrain.Report
 	for _, epochs := range []int{1, 2} {
-		m, err := onnx.Load("../testdata/models/cnn.onnx")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := graph.FromONNX(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := cnnGraph(t)
 		seed := uint64(3)
+		var err error
 		rep, err = dptrain.Run(dptrain.Config{
 			Settings: dptrain.Settings{
 				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: epochs, BatchSize: 32,

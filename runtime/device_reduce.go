@@ -169,6 +169,17 @@ func reduceCount(xShape, yShape []int) int {
 	return cnt
 }
 
+// scaleMean multiplies v in place by ReduceMean's factor 1/count, count
+// the elements of xShape that reduce into each of yShape's (in float32,
+// skipped when it is 1): the sum's, or the sum gradient's, scaling.
+func scaleMean(v []float32, xShape, yShape []int) {
+	if scale := 1 / float32(reduceCount(xShape, yShape)); scale != 1 {
+		for i := range v {
+			v[i] *= scale
+		}
+	}
+}
+
 // ReduceAxes implements ReduceOps: ReduceSum and ReduceMean with
 // kernels.ReduceToShape (and the mean's scaling in place), the others in
 // one pass over x on the calling goroutine.
@@ -177,11 +188,7 @@ func (CPU) ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShap
 	case ReduceSum, ReduceMean:
 		kernels.ReduceToShape(x, xShape, y, yShape)
 		if op == ReduceMean {
-			if scale := 1 / float32(reduceCount(xShape, yShape)); scale != 1 {
-				for i := range y {
-					y[i] *= scale
-				}
-			}
+			scaleMean(y, xShape, yShape)
 		}
 	case ReduceMax, ReduceMin:
 		arg := state[:len(y)] // the winning element of each output
@@ -275,11 +282,7 @@ func (CPU) ReduceAxesBackward(op ReduceOp, x []float32, xShape []int, y, dy []fl
 	case ReduceSum, ReduceMean:
 		kernels.Expand(dy, yShape, dx, xShape)
 		if op == ReduceMean {
-			if scale := 1 / float32(reduceCount(xShape, yShape)); scale != 1 {
-				for i := range dx {
-					dx[i] *= scale
-				}
-			}
+			scaleMean(dx, xShape, yShape)
 		}
 		return
 	case ReduceMax, ReduceMin:

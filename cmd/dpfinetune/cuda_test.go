@@ -6,15 +6,17 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
 // TestNormsCUDAEmulated: dpfinetune norms --device cuda, on the emulated
 // CUDA device (DPFINETUNE_CUDA=emulate), reproduces --device cpu's
-// per-sample norms (total and per parameter) on the cnn fixture in bk and
-// ghost modes, across physical batches of 3 (the last one padded).
+// per-sample norms (total and per parameter) on every fixture with a
+// golden batch in bk mode, and on cnn and vit in ghost mode too (its
+// second backward pass), across physical batches of 3 (the last one
+// padded).
 func TestNormsCUDAEmulated(t *testing.T) {
 	t.Setenv(cuda.EnvDriver, "emulate")
 	dev, err := runtime.OpenDevice(cuda.DeviceName)
@@ -22,20 +24,26 @@ func TestNormsCUDAEmulated(t *testing.T) {
 		t.Skipf("no CUDA emulation here: %v", err)
 	}
 	dev.(*cuda.Device).Close()
-	gd, err := npy.ReadNPZ("../../testdata/golden/cnn.npz")
+	names, err := numcheck.FixtureNames(filepath.Join("..", "..", "testdata"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
-	if err := npy.WriteFile(xp, gd["input"]); err != nil {
-		t.Fatal(err)
+	for _, name := range names {
+		modes := []string{"bk"}
+		if name == "cnn" || name == "vit" {
+			modes = append(modes, "ghost")
+		}
+		t.Run(name, func(t *testing.T) { compareNormsCUDA(t, name, modes) })
 	}
-	if err := npy.WriteFile(yp, gd["labels"]); err != nil {
-		t.Fatal(err)
-	}
+}
+
+// compareNormsCUDA runs norms on fixture name on the cpu and the emulated
+// cuda device in each mode and compares them.
+func compareNormsCUDA(t *testing.T, name string, modes []string) {
+	_, xp, yp := goldenInputs(t, name)
+	model := filepath.Join("..", "..", "testdata", "models", name+".onnx")
 	norms := func(device, mode string) normsReport {
-		out, errOut, code := run(t, "norms", "--device", device, "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
+		out, errOut, code := run(t, "norms", "--device", device, "--model", model, "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
 		if code != 0 {
 			t.Fatalf("--device %s --mode %s: exit %d: %s", device, mode, code, errOut)
 		}
@@ -55,7 +63,7 @@ func TestNormsCUDAEmulated(t *testing.T) {
 			}
 		}
 	}
-	for _, mode := range []string{"bk", "ghost"} {
+	for _, mode := range modes {
 		want, got := norms("cpu", mode), norms("cuda", mode)
 		near(mode+" total", got.Total, want.Total)
 		if len(got.PerParam) != len(want.PerParam) {

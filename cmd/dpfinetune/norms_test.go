@@ -10,22 +10,32 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
-// TestNormsCLI: dpfinetune norms reproduces PyTorch's brute-force
-// per-sample norms on the vit fixture in every mode, across physical
-// batches of 3 (so the last one is padded).
-func TestNormsCLI(t *testing.T) {
-	gd, err := npy.ReadNPZ("../../testdata/golden/vit.npz")
+// goldenInputs reads fixture name's golden file (testdata/golden) and
+// writes its input and labels as .npy files in a temporary directory, for
+// the CLI's --input and --labels: it returns the golden arrays and the
+// two paths.
+func goldenInputs(t *testing.T, name string) (gd map[string]*npy.Array, xp, yp string) {
+	t.Helper()
+	gd, err := npy.ReadNPZ(filepath.Join("..", "..", "testdata", "golden", name+".npz"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	xp, yp := filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
+	xp, yp = filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
 	if err := npy.WriteFile(xp, gd["input"]); err != nil {
 		t.Fatal(err)
 	}
 	if err := npy.WriteFile(yp, gd["labels"]); err != nil {
 		t.Fatal(err)
 	}
+	return gd, xp, yp
+}
+
+// TestNormsCLI: dpfinetune norms reproduces PyTorch's brute-force
+// per-sample norms on the vit fixture in every mode, across physical
+// batches of 3 (so the last one is padded).
+func TestNormsCLI(t *testing.T) {
+	gd, xp, yp := goldenInputs(t, "vit")
 	want := gd["norm_total"].F64
 	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
 		out, errOut, code := run(t, "norms", "--model", "../../testdata/models/vit.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")

@@ -15,8 +15,29 @@ import (
 // anything else (or unset) for the GPU's driver.
 const EnvDriver = "DPFINETUNE_CUDA"
 
-//go:embed kernels/*.cu
+//go:embed kernels/*.cu kernels/common.cuh
 var kernelSources embed.FS
+
+// commonHeader is the file of kernels/ that every module's source starts
+// with (moduleSource): the definitions several modules share.
+const commonHeader = "common.cuh"
+
+// moduleSource returns the source the Device loads for module mod
+// (kernels/<mod>): kernels/common.cuh, then the module's file, each with
+// a #line directive so that compiler messages name the file and line
+// they come from. Both drivers hash the whole text into their cache keys,
+// so that an edit of the header recompiles every module.
+func moduleSource(mod string) (string, error) {
+	common, err := kernelSources.ReadFile("kernels/" + commonHeader)
+	if err != nil {
+		return "", fmt.Errorf("cuda: kernel header: %w", err)
+	}
+	src, err := kernelSources.ReadFile("kernels/" + mod)
+	if err != nil {
+		return "", fmt.Errorf("cuda: kernel module %s: %w", mod, err)
+	}
+	return fmt.Sprintf("#line 1 %q\n%s#line 1 %q\n%s", commonHeader, common, mod, src), nil
+}
 
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
@@ -129,11 +150,11 @@ func New(drv Driver) (*Device, error) {
 	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args)}
 	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
 	for mod, names := range deviceKernels {
-		src, err := kernelSources.ReadFile("kernels/" + mod)
+		src, err := moduleSource(mod)
 		if err != nil {
 			return nil, err
 		}
-		m, err := drv.LoadModule(mod, string(src))
+		m, err := drv.LoadModule(mod, src)
 		if err != nil {
 			return nil, err
 		}

@@ -54,7 +54,10 @@
 // NoiseOps, linalg.cu: LinalgOps but the GEMMs and Binary, persample.cu:
 // PerSampleOps, layout.cu: LayoutOps, elementwise.cu: ElementwiseOps and
 // LinalgOps.Binary, nn.cu: NNOps, reduce.cu: ReduceOps), embedded in the
-// binary. Kernels are
+// binary; kernels/common.cuh holds what several modules share (FOR_EACH,
+// Layout, d_exp and d_log) and is put before every module's source when
+// it is loaded (moduleSource), so that each module still compiles alone
+// and both drivers' cache keys cover the header. Kernels are
 // extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
 // a short prelude first (the fixed-width integer types, DYN_SHARED), the
 // emulation its header. Elementwise kernels are grid-stride loops on
@@ -105,8 +108,8 @@
 // by the input element's thread over the window positions that read it;
 // ScatterReduce runs in order on one thread; ReduceSum and ReduceMean sum
 // in float32, as their contract says. exp and log are written out in
-// double there (d_exp, d_log: a Taylor series after range reduction,
-// atanh's series), so that those modules keep no FMA (TestNVRTCNoFMA);
+// double there (common.cuh's d_exp, d_log: a Taylor series after range
+// reduction, atanh's series), so that those modules keep no FMA (TestNVRTCNoFMA);
 // TestExpLog holds them to Go's math within a float32 ulp.
 //
 // Their compile-time plans reach the kernels a third way: as device

@@ -93,11 +93,11 @@ func TestNVRTCCompiles(t *testing.T) {
 	t.Logf("NVRTC %s, architectures %v", rtc.ver, rtc.archs)
 	srcs := map[string]string{"emu_test.cu": emuTestSource}
 	for mod := range deviceKernels {
-		b, err := kernelSources.ReadFile("kernels/" + mod)
+		src, err := moduleSource(mod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srcs[mod] = string(b)
+		srcs[mod] = src
 	}
 	for name, src := range srcs {
 		for _, arch := range [][2]int{{7, 0}, {8, 0}} {
@@ -129,12 +129,12 @@ func TestNVRTCNoFMA(t *testing.T) {
 		if mathModules[mod] {
 			continue // CUDA's math functions use fma by design
 		}
-		b, err := kernelSources.ReadFile("kernels/" + mod)
+		src, err := moduleSource(mod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		opts := append([]string{"--gpu-architecture=compute_80"}, nvrtcOptions...)
-		ptx, err := rtc.compile(mod, nvrtcSource(mod, string(b)), opts, true)
+		ptx, err := rtc.compile(mod, nvrtcSource(mod, src), opts, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -116,19 +116,14 @@ var elementwiseCases = []valueCase{
 		}
 		shape, s := randBroadcast(r, 2)
 		var out [][]float32
-		for _, op := range []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub, runtime.BinaryMul, runtime.BinaryDiv, runtime.BinaryPow} {
+		for _, op := range binaryOps {
 			a, b := unif(r, shapeNumel(s[0])), unif(r, shapeNumel(s[1]))
 			for i := range b {
 				b[i] += float32(math.Copysign(0.5, float64(b[i])))
 			}
 			if op == runtime.BinaryPow {
-				for i := range a {
-					a[i] = 0.1 + 2*float32(math.Abs(float64(a[i])))
-				}
+				powOperands(r, a, b)
 				a[0] = 0 // d/db is 0 at a = 0, b ≥ 0
-				for i := range b {
-					b[i] = []float32{2, 1, 3, 0.5, b[i] * 3}[r.Intn(5)]
-				}
 			}
 			y := make([]float32, shapeNumel(shape))
 			runtime.CPU{}.Binary(op, a, s[0], b, s[1], y, shape)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -194,29 +193,39 @@ func (g gemmDims) cInit(r *rand.Rand, n int) []float32 {
 	return unif(r, n)
 }
 
+// binaryOps are the operators of runtime.BinaryOp.
+var binaryOps = []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub, runtime.BinaryMul, runtime.BinaryDiv, runtime.BinaryPow}
+
+// powOperands makes a and b Pow's operands in place: bases in
+// [0.1, 2.1), exponents 2, 1, 3 or 0.5 (the CPU's exact cases) or 3·b.
+func powOperands(r *rand.Rand, a, b []float32) {
+	for i := range a {
+		a[i] = 0.1 + 2*float32(math.Abs(float64(a[i])))
+	}
+	for i := range b {
+		b[i] = []float32{2, 1, 3, 0.5, b[i] * 3}[r.Intn(5)]
+	}
+}
+
+// gemmCase is the valueCase of one random GEMM through gemm (Gemm or
+// GemmSerial, which share their contract), within 1e-4.
+func gemmCase(name string, gemm func(o runtime.LinalgOps, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)) valueCase {
+	return valueCase{name, func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.LinalgOps)
+		if !ok {
+			return nil, false
+		}
+		g := randGemm(r)
+		la, lb, lc := g.sizes()
+		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
+		gemm(o, g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
+		return [][]float32{fetch(p, c)}, true
+	}, 1e-4}
+}
+
 var linalgCases = []valueCase{
-	{"Gemm", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
-		o, ok := ops.(runtime.LinalgOps)
-		if !ok {
-			return nil, false
-		}
-		g := randGemm(r)
-		la, lb, lc := g.sizes()
-		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
-		o.Gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
-		return [][]float32{fetch(p, c)}, true
-	}, 1e-4},
-	{"GemmSerial", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
-		o, ok := ops.(runtime.LinalgOps)
-		if !ok {
-			return nil, false
-		}
-		g := randGemm(r)
-		la, lb, lc := g.sizes()
-		a, b, c := place(p, unif(r, la)), place(p, unif(r, lb)), place(p, g.cInit(r, lc))
-		o.GemmSerial(g.ta, g.tb, g.m, g.n, g.k, g.alpha, a, g.lda, b, g.ldb, g.beta, c, g.ldc)
-		return [][]float32{fetch(p, c)}, true
-	}, 1e-4},
+	gemmCase("Gemm", runtime.LinalgOps.Gemm),
+	gemmCase("GemmSerial", runtime.LinalgOps.GemmSerial),
 	{"GemmStrided", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.LinalgOps)
 		if !ok {
@@ -244,15 +253,10 @@ var linalgCases = []valueCase{
 		}
 		shape, s := randBroadcast(r, 2)
 		var out [][]float32
-		for _, op := range []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub, runtime.BinaryMul, runtime.BinaryDiv, runtime.BinaryPow} {
+		for _, op := range binaryOps {
 			a, b := unif(r, shapeNumel(s[0])), unif(r, shapeNumel(s[1]))
 			if op == runtime.BinaryPow {
-				for i := range a {
-					a[i] = 0.1 + 2*float32(math.Abs(float64(a[i])))
-				}
-				for i := range b {
-					b[i] = []float32{2, 1, 3, 0.5, b[i] * 3}[r.Intn(5)]
-				}
+				powOperands(r, a, b)
 			}
 			y := place(p, filled(shapeNumel(shape)+1, 7))
 			o.Binary(op, place(p, a), s[0], place(p, b), s[1], y, shape)
@@ -331,27 +335,40 @@ func TestGraphOpsOnFake(t *testing.T) {
 	testValueCases(t, d, others, 1)
 }
 
-// TestLayoutHeaders checks that the kernel sources sharing the Layout
-// header (between BEGIN LAYOUT and END LAYOUT) carry the same text.
-func TestLayoutHeaders(t *testing.T) {
-	re := regexp.MustCompile(`(?s)// BEGIN LAYOUT.*// END LAYOUT`)
-	var first string
-	for _, f := range []string{"linalg.cu", "layout.cu", "elementwise.cu"} {
-		b, err := kernelSources.ReadFile("kernels/" + f)
-		if os.IsNotExist(err) {
-			continue
+// TestCommonHeader checks that what several kernel modules share
+// (kernels/common.cuh: FOR_EACH, Layout, d_exp and d_log) exists once: every
+// module's loaded source starts with the header, the header defines no
+// kernel of its own, and no module's file carries a copy of a definition.
+func TestCommonHeader(t *testing.T) {
+	common, err := kernelSources.ReadFile("kernels/" + commonHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := KernelNames(string(common)); len(k) != 0 {
+		t.Errorf("%s defines kernels %v", commonHeader, k)
+	}
+	defs := []string{"#define FOR_EACH", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
+	for _, d := range defs {
+		if n := strings.Count(string(common), d); n != 1 {
+			t.Errorf("%s: %q %d times, want once", commonHeader, d, n)
 		}
+	}
+	for mod := range deviceKernels {
+		b, err := kernelSources.ReadFile("kernels/" + mod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := re.FindString(string(b))
-		if h == "" {
-			t.Fatalf("%s has no Layout header", f)
+		for _, d := range defs {
+			if strings.Contains(string(b), d) {
+				t.Errorf("%s has its own %q (%s holds it)", mod, d, commonHeader)
+			}
 		}
-		if first == "" {
-			first = h
-		} else if h != first {
-			t.Errorf("%s: the Layout header differs from linalg.cu's", f)
+		src, err := moduleSource(mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(src, string(common)) || !strings.HasSuffix(src, string(b)) {
+			t.Errorf("%s: the loaded source is not %s and the module's file", mod, commonHeader)
 		}
 	}
 }

@@ -105,7 +105,13 @@ type cublas struct {
 	create, destroy, sgemm, sgemmBatched uintptr
 }
 
-func dlopenFirst(names []string) (uintptr, string, error) {
+// dlopenFirst loads the first library that opens: the path in the
+// environment variable env where it is set, then names in order. It
+// returns the handle and the name that opened, or every attempt's error.
+func dlopenFirst(env string, names ...string) (uintptr, string, error) {
+	if p := os.Getenv(env); p != "" {
+		names = append([]string{p}, names...)
+	}
 	var errs []error
 	for _, n := range names {
 		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
@@ -132,11 +138,7 @@ func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 // Real returns the driver of the machine's first GPU. Without the NVIDIA
 // driver it fails with "no CUDA driver: libcuda.so.1 not found".
 func Real() (Driver, error) {
-	var names []string
-	if p := os.Getenv(EnvLibCUDA); p != "" {
-		names = append(names, p)
-	}
-	h, _, err := dlopenFirst(append(names, "libcuda.so.1", "libcuda.so"))
+	h, _, err := dlopenFirst(EnvLibCUDA, "libcuda.so.1", "libcuda.so")
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
 	}
@@ -207,13 +209,8 @@ func Real() (Driver, error) {
 
 // loadCUBLAS loads cuBLAS: EnvCUBLAS's path, else the usual names.
 func loadCUBLAS() (*cublas, error) {
-	var names []string
-	if p := os.Getenv(EnvCUBLAS); p != "" {
-		names = append(names, p)
-	}
-	names = append(names, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
+	h, lib, err := dlopenFirst(EnvCUBLAS, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
 		"/usr/local/cuda/lib64/libcublas.so")
-	h, lib, err := dlopenFirst(names)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12; set %s): %w", EnvCUBLAS, err)
 	}
@@ -331,13 +328,8 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 
 // loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
 func loadNVRTC() (*nvrtc, error) {
-	var names []string
-	if p := os.Getenv(EnvNVRTC); p != "" {
-		names = append(names, p)
-	}
-	names = append(names, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
+	h, lib, err := dlopenFirst(EnvNVRTC, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
 		"/usr/local/cuda/lib64/libnvrtc.so")
-	h, lib, err := dlopenFirst(names)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
 	}
@@ -452,6 +444,20 @@ func (c *nvidia) bind() (func(), error) {
 	return runtime.UnlockOSThread, nil
 }
 
+// boundCall is call with the context current (bind) for its duration: a
+// driver operation of one call. Like call, it keeps what the pointers
+// converted in its arguments point to alive and in place.
+//
+//go:uintptrescapes
+func (c *nvidia) boundCall(op string, fn uintptr, args ...uintptr) error {
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return c.call(op, fn, args...)
+}
+
 func (c *nvidia) Properties() Properties { return c.props }
 
 func (c *nvidia) Alloc(bytes int) (DevicePtr, error) {
@@ -475,52 +481,28 @@ func (c *nvidia) Alloc(bytes int) (DevicePtr, error) {
 }
 
 func (c *nvidia) Free(p DevicePtr) error {
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuMemFree", c.cu.memFree, uintptr(p))
+	return c.boundCall("cuMemFree", c.cu.memFree, uintptr(p))
 }
 
 func (c *nvidia) CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	err = c.call("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes))
-	runtime.KeepAlive(src)
-	return err
+	return c.boundCall("cuMemcpyHtoD", c.cu.memcpyHtoD, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 func (c *nvidia) CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	err = c.call("cuMemcpyDtoH", c.cu.memcpyDtoH, uintptr(dst), uintptr(src), uintptr(bytes))
-	runtime.KeepAlive(dst)
-	return err
+	return c.boundCall("cuMemcpyDtoH", c.cu.memcpyDtoH, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 func (c *nvidia) CopyDtoD(dst, src DevicePtr, bytes int) error {
 	if bytes == 0 {
 		return nil
 	}
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuMemcpyDtoD", c.cu.memcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes))
+	return c.boundCall("cuMemcpyDtoD", c.cu.memcpyDtoD, uintptr(dst), uintptr(src), uintptr(bytes))
 }
 
 // cstr is s as a NUL-terminated C string.
@@ -640,12 +622,7 @@ func (c *nvidia) Launch(f Function, grid, block Dim3, sharedBytes int, args *Arg
 }
 
 func (c *nvidia) Synchronize() error {
-	done, err := c.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	return c.call("cuCtxSynchronize", c.cu.ctxSynchronize)
+	return c.boundCall("cuCtxSynchronize", c.cu.ctxSynchronize)
 }
 
 func (c *nvidia) Close() error {

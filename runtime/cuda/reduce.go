@@ -24,14 +24,22 @@ func (d *Device) ReduceAxes(op runtime.ReduceOp, x []float32, xShape []int, y []
 	if ny == 0 {
 		return
 	}
-	count := nx / ny
-	scale := float32(1)
-	if op == runtime.ReduceMean {
-		scale = 1 / float32(count)
-	}
+	count, scale := reduceCount(op, nx, ny)
 	d.begin()
 	defer d.end("ReduceAxes")
 	d.reduceAxes(op, f32(x[:nx], opIn, d), d.reduceShapes(xShape, yShape), len(xShape), f32(y[:ny], opOut, d), d.reduceState(op, ny, state, opOut), ny, count, scale)
+}
+
+// reduceCount returns how many elements of x reduce into each of y's
+// (nx of them into ny, ny > 0) and the factor the kernels apply to a sum:
+// 1/count in float32 for ReduceMean (as the CPU computes it), else 1.
+func reduceCount(op runtime.ReduceOp, nx, ny int) (count int, scale float32) {
+	count = nx / ny
+	scale = 1
+	if op == runtime.ReduceMean {
+		scale = 1 / float32(count)
+	}
+	return count, scale
 }
 
 // reduceState returns the device address of a reduction's state: state's,
@@ -62,11 +70,7 @@ func (d *Device) ReduceAxesBackward(op runtime.ReduceOp, x []float32, xShape []i
 	if nx == 0 {
 		return
 	}
-	count := nx / ny
-	scale := float32(1)
-	if op == runtime.ReduceMean {
-		scale = 1 / float32(count)
-	}
+	count, scale := reduceCount(op, nx, ny)
 	d.begin()
 	defer d.end("ReduceAxesBackward")
 	sh := d.reduceShapes(xShape, yShape)

@@ -1,13 +1,12 @@
 package reference_test
 
 import (
-	"math"
 	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
-	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -56,16 +55,7 @@ func TestAdoptHost(t *testing.T) {
 // input; each call gives a graph of its own (initializers included).
 func loadModel(t *testing.T, name string) (*graph.Graph, map[string]*npy.Array) {
 	t.Helper()
-	dir := filepath.Join("..", "..", "testdata")
-	m, err := onnx.Load(filepath.Join(dir, "models", name+".onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gold, err := npy.ReadNPZ(filepath.Join(dir, "golden", name+".npz"))
+	g, gold, err := numcheck.LoadFixture(filepath.Join("..", "..", "testdata"), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,22 +108,22 @@ func TestPlanOnSeparateMemory(t *testing.T) {
 	_, gRef, ref := run(reference.Device{})
 	p, g, got := run(reference.Separate{})
 	lr, ls := lossesOn[reference.Device{}.Name()], lossesOn[reference.Separate{}.Name()]
-	if !equalBits(ls, lr) || len(lr) == 0 || lr[0] <= 0 {
+	if !numcheck.SameBits(ls, lr) || len(lr) == 0 || lr[0] <= 0 {
 		t.Fatalf("per-sample losses %v on reference.Separate, %v on reference.Device", ls, lr)
 	}
 	orig, _ := loadModel(t, "cnn")
 	for name, w := range ref {
-		if !equalBits(got[name], w) {
+		if !numcheck.SameBits(got[name], w) {
 			t.Fatalf("parameter %q after a step differs between reference.Separate and reference.Device", name)
 		}
-		if !equalBits(gRef.Values[name].Const.F32, w) {
+		if !numcheck.SameBits(gRef.Values[name].Const.F32, w) {
 			t.Fatalf("parameter %q: on reference.Device the initializer is not the updated parameter", name)
 		}
 		data, _ := p.Param(name)
 		if runtime.SameMemory(data, g.Values[name].Const.F32) {
 			t.Fatalf("parameter %q: reference.Separate adopted the initializer", name)
 		}
-		if !equalBits(g.Values[name].Const.F32, orig.Values[name].Const.F32) {
+		if !numcheck.SameBits(g.Values[name].Const.F32, orig.Values[name].Const.F32) {
 			t.Fatalf("parameter %q: the initializer changed before SyncParams: the memory is not separate", name)
 		}
 	}
@@ -141,7 +131,7 @@ func TestPlanOnSeparateMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, w := range ref {
-		if !equalBits(g.Values[name].Const.F32, w) {
+		if !numcheck.SameBits(g.Values[name].Const.F32, w) {
 			t.Fatalf("parameter %q: after SyncParams the initializer is not the device's parameter", name)
 		}
 	}
@@ -154,20 +144,7 @@ func TestPlanOnSeparateMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := p.Param(name)
-	if !equalBits(data, host) {
+	if !numcheck.SameBits(data, host) {
 		t.Fatalf("parameter %q: LoadParams did not bring the initializer to the device", name)
 	}
-}
-
-// equalBits reports whether a and b hold the same float32 bit patterns.
-func equalBits(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
-			return false
-		}
-	}
-	return true
 }

@@ -7,8 +7,9 @@ import (
 )
 
 // The helpers of the DP operations' tests (persample, vector, clip, optim
-// and noise). Their names start with dp so that the graph groups' tests
-// may keep helpers of their own in this package.
+// and noise; their error metric is numcheck.RelErr, unfloored). Their
+// names start with dp so that the graph groups' tests may keep helpers of
+// their own in this package.
 
 // dpRand returns n uniform values in [−1, 1) from r.
 func dpRand(r *rand.Rand, n int) []float32 {
@@ -17,32 +18,6 @@ func dpRand(r *rand.Rand, n int) []float32 {
 		x[i] = float32(2*r.Float64() - 1)
 	}
 	return x
-}
-
-// dpErr is the error metric of the reference tests: max_k |got_k −
-// want_k| / max_k |want_k| (the absolute error scaled by the largest
-// magnitude of want; 0 when both are all zero), +Inf for different
-// lengths or a NaN in one but not the other.
-func dpErr(got, want []float32) float64 {
-	if len(got) != len(want) {
-		return math.Inf(1)
-	}
-	var maxErr, maxWant float64
-	for k := range want {
-		g, w := float64(got[k]), float64(want[k])
-		if math.IsNaN(g) != math.IsNaN(w) {
-			return math.Inf(1)
-		}
-		if math.IsNaN(w) {
-			continue
-		}
-		maxErr = math.Max(maxErr, math.Abs(g-w))
-		maxWant = math.Max(maxWant, math.Abs(w))
-	}
-	if maxErr == 0 {
-		return 0
-	}
-	return maxErr / maxWant
 }
 
 // dpSameBits fails t unless got and want are equal bit for bit.

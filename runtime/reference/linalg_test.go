@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -129,13 +130,13 @@ func dpNumel(shape []int) int {
 
 // TestLinalgOps holds every LinalgOps operation of the reference backend
 // to the CPU's on random operands: within 1e-5 of the largest output
-// element (dpErr), NaN where the CPU has NaN.
+// element (numcheck.RelErr), NaN where the CPU has NaN.
 func TestLinalgOps(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	for _, c := range dpLinalgCases(r) {
 		t.Run(c.name, func(t *testing.T) {
 			got, want := c.run(reference.Device{}), c.run(runtime.CPU{})
-			if e := dpErr(got, want); e > 1e-5 {
+			if e := numcheck.RelErr(got, want, 0); e > 1e-5 {
 				t.Errorf("error %.3g > 1e-5", e)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -31,7 +32,7 @@ func dpConvShapes() []runtime.ConvShape {
 // TestPerSampleOps holds every per-sample convolution operation of the
 // reference backend to the CPU's on random inputs: unfolding is a copy,
 // equal bit for bit; the weight gradients are sums, within 1e-5 of the
-// largest gradient (dpErr).
+// largest gradient (numcheck.RelErr).
 func TestPerSampleOps(t *testing.T) {
 	ref, cpu := reference.Device{}, runtime.CPU{}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -54,7 +55,7 @@ func TestPerSampleOps(t *testing.T) {
 			cpu.ConvWeightGrad(&s, x, dy, want, make([]float32, cpu.ConvWorkspaceSize(&s)))
 			got := dpRand(r, s.M*s.D)
 			ref.ConvWeightGrad(&s, x, dy, got, make([]float32, ref.ConvWorkspaceSize(&s)))
-			if e := dpErr(got, want); e > 1e-5 {
+			if e := numcheck.RelErr(got, want, 0); e > 1e-5 {
 				t.Errorf("ConvWeightGrad: error %.3g > 1e-5", e)
 			}
 			if !s.IsDepthwise() {
@@ -65,7 +66,7 @@ func TestPerSampleOps(t *testing.T) {
 				cpu.DepthwisePerSampleGrad(&s, x[i*xs:(i+1)*xs], dy[i*ys:(i+1)*ys], want, make([]float32, cpu.DepthwiseScratchSize(&s)))
 				got := dpRand(r, s.M*s.K)
 				ref.DepthwisePerSampleGrad(&s, x[i*xs:(i+1)*xs], dy[i*ys:(i+1)*ys], got, make([]float32, ref.DepthwiseScratchSize(&s)))
-				if e := dpErr(got, want); e > 1e-5 {
+				if e := numcheck.RelErr(got, want, 0); e > 1e-5 {
 					t.Errorf("DepthwisePerSampleGrad sample %d: error %.3g > 1e-5", i, e)
 				}
 			}

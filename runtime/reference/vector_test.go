@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -146,7 +147,7 @@ func dpVectorCases() []dpVectorCase {
 
 // TestVectorOps holds every vector operation of the reference backend to
 // the CPU's on random inputs of several sizes: bit for bit where the
-// contract fixes the result, within 1e-5 of the largest element (dpErr)
+// contract fixes the result, within 1e-5 of the largest element (numcheck.RelErr)
 // for the sums whose order is the device's.
 func TestVectorOps(t *testing.T) {
 	ref, cpu := reference.Device{}, runtime.CPU{}
@@ -173,7 +174,7 @@ func TestVectorOps(t *testing.T) {
 				dpSameBits(t, "input", in.a, keep)
 				if c.exact {
 					dpSameBits(t, c.name, g32, w32)
-				} else if e := dpErr(g32, w32); e > 1e-5 {
+				} else if e := numcheck.RelErr(g32, w32, 0); e > 1e-5 {
 					t.Errorf("%d×%d: error %.3g > 1e-5", size.rows, size.cols, e)
 				}
 				for k := range w64 {
@@ -260,7 +261,7 @@ func TestNormAffineSampleGrad(t *testing.T) {
 			got, want := make([]float32, c.nr.NumParams()), make([]float32, c.nr.NumParams())
 			ref.NormAffineSampleGrad(c.nr, scale, 2, B, c.stride, x, mean, inv, dy, nil, got)
 			cpu.NormAffineSampleGrad(c.nr, scale, 2, B, c.stride, x, mean, inv, dy, make([]float64, len(want)), want)
-			if e := dpErr(got, want); e > 1e-5 {
+			if e := numcheck.RelErr(got, want, 0); e > 1e-5 {
 				t.Errorf("%s (scale %v): error %.3g > 1e-5", c.name, scale, e)
 			}
 		}

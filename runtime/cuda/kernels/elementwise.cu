@@ -7,36 +7,6 @@
 // this module's PTX has them where its own arithmetic has none (the
 // module is still compiled with --fmad=false; TestNVRTCNoFMA exempts it).
 
-#define FOR_EACH(i, n) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
-// BEGIN LAYOUT (the same text in linalg.cu, layout.cu and elementwise.cu;
-// TestLayoutHeaders checks)
-//
-// Layout is an iteration over a broadcast shape, built on the host
-// (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
-// every operand merged, the axes a thread owns (keep of them) before the
-// axes it loops over (a reduction's). st[k][a] is operand k's element
-// stride along axis a, 0 where it is broadcast.
-#define LAYOUT_MAX_RANK 8
-#define LAYOUT_MAX_OPS 4
-struct Layout {
-  int rank, keep;
-  int dim[LAYOUT_MAX_RANK];
-  int st[LAYOUT_MAX_OPS][LAYOUT_MAX_RANK];
-};
-
-// layout_offsets adds to off[k] (k < nops) the offsets of operand k at
-// linear index i over the axes [lo, hi) of l, row-major.
-__device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, long long i, long long *off, int nops) {
-  for (int a = hi - 1; a >= lo; a--) {
-    long long d = l.dim[a], c = i % d;
-    i /= d;
-    for (int k = 0; k < nops; k++) off[k] += c * l.st[k][a];
-  }
-}
-// END LAYOUT
-
 // The operators of runtime.BinaryOp.
 enum { BIN_ADD = 0, BIN_SUB = 1, BIN_MUL = 2, BIN_DIV = 3, BIN_POW = 4 };
 

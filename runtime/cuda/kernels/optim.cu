@@ -3,9 +3,6 @@
 // contraction) and √v is correctly rounded, so that the update is the
 // CPU's bit for bit.
 
-#define FOR_EACH(i, n) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
 // AdamCoeffs mirrors runtime.AdamCoeffs field for field.
 struct AdamCoeffs {
   float grad_scale, l2, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, sqrt_bc2, eps;

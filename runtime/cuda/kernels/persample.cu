@@ -4,9 +4,6 @@
 // convolution, each one thread per element written, its sum in double in
 // a fixed order, rounded once. They need no scratch.
 
-#define FOR_EACH(i, n) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
 // ConvGeom is runtime.ConvShape's geometry lifted to three spatial axes
 // (leading unit axes), built on the host (convGeom in persample.go).
 struct ConvGeom {

@@ -4,10 +4,6 @@
 // output, so that the GPU gives the CPU's bits: the parallelism is across
 // outputs (samples, runs, columns), not within one sum.
 
-// The grid-stride loop of element i over n.
-#define FOR_EACH(i, n) \
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-
 // sum_sq_rows writes dst[i] = Σ_k x[i·size+k]², summed in float64 in the
 // order of k, for the rows i < rows (SumSq is one row).
 extern "C" __global__ void sum_sq_rows(const float *x, long long size, double *dst, long long rows) {

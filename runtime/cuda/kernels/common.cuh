@@ -1,0 +1,100 @@
+// common.cuh: what several kernel modules share. It is not a module of its
+// own: the Device puts it before every module's source when it loads the
+// module (moduleSource in device.go), so that each module compiles alone
+// (NVRTC and the emulation get one source each) and the text exists once.
+// It holds no kernel (KernelNames finds none here), and its functions are
+// inline, so that a module that does not call them compiles none of them.
+
+// The grid-stride loop of element i over n.
+#define FOR_EACH(i, n) \
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+// Layout is an iteration over a broadcast shape, built on the host
+// (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
+// every operand merged, the axes a thread owns (keep of them) before the
+// axes it loops over (a reduction's). st[k][a] is operand k's element
+// stride along axis a, 0 where it is broadcast. linalg.cu, layout.cu and
+// elementwise.cu use it.
+#define LAYOUT_MAX_RANK 8
+#define LAYOUT_MAX_OPS 4
+struct Layout {
+  int rank, keep;
+  int dim[LAYOUT_MAX_RANK];
+  int st[LAYOUT_MAX_OPS][LAYOUT_MAX_RANK];
+};
+
+// layout_offsets adds to off[k] (k < nops) the offsets of operand k at
+// linear index i over the axes [lo, hi) of l, row-major.
+__device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, long long i, long long *off, int nops) {
+  for (int a = hi - 1; a >= lo; a--) {
+    long long d = l.dim[a], c = i % d;
+    i /= d;
+    for (int k = 0; k < nops; k++) off[k] += c * l.st[k][a];
+  }
+}
+
+// d_exp and d_log are e^x and ln x in double, written out (the CUDA math
+// library's use fused multiply-adds, which the kernels keep out of their
+// code, TestNVRTCNoFMA): within a few units in the last place of a double,
+// which the float32 results round away. nn.cu and reduce.cu use them.
+
+// d_pow2 returns 2^j for −1022 ≤ j ≤ 1023.
+__device__ inline double d_pow2(long long j) { return __longlong_as_double((j + 1023) << 52); }
+
+// d_exp returns e^x: x = k·ln2 + r with |r| ≤ ln2/2 (ln2 split in two, so
+// that r is exact to a double), e^r by its Taylor series to r^14 (the rest
+// is below 2^-56 of it), scaled by 2^k.
+__device__ inline double d_exp(double x) {
+  if (x != x) return x;
+  if (x > 709.782712893384) return __longlong_as_double(0x7ff0000000000000LL);
+  if (x < -745.2) return 0;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  double kd = x * 1.44269504088896338700e+00;
+  long long k = (long long)(kd < 0 ? kd - 0.5 : kd + 0.5);
+  double r = (x - (double)k * ln2_hi) - (double)k * ln2_lo;
+  const double c[15] = {1.0,
+                        1.0,
+                        1.0 / 2,
+                        1.0 / 6,
+                        1.0 / 24,
+                        1.0 / 120,
+                        1.0 / 720,
+                        1.0 / 5040,
+                        1.0 / 40320,
+                        1.0 / 362880,
+                        1.0 / 3628800,
+                        1.0 / 39916800,
+                        1.0 / 479001600,
+                        1.0 / 6227020800.0,
+                        1.0 / 87178291200.0};
+  double p = c[14];
+  for (int i = 13; i >= 0; i--) p = p * r + c[i];
+  if (k < -1021) return p * d_pow2(k + 54) * d_pow2(-54);
+  if (k > 1023) return p * d_pow2(k - 1) * 2;
+  return p * d_pow2(k);
+}
+
+// d_log returns ln x: x = 2^e·m with √½ ≤ m < √2, ln m = 2·atanh(s) with
+// s = (m − 1)/(m + 1), |s| < 0.172, by its series to s^23.
+__device__ inline double d_log(double x) {
+  if (x != x) return x;
+  if (x < 0) return __longlong_as_double(0x7ff8000000000000LL);
+  if (x == 0) return -__longlong_as_double(0x7ff0000000000000LL);
+  if (x == __longlong_as_double(0x7ff0000000000000LL)) return x;
+  long long e = 0;
+  if (x < 2.2250738585072014e-308) {  // subnormal
+    x *= d_pow2(54);
+    e = -54;
+  }
+  long long b = __double_as_longlong(x);
+  e += ((b >> 52) & 0x7ff) - 1023;
+  double m = __longlong_as_double((b & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);
+  if (m > 1.4142135623730951) {
+    m *= 0.5;
+    e++;
+  }
+  double f = m - 1, s = f / (2 + f), z = s * s, t = 0;
+  for (int n = 23; n >= 3; n -= 2) t = (t + 1.0 / n) * z;
+  const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+  return (double)e * ln2_hi + ((double)e * ln2_lo + (2 * s + 2 * s * t));
+}
