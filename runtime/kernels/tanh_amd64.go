@@ -2,6 +2,8 @@
 
 package kernels
 
+import "github.com/dpfinetune/dpfinetune/internal/cpufeat"
+
 // haveTanhSSE reports whether tanhSSE (tanh_amd64.s) is built in.
 const haveTanhSSE = true
 
@@ -13,23 +15,10 @@ func tanhSSE(x, y []float32)
 
 // haveTanhAVX2 reports whether tanhAVX2 may run: the CPU has AVX2 and the
 // operating system saves the YMM registers.
-var haveTanhAVX2 = cpuHasAVX2()
+var haveTanhAVX2 = cpufeat.AVX2
 
 // tanhAVX2 is tanhSSE on eight lanes, bit for bit the same results;
 // len(x) must be a multiple of 8. Only call it when haveTanhAVX2.
 //
 //go:noescape
 func tanhAVX2(x, y []float32)
-
-// cpuHasAVX2 reports whether the CPU has AVX2 (CPUID leaf 7 EBX bit 5) and
-// the operating system saves the YMM registers.
-func cpuHasAVX2() bool {
-	if !cpuHasAVX() {
-		return false
-	}
-	if maxLeaf, _, _, _ := cpuid(0, 0); maxLeaf < 7 {
-		return false
-	}
-	_, ebx7, _, _ := cpuid(7, 0)
-	return ebx7&(1<<5) != 0
-}

@@ -2,12 +2,11 @@
 
 package noise
 
+import "github.com/dpfinetune/dpfinetune/internal/cpufeat"
+
 // haveAESNI reports whether encryptBlocksAESNI can run: the CPU has the
 // AES instructions (CPUID leaf 1 ECX bit 25).
-var haveAESNI = func() bool {
-	_, _, ecx1, _ := cpuid(1, 0)
-	return ecx1&(1<<25) != 0
-}()
+var haveAESNI = cpufeat.AES
 
 // encryptBlocksAESNI encrypts the n blocks at bs in place under the round
 // keys rk with AESENC, eight blocks interleaved.
