@@ -35,6 +35,13 @@ type ConvShape struct {
 	pin    [3]int
 	padded bool
 
+	// Row-permute unfolding of 2-D taps (gatherCol, with AVX-512): an
+	// output row of tap (kh, kw) takes lanes permIdx[kw] of the 32 plane
+	// floats at its input row's start. permKH taps rows (kh < permKH) have
+	// 32 floats readable at every such row; 0 when the shape cannot.
+	permIdx [][16]int32
+	permKH  int
+
 	// Geometry of the direct depthwise kernels (depthwise.go), built by
 	// Init when IsDepthwise.
 	dw dwPlan
@@ -221,6 +228,37 @@ func (s *ConvShape) buildGather() {
 		}
 	}
 	s.gmap = m
+	s.buildPerm()
+}
+
+// buildPerm fills permIdx and permKH for 2-D (or 1-D) shapes whose output
+// rows have at most 16 positions and whose tap rows span at most 32 plane
+// floats: there one permute per output row replaces a sixteen-lane gather
+// per 16 outputs (VGATHERDPS is slow, and an output row of a small map is
+// a handful of floats from one input row).
+func (s *ConvShape) buildPerm() {
+	g := &s.g
+	s.permIdx, s.permKH = nil, 0
+	OW, KW := g.out[2], g.k[2]
+	if !haveGatherAVX512 || g.k[0] != 1 || g.out[0] != 1 || OW > 16 || (OW-1)*g.s[2]+(KW-1)*g.d[2] >= 32 {
+		return
+	}
+	pw, n := s.pin[2], s.planeLen()
+	for kh := 0; kh < g.k[1]; kh++ {
+		if last := (kh*g.d[1]+(g.out[1]-1)*g.s[1])*pw + 32; last > n {
+			break
+		}
+		s.permKH = kh + 1
+	}
+	if s.permKH == 0 {
+		return
+	}
+	s.permIdx = make([][16]int32, KW)
+	for kw := range s.permIdx {
+		for ow := 0; ow < OW; ow++ {
+			s.permIdx[kw][ow] = int32(ow*g.s[2] + kw*g.d[2])
+		}
+	}
 }
 
 // planeSize is the padded channel plane the gather path needs as scratch
@@ -278,7 +316,11 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 			s.padInto(src, plane)
 			src = plane
 		}
-		for k := 0; k < K; k++ {
+		k0 := 0
+		if haveGatherAVX512 && s.permKH > 0 {
+			k0 = s.permCol(src[:s.planeLen()], col[c*K*ld:], ld)
+		}
+		for k := k0; k < K; k++ {
 			m := s.gmap[k*T : (k+1)*T]
 			dst := col[(c*K+k)*ld:]
 			dst = dst[:len(m)]
@@ -293,6 +335,26 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 			}
 		}
 	}
+}
+
+// permCol unfolds the taps kh < permKH (k < permKH·KW) of one channel
+// plane src into the rows col[k·ld:] by row permutes, and returns the
+// first tap left to the gather map. The same copies as the map's.
+func (s *ConvShape) permCol(src, col []float32, ld int) int {
+	g := &s.g
+	OW, OH, KW, pw := g.out[2], g.out[1], g.k[2], s.pin[2]
+	step := g.s[1] * pw
+	mask := uint64(1)<<OW - 1
+	kEnd := s.permKH * KW
+	for k := 0; k < kEnd; k++ {
+		kh, kw := k/KW, k%KW
+		base := kh * g.d[1] * pw
+		// buildPerm: 32 floats readable at every row start.
+		src := src[base : base+(OH-1)*step+32]
+		dst := col[k*ld : k*ld+OH*OW]
+		permRowsAVX512(dst, OW, src, step, OH, &s.permIdx[kw], mask)
+	}
+	return kEnd
 }
 
 // scatterCol overwrites the input gradient dxi of one sample with the

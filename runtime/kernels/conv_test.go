@@ -251,6 +251,8 @@ func TestGatherColAVX512(t *testing.T) {
 		{N: 1, C: 3, M: 4, In: []int{8, 8}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
 		{N: 1, C: 2, M: 4, In: []int{5, 7}, Kernel: []int{2, 3}, Dilations: []int{2, 1}, Pads: []int{0, 1, 1, 0}},
 		{N: 1, C: 2, M: 2, In: []int{3, 3}, Kernel: []int{1, 1}},
+		// Row permutes for the first two tap rows, the map for the third.
+		{N: 1, C: 2, M: 2, In: []int{10, 14}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
 	} {
 		if err := s.Init(); err != nil {
 			t.Fatal(err)
@@ -258,11 +260,16 @@ func TestGatherColAVX512(t *testing.T) {
 		if s.gmap == nil {
 			t.Fatalf("%v: no gather map", s.In)
 		}
+		// The cnn-fmnist convolutions take the row permutes (buildPerm),
+		// all tap rows (conv1) or the first two (conv2).
+		if wantKH := map[int]int{28: 8, 12: 2, 10: 2}[s.In[0]]; s.permKH != wantKH {
+			t.Fatalf("in %v kernel %v: %d tap rows by permute, want %d", s.In, s.Kernel, s.permKH, wantKH)
+		}
 		x := randn(r, s.C*s.InSize)
 		ld := s.T + 3 // a row stride wider than T, as in a chunk
 		got, want := make([]float32, s.D*ld), make([]float32, s.D*ld)
 		s.gatherCol(x, got, ld, make([]float32, s.planeSize()))
-		haveGatherAVX512 = false
+		haveGatherAVX512 = false // the scalar map, no permutes either
 		s.gatherCol(x, want, ld, make([]float32, s.planeSize()))
 		haveGatherAVX512 = true
 		for i := range want {

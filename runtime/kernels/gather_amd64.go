@@ -19,3 +19,11 @@ func gatherAVX512(dst, src []float32, m []int32)
 //
 //go:noescape
 func addToAVX(dst, src []float32)
+
+// permRowsAVX512 writes, for r < rows, src[r·srcStep+idx[l]] to
+// dst[r·dstStep+l] for the lanes l set in mask (idx[l] < 32): a permute
+// of the 32 floats at each row start. The caller guarantees 32 floats
+// readable at every row start and the masked lanes inside dst.
+//
+//go:noescape
+func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, mask uint64)

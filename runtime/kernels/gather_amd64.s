@@ -58,3 +58,39 @@ addLoop:
 addDone:
 	VZEROUPPER
 	RET
+
+// func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, mask uint64)
+//
+// For r < rows: the lanes of mask of dst[r·dstStep:] get
+// src[r·srcStep+idx[l]] (idx[l] < 32): one VPERMI2PS over the 32 floats
+// at src[r·srcStep:] and one masked store per row. Only call it when
+// haveGatherAVX512; the caller guarantees 32 floats readable at every
+// row start of src and mask's lanes writable at every row of dst.
+TEXT ·permRowsAVX512(SB), NOSPLIT, $0-88
+	MOVQ      dst_base+0(FP), DI
+	MOVQ      dstStep+24(FP), R8
+	SHLQ      $2, R8
+	MOVQ      src_base+32(FP), SI
+	MOVQ      srcStep+56(FP), R9
+	SHLQ      $2, R9
+	MOVQ      rows+64(FP), CX
+	MOVQ      idx+72(FP), AX
+	VMOVDQU32 (AX), Z0
+	MOVQ      mask+80(FP), BX
+	KMOVW     BX, K1
+
+permLoop:
+	TESTQ     CX, CX
+	JLE       permDone
+	VMOVDQU32 Z0, Z1
+	VMOVUPS   (SI), Z2
+	VPERMI2PS 64(SI), Z2, Z1
+	VMOVUPS   Z1, K1, (DI)
+	ADDQ      R9, SI
+	ADDQ      R8, DI
+	DECQ      CX
+	JMP       permLoop
+
+permDone:
+	VZEROUPPER
+	RET
