@@ -36,11 +36,10 @@ type ConvShape struct {
 	padded bool
 
 	// Row-permute unfolding of 2-D taps (gatherCol, with AVX-512): an
-	// output row of tap (kh, kw) takes lanes permIdx[kw] of the 32 plane
-	// floats at its input row's start. permKH taps rows (kh < permKH) have
-	// 32 floats readable at every such row; 0 when the shape cannot.
-	permIdx [][16]int32
-	permKH  int
+	// output row of tap (kh, kw) takes lanes permIdx[kw] of the permSpan
+	// plane floats at its input row's start; nil when the shape cannot.
+	permIdx  [][16]int32
+	permSpan int
 
 	// Geometry of the direct depthwise kernels (depthwise.go), built by
 	// Init when IsDepthwise.
@@ -231,28 +230,24 @@ func (s *ConvShape) buildGather() {
 	s.buildPerm()
 }
 
-// buildPerm fills permIdx and permKH for 2-D (or 1-D) shapes whose output
-// rows have at most 16 positions and whose tap rows span at most 32 plane
-// floats: there one permute per output row replaces a sixteen-lane gather
-// per 16 outputs (VGATHERDPS is slow, and an output row of a small map is
-// a handful of floats from one input row).
+// buildPerm fills permIdx and permSpan for 2-D (or 1-D) shapes whose
+// output rows have at most 16 positions and whose taps of one row span at
+// most 32 plane floats: there one permute per output row replaces a
+// sixteen-lane gather per 16 outputs (VGATHERDPS is slow, and an output
+// row of a small map is a handful of floats from one input row). Only maps
+// whose per-tap gather leaves a scalar tail (T not a multiple of 16) take
+// it: on ResNet-18's tail-free 8×8 and 4×4 maps the unfold alone was faster
+// but the training step measured 1–4 % slower (bench/ab.sh, near noise),
+// while cnn-fmnist's 13×13 and 5×5 maps gain.
 func (s *ConvShape) buildPerm() {
 	g := &s.g
-	s.permIdx, s.permKH = nil, 0
+	s.permIdx, s.permSpan = nil, 0
 	OW, KW := g.out[2], g.k[2]
-	if !haveGatherAVX512 || g.k[0] != 1 || g.out[0] != 1 || OW > 16 || (OW-1)*g.s[2]+(KW-1)*g.d[2] >= 32 {
+	span := (OW-1)*g.s[2] + (KW-1)*g.d[2] + 1
+	if !haveGatherAVX512 || g.k[0] != 1 || g.out[0] != 1 || OW > 16 || span > 32 || s.T%16 == 0 {
 		return
 	}
-	pw, n := s.pin[2], s.planeLen()
-	for kh := 0; kh < g.k[1]; kh++ {
-		if last := (kh*g.d[1]+(g.out[1]-1)*g.s[1])*pw + 32; last > n {
-			break
-		}
-		s.permKH = kh + 1
-	}
-	if s.permKH == 0 {
-		return
-	}
+	s.permSpan = span
 	s.permIdx = make([][16]int32, KW)
 	for kw := range s.permIdx {
 		for ow := 0; ow < OW; ow++ {
@@ -316,11 +311,11 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 			s.padInto(src, plane)
 			src = plane
 		}
-		k0 := 0
-		if haveGatherAVX512 && s.permKH > 0 {
-			k0 = s.permCol(src[:s.planeLen()], col[c*K*ld:], ld)
+		if haveGatherAVX512 && s.permIdx != nil {
+			s.permCol(src[:s.planeLen()], col[c*K*ld:], ld)
+			continue
 		}
-		for k := k0; k < K; k++ {
+		for k := 0; k < K; k++ {
 			m := s.gmap[k*T : (k+1)*T]
 			dst := col[(c*K+k)*ld:]
 			dst = dst[:len(m)]
@@ -337,24 +332,24 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 	}
 }
 
-// permCol unfolds the taps kh < permKH (k < permKH·KW) of one channel
-// plane src into the rows col[k·ld:] by row permutes, and returns the
-// first tap left to the gather map. The same copies as the map's.
-func (s *ConvShape) permCol(src, col []float32, ld int) int {
+// permCol unfolds the K taps of one channel plane src into the rows
+// col[k·ld:] by row permutes: the same copies as the gather map's.
+func (s *ConvShape) permCol(src, col []float32, ld int) {
 	g := &s.g
-	OW, OH, KW, pw := g.out[2], g.out[1], g.k[2], s.pin[2]
+	OW, OH, KW, pw, span := g.out[2], g.out[1], g.k[2], s.pin[2], s.permSpan
 	step := g.s[1] * pw
-	mask := uint64(1)<<OW - 1
-	kEnd := s.permKH * KW
-	for k := 0; k < kEnd; k++ {
+	masks := uint64(1)<<OW - 1
+	masks |= (uint64(1)<<min(span, 16) - 1) << 16
+	masks |= (uint64(1)<<max(span-16, 0) - 1) << 32
+	for k := 0; k < s.K; k++ {
 		kh, kw := k/KW, k%KW
 		base := kh * g.d[1] * pw
-		// buildPerm: 32 floats readable at every row start.
-		src := src[base : base+(OH-1)*step+32]
+		// Every tap lies in the (padded) plane: the slice holds each
+		// row's span, which is all the masked loads read.
+		src := src[base : base+(OH-1)*step+span]
 		dst := col[k*ld : k*ld+OH*OW]
-		permRowsAVX512(dst, OW, src, step, OH, &s.permIdx[kw], mask)
+		permRowsAVX512(dst, OW, src, step, OH, &s.permIdx[kw], masks)
 	}
-	return kEnd
 }
 
 // scatterCol overwrites the input gradient dxi of one sample with the

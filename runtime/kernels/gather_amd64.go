@@ -21,9 +21,11 @@ func gatherAVX512(dst, src []float32, m []int32)
 func addToAVX(dst, src []float32)
 
 // permRowsAVX512 writes, for r < rows, src[r·srcStep+idx[l]] to
-// dst[r·dstStep+l] for the lanes l set in mask (idx[l] < 32): a permute
-// of the 32 floats at each row start. The caller guarantees 32 floats
-// readable at every row start and the masked lanes inside dst.
+// dst[r·dstStep+l] for the lanes l of the store mask (masks bits 0–15),
+// idx[l] < 32: a permute of the row's first 32 floats, loaded under the
+// load masks (bits 16–31: the first 16, bits 32–47: the next 16), which
+// must cover every idx. Masked-off lanes are neither read nor written, so
+// only the loaded and stored lanes need lie in src and dst.
 //
 //go:noescape
-func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, mask uint64)
+func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, masks uint64)

@@ -59,13 +59,15 @@ addDone:
 	VZEROUPPER
 	RET
 
-// func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, mask uint64)
+// func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, masks uint64)
 //
-// For r < rows: the lanes of mask of dst[r·dstStep:] get
-// src[r·srcStep+idx[l]] (idx[l] < 32): one VPERMI2PS over the 32 floats
-// at src[r·srcStep:] and one masked store per row. Only call it when
-// haveGatherAVX512; the caller guarantees 32 floats readable at every
-// row start of src and mask's lanes writable at every row of dst.
+// For r < rows: the lanes of the store mask (masks bits 0–15) of
+// dst[r·dstStep:] get src[r·srcStep+idx[l]] (idx[l] < 32): a zero-masked
+// load of the row's first 16 floats (load mask bits 16–31) and of the
+// next 16 (bits 32–47), one VPERMI2PS over the two and one masked store
+// per row. Masked-off lanes are neither read nor written (no fault), so
+// the caller guarantees only that the loads' lanes lie in src and the
+// store's in dst. Only call it when haveGatherAVX512.
 TEXT ·permRowsAVX512(SB), NOSPLIT, $0-88
 	MOVQ      dst_base+0(FP), DI
 	MOVQ      dstStep+24(FP), R8
@@ -76,15 +78,20 @@ TEXT ·permRowsAVX512(SB), NOSPLIT, $0-88
 	MOVQ      rows+64(FP), CX
 	MOVQ      idx+72(FP), AX
 	VMOVDQU32 (AX), Z0
-	MOVQ      mask+80(FP), BX
+	MOVQ      masks+80(FP), BX
 	KMOVW     BX, K1
+	SHRQ      $16, BX
+	KMOVW     BX, K2
+	SHRQ      $16, BX
+	KMOVW     BX, K3
 
 permLoop:
 	TESTQ     CX, CX
 	JLE       permDone
 	VMOVDQU32 Z0, Z1
-	VMOVUPS   (SI), Z2
-	VPERMI2PS 64(SI), Z2, Z1
+	VMOVUPS.Z (SI), K2, Z2
+	VMOVUPS.Z 64(SI), K3, Z3
+	VPERMI2PS Z3, Z2, Z1
 	VMOVUPS   Z1, K1, (DI)
 	ADDQ      R9, SI
 	ADDQ      R8, DI

@@ -9,6 +9,6 @@ func gatherAVX512(dst, src []float32, m []int32) { panic("kernels: no AVX-512 ga
 
 func addToAVX(dst, src []float32) { panic("kernels: no AVX add") }
 
-func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, mask uint64) {
+func permRowsAVX512(dst []float32, dstStep int, src []float32, srcStep int, rows int, idx *[16]int32, masks uint64) {
 	panic("kernels: no AVX-512 permute")
 }
