@@ -40,6 +40,7 @@ func NewIndexMap(idx []int32, srcLen int, fill float32) *IndexMap {
 
 // gather is the CPU's IndexGather on the element map.
 func (m *IndexMap) gather(x, y []float32) {
+	y = y[:m.Len] // the contract's m.Len elements, not a longer y's tail
 	if m.Runs != nil {
 		m.Runs.forward(x, y, m.Fill)
 		return
@@ -56,11 +57,12 @@ func (m *IndexMap) gather(x, y []float32) {
 
 // gatherBackward is the CPU's IndexGatherBackward.
 func (m *IndexMap) gatherBackward(dy, dx []float32) {
+	dx = dx[:m.SrcLen] // the contract's m.SrcLen elements
 	if m.Runs != nil {
 		m.Runs.backward(dy, dx)
 		return
 	}
-	clear(dx[:m.SrcLen])
+	clear(dx)
 	for i, j := range m.Idx {
 		if j >= 0 {
 			dx[j] += dy[i]

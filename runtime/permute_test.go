@@ -149,3 +149,21 @@ func TestIndexMapRuns(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexGatherKeepsTail: IndexGather writes the map's Len elements of
+// y and IndexGatherBackward its SrcLen elements of dx, as LayoutOps says,
+// and leave a longer operand's tail alone — with an element map and with
+// runs (padded and not).
+func TestIndexGatherKeepsTail(t *testing.T) {
+	for _, idx := range [][]int32{{2, -1, 0, 1}, {0, 1, 2, 3}, {-1, 0, 1, 2}} {
+		m := NewIndexMap(idx, 4, 9)
+		x := []float32{1, 2, 3, 4}
+		y := []float32{0, 0, 0, 0, 7, 7}
+		CPU{}.IndexGather(x, m, y)
+		dx := []float32{0, 0, 0, 0, 5, 5}
+		CPU{}.IndexGatherBackward([]float32{1, 1, 1, 1}, m, dx)
+		if y[4] != 7 || y[5] != 7 || dx[4] != 5 || dx[5] != 5 {
+			t.Errorf("idx %v: tails y %v, dx %v, want 7 7 and 5 5 untouched", idx, y[4:], dx[4:])
+		}
+	}
+}
