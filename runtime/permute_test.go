@@ -155,15 +155,33 @@ func TestIndexMapRuns(t *testing.T) {
 // and leave a longer operand's tail alone — with an element map and with
 // runs (padded and not).
 func TestIndexGatherKeepsTail(t *testing.T) {
-	for _, idx := range [][]int32{{2, -1, 0, 1}, {0, 1, 2, 3}, {-1, 0, 1, 2}} {
-		m := NewIndexMap(idx, 4, 9)
-		x := []float32{1, 2, 3, 4}
-		y := []float32{0, 0, 0, 0, 7, 7}
+	const n = 32 // long runs, so that the map compiles to runs
+	ramp := func(from int32) []int32 {
+		idx := make([]int32, n)
+		for i := range idx {
+			idx[i] = from + int32(i)
+			if idx[i] >= n {
+				idx[i] = -1
+			}
+		}
+		return idx
+	}
+	short := []int32{2, -1, 0, 1} // an element map
+	for _, idx := range [][]int32{ramp(0), ramp(3), short} {
+		m := NewIndexMap(idx, n, 9)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(i + 1)
+		}
+		y := make([]float32, len(idx)+2)
+		y[len(idx)], y[len(idx)+1] = 7, 7
 		CPU{}.IndexGather(x, m, y)
-		dx := []float32{0, 0, 0, 0, 5, 5}
-		CPU{}.IndexGatherBackward([]float32{1, 1, 1, 1}, m, dx)
-		if y[4] != 7 || y[5] != 7 || dx[4] != 5 || dx[5] != 5 {
-			t.Errorf("idx %v: tails y %v, dx %v, want 7 7 and 5 5 untouched", idx, y[4:], dx[4:])
+		dy := make([]float32, len(idx))
+		dx := make([]float32, n+2)
+		dx[n], dx[n+1] = 5, 5
+		CPU{}.IndexGatherBackward(dy, m, dx)
+		if y[len(idx)] != 7 || y[len(idx)+1] != 7 || dx[n] != 5 || dx[n+1] != 5 {
+			t.Errorf("idx %v (runs %v): tails y %v, dx %v, want 7 7 and 5 5 untouched", idx, m.Runs != nil, y[len(idx):], dx[n:])
 		}
 	}
 }
