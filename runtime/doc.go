@@ -111,6 +111,8 @@
 // runtime imports kernels or blas, and the reference backend imports
 // neither (internal/archtest checks both).
 //
-// Package runtime imports only packages onnx, graph and rewrite, and its
-// own subpackages kernels and blas.
+// Package runtime imports only package graph, its own subpackages kernels,
+// blas and noise, and internal/sysmem and internal/workers; backends that
+// live in subpackages (runtime/reference, runtime/cuda) import runtime,
+// never the other way round (they register with RegisterDevice).
 package runtime
