@@ -44,6 +44,10 @@ type ConvShape struct {
 	// Geometry of the direct depthwise kernels (depthwise.go), built by
 	// Init when IsDepthwise.
 	dw dwPlan
+
+	// Tap classes of small padded maps (conv_taps.go), built by Init when
+	// the dense product would be mostly padding; nil otherwise.
+	taps *tapPlan
 }
 
 // geom3 is a convolution or pooling window geometry lifted to 3 spatial
@@ -184,6 +188,7 @@ func (s *ConvShape) Init() error {
 	s.InSize = g.in[0] * g.in[1] * g.in[2]
 	s.D = s.C / s.Group * s.K
 	s.buildGather()
+	s.buildTaps()
 	s.dw = dwPlan{}
 	if s.IsDepthwise() {
 		s.initDepthwise()
@@ -428,7 +433,10 @@ func ConvWorkspaceSize(s *ConvShape) int {
 	per := w*s.colPerWorker() + (w-1)*s.WeightSize()
 	if nb := convBatch(s); nb > 0 {
 		w := min(Workers(), (s.N+nb-1)/nb)
-		return max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize())
+		per = max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize())
+	}
+	if s.taps != nil && s.N > 0 {
+		per = max(per, tapWS(s, true))
 	}
 	return per
 }
@@ -840,6 +848,10 @@ func ConvForward(s *ConvShape, x, w, bias, y, ws []float32) {
 	if s.IsDepthwise() && !dwOff && dwForward(s, x, w, bias, y, ws) {
 		return
 	}
+	if nb := tapChunking(s, len(ws), false); nb > 0 {
+		convForwardTaps(s, nb, x, w, bias, y, ws)
+		return
+	}
 	if nb, workers := convChunking(s, len(ws), false); nb > 0 {
 		convForwardChunked(s, nb, workers, x, w, bias, y, ws)
 		return
@@ -901,6 +913,10 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 		return
 	}
 	if s.IsDepthwise() && !dwOff && dwBackward(s, x, w, dy, dx, dw, ws) {
+		return
+	}
+	if nb := tapChunking(s, len(ws), dw != nil); nb > 0 {
+		convBackwardTaps(s, nb, x, w, dy, dx, dw, ws)
 		return
 	}
 	if nb, workers := convChunking(s, len(ws), dw != nil); nb > 0 {

@@ -14,6 +14,13 @@ var haveGatherAVX512 = cpufeat.AVX512F
 //go:noescape
 func gatherAVX512(dst, src []float32, m []int32)
 
+// scatterAddAVX512 adds src[j] into dst[m[j]] for the first len(m) &^ 15
+// indices, which must all lie in dst and be distinct within each group of
+// sixteen; len(src) ≥ len(m).
+//
+//go:noescape
+func scatterAddAVX512(dst, src []float32, m []int32)
+
 // addToAVX adds src into dst for the first len(src) &^ 15 elements; only
 // call it when haveAdamAVX.
 //

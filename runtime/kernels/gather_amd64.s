@@ -101,3 +101,33 @@ permLoop:
 permDone:
 	VZEROUPPER
 	RET
+
+// func scatterAddAVX512(dst, src []float32, m []int32)
+//
+// dst[m[j]] += src[j] for j < len(m) &^ 15: a gather of dst, an addition
+// and a scatter back per sixteen lanes, which is the scalar loop's result
+// only because the indices of each sixteen-lane group are distinct (the
+// caller guarantees it, and that every m[j] indexes dst).
+TEXT ·scatterAddAVX512(SB), NOSPLIT, $0-72
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ m_base+48(FP), DX
+	MOVQ m_len+56(FP), CX
+	ANDQ $-16, CX
+	XORQ AX, AX
+
+scatterLoop:
+	CMPQ        AX, CX
+	JGE         scatterDone
+	VMOVDQU32   (DX)(AX*4), Z1
+	KXNORW      K0, K0, K1
+	VGATHERDPS  (DI)(Z1*4), K1, Z0
+	VADDPS      (SI)(AX*4), Z0, Z0
+	KXNORW      K0, K0, K2
+	VSCATTERDPS Z0, K2, (DI)(Z1*4)
+	ADDQ        $16, AX
+	JMP         scatterLoop
+
+scatterDone:
+	VZEROUPPER
+	RET
