@@ -371,12 +371,10 @@ func (s *ConvShape) scatterCol(col []float32, ld int, dxi, plane []float32) {
 		}
 		clear(acc)
 		for k := 0; k < K; k++ {
-			m := s.gmap[k*T : (k+1)*T]
-			src := col[(c*K+k)*ld:]
-			src = src[:len(m)]
-			for j, q := range m {
-				acc[q] += src[j]
-			}
+			// One tap's positions read distinct input elements
+			// (o·stride + k·dilation is injective in o), so the
+			// scatter-add may run sixteen lanes at a time.
+			scatterAddIdx(acc, col[(c*K+k)*ld:], s.gmap[k*T:(k+1)*T])
 		}
 		if s.padded {
 			s.padFrom(plane, dst)
