@@ -80,9 +80,65 @@ func Binary(op BinaryOp, a []float32, aShape []int, b []float32, bShape []int, y
 	it := newBcastIter(yShape, yShape, aShape, bShape)
 	in := it.inner()
 	sa, sb := in[1], in[2]
+	if nrows, rowLen := it.rows(); rowLen < shortRow && it.nd >= 2 {
+		rs := it.runStrides()
+		parallelFor(nrows, max(1, shortGrain/rowLen), func(lo, hi int) {
+			it.eachRun(lo, hi, func(off [maxOps]int, n int) {
+				binaryRun(op, y, a, b, off, rs, n, rowLen, sa, sb)
+			})
+		})
+		return
+	}
 	forRows(&it, func(off [maxOps]int, n int) {
 		binaryRow(op, y[off[0]:off[0]+n], a[off[1]:], sa, b[off[2]:], sb)
 	})
+}
+
+// shortGrain is the elements per worker of the loops over short rows,
+// whose per-row work makes an element cost several times a long row's.
+const shortGrain = elementwiseGrain / 8
+
+// chanRun reports whether a run of n rows of length L is the pattern of a
+// per-channel operand (a γ or β of shape C×1×1): y and the full operand
+// (strides yr, xr) advance L per row and hold their rows contiguously,
+// while the other operand (stride cs along the row, cr across rows) is one
+// value per row, consecutive.
+func chanRun(L, yr, xr, xs, cs, cr int) bool {
+	return yr == L && xr == L && xs == 1 && cs == 0 && cr == 1
+}
+
+// binaryRun is binaryRow over a run of n rows of length L (eachRun): the
+// rows of y, a and b start at off and advance by rs. Per-channel Mul and
+// Add take one loop over the run, the rest go row by row; either way each
+// element is the same float32 operation as binaryRow's.
+func binaryRun(op BinaryOp, y, a, b []float32, off, rs [maxOps]int, n, L, sa, sb int) {
+	full, ch, fo, co := a, b, off[1], off[2]
+	ok := chanRun(L, rs[0], rs[1], sa, sb, rs[2])
+	if !ok && chanRun(L, rs[0], rs[2], sb, sa, rs[1]) {
+		full, ch, fo, co, ok = b, a, off[2], off[1], true
+	}
+	if ok && (op == Mul || op == Add) {
+		ys, xs, cs := y[off[0]:off[0]+n*L], full[fo:fo+n*L], ch[co:co+n]
+		for r, v := range cs {
+			yr, xr := ys[r*L:(r+1)*L], xs[r*L:(r+1)*L]
+			if op == Mul {
+				for l, x := range xr {
+					yr[l] = x * v
+				}
+			} else {
+				for l, x := range xr {
+					yr[l] = x + v
+				}
+			}
+		}
+		return
+	}
+	for r := 0; r < n; r++ {
+		binaryRow(op, y[off[0]:off[0]+L], a[off[1]:], sa, b[off[2]:], sb)
+		off[0] += rs[0]
+		off[1] += rs[1]
+		off[2] += rs[2]
+	}
 }
 
 func binaryRow(op BinaryOp, y []float32, a []float32, sa int, b []float32, sb int) {
@@ -247,14 +303,54 @@ func BinaryBackward(op BinaryOp, a []float32, aShape []int, b []float32, bShape 
 		checkLen("b", b, Numel(bShape))
 		in := it.inner()
 		full := nt == ny
+		nrows, rowLen := it.rows()
+		short := rowLen < shortRow && it.nd >= 2 && op == Mul
+		rs := it.runStrides()
+		// o is the operand the gradient multiplies by.
+		o, oo, os, or := b, 2, in[2], rs[2]
+		if wrt == 1 {
+			o, oo, os, or = a, 1, in[1], rs[1]
+		}
 		if full {
+			if short && chanRun(rowLen, rs[0], rs[0], 1, os, or) {
+				// d(x·γ)/dx = dy·γ, one γ per row.
+				parallelFor(nrows, max(1, shortGrain/rowLen), func(lo, hi int) {
+					it.eachRun(lo, hi, func(off [maxOps]int, n int) {
+						ds, ts, cs := dy[off[0]:off[0]+n*rowLen], t[off[0]:off[0]+n*rowLen], o[off[oo]:off[oo]+n]
+						for r, v := range cs {
+							dr, tr := ds[r*rowLen:(r+1)*rowLen], ts[r*rowLen:(r+1)*rowLen]
+							for l, g := range dr {
+								tr[l] = g * v
+							}
+						}
+					})
+				})
+				continue
+			}
 			forRows(&it, func(off [maxOps]int, n int) {
 				gradRow(op, wrt, dy[off[0]:off[0]+n], y, off[0], a[off[1]:], in[1], b[off[2]:], in[2], t[off[0]:], 1, false)
 			})
 			continue
 		}
-		nrows, rowLen := it.rows()
 		st := in[1+wrt]
+		if short && st == 0 && rs[1+wrt] == 1 && chanRun(rowLen, rs[0], or, os, 0, 1) {
+			// d(x·γ)/dγ = Σ dy·x, a row's sum in float64 added to its γ
+			// in row order: gradRow's sums, without its per-row call.
+			reduceParallel(nrows, rowLen, nt, t, func(lo, hi int, dst []float32) {
+				it.eachRun(lo, hi, func(off [maxOps]int, n int) {
+					ds, xs, ts := dy[off[0]:off[0]+n*rowLen], o[off[oo]:off[oo]+n*rowLen], dst[off[1+wrt]:off[1+wrt]+n]
+					for r := range ts {
+						var sum float64
+						xr := xs[r*rowLen : (r+1)*rowLen]
+						for l, g := range ds[r*rowLen : (r+1)*rowLen] {
+							sum += float64(g * xr[l])
+						}
+						ts[r] += float32(sum)
+					}
+				})
+			})
+			continue
+		}
 		reduceParallel(nrows, rowLen, nt, t, func(lo, hi int, dst []float32) {
 			it.each(lo, hi, func(off [maxOps]int) {
 				gradRow(op, wrt, dy[off[0]:off[0]+rowLen], y, off[0], a[off[1]:], in[1], b[off[2]:], in[2], dst[off[1+wrt]:], st, true)
@@ -340,6 +436,19 @@ func ReduceToShape(x []float32, xShape []int, t []float32, tShape []int) {
 	it := newBcastIter(xShape, xShape, tShape)
 	nrows, rowLen := it.rows()
 	st := it.inner()[1]
+	if rs := it.runStrides(); rowLen < shortRow && it.nd >= 2 && st == 0 && rs[0] == rowLen && rs[1] == 1 {
+		// Each short row folds into its own, consecutive element (a β's
+		// gradient): the same float64 row sums, one call per run.
+		reduceParallel(nrows, rowLen, nt, t, func(lo, hi int, dst []float32) {
+			it.eachRun(lo, hi, func(off [maxOps]int, n int) {
+				xs, ts := x[off[0]:off[0]+n*rowLen], dst[off[1]:off[1]+n]
+				for r := range ts {
+					ts[r] += float32(sumFloat64(xs[r*rowLen : (r+1)*rowLen]))
+				}
+			})
+		})
+		return
+	}
 	reduceParallel(nrows, rowLen, nt, t, func(lo, hi int, dst []float32) {
 		it.each(lo, hi, func(off [maxOps]int) {
 			row := x[off[0] : off[0]+rowLen]
