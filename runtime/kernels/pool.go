@@ -89,6 +89,9 @@ func maxPoolForward(p *PoolShape, x, y []float32, argmax []int32, fast bool) {
 		panic("kernels: argmax too short")
 	}
 	g := &p.g
+	if fast && !g.inside() && maxPoolPadded(p, x, y, argmax) {
+		return
+	}
 	plane := maxPoolPlane
 	if fast && g.inside() {
 		plane = maxPoolInsidePlane
@@ -141,6 +144,66 @@ func maxPoolPlane(g *geom3, xp, yp []float32, ap []int32) {
 			}
 		}
 	}
+}
+
+// maxPoolPadded is MaxPoolForward for 2-D (or 1-D) pools with padding or
+// ceil-mode windows (ResNet's 3×3, stride 2, pad 1): each plane is copied
+// into a scratch plane bordered with −∞, where every window lies inside,
+// and pooled by the inside kernels (branch-free maxima) instead of the
+// general loop, whose per-window clipping and data-dependent branches cost
+// several times more. A −∞ tap of the border never beats an input element,
+// and ties go to the first tap in row-major order as in the general loop,
+// so the results are the same; only where a window's maximum is −∞ could
+// the border's tap come first, and such a plane is redone by the general
+// loop. It reports false for shapes it does not take.
+func maxPoolPadded(p *PoolShape, x, y []float32, argmax []int32) bool {
+	g := &p.g
+	if g.in[0] != 1 || g.k[0] != 1 {
+		return false
+	}
+	pg := *g
+	for a := 1; a < 3; a++ {
+		pg.in[a] = max((g.out[a]-1)*g.s[a]+(g.k[a]-1)*g.d[a]+1, g.pb[a]+g.in[a])
+		pg.pb[a], pg.pe[a] = 0, 0
+	}
+	if !pg.inside() {
+		return false
+	}
+	plane := maxPoolInsidePlane
+	if g.k[1] == 2 && g.k[2] == 2 && g.d[1] == 1 && g.d[2] == 1 {
+		plane = maxPool2x2Plane
+	}
+	H, W, PW, pb1, pb2 := g.in[1], g.in[2], pg.in[2], g.pb[1], g.pb[2]
+	size := pg.in[1] * PW
+	parallelFor(p.N*p.C, max(1, 8192/max(1, p.T)), func(lo, hi int) {
+		buf := getScratch(size)
+		pl := *buf
+		for i := range pl {
+			pl[i] = float32(math.Inf(-1))
+		}
+		for k := lo; k < hi; k++ {
+			xp, yp := x[k*p.InSize:(k+1)*p.InSize], y[k*p.T:(k+1)*p.T]
+			for h := 0; h < H; h++ {
+				copy(pl[(h+pb1)*PW+pb2:(h+pb1)*PW+pb2+W], xp[h*W:(h+1)*W])
+			}
+			if argmax == nil {
+				plane(&pg, pl, yp, nil)
+				continue
+			}
+			ap := argmax[k*p.T : (k+1)*p.T]
+			plane(&pg, pl, yp, ap)
+			for t, bi := range ap {
+				ih, iw := int(bi)/PW-pb1, int(bi)%PW-pb2
+				if ih < 0 || ih >= H || iw < 0 || iw >= W {
+					maxPoolPlane(g, xp, yp, ap)
+					break
+				}
+				ap[t] = int32(ih*W + iw)
+			}
+		}
+		scratchPool.Put(buf)
+	})
+	return true
 }
 
 // inside reports whether every window of a 2-D (or 1-D) pooling lies

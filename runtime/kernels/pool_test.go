@@ -86,6 +86,11 @@ func maxPoolInput(r *rand.Rand, n, trial int) []float32 {
 			x[i] = float32(r.NormFloat64())
 		case 1:
 			x[i] = float32(r.IntN(3))
+		case 4: // mostly −∞: whole windows of it
+			x[i] = float32(math.Inf(-1))
+			if r.IntN(8) == 0 {
+				x[i] = specials[r.IntN(len(specials))]
+			}
 		default:
 			x[i] = specials[r.IntN(len(specials))]
 			if r.IntN(40) == 0 {
@@ -98,9 +103,9 @@ func maxPoolInput(r *rand.Rand, n, trial int) []float32 {
 
 // TestMaxPoolFastPaths checks the inside-the-input MaxPool loops (2×2 and
 // general windows) against the general loop bit for bit, values and
-// argmax, on data full of ties, signed zeros, infinities and NaNs, and on
-// shapes where padding or a ceil-mode window sends them to the general
-// loop.
+// argmax, on data full of ties, signed zeros, infinities and NaNs (and
+// planes of mostly −∞), on shapes inside the input and on padded or
+// ceil-mode ones, which go through a −∞-bordered copy (maxPoolPadded).
 func TestMaxPoolFastPaths(t *testing.T) {
 	shapes := []PoolShape{
 		{N: 2, C: 3, In: []int{13, 13}, Kernel: []int{2, 2}, Strides: []int{1, 1}},
@@ -118,6 +123,12 @@ func TestMaxPoolFastPaths(t *testing.T) {
 		{N: 1, C: 2, In: []int{12}, Kernel: []int{3}, Strides: []int{2}},
 		{N: 1, C: 2, In: []int{12}, Kernel: []int{2}},
 		{N: 1, C: 2, In: []int{4, 5, 6}, Kernel: []int{1, 2, 2}}, // 3-D: general loop
+		// Padded or ceil-mode: copied into a −∞-bordered plane.
+		{N: 2, C: 3, In: []int{16, 16}, Kernel: []int{3, 3}, Strides: []int{2, 2}, Pads: []int{1, 1, 1, 1}}, // ResNet's stem
+		{N: 1, C: 2, In: []int{7, 9}, Kernel: []int{3, 3}, Strides: []int{2, 2}, Pads: []int{1, 0, 1, 1}, CeilMode: true},
+		{N: 1, C: 2, In: []int{6, 7}, Kernel: []int{3, 2}, Strides: []int{1, 2}, Dilations: []int{2, 1}, Pads: []int{2, 0, 2, 1}},
+		{N: 1, C: 2, In: []int{11}, Kernel: []int{4}, Strides: []int{3}, Pads: []int{2, 1}},
+		{N: 1, C: 1, In: []int{1, 1}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
 	}
 	r := newRand(9)
 	for ci, sh := range shapes {
@@ -126,7 +137,7 @@ func TestMaxPoolFastPaths(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := p.N * p.C * p.InSize
-		for trial := 0; trial < 4; trial++ {
+		for trial := 0; trial < 5; trial++ {
 			x := maxPoolInput(r, n, trial)
 			y0, y1 := make([]float32, p.N*p.C*p.T), make([]float32, p.N*p.C*p.T)
 			a0, a1 := make([]int32, len(y0)), make([]int32, len(y0))
@@ -168,7 +179,7 @@ func TestMaxPoolBackwardFromOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := p.N * p.C * p.InSize
-		for trial := 0; trial < 4; trial++ {
+		for trial := 0; trial < 5; trial++ {
 			x := maxPoolInput(r, n, trial)
 			y, am := make([]float32, p.N*p.C*p.T), make([]int32, p.N*p.C*p.T)
 			MaxPoolForward(&p, x, y, am)
