@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // PoolShape describes an N-D pooling window (ONNX MaxPool / AveragePool,
@@ -89,7 +90,7 @@ func maxPoolForward(p *PoolShape, x, y []float32, argmax []int32, fast bool) {
 		panic("kernels: argmax too short")
 	}
 	g := &p.g
-	if fast && !g.inside() && maxPoolPadded(p, x, y, argmax) {
+	if fast && !(g.inside() && g.k[1] == 2 && g.k[2] == 2 && g.d[1] == 1 && g.d[2] == 1) && maxPoolPadded(p, x, y, argmax) {
 		return
 	}
 	plane := maxPoolPlane
@@ -146,64 +147,120 @@ func maxPoolPlane(g *geom3, xp, yp []float32, ap []int32) {
 	}
 }
 
-// maxPoolPadded is MaxPoolForward for 2-D (or 1-D) pools with padding or
-// ceil-mode windows (ResNet's 3×3, stride 2, pad 1): each plane is copied
-// into a scratch plane bordered with −∞, where every window lies inside,
-// and pooled by the inside kernels (branch-free maxima) instead of the
-// general loop, whose per-window clipping and data-dependent branches cost
-// several times more. A −∞ tap of the border never beats an input element,
-// and ties go to the first tap in row-major order as in the general loop,
-// so the results are the same; only where a window's maximum is −∞ could
-// the border's tap come first, and such a plane is redone by the general
-// loop. It reports false for shapes it does not take.
+// maxPoolPadded is MaxPoolForward for 2-D (or 1-D) pools other than
+// the 2×2 inside ones (ResNet's 3×3, stride 2, pad 1): each plane is
+// copied as order keys (maxKey) into a scratch plane bordered with −∞'s
+// key, where every window lies inside, and each window's maximum is taken
+// on the keys by branch-free selects.
+// The general loop's per-window clipping and the float maxima's chains of
+// NaN and zero checks cost several times more. The first maximum in
+// row-major order wins as in the general loop (−0 and +0 share a key, so
+// the first zero wins, with its sign); a plane holding a NaN, or one where
+// a window's maximum is −∞ and a border tap came first, is redone by the
+// general loop. It reports false for shapes it does not take.
 func maxPoolPadded(p *PoolShape, x, y []float32, argmax []int32) bool {
 	g := &p.g
 	if g.in[0] != 1 || g.k[0] != 1 {
 		return false
 	}
-	pg := *g
+	var P [3]int
 	for a := 1; a < 3; a++ {
-		pg.in[a] = max((g.out[a]-1)*g.s[a]+(g.k[a]-1)*g.d[a]+1, g.pb[a]+g.in[a])
-		pg.pb[a], pg.pe[a] = 0, 0
+		P[a] = max((g.out[a]-1)*g.s[a]+(g.k[a]-1)*g.d[a]+1, g.pb[a]+g.in[a])
 	}
-	if !pg.inside() {
-		return false
-	}
-	plane := maxPoolInsidePlane
-	if g.k[1] == 2 && g.k[2] == 2 && g.d[1] == 1 && g.d[2] == 1 {
-		plane = maxPool2x2Plane
-	}
-	H, W, PW, pb1, pb2 := g.in[1], g.in[2], pg.in[2], g.pb[1], g.pb[2]
-	size := pg.in[1] * PW
+	H, W, PW, pb1, pb2 := g.in[1], g.in[2], P[2], g.pb[1], g.pb[2]
+	OH, OW, KH, KW := g.out[1], g.out[2], g.k[1], g.k[2]
+	rs, cs, rd, cd := g.s[1]*PW, g.s[2], g.d[1]*PW, g.d[2]
+	size := P[1] * PW
+	border := maxKey(float32(math.Inf(-1)))
 	parallelFor(p.N*p.C, max(1, 8192/max(1, p.T)), func(lo, hi int) {
-		buf := getScratch(size)
-		pl := *buf
-		for i := range pl {
-			pl[i] = float32(math.Inf(-1))
+		buf := keyPool.Get().(*[]int32)
+		if cap(*buf) < size {
+			*buf = make([]int32, size)
 		}
+		keys := (*buf)[:size]
+		for i := range keys {
+			keys[i] = border
+		}
+		var rowKeys [32]int64
+		var rowIdx [32]int
+	planes:
 		for k := lo; k < hi; k++ {
 			xp, yp := x[k*p.InSize:(k+1)*p.InSize], y[k*p.T:(k+1)*p.T]
-			for h := 0; h < H; h++ {
-				copy(pl[(h+pb1)*PW+pb2:(h+pb1)*PW+pb2+W], xp[h*W:(h+1)*W])
+			var ap []int32
+			if argmax != nil {
+				ap = argmax[k*p.T : (k+1)*p.T]
 			}
-			if argmax == nil {
-				plane(&pg, pl, yp, nil)
+			nan := false
+			for h := 0; h < H; h++ {
+				row := keys[(h+pb1)*PW+pb2 : (h+pb1)*PW+pb2+W]
+				for w, v := range xp[h*W : (h+1)*W] {
+					if v != v {
+						nan = true
+					}
+					row[w] = maxKey(v)
+				}
+			}
+			if nan {
+				maxPoolPlane(g, xp, yp, ap)
 				continue
 			}
-			ap := argmax[k*p.T : (k+1)*p.T]
-			plane(&pg, pl, yp, ap)
-			for t, bi := range ap {
-				ih, iw := int(bi)/PW-pb1, int(bi)%PW-pb2
-				if ih < 0 || ih >= H || iw < 0 || iw >= W {
-					maxPoolPlane(g, xp, yp, ap)
-					break
+			for oh := 0; oh < OH; oh++ {
+				// A row of windows at a time, taps outer and windows
+				// inner: the windows' select chains are independent and
+				// overlap (one window's nine selects in a row wait on
+				// each other), each window still sees its taps in
+				// row-major order.
+				for o0 := 0; o0 < OW; o0 += len(rowKeys) {
+					n := min(len(rowKeys), OW-o0)
+					bk, bi := rowKeys[:n], rowIdx[:n]
+					for j := range bk {
+						b := oh*rs + (o0+j)*cs
+						bk[j], bi[j] = int64(keys[b]), b
+					}
+					for kh := 0; kh < KH; kh++ {
+						for kw := 0; kw < KW; kw++ {
+							tap := oh*rs + o0*cs + kh*rd + kw*cd
+							for j := range bk {
+								// Select without a branch (the winner is
+								// random): m is all ones where kv > bk.
+								i := tap + j*cs
+								kv := int64(keys[i])
+								m := (bk[j] - kv) >> 63
+								bk[j] ^= (bk[j] ^ kv) & m
+								bi[j] ^= (bi[j] ^ i) & int(m)
+							}
+						}
+					}
+					for j, i := range bi {
+						ih, iw := i/PW-pb1, i%PW-pb2
+						if ih < 0 || ih >= H || iw < 0 || iw >= W {
+							maxPoolPlane(g, xp, yp, ap)
+							continue planes
+						}
+						t := oh*OW + o0 + j
+						yp[t] = xp[ih*W+iw]
+						if ap != nil {
+							ap[t] = int32(ih*W + iw)
+						}
+					}
 				}
-				ap[t] = int32(ih*W + iw)
 			}
 		}
-		scratchPool.Put(buf)
+		keyPool.Put(buf)
 	})
 	return true
+}
+
+// keyPool holds maxPoolPadded's key planes.
+var keyPool = sync.Pool{New: func() any { return new([]int32) }}
+
+// maxKey maps a float32 other than NaN to an int32 of the same order, −0
+// and +0 to the same key: the magnitude's bits, negated for negative
+// numbers, computed without a branch.
+func maxKey(v float32) int32 {
+	k := int32(math.Float32bits(v))
+	m := k >> 31
+	return (k ^ (m & 0x7fffffff)) - m
 }
 
 // inside reports whether every window of a 2-D (or 1-D) pooling lies
