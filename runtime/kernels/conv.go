@@ -46,7 +46,7 @@ type ConvShape struct {
 	dw dwPlan
 
 	// Tap classes of small padded maps (conv_taps.go), built by Init when
-	// the dense product would be mostly padding; nil otherwise.
+	// a quarter or more of the dense product is padding; nil otherwise.
 	taps *tapPlan
 }
 
@@ -433,7 +433,7 @@ func ConvWorkspaceSize(s *ConvShape) int {
 		w := min(Workers(), (s.N+nb-1)/nb)
 		per = max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize())
 	}
-	if s.taps != nil && s.N > 0 {
+	if s.taps != nil && s.taps.gemm && s.N > 0 {
 		per = max(per, tapWS(s, true))
 	}
 	return per
@@ -640,6 +640,16 @@ func (s *ConvShape) PlaneSize() int { s.check(); return s.planeSize() }
 // which dominate on the short rows of small feature maps. The DP engine
 // unfolds every sample this way for its per-sample norms.
 func Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32) {
+	if s.taps != nil && s.T < 16 {
+		// Maps of fewer than 16 positions: the gather path's rows are
+		// all scalar tails there, while from 16 on a row is one
+		// sixteen-lane gather and beats the classes' copies.
+		s.check()
+		checkLen("xi", xi, s.C*s.InSize)
+		checkLen("col", col, s.D*s.T)
+		s.tapIm2Col(xi, col)
+		return
+	}
 	if s.gmap == nil {
 		Im2Col(s, xi, g, col)
 		return

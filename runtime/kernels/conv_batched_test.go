@@ -163,7 +163,15 @@ func TestUnfoldPaths(t *testing.T) {
 		{N: 1, C: 1, M: 1, In: []int{7, 9}, Kernel: []int{3, 3}, Dilations: []int{3, 4}, Pads: []int{4, 4, 4, 4}},
 		{N: 1, C: 1, M: 1, In: []int{3, 3}, Kernel: []int{3, 3}, Pads: []int{5, 5, 5, 5}},
 	}, chunkedCases...)
+	// Shapes unfolded by tap classes (tapIm2Col), whether or not their
+	// products take them.
+	shapes = append(shapes, tapCases...)
+	shapes = append(shapes,
+		ConvShape{N: 1, C: 5, M: 1, In: []int{4, 4}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
+		ConvShape{N: 1, C: 3, M: 1, In: []int{2, 2}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
+		ConvShape{N: 1, C: 2, M: 1, In: []int{4, 5}, Kernel: []int{3, 3}, Strides: []int{2, 2}, Pads: []int{1, 1, 1, 1}})
 	r := newRand(11)
+	tapped := 0
 	for ci, sh := range shapes {
 		s := sh
 		if err := s.Init(); err != nil {
@@ -185,6 +193,9 @@ func TestUnfoldPaths(t *testing.T) {
 		}
 		Im2ColPlane(&s, xi, 0, got, plane)
 		allClose32(t, fmt.Sprintf("case %d Im2ColPlane", ci), got, want, 0, 0)
+		if s.taps != nil && s.T < 16 {
+			tapped++
+		}
 		if s.gmap == nil {
 			continue
 		}
@@ -213,6 +224,9 @@ func TestUnfoldPaths(t *testing.T) {
 				t.Fatalf("case %d: scatter left plane[%d] = %g", ci, i, v)
 			}
 		}
+	}
+	if tapped < len(tapCases)+2 {
+		t.Errorf("%d shapes unfolded by tap classes, want at least %d", tapped, len(tapCases)+2)
 	}
 }
 

@@ -43,6 +43,10 @@ type tapClass struct {
 type tapPlan struct {
 	classes []tapClass
 	wPack   int // Σ over classes of M·C·len(taps): the packed weights
+	// gemm is set where the classes' products replace the dense ones
+	// (buildTaps); the classes serve Im2ColPlane on every shape that has
+	// them.
+	gemm bool
 	// colPer is one sample's unfolded input over all classes (Σ
 	// C·len(taps)·len(pos)); a chunk of n samples holds class q's at
 	// n·colOff, its output (or output gradient) at n·M·posOff.
@@ -118,14 +122,15 @@ func (s *ConvShape) buildTaps() {
 			}
 		}
 	}
-	// Both paths are bound by the weights as much as by the products on
-	// these maps: each packs its weight operand per call (the classes'
-	// blocks here, with taps shared between classes repeated). Only
-	// where the classes' blocks hold no more taps than the kernel does
-	// the saving in products show: 1×1 and 2×2-to-1×1 maps are 2.5–3.7×
-	// faster, while 2×2 maps (four classes of four taps) are no faster
-	// and 4×4 maps (49 taps in nine classes) 1.5× slower
-	// (BenchmarkResNet18Layers).
+	// The products: both paths are bound by the weights as much as by
+	// the products on these maps, each packing its weight operand per
+	// call (the classes' blocks here, with taps shared between classes
+	// repeated). Only where the classes' blocks hold no more taps than
+	// the kernel does the saving in products show (gemm): 1×1 and
+	// 2×2-to-1×1 maps are 2.5–3.7× faster, while 2×2 maps (four classes
+	// of four taps) are no faster and 4×4 maps (49 taps in nine classes)
+	// 1.5× slower (BenchmarkResNet18Layers). The unfolding by classes
+	// (Im2ColPlane) gains on all of them.
 	if float64(useful) > (1-tapMinWaste)*float64(s.T*s.K) {
 		return
 	}
@@ -137,10 +142,7 @@ func (s *ConvShape) buildTaps() {
 			}
 		}
 	}
-	if packed > s.K {
-		return
-	}
-	tp := &tapPlan{}
+	tp := &tapPlan{gemm: packed <= s.K}
 	posOff := 0
 	for _, c0 := range ax[0] {
 		for _, c1 := range ax[1] {
@@ -222,7 +224,7 @@ func tapWS(s *ConvShape, dw bool) int {
 // once, where splitting the samples made every worker pack all of them
 // for products a few columns wide.
 func tapChunking(s *ConvShape, wsLen int, dw bool) int {
-	if s.taps == nil || s.N < 1 || tapWS(s, dw) > wsLen {
+	if s.taps == nil || !s.taps.gemm || s.N < 1 || tapWS(s, dw) > wsLen {
 		return 0
 	}
 	return tapChunk(s)
@@ -439,5 +441,26 @@ func convBackwardTaps(s *ConvShape, nb int, x, w, dy, dx, dw, ws []float32) {
 	}
 	if dw != nil {
 		s.unpackTapGrads(dwp, dw)
+	}
+}
+
+// tapIm2Col writes the dense unfolded input of one sample (Im2Col's
+// layout, D×T) from the tap classes: zeros, then every entry that reads
+// the input, each one copy. On small padded maps the per-channel padded
+// plane and per-tap gathers of the gather-map path cost more than the
+// entries themselves (ResNet-18's 1×1 maps: 512 channels, nine taps,
+// one entry each).
+func (s *ConvShape) tapIm2Col(xi, col []float32) {
+	T := s.T
+	clear(col[:s.D*T])
+	for q := range s.taps.classes {
+		cl := &s.taps.classes[q]
+		dq := len(cl.widx)
+		for p, t := range cl.pos {
+			g := cl.gidx[p*dq : (p+1)*dq]
+			for r, w := range cl.widx {
+				col[int(w)*T+int(t)] = xi[g[r]]
+			}
+		}
 	}
 }
