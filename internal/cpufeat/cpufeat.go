@@ -13,4 +13,9 @@ var (
 	AVX2 bool
 	// AVX512F: AVX-512 Foundation on ZMM registers with opmasks.
 	AVX512F bool
+	// AVX512BW: AVX-512 byte and word operations (VPSHUFB on ZMM …).
+	AVX512BW bool
+	// VAES: the AES instructions on YMM and ZMM registers (four blocks
+	// an instruction on ZMM).
+	VAES bool
 )

@@ -18,6 +18,8 @@ const (
 	leaf1ECXAVX     = 1 << 28
 	leaf7EBXAVX2    = 1 << 5
 	leaf7EBXAVX512F = 1 << 16
+	leaf7EBXAVX512B = 1 << 30 // AVX512BW
+	leaf7ECXVAES    = 1 << 9
 	xcr0YMM         = 1<<1 | 1<<2                  // SSE, AVX
 	xcr0ZMM         = xcr0YMM | 1<<5 | 1<<6 | 1<<7 // opmask, ZMM_Hi256, Hi16_ZMM
 )
@@ -44,7 +46,9 @@ func init() {
 	if maxLeaf < 7 {
 		return
 	}
-	_, ebx7, _, _ := cpuid(7, 0)
+	_, ebx7, ecx7, _ := cpuid(7, 0)
 	AVX2 = ebx7&leaf7EBXAVX2 != 0
 	AVX512F = ebx7&leaf7EBXAVX512F != 0 && xcr0&xcr0ZMM == xcr0ZMM
+	AVX512BW = AVX512F && ebx7&leaf7EBXAVX512B != 0
+	VAES = ecx7&leaf7ECXVAES != 0
 }

@@ -32,7 +32,7 @@ func TestAgreesWithProcCPUInfo(t *testing.T) {
 	for _, c := range []struct {
 		flag string
 		got  bool
-	}{{"aes", AES}, {"popcnt", POPCNT}, {"avx", AVX}, {"avx2", AVX2}, {"avx512f", AVX512F}} {
+	}{{"aes", AES}, {"popcnt", POPCNT}, {"avx", AVX}, {"avx2", AVX2}, {"avx512f", AVX512F}, {"avx512bw", AVX512BW}, {"vaes", VAES}} {
 		want := slices.Contains(flags, c.flag)
 		if purego && !c.got {
 			continue

@@ -87,7 +87,11 @@ func (g *Generator) add(dst []float32, offset uint64, std, post float32, p zigPa
 		n := min(len(dst), runWords-skip)
 		nb := (skip + n + 3) / 4
 		words := s.buf[:4*nb]
-		ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 16*nb), s.zero[:16*nb])
+		if haveVAES && !vaesOff {
+			g.keystream(e>>2, words)
+		} else {
+			ctr.XORKeyStream(unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 16*nb), s.zero[:16*nb])
+		}
 		if bigEndian {
 			for i, w := range words {
 				words[i] = bits.ReverseBytes32(w)
@@ -100,6 +104,31 @@ func (g *Generator) add(dst []float32, offset uint64, std, post float32, p zigPa
 		dst = dst[n:]
 		e += uint64(n)
 	}
+}
+
+// vaesOff turns the VAES keystream off (tests: the crypto/aes path must
+// stay tested on CPUs that have VAES).
+var vaesOff bool
+
+// keystream writes the counter-mode keystream of domain 0 from block blk
+// on into words (four words a block): what XORKeyStream on zeros gives
+// (the counter's index never carries into the domain), sixteen blocks at
+// a time with VAES, the last up to three with AES-NI.
+func (g *Generator) keystream(blk uint64, words []uint32) {
+	nb := len(words) / 4
+	n4 := nb &^ 3
+	if n4 > 0 {
+		ctr := [8]uint64{g.step, blk, g.step, blk + 1, g.step, blk + 2, g.step, blk + 3}
+		ctrVAES(&g.c.rk, &ctr, (*byte)(unsafe.Pointer(&words[0])), n4)
+	}
+	if n4 == nb {
+		return
+	}
+	tail := (*[3]block)(unsafe.Pointer(&words[4*n4]))[:nb-n4]
+	for i := range tail {
+		tail[i] = counter(g.step, 0, blk+uint64(n4+i))
+	}
+	encryptBlocksAESNI(&g.c.rk, &tail[0], len(tail))
 }
 
 // finish draws the slow elements of a run (indices slow into words and x,

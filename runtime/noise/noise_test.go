@@ -92,7 +92,8 @@ func TestCounterLayout(t *testing.T) {
 
 // TestReferenceMatchesAdd: Add through each fast path the CPU has (AVX2
 // and SSE2 on amd64, so that SSE2 stays tested where AVX2 is used) and
-// the scalar loop gives Reference's bits, on 2²⁰ elements (~15 000 slow
+// the scalar loop, with the VAES keystream and with crypto/aes's, gives
+// Reference's bits, on 2²⁰ elements (~15 000 slow
 // draws, ~270 beyond the base strip) and on short, unaligned ranges.
 func TestReferenceMatchesAdd(t *testing.T) {
 	key := Key{1, 2, 3}
@@ -108,15 +109,25 @@ func TestReferenceMatchesAdd(t *testing.T) {
 		{17, 1<<40 + 5, 1, 1},
 		{1, maxIndex - 1, 1, 1},
 	}
+	defer func() { vaesOff = false }()
 	for _, c := range cases {
 		want := testInput(c.n)
 		Reference(want, key, 7, c.offset, float64(c.std), c.post)
 		for _, p := range testZigPaths() {
-			got := testInput(c.n)
-			New(key, 7).add(got, c.offset, c.std, c.post, p)
-			sameBits(t, fmt.Sprintf("%s n %d offset %d", p.name, c.n, c.offset), got, want)
+			// The keystream with VAES where the CPU has it, and with
+			// crypto/aes's counter mode.
+			for _, off := range []bool{false, true} {
+				if !off && !haveVAES {
+					continue
+				}
+				vaesOff = off
+				got := testInput(c.n)
+				New(key, 7).add(got, c.offset, c.std, c.post, p)
+				sameBits(t, fmt.Sprintf("%s vaes %v n %d offset %d", p.name, !off, c.n, c.offset), got, want)
+			}
 		}
 	}
+	vaesOff = false
 	// The big case has draws of every kind: count those beyond r.
 	z := make([]float32, 1<<20)
 	Reference(z, key, 7, 0, 1, 1)
