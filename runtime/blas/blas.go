@@ -43,12 +43,14 @@ const (
 	obMinMACs = 1 << 10
 )
 
-// Under the AVX-512 backend, products of fewer columns than avxMinN or
-// fewer multiply-adds than avxMinMACs go to OpenBLAS when it is loaded:
-// there the operands' packing, in Go here and in assembly there, costs
-// as much as the product (256×32×2304: 51 GMAC/s against OpenBLAS's 56,
-// against 70 and 61 at 64 columns; the DP engine's per-sample products of
-// cnn-fmnist, 16×64×169, ran at a third of OpenBLAS's speed).
+// Under the AVX-512 backend, products of fewer columns than avxMinN, of
+// fewer rows than two of its tiles (24) or of fewer multiply-adds than
+// avxMinMACs go to OpenBLAS when it is loaded: there the operands'
+// packing, in Go here and in assembly there, costs as much as the product
+// (256×32×2304: 51 GMAC/s against OpenBLAS's 56, against 70 and 61 at 64
+// columns; cnn-fmnist's 16×64×676 weight gradient 30 against 39; the DP
+// engine's per-sample products of cnn-fmnist, 16×64×169, ran at a third
+// of OpenBLAS's speed; BenchmarkBackends).
 const (
 	avxMinN    = 48
 	avxMinMACs = 1 << 19
@@ -322,7 +324,7 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	}
 	macs := m * n * k
 	be := sel.Load()
-	if be == selAVX512 && (n < avxMinN || macs < avxMinMACs) && obLoaded {
+	if be == selAVX512 && (n < avxMinN || m < 2*mrA || macs < avxMinMACs) && obLoaded {
 		be = selOpenBLAS
 	}
 	serial := goSgemmSerial

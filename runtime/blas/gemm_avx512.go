@@ -95,20 +95,28 @@ func avxPackB(transB bool, kb, nb int, b []float32, ldb, pc, jc int, dst []float
 			}
 			continue
 		}
-		for j := 0; j < cols; j++ {
+		j := 0
+		// Four rows of B (four columns of the panel) at a time: each k
+		// writes four adjacent floats of the panel row.
+		for ; j+3 < cols; j += 4 {
+			r0 := b[(jc+jr+j)*ldb+pc:]
+			r0 = r0[:kb]
+			r1 := b[(jc+jr+j+1)*ldb+pc:]
+			r1 = r1[:kb]
+			r2 := b[(jc+jr+j+2)*ldb+pc:]
+			r2 = r2[:kb]
+			r3 := b[(jc+jr+j+3)*ldb+pc:]
+			r3 = r3[:kb]
+			for p := range r0 {
+				d := pan[p*nrA+j : p*nrA+j+4 : p*nrA+j+4]
+				d[0], d[1], d[2], d[3] = r0[p], r1[p], r2[p], r3[p]
+			}
+		}
+		for ; j < cols; j++ {
 			src := b[(jc+jr+j)*ldb+pc:]
 			src = src[:kb]
-			d := pan[j:]
-			p := 0
-			// Four k at a time: one bounds check per four stores into
-			// the strided panel.
-			for ; p+3 < kb; p += 4 {
-				s4 := src[p : p+4 : p+4]
-				d4 := d[p*nrA : p*nrA+3*nrA+1 : p*nrA+3*nrA+1]
-				d4[0], d4[nrA], d4[2*nrA], d4[3*nrA] = s4[0], s4[1], s4[2], s4[3]
-			}
-			for ; p < kb; p++ {
-				d[p*nrA] = src[p]
+			for p, v := range src {
+				pan[p*nrA+j] = v
 			}
 		}
 		if cols < nrA {
