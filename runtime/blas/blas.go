@@ -43,18 +43,25 @@ const (
 	obMinMACs = 1 << 10
 )
 
-// Under the AVX-512 backend, products of fewer columns than avxMinN, of
-// fewer rows than two of its tiles (24) or of fewer multiply-adds than
-// avxMinMACs go to OpenBLAS when it is loaded: there the operands'
-// packing, in Go here and in assembly there, costs as much as the product
-// (256×32×2304: 51 GMAC/s against OpenBLAS's 56, against 70 and 61 at 64
-// columns; cnn-fmnist's 16×64×676 weight gradient 30 against 39; the DP
-// engine's per-sample products of cnn-fmnist, 16×64×169, ran at a third
-// of OpenBLAS's speed; BenchmarkBackends).
-const (
-	avxMinN    = 48
-	avxMinMACs = 1 << 19
-)
+// avxTakes reports whether the AVX-512 backend runs an m×n×k product
+// itself rather than leave it to OpenBLAS (when loaded). A row-major op(A)
+// with alpha 1 is read in place (sgemmKernel12x32U), so only op(B) is
+// packed, and the backend wins from 16 columns on (256×16×2304: 51 GMAC/s
+// against OpenBLAS's 47; 48×96×96: 92 against 58) but not at 8 (20
+// against 41). Any other op(A) is packed in Go, which costs as much as the
+// product for narrow or small products: there it needs 48 columns, two
+// tiles of rows (24) and 2¹⁹ multiply-adds (256×32×2304 with Aᵀ packed:
+// 51 against 56; cnn-fmnist's 16×64×676 weight gradient 30 against 39;
+// BenchmarkBackends).
+func avxTakes(transA bool, alpha float32, m, n, k int) bool {
+	if !obLoaded {
+		return true
+	}
+	if !transA && alpha == 1 {
+		return n >= 16
+	}
+	return n >= 48 && m >= 2*mrA && m*n*k >= 1<<19
+}
 
 // backend values of sel.
 const (
@@ -324,7 +331,7 @@ func gemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int,
 	}
 	macs := m * n * k
 	be := sel.Load()
-	if be == selAVX512 && (n < avxMinN || m < 2*mrA || macs < avxMinMACs) && obLoaded {
+	if be == selAVX512 && !avxTakes(transA, alpha, m, n, k) {
 		be = selOpenBLAS
 	}
 	serial := goSgemmSerial

@@ -5,10 +5,9 @@
 // Three backends exist. On CPUs with AVX-512 the default is this
 // package's own: GotoBLAS blocking around a 12×32 micro-kernel in
 // assembly (gemm_avx512.go), 1.2–1.7× OpenBLAS 0.3.21 on AMD Zen 5, whose
-// Skylake-X kernel reaches less than half of that core's peak; products
-// narrower than 48 columns, shorter than 24 rows or under 2¹⁹
-// multiply-adds, where packing in Go costs more than OpenBLAS's, still go
-// to OpenBLAS.
+// Skylake-X kernel reaches less than half of that core's peak. Products
+// it would run slower (avxTakes: very narrow ones, and small ones whose
+// Aᵀ it would pack in Go) still go to OpenBLAS.
 // OpenBLAS is loaded at run time with dlopen (through
 // github.com/ebitengine/purego), so a plain `go build` with CGO_ENABLED=0
 // still works and the binary runs without the library; when the library is

@@ -1,5 +1,7 @@
 package blas
 
+import "fmt"
+
 // The AVX-512 backend: GotoBLAS blocking around a 12×32 micro-kernel in
 // assembly (gemm_avx512_amd64.s). OpenBLAS 0.3.21 runs its Skylake-X
 // kernel on AMD Zen 5 at about 45 % of the core's peak (60 of 133 GMAC/s
@@ -40,15 +42,22 @@ func putAVXBuf(b *[]float32) {
 // over k in increasing order within each kcA block, blocks in order, so
 // the result depends on the sizes only, not on the operands' layout.
 func avxSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	if beta != 0 && beta != 1 {
-		scaleC(m, n, beta, c, ldc)
-		beta = 1
-	}
 	if m*n*k <= smallMACs {
 		scaleC(m, n, beta, c, ldc)
 		smallGemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, c, ldc)
 		return
 	}
+	avxGemm(nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// avxGemm is avxSgemmSerial's blocking; packed, when not nil, is
+// alpha·op(A) already packed by PackA (a, lda, transA and alpha unused).
+func avxGemm(packed []float32, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if beta != 0 && beta != 1 {
+		scaleC(m, n, beta, c, ldc)
+		beta = 1
+	}
+	mPad := (m + mrA - 1) / mrA * mrA
 	bufp := getAVXBuf()
 	buf := *bufp
 	bp, ap := buf[:kcA*ncA], buf[kcA*ncA:]
@@ -63,20 +72,102 @@ func avxSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32
 			}
 			for ic := 0; ic < m; ic += mcA {
 				mb := min(mcA, m-ic)
-				avxPackA(transA, mb, kb, alpha, a, lda, ic, pc, ap)
+				// A row-major A with alpha 1 is read in place, twelve
+				// rows at a time (sgemmKernel12x32U): packing it
+				// transposes it element by element, which cost as much
+				// as the product on resnet18-cifar's convolutions. Only
+				// a last panel of fewer rows is packed.
+				inPlace := packed == nil && !transA && alpha == 1
+				full := mb
+				switch {
+				case packed != nil:
+					ap = packed[pc*mPad+ic*kb:]
+				case inPlace:
+					full = mb / mrA * mrA
+					if full < mb {
+						avxPackA(false, mb-full, kb, 1, a, lda, ic+full, pc, ap)
+					}
+				default:
+					avxPackA(transA, mb, kb, alpha, a, lda, ic, pc, ap)
+				}
 				for jr := 0; jr < nb; jr += nrA {
 					cols := min(nrA, nb-jr)
 					mask := uint64(1)<<cols - 1
 					bpan := &bp[jr*kb]
 					for ir := 0; ir < mb; ir += mrA {
 						rows := min(mrA, mb-ir)
-						sgemmKernel12x32(kb, &ap[ir*kb], bpan, &c[(ic+ir)*ldc+jc+jr], ldc, rows, mask, acc)
+						ct := &c[(ic+ir)*ldc+jc+jr]
+						switch {
+						case !inPlace:
+							sgemmKernel12x32(kb, &ap[ir*kb], bpan, ct, ldc, rows, mask, acc)
+						case ir < full:
+							sgemmKernel12x32U(kb, &a[(ic+ir)*lda+pc], lda, bpan, ct, ldc, mask, acc)
+						default:
+							sgemmKernel12x32(kb, &ap[0], bpan, ct, ldc, rows, mask, acc)
+						}
 					}
 				}
 			}
 		}
 	}
 	putAVXBuf(bufp)
+}
+
+// PackedSize returns the length of the buffer PackA needs for an m×k
+// op(A) under the AVX-512 backend, or 0 where Sgemm would not run an m×n×k
+// product with a packed op(A) on it (another backend, or a product it
+// leaves to OpenBLAS): then PackA must not be used. A row-major A that a
+// product reads in place gains nothing from packing: PackA is for Aᵀ.
+func PackedSize(m, n, k int) int {
+	setup()
+	if sel.Load() != selAVX512 || m*n*k <= smallMACs || !avxTakes(true, 1, m, n, k) {
+		return 0
+	}
+	return (m + mrA - 1) / mrA * mrA * k
+}
+
+// PackA packs alpha·op(A) (m×k, op(A) = Aᵀ when transA) into dst
+// (PackedSize(m, n, k) elements) for SgemmPackedSerial: a weight that
+// several products share is then packed once instead of once a product.
+func PackA(transA bool, m, k int, alpha float32, a []float32, lda int, dst []float32) {
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	if lda < max(1, ac) || len(a) < (ar-1)*lda+ac {
+		panic(fmt.Sprintf("blas: PackA of %d×%d with lda %d from %d elements", ar, ac, lda, len(a)))
+	}
+	mPad := (m + mrA - 1) / mrA * mrA
+	if len(dst) < mPad*k {
+		panic(fmt.Sprintf("blas: PackA into %d elements, want %d", len(dst), mPad*k))
+	}
+	for pc := 0; pc < k; pc += kcA {
+		kb := min(kcA, k-pc)
+		for ic := 0; ic < m; ic += mcA {
+			avxPackA(transA, min(mcA, m-ic), kb, alpha, a, lda, ic, pc, dst[pc*mPad+ic*kb:])
+		}
+	}
+}
+
+// SgemmPackedSerial computes C = P·op(B) + beta·C on the calling
+// goroutine, P the m×k matrix PackA packed into packed; m, n and k must be
+// those PackedSize was asked for.
+func SgemmPackedSerial(m, n, k int, packed []float32, transB bool, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m*n*k == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if len(packed) < (m+mrA-1)/mrA*mrA*k {
+		panic("blas: SgemmPackedSerial: packed operand too short")
+	}
+	br, bc := k, n
+	if transB {
+		br, bc = n, k
+	}
+	if ldb < max(1, bc) || len(b) < (br-1)*ldb+bc || ldc < max(1, n) || len(c) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("blas: SgemmPackedSerial %d×%d×%d: B (%d elements, ldb %d) or C (%d, ldc %d) too short", m, n, k, len(b), ldb, len(c), ldc))
+	}
+	avxGemm(packed, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
 }
 
 // avxPackB packs op(B)[pc:pc+kb, jc:jc+nb] into panels of nrA columns,

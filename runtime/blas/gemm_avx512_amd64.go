@@ -10,3 +10,6 @@ var haveAVX512 = cpufeat.AVX512F
 
 //go:noescape
 func sgemmKernel12x32(kc int, a, b, c *float32, ldc, rows int, mask uint64, acc int)
+
+//go:noescape
+func sgemmKernel12x32U(kc int, a *float32, lda int, b, c *float32, ldc int, mask uint64, acc int)

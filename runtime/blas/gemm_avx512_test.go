@@ -17,49 +17,51 @@ func TestAVXSgemmSerial(t *testing.T) {
 		t.Skip("no AVX-512")
 	}
 	r := rand.New(rand.NewPCG(1, 1))
-	for _, s := range [][3]int{{1, 1, 1}, {13, 33, 7}, {12, 32, 256}, {25, 70, 300}, {200, 1100, 513}, {64, 256, 576}, {11, 31, 600}, {5, 40, 40}} {
+	for _, s := range [][3]int{{1, 1, 1}, {13, 33, 7}, {12, 32, 256}, {25, 70, 300}, {200, 1100, 300}, {64, 256, 576}, {11, 31, 600}, {5, 40, 40}} {
 		m, n, k := s[0], s[1], s[2]
 		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 			for _, beta := range []float32{0, 1, 0.5} {
-				lda, ldb := k+3, n+1
-				if tr[0] {
-					lda = m + 2
-				}
-				if tr[1] {
-					ldb = k + 5
-				}
-				ra, rb := m, k
-				if tr[0] {
-					ra = k
-				}
-				if tr[1] {
-					rb = n
-				}
-				a, b := randSlice(r, ra*lda), randSlice(r, rb*ldb)
-				ldc := n + 4
-				c0 := randSlice(r, m*ldc)
-				c1 := append([]float32(nil), c0...)
-				avxSgemmSerial(tr[0], tr[1], m, n, k, 1.5, a, lda, b, ldb, beta, c1, ldc)
-				for i := 0; i < m; i++ {
-					for j := 0; j < ldc; j++ {
-						want := float64(c0[i*ldc+j])
-						if j < n {
-							var s float64
-							for p := 0; p < k; p++ {
-								ai, bi := i*lda+p, p*ldb+j
-								if tr[0] {
-									ai = p*lda + i
+				for _, alpha := range []float32{1, 1.5} {
+					lda, ldb := k+3, n+1
+					if tr[0] {
+						lda = m + 2
+					}
+					if tr[1] {
+						ldb = k + 5
+					}
+					ra, rb := m, k
+					if tr[0] {
+						ra = k
+					}
+					if tr[1] {
+						rb = n
+					}
+					a, b := randSlice(r, ra*lda), randSlice(r, rb*ldb)
+					ldc := n + 4
+					c0 := randSlice(r, m*ldc)
+					c1 := append([]float32(nil), c0...)
+					avxSgemmSerial(tr[0], tr[1], m, n, k, alpha, a, lda, b, ldb, beta, c1, ldc)
+					for i := 0; i < m; i++ {
+						for j := 0; j < ldc; j++ {
+							want := float64(c0[i*ldc+j])
+							if j < n {
+								var s float64
+								for p := 0; p < k; p++ {
+									ai, bi := i*lda+p, p*ldb+j
+									if tr[0] {
+										ai = p*lda + i
+									}
+									if tr[1] {
+										bi = j*ldb + p
+									}
+									av, bv := a[ai], b[bi]
+									s += float64(av) * float64(bv)
 								}
-								if tr[1] {
-									bi = j*ldb + p
-								}
-								av, bv := a[ai], b[bi]
-								s += float64(av) * float64(bv)
+								want = float64(alpha)*s + float64(beta)*want
 							}
-							want = 1.5*s + float64(beta)*want
-						}
-						if math.Abs(float64(c1[i*ldc+j])-want) > 1e-3*(1+math.Abs(want)) {
-							t.Fatalf("%v %v beta %v: c[%d,%d] = %v, want %v", s, tr, beta, i, j, c1[i*ldc+j], want)
+							if math.Abs(float64(c1[i*ldc+j])-want) > 1e-3*(1+math.Abs(want)) {
+								t.Fatalf("%v %v alpha %v beta %v: c[%d,%d] = %v, want %v", s, tr, alpha, beta, i, j, c1[i*ldc+j], want)
+							}
 						}
 					}
 				}
@@ -76,7 +78,7 @@ func BenchmarkBackends(b *testing.B) {
 	if !haveAVX512 || !obLoaded {
 		b.Skip("needs AVX-512 and OpenBLAS")
 	}
-	for _, s := range [][5]int{{16, 676, 64, 0, 0}, {32, 275, 256, 0, 0}, {16, 64, 676, 0, 1}, {32, 256, 275, 0, 1}, {256, 275, 32, 1, 0}, {1024, 1024, 1024, 0, 0}, {256, 64, 2304, 0, 0}, {256, 32, 2304, 0, 0}, {128, 256, 1152, 0, 0}, {64, 256, 576, 0, 0}, {256, 2304, 64, 0, 1}, {2304, 64, 256, 1, 0}, {512, 32, 512, 0, 0}} {
+	for _, s := range [][5]int{{256, 16, 2304, 0, 0}, {64, 8, 576, 0, 0}, {48, 96, 96, 0, 0}, {24, 64, 128, 0, 0}, {16, 676, 64, 0, 0}, {32, 275, 256, 0, 0}, {16, 64, 676, 0, 1}, {32, 256, 275, 0, 1}, {256, 275, 32, 1, 0}, {1024, 1024, 1024, 0, 0}, {256, 64, 2304, 0, 0}, {256, 32, 2304, 0, 0}, {128, 256, 1152, 0, 0}, {64, 256, 576, 0, 0}, {256, 2304, 64, 0, 1}, {2304, 64, 256, 1, 0}, {512, 32, 512, 0, 0}} {
 		m, n, k := s[0], s[1], s[2]
 		tA, tB := s[3] == 1, s[4] == 1
 		for _, be := range []string{"ob", "avx"} {
@@ -100,5 +102,52 @@ func BenchmarkBackends(b *testing.B) {
 				b.ReportMetric(float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
 		}
+	}
+}
+
+// TestPackedA checks that a product on an operand packed once by PackA
+// equals, bit for bit, the AVX-512 product that packs it itself, for both
+// orientations of A, several K blocks and row counts not a multiple of
+// the tile, and that PackedSize declines what Sgemm would not run there.
+func TestPackedA(t *testing.T) {
+	prev, err := SetBackend(AVX512)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer SetBackend(prev)
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, s := range [][3]int{{64, 256, 576}, {30, 400, 100}, {200, 96, 600}} {
+		m, n, k := s[0], s[1], s[2]
+		size := PackedSize(m, n, k)
+		if size == 0 {
+			t.Fatalf("%v: PackedSize 0", s)
+		}
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}} {
+			lda, ldb := k, n
+			if tr[0] {
+				lda = m
+			}
+			if tr[1] {
+				ldb = k
+			}
+			a, b := randSlice(r, m*k), randSlice(r, k*n)
+			c0, c1 := randSlice(r, m*n), make([]float32, m*n)
+			copy(c1, c0)
+			avxSgemmSerial(tr[0], tr[1], m, n, k, 1, a, lda, b, ldb, 1, c0, n)
+			p := make([]float32, size)
+			PackA(tr[0], m, k, 1, a, lda, p)
+			SgemmPackedSerial(m, n, k, p, tr[1], b, ldb, 1, c1, n)
+			for i := range c0 {
+				if math.Float32bits(c0[i]) != math.Float32bits(c1[i]) {
+					t.Fatalf("%v %v: c[%d] = %v packed, %v not", s, tr, i, c1[i], c0[i])
+				}
+			}
+		}
+	}
+	if obLoaded && PackedSize(64, 16, 576) != 0 {
+		t.Error("PackedSize packs an Aᵀ product that Sgemm leaves to OpenBLAS")
+	}
+	if _, err := SetBackend(Go); err == nil && PackedSize(64, 256, 576) != 0 {
+		t.Error("PackedSize packs under the Go backend")
 	}
 }

@@ -429,9 +429,12 @@ func ConvWorkspaceSize(s *ConvShape) int {
 	}
 	w := convWorkers(s, -1)
 	per := w*s.colPerWorker() + (w-1)*s.WeightSize()
+	if s.Group == 1 && s.colPerWorker() > 0 {
+		per += weightPackSize(s, s.T)
+	}
 	if nb := convBatch(s); nb > 0 {
 		w := min(Workers(), (s.N+nb-1)/nb)
-		per = max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize())
+		per = max(per, w*chunkWS(s, nb)+(w-1)*s.WeightSize()+weightPackSize(s, nb*s.T))
 	}
 	if s.taps != nil && s.taps.gemm && s.N > 0 {
 		per = max(per, tapWS(s, true))
@@ -549,6 +552,14 @@ func convBackwardChunked(s *ConvShape, nb, workers int, x, w, dy, dx, dw, ws []f
 	chunks := (s.N + nb - 1) / nb
 	workers = min(workers, chunks)
 	gemm := gemmFor(workers)
+	var wp []float32
+	if dx != nil && workers > 1 {
+		tail := workers * per
+		if dw != nil {
+			tail += (workers - 1) * wSize
+		}
+		wp = packedWeights(s, nb*T, w, ws[min(tail, len(ws)):])
+	}
 	parallelWorkers(workers, chunks, func(wk, lo, hi int) {
 		buf := ws[wk*per : (wk+1)*per]
 		col, g, plane := buf[:s.D*nb*T], buf[s.D*nb*T:(s.D+s.M)*nb*T], buf[(s.D+s.M)*nb*T:]
@@ -569,7 +580,11 @@ func convBackwardChunked(s *ConvShape, nb, workers int, x, w, dy, dx, dw, ws []f
 				gemm(false, true, s.M, s.D, ld, 1, g, ld, col, ld, 1, dwp, s.D)
 			}
 			if dx != nil {
-				gemm(true, false, s.D, ld, s.M, 1, w, s.D, g, ld, 0, col, ld)
+				if wp != nil && n == nb {
+					blas.SgemmPackedSerial(s.D, ld, s.M, wp, false, g, ld, 0, col, ld)
+				} else {
+					gemm(true, false, s.D, ld, s.M, 1, w, s.D, g, ld, 0, col, ld)
+				}
 				for i := 0; i < n; i++ {
 					dxi := dx[(i0+i)*xs : (i0+i+1)*xs]
 					if s.gmap != nil {
@@ -835,6 +850,25 @@ func gemmFor(workers int) func(transA, transB bool, m, n, k int, alpha float32, 
 	return blas.Sgemm
 }
 
+// weightPackSize is the workspace for the input gradient's weights (wᵀ,
+// D×M) packed once a call (packedWeights) for products n columns wide, 0
+// where the BLAS backend does not pack them. (The forward's w is read in
+// place by the AVX-512 backend.)
+func weightPackSize(s *ConvShape, n int) int { return blas.PackedSize(s.D, n, s.M) }
+
+// packedWeights packs wᵀ (w is M×D) as the A operand of the workers'
+// D×n×M input-gradient products into tail when the BLAS backend packs and
+// tail has room, so that the workers share one packing instead of one a
+// product (a chunk or a sample each); nil otherwise.
+func packedWeights(s *ConvShape, n int, w []float32, tail []float32) []float32 {
+	sz := blas.PackedSize(s.D, n, s.M)
+	if sz == 0 || len(tail) < sz {
+		return nil
+	}
+	blas.PackA(true, s.D, s.M, 1, w, s.D, tail[:sz])
+	return tail[:sz]
+}
+
 // ConvForward computes y = conv(x, w) + bias. Shapes: x N×C×In, w M×D, bias
 // M (or nil), y N×M×T. ws must hold at least ColSize() elements
 // (ConvWorkspaceSize for full parallelism); pointwise convolutions need
@@ -941,6 +975,14 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	}
 	gemm := gemmFor(workers)
 	cg, mg := s.C/s.Group, s.M/s.Group
+	var wp []float32
+	if dx != nil && workers > 1 && s.Group == 1 && colSize > 0 {
+		tail := workers * colSize
+		if dw != nil {
+			tail += (workers - 1) * wSize
+		}
+		wp = packedWeights(s, s.T, w, ws[min(tail, len(ws)):])
+	}
 	parallelWorkers(workers, s.N, func(wk, lo, hi int) {
 		col := ws[wk*colSize : (wk+1)*colSize]
 		dwp := workerGrad(dw, ws, workers, colSize, wSize, wk)
@@ -964,7 +1006,11 @@ func ConvBackward(s *ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 						gemm(true, false, s.D, s.T, mg, 1, w[g*mg*s.D:], s.D, dyg, s.T, 0, dxg, s.T)
 						continue
 					}
-					gemm(true, false, s.D, s.T, mg, 1, w[g*mg*s.D:], s.D, dyg, s.T, 0, col, s.T)
+					if wp != nil {
+						blas.SgemmPackedSerial(s.D, s.T, s.M, wp, false, dyg, s.T, 0, col, s.T)
+					} else {
+						gemm(true, false, s.D, s.T, mg, 1, w[g*mg*s.D:], s.D, dyg, s.T, 0, col, s.T)
+					}
 					clear(dxg)
 					col2im(&s.g, col, cg, dxg)
 				}

@@ -110,3 +110,53 @@ func TestConvTapsSelection(t *testing.T) {
 		t.Errorf("a short workspace takes the tap-class path (chunk %d)", nb)
 	}
 }
+
+// TestConvPackedWeights checks the paths that pack the weights once a
+// call for the workers' input-gradient products (packedWeights: the
+// per-sample and the chunked path) against the one-worker path, and the
+// forward (w read in place) against the dense reference, on shapes large
+// enough for the AVX-512 backend to pack.
+func TestConvPackedWeights(t *testing.T) {
+	prevBE, err := blas.SetBackend(blas.AVX512)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer blas.SetBackend(prevBE)
+	defer blas.SetThreads(blas.SetThreads(2))
+	for ci, sh := range []ConvShape{
+		{N: 3, C: 8, M: 32, In: []int{16, 16}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}, // per-sample (T = 256)
+		{N: 9, C: 8, M: 32, In: []int{8, 8}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},   // chunked
+		{N: 7, C: 32, M: 48, In: []int{9, 7}, Kernel: []int{3, 2}, Strides: []int{2, 1}},     // chunked, last chunk short
+		{N: 2, C: 4, M: 30, In: []int{20, 20}, Kernel: []int{5, 5}, Pads: []int{2, 2, 2, 2}}, // M not a multiple of 12
+	} {
+		s := sh
+		if err := s.Init(); err != nil {
+			t.Fatal(err)
+		}
+		n := s.T
+		if nb := convBatch(&s); nb > 0 {
+			n = nb * s.T
+		}
+		if blas.PackedSize(s.D, n, s.M) == 0 {
+			t.Fatalf("case %d: %d×%d×%d is not packed; the test needs shapes that are", ci, s.M, n, s.D)
+		}
+		r := newRand(uint64(60 + ci))
+		x, w, b := randn(r, s.N*s.C*s.InSize), randn(r, s.M*s.D), randn(r, s.M)
+		dy := randn(r, s.N*s.M*s.T)
+		ws := make([]float32, ConvWorkspaceSize(&s))
+		y := make([]float32, len(dy))
+		ConvForward(&s, x, w, b, y, ws)
+		name := fmt.Sprintf("case %d", ci)
+		allClose(t, name+" forward", y, naiveConv(&s, x, w, b), 1e-3, 1e-4)
+		one := make([]float32, s.ColSize())
+		dx0, dw0 := make([]float32, len(x)), make([]float32, len(w))
+		ConvBackward(&s, x, w, dy, dx0, dw0, nil, one)
+		dx1, dw1 := make([]float32, len(x)), make([]float32, len(w))
+		ConvBackward(&s, x, w, dy, dx1, dw1, nil, ws)
+		allClose32(t, name+" dx", dx1, dx0, 1e-4, 1e-4)
+		allClose32(t, name+" dw", dw1, dw0, 1e-3, 1e-4)
+		clear(dx1)
+		ConvBackward(&s, nil, w, dy, dx1, nil, nil, ws)
+		allClose32(t, name+" dx only", dx1, dx0, 1e-4, 1e-4)
+	}
+}
