@@ -1,6 +1,10 @@
 package blas
 
-import "fmt"
+import (
+	"fmt"
+
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
+)
 
 // The AVX-512 backend: GotoBLAS blocking around a 12×32 micro-kernel in
 // assembly (gemm_avx512_amd64.s). OpenBLAS 0.3.21 runs its Skylake-X
@@ -53,6 +57,12 @@ func avxSgemmSerial(transA, transB bool, m, n, k int, alpha float32, a []float32
 // avxGemm is avxSgemmSerial's blocking; packed, when not nil, is
 // alpha·op(A) already packed by PackA (a, lda, transA and alpha unused).
 func avxGemm(packed []float32, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	avxGemmIdx(packed, transA, transB, m, n, k, alpha, a, lda, b, ldb, nil, beta, c, ldc)
+}
+
+// avxGemmIdx is avxGemm with op(B)'s unit-stride index remapped through
+// bidx when not nil (SgemmIdxB).
+func avxGemmIdx(packed []float32, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, bidx []int32, beta float32, c []float32, ldc int) {
 	if beta != 0 && beta != 1 {
 		scaleC(m, n, beta, c, ldc)
 		beta = 1
@@ -65,7 +75,11 @@ func avxGemm(packed []float32, transA, transB bool, m, n, k int, alpha float32, 
 		nb := min(ncA, n-jc)
 		for pc := 0; pc < k; pc += kcA {
 			kb := min(kcA, k-pc)
-			avxPackB(transB, kb, nb, b, ldb, pc, jc, bp)
+			if bidx != nil {
+				avxPackBIdx(transB, kb, nb, b, ldb, bidx, pc, jc, bp)
+			} else {
+				avxPackB(transB, kb, nb, b, ldb, pc, jc, bp)
+			}
 			acc := 0
 			if pc > 0 || beta == 1 {
 				acc = 1
@@ -168,6 +182,117 @@ func SgemmPackedSerial(m, n, k int, packed []float32, transB bool, b []float32, 
 		panic(fmt.Sprintf("blas: SgemmPackedSerial %d×%d×%d: B (%d elements, ldb %d) or C (%d, ldc %d) too short", m, n, k, len(b), ldb, len(c), ldc))
 	}
 	avxGemm(packed, false, transB, m, n, k, 1, nil, 0, b, ldb, beta, c, ldc)
+}
+
+// avxPackBIdx is avxPackB for SgemmIdxB: B's unit-stride index goes
+// through idx (B[p][j] = b[p·ldb + idx[j]], or with transB
+// b[j·ldb + idx[p]]).
+func avxPackBIdx(transB bool, kb, nb int, b []float32, ldb int, idx []int32, pc, jc int, dst []float32) {
+	for jr := 0; jr < nb; jr += nrA {
+		cols := min(nrA, nb-jr)
+		pan := dst[jr*kb : jr*kb+kb*nrA]
+		if !transB {
+			ix := idx[jc+jr : jc+jr+cols]
+			for p := 0; p < kb; p++ {
+				row := pan[p*nrA : (p+1)*nrA]
+				src := b[(pc+p)*ldb:]
+				for j, o := range ix {
+					row[j] = src[o]
+				}
+				clear(row[cols:])
+			}
+			continue
+		}
+		ix := idx[pc : pc+kb]
+		for j := 0; j < cols; j++ {
+			src := b[(jc+jr+j)*ldb:]
+			d := pan[j:]
+			for p, o := range ix {
+				d[p*nrA] = src[o]
+			}
+		}
+		if cols < nrA {
+			for p := 0; p < kb; p++ {
+				clear(pan[p*nrA+cols : (p+1)*nrA])
+			}
+		}
+	}
+}
+
+// IdxB reports whether SgemmIdxB may be called: the AVX-512 backend is
+// selected.
+func IdxB() bool {
+	setup()
+	return sel.Load() == selAVX512
+}
+
+// SgemmIdxB is Sgemm with op(B) read through an index on its unit-stride
+// dimension: op(B)[p][j] = b[p·ldb + idx[j]] (transB false, len(idx) ≥ n)
+// or b[j·ldb + idx[p]] (transB true, len(idx) ≥ k), every index within
+// its row of b. It lets a product read the taps of a convolution weight
+// that it needs where they are, instead of a packed copy of them. The
+// product is split over Threads() workers by columns (each packs its
+// part of B once). Only call it when IdxB reports true.
+func SgemmIdxB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, idx []int32, beta float32, c []float32, ldc int) {
+	if !IdxB() {
+		panic("blas: SgemmIdxB without the AVX-512 backend")
+	}
+	ar, ac := m, k
+	if transA {
+		ar, ac = k, m
+	}
+	br, nIdx := k, n
+	if transB {
+		br, nIdx = n, k
+	}
+	if m < 0 || n < 0 || k < 0 || len(idx) < nIdx || lda < max(1, ac) || ldc < max(1, n) {
+		panic(fmt.Sprintf("blas: SgemmIdxB %d×%d×%d: bad sizes", m, n, k))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if len(c) < (m-1)*ldc+n {
+		panic("blas: SgemmIdxB: C too short")
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if len(a) < (ar-1)*lda+ac || len(b) < (br-1)*ldb {
+		panic("blas: SgemmIdxB: A or B too short")
+	}
+	for _, o := range idx[:nIdx] {
+		if o < 0 || int(o) >= ldb || (br-1)*ldb+int(o) >= len(b) {
+			panic(fmt.Sprintf("blas: SgemmIdxB: index %d outside B's rows of %d", o, ldb))
+		}
+	}
+	w := min(Threads(), max(1, m*n*k/obParallelMACs), (n+nrA-1)/nrA)
+	if w <= 1 {
+		avxGemmIdx(nil, transA, transB, m, n, k, alpha, a, lda, b, ldb, idx, beta, c, ldc)
+		return
+	}
+	chunk := ((n+w-1)/w + nrA - 1) / nrA * nrA
+	var wg par.Group
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		run := func() {
+			if transB {
+				avxGemmIdx(nil, transA, true, m, hi-lo, k, alpha, a, lda, b[lo*ldb:], ldb, idx, beta, c[lo:], ldc)
+			} else {
+				avxGemmIdx(nil, transA, false, m, hi-lo, k, alpha, a, lda, b, ldb, idx[lo:hi], beta, c[lo:], ldc)
+			}
+		}
+		if hi == n {
+			run()
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	wg.Wait()
 }
 
 // avxPackB packs op(B)[pc:pc+kb, jc:jc+nb] into panels of nrA columns,

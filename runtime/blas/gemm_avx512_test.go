@@ -151,3 +151,54 @@ func TestPackedA(t *testing.T) {
 		t.Error("PackedSize packs under the Go backend")
 	}
 }
+
+// TestSgemmIdxB checks SgemmIdxB against Sgemm on the B it reads through
+// its index (columns for B, row elements for Bᵀ), split over one to three
+// workers, with beta 0 and 1.
+func TestSgemmIdxB(t *testing.T) {
+	prev, err := SetBackend(AVX512)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer SetBackend(prev)
+	defer SetThreads(SetThreads(1))
+	r := rand.New(rand.NewPCG(3, 3))
+	for _, s := range [][3]int{{32, 512, 512}, {13, 70, 40}, {100, 33, 300}} {
+		m, n, k := s[0], s[1], s[2]
+		for _, transB := range []bool{false, true} {
+			// The stored matrix: rows of width ldb, of which idx picks.
+			rows, nIdx := k, n
+			if transB {
+				rows, nIdx = n, k
+			}
+			ldb := 3*nIdx + 5
+			b := randSlice(r, rows*ldb)
+			idx := make([]int32, nIdx)
+			for j := range idx {
+				idx[j] = int32(3*j + j%3)
+			}
+			// The dense B Sgemm gets.
+			bd := make([]float32, rows*nIdx)
+			for p := 0; p < rows; p++ {
+				for j, o := range idx {
+					bd[p*nIdx+j] = b[p*ldb+int(o)]
+				}
+			}
+			a := randSlice(r, m*k)
+			for _, threads := range []int{1, 2, 3} {
+				SetThreads(threads)
+				for _, beta := range []float32{0, 1} {
+					c0, c1 := randSlice(r, m*n), make([]float32, m*n)
+					copy(c1, c0)
+					Sgemm(false, transB, m, n, k, 1, a, k, bd, nIdx, beta, c0, n)
+					SgemmIdxB(false, transB, m, n, k, 1, a, k, b, ldb, idx, beta, c1, n)
+					for i := range c0 {
+						if d := math.Abs(float64(c0[i] - c1[i])); d > 1e-3*(1+math.Abs(float64(c0[i]))) {
+							t.Fatalf("%v transB %v threads %d beta %v: c[%d] = %v, Sgemm %v", s, transB, threads, beta, i, c1[i], c0[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
