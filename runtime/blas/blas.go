@@ -44,23 +44,27 @@ const (
 )
 
 // avxTakes reports whether the AVX-512 backend runs an m×n×k product
-// itself rather than leave it to OpenBLAS (when loaded). A row-major op(A)
-// with alpha 1 is read in place (sgemmKernel12x32U), so only op(B) is
-// packed, and the backend wins from 16 columns on (256×16×2304: 51 GMAC/s
-// against OpenBLAS's 47; 48×96×96: 92 against 58) but not at 8 (20
-// against 41). Any other op(A) is packed in Go, which costs as much as the
-// product for narrow or small products: there it needs 48 columns, two
-// tiles of rows (24) and 2¹⁹ multiply-adds (256×32×2304 with Aᵀ packed:
-// 51 against 56; cnn-fmnist's 16×64×676 weight gradient 30 against 39;
-// BenchmarkBackends).
+// itself rather than leave it to OpenBLAS (when loaded). Both need two
+// tiles of rows (24): below, most of a tile's rows are padding
+// (cnn-fmnist's 16×64×676 weight gradient: 36 GMAC/s against OpenBLAS's
+// 42). A row-major op(A) with alpha 1 is read in place
+// (sgemmKernel12x32U), so only op(B) is packed, and the backend wins from
+// 16 columns on (256×16×2304: 54 against 46; 48×96×96: 81 against 59) but
+// not at 8 (20 against 41). Any other op(A) is packed in Go, which costs
+// as much as the product for narrow or small products: there it needs 48
+// columns and 2¹⁹ multiply-adds (256×32×2304 with Aᵀ packed: 51 against
+// 56; BenchmarkBackends, one core).
 func avxTakes(transA bool, alpha float32, m, n, k int) bool {
 	if !obLoaded {
 		return true
 	}
+	if m < 2*mrA {
+		return false
+	}
 	if !transA && alpha == 1 {
 		return n >= 16
 	}
-	return n >= 48 && m >= 2*mrA && m*n*k >= 1<<19
+	return n >= 48 && m*n*k >= 1<<19
 }
 
 // backend values of sel.
