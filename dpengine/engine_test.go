@@ -436,3 +436,41 @@ func TestElementwiseWorkersAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestArithmeticBatchMatchesSamples: the batched per-sample gradients of
+// Add and Mul parameters (arithmeticBatch: LayerNorm affines, biases, layer
+// scales) give the per-sample norms and the clipped sum of the
+// sample-by-sample path, on the fixtures that have them, in every mode.
+func TestArithmeticBatchMatchesSamples(t *testing.T) {
+	defer func() { arithmeticBatchOff = false }()
+	for _, name := range []string{"vit", "beit", "crossvit"} {
+		gd := loadGolden(t, name)
+		for _, mode := range []Mode{BK, Ghost, Instantiate} {
+			var norms [2][]float64
+			var sums [2]map[string][]float32
+			for k, off := range []bool{true, false} {
+				arithmeticBatchOff = off
+				e := newEngine(t, name, mode, Clipping{Fn: Abadi, R: 1e-3}, false)
+				s, n, err := e.ClippedSum(gd.x, gd.y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				norms[k], sums[k] = n, s
+			}
+			for i := range norms[0] {
+				if d := math.Abs(norms[1][i] - norms[0][i]); d > 1e-6*norms[0][i] {
+					t.Errorf("%s %v sample %d: norm %v batched, %v sample by sample", name, mode, i, norms[1][i], norms[0][i])
+				}
+			}
+			for p, want := range sums[0] {
+				got := sums[1][p]
+				for j := range want {
+					if d := math.Abs(float64(got[j] - want[j])); d > 1e-5*(1e-3+math.Abs(float64(want[j]))) {
+						t.Errorf("%s %v %s[%d]: clipped sum %v batched, %v sample by sample", name, mode, p, j, got[j], want[j])
+						break
+					}
+				}
+			}
+		}
+	}
+}

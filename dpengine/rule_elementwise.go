@@ -9,7 +9,86 @@ import (
 // normalization affines.
 
 func init() {
-	registerElementwise(&elementwiseRule{operandGrad: arithmeticOperand}, "Add", "Sub", "Mul", "Div")
+	registerElementwise(&elementwiseRule{operandGrad: arithmeticOperand, batch: arithmeticBatch}, "Add", "Sub", "Mul", "Div")
+}
+
+// arithmeticBatchOff turns arithmeticBatch off (tests compare it with the
+// sample-by-sample path).
+var arithmeticBatchOff bool
+
+// arithmeticBatch is the per-sample gradient of a parameter added to or
+// multiplied with a batched activation of the output's own shape (a
+// GroupNorm's γ and β as torch exports them, a per-channel bias or scale),
+// for the whole physical batch in one call: the operation's gradient with
+// respect to the parameter reduced to [B, parameter shape] instead of to
+// the parameter's shape, which keeps each sample's sum apart. The
+// sample-by-sample path gathers each sample's output gradient and other
+// operand, multiplies and reduces, at ResNet-18's 20 affines about 4 % of
+// a book-keeping step. The sums are the same float64 sums of float32
+// products (in another order within a row). It reports false, doing
+// nothing, for any other case.
+func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
+	op := ev.Node.OpType
+	if arithmeticBatchOff || (op != "Add" && op != "Mul") || len(g.uses) != 1 || g.sub != nil || g.uses[0].idx != nil {
+		return false
+	}
+	us := g.uses[0]
+	k := us.use.Operand
+	if k < 0 || k > 1 || len(ev.Inputs) != 2 {
+		return false
+	}
+	B := e.cfg.PhysicalBatch
+	prm, other, dy := &ev.Inputs[k], &ev.Inputs[1-k], &ev.DOut
+	yShape := dy.Shape
+	r := len(yShape)
+	P := len(us.p.data)
+	if prm.BatchAxis >= 0 || other.BatchAxis != 0 || dy.BatchAxis != 0 || r < 2 || yShape[0] != B ||
+		len(prm.Shape) > r-1 || numel(prm.Shape) != P || P == 0 ||
+		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) {
+		return false
+	}
+	for d := range yShape {
+		if other.Shape[d] != yShape[d] {
+			return false
+		}
+	}
+	// [B, 1…, parameter shape]: the parameter right-aligned under the
+	// output's sample axes, each sample's reduction kept apart.
+	tShape := make([]int, r)
+	tShape[0] = B
+	for d := 1; d < r; d++ {
+		tShape[d] = 1
+	}
+	copy(tShape[r-len(prm.Shape):], prm.Shape)
+	for d := 1; d < r; d++ {
+		if tShape[d] != 1 && tShape[d] != yShape[d] {
+			return false
+		}
+	}
+	buf, err := growOn(e.dev, e.affineScratch, 2*B*P)
+	if err != nil {
+		return false // the general path reports it
+	}
+	e.affineScratch = buf
+	buf, stand := buf[:B*P], buf[B*P:]
+	if op == "Add" {
+		e.ops.ReduceToShape(dy.Data, yShape, buf, tShape)
+	} else {
+		// d(x·γ)/dγ, reduced per sample; stand is γ's stand-in of
+		// the reduced shape, which the gradient with respect to it does
+		// not read.
+		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf)
+	}
+	p := us.p
+	for i := 0; i < e.n; i++ {
+		gi := buf[i*P : (i+1)*P]
+		if p.ps != nil {
+			e.ops.Add(gi, p.ps[i*P:(i+1)*P])
+			continue
+		}
+		e.ops.AddSumSq(gi, p.normSq[i:i+1])
+	}
+	return true
 }
 
 // arithmeticOperand is sample s.i's gradient with respect to input s.k of
@@ -62,4 +141,13 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 	}
 	s.ops.ReduceToShape(d, gShape, s.out, s.opShape)
 	return nil
+}
+
+// numel is the number of elements of a shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
