@@ -114,7 +114,7 @@ type Engine struct {
 	opScratch []opScratch
 	// affineScratch holds arithmeticBatch's per-sample gradients.
 	affineScratch []float32
-	opErrs    []error
+	opErrs        []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64
