@@ -155,12 +155,33 @@ func PackA(transA bool, m, k int, alpha float32, a []float32, lda int, dst []flo
 	if len(dst) < mPad*k {
 		panic(fmt.Sprintf("blas: PackA into %d elements, want %d", len(dst), mPad*k))
 	}
-	for pc := 0; pc < k; pc += kcA {
-		kb := min(kcA, k-pc)
-		for ic := 0; ic < m; ic += mcA {
-			avxPackA(transA, min(mcA, m-ic), kb, alpha, a, lda, ic, pc, dst[pc*mPad+ic*kb:])
+	// The blocks are independent: split them over the workers when the
+	// operand is large (a convolution's weight, packed once a call while
+	// the other core would wait).
+	blocks := (m + mcA - 1) / mcA
+	pack := func(lo, hi int) {
+		for pc := 0; pc < k; pc += kcA {
+			kb := min(kcA, k-pc)
+			for ic := lo * mcA; ic < min(m, hi*mcA); ic += mcA {
+				avxPackA(transA, min(mcA, m-ic), kb, alpha, a, lda, ic, pc, dst[pc*mPad+ic*kb:])
+			}
 		}
 	}
+	w := min(Threads(), blocks, max(1, m*k/(1<<16)))
+	if w <= 1 {
+		pack(0, blocks)
+		return
+	}
+	var wg par.Group
+	for i := 1; i < w; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pack(i*blocks/w, (i+1)*blocks/w)
+		}()
+	}
+	pack(0, blocks/w)
+	wg.Wait()
 }
 
 // SgemmPackedSerial computes C = P·op(B) + beta·C on the calling
