@@ -20,6 +20,15 @@
 // partitions so that results are bitwise reproducible for a given worker
 // count. Matrix products go through package blas.
 //
+// Convolutions take one of four paths, chosen from the shape at Init and
+// the workspace given: depthwise ones slide their taps directly
+// (depthwise.go); maps of 256 positions or more unfold one sample at a
+// time (im2col, one GEMM a sample); smaller maps unfold chunks of samples
+// side by side (one GEMM a chunk, conv.go); and maps where a quarter or
+// more of the dense product is padding (ResNet's last stages on 32×32
+// inputs) group the output positions by the taps that reach the input and
+// multiply over those taps only (conv_taps.go).
+//
 // For differential privacy the package exposes the per-sample unfolded
 // convolution input (Im2Col, Im2ColPlane) and depthwise per-sample weight
 // gradients (DepthwisePerSampleGrad): the DP engine builds per-sample ghost
