@@ -22,6 +22,16 @@ func forEachBackend(t *testing.T, f func(t *testing.T)) {
 			f(t)
 		})
 	}
+	if haveAVX512 && obLoaded {
+		// Where OpenBLAS is absent the AVX-512 backend runs every
+		// product itself, the ones avxTakes leaves to OpenBLAS included.
+		t.Run("avx512-without-openblas", func(t *testing.T) {
+			prev, _ := SetBackend(AVX512)
+			obLoaded = false
+			defer func() { obLoaded = true; SetBackend(prev) }()
+			f(t)
+		})
+	}
 }
 
 func randSlice(r *rand.Rand, n int) []float32 {
