@@ -385,35 +385,37 @@ func parallelBands(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		serial(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	var wg par.Group
-	for lo := 0; lo < dim; lo += chunk {
-		hi := min(dim, lo+chunk)
-		var run func()
+	runBands(dim, chunk, func(lo, hi int) {
 		if byRows {
 			aoff := lo * lda
 			if transA {
 				aoff = lo
 			}
-			run = func() {
-				serial(transA, transB, hi-lo, n, k, alpha, a[aoff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
-			}
-		} else {
-			boff := lo
-			if transB {
-				boff = lo * ldb
-			}
-			run = func() {
-				serial(transA, transB, m, hi-lo, k, alpha, a, lda, b[boff:], ldb, beta, c[lo:], ldc)
-			}
+			serial(transA, transB, hi-lo, n, k, alpha, a[aoff:], lda, b, ldb, beta, c[lo*ldc:], ldc)
+			return
 		}
-		if hi == dim {
-			run() // the caller's goroutine takes the last band
+		boff := lo
+		if transB {
+			boff = lo * ldb
+		}
+		serial(transA, transB, m, hi-lo, k, alpha, a, lda, b[boff:], ldb, beta, c[lo:], ldc)
+	})
+}
+
+// runBands runs band(lo, hi) over [0, n) cut into bands of chunk, each on
+// a goroutine of its own but the last, which the caller's goroutine takes.
+func runBands(n, chunk int, band func(lo, hi int)) {
+	var wg par.Group
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		if hi == n {
+			band(lo, hi)
 			break
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run()
+			band(lo, hi)
 		}()
 	}
 	wg.Wait()

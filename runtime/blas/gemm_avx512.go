@@ -293,27 +293,13 @@ func SgemmIdxB(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 		return
 	}
 	chunk := ((n+w-1)/w + nrA - 1) / nrA * nrA
-	var wg par.Group
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(n, lo+chunk)
-		run := func() {
-			if transB {
-				avxGemmIdx(nil, transA, true, m, hi-lo, k, alpha, a, lda, b[lo*ldb:], ldb, idx, beta, c[lo:], ldc)
-			} else {
-				avxGemmIdx(nil, transA, false, m, hi-lo, k, alpha, a, lda, b, ldb, idx[lo:hi], beta, c[lo:], ldc)
-			}
+	runBands(n, chunk, func(lo, hi int) {
+		if transB {
+			avxGemmIdx(nil, transA, true, m, hi-lo, k, alpha, a, lda, b[lo*ldb:], ldb, idx, beta, c[lo:], ldc)
+		} else {
+			avxGemmIdx(nil, transA, false, m, hi-lo, k, alpha, a, lda, b, ldb, idx[lo:hi], beta, c[lo:], ldc)
 		}
-		if hi == n {
-			run()
-			break
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			run()
-		}()
-	}
-	wg.Wait()
+	})
 }
 
 // avxPackB packs op(B)[pc:pc+kb, jc:jc+nb] into panels of nrA columns,
