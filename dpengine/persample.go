@@ -143,6 +143,11 @@ type linearState struct {
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
 	alpha          float32
+	// gram is the convolution's ghost norm from its input's Gram
+	// (rule_conv.go, inputGramFor), built at the first use; gramTried
+	// records that the layer was looked at.
+	gram      *inputGram
+	gramTried bool
 }
 
 // needPerSample reports whether a parameter keeps B per-sample gradients.

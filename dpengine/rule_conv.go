@@ -66,6 +66,12 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 		})
 		return nil
 	}
+	if !ls.gramTried {
+		ls.gram, ls.gramTried = inputGramFor(s, groups, ls.decision), true
+	}
+	if gm := ls.gram; gm != nil {
+		return convGhostByGram(e, ls, us, gm, x, dy, inLen, outLen)
+	}
 	// Each sample's input is unfolded as col = a_iᵀ (D×T, the runtime's
 	// im2col layout, which the gather-map path fills fastest); then
 	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ.
@@ -191,5 +197,115 @@ func convBiasOperand(_ *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	out := s.out[:M]
 	s.lay.Fill(0, out)
 	s.ops.AddRunSums(s.gi[:M*T], out) // as convBias sums
+	return nil
+}
+
+// inputGram is a convolution's ghost norm term a_i a_iᵀ computed from the
+// sample's input without unfolding it. Row t of a_i holds x_i[c, p_k(t)]
+// for every channel c and tap k (zero where tap k of output position t
+// falls on the padding), so
+//
+//	(a_i a_iᵀ)[t, t'] = Σ_k Σ_c x_i[c, p_k(t)]·x_i[c, p_k(t')] = Σ_k X_i[p_k(t), p_k(t')]
+//
+// with X_i = x_iᵀx_i the S×S Gram of the input's positions over its
+// channels: S²·C multiply-adds and K·T² additions instead of unfolding
+// (D·T copies) and T²·D multiply-adds, K times fewer for a stride-1
+// convolution whose output is as large as its input (ResNet-18's 3×3
+// convolutions: 9×).
+type inputGram struct {
+	S, C, K, T     int
+	m              *runtime.IndexMap // K·T·T entries: p_k(t)·S + p_k(t'), or −1
+	gShape, aShape []int             // [K, T, T] and [1, T, T]
+}
+
+// inputGramFor returns the input-Gram form of a ghost-norm convolution
+// where it does fewer operations than the unfolded one, nil otherwise
+// (grouped convolutions, instantiated layers, strided convolutions whose
+// input is much larger than their output, maps too large for the gather).
+func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGram {
+	if d != rewrite.Ghost || groups != 1 {
+		return nil
+	}
+	S, T, K, C, D := s.InSize, s.T, s.K, s.C, s.D
+	if S*S*C+2*K*T*T >= T*T*D || K*T*T > 1<<22 || S*S > 1<<22 {
+		return nil
+	}
+	// p[k·T+t]: the input position tap k of output position t reads, or
+	// −1 on the padding.
+	nd := len(s.In)
+	p := make([]int, K*T)
+	for k := 0; k < K; k++ {
+		for t := 0; t < T; t++ {
+			pos, kr, tr := 0, k, t
+			ok := true
+			for a := nd - 1; a >= 0; a-- {
+				ka, ta := kr%s.Kernel[a], tr%s.Out[a]
+				kr, tr = kr/s.Kernel[a], tr/s.Out[a]
+				st, dl := 1, 1
+				if s.Strides != nil {
+					st = s.Strides[a]
+				}
+				if s.Dilations != nil {
+					dl = s.Dilations[a]
+				}
+				pb := 0
+				if s.Pads != nil {
+					pb = s.Pads[a]
+				}
+				i := ta*st + ka*dl - pb
+				if i < 0 || i >= s.In[a] {
+					ok = false
+				}
+				stride := 1
+				for b := a + 1; b < nd; b++ {
+					stride *= s.In[b]
+				}
+				pos += i * stride
+			}
+			if !ok {
+				pos = -1
+			}
+			p[k*T+t] = pos
+		}
+	}
+	idx := make([]int32, K*T*T)
+	for k := 0; k < K; k++ {
+		for t := 0; t < T; t++ {
+			for u := 0; u < T; u++ {
+				a, b := p[k*T+t], p[k*T+u]
+				v := int32(-1)
+				if a >= 0 && b >= 0 {
+					v = int32(a*S + b)
+				}
+				idx[(k*T+t)*T+u] = v
+			}
+		}
+	}
+	return &inputGram{S: S, C: C, K: K, T: T, m: runtime.NewIndexMap(idx, S*S, 0), gShape: []int{K, T, T}, aShape: []int{1, T, T}}
+}
+
+// convGhostByGram adds each sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ to
+// the parameter's squared norm, a_i a_iᵀ from the input's Gram.
+func convGhostByGram(e *Engine, ls *linearState, us *useState, gm *inputGram, x, dy *runtime.View, inLen, outLen int) error {
+	S, C, K, T := gm.S, gm.C, gm.K, gm.T
+	P := ls.conv.M
+	need := S*S + K*T*T + 2*T*T
+	bufs, err := e.workerBufs(need)
+	if err != nil {
+		return err
+	}
+	p := us.p
+	e.forSamples(e.n, func(w, i int) {
+		buf := bufs[w]
+		X, G := buf[:S*S], buf[S*S:S*S+K*T*T]
+		aa, gg := buf[S*S+K*T*T:S*S+K*T*T+T*T], buf[S*S+K*T*T+T*T:need]
+		xi := x.Data[i*inLen : (i+1)*inLen] // C×S
+		e.ops.GemmSerial(true, false, S, S, C, 1, xi, S, xi, S, 0, X, S)
+		e.lay.IndexGather(X, gm.m, G)
+		e.ops.ReduceToShape(G, gm.gShape, aa, gm.aShape)
+		gT := dy.Data[i*outLen : i*outLen+P*T]
+		e.ops.GemmSerial(true, false, T, T, P, 1, gT, T, gT, T, 0, gg, T)
+		e.ops.AddDot(1, aa, gg, p.normSq[i:i+1])
+	})
 	return nil
 }
