@@ -112,8 +112,10 @@ type Engine struct {
 	// buffers, shared by all groups (hooks run one at a time): a set per
 	// group added up to hundreds of MB on MobileNetV2.
 	opScratch []opScratch
-	// affineScratch holds arithmeticBatch's per-sample gradients.
+	// affineScratch holds arithmeticBatch's per-sample gradients and
+	// affineShape the shape it reduces to.
 	affineScratch []float32
+	affineShape   []int
 	opErrs        []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).

@@ -494,10 +494,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 	opShape := opView.Shape
 	opLen := len(opView.Data)
 	if opView.Data == nil {
-		opLen = 1
-		for _, d := range opShape {
-			opLen *= d
-		}
+		opLen = numel(opShape)
 	}
 	batched := opView.BatchAxis >= 0
 	perSample := opLen

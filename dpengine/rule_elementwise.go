@@ -54,7 +54,12 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	}
 	// [B, 1…, parameter shape]: the parameter right-aligned under the
 	// output's sample axes, each sample's reduction kept apart.
-	tShape := make([]int, r)
+	// The engine's scratch shape: a hook runs once a step per node, and
+	// this path allocates nothing per step.
+	if cap(e.affineShape) < r {
+		e.affineShape = make([]int, r)
+	}
+	tShape := e.affineShape[:r]
 	tShape[0] = B
 	for d := 1; d < r; d++ {
 		tShape[d] = 1

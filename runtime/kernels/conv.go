@@ -321,18 +321,8 @@ func (s *ConvShape) gatherCol(xi, col []float32, ld int, plane []float32) {
 			continue
 		}
 		for k := 0; k < K; k++ {
-			m := s.gmap[k*T : (k+1)*T]
-			dst := col[(c*K+k)*ld:]
-			dst = dst[:len(m)]
-			j := 0
-			if haveGatherAVX512 && len(m) >= 16 {
-				// buildGather's offsets all lie in the (padded) plane.
-				j = len(m) &^ 15
-				gatherAVX512(dst, src[:s.planeLen()], m)
-			}
-			for ; j < len(m); j++ {
-				dst[j] = src[m[j]]
-			}
+			// buildGather's offsets all lie in the (padded) plane.
+			gatherIdx(col[(c*K+k)*ld:], src[:s.planeLen()], s.gmap[k*T:(k+1)*T])
 		}
 	}
 }
