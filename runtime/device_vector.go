@@ -12,18 +12,20 @@ import (
 // their device slots (AddSumSq, AddDot, AddSumSqProduct) so that the host
 // reads no norm; the per-sample gradients of the rules that are not GEMMs
 // (Contract, NormAffineSampleGrad); and the trainer's divergence count.
-// Norms are summed in float64, element by element in order, so that every
-// device gives the engine's clip factors bit for bit.
+// Norms are summed in float64 in one order every backend follows, the
+// lane order (lanesum.go), so that every device gives the engine's clip
+// factors bit for bit.
 type VectorOps interface {
-	// SumSq returns ‖x‖² = Σ_k x_k², accumulated in float64 in the order
-	// of x: the squared norm of one sample's gradient (or of one piece of
+	// SumSq returns ‖x‖² = Σ_k x_k², accumulated in float64 in the lane
+	// order (SumSqLanes): the squared norm of one sample's gradient (or of one piece of
 	// it). It runs on one worker.
 	SumSq(x []float32) float64
 	// SquaredNorms writes dst[i] = ‖x_i‖² (as SumSq) for the len(dst)
 	// samples x_i stacked in x, each len(x)/len(dst) elements: the
 	// per-sample squared norms of instantiated gradients (B×size).
 	SquaredNorms(x []float32, dst []float64)
-	// Dot returns Σ_k a_k·b_k accumulated in float64 (len(b) ≥ len(a)):
+	// Dot returns Σ_k a_k·b_k accumulated in float64 in the lane order
+	// (DotLanes; len(b) ≥ len(a)):
 	// the inner product ⟨a_i a_iᵀ, g_i g_iᵀ⟩ of the ghost norm (the
 	// paper's eq. 3.1). It runs on one worker.
 	Dot(a, b []float32) float64
@@ -57,13 +59,13 @@ type VectorOps interface {
 	// squared norms cleared before a physical batch's backward pass.
 	ZeroNormSq(x []float64)
 	// AddSumSq computes dst[0] ← dst[0] + SumSq(x), the sum of squares
-	// summed from 0 in float64 in the order of x and then added: one
+	// summed from 0 in float64 in the lane order and then added: one
 	// sample's squared gradient norm (or a piece of it) accumulated into
 	// its slot of device memory, so that the host reads no scalar. It
 	// runs on one worker.
 	AddSumSq(x []float32, dst []float64)
 	// AddDot computes dst[0] ← dst[0] + alpha·Dot(a, b), the dot product
-	// summed from 0 in float64 in order (len(b) ≥ len(a)), multiplied by
+	// summed from 0 in float64 in the lane order (len(b) ≥ len(a)), multiplied by
 	// alpha and then added: a ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ (the paper's
 	// eq. 3.1; alpha is a Gemm's α², else 1) accumulated into the sample's
 	// squared norm. It runs on one worker.
@@ -128,13 +130,7 @@ type ContractLoop struct {
 }
 
 // SumSq implements VectorOps.
-func (CPU) SumSq(x []float32) float64 {
-	var s float64
-	for _, v := range x {
-		s += float64(v) * float64(v)
-	}
-	return s
-}
+func (CPU) SumSq(x []float32) float64 { return SumSqLanes(x) }
 
 // SquaredNorms implements VectorOps.
 func (c CPU) SquaredNorms(x []float32, dst []float64) {
@@ -148,14 +144,7 @@ func (c CPU) SquaredNorms(x []float32, dst []float64) {
 }
 
 // Dot implements VectorOps.
-func (CPU) Dot(a, b []float32) float64 {
-	b = b[:len(a)] // one bounds check, not one per element
-	var s float64
-	for i, v := range a {
-		s += float64(v) * float64(b[i])
-	}
-	return s
-}
+func (CPU) Dot(a, b []float32) float64 { return DotLanes(a, b) }
 
 // Scale implements VectorOps.
 func (CPU) Scale(alpha float32, x []float32) {

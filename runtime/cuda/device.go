@@ -41,7 +41,7 @@ func moduleSource(mod string) (string, error) {
 
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
-	"vector.cu": {"sum_sq_rows", "dot", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows", "zero_f64", "add_sum_sq", "add_dot", "add_sum_sq_product", "add_scaled_rows", "scale_rows", "contract", "norm_affine_sample_grad", "count_non_finite"},
+	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_sample_grad", "count_non_finite"},
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
@@ -50,7 +50,7 @@ var deviceKernels = map[string][]string{
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col_plane", "conv_weight_grad"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
-	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
+	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_normalize", "row_grad_sums", "row_normalize_bwd",
 		"row_affine", "row_affine_grad_sums", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd"},

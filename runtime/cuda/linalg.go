@@ -85,14 +85,24 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 	d.reduceTo(x[:nx], xShape, t[:nt], tShape, "ReduceToShape")
 }
 
+// reduceWide is the number of terms from which an element of
+// ReduceToShape is a warp's (tests lower it to run both kernels).
+var reduceWide = 64
+
 // reduceTo launches reduce_to_shape (x and t non-empty).
 func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, op string) {
 	l := newLayout(xShape, reducedAxes(xShape, tShape), xShape)
 	args := d.begin()
 	defer d.end(op)
-	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(len(x) / len(t)))
+	m := len(x) / len(t)
+	wide := m >= reduceWide
+	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(b2i(wide))
 	l.arg(args)
-	d.launch("reduce_to_shape", int64(len(t)))
+	if wide {
+		d.launch("reduce_to_shape", 32*int64(len(t)))
+	} else {
+		d.launch("reduce_to_shape", int64(len(t)))
+	}
 }
 
 // numElems is the number of elements of a shape (1 for a scalar's []).

@@ -283,7 +283,16 @@ var linalgCases = []valueCase{
 // TestLinalgOps holds the Device's LinalgOps to the reference backend and
 // the CPU on random shapes, through the emulation.
 func TestLinalgOps(t *testing.T) {
-	testValueCases(t, emuDevice(t), linalgCases, 40)
+	d := emuDevice(t)
+	testValueCases(t, d, linalgCases, 40)
+	// Every ReduceToShape element a warp's, however few its terms.
+	defer func(w int) { reduceWide = w }(reduceWide)
+	reduceWide = 1
+	for _, c := range linalgCases {
+		if c.name == "ReduceToShape" {
+			t.Run("wide", func(t *testing.T) { testValueCases(t, d, []valueCase{c}, 40) })
+		}
+	}
 }
 
 // TestGemmEdges covers the GEMMs' edge sizes on the emulation: empty
@@ -336,7 +345,7 @@ func TestGraphOpsOnFake(t *testing.T) {
 }
 
 // TestCommonHeader checks that what several kernel modules share
-// (kernels/common.cuh: FOR_EACH, Layout, d_exp and d_log) exists once: every
+// (kernels/common.cuh: FOR_EACH, WARP_FOR_EACH, warp_sum, Layout, d_exp and d_log) exists once: every
 // module's loaded source starts with the header, the header defines no
 // kernel of its own, and no module's file carries a copy of a definition.
 func TestCommonHeader(t *testing.T) {
@@ -347,7 +356,7 @@ func TestCommonHeader(t *testing.T) {
 	if k := KernelNames(string(common)); len(k) != 0 {
 		t.Errorf("%s defines kernels %v", commonHeader, k)
 	}
-	defs := []string{"#define FOR_EACH", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
+	defs := []string{"#define FOR_EACH", "#define WARP_FOR_EACH", "double warp_sum(", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
 	for _, d := range defs {
 		if n := strings.Count(string(common), d); n != 1 {
 			t.Errorf("%s: %q %d times, want once", commonHeader, d, n)

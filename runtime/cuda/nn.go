@@ -130,48 +130,85 @@ func (d *Device) scratch64(n int) DevicePtr {
 	return p
 }
 
-// ConvScratchSize implements runtime.NNOps: the direct kernels need none.
-func (d *Device) ConvScratchSize(*runtime.ConvShape) int { return 0 }
+// ConvScratchSize implements runtime.NNOps: a chunk's unfolded input and
+// packed output gradient on the GEMM path (conv.go), none on the direct
+// kernels.
+func (d *Device) ConvScratchSize(s *runtime.ConvShape) int { return convScratch(s) }
 
 // convSizes returns the element counts of x, w and y.
 func convSizes(s *runtime.ConvShape) (nx, nw, ny int) {
 	return s.N * s.C * numel(s.In), s.M * s.C / max(s.Group, 1) * numel(s.Kernel), s.N * s.M * numel(s.Out)
 }
 
-// Conv implements runtime.NNOps: a thread per output element.
-func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, _ []float32) {
+// Conv implements runtime.NNOps: GEMMs (conv.go), or a thread per output
+// element for the shapes convByGEMM leaves to the direct kernel.
+func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	nx, nw, ny := convSizes(s)
 	if ny == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("Conv")
-	g := d.convGeometry(s)
-	a.Ptr(g).Ptr(f32(x[:nx], opIn, d)).Ptr(f32(w[:nw], opIn, d)).Ptr(f32(opt(bias, s.M), opIn, d)).Ptr(f32(y[:ny], opOut, d))
+	px, pw, pb, py := f32(x[:nx], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.M), opIn, d), f32(y[:ny], opOut, d)
+	if convByGEMM(s) {
+		d.convForward(d.convSetup(s, ws), px, pw, pb, py)
+		return
+	}
+	a.Ptr(d.convGeometry(s)).Ptr(px).Ptr(pw).Ptr(pb).Ptr(py)
 	d.launch("conv_fwd", int64(ny))
 }
 
-// ConvBackward implements runtime.NNOps: a thread per element of dx
-// (gathering the taps that read it), of dw and of db.
-func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, _ []float32) {
+// ConvBackward implements runtime.NNOps: GEMMs (conv.go), or a thread per
+// element of dx (gathering the taps that read it) and of dw; a warp per
+// element of db.
+func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	nx, nw, ny := convSizes(s)
 	a := d.begin()
 	defer d.end("ConvBackward")
 	g := d.convGeometry(s)
 	pdy := f32(dy[:ny], opIn, d)
+	gemm := convByGEMM(s)
+	var c *convOperands
+	if gemm {
+		c = d.convSetup(s, ws)
+	}
 	if dx != nil && nx > 0 {
-		a.Reset()
-		a.Ptr(g).Ptr(pdy).Ptr(f32(w[:nw], opIn, d)).Ptr(0).Ptr(f32(dx[:nx], opOut, d))
-		d.launch("conv_dx", int64(nx))
+		pdx, pw := f32(dx[:nx], opOut, d), f32(w[:nw], opIn, d)
+		if gemm {
+			d.convInputGrad(c, pdy, pw, 0, pdx)
+		} else {
+			a.Reset()
+			a.Ptr(g).Ptr(pdy).Ptr(pw).Ptr(0).Ptr(pdx)
+			d.launch("conv_dx", int64(nx))
+		}
 	}
 	if dw != nil && nw > 0 {
-		a.Reset()
-		a.Ptr(g).Ptr(f32(x[:nx], opIn, d)).Ptr(pdy).Ptr(f32(dw[:nw], opOut, d))
-		d.launch("conv_dw", int64(nw))
+		d.convWeights(s, c, g, f32(x[:nx], opIn, d), pdy, f32(dw[:nw], opOut, d))
 	}
 	if db != nil {
 		d.channelSums(pdy, s.N, s.M, numel(s.Out), db[:s.M])
 	}
+}
+
+// convWeights computes the weight gradient dw of s for input x and output
+// gradient dy (device addresses, nw > 0): on the GEMM path when c is not
+// nil, else conv_dw, whose sums (over N·T terms each) take a warp per
+// weight; zeros when there is nothing to sum (d.mu held).
+func (d *Device) convWeights(s *runtime.ConvShape, c *convOperands, g, x, dy, dw DevicePtr) {
+	nw := s.M * s.D
+	if s.N == 0 || s.T == 0 {
+		d.args.Reset()
+		d.args.F32(0).Ptr(dw).I64(int64(nw))
+		d.launch("fill_f", int64(nw))
+		return
+	}
+	if c != nil {
+		d.convWeightGradGEMM(c, x, dy, dw)
+		return
+	}
+	d.args.Reset()
+	d.args.Ptr(g).Ptr(x).Ptr(dy).Ptr(dw)
+	d.launch("conv_dw", 32*int64(nw))
 }
 
 // channelSums launches channel_sums of x (device address, N×C×P) into
@@ -182,41 +219,52 @@ func (d *Device) channelSums(x DevicePtr, N, C, P int, out []float32) {
 	}
 	d.args.Reset()
 	d.args.Ptr(x).I64(int64(N)).I64(int64(C)).I64(int64(P)).Ptr(f32(out, opOut, d))
-	d.launch("channel_sums", int64(C))
+	d.launch("channel_sums", 32*int64(C))
 }
 
-// ConvTranspose implements runtime.NNOps: the convolution's input gradient
-// kernel with the bias.
-func (d *Device) ConvTranspose(s *runtime.ConvShape, x, w, bias, y, _ []float32) {
+// ConvTranspose implements runtime.NNOps: the convolution's input
+// gradient with the bias, as GEMMs or the direct kernel.
+func (d *Device) ConvTranspose(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	nx, nw, ny := convSizes(s) // ConvTranspose: input ny, output nx
 	if nx == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("ConvTranspose")
-	g := d.convGeometry(s)
-	a.Ptr(g).Ptr(f32(x[:ny], opIn, d)).Ptr(f32(w[:nw], opIn, d)).Ptr(f32(opt(bias, s.C), opIn, d)).Ptr(f32(y[:nx], opOut, d))
+	px, pw, pb, py := f32(x[:ny], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.C), opIn, d), f32(y[:nx], opOut, d)
+	if convByGEMM(s) {
+		d.convInputGrad(d.convSetup(s, ws), px, pw, pb, py)
+		return
+	}
+	a.Ptr(d.convGeometry(s)).Ptr(px).Ptr(pw).Ptr(pb).Ptr(py)
 	d.launch("conv_dx", int64(nx))
 }
 
 // ConvTransposeBackward implements runtime.NNOps: the convolution of dy,
-// the weight gradient with dy as input and x as output gradient, and the
-// channel sums of dy.
-func (d *Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, _ []float32) {
+// the weight gradient with dy as input and x as output gradient (GEMMs or
+// the direct kernels), and the channel sums of dy.
+func (d *Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	nx, nw, ny := convSizes(s) // ConvTranspose: input x (ny), output dy (nx)
 	a := d.begin()
 	defer d.end("ConvTransposeBackward")
 	g := d.convGeometry(s)
 	pdy := f32(dy[:nx], opIn, d)
+	var c *convOperands
+	if convByGEMM(s) {
+		c = d.convSetup(s, ws)
+	}
 	if dx != nil && ny > 0 {
-		a.Reset()
-		a.Ptr(g).Ptr(pdy).Ptr(f32(w[:nw], opIn, d)).Ptr(0).Ptr(f32(dx[:ny], opOut, d))
-		d.launch("conv_fwd", int64(ny))
+		pdx, pw := f32(dx[:ny], opOut, d), f32(w[:nw], opIn, d)
+		if c != nil {
+			d.convForward(c, pdy, pw, 0, pdx)
+		} else {
+			a.Reset()
+			a.Ptr(g).Ptr(pdy).Ptr(pw).Ptr(0).Ptr(pdx)
+			d.launch("conv_fwd", int64(ny))
+		}
 	}
 	if dw != nil && nw > 0 {
-		a.Reset()
-		a.Ptr(g).Ptr(pdy).Ptr(f32(x[:ny], opIn, d)).Ptr(f32(dw[:nw], opOut, d))
-		d.launch("conv_dw", int64(nw))
+		d.convWeights(s, c, g, pdy, f32(x[:ny], opIn, d), f32(dw[:nw], opOut, d))
 	}
 	if db != nil {
 		d.channelSums(pdy, s.N, s.C, numel(s.In), db[:s.C])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -448,26 +449,30 @@ func TestNNReduceOpsOnFake(t *testing.T) {
 
 func checkNNReduceOps(t *testing.T, d *Device) {
 	for _, c := range append(nnCases(), reduceCases()...) {
-		t.Run(c.name, func(t *testing.T) {
-			ref := c.run(reference.Device{}, &placer{})
-			cpu := c.run(runtime.CPU{}, &placer{})
-			for _, dev := range []bool{false, true} {
-				p := &placer{bufs: map[uintptr]runtime.Buffer{}}
-				if dev {
-					p.dev = d
-				}
-				got := c.run(d, p)
-				for _, b := range p.bufs {
-					d.Free(b)
-				}
-				if err := closeOutputs(got, ref, c.tol); err != nil {
-					t.Errorf("device operands=%v: against the reference: %v", dev, err)
-				}
-				if err := closeOutputs(got, cpu, max(c.tol, 1e-4)); err != nil {
-					t.Errorf("device operands=%v: against the CPU: %v", dev, err)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+	}
+}
+
+// checkGraphCase holds c on d, with host and with device operands, to the
+// reference backend and the CPU.
+func checkGraphCase(t *testing.T, d *Device, c graphCase) {
+	ref := c.run(reference.Device{}, &placer{})
+	cpu := c.run(runtime.CPU{}, &placer{})
+	for _, dev := range []bool{false, true} {
+		p := &placer{bufs: map[uintptr]runtime.Buffer{}}
+		if dev {
+			p.dev = d
+		}
+		got := c.run(d, p)
+		for _, b := range p.bufs {
+			d.Free(b)
+		}
+		if err := closeOutputs(got, ref, c.tol); err != nil {
+			t.Errorf("device operands=%v: against the reference: %v", dev, err)
+		}
+		if err := closeOutputs(got, cpu, max(c.tol, 1e-4)); err != nil {
+			t.Errorf("device operands=%v: against the CPU: %v", dev, err)
+		}
 	}
 }
 
@@ -492,4 +497,38 @@ func closeOutputs(got, want [][]float32, tol float64) error {
 		}
 	}
 	return nil
+}
+
+// TestConvPaths runs the convolution cases of TestNNReduceOps and the
+// ConvWeightGrad cases of TestPerSampleOps on each path forced — the
+// GEMMs, with a scratch so small that every chunk is one sample, and the
+// direct kernels — so that both are held to the reference backend and the
+// CPU on every shape, whichever convByGEMM would choose.
+func TestConvPaths(t *testing.T) {
+	d := emuDevice(t)
+	var convs []graphCase
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "Conv") {
+			convs = append(convs, c)
+		}
+	}
+	var weightGrads []valueCase
+	for _, c := range persampleCases {
+		if c.name == "ConvWeightGrad" {
+			weightGrads = append(weightGrads, c)
+		}
+	}
+	defer func(p, f int) { convPath, convChunkFloats = p, f }(convPath, convChunkFloats)
+	for _, path := range []struct {
+		name        string
+		path, chunk int
+	}{{"gemm", convGEMMs, 1 << 24}, {"gemm-chunked", convGEMMs, 1}, {"direct", convDirect, 1 << 24}} {
+		convPath, convChunkFloats = path.path, path.chunk
+		t.Run(path.name, func(t *testing.T) {
+			for _, c := range convs {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+			testValueCases(t, d, weightGrads, 30)
+		})
+	}
 }

@@ -9,7 +9,7 @@ import (
 
 // The PerSampleOps of the device (runtime/device_dp.go; kernels in
 // kernels/persample.cu): direct kernels on the convolution's geometry,
-// one thread per element written, which need no scratch. The geometry
+// which need no scratch, and ConvWeightGrad as GEMMs (conv.go). The geometry
 // (convGeom) is a by-value kernel argument built from the ConvShape's
 // exported fields at each call: a few dozen integers, nothing cached.
 
@@ -64,10 +64,19 @@ func (d *Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, pla
 	d.launch("im2col_plane", int64(n))
 }
 
-// ConvWeightGrad implements runtime.PerSampleOps: one thread per weight,
-// its sum over the batch and the output positions in double. ws is not
-// used.
+// ConvWeightGrad implements runtime.PerSampleOps: the convolution's weight
+// gradient as GEMMs over chunks of samples (conv.go; ws is scratch of
+// ConvWorkspaceSize(s)), or a warp per weight for the shapes convByGEMM
+// leaves to the direct kernel.
 func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
+	if convByGEMM(s) {
+		n := s.M * s.D
+		d.begin()
+		defer d.end("ConvWeightGrad")
+		c := d.convSetup(s, ws)
+		d.convWeightGradGEMM(c, f32(x[:s.N*s.C*s.InSize], opIn, d), f32(dy[:s.N*s.M*s.T], opIn, d), f32(dw[:n], opOut, d))
+		return
+	}
 	d.convWeightGrad(s, s.N, x, dy, dw, "ConvWeightGrad")
 }
 
@@ -84,12 +93,12 @@ func (d *Device) convWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw []f
 	a := d.begin()
 	defer d.end(op)
 	geom.arg(a).Ptr(f32(x[:samples*s.C*s.InSize], opIn, d)).Ptr(f32(dy[:samples*s.M*s.T], opIn, d)).Ptr(f32(dw[:n], opOut, d)).I32(i32Of(samples)).I64(int64(n))
-	d.launch("conv_weight_grad", int64(n))
+	d.launch("conv_weight_grad", 32*int64(n))
 }
 
-// ConvWorkspaceSize implements runtime.PerSampleOps: the kernel needs no
-// scratch.
-func (d *Device) ConvWorkspaceSize(s *runtime.ConvShape) int { return 0 }
+// ConvWorkspaceSize implements runtime.PerSampleOps: the GEMM path's
+// scratch (ConvScratchSize), none on the direct kernel.
+func (d *Device) ConvWorkspaceSize(s *runtime.ConvShape) int { return convScratch(s) }
 
 // DepthwisePerSampleGrad implements runtime.PerSampleOps: the convolution's
 // weight gradient of one sample (a depthwise group is one input channel),

@@ -8,45 +8,64 @@ import (
 )
 
 // The VectorOps of the device (runtime/device_vector.go; kernels in
-// kernels/vector.cu). The sums the contract orders — SumSq, SquaredNorms
-// and Dot in float64 in order, AddRunSums with four running sums, SumRows
-// row after row, ScatterAdd in the order of its indices — keep that order
-// on one thread per result, so that they equal the CPU's bit for bit.
+// kernels/vector.cu). The sums the contract orders keep that order, so
+// that they equal the CPU's bit for bit: the float64 norms and dot
+// products (SumSq, SquaredNorms, Dot, AddSumSq, AddDot, AddSumSqProduct)
+// in the lane order (runtime/lanesum.go), a warp per chunk of
+// runtime.SumChunk terms and a thread per result adding the chunks;
+// AddRunSums with four running sums, SumRows row after row and ScatterAdd
+// in the order of its indices on one thread per result.
 
 // SumSq implements runtime.VectorOps.
 func (d *Device) SumSq(x []float32) float64 {
 	d.begin()
 	defer d.end("SumSq")
-	d.sumSqRows(x, d.res[:1])
+	d.laneSums(f32(x, opIn, d), 0, len(x), 1, false, 1, f64(d.res[:1], opOut, d))
 	d.flush("SumSq")
 	return d.res[0]
 }
 
-// SquaredNorms implements runtime.VectorOps: one thread per sample.
+// SquaredNorms implements runtime.VectorOps: a warp per chunk of a sample.
 func (d *Device) SquaredNorms(x []float32, dst []float64) {
 	if len(dst) == 0 {
 		return
 	}
 	d.begin()
 	defer d.end("SquaredNorms")
-	d.sumSqRows(x, dst)
+	size := len(x) / len(dst)
+	d.laneSums(f32(x[:size*len(dst)], opIn, d), 0, size, len(dst), false, 1, f64(dst, opOut, d))
 }
 
-// sumSqRows launches sum_sq_rows over the len(dst) rows of x (d.mu held).
-func (d *Device) sumSqRows(x []float32, dst []float64) {
-	size := len(x) / len(dst)
+// laneChunks launches lane_chunks over rows rows of size terms of a (b:
+// 0 for squares) and returns the chunk sums' scratch and their number per
+// row (d.mu held).
+func (d *Device) laneChunks(a, b DevicePtr, size, rows int) (DevicePtr, int) {
+	nch := (size + runtime.SumChunk - 1) / runtime.SumChunk
+	part := d.scratch64(rows * nch)
+	if nch > 0 {
+		d.args.Reset()
+		d.args.Ptr(a).Ptr(b).I64(int64(size)).I64(int64(rows)).I64(runtime.SumChunk).Ptr(part)
+		d.launch("lane_chunks", 32*int64(rows*nch))
+	}
+	return part, nch
+}
+
+// laneSums computes the lane-order sums S_r of rows rows of size terms
+// of a (b: 0 for squares) into dst: dst[r] = S_r, or with add dst[r] +=
+// α·S_r (d.mu held).
+func (d *Device) laneSums(a, b DevicePtr, size, rows int, add bool, alpha float64, dst DevicePtr) {
+	part, nch := d.laneChunks(a, b, size, rows)
 	d.args.Reset()
-	d.args.Ptr(f32(x[:size*len(dst)], opIn, d)).I64(int64(size)).Ptr(f64(dst, opOut, d)).I64(int64(len(dst)))
-	d.launch("sum_sq_rows", int64(len(dst)))
+	d.args.Ptr(part).I64(int64(nch)).I64(int64(rows)).I32(b2i(add)).F64(alpha).Ptr(dst)
+	d.launch("lane_finish", int64(rows))
 }
 
 // Dot implements runtime.VectorOps.
 func (d *Device) Dot(a, b []float32) float64 {
 	b = b[:len(a)]
-	args := d.begin()
+	d.begin()
 	defer d.end("Dot")
-	args.Ptr(f32(a, opIn, d)).Ptr(f32(b, opIn, d)).I64(int64(len(a))).Ptr(f64(d.res[:1], opOut, d))
-	d.launchOne("dot")
+	d.laneSums(f32(a, opIn, d), f32(b, opIn, d), len(a), 1, false, 1, f64(d.res[:1], opOut, d))
 	d.flush("Dot")
 	return d.res[0]
 }
@@ -146,32 +165,33 @@ func (d *Device) ZeroNormSq(x []float64) {
 	d.launch("zero_f64", int64(len(x)))
 }
 
-// AddSumSq implements runtime.VectorOps, on one thread (the sum's order
-// is the contract's).
+// AddSumSq implements runtime.VectorOps: a warp per chunk of x.
 func (d *Device) AddSumSq(x []float32, dst []float64) {
 	dst = dst[:1]
-	a := d.begin()
+	d.begin()
 	defer d.end("AddSumSq")
-	a.Ptr(f32(x, opIn, d)).I64(int64(len(x))).Ptr(f64(dst, opInOut, d))
-	d.launchOne("add_sum_sq")
+	d.laneSums(f32(x, opIn, d), 0, len(x), 1, true, 1, f64(dst, opInOut, d))
 }
 
-// AddDot implements runtime.VectorOps, on one thread.
+// AddDot implements runtime.VectorOps: a warp per chunk of x.
 func (d *Device) AddDot(alpha float64, x, y []float32, dst []float64) {
 	y, dst = y[:len(x)], dst[:1]
-	a := d.begin()
+	d.begin()
 	defer d.end("AddDot")
-	a.F64(alpha).Ptr(f32(x, opIn, d)).Ptr(f32(y, opIn, d)).I64(int64(len(x))).Ptr(f64(dst, opInOut, d))
-	d.launchOne("add_dot")
+	d.laneSums(f32(x, opIn, d), f32(y, opIn, d), len(x), 1, true, alpha, f64(dst, opInOut, d))
 }
 
-// AddSumSqProduct implements runtime.VectorOps, on one thread.
+// AddSumSqProduct implements runtime.VectorOps: a warp per chunk of x and
+// of y, one thread for the product.
 func (d *Device) AddSumSqProduct(alpha float64, x, y []float32, dst []float64) {
 	dst = dst[:1]
-	a := d.begin()
+	d.begin()
 	defer d.end("AddSumSqProduct")
-	a.F64(alpha).Ptr(f32(x, opIn, d)).I64(int64(len(x))).Ptr(f32(y, opIn, d)).I64(int64(len(y))).Ptr(f64(dst, opInOut, d))
-	d.launchOne("add_sum_sq_product")
+	pa, na := d.laneChunks(f32(x, opIn, d), 0, len(x), 1)
+	pb, nb := d.laneChunks(f32(y, opIn, d), 0, len(y), 1)
+	d.args.Reset()
+	d.args.Ptr(pa).I64(int64(na)).Ptr(pb).I64(int64(nb)).F64(alpha).Ptr(f64(dst, opInOut, d))
+	d.launchOne("lane_finish_product")
 }
 
 // AddScaledRows implements runtime.VectorOps: one thread per element of

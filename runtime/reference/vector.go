@@ -3,15 +3,33 @@ package reference
 import "github.com/dpfinetune/dpfinetune/runtime"
 
 // The vector operations (runtime.VectorOps). Sums of squares and dot
-// products are the contract's own: float64, element by element in order,
+// products are the contract's own: float64 in the lane order (runtime.SumSqLanes),
 // so that the clip factors are the CPU's bit for bit. Every other result
 // is a float64 sum or product rounded once to float32.
 
 // SumSq implements runtime.VectorOps.
 func (Device) SumSq(x []float32) float64 {
+	return laneOrderSum(len(x), func(k int) float64 { return float64(x[k]) * float64(x[k]) })
+}
+
+// laneOrderSum sums term(k) for k < n in float64 in the contract's lane
+// order (runtime.SumSqLanes), written as the contract says it: chunk by
+// chunk, lane by lane, then the lanes by halves.
+func laneOrderSum(n int, term func(k int) float64) float64 {
 	var s float64
-	for _, v := range x {
-		s += float64(v) * float64(v)
+	for c := 0; c < n; c += runtime.SumChunk {
+		lanes := make([]float64, runtime.SumLanes)
+		for l := range lanes {
+			for k := c + l; k < n && k < c+runtime.SumChunk; k += runtime.SumLanes {
+				lanes[l] += term(k)
+			}
+		}
+		for w := runtime.SumLanes / 2; w >= 1; w /= 2 {
+			for l := 0; l < w; l++ {
+				lanes[l] += lanes[l+w]
+			}
+		}
+		s += lanes[0]
 	}
 	return s
 }
@@ -29,11 +47,7 @@ func (d Device) SquaredNorms(x []float32, dst []float64) {
 
 // Dot implements runtime.VectorOps.
 func (Device) Dot(a, b []float32) float64 {
-	var s float64
-	for i, v := range a {
-		s += float64(v) * float64(b[i])
-	}
-	return s
+	return laneOrderSum(len(a), func(k int) float64 { return float64(a[k]) * float64(b[k]) })
 }
 
 // Scale implements runtime.VectorOps.
@@ -111,7 +125,7 @@ func (d Device) AddSumSq(x []float32, dst []float64) {
 }
 
 // AddDot implements runtime.VectorOps: the contract's float64 dot
-// product in order, scaled, then added.
+// product in the lane order, scaled, then added.
 func (d Device) AddDot(alpha float64, a, b []float32, dst []float64) {
 	s := d.Dot(a, b)
 	dst[0] += alpha * s

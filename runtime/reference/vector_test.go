@@ -154,7 +154,7 @@ func TestVectorOps(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, c := range dpVectorCases() {
 		t.Run(c.name, func(t *testing.T) {
-			for _, size := range []struct{ rows, cols int }{{1, 8}, {3, 17}, {5, 64}, {4, 1001}} {
+			for _, size := range []struct{ rows, cols int }{{1, 8}, {3, 17}, {5, 64}, {4, 1001}, {1, runtime.SumChunk}, {2, 2*runtime.SumChunk + 37}} {
 				n := size.rows * size.cols
 				in := dpVectorIn{a: dpRand(r, n), b: dpRand(r, n), rows: size.rows, alpha: float32(r.NormFloat64())}
 				for i := 0; i < n; i += 1 + r.IntN(3) {

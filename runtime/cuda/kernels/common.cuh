@@ -9,6 +9,24 @@
 #define FOR_EACH(i, n) \
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+// The grid-stride loop of warps over n results, a warp per result: the
+// launch gives 32 threads per result in blocks of whole warps, so that
+// every lane of a warp runs the same iterations, as warp_sum's shuffles
+// need. LANE is the thread's lane.
+#define WARP_FOR_EACH(j, n)                                                      \
+  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; j < (n); \
+       j += (long long)gridDim.x * blockDim.x / 32)
+#define LANE ((int)(threadIdx.x % 32))
+
+// warp_sum returns to lane 0 the sum of the lanes' s by a fixed tree (lane
+// l adds lane l + 16's, then l + 8's, …), so that a sum a warp splits
+// (lane l taking terms l, l + 32, …) depends on neither the block size
+// nor the schedule.
+__device__ __forceinline__ double warp_sum(double s) {
+  for (int k = 16; k > 0; k /= 2) s += __shfl_down_sync(0xffffffffu, s, k);
+  return s;
+}
+
 // Layout is an iteration over a broadcast shape, built on the host
 // (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
 // every operand merged, the axes a thread owns (keep of them) before the

@@ -124,32 +124,83 @@ extern "C" __global__ void conv_dx(const int *g, const float *dy, const float *w
 }
 
 // conv_dw computes the weight gradient dw[m,c,k] = Σ_{n,o} dy[n,m,o]·
-// x[n,c,tap(o,k)], summed over the batch.
+// x[n,c,tap(o,k)], summed over the batch: a warp per weight, lane l
+// taking the terms (n, o) with n·T + o ≡ l (mod 32).
 extern "C" __global__ void conv_dw(const int *g, const float *x, const float *dy, float *dw) {
-  long long C = g[G_C], M = g[G_M], T = g[G_T], In = g[G_IN], K = g[G_K], Cg = g[G_CG];
-  FOR_EACH(idx, M * Cg * K) {
+  long long C = g[G_C], M = g[G_M], T = g[G_T], In = g[G_IN], K = g[G_K], Cg = g[G_CG], NT = g[G_N] * T;
+  WARP_FOR_EACH(idx, M * Cg * K) {
     long long m = idx / (Cg * K), cg = idx / K % Cg, k = idx % K;
     long long c = m / g[G_MG] * Cg + cg;
     double s = 0;
-    for (long long n = 0; n < g[G_N]; n++) {
-      const float *dyp = dy + (n * M + m) * T, *xp = x + (n * C + c) * In;
-      for (long long o = 0; o < T; o++) {
-        long long i = tap(g, o, k, 0);
-        if (i >= 0) s += (double)dyp[o] * (double)xp[i];
-      }
+    for (long long q = LANE; q < NT; q += 32) {
+      long long n = q / T, o = q % T, i = tap(g, o, k, 0);
+      if (i >= 0) s += (double)dy[(n * M + m) * T + o] * (double)x[(n * C + c) * In + i];
     }
-    dw[idx] = (float)s;
+    s = warp_sum(s);
+    if (LANE == 0) dw[idx] = (float)s;
   }
 }
 
+// The convolutions through cuBLAS (conv.go): a chunk of nb samples from
+// n0 on, one group grp of channels at a time, its unfolded input one
+// D × nb·T matrix (row (c·K + k), column j·T + t for sample n0 + j), so
+// that the weight gradient is one GEMM over the chunk and the forward and
+// input-gradient products are batched GEMMs over its samples (a sample's
+// T columns, row stride nb·T). Each kernel is a thread per element written;
+// conv_fold gathers its taps (FOR_TAPS_OF) as conv_dx does, so that no
+// atomics decide a sum.
+
+// conv_unfold writes col[(c·K + k)·nb·T + j·T + t] = x[n0 + j, grp·Cg + c,
+// tap(t, k)], 0 in the padding.
+extern "C" __global__ void conv_unfold(const int *g, const float *x, int grp, long long n0, long long nb, float *col) {
+  long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T;
+  FOR_EACH(idx, Cg * K * L) {
+    long long r = idx / L, jt = idx % L, j = jt / T, t = jt % T;
+    long long i = tap(g, t, r % K, 0);
+    col[idx] = i < 0 ? 0.0f : x[((n0 + j) * g[G_C] + grp * Cg + r / K) * In + i];
+  }
+}
+
+// conv_fold is conv_unfold's adjoint, written over group grp's channels of
+// the chunk's samples in dx: dx[n0 + j, grp·Cg + c, i] = bias[grp·Cg + c]
+// (0 when bias is null) + Σ over the taps k and positions o reading i of
+// col[(c·K + k)·nb·T + j·T + o], in double, rounded once.
+extern "C" __global__ void conv_fold(const int *g, const float *col, int grp, long long n0, long long nb, const float *bias,
+                                     float *dx) {
+  long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T;
+  FOR_EACH(idx, nb * Cg * In) {
+    long long j = idx / (Cg * In), c = idx / In % Cg, i = idx % In, ch = grp * Cg + c;
+    double s = bias ? (double)bias[ch] : 0;
+    const float *cj = col + c * K * L + j * T;
+    FOR_TAPS_OF(g, i, o, k) { s += cj[k * L + o]; }
+    dx[((n0 + j) * g[G_C] + ch) * In + i] = (float)s;
+  }
+}
+
+// conv_pack_out gathers group grp's output channels of the chunk's samples
+// into one Mg × nb·T matrix: dst[m·nb·T + j·T + t] = y[n0 + j, grp·Mg + m, t].
+extern "C" __global__ void conv_pack_out(const int *g, const float *y, int grp, long long n0, long long nb, float *dst) {
+  long long Mg = g[G_MG], T = g[G_T], L = nb * T;
+  FOR_EACH(idx, Mg * L) {
+    long long m = idx / L, j = idx % L / T, t = idx % T;
+    dst[idx] = y[((n0 + j) * g[G_M] + grp * Mg + m) * T + t];
+  }
+}
+
+// add_channel_bias adds bias[c] to every element of channel c of y
+// (N×C×P, n elements).
+extern "C" __global__ void add_channel_bias(float *y, const float *bias, long long C, long long P, long long n) {
+  FOR_EACH(i, n) y[i] += bias[i / P % C];
+}
+
 // channel_sums writes the sum over samples and positions of each channel
-// of x (N×C×P) to out: a bias gradient.
+// of x (N×C×P) to out: a bias gradient, a warp per channel.
 extern "C" __global__ void channel_sums(const float *x, long long N, long long C, long long P, float *out) {
-  FOR_EACH(c, C) {
+  WARP_FOR_EACH(c, C) {
     double s = 0;
-    for (long long n = 0; n < N; n++)
-      for (long long p = 0; p < P; p++) s += x[(n * C + c) * P + p];
-    out[c] = (float)s;
+    for (long long q = LANE; q < N * P; q += 32) s += x[(q / P * C + c) * P + q % P];
+    s = warp_sum(s);
+    if (LANE == 0) out[c] = (float)s;
   }
 }
 

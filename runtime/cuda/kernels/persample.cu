@@ -1,8 +1,9 @@
 // persample.cu: runtime.PerSampleOps (device_dp.go): the unfolded input of
-// one sample (im2col), the weight gradient of a convolution summed over
-// the batch and the per-sample weight gradient of a depthwise
-// convolution, each one thread per element written, its sum in double in
-// a fixed order, rounded once. They need no scratch.
+// one sample (im2col), a thread per element written, and the direct
+// weight gradient of a convolution (summed over the batch, or one
+// sample's of a depthwise convolution), a warp per weight, its sum in
+// double in a fixed order, rounded once. They need no scratch; the
+// convolutions that run as GEMMs (conv.go) use nn.cu's kernels.
 
 // ConvGeom is runtime.ConvShape's geometry lifted to three spatial axes
 // (leading unit axes), built on the host (convGeom in persample.go).
@@ -37,20 +38,19 @@ extern "C" __global__ void im2col_plane(ConvGeom g, const float *xi, int grp, fl
 
 // conv_weight_grad writes dw[m·D + c·K + k] = Σ_i Σ_t dy[i, m, t] · x[i,
 // channel, tap (k, t)] over the `samples` samples, for the n = M·D weights
-// (channel: c of m's group), summed in double over i, then t.
+// (channel: c of m's group): a warp per weight, lane l taking the terms
+// (i, t) with i·T + t ≡ l (mod 32), in double.
 extern "C" __global__ void conv_weight_grad(ConvGeom g, const float *x, const float *dy, float *dw, int samples, long long n) {
-  FOR_EACH(w, n) {
+  long long IT = samples * (long long)g.t;
+  WARP_FOR_EACH(w, n) {
     long long m = w / g.dd, r = w % g.dd, c = r / g.kk, k = r % g.kk;
     long long ch = m / (g.m / g.group) * (g.c / g.group) + c;
     double s = 0;
-    for (long long i = 0; i < samples; i++) {
-      const float *xc = x + (i * g.c + ch) * g.in_size;
-      const float *dym = dy + (i * g.m + m) * g.t;
-      for (long long t = 0; t < g.t; t++) {
-        long long off = conv_tap(g, k, t);
-        if (off >= 0) s += (double)dym[t] * xc[off];
-      }
+    for (long long q = LANE; q < IT; q += 32) {
+      long long i = q / g.t, t = q % g.t, off = conv_tap(g, k, t);
+      if (off >= 0) s += (double)dy[(i * g.m + m) * g.t + t] * x[(i * g.c + ch) * g.in_size + off];
     }
-    dw[w] = (float)s;
+    s = warp_sum(s);
+    if (LANE == 0) dw[w] = (float)s;
   }
 }

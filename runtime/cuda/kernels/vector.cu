@@ -1,29 +1,51 @@
 // vector.cu: runtime.VectorOps (device_vector.go). Sums that the contract
-// fixes to one order (float64 in the order of x; float32 with four running
-// sums; a column summed row after row) run that order on one thread per
-// output, so that the GPU gives the CPU's bits: the parallelism is across
-// outputs (samples, runs, columns), not within one sum.
+// fixes to one order run that order, so that the GPU gives the CPU's bits:
+// the float64 norms and dot products in the lane order (runtime/lanesum.go:
+// a warp per chunk, lane_chunks, then the chunks in order, lane_finish);
+// float32 with four running sums and a column summed row after row on one
+// thread per output, parallel across outputs (runs, columns) only.
 
-// sum_sq_rows writes dst[i] = Σ_k x[i·size+k]², summed in float64 in the
-// order of k, for the rows i < rows (SumSq is one row).
-extern "C" __global__ void sum_sq_rows(const float *x, long long size, double *dst, long long rows) {
-  FOR_EACH(i, rows) {
-    const float *r = x + i * size;
+// lane_chunks writes the chunk sums of the lane order (runtime/lanesum.go)
+// of the rows of a (rows of size terms, row stride size): part[r·nch + c]
+// = chunk c of row r's Σ_k a_k² (b null) or Σ_k a_k·b_k, a warp per
+// chunk, lane l summing the chunk's terms l, l + 32, … in float64 from 0,
+// the lanes combined by warp_sum's halves (nch = ⌈size/chunk⌉).
+extern "C" __global__ void lane_chunks(const float *a, const float *b, long long size, long long rows, long long chunk,
+                                       double *part) {
+  long long nch = (size + chunk - 1) / chunk;
+  WARP_FOR_EACH(w, rows * nch) {
+    long long r = w / nch, c0 = r * size + w % nch * chunk, c1 = r * size + size;
+    if (c0 + chunk < c1) c1 = c0 + chunk;
     double s = 0;
-    for (long long k = 0; k < size; k++) {
-      double v = r[k];
-      s += v * v;
+    for (long long k = c0 + LANE; k < c1; k += 32) {
+      double v = a[k];
+      s += v * (b ? (double)b[k] : v);
     }
-    dst[i] = s;
+    s = warp_sum(s);
+    if (LANE == 0) part[w] = s;
   }
 }
 
-// dot writes Σ_k a_k·b_k, in float64 in order, to out[0] (one thread).
-extern "C" __global__ void dot(const float *a, const float *b, long long n, double *out) {
+// lane_finish adds each row's chunk sums in order from 0 into S_r and
+// writes dst[r] = S_r, or with add dst[r] += α·S_r: SquaredNorms, Dot,
+// AddSumSq (α = 1), AddDot.
+extern "C" __global__ void lane_finish(const double *part, long long nch, long long rows, int add, double alpha, double *dst) {
+  FOR_EACH(r, rows) {
+    double s = 0;
+    for (long long c = 0; c < nch; c++) s += part[r * nch + c];
+    dst[r] = add ? dst[r] + alpha * s : s;
+  }
+}
+
+// lane_finish_product computes dst[0] += α·(S_a·S_b) from the chunk sums
+// of a and of b, each added in order from 0 (AddSumSqProduct; one thread).
+extern "C" __global__ void lane_finish_product(const double *pa, long long na, const double *pb, long long nb, double alpha,
+                                               double *dst) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double s = 0;
-  for (long long k = 0; k < n; k++) s += (double)a[k] * (double)b[k];
-  out[0] = s;
+  double sa = 0, sb = 0;
+  for (long long c = 0; c < na; c++) sa += pa[c];
+  for (long long c = 0; c < nb; c++) sb += pb[c];
+  dst[0] += alpha * (sa * sb);
 }
 
 // scale computes x ← α·x.
@@ -82,43 +104,6 @@ extern "C" __global__ void sum_rows(const float *g, long long t, long long p, fl
 // zero_f64 sets x[i] = 0 for i < n (ZeroNormSq).
 extern "C" __global__ void zero_f64(double *x, long long n) {
   FOR_EACH(i, n) x[i] = 0;
-}
-
-// add_sum_sq computes dst[0] += Σ_k x_k², the sum in float64 in order
-// from 0, then added (one thread).
-extern "C" __global__ void add_sum_sq(const float *x, long long n, double *dst) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double s = 0;
-  for (long long k = 0; k < n; k++) {
-    double v = x[k];
-    s += v * v;
-  }
-  dst[0] += s;
-}
-
-// add_dot computes dst[0] += α·Σ_k a_k·b_k, the sum in float64 in order
-// from 0, then scaled and added (one thread).
-extern "C" __global__ void add_dot(double alpha, const float *a, const float *b, long long n, double *dst) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double s = 0;
-  for (long long k = 0; k < n; k++) s += (double)a[k] * (double)b[k];
-  dst[0] += alpha * s;
-}
-
-// add_sum_sq_product computes dst[0] += α·(Σ_k a_k² · Σ_k b_k²), each sum
-// in float64 in order from 0 (one thread).
-extern "C" __global__ void add_sum_sq_product(double alpha, const float *a, long long na, const float *b, long long nb, double *dst) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double sa = 0, sb = 0;
-  for (long long k = 0; k < na; k++) {
-    double v = a[k];
-    sa += v * v;
-  }
-  for (long long k = 0; k < nb; k++) {
-    double v = b[k];
-    sb += v * v;
-  }
-  dst[0] += alpha * (sa * sb);
 }
 
 // add_scaled_rows computes y[j] += c_i·x[i·n + j] for the rows i < rows of

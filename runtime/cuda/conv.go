@@ -1,0 +1,235 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// Convolutions as GEMMs (the kernels conv_unfold, conv_fold, conv_pack_out
+// and add_channel_bias of kernels/nn.cu, the products through
+// Driver.Gemm: cuBLAS on the GPU). A convolution is a linear layer on its
+// unfolded input (the paper §3): per group, y_i = W·col_i with col_i the
+// D×T unfolded input of sample i, dx_i = fold(Wᵀ·dy_i) and dW = Σ_i
+// dy_i·col_iᵀ. The direct kernels (conv_fwd, conv_dx, conv_dw: a thread
+// per element written, looping over every term) leave a GPU's arithmetic
+// units idle on any real layer; cuBLAS runs these products near the
+// device's peak, as the CPU runs them on its SGEMM.
+//
+// The samples go in chunks of nb whose unfolded inputs, D × nb·T, fit the
+// scratch (convScratch): the forward and input-gradient products are one
+// batched GEMM per chunk and group (sample j's T columns at row stride
+// nb·T; a pointwise convolution reads x and writes dx in place, unfolding
+// nothing), and the weight gradient one GEMM over the chunk's nb·T
+// positions, with the output gradient packed beside the unfolded input
+// (conv_pack_out), accumulated over the chunks by β = 1. Shapes with few
+// columns or rows per group (depthwise convolutions, D < 16 or fewer than
+// 8 output channels per group) keep the direct kernels, whose few terms
+// per element cost less than a GEMM's launch.
+
+// Convolution paths: convAuto chooses by shape (convByGEMM); the others
+// force one, so that the tests run both on every shape.
+const (
+	convAuto = iota
+	convGEMMs
+	convDirect
+)
+
+// convPath selects the convolution kernels (tests set it).
+var convPath = convAuto
+
+// convChunkFloats bounds the scratch of a chunk, in float32 elements
+// (64 MiB), unless one sample needs more; the tests lower it to run
+// several chunks.
+var convChunkFloats = 1 << 24
+
+// convByGEMM reports whether the convolution s runs as GEMMs.
+func convByGEMM(s *runtime.ConvShape) bool {
+	mg := s.M / max(s.Group, 1)
+	if s.D == 0 || s.T == 0 || mg == 0 || s.N == 0 {
+		return false
+	}
+	switch convPath {
+	case convGEMMs:
+		return true
+	case convDirect:
+		return false
+	}
+	return s.D >= 16 && mg >= 8
+}
+
+// pointwise reports whether the convolution s reads each input position
+// once, in place: one tap, unit strides, no padding (the unfolded input
+// of a sample is its input).
+func pointwise(s *runtime.ConvShape) bool {
+	if s.K != 1 || s.T != s.InSize {
+		return false
+	}
+	for _, v := range s.Strides {
+		if v != 1 {
+			return false
+		}
+	}
+	for _, v := range s.Pads {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// convChunk is the number of samples a chunk holds.
+func convChunk(s *runtime.ConvShape) int {
+	per := s.T * (s.D + s.M/max(s.Group, 1))
+	return max(1, min(s.N, convChunkFloats/max(per, 1)))
+}
+
+// convScratch is the scratch, in elements, of the GEMM path of s: a
+// chunk's unfolded input and packed output gradient; 0 on the direct
+// kernels.
+func convScratch(s *runtime.ConvShape) int {
+	if !convByGEMM(s) {
+		return 0
+	}
+	return convChunk(s) * s.T * (s.D + s.M/max(s.Group, 1))
+}
+
+// convWork returns the device address of n elements of scratch: ws's when
+// it is device memory of d that long, else a piece of the call's staging
+// scratch (d.mu held).
+func (d *Device) convWork(ws []float32, n int) DevicePtr {
+	if len(ws) >= n {
+		if p := DevicePtr(uintptr(unsafe.Pointer(&ws[0]))); d.isDevice(p, 4*n) {
+			return p
+		}
+	}
+	p, err := d.take(4 * n)
+	if err != nil {
+		panic(fmt.Errorf("cuda: convolution scratch: %w", err))
+	}
+	return p
+}
+
+// at is the address of element i of the float32 array at p.
+func at(p DevicePtr, i int) DevicePtr { return p + DevicePtr(4*i) }
+
+// gemm runs one Driver.Gemm on device addresses (d.mu held).
+func (d *Device) gemm(g GemmArgs, op string) {
+	if err := d.drv.Gemm(&g); err != nil {
+		panic(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
+	}
+}
+
+// convOperands is a convolution's geometry (device copy), its scratch and
+// the sizes the GEMM path uses.
+type convOperands struct {
+	s      *runtime.ConvShape
+	geom   DevicePtr
+	work   DevicePtr
+	groups int
+	cg, mg int
+	nb     int
+	point  bool
+}
+
+// convSetup prepares the GEMM path of s (d.mu held).
+func (d *Device) convSetup(s *runtime.ConvShape, ws []float32) *convOperands {
+	g := max(s.Group, 1)
+	return &convOperands{s: s, geom: d.convGeometry(s), work: d.convWork(ws, convScratch(s)),
+		groups: g, cg: s.C / g, mg: s.M / g, nb: convChunk(s), point: pointwise(s)}
+}
+
+// unfold launches conv_unfold of the chunk [n0, n0+nb) of x, group grp,
+// into the scratch.
+func (d *Device) unfold(c *convOperands, x DevicePtr, grp, n0, nb int) {
+	d.args.Reset()
+	d.args.Ptr(c.geom).Ptr(x).I32(int32(grp)).I64(int64(n0)).I64(int64(nb)).Ptr(c.work)
+	d.launch("conv_unfold", int64(c.s.D*nb*c.s.T))
+}
+
+// forward computes y = conv(x, w) + bias (bias may be 0) on the GEMM path.
+func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
+	s := c.s
+	nb := c.nb
+	if c.point {
+		nb = s.N
+	}
+	for n0 := 0; n0 < s.N; n0 += nb {
+		b := min(nb, s.N-n0)
+		for grp := 0; grp < c.groups; grp++ {
+			g := GemmArgs{M: c.mg, N: s.T, K: s.D, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
+				C: at(y, (n0*s.M+grp*c.mg)*s.T), LDC: s.T, StrideC: s.M * s.T, Batch: b}
+			if c.point {
+				g.B, g.LDB, g.StrideB = at(x, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
+			} else {
+				d.unfold(c, x, grp, n0, b)
+				g.B, g.LDB, g.StrideB = c.work, b*s.T, s.T
+			}
+			d.gemm(g, "Conv")
+		}
+	}
+	if bias != 0 {
+		d.addChannelBias(y, bias, s.N, s.M, s.T)
+	}
+}
+
+// inputGrad computes dx = convᵀ(dy, w) + bias (bias may be 0) on the GEMM
+// path: the convolution's input gradient, and ConvTranspose.
+func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
+	s := c.s
+	nb := c.nb
+	if c.point {
+		nb = s.N
+	}
+	for n0 := 0; n0 < s.N; n0 += nb {
+		b := min(nb, s.N-n0)
+		for grp := 0; grp < c.groups; grp++ {
+			g := GemmArgs{TransA: true, M: s.D, N: s.T, K: c.mg, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
+				B: at(dy, (n0*s.M+grp*c.mg)*s.T), LDB: s.T, StrideB: s.M * s.T, Batch: b}
+			if c.point {
+				g.C, g.LDC, g.StrideC = at(dx, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
+			} else {
+				g.C, g.LDC, g.StrideC = c.work, b*s.T, s.T
+			}
+			d.gemm(g, "ConvBackward")
+			if !c.point {
+				d.args.Reset()
+				d.args.Ptr(c.geom).Ptr(c.work).I32(int32(grp)).I64(int64(n0)).I64(int64(b)).Ptr(bias).Ptr(dx)
+				d.launch("conv_fold", int64(b*c.cg*s.InSize))
+			}
+		}
+	}
+	if c.point && bias != 0 {
+		d.addChannelBias(dx, bias, s.N, s.C, s.InSize)
+	}
+}
+
+// weightGrad computes dw = Σ_i dy_i·col_iᵀ over the batch on the GEMM
+// path: one product per chunk and group over the chunk's positions.
+func (d *Device) convWeightGradGEMM(c *convOperands, x, dy, dw DevicePtr) {
+	s := c.s
+	packed := at(c.work, c.nb*s.T*s.D)
+	for n0 := 0; n0 < s.N; n0 += c.nb {
+		b := min(c.nb, s.N-n0)
+		for grp := 0; grp < c.groups; grp++ {
+			d.unfold(c, x, grp, n0, b)
+			d.args.Reset()
+			d.args.Ptr(c.geom).Ptr(dy).I32(int32(grp)).I64(int64(n0)).I64(int64(b)).Ptr(packed)
+			d.launch("conv_pack_out", int64(c.mg*b*s.T))
+			var beta float32
+			if n0 > 0 {
+				beta = 1
+			}
+			d.gemm(GemmArgs{TransB: true, M: c.mg, N: s.D, K: b * s.T, Alpha: 1, Beta: beta,
+				A: packed, LDA: b * s.T, B: c.work, LDB: b * s.T, C: at(dw, grp*c.mg*s.D), LDC: s.D, Batch: 1}, "ConvBackward")
+		}
+	}
+}
+
+// addChannelBias launches add_channel_bias over y (N×C×P) (d.mu held).
+func (d *Device) addChannelBias(y, bias DevicePtr, n, c, p int) {
+	d.args.Reset()
+	d.args.Ptr(y).Ptr(bias).I64(int64(c)).I64(int64(p)).I64(int64(n * c * p))
+	d.launch("add_channel_bias", int64(n*c*p))
+}

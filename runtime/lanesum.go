@@ -1,0 +1,77 @@
+package runtime
+
+// The order of the float64 sums of VectorOps (SumSq, SquaredNorms, Dot,
+// AddSumSq, AddDot, AddSumSqProduct): one order every backend follows, so
+// that the engine's norms and clip factors are the same bits on each, and
+// one that parallel hardware can follow too. A sum in the order of its
+// terms is one dependent chain of additions: one thread on a GPU, and on a
+// CPU one addition per floating-point latency. Here the terms go in
+// consecutive chunks of SumChunk; within a chunk, lane l < SumLanes sums
+// the terms l, l + SumLanes, l + 2·SumLanes, … in order from 0, and the
+// lanes combine by halves (lane l adds lane l + 16's, then l + 8's, l +
+// 4's, l + 2's, l + 1's: a GPU warp's shuffle tree); the chunks' sums add
+// in order from 0. A GPU gives a warp to each chunk, and the CPU keeps 32
+// independent chains. Each term is exact in float64 (a product of two
+// float32s has at most 48 significant bits), so that a fused
+// multiply-add gives the same bits as a product and a sum.
+const (
+	// SumLanes is the number of interleaved partial sums of a chunk.
+	SumLanes = 32
+	// SumChunk is the number of terms of a chunk.
+	SumChunk = 2048
+)
+
+// laneTree combines the lanes' sums by halves (SumLanes = 32).
+func laneTree(acc *[SumLanes]float64) float64 {
+	for w := SumLanes / 2; w > 0; w /= 2 {
+		for l := 0; l < w; l++ {
+			acc[l] += acc[l+w]
+		}
+	}
+	return acc[0]
+}
+
+// SumSqLanes returns Σ_k x_k² in float64 in the lane order.
+func SumSqLanes(x []float32) float64 {
+	var s float64
+	for c := 0; c < len(x); c += SumChunk {
+		ch := x[c:min(c+SumChunk, len(x))]
+		var acc [SumLanes]float64
+		j := 0
+		for ; j+SumLanes <= len(ch); j += SumLanes {
+			b := (*[SumLanes]float32)(ch[j : j+SumLanes])
+			for l, v := range b {
+				acc[l] += float64(v) * float64(v)
+			}
+		}
+		for l, v := range ch[j:] {
+			acc[l] += float64(v) * float64(v)
+		}
+		s += laneTree(&acc)
+	}
+	return s
+}
+
+// DotLanes returns Σ_k a_k·b_k (len(b) ≥ len(a)) in float64 in the lane
+// order.
+func DotLanes(a, b []float32) float64 {
+	b = b[:len(a)]
+	var s float64
+	for c := 0; c < len(a); c += SumChunk {
+		e := min(c+SumChunk, len(a))
+		ca, cb := a[c:e], b[c:e]
+		var acc [SumLanes]float64
+		j := 0
+		for ; j+SumLanes <= len(ca); j += SumLanes {
+			x, y := (*[SumLanes]float32)(ca[j:j+SumLanes]), (*[SumLanes]float32)(cb[j:j+SumLanes])
+			for l := range x {
+				acc[l] += float64(x[l]) * float64(y[l])
+			}
+		}
+		for l := range ca[j:] {
+			acc[l] += float64(ca[j+l]) * float64(cb[j+l])
+		}
+		s += laneTree(&acc)
+	}
+	return s
+}
