@@ -135,6 +135,11 @@ func (c *countingOps) AddDot(alpha float64, a, b []float32, dst []float64) {
 	c.CPU.AddDot(alpha, a, b, dst)
 }
 
+func (c *countingOps) AddDots(alpha float64, a, b []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.AddDots(alpha, a, b, dst)
+}
+
 func (c *countingOps) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
 	c.vector.Add(1)
 	c.CPU.AddSumSqProduct(alpha, a, b, dst)

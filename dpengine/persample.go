@@ -148,6 +148,9 @@ type linearState struct {
 	// records that the layer was looked at.
 	gram      *inputGram
 	gramTried bool
+	// permA and permG gather a Gemm's or MatMul's input and output
+	// gradient sample by sample for matrixGhostBatched (rule_matmul.go).
+	permA, permG *runtime.PermPlan
 }
 
 // needPerSample reports whether a parameter keeps B per-sample gradients.

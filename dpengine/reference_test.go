@@ -3,6 +3,7 @@ package dpengine
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -188,5 +189,47 @@ func TestEngineOnReferenceBackend(t *testing.T) {
 				compareEngines(t, label, cpu, ref, x, y, batch, fill)
 			}
 		})
+	}
+}
+
+// dotsDevice is the reference backend counting its AddDots calls: the
+// batched ghost norms of matrixGhostBatched.
+type dotsDevice struct {
+	reference.Device
+	dots *atomic.Int64
+}
+
+func (d dotsDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
+	d.dots.Add(1)
+	d.Device.AddDots(alpha, a, b, dst)
+}
+
+// TestMatrixGhostBatched holds the batched ghost norms of Gemm and MatMul
+// weights on a one-worker device (matrixGhostBatched) to the CPU's
+// per-sample ones (compareEngines) in ghost mode, on the attention
+// fixtures — samples contiguous (vit) and gathered first (the ones whose
+// batch is not the outermost axis) — with the default scratch (one chunk)
+// and with a scratch of one sample's Grams (a chunk per sample, and the
+// per-sample loop where a gather does not fit), checking that the device
+// was asked for AddDots where the batched path runs.
+func TestMatrixGhostBatched(t *testing.T) {
+	defer func(s int) { batchedScratch = s }(batchedScratch)
+	for _, scratch := range []int{batchedScratch, 1} {
+		batchedScratch = scratch
+		for _, name := range []string{"vit", "packedqkv", "crossvit", "beit"} {
+			label := fmt.Sprintf("%s/scratch %d", name, scratch)
+			t.Run(label, func(t *testing.T) {
+				const n = 6
+				x, y, batch, fill := engineBatch(t, name, n)
+				clip := Clipping{Fn: Abadi, R: 0.5}
+				var dots atomic.Int64
+				cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, Ghost, clip, false, "sgd", n))
+				one := buildEngine(t, name, compareConfig(dotsDevice{reference.Device{}, &dots}, Ghost, clip, false, "sgd", n))
+				compareEngines(t, label, cpu, one, x, y, batch, fill)
+				if dots.Load() == 0 {
+					t.Errorf("%s: no AddDots: the batched ghost norms did not run", label)
+				}
+			})
+		}
 	}
 }

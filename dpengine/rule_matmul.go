@@ -2,6 +2,7 @@ package dpengine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -55,6 +56,11 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		ls.x, ls.xStride = data.Data, data.BatchStride
 		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
+	if ls.decision == rewrite.Ghost && T > 1 && e.ops.Workers() == 1 {
+		if ok, err := matrixGhostBatched(e, ls, us, data, dout, T, D, P); ok || err != nil {
+			return err
+		}
+	}
 	size := D * P // the operand's: the parameter's unless through a path
 	need := T*D + T*P + 2*T*T
 	if ls.decision == rewrite.Instantiate {
@@ -82,6 +88,64 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		us.addSample(e.ops, i, 0, inst)
 	})
 	return nil
+}
+
+// batchedScratch bounds the scratch of matrixGhostBatched, in float32
+// elements (64 MiB), unless one sample needs more; the tests lower it.
+var batchedScratch = 1 << 24
+
+// matrixGhostBatched adds every sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩
+// (T > 1) at once, on a device of one worker (a GPU), where the
+// per-sample loop is a chain of small launches: each chunk of samples'
+// Grams as two batched GEMMs, their inner products as one AddDots (the
+// same lane-order sums as AddDot's). Samples whose rows are not
+// contiguous (the batch not the outermost axis) are first gathered by one
+// Transpose each of a and g, when they fit the scratch; it reports false
+// when they do not, for the per-sample loop to run.
+func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
+	B, n := e.cfg.PhysicalBatch, e.n
+	gather := len(data.Data)/data.BatchStride != B || len(dout.Data)/dout.BatchStride != B
+	gatherLen := 0
+	if gather {
+		gatherLen = B * T * (D + P)
+	}
+	nb := max(1, min(n, (batchedScratch-gatherLen)/(2*T*T)))
+	if gatherLen+nb*2*T*T > max(batchedScratch, 2*T*T) {
+		return false, nil
+	}
+	bufs, err := e.workerBufs(gatherLen + nb*2*T*T)
+	if err != nil {
+		return false, err
+	}
+	buf := bufs[0]
+	a, g := data.Data, dout.Data
+	if gather {
+		a, g = buf[:B*T*D], buf[B*T*D:gatherLen]
+		e.lay.Transpose(data.Data, ls.samplesFirst(&ls.permA, data, B), a)
+		e.lay.Transpose(dout.Data, ls.samplesFirst(&ls.permG, dout, B), g)
+	}
+	aa, gg := buf[gatherLen:gatherLen+nb*T*T], buf[gatherLen+nb*T*T:gatherLen+2*nb*T*T]
+	alpha := float64(ls.alpha * ls.alpha)
+	for i0 := 0; i0 < n; i0 += nb {
+		b := min(nb, n-i0)
+		ai, gi := a[i0*T*D:(i0+b)*T*D], g[i0*T*P:(i0+b)*T*P]
+		e.ops.GemmStrided(false, true, T, T, D, 1, ai, D, T*D, ai, D, T*D, 0, aa, T, T*T, b)
+		e.ops.GemmStrided(false, true, T, T, P, 1, gi, P, T*P, gi, P, T*P, 0, gg, T, T*T, b)
+		e.ops.AddDots(alpha, aa[:b*T*T], gg[:b*T*T], us.p.normSq[i0:i0+b])
+	}
+	return true, nil
+}
+
+// samplesFirst returns the plan (cached in *pp) of the Transpose that
+// lays v's samples out one after another: v's blocks of BatchStride
+// elements, block o·B + i of sample i, from (outer, B, stride) to (B,
+// outer, stride), as gatherSample lays out one sample.
+func (ls *linearState) samplesFirst(pp **runtime.PermPlan, v *runtime.View, B int) *runtime.PermPlan {
+	shape := []int{len(v.Data) / v.BatchStride / B, B, v.BatchStride}
+	if *pp == nil || !slices.Equal((*pp).Shape, shape) {
+		*pp = runtime.NewPermPlan(shape, []int{1, 0, 2})
+	}
+	return *pp
 }
 
 // matrixWeightedSum is book-keeping's Σ_i c_i g_iᵀa_i of a Gemm or MatMul

@@ -70,6 +70,12 @@ type VectorOps interface {
 	// eq. 3.1; alpha is a Gemm's α², else 1) accumulated into the sample's
 	// squared norm. It runs on one worker.
 	AddDot(alpha float64, a, b []float32, dst []float64)
+	// AddDots computes dst[i] ← dst[i] + alpha·Dot(a_i, b_i) for the
+	// len(dst) rows a_i and b_i of len(a)/len(dst) elements stacked in a
+	// and b (len(b) ≥ len(a)), each as AddDot: the ghost norms of a batch
+	// of samples at once, for a device whose per-sample loop would be a
+	// chain of small launches.
+	AddDots(alpha float64, a, b []float32, dst []float64)
 	// AddSumSqProduct computes dst[0] ← dst[0] + alpha·(SumSq(a)·SumSq(b)):
 	// the ghost norm of a rank-one gradient g aᵀ (one row: ‖g aᵀ‖² =
 	// ‖a‖²‖g‖²), accumulated as AddDot. It runs on one worker.
@@ -215,6 +221,17 @@ func (c CPU) AddSumSq(x []float32, dst []float64) { dst[0] += c.SumSq(x) }
 // AddDot implements VectorOps.
 func (c CPU) AddDot(alpha float64, a, b []float32, dst []float64) {
 	dst[0] += alpha * c.Dot(a, b)
+}
+
+// AddDots implements VectorOps.
+func (c CPU) AddDots(alpha float64, a, b []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	size := len(a) / len(dst)
+	for i := range dst {
+		c.AddDot(alpha, a[i*size:(i+1)*size], b[i*size:(i+1)*size], dst[i:i+1])
+	}
 }
 
 // AddSumSqProduct implements VectorOps.

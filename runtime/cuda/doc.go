@@ -55,7 +55,7 @@
 // PerSampleOps, layout.cu: LayoutOps, elementwise.cu: ElementwiseOps and
 // LinalgOps.Binary, nn.cu: NNOps, reduce.cu: ReduceOps), embedded in the
 // binary; kernels/common.cuh holds what several modules share (FOR_EACH,
-// Layout, d_exp and d_log) and is put before every module's source when
+// WARP_FOR_EACH and warp_sum, Layout, d_exp and d_log) and is put before every module's source when
 // it is loaded (moduleSource), so that each module still compiles alone
 // and both drivers' cache keys cover the header. Kernels are
 // extern "C" __global__ functions, found by name (KernelNames); NVRTC gets
@@ -63,13 +63,18 @@
 // emulation its header. Elementwise kernels are grid-stride loops on
 // blocks of up to 256 threads (32 on the emulation, whose block threads
 // are real threads), the grid capped at 16 blocks per multiprocessor.
-// Sums whose order the contract fixes (SumSq, SquaredNorms and Dot in
-// float64 in order, AddSumSq, AddDot and AddSumSqProduct accumulated into
-// a device slot, AddRunSums's four running sums, SumRows, AddScaledRows
-// row after row, ScatterAdd in index order, Contract's and
-// NormAffineSampleGrad's float64 sums, ClipOps.CountClipped) run that order
-// on one thread per result, parallel across results only, so that they
-// are the CPU's bit for bit.
+// Sums whose order the contract fixes run that order, so that they are
+// the CPU's bit for bit. The float64 norms and dot products (SumSq,
+// SquaredNorms, Dot, and AddSumSq, AddDot, AddDots, AddSumSqProduct
+// accumulated into device slots) are in the lane order of
+// runtime/lanesum.go, which a warp follows: a warp per chunk of 2048
+// terms, lane l summing terms l, l + 32, …, the lanes combined by
+// warp_sum's halves (lane_chunks), then a thread per result adding the
+// chunks in order (lane_finish). NormAffineSampleGrad's sums are a thread
+// per parameter element, each in the order of the rows. AddRunSums's four
+// running sums, SumRows and AddScaledRows row after row, ScatterAdd in
+// index order, Contract's float64 sums and ClipOps.CountClipped run on one
+// thread per result, parallel across results only.
 //
 // The noise kernel (noise.cu) is runtime/noise's specification (its
 // doc.go) in CUDA C: AES-128 (S-box computed on the host from its
@@ -80,12 +85,25 @@
 // operation. TestNoiseMatchesCPU holds it to runtime.CPU, noise.Reference
 // and the reference backend bit for bit.
 //
-// The graph's and the per-sample operations are correct and simple first:
-// one thread per element written, a reduction (ReduceToShape, a
-// broadcast operand's gradient, a convolution's weight gradient) summed
-// by that element's thread in double in a fixed order and rounded once,
-// so that no atomics decide a result. Their values, not the CPU's bits,
-// are the contract: the tests hold them to the reference backend and the
+// The graph's and the per-sample operations are one thread per element
+// written, a reduction summed in double in a fixed order and rounded once,
+// so that no atomics decide a result: by that element's thread where it
+// has few terms, by a warp (WARP_FOR_EACH, lane l taking terms l, l + 32,
+// …, warp_sum) where it has many — ReduceToShape's elements of 64 terms or
+// more (a broadcast operand's gradient), a bias's channel sums, the direct
+// kernels' weight gradients. Convolutions are GEMMs (conv.go): per group,
+// a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
+// scratch ConvScratchSize reports) times the weight in one batched
+// cuBLAS call, the input gradient Wᵀ·dy batched the same way and folded
+// back (conv_fold, gathering each input element's taps), the weight
+// gradient one GEMM over the chunk's positions with the output gradient
+// packed beside the unfolded input (conv_pack_out), β = 1 across chunks;
+// pointwise convolutions read x and write dx in place. Depthwise and
+// narrow convolutions (D < 16 or fewer than 8 output channels per group)
+// keep the direct kernels (conv_fwd, conv_dx, conv_dw), whose few terms
+// per element cost less than a GEMM's launch; TestConvPaths runs every
+// shape on both paths. Their values, not the CPU's bits, are the
+// contract: the tests hold them to the reference backend and the
 // CPU within a tolerance. Activations compute in double with CUDA's math
 // library, whose functions contain fused multiply-adds by design
 // (elementwise.cu is the one module TestNVRTCNoFMA exempts, mathModules).
@@ -102,7 +120,7 @@
 // plans are read-only and live as long as the plan (layout.go).
 //
 // NNOps and ReduceOps (nn.cu, reduce.cu) follow the same rules: a
-// thread per element written, statistics a thread per channel or row
+// thread (or warp) per element written, statistics a thread per channel or row
 // kept in float64 scratch for the elementwise pass; a gradient that
 // several outputs feed (a convolution's or pooling's input) is gathered
 // by the input element's thread over the window positions that read it;
@@ -170,17 +188,16 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed: one thread per output element everywhere (tiled or
-//     warp-cooperative kernels, shared memory; im2col and the GEMM for
-//     the convolutions), the in-order sums on one thread per result
-//     (exact but slow for one long vector: SumSq, Dot, AddSumSq, AddDot,
-//     AddSumSqProduct, Contract, NormAffineSampleGrad, ScatterAdd,
-//     ScatterReduce, a broadcast MaxMin input's gradient, a GemmBias
-//     gradient, a channel's or row's statistics), the batched GEMMs'
-//     pointer arrays (cublasSgemmStridedBatched needs a call with more
-//     arguments than purego passes), staging of host operands (the
-//     compile-time index maps and loop nests could be uploaded once), a
-//     stream per worker
+//   - Speed, measured on no GPU yet: statistics (a channel's or row's mean
+//     and 1/σ, softmax lines) on a thread per result, the in-order sums
+//     on one thread per result (AddRunSums, SumRows, AddScaledRows,
+//     ScatterAdd, ScatterReduce, Contract, a broadcast MaxMin input's
+//     gradient, a GemmBias gradient), direct depthwise convolutions, the
+//     batched GEMMs' pointer arrays (cublasSgemmStridedBatched needs a
+//     call with more arguments than purego passes), staging of host
+//     operands (the compile-time index maps and loop nests could be
+//     uploaded once), the engine's per-sample loops where a rule has no
+//     batched form yet (convolutions' ghost norms), a stream per worker
 //     instead of the default stream.
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on

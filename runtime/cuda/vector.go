@@ -181,6 +181,19 @@ func (d *Device) AddDot(alpha float64, x, y []float32, dst []float64) {
 	d.laneSums(f32(x, opIn, d), f32(y, opIn, d), len(x), 1, true, alpha, f64(dst, opInOut, d))
 }
 
+// AddDots implements runtime.VectorOps: a warp per chunk of a row, a
+// thread per row adding its chunks.
+func (d *Device) AddDots(alpha float64, x, y []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	size := len(x) / len(dst)
+	n := size * len(dst)
+	d.begin()
+	defer d.end("AddDots")
+	d.laneSums(f32(x[:n], opIn, d), f32(y[:n], opIn, d), size, len(dst), true, alpha, f64(dst, opInOut, d))
+}
+
 // AddSumSqProduct implements runtime.VectorOps: a warp per chunk of x and
 // of y, one thread for the product.
 func (d *Device) AddSumSqProduct(alpha float64, x, y []float32, dst []float64) {
@@ -246,16 +259,16 @@ func (d *Device) Contract(l *runtime.ContractLoop, x, y []float32, acc []float64
 	d.launchOne("contract")
 }
 
-// NormAffineSampleGrad implements runtime.VectorOps, on one thread (the
-// sums' order is the contract's); the parameter map is n.ParamMap's
-// formula.
-func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+// NormAffineSampleGrad implements runtime.VectorOps: a thread per
+// parameter element, each summing its terms in the contract's order (the
+// rows, then their elements), so that the float64 scratch acc is not
+// needed; the parameter map is n.ParamMap's formula.
+func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, _ []float64, out []float32) {
 	if len(out) == 0 {
 		return
 	}
 	L := n.RowLen()
 	G, CpG, S := n.ParamMap()
-	acc = acc[:len(out)]
 	dy = dy[:len(dy)/L*L]
 	sc := int32(0)
 	if scale {
@@ -267,8 +280,8 @@ func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, str
 	defer d.end("NormAffineSampleGrad")
 	a.I32(sc).I64(int64(i)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
 	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy)))
-	a.Ptr(f64(acc, opOut, d)).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
-	d.launchOne("norm_affine_sample_grad")
+	a.Ptr(0).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
+	d.launch("norm_affine_sample_grad", int64(len(out)))
 }
 
 // CountNonFinite implements runtime.VectorOps: a grid-stride count, added

@@ -131,6 +131,17 @@ func (d Device) AddDot(alpha float64, a, b []float32, dst []float64) {
 	dst[0] += alpha * s
 }
 
+// AddDots implements runtime.VectorOps: AddDot row by row.
+func (d Device) AddDots(alpha float64, a, b []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	size := len(a) / len(dst)
+	for i := range dst {
+		d.AddDot(alpha, a[i*size:(i+1)*size], b[i*size:(i+1)*size], dst[i:i+1])
+	}
+}
+
 // AddSumSqProduct implements runtime.VectorOps.
 func (d Device) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
 	s := d.SumSq(a) * d.SumSq(b)

@@ -170,31 +170,36 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
 // each term the float dy·(x − mean)·(1/σ)) or bias (Σ dy), from the
 // sample's rows of L elements gathered from blocks i, i+B, … of per_block
 // rows each; element j of whole-tensor row r uses parameter
-// (r mod g)·cpg + j/s. The sums are float64 in acc in the order of the
-// rows and their elements, rounded once: one thread, as the order is the
-// contract's.
+// (r mod g)·cpg + j/s. Each parameter element's sum is float64 in the
+// order of the rows and their elements, rounded once, as the contract
+// says: a thread per parameter element, visiting the rows in order and in
+// each the run of elements j with (r mod g)·cpg + j/s = k. acc is not
+// used.
 extern "C" __global__ void norm_affine_sample_grad(int scale, long long i, long long b, long long per_block, long long l,
                                                    long long g, long long cpg, long long s, const float *x,
                                                    const float *mean, const float *inv, const float *dy, long long ndy,
                                                    double *acc, float *out, long long nout) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  for (long long k = 0; k < nout; k++) acc[k] = 0;
-  for (long long q = 0; q < ndy / l; q++) {
-    long long row = (i + q / per_block * b) * per_block + q % per_block;
-    const float *gr = dy + q * l;
-    long long base = (row % g) * cpg;
-    if (!scale) {
-      for (long long j = 0; j < l; j++) acc[base + j / s] += (double)gr[j];
-      continue;
+  FOR_EACH(k, nout) {
+    double sum = 0;
+    for (long long q = 0; q < ndy / l; q++) {
+      long long row = (i + q / per_block * b) * per_block + q % per_block;
+      long long d = k - (row % g) * cpg;
+      if (d < 0 || d * s >= l) continue;
+      long long j0 = d * s, j1 = j0 + s < l ? j0 + s : l;
+      const float *gr = dy + q * l;
+      if (!scale) {
+        for (long long j = j0; j < j1; j++) sum += (double)gr[j];
+        continue;
+      }
+      const float *xr = x + q * l;
+      float mf = mean[row], ivf = inv[row];
+      for (long long j = j0; j < j1; j++) {
+        float t = gr[j] * (xr[j] - mf) * ivf;
+        sum += (double)t;
+      }
     }
-    const float *xr = x + q * l;
-    float mf = mean[row], ivf = inv[row];
-    for (long long j = 0; j < l; j++) {
-      float t = gr[j] * (xr[j] - mf) * ivf;
-      acc[base + j / s] += (double)t;
-    }
+    out[k] = (float)sum;
   }
-  for (long long k = 0; k < nout; k++) out[k] = (float)acc[k];
 }
 
 // count_non_finite adds to count[0] the number of NaN or infinite
