@@ -116,6 +116,8 @@ type Engine struct {
 	// affineShape the shape it reduces to.
 	affineScratch []float32
 	affineShape   []int
+	// rowNorms holds addSampleRows' per-sample squared norms.
+	rowNorms []float64
 	opErrs        []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).

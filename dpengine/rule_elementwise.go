@@ -84,15 +84,31 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		// not read.
 		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf)
 	}
-	p := us.p
-	for i := 0; i < e.n; i++ {
-		gi := buf[i*P : (i+1)*P]
-		if p.ps != nil {
-			e.ops.Add(gi, p.ps[i*P:(i+1)*P])
-			continue
-		}
-		e.ops.AddSumSq(gi, p.normSq[i:i+1])
+	return e.addSampleRows(us.p, buf[:e.n*P])
+}
+
+// addSampleRows adds the per-sample gradients g (e.n rows of the
+// parameter's size) of a direct use to the parameter, as addSample does
+// sample by sample, in one call or two: to its per-sample gradients, or
+// their squared norms to the samples' (SquaredNorms then AddNormSq, the
+// bits of AddSumSq row by row). It reports false, doing nothing, when
+// the norms' scratch cannot be had (the general path then runs and
+// reports it).
+func (e *Engine) addSampleRows(p *param, g []float32) bool {
+	if p.ps != nil {
+		e.ops.Add(g, p.ps[:len(g)])
+		return true
 	}
+	if e.n == 0 {
+		return true
+	}
+	buf, err := growF64On(e.dev, e.rowNorms, e.n)
+	if err != nil {
+		return false
+	}
+	e.rowNorms = buf
+	e.ops.SquaredNorms(g, buf[:e.n])
+	e.ops.AddNormSq(buf[:e.n], p.normSq[:e.n])
 	return true
 }
 
