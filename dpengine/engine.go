@@ -116,9 +116,10 @@ type Engine struct {
 	// affineShape the shape it reduces to.
 	affineScratch []float32
 	affineShape   []int
-	// rowNorms holds addSampleRows' per-sample squared norms.
-	rowNorms []float64
-	opErrs        []error
+	// rowNorms holds addSampleRows' per-sample squared norms, affineAcc
+	// normBatch's float64 sums.
+	rowNorms, affineAcc []float64
+	opErrs              []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64

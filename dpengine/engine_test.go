@@ -442,14 +442,32 @@ func TestElementwiseWorkersAgree(t *testing.T) {
 // scales) give the per-sample norms and the clipped sum of the
 // sample-by-sample path, on the fixtures that have them, in every mode.
 func TestArithmeticBatchMatchesSamples(t *testing.T) {
-	defer func() { arithmeticBatchOff = false }()
-	for _, name := range []string{"vit", "beit", "crossvit"} {
+	checkBatchMatchesSamples(t, &arithmeticBatchOff, []string{"vit", "beit", "crossvit"}, false)
+}
+
+// TestNormBatchMatchesSamples: the batched per-sample gradients of native
+// normalizations' scales and biases (normBatch, NormAffineGrads) give the
+// per-sample norms of the sample-by-sample path bit for bit (the same
+// terms in the same order, and SquaredNorms then AddNormSq is AddSumSq),
+// and its clipped sums, on vit17 (opset 17 LayerNormalization) in every
+// mode.
+func TestNormBatchMatchesSamples(t *testing.T) {
+	checkBatchMatchesSamples(t, &normBatchOff, []string{"vit17"}, true)
+}
+
+// checkBatchMatchesSamples runs the engine on the fixtures with *off
+// false (the batch hook) and true (the sample-by-sample path) in every
+// mode and compares per-sample norms (bit for bit with exact) and
+// clipped sums.
+func checkBatchMatchesSamples(t *testing.T, off *bool, fixtures []string, exact bool) {
+	defer func() { *off = false }()
+	for _, name := range fixtures {
 		gd := loadGolden(t, name)
 		for _, mode := range []Mode{BK, Ghost, Instantiate} {
 			var norms [2][]float64
 			var sums [2]map[string][]float32
-			for k, off := range []bool{true, false} {
-				arithmeticBatchOff = off
+			for k, o := range []bool{true, false} {
+				*off = o
 				e := newEngine(t, name, mode, Clipping{Fn: Abadi, R: 1e-3}, false)
 				s, n, err := e.ClippedSum(gd.x, gd.y)
 				if err != nil {
@@ -458,7 +476,8 @@ func TestArithmeticBatchMatchesSamples(t *testing.T) {
 				norms[k], sums[k] = n, s
 			}
 			for i := range norms[0] {
-				if d := math.Abs(norms[1][i] - norms[0][i]); d > 1e-6*norms[0][i] {
+				d := math.Abs(norms[1][i] - norms[0][i])
+				if exact && d != 0 || d > 1e-6*norms[0][i] {
 					t.Errorf("%s %v sample %d: norm %v batched, %v sample by sample", name, mode, i, norms[1][i], norms[0][i])
 				}
 			}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"math"
+	"math/rand"
 	"strings"
 	"testing"
 
@@ -148,6 +149,53 @@ func TestCPUAddGaussianNoise(t *testing.T) {
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("element %d: %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestNormAffineGrads holds the CPU's NormAffineGrads, which reads the
+// whole tensors, to NormAffineSampleGrad on each sample's gathered rows,
+// bit for bit, for every kind of NormRows and both batch layouts.
+func TestNormAffineGrads(t *testing.T) {
+	r := rand.New(rand.NewSource(9))
+	const B = 3
+	for _, c := range []struct {
+		name   string
+		nr     *NormRows
+		stride int
+	}{
+		{"GroupNorm", NewGroupNormRows(B, 4, 5, 2, false, 1e-5), 20},
+		{"GroupNorm per group", NewGroupNormRows(B, 4, 5, 2, true, 1e-5), 20},
+		{"InstanceNorm", NewInstanceNormRows(B, 3, 7, 1e-5), 21},
+		{"LayerNorm (B, T, D)", NewLayerNormRows(4*B, 6, 1e-5), 24},
+		{"LayerNorm (T, B, D)", NewLayerNormRows(4*B, 6, 1e-5), 6},
+	} {
+		L, P := c.nr.RowLen(), c.nr.NumParams()
+		n := c.nr.Rows() * L
+		x, dy := make([]float32, n), make([]float32, n)
+		mean, inv := make([]float32, c.nr.Rows()), make([]float32, c.nr.Rows())
+		for i := range x {
+			x[i], dy[i] = float32(r.NormFloat64()), float32(r.NormFloat64())
+		}
+		for i := range mean {
+			mean[i], inv[i] = float32(r.NormFloat64()), float32(r.Float64()+0.1)
+		}
+		for _, scale := range []bool{true, false} {
+			got := make([]float32, B*P)
+			CPU{}.NormAffineGrads(c.nr, scale, B, c.stride, x, mean, inv, dy, make([]float64, B*P), got)
+			for i := 0; i < B; i++ {
+				var xi, gi []float32
+				for b := i; b < n/c.stride; b += B {
+					xi, gi = append(xi, x[b*c.stride:(b+1)*c.stride]...), append(gi, dy[b*c.stride:(b+1)*c.stride]...)
+				}
+				want := make([]float32, P)
+				CPU{}.NormAffineSampleGrad(c.nr, scale, i, B, c.stride, xi, mean, inv, gi, make([]float64, P), want)
+				for k := range want {
+					if math.Float32bits(got[i*P+k]) != math.Float32bits(want[k]) {
+						t.Fatalf("%s scale=%v: sample %d element %d = %v, the sample's own %v", c.name, scale, i, k, got[i*P+k], want[k])
+					}
+				}
+			}
 		}
 	}
 }

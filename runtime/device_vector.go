@@ -121,6 +121,13 @@ type VectorOps interface {
 	// elements, rounded once. acc is float64 scratch of len(out)
 	// elements. It runs on one worker.
 	NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32)
+	// NormAffineGrads writes the gradients NormAffineSampleGrad computes
+	// for the samples i < len(out)/n.NumParams() at once, sample i's to
+	// out[i·NumParams():], reading the whole tensors x (nil for the
+	// bias) and dy (B samples in blocks of stride elements) in place
+	// instead of a sample's gathered copy: the same terms, summed in the
+	// same order. acc is float64 scratch of len(out) elements.
+	NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32)
 }
 
 // ContractLoop is the loop nest of VectorOps.Contract: one loop per
@@ -321,6 +328,43 @@ func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, me
 	for k, v := range acc {
 		out[k] = float32(v)
 	}
+}
+
+// NormAffineGrads implements VectorOps: the samples split over the
+// workers.
+func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	r := n.r
+	L, P := r.L, n.NumParams()
+	if P == 0 || len(out) == 0 {
+		return
+	}
+	perBlock := stride / L
+	rows := len(dy) / L / B // per sample
+	samples := len(out) / P
+	parFor(samples, 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			acc := acc[i*P : (i+1)*P]
+			clear(acc)
+			for q := 0; q < rows; q++ {
+				global := (i+q/perBlock*B)*perBlock + q%perBlock
+				gr := dy[global*L : (global+1)*L]
+				if !scale {
+					for j, g := range gr {
+						acc[r.Param(global, j)] += float64(g)
+					}
+					continue
+				}
+				xr := x[global*L : (global+1)*L]
+				mf, ivf := mean[global], invStd[global]
+				for j, g := range gr {
+					acc[r.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
+				}
+			}
+			for k, v := range acc {
+				out[i*P+k] = float32(v)
+			}
+		}
+	})
 }
 
 // CountNonFinite implements VectorOps.

@@ -392,6 +392,38 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-5},
+	{"NormAffineGrads", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		sp, D, T := 1+n%7, 1+n%13, 1+n%5
+		const B = 3
+		var out []float64
+		for _, c := range []struct {
+			nr     *runtime.NormRows
+			stride int
+		}{
+			{runtime.NewGroupNormRows(B, 4, sp, 2, false, 1e-5), 2 * 2 * sp},
+			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp},
+			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp},
+			{runtime.NewLayerNormRows(T*B, D, 1e-5), D}, // (T, B, D): the batch in the middle
+		} {
+			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
+			for k := range inv {
+				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
+			}
+			x, dy := randFloats(r, c.nr.Rows()*c.nr.RowLen()), randFloats(r, c.nr.Rows()*c.nr.RowLen())
+			for _, scale := range []bool{true, false} {
+				samples := 1 + n%B // the first samples of the batch
+				res := place(p, make([]float32, samples*c.nr.NumParams()))
+				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*c.nr.NumParams())), res)
+				out = append(out, widen32(fetch(p, res))...)
+			}
+		}
+		return out, true
+	}, 1e-5},
 	{"CountNonFinite", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {

@@ -280,8 +280,32 @@ func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, str
 	defer d.end("NormAffineSampleGrad")
 	a.I32(sc).I64(int64(i)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
 	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy)))
-	a.Ptr(0).Ptr(f32(out, opOut, d)).I64(int64(len(out)))
+	a.Ptr(f32(out, opOut, d)).I64(int64(len(out)))
 	d.launch("norm_affine_sample_grad", int64(len(out)))
+}
+
+// NormAffineGrads implements runtime.VectorOps: a thread per sample and
+// parameter element, each sum in the contract's order (acc is not used).
+func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, _ []float64, out []float32) {
+	P := n.NumParams()
+	if P == 0 || len(out) < P {
+		return
+	}
+	L := n.RowLen()
+	G, CpG, S := n.ParamMap()
+	samples := len(out) / P
+	sc := int32(0)
+	if scale {
+		sc = 1
+	} else {
+		x, mean, invStd = nil, nil, nil
+	}
+	a := d.begin()
+	defer d.end("NormAffineGrads")
+	a.I32(sc).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
+	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy) / L / B))
+	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
+	d.launch("norm_affine_grads", int64(samples*P))
 }
 
 // CountNonFinite implements runtime.VectorOps: a grid-stride count, added

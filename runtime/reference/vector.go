@@ -233,6 +233,25 @@ func (Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride
 	}
 }
 
+// NormAffineGrads implements runtime.VectorOps: NormAffineSampleGrad of
+// each sample, on its rows gathered from the whole tensors.
+func (d Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	P := n.NumParams()
+	if P == 0 {
+		return
+	}
+	for i := 0; i < len(out)/P; i++ {
+		var xi, gi []float32
+		for b := i; b < len(dy)/stride; b += B {
+			gi = append(gi, dy[b*stride:(b+1)*stride]...)
+			if scale {
+				xi = append(xi, x[b*stride:(b+1)*stride]...)
+			}
+		}
+		d.NormAffineSampleGrad(n, scale, i, B, stride, xi, mean, invStd, gi, acc[i*P:(i+1)*P], out[i*P:(i+1)*P])
+	}
+}
+
 // CountNonFinite implements runtime.VectorOps: an element is finite when
 // it minus itself is 0 (NaN − NaN and ∞ − ∞ are NaN).
 func (Device) CountNonFinite(x []float32) int {

@@ -165,40 +165,58 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
   for (long long j = 0; j < nout; j++) out[j] = (float)acc[j];
 }
 
+// norm_affine_sum returns sample i's gradient with respect to element k of
+// a normalization's scale (scale ≠ 0: Σ dy·x̂, each term the float
+// dy·(x − mean)·(1/σ)) or bias (Σ dy), over the sample's rows of l
+// elements: its row q is whole-tensor row (i + q/per_block·b)·per_block +
+// q mod per_block, whose element j uses parameter (row mod g)·cpg + j/s.
+// The sum is float64 in the order of the rows and their elements, as the
+// contract says: the rows in order, and in each the run of elements j
+// whose parameter is k. The data of row q are at q·l in the sample's
+// gathered copy, or (whole) at the whole-tensor row's offset.
+__device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l, long long g,
+                                         long long cpg, long long s, const float *x, const float *mean, const float *inv,
+                                         const float *dy, long long rows, int whole, long long k) {
+  double sum = 0;
+  for (long long q = 0; q < rows; q++) {
+    long long row = (i + q / per_block * b) * per_block + q % per_block;
+    long long d = k - (row % g) * cpg;
+    if (d < 0 || d * s >= l) continue;
+    long long j0 = d * s, j1 = j0 + s < l ? j0 + s : l, off = (whole ? row : q) * l;
+    const float *gr = dy + off;
+    if (!scale) {
+      for (long long j = j0; j < j1; j++) sum += (double)gr[j];
+      continue;
+    }
+    const float *xr = x + off;
+    float mf = mean[row], ivf = inv[row];
+    for (long long j = j0; j < j1; j++) {
+      float t = gr[j] * (xr[j] - mf) * ivf;
+      sum += (double)t;
+    }
+  }
+  return sum;
+}
+
 // norm_affine_sample_grad overwrites out (nout elements) with sample i's
-// gradient with respect to a normalization's scale (scale ≠ 0: Σ dy·x̂,
-// each term the float dy·(x − mean)·(1/σ)) or bias (Σ dy), from the
-// sample's rows of L elements gathered from blocks i, i+B, … of per_block
-// rows each; element j of whole-tensor row r uses parameter
-// (r mod g)·cpg + j/s. Each parameter element's sum is float64 in the
-// order of the rows and their elements, rounded once, as the contract
-// says: a thread per parameter element, visiting the rows in order and in
-// each the run of elements j with (r mod g)·cpg + j/s = k. acc is not
-// used.
+// gradient (norm_affine_sum) from its gathered rows (ndy elements of dy,
+// and of x): a thread per parameter element.
 extern "C" __global__ void norm_affine_sample_grad(int scale, long long i, long long b, long long per_block, long long l,
                                                    long long g, long long cpg, long long s, const float *x,
                                                    const float *mean, const float *inv, const float *dy, long long ndy,
-                                                   double *acc, float *out, long long nout) {
-  FOR_EACH(k, nout) {
-    double sum = 0;
-    for (long long q = 0; q < ndy / l; q++) {
-      long long row = (i + q / per_block * b) * per_block + q % per_block;
-      long long d = k - (row % g) * cpg;
-      if (d < 0 || d * s >= l) continue;
-      long long j0 = d * s, j1 = j0 + s < l ? j0 + s : l;
-      const float *gr = dy + q * l;
-      if (!scale) {
-        for (long long j = j0; j < j1; j++) sum += (double)gr[j];
-        continue;
-      }
-      const float *xr = x + q * l;
-      float mf = mean[row], ivf = inv[row];
-      for (long long j = j0; j < j1; j++) {
-        float t = gr[j] * (xr[j] - mf) * ivf;
-        sum += (double)t;
-      }
-    }
-    out[k] = (float)sum;
+                                                   float *out, long long nout) {
+  FOR_EACH(k, nout) out[k] = (float)norm_affine_sum(scale, i, b, per_block, l, g, cpg, s, x, mean, inv, dy, ndy / l, 0, k);
+}
+
+// norm_affine_grads writes every sample's gradient at once, sample i's to
+// out[i·nout:], from the whole tensors x and dy (rows rows a sample): a
+// thread per sample and parameter element.
+extern "C" __global__ void norm_affine_grads(int scale, long long b, long long per_block, long long l, long long g,
+                                             long long cpg, long long s, const float *x, const float *mean,
+                                             const float *inv, const float *dy, long long rows, float *out,
+                                             long long nout, long long samples) {
+  FOR_EACH(e, samples * nout) {
+    out[e] = (float)norm_affine_sum(scale, e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, 1, e % nout);
   }
 }
 
