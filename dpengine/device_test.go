@@ -45,6 +45,11 @@ func (c *countingOps) ReduceToShape(x []float32, xShape []int, t []float32, tSha
 	c.CPU.ReduceToShape(x, xShape, t, tShape)
 }
 
+func (c *countingOps) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	c.conv.Add(1)
+	c.CPU.Im2ColBatch(s, x, i0, n, g, col, plane)
+}
+
 func (c *countingOps) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
 	c.conv.Add(1)
 	c.CPU.Im2ColPlane(s, xi, g, col, plane)

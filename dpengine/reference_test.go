@@ -192,42 +192,71 @@ func TestEngineOnReferenceBackend(t *testing.T) {
 	}
 }
 
-// dotsDevice is the reference backend counting its AddDots calls: the
-// batched ghost norms of matrixGhostBatched.
-type dotsDevice struct {
+// batchDevice is the reference backend counting its calls of the batched
+// operations: AddDots (batched ghost norms) and Im2ColBatch (batched
+// convolutions).
+type batchDevice struct {
 	reference.Device
-	dots *atomic.Int64
+	dots, unfolds *atomic.Int64
 }
 
-func (d dotsDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
+func (d batchDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
 	d.dots.Add(1)
 	d.Device.AddDots(alpha, a, b, dst)
 }
 
-// TestMatrixGhostBatched holds the batched ghost norms of Gemm and MatMul
-// weights on a one-worker device (matrixGhostBatched) to the CPU's
-// per-sample ones (compareEngines) in ghost mode, on the attention
-// fixtures — samples contiguous (vit) and gathered first (the ones whose
-// batch is not the outermost axis) — with the default scratch (one chunk)
-// and with a scratch of one sample's Grams (a chunk per sample, and the
-// per-sample loop where a gather does not fit), checking that the device
-// was asked for AddDots where the batched path runs.
-func TestMatrixGhostBatched(t *testing.T) {
+func (d batchDevice) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	d.unfolds.Add(1)
+	d.Device.Im2ColBatch(s, x, i0, n, g, col, plane)
+}
+
+// TestBatchedRules holds the engine's batched per-sample rules on a
+// one-worker device — the ghost norms of Gemm and MatMul weights
+// (matrixGhostBatched) and the per-sample norms and gradients of
+// convolutions (convBatched) — to the CPU's per-sample loops
+// (compareEngines): ghost mode on the attention fixtures (samples
+// contiguous, and gathered first where the batch is not the outermost
+// axis), ghost and instantiate mode on the convolutional ones (groups,
+// strides, padding), with the default scratch (one chunk), a scratch of a
+// few samples (several chunks, or the per-sample loop where one sample
+// does not fit) and a scratch of none (the per-sample loop everywhere),
+// checking that the device was asked for the batched operations where
+// they run.
+func TestBatchedRules(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
-	for _, scratch := range []int{batchedScratch, 1} {
+	type run struct {
+		name string
+		mode Mode
+		conv bool
+	}
+	var runs []run
+	for _, name := range []string{"vit", "packedqkv", "crossvit", "beit"} {
+		runs = append(runs, run{name, Ghost, false})
+	}
+	for _, name := range []string{"cnn", "resnet_eval", "mobilenet", "vgg"} {
+		runs = append(runs, run{name, Ghost, true}, run{name, Instantiate, true})
+	}
+	for _, scratch := range []int{batchedScratch, 1 << 15, 0} {
 		batchedScratch = scratch
-		for _, name := range []string{"vit", "packedqkv", "crossvit", "beit"} {
-			label := fmt.Sprintf("%s/scratch %d", name, scratch)
+		for _, r := range runs {
+			label := fmt.Sprintf("%s/%s/scratch %d", r.name, r.mode, scratch)
 			t.Run(label, func(t *testing.T) {
 				const n = 6
-				x, y, batch, fill := engineBatch(t, name, n)
+				x, y, batch, fill := engineBatch(t, r.name, n)
 				clip := Clipping{Fn: Abadi, R: 0.5}
-				var dots atomic.Int64
-				cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, Ghost, clip, false, "sgd", n))
-				one := buildEngine(t, name, compareConfig(dotsDevice{reference.Device{}, &dots}, Ghost, clip, false, "sgd", n))
+				var dots, unfolds atomic.Int64
+				cpu := buildEngine(t, r.name, compareConfig(runtime.CPU{}, r.mode, clip, false, "sgd", n))
+				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Device{}, &dots, &unfolds}, r.mode, clip, false, "sgd", n))
 				compareEngines(t, label, cpu, one, x, y, batch, fill)
-				if dots.Load() == 0 {
-					t.Errorf("%s: no AddDots: the batched ghost norms did not run", label)
+				called := dots.Load()
+				if r.conv {
+					called = unfolds.Load()
+				}
+				if scratch > 0 && called == 0 {
+					t.Errorf("%s: the batched rules did not run", label)
+				}
+				if scratch == 0 && called != 0 {
+					t.Errorf("%s: the batched rules ran without scratch", label)
 				}
 			})
 		}

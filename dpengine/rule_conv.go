@@ -66,6 +66,11 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 		})
 		return nil
 	}
+	if e.ops.Workers() == 1 {
+		if ok, err := convBatched(e, ls, us, s, x, dy, outLen); ok || err != nil {
+			return err
+		}
+	}
 	if !ls.gramTried {
 		ls.gram, ls.gramTried = inputGramFor(s, groups, ls.decision), true
 	}
@@ -184,7 +189,7 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	sums := buf[:e.n*M]
 	e.lay.Fill(0, sums)
 	e.ops.AddRunSums(rows, sums)
-	return e.addSampleRows(p, sums)
+	return e.addSampleRows(p, 0, sums)
 }
 
 // convBiasBySample is convBias split over the device's workers, sample by
@@ -308,6 +313,70 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 		}
 	}
 	return &inputGram{S: S, C: C, K: K, T: T, m: runtime.NewIndexMap(idx, S*S, 0), gShape: []int{K, T, T}, aShape: []int{1, T, T}}
+}
+
+// convBatched is convUseOn's per-sample norms (or gradients) for chunks of
+// samples at once, on a device of one worker (a GPU), where the
+// per-sample loop is a chain of small launches: per chunk and group, the
+// samples' unfolded inputs in one Im2ColBatch, then either their Grams
+// a_i a_iᵀ and g_i g_iᵀ as two batched GEMMs and the ghost norms as one
+// AddDots, or their gradients g_iᵀa_i as one batched GEMM into the
+// samples' rows, added to the parameter in one call (addSampleRows) or,
+// through a path, sample by sample. It reports false, doing nothing,
+// when one sample's share exceeds batchedScratch; the per-sample loop
+// then runs.
+func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape, x, dy *runtime.View, outLen int) (bool, error) {
+	groups := max(s.Group, 1)
+	T, D, M := s.T, s.D, s.M
+	P := M / groups
+	ghost := ls.decision == rewrite.Ghost
+	per := D * T
+	if ghost {
+		per += 2 * T * T
+	} else {
+		per += M * D
+	}
+	nb := min(e.n, batchedScratch/max(per, 1))
+	if nb < 1 {
+		return false, nil
+	}
+	plane := s.PlaneSize()
+	bufs, err := e.workerBufs(plane + nb*per)
+	if err != nil {
+		return false, err
+	}
+	buf := bufs[0]
+	pl, col, rest := buf[:plane], buf[plane:plane+nb*D*T], buf[plane+nb*D*T:plane+nb*per]
+	p := us.p
+	for i0 := 0; i0 < e.n; i0 += nb {
+		n := min(nb, e.n-i0)
+		var inst []float32 // the samples' gradients, rows of M·D
+		if !ghost {
+			inst = rest[:n*M*D]
+		}
+		for gr := 0; gr < groups; gr++ {
+			e.ops.Im2ColBatch(s, x.Data, i0, n, gr, col[:n*D*T], pl)
+			gT := dy.Data[i0*outLen+gr*P*T:] // sample j's group: P×T at j·outLen
+			if !ghost {
+				e.ops.GemmStrided(false, true, P, D, T, 1, gT, T, outLen, col, T, D*T, 0, inst[gr*P*D:], D, M*D, n)
+				continue
+			}
+			aa, gg := rest[:n*T*T], rest[nb*T*T:nb*T*T+n*T*T]
+			e.ops.GemmStrided(true, false, T, T, D, 1, col, T, D*T, col, T, D*T, 0, aa, T, T*T, n)
+			e.ops.GemmStrided(true, false, T, T, P, 1, gT, T, outLen, gT, T, outLen, 0, gg, T, T*T, n)
+			e.ops.AddDots(1, aa, gg, p.normSq[i0:i0+n])
+		}
+		if ghost {
+			continue
+		}
+		if us.idx == nil && e.addSampleRows(p, i0, inst) {
+			continue
+		}
+		for j := 0; j < n; j++ {
+			us.addSample(e.ops, i0+j, 0, inst[j*M*D:(j+1)*M*D])
+		}
+	}
+	return true, nil
 }
 
 // convGhostByGram adds each sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ to

@@ -84,31 +84,33 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		// not read.
 		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf)
 	}
-	return e.addSampleRows(us.p, buf[:e.n*P])
+	return e.addSampleRows(us.p, 0, buf[:e.n*P])
 }
 
-// addSampleRows adds the per-sample gradients g (e.n rows of the
-// parameter's size) of a direct use to the parameter, as addSample does
-// sample by sample, in one call or two: to its per-sample gradients, or
-// their squared norms to the samples' (SquaredNorms then AddNormSq, the
-// bits of AddSumSq row by row). It reports false, doing nothing, when
-// the norms' scratch cannot be had (the general path then runs and
-// reports it).
-func (e *Engine) addSampleRows(p *param, g []float32) bool {
+// addSampleRows adds the per-sample gradients g (rows of the parameter's
+// size, of the samples i0, i0+1, …) of a direct use to the parameter, as
+// addSample does sample by sample, in one call or two: to its per-sample
+// gradients, or their squared norms to the samples' (SquaredNorms then
+// AddNormSq, the bits of AddSumSq row by row). It reports false, doing
+// nothing, when the norms' scratch cannot be had (the caller's general
+// path then runs and reports it).
+func (e *Engine) addSampleRows(p *param, i0 int, g []float32) bool {
+	size := len(p.data)
 	if p.ps != nil {
-		e.ops.Add(g, p.ps[:len(g)])
+		e.ops.Add(g, p.ps[i0*size:i0*size+len(g)])
 		return true
 	}
-	if e.n == 0 {
+	n := len(g) / max(size, 1)
+	if n == 0 {
 		return true
 	}
-	buf, err := growF64On(e.dev, e.rowNorms, e.n)
+	buf, err := growF64On(e.dev, e.rowNorms, n)
 	if err != nil {
 		return false
 	}
 	e.rowNorms = buf
-	e.ops.SquaredNorms(g, buf[:e.n])
-	e.ops.AddNormSq(buf[:e.n], p.normSq[:e.n])
+	e.ops.SquaredNorms(g[:n*size], buf[:n])
+	e.ops.AddNormSq(buf[:n], p.normSq[i0:i0+n])
 	return true
 }
 

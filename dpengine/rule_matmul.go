@@ -90,8 +90,10 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	return nil
 }
 
-// batchedScratch bounds the scratch of matrixGhostBatched, in float32
-// elements (64 MiB), unless one sample needs more; the tests lower it.
+// batchedScratch bounds the scratch of the batched per-sample rules
+// (matrixGhostBatched, convBatched), in float32 elements (64 MiB); where
+// one sample's share exceeds it, the per-sample loop runs. The tests
+// lower it.
 var batchedScratch = 1 << 24
 
 // matrixGhostBatched adds every sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩
@@ -100,8 +102,9 @@ var batchedScratch = 1 << 24
 // Grams as two batched GEMMs, their inner products as one AddDots (the
 // same lane-order sums as AddDot's). Samples whose rows are not
 // contiguous (the batch not the outermost axis) are first gathered by one
-// Transpose each of a and g, when they fit the scratch; it reports false
-// when they do not, for the per-sample loop to run.
+// Transpose each of a and g. It reports false, doing nothing, when the
+// gathered batch and one sample's Grams do not fit batchedScratch, for
+// the per-sample loop to run.
 func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
 	B, n := e.cfg.PhysicalBatch, e.n
 	gather := len(data.Data)/data.BatchStride != B || len(dout.Data)/dout.BatchStride != B
@@ -109,8 +112,8 @@ func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *ru
 	if gather {
 		gatherLen = B * T * (D + P)
 	}
-	nb := max(1, min(n, (batchedScratch-gatherLen)/(2*T*T)))
-	if gatherLen+nb*2*T*T > max(batchedScratch, 2*T*T) {
+	nb := min(n, (batchedScratch-gatherLen)/(2*T*T))
+	if nb < 1 {
 		return false, nil
 	}
 	bufs, err := e.workerBufs(gatherLen + nb*2*T*T)

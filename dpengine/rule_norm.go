@@ -61,7 +61,7 @@ func normBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		xs = nil
 	}
 	e.ops.NormAffineGrads(nr, k == 1, B, x.BatchStride, xs, mean, inv, dy.Data, acc[:e.n*P], buf[:e.n*P])
-	return e.addSampleRows(us.p, buf[:e.n*P])
+	return e.addSampleRows(us.p, 0, buf[:e.n*P])
 }
 
 // normOperand is sample s.i's gradient with respect to the scale (input 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // testModel builds a small ONNX graph for the per-sample rules' tests.
@@ -203,7 +204,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 		}
 		x := testInput(B*sampleLen, 0.3)
 		y := []int64{0, 2, 1, 2}
-		engine := func(mode Mode, batch int, clip float64) *Engine {
+		engine := func(mode Mode, batch int, clip float64, dev runtime.Device) *Engine {
 			g, _ := build()
 			rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch)}})
 			if err != nil {
@@ -214,7 +215,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 					t.Fatalf("%s: %s frozen: %s", name, prm.Name, prm.Reason)
 				}
 			}
-			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: clip}, ExpectedBatch: float64(batch), PhysicalBatch: batch})
+			e, err := New(g, rp, Config{Device: dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: clip}, ExpectedBatch: float64(batch), PhysicalBatch: batch})
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, mode, err)
 			}
@@ -224,7 +225,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 		// Brute force: one sample at a time, plain gradients.
 		want := map[string][]float64{}
 		full := map[string][]float64{}
-		one := engine(NonDP, 1, 1)
+		one := engine(NonDP, 1, 1, nil)
 		perSample := map[string][][]float32{}
 		total := make([]float64, B)
 		for i := 0; i < B; i++ {
@@ -244,9 +245,19 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 				}
 			}
 		}
-		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
-			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
-				e := engine(mode, B, 1e9)
+		// The reference backend has one worker: the batched rules
+		// (matrixGhostBatched, convBatched, the batch hooks) run there.
+		for _, rm := range []struct {
+			mode Mode
+			dev  runtime.Device
+		}{{Instantiate, nil}, {Ghost, nil}, {Mixed, nil}, {BK, nil}, {Instantiate, reference.Device{}}, {Ghost, reference.Device{}}, {BK, reference.Device{}}} {
+			mode, dev := rm.mode, rm.dev
+			label := fmt.Sprintf("%s/%s", name, mode)
+			if dev != nil {
+				label += "/" + dev.Name()
+			}
+			t.Run(label, func(t *testing.T) {
+				e := engine(mode, B, 1e9, dev)
 				sums, _, err := e.ClippedSum(x, y)
 				if err != nil {
 					t.Fatal(err)
@@ -274,7 +285,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 				}
 				// Clipping that binds for most samples: Σ_i C_i g_i.
 				R := 0.5 * math.Sqrt(total[0])
-				clipped, _, err := engine(mode, B, R).ClippedSum(x, y)
+				clipped, _, err := engine(mode, B, R, dev).ClippedSum(x, y)
 				if err != nil {
 					t.Fatal(err)
 				}

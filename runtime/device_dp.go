@@ -17,6 +17,12 @@ type PerSampleOps interface {
 	// col, the sample's a_i transposed: D×T, row-major. plane is scratch
 	// of s.PlaneSize() elements (any contents). It runs on one worker.
 	Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32)
+	// Im2ColBatch unfolds group g of the n samples i0, i0+1, … of x
+	// (N×C×In) into col, sample j's D×T (as Im2ColPlane's) at j·D·T: a
+	// chunk of the batch at once, for a device whose per-sample loop is
+	// a chain of small launches. plane is scratch of s.PlaneSize()
+	// elements.
+	Im2ColBatch(s *ConvShape, x []float32, i0, n, g int, col, plane []float32)
 	// ConvWeightGrad overwrites dw (M×D) with the weight gradient of the
 	// convolution s summed over the batch: Σ_i g_iᵀa_i for input x
 	// (N×C×In) and output gradient dy (N×M×Out). ws is scratch of
@@ -38,6 +44,14 @@ type PerSampleOps interface {
 // Im2ColPlane implements PerSampleOps with kernels.Im2ColPlane.
 func (CPU) Im2ColPlane(s *ConvShape, xi []float32, g int, col, plane []float32) {
 	kernels.Im2ColPlane(s, xi, g, col, plane)
+}
+
+// Im2ColBatch implements PerSampleOps: Im2ColPlane sample by sample.
+func (c CPU) Im2ColBatch(s *ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	xs, cs := s.C*s.InSize, s.D*s.T
+	for j := 0; j < n; j++ {
+		c.Im2ColPlane(s, x[(i0+j)*xs:(i0+j+1)*xs], g, col[j*cs:(j+1)*cs], plane)
+	}
 }
 
 // ConvWeightGrad implements PerSampleOps with kernels.ConvBackward.

@@ -48,7 +48,7 @@ var deviceKernels = map[string][]string{
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale"},
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"persample.cu": {"im2col_plane", "conv_weight_grad"},
+	"persample.cu": {"im2col_plane", "im2col_batch", "conv_weight_grad"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",

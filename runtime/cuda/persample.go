@@ -64,6 +64,22 @@ func (d *Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, pla
 	d.launch("im2col_plane", int64(n))
 }
 
+// Im2ColBatch implements runtime.PerSampleOps: one thread per element of
+// col. plane is not used.
+func (d *Device) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	total := n * s.D * s.T
+	if total == 0 {
+		return
+	}
+	geom := geomOf(s)
+	xs := s.C * s.InSize
+	a := d.begin()
+	defer d.end("Im2ColBatch")
+	// x from sample i0 on, so that a host operand stages only the chunk.
+	geom.arg(a).Ptr(f32(x[i0*xs:(i0+n)*xs], opIn, d)).I64(0).I32(int32(g)).Ptr(f32(col[:total], opOut, d)).I64(int64(total))
+	d.launch("im2col_batch", int64(total))
+}
+
 // ConvWeightGrad implements runtime.PerSampleOps: the convolution's weight
 // gradient as GEMMs over chunks of samples (conv.go; ws is scratch of
 // ConvWorkspaceSize(s)), or a warp per weight for the shapes convByGEMM

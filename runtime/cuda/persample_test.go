@@ -54,6 +54,23 @@ var persampleCases = []valueCase{
 		}
 		return out, true
 	}, 0},
+	{"Im2ColBatch", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := randConv(r, false)
+		x := place(p, unif(r, s.N*s.C*s.InSize))
+		i0 := r.Intn(s.N)
+		n := 1 + r.Intn(s.N-i0)
+		var out [][]float32
+		for g := 0; g < s.Group; g++ {
+			col := place(p, filled(n*s.D*s.T+1, 7))
+			o.Im2ColBatch(s, x, i0, n, g, col, make([]float32, s.PlaneSize()))
+			out = append(out, fetch(p, col))
+		}
+		return out, true
+	}, 0},
 	{"ConvWeightGrad", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.PerSampleOps)
 		if !ok {

@@ -60,6 +60,15 @@ func unravelIndex(i int, shape, idx []int) {
 	}
 }
 
+// Im2ColBatch implements runtime.PerSampleOps: Im2ColPlane sample by
+// sample.
+func (d Device) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	xs, cs := s.C*s.InSize, s.D*s.T
+	for j := 0; j < n; j++ {
+		d.Im2ColPlane(s, x[(i0+j)*xs:(i0+j+1)*xs], g, col[j*cs:(j+1)*cs], plane)
+	}
+}
+
 // Im2ColPlane implements runtime.PerSampleOps: col[(c·K+k)·T+t] is the
 // input element of channel g·C/Group + c that tap k reads for output
 // position t (zero in the padding). plane is not used.

@@ -36,6 +36,19 @@ extern "C" __global__ void im2col_plane(ConvGeom g, const float *xi, int grp, fl
   }
 }
 
+// im2col_batch writes group grp's unfolded inputs of the samples i0, i0+1,
+// … of x, sample j's D×T at col + j·D·T (as im2col_plane's), for the n =
+// samples·D·T elements.
+extern "C" __global__ void im2col_batch(ConvGeom g, const float *x, long long i0, int grp, float *col, long long n) {
+  long long dt = (long long)g.dd * g.t;
+  FOR_EACH(i, n) {
+    long long j = i / dt, e = i % dt, r = e / g.t, t = e % g.t, c = r / g.kk, k = r % g.kk;
+    long long ch = grp * (long long)(g.c / g.group) + c;
+    long long off = conv_tap(g, k, t);
+    col[i] = off < 0 ? 0.0f : x[((i0 + j) * g.c + ch) * g.in_size + off];
+  }
+}
+
 // conv_weight_grad writes dw[m·D + c·K + k] = Σ_i Σ_t dy[i, m, t] · x[i,
 // channel, tap (k, t)] over the `samples` samples, for the n = M·D weights
 // (channel: c of m's group): a warp per weight, lane l taking the terms
