@@ -99,7 +99,7 @@ func convScratch(s *runtime.ConvShape) int {
 // it is device memory of d that long, else a piece of the call's staging
 // scratch (d.mu held).
 func (d *Device) convWork(ws []float32, n int) DevicePtr {
-	if len(ws) >= n {
+	if n > 0 && len(ws) >= n {
 		if p := DevicePtr(uintptr(unsafe.Pointer(&ws[0]))); d.isDevice(p, 4*n) {
 			return p
 		}
@@ -148,7 +148,7 @@ func (d *Device) unfold(c *convOperands, x DevicePtr, grp, n0, nb int) {
 	d.launch("conv_unfold", int64(c.s.D*nb*c.s.T))
 }
 
-// forward computes y = conv(x, w) + bias (bias may be 0) on the GEMM path.
+// convForward computes y = conv(x, w) + bias (bias may be 0) on the GEMM path.
 func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
 	s := c.s
 	nb := c.nb
@@ -174,7 +174,7 @@ func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
 	}
 }
 
-// inputGrad computes dx = convᵀ(dy, w) + bias (bias may be 0) on the GEMM
+// convInputGrad computes dx = convᵀ(dy, w) + bias (bias may be 0) on the GEMM
 // path: the convolution's input gradient, and ConvTranspose.
 func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
 	s := c.s
@@ -205,7 +205,7 @@ func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
 	}
 }
 
-// weightGrad computes dw = Σ_i dy_i·col_iᵀ over the batch on the GEMM
+// convWeightGradGEMM computes dw = Σ_i dy_i·col_iᵀ over the batch on the GEMM
 // path: one product per chunk and group over the chunk's positions.
 func (d *Device) convWeightGradGEMM(c *convOperands, x, dy, dw DevicePtr) {
 	s := c.s
