@@ -88,10 +88,11 @@
 // The graph's and the per-sample operations are one thread per element
 // written, a reduction summed in double in a fixed order and rounded once,
 // so that no atomics decide a result: by that element's thread where it
-// has few terms, by a warp (WARP_FOR_EACH, lane l taking terms l, l + 32,
-// …, warp_sum) where it has many — ReduceToShape's elements of 64 terms or
-// more (a broadcast operand's gradient), a bias's channel sums, the direct
-// kernels' weight gradients. Convolutions are GEMMs (conv.go): per group,
+// has few terms, by a warp (WARP_FOR_EACH or LANES_FOR_EACH, lane l taking
+// terms l, l + 32, …, warp_sum) where it has many — ReduceToShape's
+// elements and the normalizations' statistics from 64 terms on
+// (reduceWide), a bias's channel sums, the direct kernels' weight
+// gradients. Convolutions are GEMMs (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
 // scratch ConvScratchSize reports) times the weight in one batched
 // cuBLAS call, the input gradient Wᵀ·dy batched the same way and folded
@@ -120,8 +121,9 @@
 // plans are read-only and live as long as the plan (layout.go).
 //
 // NNOps and ReduceOps (nn.cu, reduce.cu) follow the same rules: a
-// thread (or warp) per element written, statistics a thread per channel or row
-// kept in float64 scratch for the elementwise pass; a gradient that
+// thread (or warp) per element written, statistics a thread or a warp per
+// channel or row (launchLanes) kept in float64 scratch for the
+// elementwise pass; a gradient that
 // several outputs feed (a convolution's or pooling's input) is gathered
 // by the input element's thread over the window positions that read it;
 // ScatterReduce runs in order on one thread; ReduceSum and ReduceMean sum
@@ -188,8 +190,8 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed, measured on no GPU yet: statistics (a channel's or row's mean
-//     and 1/σ, softmax lines) on a thread per result, the in-order sums
+//   - Speed, measured on no GPU yet: softmax lines and ReduceOps'
+//     reductions on a thread per result, the in-order sums
 //     on one thread per result (AddRunSums, SumRows, AddScaledRows,
 //     ScatterAdd, ScatterReduce, Contract, a broadcast MaxMin input's
 //     gradient, a GemmBias gradient), direct depthwise convolutions, the

@@ -95,14 +95,13 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	args := d.begin()
 	defer d.end(op)
 	m := len(x) / len(t)
-	wide := m >= reduceWide
-	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(b2i(wide))
-	l.arg(args)
-	if wide {
-		d.launch("reduce_to_shape", 32*int64(len(t)))
-	} else {
-		d.launch("reduce_to_shape", int64(len(t)))
+	lanes := int32(1)
+	if m >= reduceWide {
+		lanes = 32
 	}
+	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
+	l.arg(args)
+	d.launch("reduce_to_shape", int64(lanes)*int64(len(t)))
 }
 
 // numElems is the number of elements of a shape (1 for a scalar's []).

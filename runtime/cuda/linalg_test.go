@@ -356,7 +356,7 @@ func TestCommonHeader(t *testing.T) {
 	if k := KernelNames(string(common)); len(k) != 0 {
 		t.Errorf("%s defines kernels %v", commonHeader, k)
 	}
-	defs := []string{"#define FOR_EACH", "#define WARP_FOR_EACH", "double warp_sum(", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
+	defs := []string{"#define FOR_EACH", "#define WARP_FOR_EACH", "double warp_sum(", "#define LANES_FOR_EACH", "double lanes_total(", "struct Layout {", "void layout_offsets(", "double d_pow2(", "double d_exp(", "double d_log("}
 	for _, d := range defs {
 		if n := strings.Count(string(common), d); n != 1 {
 			t.Errorf("%s: %q %d times, want once", commonHeader, d, n)

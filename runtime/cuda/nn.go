@@ -130,6 +130,18 @@ func (d *Device) scratch64(n int) DevicePtr {
 	return p
 }
 
+// launchLanes launches kernel name over n results of terms terms each,
+// with its last argument, lanes, the threads per result: a warp from
+// reduceWide terms on, else one (d.mu held).
+func (d *Device) launchLanes(name string, n, terms int) {
+	lanes := int32(1)
+	if terms >= reduceWide {
+		lanes = 32
+	}
+	d.args.I32(lanes)
+	d.launch(name, int64(lanes)*int64(n))
+}
+
 // ConvScratchSize implements runtime.NNOps: a chunk's unfolded input and
 // packed output gradient on the GEMM path (conv.go), none on the direct
 // kernels.
@@ -394,8 +406,9 @@ func flag(b bool) int32 {
 	return 0
 }
 
-// BatchNorm implements runtime.NNOps: a thread per channel for the
-// statistics (kept in float64 scratch), then a thread per element.
+// BatchNorm implements runtime.NNOps: a thread or a warp per channel for
+// the statistics (kept in float64 scratch; launchLanes), then a thread
+// per element.
 func (d *Device) BatchNorm(s *runtime.BatchNormShape, x, scale, bias, runMean, runVar, y, mean, invStd, newMean, newVar []float32) {
 	n, C := s.N*s.C*s.S, s.C
 	if C == 0 {
@@ -408,7 +421,7 @@ func (d *Device) BatchNorm(s *runtime.BatchNormShape, x, scale, bias, runMean, r
 	a.Ptr(px).I64(int64(s.N)).I64(int64(C)).I64(int64(s.S)).I32(flag(s.Training)).F32(s.Epsilon).F32(s.Momentum)
 	a.Ptr(f32(opt(runMean, C), opIn, d)).Ptr(f32(opt(runVar, C), opIn, d)).Ptr(st)
 	a.Ptr(f32(mean[:C], opOut, d)).Ptr(f32(invStd[:C], opOut, d)).Ptr(f32(opt(newMean, C), opOut, d)).Ptr(f32(opt(newVar, C), opOut, d))
-	d.launch("bn_stats", int64(C))
+	d.launchLanes("bn_stats", C, s.N*s.S)
 	if n == 0 {
 		return
 	}
@@ -417,8 +430,8 @@ func (d *Device) BatchNorm(s *runtime.BatchNormShape, x, scale, bias, runMean, r
 	d.launch("bn_apply", int64(n))
 }
 
-// BatchNormBackward implements runtime.NNOps: a thread per channel for
-// the sums, then a thread per element of dx.
+// BatchNormBackward implements runtime.NNOps: a thread or a warp per
+// channel for the sums, then a thread per element of dx.
 func (d *Device) BatchNormBackward(s *runtime.BatchNormShape, x, scale, mean, invStd, dy, dx, dscale, dbias []float32) {
 	n, C := s.N*s.C*s.S, s.C
 	if C == 0 {
@@ -430,7 +443,7 @@ func (d *Device) BatchNormBackward(s *runtime.BatchNormShape, x, scale, mean, in
 	px, pdy, pm, piv := f32(x[:n], opIn, d), f32(dy[:n], opIn, d), f32(mean[:C], opIn, d), f32(invStd[:C], opIn, d)
 	a.Ptr(px).Ptr(pdy).I64(int64(s.N)).I64(int64(C)).I64(int64(s.S)).Ptr(pm).Ptr(piv).Ptr(sums)
 	a.Ptr(f32(opt(dscale, C), opOut, d)).Ptr(f32(opt(dbias, C), opOut, d))
-	d.launch("bn_grad_sums", int64(C))
+	d.launchLanes("bn_grad_sums", C, s.N*s.S)
 	if dx == nil || n == 0 {
 		return
 	}
@@ -440,8 +453,8 @@ func (d *Device) BatchNormBackward(s *runtime.BatchNormShape, x, scale, mean, in
 	d.launch("bn_dx", int64(n))
 }
 
-// NormalizeRows implements runtime.NNOps: a thread per row for the
-// statistics, then a thread per element.
+// NormalizeRows implements runtime.NNOps: a thread or a warp per row for
+// the statistics, then a thread per element.
 func (d *Device) NormalizeRows(x, y []float32, L int, eps float32, invStd []float32) {
 	rows := len(invStd)
 	if rows == 0 {
@@ -452,7 +465,7 @@ func (d *Device) NormalizeRows(x, y []float32, L int, eps float32, invStd []floa
 	st := d.scratch64(2 * rows)
 	px := f32(x[:rows*L], opIn, d)
 	a.Ptr(px).I64(int64(rows)).I64(int64(L)).F64(float64(eps)).Ptr(st).Ptr(0).Ptr(f32(invStd, opOut, d))
-	d.launch("row_stats", int64(rows))
+	d.launchLanes("row_stats", rows, L)
 	if L == 0 {
 		return
 	}
@@ -472,7 +485,7 @@ func (d *Device) NormalizeRowsBackward(y, dy, invStd []float32, L int, dx []floa
 	sums := d.scratch64(2 * rows)
 	py, pdy := f32(y[:rows*L], opIn, d), f32(dy[:rows*L], opIn, d)
 	a.Ptr(py).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(sums)
-	d.launch("row_grad_sums", int64(rows))
+	d.launchLanes("row_grad_sums", rows, L)
 	a.Reset()
 	a.Ptr(py).Ptr(pdy).Ptr(f32(invStd, opIn, d)).I64(int64(rows)).I64(int64(L)).Ptr(sums).Ptr(f32(dx[:rows*L], opOut, d))
 	d.launch("row_normalize_bwd", int64(rows*L))
@@ -520,8 +533,8 @@ func (d *Device) normTable(n *runtime.NormRows) DevicePtr {
 	})
 }
 
-// NormalizeRowsAffine implements runtime.NNOps: a thread per row for the
-// statistics, then a thread per element.
+// NormalizeRowsAffine implements runtime.NNOps: a thread or a warp per
+// row for the statistics, then a thread per element.
 func (d *Device) NormalizeRowsAffine(n *runtime.NormRows, x, scale, bias, y, mean, invStd []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if rows == 0 {
@@ -533,7 +546,7 @@ func (d *Device) NormalizeRowsAffine(n *runtime.NormRows, x, scale, bias, y, mea
 	st := d.scratch64(2 * rows)
 	px := f32(x[:rows*L], opIn, d)
 	a.Ptr(px).I64(int64(rows)).I64(int64(L)).F64(n.Epsilon()).Ptr(st).Ptr(f32(mean[:rows], opOut, d)).Ptr(f32(invStd[:rows], opOut, d))
-	d.launch("row_stats", int64(rows))
+	d.launchLanes("row_stats", rows, L)
 	if L == 0 {
 		return
 	}
@@ -542,8 +555,8 @@ func (d *Device) NormalizeRowsAffine(n *runtime.NormRows, x, scale, bias, y, mea
 	d.launch("row_affine", int64(rows*L))
 }
 
-// NormalizeRowsAffineBackward implements runtime.NNOps: a thread per row
-// for the sums, then a thread per element.
+// NormalizeRowsAffineBackward implements runtime.NNOps: a thread or a
+// warp per row for the sums, then a thread per element.
 func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean, invStd, dy, dx []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if rows*L == 0 {
@@ -555,14 +568,15 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	sums := d.scratch64(2 * rows)
 	px, ps, pm, piv, pdy := f32(x[:rows*L], opIn, d), f32(scale[:np], opIn, d), f32(mean[:rows], opIn, d), f32(invStd[:rows], opIn, d), f32(dy[:rows*L], opIn, d)
 	a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums)
-	d.launch("row_affine_grad_sums", int64(rows))
+	d.launchLanes("row_affine_grad_sums", rows, L)
 	a.Reset()
 	a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums).Ptr(f32(dx[:rows*L], opOut, d))
 	d.launch("row_affine_dx", int64(rows*L))
 }
 
-// NormalizeRowsAffineParamGrads implements runtime.NNOps: a thread per
-// parameter, summing over its elements in row-major order.
+// NormalizeRowsAffineParamGrads implements runtime.NNOps: a thread or a
+// warp per parameter, summing over its elements (a warp's lanes taking
+// rows in turn).
 func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if np == 0 || (dscale == nil && dbias == nil) {
@@ -573,7 +587,7 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	tab := d.normTable(n)
 	a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
 	a.I64(int64(rows)).I64(int64(L)).Ptr(tab).I64(int64(np)).Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
-	d.launch("row_param_grads", int64(np))
+	d.launchLanes("row_param_grads", np, rows)
 }
 
 // LRN implements runtime.NNOps: a thread per element (ws unused).

@@ -434,7 +434,15 @@ func ulpClose(got, want float32) bool {
 // TestNNReduceOps holds the Device's NNOps and ReduceOps to the reference
 // backend and to runtime.CPU on random inputs, with host operands (staged)
 // and with device buffers.
-func TestNNReduceOps(t *testing.T) { checkNNReduceOps(t, emuDevice(t)) }
+func TestNNReduceOps(t *testing.T) {
+	d := emuDevice(t)
+	checkNNReduceOps(t, d)
+	// Every statistic and reduction a warp's, however few its terms
+	// (launchLanes, ReduceToShape).
+	defer func(w int) { reduceWide = w }(reduceWide)
+	reduceWide = 1
+	t.Run("wide", func(t *testing.T) { checkNNReduceOps(t, d) })
+}
 
 // TestNNReduceOpsOnFake runs TestNNReduceOps' cases through the real driver's
 // code on the stand-in (testdata/fakecuda.c).

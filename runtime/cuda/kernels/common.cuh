@@ -27,6 +27,20 @@ __device__ __forceinline__ double warp_sum(double s) {
   return s;
 }
 
+// The grid-stride loop over n results with lanes threads each, lanes 1 (a
+// thread per result, for few terms) or 32 (a warp), the host choosing by
+// the number of terms; LANE_OF is the thread's lane, and lanes_total
+// gives every lane of a result the sum of the lanes' s (warp_sum's
+// halves, broadcast from lane 0).
+#define LANES_FOR_EACH(j, n, lanes)                                                   \
+  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / (lanes); j < (n); \
+       j += (long long)gridDim.x * blockDim.x / (lanes))
+#define LANE_OF(lanes) ((int)(threadIdx.x % (lanes)))
+__device__ __forceinline__ double lanes_total(double s, int lanes) {
+  if (lanes == 1) return s;
+  return __shfl_sync(0xffffffffu, warp_sum(s), 0);
+}
+
 // Layout is an iteration over a broadcast shape, built on the host
 // (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
 // every operand merged, the axes a thread owns (keep of them) before the

@@ -11,35 +11,21 @@ extern "C" __global__ void axpy(float alpha, const float *x, float *y, long long
 
 // reduce_to_shape writes t[j] = Σ x over the looped axes of l (operand 0
 // is x), for the n elements of t (the kept axes, t contiguous over them),
-// m terms each, in double, rounded once: with wide set a warp per element,
-// lane l summing the terms l, l + 32, … (warp_sum), else a thread per
-// element summing in row-major order (few terms: a warp would idle).
-extern "C" __global__ void reduce_to_shape(const float *x, float *t, long long n, long long m, int wide, Layout l) {
-  if (wide) {
-    WARP_FOR_EACH(j, n) {
-      long long base = 0;
-      layout_offsets(l, 0, l.keep, j, &base, 1);
-      double s = 0;
-      for (long long r = LANE; r < m; r += 32) {
-        long long off = base;
-        layout_offsets(l, l.keep, l.rank, r, &off, 1);
-        s += x[off];
-      }
-      s = warp_sum(s);
-      if (LANE == 0) t[j] = (float)s;
-    }
-    return;
-  }
-  FOR_EACH(j, n) {
+// m terms each, in double, rounded once: lanes threads per element
+// (LANES_FOR_EACH; one, summing in row-major order, for few terms).
+extern "C" __global__ void reduce_to_shape(const float *x, float *t, long long n, long long m, int lanes, Layout l) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(j, n, lanes) {
     long long base = 0;
     layout_offsets(l, 0, l.keep, j, &base, 1);
     double s = 0;
-    for (long long r = 0; r < m; r++) {
+    for (long long r = lane; r < m; r += lanes) {
       long long off = base;
       layout_offsets(l, l.keep, l.rank, r, &off, 1);
       s += x[off];
     }
-    t[j] = (float)s;
+    s = lanes_total(s, lanes);
+    if (lane == 0) t[j] = (float)s;
   }
 }
 

@@ -344,35 +344,37 @@ extern "C" __global__ void global_max_pool_bwd(const float *dy, const int *argma
 // bn_stats computes channel c's mean and 1/σ — the batch's (two passes)
 // when training, else the running ones — into st[2c], st[2c+1] (double)
 // and mean, inv_std (float), and when training the updated running
-// statistics into new_mean and new_var (either may be null).
+// statistics into new_mean and new_var (either may be null): lanes
+// threads per channel (LANES_FOR_EACH).
 extern "C" __global__ void bn_stats(const float *x, long long N, long long C, long long S, int training, float eps,
                                     float momentum, const float *run_mean, const float *run_var, double *st, float *mean,
-                                    float *inv_std, float *new_mean, float *new_var) {
-  FOR_EACH(c, C) {
+                                    float *inv_std, float *new_mean, float *new_var, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(c, C, lanes) {
     double m, v;
     if (training) {
       double M = (double)(N * S), s = 0, ss = 0;
-      for (long long n = 0; n < N; n++)
-        for (long long j = 0; j < S; j++) s += x[(n * C + c) * S + j];
-      m = s / M;
-      for (long long n = 0; n < N; n++)
-        for (long long j = 0; j < S; j++) {
-          double d = (double)x[(n * C + c) * S + j] - m;
-          ss += d * d;
-        }
-      v = ss / M;
+      for (long long q = lane; q < N * S; q += lanes) s += x[(q / S * C + c) * S + q % S];
+      m = lanes_total(s, lanes) / M;
+      for (long long q = lane; q < N * S; q += lanes) {
+        double d = (double)x[(q / S * C + c) * S + q % S] - m;
+        ss += d * d;
+      }
+      v = lanes_total(ss, lanes) / M;
       double mom = momentum;
-      if (new_mean) new_mean[c] = (float)((double)run_mean[c] * mom + m * (1 - mom));
-      if (new_var) new_var[c] = (float)((double)run_var[c] * mom + v * (1 - mom));
+      if (lane == 0 && new_mean) new_mean[c] = (float)((double)run_mean[c] * mom + m * (1 - mom));
+      if (lane == 0 && new_var) new_var[c] = (float)((double)run_var[c] * mom + v * (1 - mom));
     } else {
       m = run_mean[c];
       v = run_var[c];
     }
     double iv = 1 / sqrt(v + (double)eps);
-    st[2 * c] = m;
-    st[2 * c + 1] = iv;
-    mean[c] = (float)m;
-    inv_std[c] = (float)iv;
+    if (lane == 0) {
+      st[2 * c] = m;
+      st[2 * c + 1] = iv;
+      mean[c] = (float)m;
+      inv_std[c] = (float)iv;
+    }
   }
 }
 
@@ -387,22 +389,27 @@ extern "C" __global__ void bn_apply(const float *x, long long N, long long C, lo
 }
 
 // bn_grad_sums computes channel c's Σ dy and Σ dy·x̂ into sums[2c],
-// sums[2c+1], and writes them to dbias and dscale (either may be null).
+// sums[2c+1], and writes them to dbias and dscale (either may be null):
+// lanes threads per channel.
 extern "C" __global__ void bn_grad_sums(const float *x, const float *dy, long long N, long long C, long long S,
                                         const float *mean, const float *inv_std, double *sums, float *dscale,
-                                        float *dbias) {
-  FOR_EACH(c, C) {
+                                        float *dbias, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(c, C, lanes) {
     double m = mean[c], iv = inv_std[c], sg = 0, sgx = 0;
-    for (long long n = 0; n < N; n++)
-      for (long long j = 0; j < S; j++) {
-        long long i = (n * C + c) * S + j;
-        sg += dy[i];
-        sgx += (double)dy[i] * ((double)x[i] - m) * iv;
-      }
-    sums[2 * c] = sg;
-    sums[2 * c + 1] = sgx;
-    if (dscale) dscale[c] = (float)sgx;
-    if (dbias) dbias[c] = (float)sg;
+    for (long long q = lane; q < N * S; q += lanes) {
+      long long i = (q / S * C + c) * S + q % S;
+      sg += dy[i];
+      sgx += (double)dy[i] * ((double)x[i] - m) * iv;
+    }
+    sg = lanes_total(sg, lanes);
+    sgx = lanes_total(sgx, lanes);
+    if (lane == 0) {
+      sums[2 * c] = sg;
+      sums[2 * c + 1] = sgx;
+      if (dscale) dscale[c] = (float)sgx;
+      if (dbias) dbias[c] = (float)sg;
+    }
   }
 }
 
@@ -424,23 +431,27 @@ extern "C" __global__ void bn_dx(const float *x, const float *dy, long long N, l
 }
 
 // row_stats computes each row's mean and 1/√(variance + eps) (two passes)
-// into st[2r], st[2r+1] (double) and mean (or null) and inv_std.
+// into st[2r], st[2r+1] (double) and mean (or null) and inv_std: lanes
+// threads per row.
 extern "C" __global__ void row_stats(const float *x, long long rows, long long L, double eps, double *st, float *mean,
-                                     float *inv_std) {
-  FOR_EACH(r, rows) {
+                                     float *inv_std, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(r, rows, lanes) {
     const float *xr = x + r * L;
     double s = 0, ss = 0;
-    for (long long j = 0; j < L; j++) s += xr[j];
-    double m = s / (double)L;
-    for (long long j = 0; j < L; j++) {
+    for (long long j = lane; j < L; j += lanes) s += xr[j];
+    double m = lanes_total(s, lanes) / (double)L;
+    for (long long j = lane; j < L; j += lanes) {
       double d = (double)xr[j] - m;
       ss += d * d;
     }
-    double iv = 1 / sqrt(ss / (double)L + eps);
-    st[2 * r] = m;
-    st[2 * r + 1] = iv;
-    if (mean) mean[r] = (float)m;
-    inv_std[r] = (float)iv;
+    double iv = 1 / sqrt(lanes_total(ss, lanes) / (double)L + eps);
+    if (lane == 0) {
+      st[2 * r] = m;
+      st[2 * r + 1] = iv;
+      if (mean) mean[r] = (float)m;
+      inv_std[r] = (float)iv;
+    }
   }
 }
 
@@ -452,16 +463,23 @@ extern "C" __global__ void row_normalize(const float *x, long long rows, long lo
   }
 }
 
-// row_grad_sums computes each row's mean(dy) and mean(dy·y) into sums.
-extern "C" __global__ void row_grad_sums(const float *y, const float *dy, long long rows, long long L, double *sums) {
-  FOR_EACH(r, rows) {
+// row_grad_sums computes each row's mean(dy) and mean(dy·y) into sums:
+// lanes threads per row.
+extern "C" __global__ void row_grad_sums(const float *y, const float *dy, long long rows, long long L, double *sums,
+                                         int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(r, rows, lanes) {
     double mg = 0, mgy = 0;
-    for (long long i = r * L; i < (r + 1) * L; i++) {
+    for (long long i = r * L + lane; i < (r + 1) * L; i += lanes) {
       mg += dy[i];
       mgy += (double)dy[i] * (double)y[i];
     }
-    sums[2 * r] = mg / (double)L;
-    sums[2 * r + 1] = mgy / (double)L;
+    mg = lanes_total(mg, lanes);
+    mgy = lanes_total(mgy, lanes);
+    if (lane == 0) {
+      sums[2 * r] = mg / (double)L;
+      sums[2 * r + 1] = mgy / (double)L;
+    }
   }
 }
 
@@ -495,20 +513,25 @@ extern "C" __global__ void row_affine(const float *x, long long rows, long long 
 }
 
 // row_affine_grad_sums computes each row's mean(g) and mean(g·x̂), g =
-// dy·scale[k], into sums.
+// dy·scale[k], into sums: lanes threads per row.
 extern "C" __global__ void row_affine_grad_sums(const float *x, const float *scale, const float *mean,
                                                 const float *inv_std, const float *dy, long long rows, long long L,
-                                                const int *tab, double *sums) {
-  FOR_EACH(r, rows) {
+                                                const int *tab, double *sums, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(r, rows, lanes) {
     double m = mean[r], iv = inv_std[r], sg = 0, sgx = 0;
-    for (long long j = 0; j < L; j++) {
+    for (long long j = lane; j < L; j += lanes) {
       long long i = r * L + j;
       double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
       sg += g;
       sgx += g * ((double)x[i] - m) * iv;
     }
-    sums[2 * r] = sg / (double)L;
-    sums[2 * r + 1] = sgx / (double)L;
+    sg = lanes_total(sg, lanes);
+    sgx = lanes_total(sgx, lanes);
+    if (lane == 0) {
+      sums[2 * r] = sg / (double)L;
+      sums[2 * r + 1] = sgx / (double)L;
+    }
   }
 }
 
@@ -525,17 +548,18 @@ extern "C" __global__ void row_affine_dx(const float *x, const float *scale, con
 }
 
 // row_param_grads computes, for every parameter k, dscale[k] = Σ dy·x̂ and
-// dbias[k] = Σ dy over the elements using it (either may be null), in
-// row-major order: for each row r, the columns j with col_off[j] =
-// k − row_off[r].
+// dbias[k] = Σ dy over the elements using it (either may be null): lanes
+// threads per parameter, lane l taking the rows r ≡ l (mod lanes) and in
+// each the columns j with col_off[j] = k − row_off[r].
 extern "C" __global__ void row_param_grads(const float *x, const float *mean, const float *inv_std, const float *dy,
                                            long long rows, long long L, const int *tab, long long params,
-                                           float *dscale, float *dbias) {
+                                           float *dscale, float *dbias, int lanes) {
   long long ncol = tab[0];
   const int *row_off = ROW_OFF(tab), *col_start = COL_OFF(tab, rows) + L, *col_list = col_start + ncol + 1;
-  FOR_EACH(k, params) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(k, params, lanes) {
     double ss = 0, sb = 0;
-    for (long long r = 0; r < rows; r++) {
+    for (long long r = lane; r < rows; r += lanes) {
       long long b = k - row_off[r];
       if (b < 0 || b >= ncol) continue;
       double m = mean[r], iv = inv_std[r];
@@ -545,8 +569,10 @@ extern "C" __global__ void row_param_grads(const float *x, const float *mean, co
         sb += dy[i];
       }
     }
-    if (dscale) dscale[k] = (float)ss;
-    if (dbias) dbias[k] = (float)sb;
+    ss = lanes_total(ss, lanes);
+    sb = lanes_total(sb, lanes);
+    if (lane == 0 && dscale) dscale[k] = (float)ss;
+    if (lane == 0 && dbias) dbias[k] = (float)sb;
   }
 }
 
