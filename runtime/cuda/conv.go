@@ -114,11 +114,30 @@ func (d *Device) convWork(ws []float32, n int) DevicePtr {
 // at is the address of element i of the float32 array at p.
 func at(p DevicePtr, i int) DevicePtr { return p + DevicePtr(4*i) }
 
-// gemm runs one Driver.Gemm on device addresses (d.mu held).
+// gemm runs one Driver.Gemm on device addresses (d.mu held): a batch's
+// operand addresses written by gemm_ptrs into the call's scratch first,
+// where the driver takes them (a real GPU's; the emulation computes its
+// products from the strides).
 func (d *Device) gemm(g GemmArgs, op string) {
+	if g.Batch > 1 && !d.props.Emulated {
+		g.Ptrs = d.scratchPtrs(3 * g.Batch)
+		d.args.Reset()
+		d.args.Ptr(g.A).I64(int64(g.StrideA)).Ptr(g.B).I64(int64(g.StrideB)).Ptr(g.C).I64(int64(g.StrideC)).I64(int64(g.Batch)).Ptr(g.Ptrs)
+		d.launch("gemm_ptrs", int64(g.Batch))
+	}
 	if err := d.drv.Gemm(&g); err != nil {
 		panic(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
 	}
+}
+
+// scratchPtrs returns n addresses' worth of the call's scratch (d.mu
+// held).
+func (d *Device) scratchPtrs(n int) DevicePtr {
+	p, err := d.take(8 * n)
+	if err != nil {
+		panic(fmt.Errorf("cuda: a batched GEMM's address arrays: %w", err))
+	}
+	return p
 }
 
 // convOperands is a convolution's geometry (device copy), its scratch and

@@ -45,7 +45,7 @@ var deviceKernels = map[string][]string{
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
-	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale"},
+	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col_plane", "im2col_batch", "conv_weight_grad"},

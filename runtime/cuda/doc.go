@@ -28,7 +28,9 @@
 //     same memory (operands and sizes swapped); a batch is
 //     cublasSgemmBatched on device arrays of the products' addresses,
 //     since cublasSgemmStridedBatched's 18 arguments exceed the 15 that
-//     purego.SyscallN passes.
+//     purego.SyscallN passes. The Device writes those arrays with a
+//     kernel (gemm_ptrs, GemmArgs.Ptrs) in stream order, so that no host
+//     copy waits for the device between a step's kernels.
 //   - the emulation (emulate.go): the same kernel sources, compiled by the
 //     host's g++ against emu/cuda_emu.h into a shared library (cached the
 //     same way under cuda-emu/) and loaded with purego.Dlopen. The header
@@ -191,17 +193,15 @@
 // # What remains (issue 14)
 //
 //   - Speed, measured on no GPU yet: softmax lines and ReduceOps'
-//     reductions on a thread per result, the in-order sums
-//     on one thread per result (AddRunSums, SumRows, AddScaledRows,
-//     ScatterAdd, ScatterReduce, Contract, a broadcast MaxMin input's
-//     gradient, a GemmBias gradient), direct depthwise convolutions, the
-//     batched GEMMs' pointer arrays (cublasSgemmStridedBatched needs a
-//     call with more arguments than purego passes), staging of host
+//     reductions on a thread per result; the in-order sums on one
+//     thread per result (AddRunSums, SumRows, AddScaledRows, ScatterAdd,
+//     ScatterReduce, Contract, a broadcast MaxMin input's gradient, a
+//     GemmBias gradient); direct depthwise convolutions; staging of host
 //     operands (the compile-time index maps and loop nests could be
-//     uploaded once), the engine's per-sample loops where a rule has no
+//     uploaded once); the engine's per-sample loops where a rule has no
 //     batched form yet (depthwise convolutions, Einsum, PRelu, weights
-//     used more than once), a stream per worker instead of the default
-//     stream, cuDNN for the convolutions.
+//     used more than once); a stream per worker instead of the default
+//     stream; cuDNN for the convolutions.
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
 //     one is their first real check.

@@ -106,6 +106,13 @@ type GemmArgs struct {
 	LDA, LDB, LDC    int
 	StrideA, StrideB int
 	StrideC, Batch   int
+	// Ptrs, when not 0, is device memory holding the products' operand
+	// addresses as a batched call reads them — B_i's, then A_i's, then
+	// C_i's, Batch each — written by a kernel before the call in stream
+	// order (the Device's gemm_ptrs), so that the driver need not copy
+	// them from the host, which would wait for the device. A driver may
+	// ignore it.
+	Ptrs DevicePtr
 }
 
 // gemmExtent is the number of elements a matrix operand of a GEMM spans:

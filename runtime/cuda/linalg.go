@@ -57,9 +57,7 @@ func (d *Device) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a 
 		return
 	}
 	g.A, g.B = f32(a[:la], opIn, d), f32(b[:lb], opIn, d)
-	if err := d.drv.Gemm(&g); err != nil {
-		panic(fmt.Errorf("cuda: Gemm %dx%dx%d (batch %d): %w", m, n, k, batch, err))
-	}
+	d.gemm(g, "Gemm")
 }
 
 // ReduceToShape implements runtime.LinalgOps (kernels/linalg.cu): one

@@ -296,6 +296,13 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 		return err
 	}
 	n := 3 * g.Batch
+	if g.Ptrs != 0 {
+		err = c.blas.call("cublasSgemmBatched", c.blas.sgemmBatched, c.handle, tb, ta, uintptr(g.N), uintptr(g.M), uintptr(g.K),
+			uintptr(unsafe.Pointer(&ab[0])), uintptr(g.Ptrs), uintptr(g.LDB), uintptr(g.Ptrs)+uintptr(8*g.Batch), uintptr(g.LDA),
+			uintptr(unsafe.Pointer(&ab[1])), uintptr(g.Ptrs)+uintptr(16*g.Batch), uintptr(g.LDC), uintptr(g.Batch))
+		runtime.KeepAlive(ab)
+		return err
+	}
 	if n > c.ptrsLen {
 		if c.ptrs != 0 {
 			c.call("cuMemFree", c.cu.memFree, uintptr(c.ptrs))

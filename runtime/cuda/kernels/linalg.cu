@@ -29,6 +29,20 @@ extern "C" __global__ void reduce_to_shape(const float *x, float *t, long long n
   }
 }
 
+// gemm_ptrs writes the operand addresses of a batched GEMM as
+// cublasSgemmBatched reads them (Driver.Gemm's GemmArgs.Ptrs): out[i] =
+// B_i, out[batch + i] = A_i, out[2·batch + i] = C_i, each operand's base
+// plus i times its stride in floats; on the device, in stream order, so
+// that no host copy waits for the kernels before it.
+extern "C" __global__ void gemm_ptrs(unsigned long long a, long long sa, unsigned long long b, long long sb,
+                                     unsigned long long c, long long sc, long long batch, unsigned long long *out) {
+  FOR_EACH(i, batch) {
+    out[i] = b + (unsigned long long)(4 * i * sb);
+    out[batch + i] = a + (unsigned long long)(4 * i * sa);
+    out[2 * batch + i] = c + (unsigned long long)(4 * i * sc);
+  }
+}
+
 // gemm_scale computes C ← β·C (β = 0: C ← 0, not read) for batch m×n
 // matrices, row stride ldc, stride_c apart: a GEMM whose product is empty
 // (K = 0) or zero (α = 0).
