@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
@@ -58,5 +59,78 @@ func TestEngineOnCUDA(t *testing.T) {
 				compareEngines(t, label, cpu, gpu, x, y, batch, fill)
 			})
 		}
+	}
+}
+
+// countingDriver counts a Driver's kernel launches, GEMM calls (batched
+// ones apart) and host copies.
+type countingDriver struct {
+	cuda.Driver
+	launches, gemms, batched, htod, dtoh int
+}
+
+func (c *countingDriver) Launch(f cuda.Function, grid, block cuda.Dim3, shared int, args *cuda.Args) error {
+	c.launches++
+	return c.Driver.Launch(f, grid, block, shared, args)
+}
+
+func (c *countingDriver) Gemm(g *cuda.GemmArgs) error {
+	c.gemms++
+	if g.Batch > 1 {
+		c.batched++
+	}
+	return c.Driver.Gemm(g)
+}
+
+func (c *countingDriver) CopyHtoD(dst cuda.DevicePtr, src unsafe.Pointer, bytes int) error {
+	c.htod++
+	return c.Driver.CopyHtoD(dst, src, bytes)
+}
+
+func (c *countingDriver) CopyDtoH(dst unsafe.Pointer, src cuda.DevicePtr, bytes int) error {
+	c.dtoh++
+	return c.Driver.CopyDtoH(dst, src, bytes)
+}
+
+// BenchmarkCUDAStepCalls reports what one DP step (Engine.Step, bk mode,
+// a physical batch of 8) asks of the CUDA driver, on the emulation: kernel
+// launches, GEMM calls (batched ones apart: on a GPU each is also one
+// gemm_ptrs launch) and host copies per step. On a GPU a step's time
+// below a few milliseconds is mostly these calls' latency, so their
+// count is the figure a change to the engine's batching moves.
+//
+//	go test ./dpengine -run XXX -bench CUDAStepCalls -benchtime 2x
+func BenchmarkCUDAStepCalls(b *testing.B) {
+	drv, err := cuda.Emulated()
+	if err != nil {
+		b.Skipf("no CUDA emulation here: %v", err)
+	}
+	cd := &countingDriver{Driver: drv}
+	dev, err := cuda.New(cd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	for _, name := range []string{"cnn", "resnet_eval", "vit"} {
+		b.Run(name, func(b *testing.B) {
+			const n = 8
+			_, _, batch, fill := engineBatch(b, name, n)
+			e := buildEngine(b, name, compareConfig(dev, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+			if _, err := e.Step(batch, fill); err != nil { // warm: plans copied, scratch grown
+				b.Fatal(err)
+			}
+			*cd = countingDriver{Driver: drv}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := e.Step(batch, fill); err != nil {
+					b.Fatal(err)
+				}
+			}
+			per := func(v int) float64 { return float64(v) / float64(b.N) }
+			b.ReportMetric(per(cd.launches), "launches/step")
+			b.ReportMetric(per(cd.gemms), "gemms/step")
+			b.ReportMetric(per(cd.batched), "batched/step")
+			b.ReportMetric(per(cd.htod+cd.dtoh), "copies/step")
+		})
 	}
 }

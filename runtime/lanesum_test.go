@@ -58,3 +58,35 @@ func TestLaneOrder(t *testing.T) {
 		t.Error("no input tells the lane order from the order of the terms")
 	}
 }
+
+var laneSink float64
+
+// BenchmarkLaneSums times SumSqLanes and DotLanes beside the sum in the
+// order of the terms they replaced, on 2¹⁶ elements:
+//
+//	go test ./runtime -run XXX -bench LaneSums
+func BenchmarkLaneSums(b *testing.B) {
+	x := make([]float32, 1<<16)
+	for i := range x {
+		x[i] = float32(i%97) * 0.01
+	}
+	b.Run("in-order", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			var s float64
+			for _, v := range x {
+				s += float64(v) * float64(v)
+			}
+			laneSink = s
+		}
+	})
+	b.Run("SumSqLanes", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			laneSink = SumSqLanes(x)
+		}
+	})
+	b.Run("DotLanes", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			laneSink = DotLanes(x, x)
+		}
+	})
+}
