@@ -224,22 +224,28 @@ func (d batchDevice) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int
 // they run.
 func TestBatchedRules(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
+	defer func() { sampleRowsOff = false }()
 	type run struct {
-		name string
-		mode Mode
-		conv bool
+		name   string
+		mode   Mode
+		conv   bool
+		gather bool // every Gemm/MatMul operand gathered (sampleRowsOff)
 	}
 	var runs []run
 	for _, name := range []string{"vit", "packedqkv", "crossvit", "beit"} {
-		runs = append(runs, run{name, Ghost, false})
+		runs = append(runs, run{name, Ghost, false, false}, run{name, Ghost, false, true})
 	}
 	for _, name := range []string{"cnn", "resnet_eval", "mobilenet", "vgg"} {
-		runs = append(runs, run{name, Ghost, true}, run{name, Instantiate, true})
+		runs = append(runs, run{name, Ghost, true, false}, run{name, Instantiate, true, false})
 	}
 	for _, scratch := range []int{batchedScratch, 1 << 15, 0} {
 		batchedScratch = scratch
 		for _, r := range runs {
 			label := fmt.Sprintf("%s/%s/scratch %d", r.name, r.mode, scratch)
+			if r.gather {
+				label += "/gathered"
+			}
+			sampleRowsOff = r.gather
 			t.Run(label, func(t *testing.T) {
 				const n = 6
 				x, y, batch, fill := engineBatch(t, r.name, n)

@@ -100,14 +100,18 @@ var batchedScratch = 1 << 24
 // (T > 1) at once, on a device of one worker (a GPU), where the
 // per-sample loop is a chain of small launches: each chunk of samples'
 // Grams as two batched GEMMs, their inner products as one AddDots (the
-// same lane-order sums as AddDot's). Samples whose rows are not
-// contiguous (the batch not the outermost axis) are first gathered by one
-// Transpose each of a and g. It reports false, doing nothing, when the
-// gathered batch and one sample's Grams do not fit batchedScratch, for
-// the per-sample loop to run.
+// same lane-order sums as AddDot's). The GEMMs read a sample's rows in
+// place where they lie at one stride (the batch outermost, or rows of
+// one feature vector per batch block: the sequence-first layout of
+// PyTorch's nn.MultiheadAttention); other layouts are first gathered
+// sample by sample, by one Transpose each of a and g. It reports false,
+// doing nothing, when the gathered batch and one sample's Grams do not
+// fit batchedScratch, for the per-sample loop to run.
 func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
 	B, n := e.cfg.PhysicalBatch, e.n
-	gather := len(data.Data)/data.BatchStride != B || len(dout.Data)/dout.BatchStride != B
+	lda, sa, okA := sampleRows(data, B, D)
+	ldg, sg, okG := sampleRows(dout, B, P)
+	gather := !okA || !okG || sampleRowsOff
 	gatherLen := 0
 	if gather {
 		gatherLen = B * T * (D + P)
@@ -126,18 +130,38 @@ func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *ru
 		a, g = buf[:B*T*D], buf[B*T*D:gatherLen]
 		e.lay.Transpose(data.Data, ls.samplesFirst(&ls.permA, data, B), a)
 		e.lay.Transpose(dout.Data, ls.samplesFirst(&ls.permG, dout, B), g)
+		lda, sa, ldg, sg = D, T*D, P, T*P
 	}
 	aa, gg := buf[gatherLen:gatherLen+nb*T*T], buf[gatherLen+nb*T*T:gatherLen+2*nb*T*T]
 	alpha := float64(ls.alpha * ls.alpha)
 	for i0 := 0; i0 < n; i0 += nb {
 		b := min(nb, n-i0)
-		ai, gi := a[i0*T*D:(i0+b)*T*D], g[i0*T*P:(i0+b)*T*P]
-		e.ops.GemmStrided(false, true, T, T, D, 1, ai, D, T*D, ai, D, T*D, 0, aa, T, T*T, b)
-		e.ops.GemmStrided(false, true, T, T, P, 1, gi, P, T*P, gi, P, T*P, 0, gg, T, T*T, b)
+		ai, gi := a[i0*sa:], g[i0*sg:]
+		e.ops.GemmStrided(false, true, T, T, D, 1, ai, lda, sa, ai, lda, sa, 0, aa, T, T*T, b)
+		e.ops.GemmStrided(false, true, T, T, P, 1, gi, ldg, sg, gi, ldg, sg, 0, gg, T, T*T, b)
 		e.ops.AddDots(alpha, aa[:b*T*T], gg[:b*T*T], us.p.normSq[i0:i0+b])
 	}
 	return true, nil
 }
+
+// sampleRows reports where sample i's rows of width features lie in v
+// (B samples) when they lie at one stride: row t at i·stride + t·ld. That
+// holds with the batch outermost (ld = width, stride = BatchStride) and
+// with batch blocks of one row ((T, B, width): ld = B·width, stride =
+// width).
+func sampleRows(v *runtime.View, B, width int) (ld, stride int, ok bool) {
+	switch {
+	case len(v.Data)/v.BatchStride == B:
+		return width, v.BatchStride, true
+	case v.BatchStride == width:
+		return B * width, width, true
+	}
+	return 0, 0, false
+}
+
+// sampleRowsOff turns sampleRows off (tests run the gathered path on the
+// layouts it reads in place).
+var sampleRowsOff bool
 
 // samplesFirst returns the plan (cached in *pp) of the Transpose that
 // lays v's samples out one after another: v's blocks of BatchStride
