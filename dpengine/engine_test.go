@@ -442,7 +442,7 @@ func TestElementwiseWorkersAgree(t *testing.T) {
 // scales) give the per-sample norms and the clipped sum of the
 // sample-by-sample path, on the fixtures that have them, in every mode.
 func TestArithmeticBatchMatchesSamples(t *testing.T) {
-	checkBatchMatchesSamples(t, &arithmeticBatchOff, []string{"vit", "beit", "crossvit"}, false)
+	checkBatchMatchesSamples(t, &arithmeticBatchOff, []string{"vit", "beit", "crossvit", "vit_nofold", "packedqkv"}, false)
 }
 
 // TestNormBatchMatchesSamples: the batched per-sample gradients of native

@@ -42,9 +42,10 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	yShape := dy.Shape
 	r := len(yShape)
 	P := len(us.p.data)
-	if prm.BatchAxis >= 0 || other.BatchAxis != 0 || dy.BatchAxis != 0 || r < 2 || yShape[0] != B ||
-		len(prm.Shape) > r-1 || numel(prm.Shape) != P || P == 0 ||
-		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) {
+	ba := dy.BatchAxis // 0, or 1 for sequence-first (T, B, …) activations
+	if prm.BatchAxis >= 0 || ba < 0 || other.BatchAxis != ba || r < ba+2 || yShape[ba] != B ||
+		len(prm.Shape) > r-1-ba || numel(prm.Shape) != P || P == 0 ||
+		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) || len(other.Shape) != r {
 		return false
 	}
 	for d := range yShape {
@@ -52,21 +53,22 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 			return false
 		}
 	}
-	// [B, 1…, parameter shape]: the parameter right-aligned under the
-	// output's sample axes, each sample's reduction kept apart.
-	// The engine's scratch shape: a hook runs once a step per node, and
-	// this path allocates nothing per step.
+	// [1…, B, 1…, parameter shape]: the parameter right-aligned after
+	// the batch axis, each sample's reduction kept apart; the axes before
+	// the batch's are reduced too, so that sample i's sums are the P
+	// values at i·P. The engine's scratch shape: a hook runs once a step
+	// per node, and this path allocates nothing per step.
 	if cap(e.affineShape) < r {
 		e.affineShape = make([]int, r)
 	}
 	tShape := e.affineShape[:r]
-	tShape[0] = B
-	for d := 1; d < r; d++ {
+	for d := range tShape {
 		tShape[d] = 1
 	}
+	tShape[ba] = B
 	copy(tShape[r-len(prm.Shape):], prm.Shape)
-	for d := 1; d < r; d++ {
-		if tShape[d] != 1 && tShape[d] != yShape[d] {
+	for d := range tShape {
+		if d != ba && tShape[d] != 1 && tShape[d] != yShape[d] {
 			return false
 		}
 	}
