@@ -117,8 +117,9 @@ type Engine struct {
 	affineScratch []float32
 	affineShape   []int
 	// rowNorms holds addSampleRows' per-sample squared norms, affineAcc
-	// normBatch's float64 sums.
+	// normBatch's float64 sums, biasShapes gemmBiasBatch's two shapes.
 	rowNorms, affineAcc []float64
+	biasShapes          [8]int
 	opErrs              []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).

@@ -455,6 +455,14 @@ func TestNormBatchMatchesSamples(t *testing.T) {
 	checkBatchMatchesSamples(t, &normBatchOff, []string{"vit17"}, true)
 }
 
+// TestGemmBiasBatchMatchesSamples: the batched per-sample gradients of
+// Gemm biases (gemmBiasBatch: classifier heads, a sequence-first
+// attention's out_proj on (T·B, D) rows) give the per-sample norms and the
+// clipped sums of the sample-by-sample path.
+func TestGemmBiasBatchMatchesSamples(t *testing.T) {
+	checkBatchMatchesSamples(t, &gemmBiasBatchOff, []string{"cnn", "vit", "packedqkv", "crossvit"}, false)
+}
+
 // checkBatchMatchesSamples runs the engine on the fixtures with *off
 // false (the batch hook) and true (the sample-by-sample path) in every
 // mode and compares per-sample norms (bit for bit with exact) and

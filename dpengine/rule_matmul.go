@@ -13,7 +13,7 @@ import (
 
 func init() {
 	registerLinear(&linearRule{perSample: matrixUse, weightedSum: matrixWeightedSum}, "Gemm", "MatMul")
-	registerElementwise(&elementwiseRule{operandGrad: gemmBias}, "Gemm")
+	registerElementwise(&elementwiseRule{operandGrad: gemmBias, batch: gemmBiasBatch}, "Gemm")
 }
 
 // matrixUse is the per-sample rule of a Gemm or MatMul weight: a_i is
@@ -196,6 +196,45 @@ func matrixWeightedSum(ls *linearState, c []float32, B int, accum []float32, ove
 		ls.ops.Gemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
 	}
 	return nil
+}
+
+// gemmBiasBatchOff turns gemmBiasBatch off (tests compare it with the
+// sample-by-sample path).
+var gemmBiasBatchOff bool
+
+// gemmBiasBatch is the per-sample gradient of a Gemm's bias C of N
+// values read by nothing else, for the physical batch in one
+// ReduceToShape: the output gradient's rows seen as (outer, B, rows per
+// block, N) and reduced to (1, B, 1, N), which keeps each sample's sum
+// apart wherever the batch lies among the rows (a classifier's (B, N), a
+// sequence-first attention's (T·B, N)); then scaled by β and added to the
+// parameter (addSampleRows). It reports false, doing nothing, for any
+// other case (a bias of more than one row, a use through a path).
+func gemmBiasBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
+	if gemmBiasBatchOff || len(g.uses) != 1 || g.sub != nil || g.uses[0].idx != nil || g.uses[0].use.Operand != 2 {
+		return false
+	}
+	us, dy := g.uses[0], &ev.DOut
+	B, N := e.cfg.PhysicalBatch, len(us.p.data)
+	if dy.BatchAxis < 0 || len(dy.Shape) != 2 || dy.Shape[1] != N || N == 0 || dy.BatchStride%N != 0 ||
+		len(dy.Data)%(dy.BatchStride*B) != 0 {
+		return false
+	}
+	buf, err := growOn(e.dev, e.affineScratch, B*N) // all B samples' sums; the padded ones are not read
+	if err != nil {
+		return false // the general path reports it
+	}
+	e.affineScratch = buf
+	sums := buf[:B*N]
+	// The shapes in the engine's scratch: nothing allocated per step.
+	view, to := e.biasShapes[:4], e.biasShapes[4:]
+	view[0], view[1], view[2], view[3] = len(dy.Data)/dy.BatchStride/B, B, dy.BatchStride/N, N
+	to[0], to[1], to[2], to[3] = 1, B, 1, N
+	e.ops.ReduceToShape(dy.Data, view, sums, to)
+	if beta, err := ev.Node.Float("beta"); err == nil && beta != 1 {
+		e.ops.Scale(beta, sums[:e.n*N])
+	}
+	return e.addSampleRows(us.p, 0, sums[:e.n*N])
 }
 
 // gemmBias is sample s.i's gradient with respect to a Gemm's bias C:

@@ -200,8 +200,10 @@
 //     operands (the compile-time index maps and loop nests could be
 //     uploaded once); the engine's per-sample loops where a rule has no
 //     batched form yet (depthwise convolutions, Einsum, PRelu, weights
-//     used more than once); a stream per worker instead of the default
-//     stream; cuDNN for the convolutions.
+//     used more than once); the few launches per parameter of each step
+//     (zeroing, norms, noise, optimizer), which one flat parameter buffer
+//     would make one launch each; a stream per worker instead of the
+//     default stream; cuDNN for the convolutions.
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
 //     one is their first real check.
