@@ -140,6 +140,11 @@ func (c *countingOps) AddDot(alpha float64, a, b []float32, dst []float64) {
 	c.CPU.AddDot(alpha, a, b, dst)
 }
 
+func (c *countingOps) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.AddSumSqProducts(alpha, a, b, dst)
+}
+
 func (c *countingOps) AddDots(alpha float64, a, b []float32, dst []float64) {
 	c.vector.Add(1)
 	c.CPU.AddDots(alpha, a, b, dst)

@@ -149,7 +149,7 @@ type linearState struct {
 	gram      *inputGram
 	gramTried bool
 	// permA and permG gather a Gemm's or MatMul's input and output
-	// gradient sample by sample for matrixGhostBatched (rule_matmul.go).
+	// gradient sample by sample for matrixBatched (rule_matmul.go).
 	permA, permG *runtime.PermPlan
 }
 

@@ -193,11 +193,12 @@ func TestEngineOnReferenceBackend(t *testing.T) {
 }
 
 // batchDevice is the reference backend counting its calls of the batched
-// operations: AddDots (batched ghost norms) and Im2ColBatch (batched
-// convolutions).
+// operations: AddDots and AddSumSqProducts (batched ghost norms),
+// Im2ColBatch (batched convolutions) and GemmStrided of more than one
+// product (the batched Grams and gradients).
 type batchDevice struct {
 	reference.Device
-	dots, unfolds *atomic.Int64
+	dots, unfolds, strided *atomic.Int64
 }
 
 func (d batchDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
@@ -205,23 +206,36 @@ func (d batchDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
 	d.Device.AddDots(alpha, a, b, dst)
 }
 
+func (d batchDevice) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {
+	d.dots.Add(1)
+	d.Device.AddSumSqProducts(alpha, a, b, dst)
+}
+
 func (d batchDevice) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
 	d.unfolds.Add(1)
 	d.Device.Im2ColBatch(s, x, i0, n, g, col, plane)
 }
 
+func (d batchDevice) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
+	if batch > 1 {
+		d.strided.Add(1)
+	}
+	d.Device.GemmStrided(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
+}
+
 // TestBatchedRules holds the engine's batched per-sample rules on a
-// one-worker device — the ghost norms of Gemm and MatMul weights
-// (matrixGhostBatched) and the per-sample norms and gradients of
+// one-worker device — Gemm and MatMul weights (matrixBatched) and
 // convolutions (convBatched) — to the CPU's per-sample loops
-// (compareEngines): ghost mode on the attention fixtures (samples
-// contiguous, and gathered first where the batch is not the outermost
-// axis), ghost and instantiate mode on the convolutional ones (groups,
-// strides, padding), with the default scratch (one chunk), a scratch of a
-// few samples (several chunks, or the per-sample loop where one sample
-// does not fit) and a scratch of none (the per-sample loop everywhere),
-// checking that the device was asked for the batched operations where
-// they run.
+// (compareEngines), in ghost and instantiate mode: on the attention
+// fixtures with a sample's rows read in place where they lie at one
+// stride and with every operand gathered first, on the convolutional ones
+// (groups, strides, padding); with the default scratch (one chunk), a
+// scratch of a few samples (several chunks, or the per-sample loop where
+// one sample does not fit) and a scratch of none (the per-sample loop
+// everywhere but the rank-one ghost norms, which need none), checking
+// that the device was asked for the batched operations where they run.
+// The subtests run in order: a run's scratch-0 count of batched products
+// is the baseline of its later ones.
 func TestBatchedRules(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
 	defer func() { sampleRowsOff = false }()
@@ -233,12 +247,18 @@ func TestBatchedRules(t *testing.T) {
 	}
 	var runs []run
 	for _, name := range []string{"vit", "packedqkv", "crossvit", "beit"} {
-		runs = append(runs, run{name, Ghost, false, false}, run{name, Ghost, false, true})
+		for _, mode := range []Mode{Ghost, Instantiate} {
+			runs = append(runs, run{name, mode, false, false}, run{name, mode, false, true})
+		}
 	}
 	for _, name := range []string{"cnn", "resnet_eval", "mobilenet", "vgg"} {
 		runs = append(runs, run{name, Ghost, true, false}, run{name, Instantiate, true, false})
 	}
-	for _, scratch := range []int{batchedScratch, 1 << 15, 0} {
+	// The graph's own batched products (attention) count too: the
+	// batched rules show as more of them than with no scratch, which runs
+	// first.
+	base := map[string]int64{}
+	for _, scratch := range []int{0, batchedScratch, 1 << 15} {
 		batchedScratch = scratch
 		for _, r := range runs {
 			label := fmt.Sprintf("%s/%s/scratch %d", r.name, r.mode, scratch)
@@ -250,19 +270,23 @@ func TestBatchedRules(t *testing.T) {
 				const n = 6
 				x, y, batch, fill := engineBatch(t, r.name, n)
 				clip := Clipping{Fn: Abadi, R: 0.5}
-				var dots, unfolds atomic.Int64
+				var dots, unfolds, strided atomic.Int64
 				cpu := buildEngine(t, r.name, compareConfig(runtime.CPU{}, r.mode, clip, false, "sgd", n))
-				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Device{}, &dots, &unfolds}, r.mode, clip, false, "sgd", n))
+				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Device{}, &dots, &unfolds, &strided}, r.mode, clip, false, "sgd", n))
 				compareEngines(t, label, cpu, one, x, y, batch, fill)
-				called := dots.Load()
-				if r.conv {
-					called = unfolds.Load()
+				key := fmt.Sprintf("%s/%s/%v", r.name, r.mode, r.gather)
+				switch {
+				case r.conv && scratch == 0 && unfolds.Load() != 0:
+					t.Errorf("%s: the batched convolutions ran without scratch", label)
+				case r.conv && scratch > 0 && unfolds.Load() == 0:
+					t.Errorf("%s: the batched convolutions did not run", label)
+				case !r.conv && scratch == 0:
+					base[key] = strided.Load()
+				case !r.conv && strided.Load() <= base[key]:
+					t.Errorf("%s: %d batched products, as many as with no scratch: the batched rules did not run", label, strided.Load())
 				}
-				if scratch > 0 && called == 0 {
-					t.Errorf("%s: the batched rules did not run", label)
-				}
-				if scratch == 0 && called != 0 {
-					t.Errorf("%s: the batched rules ran without scratch", label)
+				if !r.conv && r.mode == Ghost && scratch > 0 && dots.Load() == 0 {
+					t.Errorf("%s: no batched ghost norm", label)
 				}
 			})
 		}

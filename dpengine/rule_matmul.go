@@ -56,8 +56,8 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		ls.x, ls.xStride = data.Data, data.BatchStride
 		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
-	if ls.decision == rewrite.Ghost && T > 1 && e.ops.Workers() == 1 {
-		if ok, err := matrixGhostBatched(e, ls, us, data, dout, T, D, P); ok || err != nil {
+	if e.ops.Workers() == 1 {
+		if ok, err := matrixBatched(e, ls, us, data, dout, T, D, P); ok || err != nil {
 			return err
 		}
 	}
@@ -91,36 +91,55 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 }
 
 // batchedScratch bounds the scratch of the batched per-sample rules
-// (matrixGhostBatched, convBatched), in float32 elements (64 MiB); where
-// one sample's share exceeds it, the per-sample loop runs. The tests
-// lower it.
+// (matrixBatched, convBatched), in float32 elements (64 MiB); where one
+// sample's share exceeds it, the per-sample loop runs. The tests lower
+// it.
 var batchedScratch = 1 << 24
 
-// matrixGhostBatched adds every sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩
-// (T > 1) at once, on a device of one worker (a GPU), where the
-// per-sample loop is a chain of small launches: each chunk of samples'
-// Grams as two batched GEMMs, their inner products as one AddDots (the
-// same lane-order sums as AddDot's). The GEMMs read a sample's rows in
-// place where they lie at one stride (the batch outermost, or rows of
-// one feature vector per batch block: the sequence-first layout of
-// PyTorch's nn.MultiheadAttention); other layouts are first gathered
-// sample by sample, by one Transpose each of a and g. It reports false,
-// doing nothing, when the gathered batch and one sample's Grams do not
-// fit batchedScratch, for the per-sample loop to run.
-func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
+// matrixBatched is matrixUse's per-sample work for chunks of samples at
+// once, on a device of one worker (a GPU), where the per-sample loop is a
+// chain of small launches: the ghost norms ⟨a_i a_iᵀ, g_i g_iᵀ⟩ as two
+// batched GEMMs (the Grams) and one AddDots, or for one row a sample (T =
+// 1, a classifier's head) ‖a_i‖²‖g_i‖² as one AddSumSqProducts; the
+// instantiated gradients α·g_iᵀa_i as one batched GEMM into the samples'
+// rows, added to the parameter in one call (addSampleRows) or, through a
+// path, sample by sample. The sums are those of the per-sample path. The
+// GEMMs read a sample's rows in place where they lie at one stride (the
+// batch outermost, or rows of one feature vector per batch block: the
+// sequence-first layout of PyTorch's nn.MultiheadAttention); other
+// layouts are first gathered sample by sample, by one Transpose each of a
+// and g. It reports false, doing nothing, when the gathered batch and one
+// sample's share do not fit batchedScratch, for the per-sample loop to
+// run.
+func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
 	B, n := e.cfg.PhysicalBatch, e.n
+	ghost := ls.decision == rewrite.Ghost
 	lda, sa, okA := sampleRows(data, B, D)
 	ldg, sg, okG := sampleRows(dout, B, P)
 	gather := !okA || !okG || sampleRowsOff
+	if ghost && T == 1 && gather {
+		return false, nil // a row a sample whose batch is not outermost: not a layout seen
+	}
 	gatherLen := 0
 	if gather {
 		gatherLen = B * T * (D + P)
 	}
-	nb := min(n, (batchedScratch-gatherLen)/(2*T*T))
-	if nb < 1 {
+	size := D * P // the operand's: the parameter's unless through a path
+	per := size   // a sample's share of the scratch
+	if ghost {
+		per = 2 * T * T
+		if T == 1 {
+			per = 0
+		}
+	}
+	nb := n
+	if per > 0 {
+		nb = min(n, (batchedScratch-gatherLen)/per)
+	}
+	if nb < 1 || gatherLen > batchedScratch {
 		return false, nil
 	}
-	bufs, err := e.workerBufs(gatherLen + nb*2*T*T)
+	bufs, err := e.workerBufs(max(gatherLen+nb*per, 1))
 	if err != nil {
 		return false, err
 	}
@@ -132,14 +151,37 @@ func matrixGhostBatched(e *Engine, ls *linearState, us *useState, data, dout *ru
 		e.lay.Transpose(dout.Data, ls.samplesFirst(&ls.permG, dout, B), g)
 		lda, sa, ldg, sg = D, T*D, P, T*P
 	}
-	aa, gg := buf[gatherLen:gatherLen+nb*T*T], buf[gatherLen+nb*T*T:gatherLen+2*nb*T*T]
 	alpha := float64(ls.alpha * ls.alpha)
+	p := us.p
+	if ghost && T == 1 {
+		// One row a sample, at stride sa (= D) and sg (= P): ‖g aᵀ‖² =
+		// ‖a‖²‖g‖², as addGhostNormSq's rank-one case.
+		e.ops.AddSumSqProducts(alpha, a[:n*D], g[:n*P], p.normSq[:n])
+		return true, nil
+	}
+	work := buf[gatherLen : gatherLen+nb*per]
 	for i0 := 0; i0 < n; i0 += nb {
 		b := min(nb, n-i0)
 		ai, gi := a[i0*sa:], g[i0*sg:]
-		e.ops.GemmStrided(false, true, T, T, D, 1, ai, lda, sa, ai, lda, sa, 0, aa, T, T*T, b)
-		e.ops.GemmStrided(false, true, T, T, P, 1, gi, ldg, sg, gi, ldg, sg, 0, gg, T, T*T, b)
-		e.ops.AddDots(alpha, aa[:b*T*T], gg[:b*T*T], us.p.normSq[i0:i0+b])
+		if ghost {
+			aa, gg := work[:b*T*T], work[nb*T*T:nb*T*T+b*T*T]
+			e.ops.GemmStrided(false, true, T, T, D, 1, ai, lda, sa, ai, lda, sa, 0, aa, T, T*T, b)
+			e.ops.GemmStrided(false, true, T, T, P, 1, gi, ldg, sg, gi, ldg, sg, 0, gg, T, T*T, b)
+			e.ops.AddDots(alpha, aa, gg, p.normSq[i0:i0+b])
+			continue
+		}
+		inst := work[:b*size]
+		if ls.weightLayoutPD {
+			e.ops.GemmStrided(true, false, P, D, T, ls.alpha, gi, ldg, sg, ai, lda, sa, 0, inst, D, size, b)
+		} else {
+			e.ops.GemmStrided(true, false, D, P, T, ls.alpha, ai, lda, sa, gi, ldg, sg, 0, inst, P, size, b)
+		}
+		if us.idx == nil && e.addSampleRows(p, i0, inst) {
+			continue
+		}
+		for j := 0; j < b; j++ {
+			us.addSample(e.ops, i0+j, 0, inst[j*size:(j+1)*size])
+		}
 	}
 	return true, nil
 }
@@ -159,8 +201,8 @@ func sampleRows(v *runtime.View, B, width int) (ld, stride int, ok bool) {
 	return 0, 0, false
 }
 
-// sampleRowsOff turns sampleRows off (tests run the gathered path on the
-// layouts it reads in place).
+// sampleRowsOff turns sampleRows off (tests run matrixBatched's gathered
+// path on the layouts it reads in place).
 var sampleRowsOff bool
 
 // samplesFirst returns the plan (cached in *pp) of the Transpose that

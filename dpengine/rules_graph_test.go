@@ -246,7 +246,7 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 			}
 		}
 		// The reference backend has one worker: the batched rules
-		// (matrixGhostBatched, convBatched, the batch hooks) run there.
+		// (matrixBatched, convBatched, the batch hooks) run there.
 		for _, rm := range []struct {
 			mode Mode
 			dev  runtime.Device

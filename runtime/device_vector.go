@@ -80,6 +80,11 @@ type VectorOps interface {
 	// the ghost norm of a rank-one gradient g aᵀ (one row: ‖g aᵀ‖² =
 	// ‖a‖²‖g‖²), accumulated as AddDot. It runs on one worker.
 	AddSumSqProduct(alpha float64, a, b []float32, dst []float64)
+	// AddSumSqProducts computes dst[i] ← dst[i] + alpha·(SumSq(a_i)·
+	// SumSq(b_i)) for the len(dst) rows a_i of len(a)/len(dst) and b_i of
+	// len(b)/len(dst) elements, each as AddSumSqProduct: the rank-one
+	// ghost norms of a batch at once.
+	AddSumSqProducts(alpha float64, a, b []float32, dst []float64)
 	// AddScaledRows computes y ← y + Σ_i c_i·x_i over the len(c) rows x_i
 	// of x (len(y) elements each), row after row in the order of i, each
 	// as Axpy (the product rounded to float32, then added), and skips the
@@ -244,6 +249,17 @@ func (c CPU) AddDots(alpha float64, a, b []float32, dst []float64) {
 // AddSumSqProduct implements VectorOps.
 func (c CPU) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
 	dst[0] += alpha * (c.SumSq(a) * c.SumSq(b))
+}
+
+// AddSumSqProducts implements VectorOps.
+func (c CPU) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	na, nb := len(a)/len(dst), len(b)/len(dst)
+	for i := range dst {
+		c.AddSumSqProduct(alpha, a[i*na:(i+1)*na], b[i*nb:(i+1)*nb], dst[i:i+1])
+	}
 }
 
 // AddScaledRows implements VectorOps: one Axpy per row of non-zero factor.

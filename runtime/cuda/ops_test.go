@@ -249,6 +249,22 @@ var opCases = []opCase{
 		o.AddDot(r.ExpFloat64(), place(p, a), place(p, b), dst[1:])
 		return fetch(p, dst), true
 	}, 1e-9},
+	{"AddSumSqProducts", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := 1 + n%5
+		a, b := randFloats(r, rows*n), randFloats(r, rows*(n/2+1))
+		dst := make([]float64, rows)
+		for i := range dst {
+			dst[i] = r.ExpFloat64()
+		}
+		pd := place(p, dst)
+		o.AddSumSqProducts(r.ExpFloat64(), place(p, a), place(p, b), pd)
+		return fetch(p, pd), true
+	}, 1e-12},
 	{"AddDots", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {

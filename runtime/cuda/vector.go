@@ -197,14 +197,24 @@ func (d *Device) AddDots(alpha float64, x, y []float32, dst []float64) {
 // AddSumSqProduct implements runtime.VectorOps: a warp per chunk of x and
 // of y, one thread for the product.
 func (d *Device) AddSumSqProduct(alpha float64, x, y []float32, dst []float64) {
-	dst = dst[:1]
+	d.AddSumSqProducts(alpha, x, y, dst[:1])
+}
+
+// AddSumSqProducts implements runtime.VectorOps: a warp per chunk of each
+// row of x and of y, a thread per row for the products.
+func (d *Device) AddSumSqProducts(alpha float64, x, y []float32, dst []float64) {
+	rows := len(dst)
+	if rows == 0 {
+		return
+	}
+	nx, ny := len(x)/rows, len(y)/rows
 	d.begin()
-	defer d.end("AddSumSqProduct")
-	pa, na := d.laneChunks(f32(x, opIn, d), 0, len(x), 1)
-	pb, nb := d.laneChunks(f32(y, opIn, d), 0, len(y), 1)
+	defer d.end("AddSumSqProducts")
+	pa, na := d.laneChunks(f32(x[:rows*nx], opIn, d), 0, nx, rows)
+	pb, nb := d.laneChunks(f32(y[:rows*ny], opIn, d), 0, ny, rows)
 	d.args.Reset()
-	d.args.Ptr(pa).I64(int64(na)).Ptr(pb).I64(int64(nb)).F64(alpha).Ptr(f64(dst, opInOut, d))
-	d.launchOne("lane_finish_product")
+	d.args.Ptr(pa).I64(int64(na)).Ptr(pb).I64(int64(nb)).F64(alpha).Ptr(f64(dst, opInOut, d)).I64(int64(rows))
+	d.launch("lane_finish_product", int64(rows))
 }
 
 // AddScaledRows implements runtime.VectorOps: one thread per element of

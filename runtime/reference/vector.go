@@ -148,6 +148,18 @@ func (d Device) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
 	dst[0] += alpha * s
 }
 
+// AddSumSqProducts implements runtime.VectorOps: AddSumSqProduct row by
+// row.
+func (d Device) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {
+	if len(dst) == 0 {
+		return
+	}
+	na, nb := len(a)/len(dst), len(b)/len(dst)
+	for i := range dst {
+		d.AddSumSqProduct(alpha, a[i*na:(i+1)*na], b[i*nb:(i+1)*nb], dst[i:i+1])
+	}
+}
+
 // AddScaledRows implements runtime.VectorOps: each element of y is
 // y + Σ_i c_i·x_i[j] over the rows of non-zero factor, summed in float64
 // and rounded once. (The CPU rounds each product and each partial sum to

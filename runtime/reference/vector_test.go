@@ -121,6 +121,11 @@ func dpVectorCases() []dpVectorCase {
 			d.AddDot(float64(in.alpha*in.alpha), in.a, in.b, y[1:2])
 			return nil, y
 		}},
+		{"AddSumSqProducts", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64[:in.rows])
+			d.AddSumSqProducts(float64(in.alpha*in.alpha), in.a, in.b, y)
+			return nil, y
+		}},
 		{"AddDots", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
 			y := dpClone(in.n64[:in.rows])
 			d.AddDots(float64(in.alpha*in.alpha), in.a, in.b, y)

@@ -37,15 +37,17 @@ extern "C" __global__ void lane_finish(const double *part, long long nch, long l
   }
 }
 
-// lane_finish_product computes dst[0] += α·(S_a·S_b) from the chunk sums
-// of a and of b, each added in order from 0 (AddSumSqProduct; one thread).
+// lane_finish_product computes dst[r] += α·(S_a·S_b) for the rows r <
+// rows, from the chunk sums of a's row (na chunks) and of b's (nb), each
+// added in order from 0 (AddSumSqProduct, AddSumSqProducts).
 extern "C" __global__ void lane_finish_product(const double *pa, long long na, const double *pb, long long nb, double alpha,
-                                               double *dst) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  double sa = 0, sb = 0;
-  for (long long c = 0; c < na; c++) sa += pa[c];
-  for (long long c = 0; c < nb; c++) sb += pb[c];
-  dst[0] += alpha * (sa * sb);
+                                               double *dst, long long rows) {
+  FOR_EACH(r, rows) {
+    double sa = 0, sb = 0;
+    for (long long c = 0; c < na; c++) sa += pa[r * na + c];
+    for (long long c = 0; c < nb; c++) sb += pb[r * nb + c];
+    dst[r] += alpha * (sa * sb);
+  }
 }
 
 // scale computes x ← α·x.
