@@ -125,6 +125,11 @@ func (c *countingOps) SumRows(g []float32, T, p int, out []float32) {
 	c.CPU.SumRows(g, T, p, out)
 }
 
+func (c *countingOps) SumNormRows(x, dst []float64) {
+	c.vector.Add(1)
+	c.CPU.SumNormRows(x, dst)
+}
+
 func (c *countingOps) ZeroNormSq(x []float64) {
 	c.vector.Add(1)
 	c.CPU.ZeroNormSq(x)

@@ -147,6 +147,7 @@ type Engine struct {
 	weightsHost []float32
 	weightsN    int         // real samples weights was written for (-1: never)
 	normSq      []float64   // flat: per sample
+	paramNormSq []float64   // the parameters' param.normSq, one row each, in order
 	factors     [][]float32 // per param (per-layer) or one shared slice
 
 	// Per logical batch.
@@ -308,15 +309,19 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if e.normSq, err = e.alloc64(B, "the per-sample squared norms"); err != nil {
 		return nil, err
 	}
-	for _, name := range plan.Params() {
+	// The parameters' per-sample squared norms, a row of B each in one
+	// block: cleared and summed into the samples' totals in one call each.
+	if e.paramNormSq, err = e.alloc64(max(1, len(plan.Params())*B), "the parameters' per-sample squared norms"); err != nil {
+		return nil, err
+	}
+	e.paramNormSq = e.paramNormSq[:len(plan.Params())*B]
+	for k, name := range plan.Params() {
 		data, sh := plan.Param(name)
 		p := &param{name: name, data: data, shape: sh}
 		if p.accum, err = e.alloc(len(data), "the gradient accumulator of "+name); err != nil {
 			return nil, err
 		}
-		if p.normSq, err = e.alloc64(B, "the per-sample squared norms of "+name); err != nil {
-			return nil, err
-		}
+		p.normSq = e.paramNormSq[k*B : (k+1)*B : (k+1)*B]
 		e.params = append(e.params, p)
 		e.byName[name] = p
 	}

@@ -326,8 +326,8 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 // Σ_i C_i g_i to every parameter's accumulator.
 func (e *Engine) clipPhysical(B int) error {
 	e.ops.ZeroNormSq(e.normSq)
+	e.ops.ZeroNormSq(e.paramNormSq)
 	for _, p := range e.params {
-		e.ops.ZeroNormSq(p.normSq)
 		e.lay.Fill(0, p.ps)
 	}
 	e.hookErr = nil
@@ -348,10 +348,7 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	e.ops.ZeroNormSq(e.normSq[:B])
-	for _, p := range e.params {
-		e.ops.AddNormSq(p.normSq[:B], e.normSq[:B])
-	}
+	e.ops.SumNormRows(e.paramNormSq, e.normSq) // rows of PhysicalBatch, in the parameters' order
 	if e.cfg.PerLayer {
 		c := e.cfg.Clipping
 		c.R /= math.Sqrt(K)

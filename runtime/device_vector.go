@@ -52,6 +52,11 @@ type VectorOps interface {
 	// squared norms of one parameter's per-sample gradients added to the
 	// samples' total squared norms.
 	AddNormSq(x, y []float64)
+	// SumNormRows overwrites dst (n elements) with the column sums of x,
+	// len(x)/n rows of n float64 values: dst[j] = Σ_k x[k·n + j], added
+	// from 0 in the order of k. The samples' total squared norms from the
+	// parameters' (a row each, in the parameters' order), in one call.
+	SumNormRows(x, dst []float64)
 	// SumRows overwrites out (p elements) with Σ_t g[t,:] for g a T×p
 	// row-major matrix: the gradient of a bias shared by T rows.
 	SumRows(g []float32, T, p int, out []float32)
@@ -221,6 +226,21 @@ func (CPU) AddNormSq(x, y []float64) {
 	y = y[:len(x)] // one bounds check, not one per element
 	for i, v := range x {
 		y[i] += v
+	}
+}
+
+// SumNormRows implements VectorOps.
+func (CPU) SumNormRows(x, dst []float64) {
+	n := len(dst)
+	clear(dst)
+	if n == 0 {
+		return
+	}
+	for k := 0; k+n <= len(x); k += n {
+		row := x[k : k+n]
+		for j, v := range row {
+			dst[j] += v
+		}
 	}
 }
 

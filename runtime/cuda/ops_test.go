@@ -187,6 +187,24 @@ var opCases = []opCase{
 		o.ScatterAdd(dst, place(p, src), place(p, idx))
 		return widen32(fetch(p, dst)), true
 	}, 1e-4},
+	{"SumNormRows", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := n % 7
+		x, dst := make([]float64, rows*n), make([]float64, n)
+		for i := range x {
+			x[i] = r.ExpFloat64() * math.Pow(10, float64(r.Intn(9)-4))
+		}
+		for i := range dst {
+			dst[i] = 123 // overwritten
+		}
+		pd := place(p, dst)
+		o.SumNormRows(place(p, x), pd)
+		return fetch(p, pd), true
+	}, 1e-12},
 	{"AddNormSq", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {

@@ -154,6 +154,20 @@ func (d *Device) SumRows(g []float32, T, p int, out []float32) {
 	d.launch("sum_rows", int64(p))
 }
 
+// SumNormRows implements runtime.VectorOps: a thread per column, adding
+// the rows in order.
+func (d *Device) SumNormRows(x, dst []float64) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	rows := len(x) / n
+	a := d.begin()
+	defer d.end("SumNormRows")
+	a.Ptr(f64(x[:rows*n], opIn, d)).I64(int64(rows)).Ptr(f64(dst, opOut, d)).I64(int64(n))
+	d.launch("sum_norm_rows", int64(n))
+}
+
 // ZeroNormSq implements runtime.VectorOps.
 func (d *Device) ZeroNormSq(x []float64) {
 	if len(x) == 0 {

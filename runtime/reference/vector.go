@@ -148,6 +148,19 @@ func (d Device) AddSumSqProduct(alpha float64, a, b []float32, dst []float64) {
 	dst[0] += alpha * s
 }
 
+// SumNormRows implements runtime.VectorOps: each column summed from 0
+// down the rows.
+func (Device) SumNormRows(x, dst []float64) {
+	n := len(dst)
+	for j := range dst {
+		var s float64
+		for k := 0; n > 0 && k < len(x)/n; k++ {
+			s += x[k*n+j]
+		}
+		dst[j] = s
+	}
+}
+
 // AddSumSqProducts implements runtime.VectorOps: AddSumSqProduct row by
 // row.
 func (d Device) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {

@@ -71,6 +71,11 @@ func dpVectorCases() []dpVectorCase {
 			d.ScatterAdd(dst, in.a, in.idx)
 			return dst, nil
 		}},
+		{"SumNormRows", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
+			y := dpClone(in.n64[:2]) // overwritten: the column sums of rows of 2
+			d.SumNormRows(in.n64[:len(in.n64)/2*2], y)
+			return nil, y
+		}},
 		{"AddNormSq", true, func(d runtime.VectorOps, in dpVectorIn) ([]float32, []float64) {
 			y := dpClone(in.n64)
 			d.AddNormSq(in.n64[:len(in.n64)-2], y)

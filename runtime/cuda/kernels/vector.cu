@@ -103,6 +103,16 @@ extern "C" __global__ void sum_rows(const float *g, long long t, long long p, fl
   }
 }
 
+// sum_norm_rows writes dst[j] = Σ_k x[k·n + j] over the rows k < rows,
+// added from 0 in the order of k: a thread per column.
+extern "C" __global__ void sum_norm_rows(const double *x, long long rows, double *dst, long long n) {
+  FOR_EACH(j, n) {
+    double s = 0;
+    for (long long k = 0; k < rows; k++) s += x[k * n + j];
+    dst[j] = s;
+  }
+}
+
 // zero_f64 sets x[i] = 0 for i < n (ZeroNormSq).
 extern "C" __global__ void zero_f64(double *x, long long n) {
   FOR_EACH(i, n) x[i] = 0;
