@@ -339,63 +339,57 @@ func (CPU) Contract(l *ContractLoop, a, b []float32, acc []float64, out []float3
 // NormAffineSampleGrad implements VectorOps, row after row on the
 // caller's goroutine.
 func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+	acc = acc[:len(out)]
+	normAffineSample(n, scale, i, B, stride/n.r.L, len(dy)/n.r.L, false, x, mean, invStd, dy, acc)
+	for k, v := range acc {
+		out[k] = float32(v)
+	}
+}
+
+// normAffineSample sums sample i's gradient with respect to n's scale
+// (Σ dy·x̂, each term rounded to float32 as the forward rounds x̂) or bias
+// (Σ dy) into acc (cleared first), in float64 in the order of its rows and
+// their elements. Its row q < rows is whole-tensor row q mod perBlock of
+// block i + (q / perBlock)·B (the gather takes blocks i, i+B, …); the
+// row's data lie at q·L in the sample's gathered copy, or with whole at
+// the whole-tensor row's offset.
+func normAffineSample(n *NormRows, scale bool, i, B, perBlock, rows int, whole bool, x, mean, invStd, dy []float32, acc []float64) {
 	r := n.r
 	L := r.L
-	acc = acc[:len(out)]
 	clear(acc)
-	// The gather took blocks i, i+B, … of stride elements: the sample's
-	// row q is row q mod perBlock of block i + (q / perBlock)·B.
-	perBlock := stride / L
-	for q := 0; q < len(dy)/L; q++ {
+	for q := 0; q < rows; q++ {
 		global := (i+q/perBlock*B)*perBlock + q%perBlock
-		gr := dy[q*L : (q+1)*L]
+		off := q * L
+		if whole {
+			off = global * L
+		}
+		gr := dy[off : off+L]
 		if !scale {
 			for j, g := range gr {
 				acc[r.Param(global, j)] += float64(g)
 			}
 			continue
 		}
-		xr := x[q*L : (q+1)*L]
+		xr := x[off : off+L]
 		mf, ivf := mean[global], invStd[global]
 		for j, g := range gr {
 			acc[r.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
 		}
-	}
-	for k, v := range acc {
-		out[k] = float32(v)
 	}
 }
 
 // NormAffineGrads implements VectorOps: the samples split over the
 // workers.
 func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
-	r := n.r
-	L, P := r.L, n.NumParams()
+	L, P := n.r.L, n.NumParams()
 	if P == 0 || len(out) == 0 {
 		return
 	}
-	perBlock := stride / L
-	rows := len(dy) / L / B // per sample
 	samples := len(out) / P
 	parFor(samples, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			acc := acc[i*P : (i+1)*P]
-			clear(acc)
-			for q := 0; q < rows; q++ {
-				global := (i+q/perBlock*B)*perBlock + q%perBlock
-				gr := dy[global*L : (global+1)*L]
-				if !scale {
-					for j, g := range gr {
-						acc[r.Param(global, j)] += float64(g)
-					}
-					continue
-				}
-				xr := x[global*L : (global+1)*L]
-				mf, ivf := mean[global], invStd[global]
-				for j, g := range gr {
-					acc[r.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
-				}
-			}
+			normAffineSample(n, scale, i, B, stride/L, len(dy)/L/B, true, x, mean, invStd, dy, acc)
 			for k, v := range acc {
 				out[i*P+k] = float32(v)
 			}

@@ -167,27 +167,36 @@ func (d *Device) unfold(c *convOperands, x DevicePtr, grp, n0, nb int) {
 	d.launch("conv_unfold", int64(c.s.D*nb*c.s.T))
 }
 
+// forChunks calls fn for every chunk [n0, n0+b) of the batch and group
+// grp, chunk by chunk: chunks of c.nb samples, or the whole batch for a
+// pointwise convolution, whose products read and write the tensors in
+// place and need no scratch.
+func (c *convOperands) forChunks(fn func(n0, b, grp int)) {
+	nb := c.nb
+	if c.point {
+		nb = c.s.N
+	}
+	for n0 := 0; n0 < c.s.N; n0 += nb {
+		for grp := 0; grp < c.groups; grp++ {
+			fn(n0, min(nb, c.s.N-n0), grp)
+		}
+	}
+}
+
 // convForward computes y = conv(x, w) + bias (bias may be 0) on the GEMM path.
 func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
 	s := c.s
-	nb := c.nb
-	if c.point {
-		nb = s.N
-	}
-	for n0 := 0; n0 < s.N; n0 += nb {
-		b := min(nb, s.N-n0)
-		for grp := 0; grp < c.groups; grp++ {
-			g := GemmArgs{M: c.mg, N: s.T, K: s.D, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
-				C: at(y, (n0*s.M+grp*c.mg)*s.T), LDC: s.T, StrideC: s.M * s.T, Batch: b}
-			if c.point {
-				g.B, g.LDB, g.StrideB = at(x, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
-			} else {
-				d.unfold(c, x, grp, n0, b)
-				g.B, g.LDB, g.StrideB = c.work, b*s.T, s.T
-			}
-			d.gemm(g, "Conv")
+	c.forChunks(func(n0, b, grp int) {
+		g := GemmArgs{M: c.mg, N: s.T, K: s.D, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
+			C: at(y, (n0*s.M+grp*c.mg)*s.T), LDC: s.T, StrideC: s.M * s.T, Batch: b}
+		if c.point {
+			g.B, g.LDB, g.StrideB = at(x, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
+		} else {
+			d.unfold(c, x, grp, n0, b)
+			g.B, g.LDB, g.StrideB = c.work, b*s.T, s.T
 		}
-	}
+		d.gemm(g, "Conv")
+	})
 	if bias != 0 {
 		d.addChannelBias(y, bias, s.N, s.M, s.T)
 	}
@@ -197,28 +206,20 @@ func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
 // path: the convolution's input gradient, and ConvTranspose.
 func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
 	s := c.s
-	nb := c.nb
-	if c.point {
-		nb = s.N
-	}
-	for n0 := 0; n0 < s.N; n0 += nb {
-		b := min(nb, s.N-n0)
-		for grp := 0; grp < c.groups; grp++ {
-			g := GemmArgs{TransA: true, M: s.D, N: s.T, K: c.mg, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
-				B: at(dy, (n0*s.M+grp*c.mg)*s.T), LDB: s.T, StrideB: s.M * s.T, Batch: b}
-			if c.point {
-				g.C, g.LDC, g.StrideC = at(dx, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
-			} else {
-				g.C, g.LDC, g.StrideC = c.work, b*s.T, s.T
-			}
+	c.forChunks(func(n0, b, grp int) {
+		g := GemmArgs{TransA: true, M: s.D, N: s.T, K: c.mg, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
+			B: at(dy, (n0*s.M+grp*c.mg)*s.T), LDB: s.T, StrideB: s.M * s.T, Batch: b}
+		if c.point {
+			g.C, g.LDC, g.StrideC = at(dx, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
 			d.gemm(g, "ConvBackward")
-			if !c.point {
-				d.args.Reset()
-				d.args.Ptr(c.geom).Ptr(c.work).I32(int32(grp)).I64(int64(n0)).I64(int64(b)).Ptr(bias).Ptr(dx)
-				d.launch("conv_fold", int64(b*c.cg*s.InSize))
-			}
+			return
 		}
-	}
+		g.C, g.LDC, g.StrideC = c.work, b*s.T, s.T
+		d.gemm(g, "ConvBackward")
+		d.args.Reset()
+		d.args.Ptr(c.geom).Ptr(c.work).I32(int32(grp)).I64(int64(n0)).I64(int64(b)).Ptr(bias).Ptr(dx)
+		d.launch("conv_fold", int64(b*c.cg*s.InSize))
+	})
 	if c.point && bias != 0 {
 		d.addChannelBias(dx, bias, s.N, s.C, s.InSize)
 	}

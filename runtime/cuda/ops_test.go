@@ -267,38 +267,8 @@ var opCases = []opCase{
 		o.AddDot(r.ExpFloat64(), place(p, a), place(p, b), dst[1:])
 		return fetch(p, dst), true
 	}, 1e-9},
-	{"AddSumSqProducts", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
-		o, ok := ops.(runtime.VectorOps)
-		if !ok {
-			return nil, false
-		}
-		r := rand.New(rand.NewSource(seed))
-		rows := 1 + n%5
-		a, b := randFloats(r, rows*n), randFloats(r, rows*(n/2+1))
-		dst := make([]float64, rows)
-		for i := range dst {
-			dst[i] = r.ExpFloat64()
-		}
-		pd := place(p, dst)
-		o.AddSumSqProducts(r.ExpFloat64(), place(p, a), place(p, b), pd)
-		return fetch(p, pd), true
-	}, 1e-12},
-	{"AddDots", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
-		o, ok := ops.(runtime.VectorOps)
-		if !ok {
-			return nil, false
-		}
-		r := rand.New(rand.NewSource(seed))
-		rows := 1 + n%5
-		a, b := randFloats(r, rows*n), randFloats(r, rows*n+3)
-		dst := make([]float64, rows)
-		for i := range dst {
-			dst[i] = r.ExpFloat64()
-		}
-		pd := place(p, dst)
-		o.AddDots(r.ExpFloat64(), place(p, a), place(p, b), pd)
-		return fetch(p, pd), true
-	}, 1e-9},
+	rowsCase("AddSumSqProducts", func(n int) int { return n/2 + 1 }, runtime.VectorOps.AddSumSqProducts, 1e-12),
+	rowsCase("AddDots", func(n int) int { return n }, runtime.VectorOps.AddDots, 1e-9),
 	{"AddSumSqProduct", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {
@@ -393,7 +363,7 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-7},
-	{"NormAffineSampleGrad", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+	{"NormAffineSampleGrad+NormAffineGrads", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {
 			return nil, false
@@ -405,55 +375,31 @@ var opCases = []opCase{
 		for _, c := range []struct {
 			nr     *runtime.NormRows
 			stride int // the batch stride: a block per sample, or rows of the batch innermost
-			rows   int // the sample's rows
-		}{
-			{runtime.NewGroupNormRows(B, 4, sp, 2, false, 1e-5), 2 * 2 * sp, 2},
-			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp, 2},
-			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp, 3},
-			{runtime.NewLayerNormRows(T*B, D, 1e-5), D, T}, // (T, B, D): the batch in the middle
-		} {
-			L := c.nr.RowLen()
-			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
-			for k := range inv {
-				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
-			}
-			x, dy := randFloats(r, c.rows*L), randFloats(r, c.rows*L)
-			for _, scale := range []bool{true, false} {
-				res := place(p, make([]float32, c.nr.NumParams()))
-				o.NormAffineSampleGrad(c.nr, scale, 1, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, c.nr.NumParams())), res)
-				out = append(out, widen32(fetch(p, res))...)
-			}
-		}
-		return out, true
-	}, 1e-5},
-	{"NormAffineGrads", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
-		o, ok := ops.(runtime.VectorOps)
-		if !ok {
-			return nil, false
-		}
-		r := rand.New(rand.NewSource(seed))
-		sp, D, T := 1+n%7, 1+n%13, 1+n%5
-		const B = 3
-		var out []float64
-		for _, c := range []struct {
-			nr     *runtime.NormRows
-			stride int
 		}{
 			{runtime.NewGroupNormRows(B, 4, sp, 2, false, 1e-5), 2 * 2 * sp},
 			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp},
 			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp},
 			{runtime.NewLayerNormRows(T*B, D, 1e-5), D}, // (T, B, D): the batch in the middle
 		} {
+			P, whole := c.nr.NumParams(), c.nr.Rows()*c.nr.RowLen()
 			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
 			for k := range inv {
 				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
 			}
-			x, dy := randFloats(r, c.nr.Rows()*c.nr.RowLen()), randFloats(r, c.nr.Rows()*c.nr.RowLen())
+			x, dy := randFloats(r, whole), randFloats(r, whole)
+			// Sample 1's rows, gathered as the engine gathers a sample.
+			var xi, gi []float32
+			for blk := 1; blk < whole/c.stride; blk += B {
+				xi, gi = append(xi, x[blk*c.stride:(blk+1)*c.stride]...), append(gi, dy[blk*c.stride:(blk+1)*c.stride]...)
+			}
 			for _, scale := range []bool{true, false} {
-				samples := 1 + n%B // the first samples of the batch
-				res := place(p, make([]float32, samples*c.nr.NumParams()))
-				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*c.nr.NumParams())), res)
+				res := place(p, make([]float32, P))
+				o.NormAffineSampleGrad(c.nr, scale, 1, B, c.stride, place(p, xi), place(p, mean), place(p, inv), place(p, gi), place(p, make([]float64, P)), res)
 				out = append(out, widen32(fetch(p, res))...)
+				samples := 1 + n%B // the first samples of the batch
+				all := place(p, make([]float32, samples*P))
+				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all)
+				out = append(out, widen32(fetch(p, all))...)
 			}
 		}
 		return out, true
@@ -625,4 +571,26 @@ func near(got, want []float64, tol float64) error {
 		}
 	}
 	return nil
+}
+
+// rowsCase is the case of a VectorOps method that adds α times a sum over
+// each of rows rows of a (n elements) and b (bn(n) elements, plus 3 past
+// the last row) to the row's dst: AddDots, AddSumSqProducts.
+func rowsCase(name string, bn func(n int) int, call func(runtime.VectorOps, float64, []float32, []float32, []float64), tol float64) opCase {
+	return opCase{name, func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := 1 + n%5
+		a, b := randFloats(r, rows*n), randFloats(r, rows*bn(n)+3)
+		dst := make([]float64, rows)
+		for i := range dst {
+			dst[i] = r.ExpFloat64()
+		}
+		pd := place(p, dst)
+		call(o, r.ExpFloat64(), place(p, a), place(p, b[:rows*bn(n)]), pd)
+		return fetch(p, pd), true
+	}, tol}
 }
