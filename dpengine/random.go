@@ -129,9 +129,19 @@ func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32,
 // the noised gradient of a 10⁸-parameter model is not read back from
 // memory a second time.
 func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
+	size := noiseChunk
+	if _, host := ops.(runtime.HostAdopter); !host && ops.Workers() == 1 {
+		// A device of one worker with memory of its own (a GPU) draws a
+		// parameter in one launch: pieces would only add launches, and
+		// its optimizer does not read the piece from a core's cache.
+		size = 1
+		for _, x := range xs {
+			size = max(size, len(x))
+		}
+	}
 	var chunks int
 	for _, x := range xs {
-		chunks += (len(x) + noiseChunk - 1) / noiseChunk
+		chunks += (len(x) + size - 1) / size
 	}
 	if chunks == 0 {
 		return
@@ -144,7 +154,7 @@ func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post floa
 			if c >= chunks {
 				return
 			}
-			k, lo, hi, base := chunkAt(xs, c)
+			k, lo, hi, base := chunkAt(xs, c, size)
 			ops.AddGaussianNoise(xs[k][lo:hi], n, base+uint64(lo), std, post)
 			if then != nil {
 				then(k, lo, hi)
@@ -178,14 +188,14 @@ func (s *Source) nextNoise() (noise.Key, uint64) {
 	return noise.Key(key[:16]), n
 }
 
-// chunkAt locates the c-th noiseChunk-sized piece of the concatenation of
-// xs: xs[k][lo:hi] (a chunk never spans two slices), and the index of
+// chunkAt locates the c-th piece of size elements (noiseChunk, or a
+// whole slice on a GPU) of the concatenation of xs: xs[k][lo:hi] (a chunk never spans two slices), and the index of
 // xs[k][0] in the concatenation.
-func chunkAt(xs [][]float32, c int) (k, lo, hi int, base uint64) {
+func chunkAt(xs [][]float32, c, size int) (k, lo, hi int, base uint64) {
 	for k, x := range xs {
-		n := (len(x) + noiseChunk - 1) / noiseChunk
+		n := (len(x) + size - 1) / size
 		if c < n {
-			return k, c * noiseChunk, min((c+1)*noiseChunk, len(x)), base
+			return k, c * size, min((c+1)*size, len(x)), base
 		}
 		c -= n
 		base += uint64(len(x))
