@@ -93,7 +93,7 @@ func (c *countingDriver) CopyDtoH(dst unsafe.Pointer, src cuda.DevicePtr, bytes 
 }
 
 // BenchmarkCUDAStepCalls reports what one DP step (Engine.Step, bk mode,
-// a physical batch of 8) asks of the CUDA driver, on the emulation: kernel
+// physical batches of 8 and 32) asks of the CUDA driver, on the emulation: kernel
 // launches, GEMM calls (batched ones apart: on a GPU each is also one
 // gemm_ptrs launch) and host copies per step. On a GPU a step's time
 // below a few milliseconds is mostly these calls' latency, so their
@@ -112,25 +112,42 @@ func BenchmarkCUDAStepCalls(b *testing.B) {
 	}
 	defer dev.Close()
 	for _, name := range []string{"cnn", "resnet_eval", "vit"} {
-		b.Run(name, func(b *testing.B) {
-			const n = 8
-			_, _, batch, fill := engineBatch(b, name, n)
-			e := buildEngine(b, name, compareConfig(dev, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
-			if _, err := e.Step(batch, fill); err != nil { // warm: plans copied, scratch grown
-				b.Fatal(err)
-			}
-			*cd = countingDriver{Driver: drv}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := e.Step(batch, fill); err != nil {
-					b.Fatal(err)
-				}
-			}
-			per := func(v int) float64 { return float64(v) / float64(b.N) }
-			b.ReportMetric(per(cd.launches), "launches/step")
-			b.ReportMetric(per(cd.gemms), "gemms/step")
-			b.ReportMetric(per(cd.batched), "batched/step")
-			b.ReportMetric(per(cd.htod+cd.dtoh), "copies/step")
-		})
+		for _, n := range []int{8, 32} {
+			b.Run(fmt.Sprintf("%s/batch=%d", name, n), func(b *testing.B) { stepCalls(b, dev, cd, drv, name, n) })
+		}
 	}
+}
+
+// stepCalls is BenchmarkCUDAStepCalls on fixture name at a physical batch
+// of n, the golden samples repeated to fill it.
+func stepCalls(b *testing.B, dev runtime.Device, cd *countingDriver, drv cuda.Driver, name string, n int) {
+	x, y, _, _ := engineBatch(b, name, 8)
+	sl := len(x) / len(y)
+	batch := make([]int, n)
+	for i := range batch {
+		batch[i] = i % len(y)
+	}
+	fill := func(idx []int, xs []float32, ys []int64) error {
+		for k, i := range idx {
+			copy(xs[k*sl:(k+1)*sl], x[i*sl:(i+1)*sl])
+			ys[k] = y[i]
+		}
+		return nil
+	}
+	e := buildEngine(b, name, compareConfig(dev, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+	if _, err := e.Step(batch, fill); err != nil { // warm: plans copied, scratch grown
+		b.Fatal(err)
+	}
+	*cd = countingDriver{Driver: drv}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := e.Step(batch, fill); err != nil {
+			b.Fatal(err)
+		}
+	}
+	per := func(v int) float64 { return float64(v) / float64(b.N) }
+	b.ReportMetric(per(cd.launches), "launches/step")
+	b.ReportMetric(per(cd.gemms), "gemms/step")
+	b.ReportMetric(per(cd.batched), "batched/step")
+	b.ReportMetric(per(cd.htod+cd.dtoh), "copies/step")
 }

@@ -35,10 +35,12 @@ type Device interface {
 	Name() string
 	// Alloc returns a zeroed buffer of n float32 elements.
 	Alloc(n int) (Buffer, error)
-	// CopyIn copies src into dst starting at element off.
+	// CopyIn copies src into dst starting at element off. src is host
+	// memory or the device's own (a buffer's Floats, as Plan.BackwardFrom
+	// gets from the engine), which a device copies in place.
 	CopyIn(dst Buffer, off int, src []float32) error
 	// CopyOut copies len(dst) elements of src, starting at element off,
-	// into dst.
+	// into dst, host memory or the device's own as for CopyIn.
 	CopyOut(dst []float32, src Buffer, off int) error
 	// Run runs k to completion.
 	Run(k Kernel) error

@@ -268,6 +268,12 @@ func (d *Device) CopyIn(dst runtime.Buffer, off int, src []float32) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	// src may be this device's memory (an engine's per-sample gradient
+	// seeding a sub-plan's backward pass): a device-to-device copy, which
+	// neither reads device memory as host memory nor waits for the host.
+	if p := DevicePtr(uintptr(unsafe.Pointer(&src[0]))); d.isDevice(p, 4*len(src)) {
+		return d.drv.CopyDtoD(b.p+DevicePtr(4*off), p, 4*len(src))
+	}
 	return d.drv.CopyHtoD(b.p+DevicePtr(4*off), unsafe.Pointer(&src[0]), 4*len(src))
 }
 
@@ -285,6 +291,9 @@ func (d *Device) CopyOut(dst []float32, src runtime.Buffer, off int) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if p := DevicePtr(uintptr(unsafe.Pointer(&dst[0]))); d.isDevice(p, 4*len(dst)) {
+		return d.drv.CopyDtoD(p, b.p+DevicePtr(4*off), 4*len(dst))
+	}
 	return d.drv.CopyDtoH(unsafe.Pointer(&dst[0]), b.p+DevicePtr(4*off), 4*len(dst))
 }
 

@@ -4,7 +4,9 @@ package cuda
 
 import (
 	"math/rand"
+	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
@@ -206,5 +208,72 @@ func TestCopyMixed(t *testing.T) {
 				t.Errorf("x on the device %v, y on the device %v: got %v … %v", xdev, ydev, got[:3], got[989:])
 			}
 		}
+	}
+}
+
+// kindDriver counts the copies a Driver is asked for by kind.
+type kindDriver struct {
+	Driver
+	htod, dtoh, dtod int
+}
+
+func (k *kindDriver) CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error {
+	k.htod++
+	return k.Driver.CopyHtoD(dst, src, bytes)
+}
+
+func (k *kindDriver) CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error {
+	k.dtoh++
+	return k.Driver.CopyDtoH(dst, src, bytes)
+}
+
+func (k *kindDriver) CopyDtoD(dst, src DevicePtr, bytes int) error {
+	k.dtod++
+	return k.Driver.CopyDtoD(dst, src, bytes)
+}
+
+// TestCopyInOutDevice: CopyIn from and CopyOut into slices of the
+// device's own memory (a sub-plan's backward pass seeded from an engine
+// buffer) copy device to device, not as host memory, and the host slices
+// still go through the host copies.
+func TestCopyInOutDevice(t *testing.T) {
+	drv, err := Emulated()
+	if err != nil {
+		t.Skipf("no CUDA emulation here: %v", err)
+	}
+	k := &kindDriver{Driver: drv}
+	d, err := New(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, err := d.Alloc(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Alloc(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.htod, k.dtoh, k.dtod = 0, 0, 0 // New's and Alloc's own copies
+	host := []float32{1, 2, 3, 4}
+	if err := d.CopyIn(a, 2, host); err != nil { // host → a[2:6]
+		t.Fatal(err)
+	}
+	if err := d.CopyIn(b, 0, a.Floats()[2:6]); err != nil { // a's memory → b[0:4]
+		t.Fatal(err)
+	}
+	if err := d.CopyOut(a.Floats()[4:8], b, 1); err != nil { // b[1:5] → a's memory
+		t.Fatal(err)
+	}
+	got := make([]float32, 8)
+	if err := d.CopyOut(got, a, 0); err != nil { // a → host
+		t.Fatal(err)
+	}
+	if want := []float32{0, 0, 1, 2, 2, 3, 4, 0}; !slices.Equal(got, want) {
+		t.Errorf("a = %v, want %v", got, want)
+	}
+	if k.htod != 1 || k.dtoh != 1 || k.dtod != 2 {
+		t.Errorf("copies: %d host to device, %d device to host, %d device to device; want 1, 1, 2", k.htod, k.dtoh, k.dtod)
 	}
 }
