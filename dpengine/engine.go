@@ -84,7 +84,11 @@ type Config struct {
 type Engine struct {
 	cfg Config
 	dev runtime.Device // cfg.Device, or the CPU: where the step's state lives (devmem.go)
-	ops runtime.DPOps  // the DP operations of cfg.Device
+	// batchSamples is set on a device of one worker with memory of its
+	// own (a GPU): the rules that have a batched form take chunks of
+	// samples at once there (matrixBatched, convBatched).
+	batchSamples bool
+	ops          runtime.DPOps // the DP operations of cfg.Device
 	// lay are the device's graph operations (the GraphOps the plan
 	// needs): the fills and copies of the step's device buffers, and the
 	// gathers, scatters and derivatives the per-sample rules share with
@@ -289,6 +293,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		so.setMemory(dev)
 	}
 	e := &Engine{cfg: cfg, dev: dev, ops: ops, lay: gops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1, weightsN: -1}
+	e.batchSamples = ops.Workers() == 1 && ownMemory(dev)
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)

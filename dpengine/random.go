@@ -130,7 +130,7 @@ func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32,
 // memory a second time.
 func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
 	size := noiseChunk
-	if _, host := ops.(runtime.HostAdopter); !host && ops.Workers() == 1 {
+	if dev, _ := ops.(runtime.Device); ownMemory(dev) && ops.Workers() == 1 {
 		// A device of one worker with memory of its own (a GPU) draws a
 		// parameter in one launch: pieces would only add launches, and
 		// its optimizer does not read the piece from a core's cache.

@@ -192,39 +192,41 @@ func TestEngineOnReferenceBackend(t *testing.T) {
 	}
 }
 
-// batchDevice is the reference backend counting its calls of the batched
+// batchDevice is the reference backend with memory of its own
+// (reference.Separate, where the engine batches its per-sample work)
+// counting its calls of the batched
 // operations: AddDots and AddSumSqProducts (batched ghost norms),
 // Im2ColBatch (batched convolutions) and GemmStrided of more than one
 // product (the batched Grams and gradients).
 type batchDevice struct {
-	reference.Device
+	reference.Separate
 	dots, unfolds, strided *atomic.Int64
 }
 
 func (d batchDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
 	d.dots.Add(1)
-	d.Device.AddDots(alpha, a, b, dst)
+	d.Separate.AddDots(alpha, a, b, dst)
 }
 
 func (d batchDevice) AddSumSqProducts(alpha float64, a, b []float32, dst []float64) {
 	d.dots.Add(1)
-	d.Device.AddSumSqProducts(alpha, a, b, dst)
+	d.Separate.AddSumSqProducts(alpha, a, b, dst)
 }
 
 func (d batchDevice) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
 	d.unfolds.Add(1)
-	d.Device.Im2ColBatch(s, x, i0, n, g, col, plane)
+	d.Separate.Im2ColBatch(s, x, i0, n, g, col, plane)
 }
 
 func (d batchDevice) GemmStrided(transA, transB bool, m, n, k int, alpha float32, a []float32, lda, strideA int, b []float32, ldb, strideB int, beta float32, c []float32, ldc, strideC int, batch int) {
 	if batch > 1 {
 		d.strided.Add(1)
 	}
-	d.Device.GemmStrided(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
+	d.Separate.GemmStrided(transA, transB, m, n, k, alpha, a, lda, strideA, b, ldb, strideB, beta, c, ldc, strideC, batch)
 }
 
 // TestBatchedRules holds the engine's batched per-sample rules on a
-// one-worker device — Gemm and MatMul weights (matrixBatched) and
+// one-worker device with memory of its own (reference.Separate) — Gemm and MatMul weights (matrixBatched) and
 // convolutions (convBatched) — to the CPU's per-sample loops
 // (compareEngines), in ghost and instantiate mode: on the attention
 // fixtures with a sample's rows read in place where they lie at one
@@ -272,7 +274,7 @@ func TestBatchedRules(t *testing.T) {
 				clip := Clipping{Fn: Abadi, R: 0.5}
 				var dots, unfolds, strided atomic.Int64
 				cpu := buildEngine(t, r.name, compareConfig(runtime.CPU{}, r.mode, clip, false, "sgd", n))
-				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Device{}, &dots, &unfolds, &strided}, r.mode, clip, false, "sgd", n))
+				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Separate{}, &dots, &unfolds, &strided}, r.mode, clip, false, "sgd", n))
 				compareEngines(t, label, cpu, one, x, y, batch, fill)
 				key := fmt.Sprintf("%s/%s/%v", r.name, r.mode, r.gather)
 				switch {

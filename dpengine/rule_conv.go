@@ -66,7 +66,7 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 		})
 		return nil
 	}
-	if e.ops.Workers() == 1 {
+	if e.batchSamples {
 		if ok, err := convBatched(e, ls, us, s, x, dy, outLen); ok || err != nil {
 			return err
 		}
@@ -316,8 +316,9 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 }
 
 // convBatched is convUseOn's per-sample norms (or gradients) for chunks of
-// samples at once, on a device of one worker (a GPU), where the
-// per-sample loop is a chain of small launches: per chunk and group, the
+// samples at once, on a device of one worker with memory of its own (a
+// GPU; Engine.batchSamples), where the per-sample loop is a chain of
+// small launches: per chunk and group, the
 // samples' unfolded inputs in one Im2ColBatch, then either their Grams
 // a_i a_iᵀ and g_i g_iᵀ as two batched GEMMs and the ghost norms as one
 // AddDots, or their gradients g_iᵀa_i as one batched GEMM into the

@@ -56,7 +56,7 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		ls.x, ls.xStride = data.Data, data.BatchStride
 		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
-	if e.ops.Workers() == 1 {
+	if e.batchSamples {
 		if ok, err := matrixBatched(e, ls, us, data, dout, T, D, P); ok || err != nil {
 			return err
 		}
@@ -97,8 +97,9 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 var batchedScratch = 1 << 24
 
 // matrixBatched is matrixUse's per-sample work for chunks of samples at
-// once, on a device of one worker (a GPU), where the per-sample loop is a
-// chain of small launches: the ghost norms ⟨a_i a_iᵀ, g_i g_iᵀ⟩ as two
+// once, on a device of one worker with memory of its own (a GPU;
+// Engine.batchSamples), where the per-sample loop is a chain of small
+// launches: the ghost norms ⟨a_i a_iᵀ, g_i g_iᵀ⟩ as two
 // batched GEMMs (the Grams) and one AddDots, or for one row a sample (T =
 // 1, a classifier's head) ‖a_i‖²‖g_i‖² as one AddSumSqProducts; the
 // instantiated gradients α·g_iᵀa_i as one batched GEMM into the samples'

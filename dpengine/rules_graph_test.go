@@ -245,12 +245,12 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 				}
 			}
 		}
-		// The reference backend has one worker: the batched rules
-		// (matrixBatched, convBatched, the batch hooks) run there.
+		// The reference backend with memory of its own has one worker:
+		// the batched rules (matrixBatched, convBatched) run there.
 		for _, rm := range []struct {
 			mode Mode
 			dev  runtime.Device
-		}{{Instantiate, nil}, {Ghost, nil}, {Mixed, nil}, {BK, nil}, {Instantiate, reference.Device{}}, {Ghost, reference.Device{}}, {BK, reference.Device{}}} {
+		}{{Instantiate, nil}, {Ghost, nil}, {Mixed, nil}, {BK, nil}, {Instantiate, reference.Separate{}}, {Ghost, reference.Separate{}}, {BK, reference.Separate{}}} {
 			mode, dev := rm.mode, rm.dev
 			label := fmt.Sprintf("%s/%s", name, mode)
 			if dev != nil {
