@@ -445,7 +445,7 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 			if berr != nil {
 				upd, err = nil, berr
 			}
-			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, grads, upd)
+			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, grads, e.batchSamples, upd)
 			e.noiseStd = 0
 		} else if ok {
 			err = so.stepScaled(e.Params(), grads, e.gradScale)
@@ -609,7 +609,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 			e.noiseStd, e.noisePost = std, inv
 			return grads, nil
 		}
-		e.cfg.Source.addGaussianScaled(e.ops, std, inv, grads...)
+		e.cfg.Source.addGaussianScaledThen(e.ops, std, inv, grads, e.batchSamples, nil)
 	} else {
 		for _, g := range grads {
 			e.ops.Scale(inv, g)

@@ -120,20 +120,19 @@ const noiseChunk = 1 << 18
 // gain that matters here: the keystream only has to be indistinguishable
 // from random to an attacker bounded at 2¹²⁸.
 func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32, xs ...[]float32) {
-	s.addGaussianScaledThen(ops, std, post, xs, nil)
+	s.addGaussianScaledThen(ops, std, post, xs, false, nil)
 }
 
 // addGaussianScaledThen is addGaussianScaled calling then(k, lo, hi) on
 // each noised piece xs[k][lo:hi] right after drawing it, on the same core,
 // while the piece is still in cache: the optimizer update runs there, and
 // the noised gradient of a 10⁸-parameter model is not read back from
-// memory a second time.
-func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, then func(k, lo, hi int)) {
+// memory a second time. With whole (Engine.batchSamples: a GPU) a piece is
+// a whole slice, one launch: there smaller pieces would only add launches,
+// and the optimizer reads no core's cache.
+func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, whole bool, then func(k, lo, hi int)) {
 	size := noiseChunk
-	if dev, _ := ops.(runtime.Device); ownMemory(dev) && ops.Workers() == 1 {
-		// A device of one worker with memory of its own (a GPU) draws a
-		// parameter in one launch: pieces would only add launches, and
-		// its optimizer does not read the piece from a core's cache.
+	if whole {
 		size = 1
 		for _, x := range xs {
 			size = max(size, len(x))
@@ -188,8 +187,8 @@ func (s *Source) nextNoise() (noise.Key, uint64) {
 	return noise.Key(key[:16]), n
 }
 
-// chunkAt locates the c-th piece of size elements (noiseChunk, or a
-// whole slice on a GPU) of the concatenation of xs: xs[k][lo:hi] (a chunk never spans two slices), and the index of
+// chunkAt locates the c-th piece of size elements of the concatenation of
+// xs: xs[k][lo:hi] (a piece never spans two slices), and the index of
 // xs[k][0] in the concatenation.
 func chunkAt(xs [][]float32, c, size int) (k, lo, hi int, base uint64) {
 	for k, x := range xs {

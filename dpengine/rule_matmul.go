@@ -118,8 +118,16 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 	lda, sa, okA := sampleRows(data, B, D)
 	ldg, sg, okG := sampleRows(dout, B, P)
 	gather := !okA || !okG || sampleRowsOff
-	if ghost && T == 1 && gather {
-		return false, nil // a row a sample whose batch is not outermost: not a layout seen
+	alpha := float64(ls.alpha * ls.alpha)
+	p := us.p
+	if ghost && T == 1 {
+		if gather {
+			return false, nil // a row a sample whose batch is not outermost: not a layout seen
+		}
+		// One row a sample, consecutive (sa = D, sg = P): ‖g aᵀ‖² =
+		// ‖a‖²‖g‖², as addGhostNormSq's rank-one case; no scratch.
+		e.ops.AddSumSqProducts(alpha, data.Data[:n*D], dout.Data[:n*P], p.normSq[:n])
+		return true, nil
 	}
 	gatherLen := 0
 	if gather {
@@ -129,18 +137,12 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 	per := size   // a sample's share of the scratch
 	if ghost {
 		per = 2 * T * T
-		if T == 1 {
-			per = 0
-		}
 	}
-	nb := n
-	if per > 0 {
-		nb = min(n, (batchedScratch-gatherLen)/per)
-	}
-	if nb < 1 || gatherLen > batchedScratch {
+	nb := min(n, (batchedScratch-gatherLen)/max(per, 1))
+	if nb < 1 {
 		return false, nil
 	}
-	bufs, err := e.workerBufs(max(gatherLen+nb*per, 1))
+	bufs, err := e.workerBufs(gatherLen + nb*per)
 	if err != nil {
 		return false, err
 	}
@@ -151,14 +153,6 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 		e.lay.Transpose(data.Data, ls.samplesFirst(&ls.permA, data, B), a)
 		e.lay.Transpose(dout.Data, ls.samplesFirst(&ls.permG, dout, B), g)
 		lda, sa, ldg, sg = D, T*D, P, T*P
-	}
-	alpha := float64(ls.alpha * ls.alpha)
-	p := us.p
-	if ghost && T == 1 {
-		// One row a sample, at stride sa (= D) and sg (= P): ‖g aᵀ‖² =
-		// ‖a‖²‖g‖², as addGhostNormSq's rank-one case.
-		e.ops.AddSumSqProducts(alpha, a[:n*D], g[:n*P], p.normSq[:n])
-		return true, nil
 	}
 	work := buf[gatherLen : gatherLen+nb*per]
 	for i0 := 0; i0 < n; i0 += nb {

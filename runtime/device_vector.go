@@ -378,23 +378,21 @@ func normAffineSample(n *NormRows, scale bool, i, B, perBlock, rows int, whole b
 	}
 }
 
-// NormAffineGrads implements VectorOps: the samples split over the
-// workers.
+// NormAffineGrads implements VectorOps, sample after sample on the
+// caller's goroutine (a parallel region would allocate its closure at
+// every call; the sums are small beside the layer's GEMMs).
 func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
 	L, P := n.r.L, n.NumParams()
-	if P == 0 || len(out) == 0 {
+	if P == 0 {
 		return
 	}
-	samples := len(out) / P
-	parFor(samples, 1, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			acc := acc[i*P : (i+1)*P]
-			normAffineSample(n, scale, i, B, stride/L, len(dy)/L/B, true, x, mean, invStd, dy, acc)
-			for k, v := range acc {
-				out[i*P+k] = float32(v)
-			}
+	for i := 0; i < len(out)/P; i++ {
+		acc := acc[i*P : (i+1)*P]
+		normAffineSample(n, scale, i, B, stride/L, len(dy)/L/B, true, x, mean, invStd, dy, acc)
+		for k, v := range acc {
+			out[i*P+k] = float32(v)
 		}
-	})
+	}
 }
 
 // CountNonFinite implements VectorOps.

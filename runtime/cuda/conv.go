@@ -79,20 +79,23 @@ func pointwise(s *runtime.ConvShape) bool {
 	return true
 }
 
+// convPerSample is a sample's share of the GEMM path's scratch: its
+// unfolded input (D×T) and packed output gradient (M/Group × T).
+func convPerSample(s *runtime.ConvShape) int { return s.T * (s.D + s.M/max(s.Group, 1)) }
+
 // convChunk is the number of samples a chunk holds.
 func convChunk(s *runtime.ConvShape) int {
-	per := s.T * (s.D + s.M/max(s.Group, 1))
-	return max(1, min(s.N, convChunkFloats/max(per, 1)))
+	return max(1, min(s.N, convChunkFloats/max(convPerSample(s), 1)))
 }
 
 // convScratch is the scratch, in elements, of the GEMM path of s: a
-// chunk's unfolded input and packed output gradient; 0 on the direct
+// chunk's unfolded inputs and packed output gradients; 0 on the direct
 // kernels.
 func convScratch(s *runtime.ConvShape) int {
 	if !convByGEMM(s) {
 		return 0
 	}
-	return convChunk(s) * s.T * (s.D + s.M/max(s.Group, 1))
+	return convChunk(s) * convPerSample(s)
 }
 
 // convWork returns the device address of n elements of scratch: ws's when
@@ -120,7 +123,7 @@ func at(p DevicePtr, i int) DevicePtr { return p + DevicePtr(4*i) }
 // products from the strides).
 func (d *Device) gemm(g GemmArgs, op string) {
 	if g.Batch > 1 && !d.props.Emulated {
-		g.Ptrs = d.scratchPtrs(3 * g.Batch)
+		g.Ptrs = d.scratch64(3 * g.Batch) // 8-byte addresses
 		d.args.Reset()
 		d.args.Ptr(g.A).I64(int64(g.StrideA)).Ptr(g.B).I64(int64(g.StrideB)).Ptr(g.C).I64(int64(g.StrideC)).I64(int64(g.Batch)).Ptr(g.Ptrs)
 		d.launch("gemm_ptrs", int64(g.Batch))
@@ -128,16 +131,6 @@ func (d *Device) gemm(g GemmArgs, op string) {
 	if err := d.drv.Gemm(&g); err != nil {
 		panic(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
 	}
-}
-
-// scratchPtrs returns n addresses' worth of the call's scratch (d.mu
-// held).
-func (d *Device) scratchPtrs(n int) DevicePtr {
-	p, err := d.take(8 * n)
-	if err != nil {
-		panic(fmt.Errorf("cuda: a batched GEMM's address arrays: %w", err))
-	}
-	return p
 }
 
 // convOperands is a convolution's geometry (device copy), its scratch and

@@ -41,14 +41,14 @@ func moduleSource(mod string) (string, error) {
 
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
-	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_norm_rows", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_sample_grad", "norm_affine_grads", "count_non_finite"},
+	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_norm_rows", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_grads", "count_non_finite"},
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"persample.cu": {"im2col_plane", "im2col_batch", "conv_weight_grad"},
+	"persample.cu": {"im2col", "conv_weight_grad"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",

@@ -83,8 +83,9 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 	d.reduceTo(x[:nx], xShape, t[:nt], tShape, "ReduceToShape")
 }
 
-// reduceWide is the number of terms from which an element of
-// ReduceToShape is a warp's (tests lower it to run both kernels).
+// reduceWide is the number of terms from which a result of ReduceToShape
+// or of the normalizations' statistics is a warp's (lanesFor; tests lower
+// it to run both kernels).
 var reduceWide = 64
 
 // reduceTo launches reduce_to_shape (x and t non-empty).
@@ -93,10 +94,7 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	args := d.begin()
 	defer d.end(op)
 	m := len(x) / len(t)
-	lanes := int32(1)
-	if m >= reduceWide {
-		lanes = 32
-	}
+	lanes := lanesFor(m) // not launchLanes: the Layout is the last argument
 	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
 	l.arg(args)
 	d.launch("reduce_to_shape", int64(lanes)*int64(len(t)))

@@ -130,14 +130,20 @@ func (d *Device) scratch64(n int) DevicePtr {
 	return p
 }
 
-// launchLanes launches kernel name over n results of terms terms each,
-// with its last argument, lanes, the threads per result: a warp from
-// reduceWide terms on, else one (d.mu held).
-func (d *Device) launchLanes(name string, n, terms int) {
-	lanes := int32(1)
+// lanesFor is the number of threads that sum a result of terms terms
+// (LANES_FOR_EACH): a warp from reduceWide terms on, else one.
+func lanesFor(terms int) int32 {
 	if terms >= reduceWide {
-		lanes = 32
+		return 32
 	}
+	return 1
+}
+
+// launchLanes launches kernel name over n results of terms terms each,
+// with its last argument, lanes, the threads per result (lanesFor) (d.mu
+// held).
+func (d *Device) launchLanes(name string, n, terms int) {
+	lanes := lanesFor(terms)
 	d.args.I32(lanes)
 	d.launch(name, int64(lanes)*int64(n))
 }

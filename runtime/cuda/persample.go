@@ -53,31 +53,28 @@ func (g *convGeom) arg(a *Args) *Args {
 // Im2ColPlane implements runtime.PerSampleOps: one thread per element of
 // col. plane is not used.
 func (d *Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
-	n := s.D * s.T
-	if n == 0 {
-		return
-	}
-	geom := geomOf(s)
-	a := d.begin()
-	defer d.end("Im2ColPlane")
-	geom.arg(a).Ptr(f32(xi[:s.C*s.InSize], opIn, d)).I32(int32(g)).Ptr(f32(col[:n], opOut, d)).I64(int64(n))
-	d.launch("im2col_plane", int64(n))
+	d.im2col(s, xi[:s.C*s.InSize], 1, g, col, "Im2ColPlane")
 }
 
 // Im2ColBatch implements runtime.PerSampleOps: one thread per element of
 // col. plane is not used.
 func (d *Device) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
+	xs := s.C * s.InSize
+	// x from sample i0 on, so that a host operand stages only the chunk.
+	d.im2col(s, x[i0*xs:(i0+n)*xs], n, g, col, "Im2ColBatch")
+}
+
+// im2col launches im2col over the n samples at the start of x.
+func (d *Device) im2col(s *runtime.ConvShape, x []float32, n, g int, col []float32, op string) {
 	total := n * s.D * s.T
 	if total == 0 {
 		return
 	}
 	geom := geomOf(s)
-	xs := s.C * s.InSize
 	a := d.begin()
-	defer d.end("Im2ColBatch")
-	// x from sample i0 on, so that a host operand stages only the chunk.
-	geom.arg(a).Ptr(f32(x[i0*xs:(i0+n)*xs], opIn, d)).I64(0).I32(int32(g)).Ptr(f32(col[:total], opOut, d)).I64(int64(total))
-	d.launch("im2col_batch", int64(total))
+	defer d.end(op)
+	geom.arg(a).Ptr(f32(x, opIn, d)).I32(int32(g)).Ptr(f32(col[:total], opOut, d)).I64(int64(total))
+	d.launch("im2col", int64(total))
 }
 
 // ConvWeightGrad implements runtime.PerSampleOps: the convolution's weight

@@ -187,12 +187,9 @@ func (d *Device) AddSumSq(x []float32, dst []float64) {
 	d.laneSums(f32(x, opIn, d), 0, len(x), 1, true, 1, f64(dst, opInOut, d))
 }
 
-// AddDot implements runtime.VectorOps: a warp per chunk of x.
+// AddDot implements runtime.VectorOps: AddDots of one row.
 func (d *Device) AddDot(alpha float64, x, y []float32, dst []float64) {
-	y, dst = y[:len(x)], dst[:1]
-	d.begin()
-	defer d.end("AddDot")
-	d.laneSums(f32(x, opIn, d), f32(y, opIn, d), len(x), 1, true, alpha, f64(dst, opInOut, d))
+	d.AddDots(alpha, x, y[:len(x)], dst[:1])
 }
 
 // AddDots implements runtime.VectorOps: a warp per chunk of a row, a
@@ -288,46 +285,41 @@ func (d *Device) Contract(l *runtime.ContractLoop, x, y []float32, acc []float64
 // rows, then their elements), so that the float64 scratch acc is not
 // needed; the parameter map is n.ParamMap's formula.
 func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, _ []float64, out []float32) {
-	if len(out) == 0 {
-		return
-	}
 	L := n.RowLen()
-	G, CpG, S := n.ParamMap()
 	dy = dy[:len(dy)/L*L]
-	sc := int32(0)
 	if scale {
-		sc, x = 1, x[:len(dy)]
-	} else {
-		x, mean, invStd = nil, nil, nil
+		x = x[:len(dy)]
 	}
-	a := d.begin()
-	defer d.end("NormAffineSampleGrad")
-	a.I32(sc).I64(int64(i)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
-	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy)))
-	a.Ptr(f32(out, opOut, d)).I64(int64(len(out)))
-	d.launch("norm_affine_sample_grad", int64(len(out)))
+	d.normAffine(n, scale, i, 1, false, B, stride, x, mean, invStd, dy, len(dy)/L, out, "NormAffineSampleGrad")
 }
 
 // NormAffineGrads implements runtime.VectorOps: a thread per sample and
 // parameter element, each sum in the contract's order (acc is not used).
 func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, _ []float64, out []float32) {
 	P := n.NumParams()
-	if P == 0 || len(out) < P {
+	if P == 0 {
+		return
+	}
+	d.normAffine(n, scale, 0, len(out)/P, true, B, stride, x, mean, invStd, dy, len(dy)/n.RowLen()/B, out, "NormAffineGrads")
+}
+
+// normAffine launches norm_affine_grads for the samples i0… (samples of
+// them, rows rows each), read from a gathered copy or (whole) the whole
+// tensors, into out.
+func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, whole bool, B, stride int, x, mean, invStd, dy []float32, rows int, out []float32, op string) {
+	P := n.NumParams()
+	if P == 0 || samples == 0 {
 		return
 	}
 	L := n.RowLen()
 	G, CpG, S := n.ParamMap()
-	samples := len(out) / P
-	sc := int32(0)
-	if scale {
-		sc = 1
-	} else {
+	if !scale {
 		x, mean, invStd = nil, nil, nil
 	}
 	a := d.begin()
-	defer d.end("NormAffineGrads")
-	a.I32(sc).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
-	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(len(dy) / L / B))
+	defer d.end(op)
+	a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
+	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
 	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
 	d.launch("norm_affine_grads", int64(samples*P))
 }

@@ -9,14 +9,18 @@
 #define FOR_EACH(i, n) \
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
-// The grid-stride loop of warps over n results, a warp per result: the
-// launch gives 32 threads per result in blocks of whole warps, so that
-// every lane of a warp runs the same iterations, as warp_sum's shuffles
-// need. LANE is the thread's lane.
-#define WARP_FOR_EACH(j, n)                                                      \
-  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; j < (n); \
-       j += (long long)gridDim.x * blockDim.x / 32)
-#define LANE ((int)(threadIdx.x % 32))
+// The grid-stride loop over n results with lanes threads each, lanes 1 (a
+// thread per result, for few terms) or 32 (a warp): the launch gives lanes
+// threads per result in blocks of whole warps, so that every lane of a
+// warp runs the same iterations, as the shuffles need. LANE_OF is the
+// thread's lane; WARP_FOR_EACH and LANE are the loop and lane of a warp
+// per result.
+#define LANES_FOR_EACH(j, n, lanes)                                                   \
+  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / (lanes); j < (n); \
+       j += (long long)gridDim.x * blockDim.x / (lanes))
+#define LANE_OF(lanes) ((int)(threadIdx.x % (lanes)))
+#define WARP_FOR_EACH(j, n) LANES_FOR_EACH(j, n, 32)
+#define LANE LANE_OF(32)
 
 // warp_sum returns to lane 0 the sum of the lanes' s by a fixed tree (lane
 // l adds lane l + 16's, then l + 8's, …), so that a sum a warp splits
@@ -27,15 +31,8 @@ __device__ __forceinline__ double warp_sum(double s) {
   return s;
 }
 
-// The grid-stride loop over n results with lanes threads each, lanes 1 (a
-// thread per result, for few terms) or 32 (a warp), the host choosing by
-// the number of terms; LANE_OF is the thread's lane, and lanes_total
-// gives every lane of a result the sum of the lanes' s (warp_sum's
-// halves, broadcast from lane 0).
-#define LANES_FOR_EACH(j, n, lanes)                                                   \
-  for (long long j = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / (lanes); j < (n); \
-       j += (long long)gridDim.x * blockDim.x / (lanes))
-#define LANE_OF(lanes) ((int)(threadIdx.x % (lanes)))
+// lanes_total gives every lane of a result the sum of the lanes' s
+// (warp_sum's halves, broadcast from lane 0).
 __device__ __forceinline__ double lanes_total(double s, int lanes) {
   if (lanes == 1) return s;
   return __shfl_sync(0xffffffffu, warp_sum(s), 0);

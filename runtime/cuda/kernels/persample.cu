@@ -1,5 +1,5 @@
-// persample.cu: runtime.PerSampleOps (device_dp.go): the unfolded input of
-// one sample (im2col), a thread per element written, and the direct
+// persample.cu: runtime.PerSampleOps (device_dp.go): the unfolded inputs
+// of samples (im2col), a thread per element written, and the direct
 // weight gradient of a convolution (summed over the batch, or one
 // sample's of a depthwise convolution), a warp per weight, its sum in
 // double in a fixed order, rounded once. They need no scratch; the
@@ -24,28 +24,18 @@ __device__ __forceinline__ long long conv_tap(const ConvGeom &g, long long k, lo
   return (id * g.in[1] + ih) * g.in[2] + iw;
 }
 
-// im2col_plane writes group grp's unfolded input of one sample xi:
-// col[(c·K + k)·T + t] = the element of channel grp·C/group + c that tap k
-// reads for output position t (0 in the padding), for the n = D·T elements.
-extern "C" __global__ void im2col_plane(ConvGeom g, const float *xi, int grp, float *col, long long n) {
-  FOR_EACH(i, n) {
-    long long r = i / g.t, t = i % g.t, c = r / g.kk, k = r % g.kk;
-    long long ch = grp * (long long)(g.c / g.group) + c;
-    long long off = conv_tap(g, k, t);
-    col[i] = off < 0 ? 0.0f : xi[ch * g.in_size + off];
-  }
-}
-
-// im2col_batch writes group grp's unfolded inputs of the samples i0, i0+1,
-// … of x, sample j's D×T at col + j·D·T (as im2col_plane's), for the n =
-// samples·D·T elements.
-extern "C" __global__ void im2col_batch(ConvGeom g, const float *x, long long i0, int grp, float *col, long long n) {
+// im2col writes group grp's unfolded inputs of the first samples of x
+// (one for Im2ColPlane, a chunk for Im2ColBatch), sample j's D×T at col +
+// j·D·T: col[j·D·T + (c·K + k)·T + t] = the element of channel
+// grp·C/group + c that tap k reads for output position t (0 in the
+// padding), for the n = samples·D·T elements.
+extern "C" __global__ void im2col(ConvGeom g, const float *x, int grp, float *col, long long n) {
   long long dt = (long long)g.dd * g.t;
   FOR_EACH(i, n) {
     long long j = i / dt, e = i % dt, r = e / g.t, t = e % g.t, c = r / g.kk, k = r % g.kk;
     long long ch = grp * (long long)(g.c / g.group) + c;
     long long off = conv_tap(g, k, t);
-    col[i] = off < 0 ? 0.0f : x[((i0 + j) * g.c + ch) * g.in_size + off];
+    col[i] = off < 0 ? 0.0f : x[(j * g.c + ch) * g.in_size + off];
   }
 }
 

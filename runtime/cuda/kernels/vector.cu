@@ -210,25 +210,18 @@ __device__ static double norm_affine_sum(int scale, long long i, long long b, lo
   return sum;
 }
 
-// norm_affine_sample_grad overwrites out (nout elements) with sample i's
-// gradient (norm_affine_sum) from its gathered rows (ndy elements of dy,
-// and of x): a thread per parameter element.
-extern "C" __global__ void norm_affine_sample_grad(int scale, long long i, long long b, long long per_block, long long l,
-                                                   long long g, long long cpg, long long s, const float *x,
-                                                   const float *mean, const float *inv, const float *dy, long long ndy,
-                                                   float *out, long long nout) {
-  FOR_EACH(k, nout) out[k] = (float)norm_affine_sum(scale, i, b, per_block, l, g, cpg, s, x, mean, inv, dy, ndy / l, 0, k);
-}
-
-// norm_affine_grads writes every sample's gradient at once, sample i's to
-// out[i·nout:], from the whole tensors x and dy (rows rows a sample): a
-// thread per sample and parameter element.
-extern "C" __global__ void norm_affine_grads(int scale, long long b, long long per_block, long long l, long long g,
-                                             long long cpg, long long s, const float *x, const float *mean,
-                                             const float *inv, const float *dy, long long rows, float *out,
+// norm_affine_grads writes the gradients (norm_affine_sum) of the samples
+// i0, i0+1, … (samples of them), sample i0 + j's nout elements at
+// out[j·nout:], from rows rows a sample: a sample's gathered copy (whole =
+// 0, NormAffineSampleGrad, one sample) or the whole tensors (whole = 1,
+// NormAffineGrads). A thread per sample and parameter element.
+extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long b, long long per_block, long long l,
+                                             long long g, long long cpg, long long s, const float *x, const float *mean,
+                                             const float *inv, const float *dy, long long rows, int whole, float *out,
                                              long long nout, long long samples) {
   FOR_EACH(e, samples * nout) {
-    out[e] = (float)norm_affine_sum(scale, e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, 1, e % nout);
+    out[e] = (float)norm_affine_sum(scale, i0 + e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, whole,
+                                    e % nout);
   }
 }
 
