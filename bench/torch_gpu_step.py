@@ -6,11 +6,15 @@ weights: no download), or the CIFAR suite models of torch_models; forward,
 mean softmax cross-entropy, backward, Adam(1e-3), zero_grad(set_to_none=True),
 each step closed by torch.cuda.synchronize().
 
-    python3 bench/torch_gpu_step.py --model resnet50 --batch 32 [--steps 20] [--warmup 5] [--size 224] [--classes 1000]
+    python3 bench/torch_gpu_step.py --model resnet50 --batch 32 [--steps 20] [--warmup 5] [--size 224] [--classes 1000] [--tf32 default|off]
 
-Prints one JSON line {model, batch, device, step_ms_median, step_ms_min,
-peak_mib} with peak_mib torch.cuda.max_memory_allocated over the timed
-steps (the caching allocator's live tensors, not the process).
+--tf32 default keeps PyTorch's precision defaults: convolutions in TF32 on
+the tensor cores (torch.backends.cudnn.allow_tf32), other matrix products
+in float32; --tf32 off runs everything in float32, as dpfinetune without
+its --tf32 flag. Prints one JSON line {model, batch, device, cudnn_tf32,
+matmul_tf32, step_ms_median, step_ms_min, peak_mib} with peak_mib
+torch.cuda.max_memory_allocated over the timed steps (the caching
+allocator's live tensors, not the process).
 """
 import argparse
 import json
@@ -37,9 +41,13 @@ def main():
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--tf32", choices=["default", "off"], default="default")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("torch_gpu_step: no CUDA device")
+    if a.tf32 == "off":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
     m = build(a.model, a.classes).to(dev).train()
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
@@ -63,6 +71,7 @@ def main():
         ts.append((time.perf_counter() - t0) * 1e3)
     print(json.dumps({
         "model": a.model, "impl": "pytorch-" + torch.__version__, "batch": a.batch, "device": torch.cuda.get_device_name(),
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32, "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
         "step_ms_median": round(statistics.median(ts), 2), "step_ms_min": round(min(ts), 2),
         "peak_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1),
     }))

@@ -4,7 +4,9 @@ package dpengine
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -63,10 +65,10 @@ func TestEngineOnCUDA(t *testing.T) {
 }
 
 // countingDriver counts a Driver's kernel launches, GEMM calls (batched
-// ones apart) and host copies.
+// ones and TF32 ones apart) and host copies.
 type countingDriver struct {
 	cuda.Driver
-	launches, gemms, batched, htod, dtoh int
+	launches, gemms, batched, tf32, htod, dtoh int
 }
 
 func (c *countingDriver) Launch(f cuda.Function, grid, block cuda.Dim3, shared int, args *cuda.Args) error {
@@ -78,6 +80,9 @@ func (c *countingDriver) Gemm(g *cuda.GemmArgs) error {
 	c.gemms++
 	if g.Batch > 1 {
 		c.batched++
+	}
+	if g.TF32 {
+		c.tf32++
 	}
 	return c.Driver.Gemm(g)
 }
@@ -150,4 +155,92 @@ func stepCalls(b *testing.B, dev runtime.Device, cd *countingDriver, drv cuda.Dr
 	b.ReportMetric(per(cd.gemms), "gemms/step")
 	b.ReportMetric(per(cd.batched), "batched/step")
 	b.ReportMetric(per(cd.htod+cd.dtoh), "copies/step")
+}
+
+// TestTF32Engine runs the engine on the emulated CUDA device with TF32
+// convolutions (runtime.TF32Device) on resnet_eval, whose convolutions
+// take the GEMM path. In bk and instantiate, each sample's clipped
+// gradient C_i g_i, summed alone, has the norm C_i·‖g_i‖ the engine
+// reported for it to float32 accuracy (1e-5), although the TF32 products
+// moved the norms themselves (by more than that, less than 1e-2): the
+// clip bound holds on what is summed. Ghost and mixed, whose second
+// backward pass would round afresh, are refused, at New and at a step
+// after TF32 is turned on under a built engine.
+func TestTF32Engine(t *testing.T) {
+	if os.Getenv(cuda.EnvDriver) == "gpu" {
+		t.Skip("the engine test runs on the emulation")
+	}
+	drv, err := cuda.Emulated()
+	if err != nil {
+		t.Skipf("no CUDA emulation here: %v", err)
+	}
+	cd := &countingDriver{Driver: drv}
+	dev, err := cuda.New(cd)
+	if err != nil {
+		drv.Close()
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	const name, n = "resnet_eval", 4
+	x, y, _, _ := engineBatch(t, name, n)
+	sl := len(x) / n
+	clip := Clipping{Fn: Abadi, R: 0.5}
+	for _, mode := range []Mode{BK, Instantiate} {
+		t.Run(string(mode), func(t *testing.T) {
+			dev.SetTF32(false)
+			exact := buildEngine(t, name, compareConfig(dev, mode, clip, false, "sgd", n))
+			_, norms32, err := exact.ClippedSum(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev.SetTF32(true)
+			defer dev.SetTF32(false)
+			e := buildEngine(t, name, compareConfig(dev, mode, clip, false, "sgd", n))
+			cd.tf32 = 0
+			_, norms, err := e.ClippedSum(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cd.tf32 == 0 {
+				t.Fatal("no TF32 GEMM ran")
+			}
+			moved := 0.0
+			for i := range norms {
+				moved = math.Max(moved, math.Abs(norms[i]-norms32[i])/norms32[i])
+			}
+			if moved <= 1e-5 || moved >= 1e-2 {
+				t.Errorf("TF32 moved the per-sample norms by %.2g (relative), not within (1e-5, 1e-2)", moved)
+			}
+			for i := 0; i < n; i++ {
+				sum, nu, err := e.ClippedSum(x[i*sl:(i+1)*sl], y[i:i+1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				var sq float64
+				for _, g := range sum {
+					for _, v := range g {
+						sq += float64(v) * float64(v)
+					}
+				}
+				want := math.Min(nu[0], clip.R) // Abadi: C_i·‖g_i‖
+				if got := math.Sqrt(sq); math.Abs(got-want) > 1e-5*want {
+					t.Errorf("sample %d: ‖C_i g_i‖ = %.7g, the norm reported bounds it at %.7g", i, got, want)
+				}
+			}
+		})
+	}
+	for _, mode := range []Mode{Ghost, Mixed} {
+		dev.SetTF32(true)
+		cfg := compareConfig(dev, mode, clip, false, "sgd", n)
+		if _, err := New(nil, nil, cfg); err == nil || !strings.Contains(err.Error(), "TF32") {
+			t.Errorf("%s with TF32 on: New gave %v, want a TF32 error", mode, err)
+		}
+		dev.SetTF32(false)
+		e := buildEngine(t, name, cfg)
+		dev.SetTF32(true)
+		if _, _, err := e.ClippedSum(x, y); err == nil || !strings.Contains(err.Error(), "TF32") {
+			t.Errorf("%s, TF32 turned on after New: ClippedSum gave %v, want a TF32 error", mode, err)
+		}
+		dev.SetTF32(false)
+	}
 }

@@ -196,6 +196,21 @@ type param struct {
 	linear []*linearState
 }
 
+// checkTF32 refuses TF32 convolutions (runtime.TF32Device) in the modes
+// with a second backward pass. The clip bound holds on Σ_i C_i g_i only
+// when each g_i is formed from the operands its norm was: bk and
+// instantiate form both from the one pass's activations and output
+// gradients, in float32 whatever the device's setting; ghost and mixed
+// take the sum from a second pass whose TF32 products round the scaled
+// output gradients C_i·dy_i afresh, so a sample's share of the sum could
+// exceed the clip norm by TF32's error, about 10⁻³ of it.
+func checkTF32(cfg Config) error {
+	if cfg.Device != nil && runtime.TF32On(cfg.Device) && (cfg.Mode == Ghost || cfg.Mode == Mixed) {
+		return fmt.Errorf("dpengine: TF32 convolutions on %s with mode %s: its second backward pass would round each sample's clipped gradient afresh, beyond what its norm bounded; use bk or instantiate, or turn TF32 off", cfg.Device.Name(), cfg.Mode)
+	}
+	return nil
+}
+
 // New builds an engine for g, rewritten and planned by rewrite.Prepare (rp),
 // compiling it for cfg.PhysicalBatch samples.
 func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
@@ -210,6 +225,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	}
 	if cfg.PerLayer && (cfg.Mode == Ghost || cfg.Mode == Mixed) {
 		return nil, fmt.Errorf("dpengine: per-layer clipping needs one clip factor per layer, which the second backward pass of mode %s cannot apply; use bk or instantiate", cfg.Mode)
+	}
+	if err := checkTF32(cfg); err != nil {
+		return nil, err
 	}
 	if g == nil || rp == nil {
 		return nil, errors.New("dpengine: nil graph or plan")

@@ -377,6 +377,9 @@ func (e *Engine) clipPhysical(B int) error {
 	case Ghost, Mixed:
 		// The second backward pass on Σ_i C_i L_i gives Σ_i C_i g_i for
 		// every parameter (the paper's Algorithm 1, last line).
+		if err := checkTF32(e.cfg); err != nil { // the device's setting may have changed since New
+			return err
+		}
 		if err := e.plan.Backward(f, nil); err != nil {
 			return err
 		}

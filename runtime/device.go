@@ -148,6 +148,32 @@ type HostAdopter interface {
 	AdoptHost(host []float32) (Buffer, bool)
 }
 
+// TF32Device is a Device that can run the matrix products of
+// convolutions' forward passes and input gradients in TF32 (an NVIDIA
+// GPU's tensor cores: operands rounded to 10-bit mantissas, float32
+// sums), the precision PyTorch gives convolutions by default
+// (torch.backends.cudnn.allow_tf32). Weight gradients stay float32
+// whatever the setting: every per-sample gradient, its norm and the
+// clipped sum Σ_i C_i g_i are computed from the same activations and
+// output gradients in float32, so the clip bound holds on exactly what is
+// summed. What TF32 changes is which activations and output gradients
+// those are: a second backward pass (ghost clipping's) would not
+// reproduce the first pass's bit for bit, so the DP engine refuses TF32
+// in the modes that take one. Off unless set.
+type TF32Device interface {
+	Device
+	// SetTF32 turns TF32 on or off for the operations issued after it.
+	SetTF32(on bool)
+	// TF32 reports whether TF32 is on.
+	TF32() bool
+}
+
+// TF32On reports whether d runs convolutions in TF32 (TF32Device).
+func TF32On(d Device) bool {
+	t, ok := d.(TF32Device)
+	return ok && t.TF32()
+}
+
 // AdoptHost returns a buffer of d holding host's elements: host itself
 // where d adopts host memory (HostAdopter), else a new buffer of d with a
 // copy. Whether the two are the same memory is SameMemory(host, b.Floats()).

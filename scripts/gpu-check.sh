@@ -9,7 +9,9 @@
 #      every fixture that has a golden batch (bk and ghost modes);
 #   3. benchmarks `dpfinetune bench --device cuda` (nondp, bk, mixed) on
 #      ResNet-50, ViT-B/16 and VGG-16 at 224×224 and VGG-19 on CIFAR, and
-#      PyTorch's non-DP step on the same GPU (bench/torch_gpu_step.py).
+#      PyTorch's non-DP step on the same GPU (bench/torch_gpu_step.py), both
+#      in float32; for the convolutional models also both with TF32
+#      convolutions (PyTorch's default precision, dpfinetune's --tf32).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl, and summary.md to paste into docs/BENCHMARKS.md.
 #
@@ -104,44 +106,58 @@ grep -q '"ok": false' "$OUT/norms.jsonl" && status=1
 
 echo "== 3. benchmarks" >&2
 : >"$OUT/bench.jsonl"
-bench() { # name batch input-shape
-	bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps "$STEPS" --modes nondp,bk,mixed --json 2>>"$OUT/bench.log" |
-		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "batch": r["batch"], "rows": r["rows"]}))' "$1" |
-		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
-	if [ $mode = gpu ]; then
-		size=224
-		[ "$3" = cifar ] && size=32
-		(cd bench && "$PY" torch_gpu_step.py --model "$4" --batch "$2" --size $size --classes "$5" --steps 20) 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
-	fi
+ours() { # name batch modes [--tf32]
+	bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps "$STEPS" --modes "$3" ${4:-} --json 2>>"$OUT/bench.log" |
+		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "batch": r["batch"], "rows": r["rows"]}))' "$1" |
+		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"tf32\": $([ -n "${4:-}" ] && echo true || echo false), \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
+}
+torch() { # name batch size classes tf32
+	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 20 --tf32 "$5") 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
+}
+bench() { # name batch size classes: float32 on both sides; for convolutional
+	# models also TF32 convolutions on both (PyTorch's default precision,
+	# dpfinetune's --tf32, which ghost and mixed refuse)
+	ours "$1" "$2" nondp,bk,mixed
+	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" off
+	case $1 in vit*) return ;; esac
+	ours "$1" "$2" nondp,bk --tf32
+	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
 }
 if [ $mode = gpu ]; then
-	bench resnet50 "$BATCH224" 224 resnet50 1000
-	bench vit_b_16 "$BATCH224" 224 vit_b_16 1000
-	bench vgg16 "$BATCH224" 224 vgg16 1000
-	bench cifar_vgg19 64 cifar cifar_vgg19 10
+	bench resnet50 "$BATCH224" 224 1000
+	bench vit_b_16 "$BATCH224" 224 1000
+	bench vgg16 "$BATCH224" 224 1000
+	bench cifar_vgg19 64 32 10
 else # the dry run: the emulation's kernels are the plainest, so small models
-	bench cnn-fmnist 2 cifar - 10
-	bench cifar_resnet18 2 cifar - 10
+	bench cnn-fmnist 2 28 10
+	bench cifar_resnet18 2 32 10
 fi
 "$PY" - "$OUT/bench.jsonl" "$OUT/machine.txt" >"$OUT/summary.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 print("GPU check, " + open(sys.argv[2]).read().replace("\n", "; ") + "\n")
-print("| model (batch) | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk heap/peak |")
-print("|---|---|---|---|---|---|")
-ours = {r["model"]: r for r in rows if r.get("impl") == "dpfinetune"}
+print("Each row sets dpfinetune beside PyTorch's non-DP step at the same precision: float32,")
+print("or TF32 convolutions (PyTorch's default; dpfinetune's --tf32, weight gradients and norms float32).\n")
+print("| model (batch) | precision | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk estimated peak |")
+print("|---|---|---|---|---|---|---|")
 torch = [r for r in rows if str(r.get("impl", "")).startswith("pytorch")]
-for name, r in ours.items():
-    if "error" in r:
-        print("| %s | | error: %s | | | |" % (name, r["error"]))
+for r in rows:
+    if r.get("impl") != "dpfinetune":
         continue
-    t = next((x for x in torch if name.endswith(x["model"])), None)
+    name, tf32 = r["model"], bool(r.get("tf32"))
+    prec = "TF32 convs" if tf32 else "float32"
+    if "error" in r:
+        print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
+        continue
+    t = next((x for x in torch if x["model"] == name and bool(x.get("cudnn_tf32")) == tf32), None)
     by = {x["mode"]: x for x in r["rows"]}
     base = t["step_ms_median"] if t else None
     bk = by.get("bk", {}).get("step_ms")
-    print("| %s (%d) | %s | %.1f | %.1f%s | %.1f | %.0f MiB |" % (
-        name, r["batch"], "%.1f (%.0f)" % (base, t["peak_mib"]) if t else "–", by["nondp"]["step_ms"], bk,
-        " (%.2f×)" % (bk / base) if base else "", by.get("mixed", {}).get("step_ms", float("nan")),
+    mixed = by.get("mixed", {}).get("step_ms")
+    print("| %s (%d) | %s | %s | %.1f | %s%s | %s | %.0f MiB |" % (
+        name, r["batch"], prec, "%.1f (%.0f)" % (base, t["peak_mib"]) if t else "–", by["nondp"]["step_ms"],
+        "%.1f" % bk if bk is not None else "–", " (%.2f×)" % (bk / base) if base and bk else "",
+        "%.1f" % mixed if mixed is not None else "–",
         by.get("bk", {}).get("estimated_peak_bytes", 0) / 2**20))
 PYEOF
 cat "$OUT/summary.md" >&2

@@ -44,6 +44,8 @@ type benchRow struct {
 
 type benchReport struct {
 	Model      string     `json:"model"`
+	Device     string     `json:"device"`
+	TF32       bool       `json:"tf32,omitempty"`
 	InputShape []int64    `json:"input_shape"`
 	Batch      int        `json:"batch"`
 	Logical    int        `json:"logical_batch"`
@@ -140,7 +142,7 @@ func runBench(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	rep := benchReport{Model: *model, InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
+	rep := benchReport{Model: *model, Device: dev.Name(), TF32: runtime.TF32On(dev), InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
 	rep.Rows = make([]benchRow, len(ms))
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

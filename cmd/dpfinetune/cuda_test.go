@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -72,5 +73,55 @@ func compareNormsCUDA(t *testing.T, name string, modes []string) {
 		for name, w := range want.PerParam {
 			near(mode+" "+name, got.PerParam[name], w)
 		}
+	}
+}
+
+// TestTF32Flag: --tf32 on the emulated CUDA device runs norms in bk mode
+// with TF32 convolutions (resnet_eval: the norms move from --device cpu's
+// by more than float32 rounding and less than 1e-2) and refuses ghost
+// mode, whose second backward pass it would round afresh; bench reports
+// it. On the CPU --tf32 is a usage error (TestDeviceFlag).
+func TestTF32Flag(t *testing.T) {
+	t.Setenv(cuda.EnvDriver, "emulate")
+	dev, err := runtime.OpenDevice(cuda.DeviceName)
+	if err != nil {
+		t.Skipf("no CUDA emulation here: %v", err)
+	}
+	dev.(*cuda.Device).Close()
+	_, xp, yp := goldenInputs(t, "resnet_eval")
+	model := filepath.Join("..", "..", "testdata", "models", "resnet_eval.onnx")
+	norms := func(args ...string) normsReport {
+		out, errOut, code := run(t, append([]string{"norms", "--model", model, "--input", xp, "--labels", yp, "--mode", "bk", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("norms %v: exit %d: %s", args, code, errOut)
+		}
+		var r normsReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	cpu, tf32 := norms("--device", "cpu"), norms("--device", "cuda", "--tf32")
+	moved := 0.0
+	for i, w := range cpu.Total {
+		moved = math.Max(moved, math.Abs(tf32.Total[i]-w)/w)
+	}
+	if moved <= 1e-5 || moved >= 1e-2 {
+		t.Errorf("--tf32 moved the norms by %.2g (relative), not within (1e-5, 1e-2)", moved)
+	}
+	_, errOut, code := run(t, "norms", "--device", "cuda", "--tf32", "--model", model, "--input", xp, "--labels", yp, "--mode", "ghost")
+	if code == 0 || !strings.Contains(errOut, "TF32") || !strings.Contains(errOut, "ghost") {
+		t.Errorf("norms --tf32 --mode ghost: exit %d, stderr %q; want a refusal naming TF32 and ghost", code, errOut)
+	}
+	out, errOut, code := run(t, "bench", "--device", "cuda", "--tf32", "--model", model, "--batch", "2", "--steps", "1", "--modes", "nondp,bk", "--json")
+	if code != 0 {
+		t.Fatalf("bench --tf32: exit %d: %s", code, errOut)
+	}
+	var rep benchReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.TF32 || !strings.HasPrefix(rep.Device, "cuda") || len(rep.Rows) != 2 {
+		t.Errorf("bench --tf32 reports device %q, tf32 %v, %d rows", rep.Device, rep.TF32, len(rep.Rows))
 	}
 }

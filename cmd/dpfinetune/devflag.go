@@ -9,11 +9,18 @@ import (
 	_ "github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
-// deviceFlag is --device, shared by every command that computes.
-type deviceFlag struct{ name *string }
+// deviceFlag is --device and --tf32, shared by every command that
+// computes.
+type deviceFlag struct {
+	name *string
+	tf32 *bool
+}
 
 func addDeviceFlag(fs *flag.FlagSet) deviceFlag {
-	return deviceFlag{fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: the GPU through libcuda.so.1 and NVRTC, or its emulation with DPFINETUNE_CUDA=emulate)")}
+	return deviceFlag{
+		name: fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: the GPU through libcuda.so.1 and NVRTC, or its emulation with DPFINETUNE_CUDA=emulate)"),
+		tf32: fs.Bool("tf32", false, "--device cuda: run convolutions' forward passes and input gradients on the tensor cores in TF32, as PyTorch does by default; weight gradients, norms and clipping stay float32 (not with --mode ghost or mixed; docs/PRIVACY.md)"),
+	}
 }
 
 // open returns the device, or a usage error (exit status 2) naming why it
@@ -23,6 +30,13 @@ func (d deviceFlag) open() (runtime.Device, error) {
 	dev, err := runtime.OpenDevice(*d.name)
 	if err != nil {
 		return nil, usagef("--device: %v", err)
+	}
+	if *d.tf32 {
+		t, ok := dev.(runtime.TF32Device)
+		if !ok {
+			return nil, usagef("--tf32: device %s has no TF32 products (use --device cuda)", *d.name)
+		}
+		t.SetTF32(true)
 	}
 	return dev, nil
 }

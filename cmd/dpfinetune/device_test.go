@@ -20,6 +20,10 @@ func TestDeviceFlag(t *testing.T) {
 			}
 		}
 	}
+	_, e, code := run(t, "norms", "--device", "cpu", "--tf32")
+	if want := "--tf32: device cpu has no TF32 products (use --device cuda)"; code != 2 || !strings.Contains(e, want) {
+		t.Errorf("norms --device cpu --tf32: exit %d, stderr %q; want 2 and %q", code, e, want)
+	}
 	out, e, code := run(t, "plan", "--device", "cpu", "--model", "../../testdata/models/cnn.onnx", "--input-shape", "1,28,28", "--batch", "4")
 	if code != 0 || !strings.Contains(out, "device:      cpu") {
 		t.Errorf("plan --device cpu: exit %d, %s\n%s", code, e, out)

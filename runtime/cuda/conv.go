@@ -181,7 +181,7 @@ func (d *Device) convForward(c *convOperands, x, w, bias, y DevicePtr) {
 	s := c.s
 	c.forChunks(func(n0, b, grp int) {
 		g := GemmArgs{M: c.mg, N: s.T, K: s.D, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
-			C: at(y, (n0*s.M+grp*c.mg)*s.T), LDC: s.T, StrideC: s.M * s.T, Batch: b}
+			C: at(y, (n0*s.M+grp*c.mg)*s.T), LDC: s.T, StrideC: s.M * s.T, Batch: b, TF32: d.tf32}
 		if c.point {
 			g.B, g.LDB, g.StrideB = at(x, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
 		} else {
@@ -201,7 +201,7 @@ func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
 	s := c.s
 	c.forChunks(func(n0, b, grp int) {
 		g := GemmArgs{TransA: true, M: s.D, N: s.T, K: c.mg, Alpha: 1, A: at(w, grp*c.mg*s.D), LDA: s.D,
-			B: at(dy, (n0*s.M+grp*c.mg)*s.T), LDB: s.T, StrideB: s.M * s.T, Batch: b}
+			B: at(dy, (n0*s.M+grp*c.mg)*s.T), LDB: s.T, StrideB: s.M * s.T, Batch: b, TF32: d.tf32}
 		if c.point {
 			g.C, g.LDC, g.StrideC = at(dx, (n0*s.C+grp*c.cg)*s.InSize), s.InSize, s.C*s.InSize
 			d.gemm(g, "ConvBackward")
@@ -219,7 +219,9 @@ func (d *Device) convInputGrad(c *convOperands, dy, w, bias, dx DevicePtr) {
 }
 
 // convWeightGradGEMM computes dw = Σ_i dy_i·col_iᵀ over the batch on the GEMM
-// path: one product per chunk and group over the chunk's positions.
+// path: one product per chunk and group over the chunk's positions. Never
+// in TF32: in a DP step this sum is the clipped Σ_i C_i g_i, and its clip
+// bound holds only on float32 products of the norms' own operands.
 func (d *Device) convWeightGradGEMM(c *convOperands, x, dy, dw DevicePtr) {
 	s := c.s
 	packed := at(c.work, c.nb*s.T*s.D)

@@ -107,6 +107,9 @@ type Device struct {
 	planData map[any]DevicePtr
 	// shapes stages an operation's shape arguments (stageShapes).
 	shapes []int64
+	// tf32 runs the forward and input-gradient products of convolutions
+	// in TF32 (SetTF32).
+	tf32 bool
 }
 
 type span struct {
@@ -170,6 +173,24 @@ func New(drv Driver) (*Device, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// SetTF32 implements runtime.TF32Device: on, the GEMMs of convolutions'
+// forward passes and input gradients (Conv, ConvTranspose, and their
+// backward passes' dx) run in TF32 on the tensor cores; the weight
+// gradients (ConvBackward's dw, ConvWeightGrad) and every other product
+// stay float32.
+func (d *Device) SetTF32(on bool) {
+	d.mu.Lock()
+	d.tf32 = on
+	d.mu.Unlock()
+}
+
+// TF32 implements runtime.TF32Device.
+func (d *Device) TF32() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tf32
 }
 
 // Properties describes the device.

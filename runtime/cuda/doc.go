@@ -160,6 +160,17 @@
 // Under unified addressing the two kinds of address never coincide; under
 // emulation device memory is C memory, apart from Go's.
 //
+// # Precision
+//
+// Every product is float32 (cuBLAS's default math mode, which never trades
+// mantissa bits), the norms summed in float64, unless SetTF32 turns on
+// TF32 for the GEMMs of convolutions' forward passes and input gradients
+// (runtime.TF32Device, --tf32): GemmArgs.TF32, which the driver turns into
+// cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH) for those calls and the
+// emulation into operands rounded to TF32. Weight gradients and every
+// other product stay float32; docs/PRIVACY.md says why the clip bound then
+// still holds, and why dpengine refuses TF32 in ghost and mixed modes.
+//
 // # Tests
 //
 // go test ./runtime/cuda/ runs on the emulation (skipping when there is no

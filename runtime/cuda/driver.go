@@ -113,6 +113,11 @@ type GemmArgs struct {
 	// them from the host, which would wait for the device. A driver may
 	// ignore it.
 	Ptrs DevicePtr
+	// TF32 lets the product round A's and B's elements to TF32 (10-bit
+	// mantissas; float32 sums), as tensor cores do: cuBLAS's
+	// CUBLAS_TF32_TENSOR_OP_MATH, the emulation's rounding to nearest.
+	// Only the Device's TF32 convolutions set it (runtime.TF32Device).
+	TF32 bool
 }
 
 // gemmExtent is the number of elements a matrix operand of a GEMM spans:
@@ -229,4 +234,18 @@ func KernelNames(source string) []string {
 		names = append(names, m[1])
 	}
 	return names
+}
+
+// roundTF32 rounds x to TF32, a float32 with the low 13 of its 23
+// mantissa bits zero, to nearest with ties to even: the operands of a
+// TF32 product as the emulation forms them (a GPU may truncate instead;
+// either is within 2⁻¹⁰ of x, relatively). Infinities and NaNs pass
+// unchanged.
+func roundTF32(x float32) float32 {
+	u := math.Float32bits(x)
+	if u&0x7f800000 == 0x7f800000 {
+		return x
+	}
+	u += 0xfff + (u>>13)&1
+	return math.Float32frombits(u &^ 0x1fff)
 }

@@ -53,6 +53,8 @@ type emulated struct {
 	// cfg is a launch's configuration as emu_run reads it, on the heap so
 	// that its address stays put during the call.
 	cfg *[7]uint32
+	// tfA and tfB hold a TF32 GEMM's operands rounded (Gemm), reused.
+	tfA, tfB []float32
 }
 
 var (
@@ -293,9 +295,27 @@ func (e *emulated) Gemm(g *GemmArgs) error {
 			return fmt.Errorf("cuda: emulation: GEMM operand: %w", err)
 		}
 	}
-	blas.SgemmStrided(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, floatsAt(g.A, la), g.LDA, g.StrideA,
-		floatsAt(g.B, lb), g.LDB, g.StrideB, g.Beta, floatsAt(g.C, lc), g.LDC, g.StrideC, g.Batch)
+	a, b := floatsAt(g.A, la), floatsAt(g.B, lb)
+	if g.TF32 {
+		e.tfA, e.tfB = roundedTF32(e.tfA, a), roundedTF32(e.tfB, b)
+		a, b = e.tfA, e.tfB
+	}
+	blas.SgemmStrided(g.TransA, g.TransB, g.M, g.N, g.K, g.Alpha, a, g.LDA, g.StrideA,
+		b, g.LDB, g.StrideB, g.Beta, floatsAt(g.C, lc), g.LDC, g.StrideC, g.Batch)
 	return nil
+}
+
+// roundedTF32 returns src rounded to TF32 in dst's storage (grown as
+// needed).
+func roundedTF32(dst, src []float32) []float32 {
+	if cap(dst) < len(src) {
+		dst = make([]float32, len(src))
+	}
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = roundTF32(v)
+	}
+	return dst
 }
 
 // Synchronize implements Driver: emulated launches have finished when

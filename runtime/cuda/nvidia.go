@@ -95,6 +95,9 @@ type nvidia struct {
 	handle  uintptr
 	ptrs    DevicePtr
 	ptrsLen int
+	// tf32 is the handle's math mode: TF32 tensor-core products (set
+	// before a GEMM whose GemmArgs.TF32 differs).
+	tf32 bool
 }
 
 // cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
@@ -102,8 +105,15 @@ type nvidia struct {
 // pointers: cublasSgemmStridedBatched takes 18 arguments, beyond the 15
 // that purego.SyscallN passes.
 type cublas struct {
-	create, destroy, sgemm, sgemmBatched uintptr
+	create, destroy, sgemm, sgemmBatched, setMathMode uintptr
 }
+
+// cuBLAS's math modes (cublasMath_t): float32 products as asked, and TF32
+// tensor-core products of float32 operands (GemmArgs.TF32).
+const (
+	cublasDefaultMath      = 0
+	cublasTF32TensorOpMath = 3
+)
 
 // dlopenFirst loads the first library that opens: the path in the
 // environment variable env where it is set, then names in order. It
@@ -215,8 +225,8 @@ func loadCUBLAS() (*cublas, error) {
 		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12; set %s): %w", EnvCUBLAS, err)
 	}
 	b := &cublas{}
-	if err := syms(h, lib, []*uintptr{&b.create, &b.destroy, &b.sgemm, &b.sgemmBatched},
-		[]string{"cublasCreate_v2", "cublasDestroy_v2", "cublasSgemm_v2", "cublasSgemmBatched"}); err != nil {
+	if err := syms(h, lib, []*uintptr{&b.create, &b.destroy, &b.sgemm, &b.sgemmBatched, &b.setMathMode},
+		[]string{"cublasCreate_v2", "cublasDestroy_v2", "cublasSgemm_v2", "cublasSgemmBatched", "cublasSetMathMode"}); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -283,6 +293,16 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 		return err
 	}
 	defer done()
+	if g.TF32 != c.tf32 {
+		mode := uintptr(cublasDefaultMath)
+		if g.TF32 {
+			mode = cublasTF32TensorOpMath
+		}
+		if err := c.blas.call("cublasSetMathMode", c.blas.setMathMode, c.handle, mode); err != nil {
+			return err
+		}
+		c.tf32 = g.TF32
+	}
 	// alpha and beta are read through host pointers (the default
 	// pointer mode): on the heap, where the call's uintptrs keep them.
 	ab := new([2]float32)

@@ -5,9 +5,10 @@ import (
 )
 
 // The ReduceOps of the device (runtime/device_reduce.go; kernels in
-// kernels/reduce.cu): one thread per output (a reduction's element, a
-// softmax line, a sample) summing in the order of the input, and one per
-// input element for the gradients. A reduction's groups come from its
+// kernels/reduce.cu): one thread per output (a reduction's element)
+// summing in the order of the input, a warp per long contiguous softmax
+// line or sample's logits (launchLanes), and one thread per input element
+// for the gradients. A reduction's groups come from its
 // shapes, staged with each call (stageShapes); grp is not read.
 
 // reduceShapes stages xShape and yShape for kernels/reduce.cu (d.mu
@@ -111,7 +112,17 @@ func (d *Device) softmax(op string, x []float32, outer, n, inner int, y []float3
 	a := d.begin()
 	defer d.end(op)
 	a.Ptr(f32(x[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(y[:m], opOut, d)).I32(flag(log))
-	d.launch("softmax", int64(outer*inner))
+	d.launchLanes("softmax", outer*inner, softmaxTerms(n, inner))
+}
+
+// softmaxTerms is the terms per line that launchLanes weighs: n along a
+// contiguous line; 1 (a thread per line) when the lines interleave
+// (inner > 1), where a thread's neighbours read the next addresses.
+func softmaxTerms(n, inner int) int {
+	if inner > 1 {
+		return 1
+	}
+	return n
 }
 
 func (d *Device) softmaxBackward(op string, y, dy []float32, outer, n, inner int, dx []float32, log bool) {
@@ -122,30 +133,32 @@ func (d *Device) softmaxBackward(op string, y, dy []float32, outer, n, inner int
 	a := d.begin()
 	defer d.end(op)
 	a.Ptr(f32(y[:m], opIn, d)).Ptr(f32(dy[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(dx[:m], opOut, d)).I32(flag(log))
-	d.launch("softmax_bwd", int64(outer*inner))
+	d.launchLanes("softmax_bwd", outer*inner, softmaxTerms(n, inner))
 }
 
-// Softmax implements runtime.ReduceOps: a thread per line.
+// Softmax implements runtime.ReduceOps: a warp per long contiguous line,
+// else a thread.
 func (d *Device) Softmax(x []float32, outer, n, inner int, y []float32) {
 	d.softmax("Softmax", x, outer, n, inner, y, false)
 }
 
-// LogSoftmax implements runtime.ReduceOps: a thread per line.
+// LogSoftmax implements runtime.ReduceOps as Softmax.
 func (d *Device) LogSoftmax(x []float32, outer, n, inner int, y []float32) {
 	d.softmax("LogSoftmax", x, outer, n, inner, y, true)
 }
 
-// SoftmaxBackward implements runtime.ReduceOps: a thread per line.
+// SoftmaxBackward implements runtime.ReduceOps as Softmax.
 func (d *Device) SoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32) {
 	d.softmaxBackward("SoftmaxBackward", y, dy, outer, n, inner, dx, false)
 }
 
-// LogSoftmaxBackward implements runtime.ReduceOps: a thread per line.
+// LogSoftmaxBackward implements runtime.ReduceOps as Softmax.
 func (d *Device) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32) {
 	d.softmaxBackward("LogSoftmaxBackward", y, dy, outer, n, inner, dx, true)
 }
 
-// SoftmaxCrossEntropy implements runtime.ReduceOps: a thread per sample.
+// SoftmaxCrossEntropy implements runtime.ReduceOps: a warp per sample
+// from reduceWide classes on, else a thread.
 func (d *Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
 	if n == 0 {
 		return
@@ -153,7 +166,7 @@ func (d *Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int,
 	a := d.begin()
 	defer d.end("SoftmaxCrossEntropy")
 	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).I64(int64(n)).I64(int64(k)).Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
-	d.launch("softmax_xent", int64(n))
+	d.launchLanes("softmax_xent", n, k)
 }
 
 // SoftmaxCrossEntropyBackward implements runtime.ReduceOps: a thread per

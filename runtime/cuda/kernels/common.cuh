@@ -38,6 +38,18 @@ __device__ __forceinline__ double lanes_total(double s, int lanes) {
   return __shfl_sync(0xffffffffu, warp_sum(s), 0);
 }
 
+// lanes_max gives every lane of a result the largest of the lanes' m, as
+// a loop of `if (v > m) m = v` would (NaN never wins; a −∞ start stays
+// where every term is NaN).
+__device__ __forceinline__ float lanes_max(float m, int lanes) {
+  if (lanes == 1) return m;
+  for (int k = 16; k > 0; k /= 2) {
+    float o = __shfl_down_sync(0xffffffffu, m, k);
+    if (o > m) m = o;
+  }
+  return __shfl_sync(0xffffffffu, m, 0);
+}
+
 // Layout is an iteration over a broadcast shape, built on the host
 // (iterLayout in linalg.go): unit axes dropped, axes that stay adjacent in
 // every operand merged, the axes a thread owns (keep of them) before the

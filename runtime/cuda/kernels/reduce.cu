@@ -1,9 +1,12 @@
 // reduce.cu: runtime.ReduceOps (device_reduce.go): reductions over axes,
 // softmax and log-softmax, the softmax cross-entropy head and the scatter
-// reductions. One thread per output (a reduction's element, a softmax
-// line, a sample) sums its terms in the order of the input, as the CPU
-// does (float64 but for ReduceSum's and ReduceMean's float32, as the
-// contract says); the backward passes are one thread per input element.
+// reductions. One thread per output (a reduction's element) sums its
+// terms in the order of the input, as the CPU does (float64 but for
+// ReduceSum's and ReduceMean's float32, as the contract says); a softmax
+// line or a sample's logits are a warp's when they are long and
+// contiguous (lanes_total's order: the double sums round to the same
+// float all but never); the backward passes are one thread per input
+// element.
 // ScatterReduce runs on one thread: two updates may land on one element,
 // and the order of their combination decides the result.
 
@@ -158,52 +161,61 @@ extern "C" __global__ void reduce_axes_bwd(int op, const float *x, const long lo
 }
 
 // softmax computes the softmax (or, with log_softmax, the log-softmax) of
-// x viewed as outer × n × inner along n, a thread per line: y = e/Σe with
-// e = exp(x − max) in float, the sum in double.
+// x viewed as outer × n × inner along n, lanes threads per line (a warp
+// along a contiguous line, inner = 1; else a thread, neighbouring lines
+// being neighbouring addresses): y = e/Σe with e = exp(x − max) in float,
+// the sum in double.
 extern "C" __global__ void softmax(const float *x, long long outer, long long n, long long inner, float *y,
-                                   int log_softmax) {
-  FOR_EACH(line, outer * inner) {
+                                   int log_softmax, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(line, outer * inner, lanes) {
     long long base = line / inner * n * inner + line % inner;
     float m = __uint_as_float(0xff800000u);
-    for (long long j = 0; j < n; j++) {
+    for (long long j = lane; j < n; j += lanes) {
       float v = x[base + j * inner];
       if (v > m) m = v;
     }
+    m = lanes_max(m, lanes);
     double s = 0;
-    for (long long j = 0; j < n; j++) {
+    for (long long j = lane; j < n; j += lanes) {
       float e = (float)d_exp((double)(x[base + j * inner] - m));
       s += e;
       if (!log_softmax) y[base + j * inner] = e;
     }
+    s = lanes_total(s, lanes);
     if (log_softmax) {
       float ls = (float)d_log(s);
-      for (long long j = 0; j < n; j++) y[base + j * inner] = x[base + j * inner] - m - ls;
+      for (long long j = lane; j < n; j += lanes) y[base + j * inner] = x[base + j * inner] - m - ls;
     } else {
       float inv = (float)(1 / s);
-      for (long long j = 0; j < n; j++) y[base + j * inner] *= inv;
+      for (long long j = lane; j < n; j += lanes) y[base + j * inner] *= inv;
     }
   }
 }
 
 // softmax_bwd computes dx = y ⊙ (dy − Σ dy ⊙ y) along n from the softmax
-// y, or with log_softmax dx = dy − exp(y)·Σ dy from the log-softmax y.
+// y, or with log_softmax dx = dy − exp(y)·Σ dy from the log-softmax y,
+// lanes threads per line as softmax.
 extern "C" __global__ void softmax_bwd(const float *y, const float *dy, long long outer, long long n, long long inner,
-                                       float *dx, int log_softmax) {
-  FOR_EACH(line, outer * inner) {
+                                       float *dx, int log_softmax, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(line, outer * inner, lanes) {
     long long base = line / inner * n * inner + line % inner;
     double s = 0;
     if (log_softmax) {
-      for (long long j = 0; j < n; j++) s += dy[base + j * inner];
-      for (long long j = 0; j < n; j++) {
+      for (long long j = lane; j < n; j += lanes) s += dy[base + j * inner];
+      s = lanes_total(s, lanes);
+      for (long long j = lane; j < n; j += lanes) {
         long long k = base + j * inner;
         dx[k] = dy[k] - (float)d_exp((double)y[k]) * (float)s;
       }
     } else {
-      for (long long j = 0; j < n; j++) {
+      for (long long j = lane; j < n; j += lanes) {
         long long k = base + j * inner;
         s += (double)(dy[k] * y[k]);
       }
-      for (long long j = 0; j < n; j++) {
+      s = lanes_total(s, lanes);
+      for (long long j = lane; j < n; j += lanes) {
         long long k = base + j * inner;
         dx[k] = y[k] * (dy[k] - (float)s);
       }
@@ -212,24 +224,28 @@ extern "C" __global__ void softmax_bwd(const float *y, const float *dy, long lon
 }
 
 // softmax_xent computes, per sample i, the softmax of its k logits into
-// probs and the loss log Σ exp(z) − z_label into losses.
+// probs and the loss log Σ exp(z) − z_label into losses: lanes threads
+// per sample.
 extern "C" __global__ void softmax_xent(const float *logits, const long long *labels, long long n, long long k,
-                                        float *losses, float *probs) {
-  FOR_EACH(i, n) {
+                                        float *losses, float *probs, int lanes) {
+  int lane = LANE_OF(lanes);
+  LANES_FOR_EACH(i, n, lanes) {
     const float *row = logits + i * k;
     float *pr = probs + i * k;
     float m = __uint_as_float(0xff800000u);
-    for (long long j = 0; j < k; j++)
+    for (long long j = lane; j < k; j += lanes)
       if (row[j] > m) m = row[j];
+    m = lanes_max(m, lanes);
     double s = 0;
-    for (long long j = 0; j < k; j++) {
+    for (long long j = lane; j < k; j += lanes) {
       double e = d_exp((double)(row[j] - m));
       pr[j] = (float)e;
       s += e;
     }
+    s = lanes_total(s, lanes);
     float inv = (float)(1 / s);
-    for (long long j = 0; j < k; j++) pr[j] *= inv;
-    losses[i] = (float)(d_log(s) - (double)(row[labels[i]] - m));
+    for (long long j = lane; j < k; j += lanes) pr[j] *= inv;
+    if (lane == 0) losses[i] = (float)(d_log(s) - (double)(row[labels[i]] - m));
   }
 }
 

@@ -372,6 +372,27 @@ int cublasDestroy_v2(void *h) {
   return 0;
 }
 
+// math_mode is the handle's cublasMath_t: 3 (CUBLAS_TF32_TENSOR_OP_MATH)
+// rounds the products' operands to TF32, to nearest as the emulation does.
+static int math_mode;
+
+int cublasSetMathMode(void *h, int mode) {
+  if (h != the_handle || handles == 0) return 1;
+  if (mode != 0 && mode != 1 && mode != 2 && mode != 3 && mode != 16) return 7; // INVALID_VALUE
+  math_mode = mode;
+  return 0;
+}
+
+static float tf32(float x) {
+  unsigned u;
+  memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return x;
+  u += 0xfffu + ((u >> 13) & 1u);
+  u &= ~0x1fffu;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
 // gemm1 is one column-major product C = α·op(A)·op(B) + β·C, C m×n (β = 0:
 // C not read), summed in double.
 static int gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
@@ -387,6 +408,7 @@ static int gemm1(int ta, int tb, int m, int n, int k, float alpha, const float *
       for (int l = 0; l < k; l++) {
         float a = ta ? A[l + (size_t)i * lda] : A[i + (size_t)l * lda];
         float b = tb ? B[j + (size_t)l * ldb] : B[l + (size_t)j * ldb];
+        if (math_mode == 3) a = tf32(a), b = tf32(b);
         s += (double)a * b;
       }
       float *c = &C[i + (size_t)j * ldc];
