@@ -49,12 +49,34 @@ if [ "${GPU_CHECK_EMULATE:-}" = 1 ]; then
 	STEPS=1
 fi
 export DPFINETUNE_CUDA=$mode
+# cuBLAS and NVRTC: the binary looks on the loader's path, in the usual
+# places of PyTorch's NVIDIA wheels and under /usr/local/cuda; a Python
+# whose wheels lie elsewhere names its own here.
+wheel_lib() { # VAR GLOB: VAR, unless set, to the first GLOB among the wheels
+	[ -n "${!1:-}" ] && return
+	local f
+	f=$("$PY" -c 'import glob, os, sys
+try:
+    import nvidia
+except ImportError:
+    sys.exit()
+for d in nvidia.__path__:
+    for f in sorted(glob.glob(os.path.join(d, "*", "lib", sys.argv[1])), reverse=True):
+        print(f); sys.exit()' "$2" 2>/dev/null)
+	[ -n "$f" ] && export "$1=$f"
+}
+if [ $mode = gpu ]; then
+	wheel_lib DPFINETUNE_CUBLAS 'libcublas.so.1[1-9]*'
+	wheel_lib DPFINETUNE_NVRTC 'libnvrtc.so.1[1-9]*'
+fi
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 	echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	echo "driver: $mode"
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
 	echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+	echo "cublas: ${DPFINETUNE_CUBLAS:-searched}; nvrtc: ${DPFINETUNE_NVRTC:-searched}"
+	"$PY" -c 'import torch; print("torch:", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo "torch: none"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0

@@ -23,7 +23,12 @@
 //     hash of the source, the options, the NVRTC and driver versions and
 //     the architecture (os.UserCacheDir()/dpfinetune/cuda, or EnvCache).
 //     The GEMMs are cuBLAS's (libcublas.so.13, .12, or EnvCUBLAS), on the
-//     default stream as the kernels: cuBLAS is column-major, so a
+//     default stream as the kernels. NVRTC and cuBLAS are looked for on
+//     the loader's path, then where a pip-installed PyTorch keeps them
+//     (site-packages/nvidia/*/lib of a virtualenv, conda, ~/.local or the
+//     system Pythons) and under /usr/local/cuda*, their companions
+//     (libcublasLt, libnvrtc-builtins) loaded from the same directory
+//     (libraryDirs). cuBLAS is column-major, so a
 //     row-major C = op(A)·op(B) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ on the
 //     same memory (operands and sizes swapped); a batch is
 //     cublasSgemmBatched on device arrays of the products' addresses,

@@ -160,3 +160,45 @@ func TestRealDriverNewerGPU(t *testing.T) {
 		t.Errorf("%d PTX and %d cubin modules cached, want %d and 0", len(ptx), len(cubins), len(deviceKernels))
 	}
 }
+
+// TestLibraryDiscovery: where a library is on no loader path, the driver
+// finds it among a Python's NVIDIA wheels (here a virtualenv's
+// site-packages/nvidia/cublas/lib, holding a stand-in: a copy of libm),
+// newest version first, its companion loaded beside it.
+func TestLibraryDiscovery(t *testing.T) {
+	libm, _ := filepath.Glob("/lib/*/libm.so.6")
+	if more, _ := filepath.Glob("/usr/lib/*/libm.so.6"); len(libm) == 0 {
+		libm = more
+	}
+	if len(libm) == 0 {
+		t.Skip("no libm.so.6 to stand in for a wheel's library")
+	}
+	data, err := os.ReadFile(libm[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	venv := t.TempDir()
+	dir := filepath.Join(venv, "lib", "python3.12", "site-packages", "nvidia", "cublas", "lib")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"libcublas.so.12", "libcublas.so.13", "libcublasLt.so.13", "README"} {
+		if err := os.WriteFile(filepath.Join(dir, f), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("VIRTUAL_ENV", venv)
+	files := libraryFiles("libcublas.so.1[1-9]*")
+	want := []string{filepath.Join(dir, "libcublas.so.13"), filepath.Join(dir, "libcublas.so.12")}
+	if len(files) < 2 || files[0] != want[0] || files[1] != want[1] {
+		t.Fatalf("libraryFiles = %v, want %v first", files, want)
+	}
+	_, lib, err := dlopenFound("DPFINETUNE_TEST_UNSET", "libcublas.so.1[1-9]*", []string{"libcublasLt.so.1[1-9]*"}, "libdpfinetune-absent.so.13")
+	if err != nil || lib != want[0] {
+		t.Errorf("dlopenFound = %q, %v; want %s", lib, err, want[0])
+	}
+	t.Setenv("VIRTUAL_ENV", t.TempDir())
+	if _, _, err := dlopenFound("DPFINETUNE_TEST_UNSET", "libdpfinetune-absent.so.1[1-9]*", nil, "libdpfinetune-absent.so.13"); err == nil || !strings.Contains(err.Error(), "libdpfinetune-absent.so.13") {
+		t.Errorf("dlopenFound of nothing: %v, want the loader's error", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"unsafe"
 
@@ -133,6 +134,83 @@ func dlopenFirst(env string, names ...string) (uintptr, string, error) {
 	return 0, "", errors.Join(errs...)
 }
 
+// libraryDirs are the globs of directories that hold CUDA's libraries
+// outside the loader's path: the NVIDIA wheels a pip-installed PyTorch
+// brings (site-packages/nvidia/<component>/lib, nvidia/cu13/lib), conda's
+// lib, and the toolkits under /usr/local. Each starts with an environment
+// variable's value, skipped where it is unset.
+var libraryDirs = []struct{ env, glob string }{
+	{"VIRTUAL_ENV", "lib/python3*/site-packages/nvidia/*/lib"},
+	{"CONDA_PREFIX", "lib/python3*/site-packages/nvidia/*/lib"},
+	{"CONDA_PREFIX", "lib"},
+	{"HOME", ".local/lib/python3*/site-packages/nvidia/*/lib"},
+	{"", "/usr/local/lib/python3*/dist-packages/nvidia/*/lib"},
+	{"", "/usr/local/lib/python3*/site-packages/nvidia/*/lib"},
+	{"", "/usr/lib/python3/dist-packages/nvidia/*/lib"},
+	{"", "/opt/conda/lib/python3*/site-packages/nvidia/*/lib"},
+	{"", "/opt/conda/lib"},
+	{"", "/usr/local/cuda*/lib64"},
+	{"", "/usr/local/cuda*/targets/*-linux/lib"},
+}
+
+// libraryFiles returns the files named by the glob name (libcublas.so.*)
+// in libraryDirs, in their order, newest version first within a
+// directory.
+func libraryFiles(name string) []string {
+	var out []string
+	for _, d := range libraryDirs {
+		glob := d.glob
+		if d.env != "" {
+			v := os.Getenv(d.env)
+			if v == "" {
+				continue
+			}
+			glob = filepath.Join(v, glob)
+		}
+		dirs, _ := filepath.Glob(glob)
+		for _, dir := range dirs {
+			files, _ := filepath.Glob(filepath.Join(dir, name))
+			sort.Sort(sort.Reverse(sort.StringSlice(files)))
+			out = append(out, files...)
+		}
+	}
+	return out
+}
+
+// dlopenFound loads the first library that opens: the path in the
+// environment variable env where it is set, then names (on the loader's
+// path), then the files libraryFiles finds for the glob file. Before a
+// library given by its path it loads the companions (globs, such as
+// cuBLAS's libcublasLt.so.*) beside it, which it needs and whose directory
+// may be on no loader path.
+func dlopenFound(env, file string, companions []string, names ...string) (uintptr, string, error) {
+	var cands []string
+	if p := os.Getenv(env); p != "" {
+		cands = append(cands, p)
+	}
+	cands = append(append(cands, names...), libraryFiles(file)...)
+	var errs []error
+	for _, f := range cands {
+		if strings.Contains(f, "/") {
+			for _, c := range companions {
+				deps, _ := filepath.Glob(filepath.Join(filepath.Dir(f), c))
+				sort.Sort(sort.Reverse(sort.StringSlice(deps)))
+				for _, dep := range deps {
+					if _, err := purego.Dlopen(dep, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+						break
+					}
+				}
+			}
+		}
+		h, err := purego.Dlopen(f, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		if err == nil {
+			return h, f, nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, "", errors.Join(errs...)
+}
+
 // syms resolves the symbols into the uintptr fields of dst, in order.
 func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 	for i, n := range names {
@@ -219,10 +297,10 @@ func Real() (Driver, error) {
 
 // loadCUBLAS loads cuBLAS: EnvCUBLAS's path, else the usual names.
 func loadCUBLAS() (*cublas, error) {
-	h, lib, err := dlopenFirst(EnvCUBLAS, "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so",
-		"/usr/local/cuda/lib64/libcublas.so")
+	h, lib, err := dlopenFound(EnvCUBLAS, "libcublas.so.1[1-9]*", []string{"libcublasLt.so.1[1-9]*"},
+		"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so")
 	if err != nil {
-		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12; set %s): %w", EnvCUBLAS, err)
+		return nil, fmt.Errorf("cuda: cuBLAS, which runs the GEMMs, not found (libcublas.so.13 or .12 on the loader's path, beside a Python's NVIDIA wheels or under /usr/local/cuda; or set %s): %w", EnvCUBLAS, err)
 	}
 	b := &cublas{}
 	if err := syms(h, lib, []*uintptr{&b.create, &b.destroy, &b.sgemm, &b.sgemmBatched, &b.setMathMode},
@@ -355,10 +433,10 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 
 // loadNVRTC loads NVRTC: EnvNVRTC's path, else the usual names.
 func loadNVRTC() (*nvrtc, error) {
-	h, lib, err := dlopenFirst(EnvNVRTC, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2",
-		"/usr/local/cuda/lib64/libnvrtc.so")
+	h, lib, err := dlopenFound(EnvNVRTC, "libnvrtc.so.1[1-9]*", []string{"libnvrtc-builtins.so.1[1-9]*"},
+		"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2")
 	if err != nil {
-		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so; set %s): %w", EnvNVRTC, err)
+		return nil, fmt.Errorf("cuda: NVRTC, which compiles the kernels, not found (libnvrtc.so on the loader's path, beside a Python's NVIDIA wheels or under /usr/local/cuda; or set %s): %w", EnvNVRTC, err)
 	}
 	f := &nvrtc{}
 	if err := syms(h, lib, []*uintptr{
