@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -99,10 +100,19 @@ type Engine struct {
 	sample    []int64 // per-sample input shape
 	sampleLen int
 
-	params  []*param
-	byName  map[string]*param
-	groups  map[string][]*useGroup // keyed by consumer output name
-	hookErr error
+	params []*param
+	// accumAll holds every parameter's accum back to back, in params'
+	// order, and psAll the per-sample gradients of those that keep them:
+	// each is cleared, noised or scaled in one call. paramAll is the
+	// plan's parameter block (runtime.Plan.ParamBlock) where whole is
+	// set: a device that takes whole slices, with the parameters in one
+	// block in params' order, so that the noise and the optimizer update
+	// run once over the blocks instead of once per parameter.
+	accumAll, psAll, paramAll []float32
+	whole                     bool
+	byName                    map[string]*param
+	groups                    map[string][]*useGroup // keyed by consumer output name
+	hookErr                   error
 	// bkScratch is book-keeping's weighted-sum scratch and normScratch the
 	// per-worker scratch of the per-sample norms (unfolded inputs, Gram
 	// matrices, instantiated gradients), each shared by all layers: hooks
@@ -338,12 +348,25 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.paramNormSq = e.paramNormSq[:len(plan.Params())*B]
+	total := 0
+	for _, name := range plan.Params() {
+		data, _ := plan.Param(name)
+		total += len(data)
+	}
+	if e.accumAll, err = e.alloc(total, "the gradient accumulators"); err != nil {
+		return nil, err
+	}
+	e.accumAll = e.accumAll[:total:total]
+	e.paramAll = plan.ParamBlock()
+	e.whole = e.batchSamples && len(e.paramAll) == total
+	off := 0
 	for k, name := range plan.Params() {
 		data, sh := plan.Param(name)
-		p := &param{name: name, data: data, shape: sh}
-		if p.accum, err = e.alloc(len(data), "the gradient accumulator of "+name); err != nil {
-			return nil, err
+		p := &param{name: name, data: data, shape: sh, accum: e.accumAll[off : off+len(data) : off+len(data)]}
+		if e.whole && len(data) > 0 && unsafe.SliceData(data) != unsafe.SliceData(e.paramAll[off:]) {
+			e.whole = false // not the block's order: update tensor by tensor
 		}
+		off += len(data)
 		p.normSq = e.paramNormSq[k*B : (k+1)*B : (k+1)*B]
 		e.params = append(e.params, p)
 		e.byName[name] = p
@@ -459,11 +482,18 @@ func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
 		if so, ok := opt.(scaledOptimizer); ok && e.noiseStd > 0 {
 			// The noise is drawn even if the update cannot start: the
 			// gradient Gradient returns must never be noise-free.
-			upd, berr := so.begin(e.Params(), grads, 1)
-			if berr != nil {
-				upd, err = nil, berr
+			var upd func(k, lo, hi int)
+			if e.whole {
+				// One piece: the blocks' noise, then their update.
+				if whole, berr := so.beginBlock(e.Params(), grads, e.paramAll, e.accumAll, 1); berr != nil {
+					err = berr
+				} else {
+					upd = func(_, lo, hi int) { whole(lo, hi) }
+				}
+			} else if upd, err = so.begin(e.Params(), grads, 1); err != nil {
+				upd = nil
 			}
-			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, grads, e.batchSamples, upd)
+			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, e.noised(grads, !e.whole), e.batchSamples, upd)
 			e.noiseStd = 0
 		} else if ok {
 			err = so.stepScaled(e.Params(), grads, e.gradScale)
@@ -627,13 +657,26 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 			e.noiseStd, e.noisePost = std, inv
 			return grads, nil
 		}
-		e.cfg.Source.addGaussianScaledThen(e.ops, std, inv, grads, e.batchSamples, nil)
+		e.cfg.Source.addGaussianScaledThen(e.ops, std, inv, e.noised(grads, false), e.batchSamples, nil)
 	} else {
-		for _, g := range grads {
+		for _, g := range e.noised(grads, false) {
 			e.ops.Scale(inv, g)
 		}
 	}
 	return grads, nil
+}
+
+// noised returns the slices the noise and the division by the expected
+// batch size run over: the accumulators' block, one call, where the device
+// takes whole slices (the noise is positional in the concatenation of the
+// gradients, so its bits are the same), unless an update follows each
+// piece tensor by tensor (perTensor); else the private gradients grads,
+// which are the accumulators.
+func (e *Engine) noised(grads [][]float32, perTensor bool) [][]float32 {
+	if e.batchSamples && !perTensor {
+		return [][]float32{e.accumAll}
+	}
+	return grads
 }
 
 // ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds

@@ -1,6 +1,7 @@
 package dpengine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -35,6 +36,11 @@ type scaledOptimizer interface {
 	// step. stepScaled is begin followed by spans. The engine runs the
 	// pieces right after drawing their noise, while they are in cache.
 	begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error)
+	// beginBlock is begin for params and grads that are the back-to-back
+	// views of the blocks pAll and gAll, in order: its update takes the
+	// piece [lo, hi) of the blocks, so that one device call can update
+	// every parameter (the optimizer's state is such a block too).
+	beginBlock(params, grads [][]float32, pAll, gAll []float32, gradScale float32) (func(lo, hi int), error)
 	// setDevice makes the optimizer update on the device of ops (the
 	// engine's); until then it updates on the CPU.
 	setDevice(ops runtime.DPOps)
@@ -68,56 +74,84 @@ func (d *onDevice) memory() runtime.Device {
 	return d.dev
 }
 
-// An optimizer state slot (a momentum, Adam's m or v) is one device
-// buffer per parameter tensor, and their views, which the update
-// operations take.
+// slot is an optimizer state slot (a momentum, Adam's m or v): one
+// device block holding the tensors back to back in the parameters' order,
+// and its views per tensor, which the update operations take — or the
+// whole block at once (beginBlock).
+type slot struct {
+	views [][]float32
+	all   []float32
+	buf   runtime.Buffer
+}
 
 // zeros allocates a slot of the shapes of xs on the device, zeroed.
-func (d *onDevice) zeros(xs [][]float32) ([][]float32, []runtime.Buffer, error) {
-	views, bufs := make([][]float32, len(xs)), make([]runtime.Buffer, len(xs))
-	for i, x := range xs {
-		b, err := d.memory().Alloc(len(x))
-		if err != nil {
-			return nil, nil, fmt.Errorf("optimizer: allocating state of %d elements on %s: %w", len(x), d.memory().Name(), err)
-		}
-		views[i], bufs[i] = b.Floats(), b
+func (d *onDevice) zeros(xs [][]float32) (*slot, error) {
+	total := 0
+	for _, x := range xs {
+		total += len(x)
 	}
-	return views, bufs, nil
+	b, err := d.memory().Alloc(total)
+	if err != nil {
+		return nil, fmt.Errorf("optimizer: allocating state of %d elements on %s: %w", total, d.memory().Name(), err)
+	}
+	s := &slot{views: make([][]float32, len(xs)), all: b.Floats()[:total:total], buf: b}
+	off := 0
+	for i, x := range xs {
+		s.views[i] = s.all[off : off+len(x) : off+len(x)]
+		off += len(x)
+	}
+	return s, nil
 }
 
 // load returns a slot on the device holding a copy of xs (nil for nil).
-func (d *onDevice) load(xs [][]float32) ([][]float32, []runtime.Buffer, error) {
+func (d *onDevice) load(xs [][]float32) (*slot, error) {
 	if xs == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
-	views, bufs, err := d.zeros(xs)
+	s, err := d.zeros(xs)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	for i, x := range xs {
-		if err := d.memory().CopyIn(bufs[i], 0, x); err != nil {
-			return nil, nil, fmt.Errorf("optimizer: loading state: %w", err)
+	off := 0
+	for _, x := range xs {
+		if err := d.memory().CopyIn(s.buf, off, x); err != nil {
+			return nil, fmt.Errorf("optimizer: loading state: %w", err)
 		}
+		off += len(x)
 	}
-	return views, bufs, nil
+	return s, nil
 }
 
-// save returns a host copy of a slot (host read: a CopyOut of every
-// buffer). A CopyOut of the optimizer's own buffers fails only on a
-// broken device, which State, having no error to return, reports by
-// panicking.
-func (d *onDevice) save(bufs []runtime.Buffer) [][]float32 {
-	if bufs == nil {
+// save returns a host copy of a slot, a tensor each (host read: CopyOut).
+// A CopyOut of the optimizer's own buffer fails only on a broken device,
+// which State, having no error to return, reports by panicking.
+func (d *onDevice) save(s *slot) [][]float32 {
+	if s == nil {
 		return nil
 	}
-	out := make([][]float32, len(bufs))
-	for i, b := range bufs {
-		out[i] = make([]float32, b.Len())
-		if err := d.memory().CopyOut(out[i], b, 0); err != nil {
+	out := make([][]float32, len(s.views))
+	off := 0
+	for i, v := range s.views {
+		out[i] = make([]float32, len(v))
+		if err := d.memory().CopyOut(out[i], s.buf, off); err != nil {
 			panic(fmt.Sprintf("optimizer: saving state from %s: %v", d.memory().Name(), err))
 		}
+		off += len(v)
 	}
 	return out
+}
+
+// checkBlock checks that the blocks pAll and gAll and the optimizer's slot
+// s (nil: none) all hold the total of params' sizes.
+func checkBlock(params [][]float32, pAll, gAll []float32, s *slot) error {
+	total := 0
+	for _, x := range params {
+		total += len(x)
+	}
+	if len(pAll) != total || len(gAll) != total || s != nil && len(s.all) != total {
+		return fmt.Errorf("optimizer: blocks of %d parameters and %d gradients for tensors of %d elements", len(pAll), len(gAll), total)
+	}
+	return nil
 }
 
 // OptimizerState is the serializable state of an optimizer.
@@ -132,8 +166,7 @@ type OptimizerState struct {
 type SGD struct {
 	LR, Momentum, WeightDecay float64
 	step                      int64
-	vel                       [][]float32 // device views of velBuf
-	velBuf                    []runtime.Buffer
+	vel                       *slot // nil without momentum
 	onDevice
 }
 
@@ -155,34 +188,63 @@ func (o *SGD) stepScaled(params, grads [][]float32, gradScale float32) error {
 
 // begin implements scaledOptimizer.
 func (o *SGD) begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error) {
-	if err := checkLists(params, grads); err != nil {
+	c, err := o.prepare(params, grads, gradScale)
+	if err != nil {
 		return nil, err
 	}
-	if o.Momentum != 0 && o.vel == nil {
-		vel, bufs, err := o.zeros(params)
-		if err != nil {
-			return nil, err
-		}
-		o.vel, o.velBuf = vel, bufs
-	}
-	c := runtime.SGDCoeffs{LR: float32(o.LR), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay),
-		GradScale: gradScale, First: o.step == 0}
-	o.step++
 	ops := o.device()
 	return func(k, lo, hi int) {
 		var vel []float32
 		if o.vel != nil {
-			vel = o.vel[k][lo:hi]
+			vel = o.vel.views[k][lo:hi]
 		}
 		ops.SGDUpdate(params[k][lo:hi], grads[k][lo:hi], vel, c)
 	}, nil
+}
+
+// beginBlock implements scaledOptimizer.
+func (o *SGD) beginBlock(params, grads [][]float32, pAll, gAll []float32, gradScale float32) (func(lo, hi int), error) {
+	c, err := o.prepare(params, grads, gradScale)
+	if err == nil {
+		err = checkBlock(params, pAll, gAll, o.vel)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ops := o.device()
+	return func(lo, hi int) {
+		var vel []float32
+		if o.vel != nil {
+			vel = o.vel.all[lo:hi]
+		}
+		ops.SGDUpdate(pAll[lo:hi], gAll[lo:hi], vel, c)
+	}, nil
+}
+
+// prepare checks the lists, allocates the momentum at the first update and
+// returns the update's coefficients, counting the step.
+func (o *SGD) prepare(params, grads [][]float32, gradScale float32) (runtime.SGDCoeffs, error) {
+	if err := checkLists(params, grads); err != nil {
+		return runtime.SGDCoeffs{}, err
+	}
+	if o.Momentum != 0 && o.vel == nil {
+		vel, err := o.zeros(params)
+		if err != nil {
+			return runtime.SGDCoeffs{}, err
+		}
+		o.vel = vel
+	}
+	c := runtime.SGDCoeffs{LR: float32(o.LR), Momentum: float32(o.Momentum), WeightDecay: float32(o.WeightDecay),
+		GradScale: gradScale, First: o.step == 0}
+	o.step++
+	return c, nil
 }
 
 // State implements Optimizer.
 func (o *SGD) State() *OptimizerState {
 	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
 	if o.vel != nil {
-		s.Slots["momentum"] = o.save(o.velBuf)
+		s.Slots["momentum"] = o.save(o.vel)
 	}
 	return s
 }
@@ -192,11 +254,11 @@ func (o *SGD) SetState(s *OptimizerState) error {
 	if s.Name != o.Name() {
 		return fmt.Errorf("optimizer state is for %q, not sgd", s.Name)
 	}
-	vel, bufs, err := o.load(s.Slots["momentum"])
+	vel, err := o.load(s.Slots["momentum"])
 	if err != nil {
 		return err
 	}
-	o.step, o.vel, o.velBuf = s.Step, vel, bufs
+	o.step, o.vel = s.Step, vel
 	return nil
 }
 
@@ -207,8 +269,7 @@ type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
 	Decoupled                          bool
 	step                               int64
-	m, v                               [][]float32 // device views of mBuf, vBuf
-	mBuf, vBuf                         []runtime.Buffer
+	m, v                               *slot
 	onDevice
 }
 
@@ -245,19 +306,47 @@ func (o *Adam) stepScaled(params, grads [][]float32, gradScale float32) error {
 
 // begin implements scaledOptimizer.
 func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, hi int), error) {
-	if err := checkLists(params, grads); err != nil {
+	c, err := o.prepare(params, grads, gradScale)
+	if err != nil {
 		return nil, err
 	}
+	ops := o.device()
+	return func(k, lo, hi int) {
+		ops.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m.views[k][lo:hi], o.v.views[k][lo:hi], c)
+	}, nil
+}
+
+// beginBlock implements scaledOptimizer.
+func (o *Adam) beginBlock(params, grads [][]float32, pAll, gAll []float32, gradScale float32) (func(lo, hi int), error) {
+	c, err := o.prepare(params, grads, gradScale)
+	if err == nil {
+		err = errors.Join(checkBlock(params, pAll, gAll, o.m), checkBlock(params, pAll, gAll, o.v))
+	}
+	if err != nil {
+		return nil, err
+	}
+	ops := o.device()
+	return func(lo, hi int) {
+		ops.AdamUpdate(pAll[lo:hi], gAll[lo:hi], o.m.all[lo:hi], o.v.all[lo:hi], c)
+	}, nil
+}
+
+// prepare checks the lists, allocates m and v at the first update and
+// returns the update's coefficients, counting the step.
+func (o *Adam) prepare(params, grads [][]float32, gradScale float32) (runtime.AdamCoeffs, error) {
+	if err := checkLists(params, grads); err != nil {
+		return runtime.AdamCoeffs{}, err
+	}
 	if o.m == nil {
-		m, mBuf, err := o.zeros(params)
+		m, err := o.zeros(params)
 		if err != nil {
-			return nil, err
+			return runtime.AdamCoeffs{}, err
 		}
-		v, vBuf, err := o.zeros(params)
+		v, err := o.zeros(params)
 		if err != nil {
-			return nil, err
+			return runtime.AdamCoeffs{}, err
 		}
-		o.m, o.v, o.mBuf, o.vBuf = m, v, mBuf, vBuf
+		o.m, o.v = m, v
 	}
 	o.step++
 	b1, b2 := o.Beta1, o.Beta2
@@ -265,7 +354,6 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 	bc2 := 1 - math.Pow(b2, float64(o.step))
 	lr, wd := float32(o.LR), float32(o.WeightDecay)
 	fb1, fb2 := float32(b1), float32(b2)
-	ops := o.device()
 	c := runtime.AdamCoeffs{
 		GradScale: gradScale, Decay: 1,
 		Beta1: fb1, OneMinusBeta1: 1 - fb1,
@@ -279,16 +367,14 @@ func (o *Adam) begin(params, grads [][]float32, gradScale float32) (func(k, lo, 
 	} else {
 		c.L2 = wd
 	}
-	return func(k, lo, hi int) {
-		ops.AdamUpdate(params[k][lo:hi], grads[k][lo:hi], o.m[k][lo:hi], o.v[k][lo:hi], c)
-	}, nil
+	return c, nil
 }
 
 // State implements Optimizer.
 func (o *Adam) State() *OptimizerState {
 	s := &OptimizerState{Name: o.Name(), Step: o.step, Slots: map[string][][]float32{}}
 	if o.m != nil {
-		s.Slots["m"], s.Slots["v"] = o.save(o.mBuf), o.save(o.vBuf)
+		s.Slots["m"], s.Slots["v"] = o.save(o.m), o.save(o.v)
 	}
 	return s
 }
@@ -298,15 +384,15 @@ func (o *Adam) SetState(s *OptimizerState) error {
 	if s.Name != o.Name() {
 		return fmt.Errorf("optimizer state is for %q, not %s", s.Name, o.Name())
 	}
-	m, mBuf, err := o.load(s.Slots["m"])
+	m, err := o.load(s.Slots["m"])
 	if err != nil {
 		return err
 	}
-	v, vBuf, err := o.load(s.Slots["v"])
+	v, err := o.load(s.Slots["v"])
 	if err != nil {
 		return err
 	}
-	o.step, o.m, o.v, o.mBuf, o.vBuf = s.Step, m, v, mBuf, vBuf
+	o.step, o.m, o.v = s.Step, m, v
 	return nil
 }
 

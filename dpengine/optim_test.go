@@ -80,8 +80,8 @@ func TestAdamMatchesLegacyScalar(t *testing.T) {
 				}
 				for k := range ref {
 					for i := range ref[k] {
-						if !sameBits(p[k][i], ref[k][i]) || !sameBits(o.m[k][i], m[k][i]) || !sameBits(o.v[k][i], v[k][i]) {
-							t.Fatalf("[%d][%d]: θ %v m %v v %v, legacy θ %v m %v v %v", k, i, p[k][i], o.m[k][i], o.v[k][i], ref[k][i], m[k][i], v[k][i])
+						if !sameBits(p[k][i], ref[k][i]) || !sameBits(o.m.views[k][i], m[k][i]) || !sameBits(o.v.views[k][i], v[k][i]) {
+							t.Fatalf("[%d][%d]: θ %v m %v v %v, legacy θ %v m %v v %v", k, i, p[k][i], o.m.views[k][i], o.v.views[k][i], ref[k][i], m[k][i], v[k][i])
 						}
 						if !sameBits(scaled[k][i], p[k][i]) {
 							t.Fatalf("[%d][%d]: scaled step θ %v, pre-scaled %v", k, i, scaled[k][i], p[k][i])

@@ -186,6 +186,21 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 	B := e.cfg.PhysicalBatch
 	type key struct{ out, operand string }
 	byKey := map[key]*useGroup{}
+	// The per-sample gradients, B × size per parameter, in one block.
+	total := 0
+	for _, rp := range e.rp.Params {
+		if p := e.byName[rp.Name]; p != nil && rp.Kind != rewrite.KindFrozen && needPerSample(e.cfg, rp) {
+			total += B * len(p.data)
+		}
+	}
+	if total > 0 {
+		var err error
+		if e.psAll, err = e.alloc(total, "the per-sample gradients"); err != nil {
+			return err
+		}
+		e.psAll = e.psAll[:total:total]
+	}
+	off := 0
 	for _, rp := range e.rp.Params {
 		if rp.Kind == rewrite.KindFrozen {
 			continue
@@ -195,10 +210,9 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			return fmt.Errorf("dpengine: trainable parameter %q is not in the compiled plan", rp.Name)
 		}
 		if needPerSample(e.cfg, rp) {
-			var err error
-			if p.ps, err = e.alloc(B*len(p.data), "the per-sample gradients of "+rp.Name); err != nil {
-				return err
-			}
+			n := B * len(p.data)
+			p.ps = e.psAll[off : off+n : off+n]
+			off += n
 		}
 		for _, u := range rp.Uses {
 			k := key{u.Output, u.OperandValue}
@@ -327,8 +341,8 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 func (e *Engine) clipPhysical(B int) error {
 	e.ops.ZeroNormSq(e.normSq)
 	e.ops.ZeroNormSq(e.paramNormSq)
-	for _, p := range e.params {
-		e.lay.Fill(0, p.ps)
+	if len(e.psAll) > 0 {
+		e.lay.Fill(0, e.psAll)
 	}
 	e.hookErr = nil
 	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}

@@ -294,3 +294,82 @@ func TestBatchedRules(t *testing.T) {
 		}
 	}
 }
+
+// wholeDevice is reference.Separate counting the optimizer updates and
+// noise draws it is asked for.
+type wholeDevice struct {
+	reference.Separate
+	updates, noises *atomic.Int64
+}
+
+func (d wholeDevice) AdamUpdate(p, g, m, v []float32, c runtime.AdamCoeffs) {
+	d.updates.Add(1)
+	d.Separate.AdamUpdate(p, g, m, v, c)
+}
+
+func (d wholeDevice) SGDUpdate(p, g, v []float32, c runtime.SGDCoeffs) {
+	d.updates.Add(1)
+	d.Separate.SGDUpdate(p, g, v, c)
+}
+
+func (d wholeDevice) AddGaussianNoise(x []float32, n runtime.Noise, offset uint64, std float64, post float32) {
+	d.noises.Add(1)
+	d.Separate.AddGaussianNoise(x, n, offset, std, post)
+}
+
+// TestWholeUpdate: on a one-worker device with memory of its own
+// (reference.Separate, as a GPU) the plan holds the trainable parameters
+// in one block (runtime.Plan.ParamBlock) and the engine its accumulators
+// in another, so that a step's noise is one draw and its optimizer update
+// one call (AdamW and SGD with momentum), not one per parameter; the
+// result is the CPU engine's (compareEngines: the noise is positional, so
+// its bits do not change), and so is a second step after the optimizer
+// state went through a checkpoint (State, SetState).
+func TestWholeUpdate(t *testing.T) {
+	for _, c := range []struct{ name, opt string }{{"vit", "adamw"}, {"resnet_eval", "sgd"}} {
+		t.Run(c.name+"/"+c.opt, func(t *testing.T) {
+			const n = 6
+			x, y, batch, fill := engineBatch(t, c.name, n)
+			clip := Clipping{Fn: Abadi, R: 0.5}
+			var updates, noises atomic.Int64
+			dev := wholeDevice{reference.Separate{}, &updates, &noises}
+			cpu := buildEngine(t, c.name, compareConfig(runtime.CPU{}, BK, clip, false, c.opt, n))
+			one := buildEngine(t, c.name, compareConfig(dev, BK, clip, false, c.opt, n))
+			if !one.whole || len(one.paramAll) == 0 || len(one.params) < 2 {
+				t.Fatalf("whole %v, a block of %d parameters over %d tensors", one.whole, len(one.paramAll), len(one.params))
+			}
+			off := 0
+			for _, p := range one.params {
+				if &p.data[0] != &one.paramAll[off] || &p.accum[0] != &one.accumAll[off] {
+					t.Fatalf("%s is not at %d of the blocks", p.name, off)
+				}
+				off += len(p.data)
+			}
+			compareEngines(t, c.name, cpu, one, x, y, batch, fill)
+			if updates.Load() != 1 || noises.Load() != 1 {
+				t.Errorf("a step made %d optimizer updates and %d noise draws, want 1 and 1", updates.Load(), noises.Load())
+			}
+			// The optimizer's state through a checkpoint, then a step more.
+			for _, e := range []*Engine{cpu, one} {
+				st := e.cfg.Optimizer.State()
+				if err := e.cfg.Optimizer.SetState(st); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.Step(batch, fill); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := one.plan.SyncParams(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range cpu.params {
+				got, want := one.plan.HostParam(p.name), p.data
+				for i := range want {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+						t.Fatalf("%s[%d] after a second step: %v, the CPU's %v", p.name, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -148,6 +148,15 @@ type HostAdopter interface {
 	AdoptHost(host []float32) (Buffer, bool)
 }
 
+// Freer is a Device that can release a buffer before it closes (CUDA's
+// memory is the device's, not the garbage collector's). The plan gives
+// back through it the copies it replaces (Plan.ParamBlock).
+type Freer interface {
+	Device
+	// Free releases b, a buffer of this device no longer used.
+	Free(b Buffer) error
+}
+
 // TF32Device is a Device that can run the matrix products of
 // convolutions' forward passes and input gradients in TF32 (an NVIDIA
 // GPU's tensor cores: operands rounded to 10-bit mantissas, float32

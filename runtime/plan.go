@@ -153,9 +153,12 @@ type tensor struct {
 	// constant's values (constFloat, scalarValue) use host.
 	host []float32
 	buf  Buffer
-	i64  []int64   // integer constant
-	b    []bool    // boolean constant
-	grad []float32 // gradient (arena slice, or persistent for parameters)
+	// bufOff is where data starts in buf: 0, but for the trainable
+	// parameters gathered into one block (gatherParams).
+	bufOff int
+	i64    []int64   // integer constant
+	b      []bool    // boolean constant
+	grad   []float32 // gradient (arena slice, or persistent for parameters)
 
 	isConst, isInput, param bool
 	derived                 bool // computed from trainable parameters and constants only
@@ -254,6 +257,9 @@ type Plan struct {
 	// adopted to the device, in the order they were met: LoadParams copies
 	// their host data in again.
 	consts []*tensor
+	// paramBlock holds the trainable parameters back to back in params'
+	// order, on a device with memory of its own (gatherParams).
+	paramBlock []float32
 }
 
 // Compile builds a plan for g, whose values must all have static shapes
@@ -453,6 +459,9 @@ func (p *Plan) build() error {
 	// Trainable parameters.
 	if !p.opts.ForwardOnly {
 		if err := p.selectParams(); err != nil {
+			return err
+		}
+		if err := p.gatherParams(); err != nil {
 			return err
 		}
 	}
@@ -695,7 +704,7 @@ func (p *Plan) SyncParams() error {
 		if SameMemory(t.host, t.data) {
 			continue
 		}
-		if err := p.dev.CopyOut(t.host, t.buf, 0); err != nil {
+		if err := p.dev.CopyOut(t.host, t.buf, t.bufOff); err != nil {
 			return fmt.Errorf("runtime: syncing parameter %q to the host: %w", t.v.Name, err)
 		}
 	}
@@ -713,7 +722,7 @@ func (p *Plan) LoadParams() error {
 		if SameMemory(t.host, t.data) {
 			continue
 		}
-		if err := p.dev.CopyIn(t.buf, 0, t.host); err != nil {
+		if err := p.dev.CopyIn(t.buf, t.bufOff, t.host); err != nil {
 			return fmt.Errorf("runtime: loading initializer %q to the device: %w", t.v.Name, err)
 		}
 	}
@@ -761,6 +770,52 @@ func isRunningStat(v *graph.Value) bool {
 	}
 	return true
 }
+
+// gatherParams moves the trainable parameters into one block of the
+// device, back to back in params' order, where the device has memory of
+// its own (an accelerator: the initializers were copied, not adopted), so
+// that an update of every parameter — the optimizer's, the noise's — is
+// one device call on ParamBlock instead of one per tensor. The copies
+// adopt made are released where the device can (Freer).
+func (p *Plan) gatherParams() error {
+	total := 0
+	for _, t := range p.params {
+		if t.buf == nil || t.bufOff != 0 || SameMemory(t.host, t.data) {
+			return nil // adopted host memory (CPU, reference): nothing to gain
+		}
+		total += t.n
+	}
+	if total == 0 {
+		return nil
+	}
+	blk, err := p.dev.Alloc(total)
+	if err != nil {
+		return fmt.Errorf("runtime: allocating the %d trainable parameters' block: %w", total, err)
+	}
+	all := blk.Floats()[:total:total]
+	off := 0
+	for _, t := range p.params {
+		if err := p.dev.CopyIn(blk, off, t.host); err != nil {
+			return fmt.Errorf("runtime: parameter %q: %w", t.v.Name, err)
+		}
+		old := t.buf
+		t.buf, t.bufOff, t.data = blk, off, all[off:off+t.n:off+t.n]
+		if f, ok := p.dev.(Freer); ok {
+			if err := f.Free(old); err != nil {
+				return fmt.Errorf("runtime: parameter %q: releasing its first copy: %w", t.v.Name, err)
+			}
+		}
+		off += t.n
+	}
+	p.paramBlock = all
+	return nil
+}
+
+// ParamBlock returns the trainable parameters as one device view, back to
+// back in Params' order (each Param a sub-slice of it), or nil where they
+// are not one block: on a device that adopts host memory they are the
+// graph's initializers, wherever those lie.
+func (p *Plan) ParamBlock() []float32 { return p.paramBlock }
 
 func (p *Plan) selectParams() error {
 	if p.opts.Trainable == nil {
@@ -874,7 +929,7 @@ func (p *Plan) planBuffers() error {
 				// long as either needs it; the forward copy is dropped.
 				nd.aliased = true
 				if src.dataItem < 0 { // a constant (or parameter)
-					t.data, t.host, t.buf = src.data, src.host, src.buf
+					t.data, t.host, t.buf, t.bufOff = src.data, src.host, src.buf, src.bufOff
 					continue
 				}
 				t.dataItem = src.dataItem
@@ -1172,7 +1227,7 @@ func (p *Plan) ReadOutput(i int, dst []float32) error {
 	}
 	if t.dataItem < 0 { // a constant output
 		if t.buf != nil {
-			return p.dev.CopyOut(dst, t.buf, 0)
+			return p.dev.CopyOut(dst, t.buf, t.bufOff)
 		}
 		copy(dst, t.data)
 		return nil

@@ -28,8 +28,17 @@ func cacheDir(sub string) (string, error) {
 		}
 	}
 	dir := filepath.Join(base, sub)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("cuda: module cache: %w", err)
+	err := os.MkdirAll(dir, 0o755)
+	if err != nil && os.Getenv(EnvCache) == "" {
+		// A home that cannot be written (a read-only container): the
+		// temporary directory, per user, rather than no device at all.
+		tmp := filepath.Join(os.TempDir(), fmt.Sprintf("dpfinetune-cache-%d", os.Getuid()), sub)
+		if os.MkdirAll(tmp, 0o755) == nil {
+			return tmp, nil
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("cuda: module cache (set %s to a writable directory): %w", EnvCache, err)
 	}
 	return dir, nil
 }

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -158,6 +160,17 @@ func TestCacheDir(t *testing.T) {
 	t.Setenv(EnvCache, base)
 	if dir, err := cacheDir("x"); err != nil || dir != base+"/x" {
 		t.Errorf("with %s: %q, %v", EnvCache, dir, err)
+	}
+	// A cache home that cannot hold directories (a file: refused even to
+	// root): the temporary directory.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvCache, "")
+	t.Setenv("XDG_CACHE_HOME", file)
+	if dir, err := cacheDir("y"); err != nil || !strings.HasPrefix(dir, os.TempDir()) {
+		t.Errorf("with an unwritable cache home: %q, %v; want a directory under %s", dir, err, os.TempDir())
 	}
 	if cacheKey("ab", "c") == cacheKey("a", "bc") {
 		t.Error("cacheKey does not separate its parts")
