@@ -445,6 +445,29 @@ func TestArithmeticBatchMatchesSamples(t *testing.T) {
 	checkBatchMatchesSamples(t, &arithmeticBatchOff, []string{"vit", "beit", "crossvit", "vit_nofold", "packedqkv"}, false)
 }
 
+// TestConcatBatchMatchesSamples: the batched per-sample gradients of
+// class tokens expanded over the batch and concatenated with the patch
+// tokens (concatBatch, broadcastPath) give the per-sample norms and the
+// clipped sums of the sample-by-sample path through the sub-plan, on the
+// fixtures that have them, in every mode; and the batched path does run
+// there.
+func TestConcatBatchMatchesSamples(t *testing.T) {
+	names := []string{"vit", "beit", "crossvit", "vit_nofold"}
+	for _, name := range names {
+		e := buildEngine(t, name, compareConfig(nil, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4))
+		found := false
+		for _, gs := range e.groups {
+			for _, g := range gs {
+				found = found || g.bcast != nil && g.op == "Concat"
+			}
+		}
+		if !found {
+			t.Errorf("%s: no class token on the batched path", name)
+		}
+	}
+	checkBatchMatchesSamples(t, &concatBatchOff, names, false)
+}
+
 // TestNormBatchMatchesSamples: the batched per-sample gradients of native
 // normalizations' scales and biases (normBatch, NormAffineGrads) give the
 // per-sample norms of the sample-by-sample path bit for bit (the same

@@ -27,6 +27,14 @@ type useGroup struct {
 	sub     *runtime.Plan
 	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
+	// bcast is the shape [B, …] an operand's batch gradient reduces to,
+	// sample by sample, where the path only reshapes the parameter and
+	// broadcasts it over the batch (broadcastPath); nil elsewhere.
+	// split and splitOut are concatBatch's layout of the operand in the
+	// output and its one destination.
+	bcast    []int
+	split    *runtime.RowBlocks
+	splitOut [][]float32
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the
@@ -251,6 +259,9 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 				}
 				continue
 			}
+			if len(g.uses) == 1 {
+				g.bcast = broadcastPath(cg, g.uses[0], B)
+			}
 			var names []string
 			for _, u := range g.uses {
 				if len(u.use.Path) == 0 {
@@ -276,6 +287,59 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 		}
 	}
 	return nil
+}
+
+// broadcastPath returns the shape [B, …] that the batch's gradient with
+// respect to us's operand reduces to sample by sample (ReduceToShape) to
+// give each sample's P sums in the parameter's order, where the path only
+// reshapes the parameter and then broadcasts it over the batch (Reshape,
+// Unsqueeze, Squeeze, Flatten or Identity steps, Expand last: a class
+// token expanded over the batch). Reshapes keep the elements' order, and
+// the reduction undoes the broadcast. It returns nil for any other path.
+func broadcastPath(cg *graph.Graph, us *useState, B int) []int {
+	u := us.use
+	n := len(u.Path)
+	op := cg.Values[u.OperandValue] // compiled for the physical batch, unlike u.OperandShape
+	if n == 0 || u.Path[n-1].Op != "Expand" || u.Path[n-1].Operand != 0 || op == nil || !op.Shape.Static() || len(op.Shape) == 0 {
+		return nil
+	}
+	opShape := op.Shape.Ints()
+	if opShape[0] != int64(B) {
+		return nil
+	}
+	for _, st := range u.Path[:n-1] {
+		switch st.Op {
+		case "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity":
+		default:
+			return nil
+		}
+	}
+	in := us.p.name
+	if n > 1 {
+		in = u.Path[n-2].Output
+	}
+	v := cg.Values[in]
+	if v == nil || !v.Shape.Static() || len(v.Shape) > len(opShape) {
+		return nil
+	}
+	r := len(opShape)
+	t := make([]int, r)
+	for d := range t {
+		t[d] = 1
+	}
+	for d, x := range v.Shape.Ints() {
+		t[r-len(v.Shape)+d] = int(x)
+	}
+	if t[0] != 1 || numel(t) != len(us.p.data) {
+		return nil
+	}
+	for d := range t {
+		if t[d] != 1 && int64(t[d]) != opShape[d] {
+			return nil
+		}
+	}
+	t[0] = B
+	return t
 }
 
 // weightedSum adds Σ_i c_i g_i of a linear use to accum (or, if

@@ -8,7 +8,68 @@ import (
 // expanded over the batch and prepended to the patch tokens.
 
 func init() {
-	registerElementwise(&elementwiseRule{operandGrad: concatOperand}, "Concat")
+	registerElementwise(&elementwiseRule{operandGrad: concatOperand, batch: concatBatch}, "Concat")
+}
+
+// concatBatchOff turns concatBatch off (tests compare it with the
+// sample-by-sample path).
+var concatBatchOff bool
+
+// concatBatch is the per-sample gradient of a parameter that its path
+// broadcasts over the batch (useGroup.bcast: a class token expanded over
+// the batch) and a Concat joins to batch data, for the whole physical
+// batch at once: the operand's slice of the output gradient (one Split)
+// reduced sample by sample to the parameter's shape (one ReduceToShape),
+// where the sample-by-sample path runs the path's sub-plan backward once
+// a sample. It reports false, doing nothing, for any other case.
+func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
+	if concatBatchOff || g.bcast == nil || len(g.uses) != 1 {
+		return false
+	}
+	B := e.cfg.PhysicalBatch
+	dy := &ev.DOut
+	k := g.uses[0].use.Operand
+	if dy.BatchAxis != 0 || k < 0 || k >= len(ev.Inputs) || len(dy.Data) != numel(dy.Shape) {
+		return false
+	}
+	axis, err := ev.Node.Int("axis")
+	if err != nil {
+		return false
+	}
+	ax := int(axis)
+	if ax < 0 {
+		ax += len(dy.Shape)
+	}
+	opShape := ev.Inputs[k].Shape
+	if ax <= 0 || ax >= len(dy.Shape) || len(opShape) != len(dy.Shape) || len(g.bcast) != len(opShape) || opShape[0] != B {
+		return false
+	}
+	if g.split == nil {
+		off, outer, inner := 0, 1, 1
+		for j := 0; j < k; j++ {
+			off += ev.Inputs[j].Shape[ax]
+		}
+		for _, d := range dy.Shape[:ax] {
+			outer *= d
+		}
+		for _, d := range dy.Shape[ax+1:] {
+			inner *= d
+		}
+		g.split = runtime.NewRowBlocks(outer, dy.Shape[ax]*inner, []int{off * inner}, []int{opShape[ax] * inner})
+		g.splitOut = make([][]float32, 1)
+	}
+	P := len(g.uses[0].p.data)
+	opLen := numel(opShape)
+	buf, err := growOn(e.dev, e.affineScratch, opLen+B*P)
+	if err != nil {
+		return false // the general path reports it
+	}
+	e.affineScratch = buf
+	g.splitOut[0] = buf[:opLen]
+	e.lay.Split(dy.Data, g.split, g.splitOut)
+	sums := buf[opLen : opLen+B*P]
+	e.ops.ReduceToShape(g.splitOut[0], opShape, sums, g.bcast)
+	return e.addSampleRows(g.uses[0].p, 0, sums[:e.n*P])
 }
 
 // concatOperand is sample s.i's gradient with respect to input s.k of a

@@ -43,8 +43,14 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	r := len(yShape)
 	P := len(us.p.data)
 	ba := dy.BatchAxis // 0, or 1 for sequence-first (T, B, …) activations
+	// A parameter's leading unit axes broadcast over the batch's (a ViT's
+	// position embedding, 1 × T × D): they are not its own.
+	pShape := prm.Shape
+	for len(pShape) > r-1-ba && len(pShape) > 0 && pShape[0] == 1 {
+		pShape = pShape[1:]
+	}
 	if prm.BatchAxis >= 0 || ba < 0 || other.BatchAxis != ba || r < ba+2 || yShape[ba] != B ||
-		len(prm.Shape) > r-1-ba || numel(prm.Shape) != P || P == 0 ||
+		len(pShape) > r-1-ba || numel(pShape) != P || P == 0 ||
 		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) || len(other.Shape) != r {
 		return false
 	}
@@ -66,7 +72,7 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		tShape[d] = 1
 	}
 	tShape[ba] = B
-	copy(tShape[r-len(prm.Shape):], prm.Shape)
+	copy(tShape[r-len(pShape):], pShape)
 	for d := range tShape {
 		if d != ba && tShape[d] != 1 && tShape[d] != yShape[d] {
 			return false
