@@ -208,18 +208,19 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed, measured on no GPU yet: softmax lines and ReduceOps'
-//     reductions on a thread per result; the in-order sums on one
-//     thread per result (AddRunSums, SumRows, AddScaledRows, ScatterAdd,
-//     ScatterReduce, Contract, a broadcast MaxMin input's gradient, a
-//     GemmBias gradient); direct depthwise convolutions; staging of host
-//     operands (the compile-time index maps and loop nests could be
-//     uploaded once); the engine's per-sample loops where a rule has no
-//     batched form yet (depthwise convolutions, Einsum, PRelu, weights
-//     used more than once); the few launches per parameter of each step
-//     (zeroing, norms, noise, optimizer), which one flat parameter buffer
-//     would make one launch each; a stream per worker instead of the
-//     default stream; cuDNN for the convolutions.
+//   - Speed, measured on no GPU yet: ReduceOps' reductions on a thread
+//     per result; the in-order sums on one thread per result (AddRunSums,
+//     SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract, a
+//     broadcast MaxMin input's gradient, a GemmBias gradient); direct
+//     depthwise convolutions; staging of host operands (the compile-time
+//     index maps and loop nests could be uploaded once); the engine's
+//     per-sample loops where a rule has no batched form yet (depthwise
+//     convolutions, Einsum, PRelu, weights used more than once, paths
+//     other than reshapes and a broadcast); four launches per parameter
+//     that keeps per-sample gradients (its accumulator's clear, its norms,
+//     its clipped sum: segmented operations would make them one each); a
+//     stream per worker instead of the default stream; cuDNN for the
+//     convolutions (TF32 products through cuBLAS meanwhile).
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
 //     one is their first real check.
