@@ -120,8 +120,9 @@ type Engine struct {
 	bkScratch   []float32
 	normScratch [][]float32
 	// mapScratch is book-keeping's operand-shaped sum for a weight
-	// reached through a path, before it is mapped back.
-	mapScratch []float32
+	// reached through a path, before it is mapped back; gatherScratch the
+	// parameter-shaped sum mapped back, before it is added (pathMap).
+	mapScratch, gatherScratch []float32
 	// opScratch and opErrs are the elementwise groups' per-worker
 	// buffers, shared by all groups (hooks run one at a time): a set per
 	// group added up to hundreds of MB on MobileNetV2.

@@ -70,6 +70,12 @@ func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	p := us.p
 	size := len(p.data)
 	switch {
+	case us.idx != nil && us.linear != nil && us.linear.pathMap != nil && off == 0 && len(inst) == len(us.idx):
+		// The whole operand, on a GPU: mapped back by the device-resident
+		// adjoint (pathMap), then added.
+		g := (*us.linear.gatherBuf)[:size]
+		us.linear.lay.IndexGatherBackward(inst, us.linear.pathMap, g)
+		ops.Add(g, p.ps[i*size:(i+1)*size])
 	case us.idx != nil:
 		ops.ScatterAdd(p.ps[i*size:(i+1)*size], inst, us.idx[off:off+len(inst)])
 	case p.ps != nil:
@@ -143,10 +149,17 @@ type linearState struct {
 	einsum            *einsumGeom
 	// idx maps the operand back to the parameter for a use through a
 	// path (ghost norm and book-keeping's weighted sum on the operand);
-	// mapBuf is the engine's operand-shaped scratch for it.
-	idx    []int32
-	mapBuf *[]float32
-	T      int
+	// mapBuf is the engine's operand-shaped scratch for it. pathMap is
+	// idx as an IndexMap where the engine batches samples (a GPU): the
+	// weighted sum then maps back with IndexGatherBackward, a thread per
+	// parameter element reading a device-resident adjoint, instead of
+	// ScatterAdd's one thread over the operand; gatherBuf, the engine's
+	// parameter-shaped scratch, holds it before it is added.
+	idx       []int32
+	mapBuf    *[]float32
+	pathMap   *runtime.IndexMap
+	gatherBuf *[]float32
+	T         int
 	// weightLayoutPD is true when the parameter is laid out p×D (Conv,
 	// Gemm with transB) rather than D×p (MatMul, Gemm without transB).
 	weightLayoutPD bool
@@ -367,6 +380,23 @@ func (ls *linearState) weightedSum(c []float32, B int, accum []float32, overwrit
 	if err := ls.rule.weightedSum(ls, c, B, buf, true, scratch, ws); err != nil {
 		return err
 	}
+	if ls.pathMap != nil {
+		// Σ over the operand elements that read each parameter element,
+		// in increasing order: ScatterAdd's sums, bit for bit where each
+		// element is read once.
+		if overwrite {
+			ls.lay.IndexGatherBackward(buf, ls.pathMap, accum)
+			return nil
+		}
+		g, err := growOn(ls.dev, *ls.gatherBuf, len(accum))
+		if err != nil {
+			return err
+		}
+		*ls.gatherBuf = g
+		ls.lay.IndexGatherBackward(buf, ls.pathMap, g)
+		ls.ops.Add(g, accum)
+		return nil
+	}
 	if overwrite {
 		ls.lay.Fill(0, accum)
 	}
@@ -393,6 +423,14 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 			return fmt.Errorf("dpengine: path of %q to %s: %w", us.p.name, g.output, err)
 		}
 		us.idx, us.linear.idx = idx, idx
+		if e.batchSamples {
+			us.linear.pathMap, us.linear.gatherBuf = runtime.NewIndexMap(idx, len(us.p.data), 0), &e.gatherScratch
+			// Sized here for the largest such parameter: addSample, which
+			// cannot fail, takes it as it is.
+			if e.gatherScratch, err = growOn(e.dev, e.gatherScratch, max(len(e.gatherScratch), len(us.p.data))); err != nil {
+				return err
+			}
+		}
 		if len(g.uses) > 1 && us.linear.decision != rewrite.Instantiate {
 			return fmt.Errorf("dpengine: operand %q of %s joins %d parameters and must be instantiated", us.use.OperandValue, g.output, len(g.uses))
 		}

@@ -373,3 +373,40 @@ func TestWholeUpdate(t *testing.T) {
 		})
 	}
 }
+
+// gatherDevice is reference.Separate counting IndexGatherBackward and
+// ScatterAdd calls.
+type gatherDevice struct {
+	reference.Separate
+	gathers, scatters *atomic.Int64
+}
+
+func (d gatherDevice) IndexGatherBackward(dy []float32, m *runtime.IndexMap, dx []float32) {
+	d.gathers.Add(1)
+	d.Separate.IndexGatherBackward(dy, m, dx)
+}
+
+func (d gatherDevice) ScatterAdd(dst, src []float32, idx []int32) {
+	d.scatters.Add(1)
+	d.Separate.ScatterAdd(dst, src, idx)
+}
+
+// TestPathMapOnDevice: on a one-worker device with memory of its own (a
+// GPU; here reference.Separate) the weighted sums and the per-sample
+// gradients of weights reached through layout paths (packedqkv: a packed
+// QKV weight sliced three ways, weights through Transpose) map back with
+// IndexGatherBackward, a thread per parameter element on a GPU, not
+// ScatterAdd, one thread for all; the results are the CPU's
+// (compareEngines).
+func TestPathMapOnDevice(t *testing.T) {
+	const n = 6
+	x, y, batch, fill := engineBatch(t, "packedqkv", n)
+	clip := Clipping{Fn: Abadi, R: 0.5}
+	var gathers, scatters atomic.Int64
+	cpu := buildEngine(t, "packedqkv", compareConfig(runtime.CPU{}, BK, clip, false, "adamw", n))
+	dev := buildEngine(t, "packedqkv", compareConfig(gatherDevice{reference.Separate{}, &gathers, &scatters}, BK, clip, false, "adamw", n))
+	compareEngines(t, "packedqkv", cpu, dev, x, y, batch, fill)
+	if gathers.Load() == 0 || scatters.Load() != 0 {
+		t.Errorf("%d IndexGatherBackward and %d ScatterAdd calls; want some and none", gathers.Load(), scatters.Load())
+	}
+}
