@@ -40,8 +40,9 @@ type VectorOps interface {
 	// AddRunSums adds to dst[m] the sum of run m of x, x being len(dst)
 	// runs of len(x)/len(dst) elements: one sample's gradient of a
 	// convolution's bias from its output gradient (M channels × T
-	// positions). Each run is summed in float32 with four running sums.
-	// It runs on one worker.
+	// positions). Each run is summed in float32 in the lane order
+	// (SumLanes32), which a GPU follows a warp per run. It runs on one
+	// worker.
 	AddRunSums(x, dst []float32)
 	// ScatterAdd adds src[j] to dst[idx[j]] for every j with idx[j] ≥ 0:
 	// a gradient with respect to an operand that reaches its parameter
@@ -191,25 +192,8 @@ func (CPU) AddRunSums(x, dst []float32) {
 	}
 	T := len(x) / len(dst)
 	for m := range dst {
-		dst[m] += sum4(x[m*T : (m+1)*T])
+		dst[m] += SumLanes32(x[m*T : (m+1)*T])
 	}
-}
-
-// sum4 sums x with four running sums, so that the additions do not wait
-// on one another.
-func sum4(x []float32) float32 {
-	var a, b, c, d float32
-	i := 0
-	for ; i+4 <= len(x); i += 4 {
-		a += x[i]
-		b += x[i+1]
-		c += x[i+2]
-		d += x[i+3]
-	}
-	for ; i < len(x); i++ {
-		a += x[i]
-	}
-	return (a + b) + (c + d)
 }
 
 // ScatterAdd implements VectorOps.

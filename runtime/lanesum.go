@@ -31,6 +31,33 @@ func laneTree(acc *[SumLanes]float64) float64 {
 	return acc[0]
 }
 
+// SumLanes32 returns Σ_k x_k in float32 in the lane order: AddRunSums'
+// sums, which a GPU takes a warp per run.
+func SumLanes32(x []float32) float32 {
+	var s float32
+	for c := 0; c < len(x); c += SumChunk {
+		ch := x[c:min(c+SumChunk, len(x))]
+		var acc [SumLanes]float32
+		j := 0
+		for ; j+SumLanes <= len(ch); j += SumLanes {
+			b := (*[SumLanes]float32)(ch[j : j+SumLanes])
+			for l, v := range b {
+				acc[l] += v
+			}
+		}
+		for l, v := range ch[j:] {
+			acc[l] += v
+		}
+		for w := SumLanes / 2; w > 0; w /= 2 {
+			for l := 0; l < w; l++ {
+				acc[l] += acc[l+w]
+			}
+		}
+		s += acc[0]
+	}
+	return s
+}
+
 // SumSqLanes returns Σ_k x_k² in float64 in the lane order.
 func SumSqLanes(x []float32) float64 {
 	var s float64

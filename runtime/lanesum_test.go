@@ -46,6 +46,23 @@ func TestLaneOrder(t *testing.T) {
 		if got, want := DotLanes(a, b), literal(n, dot); math.Float64bits(got) != math.Float64bits(want) {
 			t.Errorf("n=%d: DotLanes = %v, the lane order gives %v", n, got, want)
 		}
+		// The float32 sums of AddRunSums, the same order in float32.
+		var s32 float32
+		for c := 0; c < n; c += SumChunk {
+			var lane [SumLanes]float32
+			for k := c; k < min(c+SumChunk, n); k++ {
+				lane[(k-c)%SumLanes] += a[k]
+			}
+			for w := SumLanes / 2; w >= 1; w /= 2 {
+				for l := 0; l < w; l++ {
+					lane[l] += lane[l+w]
+				}
+			}
+			s32 += lane[0]
+		}
+		if got := SumLanes32(a); math.Float32bits(got) != math.Float32bits(s32) {
+			t.Errorf("n=%d: SumLanes32 = %v, the lane order gives %v", n, got, s32)
+		}
 		var inOrder float64
 		for k := range a {
 			inOrder += dot(k)

@@ -78,10 +78,12 @@
 // terms, lane l summing terms l, l + 32, …, the lanes combined by
 // warp_sum's halves (lane_chunks), then a thread per result adding the
 // chunks in order (lane_finish). NormAffineSampleGrad's sums are a thread
-// per parameter element, each in the order of the rows. AddRunSums's four
-// running sums, SumRows and AddScaledRows row after row, ScatterAdd in
-// index order, Contract's float64 sums and ClipOps.CountClipped run on one
-// thread per result, parallel across results only.
+// per parameter element, each in the order of the rows. AddRunSums's
+// float32 sums follow the lane order too (runtime.SumLanes32), a warp per
+// run.
+// SumRows and AddScaledRows row after row, ScatterAdd in index order,
+// Contract's float64 sums and ClipOps.CountClipped run on one thread per
+// result, parallel across results only.
 //
 // The noise kernel (noise.cu) is runtime/noise's specification (its
 // doc.go) in CUDA C: AES-128 (S-box computed on the host from its
@@ -209,8 +211,7 @@
 // # What remains (issue 14)
 //
 //   - Speed, measured on no GPU yet: ReduceOps' reductions on a thread
-//     per result; the in-order sums on one thread per result (AddRunSums,
-//     SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract, a
+//     per result; the in-order sums on one thread per result (SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract, a
 //     broadcast MaxMin input's gradient, a GemmBias gradient); direct
 //     depthwise convolutions; staging of host operands (the compile-time
 //     index maps and loop nests could be uploaded once); the engine's

@@ -13,8 +13,9 @@ import (
 // products (SumSq, SquaredNorms, Dot, AddSumSq, AddDot, AddSumSqProduct)
 // in the lane order (runtime/lanesum.go), a warp per chunk of
 // runtime.SumChunk terms and a thread per result adding the chunks;
-// AddRunSums with four running sums, SumRows row after row and ScatterAdd
-// in the order of its indices on one thread per result.
+// SumRows row after row and ScatterAdd in the order of its indices on one
+// thread per result. AddRunSums's float32 sums follow the lane order too
+// (runtime.SumLanes32), a warp per run.
 
 // SumSq implements runtime.VectorOps.
 func (d *Device) SumSq(x []float32) float64 {
@@ -104,7 +105,8 @@ func (d *Device) Add(x, y []float32) {
 	d.launch("add", int64(len(x)))
 }
 
-// AddRunSums implements runtime.VectorOps: one thread per run.
+// AddRunSums implements runtime.VectorOps: a warp per run, in the lane
+// order.
 func (d *Device) AddRunSums(x, dst []float32) {
 	if len(dst) == 0 {
 		return
@@ -113,7 +115,7 @@ func (d *Device) AddRunSums(x, dst []float32) {
 	a := d.begin()
 	defer d.end("AddRunSums")
 	a.Ptr(f32(x[:t*len(dst)], opIn, d)).I64(int64(t)).Ptr(f32(dst, opInOut, d)).I64(int64(len(dst)))
-	d.launch("add_run_sums", int64(len(dst)))
+	d.launch("add_run_sums", 32*int64(len(dst)))
 }
 
 // ScatterAdd implements runtime.VectorOps, on one thread (two indices may
