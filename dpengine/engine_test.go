@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 )
@@ -521,6 +522,65 @@ func checkBatchMatchesSamples(t *testing.T, off *bool, fixtures []string, exact 
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestPhysicalBatchOfOne: an engine of physical batch 1 (where no axis of
+// a shape tells the batch: runtime's propagateOne) gives each sample the
+// per-sample norm and the clipped gradient an engine of the fixture's
+// whole golden batch gives it, on every fixture with a golden batch, in
+// every DP mode: the norms within 1e-5 and the samples' clipped
+// gradients, summed one by one, the batch's clipped sum.
+func TestPhysicalBatchOfOne(t *testing.T) {
+	names, err := numcheck.FixtureNames(filepath.Join("..", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clip := Clipping{Fn: Abadi, R: 0.5}
+	for _, name := range names {
+		for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				const n = 4
+				x, y, _, _ := engineBatch(t, name, n)
+				sl := len(x) / n
+				all := buildEngine(t, name, compareConfig(nil, mode, clip, false, "sgd", n))
+				want, norms, err := all.ClippedSum(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				one := buildEngine(t, name, compareConfig(nil, mode, clip, false, "sgd", 1))
+				got := map[string][]float32{}
+				for i := 0; i < n; i++ {
+					s, nu, err := one.ClippedSum(x[i*sl:(i+1)*sl], y[i:i+1])
+					if err != nil {
+						t.Fatalf("sample %d alone: %v", i, err)
+					}
+					if d := math.Abs(nu[0] - norms[i]); d > 1e-5*norms[i] {
+						t.Errorf("sample %d: norm %v alone, %v in the batch", i, nu[0], norms[i])
+					}
+					for p, g := range s {
+						if got[p] == nil {
+							got[p] = make([]float32, len(g))
+						}
+						for j, v := range g {
+							got[p][j] += v
+						}
+					}
+				}
+				for p, w := range want {
+					scale := 0.0
+					for _, v := range w {
+						scale = math.Max(scale, math.Abs(float64(v)))
+					}
+					for j := range w {
+						if d := math.Abs(float64(got[p][j] - w[j])); d > 1e-4*scale+1e-7 {
+							t.Errorf("%s[%d]: Σ of the samples' clipped gradients %v, the batch's %v", p, j, got[p][j], w[j])
+							break
+						}
+					}
+				}
+			})
 		}
 	}
 }

@@ -34,6 +34,10 @@ func (p *Plan) propagateBatch() {
 	N := in.shape[0]
 	in.bstride = max(1, numel(in.shape[1:]))
 	in.bax = 0
+	if N == 1 {
+		p.propagateOne(in)
+		return
+	}
 	for _, nd := range p.nodes {
 		if nd.g.OpType == fusedSplit {
 			nd.splitBatch(N)
@@ -46,6 +50,42 @@ func (p *Plan) propagateBatch() {
 		if s := nd.batchStride(N); s > 0 {
 			if ax, inner := batchAt(y.shape, s); ax >= 0 && (y.shape[ax]/inner)%N == 0 {
 				y.bstride, y.bax = s, ax
+			}
+		}
+	}
+}
+
+// propagateOne is propagateBatch for a batch of one sample, whose stride
+// the shapes cannot tell (every axis of size 1 could hold it, and a
+// sequence-first (T, 1, D) tensor's stride D is also its token stride):
+// nothing can mix samples, so every value computed from the input is the
+// sample's whole, stride its size, axis its outermost unit axis (0 where
+// it has none: a (T·1, D) projection's rows). Shape and Size read only
+// the layout, so what follows them is not the sample's.
+func (p *Plan) propagateOne(in *tensor) {
+	from := map[*tensor]bool{in: true}
+	for _, nd := range p.nodes {
+		if op := nd.g.OpType; op == "Shape" || op == "Size" {
+			continue
+		}
+		dep := false
+		for _, t := range nd.in {
+			dep = dep || t != nil && from[t]
+		}
+		if !dep {
+			continue
+		}
+		for _, y := range nd.out {
+			if y == nil || len(y.shape) == 0 {
+				continue
+			}
+			from[y] = true
+			y.bstride, y.bax = max(1, numel(y.shape)), 0
+			for j, d := range y.shape {
+				if d == 1 {
+					y.bax = j
+					break
+				}
 			}
 		}
 	}

@@ -157,6 +157,15 @@ type Freer interface {
 	Free(b Buffer) error
 }
 
+// MemoryReporter is a Device that counts the memory it allocates (CUDA):
+// what a benchmark reports as its peak device memory.
+type MemoryReporter interface {
+	Device
+	// MemoryStats returns the bytes held now and the most held since the
+	// device opened.
+	MemoryStats() (inUse, peak int64)
+}
+
 // TF32Device is a Device that can run the matrix products of
 // convolutions' forward passes and input gradients in TF32 (an NVIDIA
 // GPU's tensor cores: operands rounded to 10-bit mantissas, float32

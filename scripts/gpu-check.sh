@@ -160,7 +160,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 print("GPU check, " + open(sys.argv[2]).read().replace("\n", "; ") + "\n")
 print("Each row sets dpfinetune beside PyTorch's non-DP step at the same precision: float32,")
 print("or TF32 convolutions (PyTorch's default; dpfinetune's --tf32, weight gradients and norms float32).\n")
-print("| model (batch) | precision | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk estimated peak |")
+print("| model (batch) | precision | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk device peak MiB (× PyTorch) |")
 print("|---|---|---|---|---|---|---|")
 torch = [r for r in rows if str(r.get("impl", "")).startswith("pytorch")]
 for r in rows:
@@ -176,11 +176,12 @@ for r in rows:
     base = t["step_ms_median"] if t else None
     bk = by.get("bk", {}).get("step_ms")
     mixed = by.get("mixed", {}).get("step_ms")
-    print("| %s (%d) | %s | %s | %.1f | %s%s | %s | %.0f MiB |" % (
+    peak = by.get("bk", {}).get("device_peak_bytes", 0) / 2**20
+    print("| %s (%d) | %s | %s | %.1f | %s%s | %s | %s%s |" % (
         name, r["batch"], prec, "%.1f (%.0f)" % (base, t["peak_mib"]) if t else "–", by["nondp"]["step_ms"],
         "%.1f" % bk if bk is not None else "–", " (%.2f×)" % (bk / base) if base and bk else "",
         "%.1f" % mixed if mixed is not None else "–",
-        by.get("bk", {}).get("estimated_peak_bytes", 0) / 2**20))
+        "%.0f" % peak if peak else "–", " (%.2f×)" % (peak / t["peak_mib"]) if t and peak else ""))
 PYEOF
 cat "$OUT/summary.md" >&2
 exit $status

@@ -37,6 +37,10 @@ type benchRow struct {
 	HeapBytes     int64     `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
 	MemRatio      float64   `json:"heap_vs_nondp"`
 	EstPeakBytes  int64     `json:"estimated_peak_bytes"`
+	// DevicePeakBytes is the most device memory the mode's engine held,
+	// on a device that counts it (runtime.MemoryReporter: CUDA), each
+	// mode on the device opened afresh.
+	DevicePeakBytes int64 `json:"device_peak_bytes,omitempty"`
 	MaxBatch      int       `json:"max_physical_batch,omitempty"`
 	MaxBatchSPS   float64   `json:"samples_per_second_at_max_batch,omitempty"`
 	SamplesPerSec float64   `json:"samples_per_second"`
@@ -155,13 +159,33 @@ func runBench(args []string, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	// A device with memory of its own (CUDA) keeps an engine's buffers
+	// until it closes: each mode gets the device afresh, so that none
+	// runs in what an earlier one left and each one's peak is its own.
+	closer, fresh := dev.(io.Closer)
+	if fresh {
+		if err := closer.Close(); err != nil {
+			return err
+		}
+	}
 	for r := 0; r < *rounds; r++ {
 		for i, m := range ms {
 			c := capBytes
 			if r > 0 {
 				c = 0 // the largest batch is searched once
 			}
-			row, err := benchMode(dev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c)
+			mdev := dev
+			if fresh {
+				if mdev, err = devFlag.open(); err != nil {
+					return err
+				}
+			}
+			row, err := benchMode(mdev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c)
+			if fresh {
+				if cerr := mdev.(io.Closer).Close(); err == nil {
+					err = cerr
+				}
+			}
 			if err != nil {
 				return fmt.Errorf("mode %s: %w", m, err)
 			}
@@ -170,6 +194,7 @@ func runBench(args []string, stdout io.Writer) error {
 			}
 			rep.Rows[i].RoundsMS = append(rep.Rows[i].RoundsMS, row.StepMS)
 			rep.Rows[i].HeapBytes = max(rep.Rows[i].HeapBytes, row.HeapBytes)
+			rep.Rows[i].DevicePeakBytes = max(rep.Rows[i].DevicePeakBytes, row.DevicePeakBytes)
 		}
 	}
 	for i := range rep.Rows {
@@ -197,19 +222,32 @@ func runBench(args []string, stdout io.Writer) error {
 		inTurn = fmt.Sprintf("; modes run in turn %d times, the median round", rep.Rounds)
 	}
 	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority)
+	devPeak := false
+	for _, r := range rep.Rows {
+		devPeak = devPeak || r.DevicePeakBytes > 0
+	}
 	fmt.Fprintf(stdout, "%-12s %10s %8s %12s %8s %12s", "mode", "step ms", "× nondp", "heap", "× nondp", "est. peak")
+	if devPeak {
+		fmt.Fprintf(stdout, " %12s", "device peak")
+	}
 	if capBytes > 0 {
 		fmt.Fprintf(stdout, " %10s %12s", "max batch", "samples/s")
 	}
 	fmt.Fprintln(stdout)
 	for _, r := range rep.Rows {
 		fmt.Fprintf(stdout, "%-12s %10.1f %8.2f %12s %8.2f %12s", r.Mode, r.StepMS, r.TimeRatio, humanBytes(r.HeapBytes), r.MemRatio, humanBytes(r.EstPeakBytes))
+		if devPeak {
+			fmt.Fprintf(stdout, " %12s", humanBytes(r.DevicePeakBytes))
+		}
 		if capBytes > 0 {
 			fmt.Fprintf(stdout, " %10d %12.1f", r.MaxBatch, r.MaxBatchSPS)
 		}
 		fmt.Fprintln(stdout)
 	}
 	fmt.Fprintln(stdout, "\nheap: live Go heap after warm-up (weights, plan arena, engine buffers); est. peak: the rewrite plan's estimate (docs/REWRITES.md)")
+	if devPeak {
+		fmt.Fprintln(stdout, "device peak: the most device memory the mode's engine held (its own device, opened afresh)")
+	}
 	return nil
 }
 
@@ -244,6 +282,9 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 	}
 	row.HeapBytes = lastHeap - base
 	row.StepMS, row.SamplesPerSec = ms, sps
+	if mr, ok := dev.(runtime.MemoryReporter); ok {
+		_, row.DevicePeakBytes = mr.MemoryStats()
+	}
 	if capBytes > 0 {
 		b, err := dptrain.FitBatch(rp, string(mode), capBytes, 1<<16)
 		if err != nil {
@@ -296,7 +337,16 @@ func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengi
 		}
 		return nil
 	}
+	// A GPU's step may return with its last kernels queued: each timed
+	// step ends when the device has run them.
+	sync := func() error { return nil }
+	if s, ok := dev.(interface{ Synchronize() error }); ok {
+		sync = s.Synchronize
+	}
 	if _, err := eng.Step(idx, fill); err != nil {
+		return 0, 0, err
+	}
+	if err := sync(); err != nil {
 		return 0, 0, err
 	}
 	lastHeap = liveHeap()
@@ -304,6 +354,9 @@ func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengi
 	for i := range times {
 		t0 := time.Now()
 		if _, err := eng.Step(idx, fill); err != nil {
+			return 0, 0, err
+		}
+		if err := sync(); err != nil {
 			return 0, 0, err
 		}
 		times[i] = float64(time.Since(t0).Microseconds()) / 1000

@@ -80,7 +80,8 @@ func compareNormsCUDA(t *testing.T, name string, modes []string) {
 // with TF32 convolutions (resnet_eval: the norms move from --device cpu's
 // by more than float32 rounding and less than 1e-2) and refuses ghost
 // mode, whose second backward pass it would round afresh; bench reports
-// it. On the CPU --tf32 is a usage error (TestDeviceFlag).
+// it, and each mode's peak device memory. On the CPU --tf32 is a usage
+// error (TestDeviceFlag).
 func TestTF32Flag(t *testing.T) {
 	t.Setenv(cuda.EnvDriver, "emulate")
 	dev, err := runtime.OpenDevice(cuda.DeviceName)
@@ -122,6 +123,13 @@ func TestTF32Flag(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !rep.TF32 || !strings.HasPrefix(rep.Device, "cuda") || len(rep.Rows) != 2 {
-		t.Errorf("bench --tf32 reports device %q, tf32 %v, %d rows", rep.Device, rep.TF32, len(rep.Rows))
+		t.Fatalf("bench --tf32 reports device %q, tf32 %v, %d rows", rep.Device, rep.TF32, len(rep.Rows))
+	}
+	// Each mode on the device opened afresh: its own peak, at least its
+	// parameters' copy and at most all the device's work.
+	for _, r := range rep.Rows {
+		if r.DevicePeakBytes < 4*1000 || r.DevicePeakBytes > 1<<30 {
+			t.Errorf("bench --device cuda, mode %s: device peak %d bytes", r.Mode, r.DevicePeakBytes)
+		}
 	}
 }

@@ -110,6 +110,9 @@ type Device struct {
 	// tf32 runs the forward and input-gradient products of convolutions
 	// in TF32 (SetTF32).
 	tf32 bool
+	// inUse and peak are the bytes allocated now and at most
+	// (MemoryStats).
+	inUse, peak int64
 }
 
 type span struct {
@@ -241,6 +244,8 @@ func (d *Device) alloc(bytes int) (DevicePtr, error) {
 	d.spans = append(d.spans, span{})
 	copy(d.spans[i+1:], d.spans[i:])
 	d.spans[i] = span{p, bytes}
+	d.inUse += int64(bytes)
+	d.peak = max(d.peak, d.inUse)
 	return p, nil
 }
 
@@ -250,8 +255,18 @@ func (d *Device) free(p DevicePtr) error {
 	if i == len(d.spans) || d.spans[i].p != p {
 		return fmt.Errorf("cuda: free of %#x, not an allocation of this device", uintptr(p))
 	}
+	d.inUse -= int64(d.spans[i].bytes)
 	d.spans = append(d.spans[:i], d.spans[i+1:]...)
 	return d.drv.Free(p)
+}
+
+// MemoryStats implements runtime.MemoryReporter: the device memory this
+// Device holds now and the most it has held, in bytes (its allocations:
+// buffers, scratch, staging, kernel tables; not the driver's own).
+func (d *Device) MemoryStats() (inUse, peak int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.inUse, d.peak
 }
 
 // Free releases a buffer of this device.
@@ -347,7 +362,7 @@ func (d *Device) Close() error {
 	for _, s := range d.spans {
 		d.drv.Free(s.p)
 	}
-	d.spans, d.scratch, d.gathers, d.planData = nil, arena{}, nil, nil
+	d.spans, d.scratch, d.gathers, d.planData, d.inUse = nil, arena{}, nil, nil, 0
 	return d.drv.Close()
 }
 
