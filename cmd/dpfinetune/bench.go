@@ -30,20 +30,20 @@ func init() {
 
 // benchRow is one clipping mode's measurements.
 type benchRow struct {
-	Mode          string    `json:"mode"`
-	StepMS        float64   `json:"step_ms"` // median (over the rounds of per-round medians)
-	RoundsMS      []float64 `json:"step_ms_per_round,omitempty"`
-	TimeRatio     float64   `json:"time_vs_nondp"`
-	HeapBytes     int64     `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
-	MemRatio      float64   `json:"heap_vs_nondp"`
-	EstPeakBytes  int64     `json:"estimated_peak_bytes"`
+	Mode         string    `json:"mode"`
+	StepMS       float64   `json:"step_ms"` // median (over the rounds of per-round medians)
+	RoundsMS     []float64 `json:"step_ms_per_round,omitempty"`
+	TimeRatio    float64   `json:"time_vs_nondp"`
+	HeapBytes    int64     `json:"heap_bytes"` // measured: live heap after warm-up, engine and plan included
+	MemRatio     float64   `json:"heap_vs_nondp"`
+	EstPeakBytes int64     `json:"estimated_peak_bytes"`
 	// DevicePeakBytes is the most device memory the mode's engine held,
 	// on a device that counts it (runtime.MemoryReporter: CUDA), each
 	// mode on the device opened afresh.
-	DevicePeakBytes int64 `json:"device_peak_bytes,omitempty"`
-	MaxBatch      int       `json:"max_physical_batch,omitempty"`
-	MaxBatchSPS   float64   `json:"samples_per_second_at_max_batch,omitempty"`
-	SamplesPerSec float64   `json:"samples_per_second"`
+	DevicePeakBytes int64   `json:"device_peak_bytes,omitempty"`
+	MaxBatch        int     `json:"max_physical_batch,omitempty"`
+	MaxBatchSPS     float64 `json:"samples_per_second_at_max_batch,omitempty"`
+	SamplesPerSec   float64 `json:"samples_per_second"`
 }
 
 type benchReport struct {
