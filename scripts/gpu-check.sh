@@ -11,7 +11,9 @@
 #      ResNet-50, ViT-B/16 and VGG-16 at 224×224 and VGG-19 on CIFAR, and
 #      PyTorch's non-DP step on the same GPU (bench/torch_gpu_step.py), both
 #      in float32; for the convolutional models also both with TF32
-#      convolutions (PyTorch's default precision, dpfinetune's --tf32).
+#      convolutions (PyTorch's default precision, dpfinetune's --tf32):
+#      step times and peak device memory (ours: each mode's, on the device
+#      opened afresh; PyTorch's: torch.cuda.max_memory_allocated).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl, and summary.md to paste into docs/BENCHMARKS.md.
 #
