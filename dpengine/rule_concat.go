@@ -32,13 +32,9 @@ func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	if dy.BatchAxis != 0 || k < 0 || k >= len(ev.Inputs) || len(dy.Data) != numel(dy.Shape) {
 		return false
 	}
-	axis, err := ev.Node.Int("axis")
+	ax, err := concatAxis(ev, len(dy.Shape))
 	if err != nil {
 		return false
-	}
-	ax := int(axis)
-	if ax < 0 {
-		ax += len(dy.Shape)
 	}
 	opShape := ev.Inputs[k].Shape
 	if ax <= 0 || ax >= len(dy.Shape) || len(opShape) != len(dy.Shape) || len(g.bcast) != len(opShape) || opShape[0] != B {
@@ -75,13 +71,9 @@ func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 // concatOperand is sample s.i's gradient with respect to input s.k of a
 // Concat: the input's slice of the output gradient.
 func concatOperand(ev *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
-	axis, err := ev.Node.Int("axis")
+	ax, err := concatAxis(ev, len(s.gShape))
 	if err != nil {
 		return err
-	}
-	ax := int(axis)
-	if ax < 0 {
-		ax += len(s.gShape)
 	}
 	off := 0
 	for j := 0; j < s.k; j++ {
@@ -89,6 +81,19 @@ func concatOperand(ev *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	}
 	sliceAxis(s.lay, s.gi, s.gShape, ax, off, s.opShape[ax], s.out)
 	return nil
+}
+
+// concatAxis returns the Concat's axis, counted from 0 in a rank-r output.
+func concatAxis(ev *runtime.HookEvent, r int) (int, error) {
+	axis, err := ev.Node.Int("axis")
+	if err != nil {
+		return 0, err
+	}
+	ax := int(axis)
+	if ax < 0 {
+		ax += r
+	}
+	return ax, nil
 }
 
 // sliceAxis copies x[..., off:off+n, ...] (along axis) to out, one

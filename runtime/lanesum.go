@@ -22,7 +22,7 @@ const (
 )
 
 // laneTree combines the lanes' sums by halves (SumLanes = 32).
-func laneTree(acc *[SumLanes]float64) float64 {
+func laneTree[T float32 | float64](acc *[SumLanes]T) T {
 	for w := SumLanes / 2; w > 0; w /= 2 {
 		for l := 0; l < w; l++ {
 			acc[l] += acc[l+w]
@@ -48,12 +48,7 @@ func SumLanes32(x []float32) float32 {
 		for l, v := range ch[j:] {
 			acc[l] += v
 		}
-		for w := SumLanes / 2; w > 0; w /= 2 {
-			for l := 0; l < w; l++ {
-				acc[l] += acc[l+w]
-			}
-		}
-		s += acc[0]
+		s += laneTree(&acc)
 	}
 	return s
 }
