@@ -26,7 +26,11 @@
 # run on the CUDA emulation (any machine with g++): the same steps, with two
 # small models at batch 2 for the benchmarks and no PyTorch rows.
 # Environment: STEPS (5), BATCH224 (32), PY (the first of python3,
-# /usr/bin/python3 that has numpy).
+# /usr/bin/python3 that has numpy); PARTS ("tests norms bench": the steps
+# to run, so that a short GPU loan can split them over calls with the same
+# OUT, each part rewriting only its own files); BUDGET_S (0: none): seconds
+# after which the norms and benchmarks still to come are skipped and said
+# so, the summary still written.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-check-out}
@@ -82,7 +86,14 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
+PARTS=${PARTS:-tests norms bench}
+BUDGET_S=${BUDGET_S:-0}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+late() { [ "$BUDGET_S" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET_S" ]; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 
+if has tests; then
 echo "== 1. CUDA backend tests ($mode)" >&2
 if (cd runtime/cuda && ../../bin/cuda.test -test.count=1 -test.v) >"$OUT/cuda-test.log" 2>&1; then
 	echo "pass: $(grep -c '^--- PASS' "$OUT/cuda-test.log") tests, $(grep -c '^--- SKIP' "$OUT/cuda-test.log") skipped" >&2
@@ -91,13 +102,17 @@ else
 	echo "FAIL (see $OUT/cuda-test.log):" >&2
 	grep -A5 '^--- FAIL' "$OUT/cuda-test.log" | head -40 >&2
 fi
+fi
 
+if has norms; then
 echo "== 2. norms --device cuda against --device cpu" >&2
 : >"$OUT/norms.jsonl"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 for gd in testdata/golden/*.npz; do
 	name=$(basename "$gd" .npz)
+	if late; then
+		echo "{\"model\": \"$name\", \"skipped\": \"BUDGET_S spent\"}" | tee -a "$OUT/norms.jsonl" >&2
+		continue
+	fi
 	model=testdata/models/$name.onnx
 	[ -f "$model" ] || continue
 	"$PY" - "$gd" "$tmp/$name" <<'PYEOF' || continue
@@ -127,7 +142,9 @@ PYEOF
 	done
 done
 grep -q '"ok": false' "$OUT/norms.jsonl" && status=1
+fi
 
+has bench || exit $status
 echo "== 3. benchmarks" >&2
 : >"$OUT/bench.jsonl"
 ours() { # name batch modes [--tf32]
@@ -141,6 +158,10 @@ torch() { # name batch size classes tf32
 bench() { # name batch size classes: float32 on both sides; for convolutional
 	# models also TF32 convolutions on both (PyTorch's default precision,
 	# dpfinetune's --tf32, which ghost and mixed refuse)
+	if late; then
+		echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"error\": \"skipped: BUDGET_S spent\"}" | tee -a "$OUT/bench.jsonl" >&2
+		return
+	fi
 	ours "$1" "$2" nondp,bk,mixed
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" off
 	case $1 in vit*) return ;; esac
