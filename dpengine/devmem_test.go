@@ -143,22 +143,28 @@ func TestEngineAdoptsOnCPU(t *testing.T) {
 
 // TestNonFiniteParam: the device's count finds a NaN or an infinity in
 // any parameter, naming the first such parameter, and nothing in a finite
-// model.
+// model: on the CPU, and on a device whose parameters are one block
+// (reference.Separate, as a GPU), where one count covers them all.
 func TestNonFiniteParam(t *testing.T) {
-	e := buildEngine(t, "cnn", Config{Mode: Ghost, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: 8,
-		PhysicalBatch: 8, Source: NewSeededSource(1), Optimizer: &SGD{LR: 0.1}})
-	if name := e.NonFiniteParam(); name != "" {
-		t.Fatalf("a fresh model has a non-finite parameter %q", name)
-	}
-	names, params := e.ParamNames(), e.Params()
-	last := len(params) - 1
-	params[last][len(params[last])-1] = float32(math.Inf(-1))
-	if name := e.NonFiniteParam(); name != names[last] {
-		t.Fatalf("NonFiniteParam = %q, want %q (−Inf)", name, names[last])
-	}
-	params[0][0] = float32(math.NaN())
-	if name := e.NonFiniteParam(); name != names[0] {
-		t.Fatalf("NonFiniteParam = %q, want %q (NaN)", name, names[0])
+	for _, dev := range []runtime.Device{nil, reference.Separate{}} {
+		e := buildEngine(t, "cnn", Config{Device: dev, Mode: Ghost, Clipping: Clipping{Fn: Abadi, R: 1}, NoiseMultiplier: 1, ExpectedBatch: 8,
+			PhysicalBatch: 8, Source: NewSeededSource(1), Optimizer: &SGD{LR: 0.1}})
+		if e.whole != (dev != nil) {
+			t.Fatalf("device %v: parameters in one block %v", dev, e.whole)
+		}
+		if name := e.NonFiniteParam(); name != "" {
+			t.Fatalf("a fresh model has a non-finite parameter %q", name)
+		}
+		names, params := e.ParamNames(), e.Params()
+		last := len(params) - 1
+		params[last][len(params[last])-1] = float32(math.Inf(-1))
+		if name := e.NonFiniteParam(); name != names[last] {
+			t.Fatalf("NonFiniteParam = %q, want %q (−Inf)", name, names[last])
+		}
+		params[0][0] = float32(math.NaN())
+		if name := e.NonFiniteParam(); name != names[0] {
+			t.Fatalf("NonFiniteParam = %q, want %q (NaN)", name, names[0])
+		}
 	}
 }
 

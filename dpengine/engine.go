@@ -746,8 +746,13 @@ func (e *Engine) CopyGradient(name string, off int, dst []float32) bool {
 // NonFiniteParam returns the name of the first trainable parameter (in
 // ParamNames' order) holding a NaN or infinite element, or "": counted on
 // the device (VectorOps.CountNonFinite), one scalar per parameter, so
-// that a check after every step reads no parameter on the host.
+// that a check after every step reads no parameter on the host; where the
+// parameters are one block (a GPU), one count over the block, and the
+// search by parameter only when it finds one.
 func (e *Engine) NonFiniteParam() string {
+	if e.whole && e.ops.CountNonFinite(e.paramAll) == 0 {
+		return ""
+	}
 	for _, p := range e.params {
 		if e.ops.CountNonFinite(p.data) > 0 {
 			return p.name
