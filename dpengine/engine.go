@@ -109,6 +109,7 @@ type Engine struct {
 	// block in params' order, so that the noise and the optimizer update
 	// run once over the blocks instead of once per parameter.
 	accumAll, psAll, paramAll []float32
+	accumList                 [][]float32 // {accumAll}, for noised
 	whole                     bool
 	byName                    map[string]*param
 	groups                    map[string][]*useGroup // keyed by consumer output name
@@ -358,6 +359,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.accumAll = e.accumAll[:total:total]
+	e.accumList = [][]float32{e.accumAll}
 	e.paramAll = plan.ParamBlock()
 	e.whole = e.batchSamples && len(e.paramAll) == total
 	off := 0
@@ -675,7 +677,7 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 // which are the accumulators.
 func (e *Engine) noised(grads [][]float32, perTensor bool) [][]float32 {
 	if e.batchSamples && !perTensor {
-		return [][]float32{e.accumAll}
+		return e.accumList
 	}
 	return grads
 }
