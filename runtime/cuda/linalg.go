@@ -88,13 +88,31 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 // it to run both kernels).
 var reduceWide = 64
 
+// reduceThreads is the number of results per multiprocessor from which a
+// ReduceToShape that keeps x's innermost axis runs a thread per result
+// (reduceTo).
+const reduceThreads = 128
+
 // reduceTo launches reduce_to_shape (x and t non-empty).
 func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, op string) {
-	l := newLayout(xShape, reducedAxes(xShape, tShape), xShape)
+	red := reducedAxes(xShape, tShape)
+	l := newLayout(xShape, red, xShape)
 	args := d.begin()
 	defer d.end(op)
 	m := len(x) / len(t)
 	lanes := lanesFor(m) // not launchLanes: the Layout is the last argument
+	// Where x's innermost axis is kept (a bias's sums over the tokens of
+	// B × T × D), neighbouring results read neighbouring addresses: a
+	// thread each reads x coalesced, where a warp each would read 32
+	// addresses a row apart. The warp pays only when the results are too
+	// few to fill the device.
+	inner := len(xShape) - 1
+	for inner > 0 && xShape[inner] == 1 {
+		inner--
+	}
+	if lanes > 1 && !red[inner] && len(t) >= reduceThreads*max(1, d.props.Multiprocessors) {
+		lanes = 1
+	}
 	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
 	l.arg(args)
 	d.launch("reduce_to_shape", int64(lanes)*int64(len(t)))
