@@ -100,8 +100,10 @@
 // has few terms, by a warp (WARP_FOR_EACH or LANES_FOR_EACH, lane l taking
 // terms l, l + 32, …, warp_sum) where it has many — ReduceToShape's
 // elements and the normalizations' statistics from 64 terms on
-// (reduceWide), a bias's channel sums, the direct kernels' weight
-// gradients. Convolutions are GEMMs (conv.go): per group,
+// (reduceWide; a ReduceToShape that keeps x's innermost axis stays a
+// thread per element when its elements fill the device, each warp then
+// reading consecutive addresses), a bias's channel sums, the direct
+// kernels' weight gradients. Convolutions are GEMMs (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
 // scratch ConvScratchSize reports) times the weight in one batched
 // cuBLAS call, the input gradient Wᵀ·dy batched the same way and folded
