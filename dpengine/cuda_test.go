@@ -97,6 +97,24 @@ func (c *countingDriver) CopyDtoH(dst unsafe.Pointer, src cuda.DevicePtr, bytes 
 	return c.Driver.CopyDtoH(dst, src, bytes)
 }
 
+// countingCUDA returns the emulated driver, a countingDriver over it and
+// the CUDA device on that (closed when tb ends), or skips without the
+// emulation.
+func countingCUDA(tb testing.TB) (cuda.Driver, *countingDriver, *cuda.Device) {
+	drv, err := cuda.Emulated()
+	if err != nil {
+		tb.Skipf("no CUDA emulation here: %v", err)
+	}
+	cd := &countingDriver{Driver: drv}
+	dev, err := cuda.New(cd)
+	if err != nil {
+		drv.Close()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { dev.Close() })
+	return drv, cd, dev
+}
+
 // BenchmarkCUDAStepCalls reports what one DP step (Engine.Step, bk mode,
 // physical batches of 8 and 32) asks of the CUDA driver, on the emulation: kernel
 // launches, GEMM calls (batched ones apart: on a GPU each is also one
@@ -106,16 +124,7 @@ func (c *countingDriver) CopyDtoH(dst unsafe.Pointer, src cuda.DevicePtr, bytes 
 //
 //	go test ./dpengine -run XXX -bench CUDAStepCalls -benchtime 2x
 func BenchmarkCUDAStepCalls(b *testing.B) {
-	drv, err := cuda.Emulated()
-	if err != nil {
-		b.Skipf("no CUDA emulation here: %v", err)
-	}
-	cd := &countingDriver{Driver: drv}
-	dev, err := cuda.New(cd)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer dev.Close()
+	drv, cd, dev := countingCUDA(b)
 	for _, name := range []string{"cnn", "resnet_eval", "vit"} {
 		for _, n := range []int{8, 32} {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, n), func(b *testing.B) { stepCalls(b, dev, cd, drv, name, n) })
@@ -170,17 +179,7 @@ func TestTF32Engine(t *testing.T) {
 	if os.Getenv(cuda.EnvDriver) == "gpu" {
 		t.Skip("the engine test runs on the emulation")
 	}
-	drv, err := cuda.Emulated()
-	if err != nil {
-		t.Skipf("no CUDA emulation here: %v", err)
-	}
-	cd := &countingDriver{Driver: drv}
-	dev, err := cuda.New(cd)
-	if err != nil {
-		drv.Close()
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	_, cd, dev := countingCUDA(t)
 	const name, n = "resnet_eval", 4
 	x, y, _, _ := engineBatch(t, name, n)
 	sl := len(x) / n

@@ -12,6 +12,17 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
+// useEmulatedCUDA makes the test's --device cuda the emulation
+// (DPFINETUNE_CUDA=emulate), or skips it where the emulation cannot run.
+func useEmulatedCUDA(t *testing.T) {
+	t.Setenv(cuda.EnvDriver, "emulate")
+	dev, err := runtime.OpenDevice(cuda.DeviceName)
+	if err != nil {
+		t.Skipf("no CUDA emulation here: %v", err)
+	}
+	dev.(*cuda.Device).Close()
+}
+
 // TestNormsCUDAEmulated: dpfinetune norms --device cuda, on the emulated
 // CUDA device (DPFINETUNE_CUDA=emulate), reproduces --device cpu's
 // per-sample norms (total and per parameter) on every fixture with a
@@ -19,12 +30,7 @@ import (
 // second backward pass), across physical batches of 3 (the last one
 // padded).
 func TestNormsCUDAEmulated(t *testing.T) {
-	t.Setenv(cuda.EnvDriver, "emulate")
-	dev, err := runtime.OpenDevice(cuda.DeviceName)
-	if err != nil {
-		t.Skipf("no CUDA emulation here: %v", err)
-	}
-	dev.(*cuda.Device).Close()
+	useEmulatedCUDA(t)
 	names, err := numcheck.FixtureNames(filepath.Join("..", "..", "testdata"))
 	if err != nil {
 		t.Fatal(err)
@@ -83,12 +89,7 @@ func compareNormsCUDA(t *testing.T, name string, modes []string) {
 // it, and each mode's peak device memory. On the CPU --tf32 is a usage
 // error (TestDeviceFlag).
 func TestTF32Flag(t *testing.T) {
-	t.Setenv(cuda.EnvDriver, "emulate")
-	dev, err := runtime.OpenDevice(cuda.DeviceName)
-	if err != nil {
-		t.Skipf("no CUDA emulation here: %v", err)
-	}
-	dev.(*cuda.Device).Close()
+	useEmulatedCUDA(t)
 	_, xp, yp := goldenInputs(t, "resnet_eval")
 	model := filepath.Join("..", "..", "testdata", "models", "resnet_eval.onnx")
 	norms := func(args ...string) normsReport {
