@@ -110,6 +110,7 @@ type Engine struct {
 	// run once over the blocks instead of once per parameter.
 	accumAll, psAll, paramAll []float32
 	accumList                 [][]float32 // {accumAll}, for noised
+	psRuns                    []psRun     // psAll by size (layPerSample)
 	whole                     bool
 	byName                    map[string]*param
 	groups                    map[string][]*useGroup // keyed by consumer output name

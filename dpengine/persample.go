@@ -3,6 +3,7 @@ package dpengine
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -200,19 +201,32 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	return false
 }
 
-// buildUses indexes the plan's parameter uses by consumer node, looks up
-// each consumer's per-sample rule and prepares the paths: sub-plans for
-// elementwise operands, index maps for linear ones.
-func (e *Engine) buildUses(cg *graph.Graph) error {
+// psRun is a run of parameters of one size that keep per-sample
+// gradients, back to back in psAll (B rows each) and in paramNormSq (a
+// row of B each): one SquaredNorms call gives all their per-sample norms.
+type psRun struct {
+	ps     []float32
+	normSq []float64
+}
+
+// layPerSample lays out the per-sample gradients of the parameters that
+// keep them (needPerSample) in one block, psAll, grouped by size, and
+// gives those parameters the first rows of paramNormSq in the same order,
+// so that their norms are one SquaredNorms call per size (psRuns): a
+// ViT's LayerNorm affines and biases are a few sizes. The others keep
+// the rows after, in the parameters' order.
+func (e *Engine) layPerSample() error {
 	B := e.cfg.PhysicalBatch
-	type key struct{ out, operand string }
-	byKey := map[key]*useGroup{}
-	// The per-sample gradients, B × size per parameter, in one block.
-	total := 0
+	var keep []*param
 	for _, rp := range e.rp.Params {
 		if p := e.byName[rp.Name]; p != nil && rp.Kind != rewrite.KindFrozen && needPerSample(e.cfg, rp) {
-			total += B * len(p.data)
+			keep = append(keep, p)
 		}
+	}
+	sort.SliceStable(keep, func(i, j int) bool { return len(keep[i].data) < len(keep[j].data) })
+	total := 0
+	for _, p := range keep {
+		total += B * len(p.data)
 	}
 	if total > 0 {
 		var err error
@@ -221,7 +235,41 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 		}
 		e.psAll = e.psAll[:total:total]
 	}
-	off := 0
+	row, off := 0, 0
+	rowOf := func(p *param) {
+		p.normSq = e.paramNormSq[row*B : (row+1)*B : (row+1)*B]
+		row++
+	}
+	for k, p := range keep {
+		n := B * len(p.data)
+		p.ps = e.psAll[off : off+n : off+n]
+		if k == 0 || len(p.data) != len(keep[k-1].data) {
+			e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B]})
+		}
+		r := &e.psRuns[len(e.psRuns)-1]
+		r.ps = r.ps[:len(r.ps)+n]
+		r.normSq = r.normSq[:len(r.normSq)+B]
+		rowOf(p)
+		off += n
+	}
+	for _, p := range e.params {
+		if p.ps == nil {
+			rowOf(p)
+		}
+	}
+	return nil
+}
+
+// buildUses indexes the plan's parameter uses by consumer node, looks up
+// each consumer's per-sample rule and prepares the paths: sub-plans for
+// elementwise operands, index maps for linear ones.
+func (e *Engine) buildUses(cg *graph.Graph) error {
+	B := e.cfg.PhysicalBatch
+	type key struct{ out, operand string }
+	byKey := map[key]*useGroup{}
+	if err := e.layPerSample(); err != nil {
+		return err
+	}
 	for _, rp := range e.rp.Params {
 		if rp.Kind == rewrite.KindFrozen {
 			continue
@@ -229,11 +277,6 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 		p := e.byName[rp.Name]
 		if p == nil {
 			return fmt.Errorf("dpengine: trainable parameter %q is not in the compiled plan", rp.Name)
-		}
-		if needPerSample(e.cfg, rp) {
-			n := B * len(p.data)
-			p.ps = e.psAll[off : off+n : off+n]
-			off += n
 		}
 		for _, u := range rp.Uses {
 			k := key{u.Output, u.OperandValue}
@@ -454,12 +497,10 @@ func (e *Engine) clipPhysical(B int) error {
 	if e.hookErr != nil {
 		return e.hookErr
 	}
-	// Norms of parameters that kept per-sample gradients.
-	for _, p := range e.params {
-		if p.ps == nil {
-			continue
-		}
-		e.ops.SquaredNorms(p.ps[:B*len(p.data)], p.normSq[:B])
+	// Norms of parameters that kept per-sample gradients: a call per
+	// size (layPerSample).
+	for _, r := range e.psRuns {
+		e.ops.SquaredNorms(r.ps, r.normSq)
 	}
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
