@@ -505,7 +505,7 @@ func (e *Engine) clipPhysical(B int) error {
 	// Clip factors: flat over all parameters, or per parameter.
 	n := e.n
 	K := float64(len(e.params))
-	e.ops.SumNormRows(e.paramNormSq, e.normSq) // rows of PhysicalBatch, in the parameters' order
+	e.ops.SumNormRows(e.paramNormSq, e.normSq) // rows of PhysicalBatch, in layPerSample's order
 	if e.cfg.PerLayer {
 		c := e.cfg.Clipping
 		c.R /= math.Sqrt(K)

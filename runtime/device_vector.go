@@ -56,7 +56,7 @@ type VectorOps interface {
 	// SumNormRows overwrites dst (n elements) with the column sums of x,
 	// len(x)/n rows of n float64 values: dst[j] = Σ_k x[k·n + j], added
 	// from 0 in the order of k. The samples' total squared norms from the
-	// parameters' (a row each, in the parameters' order), in one call.
+	// parameters' (a row each, in the engine's order of them), in one call.
 	SumNormRows(x, dst []float64)
 	// SumRows overwrites out (p elements) with Σ_t g[t,:] for g a T×p
 	// row-major matrix: the gradient of a bias shared by T rows.
