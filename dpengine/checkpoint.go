@@ -286,6 +286,34 @@ func sortStrings(s []string) {
 	}
 }
 
+// InOrder returns the state s, whose tensors follow the parameters names
+// (a checkpoint's order), with its tensors in the order of want (an
+// engine's ParamNames): a checkpoint's parameters are matched by name
+// (SetParams), and so must their optimizer state be, whatever order the
+// run that saved it kept them in. Every name of want must be in names.
+func (s *OptimizerState) InOrder(names, want []string) (*OptimizerState, error) {
+	at := make(map[string]int, len(names))
+	for k, n := range names {
+		at[n] = k
+	}
+	out := &OptimizerState{Name: s.Name, Step: s.Step, Slots: map[string][][]float32{}}
+	for slot, ts := range s.Slots {
+		if len(ts) != len(names) {
+			return nil, fmt.Errorf("dpengine: optimizer %s holds %d tensors for %d parameters", slot, len(ts), len(names))
+		}
+		re := make([][]float32, len(want))
+		for j, n := range want {
+			k, ok := at[n]
+			if !ok {
+				return nil, fmt.Errorf("dpengine: the optimizer state has no %s for parameter %q", slot, n)
+			}
+			re[j] = ts[k]
+		}
+		out.Slots[slot] = re
+	}
+	return out, nil
+}
+
 // SetParams copies saved parameter values into the engine's parameters,
 // matching them by name: into the graph's initializers, then to the
 // device (LoadParams).

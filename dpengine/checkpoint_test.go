@@ -201,3 +201,33 @@ func TestCheckpointReadOnlyDir(t *testing.T) {
 		t.Errorf("%s exists after a failed write (%v)", path, err)
 	}
 }
+
+// TestOptimizerStateInOrder: a saved optimizer state follows its
+// checkpoint's parameter order into an engine's, by name; a parameter the
+// state lacks, or a slot of the wrong length, is an error.
+func TestOptimizerStateInOrder(t *testing.T) {
+	s := &OptimizerState{Name: "adam", Step: 3, Slots: map[string][][]float32{
+		"m": {{1}, {2, 2}, {3, 3, 3}},
+		"v": {{4}, {5, 5}, {6, 6, 6}},
+	}}
+	got, err := s.InOrder([]string{"a", "b", "c"}, []string{"c", "a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != "adam" || got.Step != 3 {
+		t.Fatalf("name %q step %d", got.Name, got.Step)
+	}
+	for slot, want := range map[string][]float32{"m": {3, 1, 2}, "v": {6, 4, 5}} {
+		for j, w := range want {
+			if got.Slots[slot][j][0] != w {
+				t.Errorf("%s[%d] starts with %v, want %v", slot, j, got.Slots[slot][j][0], w)
+			}
+		}
+	}
+	if _, err := s.InOrder([]string{"a", "b", "c"}, []string{"a", "d"}); err == nil {
+		t.Error("a parameter the state lacks: no error")
+	}
+	if _, err := s.InOrder([]string{"a", "b"}, []string{"a", "b"}); err == nil {
+		t.Error("three tensors for two names: no error")
+	}
+}

@@ -397,7 +397,11 @@ func Run(cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
 		}
 		if ckpt.Optimizer != nil {
-			if err := opt.SetState(ckpt.Optimizer); err != nil {
+			st, err := ckpt.Optimizer.InOrder(ckpt.ParamNames, eng.ParamNames())
+			if err == nil {
+				err = opt.SetState(st)
+			}
+			if err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
 			}
 		}
