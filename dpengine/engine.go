@@ -209,6 +209,33 @@ type param struct {
 	linear []*linearState
 }
 
+// trainableOrder returns the trainable parameters in the order the plan
+// and the engine keep them: in a DP mode those that keep per-sample
+// gradients (needPerSample) first, by size (stable), then the others in
+// the rewrite plan's order, so that each size's accumulators lie back to
+// back in accumAll as their per-sample gradients do in psAll
+// (layPerSample) and one product forms the clipped sums of a size
+// (clipRuns). Checkpoints name their tensors, so the order is the
+// engine's own.
+func trainableOrder(cfg Config, rp *rewrite.Plan) []string {
+	var keep, rest []*rewrite.Param
+	for _, p := range rp.Params {
+		switch {
+		case p.Kind == rewrite.KindFrozen:
+		case cfg.Mode != NonDP && needPerSample(cfg, p):
+			keep = append(keep, p)
+		default:
+			rest = append(rest, p)
+		}
+	}
+	sort.SliceStable(keep, func(i, j int) bool { return keep[i].Size < keep[j].Size })
+	var names []string
+	for _, p := range append(keep, rest...) {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
 // checkTF32 refuses TF32 convolutions (runtime.TF32Device) in the modes
 // with a second backward pass. The clip bound holds on Σ_i C_i g_i only
 // when each g_i is formed from the operands its norm was: bk and
@@ -272,12 +299,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
-	var trainable []string
-	for _, p := range rp.Params {
-		if p.Kind != rewrite.KindFrozen {
-			trainable = append(trainable, p.Name)
-		}
-	}
+	trainable := trainableOrder(cfg, rp)
 	if len(trainable) == 0 {
 		return nil, errors.New("dpengine: no trainable parameter (all frozen)")
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -207,6 +208,11 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 type psRun struct {
 	ps     []float32
 	normSq []float64
+	// accum is the run's accumulators back to back, where they are
+	// (trainableOrder), and params the run's parameters: clipRuns forms
+	// their clipped sums as one product.
+	accum  []float32
+	params []*param
 }
 
 // layPerSample lays out the per-sample gradients of the parameters that
@@ -218,8 +224,8 @@ type psRun struct {
 func (e *Engine) layPerSample() error {
 	B := e.cfg.PhysicalBatch
 	var keep []*param
-	for _, rp := range e.rp.Params {
-		if p := e.byName[rp.Name]; p != nil && rp.Kind != rewrite.KindFrozen && needPerSample(e.cfg, rp) {
+	for _, p := range e.params {
+		if rp := e.rp.Param(p.name); rp != nil && rp.Kind != rewrite.KindFrozen && needPerSample(e.cfg, rp) {
 			keep = append(keep, p)
 		}
 	}
@@ -249,8 +255,19 @@ func (e *Engine) layPerSample() error {
 		r := &e.psRuns[len(e.psRuns)-1]
 		r.ps = r.ps[:len(r.ps)+n]
 		r.normSq = r.normSq[:len(r.normSq)+B]
+		r.params = append(r.params, p)
 		rowOf(p)
 		off += n
+	}
+	for k := range e.psRuns {
+		r := &e.psRuns[k]
+		first, last := r.params[0].accum, r.params[len(r.params)-1].accum
+		size := len(r.params[0].data)
+		start := int(uintptr(unsafe.Pointer(unsafe.SliceData(first)))-uintptr(unsafe.Pointer(unsafe.SliceData(e.accumAll)))) / 4
+		if size > 0 && start >= 0 && start+len(r.params)*size <= len(e.accumAll) &&
+			unsafe.SliceData(last) == unsafe.SliceData(e.accumAll[start+(len(r.params)-1)*size:]) {
+			r.accum = e.accumAll[start : start+len(r.params)*size]
+		}
 	}
 	for _, p := range e.params {
 		if p.ps == nil {
@@ -550,10 +567,14 @@ func (e *Engine) clipPhysical(B int) error {
 		}
 		return nil
 	}
+	runs := e.clipRuns(f, n)
 	for k, p := range e.params {
 		fk := f
 		if e.cfg.PerLayer {
 			fk = e.factors[k]
+		}
+		if p.ps != nil && runs {
+			continue
 		}
 		if p.ps != nil {
 			p.settle(e.lay)
@@ -569,6 +590,37 @@ func (e *Engine) clipPhysical(B int) error {
 		p.settle(e.lay) // no linear use: nothing was written
 	}
 	return nil
+}
+
+// clipRuns adds the clipped sums Σ_i f_i g_i of the parameters that keep
+// per-sample gradients, a size at a time, as one strided product per
+// size (psRun: [1 × n] factors times each parameter's [n × size] rows,
+// into its accumulator, β = 0 on a fresh one), where the engine batches
+// samples (a GPU) and one factor vector serves every parameter; it
+// reports whether it did. The CPU keeps AddScaledRows, a parameter at a
+// time in its row order.
+func (e *Engine) clipRuns(f []float32, n int) bool {
+	if !e.batchSamples || e.cfg.PerLayer || len(e.psRuns) == 0 || n == 0 {
+		return false
+	}
+	for _, r := range e.psRuns {
+		if r.accum == nil {
+			return false
+		}
+	}
+	B := e.cfg.PhysicalBatch
+	for _, r := range e.psRuns {
+		size := len(r.params[0].data)
+		var beta float32 = 1
+		if r.params[0].fresh {
+			beta = 0
+		}
+		e.ops.GemmStrided(false, false, 1, size, n, 1, f[:n], n, 0, r.ps, size, B*size, beta, r.accum, size, size, len(r.params))
+		for _, p := range r.params {
+			p.fresh = false
+		}
+	}
+	return true
 }
 
 // hook receives the runtime's backward events.

@@ -321,8 +321,9 @@ func (d wholeDevice) AddGaussianNoise(x []float32, n runtime.Noise, offset uint6
 // (reference.Separate, as a GPU) the plan holds the trainable parameters
 // in one block (runtime.Plan.ParamBlock) and the engine its accumulators
 // in another, so that a step's noise is one draw and its optimizer update
-// one call (AdamW and SGD with momentum), not one per parameter; the
-// result is the CPU engine's (compareEngines: the noise is positional, so
+// one call (AdamW and SGD with momentum), not one per parameter, and the
+// clipped sums of the parameters that keep per-sample gradients one
+// product per size (psRun); the result is the CPU engine's (compareEngines: the noise is positional, so
 // its bits do not change), and so is a second step after the optimizer
 // state went through a checkpoint (State, SetState).
 func TestWholeUpdate(t *testing.T) {
@@ -344,6 +345,16 @@ func TestWholeUpdate(t *testing.T) {
 					t.Fatalf("%s is not at %d of the blocks", p.name, off)
 				}
 				off += len(p.data)
+			}
+			// The parameters that keep per-sample gradients, a run per size
+			// with its accumulators back to back (clipRuns).
+			if len(one.psRuns) == 0 {
+				t.Fatal("no parameter keeps per-sample gradients")
+			}
+			for _, r := range one.psRuns {
+				if r.accum == nil || len(r.accum) != len(r.params)*len(r.params[0].data) {
+					t.Fatalf("a run of %d parameters of %d elements has accumulators %d long", len(r.params), len(r.params[0].data), len(r.accum))
+				}
 			}
 			compareEngines(t, c.name, cpu, one, x, y, batch, fill)
 			if updates.Load() != 1 || noises.Load() != 1 {
