@@ -219,11 +219,9 @@
 //     index maps and loop nests could be uploaded once); the engine's
 //     per-sample loops where a rule has no batched form yet (depthwise
 //     convolutions, Einsum, PRelu, weights used more than once, paths
-//     other than reshapes and a broadcast); two launches per parameter
-//     that keeps per-sample gradients (its accumulator's clear, its
-//     clipped sum: a segmented operation would make them one each); a
-//     stream per worker instead of the default stream; cuDNN for the
-//     convolutions (TF32 products through cuBLAS meanwhile).
+//     other than reshapes and a broadcast); a stream per worker instead
+//     of the default stream; cuDNN for the convolutions (TF32 products
+//     through cuBLAS meanwhile).
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
 //     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
 //     one is their first real check.
