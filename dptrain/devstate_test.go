@@ -30,69 +30,8 @@ import (
 // SyncParams (or LoadParams after the restore) on any of those paths
 // makes the separate run read or continue from stale weights.
 func TestRunOnSeparateMemory(t *testing.T) {
-	ds := smallFMNIST(t)
-	type result struct {
-		ckpt   *dpengine.Checkpoint
-		epochs []dptrain.EpochRecord
-		models []*graph.Graph // the resumed run's export, the plain run's
-	}
-	run := func(dev runtime.Device) result {
-		dir := t.TempDir()
-		ckpt, out := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "out.onnx")
-		var r result
-		for _, stage := range []string{"interrupted", "resumed", "plain"} {
-			g := cnnGraph(t)
-			seed := uint64(7)
-			cfg := dptrain.Config{
-				Settings: dptrain.Settings{
-					Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
-					Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
-					Optimizer: "adam", LR: 2e-3, InputShape: []int64{1, 28, 28}, Seed: &seed,
-				},
-				Device: dev, Graph: g, Train: ds, EvalBatch: 48,
-				Checkpoint: ckpt, Resume: stage == "resumed", Out: out,
-			}
-			switch stage {
-			case "plain":
-				cfg.Settings.Epochs, cfg.Checkpoint = 1, ""
-				cfg.Out = filepath.Join(dir, "plain.onnx")
-			case "interrupted":
-				cfg.Test = ds
-				polls := 0
-				cfg.Stop = func() bool { polls++; return polls > 4 }
-				_, err := dptrain.Run(cfg)
-				if _, ok := err.(*dptrain.Interrupted); !ok {
-					t.Fatalf("%s: the first run was not interrupted: %v", dev.Name(), err)
-				}
-				if r.ckpt, err = dpengine.ReadCheckpoint(ckpt); err != nil {
-					t.Fatal(err)
-				}
-				if r.ckpt.Step != 4 {
-					t.Fatalf("%s: the checkpoint is at step %d, want 4", dev.Name(), r.ckpt.Step)
-				}
-				continue
-			}
-			rep, err := dptrain.Run(cfg)
-			if err != nil {
-				t.Fatalf("%s: %s: %v", dev.Name(), stage, err)
-			}
-			if stage == "resumed" {
-				r.epochs = rep.Epochs
-			}
-			om, err := onnx.Load(cfg.Out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			model, err := graph.FromONNX(om)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.models = append(r.models, model)
-		}
-		return r
-	}
-	want := run(reference.Device{})
-	got := run(reference.Separate{})
+	want := trainStages(t, reference.Device{})
+	got := trainStages(t, reference.Separate{})
 
 	if !reflect.DeepEqual(got.ckpt.ParamNames, want.ckpt.ParamNames) || len(got.ckpt.Params) != len(want.ckpt.Params) {
 		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
@@ -141,4 +80,73 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			t.Fatalf("export %d has %d float initializers, moved by training: %v", mi+1, n, moved)
 		}
 	}
+}
+
+// stagesResult is what trainStages keeps of its runs: the interrupted
+// run's checkpoint, the resumed run's epoch records, and the exports of
+// the resumed and the plain runs.
+type stagesResult struct {
+	ckpt   *dpengine.Checkpoint
+	epochs []dptrain.EpochRecord
+	models []*graph.Graph // the resumed run's export, the plain run's
+}
+
+// trainStages trains the fixture CNN on dev as TestRunOnSeparateMemory
+// describes: interrupted after four steps, resumed, and a plain run.
+func trainStages(t *testing.T, dev runtime.Device) stagesResult {
+	t.Helper()
+	ds := smallFMNIST(t)
+	dir := t.TempDir()
+	ckpt, out := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "out.onnx")
+	var r stagesResult
+	for _, stage := range []string{"interrupted", "resumed", "plain"} {
+		g := cnnGraph(t)
+		seed := uint64(7)
+		cfg := dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+				Optimizer: "adam", LR: 2e-3, InputShape: []int64{1, 28, 28}, Seed: &seed,
+			},
+			Device: dev, Graph: g, Train: ds, EvalBatch: 48,
+			Checkpoint: ckpt, Resume: stage == "resumed", Out: out,
+		}
+		switch stage {
+		case "plain":
+			cfg.Settings.Epochs, cfg.Checkpoint = 1, ""
+			cfg.Out = filepath.Join(dir, "plain.onnx")
+		case "interrupted":
+			cfg.Test = ds
+			polls := 0
+			cfg.Stop = func() bool { polls++; return polls > 4 }
+			_, err := dptrain.Run(cfg)
+			if _, ok := err.(*dptrain.Interrupted); !ok {
+				t.Fatalf("%s: the first run was not interrupted: %v", dev.Name(), err)
+			}
+			if r.ckpt, err = dpengine.ReadCheckpoint(ckpt); err != nil {
+				t.Fatal(err)
+			}
+			if r.ckpt.Step != 4 {
+				t.Fatalf("%s: the checkpoint is at step %d, want 4", dev.Name(), r.ckpt.Step)
+			}
+			continue
+		}
+		rep, err := dptrain.Run(cfg)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", dev.Name(), stage, err)
+		}
+		if stage == "resumed" {
+			r.epochs = rep.Epochs
+		}
+		om, err := onnx.Load(cfg.Out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		model, err := graph.FromONNX(om)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.models = append(r.models, model)
+	}
+	return r
 }

@@ -1,0 +1,81 @@
+//go:build linux && (amd64 || arm64)
+
+package dptrain_test
+
+import (
+	"math"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/cuda"
+)
+
+// TestRunOnCUDA trains as TestRunOnSeparateMemory (interrupted, resumed
+// from its checkpoint, exported; and a plain run) on the emulated CUDA
+// device, whose parameters, accumulators and optimizer state are blocks
+// of device memory, and on the CPU, with the same seed. The noise is the
+// same bits on both and the rest the same arithmetic up to the order of
+// the GPU's batched sums, so the checkpoints, the test metrics and the
+// exports agree to 1e-3 of the largest weight: a stale sync, a state
+// restored out of order or a block view off by one would not.
+func TestRunOnCUDA(t *testing.T) {
+	if os.Getenv(cuda.EnvDriver) == "gpu" {
+		t.Skip("the training test runs on the emulation")
+	}
+	drv, err := cuda.Emulated()
+	if err != nil {
+		t.Skipf("no CUDA emulation here: %v", err)
+	}
+	dev, err := cuda.New(drv)
+	if err != nil {
+		drv.Close()
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	want := trainStages(t, runtime.CPU{})
+	got := trainStages(t, dev)
+	near := func(what string, g, w []float32) {
+		scale := 0.0
+		for _, v := range w {
+			scale = math.Max(scale, math.Abs(float64(v)))
+		}
+		for i := range w {
+			if math.Abs(float64(g[i]-w[i])) > 1e-3*scale+1e-6 {
+				t.Errorf("%s[%d]: %v on cuda, %v on the cpu", what, i, g[i], w[i])
+				return
+			}
+		}
+	}
+	if !reflect.DeepEqual(got.ckpt.ParamNames, want.ckpt.ParamNames) {
+		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
+	}
+	for k, name := range want.ckpt.ParamNames {
+		near("checkpoint "+name, got.ckpt.Params[k], want.ckpt.Params[k])
+		for slot, ws := range want.ckpt.Optimizer.Slots {
+			near("checkpoint optimizer "+slot+" of "+name, got.ckpt.Optimizer.Slots[slot][k], ws[k])
+		}
+	}
+	if len(got.epochs) != len(want.epochs) {
+		t.Fatalf("%d and %d epoch records", len(got.epochs), len(want.epochs))
+	}
+	for i := range want.epochs {
+		g, w := got.epochs[i], want.epochs[i]
+		if math.Abs(g.TrainLoss-w.TrainLoss) > 1e-3*math.Abs(w.TrainLoss) {
+			t.Errorf("epoch %d: train loss %v on cuda, %v on the cpu", i+1, g.TrainLoss, w.TrainLoss)
+		}
+	}
+	for mi, wm := range want.models {
+		for _, v := range wm.Initializers {
+			if v.Const == nil || v.Const.F32 == nil {
+				continue
+			}
+			gv := got.models[mi].Values[v.Name]
+			if gv == nil || gv.Const == nil {
+				t.Fatalf("export %d: no initializer %s", mi+1, v.Name)
+			}
+			near("export initializer "+v.Name, gv.Const.F32, v.Const.F32)
+		}
+	}
+}
