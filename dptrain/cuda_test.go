@@ -5,6 +5,7 @@ package dptrain_test
 import (
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -18,7 +19,8 @@ import (
 // same bits on both and the rest the same arithmetic up to the order of
 // the GPU's batched sums, so the checkpoints, the test metrics and the
 // exports agree to 1e-3 of the largest weight: a stale sync, a state
-// restored out of order or a block view off by one would not.
+// restored out of order or a block view off by one would not. Each run's
+// report names its device.
 func TestRunOnCUDA(t *testing.T) {
 	t.Setenv(cuda.EnvDriver, "emulate") // whatever the environment says: a GPU's own run is gpu-check's
 	dev, err := cuda.Open()
@@ -28,6 +30,9 @@ func TestRunOnCUDA(t *testing.T) {
 	defer dev.Close()
 	want := trainStages(t, runtime.CPU{})
 	got := trainStages(t, dev)
+	if want.device != "cpu" || !strings.HasPrefix(got.device, "cuda") {
+		t.Errorf("the reports name the devices %q and %q", want.device, got.device)
+	}
 	near := func(what string, g, w []float32) {
 		scale := 0.0
 		for _, v := range w {

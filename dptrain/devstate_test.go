@@ -89,6 +89,7 @@ type stagesResult struct {
 	ckpt   *dpengine.Checkpoint
 	epochs []dptrain.EpochRecord
 	models []*graph.Graph // the resumed run's export, the plain run's
+	device string         // the resumed run's report's
 }
 
 // trainStages trains the fixture CNN on dev as TestRunOnSeparateMemory
@@ -136,7 +137,7 @@ func trainStages(t *testing.T, dev runtime.Device) stagesResult {
 			t.Fatalf("%s: %s: %v", dev.Name(), stage, err)
 		}
 		if stage == "resumed" {
-			r.epochs = rep.Epochs
+			r.epochs, r.device = rep.Epochs, rep.Device
 		}
 		om, err := onnx.Load(cfg.Out)
 		if err != nil {

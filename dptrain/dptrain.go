@@ -90,7 +90,13 @@ type EpochRecord struct {
 // Report is the run report: the settings, the rewrite plan, the privacy
 // spent and one record per epoch.
 type Report struct {
-	Settings   Settings           `json:"settings"`
+	Settings Settings `json:"settings"`
+	// Device is the device the run computed on (runtime.Device.Name), and
+	// TF32 whether it ran convolutions in TF32 (runtime.TF32Device): what
+	// the trained weights depend on beyond the settings, not the privacy
+	// guarantee.
+	Device     string             `json:"device"`
+	TF32       bool               `json:"tf32,omitempty"`
 	Plan       *rewrite.Plan      `json:"plan,omitempty"`
 	Privacy    *accountant.Result `json:"privacy,omitempty"`
 	Epochs     []EpochRecord      `json:"epochs"`
@@ -444,12 +450,17 @@ func Run(cfg Config) (*Report, error) {
 			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR)
+	devName, tf32 := "cpu", cfg.Device != nil && runtime.TF32On(cfg.Device)
+	if cfg.Device != nil {
+		devName = cfg.Device.Name()
+	}
+	logf("  device:    %s%s\n", devName, map[bool]string{true: ", TF32 convolutions (weight gradients, norms and clipping float32)"}[tf32])
 	if ckpt != nil {
 		logf("  resuming:  from %s at step %d (epoch %d)\n", ckptPath, ckpt.Step, ckpt.Epoch+1)
 	}
 	logf("  (losses and accuracies on training data are not private outputs)\n")
 
-	rep := &Report{Settings: set, Plan: rp, Output: cfg.Out, Checkpoint: ckptPath,
+	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, Output: cfg.Out, Checkpoint: ckptPath,
 		Note: "train_loss is computed on training data and is not a private output"}
 	step := stepOf(ckpt)
 	epoch, epochStep := 0, 0
