@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -383,15 +382,14 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	}
 	e.accumAll = e.accumAll[:total:total]
 	e.accumList = [][]float32{e.accumAll}
+	// The block holds the parameters in Params' order (its contract),
+	// the accumulators' order.
 	e.paramAll = plan.ParamBlock()
 	e.whole = e.batchSamples && len(e.paramAll) == total
 	off := 0
 	for k, name := range plan.Params() {
 		data, sh := plan.Param(name)
 		p := &param{name: name, data: data, shape: sh, accum: e.accumAll[off : off+len(data) : off+len(data)]}
-		if e.whole && len(data) > 0 && unsafe.SliceData(data) != unsafe.SliceData(e.paramAll[off:]) {
-			e.whole = false // not the block's order: update tensor by tensor
-		}
 		off += len(data)
 		p.normSq = e.paramNormSq[k*B : (k+1)*B : (k+1)*B]
 		e.params = append(e.params, p)

@@ -3,8 +3,6 @@ package dpengine
 import (
 	"fmt"
 	"math"
-	"sort"
-	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -216,7 +214,8 @@ type psRun struct {
 }
 
 // layPerSample lays out the per-sample gradients of the parameters that
-// keep them (needPerSample) in one block, psAll, grouped by size, and
+// keep them (needPerSample) in one block, psAll, in the parameters' order
+// — grouped by size, as trainableOrder put them — and
 // gives those parameters the first rows of paramNormSq in the same order,
 // so that their norms are one SquaredNorms call per size (psRuns): a
 // ViT's LayerNorm affines and biases are a few sizes. The others keep
@@ -229,9 +228,12 @@ func (e *Engine) layPerSample() error {
 			keep = append(keep, p)
 		}
 	}
-	sort.SliceStable(keep, func(i, j int) bool { return len(keep[i].data) < len(keep[j].data) })
+	// trainableOrder put them first, by size: their accumulators are then
+	// accumAll's first elements, a run's back to back.
+	prefix := true
 	total := 0
-	for _, p := range keep {
+	for k, p := range keep {
+		prefix = prefix && e.params[k] == p
 		total += B * len(p.data)
 	}
 	if total > 0 {
@@ -241,7 +243,7 @@ func (e *Engine) layPerSample() error {
 		}
 		e.psAll = e.psAll[:total:total]
 	}
-	row, off := 0, 0
+	row, off, acc := 0, 0, 0
 	rowOf := func(p *param) {
 		p.normSq = e.paramNormSq[row*B : (row+1)*B : (row+1)*B]
 		row++
@@ -250,23 +252,20 @@ func (e *Engine) layPerSample() error {
 		n := B * len(p.data)
 		p.ps = e.psAll[off : off+n : off+n]
 		if k == 0 || len(p.data) != len(keep[k-1].data) {
-			e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B]})
+			e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
 		}
 		r := &e.psRuns[len(e.psRuns)-1]
 		r.ps = r.ps[:len(r.ps)+n]
 		r.normSq = r.normSq[:len(r.normSq)+B]
+		r.accum = r.accum[:len(r.accum)+len(p.data)]
 		r.params = append(r.params, p)
 		rowOf(p)
 		off += n
+		acc += len(p.data)
 	}
-	for k := range e.psRuns {
-		r := &e.psRuns[k]
-		first, last := r.params[0].accum, r.params[len(r.params)-1].accum
-		size := len(r.params[0].data)
-		start := int(uintptr(unsafe.Pointer(unsafe.SliceData(first)))-uintptr(unsafe.Pointer(unsafe.SliceData(e.accumAll)))) / 4
-		if size > 0 && start >= 0 && start+len(r.params)*size <= len(e.accumAll) &&
-			unsafe.SliceData(last) == unsafe.SliceData(e.accumAll[start+(len(r.params)-1)*size:]) {
-			r.accum = e.accumAll[start : start+len(r.params)*size]
+	if !prefix {
+		for k := range e.psRuns {
+			e.psRuns[k].accum = nil // not back to back: clipRuns steps aside
 		}
 	}
 	for _, p := range e.params {

@@ -99,6 +99,10 @@ type nvidia struct {
 	// tf32 is the handle's math mode: TF32 tensor-core products (set
 	// before a GEMM whose GemmArgs.TF32 differs).
 	tf32 bool
+	// ab holds a GEMM's α and β, which cuBLAS reads through host pointers
+	// during the call (the default pointer mode): on the heap, where the
+	// call's uintptrs keep them, one pair for the serialized calls.
+	ab *[2]float32
 }
 
 // cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
@@ -115,24 +119,6 @@ const (
 	cublasDefaultMath      = 0
 	cublasTF32TensorOpMath = 3
 )
-
-// dlopenFirst loads the first library that opens: the path in the
-// environment variable env where it is set, then names in order. It
-// returns the handle and the name that opened, or every attempt's error.
-func dlopenFirst(env string, names ...string) (uintptr, string, error) {
-	if p := os.Getenv(env); p != "" {
-		names = append([]string{p}, names...)
-	}
-	var errs []error
-	for _, n := range names {
-		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_LOCAL)
-		if err == nil {
-			return h, n, nil
-		}
-		errs = append(errs, err)
-	}
-	return 0, "", errors.Join(errs...)
-}
 
 // libraryDirs are the globs of directories that hold CUDA's libraries
 // outside the loader's path: the NVIDIA wheels a pip-installed PyTorch
@@ -157,6 +143,9 @@ var libraryDirs = []struct{ env, glob string }{
 // in libraryDirs, in their order, newest version first within a
 // directory.
 func libraryFiles(name string) []string {
+	if name == "" {
+		return nil
+	}
 	var out []string
 	for _, d := range libraryDirs {
 		glob := d.glob
@@ -179,7 +168,9 @@ func libraryFiles(name string) []string {
 
 // dlopenFound loads the first library that opens: the path in the
 // environment variable env where it is set, then names (on the loader's
-// path), then the files libraryFiles finds for the glob file. Before a
+// path), then the files libraryFiles finds for the glob file (none for
+// ""). It returns the handle and the name that opened, or every
+// attempt's error. Before a
 // library given by its path it loads the companions (globs, such as
 // cuBLAS's libcublasLt.so.*) beside it, which it needs and whose directory
 // may be on no loader path.
@@ -226,11 +217,11 @@ func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 // Real returns the driver of the machine's first GPU. Without the NVIDIA
 // driver it fails with "no CUDA driver: libcuda.so.1 not found".
 func Real() (Driver, error) {
-	h, _, err := dlopenFirst(EnvLibCUDA, "libcuda.so.1", "libcuda.so")
+	h, _, err := dlopenFound(EnvLibCUDA, "", nil, "libcuda.so.1", "libcuda.so") // the driver's: on the loader's path
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
 	}
-	c := &nvidia{}
+	c := &nvidia{ab: new([2]float32)}
 	f := &c.cu
 	if err := syms(h, "libcuda.so.1", []*uintptr{
 		&f.init, &f.driverGetVersion, &f.deviceGet, &f.deviceGetName, &f.deviceGetAttribute, &f.deviceTotalMem,
@@ -381,9 +372,7 @@ func (c *nvidia) Gemm(g *GemmArgs) error {
 		}
 		c.tf32 = g.TF32
 	}
-	// alpha and beta are read through host pointers (the default
-	// pointer mode): on the heap, where the call's uintptrs keep them.
-	ab := new([2]float32)
+	ab := c.ab
 	ab[0], ab[1] = g.Alpha, g.Beta
 	ta, tb := cublasOp(g.TransA), cublasOp(g.TransB)
 	if g.Batch == 1 {
