@@ -65,6 +65,11 @@ func (c *countingOps) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, 
 	c.CPU.DepthwisePerSampleGrad(s, xi, dyi, dw, ws)
 }
 
+func (c *countingOps) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n int, dw, ws []float32) {
+	c.conv.Add(1)
+	c.CPU.DepthwiseGradBatch(s, x, dy, i0, n, dw, ws)
+}
+
 func (c *countingOps) AdamUpdate(p, g, m, v []float32, co runtime.AdamCoeffs) {
 	c.adam.Add(1)
 	c.CPU.AdamUpdate(p, g, m, v, co)

@@ -88,7 +88,12 @@ type Engine struct {
 	// own (a GPU): the rules that have a batched form take chunks of
 	// samples at once there (matrixBatched, convBatched).
 	batchSamples bool
-	ops          runtime.DPOps // the DP operations of cfg.Device
+	// sampleLoops counts the per-sample loops run where batchSamples is
+	// set (countSampleLoop): each is a chain of small launches on a GPU
+	// that a batched rule would replace; the tests hold it to zero on
+	// the fixtures.
+	sampleLoops int
+	ops         runtime.DPOps // the DP operations of cfg.Device
 	// lay are the device's graph operations (the GraphOps the plan
 	// needs): the fills and copies of the step's device buffers, and the
 	// gathers, scatters and derivatives the per-sample rules share with
@@ -124,6 +129,9 @@ type Engine struct {
 	// reached through a path, before it is mapped back; gatherScratch the
 	// parameter-shaped sum mapped back, before it is added (pathMap).
 	mapScratch, gatherScratch []float32
+	// pathRows holds a chunk of samples' gradients mapped back through a
+	// path to one parameter (addPathRows).
+	pathRows []float32
 	// opScratch and opErrs are the elementwise groups' per-worker
 	// buffers, shared by all groups (hooks run one at a time): a set per
 	// group added up to hundreds of MB on MobileNetV2.

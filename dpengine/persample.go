@@ -60,6 +60,12 @@ type useState struct {
 	// idx maps the operand of a linear use through a path back to the
 	// parameter (buildPathMap); nil for direct uses.
 	idx []int32
+	// rowsMap, on a device that batches its per-sample work, is an
+	// elementwise use's layout-only path as an index map (buildPathMap),
+	// through which arithmeticBatch maps the samples' operand gradients
+	// back at once instead of running the group's sub-plan sample by
+	// sample; nil elsewhere.
+	rowsMap *runtime.IndexMap
 }
 
 // addSample adds inst, the per-sample gradient of sample i with respect to
@@ -106,6 +112,7 @@ func useDecision(m Mode, u *rewrite.Use) rewrite.Decision {
 // Each sample is handled by exactly one worker, which therefore owns that
 // sample's norm and per-sample gradient slots.
 func (e *Engine) forSamples(n int, fn func(w, i int)) {
+	e.countSampleLoop()
 	forSamplesOn(e.ops.Workers(), n, fn)
 }
 
@@ -334,6 +341,9 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			if len(g.uses) == 1 {
 				g.bcast = broadcastPath(cg, g.uses[0], B)
 			}
+			if e.batchSamples && (g.op == "Add" || g.op == "Mul") { // arithmeticBatch's
+				e.buildRowsMaps(cg, g)
+			}
 			var names []string
 			for _, u := range g.uses {
 				if len(u.use.Path) == 0 {
@@ -359,6 +369,98 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 		}
 	}
 	return nil
+}
+
+// buildRowsMaps gives each use of elementwise group g its path as an
+// index map (useState.rowsMap) when every use's path is layout-only, and
+// leaves them all nil otherwise (a path that computes, such as an
+// exponentiated scale, keeps the sub-plan).
+func (e *Engine) buildRowsMaps(cg *graph.Graph, g *useGroup) {
+	maps := make([]*runtime.IndexMap, len(g.uses))
+	for k, us := range g.uses {
+		var others []string
+		for _, o := range g.uses {
+			if o != us {
+				others = append(others, o.p.name)
+			}
+		}
+		idx, err := buildPathMap(cg, us.use.OperandValue, us.p.name, others)
+		if err != nil {
+			return
+		}
+		maps[k] = runtime.NewIndexMap(idx, len(us.p.data), 0)
+	}
+	for k, us := range g.uses {
+		us.rowsMap = maps[k]
+	}
+}
+
+// addRows adds the per-sample gradients inst (n rows of the use's operand
+// size, of the samples i0, i0+1, …) to the parameter, as addSample does
+// row by row: in one or two calls for a direct use (addSampleRows), mapped
+// back through the path's device-resident adjoint for a linear use
+// through a path (addPathRows), sample by sample otherwise.
+func (e *Engine) addRows(us *useState, i0, n int, inst []float32) {
+	if n == 0 {
+		return
+	}
+	size := len(inst) / n
+	switch {
+	case us.idx == nil:
+		if e.addSampleRows(us.p, i0, inst) {
+			return
+		}
+	case us.linear != nil && us.linear.pathMap != nil && size == len(us.idx):
+		if e.addPathRows(us.p, us.linear.pathMap, i0, n, inst) {
+			return
+		}
+	}
+	e.countSampleLoop()
+	for j := 0; j < n; j++ {
+		us.addSample(e.ops, i0+j, 0, inst[j*size:(j+1)*size])
+	}
+}
+
+// countSampleLoop counts a per-sample loop on a device that batches its
+// per-sample work (Engine.sampleLoops).
+func (e *Engine) countSampleLoop() {
+	if e.batchSamples {
+		e.sampleLoops++
+	}
+}
+
+// reservePathRows grows the scratch of addPathRows and addSampleRows for
+// n samples of parameters of up to size elements, so that neither then
+// fails: a batched rule that adds several parameters checks once, before
+// it adds any.
+func (e *Engine) reservePathRows(n, size int) bool {
+	buf, err := growOn(e.dev, e.pathRows, n*size)
+	if err != nil {
+		return false
+	}
+	e.pathRows = buf
+	norms, err := growF64On(e.dev, e.rowNorms, n)
+	if err != nil {
+		return false
+	}
+	e.rowNorms = norms
+	return true
+}
+
+// addPathRows adds the n samples' gradients with respect to an operand
+// that copies parameter p's elements through the index map m (rows of
+// m.Len) to p: mapped back in one IndexGatherBackwardRows (each row the
+// sums of IndexGatherBackward, the order of the sample-by-sample path),
+// then added in one or two calls (addSampleRows). It reports false,
+// doing nothing, when its scratch cannot be had.
+func (e *Engine) addPathRows(p *param, m *runtime.IndexMap, i0, n int, inst []float32) bool {
+	P := len(p.data)
+	if !e.reservePathRows(n, P) {
+		return false
+	}
+	rows := e.pathRows[:n*P]
+	e.lay.IndexGatherBackwardRows(inst[:n*m.Len], m, n, rows)
+	return e.addSampleRows(p, i0, rows)
 }
 
 // broadcastPath returns the shape [B, …] that the batch's gradient with
@@ -733,6 +835,7 @@ func (e *Engine) elementwiseGroup(ev *runtime.HookEvent, g *useGroup) error {
 		}
 		e.opScratch[w].buf = buf
 	}
+	e.countSampleLoop()
 	if g.sub == nil {
 		us := g.uses[0]
 		size := len(us.p.data)

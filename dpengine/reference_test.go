@@ -196,11 +196,17 @@ func TestEngineOnReferenceBackend(t *testing.T) {
 // (reference.Separate, where the engine batches its per-sample work)
 // counting its calls of the batched
 // operations: AddDots and AddSumSqProducts (batched ghost norms),
-// Im2ColBatch (batched convolutions) and GemmStrided of more than one
-// product (the batched Grams and gradients).
+// Im2ColBatch (batched convolutions), DepthwiseGradBatch (batched
+// depthwise convolutions) and GemmStrided of more than one product (the
+// batched Grams and gradients).
 type batchDevice struct {
 	reference.Separate
-	dots, unfolds, strided *atomic.Int64
+	dots, unfolds, depthwise, strided *atomic.Int64
+}
+
+func (d batchDevice) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n int, dw, ws []float32) {
+	d.depthwise.Add(1)
+	d.Separate.DepthwiseGradBatch(s, x, dy, i0, n, dw, ws)
 }
 
 func (d batchDevice) AddDots(alpha float64, a, b []float32, dst []float64) {
@@ -227,7 +233,8 @@ func (d batchDevice) GemmStrided(transA, transB bool, m, n, k int, alpha float32
 
 // TestBatchedRules holds the engine's batched per-sample rules on a
 // one-worker device with memory of its own (reference.Separate) — Gemm and MatMul weights (matrixBatched) and
-// convolutions (convBatched) — to the CPU's per-sample loops
+// convolutions (convBatched, and depthwiseBatched whatever the scratch:
+// a chunk is at least one sample) — to the CPU's per-sample loops
 // (compareEngines), in ghost and instantiate mode: on the attention
 // fixtures with a sample's rows read in place where they lie at one
 // stride and with every operand gathered first, on the convolutional ones
@@ -272,9 +279,9 @@ func TestBatchedRules(t *testing.T) {
 				const n = 6
 				x, y, batch, fill := engineBatch(t, r.name, n)
 				clip := Clipping{Fn: Abadi, R: 0.5}
-				var dots, unfolds, strided atomic.Int64
+				var dots, unfolds, depthwise, strided atomic.Int64
 				cpu := buildEngine(t, r.name, compareConfig(runtime.CPU{}, r.mode, clip, false, "sgd", n))
-				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Separate{}, &dots, &unfolds, &strided}, r.mode, clip, false, "sgd", n))
+				one := buildEngine(t, r.name, compareConfig(batchDevice{reference.Separate{}, &dots, &unfolds, &depthwise, &strided}, r.mode, clip, false, "sgd", n))
 				compareEngines(t, label, cpu, one, x, y, batch, fill)
 				key := fmt.Sprintf("%s/%s/%v", r.name, r.mode, r.gather)
 				switch {
@@ -287,8 +294,41 @@ func TestBatchedRules(t *testing.T) {
 				case !r.conv && strided.Load() <= base[key]:
 					t.Errorf("%s: %d batched products, as many as with no scratch: the batched rules did not run", label, strided.Load())
 				}
+				if scratch == 1<<24 && !r.gather && one.sampleLoops != 0 {
+					t.Errorf("%s: %d per-sample loops on a device that batches its per-sample work", label, one.sampleLoops)
+				}
+				if r.name == "mobilenet" && depthwise.Load() == 0 {
+					t.Errorf("%s: the batched depthwise gradients did not run", label)
+				}
 				if !r.conv && r.mode == Ghost && scratch > 0 && dots.Load() == 0 {
 					t.Errorf("%s: no batched ghost norm", label)
+				}
+			})
+		}
+	}
+}
+
+// TestNoSampleLoops: on a one-worker device with memory of its own
+// (reference.Separate, as a GPU) every fixture's DP step in every DP mode
+// runs without a per-sample loop (Engine.sampleLoops: each would be a
+// chain of small launches per sample on a GPU) — linear weights, direct or
+// through a path (packedqkv's slices of a packed projection), depthwise
+// convolutions, biases and affines, parameters reaching an Add through a
+// layout-only path (BEiT's relative-position table and concatenated q/v
+// bias) — and gives the CPU's results (compareEngines).
+func TestNoSampleLoops(t *testing.T) {
+	for _, name := range engineFixtures {
+		for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+			label := name + "/" + string(mode)
+			t.Run(label, func(t *testing.T) {
+				const n = 6
+				x, y, batch, fill := engineBatch(t, name, n)
+				clip := Clipping{Fn: Abadi, R: 0.5}
+				cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
+				one := buildEngine(t, name, compareConfig(reference.Separate{}, mode, clip, false, "sgd", n))
+				compareEngines(t, label, cpu, one, x, y, batch, fill)
+				if one.sampleLoops != 0 {
+					t.Errorf("%d per-sample loops", one.sampleLoops)
 				}
 			})
 		}

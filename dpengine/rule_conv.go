@@ -53,6 +53,9 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 		if size != s.M*s.K {
 			return fmt.Errorf("depthwise weight of %d values, want %d", size, s.M*s.K)
 		}
+		if e.batchSamples {
+			return depthwiseBatched(e, us, s, x, dy)
+		}
 		scratch := e.ops.DepthwiseScratchSize(s)
 		bufs, err := e.workerBufs(scratch + size)
 		if err != nil {
@@ -322,8 +325,8 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 // samples' unfolded inputs in one Im2ColBatch, then either their Grams
 // a_i a_iᵀ and g_i g_iᵀ as two batched GEMMs and the ghost norms as one
 // AddDots, or their gradients g_iᵀa_i as one batched GEMM into the
-// samples' rows, added to the parameter in one call (addSampleRows) or,
-// through a path, sample by sample. It reports false, doing nothing,
+// samples' rows, added to the parameter at once (addRows: through a
+// path, mapped back by its index map in one call). It reports false, doing nothing,
 // when one sample's share exceeds batchedScratch; the per-sample loop
 // then runs.
 func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape, x, dy *runtime.View, outLen int) (bool, error) {
@@ -367,17 +370,34 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 			e.ops.GemmStrided(true, false, T, T, P, 1, gT, T, outLen, gT, T, outLen, 0, gg, T, T*T, n)
 			e.ops.AddDots(1, aa, gg, p.normSq[i0:i0+n])
 		}
-		if ghost {
-			continue
-		}
-		if us.idx == nil && e.addSampleRows(p, i0, inst) {
-			continue
-		}
-		for j := 0; j < n; j++ {
-			us.addSample(e.ops, i0+j, 0, inst[j*M*D:(j+1)*M*D])
+		if !ghost {
+			e.addRows(us, i0, n, inst)
 		}
 	}
 	return true, nil
+}
+
+// depthwiseBatched is convUseOn's depthwise per-sample gradients on a
+// device of one worker with memory of its own (Engine.batchSamples): a
+// chunk of samples' gradients in one DepthwiseGradBatch, added to the
+// parameter at once (addRows). The chunk is as many samples as fit
+// batchedScratch, at least one.
+func depthwiseBatched(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.View) error {
+	size := s.M * s.K
+	scratch := e.ops.DepthwiseScratchSize(s)
+	nb := max(1, min(e.n, batchedScratch/max(size, 1)))
+	bufs, err := e.workerBufs(scratch + nb*size)
+	if err != nil {
+		return err
+	}
+	ws, rows := bufs[0][:scratch], bufs[0][scratch:scratch+nb*size]
+	for i0 := 0; i0 < e.n; i0 += nb {
+		n := min(nb, e.n-i0)
+		inst := rows[:n*size]
+		e.ops.DepthwiseGradBatch(s, x.Data, dy.Data, i0, n, inst, ws)
+		e.addRows(us, i0, n, inst)
+	}
+	return nil
 }
 
 // convGhostByGram adds each sample's ghost norm ⟨a_i a_iᵀ, g_i g_iᵀ⟩ to

@@ -31,8 +31,6 @@ func convTransposeUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 // the input activation, which other layers may still read.
 func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
 	inLen := len(ls.x) / B
-	for i := 0; i < B; i++ {
-		ls.ops.Scale(c[i], ls.x[i*inLen:(i+1)*inLen])
-	}
+	ls.ops.ScaleRows(c[:B], 1, ls.x[:B*inLen], inLen, inLen) // sample i's rows by C_i, c read where it lies
 	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
 }

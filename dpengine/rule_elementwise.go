@@ -25,14 +25,23 @@ var arithmeticBatchOff bool
 // sample-by-sample path gathers each sample's output gradient and other
 // operand, multiplies and reduces, at ResNet-18's 20 affines about 4 % of
 // a book-keeping step. The sums are the same float64 sums of float32
-// products (in another order within a row). It reports false, doing
-// nothing, for any other case.
+// products (in another order within a row). An operand that copies
+// parameters through a layout-only path (useState.rowsMap: BEiT's
+// relative-position bias gathered from its table, a q/v bias concatenated
+// with zeros, a slice of a packed bias) takes the same reduction onto the
+// operand's shape, each parameter's rows then mapped back at once
+// (addPathRows) instead of the sub-plan sample by sample. It reports
+// false, doing nothing, for any other case.
 func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	op := ev.Node.OpType
-	if arithmeticBatchOff || (op != "Add" && op != "Mul") || len(g.uses) != 1 || g.sub != nil || g.uses[0].idx != nil {
+	if arithmeticBatchOff || (op != "Add" && op != "Mul") {
 		return false
 	}
 	us := g.uses[0]
+	direct := len(g.uses) == 1 && g.sub == nil && us.idx == nil
+	if !direct && us.rowsMap == nil {
+		return false
+	}
 	k := us.use.Operand
 	if k < 0 || k > 1 || len(ev.Inputs) != 2 {
 		return false
@@ -41,7 +50,10 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	prm, other, dy := &ev.Inputs[k], &ev.Inputs[1-k], &ev.DOut
 	yShape := dy.Shape
 	r := len(yShape)
-	P := len(us.p.data)
+	P := len(us.p.data) // the operand's elements: the parameter's, or the path's output
+	if !direct {
+		P = us.rowsMap.Len
+	}
 	ba := dy.BatchAxis // 0, or 1 for sequence-first (T, B, …) activations
 	// A parameter's leading unit axes broadcast over the batch's (a ViT's
 	// position embedding, 1 × T × D): they are not its own.
@@ -82,6 +94,15 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	if err != nil {
 		return false // the general path reports it
 	}
+	if !direct {
+		size := 0
+		for _, u := range g.uses {
+			size = max(size, len(u.p.data))
+		}
+		if !e.reservePathRows(e.n, size) {
+			return false
+		}
+	}
 	e.affineScratch = buf
 	buf, stand := buf[:B*P], buf[B*P:]
 	if op == "Add" {
@@ -92,7 +113,15 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		// not read.
 		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf)
 	}
-	return e.addSampleRows(us.p, 0, buf[:e.n*P])
+	if direct {
+		return e.addSampleRows(us.p, 0, buf[:e.n*P])
+	}
+	for _, u := range g.uses {
+		if !e.addPathRows(u.p, u.rowsMap, 0, e.n, buf[:e.n*P]) {
+			panic("dpengine: path rows' scratch reserved, then refused") // reservePathRows grew it
+		}
+	}
+	return true
 }
 
 // addSampleRows adds the per-sample gradients g (rows of the parameter's

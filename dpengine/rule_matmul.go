@@ -103,8 +103,8 @@ var batchedScratch = 1 << 24
 // batched GEMMs (the Grams) and one AddDots, or for one row a sample (T =
 // 1, a classifier's head) ‖a_i‖²‖g_i‖² as one AddSumSqProducts; the
 // instantiated gradients α·g_iᵀa_i as one batched GEMM into the samples'
-// rows, added to the parameter in one call (addSampleRows) or, through a
-// path, sample by sample. The sums are those of the per-sample path. The
+// rows, added to the parameter at once (addRows: through a path, mapped
+// back by its index map in one call). The sums are those of the per-sample path. The
 // GEMMs read a sample's rows in place where they lie at one stride (the
 // batch outermost, or rows of one feature vector per batch block: the
 // sequence-first layout of PyTorch's nn.MultiheadAttention); other
@@ -171,12 +171,7 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 		} else {
 			e.ops.GemmStrided(true, false, D, P, T, ls.alpha, ai, lda, sa, gi, ldg, sg, 0, inst, P, size, b)
 		}
-		if us.idx == nil && e.addSampleRows(p, i0, inst) {
-			continue
-		}
-		for j := 0; j < b; j++ {
-			us.addSample(e.ops, i0+j, 0, inst[j*size:(j+1)*size])
-		}
+		e.addRows(us, i0, b, inst)
 	}
 	return true, nil
 }

@@ -196,6 +196,7 @@ func testInput(n int, seed float64) []float32 {
 // of the batch-of-1 gradients.
 func TestRulesAgainstBatchOfOne(t *testing.T) {
 	const B = 4
+	gpu := guardedCUDA(t)
 	for name, build := range rulesModels(t) {
 		g0, sample := build()
 		sampleLen := 1
@@ -246,11 +247,18 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 			}
 		}
 		// The reference backend with memory of its own has one worker:
-		// the batched rules (matrixBatched, convBatched) run there.
-		for _, rm := range []struct {
+		// the batched rules (matrixBatched, convBatched) run there; so
+		// they do on the CUDA emulation, whose guarded memory faults on
+		// a host read of a device value.
+		type runOn struct {
 			mode Mode
 			dev  runtime.Device
-		}{{Instantiate, nil}, {Ghost, nil}, {Mixed, nil}, {BK, nil}, {Instantiate, reference.Separate{}}, {Ghost, reference.Separate{}}, {BK, reference.Separate{}}} {
+		}
+		runs := []runOn{{Instantiate, nil}, {Ghost, nil}, {Mixed, nil}, {BK, nil}, {Instantiate, reference.Separate{}}, {Ghost, reference.Separate{}}, {BK, reference.Separate{}}}
+		if gpu != nil {
+			runs = append(runs, runOn{Instantiate, gpu}, runOn{Ghost, gpu}, runOn{Mixed, gpu}, runOn{BK, gpu})
+		}
+		for _, rm := range runs {
 			mode, dev := rm.mode, rm.dev
 			label := fmt.Sprintf("%s/%s", name, mode)
 			if dev != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/cuda"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // opModel is a small ONNX model for the per-sample rules of ConvTranspose,
@@ -143,8 +145,9 @@ func bruteNorms(t *testing.T, m *opModel, x []float32, y []int64, R float64) (ma
 
 // TestOperatorRulesMatchBruteForce: the per-sample norms of ConvTranspose
 // weights and biases, PRelu slopes (numpy and opset-6 per-channel forms)
-// and Einsum weights equal batch-of-1 brute force in every DP mode, and no
-// parameter is frozen.
+// and Einsum weights equal batch-of-1 brute force in every DP mode, on the
+// CPU, on reference.Separate and on the guarded CUDA emulation
+// (opRuleDevices), and no parameter is frozen.
 func TestOperatorRulesMatchBruteForce(t *testing.T) {
 	models := map[string]func() *opModel{
 		"convtranspose_prelu_einsum": func() *opModel {
@@ -202,62 +205,97 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 		}
 		const R = 6 // binds for some samples, not all
 		want, wantSum := bruteNorms(t, m, x, y, R)
-		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
-			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
-				g := m.graph(t)
-				rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: m.sample, Batch: N}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, p := range rp.Params {
-					if !p.Trainable() {
-						t.Errorf("%s is frozen: %s", p.Name, p.Reason)
+		for _, dm := range opRuleDevices(t) {
+			for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+				t.Run(fmt.Sprintf("%s/%s/%s", name, dm.name, mode), func(t *testing.T) {
+					if dm.dev == nil && dm.name != "cpu" {
+						t.Skip("no CUDA emulation here")
 					}
-				}
-				e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: R}, ExpectedBatch: N, PhysicalBatch: N})
-				if err != nil {
-					t.Fatal(err)
-				}
-				sums, _, err := e.ClippedSum(x, y)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for pname, w := range wantSum {
-					var d, mx float64
-					for k, v := range w {
-						d = math.Max(d, math.Abs(float64(sums[pname][k])-v))
-						mx = math.Max(mx, math.Abs(v))
+					g := m.graph(t)
+					rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: m.sample, Batch: N}})
+					if err != nil {
+						t.Fatal(err)
 					}
-					if d > 1e-3*mx+1e-6 {
-						t.Errorf("%s: clipped sum differs from brute force by %.3g (max %.3g)", pname, d, mx)
-					}
-				}
-				got := e.ParamNorms()
-				if len(got) != len(want) {
-					t.Errorf("%d parameters with norms, brute force %d", len(got), len(want))
-				}
-				for pname, w := range want {
-					g, ok := got[pname]
-					if !ok {
-						t.Errorf("no per-sample norm for %s", pname)
-						continue
-					}
-					for i := range w {
-						if d := math.Abs(g[i] - w[i]); d > 1e-3*w[i]+1e-7 {
-							t.Errorf("%s sample %d: norm %v, brute force %v", pname, i, g[i], w[i])
+					for _, p := range rp.Params {
+						if !p.Trainable() {
+							t.Errorf("%s is frozen: %s", p.Name, p.Reason)
 						}
 					}
-				}
-			})
+					e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: R}, ExpectedBatch: N, PhysicalBatch: N})
+					if err != nil {
+						t.Fatal(err)
+					}
+					sums, _, err := e.ClippedSum(x, y)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for pname, w := range wantSum {
+						var d, mx float64
+						for k, v := range w {
+							d = math.Max(d, math.Abs(float64(sums[pname][k])-v))
+							mx = math.Max(mx, math.Abs(v))
+						}
+						if d > 1e-3*mx+1e-6 {
+							t.Errorf("%s: clipped sum differs from brute force by %.3g (max %.3g)", pname, d, mx)
+						}
+					}
+					got := e.ParamNorms()
+					if len(got) != len(want) {
+						t.Errorf("%d parameters with norms, brute force %d", len(got), len(want))
+					}
+					for pname, w := range want {
+						g, ok := got[pname]
+						if !ok {
+							t.Errorf("no per-sample norm for %s", pname)
+							continue
+						}
+						for i := range w {
+							if d := math.Abs(g[i] - w[i]); d > 1e-3*w[i]+1e-7 {
+								t.Errorf("%s sample %d: norm %v, brute force %v", pname, i, g[i], w[i])
+							}
+						}
+					}
+				})
+			}
 		}
 	}
+}
+
+// opRuleDevice is a device the operator rules run on: the CPU (dev nil),
+// reference.Separate (one worker, memory of its own: the engine's batched
+// rules), and the CUDA emulation with guarded memory, where a host read of
+// a device value (a clip factor, a norm) faults as on a GPU; dev is nil
+// there when the emulation cannot run.
+type opRuleDevice struct {
+	name string
+	dev  runtime.Device
+}
+
+func opRuleDevices(t *testing.T) []opRuleDevice {
+	return []opRuleDevice{{"cpu", nil}, {"separate", reference.Separate{}}, {"cuda", guardedCUDA(t)}}
+}
+
+// guardedCUDA returns the CUDA device on the emulation with guarded
+// memory (closed when t ends), or nil where the emulation cannot run.
+func guardedCUDA(t *testing.T) runtime.Device {
+	drv, err := cuda.EmulatedGuarded()
+	if err != nil {
+		return nil
+	}
+	d, err := cuda.New(drv)
+	if err != nil {
+		drv.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // TestOperatorNormsMatchPyTorch: the per-sample norms of a PyTorch export
 // with Conv, PReLU (per-channel and shared slopes), a grouped strided
 // ConvTranspose and Linear parameters equal PyTorch's batch-of-1 norms
 // (testdata/ops/norms_convtranspose_prelu, from make_op_models.py) in
-// every DP mode.
+// every DP mode, on each of opRuleDevices.
 func TestOperatorNormsMatchPyTorch(t *testing.T) {
 	base := filepath.Join("..", "testdata", "ops", "norms_convtranspose_prelu")
 	ref, err := npy.ReadNPZ(base + ".npz")
@@ -266,50 +304,55 @@ func TestOperatorNormsMatchPyTorch(t *testing.T) {
 	}
 	x, labels, want := ref["input"].F32, ref["labels"].I64, ref["norm_total"].F64
 	B := len(labels)
-	for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
-		t.Run(string(mode), func(t *testing.T) {
-			m, err := onnx.Load(base + ".onnx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := graph.FromONNX(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{3, 4, 4}, Batch: int64(B)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(B), PhysicalBatch: B})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, norms, err := e.ClippedSum(x, labels)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, w := range want {
-				if r := math.Abs(norms[i]-w) / w; r > 1e-4 {
-					t.Errorf("sample %d: total norm %v, PyTorch %v (rel %.2e)", i, norms[i], w, r)
+	for _, dm := range opRuleDevices(t) {
+		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+			t.Run(dm.name+"/"+string(mode), func(t *testing.T) {
+				if dm.dev == nil && dm.name != "cpu" {
+					t.Skip("no CUDA emulation here")
 				}
-			}
-			got := e.ParamNorms()
-			n := 0
-			for k, a := range ref {
-				name, ok := strings.CutPrefix(k, "norm/")
-				if !ok {
-					continue
+				m, err := onnx.Load(base + ".onnx")
+				if err != nil {
+					t.Fatal(err)
 				}
-				n++
-				for i, w := range a.F64 {
-					if d := math.Abs(got[name][i] - w); d > 1e-4*w+1e-7 {
-						t.Errorf("%s sample %d: norm %v, PyTorch %v", name, i, got[name][i], w)
+				g, err := graph.FromONNX(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{3, 4, 4}, Batch: int64(B)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(B), PhysicalBatch: B})
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, norms, err := e.ClippedSum(x, labels)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, w := range want {
+					if r := math.Abs(norms[i]-w) / w; r > 1e-4 {
+						t.Errorf("sample %d: total norm %v, PyTorch %v (rel %.2e)", i, norms[i], w, r)
 					}
 				}
-			}
-			if n != 8 || len(got) != n {
-				t.Errorf("%d parameters with norms, %d with PyTorch references (want 8)", len(got), n)
-			}
-		})
+				got := e.ParamNorms()
+				n := 0
+				for k, a := range ref {
+					name, ok := strings.CutPrefix(k, "norm/")
+					if !ok {
+						continue
+					}
+					n++
+					for i, w := range a.F64 {
+						if d := math.Abs(got[name][i] - w); d > 1e-4*w+1e-7 {
+							t.Errorf("%s sample %d: norm %v, PyTorch %v", name, i, got[name][i], w)
+						}
+					}
+				}
+				if n != 8 || len(got) != n {
+					t.Errorf("%d parameters with norms, %d with PyTorch references (want 8)", len(got), n)
+				}
+			})
+		}
 	}
 }

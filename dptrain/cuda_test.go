@@ -14,7 +14,7 @@ import (
 
 // TestRunOnCUDA trains as TestRunOnSeparateMemory (interrupted, resumed
 // from its checkpoint, exported; and a plain run) on the emulated CUDA
-// device, whose parameters, accumulators and optimizer state are blocks
+// device with guarded memory (a host read of device memory would fault), whose parameters, accumulators and optimizer state are blocks
 // of device memory, and on the CPU, with the same seed. The noise is the
 // same bits on both and the rest the same arithmetic up to the order of
 // the GPU's batched sums, so the checkpoints, the test metrics and the
@@ -22,7 +22,9 @@ import (
 // restored out of order or a block view off by one would not. Each run's
 // report names its device.
 func TestRunOnCUDA(t *testing.T) {
-	t.Setenv(cuda.EnvDriver, "emulate") // whatever the environment says: a GPU's own run is gpu-check's
+	// Whatever the environment says (a GPU's own run is gpu-check's): the
+	// emulation, its device memory closed to the host as a GPU's is.
+	t.Setenv(cuda.EnvDriver, "emulate-guarded")
 	dev, err := cuda.Open()
 	if err != nil {
 		t.Skipf("no CUDA emulation here: %v", err)

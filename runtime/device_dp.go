@@ -36,6 +36,12 @@ type PerSampleOps interface {
 	// for input xi (C·InSize) and output gradient dyi (M·T); ws is scratch
 	// of DepthwiseScratchSize(s) elements. It runs on one worker.
 	DepthwisePerSampleGrad(s *ConvShape, xi, dyi, dw, ws []float32)
+	// DepthwiseGradBatch writes the depthwise weight gradients of the n
+	// samples i0, i0+1, … of x (N×C×InSize) and dy (N×M×T), sample j's
+	// M·K (DepthwisePerSampleGrad's) at j·M·K of dw: a chunk of the batch
+	// at once, for a device whose per-sample loop is a chain of small
+	// launches. ws is scratch of DepthwiseScratchSize(s) elements.
+	DepthwiseGradBatch(s *ConvShape, x, dy []float32, i0, n int, dw, ws []float32)
 	// DepthwiseScratchSize is the scratch DepthwisePerSampleGrad needs, in
 	// elements.
 	DepthwiseScratchSize(s *ConvShape) int
@@ -66,6 +72,16 @@ func (CPU) ConvWorkspaceSize(s *ConvShape) int { return kernels.ConvWorkspaceSiz
 // kernels.DepthwisePerSampleGrad.
 func (CPU) DepthwisePerSampleGrad(s *ConvShape, xi, dyi, dw, ws []float32) {
 	kernels.DepthwisePerSampleGrad(s, xi, dyi, dw, ws)
+}
+
+// DepthwiseGradBatch implements PerSampleOps: DepthwisePerSampleGrad
+// sample by sample.
+func (c CPU) DepthwiseGradBatch(s *ConvShape, x, dy []float32, i0, n int, dw, ws []float32) {
+	xs, ys, size := s.C*s.InSize, s.M*s.T, s.M*s.K
+	for j := 0; j < n; j++ {
+		i := i0 + j
+		c.DepthwisePerSampleGrad(s, x[i*xs:(i+1)*xs], dy[i*ys:(i+1)*ys], dw[j*size:(j+1)*size], ws)
+	}
 }
 
 // DepthwiseScratchSize implements PerSampleOps with

@@ -25,6 +25,13 @@ type LayoutOps interface {
 	// m.SrcLen elements of x) with dx[j] = Σ_{i: idx[i] = j} dy[i], the
 	// sum taken in increasing i (zero where no element reads j).
 	IndexGatherBackward(dy []float32, m *IndexMap, dx []float32)
+	// IndexGatherBackwardRows is IndexGatherBackward on each of rows
+	// rows at once: dy's row r (m.Len elements from r·m.Len) to dx's row
+	// r (m.SrcLen elements from r·m.SrcLen), each row's sums those of
+	// IndexGatherBackward. The DP engine maps a chunk of samples'
+	// gradients with respect to an operand back to a parameter the
+	// operand copies (a packed projection's slice, a gathered table).
+	IndexGatherBackwardRows(dy []float32, m *IndexMap, rows int, dx []float32)
 	// Transpose computes y = transpose(x, pp.Perm) for x of shape
 	// pp.Shape (ONNX Transpose).
 	Transpose(x []float32, pp *PermPlan, y []float32)
@@ -67,6 +74,14 @@ func (CPU) IndexGather(x []float32, m *IndexMap, y []float32) { m.gather(x, y) }
 // IndexGatherBackward implements LayoutOps: block copies when the runs of
 // m are disjoint and cover x.
 func (CPU) IndexGatherBackward(dy []float32, m *IndexMap, dx []float32) { m.gatherBackward(dy, dx) }
+
+// IndexGatherBackwardRows implements LayoutOps: IndexGatherBackward row
+// by row.
+func (CPU) IndexGatherBackwardRows(dy []float32, m *IndexMap, rows int, dx []float32) {
+	for r := 0; r < rows; r++ {
+		m.gatherBackward(dy[r*m.Len:(r+1)*m.Len], dx[r*m.SrcLen:(r+1)*m.SrcLen])
+	}
+}
 
 // Transpose implements LayoutOps with pp's row copies or tiles, split
 // over the workers.

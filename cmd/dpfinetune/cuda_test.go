@@ -12,10 +12,11 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
-// useEmulatedCUDA makes the test's --device cuda the emulation
-// (DPFINETUNE_CUDA=emulate), or skips it where the emulation cannot run.
+// useEmulatedCUDA makes the test's --device cuda the emulation with
+// guarded memory (DPFINETUNE_CUDA=emulate-guarded: a host read of device
+// memory faults, as on a GPU), or skips it where the emulation cannot run.
 func useEmulatedCUDA(t *testing.T) {
-	t.Setenv(cuda.EnvDriver, "emulate")
+	t.Setenv(cuda.EnvDriver, "emulate-guarded")
 	dev, err := runtime.OpenDevice(cuda.DeviceName)
 	if err != nil {
 		t.Skipf("no CUDA emulation here: %v", err)

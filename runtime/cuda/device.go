@@ -12,7 +12,8 @@ import (
 )
 
 // EnvDriver selects the driver Open uses: "emulate" for the emulation,
-// anything else (or unset) for the GPU's driver.
+// "emulate-guarded" for the emulation with device memory the host cannot
+// touch (EmulatedGuarded), anything else (or unset) for the GPU's driver.
 const EnvDriver = "DPFINETUNE_CUDA"
 
 //go:embed kernels/*.cu kernels/common.cuh
@@ -48,8 +49,8 @@ var deviceKernels = map[string][]string{
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
 	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"persample.cu": {"im2col", "conv_weight_grad"},
-	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "permute", "rows_copy", "expand"},
+	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows"},
+	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_normalize", "row_grad_sums", "row_normalize_bwd",
@@ -129,13 +130,17 @@ type copyBack struct {
 }
 
 // Open returns the CUDA device: the GPU through the driver (Real), or the
-// emulation when DPFINETUNE_CUDA=emulate.
+// emulation when DPFINETUNE_CUDA=emulate (emulate-guarded: with guarded
+// memory).
 func Open() (*Device, error) {
 	var drv Driver
 	var err error
-	if os.Getenv(EnvDriver) == "emulate" {
+	switch os.Getenv(EnvDriver) {
+	case "emulate":
 		drv, err = Emulated()
-	} else {
+	case "emulate-guarded":
+		drv, err = EmulatedGuarded()
+	default:
 		drv, err = Real()
 	}
 	if err != nil {

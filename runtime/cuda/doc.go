@@ -44,10 +44,21 @@
 //     shuffles, the bit casts — and a launcher per kernel that runs the
 //     grid's blocks one after another, a block's threads as real threads
 //     (a pool kept from launch to launch) with barriers; its comment lists the restrictions the kernels follow
-//     (all of them CUDA's own rules). Device memory is C memory outside
+//     (all of them CUDA's own rules). Barriers are its main cost, so
+//     common.cuh's warp_sum, five shuffles on a GPU, is one exchange there
+//     (CUDA_EMU, emu_warp_sum: the same tree, bit for bit, TestEmuWarpSum).
+//     Device memory is C memory outside
 //     the Go heap. It is selected with DPFINETUNE_CUDA=emulate (Open) and
 //     is what the tests run on a machine without a GPU. Its Gemm is the
-//     CPU's SGEMM (runtime/blas) over the emulated memory.
+//     CPU's SGEMM (runtime/blas) over the emulated memory. Its guarded
+//     form (EmulatedGuarded, DPFINETUNE_CUDA=emulate-guarded; emuguard.go)
+//     keeps device memory in one reserved mapping that is inaccessible
+//     but during the driver's own calls: a host read of a device value,
+//     which the plain emulation lets pass and a GPU faults on, faults
+//     there too, with the reader's stack. This package's tests, the DP
+//     engine's operator-rule tests, dptrain's TestRunOnCUDA and the CLI's
+//     CUDA tests run on it; the engine tests that read device buffers in
+//     place keep the plain emulation.
 //
 // Both compile without contracting a·b + c into an FMA (-ffp-contract=off,
 // --fmad=false) and without fast math, so that float arithmetic rounds
@@ -217,9 +228,9 @@
 //     broadcast MaxMin input's gradient, a GemmBias gradient); direct
 //     depthwise convolutions; staging of host operands (the compile-time
 //     index maps and loop nests could be uploaded once); the engine's
-//     per-sample loops where a rule has no batched form yet (depthwise
-//     convolutions, Einsum, PRelu, weights used more than once, paths
-//     other than reshapes and a broadcast); a stream per worker instead
+//     per-sample loops where a rule has no batched form yet (Einsum,
+//     PRelu slopes, paths that compute rather than copy; dpengine's
+//     TestNoSampleLoops holds every fixture to none); a stream per worker instead
 //     of the default stream; cuDNN for the convolutions (TF32 products
 //     through cuBLAS meanwhile).
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8

@@ -10,6 +10,10 @@ func Emulated() (Driver, error) {
 	return nil, errors.New("cuda: the emulation runs on linux/amd64 and linux/arm64 only")
 }
 
+// EmulatedGuarded returns the emulated driver with guarded memory, which
+// this platform lacks, as it lacks the emulation.
+func EmulatedGuarded() (Driver, error) { return Emulated() }
+
 // Real returns the GPU's driver, which this build lacks: it reaches
 // libcuda through purego on linux/amd64 and linux/arm64.
 func Real() (Driver, error) {

@@ -5,8 +5,10 @@ package cuda
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
@@ -46,6 +48,103 @@ func TestOpenEmulated(t *testing.T) {
 		t.Errorf("Open() with %s=emulate gave %q, %+v", EnvDriver, d.Name(), d.Properties())
 	}
 }
+
+// TestGuardedMemory checks the guarded emulation: DPFINETUNE_CUDA=
+// emulate-guarded opens it; device memory written by a kernel and read
+// back through the driver's copy holds the values, while a host read of
+// it (a buffer's Floats view, as an engine's stray c[i] would be) faults,
+// as on a GPU; and its allocator reuses freed memory, merged, with every
+// allocation zeroed.
+func TestGuardedMemory(t *testing.T) {
+	if os.Getenv(EnvDriver) == "gpu" {
+		t.Skip("the guarded emulation is no GPU")
+	}
+	emuDriver(t) // skips without g++
+	t.Setenv(EnvDriver, "emulate-guarded")
+	d, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if !strings.Contains(d.Name(), "guarded") {
+		t.Errorf("Open() with %s=emulate-guarded gave %q", EnvDriver, d.Name())
+	}
+	b, err := d.Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Fill(2.5, b.Floats())
+	host := make([]float32, 1000)
+	if err := d.CopyOut(host, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if host[0] != 2.5 || host[999] != 2.5 {
+		t.Fatalf("read back %v … %v, want 2.5", host[0], host[999])
+	}
+	faulted := func() (ok bool) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				e, isErr := r.(interface{ Addr() uintptr })
+				ok = isErr && e.Addr() >= uintptr(b.(*buffer).p) && e.Addr() < uintptr(b.(*buffer).p)+4000
+			}
+		}()
+		guardSink = b.Floats()[10]
+		return false
+	}
+	if !faulted() {
+		t.Fatal("a host read of guarded device memory did not fault at its address")
+	}
+	// The allocator: freed spans are reused (merged with their
+	// neighbours) and handed out zeroed.
+	drv, err := EmulatedGuarded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	var ps []DevicePtr
+	for i := 0; i < 4; i++ {
+		p, err := drv.Alloc(1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ones := make([]float32, 250)
+		for j := range ones {
+			ones[j] = 1
+		}
+		if err := drv.CopyHtoD(p, unsafe.Pointer(&ones[0]), 1000); err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	for _, p := range ps[1:3] {
+		if err := drv.Free(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := drv.Alloc(2000) // the two freed neighbours, merged
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != ps[1] {
+		t.Errorf("an allocation of two freed neighbours' size went to %#x, not to the first of them at %#x", uintptr(p), uintptr(ps[1]))
+	}
+	got := make([]float32, 500)
+	if err := drv.CopyDtoH(unsafe.Pointer(&got[0]), p, 2000); err != nil {
+		t.Fatal(err)
+	}
+	for j, v := range got {
+		if v != 0 {
+			t.Fatalf("reused memory not zeroed: [%d] = %v", j, v)
+		}
+	}
+	if err := drv.Free(ps[1] + 1); err == nil {
+		t.Error("freeing an address inside an allocation succeeded")
+	}
+}
+
+// guardSink keeps TestGuardedMemory's host read from being optimized away.
+var guardSink float32
 
 // TestArgsPacking checks the argument array: one pointer per argument, to
 // its value's bytes, structs over consecutive slots.

@@ -261,8 +261,9 @@ func (d *Device) PReluBackward(x, slope []float32, sIdx []int32, dy, dx, ds []fl
 	a := d.begin()
 	defer d.end("PReluBackward")
 	pdy := f32(dy[:n], opIn, d)
-	var pdx, pds DevicePtr
-	if dx != nil {
+	var pdx, pds, pslope, pidx DevicePtr
+	if dx != nil { // the slope is read for dx only: the engine's ds alone passes none
+		pslope, pidx = f32(slope[:slopeLen(slope, sIdx, n)], opIn, d), i32s(sIdx, n, d)
 		if aliased(dy, dx) {
 			pdy = f32(dy[:n], opInOut, d)
 			pdx = pdy
@@ -273,7 +274,7 @@ func (d *Device) PReluBackward(x, slope []float32, sIdx []int32, dy, dx, ds []fl
 	if ds != nil {
 		pds = f32(ds[:n], opOut, d)
 	}
-	a.Ptr(f32(x, opIn, d)).Ptr(f32(slope[:slopeLen(slope, sIdx, n)], opIn, d)).Ptr(i32s(sIdx, n, d)).Ptr(pdy).Ptr(pdx).Ptr(pds).I64(int64(n))
+	a.Ptr(f32(x[:n], opIn, d)).Ptr(pslope).Ptr(pidx).Ptr(pdy).Ptr(pdx).Ptr(pds).I64(int64(n))
 	d.launch("prelu_backward", int64(n))
 }
 

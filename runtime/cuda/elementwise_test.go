@@ -221,7 +221,10 @@ var elementwiseCases = []valueCase{
 		o.PReluBackward(place(p, x), place(p, slope), sIdx, place(p, unif(r, n)), dx, ds)
 		dx2 := place(p, filled(n, 7))
 		o.PReluBackward(place(p, x), place(p, slope), sIdx, place(p, unif(r, n)), dx2, nil)
-		return [][]float32{fetch(p, y), fetch(p, dx), fetch(p, ds), fetch(p, dx2)}, true
+		// ds alone, with no slope: the DP engine's slope gradient.
+		ds2 := place(p, filled(n, 7))
+		o.PReluBackward(place(p, x), nil, nil, place(p, unif(r, n)), nil, ds2)
+		return [][]float32{fetch(p, y), fetch(p, dx), fetch(p, ds), fetch(p, dx2), fetch(p, ds2)}, true
 	}, 1e-6},
 	{"MaxMin", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.ElementwiseOps)

@@ -14,10 +14,12 @@ import (
 //go:embed testdata/emu_test.cu
 var emuTestSource string
 
-// emuDriver returns the driver the tests run on: the emulation, or the
-// GPU's driver when DPFINETUNE_CUDA=gpu (the same tests then check the
-// kernels as NVRTC compiles them). It skips the test when the machine
-// cannot run the emulation (no g++).
+// emuDriver returns the driver the tests run on: the emulation with
+// guarded memory (EmulatedGuarded: the Device's host code faults on any
+// read of device memory, as on a GPU), or the GPU's driver when
+// DPFINETUNE_CUDA=gpu (the same tests then check the kernels as NVRTC
+// compiles them). It skips the test when the machine cannot run the
+// emulation (no g++).
 func emuDriver(t testing.TB) Driver {
 	t.Helper()
 	if os.Getenv(EnvDriver) == "gpu" {
@@ -28,7 +30,7 @@ func emuDriver(t testing.TB) Driver {
 		t.Cleanup(func() { d.Close() })
 		return d
 	}
-	d, err := Emulated()
+	d, err := EmulatedGuarded()
 	if err != nil {
 		t.Skipf("no CUDA emulation here: %v", err)
 	}
@@ -287,6 +289,42 @@ func TestEmuShuffles(t *testing.T) {
 	}
 }
 
+// TestEmuWarpSum holds the emulation's one-exchange warp sum
+// (emu_warp_sum, common.cuh's warp_sum there) to the shuffle loop it
+// stands for, bit for bit in every lane, in double and float, on whole
+// warps and on a block of 40 threads (a warp of 8 lanes).
+func TestEmuWarpSum(t *testing.T) {
+	d := emuDriver(t)
+	m := loadTestModule(t, d)
+	const n = 128
+	x := make([]int32, n)
+	for i := range x {
+		x[i] = int32(i*7%31 + 1)
+	}
+	px := devSlice(t, d, x)
+	for _, block := range []int{64, 40} {
+		fast, loop := devSlice(t, d, make([]float64, n)), devSlice(t, d, make([]float64, n))
+		fastf, loopf := devSlice(t, d, make([]float32, n)), devSlice(t, d, make([]float32, n))
+		launch(t, d, m, "warp_sums", D1(1), D1(block), 0, new(Args).Ptr(px).Ptr(fast).Ptr(loop).Ptr(fastf).Ptr(loopf))
+		gf, gl := fromDev[float64](t, d, fast, block), fromDev[float64](t, d, loop, block)
+		gff, glf := fromDev[float32](t, d, fastf, block), fromDev[float32](t, d, loopf, block)
+		for i := 0; i < block; i++ {
+			if math.Float64bits(gf[i]) != math.Float64bits(gl[i]) || math.Float32bits(gff[i]) != math.Float32bits(glf[i]) {
+				t.Errorf("block of %d, thread %d: warp sum %v / %v, shuffle loop %v / %v", block, i, gf[i], gff[i], gl[i], glf[i])
+			}
+		}
+		if block == 64 {
+			var want float64
+			for _, v := range x[:32] {
+				want += float64(v) * 0.1
+			}
+			if math.Abs(gf[0]-want) > 1e-12*want {
+				t.Errorf("lane 0's warp sum %v, want about %v", gf[0], want)
+			}
+		}
+	}
+}
+
 func TestEmuBitsAndMath(t *testing.T) {
 	d := emuDriver(t)
 	m := loadTestModule(t, d)
@@ -358,5 +396,23 @@ func TestEmuErrors(t *testing.T) {
 	}
 	if err := d.Launch(f, D1(1), D1(1), 0, a.U64(2)); err == nil {
 		t.Error("a launch with too many arguments succeeded")
+	}
+	// A double* argument 4 bytes off its alignment: the GPU faults, the
+	// emulation refuses (the real driver's own check is the GPU's).
+	if os.Getenv(EnvDriver) != "gpu" {
+		bits, err := d.Function(m, "bits")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, ds := devSlice(t, d, make([]float32, 8)), devSlice(t, d, make([]float64, 4))
+		args := func(db DevicePtr) *Args {
+			return new(Args).Ptr(fs).Ptr(fs).Ptr(fs).Ptr(fs).Ptr(fs).Ptr(fs).Ptr(fs).Ptr(db)
+		}
+		if err := d.Launch(bits, D1(1), D1(1), 0, args(ds)); err != nil {
+			t.Fatalf("aligned launch: %v", err)
+		}
+		if err := d.Launch(bits, D1(1), D1(1), 0, args(ds+4)); err == nil || !strings.Contains(err.Error(), "aligned") {
+			t.Errorf("a misaligned double* launched: %v", err)
+		}
 	}
 }

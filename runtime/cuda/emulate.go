@@ -55,6 +55,10 @@ type emulated struct {
 	cfg *[7]uint32
 	// tfA and tfB hold a TF32 GEMM's operands rounded (Gemm), reused.
 	tfA, tfB []float32
+	// guard, in the guarded emulation (EmulatedGuarded), is the device
+	// memory, closed to the host outside the driver's calls; nil in the
+	// plain one, whose device memory is libc's.
+	guard *guardArena
 }
 
 var (
@@ -83,6 +87,32 @@ func loadLibc() {
 // Emulated returns the emulated driver. It fails when there is no C++
 // compiler (EnvCXX, default g++) or no libc to load.
 func Emulated() (Driver, error) {
+	e, err := newEmulated()
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// EmulatedGuarded returns the emulated driver with device memory the host
+// cannot touch, as on a GPU: a read or write of it outside the driver's
+// calls (a device pointer dereferenced as a host slice) faults, where the
+// plain emulation, whose device memory is C memory, lets it pass. Go
+// reports the fault with the faulting goroutine's stack, or as a panic
+// under debug.SetPanicOnFault. DPFINETUNE_CUDA=emulate-guarded selects it
+// (Open).
+func EmulatedGuarded() (Driver, error) {
+	e, err := newEmulated()
+	if err != nil {
+		return nil, err
+	}
+	if e.guard, err = newGuardArena(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func newEmulated() (*emulated, error) {
 	cxx := os.Getenv(EnvCXX)
 	if cxx == "" {
 		cxx = "g++"
@@ -111,8 +141,12 @@ func Emulated() (Driver, error) {
 }
 
 func (e *emulated) Properties() Properties {
+	kind := "emulated"
+	if e.guard != nil {
+		kind = "emulated, guarded memory"
+	}
 	return Properties{
-		Name:  "emulated (" + filepath.Base(e.cxx) + " " + e.cxxVersion + ")",
+		Name:  kind + " (" + filepath.Base(e.cxx) + " " + e.cxxVersion + ")",
 		Major: 8, Minor: 0,
 		TotalMem:        1 << 32,
 		Multiprocessors: 2,
@@ -128,7 +162,15 @@ func (e *emulated) Alloc(bytes int) (DevicePtr, error) {
 		return 0, fmt.Errorf("cuda: emulation: allocation of %d bytes", bytes)
 	}
 	size := (bytes + emuAlign - 1) / emuAlign * emuAlign
-	p, _, _ := purego.SyscallN(e.allocFn, emuAlign, uintptr(size))
+	var p uintptr
+	if e.guard != nil {
+		defer e.guard.open()()
+		if off, ok := e.guard.alloc(size); ok {
+			p = uintptr(unsafe.Pointer(&e.guard.mem[off]))
+		}
+	} else {
+		p, _, _ = purego.SyscallN(e.allocFn, emuAlign, uintptr(size))
+	}
 	if p == 0 {
 		return 0, fmt.Errorf("cuda: emulation: out of memory allocating %d bytes", bytes)
 	}
@@ -141,9 +183,30 @@ func (e *emulated) Free(p DevicePtr) error {
 	if _, ok := e.allocs[p]; !ok {
 		return fmt.Errorf("cuda: emulation: free of %#x, not an allocation", uintptr(p))
 	}
-	delete(e.allocs, p)
-	purego.SyscallN(e.freeFn, uintptr(p))
+	e.release(p)
 	return nil
+}
+
+// release returns allocation p's memory (its entry in allocs still there).
+func (e *emulated) release(p DevicePtr) {
+	bytes := e.allocs[p]
+	delete(e.allocs, p)
+	if e.guard == nil {
+		purego.SyscallN(e.freeFn, uintptr(p))
+		return
+	}
+	off := int(uintptr(p) - uintptr(unsafe.Pointer(&e.guard.mem[0])))
+	e.guard.release(gspan{off, (bytes + emuAlign - 1) / emuAlign * emuAlign})
+}
+
+// opened opens the guarded emulation's memory for a driver call that
+// touches it and returns the function that closes it again (nothing to
+// do in the plain emulation).
+func (e *emulated) opened() func() {
+	if e.guard == nil {
+		return func() {}
+	}
+	return e.guard.open()
 }
 
 // check returns an error unless [p, p+bytes) lies in one allocation, as a
@@ -164,6 +227,7 @@ func (e *emulated) CopyHtoD(dst DevicePtr, src unsafe.Pointer, bytes int) error 
 	if err := e.check(dst, bytes); err != nil {
 		return err
 	}
+	defer e.opened()()
 	copy(hostBytes(dst, bytes), unsafe.Slice((*byte)(src), bytes))
 	return nil
 }
@@ -175,6 +239,7 @@ func (e *emulated) CopyDtoH(dst unsafe.Pointer, src DevicePtr, bytes int) error 
 	if err := e.check(src, bytes); err != nil {
 		return err
 	}
+	defer e.opened()()
 	copy(unsafe.Slice((*byte)(dst), bytes), hostBytes(src, bytes))
 	return nil
 }
@@ -186,6 +251,7 @@ func (e *emulated) CopyDtoD(dst, src DevicePtr, bytes int) error {
 	if err := errors.Join(e.check(dst, bytes), e.check(src, bytes)); err != nil {
 		return err
 	}
+	defer e.opened()()
 	copy(hostBytes(dst, bytes), hostBytes(src, bytes))
 	return nil
 }
@@ -271,13 +337,17 @@ func (e *emulated) Launch(f Function, grid, block Dim3, sharedBytes int, args *A
 		return err
 	}
 	*e.cfg = [7]uint32{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z, uint32(sharedBytes)}
+	closeMem := e.opened()
 	rc, _, _ := purego.SyscallN(uintptr(f), uintptr(unsafe.Pointer(e.cfg)), ap)
+	closeMem()
 	runtime.KeepAlive(args)
 	switch rc {
 	case 0:
 		return nil
 	case 1:
 		return fmt.Errorf("cuda: emulation: invalid launch configuration grid %v block %v", grid, block)
+	case 3:
+		return errors.New("cuda: emulation: a pointer argument is not aligned for its element type (a GPU faults on it)")
 	}
 	return fmt.Errorf("cuda: emulation: could not start the %d threads of a block", block.X*block.Y*block.Z)
 }
@@ -295,6 +365,7 @@ func (e *emulated) Gemm(g *GemmArgs) error {
 			return fmt.Errorf("cuda: emulation: GEMM operand: %w", err)
 		}
 	}
+	defer e.opened()()
 	a, b := floatsAt(g.A, la), floatsAt(g.B, lb)
 	if g.TF32 {
 		e.tfA, e.tfB = roundedTF32(e.tfA, a), roundedTF32(e.tfB, b)
@@ -324,8 +395,11 @@ func (e *emulated) Synchronize() error { return nil }
 
 func (e *emulated) Close() error {
 	for p := range e.allocs {
-		purego.SyscallN(e.freeFn, uintptr(p))
+		e.release(p)
 	}
-	clear(e.allocs)
+	if e.guard != nil {
+		e.guard.close()
+		e.guard = nil
+	}
 	return nil
 }

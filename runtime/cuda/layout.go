@@ -150,6 +150,19 @@ func (d *Device) IndexGatherBackward(dy []float32, m *runtime.IndexMap, dx []flo
 	d.launch("index_gather_backward", int64(m.SrcLen))
 }
 
+// IndexGatherBackwardRows implements runtime.LayoutOps in one launch: a
+// thread per element of dx's rows, each row's sums IndexGatherBackward's.
+func (d *Device) IndexGatherBackwardRows(dy []float32, m *runtime.IndexMap, rows int, dx []float32) {
+	if m.SrcLen == 0 || rows == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("IndexGatherBackwardRows")
+	gp := d.gatherPlanOf(m)
+	a.Ptr(f32(dy[:rows*m.Len], opIn, d)).Ptr(gp.start).Ptr(gp.readers).Ptr(f32(dx[:rows*m.SrcLen], opOut, d)).I64(int64(m.Len)).I64(int64(m.SrcLen)).I64(int64(rows * m.SrcLen))
+	d.launch("index_gather_backward_rows", int64(rows*m.SrcLen))
+}
+
 // permLayout is the iteration over the transposed shape with x's strides
 // as operand 0.
 func permLayout(pp *runtime.PermPlan) (iterLayout, int) {

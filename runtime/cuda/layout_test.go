@@ -108,6 +108,17 @@ var layoutCases = []valueCase{
 		o.IndexGatherBackward(place(p, unif(r, m.Len)), m, dx)
 		return [][]float32{fetch(p, dx)}, true
 	}, 1e-6},
+	{"IndexGatherBackwardRows", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.LayoutOps)
+		if !ok {
+			return nil, false
+		}
+		m := randIndexMap(r)
+		rows := r.Intn(4)
+		dx := place(p, filled(rows*m.SrcLen+1, 7)) // the element past the rows stays
+		o.IndexGatherBackwardRows(place(p, unif(r, rows*m.Len)), m, rows, dx)
+		return [][]float32{fetch(p, dx)}, true
+	}, 1e-6},
 	{"Transpose", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.LayoutOps)
 		if !ok {

@@ -123,6 +123,29 @@ func (d *Device) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []
 	d.convWeightGrad(s, 1, xi, dyi, dw, "DepthwisePerSampleGrad")
 }
 
+// DepthwiseGradBatch implements runtime.PerSampleOps: the n samples'
+// depthwise weight gradients in one launch, a warp per weight of each
+// sample (conv_weight_grad_rows), each row the bits DepthwisePerSampleGrad
+// writes for its sample. ws is not used.
+func (d *Device) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n int, dw, ws []float32) {
+	if !s.IsDepthwise() {
+		panic(fmt.Sprintf("cuda: DepthwiseGradBatch of a convolution with %d groups and %d channels, not depthwise", s.Group, s.C))
+	}
+	size := s.M * s.D
+	if n == 0 || size == 0 {
+		return
+	}
+	if s.T == 0 {
+		d.Fill(0, dw[:n*size])
+		return
+	}
+	geom := geomOf(s)
+	a := d.begin()
+	defer d.end("DepthwiseGradBatch")
+	geom.arg(a).Ptr(f32(x[:(i0+n)*s.C*s.InSize], opIn, d)).Ptr(f32(dy[:(i0+n)*s.M*s.T], opIn, d)).Ptr(f32(dw[:n*size], opOut, d)).I64(int64(i0)).I64(int64(n)).I64(int64(size))
+	d.launch("conv_weight_grad_rows", 32*int64(n*size))
+}
+
 // DepthwiseScratchSize implements runtime.PerSampleOps: the kernel needs
 // no scratch.
 func (d *Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 
@@ -93,6 +94,49 @@ var persampleCases = []valueCase{
 		o.DepthwisePerSampleGrad(s, place(p, xi), place(p, dyi), dw, filled(o.DepthwiseScratchSize(s), 3))
 		return [][]float32{fetch(p, dw)}, true
 	}, 1e-5},
+	{"DepthwiseGradBatch", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := randConv(r, true)
+		x, dy := unif(r, s.N*s.C*s.InSize), unif(r, s.N*s.M*s.T)
+		i0 := r.Intn(s.N)
+		n := 1 + r.Intn(s.N-i0)
+		dw := place(p, filled(n*s.M*s.K+1, 7))
+		o.DepthwiseGradBatch(s, place(p, x), place(p, dy), i0, n, dw, filled(o.DepthwiseScratchSize(s), 3))
+		return [][]float32{fetch(p, dw)}, true
+	}, 1e-5},
+}
+
+// TestDepthwiseGradBatchRows holds each row of DepthwiseGradBatch to
+// DepthwisePerSampleGrad on its sample bit for bit, on device operands:
+// the engine's batched and per-sample paths give one norm.
+func TestDepthwiseGradBatchRows(t *testing.T) {
+	d := emuDevice(t)
+	r := rand.New(rand.NewSource(5))
+	for rep := 0; rep < 20; rep++ {
+		s := randConv(r, true)
+		p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+		x, dy := place(p, unif(r, s.N*s.C*s.InSize)), place(p, unif(r, s.N*s.M*s.T))
+		size := s.M * s.K
+		rows := place(p, filled(s.N*size, 7))
+		d.DepthwiseGradBatch(s, x, dy, 0, s.N, rows, nil)
+		got := fetch(p, rows)
+		one := place(p, filled(size, 7))
+		for i := 0; i < s.N; i++ {
+			d.DepthwisePerSampleGrad(s, x[i*s.C*s.InSize:(i+1)*s.C*s.InSize], dy[i*s.M*s.T:(i+1)*s.M*s.T], one, nil)
+			want := fetch(p, one)
+			for k := range want {
+				if math.Float32bits(got[i*size+k]) != math.Float32bits(want[k]) {
+					t.Fatalf("case %d, sample %d, weight %d: batch %v, per sample %v", rep, i, k, got[i*size+k], want[k])
+				}
+			}
+		}
+		for _, b := range p.bufs {
+			d.Free(b)
+		}
+	}
 }
 
 // TestPerSampleOps holds the Device's PerSampleOps to the reference

@@ -73,6 +73,14 @@ func (Device) IndexGatherBackward(dy []float32, m *runtime.IndexMap, dx []float3
 	}
 }
 
+// IndexGatherBackwardRows implements runtime.LayoutOps:
+// IndexGatherBackward row by row.
+func (d Device) IndexGatherBackwardRows(dy []float32, m *runtime.IndexMap, rows int, dx []float32) {
+	for r := 0; r < rows; r++ {
+		d.IndexGatherBackward(dy[r*m.Len:(r+1)*m.Len], m, dx[r*m.SrcLen:(r+1)*m.SrcLen])
+	}
+}
+
 // transposeIndex returns, for element i of transpose(x, perm) (x of shape
 // shape), the index of the x element it holds.
 func transposeIndex(i int, shape, perm []int) int {

@@ -146,6 +146,16 @@ func (Device) DepthwisePerSampleGrad(s *runtime.ConvShape, xi, dyi, dw, ws []flo
 	convWeightGradSum(s, 1, xi, dyi, dw)
 }
 
+// DepthwiseGradBatch implements runtime.PerSampleOps:
+// DepthwisePerSampleGrad sample by sample.
+func (d Device) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n int, dw, ws []float32) {
+	xs, ys, size := s.C*s.InSize, s.M*s.T, s.M*s.K
+	for j := 0; j < n; j++ {
+		i := i0 + j
+		d.DepthwisePerSampleGrad(s, x[i*xs:(i+1)*xs], dy[i*ys:(i+1)*ys], dw[j*size:(j+1)*size], ws)
+	}
+}
+
 // DepthwiseScratchSize implements runtime.PerSampleOps: the reference
 // backend needs no scratch.
 func (Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }

@@ -12,8 +12,13 @@
 // barrier over the block's threads and a barrier ends every block, so a
 // block's threads see each other's writes as on the GPU. Warps are the
 // block's threads 32 by 32 in linear order (x fastest, as CUDA numbers
-// them); the warp shuffles exchange values through a per-thread slot and
-// two barriers over the warp's threads.
+// them); the warp shuffles exchange values through per-thread slots and
+// one barrier over the warp's threads (two slot sets used in turn, so
+// that a slot is not rewritten before the warp's next barrier, which
+// every reader of it has passed). A barrier wakes real threads, so it is
+// the emulation's main cost: emu_warp_sum gives the common.cuh reduction
+// warp_sum, five shuffles on the GPU, with one exchange, each lane then
+// running the same tree over the warp's values.
 //
 // Restrictions the kernels follow (each is also CUDA's own rule, so a
 // kernel that breaks one is wrong on the GPU too):
@@ -28,6 +33,10 @@
 //   - launches are serialized by the caller (the emulated driver holds a
 //     lock): the launch state and the shared arrays are per library.
 #pragma once
+
+// CUDA_EMU tells a kernel source it is compiled for the emulation
+// (common.cuh's warp_sum takes emu_warp_sum).
+#define CUDA_EMU 1
 
 #include <math.h>
 #include <pthread.h>
@@ -71,8 +80,13 @@ static struct {
   unsigned char *dyn_shared;
   pthread_barrier_t block_bar;
   pthread_barrier_t warp_bar[EMU_MAX_THREADS / 32];
-  uint64_t slot[EMU_MAX_THREADS]; // the shuffles' exchange
+  uint64_t slot[2][EMU_MAX_THREADS]; // the shuffles' exchange, used in turn
 } emu_L;
+
+// emu_phase is the slot set the thread's next exchange uses; it starts
+// at 0 with each launch, and every thread of a warp makes the same
+// exchanges, so a warp's threads agree on it.
+static thread_local unsigned emu_phase;
 
 static inline void __syncthreads(void) { pthread_barrier_wait(&emu_L.block_bar); }
 
@@ -93,11 +107,30 @@ static inline unsigned emu_warp_size(void) {
 // published (v itself if src is outside the warp).
 static inline uint64_t emu_exchange(uint64_t v, unsigned src) {
   unsigned w = emu_tid / 32;
-  emu_L.slot[emu_tid] = v;
+  uint64_t *slot = emu_L.slot[emu_phase];
+  emu_phase ^= 1;
+  slot[emu_tid] = v;
   pthread_barrier_wait(&emu_L.warp_bar[w]);
-  uint64_t r = src < emu_warp_size() ? emu_L.slot[w * 32 + src] : v;
-  pthread_barrier_wait(&emu_L.warp_bar[w]); // nobody overwrites a slot still being read
-  return r;
+  return src < emu_warp_size() ? slot[w * 32 + src] : v;
+}
+
+// emu_warp_sum returns what the loop
+//   for (k = 16; k > 0; k /= 2) s += __shfl_down_sync(~0u, s, k);
+// returns to the calling lane, bit for bit (a lane whose source is beyond
+// the warp adds its own value, as __shfl_down_sync returns it), after one
+// exchange of the lanes' values instead of five (T: float or double).
+template <class T> static inline T emu_warp_sum(T s) {
+  static_assert(sizeof(T) <= 8, "warp sum of a value wider than 8 bytes");
+  unsigned w = emu_tid / 32, lane = emu_tid % 32, n = emu_warp_size();
+  uint64_t *slot = emu_L.slot[emu_phase];
+  emu_phase ^= 1;
+  memcpy(&slot[emu_tid], &s, sizeof(T));
+  pthread_barrier_wait(&emu_L.warp_bar[w]);
+  T v[32];
+  for (unsigned l = 0; l < n; l++) memcpy(&v[l], &slot[w * 32 + l], sizeof(T));
+  for (unsigned k = 16; k > 0; k /= 2)
+    for (unsigned l = 0; l < n; l++) v[l] += l + k < n ? v[l + k] : v[l]; // l + k > l: read before written this round
+  return v[lane];
 }
 
 template <class T> static inline T emu_shfl_lane(T v, unsigned src) {
@@ -230,6 +263,7 @@ static struct {
 // emu_block_loop runs every block of the launch as thread tid.
 static void emu_block_loop(unsigned tid) {
   emu_tid = tid;
+  emu_phase = 0;
   blockDim = dim3{emu_L.block[0], emu_L.block[1], emu_L.block[2]};
   gridDim = dim3{emu_L.grid[0], emu_L.grid[1], emu_L.grid[2]};
   threadIdx = uint3{tid % blockDim.x, tid / blockDim.x % blockDim.y, tid / (blockDim.x * blockDim.y)};
@@ -332,10 +366,36 @@ template <class... P> static void emu_call(void (*k)(P...), void **a) {
   emu_call_i(k, a, std::index_sequence_for<P...>{});
 }
 
+// emu_aligned reports whether argument a, of parameter type P, is
+// aligned as the GPU requires: a pointer to T at a multiple of alignof(T)
+// (a null pointer is; other arguments are passed by value). The host
+// tolerates a misaligned load that faults on the GPU (a float64 view at
+// an odd float32 offset), so the emulation refuses the launch instead.
+template <class P> static bool emu_aligned(void *a) {
+  typedef typename std::remove_cv<P>::type T;
+  if constexpr (std::is_pointer<T>::value) {
+    typedef typename std::remove_pointer<T>::type E;
+    if constexpr (!std::is_void<E>::value && !std::is_function<E>::value) {
+      return (uintptr_t)*static_cast<T *>(a) % alignof(E) == 0;
+    }
+  }
+  return true;
+}
+template <class... P, size_t... I>
+static bool emu_args_aligned_i(void (*)(P...), void **a, std::index_sequence<I...>) {
+  (void)a;
+  return (true && ... && emu_aligned<P>(a[I]));
+}
+template <class... P> static bool emu_args_aligned(void (*k)(P...), void **a) {
+  return emu_args_aligned_i(k, a, std::index_sequence_for<P...>{});
+}
+
 // EMU_EXPORT(name) defines the launcher of kernel name, the entry point
-// the emulated driver looks up (emu_launch_<name>).
+// the emulated driver looks up (emu_launch_<name>). It returns emu_run's
+// codes, or 3 when a pointer argument is misaligned for its type.
 #define EMU_EXPORT(name)                                                          \
   extern "C" __attribute__((visibility("default"))) int emu_launch_##name(        \
       const unsigned *cfg, void **args) {                                         \
+    if (!emu_args_aligned(name, args)) return 3;                                  \
     return emu_run(cfg, args, [](void **a) { emu_call(name, a); });               \
   }

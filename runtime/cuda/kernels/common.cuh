@@ -27,8 +27,22 @@
 // (lane l taking terms l, l + 32, …) depends on neither the block size
 // nor the schedule.
 __device__ __forceinline__ double warp_sum(double s) {
+#ifdef CUDA_EMU
+  return emu_warp_sum(s); // the same tree after one exchange (cuda_emu.h)
+#else
   for (int k = 16; k > 0; k /= 2) s += __shfl_down_sync(0xffffffffu, s, k);
   return s;
+#endif
+}
+
+// warp_sum_f is warp_sum in float (runtime.SumLanes32's halves).
+__device__ __forceinline__ float warp_sum_f(float s) {
+#ifdef CUDA_EMU
+  return emu_warp_sum(s);
+#else
+  for (int k = 16; k > 0; k /= 2) s += __shfl_down_sync(0xffffffffu, s, k);
+  return s;
+#endif
 }
 
 // lanes_total gives every lane of a result the sum of the lanes' s

@@ -27,6 +27,21 @@ extern "C" __global__ void index_gather_backward(const float *dy, const int *sta
   }
 }
 
+// index_gather_backward_rows is index_gather_backward on rows of dy (len
+// elements each) and dx (src elements each): dx[r·src + j] sums dy[r·len
+// + i] over the i that read j, in index_gather_backward's order, for the
+// n = rows·src elements of dx.
+extern "C" __global__ void index_gather_backward_rows(const float *dy, const int *start, const int *readers, float *dx,
+                                                      long long len, long long src, long long n) {
+  FOR_EACH(q, n) {
+    long long r = q / src, j = q % src;
+    const float *row = dy + r * len;
+    float s = 0;
+    for (int p = start[j]; p < start[j + 1]; p++) s += row[readers[p]];
+    dx[q] = s;
+  }
+}
+
 // permute moves the n elements of a permutation: y[i] = x[off(i)], or with
 // scatter x[off(i)] = y[i] (the inverse), off from operand 0 of l (every
 // axis kept, y contiguous).

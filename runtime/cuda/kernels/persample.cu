@@ -39,21 +39,39 @@ extern "C" __global__ void im2col(ConvGeom g, const float *x, int grp, float *co
   }
 }
 
-// conv_weight_grad writes dw[m·D + c·K + k] = Σ_i Σ_t dy[i, m, t] · x[i,
-// channel, tap (k, t)] over the `samples` samples, for the n = M·D weights
-// (channel: c of m's group): a warp per weight, lane l taking the terms
-// (i, t) with i·T + t ≡ l (mod 32), in double.
+// conv_wg_lane is lane LANE's share of weight w's gradient (w = m·D + c·K
+// + k; channel: c of m's group) over the count samples from first on: the
+// terms (i, t) with (i − first)·T + t ≡ LANE (mod 32), in double.
+__device__ double conv_wg_lane(const ConvGeom &g, const float *x, const float *dy, long long w, long long first,
+                               long long count) {
+  long long m = w / g.dd, r = w % g.dd, c = r / g.kk, k = r % g.kk;
+  long long ch = m / (g.m / g.group) * (g.c / g.group) + c;
+  double s = 0;
+  for (long long q = LANE; q < count * g.t; q += 32) {
+    long long i = first + q / g.t, t = q % g.t, off = conv_tap(g, k, t);
+    if (off >= 0) s += (double)dy[(i * g.m + m) * g.t + t] * x[(i * g.c + ch) * g.in_size + off];
+  }
+  return s;
+}
+
+// conv_weight_grad writes dw[w] = Σ_i Σ_t dy[i, m, t] · x[i, channel,
+// tap (k, t)] over the `samples` samples, for the n = M·D weights: a warp
+// per weight (conv_wg_lane's lanes, combined by warp_sum).
 extern "C" __global__ void conv_weight_grad(ConvGeom g, const float *x, const float *dy, float *dw, int samples, long long n) {
-  long long IT = samples * (long long)g.t;
   WARP_FOR_EACH(w, n) {
-    long long m = w / g.dd, r = w % g.dd, c = r / g.kk, k = r % g.kk;
-    long long ch = m / (g.m / g.group) * (g.c / g.group) + c;
-    double s = 0;
-    for (long long q = LANE; q < IT; q += 32) {
-      long long i = q / g.t, t = q % g.t, off = conv_tap(g, k, t);
-      if (off >= 0) s += (double)dy[(i * g.m + m) * g.t + t] * x[(i * g.c + ch) * g.in_size + off];
-    }
-    s = warp_sum(s);
+    double s = warp_sum(conv_wg_lane(g, x, dy, w, 0, samples));
     if (LANE == 0) dw[w] = (float)s;
+  }
+}
+
+// conv_weight_grad_rows writes the nb samples' weight gradients from
+// sample n0 on as rows of n = M·D: dw[j·n + w] is conv_weight_grad's
+// weight w over sample n0 + j alone, a warp per (j, w), so that a row is
+// the same bits as a one-sample conv_weight_grad of that sample.
+extern "C" __global__ void conv_weight_grad_rows(ConvGeom g, const float *x, const float *dy, float *dw, long long n0,
+                                                 long long nb, long long n) {
+  WARP_FOR_EACH(jw, nb * n) {
+    double s = warp_sum(conv_wg_lane(g, x, dy, jw % n, n0 + jw / n, 1));
+    if (LANE == 0) dw[jw] = (float)s;
   }
 }

@@ -74,8 +74,7 @@ extern "C" __global__ void add_run_sums(const float *x, long long t, float *dst,
       long long e = c + 2048 < t ? c + 2048 : t;
       float s = 0;
       for (long long i = c + LANE; i < e; i += 32) s += r[i];
-      for (int k = 16; k > 0; k /= 2) s += __shfl_down_sync(0xffffffffu, s, k);
-      total += s; // lane 0's is the sum
+      total += warp_sum_f(s); // lane 0's is the sum
     }
     if (LANE == 0) dst[m] += total;
   }

@@ -75,6 +75,30 @@ extern "C" __global__ void shuffles(const int *x, int *down, int *bfly, int *bca
   dx[i] = __shfl_xor_sync(0xffffffffu, (double)v + 0.5, 1);
 }
 
+// warp_sums: per thread, its warp's down-shuffle reduction of x's values
+// in double and in float (scaled, so that the sums round), once through
+// the emulation's one-exchange emu_warp_sum (the shuffle loop itself on a
+// GPU) and once through the shuffle loop: the two must agree bit for bit
+// in every lane, partial warps included.
+extern "C" __global__ void warp_sums(const int *x, double *fast, double *loop, float *fastf, float *loopf) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  double s = x[i] * 0.1, l = s;
+  float f = x[i] * 0.3f, lf = f;
+#ifdef CUDA_EMU
+  s = emu_warp_sum(s);
+  f = emu_warp_sum(f);
+#else
+  for (int k = 16; k > 0; k /= 2) s += __shfl_down_sync(0xffffffffu, s, k);
+  for (int k = 16; k > 0; k /= 2) f += __shfl_down_sync(0xffffffffu, f, k);
+#endif
+  for (int k = 16; k > 0; k /= 2) l += __shfl_down_sync(0xffffffffu, l, k);
+  for (int k = 16; k > 0; k /= 2) lf += __shfl_down_sync(0xffffffffu, lf, k);
+  fast[i] = s;
+  loop[i] = l;
+  fastf[i] = f;
+  loopf[i] = lf;
+}
+
 // bits checks the bit casts and the math functions the kernels use.
 extern "C" __global__ void bits(const float *x, unsigned *u, float *back, float *rs, float *sq, float *ex, float *lg, double *dbits) {
   int i = threadIdx.x;
