@@ -13,9 +13,15 @@
 #      in float32; for the convolutional models also both with TF32
 #      convolutions (PyTorch's default precision, dpfinetune's --tf32):
 #      step times and peak device memory (ours: each mode's, on the device
-#      opened afresh; PyTorch's: torch.cuda.max_memory_allocated).
+#      opened afresh; PyTorch's: torch.cuda.max_memory_allocated);
+#   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
+#      bench/timm_export.py) and runs each through `norms --device cuda`
+#      against --device cpu (two samples, bk) and one epoch of `train
+#      --device cuda` on the shipped Fashion-MNIST sample (resized to the
+#      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
-# norms.jsonl, bench.jsonl, and summary.md to paste into docs/BENCHMARKS.md.
+# norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md, and
+# summary.md (bench.md then timm.md) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
 #
@@ -24,9 +30,11 @@
 # bin/ (build them elsewhere with `GPU_CHECK_BUILD_ONLY=1
 # scripts/gpu-check.sh` and carry bin/ over). GPU_CHECK_EMULATE=1 is a dry
 # run on the CUDA emulation (any machine with g++): the same steps, with two
-# small models at batch 2 for the benchmarks and no PyTorch rows.
-# Environment: STEPS (5), BATCH224 (32), PY (the first of python3,
-# /usr/bin/python3 that has numpy); PARTS ("tests norms bench": the steps
+# small models at batch 2 for the benchmarks and no PyTorch rows, on the
+# emulation's guarded form (DPFINETUNE_CUDA=emulate-guarded: a host read of
+# device memory faults, as on the GPU). Environment: STEPS (5), BATCH224
+# (32), PY (the first of python3, /usr/bin/python3 that has numpy); TIMM
+# (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm": the steps
 # to run, so that a short GPU loan can split them over calls with the same
 # OUT, each part rewriting only its own files); BUDGET_S (0: none): seconds
 # after which the norms and benchmarks still to come are skipped and said
@@ -55,6 +63,7 @@ if [ "${GPU_CHECK_EMULATE:-}" = 1 ]; then
 	STEPS=1
 fi
 export DPFINETUNE_CUDA=$mode
+[ $mode = emulate ] && export DPFINETUNE_CUDA=emulate-guarded
 # cuBLAS and NVRTC: the binary looks on the loader's path, in the usual
 # places of PyTorch's NVIDIA wheels and under /usr/local/cuda; a Python
 # whose wheels lie elsewhere names its own here.
@@ -86,7 +95,8 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
-PARTS=${PARTS:-tests norms bench}
+PARTS=${PARTS:-tests norms bench timm}
+TIMM=${TIMM:-beit_base_patch16_224,crossvit_tiny_240}
 BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 late() { [ "$BUDGET_S" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET_S" ]; }
@@ -144,7 +154,7 @@ done
 grep -q '"ok": false' "$OUT/norms.jsonl" && status=1
 fi
 
-has bench || exit $status
+if has bench; then
 echo "== 3. benchmarks" >&2
 : >"$OUT/bench.jsonl"
 ours() { # name batch modes [--tf32]
@@ -177,7 +187,7 @@ else # the dry run: the emulation's kernels are the plainest, so small models
 	bench cnn-fmnist 2 28 10
 	bench cifar_resnet18 2 32 10
 fi
-"$PY" - "$OUT/bench.jsonl" "$OUT/machine.txt" >"$OUT/summary.md" <<'PYEOF'
+"$PY" - "$OUT/bench.jsonl" "$OUT/machine.txt" >"$OUT/bench.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
 print("GPU check, " + open(sys.argv[2]).read().replace("\n", "; ") + "\n")
@@ -206,5 +216,63 @@ for r in rows:
         "%.1f" % mixed if mixed is not None else "–",
         "%.0f" % peak if peak else "–", " (%.2f×)" % (peak / t["peak_mib"]) if t and peak else ""))
 PYEOF
+fi
+
+if has timm; then
+echo "== 4. timm models: norms and train --device cuda" >&2
+: >"$OUT/timm.jsonl"
+"$PY" bench/timm_export.py --out "$tmp/timm" --models "$TIMM" 2>>"$OUT/timm.log" >"$tmp/timm-export.jsonl"
+while IFS= read -r line; do
+	name=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])["model"])' "$line")
+	model=$tmp/timm/$name.onnx
+	if ! [ -f "$model" ] || late; then
+		why=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1]).get("error", "skipped: BUDGET_S spent"))' "$line")
+		echo "{\"model\": \"$name\", \"ok\": false, \"error\": $("$PY" -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$why")}" | tee -a "$OUT/timm.jsonl" >&2
+		continue
+	fi
+	for d in cpu cuda; do
+		bin/dpfinetune norms --device $d --model "$model" --input "$tmp/timm/$name-x.npy" --labels "$tmp/timm/$name-y.npy" --mode bk --json \
+			>"$tmp/$name-norms-$d.json" 2>>"$OUT/timm.log" || echo '{"error": "norms failed"}' >"$tmp/$name-norms-$d.json"
+	done
+	start=$SECONDS
+	bin/dpfinetune train --device cuda --model "$model" --data idx:testdata/fmnist-small:limit=64 --num-classes 10 \
+		--epsilon 8 --batch-size 16 --physical-batch 8 --epochs 1 --seed 1 --out "$tmp/$name-tuned.onnx" >"$tmp/$name-train.log" 2>&1
+	rc=$?
+	cat "$tmp/$name-train.log" >>"$OUT/timm.log"
+	"$PY" - "$line" "$tmp/$name-norms-cpu.json" "$tmp/$name-norms-cuda.json" "$tmp/$name-train.log" "$rc" "$((SECONDS - start))" <<'PYEOF' | tee -a "$OUT/timm.jsonl" >&2
+import json, sys
+meta = json.loads(sys.argv[1])
+cpu, gpu = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+log = open(sys.argv[4]).read().strip().splitlines()
+row = {"model": meta["model"], "params": meta.get("params"), "exporter": meta.get("exporter"), "timm": meta.get("timm")}
+if "error" in cpu or "error" in gpu:
+    row["norms_error"] = cpu.get("error") or gpu.get("error")
+else:
+    t0, t1 = cpu["total"], gpu["total"]
+    row["norms_max_rel"] = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(t0, t1))
+row["train_exit"] = int(sys.argv[5])
+row["train_s"] = int(sys.argv[6])
+row["train_last"] = log[-1] if log else ""
+row["ok"] = row["train_exit"] == 0 and row.get("norms_max_rel", 1) <= 1e-4
+print(json.dumps(row))
+PYEOF
+done <"$tmp/timm-export.jsonl"
+grep -q '"ok": false' "$OUT/timm.jsonl" && status=1
+"$PY" - "$OUT/timm.jsonl" >"$OUT/timm.md" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print("\ntimm models (random weights) through `norms` (bk, 2 samples, cuda against cpu) and one epoch of `train --device cuda`:\n")
+print("| model | parameters | exporter | norms max rel (cuda vs cpu) | train (exit, s) | train's last line |")
+print("|---|---|---|---|---|---|")
+for r in rows:
+    if "train_exit" not in r:
+        print("| %s | | | | | error: %s |" % (r["model"], r.get("error", "")))
+        continue
+    nm = "%.1e" % r["norms_max_rel"] if "norms_max_rel" in r else "error: " + r.get("norms_error", "")
+    print("| %s | %s | %s | %s | %d, %d | %s |" % (r["model"], "{:,}".format(r["params"]) if r.get("params") else "", r.get("exporter", ""),
+        nm, r["train_exit"], r["train_s"], r["train_last"].replace("|", "/")))
+PYEOF
+fi
+cat "$OUT"/bench.md "$OUT"/timm.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2
 exit $status

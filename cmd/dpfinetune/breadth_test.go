@@ -90,7 +90,11 @@ func breadthExports(t *testing.T, models []string) (string, map[string]breadthEn
 //     norms for models without BatchNorm (rel ≤ 1e-3, and no parameter
 //     frozen), and against norms --mode instantiate for models with it;
 //   - two epochs of DP training on 16 Fashion-MNIST images (exit 0);
-//   - the trained export in onnxruntime against predict on it.
+//   - the trained export in onnxruntime against predict on it;
+//   - for the training form at opset 17 (BatchNormalization and Dropout
+//     kept, weights through Transpose), norms --mode bk --device cuda on
+//     the guarded CUDA emulation against --device cpu (normsMatchCUDA),
+//     skipped where the emulation cannot run.
 func TestTorchvisionBreadth(t *testing.T) {
 	models := breadthCI
 	switch v := os.Getenv("DPFINETUNE_BREADTH"); v {
@@ -127,6 +131,13 @@ func TestTorchvisionBreadth(t *testing.T) {
 					}
 					model := filepath.Join(dir, fmt.Sprintf("%s_%s.onnx", name, key))
 					breadthCheck(t, model, form, x, y, ref, e.HasBN, tmp)
+					if form == "train" && opset == 17 {
+						// 5. The CUDA backend, on its guarded emulation.
+						t.Run("cuda", func(t *testing.T) {
+							useEmulatedCUDA(t)
+							normsMatchCUDA(t, model, x, y, []string{"bk"})
+						})
+					}
 				})
 			}
 		}

@@ -49,7 +49,15 @@ func TestNormsCUDAEmulated(t *testing.T) {
 // cuda device in each mode and compares them.
 func compareNormsCUDA(t *testing.T, name string, modes []string) {
 	_, xp, yp := goldenInputs(t, name)
-	model := filepath.Join("..", "..", "testdata", "models", name+".onnx")
+	normsMatchCUDA(t, filepath.Join("..", "..", "testdata", "models", name+".onnx"), xp, yp, modes)
+}
+
+// normsMatchCUDA runs norms on model (inputs xp, labels yp) on the cpu and
+// the cuda device in each mode, in physical batches of 3, and holds the
+// per-sample norms, total and per parameter, to each other (1e-4
+// relative, 1e-7 absolute).
+func normsMatchCUDA(t *testing.T, model, xp, yp string, modes []string) {
+	t.Helper()
 	norms := func(device, mode string) normsReport {
 		out, errOut, code := run(t, "norms", "--device", device, "--model", model, "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
 		if code != 0 {
