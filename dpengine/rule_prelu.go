@@ -12,7 +12,60 @@ import (
 // opset ≤ 6 per-channel slope (C) counts as (C, 1, …)).
 
 func init() {
-	registerElementwise(&elementwiseRule{operandGrad: preluSlope}, "PRelu")
+	registerElementwise(&elementwiseRule{operandGrad: preluSlope, batch: preluBatch}, "PRelu")
+}
+
+// preluBatch is the slope's per-sample gradients for the whole physical
+// batch at once, on a device that batches its per-sample work
+// (Engine.batchSamples): PRelu's own backward over the batch (its ds, no
+// dx), then one reduction onto [B, slope shape], which keeps each
+// sample's sums apart (arithmeticBatch's form), added in one or two
+// calls. It reports false, doing nothing, for any other case (the
+// sample-by-sample path, which on the CPU splits the samples over the
+// cores).
+func preluBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
+	if !e.batchSamples || len(g.uses) != 1 || g.sub != nil || g.uses[0].idx != nil || g.uses[0].use.Operand != 1 || len(ev.Inputs) != 2 {
+		return false
+	}
+	us := g.uses[0]
+	B := e.cfg.PhysicalBatch
+	x, slope, dy := &ev.Inputs[0], &ev.Inputs[1], &ev.DOut
+	r := len(x.Shape)
+	P := len(us.p.data)
+	if x.BatchAxis != 0 || dy.BatchAxis != 0 || slope.BatchAxis >= 0 || r < 2 || x.Shape[0] != B ||
+		len(x.Data) != numel(x.Shape) || len(dy.Data) != len(x.Data) || P == 0 {
+		return false
+	}
+	eff, err := graph.PReluSlopeShape(ev.Node.Opset, int64s(x.Shape), int64s(slope.Shape))
+	for err == nil && len(eff) > r-1 && eff[0] == 1 { // its leading unit axes broadcast over the batch's
+		eff = eff[1:]
+	}
+	if err != nil || len(eff) > r-1 {
+		return false
+	}
+	if cap(e.affineShape) < r {
+		e.affineShape = make([]int, r)
+	}
+	tShape := e.affineShape[:r]
+	for d := range tShape {
+		tShape[d] = 1
+	}
+	tShape[0] = B
+	for d, v := range eff {
+		tShape[r-len(eff)+d] = int(v)
+	}
+	if numel(tShape) != B*P {
+		return false
+	}
+	buf, err := growOn(e.dev, e.affineScratch, len(x.Data)+B*P)
+	if err != nil {
+		return false // the general path reports it
+	}
+	e.affineScratch = buf
+	ds, rows := buf[:len(x.Data)], buf[len(x.Data):len(x.Data)+B*P]
+	e.lay.PReluBackward(x.Data, nil, nil, dy.Data, nil, ds)
+	e.ops.ReduceToShape(ds, x.Shape, rows, tShape)
+	return e.addSampleRows(us.p, 0, rows[:e.n*P])
 }
 
 func preluSlope(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {

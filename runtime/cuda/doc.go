@@ -228,9 +228,10 @@
 //     broadcast MaxMin input's gradient, a GemmBias gradient); direct
 //     depthwise convolutions; staging of host operands (the compile-time
 //     index maps and loop nests could be uploaded once); the engine's
-//     per-sample loops where a rule has no batched form yet (Einsum,
-//     PRelu slopes, paths that compute rather than copy; dpengine's
-//     TestNoSampleLoops holds every fixture to none); a stream per worker instead
+//     per-sample loops where a rule has no batched form yet (Einsum
+//     weights, paths that compute rather than copy; dpengine's
+//     TestNoSampleLoops holds every fixture to none, the operator-rule
+//     tests ConvTranspose and PRelu); a stream per worker instead
 //     of the default stream; cuDNN for the convolutions (TF32 products
 //     through cuBLAS meanwhile).
 //   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
