@@ -22,16 +22,10 @@ func emulatedCUDA(t *testing.T) runtime.Device {
 	if os.Getenv(cuda.EnvDriver) == "gpu" {
 		t.Skip("the engine test runs on the emulation")
 	}
-	drv, err := cuda.Emulated()
-	if err != nil {
-		t.Skipf("no CUDA emulation here: %v", err)
+	d := cudaOn(t, cuda.Emulated)
+	if d == nil {
+		t.Skip("no CUDA emulation here")
 	}
-	d, err := cuda.New(drv)
-	if err != nil {
-		drv.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
 	return d
 }
 
@@ -125,7 +119,7 @@ func countingCUDA(tb testing.TB) (cuda.Driver, *countingDriver, *cuda.Device) {
 //	go test ./dpengine -run XXX -bench CUDAStepCalls -benchtime 2x
 func BenchmarkCUDAStepCalls(b *testing.B) {
 	drv, cd, dev := countingCUDA(b)
-	for _, name := range []string{"cnn", "resnet_eval", "vit"} {
+	for _, name := range []string{"cnn", "resnet_eval", "vit", "mobilenet", "beit", "packedqkv"} {
 		for _, n := range []int{8, 32} {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, n), func(b *testing.B) { stepCalls(b, dev, cd, drv, name, n) })
 		}

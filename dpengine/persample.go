@@ -378,13 +378,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 func (e *Engine) buildRowsMaps(cg *graph.Graph, g *useGroup) {
 	maps := make([]*runtime.IndexMap, len(g.uses))
 	for k, us := range g.uses {
-		var others []string
-		for _, o := range g.uses {
-			if o != us {
-				others = append(others, o.p.name)
-			}
-		}
-		idx, err := buildPathMap(cg, us.use.OperandValue, us.p.name, others)
+		idx, err := usePathMap(cg, g, us)
 		if err != nil {
 			return
 		}
@@ -393,6 +387,19 @@ func (e *Engine) buildRowsMaps(cg *graph.Graph, g *useGroup) {
 	for k, us := range g.uses {
 		us.rowsMap = maps[k]
 	}
+}
+
+// usePathMap is buildPathMap for use us of group g: the operand's
+// elements that copy us's parameter, the group's other parameters told
+// apart from it.
+func usePathMap(cg *graph.Graph, g *useGroup, us *useState) ([]int32, error) {
+	var others []string
+	for _, o := range g.uses {
+		if o != us {
+			others = append(others, o.p.name)
+		}
+	}
+	return buildPathMap(cg, us.use.OperandValue, us.p.name, others)
 }
 
 // addRows adds the per-sample gradients inst (n rows of the use's operand
@@ -573,13 +580,7 @@ func (e *Engine) buildLinearPaths(cg *graph.Graph, g *useGroup) error {
 		if len(us.use.Path) == 0 {
 			return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", us.use.OperandValue, g.output)
 		}
-		var others []string
-		for _, o := range g.uses {
-			if o != us {
-				others = append(others, o.p.name)
-			}
-		}
-		idx, err := buildPathMap(cg, us.use.OperandValue, us.p.name, others)
+		idx, err := usePathMap(cg, g, us)
 		if err != nil {
 			return fmt.Errorf("dpengine: path of %q to %s: %w", us.p.name, g.output, err)
 		}

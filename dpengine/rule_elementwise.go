@@ -74,16 +74,8 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	// [1…, B, 1…, parameter shape]: the parameter right-aligned after
 	// the batch axis, each sample's reduction kept apart; the axes before
 	// the batch's are reduced too, so that sample i's sums are the P
-	// values at i·P. The engine's scratch shape: a hook runs once a step
-	// per node, and this path allocates nothing per step.
-	if cap(e.affineShape) < r {
-		e.affineShape = make([]int, r)
-	}
-	tShape := e.affineShape[:r]
-	for d := range tShape {
-		tShape[d] = 1
-	}
-	tShape[ba] = B
+	// values at i·P.
+	tShape := e.sampleTarget(r, ba, B)
 	copy(tShape[r-len(pShape):], pShape)
 	for d := range tShape {
 		if d != ba && tShape[d] != 1 && tShape[d] != yShape[d] {
@@ -122,6 +114,23 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		}
 	}
 	return true
+}
+
+// sampleTarget returns the engine's scratch shape of rank r, all ones but
+// B on the batch axis ba, for a batched rule to fill with its parameter's
+// shape: the shape a batch's gradient reduces to with each sample's sums
+// kept apart. A hook runs once a step per node: the shape is reused, not
+// allocated.
+func (e *Engine) sampleTarget(r, ba, B int) []int {
+	if cap(e.affineShape) < r {
+		e.affineShape = make([]int, r)
+	}
+	t := e.affineShape[:r]
+	for d := range t {
+		t[d] = 1
+	}
+	t[ba] = B
+	return t
 }
 
 // addSampleRows adds the per-sample gradients g (rows of the parameter's

@@ -36,23 +36,26 @@ func preluBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		len(x.Data) != numel(x.Shape) || len(dy.Data) != len(x.Data) || P == 0 {
 		return false
 	}
-	eff, err := graph.PReluSlopeShape(ev.Node.Opset, int64s(x.Shape), int64s(slope.Shape))
-	for err == nil && len(eff) > r-1 && eff[0] == 1 { // its leading unit axes broadcast over the batch's
-		eff = eff[1:]
-	}
-	if err != nil || len(eff) > r-1 {
-		return false
-	}
-	if cap(e.affineShape) < r {
-		e.affineShape = make([]int, r)
-	}
-	tShape := e.affineShape[:r]
-	for d := range tShape {
-		tShape[d] = 1
-	}
-	tShape[0] = B
-	for d, v := range eff {
-		tShape[r-len(eff)+d] = int(v)
+	// The slope's shape against x's, by graph.PReluSlopeShape's rules
+	// (opset ≤ 6's per-channel (C), else numpy's right alignment) without
+	// its allocations: the hook runs every step.
+	tShape := e.sampleTarget(r, 0, B)
+	sl := slope.Shape
+	if op := ev.Node.Opset; op > 0 && op <= 6 && len(sl) == 1 && sl[0] == x.Shape[1] && sl[0] != 1 {
+		tShape[1] = sl[0]
+	} else {
+		for len(sl) > r-1 && len(sl) > 0 && sl[0] == 1 { // leading unit axes broadcast over the batch's
+			sl = sl[1:]
+		}
+		if len(sl) > r-1 {
+			return false
+		}
+		for d, v := range sl {
+			if v != 1 && v != x.Shape[r-len(sl)+d] {
+				return false
+			}
+			tShape[r-len(sl)+d] = v
+		}
 	}
 	if numel(tShape) != B*P {
 		return false

@@ -284,7 +284,16 @@ func opRuleDevices(t *testing.T) []opRuleDevice {
 // guardedCUDA returns the CUDA device on the emulation with guarded
 // memory (closed when t ends), or nil where the emulation cannot run.
 func guardedCUDA(t *testing.T) runtime.Device {
-	drv, err := cuda.EmulatedGuarded()
+	if d := cudaOn(t, cuda.EmulatedGuarded); d != nil {
+		return d
+	}
+	return nil
+}
+
+// cudaOn returns the CUDA device on the driver open returns, closed when t
+// ends, or nil (a nil *cuda.Device) where open fails.
+func cudaOn(t *testing.T, open func() (cuda.Driver, error)) *cuda.Device {
+	drv, err := open()
 	if err != nil {
 		return nil
 	}
