@@ -83,6 +83,7 @@ for d in nvidia.__path__:
 if [ $mode = gpu ]; then
 	wheel_lib DPFINETUNE_CUBLAS 'libcublas.so.1[1-9]*'
 	wheel_lib DPFINETUNE_NVRTC 'libnvrtc.so.1[1-9]*'
+	wheel_lib DPFINETUNE_CUDNN 'libcudnn.so.[89]*'
 fi
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -90,7 +91,7 @@ fi
 	echo "driver: $mode"
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
 	echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-	echo "cublas: ${DPFINETUNE_CUBLAS:-searched}; nvrtc: ${DPFINETUNE_NVRTC:-searched}"
+	echo "cublas: ${DPFINETUNE_CUBLAS:-searched}; nvrtc: ${DPFINETUNE_NVRTC:-searched}; cudnn: ${DPFINETUNE_CUDNN:-searched}"
 	"$PY" -c 'import torch; print("torch:", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo "torch: none"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -240,6 +241,65 @@ func (d *Device) convWeightGradGEMM(c *convOperands, x, dy, dw DevicePtr) {
 				A: packed, LDA: b * s.T, B: c.work, LDB: b * s.T, C: at(dw, grp*c.mg*s.D), LDC: s.D, Batch: 1}, "ConvBackward")
 		}
 	}
+}
+
+// dnnConv runs product kind of the convolution s through the driver's
+// convolution library (cuDNN) on device operands x, w and y (the product
+// writes y, x or w as ConvArgs says, β·its old value added), and reports
+// whether it did. It does nothing and reports false — the caller's own
+// path then runs — where there is no library, where s pads an axis's ends
+// differently (cuDNN pads both alike), and where the library refuses or
+// fails s, remembered so that s takes the caller's path from then on
+// without asking again (d.mu held). The tests' forced paths (convPath)
+// keep the Device's own kernels.
+func (d *Device) dnnConv(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr, beta float32, tf32 bool) bool {
+	if d.noDNN || convPath != convAuto || d.dnnRefused[s] != nil || s.N == 0 || s.T == 0 {
+		return false
+	}
+	r := len(s.In)
+	if r > len(d.dnnAxes[0]) {
+		return d.refuseDNN(s, fmt.Errorf("%d spatial axes", r))
+	}
+	// The Device's own arguments, reused: a call allocates nothing.
+	a := &d.dnnArgs
+	*a = ConvArgs{Kind: kind, N: s.N, C: s.C, M: s.M, Group: max(s.Group, 1), In: s.In, Kernel: s.Kernel, Out: s.Out,
+		Strides: d.dnnAxes[0][:r], Dilations: d.dnnAxes[1][:r], Pads: d.dnnAxes[2][:r], X: x, W: w, Y: y, Alpha: 1, Beta: beta, TF32: tf32}
+	for ax := 0; ax < r; ax++ {
+		a.Strides[ax], a.Dilations[ax] = axisOr(s.Strides, ax, 1), axisOr(s.Dilations, ax, 1)
+		begin, end := axisOr(s.Pads, ax, 0), axisOr(s.Pads, ax+r, 0)
+		if begin != end || (s.In[ax]+2*begin-a.Dilations[ax]*(s.Kernel[ax]-1)-1)/a.Strides[ax]+1 != s.Out[ax] {
+			return d.refuseDNN(s, fmt.Errorf("pads %v: not the same at both ends of axis %d", s.Pads, ax))
+		}
+		a.Pads[ax] = begin
+	}
+	err := d.drv.Conv(a)
+	switch {
+	case errors.Is(err, ErrNoConvLibrary):
+		d.noDNN = true
+		return false
+	case err != nil:
+		return d.refuseDNN(s, err)
+	}
+	d.dnnRuns++
+	return true
+}
+
+// refuseDNN remembers that the library does not run s, and why; false.
+func (d *Device) refuseDNN(s *runtime.ConvShape, err error) bool {
+	if d.dnnRefused == nil {
+		d.dnnRefused = map[*runtime.ConvShape]error{}
+	}
+	d.dnnRefused[s] = err
+	return false
+}
+
+// axisOr is v[a], or def where v is too short (ONNX's omitted strides,
+// dilations and pads).
+func axisOr(v []int, a, def int) int {
+	if a < len(v) {
+		return v[a]
+	}
+	return def
 }
 
 // addChannelBias launches add_channel_bias over y (N×C×P) (d.mu held).

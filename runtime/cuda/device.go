@@ -114,6 +114,16 @@ type Device struct {
 	// inUse and peak are the bytes allocated now and at most
 	// (MemoryStats).
 	inUse, peak int64
+	// noDNN is set once the driver says it has no convolution library;
+	// dnnRefused holds the convolutions the library refused or failed,
+	// which take the Device's own path from then on; dnnRuns counts the
+	// products it ran (conv.go's dnnConv).
+	noDNN      bool
+	dnnRefused map[*runtime.ConvShape]error
+	dnnRuns    int
+	// dnnArgs and dnnAxes are dnnConv's arguments, reused.
+	dnnArgs ConvArgs
+	dnnAxes [3][3]int
 }
 
 type span struct {

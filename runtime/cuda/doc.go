@@ -23,7 +23,15 @@
 //     hash of the source, the options, the NVRTC and driver versions and
 //     the architecture (os.UserCacheDir()/dpfinetune/cuda, or EnvCache).
 //     The GEMMs are cuBLAS's (libcublas.so.13, .12, or EnvCUBLAS), on the
-//     default stream as the kernels. NVRTC and cuBLAS are looked for on
+//     default stream as the kernels. Convolutions run through cuDNN
+//     (cudnn.go: libcudnn.so.9 or .8, or EnvCUDNN; "off" leaves it out)
+//     where it is found: its legacy convolution API, one plan of
+//     descriptors per shape, a deterministic algorithm from its heuristics
+//     per product, CUDNN_FMA_MATH for float32 and CUDNN_TENSOR_OP_MATH for
+//     TF32 (never for weight gradients). It is optional (Driver.Conv's
+//     ErrNoConvLibrary): without it, and for a shape it refuses (padding
+//     that differs between an axis's ends) or fails, the Device runs its
+//     own GEMM path below. NVRTC and cuBLAS are looked for on
 //     the loader's path, then where a pip-installed PyTorch keeps them
 //     (site-packages/nvidia/*/lib of a virtualenv, conda, ~/.local or the
 //     system Pythons) and under /usr/local/cuda*, their companions
@@ -114,7 +122,9 @@
 // (reduceWide; a ReduceToShape that keeps x's innermost axis stays a
 // thread per element when its elements fill the device, each warp then
 // reading consecutive addresses), a bias's channel sums, the direct
-// kernels' weight gradients. Convolutions are GEMMs (conv.go): per group,
+// kernels' weight gradients. Convolutions go to cuDNN where the driver
+// has it (dnnConv; the stand-in's cuDNN holds the binding to the CPU,
+// TestConvLibraryOnFake), else they are GEMMs (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
 // scratch ConvScratchSize reports) times the weight in one batched
 // cuBLAS call, the input gradient Wᵀ·dy batched the same way and folded
@@ -232,9 +242,8 @@
 //     weights, paths that compute rather than copy; dpengine's
 //     TestNoSampleLoops holds every fixture to none, the operator-rule
 //     tests ConvTranspose and PRelu); a stream per worker instead
-//     of the default stream; cuDNN for the convolutions (TF32 products
-//     through cuBLAS meanwhile).
-//   - The real driver and cuBLAS have run on the stand-in and NVRTC 11.8
-//     only, not on a GPU: DPFINETUNE_CUDA=gpu go test ./runtime/cuda/ on
-//     one is their first real check.
+//     of the default stream.
+//   - The real driver, cuBLAS and cuDNN have run on the stand-in and
+//     NVRTC 11.8 only, not on a GPU: DPFINETUNE_CUDA=gpu go test
+//     ./runtime/cuda/ on one is their first real check.
 package cuda

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -41,6 +42,9 @@ type Properties struct {
 	DriverVersion int
 	// Emulated is set for the emulated driver.
 	Emulated bool
+	// ConvLibrary names the convolution library Driver.Conv runs on
+	// ("cuDNN 90100 (path)"), or says why there is none.
+	ConvLibrary string
 }
 
 // Driver is the host side of a CUDA device: memory, copies, kernel modules
@@ -85,6 +89,13 @@ type Driver interface {
 	// emulation. M, N, K and Batch are positive (the Device handles
 	// empty products and K = 0 itself).
 	Gemm(g *GemmArgs) error
+	// Conv runs one product of a convolution c describes through the
+	// GPU's convolution library (cuDNN), ordered after the launches before
+	// it. It returns ErrNoConvLibrary where there is none (the emulation;
+	// a GPU without cuDNN, or with DPFINETUNE_CUDNN=off), and any other
+	// error where the library refuses or fails: the Device then computes
+	// the product itself (conv.go).
+	Conv(c *ConvArgs) error
 	// Synchronize waits for every launch to finish and returns the first
 	// error one met.
 	Synchronize() error
@@ -117,6 +128,43 @@ type GemmArgs struct {
 	// mantissas; float32 sums), as tensor cores do: cuBLAS's
 	// CUBLAS_TF32_TENSOR_OP_MATH, the emulation's rounding to nearest.
 	// Only the Device's TF32 convolutions set it (runtime.TF32Device).
+	TF32 bool
+}
+
+// ErrNoConvLibrary is Driver.Conv's error where no convolution library is
+// loaded.
+var ErrNoConvLibrary = errors.New("cuda: no convolution library (cuDNN)")
+
+// ConvKind is which product of a convolution Driver.Conv runs.
+type ConvKind int
+
+const (
+	// ConvForward is Y = α·conv(X, W) + β·Y.
+	ConvForward ConvKind = iota
+	// ConvBackwardData is X = α·convᵀ(Y, W) + β·X: the input gradient from
+	// the output gradient in Y (and ConvTranspose's forward pass).
+	ConvBackwardData
+	// ConvBackwardFilter is W = α·Σ_n Y_n ⋆ X_n + β·W: the weight gradient
+	// summed over the batch, the output gradient in Y.
+	ConvBackwardFilter
+)
+
+// ConvArgs describes a convolution (ONNX Conv: cross-correlation,
+// row-major NC… tensors in device memory) for Driver.Conv: X is N×C×In,
+// W is M×(C/Group)×Kernel and Y is N×M×Out, with Out the size the
+// strides, dilations and Pads (the same padding at both ends of an axis)
+// give. 1 to 3 spatial axes. Kind names the operand written (Y, X or W),
+// Alpha and Beta scale the product and the written operand's old value.
+type ConvArgs struct {
+	Kind               ConvKind
+	N, C, M, Group     int
+	In, Kernel, Out    []int
+	Strides, Dilations []int
+	Pads               []int // per spatial axis, at both ends
+	X, W, Y            DevicePtr
+	Alpha, Beta        float32
+	// TF32 lets the library round X's, W's and Y's elements to TF32 for
+	// the product (tensor cores), as GemmArgs.TF32; float32 otherwise.
 	TF32 bool
 }
 

@@ -143,6 +143,17 @@ func TestGuardedMemory(t *testing.T) {
 	}
 }
 
+// TestDriverProperties checks and logs the driver's properties: on a GPU
+// (DPFINETUNE_CUDA=gpu) the device, its driver and the convolution
+// library found, for gpu-check's log.
+func TestDriverProperties(t *testing.T) {
+	p := emuDriver(t).Properties()
+	if p.Name == "" || p.Multiprocessors <= 0 || p.TotalMem <= 0 || p.Major <= 0 {
+		t.Errorf("properties %+v", p)
+	}
+	t.Logf("%+v", p)
+}
+
 // guardSink keeps TestGuardedMemory's host read from being optimized away.
 var guardSink float32
 

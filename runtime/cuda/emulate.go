@@ -151,6 +151,7 @@ func (e *emulated) Properties() Properties {
 		TotalMem:        1 << 32,
 		Multiprocessors: 2,
 		Emulated:        true,
+		ConvLibrary:     "none: the emulation's convolutions are its own",
 	}
 }
 
@@ -375,6 +376,10 @@ func (e *emulated) Gemm(g *GemmArgs) error {
 		b, g.LDB, g.StrideB, g.Beta, floatsAt(g.C, lc), g.LDC, g.StrideC, g.Batch)
 	return nil
 }
+
+// Conv implements Driver: the emulation has no convolution library, so
+// the Device's own convolution path runs.
+func (e *emulated) Conv(*ConvArgs) error { return ErrNoConvLibrary }
 
 // roundedTF32 returns src rounded to TF32 in dst's storage (grown as
 // needed).

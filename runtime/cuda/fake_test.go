@@ -4,6 +4,7 @@ package cuda
 
 import (
 	_ "embed"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,7 @@ func fakeDriver(t *testing.T) Driver {
 	t.Setenv(EnvLibCUDA, lib)
 	t.Setenv(EnvNVRTC, lib)
 	t.Setenv(EnvCUBLAS, lib)
+	t.Setenv(EnvCUDNN, lib)
 	t.Setenv("FAKECUDA_HEADER", hdr)
 	t.Setenv("FAKECUDA_CACHE", dir)
 	t.Setenv(EnvCache, t.TempDir()) // the cubins: compiled afresh, cached here
@@ -135,6 +137,58 @@ func TestRealDriverOnFake(t *testing.T) {
 	}
 	if err := drv.Synchronize(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestConvLibraryOnFake runs the convolutions through the cuDNN binding
+// (cudnn.go, the Device's dnnConv) on the stand-in's cuDNN: the
+// convolution cases of TestNNReduceOps (Conv, ConvBackward, ConvTranspose
+// and its backward on random shapes: 1 to 3 spatial axes, groups,
+// depthwise, strides, dilations, pads) and ConvWeightGrad's, held to the
+// reference backend and the CPU. The library ran products, and refused
+// only what it cannot take (padding that differs between an axis's ends),
+// which the Device's own path then computed; with DPFINETUNE_CUDNN=off the
+// driver loads none and says so.
+func TestConvLibraryOnFake(t *testing.T) {
+	drv := fakeDriver(t)
+	if lib := drv.Properties().ConvLibrary; !strings.HasPrefix(lib, "cuDNN 90100 (") {
+		t.Fatalf("ConvLibrary %q", lib)
+	}
+	d, err := New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "Conv") {
+			t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+		}
+	}
+	for _, c := range persampleCases {
+		if c.name == "ConvWeightGrad" {
+			testValueCases(t, d, []valueCase{c}, 30)
+		}
+	}
+	if d.dnnRuns == 0 {
+		t.Fatal("cuDNN ran no convolution")
+	}
+	for s, err := range d.dnnRefused {
+		if !strings.Contains(err.Error(), "pads") {
+			t.Errorf("cuDNN refused %+v: %v", s, err)
+		}
+	}
+	t.Logf("%d products through cuDNN, %d shapes refused (asymmetric pads)", d.dnnRuns, len(d.dnnRefused))
+	t.Setenv(EnvCUDNN, "off")
+	off, err := Real()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if lib := off.Properties().ConvLibrary; !strings.Contains(lib, "off") {
+		t.Errorf("ConvLibrary with %s=off: %q", EnvCUDNN, lib)
+	}
+	if err := off.Conv(&ConvArgs{}); !errors.Is(err, ErrNoConvLibrary) {
+		t.Errorf("Conv with %s=off: %v", EnvCUDNN, err)
 	}
 }
 

@@ -158,8 +158,9 @@ func convSizes(s *runtime.ConvShape) (nx, nw, ny int) {
 	return s.N * s.C * numel(s.In), s.M * s.C / max(s.Group, 1) * numel(s.Kernel), s.N * s.M * numel(s.Out)
 }
 
-// Conv implements runtime.NNOps: GEMMs (conv.go), or a thread per output
-// element for the shapes convByGEMM leaves to the direct kernel.
+// Conv implements runtime.NNOps: cuDNN where the driver has it (dnnConv),
+// else GEMMs (conv.go), or a thread per output element for the shapes
+// convByGEMM leaves to the direct kernel.
 func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	nx, nw, ny := convSizes(s)
 	if ny == 0 {
@@ -168,6 +169,12 @@ func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	a := d.begin()
 	defer d.end("Conv")
 	px, pw, pb, py := f32(x[:nx], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.M), opIn, d), f32(y[:ny], opOut, d)
+	if d.dnnConv(ConvForward, s, px, pw, py, 0, d.tf32) {
+		if pb != 0 {
+			d.addChannelBias(py, pb, s.N, s.M, s.T)
+		}
+		return
+	}
 	if convByGEMM(s) {
 		d.convForward(d.convSetup(s, ws), px, pw, pb, py)
 		return
@@ -176,9 +183,9 @@ func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	d.launch("conv_fwd", int64(ny))
 }
 
-// ConvBackward implements runtime.NNOps: GEMMs (conv.go), or a thread per
-// element of dx (gathering the taps that read it) and of dw; a warp per
-// element of db.
+// ConvBackward implements runtime.NNOps: cuDNN where the driver has it,
+// else GEMMs (conv.go), or a thread per element of dx (gathering the taps
+// that read it) and of dw; a warp per element of db.
 func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []float32) {
 	nx, nw, ny := convSizes(s)
 	a := d.begin()
@@ -192,9 +199,11 @@ func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []f
 	}
 	if dx != nil && nx > 0 {
 		pdx, pw := f32(dx[:nx], opOut, d), f32(w[:nw], opIn, d)
-		if gemm {
+		switch {
+		case d.dnnConv(ConvBackwardData, s, pdx, pw, pdy, 0, d.tf32):
+		case gemm:
 			d.convInputGrad(c, pdy, pw, 0, pdx)
-		} else {
+		default:
 			a.Reset()
 			a.Ptr(g).Ptr(pdy).Ptr(pw).Ptr(0).Ptr(pdx)
 			d.launch("conv_dx", int64(nx))
@@ -218,6 +227,11 @@ func (d *Device) convWeights(s *runtime.ConvShape, c *convOperands, g, x, dy, dw
 		d.args.Reset()
 		d.args.F32(0).Ptr(dw).I64(int64(nw))
 		d.launch("fill_f", int64(nw))
+		return
+	}
+	// Never TF32: in a DP step this is the clipped sum Σ_i C_i g_i
+	// (convWeightGradGEMM).
+	if d.dnnConv(ConvBackwardFilter, s, x, dw, dy, 0, false) {
 		return
 	}
 	if c != nil {
@@ -250,6 +264,12 @@ func (d *Device) ConvTranspose(s *runtime.ConvShape, x, w, bias, y, ws []float32
 	a := d.begin()
 	defer d.end("ConvTranspose")
 	px, pw, pb, py := f32(x[:ny], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.C), opIn, d), f32(y[:nx], opOut, d)
+	if d.dnnConv(ConvBackwardData, s, py, pw, px, 0, d.tf32) {
+		if pb != 0 {
+			d.addChannelBias(py, pb, s.N, s.C, s.InSize)
+		}
+		return
+	}
 	if convByGEMM(s) {
 		d.convInputGrad(d.convSetup(s, ws), px, pw, pb, py)
 		return
@@ -273,9 +293,11 @@ func (d *Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, d
 	}
 	if dx != nil && ny > 0 {
 		pdx, pw := f32(dx[:ny], opOut, d), f32(w[:nw], opIn, d)
-		if c != nil {
+		switch {
+		case d.dnnConv(ConvForward, s, pdy, pw, pdx, 0, d.tf32):
+		case c != nil:
 			d.convForward(c, pdy, pw, 0, pdx)
-		} else {
+		default:
 			a.Reset()
 			a.Ptr(g).Ptr(pdy).Ptr(pw).Ptr(0).Ptr(pdx)
 			d.launch("conv_fwd", int64(ny))

@@ -99,10 +99,19 @@ type nvidia struct {
 	// tf32 is the handle's math mode: TF32 tensor-core products (set
 	// before a GEMM whose GemmArgs.TF32 differs).
 	tf32 bool
-	// ab holds a GEMM's α and β, which cuBLAS reads through host pointers
-	// during the call (the default pointer mode): on the heap, where the
-	// call's uintptrs keep them, one pair for the serialized calls.
+	// ab holds a GEMM's (or a convolution's) α and β, which cuBLAS and
+	// cuDNN read through host pointers during the call (the default
+	// pointer mode): on the heap, where the call's uintptrs keep them, one
+	// pair for the serialized calls.
 	ab *[2]float32
+	// dnn is cuDNN (cudnn.go), nil where it is not found or turned off;
+	// its handle is created at the first convolution, its plans kept per
+	// shape, its workspace grown as an algorithm needs.
+	dnn        *cudnn
+	dnnHandle  uintptr
+	dnnPlans   map[dnnKey]*dnnPlan
+	dnnWork    DevicePtr
+	dnnWorkLen int
 }
 
 // cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
@@ -282,6 +291,14 @@ func Real() (Driver, error) {
 	if err := c.createHandle(); err != nil {
 		c.Close()
 		return nil, err
+	}
+	// cuDNN is optional: without it the convolutions run as GEMMs.
+	if c.dnn, err = loadCUDNN(); err != nil {
+		c.props.ConvLibrary = "none: " + err.Error()
+	} else if c.dnn != nil {
+		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
+	} else {
+		c.props.ConvLibrary = "none: " + EnvCUDNN + "=off"
 	}
 	return c, nil
 }
@@ -728,7 +745,7 @@ func (c *nvidia) Close() error {
 		return err
 	}
 	defer done()
-	var errs []error
+	errs := []error{c.dnnClose()}
 	if c.handle != 0 {
 		errs = append(errs, c.blas.call("cublasDestroy", c.blas.destroy, c.handle))
 		c.handle = 0

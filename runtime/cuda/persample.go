@@ -78,21 +78,33 @@ func (d *Device) im2col(s *runtime.ConvShape, x []float32, n, g int, col []float
 }
 
 // ConvWeightGrad implements runtime.PerSampleOps: the convolution's weight
-// gradient as GEMMs over chunks of samples (conv.go; ws is scratch of
+// gradient through cuDNN where the driver has it (float32 products), else
+// as GEMMs over chunks of samples (conv.go; ws is scratch of
 // ConvWorkspaceSize(s)), or a warp per weight for the shapes convByGEMM
 // leaves to the direct kernel.
 func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
-	if convByGEMM(s) {
-		n := s.M * s.D
-		d.begin()
-		defer d.end("ConvWeightGrad")
-		c := d.convSetup(s, ws)
-		d.convWeightGradGEMM(c, f32(x[:s.N*s.C*s.InSize], opIn, d), f32(dy[:s.N*s.M*s.T], opIn, d), f32(dw[:n], opOut, d))
+	n := s.M * s.D
+	if n == 0 {
 		return
 	}
-	d.convWeightGrad(s, s.N, x, dy, dw, "ConvWeightGrad")
+	if s.N == 0 || s.T == 0 {
+		d.Fill(0, dw[:n])
+		return
+	}
+	d.begin()
+	defer d.end("ConvWeightGrad")
+	px, pdy, pdw := f32(x[:s.N*s.C*s.InSize], opIn, d), f32(dy[:s.N*s.M*s.T], opIn, d), f32(dw[:n], opOut, d)
+	switch {
+	case d.dnnConv(ConvBackwardFilter, s, px, pdw, pdy, 0, false): // float32: the clipped sum
+	case convByGEMM(s):
+		d.convWeightGradGEMM(d.convSetup(s, ws), px, pdy, pdw)
+	default:
+		d.launchWeightGrad(s, s.N, px, pdy, pdw)
+	}
 }
 
+// convWeightGrad is the direct weight gradient of s over the first
+// samples samples of x and dy (conv_weight_grad).
 func (d *Device) convWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw []float32, op string) {
 	n := s.M * s.D
 	if n == 0 {
@@ -102,10 +114,18 @@ func (d *Device) convWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw []f
 		d.Fill(0, dw[:n])
 		return
 	}
-	geom := geomOf(s)
-	a := d.begin()
+	d.begin()
 	defer d.end(op)
-	geom.arg(a).Ptr(f32(x[:samples*s.C*s.InSize], opIn, d)).Ptr(f32(dy[:samples*s.M*s.T], opIn, d)).Ptr(f32(dw[:n], opOut, d)).I32(i32Of(samples)).I64(int64(n))
+	d.launchWeightGrad(s, samples, f32(x[:samples*s.C*s.InSize], opIn, d), f32(dy[:samples*s.M*s.T], opIn, d), f32(dw[:n], opOut, d))
+}
+
+// launchWeightGrad launches conv_weight_grad over the first samples
+// samples of the device operands x and dy into dw (d.mu held).
+func (d *Device) launchWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw DevicePtr) {
+	n := s.M * s.D
+	geom := geomOf(s)
+	d.args.Reset()
+	geom.arg(d.args).Ptr(x).Ptr(dy).Ptr(dw).I32(i32Of(samples)).I64(int64(n))
 	d.launch("conv_weight_grad", 32*int64(n))
 }
 

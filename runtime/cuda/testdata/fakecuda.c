@@ -446,3 +446,269 @@ int cublasSgemmBatched(void *h, int ta, int tb, int m, int n, int k, const float
     if ((r = gemm1(ta, tb, m, n, k, *alpha, A[i], lda, B[i], ldb, *beta, C[i], ldc)) != 0) return r;
   return 0;
 }
+
+// --- cuDNN ---
+
+// The legacy convolution API (cudnn_cnn.h) over the "device" memory: NCHW
+// float tensors and filters with packed strides, cross-correlation with
+// symmetric padding, strides, dilations and groups, computed in double.
+// It checks what cuDNN would — a current context, the descriptors'
+// consistency, the mode (cross-correlation, 1), the workspace an algorithm
+// asks for — and offers two algorithms per product, in this order: 1,
+// which needs no workspace but is not deterministic (the driver must pass
+// it over), and 0, deterministic, which needs a workspace of 1 MiB; with
+// the math type CUDNN_TENSOR_OP_MATH (1) it rounds the operands to TF32.
+enum { DNN_OK = 0, DNN_NOT_INITIALIZED = 1, DNN_BAD_PARAM = 3, DNN_EXECUTION_FAILED = 8, DNN_NOT_SUPPORTED = 9 };
+static void *const the_dnn = (void *)0xd00d;
+static int dnn_handles;
+
+typedef struct {
+  int nb, dims[5], strides[5];
+} dnn_tensor;
+typedef struct {
+  int nb, dims[5];
+} dnn_filter;
+typedef struct {
+  int n, pad[3], stride[3], dil[3], groups, math;
+} dnn_conv;
+typedef struct {
+  int algo, status;
+  float time;
+  size_t memory;
+  int determinism, math_type, reserved[3];
+} dnn_perf;
+
+const char *cudnnGetErrorString(int s) {
+  switch (s) {
+  case DNN_OK: return "CUDNN_STATUS_SUCCESS";
+  case DNN_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
+  case DNN_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+  case DNN_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
+  case DNN_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+  }
+  return "CUDNN_STATUS_UNKNOWN";
+}
+size_t cudnnGetVersion(void) { return 90100; }
+int cudnnCreate(void **h) {
+  if (need_ctx() != OK) return DNN_NOT_INITIALIZED;
+  dnn_handles++;
+  *h = the_dnn;
+  return DNN_OK;
+}
+int cudnnDestroy(void *h) {
+  if (h != the_dnn || dnn_handles == 0) return DNN_BAD_PARAM;
+  dnn_handles--;
+  return DNN_OK;
+}
+int cudnnCreateTensorDescriptor(dnn_tensor **d) { return (*d = calloc(1, sizeof **d)) ? DNN_OK : DNN_EXECUTION_FAILED; }
+int cudnnDestroyTensorDescriptor(dnn_tensor *d) { free(d); return DNN_OK; }
+int cudnnSetTensorNdDescriptor(dnn_tensor *d, int dtype, int nb, const int *dims, const int *strides) {
+  if (dtype != 0 || nb < 4 || nb > 5) return DNN_BAD_PARAM;
+  int acc = 1;
+  for (int i = nb - 1; i >= 0; i--) {
+    if (dims[i] <= 0 || strides[i] != acc) return DNN_BAD_PARAM; // packed NC… only, here
+    acc *= dims[i];
+  }
+  d->nb = nb;
+  memcpy(d->dims, dims, sizeof(int) * nb);
+  memcpy(d->strides, strides, sizeof(int) * nb);
+  return DNN_OK;
+}
+int cudnnCreateFilterDescriptor(dnn_filter **d) { return (*d = calloc(1, sizeof **d)) ? DNN_OK : DNN_EXECUTION_FAILED; }
+int cudnnDestroyFilterDescriptor(dnn_filter *d) { free(d); return DNN_OK; }
+int cudnnSetFilterNdDescriptor(dnn_filter *d, int dtype, int format, int nb, const int *dims) {
+  if (dtype != 0 || format != 0 || nb < 4 || nb > 5) return DNN_BAD_PARAM;
+  for (int i = 0; i < nb; i++)
+    if (dims[i] <= 0) return DNN_BAD_PARAM;
+  d->nb = nb;
+  memcpy(d->dims, dims, sizeof(int) * nb);
+  return DNN_OK;
+}
+int cudnnCreateConvolutionDescriptor(dnn_conv **d) {
+  if (!(*d = calloc(1, sizeof **d))) return DNN_EXECUTION_FAILED;
+  (*d)->groups = 1;
+  return DNN_OK;
+}
+int cudnnDestroyConvolutionDescriptor(dnn_conv *d) { free(d); return DNN_OK; }
+int cudnnSetConvolutionNdDescriptor(dnn_conv *d, int n, const int *pad, const int *stride, const int *dil, int mode, int ctype) {
+  if (n < 2 || n > 3 || mode != 1 || ctype != 0) return DNN_BAD_PARAM; // cross-correlation, float compute
+  for (int i = 0; i < n; i++)
+    if (pad[i] < 0 || stride[i] <= 0 || dil[i] <= 0) return DNN_BAD_PARAM;
+  d->n = n;
+  memcpy(d->pad, pad, sizeof(int) * n);
+  memcpy(d->stride, stride, sizeof(int) * n);
+  memcpy(d->dil, dil, sizeof(int) * n);
+  return DNN_OK;
+}
+int cudnnSetConvolutionGroupCount(dnn_conv *d, int g) {
+  if (g <= 0) return DNN_BAD_PARAM;
+  d->groups = g;
+  return DNN_OK;
+}
+int cudnnSetConvolutionMathType(dnn_conv *d, int m) {
+  if (m < 0 || m > 3) return DNN_BAD_PARAM;
+  d->math = m;
+  return DNN_OK;
+}
+
+// dnn_geom is a convolution's sizes, lifted to three spatial axes, after
+// checking that x, w, y and the convolution agree (y's sizes are the ones
+// the convolution gives x).
+typedef struct {
+  int n, c, m, g, in[3], k[3], out[3], pad[3], st[3], dil[3];
+} dnn_geom;
+static int dnn_check(const dnn_tensor *x, const dnn_filter *w, const dnn_conv *cv, const dnn_tensor *y, dnn_geom *o) {
+  int sp = x->nb - 2;
+  if (y->nb != x->nb || w->nb != x->nb || cv->n != sp) return DNN_BAD_PARAM;
+  o->n = x->dims[0], o->c = x->dims[1], o->m = y->dims[1], o->g = cv->groups;
+  if (y->dims[0] != o->n || w->dims[0] != o->m || o->c % o->g || o->m % o->g || w->dims[1] != o->c / o->g) return DNN_BAD_PARAM;
+  for (int a = 0; a < 3; a++) {
+    int s = a - (3 - sp);
+    o->in[a] = s < 0 ? 1 : x->dims[2 + s];
+    o->k[a] = s < 0 ? 1 : w->dims[2 + s];
+    o->out[a] = s < 0 ? 1 : y->dims[2 + s];
+    o->pad[a] = s < 0 ? 0 : cv->pad[s];
+    o->st[a] = s < 0 ? 1 : cv->stride[s];
+    o->dil[a] = s < 0 ? 1 : cv->dil[s];
+    if ((o->in[a] + 2 * o->pad[a] - o->dil[a] * (o->k[a] - 1) - 1) / o->st[a] + 1 != o->out[a]) return DNN_BAD_PARAM;
+  }
+  return DNN_OK;
+}
+static size_t dnn_len(const dnn_tensor *t) {
+  size_t n = 1;
+  for (int i = 0; i < t->nb; i++) n *= (size_t)t->dims[i];
+  return n;
+}
+static size_t dnn_flen(const dnn_filter *t) {
+  size_t n = 1;
+  for (int i = 0; i < t->nb; i++) n *= (size_t)t->dims[i];
+  return n;
+}
+
+// dnn_run computes one product over every (n, m, output position, tap):
+// kind 0 y = α·Σ x·w + β·y, 1 x = α·Σ y·w + β·x, 2 w = α·Σ x·y + β·w, in
+// double into a scratch, then scaled and rounded.
+static int dnn_run(int kind, const dnn_geom *o, int math, float alpha, float beta, float *x, float *w, float *y) {
+  int cg = o->c / o->g, mg = o->m / o->g;
+  size_t inS = (size_t)o->in[0] * o->in[1] * o->in[2], outS = (size_t)o->out[0] * o->out[1] * o->out[2];
+  size_t kS = (size_t)o->k[0] * o->k[1] * o->k[2];
+  size_t nx = (size_t)o->n * o->c * inS, ny = (size_t)o->n * o->m * outS, nw = (size_t)o->m * cg * kS;
+  size_t nacc = kind == 0 ? ny : kind == 1 ? nx : nw;
+  double *acc = calloc(nacc ? nacc : 1, sizeof(double));
+  if (!acc) return DNN_EXECUTION_FAILED;
+#define RD(v) (math == 1 ? tf32(v) : (v))
+  for (int n = 0; n < o->n; n++)
+    for (int m = 0; m < o->m; m++)
+      for (int od = 0; od < o->out[0]; od++)
+        for (int oh = 0; oh < o->out[1]; oh++)
+          for (int ow = 0; ow < o->out[2]; ow++) {
+            size_t yi = (((size_t)n * o->m + m) * o->out[0] + od) * o->out[1] * o->out[2] + (size_t)oh * o->out[2] + ow;
+            for (int c = 0; c < cg; c++)
+              for (int kd = 0; kd < o->k[0]; kd++)
+                for (int kh = 0; kh < o->k[1]; kh++)
+                  for (int kw = 0; kw < o->k[2]; kw++) {
+                    int id = od * o->st[0] - o->pad[0] + kd * o->dil[0];
+                    int ih = oh * o->st[1] - o->pad[1] + kh * o->dil[1];
+                    int iw = ow * o->st[2] - o->pad[2] + kw * o->dil[2];
+                    if (id < 0 || id >= o->in[0] || ih < 0 || ih >= o->in[1] || iw < 0 || iw >= o->in[2]) continue;
+                    int ch = m / mg * cg + c;
+                    size_t xi = (((size_t)n * o->c + ch) * o->in[0] + id) * o->in[1] * o->in[2] + (size_t)ih * o->in[2] + iw;
+                    size_t wi = (((size_t)m * cg + c) * o->k[0] + kd) * o->k[1] * o->k[2] + (size_t)kh * o->k[2] + kw;
+                    if (kind == 0) acc[yi] += (double)RD(x[xi]) * RD(w[wi]);
+                    if (kind == 1) acc[xi] += (double)RD(y[yi]) * RD(w[wi]);
+                    if (kind == 2) acc[wi] += (double)RD(x[xi]) * RD(y[yi]);
+                  }
+          }
+#undef RD
+  float *out = kind == 0 ? y : kind == 1 ? x : w;
+  for (size_t i = 0; i < nacc; i++) out[i] = beta == 0 ? (float)(alpha * acc[i]) : (float)(alpha * acc[i] + (double)beta * out[i]);
+  free(acc);
+  return DNN_OK;
+}
+
+// dnn_algos writes the two algorithms' perf entries, the math type the
+// descriptor asks for.
+static int dnn_algos(void *h, const dnn_conv *cv, int want, int *got, dnn_perf *p) {
+  if (h != the_dnn || dnn_handles == 0 || need_ctx() != OK) return DNN_NOT_INITIALIZED;
+  if (want < 1) return DNN_BAD_PARAM;
+  int n = want < 2 ? want : 2;
+  for (int i = 0; i < n; i++) {
+    memset(&p[i], 0, sizeof p[i]);
+    p[i].algo = 1 - i;
+    p[i].memory = p[i].algo == 0 ? (size_t)1 << 20 : 0;
+    p[i].determinism = p[i].algo == 0; // CUDNN_DETERMINISTIC
+    p[i].math_type = cv->math;
+  }
+  *got = n;
+  return DNN_OK;
+}
+static int dnn_ws(int algo, size_t *n) {
+  if (algo != 0 && algo != 1) return DNN_BAD_PARAM;
+  *n = algo == 0 ? (size_t)1 << 20 : 0;
+  return DNN_OK;
+}
+// dnn_go checks a product's call and runs it: the handle, the context,
+// the operands in device memory, the workspace the algorithm needs.
+static int dnn_go(int kind, void *h, const float *alpha, const dnn_tensor *xd, float *x, const dnn_filter *wd, float *w,
+                  const dnn_conv *cv, int algo, void *ws, size_t wsn, const float *beta, const dnn_tensor *yd, float *y) {
+  if (h != the_dnn || dnn_handles == 0 || need_ctx() != OK) return DNN_NOT_INITIALIZED;
+  dnn_geom o;
+  int r = dnn_check(xd, wd, cv, yd, &o);
+  if (r) return r;
+  size_t need;
+  if ((r = dnn_ws(algo, &need)) != 0) return r;
+  if (wsn < need || (need > 0 && find((unsigned long long)(uintptr_t)ws, need) < 0)) return DNN_BAD_PARAM;
+  if (find((unsigned long long)(uintptr_t)x, 4 * dnn_len(xd)) < 0 || find((unsigned long long)(uintptr_t)y, 4 * dnn_len(yd)) < 0 ||
+      find((unsigned long long)(uintptr_t)w, 4 * dnn_flen(wd)) < 0)
+    return DNN_EXECUTION_FAILED; // the GPU faulted
+  return dnn_run(kind, &o, cv->math, *alpha, *beta, x, w, y);
+}
+
+int cudnnGetConvolutionForwardAlgorithm_v7(void *h, const dnn_tensor *x, const dnn_filter *w, const dnn_conv *cv,
+                                           const dnn_tensor *y, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(x, w, cv, y, &o);
+  return r ? r : dnn_algos(h, cv, want, got, p);
+}
+int cudnnGetConvolutionForwardWorkspaceSize(void *h, const dnn_tensor *x, const dnn_filter *w, const dnn_conv *cv,
+                                            const dnn_tensor *y, int algo, size_t *n) {
+  (void)h, (void)x, (void)w, (void)cv, (void)y;
+  return dnn_ws(algo, n);
+}
+int cudnnConvolutionForward(void *h, const float *alpha, const dnn_tensor *xd, const float *x, const dnn_filter *wd,
+                            const float *w, const dnn_conv *cv, int algo, void *ws, size_t wsn, const float *beta,
+                            const dnn_tensor *yd, float *y) {
+  return dnn_go(0, h, alpha, xd, (float *)x, wd, (float *)w, cv, algo, ws, wsn, beta, yd, y);
+}
+int cudnnGetConvolutionBackwardDataAlgorithm_v7(void *h, const dnn_filter *w, const dnn_tensor *dy, const dnn_conv *cv,
+                                                const dnn_tensor *dx, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(dx, w, cv, dy, &o);
+  return r ? r : dnn_algos(h, cv, want, got, p);
+}
+int cudnnGetConvolutionBackwardDataWorkspaceSize(void *h, const dnn_filter *w, const dnn_tensor *dy, const dnn_conv *cv,
+                                                 const dnn_tensor *dx, int algo, size_t *n) {
+  (void)h, (void)w, (void)dy, (void)cv, (void)dx;
+  return dnn_ws(algo, n);
+}
+int cudnnConvolutionBackwardData(void *h, const float *alpha, const dnn_filter *wd, const float *w, const dnn_tensor *dyd,
+                                 const float *dy, const dnn_conv *cv, int algo, void *ws, size_t wsn, const float *beta,
+                                 const dnn_tensor *dxd, float *dx) {
+  return dnn_go(1, h, alpha, dxd, dx, wd, (float *)w, cv, algo, ws, wsn, beta, dyd, (float *)dy);
+}
+int cudnnGetConvolutionBackwardFilterAlgorithm_v7(void *h, const dnn_tensor *x, const dnn_tensor *dy, const dnn_conv *cv,
+                                                  const dnn_filter *dw, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(x, dw, cv, dy, &o);
+  return r ? r : dnn_algos(h, cv, want, got, p);
+}
+int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, const dnn_tensor *x, const dnn_tensor *dy, const dnn_conv *cv,
+                                                   const dnn_filter *dw, int algo, size_t *n) {
+  (void)h, (void)x, (void)dy, (void)cv, (void)dw;
+  return dnn_ws(algo, n);
+}
+int cudnnConvolutionBackwardFilter(void *h, const float *alpha, const dnn_tensor *xd, const float *x, const dnn_tensor *dyd,
+                                   const float *dy, const dnn_conv *cv, int algo, void *ws, size_t wsn, const float *beta,
+                                   const dnn_filter *dwd, float *dw) {
+  return dnn_go(2, h, alpha, xd, (float *)x, dwd, dw, cv, algo, ws, wsn, beta, dyd, (float *)dy);
+}

@@ -1,0 +1,415 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// EnvCUDNN names cuDNN's library for the real driver, or "off" to run
+// every convolution on the Device's own GEMM path.
+const EnvCUDNN = "DPFINETUNE_CUDNN"
+
+// cuDNN runs the convolutions' products on the GPU where it is found
+// (libcudnn.so.9 or .8: PyTorch's NVIDIA wheels bring it), through its
+// legacy convolution API (cudnn_cnn.h), which both versions keep: a
+// tensor descriptor for X and Y, a filter descriptor for W, a convolution
+// descriptor (cross-correlation, float32 compute, the group count, and
+// the math type: CUDNN_FMA_MATH for float32 products, which never trades
+// mantissa bits, CUDNN_TENSOR_OP_MATH for TF32), an algorithm chosen once
+// per shape and product from cuDNN's heuristics (the first that is
+// deterministic — the same bits run after run, as the Device's own
+// kernels; cuDNN's atomics-based ones are not — whose math type is the one
+// asked for and whose workspace fits dnnMaxWorkspace), and
+// the driver's own workspace, grown as an algorithm needs. It is optional:
+// without it, or for a product it refuses, the Device takes its GEMM path
+// (Driver.Conv's contract), so that cuDNN can only speed a product up.
+
+// dnnMaxWorkspace bounds the workspace an algorithm may ask for.
+const dnnMaxWorkspace = 256 << 20
+
+// cuDNN's enumerations (cudnn_ops.h, cudnn_cnn.h), the same in 8 and 9.
+const (
+	dnnFloat            = 0 // CUDNN_DATA_FLOAT
+	dnnNCHW             = 0 // CUDNN_TENSOR_NCHW
+	dnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION
+	dnnTensorOpMath     = 1 // CUDNN_TENSOR_OP_MATH
+	dnnFMAMath          = 3 // CUDNN_FMA_MATH
+	dnnDeterministic    = 1 // CUDNN_DETERMINISTIC
+	dnnAlgoCandidates   = 8 // heuristics asked for at most this many
+)
+
+// cudnn is the library's entry points.
+type cudnn struct {
+	lib                                               string
+	version                                           uintptr
+	create, destroy, errorString, getVersion          uintptr
+	createTensor, setTensorNd, destroyTensor          uintptr
+	createFilter, setFilterNd, destroyFilter          uintptr
+	createConv, setConvNd, setConvGroups, setConvMath uintptr
+	destroyConv                                       uintptr
+	fwdAlgos, fwdWorkspace, forward                   uintptr
+	dataAlgos, dataWorkspace, backwardData            uintptr
+	filterAlgos, filterWorkspace, backwardFilter      uintptr
+	entries                                           []*uintptr
+}
+
+// dnnCompanions are the libraries cuDNN loads by name at run time, from
+// wherever the loader finds them (9: libcudnn_graph, the engines, _ops,
+// _cnn…; 8: libcudnn_ops_infer…): where cuDNN is found by its path (a
+// Python's NVIDIA wheel, on no loader path) they are loaded first from its
+// directory, dependencies before their dependents, so that its own
+// lookups find them loaded.
+var dnnCompanions = []string{
+	"libcudnn_graph.so.9*", "libcudnn_engines_precompiled.so.9*", "libcudnn_engines_runtime_compiled.so.9*",
+	"libcudnn_heuristic.so.9*", "libcudnn_ops.so.9*", "libcudnn_cnn.so.9*", "libcudnn_adv.so.9*",
+	"libcudnn_ops_infer.so.8*", "libcudnn_ops_train.so.8*", "libcudnn_cnn_infer.so.8*", "libcudnn_cnn_train.so.8*",
+}
+
+// loadCUDNN loads cuDNN (EnvCUDNN's path, else the usual names); nil and
+// no error where it is turned off.
+func loadCUDNN() (*cudnn, error) {
+	if os.Getenv(EnvCUDNN) == "off" {
+		return nil, nil
+	}
+	h, lib, err := dlopenFound(EnvCUDNN, "libcudnn.so.[89]*", dnnCompanions, "libcudnn.so.9", "libcudnn.so.8", "libcudnn.so")
+	if err != nil {
+		return nil, err
+	}
+	d := &cudnn{lib: lib}
+	if err := syms(h, lib, []*uintptr{
+		&d.create, &d.destroy, &d.errorString, &d.getVersion,
+		&d.createTensor, &d.setTensorNd, &d.destroyTensor,
+		&d.createFilter, &d.setFilterNd, &d.destroyFilter,
+		&d.createConv, &d.setConvNd, &d.setConvGroups, &d.setConvMath, &d.destroyConv,
+		&d.fwdAlgos, &d.fwdWorkspace, &d.forward,
+		&d.dataAlgos, &d.dataWorkspace, &d.backwardData,
+		&d.filterAlgos, &d.filterWorkspace, &d.backwardFilter,
+	}, []string{
+		"cudnnCreate", "cudnnDestroy", "cudnnGetErrorString", "cudnnGetVersion",
+		"cudnnCreateTensorDescriptor", "cudnnSetTensorNdDescriptor", "cudnnDestroyTensorDescriptor",
+		"cudnnCreateFilterDescriptor", "cudnnSetFilterNdDescriptor", "cudnnDestroyFilterDescriptor",
+		"cudnnCreateConvolutionDescriptor", "cudnnSetConvolutionNdDescriptor", "cudnnSetConvolutionGroupCount",
+		"cudnnSetConvolutionMathType", "cudnnDestroyConvolutionDescriptor",
+		"cudnnGetConvolutionForwardAlgorithm_v7", "cudnnGetConvolutionForwardWorkspaceSize", "cudnnConvolutionForward",
+		"cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnGetConvolutionBackwardDataWorkspaceSize", "cudnnConvolutionBackwardData",
+		"cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnGetConvolutionBackwardFilterWorkspaceSize", "cudnnConvolutionBackwardFilter",
+	}); err != nil {
+		return nil, err
+	}
+	d.version, _, _ = purego.SyscallN(d.getVersion)
+	return d, nil
+}
+
+// call calls a cuDNN function and turns its cudnnStatus_t into an error
+// naming op (cudnnGetErrorString's name for it).
+//
+//go:uintptrescapes
+func (d *cudnn) call(op string, fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if r == 0 {
+		return nil
+	}
+	s, _, _ := purego.SyscallN(d.errorString, r)
+	return fmt.Errorf("cuda: %s: %s (%d)", op, cString(s), r)
+}
+
+// dnnAlgoPerf is cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t, one
+// layout for the three.
+type dnnAlgoPerf struct {
+	algo, status int32
+	time         float32
+	_            int32
+	memory       uint64
+	determinism  int32
+	mathType     int32
+	_            [4]int32
+}
+
+// dnnPlan is a convolution's descriptors and, per product, the algorithm
+// chosen and its workspace (algo −1: not chosen yet; −2: none fits).
+type dnnPlan struct {
+	x, y, w, conv uintptr
+	algo          [3]int32
+	work          [3]uint64
+}
+
+// dnnKey is what a plan depends on.
+type dnnKey struct {
+	n, c, m, group, rank int
+	in, k, out, st, dil  [3]int
+	pad                  [3]int
+	tf32                 bool
+}
+
+// lift returns c's spatial sizes on at least two axes (cuDNN's tensors
+// have four dimensions or five): a 1-D convolution gets a leading unit
+// axis.
+func lift(v []int, one int) []int {
+	if len(v) == 1 {
+		return []int{one, v[0]}
+	}
+	return v
+}
+
+func keyOf(c *ConvArgs) (dnnKey, error) {
+	r := len(c.In)
+	if r < 1 || r > 3 || len(c.Kernel) != r || len(c.Out) != r || len(c.Strides) != r || len(c.Dilations) != r || len(c.Pads) != r {
+		return dnnKey{}, fmt.Errorf("cuda: cuDNN: a convolution of %d spatial axes with %d/%d/%d/%d/%d sizes", r, len(c.Kernel), len(c.Out), len(c.Strides), len(c.Dilations), len(c.Pads))
+	}
+	k := dnnKey{n: c.N, c: c.C, m: c.M, group: c.Group, rank: r, tf32: c.TF32}
+	copy(k.in[:], c.In)
+	copy(k.k[:], c.Kernel)
+	copy(k.out[:], c.Out)
+	copy(k.st[:], c.Strides)
+	copy(k.dil[:], c.Dilations)
+	copy(k.pad[:], c.Pads)
+	return k, nil
+}
+
+// dnnPlanOf returns c's plan, building its descriptors at first use (the
+// context current).
+func (c *nvidia) dnnPlanOf(a *ConvArgs) (*dnnPlan, error) {
+	key, err := keyOf(a)
+	if err != nil {
+		return nil, err
+	}
+	if p := c.dnnPlans[key]; p != nil {
+		return p, nil
+	}
+	d := c.dnn
+	p := &dnnPlan{algo: [3]int32{-1, -1, -1}}
+	in, k, out := lift(a.In, 1), lift(a.Kernel, 1), lift(a.Out, 1)
+	st, dil, pad := lift(a.Strides, 1), lift(a.Dilations, 1), lift(a.Pads, 0)
+	i32 := func(v ...int) []int32 {
+		out := make([]int32, len(v))
+		for i, x := range v {
+			out[i] = int32(x)
+		}
+		return out
+	}
+	packed := func(dims []int32) []int32 { // NC… strides of a contiguous tensor
+		s := make([]int32, len(dims))
+		acc := int32(1)
+		for i := len(dims) - 1; i >= 0; i-- {
+			s[i] = acc
+			acc *= dims[i]
+		}
+		return s
+	}
+	tensor := func(desc *uintptr, sizes ...int) error {
+		dims := i32(sizes...)
+		if err := d.call("cudnnCreateTensorDescriptor", d.createTensor, uintptr(unsafe.Pointer(desc))); err != nil {
+			return err
+		}
+		str := packed(dims)
+		return d.call("cudnnSetTensorNdDescriptor", d.setTensorNd, *desc, dnnFloat, uintptr(len(dims)),
+			uintptr(unsafe.Pointer(&dims[0])), uintptr(unsafe.Pointer(&str[0])))
+	}
+	g := max(a.Group, 1)
+	err = errors.Join(
+		tensor(&p.x, append([]int{a.N, a.C}, in...)...),
+		tensor(&p.y, append([]int{a.N, a.M}, out...)...),
+	)
+	if err == nil {
+		fdims := i32(append([]int{a.M, a.C / g}, k...)...)
+		err = d.call("cudnnCreateFilterDescriptor", d.createFilter, uintptr(unsafe.Pointer(&p.w)))
+		if err == nil {
+			err = d.call("cudnnSetFilterNdDescriptor", d.setFilterNd, p.w, dnnFloat, dnnNCHW, uintptr(len(fdims)), uintptr(unsafe.Pointer(&fdims[0])))
+		}
+	}
+	if err == nil {
+		pads, strides, dils := i32(pad...), i32(st...), i32(dil...)
+		math := uintptr(dnnFMAMath)
+		if a.TF32 {
+			math = dnnTensorOpMath
+		}
+		err = d.call("cudnnCreateConvolutionDescriptor", d.createConv, uintptr(unsafe.Pointer(&p.conv)))
+		if err == nil {
+			err = errors.Join(
+				d.call("cudnnSetConvolutionNdDescriptor", d.setConvNd, p.conv, uintptr(len(pads)), uintptr(unsafe.Pointer(&pads[0])),
+					uintptr(unsafe.Pointer(&strides[0])), uintptr(unsafe.Pointer(&dils[0])), dnnCrossCorrelation, dnnFloat),
+				d.call("cudnnSetConvolutionGroupCount", d.setConvGroups, p.conv, uintptr(g)),
+				d.call("cudnnSetConvolutionMathType", d.setConvMath, p.conv, math))
+		}
+	}
+	if err != nil {
+		c.dnnFree(p)
+		return nil, err
+	}
+	if c.dnnPlans == nil {
+		c.dnnPlans = map[dnnKey]*dnnPlan{}
+	}
+	c.dnnPlans[key] = p
+	return p, nil
+}
+
+// dnnFree destroys p's descriptors.
+func (c *nvidia) dnnFree(p *dnnPlan) error {
+	d := c.dnn
+	var errs []error
+	for _, t := range []uintptr{p.x, p.y} {
+		if t != 0 {
+			errs = append(errs, d.call("cudnnDestroyTensorDescriptor", d.destroyTensor, t))
+		}
+	}
+	if p.w != 0 {
+		errs = append(errs, d.call("cudnnDestroyFilterDescriptor", d.destroyFilter, p.w))
+	}
+	if p.conv != 0 {
+		errs = append(errs, d.call("cudnnDestroyConvolutionDescriptor", d.destroyConv, p.conv))
+	}
+	return errors.Join(errs...)
+}
+
+// dnnAlgo chooses p's algorithm for product kind from cuDNN's heuristics:
+// the first deterministic one that succeeded with the math type asked for
+// (FMA: float32, no TF32) and a workspace of at most dnnMaxWorkspace.
+func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
+	if p.algo[kind] >= 0 {
+		return nil
+	}
+	if p.algo[kind] == -2 {
+		return fmt.Errorf("cuda: cuDNN: no %s algorithm fits", dnnKindName[kind])
+	}
+	d := c.dnn
+	perf := new([dnnAlgoCandidates]dnnAlgoPerf)
+	got := new(int32)
+	var err error
+	switch kind {
+	case ConvForward:
+		err = d.call("cudnnGetConvolutionForwardAlgorithm_v7", d.fwdAlgos, c.dnnHandle, p.x, p.w, p.conv, p.y, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
+	case ConvBackwardData:
+		err = d.call("cudnnGetConvolutionBackwardDataAlgorithm_v7", d.dataAlgos, c.dnnHandle, p.w, p.y, p.conv, p.x, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
+	default:
+		err = d.call("cudnnGetConvolutionBackwardFilterAlgorithm_v7", d.filterAlgos, c.dnnHandle, p.x, p.y, p.conv, p.w, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
+	}
+	if err != nil {
+		return err
+	}
+	want := int32(dnnFMAMath)
+	if tf32 {
+		want = dnnTensorOpMath
+	}
+	for _, q := range perf[:min(int(*got), dnnAlgoCandidates)] {
+		if q.status == 0 && q.determinism == dnnDeterministic && q.mathType == want && q.memory <= dnnMaxWorkspace {
+			p.algo[kind], p.work[kind] = q.algo, q.memory
+			return nil
+		}
+	}
+	p.algo[kind] = -2
+	return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is deterministic with math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], want, dnnMaxWorkspace)
+}
+
+var dnnKindName = [3]string{"forward", "backward-data", "backward-filter"}
+
+// dnnWorkspace returns device memory of at least n bytes, the driver's
+// workspace grown as needed (the context current).
+func (c *nvidia) dnnWorkspace(n uint64) (DevicePtr, error) {
+	if n == 0 {
+		return 0, nil
+	}
+	if n > uint64(c.dnnWorkLen) {
+		if c.dnnWork != 0 {
+			if err := c.call("cuMemFree", c.cu.memFree, uintptr(c.dnnWork)); err != nil {
+				return 0, err
+			}
+			c.dnnWork, c.dnnWorkLen = 0, 0
+		}
+		p := new(DevicePtr)
+		if err := c.call("cuMemAlloc", c.cu.memAlloc, uintptr(unsafe.Pointer(p)), uintptr(n)); err != nil {
+			return 0, err
+		}
+		c.dnnWork, c.dnnWorkLen = *p, int(n)
+	}
+	return c.dnnWork, nil
+}
+
+// Conv implements Driver with cuDNN: the product a describes on the
+// default stream, as the kernels and the GEMMs.
+func (c *nvidia) Conv(a *ConvArgs) error {
+	if c.dnn == nil {
+		return ErrNoConvLibrary
+	}
+	done, err := c.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if c.dnnHandle == 0 {
+		h := new(uintptr)
+		if err := c.dnn.call("cudnnCreate", c.dnn.create, uintptr(unsafe.Pointer(h))); err != nil {
+			return err
+		}
+		c.dnnHandle = *h
+	}
+	p, err := c.dnnPlanOf(a)
+	if err != nil {
+		return err
+	}
+	if err := c.dnnAlgo(p, a.Kind, a.TF32); err != nil {
+		return err
+	}
+	var wsSize uint64
+	switch a.Kind {
+	case ConvForward:
+		err = c.dnn.call("cudnnGetConvolutionForwardWorkspaceSize", c.dnn.fwdWorkspace, c.dnnHandle, p.x, p.w, p.conv, p.y, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+	case ConvBackwardData:
+		err = c.dnn.call("cudnnGetConvolutionBackwardDataWorkspaceSize", c.dnn.dataWorkspace, c.dnnHandle, p.w, p.y, p.conv, p.x, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+	default:
+		err = c.dnn.call("cudnnGetConvolutionBackwardFilterWorkspaceSize", c.dnn.filterWorkspace, c.dnnHandle, p.x, p.y, p.conv, p.w, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+	}
+	if err != nil {
+		return err
+	}
+	ws, err := c.dnnWorkspace(wsSize)
+	if err != nil {
+		return err
+	}
+	// α and β through host pointers, read during the call.
+	ab := c.ab
+	ab[0], ab[1] = a.Alpha, a.Beta
+	alpha, beta := uintptr(unsafe.Pointer(&ab[0])), uintptr(unsafe.Pointer(&ab[1]))
+	algo := uintptr(p.algo[a.Kind])
+	switch a.Kind {
+	case ConvForward:
+		err = c.dnn.call("cudnnConvolutionForward", c.dnn.forward, c.dnnHandle, alpha, p.x, uintptr(a.X), p.w, uintptr(a.W),
+			p.conv, algo, uintptr(ws), uintptr(wsSize), beta, p.y, uintptr(a.Y))
+	case ConvBackwardData:
+		err = c.dnn.call("cudnnConvolutionBackwardData", c.dnn.backwardData, c.dnnHandle, alpha, p.w, uintptr(a.W), p.y, uintptr(a.Y),
+			p.conv, algo, uintptr(ws), uintptr(wsSize), beta, p.x, uintptr(a.X))
+	default:
+		err = c.dnn.call("cudnnConvolutionBackwardFilter", c.dnn.backwardFilter, c.dnnHandle, alpha, p.x, uintptr(a.X), p.y, uintptr(a.Y),
+			p.conv, algo, uintptr(ws), uintptr(wsSize), beta, p.w, uintptr(a.W))
+	}
+	runtime.KeepAlive(ab)
+	return err
+}
+
+// dnnClose releases cuDNN's plans, workspace and handle (the context
+// current).
+func (c *nvidia) dnnClose() error {
+	if c.dnn == nil {
+		return nil
+	}
+	var errs []error
+	for k, p := range c.dnnPlans {
+		errs = append(errs, c.dnnFree(p))
+		delete(c.dnnPlans, k)
+	}
+	if c.dnnWork != 0 {
+		errs = append(errs, c.call("cuMemFree", c.cu.memFree, uintptr(c.dnnWork)))
+		c.dnnWork, c.dnnWorkLen = 0, 0
+	}
+	if c.dnnHandle != 0 {
+		errs = append(errs, c.dnn.call("cudnnDestroy", c.dnn.destroy, c.dnnHandle))
+		c.dnnHandle = 0
+	}
+	return errors.Join(errs...)
+}
