@@ -39,6 +39,7 @@ const (
 	dnnFloat            = 0 // CUDNN_DATA_FLOAT
 	dnnNCHW             = 0 // CUDNN_TENSOR_NCHW
 	dnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION
+	dnnDefaultMath      = 0 // CUDNN_DEFAULT_MATH
 	dnnTensorOpMath     = 1 // CUDNN_TENSOR_OP_MATH
 	dnnFMAMath          = 3 // CUDNN_FMA_MATH
 	dnnDeterministic    = 1 // CUDNN_DETERMINISTIC
@@ -298,7 +299,10 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 		want = dnnTensorOpMath
 	}
 	for _, q := range perf[:min(int(*got), dnnAlgoCandidates)] {
-		if q.status == 0 && q.determinism == dnnDeterministic && q.mathType == want && q.memory <= dnnMaxWorkspace {
+		// The heuristics list an algorithm per math type it runs in; one
+		// listed for CUDNN_DEFAULT_MATH (0) runs under the descriptor's
+		// math type too, which stays the one asked for.
+		if q.status == 0 && q.determinism == dnnDeterministic && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace {
 			p.algo[kind], p.work[kind] = q.algo, q.memory
 			return nil
 		}
