@@ -13,7 +13,9 @@
 #      in float32; for the convolutional models also both with TF32
 #      convolutions (PyTorch's default precision, dpfinetune's --tf32):
 #      step times and peak device memory (ours: each mode's, on the device
-#      opened afresh; PyTorch's: torch.cuda.max_memory_allocated);
+#      opened afresh; PyTorch's: torch.cuda.max_memory_allocated); ResNet-50
+#      once more with cuDNN off (DPFINETUNE_CUDNN=off: the convolutions as
+#      cuBLAS GEMMs), what cuDNN buys;
 #   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
@@ -158,9 +160,9 @@ fi
 if has bench; then
 echo "== 3. benchmarks" >&2
 : >"$OUT/bench.jsonl"
-ours() { # name batch modes [--tf32]
+ours() { # name batch modes [--tf32]; CONVS=gemm: with DPFINETUNE_CUDNN=off
 	bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps "$STEPS" --modes "$3" ${4:-} --json 2>>"$OUT/bench.log" |
-		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "batch": r["batch"], "rows": r["rows"]}))' "$1" |
+		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "convs": sys.argv[2], "batch": r["batch"], "rows": r["rows"]}))' "$1" "${CONVS:-library}" |
 		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"tf32\": $([ -n "${4:-}" ] && echo true || echo false), \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
 }
 torch() { # name batch size classes tf32
@@ -175,16 +177,23 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	fi
 	ours "$1" "$2" nondp,bk,mixed
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" off
+	# One model also with cuDNN off: the convolutions as cuBLAS GEMMs,
+	# what cuDNN buys (the emulation has no cuDNN: the row runs the path).
+	if [ "$1" = "$GEMM_ROW" ] && ! late; then
+		CONVS=gemm DPFINETUNE_CUDNN=off ours "$1" "$2" nondp,bk
+	fi
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
 }
 if [ $mode = gpu ]; then
+	GEMM_ROW=resnet50
 	bench resnet50 "$BATCH224" 224 1000
 	bench vit_b_16 "$BATCH224" 224 1000
 	bench vgg16 "$BATCH224" 224 1000
 	bench cifar_vgg19 64 32 10
 else # the dry run: the emulation's kernels are the plainest, so small models
+	GEMM_ROW=cifar_resnet18
 	bench cnn-fmnist 2 28 10
 	bench cifar_resnet18 2 32 10
 fi
@@ -202,6 +211,8 @@ for r in rows:
         continue
     name, tf32 = r["model"], bool(r.get("tf32"))
     prec = "TF32 convs" if tf32 else "float32"
+    if r.get("convs") == "gemm":
+        prec += ", convs as GEMMs (cuDNN off)"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue
