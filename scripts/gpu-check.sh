@@ -16,6 +16,10 @@
 #      opened afresh; PyTorch's: torch.cuda.max_memory_allocated); ResNet-50
 #      once more with cuDNN off (DPFINETUNE_CUDNN=off: the convolutions as
 #      cuBLAS GEMMs), what cuDNN buys;
+#   5. (part maxbatch) the largest physical batch that runs on the GPU
+#      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
+#      mixed) and PyTorch's non-DP step, each found by doubling then
+#      bisection (to 1/16) over one-step runs in fresh processes;
 #   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
@@ -98,7 +102,7 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
-PARTS=${PARTS:-tests norms bench timm}
+PARTS=${PARTS:-tests norms bench timm maxbatch}
 TIMM=${TIMM:-beit_base_patch16_224,crossvit_tiny_240}
 BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -285,6 +289,53 @@ for r in rows:
         nm, r["train_exit"], r["train_s"], r["train_last"].replace("|", "/")))
 PYEOF
 fi
-cat "$OUT"/bench.md "$OUT"/timm.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
+if has maxbatch; then
+echo "== 5. largest physical batch (VGG-19, CIFAR-10)" >&2
+: >"$OUT/maxbatch.jsonl"
+MB_MODEL=cifar_vgg19
+MB_START=${MB_START:-256}
+MB_MAX=${MB_MAX:-65536}
+if [ $mode = emulate ]; then MB_MODEL=cnn-fmnist MB_START=2 MB_MAX=8; fi
+# largest CMD...: the largest batch B (from MB_START, doubling, then
+# bisecting to within 1/16) for which `CMD... B` exits 0; 0 if none does,
+# and the search stops where BUDGET_S is spent (the row says so).
+largest() {
+	local lo=0 b=$MB_START hi
+	while [ "$b" -le "$MB_MAX" ] && ! late && "$@" "$b"; do lo=$b b=$((b * 2)); done
+	[ "$b" -gt "$MB_MAX" ] && { echo "$lo"; return; } # every batch up to the cap ran
+	hi=$b
+	while [ "$lo" -gt 0 ] && [ $((hi - lo)) -gt $((lo / 16)) ] && ! late; do
+		local mid=$(((lo + hi) / 2))
+		if "$@" "$mid"; then lo=$mid; else hi=$mid; fi
+	done
+	echo "$lo"
+}
+ours_fits() { # mode batch
+	bin/dpfinetune bench --device cuda --model "zoo:$MB_MODEL" --batch "$2" --steps 1 --modes "$1" --json >/dev/null 2>>"$OUT/maxbatch.log"
+}
+torch_fits() { # batch
+	(cd bench && "$PY" torch_gpu_step.py --model "$MB_MODEL" --batch "$1" --size 32 --classes 10 --steps 1 --warmup 1 --tf32 off) >/dev/null 2>>"$OUT/maxbatch.log"
+}
+for m in nondp bk mixed; do
+	b=$(largest ours_fits $m)
+	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"dpfinetune\", \"mode\": \"$m\", \"largest_batch\": $b, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
+done
+if [ $mode = gpu ]; then
+	b=$(largest torch_fits)
+	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"pytorch\", \"mode\": \"nondp\", \"largest_batch\": $b, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
+fi
+"$PY" - "$OUT/maxbatch.jsonl" >"$OUT/maxbatch.md" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+print("\nLargest physical batch that runs (one step; doubling, then bisection to 1/16; Opacus is not on this machine):\n")
+print("| model | implementation | mode | largest batch |")
+print("|---|---|---|---|")
+for r in rows:
+    note = " (budget spent: a lower bound)" if r.get("budget_spent") else ""
+    cap = " (the cap)" if r["largest_batch"] >= r["cap"] else ""
+    print("| %s | %s | %s | %d%s%s |" % (r["model"], r["impl"], r["mode"], r["largest_batch"], cap, note))
+PYEOF
+fi
+cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2
 exit $status
