@@ -335,6 +335,9 @@ func (c *nvidia) dnnWorkspace(n uint64) (DevicePtr, error) {
 	return c.dnnWork, nil
 }
 
+// ConvWorkspace implements Driver: cuDNN's workspace.
+func (c *nvidia) ConvWorkspace() int { return c.dnnWorkLen }
+
 // Conv implements Driver with cuDNN: the product a describes on the
 // default stream, as the kernels and the GEMMs.
 func (c *nvidia) Conv(a *ConvArgs) error {

@@ -276,12 +276,15 @@ func (d *Device) free(p DevicePtr) error {
 }
 
 // MemoryStats implements runtime.MemoryReporter: the device memory this
-// Device holds now and the most it has held, in bytes (its allocations:
-// buffers, scratch, staging, kernel tables; not the driver's own).
+// Device holds now and the most it has held, in bytes: its allocations
+// (buffers, scratch, staging, kernel tables) and the convolution
+// library's workspace (Driver.ConvWorkspace), counted on top of the peak
+// as if it had been held all along — an upper bound, never less.
 func (d *Device) MemoryStats() (inUse, peak int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.inUse, d.peak
+	ws := int64(d.drv.ConvWorkspace())
+	return d.inUse + ws, d.peak + ws
 }
 
 // Free releases a buffer of this device.

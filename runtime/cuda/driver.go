@@ -96,6 +96,9 @@ type Driver interface {
 	// error where the library refuses or fails: the Device then computes
 	// the product itself (conv.go).
 	Conv(c *ConvArgs) error
+	// ConvWorkspace is the device memory Conv holds as workspace, in
+	// bytes (0 where it has none).
+	ConvWorkspace() int
 	// Synchronize waits for every launch to finish and returns the first
 	// error one met.
 	Synchronize() error

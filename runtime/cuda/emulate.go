@@ -381,6 +381,9 @@ func (e *emulated) Gemm(g *GemmArgs) error {
 // the Device's own convolution path runs.
 func (e *emulated) Conv(*ConvArgs) error { return ErrNoConvLibrary }
 
+// ConvWorkspace implements Driver: none.
+func (e *emulated) ConvWorkspace() int { return 0 }
+
 // roundedTF32 returns src rounded to TF32 in dst's storage (grown as
 // needed).
 func roundedTF32(dst, src []float32) []float32 {

@@ -147,8 +147,9 @@ func TestRealDriverOnFake(t *testing.T) {
 // depthwise, strides, dilations, pads) and ConvWeightGrad's, held to the
 // reference backend and the CPU. The library ran products, and refused
 // only what it cannot take (padding that differs between an axis's ends),
-// which the Device's own path then computed; with DPFINETUNE_CUDNN=off the
-// driver loads none and says so.
+// which the Device's own path then computed; its workspace counts in the
+// Device's memory; with DPFINETUNE_CUDNN=off the driver loads none and
+// says so.
 func TestConvLibraryOnFake(t *testing.T) {
 	drv := fakeDriver(t)
 	if lib := drv.Properties().ConvLibrary; !strings.HasPrefix(lib, "cuDNN 90100 (") {
@@ -178,6 +179,12 @@ func TestConvLibraryOnFake(t *testing.T) {
 		}
 	}
 	t.Logf("%d products through cuDNN, %d shapes refused (asymmetric pads)", d.dnnRuns, len(d.dnnRefused))
+	// The deterministic algorithm's workspace (the stand-in's 1 MiB)
+	// counts in the Device's memory.
+	ws := drv.ConvWorkspace()
+	if inUse, _ := d.MemoryStats(); ws < 1<<20 || inUse != d.inUse+int64(ws) {
+		t.Errorf("cuDNN's workspace %d bytes (want at least 1 MiB), in use %d beside the Device's %d", ws, inUse, d.inUse)
+	}
 	t.Setenv(EnvCUDNN, "off")
 	off, err := Real()
 	if err != nil {
