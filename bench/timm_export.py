@@ -8,8 +8,8 @@ machines have no network), eval mode, opset 17, batch axis dynamic.
 
 Writes DIR/<model>.onnx and DIR/<model>-x.npy (two random samples of the
 model's input size) with DIR/<model>-y.npy (their labels), and prints one
-JSON line per model: {model, onnx, input, params, exporter} or {model,
-error}. The TorchScript exporter (dynamo=False) is tried first, as the
+JSON line per model: {model, onnx, input, params, exporter}, {model,
+error}, or {model, skipped} without timm. The TorchScript exporter (dynamo=False) is tried first, as the
 repository's fixtures were made with it; PyTorch versions that lack it
 fall back to the default exporter, which the line names.
 """
@@ -48,7 +48,7 @@ def main():
         import timm
     except ImportError as e:
         for name in args.models.split(","):
-            print(json.dumps({"model": name, "error": "timm not installed: %s" % e}))
+            print(json.dumps({"model": name, "skipped": "timm not installed: %s" % e}))
         return
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)

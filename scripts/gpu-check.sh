@@ -241,9 +241,13 @@ echo "== 4. timm models: norms and train --device cuda" >&2
 while IFS= read -r line; do
 	name=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1])["model"])' "$line")
 	model=$tmp/timm/$name.onnx
-	if ! [ -f "$model" ] || late; then
-		why=$("$PY" -c 'import json, sys; print(json.loads(sys.argv[1]).get("error", "skipped: BUDGET_S spent"))' "$line")
-		echo "{\"model\": \"$name\", \"ok\": false, \"error\": $("$PY" -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$why")}" | tee -a "$OUT/timm.jsonl" >&2
+	if ! [ -f "$model" ] || late; then # no export (an error; no timm here: skipped), or no time left
+		"$PY" -c 'import json, sys
+r = json.loads(sys.argv[1])
+if "skipped" in r or "onnx" in r:
+    print(json.dumps({"model": r["model"], "skipped": r.get("skipped", "BUDGET_S spent")}))
+else:
+    print(json.dumps({"model": r["model"], "ok": False, "error": r.get("error", "no export")}))' "$line" | tee -a "$OUT/timm.jsonl" >&2
 		continue
 	fi
 	for d in cpu cuda; do
@@ -282,7 +286,7 @@ print("| model | parameters | exporter | norms max rel (cuda vs cpu) | train (ex
 print("|---|---|---|---|---|---|")
 for r in rows:
     if "train_exit" not in r:
-        print("| %s | | | | | error: %s |" % (r["model"], r.get("error", "")))
+        print("| %s | | | | | %s |" % (r["model"], "skipped: " + r["skipped"] if "skipped" in r else "error: " + r.get("error", "")))
         continue
     nm = "%.1e" % r["norms_max_rel"] if "norms_max_rel" in r else "error: " + r.get("norms_error", "")
     print("| %s | %s | %s | %s | %d, %d | %s |" % (r["model"], "{:,}".format(r["params"]) if r.get("params") else "", r.get("exporter", ""),
@@ -316,18 +320,17 @@ ours_fits() { # mode batch
 torch_fits() { # batch
 	(cd bench && "$PY" torch_gpu_step.py --model "$MB_MODEL" --batch "$1" --size 32 --classes 10 --steps 1 --warmup 1 --tf32 off) >/dev/null 2>>"$OUT/maxbatch.log"
 }
+mbrow() { # impl mode largest
+	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"$1\", \"mode\": \"$2\", \"largest_batch\": $3, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
+}
 for m in nondp bk mixed; do
-	b=$(largest ours_fits $m)
-	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"dpfinetune\", \"mode\": \"$m\", \"largest_batch\": $b, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
+	mbrow dpfinetune $m "$(largest ours_fits $m)"
 done
-if [ $mode = gpu ]; then
-	b=$(largest torch_fits)
-	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"pytorch\", \"mode\": \"nondp\", \"largest_batch\": $b, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
-fi
+[ $mode = gpu ] && mbrow pytorch nondp "$(largest torch_fits)"
 "$PY" - "$OUT/maxbatch.jsonl" >"$OUT/maxbatch.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print("\nLargest physical batch that runs (one step; doubling, then bisection to 1/16; Opacus is not on this machine):\n")
+print("\nLargest physical batch that runs (one step; doubling, then bisection to 1/16; Opacus and private_vision are not part of this check):\n")
 print("| model | implementation | mode | largest batch |")
 print("|---|---|---|---|")
 for r in rows:
