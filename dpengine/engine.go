@@ -140,6 +140,9 @@ type Engine struct {
 	// affineShape the shape it reduces to.
 	affineScratch []float32
 	affineShape   []int
+	// blockShape is arithmeticBatch's [B, blocks, …] view of batch-block
+	// activations.
+	blockShape []int
 	// rowNorms holds addSampleRows' per-sample squared norms, affineAcc
 	// normBatch's float64 sums, biasShapes gemmBiasBatch's two shapes.
 	rowNorms, affineAcc []float64

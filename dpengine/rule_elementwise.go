@@ -25,7 +25,9 @@ var arithmeticBatchOff bool
 // sample-by-sample path gathers each sample's output gradient and other
 // operand, multiplies and reduces, at ResNet-18's 20 affines about 4 % of
 // a book-keeping step. The sums are the same float64 sums of float32
-// products (in another order within a row). An operand that copies
+// products (in another order within a row). Activations whose leading
+// axis holds batch blocks (B·nW windows of a Swin stage, a sample's
+// windows contiguous) reduce as [B, nW, …]. An operand that copies
 // parameters through a layout-only path (useState.rowsMap: BEiT's
 // relative-position bias gathered from its table, a q/v bias concatenated
 // with zeros, a slice of a packed bias) takes the same reduction onto the
@@ -49,6 +51,27 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	B := e.cfg.PhysicalBatch
 	prm, other, dy := &ev.Inputs[k], &ev.Inputs[1-k], &ev.DOut
 	yShape := dy.Shape
+	if len(other.Shape) != len(yShape) {
+		return false
+	}
+	for d := range yShape {
+		if other.Shape[d] != yShape[d] {
+			return false
+		}
+	}
+	if dy.BatchAxis == 0 && len(yShape) > 0 && B > 0 && yShape[0] != B && yShape[0]%B == 0 && dy.BatchStride*B == len(dy.Data) {
+		// Batch blocks: the leading axis holds B blocks of rows, a
+		// sample's block contiguous (Swin's window-batched tokens, B·nW
+		// windows): seen as [B, nW, …], the sample's windows are one
+		// more axis its sums run over.
+		if cap(e.blockShape) < len(yShape)+1 {
+			e.blockShape = make([]int, len(yShape)+1)
+		}
+		ws := e.blockShape[:len(yShape)+1]
+		ws[0], ws[1] = B, yShape[0]/B
+		copy(ws[2:], yShape[1:])
+		yShape = ws
+	}
 	r := len(yShape)
 	P := len(us.p.data) // the operand's elements: the parameter's, or the path's output
 	if !direct {
@@ -63,13 +86,8 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	}
 	if prm.BatchAxis >= 0 || ba < 0 || other.BatchAxis != ba || r < ba+2 || yShape[ba] != B ||
 		len(pShape) > r-1-ba || numel(pShape) != P || P == 0 ||
-		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) || len(other.Shape) != r {
+		len(other.Data) != len(dy.Data) || len(dy.Data) != numel(yShape) {
 		return false
-	}
-	for d := range yShape {
-		if other.Shape[d] != yShape[d] {
-			return false
-		}
 	}
 	// [1…, B, 1…, parameter shape]: the parameter right-aligned after
 	// the batch axis, each sample's reduction kept apart; the axes before
@@ -103,7 +121,7 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		// d(x·γ)/dγ, reduced per sample; stand is γ's stand-in of
 		// the reduced shape, which the gradient with respect to it does
 		// not read.
-		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf)
+		e.lay.BinaryBackward(runtime.BinaryMul, other.Data, yShape, stand, tShape, nil, dy.Data, yShape, nil, buf) // other's shape is dy's
 	}
 	if direct {
 		return e.addSampleRows(us.p, 0, buf[:e.n*P])

@@ -270,6 +270,12 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				// Where the device batches, no per-sample loop but the
+				// Einsum weights' (window-batched biases and scales
+				// included: arithmeticBatch's batch blocks).
+				if e.sampleLoops != 0 && name != "einsum" {
+					t.Errorf("%d per-sample loops", e.sampleLoops)
+				}
 				got := e.ParamNorms()
 				if len(got) != len(want) {
 					t.Errorf("%d parameters with norms, want %d", len(got), len(want))
