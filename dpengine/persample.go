@@ -35,6 +35,9 @@ type useGroup struct {
 	bcast    []int
 	split    *runtime.RowBlocks
 	splitOut [][]float32
+	// slopeShape is a PRelu slope's shape right-aligned against its
+	// input's, without the batch axis (preluBatch, set at its first step).
+	slopeShape []int
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the

@@ -36,27 +36,21 @@ func preluBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		len(x.Data) != numel(x.Shape) || len(dy.Data) != len(x.Data) || P == 0 {
 		return false
 	}
-	// The slope's shape against x's, by graph.PReluSlopeShape's rules
-	// (opset ≤ 6's per-channel (C), else numpy's right alignment) without
-	// its allocations: the hook runs every step.
-	tShape := e.sampleTarget(r, 0, B)
-	sl := slope.Shape
-	if op := ev.Node.Opset; op > 0 && op <= 6 && len(sl) == 1 && sl[0] == x.Shape[1] && sl[0] != 1 {
-		tShape[1] = sl[0]
-	} else {
-		for len(sl) > r-1 && len(sl) > 0 && sl[0] == 1 { // leading unit axes broadcast over the batch's
-			sl = sl[1:]
+	// The slope's shape against x's (graph.PReluSlopeShape), found at the
+	// first step and kept: the shapes are the plan's, the hook runs every
+	// step.
+	if g.slopeShape == nil {
+		eff, err := graph.PReluSlopeShape(ev.Node.Opset, int64s(x.Shape), int64s(slope.Shape))
+		for err == nil && len(eff) > r-1 && eff[0] == 1 { // leading unit axes broadcast over the batch's
+			eff = eff[1:]
 		}
-		if len(sl) > r-1 {
+		if err != nil || len(eff) > r-1 {
 			return false
 		}
-		for d, v := range sl {
-			if v != 1 && v != x.Shape[r-len(sl)+d] {
-				return false
-			}
-			tShape[r-len(sl)+d] = v
-		}
+		g.slopeShape = intsOf(eff)
 	}
+	tShape := e.sampleTarget(r, 0, B)
+	copy(tShape[r-len(g.slopeShape):], g.slopeShape)
 	if numel(tShape) != B*P {
 		return false
 	}

@@ -14,8 +14,9 @@ import (
 
 // TestRunOnCUDA trains as TestRunOnSeparateMemory (interrupted, resumed
 // from its checkpoint, exported; and a plain run) on the emulated CUDA
-// device with guarded memory (a host read of device memory would fault), whose parameters, accumulators and optimizer state are blocks
-// of device memory, and on the CPU, with the same seed. The noise is the
+// device with guarded memory (a host read of device memory would fault),
+// whose parameters, accumulators and optimizer state are blocks of device
+// memory, and on the CPU, with the same seed. The noise is the
 // same bits on both and the rest the same arithmetic up to the order of
 // the GPU's batched sums, so the checkpoints, the test metrics and the
 // exports agree to 1e-3 of the largest weight: a stale sync, a state
