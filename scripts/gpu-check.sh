@@ -32,8 +32,8 @@
 #   scripts/gpu-check.sh [OUT]
 #
 # Go is needed only to build: with go on PATH the script builds
-# bin/dpfinetune and bin/cuda.test; without it, it runs the ones already in
-# bin/ (build them elsewhere with `GPU_CHECK_BUILD_ONLY=1
+# bin/dpfinetune and bin/cuda.test; without it (or with GPU_CHECK_PREBUILT=1),
+# it runs the ones already in bin/ (build them elsewhere with `GPU_CHECK_BUILD_ONLY=1
 # scripts/gpu-check.sh` and carry bin/ over). GPU_CHECK_EMULATE=1 is a dry
 # run on the CUDA emulation (any machine with g++): the same steps, with two
 # small models at batch 2 for the benchmarks and no PyTorch rows, on the
@@ -54,7 +54,7 @@ if [ -z "${PY:-}" ]; then # the first Python with numpy (and torch, for the base
 	for PY in python3 /usr/bin/python3; do "$PY" -c 'import numpy' 2>/dev/null && break; done
 fi
 mkdir -p "$OUT" bin
-if command -v go >/dev/null; then
+if command -v go >/dev/null && [ "${GPU_CHECK_PREBUILT:-}" != 1 ]; then
 	go build -o bin/dpfinetune ./cmd/dpfinetune || exit 1
 	go test -c -o bin/cuda.test ./runtime/cuda || exit 1
 fi

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -47,14 +48,14 @@ var deviceKernels = map[string][]string{
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
-	"elementwise.cu": {"binary", "binary_backward", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
+	"elementwise.cu": {"binary", "binary_backward", "binary_backward_block", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_normalize", "row_grad_sums", "row_normalize_bwd",
-		"row_affine", "row_affine_grad_sums", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd"},
+		"row_affine", "row_affine_grad_sums", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
 	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
 }
 
@@ -124,6 +125,8 @@ type Device struct {
 	// dnnArgs and dnnAxes are dnnConv's arguments, reused.
 	dnnArgs ConvArgs
 	dnnAxes [3][3]int
+	// prof is the operation profile (EnvProfile), nil when off.
+	prof *profile
 }
 
 type span struct {
@@ -168,7 +171,7 @@ func Open() (*Device, error) {
 // loads the kernel modules and uploads the noise tables. The Device's
 // Close releases drv; if New fails, drv is still the caller's to close.
 func New(drv Driver) (*Device, error) {
-	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args)}
+	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args), prof: newProfile()}
 	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
 	for mod, names := range deviceKernels {
 		src, err := moduleSource(mod)
@@ -381,6 +384,14 @@ func (d *Device) Close() error {
 		d.drv.Free(s.p)
 	}
 	d.spans, d.scratch, d.gathers, d.planData, d.inUse = nil, arena{}, nil, nil, 0
+	if d.prof != nil {
+		d.prof.write(os.Stderr, 40)
+		fmt.Fprintf(os.Stderr, "cuda profile: convolution library %q: %d products, %d shapes refused\n", d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused))
+		for s, err := range d.dnnRefused {
+			fmt.Fprintf(os.Stderr, "  refused %v: %v\n", *s, err)
+			break
+		}
+	}
 	return d.drv.Close()
 }
 
@@ -508,6 +519,10 @@ func i32(s []int32, d *Device) DevicePtr {
 func (d *Device) begin() *Args {
 	d.mu.Lock()
 	d.args.Reset()
+	if d.prof != nil {
+		d.drv.Synchronize()
+		d.prof.opStart = time.Now()
+	}
 	return d.args
 }
 
@@ -524,6 +539,10 @@ func (d *Device) end(op string) {
 	}
 	d.pending = d.pending[:0]
 	d.resetScratch()
+	if d.prof != nil {
+		d.drv.Synchronize()
+		d.prof.add(d.prof.ops, op, time.Since(d.prof.opStart))
+	}
 }
 
 // planCopy returns the device copy of the read-only compile-time plan key
@@ -567,12 +586,40 @@ func (d *Device) launch(name string, n int64) {
 	d.launchGrid(name, D1(int(max(grid, 1))), D1(int(block)))
 }
 
+// launchSums runs kernel name, one of the reductions with a thread per
+// result (its plain form) or a block per result (its _block form, whose
+// threads split the terms and add their sums by block_sum), for n results
+// of m terms each (d.mu held). The block form is for few results with many
+// terms — a per-channel parameter's gradient over a batch of feature maps,
+// where a thread per channel would leave the GPU nearly idle — and its
+// block size depends on m alone, so that the sums' order does too.
+func (d *Device) launchSums(name string, n, m int64) {
+	if m < 64 || (m < 1024 && n > 1<<16) {
+		d.launch(name, n)
+		return
+	}
+	block := min(int64(1024), max(32, (m/32+31)/32*32))
+	if d.props.Emulated {
+		block = 32
+	}
+	d.launchGrid(name+"_block", D1(int(min(n, int64(d.maxGrid)))), D1(int(block)))
+}
+
 // launchOne runs kernel name on one thread (d.mu held).
 func (d *Device) launchOne(name string) { d.launchGrid(name, D1(1), D1(1)) }
 
 func (d *Device) launchGrid(name string, grid, block Dim3) {
+	var t0 time.Time
+	if d.prof != nil {
+		d.drv.Synchronize()
+		t0 = time.Now()
+	}
 	if err := d.drv.Launch(d.fn[name], grid, block, 0, d.args); err != nil {
 		panic(fmt.Errorf("cuda: %s: %w", name, err))
+	}
+	if d.prof != nil {
+		d.drv.Synchronize()
+		d.prof.add(d.prof.kernels, name, time.Since(t0))
 	}
 }
 

@@ -147,6 +147,30 @@ var elementwiseCases = []valueCase{
 		}
 		return out, true
 	}, 1e-5},
+	// A per-channel scale and shift of feature maps and a per-feature one
+	// of tokens: few gradient elements with many terms each, which the
+	// Device sums with a block per element (launchSums).
+	{"BinaryBackwardSums", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.ElementwiseOps)
+		if !ok {
+			return nil, false
+		}
+		var out [][]float32
+		for _, c := range []struct{ y, b []int }{{[]int{2, 6, 20, 30}, []int{1, 6, 1, 1}}, {[]int{4, 49, 24}, []int{24}}, {[]int{3, 2, 40}, []int{3, 1, 1}}} {
+			for _, op := range []runtime.BinaryOp{runtime.BinaryMul, runtime.BinaryAdd, runtime.BinaryDiv} {
+				a, b := unif(r, shapeNumel(c.y)), unif(r, shapeNumel(c.b))
+				for i := range b {
+					b[i] += float32(math.Copysign(0.5, float64(b[i])))
+				}
+				y := make([]float32, len(a))
+				runtime.CPU{}.Binary(op, a, c.y, b, c.b, y, c.y)
+				da, db := place(p, filled(len(a), 7)), place(p, filled(len(b), 7))
+				o.BinaryBackward(op, place(p, a), c.y, place(p, b), c.b, place(p, y), place(p, unif(r, len(y))), c.y, da, db)
+				out = append(out, fetch(p, da), fetch(p, db))
+			}
+		}
+		return out, true
+	}, 1e-5},
 	{"Clip", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.ElementwiseOps)
 		if !ok {

@@ -349,7 +349,9 @@ func TestEmuBitsAndMath(t *testing.T) {
 			t.Errorf("bit casts of %v: %#x %v %v", v, gu[i], gb[i], gdb[i])
 		}
 		s := float32(math.Sqrt(float64(v)))
-		if gsq[i] != s || grs[i] != 1/s {
+		// sqrtf is correctly rounded (no fast math); rsqrtf is within 2
+		// ulp on a GPU (CUDA's bound), exact in the emulation.
+		if gsq[i] != s || ulps(grs[i], 1/s) > 2 {
 			t.Errorf("sqrtf/rsqrtf(%v) = %v %v, want %v %v", v, gsq[i], grs[i], s, 1/s)
 		}
 		// CUDA's expf and logf are within 2 and 1 ulp (no fast math).

@@ -252,7 +252,7 @@ func nnCases() []graphCase {
 	for _, gc := range []struct {
 		beta           float32
 		yShape, cShape []int
-	}{{1, []int{3, 5}, []int{5}}, {0.5, []int{3, 5}, []int{3, 1}}, {2, []int{3, 5}, []int{3, 5}}, {1, []int{30, 17}, []int{}}, {-1, []int{300, 4}, []int{1, 4}}, {1, []int{300, 40}, []int{40}}} {
+	}{{1, []int{3, 5}, []int{5}}, {0.5, []int{3, 5}, []int{3, 1}}, {2, []int{3, 5}, []int{3, 5}}, {1, []int{30, 17}, []int{}}, {-1, []int{300, 4}, []int{1, 4}}, {1, []int{300, 40}, []int{40}}, {1, []int{2100, 6}, []int{6}}, {1, []int{3, 1100}, []int{3, 1}}} {
 		ny, nc := numel(gc.yShape), numel(gc.cShape)
 		c, dy := uniform(rng, nc, -1, 1), uniform(rng, ny, -1, 1)
 		add(fmt.Sprint("GemmBias/", gc.beta, gc.yShape, gc.cShape), 1e-5, func(o runtime.NNOps, p *placer) [][]float32 {

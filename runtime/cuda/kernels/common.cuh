@@ -45,6 +45,22 @@ __device__ __forceinline__ float warp_sum_f(float s) {
 #endif
 }
 
+// block_sum returns to thread 0 the sum of the block's threads' s: each
+// warp's by warp_sum, then the warps' sums in order by warp 0 — a fixed
+// tree for a given block size, so that a sum a block splits (thread k
+// taking terms k, k + blockDim.x, …) depends on nothing else. part is the
+// caller's __shared__ double[32]; every thread of the block must call it,
+// and it synchronizes after reading part, so the next call may reuse it.
+__device__ __forceinline__ double block_sum(double s, double *part) {
+  s = warp_sum(s);
+  int w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+  if (threadIdx.x % 32 == 0) part[w] = s;
+  __syncthreads();
+  if (w == 0) s = warp_sum(threadIdx.x < nw ? part[threadIdx.x] : 0.0);
+  __syncthreads();
+  return s;
+}
+
 // lanes_total gives every lane of a result the sum of the lanes' s
 // (warp_sum's halves, broadcast from lane 0).
 __device__ __forceinline__ double lanes_total(double s, int lanes) {

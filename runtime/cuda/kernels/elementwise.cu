@@ -40,11 +40,28 @@ extern "C" __global__ void binary(int op, const float *a, const float *b, float 
   }
 }
 
+// binary_term is one term of binary_backward's sums: dy·∂y/∂operand at
+// offsets off (dy and y, a, b), in float as the CPU's.
+__device__ __forceinline__ float binary_term(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, const long long *off) {
+  float g = dy[off[0]], av = a[off[1]], bv = b[off[2]];
+  switch (op) {
+  case BIN_ADD: return g;
+  case BIN_SUB: return wrt == 0 ? g : -g;
+  case BIN_MUL: return wrt == 0 ? g * bv : g * av;
+  case BIN_DIV: return wrt == 0 ? g / bv : -g * y[off[0]] / bv;
+  default:
+    if (wrt == 0) return g * bv * powf_onnx(av, bv - 1);
+    if (av == 0 && bv >= 0) return 0;
+    return g * y[off[0]] * (float)log((double)av);
+  }
+}
+
 // binary_backward writes the gradient t of y = a op b with respect to a
 // (wrt 0) or b (wrt 1): for each of its n elements (the kept axes of l,
 // t contiguous over them) the sum over the m looped positions of
 // dy·∂y/∂operand, each term in float as the CPU's, summed in double and
 // rounded once. l's operands: 0 dy (and y, the same layout), 1 a, 2 b.
+// A thread per element of t: for many elements with few terms each.
 extern "C" __global__ void binary_backward(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
   FOR_EACH(j, n) {
     long long base[3] = {0, 0, 0};
@@ -53,23 +70,31 @@ extern "C" __global__ void binary_backward(int op, int wrt, const float *a, cons
     for (long long r = 0; r < m; r++) {
       long long off[3] = {base[0], base[1], base[2]};
       layout_offsets(l, l.keep, l.rank, r, off, 3);
-      float g = dy[off[0]], av = a[off[1]], bv = b[off[2]], v;
-      switch (op) {
-      case BIN_ADD: v = g; break;
-      case BIN_SUB: v = wrt == 0 ? g : -g; break;
-      case BIN_MUL: v = wrt == 0 ? g * bv : g * av; break;
-      case BIN_DIV: v = wrt == 0 ? g / bv : -g * y[off[0]] / bv; break;
-      default:
-        if (wrt == 0)
-          v = g * bv * powf_onnx(av, bv - 1);
-        else if (av == 0 && bv >= 0)
-          v = 0;
-        else
-          v = g * y[off[0]] * (float)log((double)av);
-      }
-      s += v;
+      s += binary_term(op, wrt, a, b, y, dy, off);
     }
     t[j] = (float)s;
+  }
+}
+
+// binary_backward_block is binary_backward with a block per element of t,
+// for few elements with many terms each (a per-channel scale's gradient,
+// summed over a batch of feature maps: a thread per channel would leave
+// the GPU nearly idle, each thread looping over hundreds of thousands of
+// terms): thread k takes the terms k, k + blockDim.x, …, and block_sum
+// adds the threads' sums.
+extern "C" __global__ void binary_backward_block(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
+  __shared__ double part[32];
+  for (long long j = blockIdx.x; j < n; j += gridDim.x) {
+    long long base[3] = {0, 0, 0};
+    layout_offsets(l, 0, l.keep, j, base, 3);
+    double s = 0;
+    for (long long r = threadIdx.x; r < m; r += blockDim.x) {
+      long long off[3] = {base[0], base[1], base[2]};
+      layout_offsets(l, l.keep, l.rank, r, off, 3);
+      s += binary_term(op, wrt, a, b, y, dy, off);
+    }
+    s = block_sum(s, part);
+    if (threadIdx.x == 0) t[j] = (float)s;
   }
 }
 

@@ -638,26 +638,47 @@ extern "C" __global__ void gemm_bias(float beta, const float *c, const long long
   }
 }
 
+// gemm_bias_off is the offset in dy (shape sh[0:rank]) of term q of the
+// sum for element j of c (shape sh[rank:2·rank], 1 on the axes it is
+// broadcast along).
+__device__ __forceinline__ long long gemm_bias_off(const long long *sh, int rank, long long j, long long q) {
+  long long off = 0, st = 1;
+  for (int a = rank - 1; a >= 0; a--) {
+    if (sh[rank + a] == 1) {
+      off += q % sh[a] * st;
+      q /= sh[a];
+    } else {
+      off += j % sh[a] * st;
+      j /= sh[a];
+    }
+    st *= sh[a];
+  }
+  return off;
+}
+
 // gemm_bias_bwd writes dc[j] = β·Σ dy over the elements of y that c's
-// element j is broadcast to, in increasing order.
+// element j is broadcast to, in increasing order: a thread per element of
+// c, for many elements with few terms each.
 extern "C" __global__ void gemm_bias_bwd(float beta, const float *dy, const long long *sh, int rank, float *dc,
                                          long long nc, long long count) {
   FOR_EACH(j, nc) {
     double s = 0;
-    for (long long q = 0; q < count; q++) {
-      long long jj = j, qq = q, off = 0, st = 1;
-      for (int a = rank - 1; a >= 0; a--) {
-        if (sh[rank + a] == 1) {
-          off += qq % sh[a] * st;
-          qq /= sh[a];
-        } else {
-          off += jj % sh[a] * st;
-          jj /= sh[a];
-        }
-        st *= sh[a];
-      }
-      s += dy[off];
-    }
+    for (long long q = 0; q < count; q++) s += dy[gemm_bias_off(sh, rank, j, q)];
     dc[j] = (float)((double)beta * s);
+  }
+}
+
+// gemm_bias_bwd_block is gemm_bias_bwd with a block per element of c, for
+// few elements with many terms each (a Linear's bias over a batch of
+// tokens): thread k takes the terms k, k + blockDim.x, …, and block_sum
+// adds the threads' sums.
+extern "C" __global__ void gemm_bias_bwd_block(float beta, const float *dy, const long long *sh, int rank, float *dc,
+                                               long long nc, long long count) {
+  __shared__ double part[32];
+  for (long long j = blockIdx.x; j < nc; j += gridDim.x) {
+    double s = 0;
+    for (long long q = threadIdx.x; q < count; q += blockDim.x) s += dy[gemm_bias_off(sh, rank, j, q)];
+    s = block_sum(s, part);
+    if (threadIdx.x == 0) dc[j] = (float)((double)beta * s);
   }
 }

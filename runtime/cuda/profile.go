@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+// EnvProfile names the environment variable that turns on the Device's
+// operation profile: set (to anything but "" or "0"), each operation and
+// each kernel launch waits for the device before and after it, so that its
+// wall time is its own, and Close writes a table of the time spent per
+// operation and per kernel to standard error. The waits serialize host
+// and device, so a profiled step is slower than an unprofiled one: the
+// table says where the time goes, not how long a step takes.
+const EnvProfile = "DPFINETUNE_CUDA_PROFILE"
+
+// profile accumulates the wall times of operations and kernels.
+type profile struct {
+	opened  time.Time
+	opStart time.Time
+	ops     map[string]*profEntry
+	kernels map[string]*profEntry
+}
+
+type profEntry struct {
+	n      int
+	t, max time.Duration
+}
+
+func newProfile() *profile {
+	if v := os.Getenv(EnvProfile); v == "" || v == "0" {
+		return nil
+	}
+	return &profile{opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}}
+}
+
+func (p *profile) add(m map[string]*profEntry, name string, t time.Duration) {
+	e := m[name]
+	if e == nil {
+		e = new(profEntry)
+		m[name] = e
+	}
+	e.n++
+	e.t += t
+	e.max = max(e.max, t)
+}
+
+// write prints the table, the largest times first, at most top rows each.
+func (p *profile) write(w io.Writer, top int) {
+	total := time.Since(p.opened)
+	table := func(title string, m map[string]*profEntry) {
+		names := make([]string, 0, len(m))
+		var sum time.Duration
+		for n, e := range m {
+			names = append(names, n)
+			sum += e.t
+		}
+		sort.Slice(names, func(i, j int) bool { return m[names[i]].t > m[names[j]].t })
+		fmt.Fprintf(w, "cuda profile: %s, %.1f ms of %.1f ms since open\n", title, ms(sum), ms(total))
+		for i, n := range names {
+			if i == top {
+				fmt.Fprintf(w, "  … %d more\n", len(names)-top)
+				break
+			}
+			e := m[n]
+			fmt.Fprintf(w, "  %-32s %7d calls %10.2f ms %5.1f%%  longest %8.2f ms\n", n, e.n, ms(e.t), 100*float64(e.t)/float64(max(sum, 1)), ms(e.max))
+		}
+	}
+	table("operations", p.ops)
+	table("kernels", p.kernels)
+	fmt.Fprintln(w, strings.Repeat("-", 20))
+}
+
+func ms(t time.Duration) float64 { return float64(t) / 1e6 }
