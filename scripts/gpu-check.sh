@@ -20,14 +20,18 @@
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed) and PyTorch's non-DP step, each found by doubling then
 #      bisection (to 1/16) over one-step runs in fresh processes;
+#   6. (part profile) the operation profile (DPFINETUNE_CUDA_PROFILE) of
+#      ResNet-50 and VGG-16 (with cuDNN and without) and ViT-B/16: where a
+#      step's time goes, per operation and per kernel;
 #   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
 #      --device cuda` on the shipped Fashion-MNIST sample (resized to the
 #      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
-# norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md, and
-# summary.md (bench.md then timm.md) to paste into docs/BENCHMARKS.md.
+# norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
+# maxbatch.jsonl and maxbatch.md, profile-*.txt, and summary.md (bench.md,
+# timm.md, maxbatch.md) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
 #
@@ -40,11 +44,14 @@
 # emulation's guarded form (DPFINETUNE_CUDA=emulate-guarded: a host read of
 # device memory faults, as on the GPU). Environment: STEPS (5), BATCH224
 # (32), PY (the first of python3, /usr/bin/python3 that has numpy); TIMM
-# (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm": the steps
-# to run, so that a short GPU loan can split them over calls with the same
-# OUT, each part rewriting only its own files); BUDGET_S (0: none): seconds
-# after which the norms and benchmarks still to come are skipped and said
-# so, the summary still written.
+# (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm
+# maxbatch profile": the steps to run, so that a short GPU loan can split
+# them over calls with the same OUT, each part rewriting only its own
+# files); BUDGET_S (0: none): seconds after which the norms and benchmarks
+# still to come are skipped and said so, the summary still written. On an
+# H100 (2026-11-26) the parts took: tests 52 s, norms 30 s, bench 125 s,
+# timm 46 s, a profile row about 5 s; maxbatch has not run there yet.
+# A machine that returns only a few files: tar OUT up after each part.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-check-out}
@@ -102,7 +109,7 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
-PARTS=${PARTS:-tests norms bench timm maxbatch}
+PARTS=${PARTS:-tests norms bench timm maxbatch profile}
 TIMM=${TIMM:-beit_base_patch16_224,crossvit_tiny_240}
 BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -338,6 +345,32 @@ for r in rows:
     cap = " (the cap)" if r["largest_batch"] >= r["cap"] else ""
     print("| %s | %s | %s | %d%s%s |" % (r["model"], r["impl"], r["mode"], r["largest_batch"], cap, note))
 PYEOF
+fi
+if has profile; then
+echo "== 6. where a step's time goes (DPFINETUNE_CUDA_PROFILE)" >&2
+# Each operation and kernel timed alone (the device waited for before and
+# after each): profile-MODEL[-gemm].txt, one table per mode, the warm-up
+# step included, with the convolution library's products and refusals.
+profile() { # name batch [gemm]
+	if late; then
+		echo "profile $1${3:+-$3}: skipped, BUDGET_S spent" >&2
+		return
+	fi
+	local f=$OUT/profile-$1${3:+-$3}.txt
+	if [ -n "${3:-}" ]; then
+		DPFINETUNE_CUDNN=off DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk >"$f" 2>&1
+	else
+		DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk,mixed >"$f" 2>&1
+	fi || echo "profile $1: exit $? (see $f)" >&2
+	grep -E '^(nondp|bk|mixed) ' "$f" | sed "s/^/$1${3:+ ($3)}: /" >&2
+}
+if [ $mode = gpu ]; then
+	for m in resnet50 vgg16; do profile $m "$BATCH224"; profile $m "$BATCH224" gemm; done
+	profile vit_b_16 "$BATCH224"
+else
+	profile cnn-fmnist 2
+	profile cnn-fmnist 2 gemm
+fi
 fi
 cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2

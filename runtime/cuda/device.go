@@ -385,12 +385,13 @@ func (d *Device) Close() error {
 	}
 	d.spans, d.scratch, d.gathers, d.planData, d.inUse = nil, arena{}, nil, nil, 0
 	if d.prof != nil {
-		d.prof.write(os.Stderr, 40)
-		fmt.Fprintf(os.Stderr, "cuda profile: convolution library %q: %d products, %d shapes refused\n", d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused))
-		for s, err := range d.dnnRefused {
-			fmt.Fprintf(os.Stderr, "  refused %v: %v\n", *s, err)
+		d.prof.write(d.prof.out, 40)
+		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused\n", d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused))
+		for s, err := range d.dnnRefused { // one example
+			fmt.Fprintf(d.prof.out, "  refused %v: %v\n", *s, err)
 			break
 		}
+		d.prof = nil
 	}
 	return d.drv.Close()
 }

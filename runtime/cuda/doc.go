@@ -231,19 +231,36 @@
 // --device cuda. runtime.OpenDevice("cuda") opens the Device (register.go:
 // this package's init registers it, and the binary imports the package).
 //
+// # Profile
+//
+// DPFINETUNE_CUDA_PROFILE=1 (EnvProfile) times every operation and kernel
+// alone, the device waited for before and after each, and Close writes
+// the table — per operation and per kernel: calls, total, share, longest
+// call — with the convolution library's products and refusals to standard
+// error (profile.go). The waits slow the step down; the table says where
+// its time goes. scripts/gpu-check.sh's profile part runs it on the suite.
+// It found the first real GPU's worst step: a per-channel scale's gradient
+// over a batch of feature maps summed by one thread per channel (193 ms a
+// call on ResNet-50), now a block per result where the terms are many
+// (launchSums, block_sum).
+//
 // # What remains (issue 14)
 //
-//   - Speed, measured on no GPU yet: ReduceOps' reductions on a thread
-//     per result; the in-order sums on one thread per result (SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract, a
-//     broadcast MaxMin input's gradient, a GemmBias gradient); direct
-//     depthwise convolutions; staging of host operands (the compile-time
-//     index maps and loop nests could be uploaded once); the engine's
-//     per-sample loops where a rule has no batched form yet (Einsum
-//     weights, paths that compute rather than copy; dpengine's
-//     TestNoSampleLoops holds every fixture to none, the operator-rule
-//     tests ConvTranspose and PRelu); a stream per worker instead
-//     of the default stream.
-//   - The real driver, cuBLAS and cuDNN have run on the stand-in and
-//     NVRTC 11.8 only, not on a GPU: DPFINETUNE_CUDA=gpu go test
-//     ./runtime/cuda/ on one is their first real check.
+//   - Speed. On an H100 (docs/BENCHMARKS.md, 2026-11-26) the whole test
+//     suite passes and the norms equal the CPU's, but book-keeping's step is
+//     still 1.5–3.3× PyTorch's non-DP step: the convolutions dominate
+//     (cuDNN through its legacy API, heuristics' first deterministic
+//     algorithm, ran slower than the GEMM path on ResNet-50), then the
+//     per-sample convolution weight gradients (ConvWeightGrad, unfolded
+//     chunks and GEMMs) and GroupNorm's backward. Also still a thread per
+//     result: ReduceOps' other reductions and the in-order sums with few
+//     terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract,
+//     a broadcast MaxMin input's gradient); direct depthwise convolutions
+//     without cuDNN; staging of host operands (the compile-time index maps
+//     and loop nests could be uploaded once); the engine's per-sample loops
+//     where a rule has no batched form yet (Einsum weights, paths that
+//     compute rather than copy; dpengine's TestNoSampleLoops holds every
+//     fixture to none); a stream per worker instead of the default stream.
+//   - Memory: the device peak of ResNet-50 and ViT-B/16 at batch 32 is
+//     1.6–1.7× PyTorch's (VGG-16's 0.83×), the non-DP step's already 1.5×.
 package cuda

@@ -20,6 +20,7 @@ const EnvProfile = "DPFINETUNE_CUDA_PROFILE"
 
 // profile accumulates the wall times of operations and kernels.
 type profile struct {
+	out     io.Writer // where Close writes the table: standard error
 	opened  time.Time
 	opStart time.Time
 	ops     map[string]*profEntry
@@ -35,7 +36,7 @@ func newProfile() *profile {
 	if v := os.Getenv(EnvProfile); v == "" || v == "0" {
 		return nil
 	}
-	return &profile{opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}}
+	return &profile{out: os.Stderr, opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}}
 }
 
 func (p *profile) add(m map[string]*profEntry, name string, t time.Duration) {
