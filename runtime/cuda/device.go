@@ -541,8 +541,10 @@ func (d *Device) end(op string) {
 	d.pending = d.pending[:0]
 	d.resetScratch()
 	if d.prof != nil {
+		host := time.Since(d.prof.opStart)
 		d.drv.Synchronize()
 		d.prof.add(d.prof.ops, op, time.Since(d.prof.opStart))
+		d.prof.ops[op].host += host
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // operation profile: set (to anything but "" or "0"), each operation and
 // each kernel launch waits for the device before and after it, so that its
 // wall time is its own, and Close writes a table of the time spent per
-// operation and per kernel to standard error. The waits serialize host
+// operation and per kernel to standard error (with each operation's host
+// time: until its calls had returned). The waits serialize host
 // and device, so a profiled step is slower than an unprofiled one: the
 // table says where the time goes, not how long a step takes.
 const EnvProfile = "DPFINETUNE_CUDA_PROFILE"
@@ -30,6 +31,11 @@ type profile struct {
 type profEntry struct {
 	n      int
 	t, max time.Duration
+	// host is the time until the operation's calls had returned, its
+	// copies back to the host included (operations only): where it is
+	// most of t, the host's side — a library's own work per call — is
+	// what costs, not the device's.
+	host time.Duration
 }
 
 func newProfile() *profile {
@@ -68,7 +74,11 @@ func (p *profile) write(w io.Writer, top int) {
 				break
 			}
 			e := m[n]
-			fmt.Fprintf(w, "  %-32s %7d calls %10.2f ms %5.1f%%  longest %8.2f ms\n", n, e.n, ms(e.t), 100*float64(e.t)/float64(max(sum, 1)), ms(e.max))
+			fmt.Fprintf(w, "  %-32s %7d calls %10.2f ms %5.1f%%  longest %8.2f ms", n, e.n, ms(e.t), 100*float64(e.t)/float64(max(sum, 1)), ms(e.max))
+			if e.host > 0 {
+				fmt.Fprintf(w, "  host %8.2f ms", ms(e.host))
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	table("operations", p.ops)

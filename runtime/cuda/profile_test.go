@@ -31,7 +31,7 @@ func TestProfile(t *testing.T) {
 	}
 	for _, want := range []string{
 		`(?m)^cuda profile: operations, [0-9.]+ ms of [0-9.]+ ms since open$`,
-		`(?m)^  Fill +2 calls +[0-9.]+ ms +[0-9.]+% +longest +[0-9.]+ ms$`,
+		`(?m)^  Fill +2 calls +[0-9.]+ ms +[0-9.]+% +longest +[0-9.]+ ms +host +[0-9.]+ ms$`,
 		`(?m)^  Scale +1 calls `,
 		`(?m)^cuda profile: kernels, `,
 		`(?m)^  fill_f +2 calls `,
