@@ -52,7 +52,7 @@ var deviceKernels = map[string][]string{
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
-	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_bwd_out",
+	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_normalize", "row_grad_sums", "row_normalize_bwd",
 		"row_affine", "row_affine_grad_sums", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},

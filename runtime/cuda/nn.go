@@ -346,7 +346,7 @@ func (d *Device) MaxPoolBackward(s *runtime.PoolShape, dy []float32, argmax []in
 
 // MaxPoolBackwardFromOutput implements runtime.NNOps: as MaxPoolBackward,
 // each window's winner found again as the first element with its output's
-// bits.
+// bits (max_pool_winners, into the call's scratch).
 func (d *Device) MaxPoolBackwardFromOutput(s *runtime.PoolShape, x, y, dy, dx []float32) {
 	nx, ny := poolSizes(s)
 	if nx == 0 {
@@ -354,8 +354,20 @@ func (d *Device) MaxPoolBackwardFromOutput(s *runtime.PoolShape, x, y, dy, dx []
 	}
 	a := d.begin()
 	defer d.end("MaxPoolBackwardFromOutput")
-	a.Ptr(d.poolGeometry(s)).Ptr(f32(x[:nx], opIn, d)).Ptr(f32(y[:ny], opIn, d)).Ptr(f32(dy[:ny], opIn, d)).Ptr(f32(dx[:nx], opOut, d))
-	d.launch("max_pool_bwd_out", int64(nx))
+	g := d.poolGeometry(s)
+	px, py, pdy, pdx := f32(x[:nx], opIn, d), f32(y[:ny], opIn, d), f32(dy[:ny], opIn, d), f32(dx[:nx], opOut, d)
+	var win DevicePtr
+	if ny > 0 {
+		var err error
+		if win, err = d.take(4 * ny); err != nil {
+			panic(fmt.Errorf("cuda: MaxPoolBackwardFromOutput: %w", err))
+		}
+		a.Ptr(g).Ptr(px).Ptr(py).Ptr(win)
+		d.launch("max_pool_winners", int64(ny))
+	}
+	a.Reset()
+	a.Ptr(g).Ptr(pdy).Ptr(win).Ptr(pdx)
+	d.launch("max_pool_bwd", int64(nx))
 }
 
 // AveragePool implements runtime.NNOps: a thread per output.
