@@ -61,6 +61,25 @@ __device__ __forceinline__ double block_sum(double s, double *part) {
   return s;
 }
 
+// reduce_element returns the flat index in x of the q-th element (in
+// increasing order) of those that reduce into y's element j, where sh[0,
+// rank) is x's shape and sh[rank, 2·rank) y's, of the same rank with 1 on
+// the reduced axes (reduce.cu's reductions, nn.cu's bias gradients).
+__device__ __forceinline__ long long reduce_element(const long long *sh, int rank, long long j, long long q) {
+  long long off = 0, st = 1;
+  for (int a = rank - 1; a >= 0; a--) {
+    if (sh[rank + a] == 1) {
+      off += q % sh[a] * st;
+      q /= sh[a];
+    } else {
+      off += j % sh[a] * st;
+      j /= sh[a];
+    }
+    st *= sh[a];
+  }
+  return off;
+}
+
 // lanes_total gives every lane of a result the sum of the lanes' s
 // (warp_sum's halves, broadcast from lane 0).
 __device__ __forceinline__ double lanes_total(double s, int lanes) {

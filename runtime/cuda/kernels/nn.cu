@@ -640,32 +640,15 @@ extern "C" __global__ void gemm_bias(float beta, const float *c, const long long
   }
 }
 
-// gemm_bias_off is the offset in dy (shape sh[0:rank]) of term q of the
-// sum for element j of c (shape sh[rank:2·rank], 1 on the axes it is
-// broadcast along).
-__device__ __forceinline__ long long gemm_bias_off(const long long *sh, int rank, long long j, long long q) {
-  long long off = 0, st = 1;
-  for (int a = rank - 1; a >= 0; a--) {
-    if (sh[rank + a] == 1) {
-      off += q % sh[a] * st;
-      q /= sh[a];
-    } else {
-      off += j % sh[a] * st;
-      j /= sh[a];
-    }
-    st *= sh[a];
-  }
-  return off;
-}
-
 // gemm_bias_bwd writes dc[j] = β·Σ dy over the elements of y that c's
-// element j is broadcast to, in increasing order: a thread per element of
+// element j is broadcast to (reduce_element, sh: y's shape then c's), in
+// increasing order: a thread per element of
 // c, for many elements with few terms each.
 extern "C" __global__ void gemm_bias_bwd(float beta, const float *dy, const long long *sh, int rank, float *dc,
                                          long long nc, long long count) {
   FOR_EACH(j, nc) {
     double s = 0;
-    for (long long q = 0; q < count; q++) s += dy[gemm_bias_off(sh, rank, j, q)];
+    for (long long q = 0; q < count; q++) s += dy[reduce_element(sh, rank, j, q)];
     dc[j] = (float)((double)beta * s);
   }
 }
@@ -679,7 +662,7 @@ extern "C" __global__ void gemm_bias_bwd_block(float beta, const float *dy, cons
   __shared__ double part[32];
   for (long long j = blockIdx.x; j < nc; j += gridDim.x) {
     double s = 0;
-    for (long long q = threadIdx.x; q < count; q += blockDim.x) s += dy[gemm_bias_off(sh, rank, j, q)];
+    for (long long q = threadIdx.x; q < count; q += blockDim.x) s += dy[reduce_element(sh, rank, j, q)];
     s = block_sum(s, part);
     if (threadIdx.x == 0) dc[j] = (float)((double)beta * s);
   }

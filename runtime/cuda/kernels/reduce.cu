@@ -16,23 +16,6 @@ enum { R_SUM, R_MEAN, R_MAX, R_MIN, R_PROD, R_L1, R_L2, R_SUM_SQUARE, R_LOG_SUM,
 // Shapes (Go: reduceShapes): sh[0..rank) is x's shape, sh[rank..2·rank)
 // y's, of the same rank with 1 on the reduced axes.
 
-// element returns the flat index in x of the q-th element (in increasing
-// order) that reduces into y's element j.
-__device__ static long long element(const long long *sh, int rank, long long j, long long q) {
-  long long off = 0, st = 1;
-  for (int a = rank - 1; a >= 0; a--) {
-    if (sh[rank + a] == 1) {
-      off += q % sh[a] * st;
-      q /= sh[a];
-    } else {
-      off += j % sh[a] * st;
-      j /= sh[a];
-    }
-    st *= sh[a];
-  }
-  return off;
-}
-
 // group returns the element of y that x's element i reduces into.
 __device__ static long long group(const long long *sh, int rank, long long i) {
   long long g = 0, st = 1;
@@ -57,7 +40,7 @@ extern "C" __global__ void reduce_axes(int op, const float *x, const long long *
       case R_SUM:
       case R_MEAN: {
         float s = 0;
-        for (long long q = 0; q < count; q++) s += x[element(sh, rank, j, q)];
+        for (long long q = 0; q < count; q++) s += x[reduce_element(sh, rank, j, q)];
         y[j] = op == R_MEAN ? s * scale : s;
         break;
       }
@@ -65,7 +48,7 @@ extern "C" __global__ void reduce_axes(int op, const float *x, const long long *
       case R_MIN: {
         long long a = -1;
         for (long long q = 0; q < count; q++) {
-          long long i = element(sh, rank, j, q);
+          long long i = reduce_element(sh, rank, j, q);
           float v = x[i];
           if (a < 0 || (v != v && x[a] == x[a]) || (op == R_MAX && v > x[a]) || (op == R_MIN && v < x[a])) a = i;
         }
@@ -76,7 +59,7 @@ extern "C" __global__ void reduce_axes(int op, const float *x, const long long *
       case R_PROD: {
         double nz = 1, zeros = 0;
         for (long long q = 0; q < count; q++) {
-          float v = x[element(sh, rank, j, q)];
+          float v = x[reduce_element(sh, rank, j, q)];
           if (v == 0)
             zeros++;
           else
@@ -90,10 +73,10 @@ extern "C" __global__ void reduce_axes(int op, const float *x, const long long *
       case R_LOG_SUM_EXP: {
         // Shifted by the maximum, so that large inputs do not overflow.
         double m = -__longlong_as_double(0x7ff0000000000000LL);
-        for (long long q = 0; q < count; q++) m = fmax(m, (double)x[element(sh, rank, j, q)]);
+        for (long long q = 0; q < count; q++) m = fmax(m, (double)x[reduce_element(sh, rank, j, q)]);
         float mf = (float)m;
         double s = 0;
-        for (long long q = 0; q < count; q++) s += d_exp((double)(x[element(sh, rank, j, q)] - mf));
+        for (long long q = 0; q < count; q++) s += d_exp((double)(x[reduce_element(sh, rank, j, q)] - mf));
         state[j] = s;
         y[j] = mf + (float)d_log(s);
         break;
@@ -101,7 +84,7 @@ extern "C" __global__ void reduce_axes(int op, const float *x, const long long *
       default: {
         double s = 0;
         for (long long q = 0; q < count; q++) {
-          double f = x[element(sh, rank, j, q)];
+          double f = x[reduce_element(sh, rank, j, q)];
           s += op == R_L1 ? fabs(f) : op == R_LOG_SUM ? f : f * f;
         }
         state[j] = s;
