@@ -306,71 +306,96 @@ func cudaOn(t *testing.T, open func() (cuda.Driver, error)) *cuda.Device {
 	return d
 }
 
-// TestOperatorNormsMatchPyTorch: the per-sample norms of a PyTorch export
-// with Conv, PReLU (per-channel and shared slopes), a grouped strided
-// ConvTranspose and Linear parameters equal PyTorch's batch-of-1 norms
-// (testdata/ops/norms_convtranspose_prelu, from make_op_models.py) in
-// every DP mode, on each of opRuleDevices.
+// TestOperatorNormsMatchPyTorch: the per-sample norms of PyTorch exports
+// (testdata/ops, from make_op_models.py: PyTorch's batch-of-1 norms) in
+// every DP mode, on each of opRuleDevices: Conv, PReLU (per-channel and
+// shared slopes), a grouped strided ConvTranspose and Linear parameters;
+// and convolutions before and after Resize/Upsample nodes (nearest,
+// bilinear and bicubic, align_corners or not, opsets 9 to 17), whose
+// gradients flow through the interpolation, up to the CrossViT-like
+// model whose second branch resizes its input (bicubic 20 → 16) before
+// its patch embedding. The CUDA emulation runs the Resize models'
+// interpolation GEMMs and index maps like any other node: its norms are
+// the CPU's (and PyTorch's).
 func TestOperatorNormsMatchPyTorch(t *testing.T) {
-	base := filepath.Join("..", "testdata", "ops", "norms_convtranspose_prelu")
-	ref, err := npy.ReadNPZ(base + ".npz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, labels, want := ref["input"].F32, ref["labels"].I64, ref["norm_total"].F64
-	B := len(labels)
-	for _, dm := range opRuleDevices(t) {
-		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
-			t.Run(dm.name+"/"+string(mode), func(t *testing.T) {
-				if dm.dev == nil && dm.name != "cpu" {
-					t.Skip("no CUDA emulation here")
-				}
-				m, err := onnx.Load(base + ".onnx")
-				if err != nil {
-					t.Fatal(err)
-				}
-				g, err := graph.FromONNX(m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{3, 4, 4}, Batch: int64(B)}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(B), PhysicalBatch: B})
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, norms, err := e.ClippedSum(x, labels)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i, w := range want {
-					if r := math.Abs(norms[i]-w) / w; r > 1e-4 {
-						t.Errorf("sample %d: total norm %v, PyTorch %v (rel %.2e)", i, norms[i], w, r)
+	for _, c := range []struct {
+		name   string
+		params int // parameters with norms
+	}{
+		{"norms_convtranspose_prelu", 8},
+		{"norms_upsample_nearest_opset9", 6},
+		{"norms_resize_nearest_bilinear", 6},
+		{"norms_resize_bilinear", 6},
+		{"norms_resize_bicubic", 6},
+		{"crossvit_resize", 16},
+	} {
+		base := filepath.Join("..", "testdata", "ops", c.name)
+		ref, err := npy.ReadNPZ(base + ".npz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, labels, want := ref["input"].F32, ref["labels"].I64, ref["norm_total"].F64
+		B := len(labels)
+		sample := make([]int64, 0, 3)
+		for _, d := range ref["input"].Shape[1:] {
+			sample = append(sample, int64(d))
+		}
+		for _, dm := range opRuleDevices(t) {
+			for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+				t.Run(c.name+"/"+dm.name+"/"+string(mode), func(t *testing.T) {
+					if dm.dev == nil && dm.name != "cpu" {
+						t.Skip("no CUDA emulation here")
 					}
-				}
-				if e.sampleLoops != 0 {
-					t.Errorf("%d per-sample loops on %s", e.sampleLoops, dm.name)
-				}
-				got := e.ParamNorms()
-				n := 0
-				for k, a := range ref {
-					name, ok := strings.CutPrefix(k, "norm/")
-					if !ok {
-						continue
+					m, err := onnx.Load(base + ".onnx")
+					if err != nil {
+						t.Fatal(err)
 					}
-					n++
-					for i, w := range a.F64 {
-						if d := math.Abs(got[name][i] - w); d > 1e-4*w+1e-7 {
-							t.Errorf("%s sample %d: norm %v, PyTorch %v", name, i, got[name][i], w)
+					g, err := graph.FromONNX(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(B)}})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := rp.Err(); err != nil {
+						t.Fatal(err)
+					}
+					e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(B), PhysicalBatch: B})
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, norms, err := e.ClippedSum(x, labels)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i, w := range want {
+						if r := math.Abs(norms[i]-w) / w; r > 1e-4 {
+							t.Errorf("sample %d: total norm %v, PyTorch %v (rel %.2e)", i, norms[i], w, r)
 						}
 					}
-				}
-				if n != 8 || len(got) != n {
-					t.Errorf("%d parameters with norms, %d with PyTorch references (want 8)", len(got), n)
-				}
-			})
+					if e.sampleLoops != 0 {
+						t.Errorf("%d per-sample loops on %s", e.sampleLoops, dm.name)
+					}
+					got := e.ParamNorms()
+					n := 0
+					for k, a := range ref {
+						name, ok := strings.CutPrefix(k, "norm/")
+						if !ok {
+							continue
+						}
+						n++
+						for i, w := range a.F64 {
+							if d := math.Abs(got[name][i] - w); d > 1e-4*w+1e-7 {
+								t.Errorf("%s sample %d: norm %v, PyTorch %v", name, i, got[name][i], w)
+							}
+						}
+					}
+					if n != c.params || len(got) != n {
+						t.Errorf("%d parameters with norms, %d with PyTorch references (want %d)", len(got), n, c.params)
+					}
+				})
+			}
 		}
 	}
 }

@@ -56,7 +56,8 @@ var defaults = map[string]map[string][]attrDefault{
 	"Cast":                  {"to": {{1, nil}}, "saturate": {{19, int64(1)}}},
 	"CumSum":                {"exclusive": {{11, int64(0)}}, "reverse": {{11, int64(0)}}},
 	"Trilu":                 {"upper": {{14, int64(1)}}},
-	"Resize":                {"mode": {{10, "nearest"}}, "coordinate_transformation_mode": {{11, "half_pixel"}}, "nearest_mode": {{11, "round_prefer_floor"}}, "cubic_coeff_a": {{11, float32(-0.75)}}, "exclude_outside": {{11, int64(0)}}, "extrapolation_value": {{11, float32(0)}}},
+	"Resize":                {"mode": {{10, "nearest"}}, "coordinate_transformation_mode": {{11, "half_pixel"}}, "nearest_mode": {{11, "round_prefer_floor"}}, "cubic_coeff_a": {{11, float32(-0.75)}}, "exclude_outside": {{11, int64(0)}}, "extrapolation_value": {{11, float32(0)}}, "antialias": {{18, int64(0)}}, "keep_aspect_ratio_policy": {{18, "stretch"}}},
+	"Upsample":              {"mode": {{7, "nearest"}}},
 }
 
 // Attr returns the attribute name as stored, or nil.

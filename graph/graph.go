@@ -412,6 +412,7 @@ var arity = map[string]arityRange{
 	"BatchNormalization": {5, 5}, "InstanceNormalization": {3, 3}, "GroupNormalization": {3, 3},
 	"LayerNormalization": {2, 3}, "Shape": {1, 1}, "ConstantOfShape": {1, 1}, "Constant": {0, 0},
 	"Equal": {2, 2}, "Range": {3, 3}, "ReduceMean": {1, 2}, "ReduceSum": {1, 2},
+	"Resize": {1, 4}, "Upsample": {1, 2},
 }
 
 // Clone returns a copy of the graph's structure that passes can change

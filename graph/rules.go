@@ -97,6 +97,8 @@ func init() {
 	rules["Constant"] = rule{infer: inferConstant, eval: evalConstant}
 	rules["Range"] = rule{infer: inferRange, eval: evalRange}
 	rules["Split"] = rule{infer: inferSplit}
+	rules["Resize"] = rule{infer: inferResize}
+	rules["Upsample"] = rule{infer: inferResize}
 }
 
 // --- helpers ---

@@ -123,8 +123,7 @@ var broadcastOps = set("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "
 
 // perImage ops treat each index of axis 0 separately; perChannel ops also
 // treat each index of axis 1 separately.
-var perImageOps = set("Conv", "ConvTranspose", "LRN", "GroupNormalization", "Resize", "Upsample",
-	"DepthToSpace", "SpaceToDepth")
+var perImageOps = set("Conv", "ConvTranspose", "LRN", "GroupNormalization", "DepthToSpace", "SpaceToDepth")
 var perChannelOps = set("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
 	"GlobalLpPool", "InstanceNormalization", "BatchNormalization")
 
@@ -139,6 +138,31 @@ func set(names ...string) map[string]bool {
 		m[n] = true
 	}
 	return m
+}
+
+// resizeLayout: Resize and Upsample interpolate along each axis
+// separately, so samples stay apart unless the batch axis itself is
+// resized (any axis but the batch's may be, the channels included).
+func resizeLayout(n *graph.Node, x bstate) bstate {
+	if x.kind != batched {
+		return lost("a parameter input carries the batch")
+	}
+	in, okd := dims(n.Input(0))
+	if !okd {
+		return lost("input shape unknown")
+	}
+	s, err := n.ResizeSpec(in)
+	if err != nil {
+		return lost("%v", err)
+	}
+	a, err := s.Axis(x.l.Axis)
+	if err != nil {
+		return lost("%v", err)
+	}
+	if !a.Identity() {
+		return mix("resizes the batch axis %d (%d → %d)", x.l.Axis, a.In, a.Out)
+	}
+	return ok(x.l)
 }
 
 func ok(l BatchLayout) bstate       { return bstate{kind: batched, l: l} }
@@ -172,6 +196,8 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return ok(x.l)
 	case broadcastOps[op]:
 		return li.broadcast(n)
+	case op == "Resize" || op == "Upsample":
+		return resizeLayout(n, x)
 	case perImageOps[op] || perChannelOps[op]:
 		if x.kind != batched {
 			return lost("a parameter input carries the batch")

@@ -3,7 +3,16 @@ package rewrite
 import (
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
+
+// linearMode is a Resize's mode attribute "linear".
+func linearMode() *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String("mode"), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte("linear")}
+}
 
 func TestReshapeLayout(t *testing.T) {
 	cases := []struct {
@@ -42,6 +51,7 @@ func layoutOf(t *testing.T, b *mb, sample []int64) *layoutInfo {
 }
 
 func TestLayoutMixing(t *testing.T) {
+	upsample := func(b *mb) *mb { b.opset = 9; return b }
 	cases := []struct {
 		name    string
 		b       *mb
@@ -63,6 +73,12 @@ func TestLayoutMixing(t *testing.T) {
 			node("Slice", "sl", []string{"x", "s", "e", "a"}, []string{"y"}), []int64{4}, "", "slices the batch axis"},
 		{"per-sample softmax", newMB().input("x", "N", 4).output("y", "N", 4).
 			node("Softmax", "sm", []string{"x"}, []string{"y"}, attrInt("axis", -1)), []int64{4}, "", ""},
+		{"resize of the batch", newMB().input("x", "N", 2, 4).output("y", "N", 2, 4).init("s", []int64{3}, 2, 1, 1).
+			node("Resize", "rs", []string{"x", "", "s"}, []string{"y"}), []int64{2, 4}, "resizes the batch axis 0 (4 → 8)", ""},
+		{"per-sample resize, channels too", newMB().input("x", "N", 2, 4, 4).output("y", "N", 3, 6, 2).init("s", []int64{4}, 1, 1.5, 1.5, 0.5).
+			node("Resize", "rs", []string{"x", "", "s"}, []string{"y"}, linearMode()), []int64{2, 4, 4}, "", ""},
+		{"upsample", upsample(newMB()).input("x", "N", 2, 4).output("y", "N", 4, 8).init("s", []int64{3}, 1, 2, 2).
+			node("Upsample", "up", []string{"x", "s"}, []string{"y"}), []int64{2, 4}, "", ""},
 		{"operator without a batch rule", newMB().input("x", "N", 4, 4).output("y", "N", 4, 4).
 			node("Trilu", "tri", []string{"x"}, []string{"y"}), []int64{4, 4}, "", "no batch rule for operator Trilu"},
 	}
@@ -116,5 +132,35 @@ func TestLayoutFixtures(t *testing.T) {
 				t.Errorf("vit %s: %+v, want %v", v, s, l)
 			}
 		}
+	}
+}
+
+// TestResizePlan: a Resize between trainable convolutions keeps every
+// convolution trainable, and a float initializer holding its scales is an
+// argument of the operator, in no count of parameters (trainable or
+// frozen).
+func TestResizePlan(t *testing.T) {
+	g := newMB().input("x", "N", 3, 4, 4).output("y", "N", 2, 8, 8).
+		init("w1", []int64{2, 3, 1, 1}).init("s", []int64{4}, 1, 1, 2, 2).init("w2", []int64{2, 2, 1, 1}).
+		node("Conv", "c1", []string{"x", "w1"}, []string{"h"}).
+		node("Resize", "rs", []string{"h", "", "s"}, []string{"u"}, linearMode()).
+		node("Conv", "c2", []string{"u", "w2"}, []string{"y"}).build(t)
+	p, err := Analyze(g, PlanOptions{InputShape: []int64{3, 4, 4}, Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil || len(p.Warnings) > 0 {
+		t.Fatalf("problems %v, warnings %v", p.Problems, p.Warnings)
+	}
+	if p.Param("s") != nil {
+		t.Errorf("the scales are a parameter: %+v", p.Param("s"))
+	}
+	for _, w := range []string{"w1", "w2"} {
+		if prm := p.Param(w); prm == nil || !prm.Trainable() {
+			t.Errorf("%s: %+v", w, prm)
+		}
+	}
+	if p.Trainable.Tensors != 2 || p.Frozen.Tensors != 0 {
+		t.Errorf("trainable %+v, frozen %+v", p.Trainable, p.Frozen)
 	}
 }

@@ -394,7 +394,9 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	}
 	a := &analyzer{g: c, li: li, ab: ab, opts: opts}
 	for _, v := range c.Initializers {
-		if !v.IsParam() || c.Values[v.Name] != v {
+		// A Resize's float roi or scales are the operator's constants,
+		// not parameters: no gradient flows into them.
+		if !v.IsParam() || c.Values[v.Name] != v || v.ResizeArgument() {
 			continue
 		}
 		prm := a.param(v)

@@ -324,6 +324,49 @@ func TestGradCheck(t *testing.T) {
 			b.node("Clip", []string{"a", "lo", "hi"}, "y")
 			return "y"
 		}, nil},
+		// Resize: the adjoint of each axis' interpolation (GEMMs with the
+		// matrix transposed, the index map's scatter), over the last
+		// axis, a middle one, the leading one and several at once.
+		{"resize_linear_two_axes", 13, func(b *modelBuilder) string {
+			b.param("x", 2, 3, 4, 5)
+			b.floats("s", []float32{1, 1, 1.5, 0.6}, 4)
+			b.node("Resize", []string{"x", "", "s"}, "y", aStr("mode", "linear"))
+			return "y"
+		}, nil},
+		{"resize_cubic_middle_and_leading_axes", 13, func(b *modelBuilder) string {
+			b.param("x", 3, 4, 2)
+			b.ints("sz", []int64{2, 7, 2}, 3)
+			b.node("Resize", []string{"x", "", "", "sz"}, "y", aStr("mode", "cubic"), aStr("coordinate_transformation_mode", "align_corners"))
+			return "y"
+		}, nil},
+		{"resize_cubic_antialias", 18, func(b *modelBuilder) string {
+			b.param("x", 1, 2, 9, 7)
+			b.ints("sz", []int64{4, 3}, 2)
+			b.node("Resize", []string{"x", "", "", "sz"}, "y", aStr("mode", "cubic"), aInt("antialias", 1), aInts("axes", 2, 3))
+			return "y"
+		}, nil},
+		{"resize_linear_crop_extrapolation", 13, func(b *modelBuilder) string {
+			b.param("x", 1, 2, 4, 5)
+			b.floats("roi", []float32{0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3}, 8)
+			b.ints("sz", []int64{1, 2, 5, 4}, 4)
+			b.node("Resize", []string{"x", "roi", "", "sz"}, "y", aStr("mode", "linear"),
+				aStr("coordinate_transformation_mode", "tf_crop_and_resize"), aFloat("extrapolation_value", 2))
+			return "y"
+		}, nil},
+		{"resize_nearest_crop_extrapolation", 13, func(b *modelBuilder) string {
+			b.param("x", 1, 2, 4, 5)
+			b.floats("roi", []float32{0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3}, 8)
+			b.ints("sz", []int64{1, 2, 5, 4}, 4)
+			b.node("Resize", []string{"x", "roi", "", "sz"}, "y", aStr("coordinate_transformation_mode", "tf_crop_and_resize"),
+				aFloat("extrapolation_value", -1))
+			return "y"
+		}, nil},
+		{"upsample7_linear", 7, func(b *modelBuilder) string {
+			b.param("x", 2, 2, 3, 3)
+			b.node("Upsample", []string{"x"}, "y", aStr("mode", "linear"), &onnxpb.AttributeProto{Name: proto.String("scales"),
+				Type: onnxpb.AttributeProto_FLOATS.Enum(), Floats: []float32{1, 1, 2, 1.5}})
+			return "y"
+		}, nil},
 		{"softmax_axis1", 14, func(b *modelBuilder) string {
 			b.param("a", 2, 3, 4)
 			b.node("Softmax", []string{"a"}, "y", aInt("axis", 1))

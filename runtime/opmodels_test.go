@@ -97,6 +97,7 @@ var ortLacks = map[string]string{
 	"add_opset6_broadcast":                "onnxruntime has no Add(6) kernel",
 	"mul_opset6_broadcast_axis":           "onnxruntime has no Mul(6) kernel",
 	"gemm_opset6_broadcast_c":             "onnxruntime has no Gemm(6) kernel",
+	"resize_rank3_middle_axis":            "onnxruntime's cubic Resize takes 2-D inputs and 4-D ones resized on their last two axes only",
 }
 
 // TestOpModelsOnnxruntime holds the references of testdata/ops against

@@ -33,6 +33,7 @@ func init() {
 		"MaxPool": buildMaxPool, "AveragePool": buildAvgPool, "GlobalAveragePool": buildGlobalAvgPool,
 		"BatchNormalization": buildBatchNorm, "LayerNormalization": buildLayerNorm,
 		"InstanceNormalization": buildInstanceNorm, "GroupNormalization": buildGroupNorm,
+		"Resize": buildResize, "Upsample": buildResize,
 	}
 }
 

@@ -326,6 +326,7 @@ var nonDiff = map[string][]int{
 	"Gather": {1}, "ScatterND": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
 	"ReduceMax": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceL1": {1}, "ReduceL2": {1},
 	"ReduceSumSquare": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
+	"Resize": {1, 2, 3}, "Upsample": {1},
 }
 
 func diffSlot(n *graph.Node, i int) bool {

@@ -58,6 +58,11 @@ var opsets = map[string]OpsetRange{
 	// (graph.Node.ReduceAxes reads both).
 	"ReduceMax": {1, 18}, "ReduceMin": {1, 18}, "ReduceProd": {1, 18}, "ReduceL1": {1, 18}, "ReduceL2": {1, 18},
 	"ReduceSumSquare": {1, 18}, "ReduceLogSum": {1, 18}, "ReduceLogSumExp": {1, 18},
+	// Resize: roi, scales and sizes inputs from 11; axes, antialias and
+	// keep_aspect_ratio_policy at 18; half_pixel_symmetric at 19, whose
+	// Resize is the same operator otherwise (graph.ResizeSpec reads each
+	// version). Upsample was deprecated at 10 in favour of Resize.
+	"Resize": {10, 19}, "Upsample": {7, 9},
 }
 
 // Opsets returns the OpsetRange of an operator the runtime has a kernel

@@ -37,12 +37,13 @@
 // batch with Expand(cls, Concat(Slice(Shape(x), 0, 1), [1, 1])).
 //
 // Two constructs torch cannot export, or exports with an operator the
-// engine does not run, are written as equivalent graphs: adaptive average
-// pooling whose output does not divide its input becomes an Expand (1×1
-// input, as VGG's 7×7 pool on 32×32 images) or MatMuls with constant
-// averaging matrices; CrossViT's bicubic resize of the input
-// (F.interpolate, exported as Resize) becomes two MatMuls with constant
-// interpolation matrices. timm's attention follows timm 0.5, whose q, k, v =
+// engine did not run when the zoo was written, are written as equivalent
+// graphs: adaptive average pooling whose output does not divide its input
+// becomes an Expand (1×1 input, as VGG's 7×7 pool on 32×32 images) or
+// MatMuls with constant averaging matrices; CrossViT's bicubic resize of
+// the input (F.interpolate, exported as Resize, which the runtime now
+// runs too) stays two MatMuls with constant interpolation matrices, so
+// that zoo models are unchanged. timm's attention follows timm 0.5, whose q, k, v =
 // qkv[0], qkv[1], qkv[2] exports as Gather, not timm 0.6's qkv.unbind(0),
 // which exports as Split.
 //

@@ -166,7 +166,7 @@ func runInspect(args []string, stdout io.Writer) error {
 		rep.Outputs = append(rep.Outputs, describe(v))
 	}
 	for _, v := range g.Initializers {
-		if !v.IsParam() {
+		if !v.IsParam() || v.ResizeArgument() {
 			continue
 		}
 		n := int64(v.Const.Len())
