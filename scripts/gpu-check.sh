@@ -15,7 +15,9 @@
 #      step times and peak device memory (ours: each mode's, on the device
 #      opened afresh; PyTorch's: torch.cuda.max_memory_allocated); ResNet-50
 #      once more with cuDNN off (DPFINETUNE_CUDNN=off: the convolutions as
-#      cuBLAS GEMMs), what cuDNN buys;
+#      cuBLAS GEMMs), what cuDNN buys, and the convolutional models with
+#      cuDNN's algorithms chosen by its measurement
+#      (DPFINETUNE_CUDNN_ALGO=find) instead of its heuristics;
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed) and PyTorch's non-DP step, each found by doubling then
@@ -193,6 +195,9 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	if [ "$1" = "$GEMM_ROW" ] && ! late; then
 		CONVS=gemm DPFINETUNE_CUDNN=off ours "$1" "$2" nondp,bk
 	fi
+	# The convolutional models also with cuDNN's algorithms chosen by its
+	# measurement (DPFINETUNE_CUDNN_ALGO=find) rather than its heuristics.
+	case $1 in vit*) ;; *) late || CONVS=find DPFINETUNE_CUDNN_ALGO=find ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
@@ -224,6 +229,8 @@ for r in rows:
     prec = "TF32 convs" if tf32 else "float32"
     if r.get("convs") == "gemm":
         prec += ", convs as GEMMs (cuDNN off)"
+    if r.get("convs") == "find":
+        prec += ", cuDNN's algorithms by measurement"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue

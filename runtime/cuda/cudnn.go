@@ -31,19 +31,31 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // without it, or for a product it refuses, the Device takes its GEMM path
 // (Driver.Conv's contract), so that cuDNN can only speed a product up.
 
+// EnvCUDNNAlgo names how cuDNN's algorithm for each convolution's shape
+// and product is chosen: "heuristic" (or unset) takes the heuristics'
+// ranking (cudnnGetConvolution…Algorithm_v7), "find" cuDNN's measurement
+// of every algorithm on the GPU at the shape's first use
+// (cudnnFindConvolution…Algorithm, which allocates its own operands for
+// the trial), fastest first; either way the first that is deterministic,
+// of the math type asked for and within dnnMaxWorkspace. The choice
+// decides which deterministic algorithm runs, so with "find" two runs on
+// one machine may round differently where two algorithms are about as
+// fast; the clip bound holds either way.
+const EnvCUDNNAlgo = "DPFINETUNE_CUDNN_ALGO"
+
 // dnnMaxWorkspace bounds the workspace an algorithm may ask for.
 const dnnMaxWorkspace = 256 << 20
 
 // cuDNN's enumerations (cudnn_ops.h, cudnn_cnn.h), the same in 8 and 9.
 const (
-	dnnFloat            = 0 // CUDNN_DATA_FLOAT
-	dnnNCHW             = 0 // CUDNN_TENSOR_NCHW
-	dnnCrossCorrelation = 1 // CUDNN_CROSS_CORRELATION
-	dnnDefaultMath      = 0 // CUDNN_DEFAULT_MATH
-	dnnTensorOpMath     = 1 // CUDNN_TENSOR_OP_MATH
-	dnnFMAMath          = 3 // CUDNN_FMA_MATH
-	dnnDeterministic    = 1 // CUDNN_DETERMINISTIC
-	dnnAlgoCandidates   = 8 // heuristics asked for at most this many
+	dnnFloat            = 0  // CUDNN_DATA_FLOAT
+	dnnNCHW             = 0  // CUDNN_TENSOR_NCHW
+	dnnCrossCorrelation = 1  // CUDNN_CROSS_CORRELATION
+	dnnDefaultMath      = 0  // CUDNN_DEFAULT_MATH
+	dnnTensorOpMath     = 1  // CUDNN_TENSOR_OP_MATH
+	dnnFMAMath          = 3  // CUDNN_FMA_MATH
+	dnnDeterministic    = 1  // CUDNN_DETERMINISTIC
+	dnnAlgoCandidates   = 10 // algorithms asked for at most (cuDNN has 8 forward, 6 and 7 backward)
 )
 
 // cudnn is the library's entry points.
@@ -58,7 +70,12 @@ type cudnn struct {
 	fwdAlgos, fwdWorkspace, forward                   uintptr
 	dataAlgos, dataWorkspace, backwardData            uintptr
 	filterAlgos, filterWorkspace, backwardFilter      uintptr
-	entries                                           []*uintptr
+	// find says EnvCUDNNAlgo=find: the algorithms are chosen by
+	// cudnnFind…Algorithm (fwdFind, dataFind, filterFind; 0 where the
+	// library lacks one, whose shapes then take the GEMM path).
+	find                          bool
+	fwdFind, dataFind, filterFind uintptr
+	entries                       []*uintptr
 }
 
 // dnnCompanions are the libraries cuDNN loads by name at run time, from
@@ -103,6 +120,17 @@ func loadCUDNN() (*cudnn, error) {
 		"cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnGetConvolutionBackwardFilterWorkspaceSize", "cudnnConvolutionBackwardFilter",
 	}); err != nil {
 		return nil, err
+	}
+	switch a := os.Getenv(EnvCUDNNAlgo); a {
+	case "", "heuristic":
+	case "find":
+		d.find = true
+		for i, n := range []string{"cudnnFindConvolutionForwardAlgorithm", "cudnnFindConvolutionBackwardDataAlgorithm", "cudnnFindConvolutionBackwardFilterAlgorithm"} {
+			p, _ := purego.Dlsym(h, n)
+			*[]*uintptr{&d.fwdFind, &d.dataFind, &d.filterFind}[i] = p
+		}
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want heuristic or find", EnvCUDNNAlgo, a)
 	}
 	d.version, _, _ = purego.SyscallN(d.getVersion)
 	return d, nil
@@ -269,9 +297,10 @@ func (c *nvidia) dnnFree(p *dnnPlan) error {
 	return errors.Join(errs...)
 }
 
-// dnnAlgo chooses p's algorithm for product kind from cuDNN's heuristics:
-// the first deterministic one that succeeded with the math type asked for
-// (FMA: float32, no TF32) and a workspace of at most dnnMaxWorkspace.
+// dnnAlgo chooses p's algorithm for product kind from cuDNN's heuristics,
+// or its measurement (EnvCUDNNAlgo=find): the first deterministic one that
+// succeeded with the math type asked for (FMA: float32, no TF32) and a
+// workspace of at most dnnMaxWorkspace.
 func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	if p.algo[kind] >= 0 {
 		return nil
@@ -282,17 +311,29 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	d := c.dnn
 	perf := new([dnnAlgoCandidates]dnnAlgoPerf)
 	got := new(int32)
-	var err error
-	switch kind {
-	case ConvForward:
-		err = d.call("cudnnGetConvolutionForwardAlgorithm_v7", d.fwdAlgos, c.dnnHandle, p.x, p.w, p.conv, p.y, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
-	case ConvBackwardData:
-		err = d.call("cudnnGetConvolutionBackwardDataAlgorithm_v7", d.dataAlgos, c.dnnHandle, p.w, p.y, p.conv, p.x, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
-	default:
-		err = d.call("cudnnGetConvolutionBackwardFilterAlgorithm_v7", d.filterAlgos, c.dnnHandle, p.x, p.y, p.conv, p.w, dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0])))
+	// The heuristics' and the measurement's entry points take the same
+	// arguments: the descriptors in the product's order, the count asked
+	// for, the count returned and the results.
+	names := [3][2]string{
+		{"cudnnGetConvolutionForwardAlgorithm_v7", "cudnnFindConvolutionForwardAlgorithm"},
+		{"cudnnGetConvolutionBackwardDataAlgorithm_v7", "cudnnFindConvolutionBackwardDataAlgorithm"},
+		{"cudnnGetConvolutionBackwardFilterAlgorithm_v7", "cudnnFindConvolutionBackwardFilterAlgorithm"},
+	}[kind]
+	fns := [3][2]uintptr{{d.fwdAlgos, d.fwdFind}, {d.dataAlgos, d.dataFind}, {d.filterAlgos, d.filterFind}}[kind]
+	desc := [3][4]uintptr{{p.x, p.w, p.conv, p.y}, {p.w, p.y, p.conv, p.x}, {p.x, p.y, p.conv, p.w}}[kind]
+	how := 0
+	if d.find {
+		how = 1
+		if fns[1] == 0 {
+			p.algo[kind] = -2
+			return fmt.Errorf("cuda: cuDNN %s has no %s (%s=find)", d.lib, names[1], EnvCUDNNAlgo)
+		}
 	}
-	if err != nil {
+	if err := d.call(names[how], fns[how], c.dnnHandle, desc[0], desc[1], desc[2], desc[3], dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0]))); err != nil {
 		return err
+	}
+	if d.find {
+		c.dnnFound++
 	}
 	want := int32(dnnFMAMath)
 	if tf32 {

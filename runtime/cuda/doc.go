@@ -250,9 +250,10 @@
 //     suite passes and the norms equal the CPU's, but book-keeping's step is
 //     still 1.5–3.3× PyTorch's non-DP step: the convolutions dominate
 //     (cuDNN through its legacy API, heuristics' first deterministic
-//     algorithm, ran slower than the GEMM path on ResNet-50), then the
-//     per-sample convolution weight gradients (ConvWeightGrad, unfolded
-//     chunks and GEMMs) and GroupNorm's backward. Also still a thread per
+//     algorithm, ran slower than the GEMM path on ResNet-50;
+//     DPFINETUNE_CUDNN_ALGO=find, EnvCUDNNAlgo, chooses by cuDNN's
+//     measurement instead, not yet run on a GPU), then GroupNorm's
+//     backward and the per-sample norms' unfolding. Also still a thread per
 //     result: ReduceOps' other reductions and the in-order sums with few
 //     terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract,
 //     a broadcast MaxMin input's gradient); direct depthwise convolutions

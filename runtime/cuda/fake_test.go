@@ -185,6 +185,39 @@ func TestConvLibraryOnFake(t *testing.T) {
 	if inUse, _ := d.MemoryStats(); ws < 1<<20 || inUse != d.inUse+int64(ws) {
 		t.Errorf("cuDNN's workspace %d bytes (want at least 1 MiB), in use %d beside the Device's %d", ws, inUse, d.inUse)
 	}
+	// The measured choice: the same products through cudnnFind…, which
+	// chose each algorithm.
+	t.Run("find", func(t *testing.T) {
+		t.Setenv(EnvCUDNNAlgo, "find")
+		fd, err := Real()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lib := fd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", algorithms by measurement") {
+			t.Errorf("ConvLibrary with %s=find: %q", EnvCUDNNAlgo, lib)
+		}
+		d, err := New(fd)
+		if err != nil {
+			fd.Close()
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for _, c := range nnCases() {
+			if strings.HasPrefix(c.name, "Conv/") {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+		}
+		if n := fd.(*nvidia).dnnFound; d.dnnRuns == 0 || n == 0 {
+			t.Errorf("%d products through cuDNN, %d algorithms chosen by cudnnFind…", d.dnnRuns, n)
+		}
+		t.Setenv(EnvCUDNNAlgo, "fastest")
+		if bad, err := Real(); err == nil {
+			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNAlgo) {
+				t.Errorf("ConvLibrary with %s=fastest: %q, want the variable named", EnvCUDNNAlgo, lib)
+			}
+			bad.Close()
+		}
+	})
 	t.Setenv(EnvCUDNN, "off")
 	off, err := Real()
 	if err != nil {

@@ -112,6 +112,9 @@ type nvidia struct {
 	dnnPlans   map[dnnKey]*dnnPlan
 	dnnWork    DevicePtr
 	dnnWorkLen int
+	// dnnFound counts the algorithms chosen by cuDNN's measurement
+	// (EnvCUDNNAlgo=find).
+	dnnFound int
 }
 
 // cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
@@ -297,6 +300,9 @@ func Real() (Driver, error) {
 		c.props.ConvLibrary = "none: " + err.Error()
 	} else if c.dnn != nil {
 		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
+		if c.dnn.find {
+			c.props.ConvLibrary += ", algorithms by measurement"
+		}
 	} else {
 		c.props.ConvLibrary = "none: " + EnvCUDNN + "=off"
 	}

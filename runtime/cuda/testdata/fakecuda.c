@@ -707,6 +707,36 @@ int cudnnGetConvolutionBackwardFilterWorkspaceSize(void *h, const dnn_tensor *x,
   (void)h, (void)x, (void)dy, (void)cv, (void)dw;
   return dnn_ws(algo, n);
 }
+// The measured choice (DPFINETUNE_CUDNN_ALGO=find) takes the heuristics'
+// arguments; the stand-in ranks its two algorithms the other way round,
+// the deterministic one first, as if it had measured it faster.
+static int dnn_found(void *h, const dnn_conv *cv, int want, int *got, dnn_perf *p) {
+  int r = dnn_algos(h, cv, want, got, p);
+  if (r == DNN_OK && *got == 2) {
+    dnn_perf t = p[0];
+    p[0] = p[1];
+    p[1] = t;
+  }
+  return r;
+}
+int cudnnFindConvolutionForwardAlgorithm(void *h, const dnn_tensor *x, const dnn_filter *w, const dnn_conv *cv,
+                                         const dnn_tensor *y, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(x, w, cv, y, &o);
+  return r ? r : dnn_found(h, cv, want, got, p);
+}
+int cudnnFindConvolutionBackwardDataAlgorithm(void *h, const dnn_filter *w, const dnn_tensor *dy, const dnn_conv *cv,
+                                              const dnn_tensor *dx, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(dx, w, cv, dy, &o);
+  return r ? r : dnn_found(h, cv, want, got, p);
+}
+int cudnnFindConvolutionBackwardFilterAlgorithm(void *h, const dnn_tensor *x, const dnn_tensor *dy, const dnn_conv *cv,
+                                                const dnn_filter *dw, int want, int *got, dnn_perf *p) {
+  dnn_geom o;
+  int r = dnn_check(x, dw, cv, dy, &o);
+  return r ? r : dnn_found(h, cv, want, got, p);
+}
 int cudnnConvolutionBackwardFilter(void *h, const float *alpha, const dnn_tensor *xd, const float *x, const dnn_tensor *dyd,
                                    const float *dy, const dnn_conv *cv, int algo, void *ws, size_t wsn, const float *beta,
                                    const dnn_filter *dwd, float *dw) {
