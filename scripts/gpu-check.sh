@@ -53,7 +53,7 @@
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52 s, norms 30 s, bench 125 s,
 # timm 46 s, a profile row about 5 s; maxbatch has not run there yet.
-# A machine that returns only a few files: tar OUT up after each part.
+# A machine that returns only a few files: GPU_CHECK_TAR=FILE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-check-out}
@@ -117,7 +117,14 @@ BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 late() { [ "$BUDGET_S" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET_S" ]; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# GPU_CHECK_TAR=FILE: OUT also as one tarball, written when the script
+# ends (a timeout's TERM included), for machines that return few files.
+finish() {
+	rm -rf "$tmp"
+	[ -n "${GPU_CHECK_TAR:-}" ] && tar czf "$GPU_CHECK_TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")"
+}
+trap finish EXIT
+trap 'exit 143' TERM
 
 if has tests; then
 echo "== 1. CUDA backend tests ($mode)" >&2
