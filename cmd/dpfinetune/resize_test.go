@@ -8,11 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
-	"github.com/dpfinetune/dpfinetune/internal/orttest"
 	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // crossResize is testdata/ops/crossvit_resize (make_op_models.py): a
@@ -158,31 +155,7 @@ func TestResizeModelTrains(t *testing.T) {
 		t.Errorf("training changed %d initializers, want the 16 parameters", changed)
 	}
 
-	m, err := onnx.Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 3
-	plan, err := runtime.CompileForBatch(g, n, []int64{3, 20, 20}, &runtime.Options{ForwardOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _ := plan.Input(0)
-	for i := range x {
-		x[i] = float32(math.Sin(float64(i) * 0.37))
-	}
-	if err := plan.Forward(); err != nil {
-		t.Fatal(err)
-	}
-	ours, _ := plan.Output(0)
-	res := orttest.Run(t, out, map[string]orttest.Tensor{"input": {Shape: []int64{n, 3, 20, 20}, Data: x}})
-	if d, s := maxDiff(ours, res["y"].Data); d > 1e-4*s {
-		t.Errorf("onnxruntime vs ours on the export: max |Δ| %.3g (scale %.3g)", d, s)
-	}
+	exportMatchesORT(t, out, []int64{3, 20, 20})
 
 	if _, e, code := run(t, "eval", "--model", out, "--data", fmnist+":test:limit=64"); code != 0 {
 		t.Errorf("eval: exit %d: %s", code, e)

@@ -145,45 +145,8 @@ func TestTrainReportAndExport(t *testing.T) {
 				t.Errorf("metadata %v", md)
 			}
 			// Our runtime and onnxruntime on the exported model.
-			m, err := onnx.Load(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := graph.FromONNX(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := g.Inputs[0].Shape[0]; d.Size >= 0 {
-				t.Errorf("export lost the dynamic batch axis: %v", g.Inputs[0].Shape)
-			}
 			sample, _ := parseDims(c.sample)
-			const n = 3
-			plan, err := runtime.CompileForBatch(g, n, sample, &runtime.Options{ForwardOnly: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			x, shape := plan.Input(0)
-			for i := range x {
-				x[i] = float32(math.Sin(float64(i) * 0.37))
-			}
-			if err := plan.Forward(); err != nil {
-				t.Fatal(err)
-			}
-			ours, _ := plan.Output(0)
-			sh := make([]int64, len(shape))
-			for i, d := range shape {
-				sh[i] = int64(d)
-			}
-			res := orttest.Run(t, out, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: sh, Data: x}})
-			theirs := res[g.Outputs[0].Name].Data
-			var scale, worst float64
-			for i := range ours {
-				scale = math.Max(scale, math.Abs(float64(theirs[i])))
-				worst = math.Max(worst, math.Abs(float64(ours[i]-theirs[i])))
-			}
-			if worst > 1e-4*scale {
-				t.Errorf("onnxruntime vs ours: max diff %.3g (scale %.3g)", worst, scale)
-			}
+			exportMatchesORT(t, out, sample)
 		})
 	}
 }
@@ -310,5 +273,50 @@ func TestMaxMemory(t *testing.T) {
 	}
 	if _, e, code := run(t, append(args, "--max-memory", "1KiB")...); code != 1 || !strings.Contains(e, "even a physical batch of 1") {
 		t.Errorf("tiny cap: exit %d, %q", code, e)
+	}
+}
+
+// exportMatchesORT loads the exported model out, checks that it kept a
+// dynamic batch axis, and holds our runtime's outputs on a batch of three
+// samples (shape sample) to onnxruntime's within 1e-4 of their scale.
+func exportMatchesORT(t *testing.T, out string, sample []int64) {
+	t.Helper()
+	m, err := onnx.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := g.Inputs[0].Shape[0]; d.Size >= 0 {
+		t.Errorf("export lost the dynamic batch axis: %v", g.Inputs[0].Shape)
+	}
+	const n = 3
+	plan, err := runtime.CompileForBatch(g, n, sample, &runtime.Options{ForwardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, shape := plan.Input(0)
+	for i := range x {
+		x[i] = float32(math.Sin(float64(i) * 0.37))
+	}
+	if err := plan.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	ours, _ := plan.Output(0)
+	sh := make([]int64, len(shape))
+	for i, d := range shape {
+		sh[i] = int64(d)
+	}
+	res := orttest.Run(t, out, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: sh, Data: x}})
+	theirs := res[g.Outputs[0].Name].Data
+	var scale, worst float64
+	for i := range ours {
+		scale = math.Max(scale, math.Abs(float64(theirs[i])))
+		worst = math.Max(worst, math.Abs(float64(ours[i]-theirs[i])))
+	}
+	if worst > 1e-4*scale {
+		t.Errorf("onnxruntime vs ours on the export: max diff %.3g (scale %.3g)", worst, scale)
 	}
 }
