@@ -589,23 +589,24 @@ func (d *Device) launch(name string, n int64) {
 	d.launchGrid(name, D1(int(max(grid, 1))), D1(int(block)))
 }
 
-// launchSums runs kernel name, one of the reductions with a thread per
-// result (its plain form) or a block per result (its _block form, whose
-// threads split the terms and add their sums by block_sum), for n results
-// of m terms each (d.mu held). The block form is for few results with many
+// launchSums runs one of the reductions that have two forms: perThread,
+// a thread per result, or perBlock, a block per result whose threads
+// split the terms and add their sums by block_sum, for n results of m
+// terms each (d.mu held). The block form is for few results with many
 // terms — a per-channel parameter's gradient over a batch of feature maps,
-// where a thread per channel would leave the GPU nearly idle — and its
-// block size depends on m alone, so that the sums' order does too.
-func (d *Device) launchSums(name string, n, m int64) {
+// where a thread per channel would leave the GPU nearly idle. The form
+// and the block size depend on n and m alone, so that the sums' order
+// depends on the shape alone (the emulation's blocks are one warp).
+func (d *Device) launchSums(perThread, perBlock string, n, m int64) {
 	if m < 64 || (m < 1024 && n > 1<<16) {
-		d.launch(name, n)
+		d.launch(perThread, n)
 		return
 	}
 	block := min(int64(1024), max(32, (m/32+31)/32*32))
 	if d.props.Emulated {
 		block = 32
 	}
-	d.launchGrid(name+"_block", D1(int(min(n, int64(d.maxGrid)))), D1(int(block)))
+	d.launchGrid(perBlock, D1(int(min(n, int64(d.maxGrid)))), D1(int(block)))
 }
 
 // launchOne runs kernel name on one thread (d.mu held).

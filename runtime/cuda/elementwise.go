@@ -63,7 +63,7 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 		args.I32(int32(op)).I32(int32(wrt)).Ptr(f32(a[:numElems(aShape)], opIn, d)).Ptr(f32(b[:numElems(bShape)], opIn, d))
 		args.Ptr(f32(yy, opIn, d)).Ptr(f32(dy[:ny], opIn, d)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(ny / nt))
 		l.arg(args)
-		d.launchSums("binary_backward", int64(nt), int64(ny/nt))
+		d.launchSums("binary_backward", "binary_backward_block", int64(nt), int64(ny/nt))
 		d.end("BinaryBackward")
 	}
 }

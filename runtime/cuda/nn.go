@@ -704,5 +704,5 @@ func (d *Device) GemmBiasBackward(beta float32, dy []float32, yShape []int, dc [
 	defer d.end("GemmBiasBackward")
 	sh := d.stageShapes(yShape, cShape)
 	a.F32(beta).Ptr(f32(dy[:ny], opIn, d)).Ptr(sh).I32(int32(len(yShape))).Ptr(f32(dc[:nc], opOut, d)).I64(int64(nc)).I64(int64(ny / nc))
-	d.launchSums("gemm_bias_bwd", int64(nc), int64(ny/nc))
+	d.launchSums("gemm_bias_bwd", "gemm_bias_bwd_block", int64(nc), int64(ny/nc))
 }
