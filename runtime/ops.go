@@ -134,10 +134,18 @@ func buildBinary(op BinaryOp) builder {
 		}
 		y := nd.out[0]
 		nd.fwd = func() { p.ops.Binary(op, a.data, a.shape, b.data, b.shape, y.data, y.shape) }
-		switch op {
-		case BinaryMul:
-			nd.saveIn[0], nd.saveIn[1] = true, true
-		case BinaryDiv, BinaryPow:
+		// What the backward reads, and only where a gradient needs it:
+		// d(a·b) reads b for da and a for db; d(a/b) reads b for da, y and
+		// b for db, never a (so a Div by a constant, attention's 1/√d,
+		// keeps only its constant).
+		switch {
+		case keepAllSaves && (op == BinaryMul || op == BinaryDiv):
+			nd.saveIn[0], nd.saveIn[1], nd.saveOut = true, true, op == BinaryDiv
+		case op == BinaryMul:
+			nd.saveIn[0], nd.saveIn[1] = b.needGrad, a.needGrad
+		case op == BinaryDiv:
+			nd.saveIn[1], nd.saveOut = true, b.needGrad
+		case op == BinaryPow:
 			nd.saveIn[0], nd.saveIn[1], nd.saveOut = true, true, true
 		}
 		nd.bwd = func() {

@@ -88,9 +88,13 @@ type View struct {
 // before any of these buffers can be reused. Inputs are the node's forward
 // inputs in ONNX order (absent optional inputs have a nil Data and Shape);
 // DOut is the gradient of the loss Σ_i w_i·loss_i with respect to the
-// node's first output. View.BatchAxis and BatchStride say where the
-// samples are: usually along the leading axis, so that sample i of a tensor
-// of shape (N, ...) is Data[i*len/N : (i+1)*len/N].
+// node's first output. One exception to the inputs being alive: the
+// batched (non-parameter) operand of an Add or Sub, whose gradients do not
+// depend on it, is not kept for the hook — its View has the right shape
+// and length, its Data undefined contents (hookReads). View.BatchAxis and
+// BatchStride say where the samples are: usually along the leading axis,
+// so that sample i of a tensor of shape (N, ...) is
+// Data[i*len/N : (i+1)*len/N].
 type HookEvent struct {
 	Node *graph.Node
 	// Conv is the compiled geometry of a Conv node (nil for other
@@ -862,6 +866,34 @@ func (p *Plan) needWS(n int) {
 	}
 }
 
+// keepAllSaves, set only by tests, keeps every input of a hooked node and
+// every operand of Mul and Div for the backward, as the plan did before it
+// saved only what each reads (TestSavesOnlyWhatBackwardReads).
+var keepAllSaves bool
+
+// hookReads reports whether a hook on node nd may read the data of its
+// input j, which then stays alive until nd's backward (HookEvent). The
+// gradient of Add and Sub with respect to either operand is the output
+// gradient's, so their batched operand is not kept for the hook — a bias
+// or a position embedding added to a ViT's tokens would otherwise keep
+// each layer's pre-bias activations alive through the whole backward (a
+// third of ViT-B/16's activation memory); the DP engine's rules read its
+// shape only. Parameters and values derived from them are kept.
+func hookReads(nd *node, j int) bool {
+	if !nd.hooked {
+		return false
+	}
+	if keepAllSaves {
+		return true
+	}
+	switch nd.g.OpType {
+	case "Add", "Sub":
+		t := nd.in[j]
+		return t != nil && (t.param || t.derived)
+	}
+	return true
+}
+
 // item is one buffer of the buffer plan: size elements live over the
 // steps [start, end].
 type item struct {
@@ -911,7 +943,7 @@ func (p *Plan) planBuffers() error {
 				}
 				if cn.needBwd {
 					for j, in := range cn.in {
-						if in == t && (cn.saveIn[j] || cn.hooked) && bstep(cn.idx) > end {
+						if in == t && (cn.saveIn[j] || hookReads(cn, j)) && bstep(cn.idx) > end {
 							end = bstep(cn.idx)
 						}
 						if in == t && p.keepHooked(cn) {

@@ -732,3 +732,66 @@ func TestKeepActivationsSecondBackward(t *testing.T) {
 		})
 	}
 }
+
+// TestSavesOnlyWhatBackwardReads: a hooked Add or Sub no longer keeps its
+// batched operand for the hook, nor Mul and Div an operand their backward
+// does not read (a Div by a constant keeps neither its input nor its
+// output), so the transformer fixtures' plans hold less at their peak,
+// with gradients and per-sample hook data bit for bit those of the plan
+// that kept everything.
+func TestSavesOnlyWhatBackwardReads(t *testing.T) {
+	defer func() { keepAllSaves = false }()
+	for _, name := range []string{"vit", "beit", "crossvit", "packedqkv", "resnet_train", "cnn"} {
+		t.Run(name, func(t *testing.T) {
+			var live [2]int64
+			var grads [2]map[string][]float32
+			var hooks [2][]float32 // every hooked node's output gradient, in backward order
+			for i, keep := range []bool{true, false} {
+				keepAllSaves = keep
+				p, _, labels := compileFixture(t, name, nil)
+				keepAllSaves = false
+				bo := &BackwardOptions{Hook: func(ev *HookEvent) {
+					hooks[i] = append(hooks[i], ev.DOut.Data...)
+					for j, in := range ev.Inputs {
+						if ev.Params[j] || ev.Derived[j] {
+							hooks[i] = append(hooks[i], in.Data...)
+						}
+					}
+				}}
+				step(t, p, labels, nil, bo)
+				live[i] = p.LiveBytes()
+				grads[i] = map[string][]float32{}
+				for _, pn := range p.Params() {
+					grads[i][pn] = append([]float32(nil), p.Grad(pn)...)
+				}
+			}
+			t.Logf("peak live bytes %d → %d (%.2f×)", live[0], live[1], float64(live[1])/float64(live[0]))
+			if live[1] > live[0] {
+				t.Errorf("live bytes %d, more than the %d of the plan that keeps everything", live[1], live[0])
+			}
+			if name == "vit" && live[1] >= live[0] {
+				t.Errorf("vit: live bytes %d, not fewer than %d: its biases' Add and attention's Div by √d should keep less", live[1], live[0])
+			}
+			for pn, want := range grads[0] {
+				if !sameBits(grads[1][pn], want) {
+					t.Errorf("gradient of %s differs from the plan that keeps everything", pn)
+				}
+			}
+			if len(hooks[0]) == 0 || !sameBits(hooks[0], hooks[1]) {
+				t.Errorf("hook data: %d and %d values, or not the same bits", len(hooks[0]), len(hooks[1]))
+			}
+		})
+	}
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
