@@ -262,6 +262,8 @@
 //     where a rule has no batched form yet (Einsum weights, paths that
 //     compute rather than copy; dpengine's TestNoSampleLoops holds every
 //     fixture to none); a stream per worker instead of the default stream.
-//   - Memory: the device peak of ResNet-50 and ViT-B/16 at batch 32 is
-//     1.6–1.7× PyTorch's (VGG-16's 0.83×), the non-DP step's already 1.5×.
+//   - Memory: the device peak of ResNet-50 and ViT-B/16 at batch 32 was
+//     1.6–1.7× PyTorch's (VGG-16's 0.83×); the plan now saves only what
+//     each backward reads, which should bring both to about 1.2× (not yet
+//     measured on a GPU; docs/BENCHMARKS.md).
 package cuda
