@@ -784,6 +784,7 @@ func TestSavesOnlyWhatBackwardReads(t *testing.T) {
 	}
 }
 
+// sameBits is internal/numcheck.SameBits, which imports this package.
 func sameBits(a, b []float32) bool {
 	if len(a) != len(b) {
 		return false
