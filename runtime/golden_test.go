@@ -68,67 +68,80 @@ func TestGoldens(t *testing.T) {
 	for _, name := range fixtures {
 		t.Run(name, func(t *testing.T) {
 			g, gold := loadFixture(t, name)
-			in := gold["input"]
-			p, err := CompileForBatch(g, in.Shape[0], nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.SetInput(0, in.F32); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Forward(); err != nil {
-				t.Fatal(err)
-			}
-			logits, _ := p.Output(0)
-			if e := relErr(logits, gold["logits"].F32); e > 1e-4 {
-				t.Errorf("logits: relative error %.3g > 1e-4", e)
-			} else {
-				t.Logf("logits: relative error %.3g", e)
-			}
-			losses := make([]float32, in.Shape[0])
-			if err := p.Loss(gold["labels"].I64, losses); err != nil {
-				t.Fatal(err)
-			}
-			if e := relErr(losses, gold["loss"].F32); e > 1e-4 {
-				t.Errorf("loss: relative error %.3g > 1e-4", e)
-			} else {
-				t.Logf("loss: relative error %.3g", e)
-			}
-			if err := p.Backward(nil, nil); err != nil {
-				t.Fatal(err)
-			}
-			var keys []string
-			for k := range gold {
-				if strings.HasPrefix(k, "grad/") {
-					keys = append(keys, k)
-				}
-			}
-			sort.Strings(keys)
-			var largest float64
-			for _, k := range keys {
-				largest = math.Max(largest, maxAbs(gold[k].F32))
-			}
-			worst, worstName := 0.0, ""
-			for _, k := range keys {
-				name := strings.TrimPrefix(k, "grad/")
-				gr := p.Grad(name)
-				if gr == nil {
-					t.Errorf("%s: not a trainable parameter of the plan", name)
-					continue
-				}
-				e := relErrFloor(gr, gold[k].F32, 1e-4*largest)
-				if e > 1e-3 {
-					t.Errorf("grad %s: relative error %.3g > 1e-3", name, e)
-				}
-				if e > worst {
-					worst, worstName = e, name
-				}
-			}
-			if len(keys) != len(p.Params()) {
-				t.Errorf("%d golden gradients, %d trainable parameters %v", len(keys), len(p.Params()), p.Params())
-			}
-			t.Logf("%d gradients: max relative error %.3g (%s); arena %d KiB (live bound %d KiB, unshared %d KiB)",
-				len(keys), worst, worstName, p.ArenaBytes()>>10, p.LiveBytes()>>10, p.UnplannedBytes()>>10)
+			p := matchPyTorch(t, g, gold, "logits")
+			t.Logf("arena %d KiB (live bound %d KiB, unshared %d KiB)", p.ArenaBytes()>>10, p.LiveBytes()>>10, p.UnplannedBytes()>>10)
 		})
 	}
+}
+
+// matchPyTorch compiles g for the batch of ref["input"] and holds its
+// output to ref[logits], its per-sample losses for ref["labels"] to
+// ref["loss"] where the file has them, and the gradients of their sum to
+// the "grad/NAME" arrays, one for every trainable parameter, with
+// TestGoldens' measures. It returns the plan after its Backward.
+func matchPyTorch(t *testing.T, g *graph.Graph, ref map[string]*npy.Array, logits string) *Plan {
+	t.Helper()
+	in := ref["input"]
+	p, err := CompileForBatch(g, in.Shape[0], to64(in.Shape[1:]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetInput(0, in.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	y, _ := p.Output(0)
+	if e := relErr(y, ref[logits].F32); e > 1e-4 {
+		t.Errorf("logits: relative error %.3g > 1e-4", e)
+	} else {
+		t.Logf("logits: relative error %.3g", e)
+	}
+	losses := make([]float32, in.Shape[0])
+	if err := p.Loss(ref["labels"].I64, losses); err != nil {
+		t.Fatal(err)
+	}
+	if want, ok := ref["loss"]; ok {
+		if e := relErr(losses, want.F32); e > 1e-4 {
+			t.Errorf("loss: relative error %.3g > 1e-4", e)
+		} else {
+			t.Logf("loss: relative error %.3g", e)
+		}
+	}
+	if err := p.Backward(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range ref {
+		if strings.HasPrefix(k, "grad/") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var largest float64
+	for _, k := range keys {
+		largest = math.Max(largest, maxAbs(ref[k].F32))
+	}
+	worst, worstName := 0.0, ""
+	for _, k := range keys {
+		name := strings.TrimPrefix(k, "grad/")
+		gr := p.Grad(name)
+		if gr == nil {
+			t.Errorf("%s: not a trainable parameter of the plan", name)
+			continue
+		}
+		e := relErrFloor(gr, ref[k].F32, 1e-4*largest)
+		if e > 1e-3 {
+			t.Errorf("grad %s: relative error %.3g > 1e-3", name, e)
+		}
+		if e > worst {
+			worst, worstName = e, name
+		}
+	}
+	if len(keys) == 0 || len(keys) != len(p.Params()) {
+		t.Errorf("%d PyTorch gradients, %d trainable parameters %v", len(keys), len(p.Params()), p.Params())
+	}
+	t.Logf("%d gradients: max relative error %.3g (%s)", len(keys), worst, worstName)
+	return p
 }

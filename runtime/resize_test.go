@@ -1,9 +1,7 @@
 package runtime
 
 import (
-	"math"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -39,51 +37,7 @@ func TestResizeMatchesPyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := ref["input"]
-			p, err := CompileForBatch(g, in.Shape[0], to64(in.Shape[1:]), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.SetInput(0, in.F32); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Forward(); err != nil {
-				t.Fatal(err)
-			}
-			y, _ := p.Output(0)
-			if e := relErr(y, ref["y"].F32); e > 1e-4 {
-				t.Errorf("logits: relative error %.3g > 1e-4", e)
-			}
-			losses := make([]float32, in.Shape[0])
-			if err := p.Loss(ref["labels"].I64, losses); err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Backward(nil, nil); err != nil {
-				t.Fatal(err)
-			}
-			var keys []string
-			var largest float64
-			for k, a := range ref {
-				if strings.HasPrefix(k, "grad/") {
-					keys = append(keys, k)
-					largest = math.Max(largest, maxAbs(a.F32))
-				}
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				name := strings.TrimPrefix(k, "grad/")
-				gr := p.Grad(name)
-				if gr == nil {
-					t.Errorf("%s: not a trainable parameter of the plan", name)
-					continue
-				}
-				if e := relErrFloor(gr, ref[k].F32, 1e-4*largest); e > 1e-3 {
-					t.Errorf("grad %s: relative error %.3g > 1e-3", name, e)
-				}
-			}
-			if len(keys) == 0 || len(keys) != len(p.Params()) {
-				t.Errorf("%d PyTorch gradients, %d trainable parameters %v", len(keys), len(p.Params()), p.Params())
-			}
+			matchPyTorch(t, g, ref, "y")
 		})
 	}
 }

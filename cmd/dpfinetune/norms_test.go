@@ -10,13 +10,19 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
-// goldenInputs reads fixture name's golden file (testdata/golden) and
-// writes its input and labels as .npy files in a temporary directory, for
-// the CLI's --input and --labels: it returns the golden arrays and the
-// two paths.
+// goldenInputs is npzInputs on fixture name's golden file
+// (testdata/golden).
 func goldenInputs(t *testing.T, name string) (gd map[string]*npy.Array, xp, yp string) {
 	t.Helper()
-	gd, err := npy.ReadNPZ(filepath.Join("..", "..", "testdata", "golden", name+".npz"))
+	return npzInputs(t, filepath.Join("..", "..", "testdata", "golden", name+".npz"))
+}
+
+// npzInputs writes the input and labels arrays of the npz at path as .npy
+// files for the CLI's --input and --labels: it returns the arrays and the
+// two paths.
+func npzInputs(t *testing.T, path string) (gd map[string]*npy.Array, xp, yp string) {
+	t.Helper()
+	gd, err := npy.ReadNPZ(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,30 +20,12 @@ import (
 // labels, PyTorch's output and batch-of-1 per-sample norms.
 const crossResize = "../../testdata/ops/crossvit_resize"
 
-// crossResizeInputs writes the npz's input and labels as .npy files.
-func crossResizeInputs(t *testing.T) (ref map[string]*npy.Array, xp, yp string) {
-	t.Helper()
-	ref, err := npy.ReadNPZ(crossResize + ".npz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	xp, yp = filepath.Join(dir, "x.npy"), filepath.Join(dir, "y.npy")
-	if err := npy.WriteFile(xp, ref["input"]); err != nil {
-		t.Fatal(err)
-	}
-	if err := npy.WriteFile(yp, ref["labels"]); err != nil {
-		t.Fatal(err)
-	}
-	return ref, xp, yp
-}
-
 // TestResizeModelCLI: plan, predict and norms on the CrossViT-like
 // model with a Resize: no Resize constant among the parameters, every
 // parameter trainable, the predictions and the per-sample norms (every
 // mode, physical batches of 4 so that the last is padded) PyTorch's.
 func TestResizeModelCLI(t *testing.T) {
-	ref, xp, yp := crossResizeInputs(t)
+	ref, xp, yp := npzInputs(t, crossResize+".npz")
 	model := crossResize + ".onnx"
 
 	out, errOut, code := run(t, "plan", "--model", model, "--input-shape", "3,20,20", "--batch", "4", "--json")
@@ -110,7 +92,7 @@ func TestResizeModelCLI(t *testing.T) {
 // single-pass and the two-pass modes.
 func TestResizeNormsCUDAEmulated(t *testing.T) {
 	useEmulatedCUDA(t)
-	_, xp, yp := crossResizeInputs(t)
+	_, xp, yp := npzInputs(t, crossResize+".npz")
 	normsMatchCUDA(t, crossResize+".onnx", xp, yp, []string{"bk", "ghost"})
 }
 
