@@ -500,8 +500,10 @@ type StepStats struct {
 // Step runs one logical batch: every physical batch's forward and backward,
 // per-sample clipping, one draw of noise, division by the expected batch
 // size, and the optimizer update. An empty batch still adds noise and
-// updates, as the accountant assumes.
-func (e *Engine) Step(batch []int, fill Fill) (StepStats, error) {
+// updates, as the accountant assumes. A device that fails under the step
+// (out of memory for an operation's scratch) is an error, not a crash.
+func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
+	defer runtime.CatchDeviceFault(&err, "dpengine: step")
 	e.beginLogical()
 	for _, phys := range Split(batch, e.cfg.PhysicalBatch) {
 		if err := e.physical(phys, fill); err != nil {
@@ -718,7 +720,8 @@ func (e *Engine) noised(grads [][]float32, perTensor bool) [][]float32 {
 // n samples, y n labels) and returns, per parameter, the noise-free clipped
 // sum Σ_i C_i g_i, with the per-sample total norms. It is the engine's
 // output before noise: every DP mode must give the same result.
-func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []float64, error) {
+func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ []float64, err error) {
+	defer runtime.CatchDeviceFault(&err, "dpengine: clipped sum")
 	n := len(y)
 	if n > e.cfg.PhysicalBatch || len(x) != n*e.sampleLen {
 		return nil, nil, fmt.Errorf("dpengine: %d samples of %d floats do not fit physical batch %d of %v", n, len(x)/max(n, 1), e.cfg.PhysicalBatch, e.sample)
@@ -728,7 +731,7 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (map[string][]float32, []flo
 	for i := range idx {
 		idx[i] = i
 	}
-	err := e.physical(idx, func(_ []int, xs []float32, ys []int64) error {
+	err = e.physical(idx, func(_ []int, xs []float32, ys []int64) error {
 		copy(xs, x)
 		copy(ys, y)
 		return nil

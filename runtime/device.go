@@ -19,6 +19,35 @@ type Buffer interface {
 	Floats() []float32
 }
 
+// DeviceFault is what a device's operation panics with when the device
+// fails under it: out of memory for the call's own scratch, a launch or a
+// copy the driver refused. The operation sets (Ops) return no error — on
+// the CPU nothing in them can fail but a bug — so an accelerator's
+// operations report such a failure by this panic, and Device.Run and the
+// DP engine's entry points recover it (CatchDeviceFault) and return it as
+// an error: a batch too large for the GPU is the user's to fix, not a
+// crash. Every other panic is a bug and stays one.
+type DeviceFault struct{ Err error }
+
+func (f *DeviceFault) Error() string { return f.Err.Error() }
+
+// Unwrap returns the device's error.
+func (f *DeviceFault) Unwrap() error { return f.Err }
+
+// CatchDeviceFault, deferred, turns a DeviceFault panic into *err, with
+// where as its context; any other panic goes on.
+func CatchDeviceFault(err *error, where string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	f, ok := r.(*DeviceFault)
+	if !ok {
+		panic(r)
+	}
+	*err = fmt.Errorf("%s: %w", where, f)
+}
+
 // Kernel is one unit of work a Device runs: on the CPU, a Go function over
 // host slices (CPUKernel); a GPU backend defines its own kernel type.
 type Kernel interface {

@@ -16,8 +16,9 @@
 #      opened afresh; PyTorch's: torch.cuda.max_memory_allocated); ResNet-50
 #      once more with cuDNN off (DPFINETUNE_CUDNN=off: the convolutions as
 #      cuBLAS GEMMs), what cuDNN buys, and the convolutional models with
-#      cuDNN's algorithms chosen by its measurement
-#      (DPFINETUNE_CUDNN_ALGO=find) instead of its heuristics;
+#      cuDNN's algorithms chosen by its heuristics
+#      (DPFINETUNE_CUDNN_ALGO=heuristic) instead of its measurement, the
+#      default;
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed) and PyTorch's non-DP step, each found by doubling then
@@ -51,8 +52,9 @@
 # them over calls with the same OUT, each part rewriting only its own
 # files); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
-# H100 (2026-11-26) the parts took: tests 52 s, norms 30 s, bench 125 s,
-# timm 46 s, a profile row about 5 s; maxbatch has not run there yet.
+# H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
+# timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
+# (PyTorch's search unfinished: its large batches take seconds a step).
 # A machine that returns only a few files: GPU_CHECK_TAR=FILE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -203,8 +205,10 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 		CONVS=gemm DPFINETUNE_CUDNN=off ours "$1" "$2" nondp,bk
 	fi
 	# The convolutional models also with cuDNN's algorithms chosen by its
-	# measurement (DPFINETUNE_CUDNN_ALGO=find) rather than its heuristics.
-	case $1 in vit*) ;; *) late || CONVS=find DPFINETUNE_CUDNN_ALGO=find ours "$1" "$2" nondp,bk ;; esac
+	# heuristics (DPFINETUNE_CUDNN_ALGO=heuristic) rather than its
+	# measurement, the default (kept on disk after the first run: the rows
+	# above measured the shapes, this row's and later runs' read them).
+	case $1 in vit*) ;; *) late || CONVS=heuristic DPFINETUNE_CUDNN_ALGO=heuristic ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
@@ -236,8 +240,8 @@ for r in rows:
     prec = "TF32 convs" if tf32 else "float32"
     if r.get("convs") == "gemm":
         prec += ", convs as GEMMs (cuDNN off)"
-    if r.get("convs") == "find":
-        prec += ", cuDNN's algorithms by measurement"
+    if r.get("convs") == "heuristic":
+        prec += ", cuDNN's algorithms by heuristics"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue

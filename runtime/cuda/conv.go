@@ -110,7 +110,7 @@ func (d *Device) convWork(ws []float32, n int) DevicePtr {
 	}
 	p, err := d.take(4 * n)
 	if err != nil {
-		panic(fmt.Errorf("cuda: convolution scratch: %w", err))
+		fault(fmt.Errorf("cuda: convolution scratch: %w", err))
 	}
 	return p
 }
@@ -130,7 +130,7 @@ func (d *Device) gemm(g GemmArgs, op string) {
 		d.launch("gemm_ptrs", int64(g.Batch))
 	}
 	if err := d.drv.Gemm(&g); err != nil {
-		panic(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
+		fault(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
 	}
 }
 

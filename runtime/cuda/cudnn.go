@@ -32,15 +32,21 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // (Driver.Conv's contract), so that cuDNN can only speed a product up.
 
 // EnvCUDNNAlgo names how cuDNN's algorithm for each convolution's shape
-// and product is chosen: "heuristic" (or unset) takes the heuristics'
-// ranking (cudnnGetConvolution…Algorithm_v7), "find" cuDNN's measurement
-// of every algorithm on the GPU at the shape's first use
-// (cudnnFindConvolution…Algorithm, which allocates its own operands for
-// the trial), fastest first; either way the first that is deterministic,
-// of the math type asked for and within dnnMaxWorkspace. The choice
-// decides which deterministic algorithm runs, so with "find" two runs on
-// one machine may round differently where two algorithms are about as
-// fast; the clip bound holds either way.
+// and product is chosen: "find" (or unset) by cuDNN's measurement of
+// every algorithm on the GPU (cudnnFindConvolution…Algorithm, which
+// allocates its own operands for the trial), "heuristic" by its
+// heuristics' ranking (cudnnGetConvolution…Algorithm_v7), which costs
+// nothing at a shape's first use but picked slower algorithms on an H100
+// (docs/BENCHMARKS.md: bk 5–30 % slower on ResNet-50, VGG-16 and VGG-19).
+// Either way the algorithm is the first deterministic one of the math
+// type asked for and within dnnMaxWorkspace; among measured ones within
+// dnnFindSlack of the fastest, the one with the smallest workspace.
+// A measured choice is kept on disk (dnnChoices: per GPU model, driver
+// and cuDNN, under the module cache), so that a shape is measured once
+// per machine and every later run — a seeded one included — runs the
+// same algorithms and rounds the same way; only a machine's first run,
+// or one after its cache is cleared, measures. A cuDNN without the
+// measurement's entry points is asked its heuristics.
 const EnvCUDNNAlgo = "DPFINETUNE_CUDNN_ALGO"
 
 // dnnMaxWorkspace bounds the workspace an algorithm may ask for.
@@ -70,9 +76,9 @@ type cudnn struct {
 	fwdAlgos, fwdWorkspace, forward                   uintptr
 	dataAlgos, dataWorkspace, backwardData            uintptr
 	filterAlgos, filterWorkspace, backwardFilter      uintptr
-	// find says EnvCUDNNAlgo=find: the algorithms are chosen by
-	// cudnnFind…Algorithm (fwdFind, dataFind, filterFind; 0 where the
-	// library lacks one, whose shapes then take the GEMM path).
+	// find says the algorithms are chosen by cudnnFind…Algorithm
+	// (fwdFind, dataFind, filterFind): EnvCUDNNAlgo unset or "find", and
+	// the library has all three.
 	find                          bool
 	fwdFind, dataFind, filterFind uintptr
 	entries                       []*uintptr
@@ -122,11 +128,15 @@ func loadCUDNN() (*cudnn, error) {
 		return nil, err
 	}
 	switch a := os.Getenv(EnvCUDNNAlgo); a {
-	case "", "heuristic":
-	case "find":
+	case "heuristic":
+	case "", "find":
 		d.find = true
 		for i, n := range []string{"cudnnFindConvolutionForwardAlgorithm", "cudnnFindConvolutionBackwardDataAlgorithm", "cudnnFindConvolutionBackwardFilterAlgorithm"} {
-			p, _ := purego.Dlsym(h, n)
+			p, err := purego.Dlsym(h, n)
+			if err != nil || p == 0 {
+				d.find = false // an old or trimmed cuDNN: its heuristics
+				break
+			}
 			*[]*uintptr{&d.fwdFind, &d.dataFind, &d.filterFind}[i] = p
 		}
 	default:
@@ -164,6 +174,7 @@ type dnnAlgoPerf struct {
 // dnnPlan is a convolution's descriptors and, per product, the algorithm
 // chosen and its workspace (algo −1: not chosen yet; −2: none fits).
 type dnnPlan struct {
+	key           dnnKey
 	x, y, w, conv uintptr
 	algo          [3]int32
 	work          [3]uint64
@@ -213,7 +224,7 @@ func (c *nvidia) dnnPlanOf(a *ConvArgs) (*dnnPlan, error) {
 		return p, nil
 	}
 	d := c.dnn
-	p := &dnnPlan{algo: [3]int32{-1, -1, -1}}
+	p := &dnnPlan{key: key, algo: [3]int32{-1, -1, -1}}
 	in, k, out := lift(a.In, 1), lift(a.Kernel, 1), lift(a.Out, 1)
 	st, dil, pad := lift(a.Strides, 1), lift(a.Dilations, 1), lift(a.Pads, 0)
 	i32 := func(v ...int) []int32 {
@@ -297,10 +308,11 @@ func (c *nvidia) dnnFree(p *dnnPlan) error {
 	return errors.Join(errs...)
 }
 
-// dnnAlgo chooses p's algorithm for product kind from cuDNN's heuristics,
-// or its measurement (EnvCUDNNAlgo=find): the first deterministic one that
-// succeeded with the math type asked for (FMA: float32, no TF32) and a
-// workspace of at most dnnMaxWorkspace.
+// dnnAlgo chooses p's algorithm for product kind: the choice kept on
+// disk from an earlier measurement, else cuDNN's measurement (kept on
+// disk in turn) or its heuristics (EnvCUDNNAlgo). Either way the choice is
+// deterministic, of the math type asked for (FMA: float32, no TF32) and
+// needs a workspace of at most dnnMaxWorkspace.
 func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	if p.algo[kind] >= 0 {
 		return nil
@@ -309,6 +321,17 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 		return fmt.Errorf("cuda: cuDNN: no %s algorithm fits", dnnKindName[kind])
 	}
 	d := c.dnn
+	var key string
+	if d.find {
+		if c.dnnChoices == nil {
+			c.dnnChoices = openDNNChoices(c.cache, c.props, d)
+		}
+		key = dnnChoiceKey(p.key, kind)
+		if ch, ok := c.dnnChoices.get(key); ok {
+			p.algo[kind], p.work[kind] = ch.Algo, ch.Workspace
+			return nil
+		}
+	}
 	perf := new([dnnAlgoCandidates]dnnAlgoPerf)
 	got := new(int32)
 	// The heuristics' and the measurement's entry points take the same
@@ -324,32 +347,62 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	how := 0
 	if d.find {
 		how = 1
-		if fns[1] == 0 {
-			p.algo[kind] = -2
-			return fmt.Errorf("cuda: cuDNN %s has no %s (%s=find)", d.lib, names[1], EnvCUDNNAlgo)
-		}
 	}
 	if err := d.call(names[how], fns[how], c.dnnHandle, desc[0], desc[1], desc[2], desc[3], dnnAlgoCandidates, uintptr(unsafe.Pointer(got)), uintptr(unsafe.Pointer(&perf[0]))); err != nil {
 		return err
-	}
-	if d.find {
-		c.dnnFound++
 	}
 	want := int32(dnnFMAMath)
 	if tf32 {
 		want = dnnTensorOpMath
 	}
-	for _, q := range perf[:min(int(*got), dnnAlgoCandidates)] {
-		// The heuristics list an algorithm per math type it runs in; one
-		// listed for CUDNN_DEFAULT_MATH (0) runs under the descriptor's
-		// math type too, which stays the one asked for.
-		if q.status == 0 && q.determinism == dnnDeterministic && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace {
-			p.algo[kind], p.work[kind] = q.algo, q.memory
-			return nil
+	best := pickAlgo(perf[:min(int(*got), dnnAlgoCandidates)], want, d.find)
+	if best < 0 {
+		p.algo[kind] = -2
+		return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is deterministic with math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], want, dnnMaxWorkspace)
+	}
+	p.algo[kind], p.work[kind] = perf[best].algo, perf[best].memory
+	if d.find {
+		c.dnnFound++
+		c.dnnChoices.put(key, dnnChoice{Algo: perf[best].algo, Workspace: perf[best].memory, MS: perf[best].time})
+	}
+	return nil
+}
+
+// dnnFindSlack is how much slower than the fastest a measured algorithm
+// may be and still be chosen for a smaller workspace: cuDNN's trial times
+// vary by a few per cent run to run, a workspace is device memory held for
+// the whole run.
+const dnnFindSlack = 1.05
+
+// pickAlgo returns the index in perf (cuDNN's ranking, best first) of the
+// algorithm to run, or −1: the first that succeeded, is deterministic, of
+// math type want (or the default math, which runs under the descriptor's)
+// and within dnnMaxWorkspace; for a measurement (measured), among those
+// within dnnFindSlack of its time, the one with the smallest workspace.
+func pickAlgo(perf []dnnAlgoPerf, want int32, measured bool) int {
+	// The heuristics list an algorithm per math type it runs in; one
+	// listed for CUDNN_DEFAULT_MATH (0) runs under the descriptor's math
+	// type too, which stays the one asked for.
+	ok := func(q *dnnAlgoPerf) bool {
+		return q.status == 0 && q.determinism == dnnDeterministic && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace
+	}
+	best := -1
+	for i := range perf {
+		if ok(&perf[i]) {
+			best = i
+			break
 		}
 	}
-	p.algo[kind] = -2
-	return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is deterministic with math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], want, dnnMaxWorkspace)
+	if best < 0 || !measured {
+		return best
+	}
+	limit := perf[best].time * dnnFindSlack
+	for i := best + 1; i < len(perf); i++ {
+		if q := &perf[i]; ok(q) && q.time <= limit && q.memory < perf[best].memory {
+			best = i
+		}
+	}
+	return best
 }
 
 var dnnKindName = [3]string{"forward", "backward-data", "backward-filter"}

@@ -356,14 +356,18 @@ func (d *Device) CopyOut(dst []float32, src runtime.Buffer, off int) error {
 
 // Run implements runtime.Device: a compiled node is a host-side sequence
 // of the device's operations.
-func (d *Device) Run(k runtime.Kernel) error {
+func (d *Device) Run(k runtime.Kernel) (err error) {
 	ck, ok := k.(*runtime.CPUKernel)
 	if !ok {
 		return fmt.Errorf("cuda: kernel %s of type %T is not a host-side sequence of operations", k.KernelName(), k)
 	}
+	defer runtime.CatchDeviceFault(&err, ck.Name)
 	ck.Fn()
 	return nil
 }
+
+// fault reports a failure of the device under an operation (runtime.DeviceFault).
+func fault(err error) { panic(&runtime.DeviceFault{Err: err}) }
 
 // Workers is 1: the device parallelizes inside each operation, so the
 // engine gives it one sample at a time.
@@ -474,11 +478,11 @@ func (d *Device) operand(host unsafe.Pointer, bytes int, in, out bool) DevicePtr
 	}
 	s, err := d.take(bytes)
 	if err != nil {
-		panic(err)
+		fault(err)
 	}
 	if in {
 		if err := d.drv.CopyHtoD(s, host, bytes); err != nil {
-			panic(fmt.Errorf("cuda: staging an operand: %w", err))
+			fault(fmt.Errorf("cuda: staging an operand: %w", err))
 		}
 	}
 	if out {
@@ -535,7 +539,7 @@ func (d *Device) end(op string) {
 		if err := d.drv.CopyDtoH(c.host, c.dev, c.bytes); err != nil {
 			d.pending = d.pending[:0]
 			d.resetScratch()
-			panic(fmt.Errorf("cuda: %s: %w", op, err))
+			fault(fmt.Errorf("cuda: %s: %w", op, err))
 		}
 	}
 	d.pending = d.pending[:0]
@@ -559,11 +563,11 @@ func (d *Device) planCopy(key any, fill func() []byte) DevicePtr {
 	b := fill()
 	p, err := d.alloc(max(len(b), 1))
 	if err != nil {
-		panic(err)
+		fault(err)
 	}
 	if len(b) > 0 {
 		if err := d.drv.CopyHtoD(p, unsafe.Pointer(&b[0]), len(b)); err != nil {
-			panic(fmt.Errorf("cuda: copying a plan to the device: %w", err))
+			fault(fmt.Errorf("cuda: copying a plan to the device: %w", err))
 		}
 	}
 	if d.planData == nil {
@@ -619,7 +623,7 @@ func (d *Device) launchGrid(name string, grid, block Dim3) {
 		t0 = time.Now()
 	}
 	if err := d.drv.Launch(d.fn[name], grid, block, 0, d.args); err != nil {
-		panic(fmt.Errorf("cuda: %s: %w", name, err))
+		fault(fmt.Errorf("cuda: %s: %w", name, err))
 	}
 	if d.prof != nil {
 		d.drv.Synchronize()

@@ -296,7 +296,7 @@ func (d *Device) maxMinInputs(xs [][]float32, idx [][]int32, n int) (pxs, pidx D
 		err = d.drv.CopyHtoD(p, unsafe.Pointer(&ptrs[0]), 8*len(ptrs))
 	}
 	if err != nil {
-		panic(fmt.Errorf("cuda: MaxMin's inputs: %w", err))
+		fault(fmt.Errorf("cuda: MaxMin's inputs: %w", err))
 	}
 	return p, p + DevicePtr(8*len(xs))
 }
@@ -341,7 +341,7 @@ func (d *Device) MaxMinBackward(min bool, xs [][]float32, idx [][]int32, dy []fl
 	pxs, pidx := d.maxMinInputs(xs, idx, n)
 	w, err := d.take(4 * n)
 	if err != nil {
-		panic(err)
+		fault(err)
 	}
 	a.I32(b2i(min)).I32(int32(len(xs))).Ptr(pxs).Ptr(pidx).Ptr(w).I64(int64(n))
 	d.launch("maxmin_winners", int64(n))

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -185,16 +186,68 @@ func TestConvLibraryOnFake(t *testing.T) {
 	if inUse, _ := d.MemoryStats(); ws < 1<<20 || inUse != d.inUse+int64(ws) {
 		t.Errorf("cuDNN's workspace %d bytes (want at least 1 MiB), in use %d beside the Device's %d", ws, inUse, d.inUse)
 	}
-	// The measured choice: the same products through cudnnFind…, which
-	// chose each algorithm.
-	t.Run("find", func(t *testing.T) {
-		t.Setenv(EnvCUDNNAlgo, "find")
+	// The default choice is cuDNN's measurement, kept on disk per GPU
+	// model, driver and cuDNN.
+	if lib := drv.Properties().ConvLibrary; !strings.HasSuffix(lib, ", algorithms by measurement") {
+		t.Errorf("ConvLibrary by default: %q, want the measurement", lib)
+	}
+	measured := drv.(*nvidia).dnnFound
+	kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json"))
+	if measured == 0 || len(kept) != 1 {
+		t.Fatalf("%d algorithms chosen by cudnnFind…, kept in %q", measured, kept)
+	}
+	var file dnnChoicesFile
+	if b, err := os.ReadFile(kept[0]); err != nil || json.Unmarshal(b, &file) != nil || len(file.Choices) != measured || !strings.HasPrefix(file.GPU, drv.Properties().Name) {
+		t.Fatalf("kept choices %s: %d of %d, GPU %q (%v)", kept[0], len(file.Choices), measured, file.GPU, err)
+	}
+	// A later run takes the kept choices and measures nothing: made
+	// visible by keeping the stand-in's other algorithm (not deterministic,
+	// no workspace), which the measurement never chooses.
+	for k, ch := range file.Choices {
+		ch.Algo, ch.Workspace = 1, 0
+		file.Choices[k] = ch
+	}
+	if b, err := json.Marshal(&file); err != nil || os.WriteFile(kept[0], b, 0o644) != nil {
+		t.Fatal("rewriting the kept choices", err)
+	}
+	t.Run("kept", func(t *testing.T) {
+		kd, err := Real()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := New(kd)
+		if err != nil {
+			kd.Close()
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for _, c := range nnCases() {
+			if strings.HasPrefix(c.name, "Conv/") {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+		}
+		nv := kd.(*nvidia)
+		if d.dnnRuns == 0 || nv.dnnFound != 0 {
+			t.Errorf("%d products through cuDNN, %d algorithms measured again", d.dnnRuns, nv.dnnFound)
+		}
+		for k, p := range nv.dnnPlans {
+			for kind, a := range p.algo {
+				if a >= 0 && a != 1 {
+					t.Errorf("%s: algorithm %d, not the kept 1", dnnChoiceKey(k, ConvKind(kind)), a)
+				}
+			}
+		}
+	})
+	// The heuristics, asked for: nothing measured, nothing kept.
+	t.Run("heuristic", func(t *testing.T) {
+		t.Setenv(EnvCUDNNAlgo, "heuristic")
+		t.Setenv(EnvCache, t.TempDir())
 		fd, err := Real()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if lib := fd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", algorithms by measurement") {
-			t.Errorf("ConvLibrary with %s=find: %q", EnvCUDNNAlgo, lib)
+		if lib := fd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", algorithms by heuristics") {
+			t.Errorf("ConvLibrary with %s=heuristic: %q", EnvCUDNNAlgo, lib)
 		}
 		d, err := New(fd)
 		if err != nil {
@@ -207,8 +260,9 @@ func TestConvLibraryOnFake(t *testing.T) {
 				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
 			}
 		}
-		if n := fd.(*nvidia).dnnFound; d.dnnRuns == 0 || n == 0 {
-			t.Errorf("%d products through cuDNN, %d algorithms chosen by cudnnFind…", d.dnnRuns, n)
+		kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json"))
+		if n := fd.(*nvidia).dnnFound; d.dnnRuns == 0 || n != 0 || len(kept) != 0 {
+			t.Errorf("%d products through cuDNN, %d algorithms measured, kept in %q", d.dnnRuns, n, kept)
 		}
 		t.Setenv(EnvCUDNNAlgo, "fastest")
 		if bad, err := Real(); err == nil {

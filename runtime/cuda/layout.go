@@ -50,7 +50,7 @@ func (d *Device) Copy(x, y []float32) {
 		copy(y, x)
 	}
 	if err != nil {
-		panic(fmt.Errorf("cuda: Copy of %d elements: %w", n, err))
+		fault(fmt.Errorf("cuda: Copy of %d elements: %w", n, err))
 	}
 }
 
@@ -120,7 +120,7 @@ func (d *Device) upload(v []int32) DevicePtr {
 		err = d.drv.CopyHtoD(p, unsafe.Pointer(&v[0]), 4*len(v))
 	}
 	if err != nil {
-		panic(fmt.Errorf("cuda: uploading a plan: %w", err))
+		fault(fmt.Errorf("cuda: uploading a plan: %w", err))
 	}
 	return p
 }

@@ -125,7 +125,7 @@ func opt(s []float32, n int) []float32 {
 func (d *Device) scratch64(n int) DevicePtr {
 	p, err := d.take(8 * max(n, 1))
 	if err != nil {
-		panic(err)
+		fault(err)
 	}
 	return p
 }
@@ -360,7 +360,7 @@ func (d *Device) MaxPoolBackwardFromOutput(s *runtime.PoolShape, x, y, dy, dx []
 	if ny > 0 {
 		var err error
 		if win, err = d.take(4 * ny); err != nil {
-			panic(fmt.Errorf("cuda: MaxPoolBackwardFromOutput: %w", err))
+			fault(fmt.Errorf("cuda: MaxPoolBackwardFromOutput: %w", err))
 		}
 		a.Ptr(g).Ptr(px).Ptr(py).Ptr(win)
 		d.launch("max_pool_winners", int64(ny))

@@ -113,8 +113,10 @@ type nvidia struct {
 	dnnWork    DevicePtr
 	dnnWorkLen int
 	// dnnFound counts the algorithms chosen by cuDNN's measurement
-	// (EnvCUDNNAlgo=find).
-	dnnFound int
+	// (EnvCUDNNAlgo), dnnChoices the ones kept on disk (read at the first
+	// measured choice).
+	dnnFound   int
+	dnnChoices *dnnChoices
 }
 
 // cublas is cuBLAS (cublas_api.h), which runs the GEMMs. The batched
@@ -302,6 +304,8 @@ func Real() (Driver, error) {
 		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
 		if c.dnn.find {
 			c.props.ConvLibrary += ", algorithms by measurement"
+		} else {
+			c.props.ConvLibrary += ", algorithms by heuristics"
 		}
 	} else {
 		c.props.ConvLibrary = "none: " + EnvCUDNN + "=off"

@@ -92,7 +92,7 @@ func (d *Device) ReduceAxesBackward(op runtime.ReduceOp, x []float32, xShape []i
 		ps = d.scratch64(need)
 		yy, err := d.take(4 * ny)
 		if err != nil {
-			panic(err)
+			fault(err)
 		}
 		d.reduceAxes(op, px, sh, len(xShape), yy, ps, ny, count, scale)
 	}

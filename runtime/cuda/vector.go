@@ -76,7 +76,7 @@ func (d *Device) Dot(a, b []float32) float64 {
 func (d *Device) flush(op string) {
 	for _, c := range d.pending {
 		if err := d.drv.CopyDtoH(c.host, c.dev, c.bytes); err != nil {
-			panic(fmt.Errorf("cuda: %s: %w", op, err))
+			fault(fmt.Errorf("cuda: %s: %w", op, err))
 		}
 	}
 	d.pending = d.pending[:0]

@@ -1,0 +1,109 @@
+//go:build linux && (amd64 || arm64)
+
+package cuda
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// dnnChoice is one measured algorithm choice: what cudnnFind…Algorithm
+// chose for a shape's product, as pickAlgo took it.
+type dnnChoice struct {
+	Algo      int32  `json:"algo"`
+	Workspace uint64 `json:"workspace_bytes"`
+	// MS is cuDNN's trial time, for whoever reads the file; it decides
+	// nothing once kept.
+	MS float32 `json:"trial_ms"`
+}
+
+// dnnChoices keeps the measured choices of one GPU model, driver and
+// cuDNN on disk, so that a shape is measured once per machine: the
+// measurement costs a few milliseconds per product at a shape's first use
+// and, where two algorithms are about as fast, could choose differently
+// from run to run, and so round differently. A file that cannot be read
+// or parsed is measured afresh and rewritten; one that cannot be written
+// leaves the choices in memory for this run only.
+type dnnChoices struct {
+	path string // "" where there is no cache directory
+	head dnnChoicesFile
+	m    map[string]dnnChoice
+}
+
+// dnnChoicesFile is the file's form.
+type dnnChoicesFile struct {
+	GPU     string               `json:"gpu"`
+	Driver  int                  `json:"driver"`
+	CUDNN   string               `json:"cudnn"`
+	Choices map[string]dnnChoice `json:"choices"`
+}
+
+// openDNNChoices reads the choices kept for props' GPU model and driver
+// and d's cuDNN under dir (the module cache).
+func openDNNChoices(dir string, props Properties, d *cudnn) *dnnChoices {
+	c := &dnnChoices{m: map[string]dnnChoice{}}
+	if dir == "" {
+		return c
+	}
+	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib)}
+	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN)+".json")
+	if f, err := c.read(); err == nil {
+		c.m = f.Choices
+	}
+	return c
+}
+
+func (c *dnnChoices) read() (*dnnChoicesFile, error) {
+	b, err := os.ReadFile(c.path)
+	if err != nil {
+		return nil, err
+	}
+	f := new(dnnChoicesFile)
+	if err := json.Unmarshal(b, f); err != nil {
+		return nil, err
+	}
+	if f.Choices == nil {
+		f.Choices = map[string]dnnChoice{}
+	}
+	return f, nil
+}
+
+// get returns the choice kept under key.
+func (c *dnnChoices) get(key string) (dnnChoice, bool) {
+	ch, ok := c.m[key]
+	// A file edited by hand: an algorithm cuDNN does not number (it has 8
+	// forward, 6 backward-data, 7 backward-filter) is measured afresh.
+	return ch, ok && ch.Algo >= 0 && ch.Algo < 8 && ch.Workspace <= dnnMaxWorkspace
+}
+
+// put keeps ch under key and writes the file, merged with what another
+// run may have written since it was read (its choices for shapes this
+// run has not measured).
+func (c *dnnChoices) put(key string, ch dnnChoice) {
+	c.m[key] = ch
+	if c.path == "" {
+		return
+	}
+	if f, err := c.read(); err == nil {
+		for k, v := range f.Choices {
+			if _, ok := c.m[k]; !ok {
+				c.m[k] = v
+			}
+		}
+	}
+	f := c.head
+	f.Choices = c.m
+	b, err := json.MarshalIndent(&f, "", "\t")
+	if err == nil {
+		_ = writeAtomic(c.path, append(b, '\n')) // unwritable: measured again next run
+	}
+}
+
+// dnnChoiceKey names a shape's product in the file.
+func dnnChoiceKey(k dnnKey, kind ConvKind) string {
+	r := k.rank
+	return fmt.Sprintf("%s n=%d c=%d m=%d group=%d in=%v kernel=%v out=%v strides=%v dilations=%v pads=%v tf32=%t",
+		dnnKindName[kind], k.n, k.c, k.m, k.group, k.in[:r], k.k[:r], k.out[:r], k.st[:r], k.dil[:r], k.pad[:r], k.tf32)
+}
