@@ -21,7 +21,8 @@
 #      default;
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
-#      mixed) and PyTorch's non-DP step, each found by doubling then
+#      mixed, and instantiate: Opacus's method, every per-sample gradient
+#      kept) and PyTorch's non-DP step, each found by doubling then
 #      bisection (to 1/16) over one-step runs in fresh processes;
 #   6. (part profile) the operation profile (DPFINETUNE_CUDA_PROFILE) of
 #      ResNet-50 and VGG-16 (with cuDNN and without) and ViT-B/16: where a
@@ -325,14 +326,22 @@ MB_MODEL=cifar_vgg19
 MB_START=${MB_START:-256}
 MB_MAX=${MB_MAX:-65536}
 if [ $mode = emulate ]; then MB_MODEL=cnn-fmnist MB_START=2 MB_MAX=8; fi
-# largest CMD...: the largest batch B (from MB_START, doubling, then
-# bisecting to within 1/16) for which `CMD... B` exits 0; 0 if none does,
-# and the search stops where BUDGET_S is spent (the row says so).
+# largest CMD...: the largest batch B (from MB_START, doubling while it
+# runs, halving while it does not, then bisecting to within 1/16) for
+# which `CMD... B` exits 0; 0 if none does, and the search stops where
+# BUDGET_S is spent (the row says so).
 largest() {
 	local lo=0 b=$MB_START hi
 	while [ "$b" -le "$MB_MAX" ] && ! late && "$@" "$b"; do lo=$b b=$((b * 2)); done
 	[ "$b" -gt "$MB_MAX" ] && { echo "$lo"; return; } # every batch up to the cap ran
 	hi=$b
+	if [ "$lo" = 0 ]; then # MB_START itself did not run: down until one does
+		while [ "$hi" -gt 1 ] && ! late; do
+			b=$((hi / 2))
+			if "$@" "$b"; then lo=$b; break; fi
+			hi=$b
+		done
+	fi
 	while [ "$lo" -gt 0 ] && [ $((hi - lo)) -gt $((lo / 16)) ] && ! late; do
 		local mid=$(((lo + hi) / 2))
 		if "$@" "$mid"; then lo=$mid; else hi=$mid; fi
@@ -348,14 +357,14 @@ torch_fits() { # batch
 mbrow() { # impl mode largest
 	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"$1\", \"mode\": \"$2\", \"largest_batch\": $3, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
 }
-for m in nondp bk mixed; do
+for m in nondp bk mixed instantiate; do
 	mbrow dpfinetune $m "$(largest ours_fits $m)"
 done
 [ $mode = gpu ] && mbrow pytorch nondp "$(largest torch_fits)"
 "$PY" - "$OUT/maxbatch.jsonl" >"$OUT/maxbatch.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
-print("\nLargest physical batch that runs (one step; doubling, then bisection to 1/16; Opacus and private_vision are not part of this check):\n")
+print("\nLargest physical batch that runs (one step; doubling or halving, then bisection to 1/16; instantiate is Opacus's method in our engine, every per-sample gradient kept; Opacus and private_vision themselves are not part of this check):\n")
 print("| model | implementation | mode | largest batch |")
 print("|---|---|---|---|")
 for r in rows:

@@ -246,24 +246,24 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed. On an H100 (docs/BENCHMARKS.md, 2026-11-26) the whole test
+//   - Speed. On an H100 (docs/BENCHMARKS.md, second loan) the whole test
 //     suite passes and the norms equal the CPU's, but book-keeping's step is
-//     still 1.5–3.3× PyTorch's non-DP step: the convolutions dominate
-//     (cuDNN through its legacy API, heuristics' first deterministic
-//     algorithm, ran slower than the GEMM path on ResNet-50;
-//     DPFINETUNE_CUDNN_ALGO=find, EnvCUDNNAlgo, chooses by cuDNN's
-//     measurement instead, not yet run on a GPU), then GroupNorm's
-//     backward and the per-sample norms' unfolding. Also still a thread per
-//     result: ReduceOps' other reductions and the in-order sums with few
-//     terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce, Contract,
-//     a broadcast MaxMin input's gradient); direct depthwise convolutions
-//     without cuDNN; staging of host operands (the compile-time index maps
-//     and loop nests could be uploaded once); the engine's per-sample loops
-//     where a rule has no batched form yet (Einsum weights, paths that
-//     compute rather than copy; dpengine's TestNoSampleLoops holds every
-//     fixture to none); a stream per worker instead of the default stream.
-//   - Memory: the device peak of ResNet-50 and ViT-B/16 at batch 32 was
-//     1.6–1.7× PyTorch's (VGG-16's 0.83×); the plan now saves only what
-//     each backward reads, which should bring both to about 1.2× (not yet
-//     measured on a GPU; docs/BENCHMARKS.md).
+//     still 1.5–3.1× PyTorch's non-DP step: the convolutions dominate
+//     (cuDNN through its legacy API; its measured choice, now the default
+//     and kept on disk, took bk 5–30 % below the heuristics'), then
+//     book-keeping's per-sample norms of large early layers (VGG-16's
+//     unfolding and batched GEMMs), GroupNorm's backward. Also still a
+//     thread per result: ReduceOps' other reductions and the in-order sums
+//     with few terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce,
+//     Contract, a broadcast MaxMin input's gradient); direct depthwise
+//     convolutions without cuDNN; staging of host operands (the
+//     compile-time index maps and loop nests could be uploaded once); the
+//     engine's per-sample loops where a rule has no batched form yet
+//     (Einsum weights, paths that compute rather than copy; dpengine's
+//     TestNoSampleLoops holds every fixture to none); a stream per worker
+//     instead of the default stream.
+//   - Memory: bk's device peak at batch 32 is 1.23× PyTorch's non-DP peak
+//     on ResNet-50, 1.19× on ViT-B/16, 0.83× on VGG-16 (target 1.1×); on
+//     VGG-19/CIFAR bk fits 96 % of the largest batch PyTorch's non-DP step
+//     fits, mixed 89 %.
 package cuda
