@@ -237,3 +237,34 @@ func TestTF32Engine(t *testing.T) {
 		dev.SetTF32(false)
 	}
 }
+
+// TestWorkerBufsGiveBackOutgrown: the norm scratch, outgrown layer by
+// layer in the first step, gives its old buffers back to a device with
+// memory of its own (on the H100 they stayed allocated until the engine
+// closed: 84 MB beside the 30 MB kept on ResNet-50 at 4 samples).
+func TestWorkerBufsGiveBackOutgrown(t *testing.T) {
+	dev := emulatedCUDA(t)
+	mr := dev.(runtime.MemoryReporter)
+	e := &Engine{dev: dev, ops: dev.(runtime.Ops)}
+	base, _ := mr.MemoryStats()
+	largest := 0
+	for _, n := range []int{1000, 5000, 3000, 20000} {
+		bufs, err := e.workerBufs(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(bufs) != 1 || len(bufs[0]) < n {
+			t.Fatalf("workerBufs(%d): %d buffers, the first of %d", n, len(bufs), len(bufs[0]))
+		}
+		largest = max(largest, n)
+		want := base + 4*int64(largest)
+		if inUse, _ := mr.MemoryStats(); inUse != want {
+			t.Errorf("after workerBufs(%d): %d bytes in use, want %d (the largest so far only)", n, inUse-base, want-base)
+		}
+	}
+	// The view must begin an allocation: anything else is refused.
+	bufs, _ := e.workerBufs(1)
+	if err := runtime.FreeFloats(dev, bufs[0][1:]); err == nil {
+		t.Error("FreeFloats of a view inside an allocation succeeded")
+	}
+}

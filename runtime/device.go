@@ -186,6 +186,27 @@ type Freer interface {
 	Free(b Buffer) error
 }
 
+// FloatsFreer is a Device that releases memory by the view a buffer's
+// Floats gave: for owners that keep only the view (dpengine's scratch),
+// so that memory of the device's own that they outgrow goes back to it
+// instead of staying allocated until the device closes.
+type FloatsFreer interface {
+	Device
+	// FreeFloats releases the buffer whose Floats f is (all of it, from
+	// its first element), no longer used.
+	FreeFloats(f []float32) error
+}
+
+// FreeFloats releases f, the whole view of a buffer allocated from d,
+// where d frees by view (FloatsFreer); host memory (the CPU, the
+// reference backend) is left to the garbage collector.
+func FreeFloats(d Device, f []float32) error {
+	if ff, ok := d.(FloatsFreer); ok && cap(f) > 0 {
+		return ff.FreeFloats(f)
+	}
+	return nil
+}
+
 // MemoryReporter is a Device that counts the memory it allocates (CUDA):
 // what a benchmark reports as its peak device memory.
 type MemoryReporter interface {

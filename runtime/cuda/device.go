@@ -303,6 +303,22 @@ func (d *Device) Free(b runtime.Buffer) error {
 	return err
 }
 
+// FreeFloats implements runtime.FloatsFreer: f must begin an allocation
+// of d's, whose Buffer is not freed again.
+func (d *Device) FreeFloats(f []float32) error {
+	if cap(f) == 0 {
+		return nil
+	}
+	p := DevicePtr(uintptr(unsafe.Pointer(unsafe.SliceData(f))))
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	i := sort.Search(len(d.spans), func(i int) bool { return d.spans[i].p >= p })
+	if i == len(d.spans) || d.spans[i].p != p {
+		return fmt.Errorf("cuda: FreeFloats of %#x, not the start of an allocation of this device", uintptr(p))
+	}
+	return d.free(p)
+}
+
 func (d *Device) own(b runtime.Buffer) (*buffer, error) {
 	db, ok := b.(*buffer)
 	if !ok || db.d != d {
