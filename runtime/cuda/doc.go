@@ -262,8 +262,10 @@
 //     (Einsum weights, paths that compute rather than copy; dpengine's
 //     TestNoSampleLoops holds every fixture to none); a stream per worker
 //     instead of the default stream.
-//   - Memory: bk's device peak at batch 32 is 1.23× PyTorch's non-DP peak
-//     on ResNet-50, 1.19× on ViT-B/16, 0.83× on VGG-16 (target 1.1×); on
+//   - Memory: bk's device peak at batch 32 was 1.23× PyTorch's non-DP
+//     peak on ResNet-50, 1.19× on ViT-B/16, 0.83× on VGG-16 (target 1.1×),
+//     282 MiB of ResNet-50's the engine's outgrown norm scratch, now given
+//     back (projected 1.09× without cuDNN's workspace, 1.14× with it); on
 //     VGG-19/CIFAR bk fits 96 % of the largest batch PyTorch's non-DP step
 //     fits, mixed 89 %.
 package cuda
