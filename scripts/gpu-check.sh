@@ -18,7 +18,8 @@
 #      cuBLAS GEMMs), what cuDNN buys, and the convolutional models with
 #      cuDNN's algorithms chosen by its heuristics
 #      (DPFINETUNE_CUDNN_ALGO=heuristic) instead of its measurement, the
-#      default;
+#      default, and with its nondeterministic algorithms allowed
+#      (DPFINETUNE_CUDNN_DETERMINISTIC=off, as PyTorch allows them);
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed, and instantiate: Opacus's method, every per-sample gradient
@@ -210,6 +211,9 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	# measurement, the default (kept on disk after the first run: the rows
 	# above measured the shapes, this row's and later runs' read them).
 	case $1 in vit*) ;; *) late || CONVS=heuristic DPFINETUNE_CUDNN_ALGO=heuristic ours "$1" "$2" nondp,bk ;; esac
+	# And with cuDNN's nondeterministic algorithms allowed
+	# (DPFINETUNE_CUDNN_DETERMINISTIC=off), as PyTorch's default allows them.
+	case $1 in vit*) ;; *) late || CONVS=nondeterministic DPFINETUNE_CUDNN_DETERMINISTIC=off ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
@@ -243,6 +247,8 @@ for r in rows:
         prec += ", convs as GEMMs (cuDNN off)"
     if r.get("convs") == "heuristic":
         prec += ", cuDNN's algorithms by heuristics"
+    if r.get("convs") == "nondeterministic":
+        prec += ", cuDNN's nondeterministic algorithms allowed"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue

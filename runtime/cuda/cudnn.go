@@ -23,10 +23,11 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // descriptor (cross-correlation, float32 compute, the group count, and
 // the math type: CUDNN_FMA_MATH for float32 products, which never trades
 // mantissa bits, CUDNN_TENSOR_OP_MATH for TF32), an algorithm chosen once
-// per shape and product from cuDNN's heuristics (the first that is
-// deterministic — the same bits run after run, as the Device's own
-// kernels; cuDNN's atomics-based ones are not — whose math type is the one
-// asked for and whose workspace fits dnnMaxWorkspace), and
+// per shape and product by cuDNN's measurement, kept on disk, or its
+// heuristics (EnvCUDNNAlgo: the fastest that is deterministic — the same
+// bits run after run, as the Device's own kernels; cuDNN's atomics-based
+// ones are not, and run only under EnvCUDNNDeterministic=off — whose math
+// type is the one asked for and whose workspace fits dnnMaxWorkspace), and
 // the driver's own workspace, grown as an algorithm needs. It is optional:
 // without it, or for a product it refuses, the Device takes its GEMM path
 // (Driver.Conv's contract), so that cuDNN can only speed a product up.
@@ -48,6 +49,16 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // or one after its cache is cleared, measures. A cuDNN without the
 // measurement's entry points is asked its heuristics.
 const EnvCUDNNAlgo = "DPFINETUNE_CUDNN_ALGO"
+
+// EnvCUDNNDeterministic, set to "off", lets cuDNN run algorithms that are
+// not deterministic (the atomics-based ones, which PyTorch's default
+// allows): faster for some shapes' backward products, but two runs of
+// the same step may round differently. The default, "on", keeps to the
+// deterministic ones, so that a seeded run repeats bit for bit on one
+// machine, as the Device's own kernels do. Either way clipping bounds each
+// sample's contribution: the norms and clip factors are the Device's own
+// kernels, and only the rounding of a convolution's sums changes.
+const EnvCUDNNDeterministic = "DPFINETUNE_CUDNN_DETERMINISTIC"
 
 // dnnMaxWorkspace bounds the workspace an algorithm may ask for.
 const dnnMaxWorkspace = 256 << 20
@@ -81,7 +92,10 @@ type cudnn struct {
 	// the library has all three.
 	find                          bool
 	fwdFind, dataFind, filterFind uintptr
-	entries                       []*uintptr
+	// anyAlgo says EnvCUDNNDeterministic=off: algorithms that are not
+	// deterministic may be chosen.
+	anyAlgo bool
+	entries []*uintptr
 }
 
 // dnnCompanions are the libraries cuDNN loads by name at run time, from
@@ -141,6 +155,13 @@ func loadCUDNN() (*cudnn, error) {
 		}
 	default:
 		return nil, fmt.Errorf("cuda: %s=%q: want heuristic or find", EnvCUDNNAlgo, a)
+	}
+	switch v := os.Getenv(EnvCUDNNDeterministic); v {
+	case "", "on":
+	case "off":
+		d.anyAlgo = true
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want on or off", EnvCUDNNDeterministic, v)
 	}
 	d.version, _, _ = purego.SyscallN(d.getVersion)
 	return d, nil
@@ -355,10 +376,14 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	if tf32 {
 		want = dnnTensorOpMath
 	}
-	best := pickAlgo(perf[:min(int(*got), dnnAlgoCandidates)], want, d.find)
+	best := pickAlgo(perf[:min(int(*got), dnnAlgoCandidates)], want, d.find, !d.anyAlgo)
 	if best < 0 {
 		p.algo[kind] = -2
-		return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is deterministic with math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], want, dnnMaxWorkspace)
+		which := "deterministic "
+		if d.anyAlgo {
+			which = ""
+		}
+		return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is %swith math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], which, want, dnnMaxWorkspace)
 	}
 	p.algo[kind], p.work[kind] = perf[best].algo, perf[best].memory
 	if d.find {
@@ -375,16 +400,17 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 const dnnFindSlack = 1.05
 
 // pickAlgo returns the index in perf (cuDNN's ranking, best first) of the
-// algorithm to run, or −1: the first that succeeded, is deterministic, of
-// math type want (or the default math, which runs under the descriptor's)
-// and within dnnMaxWorkspace; for a measurement (measured), among those
-// within dnnFindSlack of its time, the one with the smallest workspace.
-func pickAlgo(perf []dnnAlgoPerf, want int32, measured bool) int {
+// algorithm to run, or −1: the first that succeeded, is deterministic
+// (where deterministic asks it), of math type want (or the default math,
+// which runs under the descriptor's) and within dnnMaxWorkspace; for a
+// measurement (measured), among those within dnnFindSlack of its time,
+// the one with the smallest workspace.
+func pickAlgo(perf []dnnAlgoPerf, want int32, measured, deterministic bool) int {
 	// The heuristics list an algorithm per math type it runs in; one
 	// listed for CUDNN_DEFAULT_MATH (0) runs under the descriptor's math
 	// type too, which stays the one asked for.
 	ok := func(q *dnnAlgoPerf) bool {
-		return q.status == 0 && q.determinism == dnnDeterministic && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace
+		return q.status == 0 && (q.determinism == dnnDeterministic || !deterministic) && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace
 	}
 	best := -1
 	for i := range perf {

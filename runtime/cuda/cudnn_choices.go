@@ -20,7 +20,7 @@ type dnnChoice struct {
 }
 
 // dnnChoices keeps the measured choices of one GPU model, driver and
-// cuDNN on disk, so that a shape is measured once per machine: the
+// cuDNN (and determinism, EnvCUDNNDeterministic) on disk, so that a shape is measured once per machine: the
 // measurement costs a few milliseconds per product at a shape's first use
 // and, where two algorithms are about as fast, could choose differently
 // from run to run, and so round differently. A file that cannot be read
@@ -34,10 +34,13 @@ type dnnChoices struct {
 
 // dnnChoicesFile is the file's form.
 type dnnChoicesFile struct {
-	GPU     string               `json:"gpu"`
-	Driver  int                  `json:"driver"`
-	CUDNN   string               `json:"cudnn"`
-	Choices map[string]dnnChoice `json:"choices"`
+	GPU    string `json:"gpu"`
+	Driver int    `json:"driver"`
+	CUDNN  string `json:"cudnn"`
+	// Deterministic says the choices are among the deterministic
+	// algorithms only (EnvCUDNNDeterministic): a file of its own.
+	Deterministic bool                 `json:"deterministic"`
+	Choices       map[string]dnnChoice `json:"choices"`
 }
 
 // openDNNChoices reads the choices kept for props' GPU model and driver
@@ -47,8 +50,8 @@ func openDNNChoices(dir string, props Properties, d *cudnn) *dnnChoices {
 	if dir == "" {
 		return c
 	}
-	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib)}
-	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN)+".json")
+	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib), Deterministic: !d.anyAlgo}
+	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN, fmt.Sprint(c.head.Deterministic))+".json")
 	if f, err := c.read(); err == nil {
 		c.m = f.Choices
 	}

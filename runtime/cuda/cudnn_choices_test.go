@@ -29,18 +29,21 @@ func TestPickAlgo(t *testing.T) {
 		want     int32 // math type
 		measured bool
 		algo     int32 // −1: none
+		any      bool  // nondeterministic algorithms allowed
 	}{
-		{"none", nil, dnnFMAMath, true, -1},
-		{"skips the unfit", []dnnAlgoPerf{nondet, tf32, failed, huge, deflt, fit(2, 1.2, 0)}, dnnFMAMath, true, 3},
-		{"tf32 asked", []dnnAlgoPerf{nondet, tf32, deflt}, dnnTensorOpMath, true, 6},
-		{"heuristics: the first fit", []dnnAlgoPerf{fit(1, 0, 8<<20), fit(2, 0, 0)}, dnnFMAMath, false, 1},
-		{"measured: smaller workspace within the slack", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.04, 1<<20), fit(0, 1.05, 0)}, dnnFMAMath, true, 0},
-		{"measured: not beyond the slack", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.2, 0)}, dnnFMAMath, true, 1},
-		{"measured: the slack from the fastest", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.05, 4<<20), fit(0, 1.08, 0)}, dnnFMAMath, true, 2},
-		{"measured: only fits", []dnnAlgoPerf{nondet, fit(1, 1.0, 8<<20)}, dnnFMAMath, true, 1},
+		{"none", nil, dnnFMAMath, true, -1, false},
+		{"skips the unfit", []dnnAlgoPerf{nondet, tf32, failed, huge, deflt, fit(2, 1.2, 0)}, dnnFMAMath, true, 3, false},
+		{"tf32 asked", []dnnAlgoPerf{nondet, tf32, deflt}, dnnTensorOpMath, true, 6, false},
+		{"heuristics: the first fit", []dnnAlgoPerf{fit(1, 0, 8<<20), fit(2, 0, 0)}, dnnFMAMath, false, 1, false},
+		{"measured: smaller workspace within the slack", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.04, 1<<20), fit(0, 1.05, 0)}, dnnFMAMath, true, 0, false},
+		{"measured: not beyond the slack", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.2, 0)}, dnnFMAMath, true, 1, false},
+		{"measured: the slack from the fastest", []dnnAlgoPerf{fit(1, 1.0, 8<<20), fit(2, 1.05, 4<<20), fit(0, 1.08, 0)}, dnnFMAMath, true, 2, false},
+		{"measured: only fits", []dnnAlgoPerf{nondet, fit(1, 1.0, 8<<20)}, dnnFMAMath, true, 1, false},
+		{"nondeterministic allowed", []dnnAlgoPerf{nondet, fit(1, 1.0, 8<<20)}, dnnFMAMath, true, 7, true},
+		{"nondeterministic allowed, heuristics", []dnnAlgoPerf{fit(1, 0, 8<<20), nondet}, dnnFMAMath, false, 1, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			i := pickAlgo(c.perf, c.want, c.measured)
+			i := pickAlgo(c.perf, c.want, c.measured, !c.any)
 			got := int32(-1)
 			if i >= 0 {
 				got = c.perf[i].algo

@@ -238,6 +238,51 @@ func TestConvLibraryOnFake(t *testing.T) {
 			}
 		}
 	})
+	// Nondeterministic algorithms allowed: the stand-in's other one
+	// (no workspace, as fast by its measurement) is chosen, and kept in a
+	// file of its own.
+	t.Run("nondeterministic", func(t *testing.T) {
+		t.Setenv(EnvCUDNNDeterministic, "off")
+		nd, err := Real()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lib := nd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", nondeterministic ones allowed") {
+			t.Errorf("ConvLibrary with %s=off: %q", EnvCUDNNDeterministic, lib)
+		}
+		d, err := New(nd)
+		if err != nil {
+			nd.Close()
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for _, c := range nnCases() {
+			if strings.HasPrefix(c.name, "Conv/") {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+		}
+		nv := nd.(*nvidia)
+		if d.dnnRuns == 0 || nv.dnnFound == 0 {
+			t.Errorf("%d products through cuDNN, %d algorithms measured (the deterministic choices' file is not this one's)", d.dnnRuns, nv.dnnFound)
+		}
+		for k, p := range nv.dnnPlans {
+			for kind, a := range p.algo {
+				if a >= 0 && a != 1 {
+					t.Errorf("%s: algorithm %d, want the stand-in's nondeterministic 1", dnnChoiceKey(k, ConvKind(kind)), a)
+				}
+			}
+		}
+		if kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json")); len(kept) != 2 {
+			t.Errorf("choices kept in %q, want the deterministic file and this one", kept)
+		}
+		t.Setenv(EnvCUDNNDeterministic, "sometimes")
+		if bad, err := Real(); err == nil {
+			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNDeterministic) {
+				t.Errorf("ConvLibrary with %s=sometimes: %q, want the variable named", EnvCUDNNDeterministic, lib)
+			}
+			bad.Close()
+		}
+	})
 	// The heuristics, asked for: nothing measured, nothing kept.
 	t.Run("heuristic", func(t *testing.T) {
 		t.Setenv(EnvCUDNNAlgo, "heuristic")

@@ -307,6 +307,9 @@ func Real() (Driver, error) {
 		} else {
 			c.props.ConvLibrary += ", algorithms by heuristics"
 		}
+		if c.dnn.anyAlgo {
+			c.props.ConvLibrary += ", nondeterministic ones allowed"
+		}
 	} else {
 		c.props.ConvLibrary = "none: " + EnvCUDNN + "=off"
 	}
