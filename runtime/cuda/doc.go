@@ -265,7 +265,10 @@
 //   - Memory: bk's device peak at batch 32 was 1.23× PyTorch's non-DP
 //     peak on ResNet-50, 1.19× on ViT-B/16, 0.83× on VGG-16 (target 1.1×),
 //     282 MiB of ResNet-50's the engine's outgrown norm scratch, now given
-//     back (projected 1.09× without cuDNN's workspace, 1.14× with it); on
+//     back (projected 1.09× without cuDNN's workspace, 1.14× with it);
+//     ViT-B/16's excess is attention's saved probabilities (683 MiB at
+//     batch 32), which PyTorch's fused attention recomputes in its
+//     backward instead; on
 //     VGG-19/CIFAR bk fits 96 % of the largest batch PyTorch's non-DP step
 //     fits, mixed 89 %.
 package cuda
