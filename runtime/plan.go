@@ -48,6 +48,17 @@ type Options struct {
 	// nodes and values either way. For tests and comparisons: the results
 	// agree to float rounding.
 	NoFusion bool
+	// KeepProbabilities keeps attention's softmax probabilities from the
+	// forward to the backward pass. Otherwise a Softmax of a MatMul's
+	// product read only by MatMuls (softmax(q kᵀ) v) saves nothing: the
+	// backward recomputes the product and the probabilities from q and k,
+	// which their MatMul's backward keeps anyway, just before the first
+	// of them is needed (rematerialize), as PyTorch's fused attention
+	// recomputes them. It costs one more q kᵀ product per attention and
+	// saves B·heads·T² floats per attention across the whole backward
+	// (ViT-B/16: 22.4 MB a sample). For tests and comparisons: the results
+	// are the same bits either way.
+	KeepProbabilities bool
 	// NoParamGrads compiles a plan that never computes parameter
 	// gradients: every Backward acts as with BackwardOptions.SkipParamGrads
 	// and Grad returns nil. Book-keeping clipping forms its gradient from
@@ -257,6 +268,10 @@ type Plan struct {
 
 	forwardDone bool
 	zeroGrads   []*tensor // gradients no node writes: cleared by backward
+	// remat[i] are the nodes whose forward runs again just before node
+	// i's backward, to recompute values not kept since the forward
+	// (rematerialize).
+	remat map[int][]*node
 	// consts are the float constants (initializers, trainable or not)
 	// adopted to the device, in the order they were met: LoadParams copies
 	// their host data in again.
@@ -894,11 +909,123 @@ func hookReads(nd *node, j int) bool {
 	return true
 }
 
+// rematerialize chooses the values the backward recomputes instead of
+// keeping them from the forward (Options.KeepProbabilities): attention's
+// probabilities P = Softmax(S), S = MatMul(q, kᵀ), where S is read by the
+// Softmax only and P by MatMuls only (P v), none of them hooked. The
+// backward reads P twice — P v's backward for v's gradient, the Softmax's
+// for S's — and nothing else; q and kᵀ stay alive for their MatMul's own
+// backward, which comes later. So P is recomputed just before the backward
+// of its last reader (the first of them the backward meets) by running
+// the MatMul and the Softmax forward again, into the same arena offsets:
+// their items get a second interval, the memory is another buffer's in
+// between. The kernels are deterministic, so the recomputed P is the
+// forward's bit for bit. It returns the recomputed values with the step at
+// which they are written again, and records the re-runs in p.remat. Not
+// with KeepActivations (a second backward would need them again), nor in
+// an inference plan.
+func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
+	p.remat = nil
+	if p.opts.KeepProbabilities || p.opts.KeepActivations || p.opts.ForwardOnly {
+		return nil
+	}
+	again := map[*tensor]int{}
+	plain := func(nd *node) bool {
+		return nd.build == nil && !nd.hooked && !p.keepHooked(nd) && nd.needBwd && aliasSource(nd) == nil
+	}
+	// only reports whether t is read by nd alone and is no output.
+	only := func(t *tensor, nd *node) bool { return t != nil && !isOut[t] && len(t.cons) == 1 && t.cons[0] == nd }
+	for _, sm := range p.nodes {
+		if sm.g.OpType != "Softmax" || !plain(sm) || len(sm.in) != 1 || len(sm.out) != 1 {
+			continue
+		}
+		P := sm.out[0]
+		if P == nil || isOut[P] || len(P.cons) == 0 {
+			continue
+		}
+		// Back from the Softmax to the MatMul, through one scaling by a
+		// constant at most (timm's attention scales q kᵀ, torch's q).
+		chain := []*node{sm}
+		for t := sm.in[0]; ; {
+			if !only(t, chain[0]) || t.prod < 0 {
+				chain = nil
+				break
+			}
+			nd := p.nodes[t.prod]
+			if !plain(nd) || len(nd.out) != 1 {
+				chain = nil
+				break
+			}
+			if nd.g.OpType == "MatMul" && len(nd.in) == 2 && nd.saveIn[0] && nd.saveIn[1] {
+				chain = append([]*node{nd}, chain...)
+				break
+			}
+			scale := len(chain) == 1 && len(nd.in) == 2 && nd.in[1] != nil && nd.in[1].isConst && !nd.in[1].needGrad &&
+				(nd.g.OpType == "Mul" || nd.g.OpType == "Div") && !nd.saveIn[0]
+			if !scale {
+				chain = nil
+				break
+			}
+			chain = append([]*node{nd}, chain...)
+			t = nd.in[0]
+		}
+		if chain == nil {
+			continue
+		}
+		at := -1
+		for _, cn := range P.cons {
+			if cn.g.OpType != "MatMul" || !plain(cn) {
+				at = -1
+				break
+			}
+			at = max(at, cn.idx)
+		}
+		if at < 0 {
+			continue
+		}
+		if p.remat == nil {
+			p.remat = map[int][]*node{}
+		}
+		p.remat[at] = append(p.remat[at], chain...)
+		for _, nd := range chain {
+			again[nd.out[0]] = p.backStep(at)
+		}
+	}
+	return again
+}
+
 // item is one buffer of the buffer plan: size elements live over the
 // steps [start, end].
 type item struct {
 	size, start, end int
-	off              int
+	// start2, end2: a second interval, after a gap in which other
+	// buffers may use the memory (a value recomputed in the backward,
+	// rematerialize); start2 < 0 if none.
+	start2, end2 int
+	off          int
+}
+
+// overlaps reports whether a and b are live at a common step.
+func (a *item) overlaps(b *item) bool {
+	in := func(s0, e0, s1, e1 int) bool { return s0 <= e1 && s1 <= e0 }
+	if in(a.start, a.end, b.start, b.end) {
+		return true
+	}
+	if a.start2 >= 0 && in(a.start2, a.end2, b.start, b.end) {
+		return true
+	}
+	if b.start2 >= 0 && in(a.start, a.end, b.start2, b.end2) {
+		return true
+	}
+	return a.start2 >= 0 && b.start2 >= 0 && in(a.start2, a.end2, b.start2, b.end2)
+}
+
+// last returns the last step at which the item is live.
+func (a *item) last() int {
+	if a.start2 >= 0 {
+		return max(a.end, a.end2)
+	}
+	return a.end
 }
 
 // planBuffers assigns arena offsets to activations, gradients and scratch
@@ -914,13 +1041,14 @@ func (p *Plan) planBuffers() error {
 	bstep := func(i int) int { return 2*F - i }
 	var items []item
 	add := func(size, start, end int) int {
-		items = append(items, item{size: (size + 15) &^ 15, start: start, end: end})
+		items = append(items, item{size: (size + 15) &^ 15, start: start, end: end, start2: -1, end2: -1})
 		return len(items) - 1
 	}
 	isOut := map[*tensor]bool{}
 	for _, t := range p.outputs {
 		isOut[t] = true
 	}
+	again := p.rematerialize(isOut)
 	// Activations.
 	for _, t := range p.inputs {
 		t.dataItem = add(t.n, 0, T)
@@ -956,6 +1084,18 @@ func (p *Plan) planBuffers() error {
 				// A second backward reads what the first read: keep
 				// those, not the values only the forward needed.
 				end = T
+			}
+			if at, ok := again[t]; ok {
+				// Recomputed at step at: live in the forward until its
+				// last forward reader, then again from at until its last
+				// backward reader (end, at least at).
+				fwdEnd := nd.idx
+				for _, cn := range t.cons {
+					fwdEnd = max(fwdEnd, cn.idx)
+				}
+				t.dataItem = add(t.n, nd.idx, fwdEnd)
+				items[t.dataItem].start2, items[t.dataItem].end2 = at, max(end, at)
+				continue
 			}
 			if src := aliasSource(nd); src != nil && t == nd.out[0] {
 				// A reshape: share the input's buffer, which now lives as
@@ -1039,7 +1179,7 @@ func (p *Plan) planBuffers() error {
 	for _, t := range p.tensors {
 		t.dataEnd = T + 1
 		if t.dataItem >= 0 {
-			t.dataEnd = items[t.dataItem].end
+			t.dataEnd = items[t.dataItem].last()
 		}
 	}
 	// The lower bound any placement needs: the largest total size of the
@@ -1047,6 +1187,9 @@ func (p *Plan) planBuffers() error {
 	live := make([]int, T+1)
 	for _, it := range items {
 		for s := it.start; s <= it.end && s <= T; s++ {
+			live[s] += it.size
+		}
+		for s := it.start2; s >= 0 && s <= it.end2 && s <= T; s++ {
 			live[s] += it.size
 		}
 	}
@@ -1065,8 +1208,7 @@ func (p *Plan) planBuffers() error {
 		it := &items[i]
 		var busy [][2]int
 		for _, j := range placed {
-			o := items[j]
-			if o.start <= it.end && it.start <= o.end {
+			if o := &items[j]; o.overlaps(it) {
 				busy = append(busy, [2]int{o.off, o.off + o.size})
 			}
 		}
@@ -1422,6 +1564,11 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 		nd := p.nodes[i]
 		if !nd.needBwd {
 			continue
+		}
+		for _, rn := range p.remat[i] {
+			if err := p.dev.Run(&rn.fk); err != nil {
+				return err
+			}
 		}
 		if nd.hooked && bo.Hook != nil {
 			bo.Hook(&nd.hookEv)

@@ -796,3 +796,65 @@ func sameBits(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestRecomputesProbabilities: attention's probabilities are recomputed
+// in the backward instead of kept (rematerialize), for the same bits —
+// gradients and every hook's data — and fewer live bytes, on the
+// transformer fixtures; with KeepProbabilities, or where there is no
+// attention (cnn), nothing is recomputed.
+func TestRecomputesProbabilities(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want bool // the fixture has an attention the plan recomputes
+	}{{"vit", true}, {"vit17", true}, {"packedqkv", true}, {"crossvit", true}, {"beit", false}, {"cnn", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			var live [2]int64
+			var grads [2]map[string][]float32
+			var hooks [2][]float32
+			var remat [2]int
+			for i, keep := range []bool{true, false} {
+				p, _, labels := compileFixture(t, c.name, &Options{KeepProbabilities: keep})
+				for _, r := range p.remat {
+					remat[i] += len(r)
+				}
+				bo := &BackwardOptions{Hook: func(ev *HookEvent) {
+					hooks[i] = append(hooks[i], ev.DOut.Data...)
+					for _, in := range ev.Inputs {
+						hooks[i] = append(hooks[i], in.Data...)
+					}
+				}}
+				// Two steps: the second's forward overwrites what the
+				// first's backward recomputed.
+				step(t, p, labels, nil, nil)
+				hooks[i] = hooks[i][:0]
+				step(t, p, labels, nil, bo)
+				live[i] = p.LiveBytes()
+				grads[i] = map[string][]float32{}
+				for _, pn := range p.Params() {
+					grads[i][pn] = append([]float32(nil), p.Grad(pn)...)
+				}
+			}
+			t.Logf("%d nodes run again; peak live bytes %d → %d (%.2f×)", remat[1], live[0], live[1], float64(live[1])/float64(live[0]))
+			if remat[0] != 0 {
+				t.Errorf("KeepProbabilities: %d nodes run again", remat[0])
+			}
+			if got := remat[1] > 0; got != c.want {
+				t.Errorf("%d nodes run again, want some: %v", remat[1], c.want)
+			}
+			if c.want && live[1] >= live[0] {
+				t.Errorf("live bytes %d, not fewer than the %d of the plan that keeps the probabilities", live[1], live[0])
+			}
+			if !c.want && live[1] != live[0] {
+				t.Errorf("live bytes %d, want the %d of the plan that keeps the probabilities", live[1], live[0])
+			}
+			for pn, want := range grads[0] {
+				if !sameBits(grads[1][pn], want) {
+					t.Errorf("gradient of %s differs from the plan that keeps the probabilities", pn)
+				}
+			}
+			if len(hooks[0]) == 0 || !sameBits(hooks[0], hooks[1]) {
+				t.Errorf("hook data: %d and %d values, or not the same bits", len(hooks[0]), len(hooks[1]))
+			}
+		})
+	}
+}
