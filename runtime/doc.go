@@ -20,9 +20,16 @@
 // liveness over the timeline forward → loss → backward: an activation lives
 // until the last node that reads it, forward or backward (only the inputs or
 // outputs a node's backward actually reads are kept), a gradient from its
-// first contribution to its producer's backward. Nothing is allocated per
-// step by the plan itself (see TestSteadyStateAllocations for what the
-// kernels allocate).
+// first contribution to its producer's backward. Attention's probabilities
+// are the exception: a Softmax of a MatMul's product (through one scaling
+// by a constant at most) read only by MatMuls is recomputed, MatMul to
+// Softmax, just before the backward of its last reader, from the q and k
+// their MatMul's backward keeps anyway, rather than kept through the
+// whole backward (their buffers are live twice, another's in between) —
+// by default on a device with memory of its own, where memory bounds the
+// batch; Options.Probabilities chooses. Nothing is allocated per step by
+// the plan itself (see TestSteadyStateAllocations for what the kernels
+// allocate).
 //
 // # Fusion
 //

@@ -48,17 +48,20 @@ type Options struct {
 	// nodes and values either way. For tests and comparisons: the results
 	// agree to float rounding.
 	NoFusion bool
-	// KeepProbabilities keeps attention's softmax probabilities from the
-	// forward to the backward pass. Otherwise a Softmax of a MatMul's
-	// product read only by MatMuls (softmax(q kᵀ) v) saves nothing: the
-	// backward recomputes the product and the probabilities from q and k,
-	// which their MatMul's backward keeps anyway, just before the first
-	// of them is needed (rematerialize), as PyTorch's fused attention
-	// recomputes them. It costs one more q kᵀ product per attention and
-	// saves B·heads·T² floats per attention across the whole backward
-	// (ViT-B/16: 22.4 MB a sample). For tests and comparisons: the results
-	// are the same bits either way.
-	KeepProbabilities bool
+	// Probabilities says whether attention's softmax probabilities are
+	// kept from the forward to the backward pass or recomputed. Where
+	// recomputed, a Softmax of a MatMul's product read only by MatMuls
+	// (softmax(q kᵀ) v) saves nothing: the backward recomputes the product
+	// and the probabilities from q and k, which their MatMul's backward
+	// keeps anyway, just before the first of them is needed
+	// (rematerialize), as PyTorch's fused attention does. It costs one
+	// more q kᵀ product per attention (about 4 % of a ViT-Tiny step on the
+	// CPU) and saves B·heads·T² floats per attention across the whole
+	// backward (ViT-B/16: 22.4 MB a sample). The results are the same bits
+	// either way. The default, ProbabilitiesAuto, recomputes on a device
+	// with memory of its own (a GPU, where memory bounds the batch) and
+	// keeps them on the host.
+	Probabilities Probabilities
 	// NoParamGrads compiles a plan that never computes parameter
 	// gradients: every Backward acts as with BackwardOptions.SkipParamGrads
 	// and Grad returns nil. Book-keeping clipping forms its gradient from
@@ -234,6 +237,19 @@ func (nd *node) dOut(i int) []float32 {
 	}
 	return nil
 }
+
+// Probabilities is Options.Probabilities' choice.
+type Probabilities int
+
+const (
+	// ProbabilitiesAuto recomputes on a device with memory of its own
+	// and keeps them on one that adopts host memory.
+	ProbabilitiesAuto Probabilities = iota
+	// ProbabilitiesKeep keeps them.
+	ProbabilitiesKeep
+	// ProbabilitiesRecompute recomputes them on every device.
+	ProbabilitiesRecompute
+)
 
 // Plan is a compiled graph: fixed shapes, a buffer plan, and kernels for
 // the forward pass, a per-sample softmax cross-entropy loss head and the
@@ -910,7 +926,7 @@ func hookReads(nd *node, j int) bool {
 }
 
 // rematerialize chooses the values the backward recomputes instead of
-// keeping them from the forward (Options.KeepProbabilities): attention's
+// keeping them from the forward (Options.Probabilities): attention's
 // probabilities P = Softmax(S), S = MatMul(q, kᵀ), where S is read by the
 // Softmax only and P by MatMuls only (P v), none of them hooked. The
 // backward reads P twice — P v's backward for v's gradient, the Softmax's
@@ -926,7 +942,16 @@ func hookReads(nd *node, j int) bool {
 // an inference plan.
 func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
 	p.remat = nil
-	if p.opts.KeepProbabilities || p.opts.KeepActivations || p.opts.ForwardOnly {
+	recompute := p.opts.Probabilities == ProbabilitiesRecompute
+	if p.opts.Probabilities == ProbabilitiesAuto {
+		if a, ok := p.dev.(HostAdopter); !ok {
+			recompute = true
+		} else {
+			_, adopts := a.AdoptHost(make([]float32, 1))
+			recompute = !adopts
+		}
+	}
+	if !recompute || p.opts.KeepActivations || p.opts.ForwardOnly {
 		return nil
 	}
 	again := map[*tensor]int{}

@@ -800,7 +800,8 @@ func sameBits(a, b []float32) bool {
 // TestRecomputesProbabilities: attention's probabilities are recomputed
 // in the backward instead of kept (rematerialize), for the same bits —
 // gradients and every hook's data — and fewer live bytes, on the
-// transformer fixtures; with KeepProbabilities, or where there is no
+// transformer fixtures; where they are kept (ProbabilitiesKeep, and by
+// default on the CPU, which adopts host memory), or where there is no
 // attention (cnn), nothing is recomputed.
 func TestRecomputesProbabilities(t *testing.T) {
 	for _, c := range []struct {
@@ -812,8 +813,8 @@ func TestRecomputesProbabilities(t *testing.T) {
 			var grads [2]map[string][]float32
 			var hooks [2][]float32
 			var remat [2]int
-			for i, keep := range []bool{true, false} {
-				p, _, labels := compileFixture(t, c.name, &Options{KeepProbabilities: keep})
+			for i, how := range []Probabilities{ProbabilitiesKeep, ProbabilitiesRecompute} {
+				p, _, labels := compileFixture(t, c.name, &Options{Probabilities: how})
 				for _, r := range p.remat {
 					remat[i] += len(r)
 				}
@@ -836,7 +837,10 @@ func TestRecomputesProbabilities(t *testing.T) {
 			}
 			t.Logf("%d nodes run again; peak live bytes %d → %d (%.2f×)", remat[1], live[0], live[1], float64(live[1])/float64(live[0]))
 			if remat[0] != 0 {
-				t.Errorf("KeepProbabilities: %d nodes run again", remat[0])
+				t.Errorf("ProbabilitiesKeep: %d nodes run again", remat[0])
+			}
+			if p, _, _ := compileFixture(t, c.name, nil); len(p.remat) != 0 {
+				t.Errorf("by default on the CPU: %d nodes run again", len(p.remat))
 			}
 			if got := remat[1] > 0; got != c.want {
 				t.Errorf("%d nodes run again, want some: %v", remat[1], c.want)
