@@ -461,3 +461,61 @@ func TestPathMapOnDevice(t *testing.T) {
 		t.Errorf("%d IndexGatherBackward and %d ScatterAdd calls; want some and none", gathers.Load(), scatters.Load())
 	}
 }
+
+// sampleGradsDevice is reference.Separate with a convolution library's
+// per-sample weight gradients (runtime.ConvSampleGrads), formed one
+// sample at a time by the CPU's kernel; calls counts the chunks asked for.
+type sampleGradsDevice struct {
+	reference.Separate
+	calls *atomic.Int64
+}
+
+func (d sampleGradsDevice) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []float32, i0, n int, inst []float32) bool {
+	d.calls.Add(1)
+	one := *s
+	one.N = 1
+	if one.Init() != nil {
+		return false
+	}
+	ws := make([]float32, runtime.CPU{}.ConvScratchSize(&one))
+	cx, cy, size := s.C*s.InSize, s.M*s.T, s.M*s.D
+	for i := 0; i < n; i++ {
+		j := i0 + i
+		runtime.CPU{}.ConvWeightGrad(&one, x[j*cx:(j+1)*cx], dy[j*cy:(j+1)*cy], inst[i*size:(i+1)*size], ws)
+	}
+	return true
+}
+
+// TestConvSampleGrads: where the device's convolution library forms a
+// chunk's per-sample weight gradients (a GPU with cuDNN) and one sample's
+// unfolded input does not fit the scratch, the engine takes them instead
+// of a loop of a product per sample, with the CPU's results
+// (compareEngines) — in chunks of one shape whose last overlaps the one
+// before; with the default scratch the unfolding path runs, as before.
+func TestConvSampleGrads(t *testing.T) {
+	defer func(s int) { batchedScratch = s }(batchedScratch)
+	for _, scratch := range []int{batchedScratch, 1 << 10} {
+		batchedScratch = scratch
+		for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
+			for _, mode := range []Mode{Instantiate, BK} {
+				label := fmt.Sprintf("%s/%s/scratch %d", name, mode, scratch)
+				t.Run(label, func(t *testing.T) {
+					const n = 7
+					x, y, batch, fill := engineBatch(t, name, n)
+					clip := Clipping{Fn: Abadi, R: 0.5}
+					var calls atomic.Int64
+					cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
+					lib := buildEngine(t, name, compareConfig(sampleGradsDevice{reference.Separate{}, &calls}, mode, clip, false, "sgd", n))
+					compareEngines(t, label, cpu, lib, x, y, batch, fill)
+					switch {
+					case scratch == 1<<24 && calls.Load() != 0:
+						t.Errorf("%s: %d chunks through the library where the unfolded inputs fit", label, calls.Load())
+					case scratch < 1<<24 && mode == Instantiate && calls.Load() == 0:
+						t.Errorf("%s: the library's per-sample gradients were not asked for", label)
+					}
+					t.Logf("%d chunks through the library", calls.Load())
+				})
+			}
+		}
+	}
+}

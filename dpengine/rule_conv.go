@@ -342,6 +342,13 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 	}
 	nb := min(e.n, batchedScratch/max(per, 1))
 	if nb < 1 {
+		// One sample's unfolded input is more than the scratch (VGG-16's
+		// early layers at 224×224): the device's convolution library, if
+		// it forms per-sample gradients, rather than a loop of a product
+		// per sample.
+		if cs, ok := e.ops.(runtime.ConvSampleGrads); ok && !ghost {
+			return convSampleGrads(e, us, cs, s, x, dy)
+		}
 		return false, nil
 	}
 	plane := s.PlaneSize()
@@ -373,6 +380,43 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 		if !ghost {
 			e.addRows(us, i0, n, inst)
 		}
+	}
+	return true, nil
+}
+
+// convSampleGrads is convBatched's instantiated gradients from the
+// device's convolution library (runtime.ConvSampleGrads: on a GPU, cuDNN's
+// filter gradient of the samples as groups), where one sample's unfolded
+// input would not fit the scratch, in chunks of as many samples as
+// batchedScratch holds, without unfolding their inputs. Every chunk
+// has the same size, so that the library sees one shape: the last one
+// ends at the batch's end and overlaps the one before, whose samples it
+// does not add again. It reports false, doing nothing, where the library
+// refuses the shape; the unfolding path then runs.
+func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *runtime.ConvShape, x, dy *runtime.View) (bool, error) {
+	size := s.M * s.D
+	if x.BatchAxis != 0 || dy.BatchAxis != 0 || len(x.Data) != e.n*s.C*s.InSize || len(dy.Data) != e.n*s.M*s.T {
+		return false, nil
+	}
+	nb := max(1, min(e.n, batchedScratch/max(size, 1)))
+	bufs, err := e.workerBufs(nb * size)
+	if err != nil {
+		return false, err
+	}
+	inst := bufs[0][:nb*size]
+	for done := 0; done < e.n; {
+		i0 := min(done, e.n-nb)
+		if !cs.ConvSampleWeightGrads(s, x.Data, dy.Data, i0, nb, inst) {
+			if done == 0 {
+				return false, nil
+			}
+			// The same shape ran for the chunks before: a refusal now
+			// is the library's failure, not the shape's.
+			return true, fmt.Errorf("dpengine: the convolution library's per-sample gradients of samples %d…%d failed after the first chunk", i0, i0+nb-1)
+		}
+		skip := done - i0 // samples of this chunk already added
+		e.addRows(us, done, nb-skip, inst[skip*size:])
+		done = i0 + nb
 	}
 	return true, nil
 }

@@ -382,3 +382,19 @@ func (CPU) GemmBiasBackward(beta float32, dy []float32, yShape []int, dc []float
 		}
 	}
 }
+
+// ConvSampleGrads is a device whose convolution library forms the weight
+// gradients of a chunk of samples in one call — on CUDA, cuDNN's filter
+// gradient of one grouped convolution whose groups are the samples — which
+// the DP engine's per-sample rules take instead of unfolding every
+// sample's input (on VGG-16 at 224×224 an unfolded sample of an early
+// layer is 115 MB, more than a chunk's scratch, so those layers ran one
+// product per sample).
+type ConvSampleGrads interface {
+	// ConvSampleWeightGrads writes the weight gradients of samples i0 …
+	// i0+n−1 of s (x: N×C×In, dy: N×M×Out, device memory) into inst,
+	// sample after sample, each M·D in the weights' layout, and reports
+	// true; false, writing nothing, where it cannot (no library, a shape
+	// the library refuses).
+	ConvSampleWeightGrads(s *ConvShape, x, dy []float32, i0, n int, inst []float32) bool
+}

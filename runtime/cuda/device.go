@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -122,6 +123,9 @@ type Device struct {
 	noDNN      bool
 	dnnRefused map[*runtime.ConvShape]error
 	dnnRuns    int
+	// grouped holds the shapes with samples as groups
+	// (ConvSampleWeightGrads), nil for one that cannot be.
+	grouped map[groupedKey]*runtime.ConvShape
 	// dnnArgs and dnnAxes are dnnConv's arguments, reused.
 	dnnArgs ConvArgs
 	dnnAxes [3][3]int
@@ -172,6 +176,7 @@ func Open() (*Device, error) {
 // Close releases drv; if New fails, drv is still the caller's to close.
 func New(drv Driver) (*Device, error) {
 	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args), prof: newProfile()}
+	d.noDNN = strings.HasPrefix(d.props.ConvLibrary, "none")
 	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
 	for mod, names := range deviceKernels {
 		src, err := moduleSource(mod)
@@ -648,18 +653,19 @@ func (d *Device) launchGrid(name string, grid, block Dim3) {
 }
 
 var (
-	_ runtime.Device         = (*Device)(nil)
-	_ runtime.VectorOps      = (*Device)(nil)
-	_ runtime.ClipOps        = (*Device)(nil)
-	_ runtime.OptimOps       = (*Device)(nil)
-	_ runtime.NoiseOps       = (*Device)(nil)
-	_ runtime.LinalgOps      = (*Device)(nil)
-	_ runtime.LayoutOps      = (*Device)(nil)
-	_ runtime.ElementwiseOps = (*Device)(nil)
-	_ runtime.PerSampleOps   = (*Device)(nil)
-	_ runtime.DPOps          = (*Device)(nil)
-	_ runtime.NNOps          = (*Device)(nil)
-	_ runtime.ReduceOps      = (*Device)(nil)
-	_ runtime.GraphOps       = (*Device)(nil)
-	_ runtime.Ops            = (*Device)(nil)
+	_ runtime.Device          = (*Device)(nil)
+	_ runtime.VectorOps       = (*Device)(nil)
+	_ runtime.ClipOps         = (*Device)(nil)
+	_ runtime.OptimOps        = (*Device)(nil)
+	_ runtime.NoiseOps        = (*Device)(nil)
+	_ runtime.LinalgOps       = (*Device)(nil)
+	_ runtime.LayoutOps       = (*Device)(nil)
+	_ runtime.ElementwiseOps  = (*Device)(nil)
+	_ runtime.PerSampleOps    = (*Device)(nil)
+	_ runtime.DPOps           = (*Device)(nil)
+	_ runtime.NNOps           = (*Device)(nil)
+	_ runtime.ReduceOps       = (*Device)(nil)
+	_ runtime.GraphOps        = (*Device)(nil)
+	_ runtime.Ops             = (*Device)(nil)
+	_ runtime.ConvSampleGrads = (*Device)(nil)
 )

@@ -43,7 +43,7 @@ type Properties struct {
 	// Emulated is set for the emulated driver.
 	Emulated bool
 	// ConvLibrary names the convolution library Driver.Conv runs on
-	// ("cuDNN 90100 (path)"), or says why there is none.
+	// ("cuDNN 90100 (path)"), or says why there is none ("none: …").
 	ConvLibrary string
 }
 

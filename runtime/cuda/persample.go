@@ -103,6 +103,55 @@ func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
 	}
 }
 
+// ConvSampleWeightGrads implements runtime.ConvSampleGrads through cuDNN:
+// samples i0 … i0+n−1 as the groups of one grouped convolution — their
+// inputs the n·C channels of one image, their output gradients its n·M —
+// whose filter gradient, n·M filters of C/G·K taps, is the samples'
+// gradients one after another in the weights' layout. Float32 (no TF32:
+// these are what the norms are taken of). False where there is no
+// library or it refuses the shape (no deterministic algorithm within the
+// workspace, asymmetric pads).
+func (d *Device) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []float32, i0, n int, inst []float32) bool {
+	if n <= 0 || s.T == 0 || s.M*s.D == 0 {
+		return false
+	}
+	d.begin()
+	defer d.end("ConvSampleWeightGrads")
+	gs := d.samplesAsGroups(s, n)
+	if d.noDNN || gs == nil {
+		return false
+	}
+	cx, cy := s.C*s.InSize, s.M*s.T
+	px, pdy := f32(x[i0*cx:(i0+n)*cx], opIn, d), f32(dy[i0*cy:(i0+n)*cy], opIn, d)
+	return d.dnnConv(ConvBackwardFilter, gs, px, f32(inst[:n*s.M*s.D], opOut, d), pdy, 0, false)
+}
+
+// samplesAsGroups returns s with n samples as the groups of one image
+// (ConvSampleWeightGrads), made at first use and kept (d.mu held); nil
+// where the shape cannot be one.
+func (d *Device) samplesAsGroups(s *runtime.ConvShape, n int) *runtime.ConvShape {
+	key := groupedKey{s, n}
+	if gs, ok := d.grouped[key]; ok {
+		return gs
+	}
+	gs := &runtime.ConvShape{N: 1, C: n * s.C, M: n * s.M, Group: n * max(s.Group, 1),
+		In: s.In, Kernel: s.Kernel, Strides: s.Strides, Dilations: s.Dilations, Pads: s.Pads}
+	if err := gs.Init(); err != nil || gs.T != s.T || gs.D != s.D {
+		gs = nil
+	}
+	if d.grouped == nil {
+		d.grouped = map[groupedKey]*runtime.ConvShape{}
+	}
+	d.grouped[key] = gs
+	return gs
+}
+
+// groupedKey names a shape with a count of samples as its groups.
+type groupedKey struct {
+	s *runtime.ConvShape
+	n int
+}
+
 // convWeightGrad is the direct weight gradient of s over the first
 // samples samples of x and dy (conv_weight_grad).
 func (d *Device) convWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw []float32, op string) {
