@@ -750,14 +750,7 @@ func TestSavesOnlyWhatBackwardReads(t *testing.T) {
 				keepAllSaves = keep
 				p, _, labels := compileFixture(t, name, nil)
 				keepAllSaves = false
-				bo := &BackwardOptions{Hook: func(ev *HookEvent) {
-					hooks[i] = append(hooks[i], ev.DOut.Data...)
-					for j, in := range ev.Inputs {
-						if ev.Params[j] || ev.Derived[j] {
-							hooks[i] = append(hooks[i], in.Data...)
-						}
-					}
-				}}
+				bo := hookRecorder(&hooks[i], func(ev *HookEvent, j int) bool { return ev.Params[j] || ev.Derived[j] })
 				step(t, p, labels, nil, bo)
 				live[i] = p.LiveBytes()
 				grads[i] = map[string][]float32{}
@@ -782,6 +775,20 @@ func TestSavesOnlyWhatBackwardReads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hookRecorder returns BackwardOptions whose hook appends each hooked
+// node's output gradient, then its inputs j for which keep is true, to
+// *dst, in the backward's order.
+func hookRecorder(dst *[]float32, keep func(ev *HookEvent, j int) bool) *BackwardOptions {
+	return &BackwardOptions{Hook: func(ev *HookEvent) {
+		*dst = append(*dst, ev.DOut.Data...)
+		for j, in := range ev.Inputs {
+			if keep(ev, j) {
+				*dst = append(*dst, in.Data...)
+			}
+		}
+	}}
 }
 
 // sameBits is internal/numcheck.SameBits, which imports this package.
@@ -818,12 +825,7 @@ func TestRecomputesProbabilities(t *testing.T) {
 				for _, r := range p.remat {
 					remat[i] += len(r)
 				}
-				bo := &BackwardOptions{Hook: func(ev *HookEvent) {
-					hooks[i] = append(hooks[i], ev.DOut.Data...)
-					for _, in := range ev.Inputs {
-						hooks[i] = append(hooks[i], in.Data...)
-					}
-				}}
+				bo := hookRecorder(&hooks[i], func(*HookEvent, int) bool { return true })
 				// Two steps: the second's forward overwrites what the
 				// first's backward recomputed.
 				step(t, p, labels, nil, nil)

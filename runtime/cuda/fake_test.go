@@ -211,22 +211,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 		t.Fatal("rewriting the kept choices", err)
 	}
 	t.Run("kept", func(t *testing.T) {
-		kd, err := Real()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := New(kd)
-		if err != nil {
-			kd.Close()
-			t.Fatal(err)
-		}
-		defer d.Close()
-		for _, c := range nnCases() {
-			if strings.HasPrefix(c.name, "Conv/") {
-				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
-			}
-		}
-		nv := kd.(*nvidia)
+		nv, d := convCasesOnReal(t, ", algorithms by measurement")
 		if d.dnnRuns == 0 || nv.dnnFound != 0 {
 			t.Errorf("%d products through cuDNN, %d algorithms measured again", d.dnnRuns, nv.dnnFound)
 		}
@@ -243,25 +228,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 	// file of its own.
 	t.Run("nondeterministic", func(t *testing.T) {
 		t.Setenv(EnvCUDNNDeterministic, "off")
-		nd, err := Real()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lib := nd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", nondeterministic ones allowed") {
-			t.Errorf("ConvLibrary with %s=off: %q", EnvCUDNNDeterministic, lib)
-		}
-		d, err := New(nd)
-		if err != nil {
-			nd.Close()
-			t.Fatal(err)
-		}
-		defer d.Close()
-		for _, c := range nnCases() {
-			if strings.HasPrefix(c.name, "Conv/") {
-				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
-			}
-		}
-		nv := nd.(*nvidia)
+		nv, d := convCasesOnReal(t, ", nondeterministic ones allowed")
 		if d.dnnRuns == 0 || nv.dnnFound == 0 {
 			t.Errorf("%d products through cuDNN, %d algorithms measured (the deterministic choices' file is not this one's)", d.dnnRuns, nv.dnnFound)
 		}
@@ -287,26 +254,9 @@ func TestConvLibraryOnFake(t *testing.T) {
 	t.Run("heuristic", func(t *testing.T) {
 		t.Setenv(EnvCUDNNAlgo, "heuristic")
 		t.Setenv(EnvCache, t.TempDir())
-		fd, err := Real()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lib := fd.Properties().ConvLibrary; !strings.HasSuffix(lib, ", algorithms by heuristics") {
-			t.Errorf("ConvLibrary with %s=heuristic: %q", EnvCUDNNAlgo, lib)
-		}
-		d, err := New(fd)
-		if err != nil {
-			fd.Close()
-			t.Fatal(err)
-		}
-		defer d.Close()
-		for _, c := range nnCases() {
-			if strings.HasPrefix(c.name, "Conv/") {
-				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
-			}
-		}
+		nv, d := convCasesOnReal(t, ", algorithms by heuristics")
 		kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json"))
-		if n := fd.(*nvidia).dnnFound; d.dnnRuns == 0 || n != 0 || len(kept) != 0 {
+		if n := nv.dnnFound; d.dnnRuns == 0 || n != 0 || len(kept) != 0 {
 			t.Errorf("%d products through cuDNN, %d algorithms measured, kept in %q", d.dnnRuns, n, kept)
 		}
 		t.Setenv(EnvCUDNNAlgo, "fastest")
@@ -394,4 +344,31 @@ func TestLibraryDiscovery(t *testing.T) {
 	if _, _, err := dlopenFound("DPFINETUNE_TEST_UNSET", "libdpfinetune-absent.so.1[1-9]*", nil, "libdpfinetune-absent.so.13"); err == nil || !strings.Contains(err.Error(), "libdpfinetune-absent.so.13") {
 		t.Errorf("dlopenFound of nothing: %v, want the loader's error", err)
 	}
+}
+
+// convCasesOnReal opens the real driver under the test's environment,
+// checks that its ConvLibrary ends with suffix, and runs nnCases'
+// convolutions on a Device over it: the driver's and the Device's
+// counts are the caller's to check (both closed at the test's end).
+func convCasesOnReal(t *testing.T, suffix string) (*nvidia, *Device) {
+	t.Helper()
+	drv, err := Real()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lib := drv.Properties().ConvLibrary; !strings.HasSuffix(lib, suffix) {
+		t.Errorf("ConvLibrary %q, want it to end with %q", lib, suffix)
+	}
+	d, err := New(drv)
+	if err != nil {
+		drv.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "Conv/") {
+			t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+		}
+	}
+	return drv.(*nvidia), d
 }
