@@ -251,8 +251,11 @@
 //     still 1.5–3.1× PyTorch's non-DP step: the convolutions dominate
 //     (cuDNN through its legacy API; its measured choice, now the default
 //     and kept on disk, took bk 5–30 % below the heuristics'), then
-//     book-keeping's per-sample norms of large early layers (VGG-16's
-//     unfolding and batched GEMMs), GroupNorm's backward. Also still a
+//     book-keeping's per-sample norms of large early layers (VGG-16's;
+//     where one sample's unfolded input exceeds the scratch, cuDNN now
+//     forms a chunk's per-sample gradients as one grouped filter gradient,
+//     ConvSampleWeightGrads, not yet timed on a GPU), GroupNorm's
+//     backward. Also still a
 //     thread per result: ReduceOps' other reductions and the in-order sums
 //     with few terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce,
 //     Contract, a broadcast MaxMin input's gradient); direct depthwise
