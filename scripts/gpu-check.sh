@@ -23,7 +23,9 @@
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed, and instantiate: Opacus's method, every per-sample gradient
-#      kept) and PyTorch's non-DP step, each found by doubling then
+#      kept), PyTorch's non-DP step and Opacus's method in PyTorch
+#      (bench/torch_gpu_step.py --dp persample, where Opacus itself is not
+#      installed), each found by doubling then
 #      bisection (to 1/16) over one-step runs in fresh processes;
 #   6. (part profile) the operation profile (DPFINETUNE_CUDA_PROFILE) of
 #      ResNet-50 and VGG-16 (with cuDNN and without) and ViT-B/16: where a
@@ -56,7 +58,8 @@
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
 # timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
-# (PyTorch's search unfinished: its large batches take seconds a step).
+# (before its instantiate and per-sample rows; PyTorch's search unfinished:
+# its large batches take seconds a step).
 # A machine that returns only a few files: GPU_CHECK_TAR=FILE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -189,8 +192,8 @@ ours() { # name batch modes [--tf32]; CONVS=gemm: with DPFINETUNE_CUDNN=off
 		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "convs": sys.argv[2], "batch": r["batch"], "rows": r["rows"]}))' "$1" "${CONVS:-library}" |
 		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"tf32\": $([ -n "${4:-}" ] && echo true || echo false), \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
 }
-torch() { # name batch size classes tf32
-	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 20 --tf32 "$5") 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
+torch() { # name batch size classes tf32 [dp]
+	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 20 --tf32 "$5" --dp "${6:-none}") 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
 }
 bench() { # name batch size classes: float32 on both sides; for convolutional
 	# models also TF32 convolutions on both (PyTorch's default precision,
@@ -217,6 +220,9 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
+	# Opacus's method in PyTorch (every per-sample gradient materialized,
+	# torch_gpu_step.py --dp persample) on the model without BatchNorm.
+	[ $mode = gpu ] && [ "$1" = cifar_vgg19 ] && ! late && torch "$1" "$2" "$3" "$4" off persample
 }
 if [ $mode = gpu ]; then
 	GEMM_ROW=resnet50
@@ -237,7 +243,8 @@ print("Each row sets dpfinetune beside PyTorch's non-DP step at the same precisi
 print("or TF32 convolutions (PyTorch's default; dpfinetune's --tf32, weight gradients and norms float32).\n")
 print("| model (batch) | precision | PyTorch non-DP ms (peak MiB) | nondp ms | bk ms (× PyTorch) | mixed ms | bk device peak MiB (× PyTorch) |")
 print("|---|---|---|---|---|---|---|")
-torch = [r for r in rows if str(r.get("impl", "")).startswith("pytorch")]
+torch = [r for r in rows if str(r.get("impl", "")).startswith("pytorch-") and not r["impl"].startswith("pytorch-persample")]
+persample = [r for r in rows if str(r.get("impl", "")).startswith("pytorch-persample")]
 for r in rows:
     if r.get("impl") != "dpfinetune":
         continue
@@ -263,6 +270,9 @@ for r in rows:
         "%.1f" % bk if bk is not None else "–", " (%.2f×)" % (bk / base) if base and bk else "",
         "%.1f" % mixed if mixed is not None else "–",
         "%.0f" % peak if peak else "–", " (%.2f×)" % (peak / t["peak_mib"]) if t and peak else ""))
+for r in persample:
+    print("\nOpacus's method in PyTorch (`torch_gpu_step.py --dp persample`: every per-sample gradient materialized, clipped, summed, noised; float32), %s at batch %d: %.1f ms a step, peak %.0f MiB." % (
+        r["model"], r["batch"], r["step_ms_median"], r["peak_mib"]))
 PYEOF
 fi
 
@@ -360,6 +370,9 @@ ours_fits() { # mode batch
 torch_fits() { # batch
 	(cd bench && "$PY" torch_gpu_step.py --model "$MB_MODEL" --batch "$1" --size 32 --classes 10 --steps 1 --warmup 1 --tf32 off) >/dev/null 2>>"$OUT/maxbatch.log"
 }
+persample_fits() { # batch: Opacus's method in PyTorch
+	(cd bench && "$PY" torch_gpu_step.py --model "$MB_MODEL" --batch "$1" --size 32 --classes 10 --steps 1 --warmup 1 --tf32 off --dp persample) >/dev/null 2>>"$OUT/maxbatch.log"
+}
 mbrow() { # impl mode largest
 	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"$1\", \"mode\": \"$2\", \"largest_batch\": $3, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
 }
@@ -367,6 +380,7 @@ for m in nondp bk mixed instantiate; do
 	mbrow dpfinetune $m "$(largest ours_fits $m)"
 done
 [ $mode = gpu ] && mbrow pytorch nondp "$(largest torch_fits)"
+[ $mode = gpu ] && mbrow pytorch-persample instantiate "$(largest persample_fits)"
 "$PY" - "$OUT/maxbatch.jsonl" >"$OUT/maxbatch.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
@@ -377,6 +391,12 @@ for r in rows:
     note = " (budget spent: a lower bound)" if r.get("budget_spent") else ""
     cap = " (the cap)" if r["largest_batch"] >= r["cap"] else ""
     print("| %s | %s | %s | %d%s%s |" % (r["model"], r["impl"], r["mode"], r["largest_batch"], cap, note))
+by = {(r["impl"], r["mode"]): r["largest_batch"] for r in rows}
+ps = by.get(("pytorch-persample", "instantiate"))
+if ps:
+    for m in ("bk", "mixed"):
+        if by.get(("dpfinetune", m)):
+            print("\n%s's largest batch is %.1f× that of Opacus's method in PyTorch (issue 14's target for mixed: ≥ 10× Opacus's)." % (m, by[("dpfinetune", m)] / ps))
 PYEOF
 fi
 if has profile; then
