@@ -309,37 +309,11 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
-	trainable := trainableOrder(cfg, rp)
-	if len(trainable) == 0 {
+	opts := compileOptions(cfg, rp)
+	if len(opts.Trainable) == 0 {
 		return nil, errors.New("dpengine: no trainable parameter (all frozen)")
 	}
-	// Book-keeping reads the input and output gradient of its linear
-	// layers after the backward pass; every other hooked node is done
-	// with when its hook returns.
-	keep := map[string]bool{}
-	for _, prm := range rp.Params {
-		if cfg.Mode != BK || prm.Kind == rewrite.KindFrozen || needPerSample(cfg, prm) {
-			continue
-		}
-		for _, u := range prm.Uses {
-			if u.Kind == rewrite.KindLinear {
-				keep[u.Output] = true
-			}
-		}
-	}
-	plan, err := runtime.Compile(cg, &runtime.Options{
-		Device:          cfg.Device,
-		Trainable:       trainable,
-		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
-		KeepHooked:      cfg.Mode == BK,
-		KeepHookedIf: func(n *graph.Node) bool {
-			return len(n.Outputs) > 0 && n.Outputs[0] != nil && keep[n.Outputs[0].Name]
-		},
-		// Book-keeping and instantiation never take the runtime's
-		// summed gradients: they form Σ_i C_i g_i themselves.
-		NoParamGrads: cfg.Mode == BK || cfg.Mode == Instantiate,
-		MaxMemory:    cfg.MaxMemory,
-	})
+	plan, err := runtime.Compile(cg, opts)
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}

@@ -23,7 +23,13 @@ const (
 //	              runtime computes no parameter gradients, only the
 //	              accumulator exists)
 //	Optimizer   = 8·N_t                      (Adam's two moments)
-//	Activations = 4·B·a                      (kept for the backward pass)
+//	Activations = Plan.Compiled[mode].At(B)  (the buffers of the runtime
+//	              plan the engine compiles for the mode: its arena, which
+//	              reuses memory by liveness and keeps only what each
+//	              backward reads, its workspace, loss head and node state;
+//	              see CompiledActivations), or where the plan has no
+//	              compiled figures for the mode, the upper bound
+//	              4·B·a (every activation kept for the backward pass)
 //	nondp:       nothing more
 //	instantiate: PerSample = 4·B·(Σ_l inst_l + Σ_e n_e)   (Opacus keeps every
 //	             per-sample gradient until the clip factors are known)
@@ -40,7 +46,10 @@ const (
 //	             per-sample gradients where those are no larger (instantiate
 //	             decision with D ≤ T, shared parameters and weights through
 //	             layout operators that do not keep the norm: bk_l = inst_l);
-//	             elementwise parameters' per-sample gradients are kept
+//	             elementwise parameters' per-sample gradients are kept.
+//	             With compiled activations, the kept output gradients are
+//	             among the plan's buffers, so PerSample counts bk_l =
+//	             inst_l only
 //
 // plus 4·B for the per-sample norms in every DP mode. Ghost-norm Gram
 // matrices and instantiated gradients computed only for a norm are
@@ -61,15 +70,58 @@ type ModeMemory struct {
 	Transient   int64  `json:"transient_bytes"`
 }
 
+// CompiledActivations is the activation memory of one mode's compiled
+// runtime plan as a function of the batch B, in bytes: what the plan holds
+// besides the parameters and their gradients (runtime.Plan.BatchBytes).
+// Its arena and the rest grow by PerSample a sample over Fixed, the
+// batch-independent buffers (gradients of values derived from parameters
+// only, such as relative-position bias tables) and an allowance for the
+// arena's rounding of each buffer to 64 bytes. The kernels' workspace,
+// Scratch at batch ScratchBatch, needs no more for a batch than for its
+// parts (per-worker buffers stop growing once every worker has a sample):
+//
+//	At(B) = Fixed + PerSample·B + Scratch·⌈B/ScratchBatch⌉
+//
+// dpengine.MeasureActivations fits it to plans compiled at a few batches
+// so that it is not below the plan compiled at B (the tests hold it to
+// that on every fixture from batch 1 to 256) and within a fraction of a
+// percent of it at the plan's batch on full-size models.
+type CompiledActivations struct {
+	PerSample    int64 `json:"per_sample_bytes"`
+	Fixed        int64 `json:"fixed_bytes"`
+	Scratch      int64 `json:"scratch_bytes"`
+	ScratchBatch int64 `json:"scratch_batch"`
+}
+
+// At returns the activation bytes at batch b.
+func (c CompiledActivations) At(b int64) int64 {
+	s := c.Scratch
+	if c.ScratchBatch > 0 && b > c.ScratchBatch {
+		s *= (b + c.ScratchBatch - 1) / c.ScratchBatch
+	}
+	return c.Fixed + c.PerSample*b + s
+}
+
+// SetCompiled records the compiled plans' activation memory of the given
+// modes (merged into Compiled) and recomputes Memory at the plan's batch.
+func (p *Plan) SetCompiled(modes map[string]CompiledActivations) {
+	if p.Compiled == nil {
+		p.Compiled = map[string]CompiledActivations{}
+	}
+	for m, c := range modes {
+		p.Compiled[m] = c
+	}
+	p.Memory = p.MemoryAt(p.Batch)
+}
+
 // MemoryAt estimates the peak memory of every clipping mode at batch b.
 func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	base := ModeMemory{
-		Weights:     4 * (p.Trainable.Scalars + p.Frozen.Scalars),
-		Gradients:   8 * p.Trainable.Scalars,
-		Optimizer:   8 * p.Trainable.Scalars,
-		Activations: 4 * b * p.ActivationsPerSample,
+		Weights:   4 * (p.Trainable.Scalars + p.Frozen.Scalars),
+		Gradients: 8 * p.Trainable.Scalars,
+		Optimizer: 8 * p.Trainable.Scalars,
 	}
-	var sumInst, sumBK, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
+	var sumInst, sumBKInst, sumBKOut, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
@@ -98,16 +150,26 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		// dpengine's rule (needPerSample): keep the instantiated gradient
 		// where it is no larger than the input and output gradient.
 		if l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T) {
-			sumBK += inst
+			sumBKInst += inst
 		} else {
-			sumBK += l.Groups * l.T * l.P
+			sumBKOut += l.Groups * l.T * l.P
 		}
 		maxGhost = max(maxGhost, ghost)
 		maxChosen = max(maxChosen, l.Groups*l.Chosen())
 	}
+	// The output gradients book-keeping keeps are buffers of the runtime
+	// plan (runtime.Options.KeepHooked): a compiled activation figure
+	// holds them already.
+	if _, ok := p.Compiled[ModeBK]; ok {
+		sumBKOut = 0
+	}
 	mode := func(name string, perSample, transient int64) ModeMemory {
 		m := base
 		m.Mode, m.PerSample, m.Transient = name, perSample, transient
+		m.Activations = 4 * b * p.ActivationsPerSample
+		if c, ok := p.Compiled[name]; ok {
+			m.Activations = c.At(b)
+		}
 		if name == ModeInstantiate || name == ModeBK {
 			m.Gradients = 4 * p.Trainable.Scalars
 		}
@@ -120,6 +182,6 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
 		mode(ModeGhost, 4*b*sumKept+norms, 4*b*max(maxGhost, maxElem)),
 		mode(ModeMixed, 4*b*sumKept+norms, 4*b*max(maxChosen, maxElem)),
-		mode(ModeBK, 4*b*(sumBK+sumElem)+norms, 4*b*max(maxChosen, maxElem)),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem)+norms, 4*b*max(maxChosen, maxElem)),
 	}
 }

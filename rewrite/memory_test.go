@@ -1,6 +1,9 @@
 package rewrite
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // TestMemoryAtTerms checks the estimate's terms against the formulas of
 // docs/REWRITES.md on fixtures with convolutions, Linear layers,
@@ -76,5 +79,87 @@ func TestMemoryAtTerms(t *testing.T) {
 				t.Errorf("no parameter keeps per-sample gradients in ghost mode")
 			}
 		})
+	}
+}
+
+// TestCompiledActivationsAt checks the compiled activation figure's
+// formula: a line in the batch plus the workspace, which grows by whole
+// multiples of the batch it was measured at.
+func TestCompiledActivationsAt(t *testing.T) {
+	c := CompiledActivations{PerSample: 1000, Fixed: 50, Scratch: 300, ScratchBatch: 8}
+	for _, tc := range []struct{ b, want int64 }{
+		{1, 50 + 1000 + 300},
+		{8, 50 + 8000 + 300},
+		{9, 50 + 9000 + 600},
+		{16, 50 + 16000 + 600},
+		{17, 50 + 17000 + 900},
+	} {
+		if got := c.At(tc.b); got != tc.want {
+			t.Errorf("At(%d) = %d, want %d", tc.b, got, tc.want)
+		}
+	}
+	if got := (CompiledActivations{PerSample: 4, Scratch: 7}).At(100); got != 407 {
+		t.Errorf("without a scratch batch: At(100) = %d, want 407", got)
+	}
+}
+
+// TestMemoryAtCompiled: a mode with compiled activations takes its
+// activation term from them, the others keep the count of every
+// activation; book-keeping's kept output gradients, buffers of the
+// compiled plan, leave its per-sample term; SetCompiled refreshes Memory;
+// and the figures survive the plan's JSON, so that a report's plan
+// estimates what the run did.
+func TestMemoryAtCompiled(t *testing.T) {
+	const b = 8
+	p, err := Prepare(loadFixture(t, "vit"), Options{PlanOptions: PlanOptions{InputShape: []int64{3, 32, 32}, Batch: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]ModeMemory{}
+	for _, m := range p.Memory {
+		before[m.Mode] = m
+	}
+	var out int64
+	for _, l := range p.Layers {
+		if !(l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T)) {
+			out += l.Groups * l.T * l.P
+		}
+	}
+	if out == 0 {
+		t.Fatal("no layer keeps its output gradient in bk: the fixture does not exercise the test")
+	}
+	compiled := map[string]CompiledActivations{
+		ModeNonDP: {PerSample: 1000, Fixed: 24, Scratch: 4096, ScratchBatch: b},
+		ModeBK:    {PerSample: 2000, Fixed: 48, Scratch: 4096, ScratchBatch: b},
+	}
+	p.SetCompiled(compiled)
+	round, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Plan
+	if err := json.Unmarshal(round, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range []*Plan{p, &back} {
+		for i, m := range pl.MemoryAt(b) {
+			if pl.Memory[i] != m {
+				t.Errorf("Memory[%d] = %+v, MemoryAt(%d) = %+v", i, pl.Memory[i], b, m)
+			}
+			old := before[m.Mode]
+			switch c, ok := compiled[m.Mode]; {
+			case ok && m.Activations != c.At(b):
+				t.Errorf("%s: activations %d, compiled %d", m.Mode, m.Activations, c.At(b))
+			case !ok && m.Activations != 4*b*pl.ActivationsPerSample:
+				t.Errorf("%s: activations %d, want every activation: %d", m.Mode, m.Activations, 4*b*pl.ActivationsPerSample)
+			}
+			wantPS := old.PerSample
+			if m.Mode == ModeBK {
+				wantPS -= 4 * b * out
+			}
+			if m.PerSample != wantPS || m.Total != m.Weights+m.Gradients+m.Optimizer+m.Activations+m.PerSample+m.Transient {
+				t.Errorf("%s: per-sample %d (want %d), total %d: %+v", m.Mode, m.PerSample, wantPS, m.Total, m)
+			}
+		}
 	}
 }

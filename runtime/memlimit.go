@@ -49,8 +49,12 @@ func (p *Plan) checkTensorSizes() error {
 }
 
 // checkPlanSize refuses a buffer plan (arena and workspace) that exceeds
-// the memory limit, before it is allocated.
+// the memory limit, before it is allocated. A PlanOnly plan allocates
+// neither and passes.
 func (p *Plan) checkPlanSize(arenaElems int) error {
+	if p.opts.PlanOnly {
+		return nil
+	}
 	limit, source, ok := p.memoryLimit()
 	if !ok {
 		return nil

@@ -366,6 +366,10 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 			// found again from it (−2.9 MB on the cnn-fmnist step).
 			at := p.backStep(nd.idx)
 			if nd.needBwd && (x.dataEnd < at || y.dataEnd < at) {
+				if p.opts.PlanOnly {
+					nd.auxBytes = 4 * int64(y.n)
+					return nil
+				}
 				// Written by the device's forward, read by its
 				// backward: device memory.
 				var err error

@@ -73,6 +73,16 @@ type Options struct {
 	// over it before allocating. Zero means the machine's available memory
 	// (see AvailableMemory).
 	MaxMemory int64
+	// PlanOnly compiles the plan and its buffer plan without allocating
+	// the buffers (arena, workspace, parameter gradients, loss head,
+	// MaxPool winners), so without checking their total against
+	// MaxMemory: the plan reports what it would hold (ArenaBytes,
+	// ScratchBytes, BatchBytes) but cannot run. The kernels' set-up is
+	// still built, and a value over the limit still refused (its set-up
+	// would be as large). The memory estimate measures the plan an engine
+	// would compile at other batches this way, in no more memory than
+	// compiling takes.
+	PlanOnly bool
 }
 
 // View is a read-only look at one tensor of a running plan: float data
@@ -555,7 +565,7 @@ func (p *Plan) build() error {
 		t.needGrad = !p.opts.ForwardOnly && (t.param || t.dep) && t.reach && t.i64 == nil && t.b == nil
 	}
 	for _, t := range p.params {
-		if !p.opts.NoParamGrads {
+		if !p.opts.NoParamGrads && !p.opts.PlanOnly {
 			// Parameter gradients persist across steps, outside the
 			// arena, on the device.
 			buf, err := p.dev.Alloc(t.n)
@@ -674,6 +684,10 @@ func (p *Plan) build() error {
 			o := nd.out[0]
 			ev.DOut = View{Name: o.v.Name, Shape: o.shape, BatchAxis: o.bax, BatchStride: o.bstride, Data: o.grad}
 		}
+	}
+	if p.opts.PlanOnly {
+		p.hasLoss = len(p.outputs[0].shape) == 2
+		return nil
 	}
 	// Loss head on output 0 when it is (N, K).
 	// Its softmax, unit weights, labels and per-sample losses, and the
@@ -1260,6 +1274,9 @@ func (p *Plan) planBuffers() error {
 	if err := p.checkPlanSize(total); err != nil {
 		return err
 	}
+	if p.opts.PlanOnly {
+		return nil
+	}
 	buf, err := p.dev.Alloc(total)
 	if err != nil {
 		return fmt.Errorf("runtime: allocating the %d-element arena: %w", total, err)
@@ -1379,6 +1396,9 @@ func (p *Plan) SetInput(i int, x []float32) error {
 	if len(x) != t.n {
 		return fmt.Errorf("runtime: input %q has shape %v (%d elements), got %d elements", t.v.Name, t.shape, t.n, len(x))
 	}
+	if p.opts.PlanOnly {
+		return errPlanOnly
+	}
 	return p.dev.CopyIn(p.arena, t.off, x)
 }
 
@@ -1484,6 +1504,9 @@ func (p *Plan) Grad(name string) []float32 {
 
 // Forward runs the forward pass on the current inputs.
 func (p *Plan) Forward() error {
+	if p.opts.PlanOnly {
+		return errPlanOnly
+	}
 	for _, nd := range p.nodes {
 		if err := p.dev.Run(&nd.fk); err != nil {
 			return err
@@ -1497,6 +1520,9 @@ func (p *Plan) Forward() error {
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
 // (N), and keeps the softmax for Backward. Call it after Forward.
 func (p *Plan) Loss(labels []int64, losses []float32) error {
+	if p.opts.PlanOnly {
+		return errPlanOnly
+	}
 	if !p.hasLoss {
 		return fmt.Errorf("runtime: output %q has shape %v; the loss head needs (N, K)", p.outputs[0].v.Name, p.outputs[0].shape)
 	}

@@ -87,7 +87,7 @@ func runBench(args []string, stdout io.Writer) error {
 	priority := fs.String("priority", "memory", "layerwise decision of mixed and bk: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)")
 	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
-	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits this cap, and its throughput")
+	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps of every mode to this file (go tool pprof)")
 	devFlag := addDeviceFlag(fs)
@@ -244,7 +244,7 @@ func runBench(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintln(stdout)
 	}
-	fmt.Fprintln(stdout, "\nheap: live Go heap after warm-up (weights, plan arena, engine buffers); est. peak: the rewrite plan's estimate (docs/REWRITES.md)")
+	fmt.Fprintln(stdout, "\nheap: live Go heap after warm-up (weights, plan arena, engine buffers); est. peak: the rewrite plan's estimate, activations as the mode's compiled plan holds them (docs/REWRITES.md)")
 	if devPeak {
 		fmt.Fprintln(stdout, "device peak: the most device memory the mode's engine held (its own device, opened afresh)")
 	}
@@ -268,6 +268,11 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 	}
 	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch), Priority: prio}})
 	if err != nil {
+		return row, err
+	}
+	// The estimate counts the buffers of the plan the mode's engine
+	// compiles, as train --max-memory does.
+	if err := dpengine.MeasureActivations(g, rp, dev, mode); err != nil {
 		return row, err
 	}
 	for _, m := range rp.Memory {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
@@ -25,6 +26,12 @@ type planReport struct {
 	BN     rewrite.BNOptions `json:"bn"`
 	Shared string            `json:"shared"`
 	Saved  string            `json:"saved,omitempty"`
+	// NotMeasured says why the memory estimate's activations are the
+	// count of every activation rather than the buffers of each mode's
+	// compiled runtime plan (rewrite.Plan.Compiled): a model with
+	// nothing to train, or one whose plan cannot be compiled on this
+	// machine, is still described.
+	NotMeasured string `json:"activations_not_measured,omitempty"`
 	*rewrite.Plan
 }
 
@@ -70,6 +77,15 @@ func runPlan(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	rep := planReport{Model: *model, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	// Every mode's activation memory as the runtime plan its engine
+	// compiles holds it (liveness, only what each backward reads), rather
+	// than every activation of the graph. Where there is no such plan the
+	// estimate keeps that bound and says why.
+	if p.Trainable.Tensors == 0 {
+		rep.NotMeasured = "no trainable parameter"
+	} else if err := dpengine.MeasureActivations(g, p, dev); err != nil {
+		rep.NotMeasured = err.Error()
+	}
 	if *out != "" {
 		rm, err := g.ToONNX()
 		if err != nil {
@@ -210,7 +226,13 @@ func printPlan(w io.Writer, r *planReport) {
 			fmt.Fprintf(w, "  %-*s %s\n", nameW, trunc(p.Label(prm.Name), nameW), prm.Reason)
 		}
 	}
-	fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: %d scalars per sample):\n", p.Batch, p.ActivationsPerSample)
+	if len(p.Compiled) > 0 {
+		fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: the buffers of each mode's compiled runtime plan,\n"+
+			"where keeping every activation would take %d scalars a sample):\n", p.Batch, p.ActivationsPerSample)
+	} else {
+		fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: %d scalars per sample, all kept;\n"+
+			"the runtime plan was not measured: %s):\n", p.Batch, p.ActivationsPerSample, r.NotMeasured)
+	}
 	fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", "mode", "total", "weights", "gradients", "adam", "activations", "per-sample", "transient")
 	for _, m := range p.Memory {
 		fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", m.Mode, humanBytes(m.Total), humanBytes(m.Weights), humanBytes(m.Gradients),

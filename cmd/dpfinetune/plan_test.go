@@ -112,3 +112,33 @@ func TestPlanUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanCompiledActivations: plan measures every mode's compiled
+// runtime plan, and its estimate's activation term is that plan's
+// (CompiledActivations at the batch), below the count of every activation
+// on a transformer; the table says so.
+func TestPlanCompiledActivations(t *testing.T) {
+	const b = 8
+	args := []string{"plan", "--model", "../../testdata/models/vit.onnx", "--input-shape", "3,32,32", "--batch", "8"}
+	out, errOut, code := run(t, append(args, "--json")...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r planReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Compiled) != 5 || len(r.Memory) != 5 {
+		t.Fatalf("compiled activations %v, memory %v: want all five modes", r.Compiled, r.Memory)
+	}
+	for _, m := range r.Memory {
+		c, ok := r.Compiled[m.Mode]
+		if !ok || m.Activations != c.At(b) || 2*m.Activations >= 4*b*r.ActivationsPerSample {
+			t.Errorf("%s: activations %d, compiled %+v, every activation %d bytes", m.Mode, m.Activations, c, 4*b*r.ActivationsPerSample)
+		}
+	}
+	text, errOut, code := run(t, args...)
+	if code != 0 || !strings.Contains(text, "compiled runtime plan") {
+		t.Errorf("exit %d (%s); the table does not say where its activations come from:\n%s", code, errOut, text)
+	}
+}

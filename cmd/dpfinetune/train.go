@@ -88,7 +88,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		epochs:     fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
 		batchSize:  fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n"),
 		physical:   fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), or the largest fitting --max-memory)"),
-		maxMem:     fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits (bisection)"),
+		maxMem:     fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
 		lr:         fs.Float64("lr", 1e-3, "learning rate"),
 		optName:    fs.String("optimizer", "adam", "adam, adamw or sgd"),
 		momentum:   fs.Float64("momentum", 0.9, "momentum of sgd"),

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/orttest"
@@ -233,7 +234,9 @@ func TestEvalCLI(t *testing.T) {
 }
 
 // TestMaxMemory: --max-memory picks the largest physical batch whose
-// estimated peak fits, and a cap below one sample is a clear error.
+// estimated peak fits the cap less its headroom (dptrain.Usable), the
+// estimate counting the compiled plan's activations (the report's plan
+// carries them), and a cap below one sample is a clear error.
 func TestMaxMemory(t *testing.T) {
 	for _, c := range []struct {
 		in   string
@@ -260,10 +263,13 @@ func TestMaxMemory(t *testing.T) {
 	if P < 1 || P > 128 {
 		t.Fatalf("physical batch %d", P)
 	}
+	if _, ok := r.Plan.Compiled["bk"]; !ok {
+		t.Fatalf("the report's plan has no compiled activations for bk: %v", r.Plan.Compiled)
+	}
 	fits := func(b int) bool {
 		for _, m := range r.Plan.MemoryAt(int64(b)) {
 			if m.Mode == "bk" {
-				return m.Total <= 4<<20
+				return m.Total <= dptrain.Usable(4<<20)
 			}
 		}
 		return false

@@ -1,0 +1,74 @@
+package runtime
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestPlanOnlyMeasuresWithoutAllocating: a PlanOnly plan reports the
+// arena, workspace and batch bytes of the plan compiled with the same
+// options and buffers (so that a memory estimate may measure it in place
+// of the real one), allocates none of them, so that a memory limit below
+// them does not refuse it while one below a single value still does, and
+// refuses to run.
+func TestPlanOnlyMeasuresWithoutAllocating(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"cnn", Options{}},
+		{"cnn", Options{KeepHooked: true}},
+		{"vgg", Options{KeepActivations: true}},
+		{"resnet_eval", Options{NoParamGrads: true}},
+		{"vit", Options{}},
+		{"vit", Options{KeepHooked: true}},
+		{"beit", Options{KeepActivations: true}},
+	} {
+		g, gold := loadFixture(t, c.name)
+		n := gold["input"].Shape[0]
+		real, err := CompileForBatch(g, n, nil, &c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		po := c.opts
+		po.PlanOnly = true
+		po.MaxMemory = 1
+		if _, err := CompileForBatch(g, n, nil, &po); err == nil || !strings.Contains(err.Error(), "output") {
+			t.Errorf("%s: a limit of one byte: %v, want the first value refused", c.name, err)
+		}
+		po.MaxMemory = real.ArenaBytes() / 2 // under the plan, over any one value
+		only, err := CompileForBatch(g, n, nil, &po)
+		if err != nil {
+			t.Fatalf("%s %+v: %v", c.name, po, err)
+		}
+		if only.ArenaBytes() != real.ArenaBytes() || only.LiveBytes() != real.LiveBytes() || only.ScratchBytes() != real.ScratchBytes() || only.BatchBytes() != real.BatchBytes() {
+			t.Errorf("%s %+v: plan-only arena %d, live %d, scratch %d, batch %d; compiled %d, %d, %d, %d", c.name, c.opts,
+				only.ArenaBytes(), only.LiveBytes(), only.ScratchBytes(), only.BatchBytes(), real.ArenaBytes(), real.LiveBytes(), real.ScratchBytes(), real.BatchBytes())
+		}
+		if real.ScratchBytes() != 4*int64(len(real.Scratch())) || real.BatchBytes() <= real.ArenaBytes()+real.ScratchBytes() {
+			t.Errorf("%s: scratch %d bytes of %d floats, batch bytes %d over arena %d", c.name, real.ScratchBytes(), len(real.Scratch()), real.BatchBytes(), real.ArenaBytes())
+		}
+		if only.arena != nil || only.Scratch() != nil || only.probs != nil {
+			t.Errorf("%s: a plan-only plan allocated its arena, workspace or loss head", c.name)
+		}
+		for _, name := range only.Params() {
+			if only.Grad(name) != nil {
+				t.Errorf("%s: a plan-only plan allocated the gradient of %s", c.name, name)
+			}
+		}
+		x, _ := only.Input(0)
+		if err := only.SetInput(0, make([]float32, gold["input"].Len())); !errors.Is(err, errPlanOnly) || x != nil {
+			t.Errorf("%s: SetInput on a plan-only plan: %v", c.name, err)
+		}
+		if err := only.Forward(); !errors.Is(err, errPlanOnly) {
+			t.Errorf("%s: Forward on a plan-only plan: %v", c.name, err)
+		}
+		if err := only.Loss(make([]int64, n), make([]float32, n)); !errors.Is(err, errPlanOnly) {
+			t.Errorf("%s: Loss on a plan-only plan: %v", c.name, err)
+		}
+		if err := only.Backward(nil, nil); err == nil {
+			t.Errorf("%s: Backward on a plan-only plan ran", c.name)
+		}
+	}
+}
