@@ -7,11 +7,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
-	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 // engineFixtures are the fixtures whose per-sample norms are defined
@@ -44,22 +41,7 @@ func newEngineB(b *testing.B, name string, mode Mode, batch int) *Engine {
 
 func buildEngine(t testing.TB, name string, cfg Config) *Engine {
 	t.Helper()
-	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sample := []int64{3, 32, 32}
-	if name == "cnn" {
-		sample = []int64{1, 28, 28}
-	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, rp := preparedFixture(t, name, 8)
 	e, err := New(g, rp, cfg)
 	if err != nil {
 		t.Fatal(err)
