@@ -119,7 +119,8 @@
 // has few terms, by a warp (WARP_FOR_EACH or LANES_FOR_EACH, lane l taking
 // terms l, l + 32, …, warp_sum) where it has many — ReduceToShape's
 // elements and the normalizations' statistics from 64 terms on
-// (reduceWide; a ReduceToShape that keeps x's innermost axis stays a
+// (reduceWide; a block per row from 8192 terms, launchRows, block_sum's
+// fixed tree; a ReduceToShape that keeps x's innermost axis stays a
 // thread per element when its elements fill the device, each warp then
 // reading consecutive addresses), a bias's channel sums, the direct
 // kernels' weight gradients. Convolutions go to cuDNN where the driver

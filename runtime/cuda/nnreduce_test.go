@@ -442,6 +442,11 @@ func TestNNReduceOps(t *testing.T) {
 	defer func(w int) { reduceWide = w }(reduceWide)
 	reduceWide = 1
 	t.Run("wide", func(t *testing.T) { checkNNReduceOps(t, d) })
+	// And every row statistic a block's (launchRows), however short the
+	// row.
+	defer func(w int) { rowBlockWide = w }(rowBlockWide)
+	rowBlockWide = 1
+	t.Run("block", func(t *testing.T) { checkNNReduceOps(t, d) })
 }
 
 // TestNNReduceOpsOnFake runs TestNNReduceOps' cases through the real driver's

@@ -457,6 +457,41 @@ extern "C" __global__ void row_stats(const float *x, long long rows, long long L
   }
 }
 
+// row_stats_block is row_stats with a block per row, for long rows (a
+// GroupNorm group over a large feature map: a warp per row leaves most of
+// the GPU idle, each lane looping over thousands of terms): thread k takes
+// the terms k, k + blockDim.x, …, and block_sum adds the threads' sums.
+// lanes is unused (row_stats' arguments, so that the caller packs the
+// same).
+extern "C" __global__ void row_stats_block(const float *x, long long rows, long long L, double eps, double *st, float *mean,
+                                           float *inv_std, int lanes) {
+  __shared__ double part[32];
+  __shared__ double mu;
+  (void)lanes;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float *xr = x + r * L;
+    double s = 0;
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) s += xr[j];
+    s = block_sum(s, part);
+    if (threadIdx.x == 0) mu = s / (double)L;
+    __syncthreads();
+    double m = mu, ss = 0;
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+      double d = (double)xr[j] - m;
+      ss += d * d;
+    }
+    ss = block_sum(ss, part);
+    if (threadIdx.x == 0) {
+      double iv = 1 / sqrt(ss / (double)L + eps);
+      st[2 * r] = m;
+      st[2 * r + 1] = iv;
+      if (mean) mean[r] = (float)m;
+      inv_std[r] = (float)iv;
+    }
+    __syncthreads(); // mu is the next row's
+  }
+}
+
 // row_normalize writes y = (x − μ)·σ⁻¹ from row_stats' statistics.
 extern "C" __global__ void row_normalize(const float *x, long long rows, long long L, const double *st, float *y) {
   FOR_EACH(i, rows * L) {
@@ -479,6 +514,27 @@ extern "C" __global__ void row_grad_sums(const float *y, const float *dy, long l
     mg = lanes_total(mg, lanes);
     mgy = lanes_total(mgy, lanes);
     if (lane == 0) {
+      sums[2 * r] = mg / (double)L;
+      sums[2 * r + 1] = mgy / (double)L;
+    }
+  }
+}
+
+// row_grad_sums_block is row_grad_sums with a block per row, for long
+// rows (row_stats_block); lanes is unused.
+extern "C" __global__ void row_grad_sums_block(const float *y, const float *dy, long long rows, long long L, double *sums,
+                                               int lanes) {
+  __shared__ double part[32];
+  (void)lanes;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    double mg = 0, mgy = 0;
+    for (long long i = r * L + threadIdx.x; i < (r + 1) * L; i += blockDim.x) {
+      mg += dy[i];
+      mgy += (double)dy[i] * (double)y[i];
+    }
+    mg = block_sum(mg, part);
+    mgy = block_sum(mgy, part);
+    if (threadIdx.x == 0) {
       sums[2 * r] = mg / (double)L;
       sums[2 * r + 1] = mgy / (double)L;
     }
