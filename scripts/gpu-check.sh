@@ -339,7 +339,7 @@ if has maxbatch; then
 echo "== 5. largest physical batch (VGG-19, CIFAR-10)" >&2
 : >"$OUT/maxbatch.jsonl"
 MB_MODEL=cifar_vgg19
-MB_START=${MB_START:-256}
+MB_START=${MB_START:-2048} # halved while it does not run (a smaller GPU), doubled while it does
 MB_MAX=${MB_MAX:-65536}
 if [ $mode = emulate ]; then MB_MODEL=cnn-fmnist MB_START=2 MB_MAX=8; fi
 # largest CMD...: the largest batch B (from MB_START, doubling while it
