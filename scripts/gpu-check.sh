@@ -402,8 +402,9 @@ fi
 if has profile; then
 echo "== 6. where a step's time goes (DPFINETUNE_CUDA_PROFILE)" >&2
 # Each operation and kernel timed alone (the device waited for before and
-# after each): profile-MODEL[-gemm].txt, one table per mode, the warm-up
-# step included, with the convolution library's products and refusals.
+# after each): profile-MODEL[-gemm].txt, one table per mode, over the
+# timed steps (bench resets the profile after its warm-up step), with the
+# convolution library's products and refusals.
 profile() { # name batch [gemm]
 	if late; then
 		echo "profile $1${3:+-$3}: skipped, BUDGET_S spent" >&2

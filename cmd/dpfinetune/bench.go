@@ -355,6 +355,11 @@ func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengi
 		return 0, 0, err
 	}
 	lastHeap = liveHeap()
+	// A device's operation profile (DPFINETUNE_CUDA_PROFILE) covers the
+	// timed steps only, not the warm-up's first uses of each shape.
+	if r, ok := dev.(interface{ ResetProfile() }); ok {
+		r.ResetProfile()
+	}
 	times := make([]float64, n)
 	for i := range times {
 		t0 := time.Now()

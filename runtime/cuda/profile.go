@@ -45,6 +45,20 @@ func newProfile() *profile {
 	return &profile{out: os.Stderr, opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}}
 }
 
+// ResetProfile starts the operation profile (EnvProfile) afresh, so that
+// the table Close writes covers only what runs after it: a benchmark
+// calls it after its warm-up step, whose first use of each shape (NVRTC's
+// modules loaded, cuDNN's algorithms measured, plans uploaded) would
+// otherwise weigh in every row. Without a profile it does nothing.
+func (d *Device) ResetProfile() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.prof; p != nil {
+		d.drv.Synchronize()
+		p.opened, p.ops, p.kernels = time.Now(), map[string]*profEntry{}, map[string]*profEntry{}
+	}
+}
+
 func (p *profile) add(m map[string]*profEntry, name string, t time.Duration) {
 	e := m[name]
 	if e == nil {
