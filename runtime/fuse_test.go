@@ -6,11 +6,7 @@ import (
 	"sort"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
 // fusedCounts counts the plan's fused nodes by operator.
@@ -99,33 +95,11 @@ func geluTanhChain(b *modelBuilder, x, out string) {
 	b.node("Mul", []string{out + "_half", out + "_m"}, out)
 }
 
-// graphIO is modelBuilder.graph with graph inputs x0 (2, 3, 8) and
+// graphIO is modelBuilder.graph with graph input x0 (2, 3, 8) and
 // several graph outputs.
 func (b *modelBuilder) graphIO(t testing.TB, outs ...string) *graph.Graph {
 	t.Helper()
-	var vi []*onnxpb.ValueInfoProto
-	for _, o := range outs {
-		vi = append(vi, &onnxpb.ValueInfoProto{Name: proto.String(o)})
-	}
-	sh := &onnxpb.TensorShapeProto{}
-	for _, d := range []int64{2, 3, 8} {
-		sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
-	}
-	in := &onnxpb.ValueInfoProto{Name: proto.String("x0"),
-		Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(1), Shape: sh}}}}
-	m := &onnxpb.ModelProto{
-		IrVersion:   proto.Int64(8),
-		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(b.opset)}},
-		Graph:       &onnxpb.GraphProto{Name: proto.String("test"), Node: b.nodes, Initializer: b.inits, Input: []*onnxpb.ValueInfoProto{in}, Output: vi},
-	}
-	g, err := graph.FromONNX(onnx.NewModel(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.InferShapes(nil); err != nil {
-		t.Fatal(err)
-	}
-	return g
+	return b.build(t, "x0", []int64{2, 3, 8}, outs...)
 }
 
 // compileWithInput compiles g and fills its input x0 with a fixed pattern

@@ -97,15 +97,30 @@ func aStr(name, v string) *onnxpb.AttributeProto {
 // graph returns the graph with output out, shapes inferred.
 func (b *modelBuilder) graph(t testing.TB, out string) *graph.Graph {
 	t.Helper()
+	return b.build(t, "", nil, out)
+}
+
+// build returns the graph of b's nodes and initializers with graph input
+// in of the given shape (none where in is "") and outputs outs, shapes
+// inferred.
+func (b *modelBuilder) build(t testing.TB, in string, shape []int64, outs ...string) *graph.Graph {
+	t.Helper()
+	gp := &onnxpb.GraphProto{Name: proto.String("test"), Node: b.nodes, Initializer: b.inits}
+	for _, o := range outs {
+		gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String(o)})
+	}
+	if in != "" {
+		sh := &onnxpb.TensorShapeProto{}
+		for _, d := range shape {
+			sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+		}
+		gp.Input = []*onnxpb.ValueInfoProto{{Name: proto.String(in),
+			Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(1), Shape: sh}}}}}
+	}
 	m := &onnxpb.ModelProto{
 		IrVersion:   proto.Int64(8),
 		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(b.opset)}},
-		Graph: &onnxpb.GraphProto{
-			Name:        proto.String("test"),
-			Node:        b.nodes,
-			Initializer: b.inits,
-			Output:      []*onnxpb.ValueInfoProto{{Name: proto.String(out)}},
-		},
+		Graph:       gp,
 	}
 	g, err := graph.FromONNX(onnx.NewModel(m))
 	if err != nil {

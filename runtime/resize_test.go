@@ -47,30 +47,10 @@ func TestResizeMatchesPyTorch(t *testing.T) {
 // constants, "" for an absent one) and output "y".
 func resizeGraph(t *testing.T, op string, opset int64, shape []int64, consts []*onnxpb.TensorProto, inputs []string, attrs ...*onnxpb.AttributeProto) *graph.Graph {
 	t.Helper()
-	var dims []*onnxpb.TensorShapeProto_Dimension
-	for _, d := range shape {
-		dims = append(dims, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
-	}
-	m := &onnxpb.ModelProto{
-		IrVersion:   proto.Int64(8),
-		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(opset)}},
-		Graph: &onnxpb.GraphProto{
-			Name: proto.String("resize"),
-			Node: []*onnxpb.NodeProto{{Name: proto.String("r"), OpType: proto.String(op), Input: append([]string{"x"}, inputs...), Output: []string{"y"}, Attribute: attrs}},
-			Input: []*onnxpb.ValueInfoProto{{Name: proto.String("x"), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
-				TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(1), Shape: &onnxpb.TensorShapeProto{Dim: dims}}}}}},
-			Initializer: consts,
-			Output:      []*onnxpb.ValueInfoProto{{Name: proto.String("y")}},
-		},
-	}
-	g, err := graph.FromONNX(onnx.NewModel(m))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := g.InferShapes(nil); err != nil {
-		t.Fatal(err)
-	}
-	return g
+	b := newBuilder(0, opset)
+	b.inits = consts
+	b.node(op, append([]string{"x"}, inputs...), "y", attrs...)
+	return b.build(t, "x", shape, "y")
 }
 
 func floatsProto(name string, v ...float32) *onnxpb.TensorProto {
