@@ -23,23 +23,12 @@ import (
 // On the CPU and the reference backend device memory is host memory, so
 // none of this copies.
 
-// ownMemory reports whether dev computes on memory of its own (an
-// accelerator, or reference.Separate) rather than on host memory it
-// adopts. A device of one worker with memory of its own batches its
-// per-sample work (Engine.batchSamples): there a per-sample loop is a
-// chain of small launches, while on a host core it keeps a sample's data
-// in cache and can use the per-sample input Gram (inputGram).
-func ownMemory(dev runtime.Device) bool {
-	if dev == nil {
-		return false
-	}
-	a, ok := dev.(runtime.HostAdopter)
-	if !ok {
-		return true
-	}
-	_, adopts := a.AdoptHost(make([]float32, 1))
-	return !adopts
-}
+// ownMemory is runtime.OwnMemory: a device of one worker with memory of
+// its own batches its per-sample work (Engine.batchSamples), where a
+// per-sample loop is a chain of small launches, while on a host core it
+// keeps a sample's data in cache and can use the per-sample input Gram
+// (inputGram).
+func ownMemory(dev runtime.Device) bool { return runtime.OwnMemory(dev) }
 
 // allocOn returns n zeroed float32 elements of dev's memory (the view
 // its operations take); a nil dev is the CPU, as in Config.

@@ -164,10 +164,10 @@ func ceilDiv(a, b int64) int64 {
 func measureOptions(cfg Config, rp *rewrite.Plan, dev runtime.Device) *runtime.Options {
 	opts := compileOptions(cfg, rp)
 	if opts.Probabilities == runtime.ProbabilitiesAuto {
-		// runtime.ProbabilitiesAuto's rule, for dev rather than the CPU
-		// the plan is measured on.
+		// runtime.ProbabilitiesAuto's rule (runtime.OwnMemory), for dev
+		// rather than the CPU the plan is measured on.
 		opts.Probabilities = runtime.ProbabilitiesKeep
-		if ownMemory(dev) {
+		if runtime.OwnMemory(dev) {
 			opts.Probabilities = runtime.ProbabilitiesRecompute
 		}
 	}

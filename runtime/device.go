@@ -242,6 +242,22 @@ func TF32On(d Device) bool {
 	return ok && t.TF32()
 }
 
+// OwnMemory reports whether d computes on memory of its own (an
+// accelerator, or reference.Separate) rather than on host memory it
+// adopts (HostAdopter): where memory, not time, bounds the batch, and
+// where the DP engine batches its per-sample work. A nil d is the CPU.
+func OwnMemory(d Device) bool {
+	if d == nil {
+		return false
+	}
+	a, ok := d.(HostAdopter)
+	if !ok {
+		return true
+	}
+	_, adopts := a.AdoptHost(make([]float32, 1))
+	return !adopts
+}
+
 // AdoptHost returns a buffer of d holding host's elements: host itself
 // where d adopts host memory (HostAdopter), else a new buffer of d with a
 // copy. Whether the two are the same memory is SameMemory(host, b.Floats()).

@@ -956,15 +956,8 @@ func hookReads(nd *node, j int) bool {
 // an inference plan.
 func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
 	p.remat = nil
-	recompute := p.opts.Probabilities == ProbabilitiesRecompute
-	if p.opts.Probabilities == ProbabilitiesAuto {
-		if a, ok := p.dev.(HostAdopter); !ok {
-			recompute = true
-		} else {
-			_, adopts := a.AdoptHost(make([]float32, 1))
-			recompute = !adopts
-		}
-	}
+	recompute := p.opts.Probabilities == ProbabilitiesRecompute ||
+		p.opts.Probabilities == ProbabilitiesAuto && OwnMemory(p.dev)
 	if !recompute || p.opts.KeepActivations || p.opts.ForwardOnly {
 		return nil
 	}
