@@ -160,6 +160,41 @@ func stepCalls(b *testing.B, dev runtime.Device, cd *countingDriver, drv cuda.Dr
 	b.ReportMetric(per(cd.htod+cd.dtoh), "copies/step")
 }
 
+// TestCUDAStepCopies holds a warm step (Engine.Step, after one step that
+// copied the plans and grew the scratch) on the emulated CUDA device to
+// the host copies it cannot do without: the input and the labels in, the
+// losses out and, in a DP mode, the clipping report's counts out. Any
+// other copy between host and device is a synchronisation in the middle
+// of the step on a GPU (a copy from pageable memory waits for every
+// queued kernel): GemmBias and its backward, whose shapes were staged with
+// each call, made two of them per Gemm and step (ViT-B/16: 26).
+func TestCUDAStepCopies(t *testing.T) {
+	drv, cd, dev := countingCUDA(t)
+	for _, name := range []string{"cnn", "resnet_eval", "vit", "beit"} {
+		for _, mode := range []Mode{NonDP, BK, Mixed} {
+			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
+				const n = 4
+				_, _, batch, fill := engineBatch(t, name, n)
+				e := buildEngine(t, name, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+				if _, err := e.Step(batch, fill); err != nil {
+					t.Fatal(err)
+				}
+				*cd = countingDriver{Driver: drv}
+				if _, err := e.Step(batch, fill); err != nil {
+					t.Fatal(err)
+				}
+				wantOut := 2 // the losses and the clipping counts
+				if mode == NonDP {
+					wantOut = 1
+				}
+				if cd.htod != 2 || cd.dtoh != wantOut {
+					t.Errorf("a warm step copied %d times to the device and %d times to the host; want 2 (input, labels) and %d", cd.htod, cd.dtoh, wantOut)
+				}
+			})
+		}
+	}
+}
+
 // TestTF32Engine runs the engine on the emulated CUDA device with TF32
 // convolutions (runtime.TF32Device) on resnet_eval, whose convolutions
 // take the GEMM path. In bk and instantiate, each sample's clipped

@@ -108,8 +108,10 @@ type Device struct {
 	// geometry, a normalization's parameter tables), keyed by the plan's
 	// pointer: see planCopy.
 	planData map[any]DevicePtr
-	// shapes stages an operation's shape arguments (stageShapes).
-	shapes []int64
+	// shapes builds an operation's shape arguments, and shapeData holds
+	// their device copies, one per distinct pair (stageShapes).
+	shapes    []int64
+	shapeData map[shapeKey]DevicePtr
 	// tf32 runs the forward and input-gradient products of convolutions
 	// in TF32 (SetTF32).
 	tf32 bool
@@ -408,7 +410,7 @@ func (d *Device) Close() error {
 	for _, s := range d.spans {
 		d.drv.Free(s.p)
 	}
-	d.spans, d.scratch, d.gathers, d.planData, d.inUse = nil, arena{}, nil, nil, 0
+	d.spans, d.scratch, d.gathers, d.planData, d.shapeData, d.inUse = nil, arena{}, nil, nil, nil, 0
 	if d.prof != nil {
 		d.prof.write(d.prof.out, 40)
 		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused\n", d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused))

@@ -175,8 +175,8 @@
 // table (NormRows: the parameter of element j of row r is row_off[r] +
 // col_off[j], checked for every element when the table is built, with
 // each column offset's columns listed for the parameter gradients).
-// GemmBias's and a reduction's shapes are staged with each call
-// (stageShapes).
+// GemmBias's and a reduction's shapes go to the device at their first
+// use, one copy per distinct pair of shapes (stageShapes).
 //
 // # Device and operands
 //

@@ -13,7 +13,7 @@ import (
 // pooling's geometry and an affine row normalization's parameter layout
 // reach the kernels as device copies of the compile-time plan, made at
 // first use and cached on the Device under the plan's pointer (planCopy);
-// the shapes of GemmBias are staged with each call (stageShapes).
+// the shapes of GemmBias go to the device once each (stageShapes).
 
 // Geometry fields, as kernels/nn.cu's G_* enumeration.
 const (
@@ -702,7 +702,38 @@ func (d *Device) stageShapes(full, part []int) DevicePtr {
 		sh = append(sh, int64(v))
 	}
 	d.shapes = sh
-	return i64In(sh, d)
+	if len(sh) > len(shapeKey{}.v) {
+		return i64In(sh, d)
+	}
+	key := shapeKey{n: len(sh)}
+	copy(key.v[:], sh)
+	if p, ok := d.shapeData[key]; ok {
+		return p
+	}
+	// A model has a few dozen distinct shapes at most: each goes to the
+	// device once, for the device's lifetime. A staged copy per call
+	// would be a host-to-device copy from pageable memory, which waits
+	// for every queued kernel — a synchronisation per GemmBias in the
+	// middle of a step.
+	p, err := d.alloc(8 * len(sh))
+	if err != nil {
+		fault(err)
+	}
+	if err := d.drv.CopyHtoD(p, unsafe.Pointer(&sh[0]), 8*len(sh)); err != nil {
+		fault(fmt.Errorf("cuda: copying shapes to the device: %w", err))
+	}
+	if d.shapeData == nil {
+		d.shapeData = map[shapeKey]DevicePtr{}
+	}
+	d.shapeData[key] = p
+	return p
+}
+
+// shapeKey is a staged shape pair's values: stageShapes keeps a device
+// copy of each (Device.shapeData).
+type shapeKey struct {
+	n int
+	v [16]int64
 }
 
 // GemmBias implements runtime.NNOps: a thread per element of y.

@@ -9,7 +9,8 @@ import (
 // summing in the order of the input, a warp per long contiguous softmax
 // line or sample's logits (launchLanes), and one thread per input element
 // for the gradients. A reduction's groups come from its
-// shapes, staged with each call (stageShapes); grp is not read.
+// shapes, copied to the device once per distinct pair (stageShapes);
+// grp is not read.
 
 // reduceShapes stages xShape and yShape for kernels/reduce.cu (d.mu
 // held).
