@@ -199,6 +199,11 @@ type dnnPlan struct {
 	x, y, w, conv uintptr
 	algo          [3]int32
 	work          [3]uint64
+	// ws is the workspace each product's algorithm asks for, queried at
+	// its first run (wsKnown): the same for every later call, which then
+	// makes one library call, the product's own.
+	ws      [3]uint64
+	wsKnown [3]bool
 }
 
 // dnnKey is what a plan depends on.
@@ -483,11 +488,12 @@ func (c *nvidia) Conv(a *ConvArgs) error {
 	if err := c.dnnAlgo(p, a.Kind, a.TF32); err != nil {
 		return err
 	}
-	var wsSize uint64
-	switch a.Kind {
-	case ConvForward:
+	wsSize := p.ws[a.Kind]
+	switch {
+	case p.wsKnown[a.Kind]:
+	case a.Kind == ConvForward:
 		err = c.dnn.call("cudnnGetConvolutionForwardWorkspaceSize", c.dnn.fwdWorkspace, c.dnnHandle, p.x, p.w, p.conv, p.y, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
-	case ConvBackwardData:
+	case a.Kind == ConvBackwardData:
 		err = c.dnn.call("cudnnGetConvolutionBackwardDataWorkspaceSize", c.dnn.dataWorkspace, c.dnnHandle, p.w, p.y, p.conv, p.x, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
 	default:
 		err = c.dnn.call("cudnnGetConvolutionBackwardFilterWorkspaceSize", c.dnn.filterWorkspace, c.dnnHandle, p.x, p.y, p.conv, p.w, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
@@ -495,6 +501,7 @@ func (c *nvidia) Conv(a *ConvArgs) error {
 	if err != nil {
 		return err
 	}
+	p.ws[a.Kind], p.wsKnown[a.Kind] = wsSize, true
 	ws, err := c.dnnWorkspace(wsSize)
 	if err != nil {
 		return err
