@@ -18,8 +18,11 @@
 #      cuBLAS GEMMs), what cuDNN buys, and the convolutional models with
 #      cuDNN's algorithms chosen by its heuristics
 #      (DPFINETUNE_CUDNN_ALGO=heuristic) instead of its measurement, the
-#      default, and with its nondeterministic algorithms allowed
-#      (DPFINETUNE_CUDNN_DETERMINISTIC=off, as PyTorch allows them);
+#      default, with its nondeterministic algorithms allowed
+#      (DPFINETUNE_CUDNN_DETERMINISTIC=off, as PyTorch allows them), and
+#      with cuDNN wherever it runs a shape (DPFINETUNE_CUDNN_GEMM=off)
+#      instead of the default measured choice between cuDNN and the GEMM
+#      path per shape and product;
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed, and instantiate: Opacus's method, every per-sample gradient
@@ -217,6 +220,10 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	# And with cuDNN's nondeterministic algorithms allowed
 	# (DPFINETUNE_CUDNN_DETERMINISTIC=off), as PyTorch's default allows them.
 	case $1 in vit*) ;; *) late || CONVS=nondeterministic DPFINETUNE_CUDNN_DETERMINISTIC=off ours "$1" "$2" nondp,bk ;; esac
+	# And with cuDNN wherever it takes a shape (DPFINETUNE_CUDNN_GEMM=off):
+	# the default measures each product against the GEMM path and keeps
+	# the faster, this row what that choice buys.
+	case $1 in vit*) ;; *) late || CONVS=cudnn DPFINETUNE_CUDNN_GEMM=off ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
@@ -256,6 +263,8 @@ for r in rows:
         prec += ", cuDNN's algorithms by heuristics"
     if r.get("convs") == "nondeterministic":
         prec += ", cuDNN's nondeterministic algorithms allowed"
+    if r.get("convs") == "cudnn":
+        prec += ", cuDNN wherever it runs (not measured against GEMMs)"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue

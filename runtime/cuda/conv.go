@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -253,6 +254,12 @@ func (d *Device) convWeightGradGEMM(c *convOperands, x, dy, dw DevicePtr) {
 // without asking again (d.mu held). The tests' forced paths (convPath)
 // keep the Device's own kernels.
 func (d *Device) dnnConv(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr, beta float32, tf32 bool) bool {
+	return d.dnnSetup(kind, s, x, w, y, beta, tf32) && d.dnnRun(s)
+}
+
+// dnnSetup fills d.dnnArgs for dnnConv and reports whether the library
+// may run s (d.mu held).
+func (d *Device) dnnSetup(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr, beta float32, tf32 bool) bool {
 	if d.noDNN || convPath != convAuto || d.dnnRefused[s] != nil || s.N == 0 || s.T == 0 {
 		return false
 	}
@@ -272,7 +279,13 @@ func (d *Device) dnnConv(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr,
 		}
 		a.Pads[ax] = begin
 	}
-	err := d.drv.Conv(a)
+	return true
+}
+
+// dnnRun runs the product d.dnnArgs describes through the library; false
+// where it has none or refuses s (remembered) (d.mu held).
+func (d *Device) dnnRun(s *runtime.ConvShape) bool {
+	err := d.drv.Conv(&d.dnnArgs)
 	switch {
 	case errors.Is(err, ErrNoConvLibrary):
 		d.noDNN = true
@@ -282,6 +295,112 @@ func (d *Device) dnnConv(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr,
 	}
 	d.dnnRuns++
 	return true
+}
+
+// pathKeeper is a Driver whose convolution library the Device measures
+// against its own GEMM path (libOrGEMM), keeping per shape and product
+// the faster.
+type pathKeeper interface {
+	// ConvPath returns the path kept for a's shape and product (lib: the
+	// library's) and whether one is kept; measure is false where the
+	// library is to run every shape it takes, unmeasured.
+	ConvPath(a *ConvArgs) (lib, kept, measure bool)
+	// KeepConvPath keeps the path chosen for a's shape and product and
+	// the two times per product it was chosen on.
+	KeepConvPath(a *ConvArgs, lib bool, libMS, gemmMS float32)
+}
+
+// pathKey is a shape's product in Device.paths.
+type pathKey struct {
+	s    *runtime.ConvShape
+	kind ConvKind
+	tf32 bool
+}
+
+// pathTrials is how many times libOrGEMM runs each path back to back for
+// its measurement, after a first run of each.
+const pathTrials = 3
+
+// pathTimer times run, pathTrials calls of product kind on one path
+// (lib: the library's), the device's queue empty before and after: the
+// tests replace it.
+var pathTimer = func(d *Device, kind ConvKind, lib bool, run func()) time.Duration {
+	d.drv.Synchronize()
+	t0 := time.Now()
+	for range pathTrials {
+		run()
+	}
+	d.drv.Synchronize()
+	return time.Since(t0)
+}
+
+// libOrGEMM runs product kind of s (device operands as dnnConv takes
+// them, β = 0) through the library or through the Device's own GEMM path
+// (gemmProduct, with ws the plan's workspace for it), whichever this
+// machine measured faster for the shape and product, and reports whether
+// either ran (false: no library, or it refuses s; the caller's own path
+// runs then). The first use of a shape and product measures both,
+// pathTrials products each back to back — so that a library call's host
+// time (cuDNN's legacy API spends a few hundred microseconds in some)
+// counts as it would in a step, hidden behind the device's work where
+// that is longer — and the driver keeps the choice on disk beside
+// cuDNN's algorithms, so that later runs take the same path and round the
+// same way. The result written is the chosen path's, at the first use
+// too. Where the GEMM path does not take s (convByGEMM), or the driver
+// does not measure: the library wherever it runs s (d.mu held).
+func (d *Device) libOrGEMM(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePtr, tf32 bool, ws []float32) bool {
+	if !d.dnnSetup(kind, s, x, w, y, 0, tf32) {
+		return false
+	}
+	pk, ok := d.drv.(pathKeeper)
+	if !ok || !convByGEMM(s) {
+		return d.dnnRun(s)
+	}
+	key := pathKey{s, kind, tf32}
+	lib, known := d.paths[key]
+	if !known {
+		var kept, measure bool
+		if lib, kept, measure = pk.ConvPath(&d.dnnArgs); !measure {
+			return d.dnnRun(s)
+		}
+		if !kept {
+			a := d.dnnArgs // the library's arguments, for KeepConvPath
+			if !d.dnnRun(s) {
+				return false
+			}
+			tLib := pathTimer(d, kind, true, func() { d.drv.Conv(&a) })
+			d.gemmProduct(kind, s, ws, x, w, y)
+			tGEMM := pathTimer(d, kind, false, func() { d.gemmProduct(kind, s, ws, x, w, y) })
+			lib = tLib <= tGEMM
+			d.pathsMeasured++
+			ms := func(t time.Duration) float32 { return float32(t.Seconds() * 1e3 / pathTrials) }
+			pk.KeepConvPath(&a, lib, ms(tLib), ms(tGEMM))
+			d.dnnArgs = a
+		}
+		if d.paths == nil {
+			d.paths = map[pathKey]bool{}
+		}
+		d.paths[key] = lib
+	}
+	if lib {
+		return d.dnnRun(s)
+	}
+	d.gemmProduct(kind, s, ws, x, w, y)
+	return true
+}
+
+// gemmProduct runs product kind of s on the GEMM path, operands as
+// dnnConv takes them (d.mu held).
+func (d *Device) gemmProduct(kind ConvKind, s *runtime.ConvShape, ws []float32, x, w, y DevicePtr) {
+	c := d.convSetup(s, ws)
+	switch kind {
+	case ConvForward:
+		d.convForward(c, x, w, 0, y)
+	case ConvBackwardData:
+		d.convInputGrad(c, y, w, 0, x)
+	default:
+		d.convWeightGradGEMM(c, x, y, w)
+	}
 }
 
 // refuseDNN remembers that the library does not run s, and why; false.

@@ -60,6 +60,18 @@ const EnvCUDNNAlgo = "DPFINETUNE_CUDNN_ALGO"
 // kernels, and only the rounding of a convolution's sums changes.
 const EnvCUDNNDeterministic = "DPFINETUNE_CUDNN_DETERMINISTIC"
 
+// EnvCUDNNGEMM names whether cuDNN's products are measured against the
+// Device's own GEMM path (cuBLAS over unfolded inputs): "measure", the
+// default with cuDNN's algorithms by measurement (EnvCUDNNAlgo), times
+// both at a shape's first use, each product back to back as in a step,
+// and keeps the faster per shape and product on disk beside the
+// algorithms; "off" runs cuDNN wherever it takes a shape, as the
+// heuristics (EnvCUDNNAlgo=heuristic) always do. cuDNN's legacy API spends
+// a few hundred microseconds of host time in some calls (an H100's
+// profile, docs/BENCHMARKS.md), more than the device's work of a small
+// product: there cuBLAS's few microseconds win.
+const EnvCUDNNGEMM = "DPFINETUNE_CUDNN_GEMM"
+
 // dnnMaxWorkspace bounds the workspace an algorithm may ask for.
 const dnnMaxWorkspace = 256 << 20
 
@@ -95,6 +107,9 @@ type cudnn struct {
 	// anyAlgo says EnvCUDNNDeterministic=off: algorithms that are not
 	// deterministic may be chosen.
 	anyAlgo bool
+	// paths says each product is measured against the GEMM path
+	// (EnvCUDNNGEMM, with find).
+	paths   bool
 	entries []*uintptr
 }
 
@@ -155,6 +170,13 @@ func loadCUDNN() (*cudnn, error) {
 		}
 	default:
 		return nil, fmt.Errorf("cuda: %s=%q: want heuristic or find", EnvCUDNNAlgo, a)
+	}
+	switch v := os.Getenv(EnvCUDNNGEMM); v {
+	case "", "measure":
+		d.paths = d.find
+	case "off":
+	default:
+		return nil, fmt.Errorf("cuda: %s=%q: want measure or off", EnvCUDNNGEMM, v)
 	}
 	switch v := os.Getenv(EnvCUDNNDeterministic); v {
 	case "", "on":
@@ -458,6 +480,35 @@ func (c *nvidia) dnnWorkspace(n uint64) (DevicePtr, error) {
 		c.dnnWork, c.dnnWorkLen = *p, int(n)
 	}
 	return c.dnnWork, nil
+}
+
+// ConvPath implements pathKeeper with the choices kept beside cuDNN's
+// algorithms (dnnChoices).
+func (c *nvidia) ConvPath(a *ConvArgs) (lib, kept, measure bool) {
+	if c.dnn == nil || !c.dnn.paths {
+		return true, false, false
+	}
+	k, err := keyOf(a)
+	if err != nil {
+		return true, false, false
+	}
+	if c.dnnChoices == nil {
+		c.dnnChoices = openDNNChoices(c.cache, c.props, c.dnn)
+	}
+	ch, ok := c.dnnChoices.getPath(dnnChoiceKey(k, a.Kind))
+	return ch.Library, ok, true
+}
+
+// KeepConvPath implements pathKeeper.
+func (c *nvidia) KeepConvPath(a *ConvArgs, lib bool, libMS, gemmMS float32) {
+	k, err := keyOf(a)
+	if err != nil || c.dnn == nil {
+		return
+	}
+	if c.dnnChoices == nil {
+		c.dnnChoices = openDNNChoices(c.cache, c.props, c.dnn)
+	}
+	c.dnnChoices.putPath(dnnChoiceKey(k, a.Kind), pathChoice{Library: lib, LibraryMS: libMS, GEMMMS: gemmMS})
 }
 
 // ConvWorkspace implements Driver: cuDNN's workspace.

@@ -19,6 +19,16 @@ type dnnChoice struct {
 	MS float32 `json:"trial_ms"`
 }
 
+// pathChoice is one measured choice between cuDNN and the Device's GEMM
+// path for a shape's product (EnvCUDNNGEMM).
+type pathChoice struct {
+	Library bool `json:"cudnn"`
+	// LibraryMS and GEMMMS are the times per product it was chosen on,
+	// for whoever reads the file.
+	LibraryMS float32 `json:"cudnn_ms"`
+	GEMMMS    float32 `json:"gemm_ms"`
+}
+
 // dnnChoices keeps the measured choices of one GPU model, driver and
 // cuDNN (and determinism, EnvCUDNNDeterministic) on disk, so that a shape is measured once per machine: the
 // measurement costs a few milliseconds per product at a shape's first use
@@ -27,9 +37,10 @@ type dnnChoice struct {
 // or parsed is measured afresh and rewritten; one that cannot be written
 // leaves the choices in memory for this run only.
 type dnnChoices struct {
-	path string // "" where there is no cache directory
-	head dnnChoicesFile
-	m    map[string]dnnChoice
+	path  string // "" where there is no cache directory
+	head  dnnChoicesFile
+	m     map[string]dnnChoice
+	paths map[string]pathChoice
 }
 
 // dnnChoicesFile is the file's form.
@@ -41,19 +52,22 @@ type dnnChoicesFile struct {
 	// algorithms only (EnvCUDNNDeterministic): a file of its own.
 	Deterministic bool                 `json:"deterministic"`
 	Choices       map[string]dnnChoice `json:"choices"`
+	// Paths are the choices between cuDNN and the GEMM path
+	// (EnvCUDNNGEMM).
+	Paths map[string]pathChoice `json:"paths,omitempty"`
 }
 
 // openDNNChoices reads the choices kept for props' GPU model and driver
 // and d's cuDNN under dir (the module cache).
 func openDNNChoices(dir string, props Properties, d *cudnn) *dnnChoices {
-	c := &dnnChoices{m: map[string]dnnChoice{}}
+	c := &dnnChoices{m: map[string]dnnChoice{}, paths: map[string]pathChoice{}}
 	if dir == "" {
 		return c
 	}
 	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib), Deterministic: !d.anyAlgo}
 	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN, fmt.Sprint(c.head.Deterministic))+".json")
 	if f, err := c.read(); err == nil {
-		c.m = f.Choices
+		c.m, c.paths = f.Choices, f.Paths
 	}
 	return c
 }
@@ -70,6 +84,9 @@ func (c *dnnChoices) read() (*dnnChoicesFile, error) {
 	if f.Choices == nil {
 		f.Choices = map[string]dnnChoice{}
 	}
+	if f.Paths == nil {
+		f.Paths = map[string]pathChoice{}
+	}
 	return f, nil
 }
 
@@ -81,11 +98,27 @@ func (c *dnnChoices) get(key string) (dnnChoice, bool) {
 	return ch, ok && ch.Algo >= 0 && ch.Algo < 8 && ch.Workspace <= dnnMaxWorkspace
 }
 
-// put keeps ch under key and writes the file, merged with what another
-// run may have written since it was read (its choices for shapes this
-// run has not measured).
+// getPath returns the path choice kept under key.
+func (c *dnnChoices) getPath(key string) (pathChoice, bool) {
+	ch, ok := c.paths[key]
+	return ch, ok
+}
+
+// put keeps ch under key and writes the file (write).
 func (c *dnnChoices) put(key string, ch dnnChoice) {
 	c.m[key] = ch
+	c.write()
+}
+
+// putPath keeps ch under key and writes the file (write).
+func (c *dnnChoices) putPath(key string, ch pathChoice) {
+	c.paths[key] = ch
+	c.write()
+}
+
+// write writes the file, merged with what another run may have written
+// since it was read (its choices for shapes this run has not measured).
+func (c *dnnChoices) write() {
 	if c.path == "" {
 		return
 	}
@@ -95,9 +128,14 @@ func (c *dnnChoices) put(key string, ch dnnChoice) {
 				c.m[k] = v
 			}
 		}
+		for k, v := range f.Paths {
+			if _, ok := c.paths[k]; !ok {
+				c.paths[k] = v
+			}
+		}
 	}
 	f := c.head
-	f.Choices = c.m
+	f.Choices, f.Paths = c.m, c.paths
 	b, err := json.MarshalIndent(&f, "", "\t")
 	if err == nil {
 		_ = writeAtomic(c.path, append(b, '\n')) // unwritable: measured again next run

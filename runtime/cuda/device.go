@@ -131,6 +131,11 @@ type Device struct {
 	// dnnArgs and dnnAxes are dnnConv's arguments, reused.
 	dnnArgs ConvArgs
 	dnnAxes [3][3]int
+	// paths holds, per shape and product, whether the library runs it
+	// (true) or the GEMM path, as measured or kept (libOrGEMM);
+	// pathsMeasured counts the measurements.
+	paths         map[pathKey]bool
+	pathsMeasured int
 	// prof is the operation profile (EnvProfile), nil when off.
 	prof *profile
 }

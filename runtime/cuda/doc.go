@@ -125,7 +125,13 @@
 // reading consecutive addresses), a bias's channel sums, the direct
 // kernels' weight gradients. Convolutions go to cuDNN where the driver
 // has it (dnnConv; the stand-in's cuDNN holds the binding to the CPU,
-// TestConvLibraryOnFake), else they are GEMMs (conv.go): per group,
+// TestConvLibraryOnFake) — for a shape the GEMM path takes too, cuDNN or
+// the GEMM path, whichever this machine measured faster for the shape and
+// product at its first use, kept on disk beside cuDNN's algorithms
+// (libOrGEMM, EnvCUDNNGEMM, TestConvPathOnFake: an H100's profile put a
+// few hundred microseconds of host time in some of cuDNN's legacy calls,
+// more than a small product's device time) — else they are GEMMs
+// (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
 // scratch ConvScratchSize reports) times the weight in one batched
 // cuBLAS call, the input gradient Wᵀ·dy batched the same way and folded

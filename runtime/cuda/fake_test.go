@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/noise"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 //go:embed testdata/fakecuda.c
@@ -152,6 +154,10 @@ func TestRealDriverOnFake(t *testing.T) {
 // Device's memory; with DPFINETUNE_CUDNN=off the driver loads none and
 // says so.
 func TestConvLibraryOnFake(t *testing.T) {
+	// cuDNN wherever it runs a shape: the GEMM path's rival measurement
+	// (TestConvPathOnFake) would leave some shapes' products to the GEMM
+	// path by the stand-in's times.
+	t.Setenv(EnvCUDNNGEMM, "off")
 	drv := fakeDriver(t)
 	if lib := drv.Properties().ConvLibrary; !strings.HasPrefix(lib, "cuDNN 90100 (") {
 		t.Fatalf("ConvLibrary %q", lib)
@@ -371,4 +377,116 @@ func convCasesOnReal(t *testing.T, suffix string) (*nvidia, *Device) {
 		}
 	}
 	return drv.(*nvidia), d
+}
+
+// TestConvPathOnFake runs the measured choice between cuDNN and the
+// Device's GEMM path (libOrGEMM, EnvCUDNNGEMM) on the stand-in, with the
+// timer replaced so that the GEMM path wins the forward and filter
+// products and cuDNN the data products: every product of a shape both
+// take is measured once and runs the winner (the results still the
+// reference's); the choices are kept on disk, and a second run measures
+// nothing, takes them, and writes the first run's bits — the measuring
+// calls wrote the winner's result too. With EnvCUDNNGEMM=off, or cuDNN's
+// heuristics, nothing is measured and cuDNN runs more products; a value
+// the variable does not take is named.
+func TestConvPathOnFake(t *testing.T) {
+	fakeDriver(t).Close() // the stand-in's environment
+	libWins := func(kind ConvKind) bool { return kind == ConvBackwardData }
+	old := pathTimer
+	pathTimer = func(d *Device, kind ConvKind, lib bool, run func()) time.Duration {
+		run()
+		if lib == libWins(kind) {
+			return time.Millisecond
+		}
+		return 2 * time.Millisecond
+	}
+	t.Cleanup(func() { pathTimer = old })
+	var cases []graphCase
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "Conv/") || strings.HasPrefix(c.name, "ConvTranspose/") {
+			cases = append(cases, c)
+		}
+	}
+	// run opens a Device on the real driver, checks its ConvLibrary, and
+	// runs the cases with device operands, held to the reference.
+	run := func(t *testing.T, libWant string) (*Device, [][][]float32) {
+		t.Helper()
+		drv, err := Real()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lib := drv.Properties().ConvLibrary; !strings.Contains(lib, libWant) {
+			t.Errorf("ConvLibrary %q, want %q in it", lib, libWant)
+		}
+		d, err := New(drv)
+		if err != nil {
+			drv.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		var outs [][][]float32
+		for _, c := range cases {
+			p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+			got := c.run(d, p)
+			for _, b := range p.bufs {
+				d.Free(b)
+			}
+			if err := closeOutputs(got, c.run(reference.Device{}, &placer{}), c.tol); err != nil {
+				t.Errorf("%s: against the reference: %v", c.name, err)
+			}
+			outs = append(outs, got)
+		}
+		return d, outs
+	}
+	measured, first := run(t, "or GEMMs, whichever measures faster")
+	if measured.pathsMeasured == 0 || measured.pathsMeasured != len(measured.paths) {
+		t.Fatalf("%d products measured, %d choices", measured.pathsMeasured, len(measured.paths))
+	}
+	for k, lib := range measured.paths {
+		if lib != libWins(k.kind) || !convByGEMM(k.s) {
+			t.Errorf("%s of %v: cuDNN=%v", dnnKindName[k.kind], k.s.In, lib)
+		}
+	}
+	kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json"))
+	var file dnnChoicesFile
+	if len(kept) != 1 {
+		t.Fatalf("choices kept in %q", kept)
+	}
+	if b, err := os.ReadFile(kept[0]); err != nil || json.Unmarshal(b, &file) != nil || len(file.Paths) != measured.pathsMeasured {
+		t.Fatalf("kept paths %s: %d of %d measured (%v)", kept[0], len(file.Paths), measured.pathsMeasured, err)
+	}
+	for k, ch := range file.Paths {
+		if want := strings.HasPrefix(k, dnnKindName[ConvBackwardData]+" "); ch.Library != want || ch.LibraryMS <= 0 || ch.GEMMMS <= 0 {
+			t.Errorf("kept %q: %+v, want cuDNN=%v and both times", k, ch, want)
+		}
+	}
+
+	again, second := run(t, "or GEMMs, whichever measures faster")
+	if again.pathsMeasured != 0 || len(again.paths) != len(measured.paths) {
+		t.Errorf("the second run measured %d products and took %d choices, want 0 and %d", again.pathsMeasured, len(again.paths), len(measured.paths))
+	}
+	for i, c := range cases {
+		if err := closeOutputs(second[i], first[i], 0); err != nil {
+			t.Errorf("%s: the kept paths' bits differ from the measuring run's: %v", c.name, err)
+		}
+	}
+
+	t.Setenv(EnvCUDNNGEMM, "off")
+	libOnly, _ := run(t, "algorithms by measurement")
+	if libOnly.pathsMeasured != 0 || len(libOnly.paths) != 0 || libOnly.dnnRuns <= again.dnnRuns {
+		t.Errorf("%s=off: %d measured, %d choices, %d cuDNN products (with the GEMM path's: %d)", EnvCUDNNGEMM, libOnly.pathsMeasured, len(libOnly.paths), libOnly.dnnRuns, again.dnnRuns)
+	}
+	t.Setenv(EnvCUDNNGEMM, "")
+	t.Setenv(EnvCUDNNAlgo, "heuristic")
+	if heur, _ := run(t, "algorithms by heuristics"); heur.pathsMeasured != 0 {
+		t.Errorf("cuDNN's heuristics: %d products measured against the GEMM path", heur.pathsMeasured)
+	}
+	t.Setenv(EnvCUDNNAlgo, "")
+	t.Setenv(EnvCUDNNGEMM, "sometimes")
+	if bad, err := Real(); err == nil {
+		if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNGEMM) {
+			t.Errorf("ConvLibrary with %s=sometimes: %q, want the variable named", EnvCUDNNGEMM, lib)
+		}
+		bad.Close()
+	}
 }

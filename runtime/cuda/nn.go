@@ -194,7 +194,7 @@ func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	a := d.begin()
 	defer d.end("Conv")
 	px, pw, pb, py := f32(x[:nx], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.M), opIn, d), f32(y[:ny], opOut, d)
-	if d.dnnConv(ConvForward, s, px, pw, py, 0, d.tf32) {
+	if d.libOrGEMM(ConvForward, s, px, pw, py, d.tf32, ws) {
 		if pb != 0 {
 			d.addChannelBias(py, pb, s.N, s.M, s.T)
 		}
@@ -225,7 +225,7 @@ func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []f
 	if dx != nil && nx > 0 {
 		pdx, pw := f32(dx[:nx], opOut, d), f32(w[:nw], opIn, d)
 		switch {
-		case d.dnnConv(ConvBackwardData, s, pdx, pw, pdy, 0, d.tf32):
+		case d.libOrGEMM(ConvBackwardData, s, pdx, pw, pdy, d.tf32, ws):
 		case gemm:
 			d.convInputGrad(c, pdy, pw, 0, pdx)
 		default:
@@ -235,7 +235,7 @@ func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []f
 		}
 	}
 	if dw != nil && nw > 0 {
-		d.convWeights(s, c, g, f32(x[:nx], opIn, d), pdy, f32(dw[:nw], opOut, d))
+		d.convWeights(s, c, g, f32(x[:nx], opIn, d), pdy, f32(dw[:nw], opOut, d), ws)
 	}
 	if db != nil {
 		d.channelSums(pdy, s.N, s.M, numel(s.Out), db[:s.M])
@@ -246,7 +246,7 @@ func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []f
 // gradient dy (device addresses, nw > 0): on the GEMM path when c is not
 // nil, else conv_dw, whose sums (over N·T terms each) take a warp per
 // weight; zeros when there is nothing to sum (d.mu held).
-func (d *Device) convWeights(s *runtime.ConvShape, c *convOperands, g, x, dy, dw DevicePtr) {
+func (d *Device) convWeights(s *runtime.ConvShape, c *convOperands, g, x, dy, dw DevicePtr, ws []float32) {
 	nw := s.M * s.D
 	if s.N == 0 || s.T == 0 {
 		d.args.Reset()
@@ -256,7 +256,7 @@ func (d *Device) convWeights(s *runtime.ConvShape, c *convOperands, g, x, dy, dw
 	}
 	// Never TF32: in a DP step this is the clipped sum Σ_i C_i g_i
 	// (convWeightGradGEMM).
-	if d.dnnConv(ConvBackwardFilter, s, x, dw, dy, 0, false) {
+	if d.libOrGEMM(ConvBackwardFilter, s, x, dw, dy, false, ws) {
 		return
 	}
 	if c != nil {
@@ -289,7 +289,7 @@ func (d *Device) ConvTranspose(s *runtime.ConvShape, x, w, bias, y, ws []float32
 	a := d.begin()
 	defer d.end("ConvTranspose")
 	px, pw, pb, py := f32(x[:ny], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.C), opIn, d), f32(y[:nx], opOut, d)
-	if d.dnnConv(ConvBackwardData, s, py, pw, px, 0, d.tf32) {
+	if d.libOrGEMM(ConvBackwardData, s, py, pw, px, d.tf32, ws) {
 		if pb != 0 {
 			d.addChannelBias(py, pb, s.N, s.C, s.InSize)
 		}
@@ -319,7 +319,7 @@ func (d *Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, d
 	if dx != nil && ny > 0 {
 		pdx, pw := f32(dx[:ny], opOut, d), f32(w[:nw], opIn, d)
 		switch {
-		case d.dnnConv(ConvForward, s, pdy, pw, pdx, 0, d.tf32):
+		case d.libOrGEMM(ConvForward, s, pdy, pw, pdx, d.tf32, ws):
 		case c != nil:
 			d.convForward(c, pdy, pw, 0, pdx)
 		default:
@@ -329,7 +329,7 @@ func (d *Device) ConvTransposeBackward(s *runtime.ConvShape, x, w, dy, dx, dw, d
 		}
 	}
 	if dw != nil && nw > 0 {
-		d.convWeights(s, c, g, pdy, f32(x[:ny], opIn, d), f32(dw[:nw], opOut, d))
+		d.convWeights(s, c, g, pdy, f32(x[:ny], opIn, d), f32(dw[:nw], opOut, d), ws)
 	}
 	if db != nil {
 		d.channelSums(pdy, s.N, s.C, numel(s.In), db[:s.C])

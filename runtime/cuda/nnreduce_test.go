@@ -70,6 +70,10 @@ func nnCases() []graphCase {
 		{N: 1, C: 2, M: 2, Group: 1, In: []int{4, 5, 3}, Kernel: []int{2, 3, 2}, Pads: []int{1, 1, 0, 0, 1, 1}},
 		{N: 2, C: 8, M: 4, Group: 1, In: []int{1, 1}, Kernel: []int{1, 1}},
 		{N: 2, C: 3, M: 5, Group: 1, In: []int{17, 19}, Kernel: []int{5, 5}, Strides: []int{2, 3}, Pads: []int{2, 2, 2, 2}},
+		// Shapes the GEMM path takes (convByGEMM), padded alike at both
+		// ends so that cuDNN takes them too: its rival (TestConvPathOnFake).
+		{N: 2, C: 4, M: 8, Group: 1, In: []int{6, 5}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
+		{N: 3, C: 16, M: 8, Group: 1, In: []int{3, 4}, Kernel: []int{1, 1}},
 	}
 	for i := range convs {
 		s := &convs[i]

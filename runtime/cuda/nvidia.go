@@ -302,6 +302,9 @@ func Real() (Driver, error) {
 		c.props.ConvLibrary = "none: " + err.Error()
 	} else if c.dnn != nil {
 		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
+		if c.dnn.paths {
+			c.props.ConvLibrary += " or GEMMs, whichever measures faster"
+		}
 		if c.dnn.find {
 			c.props.ConvLibrary += ", algorithms by measurement"
 		} else {

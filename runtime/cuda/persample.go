@@ -95,7 +95,7 @@ func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
 	defer d.end("ConvWeightGrad")
 	px, pdy, pdw := f32(x[:s.N*s.C*s.InSize], opIn, d), f32(dy[:s.N*s.M*s.T], opIn, d), f32(dw[:n], opOut, d)
 	switch {
-	case d.dnnConv(ConvBackwardFilter, s, px, pdw, pdy, 0, false): // float32: the clipped sum
+	case d.libOrGEMM(ConvBackwardFilter, s, px, pdw, pdy, false, ws): // float32: the clipped sum
 	case convByGEMM(s):
 		d.convWeightGradGEMM(d.convSetup(s, ws), px, pdy, pdw)
 	default:
