@@ -418,7 +418,14 @@ func (d *Device) Close() error {
 	d.spans, d.scratch, d.gathers, d.planData, d.shapeData, d.inUse = nil, arena{}, nil, nil, nil, 0
 	if d.prof != nil {
 		d.prof.write(d.prof.out, 40)
-		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused\n", d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused))
+		gemms := 0
+		for _, lib := range d.paths {
+			if !lib {
+				gemms++
+			}
+		}
+		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused; %d shapes' products measured against the GEMM path, %d of %d on it\n",
+			d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused), d.pathsMeasured, gemms, len(d.paths))
 		for s, err := range d.dnnRefused { // one example
 			fmt.Fprintf(d.prof.out, "  refused %v: %v\n", *s, err)
 			break
