@@ -256,8 +256,11 @@
 //   - Speed. On an H100 (docs/BENCHMARKS.md, second loan) the whole test
 //     suite passes and the norms equal the CPU's, but book-keeping's step is
 //     still 1.5–3.1× PyTorch's non-DP step: the convolutions dominate
-//     (cuDNN through its legacy API; its measured choice, now the default
-//     and kept on disk, took bk 5–30 % below the heuristics'), then
+//     (cuDNN through its legacy API, whose calls spend a few hundred
+//     microseconds each on the host — now measured against the GEMM path
+//     per shape and product, not yet on a GPU; its measured algorithm
+//     choice, the default and kept on disk, took bk 5–30 % below the
+//     heuristics'), then
 //     book-keeping's per-sample norms of large early layers (VGG-16's;
 //     where one sample's unfolded input exceeds the scratch, cuDNN now
 //     forms a chunk's per-sample gradients as one grouped filter gradient,
