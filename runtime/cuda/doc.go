@@ -269,9 +269,10 @@
 //     thread per result: ReduceOps' other reductions and the in-order sums
 //     with few terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce,
 //     Contract, a broadcast MaxMin input's gradient); direct depthwise
-//     convolutions without cuDNN; staging of host operands (the
-//     compile-time index maps and loop nests could be uploaded once); the
-//     engine's per-sample loops where a rule has no batched form yet
+//     convolutions without cuDNN; Einsum weights' book-keeping sum, whose
+//     clip factors come to the host (the fixtures' steps copy nothing
+//     but their input and labels in and losses and clipping counts out,
+//     TestCUDAStepCopies); the engine's per-sample loops where a rule has no batched form yet
 //     (Einsum weights, paths that compute rather than copy; dpengine's
 //     TestNoSampleLoops holds every fixture to none); a stream per worker
 //     instead of the default stream.
