@@ -93,7 +93,10 @@ type Engine struct {
 	// that a batched rule would replace; the tests hold it to zero on
 	// the fixtures.
 	sampleLoops int
-	ops         runtime.DPOps // the DP operations of cfg.Device
+	// convChunks counts the chunks of samples convBatched ran (the
+	// tests: a pointwise convolution's unfolds nothing to count).
+	convChunks int
+	ops        runtime.DPOps // the DP operations of cfg.Device
 	// lay are the device's graph operations (the GraphOps the plan
 	// needs): the fills and copies of the step's device buffers, and the
 	// gathers, scatters and derivatives the per-sample rules share with

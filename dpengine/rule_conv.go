@@ -82,11 +82,16 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 	}
 	// Each sample's input is unfolded as col = a_iᵀ (D×T, the runtime's
 	// im2col layout, which the gather-map path fills fastest); then
-	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ.
-	plane := s.PlaneSize()
-	need := plane + T*D + 2*T*T
+	// a_i a_iᵀ = colᵀcol and g_iᵀa_i = gT·colᵀ. A pointwise convolution's
+	// col is its input group as it lies: read in place, nothing unfolded.
+	plane, colLen := s.PlaneSize(), T*D
+	pointwise := s.Pointwise()
+	if pointwise {
+		plane, colLen = 0, 0
+	}
+	need := plane + colLen + 2*T*T
 	if ls.decision == rewrite.Instantiate {
-		need = plane + T*D + P*D
+		need = plane + colLen + P*D
 	}
 	bufs, err := e.workerBufs(need)
 	if err != nil {
@@ -94,10 +99,14 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 	}
 	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
-		pl, col, rest := buf[:plane], buf[plane:plane+T*D], buf[plane+T*D:]
+		pl, col, rest := buf[:plane], buf[plane:plane+colLen], buf[plane+colLen:]
 		xi := x.Data[i*inLen : (i+1)*inLen]
 		for gr := 0; gr < groups; gr++ {
-			e.ops.Im2ColPlane(s, xi, gr, col, pl)
+			if pointwise {
+				col = xi[gr*D*T : (gr+1)*D*T]
+			} else {
+				e.ops.Im2ColPlane(s, xi, gr, col, pl)
+			}
 			gT := dy.Data[i*outLen+gr*P*T : i*outLen+(gr+1)*P*T]
 			if ls.decision == rewrite.Ghost {
 				aa, gg := rest[:T*T], rest[T*T:2*T*T]
@@ -334,7 +343,14 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 	T, D, M := s.T, s.D, s.M
 	P := M / groups
 	ghost := ls.decision == rewrite.Ghost
-	per := D * T
+	// A pointwise convolution's unfolded input is its input: the GEMMs
+	// read a sample's group in place, at the input's sample stride.
+	pointwise := s.Pointwise()
+	colLen := D * T
+	if pointwise {
+		colLen = 0
+	}
+	per := colLen
 	if ghost {
 		per += 2 * T * T
 	} else {
@@ -352,28 +368,40 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 		return false, nil
 	}
 	plane := s.PlaneSize()
+	if pointwise {
+		plane = 0
+	}
 	bufs, err := e.workerBufs(plane + nb*per)
 	if err != nil {
 		return false, err
 	}
 	buf := bufs[0]
-	pl, col, rest := buf[:plane], buf[plane:plane+nb*D*T], buf[plane+nb*D*T:plane+nb*per]
+	pl, col, rest := buf[:plane], buf[plane:plane+nb*colLen], buf[plane+nb*colLen:plane+nb*per]
+	colStride := D * T // between samples' unfolded inputs
+	if pointwise {
+		colStride = s.C * s.InSize
+	}
 	p := us.p
 	for i0 := 0; i0 < e.n; i0 += nb {
 		n := min(nb, e.n-i0)
+		e.convChunks++
 		var inst []float32 // the samples' gradients, rows of M·D
 		if !ghost {
 			inst = rest[:n*M*D]
 		}
 		for gr := 0; gr < groups; gr++ {
-			e.ops.Im2ColBatch(s, x.Data, i0, n, gr, col[:n*D*T], pl)
+			if pointwise {
+				col = x.Data[i0*colStride+gr*D*T:]
+			} else {
+				e.ops.Im2ColBatch(s, x.Data, i0, n, gr, col[:n*D*T], pl)
+			}
 			gT := dy.Data[i0*outLen+gr*P*T:] // sample j's group: P×T at j·outLen
 			if !ghost {
-				e.ops.GemmStrided(false, true, P, D, T, 1, gT, T, outLen, col, T, D*T, 0, inst[gr*P*D:], D, M*D, n)
+				e.ops.GemmStrided(false, true, P, D, T, 1, gT, T, outLen, col, T, colStride, 0, inst[gr*P*D:], D, M*D, n)
 				continue
 			}
 			aa, gg := rest[:n*T*T], rest[nb*T*T:nb*T*T+n*T*T]
-			e.ops.GemmStrided(true, false, T, T, D, 1, col, T, D*T, col, T, D*T, 0, aa, T, T*T, n)
+			e.ops.GemmStrided(true, false, T, T, D, 1, col, T, colStride, col, T, colStride, 0, aa, T, T*T, n)
 			e.ops.GemmStrided(true, false, T, T, P, 1, gT, T, outLen, gT, T, outLen, 0, gg, T, T*T, n)
 			e.ops.AddDots(1, aa, gg, p.normSq[i0:i0+n])
 		}

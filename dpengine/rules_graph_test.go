@@ -111,6 +111,18 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 36), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
 			return m.graph(t, []int64{3, 3, 3}, x, 3), []int64{3, 3, 3}
 		},
+		// Pointwise convolutions, grouped and not: a group's unfolded
+		// input is the input read in place (convUseOn, convBatched).
+		"pointwise": func() (*graph.Graph, []int64) {
+			m := newTestModel(21)
+			x := m.node("Conv", []string{"input", m.param("pw1.w", 4, 2, 1, 1), m.param("pw1.b", 4)}, "pw1", intAttr("group", 2))
+			x = m.node("Tanh", []string{x}, "t1")
+			x = m.node("Conv", []string{x, m.param("pw2.w", 6, 4, 1, 1)}, "pw2")
+			x = m.node("Tanh", []string{x}, "t2")
+			x = m.node("Flatten", []string{x}, "f")
+			x = m.node("Gemm", []string{x, m.param("fc.w", 3, 54), m.param("fc.b", 3)}, "logits", intAttr("transB", 1))
+			return m.graph(t, []int64{4, 3, 3}, x, 3), []int64{4, 3, 3}
+		},
 		// Windows folded into the batch axis, as Swin's attention does
 		// ((B, 8, 6) tokens as (B·2, 4, 6) windows): a sample's bias and
 		// weight gradients sum over all its windows' rows.

@@ -391,6 +391,12 @@ func (s *ConvShape) pointwise() bool {
 	return true
 }
 
+// Pointwise reports whether a group's unfolded input (D×T, the col
+// buffer of Im2Col) is its input channels as they lie (1×1 kernel, unit
+// strides, no padding): a consumer of the unfolding may read the input
+// in place.
+func (s *ConvShape) Pointwise() bool { s.check(); return s.pointwise() }
+
 // ColSize returns D·T, the size of one sample's unfolded input for one
 // group (the col buffer of Im2Col).
 func (s *ConvShape) ColSize() int { s.check(); return s.D * s.T }
