@@ -193,8 +193,9 @@ func (g *GemmArgs) extents() (a, b, c int) {
 	return gemmExtent(ar, ac, g.LDA, g.StrideA, g.Batch), gemmExtent(br, bc, g.LDB, g.StrideB, g.Batch), gemmExtent(g.M, g.N, g.LDC, g.StrideC, g.Batch)
 }
 
-// maxArgSlots bounds a kernel's argument list, in 8-byte slots.
-const maxArgSlots = 32
+// maxArgSlots bounds a kernel's argument list, in 8-byte slots (a
+// Layout by value takes 27 of them).
+const maxArgSlots = 48
 
 // Args packs a kernel's arguments as cuLaunchKernel takes them: an array
 // of pointers, one to each argument's value, whose size the kernel's

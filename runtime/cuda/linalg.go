@@ -148,15 +148,41 @@ const (
 	layoutMaxOps  = 4
 )
 
-// iterLayout is the kernels' Layout, field for field (int32s): an
-// iteration over a broadcast shape, the threads' axes (keep of them)
-// first, then the axes each thread loops over; st[k][a] is operand k's
-// stride along axis a. It is a kernel argument passed by value — 168
-// bytes, built per call on the stack from the shapes, nothing cached.
+// iterLayout is the kernels' Layout, field for field: an iteration over
+// a broadcast shape, the threads' axes (keep of them) first, then the
+// axes each thread loops over; st[k][a] is operand k's stride along axis
+// a; divMul and divShr divide by dim[a] without a division where small
+// (every linear index below 2³¹; layoutMagic). It is a kernel argument
+// passed by value — 212 bytes, built per call on the stack from the
+// shapes, nothing cached.
 type iterLayout struct {
 	rank, keep int32
 	dim        [layoutMaxRank]int32
 	st         [layoutMaxOps][layoutMaxRank]int32
+	divMul     [layoutMaxRank]uint32
+	divShr     [layoutMaxRank]uint8
+	small      int32
+}
+
+// layoutMagic returns the multiplier m and shift s with which
+// ⌊i/d⌋ = (⌊i·m/2³²⌋ + i) >> s for every 0 ≤ i < 2³¹ (common.cuh,
+// layout_offsets), for 1 ≤ d < 2³¹: s = ⌈log₂ d⌉ and
+// m = ⌊2³²·(2^s − d)/d⌋ + 1. Why it is exact: m' = 2³² + m =
+// ⌊2^(32+s)/d⌋ + 1 makes m'·d = 2^(32+s) + e with 0 < e ≤ d, so
+// i·m'/2^(32+s) = i/d + i·e/(d·2^(32+s)), and i·e < 2³¹·2^s makes the
+// excess less than 1/d, the least distance from i/d up to the next
+// integer: the floors agree, and ⌊(⌊i·m/2³²⌋ + i)/2^s⌋ is that floor.
+// m fits 32 bits (2^s < 2d, so m ≤ 2³² − 2 for d > 1; 1 for d = 1), and
+// ⌊i·m/2³²⌋ + i < 2³² does too. TestLayoutMagic checks divisors and the
+// indices next to their multiples.
+func layoutMagic(d int) (m uint32, s uint8) {
+	if d < 1 { // an empty axis: no index to divide
+		return 1, 0
+	}
+	for (1 << s) < d {
+		s++
+	}
+	return uint32((uint64(1)<<32)*(uint64(1)<<s-uint64(d))/uint64(d) + 1), s
 }
 
 // arg adds l to a kernel's arguments.
@@ -229,17 +255,27 @@ func compactLayout(axes []axis, nops int, what string) iterLayout {
 	}
 	var l iterLayout
 	l.rank = int32(len(merged))
+	total := 1
 	for a, ax := range merged {
 		if !ax.red {
 			l.keep++
 		}
 		l.dim[a] = i32Of(ax.dim)
+		l.divMul[a], l.divShr[a] = layoutMagic(ax.dim)
 		for k := 0; k < nops; k++ {
 			l.st[k][a] = i32Of(ax.st[k])
 		}
+		total = min(total*ax.dim, 1<<31)
+	}
+	if total < 1<<31 && !layoutWide {
+		l.small = 1
 	}
 	return l
 }
+
+// layoutWide makes every layout take the kernels' 64-bit divisions, as
+// for more than 2³¹ elements (the tests set it).
+var layoutWide = false
 
 // i32Of is v as an int32 kernel argument; larger tensors are beyond the
 // kernels' 32-bit shapes.

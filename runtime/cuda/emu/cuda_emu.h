@@ -246,6 +246,7 @@ static inline double __longlong_as_double(long long u) {
   memcpy(&d, &u, 8);
   return d;
 }
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 
 // --- launches ----------------------------------------------------------------
 

@@ -105,17 +105,40 @@ __device__ __forceinline__ float lanes_max(float m, int lanes) {
 // axes it loops over (a reduction's). st[k][a] is operand k's element
 // stride along axis a, 0 where it is broadcast. linalg.cu, layout.cu and
 // elementwise.cu use it.
+//
+// A GPU has no integer divider: a 64-bit division is a subroutine of
+// some seventy instructions, and layout_offsets divides once per axis and
+// element, which made the broadcast kernels (a normalization's affine, its
+// gradient) compute-bound at a fraction of the memory's bandwidth. Where
+// every linear index of the layout is below 2^31 (small), each axis's
+// division is a multiply-high by a constant chosen on the host instead
+// (Granlund and Montgomery's round-up method, layoutMagic in linalg.go):
+// with s = ⌈log₂ d⌉ and m = ⌊2³²·(2^s − d)/d⌋ + 1 (32 bits),
+// ⌊i/d⌋ = (⌊i·m/2³²⌋ + i) >> s for 0 ≤ i < 2³¹.
 #define LAYOUT_MAX_RANK 8
 #define LAYOUT_MAX_OPS 4
 struct Layout {
   int rank, keep;
   int dim[LAYOUT_MAX_RANK];
   int st[LAYOUT_MAX_OPS][LAYOUT_MAX_RANK];
+  unsigned div_mul[LAYOUT_MAX_RANK];
+  unsigned char div_shr[LAYOUT_MAX_RANK];
+  int small;
 };
 
 // layout_offsets adds to off[k] (k < nops) the offsets of operand k at
 // linear index i over the axes [lo, hi) of l, row-major.
 __device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, long long i, long long *off, int nops) {
+  if (l.small) {
+    unsigned u = (unsigned)i;
+    for (int a = hi - 1; a >= lo; a--) {
+      unsigned q = (__umulhi(u, l.div_mul[a]) + u) >> l.div_shr[a];
+      long long c = (long long)(u - q * (unsigned)l.dim[a]);
+      u = q;
+      for (int k = 0; k < nops; k++) off[k] += c * l.st[k][a];
+    }
+    return;
+  }
   for (int a = hi - 1; a >= lo; a--) {
     long long d = l.dim[a], c = i % d;
     i /= d;
