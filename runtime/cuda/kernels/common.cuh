@@ -126,6 +126,36 @@ struct Layout {
   int small;
 };
 
+// FastDiv divides indices by a fixed d the way layout_offsets does, its
+// constants made on the device, once per thread (one 64-bit division
+// there, amortized over a grid-stride loop's elements): for kernels that
+// split a linear index into row and column. ok says every index of the
+// loop is below 2³¹ (n ≤ 2³¹) and d < 2³¹; else fdiv divides.
+struct FastDiv {
+  long long d;
+  unsigned mul, shr;
+  bool ok;
+};
+
+__device__ __forceinline__ FastDiv fast_div(long long d, long long n) {
+  FastDiv f;
+  f.d = d;
+  f.ok = d >= 1 && d < (1LL << 31) && n <= (1LL << 31);
+  f.mul = 1;
+  f.shr = 0;
+  if (f.ok) {
+    while ((1LL << f.shr) < d) f.shr++;
+    f.mul = (unsigned)((((unsigned long long)1 << 32) * (((unsigned long long)1 << f.shr) - (unsigned long long)d)) /
+                       (unsigned long long)d + 1);
+  }
+  return f;
+}
+
+__device__ __forceinline__ long long fdiv(const FastDiv &f, long long i) {
+  if (f.ok) return (long long)((__umulhi((unsigned)i, f.mul) + (unsigned)i) >> f.shr);
+  return i / f.d;
+}
+
 // layout_offsets adds to off[k] (k < nops) the offsets of operand k at
 // linear index i over the axes [lo, hi) of l, row-major.
 __device__ __forceinline__ void layout_offsets(const Layout &l, int lo, int hi, long long i, long long *off, int nops) {

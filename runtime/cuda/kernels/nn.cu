@@ -494,8 +494,9 @@ extern "C" __global__ void row_stats_block(const float *x, long long rows, long 
 
 // row_normalize writes y = (x − μ)·σ⁻¹ from row_stats' statistics.
 extern "C" __global__ void row_normalize(const float *x, long long rows, long long L, const double *st, float *y) {
+  FastDiv byL = fast_div(L, rows * L);
   FOR_EACH(i, rows * L) {
-    long long r = i / L;
+    long long r = fdiv(byL, i);
     y[i] = (float)(((double)x[i] - st[2 * r]) * st[2 * r + 1]);
   }
 }
@@ -544,8 +545,9 @@ extern "C" __global__ void row_grad_sums_block(const float *y, const float *dy, 
 // row_normalize_bwd computes dx = σ⁻¹·(dy − mean(dy) − y·mean(dy·y)).
 extern "C" __global__ void row_normalize_bwd(const float *y, const float *dy, const float *inv_std, long long rows,
                                              long long L, const double *sums, float *dx) {
+  FastDiv byL = fast_div(L, rows * L);
   FOR_EACH(i, rows * L) {
-    long long r = i / L;
+    long long r = fdiv(byL, i);
     dx[i] = (float)((double)inv_std[r] * ((double)dy[i] - sums[2 * r] - (double)y[i] * sums[2 * r + 1]));
   }
 }
@@ -562,8 +564,9 @@ extern "C" __global__ void row_normalize_bwd(const float *y, const float *dy, co
 // row_affine writes y = x̂·scale[k] + bias[k] (bias may be null).
 extern "C" __global__ void row_affine(const float *x, long long rows, long long L, const double *st, const float *scale,
                                       const float *bias, const int *tab, float *y) {
+  FastDiv byL = fast_div(L, rows * L);
   FOR_EACH(i, rows * L) {
-    long long r = i / L, k = PARAM(tab, rows, r, i % L);
+    long long r = fdiv(byL, i), k = PARAM(tab, rows, r, i - r * L);
     double v = ((double)x[i] - st[2 * r]) * st[2 * r + 1] * (double)scale[k];
     if (bias) v += bias[k];
     y[i] = (float)v;
@@ -597,9 +600,10 @@ extern "C" __global__ void row_affine_grad_sums(const float *x, const float *sca
 extern "C" __global__ void row_affine_dx(const float *x, const float *scale, const float *mean, const float *inv_std,
                                          const float *dy, long long rows, long long L, const int *tab,
                                          const double *sums, float *dx) {
+  FastDiv byL = fast_div(L, rows * L);
   FOR_EACH(i, rows * L) {
-    long long r = i / L;
-    double iv = inv_std[r], g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, i % L)];
+    long long r = fdiv(byL, i);
+    double iv = inv_std[r], g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, i - r * L)];
     double xh = ((double)x[i] - (double)mean[r]) * iv;
     dx[i] = (float)(iv * (g - sums[2 * r] - xh * sums[2 * r + 1]));
   }
