@@ -29,13 +29,28 @@ __device__ __forceinline__ long long conv_tap(const ConvGeom &g, long long k, lo
 // j·D·T: col[j·D·T + (c·K + k)·T + t] = the element of channel
 // grp·C/group + c that tap k reads for output position t (0 in the
 // padding), for the n = samples·D·T elements.
+//
+// Its index arithmetic (nine divisions an element: sample, row, position,
+// channel, tap, and the tap's and the position's coordinates) is
+// multiply-high by FastDiv, the constants made once per thread: with
+// 64-bit divisions it was the per-sample norms' costliest kernel on a GPU.
 extern "C" __global__ void im2col(ConvGeom g, const float *x, int grp, float *col, long long n) {
   long long dt = (long long)g.dd * g.t;
+  FastDiv by_dt = fast_div(dt, n), by_t = fast_div(g.t, n), by_kk = fast_div(g.kk, n);
+  FastDiv by_k2 = fast_div(g.k[2], n), by_k1 = fast_div(g.k[1], n), by_o2 = fast_div(g.out[2], n),
+          by_o1 = fast_div(g.out[1], n);
   FOR_EACH(i, n) {
-    long long j = i / dt, e = i % dt, r = e / g.t, t = e % g.t, c = r / g.kk, k = r % g.kk;
+    long long j = fdiv(by_dt, i), e = i - j * dt, r = fdiv(by_t, e), t = e - r * g.t, c = fdiv(by_kk, r),
+              k = r - c * g.kk;
     long long ch = grp * (long long)(g.c / g.group) + c;
-    long long off = conv_tap(g, k, t);
-    col[i] = off < 0 ? 0.0f : x[(j * g.c + ch) * g.in_size + off];
+    // conv_tap's coordinates.
+    long long k1 = fdiv(by_k2, k), kw = k - k1 * g.k[2], kd = fdiv(by_k1, k1), kh = k1 - kd * g.k[1];
+    long long t1 = fdiv(by_o2, t), ow = t - t1 * g.out[2], od = fdiv(by_o1, t1), oh = t1 - od * g.out[1];
+    long long id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+    long long ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+    long long iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+    bool pad = id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2];
+    col[i] = pad ? 0.0f : x[(j * g.c + ch) * g.in_size + (id * g.in[1] + ih) * g.in[2] + iw];
   }
 }
 
