@@ -151,13 +151,33 @@ extern "C" __global__ void conv_dw(const int *g, const float *x, const float *dy
 // atomics decide a sum.
 
 // conv_unfold writes col[(c·K + k)·nb·T + j·T + t] = x[n0 + j, grp·Cg + c,
-// tap(t, k)], 0 in the padding.
+// tap(t, k)], 0 in the padding. Its divisions (row, sample, position,
+// channel, tap, and tap's per axis) are multiply-high by FastDiv, the
+// constants made once per thread, as im2col's.
 extern "C" __global__ void conv_unfold(const int *g, const float *x, int grp, long long n0, long long nb, float *col) {
-  long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T;
-  FOR_EACH(idx, Cg * K * L) {
-    long long r = idx / L, jt = idx % L, j = jt / T, t = jt % T;
-    long long i = tap(g, t, r % K, 0);
-    col[idx] = i < 0 ? 0.0f : x[((n0 + j) * g[G_C] + grp * Cg + r / K) * In + i];
+  long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T, n = Cg * K * L;
+  FastDiv byL = fast_div(L, n), byT = fast_div(T, n), byK = fast_div(K, n);
+  FastDiv by_out[2] = {fast_div(g[G_OUT + 1], n), fast_div(g[G_OUT + 2], n)};
+  FastDiv by_ks[2] = {fast_div(g[G_KS + 1], n), fast_div(g[G_KS + 2], n)};
+  FOR_EACH(idx, n) {
+    long long r = fdiv(byL, idx), jt = idx - r * L, j = fdiv(byT, jt), t = jt - j * T, c = fdiv(byK, r), k = r - c * K;
+    // tap(g, t, k, 0), axis by axis from the innermost.
+    long long o = t, i = 0, st = 1;
+    bool inside = true;
+    for (int a = 2; a >= 0; a--) {
+      long long oa = o, ka = k;
+      if (a > 0) {
+        o = fdiv(by_out[a - 1], oa);
+        k = fdiv(by_ks[a - 1], ka);
+        oa -= o * g[G_OUT + a];
+        ka -= k * g[G_KS + a];
+      }
+      long long ia = oa * g[G_S + a] - g[G_PB + a] + ka * g[G_D + a];
+      if (ia < 0 || ia >= g[G_INS + a]) inside = false;
+      i += ia * st;
+      st *= g[G_INS + a];
+    }
+    col[idx] = inside ? x[((n0 + j) * g[G_C] + grp * Cg + c) * In + i] : 0.0f;
   }
 }
 
@@ -181,8 +201,9 @@ extern "C" __global__ void conv_fold(const int *g, const float *col, int grp, lo
 // into one Mg × nb·T matrix: dst[m·nb·T + j·T + t] = y[n0 + j, grp·Mg + m, t].
 extern "C" __global__ void conv_pack_out(const int *g, const float *y, int grp, long long n0, long long nb, float *dst) {
   long long Mg = g[G_MG], T = g[G_T], L = nb * T;
+  FastDiv byL = fast_div(L, Mg * L), byT = fast_div(T, Mg * L);
   FOR_EACH(idx, Mg * L) {
-    long long m = idx / L, j = idx % L / T, t = idx % T;
+    long long m = fdiv(byL, idx), jt = idx - m * L, j = fdiv(byT, jt), t = jt - j * T;
     dst[idx] = y[((n0 + j) * g[G_M] + grp * Mg + m) * T + t];
   }
 }
