@@ -736,8 +736,17 @@ type shapeKey struct {
 	v [16]int64
 }
 
+// gemmBiasRank panics unless Gemm's output has at most the 8 axes the
+// bias kernels divide by (a Gemm's has 2).
+func gemmBiasRank(yShape []int) {
+	if len(yShape) > 8 {
+		panic(fmt.Sprintf("cuda: GemmBias over a rank-%d output, more than 8 axes", len(yShape)))
+	}
+}
+
 // GemmBias implements runtime.NNOps: a thread per element of y.
 func (d *Device) GemmBias(beta float32, c []float32, cShape []int, y []float32, yShape []int) {
+	gemmBiasRank(yShape)
 	ny, nc := numel(yShape), numel(cShape)
 	if ny == 0 {
 		return
@@ -752,6 +761,7 @@ func (d *Device) GemmBias(beta float32, c []float32, cShape []int, y []float32, 
 // GemmBiasBackward implements runtime.NNOps: a thread per element of dc,
 // summing the elements of dy it was broadcast to in increasing order.
 func (d *Device) GemmBiasBackward(beta float32, dy []float32, yShape []int, dc []float32, cShape []int) {
+	gemmBiasRank(yShape)
 	ny, nc := numel(yShape), numel(cShape)
 	if nc == 0 {
 		return

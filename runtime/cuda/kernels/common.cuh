@@ -61,6 +61,36 @@ __device__ __forceinline__ double block_sum(double s, double *part) {
   return s;
 }
 
+// FastDiv divides indices by a fixed d the way layout_offsets does (below), its
+// constants made on the device, once per thread (one 64-bit division
+// there, amortized over a grid-stride loop's elements): for kernels that
+// split a linear index into row and column. ok says every index of the
+// loop is below 2³¹ (n ≤ 2³¹) and d < 2³¹; else fdiv divides.
+struct FastDiv {
+  long long d;
+  unsigned mul, shr;
+  bool ok;
+};
+
+__device__ __forceinline__ FastDiv fast_div(long long d, long long n) {
+  FastDiv f;
+  f.d = d;
+  f.ok = d >= 1 && d < (1LL << 31) && n <= (1LL << 31);
+  f.mul = 1;
+  f.shr = 0;
+  if (f.ok) {
+    while ((1LL << f.shr) < d) f.shr++;
+    f.mul = (unsigned)((((unsigned long long)1 << 32) * (((unsigned long long)1 << f.shr) - (unsigned long long)d)) /
+                       (unsigned long long)d + 1);
+  }
+  return f;
+}
+
+__device__ __forceinline__ long long fdiv(const FastDiv &f, long long i) {
+  if (f.ok) return (long long)((__umulhi((unsigned)i, f.mul) + (unsigned)i) >> f.shr);
+  return i / f.d;
+}
+
 // reduce_element returns the flat index in x of the q-th element (in
 // increasing order) of those that reduce into y's element j, where sh[0,
 // rank) is x's shape and sh[rank, 2·rank) y's, of the same rank with 1 on
@@ -74,6 +104,26 @@ __device__ __forceinline__ long long reduce_element(const long long *sh, int ran
     } else {
       off += j % sh[a] * st;
       j /= sh[a];
+    }
+    st *= sh[a];
+  }
+  return off;
+}
+
+// reduce_element_by is reduce_element with the divisions by sh[a] as
+// by[a] (fast_div of each, for indices below the elements of x).
+__device__ __forceinline__ long long reduce_element_by(const long long *sh, const FastDiv *by, int rank, long long j,
+                                                       long long q) {
+  long long off = 0, st = 1;
+  for (int a = rank - 1; a >= 0; a--) {
+    if (sh[rank + a] == 1) {
+      long long d = fdiv(by[a], q);
+      off += (q - d * sh[a]) * st;
+      q = d;
+    } else {
+      long long d = fdiv(by[a], j);
+      off += (j - d * sh[a]) * st;
+      j = d;
     }
     st *= sh[a];
   }
@@ -125,36 +175,6 @@ struct Layout {
   unsigned char div_shr[LAYOUT_MAX_RANK];
   int small;
 };
-
-// FastDiv divides indices by a fixed d the way layout_offsets does, its
-// constants made on the device, once per thread (one 64-bit division
-// there, amortized over a grid-stride loop's elements): for kernels that
-// split a linear index into row and column. ok says every index of the
-// loop is below 2³¹ (n ≤ 2³¹) and d < 2³¹; else fdiv divides.
-struct FastDiv {
-  long long d;
-  unsigned mul, shr;
-  bool ok;
-};
-
-__device__ __forceinline__ FastDiv fast_div(long long d, long long n) {
-  FastDiv f;
-  f.d = d;
-  f.ok = d >= 1 && d < (1LL << 31) && n <= (1LL << 31);
-  f.mul = 1;
-  f.shr = 0;
-  if (f.ok) {
-    while ((1LL << f.shr) < d) f.shr++;
-    f.mul = (unsigned)((((unsigned long long)1 << 32) * (((unsigned long long)1 << f.shr) - (unsigned long long)d)) /
-                       (unsigned long long)d + 1);
-  }
-  return f;
-}
-
-__device__ __forceinline__ long long fdiv(const FastDiv &f, long long i) {
-  if (f.ok) return (long long)((__umulhi((unsigned)i, f.mul) + (unsigned)i) >> f.shr);
-  return i / f.d;
-}
 
 // layout_offsets adds to off[k] (k < nops) the offsets of operand k at
 // linear index i over the axes [lo, hi) of l, row-major.

@@ -708,12 +708,16 @@ extern "C" __global__ void lrn_bwd(const float *x, const float *dy, long long N,
 // it is broadcast along, else the full size).
 
 // gemm_bias writes y = β·c broadcast to y's shape.
+// The kernels of Gemm's bias divide by multiply-high (FastDiv, the
+// constants made once per thread), y's rank at most 8.
 extern "C" __global__ void gemm_bias(float beta, const float *c, const long long *sh, int rank, float *y, long long n) {
+  FastDiv by[8];
+  for (int a = 0; a < rank && a < 8; a++) by[a] = fast_div(sh[a], n);
   FOR_EACH(i, n) {
     long long r = i, idx = 0, st = 1;
     for (int a = rank - 1; a >= 0; a--) {
-      long long ca = r % sh[a];
-      r /= sh[a];
+      long long q = fdiv(by[a], r), ca = r - q * sh[a];
+      r = q;
       if (sh[rank + a] != 1) idx += ca * st;
       st *= sh[rank + a];
     }
@@ -727,9 +731,11 @@ extern "C" __global__ void gemm_bias(float beta, const float *c, const long long
 // c, for many elements with few terms each.
 extern "C" __global__ void gemm_bias_bwd(float beta, const float *dy, const long long *sh, int rank, float *dc,
                                          long long nc, long long count) {
+  FastDiv by[8];
+  for (int a = 0; a < rank && a < 8; a++) by[a] = fast_div(sh[a], nc * count);
   FOR_EACH(j, nc) {
     double s = 0;
-    for (long long q = 0; q < count; q++) s += dy[reduce_element(sh, rank, j, q)];
+    for (long long q = 0; q < count; q++) s += dy[reduce_element_by(sh, by, rank, j, q)];
     dc[j] = (float)((double)beta * s);
   }
 }
@@ -741,9 +747,11 @@ extern "C" __global__ void gemm_bias_bwd(float beta, const float *dy, const long
 extern "C" __global__ void gemm_bias_bwd_block(float beta, const float *dy, const long long *sh, int rank, float *dc,
                                                long long nc, long long count) {
   __shared__ double part[32];
+  FastDiv by[8];
+  for (int a = 0; a < rank && a < 8; a++) by[a] = fast_div(sh[a], nc * count);
   for (long long j = blockIdx.x; j < nc; j += gridDim.x) {
     double s = 0;
-    for (long long q = threadIdx.x; q < count; q += blockDim.x) s += dy[reduce_element(sh, rank, j, q)];
+    for (long long q = threadIdx.x; q < count; q += blockDim.x) s += dy[reduce_element_by(sh, by, rank, j, q)];
     s = block_sum(s, part);
     if (threadIdx.x == 0) dc[j] = (float)((double)beta * s);
   }
