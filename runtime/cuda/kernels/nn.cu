@@ -36,14 +36,20 @@ enum {
 // tap returns the flat input position of tap k of the window at flat
 // output position o, or −1 when it lies outside the input; *padded tells
 // whether it lies inside the padded input.
-__device__ static long long tap(const int *g, long long o, long long k, bool *padded) {
+//
+// A plane's positions and a window's taps are below 2³¹ (the geometry is
+// int32s), so the coordinates divide in 32 bits, which a GPU does in a
+// third of a 64-bit division's instructions; so do out_pos and
+// FOR_TAPS_OF.
+__device__ static long long tap(const int *g, long long o64, long long k64, bool *padded) {
   long long idx = 0, st = 1;
   bool inside = true, pad = true;
+  unsigned o = (unsigned)o64, k = (unsigned)k64;
   for (int a = 2; a >= 0; a--) {
-    long long oa = o % g[G_OUT + a], ka = k % g[G_KS + a];
-    o /= g[G_OUT + a];
-    k /= g[G_KS + a];
-    long long i = oa * g[G_S + a] - g[G_PB + a] + ka * g[G_D + a];
+    unsigned oa = o % (unsigned)g[G_OUT + a], ka = k % (unsigned)g[G_KS + a];
+    o /= (unsigned)g[G_OUT + a];
+    k /= (unsigned)g[G_KS + a];
+    long long i = (long long)oa * g[G_S + a] - g[G_PB + a] + (long long)ka * g[G_D + a];
     if (i < 0 || i >= g[G_INS + a]) inside = false;
     if (i < -g[G_PB + a] || i >= g[G_INS + a] + g[G_PE + a]) pad = false;
     idx += i * st;
@@ -57,9 +63,11 @@ __device__ static long long tap(const int *g, long long o, long long k, bool *pa
 // input position ia, if there is one.
 __device__ static bool out_pos(const int *g, int a, long long ia, int ka, long long *oa) {
   long long num = ia + g[G_PB + a] - (long long)ka * g[G_D + a];
-  if (num < 0 || num % g[G_S + a] != 0) return false;
-  *oa = num / g[G_S + a];
-  return *oa < g[G_OUT + a];
+  if (num < 0) return false;
+  unsigned s = (unsigned)g[G_S + a], q = (unsigned)num / s; // num < 2³¹: within the padded plane
+  if (q * s != (unsigned)num) return false;
+  *oa = q;
+  return q < (unsigned)g[G_OUT + a];
 }
 
 // FOR_TAPS_OF(g, i, o, k) runs the statement that follows for every
@@ -68,10 +76,10 @@ __device__ static bool out_pos(const int *g, int a, long long ia, int ka, long l
 #define FOR_TAPS_OF(g, i, o, k)                                                       \
   long long ia_[3];                                                                   \
   {                                                                                   \
-    long long r_ = (i);                                                               \
+    unsigned r_ = (unsigned)(i);                                                      \
     for (int a_ = 2; a_ >= 0; a_--) {                                                 \
-      ia_[a_] = r_ % g[G_INS + a_];                                                   \
-      r_ /= g[G_INS + a_];                                                            \
+      ia_[a_] = r_ % (unsigned)g[G_INS + a_];                                         \
+      r_ /= (unsigned)g[G_INS + a_];                                                  \
     }                                                                                 \
   }                                                                                   \
   long long o0_, o1_, o2_;                                                            \
@@ -211,15 +219,23 @@ extern "C" __global__ void conv_pack_out(const int *g, const float *y, int grp, 
 // add_channel_bias adds bias[c] to every element of channel c of y
 // (N×C×P, n elements).
 extern "C" __global__ void add_channel_bias(float *y, const float *bias, long long C, long long P, long long n) {
-  FOR_EACH(i, n) y[i] += bias[i / P % C];
+  FastDiv byP = fast_div(P, n), byC = fast_div(C, n);
+  FOR_EACH(i, n) {
+    long long q = fdiv(byP, i);
+    y[i] += bias[q - fdiv(byC, q) * C];
+  }
 }
 
 // channel_sums writes the sum over samples and positions of each channel
 // of x (N×C×P) to out: a bias gradient, a warp per channel.
 extern "C" __global__ void channel_sums(const float *x, long long N, long long C, long long P, float *out) {
+  FastDiv byP = fast_div(P, N * P);
   WARP_FOR_EACH(c, C) {
     double s = 0;
-    for (long long q = LANE; q < N * P; q += 32) s += x[(q / P * C + c) * P + q % P];
+    for (long long q = LANE; q < N * P; q += 32) {
+      long long n = fdiv(byP, q);
+      s += x[(n * C + c) * P + q - n * P];
+    }
     s = warp_sum(s);
     if (LANE == 0) out[c] = (float)s;
   }
@@ -247,9 +263,11 @@ __device__ static long long max_winner(const int *g, const float *xp, long long 
 // element); argmax (or null) receives the winner's position in its plane.
 extern "C" __global__ void max_pool(const int *g, const float *x, float *y, int *argmax) {
   long long T = g[G_T], In = g[G_IN];
+  FastDiv byT = fast_div(T, g[G_N] * g[G_C] * T);
   FOR_EACH(idx, g[G_N] * g[G_C] * T) {
-    const float *xp = x + idx / T * In;
-    long long b = max_winner(g, xp, idx % T);
+    long long pl = fdiv(byT, idx);
+    const float *xp = x + pl * In;
+    long long b = max_winner(g, xp, idx - pl * T);
     y[idx] = b >= 0 ? xp[b] : __uint_as_float(0xff800000u);
     if (argmax) argmax[idx] = (int)b;
   }
@@ -259,8 +277,9 @@ extern "C" __global__ void max_pool(const int *g, const float *x, float *y, int 
 // (argmax) is i.
 extern "C" __global__ void max_pool_bwd(const int *g, const float *dy, const int *argmax, float *dx) {
   long long T = g[G_T], In = g[G_IN];
+  FastDiv byIn = fast_div(In, g[G_N] * g[G_C] * In);
   FOR_EACH(idx, g[G_N] * g[G_C] * In) {
-    long long pl = idx / In, i = idx % In;
+    long long pl = fdiv(byIn, idx), i = idx - pl * In;
     double s = 0;
     FOR_TAPS_OF(g, i, o, k) {
       if (argmax[pl * T + o] == i) s += dy[pl * T + o];
@@ -277,8 +296,9 @@ extern "C" __global__ void max_pool_bwd(const int *g, const float *dy, const int
 // times slower on ResNet-50's stem.
 extern "C" __global__ void max_pool_winners(const int *g, const float *x, const float *y, int *argmax) {
   long long T = g[G_T], In = g[G_IN], K = g[G_K];
+  FastDiv byT = fast_div(T, g[G_N] * g[G_C] * T);
   FOR_EACH(q, g[G_N] * g[G_C] * T) {
-    long long pl = q / T, o = q % T;
+    long long pl = fdiv(byT, q), o = q - pl * T;
     const float *xp = x + pl * In;
     unsigned yb = __float_as_uint(y[q]);
     int w = -1;
@@ -343,7 +363,8 @@ extern "C" __global__ void global_avg_pool(const float *x, long long planes, lon
 
 // global_avg_pool_bwd spreads dy/spatial over each plane.
 extern "C" __global__ void global_avg_pool_bwd(const float *dy, long long planes, long long spatial, float *dx) {
-  FOR_EACH(i, planes * spatial) dx[i] = (float)((double)dy[i / spatial] / (double)spatial);
+  FastDiv by = fast_div(spatial, planes * spatial);
+  FOR_EACH(i, planes * spatial) dx[i] = (float)((double)dy[fdiv(by, i)] / (double)spatial);
 }
 
 // global_max_pool writes each plane's first maximum (the last NaN
