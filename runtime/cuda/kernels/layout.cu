@@ -60,8 +60,9 @@ extern "C" __global__ void permute(float *x, float *y, int scatter, long long n,
 // elements at part[o·size]) is elements [off, off+size) of the whole's row
 // o (row elements); whole ← part, or with split part ← whole.
 extern "C" __global__ void rows_copy(float *whole, long long row, long long off, float *part, long long size, int split, long long n) {
+  FastDiv bySize = fast_div(size, n);
   FOR_EACH(i, n) {
-    long long o = i / size, c = i % size;
+    long long o = fdiv(bySize, i), c = i - o * size;
     float *w = whole + o * row + off + c;
     if (split)
       part[i] = *w;

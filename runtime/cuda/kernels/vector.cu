@@ -136,10 +136,13 @@ extern "C" __global__ void add_scaled_rows(const float *c, long long rows, const
 // scale_rows scales element k of x (rows of row elements, n in all) by
 // c[s]·α, s = (r·row/stride) mod nc for its row r, the product rounded to
 // float first as the CPU's Scale(c_s·α, row r).
+// (Its three divisions an element by multiply-high, FastDiv: book-keeping
+// scales every convolution's output gradient with it.)
 extern "C" __global__ void scale_rows(const float *c, long long nc, float alpha, float *x, long long n, long long row, long long stride) {
+  FastDiv byRow = fast_div(row, n), byStride = fast_div(stride, n), byNC = fast_div(nc, n);
   FOR_EACH(k, n) {
-    long long r = k / row;
-    float f = c[(r * row / stride) % nc] * alpha;
+    long long r = fdiv(byRow, k), q = fdiv(byStride, r * row);
+    float f = c[q - fdiv(byNC, q) * nc] * alpha;
     x[k] *= f;
   }
 }
