@@ -261,7 +261,10 @@
 //     per shape and product, not yet on a GPU; its measured algorithm
 //     choice, the default and kept on disk, took bk 5–30 % below the
 //     heuristics'), then
-//     book-keeping's per-sample norms of large early layers (VGG-16's;
+//     the elementwise and normalization kernels' index arithmetic (64-bit
+//     divisions per element, now multiply-high: layoutMagic, FastDiv; not
+//     yet timed on a GPU), book-keeping's per-sample norms of large early
+//     layers (VGG-16's;
 //     where one sample's unfolded input exceeds the scratch, cuDNN now
 //     forms a chunk's per-sample gradients as one grouped filter gradient,
 //     ConvSampleWeightGrads, not yet timed on a GPU), GroupNorm's
