@@ -40,7 +40,8 @@
 #      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
-# maxbatch.jsonl and maxbatch.md, profile-*.txt, and summary.md (bench.md,
+# maxbatch.jsonl and maxbatch.md, profile-*.txt, cudnn-algos-*.json (the
+# convolution choices the machine measured and kept), and summary.md (bench.md,
 # timm.md, maxbatch.md) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
@@ -131,6 +132,10 @@ tmp=$(mktemp -d)
 # ends (a timeout's TERM included), for machines that return few files.
 finish() {
 	rm -rf "$tmp"
+	# The convolution choices this machine measured and kept: cuDNN's
+	# algorithms, and cuDNN against the GEMM path per shape and product
+	# with both times (runtime/cuda/cudnn_choices.go).
+	cp "${DPFINETUNE_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpfinetune}"/cuda/cudnn-algos-*.json "$OUT"/ 2>/dev/null || true
 	[ -n "${GPU_CHECK_TAR:-}" ] && tar czf "$GPU_CHECK_TAR" -C "$(dirname "$OUT")" "$(basename "$OUT")"
 }
 trap finish EXIT
