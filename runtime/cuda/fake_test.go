@@ -358,12 +358,26 @@ func TestLibraryDiscovery(t *testing.T) {
 // counts are the caller's to check (both closed at the test's end).
 func convCasesOnReal(t *testing.T, suffix string) (*nvidia, *Device) {
 	t.Helper()
+	d := realDevice(t, func(lib string) bool { return strings.HasSuffix(lib, suffix) }, "to end with "+suffix)
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "Conv/") {
+			t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+		}
+	}
+	return d.drv.(*nvidia), d
+}
+
+// realDevice opens the real driver under the test's environment, checks
+// its ConvLibrary with ok (want says what it wants, in the error), and
+// returns a Device over it, closed at the test's end.
+func realDevice(t *testing.T, ok func(lib string) bool, want string) *Device {
+	t.Helper()
 	drv, err := Real()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lib := drv.Properties().ConvLibrary; !strings.HasSuffix(lib, suffix) {
-		t.Errorf("ConvLibrary %q, want it to end with %q", lib, suffix)
+	if lib := drv.Properties().ConvLibrary; !ok(lib) {
+		t.Errorf("ConvLibrary %q, want it %s", lib, want)
 	}
 	d, err := New(drv)
 	if err != nil {
@@ -371,12 +385,7 @@ func convCasesOnReal(t *testing.T, suffix string) (*nvidia, *Device) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	for _, c := range nnCases() {
-		if strings.HasPrefix(c.name, "Conv/") {
-			t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
-		}
-	}
-	return drv.(*nvidia), d
+	return d
 }
 
 // TestConvPathOnFake runs the measured choice between cuDNN and the
@@ -411,19 +420,7 @@ func TestConvPathOnFake(t *testing.T) {
 	// runs the cases with device operands, held to the reference.
 	run := func(t *testing.T, libWant string) (*Device, [][][]float32) {
 		t.Helper()
-		drv, err := Real()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if lib := drv.Properties().ConvLibrary; !strings.Contains(lib, libWant) {
-			t.Errorf("ConvLibrary %q, want %q in it", lib, libWant)
-		}
-		d, err := New(drv)
-		if err != nil {
-			drv.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
+		d := realDevice(t, func(lib string) bool { return strings.Contains(lib, libWant) }, "to say "+libWant)
 		var outs [][][]float32
 		for _, c := range cases {
 			p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
