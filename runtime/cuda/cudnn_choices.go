@@ -53,8 +53,22 @@ type dnnChoicesFile struct {
 	Deterministic bool                 `json:"deterministic"`
 	Choices       map[string]dnnChoice `json:"choices"`
 	// Paths are the choices between cuDNN and the GEMM path
-	// (EnvCUDNNGEMM).
-	Paths map[string]pathChoice `json:"paths,omitempty"`
+	// (EnvCUDNNGEMM), measured with the GEMM path's kernels of hash
+	// PathsKernels: a build whose kernels differ measures them afresh
+	// (its GEMM path may be faster or slower), keeping the algorithms.
+	Paths        map[string]pathChoice `json:"paths,omitempty"`
+	PathsKernels string                `json:"paths_kernels,omitempty"`
+}
+
+// gemmPathKernels is the hash of the GEMM path's kernel source (the
+// unfolding, folding and packing of kernels/nn.cu and the header they
+// share) for dnnChoicesFile.PathsKernels.
+func gemmPathKernels() string {
+	src, err := moduleSource("nn.cu")
+	if err != nil {
+		return ""
+	}
+	return cacheKey(src)
 }
 
 // openDNNChoices reads the choices kept for props' GPU model and driver
@@ -66,8 +80,12 @@ func openDNNChoices(dir string, props Properties, d *cudnn) *dnnChoices {
 	}
 	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib), Deterministic: !d.anyAlgo}
 	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN, fmt.Sprint(c.head.Deterministic))+".json")
+	c.head.PathsKernels = gemmPathKernels()
 	if f, err := c.read(); err == nil {
-		c.m, c.paths = f.Choices, f.Paths
+		c.m = f.Choices
+		if f.PathsKernels == c.head.PathsKernels {
+			c.paths = f.Paths
+		}
 	}
 	return c
 }
@@ -129,7 +147,7 @@ func (c *dnnChoices) write() {
 			}
 		}
 		for k, v := range f.Paths {
-			if _, ok := c.paths[k]; !ok {
+			if _, ok := c.paths[k]; !ok && f.PathsKernels == c.head.PathsKernels {
 				c.paths[k] = v
 			}
 		}

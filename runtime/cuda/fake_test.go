@@ -468,6 +468,18 @@ func TestConvPathOnFake(t *testing.T) {
 		}
 	}
 
+	// Another build's GEMM path (its kernels' hash differs): measured
+	// afresh, cuDNN's kept algorithms taken as they are.
+	file.PathsKernels = "another build"
+	if b, err := json.Marshal(&file); err != nil || os.WriteFile(kept[0], b, 0o644) != nil {
+		t.Fatal("rewriting the kept choices", err)
+	}
+	rebuilt, _ := run(t, "or GEMMs, whichever measures faster")
+	if rebuilt.pathsMeasured != measured.pathsMeasured || rebuilt.drv.(*nvidia).dnnFound != 0 {
+		t.Errorf("after another build's kept paths: %d products measured (want %d), %d algorithms measured (want 0)",
+			rebuilt.pathsMeasured, measured.pathsMeasured, rebuilt.drv.(*nvidia).dnnFound)
+	}
+
 	t.Setenv(EnvCUDNNGEMM, "off")
 	libOnly, _ := run(t, "algorithms by measurement")
 	if libOnly.pathsMeasured != 0 || len(libOnly.paths) != 0 || libOnly.dnnRuns <= again.dnnRuns {
