@@ -127,6 +127,7 @@ func (e *Engine) workerBufs(size int) ([][]float32, error) {
 			bufs[w] = b
 		}
 		e.normScratch = bufs
+		e.normScratchPeak = max(e.normScratchPeak, int64(workers)*int64(size))
 	}
 	return bufs, nil
 }

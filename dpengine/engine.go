@@ -96,7 +96,11 @@ type Engine struct {
 	// convChunks counts the chunks of samples convBatched ran (the
 	// tests: a pointwise convolution's unfolds nothing to count).
 	convChunks int
-	ops        runtime.DPOps // the DP operations of cfg.Device
+	// normScratchPeak is the most floats the norm rules' scratch
+	// (workerBufs) has held at once: the tests hold the estimate's
+	// transient term (rewrite.EngineScratch) to it.
+	normScratchPeak int64
+	ops             runtime.DPOps // the DP operations of cfg.Device
 	// lay are the device's graph operations (the GraphOps the plan
 	// needs): the fills and copies of the step's device buffers, and the
 	// gathers, scatters and derivatives the per-sample rules share with

@@ -124,7 +124,25 @@ func MeasureActivations(g *graph.Graph, rp *rewrite.Plan, dev runtime.Device, mo
 		out[string(mode)] = fitActivations(batches, m.rest, m.scratch, rp.Batch, m.buffers)
 	}
 	rp.SetCompiled(out)
+	rp.SetScratch(scratchModel(dev))
 	return nil
+}
+
+// scratchModel is how an engine on dev holds its norm rules' scratch
+// (workerBufs): a buffer per worker, or on a one-worker device with
+// memory of its own (batchSamples) chunks of batchedScratch floats.
+func scratchModel(dev runtime.Device) rewrite.EngineScratch {
+	if dev == nil {
+		dev = runtime.CPU{}
+	}
+	workers := 1
+	if ops, err := runtime.DPOpsOf(dev); err == nil {
+		workers = ops.Workers()
+	}
+	if workers == 1 && ownMemory(dev) {
+		return rewrite.EngineScratch{ChunkFloats: int64(batchedScratch)}
+	}
+	return rewrite.EngineScratch{Workers: int64(max(workers, 1))}
 }
 
 // fitActivations fits rewrite.CompiledActivations to the plans measured at

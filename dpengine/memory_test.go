@@ -197,3 +197,41 @@ func TestMeasureActivationsErrors(t *testing.T) {
 		t.Error("a plan of the wrong input shape measured")
 	}
 }
+
+// TestScratchEstimate holds the memory estimate's transient term, where
+// it follows the engine (rewrite.EngineScratch, scratchModel), to the
+// scratch the engine's norm rules really held (Engine.normScratchPeak)
+// over a Step of every memory fixture in ghost, mixed and bk: never
+// below it, on the CPU (a buffer per worker) and on a one-worker device
+// with memory of its own (reference.Separate, chunks of samples, as a
+// GPU), and at most three times it and 1 MiB more — where the paper's
+// B·max_l chosen_l, which the engine never holds at once, was the term.
+func TestScratchEstimate(t *testing.T) {
+	const n = 8
+	for _, name := range memoryFixtures {
+		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+			for _, mode := range []Mode{Ghost, Mixed, BK} {
+				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
+					_, _, batch, fill := engineBatch(t, name, n)
+					g, rp := preparedFixture(t, name, n)
+					e, err := New(g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := e.Step(batch, fill); err != nil {
+						t.Fatal(err)
+					}
+					s := scratchModel(dev)
+					var est int64
+					for _, l := range rp.Layers {
+						est = max(est, s.Floats(l, mode == Ghost || l.Decision == rewrite.Ghost, n))
+					}
+					peak := e.normScratchPeak
+					if est < peak || est > 3*peak+1<<18 {
+						t.Errorf("estimated %d floats of norm scratch (%+v), the engine held %d", est, s, peak)
+					}
+				})
+			}
+		}
+	}
+}

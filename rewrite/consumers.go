@@ -160,7 +160,10 @@ func (a *analyzer) convLayer(n *graph.Node, u *Use) string {
 	}
 	g := n.IntOr("group", 1)
 	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
-		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
+		T: u.In.Outer * u.In.Inner * prod(y[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g, Taps: prod(w[2:])}
+	if x, ok := dims(n.Input(0)); ok && len(x) == len(y) {
+		u.Layer.InPositions = prod(x[2:])
+	}
 	if b := n.Input(2); b != nil {
 		u.Layer.Bias = b.Name
 	}

@@ -53,7 +53,10 @@ func (a *analyzer) convTransposeLayer(n *graph.Node, u *Use) string {
 	}
 	g := n.IntOr("group", 1)
 	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: 1,
-		T: u.In.Outer * u.In.Inner * prod(x[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g}
+		T: u.In.Outer * u.In.Inner * prod(x[2:]), D: prod(w[1:]), P: w[0] / g, Groups: g, Taps: prod(w[2:])}
+	if y, ok := dims(n.Outputs[0]); ok && len(y) == len(x) {
+		u.Layer.InPositions = prod(y[2:])
+	}
 	if b := n.Input(2); b != nil {
 		u.Layer.Bias = b.Name
 	}

@@ -51,7 +51,11 @@ const (
 //	             among the plan's buffers, so PerSample counts bk_l =
 //	             inst_l only
 //
-// plus 4·B for the per-sample norms in every DP mode. Ghost-norm Gram
+// plus 4·B for the per-sample norms in every DP mode. Where the plan has
+// the engine's scratch model (Plan.Scratch, EngineScratch), the linear
+// layers' part of the ghost, mixed and bk Transient is the engine's
+// instead: what its norm rules ask for at once (EngineScratch.Floats).
+// Ghost-norm Gram
 // matrices and instantiated gradients computed only for a norm are
 // transient: a layer's buffers are freed once its norm contribution is
 // accumulated, so only the largest counts (the paper's Table 2 gives
@@ -114,6 +118,86 @@ func (p *Plan) SetCompiled(modes map[string]CompiledActivations) {
 	p.Memory = p.MemoryAt(p.Batch)
 }
 
+// EngineScratch is how the DP engine holds the scratch of its per-sample
+// norm rules (dpengine: workerBufs): Workers samples at once, each with
+// its own buffer, where the device runs a sample per worker (the CPU);
+// or, with Workers 0, chunks of as many samples as ChunkFloats holds,
+// one buffer, where the device batches its per-sample work (a GPU), a
+// sample whose share exceeds the chunk alone.
+type EngineScratch struct {
+	Workers     int64 `json:"workers"`
+	ChunkFloats int64 `json:"chunk_floats"`
+}
+
+// SetScratch records the engine's scratch model and recomputes Memory at
+// the plan's batch.
+func (p *Plan) SetScratch(s EngineScratch) {
+	p.Scratch = &s
+	p.Memory = p.MemoryAt(p.Batch)
+}
+
+// Floats bounds the float32 scratch the engine's norm rules hold at once
+// for layer l at batch b, the decision ghost or not (a shared or mapped
+// layer instantiates): per sample, the unfolded input or gathered rows
+// a = T·D (a Gemm's or MatMul's output rows T·p too), counted twice for
+// a convolution's padded input plane, and the Gram pair 2T² or the
+// gradient p·D (the device's chunks: all groups' G·p·D); a one-row ghost
+// norm on a batching device needs none (‖a‖²‖g‖²).
+func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
+	if l.Shared || l.Mapped {
+		ghost = false
+	}
+	conv := l.Op == "Conv" || l.Op == "ConvTranspose"
+	a := l.T * l.D
+	if !conv {
+		a += l.T * l.P
+	}
+	chosen := l.PD
+	if ghost {
+		chosen = l.TwoT2
+	}
+	if s.Workers > 0 {
+		need := 2*a + chosen
+		if g := l.inputGram(ghost); g > 0 {
+			need = g // instead of the unfolding
+		}
+		return s.Workers * need
+	}
+	if ghost && l.T == 1 {
+		return 0
+	}
+	per := a
+	if ghost {
+		per += l.TwoT2
+	} else {
+		per += l.Groups * l.PD
+	}
+	if per > s.ChunkFloats {
+		// Alone: the per-sample path, or a library's per-sample
+		// gradients in chunks of their own.
+		inst := l.Groups * l.PD
+		nb := max(1, min(b, s.ChunkFloats/max(inst, 1)))
+		return max(2*a+chosen, nb*inst)
+	}
+	return a + min(b, s.ChunkFloats/per)*per
+}
+
+// inputGram is the per-sample scratch of dpengine's input-Gram ghost
+// norm of a convolution (inputGramFor: ungrouped, and where it does
+// fewer operations than the unfolded form and its tables stay small),
+// S² + K·T² + 2T² floats, or 0 where that form does not run.
+func (l *Layer) inputGram(ghost bool) int64 {
+	S, K, T := l.InPositions, l.Taps, l.T
+	if !ghost || l.Groups != 1 || S == 0 || K == 0 || (l.Op != "Conv" && l.Op != "ConvTranspose") {
+		return 0
+	}
+	C := l.D / K
+	if S*S*C+2*K*T*T >= T*T*l.D || K*T*T > 1<<22 || S*S > 1<<22 {
+		return 0
+	}
+	return S*S + K*T*T + 2*T*T
+}
+
 // MemoryAt estimates the peak memory of every clipping mode at batch b.
 func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	base := ModeMemory{
@@ -122,6 +206,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		Optimizer: 8 * p.Trainable.Scalars,
 	}
 	var sumInst, sumBKInst, sumBKOut, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
+	var engGhost, engChosen int64 // the engine's scratch (Plan.Scratch), in floats
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
@@ -156,6 +241,14 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		}
 		maxGhost = max(maxGhost, ghost)
 		maxChosen = max(maxChosen, l.Groups*l.Chosen())
+		if p.Scratch != nil {
+			engGhost = max(engGhost, p.Scratch.Floats(l, true, b))
+			engChosen = max(engChosen, p.Scratch.Floats(l, l.Decision == Ghost, b))
+		}
+	}
+	ghostT, chosenT := 4*b*max(maxGhost, maxElem), 4*b*max(maxChosen, maxElem)
+	if p.Scratch != nil {
+		ghostT, chosenT = max(4*engGhost, 4*b*maxElem), max(4*engChosen, 4*b*maxElem)
 	}
 	// The output gradients book-keeping keeps are buffers of the runtime
 	// plan (runtime.Options.KeepHooked): a compiled activation figure
@@ -180,8 +273,8 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
-		mode(ModeGhost, 4*b*sumKept+norms, 4*b*max(maxGhost, maxElem)),
-		mode(ModeMixed, 4*b*sumKept+norms, 4*b*max(maxChosen, maxElem)),
-		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem)+norms, 4*b*max(maxChosen, maxElem)),
+		mode(ModeGhost, 4*b*sumKept+norms, ghostT),
+		mode(ModeMixed, 4*b*sumKept+norms, chosenT),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem)+norms, chosenT),
 	}
 }

@@ -156,6 +156,13 @@ type Layer struct {
 	// P is the output channels per group (output features).
 	P      int64 `json:"p"`
 	Groups int64 `json:"groups"`
+	// Taps and InPositions are, for a convolution, its kernel's taps K
+	// (D = K·channels per group) and the positions S of the input it
+	// unfolds (a ConvTranspose: of its output, the input of the
+	// convolution it is the adjoint of): the engine's input-Gram form of
+	// the ghost norm holds S² + K·T² (EngineScratch.Floats).
+	Taps        int64 `json:"taps,omitempty"`
+	InPositions int64 `json:"in_positions,omitempty"`
 	// Shared marks a use of a shared parameter: always instantiated.
 	Shared bool `json:"shared,omitempty"`
 	// Mapped marks a use through layout operators that do not keep the
@@ -212,6 +219,11 @@ type Plan struct {
 	// ActivationsPerSample bound. Analyze leaves it empty: the rewrite
 	// package cannot compile (the runtime imports it).
 	Compiled map[string]CompiledActivations `json:"compiled_activations,omitempty"`
+	// Scratch is how the DP engine holds its per-sample scratch on the
+	// device the plan is measured for (dpengine.MeasureActivations sets
+	// it): MemoryAt's ghost, mixed and bk transient term follows it in
+	// place of the paper's B·max_l chosen_l. Nil: the paper's.
+	Scratch *EngineScratch `json:"engine_scratch,omitempty"`
 	// Memory is MemoryAt(Batch); SetCompiled recomputes it.
 	Memory []ModeMemory `json:"memory"`
 	// Problems make per-sample clipping unsound (samples interact);
