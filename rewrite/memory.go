@@ -163,7 +163,7 @@ func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
 		}
 		return s.Workers * need
 	}
-	if ghost && l.T == 1 {
+	if (ghost && l.T == 1) || l.T == 0 {
 		return 0
 	}
 	per := a
