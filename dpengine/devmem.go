@@ -30,6 +30,12 @@ import (
 // (inputGram).
 func ownMemory(dev runtime.Device) bool { return runtime.OwnMemory(dev) }
 
+// batchesSamples reports whether the engine batches its per-sample work
+// over chunks of samples on dev, whose operations run on workers workers
+// (Engine.batchSamples): a one-worker device with memory of its own (a
+// GPU), where a per-sample loop is a chain of small launches.
+func batchesSamples(dev runtime.Device, workers int) bool { return workers == 1 && ownMemory(dev) }
+
 // allocOn returns n zeroed float32 elements of dev's memory (the view
 // its operations take); a nil dev is the CPU, as in Config.
 func allocOn(dev runtime.Device, n int, what string) ([]float32, error) {

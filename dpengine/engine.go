@@ -337,7 +337,7 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		so.setMemory(dev)
 	}
 	e := &Engine{cfg: cfg, dev: dev, ops: ops, lay: gops, rp: rp, plan: plan, byName: map[string]*param{}, groups: map[string][]*useGroup{}, gradScale: 1, weightsN: -1}
-	e.batchSamples = ops.Workers() == 1 && ownMemory(dev)
+	e.batchSamples = batchesSamples(dev, ops.Workers())
 	x, shape := plan.Input(0)
 	if len(shape) == 0 || shape[0] != cfg.PhysicalBatch {
 		return nil, fmt.Errorf("dpengine: compiled input shape %v does not start with the physical batch %d", shape, cfg.PhysicalBatch)

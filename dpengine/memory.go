@@ -139,7 +139,7 @@ func scratchModel(dev runtime.Device) rewrite.EngineScratch {
 	if ops, err := runtime.DPOpsOf(dev); err == nil {
 		workers = ops.Workers()
 	}
-	if workers == 1 && ownMemory(dev) {
+	if batchesSamples(dev, workers) {
 		return rewrite.EngineScratch{ChunkFloats: int64(batchedScratch)}
 	}
 	return rewrite.EngineScratch{Workers: int64(max(workers, 1))}

@@ -270,7 +270,7 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 		return nil
 	}
 	S, T, K, C, D := s.InSize, s.T, s.K, s.C, s.D
-	if S*S*C+2*K*T*T >= T*T*D || K*T*T > 1<<22 || S*S > 1<<22 {
+	if !rewrite.InputGramFits(int64(S), int64(C), int64(K), int64(T), int64(D)) {
 		return nil
 	}
 	// p[k·T+t]: the input position tap k of output position t reads, or

@@ -182,17 +182,24 @@ func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
 	return a + min(b, s.ChunkFloats/per)*per
 }
 
+// InputGramFits reports whether dpengine computes an ungrouped ghost-norm
+// convolution's a_i a_iᵀ from its input's Gram (S input positions, C
+// channels, K taps, T output positions, D = C·K): where that does fewer
+// operations than the unfolded form (S²·C + 2K·T² < T²·D) and its gather
+// table (K·T² entries) and Gram (S²) stay within 2²² elements.
+func InputGramFits(S, C, K, T, D int64) bool {
+	return S*S*C+2*K*T*T < T*T*D && K*T*T <= 1<<22 && S*S <= 1<<22
+}
+
 // inputGram is the per-sample scratch of dpengine's input-Gram ghost
-// norm of a convolution (inputGramFor: ungrouped, and where it does
-// fewer operations than the unfolded form and its tables stay small),
-// S² + K·T² + 2T² floats, or 0 where that form does not run.
+// norm of a convolution (InputGramFits, ungrouped), S² + K·T² + 2T²
+// floats, or 0 where that form does not run.
 func (l *Layer) inputGram(ghost bool) int64 {
 	S, K, T := l.InPositions, l.Taps, l.T
 	if !ghost || l.Groups != 1 || S == 0 || K == 0 || (l.Op != "Conv" && l.Op != "ConvTranspose") {
 		return 0
 	}
-	C := l.D / K
-	if S*S*C+2*K*T*T >= T*T*l.D || K*T*T > 1<<22 || S*S > 1<<22 {
+	if !InputGramFits(S, l.D/K, K, T, l.D) {
 		return 0
 	}
 	return S*S + K*T*T + 2*T*T
