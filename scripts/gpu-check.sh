@@ -58,7 +58,7 @@
 # (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm
 # maxbatch profile": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
-# files); BUDGET_S (0: none): seconds after which the norms and benchmarks
+# files); MB_ROWS (the largest-batch rows, IMPL:MODE, in order); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
 # timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
@@ -390,11 +390,18 @@ persample_fits() { # batch: Opacus's method in PyTorch
 mbrow() { # impl mode largest
 	echo "{\"model\": \"$MB_MODEL\", \"impl\": \"$1\", \"mode\": \"$2\", \"largest_batch\": $3, \"cap\": $MB_MAX, \"budget_spent\": $(late && echo true || echo false)}" | tee -a "$OUT/maxbatch.jsonl" >&2
 }
-for m in nondp bk mixed instantiate; do
-	mbrow dpfinetune $m "$(largest ours_fits $m)"
+# MB_ROWS: the rows to search, in order (a short loan puts first the ones
+# it lacks); IMPL:MODE each, pytorch rows only on a GPU.
+MB_ROWS=${MB_ROWS:-dpfinetune:nondp dpfinetune:bk dpfinetune:mixed dpfinetune:instantiate pytorch:nondp pytorch-persample:instantiate}
+for row in $MB_ROWS; do
+	impl=${row%%:*} m=${row#*:}
+	case $impl in
+	dpfinetune) mbrow dpfinetune "$m" "$(largest ours_fits "$m")" ;;
+	pytorch) [ $mode = gpu ] && mbrow pytorch nondp "$(largest torch_fits)" ;;
+	pytorch-persample) [ $mode = gpu ] && mbrow pytorch-persample instantiate "$(largest persample_fits)" ;;
+	*) echo "gpu-check: MB_ROWS: unknown row $row (IMPL:MODE, IMPL dpfinetune, pytorch or pytorch-persample)" >&2 ;;
+	esac
 done
-[ $mode = gpu ] && mbrow pytorch nondp "$(largest torch_fits)"
-[ $mode = gpu ] && mbrow pytorch-persample instantiate "$(largest persample_fits)"
 "$PY" - "$OUT/maxbatch.jsonl" >"$OUT/maxbatch.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]

@@ -122,8 +122,16 @@ func at(p DevicePtr, i int) DevicePtr { return p + DevicePtr(4*i) }
 // gemm runs one Driver.Gemm on device addresses (d.mu held): a batch's
 // operand addresses written by gemm_ptrs into the call's scratch first,
 // where the driver takes them (a real GPU's; the emulation computes its
-// products from the strides).
+// products from the strides). A batch in TF32 whose operands are not all
+// 16-byte aligned runs in float32.
 func (d *Device) gemm(g GemmArgs, op string) {
+	if g.TF32 && g.Batch > 1 && !g.tensorAligned() {
+		// Float32 instead, which rounds less: the tensor cores would fault
+		// on the address (GemmArgs.TF32). bk's trainable weights lie back
+		// to back in one block (runtime.Plan.ParamBlock), some off 16 bytes.
+		g.TF32 = false
+		d.tf32Unaligned++
+	}
 	if g.Batch > 1 && !d.props.Emulated {
 		g.Ptrs = d.scratch64(3 * g.Batch) // 8-byte addresses
 		d.args.Reset()

@@ -113,8 +113,10 @@ type Device struct {
 	shapes    []int64
 	shapeData map[shapeKey]DevicePtr
 	// tf32 runs the forward and input-gradient products of convolutions
-	// in TF32 (SetTF32).
-	tf32 bool
+	// in TF32 (SetTF32); tf32Unaligned counts the batched products that
+	// ran in float32 instead, an operand off 16 bytes (gemm).
+	tf32          bool
+	tf32Unaligned int
 	// inUse and peak are the bytes allocated now and at most
 	// (MemoryStats).
 	inUse, peak int64

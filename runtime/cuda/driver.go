@@ -130,8 +130,21 @@ type GemmArgs struct {
 	// TF32 lets the product round A's and B's elements to TF32 (10-bit
 	// mantissas; float32 sums), as tensor cores do: cuBLAS's
 	// CUBLAS_TF32_TENSOR_OP_MATH, the emulation's rounding to nearest.
-	// Only the Device's TF32 convolutions set it (runtime.TF32Device).
+	// Only the Device's TF32 convolutions set it (runtime.TF32Device). A
+	// batch of more than one product takes it only with every operand
+	// address 16-byte aligned (tensorAligned): cuBLAS's tensor-core
+	// kernels read 16 bytes at a time, and behind the array of addresses
+	// a batched call takes it cannot check them as it checks one product's
+	// (on an H100, ResNet-50's bk step faulted with a misaligned address).
 	TF32 bool
+}
+
+// tensorAligned reports whether every product's A_i, B_i and C_i start
+// on 16 bytes: the bases and the strides between products.
+func (g *GemmArgs) tensorAligned() bool {
+	const a = 16
+	return uintptr(g.A)%a == 0 && uintptr(g.B)%a == 0 && uintptr(g.C)%a == 0 &&
+		(4*g.StrideA)%a == 0 && (4*g.StrideB)%a == 0 && (4*g.StrideC)%a == 0
 }
 
 // ErrNoConvLibrary is Driver.Conv's error where no convolution library is

@@ -366,6 +366,9 @@ func (e *emulated) Gemm(g *GemmArgs) error {
 			return fmt.Errorf("cuda: emulation: GEMM operand: %w", err)
 		}
 	}
+	if g.TF32 && g.Batch > 1 && !g.tensorAligned() {
+		return errors.New("cuda: emulation: a batched TF32 GEMM's operand is not 16-byte aligned (cuBLAS's tensor-core kernels fault on it)")
+	}
 	defer e.opened()()
 	a, b := floatsAt(g.A, la), floatsAt(g.B, lb)
 	if g.TF32 {

@@ -66,11 +66,27 @@ func TestTF32Conv(t *testing.T) {
 func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 	defer d.SetTF32(false)
 	rng := rand.New(rand.NewSource(5))
-	for _, s := range []*runtime.ConvShape{
-		{N: 3, C: 4, M: 8, Group: 1, In: []int{9, 7}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
-		{N: 2, C: 16, M: 8, Group: 1, In: []int{5, 5}, Kernel: []int{1, 1}},
-		{N: 2, C: 8, M: 16, Group: 2, In: []int{12}, Kernel: []int{5}, Strides: []int{2}, Pads: []int{2, 2}},
+	path := convPath
+	defer func() { convPath = path }()
+	// Every product's operands 16-byte aligned (positions and per-sample
+	// sizes multiples of 4) but those marked unaligned, whose batched
+	// products the Device runs in float32 (GemmArgs.TF32).
+	for _, c := range []struct {
+		s         *runtime.ConvShape
+		unaligned bool
+	}{
+		{s: &runtime.ConvShape{N: 3, C: 4, M: 8, Group: 1, In: []int{8, 6}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}},
+		{s: &runtime.ConvShape{N: 2, C: 16, M: 8, Group: 1, In: []int{4, 5}, Kernel: []int{1, 1}}},
+		{s: &runtime.ConvShape{N: 2, C: 8, M: 16, Group: 2, In: []int{16}, Kernel: []int{5}, Strides: []int{2}, Pads: []int{2, 2}}},
+		// A pointwise convolution's products are batched over the samples,
+		// 17·25 and 9·25 elements apart.
+		{s: &runtime.ConvShape{N: 2, C: 17, M: 9, Group: 1, In: []int{5, 5}, Kernel: []int{1, 1}}, unaligned: true},
 	} {
+		s := c.s
+		convPath = path
+		if c.unaligned { // the Device's own GEMM path, not cuDNN's (or the stand-in's) TF32
+			convPath = convGEMMs
+		}
 		if err := s.Init(); err != nil {
 			t.Fatal(err)
 		}
@@ -101,10 +117,29 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 			return out[0], out[1], out[2], out[3], out[4], out[5]
 		}
 		y0, dx0, dw0, ty0, tdx0, tdw0 := run(false)
+		before := d.tf32Unaligned
 		y1, dx1, dw1, ty1, tdx1, tdw1 := run(true)
 		y2, _, _, _, _, _ := run(false)
 		name := func(what string) string {
 			return fmt.Sprintf("%s N%d C%d M%d G%d in%v k%v", what, s.N, s.C, s.M, s.Group, s.In, s.Kernel)
+		}
+		if c.unaligned {
+			// Float32 in place of TF32, bit for bit, rather than a fault.
+			if d.tf32Unaligned == before {
+				t.Errorf("%s: no product counted as unaligned", name("every convolution"))
+			}
+			for _, r := range []struct {
+				what string
+				a, b []float32
+			}{{"Conv", y1, y0}, {"ConvBackward dx", dx1, dx0}, {"ConvTranspose", ty1, ty0}, {"ConvTransposeBackward dx", tdx1, tdx0}} {
+				if maxAbsDiff(r.a, r.b) != 0 {
+					t.Errorf("%s (TF32 on, unaligned): not the float32 result bit for bit (max |Δ| %g)", name(r.what), maxAbsDiff(r.a, r.b))
+				}
+			}
+			continue
+		}
+		if d.tf32Unaligned != before {
+			t.Errorf("%s: %d products counted as unaligned", name("every convolution"), d.tf32Unaligned-before)
 		}
 
 		// The CPU: exact float32, its TF32 bound, and on rounded operands.
