@@ -140,10 +140,10 @@ func TestMeasuredActivationsNeverUnder(t *testing.T) {
 
 // TestMeasuredActivationsFollowDevice: on a device with memory of its own
 // (reference.Separate, as a GPU) the engine's plan recomputes attention's
-// probabilities (runtime.ProbabilitiesAuto), and the measurement for that
-// device counts the arena the engine compiles there — smaller than the
-// CPU's on the attention fixtures — while convolutional plans do not
-// change.
+// probabilities (runtime.ProbabilitiesAuto) where that lowers its peak,
+// and the measurement for that device counts the arena the engine
+// compiles there — never more than the CPU's, smaller on vit — while
+// convolutional plans do not change.
 func TestMeasuredActivationsFollowDevice(t *testing.T) {
 	const b = 8
 	dev := reference.Separate{}
@@ -169,7 +169,11 @@ func TestMeasuredActivationsFollowDevice(t *testing.T) {
 			if rest < held || float64(rest) > 1.05*float64(held) {
 				t.Errorf("%s/%s on %s: estimate %d bytes besides the workspace, the engine's plan holds %d", name, mode, dev.Name(), rest, held)
 			}
-			if (name == "cnn") != (c.PerSample == cpu[string(mode)].PerSample) || c.PerSample > cpu[string(mode)].PerSample {
+			// Smaller on vit, where recomputing lowers the peak; crossvit's
+			// bk peak lies elsewhere, and its plan keeps them there.
+			on := c.PerSample
+			cp := cpu[string(mode)].PerSample
+			if on > cp || (name == "cnn" && on != cp) || (name == "vit" && on >= cp) {
 				t.Errorf("%s/%s: %d bytes a sample on %s, %d on the CPU", name, mode, c.PerSample, dev.Name(), cpu[string(mode)].PerSample)
 			}
 		}

@@ -27,7 +27,9 @@ type ElementwiseOps interface {
 	// partial derivative, summed over the axes its operand was broadcast
 	// along. Div's d/db and Pow read the forward output y; for Pow, d/db
 	// is taken as 0 where a = 0 and b ≥ 0 (PyTorch's convention instead
-	// of 0·log 0). A nil da or db is skipped.
+	// of 0·log 0). A nil da or db is skipped. For Add and Sub, da may be
+	// dy itself (one array; a of y's shape): the plan's gradient in place,
+	// left as it is.
 	BinaryBackward(op BinaryOp, a []float32, aShape []int, b []float32, bShape []int, y, dy []float32, yShape []int, da, db []float32)
 	// Clip computes y = min(max(x, lo), hi) over len(x) elements (ONNX
 	// Clip: ±Inf for a missing bound; lo > hi gives hi everywhere).

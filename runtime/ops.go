@@ -151,6 +151,12 @@ func buildBinary(op BinaryOp) builder {
 		nd.bwd = func() {
 			p.ops.BinaryBackward(op, a.data, a.shape, b.data, b.shape, y.data, y.grad, y.shape, nd.dIn[0], nd.dIn[1])
 		}
+		// d(a±b)/da is dy itself: where a is y's size the plan may hand
+		// dy's buffer on as a's gradient (planBuffers), and the backward
+		// then has nothing to write for a (ElementwiseOps.BinaryBackward).
+		// A GroupNorm's shift and a residual connection then cost no pass
+		// and no buffer for it; b's gradient, read from dy, is the same.
+		nd.inplaceGrad = op == BinaryAdd || op == BinarySub
 		return nil
 	}
 }

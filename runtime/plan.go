@@ -60,7 +60,8 @@ type Options struct {
 	// backward (ViT-B/16: 22.4 MB a sample). The results are the same bits
 	// either way. The default, ProbabilitiesAuto, recomputes on a device
 	// with memory of its own (a GPU, where memory bounds the batch) and
-	// keeps them on the host.
+	// keeps them on the host; neither recomputes where that would not
+	// lower the plan's live peak (the peak lies elsewhere).
 	Probabilities Probabilities
 	// NoParamGrads compiles a plan that never computes parameter
 	// gradients: every Backward acts as with BackwardOptions.SkipParamGrads
@@ -257,7 +258,8 @@ const (
 	ProbabilitiesAuto Probabilities = iota
 	// ProbabilitiesKeep keeps them.
 	ProbabilitiesKeep
-	// ProbabilitiesRecompute recomputes them on every device.
+	// ProbabilitiesRecompute recomputes them on every device. Either
+	// recomputes only where that lowers the plan's live peak.
 	ProbabilitiesRecompute
 )
 
@@ -1060,14 +1062,40 @@ func (a *item) last() int {
 	return a.end
 }
 
-// planBuffers assigns arena offsets to activations, gradients and scratch
-// buffers by liveness over the timeline forward (steps 0..F-1), loss (F),
-// backward of node i (step 2F-i).
 // backStep is the step of the buffer timeline at which node i's backward
 // runs (forward steps are 0…F−1, the loss F, backward F+1…2F).
 func (p *Plan) backStep(i int) int { return 2*len(p.nodes) - i }
 
+// planBuffers assigns arena offsets to activations, gradients and scratch
+// buffers by liveness over the timeline forward (steps 0..F-1), loss (F),
+// backward of node i (step 2F-i).
 func (p *Plan) planBuffers() error {
+	T := 2*len(p.nodes) + 1
+	isOut := map[*tensor]bool{}
+	for _, t := range p.outputs {
+		isOut[t] = true
+	}
+	again := p.rematerialize(isOut)
+	items := p.bufferItems(again, isOut)
+	if len(again) > 0 {
+		// Recomputing costs a product per attention: only for a lower
+		// peak. Where the peak lies elsewhere (the plan's gradients in
+		// place, a small model) the plan keeps the probabilities.
+		if kept := p.bufferItems(nil, isOut); livePeak(kept, T) <= livePeak(items, T) {
+			p.remat, items = nil, kept
+		} else {
+			items = p.bufferItems(again, isOut) // the items' places in the tensors again
+		}
+	}
+	p.liveElems = livePeak(items, T)
+	return p.placeItems(items)
+}
+
+// bufferItems lays out the plan's buffers as items over its timeline
+// (again: the values recomputed in the backward, rematerialize) and
+// records in every tensor and node which items are theirs, replacing what
+// an earlier call recorded.
+func (p *Plan) bufferItems(again map[*tensor]int, isOut map[*tensor]bool) []item {
 	F := len(p.nodes)
 	T := 2*F + 1
 	bstep := func(i int) int { return 2*F - i }
@@ -1076,11 +1104,17 @@ func (p *Plan) planBuffers() error {
 		items = append(items, item{size: (size + 15) &^ 15, start: start, end: end, start2: -1, end2: -1})
 		return len(items) - 1
 	}
-	isOut := map[*tensor]bool{}
-	for _, t := range p.outputs {
-		isOut[t] = true
+	for _, t := range p.tensors {
+		t.dataItem, t.gradItem = -1, -1
 	}
-	again := p.rematerialize(isOut)
+	for _, nd := range p.nodes {
+		nd.aliased = false
+		clear(nd.acc)
+		for j := range nd.scratchItem {
+			nd.scratchItem[j] = -1
+		}
+	}
+	p.zeroGrads = nil
 	// Activations.
 	for _, t := range p.inputs {
 		t.dataItem = add(t.n, 0, T)
@@ -1214,8 +1248,12 @@ func (p *Plan) planBuffers() error {
 			t.dataEnd = items[t.dataItem].last()
 		}
 	}
-	// The lower bound any placement needs: the largest total size of the
-	// buffers live at one step.
+	return items
+}
+
+// livePeak is the lower bound any placement of items needs: the largest
+// total size of the items live at one step of the timeline [0, T].
+func livePeak(items []item, T int) int {
 	live := make([]int, T+1)
 	for _, it := range items {
 		for s := it.start; s <= it.end && s <= T; s++ {
@@ -1225,9 +1263,16 @@ func (p *Plan) planBuffers() error {
 			live[s] += it.size
 		}
 	}
+	peak := 0
 	for _, v := range live {
-		p.liveElems = max(p.liveElems, v)
+		peak = max(peak, v)
 	}
+	return peak
+}
+
+// placeItems places items in the arena, allocates it and hands every
+// tensor and node its slices.
+func (p *Plan) placeItems(items []item) error {
 	// Greedy placement, largest first.
 	order := make([]int, len(items))
 	for i := range order {

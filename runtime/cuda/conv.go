@@ -123,14 +123,10 @@ func at(p DevicePtr, i int) DevicePtr { return p + DevicePtr(4*i) }
 // operand addresses written by gemm_ptrs into the call's scratch first,
 // where the driver takes them (a real GPU's; the emulation computes its
 // products from the strides). A batch in TF32 whose operands are not all
-// 16-byte aligned runs in float32.
+// 16-byte aligned is aligned or runs in float32 (alignForTF32).
 func (d *Device) gemm(g GemmArgs, op string) {
 	if g.TF32 && g.Batch > 1 && !g.tensorAligned() {
-		// Float32 instead, which rounds less: the tensor cores would fault
-		// on the address (GemmArgs.TF32). bk's trainable weights lie back
-		// to back in one block (runtime.Plan.ParamBlock), some off 16 bytes.
-		g.TF32 = false
-		d.tf32Unaligned++
+		d.alignForTF32(&g)
 	}
 	if g.Batch > 1 && !d.props.Emulated {
 		g.Ptrs = d.scratch64(3 * g.Batch) // 8-byte addresses
@@ -141,6 +137,31 @@ func (d *Device) gemm(g GemmArgs, op string) {
 	if err := d.drv.Gemm(&g); err != nil {
 		fault(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
 	}
+}
+
+// alignForTF32 makes a batch of TF32 products whose operands are not all
+// 16-byte aligned one the tensor cores take (GemmArgs.TF32), or float32
+// (d.mu held). A convolution's weight shared by every product (bk's
+// trainable weights lie back to back in one block, runtime.Plan.ParamBlock,
+// some off 16 bytes) is copied to an aligned piece of the call's scratch
+// first: a copy of one weight against a product per sample. Float32
+// rounds less; it stays for the rest (an activation whose samples are not
+// 16 bytes apart).
+func (d *Device) alignForTF32(g *GemmArgs) {
+	a := *g
+	if a.StrideA == 0 && uintptr(a.A)%16 != 0 {
+		la, _, _ := a.extents()
+		if p, err := d.take(4 * la); err == nil && d.drv.CopyDtoD(p, a.A, 4*la) == nil {
+			a.A = p
+		}
+	}
+	if a.tensorAligned() {
+		*g = a
+		d.tf32Staged++
+		return
+	}
+	g.TF32 = false
+	d.tf32Unaligned++
 }
 
 // convOperands is a convolution's geometry (device copy), its scratch and

@@ -113,10 +113,12 @@ type Device struct {
 	shapes    []int64
 	shapeData map[shapeKey]DevicePtr
 	// tf32 runs the forward and input-gradient products of convolutions
-	// in TF32 (SetTF32); tf32Unaligned counts the batched products that
-	// ran in float32 instead, an operand off 16 bytes (gemm).
-	tf32          bool
-	tf32Unaligned int
+	// in TF32 (SetTF32); of the batched products with an operand off 16
+	// bytes (alignForTF32), tf32Staged counts those that ran in TF32 on an
+	// aligned copy of their weight, tf32Unaligned those that ran in
+	// float32 instead.
+	tf32                      bool
+	tf32Staged, tf32Unaligned int
 	// inUse and peak are the bytes allocated now and at most
 	// (MemoryStats).
 	inUse, peak int64

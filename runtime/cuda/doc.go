@@ -206,7 +206,12 @@
 // cublasSetMathMode(CUBLAS_TF32_TENSOR_OP_MATH) for those calls and the
 // emulation into operands rounded to TF32. Weight gradients and every
 // other product stay float32; docs/PRIVACY.md says why the clip bound then
-// still holds, and why dpengine refuses TF32 in ghost and mixed modes.
+// still holds, and why dpengine refuses TF32 in ghost and mixed modes. The
+// tensor cores read 16 bytes at a time, and a batched call's addresses lie
+// in device memory where cuBLAS cannot check them: a batch of TF32
+// products runs on a 16-byte-aligned copy of a misaligned shared weight,
+// or in float32 (alignForTF32); the emulation faults on a misaligned one,
+// as an H100 did.
 //
 // # Tests
 //

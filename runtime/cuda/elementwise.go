@@ -50,6 +50,9 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 		if t == nil || nt == 0 {
 			continue
 		}
+		if wrt == 0 && (op == runtime.BinaryAdd || op == runtime.BinarySub) && nt == ny && aliased(t, dy) {
+			continue // da is dy, in place (runtime.ElementwiseOps.BinaryBackward)
+		}
 		if ny == 0 {
 			d.Fill(0, t[:nt])
 			continue

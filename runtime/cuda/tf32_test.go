@@ -71,12 +71,18 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 	// Every product's operands 16-byte aligned (positions and per-sample
 	// sizes multiples of 4) but those marked unaligned, whose batched
 	// products the Device runs in float32 (GemmArgs.TF32).
+	// weightOff places the weight 4 bytes into its buffer, as bk's
+	// parameter block may: the Device copies it to aligned memory and the
+	// products stay TF32.
 	for _, c := range []struct {
 		s         *runtime.ConvShape
 		unaligned bool
+		weightOff bool
 	}{
 		{s: &runtime.ConvShape{N: 3, C: 4, M: 8, Group: 1, In: []int{8, 6}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}},
 		{s: &runtime.ConvShape{N: 2, C: 16, M: 8, Group: 1, In: []int{4, 5}, Kernel: []int{1, 1}}},
+		{s: &runtime.ConvShape{N: 2, C: 16, M: 8, Group: 1, In: []int{4, 5}, Kernel: []int{1, 1}}, weightOff: true},
+		{s: &runtime.ConvShape{N: 3, C: 4, M: 8, Group: 1, In: []int{8, 6}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}, weightOff: true},
 		{s: &runtime.ConvShape{N: 2, C: 8, M: 16, Group: 2, In: []int{16}, Kernel: []int{5}, Strides: []int{2}, Pads: []int{2, 2}}},
 		// A pointwise convolution's products are batched over the samples,
 		// 17·25 and 9·25 elements apart.
@@ -84,7 +90,7 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 	} {
 		s := c.s
 		convPath = path
-		if c.unaligned { // the Device's own GEMM path, not cuDNN's (or the stand-in's) TF32
+		if c.unaligned || c.weightOff { // the Device's own GEMM path, not cuDNN's (or the stand-in's)
 			convPath = convGEMMs
 		}
 		if err := s.Init(); err != nil {
@@ -106,6 +112,9 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 			}
 			ws := make([]float32, d.ConvScratchSize(s))
 			px, pw, pdy := place(p, x), place(p, w), place(p, dy)
+			if c.weightOff {
+				pw = place(p, append([]float32{0}, w...))[1:]
+			}
 			y, dx, dw, db := place(p, stale(len(dy))), place(p, stale(len(x))), place(p, stale(len(w))), place(p, stale(s.M))
 			d.Conv(s, px, pw, place(p, b), y, ws)
 			d.ConvBackward(s, px, pw, pdy, dx, dw, db, ws)
@@ -117,7 +126,7 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 			return out[0], out[1], out[2], out[3], out[4], out[5]
 		}
 		y0, dx0, dw0, ty0, tdx0, tdw0 := run(false)
-		before := d.tf32Unaligned
+		before, staged := d.tf32Unaligned, d.tf32Staged
 		y1, dx1, dw1, ty1, tdx1, tdw1 := run(true)
 		y2, _, _, _, _, _ := run(false)
 		name := func(what string) string {
@@ -140,6 +149,9 @@ func checkTF32Conv(t *testing.T, d *Device, rounds bool) {
 		}
 		if d.tf32Unaligned != before {
 			t.Errorf("%s: %d products counted as unaligned", name("every convolution"), d.tf32Unaligned-before)
+		}
+		if got := d.tf32Staged > staged; got != c.weightOff {
+			t.Errorf("%s: the weight copied to aligned memory %d times, want some: %v", name("every convolution"), d.tf32Staged-staged, c.weightOff)
 		}
 
 		// The CPU: exact float32, its TF32 bound, and on rounded operands.

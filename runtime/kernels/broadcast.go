@@ -261,7 +261,8 @@ func powf(a, b float32) float32 {
 // BinaryBackward computes the gradients of y = a op b: da (shape aShape) and
 // db (shape bShape), each reduced over the axes it was broadcast along. y is
 // the forward output (read by Div and Pow; may be nil for the others). A nil
-// da or db is skipped.
+// da or db is skipped. For Add and Sub da may be dy itself (a of y's shape,
+// the gradient in place): it is left as it is.
 //
 // Pow follows PyTorch at the singular points: d/db is taken as 0 where
 // a == 0 and b ≥ 0 (instead of 0·log 0 = NaN).
@@ -282,6 +283,9 @@ func BinaryBackward(op BinaryOp, a []float32, aShape []int, b []float32, bShape 
 		}
 		nt := Numel(tShape)
 		checkLen("gradient", t, nt)
+		if wrt == 0 && (op == Add || op == Sub) && nt == ny && &t[0] == &dy[0] {
+			continue // da is dy, in place: nothing to write
+		}
 		switch op {
 		case Add:
 			ReduceToShape(dy, yShape, t, tShape)
