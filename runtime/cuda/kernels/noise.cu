@@ -16,10 +16,14 @@ struct NoiseTables {
   uint8_t sbox[256];
 };
 
-// The block's shared copy of the tables and of the step's round keys.
+// The block's shared copy of the tables, and what the block derives from
+// them and the step's round keys for word-wise AES: te0, the T-table of
+// SubBytes and MixColumns (aes_encrypt_words), and the round keys as the
+// state's little-endian column words.
 struct NoiseShared {
   NoiseTables t;
-  uint8_t rk[176];
+  uint32_t te0[256];
+  uint32_t rkw[44];
 };
 
 __device__ __forceinline__ uint8_t xtime(uint8_t a) { return (uint8_t)((a << 1) ^ ((a >> 7) * 0x1b)); }
@@ -47,29 +51,59 @@ extern "C" __global__ void aes_expand_key(Key128 key, const NoiseTables *tab, ui
   }
 }
 
-// aes_encrypt encrypts the block s in place (FIPS-197 §5.1): the state's
-// byte r + 4c is row r, column c.
-__device__ void aes_encrypt(const NoiseShared *sh, uint8_t s[16]) {
-  const uint8_t *rk = sh->rk, *sbox = sh->t.sbox;
-  for (int i = 0; i < 16; i++) s[i] ^= rk[i];
-  for (int round = 1; round <= 10; round++) {
-    uint8_t t[16];
-    // SubBytes and ShiftRows: row r moves left by r.
-    for (int c = 0; c < 4; c++)
-      for (int r = 0; r < 4; r++) t[r + 4 * c] = sbox[s[r + 4 * ((c + r) & 3)]];
-    if (round < 10) {
-      for (int c = 0; c < 4; c++) { // MixColumns
-        uint8_t a0 = t[4 * c], a1 = t[4 * c + 1], a2 = t[4 * c + 2], a3 = t[4 * c + 3];
-        s[4 * c] = xtime(a0) ^ xtime(a1) ^ a1 ^ a2 ^ a3;
-        s[4 * c + 1] = a0 ^ xtime(a1) ^ xtime(a2) ^ a2 ^ a3;
-        s[4 * c + 2] = a0 ^ a1 ^ xtime(a2) ^ xtime(a3) ^ a3;
-        s[4 * c + 3] = xtime(a0) ^ a0 ^ a1 ^ a2 ^ xtime(a3);
-      }
-    } else {
-      for (int i = 0; i < 16; i++) s[i] = t[i];
-    }
-    for (int i = 0; i < 16; i++) s[i] ^= rk[16 * round + i];
+// rotl8 rotates a column word by n bits toward the high bytes: row r's
+// byte to row r + n/8 (mod 4).
+__device__ __forceinline__ uint32_t rotl8(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
+
+// noise_shared_init fills sh from the host's tables tab and the round
+// keys rk (aes_expand_key's bytes), the whole block taking part (the
+// caller's __syncthreads follows): the tables copied, te0 and rkw derived.
+__device__ void noise_shared_init(NoiseShared *sh, const NoiseTables *tab, const uint8_t *rk) {
+  const uint8_t *src = (const uint8_t *)tab;
+  uint8_t *dst = (uint8_t *)&sh->t;
+  for (unsigned i = threadIdx.x; i < sizeof(NoiseTables); i += blockDim.x) dst[i] = src[i];
+  // From global memory, not the shared copy, so that one barrier does.
+  for (unsigned x = threadIdx.x; x < 256; x += blockDim.x) {
+    uint32_t b = tab->sbox[x], b2 = xtime((uint8_t)b);
+    sh->te0[x] = b2 | b << 8 | b << 16 | (b2 ^ b) << 24;
   }
+  for (unsigned i = threadIdx.x; i < 44; i += blockDim.x)
+    sh->rkw[i] = (uint32_t)rk[4 * i] | (uint32_t)rk[4 * i + 1] << 8 | (uint32_t)rk[4 * i + 2] << 16 | (uint32_t)rk[4 * i + 3] << 24;
+}
+
+// aes_encrypt_words encrypts the block whose state columns are the words
+// c[0..3] (byte r of column j, state byte r + 4j, at bits 8r) in place
+// (FIPS-197 §5.1), a round as four T-table columns: column j's new word is
+// te0[a0] ^ rotl(te0[a1], 8) ^ rotl(te0[a2], 16) ^ rotl(te0[a3], 24) ^ its
+// round key, a_r = row r of column j + r (ShiftRows), te0[a] the column
+// (2, 1, 1, 3)·S(a) of MixColumns; the last round S alone.
+__device__ void aes_encrypt_words(const NoiseShared *sh, uint32_t c[4]) {
+  const uint32_t *te = sh->te0, *rk = sh->rkw;
+  const uint8_t *sbox = sh->t.sbox;
+  uint32_t s0 = c[0] ^ rk[0], s1 = c[1] ^ rk[1], s2 = c[2] ^ rk[2], s3 = c[3] ^ rk[3];
+  for (int round = 1; round < 10; round++) {
+    const uint32_t *k = rk + 4 * round;
+    uint32_t t0 = te[s0 & 255] ^ rotl8(te[s1 >> 8 & 255], 8) ^ rotl8(te[s2 >> 16 & 255], 16) ^ rotl8(te[s3 >> 24], 24) ^ k[0];
+    uint32_t t1 = te[s1 & 255] ^ rotl8(te[s2 >> 8 & 255], 8) ^ rotl8(te[s3 >> 16 & 255], 16) ^ rotl8(te[s0 >> 24], 24) ^ k[1];
+    uint32_t t2 = te[s2 & 255] ^ rotl8(te[s3 >> 8 & 255], 8) ^ rotl8(te[s0 >> 16 & 255], 16) ^ rotl8(te[s1 >> 24], 24) ^ k[2];
+    uint32_t t3 = te[s3 & 255] ^ rotl8(te[s0 >> 8 & 255], 8) ^ rotl8(te[s1 >> 16 & 255], 16) ^ rotl8(te[s2 >> 24], 24) ^ k[3];
+    s0 = t0, s1 = t1, s2 = t2, s3 = t3;
+  }
+  const uint32_t *k = rk + 40;
+  c[0] = ((uint32_t)sbox[s0 & 255] | (uint32_t)sbox[s1 >> 8 & 255] << 8 | (uint32_t)sbox[s2 >> 16 & 255] << 16 | (uint32_t)sbox[s3 >> 24] << 24) ^ k[0];
+  c[1] = ((uint32_t)sbox[s1 & 255] | (uint32_t)sbox[s2 >> 8 & 255] << 8 | (uint32_t)sbox[s3 >> 16 & 255] << 16 | (uint32_t)sbox[s0 >> 24] << 24) ^ k[1];
+  c[2] = ((uint32_t)sbox[s2 & 255] | (uint32_t)sbox[s3 >> 8 & 255] << 8 | (uint32_t)sbox[s0 >> 16 & 255] << 16 | (uint32_t)sbox[s1 >> 24] << 24) ^ k[2];
+  c[3] = ((uint32_t)sbox[s3 & 255] | (uint32_t)sbox[s0 >> 8 & 255] << 8 | (uint32_t)sbox[s1 >> 16 & 255] << 16 | (uint32_t)sbox[s2 >> 24] << 24) ^ k[3];
+}
+
+// aes_encrypt encrypts the block s in place, its bytes in FIPS-197's
+// order (byte r + 4c is row r, column c).
+__device__ void aes_encrypt(const NoiseShared *sh, uint8_t s[16]) {
+  uint32_t c[4];
+  for (int j = 0; j < 4; j++) c[j] = (uint32_t)s[4 * j] | (uint32_t)s[4 * j + 1] << 8 | (uint32_t)s[4 * j + 2] << 16 | (uint32_t)s[4 * j + 3] << 24;
+  aes_encrypt_words(sh, c);
+  for (int j = 0; j < 4; j++)
+    for (int r = 0; r < 4; r++) s[4 * j + r] = (uint8_t)(c[j] >> 8 * r);
 }
 
 // counter_block writes C(step, domain, index): step big-endian in bytes
@@ -189,12 +223,7 @@ __device__ float zig_slow(Aux *a, uint32_t layer, uint32_t m) {
 extern "C" __global__ void add_gaussian_noise(float *x, long long n, unsigned long long offset, unsigned long long step,
                                               float sd, float post, const NoiseTables *tab, const uint8_t *rk) {
   __shared__ NoiseShared sh;
-  {
-    const uint8_t *src = (const uint8_t *)tab;
-    uint8_t *dst = (uint8_t *)&sh.t;
-    for (unsigned i = threadIdx.x; i < sizeof(NoiseTables); i += blockDim.x) dst[i] = src[i];
-    for (unsigned i = threadIdx.x; i < 176; i += blockDim.x) sh.rk[i] = rk[i];
-  }
+  noise_shared_init(&sh, tab, rk);
   __syncthreads();
   unsigned long long first = offset / 4, last = (offset + (unsigned long long)n - 1) / 4;
   long long blocks = (long long)(last - first + 1);
@@ -202,11 +231,13 @@ extern "C" __global__ void add_gaussian_noise(float *x, long long n, unsigned lo
     unsigned long long bi = first + (unsigned long long)q;
     uint8_t b[16];
     counter_block(b, step, 0, bi);
-    aes_encrypt(&sh, b);
+    uint32_t c[4];
+    for (int j = 0; j < 4; j++) c[j] = word_le(b + 4 * j);
+    aes_encrypt_words(&sh, c);
     for (int w = 0; w < 4; w++) {
       unsigned long long i = 4 * bi + (unsigned long long)w;
       if (i < offset || i >= offset + (unsigned long long)n) continue;
-      uint32_t u = word_le(b + 4 * w);
+      uint32_t u = c[w];
       uint32_t layer = u & 255, m = u >> 9;
       float a;
       if (m < sh.t.k[layer]) {
