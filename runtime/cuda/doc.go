@@ -258,39 +258,34 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed. On an H100 (docs/BENCHMARKS.md, second loan) the whole test
-//     suite passes and the norms equal the CPU's, but book-keeping's step is
-//     still 1.5–3.1× PyTorch's non-DP step: the convolutions dominate
-//     (cuDNN through its legacy API, whose calls spend a few hundred
-//     microseconds each on the host — now measured against the GEMM path
-//     per shape and product, not yet on a GPU; its measured algorithm
-//     choice, the default and kept on disk, took bk 5–30 % below the
-//     heuristics'), then
-//     the elementwise and normalization kernels' index arithmetic (64-bit
-//     divisions per element, now multiply-high: layoutMagic, FastDiv; not
-//     yet timed on a GPU), book-keeping's per-sample norms of large early
-//     layers (VGG-16's;
-//     where one sample's unfolded input exceeds the scratch, cuDNN now
-//     forms a chunk's per-sample gradients as one grouped filter gradient,
-//     ConvSampleWeightGrads, not yet timed on a GPU), GroupNorm's
-//     backward. Also still a
-//     thread per result: ReduceOps' other reductions and the in-order sums
-//     with few terms (SumRows, AddScaledRows, ScatterAdd, ScatterReduce,
-//     Contract, a broadcast MaxMin input's gradient); direct depthwise
-//     convolutions without cuDNN; Einsum weights' book-keeping sum, whose
-//     clip factors come to the host (the fixtures' steps copy nothing
-//     but their input and labels in and losses and clipping counts out,
-//     TestCUDAStepCopies); the engine's per-sample loops where a rule has no batched form yet
-//     (Einsum weights, paths that compute rather than copy; dpengine's
+//   - Speed. On an H100 (docs/BENCHMARKS.md, third loan) the whole test
+//     suite passes and the norms equal the CPU's; book-keeping's step is
+//     1.88× (ResNet-50), 1.49× (ViT-B/16), 2.48× (VGG-16) PyTorch's non-DP
+//     step at 224×224 and 1.26× on VGG-19/CIFAR (target 1.2×). The
+//     profiles put ResNet-50's elementwise work around GroupNorm (the
+//     decomposed normalization's affine Mul and Add, forward and backward:
+//     ≈ 40 ms of the 117 profiled a step) beside the convolutions: the
+//     runtime's fused NormalizeRowsAffine serves a native
+//     GroupNormalization, but the decomposition our BatchNorm rewrite
+//     emits keeps γ and β on separate hooked nodes (the Add's copy of its
+//     gradient is gone since, not yet timed). VGG-16: the per-sample norms
+//     of its large early layers (Gemm 30 %, their unfolding 11 %) and the
+//     noise (9.2 ms a step, before the T-table AES). TF32 products read
+//     a misaligned weight through an aligned copy (alignForTF32). Also
+//     still a thread per result: ReduceOps' other reductions and the
+//     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
+//     ScatterReduce, Contract, a broadcast MaxMin input's gradient);
+//     direct depthwise convolutions without cuDNN; Einsum weights'
+//     book-keeping sum, whose clip factors come to the host (the
+//     fixtures' steps copy nothing but their input and labels in and
+//     losses and clipping counts out, TestCUDAStepCopies); the engine's
+//     per-sample loops where a rule has no batched form yet (Einsum
+//     weights, paths that compute rather than copy; dpengine's
 //     TestNoSampleLoops holds every fixture to none); a stream per worker
 //     instead of the default stream.
-//   - Memory: bk's device peak at batch 32 was 1.23× PyTorch's non-DP
-//     peak on ResNet-50, 1.19× on ViT-B/16, 0.83× on VGG-16 (target 1.1×),
-//     282 MiB of ResNet-50's the engine's outgrown norm scratch, now given
-//     back (projected 1.09× without cuDNN's workspace, 1.14× with it);
-//     ViT-B/16's excess was attention's saved probabilities (683 MiB at
-//     batch 32), which the plan now recomputes in the backward, as
-//     PyTorch's fused attention does (projected 1.07×); on
-//     VGG-19/CIFAR bk fits 96 % of the largest batch PyTorch's non-DP step
-//     fits, mixed 89 %.
+//   - Memory: bk's device peak at batch 32 is 1.12× PyTorch's non-DP peak
+//     on ResNet-50, 1.06× on ViT-B/16 (attention's probabilities
+//     recomputed), 0.81× on VGG-16 (target 1.1×), 1.13× on VGG-19/CIFAR
+//     at batch 64; mixed fits at least 32× the batch of Opacus's method on
+//     VGG-19/CIFAR.
 package cuda
