@@ -621,7 +621,11 @@ func Run(cfg Config) (*Report, error) {
 		rep.Privacy = &r
 	}
 	if cfg.Out != "" {
-		om, err := g.ToONNX()
+		eg, err := rewrite.ExportGraph(g)
+		if err != nil {
+			return nil, fmt.Errorf("exporting: %w", err)
+		}
+		om, err := eg.ToONNX()
 		if err != nil {
 			return nil, fmt.Errorf("exporting: %w", err)
 		}

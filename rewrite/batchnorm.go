@@ -272,27 +272,18 @@ func bnToGroupNorm(g *graph.Graph, nm *namer, n *graph.Node, opts BNOptions, sha
 		return Change{}, err
 	}
 	b := newBuilder(g, nm, nodeLabel(n)+"/groupnorm")
-	axes := func() ([]*onnxpb.AttributeProto, []*graph.Value) {
-		if b.opset >= 18 {
-			return nil, []*graph.Value{b.constant(int64Tensor([]int64{1}, 2))}
-		}
-		return []*onnxpb.AttributeProto{attrInts("axes", 2)}, nil
-	}
-	mean := func(x *graph.Value) *graph.Value {
-		at, extra := axes()
-		return b.op("ReduceMean", append(at, attrInt("keepdims", 1)), append([]*graph.Value{x}, extra...)...)
-	}
-	xr := b.op("Reshape", nil, p.x, b.constant(int64Tensor([]int64{3}, 0, groups, -1)))
-	d := b.op("Sub", nil, xr, mean(xr))
-	va := mean(b.op("Pow", nil, d, b.constant(floatTensor(p.dt, nil, []float64{2}))))
-	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(p.dt, nil, []float64{p.eps}))))
-	xn := b.op("Div", nil, d, sd)
-	y0 := b.op("Reshape", nil, xn, b.op("Shape", nil, p.x))
 	cs := channelShape(p.c, p.rank)
 	gamma := channelParam(g, nm, p.scale, p.dt, cs, p.s, "_groupnorm")
 	beta := channelParam(g, nm, p.bias, p.dt, cs, p.b, "_groupnorm")
-	y1 := b.op("Mul", nil, y0, gamma)
-	b.opInto(n.Outputs[0], "Add", nil, y1, beta)
+	if p.rank >= 3 {
+		// One node while training (ExportGraph writes the decomposition):
+		// the runtime normalizes and applies the affine in one pass, and
+		// the engine's normalization rule takes γ and β's per-sample
+		// gradients from the rows' statistics.
+		b.opInto(n.Outputs[0], "GroupNormalization", []*onnxpb.AttributeProto{attrInt("num_groups", groups), attrFloat("epsilon", p.eps)}, p.x, gamma, beta)
+	} else {
+		decomposeGroupNorm(b, p.x, gamma, beta, groups, p.eps, p.dt, n.Outputs[0])
+	}
 	for _, o := range n.Outputs[1:] {
 		if o != nil {
 			delete(g.Values, o.Name)
@@ -309,6 +300,30 @@ func bnToGroupNorm(g *graph.Graph, nm *namer, n *graph.Node, opts BNOptions, sha
 	return Change{Pass: "batchnorm", Target: nodeLabel(n),
 		Action: fmt.Sprintf("BatchNormalization → GroupNorm(%d) with scale %s and shift %s %v initialised from the BN affine", groups, gamma.Name, beta.Name, cs),
 		Reason: "batch statistics mix samples; " + why}, nil
+}
+
+// decomposeGroupNorm adds to b the opset-14 decomposition of GroupNorm
+// with groups groups and per-channel scale gamma and shift beta (shape
+// (C,1,…,1) or (C)), writing out (RewriteBatchNorm's doc gives it).
+func decomposeGroupNorm(b *builder, x, gamma, beta *graph.Value, groups int64, eps float64, dt graph.DType, out *graph.Value) {
+	axes := func() ([]*onnxpb.AttributeProto, []*graph.Value) {
+		if b.opset >= 18 {
+			return nil, []*graph.Value{b.constant(int64Tensor([]int64{1}, 2))}
+		}
+		return []*onnxpb.AttributeProto{attrInts("axes", 2)}, nil
+	}
+	mean := func(x *graph.Value) *graph.Value {
+		at, extra := axes()
+		return b.op("ReduceMean", append(at, attrInt("keepdims", 1)), append([]*graph.Value{x}, extra...)...)
+	}
+	xr := b.op("Reshape", nil, x, b.constant(int64Tensor([]int64{3}, 0, groups, -1)))
+	d := b.op("Sub", nil, xr, mean(xr))
+	va := mean(b.op("Pow", nil, d, b.constant(floatTensor(dt, nil, []float64{2}))))
+	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(dt, nil, []float64{eps}))))
+	xn := b.op("Div", nil, d, sd)
+	y0 := b.op("Reshape", nil, xn, b.op("Shape", nil, x))
+	y1 := b.op("Mul", nil, y0, gamma)
+	b.opInto(out, "Add", nil, y1, beta)
 }
 
 func ruleName(r GroupRule) string {

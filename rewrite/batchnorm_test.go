@@ -163,7 +163,24 @@ func TestGroupNormDecomposition(t *testing.T) {
 	if s := g.Values["bn1.weight"].Shape.String(); s != "(8,1,1)" {
 		t.Errorf("GroupNorm scale shape %s, want (8,1,1)", s)
 	}
-	rt := roundTrip(t, g)
+	// Trained as one GroupNormalization node each, exported as the
+	// decomposition (ExportGraph), the training graph left as it was.
+	native := 0
+	for _, n := range g.Nodes {
+		if ownGroupNorm(n) {
+			native++
+		}
+	}
+	e := exported(t, g)
+	for _, n := range e.Nodes {
+		if n.OpType == "GroupNormalization" {
+			t.Fatalf("exported graph keeps %s", nodeLabel(n))
+		}
+	}
+	if native == 0 || len(e.Nodes) <= len(g.Nodes) {
+		t.Errorf("%d GroupNormalization nodes trained; the export has %d nodes against the training graph's %d", native, len(e.Nodes), len(g.Nodes))
+	}
+	rt := roundTrip(t, e)
 	got := evalFixture(t, rt, "resnet_train", nil)
 	if d := got.maxAbsDiff(want); d > 1e-9*want.maxAbs() {
 		t.Errorf("decomposition vs direct GroupNorm: max abs diff %g", d)
@@ -173,7 +190,7 @@ func TestGroupNormDecomposition(t *testing.T) {
 	if _, err := RewriteBatchNorm(g2, BNOptions{Mode: BNGroupNorm}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := evalFixture(t, g2, "resnet_train", nil).maxAbsDiff(got); d != 0 {
+	if d := evalFixture(t, exported(t, g2), "resnet_train", nil).maxAbsDiff(got); d != 0 {
 		t.Errorf("rewrite without static shapes differs by %g", d)
 	}
 }
@@ -268,12 +285,13 @@ func TestGroupNormOpset18(t *testing.T) {
 		if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNGroupNorm, Groups: 2}, nil); err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range g.Nodes {
+		e := exported(t, g)
+		for _, n := range e.Nodes {
 			if n.OpType == "ReduceMean" && (len(n.Inputs) == 2) != (opset >= 18) {
 				t.Errorf("opset %d: ReduceMean with %d inputs", opset, len(n.Inputs))
 			}
 		}
-		c := roundTrip(t, g).Clone()
+		c := roundTrip(t, e).Clone()
 		if err := c.InferShapes(map[string][]int64{"x": {2, 4, 3, 3}}); err != nil {
 			t.Fatal(err)
 		}

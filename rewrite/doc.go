@@ -4,13 +4,16 @@
 // pass reports what it changed and why.
 //
 // Structural passes change the dynamic graph in place (it keeps its
-// symbolic batch axis, so graph.ToONNX exports the rewritten model):
+// symbolic batch axis, so that ExportGraph and graph.ToONNX export the
+// rewritten model):
 //
 //   - Cleanup: Identity and Dropout elision, exporter-aliased parameters
 //     untied, dead nodes and unused initializers removed (RemoveDead).
-//   - RewriteBatchNorm: BatchNormalization → GroupNorm (an opset-14
-//     decomposition with elementwise scale and shift) or frozen with its
-//     running statistics and folded into the preceding Conv.
+//   - RewriteBatchNorm: BatchNormalization → GroupNorm (one
+//     GroupNormalization node while training, whose scale and shift of
+//     shape (C,1,…,1) ExportGraph writes as an opset-14 decomposition
+//     with elementwise scale and shift) or frozen with its running
+//     statistics and folded into the preceding Conv.
 //   - ReplaceHead: a fresh classifier for a new number of classes.
 //
 // Analyze never changes its graph: it infers shapes on a clone, follows the

@@ -55,6 +55,16 @@ func loadFixture(t *testing.T, name string) *graph.Graph {
 }
 
 // roundTrip exports g and reads it back, as a saved model would be.
+// exported is ExportGraph(g): the graph a model file holds.
+func exported(t *testing.T, g *graph.Graph) *graph.Graph {
+	t.Helper()
+	e, err := ExportGraph(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func roundTrip(t *testing.T, g *graph.Graph) *graph.Graph {
 	t.Helper()
 	m, err := g.ToONNX()

@@ -27,6 +27,7 @@ func TestRewrittenModelsRunInOnnxruntime(t *testing.T) {
 		if _, err := Prepare(g, opts); err != nil {
 			t.Fatal(err)
 		}
+		g = exported(t, g)
 		m, err := g.ToONNX()
 		if err != nil {
 			t.Fatal(err)

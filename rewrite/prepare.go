@@ -21,8 +21,8 @@ type Options struct {
 // Prepare rewrites g in place for DP training and plans it: Cleanup,
 // RewriteBatchNorm (only where the model has BatchNormalization),
 // ReplaceHead (when NumClasses > 0), RemoveDead, then Analyze. The passes
-// work on g itself, which keeps its dynamic batch axis, so g.ToONNX
-// exports the rewritten model; the analysis runs on a clone. The returned
+// work on g itself, which keeps its dynamic batch axis, so ExportGraph
+// and ToONNX export the rewritten model; the analysis runs on a clone. The returned
 // plan lists every change.
 func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if opts.NumClasses < 0 {

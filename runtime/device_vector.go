@@ -127,10 +127,10 @@ type VectorOps interface {
 	// stride elements of the whole tensor; x may be nil for the bias) and
 	// the statistics mean and invStd of the whole tensor's rows from the
 	// forward (n.StatsData; nil for the bias): each term the
-	// float32 dy·(x − mean)·(1/σ), as the forward rounds x̂, summed in
-	// float64 per parameter element in the order of the rows and their
-	// elements, rounded once. acc is float64 scratch of len(out)
-	// elements. It runs on one worker.
+	// float32 dy·(x − mean)·(1/σ), as the forward rounds x̂, a parameter
+	// element's terms in the order of the rows and their elements summed
+	// in float64 in the lane order (lanesum.go), rounded once. acc is
+	// float64 scratch of len(out) elements. It runs on one worker.
 	NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32)
 	// NormAffineGrads writes the gradients NormAffineSampleGrad computes
 	// for the samples i < len(out)/n.NumParams() at once, sample i's to
@@ -332,33 +332,54 @@ func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, me
 
 // normAffineSample sums sample i's gradient with respect to n's scale
 // (Σ dy·x̂, each term rounded to float32 as the forward rounds x̂) or bias
-// (Σ dy) into acc (cleared first), in float64 in the order of its rows and
-// their elements. Its row q < rows is whole-tensor row q mod perBlock of
-// block i + (q / perBlock)·B (the gather takes blocks i, i+B, …); the
-// row's data lie at q·L in the sample's gathered copy, or with whole at
-// the whole-tensor row's offset.
+// (Σ dy) into acc, one parameter element at a time: its terms in the order
+// of the rows and their elements, summed in float64 in the lane order
+// (lanesum.go: chunks of SumChunk terms, SumLanes interleaved partial sums
+// each), which a GPU follows with a warp per element. Its row q < rows is
+// whole-tensor row q mod perBlock of block i + (q / perBlock)·B (the
+// gather takes blocks i, i+B, …); the row's data lie at q·L in the
+// sample's gathered copy, or with whole at the whole-tensor row's offset.
+// Element j of row r uses parameter (r mod G)·CpG + j/S (NormRows.ParamMap).
 func normAffineSample(n *NormRows, scale bool, i, B, perBlock, rows int, whole bool, x, mean, invStd, dy []float32, acc []float64) {
-	r := n.r
-	L := r.L
-	clear(acc)
-	for q := 0; q < rows; q++ {
-		global := (i+q/perBlock*B)*perBlock + q%perBlock
-		off := q * L
-		if whole {
-			off = global * L
-		}
-		gr := dy[off : off+L]
-		if !scale {
-			for j, g := range gr {
-				acc[r.Param(global, j)] += float64(g)
+	L := n.r.L
+	G, CpG, S := n.ParamMap()
+	for k := range acc {
+		var lanes [SumLanes]float64
+		var total float64
+		t := 0
+		for q := 0; q < rows; q++ {
+			global := (i+q/perBlock*B)*perBlock + q%perBlock
+			d := k - global%G*CpG
+			if d < 0 || d*S >= L {
+				continue
 			}
-			continue
+			j0, j1 := d*S, min(d*S+S, L)
+			off := q * L
+			if whole {
+				off = global * L
+			}
+			gr := dy[off+j0 : off+j1]
+			var xr []float32
+			var mf, ivf float32
+			if scale {
+				xr, mf, ivf = x[off+j0:off+j1], mean[global], invStd[global]
+			}
+			for e, g := range gr {
+				if scale {
+					g = g * (xr[e] - mf) * ivf
+				}
+				lanes[t%SumLanes] += float64(g)
+				t++
+				if t%SumChunk == 0 {
+					total += laneTree(&lanes)
+					lanes = [SumLanes]float64{}
+				}
+			}
 		}
-		xr := x[off : off+L]
-		mf, ivf := mean[global], invStd[global]
-		for j, g := range gr {
-			acc[r.Param(global, j)] += float64(g * (xr[j] - mf) * ivf)
+		if t%SumChunk != 0 {
+			total += laneTree(&lanes)
 		}
+		acc[k] = total
 	}
 }
 

@@ -87,7 +87,11 @@ func runPlan(args []string, stdout io.Writer) error {
 		rep.NotMeasured = err.Error()
 	}
 	if *out != "" {
-		rm, err := g.ToONNX()
+		eg, err := rewrite.ExportGraph(g)
+		if err != nil {
+			return fmt.Errorf("exporting the rewritten model: %w", err)
+		}
+		rm, err := eg.ToONNX()
 		if err != nil {
 			return fmt.Errorf("exporting the rewritten model: %w", err)
 		}

@@ -633,7 +633,7 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	sums := d.scratch64(2 * rows)
 	px, ps, pm, piv, pdy := f32(x[:rows*L], opIn, d), f32(scale[:np], opIn, d), f32(mean[:rows], opIn, d), f32(invStd[:rows], opIn, d), f32(dy[:rows*L], opIn, d)
 	a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums)
-	d.launchLanes("row_affine_grad_sums", rows, L)
+	d.launchRows("row_affine_grad_sums", rows, L)
 	a.Reset()
 	a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums).Ptr(f32(dx[:rows*L], opOut, d))
 	d.launch("row_affine_dx", int64(rows*L))

@@ -380,6 +380,10 @@ var opCases = []opCase{
 			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp},
 			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp},
 			{runtime.NewLayerNormRows(T*B, D, 1e-5), D}, // (T, B, D): the batch in the middle
+			// Runs of 2100 (per channel) and 4200 (per group) terms: the
+			// lane order's chunks of 2048 end inside a run.
+			{runtime.NewGroupNormRows(B, 4, 2100, 2, false, 1e-5), 4 * 2100},
+			{runtime.NewGroupNormRows(B, 4, 2100, 2, true, 1e-5), 4 * 2100},
 		} {
 			P, whole := c.nr.NumParams(), c.nr.Rows()*c.nr.RowLen()
 			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())

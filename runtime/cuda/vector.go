@@ -322,8 +322,8 @@ func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, wh
 	defer d.end(op)
 	a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
 	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
-	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
-	d.launch("norm_affine_grads", int64(samples*P))
+	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples)).I32(32)
+	d.launch("norm_affine_grads", 32*int64(samples*P)) // a warp each
 }
 
 // CountNonFinite implements runtime.VectorOps: a grid-stride count, added

@@ -638,6 +638,31 @@ extern "C" __global__ void row_affine_grad_sums(const float *x, const float *sca
   }
 }
 
+// row_affine_grad_sums_block is row_affine_grad_sums with a block per
+// row, for long rows (row_stats_block: GroupNorm's rows of C/G·H·W
+// terms); lanes is unused.
+extern "C" __global__ void row_affine_grad_sums_block(const float *x, const float *scale, const float *mean,
+                                                      const float *inv_std, const float *dy, long long rows,
+                                                      long long L, const int *tab, double *sums, int lanes) {
+  __shared__ double part[32];
+  (void)lanes;
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    double m = mean[r], iv = inv_std[r], sg = 0, sgx = 0;
+    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+      long long i = r * L + j;
+      double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
+      sg += g;
+      sgx += g * ((double)x[i] - m) * iv;
+    }
+    sg = block_sum(sg, part);
+    sgx = block_sum(sgx, part);
+    if (threadIdx.x == 0) {
+      sums[2 * r] = sg / (double)L;
+      sums[2 * r + 1] = sgx / (double)L;
+    }
+  }
+}
+
 // row_affine_dx computes dx = σ⁻¹·(g − mean(g) − x̂·mean(g·x̂)).
 extern "C" __global__ void row_affine_dx(const float *x, const float *scale, const float *mean, const float *inv_std,
                                          const float *dy, long long rows, long long L, const int *tab,

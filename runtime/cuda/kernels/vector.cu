@@ -181,51 +181,67 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
   for (long long j = 0; j < nout; j++) out[j] = (float)acc[j];
 }
 
-// norm_affine_sum returns sample i's gradient with respect to element k of
-// a normalization's scale (scale ≠ 0: Σ dy·x̂, each term the float
-// dy·(x − mean)·(1/σ)) or bias (Σ dy), over the sample's rows of l
-// elements: its row q is whole-tensor row (i + q/per_block·b)·per_block +
-// q mod per_block, whose element j uses parameter (row mod g)·cpg + j/s.
-// The sum is float64 in the order of the rows and their elements, as the
-// contract says: the rows in order, and in each the run of elements j
-// whose parameter is k. The data of row q are at q·l in the sample's
-// gathered copy, or (whole) at the whole-tensor row's offset.
+// norm_affine_sum returns to lane 0 of the calling warp sample i's
+// gradient with respect to element k of a normalization's scale (scale ≠
+// 0: Σ dy·x̂, each term the float dy·(x − mean)·(1/σ)) or bias (Σ dy),
+// over the sample's rows of l elements: its row q is whole-tensor row
+// (i + q/per_block·b)·per_block + q mod per_block, whose element j uses
+// parameter (row mod g)·cpg + j/s. The terms go in the order of the rows
+// and, in each, of the run of elements j whose parameter is k, summed in
+// float64 in the lane order (runtime/lanesum.go): chunks of SUM_CHUNK
+// terms, term t of a chunk to lane t mod 32, the lanes by warp_sum's
+// tree, the chunks in order — the CPU's normAffineSample, bit for bit.
+// The data of row q are at q·l in the sample's gathered copy, or (whole)
+// at the whole-tensor row's offset. Every lane of the warp calls it.
+#define SUM_CHUNK 2048
 __device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l, long long g,
                                          long long cpg, long long s, const float *x, const float *mean, const float *inv,
-                                         const float *dy, long long rows, int whole, long long k) {
-  double sum = 0;
+                                         const float *dy, long long rows, int whole, long long k, int lane) {
+  double total = 0, part = 0;
+  long long t = 0; // the terms before this run
   for (long long q = 0; q < rows; q++) {
     long long row = (i + q / per_block * b) * per_block + q % per_block;
     long long d = k - (row % g) * cpg;
     if (d < 0 || d * s >= l) continue;
-    long long j0 = d * s, j1 = j0 + s < l ? j0 + s : l, off = (whole ? row : q) * l;
-    const float *gr = dy + off;
-    if (!scale) {
-      for (long long j = j0; j < j1; j++) sum += (double)gr[j];
-      continue;
-    }
-    const float *xr = x + off;
-    float mf = mean[row], ivf = inv[row];
-    for (long long j = j0; j < j1; j++) {
-      float t = gr[j] * (xr[j] - mf) * ivf;
-      sum += (double)t;
+    long long j0 = d * s, len = (j0 + s < l ? j0 + s : l) - j0, off = (whole ? row : q) * l + j0;
+    const float *gr = dy + off, *xr = scale ? x + off : 0;
+    float mf = scale ? mean[row] : 0, ivf = scale ? inv[row] : 0;
+    for (long long e = 0; e < len;) {
+      long long end = e + (SUM_CHUNK - t % SUM_CHUNK);
+      if (end > len) end = len;
+      // This lane's terms of [e, end): those whose index t + (u − e) is
+      // its lane mod 32.
+      for (long long u = e + ((lane - t) & 31); u < end; u += 32) {
+        float v = gr[u];
+        if (scale) v = v * (xr[u] - mf) * ivf;
+        part += (double)v;
+      }
+      t += end - e;
+      e = end;
+      if (t % SUM_CHUNK == 0) {
+        total += warp_sum(part);
+        part = 0;
+      }
     }
   }
-  return sum;
+  if (t % SUM_CHUNK != 0) total += warp_sum(part);
+  return total;
 }
 
 // norm_affine_grads writes the gradients (norm_affine_sum) of the samples
 // i0, i0+1, … (samples of them), sample i0 + j's nout elements at
 // out[j·nout:], from rows rows a sample: a sample's gathered copy (whole =
 // 0, NormAffineSampleGrad, one sample) or the whole tensors (whole = 1,
-// NormAffineGrads). A thread per sample and parameter element.
+// NormAffineGrads). A warp per sample and parameter element (lanes is 32).
 extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long b, long long per_block, long long l,
                                              long long g, long long cpg, long long s, const float *x, const float *mean,
                                              const float *inv, const float *dy, long long rows, int whole, float *out,
-                                             long long nout, long long samples) {
-  FOR_EACH(e, samples * nout) {
-    out[e] = (float)norm_affine_sum(scale, i0 + e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, whole,
-                                    e % nout);
+                                             long long nout, long long samples, int lanes) {
+  (void)lanes;
+  WARP_FOR_EACH(e, samples * nout) {
+    double v = norm_affine_sum(scale, i0 + e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, whole, e % nout,
+                               LANE);
+    if (LANE == 0) out[e] = (float)v;
   }
 }
 

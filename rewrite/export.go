@@ -1,0 +1,70 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// ExportGraph returns the graph a model file holds for g, the graph a run
+// trained: g itself, or where RewriteBatchNorm left GroupNormalization
+// nodes (trained as one node each, their scale and shift of shape
+// (C,1,…,1), which no ONNX GroupNormalization takes) a clone of g with
+// each written as the opset-14 decomposition RewriteBatchNorm documents,
+// so that the model stays valid at its own opset and runs in onnxruntime
+// and PyTorch. The clone shares g's initializers: the weights a run
+// trained into g are the ones it writes.
+func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
+	n := 0
+	for _, nd := range g.Nodes {
+		if ownGroupNorm(nd) {
+			n++
+		}
+	}
+	if n == 0 {
+		return g, nil
+	}
+	c := g.Clone()
+	relink(c)
+	nm := newNamer(c)
+	for _, nd := range append([]*graph.Node(nil), c.Nodes...) {
+		if !ownGroupNorm(nd) {
+			continue
+		}
+		groups, err := nd.Int("num_groups")
+		if err != nil {
+			return nil, fmt.Errorf("rewrite: exporting %s: %w", nodeLabel(nd), err)
+		}
+		eps, err := nd.Float("epsilon")
+		if err != nil {
+			return nil, fmt.Errorf("rewrite: exporting %s: %w", nodeLabel(nd), err)
+		}
+		// The names the decomposition had when RewriteBatchNorm emitted it.
+		scope := strings.TrimSuffix(nd.Name, "/GroupNormalization")
+		if scope == nd.Name {
+			scope = nodeLabel(nd) + "/groupnorm"
+		}
+		gamma := nd.Inputs[1]
+		b := newBuilder(c, nm, scope)
+		decomposeGroupNorm(b, nd.Inputs[0], gamma, nd.Inputs[2], groups, float64(eps), gamma.Const.DType, nd.Outputs[0])
+		replaceNode(c, nd, b.nodes)
+		relink(c)
+	}
+	return c, c.Validate()
+}
+
+// ownGroupNorm reports whether n is a GroupNormalization node as
+// RewriteBatchNorm emits it: a per-channel scale and shift of shape
+// (C,1,…,1), constant.
+func ownGroupNorm(n *graph.Node) bool {
+	if n.OpType != "GroupNormalization" || n.Domain != "" || len(n.Inputs) != 3 {
+		return false
+	}
+	for _, v := range n.Inputs[1:] {
+		if v == nil || v.Const == nil || len(v.Const.Shape) < 2 {
+			return false
+		}
+	}
+	return true
+}
