@@ -119,7 +119,7 @@ func countingCUDA(tb testing.TB) (cuda.Driver, *countingDriver, *cuda.Device) {
 //	go test ./dpengine -run XXX -bench CUDAStepCalls -benchtime 2x
 func BenchmarkCUDAStepCalls(b *testing.B) {
 	drv, cd, dev := countingCUDA(b)
-	for _, name := range []string{"cnn", "resnet_eval", "vit", "mobilenet", "beit", "packedqkv"} {
+	for _, name := range []string{"cnn", "resnet_eval", "resnet_train", "vit", "mobilenet", "beit", "packedqkv"} {
 		for _, n := range []int{8, 32} {
 			b.Run(fmt.Sprintf("%s/batch=%d", name, n), func(b *testing.B) { stepCalls(b, dev, cd, drv, name, n) })
 		}
