@@ -264,11 +264,10 @@
 //     step at 224×224 and 1.26× on VGG-19/CIFAR (target 1.2×). The
 //     profiles put ResNet-50's elementwise work around GroupNorm (the
 //     decomposed normalization's affine Mul and Add, forward and backward:
-//     ≈ 40 ms of the 117 profiled a step) beside the convolutions: the
-//     runtime's fused NormalizeRowsAffine serves a native
-//     GroupNormalization, but the decomposition our BatchNorm rewrite
-//     emits keeps γ and β on separate hooked nodes (the Add's copy of its
-//     gradient is gone since, not yet timed). VGG-16: the per-sample norms
+//     ≈ 40 ms of the 117 profiled a step) beside the convolutions; the
+//     BatchNorm rewrite now trains one GroupNormalization node
+//     (NormalizeRowsAffine, the engine's normalization rule) and the
+//     Adds' gradients go in place, neither timed yet. VGG-16: the per-sample norms
 //     of its large early layers (Gemm 30 %, their unfolding 11 %) and the
 //     noise (9.2 ms a step, before the T-table AES). TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
