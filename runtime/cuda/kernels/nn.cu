@@ -615,6 +615,22 @@ extern "C" __global__ void row_affine(const float *x, long long rows, long long 
   }
 }
 
+// affine_grad_part adds to *sg and *sgx the terms g and g·x̂ (g =
+// dy·scale[k]) of row r's elements j = first, first + step, …: one
+// thread's share of row_affine_grad_sums.
+__device__ __forceinline__ void affine_grad_part(const float *x, const float *scale, const float *mean,
+                                                 const float *inv_std, const float *dy, long long rows, long long L,
+                                                 const int *tab, long long r, long long first, long long step,
+                                                 double *sg, double *sgx) {
+  double m = mean[r], iv = inv_std[r];
+  for (long long j = first; j < L; j += step) {
+    long long i = r * L + j;
+    double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
+    *sg += g;
+    *sgx += g * ((double)x[i] - m) * iv;
+  }
+}
+
 // row_affine_grad_sums computes each row's mean(g) and mean(g·x̂), g =
 // dy·scale[k], into sums: lanes threads per row.
 extern "C" __global__ void row_affine_grad_sums(const float *x, const float *scale, const float *mean,
@@ -622,13 +638,8 @@ extern "C" __global__ void row_affine_grad_sums(const float *x, const float *sca
                                                 const int *tab, double *sums, int lanes) {
   int lane = LANE_OF(lanes);
   LANES_FOR_EACH(r, rows, lanes) {
-    double m = mean[r], iv = inv_std[r], sg = 0, sgx = 0;
-    for (long long j = lane; j < L; j += lanes) {
-      long long i = r * L + j;
-      double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
-      sg += g;
-      sgx += g * ((double)x[i] - m) * iv;
-    }
+    double sg = 0, sgx = 0;
+    affine_grad_part(x, scale, mean, inv_std, dy, rows, L, tab, r, lane, lanes, &sg, &sgx);
     sg = lanes_total(sg, lanes);
     sgx = lanes_total(sgx, lanes);
     if (lane == 0) {
@@ -647,13 +658,8 @@ extern "C" __global__ void row_affine_grad_sums_block(const float *x, const floa
   __shared__ double part[32];
   (void)lanes;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    double m = mean[r], iv = inv_std[r], sg = 0, sgx = 0;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      long long i = r * L + j;
-      double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
-      sg += g;
-      sgx += g * ((double)x[i] - m) * iv;
-    }
+    double sg = 0, sgx = 0;
+    affine_grad_part(x, scale, mean, inv_std, dy, rows, L, tab, r, threadIdx.x, blockDim.x, &sg, &sgx);
     sg = block_sum(sg, part);
     sgx = block_sum(sgx, part);
     if (threadIdx.x == 0) {
