@@ -22,8 +22,8 @@ type Options struct {
 // RewriteBatchNorm (only where the model has BatchNormalization),
 // ReplaceHead (when NumClasses > 0), RemoveDead, then Analyze. The passes
 // work on g itself, which keeps its dynamic batch axis, so ExportGraph
-// and ToONNX export the rewritten model; the analysis runs on a clone. The returned
-// plan lists every change.
+// and ToONNX export the rewritten model; the analysis runs on a clone.
+// The returned plan lists every change.
 func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if opts.NumClasses < 0 {
 		return nil, fmt.Errorf("rewrite: number of classes must be positive, got %d", opts.NumClasses)
