@@ -310,3 +310,45 @@ func TestGroupNormOpset18(t *testing.T) {
 		}
 	}
 }
+
+// TestExportGraphKeepsNativeGroupNorm: a model's own GroupNormalization
+// (opset 18's per-group scale and shift, one-dimensional) is valid ONNX
+// and stays as it is in the export; only the rewrite's nodes (scale and
+// shift of shape (C,1,…,1)) are written as the decomposition.
+func TestExportGraphKeepsNativeGroupNorm(t *testing.T) {
+	b := newMB().input("x", "N", 4, 3, 3).output("y", "N", 4, 3, 3).
+		init("s", []int64{2}).init("b", []int64{2}).
+		node("GroupNormalization", "gn", []string{"x", "s", "b"}, []string{"y"}, attrInt("num_groups", 2))
+	b.opset = 18
+	g := b.build(t)
+	e, err := ExportGraph(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e != g {
+		t.Error("a model's own GroupNormalization was rewritten for the export")
+	}
+	// The rewrite's own node beside it is expanded, the model's kept.
+	b = newMB().input("x", "N", 4, 3, 3).output("y", "N", 4, 3, 3).
+		init("s", []int64{2}).init("b", []int64{2}).init("s2", []int64{4, 1, 1}).init("b2", []int64{4, 1, 1}).
+		node("GroupNormalization", "gn", []string{"x", "s", "b"}, []string{"h"}, attrInt("num_groups", 2)).
+		node("GroupNormalization", "bn/groupnorm/GroupNormalization", []string{"h", "s2", "b2"}, []string{"y"},
+			attrInt("num_groups", 2), attrFloat("epsilon", 1e-5))
+	b.opset = 18
+	g = b.build(t)
+	if e, err = ExportGraph(g); err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, n := range e.Nodes {
+		if n.OpType == "GroupNormalization" {
+			kept = append(kept, n.Name)
+		}
+	}
+	if len(kept) != 1 || kept[0] != "gn" {
+		t.Errorf("GroupNormalization nodes after the export: %v, want [gn]", kept)
+	}
+	if len(g.Nodes) != 2 {
+		t.Errorf("the training graph changed: %d nodes", len(g.Nodes))
+	}
+}
