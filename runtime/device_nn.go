@@ -146,9 +146,10 @@ type cpuJob struct {
 	rb     *RowBlocks
 	parts  [][]float32
 	flag   bool
-	k      int         // softmax: the stride of the softmax axis
-	op     UnaryOp     // activations
-	par    UnaryParams // activations
+	k      int            // softmax: the stride of the softmax axis
+	op     UnaryOp        // activations
+	par    UnaryParams    // activations
+	na     normAffineArgs // NormAffineGrads
 	kernel func(j *cpuJob, lo, hi int)
 	fn     func(lo, hi int)
 }

@@ -341,63 +341,126 @@ func (CPU) NormAffineSampleGrad(n *NormRows, scale bool, i, B, stride int, x, me
 // sample's gathered copy, or with whole at the whole-tensor row's offset.
 // Element j of row r uses parameter (r mod G)·CpG + j/S (NormRows.ParamMap).
 func normAffineSample(n *NormRows, scale bool, i, B, perBlock, rows int, whole bool, x, mean, invStd, dy []float32, acc []float64) {
-	L := n.r.L
-	G, CpG, S := n.ParamMap()
+	a := normAffineArgs{n: n, scale: scale, B: B, perBlock: perBlock, rows: rows, whole: whole, x: x, mean: mean, invStd: invStd, dy: dy}
 	for k := range acc {
-		var lanes [SumLanes]float64
-		var total float64
-		t := 0
-		for q := 0; q < rows; q++ {
-			global := (i+q/perBlock*B)*perBlock + q%perBlock
-			d := k - global%G*CpG
-			if d < 0 || d*S >= L {
-				continue
-			}
-			j0, j1 := d*S, min(d*S+S, L)
-			off := q * L
-			if whole {
-				off = global * L
-			}
-			gr := dy[off+j0 : off+j1]
-			var xr []float32
-			var mf, ivf float32
-			if scale {
-				xr, mf, ivf = x[off+j0:off+j1], mean[global], invStd[global]
-			}
-			for e, g := range gr {
-				if scale {
-					g = g * (xr[e] - mf) * ivf
-				}
-				lanes[t%SumLanes] += float64(g)
-				t++
-				if t%SumChunk == 0 {
-					total += laneTree(&lanes)
-					lanes = [SumLanes]float64{}
-				}
-			}
-		}
-		if t%SumChunk != 0 {
-			total += laneTree(&lanes)
-		}
-		acc[k] = total
+		acc[k] = a.sum(i, k)
 	}
 }
 
-// NormAffineGrads implements VectorOps, sample after sample on the
-// caller's goroutine (a parallel region would allocate its closure at
-// every call; the sums are small beside the layer's GEMMs).
+// normAffineArgs are normAffineSample's operands, for its sums one at a
+// time (NormAffineGrads splits them over the CPU's workers).
+type normAffineArgs struct {
+	n                   *NormRows
+	scale, whole        bool
+	B, perBlock, rows   int
+	x, mean, invStd, dy []float32
+}
+
+// sum is sample i's gradient with respect to parameter element k
+// (normAffineSample).
+func (a *normAffineArgs) sum(i, k int) float64 {
+	L := a.n.r.L
+	G, CpG, S := a.n.ParamMap()
+	var s laneAcc
+	// Where a block holds whole groups of rows (perBlock a multiple of
+	// G), row q's group is q mod G: only every G-th row has k.
+	q0, step := 0, 1
+	if CpG > 0 && a.perBlock%G == 0 {
+		q0, step = k/CpG, G
+	}
+	for q := q0; q < a.rows; q += step {
+		global := (i+q/a.perBlock*a.B)*a.perBlock + q%a.perBlock
+		d := k - global%G*CpG
+		if d < 0 || d*S >= L {
+			continue
+		}
+		j0, j1 := d*S, min(d*S+S, L)
+		off := q * L
+		if a.whole {
+			off = global * L
+		}
+		if a.scale {
+			s.addScaled(a.dy[off+j0:off+j1], a.x[off+j0:off+j1], a.mean[global], a.invStd[global])
+		} else {
+			s.addScaled(a.dy[off+j0:off+j1], nil, 0, 0)
+		}
+	}
+	return s.sum()
+}
+
+// laneAcc sums float32 terms in float64 in the lane order (lanesum.go)
+// as they come, run after run: t counts the terms so far, lanes holds the
+// current chunk's partial sums, total the finished chunks'.
+type laneAcc struct {
+	lanes [SumLanes]float64
+	total float64
+	t     int
+}
+
+// addScaled adds the terms g_e·(x_e − m)·iv (each rounded to float32) of
+// the run g, x, or with x nil the terms g_e, term t + e to lane (t + e)
+// mod SumLanes: lane by lane in whole rows of SumLanes where the run
+// allows, which gives each lane its terms in the same order.
+func (a *laneAcc) addScaled(g, x []float32, m, iv float32) {
+	term := func(e int) float64 {
+		if x == nil {
+			return float64(g[e])
+		}
+		return float64(g[e] * (x[e] - m) * iv)
+	}
+	for e := 0; e < len(g); {
+		end := min(len(g), e+SumChunk-a.t%SumChunk)
+		for ; e < end && a.t%SumLanes != 0; e, a.t = e+1, a.t+1 {
+			a.lanes[a.t%SumLanes] += term(e)
+		}
+		for ; e+SumLanes <= end; e, a.t = e+SumLanes, a.t+SumLanes {
+			gs := (*[SumLanes]float32)(g[e : e+SumLanes])
+			if x == nil {
+				for l, v := range gs {
+					a.lanes[l] += float64(v)
+				}
+				continue
+			}
+			xs := (*[SumLanes]float32)(x[e : e+SumLanes])
+			for l, v := range gs {
+				a.lanes[l] += float64(v * (xs[l] - m) * iv)
+			}
+		}
+		for ; e < end; e, a.t = e+1, a.t+1 {
+			a.lanes[a.t%SumLanes] += term(e)
+		}
+		if a.t%SumChunk == 0 {
+			a.total += laneTree(&a.lanes)
+			a.lanes = [SumLanes]float64{}
+		}
+	}
+}
+
+// sum returns the total of the terms added: the finished chunks' and the
+// last, partial one's.
+func (a *laneAcc) sum() float64 {
+	if a.t%SumChunk != 0 {
+		return a.total + laneTree(&a.lanes)
+	}
+	return a.total
+}
+
+// NormAffineGrads implements VectorOps: the samples' and parameter
+// elements' sums split over the CPU's workers, each sum on one.
 func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
 	L, P := n.r.L, n.NumParams()
 	if P == 0 {
 		return
 	}
-	for i := 0; i < len(out)/P; i++ {
-		acc := acc[i*P : (i+1)*P]
-		normAffineSample(n, scale, i, B, stride/L, len(dy)/L/B, true, x, mean, invStd, dy, acc)
-		for k, v := range acc {
-			out[i*P+k] = float32(v)
+	items := len(out) / P * P
+	runJob(items, max(1, 4096/max(1, len(dy)/B/P)), func(j *cpuJob, lo, hi int) {
+		for e := lo; e < hi; e++ {
+			j.f[0][e] = float32(j.na.sum(e/j.n, e%j.n))
 		}
-	}
+	}, func(j *cpuJob) {
+		j.na = normAffineArgs{n: n, scale: scale, B: B, perBlock: stride / L, rows: len(dy) / L / B, whole: true, x: x, mean: mean, invStd: invStd, dy: dy}
+		j.f[0], j.n = out, P
+	})
 }
 
 // CountNonFinite implements VectorOps.
