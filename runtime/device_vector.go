@@ -388,63 +388,6 @@ func (a *normAffineArgs) sum(i, k int) float64 {
 	return s.sum()
 }
 
-// laneAcc sums float32 terms in float64 in the lane order (lanesum.go)
-// as they come, run after run: t counts the terms so far, lanes holds the
-// current chunk's partial sums, total the finished chunks'.
-type laneAcc struct {
-	lanes [SumLanes]float64
-	total float64
-	t     int
-}
-
-// addScaled adds the terms g_e·(x_e − m)·iv (each rounded to float32) of
-// the run g, x, or with x nil the terms g_e, term t + e to lane (t + e)
-// mod SumLanes: lane by lane in whole rows of SumLanes where the run
-// allows, which gives each lane its terms in the same order.
-func (a *laneAcc) addScaled(g, x []float32, m, iv float32) {
-	term := func(e int) float64 {
-		if x == nil {
-			return float64(g[e])
-		}
-		return float64(g[e] * (x[e] - m) * iv)
-	}
-	for e := 0; e < len(g); {
-		end := min(len(g), e+SumChunk-a.t%SumChunk)
-		for ; e < end && a.t%SumLanes != 0; e, a.t = e+1, a.t+1 {
-			a.lanes[a.t%SumLanes] += term(e)
-		}
-		for ; e+SumLanes <= end; e, a.t = e+SumLanes, a.t+SumLanes {
-			gs := (*[SumLanes]float32)(g[e : e+SumLanes])
-			if x == nil {
-				for l, v := range gs {
-					a.lanes[l] += float64(v)
-				}
-				continue
-			}
-			xs := (*[SumLanes]float32)(x[e : e+SumLanes])
-			for l, v := range gs {
-				a.lanes[l] += float64(v * (xs[l] - m) * iv)
-			}
-		}
-		for ; e < end; e, a.t = e+1, a.t+1 {
-			a.lanes[a.t%SumLanes] += term(e)
-		}
-		if a.t%SumChunk == 0 {
-			a.total += laneTree(&a.lanes)
-			a.lanes = [SumLanes]float64{}
-		}
-	}
-}
-
-// sum returns the total of the terms added: the finished chunks' and the
-// last, partial one's.
-func (a *laneAcc) sum() float64 {
-	if a.t%SumChunk != 0 {
-		return a.total + laneTree(&a.lanes)
-	}
-	return a.total
-}
-
 // NormAffineGrads implements VectorOps: the samples' and parameter
 // elements' sums split over the CPU's workers, each sum on one.
 func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {

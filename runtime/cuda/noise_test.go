@@ -117,3 +117,22 @@ func TestAESSbox(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkNoiseEmulated times AddGaussianNoise on 4 M elements in device
+// memory of the emulation: the kernel's source compiled by g++, a proxy
+// for its instruction count where no GPU is at hand.
+//
+//	go test ./runtime/cuda -run XXX -bench NoiseEmulated -benchtime 5x
+func BenchmarkNoiseEmulated(b *testing.B) {
+	d := emuDevice(b)
+	const n = 1 << 22
+	p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+	x := place(p, make([]float32, n))
+	dn := d.PrepareNoise(noise.Key{1}, 3)
+	d.AddGaussianNoise(x[:1024], dn, 0, 1, 1) // compile and load the module
+	b.ResetTimer()
+	for range b.N {
+		d.AddGaussianNoise(x, dn, 0, 1, 1)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/element")
+}
