@@ -22,7 +22,9 @@
 #      (DPFINETUNE_CUDNN_DETERMINISTIC=off, as PyTorch allows them), and
 #      with cuDNN wherever it runs a shape (DPFINETUNE_CUDNN_GEMM=off)
 #      instead of the default measured choice between cuDNN and the GEMM
-#      path per shape and product;
+#      path per shape and product, and VGG-16 with cuDNN's workspace
+#      bounded at 256 MiB as before the tenth session
+#      (DPFINETUNE_CUDNN_WORKSPACE=256), what the larger bound buys;
 #   5. (part maxbatch) the largest physical batch that runs on the GPU
 #      (paper Table 6: VGG-19 on CIFAR-10), ours per mode (nondp, bk,
 #      mixed, and instantiate: Opacus's method, every per-sample gradient
@@ -229,6 +231,10 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	# the default measures each product against the GEMM path and keeps
 	# the faster, this row what that choice buys.
 	case $1 in vit*) ;; *) late || CONVS=cudnn DPFINETUNE_CUDNN_GEMM=off ours "$1" "$2" nondp,bk ;; esac
+	# VGG-16 with cuDNN's workspace bounded as before (256 MiB): its
+	# 256- and 512-channel convolutions' FFT and Winograd algorithms ask
+	# for more (docs/BENCHMARKS.md, tenth session).
+	case $1 in vgg16) late || CONVS=workspace256 DPFINETUNE_CUDNN_WORKSPACE=256 ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
@@ -270,6 +276,8 @@ for r in rows:
         prec += ", cuDNN's nondeterministic algorithms allowed"
     if r.get("convs") == "cudnn":
         prec += ", cuDNN wherever it runs (not measured against GEMMs)"
+    if r.get("convs") == "workspace256":
+        prec += ", cuDNN's workspace at most 256 MiB (before the tenth session)"
     if "error" in r:
         print("| %s | %s | | error: %s | | | |" % (name, prec, r["error"]))
         continue

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strconv"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -27,7 +28,7 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // heuristics (EnvCUDNNAlgo: the fastest that is deterministic — the same
 // bits run after run, as the Device's own kernels; cuDNN's atomics-based
 // ones are not, and run only under EnvCUDNNDeterministic=off — whose math
-// type is the one asked for and whose workspace fits dnnMaxWorkspace), and
+// type is the one asked for and whose workspace fits EnvCUDNNWorkspace), and
 // the driver's own workspace, grown as an algorithm needs. It is optional:
 // without it, or for a product it refuses, the Device takes its GEMM path
 // (Driver.Conv's contract), so that cuDNN can only speed a product up.
@@ -40,8 +41,9 @@ const EnvCUDNN = "DPFINETUNE_CUDNN"
 // nothing at a shape's first use but picked slower algorithms on an H100
 // (docs/BENCHMARKS.md: bk 5–30 % slower on ResNet-50, VGG-16 and VGG-19).
 // Either way the algorithm is the first deterministic one of the math
-// type asked for and within dnnMaxWorkspace; among measured ones within
-// dnnFindSlack of the fastest, the one with the smallest workspace.
+// type asked for and within EnvCUDNNWorkspace; among measured ones within
+// dnnFindSlack of the fastest, the one with the smallest workspace, and
+// one beyond dnnSmallWorkspace only where it is dnnLargeGain faster.
 // A measured choice is kept on disk (dnnChoices: per GPU model, driver
 // and cuDNN, under the module cache), so that a shape is measured once
 // per machine and every later run — a seeded one included — runs the
@@ -72,8 +74,42 @@ const EnvCUDNNDeterministic = "DPFINETUNE_CUDNN_DETERMINISTIC"
 // product: there cuBLAS's few microseconds win.
 const EnvCUDNNGEMM = "DPFINETUNE_CUDNN_GEMM"
 
-// dnnMaxWorkspace bounds the workspace an algorithm may ask for.
-const dnnMaxWorkspace = 256 << 20
+// EnvCUDNNWorkspace bounds, in MiB, the workspace a cuDNN algorithm may
+// ask for: one that needs more is not chosen. Unset: a sixteenth of the
+// device's memory, at most 4 GiB (dnnWorkspaceCap). The bound was a fixed
+// 256 MiB until an H100's kept choices (docs/BENCHMARKS.md) showed what it
+// cost: VGG-16's 256-channel convolutions at 56×56 and 512-channel ones at
+// 28×28, whose FFT and Winograd algorithms ask for more, ran the implicit
+// GEMM at 3.4–5.2 ms a product where the half as wide layers beside them
+// took 0.5–0.8 ms. A larger workspace is device memory held for the whole
+// run (the Device counts it in its peak, MemoryStats), so beyond
+// dnnSmallWorkspace an algorithm must also be dnnLargeGain faster than the
+// fastest within it (pickAlgo). Where the workspace cannot be allocated,
+// the shape takes the Device's GEMM path, as for any product cuDNN fails.
+const EnvCUDNNWorkspace = "DPFINETUNE_CUDNN_WORKSPACE"
+
+// dnnSmallWorkspace is the workspace a measured algorithm may ask for to
+// be chosen for any gain (dnnFindSlack); dnnLargeGain is how much faster
+// than the fastest within dnnSmallWorkspace one that asks for more must
+// be.
+const (
+	dnnSmallWorkspace = 256 << 20
+	dnnLargeGain      = 1.25
+)
+
+// dnnWorkspaceCap returns the bound on an algorithm's workspace for a
+// device of total bytes (EnvCUDNNWorkspace).
+func dnnWorkspaceCap(total int64) (uint64, error) {
+	v := os.Getenv(EnvCUDNNWorkspace)
+	if v == "" {
+		return uint64(min(max(total, 0)/16, 4<<30)), nil
+	}
+	mib, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %s=%q: want a size in MiB, such as 1024", EnvCUDNNWorkspace, v)
+	}
+	return mib << 20, nil
+}
 
 // cuDNN's enumerations (cudnn_ops.h, cudnn_cnn.h), the same in 8 and 9.
 const (
@@ -109,7 +145,9 @@ type cudnn struct {
 	anyAlgo bool
 	// paths says each product is measured against the GEMM path
 	// (EnvCUDNNGEMM, with find).
-	paths   bool
+	paths bool
+	// maxWork bounds an algorithm's workspace (EnvCUDNNWorkspace).
+	maxWork uint64
 	entries []*uintptr
 }
 
@@ -125,17 +163,21 @@ var dnnCompanions = []string{
 	"libcudnn_ops_infer.so.8*", "libcudnn_ops_train.so.8*", "libcudnn_cnn_infer.so.8*", "libcudnn_cnn_train.so.8*",
 }
 
-// loadCUDNN loads cuDNN (EnvCUDNN's path, else the usual names); nil and
-// no error where it is turned off.
-func loadCUDNN() (*cudnn, error) {
+// loadCUDNN loads cuDNN (EnvCUDNN's path, else the usual names) for a
+// device of total bytes; nil and no error where it is turned off.
+func loadCUDNN(total int64) (*cudnn, error) {
 	if os.Getenv(EnvCUDNN) == "off" {
 		return nil, nil
+	}
+	maxWork, err := dnnWorkspaceCap(total)
+	if err != nil {
+		return nil, err
 	}
 	h, lib, err := dlopenFound(EnvCUDNN, "libcudnn.so.[89]*", dnnCompanions, "libcudnn.so.9", "libcudnn.so.8", "libcudnn.so")
 	if err != nil {
 		return nil, err
 	}
-	d := &cudnn{lib: lib}
+	d := &cudnn{lib: lib, maxWork: maxWork}
 	if err := syms(h, lib, []*uintptr{
 		&d.create, &d.destroy, &d.errorString, &d.getVersion,
 		&d.createTensor, &d.setTensorNd, &d.destroyTensor,
@@ -360,7 +402,7 @@ func (c *nvidia) dnnFree(p *dnnPlan) error {
 // disk from an earlier measurement, else cuDNN's measurement (kept on
 // disk in turn) or its heuristics (EnvCUDNNAlgo). Either way the choice is
 // deterministic, of the math type asked for (FMA: float32, no TF32) and
-// needs a workspace of at most dnnMaxWorkspace.
+// needs a workspace within EnvCUDNNWorkspace (pickAlgo).
 func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	if p.algo[kind] >= 0 {
 		return nil
@@ -403,14 +445,14 @@ func (c *nvidia) dnnAlgo(p *dnnPlan, kind ConvKind, tf32 bool) error {
 	if tf32 {
 		want = dnnTensorOpMath
 	}
-	best := pickAlgo(perf[:min(int(*got), dnnAlgoCandidates)], want, d.find, !d.anyAlgo)
+	best := pickAlgo(perf[:min(int(*got), dnnAlgoCandidates)], want, d.find, !d.anyAlgo, d.maxWork)
 	if best < 0 {
 		p.algo[kind] = -2
 		which := "deterministic "
 		if d.anyAlgo {
 			which = ""
 		}
-		return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is %swith math type %d and a workspace of at most %d bytes", *got, dnnKindName[kind], which, want, dnnMaxWorkspace)
+		return fmt.Errorf("cuda: cuDNN: none of %d %s algorithms is %swith math type %d and a workspace of at most %d bytes (%s)", *got, dnnKindName[kind], which, want, d.maxWork, EnvCUDNNWorkspace)
 	}
 	p.algo[kind], p.work[kind] = perf[best].algo, perf[best].memory
 	if d.find {
@@ -429,30 +471,41 @@ const dnnFindSlack = 1.05
 // pickAlgo returns the index in perf (cuDNN's ranking, best first) of the
 // algorithm to run, or −1: the first that succeeded, is deterministic
 // (where deterministic asks it), of math type want (or the default math,
-// which runs under the descriptor's) and within dnnMaxWorkspace; for a
-// measurement (measured), among those within dnnFindSlack of its time,
-// the one with the smallest workspace.
-func pickAlgo(perf []dnnAlgoPerf, want int32, measured, deterministic bool) int {
+// which runs under the descriptor's) and within maxWork bytes of
+// workspace; for a measurement (measured), among those within
+// dnnFindSlack of its time, the one with the smallest workspace, and one
+// asking for more than dnnSmallWorkspace only where it is dnnLargeGain
+// faster than the choice within dnnSmallWorkspace.
+func pickAlgo(perf []dnnAlgoPerf, want int32, measured, deterministic bool, maxWork uint64) int {
 	// The heuristics list an algorithm per math type it runs in; one
 	// listed for CUDNN_DEFAULT_MATH (0) runs under the descriptor's math
 	// type too, which stays the one asked for.
-	ok := func(q *dnnAlgoPerf) bool {
-		return q.status == 0 && (q.determinism == dnnDeterministic || !deterministic) && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= dnnMaxWorkspace
+	ok := func(q *dnnAlgoPerf, limit uint64) bool {
+		return q.status == 0 && (q.determinism == dnnDeterministic || !deterministic) && (q.mathType == want || q.mathType == dnnDefaultMath) && q.memory <= limit
 	}
-	best := -1
-	for i := range perf {
-		if ok(&perf[i]) {
-			best = i
-			break
+	pick := func(limit uint64) int {
+		best := -1
+		for i := range perf {
+			if ok(&perf[i], limit) {
+				best = i
+				break
+			}
 		}
-	}
-	if best < 0 || !measured {
+		if best < 0 || !measured {
+			return best
+		}
+		slack := perf[best].time * dnnFindSlack
+		for i := best + 1; i < len(perf); i++ {
+			if q := &perf[i]; ok(q, limit) && q.time <= slack && q.memory < perf[best].memory {
+				best = i
+			}
+		}
 		return best
 	}
-	limit := perf[best].time * dnnFindSlack
-	for i := best + 1; i < len(perf); i++ {
-		if q := &perf[i]; ok(q) && q.time <= limit && q.memory < perf[best].memory {
-			best = i
+	best := pick(maxWork)
+	if measured && best >= 0 && perf[best].memory > dnnSmallWorkspace {
+		if small := pick(min(maxWork, dnnSmallWorkspace)); small >= 0 && perf[small].time <= perf[best].time*dnnLargeGain {
+			best = small
 		}
 	}
 	return best

@@ -30,7 +30,8 @@ type pathChoice struct {
 }
 
 // dnnChoices keeps the measured choices of one GPU model, driver and
-// cuDNN (and determinism, EnvCUDNNDeterministic) on disk, so that a shape is measured once per machine: the
+// cuDNN (and determinism, EnvCUDNNDeterministic, and workspace bound,
+// EnvCUDNNWorkspace) on disk, so that a shape is measured once per machine: the
 // measurement costs a few milliseconds per product at a shape's first use
 // and, where two algorithms are about as fast, could choose differently
 // from run to run, and so round differently. A file that cannot be read
@@ -50,8 +51,12 @@ type dnnChoicesFile struct {
 	CUDNN  string `json:"cudnn"`
 	// Deterministic says the choices are among the deterministic
 	// algorithms only (EnvCUDNNDeterministic): a file of its own.
-	Deterministic bool                 `json:"deterministic"`
-	Choices       map[string]dnnChoice `json:"choices"`
+	Deterministic bool `json:"deterministic"`
+	// WorkspaceCap is the bound on an algorithm's workspace the choices
+	// were made under (EnvCUDNNWorkspace): a file of its own, so that a
+	// larger bound measures again rather than keep choices it excluded.
+	WorkspaceCap uint64               `json:"workspace_cap_bytes"`
+	Choices      map[string]dnnChoice `json:"choices"`
 	// Paths are the choices between cuDNN and the GEMM path
 	// (EnvCUDNNGEMM), measured with the GEMM path's kernels of hash
 	// PathsKernels: a build whose kernels differ measures them afresh
@@ -75,11 +80,11 @@ func gemmPathKernels() string {
 // and d's cuDNN under dir (the module cache).
 func openDNNChoices(dir string, props Properties, d *cudnn) *dnnChoices {
 	c := &dnnChoices{m: map[string]dnnChoice{}, paths: map[string]pathChoice{}}
+	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib), Deterministic: !d.anyAlgo, WorkspaceCap: d.maxWork}
 	if dir == "" {
 		return c
 	}
-	c.head = dnnChoicesFile{GPU: fmt.Sprintf("%s (sm_%d%d)", props.Name, props.Major, props.Minor), Driver: props.DriverVersion, CUDNN: fmt.Sprintf("%d (%s)", d.version, d.lib), Deterministic: !d.anyAlgo}
-	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN, fmt.Sprint(c.head.Deterministic))+".json")
+	c.path = filepath.Join(dir, "cudnn-algos-"+cacheKey(c.head.GPU, fmt.Sprint(c.head.Driver), c.head.CUDNN, fmt.Sprint(c.head.Deterministic), fmt.Sprint(c.head.WorkspaceCap))+".json")
 	c.head.PathsKernels = gemmPathKernels()
 	if f, err := c.read(); err == nil {
 		c.m = f.Choices
@@ -113,7 +118,7 @@ func (c *dnnChoices) get(key string) (dnnChoice, bool) {
 	ch, ok := c.m[key]
 	// A file edited by hand: an algorithm cuDNN does not number (it has 8
 	// forward, 6 backward-data, 7 backward-filter) is measured afresh.
-	return ch, ok && ch.Algo >= 0 && ch.Algo < 8 && ch.Workspace <= dnnMaxWorkspace
+	return ch, ok && ch.Algo >= 0 && ch.Algo < 8 && ch.Workspace <= c.head.WorkspaceCap
 }
 
 // getPath returns the path choice kept under key.

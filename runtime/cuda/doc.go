@@ -130,7 +130,10 @@
 // product at its first use, kept on disk beside cuDNN's algorithms
 // (libOrGEMM, EnvCUDNNGEMM, TestConvPathOnFake: an H100's profile put a
 // few hundred microseconds of host time in some of cuDNN's legacy calls,
-// more than a small product's device time) — else they are GEMMs
+// more than a small product's device time), its algorithms' workspace
+// bounded by EnvCUDNNWorkspace (a sixteenth of the device's memory, at
+// most 4 GiB; beyond 256 MiB only for a 1.25× faster product, pickAlgo)
+// — else they are GEMMs
 // (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the
 // scratch ConvScratchSize reports) times the weight in one batched

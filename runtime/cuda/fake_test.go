@@ -273,6 +273,30 @@ func TestConvLibraryOnFake(t *testing.T) {
 			bad.Close()
 		}
 	})
+	// A workspace bound below the stand-in's deterministic algorithm's
+	// 1 MiB: no algorithm fits, every shape takes the GEMM path (the
+	// results still the reference's) and says why; a bound the variable
+	// does not take is named.
+	t.Run("workspace bound", func(t *testing.T) {
+		t.Setenv(EnvCUDNNWorkspace, "0")
+		t.Setenv(EnvCache, t.TempDir())
+		nv, d := convCasesOnReal(t, ", algorithms by measurement")
+		if d.dnnRuns != 0 || len(d.dnnRefused) == 0 || nv.ConvWorkspace() != 0 {
+			t.Errorf("%d products through cuDNN, %d shapes refused, workspace %d bytes; want none, all, none", d.dnnRuns, len(d.dnnRefused), nv.ConvWorkspace())
+		}
+		for s, err := range d.dnnRefused {
+			if msg := err.Error(); !strings.Contains(msg, "pads") && !strings.Contains(msg, EnvCUDNNWorkspace) {
+				t.Errorf("refused %+v: %v, want the bound named", s, err)
+			}
+		}
+		t.Setenv(EnvCUDNNWorkspace, "lots")
+		if bad, err := Real(); err == nil {
+			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNWorkspace) {
+				t.Errorf("ConvLibrary with %s=lots: %q, want the variable named", EnvCUDNNWorkspace, lib)
+			}
+			bad.Close()
+		}
+	})
 	t.Setenv(EnvCUDNN, "off")
 	off, err := Real()
 	if err != nil {

@@ -298,7 +298,7 @@ func Real() (Driver, error) {
 		return nil, err
 	}
 	// cuDNN is optional: without it the convolutions run as GEMMs.
-	if c.dnn, err = loadCUDNN(); err != nil {
+	if c.dnn, err = loadCUDNN(c.props.TotalMem); err != nil {
 		c.props.ConvLibrary = "none: " + err.Error()
 	} else if c.dnn != nil {
 		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
