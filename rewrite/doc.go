@@ -14,6 +14,9 @@
 //     shape (C,1,…,1) ExportGraph writes as an opset-14 decomposition
 //     with elementwise scale and shift) or frozen with its running
 //     statistics and folded into the preceding Conv.
+//   - FuseLayerNorm: a LayerNorm decomposed as torch exports it before
+//     opset 17 → one LayerNormalization node while training, which
+//     ExportGraph writes back decomposed where the opset needs it.
 //   - ReplaceHead: a fresh classifier for a new number of classes.
 //
 // Analyze never changes its graph: it infers shapes on a clone, follows the

@@ -10,15 +10,16 @@ import (
 // ExportGraph returns the graph a model file holds for g, the graph a run
 // trained: g itself, or where RewriteBatchNorm left GroupNormalization
 // nodes (trained as one node each, their scale and shift of shape
-// (C,1,…,1), which no ONNX GroupNormalization takes) a clone of g with
-// each written as the opset-14 decomposition RewriteBatchNorm documents,
-// so that the model stays valid at its own opset and runs in onnxruntime
-// and PyTorch. The clone shares g's initializers: the weights a run
+// (C,1,…,1), which no ONNX GroupNormalization takes) or FuseLayerNorm
+// LayerNormalization nodes the model's opset does not have (before 17), a
+// clone of g with each written as the decomposition RewriteBatchNorm or
+// FuseLayerNorm documents, so that the model stays valid at its own
+// opset and runs in onnxruntime and PyTorch. The clone shares g's initializers: the weights a run
 // trained into g are the ones it writes.
 func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 	n := 0
 	for _, nd := range g.Nodes {
-		if ownGroupNorm(nd) {
+		if ownGroupNorm(nd) || ownLayerNorm(nd) {
 			n++
 		}
 	}
@@ -29,6 +30,18 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 	relink(c)
 	nm := newNamer(c)
 	for _, nd := range append([]*graph.Node(nil), c.Nodes...) {
+		if ownLayerNorm(nd) {
+			eps, err := nd.Float("epsilon")
+			if err != nil {
+				return nil, fmt.Errorf("rewrite: exporting %s: %w", nodeLabel(nd), err)
+			}
+			// The names the exporter gave the decomposition (FuseLayerNorm).
+			b := newBuilder(c, nm, strings.TrimSuffix(nd.Name, "/LayerNormalization"))
+			decomposeLayerNorm(b, nd.Inputs[0], nd.Inputs[1], nd.Input(2), float64(eps), nd.Outputs[0])
+			replaceNode(c, nd, b.nodes)
+			relink(c)
+			continue
+		}
 		if !ownGroupNorm(nd) {
 			continue
 		}

@@ -330,6 +330,37 @@ func evalNode(t *testing.T, n *graph.Node, in []*tens, gnGroups map[string]int64
 		return y
 	case "Flatten", "Reshape", "Identity", "Squeeze", "Unsqueeze", "Dropout":
 		return &tens{shape: outShape, d: in[0].d}
+	case "LayerNormalization":
+		x, scale := in[0], in[1]
+		if a := n.IntOr("axis", -1); a != -1 && a != int64(len(x.shape)-1) {
+			t.Fatalf("LayerNormalization over axis %d: only the last axis is implemented", a)
+		}
+		eps := 1e-5
+		if n.Has("epsilon") {
+			e, _ := n.Float("epsilon")
+			eps = float64(e)
+		}
+		last := x.shape[len(x.shape)-1]
+		y := newTens(x.shape...)
+		for r := 0; r < len(x.d)/last; r++ {
+			row := x.d[r*last : (r+1)*last]
+			m, v := 0.0, 0.0
+			for _, e := range row {
+				m += e
+			}
+			m /= float64(last)
+			for _, e := range row {
+				v += (e - m) * (e - m)
+			}
+			v /= float64(last)
+			for j, e := range row {
+				y.d[r*last+j] = (e - m) / math.Sqrt(v+eps) * scale.d[j]
+				if len(in) > 2 && in[2] != nil {
+					y.d[r*last+j] += in[2].d[j]
+				}
+			}
+		}
+		return y
 	case "ReduceMean":
 		x := in[0]
 		axes, _, err := n.ReduceAxes(len(x.shape))

@@ -65,6 +65,21 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 			return nil, err
 		}
 	}
+	hasMean := false
+	for _, n := range g.Nodes {
+		hasMean = hasMean || n.OpType == "ReduceMean"
+	}
+	if hasMean {
+		shapes, err := StaticShapes(g, opts.InputShape, analysisBatch(g, opts.Batch))
+		if err != nil {
+			return nil, err
+		}
+		ch, err := FuseLayerNorm(g, shapes)
+		changes = append(changes, ch...)
+		if err != nil {
+			return nil, err
+		}
+	}
 	if opts.NumClasses > 0 {
 		ch, err := ReplaceHead(g, opts.NumClasses, opts.HeadSeed)
 		changes = append(changes, ch...)
