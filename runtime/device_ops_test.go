@@ -169,6 +169,10 @@ func TestNormAffineGrads(t *testing.T) {
 		{"InstanceNorm", NewInstanceNormRows(B, 3, 7, 1e-5), 21},
 		{"LayerNorm (B, T, D)", NewLayerNormRows(4*B, 6, 1e-5), 24},
 		{"LayerNorm (T, B, D)", NewLayerNormRows(4*B, 6, 1e-5), 6},
+		// 2100 rows a sample, 37 elements: the lane order's chunks end
+		// inside a sample, a block of SumLanes elements is cut short.
+		{"LayerNorm (B, T, D), long", NewLayerNormRows(2100*B, 37, 1e-5), 2100 * 37},
+		{"LayerNorm (T, B, D), long", NewLayerNormRows(2100*B, 37, 1e-5), 37},
 	} {
 		L, P := c.nr.RowLen(), c.nr.NumParams()
 		n := c.nr.Rows() * L

@@ -388,11 +388,70 @@ func (a *normAffineArgs) sum(i, k int) float64 {
 	return s.sum()
 }
 
+// rowsBlock writes sample i's sums (sum) of the parameter elements k0 …
+// k0+SumLanes−1 (those below L) to out[i·L+k0:], in LayerNorm's layout
+// (NormRows.ParamMap 1, 0, 1: element k of every row is term k's): the
+// rows in order, row q each element's term q, so lane q mod SumLanes of
+// every element, the chunks at every SumChunk rows — the lane order of
+// sum, whose laneAcc takes the terms one at a time. The rows are read
+// SumLanes elements at a time rather than one element of each.
+func (a *normAffineArgs) rowsBlock(i, k0 int, out []float32) {
+	L := a.n.r.L
+	w := min(SumLanes, L-k0)
+	var lanes [SumLanes][SumLanes]float64 // [lane][k−k0]
+	var total [SumLanes]float64
+	for q := 0; q < a.rows; q++ {
+		global := (i+q/a.perBlock*a.B)*a.perBlock + q%a.perBlock
+		off := global*L + k0
+		ln := &lanes[q%SumLanes]
+		g := a.dy[off : off+w]
+		if a.scale {
+			x, m, iv := a.x[off:off+w], a.mean[global], a.invStd[global]
+			for kk, v := range g {
+				ln[kk] += float64(v * (x[kk] - m) * iv)
+			}
+		} else {
+			for kk, v := range g {
+				ln[kk] += float64(v)
+			}
+		}
+		if (q+1)%SumChunk == 0 || q == a.rows-1 {
+			for kk := 0; kk < w; kk++ {
+				var col [SumLanes]float64
+				for l := range col {
+					col[l] = lanes[l][kk]
+				}
+				total[kk] += laneTree(&col)
+			}
+			if q < a.rows-1 {
+				lanes = [SumLanes][SumLanes]float64{}
+			}
+		}
+	}
+	for kk, v := range total[:w] {
+		out[i*L+k0+kk] = float32(v)
+	}
+}
+
 // NormAffineGrads implements VectorOps: the samples' and parameter
-// elements' sums split over the CPU's workers, each sum on one.
+// elements' sums split over the CPU's workers, each sum on one; in
+// LayerNorm's layout (every row one term of each element), a sample's
+// sums SumLanes elements at a time along the rows (rowsBlock).
 func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
 	L, P := n.r.L, n.NumParams()
 	if P == 0 {
+		return
+	}
+	if G, CpG, S := n.ParamMap(); G == 1 && CpG == 0 && S == 1 && P == L {
+		blocks := (P + SumLanes - 1) / SumLanes
+		runJob(len(out)/P*blocks, 1, func(j *cpuJob, lo, hi int) {
+			for e := lo; e < hi; e++ {
+				j.na.rowsBlock(e/j.n, e%j.n*SumLanes, j.f[0])
+			}
+		}, func(j *cpuJob) {
+			j.na = normAffineArgs{n: n, scale: scale, B: B, perBlock: stride / L, rows: len(dy) / L / B, whole: true, x: x, mean: mean, invStd: invStd, dy: dy}
+			j.f[0], j.n = out, blocks
+		})
 		return
 	}
 	items := len(out) / P * P

@@ -399,6 +399,24 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
 		dr := dx[row*r.L : (row+1)*r.L]
 		m, iv := mean[row], inv[row]
+		if r.Mode == NormLast {
+			// Runs of one element: the general loop below sums every
+			// term into sg0 and sgx0 in order, as here, a loop per
+			// element spared.
+			scale := scale[:len(xr)]
+			var sg0, sgx0 float64
+			for j, g := range gr {
+				a := g * scale[j]
+				sg0 += float64(a)
+				sgx0 += float64(a * ((xr[j] - m) * iv))
+			}
+			mg, mgx := float32((sg0+0)/float64(r.L)), float32((sgx0+0)/float64(r.L))
+			for j, g := range gr {
+				xh := (xr[j] - m) * iv
+				dr[j] = iv * (g*scale[j] - mg - xh*mgx)
+			}
+			continue
+		}
 		k0, step, run := r.segments(row)
 		// Σ g·γ and Σ g·γ·x̂ in float64, two partial sums each (see
 		// rowMeanVar).

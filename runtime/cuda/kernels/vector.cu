@@ -198,6 +198,24 @@ __device__ static double norm_affine_sum(int scale, long long i, long long b, lo
                                          long long cpg, long long s, const float *x, const float *mean, const float *inv,
                                          const float *dy, long long rows, int whole, long long k, int lane) {
   double total = 0, part = 0;
+  if (g == 1 && cpg == 0 && s == 1) {
+    // LayerNorm's layout: every row holds one term of each element, term
+    // q in row q, so lane q mod 32 of chunk q / SUM_CHUNK (a multiple of
+    // 32): each lane visits its own rows only, not every row for one
+    // term in 32.
+    for (long long c0 = 0; c0 < rows; c0 += SUM_CHUNK) {
+      long long c1 = c0 + SUM_CHUNK < rows ? c0 + SUM_CHUNK : rows;
+      for (long long q = c0 + lane; q < c1; q += 32) {
+        long long row = (i + q / per_block * b) * per_block + q % per_block, off = (whole ? row : q) * l + k;
+        float v = dy[off];
+        if (scale) v = v * (x[off] - mean[row]) * inv[row];
+        part += (double)v;
+      }
+      total += warp_sum(part);
+      part = 0;
+    }
+    return total;
+  }
   long long t = 0; // the terms before this run
   for (long long q = 0; q < rows; q++) {
     long long row = (i + q / per_block * b) * per_block + q % per_block;
