@@ -50,35 +50,29 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	hasBN := false
-	for _, n := range g.Nodes {
-		hasBN = hasBN || n.OpType == "BatchNormalization"
-	}
-	if hasBN {
+	// The passes that need static shapes run where g has the operator
+	// they rewrite (the shapes cost an inference on a clone).
+	shaped := func(op string, pass func(shapes map[string]graph.Shape) ([]Change, error)) error {
+		has := false
+		for _, n := range g.Nodes {
+			has = has || n.OpType == op
+		}
+		if !has {
+			return nil
+		}
 		shapes, err := StaticShapes(g, opts.InputShape, analysisBatch(g, opts.Batch))
 		if err != nil {
-			return nil, err
+			return err
 		}
-		ch, err := RewriteBatchNorm(g, opts.BN, shapes)
+		ch, err := pass(shapes)
 		changes = append(changes, ch...)
-		if err != nil {
-			return nil, err
-		}
+		return err
 	}
-	hasMean := false
-	for _, n := range g.Nodes {
-		hasMean = hasMean || n.OpType == "ReduceMean"
+	if err := shaped("BatchNormalization", func(s map[string]graph.Shape) ([]Change, error) { return RewriteBatchNorm(g, opts.BN, s) }); err != nil {
+		return nil, err
 	}
-	if hasMean {
-		shapes, err := StaticShapes(g, opts.InputShape, analysisBatch(g, opts.Batch))
-		if err != nil {
-			return nil, err
-		}
-		ch, err := FuseLayerNorm(g, shapes)
-		changes = append(changes, ch...)
-		if err != nil {
-			return nil, err
-		}
+	if err := shaped("ReduceMean", func(s map[string]graph.Shape) ([]Change, error) { return FuseLayerNorm(g, s) }); err != nil {
+		return nil, err
 	}
 	if opts.NumClasses > 0 {
 		ch, err := ReplaceHead(g, opts.NumClasses, opts.HeadSeed)
