@@ -43,10 +43,21 @@ func FuseLayerNorm(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, err
 	relink(g)
 	nm := newNamer(g)
 	var changes []Change
+	reason := "one pass instead of one per node; the model file keeps the decomposition"
+	if g.Opsets[""] >= 17 {
+		reason = "one pass instead of one per node; valid at the model's opset, the model file has the node"
+	}
+	gone := map[*graph.Node]bool{} // nodes of chains already fused
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
+		if gone[n] {
+			continue
+		}
 		m := matchLayerNorm(g, n, shapes)
 		if m == nil {
 			continue
+		}
+		for _, old := range m.nodes {
+			gone[old] = true
 		}
 		scope := strings.TrimSuffix(n.Name, "/ReduceMean")
 		if scope == n.Name || scope == "" {
@@ -79,7 +90,7 @@ func FuseLayerNorm(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, err
 		}
 		changes = append(changes, Change{Pass: "layernorm", Target: scope,
 			Action: fmt.Sprintf("decomposed LayerNorm (%d nodes) → one LayerNormalization node with scale %s%s while training", len(m.nodes), m.gamma.Name, shift),
-			Reason: "one pass instead of one per node; the model file keeps the decomposition"})
+			Reason: reason})
 	}
 	return changes, g.Validate()
 }
