@@ -270,9 +270,13 @@
 //     ≈ 40 ms of the 117 profiled a step) beside the convolutions; the
 //     BatchNorm rewrite now trains one GroupNormalization node
 //     (NormalizeRowsAffine, the engine's normalization rule) and the
-//     Adds' gradients go in place, neither timed yet. VGG-16: the per-sample norms
-//     of its large early layers (Gemm 30 %, their unfolding 11 %) and the
-//     noise (9.2 ms a step, before the T-table AES). TF32 products read
+//     Adds' gradients go in place, neither timed yet; decomposed
+//     LayerNorms (ViT-B/16's) are one node too (rewrite.FuseLayerNorm),
+//     not timed yet. VGG-16: four layers' convolutions on cuDNN's implicit
+//     GEMM for want of workspace (the bound now EnvCUDNNWorkspace, not
+//     timed yet), the per-sample norms of its large early layers (Gemm
+//     30 %, their unfolding 11 %) and the noise (9.2 ms a step, before
+//     the T-table AES). TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
