@@ -315,3 +315,38 @@ func TestNewRejectsDeviceWithoutDPOps(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the device and runtime.DPOps", err)
 	}
 }
+
+// limitedCPU is the CPU with a runtime.MemoryLimiter that records its cap.
+type limitedCPU struct {
+	runtime.CPU
+	capped *int64
+}
+
+func (d limitedCPU) LimitMemory(bytes int64) { *d.capped = bytes }
+
+// TestNewLimitsDeviceMemory: a memory cap reaches a device that holds
+// memory of its own beyond the plan's buffers (runtime.MemoryLimiter: the
+// GPU's convolution workspace); without a cap the device is left alone.
+func TestNewLimitsDeviceMemory(t *testing.T) {
+	m, err := onnx.Load(filepath.Join("..", "testdata", "models", "cnn.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{1, 28, 28}, Batch: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, limit := range []int64{0, 1 << 30} {
+		got := int64(-1)
+		if _, err := New(g, rp, Config{Device: limitedCPU{capped: &got}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8, MaxMemory: limit}); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[int64]int64{0: -1, 1 << 30: 1 << 30}[limit]; got != want {
+			t.Errorf("MaxMemory %d: the device's limit %d, want %d (−1: not set)", limit, got, want)
+		}
+	}
+}

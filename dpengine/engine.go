@@ -74,8 +74,9 @@ type Config struct {
 	// but parameters are not updated.
 	Optimizer Optimizer
 	// MaxMemory, if positive, bounds the compiled plan's buffers
-	// (runtime.Options.MaxMemory); zero holds them to the machine's
-	// available memory.
+	// (runtime.Options.MaxMemory), and the device's own memory beyond them
+	// to a share of it (runtime.MemoryLimiter: a convolution library's
+	// workspace); zero holds them to the machine's available memory.
 	MaxMemory int64
 }
 
@@ -294,6 +295,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	ops, err := runtime.DPOpsOf(cfg.Device)
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if l, ok := cfg.Device.(runtime.MemoryLimiter); ok && cfg.MaxMemory > 0 {
+		l.LimitMemory(cfg.MaxMemory)
 	}
 	if cfg.Mode != NonDP {
 		if err := cfg.Clipping.Validate(); err != nil {

@@ -236,6 +236,19 @@ type TF32Device interface {
 	TF32() bool
 }
 
+// MemoryLimiter is a device that holds memory of its own beyond the plans'
+// buffers — a convolution library's workspace, sized by the algorithms
+// it chooses — which the plans' memory estimates leave out. A run given a
+// memory cap (Options.MaxMemory, --max-memory, whose estimate fills nine
+// tenths of it) hands the cap to LimitMemory, and the device keeps that
+// memory within a share of it small enough for the rest.
+type MemoryLimiter interface {
+	Device
+	// LimitMemory bounds the device's own memory beyond the plans'
+	// buffers to a share of bytes.
+	LimitMemory(bytes int64)
+}
+
 // TF32On reports whether d runs convolutions in TF32 (TF32Device).
 func TF32On(d Device) bool {
 	t, ok := d.(TF32Device)

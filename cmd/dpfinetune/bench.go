@@ -281,7 +281,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 		}
 	}
 	base := liveHeap()
-	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample)
+	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample, 0)
 	if err != nil {
 		return row, err
 	}
@@ -296,7 +296,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 			return row, err
 		}
 		row.MaxBatch = b
-		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample); err != nil {
+		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample, capBytes); err != nil {
 			return row, err
 		}
 	}
@@ -309,11 +309,12 @@ var lastHeap int64
 
 // timeSteps runs one warm-up step and n timed steps of an engine at the
 // given physical and logical batch (a step: logical/batch physical
-// batches, one draw of noise, one update), returning the median step time
-// in ms and the samples per second.
-func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64) (float64, float64, error) {
+// batches, one draw of noise, one update), held to the memory cap capBytes
+// where it is positive (dpengine.Config.MaxMemory, as train's), returning
+// the median step time in ms and the samples per second.
+func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64, capBytes int64) (float64, float64, error) {
 	cfg := dpengine.Config{Device: dev, Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
-		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false)}
+		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false), MaxMemory: capBytes}
 	eng, err := dpengine.New(g, rp, cfg)
 	if err != nil {
 		return 0, 0, err

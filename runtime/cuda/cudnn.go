@@ -76,12 +76,13 @@ const EnvCUDNNGEMM = "DPFINETUNE_CUDNN_GEMM"
 
 // EnvCUDNNWorkspace bounds, in MiB, the workspace a cuDNN algorithm may
 // ask for: one that needs more is not chosen. Unset: a sixteenth of the
-// device's memory, at most 4 GiB (dnnWorkspaceCap). The bound was a fixed
+// device's memory, at most 4 GiB (dnnWorkspaceCap); either way a run's
+// memory cap lowers it to a sixteenth of the cap (Device.LimitMemory). The bound was a fixed
 // 256 MiB until an H100's kept choices (docs/BENCHMARKS.md) showed what it
 // cost: VGG-16's 256-channel convolutions at 56×56 and 512-channel ones at
 // 28×28, whose FFT and Winograd algorithms ask for more, ran the implicit
-// GEMM at 3.4–5.2 ms a product where the half as wide layers beside them
-// took 0.5–0.8 ms. A larger workspace is device memory held for the whole
+// GEMM at 3.6–5.2 ms a product where the half as wide layers beside them
+// took 0.5–0.7 ms. A larger workspace is device memory held for the whole
 // run (the Device counts it in its peak, MemoryStats), so beyond
 // dnnSmallWorkspace an algorithm must also be dnnLargeGain faster than the
 // fastest within it (pickAlgo). Where the workspace cannot be allocated,
@@ -512,6 +513,34 @@ func pickAlgo(perf []dnnAlgoPerf, want int32, measured, deterministic bool, maxW
 }
 
 var dnnKindName = [3]string{"forward", "backward-data", "backward-filter"}
+
+// limitConvWorkspace implements convWorkspaceLimiter: an algorithm's
+// workspace is bounded by bytes where that is below the bound cuDNN was
+// loaded with; the choices kept on disk are those of the new bound (a
+// file of their own), products chosen beyond it choose again, and a
+// workspace grown beyond it is released (the context current).
+func (c *nvidia) limitConvWorkspace(bytes uint64) {
+	if c.dnn == nil || bytes >= c.dnn.maxWork {
+		return
+	}
+	c.dnn.maxWork = bytes
+	c.dnnChoices = nil
+	for _, p := range c.dnnPlans {
+		for kind := range p.algo {
+			if p.algo[kind] >= 0 && p.work[kind] > bytes {
+				p.algo[kind], p.wsKnown[kind] = -1, false
+			}
+		}
+	}
+	if uint64(c.dnnWorkLen) > bytes && c.dnnWork != 0 {
+		if done, err := c.bind(); err == nil {
+			if c.call("cuMemFree", c.cu.memFree, uintptr(c.dnnWork)) == nil {
+				c.dnnWork, c.dnnWorkLen = 0, 0
+			}
+			done()
+		}
+	}
+}
 
 // dnnWorkspace returns device memory of at least n bytes, the driver's
 // workspace grown as needed (the context current).

@@ -223,6 +223,25 @@ func (d *Device) SetTF32(on bool) {
 	d.mu.Unlock()
 }
 
+// LimitMemory implements runtime.MemoryLimiter: the convolution library's
+// workspace (Driver.ConvWorkspace) is bounded by a sixteenth of bytes,
+// within the tenth of a --max-memory cap its estimate leaves, where that
+// is below the bound it had (EnvCUDNNWorkspace); algorithms chosen beyond
+// it are chosen again.
+func (d *Device) LimitMemory(bytes int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l, ok := d.drv.(convWorkspaceLimiter); ok && bytes > 0 {
+		l.limitConvWorkspace(uint64(bytes / 16))
+	}
+}
+
+// convWorkspaceLimiter is a Driver whose convolution library's workspace
+// can be bounded below its own bound (Device.LimitMemory).
+type convWorkspaceLimiter interface {
+	limitConvWorkspace(bytes uint64)
+}
+
 // TF32 implements runtime.TF32Device.
 func (d *Device) TF32() bool {
 	d.mu.Lock()

@@ -297,6 +297,40 @@ func TestConvLibraryOnFake(t *testing.T) {
 			bad.Close()
 		}
 	})
+	// A memory cap (Device.LimitMemory, --max-memory) bounds the
+	// workspace by a sixteenth of it: here below the stand-in's 1 MiB,
+	// after the products had chosen its algorithm. The workspace is
+	// released, the products choose again and find none: the GEMM path
+	// from then on.
+	t.Run("memory cap", func(t *testing.T) {
+		t.Setenv(EnvCache, t.TempDir())
+		nv, d := convCasesOnReal(t, ", algorithms by measurement")
+		if d.dnnRuns == 0 || nv.ConvWorkspace() < 1<<20 {
+			t.Fatalf("%d products through cuDNN, workspace %d bytes before the cap", d.dnnRuns, nv.ConvWorkspace())
+		}
+		d.LimitMemory(16<<20 - 16)
+		if ws := nv.ConvWorkspace(); ws != 0 {
+			t.Errorf("workspace %d bytes after a cap of 16 MiB − 16", ws)
+		}
+		runs := d.dnnRuns
+		for _, c := range nnCases() {
+			if strings.HasPrefix(c.name, "Conv/") {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+		}
+		if d.dnnRuns != runs {
+			t.Errorf("%d products through cuDNN after the cap", d.dnnRuns-runs)
+		}
+		named := 0
+		for _, err := range d.dnnRefused {
+			if strings.Contains(err.Error(), EnvCUDNNWorkspace) {
+				named++
+			}
+		}
+		if named == 0 {
+			t.Errorf("no shape refused for the workspace bound: %v", d.dnnRefused)
+		}
+	})
 	t.Setenv(EnvCUDNN, "off")
 	off, err := Real()
 	if err != nil {
