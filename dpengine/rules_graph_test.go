@@ -161,7 +161,8 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 		// operand joining two parameters (Concat of transposes), a
 		// weight stored with a unit axis (Unsqueeze, Squeeze, Cast,
 		// Flatten), rows gathered from a table, a weight shared by a direct and a transposed use, and
-		// a LayerNormalization over the last axis.
+		// LayerNormalizations over the last axis of tokens and of pooled
+		// features.
 		"paths": func() (*graph.Graph, []int64) {
 			m := newTestModel(17)
 			x := m.node("LayerNormalization", []string{"input", m.param("ln.scale", 6), m.param("ln.bias", 6)}, "ln", intAttr("axis", -1))
@@ -186,6 +187,9 @@ func rulesModels(t *testing.T) map[string]func() (*graph.Graph, []int64) {
 			wst := m.node("Transpose", []string{ws}, "ws.t", intsAttr("perm", 1, 0))
 			y = m.node("MatMul", []string{y, wst}, "h4")
 			y = m.node("ReduceMean", []string{y}, "pool", intsAttr("axes", 1), intAttr("keepdims", 0))
+			// A LayerNormalization of rank 2 (after pooling): one row a
+			// sample.
+			y = m.node("LayerNormalization", []string{y, m.param("ln2.scale", 6), m.param("ln2.bias", 6)}, "ln2", intAttr("axis", -1))
 			y = m.node("Gemm", []string{y, m.param("fc.w", 6, 3), m.param("fc.b", 3)}, "logits")
 			return m.graph(t, []int64{5, 6}, y, 3), []int64{5, 6}
 		},

@@ -12,7 +12,11 @@ import (
 // torch exports it before opset 17, with the variations FuseLayerNorm
 // takes (and some it must not): y is the model's output.
 func lnModel(t *testing.T, variant string) *graph.Graph {
-	b := newMB().input("x", "N", 3, 4).output("y", "N", 3, 4).
+	dims := []any{"N", 3, 4}
+	if variant == "rank 2" { // after pooling: (N, D)
+		dims = []any{"N", 4}
+	}
+	b := newMB().input("x", dims...).output("y", dims...).
 		init("ln.weight", []int64{4}, 0.5, 1.5, -1, 2).init("ln.bias", []int64{4}, 0.1, -0.2, 0.3, 0).
 		node("Constant", "/ln/Constant_1", nil, []string{"eps"}, attrTensor("value", floatTensor(graph.Float32, nil, []float64{1e-5})))
 	mean := func(name, in, out string) {
@@ -67,12 +71,19 @@ func lnModel(t *testing.T, variant string) *graph.Graph {
 // stay as they are.
 func TestFuseLayerNorm(t *testing.T) {
 	x := randInput(2, 2, 3, 4)
+	var sample []int64 // the current case's
 	run := func(g *graph.Graph) map[string]*tens {
 		c := roundTrip(t, g).Clone()
-		if err := c.InferShapes(map[string][]int64{"x": {2, 3, 4}}); err != nil {
+		full := append([]int64{2}, sample...)
+		if err := c.InferShapes(map[string][]int64{"x": full}); err != nil {
 			t.Fatal(err)
 		}
-		return evaluate(t, c, map[string]*tens{"x": &tens{shape: []int{2, 3, 4}, d: x.d[:24]}}, nil)
+		shape := make([]int, len(full))
+		n := 1
+		for i, d := range full {
+			shape[i], n = int(d), n*int(d)
+		}
+		return evaluate(t, c, map[string]*tens{"x": {shape: shape, d: x.d[:n]}}, nil)
 	}
 	nodes := func(g *graph.Graph) string {
 		var s []string
@@ -86,13 +97,17 @@ func TestFuseLayerNorm(t *testing.T) {
 		variant string
 		fused   bool
 	}{
-		{"torch", true}, {"swapped", true}, {"square by Mul", true}, {"no shift", true}, {"opset 18", true},
+		{"torch", true}, {"swapped", true}, {"square by Mul", true}, {"no shift", true}, {"opset 18", true}, {"rank 2", true},
 		{"no affine", false}, {"observed", false}, {"other axis", false},
 	} {
 		t.Run(c.variant, func(t *testing.T) {
+			sample = []int64{3, 4}
+			if c.variant == "rank 2" {
+				sample = []int64{4}
+			}
 			orig := lnModel(t, c.variant)
 			g := lnModel(t, c.variant)
-			shapes, err := StaticShapes(g, []int64{3, 4}, 2)
+			shapes, err := StaticShapes(g, sample, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +147,7 @@ func TestFuseLayerNorm(t *testing.T) {
 			case "opset 18":
 				exp = nodes(g)
 				fallthrough
-			case "torch", "swapped", "no shift":
+			case "torch", "swapped", "no shift", "rank 2":
 				if nodes(e) != exp {
 					t.Errorf("export:\n%s\nwant\n%s", nodes(e), exp)
 				}
