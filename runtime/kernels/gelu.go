@@ -21,7 +21,12 @@ func GeluErf(x, y []float32) {
 	n := 0
 	if haveSIMD {
 		n = len(x) &^ 3
-		geluErfSSE(x[:n], y[:n])
+		m := 0
+		if haveAVX2 {
+			m = len(x) &^ 7
+			geluErfAVX2(x[:m], y[:m])
+		}
+		geluErfSSE(x[m:n], y[m:n])
 	}
 	geluErfGo(x[n:], y[n:])
 }
@@ -41,7 +46,12 @@ func GeluErfBackward(x, dy, dx []float32) {
 	n := 0
 	if haveSIMD {
 		n = len(dy) &^ 3
-		geluErfBackwardSSE(x[:n], dy[:n], dx[:n])
+		m := 0
+		if haveAVX2 {
+			m = len(dy) &^ 7
+			geluErfBackwardAVX2(x[:m], dy[:m], dx[:m])
+		}
+		geluErfBackwardSSE(x[m:n], dy[m:n], dx[m:n])
 	}
 	geluErfBackwardGo(x[n:], dy[n:], dx[n:])
 }
@@ -65,7 +75,12 @@ func Expfs(x, y []float32) {
 	n := 0
 	if haveSIMD {
 		n = len(x) &^ 3
-		expSSE(x[:n], y[:n])
+		m := 0
+		if haveAVX2 {
+			m = len(x) &^ 7
+			expAVX2(x[:m], y[:m])
+		}
+		expSSE(x[m:n], y[m:n])
 	}
 	for i, v := range x[n:] {
 		y[n+i] = Expf(min(v, 88))

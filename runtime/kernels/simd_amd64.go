@@ -2,8 +2,27 @@
 
 package kernels
 
+import "github.com/dpfinetune/dpfinetune/internal/cpufeat"
+
 // haveSIMD reports whether the SSE2 kernels of simd_amd64.s are built in.
 const haveSIMD = true
+
+// haveAVX2 reports whether the CPU runs their eight-lane forms
+// (geluErfAVX2, geluErfBackwardAVX2, expAVX2).
+var haveAVX2 = cpufeat.AVX2
+
+// geluErfAVX2, geluErfBackwardAVX2 and expAVX2 are geluErfSSE,
+// geluErfBackwardSSE and expSSE on the first len(x) &^ 7 elements, eight
+// lanes at a time, with their bits.
+//
+//go:noescape
+func geluErfAVX2(x, y []float32)
+
+//go:noescape
+func geluErfBackwardAVX2(x, dy, dx []float32)
+
+//go:noescape
+func expAVX2(x, y []float32)
 
 // geluErfSSE writes GeluErf of the first len(x) &^ 3 elements of x to y.
 //

@@ -313,3 +313,145 @@ reluGradLoop:
 
 reluGradDone:
 	RET
+
+// AVX2 forms of the transcendental kernels above: the same instructions on
+// eight lanes (YMM) instead of four, each lane's operations and their
+// order unchanged — no fused multiply-add — so that every element has the
+// SSE kernels' bits (TestSIMDWidthsAgree). The constants are simdConst's,
+// broadcast from the first lane of each entry. Each function handles
+// len(x) &^ 7 elements; the Go wrappers give the rest to the SSE kernels
+// and the scalar tail as before. Called only where cpufeat.AVX2 is set.
+
+// ERF8 sets Y5 = erf(Y1) as ERF does (VMAXPS/VMINPS return their second
+// source, the argument, where either is NaN, as MAXPS/MINPS do).
+// Clobbers Y2–Y4, Y6 and Y9.
+#define ERF8 \
+	VBROADCASTSS K_M4, Y2; VMAXPS Y1, Y2, Y2; \
+	VBROADCASTSS K_P4, Y3; VMINPS Y2, Y3, Y3; \
+	VMULPS Y3, Y3, Y4; \
+	VBROADCASTSS K_EP0, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP1, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP2, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP3, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP4, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP5, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y4, Y5, Y5; VBROADCASTSS K_EP6, Y9; VADDPS Y9, Y5, Y5; \
+	VMULPS Y3, Y5, Y5; \
+	VBROADCASTSS K_EQ0, Y6; \
+	VMULPS Y4, Y6, Y6; VBROADCASTSS K_EQ1, Y9; VADDPS Y9, Y6, Y6; \
+	VMULPS Y4, Y6, Y6; VBROADCASTSS K_EQ2, Y9; VADDPS Y9, Y6, Y6; \
+	VMULPS Y4, Y6, Y6; VBROADCASTSS K_EQ3, Y9; VADDPS Y9, Y6, Y6; \
+	VMULPS Y4, Y6, Y6; VBROADCASTSS K_EQ4, Y9; VADDPS Y9, Y6, Y6; \
+	VDIVPS Y6, Y5, Y5
+
+// EXP8 sets Y11 = e^Y8 as EXP does. Y8 is kept. Clobbers Y9, Y10 and
+// Y12–Y14.
+#define EXP8 \
+	VBROADCASTSS K_EXPLO, Y10; VMAXPS Y8, Y10, Y10; \
+	VBROADCASTSS K_EXPHI, Y9; VMINPS Y10, Y9, Y9; VMOVAPS Y9, Y10; \
+	VBROADCASTSS K_LOG2E, Y11; VMULPS Y10, Y11, Y11; \
+	VCVTPS2DQ Y11, Y12; VCVTDQ2PS Y12, Y13; \
+	VBROADCASTSS K_C1, Y14; VMULPS Y13, Y14, Y14; VSUBPS Y14, Y10, Y10; \
+	VBROADCASTSS K_C2, Y14; VMULPS Y13, Y14, Y14; VSUBPS Y14, Y10, Y10; \
+	VBROADCASTSS K_X0, Y11; \
+	VMULPS Y10, Y11, Y11; VBROADCASTSS K_X1, Y9; VADDPS Y9, Y11, Y11; \
+	VMULPS Y10, Y11, Y11; VBROADCASTSS K_X2, Y9; VADDPS Y9, Y11, Y11; \
+	VMULPS Y10, Y11, Y11; VBROADCASTSS K_X3, Y9; VADDPS Y9, Y11, Y11; \
+	VMULPS Y10, Y11, Y11; VBROADCASTSS K_X4, Y9; VADDPS Y9, Y11, Y11; \
+	VMULPS Y10, Y11, Y11; VBROADCASTSS K_X5, Y9; VADDPS Y9, Y11, Y11; \
+	VMULPS Y10, Y11, Y11; VMULPS Y10, Y11, Y11; VADDPS Y10, Y11, Y11; \
+	VBROADCASTSS K_ONE, Y9; VADDPS Y9, Y11, Y11; \
+	VBROADCASTSS K_I127, Y9; VPADDD Y9, Y12, Y12; VPSLLD $23, Y12, Y12; VMULPS Y12, Y11, Y11; \
+	VBROADCASTSS K_EXPLO, Y14; VCMPPS $1, Y14, Y8, Y9; \
+	VANDNPS Y11, Y9, Y11
+
+// func geluErfAVX2(x, y []float32)
+TEXT ·geluErfAVX2(SB), NOSPLIT, $0-48
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ y_base+24(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-8, CX
+	XORQ AX, AX
+
+gelu8Loop:
+	CMPQ AX, CX
+	JGE  gelu8Done
+	VMOVUPS (SI)(AX*4), Y0
+	VBROADCASTSS K_INVSQRT2, Y1
+	VMULPS Y0, Y1, Y1
+	ERF8
+	// y = ½x + ½x·erf(x/√2)
+	VBROADCASTSS K_HALF, Y7
+	VMULPS Y0, Y7, Y7
+	VMULPS Y7, Y5, Y5
+	VADDPS Y7, Y5, Y5
+	VMOVUPS Y5, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  gelu8Loop
+
+gelu8Done:
+	VZEROUPPER
+	RET
+
+// func geluErfBackwardAVX2(x, dy, dx []float32)
+TEXT ·geluErfBackwardAVX2(SB), NOSPLIT, $0-72
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ dy_base+24(FP), DX
+	MOVQ dx_base+48(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-8, CX
+	XORQ AX, AX
+
+geluBwd8Loop:
+	CMPQ AX, CX
+	JGE  geluBwd8Done
+	VMOVUPS (SI)(AX*4), Y0
+	VBROADCASTSS K_INVSQRT2, Y1
+	VMULPS Y0, Y1, Y1
+	ERF8
+	// Y8 = −x²/2, Y11 = e^Y8
+	VMULPS Y0, Y0, Y8
+	VBROADCASTSS K_MHALF, Y9
+	VMULPS Y9, Y8, Y8
+	EXP8
+	// Φ(x) = ½ + ½·erf(x/√2); x·φ(x) = x·e^(−x²/2)/√(2π)
+	VBROADCASTSS K_HALF, Y7
+	VMULPS Y7, Y5, Y5
+	VADDPS Y7, Y5, Y5
+	VBROADCASTSS K_INVSQRT2PI, Y9
+	VMULPS Y9, Y11, Y11
+	VMULPS Y0, Y11, Y11
+	VADDPS Y11, Y5, Y5
+	VMOVUPS (DX)(AX*4), Y6
+	VMULPS Y6, Y5, Y5
+	VMOVUPS Y5, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  geluBwd8Loop
+
+geluBwd8Done:
+	VZEROUPPER
+	RET
+
+// func expAVX2(x, y []float32)
+TEXT ·expAVX2(SB), NOSPLIT, $0-48
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ y_base+24(FP), DI
+	LEAQ simdConst<>(SB), R8
+	ANDQ $-8, CX
+	XORQ AX, AX
+
+exp8Loop:
+	CMPQ AX, CX
+	JGE  exp8Done
+	VMOVUPS (SI)(AX*4), Y8
+	EXP8
+	VMOVUPS Y11, (DI)(AX*4)
+	ADDQ $8, AX
+	JMP  exp8Loop
+
+exp8Done:
+	VZEROUPPER
+	RET
