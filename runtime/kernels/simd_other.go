@@ -9,11 +9,11 @@ const haveSIMD = false
 // haveAVX2: no eight-lane kernels either.
 const haveAVX2 = false
 
-func geluErfSSE(x, y []float32)              { panic("kernels: no SIMD kernels") }
-func geluErfBackwardSSE(x, dy, dx []float32) { panic("kernels: no SIMD kernels") }
-func expSSE(x, y []float32)                  { panic("kernels: no SIMD kernels") }
-func reluSSE(x, y []float32)                 { panic("kernels: no SIMD kernels") }
-func reluGradSSE(y, dy, dx []float32)        { panic("kernels: no SIMD kernels") }
+func geluErfSSE(x, y []float32)               { panic("kernels: no SIMD kernels") }
+func geluErfBackwardSSE(x, dy, dx []float32)  { panic("kernels: no SIMD kernels") }
+func expSSE(x, y []float32)                   { panic("kernels: no SIMD kernels") }
+func reluSSE(x, y []float32)                  { panic("kernels: no SIMD kernels") }
+func reluGradSSE(y, dy, dx []float32)         { panic("kernels: no SIMD kernels") }
 func geluErfAVX2(x, y []float32)              { panic("kernels: no SIMD kernels") }
 func geluErfBackwardAVX2(x, dy, dx []float32) { panic("kernels: no SIMD kernels") }
 func expAVX2(x, y []float32)                  { panic("kernels: no SIMD kernels") }
