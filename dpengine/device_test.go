@@ -298,19 +298,8 @@ func (noDPOps) Name() string { return "nodp-test" }
 // TestNewRejectsDeviceWithoutDPOps: New refuses, naming the device,
 // before any work.
 func TestNewRejectsDeviceWithoutDPOps(t *testing.T) {
-	m, err := onnx.Load(filepath.Join("..", "testdata", "models", "cnn.onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: []int64{1, 28, 28}, Batch: 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = New(g, rp, Config{Device: noDPOps{runtime.CPU{}}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8})
+	g, rp := preparedCNN(t)
+	_, err := New(g, rp, Config{Device: noDPOps{runtime.CPU{}}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8})
 	if err == nil || !strings.Contains(err.Error(), "nodp-test") || !strings.Contains(err.Error(), "DPOps") {
 		t.Fatalf("got %v, want an error naming the device and runtime.DPOps", err)
 	}
@@ -328,6 +317,21 @@ func (d limitedCPU) LimitMemory(bytes int64) { *d.capped = bytes }
 // memory of its own beyond the plan's buffers (runtime.MemoryLimiter: the
 // GPU's convolution workspace); without a cap the device is left alone.
 func TestNewLimitsDeviceMemory(t *testing.T) {
+	g, rp := preparedCNN(t)
+	for _, limit := range []int64{0, 1 << 30} {
+		got := int64(-1)
+		if _, err := New(g, rp, Config{Device: limitedCPU{capped: &got}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8, MaxMemory: limit}); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[int64]int64{0: -1, 1 << 30: 1 << 30}[limit]; got != want {
+			t.Errorf("MaxMemory %d: the device's limit %d, want %d (−1: not set)", limit, got, want)
+		}
+	}
+}
+
+// preparedCNN is the cnn fixture after rewrite.Prepare (batch 8).
+func preparedCNN(t *testing.T) (*graph.Graph, *rewrite.Plan) {
+	t.Helper()
 	m, err := onnx.Load(filepath.Join("..", "testdata", "models", "cnn.onnx"))
 	if err != nil {
 		t.Fatal(err)
@@ -340,13 +344,5 @@ func TestNewLimitsDeviceMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, limit := range []int64{0, 1 << 30} {
-		got := int64(-1)
-		if _, err := New(g, rp, Config{Device: limitedCPU{capped: &got}, Mode: BK, Clipping: Clipping{Fn: Abadi, R: 1}, ExpectedBatch: 8, PhysicalBatch: 8, MaxMemory: limit}); err != nil {
-			t.Fatal(err)
-		}
-		if want := map[int64]int64{0: -1, 1 << 30: 1 << 30}[limit]; got != want {
-			t.Errorf("MaxMemory %d: the device's limit %d, want %d (−1: not set)", limit, got, want)
-		}
-	}
+	return g, rp
 }

@@ -248,13 +248,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 		if kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json")); len(kept) != 2 {
 			t.Errorf("choices kept in %q, want the deterministic file and this one", kept)
 		}
-		t.Setenv(EnvCUDNNDeterministic, "sometimes")
-		if bad, err := Real(); err == nil {
-			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNDeterministic) {
-				t.Errorf("ConvLibrary with %s=sometimes: %q, want the variable named", EnvCUDNNDeterministic, lib)
-			}
-			bad.Close()
-		}
+		badValueNamed(t, EnvCUDNNDeterministic, "sometimes")
 	})
 	// The heuristics, asked for: nothing measured, nothing kept.
 	t.Run("heuristic", func(t *testing.T) {
@@ -265,13 +259,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 		if n := nv.dnnFound; d.dnnRuns == 0 || n != 0 || len(kept) != 0 {
 			t.Errorf("%d products through cuDNN, %d algorithms measured, kept in %q", d.dnnRuns, n, kept)
 		}
-		t.Setenv(EnvCUDNNAlgo, "fastest")
-		if bad, err := Real(); err == nil {
-			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNAlgo) {
-				t.Errorf("ConvLibrary with %s=fastest: %q, want the variable named", EnvCUDNNAlgo, lib)
-			}
-			bad.Close()
-		}
+		badValueNamed(t, EnvCUDNNAlgo, "fastest")
 	})
 	// A workspace bound below the stand-in's deterministic algorithm's
 	// 1 MiB: no algorithm fits, every shape takes the GEMM path (the
@@ -289,13 +277,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 				t.Errorf("refused %+v: %v, want the bound named", s, err)
 			}
 		}
-		t.Setenv(EnvCUDNNWorkspace, "lots")
-		if bad, err := Real(); err == nil {
-			if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNWorkspace) {
-				t.Errorf("ConvLibrary with %s=lots: %q, want the variable named", EnvCUDNNWorkspace, lib)
-			}
-			bad.Close()
-		}
+		badValueNamed(t, EnvCUDNNWorkspace, "lots")
 	})
 	// A memory cap (Device.LimitMemory, --max-memory) bounds the
 	// workspace by a sixteenth of it: here below the stand-in's 1 MiB,
@@ -313,11 +295,7 @@ func TestConvLibraryOnFake(t *testing.T) {
 			t.Errorf("workspace %d bytes after a cap of 16 MiB − 16", ws)
 		}
 		runs := d.dnnRuns
-		for _, c := range nnCases() {
-			if strings.HasPrefix(c.name, "Conv/") {
-				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
-			}
-		}
+		convCases(t, d)
 		if d.dnnRuns != runs {
 			t.Errorf("%d products through cuDNN after the cap", d.dnnRuns-runs)
 		}
@@ -417,12 +395,18 @@ func TestLibraryDiscovery(t *testing.T) {
 func convCasesOnReal(t *testing.T, suffix string) (*nvidia, *Device) {
 	t.Helper()
 	d := realDevice(t, func(lib string) bool { return strings.HasSuffix(lib, suffix) }, "to end with "+suffix)
+	convCases(t, d)
+	return d.drv.(*nvidia), d
+}
+
+// convCases runs nnCases' convolutions on d.
+func convCases(t *testing.T, d *Device) {
+	t.Helper()
 	for _, c := range nnCases() {
 		if strings.HasPrefix(c.name, "Conv/") {
 			t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
 		}
 	}
-	return d.drv.(*nvidia), d
 }
 
 // realDevice opens the real driver under the test's environment, checks
@@ -549,10 +533,18 @@ func TestConvPathOnFake(t *testing.T) {
 		t.Errorf("cuDNN's heuristics: %d products measured against the GEMM path", heur.pathsMeasured)
 	}
 	t.Setenv(EnvCUDNNAlgo, "")
-	t.Setenv(EnvCUDNNGEMM, "sometimes")
+	badValueNamed(t, EnvCUDNNGEMM, "sometimes")
+}
+
+// badValueNamed sets env to a value it does not take and checks that the
+// real driver's convolution library line names the variable (cuDNN then
+// stays unloaded; the driver opens).
+func badValueNamed(t *testing.T, env, value string) {
+	t.Helper()
+	t.Setenv(env, value)
 	if bad, err := Real(); err == nil {
-		if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, EnvCUDNNGEMM) {
-			t.Errorf("ConvLibrary with %s=sometimes: %q, want the variable named", EnvCUDNNGEMM, lib)
+		if lib := bad.Properties().ConvLibrary; !strings.Contains(lib, env) {
+			t.Errorf("ConvLibrary with %s=%s: %q, want the variable named", env, value, lib)
 		}
 		bad.Close()
 	}
