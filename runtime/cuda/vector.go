@@ -305,9 +305,9 @@ func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int,
 	d.normAffine(n, scale, 0, len(out)/P, true, B, stride, x, mean, invStd, dy, len(dy)/n.RowLen()/B, out, "NormAffineGrads")
 }
 
-// normAffine launches norm_affine_grads for the samples i0… (samples of
-// them, rows rows each), read from a gathered copy or (whole) the whole
-// tensors, into out.
+// normAffine launches norm_affine_grads (norm_affine_rows in LayerNorm's
+// layout) for the samples i0… (samples of them, rows rows each), read from
+// a gathered copy or (whole) the whole tensors, into out.
 func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, whole bool, B, stride int, x, mean, invStd, dy []float32, rows int, out []float32, op string) {
 	P := n.NumParams()
 	if P == 0 || samples == 0 {
@@ -320,6 +320,13 @@ func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, wh
 	}
 	a := d.begin()
 	defer d.end(op)
+	if G == 1 && CpG == 0 && S == 1 { // LayerNorm's layout: a thread each
+		a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L))
+		a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
+		a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
+		d.launch("norm_affine_rows", int64(samples*P))
+		return
+	}
 	a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
 	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
 	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples)).I32(32)

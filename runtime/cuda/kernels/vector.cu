@@ -198,24 +198,6 @@ __device__ static double norm_affine_sum(int scale, long long i, long long b, lo
                                          long long cpg, long long s, const float *x, const float *mean, const float *inv,
                                          const float *dy, long long rows, int whole, long long k, int lane) {
   double total = 0, part = 0;
-  if (g == 1 && cpg == 0 && s == 1) {
-    // LayerNorm's layout: every row holds one term of each element, term
-    // q in row q, so lane q mod 32 of chunk q / SUM_CHUNK (a multiple of
-    // 32): each lane visits its own rows only, not every row for one
-    // term in 32.
-    for (long long c0 = 0; c0 < rows; c0 += SUM_CHUNK) {
-      long long c1 = c0 + SUM_CHUNK < rows ? c0 + SUM_CHUNK : rows;
-      for (long long q = c0 + lane; q < c1; q += 32) {
-        long long row = (i + q / per_block * b) * per_block + q % per_block, off = (whole ? row : q) * l + k;
-        float v = dy[off];
-        if (scale) v = v * (x[off] - mean[row]) * inv[row];
-        part += (double)v;
-      }
-      total += warp_sum(part);
-      part = 0;
-    }
-    return total;
-  }
   long long t = 0; // the terms before this run
   for (long long q = 0; q < rows; q++) {
     long long row = (i + q / per_block * b) * per_block + q % per_block;
@@ -260,6 +242,51 @@ extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long 
     double v = norm_affine_sum(scale, i0 + e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, whole, e % nout,
                                LANE);
     if (LANE == 0) out[e] = (float)v;
+  }
+}
+
+// norm_affine_rows is norm_affine_grads in LayerNorm's layout (g = 1,
+// cpg = 0, s = 1: element k of every row is term k's, one term a row): a
+// thread per sample and element instead of a warp, the 32 lanes' partial
+// sums of norm_affine_sum in the thread's registers (term q to
+// part[q mod 32]) and combined by warp_sum's halves at every SUM_CHUNK
+// terms — the same order, so the same bits — while consecutive threads
+// read consecutive elements of a row rather than a warp reading one
+// element of 32 rows.
+extern "C" __global__ void norm_affine_rows(int scale, long long i0, long long b, long long per_block, long long l,
+                                            const float *x, const float *mean, const float *inv, const float *dy,
+                                            long long rows, int whole, float *out, long long nout, long long samples) {
+  FOR_EACH(e, samples * nout) {
+    long long i = i0 + e / nout, k = e % nout;
+    long long blk = 0, within = 0; // q / per_block and q mod per_block, counted
+    double total = 0;
+    for (long long c0 = 0; c0 < rows; c0 += SUM_CHUNK) {
+      long long c1 = c0 + SUM_CHUNK < rows ? c0 + SUM_CHUNK : rows;
+      double part[32];
+#pragma unroll
+      for (int u = 0; u < 32; u++) part[u] = 0;
+      for (long long q0 = c0; q0 < c1; q0 += 32) {
+#pragma unroll
+        for (int u = 0; u < 32; u++) {
+          if (q0 + u < c1) {
+            long long row = (i + blk * b) * per_block + within, off = (whole ? row : q0 + u) * l + k;
+            float v = dy[off];
+            if (scale) v = v * (x[off] - mean[row]) * inv[row];
+            part[u] += (double)v;
+            if (++within == per_block) {
+              within = 0;
+              blk++;
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int w = 16; w > 0; w /= 2)
+#pragma unroll
+        for (int u = 0; u < w; u++) part[u] += part[u + w];
+      total += part[0];
+    }
+    out[e] = (float)total;
   }
 }
 
