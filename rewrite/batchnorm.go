@@ -306,24 +306,29 @@ func bnToGroupNorm(g *graph.Graph, nm *namer, n *graph.Node, opts BNOptions, sha
 // with groups groups and per-channel scale gamma and shift beta (shape
 // (C,1,…,1) or (C)), writing out (RewriteBatchNorm's doc gives it).
 func decomposeGroupNorm(b *builder, x, gamma, beta *graph.Value, groups int64, eps float64, dt graph.DType, out *graph.Value) {
-	axes := func() ([]*onnxpb.AttributeProto, []*graph.Value) {
-		if b.opset >= 18 {
-			return nil, []*graph.Value{b.constant(int64Tensor([]int64{1}, 2))}
-		}
-		return []*onnxpb.AttributeProto{attrInts("axes", 2)}, nil
-	}
-	mean := func(x *graph.Value) *graph.Value {
-		at, extra := axes()
-		return b.op("ReduceMean", append(at, attrInt("keepdims", 1)), append([]*graph.Value{x}, extra...)...)
-	}
 	xr := b.op("Reshape", nil, x, b.constant(int64Tensor([]int64{3}, 0, groups, -1)))
-	d := b.op("Sub", nil, xr, mean(xr))
-	va := mean(b.op("Pow", nil, d, b.constant(floatTensor(dt, nil, []float64{2}))))
-	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(dt, nil, []float64{eps}))))
-	xn := b.op("Div", nil, d, sd)
+	xn := normalizeAlong(b, xr, 2, eps, dt)
 	y0 := b.op("Reshape", nil, xn, b.op("Shape", nil, x))
 	y1 := b.op("Mul", nil, y0, gamma)
 	b.opInto(out, "Add", nil, y1, beta)
+}
+
+// normalizeAlong adds to b the normalization of x along axis as torch
+// exports LayerNorm's, d = x − ReduceMean(x) and
+// d / Sqrt(ReduceMean(Pow(d, 2)) + eps) (ReduceMean's axes an attribute
+// before opset 18, an input from 18; constants of type dt), and returns
+// its output: GroupNorm's and LayerNorm's decompositions share it.
+func normalizeAlong(b *builder, x *graph.Value, axis int64, eps float64, dt graph.DType) *graph.Value {
+	mean := func(v *graph.Value) *graph.Value {
+		if b.opset >= 18 {
+			return b.op("ReduceMean", nil, v, b.constant(int64Tensor([]int64{1}, axis)))
+		}
+		return b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", axis)}, v)
+	}
+	d := b.op("Sub", nil, x, mean(x))
+	va := mean(b.op("Pow", nil, d, b.constant(floatTensor(dt, nil, []float64{2}))))
+	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(dt, nil, []float64{eps}))))
+	return b.op("Div", nil, d, sd)
 }
 
 func ruleName(r GroupRule) string {

@@ -319,24 +319,18 @@ func shapeOf(v *graph.Value, shapes map[string]graph.Shape) graph.Shape {
 }
 
 // ownLayerNorm reports whether n is a LayerNormalization node the model's
-// opset does not have (before 17): one FuseLayerNorm made, which
-// ExportGraph writes decomposed. From opset 17 on, one FuseLayerNorm made
-// is valid ONNX and stays as it is.
+// opset does not have (before 17), its scale constant: one FuseLayerNorm
+// made, which ExportGraph writes decomposed. From opset 17 on, one
+// FuseLayerNorm made is valid ONNX and stays as it is.
 func ownLayerNorm(n *graph.Node) bool {
-	return n.OpType == "LayerNormalization" && n.Domain == "" && n.Opset < 17
+	return n.OpType == "LayerNormalization" && n.Domain == "" && n.Opset < 17 &&
+		len(n.Inputs) >= 2 && n.Inputs[0] != nil && n.Inputs[1] != nil && n.Inputs[1].Const != nil
 }
 
 // decomposeLayerNorm adds to b the decomposition FuseLayerNorm matches,
-// over the last axis of x, writing out (an opset before 17: the axes an
-// attribute).
+// over the last axis of x, writing out.
 func decomposeLayerNorm(b *builder, x, gamma, beta *graph.Value, eps float64, out *graph.Value) {
-	mean := func(v *graph.Value) *graph.Value {
-		return b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", -1)}, v)
-	}
-	d := b.op("Sub", nil, x, mean(x))
-	v := mean(b.op("Pow", nil, d, b.constant(floatTensor(graph.Float32, nil, []float64{2}))))
-	sd := b.op("Sqrt", nil, b.op("Add", nil, v, b.constant(floatTensor(graph.Float32, nil, []float64{eps}))))
-	n := b.op("Div", nil, d, sd)
+	n := normalizeAlong(b, x, -1, eps, gamma.Const.DType)
 	if beta == nil {
 		b.opInto(out, "Mul", nil, n, gamma)
 		return
