@@ -363,19 +363,9 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-7},
-	{"NormAffineSampleGrad+NormAffineGrads", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
-		o, ok := ops.(runtime.VectorOps)
-		if !ok {
-			return nil, false
-		}
-		r := rand.New(rand.NewSource(seed))
+	{"NormAffineSampleGrad+NormAffineGrads", normAffineRun(func(n, B int) []normRowsCase {
 		sp, D, T := 1+n%7, 1+n%13, 1+n%5
-		const B = 3
-		var out []float64
-		for _, c := range []struct {
-			nr     *runtime.NormRows
-			stride int // the batch stride: a block per sample, or rows of the batch innermost
-		}{
+		return []normRowsCase{
 			{runtime.NewGroupNormRows(B, 4, sp, 2, false, 1e-5), 2 * 2 * sp},
 			{runtime.NewGroupNormRows(B, 4, sp, 2, true, 1e-5), 2 * 2 * sp},
 			{runtime.NewInstanceNormRows(B, 3, sp, 1e-5), 3 * sp},
@@ -384,37 +374,20 @@ var opCases = []opCase{
 			// lane order's chunks of 2048 end inside a run.
 			{runtime.NewGroupNormRows(B, 4, 2100, 2, false, 1e-5), 4 * 2100},
 			{runtime.NewGroupNormRows(B, 4, 2100, 2, true, 1e-5), 4 * 2100},
-			// LayerNorm's 2100 rows a sample (one term of each element
-			// a row): the chunks end inside a sample.
+		}
+	}), 1e-5},
+	// LayerNorm's 2100 rows a sample (one term of each element a row,
+	// norm_affine_rows on the GPU): the chunks end inside a sample. The
+	// backends sum the forward's float32 terms, the reference float64
+	// ones; over 2100 rows of random data, 37 sums a sample, some sums
+	// cancel to a small part of their terms, where the two part by up to
+	// about 1e-5 of the sum. The CPU's bits hold as for every case.
+	{"NormAffineGrads, LayerNorm's long rows", normAffineRun(func(n, B int) []normRowsCase {
+		return []normRowsCase{
 			{runtime.NewLayerNormRows(2100*B, 37, 1e-5), 2100 * 37},
 			{runtime.NewLayerNormRows(2100*B, 37, 1e-5), 37},
-		} {
-			P, whole := c.nr.NumParams(), c.nr.Rows()*c.nr.RowLen()
-			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
-			for k := range inv {
-				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
-			}
-			x, dy := randFloats(r, whole), randFloats(r, whole)
-			// Sample 1's rows, gathered as the engine gathers a sample.
-			var xi, gi []float32
-			for blk := 1; blk < whole/c.stride; blk += B {
-				xi, gi = append(xi, x[blk*c.stride:(blk+1)*c.stride]...), append(gi, dy[blk*c.stride:(blk+1)*c.stride]...)
-			}
-			for _, scale := range []bool{true, false} {
-				res := place(p, make([]float32, P))
-				o.NormAffineSampleGrad(c.nr, scale, 1, B, c.stride, place(p, xi), place(p, mean), place(p, inv), place(p, gi), place(p, make([]float64, P)), res)
-				out = append(out, widen32(fetch(p, res))...)
-				samples := 1 + n%B // the first samples of the batch
-				all := place(p, make([]float32, samples*P))
-				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all)
-				out = append(out, widen32(fetch(p, all))...)
-			}
 		}
-		return out, true
-		// The reference sums float64 terms, the backends the forward's
-		// float32 ones: over 2100 rows of random data that cancel, the
-		// sums part by up to about 1e-5 of their value.
-	}, 5e-5},
+	}), 5e-5},
 	{"CountNonFinite", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {
@@ -604,4 +577,49 @@ func rowsCase(name string, bn func(n int) int, call func(runtime.VectorOps, floa
 		call(o, r.ExpFloat64(), place(p, a), place(p, b[:rows*bn(n)]), pd)
 		return fetch(p, pd), true
 	}, tol}
+}
+
+// normRowsCase is a normalization's rows and its batch stride: a block
+// per sample, or rows of the batch innermost.
+type normRowsCase struct {
+	nr     *runtime.NormRows
+	stride int
+}
+
+// normAffineRun runs NormAffineSampleGrad (sample 1's gathered rows) and
+// NormAffineGrads (the batch's first samples) of each case cases gives
+// for size n and a batch of 3, scale and bias, on random rows.
+func normAffineRun(cases func(n, B int) []normRowsCase) func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+	return func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.VectorOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		const B = 3
+		var out []float64
+		for _, c := range cases(n, B) {
+			P, whole := c.nr.NumParams(), c.nr.Rows()*c.nr.RowLen()
+			mean, inv := randFloats(r, c.nr.Rows()), randFloats(r, c.nr.Rows())
+			for k := range inv {
+				inv[k] = float32(math.Abs(float64(inv[k]))) + 0.1
+			}
+			x, dy := randFloats(r, whole), randFloats(r, whole)
+			// Sample 1's rows, gathered as the engine gathers a sample.
+			var xi, gi []float32
+			for blk := 1; blk < whole/c.stride; blk += B {
+				xi, gi = append(xi, x[blk*c.stride:(blk+1)*c.stride]...), append(gi, dy[blk*c.stride:(blk+1)*c.stride]...)
+			}
+			for _, scale := range []bool{true, false} {
+				res := place(p, make([]float32, P))
+				o.NormAffineSampleGrad(c.nr, scale, 1, B, c.stride, place(p, xi), place(p, mean), place(p, inv), place(p, gi), place(p, make([]float64, P)), res)
+				out = append(out, widen32(fetch(p, res))...)
+				samples := 1 + n%B // the first samples of the batch
+				all := place(p, make([]float32, samples*P))
+				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all)
+				out = append(out, widen32(fetch(p, all))...)
+			}
+		}
+		return out, true
+	}
 }
