@@ -97,6 +97,10 @@ type Engine struct {
 	// convChunks counts the chunks of samples convBatched ran (the
 	// tests: a pointwise convolution's unfolds nothing to count).
 	convChunks int
+	// sampleLib holds, per convolution asked (sampleGradsByLibrary),
+	// whether the device's library forms its per-sample gradients
+	// rather than convBatched's unfolding path.
+	sampleLib map[*runtime.ConvShape]bool
 	// normScratchPeak is the most floats the norm rules' scratch
 	// (workerBufs) has held at once: the tests hold the estimate's
 	// transient term (rewrite.EngineScratch) to it.

@@ -464,10 +464,14 @@ func TestPathMapOnDevice(t *testing.T) {
 
 // sampleGradsDevice is reference.Separate with a convolution library's
 // per-sample weight gradients (runtime.ConvSampleGrads), formed one
-// sample at a time by the CPU's kernel; calls counts the chunks asked for.
+// sample at a time by the CPU's kernel; calls counts the chunks asked
+// for, asked the engine's questions (PreferSampleGrads). Where prefer is
+// set it answers yes after running both paths as a GPU's measurement
+// does (owns counts the runs of the engine's own), else no.
 type sampleGradsDevice struct {
 	reference.Separate
-	calls *atomic.Int64
+	calls, asked, owns *atomic.Int64
+	prefer             bool
 }
 
 func (d sampleGradsDevice) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []float32, i0, n int, inst []float32) bool {
@@ -486,35 +490,68 @@ func (d sampleGradsDevice) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []f
 	return true
 }
 
+func (d sampleGradsDevice) PreferSampleGrads(s *runtime.ConvShape, x, dy []float32, n int, inst []float32, ownN int, own func()) bool {
+	d.asked.Add(1)
+	if !d.prefer {
+		return false
+	}
+	for range 2 {
+		own()
+		d.owns.Add(1)
+		d.ConvSampleWeightGrads(s, x, dy, 0, n, inst)
+	}
+	return true
+}
+
 // TestConvSampleGrads: where the device's convolution library forms a
-// chunk's per-sample weight gradients (a GPU with cuDNN) and one sample's
-// unfolded input does not fit the scratch, the engine takes them instead
-// of a loop of a product per sample, with the CPU's results
-// (compareEngines) — in chunks of one shape whose last overlaps the one
-// before; with the default scratch the unfolding path runs, as before.
+// chunk's per-sample weight gradients (a GPU with cuDNN), the engine
+// takes them instead of a loop of a product per sample where one
+// sample's unfolded input does not fit the scratch, and instead of its
+// unfolding path where the device prefers the library — with the CPU's
+// results (compareEngines), in chunks of one shape whose last overlaps
+// the one before; a device that prefers the unfolding gets it. The
+// device is asked once per convolution (the measurement's runs, both
+// paths', leave the results alone), and not where the unfolding cannot
+// run.
 func TestConvSampleGrads(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
 	for _, scratch := range []int{batchedScratch, 1 << 10} {
-		batchedScratch = scratch
-		for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
-			for _, mode := range []Mode{Instantiate, BK} {
-				label := fmt.Sprintf("%s/%s/scratch %d", name, mode, scratch)
-				t.Run(label, func(t *testing.T) {
-					const n = 7
-					x, y, batch, fill := engineBatch(t, name, n)
-					clip := Clipping{Fn: Abadi, R: 0.5}
-					var calls atomic.Int64
-					cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
-					lib := buildEngine(t, name, compareConfig(sampleGradsDevice{reference.Separate{}, &calls}, mode, clip, false, "sgd", n))
-					compareEngines(t, label, cpu, lib, x, y, batch, fill)
-					switch {
-					case scratch == 1<<24 && calls.Load() != 0:
-						t.Errorf("%s: %d chunks through the library where the unfolded inputs fit", label, calls.Load())
-					case scratch < 1<<24 && mode == Instantiate && calls.Load() == 0:
-						t.Errorf("%s: the library's per-sample gradients were not asked for", label)
-					}
-					t.Logf("%d chunks through the library", calls.Load())
-				})
+		for _, prefer := range []bool{false, true} {
+			batchedScratch = scratch
+			for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
+				for _, mode := range []Mode{Instantiate, BK} {
+					label := fmt.Sprintf("%s/%s/scratch %d/prefer %v", name, mode, scratch, prefer)
+					t.Run(label, func(t *testing.T) {
+						const n = 7
+						x, y, batch, fill := engineBatch(t, name, n)
+						clip := Clipping{Fn: Abadi, R: 0.5}
+						var calls, asked, owns atomic.Int64
+						cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
+						lib := buildEngine(t, name, compareConfig(sampleGradsDevice{reference.Separate{}, &calls, &asked, &owns, prefer}, mode, clip, false, "sgd", n))
+						compareEngines(t, label, cpu, lib, x, y, batch, fill)
+						convs := 0 // the convolutions the device was asked about
+						for s, l := range lib.sampleLib {
+							convs++
+							if l != prefer {
+								t.Errorf("%s: convolution %v kept %v", label, s.In, l)
+							}
+						}
+						fits := scratch == 1<<24
+						switch {
+						case asked.Load() != int64(convs):
+							t.Errorf("%s: asked %d times about %d convolutions", label, asked.Load(), convs)
+						case fits && mode == Instantiate && convs == 0:
+							t.Errorf("%s: the device was not asked", label)
+						case fits && !prefer && calls.Load() != 0:
+							t.Errorf("%s: %d chunks through the library where the device preferred the unfolding", label, calls.Load())
+						case prefer && owns.Load() != 2*int64(convs):
+							t.Errorf("%s: the engine's own path ran %d times for %d measurements", label, owns.Load(), convs)
+						case (prefer || !fits) && mode == Instantiate && calls.Load() <= 2*int64(convs):
+							t.Errorf("%s: %d chunks through the library, %d of them measuring", label, calls.Load(), 2*convs)
+						}
+						t.Logf("%d chunks through the library, %d convolutions asked about", calls.Load(), convs)
+					})
+				}
 			}
 		}
 	}

@@ -335,98 +335,163 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 // a_i a_iᵀ and g_i g_iᵀ as two batched GEMMs and the ghost norms as one
 // AddDots, or their gradients g_iᵀa_i as one batched GEMM into the
 // samples' rows, added to the parameter at once (addRows: through a
-// path, mapped back by its index map in one call). It reports false, doing nothing,
-// when one sample's share exceeds batchedScratch; the per-sample loop
-// then runs.
+// path, mapped back by its index map in one call). The gradients come
+// from the device's convolution library instead (convSampleGrads) where
+// one sample's unfolded input does not fit batchedScratch, or where the
+// device chose the library (sampleGradsByLibrary). It reports false,
+// doing nothing, when one sample's share exceeds batchedScratch and the
+// library does not take the shape; the per-sample loop then runs.
 func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape, x, dy *runtime.View, outLen int) (bool, error) {
-	groups := max(s.Group, 1)
-	T, D, M := s.T, s.D, s.M
-	P := M / groups
 	ghost := ls.decision == rewrite.Ghost
-	// A pointwise convolution's unfolded input is its input: the GEMMs
-	// read a sample's group in place, at the input's sample stride.
-	pointwise := s.Pointwise()
-	colLen := D * T
-	if pointwise {
-		colLen = 0
-	}
-	per := colLen
-	if ghost {
-		per += 2 * T * T
-	} else {
-		per += M * D
-	}
-	nb := min(e.n, batchedScratch/max(per, 1))
-	if nb < 1 {
-		// One sample's unfolded input is more than the scratch (VGG-16's
-		// early layers at 224×224): the device's convolution library, if
-		// it forms per-sample gradients, rather than a loop of a product
-		// per sample.
-		if cs, ok := e.ops.(runtime.ConvSampleGrads); ok && !ghost {
-			return convSampleGrads(e, us, cs, s, x, dy)
+	c := newConvChunk(s, ghost, outLen)
+	nb := min(e.n, batchedScratch/max(c.per, 1))
+	if cs, ok := e.ops.(runtime.ConvSampleGrads); ok && !ghost && sampleGradsFit(e, s, x, dy) {
+		// On VGG-16 at 224×224 one sample's unfolded input is more than
+		// the scratch in an early layer, and cuDNN's products of the
+		// samples as groups outrun the unfolding in the others.
+		if nb < 1 || e.sampleGradsByLibrary(cs, c, x, dy, nb) {
+			if ok, err := convSampleGrads(e, us, cs, s, x, dy); ok || err != nil {
+				return ok, err
+			}
 		}
+	}
+	if nb < 1 {
 		return false, nil
 	}
-	plane := s.PlaneSize()
-	if pointwise {
-		plane = 0
-	}
-	bufs, err := e.workerBufs(plane + nb*per)
+	bufs, err := e.workerBufs(c.plane + nb*c.per)
 	if err != nil {
 		return false, err
 	}
-	buf := bufs[0]
-	pl, col, rest := buf[:plane], buf[plane:plane+nb*colLen], buf[plane+nb*colLen:plane+nb*per]
-	colStride := D * T // between samples' unfolded inputs
-	if pointwise {
-		colStride = s.C * s.InSize
-	}
-	p := us.p
+	pl, col, rest := c.carve(bufs[0], nb)
 	for i0 := 0; i0 < e.n; i0 += nb {
 		n := min(nb, e.n-i0)
 		e.convChunks++
-		var inst []float32 // the samples' gradients, rows of M·D
-		if !ghost {
-			inst = rest[:n*M*D]
+		var normSq []float64
+		if ghost {
+			normSq = us.p.normSq[i0 : i0+n]
 		}
-		for gr := 0; gr < groups; gr++ {
-			if pointwise {
-				col = x.Data[i0*colStride+gr*D*T:]
-			} else {
-				e.ops.Im2ColBatch(s, x.Data, i0, n, gr, col[:n*D*T], pl)
-			}
-			gT := dy.Data[i0*outLen+gr*P*T:] // sample j's group: P×T at j·outLen
-			if !ghost {
-				e.ops.GemmStrided(false, true, P, D, T, 1, gT, T, outLen, col, T, colStride, 0, inst[gr*P*D:], D, M*D, n)
-				continue
-			}
-			aa, gg := rest[:n*T*T], rest[nb*T*T:nb*T*T+n*T*T]
-			e.ops.GemmStrided(true, false, T, T, D, 1, col, T, colStride, col, T, colStride, 0, aa, T, T*T, n)
-			e.ops.GemmStrided(true, false, T, T, P, 1, gT, T, outLen, gT, T, outLen, 0, gg, T, T*T, n)
-			e.ops.AddDots(1, aa, gg, p.normSq[i0:i0+n])
-		}
+		c.run(e, x, dy, i0, n, pl, col, rest, normSq)
 		if !ghost {
-			e.addRows(us, i0, n, inst)
+			e.addRows(us, i0, n, rest[:n*s.M*s.D])
 		}
 	}
 	return true, nil
 }
 
+// convChunk is convBatched's work on a chunk of samples: the shape,
+// the scratch it takes (a plane, then per sample the unfolded input and
+// the Grams or the gradient) and how its samples lie.
+type convChunk struct {
+	s                 *runtime.ConvShape
+	ghost, pointwise  bool
+	outLen, colStride int
+	plane, colLen     int
+	per               int // scratch floats a sample
+}
+
+// newConvChunk returns s's chunk geometry (outLen: a sample's output
+// gradient).
+func newConvChunk(s *runtime.ConvShape, ghost bool, outLen int) convChunk {
+	c := convChunk{s: s, ghost: ghost, outLen: outLen, pointwise: s.Pointwise(),
+		plane: s.PlaneSize(), colLen: s.D * s.T, colStride: s.D * s.T}
+	// A pointwise convolution's unfolded input is its input: the GEMMs
+	// read a sample's group in place, at the input's sample stride.
+	if c.pointwise {
+		c.plane, c.colLen, c.colStride = 0, 0, s.C*s.InSize
+	}
+	c.per = c.colLen
+	if ghost {
+		c.per += 2 * s.T * s.T
+	} else {
+		c.per += s.M * s.D
+	}
+	return c
+}
+
+// carve splits buf (at least plane + nb·per floats) into the plane, the
+// unfolded inputs and the rest (Grams, or gradients in rows of M·D).
+func (c *convChunk) carve(buf []float32, nb int) (pl, col, rest []float32) {
+	return buf[:c.plane], buf[c.plane : c.plane+nb*c.colLen], buf[c.plane+nb*c.colLen : c.plane+nb*c.per]
+}
+
+// run computes samples i0 … i0+n−1: per group their unfolded inputs
+// (pointwise: the input itself), then either their ghost norms, added to
+// normSq, or their gradients, written to rest in rows of M·D.
+func (c *convChunk) run(e *Engine, x, dy *runtime.View, i0, n int, pl, col, rest []float32, normSq []float64) {
+	s := c.s
+	groups := max(s.Group, 1)
+	T, D, M := s.T, s.D, s.M
+	P := M / groups
+	for gr := 0; gr < groups; gr++ {
+		if c.pointwise {
+			col = x.Data[i0*c.colStride+gr*D*T:]
+		} else {
+			e.ops.Im2ColBatch(s, x.Data, i0, n, gr, col[:n*D*T], pl)
+		}
+		gT := dy.Data[i0*c.outLen+gr*P*T:] // sample j's group: P×T at j·outLen
+		if !c.ghost {
+			e.ops.GemmStrided(false, true, P, D, T, 1, gT, T, c.outLen, col, T, c.colStride, 0, rest[gr*P*D:], D, M*D, n)
+			continue
+		}
+		aa, gg := rest[:n*T*T], rest[n*T*T:2*n*T*T]
+		e.ops.GemmStrided(true, false, T, T, D, 1, col, T, c.colStride, col, T, c.colStride, 0, aa, T, T*T, n)
+		e.ops.GemmStrided(true, false, T, T, P, 1, gT, T, c.outLen, gT, T, c.outLen, 0, gg, T, T*T, n)
+		e.ops.AddDots(1, aa, gg, normSq)
+	}
+}
+
+// sampleGradsByLibrary reports whether the device's convolution library
+// is to form c's per-sample gradients (convSampleGrads) rather than
+// convBatched's unfolding path in chunks of nb samples: the device's
+// choice (runtime.ConvSampleGrads.PreferSampleGrads), asked at the
+// convolution's first use with the step's own samples — a GPU measures
+// both there — and kept for the engine's life.
+func (e *Engine) sampleGradsByLibrary(cs runtime.ConvSampleGrads, c convChunk, x, dy *runtime.View, nb int) bool {
+	s := c.s
+	if lib, ok := e.sampleLib[s]; ok {
+		return lib
+	}
+	size := s.M * s.D
+	libN := sampleGradsChunk(e.n, size)
+	bufs, err := e.workerBufs(max(c.plane+nb*c.per, libN*size))
+	if err != nil {
+		return false // the unfolding path asks again and reports it
+	}
+	buf := bufs[0]
+	pl, col, rest := c.carve(buf, nb)
+	own := func() { c.run(e, x, dy, 0, nb, pl, col, rest, nil) }
+	lib := cs.PreferSampleGrads(s, x.Data, dy.Data, libN, buf[:libN*size], nb, own)
+	if e.sampleLib == nil {
+		e.sampleLib = map[*runtime.ConvShape]bool{}
+	}
+	e.sampleLib[s] = lib
+	return lib
+}
+
+// sampleGradsFit reports whether x and dy lie as convSampleGrads reads
+// them: the batch first, e.n samples of s.
+func sampleGradsFit(e *Engine, s *runtime.ConvShape, x, dy *runtime.View) bool {
+	return x.BatchAxis == 0 && dy.BatchAxis == 0 && len(x.Data) == e.n*s.C*s.InSize && len(dy.Data) == e.n*s.M*s.T
+}
+
+// sampleGradsChunk is convSampleGrads's chunk of n samples: as many
+// gradients of size floats as batchedScratch holds, at least one.
+func sampleGradsChunk(n, size int) int { return max(1, min(n, batchedScratch/max(size, 1))) }
+
 // convSampleGrads is convBatched's instantiated gradients from the
 // device's convolution library (runtime.ConvSampleGrads: on a GPU, cuDNN's
-// filter gradient of the samples as groups), where one sample's unfolded
-// input would not fit the scratch, in chunks of as many samples as
-// batchedScratch holds, without unfolding their inputs. Every chunk
+// filter gradient of the samples as groups), without unfolding their
+// inputs, in chunks of sampleGradsChunk samples. Every chunk
 // has the same size, so that the library sees one shape: the last one
 // ends at the batch's end and overlaps the one before, whose samples it
 // does not add again. It reports false, doing nothing, where the library
 // refuses the shape; the unfolding path then runs.
 func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *runtime.ConvShape, x, dy *runtime.View) (bool, error) {
 	size := s.M * s.D
-	if x.BatchAxis != 0 || dy.BatchAxis != 0 || len(x.Data) != e.n*s.C*s.InSize || len(dy.Data) != e.n*s.M*s.T {
+	if !sampleGradsFit(e, s, x, dy) {
 		return false, nil
 	}
-	nb := max(1, min(e.n, batchedScratch/max(size, 1)))
+	nb := sampleGradsChunk(e.n, size)
 	bufs, err := e.workerBufs(nb * size)
 	if err != nil {
 		return false, err

@@ -388,9 +388,9 @@ func (CPU) GemmBiasBackward(beta float32, dy []float32, yShape []int, dc []float
 // gradients of a chunk of samples in one call — on CUDA, cuDNN's filter
 // gradient of one grouped convolution whose groups are the samples — which
 // the DP engine's per-sample rules take instead of unfolding every
-// sample's input (on VGG-16 at 224×224 an unfolded sample of an early
-// layer is 115 MB, more than a chunk's scratch, so those layers ran one
-// product per sample).
+// sample's input where that does not fit their scratch (on VGG-16 at
+// 224×224 an unfolded sample of an early layer is 115 MB) or where the
+// device finds the library faster (PreferSampleGrads).
 type ConvSampleGrads interface {
 	// ConvSampleWeightGrads writes the weight gradients of samples i0 …
 	// i0+n−1 of s (x: N×C×In, dy: N×M×Out, device memory) into inst,
@@ -398,4 +398,13 @@ type ConvSampleGrads interface {
 	// true; false, writing nothing, where it cannot (no library, a shape
 	// the library refuses).
 	ConvSampleWeightGrads(s *ConvShape, x, dy []float32, i0, n int, inst []float32) bool
+	// PreferSampleGrads reports whether the engine is to form s's
+	// per-sample weight gradients by ConvSampleWeightGrads, in chunks of
+	// n samples, rather than by its own path, of which own computes the
+	// gradients of ownN samples (writing only the engine's scratch).
+	// x, dy and inst are ConvSampleWeightGrads's operands for samples 0 …
+	// n−1, for a device that measures the two: it may run both, several
+	// times, before it answers (inst then holds anything). False where
+	// ConvSampleWeightGrads cannot run s.
+	PreferSampleGrads(s *ConvShape, x, dy []float32, n int, inst []float32, ownN int, own func()) bool
 }

@@ -327,17 +327,32 @@ func (d *Device) dnnRun(s *runtime.ConvShape) bool {
 }
 
 // pathKeeper is a Driver whose convolution library the Device measures
-// against its own GEMM path (libOrGEMM), keeping per shape and product
-// the faster.
+// against a rival path, keeping per shape and product the faster: its own
+// GEMM path (libOrGEMM), or the engine's unfolding path for per-sample
+// gradients (PreferSampleGrads).
 type pathKeeper interface {
-	// ConvPath returns the path kept for a's shape and product (lib: the
-	// library's) and whether one is kept; measure is false where the
-	// library is to run every shape it takes, unmeasured.
-	ConvPath(a *ConvArgs) (lib, kept, measure bool)
-	// KeepConvPath keeps the path chosen for a's shape and product and
-	// the two times per product it was chosen on.
-	KeepConvPath(a *ConvArgs, lib bool, libMS, gemmMS float32)
+	// ConvPath returns the path kept for a's shape and product against
+	// rival (lib: the library's) and whether one is kept; measure is
+	// false where the library is to run every shape it takes, unmeasured.
+	ConvPath(a *ConvArgs, rival pathRival) (lib, kept, measure bool)
+	// KeepConvPath keeps the path chosen for a's shape and product
+	// against rival and the two times it was chosen on (per product
+	// against the GEMM path, per sample against the unfolding).
+	KeepConvPath(a *ConvArgs, rival pathRival, lib bool, libMS, rivalMS float32)
 }
+
+// pathRival is the path a library product is measured against.
+type pathRival int
+
+const (
+	// rivalGEMM is the Device's GEMM path for the same product
+	// (libOrGEMM).
+	rivalGEMM pathRival = iota
+	// rivalUnfolding is the DP engine's per-sample gradients from the
+	// samples' unfolded inputs, against the library's filter gradient of
+	// the samples as groups (PreferSampleGrads).
+	rivalUnfolding
+)
 
 // pathKey is a shape's product in Device.paths.
 type pathKey struct {
@@ -389,7 +404,7 @@ func (d *Device) libOrGEMM(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePt
 	lib, known := d.paths[key]
 	if !known {
 		var kept, measure bool
-		if lib, kept, measure = pk.ConvPath(&d.dnnArgs); !measure {
+		if lib, kept, measure = pk.ConvPath(&d.dnnArgs, rivalGEMM); !measure {
 			return d.dnnRun(s)
 		}
 		if !kept {
@@ -403,7 +418,7 @@ func (d *Device) libOrGEMM(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePt
 			lib = tLib <= tGEMM
 			d.pathsMeasured++
 			ms := func(t time.Duration) float32 { return float32(t.Seconds() * 1e3 / pathTrials) }
-			pk.KeepConvPath(&a, lib, ms(tLib), ms(tGEMM))
+			pk.KeepConvPath(&a, rivalGEMM, lib, ms(tLib), ms(tGEMM))
 			d.dnnArgs = a
 		}
 		if d.paths == nil {

@@ -566,7 +566,7 @@ func (c *nvidia) dnnWorkspace(n uint64) (DevicePtr, error) {
 
 // ConvPath implements pathKeeper with the choices kept beside cuDNN's
 // algorithms (dnnChoices).
-func (c *nvidia) ConvPath(a *ConvArgs) (lib, kept, measure bool) {
+func (c *nvidia) ConvPath(a *ConvArgs, rival pathRival) (lib, kept, measure bool) {
 	if c.dnn == nil || !c.dnn.paths {
 		return true, false, false
 	}
@@ -577,12 +577,12 @@ func (c *nvidia) ConvPath(a *ConvArgs) (lib, kept, measure bool) {
 	if c.dnnChoices == nil {
 		c.dnnChoices = openDNNChoices(c.cache, c.props, c.dnn)
 	}
-	ch, ok := c.dnnChoices.getPath(dnnChoiceKey(k, a.Kind))
+	ch, ok := c.dnnChoices.getPath(pathChoiceKey(k, a.Kind, rival))
 	return ch.Library, ok, true
 }
 
 // KeepConvPath implements pathKeeper.
-func (c *nvidia) KeepConvPath(a *ConvArgs, lib bool, libMS, gemmMS float32) {
+func (c *nvidia) KeepConvPath(a *ConvArgs, rival pathRival, lib bool, libMS, rivalMS float32) {
 	k, err := keyOf(a)
 	if err != nil || c.dnn == nil {
 		return
@@ -590,7 +590,7 @@ func (c *nvidia) KeepConvPath(a *ConvArgs, lib bool, libMS, gemmMS float32) {
 	if c.dnnChoices == nil {
 		c.dnnChoices = openDNNChoices(c.cache, c.props, c.dnn)
 	}
-	c.dnnChoices.putPath(dnnChoiceKey(k, a.Kind), pathChoice{Library: lib, LibraryMS: libMS, GEMMMS: gemmMS})
+	c.dnnChoices.putPath(pathChoiceKey(k, a.Kind, rival), pathChoice{Library: lib, LibraryMS: libMS, GEMMMS: rivalMS})
 }
 
 // ConvWorkspace implements Driver: cuDNN's workspace.

@@ -19,12 +19,15 @@ type dnnChoice struct {
 	MS float32 `json:"trial_ms"`
 }
 
-// pathChoice is one measured choice between cuDNN and the Device's GEMM
-// path for a shape's product (EnvCUDNNGEMM).
+// pathChoice is one measured choice between cuDNN and a rival path for a
+// shape's product (pathRival): the Device's GEMM path (EnvCUDNNGEMM), or,
+// under a key beginning "per-sample ", the DP engine's unfolding path
+// for the per-sample gradients cuDNN forms with the samples as groups.
 type pathChoice struct {
 	Library bool `json:"cudnn"`
-	// LibraryMS and GEMMMS are the times per product it was chosen on,
-	// for whoever reads the file.
+	// LibraryMS and GEMMMS are the times it was chosen on, for whoever
+	// reads the file: per product against the GEMM path, per sample
+	// against the unfolding path (GEMMMS then the unfolding's).
 	LibraryMS float32 `json:"cudnn_ms"`
 	GEMMMS    float32 `json:"gemm_ms"`
 }
@@ -65,15 +68,20 @@ type dnnChoicesFile struct {
 	PathsKernels string                `json:"paths_kernels,omitempty"`
 }
 
-// gemmPathKernels is the hash of the GEMM path's kernel source (the
-// unfolding, folding and packing of kernels/nn.cu and the header they
+// gemmPathKernels is the hash of the rival paths' kernel sources (the
+// GEMM path's unfolding, folding and packing of kernels/nn.cu, the
+// per-sample unfolding of kernels/persample.cu, and the header they
 // share) for dnnChoicesFile.PathsKernels.
 func gemmPathKernels() string {
-	src, err := moduleSource("nn.cu")
-	if err != nil {
-		return ""
+	var srcs []string
+	for _, mod := range []string{"nn.cu", "persample.cu"} {
+		src, err := moduleSource(mod)
+		if err != nil {
+			return ""
+		}
+		srcs = append(srcs, src)
 	}
-	return cacheKey(src)
+	return cacheKey(srcs...)
 }
 
 // openDNNChoices reads the choices kept for props' GPU model and driver
@@ -163,6 +171,15 @@ func (c *dnnChoices) write() {
 	if err == nil {
 		_ = writeAtomic(c.path, append(b, '\n')) // unwritable: measured again next run
 	}
+}
+
+// pathChoiceKey names a shape's product measured against rival in the
+// file's paths.
+func pathChoiceKey(k dnnKey, kind ConvKind, rival pathRival) string {
+	if rival == rivalUnfolding {
+		return "per-sample " + dnnChoiceKey(k, kind)
+	}
+	return dnnChoiceKey(k, kind)
 }
 
 // dnnChoiceKey names a shape's product in the file.

@@ -140,6 +140,12 @@ type Device struct {
 	// pathsMeasured counts the measurements.
 	paths         map[pathKey]bool
 	pathsMeasured int
+	// samplePaths holds, per shape with samples as groups (grouped's),
+	// whether the library forms its per-sample gradients (true) or the
+	// engine's unfolding path, as measured or kept (PreferSampleGrads);
+	// samplesMeasured counts the measurements.
+	samplePaths     map[*runtime.ConvShape]bool
+	samplesMeasured int
 	// prof is the operation profile (EnvProfile), nil when off.
 	prof *profile
 }
@@ -447,8 +453,14 @@ func (d *Device) Close() error {
 				gemms++
 			}
 		}
-		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused; %d shapes' products measured against the GEMM path, %d of %d on it\n",
-			d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused), d.pathsMeasured, gemms, len(d.paths))
+		unfolded := 0
+		for _, lib := range d.samplePaths {
+			if !lib {
+				unfolded++
+			}
+		}
+		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused; %d shapes' products measured against the GEMM path, %d of %d on it; %d per-sample gradients measured against the unfolding, %d of %d on it\n",
+			d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused), d.pathsMeasured, gemms, len(d.paths), d.samplesMeasured, unfolded, len(d.samplePaths))
 		for s, err := range d.dnnRefused { // one example
 			fmt.Fprintf(d.prof.out, "  refused %v: %v\n", *s, err)
 			break

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -124,6 +125,72 @@ func (d *Device) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []float32, i0
 	cx, cy := s.C*s.InSize, s.M*s.T
 	px, pdy := f32(x[i0*cx:(i0+n)*cx], opIn, d), f32(dy[i0*cy:(i0+n)*cy], opIn, d)
 	return d.dnnConv(ConvBackwardFilter, gs, px, f32(inst[:n*s.M*s.D], opOut, d), pdy, 0, false)
+}
+
+// PreferSampleGrads implements runtime.ConvSampleGrads: whether cuDNN's
+// filter gradient of n samples as groups (ConvSampleWeightGrads) forms
+// s's per-sample gradients faster per sample than own, the engine's
+// unfolding path for ownN samples. The first use of the shape measures
+// both, pathTrials runs each back to back after a first run of each (as
+// libOrGEMM measures cuDNN against the GEMM path), and the driver keeps
+// the choice on disk beside cuDNN's algorithms, so that later runs take
+// the same path and round the same way. The library wherever it runs s
+// where the driver does not measure (EnvCUDNNGEMM=off, cuDNN's
+// heuristics); false where it cannot run s.
+//
+// The third loan's kept choices are why: VGG-16's filter gradient of 32
+// samples as groups at 224×224 took cuDNN 7.1 ms, as long as its summed
+// filter gradient of the same batch, while the unfolding path's products
+// and unfolding of its other early layers were 72 of a bk step's 173
+// profiled ms.
+func (d *Device) PreferSampleGrads(s *runtime.ConvShape, x, dy []float32, n int, inst []float32, ownN int, own func()) bool {
+	if n <= 0 || ownN <= 0 {
+		return false
+	}
+	d.mu.Lock()
+	gs := d.samplesAsGroups(s, n)
+	lib, known := d.samplePaths[gs]
+	d.mu.Unlock()
+	switch {
+	case gs == nil:
+		return false
+	case known:
+		return lib
+	case !d.ConvSampleWeightGrads(s, x, dy, 0, n, inst):
+		return false // no library, or it refuses the shape (remembered)
+	}
+	d.mu.Lock()
+	a := d.dnnArgs // gs's library arguments, as the run above set them
+	pk, ok := d.drv.(pathKeeper)
+	var kept, measure bool
+	lib = true
+	if ok {
+		lib, kept, measure = pk.ConvPath(&a, rivalUnfolding)
+	}
+	d.mu.Unlock()
+	if measure && !kept {
+		tLib := pathTimer(d, ConvBackwardFilter, true, func() { d.ConvSampleWeightGrads(s, x, dy, 0, n, inst) })
+		own()
+		tOwn := pathTimer(d, ConvBackwardFilter, false, own)
+		perSample := func(t time.Duration, samples int) float32 {
+			return float32(t.Seconds() * 1e3 / pathTrials / float64(samples))
+		}
+		libMS, ownMS := perSample(tLib, n), perSample(tOwn, ownN)
+		lib = libMS <= ownMS
+		d.mu.Lock()
+		d.samplesMeasured++
+		pk.KeepConvPath(&a, rivalUnfolding, lib, libMS, ownMS)
+		d.mu.Unlock()
+	} else if !measure {
+		lib = true
+	}
+	d.mu.Lock()
+	if d.samplePaths == nil {
+		d.samplePaths = map[*runtime.ConvShape]bool{}
+	}
+	d.samplePaths[gs] = lib
+	d.mu.Unlock()
+	return lib
 }
 
 // samplesAsGroups returns s with n samples as the groups of one image
