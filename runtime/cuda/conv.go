@@ -183,12 +183,16 @@ func (d *Device) convSetup(s *runtime.ConvShape, ws []float32) *convOperands {
 		groups: g, cg: s.C / g, mg: s.M / g, nb: convChunk(s), point: pointwise(s)}
 }
 
+// unfoldSeg is conv_unfold's UNFOLD_SEG: the positions of a row a warp
+// unfolds.
+const unfoldSeg = 1024
+
 // unfold launches conv_unfold of the chunk [n0, n0+nb) of x, group grp,
-// into the scratch.
+// into the scratch: a warp per segment of unfoldSeg positions of a row.
 func (d *Device) unfold(c *convOperands, x DevicePtr, grp, n0, nb int) {
 	d.args.Reset()
 	d.args.Ptr(c.geom).Ptr(x).I32(int32(grp)).I64(int64(n0)).I64(int64(nb)).Ptr(c.work)
-	d.launch("conv_unfold", int64(c.s.D*nb*c.s.T))
+	d.launch("conv_unfold", 32*int64(c.s.D*nb)*int64((c.s.T+unfoldSeg-1)/unfoldSeg))
 }
 
 // forChunks calls fn for every chunk [n0, n0+b) of the batch and group

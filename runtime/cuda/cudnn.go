@@ -68,7 +68,10 @@ const EnvCUDNNDeterministic = "DPFINETUNE_CUDNN_DETERMINISTIC"
 // both at a shape's first use, each product back to back as in a step,
 // and keeps the faster per shape and product on disk beside the
 // algorithms; "off" runs cuDNN wherever it takes a shape, as the
-// heuristics (EnvCUDNNAlgo=heuristic) always do. cuDNN's legacy API spends
+// heuristics (EnvCUDNNAlgo=heuristic) always do. The same holds for a
+// convolution's per-sample gradients, cuDNN's filter gradient of the
+// samples as groups against the DP engine's unfolding path
+// (PreferSampleGrads), timed per sample. cuDNN's legacy API spends
 // a few hundred microseconds of host time in some calls (an H100's
 // profile, docs/BENCHMARKS.md), more than the device's work of a small
 // product: there cuBLAS's few microseconds win.

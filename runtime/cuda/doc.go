@@ -141,7 +141,16 @@
 // back (conv_fold, gathering each input element's taps), the weight
 // gradient one GEMM over the chunk's positions with the output gradient
 // packed beside the unfolded input (conv_pack_out), β = 1 across chunks;
-// pointwise convolutions read x and write dx in place. Depthwise and
+// pointwise convolutions read x and write dx in place. The unfoldings
+// (conv_unfold, and im2col for the per-sample norms) run a warp per
+// segment of a row's positions, the row's channel and tap divided out
+// once a segment, a lane's position in 32 bits. A convolution's
+// per-sample gradients (the engine's instantiated layers) come from
+// cuDNN's filter gradient of the samples as groups
+// (ConvSampleWeightGrads) or from the engine's unfolding path, whichever
+// this machine measured faster per sample at the shape's first use
+// (PreferSampleGrads), kept on disk beside the other choices under
+// "per-sample " keys (TestPreferSampleGrads). Depthwise and
 // narrow convolutions (D < 16 or fewer than 8 output channels per group)
 // keep the direct kernels (conv_fwd, conv_dx, conv_dw), whose few terms
 // per element cost less than a GEMM's launch; TestConvPaths runs every
@@ -275,7 +284,9 @@
 //     not timed yet. VGG-16: four layers' convolutions on cuDNN's implicit
 //     GEMM for want of workspace (the bound now EnvCUDNNWorkspace, not
 //     timed yet), the per-sample norms of its large early layers (Gemm
-//     30 %, their unfolding 11 %) and the noise (9.2 ms a step, before
+//     30 %, their unfolding 11 %: now cuDNN's samples as groups where
+//     measured faster, and the unfolding a warp per row segment, neither
+//     timed yet) and the noise (9.2 ms a step, before
 //     the T-table AES). TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the

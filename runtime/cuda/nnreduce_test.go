@@ -74,6 +74,10 @@ func nnCases() []graphCase {
 		// ends so that cuDNN takes them too: its rival (TestConvPathOnFake).
 		{N: 2, C: 4, M: 8, Group: 1, In: []int{6, 5}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
 		{N: 3, C: 16, M: 8, Group: 1, In: []int{3, 4}, Kernel: []int{1, 1}},
+		// Rows longer than a warp's segment of the unfolding (unfoldSeg),
+		// ending inside one.
+		{N: 2, C: 2, M: 3, Group: 1, In: []int{36, 40}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}},
+		{N: 1, C: 2, M: 2, Group: 1, In: []int{2100}, Kernel: []int{3}, Pads: []int{1, 1}},
 	}
 	for i := range convs {
 		s := &convs[i]

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"time"
 	"unsafe"
 
@@ -51,31 +52,40 @@ func (g *convGeom) arg(a *Args) *Args {
 	return a.Bytes(unsafe.Slice((*byte)(unsafe.Pointer(g)), unsafe.Sizeof(*g)))
 }
 
-// Im2ColPlane implements runtime.PerSampleOps: one thread per element of
-// col. plane is not used.
+// Im2ColPlane implements runtime.PerSampleOps (im2col). plane is not
+// used.
 func (d *Device) Im2ColPlane(s *runtime.ConvShape, xi []float32, g int, col, plane []float32) {
 	d.im2col(s, xi[:s.C*s.InSize], 1, g, col, "Im2ColPlane")
 }
 
-// Im2ColBatch implements runtime.PerSampleOps: one thread per element of
-// col. plane is not used.
+// Im2ColBatch implements runtime.PerSampleOps (im2col). plane is not
+// used.
 func (d *Device) Im2ColBatch(s *runtime.ConvShape, x []float32, i0, n, g int, col, plane []float32) {
 	xs := s.C * s.InSize
 	// x from sample i0 on, so that a host operand stages only the chunk.
 	d.im2col(s, x[i0*xs:(i0+n)*xs], n, g, col, "Im2ColBatch")
 }
 
-// im2col launches im2col over the n samples at the start of x.
+// im2colSeg is the kernel's IM2COL_SEG: the positions of a row a warp
+// unfolds.
+const im2colSeg = 1024
+
+// im2col launches im2col over the n samples at the start of x: a warp
+// per segment of im2colSeg positions of a row.
 func (d *Device) im2col(s *runtime.ConvShape, x []float32, n, g int, col []float32, op string) {
 	total := n * s.D * s.T
 	if total == 0 {
 		return
 	}
+	if s.InSize > math.MaxInt32 || s.T > math.MaxInt32-im2colSeg {
+		panic(fmt.Sprintf("cuda: %s: a plane of %d elements and %d positions, more than the kernel's 32-bit indices take", op, s.InSize, s.T))
+	}
 	geom := geomOf(s)
+	rows, segs := int64(n*s.D), int64((s.T+im2colSeg-1)/im2colSeg)
 	a := d.begin()
 	defer d.end(op)
-	geom.arg(a).Ptr(f32(x, opIn, d)).I32(int32(g)).Ptr(f32(col[:total], opOut, d)).I64(int64(total))
-	d.launch("im2col", int64(total))
+	geom.arg(a).Ptr(f32(x, opIn, d)).I32(int32(g)).Ptr(f32(col[:total], opOut, d)).I64(rows).I32(int32(segs))
+	d.launch("im2col", 32*rows*segs)
 }
 
 // ConvWeightGrad implements runtime.PerSampleOps: the convolution's weight

@@ -72,6 +72,25 @@ var persampleCases = []valueCase{
 		}
 		return out, true
 	}, 0},
+	// Rows longer than a warp's segment of the GPU's unfolding
+	// (im2colSeg), ending inside one.
+	{"Im2ColBatch, long rows", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		s := &runtime.ConvShape{N: 2, C: 2, M: 2, In: []int{2*im2colSeg + 1 + r.Intn(im2colSeg)}, Kernel: []int{3}, Strides: []int{1}, Pads: []int{1, 2}}
+		if r.Intn(2) == 0 {
+			s.In, s.Kernel, s.Strides, s.Pads = []int{30 + r.Intn(20), 40 + r.Intn(20)}, []int{3, 2}, []int{1, 1}, []int{1, 0, 1, 1}
+		}
+		if err := s.Init(); err != nil {
+			panic(err)
+		}
+		x := place(p, unif(r, s.N*s.C*s.InSize))
+		col := place(p, filled(s.N*s.D*s.T+1, 7))
+		o.Im2ColBatch(s, x, 0, s.N, 0, col, make([]float32, s.PlaneSize()))
+		return [][]float32{fetch(p, col)}, true
+	}, 0},
 	{"ConvWeightGrad", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.PerSampleOps)
 		if !ok {
@@ -143,4 +162,24 @@ func TestDepthwiseGradBatchRows(t *testing.T) {
 // backend and the CPU on random convolutions, through the emulation.
 func TestPerSampleOps(t *testing.T) {
 	testValueCases(t, emuDevice(t), persampleCases, 30)
+}
+
+// BenchmarkIm2ColEmulated times the unfolding of ResNet-50's 3×3
+// convolutions at 56×56 (64 channels, 4 samples) on the emulation: a
+// proxy for the kernel's instruction count until a GPU times it.
+func BenchmarkIm2ColEmulated(b *testing.B) {
+	d := emuDevice(b)
+	s := &runtime.ConvShape{N: 4, C: 64, M: 64, In: []int{56, 56}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}
+	if err := s.Init(); err != nil {
+		b.Fatal(err)
+	}
+	p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+	x := place(p, make([]float32, s.N*s.C*s.InSize))
+	col := place(p, make([]float32, s.N*s.D*s.T))
+	d.Im2ColBatch(s, x, 0, s.N, 0, col, nil) // compile and load the module
+	b.ResetTimer()
+	for range b.N {
+		d.Im2ColBatch(s, x, 0, s.N, 0, col, nil)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(col)), "ns/element")
 }

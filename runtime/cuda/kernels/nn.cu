@@ -159,33 +159,34 @@ extern "C" __global__ void conv_dw(const int *g, const float *x, const float *dy
 // atomics decide a sum.
 
 // conv_unfold writes col[(c·K + k)·nb·T + j·T + t] = x[n0 + j, grp·Cg + c,
-// tap(t, k)], 0 in the padding. Its divisions (row, sample, position,
-// channel, tap, and tap's per axis) are multiply-high by FastDiv, the
-// constants made once per thread, as im2col's.
+// tap(t, k)], 0 in the padding: a warp per segment of up to UNFOLD_SEG
+// positions of a row (c·K + k)·nb + j, whose channel plane and tap
+// coordinates are divided out once a segment, a lane dividing only its
+// position, in 32 bits (a plane's positions are below 2³¹, as tap's). A
+// thread per element divided eight times an element, as im2col did.
+#define UNFOLD_SEG 1024
 extern "C" __global__ void conv_unfold(const int *g, const float *x, int grp, long long n0, long long nb, float *col) {
-  long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T, n = Cg * K * L;
-  FastDiv byL = fast_div(L, n), byT = fast_div(T, n), byK = fast_div(K, n);
-  FastDiv by_out[2] = {fast_div(g[G_OUT + 1], n), fast_div(g[G_OUT + 2], n)};
-  FastDiv by_ks[2] = {fast_div(g[G_KS + 1], n), fast_div(g[G_KS + 2], n)};
-  FOR_EACH(idx, n) {
-    long long r = fdiv(byL, idx), jt = idx - r * L, j = fdiv(byT, jt), t = jt - j * T, c = fdiv(byK, r), k = r - c * K;
-    // tap(g, t, k, 0), axis by axis from the innermost.
-    long long o = t, i = 0, st = 1;
-    bool inside = true;
-    for (int a = 2; a >= 0; a--) {
-      long long oa = o, ka = k;
-      if (a > 0) {
-        o = fdiv(by_out[a - 1], oa);
-        k = fdiv(by_ks[a - 1], ka);
-        oa -= o * g[G_OUT + a];
-        ka -= k * g[G_KS + a];
-      }
-      long long ia = oa * g[G_S + a] - g[G_PB + a] + ka * g[G_D + a];
-      if (ia < 0 || ia >= g[G_INS + a]) inside = false;
-      i += ia * st;
-      st *= g[G_INS + a];
+  int Cg = g[G_CG], K = g[G_K], T = g[G_T], segs = (T + UNFOLD_SEG - 1) / UNFOLD_SEG;
+  long long In = g[G_IN], rows = (long long)Cg * K * nb;
+  FastDiv by_segs = fast_div(segs, rows * segs), by_nb = fast_div(nb, rows), by_k = fast_div(K, (long long)Cg * K);
+  FastDiv by_k2 = fast_div(g[G_KS + 2], K), by_k1 = fast_div(g[G_KS + 1], K);
+  FastDiv by_o2 = fast_div(g[G_OUT + 2], T), by_o1 = fast_div(g[G_OUT + 1], T);
+  WARP_FOR_EACH(item, rows * segs) {
+    long long r = fdiv(by_segs, item), ck = fdiv(by_nb, r);
+    int seg = (int)(item - r * segs), j = (int)(r - ck * nb);
+    int c = (int)fdiv(by_k, ck), k = (int)(ck - (long long)c * K);
+    int k1 = (int)fdiv(by_k2, k), kw = k - k1 * g[G_KS + 2], kd = (int)fdiv(by_k1, k1), kh = k1 - kd * g[G_KS + 1];
+    const float *xp = x + ((n0 + j) * g[G_C] + (long long)grp * Cg + c) * In;
+    float *cp = col + r * T;
+    int t1 = (seg + 1) * UNFOLD_SEG < T ? (seg + 1) * UNFOLD_SEG : T;
+    for (int t = seg * UNFOLD_SEG + LANE; t < t1; t += 32) {
+      int q = (int)fdiv(by_o2, t), ow = t - q * g[G_OUT + 2], od = (int)fdiv(by_o1, q), oh = q - od * g[G_OUT + 1];
+      int id = od * g[G_S] - g[G_PB] + kd * g[G_D];
+      int ih = oh * g[G_S + 1] - g[G_PB + 1] + kh * g[G_D + 1];
+      int iw = ow * g[G_S + 2] - g[G_PB + 2] + kw * g[G_D + 2];
+      bool inside = id >= 0 && id < g[G_INS] && ih >= 0 && ih < g[G_INS + 1] && iw >= 0 && iw < g[G_INS + 2];
+      cp[t] = inside ? xp[(id * g[G_INS + 1] + ih) * g[G_INS + 2] + iw] : 0.0f;
     }
-    col[idx] = inside ? x[((n0 + j) * g[G_C] + grp * Cg + c) * In + i] : 0.0f;
   }
 }
 

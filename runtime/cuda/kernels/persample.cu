@@ -1,5 +1,5 @@
 // persample.cu: runtime.PerSampleOps (device_dp.go): the unfolded inputs
-// of samples (im2col), a thread per element written, and the direct
+// of samples (im2col), a warp per segment of a row, and the direct
 // weight gradient of a convolution (summed over the batch, or one
 // sample's of a depthwise convolution), a warp per weight, its sum in
 // double in a fixed order, rounded once. They need no scratch; the
@@ -28,29 +28,35 @@ __device__ __forceinline__ long long conv_tap(const ConvGeom &g, long long k, lo
 // (one for Im2ColPlane, a chunk for Im2ColBatch), sample j's D×T at col +
 // j·D·T: col[j·D·T + (c·K + k)·T + t] = the element of channel
 // grp·C/group + c that tap k reads for output position t (0 in the
-// padding), for the n = samples·D·T elements.
+// padding), for rows = samples·D rows of T.
 //
-// Its index arithmetic (nine divisions an element: sample, row, position,
-// channel, tap, and the tap's and the position's coordinates) is
-// multiply-high by FastDiv, the constants made once per thread: with
-// 64-bit divisions it was the per-sample norms' costliest kernel on a GPU.
-extern "C" __global__ void im2col(ConvGeom g, const float *x, int grp, float *col, long long n) {
-  long long dt = (long long)g.dd * g.t;
-  FastDiv by_dt = fast_div(dt, n), by_t = fast_div(g.t, n), by_kk = fast_div(g.kk, n);
-  FastDiv by_k2 = fast_div(g.k[2], n), by_k1 = fast_div(g.k[1], n), by_o2 = fast_div(g.out[2], n),
-          by_o1 = fast_div(g.out[1], n);
-  FOR_EACH(i, n) {
-    long long j = fdiv(by_dt, i), e = i - j * dt, r = fdiv(by_t, e), t = e - r * g.t, c = fdiv(by_kk, r),
-              k = r - c * g.kk;
-    long long ch = grp * (long long)(g.c / g.group) + c;
-    // conv_tap's coordinates.
-    long long k1 = fdiv(by_k2, k), kw = k - k1 * g.k[2], kd = fdiv(by_k1, k1), kh = k1 - kd * g.k[1];
-    long long t1 = fdiv(by_o2, t), ow = t - t1 * g.out[2], od = fdiv(by_o1, t1), oh = t1 - od * g.out[1];
-    long long id = od * g.s[0] - g.pb[0] + kd * g.d[0];
-    long long ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
-    long long iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
-    bool pad = id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2];
-    col[i] = pad ? 0.0f : x[(j * g.c + ch) * g.in_size + (id * g.in[1] + ih) * g.in[2] + iw];
+// A warp takes a segment of up to IM2COL_SEG positions of one row (sample
+// j, channel c, tap k): the row's channel plane and tap coordinates are
+// divided out once a segment, and a lane divides only its position, in 32
+// bits (the host checks that a row's plane and positions fit them). A
+// thread per element divided nine times an element, in 64 bits: the
+// per-sample norms' costliest kernel on a GPU after the products.
+#define IM2COL_SEG 1024
+extern "C" __global__ void im2col(ConvGeom g, const float *x, int grp, float *col, long long rows, int segs) {
+  FastDiv by_segs = fast_div(segs, rows * segs), by_dd = fast_div(g.dd, rows), by_kk = fast_div(g.kk, g.dd);
+  FastDiv by_k2 = fast_div(g.k[2], g.kk), by_k1 = fast_div(g.k[1], g.kk);
+  FastDiv by_o2 = fast_div(g.out[2], g.t), by_o1 = fast_div(g.out[1], g.t);
+  WARP_FOR_EACH(item, rows * segs) {
+    long long r = fdiv(by_segs, item), j = fdiv(by_dd, r);
+    int seg = (int)(item - r * segs), e = (int)(r - j * g.dd);
+    int c = (int)fdiv(by_kk, e), k = e - c * g.kk;
+    int k1 = (int)fdiv(by_k2, k), kw = k - k1 * g.k[2], kd = (int)fdiv(by_k1, k1), kh = k1 - kd * g.k[1];
+    const float *xp = x + (j * g.c + (long long)grp * (g.c / g.group) + c) * g.in_size;
+    float *cp = col + r * g.t;
+    int t1 = (seg + 1) * IM2COL_SEG < g.t ? (seg + 1) * IM2COL_SEG : g.t;
+    for (int t = seg * IM2COL_SEG + LANE; t < t1; t += 32) {
+      int q = (int)fdiv(by_o2, t), ow = t - q * g.out[2], od = (int)fdiv(by_o1, q), oh = q - od * g.out[1];
+      int id = od * g.s[0] - g.pb[0] + kd * g.d[0];
+      int ih = oh * g.s[1] - g.pb[1] + kh * g.d[1];
+      int iw = ow * g.s[2] - g.pb[2] + kw * g.d[2];
+      bool pad = id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2];
+      cp[t] = pad ? 0.0f : xp[(id * g.in[1] + ih) * g.in[2] + iw];
+    }
   }
 }
 
