@@ -183,3 +183,26 @@ func BenchmarkIm2ColEmulated(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(col)), "ns/element")
 }
+
+// BenchmarkMaxPoolBackwardEmulated times a 2×2 max pool's backward of
+// stride 2 (VGG-16's, at 56×56, 64 channels, 2 samples) on the
+// emulation: a proxy for the gather's instruction count until a GPU
+// times it.
+func BenchmarkMaxPoolBackwardEmulated(b *testing.B) {
+	d := emuDevice(b)
+	s := &runtime.PoolShape{N: 2, C: 64, In: []int{56, 56}, Kernel: []int{2, 2}, Strides: []int{2, 2}}
+	if err := s.Init(); err != nil {
+		b.Fatal(err)
+	}
+	in, out := s.N*s.C*56*56, s.N*s.C*28*28
+	p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+	x, y, dy, dx := place(p, unif(rand.New(rand.NewSource(1)), in)), place(p, make([]float32, out)), place(p, make([]float32, out)), place(p, make([]float32, in))
+	arg := place(p, make([]int32, out))
+	d.MaxPool(s, x, y, arg)
+	d.MaxPoolBackward(s, dy, arg, dx) // compile and load the module
+	b.ResetTimer()
+	for range b.N {
+		d.MaxPoolBackward(s, dy, arg, dx)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(in), "ns/element")
+}

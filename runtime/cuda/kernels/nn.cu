@@ -64,10 +64,44 @@ __device__ static long long tap(const int *g, long long o64, long long k64, bool
 __device__ static bool out_pos(const int *g, int a, long long ia, int ka, long long *oa) {
   long long num = ia + g[G_PB + a] - (long long)ka * g[G_D + a];
   if (num < 0) return false;
-  unsigned s = (unsigned)g[G_S + a], q = (unsigned)num / s; // num < 2³¹: within the padded plane
+  unsigned s = (unsigned)g[G_S + a], q = s == 1 ? (unsigned)num : (unsigned)num / s; // num < 2³¹: within the padded plane
   if (q * s != (unsigned)num) return false;
   *oa = q;
   return q < (unsigned)g[G_OUT + a];
+}
+
+// AxisTaps are the taps along one axis that can read an input position
+// ia (FOR_TAPS_OF): k, k + step, … Without dilation they are exactly the
+// taps ≡ ia + pad (mod stride), the j-th of them reading it for output
+// position q − j, so that a tap needs no division (exact); with dilation
+// every tap is looked at (out_pos). A 2×2 pool of stride 2 visits one tap
+// an axis, and divides once an axis, where a division a tap was most of
+// its backward's instructions.
+struct AxisTaps {
+  int k, step;
+  long long q;
+  bool exact;
+};
+
+__device__ __forceinline__ AxisTaps axis_taps(const int *g, int a, long long ia) {
+  AxisTaps t;
+  if (g[G_D + a] != 1) {
+    t.k = 0, t.step = 1, t.q = 0, t.exact = false;
+    return t;
+  }
+  unsigned s = (unsigned)g[G_S + a], base = (unsigned)(ia + g[G_PB + a]); // within the padded plane: < 2³¹
+  unsigned q = s == 1 ? base : base / s;
+  t.k = (int)(base - q * s), t.step = (int)s, t.q = q, t.exact = true;
+  return t;
+}
+
+// tap_out finds the output position *oa along axis a that the j-th of t's
+// taps, ka, reads ia for, if there is one.
+__device__ __forceinline__ bool tap_out(const int *g, int a, const AxisTaps &t, long long ia, int ka, int j,
+                                        long long *oa) {
+  if (!t.exact) return out_pos(g, a, ia, ka, oa);
+  *oa = t.q - j;
+  return *oa >= 0 && *oa < g[G_OUT + a];
 }
 
 // FOR_TAPS_OF(g, i, o, k) runs the statement that follows for every
@@ -78,17 +112,19 @@ __device__ static bool out_pos(const int *g, int a, long long ia, int ka, long l
   {                                                                                   \
     unsigned r_ = (unsigned)(i);                                                      \
     for (int a_ = 2; a_ >= 0; a_--) {                                                 \
-      ia_[a_] = r_ % (unsigned)g[G_INS + a_];                                         \
-      r_ /= (unsigned)g[G_INS + a_];                                                  \
+      unsigned n_ = (unsigned)g[G_INS + a_];                                          \
+      ia_[a_] = n_ == 1 ? 0 : r_ % n_;                                                \
+      r_ = n_ == 1 ? r_ : r_ / n_;                                                    \
     }                                                                                 \
   }                                                                                   \
+  AxisTaps t0_ = axis_taps(g, 0, ia_[0]), t1_ = axis_taps(g, 1, ia_[1]), t2_ = axis_taps(g, 2, ia_[2]); \
   long long o0_, o1_, o2_;                                                            \
-  for (int k0_ = 0; k0_ < g[G_KS]; k0_++)                                             \
-    if (out_pos(g, 0, ia_[0], k0_, &o0_))                                             \
-      for (int k1_ = 0; k1_ < g[G_KS + 1]; k1_++)                                     \
-        if (out_pos(g, 1, ia_[1], k1_, &o1_))                                         \
-          for (int k2_ = 0; k2_ < g[G_KS + 2]; k2_++)                                 \
-            if (out_pos(g, 2, ia_[2], k2_, &o2_))                                     \
+  for (int k0_ = t0_.k, j0_ = 0; k0_ < g[G_KS]; k0_ += t0_.step, j0_++)               \
+    if (tap_out(g, 0, t0_, ia_[0], k0_, j0_, &o0_))                                   \
+      for (int k1_ = t1_.k, j1_ = 0; k1_ < g[G_KS + 1]; k1_ += t1_.step, j1_++)       \
+        if (tap_out(g, 1, t1_, ia_[1], k1_, j1_, &o1_))                               \
+          for (int k2_ = t2_.k, j2_ = 0; k2_ < g[G_KS + 2]; k2_ += t2_.step, j2_++)   \
+            if (tap_out(g, 2, t2_, ia_[2], k2_, j2_, &o2_))                           \
               for (long long o = (o0_ * g[G_OUT + 1] + o1_) * g[G_OUT + 2] + o2_,     \
                              k = ((long long)k0_ * g[G_KS + 1] + k1_) * g[G_KS + 2] + k2_, \
                              once_ = 1;                                               \
@@ -197,8 +233,9 @@ extern "C" __global__ void conv_unfold(const int *g, const float *x, int grp, lo
 extern "C" __global__ void conv_fold(const int *g, const float *col, int grp, long long n0, long long nb, const float *bias,
                                      float *dx) {
   long long Cg = g[G_CG], K = g[G_K], T = g[G_T], In = g[G_IN], L = nb * T;
+  FastDiv byIn = fast_div(In, nb * Cg * In), byCg = fast_div(Cg, nb * Cg);
   FOR_EACH(idx, nb * Cg * In) {
-    long long j = idx / (Cg * In), c = idx / In % Cg, i = idx % In, ch = grp * Cg + c;
+    long long q = fdiv(byIn, idx), i = idx - q * In, j = fdiv(byCg, q), c = q - j * Cg, ch = grp * Cg + c;
     double s = bias ? (double)bias[ch] : 0;
     const float *cj = col + c * K * L + j * T;
     FOR_TAPS_OF(g, i, o, k) { s += cj[k * L + o]; }
@@ -328,9 +365,10 @@ __device__ static long long avg_divisor(const int *g, long long o) {
 // avg_pool computes AveragePool (0 for a window with no element).
 extern "C" __global__ void avg_pool(const int *g, const float *x, float *y) {
   long long T = g[G_T], In = g[G_IN];
+  FastDiv byT = fast_div(T, g[G_N] * g[G_C] * T);
   FOR_EACH(idx, g[G_N] * g[G_C] * T) {
-    const float *xp = x + idx / T * In;
-    long long o = idx % T;
+    long long pl = fdiv(byT, idx), o = idx - pl * T;
+    const float *xp = x + pl * In;
     double s = 0;
     for (long long k = 0; k < g[G_K]; k++) {
       long long i = tap(g, o, k, 0);
@@ -345,8 +383,9 @@ extern "C" __global__ void avg_pool(const int *g, const float *x, float *y) {
 // reading i.
 extern "C" __global__ void avg_pool_bwd(const int *g, const float *dy, float *dx) {
   long long T = g[G_T], In = g[G_IN];
+  FastDiv byIn = fast_div(In, g[G_N] * g[G_C] * In);
   FOR_EACH(idx, g[G_N] * g[G_C] * In) {
-    long long pl = idx / In, i = idx % In;
+    long long pl = fdiv(byIn, idx), i = idx - pl * In;
     double s = 0;
     FOR_TAPS_OF(g, i, o, k) { s += (double)dy[pl * T + o] / (double)avg_divisor(g, o); }
     dx[idx] = (float)s;
