@@ -503,6 +503,60 @@ func (d sampleGradsDevice) PreferSampleGrads(s *runtime.ConvShape, x, dy []float
 	return true
 }
 
+// tapGramsDevice is reference.Separate with runtime.ConvTapGrams, the
+// taps' sums of the samples' input Grams in float64 (calls counts the
+// chunks asked for).
+type tapGramsDevice struct {
+	reference.Separate
+	calls *atomic.Int64
+}
+
+func (d tapGramsDevice) ConvTapGrams(s *runtime.ConvShape, X []float32, n int, aa []float32) {
+	d.calls.Add(1)
+	idx := tapGramIndex(s)
+	S, T := s.InSize, s.T
+	for i := 0; i < n; i++ {
+		for e := 0; e < T*T; e++ {
+			var sum float64
+			for k := 0; k < s.K; k++ {
+				if v := idx[k*T*T+e]; v >= 0 {
+					sum += float64(X[i*S*S+int(v)])
+				}
+			}
+			aa[i*T*T+e] = float32(sum)
+		}
+	}
+}
+
+// TestConvTapGrams: on a device that forms a ghost norm's Grams from its
+// input's (runtime.ConvTapGrams, a GPU), the batched rule takes them
+// where they are cheaper than the unfolding, with the CPU's results
+// (compareEngines) in ghost, mixed and bk mode — on resnet_eval's and
+// vgg's 3×3 convolutions; cnn's (one input channel) unfold cheaper.
+func TestConvTapGrams(t *testing.T) {
+	for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
+		for _, mode := range []Mode{Ghost, Mixed, BK} {
+			label := fmt.Sprintf("%s/%s", name, mode)
+			t.Run(label, func(t *testing.T) {
+				const n = 5
+				x, y, batch, fill := engineBatch(t, name, n)
+				clip := Clipping{Fn: Abadi, R: 0.5}
+				var calls atomic.Int64
+				cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
+				dev := buildEngine(t, name, compareConfig(tapGramsDevice{reference.Separate{}, &calls}, mode, clip, false, "sgd", n))
+				compareEngines(t, label, cpu, dev, x, y, batch, fill)
+				switch c := calls.Load(); {
+				case name == "cnn" && c != 0:
+					t.Errorf("%s: %d chunks' Grams from the inputs' Grams, where the unfolding is cheaper", label, c)
+				case name != "cnn" && mode == Ghost && c == 0:
+					t.Errorf("%s: no Grams from the inputs' Grams", label)
+				}
+				t.Logf("%d chunks' Grams from the inputs' Grams", calls.Load())
+			})
+		}
+	}
+}
+
 // TestConvSampleGrads: where the device's convolution library forms a
 // chunk's per-sample weight gradients (a GPU with cuDNN), the engine
 // takes them instead of a loop of a product per sample where one

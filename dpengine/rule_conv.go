@@ -273,6 +273,16 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 	if !rewrite.InputGramFits(int64(S), int64(C), int64(K), int64(T), int64(D)) {
 		return nil
 	}
+	idx := tapGramIndex(s)
+	return &inputGram{S: S, C: C, K: K, T: T, m: runtime.NewIndexMap(idx, S*S, 0), gShape: []int{K, T, T}, aShape: []int{1, T, T}}
+}
+
+// tapGramIndex is the input-Gram form's gather table of s (ungrouped):
+// entry (k·T + t)·T + u is p_k(t)·S + p_k(u), the element of the input's
+// Gram X that tap k adds to a_i a_iᵀ[t][u], or −1 where either position
+// lies on the padding.
+func tapGramIndex(s *runtime.ConvShape) []int32 {
+	S, T, K := s.InSize, s.T, s.K
 	// p[k·T+t]: the input position tap k of output position t reads, or
 	// −1 on the padding.
 	nd := len(s.In)
@@ -324,7 +334,7 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 			}
 		}
 	}
-	return &inputGram{S: S, C: C, K: K, T: T, m: runtime.NewIndexMap(idx, S*S, 0), gShape: []int{K, T, T}, aShape: []int{1, T, T}}
+	return idx
 }
 
 // convBatched is convUseOn's per-sample norms (or gradients) for chunks of
@@ -343,7 +353,7 @@ func inputGramFor(s *runtime.ConvShape, groups int, d rewrite.Decision) *inputGr
 // library does not take the shape; the per-sample loop then runs.
 func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape, x, dy *runtime.View, outLen int) (bool, error) {
 	ghost := ls.decision == rewrite.Ghost
-	c := newConvChunk(s, ghost, outLen)
+	c := newConvChunk(e, s, ghost, outLen)
 	nb := min(e.n, batchedScratch/max(c.per, 1))
 	if cs, ok := e.ops.(runtime.ConvSampleGrads); ok && !ghost && sampleGradsFit(e, s, x, dy) {
 		// On VGG-16 at 224×224 one sample's unfolded input is more than
@@ -379,25 +389,39 @@ func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape,
 }
 
 // convChunk is convBatched's work on a chunk of samples: the shape,
-// the scratch it takes (a plane, then per sample the unfolded input and
-// the Grams or the gradient) and how its samples lie.
+// the scratch it takes (a plane, then per sample the unfolded input —
+// or the input's Gram — and the Grams or the gradient) and how its
+// samples lie.
 type convChunk struct {
 	s                 *runtime.ConvShape
 	ghost, pointwise  bool
 	outLen, colStride int
 	plane, colLen     int
 	per               int // scratch floats a sample
+	// grams, where set, forms a ghost norm's a_i a_iᵀ from the input's
+	// Gram X_i = x_iᵀx_i (colLen = S² floats a sample) instead of the
+	// unfolded input.
+	grams runtime.ConvTapGrams
 }
 
 // newConvChunk returns s's chunk geometry (outLen: a sample's output
 // gradient).
-func newConvChunk(s *runtime.ConvShape, ghost bool, outLen int) convChunk {
+func newConvChunk(e *Engine, s *runtime.ConvShape, ghost bool, outLen int) convChunk {
 	c := convChunk{s: s, ghost: ghost, outLen: outLen, pointwise: s.Pointwise(),
 		plane: s.PlaneSize(), colLen: s.D * s.T, colStride: s.D * s.T}
 	// A pointwise convolution's unfolded input is its input: the GEMMs
 	// read a sample's group in place, at the input's sample stride.
 	if c.pointwise {
 		c.plane, c.colLen, c.colStride = 0, 0, s.C*s.InSize
+	}
+	// A ghost norm from the input's Gram where the device forms the taps'
+	// sums (a 3×3 convolution of stride 1: nine times fewer products)
+	// and the Gram is no larger than the unfolded input, so that the
+	// plan's scratch estimate (rewrite.EngineScratch) still bounds it.
+	S := s.InSize
+	if tg, ok := e.ops.(runtime.ConvTapGrams); ok && ghost && max(s.Group, 1) == 1 && S*S <= s.D*s.T &&
+		rewrite.InputGramCheaper(int64(S), int64(s.C), int64(s.K), int64(s.T), int64(s.D)) {
+		c.grams, c.plane, c.colLen = tg, 0, S*S
 	}
 	c.per = c.colLen
 	if ghost {
@@ -422,6 +446,20 @@ func (c *convChunk) run(e *Engine, x, dy *runtime.View, i0, n int, pl, col, rest
 	groups := max(s.Group, 1)
 	T, D, M := s.T, s.D, s.M
 	P := M / groups
+	if c.grams != nil {
+		// a_i a_iᵀ[t][u] = Σ_k X_i[p_k(t)][p_k(u)] (inputGram): the
+		// samples' input Grams in one batched GEMM, their taps' sums in
+		// one call.
+		S, inLen := s.InSize, s.C*s.InSize
+		X, aa, gg := col[:n*S*S], rest[:n*T*T], rest[n*T*T:2*n*T*T]
+		xi := x.Data[i0*inLen:]
+		e.ops.GemmStrided(true, false, S, S, s.C, 1, xi, S, inLen, xi, S, inLen, 0, X, S, S*S, n)
+		c.grams.ConvTapGrams(s, X, n, aa)
+		gT := dy.Data[i0*c.outLen:]
+		e.ops.GemmStrided(true, false, T, T, M, 1, gT, T, c.outLen, gT, T, c.outLen, 0, gg, T, T*T, n)
+		e.ops.AddDots(1, aa, gg, normSq)
+		return
+	}
 	for gr := 0; gr < groups; gr++ {
 		if c.pointwise {
 			col = x.Data[i0*c.colStride+gr*D*T:]

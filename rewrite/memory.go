@@ -184,11 +184,19 @@ func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
 
 // InputGramFits reports whether dpengine computes an ungrouped ghost-norm
 // convolution's a_i a_iᵀ from its input's Gram (S input positions, C
-// channels, K taps, T output positions, D = C·K): where that does fewer
-// operations than the unfolded form (S²·C + 2K·T² < T²·D) and its gather
-// table (K·T² entries) and Gram (S²) stay within 2²² elements.
+// channels, K taps, T output positions, D = C·K) sample by sample: where
+// that does fewer operations than the unfolded form (InputGramCheaper)
+// and its gather table (K·T² entries) and Gram (S²) stay within 2²²
+// elements.
 func InputGramFits(S, C, K, T, D int64) bool {
-	return S*S*C+2*K*T*T < T*T*D && K*T*T <= 1<<22 && S*S <= 1<<22
+	return InputGramCheaper(S, C, K, T, D) && K*T*T <= 1<<22 && S*S <= 1<<22
+}
+
+// InputGramCheaper reports whether a_i a_iᵀ from the input's Gram does
+// fewer operations than from the unfolded input: S²·C multiply-adds and
+// K·T² gathered additions (counted twice) against T²·D multiply-adds.
+func InputGramCheaper(S, C, K, T, D int64) bool {
+	return S*S*C+2*K*T*T < T*T*D
 }
 
 // inputGram is the per-sample scratch of dpengine's input-Gram ghost

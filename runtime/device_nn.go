@@ -408,3 +408,20 @@ type ConvSampleGrads interface {
 	// ConvSampleWeightGrads cannot run s.
 	PreferSampleGrads(s *ConvShape, x, dy []float32, n int, inst []float32, ownN int, own func()) bool
 }
+
+// ConvTapGrams is a device that forms a ghost-norm convolution's Grams
+// a_i a_iᵀ from the Grams of its samples' inputs, X_i = x_iᵀx_i over the
+// channels, without unfolding the inputs — the DP engine's input-Gram
+// ghost norm batched over a chunk of samples (on a GPU; the CPU gathers
+// one sample's taps through an index map instead): for a 3×3
+// convolution of stride 1, nine times fewer multiply-adds than a_i a_iᵀ
+// from the unfolded input.
+type ConvTapGrams interface {
+	// ConvTapGrams writes the T×T Grams of n samples of s (ungrouped)
+	// into aa, sample after sample: aa_i[t][u] = Σ_k X_i[p_k(t)][p_k(u)]
+	// over the kernel taps k whose input positions p_k(t) and p_k(u) both
+	// lie inside the input (the padding reads zeros), summed in tap
+	// order, from X, the samples' S×S input Grams one after another
+	// (S = s.InSize). Device memory.
+	ConvTapGrams(s *ConvShape, X []float32, n int, aa []float32)
+}

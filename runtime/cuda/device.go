@@ -51,7 +51,7 @@ var deviceKernels = map[string][]string{
 	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
 	"elementwise.cu": {"binary", "binary_backward", "binary_backward_block", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows"},
+	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows", "conv_tap_grams"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
@@ -717,4 +717,5 @@ var (
 	_ runtime.GraphOps        = (*Device)(nil)
 	_ runtime.Ops             = (*Device)(nil)
 	_ runtime.ConvSampleGrads = (*Device)(nil)
+	_ runtime.ConvTapGrams    = (*Device)(nil)
 )

@@ -259,6 +259,25 @@ func (d *Device) launchWeightGrad(s *runtime.ConvShape, samples int, x, dy, dw D
 // scratch (ConvScratchSize), none on the direct kernel.
 func (d *Device) ConvWorkspaceSize(s *runtime.ConvShape) int { return convScratch(s) }
 
+// ConvTapGrams implements runtime.ConvTapGrams: a thread per element of
+// the Grams (conv_tap_grams), its taps' sum in double in tap order,
+// rounded once — the sum the CPU's gather of the taps and ReduceToShape
+// take.
+func (d *Device) ConvTapGrams(s *runtime.ConvShape, X []float32, n int, aa []float32) {
+	if max(s.Group, 1) != 1 {
+		panic(fmt.Sprintf("cuda: ConvTapGrams of a convolution with %d groups", s.Group))
+	}
+	total := n * s.T * s.T
+	if total == 0 {
+		return
+	}
+	geom := geomOf(s)
+	a := d.begin()
+	defer d.end("ConvTapGrams")
+	geom.arg(a).Ptr(f32(X[:n*s.InSize*s.InSize], opIn, d)).Ptr(f32(aa[:total], opOut, d)).I64(int64(total))
+	d.launch("conv_tap_grams", int64(total))
+}
+
 // DepthwisePerSampleGrad implements runtime.PerSampleOps: the convolution's
 // weight gradient of one sample (a depthwise group is one input channel),
 // one thread per weight. ws is not used.

@@ -206,3 +206,101 @@ func BenchmarkMaxPoolBackwardEmulated(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(in), "ns/element")
 }
+
+// TestConvTapGrams holds ConvTapGrams to the sum it documents, taken in
+// float64 in tap order and rounded once — bit for bit, on random
+// ungrouped convolutions (strides, dilations, asymmetric pads, 1 to 3
+// axes) and a 3×3 one whose Grams span many warps, through the emulation.
+func TestConvTapGrams(t *testing.T) {
+	d := emuDevice(t)
+	r := rand.New(rand.NewSource(9))
+	var shapes []*runtime.ConvShape
+	for len(shapes) < 40 {
+		if s := randConv(r, false); s.Group <= 1 {
+			shapes = append(shapes, s)
+		}
+	}
+	big := &runtime.ConvShape{N: 2, C: 3, M: 4, In: []int{12, 13}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}
+	if err := big.Init(); err != nil {
+		t.Fatal(err)
+	}
+	shapes = append(shapes, big)
+	for c, s := range shapes {
+		S, T := s.InSize, s.T
+		X := unif(r, s.N*S*S)
+		want := make([]float32, s.N*T*T)
+		// pos is the input position tap k of output position t reads, or −1.
+		pos := func(k, t int) int {
+			p, kr, tr := 0, k, t
+			for a := len(s.In) - 1; a >= 0; a-- {
+				ka, ta := kr%s.Kernel[a], tr%s.Out[a]
+				kr, tr = kr/s.Kernel[a], tr/s.Out[a]
+				i := ta*axisOr(s.Strides, a, 1) + ka*axisOr(s.Dilations, a, 1) - axisOr(s.Pads, a, 0)
+				if i < 0 || i >= s.In[a] {
+					return -1
+				}
+				stride := 1
+				for b := a + 1; b < len(s.In); b++ {
+					stride *= s.In[b]
+				}
+				p += i * stride
+			}
+			return p
+		}
+		for i := 0; i < s.N; i++ {
+			for tt := 0; tt < T; tt++ {
+				for u := 0; u < T; u++ {
+					var sum float64
+					for k := 0; k < s.K; k++ {
+						if a, b := pos(k, tt), pos(k, u); a >= 0 && b >= 0 {
+							sum += float64(X[i*S*S+a*S+b])
+						}
+					}
+					want[(i*T+tt)*T+u] = float32(sum)
+				}
+			}
+		}
+		p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+		aa := place(p, filled(s.N*T*T, 7))
+		d.ConvTapGrams(s, place(p, X), s.N, aa)
+		got := fetch(p, aa)
+		for e := range want {
+			if math.Float32bits(got[e]) != math.Float32bits(want[e]) {
+				t.Fatalf("case %d (in %v kernel %v strides %v dilations %v pads %v): element %d: %v, want %v", c, s.In, s.Kernel, s.Strides, s.Dilations, s.Pads, e, got[e], want[e])
+			}
+		}
+		for _, b := range p.bufs {
+			d.Free(b)
+		}
+	}
+}
+
+// BenchmarkGhostGramEmulated times a ghost norm's a_i a_iᵀ of a 3×3
+// convolution of stride 1 (64 channels at 28×28, 2 samples) on the
+// emulation both ways the DP engine forms it on a GPU: from the unfolded
+// input (Im2ColBatch, then a batched GEMM of T×T×D) and from the input's
+// Gram (a batched GEMM of S×S×C, then ConvTapGrams) — a proxy for the
+// work until a GPU times it.
+func BenchmarkGhostGramEmulated(b *testing.B) {
+	d := emuDevice(b)
+	s := &runtime.ConvShape{N: 2, C: 64, M: 64, In: []int{28, 28}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}
+	if err := s.Init(); err != nil {
+		b.Fatal(err)
+	}
+	S, T, D, n := s.InSize, s.T, s.D, s.N
+	p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+	x := place(p, unif(rand.New(rand.NewSource(1)), n*s.C*S))
+	col, X, aa := place(p, make([]float32, n*D*T)), place(p, make([]float32, n*S*S)), place(p, make([]float32, n*T*T))
+	b.Run("unfolded", func(b *testing.B) {
+		for range b.N {
+			d.Im2ColBatch(s, x, 0, n, 0, col, nil)
+			d.GemmStrided(true, false, T, T, D, 1, col, T, D*T, col, T, D*T, 0, aa, T, T*T, n)
+		}
+	})
+	b.Run("input Gram", func(b *testing.B) {
+		for range b.N {
+			d.GemmStrided(true, false, S, S, s.C, 1, x, S, s.C*S, x, S, s.C*S, 0, X, S, S*S, n)
+			d.ConvTapGrams(s, X, n, aa)
+		}
+	})
+}

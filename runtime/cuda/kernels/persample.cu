@@ -96,3 +96,38 @@ extern "C" __global__ void conv_weight_grad_rows(ConvGeom g, const float *x, con
     if (LANE == 0) dw[jw] = (float)s;
   }
 }
+
+// conv_tap_grams writes the ghost-norm Grams of an ungrouped convolution
+// from its samples' input Grams X (S×S each, S the input positions):
+// aa[i·T² + t·T + u] = Σ_k X_i[p_k(t)·S + p_k(u)] over the taps k, in
+// order, whose input positions p_k(t) and p_k(u) both lie inside the
+// input, in double, rounded once (the CPU's gather of the taps and
+// ReduceToShape over them), for the n = samples·T² elements: a thread per
+// element, consecutive threads along u, so that a warp reads a run of a
+// row of X.
+extern "C" __global__ void conv_tap_grams(ConvGeom g, const float *X, float *aa, long long n) {
+  long long T = g.t, S = g.in_size;
+  FastDiv byT = fast_div(T, n), by_o2 = fast_div(g.out[2], T), by_o1 = fast_div(g.out[1], T);
+  FOR_EACH(idx, n) {
+    long long q = fdiv(byT, idx), u = idx - q * T, i = fdiv(byT, q), t = q - i * T;
+    int tq = (int)fdiv(by_o2, t), tw = (int)t - tq * g.out[2], td = (int)fdiv(by_o1, tq), th = tq - td * g.out[1];
+    int uq = (int)fdiv(by_o2, u), uw = (int)u - uq * g.out[2], ud = (int)fdiv(by_o1, uq), uh = uq - ud * g.out[1];
+    const float *Xi = X + i * S * S;
+    double s = 0;
+    for (int kd = 0; kd < g.k[0]; kd++) {
+      int at = td * g.s[0] - g.pb[0] + kd * g.d[0], au = ud * g.s[0] - g.pb[0] + kd * g.d[0];
+      if (at < 0 || at >= g.in[0] || au < 0 || au >= g.in[0]) continue;
+      for (int kh = 0; kh < g.k[1]; kh++) {
+        int bt = th * g.s[1] - g.pb[1] + kh * g.d[1], bu = uh * g.s[1] - g.pb[1] + kh * g.d[1];
+        if (bt < 0 || bt >= g.in[1] || bu < 0 || bu >= g.in[1]) continue;
+        const float *row = Xi + ((long long)at * g.in[1] + bt) * g.in[2] * S + ((long long)au * g.in[1] + bu) * g.in[2];
+        for (int kw = 0; kw < g.k[2]; kw++) {
+          int ct = tw * g.s[2] - g.pb[2] + kw * g.d[2], cu = uw * g.s[2] - g.pb[2] + kw * g.d[2];
+          if (ct < 0 || ct >= g.in[2] || cu < 0 || cu >= g.in[2]) continue;
+          s += row[(long long)ct * S + cu];
+        }
+      }
+    }
+    aa[idx] = (float)s;
+  }
+}
