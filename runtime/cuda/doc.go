@@ -150,7 +150,11 @@
 // (ConvSampleWeightGrads) or from the engine's unfolding path, whichever
 // this machine measured faster per sample at the shape's first use
 // (PreferSampleGrads), kept on disk beside the other choices under
-// "per-sample " keys (TestPreferSampleGrads). Depthwise and
+// "per-sample " keys (TestPreferSampleGrads). A ghost-norm
+// convolution's a_i a_iᵀ comes from its input's Gram where that is
+// cheaper than the unfolding (ConvTapGrams, conv_tap_grams: a thread per
+// Gram element summing its taps, after one batched GEMM of S×S×C).
+// Depthwise and
 // narrow convolutions (D < 16 or fewer than 8 output channels per group)
 // keep the direct kernels (conv_fwd, conv_dx, conv_dw), whose few terms
 // per element cost less than a GEMM's launch; TestConvPaths runs every
