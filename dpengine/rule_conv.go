@@ -345,7 +345,9 @@ func tapGramIndex(s *runtime.ConvShape) []int32 {
 // a_i a_iᵀ and g_i g_iᵀ as two batched GEMMs and the ghost norms as one
 // AddDots, or their gradients g_iᵀa_i as one batched GEMM into the
 // samples' rows, added to the parameter at once (addRows: through a
-// path, mapped back by its index map in one call). The gradients come
+// path, mapped back by its index map in one call). A ghost norm's
+// a_i a_iᵀ comes from the samples' input Grams instead where the device
+// forms their taps' sums (newConvChunk). The gradients come
 // from the device's convolution library instead (convSampleGrads) where
 // one sample's unfolded input does not fit batchedScratch, or where the
 // device chose the library (sampleGradsByLibrary). It reports false,
@@ -438,9 +440,10 @@ func (c *convChunk) carve(buf []float32, nb int) (pl, col, rest []float32) {
 	return buf[:c.plane], buf[c.plane : c.plane+nb*c.colLen], buf[c.plane+nb*c.colLen : c.plane+nb*c.per]
 }
 
-// run computes samples i0 … i0+n−1: per group their unfolded inputs
-// (pointwise: the input itself), then either their ghost norms, added to
-// normSq, or their gradients, written to rest in rows of M·D.
+// run computes samples i0 … i0+n−1: their ghost norms, added to normSq,
+// from their input Grams (grams), or per group from their unfolded inputs
+// (pointwise: the input itself), or from these their gradients, written
+// to rest in rows of M·D.
 func (c *convChunk) run(e *Engine, x, dy *runtime.View, i0, n int, pl, col, rest []float32, normSq []float64) {
 	s := c.s
 	groups := max(s.Group, 1)
