@@ -566,47 +566,69 @@ func TestConvTapGrams(t *testing.T) {
 // the one before; a device that prefers the unfolding gets it. The
 // device is asked once per convolution (the measurement's runs, both
 // paths', leave the results alone), and not where the unfolding cannot
-// run.
+// run. With physical batches of 4 that the steps fill only partly (3 of
+// 4 for the clipped sum, 4 and 3 for a step of 7), the library's chunks
+// keep their size, the padded samples left out.
 func TestConvSampleGrads(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
 	for _, scratch := range []int{batchedScratch, 1 << 10} {
 		for _, prefer := range []bool{false, true} {
-			batchedScratch = scratch
-			for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
-				for _, mode := range []Mode{Instantiate, BK} {
-					label := fmt.Sprintf("%s/%s/scratch %d/prefer %v", name, mode, scratch, prefer)
-					t.Run(label, func(t *testing.T) {
-						const n = 7
-						x, y, batch, fill := engineBatch(t, name, n)
-						clip := Clipping{Fn: Abadi, R: 0.5}
-						var calls, asked, owns atomic.Int64
-						cpu := buildEngine(t, name, compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n))
-						lib := buildEngine(t, name, compareConfig(sampleGradsDevice{reference.Separate{}, &calls, &asked, &owns, prefer}, mode, clip, false, "sgd", n))
-						compareEngines(t, label, cpu, lib, x, y, batch, fill)
-						convs := 0 // the convolutions the device was asked about
-						for s, l := range lib.sampleLib {
-							convs++
-							if l != prefer {
-								t.Errorf("%s: convolution %v kept %v", label, s.In, l)
-							}
-						}
-						fits := scratch == 1<<24
-						switch {
-						case asked.Load() != int64(convs):
-							t.Errorf("%s: asked %d times about %d convolutions", label, asked.Load(), convs)
-						case fits && mode == Instantiate && convs == 0:
-							t.Errorf("%s: the device was not asked", label)
-						case fits && !prefer && calls.Load() != 0:
-							t.Errorf("%s: %d chunks through the library where the device preferred the unfolding", label, calls.Load())
-						case prefer && owns.Load() != 2*int64(convs):
-							t.Errorf("%s: the engine's own path ran %d times for %d measurements", label, owns.Load(), convs)
-						case (prefer || !fits) && mode == Instantiate && calls.Load() <= 2*int64(convs):
-							t.Errorf("%s: %d chunks through the library, %d of them measuring", label, calls.Load(), 2*convs)
-						}
-						t.Logf("%d chunks through the library, %d convolutions asked about", calls.Load(), convs)
-					})
+			for _, partial := range []bool{false, true} {
+				batchedScratch = scratch
+				for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
+					for _, mode := range []Mode{Instantiate, BK} {
+						label := fmt.Sprintf("%s/%s/scratch %d/prefer %v/partial %v", name, mode, scratch, prefer, partial)
+						t.Run(label, func(t *testing.T) { sampleGradsCase(t, label, name, mode, scratch == 1<<24, prefer, partial) })
+					}
 				}
 			}
 		}
 	}
+}
+
+// sampleGradsCase is one case of TestConvSampleGrads (fits: the default
+// scratch, where the unfolding runs).
+func sampleGradsCase(t *testing.T, label, name string, mode Mode, fits, prefer, partial bool) {
+	const n = 7
+	x, y, batch, fill := engineBatch(t, name, n)
+	clip := Clipping{Fn: Abadi, R: 0.5}
+	var calls, asked, owns atomic.Int64
+	cpuCfg := compareConfig(runtime.CPU{}, mode, clip, false, "sgd", n)
+	libCfg := compareConfig(sampleGradsDevice{reference.Separate{}, &calls, &asked, &owns, prefer}, mode, clip, false, "sgd", n)
+	if partial {
+		cpuCfg.PhysicalBatch, libCfg.PhysicalBatch = 4, 4
+		sl := len(x) / n
+		x, y = x[:3*sl], y[:3]
+	}
+	cpu, lib := buildEngine(t, name, cpuCfg), buildEngine(t, name, libCfg)
+	if partial && (prefer || !fits) && mode == Instantiate {
+		// A physical batch of 3 samples in 4: the library's chunks too.
+		if _, _, err := lib.ClippedSum(x, y); err != nil {
+			t.Fatal(err)
+		}
+		if calls.Load() == 0 {
+			t.Errorf("%s: a partly filled physical batch took no chunk through the library", label)
+		}
+	}
+	compareEngines(t, label, cpu, lib, x, y, batch, fill)
+	convs := 0 // the convolutions the device was asked about
+	for s, l := range lib.sampleLib {
+		convs++
+		if l != prefer {
+			t.Errorf("%s: convolution %v kept %v", label, s.In, l)
+		}
+	}
+	switch {
+	case asked.Load() != int64(convs):
+		t.Errorf("%s: asked %d times about %d convolutions", label, asked.Load(), convs)
+	case fits && mode == Instantiate && convs == 0:
+		t.Errorf("%s: the device was not asked", label)
+	case fits && !prefer && calls.Load() != 0:
+		t.Errorf("%s: %d chunks through the library where the device preferred the unfolding", label, calls.Load())
+	case prefer && owns.Load() != 2*int64(convs):
+		t.Errorf("%s: the engine's own path ran %d times for %d measurements", label, owns.Load(), convs)
+	case (prefer || !fits) && mode == Instantiate && calls.Load() <= 2*int64(convs):
+		t.Errorf("%s: %d chunks through the library, %d of them measuring", label, calls.Load(), 2*convs)
+	}
+	t.Logf("%d chunks through the library, %d convolutions asked about", calls.Load(), convs)
 }

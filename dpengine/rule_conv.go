@@ -493,7 +493,7 @@ func (e *Engine) sampleGradsByLibrary(cs runtime.ConvSampleGrads, c convChunk, x
 		return lib
 	}
 	size := s.M * s.D
-	libN := sampleGradsChunk(e.n, size)
+	libN := sampleGradsChunk(s.N, size)
 	bufs, err := e.workerBufs(max(c.plane+nb*c.per, libN*size))
 	if err != nil {
 		return false // the unfolding path asks again and reports it
@@ -510,36 +510,41 @@ func (e *Engine) sampleGradsByLibrary(cs runtime.ConvSampleGrads, c convChunk, x
 }
 
 // sampleGradsFit reports whether x and dy lie as convSampleGrads reads
-// them: the batch first, e.n samples of s.
+// them: the batch first, the physical batch's s.N samples (e.n of them
+// the step's, the rest the padding, physical).
 func sampleGradsFit(e *Engine, s *runtime.ConvShape, x, dy *runtime.View) bool {
-	return x.BatchAxis == 0 && dy.BatchAxis == 0 && len(x.Data) == e.n*s.C*s.InSize && len(dy.Data) == e.n*s.M*s.T
+	return x.BatchAxis == 0 && dy.BatchAxis == 0 && e.n <= s.N && len(x.Data) == s.N*s.C*s.InSize && len(dy.Data) == s.N*s.M*s.T
 }
 
-// sampleGradsChunk is convSampleGrads's chunk of n samples: as many
-// gradients of size floats as batchedScratch holds, at least one.
-func sampleGradsChunk(n, size int) int { return max(1, min(n, batchedScratch/max(size, 1))) }
+// sampleGradsChunk is convSampleGrads's chunk for a physical batch of N
+// samples: as many gradients of size floats as batchedScratch holds, at
+// least one.
+func sampleGradsChunk(N, size int) int { return max(1, min(N, batchedScratch/max(size, 1))) }
 
 // convSampleGrads is convBatched's instantiated gradients from the
 // device's convolution library (runtime.ConvSampleGrads: on a GPU, cuDNN's
 // filter gradient of the samples as groups), without unfolding their
-// inputs, in chunks of sampleGradsChunk samples. Every chunk
-// has the same size, so that the library sees one shape: the last one
-// ends at the batch's end and overlaps the one before, whose samples it
-// does not add again. It reports false, doing nothing, where the library
-// refuses the shape; the unfolding path then runs.
+// inputs, in chunks of sampleGradsChunk samples. Every chunk has the same
+// size whatever the step's count of samples, so that the library sees one
+// shape (on a GPU each new shape is measured): the last chunk ends at the
+// batch's end and overlaps the one before, whose samples it does not add
+// again, and a batch smaller than a chunk (the last physical batch of a
+// Poisson-sampled logical batch) is one chunk whose padded samples are not
+// added. It reports false, doing nothing, where the library refuses the
+// shape; the unfolding path then runs.
 func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *runtime.ConvShape, x, dy *runtime.View) (bool, error) {
 	size := s.M * s.D
 	if !sampleGradsFit(e, s, x, dy) {
 		return false, nil
 	}
-	nb := sampleGradsChunk(e.n, size)
+	nb := sampleGradsChunk(s.N, size)
 	bufs, err := e.workerBufs(nb * size)
 	if err != nil {
 		return false, err
 	}
 	inst := bufs[0][:nb*size]
 	for done := 0; done < e.n; {
-		i0 := min(done, e.n-nb)
+		i0 := max(0, min(done, e.n-nb))
 		if !cs.ConvSampleWeightGrads(s, x.Data, dy.Data, i0, nb, inst) {
 			if done == 0 {
 				return false, nil
@@ -548,9 +553,10 @@ func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *run
 			// is the library's failure, not the shape's.
 			return true, fmt.Errorf("dpengine: the convolution library's per-sample gradients of samples %d…%d failed after the first chunk", i0, i0+nb-1)
 		}
-		skip := done - i0 // samples of this chunk already added
-		e.addRows(us, done, nb-skip, inst[skip*size:])
-		done = i0 + nb
+		skip := done - i0             // samples of this chunk already added
+		add := min(nb, e.n-i0) - skip // and those to add: none of the padding
+		e.addRows(us, done, add, inst[skip*size:])
+		done += add
 	}
 	return true, nil
 }
