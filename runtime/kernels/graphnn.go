@@ -361,34 +361,66 @@ func RowNormForward(r *RowNorm, x, scale, bias, y, mean, inv []float32, lo, hi i
 		mean[row], inv[row] = float32(m), float32(iv)
 		mf, ivf := float32(m), float32(iv)
 		if r.Mode == NormLast {
-			scale := scale[:len(xr)]
-			if bias == nil {
-				for j, v := range xr {
-					yr[j] = (v - mf) * ivf * scale[j]
-				}
-				continue
-			}
-			bias := bias[:len(xr)]
-			for j, v := range xr {
-				yr[j] = (v-mf)*ivf*scale[j] + bias[j]
-			}
+			rowApplyVec(xr, scale[:len(xr)], bias, yr, mf, ivf)
 			continue
 		}
 		k0, step, run := r.segments(row)
 		for off, k := 0, k0; off < len(xr); off, k = off+run, k+step {
-			src, dst := xr[off:off+run], yr[off:off+run]
-			sc := scale[k]
-			if bias == nil {
-				for j, v := range src {
-					dst[j] = (v - mf) * ivf * sc
-				}
-				continue
+			var b float32
+			if bias != nil {
+				b = bias[k]
 			}
-			b := bias[k]
-			for j, v := range src {
-				dst[j] = (v-mf)*ivf*sc + b
-			}
+			rowApply(xr[off:off+run], yr[off:off+run], mf, ivf, scale[k], b, bias != nil)
 		}
+	}
+}
+
+// rowApply writes ((x − m)·iv)·sc (+ b where hasBias) to y: the bulk
+// four lanes at a time (normScaleSSE, normAffineSSE, the same float32
+// operations in the same order), the tail here.
+func rowApply(x, y []float32, m, iv, sc, b float32, hasBias bool) {
+	y = y[:len(x)]
+	j := 0
+	if haveSIMD && len(x) >= 4 {
+		j = len(x) &^ 3
+		if hasBias {
+			normAffineSSE(x, y, m, iv, sc, b)
+		} else {
+			normScaleSSE(x, y, m, iv, sc)
+		}
+	}
+	if hasBias {
+		for ; j < len(x); j++ {
+			y[j] = (x[j]-m)*iv*sc + b
+		}
+		return
+	}
+	for ; j < len(x); j++ {
+		y[j] = (x[j] - m) * iv * sc
+	}
+}
+
+// rowApplyVec is rowApply with a scale (and bias, nil for none) per
+// element: LayerNorm's rows.
+func rowApplyVec(x, scale, bias, y []float32, m, iv float32) {
+	y = y[:len(x)]
+	j := 0
+	if haveSIMD && len(x) >= 4 {
+		j = len(x) &^ 3
+		if bias != nil {
+			normAffineVecSSE(x, scale, bias[:len(x)], y, m, iv)
+		} else {
+			normScaleVecSSE(x, scale, y, m, iv)
+		}
+	}
+	if bias != nil {
+		for ; j < len(x); j++ {
+			y[j] = (x[j]-m)*iv*scale[j] + bias[j]
+		}
+		return
+	}
+	for ; j < len(x); j++ {
+		y[j] = (x[j] - m) * iv * scale[j]
 	}
 }
 
@@ -411,10 +443,7 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 				sgx0 += float64(a * ((xr[j] - m) * iv))
 			}
 			mg, mgx := float32((sg0+0)/float64(r.L)), float32((sgx0+0)/float64(r.L))
-			for j, g := range gr {
-				xh := (xr[j] - m) * iv
-				dr[j] = iv * (g*scale[j] - mg - xh*mgx)
-			}
+			rowBack(xr, gr, scale, dr, m, iv, 0, mg, mgx)
 			continue
 		}
 		k0, step, run := r.segments(row)
@@ -440,13 +469,33 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 		}
 		mg, mgx := float32((sg0+sg1)/float64(r.L)), float32((sgx0+sgx1)/float64(r.L))
 		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
-			xs, gs, ds := xr[off:off+run], gr[off:off+run], dr[off:off+run]
-			sc := scale[k]
-			for j, g := range gs {
-				xh := (xs[j] - m) * iv
-				ds[j] = iv * (g*sc - mg - xh*mgx)
-			}
+			rowBack(xr[off:off+run], gr[off:off+run], nil, dr[off:off+run], m, iv, scale[k], mg, mgx)
 		}
+	}
+}
+
+// rowBack writes dx = iv·((g·γ − mg) − ((x − m)·iv)·mgx), γ the scale
+// sc, or scale's element where scale is not nil: the bulk four lanes at a
+// time (normBackSSE, normBackVecSSE, the same float32 operations in the
+// same order), the tail here.
+func rowBack(x, g, scale, dx []float32, m, iv, sc, mg, mgx float32) {
+	g, dx = g[:len(x)], dx[:len(x)]
+	j := 0
+	if haveSIMD && len(x) >= 4 {
+		j = len(x) &^ 3
+		if scale != nil {
+			normBackVecSSE(x, g, scale[:len(x)], dx, m, iv, mg, mgx)
+		} else {
+			normBackSSE(x, g, dx, m, iv, sc, mg, mgx)
+		}
+	}
+	for ; j < len(x); j++ {
+		xh := (x[j] - m) * iv
+		gs := sc
+		if scale != nil {
+			gs = scale[j]
+		}
+		dx[j] = iv * (g[j]*gs - mg - xh*mgx)
 	}
 }
 

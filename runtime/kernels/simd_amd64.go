@@ -51,3 +51,25 @@ func reluSSE(x, y []float32)
 //
 //go:noescape
 func reluGradSSE(y, dy, dx []float32)
+
+// normScaleSSE, normAffineSSE, normScaleVecSSE, normAffineVecSSE,
+// normBackSSE and normBackVecSSE are the normalizations' elementwise
+// passes (rowApply, rowApplyVec, rowBack) on the first len(x) &^ 3 elements.
+//
+//go:noescape
+func normScaleSSE(x, y []float32, m, iv, sc float32)
+
+//go:noescape
+func normAffineSSE(x, y []float32, m, iv, sc, b float32)
+
+//go:noescape
+func normScaleVecSSE(x, scale, y []float32, m, iv float32)
+
+//go:noescape
+func normAffineVecSSE(x, scale, bias, y []float32, m, iv float32)
+
+//go:noescape
+func normBackSSE(x, g, dx []float32, m, iv, sc, mg, mgx float32)
+
+//go:noescape
+func normBackVecSSE(x, g, scale, dx []float32, m, iv, mg, mgx float32)

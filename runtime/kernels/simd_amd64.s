@@ -455,3 +455,214 @@ exp8Loop:
 exp8Done:
 	VZEROUPPER
 	RET
+
+// The normalizations' elementwise passes (graphnn.go: RowNormForward's
+// affine, RowNormBackward's dx), four lanes at a time on len(x) &^ 3
+// elements: the scalar code's float32 operations in its order, no fused
+// multiply-add, so every element keeps its bits.
+
+// func normScaleSSE(x, y []float32, m, iv, sc float32)
+//
+// y = ((x − m)·iv)·sc.
+TEXT ·normScaleSSE(SB), NOSPLIT, $0-60
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   y_base+24(FP), DI
+	MOVSS  m+48(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+52(FP), X5
+	SHUFPS $0, X5, X5
+	MOVSS  sc+56(FP), X6
+	SHUFPS $0, X6, X6
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normScaleLoop:
+	CMPQ   AX, CX
+	JGE    normScaleDone
+	MOVUPS (SI)(AX*4), X0
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X6, X0
+	MOVUPS X0, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normScaleLoop
+
+normScaleDone:
+	RET
+
+// func normAffineSSE(x, y []float32, m, iv, sc, b float32)
+//
+// y = ((x − m)·iv)·sc + b.
+TEXT ·normAffineSSE(SB), NOSPLIT, $0-64
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   y_base+24(FP), DI
+	MOVSS  m+48(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+52(FP), X5
+	SHUFPS $0, X5, X5
+	MOVSS  sc+56(FP), X6
+	SHUFPS $0, X6, X6
+	MOVSS  b+60(FP), X7
+	SHUFPS $0, X7, X7
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normAffineLoop:
+	CMPQ   AX, CX
+	JGE    normAffineDone
+	MOVUPS (SI)(AX*4), X0
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X6, X0
+	ADDPS  X7, X0
+	MOVUPS X0, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normAffineLoop
+
+normAffineDone:
+	RET
+
+// func normScaleVecSSE(x, scale, y []float32, m, iv float32)
+//
+// y = ((x − m)·iv)·scale, element by element.
+TEXT ·normScaleVecSSE(SB), NOSPLIT, $0-80
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   scale_base+24(FP), DX
+	MOVQ   y_base+48(FP), DI
+	MOVSS  m+72(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+76(FP), X5
+	SHUFPS $0, X5, X5
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normScaleVecLoop:
+	CMPQ   AX, CX
+	JGE    normScaleVecDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS (DX)(AX*4), X1
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X1, X0
+	MOVUPS X0, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normScaleVecLoop
+
+normScaleVecDone:
+	RET
+
+// func normAffineVecSSE(x, scale, bias, y []float32, m, iv float32)
+//
+// y = ((x − m)·iv)·scale + bias, element by element.
+TEXT ·normAffineVecSSE(SB), NOSPLIT, $0-104
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   scale_base+24(FP), DX
+	MOVQ   bias_base+48(FP), BX
+	MOVQ   y_base+72(FP), DI
+	MOVSS  m+96(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+100(FP), X5
+	SHUFPS $0, X5, X5
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normAffineVecLoop:
+	CMPQ   AX, CX
+	JGE    normAffineVecDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS (DX)(AX*4), X1
+	MOVUPS (BX)(AX*4), X2
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X1, X0
+	ADDPS  X2, X0
+	MOVUPS X0, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normAffineVecLoop
+
+normAffineVecDone:
+	RET
+
+// func normBackSSE(x, g, dx []float32, m, iv, sc, mg, mgx float32)
+//
+// dx = iv·((g·sc − mg) − ((x − m)·iv)·mgx).
+TEXT ·normBackSSE(SB), NOSPLIT, $0-92
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   g_base+24(FP), DX
+	MOVQ   dx_base+48(FP), DI
+	MOVSS  m+72(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+76(FP), X5
+	SHUFPS $0, X5, X5
+	MOVSS  sc+80(FP), X6
+	SHUFPS $0, X6, X6
+	MOVSS  mg+84(FP), X7
+	SHUFPS $0, X7, X7
+	MOVSS  mgx+88(FP), X8
+	SHUFPS $0, X8, X8
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normBackLoop:
+	CMPQ   AX, CX
+	JGE    normBackDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS (DX)(AX*4), X1
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X8, X0
+	MULPS  X6, X1
+	SUBPS  X7, X1
+	SUBPS  X0, X1
+	MULPS  X5, X1
+	MOVUPS X1, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normBackLoop
+
+normBackDone:
+	RET
+
+// func normBackVecSSE(x, g, scale, dx []float32, m, iv, mg, mgx float32)
+//
+// dx = iv·((g·scale − mg) − ((x − m)·iv)·mgx), element by element.
+TEXT ·normBackVecSSE(SB), NOSPLIT, $0-112
+	MOVQ   x_base+0(FP), SI
+	MOVQ   x_len+8(FP), CX
+	MOVQ   g_base+24(FP), DX
+	MOVQ   scale_base+48(FP), BX
+	MOVQ   dx_base+72(FP), DI
+	MOVSS  m+96(FP), X4
+	SHUFPS $0, X4, X4
+	MOVSS  iv+100(FP), X5
+	SHUFPS $0, X5, X5
+	MOVSS  mg+104(FP), X7
+	SHUFPS $0, X7, X7
+	MOVSS  mgx+108(FP), X8
+	SHUFPS $0, X8, X8
+	ANDQ   $-4, CX
+	XORQ   AX, AX
+
+normBackVecLoop:
+	CMPQ   AX, CX
+	JGE    normBackVecDone
+	MOVUPS (SI)(AX*4), X0
+	MOVUPS (DX)(AX*4), X1
+	MOVUPS (BX)(AX*4), X2
+	SUBPS  X4, X0
+	MULPS  X5, X0
+	MULPS  X8, X0
+	MULPS  X2, X1
+	SUBPS  X7, X1
+	SUBPS  X0, X1
+	MULPS  X5, X1
+	MOVUPS X1, (DI)(AX*4)
+	ADDQ   $4, AX
+	JMP    normBackVecLoop
+
+normBackVecDone:
+	RET
