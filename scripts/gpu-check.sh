@@ -43,8 +43,9 @@
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
 # maxbatch.jsonl and maxbatch.md, profile-*.txt, cudnn-algos-*.json (the
-# convolution choices the machine measured and kept), and summary.md (bench.md,
-# timm.md, maxbatch.md) to paste into docs/BENCHMARKS.md.
+# convolution choices the machine measured and kept; choices.md, the
+# per-sample gradients' among them), and summary.md (bench.md,
+# timm.md, maxbatch.md, choices.md) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
 #
@@ -455,6 +456,22 @@ else
 	profile cnn-fmnist 2 gemm
 fi
 fi
-cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
+# The per-sample gradients' measured choices (cuDNN's samples as groups
+# against the engine's unfolding, per sample), from the kept choices.
+"$PY" - "${DPFINETUNE_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dpfinetune}"/cuda >"$OUT/choices.md" <<'PYEOF' || true
+import glob, json, os, sys
+rows = []
+for f in glob.glob(os.path.join(sys.argv[1], "cudnn-algos-*.json")):
+    for k, v in (json.load(open(f)).get("paths") or {}).items():
+        if k.startswith("per-sample "):
+            rows.append((k[len("per-sample "):], v))
+if rows:
+    print("\nPer-sample gradients, measured per sample: cuDNN's filter gradient of the samples as groups against the engine's unfolding (kept choices):\n")
+    print("| shape (samples as groups) | cuDNN ms a sample | unfolding ms a sample | taken |")
+    print("|---|---|---|---|")
+    for k, v in sorted(rows):
+        print("| %s | %.4f | %.4f | %s |" % (k, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
+PYEOF
+cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2
 exit $status
