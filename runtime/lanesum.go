@@ -1,5 +1,7 @@
 package runtime
 
+import "github.com/dpfinetune/dpfinetune/runtime/kernels"
+
 // The order of the float64 sums of VectorOps (SumSq, SquaredNorms, Dot,
 // AddSumSq, AddDot, AddSumSqProduct): one order every backend follows, so
 // that the engine's norms and clip factors are the same bits on each, and
@@ -122,6 +124,17 @@ func (a *laneAcc) addScaled(g, x []float32, m, iv float32) {
 		end := min(len(g), e+SumChunk-a.t%SumChunk)
 		for ; e < end && a.t%SumLanes != 0; e, a.t = e+1, a.t+1 {
 			a.lanes[a.t%SumLanes] += term(e)
+		}
+		if rows := (end - e) / SumLanes; rows > 0 {
+			// The whole rows by vector lanes where the CPU has them,
+			// each lane's terms in the same order (kernels.AddLaneRows).
+			var xs []float32
+			if x != nil {
+				xs = x[e : e+rows*SumLanes]
+			}
+			if kernels.AddLaneRows(g[e:e+rows*SumLanes], xs, m, iv, &a.lanes) {
+				e, a.t = e+rows*SumLanes, a.t+rows*SumLanes
+			}
 		}
 		for ; e+SumLanes <= end; e, a.t = e+SumLanes, a.t+SumLanes {
 			gs := (*[SumLanes]float32)(g[e : e+SumLanes])

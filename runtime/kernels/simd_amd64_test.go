@@ -104,3 +104,50 @@ func TestRowNormSIMD(t *testing.T) {
 		}
 	}
 }
+
+// TestAddLaneRows: the lane-order sums' whole rows by vector lanes give
+// every lane the scalar loop's sum bit for bit — the terms g_e and
+// g_e·(x_e − m)·iv, lanes starting from nonzero sums, ±0, subnormals,
+// infinities and NaN among the terms — and leave a partial row alone.
+func TestAddLaneRows(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, float32(math.Inf(1)), float32(math.NaN()), 3e38, -7}
+	for _, n := range []int{0, 31, 32, 33, 96, 32*64 + 17} {
+		g, x := make([]float32, n), make([]float32, n)
+		for e := range g {
+			g[e], x[e] = float32(math.Sin(1.7*float64(e))), float32(math.Cos(0.3*float64(e)))*4
+			if e%53 == 7 {
+				g[e] = specials[e%len(specials)]
+			}
+		}
+		for _, scaled := range []bool{false, true} {
+			const m, iv = 0.375, 1.25
+			var got, want [32]float64
+			for l := range got {
+				got[l] = float64(l) * 1e-3
+				want[l] = got[l]
+			}
+			xs := x
+			if !scaled {
+				xs = nil
+			}
+			if !AddLaneRows(g, xs, m, iv, &got) {
+				t.Fatal("AddLaneRows reported no vector form on a CPU with AVX2")
+			}
+			for e := 0; e < n&^31; e++ {
+				term := float64(g[e])
+				if scaled {
+					term = float64(g[e] * (x[e] - m) * iv)
+				}
+				want[e%32] += term
+			}
+			for l := range got {
+				if math.Float64bits(got[l]) != math.Float64bits(want[l]) && !(got[l] != got[l] && want[l] != want[l]) {
+					t.Fatalf("%d terms, scaled %v: lane %d: %v, want %v", n, scaled, l, got[l], want[l])
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,32 @@
+//go:build amd64 && !purego
+
+package kernels
+
+//go:noescape
+func laneRowsAVX(g []float32, lanes *[32]float64)
+
+//go:noescape
+func laneRowsScaledAVX(g, x []float32, m, iv float32, lanes *[32]float64)
+
+// AddLaneRows adds the len(g)/32 whole rows of 32 terms of g to lanes,
+// term l of a row to lane l, row after row — the terms g_e, or with x
+// g_e·(x_e − m)·iv rounded to float32 as the scalar expression
+// g[e] * (x[e] - m) * iv is — eight AVX registers of float64 lanes, so
+// that each lane's sum is the scalar loop's bit for bit (the lane order
+// of runtime/lanesum.go). It reports false, adding nothing, on a CPU
+// without AVX2; the caller's loop runs then.
+func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool {
+	if !haveAVX2 {
+		return false
+	}
+	n := len(g) &^ 31
+	if n == 0 {
+		return true
+	}
+	if x == nil {
+		laneRowsAVX(g[:n], lanes)
+		return true
+	}
+	laneRowsScaledAVX(g[:n], x[:n], m, iv, lanes)
+	return true
+}
