@@ -329,26 +329,16 @@ func (r *RowNorm) segments(row int) (k0, step, run int) {
 }
 
 // rowMeanVar returns the mean and the population variance of xr, both
-// two-pass in float64. Four independent partial sums per pass keep the
-// float64 adds from waiting on each other (a single running sum is bound
-// by the add's latency, not by the row's memory, which is in cache).
+// two-pass in float64, each pass's sum in sixteen chains (sums16.go): a
+// single running sum is bound by the add's latency, not by the row's
+// memory, which is in cache.
 func rowMeanVar(xr []float32) (mean, variance float64) {
-	m := sumFloat64(xr) / float64(len(xr))
-	var q0, q1, q2, q3 float64
-	j := 0
-	for ; j+3 < len(xr); j += 4 {
-		d0, d1 := float64(xr[j])-m, float64(xr[j+1])-m
-		d2, d3 := float64(xr[j+2])-m, float64(xr[j+3])-m
-		q0 += d0 * d0
-		q1 += d1 * d1
-		q2 += d2 * d2
-		q3 += d3 * d3
-	}
-	for ; j < len(xr); j++ {
-		d := float64(xr[j]) - m
-		q0 += d * d
-	}
-	return m, ((q0 + q1) + (q2 + q3)) / float64(len(xr))
+	var c [16]float64
+	sum16(xr, &c)
+	m := tree16(&c) / float64(len(xr))
+	c = [16]float64{}
+	sqdev16(xr, m, &c)
+	return m, tree16(&c) / float64(len(xr))
 }
 
 // RowNormForward normalizes rows [lo, hi) of x into y (bias may be nil)
@@ -447,27 +437,13 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 			continue
 		}
 		k0, step, run := r.segments(row)
-		// Σ g·γ and Σ g·γ·x̂ in float64, two partial sums each (see
-		// rowMeanVar).
-		var sg0, sg1, sgx0, sgx1 float64
+		// Σ g·γ and Σ g·γ·x̂ in float64, sixteen chains each across the
+		// row's runs (sums16.go).
+		var sg, sgx [16]float64
 		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
-			xs, gs := xr[off:off+run], gr[off:off+run]
-			sc := scale[k]
-			j := 0
-			for ; j+1 < len(gs); j += 2 {
-				a0, a1 := gs[j]*sc, gs[j+1]*sc
-				sg0 += float64(a0)
-				sg1 += float64(a1)
-				sgx0 += float64(a0 * ((xs[j] - m) * iv))
-				sgx1 += float64(a1 * ((xs[j+1] - m) * iv))
-			}
-			if j < len(gs) {
-				a := gs[j] * sc
-				sg0 += float64(a)
-				sgx0 += float64(a * ((xs[j] - m) * iv))
-			}
+			gradSums16(gr[off:off+run], xr[off:off+run], m, iv, scale[k], &sg, &sgx)
 		}
-		mg, mgx := float32((sg0+sg1)/float64(r.L)), float32((sgx0+sgx1)/float64(r.L))
+		mg, mgx := float32(tree16(&sg)/float64(r.L)), float32(tree16(&sgx)/float64(r.L))
 		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
 			rowBack(xr[off:off+run], gr[off:off+run], nil, dr[off:off+run], m, iv, scale[k], mg, mgx)
 		}
@@ -518,26 +494,14 @@ func RowNormParamGrads(r *RowNorm, x, mean, inv, dy, dscale, dbias []float32, ac
 			}
 			continue
 		}
-		// A run of equal parameter index sums into local partial sums
-		// first (two each, see rowMeanVar), not through memory.
+		// A run of equal parameter index sums into its own chains
+		// first (sixteen each, sums16.go), not through memory.
 		k0, step, run := r.segments(row)
 		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
-			xs, gs := xr[off:off+run], gr[off:off+run]
-			var s0, s1, b0, b1 float64
-			j := 0
-			for ; j+1 < len(gs); j += 2 {
-				g0, g1 := gs[j], gs[j+1]
-				s0 += float64(g0 * (xs[j] - m) * iv)
-				s1 += float64(g1 * (xs[j+1] - m) * iv)
-				b0 += float64(g0)
-				b1 += float64(g1)
-			}
-			if j < len(gs) {
-				s0 += float64(gs[j] * (xs[j] - m) * iv)
-				b0 += float64(gs[j])
-			}
-			accS[k] += s0 + s1
-			accB[k] += b0 + b1
+			var s, b [16]float64
+			paramSums16(gr[off:off+run], xr[off:off+run], m, iv, &s, &b)
+			accS[k] += tree16(&s)
+			accB[k] += tree16(&b)
 		}
 	}
 	if dscale != nil {

@@ -30,3 +30,18 @@ func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool {
 	laneRowsScaledAVX(g[:n], x[:n], m, iv, lanes)
 	return true
 }
+
+// sum16AVX, sqdev16AVX, gradSums16AVX and paramSums16AVX are sums16's
+// chains (graphnn.go) over the len &^ 15 leading terms.
+//
+//go:noescape
+func sum16AVX(x []float32, acc *[16]float64)
+
+//go:noescape
+func sqdev16AVX(x []float32, m float64, acc *[16]float64)
+
+//go:noescape
+func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64)
+
+//go:noescape
+func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64)

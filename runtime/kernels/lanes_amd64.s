@@ -110,3 +110,172 @@ laneScaledDone:
 	STORELANES
 	VZEROUPPER
 	RET
+
+// The row normalizations' float64 sums (graphnn.go: sums16), sixteen
+// interleaved chains in four AVX registers: term j of the len &^ 15
+// terms to chain j mod 16, each chain's terms in order; the float32 terms
+// are the scalar code's expressions, in its order, without fused
+// multiply-adds, and a float64 deviation squared is (x − m)·(x − m).
+
+// ADD8(XS, YS, A, B) converts the eight float32 terms in YS (XS its
+// lower half) to float64 and adds the lower four to A, the upper four to
+// B (clobbers Y10, Y11).
+#define ADD8(XS, YS, A, B) \
+	VCVTPS2PD    XS, Y10; \
+	VEXTRACTF128 $1, YS, X11; \
+	VCVTPS2PD    X11, Y11; \
+	VADDPD       Y10, A, A; \
+	VADDPD       Y11, B, B
+
+#define LOAD16(P, A, B, C, D) \
+	VMOVUPD 0(P), A; \
+	VMOVUPD 32(P), B; \
+	VMOVUPD 64(P), C; \
+	VMOVUPD 96(P), D
+
+#define STORE16(P, A, B, C, D) \
+	VMOVUPD A, 0(P); \
+	VMOVUPD B, 32(P); \
+	VMOVUPD C, 64(P); \
+	VMOVUPD D, 96(P)
+
+// func sum16AVX(x []float32, acc *[16]float64)
+TEXT ·sum16AVX(SB), NOSPLIT, $0-32
+	MOVQ x_base+0(FP), SI
+	MOVQ x_len+8(FP), CX
+	MOVQ acc+24(FP), DI
+	SHRQ $4, CX
+	LOAD16(DI, Y0, Y1, Y2, Y3)
+
+sum16Loop:
+	TESTQ CX, CX
+	JZ    sum16Done
+	VMOVUPS 0(SI), Y8
+	VMOVUPS 32(SI), Y9
+	ADD8(X8, Y8, Y0, Y1)
+	ADD8(X9, Y9, Y2, Y3)
+	ADDQ $64, SI
+	DECQ CX
+	JMP  sum16Loop
+
+sum16Done:
+	STORE16(DI, Y0, Y1, Y2, Y3)
+	VZEROUPPER
+	RET
+
+// SQDEV4(S, A) adds (S − m)² (four float64 in S, m in Y12) to A.
+#define SQDEV4(S, A) \
+	VSUBPD Y12, S, S; \
+	VMULPD S, S, S; \
+	VADDPD S, A, A
+
+// func sqdev16AVX(x []float32, m float64, acc *[16]float64)
+TEXT ·sqdev16AVX(SB), NOSPLIT, $0-40
+	MOVQ         x_base+0(FP), SI
+	MOVQ         x_len+8(FP), CX
+	VBROADCASTSD m+24(FP), Y12
+	MOVQ         acc+32(FP), DI
+	SHRQ         $4, CX
+	LOAD16(DI, Y0, Y1, Y2, Y3)
+
+sqdev16Loop:
+	TESTQ CX, CX
+	JZ    sqdev16Done
+	VCVTPS2PD 0(SI), Y8
+	VCVTPS2PD 16(SI), Y9
+	VCVTPS2PD 32(SI), Y10
+	VCVTPS2PD 48(SI), Y11
+	SQDEV4(Y8, Y0)
+	SQDEV4(Y9, Y1)
+	SQDEV4(Y10, Y2)
+	SQDEV4(Y11, Y3)
+	ADDQ $64, SI
+	DECQ CX
+	JMP  sqdev16Loop
+
+sqdev16Done:
+	STORE16(DI, Y0, Y1, Y2, Y3)
+	VZEROUPPER
+	RET
+
+// GRAD8(OFF, A, B, C, D): the eight terms at OFF: a = g·sc (Y14) to A, B;
+// a·((x − m)·iv) (m in Y12, iv in Y13) to C, D.
+#define GRAD8(OFF, A, B, C, D) \
+	VMOVUPS OFF(SI), Y8; \
+	VMULPS  Y14, Y8, Y8; \
+	VMOVUPS OFF(DX), Y9; \
+	VSUBPS  Y12, Y9, Y9; \
+	VMULPS  Y13, Y9, Y9; \
+	VMULPS  Y9, Y8, Y9; \
+	ADD8(X8, Y8, A, B); \
+	ADD8(X9, Y9, C, D)
+
+// func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64)
+TEXT ·gradSums16AVX(SB), NOSPLIT, $0-80
+	MOVQ         g_base+0(FP), SI
+	MOVQ         g_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	VBROADCASTSS m+48(FP), Y12
+	VBROADCASTSS iv+52(FP), Y13
+	VBROADCASTSS sc+56(FP), Y14
+	MOVQ         sg+64(FP), DI
+	MOVQ         sgx+72(FP), R8
+	SHRQ         $4, CX
+	LOAD16(DI, Y0, Y1, Y2, Y3)
+	LOAD16(R8, Y4, Y5, Y6, Y7)
+
+gradSumsLoop:
+	TESTQ CX, CX
+	JZ    gradSumsDone
+	GRAD8(0, Y0, Y1, Y4, Y5)
+	GRAD8(32, Y2, Y3, Y6, Y7)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JMP  gradSumsLoop
+
+gradSumsDone:
+	STORE16(DI, Y0, Y1, Y2, Y3)
+	STORE16(R8, Y4, Y5, Y6, Y7)
+	VZEROUPPER
+	RET
+
+// PARAM8(OFF, A, B, C, D): the eight terms at OFF: g·(x − m)·iv (left to
+// right; m in Y12, iv in Y13) to A, B; g to C, D.
+#define PARAM8(OFF, A, B, C, D) \
+	VMOVUPS OFF(SI), Y8; \
+	VMOVUPS OFF(DX), Y9; \
+	VSUBPS  Y12, Y9, Y9; \
+	VMULPS  Y9, Y8, Y9; \
+	VMULPS  Y13, Y9, Y9; \
+	ADD8(X9, Y9, A, B); \
+	ADD8(X8, Y8, C, D)
+
+// func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64)
+TEXT ·paramSums16AVX(SB), NOSPLIT, $0-72
+	MOVQ         g_base+0(FP), SI
+	MOVQ         g_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	VBROADCASTSS m+48(FP), Y12
+	VBROADCASTSS iv+52(FP), Y13
+	MOVQ         s+56(FP), DI
+	MOVQ         b+64(FP), R8
+	SHRQ         $4, CX
+	LOAD16(DI, Y0, Y1, Y2, Y3)
+	LOAD16(R8, Y4, Y5, Y6, Y7)
+
+paramSumsLoop:
+	TESTQ CX, CX
+	JZ    paramSumsDone
+	PARAM8(0, Y0, Y1, Y4, Y5)
+	PARAM8(32, Y2, Y3, Y6, Y7)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	DECQ CX
+	JMP  paramSumsLoop
+
+paramSumsDone:
+	STORE16(DI, Y0, Y1, Y2, Y3)
+	STORE16(R8, Y4, Y5, Y6, Y7)
+	VZEROUPPER
+	RET

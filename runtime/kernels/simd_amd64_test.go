@@ -107,13 +107,14 @@ func TestRowNormSIMD(t *testing.T) {
 
 // TestAddLaneRows: the lane-order sums' whole rows by vector lanes give
 // every lane the scalar loop's sum bit for bit — the terms g_e and
-// g_e·(x_e − m)·iv, lanes starting from nonzero sums, ±0, subnormals,
-// infinities and NaN among the terms — and leave a partial row alone.
+// g_e·(x_e − m)·iv, lanes starting from nonzero sums, ±0, subnormals and
+// large values among the terms (finite, so that no lane's NaN hides
+// another's bits) — and leave a partial row alone.
 func TestAddLaneRows(t *testing.T) {
 	if !haveAVX2 {
 		t.Skip("no AVX2 on this CPU")
 	}
-	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, float32(math.Inf(1)), float32(math.NaN()), 3e38, -7}
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, 1e18, -7}
 	for _, n := range []int{0, 31, 32, 33, 96, 32*64 + 17} {
 		g, x := make([]float32, n), make([]float32, n)
 		for e := range g {
@@ -144,8 +145,60 @@ func TestAddLaneRows(t *testing.T) {
 				want[e%32] += term
 			}
 			for l := range got {
-				if math.Float64bits(got[l]) != math.Float64bits(want[l]) && !(got[l] != got[l] && want[l] != want[l]) {
+				if math.Float64bits(got[l]) != math.Float64bits(want[l]) || math.IsNaN(got[l]) || math.IsInf(got[l], 0) {
 					t.Fatalf("%d terms, scaled %v: lane %d: %v, want %v", n, scaled, l, got[l], want[l])
+				}
+			}
+		}
+	}
+}
+
+// TestSums16: the row normalizations' sixteen-chain sums give the same
+// bits by AVX registers as by the scalar loops (haveAVX2 off) — chains
+// carried from slice to slice, every length from 0 to 50 and a long one,
+// ±0, subnormals and large values among the terms (finite, so that no
+// chain's NaN hides another's bits) — so that a CPU's instructions never
+// change a normalization.
+func TestSums16(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	defer func(v bool) { haveAVX2 = v }(haveAVX2)
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, -1e-41, 1e18, -7}
+	val := func(j, salt int) float32 {
+		if (j*7+salt)%41 == 5 {
+			return specials[(j+salt)%len(specials)]
+		}
+		return float32(math.Sin(float64(j)*0.37+float64(salt))) * 3
+	}
+	type acc struct{ a, b [16]float64 }
+	// run applies every sum to slices of the lengths in ns, chains
+	// carried, with the vector kernels on or off.
+	run := func(ns []int, avx bool) (res [4]acc) {
+		haveAVX2 = avx
+		for i, n := range ns {
+			g, x := make([]float32, n), make([]float32, n)
+			for j := range g {
+				g[j], x[j] = val(j, i), val(j, i+9)
+			}
+			sum16(x, &res[0].a)
+			sqdev16(x, 0.1, &res[0].b)
+			gradSums16(g, x, 0.25, 1.1, -0.7, &res[1].a, &res[1].b)
+			paramSums16(g, x, -0.5, 2.3, &res[2].a, &res[2].b)
+		}
+		return res
+	}
+	var ns []int
+	for n := 0; n <= 50; n++ {
+		ns = append(ns, n)
+	}
+	ns = append(ns, 16*300+11)
+	vec, scalar := run(ns, true), run(ns, false)
+	for i := range vec {
+		for c := 0; c < 16; c++ {
+			for _, p := range [][2]float64{{vec[i].a[c], scalar[i].a[c]}, {vec[i].b[c], scalar[i].b[c]}} {
+				if math.Float64bits(p[0]) != math.Float64bits(p[1]) || math.IsNaN(p[0]) || math.IsInf(p[0], 0) {
+					t.Fatalf("sum %d, chain %d: AVX %v, scalar %v", i, c, p[0], p[1])
 				}
 			}
 		}

@@ -1,0 +1,95 @@
+package kernels
+
+// The row normalizations' float64 sums (RowNormForward's statistics,
+// RowNormBackward's Σ g·γ and Σ g·γ·x̂, RowNormParamGrads' per-run sums)
+// in sixteen interleaved chains, so that a CPU adds as many terms per
+// floating-point latency as its vector registers hold: of a slice's terms,
+// term j of the len &^ 15 leading ones goes to chain j mod 16 and the
+// rest to chain 0, each chain's terms in order; the chains are combined
+// by halves (tree16). A slice's chains may carry on into the next slice's
+// (a row's runs). The same order on every CPU: AVX2 registers where the
+// CPU has them (lanes_amd64.s), else the loops below — so a machine's
+// instructions never change a result (TestSums16).
+
+// tree16 combines the chains by halves: c[i] + c[i+8], then + 4, + 2, + 1.
+func tree16(c *[16]float64) float64 {
+	v := *c
+	for w := 8; w > 0; w /= 2 {
+		for i := 0; i < w; i++ {
+			v[i] += v[i+w]
+		}
+	}
+	return v[0]
+}
+
+// sum16 adds the terms float64(x_j) to acc.
+func sum16(x []float32, acc *[16]float64) {
+	n := len(x) &^ 15
+	if haveAVX2 && n > 0 {
+		sum16AVX(x[:n], acc)
+	} else {
+		for j := 0; j < n; j++ {
+			acc[j&15] += float64(x[j])
+		}
+	}
+	for j := n; j < len(x); j++ {
+		acc[0] += float64(x[j])
+	}
+}
+
+// sqdev16 adds the terms (float64(x_j) − m)² to acc.
+func sqdev16(x []float32, m float64, acc *[16]float64) {
+	n := len(x) &^ 15
+	if haveAVX2 && n > 0 {
+		sqdev16AVX(x[:n], m, acc)
+	} else {
+		for j := 0; j < n; j++ {
+			d := float64(x[j]) - m
+			acc[j&15] += d * d
+		}
+	}
+	for j := n; j < len(x); j++ {
+		d := float64(x[j]) - m
+		acc[0] += d * d
+	}
+}
+
+// gradSums16 adds a_j = g_j·sc to sg and a_j·((x_j − m)·iv) to sgx, each
+// rounded to float32 first.
+func gradSums16(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64) {
+	x = x[:len(g)]
+	n := len(g) &^ 15
+	if haveAVX2 && n > 0 {
+		gradSums16AVX(g[:n], x[:n], m, iv, sc, sg, sgx)
+	} else {
+		for j := 0; j < n; j++ {
+			a := g[j] * sc
+			sg[j&15] += float64(a)
+			sgx[j&15] += float64(a * ((x[j] - m) * iv))
+		}
+	}
+	for j := n; j < len(g); j++ {
+		a := g[j] * sc
+		sg[0] += float64(a)
+		sgx[0] += float64(a * ((x[j] - m) * iv))
+	}
+}
+
+// paramSums16 adds g_j·(x_j − m)·iv (rounded to float32, left to right)
+// to s and g_j to b.
+func paramSums16(g, x []float32, m, iv float32, s, b *[16]float64) {
+	x = x[:len(g)]
+	n := len(g) &^ 15
+	if haveAVX2 && n > 0 {
+		paramSums16AVX(g[:n], x[:n], m, iv, s, b)
+	} else {
+		for j := 0; j < n; j++ {
+			s[j&15] += float64(g[j] * (x[j] - m) * iv)
+			b[j&15] += float64(g[j])
+		}
+	}
+	for j := n; j < len(g); j++ {
+		s[0] += float64(g[j] * (x[j] - m) * iv)
+		b[0] += float64(g[j])
+	}
+}
