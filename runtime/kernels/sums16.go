@@ -11,15 +11,13 @@ package kernels
 // CPU has them (lanes_amd64.s), else the loops below — so a machine's
 // instructions never change a result (TestSums16).
 
-// tree16 combines the chains by halves: c[i] + c[i+8], then + 4, + 2, + 1.
+// tree16 combines the chains by halves: c[i] + c[i+8], then + 4, + 2, + 1
+// (unrolled: a short run's sums call it once each).
 func tree16(c *[16]float64) float64 {
-	v := *c
-	for w := 8; w > 0; w /= 2 {
-		for i := 0; i < w; i++ {
-			v[i] += v[i+w]
-		}
-	}
-	return v[0]
+	a0, a1, a2, a3 := c[0]+c[8], c[1]+c[9], c[2]+c[10], c[3]+c[11]
+	a4, a5, a6, a7 := c[4]+c[12], c[5]+c[13], c[6]+c[14], c[7]+c[15]
+	b0, b1, b2, b3 := a0+a4, a1+a5, a2+a6, a3+a7
+	return (b0 + b2) + (b1 + b3)
 }
 
 // sum16 adds the terms float64(x_j) to acc.
