@@ -632,3 +632,21 @@ func sampleGradsCase(t *testing.T, label, name string, mode Mode, fits, prefer, 
 	}
 	t.Logf("%d chunks through the library, %d convolutions asked about", calls.Load(), convs)
 }
+
+// TestSampleGradsChunk: the library's chunks are no larger than the
+// scratch holds, no more of them than that size needs, and their overlap
+// (samples formed twice) below their count.
+func TestSampleGradsChunk(t *testing.T) {
+	defer func(s int) { batchedScratch = s }(batchedScratch)
+	batchedScratch = 1 << 10
+	for N := 1; N <= 70; N++ {
+		for _, size := range []int{1, 7, 16, 37, 100, 300, 1024, 5000} {
+			nb := sampleGradsChunk(N, size)
+			most := max(1, min(N, batchedScratch/size))
+			chunks := (N + nb - 1) / nb
+			if nb < 1 || nb > most || chunks != (N+most-1)/most || chunks*nb-N >= chunks {
+				t.Fatalf("N %d, size %d: chunks of %d (at most %d): %d chunks, %d samples twice", N, size, nb, most, chunks, chunks*nb-N)
+			}
+		}
+	}
+}

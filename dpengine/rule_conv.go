@@ -517,9 +517,16 @@ func sampleGradsFit(e *Engine, s *runtime.ConvShape, x, dy *runtime.View) bool {
 }
 
 // sampleGradsChunk is convSampleGrads's chunk for a physical batch of N
-// samples: as many gradients of size floats as batchedScratch holds, at
-// least one.
-func sampleGradsChunk(N, size int) int { return max(1, min(N, batchedScratch/max(size, 1))) }
+// samples: at most as many gradients of size floats as batchedScratch
+// holds (at least one), and no more than the fewest such chunks need, so
+// that the last chunk's overlap with the one before (its samples formed
+// twice) stays below the count of chunks — 32 samples of VGG-16's
+// conv3_3, 28 to the scratch, are two chunks of 16, not 28 and 28.
+func sampleGradsChunk(N, size int) int {
+	nb := max(1, min(N, batchedScratch/max(size, 1)))
+	chunks := (N + nb - 1) / nb
+	return max(1, (N+chunks-1)/max(chunks, 1))
+}
 
 // convSampleGrads is convBatched's instantiated gradients from the
 // device's convolution library (runtime.ConvSampleGrads: on a GPU, cuDNN's
