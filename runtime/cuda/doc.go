@@ -290,7 +290,8 @@
 //     timed yet), the per-sample norms of its large early layers (Gemm
 //     30 %, their unfolding 11 %: now cuDNN's samples as groups where
 //     measured faster, and the unfolding a warp per row segment, neither
-//     timed yet) and the noise (9.2 ms a step, before
+//     timed yet; its ghost layers' a_i a_iᵀ from the input's Gram,
+//     ConvTapGrams, not timed yet) and the noise (9.2 ms a step, before
 //     the T-table AES). TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
