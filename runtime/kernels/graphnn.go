@@ -422,17 +422,11 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 		dr := dx[row*r.L : (row+1)*r.L]
 		m, iv := mean[row], inv[row]
 		if r.Mode == NormLast {
-			// Runs of one element: the general loop below sums every
-			// term into sg0 and sgx0 in order, as here, a loop per
-			// element spared.
-			scale := scale[:len(xr)]
-			var sg0, sgx0 float64
-			for j, g := range gr {
-				a := g * scale[j]
-				sg0 += float64(a)
-				sgx0 += float64(a * ((xr[j] - m) * iv))
-			}
-			mg, mgx := float32((sg0+0)/float64(r.L)), float32((sgx0+0)/float64(r.L))
+			// Σ g·γ and Σ g·γ·x̂ in sixteen chains (sums16.go), γ an
+			// element's own.
+			var sg, sgx [16]float64
+			gradSumsVec16(gr, xr, scale, m, iv, &sg, &sgx)
+			mg, mgx := float32(tree16(&sg)/float64(r.L)), float32(tree16(&sgx)/float64(r.L))
 			rowBack(xr, gr, scale, dr, m, iv, 0, mg, mgx)
 			continue
 		}

@@ -31,7 +31,8 @@ func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool {
 	return true
 }
 
-// sum16AVX, sqdev16AVX, gradSums16AVX and paramSums16AVX are sums16's
+// sum16AVX, sqdev16AVX, gradSums16AVX, gradSumsVec16AVX and
+// paramSums16AVX are sums16's
 // chains (graphnn.go) over the len &^ 15 leading terms.
 //
 //go:noescape
@@ -45,3 +46,6 @@ func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64)
 
 //go:noescape
 func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64)
+
+//go:noescape
+func gradSumsVec16AVX(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64)

@@ -279,3 +279,47 @@ paramSumsDone:
 	STORE16(R8, Y4, Y5, Y6, Y7)
 	VZEROUPPER
 	RET
+
+// GRADV8(OFF, A, B, C, D) is GRAD8 with a scale per term (at BX + OFF):
+// a = g·scale.
+#define GRADV8(OFF, A, B, C, D) \
+	VMOVUPS OFF(SI), Y8; \
+	VMOVUPS OFF(BX), Y15; \
+	VMULPS  Y15, Y8, Y8; \
+	VMOVUPS OFF(DX), Y9; \
+	VSUBPS  Y12, Y9, Y9; \
+	VMULPS  Y13, Y9, Y9; \
+	VMULPS  Y9, Y8, Y9; \
+	ADD8(X8, Y8, A, B); \
+	ADD8(X9, Y9, C, D)
+
+// func gradSumsVec16AVX(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64)
+TEXT ·gradSumsVec16AVX(SB), NOSPLIT, $0-96
+	MOVQ         g_base+0(FP), SI
+	MOVQ         g_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	MOVQ         scale_base+48(FP), BX
+	VBROADCASTSS m+72(FP), Y12
+	VBROADCASTSS iv+76(FP), Y13
+	MOVQ         sg+80(FP), DI
+	MOVQ         sgx+88(FP), R8
+	SHRQ         $4, CX
+	LOAD16(DI, Y0, Y1, Y2, Y3)
+	LOAD16(R8, Y4, Y5, Y6, Y7)
+
+gradSumsVecLoop:
+	TESTQ CX, CX
+	JZ    gradSumsVecDone
+	GRADV8(0, Y0, Y1, Y4, Y5)
+	GRADV8(32, Y2, Y3, Y6, Y7)
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $64, BX
+	DECQ CX
+	JMP  gradSumsVecLoop
+
+gradSumsVecDone:
+	STORE16(DI, Y0, Y1, Y2, Y3)
+	STORE16(R8, Y4, Y5, Y6, Y7)
+	VZEROUPPER
+	RET

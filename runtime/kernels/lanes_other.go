@@ -13,3 +13,6 @@ func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64) {
 func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64) {
 	panic("kernels: no AVX kernels")
 }
+func gradSumsVec16AVX(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64) {
+	panic("kernels: no AVX kernels")
+}

@@ -73,6 +73,27 @@ func gradSums16(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64) {
 	}
 }
 
+// gradSumsVec16 is gradSums16 with a scale per term: a_j = g_j·scale_j
+// (LayerNorm's rows).
+func gradSumsVec16(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64) {
+	x, scale = x[:len(g)], scale[:len(g)]
+	n := len(g) &^ 15
+	if haveAVX2 && n > 0 {
+		gradSumsVec16AVX(g[:n], x[:n], scale[:n], m, iv, sg, sgx)
+	} else {
+		for j := 0; j < n; j++ {
+			a := g[j] * scale[j]
+			sg[j&15] += float64(a)
+			sgx[j&15] += float64(a * ((x[j] - m) * iv))
+		}
+	}
+	for j := n; j < len(g); j++ {
+		a := g[j] * scale[j]
+		sg[0] += float64(a)
+		sgx[0] += float64(a * ((x[j] - m) * iv))
+	}
+}
+
 // paramSums16 adds g_j·(x_j − m)·iv (rounded to float32, left to right)
 // to s and g_j to b.
 func paramSums16(g, x []float32, m, iv float32, s, b *[16]float64) {
