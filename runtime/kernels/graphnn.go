@@ -381,7 +381,9 @@ func rowApply(x, y []float32, m, iv, sc, b float32, hasBias bool) {
 	}
 	if hasBias {
 		for ; j < len(x); j++ {
-			y[j] = (x[j]-m)*iv*sc + b
+			// The conversion keeps the compiler from fusing the last
+			// product and the sum (as on arm64), which the lanes do not.
+			y[j] = float32((x[j]-m)*iv*sc) + b
 		}
 		return
 	}
@@ -405,7 +407,7 @@ func rowApplyVec(x, scale, bias, y []float32, m, iv float32) {
 	}
 	if bias != nil {
 		for ; j < len(x); j++ {
-			y[j] = (x[j]-m)*iv*scale[j] + bias[j]
+			y[j] = float32((x[j]-m)*iv*scale[j]) + bias[j] // not fused (rowApply)
 		}
 		return
 	}
@@ -465,7 +467,7 @@ func rowBack(x, g, scale, dx []float32, m, iv, sc, mg, mgx float32) {
 		if scale != nil {
 			gs = scale[j]
 		}
-		dx[j] = iv * (g[j]*gs - mg - xh*mgx)
+		dx[j] = iv * (float32(g[j]*gs) - mg - float32(xh*mgx)) // not fused (rowApply)
 	}
 }
 

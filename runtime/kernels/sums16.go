@@ -43,12 +43,12 @@ func sqdev16(x []float32, m float64, acc *[16]float64) {
 	} else {
 		for j := 0; j < n; j++ {
 			d := float64(x[j]) - m
-			acc[j&15] += d * d
+			acc[j&15] += float64(d * d) // the conversion: never fused into the add
 		}
 	}
 	for j := n; j < len(x); j++ {
 		d := float64(x[j]) - m
-		acc[0] += d * d
+		acc[0] += float64(d * d)
 	}
 }
 
