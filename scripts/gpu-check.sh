@@ -33,8 +33,9 @@
 #      installed), each found by doubling then
 #      bisection (to 1/16) over one-step runs in fresh processes;
 #   6. (part profile) the operation profile (DPFINETUNE_CUDA_PROFILE) of
-#      ResNet-50 and VGG-16 (with cuDNN and without) and ViT-B/16: where a
-#      step's time goes, per operation and per kernel;
+#      ResNet-50 and VGG-16 (with cuDNN, with TF32 convolutions, and
+#      without cuDNN) and ViT-B/16: where a step's time goes, per operation
+#      and per kernel;
 #   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
@@ -432,24 +433,27 @@ fi
 if has profile; then
 echo "== 6. where a step's time goes (DPFINETUNE_CUDA_PROFILE)" >&2
 # Each operation and kernel timed alone (the device waited for before and
-# after each): profile-MODEL[-gemm].txt, one table per mode, over the
+# after each): profile-MODEL[-tf32|-gemm].txt, one table per mode, over the
 # timed steps (bench resets the profile after its warm-up step), with the
 # convolution library's products and refusals.
-profile() { # name batch [gemm]
+# The tf32 variant: every loan so far timed bk slower with TF32
+# convolutions than in float32 (ResNet-50, VGG-16, VGG-19/CIFAR) while
+# nondp ran faster; its profile says where.
+profile() { # name batch [gemm|tf32]
 	if late; then
 		echo "profile $1${3:+-$3}: skipped, BUDGET_S spent" >&2
 		return
 	fi
 	local f=$OUT/profile-$1${3:+-$3}.txt
-	if [ -n "${3:-}" ]; then
-		DPFINETUNE_CUDNN=off DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk >"$f" 2>&1
-	else
-		DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk,mixed >"$f" 2>&1
-	fi || echo "profile $1: exit $? (see $f)" >&2
+	case ${3:-} in
+	gemm) DPFINETUNE_CUDNN=off DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk >"$f" 2>&1 ;;
+	tf32) DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk --tf32 >"$f" 2>&1 ;;
+	*) DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk,mixed >"$f" 2>&1 ;;
+	esac || echo "profile $1: exit $? (see $f)" >&2
 	grep -E '^(nondp|bk|mixed) ' "$f" | sed "s/^/$1${3:+ ($3)}: /" >&2
 }
 if [ $mode = gpu ]; then
-	for m in resnet50 vgg16; do profile $m "$BATCH224"; profile $m "$BATCH224" gemm; done
+	for m in resnet50 vgg16; do profile $m "$BATCH224"; profile $m "$BATCH224" tf32; profile $m "$BATCH224" gemm; done
 	profile vit_b_16 "$BATCH224"
 else
 	profile cnn-fmnist 2
@@ -462,15 +466,17 @@ fi
 import glob, json, os, sys
 rows = []
 for f in glob.glob(os.path.join(sys.argv[1], "cudnn-algos-*.json")):
-    for k, v in (json.load(open(f)).get("paths") or {}).items():
+    kept = json.load(open(f))  # one file per cuDNN setting: its workspace bound, determinism
+    setting = "%d MiB%s" % (kept.get("workspace_cap_bytes", 0) >> 20, "" if kept.get("deterministic", True) else ", nondeterministic")
+    for k, v in (kept.get("paths") or {}).items():
         if k.startswith("per-sample "):
-            rows.append((k[len("per-sample "):], v))
+            rows.append((k[len("per-sample "):], setting, v))
 if rows:
-    print("\nPer-sample gradients, measured per sample: cuDNN's filter gradient of the samples as groups against the engine's unfolding (kept choices):\n")
-    print("| shape (samples as groups) | cuDNN ms a sample | unfolding ms a sample | taken |")
-    print("|---|---|---|---|")
-    for k, v in sorted(rows):
-        print("| %s | %.4f | %.4f | %s |" % (k, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
+    print("\nPer-sample gradients, measured per sample: cuDNN's filter gradient of the samples as groups against the engine's unfolding (kept choices; cuDNN's workspace bound per row):\n")
+    print("| shape (samples as groups) | workspace bound | cuDNN ms a sample | unfolding ms a sample | taken |")
+    print("|---|---|---|---|---|")
+    for k, setting, v in sorted(rows, key=lambda r: r[:2]):
+        print("| %s | %s | %.4f | %.4f | %s |" % (k, setting, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
 PYEOF
 cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2

@@ -639,9 +639,9 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	d.launch("row_affine_dx", int64(rows*L))
 }
 
-// NormalizeRowsAffineParamGrads implements runtime.NNOps: a thread or a
-// warp per parameter, summing over its elements (a warp's lanes taking
-// rows in turn).
+// NormalizeRowsAffineParamGrads implements runtime.NNOps: a block per
+// parameter, its threads splitting the parameter's terms (row_param_grads),
+// the block's size from the terms a parameter has.
 func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if np == 0 || (dscale == nil && dbias == nil) {
@@ -649,10 +649,21 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	}
 	a := d.begin()
 	defer d.end("NormalizeRowsAffineParamGrads")
-	tab := d.normTable(n)
+	G, CpG, S := n.ParamMap()
 	a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
-	a.I64(int64(rows)).I64(int64(L)).Ptr(tab).I64(int64(np)).Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
-	d.launchLanes("row_param_grads", np, rows)
+	a.I64(int64(rows)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S)).I64(int64(np))
+	a.Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
+	d.launchGrid("row_param_grads", D1(min(np, d.maxGrid)), D1(paramBlock(rows/G*S, d.props.Emulated)))
+}
+
+// paramBlock is the block size for a sum of terms terms a block: about
+// eight terms a thread, from a warp to 256 threads (32 on the emulation,
+// whose threads of a block are host threads).
+func paramBlock(terms int, emulated bool) int {
+	if emulated {
+		return 32
+	}
+	return min(256, max(32, (terms/8+31)/32*32))
 }
 
 // LRN implements runtime.NNOps: a thread per element (ws unused).

@@ -224,6 +224,10 @@ func nnCases() []graphCase {
 		{"InstanceNorm", runtime.NewInstanceNormRows(2, 3, 15, 1e-5)},
 		{"GroupNorm", runtime.NewGroupNormRows(2, 6, 8, 3, false, 1e-5)},
 		{"GroupNorm/per-group", runtime.NewGroupNormRows(2, 6, 8, 3, true, 1e-5)},
+		// Parameters of 1500 and 2100 terms: blocks of several warps for
+		// row_param_grads on a GPU, and rows of a group far apart.
+		{"GroupNorm/wide", runtime.NewGroupNormRows(3, 8, 500, 4, false, 1e-5)},
+		{"InstanceNorm/wide", runtime.NewInstanceNormRows(3, 5, 700, 1e-5)},
 	} {
 		nr := nc.nr
 		n, np := nr.Rows()*nr.RowLen(), nr.NumParams()
