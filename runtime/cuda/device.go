@@ -53,7 +53,7 @@ var deviceKernels = map[string][]string{
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows", "conv_tap_grams"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
-	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "max_pool", "max_pool_bwd", "max_pool_winners",
+	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "channel_sums_block", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_stats_block", "row_normalize", "row_grad_sums", "row_grad_sums_block", "row_normalize_bwd",
 		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
@@ -676,11 +676,17 @@ func (d *Device) launchSums(perThread, perBlock string, n, m int64) {
 		d.launch(perThread, n)
 		return
 	}
-	block := min(int64(1024), max(32, (m/32+31)/32*32))
+	d.launchGrid(perBlock, D1(int(min(n, int64(d.maxGrid)))), D1(int(d.sumsBlock(m))))
+}
+
+// sumsBlock is the block size of a block-per-result sum of m terms: about
+// 32 terms a thread, from a warp to 1024 threads (one warp on the
+// emulation, whose threads of a block are host threads).
+func (d *Device) sumsBlock(m int64) int64 {
 	if d.props.Emulated {
-		block = 32
+		return 32
 	}
-	d.launchGrid(perBlock, D1(int(min(n, int64(d.maxGrid)))), D1(int(block)))
+	return min(int64(1024), max(32, (m/32+31)/32*32))
 }
 
 // launchOne runs kernel name on one thread (d.mu held).

@@ -276,7 +276,7 @@ func (d *Device) channelSums(x DevicePtr, N, C, P int, out []float32) {
 	}
 	d.args.Reset()
 	d.args.Ptr(x).I64(int64(N)).I64(int64(C)).I64(int64(P)).Ptr(f32(out, opOut, d))
-	d.launch("channel_sums", 32*int64(C))
+	d.launchSums("channel_sums", "channel_sums_block", int64(C), int64(N*P))
 }
 
 // ConvTranspose implements runtime.NNOps: the convolution's input
@@ -641,7 +641,7 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 
 // NormalizeRowsAffineParamGrads implements runtime.NNOps: a block per
 // parameter, its threads splitting the parameter's terms (row_param_grads),
-// the block's size from the terms a parameter has.
+// the block's size from the terms a parameter has (sumsBlock).
 func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if np == 0 || (dscale == nil && dbias == nil) {
@@ -653,17 +653,7 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
 	a.I64(int64(rows)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S)).I64(int64(np))
 	a.Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
-	d.launchGrid("row_param_grads", D1(min(np, d.maxGrid)), D1(paramBlock(rows/G*S, d.props.Emulated)))
-}
-
-// paramBlock is the block size for a sum of terms terms a block: about
-// eight terms a thread, from a warp to 256 threads (32 on the emulation,
-// whose threads of a block are host threads).
-func paramBlock(terms int, emulated bool) int {
-	if emulated {
-		return 32
-	}
-	return min(256, max(32, (terms/8+31)/32*32))
+	d.launchGrid("row_param_grads", D1(min(np, d.maxGrid)), D1(int(d.sumsBlock(int64(rows/G*S)))))
 }
 
 // LRN implements runtime.NNOps: a thread per element (ws unused).
