@@ -194,14 +194,21 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
 // The data of row q are at q·l in the sample's gathered copy, or (whole)
 // at the whole-tensor row's offset. Every lane of the warp calls it.
 #define SUM_CHUNK 2048
-__device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l, long long g,
-                                         long long cpg, long long s, const float *x, const float *mean, const float *inv,
-                                         const float *dy, long long rows, int whole, long long k, int lane) {
+// The rows' block and place in it are counted, and row mod g divided by
+// byG's multiply, rather than three 64-bit divisions a row: a warp scans
+// every row of its sample for the few whose run is its parameter's, and on
+// a GPU those divisions (a hundred instructions each) cost more than the
+// terms of ResNet-50's later GroupNorms (49 a row).
+__device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l,
+                                         const FastDiv &byG, long long cpg, long long s, const float *x,
+                                         const float *mean, const float *inv, const float *dy, long long rows, int whole,
+                                         long long k, int lane) {
   double total = 0, part = 0;
-  long long t = 0; // the terms before this run
-  for (long long q = 0; q < rows; q++) {
-    long long row = (i + q / per_block * b) * per_block + q % per_block;
-    long long d = k - (row % g) * cpg;
+  long long t = 0;          // the terms before this run
+  long long blk = 0, w = 0; // q / per_block and q mod per_block, counted
+  for (long long q = 0; q < rows; q++, w = w + 1 == per_block ? (blk++, 0) : w + 1) {
+    long long row = (i + blk * b) * per_block + w;
+    long long d = k - (row - fdiv(byG, row) * byG.d) * cpg;
     if (d < 0 || d * s >= l) continue;
     long long j0 = d * s, len = (j0 + s < l ? j0 + s : l) - j0, off = (whole ? row : q) * l + j0;
     const float *gr = dy + off, *xr = scale ? x + off : 0;
@@ -238,8 +245,10 @@ extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long 
                                              const float *inv, const float *dy, long long rows, int whole, float *out,
                                              long long nout, long long samples, int lanes) {
   (void)lanes;
+  FastDiv byG = fast_div(g, (i0 + samples + (rows / per_block + 1) * b) * per_block), byOut = fast_div(nout, samples * nout);
   WARP_FOR_EACH(e, samples * nout) {
-    double v = norm_affine_sum(scale, i0 + e / nout, b, per_block, l, g, cpg, s, x, mean, inv, dy, rows, whole, e % nout,
+    long long j = fdiv(byOut, e);
+    double v = norm_affine_sum(scale, i0 + j, b, per_block, l, byG, cpg, s, x, mean, inv, dy, rows, whole, e - j * nout,
                                LANE);
     if (LANE == 0) out[e] = (float)v;
   }
