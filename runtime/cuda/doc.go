@@ -274,25 +274,22 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed. On an H100 (docs/BENCHMARKS.md, third loan) the whole test
+//   - Speed. On an H100 (docs/BENCHMARKS.md, fourth loan) the whole test
 //     suite passes and the norms equal the CPU's; book-keeping's step is
-//     1.88× (ResNet-50), 1.49× (ViT-B/16), 2.48× (VGG-16) PyTorch's non-DP
-//     step at 224×224 and 1.26× on VGG-19/CIFAR (target 1.2×). The
-//     profiles put ResNet-50's elementwise work around GroupNorm (the
-//     decomposed normalization's affine Mul and Add, forward and backward:
-//     ≈ 40 ms of the 117 profiled a step) beside the convolutions; the
-//     BatchNorm rewrite now trains one GroupNormalization node
-//     (NormalizeRowsAffine, the engine's normalization rule) and the
-//     Adds' gradients go in place, neither timed yet; decomposed
-//     LayerNorms (ViT-B/16's) are one node too (rewrite.FuseLayerNorm),
-//     not timed yet. VGG-16: four layers' convolutions on cuDNN's implicit
-//     GEMM for want of workspace (the bound now EnvCUDNNWorkspace, not
-//     timed yet), the per-sample norms of its large early layers (Gemm
-//     30 %, their unfolding 11 %: now cuDNN's samples as groups where
-//     measured faster, and the unfolding a warp per row segment, neither
-//     timed yet; its ghost layers' a_i a_iᵀ from the input's Gram,
-//     ConvTapGrams, not timed yet) and the noise (9.2 ms a step, before
-//     the T-table AES). TF32 products read
+//     1.02× (VGG-16) and 1.05× (VGG-19/CIFAR) PyTorch's non-DP step, the
+//     target (1.2×) met, and 1.49× (ResNet-50), 1.43× (ViT-B/16) not yet.
+//     ResNet-50's profile puts a bk step's time in the convolutions
+//     (≈ 32 ms of 79 profiled), GroupNorm (≈ 17 ms: forward, backward,
+//     the per-sample γ/β sums) and the norms' GEMMs and unfolding; ViT-B/16's
+//     in its GEMMs (101 of 141 ms), where nondp is already 1.21× PyTorch's
+//     step. The loan found nondp's GroupNorm γ/β gradient summed by one
+//     lane (row_param_grads, fixed: ResNet-50 nondp 134.9 → 53.9 ms);
+//     after it, the same shape of problem in channel_sums (a convolution's
+//     bias gradient, a warp per channel: now launchSums' blocks) and
+//     64-bit divisions in norm_affine_grads' row scan, neither timed yet.
+//     bk with --tf32 runs slower than in float32 on every convolutional
+//     model (nondp faster), on the same operations (the emulation's
+//     profile): gpu-check's TF32 profile row is to say why. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
@@ -305,9 +302,10 @@
 //     weights, paths that compute rather than copy; dpengine's
 //     TestNoSampleLoops holds every fixture to none); a stream per worker
 //     instead of the default stream.
-//   - Memory: bk's device peak at batch 32 is 1.12× PyTorch's non-DP peak
-//     on ResNet-50, 1.06× on ViT-B/16 (attention's probabilities
-//     recomputed), 0.81× on VGG-16 (target 1.1×), 1.13× on VGG-19/CIFAR
-//     at batch 64; mixed fits at least 32× the batch of Opacus's method on
-//     VGG-19/CIFAR.
+//   - Memory: bk's device peak at batch 32 is 1.14× PyTorch's non-DP peak
+//     on ResNet-50 (1.15× with PyTorch's 1000-class head, which the
+//     loans' rows had only on PyTorch's side), 1.06× on ViT-B/16
+//     (attention's probabilities recomputed), 0.88× on VGG-16 (target
+//     1.1×), 1.13× on VGG-19/CIFAR at batch 64; mixed fits at least 32×
+//     the batch of Opacus's method on VGG-19/CIFAR.
 package cuda
