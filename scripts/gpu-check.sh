@@ -62,7 +62,9 @@
 # (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm
 # maxbatch profile": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
-# files); MB_ROWS (the largest-batch rows, IMPL:MODE, in order); BUDGET_S (0: none): seconds after which the norms and benchmarks
+# files); BENCH_VARIANTS (the benchmark rows beside each model's default:
+# "gemm heuristic nondeterministic cudnn workspace256 tf32");
+# MB_ROWS (the largest-batch rows, IMPL:MODE, in order); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
 # timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
@@ -204,6 +206,10 @@ ours() { # name batch modes [--tf32]; CONVS=gemm: with DPFINETUNE_CUDNN=off; cla
 		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "convs": sys.argv[2], "batch": r["batch"], "rows": r["rows"]}))' "$1" "${CONVS:-library}" |
 		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"tf32\": $([ -n "${4:-}" ] && echo true || echo false), \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
 }
+# BENCH_VARIANTS: the rows beside each model's default one (all by
+# default; empty: none); a short loan names fewer, e.g. BENCH_VARIANTS=tf32.
+BENCH_VARIANTS=${BENCH_VARIANTS-gemm heuristic nondeterministic cudnn workspace256 tf32}
+variant() { case " $BENCH_VARIANTS " in *" $1 "*) return 0 ;; esac; return 1; }
 torch() { # name batch size classes tf32 [dp]
 	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 20 --tf32 "$5" --dp "${6:-none}") 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
 }
@@ -221,26 +227,27 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" off
 	# One model also with cuDNN off: the convolutions as cuBLAS GEMMs,
 	# what cuDNN buys (the emulation has no cuDNN: the row runs the path).
-	if [ "$1" = "$GEMM_ROW" ] && ! late; then
+	if [ "$1" = "$GEMM_ROW" ] && variant gemm && ! late; then
 		CONVS=gemm DPFINETUNE_CUDNN=off ours "$1" "$2" nondp,bk
 	fi
 	# The convolutional models also with cuDNN's algorithms chosen by its
 	# heuristics (DPFINETUNE_CUDNN_ALGO=heuristic) rather than its
 	# measurement, the default (kept on disk after the first run: the rows
 	# above measured the shapes, this row's and later runs' read them).
-	case $1 in vit*) ;; *) late || CONVS=heuristic DPFINETUNE_CUDNN_ALGO=heuristic ours "$1" "$2" nondp,bk ;; esac
+	case $1 in vit*) ;; *) variant heuristic && ! late && CONVS=heuristic DPFINETUNE_CUDNN_ALGO=heuristic ours "$1" "$2" nondp,bk ;; esac
 	# And with cuDNN's nondeterministic algorithms allowed
 	# (DPFINETUNE_CUDNN_DETERMINISTIC=off), as PyTorch's default allows them.
-	case $1 in vit*) ;; *) late || CONVS=nondeterministic DPFINETUNE_CUDNN_DETERMINISTIC=off ours "$1" "$2" nondp,bk ;; esac
+	case $1 in vit*) ;; *) variant nondeterministic && ! late && CONVS=nondeterministic DPFINETUNE_CUDNN_DETERMINISTIC=off ours "$1" "$2" nondp,bk ;; esac
 	# And with cuDNN wherever it takes a shape (DPFINETUNE_CUDNN_GEMM=off):
 	# the default measures each product against the GEMM path and keeps
 	# the faster, this row what that choice buys.
-	case $1 in vit*) ;; *) late || CONVS=cudnn DPFINETUNE_CUDNN_GEMM=off ours "$1" "$2" nondp,bk ;; esac
+	case $1 in vit*) ;; *) variant cudnn && ! late && CONVS=cudnn DPFINETUNE_CUDNN_GEMM=off ours "$1" "$2" nondp,bk ;; esac
 	# VGG-16 with cuDNN's workspace bounded as before (256 MiB): its
 	# 256- and 512-channel convolutions' FFT and Winograd algorithms ask
 	# for more (docs/BENCHMARKS.md, tenth session).
-	case $1 in vgg16) late || CONVS=workspace256 DPFINETUNE_CUDNN_WORKSPACE=256 ours "$1" "$2" nondp,bk ;; esac
+	case $1 in vgg16) variant workspace256 && ! late && CONVS=workspace256 DPFINETUNE_CUDNN_WORKSPACE=256 ours "$1" "$2" nondp,bk ;; esac
 	case $1 in vit*) return ;; esac
+	variant tf32 || return 0
 	ours "$1" "$2" nondp,bk --tf32
 	[ $mode = gpu ] && torch "$1" "$2" "$3" "$4" default
 	# Opacus's method in PyTorch (every per-sample gradient materialized,
