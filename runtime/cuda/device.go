@@ -48,15 +48,15 @@ var deviceKernels = map[string][]string{
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
-	"linalg.cu": {"axpy", "reduce_to_shape", "gemm_scale", "gemm_ptrs"},
-	"elementwise.cu": {"binary", "binary_backward", "binary_backward_block", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
+	"linalg.cu": {"axpy", "reduce_to_shape", "reduce_to_shape_cols", "gemm_scale", "gemm_ptrs"},
+	"elementwise.cu": {"binary", "binary_backward", "binary_backward_block", "binary_backward_cols", "unary", "unary_backward", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
 	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows", "conv_tap_grams"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "channel_sums_block", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_stats_block", "row_normalize", "row_grad_sums", "row_grad_sums_block", "row_normalize_bwd",
-		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_param_grads", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
+		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
 	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
 }
 
@@ -677,6 +677,40 @@ func (d *Device) launchSums(perThread, perBlock string, n, m int64) {
 		return
 	}
 	d.launchGrid(perBlock, D1(int(min(n, int64(d.maxGrid)))), D1(int(d.sumsBlock(m))))
+}
+
+// launchCols runs a column-tile reduction (a _cols kernel: cols_total)
+// over n results of m terms each whose neighbouring results are
+// neighbouring addresses: a block of 32 results × colRows(m) threads
+// (d.mu held). The block's shape, and so the sums' order, depends on m
+// alone.
+func (d *Device) launchCols(name string, n, m int64) {
+	d.launchGrid(name, D1(int(min((n+31)/32, int64(d.maxGrid)))), Dim3{32, uint32(d.colRows(m)), 1})
+}
+
+// colRows is a column tile's threads per result: a power of two, at
+// least 64 terms a thread, at most 32 (two on the emulation, whose threads
+// are host threads: enough for cols_total's tree to run).
+func (d *Device) colRows(m int64) int64 {
+	by := int64(1)
+	for by < 32 && by*64 < m {
+		by *= 2
+	}
+	if d.props.Emulated {
+		by = min(by, 2)
+	}
+	return by
+}
+
+// innerKept reports whether a reduction of shape over the axes red keeps
+// its innermost axis (of more than one element), so that neighbouring
+// results are neighbouring addresses (launchCols).
+func innerKept(shape []int, red []bool) bool {
+	inner := len(shape) - 1
+	for inner > 0 && shape[inner] == 1 {
+		inner--
+	}
+	return inner >= 0 && !red[inner]
 }
 
 // sumsBlock is the block size of a block-per-result sum of m terms: about

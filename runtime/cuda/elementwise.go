@@ -57,7 +57,8 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			d.Fill(0, t[:nt])
 			continue
 		}
-		l := newLayout(yShape, reducedAxes(yShape, tShape), yShape, aShape, bShape)
+		red := reducedAxes(yShape, tShape)
+		l := newLayout(yShape, red, yShape, aShape, bShape)
 		var yy []float32 // read by Div's d/db and Pow only (may be nil otherwise)
 		if op == runtime.BinaryDiv && wrt == 1 || op == runtime.BinaryPow {
 			yy = y[:ny]
@@ -66,7 +67,13 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 		args.I32(int32(op)).I32(int32(wrt)).Ptr(f32(a[:numElems(aShape)], opIn, d)).Ptr(f32(b[:numElems(bShape)], opIn, d))
 		args.Ptr(f32(yy, opIn, d)).Ptr(f32(dy[:ny], opIn, d)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(ny / nt))
 		l.arg(args)
-		d.launchSums("binary_backward", "binary_backward_block", int64(nt), int64(ny/nt))
+		if m := ny / nt; nt >= 32 && m >= 64 && innerKept(yShape, red) {
+			// A bias over a batch of tokens: t's elements run along y's
+			// innermost axis, column tiles read them coalesced.
+			d.launchCols("binary_backward_cols", int64(nt), int64(m))
+		} else {
+			d.launchSums("binary_backward", "binary_backward_block", int64(nt), int64(ny/nt))
+		}
 		d.end("BinaryBackward")
 	}
 }

@@ -104,17 +104,18 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	// Where x's innermost axis is kept (a bias's sums over the tokens of
 	// B × T × D), neighbouring results read neighbouring addresses: a
 	// thread each reads x coalesced, where a warp each would read 32
-	// addresses a row apart. The warp pays only when the results are too
-	// few to fill the device.
-	inner := len(xShape) - 1
-	for inner > 0 && xShape[inner] == 1 {
-		inner--
-	}
-	if lanes > 1 && !red[inner] && len(t) >= reduceThreads*max(1, d.props.Multiprocessors) {
-		lanes = 1
+	// addresses a row apart; where the results are too few to fill the
+	// device that way, column tiles (launchCols).
+	cols := false
+	if lanes > 1 && innerKept(xShape, red) {
+		lanes, cols = 1, len(t) < reduceThreads*max(1, d.props.Multiprocessors)
 	}
 	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
 	l.arg(args)
+	if cols {
+		d.launchCols("reduce_to_shape_cols", int64(len(t)), int64(m))
+		return
+	}
 	d.launch("reduce_to_shape", int64(lanes)*int64(len(t)))
 }
 

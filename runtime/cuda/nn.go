@@ -641,7 +641,8 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 
 // NormalizeRowsAffineParamGrads implements runtime.NNOps: a block per
 // parameter, its threads splitting the parameter's terms (row_param_grads),
-// the block's size from the terms a parameter has (sumsBlock).
+// the block's size from the terms a parameter has (sumsBlock); in
+// LayerNorm's layout column tiles (row_param_grads_cols).
 func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if np == 0 || (dscale == nil && dbias == nil) {
@@ -653,6 +654,10 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
 	a.I64(int64(rows)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S)).I64(int64(np))
 	a.Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
+	if G == 1 && CpG == 0 && S == 1 { // LayerNorm's layout: parameter k is column k
+		d.launchCols("row_param_grads_cols", int64(np), int64(rows))
+		return
+	}
 	d.launchGrid("row_param_grads", D1(min(np, d.maxGrid)), D1(int(d.sumsBlock(int64(rows/G*S)))))
 }
 

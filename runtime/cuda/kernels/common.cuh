@@ -61,6 +61,34 @@ __device__ __forceinline__ double block_sum(double s, double *part) {
   return s;
 }
 
+// cols_total returns to every thread of a column-tile block — 32 results
+// along x, blockDim.y (a power of two, at most 32) threads along y each
+// summing every blockDim.y-th term of its result — the sum of its
+// column's partial sums s, added by a fixed tree over y (y adds y + h's,
+// h halving), so that the order depends on the block's shape alone.
+// Neighbouring threads of a warp read neighbouring results' terms, which
+// are neighbouring addresses where the results run along x's innermost
+// axis: column sums of a rows × columns matrix (a bias's gradient over a
+// batch of tokens), which a block or warp per result reads a row apart.
+// part is the block's __shared__ double[32][33].
+__device__ __forceinline__ double cols_total(double s, double (*part)[33]) {
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.y / 2; h > 0; h /= 2) {
+    if (threadIdx.y < h) part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  double t = part[0][threadIdx.x];
+  __syncthreads();
+  return t;
+}
+
+// COL_TILES runs its body for each tile of 32 results of n that a
+// column-tile block takes (cols_total), j the thread's result (j ≥ n in a
+// last, partial tile: the body must still reach cols_total).
+#define COL_TILES(j, n) \
+  for (long long j##0 = blockIdx.x * 32LL, j = j##0 + threadIdx.x; j##0 < (n); j##0 += gridDim.x * 32LL, j = j##0 + threadIdx.x)
+
 // FastDiv divides indices by a fixed d the way layout_offsets does (below), its
 // constants made on the device, once per thread (one 64-bit division
 // there, amortized over a grid-stride loop's elements): for kernels that

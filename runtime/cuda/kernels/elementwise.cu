@@ -98,6 +98,27 @@ extern "C" __global__ void binary_backward_block(int op, int wrt, const float *a
   }
 }
 
+// binary_backward_cols is binary_backward in column tiles (cols_total),
+// where t's elements run along y's innermost axis: a bias added to a batch
+// of tokens, whose gradient a block per element read a row apart.
+extern "C" __global__ void binary_backward_cols(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
+  __shared__ double part[32][33];
+  COL_TILES(j, n) {
+    double s = 0;
+    if (j < n) {
+      long long base[3] = {0, 0, 0};
+      layout_offsets(l, 0, l.keep, j, base, 3);
+      for (long long r = threadIdx.y; r < m; r += blockDim.y) {
+        long long off[3] = {base[0], base[1], base[2]};
+        layout_offsets(l, l.keep, l.rank, r, off, 3);
+        s += binary_term(op, wrt, a, b, y, dy, off);
+      }
+    }
+    s = cols_total(s, part);
+    if (threadIdx.y == 0 && j < n) t[j] = (float)s;
+  }
+}
+
 // The operators of runtime.UnaryOp, in its order.
 enum {
   U_RELU, U_SIGMOID, U_TANH, U_ERF, U_EXP, U_LOG, U_SQRT, U_NEG, U_ABS, U_RECIPROCAL, U_IDENTITY,

@@ -772,6 +772,32 @@ extern "C" __global__ void row_param_grads(const float *x, const float *mean, co
   }
 }
 
+// row_param_grads_cols is row_param_grads in LayerNorm's layout (g = 1,
+// cpg = 0, s = 1: parameter k is column k of every row) in column tiles
+// (cols_total): neighbouring threads read neighbouring parameters' terms,
+// where a block per parameter read its column a row apart.
+extern "C" __global__ void row_param_grads_cols(const float *x, const float *mean, const float *inv_std, const float *dy,
+                                                long long rows, long long L, long long g, long long cpg, long long s,
+                                                long long params, float *dscale, float *dbias) {
+  __shared__ double part[32][33];
+  (void)g, (void)cpg, (void)s;
+  COL_TILES(k, params) {
+    double ss = 0, sb = 0;
+    if (k < params) {
+      for (long long r = threadIdx.y; r < rows; r += blockDim.y) {
+        long long i = r * L + k;
+        double d = dy[i];
+        ss += d * ((double)x[i] - (double)mean[r]) * (double)inv_std[r];
+        sb += d;
+      }
+    }
+    ss = cols_total(ss, part);
+    sb = cols_total(sb, part);
+    if (threadIdx.y == 0 && k < params && dscale) dscale[k] = (float)ss;
+    if (threadIdx.y == 0 && k < params && dbias) dbias[k] = (float)sb;
+  }
+}
+
 // lrn_scale returns s = bias + α/size·Σ x² over the window of channel c at
 // inner position k of sample n.
 __device__ static double lrn_scale(const float *x, long long C, long long inner, int size, double alpha, double bias,
