@@ -88,11 +88,6 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 // it to run both kernels).
 var reduceWide = 64
 
-// reduceThreads is the number of results per multiprocessor from which a
-// ReduceToShape that keeps x's innermost axis runs a thread per result
-// (reduceTo).
-const reduceThreads = 128
-
 // reduceTo launches reduce_to_shape (x and t non-empty).
 func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, op string) {
 	red := reducedAxes(xShape, tShape)
@@ -102,14 +97,13 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	m := len(x) / len(t)
 	lanes := lanesFor(m) // not launchLanes: the Layout is the last argument
 	// Where x's innermost axis is kept (a bias's sums over the tokens of
-	// B × T × D), neighbouring results read neighbouring addresses: a
-	// thread each reads x coalesced, where a warp each would read 32
-	// addresses a row apart; where the results are too few to fill the
-	// device that way, column tiles (launchCols).
-	cols := false
-	if lanes > 1 && innerKept(xShape, red) {
-		lanes, cols = 1, len(t) < reduceThreads*max(1, d.props.Multiprocessors)
-	}
+	// B × T × D), neighbouring results read neighbouring addresses: column
+	// tiles read x coalesced (launchCols), where a warp each would read 32
+	// addresses a row apart, and split a result's terms over threads where
+	// a thread each would leave the device idle when the results are few
+	// (ViT-B/16's summed biases: 768) and sum them in long chains when
+	// they are not (its per-sample ones: 32 × 768 of 197 terms).
+	cols := lanes > 1 && innerKept(xShape, red)
 	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
 	l.arg(args)
 	if cols {
