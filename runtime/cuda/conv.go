@@ -134,7 +134,8 @@ func (d *Device) gemm(g GemmArgs, op string) {
 		d.args.Ptr(g.A).I64(int64(g.StrideA)).Ptr(g.B).I64(int64(g.StrideB)).Ptr(g.C).I64(int64(g.StrideC)).I64(int64(g.Batch)).Ptr(g.Ptrs)
 		d.launch("gemm_ptrs", int64(g.Batch))
 	}
-	if err := d.drv.Gemm(&g); err != nil {
+	d.gemmArgs = g
+	if err := d.drv.Gemm(&d.gemmArgs); err != nil {
 		fault(fmt.Errorf("cuda: %s: %dx%dx%d GEMM (batch %d): %w", op, g.M, g.N, g.K, g.Batch, err))
 	}
 }

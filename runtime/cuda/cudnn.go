@@ -624,20 +624,23 @@ func (c *nvidia) Conv(a *ConvArgs) error {
 	if err := c.dnnAlgo(p, a.Kind, a.TF32); err != nil {
 		return err
 	}
-	wsSize := p.ws[a.Kind]
+	// The size is written into the plan itself (heap memory already), so
+	// that no call moves a local to the heap.
+	wsp := uintptr(unsafe.Pointer(&p.ws[a.Kind]))
 	switch {
 	case p.wsKnown[a.Kind]:
 	case a.Kind == ConvForward:
-		err = c.dnn.call("cudnnGetConvolutionForwardWorkspaceSize", c.dnn.fwdWorkspace, c.dnnHandle, p.x, p.w, p.conv, p.y, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+		err = c.dnn.call("cudnnGetConvolutionForwardWorkspaceSize", c.dnn.fwdWorkspace, c.dnnHandle, p.x, p.w, p.conv, p.y, uintptr(p.algo[a.Kind]), wsp)
 	case a.Kind == ConvBackwardData:
-		err = c.dnn.call("cudnnGetConvolutionBackwardDataWorkspaceSize", c.dnn.dataWorkspace, c.dnnHandle, p.w, p.y, p.conv, p.x, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+		err = c.dnn.call("cudnnGetConvolutionBackwardDataWorkspaceSize", c.dnn.dataWorkspace, c.dnnHandle, p.w, p.y, p.conv, p.x, uintptr(p.algo[a.Kind]), wsp)
 	default:
-		err = c.dnn.call("cudnnGetConvolutionBackwardFilterWorkspaceSize", c.dnn.filterWorkspace, c.dnnHandle, p.x, p.y, p.conv, p.w, uintptr(p.algo[a.Kind]), uintptr(unsafe.Pointer(&wsSize)))
+		err = c.dnn.call("cudnnGetConvolutionBackwardFilterWorkspaceSize", c.dnn.filterWorkspace, c.dnnHandle, p.x, p.y, p.conv, p.w, uintptr(p.algo[a.Kind]), wsp)
 	}
 	if err != nil {
 		return err
 	}
-	p.ws[a.Kind], p.wsKnown[a.Kind] = wsSize, true
+	p.wsKnown[a.Kind] = true
+	wsSize := p.ws[a.Kind]
 	ws, err := c.dnnWorkspace(wsSize)
 	if err != nil {
 		return err

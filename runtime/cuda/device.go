@@ -135,6 +135,9 @@ type Device struct {
 	// dnnArgs and dnnAxes are dnnConv's arguments, reused.
 	dnnArgs ConvArgs
 	dnnAxes [3][3]int
+	// gemmArgs is gemm's argument to the driver, a field so that passing
+	// its address does not move a local to the heap at every product.
+	gemmArgs GemmArgs
 	// paths holds, per shape and product, whether the library runs it
 	// (true) or the GEMM path, as measured or kept (libOrGEMM);
 	// pathsMeasured counts the measurements.

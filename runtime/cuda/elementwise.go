@@ -57,7 +57,8 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			d.Fill(0, t[:nt])
 			continue
 		}
-		red := reducedAxes(yShape, tShape)
+		var rb [stackRank]bool
+		red := reducedAxes(yShape, tShape, rb[:])
 		l := newLayout(yShape, red, yShape, aShape, bShape)
 		var yy []float32 // read by Div's d/db and Pow only (may be nil otherwise)
 		if op == runtime.BinaryDiv && wrt == 1 || op == runtime.BinaryPow {
@@ -207,7 +208,8 @@ func (d *Device) WhereBackward(cond []uint8, condShape []int, xShape, yShape []i
 			d.Fill(0, t[:nt])
 			continue
 		}
-		l := newLayout(outShape, reducedAxes(outShape, tShape), outShape, condShape)
+		var rb [stackRank]bool
+		l := newLayout(outShape, reducedAxes(outShape, tShape, rb[:]), outShape, condShape)
 		a := d.begin()
 		a.Ptr(u8(cond[:numElems(condShape)], d)).Ptr(f32(dout[:n], opIn, d)).I32(int32(1 - k)).Ptr(f32(t[:nt], opOut, d)).I64(int64(nt)).I64(int64(n / nt))
 		l.arg(a)

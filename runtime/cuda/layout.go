@@ -166,16 +166,14 @@ func (d *Device) IndexGatherBackwardRows(dy []float32, m *runtime.IndexMap, rows
 // permLayout is the iteration over the transposed shape with x's strides
 // as operand 0.
 func permLayout(pp *runtime.PermPlan) (iterLayout, int) {
-	st := make([]int, len(pp.Shape))
-	for a := range st {
-		st[a] = numElems(pp.Shape[a+1:])
+	var ab [stackRank]axis
+	axes := ab[:0]
+	for _, p := range pp.Perm {
+		ax := axis{dim: pp.Shape[p]}
+		ax.st[0] = numElems(pp.Shape[p+1:])
+		axes = append(axes, ax)
 	}
-	axes := make([]axis, len(pp.Perm))
-	for k, p := range pp.Perm {
-		axes[k] = axis{dim: pp.Shape[p]}
-		axes[k].st[0] = st[p]
-	}
-	return compactLayout(axes, 1, fmt.Sprintf("transpose %v of %v", pp.Perm, pp.Shape)), numElems(pp.Shape)
+	return compactLayout(axes, 1, pp.Shape, pp.Perm), numElems(pp.Shape)
 }
 
 // Transpose implements runtime.LayoutOps: one thread per element of y.

@@ -76,7 +76,8 @@ func (d *Device) ReduceToShape(x []float32, xShape []int, t []float32, tShape []
 		return
 	}
 	if nt == nx { // nothing to sum: the same elements in the same order
-		reducedAxes(xShape, tShape) // validates
+		var rb [stackRank]bool
+		reducedAxes(xShape, tShape, rb[:]) // validates
 		d.Copy(x[:nx], t[:nt])
 		return
 	}
@@ -90,7 +91,8 @@ var reduceWide = 64
 
 // reduceTo launches reduce_to_shape (x and t non-empty).
 func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, op string) {
-	red := reducedAxes(xShape, tShape)
+	var rb [stackRank]bool
+	red := reducedAxes(xShape, tShape, rb[:])
 	l := newLayout(xShape, red, xShape)
 	args := d.begin()
 	defer d.end(op)
@@ -123,9 +125,16 @@ func numElems(shape []int) int {
 }
 
 // reducedAxes marks the axes of shape along which tShape (right-aligned,
-// missing or 1 there) is broadcast: the axes ReduceToShape sums over.
-func reducedAxes(shape, tShape []int) []bool {
-	r := make([]bool, len(shape))
+// missing or 1 there) is broadcast: the axes ReduceToShape sums over, in
+// buf where it holds them (a caller's stack array: an operation's launch
+// allocates nothing on the host).
+func reducedAxes(shape, tShape []int, buf []bool) []bool {
+	r := buf[:0]
+	if cap(r) < len(shape) {
+		r = make([]bool, 0, len(shape))
+	}
+	r = r[:len(shape)]
+	clear(r)
 	off := len(shape) - len(tShape)
 	for a, s := range shape {
 		if ta := a - off; ta < 0 || tShape[ta] == 1 && s != 1 {
@@ -142,6 +151,10 @@ const (
 	layoutMaxRank = 8
 	layoutMaxOps  = 4
 )
+
+// stackRank is the rank up to which a layout's host-side scratch (its
+// axes, the reduced ones) lives in stack arrays; higher ranks allocate.
+const stackRank = 16
 
 // iterLayout is the kernels' Layout, field for field: an iteration over
 // a broadcast shape, the threads' axes (keep of them) first, then the
@@ -200,7 +213,8 @@ func newLayout(shape []int, reduced []bool, shapes ...[]int) iterLayout {
 	if len(shapes) > layoutMaxOps {
 		panic("cuda: layout of too many operands")
 	}
-	axes := make([]axis, 0, len(shape))
+	var ab [stackRank]axis
+	axes := ab[:0]
 	r := len(shape)
 	for a, dim := range shape {
 		ax := axis{dim: dim, red: reduced != nil && reduced[a]}
@@ -216,15 +230,17 @@ func newLayout(shape []int, reduced []bool, shapes ...[]int) iterLayout {
 		}
 		axes = append(axes, ax)
 	}
-	return compactLayout(axes, len(shapes), fmt.Sprint(shape))
+	return compactLayout(axes, len(shapes), shape, nil)
 }
 
 // compactLayout turns axes into the kernels' Layout for nops operands:
 // unit axes dropped, the kept axes first and then the looped ones, each
 // in their order, and neighbours of one kind merged where every operand
-// is contiguous across them. what names the shape in a panic.
-func compactLayout(axes []axis, nops int, what string) iterLayout {
-	merged := make([]axis, 0, len(axes))
+// is contiguous across them. shape (and perm, a transpose's) name the
+// iteration in a panic.
+func compactLayout(axes []axis, nops int, shape, perm []int) iterLayout {
+	var mb [stackRank]axis
+	merged := mb[:0]
 	for _, red := range []bool{false, true} {
 		for _, ax := range axes {
 			if ax.red != red || ax.dim == 1 {
@@ -246,6 +262,10 @@ func compactLayout(axes []axis, nops int, what string) iterLayout {
 		}
 	}
 	if len(merged) > layoutMaxRank {
+		what := fmt.Sprint(shape)
+		if perm != nil {
+			what = fmt.Sprintf("transpose %v of %v", perm, shape)
+		}
 		panic(fmt.Sprintf("cuda: iteration over %s needs %d axes, more than the kernels' %d", what, len(merged), layoutMaxRank))
 	}
 	var l iterLayout
