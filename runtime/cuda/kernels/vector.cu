@@ -195,18 +195,25 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
 // at the whole-tensor row's offset. Every lane of the warp calls it.
 #define SUM_CHUNK 2048
 // The rows' block and place in it are counted, and row mod g divided by
-// byG's multiply, rather than three 64-bit divisions a row: a warp scans
-// every row of its sample for the few whose run is its parameter's, and on
-// a GPU those divisions (a hundred instructions each) cost more than the
-// terms of ResNet-50's later GroupNorms (49 a row).
+// byG's multiply, rather than three 64-bit divisions a row: on a GPU those
+// divisions (a hundred instructions each) cost more than the terms of
+// ResNet-50's later GroupNorms (49 a row). And where a block holds whole
+// groups of rows (per_block a multiple of g), row q's group is q mod g:
+// only every g-th row, from k/cpg's, can hold k's run, as the CPU's sum
+// skips (the same terms in the same order).
 __device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l,
                                          const FastDiv &byG, long long cpg, long long s, const float *x,
                                          const float *mean, const float *inv, const float *dy, long long rows, int whole,
                                          long long k, int lane) {
   double total = 0, part = 0;
   long long t = 0;          // the terms before this run
-  long long blk = 0, w = 0; // q / per_block and q mod per_block, counted
-  for (long long q = 0; q < rows; q++, w = w + 1 == per_block ? (blk++, 0) : w + 1) {
+  long long q0 = 0, qs = 1;
+  if (cpg > 0 && per_block % byG.d == 0) {
+    q0 = k / cpg;
+    qs = byG.d;
+  }
+  long long blk = q0 / per_block, w = q0 % per_block; // q / per_block and q mod per_block, counted
+  for (long long q = q0; q < rows; q += qs, w += qs, w >= per_block ? (w -= per_block, blk++) : 0) {
     long long row = (i + blk * b) * per_block + w;
     long long d = k - (row - fdiv(byG, row) * byG.d) * cpg;
     if (d < 0 || d * s >= l) continue;
