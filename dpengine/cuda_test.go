@@ -303,3 +303,53 @@ func TestWorkerBufsGiveBackOutgrown(t *testing.T) {
 		t.Error("FreeFloats of a view inside an allocation succeeded")
 	}
 }
+
+// TestNormBatchPair: a normalization's scale and bias taken from one
+// NormAffineGrads call (normBatch's pair, one pass over the output
+// gradient on a GPU) give the clipped sums and norms of a call each, bit
+// for bit, with fewer launches (resnet_train's GroupNorms on the CUDA
+// emulation).
+func TestNormBatchPair(t *testing.T) {
+	_, cd, dev := countingCUDA(t)
+	const name, n = "resnet_train", 4
+	x, y, _, _ := engineBatch(t, name, n)
+	run := func(pair bool) (map[string][]float32, []float64, int) {
+		normPairOff = !pair
+		defer func() { normPairOff = false }()
+		e := buildEngine(t, name, compareConfig(dev, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+		if _, _, err := e.ClippedSum(x, y); err != nil { // first use: the plans' copies and choices
+			t.Fatal(err)
+		}
+		cd.launches = 0
+		sum, norms, err := e.ClippedSum(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]float32{}
+		for k, g := range sum {
+			out[k] = append([]float32(nil), g...)
+		}
+		return out, append([]float64(nil), norms...), cd.launches
+	}
+	pairSum, pairNorms, pairLaunches := run(true)
+	sum, norms, launches := run(false)
+	for i := range norms {
+		if math.Float64bits(pairNorms[i]) != math.Float64bits(norms[i]) {
+			t.Fatalf("sample %d's norm %v paired, %v a call each", i, pairNorms[i], norms[i])
+		}
+	}
+	if len(pairSum) != len(sum) {
+		t.Fatalf("%d parameters paired, %d a call each", len(pairSum), len(sum))
+	}
+	for k := range sum {
+		for j := range sum[k] {
+			if math.Float32bits(pairSum[k][j]) != math.Float32bits(sum[k][j]) {
+				t.Fatalf("%s element %d: %v paired, %v a call each", k, j, pairSum[k][j], sum[k][j])
+			}
+		}
+	}
+	if pairLaunches >= launches {
+		t.Errorf("%d launches paired, %d with a call each: no pair was taken", pairLaunches, launches)
+	}
+	t.Logf("launches: %d paired, %d a call each", pairLaunches, launches)
+}

@@ -18,8 +18,9 @@ func init() {
 }
 
 // normBatchOff turns normBatch off (tests compare it with the
-// sample-by-sample path).
-var normBatchOff bool
+// sample-by-sample path), normPairOff its scale-and-bias pairs (tests
+// compare them with a call each).
+var normBatchOff, normPairOff bool
 
 // normBatch is the per-sample gradient of a normalization's scale or bias
 // read by nothing else, for the physical batch in one call
@@ -30,6 +31,66 @@ var normBatchOff bool
 // 8,000 small launches a step on a GPU. It reports false, doing nothing,
 // for any other case.
 func normBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
+	if !normBatchFits(e, ev, g) {
+		return false
+	}
+	us := g.uses[0]
+	k := us.use.Operand
+	nr, x, dy := ev.Norm, &ev.Inputs[0], &ev.DOut
+	P := len(us.p.data)
+	if k == 2 && e.pendingGroup == g && e.pendingSeq == e.hookSeq {
+		// Taken with the scale's, earlier in this event.
+		e.pendingGroup = nil
+		return e.addSampleRows(us.p, 0, e.biasPending[:e.n*P])
+	}
+	// The scale's group asks for its node's bias's too where that group
+	// comes later in this event and is batched alike: one pass over the
+	// output gradient for both (VectorOps.NormAffineGrads' outBias).
+	var bias *useGroup
+	if k == 1 && !normPairOff {
+		seen := false
+		for _, o := range e.groups[g.output] {
+			if o == g {
+				seen = true
+			} else if seen && o.elem == g.elem && len(o.uses) == 1 && o.uses[0].use.Operand == 2 && len(o.uses[0].p.data) == P && normBatchFits(e, ev, o) {
+				bias = o
+				break
+			}
+		}
+	}
+	buf, err := growOn(e.dev, e.affineScratch, e.n*P)
+	if err != nil {
+		return false // the general path reports it
+	}
+	e.affineScratch = buf
+	acc, err := growF64On(e.dev, e.affineAcc, e.n*P)
+	if err != nil {
+		return false
+	}
+	e.affineAcc = acc
+	var outBias []float32
+	if bias != nil {
+		if e.biasPending, err = growOn(e.dev, e.biasPending, e.n*P); err != nil {
+			return false
+		}
+		outBias = e.biasPending[:e.n*P]
+	}
+	mean, inv := nr.StatsData()
+	xs := x.Data
+	if k == 2 {
+		xs = nil
+	}
+	e.ops.NormAffineGrads(nr, k == 1, e.cfg.PhysicalBatch, x.BatchStride, xs, mean, inv, dy.Data, acc[:e.n*P], buf[:e.n*P], outBias)
+	if bias != nil {
+		e.pendingGroup, e.pendingSeq = bias, e.hookSeq
+	}
+	return e.addSampleRows(us.p, 0, buf[:e.n*P])
+}
+
+// normBatchFits reports whether normBatch takes group g of event ev: one
+// direct use of a normalization's scale or bias, its rows the whole
+// tensors' in the batch's blocks.
+func normBatchFits(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	if normBatchOff || len(g.uses) != 1 || g.sub != nil || g.uses[0].idx != nil {
 		return false
 	}
@@ -42,26 +103,7 @@ func normBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		return false
 	}
 	L := nr.RowLen()
-	if x.BatchStride%L != 0 || len(x.Data)%(x.BatchStride*B) != 0 || len(x.Data) != nr.Rows()*L {
-		return false
-	}
-	buf, err := growOn(e.dev, e.affineScratch, e.n*P)
-	if err != nil {
-		return false // the general path reports it
-	}
-	e.affineScratch = buf
-	acc, err := growF64On(e.dev, e.affineAcc, e.n*P)
-	if err != nil {
-		return false
-	}
-	e.affineAcc = acc
-	mean, inv := nr.StatsData()
-	xs := x.Data
-	if k == 2 {
-		xs = nil
-	}
-	e.ops.NormAffineGrads(nr, k == 1, B, x.BatchStride, xs, mean, inv, dy.Data, acc[:e.n*P], buf[:e.n*P])
-	return e.addSampleRows(us.p, 0, buf[:e.n*P])
+	return x.BatchStride%L == 0 && len(x.Data)%(x.BatchStride*B) == 0 && len(x.Data) == nr.Rows()*L
 }
 
 // normOperand is sample s.i's gradient with respect to the scale (input 1)

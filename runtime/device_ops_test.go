@@ -186,7 +186,17 @@ func TestNormAffineGrads(t *testing.T) {
 		}
 		for _, scale := range []bool{true, false} {
 			got := make([]float32, B*P)
-			CPU{}.NormAffineGrads(c.nr, scale, B, c.stride, x, mean, inv, dy, make([]float64, B*P), got)
+			CPU{}.NormAffineGrads(c.nr, scale, B, c.stride, x, mean, inv, dy, make([]float64, B*P), got, nil)
+			if scale { // the bias's from the same call: a call of its own's bits
+				gotS, gotB, wantB := make([]float32, B*P), make([]float32, B*P), make([]float32, B*P)
+				CPU{}.NormAffineGrads(c.nr, true, B, c.stride, x, mean, inv, dy, make([]float64, B*P), gotS, gotB)
+				CPU{}.NormAffineGrads(c.nr, false, B, c.stride, nil, mean, inv, dy, make([]float64, B*P), wantB, nil)
+				for k := range gotB {
+					if math.Float32bits(gotS[k]) != math.Float32bits(got[k]) || math.Float32bits(gotB[k]) != math.Float32bits(wantB[k]) {
+						t.Fatalf("%s: element %d of the pair %v, %v, of single calls %v, %v", c.name, k, gotS[k], gotB[k], got[k], wantB[k])
+					}
+				}
+			}
 			for i := 0; i < B; i++ {
 				var xi, gi []float32
 				for b := i; b < n/c.stride; b += B {

@@ -137,8 +137,11 @@ type VectorOps interface {
 	// out[i·NumParams():], reading the whole tensors x (nil for the
 	// bias) and dy (B samples in blocks of stride elements) in place
 	// instead of a sample's gathered copy: the same terms, summed in the
-	// same order. acc is float64 scratch of len(out) elements.
-	NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32)
+	// same order. acc is float64 scratch of len(out) elements. Where scale
+	// is true and outBias is not nil (len(out) elements), outBias receives
+	// the bias's gradients too, as a call with scale false would write
+	// them (a device may take both from one pass over dy).
+	NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out, outBias []float32)
 }
 
 // ContractLoop is the loop nest of VectorOps.Contract: one loop per
@@ -437,10 +440,15 @@ func (a *normAffineArgs) rowsBlock(i, k0 int, out []float32) {
 // elements' sums split over the CPU's workers, each sum on one; in
 // LayerNorm's layout (every row one term of each element), a sample's
 // sums SumLanes elements at a time along the rows (rowsBlock).
-func (CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+func (c CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out, outBias []float32) {
 	L, P := n.r.L, n.NumParams()
 	if P == 0 {
 		return
+	}
+	if scale && outBias != nil {
+		// Two passes: a sample's run of one parameter is short enough
+		// that the second reads dy from the cache.
+		defer c.NormAffineGrads(n, false, B, stride, nil, mean, invStd, dy, acc, outBias[:len(out)], nil)
 	}
 	if G, CpG, S := n.ParamMap(); G == 1 && CpG == 0 && S == 1 && P == L {
 		blocks := (P + SumLanes - 1) / SumLanes

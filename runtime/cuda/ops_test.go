@@ -616,9 +616,14 @@ func normAffineRun(cases func(n, B int) []normRowsCase) func(ops any, p *placer,
 				out = append(out, widen32(fetch(p, res))...)
 				samples := 1 + n%B // the first samples of the batch
 				all := place(p, make([]float32, samples*P))
-				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all)
+				o.NormAffineGrads(c.nr, scale, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all, nil)
 				out = append(out, widen32(fetch(p, all))...)
 			}
+			// Both from one call (the bias's as a call of its own).
+			samples := 1 + n%B
+			all, allBias := place(p, make([]float32, samples*P)), place(p, make([]float32, samples*P))
+			o.NormAffineGrads(c.nr, true, B, c.stride, place(p, x), place(p, mean), place(p, inv), place(p, dy), place(p, make([]float64, samples*P)), all, allBias)
+			out = append(append(out, widen32(fetch(p, all))...), widen32(fetch(p, allBias))...)
 		}
 		return out, true
 	}

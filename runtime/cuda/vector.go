@@ -292,23 +292,29 @@ func (d *Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, str
 	if scale {
 		x = x[:len(dy)]
 	}
-	d.normAffine(n, scale, i, 1, false, B, stride, x, mean, invStd, dy, len(dy)/L, out, "NormAffineSampleGrad")
+	d.normAffine(n, scale, i, 1, false, B, stride, x, mean, invStd, dy, len(dy)/L, out, nil, "NormAffineSampleGrad")
 }
 
 // NormAffineGrads implements runtime.VectorOps: a thread per sample and
-// parameter element, each sum in the contract's order (acc is not used).
-func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, _ []float64, out []float32) {
+// parameter element, each sum in the contract's order (acc is not used);
+// the scale's and the bias's from one pass where both are asked for,
+// except in LayerNorm's layout.
+func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, _ []float64, out, outBias []float32) {
 	P := n.NumParams()
 	if P == 0 {
 		return
 	}
-	d.normAffine(n, scale, 0, len(out)/P, true, B, stride, x, mean, invStd, dy, len(dy)/n.RowLen()/B, out, "NormAffineGrads")
+	if !scale {
+		outBias = nil
+	}
+	d.normAffine(n, scale, 0, len(out)/P, true, B, stride, x, mean, invStd, dy, len(dy)/n.RowLen()/B, out, outBias, "NormAffineGrads")
 }
 
 // normAffine launches norm_affine_grads (norm_affine_rows in LayerNorm's
 // layout) for the samples i0… (samples of them, rows rows each), read from
-// a gathered copy or (whole) the whole tensors, into out.
-func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, whole bool, B, stride int, x, mean, invStd, dy []float32, rows int, out []float32, op string) {
+// a gathered copy or (whole) the whole tensors, into out, and with outBias
+// (scale set) the bias's gradients into outBias.
+func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, whole bool, B, stride int, x, mean, invStd, dy []float32, rows int, out, outBias []float32, op string) {
 	P := n.NumParams()
 	if P == 0 || samples == 0 {
 		return
@@ -325,11 +331,23 @@ func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, wh
 		a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
 		a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
 		d.launch("norm_affine_rows", int64(samples*P))
+		if outBias != nil { // its 32 partial sums a thread are registers enough for one
+			a.Reset()
+			a.I32(0).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L))
+			a.Ptr(0).Ptr(0).Ptr(0).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
+			a.Ptr(f32(outBias[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
+			d.launch("norm_affine_rows", int64(samples*P))
+		}
 		return
 	}
 	a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))
 	a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
 	a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples)).I32(32)
+	if outBias != nil {
+		a.Ptr(f32(outBias[:samples*P], opOut, d))
+	} else {
+		a.Ptr(0)
+	}
 	d.launch("norm_affine_grads", 32*int64(samples*P)) // a warp each
 }
 

@@ -260,10 +260,13 @@ func (Device) NormAffineSampleGrad(n *runtime.NormRows, scale bool, i, B, stride
 
 // NormAffineGrads implements runtime.VectorOps: NormAffineSampleGrad of
 // each sample, on its rows gathered from the whole tensors.
-func (d Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out []float32) {
+func (d Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int, x, mean, invStd, dy []float32, acc []float64, out, outBias []float32) {
 	P := n.NumParams()
 	if P == 0 {
 		return
+	}
+	if scale && outBias != nil {
+		d.NormAffineGrads(n, false, B, stride, nil, mean, invStd, dy, acc, outBias[:len(out)], nil)
 	}
 	for i := 0; i < len(out)/P; i++ {
 		var xi, gi []float32

@@ -201,11 +201,15 @@ extern "C" __global__ void contract(const int *loop, int nl, const float *a, con
 // groups of rows (per_block a multiple of g), row q's group is q mod g:
 // only every g-th row, from k/cpg's, can hold k's run, as the CPU's sum
 // skips (the same terms in the same order).
+//
+// With bias_total (scale set), the bias's sum of the same run — the terms
+// dy alone, in the same lane order and chunks, so the bits of a call
+// without the scale — goes there too: one pass over dy for both.
 __device__ static double norm_affine_sum(int scale, long long i, long long b, long long per_block, long long l,
                                          const FastDiv &byG, long long cpg, long long s, const float *x,
                                          const float *mean, const float *inv, const float *dy, long long rows, int whole,
-                                         long long k, int lane) {
-  double total = 0, part = 0;
+                                         long long k, int lane, double *bias_total) {
+  double total = 0, part = 0, totalb = 0, partb = 0;
   long long t = 0;          // the terms before this run
   long long q0 = 0, qs = 1;
   if (cpg > 0 && per_block % byG.d == 0) {
@@ -226,19 +230,28 @@ __device__ static double norm_affine_sum(int scale, long long i, long long b, lo
       // This lane's terms of [e, end): those whose index t + (u − e) is
       // its lane mod 32.
       for (long long u = e + ((lane - t) & 31); u < end; u += 32) {
-        float v = gr[u];
-        if (scale) v = v * (xr[u] - mf) * ivf;
+        float g = gr[u], v = g;
+        if (scale) v = g * (xr[u] - mf) * ivf;
         part += (double)v;
+        if (bias_total) partb += (double)g;
       }
       t += end - e;
       e = end;
       if (t % SUM_CHUNK == 0) {
         total += warp_sum(part);
         part = 0;
+        if (bias_total) {
+          totalb += warp_sum(partb);
+          partb = 0;
+        }
       }
     }
   }
-  if (t % SUM_CHUNK != 0) total += warp_sum(part);
+  if (t % SUM_CHUNK != 0) {
+    total += warp_sum(part);
+    if (bias_total) totalb += warp_sum(partb);
+  }
+  if (bias_total) *bias_total = totalb;
   return total;
 }
 
@@ -247,17 +260,20 @@ __device__ static double norm_affine_sum(int scale, long long i, long long b, lo
 // out[j·nout:], from rows rows a sample: a sample's gathered copy (whole =
 // 0, NormAffineSampleGrad, one sample) or the whole tensors (whole = 1,
 // NormAffineGrads). A warp per sample and parameter element (lanes is 32).
+// With outb (scale set), the bias's gradients go there from the same pass.
 extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long b, long long per_block, long long l,
                                              long long g, long long cpg, long long s, const float *x, const float *mean,
                                              const float *inv, const float *dy, long long rows, int whole, float *out,
-                                             long long nout, long long samples, int lanes) {
+                                             long long nout, long long samples, int lanes, float *outb) {
   (void)lanes;
   FastDiv byG = fast_div(g, (i0 + samples + (rows / per_block + 1) * b) * per_block), byOut = fast_div(nout, samples * nout);
   WARP_FOR_EACH(e, samples * nout) {
     long long j = fdiv(byOut, e);
+    double vb = 0;
     double v = norm_affine_sum(scale, i0 + j, b, per_block, l, byG, cpg, s, x, mean, inv, dy, rows, whole, e - j * nout,
-                               LANE);
+                               LANE, outb ? &vb : 0);
     if (LANE == 0) out[e] = (float)v;
+    if (LANE == 0 && outb) outb[e] = (float)vb;
   }
 }
 
