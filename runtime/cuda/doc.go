@@ -286,7 +286,9 @@
 //     lane (row_param_grads, fixed: ResNet-50 nondp 134.9 → 53.9 ms);
 //     after it, the same shape of problem in channel_sums (a convolution's
 //     bias gradient, a warp per channel: now launchSums' blocks) and
-//     64-bit divisions in norm_affine_grads' row scan, and column sums
+//     64-bit divisions in norm_affine_grads' row scan (now counted, the
+//     rows of other groups skipped, γ's and β's sums from one pass), and
+//     column sums
 //     read a row apart by a warp or block per result (ReduceToShape, a
 //     broadcast operand's gradient, LayerNorm's γ/β over the batch: now
 //     column tiles, cols_total), none timed yet.
