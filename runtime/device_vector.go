@@ -445,12 +445,13 @@ func (c CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, in
 	if P == 0 {
 		return
 	}
-	if scale && outBias != nil {
-		// Two passes: a sample's run of one parameter is short enough
-		// that the second reads dy from the cache.
-		defer c.NormAffineGrads(n, false, B, stride, nil, mean, invStd, dy, acc, outBias[:len(out)], nil)
+	if !scale {
+		outBias = nil
 	}
 	if G, CpG, S := n.ParamMap(); G == 1 && CpG == 0 && S == 1 && P == L {
+		if outBias != nil { // a second pass: rowsBlock's lanes hold one sum a term
+			defer c.NormAffineGrads(n, false, B, stride, nil, mean, invStd, dy, acc, outBias[:len(out)], nil)
+		}
 		blocks := (P + SumLanes - 1) / SumLanes
 		runJob(len(out)/P*blocks, 1, func(j *cpuJob, lo, hi int) {
 			for e := lo; e < hi; e++ {
@@ -464,12 +465,17 @@ func (c CPU) NormAffineGrads(n *NormRows, scale bool, B, stride int, x, mean, in
 	}
 	items := len(out) / P * P
 	runJob(items, max(1, 4096/max(1, len(dy)/B/P)), func(j *cpuJob, lo, hi int) {
+		bias := j.na
+		bias.scale, bias.x = false, nil
 		for e := lo; e < hi; e++ {
 			j.f[0][e] = float32(j.na.sum(e/j.n, e%j.n))
+			if j.f[1] != nil { // the same runs of dy again, from the cache
+				j.f[1][e] = float32(bias.sum(e/j.n, e%j.n))
+			}
 		}
 	}, func(j *cpuJob) {
 		j.na = normAffineArgs{n: n, scale: scale, B: B, perBlock: stride / L, rows: len(dy) / L / B, whole: true, x: x, mean: mean, invStd: invStd, dy: dy}
-		j.f[0], j.n = out, P
+		j.f[0], j.f[1], j.n = out, outBias, P
 	})
 }
 
