@@ -557,3 +557,37 @@ func TestConvPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestSoftmaxRegisters holds the softmax kernels' register path (a warp's
+// line of at most 32·SOFTMAX_REGS elements kept in its lanes) to the bits
+// of their passes over memory, forward and backward, plain and log, on
+// lines from 1 element to 256 and past it.
+func TestSoftmaxRegisters(t *testing.T) {
+	d := emuDevice(t)
+	rng := rand.New(rand.NewSource(11))
+	for _, n := range []int{1, 31, 64, 197, 256, 257} {
+		const outer = 5
+		x, dy := uniform(rng, outer*n, -6, 6), uniform(rng, outer*n, -1, 1)
+		for _, log := range []bool{false, true} {
+			run := func(regs bool) []float32 {
+				defer func(r bool) { softmaxRegs = r }(softmaxRegs)
+				softmaxRegs = regs
+				y, dx := make([]float32, len(x)), make([]float32, len(x))
+				if log {
+					d.LogSoftmax(x, outer, n, 1, y)
+					d.LogSoftmaxBackward(y, dy, outer, n, 1, dx)
+				} else {
+					d.Softmax(x, outer, n, 1, y)
+					d.SoftmaxBackward(y, dy, outer, n, 1, dx)
+				}
+				return append(y, dx...)
+			}
+			got, want := run(true), run(false)
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d log=%v: output %d = %v in registers, %v in passes", n, log, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -112,9 +112,13 @@ func (d *Device) softmax(op string, x []float32, outer, n, inner int, y []float3
 	}
 	a := d.begin()
 	defer d.end(op)
-	a.Ptr(f32(x[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(y[:m], opOut, d)).I32(flag(log))
+	a.Ptr(f32(x[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(y[:m], opOut, d)).I32(flag(log)).I32(flag(softmaxRegs))
 	d.launchLanes("softmax", outer*inner, softmaxTerms(n, inner))
 }
+
+// softmaxRegs lets a warp keep its line in registers (the kernels'
+// SOFTMAX_REGS path; tests turn it off to compare the two paths' bits).
+var softmaxRegs = true
 
 // softmaxTerms is the terms per line that launchLanes weighs: n along a
 // contiguous line; 1 (a thread per line) when the lines interleave
@@ -133,7 +137,7 @@ func (d *Device) softmaxBackward(op string, y, dy []float32, outer, n, inner int
 	}
 	a := d.begin()
 	defer d.end(op)
-	a.Ptr(f32(y[:m], opIn, d)).Ptr(f32(dy[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(dx[:m], opOut, d)).I32(flag(log))
+	a.Ptr(f32(y[:m], opIn, d)).Ptr(f32(dy[:m], opIn, d)).I64(int64(outer)).I64(int64(n)).I64(int64(inner)).Ptr(f32(dx[:m], opOut, d)).I32(flag(log)).I32(flag(softmaxRegs))
 	d.launchLanes("softmax_bwd", outer*inner, softmaxTerms(n, inner))
 }
 

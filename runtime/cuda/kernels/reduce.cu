@@ -148,11 +148,46 @@ extern "C" __global__ void reduce_axes_bwd(int op, const float *x, const long lo
 // along a contiguous line, inner = 1; else a thread, neighbouring lines
 // being neighbouring addresses): y = e/Σe with e = exp(x − max) in float,
 // the sum in double.
+// A warp's contiguous line of at most 32·SOFTMAX_REGS elements stays in
+// its lanes' registers (lane l holding elements l, l + 32, …): one read of
+// x and one write of y instead of three passes over the line and y
+// written twice (ViT-B/16's attention, lines of 197). The same operations
+// in the same order, so the same bits (TestSoftmaxRegisters). regs = 0
+// takes the passes.
+#define SOFTMAX_REGS 8
+
 extern "C" __global__ void softmax(const float *x, long long outer, long long n, long long inner, float *y,
-                                   int log_softmax, int lanes) {
+                                   int log_softmax, int regs, int lanes) {
   int lane = LANE_OF(lanes);
   LANES_FOR_EACH(line, outer * inner, lanes) {
     long long base = line / inner * n * inner + line % inner;
+    if (regs && lanes == 32 && inner == 1 && n <= 32 * SOFTMAX_REGS) {
+      float v[SOFTMAX_REGS], m = __uint_as_float(0xff800000u);
+#pragma unroll
+      for (int q = 0; q < SOFTMAX_REGS; q++) {
+        long long j = lane + 32 * q;
+        v[q] = j < n ? x[base + j] : 0.0f;
+        if (j < n && v[q] > m) m = v[q];
+      }
+      m = lanes_max(m, lanes);
+      double s = 0;
+#pragma unroll
+      for (int q = 0; q < SOFTMAX_REGS; q++) {
+        if (lane + 32 * q < n) {
+          float e = (float)d_exp((double)(v[q] - m));
+          s += e;
+          if (!log_softmax) v[q] = e;
+        }
+      }
+      s = lanes_total(s, lanes);
+      float ls = log_softmax ? (float)d_log(s) : 0.0f, inv = log_softmax ? 0.0f : (float)(1 / s);
+#pragma unroll
+      for (int q = 0; q < SOFTMAX_REGS; q++) {
+        long long j = lane + 32 * q;
+        if (j < n) y[base + j] = log_softmax ? v[q] - m - ls : v[q] * inv;
+      }
+      continue;
+    }
     float m = __uint_as_float(0xff800000u);
     for (long long j = lane; j < n; j += lanes) {
       float v = x[base + j * inner];
@@ -180,10 +215,28 @@ extern "C" __global__ void softmax(const float *x, long long outer, long long n,
 // y, or with log_softmax dx = dy − exp(y)·Σ dy from the log-softmax y,
 // lanes threads per line as softmax.
 extern "C" __global__ void softmax_bwd(const float *y, const float *dy, long long outer, long long n, long long inner,
-                                       float *dx, int log_softmax, int lanes) {
+                                       float *dx, int log_softmax, int regs, int lanes) {
   int lane = LANE_OF(lanes);
   LANES_FOR_EACH(line, outer * inner, lanes) {
     long long base = line / inner * n * inner + line % inner;
+    if (regs && lanes == 32 && inner == 1 && n <= 32 * SOFTMAX_REGS) { // y and dy in registers, as softmax
+      float yv[SOFTMAX_REGS], gv[SOFTMAX_REGS];
+      double s = 0;
+#pragma unroll
+      for (int q = 0; q < SOFTMAX_REGS; q++) {
+        long long j = lane + 32 * q;
+        yv[q] = j < n ? y[base + j] : 0.0f;
+        gv[q] = j < n ? dy[base + j] : 0.0f;
+        if (j < n) s += log_softmax ? (double)gv[q] : (double)(gv[q] * yv[q]);
+      }
+      s = lanes_total(s, lanes);
+#pragma unroll
+      for (int q = 0; q < SOFTMAX_REGS; q++) {
+        long long j = lane + 32 * q;
+        if (j < n) dx[base + j] = log_softmax ? gv[q] - (float)d_exp((double)yv[q]) * (float)s : yv[q] * (gv[q] - (float)s);
+      }
+      continue;
+    }
     double s = 0;
     if (log_softmax) {
       for (long long j = lane; j < n; j += lanes) s += dy[base + j * inner];
