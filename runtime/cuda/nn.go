@@ -147,8 +147,15 @@ func lanesFor(terms int) int32 {
 // ResNet-50's GroupNorms at batch 32 have 1024 rows of up to 100 352
 // terms: a warp per row left most of the GPU idle (the row statistics
 // were a third of the normalizations' time in the H100's profile).
+//
+// Rows from rowBlockMid terms take blocks too where they are too few for
+// a warp each to fill the device (fewer than rowWarpsPerSM a
+// multiprocessor): most of ResNet-50's GroupNorms have rows of 1568–6272
+// terms, 1024 of them at batch 32 (32 groups): 1024 warps on an H100's
+// 132 multiprocessors. ViT-B/16's LayerNorms (6304 rows of 768) stay a
+// warp each.
 func (d *Device) launchRows(name string, rows, L int) {
-	if L < rowBlockWide {
+	if L < rowBlockWide && (L < rowBlockMid || rows >= rowWarpsPerSM*max(1, d.props.Multiprocessors)) {
 		d.launchLanes(name, rows, L)
 		return
 	}
@@ -161,8 +168,15 @@ func (d *Device) launchRows(name string, rows, L int) {
 }
 
 // rowBlockWide is the row length from which launchRows takes a block per
-// row (tests lower it to run both forms).
+// row (tests lower it to run both forms), rowBlockMid the one from which
+// it does when the rows are few, fewer than rowWarpsPerSM a
+// multiprocessor.
 var rowBlockWide = 8192
+
+const (
+	rowBlockMid   = 1024
+	rowWarpsPerSM = 32
+)
 
 // launchLanes launches kernel name over n results of terms terms each,
 // with its last argument, lanes, the threads per result (lanesFor) (d.mu

@@ -228,6 +228,8 @@ func nnCases() []graphCase {
 		// row_param_grads on a GPU, and rows of a group far apart.
 		{"GroupNorm/wide", runtime.NewGroupNormRows(3, 8, 500, 4, false, 1e-5)},
 		{"InstanceNorm/wide", runtime.NewInstanceNormRows(3, 5, 700, 1e-5)},
+		// Few rows of 1200 terms: a block each (launchRows' rowBlockMid).
+		{"GroupNorm/mid", runtime.NewGroupNormRows(2, 8, 300, 2, false, 1e-5)},
 	} {
 		nr := nc.nr
 		n, np := nr.Rows()*nr.RowLen(), nr.NumParams()
