@@ -157,11 +157,10 @@ type Engine struct {
 	blockShape []int
 	// biasPending is the bias's per-sample gradients normBatch took with
 	// its node's scale's (one pass over the output gradient), waiting for
-	// the bias's group, pendingGroup, in the same hook event, hookSeq.
+	// the bias's group, pendingGroup, later in the same hook event (hook
+	// clears it at each event's start).
 	biasPending  []float32
 	pendingGroup *useGroup
-	pendingSeq   int
-	hookSeq      int
 	// rowNorms holds addSampleRows' per-sample squared norms, affineAcc
 	// normBatch's float64 sums, biasShapes gemmBiasBatch's two shapes.
 	rowNorms, affineAcc []float64

@@ -733,7 +733,7 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	if e.hookErr != nil || len(ev.Node.Outputs) == 0 || ev.Node.Outputs[0] == nil {
 		return
 	}
-	e.hookSeq++
+	e.pendingGroup = nil
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
 		if g.linear != nil {

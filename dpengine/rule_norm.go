@@ -38,7 +38,7 @@ func normBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	k := us.use.Operand
 	nr, x, dy := ev.Norm, &ev.Inputs[0], &ev.DOut
 	P := len(us.p.data)
-	if k == 2 && e.pendingGroup == g && e.pendingSeq == e.hookSeq {
+	if k == 2 && e.pendingGroup == g {
 		// Taken with the scale's, earlier in this event.
 		e.pendingGroup = nil
 		return e.addSampleRows(us.p, 0, e.biasPending[:e.n*P])
@@ -82,7 +82,7 @@ func normBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	}
 	e.ops.NormAffineGrads(nr, k == 1, e.cfg.PhysicalBatch, x.BatchStride, xs, mean, inv, dy.Data, acc[:e.n*P], buf[:e.n*P], outBias)
 	if bias != nil {
-		e.pendingGroup, e.pendingSeq = bias, e.hookSeq
+		e.pendingGroup = bias
 	}
 	return e.addSampleRows(us.p, 0, buf[:e.n*P])
 }
