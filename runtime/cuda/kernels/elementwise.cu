@@ -56,6 +56,21 @@ __device__ __forceinline__ float binary_term(int op, int wrt, const float *a, co
   }
 }
 
+// binary_part is element j's terms r0, r0 + step, … (of m) summed: one
+// thread's share in each form below.
+__device__ static double binary_part(int op, int wrt, const float *a, const float *b, const float *y, const float *dy,
+                                     long long j, long long r0, long long step, long long m, const Layout &l) {
+  long long base[3] = {0, 0, 0};
+  layout_offsets(l, 0, l.keep, j, base, 3);
+  double s = 0;
+  for (long long r = r0; r < m; r += step) {
+    long long off[3] = {base[0], base[1], base[2]};
+    layout_offsets(l, l.keep, l.rank, r, off, 3);
+    s += binary_term(op, wrt, a, b, y, dy, off);
+  }
+  return s;
+}
+
 // binary_backward writes the gradient t of y = a op b with respect to a
 // (wrt 0) or b (wrt 1): for each of its n elements (the kept axes of l,
 // t contiguous over them) the sum over the m looped positions of
@@ -63,17 +78,7 @@ __device__ __forceinline__ float binary_term(int op, int wrt, const float *a, co
 // rounded once. l's operands: 0 dy (and y, the same layout), 1 a, 2 b.
 // A thread per element of t: for many elements with few terms each.
 extern "C" __global__ void binary_backward(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
-  FOR_EACH(j, n) {
-    long long base[3] = {0, 0, 0};
-    layout_offsets(l, 0, l.keep, j, base, 3);
-    double s = 0;
-    for (long long r = 0; r < m; r++) {
-      long long off[3] = {base[0], base[1], base[2]};
-      layout_offsets(l, l.keep, l.rank, r, off, 3);
-      s += binary_term(op, wrt, a, b, y, dy, off);
-    }
-    t[j] = (float)s;
-  }
+  FOR_EACH(j, n) t[j] = (float)binary_part(op, wrt, a, b, y, dy, j, 0, 1, m, l);
 }
 
 // binary_backward_block is binary_backward with a block per element of t,
@@ -85,15 +90,7 @@ extern "C" __global__ void binary_backward(int op, int wrt, const float *a, cons
 extern "C" __global__ void binary_backward_block(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
   __shared__ double part[32];
   for (long long j = blockIdx.x; j < n; j += gridDim.x) {
-    long long base[3] = {0, 0, 0};
-    layout_offsets(l, 0, l.keep, j, base, 3);
-    double s = 0;
-    for (long long r = threadIdx.x; r < m; r += blockDim.x) {
-      long long off[3] = {base[0], base[1], base[2]};
-      layout_offsets(l, l.keep, l.rank, r, off, 3);
-      s += binary_term(op, wrt, a, b, y, dy, off);
-    }
-    s = block_sum(s, part);
+    double s = block_sum(binary_part(op, wrt, a, b, y, dy, j, threadIdx.x, blockDim.x, m, l), part);
     if (threadIdx.x == 0) t[j] = (float)s;
   }
 }
@@ -104,17 +101,7 @@ extern "C" __global__ void binary_backward_block(int op, int wrt, const float *a
 extern "C" __global__ void binary_backward_cols(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, float *t, long long n, long long m, Layout l) {
   __shared__ double part[32][33];
   COL_TILES(j, n) {
-    double s = 0;
-    if (j < n) {
-      long long base[3] = {0, 0, 0};
-      layout_offsets(l, 0, l.keep, j, base, 3);
-      for (long long r = threadIdx.y; r < m; r += blockDim.y) {
-        long long off[3] = {base[0], base[1], base[2]};
-        layout_offsets(l, l.keep, l.rank, r, off, 3);
-        s += binary_term(op, wrt, a, b, y, dy, off);
-      }
-    }
-    s = cols_total(s, part);
+    double s = cols_total(j < n ? binary_part(op, wrt, a, b, y, dy, j, threadIdx.y, blockDim.y, m, l) : 0.0, part);
     if (threadIdx.y == 0 && j < n) t[j] = (float)s;
   }
 }

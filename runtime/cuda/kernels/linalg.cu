@@ -9,6 +9,21 @@ extern "C" __global__ void axpy(float alpha, const float *x, float *y, long long
   FOR_EACH(i, n) y[i] += alpha * x[i];
 }
 
+// reduce_part is result j's terms r0, r0 + step, … (of m) summed: one
+// thread's share in either form.
+__device__ static double reduce_part(const float *x, long long j, long long r0, long long step, long long m,
+                                     const Layout &l) {
+  long long base = 0;
+  layout_offsets(l, 0, l.keep, j, &base, 1);
+  double s = 0;
+  for (long long r = r0; r < m; r += step) {
+    long long off = base;
+    layout_offsets(l, l.keep, l.rank, r, &off, 1);
+    s += x[off];
+  }
+  return s;
+}
+
 // reduce_to_shape writes t[j] = Σ x over the looped axes of l (operand 0
 // is x), for the n elements of t (the kept axes, t contiguous over them),
 // m terms each, in double, rounded once: lanes threads per element
@@ -16,15 +31,7 @@ extern "C" __global__ void axpy(float alpha, const float *x, float *y, long long
 extern "C" __global__ void reduce_to_shape(const float *x, float *t, long long n, long long m, int lanes, Layout l) {
   int lane = LANE_OF(lanes);
   LANES_FOR_EACH(j, n, lanes) {
-    long long base = 0;
-    layout_offsets(l, 0, l.keep, j, &base, 1);
-    double s = 0;
-    for (long long r = lane; r < m; r += lanes) {
-      long long off = base;
-      layout_offsets(l, l.keep, l.rank, r, &off, 1);
-      s += x[off];
-    }
-    s = lanes_total(s, lanes);
+    double s = lanes_total(reduce_part(x, j, lane, lanes, m, l), lanes);
     if (lane == 0) t[j] = (float)s;
   }
 }
@@ -38,17 +45,7 @@ extern "C" __global__ void reduce_to_shape_cols(const float *x, float *t, long l
   __shared__ double part[32][33];
   (void)lanes;
   COL_TILES(j, n) {
-    double s = 0;
-    if (j < n) {
-      long long base = 0;
-      layout_offsets(l, 0, l.keep, j, &base, 1);
-      for (long long r = threadIdx.y; r < m; r += blockDim.y) {
-        long long off = base;
-        layout_offsets(l, l.keep, l.rank, r, &off, 1);
-        s += x[off];
-      }
-    }
-    s = cols_total(s, part);
+    double s = cols_total(j < n ? reduce_part(x, j, threadIdx.y, blockDim.y, m, l) : 0.0, part);
     if (threadIdx.y == 0 && j < n) t[j] = (float)s;
   }
 }
