@@ -108,10 +108,24 @@ func sampleLen(v *runtime.View, N, i int) int {
 }
 
 // workerBufs returns per-worker scratch slices of at least size elements
-// of the engine's device, reused across layers and steps (grown to the
-// largest layer's need).
+// of the engine's device, reused across layers and steps: the runtime
+// plan's workspace where the workers' slices fit in it (its kernels are
+// done with it between nodes, where the hooks run: runtime.Plan.Scratch;
+// on a GPU it is the convolutions' 64 MiB of unfolded columns, as large
+// as the engine's chunks), else buffers of the engine's own, grown to the
+// largest such need. Only the hooks' norm rules call it.
 func (e *Engine) workerBufs(size int) ([][]float32, error) {
 	workers := e.ops.Workers()
+	if e.plan != nil && !wsBufsOff && workers*size <= len(e.plan.Scratch()) {
+		ws := e.plan.Scratch()
+		if len(e.wsBufs) != workers {
+			e.wsBufs = make([][]float32, workers)
+		}
+		for w := range e.wsBufs {
+			e.wsBufs[w] = ws[w*size : (w+1)*size : (w+1)*size]
+		}
+		return e.wsBufs, nil
+	}
 	bufs := e.normScratch
 	if len(bufs) < workers || len(bufs[0]) < size {
 		// The outgrown scratch goes back first: on a GPU it is device
@@ -137,3 +151,7 @@ func (e *Engine) workerBufs(size int) ([][]float32, error) {
 	}
 	return bufs, nil
 }
+
+// wsBufsOff, set only by tests, keeps workerBufs off the plan's
+// workspace.
+var wsBufsOff bool

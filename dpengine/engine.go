@@ -127,16 +127,21 @@ type Engine struct {
 	accumAll, psAll, paramAll []float32
 	accumList                 [][]float32 // {accumAll}, for noised
 	psRuns                    []psRun     // psAll by size (layPerSample)
-	whole                     bool
-	byName                    map[string]*param
-	groups                    map[string][]*useGroup // keyed by consumer output name
-	hookErr                   error
+	// hookPS holds, by consumer output name, the hook buffers of the
+	// runtime plan that hold per-sample gradients (arenaPerSample).
+	hookPS  map[string]*hookPS
+	whole   bool
+	byName  map[string]*param
+	groups  map[string][]*useGroup // keyed by consumer output name
+	hookErr error
 	// bkScratch is book-keeping's weighted-sum scratch and normScratch the
 	// per-worker scratch of the per-sample norms (unfolded inputs, Gram
 	// matrices, instantiated gradients), each shared by all layers: hooks
 	// and weighted sums run one layer at a time.
 	bkScratch   []float32
 	normScratch [][]float32
+	// wsBufs are workerBufs' slices of the plan's workspace.
+	wsBufs [][]float32
 	// mapScratch is book-keeping's operand-shaped sum for a weight
 	// reached through a path, before it is mapped back; gatherScratch the
 	// parameter-shaped sum mapped back, before it is added (pathMap).
@@ -239,7 +244,8 @@ type param struct {
 
 // trainableOrder returns the trainable parameters in the order the plan
 // and the engine keep them: in a DP mode those that keep per-sample
-// gradients (needPerSample) first, by size (stable), then the others in
+// gradients (needPerSample) first, by size (stable; those whose
+// per-sample gradients are in hook buffers after the rest), then the others in
 // the rewrite plan's order, so that each size's accumulators lie back to
 // back in accumAll as their per-sample gradients do in psAll
 // (layPerSample) and one product forms the clipped sums of a size
@@ -256,7 +262,15 @@ func trainableOrder(cfg Config, rp *rewrite.Plan) []string {
 			rest = append(rest, p)
 		}
 	}
-	sort.SliceStable(keep, func(i, j int) bool { return keep[i].Size < keep[j].Size })
+	// Those in hook buffers (arenaPerSample) last: each is a run of its
+	// own, and psAll's runs stay unbroken.
+	sort.SliceStable(keep, func(i, j int) bool {
+		ai, aj := arenaPerSample(cfg, keep[i]), arenaPerSample(cfg, keep[j])
+		if ai != aj {
+			return aj
+		}
+		return keep[i].Size < keep[j].Size
+	})
 	var names []string
 	for _, p := range append(keep, rest...) {
 		names = append(names, p.Name)

@@ -30,8 +30,18 @@ func compileOptions(cfg Config, rp *rewrite.Plan) *runtime.Options {
 			}
 		}
 	}
+	var hookBuffers func(*graph.Node) int
+	if byOut, _ := hookPerSample(cfg, rp); len(byOut) > 0 {
+		hookBuffers = func(n *graph.Node) int {
+			if len(n.Outputs) == 0 || n.Outputs[0] == nil {
+				return 0
+			}
+			return byOut[n.Outputs[0].Name]
+		}
+	}
 	return &runtime.Options{
 		Device:          cfg.Device,
+		HookBuffers:     hookBuffers,
 		Trainable:       trainableOrder(cfg, rp),
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
 		KeepHooked:      cfg.Mode == BK,
@@ -121,7 +131,10 @@ func MeasureActivations(g *graph.Graph, rp *rewrite.Plan, dev runtime.Device, mo
 	out := map[string]rewrite.CompiledActivations{}
 	for k, mode := range modes {
 		m := &ms[k]
-		out[string(mode)] = fitActivations(batches, m.rest, m.scratch, rp.Batch, m.buffers)
+		c := fitActivations(batches, m.rest, m.scratch, rp.Batch, m.buffers)
+		_, hooked := hookPerSample(Config{Mode: mode}, rp)
+		c.HookedPerSample = 4 * hooked
+		out[string(mode)] = c
 	}
 	rp.SetCompiled(out)
 	rp.SetScratch(scratchModel(dev))

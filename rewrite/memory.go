@@ -49,7 +49,9 @@ const (
 //	             elementwise parameters' per-sample gradients are kept.
 //	             With compiled activations, the kept output gradients are
 //	             among the plan's buffers, so PerSample counts bk_l =
-//	             inst_l only
+//	             inst_l only; and in bk and instantiate, the per-sample
+//	             gradients the plan holds in its arena
+//	             (CompiledActivations.HookedPerSample) are too
 //
 // plus 4·B for the per-sample norms in every DP mode. Where the plan has
 // the engine's scratch model (Plan.Scratch, EngineScratch), the linear
@@ -90,11 +92,17 @@ type ModeMemory struct {
 // so that it is not below the plan compiled at B (the tests hold it to
 // that on every fixture from batch 1 to 256) and within a fraction of a
 // percent of it at the plan's batch on full-size models.
+//
+// HookedPerSample is the bytes a sample of per-sample gradients the plan
+// holds in its arena (dpengine keeps large ones in hook buffers, which
+// take memory its backward pass has freed): counted in At, so the mode's
+// ModeMemory.PerSample leaves them out.
 type CompiledActivations struct {
-	PerSample    int64 `json:"per_sample_bytes"`
-	Fixed        int64 `json:"fixed_bytes"`
-	Scratch      int64 `json:"scratch_bytes"`
-	ScratchBatch int64 `json:"scratch_batch"`
+	PerSample       int64 `json:"per_sample_bytes"`
+	Fixed           int64 `json:"fixed_bytes"`
+	Scratch         int64 `json:"scratch_bytes"`
+	ScratchBatch    int64 `json:"scratch_batch"`
+	HookedPerSample int64 `json:"hooked_per_sample_bytes,omitempty"`
 }
 
 // At returns the activation bytes at batch b.
@@ -277,6 +285,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		m.Activations = 4 * b * p.ActivationsPerSample
 		if c, ok := p.Compiled[name]; ok {
 			m.Activations = c.At(b)
+			// Per-sample gradients in the plan's arena are among its
+			// buffers.
+			m.PerSample = max(m.PerSample-c.HookedPerSample*b, 0)
 		}
 		if name == ModeInstantiate || name == ModeBK {
 			m.Gradients = 4 * p.Trainable.Scalars

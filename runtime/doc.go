@@ -27,7 +27,10 @@
 // their MatMul's backward keeps anyway, rather than kept through the
 // whole backward (their buffers are live twice, another's in between) —
 // by default on a device with memory of its own, where memory bounds the
-// batch; Options.Probabilities chooses. Nothing is allocated per step by
+// batch; Options.Probabilities chooses. A caller's hook buffers
+// (Options.HookBuffers: the DP engine's large per-sample gradients) are
+// arena buffers too, live from their node's hook to the next Forward.
+// Nothing is allocated per step by
 // the plan itself (see TestSteadyStateAllocations for what the kernels
 // allocate).
 //

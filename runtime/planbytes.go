@@ -31,7 +31,7 @@ func (p *Plan) BatchBytes() int64 {
 }
 
 // ArenaBuffers returns the number of buffers the arena places: values,
-// gradients and gradient scratch. Each is rounded up to 16 floats, so the
+// gradients, gradient scratch and hook buffers. Each is rounded up to 16 floats, so the
 // arena of another batch may exceed a linear fit of two plans' arenas by
 // up to 60 bytes a buffer.
 func (p *Plan) ArenaBuffers() int {
@@ -51,6 +51,9 @@ func (p *Plan) ArenaBuffers() int {
 				seen[i] = true
 				n++
 			}
+		}
+		if nd.hookItem >= 0 {
+			n++
 		}
 	}
 	return n

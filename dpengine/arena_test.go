@@ -1,0 +1,195 @@
+package dpengine
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/cuda"
+)
+
+// TestArenaPerSample: per-sample gradients kept in the runtime plan's
+// hook buffers (arenaPerSample) give psAll's clipped sums and norms bit
+// for bit, over physical batches whose hook buffers hold what the last
+// step's forward and backward left there (a full batch, a partly filled
+// one, the full one again), in bk (the threshold lowered so that the
+// fixtures' instantiated convolutions and position embedding qualify) and
+// instantiate, on the CPU and the CUDA emulation; and psAll holds the
+// rest only.
+func TestArenaPerSample(t *testing.T) {
+	defer func(m int64) { arenaPerSampleMin = m }(arenaPerSampleMin)
+	arenaPerSampleMin = 64
+	devs := []struct {
+		name string
+		dev  runtime.Device
+	}{{"cpu", nil}}
+	if drv, err := cuda.Emulated(); err == nil {
+		d, err := cuda.New(drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		devs = append(devs, struct {
+			name string
+			dev  runtime.Device
+		}{"cuda-emulated", d})
+	} else {
+		t.Logf("no CUDA emulation here (%v): the CPU only", err)
+	}
+	const n = 6
+	for _, d := range devs {
+		for _, c := range []struct {
+			name  string
+			modes []Mode
+		}{
+			{"resnet_train", []Mode{BK, Instantiate}},
+			{"vit", []Mode{BK, Instantiate}},
+			// A shared projection: psAll beside the hook buffers.
+			{"packedqkv", []Mode{Instantiate}},
+		} {
+			name := c.name
+			for _, mode := range c.modes {
+				t.Run(fmt.Sprintf("%s/%s/%s", d.name, name, mode), func(t *testing.T) {
+					x, y, _, _ := engineBatch(t, name, n)
+					sl := len(x) / n
+					type result struct {
+						sums  []map[string][]float32
+						norms [][]float64
+						psAll int
+					}
+					run := func(arena bool) result {
+						arenaPerSampleOff = !arena
+						defer func() { arenaPerSampleOff = false }()
+						e := buildEngine(t, name, compareConfig(d.dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+						if arena != (len(e.hookPS) > 0) {
+							t.Fatalf("arena %v: %d hook buffers of per-sample gradients", arena, len(e.hookPS))
+						}
+						var r result
+						r.psAll = len(e.psAll)
+						for _, k := range []int{n, n - 2, n} {
+							sum, norms, err := e.ClippedSum(x[:k*sl], y[:k])
+							if err != nil {
+								t.Fatal(err)
+							}
+							out := map[string][]float32{}
+							for p, g := range sum {
+								out[p] = append([]float32(nil), g...)
+							}
+							r.sums = append(r.sums, out)
+							r.norms = append(r.norms, append([]float64(nil), norms...))
+						}
+						return r
+					}
+					got, want := run(true), run(false)
+					if got.psAll >= want.psAll {
+						t.Errorf("psAll %d floats with hook buffers, %d without", got.psAll, want.psAll)
+					}
+					for s := range want.sums {
+						for i := range want.norms[s] {
+							if math.Float64bits(got.norms[s][i]) != math.Float64bits(want.norms[s][i]) {
+								t.Fatalf("batch %d, sample %d: norm² %v with hook buffers, %v in psAll", s, i, got.norms[s][i], want.norms[s][i])
+							}
+						}
+						for p, w := range want.sums[s] {
+							g := got.sums[s][p]
+							for j := range w {
+								if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
+									t.Fatalf("batch %d, %s[%d] = %v with hook buffers, %v in psAll", s, p, j, g[j], w[j])
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestWorkerBufsInPlanWorkspace: the norm rules' scratch taken from the
+// runtime plan's workspace (workerBufs, between the plan's nodes) gives
+// the clipped sums and norms of the engine's own buffers bit for bit,
+// over several physical batches, in every DP mode, on the CPU and the
+// CUDA emulation; and where every layer's scratch fits there, the engine
+// allocates none of its own.
+func TestWorkerBufsInPlanWorkspace(t *testing.T) {
+	devs := []struct {
+		name string
+		dev  runtime.Device
+	}{{"cpu", nil}}
+	if drv, err := cuda.Emulated(); err == nil {
+		d, err := cuda.New(drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		devs = append(devs, struct {
+			name string
+			dev  runtime.Device
+		}{"cuda-emulated", d})
+	} else {
+		t.Logf("no CUDA emulation here (%v): the CPU only", err)
+	}
+	const n = 6
+	inWorkspace := 0 // cases whose scratch was the workspace's alone
+	defer func() {
+		if inWorkspace == 0 {
+			t.Error("no case took its norm scratch from the plan's workspace alone: the test exercises nothing")
+		}
+	}()
+	for _, d := range devs {
+		for _, name := range []string{"resnet_train", "vit"} {
+			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+				t.Run(fmt.Sprintf("%s/%s/%s", d.name, name, mode), func(t *testing.T) {
+					x, y, _, _ := engineBatch(t, name, n)
+					sl := len(x) / n
+					run := func(shared bool) ([]map[string][]float32, [][]float64, *Engine) {
+						wsBufsOff = !shared
+						defer func() { wsBufsOff = false }()
+						e := buildEngine(t, name, compareConfig(d.dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
+						var sums []map[string][]float32
+						var norms [][]float64
+						for _, k := range []int{n, n - 2, n} {
+							sum, nr, err := e.ClippedSum(x[:k*sl], y[:k])
+							if err != nil {
+								t.Fatal(err)
+							}
+							out := map[string][]float32{}
+							for p, g := range sum {
+								out[p] = append([]float32(nil), g...)
+							}
+							sums = append(sums, out)
+							norms = append(norms, append([]float64(nil), nr...))
+						}
+						return sums, norms, e
+					}
+					gotS, gotN, e := run(true)
+					wantS, wantN, own := run(false)
+					// Each layer's scratch is the workspace or, where it does
+					// not fit there, the engine's own as before.
+					ws := int64(len(e.plan.Scratch()))
+					if e.normScratchPeak > own.normScratchPeak || own.normScratchPeak <= ws && e.normScratchPeak != 0 {
+						t.Errorf("the engine's own norm scratch: %d floats sharing the plan's workspace (%d floats), %d without", e.normScratchPeak, ws, own.normScratchPeak)
+					}
+					if own.normScratchPeak > 0 && e.normScratchPeak == 0 {
+						inWorkspace++
+					}
+					for s := range wantS {
+						for i := range wantN[s] {
+							if math.Float64bits(gotN[s][i]) != math.Float64bits(wantN[s][i]) {
+								t.Fatalf("batch %d, sample %d: norm² %v in the plan's workspace, %v in the engine's", s, i, gotN[s][i], wantN[s][i])
+							}
+						}
+						for p, w := range wantS[s] {
+							for j := range w {
+								if math.Float32bits(gotS[s][p][j]) != math.Float32bits(w[j]) {
+									t.Fatalf("batch %d, %s[%d] = %v in the plan's workspace, %v in the engine's", s, p, j, gotS[s][p][j], w[j])
+								}
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
