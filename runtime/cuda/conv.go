@@ -401,6 +401,7 @@ func (d *Device) libOrGEMM(kind ConvKind, s *runtime.ConvShape, x, w, y DevicePt
 	if !d.dnnSetup(kind, s, x, w, y, 0, tf32) {
 		return false
 	}
+	d.dnnArgs.Work, d.dnnArgs.WorkBytes = d.lend(ws)
 	pk, ok := d.drv.(pathKeeper)
 	if !ok || !convByGEMM(s) {
 		return d.dnnRun(s)
@@ -450,6 +451,26 @@ func (d *Device) gemmProduct(kind ConvKind, s *runtime.ConvShape, ws []float32, 
 	default:
 		d.convWeightGradGEMM(c, x, y, w)
 	}
+}
+
+// dnnWorkAlign is the alignment, in bytes, of a workspace lent to the
+// convolution library (ConvArgs.Work): cuMemAlloc's, more than any of
+// cuDNN's algorithms asks for.
+const dnnWorkAlign = 256
+
+// lend returns ws as a workspace to lend the convolution library for one
+// product (ConvArgs.Work): its address and bytes where it is device memory
+// of d starting at a dnnWorkAlign boundary (the plan's workspace is its
+// own allocation), else none (d.mu held).
+func (d *Device) lend(ws []float32) (DevicePtr, int) {
+	if len(ws) == 0 {
+		return 0, 0
+	}
+	p := DevicePtr(uintptr(unsafe.Pointer(&ws[0])))
+	if p%dnnWorkAlign != 0 || !d.isDevice(p, 4*len(ws)) {
+		return 0, 0
+	}
+	return p, 4 * len(ws)
 }
 
 // refuseDNN remembers that the library does not run s, and why; false.

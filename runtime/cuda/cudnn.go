@@ -641,9 +641,14 @@ func (c *nvidia) Conv(a *ConvArgs) error {
 	}
 	p.wsKnown[a.Kind] = true
 	wsSize := p.ws[a.Kind]
-	ws, err := c.dnnWorkspace(wsSize)
-	if err != nil {
-		return err
+	// The caller's lent workspace where it is large enough (the plan's:
+	// free during the product), so that the driver's own grows only for
+	// the algorithms that need more.
+	ws := a.Work
+	if ws == 0 || uint64(a.WorkBytes) < wsSize {
+		if ws, err = c.dnnWorkspace(wsSize); err != nil {
+			return err
+		}
 	}
 	// α and β through host pointers, read during the call.
 	ab := c.ab

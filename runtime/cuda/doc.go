@@ -133,6 +133,9 @@
 // more than a small product's device time), its algorithms' workspace
 // bounded by EnvCUDNNWorkspace (a sixteenth of the device's memory, at
 // most 4 GiB; beyond 256 MiB only for a 1.25× faster product, pickAlgo)
+// and taken from the workspace the caller passes (the plan's: lend,
+// ConvArgs.Work) where that is large enough, so that the driver's own
+// grows only for the algorithms that need more (TestConvLibraryLentWorkspace)
 // — else they are GEMMs
 // (conv.go): per group,
 // a chunk of samples' unfolded inputs (conv_unfold, D × nb·T in the

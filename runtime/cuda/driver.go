@@ -182,6 +182,11 @@ type ConvArgs struct {
 	// TF32 lets the library round X's, W's and Y's elements to TF32 for
 	// the product (tensor cores), as GemmArgs.TF32; float32 otherwise.
 	TF32 bool
+	// Work, if not 0, is WorkBytes of device memory the caller lends for
+	// the call (dnnWorkAlign-aligned): the library's workspace where its
+	// algorithm needs no more, instead of the driver's own.
+	Work      DevicePtr
+	WorkBytes int
 }
 
 // gemmExtent is the number of elements a matrix operand of a GEMM spans:

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -547,5 +548,66 @@ func badValueNamed(t *testing.T, env, value string) {
 			t.Errorf("ConvLibrary with %s=%s: %q, want the variable named", env, value, lib)
 		}
 		bad.Close()
+	}
+}
+
+// TestConvLibraryLentWorkspace: a product given device memory as its
+// workspace (the plan's, ConvArgs.Work) runs cuDNN's algorithm in it
+// where it is large enough — the driver's own workspace stays unallocated
+// — and in the driver's own where it is too small or not at a lendable
+// boundary, with the same result bit for bit either way.
+func TestConvLibraryLentWorkspace(t *testing.T) {
+	t.Setenv(EnvCUDNNGEMM, "off")
+	s := &runtime.ConvShape{N: 2, C: 3, M: 4, In: []int{9, 8}, Kernel: []int{3, 3}, Pads: []int{1, 1, 1, 1}}
+	if err := s.Init(); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(3))
+	x, w := unif(r, s.N*s.C*s.InSize), unif(r, s.M*s.D)
+	const stand = 1 << 20 // the stand-in's deterministic algorithm's workspace
+	// run runs the product on a fresh driver with the workspace ws(d)
+	// and returns y and the driver's own workspace.
+	run := func(ws func(d *Device) []float32) ([]float64, int) {
+		drv := fakeDriver(t)
+		d, err := New(drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		y := make([]float32, s.N*s.M*s.T)
+		d.Conv(s, x, w, nil, y, ws(d))
+		if d.dnnRuns == 0 {
+			t.Fatal("cuDNN did not run the product")
+		}
+		return widen32(y), drv.ConvWorkspace()
+	}
+	device := func(n, from int) func(d *Device) []float32 {
+		return func(d *Device) []float32 {
+			b, err := d.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b.Floats()[from:]
+		}
+	}
+	want, own := run(device(stand/4, 0))
+	if own != 0 {
+		t.Errorf("a lent workspace of %d bytes: the driver's own grew to %d", stand, own)
+	}
+	for _, c := range []struct {
+		name string
+		ws   func(d *Device) []float32
+	}{
+		{"too small", device(stand/4-64, 0)},
+		{"off the boundary", device(stand/4+64, 1)},
+		{"host memory", func(*Device) []float32 { return make([]float32, stand/4) }},
+	} {
+		got, own := run(c.ws)
+		if err := sameBits(got, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if own < stand {
+			t.Errorf("%s: the driver's own workspace %d bytes, want the algorithm's %d", c.name, own, stand)
+		}
 	}
 }
