@@ -117,8 +117,9 @@ type Engine struct {
 	sampleLen int
 
 	params []*param
-	// accumAll holds every parameter's accum back to back, in params'
-	// order, and psAll the per-sample gradients of those that keep them:
+	// accumAll holds every parameter's accum in params' order at
+	// runtime.BlockOffsets (the plan's parameter block's layout), and
+	// psAll the per-sample gradients of those that keep them back to back:
 	// each is cleared, noised or scaled in one call. paramAll is the
 	// plan's parameter block (runtime.Plan.ParamBlock) where whole is
 	// set: a device that takes whole slices, with the parameters in one
@@ -126,7 +127,11 @@ type Engine struct {
 	// run once over the blocks instead of once per parameter.
 	accumAll, psAll, paramAll []float32
 	accumList                 [][]float32 // {accumAll}, for noised
-	psRuns                    []psRun     // psAll by size (layPerSample)
+	// noiseBases are the accumulators' offsets in accumAll: the noise
+	// positions of the parameters' elements on every device, whether it
+	// draws over the block or tensor by tensor (noised).
+	noiseBases []uint64
+	psRuns     []psRun // psAll by size (layPerSample)
 	// hookPS holds, by consumer output name, the hook buffers of the
 	// runtime plan that hold per-sample gradients (arenaPerSample).
 	hookPS  map[string]*hookPS
@@ -230,6 +235,7 @@ type param struct {
 	data  []float32
 	shape []int
 	accum []float32 // Σ C_i g_i over the logical batch (device memory)
+	off   int       // accum's offset in accumAll (runtime.BlockOffsets)
 	// fresh says accum holds nothing of this logical batch yet (stale
 	// values, not zeros): the first contribution overwrites it instead of
 	// adding, which spares book-keeping a clearing pass over every
@@ -392,25 +398,27 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e.paramNormSq = e.paramNormSq[:len(plan.Params())*B]
-	total := 0
-	for _, name := range plan.Params() {
+	sizes := make([]int, len(plan.Params()))
+	for k, name := range plan.Params() {
 		data, _ := plan.Param(name)
-		total += len(data)
+		sizes[k] = len(data)
 	}
+	offs, total := runtime.BlockOffsets(sizes)
 	if e.accumAll, err = e.alloc(total, "the gradient accumulators"); err != nil {
 		return nil, err
 	}
 	e.accumAll = e.accumAll[:total:total]
 	e.accumList = [][]float32{e.accumAll}
-	// The block holds the parameters in Params' order (its contract),
-	// the accumulators' order.
+	// The block holds the parameters in Params' order at BlockOffsets (its
+	// contract), the accumulators' layout.
 	e.paramAll = plan.ParamBlock()
 	e.whole = e.batchSamples && len(e.paramAll) == total
-	off := 0
+	e.noiseBases = make([]uint64, len(sizes))
 	for k, name := range plan.Params() {
 		data, sh := plan.Param(name)
-		p := &param{name: name, data: data, shape: sh, accum: e.accumAll[off : off+len(data) : off+len(data)]}
-		off += len(data)
+		off := offs[k]
+		p := &param{name: name, data: data, shape: sh, off: off, accum: e.accumAll[off : off+len(data) : off+len(data)]}
+		e.noiseBases[k] = uint64(off)
 		p.normSq = e.paramNormSq[k*B : (k+1)*B : (k+1)*B]
 		e.params = append(e.params, p)
 		e.byName[name] = p
@@ -539,7 +547,8 @@ func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
 			} else if upd, err = so.begin(e.Params(), grads, 1); err != nil {
 				upd = nil
 			}
-			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, e.noised(grads, !e.whole), e.batchSamples, upd)
+			xs, bases := e.noised(grads, !e.whole)
+			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, xs, bases, e.batchSamples, upd)
 			e.noiseStd = 0
 		} else if ok {
 			err = so.stepScaled(e.Params(), grads, e.gradScale)
@@ -703,9 +712,11 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 			e.noiseStd, e.noisePost = std, inv
 			return grads, nil
 		}
-		e.cfg.Source.addGaussianScaledThen(e.ops, std, inv, e.noised(grads, false), e.batchSamples, nil)
+		xs, bases := e.noised(grads, false)
+		e.cfg.Source.addGaussianScaledThen(e.ops, std, inv, xs, bases, e.batchSamples, nil)
 	} else {
-		for _, g := range e.noised(grads, false) {
+		xs, _ := e.noised(grads, false)
+		for _, g := range xs {
 			e.ops.Scale(inv, g)
 		}
 	}
@@ -713,16 +724,17 @@ func (e *Engine) finishLogical(size int) ([][]float32, error) {
 }
 
 // noised returns the slices the noise and the division by the expected
-// batch size run over: the accumulators' block, one call, where the device
-// takes whole slices (the noise is positional in the concatenation of the
-// gradients, so its bits are the same), unless an update follows each
-// piece tensor by tensor (perTensor); else the private gradients grads,
-// which are the accumulators.
-func (e *Engine) noised(grads [][]float32, perTensor bool) [][]float32 {
+// batch size run over, and their noise positions: the accumulators'
+// block, one call, where the device takes whole slices, unless an update
+// follows each piece tensor by tensor (perTensor); else the private
+// gradients grads, which are the accumulators, at their offsets in the
+// block (noiseBases). The noise is positional, so its bits are the same
+// either way; the block's padding draws noise no parameter reads.
+func (e *Engine) noised(grads [][]float32, perTensor bool) ([][]float32, []uint64) {
 	if e.batchSamples && !perTensor {
-		return e.accumList
+		return e.accumList, nil
 	}
-	return grads
+	return grads, e.noiseBases
 }
 
 // ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds

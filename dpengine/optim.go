@@ -75,30 +75,32 @@ func (d *onDevice) memory() runtime.Device {
 }
 
 // slot is an optimizer state slot (a momentum, Adam's m or v): one
-// device block holding the tensors back to back in the parameters' order,
-// and its views per tensor, which the update operations take — or the
-// whole block at once (beginBlock).
+// device block holding the tensors in the parameters' order at
+// runtime.BlockOffsets (the layout of the plan's parameter block and the
+// engine's accumulators), its views per tensor, which the update
+// operations take — or the whole block at once (beginBlock) — and the
+// views' offsets.
 type slot struct {
 	views [][]float32
+	offs  []int
 	all   []float32
 	buf   runtime.Buffer
 }
 
 // zeros allocates a slot of the shapes of xs on the device, zeroed.
 func (d *onDevice) zeros(xs [][]float32) (*slot, error) {
-	total := 0
-	for _, x := range xs {
-		total += len(x)
+	sizes := make([]int, len(xs))
+	for i, x := range xs {
+		sizes[i] = len(x)
 	}
+	offs, total := runtime.BlockOffsets(sizes)
 	b, err := d.memory().Alloc(total)
 	if err != nil {
 		return nil, fmt.Errorf("optimizer: allocating state of %d elements on %s: %w", total, d.memory().Name(), err)
 	}
-	s := &slot{views: make([][]float32, len(xs)), all: b.Floats()[:total:total], buf: b}
-	off := 0
+	s := &slot{views: make([][]float32, len(xs)), offs: offs, all: b.Floats()[:total:total], buf: b}
 	for i, x := range xs {
-		s.views[i] = s.all[off : off+len(x) : off+len(x)]
-		off += len(x)
+		s.views[i] = s.all[offs[i] : offs[i]+len(x) : offs[i]+len(x)]
 	}
 	return s, nil
 }
@@ -112,12 +114,10 @@ func (d *onDevice) load(xs [][]float32) (*slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	off := 0
-	for _, x := range xs {
-		if err := d.memory().CopyIn(s.buf, off, x); err != nil {
+	for i, x := range xs {
+		if err := d.memory().CopyIn(s.buf, s.offs[i], x); err != nil {
 			return nil, fmt.Errorf("optimizer: loading state: %w", err)
 		}
-		off += len(x)
 	}
 	return s, nil
 }
@@ -130,26 +130,26 @@ func (d *onDevice) save(s *slot) [][]float32 {
 		return nil
 	}
 	out := make([][]float32, len(s.views))
-	off := 0
 	for i, v := range s.views {
 		out[i] = make([]float32, len(v))
-		if err := d.memory().CopyOut(out[i], s.buf, off); err != nil {
+		if err := d.memory().CopyOut(out[i], s.buf, s.offs[i]); err != nil {
 			panic(fmt.Sprintf("optimizer: saving state from %s: %v", d.memory().Name(), err))
 		}
-		off += len(v)
 	}
 	return out
 }
 
 // checkBlock checks that the blocks pAll and gAll and the optimizer's slot
-// s (nil: none) all hold the total of params' sizes.
+// s (nil: none) all hold params laid out at runtime.BlockOffsets of their
+// sizes.
 func checkBlock(params [][]float32, pAll, gAll []float32, s *slot) error {
-	total := 0
-	for _, x := range params {
-		total += len(x)
+	sizes := make([]int, len(params))
+	for i, x := range params {
+		sizes[i] = len(x)
 	}
+	_, total := runtime.BlockOffsets(sizes)
 	if len(pAll) != total || len(gAll) != total || s != nil && len(s.all) != total {
-		return fmt.Errorf("optimizer: blocks of %d parameters and %d gradients for tensors of %d elements", len(pAll), len(gAll), total)
+		return fmt.Errorf("optimizer: blocks of %d parameters and %d gradients for tensors of %d elements laid out at runtime.BlockOffsets", len(pAll), len(gAll), total)
 	}
 	return nil
 }

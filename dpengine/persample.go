@@ -281,10 +281,12 @@ type hookPS struct {
 type psRun struct {
 	ps     []float32
 	normSq []float64
-	// accum is the run's accumulators back to back, where they are
+	// accum spans the run's accumulators, stride floats apart in
+	// accumAll (runtime.BlockOffsets), where they are in order
 	// (trainableOrder), and params the run's parameters: clipRuns forms
 	// their clipped sums as one product.
 	accum  []float32
+	stride int
 	params []*param
 }
 
@@ -312,7 +314,7 @@ func (e *Engine) layPerSample() error {
 		}
 	}
 	// trainableOrder put them first, by size: their accumulators are then
-	// accumAll's first elements, a run's back to back.
+	// accumAll's first elements, a run's a padded size apart.
 	prefix := true
 	total := 0
 	for k, p := range keep {
@@ -349,7 +351,7 @@ func (e *Engine) layPerSample() error {
 		}
 		e.psAll = e.psAll[:total:total]
 	}
-	row, off, acc := 0, 0, 0
+	row, off := 0, 0
 	rowOf := func(p *param) {
 		p.normSq = e.paramNormSq[row*B : (row+1)*B : (row+1)*B]
 		row++
@@ -358,26 +360,30 @@ func (e *Engine) layPerSample() error {
 		n := B * len(p.data)
 		_, arena := inArena[p]
 		if arena {
-			e.psRuns = append(e.psRuns, psRun{ps: p.ps[:0], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
+			e.psRuns = append(e.psRuns, psRun{ps: p.ps[:0], normSq: e.paramNormSq[row*B : row*B]})
 		} else {
 			p.ps = e.psAll[off : off+n : off+n]
 			if k == 0 || len(p.data) != len(keep[k-1].data) { // trainableOrder: no arena parameter before
-				e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B], accum: e.accumAll[acc:acc]})
+				e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B]})
 			}
 			off += n
 		}
 		r := &e.psRuns[len(e.psRuns)-1]
 		r.ps = r.ps[:len(r.ps)+n]
 		r.normSq = r.normSq[:len(r.normSq)+B]
-		r.accum = r.accum[:len(r.accum)+len(p.data)]
 		r.params = append(r.params, p)
 		rowOf(p)
-		acc += len(p.data)
 	}
-	if !prefix {
-		for k := range e.psRuns {
-			e.psRuns[k].accum = nil // not back to back: clipRuns steps aside
+	// A run's accumulators, one padded size apart in accumAll where the
+	// kept parameters come first (else clipRuns steps aside).
+	for k := range e.psRuns {
+		r := &e.psRuns[k]
+		if !prefix {
+			continue
 		}
+		first, last := r.params[0], r.params[len(r.params)-1]
+		r.accum = e.accumAll[first.off : last.off+len(last.data)]
+		_, r.stride = runtime.BlockOffsets([]int{len(first.data)})
 	}
 	for _, p := range e.params {
 		if p.ps == nil {
@@ -831,7 +837,7 @@ func (e *Engine) clipRuns(f []float32, n int) bool {
 		if r.params[0].fresh {
 			beta = 0
 		}
-		e.ops.GemmStrided(false, false, 1, size, n, 1, f[:n], n, 0, r.ps, size, B*size, beta, r.accum, size, size, len(r.params))
+		e.ops.GemmStrided(false, false, 1, size, n, 1, f[:n], n, 0, r.ps, size, B*size, beta, r.accum, size, r.stride, len(r.params))
 		for _, p := range r.params {
 			p.fresh = false
 		}

@@ -111,7 +111,8 @@ const noiseChunk = 1 << 18
 // the source only picks the key and step.
 //
 // The noise is runtime/noise's: element i of the parameters laid out one
-// after another (xs[0], then xs[1], …) is a function of (key, step, i)
+// after another (xs[0], then xs[1], …; the engine's accumulators at their
+// padded offsets, addGaussianScaledThen's bases) is a function of (key, step, i)
 // through AES-128, the generator of PyTorch's torchcsprng behind Opacus's
 // secure mode, under a fresh 128-bit key per call (from crypto/rand, or
 // derived from the seed and the stream position), with the stream position
@@ -120,7 +121,7 @@ const noiseChunk = 1 << 18
 // gain that matters here: the keystream only has to be indistinguishable
 // from random to an attacker bounded at 2¹²⁸.
 func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32, xs ...[]float32) {
-	s.addGaussianScaledThen(ops, std, post, xs, false, nil)
+	s.addGaussianScaledThen(ops, std, post, xs, nil, false, nil)
 }
 
 // addGaussianScaledThen is addGaussianScaled calling then(k, lo, hi) on
@@ -130,7 +131,12 @@ func (s *Source) addGaussianScaled(ops runtime.DPOps, std float64, post float32,
 // memory a second time. With whole (Engine.batchSamples: a GPU) a piece is
 // a whole slice, one launch: there smaller pieces would only add launches,
 // and the optimizer reads no core's cache.
-func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, whole bool, then func(k, lo, hi int)) {
+//
+// bases, if not nil, are the noise positions of the xs' first elements
+// (the engine's accumulators' offsets in their block, which has padding
+// between them: runtime.BlockOffsets) instead of their lengths' running
+// sum.
+func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post float32, xs [][]float32, bases []uint64, whole bool, then func(k, lo, hi int)) {
 	size := noiseChunk
 	if whole {
 		size = 1
@@ -154,6 +160,9 @@ func (s *Source) addGaussianScaledThen(ops runtime.DPOps, std float64, post floa
 				return
 			}
 			k, lo, hi, base := chunkAt(xs, c, size)
+			if bases != nil {
+				base = bases[k]
+			}
 			ops.AddGaussianNoise(xs[k][lo:hi], n, base+uint64(lo), std, post)
 			if then != nil {
 				then(k, lo, hi)

@@ -360,7 +360,7 @@ func (d wholeDevice) AddGaussianNoise(x []float32, n runtime.Noise, offset uint6
 // TestWholeUpdate: on a one-worker device with memory of its own
 // (reference.Separate, as a GPU) the plan holds the trainable parameters
 // in one block (runtime.Plan.ParamBlock) and the engine its accumulators
-// in another, so that a step's noise is one draw and its optimizer update
+// in another, each tensor at a multiple of runtime.BlockAlign, so that a step's noise is one draw and its optimizer update
 // one call (AdamW and SGD with momentum), not one per parameter, and the
 // clipped sums of the parameters that keep per-sample gradients one
 // product per size (psRun); the result is the CPU engine's (compareEngines: the noise is positional, so
@@ -379,12 +379,19 @@ func TestWholeUpdate(t *testing.T) {
 			if !one.whole || len(one.paramAll) == 0 || len(one.params) < 2 {
 				t.Fatalf("whole %v, a block of %d parameters over %d tensors", one.whole, len(one.paramAll), len(one.params))
 			}
-			off := 0
-			for _, p := range one.params {
-				if &p.data[0] != &one.paramAll[off] || &p.accum[0] != &one.accumAll[off] {
+			// Each parameter at a multiple of runtime.BlockAlign of the
+			// blocks, whatever the sizes before it (the fixtures' heads
+			// have 10-element biases).
+			sizes := make([]int, len(one.params))
+			for k, p := range one.params {
+				sizes[k] = len(p.data)
+			}
+			offs, _ := runtime.BlockOffsets(sizes)
+			for k, p := range one.params {
+				off := offs[k]
+				if off%runtime.BlockAlign != 0 || &p.data[0] != &one.paramAll[off] || &p.accum[0] != &one.accumAll[off] {
 					t.Fatalf("%s is not at %d of the blocks", p.name, off)
 				}
-				off += len(p.data)
 			}
 			// The parameters that keep per-sample gradients, a run per size
 			// with its accumulators back to back (clipRuns).
@@ -392,8 +399,9 @@ func TestWholeUpdate(t *testing.T) {
 				t.Fatal("no parameter keeps per-sample gradients")
 			}
 			for _, r := range one.psRuns {
-				if r.accum == nil || len(r.accum) != len(r.params)*len(r.params[0].data) {
-					t.Fatalf("a run of %d parameters of %d elements has accumulators %d long", len(r.params), len(r.params[0].data), len(r.accum))
+				size := len(r.params[0].data)
+				if r.accum == nil || r.stride%runtime.BlockAlign != 0 || len(r.accum) != (len(r.params)-1)*r.stride+size {
+					t.Fatalf("a run of %d parameters of %d elements has accumulators %d long, %d apart", len(r.params), size, len(r.accum), r.stride)
 				}
 			}
 			compareEngines(t, c.name, cpu, one, x, y, batch, fill)

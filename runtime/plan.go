@@ -842,20 +842,44 @@ func isRunningStat(v *graph.Value) bool {
 	return true
 }
 
+// BlockAlign is the alignment, in floats (256 bytes, cuMemAlloc's), of
+// each tensor in a block of tensors laid out one after another
+// (BlockOffsets): the trainable parameters' block (ParamBlock), and the DP
+// engine's accumulators and optimizer state, which follow its layout.
+// cuBLAS's and cuDNN's fast kernels (vectorized loads, TF32 tensor cores)
+// want 16-byte-aligned operands; packed back to back, a 10-class head's
+// bias (10 floats) ahead of them — book-keeping's order, smallest kept
+// parameters first — left every weight after it 8 bytes off.
+const BlockAlign = 64
+
+// BlockOffsets returns where tensors of the given sizes start in a block
+// that holds them one after another in that order, each at a multiple of
+// BlockAlign floats, and the block's length: the padding between them
+// belongs to no tensor.
+func BlockOffsets(sizes []int) (offs []int, total int) {
+	offs = make([]int, len(sizes))
+	for i, n := range sizes {
+		offs[i] = total
+		total += (n + BlockAlign - 1) / BlockAlign * BlockAlign
+	}
+	return offs, total
+}
+
 // gatherParams moves the trainable parameters into one block of the
-// device, back to back in params' order, where the device has memory of
+// device, in params' order at BlockOffsets, where the device has memory of
 // its own (an accelerator: the initializers were copied, not adopted), so
 // that an update of every parameter — the optimizer's, the noise's — is
 // one device call on ParamBlock instead of one per tensor. The copies
 // adopt made are released where the device can (Freer).
 func (p *Plan) gatherParams() error {
-	total := 0
-	for _, t := range p.params {
+	sizes := make([]int, len(p.params))
+	for i, t := range p.params {
 		if t.buf == nil || t.bufOff != 0 || SameMemory(t.host, t.data) {
 			return nil // adopted host memory (CPU, reference): nothing to gain
 		}
-		total += t.n
+		sizes[i] = t.n
 	}
+	offs, total := BlockOffsets(sizes)
 	if total == 0 {
 		return nil
 	}
@@ -864,8 +888,8 @@ func (p *Plan) gatherParams() error {
 		return fmt.Errorf("runtime: allocating the %d trainable parameters' block: %w", total, err)
 	}
 	all := blk.Floats()[:total:total]
-	off := 0
-	for _, t := range p.params {
+	for i, t := range p.params {
+		off := offs[i]
 		if err := p.dev.CopyIn(blk, off, t.host); err != nil {
 			return fmt.Errorf("runtime: parameter %q: %w", t.v.Name, err)
 		}
@@ -876,16 +900,16 @@ func (p *Plan) gatherParams() error {
 				return fmt.Errorf("runtime: parameter %q: releasing its first copy: %w", t.v.Name, err)
 			}
 		}
-		off += t.n
 	}
 	p.paramBlock = all
 	return nil
 }
 
-// ParamBlock returns the trainable parameters as one device view, back to
-// back in Params' order (each Param a sub-slice of it), or nil where they
-// are not one block: on a device that adopts host memory they are the
-// graph's initializers, wherever those lie.
+// ParamBlock returns the trainable parameters as one device view, in
+// Params' order at BlockOffsets of their sizes (each Param a sub-slice of
+// it; the padding between them belongs to none), or nil where they are
+// not one block: on a device that adopts host memory they are the graph's
+// initializers, wherever those lie.
 func (p *Plan) ParamBlock() []float32 { return p.paramBlock }
 
 func (p *Plan) selectParams() error {

@@ -18,7 +18,9 @@
 // Inputs: a 128-bit key K, the step t (a uint64), the element index i
 // (0 ≤ i < 2⁴⁸), and per call std (rounded to float32) and post (float32).
 // The parameters of a model are laid out one after another, so the index
-// of a parameter's first element is the total size of those before it.
+// of a parameter's first element is its offset in that layout (the DP
+// engine starts each at a multiple of 64: runtime.BlockOffsets); every
+// element has its own index.
 //
 // Counter block C(t, d, n), 16 bytes: bytes 0–7 are t big-endian, bytes
 // 8–9 the domain d (0 ≤ d < 2¹⁶) big-endian, bytes 10–15 the index n
