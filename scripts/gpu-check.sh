@@ -43,7 +43,8 @@
 #      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
-# maxbatch.jsonl and maxbatch.md, profile-*.txt, cudnn-algos-*.json (the
+# maxbatch.jsonl and maxbatch.md, profile-*.txt, peak-*.txt (bk's device
+# peak by allocation, DPFINETUNE_CUDA_PEAK), cudnn-algos-*.json (the
 # convolution choices the machine measured and kept; choices.md, the
 # per-sample gradients' among them), and summary.md (bench.md,
 # timm.md, maxbatch.md, choices.md) to paste into docs/BENCHMARKS.md.
@@ -264,6 +265,23 @@ else # the dry run: the emulation's kernels are the plainest, so small models
 	GEMM_ROW=cifar_resnet18
 	bench cnn-fmnist 2 28 10
 	bench cifar_resnet18 2 32 10
+fi
+# Where bk's device peak goes (DPFINETUNE_CUDA_PEAK): the allocations held
+# at it, summed by the code that asked, and cuDNN's workspace beside them
+# (peak-MODEL.txt) — what the memory target (1.1× PyTorch's) cuts from.
+peak() { # name batch classes
+	if late; then
+		echo "peak $1: skipped, BUDGET_S spent" >&2
+		return
+	fi
+	DPFINETUNE_CUDA_PEAK=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --num-classes "$3" --steps 1 --modes bk >"$OUT/peak-$1.txt" 2>&1 ||
+		echo "peak $1: exit $? (see peak-$1.txt)" >&2
+	grep -A6 '^cuda peak' "$OUT/peak-$1.txt" | sed "s/^/$1: /" >&2
+}
+if [ $mode = gpu ]; then
+	peak resnet50 "$BATCH224" 1000
+else
+	peak cifar_resnet18 2 10
 fi
 "$PY" - "$OUT/bench.jsonl" "$OUT/machine.txt" >"$OUT/bench.md" <<'PYEOF'
 import json, sys

@@ -120,8 +120,9 @@ type Device struct {
 	tf32                      bool
 	tf32Staged, tf32Unaligned int
 	// inUse and peak are the bytes allocated now and at most
-	// (MemoryStats).
+	// (MemoryStats); peakLog, with EnvPeak, what was held at the peak.
 	inUse, peak int64
+	peakLog     *peakLog
 	// noDNN is set once the driver says it has no convolution library;
 	// dnnRefused holds the convolutions the library refused or failed,
 	// which take the Device's own path from then on; dnnRuns counts the
@@ -156,6 +157,7 @@ type Device struct {
 type span struct {
 	p     DevicePtr
 	bytes int
+	who   string // the asker, with EnvPeak
 }
 
 // copyBack is a staged operand the operation writes: copied back to the
@@ -195,7 +197,7 @@ func Open() (*Device, error) {
 // loads the kernel modules and uploads the noise tables. The Device's
 // Close releases drv; if New fails, drv is still the caller's to close.
 func New(drv Driver) (*Device, error) {
-	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args), prof: newProfile()}
+	d := &Device{drv: drv, props: drv.Properties(), fn: map[string]Function{}, args: new(Args), prof: newProfile(), peakLog: newPeakLog()}
 	d.noDNN = strings.HasPrefix(d.props.ConvLibrary, "none")
 	d.maxGrid = 16 * max(1, d.props.Multiprocessors)
 	for mod, names := range deviceKernels {
@@ -305,8 +307,14 @@ func (d *Device) alloc(bytes int) (DevicePtr, error) {
 	i := sort.Search(len(d.spans), func(i int) bool { return d.spans[i].p > p })
 	d.spans = append(d.spans, span{})
 	copy(d.spans[i+1:], d.spans[i:])
-	d.spans[i] = span{p, bytes}
+	d.spans[i] = span{p: p, bytes: bytes}
 	d.inUse += int64(bytes)
+	if d.peakLog != nil {
+		d.spans[i].who = asker()
+		if d.inUse > d.peak {
+			d.peakLog.held = append(d.peakLog.held[:0], d.spans...)
+		}
+	}
 	d.peak = max(d.peak, d.inUse)
 	return p, nil
 }
@@ -448,6 +456,10 @@ func (d *Device) Close() error {
 		d.drv.Free(s.p)
 	}
 	d.spans, d.scratch, d.gathers, d.planData, d.shapeData, d.inUse = nil, arena{}, nil, nil, nil, 0
+	if d.peakLog != nil {
+		d.peakLog.report(d.peakLog.out, d.drv.ConvWorkspace())
+		d.peakLog = nil
+	}
 	if d.prof != nil {
 		d.prof.write(d.prof.out, 40)
 		gemms := 0

@@ -158,3 +158,50 @@ func TestSubSliceOperands(t *testing.T) {
 		t.Errorf("device operands were staged: %d scratch chunks", len(d.scratch.chunks))
 	}
 }
+
+// peakAskerA and peakAskerB allocate for TestPeakLog, which finds them
+// named in the record.
+func peakAskerA(d *Device, n int) runtime.Buffer {
+	b, _ := d.Alloc(n)
+	return b
+}
+
+func peakAskerB(d *Device, n int) runtime.Buffer {
+	b, _ := d.Alloc(n)
+	return b
+}
+
+// TestPeakLog: with EnvPeak, Close writes the allocations held at the
+// Device's peak, summed by the code that asked for them — not those made
+// after the peak, nor those freed before it.
+func TestPeakLog(t *testing.T) {
+	t.Setenv(EnvPeak, "1")
+	d := emuDevice(t)
+	var out strings.Builder
+	d.peakLog.out = &out
+	gone := peakAskerB(d, 3000)
+	if err := d.Free(gone); err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := peakAskerA(d, 1<<18), peakAskerA(d, 1<<18) // 2 MiB
+	b := peakAskerB(d, 1<<17)                              // 0.5 MiB: the peak
+	for _, x := range []runtime.Buffer{a1, b} {
+		if err := d.Free(x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peakAskerB(d, 1<<16) // after the peak, below it
+	_ = a2
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := out.String()
+	for _, want := range []string{"2.0 MiB     2 × cuda.peakAskerA", "0.5 MiB     1 × cuda.peakAskerB"} {
+		if !strings.Contains(rep, want) {
+			t.Errorf("the record lacks %q:\n%s", want, rep)
+		}
+	}
+	if strings.Count(rep, "peakAskerB") != 1 || !strings.Contains(rep, "cuda peak: ") {
+		t.Errorf("the record:\n%s", rep)
+	}
+}

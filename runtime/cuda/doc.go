@@ -275,6 +275,13 @@
 // call on ResNet-50), now a block per result where the terms are many
 // (launchSums, block_sum).
 //
+// DPFINETUNE_CUDA_PEAK=1 (EnvPeak) keeps the allocations the Device held
+// at its memory peak, each with the code that asked for it, and Close
+// writes them summed by asker, with the convolution library's workspace
+// (peaklog.go; gpu-check's bench part records bk's on ResNet-50): the
+// emulation's record of ResNet-50's bk step is what moved its per-sample
+// gradients into the plan's arena.
+//
 // # What remains (issue 14)
 //
 //   - Speed. On an H100 (docs/BENCHMARKS.md, fourth loan) the whole test
