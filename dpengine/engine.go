@@ -550,6 +550,17 @@ func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
 			xs, bases := e.noised(grads, !e.whole)
 			e.cfg.Source.addGaussianScaledThen(e.ops, e.noiseStd, e.noisePost, xs, bases, e.batchSamples, upd)
 			e.noiseStd = 0
+		} else if ok && e.whole && e.cfg.Mode == NonDP {
+			// The gradients are one block too (the plan's, or the
+			// accumulators'): one update over the blocks.
+			gAll := e.accumAll
+			if e.gradInPlan {
+				gAll = e.plan.GradBlock()
+			}
+			var whole func(lo, hi int)
+			if whole, err = so.beginBlock(e.Params(), grads, e.paramAll, gAll, e.gradScale); err == nil {
+				whole(0, len(gAll))
+			}
 		} else if ok {
 			err = so.stepScaled(e.Params(), grads, e.gradScale)
 		} else {

@@ -335,6 +335,57 @@ func TestNoSampleLoops(t *testing.T) {
 	}
 }
 
+// TestWholeUpdateNonDP: non-private training on a one-worker device with
+// memory of its own updates every parameter in one optimizer call over
+// the plan's gradient block (runtime.Plan.GradBlock) — or, where
+// physical batches accumulate, the accumulators' block — and lands where
+// the CPU's per-parameter updates do.
+func TestWholeUpdateNonDP(t *testing.T) {
+	for _, c := range []struct {
+		name, opt string
+		phys      int // physical batch: n (the plan's gradients) or less (accumulated)
+	}{{"vit", "adamw", 6}, {"resnet_eval", "sgd", 6}, {"vit", "adamw", 4}} {
+		t.Run(fmt.Sprintf("%s/%s/phys=%d", c.name, c.opt, c.phys), func(t *testing.T) {
+			const n = 6
+			_, _, batch, fill := engineBatch(t, c.name, n)
+			var updates, noises atomic.Int64
+			dev := wholeDevice{reference.Separate{}, &updates, &noises}
+			engines := make([]*Engine, 2)
+			for i, d := range []runtime.Device{runtime.CPU{}, dev} {
+				cfg := compareConfig(d, NonDP, Clipping{}, false, c.opt, c.phys)
+				cfg.ExpectedBatch = n
+				engines[i] = buildEngine(t, c.name, cfg)
+			}
+			cpu, one := engines[0], engines[1]
+			if !one.whole || len(one.plan.GradBlock()) != len(one.paramAll) {
+				t.Fatalf("whole %v: a gradient block of %d, a parameter block of %d", one.whole, len(one.plan.GradBlock()), len(one.paramAll))
+			}
+			for step := 0; step < 2; step++ {
+				updates.Store(0)
+				for _, e := range engines {
+					if _, err := e.Step(batch, fill); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if updates.Load() != 1 {
+					t.Errorf("step %d made %d optimizer updates, want 1", step, updates.Load())
+				}
+			}
+			if err := one.plan.SyncParams(); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range cpu.params {
+				got, want := one.plan.HostParam(p.name), p.data
+				for i := range want {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+						t.Fatalf("%s[%d] after two steps: %v, the CPU's %v", p.name, i, got[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
 // wholeDevice is reference.Separate counting the optimizer updates and
 // noise draws it is asked for.
 type wholeDevice struct {

@@ -323,6 +323,9 @@ type Plan struct {
 	// paramBlock holds the trainable parameters back to back in params'
 	// order, on a device with memory of its own (gatherParams).
 	paramBlock []float32
+	// gradBlock holds the parameters' gradients in the same layout
+	// (GradBlock).
+	gradBlock []float32
 }
 
 // Compile builds a plan for g, whose values must all have static shapes
@@ -585,15 +588,22 @@ func (p *Plan) build() error {
 	for _, t := range p.tensors {
 		t.needGrad = !p.opts.ForwardOnly && (t.param || t.dep) && t.reach && t.i64 == nil && t.b == nil
 	}
-	for _, t := range p.params {
-		if !p.opts.NoParamGrads && !p.opts.PlanOnly {
-			// Parameter gradients persist across steps, outside the
-			// arena, on the device.
-			buf, err := p.dev.Alloc(t.n)
-			if err != nil {
-				return fmt.Errorf("runtime: allocating the gradient of %q: %w", t.v.Name, err)
-			}
-			t.grad = buf.Floats()
+	if !p.opts.NoParamGrads && !p.opts.PlanOnly && len(p.params) > 0 {
+		// Parameter gradients persist across steps, outside the arena, on
+		// the device: one block laid out as ParamBlock (GradBlock), so that
+		// an optimizer updates every parameter in one call.
+		sizes := make([]int, len(p.params))
+		for i, t := range p.params {
+			sizes[i] = t.n
+		}
+		offs, total := BlockOffsets(sizes)
+		buf, err := p.dev.Alloc(total)
+		if err != nil {
+			return fmt.Errorf("runtime: allocating the %d trainable parameters' gradients: %w", total, err)
+		}
+		p.gradBlock = buf.Floats()[:total:total]
+		for i, t := range p.params {
+			t.grad = p.gradBlock[offs[i] : offs[i]+t.n : offs[i]+t.n]
 		}
 	}
 	p.linkConsumers()
@@ -911,6 +921,11 @@ func (p *Plan) gatherParams() error {
 // not one block: on a device that adopts host memory they are the graph's
 // initializers, wherever those lie.
 func (p *Plan) ParamBlock() []float32 { return p.paramBlock }
+
+// GradBlock returns the trainable parameters' gradients (Grad) as one
+// device view, in Params' order at BlockOffsets of their sizes, as
+// ParamBlock lays out the parameters; nil with NoParamGrads or PlanOnly.
+func (p *Plan) GradBlock() []float32 { return p.gradBlock }
 
 func (p *Plan) selectParams() error {
 	if p.opts.Trainable == nil {

@@ -184,7 +184,7 @@ func TestPeakLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	a1, a2 := peakAskerA(d, 1<<18), peakAskerA(d, 1<<18) // 2 MiB
-	b := peakAskerB(d, 1<<17)                              // 0.5 MiB: the peak
+	b := peakAskerB(d, 1<<17)                            // 0.5 MiB: the peak
 	for _, x := range []runtime.Buffer{a1, b} {
 		if err := d.Free(x); err != nil {
 			t.Fatal(err)
