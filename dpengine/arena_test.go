@@ -9,6 +9,77 @@ import (
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
 
+// namedDevice is a device a test runs an engine on.
+type namedDevice struct {
+	name string
+	dev  runtime.Device
+}
+
+// cpuAndEmulatedCUDA returns the CPU and, where g++ builds it, the CUDA
+// emulation.
+func cpuAndEmulatedCUDA(t *testing.T) []namedDevice {
+	devs := []namedDevice{{"cpu", nil}}
+	drv, err := cuda.Emulated()
+	if err != nil {
+		t.Logf("no CUDA emulation here (%v): the CPU only", err)
+		return devs
+	}
+	d, err := cuda.New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return append(devs, namedDevice{"cuda-emulated", d})
+}
+
+// stepResults are an engine's clipped sums and per-sample norms over
+// physical batches whose buffers hold what the one before left there: the
+// n samples of x and y, the first n−2, the n again.
+type stepResults struct {
+	sums  []map[string][]float32
+	norms [][]float64
+}
+
+func clippedSums(t *testing.T, e *Engine, x []float32, y []int64) stepResults {
+	t.Helper()
+	n := len(y)
+	sl := len(x) / n
+	var r stepResults
+	for _, k := range []int{n, n - 2, n} {
+		sum, norms, err := e.ClippedSum(x[:k*sl], y[:k])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string][]float32{}
+		for p, g := range sum {
+			out[p] = append([]float32(nil), g...)
+		}
+		r.sums = append(r.sums, out)
+		r.norms = append(r.norms, append([]float64(nil), norms...))
+	}
+	return r
+}
+
+// sameBits fails t where got and want differ in any bit; how names the
+// two ways.
+func (got stepResults) sameBits(t *testing.T, want stepResults, how string) {
+	t.Helper()
+	for s := range want.sums {
+		for i := range want.norms[s] {
+			if math.Float64bits(got.norms[s][i]) != math.Float64bits(want.norms[s][i]) {
+				t.Fatalf("batch %d, sample %d: norm² %v %s", s, i, got.norms[s][i], fmt.Sprintf(how, want.norms[s][i]))
+			}
+		}
+		for p, w := range want.sums[s] {
+			for j := range w {
+				if g := got.sums[s][p][j]; math.Float32bits(g) != math.Float32bits(w[j]) {
+					t.Fatalf("batch %d, %s[%d] = %v %s", s, p, j, g, fmt.Sprintf(how, w[j]))
+				}
+			}
+		}
+	}
+}
+
 // TestArenaPerSample: per-sample gradients kept in the runtime plan's
 // hook buffers (arenaPerSample) give psAll's clipped sums and norms bit
 // for bit, over physical batches whose hook buffers hold what the last
@@ -20,25 +91,8 @@ import (
 func TestArenaPerSample(t *testing.T) {
 	defer func(m int64) { arenaPerSampleMin = m }(arenaPerSampleMin)
 	arenaPerSampleMin = 64
-	devs := []struct {
-		name string
-		dev  runtime.Device
-	}{{"cpu", nil}}
-	if drv, err := cuda.Emulated(); err == nil {
-		d, err := cuda.New(drv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		devs = append(devs, struct {
-			name string
-			dev  runtime.Device
-		}{"cuda-emulated", d})
-	} else {
-		t.Logf("no CUDA emulation here (%v): the CPU only", err)
-	}
 	const n = 6
-	for _, d := range devs {
+	for _, d := range cpuAndEmulatedCUDA(t) {
 		for _, c := range []struct {
 			name  string
 			modes []Mode
@@ -52,54 +106,21 @@ func TestArenaPerSample(t *testing.T) {
 			for _, mode := range c.modes {
 				t.Run(fmt.Sprintf("%s/%s/%s", d.name, name, mode), func(t *testing.T) {
 					x, y, _, _ := engineBatch(t, name, n)
-					sl := len(x) / n
-					type result struct {
-						sums  []map[string][]float32
-						norms [][]float64
-						psAll int
-					}
-					run := func(arena bool) result {
+					run := func(arena bool) (stepResults, int) {
 						arenaPerSampleOff = !arena
 						defer func() { arenaPerSampleOff = false }()
 						e := buildEngine(t, name, compareConfig(d.dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
 						if arena != (len(e.hookPS) > 0) {
 							t.Fatalf("arena %v: %d hook buffers of per-sample gradients", arena, len(e.hookPS))
 						}
-						var r result
-						r.psAll = len(e.psAll)
-						for _, k := range []int{n, n - 2, n} {
-							sum, norms, err := e.ClippedSum(x[:k*sl], y[:k])
-							if err != nil {
-								t.Fatal(err)
-							}
-							out := map[string][]float32{}
-							for p, g := range sum {
-								out[p] = append([]float32(nil), g...)
-							}
-							r.sums = append(r.sums, out)
-							r.norms = append(r.norms, append([]float64(nil), norms...))
-						}
-						return r
+						return clippedSums(t, e, x, y), len(e.psAll)
 					}
-					got, want := run(true), run(false)
-					if got.psAll >= want.psAll {
-						t.Errorf("psAll %d floats with hook buffers, %d without", got.psAll, want.psAll)
+					got, gotPS := run(true)
+					want, wantPS := run(false)
+					if gotPS >= wantPS {
+						t.Errorf("psAll %d floats with hook buffers, %d without", gotPS, wantPS)
 					}
-					for s := range want.sums {
-						for i := range want.norms[s] {
-							if math.Float64bits(got.norms[s][i]) != math.Float64bits(want.norms[s][i]) {
-								t.Fatalf("batch %d, sample %d: norm² %v with hook buffers, %v in psAll", s, i, got.norms[s][i], want.norms[s][i])
-							}
-						}
-						for p, w := range want.sums[s] {
-							g := got.sums[s][p]
-							for j := range w {
-								if math.Float32bits(g[j]) != math.Float32bits(w[j]) {
-									t.Fatalf("batch %d, %s[%d] = %v with hook buffers, %v in psAll", s, p, j, g[j], w[j])
-								}
-							}
-						}
-					}
+					got.sameBits(t, want, "with hook buffers, %v in psAll")
 				})
 			}
 		}
@@ -113,23 +134,6 @@ func TestArenaPerSample(t *testing.T) {
 // CUDA emulation; and where every layer's scratch fits there, the engine
 // allocates none of its own.
 func TestWorkerBufsInPlanWorkspace(t *testing.T) {
-	devs := []struct {
-		name string
-		dev  runtime.Device
-	}{{"cpu", nil}}
-	if drv, err := cuda.Emulated(); err == nil {
-		d, err := cuda.New(drv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		devs = append(devs, struct {
-			name string
-			dev  runtime.Device
-		}{"cuda-emulated", d})
-	} else {
-		t.Logf("no CUDA emulation here (%v): the CPU only", err)
-	}
 	const n = 6
 	inWorkspace := 0 // cases whose scratch was the workspace's alone
 	defer func() {
@@ -137,34 +141,19 @@ func TestWorkerBufsInPlanWorkspace(t *testing.T) {
 			t.Error("no case took its norm scratch from the plan's workspace alone: the test exercises nothing")
 		}
 	}()
-	for _, d := range devs {
+	for _, d := range cpuAndEmulatedCUDA(t) {
 		for _, name := range []string{"resnet_train", "vit"} {
 			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
 				t.Run(fmt.Sprintf("%s/%s/%s", d.name, name, mode), func(t *testing.T) {
 					x, y, _, _ := engineBatch(t, name, n)
-					sl := len(x) / n
-					run := func(shared bool) ([]map[string][]float32, [][]float64, *Engine) {
+					run := func(shared bool) (stepResults, *Engine) {
 						wsBufsOff = !shared
 						defer func() { wsBufsOff = false }()
 						e := buildEngine(t, name, compareConfig(d.dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n))
-						var sums []map[string][]float32
-						var norms [][]float64
-						for _, k := range []int{n, n - 2, n} {
-							sum, nr, err := e.ClippedSum(x[:k*sl], y[:k])
-							if err != nil {
-								t.Fatal(err)
-							}
-							out := map[string][]float32{}
-							for p, g := range sum {
-								out[p] = append([]float32(nil), g...)
-							}
-							sums = append(sums, out)
-							norms = append(norms, append([]float64(nil), nr...))
-						}
-						return sums, norms, e
+						return clippedSums(t, e, x, y), e
 					}
-					gotS, gotN, e := run(true)
-					wantS, wantN, own := run(false)
+					got, e := run(true)
+					want, own := run(false)
 					// Each layer's scratch is the workspace or, where it does
 					// not fit there, the engine's own as before.
 					ws := int64(len(e.plan.Scratch()))
@@ -174,20 +163,7 @@ func TestWorkerBufsInPlanWorkspace(t *testing.T) {
 					if own.normScratchPeak > 0 && e.normScratchPeak == 0 {
 						inWorkspace++
 					}
-					for s := range wantS {
-						for i := range wantN[s] {
-							if math.Float64bits(gotN[s][i]) != math.Float64bits(wantN[s][i]) {
-								t.Fatalf("batch %d, sample %d: norm² %v in the plan's workspace, %v in the engine's", s, i, gotN[s][i], wantN[s][i])
-							}
-						}
-						for p, w := range wantS[s] {
-							for j := range w {
-								if math.Float32bits(gotS[s][p][j]) != math.Float32bits(w[j]) {
-									t.Fatalf("batch %d, %s[%d] = %v in the plan's workspace, %v in the engine's", s, p, j, gotS[s][p][j], w[j])
-								}
-							}
-						}
-					}
+					got.sameBits(t, want, "in the plan's workspace, %v in the engine's")
 				})
 			}
 		}

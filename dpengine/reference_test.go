@@ -371,18 +371,25 @@ func TestWholeUpdateNonDP(t *testing.T) {
 					t.Errorf("step %d made %d optimizer updates, want 1", step, updates.Load())
 				}
 			}
-			if err := one.plan.SyncParams(); err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range cpu.params {
-				got, want := one.plan.HostParam(p.name), p.data
-				for i := range want {
-					if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
-						t.Fatalf("%s[%d] after two steps: %v, the CPU's %v", p.name, i, got[i], want[i])
-					}
-				}
-			}
+			sameParamsAsCPU(t, cpu, one, "after two steps")
 		})
+	}
+}
+
+// sameParamsAsCPU holds the parameters of one (on a device with memory of
+// its own) to those of cpu within 1e-4 relative.
+func sameParamsAsCPU(t *testing.T, cpu, one *Engine, when string) {
+	t.Helper()
+	if err := one.plan.SyncParams(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cpu.params {
+		got, want := one.plan.HostParam(p.name), p.data
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("%s[%d] %s: %v, the CPU's %v", p.name, i, when, got[i], want[i])
+			}
+		}
 	}
 }
 
@@ -469,17 +476,7 @@ func TestWholeUpdate(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := one.plan.SyncParams(); err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range cpu.params {
-				got, want := one.plan.HostParam(p.name), p.data
-				for i := range want {
-					if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*math.Max(1, math.Abs(float64(want[i]))) {
-						t.Fatalf("%s[%d] after a second step: %v, the CPU's %v", p.name, i, got[i], want[i])
-					}
-				}
-			}
+			sameParamsAsCPU(t, cpu, one, "after a second step")
 		})
 	}
 }
