@@ -111,8 +111,8 @@ func sampleLen(v *runtime.View, N, i int) int {
 // of the engine's device, reused across layers and steps: the runtime
 // plan's workspace where the workers' slices fit in it (its kernels are
 // done with it between nodes, where the hooks run: runtime.Plan.Scratch;
-// on a GPU it is the convolutions' 64 MiB of unfolded columns, as large
-// as the engine's chunks), else buffers of the engine's own, grown to the
+// on a GPU a CNN's holds the convolutions' 64 MiB of unfolded columns, as
+// large as the engine's chunks), else buffers of the engine's own, grown to the
 // largest such need. Only the hooks' norm rules call it.
 func (e *Engine) workerBufs(size int) ([][]float32, error) {
 	workers := e.ops.Workers()

@@ -320,8 +320,8 @@ type Plan struct {
 	// adopted to the device, in the order they were met: LoadParams copies
 	// their host data in again.
 	consts []*tensor
-	// paramBlock holds the trainable parameters back to back in params'
-	// order, on a device with memory of its own (gatherParams).
+	// paramBlock holds the trainable parameters in params' order at
+	// BlockOffsets, on a device with memory of its own (gatherParams).
 	paramBlock []float32
 	// gradBlock holds the parameters' gradients in the same layout
 	// (GradBlock).
