@@ -169,3 +169,49 @@ func TestWorkerBufsInPlanWorkspace(t *testing.T) {
 		}
 	}
 }
+
+// TestFitWorkspace: where the plan's workspace holds at least half the
+// batched rules' chunk bound (batchedScratch, lowered here to twice the
+// workspace, as a GPU's 64 MiB of unfolded columns is to its 64 MiB
+// bound), the rules' chunks shrink to fit it (fitWorkspace): the engine
+// holds no scratch of its own where, with chunks of the bound, it held
+// more than the workspace, and the clipped sums and norms are the same
+// bits (the CUDA emulation, whose rules batch the samples).
+func TestFitWorkspace(t *testing.T) {
+	devs := cpuAndEmulatedCUDA(t)
+	if len(devs) < 2 {
+		t.Skip("no CUDA emulation here")
+	}
+	dev := devs[1].dev
+	defer func(s int) { batchedScratch = s }(batchedScratch)
+	const n = 6
+	fitted := 0
+	for _, name := range []string{"resnet_train", "packedqkv"} {
+		x, y, _, _ := engineBatch(t, name, n)
+		for _, mode := range []Mode{Ghost, Mixed, BK, Instantiate} {
+			t.Run(name+"/"+string(mode), func(t *testing.T) {
+				cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", n)
+				ws := len(buildEngine(t, name, cfg).plan.Scratch())
+				batchedScratch = 2 * ws
+				run := func(fit bool) (stepResults, *Engine) {
+					wsBufsOff = !fit
+					defer func() { wsBufsOff = false }()
+					e := buildEngine(t, name, cfg)
+					return clippedSums(t, e, x, y), e
+				}
+				got, e := run(true)
+				want, own := run(false)
+				if own.normScratchPeak > int64(ws) {
+					fitted++
+					if e.normScratchPeak != 0 {
+						t.Errorf("own norm scratch %d floats with chunks fitted to the %d-float workspace (%d without)", e.normScratchPeak, ws, own.normScratchPeak)
+					}
+				}
+				got.sameBits(t, want, "with chunks fitted to the workspace, %v without")
+			})
+		}
+	}
+	if fitted == 0 {
+		t.Error("no case's scratch outgrew the workspace: the test exercises nothing")
+	}
+}

@@ -697,7 +697,7 @@ func TestSampleGradsChunk(t *testing.T) {
 	batchedScratch = 1 << 10
 	for N := 1; N <= 70; N++ {
 		for _, size := range []int{1, 7, 16, 37, 100, 300, 1024, 5000} {
-			nb := sampleGradsChunk(N, size)
+			nb := sampleGradsChunk(N, batchedScratch/size)
 			most := max(1, min(N, batchedScratch/size))
 			chunks := (N + nb - 1) / nb
 			if nb < 1 || nb > most || chunks != (N+most-1)/most || chunks*nb-N >= chunks {

@@ -356,7 +356,7 @@ func tapGramIndex(s *runtime.ConvShape) []int32 {
 func convBatched(e *Engine, ls *linearState, us *useState, s *runtime.ConvShape, x, dy *runtime.View, outLen int) (bool, error) {
 	ghost := ls.decision == rewrite.Ghost
 	c := newConvChunk(e, s, ghost, outLen)
-	nb := min(e.n, batchedScratch/max(c.per, 1))
+	nb := min(e.n, e.fitWorkspace(batchedScratch/max(c.per, 1), c.plane, c.per))
 	if cs, ok := e.ops.(runtime.ConvSampleGrads); ok && !ghost && sampleGradsFit(e, s, x, dy) {
 		// On VGG-16 at 224×224 one sample's unfolded input is more than
 		// the scratch in an early layer, and cuDNN's products of the
@@ -493,7 +493,7 @@ func (e *Engine) sampleGradsByLibrary(cs runtime.ConvSampleGrads, c convChunk, x
 		return lib
 	}
 	size := s.M * s.D
-	libN := sampleGradsChunk(s.N, size)
+	libN := sampleGradsChunk(s.N, e.fitWorkspace(batchedScratch/max(size, 1), 0, size))
 	bufs, err := e.workerBufs(max(c.plane+nb*c.per, libN*size))
 	if err != nil {
 		return false // the unfolding path asks again and reports it
@@ -517,13 +517,13 @@ func sampleGradsFit(e *Engine, s *runtime.ConvShape, x, dy *runtime.View) bool {
 }
 
 // sampleGradsChunk is convSampleGrads's chunk for a physical batch of N
-// samples: at most as many gradients of size floats as batchedScratch
-// holds (at least one), and no more than the fewest such chunks need, so
-// that the last chunk's overlap with the one before (its samples formed
-// twice) stays below the count of chunks — 32 samples of VGG-16's
-// conv3_3, 28 to the scratch, are two chunks of 16, not 28 and 28.
-func sampleGradsChunk(N, size int) int {
-	nb := max(1, min(N, batchedScratch/max(size, 1)))
+// samples: at most most samples (the gradients the scratch holds, at
+// least one), and no more than the fewest such chunks need, so that the
+// last chunk's overlap with the one before (its samples formed twice)
+// stays below the count of chunks — 32 samples of VGG-16's conv3_3, 28 to
+// the scratch, are two chunks of 16, not 28 and 28.
+func sampleGradsChunk(N, most int) int {
+	nb := max(1, min(N, most))
 	chunks := (N + nb - 1) / nb
 	return max(1, (N+chunks-1)/max(chunks, 1))
 }
@@ -544,7 +544,7 @@ func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *run
 	if !sampleGradsFit(e, s, x, dy) {
 		return false, nil
 	}
-	nb := sampleGradsChunk(s.N, size)
+	nb := sampleGradsChunk(s.N, e.fitWorkspace(batchedScratch/max(size, 1), 0, size))
 	bufs, err := e.workerBufs(nb * size)
 	if err != nil {
 		return false, err
@@ -576,7 +576,7 @@ func convSampleGrads(e *Engine, us *useState, cs runtime.ConvSampleGrads, s *run
 func depthwiseBatched(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.View) error {
 	size := s.M * s.K
 	scratch := e.ops.DepthwiseScratchSize(s)
-	nb := max(1, min(e.n, batchedScratch/max(size, 1)))
+	nb := max(1, min(e.n, e.fitWorkspace(batchedScratch/max(size, 1), scratch, size)))
 	bufs, err := e.workerBufs(scratch + nb*size)
 	if err != nil {
 		return err

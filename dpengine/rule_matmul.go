@@ -138,7 +138,7 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 	if ghost {
 		per = 2 * T * T
 	}
-	nb := min(n, (batchedScratch-gatherLen)/max(per, 1))
+	nb := min(n, e.fitWorkspace((batchedScratch-gatherLen)/max(per, 1), gatherLen, per))
 	if nb < 1 {
 		return false, nil
 	}
