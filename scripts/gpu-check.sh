@@ -47,7 +47,7 @@
 # peak by allocation, DPFINETUNE_CUDA_PEAK), cudnn-algos-*.json (the
 # convolution choices the machine measured and kept; choices.md, the
 # per-sample gradients' among them), and summary.md (bench.md,
-# timm.md, maxbatch.md, choices.md) to paste into docs/BENCHMARKS.md.
+# timm.md, maxbatch.md, choices.md, the peak records) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
 #
@@ -512,6 +512,13 @@ if rows:
     for k, setting, v in sorted(rows, key=lambda r: r[:2]):
         print("| %s | %s | %.4f | %.4f | %s |" % (k, setting, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
 PYEOF
-cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
+{
+	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md
+	for f in "$OUT"/peak-*.txt; do
+		[ -f "$f" ] || continue
+		printf '\nbk device peak by allocation (%s, DPFINETUNE_CUDA_PEAK):\n\n' "$(basename "$f" .txt)"
+		grep -A14 '^cuda peak: [1-9]' "$f" | sed 's/^/    /'
+	done
+} >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2
 exit $status
