@@ -302,9 +302,12 @@
 //     read a row apart by a warp or block per result (ReduceToShape, a
 //     broadcast operand's gradient, LayerNorm's γ/β over the batch: now
 //     column tiles, cols_total), none timed yet.
-//     bk with --tf32 runs slower than in float32 on every convolutional
+//     bk with --tf32 ran slower than in float32 on every convolutional
 //     model (nondp faster), on the same operations (the emulation's
-//     profile): gpu-check's TF32 profile row is to say why. TF32 products read
+//     profile): bk's order had put the loans' 10-class head bias first in
+//     the parameter block and every weight 8 bytes off a 16-byte boundary,
+//     nondp's kept them aligned; every parameter now starts at a 256-byte
+//     boundary (runtime.BlockOffsets), not timed yet. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
@@ -322,5 +325,9 @@
 //     loans' rows had only on PyTorch's side), 1.06× on ViT-B/16
 //     (attention's probabilities recomputed), 0.88× on VGG-16 (target
 //     1.1×), 1.13× on VGG-19/CIFAR at batch 64; mixed fits at least 32×
-//     the batch of Opacus's method on VGG-19/CIFAR.
+//     the batch of Opacus's method on VGG-19/CIFAR. Since then, not timed
+//     on a GPU: bk's large per-sample gradients in the plan's arena, the
+//     norm rules' scratch and cuDNN's workspace in the plan's workspace
+//     (the emulated ResNet-50 bk peak at batch 32: 3363.2 → 3190.2 MiB;
+//     DPFINETUNE_CUDA_PEAK says what the device holds at its peak).
 package cuda
