@@ -143,11 +143,10 @@ func (d *onDevice) save(s *slot) [][]float32 {
 // s (nil: none) all hold params laid out at runtime.BlockOffsets of their
 // sizes.
 func checkBlock(params [][]float32, pAll, gAll []float32, s *slot) error {
-	sizes := make([]int, len(params))
-	for i, x := range params {
-		sizes[i] = len(x)
+	total := 0 // runtime.BlockOffsets' total, without its offsets: a step allocates nothing
+	for _, x := range params {
+		total += runtime.BlockSpan(len(x))
 	}
-	_, total := runtime.BlockOffsets(sizes)
 	if len(pAll) != total || len(gAll) != total || s != nil && len(s.all) != total {
 		return fmt.Errorf("optimizer: blocks of %d parameters and %d gradients for tensors of %d elements laid out at runtime.BlockOffsets", len(pAll), len(gAll), total)
 	}

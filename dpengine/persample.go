@@ -377,13 +377,11 @@ func (e *Engine) layPerSample() error {
 	// A run's accumulators, one padded size apart in accumAll where the
 	// kept parameters come first (else clipRuns steps aside).
 	for k := range e.psRuns {
-		r := &e.psRuns[k]
-		if !prefix {
-			continue
+		if r := &e.psRuns[k]; prefix {
+			first, last := r.params[0], r.params[len(r.params)-1]
+			r.accum = e.accumAll[first.off : last.off+len(last.data)]
+			r.stride = runtime.BlockSpan(len(first.data))
 		}
-		first, last := r.params[0], r.params[len(r.params)-1]
-		r.accum = e.accumAll[first.off : last.off+len(last.data)]
-		_, r.stride = runtime.BlockOffsets([]int{len(first.data)})
 	}
 	for _, p := range e.params {
 		if p.ps == nil {

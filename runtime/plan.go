@@ -870,10 +870,14 @@ func BlockOffsets(sizes []int) (offs []int, total int) {
 	offs = make([]int, len(sizes))
 	for i, n := range sizes {
 		offs[i] = total
-		total += (n + BlockAlign - 1) / BlockAlign * BlockAlign
+		total += BlockSpan(n)
 	}
 	return offs, total
 }
+
+// BlockSpan returns the floats a tensor of n elements spans in such a
+// block, its padding included: n rounded up to a multiple of BlockAlign.
+func BlockSpan(n int) int { return (n + BlockAlign - 1) / BlockAlign * BlockAlign }
 
 // gatherParams moves the trainable parameters into one block of the
 // device, in params' order at BlockOffsets, where the device has memory of
