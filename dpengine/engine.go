@@ -174,8 +174,10 @@ type Engine struct {
 	// rowNorms holds addSampleRows' per-sample squared norms, affineAcc
 	// normBatch's float64 sums, biasShapes gemmBiasBatch's two shapes.
 	rowNorms, affineAcc []float64
-	biasShapes          [8]int
-	opErrs              []error
+	// contractAcc holds einsumOperandBatch's float64 sums.
+	contractAcc []float64
+	biasShapes  [8]int
+	opErrs      []error
 	// noiseStd and noisePost are the noise of the logical batch that Step
 	// draws together with the optimizer update (0: already drawn).
 	noiseStd  float64

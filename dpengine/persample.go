@@ -38,6 +38,9 @@ type useGroup struct {
 	// slopeShape is a PRelu slope's shape right-aligned against its
 	// input's, without the batch axis (preluBatch, set at its first step).
 	slopeShape []int
+	// contract is a general Einsum weight's contraction over the whole
+	// batch (einsumOperandBatch, built at its first step).
+	contract *runtime.ContractLoop
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the

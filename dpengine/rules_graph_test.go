@@ -286,10 +286,11 @@ func TestRulesAgainstBatchOfOne(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				// Where the device batches, no per-sample loop but the
-				// Einsum weights' (window-batched biases and scales
-				// included: arithmeticBatch's batch blocks).
-				if e.sampleLoops != 0 && name != "einsum" {
+				// Where the device batches, no per-sample loop
+				// (window-batched biases and scales included:
+				// arithmeticBatch's batch blocks; Einsum weights:
+				// einsumBatched).
+				if e.sampleLoops != 0 {
 					t.Errorf("%d per-sample loops", e.sampleLoops)
 				}
 				got := e.ParamNorms()

@@ -243,10 +243,9 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 					if len(got) != len(want) {
 						t.Errorf("%d parameters with norms, brute force %d", len(got), len(want))
 					}
-					// PRelu slopes and ConvTranspose weights batch their
-					// per-sample work where the device does; an Einsum
-					// weight still loops over the samples.
-					if e.sampleLoops != 0 && !strings.Contains(name, "einsum") {
+					// PRelu slopes, ConvTranspose and Einsum weights
+					// batch their per-sample work where the device does.
+					if e.sampleLoops != 0 {
 						t.Errorf("%d per-sample loops on %s", e.sampleLoops, dm.name)
 					}
 					for pname, w := range want {

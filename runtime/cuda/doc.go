@@ -312,14 +312,14 @@
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
 //     ScatterReduce, Contract, a broadcast MaxMin input's gradient);
-//     direct depthwise convolutions without cuDNN; Einsum weights'
-//     book-keeping sum, whose clip factors come to the host (the
-//     fixtures' steps copy nothing but their input and labels in and
-//     losses and clipping counts out, TestCUDAStepCopies); the engine's
-//     per-sample loops where a rule has no batched form yet (Einsum
-//     weights, paths that compute rather than copy; dpengine's
-//     TestNoSampleLoops holds every fixture to none); a stream per worker
-//     instead of the default stream.
+//     direct depthwise convolutions without cuDNN (the fixtures' steps
+//     copy nothing but their input and labels in and losses and
+//     clipping counts out, TestCUDAStepCopies); the engine's per-sample
+//     loops where a rule has no batched form yet (paths that compute
+//     rather than copy; an Einsum weight whose batch's layouts outgrow
+//     the batched rules' 64 MiB; dpengine's TestNoSampleLoops holds every
+//     fixture to none, TestEinsumBatched the Einsum weights); a stream
+//     per worker instead of the default stream.
 //   - Memory: bk's device peak at batch 32 is 1.14× PyTorch's non-DP peak
 //     on ResNet-50 (1.15× with PyTorch's 1000-class head, which the
 //     loans' rows had only on PyTorch's side), 1.06× on ViT-B/16
