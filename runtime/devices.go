@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -15,7 +16,18 @@ var (
 	deviceMissing = map[string]string{
 		"cuda": "this build has no CUDA backend (import runtime/cuda to register it); use --device cpu",
 	}
+	// deviceOrdinals holds the openers of the names that take an
+	// ordinal (RegisterDeviceOrdinals).
+	deviceOrdinals = map[string]func(int) (Device, error){}
 )
+
+// RegisterDeviceOrdinals is RegisterDevice for a backend of several
+// devices, numbered from 0: OpenDevice(name) calls open(0), and
+// OpenDevice(name+":N") open(N) (a GPU's ordinal, as "cuda:1").
+func RegisterDeviceOrdinals(name string, open func(ordinal int) (Device, error)) {
+	RegisterDevice(name, func() (Device, error) { return open(0) })
+	deviceOrdinals[name] = open
+}
 
 // RegisterDevice makes OpenDevice(name) call open: a backend in a package
 // of its own (runtime/cuda, which imports runtime and so cannot be
@@ -38,10 +50,34 @@ func DeviceNames() []string {
 	return out
 }
 
-// OpenDevice returns the device called name ("cpu"), or an error that
-// says why it cannot be had: an unknown name, or a backend this build or
-// this machine does not have. Callers check it before any other work.
+// OpenDevice returns the device called name ("cpu", "cuda", or "cuda:1"
+// for a backend's device of that ordinal), or an error that says why it
+// cannot be had: an unknown name, an ordinal where the backend takes none
+// or one that is no number, or a backend this build or this machine does
+// not have. Callers check it before any other work.
 func OpenDevice(name string) (Device, error) {
+	if base, ord, ok := strings.Cut(name, ":"); ok {
+		open, ordinals := deviceOrdinals[base]
+		_, known := deviceOpeners[base]
+		_, missing := deviceMissing[base]
+		switch {
+		case ordinals:
+			n, err := strconv.Atoi(ord)
+			if err != nil || n < 0 || strings.TrimSpace(ord) != ord || ord[0] == '+' {
+				return nil, fmt.Errorf("device %q: want %s:N, N a device's ordinal from 0", name, base)
+			}
+			d, err := open(n)
+			if err != nil {
+				return nil, fmt.Errorf("device %q is not available: %w", name, err)
+			}
+			return d, nil
+		case known:
+			return nil, fmt.Errorf("device %q: %s has no ordinals (use --device %s)", name, base, base)
+		case missing:
+			return OpenDevice(base) // why the backend is missing
+		}
+		return nil, fmt.Errorf("unknown device %q (this build has: %s)", name, strings.Join(DeviceNames(), ", "))
+	}
 	if open, ok := deviceOpeners[name]; ok {
 		d, err := open()
 		if err != nil {

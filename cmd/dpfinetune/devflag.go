@@ -18,7 +18,7 @@ type deviceFlag struct {
 
 func addDeviceFlag(fs *flag.FlagSet) deviceFlag {
 	return deviceFlag{
-		name: fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: the GPU through libcuda.so.1 and NVRTC, or its emulation with DPFINETUNE_CUDA=emulate)"),
+		name: fs.String("device", "cpu", "where to compute: "+strings.Join(runtime.DeviceNames(), ", ")+" (cuda: the first GPU through libcuda.so.1 and NVRTC, or its emulation with DPFINETUNE_CUDA=emulate; cuda:N the GPU of ordinal N, numbered as CUDA_VISIBLE_DEVICES lists them)"),
 		tf32: fs.Bool("tf32", false, "--device cuda: run convolutions' forward passes and input gradients on the tensor cores in TF32, as PyTorch does by default; weight gradients, norms and clipping stay float32 (not with --mode ghost or mixed; docs/PRIVACY.md)"),
 	}
 }

@@ -11,8 +11,11 @@ import (
 func TestDeviceFlag(t *testing.T) {
 	for _, cmd := range []string{"train", "audit", "eval", "predict", "norms", "bench", "plan"} {
 		for dev, want := range map[string]string{
-			"cuda": `--device: device "cuda" is not available`,
-			"tpu":  `--device: unknown device "tpu" (this build has: cpu, cuda)`,
+			"cuda":   `--device: device "cuda" is not available`,
+			"cuda:1": `--device: device "cuda:1" is not available`,
+			"cuda:x": `--device: device "cuda:x": want cuda:N, N a device's ordinal from 0`,
+			"cpu:0":  `--device: device "cpu:0": cpu has no ordinals (use --device cpu)`,
+			"tpu":    `--device: unknown device "tpu" (this build has: cpu, cuda)`,
 		} {
 			_, e, code := run(t, cmd, "--device", dev)
 			if code != 2 || !strings.Contains(e, want) || strings.Count(strings.TrimSpace(e), "\n") != 0 {

@@ -168,19 +168,29 @@ type copyBack struct {
 	bytes int
 }
 
-// Open returns the CUDA device: the GPU through the driver (Real), or the
-// emulation when DPFINETUNE_CUDA=emulate (emulate-guarded: with guarded
-// memory).
-func Open() (*Device, error) {
+// Open returns the CUDA device: the first GPU through the driver (Real),
+// or the emulation when DPFINETUNE_CUDA=emulate (emulate-guarded: with
+// guarded memory).
+func Open() (*Device, error) { return OpenOrdinal(0) }
+
+// OpenOrdinal returns the CUDA device of the given ordinal (--device
+// cuda:N): the driver's GPU N (RealDevice), or under DPFINETUNE_CUDA the
+// emulation, which has one device, 0.
+func OpenOrdinal(ordinal int) (*Device, error) {
 	var drv Driver
 	var err error
-	switch os.Getenv(EnvDriver) {
-	case "emulate":
-		drv, err = Emulated()
-	case "emulate-guarded":
-		drv, err = EmulatedGuarded()
+	switch v := os.Getenv(EnvDriver); v {
+	case "emulate", "emulate-guarded":
+		if ordinal != 0 {
+			return nil, fmt.Errorf("cuda: no GPU %d: the emulation (%s=%s) has one device, 0", ordinal, EnvDriver, v)
+		}
+		if v == "emulate" {
+			drv, err = Emulated()
+		} else {
+			drv, err = EmulatedGuarded()
+		}
 	default:
-		drv, err = Real()
+		drv, err = RealDevice(ordinal)
 	}
 	if err != nil {
 		return nil, err

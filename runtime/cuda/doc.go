@@ -14,8 +14,10 @@
 // Synchronize. It has two implementations:
 //
 //   - the real driver (nvidia.go): libcuda.so.1 (the driver API: cuInit,
-//     the primary context, cuMemAlloc, cuMemcpy*, cuModuleLoadData,
-//     cuLaunchKernel) and NVRTC (libnvrtc.so, .so.13, .so.12), which
+//     the primary context of the GPU asked for — RealDevice's ordinal,
+//     --device cuda:N, among those the driver shows, 0 for --device
+//     cuda —, cuMemAlloc, cuMemcpy*, cuModuleLoadData, cuLaunchKernel)
+//     and NVRTC (libnvrtc.so, .so.13, .so.12), which
 //     compiles each kernel source for the device's architecture at first
 //     use with --fmad=false (a cubin for sm_XY; PTX for the newest
 //     compute_XY below it when that NVRTC does not know the device, which

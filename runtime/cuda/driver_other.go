@@ -16,6 +16,9 @@ func EmulatedGuarded() (Driver, error) { return Emulated() }
 
 // Real returns the GPU's driver, which this build lacks: it reaches
 // libcuda through purego on linux/amd64 and linux/arm64.
-func Real() (Driver, error) {
+func Real() (Driver, error) { return RealDevice(0) }
+
+// RealDevice returns a GPU's driver, which this build lacks (Real).
+func RealDevice(int) (Driver, error) {
 	return nil, errors.New("cuda: no CUDA driver: this build reaches libcuda.so.1 on linux/amd64 and linux/arm64 only")
 }

@@ -6,6 +6,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -609,5 +610,35 @@ func TestConvLibraryLentWorkspace(t *testing.T) {
 		if own < stand {
 			t.Errorf("%s: the driver's own workspace %d bytes, want the algorithm's %d", c.name, own, stand)
 		}
+	}
+}
+
+// TestRealDeviceOrdinals runs the real driver's choice of GPU on the
+// stand-in with two GPUs visible: --device cuda:1 opens the second (its
+// name, and the stand-in refuses a handle that is an ordinal), and cuda:2
+// says how many the driver shows and what CUDA_VISIBLE_DEVICES holds.
+func TestRealDeviceOrdinals(t *testing.T) {
+	fakeDriver(t).Close() // builds the stand-in and points the driver at it
+	t.Setenv("FAKECUDA_DEVICES", "2")
+	t.Setenv("CUDA_VISIBLE_DEVICES", "3,5")
+	t.Setenv(EnvDriver, "")
+	for ord, name := range []string{"Fake GPU", "Fake GPU 1"} {
+		d, err := runtime.OpenDevice(fmt.Sprintf("cuda:%d", ord))
+		if err != nil {
+			t.Fatalf("cuda:%d: %v", ord, err)
+		}
+		if got := d.(*Device).props.Name; got != name {
+			t.Errorf("cuda:%d opened %q, want %q", ord, got, name)
+		}
+		d.(*Device).Close()
+	}
+	_, err := runtime.OpenDevice("cuda:2")
+	want := `device "cuda:2" is not available: cuda: no GPU 2: the driver shows 2 GPUs, 0 to 1 (CUDA_VISIBLE_DEVICES="3,5")`
+	if err == nil || err.Error() != want {
+		t.Errorf("cuda:2: %v, want %q", err, want)
+	}
+	t.Setenv("FAKECUDA_DEVICES", "0")
+	if _, err := RealDevice(0); err == nil || !strings.Contains(err.Error(), "no GPU 0: the driver shows no GPU") {
+		t.Errorf("no GPU visible: %v", err)
 	}
 }

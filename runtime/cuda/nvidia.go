@@ -58,7 +58,8 @@ var nvrtcOptions = []string{"--fmad=false", "--std=c++17"}
 
 // The driver API's entry points (cuda.h), by symbol.
 type cudaFuncs struct {
-	init, driverGetVersion, deviceGet, deviceGetName, deviceGetAttribute, deviceTotalMem        uintptr
+	init, driverGetVersion, deviceGetCount, deviceGet, deviceGetName, deviceGetAttribute        uintptr
+	deviceTotalMem                                                                              uintptr
 	primaryCtxRetain, primaryCtxRelease, ctxSetCurrent, ctxSynchronize                          uintptr
 	memAlloc, memFree, memsetD8, memcpyHtoD, memcpyDtoH, memcpyDtoD                             uintptr
 	moduleLoadData, moduleUnload, moduleGetFunction, launchKernel, getErrorName, getErrorString uintptr
@@ -230,7 +231,12 @@ func syms(h uintptr, lib string, dst []*uintptr, names []string) error {
 
 // Real returns the driver of the machine's first GPU. Without the NVIDIA
 // driver it fails with "no CUDA driver: libcuda.so.1 not found".
-func Real() (Driver, error) {
+func Real() (Driver, error) { return RealDevice(0) }
+
+// RealDevice returns the driver of the GPU of the given ordinal among those
+// the driver makes visible (in CUDA_VISIBLE_DEVICES's order where that is
+// set, as every CUDA program numbers them), or says how many there are.
+func RealDevice(ordinal int) (Driver, error) {
 	h, _, err := dlopenFound(EnvLibCUDA, "", nil, "libcuda.so.1", "libcuda.so") // the driver's: on the loader's path
 	if err != nil {
 		return nil, fmt.Errorf("cuda: no CUDA driver: libcuda.so.1 not found (is the NVIDIA driver installed?): %w", err)
@@ -238,12 +244,12 @@ func Real() (Driver, error) {
 	c := &nvidia{ab: new([2]float32)}
 	f := &c.cu
 	if err := syms(h, "libcuda.so.1", []*uintptr{
-		&f.init, &f.driverGetVersion, &f.deviceGet, &f.deviceGetName, &f.deviceGetAttribute, &f.deviceTotalMem,
+		&f.init, &f.driverGetVersion, &f.deviceGetCount, &f.deviceGet, &f.deviceGetName, &f.deviceGetAttribute, &f.deviceTotalMem,
 		&f.primaryCtxRetain, &f.primaryCtxRelease, &f.ctxSetCurrent, &f.ctxSynchronize,
 		&f.memAlloc, &f.memFree, &f.memsetD8, &f.memcpyHtoD, &f.memcpyDtoH, &f.memcpyDtoD,
 		&f.moduleLoadData, &f.moduleUnload, &f.moduleGetFunction, &f.launchKernel, &f.getErrorName, &f.getErrorString,
 	}, []string{
-		"cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute", "cuDeviceTotalMem_v2",
+		"cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName", "cuDeviceGetAttribute", "cuDeviceTotalMem_v2",
 		"cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease_v2", "cuCtxSetCurrent", "cuCtxSynchronize",
 		"cuMemAlloc_v2", "cuMemFree_v2", "cuMemsetD8_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
 		"cuModuleLoadData", "cuModuleUnload", "cuModuleGetFunction", "cuLaunchKernel", "cuGetErrorName", "cuGetErrorString",
@@ -257,8 +263,15 @@ func Real() (Driver, error) {
 	if err := c.call("cuDriverGetVersion", f.driverGetVersion, uintptr(unsafe.Pointer(&ver))); err != nil {
 		return nil, err
 	}
-	if err := c.call("cuDeviceGet", f.deviceGet, uintptr(unsafe.Pointer(&c.dev)), 0); err != nil {
-		return nil, fmt.Errorf("%w (no GPU visible?)", err)
+	count := new(int32)
+	if err := c.call("cuDeviceGetCount", f.deviceGetCount, uintptr(unsafe.Pointer(count))); err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= int(*count) {
+		return nil, fmt.Errorf("cuda: no GPU %d: %s", ordinal, visibleGPUs(int(*count)))
+	}
+	if err := c.call("cuDeviceGet", f.deviceGet, uintptr(unsafe.Pointer(&c.dev)), uintptr(ordinal)); err != nil {
+		return nil, fmt.Errorf("%w (GPU %d of %d visible)", err, ordinal, *count)
 	}
 	if err := c.call("cuDevicePrimaryCtxRetain", f.primaryCtxRetain, uintptr(unsafe.Pointer(&c.ctx)), uintptr(c.dev)); err != nil {
 		return nil, err
@@ -546,6 +559,24 @@ func (c *nvidia) call(op string, fn uintptr, args ...uintptr) error {
 	purego.SyscallN(c.cu.getErrorName, r, uintptr(unsafe.Pointer(&name)))
 	purego.SyscallN(c.cu.getErrorString, r, uintptr(unsafe.Pointer(&desc)))
 	return fmt.Errorf("cuda: %s: %s (%d): %s", op, cString(name), r, cString(desc))
+}
+
+// visibleGPUs says how many GPUs the driver shows, and why that may be
+// fewer than the machine has.
+func visibleGPUs(n int) string {
+	var what string
+	switch n {
+	case 0:
+		what = "the driver shows no GPU"
+	case 1:
+		what = "the driver shows one GPU, 0"
+	default:
+		what = fmt.Sprintf("the driver shows %d GPUs, 0 to %d", n, n-1)
+	}
+	if v, ok := os.LookupEnv("CUDA_VISIBLE_DEVICES"); ok {
+		what += fmt.Sprintf(" (CUDA_VISIBLE_DEVICES=%q)", v)
+	}
+	return what
 }
 
 // call is nvidia.call for NVRTC's functions and their nvrtcResult.

@@ -5,12 +5,12 @@ import "github.com/dpfinetune/dpfinetune/runtime"
 // DeviceName is the --device name of the CUDA backend.
 const DeviceName = "cuda"
 
-// init registers the backend: runtime.OpenDevice("cuda") opens the GPU
-// through its driver, or the emulation when DPFINETUNE_CUDA=emulate (Open),
-// and says why neither can be had.
+// init registers the backend: runtime.OpenDevice("cuda") opens the first
+// GPU through its driver, or the emulation when DPFINETUNE_CUDA=emulate,
+// and "cuda:N" GPU N (OpenOrdinal), and says why it cannot be had.
 func init() {
-	runtime.RegisterDevice(DeviceName, func() (runtime.Device, error) {
-		d, err := Open()
+	runtime.RegisterDeviceOrdinals(DeviceName, func(ordinal int) (runtime.Device, error) {
+		d, err := OpenOrdinal(ordinal)
 		if err != nil {
 			return nil, err
 		}

@@ -41,4 +41,14 @@ func TestRegisteredDevice(t *testing.T) {
 		t.Fatalf("OpenDevice(cuda) = %T", d)
 	}
 	cd.Close()
+	// The emulation is device 0; it has no other.
+	d, err = runtime.OpenDevice(DeviceName + ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.(*Device).Close()
+	_, err = runtime.OpenDevice(DeviceName + ":1")
+	if want := `device "cuda:1" is not available: cuda: no GPU 1: the emulation (DPFINETUNE_CUDA=emulate) has one device, 0`; err == nil || err.Error() != want {
+		t.Errorf("OpenDevice(cuda:1) on the emulation: %v, want %q", err, want)
+	}
 }

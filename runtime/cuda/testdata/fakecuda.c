@@ -44,19 +44,34 @@ CUresult cuDriverGetVersion(int *v) {
   *v = 12040;
   return OK;
 }
+// FAKECUDA_DEVICES sets the GPUs visible (1 if unset); device d's handle
+// is 100 + d, so that a driver passing an ordinal for a handle is caught.
+static int devices(void) {
+  const char *e = getenv("FAKECUDA_DEVICES");
+  return e ? atoi(e) : 1;
+}
+static int bad_dev(int dev) { return dev < 100 || dev >= 100 + devices(); }
+CUresult cuDeviceGetCount(int *n) {
+  if (!initialized) return NOT_INITIALIZED;
+  *n = devices();
+  return OK;
+}
 CUresult cuDeviceGet(int *dev, int ordinal) {
   if (!initialized) return NOT_INITIALIZED;
-  if (ordinal != 0) return INVALID_DEVICE;
-  *dev = 0;
+  if (ordinal < 0 || ordinal >= devices()) return INVALID_DEVICE;
+  *dev = 100 + ordinal;
   return OK;
 }
 CUresult cuDeviceGetName(char *name, int len, int dev) {
-  if (dev != 0) return INVALID_DEVICE;
-  snprintf(name, (size_t)len, "Fake GPU");
+  if (bad_dev(dev)) return INVALID_DEVICE;
+  if (dev == 100)
+    snprintf(name, (size_t)len, "Fake GPU");
+  else
+    snprintf(name, (size_t)len, "Fake GPU %d", dev - 100);
   return OK;
 }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
-  if (dev != 0) return INVALID_DEVICE;
+  if (bad_dev(dev)) return INVALID_DEVICE;
   switch (attr) {
   case 75: *v = 8; return OK; // compute capability
   case 76: *v = 6; return OK;
@@ -65,19 +80,19 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   return INVALID_VALUE;
 }
 CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
-  if (dev != 0) return INVALID_DEVICE;
+  if (bad_dev(dev)) return INVALID_DEVICE;
   *bytes = (size_t)3 << 30;
   return OK;
 }
 static int retained;
 CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
-  if (dev != 0) return INVALID_DEVICE;
+  if (bad_dev(dev)) return INVALID_DEVICE;
   retained++;
   *ctx = the_ctx;
   return OK;
 }
 CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
-  if (dev != 0 || retained == 0) return INVALID_CONTEXT;
+  if (bad_dev(dev) || retained == 0) return INVALID_CONTEXT;
   retained--;
   return OK;
 }
