@@ -16,7 +16,9 @@
 //     to [0,1], mean/std normalisation (Norm, ParseNorm) and optional
 //     augmentation (Augment, ParseAugment: random crop with zero padding,
 //     horizontal flip) drawn from a caller-provided *rand.Rand, written
-//     into a caller-provided buffer without allocating.
+//     into a caller-provided buffer without allocating; a batch of large
+//     samples (a 224×224 resize) is split over the cores, its
+//     augmentation drawn first so that the bits do not depend on them.
 //
 // Sampling (which indices form a batch) and privacy accounting are not
 // here: they belong to package dpengine, which hands Dataset.Fill the

@@ -3,6 +3,9 @@ package data
 import (
 	"fmt"
 	"math/rand/v2"
+	goruntime "runtime"
+	"sync"
+	"sync/atomic"
 )
 
 // Dataset is what training and evaluation read: a fixed set of labelled
@@ -263,35 +266,78 @@ func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error
 			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
 		}
 	}
-	for k, i := range indices {
-		v.fillOne(x[k*per:(k+1)*per], i, rng)
-		if y != nil {
+	if y != nil {
+		for k, i := range indices {
 			y[k] = int64(v.src.labels[i])
 		}
+	}
+	// A 224×224 RGB sample resized takes about 0.7 ms on one core: a
+	// batch of 32 on one core was a third of a GPU's ResNet-50 step.
+	if workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain); workers > 1 {
+		v.fillParallel(x, indices, per, rng, workers)
+		return nil
+	}
+	for k, i := range indices {
+		v.fillOne(x[k*per:(k+1)*per], i, v.draw(rng))
 	}
 	return nil
 }
 
-// fillOne writes sample i into dst (C·H·W values).
-func (v *View) fillOne(dst []float32, i int, rng *rand.Rand) {
+// fillParallel is Fill's samples split over workers goroutines. The
+// augmentation is drawn first, sample after sample, so that rng and x are
+// left as one fill after another leaves them.
+func (v *View) fillParallel(x []float32, indices []int, per int, rng *rand.Rand, workers int) {
+	augs := make([]augDraw, len(indices))
+	for k := range augs {
+		augs[k] = v.draw(rng)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for k := int(next.Add(1) - 1); k < len(indices); k = int(next.Add(1) - 1) {
+				v.fillOne(x[k*per:(k+1)*per], indices[k], augs[k])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// draw draws one sample's augmentation from rng (none without it): the
+// crop offset in the padded image, then the flip, in torchvision's order.
+func (v *View) draw(rng *rand.Rand) augDraw {
+	var a augDraw
+	if rng == nil {
+		return a
+	}
+	if p := v.p.Augment.CropPad; p > 0 {
+		a.dy = rng.IntN(2*p+1) - p
+		a.dx = rng.IntN(2*p+1) - p
+	}
+	if v.p.Augment.Flip {
+		a.flip = rng.Float64() < 0.5
+	}
+	return a
+}
+
+// fillGrain is the output values per worker below which Fill stays on the
+// calling goroutine: a 28×28 batch fills in tens of microseconds.
+const fillGrain = 1 << 16
+
+// augDraw is one sample's augmentation: the crop offset and the flip.
+type augDraw struct {
+	dy, dx int
+	flip   bool
+}
+
+// fillOne writes sample i into dst (C·H·W values), augmented as aug says.
+func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 	C, H, W := v.p.Channels, v.p.Height, v.p.Width
 	pix := v.src.Pixels(i)
 	sh, sw := v.src.Size(i)
 	plane := sh * sw
 	rt, ct := v.rows[sh], v.cols[sw]
-
-	// Augmentation: the crop offset in the padded image, then the flip,
-	// drawn in torchvision's order.
-	dy, dx, flip := 0, 0, false
-	if rng != nil {
-		if p := v.p.Augment.CropPad; p > 0 {
-			dy = rng.IntN(2*p+1) - p
-			dx = rng.IntN(2*p+1) - p
-		}
-		if v.p.Augment.Flip {
-			flip = rng.Float64() < 0.5
-		}
-	}
+	dy, dx, flip := aug.dy, aug.dx, aug.flip
 	exact := sh == H && sw == W
 
 	for c := range C {

@@ -3,6 +3,7 @@ package data
 import (
 	"math"
 	"math/rand/v2"
+	goruntime "runtime"
 	"testing"
 )
 
@@ -359,5 +360,65 @@ func BenchmarkFill(b *testing.B) {
 				v.Fill(x, nil, idx, rng)
 			}
 		})
+	}
+}
+
+// TestFillParallel: a batch large enough to be split over the cores
+// (fillParallel) fills the same bits, with the same labels, and leaves the
+// augmentation's generator where one fill after another leaves it, with
+// one worker or several; both sizes of sample (resized and not) and
+// augmentation on and off.
+func TestFillParallel(t *testing.T) {
+	const n, c, h, w = 40, 3, 50, 60
+	pix := make([]uint8, n*c*h*w)
+	for i := range pix {
+		pix[i] = uint8(i*31 + i/97)
+	}
+	labels := make([]int32, n)
+	for i := range labels {
+		labels[i] = int32(i % 10)
+	}
+	m := mustImages(t, c, h, w, pix, labels)
+	idx := make([]int, 37)
+	for k := range idx {
+		idx[k] = (k * 7) % n
+	}
+	defer goruntime.GOMAXPROCS(goruntime.GOMAXPROCS(0))
+	for _, p := range []Preprocess{
+		{Height: 224, Width: 224, Augment: Augment{CropPad: 16, Flip: true}},
+		{Height: 224, Width: 224},
+		{Augment: Augment{Flip: true}},
+	} {
+		v := mustView(t, m, p)
+		cc, hh, ww := v.Shape()
+		if len(idx)*cc*hh*ww/fillGrain < 4 {
+			t.Fatalf("%+v: %d values a batch, too few to split over 4 workers", p, len(idx)*cc*hh*ww)
+		}
+		fill := func(procs int) ([]float32, []int64, uint64) {
+			goruntime.GOMAXPROCS(procs)
+			x, y := make([]float32, len(idx)*cc*hh*ww), make([]int64, len(idx))
+			rng := rand.New(rand.NewPCG(7, 8))
+			if err := v.Fill(x, y, idx, rng); err != nil {
+				t.Fatal(err)
+			}
+			return x, y, rng.Uint64()
+		}
+		x1, y1, r1 := fill(1)
+		for _, procs := range []int{2, 4} {
+			x, y, r := fill(procs)
+			if r != r1 {
+				t.Errorf("%+v, %d workers: the generator moved on differently", p, procs)
+			}
+			for k := range y {
+				if y[k] != y1[k] || y[k] != int64(labels[idx[k]]) {
+					t.Fatalf("%+v, %d workers: label %d is %d, want %d", p, procs, k, y[k], labels[idx[k]])
+				}
+			}
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(x1[i]) {
+					t.Fatalf("%+v, %d workers: value %d (sample %d) is %v, one worker's %v", p, procs, i, i/(cc*hh*ww), x[i], x1[i])
+				}
+			}
+		}
 	}
 }
