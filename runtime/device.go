@@ -236,6 +236,22 @@ type TF32Device interface {
 	TF32() bool
 }
 
+// DeterministicDevice is a device that can run some products by
+// algorithms whose results may differ in their last bits from run to run
+// (a GPU convolution library's atomics-based ones, which PyTorch allows by
+// default) and is told whether it may. A run whose noise is seeded asks
+// for determinism, so that it repeats bit for bit; one with secure noise,
+// which no two runs share, need not. Either way clipping bounds each
+// sample's contribution: only the rounding of the products' sums changes.
+type DeterministicDevice interface {
+	Device
+	// SetDeterministic keeps the device to deterministic algorithms (on,
+	// the default) or lets it take faster ones that are not (off), for the
+	// operations issued after it; a setting the user fixed for the process
+	// (an environment variable) wins over it.
+	SetDeterministic(on bool)
+}
+
 // MemoryLimiter is a device that holds memory of its own beyond the plans'
 // buffers — a convolution library's workspace, sized by the algorithms
 // it chooses — which the plans' memory estimates leave out. A run given a

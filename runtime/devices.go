@@ -24,9 +24,17 @@ var (
 // RegisterDeviceOrdinals is RegisterDevice for a backend of several
 // devices, numbered from 0: OpenDevice(name) calls open(0), and
 // OpenDevice(name+":N") open(N) (a GPU's ordinal, as "cuda:1").
-func RegisterDeviceOrdinals(name string, open func(ordinal int) (Device, error)) {
-	RegisterDevice(name, func() (Device, error) { return open(0) })
+func RegisterDeviceOrdinals(name string, open func(ordinal int) (Device, error)) (undo func()) {
+	undoOpener := RegisterDevice(name, func() (Device, error) { return open(0) })
+	prev, had := deviceOrdinals[name]
 	deviceOrdinals[name] = open
+	return func() {
+		undoOpener()
+		delete(deviceOrdinals, name)
+		if had {
+			deviceOrdinals[name] = prev
+		}
+	}
 }
 
 // RegisterDevice makes OpenDevice(name) call open: a backend in a package
@@ -34,10 +42,22 @@ func RegisterDeviceOrdinals(name string, open func(ordinal int) (Device, error))
 // imported by it) registers itself from its init, and a binary that
 // imports the backend's package offers the device. open's error is
 // reported as the device being unavailable. It is not safe to call
-// concurrently with OpenDevice (init time only).
-func RegisterDevice(name string, open func() (Device, error)) {
+// concurrently with OpenDevice (init time only). undo restores the
+// registry as it was (tests that register a device of their own).
+func RegisterDevice(name string, open func() (Device, error)) (undo func()) {
+	prev, had := deviceOpeners[name]
+	why, missing := deviceMissing[name]
 	deviceOpeners[name] = open
 	delete(deviceMissing, name)
+	return func() {
+		delete(deviceOpeners, name)
+		if had {
+			deviceOpeners[name] = prev
+		}
+		if missing {
+			deviceMissing[name] = why
+		}
+	}
 }
 
 // DeviceNames returns the names OpenDevice opens in this build, sorted.

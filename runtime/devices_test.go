@@ -35,18 +35,14 @@ func TestOpenDevice(t *testing.T) {
 // errors that say so; the backend's own refusal names the device asked
 // for.
 func TestOpenDeviceOrdinals(t *testing.T) {
-	defer func() {
-		delete(deviceOpeners, "testgpu")
-		delete(deviceOrdinals, "testgpu")
-	}()
 	var asked []int
-	RegisterDeviceOrdinals("testgpu", func(n int) (Device, error) {
+	defer RegisterDeviceOrdinals("testgpu", func(n int) (Device, error) {
 		asked = append(asked, n)
 		if n > 1 {
 			return nil, fmt.Errorf("only 2 visible")
 		}
 		return CPU{}, nil
-	})
+	})()
 	for _, name := range []string{"testgpu", "testgpu:0", "testgpu:1"} {
 		if _, err := OpenDevice(name); err != nil {
 			t.Errorf("OpenDevice(%q): %v", name, err)
@@ -73,5 +69,21 @@ func TestOpenDeviceOrdinals(t *testing.T) {
 	}
 	if fmt.Sprint(asked) != "[0 0 1 2]" {
 		t.Errorf("ordinals asked %v, want [0 0 1 2]: a malformed name reached the backend", asked)
+	}
+}
+
+// TestRegisterDeviceUndo: undoing a registration restores the registry,
+// the reason a missing backend gives included.
+func TestRegisterDeviceUndo(t *testing.T) {
+	undo := RegisterDeviceOrdinals("cuda", func(int) (Device, error) { return CPU{}, nil })
+	if _, err := OpenDevice("cuda:1"); err != nil {
+		t.Fatal(err)
+	}
+	undo()
+	if _, err := OpenDevice("cuda:1"); err == nil || !strings.Contains(err.Error(), "this build has no CUDA backend") {
+		t.Errorf("after undo: %v", err)
+	}
+	if got := DeviceNames(); len(got) != 1 || got[0] != "cpu" {
+		t.Errorf("after undo: DeviceNames() = %v", got)
 	}
 }

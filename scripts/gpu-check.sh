@@ -18,8 +18,10 @@
 #      cuBLAS GEMMs), what cuDNN buys, and the convolutional models with
 #      cuDNN's algorithms chosen by its heuristics
 #      (DPFINETUNE_CUDNN_ALGO=heuristic) instead of its measurement, the
-#      default, with its nondeterministic algorithms allowed
-#      (DPFINETUNE_CUDNN_DETERMINISTIC=off, as PyTorch allows them), and
+#      default, with its deterministic algorithms only
+#      (DPFINETUNE_CUDNN_DETERMINISTIC=on, as a seeded run; since the
+#      fourteenth session bench, as train with secure noise, also lets
+#      cuDNN take its nondeterministic ones, as PyTorch does), and
 #      with cuDNN wherever it runs a shape (DPFINETUNE_CUDNN_GEMM=off)
 #      instead of the default measured choice between cuDNN and the GEMM
 #      path per shape and product, and VGG-16 with cuDNN's workspace
@@ -64,7 +66,7 @@
 # maxbatch profile": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
 # files); BENCH_VARIANTS (the benchmark rows beside each model's default:
-# "gemm heuristic nondeterministic cudnn workspace256 tf32");
+# "gemm heuristic deterministic cudnn workspace256 tf32");
 # MB_ROWS (the largest-batch rows, IMPL:MODE, in order); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
@@ -209,7 +211,7 @@ ours() { # name batch modes [--tf32]; CONVS=gemm: with DPFINETUNE_CUDNN=off; cla
 }
 # BENCH_VARIANTS: the rows beside each model's default one (all by
 # default; empty: none); a short loan names fewer, e.g. BENCH_VARIANTS=tf32.
-BENCH_VARIANTS=${BENCH_VARIANTS-gemm heuristic nondeterministic cudnn workspace256 tf32}
+BENCH_VARIANTS=${BENCH_VARIANTS-gemm heuristic deterministic cudnn workspace256 tf32}
 variant() { case " $BENCH_VARIANTS " in *" $1 "*) return 0 ;; esac; return 1; }
 torch() { # name batch size classes tf32 [dp]
 	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 20 --tf32 "$5" --dp "${6:-none}") 2>>"$OUT/bench.log" | tee -a "$OUT/bench.jsonl" >&2
@@ -236,9 +238,10 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	# measurement, the default (kept on disk after the first run: the rows
 	# above measured the shapes, this row's and later runs' read them).
 	case $1 in vit*) ;; *) variant heuristic && ! late && CONVS=heuristic DPFINETUNE_CUDNN_ALGO=heuristic ours "$1" "$2" nondp,bk ;; esac
-	# And with cuDNN's nondeterministic algorithms allowed
-	# (DPFINETUNE_CUDNN_DETERMINISTIC=off), as PyTorch's default allows them.
-	case $1 in vit*) ;; *) variant nondeterministic && ! late && CONVS=nondeterministic DPFINETUNE_CUDNN_DETERMINISTIC=off ours "$1" "$2" nondp,bk ;; esac
+	# And with cuDNN's deterministic algorithms only
+	# (DPFINETUNE_CUDNN_DETERMINISTIC=on, as a seeded run): bench lets it
+	# take its nondeterministic ones too, as PyTorch's default does.
+	case $1 in vit*) ;; *) variant deterministic && ! late && CONVS=deterministic DPFINETUNE_CUDNN_DETERMINISTIC=on ours "$1" "$2" nondp,bk ;; esac
 	# And with cuDNN wherever it takes a shape (DPFINETUNE_CUDNN_GEMM=off):
 	# the default measures each product against the GEMM path and keeps
 	# the faster, this row what that choice buys.
@@ -302,8 +305,10 @@ for r in rows:
         prec += ", convs as GEMMs (cuDNN off)"
     if r.get("convs") == "heuristic":
         prec += ", cuDNN's algorithms by heuristics"
-    if r.get("convs") == "nondeterministic":
+    if r.get("convs") == "nondeterministic":  # before the fourteenth session's default allowed them
         prec += ", cuDNN's nondeterministic algorithms allowed"
+    if r.get("convs") == "deterministic":
+        prec += ", cuDNN's deterministic algorithms only (a seeded run's)"
     if r.get("convs") == "cudnn":
         prec += ", cuDNN wherever it runs (not measured against GEMMs)"
     if r.get("convs") == "workspace256":

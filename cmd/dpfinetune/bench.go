@@ -98,6 +98,7 @@ func runBench(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	allowNondeterministic(dev) // as a training run with secure noise
 	if *model == "" {
 		return usagef("--model is required")
 	}
@@ -179,6 +180,7 @@ func runBench(args []string, stdout io.Writer) error {
 				if mdev, err = devFlag.open(); err != nil {
 					return err
 				}
+				allowNondeterministic(mdev)
 			}
 			row, err := benchMode(mdev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c)
 			if fresh {

@@ -40,3 +40,17 @@ func (d deviceFlag) open() (runtime.Device, error) {
 	}
 	return dev, nil
 }
+
+// allowNondeterministic lets dev take algorithms whose results may differ
+// in their last bits from run to run (cuDNN's atomics-based ones, which
+// PyTorch allows by default), for a run that does not repeat anyway:
+// train and audit with secure noise (no --seed), whose noise no two runs
+// share, and bench, which times such runs. A seeded run keeps to
+// deterministic algorithms and repeats bit for bit on one machine, as do
+// eval, predict and norms; DPFINETUNE_CUDNN_DETERMINISTIC=on or off fixes
+// the choice for every command.
+func allowNondeterministic(dev runtime.Device) {
+	if d, ok := dev.(runtime.DeterministicDevice); ok {
+		d.SetDeterministic(false)
+	}
+}

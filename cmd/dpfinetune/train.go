@@ -125,6 +125,9 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if err != nil {
 		return cfg, err
 	}
+	if *f.seedStr == "" {
+		allowNondeterministic(dev) // secure noise: no two runs repeat
+	}
 	if needOut && (*f.model == "" || *f.spec == "" || *f.out == "") {
 		return cfg, usagef("--model, --data and --out are required")
 	}

@@ -244,6 +244,26 @@ func (d *Device) SetTF32(on bool) {
 	d.mu.Unlock()
 }
 
+// SetDeterministic implements runtime.DeterministicDevice: cuDNN's
+// algorithms that are not deterministic are allowed (off) or not (on, the
+// default) for the shapes chosen after it — their choices kept on disk
+// apart — unless EnvCUDNNDeterministic fixes it. The Device's own kernels
+// are deterministic either way.
+func (d *Device) SetDeterministic(on bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if s, ok := d.drv.(convDeterminism); ok {
+		s.setConvDeterministic(on)
+		d.props.ConvLibrary = d.drv.Properties().ConvLibrary
+	}
+}
+
+// convDeterminism is a Driver whose convolution library can be kept to
+// deterministic algorithms or not (nvidia.go with cuDNN).
+type convDeterminism interface {
+	setConvDeterministic(on bool)
+}
+
 // LimitMemory implements runtime.MemoryLimiter: the convolution library's
 // workspace (Driver.ConvWorkspace) is bounded by a sixteenth of bytes,
 // within the tenth of a --max-memory cap its estimate leaves, where that

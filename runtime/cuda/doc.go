@@ -28,8 +28,10 @@
 //     default stream as the kernels. Convolutions run through cuDNN
 //     (cudnn.go: libcudnn.so.9 or .8, or EnvCUDNN; "off" leaves it out)
 //     where it is found: its legacy convolution API, one plan of
-//     descriptors per shape, a deterministic algorithm from its heuristics
-//     per product, CUDNN_FMA_MATH for float32 and CUDNN_TENSOR_OP_MATH for
+//     descriptors per shape, an algorithm by its measurement (kept on
+//     disk) or heuristics per product — a deterministic one unless the
+//     run allows others (SetDeterministic, EnvCUDNNDeterministic) —,
+//     CUDNN_FMA_MATH for float32 and CUDNN_TENSOR_OP_MATH for
 //     TF32 (never for weight gradients). It is optional (Driver.Conv's
 //     ErrNoConvLibrary): without it, and for a shape it refuses (padding
 //     that differs between an axis's ends) or fails, the Device runs its

@@ -252,6 +252,50 @@ func TestConvLibraryOnFake(t *testing.T) {
 		}
 		badValueNamed(t, EnvCUDNNDeterministic, "sometimes")
 	})
+	// Nondeterministic algorithms allowed by the run (SetDeterministic:
+	// train without --seed), the variable unset: chosen and kept as under
+	// the variable; determinism asked again chooses every shape again.
+	t.Run("SetDeterministic", func(t *testing.T) {
+		t.Setenv(EnvCache, t.TempDir())
+		d := realDevice(t, func(lib string) bool { return strings.HasSuffix(lib, ", algorithms by measurement") }, "deterministic by default")
+		nv := d.drv.(*nvidia)
+		for _, on := range []bool{false, true} {
+			d.SetDeterministic(on)
+			if lib := d.props.ConvLibrary; strings.HasSuffix(lib, ", nondeterministic ones allowed") == on {
+				t.Errorf("SetDeterministic(%v): ConvLibrary %q", on, lib)
+			}
+			convCases(t, d)
+			want := int32(1) // the stand-in's nondeterministic algorithm
+			if on {
+				want = 0
+			}
+			for k, p := range nv.dnnPlans {
+				for kind, a := range p.algo {
+					if a >= 0 && a != want {
+						t.Errorf("SetDeterministic(%v): %s: algorithm %d, want %d", on, dnnChoiceKey(k, ConvKind(kind)), a, want)
+					}
+				}
+			}
+		}
+		if kept, _ := filepath.Glob(filepath.Join(os.Getenv(EnvCache), "cuda", "cudnn-algos-*.json")); len(kept) != 2 {
+			t.Errorf("choices kept in %q, want a file for each setting", kept)
+		}
+		// The variable, set, wins over the run's setting.
+		t.Setenv(EnvCUDNNDeterministic, "on")
+		d = realDevice(t, func(lib string) bool { return strings.HasSuffix(lib, ", algorithms by measurement") }, "deterministic")
+		d.SetDeterministic(false)
+		convCases(t, d)
+		if lib := d.props.ConvLibrary; strings.Contains(lib, "nondeterministic") {
+			t.Errorf("%s=on, SetDeterministic(false): ConvLibrary %q", EnvCUDNNDeterministic, lib)
+		}
+		for k, p := range d.drv.(*nvidia).dnnPlans {
+			for kind, a := range p.algo {
+				if a > 0 {
+					t.Errorf("%s=on, SetDeterministic(false): %s: algorithm %d", EnvCUDNNDeterministic, dnnChoiceKey(k, ConvKind(kind)), a)
+				}
+			}
+		}
+	})
 	// The heuristics, asked for: nothing measured, nothing kept.
 	t.Run("heuristic", func(t *testing.T) {
 		t.Setenv(EnvCUDNNAlgo, "heuristic")

@@ -314,18 +314,7 @@ func RealDevice(ordinal int) (Driver, error) {
 	if c.dnn, err = loadCUDNN(c.props.TotalMem); err != nil {
 		c.props.ConvLibrary = "none: " + err.Error()
 	} else if c.dnn != nil {
-		c.props.ConvLibrary = fmt.Sprintf("cuDNN %d (%s)", c.dnn.version, c.dnn.lib)
-		if c.dnn.paths {
-			c.props.ConvLibrary += " or GEMMs, whichever measures faster"
-		}
-		if c.dnn.find {
-			c.props.ConvLibrary += ", algorithms by measurement"
-		} else {
-			c.props.ConvLibrary += ", algorithms by heuristics"
-		}
-		if c.dnn.anyAlgo {
-			c.props.ConvLibrary += ", nondeterministic ones allowed"
-		}
+		c.props.ConvLibrary = c.dnn.describe()
 	} else {
 		c.props.ConvLibrary = "none: " + EnvCUDNN + "=off"
 	}
