@@ -45,7 +45,8 @@
 #      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
-# maxbatch.jsonl and maxbatch.md, profile-*.txt, peak-*.txt (bk's device
+# maxbatch.jsonl and maxbatch.md, profile-*.txt, convs-resnet50.md (the
+# profile's convolutions by shape beside PyTorch's), peak-*.txt (bk's device
 # peak by allocation, DPFINETUNE_CUDA_PEAK), cudnn-algos-*.json (the
 # convolution choices the machine measured and kept; choices.md, the
 # per-sample gradients' among them), and summary.md (bench.md,
@@ -485,9 +486,26 @@ profile() { # name batch [gemm|tf32]
 	esac || echo "profile $1: exit $? (see $f)" >&2
 	grep -E '^(nondp|bk|mixed) ' "$f" | sed "s/^/$1${3:+ ($3)}: /" >&2
 }
+# convs-MODEL.md: the default profile's convolutions by shape (nondp's,
+# bk's) beside PyTorch's, each of its shapes timed alone in float32
+# (bench/torch_conv_shapes.py, bench/conv_profile.py): which layers'
+# products make the non-DP step's gap to PyTorch's.
+convs() { # name batch size classes
+	late && return
+	local f=$OUT/profile-$1.txt t=$OUT/convs-$1.jsonl
+	if ! (cd bench && "$PY" torch_conv_shapes.py --model "$1" --batch "$2" --size "$3" --classes "$4" --tf32 off) >"$t" 2>>"$OUT/bench.log"; then
+		echo "convs $1: torch_conv_shapes.py failed (see bench.log)" >&2
+		return
+	fi
+	for m in nondp bk; do
+		printf '\n### %s, %s: convolutions by shape, ms a step (PyTorch: each shape alone, float32)\n\n' "$1" "$m"
+		"$PY" bench/conv_profile.py --ours "$f" --modes nondp,bk,mixed --steps 2 --torch "$t" --mode $m
+	done >"$OUT/convs-$1.md" 2>>"$OUT/bench.log" || echo "convs $1: conv_profile.py failed (see bench.log)" >&2
+}
 if [ $mode = gpu ]; then
 	# In the order a short loan needs them (BUDGET_S skips the rest).
 	profile resnet50 "$BATCH224"
+	convs resnet50 "$BATCH224" 224 1000
 	profile resnet50 "$BATCH224" tf32
 	profile vit_b_16 "$BATCH224"
 	profile vgg16 "$BATCH224" tf32
@@ -518,7 +536,7 @@ if rows:
         print("| %s | %s | %.4f | %.4f | %s |" % (k, setting, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
 PYEOF
 {
-	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md
+	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md "$OUT"/convs-*.md
 	for f in "$OUT"/peak-*.txt; do
 		[ -f "$f" ] || continue
 		printf '\nbk device peak by allocation (%s, DPFINETUNE_CUDA_PEAK):\n\n' "$(basename "$f" .txt)"

@@ -641,7 +641,7 @@ func (d *Device) begin() *Args {
 	d.args.Reset()
 	if d.prof != nil {
 		d.drv.Synchronize()
-		d.prof.opStart = time.Now()
+		d.prof.opStart, d.prof.shape = time.Now(), ""
 	}
 	return d.args
 }
@@ -662,8 +662,13 @@ func (d *Device) end(op string) {
 	if d.prof != nil {
 		host := time.Since(d.prof.opStart)
 		d.drv.Synchronize()
-		d.prof.add(d.prof.ops, op, time.Since(d.prof.opStart))
+		t := time.Since(d.prof.opStart)
+		d.prof.add(d.prof.ops, op, t)
 		d.prof.ops[op].host += host
+		if d.prof.shape != "" {
+			d.prof.add(d.prof.convs, op+" "+d.prof.shape, t)
+			d.prof.shape = ""
+		}
 	}
 }
 

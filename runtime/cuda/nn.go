@@ -207,6 +207,7 @@ func (d *Device) Conv(s *runtime.ConvShape, x, w, bias, y, ws []float32) {
 	}
 	a := d.begin()
 	defer d.end("Conv")
+	d.profConv(s, s.N)
 	px, pw, pb, py := f32(x[:nx], opIn, d), f32(w[:nw], opIn, d), f32(opt(bias, s.M), opIn, d), f32(y[:ny], opOut, d)
 	if d.libOrGEMM(ConvForward, s, px, pw, py, d.tf32, ws) {
 		if pb != 0 {
@@ -229,6 +230,7 @@ func (d *Device) ConvBackward(s *runtime.ConvShape, x, w, dy, dx, dw, db, ws []f
 	nx, nw, ny := convSizes(s)
 	a := d.begin()
 	defer d.end("ConvBackward")
+	d.profConv(s, s.N)
 	g := d.convGeometry(s)
 	pdy := f32(dy[:ny], opIn, d)
 	gemm := convByGEMM(s)

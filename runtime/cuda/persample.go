@@ -104,6 +104,7 @@ func (d *Device) ConvWeightGrad(s *runtime.ConvShape, x, dy, dw, ws []float32) {
 	}
 	d.begin()
 	defer d.end("ConvWeightGrad")
+	d.profConv(s, s.N)
 	px, pdy, pdw := f32(x[:s.N*s.C*s.InSize], opIn, d), f32(dy[:s.N*s.M*s.T], opIn, d), f32(dw[:n], opOut, d)
 	switch {
 	case d.libOrGEMM(ConvBackwardFilter, s, px, pdw, pdy, false, ws): // float32: the clipped sum
@@ -128,6 +129,7 @@ func (d *Device) ConvSampleWeightGrads(s *runtime.ConvShape, x, dy []float32, i0
 	}
 	d.begin()
 	defer d.end("ConvSampleWeightGrads")
+	d.profConv(s, n)
 	gs := d.samplesAsGroups(s, n)
 	if d.noDNN || gs == nil {
 		return false
@@ -274,6 +276,7 @@ func (d *Device) ConvTapGrams(s *runtime.ConvShape, X []float32, n int, aa []flo
 	geom := geomOf(s)
 	a := d.begin()
 	defer d.end("ConvTapGrams")
+	d.profConv(s, n)
 	geom.arg(a).Ptr(f32(X[:n*s.InSize*s.InSize], opIn, d)).Ptr(f32(aa[:total], opOut, d)).I64(int64(total))
 	d.launch("conv_tap_grams", int64(total))
 }

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // EnvProfile names the environment variable that turns on the Device's
@@ -26,6 +28,12 @@ type profile struct {
 	opStart time.Time
 	ops     map[string]*profEntry
 	kernels map[string]*profEntry
+	// convs holds the convolution operations by shape (convKey): which
+	// layer's product costs what, to set beside PyTorch's per shape
+	// (bench/conv_profile.py). shape is the running operation's key, set
+	// by profConv and taken by Device.end.
+	convs map[string]*profEntry
+	shape string
 }
 
 type profEntry struct {
@@ -42,7 +50,7 @@ func newProfile() *profile {
 	if v := os.Getenv(EnvProfile); v == "" || v == "0" {
 		return nil
 	}
-	return &profile{out: os.Stderr, opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}}
+	return &profile{out: os.Stderr, opened: time.Now(), ops: map[string]*profEntry{}, kernels: map[string]*profEntry{}, convs: map[string]*profEntry{}}
 }
 
 // ResetProfile starts the operation profile (EnvProfile) afresh, so that
@@ -55,7 +63,7 @@ func (d *Device) ResetProfile() {
 	defer d.mu.Unlock()
 	if p := d.prof; p != nil {
 		d.drv.Synchronize()
-		p.opened, p.ops, p.kernels = time.Now(), map[string]*profEntry{}, map[string]*profEntry{}
+		p.opened, p.ops, p.kernels, p.convs = time.Now(), map[string]*profEntry{}, map[string]*profEntry{}, map[string]*profEntry{}
 	}
 }
 
@@ -97,7 +105,48 @@ func (p *profile) write(w io.Writer, top int) {
 	}
 	table("operations", p.ops)
 	table("kernels", p.kernels)
+	if len(p.convs) > 0 {
+		// Every shape: bench/conv_profile.py sets them all beside PyTorch's.
+		top = len(p.convs)
+		table("convolutions by shape", p.convs)
+	}
 	fmt.Fprintln(w, strings.Repeat("-", 20))
 }
 
 func ms(t time.Duration) float64 { return float64(t) / 1e6 }
+
+// convKey names a convolution's shape for the profile's per-shape table:
+// "n=32 c=64 in=56x56 m=256 k=1x1 s=1x1 p=0,0,0,0 d=1x1 g=1", the fields
+// bench/conv_profile.py matches with PyTorch's (input, weight, stride,
+// padding, dilation, groups).
+func convKey(s *runtime.ConvShape) string {
+	dims := func(v []int, def int) string {
+		if len(v) == 0 {
+			v = make([]int, len(s.Kernel))
+			for i := range v {
+				v[i] = def
+			}
+		}
+		parts := make([]string, len(v))
+		for i, x := range v {
+			parts[i] = fmt.Sprint(x)
+		}
+		return strings.Join(parts, "x")
+	}
+	pad := make([]int, 2*len(s.Kernel))
+	copy(pad, s.Pads)
+	pads := strings.ReplaceAll(dims(pad, 0), "x", ",")
+	return fmt.Sprintf("n=%d c=%d in=%s m=%d k=%s s=%s p=%s d=%s g=%d", s.N, s.C, dims(s.In, 0), s.M, dims(s.Kernel, 1), dims(s.Strides, 1), pads, dims(s.Dilations, 1), max(s.Group, 1))
+}
+
+// profConv names the running operation's convolution shape in the
+// profile (d.mu held); nothing without one.
+func (d *Device) profConv(s *runtime.ConvShape, n int) {
+	if d.prof == nil {
+		return
+	}
+	d.prof.shape = convKey(s)
+	if n != s.N {
+		d.prof.shape += fmt.Sprintf(" samples=%d", n)
+	}
+}

@@ -28,20 +28,36 @@ func TestProfile(t *testing.T) {
 	if got := fetch(p, x); got[299] != 1.5 {
 		t.Fatalf("x[299] = %v, want 1.5", got[299])
 	}
+	// Convolutions are also tabled by shape, the operation's calls each.
+	s := &runtime.ConvShape{N: 2, C: 3, M: 4, In: []int{9, 8}, Kernel: []int{3, 3}, Strides: []int{2, 1}, Pads: []int{1, 1, 0, 1}}
+	if err := s.Init(); err != nil {
+		t.Fatal(err)
+	}
+	cx, cw, cy := place(p, make([]float32, 2*3*9*8)), place(p, make([]float32, 4*3*9)), place(p, make([]float32, 2*4*s.T))
+	d.Conv(s, cx, cw, nil, cy, nil)
+	d.Conv(s, cx, cw, nil, cy, nil)
+	d.ConvWeightGrad(s, cx, cy, cw, nil)
+	d.Fill(0, x) // after a convolution: not one
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
 		`(?m)^cuda profile: operations, [0-9.]+ ms of [0-9.]+ ms since open$`,
-		`(?m)^  Fill +2 calls +[0-9.]+ ms +[0-9.]+% +longest +[0-9.]+ ms +host +[0-9.]+ ms$`,
+		`(?m)^  Fill +3 calls +[0-9.]+ ms +[0-9.]+% +longest +[0-9.]+ ms +host +[0-9.]+ ms$`,
 		`(?m)^  Scale +1 calls `,
 		`(?m)^cuda profile: kernels, `,
-		`(?m)^  fill_f +2 calls `,
+		`(?m)^cuda profile: convolutions by shape, `,
+		`(?m)^  Conv n=2 c=3 in=9x8 m=4 k=3x3 s=2x1 p=1,1,0,1 d=1x1 g=1 +2 calls `,
+		`(?m)^  ConvWeightGrad n=2 c=3 in=9x8 m=4 k=3x3 s=2x1 p=1,1,0,1 d=1x1 g=1 +1 calls `,
+		`(?m)^  fill_f +3 calls `,
 		`(?m)^  scale +1 calls `,
 		`(?m)^cuda profile: convolution library "[^"]*": 0 products, 0 shapes refused; 0 shapes' products measured against the GEMM path, 0 of 0 on it; 0 per-sample gradients measured against the unfolding, 0 of 0 on it$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("profile lacks %s:\n%s", want, out.String())
 		}
+	}
+	if n := regexp.MustCompile(`(?m)^  (Fill|Scale) n=`).FindAllString(out.String(), -1); len(n) != 0 {
+		t.Errorf("other operations tabled by a convolution's shape: %q", n)
 	}
 }
