@@ -16,7 +16,8 @@ import (
 // each kernel launch waits for the device before and after it, so that its
 // wall time is its own, and Close writes a table of the time spent per
 // operation and per kernel to standard error (with each operation's host
-// time: until its calls had returned). The waits serialize host
+// time: until its calls had returned), and one of the convolution
+// operations by shape. The waits serialize host
 // and device, so a profiled step is slower than an unprofiled one: the
 // table says where the time goes, not how long a step takes.
 const EnvProfile = "DPFINETUNE_CUDA_PROFILE"
