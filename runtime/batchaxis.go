@@ -162,6 +162,11 @@ func (nd *node) batchStride(N int) int {
 		default:
 			kOut = k + ry - r
 		}
+	case fusedMatMul:
+		kOut = nd.mm.batchOut(si, k)
+		if kOut < 0 {
+			return 0
+		}
 	case "Gemm":
 		if si != 0 || k != 0 || nd.g.IntOr("transA", 0) != 0 {
 			return 0

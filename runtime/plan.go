@@ -240,6 +240,7 @@ type node struct {
 	hookEv      HookEvent
 	conv        *ConvShape
 	norm        *rowNorm
+	mm          *mmFold // a FusedMatMul's geometry (fuse_matmul.go)
 	fk, bk      CPUKernel
 	// build compiles a fused node (nil: the operator's opTable entry);
 	// fused is the number of graph nodes it replaces.
@@ -609,6 +610,8 @@ func (p *Plan) build() error {
 	p.linkConsumers()
 	if !p.opts.NoFusion {
 		p.fuse()
+		p.linkConsumers()
+		p.fuseMatMuls()
 		p.linkConsumers()
 	}
 
@@ -1026,8 +1029,11 @@ func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
 		return nil
 	}
 	again := map[*tensor]int{}
+	// A FusedMatMul (fuse_matmul.go) is a MatMul reading its operands
+	// through a transposition: its forward runs again as a MatMul's.
+	matmul := func(nd *node) bool { return nd.g.OpType == "MatMul" || nd.g.OpType == fusedMatMul }
 	plain := func(nd *node) bool {
-		return nd.build == nil && !nd.hooked && !p.keepHooked(nd) && nd.needBwd && aliasSource(nd) == nil
+		return (nd.build == nil || nd.g.OpType == fusedMatMul) && !nd.hooked && !p.keepHooked(nd) && nd.needBwd && aliasSource(nd) == nil
 	}
 	// only reports whether t is read by nd alone and is no output.
 	only := func(t *tensor, nd *node) bool { return t != nil && !isOut[t] && len(t.cons) == 1 && t.cons[0] == nd }
@@ -1052,7 +1058,7 @@ func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
 				chain = nil
 				break
 			}
-			if nd.g.OpType == "MatMul" && len(nd.in) == 2 && nd.saveIn[0] && nd.saveIn[1] {
+			if matmul(nd) && len(nd.in) == 2 && nd.saveIn[0] && nd.saveIn[1] {
 				chain = append([]*node{nd}, chain...)
 				break
 			}
@@ -1070,7 +1076,7 @@ func (p *Plan) rematerialize(isOut map[*tensor]bool) map[*tensor]int {
 		}
 		at := -1
 		for _, cn := range P.cons {
-			if cn.g.OpType != "MatMul" || !plain(cn) {
+			if !matmul(cn) || !plain(cn) {
 				at = -1
 				break
 			}
