@@ -40,8 +40,12 @@
 // changing the graph: the LayerNorm normalization torch 1.13 exports as
 // ReduceMean → Sub → Pow → ReduceMean → Add → Sqrt → Div (its Mul(γ) and
 // Add(β) stay separate nodes, hooked as before), the exact and tanh GELU
-// chains, and Slices that split one value into disjoint parts along one
-// axis (the q, k, v of a packed attention projection). A chain fuses only
+// chains, Slices that split one value into disjoint parts along one axis
+// (the q, k, v of a packed attention projection), and the Transposes (and
+// the query's scaling) around a sequence-first attention's batched
+// products, which read and write through the product's row pitch and
+// item stride instead (fuse_matmul.go: no parameter is read there, so no
+// hook). A chain fuses only
 // when its intermediate values are invisible outside it: each read only
 // inside the chain, no graph output, no parameter, and no node of it
 // hooked. Options.NoFusion turns this off.
