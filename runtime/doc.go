@@ -42,9 +42,10 @@
 // Add(β) stay separate nodes, hooked as before), the exact and tanh GELU
 // chains, Slices that split one value into disjoint parts along one axis
 // (the q, k, v of a packed attention projection), and the Transposes (and
-// the query's scaling) around a sequence-first attention's batched
-// products, which read and write through the product's row pitch and
-// item stride instead (fuse_matmul.go: no parameter is read there, so no
+// the query's scaling) around an attention's batched products — a
+// sequence-first export's, and the key's last-two-axes swap of a timm
+// one — which read and write through the product's row pitch and item
+// stride instead (fuse_matmul.go: no parameter is read there, so no
 // hook). A chain fuses only
 // when its intermediate values are invisible outside it: each read only
 // inside the chain, no graph output, no parameter, and no node of it

@@ -16,9 +16,10 @@ package runtime
 // and offset i·d: the transposition is free, and the scalar division is
 // the product's α. fuseMatMuls folds such Transposes (and a scalar Div or
 // Mul of the first operand, and a Transpose of the output back to
-// sequence-first) into one FusedMatMul node. Only products of activations
-// fold: a MatMul reading a parameter is hooked by the DP engine, which
-// sees its operands as the graph has them.
+// sequence-first) into one FusedMatMul node; at any rank, also timm's
+// q·scale @ k.transpose(-2, -1) (the key read transposed, the scale as
+// α). Only products of activations fold: a MatMul reading a parameter is
+// hooked by the DP engine, which sees its operands as the graph has them.
 
 import (
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -39,14 +40,20 @@ const (
 	mmPlain = iota
 	mmSeq
 	mmTrans
+	// mmTransLast is B stored (nb…, N, K), read transposed: the source of
+	// a Transpose swapping the last two axes (timm's k.transpose(-2, -1)),
+	// at any rank.
+	mmTransLast
 )
 
 // mmFold is a FusedMatMul's geometry: the items, the product's sizes, the
-// scale α and the layouts of A, B and C.
+// scale α, the layouts of A, B and C, and the operands' rank (3 for the
+// sequence-first layouts; the leading rank−2 axes are the items).
 type mmFold struct {
 	nb, M, K, N int
 	alpha       float32
 	a, b, c     int
+	rank        int
 }
 
 // pitch returns the row pitch and item stride of an operand of rows×cols
@@ -57,6 +64,8 @@ func (f *mmFold) pitch(l, rows, cols int) (ld, stride int) {
 		return f.nb * cols, cols
 	case mmTrans: // stored cols×rows per item, at pitch nb·rows
 		return f.nb * rows, rows
+	case mmTransLast: // stored cols×rows per item, one after another
+		return rows, rows * cols
 	}
 	return cols, rows * cols
 }
@@ -100,6 +109,27 @@ func (p *Plan) fuseMatMuls() {
 		}
 		return tr
 	}
+	// transposeOfRank returns the Transpose producing t that swaps the
+	// last two of its r axes, if t is its only output's single read by nd.
+	transposeOfRank := func(t *tensor, nd *node, r int) *node {
+		tr := prod(t)
+		if !is(tr, "Transpose", 1) || removed[tr] || len(tr.in[0].shape) != r || !single(t, nd) || !activation(tr.in[0]) || removed[prod(tr.in[0])] {
+			return nil
+		}
+		perm, err := tr.g.Perm(r)
+		if err != nil {
+			return nil
+		}
+		for j := range r - 2 {
+			if perm[j] != j {
+				return nil
+			}
+		}
+		if perm[r-2] != r-1 || perm[r-1] != r-2 {
+			return nil
+		}
+		return tr
+	}
 	type fold struct {
 		mm     *node
 		f      mmFold
@@ -114,39 +144,49 @@ func (p *Plan) fuseMatMuls() {
 			continue
 		}
 		A, B, Y := mm.in[0], mm.in[1], mm.out[0]
-		if len(A.shape) != 3 || len(B.shape) != 3 || len(Y.shape) != 3 || A.shape[0] != B.shape[0] || !activation(A) || !activation(B) {
+		r := len(A.shape)
+		if r < 3 || len(B.shape) != r || len(Y.shape) != r || !sameInts(A.shape[:r-2], B.shape[:r-2]) || !activation(A) || !activation(B) {
 			continue
 		}
-		fo := fold{mm: mm, f: mmFold{nb: A.shape[0], M: A.shape[1], K: A.shape[2], N: B.shape[2], alpha: 1}, a: A, b: B, y: Y}
-		if B.shape[1] != fo.f.K || Y.shape[0] != fo.f.nb || Y.shape[1] != fo.f.M || Y.shape[2] != fo.f.N {
+		fo := fold{mm: mm, f: mmFold{nb: numel(A.shape[:r-2]), M: A.shape[r-2], K: A.shape[r-1], N: B.shape[r-1], alpha: 1, rank: r}, a: A, b: B, y: Y}
+		if B.shape[r-2] != fo.f.K || !sameInts(Y.shape[:r-2], A.shape[:r-2]) || Y.shape[r-2] != fo.f.M || Y.shape[r-1] != fo.f.N {
 			continue
 		}
-		// A: [Transpose(1,0,2)] → [Div or Mul by a scalar] → MatMul.
-		at := A
-		if sc := prod(at); sc != nil && (is(sc, "Div", 2) || is(sc, "Mul", 2)) && sc.in[0] != nil && single(at, mm) {
-			if v, ok := scalarValue(sc.in[1]); ok && v != 0 && sc.in[0].n == at.n {
-				if tr := transposeOf(sc.in[0], sc, [3]int{1, 0, 2}); tr != nil {
-					if sc.g.OpType == "Div" {
-						fo.f.alpha = 1 / v
-					} else {
-						fo.f.alpha = v
-					}
+		// A: [Transpose(1,0,2)] → [Div or Mul by a scalar] → MatMul (the
+		// Transpose at rank 3 only).
+		if sc := prod(A); sc != nil && (is(sc, "Div", 2) || is(sc, "Mul", 2)) && single(A, mm) && activation(sc.in[0]) && sc.in[0].n == A.n {
+			if v, ok := scalarValue(sc.in[1]); ok && v != 0 && !removed[prod(sc.in[0])] {
+				if sc.g.OpType == "Div" {
+					fo.f.alpha = 1 / v
+				} else {
+					fo.f.alpha = v
+				}
+				fo.a = sc.in[0]
+				fo.gone = append(fo.gone, sc)
+				fo.remove = append(fo.remove, A)
+				if tr := transposeOf(sc.in[0], sc, [3]int{1, 0, 2}); r == 3 && tr != nil {
 					fo.a, fo.f.a = tr.in[0], mmSeq
-					fo.gone = append(fo.gone, sc, tr)
-					fo.remove = append(fo.remove, at, sc.in[0])
+					fo.gone = append(fo.gone, tr)
+					fo.remove = append(fo.remove, sc.in[0])
 				}
 			}
 		}
-		if fo.f.a == mmPlain {
+		if r == 3 && fo.f.a == mmPlain && fo.a == A {
 			if tr := transposeOf(A, mm, [3]int{1, 0, 2}); tr != nil {
 				fo.a, fo.f.a = tr.in[0], mmSeq
 				fo.gone = append(fo.gone, tr)
 				fo.remove = append(fo.remove, A)
 			}
 		}
-		// B: Transpose(1,0,2) of a (K, nb, N), or Transpose(1,2,0) of an
-		// (N, nb, K) read transposed.
-		if tr := transposeOf(B, mm, [3]int{1, 0, 2}); tr != nil {
+		// B: at rank 3, Transpose(1,0,2) of a (K, nb, N), or
+		// Transpose(1,2,0) of an (N, nb, K) read transposed; at any rank,
+		// the swap of the last two axes of an (nb…, N, K).
+		if tr := transposeOfRank(B, mm, r); tr != nil {
+			fo.b, fo.f.b = tr.in[0], mmTransLast
+			fo.gone = append(fo.gone, tr)
+			fo.remove = append(fo.remove, B)
+		} else if r != 3 {
+		} else if tr := transposeOf(B, mm, [3]int{1, 0, 2}); tr != nil {
 			fo.b, fo.f.b = tr.in[0], mmSeq
 			fo.gone = append(fo.gone, tr)
 			fo.remove = append(fo.remove, B)
@@ -156,7 +196,7 @@ func (p *Plan) fuseMatMuls() {
 			fo.remove = append(fo.remove, B)
 		}
 		// C: written sequence-first where its only reader transposes it so.
-		if len(Y.cons) == 1 && !isOut[Y] {
+		if r == 3 && len(Y.cons) == 1 && !isOut[Y] {
 			if tr := Y.cons[0]; is(tr, "Transpose", 1) && tr.in[0] == Y && !removed[tr] {
 				if perm, err := tr.g.Perm(3); err == nil && perm[0] == 1 && perm[1] == 0 && perm[2] == 2 {
 					fo.y, fo.f.c = tr.out[0], mmSeq
@@ -216,7 +256,7 @@ func buildFusedMatMul(p *Plan, nd *node) error {
 	f := nd.mm
 	a, b, y := nd.in[0], nd.in[1], nd.out[0]
 	lda, sa := f.pitch(f.a, f.M, f.K)
-	tb := f.b == mmTrans
+	tb := f.b == mmTrans || f.b == mmTransLast
 	ldb, sb := f.pitch(f.b, f.K, f.N)
 	ldc, sc := f.pitch(f.c, f.M, f.N)
 	nd.saveIn[0], nd.saveIn[1] = true, true
@@ -239,38 +279,46 @@ func buildFusedMatMul(p *Plan, nd *node) error {
 }
 
 // batchOut returns the axis of the result that axis k of operand si (0:
-// A, 1: B) becomes — its items, A's rows or B's columns — or −1 for a
+// A, 1: B) becomes — an item axis, A's rows or B's columns — or −1 for a
 // contracted axis, as MatMul's rule (batchStride) in the operands' and
 // the result's layouts.
 func (f *mmFold) batchOut(si, k int) int {
-	// What axis k of the operand holds: 0 the items, 1 the rows (A) or
-	// columns (B) that the result keeps, −1 the contracted one.
-	var what int
-	switch l := f.a; {
-	case si == 0 && l == mmPlain:
-		what = [3]int{0, 1, -1}[k]
-	case si == 0: // (M, nb, K)
-		what = [3]int{1, 0, -1}[k]
-	case f.b == mmPlain: // (nb, K, N)
-		what = [3]int{0, -1, 1}[k]
-	case f.b == mmSeq: // (K, nb, N)
-		what = [3]int{-1, 0, 1}[k]
-	default: // (N, nb, K)
-		what = [3]int{1, 0, -1}[k]
-	}
-	if what < 0 {
-		return -1
-	}
-	// The result's axis of the items, of A's rows and of B's columns.
-	axes := [3]int{0, 1, 2} // plain (nb, M, N)
-	if f.c == mmSeq {
-		axes = [3]int{1, 0, 2} // (M, nb, N)
+	r := f.rank
+	// What axis k of the operand holds: 0…r−3 an item axis (the
+	// sequence-first layouts' one item axis is 0), r−2 the rows (A) or
+	// columns (B) the result keeps, −1 the contracted one.
+	item, kept := -1, false
+	l := f.a
+	if si == 1 {
+		l = f.b
 	}
 	switch {
-	case what == 0:
-		return axes[0]
-	case si == 0:
-		return axes[1]
+	case l == mmSeq && si == 0: // (M, nb, K)
+		item, kept = [3]int{-1, 0, -1}[k], k == 0
+	case l == mmSeq: // (K, nb, N)
+		item, kept = [3]int{-1, 0, -1}[k], k == 2
+	case l == mmTrans: // (N, nb, K)
+		item, kept = [3]int{-1, 0, -1}[k], k == 0
+	case k < r-2:
+		item = k
+	case si == 0: // (…, M, K)
+		kept = k == r-2
+	case l == mmTransLast: // (…, N, K)
+		kept = k == r-2
+	default: // (…, K, N)
+		kept = k == r-1
 	}
-	return axes[2]
+	switch {
+	case item >= 0 && f.c == mmSeq: // (M, nb, N)
+		return 1
+	case item >= 0:
+		return item
+	case !kept:
+		return -1
+	case f.c == mmSeq && si == 0:
+		return 0
+	case si == 0:
+		return r - 2
+	}
+	return r - 1
 }

@@ -8,18 +8,18 @@ import (
 // TestFusedMatMul: on the torchvision ViT fixtures (sequence-first
 // nn.MultiheadAttention exports) the attention products fold their
 // Transposes and the query's scaling (FusedMatMul: four of each layer's
-// six Transposes gone), and the plan computes what the unfolded one does:
-// the same losses, parameter gradients, and every hook's data with the
-// same batch axes and strides, bit for bit (the scaling is by ¼, a power
-// of two, so α rounds as the division did), with the probabilities kept
-// and recomputed. The timm-style fixtures (four-axis attention) fold
-// nothing.
+// six Transposes gone), on the timm fixtures (four-axis attention) the
+// key's transpose of its last two axes and the query's scaling, and the
+// plan computes what the unfolded one does: the same losses, parameter
+// gradients, and every hook's data with the same batch axes and strides,
+// bit for bit (the scalings are by powers of two, so α rounds as they
+// did), with the probabilities kept and recomputed.
 func TestFusedMatMul(t *testing.T) {
 	defer func() { fuseMatMulsOff = false }()
 	for _, c := range []struct {
-		name  string
-		folds int
-	}{{"vit", 4}, {"vit17", 4}, {"vit_nofold", 4}, {"crossvit", 0}, {"beit", 0}, {"packedqkv", 0}} {
+		name        string
+		folds, gone int // FusedMatMuls, and the Transposes they take
+	}{{"vit", 4, 8}, {"vit17", 4, 8}, {"vit_nofold", 4, 8}, {"crossvit", 2, 2}, {"beit", 2, 2}, {"packedqkv", 0, 0}} {
 		for _, how := range []Probabilities{ProbabilitiesKeep, ProbabilitiesRecompute} {
 			t.Run(fmt.Sprintf("%s/%d", c.name, how), func(t *testing.T) {
 				type run struct {
@@ -69,7 +69,7 @@ func TestFusedMatMul(t *testing.T) {
 				if off.folds != 0 || on.folds != c.folds {
 					t.Fatalf("%d FusedMatMuls (%d with the fold off), want %d", on.folds, off.folds, c.folds)
 				}
-				if want := off.trans - 2*c.folds; on.trans != want {
+				if want := off.trans - c.gone; on.trans != want {
 					t.Errorf("%d Transposes left of %d, want %d", on.trans, off.trans, want)
 				}
 				if !sameBits(on.losses, off.losses) {
@@ -89,4 +89,117 @@ func TestFusedMatMul(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestFusedMatMulGradCheck holds the folded products' backward to central
+// differences on small graphs of activations (an input times parameters):
+// the sequence-first attention (q scaled, k read transposed, v and the
+// result sequence-first: two folds), the four-axis one (k's last two axes
+// swapped, q scaled: one fold), and a Transpose that also moves an item
+// axis, which must not fold.
+func TestFusedMatMulGradCheck(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		shape []int64
+		build func(b *modelBuilder)
+		folds int
+	}{
+		{"sequence-first", []int64{4, 6, 3}, func(b *modelBuilder) {
+			for _, n := range []string{"q", "k", "v"} {
+				b.param("w"+n, 3)
+				b.node("Mul", []string{"x", "w" + n}, n)
+			}
+			b.floats("two", []float32{2}, 1)
+			b.node("Transpose", []string{"q"}, "qt", aInts("perm", 1, 0, 2))
+			b.node("Div", []string{"qt", "two"}, "qs")
+			b.node("Transpose", []string{"k"}, "kt", aInts("perm", 1, 2, 0))
+			b.node("MatMul", []string{"qs", "kt"}, "s")
+			b.node("Softmax", []string{"s"}, "p", aInt("axis", -1))
+			b.node("Transpose", []string{"v"}, "vt", aInts("perm", 1, 0, 2))
+			b.node("MatMul", []string{"p", "vt"}, "o")
+			b.node("Transpose", []string{"o"}, "y", aInts("perm", 1, 0, 2))
+		}, 2},
+		{"four axes", []int64{2, 3, 4, 5}, func(b *modelBuilder) {
+			for _, n := range []string{"q", "k"} {
+				b.param("w"+n, 5)
+				b.node("Mul", []string{"x", "w" + n}, n)
+			}
+			b.floats("scale", []float32{0.3}, 1)
+			b.node("Mul", []string{"q", "scale"}, "qs")
+			b.node("Transpose", []string{"k"}, "kt", aInts("perm", 0, 1, 3, 2))
+			b.node("MatMul", []string{"qs", "kt"}, "y")
+		}, 1},
+		{"an item axis moved too", []int64{2, 3, 4, 5}, func(b *modelBuilder) {
+			for _, n := range []string{"q", "k"} {
+				b.param("w"+n, 5)
+				b.node("Mul", []string{"x", "w" + n}, n)
+			}
+			b.node("Transpose", []string{"q"}, "qt", aInts("perm", 1, 0, 2, 3))
+			b.node("Transpose", []string{"k"}, "kt", aInts("perm", 1, 0, 3, 2))
+			b.node("MatMul", []string{"qt", "kt"}, "y")
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newBuilder(5, 14)
+			c.build(b)
+			g := b.build(t, "x", c.shape, "y")
+			p, err := Compile(g, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			folds := 0
+			for _, nd := range p.nodes {
+				if nd.g.OpType == fusedMatMul {
+					folds++
+				}
+			}
+			if folds != c.folds {
+				t.Fatalf("%d FusedMatMuls, want %d", folds, c.folds)
+			}
+			x := make([]float32, numel(ints64(c.shape)))
+			for i := range x {
+				x[i] = float32(i%7)/7 - 0.4
+			}
+			if err := p.SetInput(0, x); err != nil {
+				t.Fatal(err)
+			}
+			gradCheckPlan(t, p)
+		})
+	}
+}
+
+// TestFusedMatMulBatchAxes: the result's axis each operand axis becomes
+// (mmFold.batchOut), per layout: the items, A's rows, B's columns, and
+// −1 for the contracted axis.
+func TestFusedMatMulBatchAxes(t *testing.T) {
+	for _, c := range []struct {
+		f    mmFold
+		si   int
+		want []int // by operand axis
+	}{
+		{mmFold{rank: 3}, 0, []int{0, 1, -1}},                       // A (nb, M, K) → (nb, M, N)
+		{mmFold{rank: 3}, 1, []int{0, -1, 2}},                       // B (nb, K, N)
+		{mmFold{rank: 3, a: mmSeq, c: mmSeq}, 0, []int{0, 1, -1}},   // A (M, nb, K) → (M, nb, N)
+		{mmFold{rank: 3, a: mmSeq}, 0, []int{1, 0, -1}},             // A (M, nb, K) → (nb, M, N)
+		{mmFold{rank: 3, b: mmSeq}, 1, []int{-1, 0, 2}},             // B (K, nb, N)
+		{mmFold{rank: 3, b: mmTrans}, 1, []int{2, 0, -1}},           // B (N, nb, K)
+		{mmFold{rank: 3, b: mmTrans, c: mmSeq}, 1, []int{2, 1, -1}}, // B (N, nb, K) → (M, nb, N)
+		{mmFold{rank: 4}, 0, []int{0, 1, 2, -1}},                    // A (b, h, M, K)
+		{mmFold{rank: 4, b: mmTransLast}, 1, []int{0, 1, 3, -1}},    // B (b, h, N, K)
+		{mmFold{rank: 4}, 1, []int{0, 1, -1, 3}},                    // B (b, h, K, N)
+	} {
+		for k, want := range c.want {
+			if got := c.f.batchOut(c.si, k); got != want {
+				t.Errorf("layouts a=%d b=%d c=%d rank %d, operand %d axis %d: result axis %d, want %d", c.f.a, c.f.b, c.f.c, c.f.rank, c.si, k, got, want)
+			}
+		}
+	}
+}
+
+func ints64(s []int64) []int {
+	out := make([]int, len(s))
+	for i, d := range s {
+		out[i] = int(d)
+	}
+	return out
 }
