@@ -154,7 +154,7 @@ func (p *Plan) fuseMatMuls() {
 		}
 		// A: [Transpose(1,0,2)] → [Div or Mul by a scalar] → MatMul (the
 		// Transpose at rank 3 only).
-		if sc := prod(A); sc != nil && (is(sc, "Div", 2) || is(sc, "Mul", 2)) && single(A, mm) && activation(sc.in[0]) && sc.in[0].n == A.n {
+		if sc := prod(A); sc != nil && (is(sc, "Div", 2) || is(sc, "Mul", 2)) && single(A, mm) && activation(sc.in[0]) && sameInts(sc.in[0].shape, A.shape) {
 			if v, ok := scalarValue(sc.in[1]); ok && v != 0 && !removed[prod(sc.in[0])] {
 				if sc.g.OpType == "Div" {
 					fo.f.alpha = 1 / v
@@ -181,17 +181,17 @@ func (p *Plan) fuseMatMuls() {
 		// B: at rank 3, Transpose(1,0,2) of a (K, nb, N), or
 		// Transpose(1,2,0) of an (N, nb, K) read transposed; at any rank,
 		// the swap of the last two axes of an (nb…, N, K).
-		if tr := transposeOfRank(B, mm, r); tr != nil {
-			fo.b, fo.f.b = tr.in[0], mmTransLast
-			fo.gone = append(fo.gone, tr)
-			fo.remove = append(fo.remove, B)
-		} else if r != 3 {
-		} else if tr := transposeOf(B, mm, [3]int{1, 0, 2}); tr != nil {
-			fo.b, fo.f.b = tr.in[0], mmSeq
-			fo.gone = append(fo.gone, tr)
-			fo.remove = append(fo.remove, B)
-		} else if tr := transposeOf(B, mm, [3]int{1, 2, 0}); tr != nil {
-			fo.b, fo.f.b = tr.in[0], mmTrans
+		var tr *node
+		switch {
+		case transposeOfRank(B, mm, r) != nil:
+			tr, fo.f.b = transposeOfRank(B, mm, r), mmTransLast
+		case r == 3 && transposeOf(B, mm, [3]int{1, 0, 2}) != nil:
+			tr, fo.f.b = transposeOf(B, mm, [3]int{1, 0, 2}), mmSeq
+		case r == 3 && transposeOf(B, mm, [3]int{1, 2, 0}) != nil:
+			tr, fo.f.b = transposeOf(B, mm, [3]int{1, 2, 0}), mmTrans
+		}
+		if tr != nil {
+			fo.b = tr.in[0]
 			fo.gone = append(fo.gone, tr)
 			fo.remove = append(fo.remove, B)
 		}
