@@ -17,15 +17,13 @@ dpfinetune's form ("n=32 c=64 in=56x56 m=256 k=1x1 s=1x1 p=0,0,0,0 d=1x1
 g=1": ONNX's pads, begins then ends). --device cpu checks the script (no
 timing meant).
 """
-import argparse
 import json
 import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 
-from torch_gpu_step import build
+from torch_gpu_step import model_args, setup, times_ms
 
 
 def key(x, conv):
@@ -38,23 +36,10 @@ def key(x, conv):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--classes", type=int, default=1000)
-    ap.add_argument("--tf32", choices=["default", "off"], default="off")
+    ap = model_args("off")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     a = ap.parse_args()
-    cuda = a.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise SystemExit("torch_conv_shapes: no CUDA device")
-    if a.tf32 == "off":
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device(a.device)
-    m = build(a.model, a.classes).to(dev).train()
+    cuda, dev, m = setup(a, "torch_conv_shapes")
     shapes = {}  # key → [conv, input shape, layers]
 
     def hook(conv, inputs, _):
@@ -73,18 +58,8 @@ def main():
         h.remove()
 
     def median_ms(f):
-        for _ in range(3):
-            f()
-        if cuda:
-            torch.cuda.synchronize()
-        ts = []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            f()
-            if cuda:
-                torch.cuda.synchronize()
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return round(statistics.median(ts), 4)
+        times_ms(f, 3, cuda)  # warm-up
+        return round(statistics.median(times_ms(f, a.reps, cuda)), 4)
 
     g = torch.Generator().manual_seed(1)
     for k, (conv, shape, layers) in shapes.items():

@@ -43,6 +43,32 @@ def build(name, classes):
     return suite_build(name)
 
 
+def setup(a, prog):
+    """The device (a.device: cuda, or cpu for a check of the script),
+    PyTorch's precision (a.tf32: "off" keeps every product float32) and
+    the model a.model of a.classes classes on it, in training mode."""
+    cuda = a.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise SystemExit("%s: no CUDA device" % prog)
+    if a.tf32 == "off":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(a.device)
+    return cuda, dev, build(a.model, a.classes).to(dev).train()
+
+
+def times_ms(f, n, cuda):
+    """n calls of f, each timed to its end on the device, in ms."""
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        f()
+        if cuda:
+            torch.cuda.synchronize()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return ts
+
+
 def persample_step(m, opt, x, y, clip=1.0, sigma=1.0):
     """One DP step by Opacus's method: per-sample gradients of every
     parameter materialized at once, clipped, summed, noised, averaged."""
@@ -71,26 +97,27 @@ def persample_step(m, opt, x, y, clip=1.0, sigma=1.0):
     opt.step()
 
 
-def main():
+def model_args(tf32):
+    """The arguments this script and torch_conv_shapes.py share: the
+    model, batch, input size, classes, precision (tf32's default) and
+    device."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--tf32", choices=["default", "off"], default=tf32)
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    return ap
+
+
+def main():
+    ap = model_args("default")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--tf32", choices=["default", "off"], default="default")
     ap.add_argument("--dp", choices=["none", "persample"], default="none")
-    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     a = ap.parse_args()
-    cuda = a.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        raise SystemExit("torch_gpu_step: no CUDA device")
-    if a.tf32 == "off":
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
-    dev = torch.device(a.device)
-    m = build(a.model, a.classes).to(dev).train()
+    cuda, dev, m = setup(a, "torch_gpu_step")
     if a.dp == "persample" and any(isinstance(c, torch.nn.modules.batchnorm._BatchNorm) for c in m.modules()):
         raise SystemExit("torch_gpu_step: %s has BatchNorm, which has no per-sample gradient" % a.model)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3)
@@ -112,11 +139,7 @@ def main():
         step()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    ts = []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        ts.append((time.perf_counter() - t0) * 1e3)
+    ts = times_ms(step, a.steps, cuda)
     print(json.dumps({
         "model": a.model, "impl": ("pytorch-persample-" if a.dp == "persample" else "pytorch-") + torch.__version__, "batch": a.batch,
         "device": torch.cuda.get_device_name() if cuda else "cpu",

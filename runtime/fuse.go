@@ -135,6 +135,12 @@ func (p *Plan) fuse() {
 			}
 		}
 	}
+	p.setNodes(nodes)
+}
+
+// setNodes makes nodes the plan's, numbering them and their outputs'
+// producers afresh (after a fusion replaced some).
+func (p *Plan) setNodes(nodes []*node) {
 	p.nodes = nodes
 	for i, nd := range p.nodes {
 		nd.idx = i

@@ -237,15 +237,7 @@ func (p *Plan) fuseMatMuls() {
 			nodes = append(nodes, nd)
 		}
 	}
-	p.nodes = nodes
-	for i, nd := range p.nodes {
-		nd.idx = i
-		for _, t := range nd.out {
-			if t != nil {
-				t.prod = i
-			}
-		}
-	}
+	p.setNodes(nodes)
 }
 
 // buildFusedMatMul compiles a FusedMatMul: C = α·A·B per item, each
