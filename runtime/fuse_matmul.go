@@ -95,40 +95,33 @@ func (p *Plan) fuseMatMuls() {
 		}
 		return p.nodes[t.prod]
 	}
-	// transposeOf returns the Transpose node producing t with perm want
-	// (3-D), if t is its only output's single read by nd.
 	removed := map[*node]bool{}
-	transposeOf := func(t *tensor, nd *node, want [3]int) *node {
-		tr := prod(t)
-		if !is(tr, "Transpose", 1) || removed[tr] || len(tr.in[0].shape) != 3 || !single(t, nd) || !activation(tr.in[0]) || removed[prod(tr.in[0])] {
-			return nil
-		}
-		perm, err := tr.g.Perm(3)
-		if err != nil || perm[0] != want[0] || perm[1] != want[1] || perm[2] != want[2] {
-			return nil
-		}
-		return tr
-	}
-	// transposeOfRank returns the Transpose producing t that swaps the
-	// last two of its r axes, if t is its only output's single read by nd.
-	transposeOfRank := func(t *tensor, nd *node, r int) *node {
+	// transposeBy returns the Transpose producing t from a rank-r
+	// activation with a perm ok accepts, if t is its only output's single
+	// read by nd and neither it nor its input's producer is folded already.
+	transposeBy := func(t *tensor, nd *node, r int, ok func(perm []int) bool) *node {
 		tr := prod(t)
 		if !is(tr, "Transpose", 1) || removed[tr] || len(tr.in[0].shape) != r || !single(t, nd) || !activation(tr.in[0]) || removed[prod(tr.in[0])] {
 			return nil
 		}
-		perm, err := tr.g.Perm(r)
-		if err != nil {
-			return nil
-		}
-		for j := range r - 2 {
-			if perm[j] != j {
-				return nil
-			}
-		}
-		if perm[r-2] != r-1 || perm[r-1] != r-2 {
+		if perm, err := tr.g.Perm(r); err != nil || !ok(perm) {
 			return nil
 		}
 		return tr
+	}
+	// transposeOf is transposeBy for the rank-3 perm want.
+	transposeOf := func(t *tensor, nd *node, want [3]int) *node {
+		return transposeBy(t, nd, 3, func(perm []int) bool { return [3]int(perm) == want })
+	}
+	// lastTwo accepts a perm that swaps the last two axes only.
+	lastTwo := func(perm []int) bool {
+		r := len(perm)
+		for j := range r - 2 {
+			if perm[j] != j {
+				return false
+			}
+		}
+		return perm[r-2] == r-1 && perm[r-1] == r-2
 	}
 	type fold struct {
 		mm     *node
@@ -181,16 +174,14 @@ func (p *Plan) fuseMatMuls() {
 		// B: at rank 3, Transpose(1,0,2) of a (K, nb, N), or
 		// Transpose(1,2,0) of an (N, nb, K) read transposed; at any rank,
 		// the swap of the last two axes of an (nb…, N, K).
-		var tr *node
-		switch {
-		case transposeOfRank(B, mm, r) != nil:
-			tr, fo.f.b = transposeOfRank(B, mm, r), mmTransLast
-		case r == 3 && transposeOf(B, mm, [3]int{1, 0, 2}) != nil:
-			tr, fo.f.b = transposeOf(B, mm, [3]int{1, 0, 2}), mmSeq
-		case r == 3 && transposeOf(B, mm, [3]int{1, 2, 0}) != nil:
-			tr, fo.f.b = transposeOf(B, mm, [3]int{1, 2, 0}), mmTrans
+		tr, layout := transposeBy(B, mm, r, lastTwo), mmTransLast
+		if tr == nil && r == 3 {
+			if tr, layout = transposeOf(B, mm, [3]int{1, 0, 2}), mmSeq; tr == nil {
+				tr, layout = transposeOf(B, mm, [3]int{1, 2, 0}), mmTrans
+			}
 		}
 		if tr != nil {
+			fo.f.b = layout
 			fo.b = tr.in[0]
 			fo.gone = append(fo.gone, tr)
 			fo.remove = append(fo.remove, B)
