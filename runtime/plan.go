@@ -256,6 +256,13 @@ type node struct {
 	// its arena slice.
 	hookItem, hookLen int
 	hookBuf           []float32
+	// redoLen is the floats of scratch the node's backward needs to run
+	// its forward again from input 0 when its output is gone (MaxPool's
+	// output and winners; 0 if it cannot), redoItem the buffer-plan item
+	// giving them (-1 if none: the backward does not run the forward
+	// again) and redoBuf its arena slice.
+	redoLen, redoItem int
+	redoBuf           []float32
 }
 
 // dOut returns the gradient of output i (nil if it has none).
@@ -1330,6 +1337,32 @@ func (p *Plan) bufferItems(again map[*tensor]int, isOut map[*tensor]bool) []item
 			t.dataEnd = items[t.dataItem].last()
 		}
 	}
+	// Scratch for a backward that runs its forward again, where the
+	// input is intact there and the output is not: live at that step
+	// alone. Taken where it adds less to the live peak than the winners
+	// it replaces (one int32 per output) would hold outside the arena: at
+	// a step near the end of the backward most activations are gone
+	// (ResNet's stem), on a small network the pool may sit at the peak.
+	base := -1
+	for _, nd := range p.nodes {
+		nd.redoItem = -1
+		if nd.redoLen == 0 || !nd.needBwd || maxPoolRedoOff {
+			continue
+		}
+		at := bstep(nd.idx)
+		if nd.in[0].dataEnd < at || nd.out[0].dataEnd >= at {
+			continue
+		}
+		if base < 0 {
+			base = livePeak(items, T)
+		}
+		i := add(nd.redoLen, at, at)
+		if peak := livePeak(items, T); peak-base < nd.out[0].n {
+			nd.redoItem, base = i, peak
+		} else {
+			items = items[:i]
+		}
+	}
 	return items
 }
 
@@ -1416,6 +1449,9 @@ func (p *Plan) placeItems(items []item) error {
 		}
 		if nd.hookItem >= 0 {
 			nd.hookBuf = slice(nd.hookItem, nd.hookLen)
+		}
+		if nd.redoItem >= 0 {
+			nd.redoBuf = slice(nd.redoItem, nd.redoLen)
 		}
 	}
 	for _, t := range p.tensors {
