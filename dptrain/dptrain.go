@@ -58,6 +58,7 @@ type Settings struct {
 	WeightDecay   float64 `json:"weight_decay,omitempty"`
 	Norm          string  `json:"norm"`
 	Augment       string  `json:"augment"`
+	Resize        string  `json:"resize,omitempty"`
 	InputShape    []int64 `json:"input_shape"`
 	Classes       int     `json:"classes"`
 	Noise         string  `json:"noise"`
@@ -697,6 +698,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	kv := map[string]string{
 		"norm": s.Norm, "mode": s.Mode, "clip_norm": fmt.Sprint(s.Clip), "sample_rate": fmt.Sprint(s.SampleRate),
 		"steps": fmt.Sprint(s.Steps), "noise": s.Noise, "data": s.Data,
+	}
+	if s.Resize != "" {
+		kv["resize"] = s.Resize
 	}
 	if r != nil {
 		kv["epsilon"] = fmt.Sprint(r.Epsilon)

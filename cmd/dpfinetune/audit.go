@@ -88,7 +88,7 @@ func runAudit(args []string, stdout io.Writer) error {
 		if spec == "" {
 			spec = withSplit(*tf.spec, data.Test)
 		}
-		pool, err := openView(spec, cfg.Settings.InputShape, *tf.norm, *tf.augment)
+		pool, err := openView(spec, cfg.Settings.InputShape, *tf.norm, *tf.augment, *tf.resize)
 		if err != nil {
 			return fmt.Errorf("canary images: %w", err)
 		}

@@ -49,9 +49,12 @@ func modelSample(g *graph.Graph, override string) ([]int64, error) {
 	return dims, nil
 }
 
+// resizeUsage is the --resize flag's help.
+const resizeUsage = "how an image of another size becomes the model's input: stretch (each axis scaled to it), crop (the shorter side scaled to 8/7 of the input's, 256 for 224, then the centre taken: torchvision's Resize+CenterCrop, the aspect ratio kept) or crop=S (the shorter side to S); a shrinking axis is antialiased as torchvision does"
+
 // openView loads a dataset spec and preprocesses it to the model's sample
 // shape (C,H,W).
-func openView(spec string, sample []int64, norm, augment string) (*data.View, error) {
+func openView(spec string, sample []int64, norm, augment, resize string) (*data.View, error) {
 	imgs, err := data.LoadString(spec)
 	if err != nil {
 		return nil, err
@@ -67,15 +70,24 @@ func openView(spec string, sample []int64, norm, augment string) (*data.View, er
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--augment: %v", err)}
 	}
-	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug})
+	rs, err := data.ParseResize(resize)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
+	}
+	v, err := data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug, Resize: rs})
+	if err != nil && rs.Crop {
+		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
+	}
+	return v, err
 }
 
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR or folder:DIR, with :train/:test and :limit=N (default split: test)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
+	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	devFlag := addDeviceFlag(fs)
@@ -100,11 +112,19 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *norm == "" {
-		*norm = "default"
+	// What train recorded, unless given.
+	for _, f := range []struct {
+		v    *string
+		key  string
+		none string
+	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}} {
+		if *f.v != "" {
+			continue
+		}
+		*f.v = f.none
 		for _, kv := range m.Proto.GetMetadataProps() {
-			if kv.GetKey() == dptrain.MetaPrefix+"norm" {
-				*norm = kv.GetValue()
+			if kv.GetKey() == dptrain.MetaPrefix+f.key {
+				*f.v = kv.GetValue()
 			}
 		}
 	}
@@ -113,7 +133,7 @@ func runEval(args []string, stdout io.Writer) error {
 		sp.Split = data.Test
 		s = sp.String()
 	}
-	v, err := openView(s, sample, *norm, "none")
+	v, err := openView(s, sample, *norm, "none", *resize)
 	if err != nil {
 		return err
 	}

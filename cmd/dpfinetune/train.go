@@ -67,14 +67,14 @@ func runTrain(args []string, stdout io.Writer) error {
 // trainFlags are the flags of a training run, shared by train and audit
 // (which runs exactly train's loop).
 type trainFlags struct {
-	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName *string
-	sampling, norm, augment, inShape, out, ckptPath, reportPath        *string
-	seedStr                                                            *string
-	eps, delta, lr, momentum, wd, clip, gamma                          *float64
-	epochs, batchSize, physical, evalBatch                             *int
-	perLayer, nonPrivate, resume, quiet                                *bool
-	rf                                                                 *rewriteFlags
-	dev                                                                deviceFlag
+	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
+	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
+	seedStr                                                             *string
+	eps, delta, lr, momentum, wd, clip, gamma                           *float64
+	epochs, batchSize, physical, evalBatch                              *int
+	perLayer, nonPrivate, resume, quiet                                 *bool
+	rf                                                                  *rewriteFlags
+	dev                                                                 deviceFlag
 }
 
 // addTrainFlags defines the training flags on fs; outUsage documents --out.
@@ -103,6 +103,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		nonPrivate: fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
 		norm:       fs.String("norm", "default", "input normalisation: default (the dataset's), none, fmnist, mnist, cifar10, cifar100, imagenet, half, or M1,M2,M3/S1,S2,S3"),
 		augment:    fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
+		resize:     fs.String("resize", "stretch", resizeUsage),
 		inShape:    fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
 		out:        fs.String("out", "", outUsage),
 		ckptPath:   fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
@@ -193,14 +194,14 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if err != nil {
 		return cfg, err
 	}
-	train, err := openView(*f.spec, sample, *f.norm, *f.augment)
+	train, err := openView(*f.spec, sample, *f.norm, *f.augment, *f.resize)
 	if err != nil {
 		return cfg, err
 	}
 	if train.Len() == 0 {
 		return cfg, fmt.Errorf("%s: no training examples", *f.spec)
 	}
-	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, logf)
+	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, *f.resize, logf)
 	if err != nil {
 		return cfg, err
 	}
@@ -220,7 +221,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			Model: *f.model, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
-			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
+			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, Resize: train.Preprocess().Resize.String(), InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
@@ -234,7 +235,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 // openTest opens the evaluation data: spec, or when it is empty the
 // training spec's test split if there is one; "none" skips evaluation.
 // It returns the view (nil for none) and the spec it came from.
-func openTest(spec, trainSpec string, sample []int64, norm string, logf func(string, ...any)) (*data.View, string, error) {
+func openTest(spec, trainSpec string, sample []int64, norm, resize string, logf func(string, ...any)) (*data.View, string, error) {
 	if spec == "none" {
 		return nil, "", nil
 	}
@@ -242,7 +243,7 @@ func openTest(spec, trainSpec string, sample []int64, norm string, logf func(str
 	if spec == "" {
 		spec = withSplit(trainSpec, data.Test)
 	}
-	v, err := openView(spec, sample, norm, "none")
+	v, err := openView(spec, sample, norm, "none", resize)
 	switch {
 	case err == nil:
 		return v, spec, nil

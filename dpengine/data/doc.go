@@ -12,7 +12,9 @@
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;
 //   - preprocessing and batching (Preprocess, NewView, Dataset): bilinear
-//     resize to the model's input size, grayscale↔RGB conversion, scaling
+//     resize to the model's input size (Resize, ParseResize: stretched,
+//     or the shorter side scaled and the centre cropped; antialiased
+//     along an axis that shrinks), grayscale↔RGB conversion, scaling
 //     to [0,1], mean/std normalisation (Norm, ParseNorm) and optional
 //     augmentation (Augment, ParseAugment: random crop with zero padding,
 //     horizontal flip) drawn from a caller-provided *rand.Rand, written

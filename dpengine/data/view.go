@@ -2,8 +2,11 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	goruntime "runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -34,12 +37,15 @@ type Dataset interface {
 
 // Preprocess says how a sample becomes model input. The steps, in order:
 //
-//  1. Resize each channel to Height×Width by bilinear interpolation with
-//     half-pixel centres and no antialiasing (PyTorch's
-//     interpolate(mode="bilinear", align_corners=False, antialias=False),
-//     i.e. torchvision's Resize on a float tensor with antialias=False;
-//     torchvision ≥ 0.17 antialiases by default, so downscaling differs
-//     from its default). Samples already of that size are copied exactly.
+//  1. Resize each channel to Height×Width (see Resize: stretched, or the
+//     shorter side scaled and the centre cropped) by bilinear
+//     interpolation with half-pixel centres, antialiased along an axis
+//     that shrinks: PyTorch's interpolate(mode="bilinear",
+//     align_corners=False, antialias=True), torchvision's Resize default
+//     since 0.17 (on an axis that grows, antialiasing changes nothing).
+//     A shrunk axis reads every source pixel under a triangle filter as
+//     wide as the scale, where plain bilinear reads two and aliases.
+//     Samples already of that size are copied exactly when stretched.
 //  2. Convert channels: 1→3 replicates the gray channel; 3→1 takes the
 //     ITU-R BT.601 luma 0.299 R + 0.587 G + 0.114 B.
 //  3. Augment (training only): random crop with zero padding, then
@@ -58,6 +64,60 @@ type Preprocess struct {
 	Norm Norm
 	// Augment is applied by Fill when given a non-nil generator.
 	Augment Augment
+	// Resize says how a sample of another size becomes Height×Width.
+	Resize Resize
+}
+
+// Resize says how a sample of another size than the model's becomes it.
+// The zero Resize stretches each axis to the model's size.
+type Resize struct {
+	// Crop keeps the aspect ratio: the shorter side is scaled to Short
+	// (the longer to ⌊Short·long/short⌋), then the centre Height×Width
+	// is taken — torchvision's Resize(Short) then CenterCrop, the usual
+	// evaluation transform of ImageNet models.
+	Crop bool
+	// Short is the shorter side's size with Crop; 0 means
+	// round(8/7·max(Height, Width)), 256 for 224 as in torchvision's
+	// references. It must be at least max(Height, Width).
+	Short int
+}
+
+// ParseResize parses a resize flag: "stretch" (or empty), "crop", or
+// "crop=S" (the shorter side scaled to S before the centre crop).
+func ParseResize(s string) (Resize, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case t == "" || t == "stretch":
+		return Resize{}, nil
+	case t == "crop":
+		return Resize{Crop: true}, nil
+	case strings.HasPrefix(t, "crop="):
+		n, err := strconv.Atoi(t[len("crop="):])
+		if err != nil || n <= 0 || n > 1<<16 {
+			return Resize{}, fmt.Errorf("resize %q: want crop=S with S the shorter side's size in pixels, 1 to 65536", s)
+		}
+		return Resize{Crop: true, Short: n}, nil
+	}
+	return Resize{}, fmt.Errorf("resize %q: want stretch, crop or crop=S", s)
+}
+
+// String formats r as ParseResize reads it.
+func (r Resize) String() string {
+	switch {
+	case !r.Crop:
+		return "stretch"
+	case r.Short > 0:
+		return "crop=" + strconv.Itoa(r.Short)
+	}
+	return "crop"
+}
+
+// short returns the shorter side's size for a model input of h×w.
+func (r Resize) short(h, w int) int {
+	if r.Short > 0 {
+		return r.Short
+	}
+	return int(math.Round(float64(max(h, w)) * 8 / 7))
 }
 
 // Luma weights, ITU-R BT.601 (the weights of PIL's convert("L") and
@@ -72,6 +132,26 @@ const (
 type tap struct {
 	i0, i1 int32   // source indices
 	f      float32 // weight of i1; 1-f goes to i0
+}
+
+// span is one output coordinate of an antialiased resize along one axis:
+// source pixels lo … lo+n-1 with the weights w[off:off+n].
+type span struct{ lo, n, off int32 }
+
+// axisMap maps one axis of a source size to the model's: bilinear taps
+// where the axis grows or keeps its size (taps), antialiased spans where
+// it shrinks; spans and w are set either way (the general fill reads
+// them where the other axis shrinks).
+type axisMap struct {
+	taps  []tap // nil where the axis shrinks
+	spans []span
+	w     []float32
+}
+
+// sizeMap is the resize of one source size.
+type sizeMap struct {
+	rows, cols axisMap
+	exact      bool // the source is copied: its size is the model's, stretched
 }
 
 // chanMix is one output channel as a weighted sum of source channels.
@@ -90,8 +170,7 @@ type View struct {
 	scale []float32 // per output channel: 1/(255·std)
 	shift []float32 // per output channel: -mean/std
 	lut   [][256]float32
-	rows  [][]tap // indexed by source height
-	cols  [][]tap // indexed by source width
+	sizes map[[2]int]*sizeMap // by source height and width
 }
 
 var _ Dataset = (*View)(nil)
@@ -174,30 +253,85 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 		}
 	}
 
-	// Resize tables, one per distinct source height and width.
-	maxH, maxW := 0, 0
+	// Resize tables, one per distinct source size.
+	if p.Resize.Crop && p.Resize.short(H, W) < max(H, W) {
+		return nil, fmt.Errorf("data: resize %s: the shorter side's %d pixels are fewer than the %d×%d input's", p.Resize, p.Resize.short(H, W), H, W)
+	}
+	v.sizes = map[[2]int]*sizeMap{}
 	for i := range src.Len() {
 		h, w := src.Size(i)
-		maxH, maxW = max(maxH, h), max(maxW, w)
 		if h <= 0 || w <= 0 {
 			return nil, fmt.Errorf("data: sample %d has size %d×%d", i, h, w)
 		}
-	}
-	v.rows = make([][]tap, maxH+1)
-	v.cols = make([][]tap, maxW+1)
-	for i := range src.Len() {
-		h, w := src.Size(i)
-		if v.rows[h] == nil {
-			v.rows[h] = resizeTaps(h, H)
-		}
-		if v.cols[w] == nil {
-			v.cols[w] = resizeTaps(w, W)
+		if v.sizes[[2]int{h, w}] == nil {
+			v.sizes[[2]int{h, w}] = newSizeMap(h, w, H, W, p.Resize)
 		}
 		if _, _, ok := src.UniformSize(); ok {
 			break
 		}
 	}
 	return v, nil
+}
+
+// newSizeMap returns the resize of an sh×sw source to h×w as r says.
+func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
+	rh, rw, top, left := h, w, 0, 0
+	if r.Crop {
+		s := r.short(h, w)
+		if sh <= sw {
+			rh, rw = s, int(int64(s)*int64(sw)/int64(sh))
+		} else {
+			rh, rw = int(int64(s)*int64(sh)/int64(sw)), s
+		}
+		// torchvision's CenterCrop: int(round((size - crop) / 2)),
+		// Python's round halving to even.
+		top = int(math.RoundToEven(float64(rh-h) / 2))
+		left = int(math.RoundToEven(float64(rw-w) / 2))
+	}
+	return &sizeMap{
+		rows:  newAxisMap(sh, rh, top, h),
+		cols:  newAxisMap(sw, rw, left, w),
+		exact: !r.Crop && sh == h && sw == w,
+	}
+}
+
+// newAxisMap maps in source pixels to out of the resized axis's n pixels
+// from off on (the centre crop's offset; 0 and n = out when stretched).
+func newAxisMap(in, n, off, out int) axisMap {
+	var m axisMap
+	if in <= n {
+		m.taps = resizeTaps(in, n)[off : off+out]
+		for _, t := range m.taps {
+			if t.i1 == t.i0 {
+				m.spans = append(m.spans, span{t.i0, 1, int32(len(m.w))})
+				m.w = append(m.w, 1)
+				continue
+			}
+			m.spans = append(m.spans, span{t.i0, 2, int32(len(m.w))})
+			m.w = append(m.w, 1-t.f, t.f)
+		}
+		return m
+	}
+	// PyTorch's antialiased weights (aten's upsample kernels, as PIL's):
+	// a triangle filter stretched by the scale, centred on the output
+	// pixel's source position, normalised over the pixels it covers.
+	scale := float64(in) / float64(n)
+	for d := off; d < off+out; d++ {
+		centre := scale * (float64(d) + 0.5)
+		lo := max(int(centre-scale+0.5), 0)
+		hi := min(int(centre+scale+0.5), in)
+		ws := make([]float64, hi-lo)
+		total := 0.0
+		for j := range ws {
+			ws[j] = max(0, 1-math.Abs((float64(j+lo)-centre+0.5)/scale))
+			total += ws[j]
+		}
+		m.spans = append(m.spans, span{int32(lo), int32(len(ws)), int32(len(m.w))})
+		for _, x := range ws {
+			m.w = append(m.w, float32(x/total))
+		}
+	}
+	return m
 }
 
 // resizeTaps returns the bilinear taps from in to out samples along one
@@ -336,9 +470,14 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 	pix := v.src.Pixels(i)
 	sh, sw := v.src.Size(i)
 	plane := sh * sw
-	rt, ct := v.rows[sh], v.cols[sw]
+	sm := v.sizes[[2]int{sh, sw}]
+	if sm.rows.taps == nil || sm.cols.taps == nil {
+		v.fillFiltered(dst, pix, sh, sw, sm, aug)
+		return
+	}
+	rt, ct := sm.rows.taps, sm.cols.taps
 	dy, dx, flip := aug.dy, aug.dx, aug.flip
-	exact := sh == H && sw == W
+	exact := sm.exact
 
 	for c := range C {
 		out := dst[c*H*W : (c+1)*H*W]
@@ -399,6 +538,59 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 				for j := 0; j < m.n; j++ {
 					t0, t1 := top[j], bot[j]
 					val += m.w[j] * (fy0*(fx0*float32(t0[c0])+fx1*float32(t0[c1])) + fy1*(fx0*float32(t1[c0])+fx1*float32(t1[c1])))
+				}
+				row[xx] = val*a + b
+			}
+		}
+	}
+}
+
+// fillFiltered is fillOne where an axis shrinks: every output value is
+// the weighted sum of its spans' source pixels, row by row.
+func (v *View) fillFiltered(dst []float32, pix []uint8, sh, sw int, sm *sizeMap, aug augDraw) {
+	C, H, W := v.p.Channels, v.p.Height, v.p.Width
+	plane := sh * sw
+	for c := range C {
+		out := dst[c*H*W : (c+1)*H*W]
+		m := &v.mix[c]
+		a, b := v.scale[c], v.shift[c]
+		for yy := range H {
+			row := out[yy*W : (yy+1)*W]
+			ry := yy + aug.dy
+			if ry < 0 || ry >= H {
+				for k := range row {
+					row[k] = b
+				}
+				continue
+			}
+			sy := sm.rows.spans[ry]
+			wy := sm.rows.w[sy.off : sy.off+sy.n]
+			for xx := range row {
+				cx := xx
+				if aug.flip {
+					cx = W - 1 - xx
+				}
+				rx := cx + aug.dx
+				if rx < 0 || rx >= W {
+					row[xx] = b
+					continue
+				}
+				sx := sm.cols.spans[rx]
+				wx := sm.cols.w[sx.off : sx.off+sx.n]
+				var val float32
+				for j := 0; j < m.n; j++ {
+					p := pix[m.ch[j]*plane:]
+					var acc float32
+					for k, fy := range wy {
+						r := p[(int(sy.lo)+k)*sw+int(sx.lo):]
+						r = r[:len(wx)]
+						var in float32
+						for l, fx := range wx {
+							in += fx * float32(r[l])
+						}
+						acc += fy * in
+					}
+					val += m.w[j] * acc
 				}
 				row[xx] = val*a + b
 			}

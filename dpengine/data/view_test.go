@@ -1,8 +1,11 @@
 package data
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"testing"
 )
@@ -38,33 +41,48 @@ func fill(t testing.TB, v *View, rng *rand.Rand, idx ...int) []float32 {
 	return x
 }
 
-// resizeSrc is the 5×7 pattern (13i² + 7j² + 5ij) mod 256.
-func resizeSrc() []uint8 {
-	p := make([]uint8, 35)
-	for i := range 5 {
-		for j := range 7 {
-			p[i*7+j] = uint8((i*i*13 + j*j*7 + i*j*5) % 256)
-		}
-	}
-	return p
-}
-
-// TestResizeGolden compares with PyTorch 1.13
-// F.interpolate(src, size, mode="bilinear", align_corners=False).
+// TestResizeGolden compares with PyTorch 1.13: F.interpolate(mode=
+// "bilinear", align_corners=False, antialias=True) stretched, or the
+// shorter side resized and the centre cropped as torchvision's
+// Resize+CenterCrop (testdata/gen_resize.py wrote testdata/resize.json):
+// axes that grow, shrink (by 1.7 to 5.6) or keep their size, both crop
+// offsets' rounding, tall and wide sources.
 func TestResizeGolden(t *testing.T) {
-	m := mustImages(t, 1, 5, 7, resizeSrc(), []int32{0})
-	for _, tc := range []struct {
-		h, w int
-		want []float64
-	}{
-		{3, 4, []float64{7.58333, 40.25000, 116.66667, 183.50000, 58.37500, 105.62500, 196.62500, 75.37500, 187.16666, 78.33335, 109.24999, 141.25000}},
-		{8, 11, []float64{0.00000, 3.18182, 8.90909, 22.27273, 40.72727, 63.00000, 94.18182, 129.18181, 169.27272, 216.99998, 252.00000, 5.68750, 9.86364, 16.98295, 31.73864, 51.58522, 75.24999, 107.82386, 144.21590, 185.69885, 173.72728, 158.81250, 15.43750, 21.03409, 30.14204, 46.88636, 68.72159, 94.37500, 128.93748, 162.95454, 196.24431, 114.98866, 43.31250, 39.81250, 46.82954, 57.92613, 76.65909, 100.48296, 128.12500, 164.67613, 157.04547, 90.50569, 83.96591, 86.43750, 72.31250, 80.75000, 93.83522, 114.55682, 140.36931, 169.99998, 157.63068, 122.89774, 58.34660, 97.43181, 137.68750, 112.93750, 122.79545, 137.86932, 160.57954, 188.38068, 220.00000, 107.80115, 60.51136, 99.76704, 155.38635, 197.06250, 168.18750, 179.46591, 183.43750, 116.50001, 107.01704, 140.62500, 111.86932, 117.47726, 168.90340, 149.42046, 127.06250, 208.00000, 220.27272, 215.45454, 78.63637, 40.00000, 74.99999, 118.90908, 166.63637, 219.45454, 140.27275, 68.00000}},
-		{5, 7, []float64{0, 7, 28, 63, 112, 175, 252, 13, 25, 51, 91, 145, 213, 39, 52, 69, 100, 145, 204, 21, 108, 117, 139, 175, 225, 33, 111, 203, 208, 235, 20, 75, 144, 227, 68}},
-	} {
-		x := fill(t, mustView(t, m, Preprocess{Channels: 1, Height: tc.h, Width: tc.w}), nil, 0)
-		for k, want := range tc.want {
+	raw, err := os.ReadFile(filepath.Join("testdata", "resize.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name  string
+		Src   [][]int
+		Mode  string
+		Short int
+		H, W  int
+		Want  []float64
+	}
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		sh, sw := len(tc.Src), len(tc.Src[0])
+		var pix []uint8
+		for _, r := range tc.Src {
+			for _, v := range r {
+				pix = append(pix, uint8(v))
+			}
+		}
+		m := mustImages(t, 1, sh, sw, pix, []int32{0})
+		rs := Resize{}
+		if tc.Mode == "crop" {
+			rs = Resize{Crop: true, Short: tc.Short}
+		}
+		x := fill(t, mustView(t, m, Preprocess{Channels: 1, Height: tc.H, Width: tc.W, Resize: rs}), nil, 0)
+		if len(tc.Want) != tc.H*tc.W {
+			t.Fatalf("%s: %d golden values for %d×%d", tc.Name, len(tc.Want), tc.H, tc.W)
+		}
+		for k, want := range tc.Want {
 			if got := float64(x[k]) * 255; !near(got, want, 2e-3) {
-				t.Errorf("%d×%d: value %d = %.5f, want %.5f", tc.h, tc.w, k, got, want)
+				t.Errorf("%s (%d×%d to %d×%d, %s): value %d = %.5f, want %.5f", tc.Name, sh, sw, tc.H, tc.W, rs, k, got, want)
 			}
 		}
 	}
@@ -236,8 +254,10 @@ func TestNewViewErrors(t *testing.T) {
 	}
 	v := mustView(t, varied, Preprocess{Height: 2, Width: 2})
 	x := fill(t, v, nil, 0, 1)
-	// Sample 1 is 1×3 [1 2 3]: columns at source 0.25 and 1.75.
-	if x[0]*255 != 1 || x[1]*255 != 2 || !near(float64(x[4]*255), 1.25, 1e-4) || !near(float64(x[7]*255), 2.75, 1e-4) {
+	// Sample 1 is 1×3 [1 2 3], its columns shrunk by 1.5: antialiased,
+	// the triangle filter around source 0.75 weighs pixels 0 and 1 by 5:3,
+	// around 2.25 pixels 1 and 2 by 3:5 (plain bilinear: 1.25, 2.75).
+	if x[0]*255 != 1 || x[1]*255 != 2 || !near(float64(x[4]*255), 1.375, 1e-4) || !near(float64(x[7]*255), 2.625, 1e-4) {
 		t.Errorf("varied resize: %v", x)
 	}
 }
@@ -421,4 +441,80 @@ func TestFillParallel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFilteredAugment: where an axis shrinks (the antialiased fill), the
+// crop offsets and the flip move the unaugmented fill's values, padding
+// with the normalised zero, and RGB→gray mixes the channels' fills by
+// the luma weights.
+func TestFilteredAugment(t *testing.T) {
+	const sh, sw, H, W = 9, 13, 5, 4
+	pix := make([]uint8, 3*sh*sw)
+	for i := range pix {
+		pix[i] = uint8((i*37 + i*i*11) % 256)
+	}
+	m := mustImages(t, 3, sh, sw, pix, []int32{0})
+	norm := Norm{Mean: []float32{0.5}, Std: []float32{0.25}}
+	for _, rs := range []Resize{{}, {Crop: true, Short: 6}} {
+		v := mustView(t, m, Preprocess{Channels: 3, Height: H, Width: W, Norm: norm, Resize: rs})
+		if sm := v.sizes[[2]int{sh, sw}]; sm.cols.taps != nil && sm.rows.taps != nil {
+			t.Fatalf("%s: no axis shrinks: the test does not reach the antialiased fill", rs)
+		}
+		plain := make([]float32, 3*H*W)
+		v.fillOne(plain, 0, augDraw{})
+		pad := -norm.Mean[0] / norm.Std[0]
+		for _, a := range []augDraw{{dy: 1, dx: -2}, {dy: -3, dx: 1, flip: true}, {flip: true}} {
+			got := make([]float32, 3*H*W)
+			v.fillOne(got, 0, a)
+			for c := range 3 {
+				for y := range H {
+					for x := range W {
+						cx := x
+						if a.flip {
+							cx = W - 1 - x
+						}
+						ry, rx := y+a.dy, cx+a.dx
+						want := pad
+						if ry >= 0 && ry < H && rx >= 0 && rx < W {
+							want = plain[(c*H+ry)*W+rx]
+						}
+						if g := got[(c*H+y)*W+x]; g != want {
+							t.Errorf("%s %+v: channel %d (%d,%d) = %v, want %v", rs, a, c, y, x, g, want)
+						}
+					}
+				}
+			}
+		}
+		gray := fill(t, mustView(t, m, Preprocess{Channels: 1, Height: H, Width: W, Resize: rs}), nil, 0)
+		rgb := fill(t, mustView(t, m, Preprocess{Channels: 3, Height: H, Width: W, Resize: rs}), nil, 0)
+		for k := range gray {
+			want := lumaR*rgb[k] + lumaG*rgb[H*W+k] + lumaB*rgb[2*H*W+k]
+			if !near(float64(gray[k]), float64(want), 1e-6) {
+				t.Errorf("%s: gray value %d = %v, luma of the channels %v", rs, k, gray[k], want)
+			}
+		}
+	}
+}
+
+func TestParseResize(t *testing.T) {
+	for _, s := range []string{"stretch", "crop", "crop=256"} {
+		r, err := ParseResize(s)
+		if err != nil || r.String() != s {
+			t.Errorf("ParseResize(%q) = %v, %v; want it back", s, r, err)
+		}
+	}
+	if r, err := ParseResize(""); err != nil || r.Crop {
+		t.Errorf("ParseResize(\"\") = %v, %v; want stretch", r, err)
+	}
+	if got := (Resize{Crop: true}).short(224, 224); got != 256 {
+		t.Errorf("crop's default shorter side for 224×224: %d, want 256", got)
+	}
+	for _, s := range []string{"fit", "crop=", "crop=-3", "crop=x", "stretch=2"} {
+		if _, err := ParseResize(s); err == nil {
+			t.Errorf("ParseResize(%q): no error", s)
+		}
+	}
+	m := mustImages(t, 1, 5, 7, make([]uint8, 35), []int32{0})
+	_, err := NewView(m, Preprocess{Height: 4, Width: 6, Resize: Resize{Crop: true, Short: 5}})
+	wantErr(t, err, "crop=5", "fewer than the 4×6 input's")
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// photoFolder writes a folder dataset of two classes of RGB images of
+// varied sizes and aspect ratios, all larger than the fixture CNN's 28×28
+// input, with a pattern that aliases when shrunk without a filter.
+func photoFolder(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	sizes := [][2]int{{40, 60}, {70, 50}, {33, 90}, {64, 64}}
+	for c, class := range []string{"a", "b"} {
+		os.MkdirAll(filepath.Join(dir, class), 0o755)
+		for k, s := range sizes {
+			img := image.NewRGBA(image.Rect(0, 0, s[1], s[0]))
+			for y := range s[0] {
+				for x := range s[1] {
+					v := uint8(((x+y+c)%2)*200 + (x*7+y*3)%50)
+					img.Set(x, y, color.RGBA{v, uint8(255 - int(v)), uint8(x * 4), 255})
+				}
+			}
+			f, err := os.Create(filepath.Join(dir, class, fmt.Sprintf("%d.png", k)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := png.Encode(f, img); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+	}
+	return dir
+}
+
+// TestResizeFlag: train records --resize in the model, eval takes it
+// from there (the same figures as with the flag given, others with a
+// different one), and a bad value or a crop smaller than the input is a
+// usage error naming the flag.
+func TestResizeFlag(t *testing.T) {
+	folder := "folder:" + photoFolder(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "crop.onnx")
+	args := []string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--resize", "crop", "--out", out}
+	if _, e, code := run(t, args...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	if got := metadata(t, out)["dpfinetune.resize"]; got != "crop" {
+		t.Errorf("recorded resize %q, want crop", got)
+	}
+	eval := func(extra ...string) evalResult {
+		t.Helper()
+		o, e, code := run(t, append([]string{"eval", "--model", out, "--data", folder + ":split=train", "--json"}, extra...)...)
+		if code != 0 {
+			t.Fatalf("eval %v: exit %d: %s", extra, code, e)
+		}
+		var r evalResult
+		if err := json.Unmarshal([]byte(o), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	recorded, crop, stretch := eval(), eval("--resize", "crop"), eval("--resize", "stretch")
+	if recorded.Loss != crop.Loss || recorded.Samples != 8 {
+		t.Errorf("eval with the recorded resize: loss %v over %d samples, with --resize crop %v", recorded.Loss, recorded.Samples, crop.Loss)
+	}
+	if stretch.Loss == crop.Loss {
+		t.Errorf("eval with --resize stretch: loss %v, the same as crop's: the flag is not applied", stretch.Loss)
+	}
+	for _, c := range []struct {
+		resize, want string
+	}{
+		{"fit", "want stretch, crop or crop=S"},
+		{"crop=0", "crop=S"},
+		{"crop=20", "fewer than the 28×28 input's"},
+	} {
+		bad := append(append([]string(nil), args[:len(args)-4]...), "--resize", c.resize, "--out", filepath.Join(dir, "bad.onnx"))
+		if _, e, code := run(t, bad...); code != 2 || !strings.Contains(e, "--resize") || !strings.Contains(e, c.want) {
+			t.Errorf("--resize %s: exit %d, stderr %q; want exit 2 naming --resize and %q", c.resize, code, e, c.want)
+		}
+	}
+}
