@@ -357,7 +357,13 @@ func AllocInt32(d Device, n int) ([]int32, error) {
 	if len(f) != n {
 		return nil, fmt.Errorf("runtime: %s: a buffer of %d elements for %d int32s has %d", d.Name(), n, n, len(f))
 	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), n), nil
+	return int32View(f), nil
+}
+
+// int32View returns f's memory as int32s, as many as f has floats: a
+// buffer of a device holds 4-byte elements of either kind.
+func int32View(f []float32) []int32 {
+	return unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), len(f))
 }
 
 // alloc8 returns a buffer of d of 2n float32 elements (n > 0) and its

@@ -1,9 +1,6 @@
 package runtime
 
-import (
-	"fmt"
-	"unsafe"
-)
+import "fmt"
 
 func to64(s []int) []int64 {
 	out := make([]int64, len(s))
@@ -353,15 +350,15 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 	}
 	if isMax {
 		var arg []int32
-		redo := false // the winners found again from x in the backward
 		nd.redoLen = 2 * y.n
 		nd.fwd = func() { p.ops.MaxPool(ps, x.data, y.data, arg) }
 		nd.bwd = func() {
 			switch {
-			case redo:
+			case nd.redoItem >= 0:
+				// The pool again, output and winners, into the
+				// arena buffer planned for it (planned, below).
 				n := y.n
-				ys, w := nd.redoBuf[:n:n], nd.redoBuf[n:2*n:2*n]
-				win := unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(w))), n)
+				ys, win := nd.redoBuf[:n:n], int32View(nd.redoBuf[n:2*n:2*n])
 				p.ops.MaxPool(ps, x.data, ys, win)
 				p.ops.MaxPoolBackward(ps, y.grad, win, nd.dIn[0])
 			case arg == nil:
@@ -388,7 +385,6 @@ func buildPool(p *Plan, nd *node, isMax bool) error {
 			// same bits, and 24.5 MiB less device memory on ResNet-50 at
 			// batch 32.
 			if nd.redoItem >= 0 {
-				redo = true
 				return nil
 			}
 			if p.opts.PlanOnly {

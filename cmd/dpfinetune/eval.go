@@ -71,14 +71,13 @@ func openView(spec string, sample []int64, norm, augment, resize string) (*data.
 		return nil, usageError{fmt.Sprintf("--augment: %v", err)}
 	}
 	rs, err := data.ParseResize(resize)
+	if err == nil {
+		err = rs.Check(int(sample[1]), int(sample[2]))
+	}
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
-	v, err := data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug, Resize: rs})
-	if err != nil && rs.Crop {
-		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
-	}
-	return v, err
+	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug, Resize: rs})
 }
 
 func runEval(args []string, stdout io.Writer) error {

@@ -112,6 +112,15 @@ func (r Resize) String() string {
 	return "crop"
 }
 
+// Check reports whether r can resize to a model input of h×w: a crop's
+// shorter side must cover the input.
+func (r Resize) Check(h, w int) error {
+	if r.Crop && r.short(h, w) < max(h, w) {
+		return fmt.Errorf("resize %s: the shorter side's %d pixels are fewer than the %d×%d input's", r, r.short(h, w), h, w)
+	}
+	return nil
+}
+
 // short returns the shorter side's size for a model input of h×w.
 func (r Resize) short(h, w int) int {
 	if r.Short > 0 {
@@ -254,8 +263,8 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 	}
 
 	// Resize tables, one per distinct source size.
-	if p.Resize.Crop && p.Resize.short(H, W) < max(H, W) {
-		return nil, fmt.Errorf("data: resize %s: the shorter side's %d pixels are fewer than the %d×%d input's", p.Resize, p.Resize.short(H, W), H, W)
+	if err := p.Resize.Check(H, W); err != nil {
+		return nil, fmt.Errorf("data: %w", err)
 	}
 	v.sizes = map[[2]int]*sizeMap{}
 	for i := range src.Len() {
@@ -300,7 +309,7 @@ func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
 func newAxisMap(in, n, off, out int) axisMap {
 	var m axisMap
 	if in <= n {
-		m.taps = resizeTaps(in, n)[off : off+out]
+		m.taps = resizeTaps(in, n, off, out)
 		for _, t := range m.taps {
 			if t.i1 == t.i0 {
 				m.spans = append(m.spans, span{t.i0, 1, int32(len(m.w))})
@@ -316,15 +325,17 @@ func newAxisMap(in, n, off, out int) axisMap {
 	// a triangle filter stretched by the scale, centred on the output
 	// pixel's source position, normalised over the pixels it covers.
 	scale := float64(in) / float64(n)
+	var ws []float64
 	for d := off; d < off+out; d++ {
 		centre := scale * (float64(d) + 0.5)
 		lo := max(int(centre-scale+0.5), 0)
 		hi := min(int(centre+scale+0.5), in)
-		ws := make([]float64, hi-lo)
+		ws = ws[:0]
 		total := 0.0
-		for j := range ws {
-			ws[j] = max(0, 1-math.Abs((float64(j+lo)-centre+0.5)/scale))
-			total += ws[j]
+		for j := lo; j < hi; j++ {
+			x := max(0, 1-math.Abs((float64(j)-centre+0.5)/scale))
+			ws = append(ws, x)
+			total += x
 		}
 		m.spans = append(m.spans, span{int32(lo), int32(len(ws)), int32(len(m.w))})
 		for _, x := range ws {
@@ -334,13 +345,17 @@ func newAxisMap(in, n, off, out int) axisMap {
 	return m
 }
 
-// resizeTaps returns the bilinear taps from in to out samples along one
-// axis, with half-pixel centres (align_corners=False): source coordinate
-// s = (d+0.5)·in/out - 0.5, clamped at 0.
-func resizeTaps(in, out int) []tap {
+// resizeTaps returns the bilinear taps of output samples off … off+out-1
+// when in samples along one axis become n, with half-pixel centres
+// (align_corners=False): source coordinate s = (d+0.5)·in/n - 0.5,
+// clamped at 0. Only the taps asked for are made: a crop's resized axis
+// may be far longer than the input (a 1×60000 image's shorter side
+// scaled to 256).
+func resizeTaps(in, n, off, out int) []tap {
 	t := make([]tap, out)
-	scale := float64(in) / float64(out)
-	for d := range t {
+	scale := float64(in) / float64(n)
+	for k := range t {
+		d := off + k
 		s := scale*(float64(d)+0.5) - 0.5
 		if s < 0 {
 			s = 0
@@ -353,7 +368,7 @@ func resizeTaps(in, out int) []tap {
 		if i0 < in-1 {
 			i1 = i0 + 1
 		}
-		t[d] = tap{int32(i0), int32(i1), float32(s - float64(i0))}
+		t[k] = tap{int32(i0), int32(i1), float32(s - float64(i0))}
 	}
 	return t
 }

@@ -518,3 +518,28 @@ func TestParseResize(t *testing.T) {
 	_, err := NewView(m, Preprocess{Height: 4, Width: 6, Resize: Resize{Crop: true, Short: 5}})
 	wantErr(t, err, "crop=5", "fewer than the 4×6 input's")
 }
+
+// TestCropThinImage: a crop scales a 1×60000 image's shorter side to 256
+// and its longer to 15 million pixels; only the taps of the centre the
+// crop keeps are made (all of them were 184 MB), and the fill reads the
+// centre of the image.
+func TestCropThinImage(t *testing.T) {
+	const sw = 60000
+	pix := make([]uint8, sw)
+	for i := range pix {
+		pix[i] = uint8(i % 251)
+	}
+	m := mustImages(t, 1, 1, sw, pix, []int32{0})
+	var before, after goruntime.MemStats
+	goruntime.ReadMemStats(&before)
+	v := mustView(t, m, Preprocess{Height: 224, Width: 224, Resize: Resize{Crop: true}})
+	goruntime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 8<<20 {
+		t.Errorf("NewView allocated %d bytes for one 1×%d image", grew, sw)
+	}
+	x := fill(t, v, nil, 0)
+	// The centre of the 256×15360000 resize is source column ≈ 29999.5.
+	if got, want := float64(x[112])*255, (float64(pix[sw/2-1])+float64(pix[sw/2]))/2; !near(got, want, 1) {
+		t.Errorf("centre value %g, want ≈ %g", got, want)
+	}
+}
