@@ -55,29 +55,31 @@ const resizeUsage = "how an image of another size becomes the model's input: str
 // openView loads a dataset spec and preprocesses it to the model's sample
 // shape (C,H,W).
 func openView(spec string, sample []int64, norm, augment, resize string) (*data.View, error) {
-	imgs, err := data.LoadString(spec)
-	if err != nil {
-		return nil, err
-	}
 	if len(sample) != 3 {
 		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W)", sample)
-	}
-	nm, err := data.ParseNorm(norm, imgs.DefaultNorm())
-	if err != nil {
-		return nil, usageError{fmt.Sprintf("--norm: %v", err)}
 	}
 	aug, err := data.ParseAugment(augment)
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--augment: %v", err)}
 	}
+	h, w := int(sample[1]), int(sample[2])
 	rs, err := data.ParseResize(resize)
 	if err == nil {
-		err = rs.Check(int(sample[1]), int(sample[2]))
+		err = rs.Check(h, w)
 	}
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
-	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: nm, Augment: aug, Resize: rs})
+	// Photos larger than the input are shrunk to it as they load.
+	imgs, err := data.LoadStringFitted(spec, data.Fit{Height: h, Width: w, Resize: rs})
+	if err != nil {
+		return nil, err
+	}
+	nm, err := data.ParseNorm(norm, imgs.DefaultNorm())
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--norm: %v", err)}
+	}
+	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: h, Width: w, Norm: nm, Augment: aug, Resize: rs})
 }
 
 func runEval(args []string, stdout io.Writer) error {

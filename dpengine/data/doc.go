@@ -20,9 +20,13 @@
 //     horizontal flip) drawn from a caller-provided *rand.Rand, written
 //     into a caller-provided buffer without allocating; a batch of large
 //     samples (a 224×224 resize) is split over the cores, its
-//     augmentation drawn first so that the bits do not depend on them.
+//     augmentation drawn first so that the bits do not depend on them;
+//   - fitting at load time (Fit, LoadFitted, Images.FitTo): a folder's
+//     images larger than the model's input are resized as they are
+//     decoded and only their input-sized windows are kept.
 //
 // Sampling (which indices form a batch) and privacy accounting are not
 // here: they belong to package dpengine, which hands Dataset.Fill the
-// indices it sampled. Package data imports only the standard library.
+// indices it sampled. Package data imports only the standard library and
+// two internal helpers (the memory available, a worker group).
 package data

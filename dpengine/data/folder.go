@@ -36,8 +36,9 @@ func isDir(path string) bool {
 
 // loadFolder reads an image folder: DIR/CLASS/*.{png,jpg,jpeg}, or
 // DIR/train/CLASS/… and DIR/test/CLASS/… (or DIR/val/CLASS/…). Labels
-// are the indices of the sorted training class names.
-func loadFolder(spec Spec) (*Images, error) {
+// are the indices of the sorted training class names. Images with at
+// least fit's pixels are fitted as each is decoded.
+func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	if err := checkDir("folder", spec.Dir); err != nil {
 		return nil, err
 	}
@@ -150,14 +151,27 @@ func loadFolder(spec Spec) (*Images, error) {
 				if i >= len(order) {
 					return
 				}
-				imgs[i], errs[i] = decodeImage(order[i].path, func(path string, w, h int) error {
+				d, err := decodeImage(order[i].path, func(path string, w, h int) error {
 					// The decoder's image (up to 8 bytes a pixel) and ours
-					// (3); ours stays.
-					if u := used.Add(3 * int64(w) * int64(h)); u+8*int64(w)*int64(h) > budget {
+					// (3); ours, or its fitted window, stays.
+					kept := 3 * int64(w) * int64(h)
+					if fit.fits(h, w) {
+						kept = 3 * int64(fit.Height) * int64(fit.Width)
+					}
+					if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
 						return fmt.Errorf("folder: %s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
 					}
 					return nil
 				})
+				if err == nil && fit.fits(d.h, d.w) {
+					c := 3
+					if d.gray {
+						c = 1
+					}
+					d.pix = fitPixels(d.pix, c, d.h, d.w, fit)
+					d.h, d.w = fit.Height, fit.Width
+				}
+				imgs[i], errs[i] = d, err
 			}
 		}()
 	}
@@ -168,7 +182,7 @@ func loadFolder(spec Spec) (*Images, error) {
 		}
 	}
 
-	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1}
+	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1, fit: fit}
 	for _, it := range order {
 		m.sourcePaths = append(m.sourcePaths, it.path)
 	}

@@ -34,6 +34,10 @@ type Images struct {
 	samples [][]uint8
 	sizes   [][2]int32
 
+	// fit is what LoadFitted shrank the images to: every sample of
+	// fit's size holds its view's window (the zero Fit: none).
+	fit Fit
+
 	// sources are the files the samples were read from, as they were
 	// when read (CheckSources).
 	sources     []fileStamp
@@ -108,6 +112,11 @@ func (m *Images) Channels() int { return m.channels }
 func (m *Images) UniformSize() (height, width int, ok bool) {
 	return m.h, m.w, m.h > 0
 }
+
+// Fitted returns the fit the images were loaded with (LoadFitted); the
+// zero Fit when none was. A view of fitted images must read them at the
+// fit's size and resize.
+func (m *Images) Fitted() Fit { return m.fit }
 
 // Size returns the height and width of sample i.
 func (m *Images) Size(i int) (height, width int) {

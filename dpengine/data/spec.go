@@ -188,7 +188,16 @@ func validScheme(s string) bool {
 }
 
 // Load reads the split of the dataset named by spec into memory.
-func Load(spec Spec) (*Images, error) {
+func Load(spec Spec) (*Images, error) { return LoadFitted(spec, Fit{}) }
+
+// LoadFitted is Load with the images of a folder fitted to a model's input
+// as they are decoded (see Fit): a folder of photos then takes the memory
+// of its windows, not of the photos. IDX and CIFAR files, whose small
+// images share one size, load as Load loads them.
+func LoadFitted(spec Spec, fit Fit) (*Images, error) {
+	if err := fit.check(); err != nil {
+		return nil, err
+	}
 	if spec.Limit < 0 {
 		return nil, fmt.Errorf("data %s: negative limit %d", spec.Scheme, spec.Limit)
 	}
@@ -209,7 +218,7 @@ func Load(spec Spec) (*Images, error) {
 	case SchemeCIFAR100:
 		im, err = loadCIFAR(spec, true)
 	case SchemeFolder:
-		im, err = loadFolder(spec)
+		im, err = loadFolder(spec, fit)
 	default:
 		return nil, fmt.Errorf("data: unknown scheme %q (valid: %s)", spec.Scheme, strings.Join(Schemes(), ", "))
 	}
@@ -225,10 +234,14 @@ func Load(spec Spec) (*Images, error) {
 }
 
 // LoadString parses spec with ParseSpec and loads it with Load.
-func LoadString(spec string) (*Images, error) {
+func LoadString(spec string) (*Images, error) { return LoadStringFitted(spec, Fit{}) }
+
+// LoadStringFitted parses spec with ParseSpec and loads it with
+// LoadFitted.
+func LoadStringFitted(spec string, fit Fit) (*Images, error) {
 	s, err := ParseSpec(spec)
 	if err != nil {
 		return nil, err
 	}
-	return Load(s)
+	return LoadFitted(s, fit)
 }

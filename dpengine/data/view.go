@@ -54,7 +54,9 @@ type Dataset interface {
 //     Padding pixels are 0 before normalisation, as in torchvision.
 //
 // Resizing and channel conversion are linear and commute, so their order
-// does not matter. No rounding to uint8 happens between the steps.
+// does not matter. No rounding to uint8 happens between the steps, except
+// in images fitted as they loaded (see Fit): their resize was rounded to
+// uint8 once, as PIL rounds it.
 type Preprocess struct {
 	// Channels, Height and Width are the model's per-sample input shape.
 	// Zero means the source's channel count and (uniform) size.
@@ -262,9 +264,15 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 		}
 	}
 
-	// Resize tables, one per distinct source size.
+	// Resize tables, one per distinct source size. A fitted source's
+	// samples of the input's size are windows already (every image with
+	// as many pixels was fitted, so no other sample has that size).
 	if err := p.Resize.Check(H, W); err != nil {
 		return nil, fmt.Errorf("data: %w", err)
+	}
+	fit := src.Fitted()
+	if fit != (Fit{}) && !fit.matches(H, W, p.Resize) {
+		return nil, fmt.Errorf("data: %s was fitted to %s as it loaded; a view of %d×%d (%s) must load it again (LoadFitted with that fit)", src, fit, H, W, p.Resize)
 	}
 	v.sizes = map[[2]int]*sizeMap{}
 	for i := range src.Len() {
@@ -273,7 +281,11 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 			return nil, fmt.Errorf("data: sample %d has size %d×%d", i, h, w)
 		}
 		if v.sizes[[2]int{h, w}] == nil {
-			v.sizes[[2]int{h, w}] = newSizeMap(h, w, H, W, p.Resize)
+			r := p.Resize
+			if fit != (Fit{}) && h == H && w == W {
+				r = Resize{}
+			}
+			v.sizes[[2]int{h, w}] = newSizeMap(h, w, H, W, r)
 		}
 		if _, _, ok := src.UniformSize(); ok {
 			break
@@ -481,11 +493,14 @@ type augDraw struct {
 
 // fillOne writes sample i into dst (C·H·W values), augmented as aug says.
 func (v *View) fillOne(dst []float32, i int, aug augDraw) {
-	C, H, W := v.p.Channels, v.p.Height, v.p.Width
-	pix := v.src.Pixels(i)
 	sh, sw := v.src.Size(i)
+	v.fillPixels(dst, v.src.Pixels(i), sh, sw, v.sizes[[2]int{sh, sw}], aug)
+}
+
+// fillPixels is fillOne on an sh×sw source's pixels resized as sm says.
+func (v *View) fillPixels(dst []float32, pix []uint8, sh, sw int, sm *sizeMap, aug augDraw) {
+	C, H, W := v.p.Channels, v.p.Height, v.p.Width
 	plane := sh * sw
-	sm := v.sizes[[2]int{sh, sw}]
 	if sm.rows.taps == nil || sm.cols.taps == nil {
 		v.fillFiltered(dst, pix, sh, sw, sm, aug)
 		return

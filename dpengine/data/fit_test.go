@@ -1,0 +1,200 @@
+package data
+
+import (
+	"image"
+	"image/color"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// patterned returns a w×h RGB image whose values vary in both axes and
+// across channels, so that every resize weight shows in the result.
+func patterned(w, h int) *image.NRGBA {
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			m.SetNRGBA(x, y, color.NRGBA{uint8((x*37 + y*11) % 256), uint8((x*x + 5*y) % 256), uint8((3*x*y + 17) % 256), 255})
+		}
+	}
+	return m
+}
+
+// TestFitAtLoad: a folder loaded fitted to a 24×32 input (LoadFitted)
+// holds every image of at least 24·32 pixels as its view's window — the
+// input's size, far fewer bytes — and fills each of them, augmented or
+// not, with the unfitted view's values rounded half up to uint8; images
+// with fewer pixels fill with the unfitted view's bits. Stretched,
+// cropped at the default shorter side and cropped at another.
+func TestFitAtLoad(t *testing.T) {
+	const H, W = 24, 32
+	dir := t.TempDir()
+	files := []struct {
+		path string
+		img  image.Image
+		fits bool
+	}{
+		{"a/1.png", patterned(60, 45), true},                                                       // shrinks both axes
+		{"b/1.png", grayImage(52, 37, func(x, y int) uint8 { return uint8(x*7 + y*y) }), true},     // gray, shrinks
+		{"a/2.png", patterned(W, H), true},                                                         // the input's size
+		{"b/2.png", patterned(30, 20), false},                                                      // fewer pixels: grows
+		{"a/3.png", grayImage(16, 16, func(x, y int) uint8 { return uint8(x * y) }), false},        // gray, grows
+		{"b/3.png", patterned(900, 1), true},                                                       // thin: one axis grows
+		{"a/4.png", patterned(20, 70), true},                                                       // tall: mixed axes
+		{"b/4.png", grayImage(40, 20, func(x, y int) uint8 { return uint8(200 - x*3 + y) }), true}, // gray, wide
+	}
+	for _, f := range files {
+		writePNG(t, filepath.Join(dir, f.path), f.img)
+	}
+	spec := Spec{Scheme: SchemeFolder, Dir: dir}
+	plainImgs, err := Load(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aug := Augment{CropPad: 4, Flip: true}
+	for _, rs := range []Resize{{}, {Crop: true}, {Crop: true, Short: 40}} {
+		fit := Fit{Height: H, Width: W, Resize: rs}
+		fitted, err := LoadFitted(spec, fit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fitted.Fitted() != fit || plainImgs.Fitted() != (Fit{}) {
+			t.Errorf("%s: Fitted() = %v and %v unfitted", rs, fitted.Fitted(), plainImgs.Fitted())
+		}
+		// Fitting the unfitted images afterwards keeps the same bytes.
+		after, err := plainImgs.FitTo(fit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range fitted.Len() {
+			ah, aw := after.Size(i)
+			fh, fw := fitted.Size(i)
+			if ah != fh || aw != fw || string(after.Pixels(i)) != string(fitted.Pixels(i)) || after.Label(i) != fitted.Label(i) {
+				t.Errorf("%s: FitTo's sample %d (%d×%d) differs from LoadFitted's (%d×%d)", rs, i, ah, aw, fh, fw)
+			}
+		}
+		if _, err := after.FitTo(fit); err == nil {
+			t.Errorf("%s: FitTo of fitted images: no error", rs)
+		}
+		p := Preprocess{Channels: 3, Height: H, Width: W, Augment: aug, Resize: rs}
+		pv, fv := mustView(t, plainImgs, p), mustView(t, fitted, p)
+		wantBytes := plainImgs.Bytes()
+		rounded := 0
+		for i := range fitted.Len() {
+			f := files[i] // round-robin over the classes, as listed
+			sh, sw := plainImgs.Size(i)
+			wh, ww := sh, sw
+			if f.fits {
+				wh, ww = H, W
+				wantBytes -= int64(len(plainImgs.Pixels(i)) - 3*H*W)
+			}
+			if gh, gw := fitted.Size(i); gh != wh || gw != ww || len(fitted.Pixels(i)) != 3*wh*ww {
+				t.Errorf("%s %s: kept at %d×%d (%d bytes), want %d×%d (loaded at %d×%d)", rs, f.path, gh, gw, len(fitted.Pixels(i)), wh, ww, sh, sw)
+			}
+			for _, seed := range []uint64{0, 1, 2} {
+				var r1, r2 *rand.Rand
+				if seed > 0 {
+					r1, r2 = rand.New(rand.NewPCG(seed, 9)), rand.New(rand.NewPCG(seed, 9))
+				}
+				want, got := fill(t, pv, r1, i), fill(t, fv, r2, i)
+				for k := range want {
+					u, g := float64(want[k])*255, float64(got[k])*255
+					if !f.fits {
+						if got[k] != want[k] {
+							t.Fatalf("%s %s seed %d: value %d = %v, unfitted %v", rs, f.path, seed, k, got[k], want[k])
+						}
+						continue
+					}
+					if math.Abs(u-math.Floor(u)-0.5) < 1e-3 {
+						continue // a tie either way within float error
+					}
+					if !near(g, math.Floor(u+0.5), 1e-3) {
+						t.Fatalf("%s %s seed %d: value %d = %.4f/255, unfitted %.4f/255: want it rounded", rs, f.path, seed, k, g, u)
+					}
+					if !near(g, u, 1e-3) {
+						rounded++
+					}
+				}
+			}
+		}
+		if rounded == 0 {
+			t.Errorf("%s: no fitted value differs from the unfitted one: nothing was rounded", rs)
+		}
+		if got := fitted.Bytes(); got != wantBytes || got >= plainImgs.Bytes() {
+			t.Errorf("%s: fitted images hold %d bytes, want %d (unfitted %d)", rs, got, wantBytes, plainImgs.Bytes())
+		}
+	}
+}
+
+// TestFitMismatch: fitted images are read only by a view of the fit's
+// size and resize (crop's default shorter side spelled either way), and a
+// fit no view could use is refused before anything loads.
+func TestFitMismatch(t *testing.T) {
+	dir := t.TempDir()
+	writePNG(t, filepath.Join(dir, "a", "1.png"), patterned(50, 40))
+	spec := Spec{Scheme: SchemeFolder, Dir: dir}
+	m, err := LoadFitted(spec, Fit{Height: 24, Width: 32, Resize: Resize{Crop: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, w, ok := m.UniformSize(); !ok || h != 24 || w != 32 {
+		t.Fatalf("one fitted image: size %d×%d uniform %v", h, w, ok)
+	}
+	mustView(t, m, Preprocess{Height: 24, Width: 32, Resize: Resize{Crop: true, Short: 37}})
+	for _, p := range []Preprocess{
+		{Height: 24, Width: 32},
+		{Height: 24, Width: 32, Resize: Resize{Crop: true, Short: 40}},
+		{Height: 32, Width: 24, Resize: Resize{Crop: true}},
+	} {
+		_, err := NewView(m, p)
+		wantErr(t, err, "fitted to 24×32 (crop)", "must load it again")
+	}
+	for _, f := range []Fit{
+		{Height: -1, Width: 3},
+		{Height: 3},
+		{Height: 1 << 15, Width: 1 << 15},
+		{Height: 24, Width: 32, Resize: Resize{Crop: true, Short: 30}},
+	} {
+		if _, err := LoadFitted(spec, f); err == nil || !strings.HasPrefix(err.Error(), "data: fit") {
+			t.Errorf("LoadFitted(%v): %v, want a fit error", f, err)
+		}
+	}
+}
+
+// BenchmarkFillPhotos: a batch of 32 photos of 1600×1200 pixels cropped
+// to 224×224 (torchvision's Resize(256)+CenterCrop(224)) and flipped,
+// filtered from the full photos each batch or copied from their windows
+// fitted as they loaded.
+func BenchmarkFillPhotos(b *testing.B) {
+	const n, c, h, w = 8, 3, 1200, 1600
+	pix := make([]uint8, n*c*h*w)
+	for i := range pix {
+		pix[i] = uint8(i*7 + i/w)
+	}
+	full := mustImages(b, c, h, w, pix, make([]int32, n))
+	p := Preprocess{Height: 224, Width: 224, Resize: Resize{Crop: true}, Augment: Augment{Flip: true}}
+	fitted, err := full.FitTo(Fit{Height: 224, Width: 224, Resize: p.Resize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		m    *Images
+	}{{"full", full}, {"fitted", fitted}} {
+		b.Run(bc.name, func(b *testing.B) {
+			v := mustView(b, bc.m, p)
+			idx := make([]int, 32)
+			for i := range idx {
+				idx[i] = i % n
+			}
+			x := make([]float32, len(idx)*c*224*224)
+			rng := rand.New(rand.NewPCG(1, 2))
+			b.SetBytes(int64(len(x) * 4))
+			for b.Loop() {
+				v.Fill(x, nil, idx, rng)
+			}
+		})
+	}
+}
