@@ -35,7 +35,8 @@ test:
 # package:target:inputs for make test; make fuzz runs each for FUZZ_LONG.
 FUZZ_TARGETS = dpengine:FuzzPipeline:1500x dpengine:FuzzCheckpoint:20000x \
 	internal/npy:FuzzRead:20000x dpengine/data:FuzzIDX:5000x \
-	dpengine/data:FuzzCIFAR:500x dpengine/data:FuzzImage:5000x
+	dpengine/data:FuzzCIFAR:500x dpengine/data:FuzzImage:5000x \
+	internal/pnm:FuzzDecode:20000x
 FUZZ_LONG ?= 30s
 
 fuzz:

@@ -7,7 +7,9 @@
 //   - the spec grammar (ParseSpec, Spec, Load): SCHEME:DIR[:OPTION]... with
 //     the schemes idx (MNIST / Fashion-MNIST IDX files, gzip or plain),
 //     cifar10 and cifar100 (the "binary version" files) and folder (one
-//     sub-directory of PNG/JPEG images per class);
+//     sub-directory of images per class: PNG, JPEG, BMP, TIFF, WebP or
+//     Netpbm, decoded to the pixels PIL decodes — JPEG's and lossy WebP's
+//     chroma filters and colour matrices are libjpeg's and libwebp's);
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;

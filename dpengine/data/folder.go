@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"image"
 	"image/color"
-	_ "image/jpeg" // register the JPEG decoder for image.Decode
-	_ "image/png"  // register the PNG decoder for image.Decode
+	_ "image/jpeg" // register the decoders for image.Decode
+	_ "image/png"
 	"io"
 	"math"
 	"os"
@@ -16,15 +16,29 @@ import (
 	"strings"
 	"sync/atomic"
 
+	_ "github.com/dpfinetune/dpfinetune/internal/pnm"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
+	_ "golang.org/x/image/bmp"
+	_ "golang.org/x/image/tiff"
+	_ "golang.org/x/image/webp"
 )
 
-// isImageFile reports whether name has a PNG or JPEG extension.
+// imageExts are the extensions of the files a folder's classes hold:
+// torchvision's ImageFolder's (IMG_EXTENSIONS), and the other Netpbm
+// names. A file's format is read from its contents, not its name.
+var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm"}
+
+// imageKinds names the formats for messages.
+const imageKinds = "PNG, JPEG, BMP, TIFF, WebP or Netpbm"
+
+// isImageFile reports whether name has one of imageExts, in any case.
 func isImageFile(name string) bool {
-	switch strings.ToLower(filepath.Ext(name)) {
-	case ".png", ".jpg", ".jpeg":
-		return true
+	ext := strings.ToLower(filepath.Ext(name))
+	for _, e := range imageExts {
+		if ext == e {
+			return true
+		}
 	}
 	return false
 }
@@ -59,7 +73,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		return nil, err
 	}
 	if len(classes) == 0 {
-		return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of PNG/JPEG images per class)", trainDir)
+		return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of images per class: %s)", trainDir, imageKinds)
 	}
 	dir, dirClasses := trainDir, classes
 	if spec.split() == Test {
@@ -74,7 +88,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			return nil, err
 		}
 		if len(dirClasses) == 0 {
-			return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of PNG/JPEG images per class)", testDir)
+			return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of images per class: %s)", testDir, imageKinds)
 		}
 	}
 	label := make(map[string]int32, len(classes))
@@ -112,7 +126,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			items = append(items, item{p, l})
 		}
 		if len(items) == 0 {
-			return nil, fmt.Errorf("folder: %s: class directory holds no PNG/JPEG images (*.png, *.jpg, *.jpeg)", cdir)
+			return nil, fmt.Errorf("folder: %s: class directory holds no images (%s: *%s)", cdir, imageKinds, strings.Join(imageExts, ", *"))
 		}
 		perClass = append(perClass, items) // ReadDir sorts by name
 		total += len(items)
@@ -261,11 +275,12 @@ func grayToRGB(g []uint8) []uint8 {
 // photograph, and decoding it takes up to 2 GiB.
 const maxImagePixels = 1 << 28
 
-// decodeImage decodes a PNG or JPEG file. Grayscale images stay one
-// channel; every other colour model becomes RGB with the alpha channel
-// dropped (colours un-premultiplied, as PIL's convert("RGB") does). The
-// size in the file's header is checked against maxImagePixels, then passed
-// to admit, before the decoder allocates anything.
+// decodeImage decodes an image file of any format in imageKinds.
+// Grayscale images stay one channel; every other colour model becomes RGB
+// with the alpha channel dropped (colours un-premultiplied, as PIL's
+// convert("RGB") does). The size in the file's header is checked against
+// maxImagePixels, then passed to admit, before the decoder allocates
+// anything.
 func decodeImage(path string, admit func(path string, w, h int) error) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -275,8 +290,16 @@ func decodeImage(path string, admit func(path string, w, h int) error) (decoded,
 	return decodeImageFrom(f, path, admit)
 }
 
-// decodeImageFrom is decodeImage on the contents of path read from f.
-func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (decoded, error) {
+// decodeImageFrom is decodeImage on the contents of path read from f. A
+// decoder's panic is returned as an error: the decoders of five formats,
+// three from outside the standard library, read files a user did not
+// write, and one bad file must not take the run down.
+func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (d decoded, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			d, err = decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: the decoder failed: %v", path, p)
+		}
+	}()
 	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
@@ -295,7 +318,7 @@ func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h 
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return decoded{}, fmt.Errorf("folder: %w", err)
 	}
-	img, _, err := image.Decode(bufio.NewReader(f))
+	img, format, err := image.Decode(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
 	}
@@ -322,18 +345,32 @@ func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h 
 			}
 		}
 		return decoded{gray: true, h: h, w: w, pix: pix}, nil
+	case *image.Paletted:
+		// A palette of grays (an 8-bit gray BMP) is a gray image, as PIL
+		// opens it.
+		lut, ok := grayPalette(im.Palette)
+		if !ok {
+			break
+		}
+		pix := make([]uint8, plane)
+		for y := range h {
+			o := im.PixOffset(b.Min.X, b.Min.Y+y)
+			for x := range w {
+				pix[y*w+x] = lut[im.Pix[o+x]]
+			}
+		}
+		return decoded{gray: true, h: h, w: w, pix: pix}, nil
 	}
 	pix := make([]uint8, 3*plane)
 	r, g, bl := pix[:plane], pix[plane:2*plane], pix[2*plane:]
 	switch im := img.(type) {
+	case *image.NYCbCrA: // a lossy WebP with alpha; the alpha is dropped
+		if !ycbcrToRGB(&im.YCbCr, format == "webp", r, g, bl) {
+			defaultToRGB(img, r, g, bl)
+		}
 	case *image.YCbCr:
-		for y := range h {
-			for x := range w {
-				yi := im.YOffset(b.Min.X+x, b.Min.Y+y)
-				ci := im.COffset(b.Min.X+x, b.Min.Y+y)
-				k := y*w + x
-				r[k], g[k], bl[k] = color.YCbCrToRGB(im.Y[yi], im.Cb[ci], im.Cr[ci])
-			}
+		if !ycbcrToRGB(im, format == "webp", r, g, bl) {
+			defaultToRGB(img, r, g, bl)
 		}
 	case *image.NRGBA:
 		for y := range h {
@@ -352,15 +389,39 @@ func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h 
 			}
 		}
 	default:
-		for y := range h {
-			for x := range w {
-				c := color.NRGBAModel.Convert(img.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
-				k := y*w + x
-				r[k], g[k], bl[k] = c.R, c.G, c.B
-			}
-		}
+		defaultToRGB(img, r, g, bl)
 	}
 	return decoded{h: h, w: w, pix: pix}, nil
+}
+
+// defaultToRGB converts any image to RGB planes through its colour model.
+func defaultToRGB(img image.Image, r, g, b []uint8) {
+	bounds := img.Bounds()
+	w := bounds.Dx()
+	for y := range bounds.Dy() {
+		for x := range w {
+			c := color.NRGBAModel.Convert(img.At(bounds.Min.X+x, bounds.Min.Y+y)).(color.NRGBA)
+			k := y*w + x
+			r[k], g[k], b[k] = c.R, c.G, c.B
+		}
+	}
+}
+
+// grayPalette returns a palette's gray levels by index when every entry is
+// an opaque gray (indices past the palette are black, as the image
+// package draws them).
+func grayPalette(p color.Palette) (lut [256]uint8, ok bool) {
+	for i, c := range p {
+		if i == len(lut) {
+			break
+		}
+		n := color.NRGBAModel.Convert(c).(color.NRGBA)
+		if n.A != 0xff || n.R != n.G || n.G != n.B {
+			return lut, false
+		}
+		lut[i] = n.R
+	}
+	return lut, true
 }
 
 func unpremul(c, a uint8) uint8 {

@@ -66,12 +66,19 @@ func FuzzCIFAR(f *testing.F) {
 	})
 }
 
-// FuzzImage decodes arbitrary bytes as a PNG or JPEG image (the header is
-// checked before the decoder allocates).
+// FuzzImage decodes arbitrary bytes as an image of any format a folder
+// reads (the header is checked before the decoder allocates; a decoder's
+// panic is an error), seeded with one file of each (testdata/formats).
 func FuzzImage(f *testing.F) {
 	var buf bytes.Buffer
 	jpeg.Encode(&buf, flatRGB(8, 8, color.NRGBA{10, 200, 30, 255}), nil)
 	f.Add(buf.Bytes())
+	seeds, _ := filepath.Glob("testdata/formats/*")
+	for _, p := range seeds {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Add(pngWithSize(f, 3, 2))
 	f.Add(pngWithSize(f, 1<<20, 1<<20))
 	f.Add([]byte("\x89PNG\r\n\x1a\n"))

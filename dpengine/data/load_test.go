@@ -646,7 +646,9 @@ func TestFolderErrors(t *testing.T) {
 		{"empty class", "", func(t *testing.T, dir string) {
 			png1(t, filepath.Join(dir, "a", "1.png"))
 			writeFile(t, filepath.Join(dir, "b", "x.txt"), []byte("x"))
-		}, func(dir string) []string { return []string{filepath.Join(dir, "b"), "no PNG/JPEG images"} }},
+		}, func(dir string) []string {
+			return []string{filepath.Join(dir, "b"), "holds no images (PNG, JPEG, BMP, TIFF, WebP or Netpbm"}
+		}},
 		{"corrupt png", "", func(t *testing.T, dir string) {
 			png1(t, filepath.Join(dir, "a", "1.png"))
 			writeFile(t, filepath.Join(dir, "a", "2.png"), []byte("\x89PNG\r\n\x1a\ngarbage"))

@@ -19,8 +19,10 @@ const (
 	// SchemeCIFAR100 names the CIFAR-100 binary version: train.bin and
 	// test.bin, read with their fine (100-class) labels.
 	SchemeCIFAR100 = "cifar100"
-	// SchemeFolder names a directory with one sub-directory of PNG/JPEG
-	// images per class, optionally split into train/ and test/ (or val/).
+	// SchemeFolder names a directory with one sub-directory of images per
+	// class (PNG, JPEG, BMP, TIFF, WebP or Netpbm: torchvision's
+	// ImageFolder's extensions), optionally split into train/ and test/ (or
+	// val/).
 	SchemeFolder = "folder"
 )
 
