@@ -68,6 +68,10 @@ type Settings struct {
 	// (data.Images.Fingerprint), when the dataset has one: a resume on
 	// other data is refused.
 	DataSHA256 string `json:"data_sha256,omitempty"`
+	// ClassNames names the training data's classes by label, when the
+	// caller knows them (a folder's directory names); train records them
+	// in the model, where predict reads them.
+	ClassNames []string `json:"class_names,omitempty"`
 }
 
 // sourced is a dataset that can tell whether its files changed since it
@@ -701,6 +705,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Resize != "" {
 		kv["resize"] = s.Resize
+	}
+	if len(s.ClassNames) > 0 {
+		b, _ := json.Marshal(s.ClassNames) // strings always marshal
+		kv["classes"] = string(b)
 	}
 	if r != nil {
 		kv["epsilon"] = fmt.Sprint(r.Epsilon)

@@ -8,6 +8,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 func init() {
@@ -52,9 +53,41 @@ func modelSample(g *graph.Graph, override string) ([]int64, error) {
 // resizeUsage is the --resize flag's help.
 const resizeUsage = "how an image of another size becomes the model's input: stretch (each axis scaled to it), crop (the shorter side scaled to 8/7 of the input's, 256 for 224, then the centre taken: torchvision's Resize+CenterCrop, the aspect ratio kept) or crop=S (the shorter side to S); a shrinking axis is antialiased as torchvision does"
 
+// recordedPreprocess sets *norm and *resize, where empty, to what train
+// recorded in the model, else to the defaults.
+func recordedPreprocess(m *onnx.Model, norm, resize *string) {
+	for _, f := range []struct {
+		v    *string
+		key  string
+		none string
+	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}} {
+		if *f.v == "" {
+			*f.v = recorded(m, f.key, f.none)
+		}
+	}
+}
+
+// recorded returns the value train recorded in the model's metadata under
+// key, or none.
+func recorded(m *onnx.Model, key, none string) string {
+	v := none
+	for _, kv := range m.Proto.GetMetadataProps() {
+		if kv.GetKey() == dptrain.MetaPrefix+key {
+			v = kv.GetValue()
+		}
+	}
+	return v
+}
+
 // openView loads a dataset spec and preprocesses it to the model's sample
 // shape (C,H,W).
 func openView(spec string, sample []int64, norm, augment, resize string) (*data.View, error) {
+	return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadStringFitted(spec, fit) }, sample, norm, augment, resize)
+}
+
+// openViewOf is openView on the images load reads, fitted to the model's
+// input as it reads them.
+func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize string) (*data.View, error) {
 	if len(sample) != 3 {
 		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W)", sample)
 	}
@@ -71,7 +104,7 @@ func openView(spec string, sample []int64, norm, augment, resize string) (*data.
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
 	// Photos larger than the input are shrunk to it as they load.
-	imgs, err := data.LoadStringFitted(spec, data.Fit{Height: h, Width: w, Resize: rs})
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs})
 	if err != nil {
 		return nil, err
 	}
@@ -113,22 +146,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// What train recorded, unless given.
-	for _, f := range []struct {
-		v    *string
-		key  string
-		none string
-	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}} {
-		if *f.v != "" {
-			continue
-		}
-		*f.v = f.none
-		for _, kv := range m.Proto.GetMetadataProps() {
-			if kv.GetKey() == dptrain.MetaPrefix+f.key {
-				*f.v = kv.GetValue()
-			}
-		}
-	}
+	recordedPreprocess(m, norm, resize)
 	s := *spec
 	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" {
 		sp.Split = data.Test

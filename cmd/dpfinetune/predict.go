@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "predict",
-		summary: "run batch inference: a .npy input tensor (N,C,H,W) to a .npy of model outputs",
+		summary: "run batch inference: a .npy tensor (N,C,H,W) to a .npy of outputs, or image files to their most probable classes",
 		run:     runPredict,
 	})
 }
@@ -28,11 +28,18 @@ func intsString(d []int) string {
 }
 
 func runPredict(args []string, stdout io.Writer) error {
-	fs := newFlagSet("predict", "--model M.onnx --input x.npy --out y.npy [--batch N]")
+	fs := newFlagSet("predict", "--model M.onnx (--input x.npy --out y.npy | --images PATH... [--top K] [--json] [--out y.npy]) [--batch N]")
 	model := fs.String("model", "", "ONNX model file (required)")
-	input := fs.String("input", "", ".npy float32 input of shape (N, ...) matching the model input (required)")
-	out := fs.String("out", "", ".npy file for the model's first output, (N, ...) (required)")
+	input := fs.String("input", "", ".npy float32 input of shape (N, ...) matching the model input")
+	var images pathList
+	fs.Var(&images, "images", "an image file, or a directory of them read recursively (PNG, JPEG, BMP, TIFF, WebP, Netpbm), classified after the preprocessing train recorded in the model; repeat the flag for more")
+	out := fs.String("out", "", ".npy file for the model's first output, (N, ...) (required with --input)")
 	batch := fs.Int("batch", 32, "samples per forward pass; the last chunk may be smaller")
+	top := fs.Int("top", 1, "--images: how many of each image's most probable classes to print")
+	norm := fs.String("norm", "", "--images: input normalisation (default: the one recorded in the model by train, else ImageNet's)")
+	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
+	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
+	asJSON := fs.Bool("json", false, "--images: print JSON")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -44,19 +51,26 @@ func runPredict(args []string, stdout io.Writer) error {
 	switch {
 	case *model == "":
 		return usagef("--model is required")
-	case *input == "":
-		return usagef("--input is required")
-	case *out == "":
-		return usagef("--out is required")
+	case *input == "" && len(images) == 0:
+		return usagef("--input x.npy or --images PATH is required")
+	case *input != "" && len(images) > 0:
+		return usagef("--input and --images exclude each other")
+	case *input != "" && *out == "":
+		return usagef("--out is required with --input")
 	case *batch <= 0:
 		return usagef("--batch must be positive, got %d", *batch)
+	case *top <= 0:
+		return usagef("--top must be positive, got %d", *top)
 	}
-	_, g, err := loadGraph(*model)
+	m, g, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
 	if len(g.Inputs) != 1 {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
+	}
+	if len(images) > 0 {
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {
@@ -65,8 +79,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	if x.DType != npy.Float32 {
 		return fmt.Errorf("%s: input is %s, want float32", *input, x.DType)
 	}
-	in := g.Inputs[0]
-	if err := checkInputShape(in, x.Shape); err != nil {
+	if err := checkInputShape(g.Inputs[0], x.Shape); err != nil {
 		return fmt.Errorf("%s: %w", *input, err)
 	}
 	n := x.Shape[0]
@@ -78,50 +91,76 @@ func runPredict(args []string, stdout io.Writer) error {
 		sample[i] = int64(d)
 	}
 	per := x.Len() / n
-	chunk := *batch
-	if d := in.Shape; len(d) > 0 && d[0].Size > 0 {
-		// The model fixes its batch size: run chunks of exactly that.
-		chunk = int(d[0].Size)
-		if n%chunk != 0 {
-			return fmt.Errorf("%s: model input %q has a fixed batch of %d, which does not divide %d samples", *input, in.Name, chunk, n)
-		}
-	}
-	plans := map[int]*runtime.Plan{}
-	var result []float32
-	var outShape []int
-	for lo := 0; lo < n; lo += chunk {
-		hi := min(lo+chunk, n)
-		size := hi - lo
-		p := plans[size]
-		if p == nil {
-			if p, err = runtime.CompileForBatch(g, size, sample, &runtime.Options{Device: dev, ForwardOnly: true}); err != nil {
-				return fmt.Errorf("%s: batch of %d: %w", *model, size, err)
-			}
-			plans[size] = p
-		}
-		if err := p.SetInput(0, x.F32[lo*per:hi*per]); err != nil {
-			return err
-		}
-		if err := p.Forward(); err != nil {
-			return err
-		}
-		y, ys := p.Output(0)
-		if len(ys) == 0 || ys[0] != size {
-			return fmt.Errorf("%s: output %q has shape %s for a batch of %d; predict needs a leading batch axis", *model, g.Outputs[0].Name, intsString(ys), size)
-		}
-		if result == nil {
-			outShape = append([]int{n}, ys[1:]...)
-			result = make([]float32, 0, n*len(y)/size)
-		} else if !sameTail(outShape, ys) {
-			return fmt.Errorf("%s: output shape %s of a batch of %d does not match %s", *model, intsString(ys), size, intsString(outShape))
-		}
-		result = append(result, y...)
+	result, outShape, err := forwardAll(g, dev, *model, n, sample, *batch, func(lo, hi int, buf []float32) error {
+		copy(buf, x.F32[lo*per:hi*per])
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := npy.WriteFile(*out, npy.NewFloat32(result, outShape...)); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: %q %s from %d samples (batch %d)\n", *out, g.Outputs[0].Name, intsString(outShape), n, *batch)
 	return nil
+}
+
+// forwardAll runs the model's forward pass over n samples of the given
+// shape, batch at a time (fill writes samples lo…hi-1 into the batch's
+// input), and returns the first output of all of them with its shape. A
+// model that fixes its batch size runs chunks of exactly that, the last
+// one padded with zeros whose outputs are dropped.
+func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample []int64, batch int, fill func(lo, hi int, buf []float32) error) ([]float32, []int, error) {
+	per := 1
+	for _, d := range sample {
+		per *= int(d)
+	}
+	chunk := min(batch, n)
+	fixed := false
+	if d := g.Inputs[0].Shape; len(d) > 0 && d[0].Size > 0 {
+		chunk, fixed = int(d[0].Size), true
+	}
+	plans := map[int]*runtime.Plan{}
+	buf := make([]float32, chunk*per)
+	var result []float32
+	var outShape []int
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		size := hi - lo
+		if fixed {
+			size = chunk
+			clear(buf[(hi-lo)*per:]) // the padding
+		}
+		p := plans[size]
+		if p == nil {
+			var err error
+			if p, err = runtime.CompileForBatch(g, size, sample, &runtime.Options{Device: dev, ForwardOnly: true}); err != nil {
+				return nil, nil, fmt.Errorf("%s: batch of %d: %w", model, size, err)
+			}
+			plans[size] = p
+		}
+		if err := fill(lo, hi, buf[:(hi-lo)*per]); err != nil {
+			return nil, nil, err
+		}
+		if err := p.SetInput(0, buf[:size*per]); err != nil {
+			return nil, nil, err
+		}
+		if err := p.Forward(); err != nil {
+			return nil, nil, err
+		}
+		y, ys := p.Output(0)
+		if len(ys) == 0 || ys[0] != size {
+			return nil, nil, fmt.Errorf("%s: output %q has shape %s for a batch of %d; predict needs a leading batch axis", model, g.Outputs[0].Name, intsString(ys), size)
+		}
+		if result == nil {
+			outShape = append([]int{n}, ys[1:]...)
+			result = make([]float32, 0, n*len(y)/size)
+		} else if !sameTail(outShape, ys) {
+			return nil, nil, fmt.Errorf("%s: output shape %s of a batch of %d does not match %s", model, intsString(ys), size, intsString(outShape))
+		}
+		result = append(result, y[:(hi-lo)*(len(y)/size)]...)
+	}
+	return result, outShape, nil
 }
 
 func sameTail(a, b []int) bool {

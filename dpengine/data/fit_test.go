@@ -198,3 +198,50 @@ func BenchmarkFillPhotos(b *testing.B) {
 		})
 	}
 }
+
+// TestLoadFiles: directories are read recursively in lexical order, their
+// hidden entries and files of other extensions skipped; a file named
+// explicitly is read whatever its name; large images are fitted; the
+// errors name the path.
+func TestLoadFiles(t *testing.T) {
+	dir := t.TempDir()
+	writePNG(t, filepath.Join(dir, "z", "b.png"), patterned(40, 30))
+	writePNG(t, filepath.Join(dir, "z", "a", "c.png"), patterned(5, 4))
+	writePNG(t, filepath.Join(dir, "y.PNG"), grayImage(6, 6, func(x, y int) uint8 { return uint8(x + y) }))
+	writePNG(t, filepath.Join(dir, ".hidden", "h.png"), patterned(5, 5))
+	writePNG(t, filepath.Join(dir, "z", ".h.png"), patterned(5, 5))
+	writeFile(t, filepath.Join(dir, "z", "notes.txt"), []byte("x"))
+	other := filepath.Join(t.TempDir(), "scan.dat")
+	writePNG(t, other, patterned(3, 2))
+	fit := Fit{Height: 8, Width: 8}
+	m, files, err := LoadFiles([]string{dir, other}, fit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(dir, "y.PNG"), filepath.Join(dir, "z", "a", "c.png"), filepath.Join(dir, "z", "b.png"), other}
+	if strings.Join(files, " ") != strings.Join(want, " ") {
+		t.Fatalf("files %v, want %v", files, want)
+	}
+	if m.Len() != 4 || m.Channels() != 3 || m.NumClasses() != 1 || m.Fitted() != fit {
+		t.Errorf("%s, fit %v", m, m.Fitted())
+	}
+	for i, size := range [][2]int{{6, 6}, {4, 5}, {8, 8}, {2, 3}} {
+		if h, w := m.Size(i); h != size[0] || w != size[1] || m.Label(i) != 0 {
+			t.Errorf("%s: %d×%d label %d, want %d×%d label 0", files[i], h, w, m.Label(i), size[0], size[1])
+		}
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	writeFile(t, filepath.Join(empty, "a.txt"), []byte("x"))
+	for _, c := range []struct {
+		paths []string
+		want  string
+	}{
+		{nil, "no files or directories"},
+		{[]string{filepath.Join(dir, "none")}, "none: no such file"},
+		{[]string{empty}, "empty holds no images"},
+		{[]string{filepath.Join(dir, "z", "notes.txt")}, "notes.txt: corrupt or unsupported image"},
+	} {
+		_, _, err := LoadFiles(c.paths, Fit{})
+		wantErr(t, err, c.want)
+	}
+}

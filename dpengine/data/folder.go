@@ -143,11 +143,22 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		order = order[:spec.Limit]
 	}
 
+	paths := make([]string, len(order))
+	labels := make([]int32, len(order))
+	for i, it := range order {
+		paths[i], labels[i] = it.path, it.label
+	}
+	return decodeFiles(paths, labels, classes, fit)
+}
+
+// decodeFiles decodes the image files at paths, in parallel, into Images
+// of the given labels and classes, fitting each as it is decoded.
+func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Images, error) {
 	// Decode in parallel, keeping the order. Every image's size is read
 	// from its header before it is decoded, and the decoded total is held
 	// to the memory available.
-	imgs := make([]decoded, len(order))
-	errs := make([]error, len(order))
+	imgs := make([]decoded, len(paths))
+	errs := make([]error, len(paths))
 	budget := int64(math.MaxInt64)
 	budgetSrc := ""
 	if avail, src, ok := sysmem.Available(); ok {
@@ -156,16 +167,16 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	var used atomic.Int64
 	var next atomic.Int64
 	var wg par.Group
-	for range min(runtime.GOMAXPROCS(0), len(order)) {
+	for range min(runtime.GOMAXPROCS(0), len(paths)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(order) {
+				if i >= len(paths) {
 					return
 				}
-				d, err := decodeImage(order[i].path, func(path string, w, h int) error {
+				d, err := decodeImage(paths[i], func(path string, w, h int) error {
 					// The decoder's image (up to 8 bytes a pixel) and ours
 					// (3); ours, or its fitted window, stays.
 					kept := 3 * int64(w) * int64(h)
@@ -196,13 +207,9 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		}
 	}
 
-	m := &Images{classes: classes, labels: make([]int32, len(order)), channels: 1, fit: fit}
-	for _, it := range order {
-		m.sourcePaths = append(m.sourcePaths, it.path)
-	}
+	m := &Images{classes: classes, labels: labels, channels: 1, fit: fit, sourcePaths: paths}
 	uniform := true
-	for i, d := range imgs {
-		m.labels[i] = order[i].label
+	for _, d := range imgs {
 		if !d.gray {
 			m.channels = 3
 		}

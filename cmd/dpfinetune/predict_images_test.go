@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	onnxpb "github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// TestPredictImages: train records the class names beside --norm and
+// --resize; predict --images reads a directory in lexical order with that
+// preprocessing (its logits are predict --input's on the batch the data
+// package fills so, and differ under another resize), names each image's
+// most probable classes by the recorded names (labels past them by
+// number), with softmax probabilities in descending order, as text or
+// JSON.
+func TestPredictImages(t *testing.T) {
+	folder := photoFolder(t) // classes a and b, four PNGs each
+	dir := t.TempDir()
+	model := filepath.Join(dir, "tuned.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+folder, "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--resize", "crop", "--norm", "half", "--out", model); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	if got := metadata(t, model)["dpfinetune.classes"]; got != `["a","b"]` {
+		t.Fatalf("recorded classes %q", got)
+	}
+
+	// The batch predict --images should run: the folder's files, in
+	// lexical order, preprocessed as train recorded.
+	imgs, files, err := data.LoadFiles([]string{folder}, data.Fit{Height: 28, Width: 28, Resize: data.Resize{Crop: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sort.StringsAreSorted(files) || len(files) != 8 {
+		t.Fatalf("files %v", files)
+	}
+	norm, _ := data.ParseNorm("half", data.Norm{})
+	v, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: norm, Resize: data.Resize{Crop: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 8*28*28)
+	if err := v.Fill(x, nil, []int{0, 1, 2, 3, 4, 5, 6, 7}, nil); err != nil {
+		t.Fatal(err)
+	}
+	xPath, wantPath := filepath.Join(dir, "x.npy"), filepath.Join(dir, "want.npy")
+	if err := npy.WriteFile(xPath, npy.NewFloat32(x, 8, 1, 28, 28)); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := run(t, "predict", "--model", model, "--input", xPath, "--out", wantPath, "--batch", "3"); code != 0 {
+		t.Fatalf("predict --input: exit %d: %s", code, e)
+	}
+	want, err := npy.ReadFile(wantPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	gotPath := filepath.Join(dir, "got.npy")
+	stdout, e, code := run(t, "predict", "--model", model, "--images", folder, "--top", "12", "--json", "--out", gotPath, "--batch", "3")
+	if code != 0 {
+		t.Fatalf("predict --images: exit %d: %s", code, e)
+	}
+	got, err := npy.ReadFile(gotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.F32) != len(want.F32) {
+		t.Fatalf("logits of shape %v, want %v", got.Shape, want.Shape)
+	}
+	for i := range want.F32 {
+		if got.F32[i] != want.F32[i] {
+			t.Fatalf("logit %d: %v, predict --input's %v", i, got.F32[i], want.F32[i])
+		}
+	}
+	var res struct {
+		Predictions []imagePrediction
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if len(res.Predictions) != 8 {
+		t.Fatalf("%d predictions", len(res.Predictions))
+	}
+	named := 0
+	for i, p := range res.Predictions {
+		if p.File != files[i] {
+			t.Errorf("prediction %d is of %s, want %s", i, p.File, files[i])
+		}
+		l := want.F32[i*10 : (i+1)*10]
+		var total float64
+		for _, s := range l {
+			total += math.Exp(float64(s))
+		}
+		if len(p.Top) != 10 { // --top 12 of 10 classes: all
+			t.Fatalf("%s: top %v", p.File, p.Top)
+		}
+		for k, c := range p.Top {
+			name := map[int]string{0: "a", 1: "b"}[c.Label]
+			if name == "" {
+				name = string(rune('0' + c.Label))
+			}
+			prob := math.Exp(float64(l[c.Label])) / total
+			if c.Class == "a" || c.Class == "b" {
+				named++
+			}
+			if c.Class != name || math.Abs(c.Probability-prob) > 1e-6 {
+				t.Errorf("%s: top %d is %+v, want class %q probability %.6f", p.File, k, c, name, prob)
+			}
+			if k > 0 && c.Probability > p.Top[k-1].Probability {
+				t.Errorf("%s: top not in descending order: %+v", p.File, p.Top)
+			}
+		}
+		for j, s := range l {
+			if math.Exp(float64(s))/total > p.Top[0].Probability+1e-9 {
+				t.Errorf("%s: label %d is more probable than the top %+v", p.File, j, p.Top[0])
+			}
+		}
+	}
+
+	if named != 16 {
+		t.Errorf("%d of the 16 scores of labels 0 and 1 are named a and b", named)
+	}
+
+	// Text: a line per image, its file first; the resize train recorded
+	// is used unless another is given.
+	text, e, code := run(t, "predict", "--model", model, "--images", filepath.Join(folder, "b"), "--images", files[0])
+	if code != 0 {
+		t.Fatalf("predict --images, text: exit %d: %s", code, e)
+	}
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], files[4]) || !strings.HasPrefix(lines[4], files[0]) || !strings.Contains(lines[0], "%") {
+		t.Errorf("text output:\n%s", text)
+	}
+	stretched := filepath.Join(dir, "stretch.npy")
+	if _, e, code := run(t, "predict", "--model", model, "--images", folder, "--resize", "stretch", "--out", stretched); code != 0 {
+		t.Fatalf("predict --resize stretch: exit %d: %s", code, e)
+	}
+	if s, err := npy.ReadFile(stretched); err != nil || s.F32[0] == want.F32[0] {
+		t.Errorf("--resize stretch gave the recorded crop's logits (%v)", err)
+	}
+}
+
+func TestPredictImagesErrors(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	os.MkdirAll(empty, 0o755)
+	os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("x"), 0o644)
+	bad := filepath.Join(dir, "bad.jpg")
+	os.WriteFile(bad, []byte("not an image"), 0o644)
+	model := "../../testdata/models/cnn.onnx"
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"neither", []string{"--model", model}, 2, "--input x.npy or --images PATH is required"},
+		{"both", []string{"--model", model, "--images", dir, "--input", "x.npy", "--out", "y.npy"}, 2, "exclude each other"},
+		{"top", []string{"--model", model, "--images", dir, "--top", "0"}, 2, "--top must be positive"},
+		{"empty dir", []string{"--model", model, "--images", empty}, 1, "empty holds no images"},
+		{"missing", []string{"--model", model, "--images", filepath.Join(dir, "none.png")}, 1, "none.png"},
+		{"corrupt", []string{"--model", model, "--images", bad}, 1, "bad.jpg: corrupt or unsupported image"},
+		{"resize", []string{"--model", model, "--images", bad, "--resize", "crop=10"}, 2, "--resize"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, code := run(t, append([]string{"predict"}, c.args...)...)
+			if code != c.code || !strings.Contains(stderr, c.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d containing %q", code, stderr, c.code, c.want)
+			}
+		})
+	}
+}
+
+// TestPredictFixedBatch: a model whose input fixes the batch at 4 runs 7
+// samples as two batches of 4, the last padded with zeros whose outputs
+// are dropped: the logits of the dynamic-batch model.
+func TestPredictFixedBatch(t *testing.T) {
+	m, err := onnx.Load("../../testdata/models/cnn.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := m.Proto.GetGraph().GetInput()[0].GetType().GetTensorType().GetShape().GetDim()[0]
+	d.Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: 4}
+	dir := t.TempDir()
+	fixed := filepath.Join(dir, "fixed.onnx")
+	if err := m.Save(fixed, nil); err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, 7*28*28)
+	for i := range x {
+		x[i] = float32(i%97) / 50
+	}
+	in := filepath.Join(dir, "x.npy")
+	if err := npy.WriteFile(in, npy.NewFloat32(x, 7, 1, 28, 28)); err != nil {
+		t.Fatal(err)
+	}
+	var logits [2]*npy.Array
+	for k, model := range []string{"../../testdata/models/cnn.onnx", fixed} {
+		out := filepath.Join(dir, "y.npy")
+		if _, e, code := run(t, "predict", "--model", model, "--input", in, "--out", out, "--batch", "4"); code != 0 {
+			t.Fatalf("%s: exit %d: %s", model, code, e)
+		}
+		if logits[k], err = npy.ReadFile(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(logits[1].F32) != 70 || logits[1].Shape[0] != 7 {
+		t.Fatalf("fixed batch: shape %v", logits[1].Shape)
+	}
+	for i, w := range logits[0].F32 {
+		if g := logits[1].F32[i]; math.Abs(float64(g-w)) > 1e-5*math.Max(1, math.Abs(float64(w))) {
+			t.Fatalf("fixed batch: logit %d = %v, dynamic batch %v", i, g, w)
+		}
+	}
+}

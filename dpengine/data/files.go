@@ -1,0 +1,65 @@
+package data
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// LoadFiles reads unlabelled images for prediction. Each path is an image
+// file — read whatever its name, the format from its contents — or a
+// directory, whose image files (the extensions a folder dataset reads,
+// hidden files and directories skipped) are read recursively in lexical
+// order. Images with at least fit's pixels are fitted as they decode (see
+// Fit; the zero Fit keeps them whole). The images have one class, named
+// "", and every label 0; LoadFiles returns them with the file each sample
+// came from.
+func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
+	if err := fit.check(); err != nil {
+		return nil, nil, err
+	}
+	if len(paths) == 0 {
+		return nil, nil, fmt.Errorf("images: no files or directories given")
+	}
+	var files []string
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("images: %w", err)
+		}
+		if !fi.IsDir() {
+			files = append(files, p)
+			continue
+		}
+		before := len(files)
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if path != p && strings.HasPrefix(d.Name(), ".") {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if d.Type().IsRegular() && isImageFile(d.Name()) {
+				files = append(files, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("images: %w", err)
+		}
+		if len(files) == before {
+			return nil, nil, fmt.Errorf("images: %s holds no images (%s: *%s)", p, imageKinds, strings.Join(imageExts, ", *"))
+		}
+	}
+	m, err := decodeFiles(files, make([]int32, len(files)), []string{""}, fit)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.sourcePaths = nil
+	return m, files, nil
+}
