@@ -17,6 +17,9 @@ type EvalResult struct {
 	Accuracy  float64   `json:"accuracy"`
 	Loss      float64   `json:"loss"`
 	Confusion [][]int64 `json:"confusion"` // [true][predicted]
+	// Classes names the confusion matrix's rows (the data's classes), when
+	// the caller sets it (dpfinetune eval).
+	Classes []string `json:"classes,omitempty"`
 }
 
 // Evaluator runs a forward-only plan of a graph over datasets.

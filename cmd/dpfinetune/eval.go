@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"text/tabwriter"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
@@ -164,18 +166,31 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	res.Classes = v.Source().Classes()
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\naccuracy: %.2f %%\nloss:     %.4f\n\nconfusion matrix (rows: true class, columns: predicted):\n", *model, s, res.Samples, 100*res.Accuracy, res.Loss)
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\naccuracy: %.2f %%\nloss:     %.4f\n\nconfusion matrix (rows: true class, columns: predicted; the class's accuracy at the end):\n", *model, s, res.Samples, 100*res.Accuracy, res.Loss)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
 	for i, row := range res.Confusion {
-		fmt.Fprintf(stdout, "  %3d:", i)
-		for _, c := range row {
-			fmt.Fprintf(stdout, " %6d", c)
+		label := strconv.Itoa(i)
+		if i < len(res.Classes) && res.Classes[i] != label {
+			label += " " + res.Classes[i]
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintf(tw, "  %s:\t", label)
+		var total int64
+		for _, c := range row {
+			fmt.Fprintf(tw, " %d\t", c)
+			total += c
+		}
+		if total > 0 {
+			fmt.Fprintf(tw, "  %.1f %%\t", 100*float64(row[i])/float64(total))
+		} else {
+			fmt.Fprint(tw, "  –\t")
+		}
+		fmt.Fprintln(tw)
 	}
-	return nil
+	return tw.Flush()
 }

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,7 +212,8 @@ func TestTrainBadInput(t *testing.T) {
 }
 
 // TestEvalCLI: eval reports the accuracy and a confusion matrix that sums
-// to the number of examples, using the normalisation recorded by train.
+// to the number of examples, using the normalisation recorded by train;
+// its rows are named by the data's classes and end in their accuracy.
 func TestEvalCLI(t *testing.T) {
 	out, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=100", "--json")
 	if code != 0 {
@@ -227,6 +231,38 @@ func TestEvalCLI(t *testing.T) {
 	}
 	if r.Samples != 100 || total != 100 || r.Accuracy < 0 || r.Accuracy > 1 || !(r.Loss > 0) {
 		t.Errorf("eval %+v", r)
+	}
+	// A folder's class names label the matrix's rows, each row ending in
+	// the class's accuracy; JSON carries them too.
+	folder := "folder:" + photoFolder(t) + ":train"
+	fitted := filepath.Join(t.TempDir(), "fitted.onnx") // so that the diagonal is not all zeros
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", "none", "--non-private",
+		"--epochs", "20", "--batch-size", "4", "--lr", "0.01", "--seed", "1", "--quiet", "--out", fitted); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	text, e, code := run(t, "eval", "--model", fitted, "--data", folder)
+	if code != 0 {
+		t.Fatalf("eval on a folder: exit %d: %s", code, e)
+	}
+	rows := regexp.MustCompile(`(?m)^ +([01]) ([ab]):((?: +\d+){10}) +(\d+\.\d) %$`).FindAllStringSubmatch(text, -1)
+	if len(rows) != 2 || rows[0][2] != "a" || rows[1][2] != "b" {
+		t.Fatalf("confusion rows %q in:\n%s", rows, text)
+	}
+	diagonal := 0
+	for i, row := range rows {
+		counts := strings.Fields(row[3])
+		n, _ := strconv.Atoi(counts[i])
+		diagonal += n
+		if want := fmt.Sprintf("%.1f", 100*float64(n)/4); row[4] != want {
+			t.Errorf("class %s: accuracy %s %%, want %s (%d of its 4)", row[2], row[4], want, n)
+		}
+	}
+	if diagonal == 0 {
+		t.Errorf("no image of the training folder classified right after 20 epochs:\n%s", text)
+	}
+	out, _, _ = run(t, "eval", "--model", fitted, "--data", folder, "--json")
+	if err := json.Unmarshal([]byte(out), &r); err != nil || strings.Join(r.Classes, ",") != "a,b" {
+		t.Errorf("JSON classes %q (%v)", r.Classes, err)
 	}
 	if _, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", "cifar10:/nonexistent"); code != 1 || !strings.Contains(e, "nonexistent") {
 		t.Errorf("missing data: exit %d, %q", code, e)
