@@ -48,7 +48,7 @@ func isDir(path string) bool {
 	return err == nil && fi.IsDir()
 }
 
-// loadFolder reads an image folder: DIR/CLASS/*.{png,jpg,jpeg}, or
+// loadFolder reads an image folder: DIR/CLASS/IMAGE (imageExts), or
 // DIR/train/CLASS/… and DIR/test/CLASS/… (or DIR/val/CLASS/…). Labels
 // are the indices of the sorted training class names. Images with at
 // least fit's pixels are fitted as each is decoded.

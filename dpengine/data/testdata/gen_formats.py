@@ -85,8 +85,7 @@ def main():
         out.append({"file": name, "width": im.width, "height": im.height, "gray": mode in ("L", "1"),
                     "rgb": [v for p in px for v in p]})
     with open(os.path.join(os.path.dirname(DIR), "formats.json"), "w") as f:
-        json.dump(out, f, indent=0)
-        f.write("\n")
+        f.write("[\n" + ",\n".join(json.dumps(c) for c in out) + "\n]\n")
 
 
 main()
