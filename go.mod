@@ -7,6 +7,7 @@ require google.golang.org/protobuf v1.36.11
 require (
 	github.com/ebitengine/purego v0.9.1
 	github.com/schollz/progressbar/v3 v3.19.0
+	golang.org/x/image v0.48.0
 	golang.org/x/term v0.28.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -20,7 +21,6 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
-	golang.org/x/image v0.48.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
