@@ -251,7 +251,11 @@ func openTest(spec, trainSpec string, sample []int64, norm, resize string, logf 
 	case explicit:
 		return nil, "", err
 	}
-	logf("note: no test split found for %s (%v); training without per-epoch evaluation\n", trainSpec, firstLine(err))
+	hint := ""
+	if sp, perr := data.ParseSpec(trainSpec); perr == nil && sp.Scheme == data.SchemeFolder {
+		hint = " (a folder can hold some of its images out for testing: add :holdout=0.1 to --data)"
+	}
+	logf("note: no test split found for %s (%v); training without per-epoch evaluation%s\n", trainSpec, firstLine(err), hint)
 	return nil, "", nil
 }
 

@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"fmt"
+	"hash/fnv"
 	"image"
 	"image/color"
 	_ "image/jpeg" // register the decoders for image.Decode
@@ -76,7 +77,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of images per class: %s)", trainDir, imageKinds)
 	}
 	dir, dirClasses := trainDir, classes
-	if spec.split() == Test {
+	if spec.split() == Test && spec.Holdout == 0 {
 		if testDir == "" {
 			if hasSplits {
 				return nil, fmt.Errorf("folder: %s has a train/ directory but no test/ or val/ directory for the test split", root)
@@ -127,6 +128,19 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		}
 		if len(items) == 0 {
 			return nil, fmt.Errorf("folder: %s: class directory holds no images (%s: *%s)", cdir, imageKinds, strings.Join(imageExts, ", *"))
+		}
+		if spec.Holdout > 0 {
+			// The test split's files, or the rest, still in name order.
+			keep := holdout(trainDir, len(items), func(k int) string { return items[k].path }, spec.Holdout)
+			part := items[:0:0]
+			for k, it := range items {
+				if keep[k] == (spec.split() == Test) {
+					part = append(part, it)
+				}
+			}
+			if items = part; len(items) == 0 {
+				continue // a class of one image trains on it
+			}
 		}
 		perClass = append(perClass, items) // ReadDir sorts by name
 		total += len(items)
@@ -241,6 +255,45 @@ func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Im
 		m.sizes[i] = [2]int32{int32(d.h), int32(d.w)}
 	}
 	return m, nil
+}
+
+// holdout marks which of a class's n files (path(k), under dir) are held
+// out: round(f·n) of them, at least one of two or more, never all —
+// those whose paths within dir, with a fixed salt, hash lowest (FNV-1a),
+// ties broken by the path.
+func holdout(dir string, n int, path func(int) string, f float64) []bool {
+	held := int(math.Round(f * float64(n)))
+	if held == 0 && n >= 2 {
+		held = 1
+	}
+	held = min(held, n-1)
+	type key struct {
+		h   uint64
+		rel string
+		k   int
+	}
+	keys := make([]key, n)
+	for k := range keys {
+		rel, err := filepath.Rel(dir, path(k))
+		if err != nil {
+			rel = path(k)
+		}
+		rel = filepath.ToSlash(rel)
+		h := fnv.New64a()
+		h.Write([]byte("dpfinetune holdout\x00" + rel))
+		keys[k] = key{h.Sum64(), rel, k}
+	}
+	sort.Slice(keys, func(a, b int) bool {
+		if keys[a].h != keys[b].h {
+			return keys[a].h < keys[b].h
+		}
+		return keys[a].rel < keys[b].rel
+	})
+	out := make([]bool, n)
+	for _, kk := range keys[:max(held, 0)] {
+		out[kk.k] = true
+	}
+	return out
 }
 
 // classDirs returns the sorted names of the visible sub-directories of dir.

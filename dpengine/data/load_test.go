@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"fmt"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -119,6 +120,7 @@ func TestParseSpec(t *testing.T) {
 		{"cifar100:c100:train", Spec{Scheme: "cifar100", Dir: "c100", Split: Train}},
 		{"folder:/data/flowers:split=val", Spec{Scheme: "folder", Dir: "/data/flowers", Split: Test}},
 		{"folder:/a:b/c:limit=3", Spec{Scheme: "folder", Dir: "/a:b/c", Limit: 3}},
+		{"folder:/p:holdout=0.1:test", Spec{Scheme: "folder", Dir: "/p", Split: Test, Holdout: 0.1}},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -129,7 +131,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 		back, err := ParseSpec(got.String())
-		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes {
+		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout {
 			t.Errorf("ParseSpec(%q).String() = %q does not read back: %+v, %v", tc.in, got.String(), back, err)
 		}
 	}
@@ -146,6 +148,10 @@ func TestParseSpec(t *testing.T) {
 		{"cifar10:d:classes=5", []string{"classes= applies to the idx scheme only"}},
 		{"idx:d:limit=1:limit=2", []string{"limit given twice"}},
 		{"idx:d:seed=1", []string{`unknown option "seed"`, "limit=N"}},
+		{"folder:d:holdout=0", []string{"holdout=0", "between 0 and 1"}},
+		{"folder:d:holdout=1", []string{"holdout=1", "between 0 and 1"}},
+		{"folder:d:holdout=NaN", []string{"holdout=NaN"}},
+		{"cifar10:d:holdout=0.1", []string{"holdout= applies to the folder scheme only"}},
 	} {
 		_, err := ParseSpec(tc.in)
 		wantErr(t, err, tc.frags...)
@@ -701,5 +707,91 @@ func TestNewImages(t *testing.T) {
 	m, err := NewImages([]string{"a"}, 1, 1, 2, []uint8{1, 2, 3, 4}, []int32{0, 0})
 	if err != nil || m.Len() != 2 || m.Bytes() != 12 {
 		t.Errorf("%v %v", m, err)
+	}
+}
+
+// TestFolderHoldout: holdout=F splits the training classes — round(F·n)
+// of a class held out, at least one of two or more, never all — into
+// disjoint test and training splits that together are the class, chosen
+// the same at every load and by the files' paths, not their contents; a
+// test directory is not read; adding a file moves at most one other.
+func TestFolderHoldout(t *testing.T) {
+	png1 := func(t *testing.T, path string) { writePNG(t, path, grayImage(2, 2, func(x, y int) uint8 { return 1 })) }
+	dir := t.TempDir()
+	sizes := map[string]int{"one": 1, "two": 2, "ten": 10, "seven": 7}
+	for class, n := range sizes {
+		for k := range n {
+			png1(t, filepath.Join(dir, "train", class, fmt.Sprintf("%02d.png", k)))
+		}
+	}
+	png1(t, filepath.Join(dir, "test", "ten", "x.png")) // not read with holdout
+	held := func(spec string) map[string]map[string]bool {
+		t.Helper()
+		s, err := ParseSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[string]bool{}
+		for _, st := range m.sources {
+			class := filepath.Base(filepath.Dir(st.path))
+			if out[class] == nil {
+				out[class] = map[string]bool{}
+			}
+			out[class][filepath.Base(st.path)] = true
+		}
+		return out
+	}
+	for _, c := range []struct {
+		f    string
+		want map[string]int
+	}{
+		{"0.3", map[string]int{"one": 0, "two": 1, "ten": 3, "seven": 2}},
+		{"0.2", map[string]int{"one": 0, "two": 1, "ten": 2, "seven": 1}}, // two: round(0.4) = 0, but one
+		{"0.8", map[string]int{"one": 0, "two": 1, "ten": 8, "seven": 6}}, // one, two: never all
+	} {
+		test := held("folder:" + dir + ":holdout=" + c.f + ":test")
+		train := held("folder:" + dir + ":holdout=" + c.f)
+		for class, n := range sizes {
+			if len(test[class]) != c.want[class] || len(train[class]) != n-c.want[class] {
+				t.Errorf("holdout=%s, %s: %d held out, %d trained; want %d of %d held out", c.f, class, len(test[class]), len(train[class]), c.want[class], n)
+			}
+			for f := range test[class] {
+				if train[class][f] {
+					t.Errorf("holdout=%s: %s/%s in both splits", c.f, class, f)
+				}
+			}
+		}
+	}
+	test := held("folder:" + dir + ":holdout=0.3:test")
+	if test["ten"]["x.png"] {
+		t.Error("the test directory was read")
+	}
+	again := held("folder:" + dir + ":holdout=0.3:test")
+	if fmt.Sprint(again) != fmt.Sprint(test) {
+		t.Errorf("a second load held out %v, the first %v", again, test)
+	}
+	// Other contents, same names: the same files held out.
+	for f := range test["seven"] {
+		writePNG(t, filepath.Join(dir, "train", "seven", f), grayImage(3, 3, func(x, y int) uint8 { return 200 }))
+	}
+	if got := held("folder:" + dir + ":holdout=0.3:test"); fmt.Sprint(got) != fmt.Sprint(test) {
+		t.Errorf("rewriting the held-out images changed the split: %v, was %v", got, test)
+	}
+	// One more file in "ten" (11: still 3 held out): at most one file
+	// of the class changes sides.
+	png1(t, filepath.Join(dir, "train", "ten", "10.png"))
+	after := held("folder:" + dir + ":holdout=0.3:test")["ten"]
+	moved := 0
+	for f := range test["ten"] {
+		if !after[f] {
+			moved++
+		}
+	}
+	if len(after) != 3 || moved > 1 {
+		t.Errorf("after adding a file: held out %v, was %v", after, test["ten"])
 	}
 }

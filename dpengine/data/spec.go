@@ -65,6 +65,8 @@ func ParseSplit(s string) (Split, error) {
 //	split=train|test|val   (or just train, test, val)
 //	limit=N                keep the first N samples (0: all)
 //	classes=N              number of classes (idx only; default 10)
+//	holdout=F              folder only: hold out a fraction F of each
+//	                       training class as the test split (see Holdout)
 //
 // Options are recognised from the right, so DIR may itself contain colons
 // as long as its last component does not look like an option. Examples:
@@ -86,6 +88,15 @@ type Spec struct {
 	// not record it); 0 means 10. Ignored by the other schemes, whose
 	// class count is fixed (CIFAR) or read from the directory (folder).
 	Classes int
+	// Holdout, in (0, 1), splits a folder's training images instead of
+	// reading a test directory: of each class, a fraction Holdout of its
+	// files (rounded, at least one of a class of two or more, never all)
+	// is the test split and the rest the training split. The files are
+	// chosen by a hash of their paths within the folder, not by their
+	// contents: the same files every run, and adding a file to a class
+	// moves at most one of its other files between the splits. A test
+	// directory, if the folder has one, is not read.
+	Holdout float64
 }
 
 // ParseSpec parses the string form of a Spec (see Spec).
@@ -133,6 +144,15 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: limit=%s: want a non-negative integer", s, val)
 			}
 			spec.Limit = n
+		case "holdout":
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil || !(f > 0 && f < 1) {
+				return Spec{}, fmt.Errorf("data spec %q: holdout=%s: want a fraction between 0 and 1, such as 0.1", s, val)
+			}
+			if spec.Scheme != SchemeFolder {
+				return Spec{}, fmt.Errorf("data spec %q: holdout= applies to the folder scheme only (the others have test splits)", s)
+			}
+			spec.Holdout = f
 		case "classes":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 1 || n > 1<<24 {
@@ -143,7 +163,7 @@ options:
 			}
 			spec.Classes = n
 		default:
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -169,6 +189,9 @@ func (s Spec) String() string {
 	}
 	if s.Classes > 0 && s.Scheme == SchemeIDX {
 		fmt.Fprintf(&b, ":classes=%d", s.Classes)
+	}
+	if s.Holdout > 0 {
+		b.WriteString(":holdout=" + strconv.FormatFloat(s.Holdout, 'g', -1, 64))
 	}
 	return b.String()
 }
