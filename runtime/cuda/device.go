@@ -56,7 +56,7 @@ var deviceKernels = map[string][]string{
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "channel_sums_block", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_stats_block", "row_normalize", "row_grad_sums", "row_grad_sums_block", "row_normalize_bwd",
-		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
+		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_norm_affine_block", "row_affine_bwd_block", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
 	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
 }
 

@@ -155,17 +155,32 @@ func lanesFor(terms int) int32 {
 // 132 multiprocessors. ViT-B/16's LayerNorms (6304 rows of 768) stay a
 // warp each.
 func (d *Device) launchRows(name string, rows, L int) {
-	if L < rowBlockWide && (L < rowBlockMid || rows >= rowWarpsPerSM*max(1, d.props.Multiprocessors)) {
+	block := d.rowBlock(rows, L)
+	if block == 0 {
 		d.launchLanes(name, rows, L)
 		return
 	}
 	d.args.I32(0)
-	block := min(1024, max(32, (L/32+31)/32*32))
-	if d.props.Emulated {
-		block = 32
-	}
 	d.launchGrid(name+"_block", D1(min(rows, d.maxGrid)), D1(block))
 }
+
+// rowBlock returns the threads of launchRows' block per row for rows of
+// L terms, or 0 where it takes a warp (or fewer lanes) per row.
+func (d *Device) rowBlock(rows, L int) int {
+	if L < rowBlockWide && (L < rowBlockMid || rows >= rowWarpsPerSM*max(1, d.props.Multiprocessors)) {
+		return 0
+	}
+	if d.props.Emulated {
+		return 32
+	}
+	return min(1024, max(32, (L/32+31)/32*32))
+}
+
+// fuseRowBlocks lets a row normalization whose rows take a block each run
+// its statistics and its output (or its gradient's sums and the gradient)
+// in one kernel (row_norm_affine_block, row_affine_bwd_block), the same
+// bits as the two; tests turn it off to compare.
+var fuseRowBlocks = true
 
 // rowBlockWide is the row length from which launchRows takes a block per
 // row (tests lower it to run both forms), rowBlockMid the one from which
@@ -624,6 +639,13 @@ func (d *Device) NormalizeRowsAffine(n *runtime.NormRows, x, scale, bias, y, mea
 	a := d.begin()
 	defer d.end("NormalizeRowsAffine")
 	tab := d.normTable(n)
+	if block := d.rowBlock(rows, L); block > 0 && fuseRowBlocks && L > 0 {
+		a.Ptr(f32(x[:rows*L], opIn, d)).I64(int64(rows)).I64(int64(L)).F64(n.Epsilon())
+		a.Ptr(f32(scale[:np], opIn, d)).Ptr(f32(opt(bias, np), opIn, d)).Ptr(tab)
+		a.Ptr(f32(mean[:rows], opOut, d)).Ptr(f32(invStd[:rows], opOut, d)).Ptr(f32(y[:rows*L], opOut, d)).I32(0)
+		d.launchGrid("row_norm_affine_block", D1(min(rows, d.maxGrid)), D1(block))
+		return
+	}
 	st := d.scratch64(2 * rows)
 	px := f32(x[:rows*L], opIn, d)
 	a.Ptr(px).I64(int64(rows)).I64(int64(L)).F64(n.Epsilon()).Ptr(st).Ptr(f32(mean[:rows], opOut, d)).Ptr(f32(invStd[:rows], opOut, d))
@@ -646,8 +668,13 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	a := d.begin()
 	defer d.end("NormalizeRowsAffineBackward")
 	tab := d.normTable(n)
-	sums := d.scratch64(2 * rows)
 	px, ps, pm, piv, pdy := f32(x[:rows*L], opIn, d), f32(scale[:np], opIn, d), f32(mean[:rows], opIn, d), f32(invStd[:rows], opIn, d), f32(dy[:rows*L], opIn, d)
+	if block := d.rowBlock(rows, L); block > 0 && fuseRowBlocks {
+		a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(f32(dx[:rows*L], opOut, d)).I32(0)
+		d.launchGrid("row_affine_bwd_block", D1(min(rows, d.maxGrid)), D1(block))
+		return
+	}
+	sums := d.scratch64(2 * rows)
 	a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums)
 	d.launchRows("row_affine_grad_sums", rows, L)
 	a.Reset()

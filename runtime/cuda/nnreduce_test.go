@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand"
@@ -588,6 +589,63 @@ func TestSoftmaxRegisters(t *testing.T) {
 			for i := range want {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 					t.Fatalf("n=%d log=%v: output %d = %v in registers, %v in passes", n, log, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// TestRowBlocksFused: where a row normalization's rows take a block each,
+// its statistics and output run as one kernel, as do its gradient's sums
+// and the gradient (fuseRowBlocks), with the same bits as the separate
+// kernels: every NormalizeRowsAffine case, each row a block.
+func TestRowBlocksFused(t *testing.T) {
+	t.Setenv(EnvProfile, "1")
+	defer func(w int, f bool) { rowBlockWide, fuseRowBlocks = w, f }(rowBlockWide, fuseRowBlocks)
+	rowBlockWide = 1
+	var cases []graphCase
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "NormalizeRowsAffine/") {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) < 6 {
+		t.Fatalf("%d NormalizeRowsAffine cases", len(cases))
+	}
+	kernels := map[bool]string{}
+	outs := map[bool][][][]float32{}
+	for _, fused := range []bool{false, true} {
+		fuseRowBlocks = fused
+		d := emuDevice(t)
+		var prof bytes.Buffer
+		d.prof.out = &prof
+		for _, c := range cases {
+			p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+			outs[fused] = append(outs[fused], c.run(d, p))
+			for _, b := range p.bufs {
+				d.Free(b)
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		kernels[fused] = prof.String()
+	}
+	for _, k := range []string{"row_norm_affine_block", "row_affine_bwd_block"} {
+		if !strings.Contains(kernels[true], k) || strings.Contains(kernels[false], k) {
+			t.Errorf("kernel %s: fused profile has it %v, separate %v", k, strings.Contains(kernels[true], k), strings.Contains(kernels[false], k))
+		}
+	}
+	for _, k := range []string{"row_stats_block", "row_affine_grad_sums_block", "row_affine_dx", "row_affine "} {
+		if strings.Contains(kernels[true], k) {
+			t.Errorf("fused: %s still ran", k)
+		}
+	}
+	for i, c := range cases {
+		for k := range outs[false][i] {
+			for j, w := range outs[false][i][k] {
+				if g := outs[true][i][k][j]; math.Float32bits(g) != math.Float32bits(w) {
+					t.Fatalf("%s: output %d element %d: fused %v, separate %v", c.name, k, j, g, w)
 				}
 			}
 		}
