@@ -467,6 +467,13 @@ func Run(cfg Config) (*Report, error) {
 		devName = cfg.Device.Name()
 	}
 	logf("  device:    %s%s\n", devName, map[bool]string{true: ", TF32 convolutions (weight gradients, norms and clipping float32)"}[tf32])
+	if cfg.Test != nil {
+		name := set.TestData
+		if name == "" {
+			name = "given"
+		}
+		logf("  test:      %s (%d examples, evaluated after every epoch)\n", name, cfg.Test.Len())
+	}
 	if ckpt != nil {
 		logf("  resuming:  from %s at step %d (epoch %d)\n", ckptPath, ckpt.Step, ckpt.Epoch+1)
 	}

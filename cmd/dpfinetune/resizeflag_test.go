@@ -92,17 +92,20 @@ func TestResizeFlag(t *testing.T) {
 }
 
 // TestHoldoutTrain: a folder without a test split trained with
-// :holdout=F tests on the held-out images and trains on the rest — the
-// examples the accountant counts — and without it says how to hold some
-// out.
+// :holdout=F tests on the held-out images, named in the header, and trains
+// on the rest — the examples the accountant counts — and without it says
+// how to hold some out.
 func TestHoldoutTrain(t *testing.T) {
 	folder := photoFolder(t) // two classes of four
 	dir := t.TempDir()
 	rep := filepath.Join(dir, "run.json")
-	_, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+folder+":holdout=0.25",
-		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--out", filepath.Join(dir, "m.onnx"), "--report", rep)
+	out, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+folder+":holdout=0.25",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--out", filepath.Join(dir, "m.onnx"), "--report", rep)
 	if code != 0 {
 		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	if !strings.Contains(out, "holdout=0.25 (2 examples, evaluated after every epoch)") {
+		t.Errorf("the header does not name the test split:\n%s", out)
 	}
 	b, err := os.ReadFile(rep)
 	if err != nil {
@@ -118,7 +121,7 @@ func TestHoldoutTrain(t *testing.T) {
 	if len(r.Epochs) != 1 || r.Epochs[0].Test == nil || r.Epochs[0].Test.Samples != 2 {
 		t.Errorf("epochs %+v: want a test of the 2 held-out images", r.Epochs)
 	}
-	out, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+folder,
+	out, e, code = run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+folder,
 		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--out", filepath.Join(dir, "n.onnx"))
 	if code != 0 || !strings.Contains(out+e, "add :holdout=0.1 to --data") {
 		t.Errorf("train without a test split: exit %d, want the holdout hint in: %s", code, e)
