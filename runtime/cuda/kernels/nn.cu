@@ -556,38 +556,50 @@ extern "C" __global__ void row_stats(const float *x, long long rows, long long L
   }
 }
 
-// row_stats_block is row_stats with a block per row, for long rows (a
-// GroupNorm group over a large feature map: a warp per row leaves most of
-// the GPU idle, each lane looping over thousands of terms): thread k takes
-// the terms k, k + blockDim.x, …, and block_sum adds the threads' sums.
-// lanes is unused (row_stats' arguments, so that the caller packs the
-// same).
+// block_row_stats gives every thread of the block the mean *m and
+// 1/√(variance + eps) *iv of the row xr of L terms: row_stats' two passes,
+// thread k taking the terms k, k + blockDim.x, …, block_sum adding the
+// threads' sums (a block per row: a GroupNorm group over a large feature
+// map leaves most of the GPU idle with a warp per row). part and sh are
+// the block's __shared__ double[32] and double[2]; it synchronizes before
+// returning, so the next call may reuse them.
+__device__ __forceinline__ void block_row_stats(const float *xr, long long L, double eps, double *part, double *sh,
+                                                double *m, double *iv) {
+  double s = 0;
+  for (long long j = threadIdx.x; j < L; j += blockDim.x) s += xr[j];
+  s = block_sum(s, part);
+  if (threadIdx.x == 0) sh[0] = s / (double)L;
+  __syncthreads();
+  double mu = sh[0], ss = 0;
+  for (long long j = threadIdx.x; j < L; j += blockDim.x) {
+    double d = (double)xr[j] - mu;
+    ss += d * d;
+  }
+  ss = block_sum(ss, part);
+  if (threadIdx.x == 0) sh[1] = 1 / sqrt(ss / (double)L + eps);
+  __syncthreads();
+  *m = mu;
+  *iv = sh[1];
+  __syncthreads(); // sh is the next call's
+}
+
+// row_stats_block is row_stats with a block per row (block_row_stats) for
+// long rows. lanes is unused (row_stats' arguments, so that the caller
+// packs the same).
 extern "C" __global__ void row_stats_block(const float *x, long long rows, long long L, double eps, double *st, float *mean,
                                            float *inv_std, int lanes) {
   __shared__ double part[32];
-  __shared__ double mu;
+  __shared__ double sh[2];
   (void)lanes;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float *xr = x + r * L;
-    double s = 0;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) s += xr[j];
-    s = block_sum(s, part);
-    if (threadIdx.x == 0) mu = s / (double)L;
-    __syncthreads();
-    double m = mu, ss = 0;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      double d = (double)xr[j] - m;
-      ss += d * d;
-    }
-    ss = block_sum(ss, part);
+    double m, iv;
+    block_row_stats(x + r * L, L, eps, part, sh, &m, &iv);
     if (threadIdx.x == 0) {
-      double iv = 1 / sqrt(ss / (double)L + eps);
       st[2 * r] = m;
       st[2 * r + 1] = iv;
       if (mean) mean[r] = (float)m;
       inv_std[r] = (float)iv;
     }
-    __syncthreads(); // mu is the next row's
   }
 }
 
@@ -706,6 +718,29 @@ extern "C" __global__ void row_affine_grad_sums(const float *x, const float *sca
   }
 }
 
+// block_affine_grad_sums returns to thread 0 row r's mean(g) in *sg and
+// mean(g·x̂) in *sgx (row_affine_grad_sums' sums, the block's threads
+// splitting the terms); part is the block's __shared__ double[32].
+__device__ __forceinline__ void block_affine_grad_sums(const float *x, const float *scale, const float *mean,
+                                                       const float *inv_std, const float *dy, long long rows,
+                                                       long long L, const int *tab, long long r, double *part,
+                                                       double *sg, double *sgx) {
+  double a = 0, b = 0;
+  affine_grad_part(x, scale, mean, inv_std, dy, rows, L, tab, r, threadIdx.x, blockDim.x, &a, &b);
+  *sg = block_sum(a, part) / (double)L;
+  *sgx = block_sum(b, part) / (double)L;
+}
+
+// affine_dx is row_affine_dx's element i (row r, column j) given the
+// row's mean(g) s0 and mean(g·x̂) s1.
+__device__ __forceinline__ float affine_dx(const float *x, const float *scale, const float *mean, const float *inv_std,
+                                           const float *dy, long long rows, const int *tab, long long r, long long j,
+                                           long long i, double s0, double s1) {
+  double iv = inv_std[r], g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
+  double xh = ((double)x[i] - (double)mean[r]) * iv;
+  return (float)(iv * (g - s0 - xh * s1));
+}
+
 // row_affine_grad_sums_block is row_affine_grad_sums with a block per
 // row, for long rows (row_stats_block: GroupNorm's rows of C/G·H·W
 // terms); lanes is unused.
@@ -715,13 +750,11 @@ extern "C" __global__ void row_affine_grad_sums_block(const float *x, const floa
   __shared__ double part[32];
   (void)lanes;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    double sg = 0, sgx = 0;
-    affine_grad_part(x, scale, mean, inv_std, dy, rows, L, tab, r, threadIdx.x, blockDim.x, &sg, &sgx);
-    sg = block_sum(sg, part);
-    sgx = block_sum(sgx, part);
+    double sg, sgx;
+    block_affine_grad_sums(x, scale, mean, inv_std, dy, rows, L, tab, r, part, &sg, &sgx);
     if (threadIdx.x == 0) {
-      sums[2 * r] = sg / (double)L;
-      sums[2 * r + 1] = sgx / (double)L;
+      sums[2 * r] = sg;
+      sums[2 * r + 1] = sgx;
     }
   }
 }
@@ -733,9 +766,7 @@ extern "C" __global__ void row_affine_dx(const float *x, const float *scale, con
   FastDiv byL = fast_div(L, rows * L);
   FOR_EACH(i, rows * L) {
     long long r = fdiv(byL, i);
-    double iv = inv_std[r], g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, i - r * L)];
-    double xh = ((double)x[i] - (double)mean[r]) * iv;
-    dx[i] = (float)(iv * (g - sums[2 * r] - xh * sums[2 * r + 1]));
+    dx[i] = affine_dx(x, scale, mean, inv_std, dy, rows, tab, r, i - r * L, i, sums[2 * r], sums[2 * r + 1]);
   }
 }
 
@@ -750,36 +781,22 @@ extern "C" __global__ void row_norm_affine_block(const float *x, long long rows,
                                                  const float *scale, const float *bias, const int *tab, float *mean,
                                                  float *inv_std, float *y, int lanes) {
   __shared__ double part[32];
-  __shared__ double mu, sig;
+  __shared__ double sh[2];
   (void)lanes;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const float *xr = x + r * L;
-    double s = 0;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) s += xr[j];
-    s = block_sum(s, part);
-    if (threadIdx.x == 0) mu = s / (double)L;
-    __syncthreads();
-    double m = mu, ss = 0;
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      double d = (double)xr[j] - m;
-      ss += d * d;
-    }
-    ss = block_sum(ss, part);
+    double m, iv;
+    block_row_stats(xr, L, eps, part, sh, &m, &iv);
     if (threadIdx.x == 0) {
-      double iv = 1 / sqrt(ss / (double)L + eps);
-      sig = iv;
       if (mean) mean[r] = (float)m;
       inv_std[r] = (float)iv;
     }
-    __syncthreads();
-    double iv = sig;
     for (long long j = threadIdx.x; j < L; j += blockDim.x) {
       long long k = PARAM(tab, rows, r, j);
       double v = ((double)xr[j] - m) * iv * (double)scale[k];
       if (bias) v += bias[k];
       y[r * L + j] = (float)v;
     }
-    __syncthreads(); // mu and sig are the next row's
   }
 }
 
@@ -791,26 +808,20 @@ extern "C" __global__ void row_affine_bwd_block(const float *x, const float *sca
                                                 const float *inv_std, const float *dy, long long rows, long long L,
                                                 const int *tab, float *dx, int lanes) {
   __shared__ double part[32];
-  __shared__ double s0, s1;
+  __shared__ double sh[2];
   (void)lanes;
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-    double sg = 0, sgx = 0;
-    affine_grad_part(x, scale, mean, inv_std, dy, rows, L, tab, r, threadIdx.x, blockDim.x, &sg, &sgx);
-    sg = block_sum(sg, part);
-    sgx = block_sum(sgx, part);
+    double sg, sgx;
+    block_affine_grad_sums(x, scale, mean, inv_std, dy, rows, L, tab, r, part, &sg, &sgx);
     if (threadIdx.x == 0) {
-      s0 = sg / (double)L;
-      s1 = sgx / (double)L;
+      sh[0] = sg;
+      sh[1] = sgx;
     }
     __syncthreads();
-    double m0 = s0, m1 = s1, iv = inv_std[r], mr = mean[r];
-    for (long long j = threadIdx.x; j < L; j += blockDim.x) {
-      long long i = r * L + j;
-      double g = (double)dy[i] * (double)scale[PARAM(tab, rows, r, j)];
-      double xh = ((double)x[i] - mr) * iv;
-      dx[i] = (float)(iv * (g - m0 - xh * m1));
-    }
-    __syncthreads(); // s0 and s1 are the next row's
+    double s0 = sh[0], s1 = sh[1];
+    for (long long j = threadIdx.x; j < L; j += blockDim.x)
+      dx[r * L + j] = affine_dx(x, scale, mean, inv_std, dy, rows, tab, r, j, r * L + j, s0, s1);
+    __syncthreads(); // sh is the next row's
   }
 }
 
