@@ -38,78 +38,107 @@ func ycbcrToRGB(im *image.YCbCr, video bool, r, g, b []uint8) bool {
 	w, h := bounds.Dx(), bounds.Dy()
 	x0, y0 := bounds.Min.X>>sx, bounds.Min.Y>>sy
 	cw, ch := (bounds.Max.X+1<<sx-1)>>sx-x0, (bounds.Max.Y+1<<sy-1)>>sy-y0
-	// The chroma sample nearest pixel p along an axis subsampled by s, and
-	// the neighbour the filter mixes in (itself at an edge).
-	side := func(p, s, lo, n int) (int, int) {
-		c := p>>s - lo
-		if s == 0 {
-			return c, c
-		}
-		o := c + 1
-		if p&1 == 0 {
-			o = c - 1
-		}
-		return c, min(max(o, 0), n-1)
+	conv := &fullConv
+	if video {
+		conv = &videoConv
 	}
+	// Per output row, each chroma column's vertical sum (3·nearest row +
+	// the other row: 4:2:0's first pass; the sample itself ×4 otherwise,
+	// so that one horizontal pass serves every subsampling), then per
+	// pixel the horizontal pass.
+	cbs, crs := make([]int32, cw), make([]int32, cw)
 	for y := range h {
 		py := bounds.Min.Y + y
-		cy, oy := side(py, sy, y0, ch)
-		rowC, rowO := cy*im.CStride, oy*im.CStride
+		cy := py>>sy - y0
+		oy := cy
+		if sy == 1 {
+			oy = cy + 1
+			if py&1 == 0 {
+				oy = cy - 1
+			}
+			oy = min(max(oy, 0), ch-1)
+		}
+		cbC, cbO := im.Cb[cy*im.CStride:cy*im.CStride+cw], im.Cb[oy*im.CStride:oy*im.CStride+cw]
+		crC, crO := im.Cr[cy*im.CStride:cy*im.CStride+cw], im.Cr[oy*im.CStride:oy*im.CStride+cw]
+		for c := range cbs {
+			cbs[c] = 3*int32(cbC[c]) + int32(cbO[c])
+			crs[c] = 3*int32(crC[c]) + int32(crO[c])
+		}
+		yr := im.Y[y*im.YStride : y*im.YStride+w]
+		rr, gr, br := r[y*w:(y+1)*w], g[y*w:(y+1)*w], b[y*w:(y+1)*w]
+		if sx == 0 { // the column sum is 4× the sample
+			for x := range w {
+				rr[x], gr[x], br[x] = conv.rgb(int32(yr[x]), cbs[x]>>2, crs[x]>>2)
+			}
+			continue
+		}
+		// Pixel px's chroma column is px>>1 − x0, its neighbour the column
+		// before for an even px, after for an odd one (itself at an edge).
+		shift, evenBias, oddBias := uint(4), int32(8), int32(7) // 4:2:0: 3·(3a + a') + (3b + b') over 16
+		if sy == 0 {
+			// 4:2:2, libjpeg's h2v1 filter on 4× the samples: (3a + b + bias)/4 = (3·4a + 4b + 4·bias)/16.
+			evenBias, oddBias = 4, 8
+		} else if video {
+			oddBias = 8
+		}
 		for x := range w {
 			px := bounds.Min.X + x
-			cx, ox := side(px, sx, x0, cw)
-			var u, v int
-			switch {
-			case sx == 0:
-				u, v = int(im.Cb[rowC+cx]), int(im.Cr[rowC+cx])
-			case sy == 0: // 4:2:2, libjpeg's h2v1 filter
-				bias := 1 + px&1
-				u = (3*int(im.Cb[rowC+cx]) + int(im.Cb[rowC+ox]) + bias) >> 2
-				v = (3*int(im.Cr[rowC+cx]) + int(im.Cr[rowC+ox]) + bias) >> 2
-			default: // 4:2:0: the column sums along y, then along x
-				bias := 8
-				if !video && px&1 == 1 {
-					bias = 7
-				}
-				u = (3*(3*int(im.Cb[rowC+cx])+int(im.Cb[rowO+cx])) + 3*int(im.Cb[rowC+ox]) + int(im.Cb[rowO+ox]) + bias) >> 4
-				v = (3*(3*int(im.Cr[rowC+cx])+int(im.Cr[rowO+cx])) + 3*int(im.Cr[rowC+ox]) + int(im.Cr[rowO+ox]) + bias) >> 4
+			cx := px>>1 - x0
+			ox, bias := cx-1, evenBias
+			if px&1 == 1 {
+				ox, bias = cx+1, oddBias
 			}
-			yv := int(im.Y[im.YOffset(px, py)])
-			k := y*w + x
-			if video {
-				r[k], g[k], b[k] = videoToRGB(yv, u, v)
-			} else {
-				r[k], g[k], b[k] = fullToRGB(yv, u, v)
-			}
+			ox = min(max(ox, 0), cw-1)
+			u := (3*cbs[cx] + cbs[ox] + bias) >> shift
+			v := (3*crs[cx] + crs[ox] + bias) >> shift
+			rr[x], gr[x], br[x] = conv.rgb(int32(yr[x]), u, v)
 		}
 	}
 	return true
 }
 
-// fullToRGB is libjpeg's YCbCr→RGB (jdcolor.c): the BT.601 full-range
-// matrix with coefficients scaled by 2¹⁶ and rounded, the products
-// rounded half up.
-func fullToRGB(y, cb, cr int) (uint8, uint8, uint8) {
-	const (
-		half = 1 << 15
-		crR  = 91881  // 1.40200·2¹⁶
-		cbB  = 116130 // 1.77200·2¹⁶
-		crG  = 46802  // 0.71414·2¹⁶
-		cbG  = 22554  // 0.34414·2¹⁶
-	)
-	cb, cr = cb-128, cr-128
-	return clamp8(y + (crR*cr+half)>>16), clamp8(y + (-cbG*cb-crG*cr+half)>>16), clamp8(y + (cbB*cb+half)>>16)
+// ycbcrConv is a YCbCr→RGB conversion as tables over each channel's 256
+// values: R = y' + r[v], G = y' + (g1[u] + g2[v]) >> shift, B = y' +
+// b[u], with y' = ys[y], clamped to [0, 255] after a right shift by
+// out — libjpeg's and libwebp's own table forms of their fixed-point
+// matrices (fullToRGB, videoToRGB), so the same bits.
+type ycbcrConv struct {
+	ys, r, g1, g2, b [256]int32
+	shift, out       uint
 }
 
-// videoToRGB is libwebp's YUV→RGB (dsp/yuv.h): the BT.601 limited-range
-// matrix (1.164, 1.596, 0.391, 0.813, 2.018) in 14-bit fixed point, the
-// offsets folded into one constant per channel.
-func videoToRGB(y, u, v int) (uint8, uint8, uint8) {
-	yy := y * 19077 >> 8
-	return clip14(yy + v*26149>>8 - 14234), clip14(yy - u*6419>>8 - v*13320>>8 + 8708), clip14(yy + u*33050>>8 - 17685)
+func (c *ycbcrConv) rgb(y, u, v int32) (uint8, uint8, uint8) {
+	yy := c.ys[y]
+	return clampShift(yy+c.r[v], c.out), clampShift(yy+(c.g1[u]+c.g2[v])>>c.shift, c.out), clampShift(yy+c.b[u], c.out)
 }
 
-func clamp8(v int) uint8 { return uint8(min(max(v, 0), 255)) }
+func clampShift(v int32, s uint) uint8 { return uint8(min(max(v>>s, 0), 255)) }
 
-// clip14 takes a 14-bit fixed-point value (6 fraction bits) to [0, 255].
-func clip14(v int) uint8 { return clamp8(v >> 6) }
+var fullConv, videoConv ycbcrConv
+
+func init() {
+	for i := range int32(256) {
+		// libjpeg: R = y + (1.402·cr + ½), G = y + (−0.34414·cb − 0.71414·cr + ½) >> 16, B = y + (1.772·cb + ½).
+		fullConv.ys[i] = i
+		fullConv.r[i] = (jpegCrR*(i-128) + 1<<15) >> 16
+		fullConv.g1[i] = -jpegCbG*(i-128) + 1<<15
+		fullConv.g2[i] = -jpegCrG * (i - 128)
+		fullConv.b[i] = (jpegCbB*(i-128) + 1<<15) >> 16
+		fullConv.shift = 16
+		// libwebp: the 14-bit sums of VP8YUVToR/G/B, 6 fraction bits.
+		videoConv.ys[i] = i * 19077 >> 8
+		videoConv.r[i] = i*26149>>8 - 14234
+		videoConv.g1[i] = -(i * 6419 >> 8)
+		videoConv.g2[i] = -(i * 13320 >> 8) + 8708
+		videoConv.b[i] = i*33050>>8 - 17685
+		videoConv.out = 6
+	}
+}
+
+// libjpeg's YCbCr→RGB coefficients, ·2¹⁶ and rounded (jdcolor.c).
+const (
+	jpegCrR = 91881  // 1.40200
+	jpegCbB = 116130 // 1.77200
+	jpegCrG = 46802  // 0.71414
+	jpegCbG = 22554  // 0.34414
+)
