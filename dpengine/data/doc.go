@@ -9,7 +9,9 @@
 //     cifar10 and cifar100 (the "binary version" files) and folder (one
 //     sub-directory of images per class: PNG, JPEG, BMP, TIFF, WebP or
 //     Netpbm, decoded to the pixels PIL decodes — JPEG's and lossy WebP's
-//     chroma filters and colour matrices are libjpeg's and libwebp's);
+//     chroma filters and colour matrices are libjpeg's and libwebp's; one
+//     exception: a 16-bit gray image keeps each value's high byte, where
+//     PIL's convert("RGB") saturates every value over 255);
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;
