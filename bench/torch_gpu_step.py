@@ -6,7 +6,7 @@ weights: no download), or the CIFAR suite models of torch_models; forward,
 mean softmax cross-entropy, backward, Adam(1e-3), zero_grad(set_to_none=True),
 each step closed by torch.cuda.synchronize().
 
-    python3 bench/torch_gpu_step.py --model resnet50 --batch 32 [--steps 20] [--warmup 5] [--size 224] [--classes 1000] [--tf32 default|off] [--dp none|persample] [--device cuda|cpu]
+    python3 bench/torch_gpu_step.py --model resnet50 --batch 32 [--steps 20] [--warmup 5] [--size 224] [--classes 1000] [--tf32 default|off] [--dp none|persample] [--device cuda|cpu] [--profile FILE [--profile-steps N]]
 
 --tf32 default keeps PyTorch's precision defaults: convolutions in TF32 on
 the tensor cores (torch.backends.cudnn.allow_tf32), other matrix products
@@ -15,6 +15,12 @@ its --tf32 flag. Prints one JSON line {model, batch, device, cudnn_tf32,
 matmul_tf32, step_ms_median, step_ms_min, peak_mib} with peak_mib
 torch.cuda.max_memory_allocated over the timed steps (the caching
 allocator's live tensors, not the process).
+
+--profile FILE writes, after the timed steps, torch.profiler's table of
+--profile-steps more steps (default 2) to FILE: the kernels by device time
+(on the CPU, the operators by CPU time), to set beside dpfinetune's
+operation profile (DPFINETUNE_CUDA_PROFILE) — where our step spends the
+time PyTorch's does not.
 
 --dp persample times a DP step by Opacus's method instead — every
 parameter's per-sample gradient materialized (torch.func's vmap of grad,
@@ -97,6 +103,21 @@ def persample_step(m, opt, x, y, clip=1.0, sigma=1.0):
     opt.step()
 
 
+def write_profile(a, step, cuda):
+    """Profiles a.profile_steps steps and writes the table to a.profile."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts) as prof:
+        for _ in range(a.profile_steps):
+            step()
+    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    with open(a.profile, "w") as f:
+        f.write("PyTorch %s, %s, batch %d, %d steps, tf32 %s, sorted by %s\n\n" % (
+            torch.__version__, a.model, a.batch, a.profile_steps, a.tf32, key))
+        f.write(prof.key_averages().table(sort_by=key, row_limit=60))
+        f.write("\n")
+
+
 def model_args(tf32):
     """The arguments this script and torch_conv_shapes.py share: the
     model, batch, input size, classes, precision (tf32's default) and
@@ -116,6 +137,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--dp", choices=["none", "persample"], default="none")
+    ap.add_argument("--profile", default="")
+    ap.add_argument("--profile-steps", type=int, default=2)
     a = ap.parse_args()
     cuda, dev, m = setup(a, "torch_gpu_step")
     if a.dp == "persample" and any(isinstance(c, torch.nn.modules.batchnorm._BatchNorm) for c in m.modules()):
@@ -140,6 +163,8 @@ def main():
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     ts = times_ms(step, a.steps, cuda)
+    if a.profile:
+        write_profile(a, step, cuda)
     print(json.dumps({
         "model": a.model, "impl": ("pytorch-persample-" if a.dp == "persample" else "pytorch-") + torch.__version__, "batch": a.batch,
         "device": torch.cuda.get_device_name() if cuda else "cpu",

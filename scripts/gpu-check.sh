@@ -37,7 +37,8 @@
 #   6. (part profile) the operation profile (DPFINETUNE_CUDA_PROFILE) of
 #      ResNet-50 and VGG-16 (with cuDNN, with TF32 convolutions, and
 #      without cuDNN) and ViT-B/16: where a step's time goes, per operation
-#      and per kernel;
+#      and per kernel; and PyTorch's own non-DP step of ResNet-50 and
+#      ViT-B/16 under torch.profiler (torch-profile-*.txt), its kernels;
 #   4. exports real timm models (BEiT-B/16, CrossViT-Ti; random weights,
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
@@ -45,7 +46,7 @@
 #      model's input).
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
-# maxbatch.jsonl and maxbatch.md, profile-*.txt, convs-resnet50.md (the
+# maxbatch.jsonl and maxbatch.md, profile-*.txt, torch-profile-*.txt, convs-resnet50.md (the
 # profile's convolutions by shape beside PyTorch's), peak-*.txt (bk's device
 # peak by allocation, DPFINETUNE_CUDA_PEAK), cudnn-algos-*.json (the
 # convolution choices the machine measured and kept; choices.md, the
@@ -502,12 +503,24 @@ convs() { # name batch size classes
 		"$PY" bench/conv_profile.py --ours "$f" --modes nondp,bk,mixed --steps 2 --torch "$t" --mode $m
 	done >"$OUT/convs-$1.md" 2>>"$OUT/bench.log" || echo "convs $1: conv_profile.py failed (see bench.log)" >&2
 }
+# torch-profile-MODEL.txt: PyTorch's own non-DP step in float32 under
+# torch.profiler, its kernels by device time (bench/torch_gpu_step.py
+# --profile): beside profile-MODEL.txt's nondp table, where our non-DP
+# step spends the time PyTorch's does not (bk's targets hang on it,
+# bench/flop_floor.py).
+torchprof() { # name batch size classes [device]
+	late && return
+	(cd bench && "$PY" torch_gpu_step.py --model "$1" --batch "$2" --size "$3" --classes "$4" --steps 3 --warmup 3 --tf32 off \
+		--device "${5:-cuda}" --profile "$OUT/torch-profile-$1.txt") >/dev/null 2>>"$OUT/bench.log" || echo "torchprof $1: failed (see bench.log)" >&2
+}
 if [ $mode = gpu ]; then
 	# In the order a short loan needs them (BUDGET_S skips the rest).
 	profile resnet50 "$BATCH224"
 	convs resnet50 "$BATCH224" 224 1000
-	profile resnet50 "$BATCH224" tf32
+	torchprof resnet50 "$BATCH224" 224 1000
 	profile vit_b_16 "$BATCH224"
+	torchprof vit_b_16 "$BATCH224" 224 1000
+	profile resnet50 "$BATCH224" tf32
 	profile vgg16 "$BATCH224" tf32
 	profile vgg16 "$BATCH224"
 	profile resnet50 "$BATCH224" gemm
@@ -515,6 +528,7 @@ if [ $mode = gpu ]; then
 else
 	profile cnn-fmnist 2
 	profile cnn-fmnist 2 gemm
+	torchprof resnet18 2 32 10 cpu
 fi
 fi
 # The per-sample gradients' measured choices (cuDNN's samples as groups
@@ -541,6 +555,11 @@ PYEOF
 		[ -f "$f" ] || continue
 		printf '\nbk device peak by allocation (%s, DPFINETUNE_CUDA_PEAK):\n\n' "$(basename "$f" .txt)"
 		grep -A14 '^cuda peak: [1-9]' "$f" | sed 's/^/    /'
+	done
+	for f in "$OUT"/torch-profile-*.txt; do
+		[ -f "$f" ] || continue
+		printf '\n%s (its first kernels by device time):\n\n' "$(basename "$f" .txt)"
+		head -n 30 "$f" | sed 's/^/    /'
 	done
 } >"$OUT/summary.md" 2>/dev/null # the parts run so far, this call's or an earlier one's
 cat "$OUT/summary.md" >&2
