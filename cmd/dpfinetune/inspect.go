@@ -277,6 +277,23 @@ func printInspect(w io.Writer, r *inspectReport) {
 	}
 	fmt.Fprintf(w, "nodes:       %d\n", r.Nodes)
 	printOps(w, r.Operators)
+	if len(r.Metadata) > 0 {
+		// What train recorded (the guarantee, the preprocessing a user must
+		// repeat to serve the model, the class names) and any other key.
+		keys := make([]string, 0, len(r.Metadata))
+		for k := range r.Metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintln(w, "metadata:")
+		for _, k := range keys {
+			v := r.Metadata[k]
+			if len(v) > 200 { // a thousand class names
+				v = v[:199] + "…"
+			}
+			fmt.Fprintf(w, "  %-26s %s\n", k, v)
+		}
+	}
 	if len(r.Unsupported) > 0 {
 		fmt.Fprintf(w, "\nunsupported: %d node(s) the runtime cannot run (no shapes inferred):\n", len(r.Unsupported))
 		for _, u := range r.Unsupported {

@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/onnx"
+	onnxpb "github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // run calls the CLI in-process.
@@ -104,5 +108,37 @@ func TestInspectErrors(t *testing.T) {
 		if code != c.code || !strings.Contains(errOut, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d mentioning %q", c.args, code, errOut, c.code, c.want)
 		}
+	}
+}
+
+// TestInspectMetadata: the model's metadata — what train recorded, the
+// guarantee and the preprocessing to repeat when serving it — is listed
+// by key, a long value cut.
+func TestInspectMetadata(t *testing.T) {
+	m, err := onnx.Load("../../testdata/models/cnn.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("class,", 100)
+	for _, kv := range [][2]string{{"dpfinetune.resize", "crop"}, {"dpfinetune.epsilon", "3"}, {"dpfinetune.classes", long}} {
+		m.Proto.MetadataProps = append(m.Proto.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(kv[0]), Value: proto.String(kv[1])})
+	}
+	path := filepath.Join(t.TempDir(), "m.onnx")
+	if err := m.Save(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code := run(t, "inspect", "--model", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	i := strings.Index(out, "metadata:\n")
+	if i < 0 {
+		t.Fatalf("no metadata:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(out[i:]), "\n")[1:]
+	if len(lines) != 3 || !strings.HasPrefix(strings.TrimSpace(lines[0]), "dpfinetune.classes") ||
+		!strings.HasSuffix(lines[0], "…") || len(lines[0]) > 240 ||
+		strings.Join(strings.Fields(lines[1]), " ") != "dpfinetune.epsilon 3" || strings.Join(strings.Fields(lines[2]), " ") != "dpfinetune.resize crop" {
+		t.Errorf("metadata lines:\n%s", strings.Join(lines, "\n"))
 	}
 }
