@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -220,5 +221,74 @@ func TestPredictFixedBatch(t *testing.T) {
 		if g := logits[1].F32[i]; math.Abs(float64(g-w)) > 1e-5*math.Max(1, math.Abs(float64(w))) {
 			t.Fatalf("fixed batch: logit %d = %v, dynamic batch %v", i, g, w)
 		}
+	}
+}
+
+// TestServePreprocess: docs/serve_preprocess.py, the serving transform
+// docs/SERVING.md gives (PIL and torchvision, from the metadata train
+// recorded), prepares the inputs predict --images prepares: the model's
+// logits on the two agree within PIL's and our resize's rounding, for a
+// cropped gray model with an RGB normalisation and a stretched RGB one.
+func TestServePreprocess(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL").Run(); err != nil {
+		t.Skip("no /usr/bin/python3 with torch, torchvision, onnx and PIL")
+	}
+	folder := photoFolder(t)
+	files, err := filepath.Glob(filepath.Join(folder, "*", "*.png"))
+	if err != nil || len(files) != 8 {
+		t.Fatalf("photos %v, %v", files, err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, model string
+		args        []string
+	}{
+		{"gray-crop", "../../testdata/models/cnn.onnx", []string{"--resize", "crop", "--norm", "imagenet"}},
+		{"rgb-stretch", "../../testdata/models/resnet_eval.onnx", []string{"--norm", "cifar10", "--num-classes", "2"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			model := filepath.Join(dir, c.name+".onnx")
+			args := append([]string{"train", "--model", c.model, "--data", "folder:" + folder, "--test-data", "none",
+				"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--out", model}, c.args...)
+			if _, e, code := run(t, args...); code != 0 {
+				t.Fatalf("train: exit %d: %s", code, e)
+			}
+			x, want, got := filepath.Join(dir, c.name+"-x.npy"), filepath.Join(dir, c.name+"-want.npy"), filepath.Join(dir, c.name+"-got.npy")
+			out, err := exec.Command(py, append([]string{"../../docs/serve_preprocess.py", model, x}, files...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("serve_preprocess.py: %v: %s", err, out)
+			}
+			if strings.TrimSpace(string(out)) != `["a", "b"]` {
+				t.Errorf("class names %q", out)
+			}
+			if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", want); code != 0 {
+				t.Fatalf("predict --input: exit %d: %s", code, e)
+			}
+			pargs := []string{"predict", "--model", model, "--out", got}
+			for _, f := range files {
+				pargs = append(pargs, "--images", f)
+			}
+			if _, e, code := run(t, pargs...); code != 0 {
+				t.Fatalf("predict --images: exit %d: %s", code, e)
+			}
+			a, err := npy.ReadFile(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := npy.ReadFile(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, scale float64
+			for i := range a.F32 {
+				worst = math.Max(worst, math.Abs(float64(a.F32[i]-b.F32[i])))
+				scale = math.Max(scale, math.Abs(float64(a.F32[i])))
+			}
+			t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
+			if worst > 1e-2*math.Max(1, scale) {
+				t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
+			}
+		})
 	}
 }
