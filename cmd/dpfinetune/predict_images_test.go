@@ -227,8 +227,9 @@ func TestPredictFixedBatch(t *testing.T) {
 // TestServePreprocess: docs/serve_preprocess.py, the serving transform
 // docs/SERVING.md gives (PIL and torchvision, from the metadata train
 // recorded), prepares the inputs predict --images prepares: the model's
-// logits on the two agree within PIL's and our resize's rounding, for a
-// cropped gray model with an RGB normalisation and a stretched RGB one.
+// logits on the two agree to float rounding for a stretched RGB model, and
+// within the gray conversion's rounding for a cropped gray model with an
+// RGB normalisation.
 func TestServePreprocess(t *testing.T) {
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL").Run(); err != nil {
@@ -243,9 +244,15 @@ func TestServePreprocess(t *testing.T) {
 	for _, c := range []struct {
 		name, model string
 		args        []string
+		tol         float64 // relative to the largest logit
 	}{
-		{"gray-crop", "../../testdata/models/cnn.onnx", []string{"--resize", "crop", "--norm", "imagenet"}},
-		{"rgb-stretch", "../../testdata/models/resnet_eval.onnx", []string{"--norm", "cifar10", "--num-classes", "2"}},
+		// PIL makes the gray image first and resizes it; dpfinetune
+		// resizes the RGB one and mixes the channels after: the levels
+		// round differently.
+		{"gray-crop", "../../testdata/models/cnn.onnx", []string{"--resize", "crop", "--norm", "imagenet"}, 1e-2},
+		// The same 8-bit windows (PIL's resample); the normalisation's
+		// float arithmetic alone differs.
+		{"rgb-stretch", "../../testdata/models/resnet_eval.onnx", []string{"--norm", "cifar10", "--num-classes", "2"}, 1e-5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			model := filepath.Join(dir, c.name+".onnx")
@@ -286,7 +293,7 @@ func TestServePreprocess(t *testing.T) {
 				scale = math.Max(scale, math.Abs(float64(a.F32[i])))
 			}
 			t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
-			if worst > 1e-2*math.Max(1, scale) {
+			if worst > c.tol*math.Max(1, scale) {
 				t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
 			}
 		})

@@ -1,6 +1,9 @@
 package data
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Fit is the model input a loader shrinks large images to as it reads
 // them (LoadFitted). The zero Fit keeps every image as it is.
@@ -10,10 +13,11 @@ import "fmt"
 // 224×224), and every batch filters its photos anew. Fitted, an image
 // whose pixels are at least Height·Width is resized once, as it is
 // decoded, to the Height×Width window that Resize takes from it, and only
-// that window is kept, rounded to uint8 — as a PIL-based torchvision
-// pipeline's Resize (and CenterCrop) returns a uint8 image. A batch then
-// copies the window, augments and normalises it. The values differ from
-// an unfitted view's by that rounding only, half a level at most.
+// that window is kept, in 8 bits: resized as PIL resizes an 8-bit image,
+// bit for bit — the window a PIL-based torchvision pipeline's Resize (and
+// CenterCrop) returns. A batch then copies the window, augments and
+// normalises it. The values differ from an unfitted view's (the same
+// filter in float, rounded nowhere) by PIL's roundings, within a level.
 // Images with fewer pixels than the input are kept as they are: holding
 // their resize would take more memory, not less.
 type Fit struct {
@@ -54,35 +58,129 @@ func (f Fit) matches(h, w int, r Resize) bool {
 }
 
 // fitPixels returns the fitted window of an image of c channels and
-// sh×sw pixels: the view's resize of it, with no channel conversion,
-// augmentation or normalisation, rounded half up to uint8 (PIL's
-// rounding of its resampled values). A stretched image of the fit's size
-// is returned as it is.
+// sh×sw pixels: the view's resize of it as PIL resizes an 8-bit image
+// (pilResample), with no channel conversion, augmentation or
+// normalisation — torchvision's Resize (and CenterCrop) of a PIL image,
+// bit for bit. A stretched image of the fit's size is returned as it is.
 func fitPixels(pix []uint8, c, sh, sw int, f Fit) []uint8 {
 	H, W := f.Height, f.Width
 	if !f.Resize.Crop && sh == H && sw == W {
 		return pix
 	}
-	v := &View{
-		p:     Preprocess{Channels: c, Height: H, Width: W},
-		mix:   make([]chanMix, c),
-		scale: make([]float32, c),
-		shift: make([]float32, c),
-		lut:   make([][256]float32, c), // read only by an exact copy, which returned above
-	}
+	rh, rw, top, left := f.Resize.layout(sh, sw, H, W)
+	rows, cols := pilAxis(sh, rh, top, H), pilAxis(sw, rw, left, W)
+	out := make([]uint8, c*H*W)
+	first, last := rows.lo[0], rows.lo[H-1]+rows.n[H-1]
+	tmp := make([]uint8, (last-first)*W)
+	acc := make([]int32, W)
 	for k := range c {
-		v.mix[k] = chanMix{n: 1, ch: [3]int{k}, w: [3]float32{1}}
-		v.scale[k] = 1
-	}
-	buf := make([]float32, c*H*W)
-	v.fillPixels(buf, pix, sh, sw, newSizeMap(sh, sw, H, W, f.Resize), augDraw{})
-	out := make([]uint8, len(buf))
-	for k, x := range buf {
-		// Every value is a convex combination of pixels: within [0, 255]
-		// but for float rounding, which the clamp absorbs.
-		out[k] = uint8(min(max(x+0.5, 0), 255))
+		src := pix[k*sh*sw : (k+1)*sh*sw]
+		// The horizontal pass first, into 8 bits, over the rows the
+		// vertical pass reads (PIL's ImagingResampleInner); then the
+		// vertical, a row of sums at a time. Integer sums: the order is
+		// free, the bits PIL's.
+		for y := first; y < last; y++ {
+			cols.pass(tmp[(y-first)*W:(y-first+1)*W], src[y*sw:(y+1)*sw])
+		}
+		dst := out[k*H*W : (k+1)*H*W]
+		for d := range H {
+			for x := range acc {
+				acc[x] = 1 << (pilBits - 1)
+			}
+			for y, ky := range rows.weights(d) {
+				row := tmp[(rows.lo[d]-first+y)*W : (rows.lo[d]-first+y+1)*W]
+				for x, v := range row {
+					acc[x] += int32(v) * ky
+				}
+			}
+			for x, a := range acc {
+				dst[d*W+x] = pilClip(a)
+			}
+		}
 	}
 	return out
+}
+
+// pilWeights are one axis's resample coefficients as PIL computes them
+// for its bilinear filter (libImaging/Resample.c, precompute_coeffs and
+// normalize_coeffs_8bpp) for outputs off … off+out−1 of n: output d reads
+// the n[d] inputs from lo[d] with the weights k[d·size:], fixed point with
+// pilBits fraction bits.
+type pilWeights struct {
+	lo, n []int
+	k     []int32
+	size  int
+}
+
+// pilBits is PIL's PRECISION_BITS for 8-bit images: 32 − 8 − 2.
+const pilBits = 22
+
+// pilAxis returns the coefficients that resize in samples to n, for the
+// outputs off … off+out−1 (a centre crop's window; 0 and n when
+// stretched). The arithmetic is PIL's, operation for operation in
+// float64, so that the fixed-point weights are its own: a triangle of
+// half-width max(1, in/n) around each output's centre in the input,
+// normalised, rounded half away from zero to 22 fraction bits.
+func pilAxis(in, n, off, out int) pilWeights {
+	scale := float64(in) / float64(n)
+	filterscale := max(scale, 1)
+	support := filterscale // the bilinear filter's support, 1, scaled
+	w := pilWeights{lo: make([]int, out), n: make([]int, out), size: int(math.Ceil(support))*2 + 1}
+	w.k = make([]int32, out*w.size)
+	ks := make([]float64, w.size)
+	for d := range out {
+		center := (float64(off+d) + 0.5) * scale
+		ss := 1.0 / filterscale
+		xmin := max(int(center-support+0.5), 0)
+		xmax := min(int(center+support+0.5), in) - xmin
+		ww := 0.0
+		for x := range xmax {
+			t := math.Abs((float64(x+xmin) - center + 0.5) * ss)
+			v := 0.0
+			if t < 1 {
+				v = 1 - t
+			}
+			ks[x] = v
+			ww += v
+		}
+		for x := range xmax {
+			if ww != 0 {
+				ks[x] /= ww
+			}
+			w.k[d*w.size+x] = int32(0.5 + ks[x]*(1<<pilBits)) // ks ≥ 0: PIL's rounding of a non-negative weight
+		}
+		w.lo[d], w.n[d] = xmin, xmax
+	}
+	return w
+}
+
+// weights returns output d's weights.
+func (w pilWeights) weights(d int) []int32 { return w.k[d*w.size : d*w.size+w.n[d]] }
+
+// pass writes dst[d] for every output d from the inputs src as PIL's
+// 8-bit resample pass: the weighted sum with half of the last bit added,
+// shifted and clamped. The sums fit in int32 (PIL's INT32): weights of
+// 2²² that sum to 1, times 255.
+func (w pilWeights) pass(dst, src []uint8) {
+	for d := range dst {
+		seg := src[w.lo[d] : w.lo[d]+w.n[d]]
+		acc := int32(1) << (pilBits - 1)
+		for x, kx := range w.weights(d) {
+			acc += int32(seg[x]) * kx
+		}
+		dst[d] = pilClip(acc)
+	}
+}
+
+// pilClip is PIL's clip8: the fixed-point sum to [0, 255].
+func pilClip(v int32) uint8 {
+	if v >= 255<<pilBits+(1<<pilBits) {
+		return 255
+	}
+	if v <= 0 {
+		return 0
+	}
+	return uint8(v >> pilBits)
 }
 
 // FitTo returns m fitted to f as LoadFitted fits a folder while it reads

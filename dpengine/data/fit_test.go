@@ -1,10 +1,12 @@
 package data
 
 import (
+	"encoding/json"
 	"image"
 	"image/color"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,8 +27,9 @@ func patterned(w, h int) *image.NRGBA {
 // TestFitAtLoad: a folder loaded fitted to a 24×32 input (LoadFitted)
 // holds every image of at least 24·32 pixels as its view's window — the
 // input's size, far fewer bytes — and fills each of them, augmented or
-// not, with the unfitted view's values rounded half up to uint8; images
-// with fewer pixels fill with the unfitted view's bits. Stretched,
+// not, with 8-bit levels within one of the unfitted view's values (PIL's
+// resample, TestFitGolden); images with fewer pixels fill with the
+// unfitted view's bits. Stretched,
 // cropped at the default shorter side and cropped at another.
 func TestFitAtLoad(t *testing.T) {
 	const H, W = 24, 32
@@ -107,11 +110,12 @@ func TestFitAtLoad(t *testing.T) {
 						}
 						continue
 					}
-					if math.Abs(u-math.Floor(u)-0.5) < 1e-3 {
-						continue // a tie either way within float error
-					}
-					if !near(g, math.Floor(u+0.5), 1e-3) {
-						t.Fatalf("%s %s seed %d: value %d = %.4f/255, unfitted %.4f/255: want it rounded", rs, f.path, seed, k, g, u)
+					// An 8-bit level (padding is 0), within one of the
+					// unfitted view's unrounded value: PIL rounds after
+					// each of its two passes (TestFitGolden holds the
+					// levels to PIL's).
+					if !near(g, math.Round(g), 1e-3) || !near(g, u, 1+1e-3) {
+						t.Fatalf("%s %s seed %d: value %d = %.4f/255, unfitted %.4f/255: want a level within one of it", rs, f.path, seed, k, g, u)
 					}
 					if !near(g, u, 1e-3) {
 						rounded++
@@ -243,5 +247,62 @@ func TestLoadFiles(t *testing.T) {
 	} {
 		_, _, err := LoadFiles(c.paths, Fit{})
 		wantErr(t, err, c.want)
+	}
+}
+
+// TestFitGolden: a fitted window is torchvision's Resize (and
+// CenterCrop) of the PIL image, bit for bit: PIL 9.4's 8-bit bilinear
+// resample, its fixed-point weights and its rounding between the
+// horizontal and the vertical pass (testdata/gen_fit.py wrote fit.json):
+// shrinking by up to 5.3, one axis growing, a 900×1 image, crops at the
+// default and other shorter sides, tall sources, and an image of the
+// input's size cropped.
+func TestFitGolden(t *testing.T) {
+	b, err := os.ReadFile("testdata/fit.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name           string
+		W, H, Channels int
+		Coef           [4]int
+		Mode           string
+		Short          int
+		OutH           int `json:"out_h"`
+		OutW           int `json:"out_w"`
+		Want           []int
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 8 {
+		t.Fatalf("%d cases", len(cases))
+	}
+	for _, c := range cases {
+		pix := make([]uint8, c.Channels*c.H*c.W)
+		for k := range c.Channels {
+			for y := range c.H {
+				for x := range c.W {
+					pix[(k*c.H+y)*c.W+x] = uint8((x*c.Coef[0] + y*c.Coef[1] + x*y*c.Coef[2] + k*c.Coef[3]) % 256)
+				}
+			}
+		}
+		fit := Fit{Height: c.OutH, Width: c.OutW, Resize: Resize{Crop: c.Mode == "crop", Short: c.Short}}
+		got := fitPixels(pix, c.Channels, c.H, c.W, fit)
+		if len(got) != len(c.Want) {
+			t.Fatalf("%s: %d values, want %d", c.Name, len(got), len(c.Want))
+		}
+		bad := 0
+		for i, w := range c.Want {
+			if int(got[i]) != w {
+				if bad < 3 {
+					t.Errorf("%s: value %d = %d, PIL's %d", c.Name, i, got[i], w)
+				}
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d values differ from PIL's", c.Name, bad, len(c.Want))
+		}
 	}
 }

@@ -55,8 +55,8 @@ type Dataset interface {
 //
 // Resizing and channel conversion are linear and commute, so their order
 // does not matter. No rounding to uint8 happens between the steps, except
-// in images fitted as they loaded (see Fit): their resize was rounded to
-// uint8 once, as PIL rounds it.
+// in images fitted as they loaded (see Fit): PIL resized them, in effect,
+// to 8 bits.
 type Preprocess struct {
 	// Channels, Height and Width are the model's per-sample input shape.
 	// Zero means the source's channel count and (uniform) size.
@@ -294,9 +294,10 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 	return v, nil
 }
 
-// newSizeMap returns the resize of an sh×sw source to h×w as r says.
-func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
-	rh, rw, top, left := h, w, 0, 0
+// layout returns the size rh×rw an sh×sw source is resized to for a
+// model input of h×w, and the offsets of the window r takes from it.
+func (r Resize) layout(sh, sw, h, w int) (rh, rw, top, left int) {
+	rh, rw = h, w
 	if r.Crop {
 		s := r.short(h, w)
 		if sh <= sw {
@@ -309,6 +310,12 @@ func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
 		top = int(math.RoundToEven(float64(rh-h) / 2))
 		left = int(math.RoundToEven(float64(rw-w) / 2))
 	}
+	return rh, rw, top, left
+}
+
+// newSizeMap returns the resize of an sh×sw source to h×w as r says.
+func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
+	rh, rw, top, left := r.layout(sh, sw, h, w)
 	return &sizeMap{
 		rows:  newAxisMap(sh, rh, top, h),
 		cols:  newAxisMap(sw, rw, left, w),
@@ -493,14 +500,11 @@ type augDraw struct {
 
 // fillOne writes sample i into dst (C·H·W values), augmented as aug says.
 func (v *View) fillOne(dst []float32, i int, aug augDraw) {
-	sh, sw := v.src.Size(i)
-	v.fillPixels(dst, v.src.Pixels(i), sh, sw, v.sizes[[2]int{sh, sw}], aug)
-}
-
-// fillPixels is fillOne on an sh×sw source's pixels resized as sm says.
-func (v *View) fillPixels(dst []float32, pix []uint8, sh, sw int, sm *sizeMap, aug augDraw) {
 	C, H, W := v.p.Channels, v.p.Height, v.p.Width
+	pix := v.src.Pixels(i)
+	sh, sw := v.src.Size(i)
 	plane := sh * sw
+	sm := v.sizes[[2]int{sh, sw}]
 	if sm.rows.taps == nil || sm.cols.taps == nil {
 		v.fillFiltered(dst, pix, sh, sw, sm, aug)
 		return
