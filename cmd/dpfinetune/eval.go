@@ -105,8 +105,9 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
-	// Photos larger than the input are shrunk to it as they load.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs})
+	// Photos larger than the input are shrunk to it as they load; for a
+	// gray model, made gray first, as PIL's convert("L") would.
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1})
 	if err != nil {
 		return nil, err
 	}

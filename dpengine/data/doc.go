@@ -27,7 +27,8 @@
 //     augmentation drawn first so that the bits do not depend on them;
 //   - fitting at load time (Fit, LoadFitted, Images.FitTo): a folder's
 //     images larger than the model's input are resized as they are
-//     decoded and only their input-sized windows are kept.
+//     decoded, as PIL resizes them, and only their input-sized windows
+//     are kept (made gray first, as PIL's convert("L"), for a gray model).
 //
 // Sampling (which indices form a batch) and privacy accounting are not
 // here: they belong to package dpengine, which hands Dataset.Fill the

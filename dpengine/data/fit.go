@@ -25,9 +25,14 @@ type Fit struct {
 	Height, Width int
 	// Resize is the view's resize (Preprocess.Resize).
 	Resize Resize
+	// Gray converts every RGB image to gray as it is decoded, before any
+	// resize, as PIL's convert("L") does (a gray model's pipeline): the
+	// same 8-bit levels, and a third of the memory. Without it a gray
+	// view mixes the channels of the resized image instead.
+	Gray bool
 }
 
-// fits reports whether an h×w image is fitted.
+// fits reports whether an h×w image is resized.
 func (f Fit) fits(h, w int) bool {
 	return f.Height > 0 && int64(h)*int64(w) >= int64(f.Height)*int64(f.Width)
 }
@@ -36,6 +41,9 @@ func (f Fit) fits(h, w int) bool {
 func (f Fit) check() error {
 	if f == (Fit{}) {
 		return nil
+	}
+	if f.Height == 0 && f.Width == 0 && f.Resize == (Resize{}) {
+		return nil // Gray alone: convert, keep the sizes
 	}
 	if f.Height <= 0 || f.Width <= 0 || int64(f.Height)*int64(f.Width) > 1<<28 {
 		return fmt.Errorf("data: fit to %d×%d: want a positive size of at most 2^28 pixels", f.Height, f.Width)
@@ -48,13 +56,36 @@ func (f Fit) check() error {
 
 // String describes f for errors, e.g. "224×224 (crop=256)".
 func (f Fit) String() string {
-	return fmt.Sprintf("%d×%d (%s)", f.Height, f.Width, f.Resize)
+	s := fmt.Sprintf("%d×%d (%s)", f.Height, f.Width, f.Resize)
+	if f.Gray {
+		s += ", gray"
+	}
+	return s
 }
 
-// matches reports whether a view of h×w resized as r reads f's windows.
-func (f Fit) matches(h, w int, r Resize) bool {
+// matches reports whether a view of c channels, h×w, resized as r reads
+// f's windows (a view of images made gray must be gray).
+func (f Fit) matches(c, h, w int, r Resize) bool {
+	if f.Gray && c != 1 {
+		return false
+	}
+	if f.Height == 0 {
+		return true // converted only
+	}
 	return f.Height == h && f.Width == w && f.Resize.Crop == r.Crop &&
 		(!r.Crop || f.Resize.short(h, w) == r.short(h, w))
+}
+
+// pilGray is PIL's RGB→L conversion (Convert.c, L24): the ITU-R 601-2
+// luma in 16-bit fixed point, rounded.
+func pilGray(pix []uint8) []uint8 {
+	n := len(pix) / 3
+	out := make([]uint8, n)
+	r, g, b := pix[:n], pix[n:2*n], pix[2*n:]
+	for i := range out {
+		out[i] = uint8((uint32(r[i])*19595 + uint32(g[i])*38470 + uint32(b[i])*7471 + 0x8000) >> 16)
+	}
+	return out
 }
 
 // fitPixels returns the fitted window of an image of c channels and
@@ -198,14 +229,20 @@ func (m *Images) FitTo(f Fit) (*Images, error) {
 		return nil, fmt.Errorf("data: %s is fitted to %s already", m, m.fit)
 	}
 	out := &Images{spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels, sources: m.sources, fit: f}
+	if f.Gray {
+		out.channels = 1
+	}
 	out.samples = make([][]uint8, m.Len())
 	out.sizes = make([][2]int32, m.Len())
 	uniform := true
 	for i := range m.Len() {
 		h, w := m.Size(i)
 		pix := m.Pixels(i)
+		if out.channels < m.channels {
+			pix = pilGray(pix)
+		}
 		if f.fits(h, w) {
-			pix = fitPixels(pix, m.channels, h, w, f)
+			pix = fitPixels(pix, out.channels, h, w, f)
 			h, w = f.Height, f.Width
 		}
 		out.samples[i], out.sizes[i] = pix, [2]int32{int32(h), int32(w)}
@@ -213,7 +250,7 @@ func (m *Images) FitTo(f Fit) (*Images, error) {
 	}
 	if uniform {
 		out.h, out.w = int(out.sizes[0][0]), int(out.sizes[0][1])
-		n := m.channels * out.h * out.w
+		n := out.channels * out.h * out.w
 		out.pix = make([]uint8, m.Len()*n)
 		for i, s := range out.samples {
 			copy(out.pix[i*n:], s)

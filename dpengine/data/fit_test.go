@@ -133,8 +133,9 @@ func TestFitAtLoad(t *testing.T) {
 }
 
 // TestFitMismatch: fitted images are read only by a view of the fit's
-// size and resize (crop's default shorter side spelled either way), and a
-// fit no view could use is refused before anything loads.
+// size and resize (crop's default shorter side spelled either way), and
+// gray ones by a gray view; a fit no view could use is refused before
+// anything loads.
 func TestFitMismatch(t *testing.T) {
 	dir := t.TempDir()
 	writePNG(t, filepath.Join(dir, "a", "1.png"), patterned(50, 40))
@@ -155,6 +156,17 @@ func TestFitMismatch(t *testing.T) {
 		_, err := NewView(m, p)
 		wantErr(t, err, "fitted to 24×32 (crop)", "must load it again")
 	}
+	// Made gray as it loaded: a gray view only, a third of the bytes.
+	g, err := LoadFitted(spec, Fit{Height: 24, Width: 32, Resize: Resize{Crop: true}, Gray: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Channels() != 1 || g.Bytes() != 24*32+4 {
+		t.Errorf("gray fit: %s, %d bytes", g, g.Bytes())
+	}
+	mustView(t, g, Preprocess{Channels: 1, Height: 24, Width: 32, Resize: Resize{Crop: true}})
+	_, err = NewView(g, Preprocess{Channels: 3, Height: 24, Width: 32, Resize: Resize{Crop: true}})
+	wantErr(t, err, "fitted to 24×32 (crop), gray")
 	for _, f := range []Fit{
 		{Height: -1, Width: 3},
 		{Height: 3},
@@ -256,7 +268,8 @@ func TestLoadFiles(t *testing.T) {
 // horizontal and the vertical pass (testdata/gen_fit.py wrote fit.json):
 // shrinking by up to 5.3, one axis growing, a 900×1 image, crops at the
 // default and other shorter sides, tall sources, and an image of the
-// input's size cropped.
+// input's size cropped, and an RGB image made gray first (PIL's
+// convert("L"), a gray model's pipeline).
 func TestFitGolden(t *testing.T) {
 	b, err := os.ReadFile("testdata/fit.json")
 	if err != nil {
@@ -265,6 +278,7 @@ func TestFitGolden(t *testing.T) {
 	var cases []struct {
 		Name           string
 		W, H, Channels int
+		Gray           bool
 		Coef           [4]int
 		Mode           string
 		Short          int
@@ -287,8 +301,13 @@ func TestFitGolden(t *testing.T) {
 				}
 			}
 		}
-		fit := Fit{Height: c.OutH, Width: c.OutW, Resize: Resize{Crop: c.Mode == "crop", Short: c.Short}}
-		got := fitPixels(pix, c.Channels, c.H, c.W, fit)
+		fit := Fit{Height: c.OutH, Width: c.OutW, Resize: Resize{Crop: c.Mode == "crop", Short: c.Short}, Gray: c.Gray}
+		m := mustImages(t, c.Channels, c.H, c.W, pix, []int32{0})
+		fm, err := m.FitTo(fit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fm.Pixels(0)
 		if len(got) != len(c.Want) {
 			t.Fatalf("%s: %d values, want %d", c.Name, len(got), len(c.Want))
 		}

@@ -197,11 +197,17 @@ func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Im
 					if fit.fits(h, w) {
 						kept = 3 * int64(fit.Height) * int64(fit.Width)
 					}
+					if fit.Gray {
+						kept /= 3
+					}
 					if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
 						return fmt.Errorf("folder: %s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
 					}
 					return nil
 				})
+				if err == nil && fit.Gray && !d.gray {
+					d.pix, d.gray = pilGray(d.pix), true
+				}
 				if err == nil && fit.fits(d.h, d.w) {
 					c := 3
 					if d.gray {

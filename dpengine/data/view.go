@@ -271,7 +271,7 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	fit := src.Fitted()
-	if fit != (Fit{}) && !fit.matches(H, W, p.Resize) {
+	if fit != (Fit{}) && !fit.matches(C, H, W, p.Resize) {
 		return nil, fmt.Errorf("data: %s was fitted to %s as it loaded; a view of %d×%d (%s) must load it again (LoadFitted with that fit)", src, fit, H, W, p.Resize)
 	}
 	v.sizes = map[[2]int]*sizeMap{}
@@ -282,7 +282,7 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 		}
 		if v.sizes[[2]int{h, w}] == nil {
 			r := p.Resize
-			if fit != (Fit{}) && h == H && w == W {
+			if fit.Height > 0 && h == H && w == W {
 				r = Resize{}
 			}
 			v.sizes[[2]int{h, w}] = newSizeMap(h, w, H, W, r)

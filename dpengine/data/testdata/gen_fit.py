@@ -25,14 +25,16 @@ def pattern(w, h, channels, a, b, c, d):
     return im
 
 
-def case(name, w, h, channels, coef, mode, out_h, out_w, short=0):
+def case(name, w, h, channels, coef, mode, out_h, out_w, short=0, gray=False):
     im = pattern(w, h, channels, *coef)
+    if gray:
+        im = im.convert("L")  # a gray model's pipeline: gray first, then resized
     if mode == "stretch":
         r = TF.resize(im, [out_h, out_w])
     else:
         r = TF.center_crop(TF.resize(im, short), [out_h, out_w])
     bands = [list(b.getdata()) for b in r.split()]
-    return {"name": name, "w": w, "h": h, "channels": channels, "coef": coef, "mode": mode, "short": short,
+    return {"name": name, "w": w, "h": h, "channels": channels, "gray": gray, "coef": coef, "mode": mode, "short": short,
             "out_h": out_h, "out_w": out_w, "want": [v for b in bands for v in b]}
 
 
@@ -45,5 +47,6 @@ cases = [
     case("crop, tall source", 33, 90, 1, [41, 17, 9, 0], "crop", 24, 24, 40),
     case("crop, shorter side kept", 50, 40, 3, [13, 5, 11, 30], "crop", 32, 32, 40),
     case("crop of the input's size", 32, 24, 3, [19, 23, 1, 50], "crop", 24, 32, 37),
+    case("RGB made gray, then cropped", 60, 45, 3, [37, 11, 5, 90], "crop", 28, 28, 32, gray=True),
 ]
 print("[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in cases) + "\n]")
