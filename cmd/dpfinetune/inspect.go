@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -280,13 +282,8 @@ func printInspect(w io.Writer, r *inspectReport) {
 	if len(r.Metadata) > 0 {
 		// What train recorded (the guarantee, the preprocessing a user must
 		// repeat to serve the model, the class names) and any other key.
-		keys := make([]string, 0, len(r.Metadata))
-		for k := range r.Metadata {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
 		fmt.Fprintln(w, "metadata:")
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(r.Metadata)) {
 			v := r.Metadata[k]
 			if len(v) > 200 { // a thousand class names
 				v = v[:199] + "…"
