@@ -91,9 +91,9 @@ func pilGray(pix []uint8) []uint8 {
 // fitPixels returns the fitted window of an image of c channels and
 // sh×sw pixels: the view's resize of it as PIL resizes an 8-bit image
 // (pilAxis's weights, two passes), with no channel conversion,
-// augmentation or
-// normalisation — torchvision's Resize (and CenterCrop) of a PIL image,
-// bit for bit. A stretched image of the fit's size is returned as it is.
+// augmentation or normalisation — torchvision's Resize (and CenterCrop)
+// of a PIL image, bit for bit. A stretched image of the fit's size is
+// returned as it is.
 func fitPixels(pix []uint8, c, sh, sw int, f Fit) []uint8 {
 	H, W := f.Height, f.Width
 	if !f.Resize.Crop && sh == H && sw == W {
