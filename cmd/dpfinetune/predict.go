@@ -91,7 +91,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		sample[i] = int64(d)
 	}
 	per := x.Len() / n
-	result, outShape, err := forwardAll(g, dev, *model, n, sample, *batch, func(lo, hi int, buf []float32) error {
+	result, outShape, err := forwardAll(g, dev, *model, n, sample, *batch, nil, func(lo, hi int, buf []float32) error {
 		copy(buf, x.F32[lo*per:hi*per])
 		return nil
 	})
@@ -109,8 +109,9 @@ func runPredict(args []string, stdout io.Writer) error {
 // shape, batch at a time (fill writes samples lo…hi-1 into the batch's
 // input), and returns the first output of all of them with its shape. A
 // model that fixes its batch size runs chunks of exactly that, the last
-// one padded with zeros whose outputs are dropped.
-func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample []int64, batch int, fill func(lo, hi int, buf []float32) error) ([]float32, []int, error) {
+// one padded with zeros whose outputs are dropped. plans, if not nil,
+// keeps the compiled plans by batch size from one call to the next.
+func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample []int64, batch int, plans map[int]*runtime.Plan, fill func(lo, hi int, buf []float32) error) ([]float32, []int, error) {
 	per := 1
 	for _, d := range sample {
 		per *= int(d)
@@ -120,7 +121,9 @@ func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample 
 	if d := g.Inputs[0].Shape; len(d) > 0 && d[0].Size > 0 {
 		chunk, fixed = int(d[0].Size), true
 	}
-	plans := map[int]*runtime.Plan{}
+	if plans == nil {
+		plans = map[int]*runtime.Plan{}
+	}
 	buf := make([]float32, chunk*per)
 	var result []float32
 	var outShape []int

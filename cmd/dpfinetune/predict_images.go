@@ -60,69 +60,101 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		return err
 	}
 	recordedPreprocess(m, &f.norm, &f.resize)
-	var files []string
-	v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
-		imgs, fl, err := data.LoadFiles(paths, fit)
-		files = fl
-		return imgs, err
-	}, sample, f.norm, "none", f.resize)
+	files, err := data.ImageFiles(paths)
 	if err != nil {
 		return err
 	}
-	n := v.Len()
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	logits, outShape, err := forwardAll(g, dev, model, n, sample, f.batch, func(lo, hi int, buf []float32) error {
-		return v.Fill(buf, nil, idx[lo:hi], nil)
-	})
-	if err != nil {
-		return err
-	}
-	if len(outShape) != 2 {
-		return fmt.Errorf("%s: output %q has shape %s: predict --images needs (batch, classes) scores", model, g.Outputs[0].Name, intsString(outShape))
-	}
-	if f.out != "" {
-		if err := npy.WriteFile(f.out, npy.NewFloat32(logits, outShape...)); err != nil {
+	// A part of the files at a time: a directory of a million photos
+	// holds a part's windows in memory, not all of them.
+	var (
+		logits   []float32
+		k        int
+		preds    []imagePrediction
+		names    []string
+		kind     = outputKind(g)
+		plans    = map[int]*runtime.Plan{}
+		tw       = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		partSize = max(predictPart, f.batch)
+	)
+	for lo := 0; lo < len(files); lo += partSize {
+		part := files[lo:min(lo+partSize, len(files))]
+		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
+			imgs, _, err := data.LoadFiles(part, fit)
+			return imgs, err
+		}, sample, f.norm, "none", f.resize)
+		if err != nil {
+			return err
+		}
+		idx := make([]int, v.Len())
+		for i := range idx {
+			idx[i] = i
+		}
+		l, outShape, err := forwardAll(g, dev, model, len(idx), sample, f.batch, plans, func(lo, hi int, buf []float32) error {
+			return v.Fill(buf, nil, idx[lo:hi], nil)
+		})
+		if err != nil {
+			return err
+		}
+		if len(outShape) != 2 {
+			return fmt.Errorf("%s: output %q has shape %s: predict --images needs (batch, classes) scores", model, g.Outputs[0].Name, intsString(outShape))
+		}
+		if names == nil {
+			k = outShape[1]
+			names = classNames(m, k)
+		}
+		if f.out != "" {
+			logits = append(logits, l...)
+		}
+		for i, file := range part {
+			p := topClasses(file, l[i*k:(i+1)*k], kind, names, f.top)
+			if f.json {
+				preds = append(preds, p)
+				continue
+			}
+			fmt.Fprint(tw, p.File)
+			for _, c := range p.Top {
+				fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
+			}
+			fmt.Fprintln(tw)
+		}
+		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
-	k := outShape[1]
-	names := classNames(m, k)
-	kind := outputKind(g)
-	preds := make([]imagePrediction, n)
-	probs := make([]float64, k)
-	order := make([]int, k)
-	for i := range preds {
-		toProbabilities(logits[i*k:(i+1)*k], kind, probs)
-		for j := range order {
-			order[j] = j
+	if f.out != "" {
+		if err := npy.WriteFile(f.out, npy.NewFloat32(logits, len(files), k)); err != nil {
+			return err
 		}
-		sort.SliceStable(order, func(a, b int) bool { return probs[order[a]] > probs[order[b]] })
-		p := imagePrediction{File: files[i]}
-		for _, j := range order[:min(f.top, k)] {
-			p.Top = append(p.Top, classScore{Class: names[j], Label: j, Probability: probs[j]})
-		}
-		preds[i] = p
 	}
-	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			Model       string            `json:"model"`
-			Predictions []imagePrediction `json:"predictions"`
-		}{model, preds})
+	if !f.json {
+		return nil
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	for _, p := range preds {
-		fmt.Fprint(tw, p.File)
-		for _, c := range p.Top {
-			fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
-		}
-		fmt.Fprintln(tw)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Model       string            `json:"model"`
+		Predictions []imagePrediction `json:"predictions"`
+	}{model, preds})
+}
+
+// predictPart is how many files predict --images loads at a time (at
+// least a batch): 1024 windows of 224×224 RGB are 150 MB. Tests lower it.
+var predictPart = 1024
+
+// topClasses returns file's most probable top classes from its scores.
+func topClasses(file string, scores []float32, kind int, names []string, top int) imagePrediction {
+	probs := make([]float64, len(scores))
+	toProbabilities(scores, kind, probs)
+	order := make([]int, len(scores))
+	for j := range order {
+		order[j] = j
 	}
-	return tw.Flush()
+	sort.SliceStable(order, func(a, b int) bool { return probs[order[a]] > probs[order[b]] })
+	p := imagePrediction{File: file}
+	for _, j := range order[:min(top, len(order))] {
+		p.Top = append(p.Top, classScore{Class: names[j], Label: j, Probability: probs[j]})
+	}
+	return p
 }
 
 // classNames returns k class names: those train recorded in the model for

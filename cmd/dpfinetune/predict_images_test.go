@@ -131,6 +131,28 @@ func TestPredictImages(t *testing.T) {
 		t.Errorf("%d of the 16 scores of labels 0 and 1 are named a and b", named)
 	}
 
+	// Loaded a part at a time (3 files, batches of 2): the same.
+	defer func(n int) { predictPart = n }(predictPart)
+	predictPart = 3
+	parts := filepath.Join(dir, "parts.npy")
+	stdout2, e, code := run(t, "predict", "--model", model, "--images", folder, "--top", "12", "--json", "--out", parts, "--batch", "2")
+	if code != 0 {
+		t.Fatalf("predict --images in parts: exit %d: %s", code, e)
+	}
+	if p, err := npy.ReadFile(parts); err != nil || len(p.F32) != len(got.F32) || p.Shape[0] != 8 {
+		t.Fatalf("in parts: %v, %v", p, err)
+	} else {
+		for i := range p.F32 {
+			if math.Abs(float64(p.F32[i]-got.F32[i])) > 1e-6 {
+				t.Fatalf("in parts: logit %d = %v, at once %v", i, p.F32[i], got.F32[i])
+			}
+		}
+	}
+	var res2 struct{ Predictions []imagePrediction }
+	if err := json.Unmarshal([]byte(stdout2), &res2); err != nil || len(res2.Predictions) != 8 || res2.Predictions[7].File != files[7] {
+		t.Errorf("in parts: %d predictions (%v)", len(res2.Predictions), err)
+	}
+
 	// Text: a line per image, its file first; the resize train recorded
 	// is used unless another is given.
 	text, e, code := run(t, "predict", "--model", model, "--images", filepath.Join(folder, "b"), "--images", files[0])

@@ -20,14 +20,31 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err := fit.check(); err != nil {
 		return nil, nil, err
 	}
+	files, err := ImageFiles(paths)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := decodeFiles(files, make([]int32, len(files)), []string{""}, fit)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.sourcePaths = nil
+	return m, files, nil
+}
+
+// ImageFiles lists the files LoadFiles reads for paths, in its order:
+// each file as given, each directory's image files recursively in
+// lexical order. A caller with more images than memory loads the list a
+// part at a time.
+func ImageFiles(paths []string) ([]string, error) {
 	if len(paths) == 0 {
-		return nil, nil, fmt.Errorf("images: no files or directories given")
+		return nil, fmt.Errorf("images: no files or directories given")
 	}
 	var files []string
 	for _, p := range paths {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return nil, nil, fmt.Errorf("images: %w", err)
+			return nil, fmt.Errorf("images: %w", err)
 		}
 		if !fi.IsDir() {
 			files = append(files, p)
@@ -50,16 +67,11 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 			return nil
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("images: %w", err)
+			return nil, fmt.Errorf("images: %w", err)
 		}
 		if len(files) == before {
-			return nil, nil, fmt.Errorf("images: %s holds no images (%s: *%s)", p, imageKinds, strings.Join(imageExts, ", *"))
+			return nil, fmt.Errorf("images: %s holds no images (%s: *%s)", p, imageKinds, strings.Join(imageExts, ", *"))
 		}
 	}
-	m, err := decodeFiles(files, make([]int32, len(files)), []string{""}, fit)
-	if err != nil {
-		return nil, nil, err
-	}
-	m.sourcePaths = nil
-	return m, files, nil
+	return files, nil
 }
