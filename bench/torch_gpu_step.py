@@ -110,11 +110,22 @@ def write_profile(a, step, cuda):
     with profile(activities=acts) as prof:
         for _ in range(a.profile_steps):
             step()
-    key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    # PyTorch 2.4 renamed the CUDA columns "device"; 1.13 knows "cuda".
+    keys = ["self_device_time_total", "self_cuda_time_total"] if cuda else ["self_cpu_time_total"]
+    avg = prof.key_averages()
+    for key in keys:
+        try:
+            table = avg.table(sort_by=key, row_limit=60)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    else:
+        table = avg.table(row_limit=60)
+        key = "recording order"
     with open(a.profile, "w") as f:
         f.write("PyTorch %s, %s, batch %d, %d steps, tf32 %s, sorted by %s\n\n" % (
             torch.__version__, a.model, a.batch, a.profile_steps, a.tf32, key))
-        f.write(prof.key_averages().table(sort_by=key, row_limit=60))
+        f.write(table)
         f.write("\n")
 
 
