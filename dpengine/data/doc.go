@@ -11,7 +11,8 @@
 //     Netpbm, decoded to the pixels PIL decodes — JPEG's and lossy WebP's
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
-//     PIL's convert("RGB") saturates every value over 255);
+//     PIL's convert("RGB") saturates every value over 255; holdout=F
+//     splits a folder without a test split);
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;
@@ -32,6 +33,7 @@
 //
 // Sampling (which indices form a batch) and privacy accounting are not
 // here: they belong to package dpengine, which hands Dataset.Fill the
-// indices it sampled. Package data imports only the standard library and
-// two internal helpers (the memory available, a worker group).
+// indices it sampled. Package data imports the standard library,
+// golang.org/x/image's BMP, TIFF and WebP decoders, and internal helpers
+// (the memory available, a worker group, the Netpbm decoder).
 package data
