@@ -325,3 +325,28 @@ func TestFitGolden(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFitPhoto: one 12-megapixel RGB photo (3000×4000) to a
+// 224×224 window, torchvision's Resize(256)+CenterCrop(224): fitPixels'
+// two integer passes (PIL's), beside the view's float filter of the same
+// photo (the antialiased fill, which fitting used before it was PIL's).
+func BenchmarkFitPhoto(b *testing.B) {
+	const c, h, w = 3, 3000, 4000
+	pix := make([]uint8, c*h*w)
+	for i := range pix {
+		pix[i] = uint8(i*7 + i/w)
+	}
+	fit := Fit{Height: 224, Width: 224, Resize: Resize{Crop: true}}
+	b.Run("pil", func(b *testing.B) {
+		for b.Loop() {
+			fitPixels(pix, c, h, w, fit)
+		}
+	})
+	b.Run("float-filter", func(b *testing.B) {
+		v := mustView(b, mustImages(b, c, h, w, pix, []int32{0}), Preprocess{Height: 224, Width: 224, Resize: fit.Resize})
+		x := make([]float32, c*224*224)
+		for b.Loop() {
+			v.fillOne(x, 0, augDraw{})
+		}
+	})
+}

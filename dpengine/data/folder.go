@@ -296,7 +296,7 @@ func holdout(dir string, n int, path func(int) string, f float64) []bool {
 		return keys[a].rel < keys[b].rel
 	})
 	out := make([]bool, n)
-	for _, kk := range keys[:max(held, 0)] {
+	for _, kk := range keys[:held] { // n ≥ 1: a class holds an image
 		out[kk.k] = true
 	}
 	return out

@@ -124,15 +124,14 @@ func init() {
 		fullConv.g1[i] = -jpegCbG*(i-128) + 1<<15
 		fullConv.g2[i] = -jpegCrG * (i - 128)
 		fullConv.b[i] = (jpegCbB*(i-128) + 1<<15) >> 16
-		fullConv.shift = 16
 		// libwebp: the 14-bit sums of VP8YUVToR/G/B, 6 fraction bits.
 		videoConv.ys[i] = i * 19077 >> 8
 		videoConv.r[i] = i*26149>>8 - 14234
 		videoConv.g1[i] = -(i * 6419 >> 8)
 		videoConv.g2[i] = -(i * 13320 >> 8) + 8708
 		videoConv.b[i] = i*33050>>8 - 17685
-		videoConv.out = 6
 	}
+	fullConv.shift, videoConv.out = 16, 6
 }
 
 // libjpeg's YCbCr→RGB coefficients, ·2¹⁶ and rounded (jdcolor.c).

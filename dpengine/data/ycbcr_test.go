@@ -133,3 +133,27 @@ func TestYCbCrTables(t *testing.T) {
 		t.Error("4:4:0 handled")
 	}
 }
+
+// BenchmarkYCbCrToRGB: a 12-megapixel 4:2:0 JPEG's planes to RGB, by
+// ycbcrToRGB's rows and tables and by the pixel-by-pixel formulas
+// (ycbcrReference, the form it replaced).
+func BenchmarkYCbCrToRGB(b *testing.B) {
+	im := image.NewYCbCr(image.Rect(0, 0, 4000, 3000), image.YCbCrSubsampleRatio420)
+	for _, p := range [][]uint8{im.Y, im.Cb, im.Cr} {
+		for i := range p {
+			p[i] = uint8(i*13 + i/4000)
+		}
+	}
+	n := 4000 * 3000
+	out := make([]uint8, 3*n)
+	b.Run("rows", func(b *testing.B) {
+		for b.Loop() {
+			ycbcrToRGB(im, false, out[:n], out[n:2*n], out[2*n:])
+		}
+	})
+	b.Run("per-pixel", func(b *testing.B) {
+		for b.Loop() {
+			ycbcrReference(im, false, out[:n], out[n:2*n], out[2*n:])
+		}
+	})
+}
