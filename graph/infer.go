@@ -120,6 +120,7 @@ func (g *Graph) inferNode(n *Node) error {
 	if n.Domain != "" {
 		return fmt.Errorf("graph: node %s: operator domain %q is not supported", n, n.Domain)
 	}
+	castLikeAsCast(n)
 	rule, ok := rules[n.OpType]
 	if !ok {
 		return fmt.Errorf("graph: node %s: operator %s is not supported", n, n.OpType)

@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// Resize (opsets 10–19) and the deprecated Upsample (7–9) are read here
+// Resize (opsets 10–27) and the deprecated Upsample (7–9) are read here
 // once for every user of the graph: shape inference, the batch-layout
 // analysis of package rewrite (is the batch axis resized?) and the
 // runtime, which runs the interpolation along each axis as a product with
@@ -69,8 +69,9 @@ var resizeNearestModes = map[string]bool{"round_prefer_floor": true, "round_pref
 // from malformed scales, and the runtime indexes elements with int32.
 const maxResizeAxis = math.MaxInt32
 
-// ResizeSpec reads a Resize (opsets 10–19) or Upsample (7–9) node for an
-// input of shape in (every dimension known): its attributes with their
+// ResizeSpec reads a Resize (opsets 10–27; 20–27 change only its types)
+// or Upsample (7–9) node for an input of shape in (every dimension known):
+// its attributes with their
 // defaults at the node's opset, and its roi, scales and sizes, which must
 // be constants. Errors name the attribute or input at fault; the callers
 // add the node.
@@ -129,7 +130,7 @@ func (n *Node) ResizeSpec(in []int64) (*ResizeSpec, error) {
 		if scales == nil {
 			return nil, errors.New("input 1 (scales) is required")
 		}
-	case n.OpType == "Resize" && n.Opset >= 11 && n.Opset <= 19:
+	case n.OpType == "Resize" && n.Opset >= 11 && n.Opset <= 27:
 		if err := s.readAttrs(n); err != nil {
 			return nil, err
 		}
@@ -156,7 +157,7 @@ func (n *Node) ResizeSpec(in []int64) (*ResizeSpec, error) {
 			}
 		}
 	default:
-		return nil, fmt.Errorf("%s opset %d is not supported (Resize 10–19, Upsample 7–9)", n.OpType, n.Opset)
+		return nil, fmt.Errorf("%s opset %d is not supported (Resize 10–27, Upsample 7–9)", n.OpType, n.Opset)
 	}
 	switch {
 	case scales != nil && sizes != nil:

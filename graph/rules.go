@@ -86,7 +86,7 @@ func init() {
 	rules["Tile"] = rule{infer: inferTile, eval: evalTile}
 	rules["Pad"] = rule{infer: inferPad}
 	rules["Cast"] = rule{infer: inferCast, eval: evalCast}
-	rules["CastLike"] = rule{infer: inferCastLike}
+	rules["CastLike"] = rule{infer: inferCastLike, eval: evalCastLike}
 	rules["BatchNormalization"] = rule{infer: inferBatchNorm}
 	rules["InstanceNormalization"] = rule{infer: sameAsInput}
 	rules["GroupNormalization"] = rule{infer: sameAsInput}
@@ -1006,6 +1006,9 @@ func inferCastLike(g *Graph, n *Node) error {
 	}
 	if n.Input(1) == nil {
 		return errors.New("CastLike needs target_type")
+	}
+	if n.Inputs[1].DType == Undefined {
+		return fmt.Errorf("the element type of target_type %q is unknown", n.Inputs[1].Name)
 	}
 	setOut(n, 0, n.Inputs[1].DType, x.Shape)
 	return nil

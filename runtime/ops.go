@@ -428,6 +428,9 @@ func buildPad(p *Plan, nd *node) error {
 		return err
 	}
 	mode, _ := nd.g.Str("mode")
+	if mode == "wrap" && nd.g.Opset < 19 {
+		return fmt.Errorf("pad mode %q came with opset 19; the model imports opset %d", mode, nd.g.Opset)
+	}
 	var fill float32
 	if nd.g.Opset >= 11 {
 		if fill, err = constFloat(nd, 2, 0); err != nil {
@@ -462,6 +465,10 @@ func buildPad(p *Plan, nd *node) error {
 							v = 2*(d-1) - v
 						}
 					}
+				case "wrap":
+					// Periodic, as numpy's wrap: a pad wider than
+					// the axis repeats it again.
+					v = ((v % d) + d) % d
 				default:
 					bad = fmt.Errorf("pad mode %q is not supported", mode)
 				}

@@ -692,9 +692,15 @@ func buildGroupNorm(p *Plan, nd *node) error {
 	if G <= 0 || C%int(G) != 0 {
 		return fmt.Errorf("%d channels do not split into %d groups", C, G)
 	}
-	// Opset 18's per-group scale and bias.
+	// Opset 18's scale and bias hold one value per group, 21's one per
+	// channel. Below 21 a per-channel pair is taken too: the BatchNorm
+	// rewrite trains its GroupNormalization that way at the model's own
+	// opset (and writes it back decomposed).
 	perGroup := false
 	if sc := nd.in[1]; sc != nil && sc.n == int(G) && int(G) != C {
+		if nd.g.Opset >= 21 {
+			return fmt.Errorf("scale %v holds one value per group (opset 18); from opset 21 (the model imports %d) it holds one per channel, %d", sc.shape, nd.g.Opset, C)
+		}
 		perGroup = true
 	}
 	N := x.shape[0]

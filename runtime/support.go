@@ -19,50 +19,57 @@ type OpsetRange struct{ Since, Until int64 }
 // that the two tables have the same keys). Since is the first version whose
 // semantics the builder follows (legacy broadcasting and is_test/consumed_
 // inputs attributes before 6–7 are not), Until the newest version checked:
-// 18, the newest opset exporters write that this project reads.
+// 27, the newest opset ONNX has released (1.22). PyTorch's exporters write
+// 7–20 (TorchScript) and 18–23 (dynamo, the default from PyTorch 2.9: 18
+// unless asked). Of these operators, versions 19–27 change only their
+// types (bfloat16, float8, int4, float4) but for five: AveragePool-19 adds
+// dilations (the kernels take them at every version), Pad-19 the wrap mode,
+// Resize-19 half_pixel_symmetric (graph.ResizeSpec), Cast-19/24 saturate
+// and round_mode (which apply to float8 targets only, refused as a dtype)
+// and GroupNormalization-21 a per-channel scale and bias where 18 took one
+// per group (buildGroupNorm reads each version's).
 var opsets = map[string]OpsetRange{
 	// Binary arithmetic and Gemm before 7 carry a broadcast attribute:
 	// numpy's rule when B lines up with A's last axes, which the IR checks
 	// (graph's legacyBroadcast refuses any other axis, naming the node).
-	"Add": {6, 18}, "Sub": {6, 18}, "Mul": {6, 18}, "Div": {6, 18}, "Pow": {6, 18},
-	"Relu": {6, 18}, "Sigmoid": {6, 18}, "Tanh": {6, 18}, "Exp": {6, 18}, "Log": {6, 18},
-	"Sqrt": {6, 18}, "Neg": {6, 18}, "Abs": {6, 18}, "Reciprocal": {6, 18}, "Erf": {9, 18},
-	"Clip":     {6, 18},
-	"Identity": {1, 18}, "Reshape": {5, 18}, "Flatten": {1, 18}, "Squeeze": {1, 18}, "Unsqueeze": {1, 18},
-	"Dropout": {1, 18}, "Cast": {6, 18},
-	"Transpose": {1, 18}, "Concat": {4, 18}, "Slice": {1, 18}, "Gather": {1, 18},
-	"Pad": {2, 18}, "Expand": {8, 18}, "Where": {9, 18},
+	"Add": {6, 27}, "Sub": {6, 27}, "Mul": {6, 27}, "Div": {6, 27}, "Pow": {6, 27},
+	"Relu": {6, 27}, "Sigmoid": {6, 27}, "Tanh": {6, 27}, "Exp": {6, 27}, "Log": {6, 27},
+	"Sqrt": {6, 27}, "Neg": {6, 27}, "Abs": {6, 27}, "Reciprocal": {6, 27}, "Erf": {9, 27},
+	"Clip":     {6, 27},
+	"Identity": {1, 27}, "Reshape": {5, 27}, "Flatten": {1, 27}, "Squeeze": {1, 27}, "Unsqueeze": {1, 27},
+	"Dropout": {1, 27}, "Cast": {6, 27},
+	"Transpose": {1, 27}, "Concat": {4, 27}, "Slice": {1, 27}, "Gather": {1, 27},
+	"Pad": {2, 27}, "Expand": {8, 27}, "Where": {9, 27},
 	// ScatterND: reduction attribute add/mul (16), max/min (18). Einsum: 12 on.
-	"ScatterND": {11, 18}, "Einsum": {12, 18},
-	"ReduceMean": {1, 18}, "ReduceSum": {1, 18},
-	"Softmax": {1, 18}, "LogSoftmax": {1, 18},
-	"Conv": {1, 18}, "Gemm": {6, 18}, "MatMul": {1, 18},
-	"MaxPool": {1, 18}, "AveragePool": {1, 18}, "GlobalAveragePool": {1, 18},
-	"BatchNormalization": {6, 18}, "LayerNormalization": {17, 18},
-	"InstanceNormalization": {6, 18}, "GroupNormalization": {18, 18},
-	"LeakyRelu": {6, 18}, "Elu": {6, 18}, "HardSigmoid": {6, 18}, "HardSwish": {14, 18}, "Softplus": {1, 18},
-	// Gelu entered the standard at opset 20, past the newest opset checked:
-	// models carry it only when written by hand; exported GELUs are the Erf
-	// or Tanh chains, which run fused.
-	"Gelu":  {20, 20},
-	"Split": {1, 18}, "Tile": {6, 18}, "GlobalMaxPool": {1, 18},
+	"ScatterND": {11, 27}, "Einsum": {12, 27},
+	"ReduceMean": {1, 27}, "ReduceSum": {1, 27},
+	"Softmax": {1, 27}, "LogSoftmax": {1, 27},
+	"Conv": {1, 27}, "Gemm": {6, 27}, "MatMul": {1, 27},
+	"MaxPool": {1, 27}, "AveragePool": {1, 27}, "GlobalAveragePool": {1, 27},
+	"BatchNormalization": {6, 27}, "LayerNormalization": {17, 27},
+	"InstanceNormalization": {6, 27}, "GroupNormalization": {18, 27},
+	"LeakyRelu": {6, 27}, "Elu": {6, 27}, "HardSigmoid": {6, 27}, "HardSwish": {14, 27}, "Softplus": {1, 27},
+	// Gelu entered the standard at opset 20: PyTorch's exporters write the
+	// Erf or Tanh chain below it (run fused) and Gelu itself from 20.
+	"Gelu":  {20, 27},
+	"Split": {1, 27}, "Tile": {6, 27}, "GlobalMaxPool": {1, 27},
 	// PRelu: opset 6 and earlier also take a per-channel slope (C) against
 	// (N, C, …); 7 on, one-way numpy broadcasting. Sum/Mean/Max/Min: equal
 	// shapes before 8, numpy broadcasting from 8 (a superset).
-	"PRelu": {6, 18}, "Selu": {6, 18}, "Celu": {12, 18}, "Sign": {9, 18}, "Shrink": {9, 18},
-	"Softsign": {1, 18}, "ThresholdedRelu": {10, 18}, "Mish": {18, 18},
-	"Sum": {6, 18}, "Mean": {6, 18}, "Max": {6, 18}, "Min": {6, 18},
-	"ConvTranspose": {1, 18}, "LRN": {1, 18},
-	"Floor": {6, 18}, "Ceil": {6, 18}, "Round": {11, 18}, "Sin": {7, 18}, "Cos": {7, 18},
+	"PRelu": {6, 27}, "Selu": {6, 27}, "Celu": {12, 27}, "Sign": {9, 27}, "Shrink": {9, 27},
+	"Softsign": {1, 27}, "ThresholdedRelu": {10, 27}, "Mish": {18, 27},
+	"Sum": {6, 27}, "Mean": {6, 27}, "Max": {6, 27}, "Min": {6, 27},
+	"ConvTranspose": {1, 27}, "LRN": {1, 27},
+	"Floor": {6, 27}, "Ceil": {6, 27}, "Round": {11, 27}, "Sin": {7, 27}, "Cos": {7, 27},
 	// The other reductions: axes an attribute until 17, an input at 18
 	// (graph.Node.ReduceAxes reads both).
-	"ReduceMax": {1, 18}, "ReduceMin": {1, 18}, "ReduceProd": {1, 18}, "ReduceL1": {1, 18}, "ReduceL2": {1, 18},
-	"ReduceSumSquare": {1, 18}, "ReduceLogSum": {1, 18}, "ReduceLogSumExp": {1, 18},
+	"ReduceMax": {1, 27}, "ReduceMin": {1, 27}, "ReduceProd": {1, 27}, "ReduceL1": {1, 27}, "ReduceL2": {1, 27},
+	"ReduceSumSquare": {1, 27}, "ReduceLogSum": {1, 27}, "ReduceLogSumExp": {1, 27},
 	// Resize: roi, scales and sizes inputs from 11; axes, antialias and
 	// keep_aspect_ratio_policy at 18; half_pixel_symmetric at 19, whose
 	// Resize is the same operator otherwise (graph.ResizeSpec reads each
 	// version). Upsample was deprecated at 10 in favour of Resize.
-	"Resize": {10, 19}, "Upsample": {7, 9},
+	"Resize": {10, 27}, "Upsample": {7, 9},
 }
 
 // Opsets returns the OpsetRange of an operator the runtime has a kernel

@@ -1017,6 +1017,113 @@ def crossvit_resize():
     return norms_case(m, x, labels, 17, grads=True)
 
 
+# --- opsets 19-27: the versions whose meaning changed after 18 ---
+
+@case
+def pad_opset19_wrap():
+    """Pad-19's wrap mode (numpy's periodic pad), with a crop on one side."""
+    x = randn(190, 2, 3, 4, 5)
+    pads = np.array([0, 1, 2, 3, 0, 0, 1, 4], dtype=np.int64)
+    y = np.pad(x, [(0, 0), (1, 0), (2, 1), (3, 4)], mode="wrap")
+    return node_case("Pad", {"x": x}, y, opset=19, consts={"pads": pads}, mode="wrap")
+
+
+@case
+def pad_opset19_wrap_wider_than_axis():
+    """A wrap pad wider than its axis repeats the axis again (numpy's
+    rule; the ONNX reference pads with numpy)."""
+    x = randn(191, 1, 2, 3)
+    pads = np.array([0, 0, 4, 0, 0, 5], dtype=np.int64)
+    y = np.pad(x, [(0, 0), (0, 0), (4, 5)], mode="wrap")
+    return node_case("Pad", {"x": x}, y, opset=19, consts={"pads": pads}, mode="wrap")
+
+
+def avgpool_dilated_ref(x, kernel, strides, dilations, pads, include_pad, ceil):
+    """AveragePool over a dilated window, by the definition: the taps of
+    each window that fall in the input are averaged, divided by their
+    count, or with count_include_pad by the taps inside the padded input."""
+    n, c = x.shape[:2]
+    ins = x.shape[2:]
+    r = len(ins)
+    outs = []
+    for i in range(r):
+        span = dilations[i] * (kernel[i] - 1) + 1
+        num = ins[i] + pads[i] + pads[r + i] - span
+        o = (-(-num // strides[i]) if ceil else num // strides[i]) + 1
+        if ceil and (o - 1) * strides[i] >= ins[i] + pads[i]:
+            o -= 1
+        outs.append(o)
+    y = np.zeros((n, c) + tuple(outs), dtype=np.float64)
+    for idx in np.ndindex(*outs):
+        taps = []
+        for i in range(r):
+            start = idx[i] * strides[i] - pads[i]
+            taps.append([start + k * dilations[i] for k in range(kernel[i])])
+        total, inside, padded = 0.0, 0, 0
+        acc = np.zeros((n, c))
+        for t in np.ndindex(*kernel):
+            pos = [taps[i][t[i]] for i in range(r)]
+            if all(0 <= pos[i] < ins[i] for i in range(r)):
+                acc += x[(slice(None), slice(None)) + tuple(pos)]
+                inside += 1
+            if all(-pads[i] <= pos[i] < ins[i] + pads[r + i] for i in range(r)):
+                padded += 1
+        d = padded if include_pad else inside
+        y[(slice(None), slice(None)) + idx] = acc / d if d else 0
+    return y.astype(np.float32)
+
+
+@case
+def averagepool_opset19_dilations():
+    """AveragePool-19's dilations (new in 19), pads, strides."""
+    x = randn(192, 2, 3, 9, 8)
+    kw = dict(kernel=[3, 2], strides=[1, 2], dilations=[2, 3], pads=[1, 0, 2, 1])
+    y = avgpool_dilated_ref(x, include_pad=False, ceil=False, **kw)
+    return node_case("AveragePool", {"x": x}, y, opset=19, kernel_shape=kw["kernel"], strides=kw["strides"],
+                     dilations=kw["dilations"], pads=kw["pads"])
+
+
+@case
+def averagepool_opset19_dilations_include_pad_ceil():
+    """Dilated AveragePool counting padding, with ceil_mode."""
+    x = randn(193, 1, 2, 8, 7)
+    kw = dict(kernel=[2, 3], strides=[3, 2], dilations=[3, 2], pads=[1, 2, 1, 1])
+    y = avgpool_dilated_ref(x, include_pad=True, ceil=True, **kw)
+    return node_case("AveragePool", {"x": x}, y, opset=19, kernel_shape=kw["kernel"], strides=kw["strides"],
+                     dilations=kw["dilations"], pads=kw["pads"], count_include_pad=1, ceil_mode=1)
+
+
+def group_norm_ref(x, groups, eps):
+    n, c = x.shape[:2]
+    xr = x.reshape(n, groups, -1).astype(np.float64)
+    mu = xr.mean(axis=2, keepdims=True)
+    var = ((xr - mu) ** 2).mean(axis=2, keepdims=True)
+    return ((xr - mu) / np.sqrt(var + eps)).reshape(x.shape)
+
+
+@case
+def groupnorm_opset18_per_group():
+    """GroupNormalization-18: scale and bias per group."""
+    x = randn(194, 2, 6, 3, 4)
+    scale, bias = randn(195, 3), randn(196, 3)
+    xn = group_norm_ref(x, 3, 1e-4)
+    y = xn * np.repeat(scale, 2)[None, :, None, None] + np.repeat(bias, 2)[None, :, None, None]
+    return node_case("GroupNormalization", {"x": x}, y, opset=18, consts={"scale": scale, "bias": bias},
+                     num_groups=3, epsilon=1e-4)
+
+
+@case
+def groupnorm_opset21_per_channel():
+    """GroupNormalization-21: scale and bias per channel, as PyTorch's
+    GroupNorm (the reference is torch.nn.functional.group_norm)."""
+    x = randn(197, 2, 6, 3, 4)
+    scale, bias = randn(198, 6), randn(199, 6)
+    y = torch.nn.functional.group_norm(torch.from_numpy(x), 3, torch.from_numpy(scale), torch.from_numpy(bias),
+                                       eps=1e-5).numpy()
+    return node_case("GroupNormalization", {"x": x}, y, opset=21, consts={"scale": scale, "bias": bias},
+                     num_groups=3)
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
