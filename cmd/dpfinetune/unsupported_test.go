@@ -82,10 +82,10 @@ func TestUnsupportedOperators(t *testing.T) {
 		`Hardmax "rounding" (opset 14): no kernel`, `Frobnicate "mystery" (opset 14): not supported`,
 		`com.example.Custom "vendor" (opset 1)`, `Hardmax "rounding2" (opset 14)`,
 	}
-	newer := writeModel(t, 19, []*onnxpb.NodeProto{node("Relu", "relu", ""), node("Sigmoid", "sig", "")})
-	newerWant := []string{`Relu "relu" (opset 19): opset 19 is newer than the kernel's range 6–18`, `Sigmoid "sig" (opset 19)`}
+	newer := writeModel(t, 28, []*onnxpb.NodeProto{node("Relu", "relu", ""), node("Sigmoid", "sig", "")})
+	newerWant := []string{`Relu "relu" (opset 28): opset 28 is newer than the kernel's range 6–27`, `Sigmoid "sig" (opset 28)`}
 	older := writeModel(t, 5, []*onnxpb.NodeProto{node("Relu", "relu", "")})
-	olderWant := []string{`Relu "relu" (opset 5): opset 5 is older than the kernel's range 6–18`}
+	olderWant := []string{`Relu "relu" (opset 5): opset 5 is older than the kernel's range 6–27`}
 
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "absent.npy") // never read: the check comes first
