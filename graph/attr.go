@@ -58,6 +58,13 @@ var defaults = map[string]map[string][]attrDefault{
 	"Trilu":                 {"upper": {{14, int64(1)}}},
 	"Resize":                {"mode": {{10, "nearest"}}, "coordinate_transformation_mode": {{11, "half_pixel"}}, "nearest_mode": {{11, "round_prefer_floor"}}, "cubic_coeff_a": {{11, float32(-0.75)}}, "exclude_outside": {{11, int64(0)}}, "extrapolation_value": {{11, float32(0)}}, "antialias": {{18, int64(0)}}, "keep_aspect_ratio_policy": {{18, "stretch"}}},
 	"Upsample":              {"mode": {{7, "nearest"}}},
+	// Standard operators defined as functions, which the loader expands
+	// (expand_*.go). Attention's scale defaults to 1/sqrt(head_size): no
+	// entry.
+	"Swish":            {"alpha": {{24, float32(1)}}},
+	"RMSNormalization": {"axis": {{23, int64(-1)}}, "epsilon": {{23, float32(1e-5)}}, "stash_type": {{23, int64(1)}}},
+	"Attention": {"is_causal": {{23, int64(0)}}, "qk_matmul_output_mode": {{23, int64(0)}}, "softcap": {{23, float32(0)}},
+		"left_window_size": {{25, int64(-1)}}, "right_window_size": {{25, int64(-1)}}},
 }
 
 // Attr returns the attribute name as stored, or nil.

@@ -2,7 +2,18 @@
 //
 // A Graph holds values (dtype and shape, symbolic dimensions allowed),
 // nodes with typed attribute accessors that apply the ONNX defaults of the
-// node's opset, and initializers as parameters. Graph.InferShapes fixes the
+// node's opset, and initializers as parameters.
+//
+// FromONNX expands, at load, what ONNX defines in terms of other operators:
+// calls of model-local functions (ModelProto.functions, which PyTorch's
+// dynamo exporter and onnxscript write) are inlined with their attribute
+// references resolved, each inlined node at the opset its function imports
+// (refused where that differs from the model's, which export would write);
+// and the standard function operators Swish (24), RMSNormalization (23) and
+// Attention (23–25; the subset vision models use, see ExpandedOps) become
+// the operators of their definitions. Everything after loading — runtime
+// checks, shape inference, plans, export — sees only the expansion, which
+// is what a trained model is saved with. Graph.InferShapes fixes the
 // input shapes to concrete values and propagates dtypes and shapes through
 // every node; Graph.FoldConstants evaluates shape-computation subgraphs
 // (Shape, Gather, Concat, Reshape targets, ...) so that dynamic exports become

@@ -167,6 +167,20 @@ func canonicalDomain(d string) string {
 // FromONNX builds the IR of m's main graph. It decodes initializers, links
 // values to their producers and consumers, sorts the nodes topologically and
 // validates the result.
+//
+// On the way it expands what the runtime has no kernel for but ONNX
+// defines in terms of operators it has, so that CheckOps, shape inference,
+// plans and export only ever see those operators:
+//   - a call of a model-local function (ModelProto.functions, as PyTorch's
+//     dynamo exporter and onnxscript write them) becomes the function's
+//     nodes, nested calls included (functions.go);
+//   - the standard function operators Swish-24, RMSNormalization-23 and
+//     Attention-23 to 25 become their definitions (expand_*.go,
+//     ExpandedOps).
+//
+// The graph keeps the expansion: ToONNX writes a trained model with the
+// expanded nodes in place of the calls and operators it loaded (valid at
+// the model's opset; the model's function definitions are kept, unused).
 func FromONNX(m *onnx.Model) (*Graph, error) {
 	gp := m.Proto.GetGraph()
 	g := &Graph{Name: gp.GetName(), Values: map[string]*Value{}, Opsets: map[string]int64{}, model: m}
@@ -215,10 +229,24 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	for _, vi := range gp.GetOutput() {
 		declared[vi.GetName()] = vi
 	}
-	for i, np := range gp.GetNode() {
+	loaded, infos, err := expandFunctions(gp, m.Proto, g.Opsets)
+	if err != nil {
+		return nil, err
+	}
+	for _, vi := range infos {
+		declared[vi.GetName()] = vi
+	}
+	for i, ln := range loaded {
+		np := ln.proto
 		n := &Node{Name: np.GetName(), OpType: np.GetOpType(), Domain: canonicalDomain(np.GetDomain()), Attrs: np.GetAttribute(), proto: np}
 		ver, ok := g.Opsets[n.Domain]
+		if ln.opset > 0 {
+			ver, ok = ln.opset, true
+		}
 		if !ok {
+			if ln.from != "" {
+				return nil, fmt.Errorf("graph: node %s of function %s: domain %q is imported neither by the function nor by the model", n, ln.from, np.GetDomain())
+			}
 			return nil, fmt.Errorf("graph: node %d (%s): domain %q is not imported", i, n, np.GetDomain())
 		}
 		n.Opset = ver
@@ -264,6 +292,9 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 			return nil, fmt.Errorf("graph: output %q is not produced by any node, input or initializer", vi.GetName())
 		}
 		g.Outputs = append(g.Outputs, v)
+	}
+	if err := g.expandStandardFunctions(); err != nil {
+		return nil, err
 	}
 	if err := g.sortTopological(); err != nil {
 		return nil, err

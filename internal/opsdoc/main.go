@@ -73,9 +73,50 @@ changes). The test lists the cases the runtime refuses, with the reason.
 Shape arithmetic: the graph evaluates these when all their inputs are
 constants (as the subgraphs that compute Reshape targets from `+"`Shape`"+` are,
 once the input shape is fixed) and removes them. A node of these operators
-whose inputs are computed at run time is refused when the plan is compiled.
+whose inputs are computed at run time is refused when the plan is compiled,
+but CastLike (opset 15: PyTorch's dynamo exporter writes it wherever a
+constant takes the input's type), which becomes the Cast it is once its
+target's type is known, and runs where Cast does.
 
 %s
 `, strings.Join(folded, ", "))
+	writeExpanded(w)
 	return nil
+}
+
+// writeExpanded lists what graph.FromONNX expands into the operators
+// above: the standard operators ONNX defines as functions, and calls of a
+// model's own functions.
+func writeExpanded(w io.Writer) {
+	fmt.Fprint(w, `
+## Operators expanded at load
+
+ONNX defines these standard operators as functions of other operators.
+The graph replaces each node by its definition when the model is loaded
+(`+"`graph.FromONNX`"+`), at the node's opset, before any check: the runtime,
+shape inference, the DP planner and export see only operators of the lists
+above, and a trained model is saved with the expansion (valid at the
+model's opset). A node outside the opsets given is left as it is, and
+refused as unsupported.
+
+| operator | opsets | becomes | limits |
+|---|---|---|---|
+`)
+	for _, e := range graph.ExpandedOps() {
+		fmt.Fprintf(w, "| %s | %d–%d | %s | %s |\n", e.Op, e.Since, e.Until, e.Into, e.Limits)
+	}
+	fmt.Fprintf(w, `
+Model-local functions (`+"`ModelProto.functions`"+`, which PyTorch's dynamo
+exporter and onnxscript write) are expanded the same way: a node that calls
+one by domain, name and overload becomes the function's nodes, calls inside
+it expanded in turn, with its inputs and outputs bound to the call's,
+every other value and node renamed under the call's name, and attribute
+references resolved from the call, else the function's defaults, else left
+out. An expanded node keeps the opset its function imports for its domain;
+where that differs from the model's (the one version an exported model can
+hold), the model is refused, naming the function and the node. Recursion
+is refused, and so are calls nested deeper than %d levels or expanding to
+more than %d nodes in all (counted before anything is built). Subgraphs
+(If and Loop bodies) are kept as they are: the runtime runs no control flow.
+`, graph.MaxFunctionDepth, graph.MaxExpandedNodes)
 }
