@@ -43,33 +43,41 @@
 #      bench/timm_export.py) and runs each through `norms --device cuda`
 #      against --device cpu (two samples, bk) and one epoch of `train
 #      --device cuda` on the shipped Fashion-MNIST sample (resized to the
-#      model's input).
+#      model's input);
+#   7. (part dynamo) exports torchvision and timm models (random weights)
+#      with PyTorch's default exporter since 2.9, the dynamo one
+#      (bench/dynamo_export.py: its default opset and 23), and takes each
+#      export through inspect (the operators we refuse), plan, predict
+#      against PyTorch's logits and a two-step train on the GPU.
 # Everything goes under OUT (default gpu-check-out): machine.txt, the logs,
 # norms.jsonl, bench.jsonl and bench.md, timm.jsonl and timm.md,
-# maxbatch.jsonl and maxbatch.md, profile-*.txt, torch-profile-*.txt, convs-resnet50.md (the
+# dynamo.jsonl, dynamo.md and dynamo/ (part 7's reports), maxbatch.jsonl and maxbatch.md, profile-*.txt, torch-profile-*.txt, convs-resnet50.md (the
 # profile's convolutions by shape beside PyTorch's), peak-*.txt (bk's device
 # peak by allocation, DPFINETUNE_CUDA_PEAK), cudnn-algos-*.json (the
 # convolution choices the machine measured and kept; choices.md, the
 # per-sample gradients' among them), and summary.md (bench.md,
-# timm.md, maxbatch.md, choices.md, the peak records) to paste into docs/BENCHMARKS.md.
+# timm.md, dynamo.md, maxbatch.md, choices.md, the peak records) to paste into docs/BENCHMARKS.md.
 #
 #   scripts/gpu-check.sh [OUT]
 #
 # Go is needed only to build: with go on PATH the script builds
 # bin/dpfinetune and bin/cuda.test; without it (or with GPU_CHECK_PREBUILT=1),
 # it runs the ones already in bin/ (build them elsewhere with `GPU_CHECK_BUILD_ONLY=1
-# scripts/gpu-check.sh` and carry bin/ over). GPU_CHECK_EMULATE=1 is a dry
+# scripts/gpu-check.sh` and carry bin/ over). GPU_CHECK_BIN=DIR: the
+# binaries' folder instead of bin/ (built there, or with GPU_CHECK_PREBUILT=1
+# taken from there; cuda.test only where part tests runs). GPU_CHECK_EMULATE=1 is a dry
 # run on the CUDA emulation (any machine with g++): the same steps, with two
 # small models at batch 2 for the benchmarks and no PyTorch rows, on the
 # emulation's guarded form (DPFINETUNE_CUDA=emulate-guarded: a host read of
 # device memory faults, as on the GPU). Environment: STEPS (5), BATCH224
 # (32), PY (the first of python3, /usr/bin/python3 that has numpy); TIMM
 # (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm
-# maxbatch profile": the steps to run, so that a short GPU loan can split
+# dynamo maxbatch profile": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
 # files); BENCH_VARIANTS (the benchmark rows beside each model's default:
 # "gemm heuristic deterministic cudnn workspace256 tf32");
-# MB_ROWS (the largest-batch rows, IMPL:MODE, in order); BUDGET_S (0: none): seconds after which the norms and benchmarks
+# MB_ROWS (the largest-batch rows, IMPL:MODE, in order); DYN_* (part
+# dynamo's, described there); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
 # timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
@@ -84,13 +92,16 @@ BATCH224=${BATCH224:-32}
 if [ -z "${PY:-}" ]; then # the first Python with numpy (and torch, for the baseline rows)
 	for PY in python3 /usr/bin/python3; do "$PY" -c 'import numpy' 2>/dev/null && break; done
 fi
-mkdir -p "$OUT" bin
+BIN=${GPU_CHECK_BIN:-bin}
+mkdir -p "$OUT" "$BIN"
+BIN=$(cd "$BIN" && pwd) # absolute: part 1 runs its binary from runtime/cuda
 if command -v go >/dev/null && [ "${GPU_CHECK_PREBUILT:-}" != 1 ]; then
-	go build -o bin/dpfinetune ./cmd/dpfinetune || exit 1
-	go test -c -o bin/cuda.test ./runtime/cuda || exit 1
+	go build -o "$BIN"/dpfinetune ./cmd/dpfinetune || exit 1
+	go test -c -o "$BIN"/cuda.test ./runtime/cuda || exit 1
 fi
 [ "${GPU_CHECK_BUILD_ONLY:-}" = 1 ] && exit 0
-for b in bin/dpfinetune bin/cuda.test; do
+for b in "$BIN"/dpfinetune "$BIN"/cuda.test; do
+	case $b in */cuda.test) case " ${PARTS:-tests} " in *" tests "*) ;; *) continue ;; esac ;; esac # only part 1 runs it
 	[ -x "$b" ] || { echo "gpu-check: $b missing (no go here to build it)" >&2; exit 1; }
 done
 mode=gpu
@@ -133,7 +144,7 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
-PARTS=${PARTS:-tests norms bench timm maxbatch profile}
+PARTS=${PARTS:-tests norms bench timm dynamo maxbatch profile}
 TIMM=${TIMM:-beit_base_patch16_224,crossvit_tiny_240}
 BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -154,7 +165,7 @@ trap 'exit 143' TERM
 
 if has tests; then
 echo "== 1. CUDA backend tests ($mode)" >&2
-if (cd runtime/cuda && ../../bin/cuda.test -test.count=1 -test.v) >"$OUT/cuda-test.log" 2>&1; then
+if (cd runtime/cuda && "$BIN"/cuda.test -test.count=1 -test.v) >"$OUT/cuda-test.log" 2>&1; then
 	echo "pass: $(grep -c '^--- PASS' "$OUT/cuda-test.log") tests, $(grep -c '^--- SKIP' "$OUT/cuda-test.log") skipped" >&2
 else
 	status=1
@@ -184,7 +195,7 @@ np.save(sys.argv[2] + "-y.npy", z["labels"].astype(np.int64))
 PYEOF
 	for m in bk ghost; do
 		for d in cpu cuda; do
-			bin/dpfinetune norms --device $d --model "$model" --input "$tmp/$name-x.npy" --labels "$tmp/$name-y.npy" --mode $m --json >"$tmp/$name-$m-$d.json" 2>>"$OUT/norms.log" ||
+			"$BIN"/dpfinetune norms --device $d --model "$model" --input "$tmp/$name-x.npy" --labels "$tmp/$name-y.npy" --mode $m --json >"$tmp/$name-$m-$d.json" 2>>"$OUT/norms.log" ||
 				echo "{\"error\": \"norms --device $d failed\"}" >"$tmp/$name-$m-$d.json"
 		done
 		"$PY" - "$name" "$m" "$tmp/$name-$m-cpu.json" "$tmp/$name-$m-cuda.json" <<'PYEOF' | tee -a "$OUT/norms.jsonl" >&2
@@ -207,7 +218,7 @@ if has bench; then
 echo "== 3. benchmarks" >&2
 : >"$OUT/bench.jsonl"
 ours() { # name batch modes [--tf32]; CONVS=gemm: with DPFINETUNE_CUDNN=off; classes: bench's (the head PyTorch's row has)
-	bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --num-classes "${classes:-10}" --steps "$STEPS" --modes "$3" ${4:-} --json 2>>"$OUT/bench.log" |
+	"$BIN"/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --num-classes "${classes:-10}" --steps "$STEPS" --modes "$3" ${4:-} --json 2>>"$OUT/bench.log" |
 		"$PY" -c 'import json, sys; r = json.load(sys.stdin); print(json.dumps({"model": sys.argv[1], "impl": "dpfinetune", "tf32": r.get("tf32", False), "convs": sys.argv[2], "batch": r["batch"], "rows": r["rows"]}))' "$1" "${CONVS:-library}" |
 		tee -a "$OUT/bench.jsonl" >&2 || echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"tf32\": $([ -n "${4:-}" ] && echo true || echo false), \"error\": \"see bench.log\"}" >>"$OUT/bench.jsonl"
 }
@@ -279,7 +290,7 @@ peak() { # name batch classes
 		echo "peak $1: skipped, BUDGET_S spent" >&2
 		return
 	fi
-	DPFINETUNE_CUDA_PEAK=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --num-classes "$3" --steps 1 --modes bk >"$OUT/peak-$1.txt" 2>&1 ||
+	DPFINETUNE_CUDA_PEAK=1 "$BIN"/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --num-classes "$3" --steps 1 --modes bk >"$OUT/peak-$1.txt" 2>&1 ||
 		echo "peak $1: exit $? (see peak-$1.txt)" >&2
 	grep -A6 '^cuda peak' "$OUT/peak-$1.txt" | sed "s/^/$1: /" >&2
 }
@@ -352,11 +363,11 @@ else:
 		continue
 	fi
 	for d in cpu cuda; do
-		bin/dpfinetune norms --device $d --model "$model" --input "$tmp/timm/$name-x.npy" --labels "$tmp/timm/$name-y.npy" --mode bk --json \
+		"$BIN"/dpfinetune norms --device $d --model "$model" --input "$tmp/timm/$name-x.npy" --labels "$tmp/timm/$name-y.npy" --mode bk --json \
 			>"$tmp/$name-norms-$d.json" 2>>"$OUT/timm.log" || echo '{"error": "norms failed"}' >"$tmp/$name-norms-$d.json"
 	done
 	start=$SECONDS
-	bin/dpfinetune train --device cuda --model "$model" --data idx:testdata/fmnist-small:limit=64 --num-classes 10 \
+	"$BIN"/dpfinetune train --device cuda --model "$model" --data idx:testdata/fmnist-small:limit=64 --num-classes 10 \
 		--epsilon 8 --batch-size 16 --physical-batch 8 --epochs 1 --seed 1 --out "$tmp/$name-tuned.onnx" >"$tmp/$name-train.log" 2>&1
 	rc=$?
 	cat "$tmp/$name-train.log" >>"$OUT/timm.log"
@@ -394,6 +405,283 @@ for r in rows:
         nm, r["train_exit"], r["train_s"], r["train_last"].replace("|", "/")))
 PYEOF
 fi
+if has dynamo; then
+echo "== 7. PyTorch's default ONNX exporter (dynamo): inspect, plan, predict, train" >&2
+# Since PyTorch 2.9 torch.onnx.export(model, args, path) is the dynamo
+# (torch.export-based) exporter, opset 18 unless asked. bench/dynamo_export.py
+# exports DYN_MODELS (default: its own list, ten torchvision models and six
+# timm ones where the installed timm has them; random weights) at each of
+# DYN_OPSETS (default,23: the exporter's own, and 23, whose
+# scaled_dot_product_attention is the Attention operator), DYN_EXPORT_JOBS
+# models at once (default: half the cores, at most 6), each model's exports
+# killed after DYN_TIMEOUT s (120; the dry run 300). As each export arrives, DYN_JOBS (4; the
+# dry run 1) at once, it goes through `inspect` (CheckOps: the operators the
+# runtime refuses), `plan` (the rewrite and its report), `predict` of its
+# two samples on DYN_PREDICT_DEVICES (cpu and cuda; the dry run cpu) against
+# PyTorch's float32 logits, and a short `train` on DYN_DEVICE (cuda; the dry
+# run cpu): the timm part's Fashion-MNIST sample, resized to the model's
+# input, cut to 16 samples at a logical batch of 8 (about two steps) and
+# evaluated on 16; each command killed after DYN_CHECK_TIMEOUT s (60; the
+# dry run 180). BUDGET_S: models not started by then are not exported,
+# exports still running are killed, and exports that arrive after it are
+# not checked (their rows say so): the part ends within about
+# DYN_CHECK_TIMEOUT s of it.
+# Writes dynamo.jsonl, dynamo.md and dynamo/ (export.jsonl, export.log;
+# per export STEM.inspect.json, STEM.plan.json, the logs, and
+# STEM.nodata.onnx: the graph without its weights' bytes, to read here
+# later). The models (hundreds of MiB) and their samples are removed after
+# their checks unless DYN_KEEP=1. The part sets the exit status 1 only
+# where predict disagrees with PyTorch (max |Δ| above DYN_TOL, 1e-4, of the
+# largest |logit|): a refused operator or a failed train is a finding, not
+# a failure of the check. Without the dynamo exporter (PyTorch < 2.5, or no
+# onnxscript) every row says skipped; DYN_EXPORTER=torchscript (dynamo=False,
+# opset 17) takes the dry run through the same checks on an old PyTorch.
+# Expected on the H100 machine (16 cores), 16 models × 2 opsets: 60-90 s of
+# exports in parallel (a heavy model such as MaxViT or BEiT-B about 20-40 s
+# for its two), the checks alongside (about 1-2 s for inspect, plan and
+# the CPU predict, 5-15 s for the cuda predict and train of an export):
+# about 2-3 minutes in all (not measured yet). GPU_CHECK_EMULATE=1
+# PARTS=dynamo on a PyTorch without the dynamo exporter: skipped rows in
+# seconds; with DYN_EXPORTER=torchscript about a minute on 2 cores.
+D=$OUT/dynamo
+rm -rf "$D" "$OUT/dynamo.jsonl" "$OUT/dynamo.md"
+mkdir -p "$D" "$tmp/dyn"
+DYN_EXPORTER=${DYN_EXPORTER:-dynamo}
+DYN_OPSETS=${DYN_OPSETS:-default,23}
+DYN_TOL=${DYN_TOL:-1e-4}
+if [ $mode = gpu ]; then
+	DYN_TIMEOUT=${DYN_TIMEOUT:-120}
+	DYN_CHECK_TIMEOUT=${DYN_CHECK_TIMEOUT:-60}
+	DYN_MODELS=${DYN_MODELS:-} # empty: bench/dynamo_export.py's list
+	DYN_JOBS=${DYN_JOBS:-4}
+	DYN_DEVICE=${DYN_DEVICE:-cuda}
+	DYN_PREDICT_DEVICES=${DYN_PREDICT_DEVICES:-cpu cuda}
+else # the dry run: two models, the checks on the CPU (the emulation would take minutes for ViT-B/16)
+	DYN_TIMEOUT=${DYN_TIMEOUT:-300}
+	DYN_CHECK_TIMEOUT=${DYN_CHECK_TIMEOUT:-180} # ViT-B/16's train takes about 40 s on 2 cores
+	DYN_MODELS=${DYN_MODELS:-resnet18,vit_b_16}
+	DYN_JOBS=${DYN_JOBS:-1}
+	DYN_DEVICE=${DYN_DEVICE:-cpu}
+	DYN_PREDICT_DEVICES=${DYN_PREDICT_DEVICES:-cpu}
+fi
+tmo() { # SECONDS CMD...: CMD, ended after SECONDS (exit 124) where coreutils' timeout is
+	local s=$1
+	shift
+	if command -v timeout >/dev/null; then timeout -k 5 "$s" "$@"; else "$@"; fi
+}
+# dyn_check N LINE: one export line's checks; its row to $tmp/dyn/N.json.
+dyn_check() {
+	local n=$1 line=$2 fields onnx x shape extra e p d rc_inspect rc_plan=- rc_train=- start train_s=0
+	mapfile -t fields < <("$PY" -c 'import json, sys
+r = json.loads(sys.argv[1])
+for v in (r.get("onnx"), r.get("x"), ",".join(str(d) for d in r.get("input") or []), " ".join(r.get("external_files") or [])):
+    print(v or "")' "$line")
+	onnx=${fields[0]:-} x=${fields[1]:-} shape=${fields[2]:-} extra=${fields[3]:-}
+	if [ -z "$onnx" ] || ! [ -f "$onnx" ]; then # skipped, or the export failed: the line is the row
+		printf '%s\n' "$line" >"$tmp/dyn/$n.json"
+		return
+	fi
+	e=$(basename "$onnx" .onnx)
+	p=$D/$e
+	if late; then
+		"$PY" -c 'import json, sys; r = json.loads(sys.argv[1]); r["checks_skipped"] = "BUDGET_S spent"; print(json.dumps(r))' "$line" >"$tmp/dyn/$n.json"
+	else
+		tmo "$DYN_CHECK_TIMEOUT" "$BIN"/dpfinetune inspect --model "$onnx" --json >"$p.inspect.json" 2>"$p.inspect.err"
+		rc_inspect=$?
+		if [ $rc_inspect = 0 ]; then # a refused model: plan, predict and train would refuse it the same way
+			tmo "$DYN_CHECK_TIMEOUT" "$BIN"/dpfinetune plan --model "$onnx" --input-shape "$shape" --batch 8 --num-classes 10 --json \
+				>"$p.plan.json" 2>"$p.plan.err"
+			rc_plan=$?
+			for d in $DYN_PREDICT_DEVICES; do
+				tmo "$DYN_CHECK_TIMEOUT" "$BIN"/dpfinetune predict --device "$d" --model "$onnx" --input "$x" --out "$p.pred-$d.npy" >"$p.pred-$d.log" 2>&1
+				echo $? >"$p.pred-$d.rc"
+			done
+			start=$SECONDS
+			tmo "$DYN_CHECK_TIMEOUT" "$BIN"/dpfinetune train --device "$DYN_DEVICE" --model "$onnx" --data idx:testdata/fmnist-small:limit=16 \
+				--test-data idx:testdata/fmnist-small:test:limit=16 \
+				--num-classes 10 --epsilon 8 --batch-size 8 --physical-batch 8 --epochs 1 --seed 1 --quiet \
+				--out "$tmp/dyn/$e-tuned.onnx" >"$p.train.log" 2>&1
+			rc_train=$?
+			train_s=$((SECONDS - start))
+			rm -f "$tmp/dyn/$e-tuned".*
+		fi
+		"$PY" - "$line" "$p" "$rc_inspect" "$rc_plan" "$rc_train" "$train_s" "$DYN_PREDICT_DEVICES" "$DYN_TOL" "$DYN_DEVICE" >"$tmp/dyn/$n.json" <<'PYEOF'
+import collections, json, sys
+import numpy as np
+line, p, rc_i, rc_p, rc_t, train_s, devs, tol, tdev = sys.argv[1:10]
+row, tol = json.loads(line), float(tol)
+
+
+def tail(path, n=1):
+    try:
+        lines = [l.strip() for l in open(path, errors="replace") if l.strip()]
+    except OSError:
+        return ""
+    return " / ".join(lines[-n:])[:600]
+
+
+def why(rc, path):
+    return "timeout (DYN_CHECK_TIMEOUT)" if rc in (124, 137) else tail(path) or "exit %d" % rc
+
+
+row["inspect_exit"] = int(rc_i)
+try:
+    ins = json.load(open(p + ".inspect.json"))
+except (OSError, ValueError):
+    ins = None
+if ins is not None:
+    uns = ins.get("unsupported") or []
+    row["refused"] = dict(collections.Counter("%s: %s" % (u["op"], u["reason"]) for u in uns))  # op and reason: nodes
+    row["refused_ops"] = sorted({u["op"] for u in uns})
+    row["parameters"] = ins.get("parameters")
+if int(rc_i) != 0:
+    row["inspect_error"] = why(int(rc_i), p + ".inspect.err")
+if rc_p != "-":
+    row["plan_exit"] = int(rc_p)
+    if int(rc_p) == 0:
+        try:
+            plan = json.load(open(p + ".plan.json"))
+            row["plan"] = {"layers": len(plan.get("layers") or []),
+                           "decisions": dict(collections.Counter(l.get("decision") for l in plan.get("layers") or [])),
+                           "changes": dict(collections.Counter(c.get("pass") for c in plan.get("changes") or [])),
+                           "trainable_tensors": (plan.get("trainable") or {}).get("tensors")}
+        except (OSError, ValueError) as e:
+            row["plan_error"] = "unreadable report: %s" % e
+    else:
+        row["plan_error"] = why(int(rc_p), p + ".plan.err")
+if rc_i == "0":
+    ref = np.load(row["logits"])
+    row["predict"] = {}
+    for d in devs.split():
+        try:
+            rc = int(open("%s.pred-%s.rc" % (p, d)).read())
+        except (OSError, ValueError):
+            rc = -1
+        if rc != 0:
+            row["predict"][d] = {"error": why(rc, "%s.pred-%s.log" % (p, d))}
+            continue
+        got = np.load("%s.pred-%s.npy" % (p, d))
+        if got.shape != ref.shape:
+            row["predict"][d] = {"error": "output shape %s, PyTorch's %s" % (list(got.shape), list(ref.shape))}
+            continue
+        dmax = float(np.abs(got.astype(np.float64) - ref).max())
+        rel = dmax / max(float(np.abs(ref).max()), 1e-12)
+        row["predict"][d] = {"max_abs": dmax, "rel": rel, "match": bool(rel <= tol)}
+    row["train_device"] = tdev
+    row["train_exit"] = int(rc_t)
+    row["train_s"] = int(train_s)
+    row["train_last"] = why(int(rc_t), p + ".train.log")
+preds = list((row.get("predict") or {}).values())
+row["mismatch"] = any(v.get("match") is False for v in preds)
+row["ok"] = bool(rc_i == "0" and rc_p == "0" and preds and all(v.get("match") for v in preds) and rc_t == "0")
+print(json.dumps(row))
+PYEOF
+	fi
+	if [ "${DYN_KEEP:-}" != 1 ]; then
+		rm -f "$onnx" "$onnx.data"
+		for f in $extra; do rm -f "$(dirname "$onnx")/$f"; done
+	fi
+}
+budget=()
+if [ "$BUDGET_S" -gt 0 ]; then # models not started by then are skipped
+	budget=(--budget-s "$([ "$SECONDS" -lt "$BUDGET_S" ] && echo $((BUDGET_S - SECONDS)) || echo 0.001)")
+fi
+dyn_n=0
+while IFS= read -r line; do
+	case $line in "{"*) ;; *) continue ;; esac
+	dyn_n=$((dyn_n + 1))
+	printf '%s\n' "$line" >>"$D/export.jsonl"
+	while [ "$(jobs -rp | wc -l)" -ge "$DYN_JOBS" ]; do wait -n 2>/dev/null || sleep 0.2; done
+	dyn_check "$dyn_n" "$line" &
+done < <("$PY" bench/dynamo_export.py --out "$D" --exporter "$DYN_EXPORTER" --opsets "$DYN_OPSETS" --timeout "$DYN_TIMEOUT" \
+	${DYN_MODELS:+--models "$DYN_MODELS"} ${DYN_EXPORT_JOBS:+--jobs "$DYN_EXPORT_JOBS"} ${budget[@]+"${budget[@]}"} 2>>"$D/export.log")
+wait
+if [ "${DYN_KEEP:-}" != 1 ]; then # the samples, and what a killed export left
+	rm -f "$D"/*-x.npy
+	find "$D" -maxdepth 1 -type f \( \( -name '*.onnx' ! -name '*.nodata.onnx' \) -o -name '*.data' \) -delete
+fi
+"$PY" - "$tmp/dyn" "$OUT/dynamo.jsonl" <<'PYEOF'
+import glob, json, os, sys
+rows = []
+for f in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    try:
+        rows.append(json.loads(open(f).read()))
+    except ValueError as e:
+        rows.append({"model": os.path.basename(f), "error": "unreadable row: %s" % e})
+rows.sort(key=lambda r: r.get("order") or [1 << 30, 0])
+with open(sys.argv[2], "w") as out:
+    for r in rows:
+        out.write(json.dumps(r) + "\n")
+PYEOF
+grep -q '"mismatch": true' "$OUT/dynamo.jsonl" && status=1
+"$PY" - "$OUT/dynamo.jsonl" "$DYN_DEVICE" >"$OUT/dynamo.md" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+if not rows:
+    print("\nPart dynamo: bench/dynamo_export.py wrote no line (see dynamo/export.log).")
+    sys.exit()
+
+
+def cell(s, n=160):
+    s = " ".join(str(s).split()).replace("|", "/")
+    return s if len(s) <= n else s[:n - 1] + "…"
+
+
+meta = next((r for r in rows if r.get("torch")), rows[0] if rows else {})
+exporter = meta.get("exporter", "dynamo")
+how = "torch.onnx.export(..., dynamo=True)" if exporter == "dynamo" else "the TorchScript exporter (dynamo=False, opset 17: the dry run's)"
+print("\nPyTorch's default ONNX exporter through dpfinetune: %s, torch %s%s, random weights; `inspect` (the operators "
+      "CheckOps refuses), `predict` of two samples against PyTorch's float32 logits (max |Δ|, and relative to the largest "
+      "|logit|), one short epoch of `train --device %s` (16 Fashion-MNIST samples, logical batch 8):\n" % (
+          how, meta.get("torch", "?"), ", onnxscript " + meta["onnxscript"] if meta.get("onnxscript") else "", sys.argv[2]))
+print("| model | opset (asked → file) | export (s; batch) | ops we refuse | predict max abs Δ (rel) | plan | train (exit, s) |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    asked = "default" if r.get("opset_requested") is None else str(r["opset_requested"])
+    if "skipped" in r:
+        print("| %s | | skipped: %s | | | | |" % (r["model"], cell(r["skipped"])))
+        continue
+    if "error" in r and "onnx" not in r:
+        print("| %s | %s | error (%s s): %s | | | | |" % (r["model"], asked, r.get("seconds", "?"), cell(r["error"], 240)))
+        continue
+    opset = "%s → %s" % (asked, r.get("opset", "?"))
+    exp = "ok (%s; %s%s)%s" % (r.get("seconds", "?"), r.get("batch", "?"), "; external data" if r.get("external_data") else "",
+                               ", then: " + cell(r["error"]) if r.get("error") else "")
+    if r.get("checks_skipped"):
+        print("| %s | %s | %s | skipped: %s | | | |" % (r["model"], opset, exp, r["checks_skipped"]))
+        continue
+    if r.get("refused"):
+        refuse = "; ".join("%s ×%d" % (k, n) for k, n in sorted(r["refused"].items()))
+    elif r.get("inspect_error"):
+        refuse = "inspect: " + r["inspect_error"]
+    else:
+        refuse = "none"
+    preds = []
+    for d, v in (r.get("predict") or {}).items():
+        if "error" in v:
+            preds.append("%s: %s" % (d, cell(v["error"], 120)))
+        else:
+            preds.append("%s %.1e (%.1e)%s" % (d, v["max_abs"], v["rel"], "" if v["match"] else " MISMATCH"))
+    plan = ""
+    if "plan" in r:
+        pl = r["plan"]
+        plan = "ok: %d layers (%s)" % (pl["layers"], ", ".join("%s %d" % kv for kv in sorted(pl["decisions"].items())))
+    elif "plan_error" in r:
+        plan = "error: " + r["plan_error"]
+    train = ""
+    if "train_exit" in r:
+        train = "%d, %d" % (r["train_exit"], r["train_s"]) + ("" if r["train_exit"] == 0 else ": " + cell(r.get("train_last", ""), 200))
+    print("| %s | %s | %s | %s | %s | %s | %s |" % (r["model"], opset, exp, cell(refuse, 240), "; ".join(preds) or "–", cell(plan, 120), train or "–"))
+ops, refused = set(), set()
+for r in rows:
+    ops.update(r.get("ops") or [])
+    refused.update(r.get("refused_ops") or [])
+if ops:
+    print("\nOperators in these exports: %s." % ", ".join(sorted(ops)))
+    print("Refused by CheckOps: %s." % (", ".join(sorted(refused)) or "none"))
+PYEOF
+cat "$OUT/dynamo.md" >&2
+fi
 if has maxbatch; then
 echo "== 5. largest physical batch (VGG-19, CIFAR-10)" >&2
 : >"$OUT/maxbatch.jsonl"
@@ -424,7 +712,7 @@ largest() {
 	echo "$lo"
 }
 ours_fits() { # mode batch
-	bin/dpfinetune bench --device cuda --model "zoo:$MB_MODEL" --batch "$2" --steps 1 --modes "$1" --json >/dev/null 2>>"$OUT/maxbatch.log"
+	"$BIN"/dpfinetune bench --device cuda --model "zoo:$MB_MODEL" --batch "$2" --steps 1 --modes "$1" --json >/dev/null 2>>"$OUT/maxbatch.log"
 }
 torch_fits() { # batch
 	(cd bench && "$PY" torch_gpu_step.py --model "$MB_MODEL" --batch "$1" --size 32 --classes 10 --steps 1 --warmup 1 --tf32 off) >/dev/null 2>>"$OUT/maxbatch.log"
@@ -481,9 +769,9 @@ profile() { # name batch [gemm|tf32]
 	fi
 	local f=$OUT/profile-$1${3:+-$3}.txt
 	case ${3:-} in
-	gemm) DPFINETUNE_CUDNN=off DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk >"$f" 2>&1 ;;
-	tf32) DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk --tf32 >"$f" 2>&1 ;;
-	*) DPFINETUNE_CUDA_PROFILE=1 bin/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk,mixed >"$f" 2>&1 ;;
+	gemm) DPFINETUNE_CUDNN=off DPFINETUNE_CUDA_PROFILE=1 "$BIN"/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk >"$f" 2>&1 ;;
+	tf32) DPFINETUNE_CUDA_PROFILE=1 "$BIN"/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk --tf32 >"$f" 2>&1 ;;
+	*) DPFINETUNE_CUDA_PROFILE=1 "$BIN"/dpfinetune bench --device cuda --model "zoo:$1" --batch "$2" --steps 2 --modes nondp,bk,mixed >"$f" 2>&1 ;;
 	esac || echo "profile $1: exit $? (see $f)" >&2
 	grep -E '^(nondp|bk|mixed) ' "$f" | sed "s/^/$1${3:+ ($3)}: /" >&2
 }
@@ -550,7 +838,7 @@ if rows:
         print("| %s | %s | %.4f | %.4f | %s |" % (k, setting, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
 PYEOF
 {
-	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/maxbatch.md "$OUT"/choices.md "$OUT"/convs-*.md
+	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/dynamo.md "$OUT"/maxbatch.md "$OUT"/choices.md "$OUT"/convs-*.md
 	for f in "$OUT"/peak-*.txt; do
 		[ -f "$f" ] || continue
 		printf '\nbk device peak by allocation (%s, DPFINETUNE_CUDA_PEAK):\n\n' "$(basename "$f" .txt)"
