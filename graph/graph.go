@@ -90,15 +90,20 @@ type Value struct {
 	// Initializer marks a graph initializer: a candidate parameter.
 	// Folded constants have Const set but are not initializers.
 	Initializer bool
+	// ExportConstant marks an initializer the exporter says is no
+	// parameter (torch.export's signature: a buffer, a constant tensor,
+	// or a constant its optimizer lifted; markExportConstants). It is
+	// never trained, and folds like a constant.
+	ExportConstant bool
 	// Consumers are the nodes reading the value, in graph order.
 	Consumers []*Node
 
 	proto *onnxpb.TensorProto // the initializer as loaded
 }
 
-// IsParam reports whether v is a floating-point initializer: the tensors a
-// training run may update.
-func (v *Value) IsParam() bool { return v.Initializer && v.DType.IsFloat() }
+// IsParam reports whether v is a floating-point initializer the exporter
+// does not mark as a constant: the tensors a training run may update.
+func (v *Value) IsParam() bool { return v.Initializer && v.DType.IsFloat() && !v.ExportConstant }
 
 // Node is one operator application.
 type Node struct {
@@ -203,6 +208,7 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 		g.Values[name] = v
 		g.Initializers = append(g.Initializers, v)
 	}
+	markExportConstants(g, gp)
 	if len(gp.GetSparseInitializer()) > 0 {
 		return nil, fmt.Errorf("graph: sparse initializers are not supported (%d found)", len(gp.GetSparseInitializer()))
 	}
@@ -465,7 +471,7 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, proto: v.proto}
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, proto: v.proto}
 		if v.Shape != nil {
 			// A scalar's shape is empty but known: keep it non-nil.
 			nv.Shape = append(Shape{}, v.Shape...)

@@ -1,0 +1,53 @@
+package graph
+
+import "github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+
+// TorchInputKind is the metadata key with which PyTorch's dynamo exporter
+// (torch.export's, the default of torch.onnx.export from PyTorch 2.9) marks
+// each value of the exported program's signature, on the value's
+// value_info or graph input: USER_INPUT, PARAMETER, BUFFER (BatchNorm's
+// running statistics), CONSTANT_TENSOR, ...
+const TorchInputKind = "pkg.torch.export.graph_signature.InputSpec.kind"
+
+// markExportConstants sets ExportConstant on the float initializers of a
+// model that carries torch.export's signature and says they are no
+// parameters: those it marks as anything but PARAMETER, and unmarked ones
+// of one element. The exporter's optimizer lifts every Constant node into
+// an initializer (GELU's 0.5 and √2, attention's scale), which would
+// otherwise be trained as parameters and block the folds and fusions that
+// read them as constants; but it also folds BatchNorm into convolutions
+// under the weights' names as new, unmarked initializers, so an unmarked
+// tensor of more than one element stays a parameter. A model without the
+// signature is unchanged: every float initializer is a parameter.
+func markExportConstants(g *Graph, gp *onnxpb.GraphProto) {
+	kinds := map[string]string{}
+	read := func(name string, md []*onnxpb.StringStringEntryProto) {
+		for _, e := range md {
+			if e.GetKey() == TorchInputKind {
+				kinds[name] = e.GetValue()
+			}
+		}
+	}
+	for _, vi := range gp.GetInput() {
+		read(vi.GetName(), vi.GetMetadataProps())
+	}
+	for _, vi := range gp.GetValueInfo() {
+		read(vi.GetName(), vi.GetMetadataProps())
+	}
+	for _, tp := range gp.GetInitializer() {
+		read(tp.GetName(), tp.GetMetadataProps())
+	}
+	if len(kinds) == 0 {
+		return
+	}
+	for _, v := range g.Initializers {
+		if !v.DType.IsFloat() || v.Const == nil {
+			continue
+		}
+		if k, ok := kinds[v.Name]; ok {
+			v.ExportConstant = k != "PARAMETER"
+		} else {
+			v.ExportConstant = v.Const.Len() == 1
+		}
+	}
+}
