@@ -373,12 +373,21 @@ func (f *fuser) matchNormalize(r1 *node) *fusion {
 }
 
 // geluTail matches the common end of both GELU chains, from o = 1 + erf(…)
-// (or 1 + tanh(…)): y = Mul(Mul(x, o), 0.5) as torch exports it, or
-// y = Mul(Mul(x, 0.5), o) as hand-written x * 0.5 * (1 + erf(…)) exports.
+// (or 1 + tanh(…)): y = Mul(Mul(x, o), 0.5) as torch's TorchScript exporter
+// writes it, y = Mul(x, Mul(0.5, o)) as its dynamo exporter (onnxscript's
+// torchlib) does, or y = Mul(Mul(x, 0.5), o) as hand-written
+// x * 0.5 * (1 + erf(…)) exports.
 func (f *fuser) geluTail(o, x *tensor) (nodes []*node, y *tensor) {
 	mm := f.only(o)
 	if !is(mm, "Mul", 2) {
 		return nil, nil
+	}
+	if withConst(mm, "Mul", 0.5, true) == o { // Mul(0.5, o), then Mul(x, ·)
+		last := f.only(mm.out[0])
+		if !is(last, "Mul", 2) || other(last, mm.out[0]) != x {
+			return nil, nil
+		}
+		return []*node{mm, last}, last.out[0]
 	}
 	switch h := other(mm, o); {
 	case h == x: // Mul(x, o), then Mul(·, 0.5)

@@ -78,6 +78,19 @@ func geluHalfFirst(b *modelBuilder, x, out string) {
 	b.node("Mul", []string{out + "_h", out + "_o"}, out)
 }
 
+// geluDynamo adds the dynamo exporter's form (onnxscript's torchlib):
+// Div(√2) → Erf → Add(1) → Mul(0.5, ·) → Mul(x, ·).
+func geluDynamo(b *modelBuilder, x, out string) {
+	b.floats(out+"_r2", []float32{math.Sqrt2})
+	b.floats(out+"_one", []float32{1})
+	b.floats(out+"_half", []float32{0.5})
+	b.node("Div", []string{x, out + "_r2"}, out+"_u")
+	b.node("Erf", []string{out + "_u"}, out+"_e")
+	b.node("Add", []string{out + "_e", out + "_one"}, out+"_o")
+	b.node("Mul", []string{out + "_half", out + "_o"}, out+"_h")
+	b.node("Mul", []string{x, out + "_h"}, out)
+}
+
 // geluTanhChain adds torch's export of gelu(approximate="tanh").
 func geluTanhChain(b *modelBuilder, x, out string) {
 	b.floats(out+"_k", []float32{0.044715})
@@ -166,6 +179,7 @@ func TestFusedGradCheck(t *testing.T) {
 		{"layernorm_opset18", 18, lnChain, fusedNormalize},
 		{"gelu", 14, geluChain, fusedGelu},
 		{"gelu_half_first", 14, geluHalfFirst, fusedGelu},
+		{"gelu_dynamo", 18, geluDynamo, fusedGelu},
 		{"gelu_tanh", 14, geluTanhChain, fusedGeluTanh},
 	}
 	for _, c := range cases {
