@@ -277,6 +277,23 @@ func TestFoldEvaluators(t *testing.T) {
 		{"Div truncates", func(b *builder) *builder {
 			return b.init("a", i64([]int64{2}, 7, -7)).init("c", i64([]int64{}, 2)).node("Div", []string{"a", "c"}, []string{"y"})
 		}, []int64{3, -3}, []int64{2}},
+		// GatherND: the ONNX specification's examples 2, 4 and 5.
+		{"GatherND slices", func(b *builder) *builder {
+			return b.init("a", i64([]int64{2, 2}, 0, 1, 2, 3)).init("i", i64([]int64{2, 1}, 1, 0)).
+				node("GatherND", []string{"a", "i"}, []string{"y"})
+		}, []int64{2, 3, 0, 1}, []int64{2, 2}},
+		{"GatherND index pairs", func(b *builder) *builder {
+			return b.init("a", i64([]int64{2, 2, 2}, 0, 1, 2, 3, 4, 5, 6, 7)).init("i", i64([]int64{2, 1, 2}, 0, 1, 1, 0)).
+				node("GatherND", []string{"a", "i"}, []string{"y"})
+		}, []int64{2, 3, 4, 5}, []int64{2, 1, 2}},
+		{"GatherND batch_dims 1", func(b *builder) *builder {
+			return b.init("a", i64([]int64{2, 2, 2}, 0, 1, 2, 3, 4, 5, 6, 7)).init("i", i64([]int64{2, 1}, 1, 0)).
+				node("GatherND", []string{"a", "i"}, []string{"y"}, attrInt("batch_dims", 1))
+		}, []int64{2, 3, 4, 5}, []int64{2, 2}},
+		{"GatherND negative index", func(b *builder) *builder {
+			return b.init("a", i64([]int64{3}, 5, 6, 7)).init("i", i64([]int64{2, 1}, -1, 0)).
+				node("GatherND", []string{"a", "i"}, []string{"y"})
+		}, []int64{7, 5}, []int64{2}},
 		{"ReduceProd", func(b *builder) *builder {
 			return b.init("a", i64([]int64{3}, 2, 3, 4)).node("ReduceProd", []string{"a"}, []string{"y"}, attrInt("keepdims", 0))
 		}, []int64{24}, []int64{}},

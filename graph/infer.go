@@ -121,6 +121,7 @@ func (g *Graph) inferNode(n *Node) error {
 		return fmt.Errorf("graph: node %s: operator domain %q is not supported", n, n.Domain)
 	}
 	castLikeAsCast(n)
+	gatherNDAsGather(g, n)
 	rule, ok := rules[n.OpType]
 	if !ok {
 		return fmt.Errorf("graph: node %s: operator %s is not supported", n, n.OpType)

@@ -74,9 +74,13 @@ Shape arithmetic: the graph evaluates these when all their inputs are
 constants (as the subgraphs that compute Reshape targets from `+"`Shape`"+` are,
 once the input shape is fixed) and removes them. A node of these operators
 whose inputs are computed at run time is refused when the plan is compiled,
-but CastLike (opset 15: PyTorch's dynamo exporter writes it wherever a
-constant takes the input's type), which becomes the Cast it is once its
-target's type is known, and runs where Cast does.
+but two that PyTorch's dynamo exporter writes: CastLike (opset 15, wherever
+a constant takes the input's type), which becomes the Cast it is once its
+target's type is known, and GatherND of one leading axis by constant
+indices (batch_dims 0, the indices' last dimension 1: advanced indexing,
+table[index], as Swin's and BEiT's relative position biases do), which
+becomes the Gather it is; both then run, and train a weight they read,
+where Cast and Gather do.
 
 %s
 `, strings.Join(folded, ", "))

@@ -73,7 +73,7 @@ def supported_ops(doc):
     """Operators in docs/OPERATORS.md: table rows and the load-time list."""
     text = open(doc).read()
     ops = set(re.findall(r"^\| ([A-Za-z]+) \| \d+–\d+ \|$", text, re.M))
-    tail = text.split("## Operators evaluated at load time only", 1)[1]
+    tail = text.split("## Operators evaluated at load time only", 1)[1].split("\n## ", 1)[0]
     last = [ln for ln in tail.strip().splitlines() if ln.strip()][-1]
     ops |= {s.strip() for s in last.split(",")}
     return ops

@@ -1124,6 +1124,18 @@ def groupnorm_opset21_per_channel():
                      num_groups=3)
 
 
+# --- GatherND: PyTorch's dynamo exporter writes advanced indexing so ---
+
+@case
+def gathernd_index_table():
+    """table[index] as onnxscript's aten_index writes it: GatherND of the
+    table by a constant index with a last axis of 1 (Swin's relative
+    position bias); the reference is numpy's fancy indexing."""
+    table = randn(200, 7, 3)
+    idx = rng(201).integers(-7, 7, (4, 5, 1)).astype(np.int64)
+    return node_case("GatherND", {"x": table}, table[idx[..., 0]], opset=18, consts={"indices": idx})
+
+
 def save_npz(path, arrays):
     """Deterministic .npz: fixed timestamps, sorted keys."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
