@@ -22,6 +22,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/internal/orttest"
 	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -125,26 +126,37 @@ func TestTrainReportAndExport(t *testing.T) {
 		model, sample string
 		extra         []string
 		opset         int64 // the fixture's import of the default domain raised to it, when not 0
+		marks         bool  // torch.export's signature marks added (running statistics BUFFER, the rest PARAMETER)
 	}{
-		{"cnn", "1,28,28", nil, 0},
+		{"cnn", "1,28,28", nil, 0, false},
 		// BatchNorm → GroupNorm rewrite, new 10-class head on a 3-channel model fed gray images.
-		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}, 0},
-		{"vit", "3,32,32", nil, 0},
+		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}, 0, false},
+		{"vit", "3,32,32", nil, 0, false},
 		// The opsets PyTorch's dynamo exporter writes when asked (23), on
 		// fixtures that mean the same there (no reduction axes attribute):
 		// the rewrite's GroupNorm decomposition and the written model hold
 		// at the model's own opset.
-		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}, 23},
-		{"vit17", "3,32,32", nil, 23},
+		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}, 23, false},
+		{"vit17", "3,32,32", nil, 23, false},
+		// As the dynamo exporter marks a model whose BatchNorms it keeps:
+		// both rewrites read the marked running statistics.
+		{"resnet_train", "3,32,32", []string{"--num-classes", "10"}, 18, true},
+		{"resnet_train", "3,32,32", []string{"--num-classes", "10", "--bn", "freeze"}, 18, true},
 	} {
 		name := c.model
 		if c.opset != 0 {
 			name = fmt.Sprintf("%s_opset%d", c.model, c.opset)
 		}
+		if c.marks {
+			name += "_marked"
+			if len(c.extra) > 3 {
+				name += "_" + c.extra[3] // the --bn mode
+			}
+		}
 		t.Run(name, func(t *testing.T) {
 			model := "../../testdata/models/" + c.model + ".onnx"
 			if c.opset != 0 {
-				model = withOpset(t, model, filepath.Join(dir, name+"-in.onnx"), c.opset)
+				model = withOpset(t, model, filepath.Join(dir, name+"-in.onnx"), c.opset, c.marks)
 			}
 			out := filepath.Join(dir, name+".onnx")
 			rep := filepath.Join(dir, name+".json")
@@ -185,8 +197,10 @@ func TestTrainReportAndExport(t *testing.T) {
 }
 
 // withOpset writes src to dst with its import of the default domain set to
-// opset, and returns dst.
-func withOpset(t *testing.T, src, dst string, opset int64) string {
+// opset, and returns dst. With marks, each initializer is marked as
+// torch.export marks the values of its signature: BUFFER for BatchNorm's
+// running statistics, PARAMETER for the rest.
+func withOpset(t *testing.T, src, dst string, opset int64, marks bool) string {
 	t.Helper()
 	m, err := onnx.Load(src)
 	if err != nil {
@@ -195,6 +209,17 @@ func withOpset(t *testing.T, src, dst string, opset int64) string {
 	for _, op := range m.Proto.GetOpsetImport() {
 		if op.GetDomain() == "" || op.GetDomain() == "ai.onnx" {
 			op.Version = proto.Int64(opset)
+		}
+	}
+	if marks {
+		gp := m.Proto.GetGraph()
+		for _, tp := range gp.GetInitializer() {
+			kind := "PARAMETER"
+			if strings.Contains(tp.GetName(), "running_") {
+				kind = "BUFFER"
+			}
+			gp.ValueInfo = append(gp.ValueInfo, &onnxpb.ValueInfoProto{Name: proto.String(tp.GetName()),
+				MetadataProps: []*onnxpb.StringStringEntryProto{{Key: proto.String(graph.TorchInputKind), Value: proto.String(kind)}}})
 		}
 	}
 	if err := m.Save(dst, nil); err != nil {
