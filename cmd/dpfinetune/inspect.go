@@ -27,22 +27,26 @@ func init() {
 
 // inspectReport is the JSON form of "dpfinetune inspect".
 type inspectReport struct {
-	Model         string            `json:"model"`
-	IRVersion     int64             `json:"ir_version"`
-	Producer      string            `json:"producer"`
-	Opsets        map[string]int64  `json:"opsets"`
-	Inputs        []valueReport     `json:"inputs"`
-	Outputs       []valueReport     `json:"outputs"`
-	Operators     map[string]int    `json:"operators"`
-	Nodes         int               `json:"nodes"`
-	Parameters    int64             `json:"parameters"`
-	ParamBytes    int64             `json:"parameter_bytes"`
-	ParamTensors  int               `json:"parameter_tensors"`
-	Buffers       int64             `json:"buffers"`
-	BufferTensors int               `json:"buffer_tensors"`
-	Untied        int               `json:"untied_identity_params,omitempty"`
-	Metadata      map[string]string `json:"metadata,omitempty"`
-	Inferred      *inferredReport   `json:"inferred,omitempty"`
+	Model         string           `json:"model"`
+	IRVersion     int64            `json:"ir_version"`
+	Producer      string           `json:"producer"`
+	Opsets        map[string]int64 `json:"opsets"`
+	Inputs        []valueReport    `json:"inputs"`
+	Outputs       []valueReport    `json:"outputs"`
+	Operators     map[string]int   `json:"operators"`
+	Nodes         int              `json:"nodes"`
+	Parameters    int64            `json:"parameters"`
+	ParamBytes    int64            `json:"parameter_bytes"`
+	ParamTensors  int              `json:"parameter_tensors"`
+	Buffers       int64            `json:"buffers"`
+	BufferTensors int              `json:"buffer_tensors"`
+	// Constants are the float initializers torch.export's signature marks
+	// as no parameters (graph.Value.ExportConstant), but running statistics.
+	Constants       int64             `json:"constants,omitempty"`
+	ConstantTensors int               `json:"constant_tensors,omitempty"`
+	Untied          int               `json:"untied_identity_params,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
+	Inferred        *inferredReport   `json:"inferred,omitempty"`
 	// Unsupported lists the nodes no command can run (runtime.CheckOps).
 	Unsupported []runtime.UnsupportedNode `json:"unsupported,omitempty"`
 }
@@ -168,7 +172,12 @@ func runInspect(args []string, stdout io.Writer) error {
 		rep.Outputs = append(rep.Outputs, describe(v))
 	}
 	for _, v := range g.Initializers {
-		if !v.IsParam() || v.ResizeArgument() {
+		if v.ExportConstant && !isBuffer(v) {
+			rep.Constants += int64(v.Const.Len())
+			rep.ConstantTensors++
+			continue
+		}
+		if !v.IsParam() && !v.ExportConstant || v.ResizeArgument() {
 			continue
 		}
 		n := int64(v.Const.Len())
@@ -276,6 +285,10 @@ func printInspect(w io.Writer, r *inspectReport) {
 	}
 	if r.BufferTensors > 0 {
 		fmt.Fprintf(w, "buffers:     %d in %d tensors (BatchNorm running statistics)\n", r.Buffers, r.BufferTensors)
+	}
+	if r.ConstantTensors > 0 {
+		fmt.Fprintf(w, "constants:   %d in %d tensors (no parameters by the export's signature: constant tensors and the\n"+
+			"             constants PyTorch's dynamo exporter lifts into initializers; never trained)\n", r.Constants, r.ConstantTensors)
 	}
 	fmt.Fprintf(w, "nodes:       %d\n", r.Nodes)
 	printOps(w, r.Operators)

@@ -142,3 +142,44 @@ func TestInspectMetadata(t *testing.T) {
 		t.Errorf("metadata lines:\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// TestInspectSignatureMarks: a model carrying torch.export's signature
+// (PyTorch's dynamo exporter) counts its marked running statistics as
+// buffers, as before, and the one-element constants its optimizer lifts
+// into initializers as constants, not parameters.
+func TestInspectSignatureMarks(t *testing.T) {
+	dir := t.TempDir()
+	path := withOpset(t, "../../testdata/models/resnet_train.onnx", filepath.Join(dir, "marked.onnx"), 18, true)
+	m, err := onnx.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp := m.Proto.GetGraph()
+	// A lifted scale where the head reads its input: y = Gemm(Mul(x, s)).
+	for _, n := range gp.GetNode() {
+		if n.GetOpType() == "Gemm" {
+			gp.Node = append(gp.Node, &onnxpb.NodeProto{Name: proto.String("scale_head"), OpType: proto.String("Mul"),
+				Input: []string{n.Input[0], "val_0"}, Output: []string{"scaled"}})
+			n.Input[0] = "scaled"
+		}
+	}
+	gp.Initializer = append(gp.Initializer, &onnxpb.TensorProto{Name: proto.String("val_0"), DataType: proto.Int32(1), FloatData: []float32{0.5}})
+	if err := m.Save(path, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := run(t, "inspect", "--model", path, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r inspectReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Parameters != 78962 || r.Buffers != 720 || r.Constants != 1 || r.ConstantTensors != 1 {
+		t.Errorf("parameters %d, buffers %d, constants %d in %d; want 78962, 720, 1 in 1", r.Parameters, r.Buffers, r.Constants, r.ConstantTensors)
+	}
+	text, _, _ := run(t, "inspect", "--model", path)
+	if !strings.Contains(text, "constants:   1 in 1 tensors (no parameters by the export's signature") {
+		t.Errorf("text report without the constants line:\n%s", text)
+	}
+}
