@@ -118,12 +118,13 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	}
 }
 
-// FuzzPipeline mutates the fixture models (shapes, attributes, opsets,
+// FuzzPipeline mutates the fixture models and the dynamo-style model
+// (functions, Attention, GatherND, CastLike, signature marks; shapes, attributes, opsets,
 // dtypes, node order, dangling names, operators, truncated data) and runs
 // each through load, shape inference, rewrite, compile, a DP step and
 // export: no input may panic or allocate more than fuzzMaxAlloc.
 func FuzzPipeline(f *testing.F) {
-	fixtures := fuzzFixtures(f)
+	fixtures := append(fuzzFixtures(f), dynamoStyleModel())
 	for i := range fixtures {
 		f.Add(uint8(i), uint8(0), []byte{})
 		// One seed per mutation kind on each fixture.

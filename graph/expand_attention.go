@@ -168,6 +168,8 @@ func expandAttention(b *expansion) error {
 	}
 
 	var bias, keep *Value
+	guardScores := false
+	big := floatMax(dt)
 	if causal == 1 {
 		bias = b.causalBias(q4, k4, dt)
 	}
@@ -181,14 +183,33 @@ func expandAttention(b *expansion) error {
 		} else {
 			bias = b.op("Add", nil, bias, mb)
 		}
-		big := floatMax(dt)
-		rowMax := b.op("ReduceMax", nil, bias, b.ints(-1))
-		shifted := b.op("Add", nil, rowMax, b.scalar(dt, big))
-		keep = b.op("Min", nil, b.op("Max", nil, shifted, b.scalar(dt, 0)), b.scalar(dt, 1))
-		bias = b.op("Max", nil, bias, b.scalar(dt, -big))
+		if constantDerived(mask) {
+			// The guard on the bias alone: shape inference folds it
+			// with the mask into constants.
+			rowMax := b.op("ReduceMax", nil, bias, b.ints(-1))
+			shifted := b.op("Add", nil, rowMax, b.scalar(dt, big))
+			keep = b.op("Min", nil, b.op("Max", nil, shifted, b.scalar(dt, 0)), b.scalar(dt, 1))
+			bias = b.op("Max", nil, bias, b.scalar(dt, -big))
+		} else {
+			guardScores = true
+		}
 	}
 	if bias != nil {
 		s = b.op("Add", nil, s, bias)
+	}
+	if guardScores {
+		// A mask computed from parameters (Swin's and BEiT's relative
+		// position biases, passed to scaled_dot_product_attention as
+		// attn_mask) or from the input: the guard reads the scores, the
+		// mask added, so that the mask meets the batch at that Add and
+		// its parameters train like any other added bias. A row is
+		// disallowed when its largest score is below -big/2 (-inf, or the
+		// lowest finite value plus scores of any sane size); its
+		// -inf clamped to -big keeps Softmax finite.
+		rowMax := b.op("ReduceMax", nil, s, b.ints(-1))
+		shifted := b.op("Add", nil, rowMax, b.scalar(dt, big/2))
+		keep = b.op("Min", nil, b.op("Max", nil, shifted, b.scalar(dt, 0)), b.scalar(dt, 1))
+		s = b.op("Max", nil, s, b.scalar(dt, -big))
 	}
 	out := b.op("MatMul", nil, b.op("Softmax", attrs(intAttr("axis", -1)), s), v4)
 	if keep != nil {
@@ -277,4 +298,34 @@ func (g *Graph) isOutput(v *Value) bool {
 		}
 	}
 	return false
+}
+
+// constantDerived reports whether v is computed from constants alone
+// (initializers the loader does not take for parameters, Constant nodes),
+// so that shape inference folds it: not from a graph input or a float
+// initializer a run may train. Unknown producers count as not constant.
+func constantDerived(v *Value) bool {
+	seen := map[*Value]bool{}
+	stack := []*Value{v}
+	for len(stack) > 0 && len(seen) < 1<<12 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if x == nil || seen[x] {
+			continue
+		}
+		seen[x] = true
+		switch {
+		case x.Initializer:
+			if x.IsParam() {
+				return false
+			}
+		case x.Producer == nil:
+			if x.Const == nil {
+				return false // a graph input
+			}
+		default:
+			stack = append(stack, x.Producer.Inputs...)
+		}
+	}
+	return len(stack) == 0
 }

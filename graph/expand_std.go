@@ -45,7 +45,8 @@ var stdFunctions = map[string]stdFunction{
 			"only output Y read; attn_mask bool or of Q's type, its type known at load, its last axis the number of keys or 1, " +
 			"a bool one constant once shapes are inferred (the plan's Where takes a constant condition); " +
 			"the causal mask up to 2^22 elements; left/right_window_size -1; softmax_precision ignored (the inputs' type). " +
-			"A row the mask disallows entirely (-inf or the lowest finite value) gives zeros, as in onnxruntime"}, expandAttention},
+			"A row the mask disallows entirely (-inf or the lowest finite value) gives zeros, as in onnxruntime; " +
+			"a float mask computed from parameters (a relative position bias) trains them"}, expandAttention},
 }
 
 // ExpandedOps returns the standard operators the loader expands, sorted by
@@ -273,7 +274,7 @@ func init() {
 		"Softplus", "Softsign", "Mish", "Gelu", "Sin", "Cos", "Round", "Floor", "Ceil", "Sign", "Neg", "Abs", "Sqrt", "Reciprocal",
 		"Clip", "Softmax", "LogSoftmax", "Hardmax", "CumSum", "Trilu", "Shrink", "ThresholdedRelu", "PRelu",
 		"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean",
-		"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Tile", "Slice", "Gather", "GatherElements",
+		"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Tile", "Slice", "Gather", "GatherElements", "GatherND",
 		"Concat", "Pad", "ScatterND", "Resize", "Upsample", "DepthToSpace", "SpaceToDepth",
 		"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
 		"ReduceLogSum", "ReduceLogSumExp",

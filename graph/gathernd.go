@@ -82,7 +82,7 @@ func evalGatherND(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 	batches := numel(x.Shape[:b])
 	inner := numel(x.Shape[b+k:])
 	block := numel(x.Shape[b:]) // one batch entry of the data
-	tuples := numel(ind.Shape[b:len(ind.Shape)-1])
+	tuples := numel(ind.Shape[b : len(ind.Shape)-1])
 	out := append(append([]int64{}, ind.Shape[:len(ind.Shape)-1]...), x.Shape[b+k:]...)
 	idx := make([]int, 0, numel(out))
 	for bi := 0; bi < batches; bi++ {

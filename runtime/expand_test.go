@@ -432,6 +432,20 @@ func expandCases() []expandCase {
 			attnArgs{bias: func(b, h, i, j int) float64 { return float64(fm[i*Skv+j]) }}))
 	}
 	{
+		// A float mask that is an initializer (a parameter: Swin's
+		// relative position bias as attn_mask) with a row of -inf and a
+		// row at the lowest finite value: the guard reads the scores, so
+		// that the mask meets the batch at its Add, and both rows are
+		// zeros.
+		fm := randInput(rng, "", 1, 1, Sq, Skv).data
+		for j := 0; j < Skv; j++ {
+			fm[0*Skv+j] = float32(math.Inf(-1))
+			fm[2*Skv+j] = -math.MaxFloat32
+		}
+		cases = append(cases, attn4("attention_param_mask_full_rows", 23, nil, floatInit("mask", []int64{1, 1, Sq, Skv}, fm),
+			attnArgs{bias: func(b, h, i, j int) float64 { return float64(fm[i*Skv+j]) }}))
+	}
+	{
 		// Row 1 masked entirely: zeros, not NaN, as the spec's errata
 		// asks (and onnxruntime 1.30 gives).
 		bm := []bool{true, false, true, true, false, false, false, false, false, true, true, false}
