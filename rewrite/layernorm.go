@@ -122,13 +122,62 @@ func matchLayerNorm(g *graph.Graph, r1 *graph.Node, shapes map[string]graph.Shap
 	if xs[rank-1].Param != "" || last <= 0 {
 		return nil
 	}
-	inner := func(v *graph.Value) *graph.Node { // v's only reader, v no graph output
-		if v == nil || len(v.Consumers) != 1 || isGraphOutput(g, v) {
-			return nil
-		}
-		return v.Consumers[0]
-	}
+	inner := func(v *graph.Value) *graph.Node { return onlyReader(g, v) }
 	m := &layerNormChain{x: x}
+	nc := matchNormalize(g, r1, x, rank)
+	if nc == nil {
+		return nil
+	}
+	div := nc.nodes[len(nc.nodes)-1]
+	m.eps, m.consts = nc.eps, nc.consts
+	mul := inner(div.Outputs[0])
+	if !isBinary(mul, "Mul") {
+		return nil
+	}
+	m.gamma = otherOperand(mul, div.Outputs[0])
+	if !affineParam(m.gamma, last) {
+		return nil
+	}
+	m.nodes = append(nc.nodes, mul)
+	m.y = mul.Outputs[0]
+	if shift := inner(mul.Outputs[0]); isBinary(shift, "Add") {
+		if beta := otherOperand(shift, mul.Outputs[0]); affineParam(beta, last) {
+			m.beta, m.y = beta, shift.Outputs[0]
+			m.nodes = append(m.nodes, shift)
+		}
+	}
+	if sh := shapeOf(m.y, shapes); len(sh) != rank {
+		return nil // a γ or β that broadcasts x up
+	}
+	return m
+}
+
+// onlyReader is v's only reader, where v has one and is no graph output.
+func onlyReader(g *graph.Graph, v *graph.Value) *graph.Node {
+	if v == nil || len(v.Consumers) != 1 || isGraphOutput(g, v) {
+		return nil
+	}
+	return v.Consumers[0]
+}
+
+// normChain is x normalized along its last axis as torch exports it,
+// d = x − ReduceMean(x), d / Sqrt(ReduceMean(d²) + eps): LayerNorm's
+// decomposition before the affine, and GroupNorm's over (N, G, C/G·…).
+type normChain struct {
+	nodes  []*graph.Node  // r1, Sub, the square, ReduceMean, Add, Sqrt, Div (last)
+	consts []*graph.Value // constant operands only the chain reads
+	eps    float64
+}
+
+// matchNormalize matches the normalization of x (of rank rank) from its
+// first ReduceMean r1; nil where r1 does not begin one, or where an
+// intermediate value has another reader.
+func matchNormalize(g *graph.Graph, r1 *graph.Node, x *graph.Value, rank int) *normChain {
+	if r1 == nil || r1.OpType != "ReduceMean" || r1.Domain != "" || len(r1.Outputs) != 1 || r1.Input(0) != x || !lastAxisOnly(g, r1, rank) {
+		return nil
+	}
+	inner := func(v *graph.Value) *graph.Node { return onlyReader(g, v) }
+	m := &normChain{}
 	sub := inner(r1.Outputs[0])
 	if !isBinary(sub, "Sub") || sub.Inputs[0] != x || sub.Inputs[1] != r1.Outputs[0] {
 		return nil
@@ -184,25 +233,7 @@ func matchLayerNorm(g *graph.Graph, r1 *graph.Node, shapes map[string]graph.Shap
 	if sqrt == nil || sqrt.OpType != "Sqrt" || len(sqrt.Outputs) != 1 || inner(sqrt.Outputs[0]) != div || div.Inputs[1] != sqrt.Outputs[0] {
 		return nil
 	}
-	mul := inner(div.Outputs[0])
-	if !isBinary(mul, "Mul") {
-		return nil
-	}
-	m.gamma = otherOperand(mul, div.Outputs[0])
-	if !affineParam(m.gamma, last) {
-		return nil
-	}
-	m.nodes = []*graph.Node{r1, sub, sq, r2, add, sqrt, div, mul}
-	m.y = mul.Outputs[0]
-	if shift := inner(mul.Outputs[0]); isBinary(shift, "Add") {
-		if beta := otherOperand(shift, mul.Outputs[0]); affineParam(beta, last) {
-			m.beta, m.y = beta, shift.Outputs[0]
-			m.nodes = append(m.nodes, shift)
-		}
-	}
-	if sh := shapeOf(m.y, shapes); len(sh) != rank {
-		return nil // a γ or β that broadcasts x up
-	}
+	m.nodes = []*graph.Node{r1, sub, sq, r2, add, sqrt, div}
 	return m
 }
 

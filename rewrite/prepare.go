@@ -71,6 +71,17 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if err := shaped("BatchNormalization", func(s map[string]graph.Shape) ([]Change, error) { return RewriteBatchNorm(g, opts.BN, s) }); err != nil {
 		return nil, err
 	}
+	// Decomposed GroupNorms (a model dpfinetune wrote, PyTorch's
+	// nn.GroupNorm) normalize with InstanceNormalization or ReduceMean.
+	op := "ReduceMean"
+	for _, n := range g.Nodes {
+		if n.OpType == "InstanceNormalization" {
+			op = n.OpType
+		}
+	}
+	if err := shaped(op, func(s map[string]graph.Shape) ([]Change, error) { return FuseGroupNorm(g, s) }); err != nil {
+		return nil, err
+	}
 	if err := shaped("ReduceMean", func(s map[string]graph.Shape) ([]Change, error) { return FuseLayerNorm(g, s) }); err != nil {
 		return nil, err
 	}
