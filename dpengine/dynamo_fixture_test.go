@@ -153,31 +153,12 @@ func TestDynamoStyleModel(t *testing.T) {
 	}
 	x := testInput(B*32, 0.7)
 	y := []int64{2, 0, 1, 2}
-	want := map[string][]float64{}
 	one, _ := engine(NonDP, 1)
-	for i := 0; i < B; i++ {
-		sums, _, err := one.ClippedSum(x[i*32:(i+1)*32], y[i:i+1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, g := range sums {
-			want[p] = append(want[p], math.Sqrt(runtime.CPU{}.SumSq(g)))
-		}
-	}
+	want := batchOfOneNorms(t, one, x, y)
 	for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
 		t.Run(string(mode), func(t *testing.T) {
 			e, g := engine(mode, B)
-			if _, _, err := e.ClippedSum(x, y); err != nil {
-				t.Fatal(err)
-			}
-			got := e.ParamNorms()
-			for p, w := range want {
-				for i := range w {
-					if r := math.Abs(got[p][i]-w[i]) / w[i]; !(r <= 1e-4) {
-						t.Errorf("%s sample %d: norm %v, batch of 1 %v (rel %.1e)", p, i, got[p][i], w[i], r)
-					}
-				}
-			}
+			checkBatchNorms(t, e, x, y, want)
 			out, err := g.ToONNX()
 			if err != nil {
 				t.Fatal(err)
@@ -190,5 +171,41 @@ func TestDynamoStyleModel(t *testing.T) {
 				t.Errorf("the export does not load again: %v", err)
 			}
 		})
+	}
+}
+
+// batchOfOneNorms returns each parameter's gradient norm for each sample
+// of x (labels y) taken alone, from a non-DP engine of physical batch 1:
+// the per-sample norms every DP mode must reproduce.
+func batchOfOneNorms(t *testing.T, one *Engine, x []float32, y []int64) map[string][]float64 {
+	t.Helper()
+	per := len(x) / len(y)
+	want := map[string][]float64{}
+	for i := range y {
+		sums, _, err := one.ClippedSum(x[i*per:(i+1)*per], y[i:i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, g := range sums {
+			want[p] = append(want[p], math.Sqrt(runtime.CPU{}.SumSq(g)))
+		}
+	}
+	return want
+}
+
+// checkBatchNorms runs e on the whole batch and holds its per-sample
+// parameter norms to want (batchOfOneNorms) within 1e-4 relative.
+func checkBatchNorms(t *testing.T, e *Engine, x []float32, y []int64, want map[string][]float64) {
+	t.Helper()
+	if _, _, err := e.ClippedSum(x, y); err != nil {
+		t.Fatal(err)
+	}
+	got := e.ParamNorms()
+	for p, w := range want {
+		for i := range w {
+			if r := math.Abs(got[p][i]-w[i]) / w[i]; !(r <= 1e-4) {
+				t.Errorf("%s sample %d: norm %v, batch of 1 %v (rel %.1e)", p, i, got[p][i], w[i], r)
+			}
+		}
 	}
 }

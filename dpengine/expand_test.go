@@ -1,7 +1,6 @@
 package dpengine
 
 import (
-	"math"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -55,17 +54,7 @@ func TestExpandedOperatorsBatchOfOne(t *testing.T) {
 		}
 		return e
 	}
-	want := map[string][]float64{}
-	one := engine(NonDP, 1, nil)
-	for i := 0; i < B; i++ {
-		sums, _, err := one.ClippedSum(x[i*32:(i+1)*32], y[i:i+1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, g := range sums {
-			want[p] = append(want[p], math.Sqrt(runtime.CPU{}.SumSq(g)))
-		}
-	}
+	want := batchOfOneNorms(t, engine(NonDP, 1, nil), x, y)
 	if len(want) != 6 {
 		t.Fatalf("%d parameters trained, want 6", len(want))
 	}
@@ -80,18 +69,7 @@ func TestExpandedOperatorsBatchOfOne(t *testing.T) {
 				label += "/" + dev.Name()
 			}
 			t.Run(label, func(t *testing.T) {
-				e := engine(mode, B, dev)
-				if _, _, err := e.ClippedSum(x, y); err != nil {
-					t.Fatal(err)
-				}
-				got := e.ParamNorms()
-				for p, w := range want {
-					for i := range w {
-						if r := math.Abs(got[p][i]-w[i]) / w[i]; !(r <= 1e-4) {
-							t.Errorf("%s sample %d: norm %v, batch of 1 %v (rel %.1e)", p, i, got[p][i], w[i], r)
-						}
-					}
-				}
+				checkBatchNorms(t, engine(mode, B, dev), x, y, want)
 			})
 		}
 	}

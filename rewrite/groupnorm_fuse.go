@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -59,21 +60,7 @@ func FuseGroupNorm(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, err
 		}
 		b := newBuilder(g, nm, scope)
 		b.opInto(m.y, "GroupNormalization", []*onnxpb.AttributeProto{attrInt("num_groups", m.groups), attrFloat("epsilon", m.eps)}, m.x, m.gamma, m.beta)
-		replaceNode(g, m.nodes[0], b.nodes)
-		for _, old := range m.nodes[1:] {
-			replaceNode(g, old, nil)
-		}
-		for _, old := range m.nodes {
-			for _, o := range old.Outputs {
-				if o != nil && o != m.y {
-					delete(g.Values, o.Name)
-				}
-			}
-		}
-		relink(g)
-		for _, c := range m.consts {
-			removeConstIfUnused(g, c)
-		}
+		replaceChain(g, m.nodes, b.nodes, m.y, m.consts)
 		changes = append(changes, Change{Pass: "groupnorm", Target: scope,
 			Action: fmt.Sprintf("decomposed GroupNorm (%s, %d nodes, %d groups) → one GroupNormalization node with scale %s and shift %s while training",
 				m.form, len(m.nodes), m.groups, m.gamma.Name, m.beta.Name),
@@ -150,7 +137,7 @@ func matchGroupNorm(g *graph.Graph, rs *graph.Node, shapes map[string]graph.Shap
 		m.nodes = append(m.nodes, sh.Producer)
 	default:
 		st := constOf(g, sh)
-		if st == nil || st.DType != graph.Int64 || len(st.I64) != len(xs) || !xs.Static() || !equalInts(st.I64, xs.Ints()) {
+		if st == nil || st.DType != graph.Int64 || len(st.I64) != len(xs) || !xs.Static() || !slices.Equal(st.I64, xs.Ints()) {
 			return nil
 		}
 		m.consts = append(m.consts, sh)
@@ -200,18 +187,6 @@ func filled(g *graph.Graph, v *graph.Value, n int64, want float64) bool {
 	}
 	for _, x := range f {
 		if x != want {
-			return false
-		}
-	}
-	return true
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
 			return false
 		}
 	}

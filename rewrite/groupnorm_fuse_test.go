@@ -42,27 +42,6 @@ func countOps(g *graph.Graph, op string) int {
 	return k
 }
 
-func reload(t *testing.T, g *graph.Graph) *graph.Graph {
-	t.Helper()
-	m, err := g.ToONNX()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := m.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	lm, err := onnx.LoadBytes(b, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := graph.FromONNX(lm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // TestFuseGroupNormRoundTrip: a model dpfinetune trained and wrote (its
 // BatchNorms as RewriteBatchNorm's GroupNorm decomposition) trains again
 // with one GroupNormalization node per GroupNorm, computing what the
@@ -78,7 +57,7 @@ func TestFuseGroupNormRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded := reload(t, written)
+	loaded := roundTrip(t, written)
 	if n := countOps(loaded, "GroupNormalization"); n != 0 {
 		t.Fatalf("the written model has %d GroupNormalization nodes, want the decomposition", n)
 	}

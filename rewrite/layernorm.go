@@ -69,21 +69,7 @@ func FuseLayerNorm(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, err
 			in = append(in, m.beta)
 		}
 		b.opInto(m.y, "LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", m.eps)}, in...)
-		replaceNode(g, m.nodes[0], b.nodes)
-		for _, old := range m.nodes[1:] {
-			replaceNode(g, old, nil)
-		}
-		for _, old := range m.nodes {
-			for _, o := range old.Outputs {
-				if o != nil && o != m.y {
-					delete(g.Values, o.Name)
-				}
-			}
-		}
-		relink(g)
-		for _, c := range m.consts {
-			removeConstIfUnused(g, c)
-		}
+		replaceChain(g, m.nodes, b.nodes, m.y, m.consts)
 		shift := ""
 		if m.beta != nil {
 			shift = " and shift " + m.beta.Name
@@ -150,6 +136,27 @@ func matchLayerNorm(g *graph.Graph, r1 *graph.Node, shapes map[string]graph.Shap
 		return nil // a γ or β that broadcasts x up
 	}
 	return m
+}
+
+// replaceChain puts repl where a matched chain's first node was, drops
+// the chain's other nodes and every value they made but y (which repl now
+// writes), and the constants only the chain read.
+func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, consts []*graph.Value) {
+	replaceNode(g, chain[0], repl)
+	for _, old := range chain[1:] {
+		replaceNode(g, old, nil)
+	}
+	for _, old := range chain {
+		for _, o := range old.Outputs {
+			if o != nil && o != y {
+				delete(g.Values, o.Name)
+			}
+		}
+	}
+	relink(g)
+	for _, c := range consts {
+		removeConstIfUnused(g, c)
+	}
 }
 
 // onlyReader is v's only reader, where v has one and is no graph output.

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -67,16 +66,7 @@ func bumpable(m *onnxpb.ModelProto) (int64, bool) {
 // models. Each case must give ONNX's expected outputs at 27 as it does at
 // its own opset (a case refused or differing at its own opset is skipped).
 func TestONNXConformanceNewerOpsets(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(conformanceDir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var man struct {
-		Cases []string `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &man); err != nil {
-		t.Fatal(err)
-	}
+	man := readManifest(t)
 	ran := 0
 	for _, c := range man.Cases {
 		name := filepath.Base(c)

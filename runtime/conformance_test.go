@@ -97,16 +97,7 @@ const conformanceDir = "../testdata/conformance"
 // with every input a constant, where the operators the IR evaluates at load
 // time (shape arithmetic: Floor, Max, ReduceProd, ...) fold the graph.
 func TestONNXConformance(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(conformanceDir, "manifest.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var man struct {
-		Cases []string `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &man); err != nil {
-		t.Fatal(err)
-	}
+	man := readManifest(t)
 	if len(man.Cases) < 100 {
 		t.Fatalf("manifest lists %d cases; regenerate testdata/conformance", len(man.Cases))
 	}
@@ -157,6 +148,24 @@ func TestONNXConformance(t *testing.T) {
 		}
 	}
 	t.Logf("%d cases: %d pass, %d refused and %d differing as listed (or by rounding order)", len(man.Cases), passed, refused, differs)
+}
+
+// conformanceManifest is testdata/conformance/manifest.json's list of cases.
+type conformanceManifest struct {
+	Cases []string `json:"cases"`
+}
+
+func readManifest(t *testing.T) conformanceManifest {
+	t.Helper()
+	var man conformanceManifest
+	raw, err := os.ReadFile(filepath.Join(conformanceDir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &man); err != nil {
+		t.Fatal(err)
+	}
+	return man
 }
 
 // conformanceMismatch is a case that ran and gave the wrong numbers.
