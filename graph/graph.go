@@ -95,6 +95,10 @@ type Value struct {
 	// or a constant its optimizer lifted; markExportConstants). It is
 	// never trained, and folds like a constant.
 	ExportConstant bool
+	// ExportKind is the kind torch.export's signature gives the value
+	// (PARAMETER, BUFFER, CONSTANT_TENSOR, USER_INPUT), "" where the model
+	// marks it not (or carries no signature).
+	ExportKind string
 	// Consumers are the nodes reading the value, in graph order.
 	Consumers []*Node
 
@@ -155,6 +159,9 @@ type Graph struct {
 	// Opsets maps an operator-set domain ("" is the default ai.onnx) to the
 	// imported version.
 	Opsets map[string]int64
+	// ExportSignature reports that the model carries torch.export's
+	// signature marks (PyTorch's dynamo exporter; Value.ExportKind).
+	ExportSignature bool
 
 	model *onnx.Model
 }
@@ -459,7 +466,7 @@ var arity = map[string]arityRange{
 // shape constants, so plans are compiled from a clone and exports are made
 // from the graph that keeps its dynamic axes.
 func (g *Graph) Clone() *Graph {
-	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model}
+	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model, ExportSignature: g.ExportSignature}
 	for d, v := range g.Opsets {
 		c.Opsets[d] = v
 	}
@@ -471,7 +478,7 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, proto: v.proto}
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, ExportKind: v.ExportKind, proto: v.proto}
 		if v.Shape != nil {
 			// A scalar's shape is empty but known: keep it non-nil.
 			nv.Shape = append(Shape{}, v.Shape...)

@@ -40,7 +40,9 @@ func markExportConstants(g *Graph, gp *onnxpb.GraphProto) {
 	if len(kinds) == 0 {
 		return
 	}
+	g.ExportSignature = true
 	for _, v := range g.Initializers {
+		v.ExportKind = kinds[v.Name]
 		if !v.DType.IsFloat() || v.Const == nil {
 			continue
 		}

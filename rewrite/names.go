@@ -110,7 +110,9 @@ func paramSuffix(op string, i int) string {
 // with do_constant_folding=False), "eval (BatchNorm folded)" when it has
 // none and its convolutions carry weights the exporter created (an
 // eval-mode export folds each BatchNorm into the Conv before it, so --bn
-// finds nothing to replace), and "" when neither applies.
+// finds nothing to replace; the dynamo exporter's optimizer does the same
+// under the weight's own name, which its signature then does not mark),
+// and "" when neither applies.
 func ExportForm(g *graph.Graph) string {
 	bn, folded := 0, 0
 	for _, n := range g.Nodes {
@@ -118,6 +120,11 @@ func ExportForm(g *graph.Graph) string {
 		case n.OpType == "BatchNormalization" && n.Domain == "":
 			bn++
 		case n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && ExporterNamed(n.Inputs[1].Name):
+			folded++
+		case n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && g.ExportSignature && n.Inputs[1].Initializer && n.Inputs[1].ExportKind == "":
+			// The dynamo exporter's optimizer folds a BatchNorm into the
+			// convolution under the weight's name, as a new value without
+			// the signature's mark.
 			folded++
 		}
 	}

@@ -71,4 +71,20 @@ func TestModuleName(t *testing.T) {
 	if got := ExportForm(&graph.Graph{Nodes: []*graph.Node{gemm}}); got != "" {
 		t.Errorf("ExportForm without convs = %q, want \"\"", got)
 	}
+	// The dynamo exporter's fold keeps the weight's name but not its
+	// signature mark.
+	cw := &graph.Value{Name: "conv1.weight", Initializer: true, ExportKind: "PARAMETER"}
+	dconv := &graph.Node{Name: "node_conv2d", OpType: "Conv", Inputs: []*graph.Value{x, cw}}
+	dg := &graph.Graph{Nodes: []*graph.Node{dconv}, ExportSignature: true}
+	if got := ExportForm(dg); got != "" {
+		t.Errorf("ExportForm of a marked weight = %q, want \"\"", got)
+	}
+	cw.ExportKind = ""
+	if got := ExportForm(dg); got != ExportEvalFolded {
+		t.Errorf("ExportForm of a dynamo fold = %q, want %q", got, ExportEvalFolded)
+	}
+	dg.ExportSignature = false
+	if got := ExportForm(dg); got != "" {
+		t.Errorf("ExportForm without the signature = %q, want \"\"", got)
+	}
 }

@@ -142,7 +142,8 @@ func printPlan(w io.Writer, r *planReport) {
 	case rewrite.ExportEvalFolded:
 		fmt.Fprintf(w, "export:      eval mode: the exporter folded BatchNorm into the convolutions (their weights and biases\n"+
 			"             are trained as they are; --bn has nothing to replace). To keep BatchNorm and train it as\n"+
-			"             GroupNorm, export with training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False.\n")
+			"             GroupNorm, export with training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False\n"+
+			"             (and dynamo=False from PyTorch 2.9), or with the dynamo exporter's optimize=False.\n")
 	case rewrite.ExportTraining:
 		fmt.Fprintf(w, "export:      training mode: BatchNormalization kept in the graph (rewritten by --bn)\n")
 	}
