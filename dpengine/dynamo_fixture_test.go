@@ -12,6 +12,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // dynamoStyleModel is a token model written the way PyTorch's dynamo
@@ -206,6 +207,79 @@ func checkBatchNorms(t *testing.T, e *Engine, x []float32, y []int64, want map[s
 			if r := math.Abs(got[p][i]-w[i]) / w[i]; !(r <= 1e-4) {
 				t.Errorf("%s sample %d: norm %v, batch of 1 %v (rel %.1e)", p, i, got[p][i], w[i], r)
 			}
+		}
+	}
+}
+
+// TestFusedTorchGroupNormBatchOfOne: nn.GroupNorm as PyTorch's TorchScript
+// exporter writes it without constant folding (Reshape, InstanceNormalization,
+// Reshape, Mul and Add by Unsqueeze of the (C) weight and bias), which the
+// rewrite trains as one GroupNormalization node reading the Unsqueezes:
+// the weight and bias are elementwise parameters whose per-sample norms
+// equal their batch-of-1 gradients' norms in every mode, on the CPU and
+// the reference backend.
+func TestFusedTorchGroupNormBatchOfOne(t *testing.T) {
+	const B = 4
+	sample := []int64{3, 6, 6}
+	build := func() *graph.Graph {
+		m := newTestModel(14)
+		x := m.node("Conv", []string{"input", m.param("conv.weight", 4, 3, 3, 3), m.param("conv.bias", 4)}, "conv")
+		r := m.node("Reshape", []string{x, m.ints("shape3", 0, 2, -1)}, "r")
+		ones := &graph.Tensor{DType: graph.Float32, Shape: []int64{2}, F32: []float32{1, 1}}
+		zeros := &graph.Tensor{DType: graph.Float32, Shape: []int64{2}, F32: []float32{0, 0}}
+		m.g.Initializer = append(m.g.Initializer, ones.ToProto("ones"), zeros.ToProto("zeros"))
+		n := m.node("InstanceNormalization", []string{r, "ones", "zeros"}, "in")
+		s := m.node("Shape", []string{x}, "s")
+		r1 := m.node("Reshape", []string{n, s}, "r1")
+		axes := m.ints("axes12", 1, 2)
+		wu := m.node("Unsqueeze", []string{m.param("gn.weight", 4), axes}, "wu")
+		bu := m.node("Unsqueeze", []string{m.param("gn.bias", 4), axes}, "bu")
+		y := m.node("Add", []string{m.node("Mul", []string{r1, wu}, "mul"), bu}, "add")
+		y = m.node("Relu", []string{y}, "relu")
+		y = m.node("GlobalAveragePool", []string{y}, "pool")
+		y = m.node("Flatten", []string{y}, "flat")
+		y = m.node("Gemm", []string{y, m.param("fc.weight", 3, 4), m.param("fc.bias", 3)}, "logits", intAttr("transB", 1))
+		return m.graph(t, sample, y, 3)
+	}
+	engine := func(mode Mode, batch int, dev runtime.Device) *Engine {
+		g := build()
+		rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gn := 0
+		for _, n := range g.Nodes {
+			if n.OpType == "GroupNormalization" {
+				gn++
+			}
+		}
+		if gn != 1 {
+			t.Fatalf("%d GroupNormalization nodes after Prepare, want 1", gn)
+		}
+		for _, prm := range rp.Params {
+			if strings.HasPrefix(prm.Name, "gn.") && prm.Kind != rewrite.KindElementwise {
+				t.Fatalf("%s is %s (%s), want elementwise", prm.Name, prm.Kind, prm.Reason)
+			}
+		}
+		e, err := New(g, rp, Config{Device: dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: 1e9}, ExpectedBatch: float64(batch), PhysicalBatch: batch})
+		if err != nil {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		return e
+	}
+	x := testInput(B*3*6*6, 0.4)
+	y := []int64{1, 0, 2, 1}
+	want := batchOfOneNorms(t, engine(NonDP, 1, nil), x, y)
+	if len(want) != 6 {
+		t.Fatalf("%d parameters trained, want 6", len(want))
+	}
+	for _, dev := range []runtime.Device{nil, reference.Separate{}} {
+		for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
+			label := string(mode)
+			if dev != nil {
+				label += "/" + dev.Name()
+			}
+			t.Run(label, func(t *testing.T) { checkBatchNorms(t, engine(mode, B, dev), x, y, want) })
 		}
 	}
 }

@@ -60,7 +60,13 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 		}
 		gamma := nd.Inputs[1]
 		b := newBuilder(c, nm, scope)
-		decomposeGroupNorm(b, nd.Inputs[0], gamma, nd.Inputs[2], groups, float64(eps), gamma.Const.DType, nd.Outputs[0])
+		dt := graph.Float32
+		if t := gamma.Const; t != nil {
+			dt = t.DType
+		} else if t := gamma.Producer.Input(0).Const; t != nil { // ownGroupNorm: an Unsqueeze of a constant
+			dt = t.DType
+		}
+		decomposeGroupNorm(b, nd.Inputs[0], gamma, nd.Inputs[2], groups, float64(eps), dt, nd.Outputs[0])
 		replaceNode(c, nd, b.nodes)
 		relink(c)
 	}
@@ -68,14 +74,23 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 }
 
 // ownGroupNorm reports whether n is a GroupNormalization node as
-// RewriteBatchNorm emits it: a per-channel scale and shift of shape
-// (C,1,…,1), constant.
+// RewriteBatchNorm and FuseGroupNorm emit it: a per-channel scale and
+// shift of shape (C,1,…,1), constant, or an Unsqueeze of a constant (C)
+// (FuseGroupNorm of an export without constant folding).
 func ownGroupNorm(n *graph.Node) bool {
 	if n.OpType != "GroupNormalization" || n.Domain != "" || len(n.Inputs) != 3 {
 		return false
 	}
 	for _, v := range n.Inputs[1:] {
-		if v == nil || v.Const == nil || len(v.Const.Shape) < 2 {
+		switch {
+		case v == nil:
+			return false
+		case v.Const != nil:
+			if len(v.Const.Shape) < 2 {
+				return false
+			}
+		case v.Producer != nil && v.Producer.OpType == "Unsqueeze" && v.Producer.Input(0) != nil && v.Producer.Input(0).Const != nil:
+		default:
 			return false
 		}
 	}

@@ -29,8 +29,9 @@ import (
 // takes their per-sample gradients from the rows' statistics (a model
 // trained again, after a first run wrote it, trains as fast as the first
 // run did). A chain whose intermediate values anything else reads is left
-// alone, as is one whose γ or β is not of that shape (reached through an
-// Unsqueeze: it still trains, op by op).
+// alone, as is one whose γ or β is not of that shape (γ and β read through
+// an Unsqueeze of their (C) tensors, an export without constant folding,
+// are taken: the node reads the Unsqueeze).
 //
 // γ and β keep their names and values. ExportGraph writes the node back
 // as RewriteBatchNorm's decomposition, under the names of the chain it
@@ -152,7 +153,7 @@ func matchGroupNorm(g *graph.Graph, rs *graph.Node, shapes map[string]graph.Shap
 	}
 	m.gamma = otherOperand(mul, back.Outputs[0])
 	m.beta = otherOperand(add, mul.Outputs[0])
-	if !channelAffine(m.gamma, c, len(xs)) || !channelAffine(m.beta, c, len(xs)) || m.gamma == m.beta {
+	if !channelAffine(g, m.gamma, c, len(xs), shapes) || !channelAffine(g, m.beta, c, len(xs), shapes) || m.gamma == m.beta {
 		return nil
 	}
 	m.nodes = append(m.nodes, back, mul, add)
@@ -160,15 +161,32 @@ func matchGroupNorm(g *graph.Graph, rs *graph.Node, shapes map[string]graph.Shap
 	return m
 }
 
-// channelAffine reports whether v is a float32 initializer of shape
-// (C,1,…,1) for an input of the given rank: GroupNorm's γ or β as the
-// exporters and RewriteBatchNorm write them.
-func channelAffine(v *graph.Value, c int64, rank int) bool {
-	if v == nil || !v.IsParam() || v.Const == nil || v.Const.DType != graph.Float32 || len(v.Const.Shape) != rank-1 || v.Const.Shape[0] != c {
+// channelAffine reports whether v is GroupNorm's γ or β for an input of
+// the given rank, (C,1,…,1): a float32 initializer of that shape, as
+// constant folding and RewriteBatchNorm write them, or the only use of an
+// Unsqueeze of a (C) initializer to it, as PyTorch's exporters write
+// nn.GroupNorm's weight and bias without constant folding (the fused node
+// then reads the Unsqueeze, which stays: the parameter keeps its shape).
+func channelAffine(g *graph.Graph, v *graph.Value, c int64, rank int, shapes map[string]graph.Shape) bool {
+	if v == nil {
 		return false
 	}
-	for _, d := range v.Const.Shape[1:] {
-		if d != 1 {
+	shape := shapeOf(v, shapes)
+	if p := v.Producer; p != nil && p.OpType == "Unsqueeze" && p.Domain == "" && len(v.Consumers) == 1 && !isGraphOutput(g, v) {
+		w := p.Input(0)
+		if w == nil || !w.IsParam() || w.Const == nil || w.Const.DType != graph.Float32 || len(w.Const.Shape) != 1 || w.Const.Shape[0] != c {
+			return false
+		}
+	} else if !v.IsParam() || v.Const == nil || v.Const.DType != graph.Float32 {
+		return false
+	} else {
+		shape = graph.StaticShape(v.Const.Shape...)
+	}
+	if len(shape) != rank-1 || shape[0].Size != c {
+		return false
+	}
+	for _, d := range shape[1:] {
+		if d.Size != 1 {
 			return false
 		}
 	}

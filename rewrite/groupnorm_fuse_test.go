@@ -109,9 +109,10 @@ func TestFuseGroupNormRoundTrip(t *testing.T) {
 // TestFuseGroupNormTorch: nn.GroupNorm as PyTorch's TorchScript exporter
 // writes it (Reshape, InstanceNormalization of ones and zeros, Reshape to
 // Shape(x), Mul and Add by constant-folded (C,1,1) affines) trains as one
-// GroupNormalization node with the same outputs; chains it must not fuse
-// (an intermediate read elsewhere, an affine through Unsqueeze, a scale
-// that is not all ones) stay.
+// GroupNormalization node with the same outputs, and so does its form
+// without constant folding (γ and β through Unsqueeze); chains it must not
+// fuse (an intermediate read elsewhere, a scale that is not all ones) stay;
+// each is written back to a model that computes the same.
 func TestFuseGroupNormTorch(t *testing.T) {
 	const C, G = 4, 2
 	build := func(mutate string) *graph.Graph {
@@ -152,6 +153,20 @@ func TestFuseGroupNormTorch(t *testing.T) {
 		if mutate == "read" { // the normalized value is also a graph output
 			gp.Output = append(gp.Output, &onnxpb.ValueInfoProto{Name: proto.String("in")})
 		}
+		if mutate == "unsqueeze" { // exported without constant folding: Unsqueeze(weight (C))
+			gp.Initializer = append(gp.Initializer, f("1.weight", []int64{C}, 1.5, 0.5, -1, 2), f("1.bias", []int64{C}, 0.1, 0.2, -0.3, 0.4),
+				i("axes12", 1, 2))
+			for _, n := range gp.Node {
+				switch n.GetName() {
+				case "/1/Mul":
+					n.Input[1] = "wu"
+				case "/1/Add":
+					n.Input[1] = "bu"
+				}
+			}
+			gp.Node = append([]*onnxpb.NodeProto{node("Unsqueeze", "/1/Unsqueeze", []string{"1.weight", "axes12"}, "wu"),
+				node("Unsqueeze", "/1/Unsqueeze_1", []string{"1.bias", "axes12"}, "bu")}, gp.Node...)
+		}
 		m := &onnxpb.ModelProto{IrVersion: proto.Int64(8), Graph: gp,
 			OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(14)}}}
 		g, err := graph.FromONNX(onnx.NewModel(m))
@@ -164,7 +179,7 @@ func TestFuseGroupNormTorch(t *testing.T) {
 	for _, c := range []struct {
 		mutate string
 		fused  int
-	}{{"", 1}, {"scale", 0}, {"read", 0}} {
+	}{{"", 1}, {"unsqueeze", 1}, {"scale", 0}, {"read", 0}} {
 		g := build(c.mutate)
 		want := forwardOf(t, g, 2, sample)
 		shapes, err := StaticShapes(g, sample, 2)
@@ -182,6 +197,20 @@ func TestFuseGroupNormTorch(t *testing.T) {
 		for i := range got {
 			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
 				t.Fatalf("%q output %d: %v, unfused %v", c.mutate, i, got[i], want[i])
+			}
+		}
+		// Written back, the decomposition computes the same.
+		written, err := ExportGraph(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := countOps(written, "GroupNormalization"); n != 0 {
+			t.Errorf("%q: the written model keeps %d GroupNormalization nodes", c.mutate, n)
+		}
+		back := forwardOf(t, roundTrip(t, written), 2, sample)
+		for i := range back {
+			if d := math.Abs(float64(back[i] - want[i])); d > 1e-5*math.Max(1, math.Abs(float64(want[i]))) {
+				t.Fatalf("%q written, output %d: %v, unfused %v", c.mutate, i, back[i], want[i])
 			}
 		}
 	}

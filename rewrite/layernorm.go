@@ -138,14 +138,23 @@ func matchLayerNorm(g *graph.Graph, r1 *graph.Node, shapes map[string]graph.Shap
 	return m
 }
 
-// replaceChain puts repl where a matched chain's first node was, drops
-// the chain's other nodes and every value they made but y (which repl now
-// writes), and the constants only the chain read.
+// replaceChain puts repl where a matched chain's last node was (where
+// every input of the chain, its affine's included, has been computed),
+// drops the chain's other nodes and every value they made but y (which
+// repl now writes), and the constants only the chain read.
 func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, consts []*graph.Value) {
-	replaceNode(g, chain[0], repl)
-	for _, old := range chain[1:] {
-		replaceNode(g, old, nil)
+	last := chain[len(chain)-1]
+	for _, old := range chain {
+		if order(g, old) > order(g, last) {
+			last = old
+		}
 	}
+	for _, old := range chain {
+		if old != last {
+			replaceNode(g, old, nil)
+		}
+	}
+	replaceNode(g, last, repl)
 	for _, old := range chain {
 		for _, o := range old.Outputs {
 			if o != nil && o != y {
@@ -157,6 +166,16 @@ func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, con
 	for _, c := range consts {
 		removeConstIfUnused(g, c)
 	}
+}
+
+// order is n's index in g's node order (-1 when n is not in g).
+func order(g *graph.Graph, n *graph.Node) int {
+	for i, m := range g.Nodes {
+		if m == n {
+			return i
+		}
+	}
+	return -1
 }
 
 // onlyReader is v's only reader, where v has one and is no graph output.
