@@ -64,7 +64,7 @@ func FuseGroupNorm(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, err
 		replaceChain(g, m.nodes, b.nodes, m.y, m.consts)
 		changes = append(changes, Change{Pass: "groupnorm", Target: scope,
 			Action: fmt.Sprintf("decomposed GroupNorm (%s, %d nodes, %d groups) → one GroupNormalization node with scale %s and shift %s while training",
-				m.form, len(m.nodes), m.groups, m.gamma.Name, m.beta.Name),
+				m.form, len(m.nodes), m.groups, affineName(m.gamma), affineName(m.beta)),
 			Reason: "one pass instead of one per node; the model file keeps the decomposition"})
 	}
 	return changes, g.Validate()
@@ -191,6 +191,15 @@ func channelAffine(g *graph.Graph, v *graph.Value, c int64, rank int, shapes map
 		}
 	}
 	return true
+}
+
+// affineName names γ or β by the tensor trained: the initializer, or the
+// one an Unsqueeze reads.
+func affineName(v *graph.Value) string {
+	if p := v.Producer; p != nil && p.OpType == "Unsqueeze" && p.Input(0) != nil {
+		return p.Input(0).Name
+	}
+	return v.Name
 }
 
 // filled reports whether v is a constant of n elements, each want.
