@@ -320,6 +320,12 @@ type rowNorm struct {
 	// gradients.
 	mean, inv  []float32
 	accS, accB []float64
+	// parts are the CPU backward's per-run sums of a run layout
+	// (kernels.RowNormBackwardParts), made at its first use; partsX and
+	// partsDy the x and dy they are of, until the parameter gradients
+	// consume them (nil: none kept).
+	parts           []float64
+	partsX, partsDy *float32
 }
 
 // NormalizeRowsAffine implements NNOps, rows split over the workers.
@@ -333,19 +339,47 @@ func (CPU) NormalizeRowsAffine(n *NormRows, x, scale, bias, y, mean, invStd []fl
 }
 
 // NormalizeRowsAffineBackward implements NNOps, rows split over the
-// workers.
+// workers. Where a row's parameters run per channel or group
+// (GroupNormalization, InstanceNormalization) it keeps the per-run sums
+// the parameter gradients are made of (kernels.RowNormBackwardParts), for
+// NormalizeRowsAffineParamGrads on the same x and dy, which the plan
+// calls right after it: one pass over the input and gradient less.
 func (CPU) NormalizeRowsAffineBackward(n *NormRows, x, scale, mean, invStd, dy, dx []float32) {
-	runJob(n.r.Rows, grainFor(n.r.L), func(j *cpuJob, lo, hi int) {
+	r := n.r
+	r.partsX, r.partsDy = nil, nil
+	runs := r.Runs()
+	if runs == 0 || len(x) == 0 {
+		runJob(r.Rows, grainFor(r.L), func(j *cpuJob, lo, hi int) {
+			f := &j.f
+			kernels.RowNormBackward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], lo, hi)
+		}, func(j *cpuJob) {
+			j.rn, j.f = &r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
+		})
+		return
+	}
+	if len(r.parts) < 2*r.Rows*runs {
+		r.parts = make([]float64, 2*r.Rows*runs)
+	}
+	parts := r.parts
+	runJob(r.Rows, grainFor(r.L), func(j *cpuJob, lo, hi int) {
 		f := &j.f
-		kernels.RowNormBackward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], lo, hi)
+		kernels.RowNormBackwardParts(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], parts, lo, hi)
 	}, func(j *cpuJob) {
-		j.rn, j.f = &n.r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
+		j.rn, j.f = &r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
 	})
+	r.partsX, r.partsDy = &x[0], &dy[0]
 }
 
-// NormalizeRowsAffineParamGrads implements NNOps.
+// NormalizeRowsAffineParamGrads implements NNOps: from the per-run sums
+// the backward kept for this x and dy, else from x and dy.
 func (CPU) NormalizeRowsAffineParamGrads(n *NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
-	kernels.RowNormParamGrads(&n.r.rowNormShape, x, mean, invStd, dy, dscale, dbias, n.r.accS, n.r.accB)
+	r := n.r
+	if len(x) > 0 && r.partsX == &x[0] && r.partsDy == &dy[0] {
+		r.partsX, r.partsDy = nil, nil
+		kernels.RowNormParamGradsFromParts(&r.rowNormShape, r.parts, dscale, dbias, r.accS, r.accB)
+		return
+	}
+	kernels.RowNormParamGrads(&r.rowNormShape, x, mean, invStd, dy, dscale, dbias, r.accS, r.accB)
 }
 
 // LRN implements NNOps with kernels.LRN, samples split over the workers.

@@ -64,4 +64,25 @@ func BenchmarkRowNorm(b *testing.B) {
 			RowNormParamGrads(r, x, mean, inv, dy, dscale, dbias, accS, accB)
 		}
 	})
+	// The backward and the parameters' gradients as the CPU backend runs
+	// them together: one pass over x and dy less (RowNormBackwardParts).
+	b.Run("backward+params", func(b *testing.B) {
+		b.SetBytes(int64(20 * n))
+		accS, accB := make([]float64, 64), make([]float64, 64)
+		dscale, dbias := make([]float32, 64), make([]float32, 64)
+		for i := 0; i < b.N; i++ {
+			RowNormBackward(r, x, scale, mean, inv, dy, dx, 0, r.Rows)
+			RowNormParamGrads(r, x, mean, inv, dy, dscale, dbias, accS, accB)
+		}
+	})
+	b.Run("backward+params/parts", func(b *testing.B) {
+		b.SetBytes(int64(20 * n))
+		accS, accB := make([]float64, 64), make([]float64, 64)
+		dscale, dbias := make([]float32, 64), make([]float32, 64)
+		parts := make([]float64, 2*r.Rows*r.Runs())
+		for i := 0; i < b.N; i++ {
+			RowNormBackwardParts(r, x, scale, mean, inv, dy, dx, parts, 0, r.Rows)
+			RowNormParamGradsFromParts(r, parts, dscale, dbias, accS, accB)
+		}
+	})
 }

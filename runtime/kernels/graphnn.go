@@ -446,6 +446,81 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 	}
 }
 
+// Runs returns the runs of equal parameter index a row has where the
+// parameter is the channel's or the group's (segments), 0 for NormLast.
+func (r *RowNorm) Runs() int {
+	switch r.Mode {
+	case NormChannel:
+		return r.CpG
+	case NormGroup:
+		return 1
+	}
+	return 0
+}
+
+// RowNormBackwardParts is RowNormBackward for the run layouts (NormChannel,
+// NormGroup) that also keeps what RowNormParamGrads would read x and dy
+// again for: each run's Σ g·x̂ and Σ g (paramSums16's, combined by
+// tree16) go to parts[2·(row·Runs+i)] and the next element, and the row's
+// sums are formed from them, Σ g·γ = Σ_runs γ_k·Σ g and Σ g·γ·x̂ =
+// Σ_runs γ_k·Σ g·x̂ (a run shares one γ). RowNormParamGradsFromParts then
+// sums the parameter gradients from parts alone, bit for bit
+// RowNormParamGrads' (the same per-run sums in the same row order): the
+// backward of a GroupNorm reads its input and gradient twice instead of
+// three times.
+func RowNormBackwardParts(r *RowNorm, x, scale, mean, inv, dy, dx []float32, parts []float64, lo, hi int) {
+	runs := r.Runs()
+	for row := lo; row < hi; row++ {
+		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
+		dr := dx[row*r.L : (row+1)*r.L]
+		m, iv := mean[row], inv[row]
+		k0, step, run := r.segments(row)
+		pr := parts[2*row*runs : 2*(row+1)*runs]
+		var sg, sgx float64
+		for i, off, k := 0, 0, k0; off < len(gr); i, off, k = i+1, off+run, k+step {
+			var s, b [16]float64
+			paramSums16(gr[off:off+run], xr[off:off+run], m, iv, &s, &b)
+			ps, pb := tree16(&s), tree16(&b)
+			pr[2*i], pr[2*i+1] = ps, pb
+			sg += float64(scale[k]) * pb
+			sgx += float64(scale[k]) * ps
+		}
+		mg, mgx := float32(sg/float64(r.L)), float32(sgx/float64(r.L))
+		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
+			rowBack(xr[off:off+run], gr[off:off+run], nil, dr[off:off+run], m, iv, scale[k], mg, mgx)
+		}
+	}
+}
+
+// RowNormParamGradsFromParts is RowNormParamGrads from the per-run sums
+// RowNormBackwardParts kept.
+func RowNormParamGradsFromParts(r *RowNorm, parts []float64, dscale, dbias []float32, accS, accB []float64) {
+	if dscale == nil && dbias == nil {
+		return
+	}
+	clear(accS)
+	clear(accB)
+	runs := r.Runs()
+	for row := 0; row < r.Rows; row++ {
+		k0, step, _ := r.segments(row)
+		pr := parts[2*row*runs : 2*(row+1)*runs]
+		for i, k := 0, k0; i < runs; i, k = i+1, k+step {
+			accS[k] += pr[2*i]
+			accB[k] += pr[2*i+1]
+		}
+	}
+	if dscale != nil {
+		for k := range dscale {
+			dscale[k] = float32(accS[k])
+		}
+	}
+	if dbias != nil {
+		for k := range dbias {
+			dbias[k] = float32(accB[k])
+		}
+	}
+}
+
 // rowBack writes dx = iv·((g·γ − mg) − ((x − m)·iv)·mgx), γ the scale
 // sc, or scale's element where scale is not nil: the bulk four lanes at a
 // time (normBackSSE, normBackVecSSE, the same float32 operations in the
