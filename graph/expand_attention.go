@@ -30,7 +30,14 @@ import (
 // softmax finite, and the output row is multiplied by
 // keep = Min(Max(rowmax(bias) + MAX, 0), 1), which is 0 exactly for a row
 // whose largest bias is -inf or the lowest finite value -MAX and 1 for any
-// other. A row of float biases at -MAX (PyTorch's finfo.min, which some
+// other. That guard reads the bias alone where the mask is made of
+// constants (it folds away); where the mask is computed from parameters
+// (a relative position bias passed as attn_mask) or from the input, it
+// reads the scores with the bias added, keep = Min(Max(rowmax(S) + MAX/2,
+// 0), 1) and S clamped, so that the mask meets the batch at its Add and
+// its parameters train (a guard on the bias alone would put a ReduceMax
+// between them and the batch, and the planner would freeze them). A row of
+// float biases at -MAX (PyTorch's finfo.min, which some
 // exporters write for padding) counts as masked, as onnxruntime 1.30
 // counts it; plain arithmetic would average the values uniformly there.
 //
