@@ -509,16 +509,7 @@ func RowNormParamGradsFromParts(r *RowNorm, parts []float64, dscale, dbias []flo
 			accB[k] += pr[2*i+1]
 		}
 	}
-	if dscale != nil {
-		for k := range dscale {
-			dscale[k] = float32(accS[k])
-		}
-	}
-	if dbias != nil {
-		for k := range dbias {
-			dbias[k] = float32(accB[k])
-		}
-	}
+	storeParamGrads(dscale, dbias, accS, accB)
 }
 
 // rowBack writes dx = iv·((g·γ − mg) − ((x − m)·iv)·mgx), γ the scale
@@ -575,14 +566,16 @@ func RowNormParamGrads(r *RowNorm, x, mean, inv, dy, dscale, dbias []float32, ac
 			accB[k] += tree16(&b)
 		}
 	}
-	if dscale != nil {
-		for k := range dscale {
-			dscale[k] = float32(accS[k])
-		}
+	storeParamGrads(dscale, dbias, accS, accB)
+}
+
+// storeParamGrads rounds the float64 sums accS and accB into dscale and
+// dbias (either may be nil).
+func storeParamGrads(dscale, dbias []float32, accS, accB []float64) {
+	for k := range dscale {
+		dscale[k] = float32(accS[k])
 	}
-	if dbias != nil {
-		for k := range dbias {
-			dbias[k] = float32(accB[k])
-		}
+	for k := range dbias {
+		dbias[k] = float32(accB[k])
 	}
 }
