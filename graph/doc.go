@@ -13,7 +13,13 @@
 // Attention (23–25; the subset vision models use, see ExpandedOps) become
 // the operators of their definitions. Everything after loading — runtime
 // checks, shape inference, plans, export — sees only the expansion, which
-// is what a trained model is saved with. Graph.InferShapes fixes the
+// is what a trained model is saved with. It also reads torch.export's
+// signature marks (signature.go): in a dynamo export the parameters are the
+// tensors marked PARAMETER and the unmarked ones its optimizer rewrote, its
+// buffers and lifted constants fold (Value.ExportConstant). Shape inference
+// turns a CastLike whose target type is known into Cast, and a GatherND of
+// one leading axis by constant indices into Gather (castlike.go,
+// gathernd.go), the forms the dynamo exporter writes. Graph.InferShapes fixes the
 // input shapes to concrete values and propagates dtypes and shapes through
 // every node; Graph.FoldConstants evaluates shape-computation subgraphs
 // (Shape, Gather, Concat, Reshape targets, ...) so that dynamic exports become
