@@ -321,7 +321,7 @@ type rowNorm struct {
 	mean, inv  []float32
 	accS, accB []float64
 	// parts are the CPU backward's per-run sums of a run layout
-	// (kernels.RowNormBackwardParts), made at its first use; partsX and
+	// (kernels.RowNormBackward), made at its first use; partsX and
 	// partsDy the x and dy they are of, until the parameter gradients
 	// consume them (nil: none kept).
 	parts           []float64
@@ -341,33 +341,26 @@ func (CPU) NormalizeRowsAffine(n *NormRows, x, scale, bias, y, mean, invStd []fl
 // NormalizeRowsAffineBackward implements NNOps, rows split over the
 // workers. Where a row's parameters run per channel or group
 // (GroupNormalization, InstanceNormalization) it keeps the per-run sums
-// the parameter gradients are made of (kernels.RowNormBackwardParts), for
+// the parameter gradients are made of (kernels.RowNormBackward), for
 // NormalizeRowsAffineParamGrads on the same x and dy, which the plan
 // calls right after it: one pass over the input and gradient less.
 func (CPU) NormalizeRowsAffineBackward(n *NormRows, x, scale, mean, invStd, dy, dx []float32) {
 	r := n.r
 	r.partsX, r.partsDy = nil, nil
 	runs := r.Runs()
-	if runs == 0 || len(x) == 0 {
-		runJob(r.Rows, grainFor(r.L), func(j *cpuJob, lo, hi int) {
-			f := &j.f
-			kernels.RowNormBackward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], lo, hi)
-		}, func(j *cpuJob) {
-			j.rn, j.f = &r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
-		})
-		return
-	}
 	if len(r.parts) < 2*r.Rows*runs {
-		r.parts = make([]float64, 2*r.Rows*runs)
+		r.parts = make([]float64, 2*r.Rows*runs) // once: the plan's shapes do not change
 	}
 	parts := r.parts
 	runJob(r.Rows, grainFor(r.L), func(j *cpuJob, lo, hi int) {
 		f := &j.f
-		kernels.RowNormBackwardParts(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], parts, lo, hi)
+		kernels.RowNormBackward(j.rn, f[0], f[1], f[2], f[3], f[4], f[5], parts, lo, hi)
 	}, func(j *cpuJob) {
 		j.rn, j.f = &r.rowNormShape, [11][]float32{x, scale, mean, invStd, dy, dx}
 	})
-	r.partsX, r.partsDy = &x[0], &dy[0]
+	if runs > 0 && len(x) > 0 {
+		r.partsX, r.partsDy = &x[0], &dy[0]
+	}
 }
 
 // NormalizeRowsAffineParamGrads implements NNOps: from the per-run sums

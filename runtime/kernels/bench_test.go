@@ -50,38 +50,34 @@ func BenchmarkRowNorm(b *testing.B) {
 			RowNormForward(r, x, scale, bias, y, mean, inv, 0, r.Rows)
 		}
 	})
+	parts := make([]float64, 2*r.Rows*r.Runs())
 	b.Run("backward", func(b *testing.B) {
 		b.SetBytes(int64(12 * n))
 		for i := 0; i < b.N; i++ {
-			RowNormBackward(r, x, scale, mean, inv, dy, dx, 0, r.Rows)
+			RowNormBackward(r, x, scale, mean, inv, dy, dx, parts, 0, r.Rows)
 		}
 	})
+	accS, accB := make([]float64, 64), make([]float64, 64)
+	dscale, dbias := make([]float32, 64), make([]float32, 64)
 	b.Run("params", func(b *testing.B) {
 		b.SetBytes(int64(8 * n))
-		accS, accB := make([]float64, 64), make([]float64, 64)
-		dscale, dbias := make([]float32, 64), make([]float32, 64)
 		for i := 0; i < b.N; i++ {
 			RowNormParamGrads(r, x, mean, inv, dy, dscale, dbias, accS, accB)
 		}
 	})
-	// The backward and the parameters' gradients as the CPU backend runs
-	// them together: one pass over x and dy less (RowNormBackwardParts).
+	// The backward and the parameters' gradients, the latter from x and
+	// dy or from the sums the backward kept (as the CPU backend runs them).
 	b.Run("backward+params", func(b *testing.B) {
 		b.SetBytes(int64(20 * n))
-		accS, accB := make([]float64, 64), make([]float64, 64)
-		dscale, dbias := make([]float32, 64), make([]float32, 64)
 		for i := 0; i < b.N; i++ {
-			RowNormBackward(r, x, scale, mean, inv, dy, dx, 0, r.Rows)
+			RowNormBackward(r, x, scale, mean, inv, dy, dx, parts, 0, r.Rows)
 			RowNormParamGrads(r, x, mean, inv, dy, dscale, dbias, accS, accB)
 		}
 	})
 	b.Run("backward+params/parts", func(b *testing.B) {
 		b.SetBytes(int64(20 * n))
-		accS, accB := make([]float64, 64), make([]float64, 64)
-		dscale, dbias := make([]float32, 64), make([]float32, 64)
-		parts := make([]float64, 2*r.Rows*r.Runs())
 		for i := 0; i < b.N; i++ {
-			RowNormBackwardParts(r, x, scale, mean, inv, dy, dx, parts, 0, r.Rows)
+			RowNormBackward(r, x, scale, mean, inv, dy, dx, parts, 0, r.Rows)
 			RowNormParamGradsFromParts(r, parts, dscale, dbias, accS, accB)
 		}
 	})

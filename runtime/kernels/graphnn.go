@@ -417,8 +417,18 @@ func rowApplyVec(x, scale, bias, y []float32, m, iv float32) {
 }
 
 // RowNormBackward computes dx for rows [lo, hi) from RowNormForward's mean
-// and inv.
-func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi int) {
+// and inv. Where the parameters run per channel or group (NormChannel,
+// NormGroup: Runs > 0) it also keeps what RowNormParamGrads would read x
+// and dy again for: each run's Σ g·x̂ and Σ g (paramSums16's, combined by
+// tree16) go to parts[2·(row·Runs+i)] and the next element, and the row's
+// sums are formed from them, Σ g·γ = Σ_runs γ_k·Σ g and Σ g·γ·x̂ =
+// Σ_runs γ_k·Σ g·x̂ (a run shares one γ). RowNormParamGradsFromParts then
+// sums the parameter gradients from parts alone, bit for bit
+// RowNormParamGrads' (the same per-run sums in the same row order): the
+// backward of a GroupNorm reads its input and gradient twice instead of
+// three times. parts may be nil for NormLast.
+func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, parts []float64, lo, hi int) {
+	runs := r.Runs()
 	for row := lo; row < hi; row++ {
 		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
 		dr := dx[row*r.L : (row+1)*r.L]
@@ -432,48 +442,6 @@ func RowNormBackward(r *RowNorm, x, scale, mean, inv, dy, dx []float32, lo, hi i
 			rowBack(xr, gr, scale, dr, m, iv, 0, mg, mgx)
 			continue
 		}
-		k0, step, run := r.segments(row)
-		// Σ g·γ and Σ g·γ·x̂ in float64, sixteen chains each across the
-		// row's runs (sums16.go).
-		var sg, sgx [16]float64
-		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
-			gradSums16(gr[off:off+run], xr[off:off+run], m, iv, scale[k], &sg, &sgx)
-		}
-		mg, mgx := float32(tree16(&sg)/float64(r.L)), float32(tree16(&sgx)/float64(r.L))
-		for off, k := 0, k0; off < len(gr); off, k = off+run, k+step {
-			rowBack(xr[off:off+run], gr[off:off+run], nil, dr[off:off+run], m, iv, scale[k], mg, mgx)
-		}
-	}
-}
-
-// Runs returns the runs of equal parameter index a row has where the
-// parameter is the channel's or the group's (segments), 0 for NormLast.
-func (r *RowNorm) Runs() int {
-	switch r.Mode {
-	case NormChannel:
-		return r.CpG
-	case NormGroup:
-		return 1
-	}
-	return 0
-}
-
-// RowNormBackwardParts is RowNormBackward for the run layouts (NormChannel,
-// NormGroup) that also keeps what RowNormParamGrads would read x and dy
-// again for: each run's Σ g·x̂ and Σ g (paramSums16's, combined by
-// tree16) go to parts[2·(row·Runs+i)] and the next element, and the row's
-// sums are formed from them, Σ g·γ = Σ_runs γ_k·Σ g and Σ g·γ·x̂ =
-// Σ_runs γ_k·Σ g·x̂ (a run shares one γ). RowNormParamGradsFromParts then
-// sums the parameter gradients from parts alone, bit for bit
-// RowNormParamGrads' (the same per-run sums in the same row order): the
-// backward of a GroupNorm reads its input and gradient twice instead of
-// three times.
-func RowNormBackwardParts(r *RowNorm, x, scale, mean, inv, dy, dx []float32, parts []float64, lo, hi int) {
-	runs := r.Runs()
-	for row := lo; row < hi; row++ {
-		xr, gr := x[row*r.L:(row+1)*r.L], dy[row*r.L:(row+1)*r.L]
-		dr := dx[row*r.L : (row+1)*r.L]
-		m, iv := mean[row], inv[row]
 		k0, step, run := r.segments(row)
 		pr := parts[2*row*runs : 2*(row+1)*runs]
 		var sg, sgx float64
@@ -492,8 +460,20 @@ func RowNormBackwardParts(r *RowNorm, x, scale, mean, inv, dy, dx []float32, par
 	}
 }
 
+// Runs returns the runs of equal parameter index a row has where the
+// parameter is the channel's or the group's (segments), 0 for NormLast.
+func (r *RowNorm) Runs() int {
+	switch r.Mode {
+	case NormChannel:
+		return r.CpG
+	case NormGroup:
+		return 1
+	}
+	return 0
+}
+
 // RowNormParamGradsFromParts is RowNormParamGrads from the per-run sums
-// RowNormBackwardParts kept.
+// RowNormBackward kept.
 func RowNormParamGradsFromParts(r *RowNorm, parts []float64, dscale, dbias []float32, accS, accB []float64) {
 	if dscale == nil && dbias == nil {
 		return

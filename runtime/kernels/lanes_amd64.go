@@ -31,8 +31,7 @@ func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool {
 	return true
 }
 
-// sum16AVX, sqdev16AVX, gradSums16AVX, gradSumsVec16AVX and
-// paramSums16AVX are sums16's
+// sum16AVX, sqdev16AVX, gradSumsVec16AVX and paramSums16AVX are sums16's
 // chains (graphnn.go) over the len &^ 15 leading terms.
 //
 //go:noescape
@@ -40,9 +39,6 @@ func sum16AVX(x []float32, acc *[16]float64)
 
 //go:noescape
 func sqdev16AVX(x []float32, m float64, acc *[16]float64)
-
-//go:noescape
-func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64)
 
 //go:noescape
 func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64)

@@ -198,48 +198,6 @@ sqdev16Done:
 	VZEROUPPER
 	RET
 
-// GRAD8(OFF, A, B, C, D): the eight terms at OFF: a = g·sc (Y14) to A, B;
-// a·((x − m)·iv) (m in Y12, iv in Y13) to C, D.
-#define GRAD8(OFF, A, B, C, D) \
-	VMOVUPS OFF(SI), Y8; \
-	VMULPS  Y14, Y8, Y8; \
-	VMOVUPS OFF(DX), Y9; \
-	VSUBPS  Y12, Y9, Y9; \
-	VMULPS  Y13, Y9, Y9; \
-	VMULPS  Y9, Y8, Y9; \
-	ADD8(X8, Y8, A, B); \
-	ADD8(X9, Y9, C, D)
-
-// func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64)
-TEXT ·gradSums16AVX(SB), NOSPLIT, $0-80
-	MOVQ         g_base+0(FP), SI
-	MOVQ         g_len+8(FP), CX
-	MOVQ         x_base+24(FP), DX
-	VBROADCASTSS m+48(FP), Y12
-	VBROADCASTSS iv+52(FP), Y13
-	VBROADCASTSS sc+56(FP), Y14
-	MOVQ         sg+64(FP), DI
-	MOVQ         sgx+72(FP), R8
-	SHRQ         $4, CX
-	LOAD16(DI, Y0, Y1, Y2, Y3)
-	LOAD16(R8, Y4, Y5, Y6, Y7)
-
-gradSumsLoop:
-	TESTQ CX, CX
-	JZ    gradSumsDone
-	GRAD8(0, Y0, Y1, Y4, Y5)
-	GRAD8(32, Y2, Y3, Y6, Y7)
-	ADDQ $64, SI
-	ADDQ $64, DX
-	DECQ CX
-	JMP  gradSumsLoop
-
-gradSumsDone:
-	STORE16(DI, Y0, Y1, Y2, Y3)
-	STORE16(R8, Y4, Y5, Y6, Y7)
-	VZEROUPPER
-	RET
-
 // PARAM8(OFF, A, B, C, D): the eight terms at OFF: g·(x − m)·iv (left to
 // right; m in Y12, iv in Y13) to A, B; g to C, D.
 #define PARAM8(OFF, A, B, C, D) \
@@ -280,8 +238,8 @@ paramSumsDone:
 	VZEROUPPER
 	RET
 
-// GRADV8(OFF, A, B, C, D) is GRAD8 with a scale per term (at BX + OFF):
-// a = g·scale.
+// GRADV8(OFF, A, B, C, D): the eight terms at OFF: a = g·scale (scale at
+// BX + OFF) to A, B; a·((x − m)·iv) (m in Y12, iv in Y13) to C, D.
 #define GRADV8(OFF, A, B, C, D) \
 	VMOVUPS OFF(SI), Y8; \
 	VMOVUPS OFF(BX), Y15; \

@@ -7,9 +7,6 @@ func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool { retur
 
 func sum16AVX(x []float32, acc *[16]float64)              { panic("kernels: no AVX kernels") }
 func sqdev16AVX(x []float32, m float64, acc *[16]float64) { panic("kernels: no AVX kernels") }
-func gradSums16AVX(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64) {
-	panic("kernels: no AVX kernels")
-}
 func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64) {
 	panic("kernels: no AVX kernels")
 }

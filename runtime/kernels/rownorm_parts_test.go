@@ -5,10 +5,11 @@ import (
 	"testing"
 )
 
-// TestRowNormBackwardParts: the backward that keeps its per-run sums gives
-// RowNormBackward's dx to float32 rounding (its row sums are formed per run
-// and scaled, not per term), and the parameter gradients from those sums
-// are RowNormParamGrads', bit for bit; for per-channel (GroupNorm,
+// TestRowNormBackwardParts: the backward of the run layouts, which keeps
+// its per-run sums, gives dx within float32 rounding of the definition
+// (float64, term by term: rowNormBackwardRef), split over workers as the
+// CPU backend splits rows, and the parameter gradients from those sums are
+// RowNormParamGrads', bit for bit; for per-channel (GroupNorm,
 // InstanceNorm) and per-group (GroupNormalization-18) parameters, runs of
 // lengths that are and are not multiples of sixteen.
 func TestRowNormBackwardParts(t *testing.T) {
@@ -32,12 +33,12 @@ func TestRowNormBackwardParts(t *testing.T) {
 			y := make([]float32, n)
 			mean, inv := make([]float32, r.Rows), make([]float32, r.Rows)
 			RowNormForward(&r, x, scale, bias, y, mean, inv, 0, r.Rows)
-			dx, dxp := make([]float32, n), make([]float32, n)
-			RowNormBackward(&r, x, scale, mean, inv, dy, dx, 0, r.Rows)
+			dx := rowNormBackwardRef(&r, x, scale, mean, inv, dy)
+			dxp := make([]float32, n)
 			parts := make([]float64, 2*r.Rows*r.Runs())
 			// Two halves, as the workers split rows.
-			RowNormBackwardParts(&r, x, scale, mean, inv, dy, dxp, parts, 0, r.Rows/2)
-			RowNormBackwardParts(&r, x, scale, mean, inv, dy, dxp, parts, r.Rows/2, r.Rows)
+			RowNormBackward(&r, x, scale, mean, inv, dy, dxp, parts, 0, r.Rows/2)
+			RowNormBackward(&r, x, scale, mean, inv, dy, dxp, parts, r.Rows/2, r.Rows)
 			var scaleMax float64
 			for _, v := range dx {
 				scaleMax = math.Max(scaleMax, math.Abs(float64(v)))
@@ -59,4 +60,28 @@ func TestRowNormBackwardParts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rowNormBackwardRef is the row normalization's input gradient by its
+// definition, in float64: dx = iv·(g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)), γ each
+// element's parameter (RowNorm.Param).
+func rowNormBackwardRef(r *RowNorm, x, scale, mean, inv, dy []float32) []float32 {
+	dx := make([]float32, len(x))
+	for row := 0; row < r.Rows; row++ {
+		m, iv := float64(mean[row]), float64(inv[row])
+		var sg, sgx float64
+		for j := 0; j < r.L; j++ {
+			i := row*r.L + j
+			a := float64(dy[i]) * float64(scale[r.Param(row, j)])
+			sg += a
+			sgx += a * (float64(x[i]) - m) * iv
+		}
+		mg, mgx := sg/float64(r.L), sgx/float64(r.L)
+		for j := 0; j < r.L; j++ {
+			i := row*r.L + j
+			a := float64(dy[i]) * float64(scale[r.Param(row, j)])
+			dx[i] = float32(iv * (a - mg - (float64(x[i])-m)*iv*mgx))
+		}
+	}
+	return dx
 }

@@ -1,7 +1,8 @@
 package kernels
 
 // The row normalizations' float64 sums (RowNormForward's statistics,
-// RowNormBackward's Σ g·γ and Σ g·γ·x̂, RowNormParamGrads' per-run sums)
+// RowNormBackward's Σ g·γ and Σ g·γ·x̂ of LayerNorm's rows, the per-run
+// Σ g·x̂ and Σ g of the others and of RowNormParamGrads)
 // in sixteen interleaved chains, so that a CPU adds as many terms per
 // floating-point latency as its vector registers hold: of a slice's terms,
 // term j of the len &^ 15 leading ones goes to chain j mod 16 and the
@@ -52,29 +53,8 @@ func sqdev16(x []float32, m float64, acc *[16]float64) {
 	}
 }
 
-// gradSums16 adds a_j = g_j·sc to sg and a_j·((x_j − m)·iv) to sgx, each
-// rounded to float32 first.
-func gradSums16(g, x []float32, m, iv, sc float32, sg, sgx *[16]float64) {
-	x = x[:len(g)]
-	n := len(g) &^ 15
-	if haveAVX2 && n > 0 {
-		gradSums16AVX(g[:n], x[:n], m, iv, sc, sg, sgx)
-	} else {
-		for j := 0; j < n; j++ {
-			a := g[j] * sc
-			sg[j&15] += float64(a)
-			sgx[j&15] += float64(a * ((x[j] - m) * iv))
-		}
-	}
-	for j := n; j < len(g); j++ {
-		a := g[j] * sc
-		sg[0] += float64(a)
-		sgx[0] += float64(a * ((x[j] - m) * iv))
-	}
-}
-
-// gradSumsVec16 is gradSums16 with a scale per term: a_j = g_j·scale_j
-// (LayerNorm's rows).
+// gradSumsVec16 adds a_j = g_j·scale_j to sg and a_j·((x_j − m)·iv) to
+// sgx, each rounded to float32 first (LayerNorm's rows: a scale per term).
 func gradSumsVec16(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64) {
 	x, scale = x[:len(g)], scale[:len(g)]
 	n := len(g) &^ 15
