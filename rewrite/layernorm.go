@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -138,14 +139,15 @@ func matchLayerNorm(g *graph.Graph, r1 *graph.Node, shapes map[string]graph.Shap
 	return m
 }
 
-// replaceChain puts repl where a matched chain's last node was (where
-// every input of the chain, its affine's included, has been computed),
-// drops the chain's other nodes and every value they made but y (which
-// repl now writes), and the constants only the chain read.
+// replaceChain puts repl where the node of the chain that writes y was
+// (the chain's last: it reads the others, so every input of the chain,
+// its affine's included, is computed before it), drops the chain's other
+// nodes and every value they made but y (which repl now writes), and the
+// constants only the chain read.
 func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, consts []*graph.Value) {
-	last := chain[len(chain)-1]
+	var last *graph.Node // y.Producer is repl's node already (builder.opInto)
 	for _, old := range chain {
-		if order(g, old) > order(g, last) {
+		if slices.Contains(old.Outputs, y) {
 			last = old
 		}
 	}
@@ -166,16 +168,6 @@ func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, con
 	for _, c := range consts {
 		removeConstIfUnused(g, c)
 	}
-}
-
-// order is n's index in g's node order (-1 when n is not in g).
-func order(g *graph.Graph, n *graph.Node) int {
-	for i, m := range g.Nodes {
-		if m == n {
-			return i
-		}
-	}
-	return -1
 }
 
 // onlyReader is v's only reader, where v has one and is no graph output.
