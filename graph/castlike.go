@@ -29,13 +29,11 @@ func castLikeAsCast(n *Node) {
 	n.OpType, n.Attrs, n.Inputs = "Cast", attrs, n.Inputs[:1]
 }
 
-// evalCastLike folds a CastLike whose inputs are all constants (one whose
-// target type is known became a Cast before this; the rule makes CastLike
-// an operator the IR folds, so that runtime.CheckOps lets it through).
+// evalCastLike makes CastLike an operator the IR folds, so that
+// runtime.CheckOps lets it through before inference; inference itself
+// never folds one: it turns a CastLike whose target type is known into
+// Cast (castLikeAsCast, which folds as Cast does) and refuses one whose
+// type is not (inferCastLike).
 func evalCastLike(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
-	castLikeAsCast(n)
-	if n.OpType != "Cast" {
-		return nil, errors.New("CastLike's target type is unknown")
-	}
-	return evalCast(g, n, in[:1])
+	return nil, errors.New("CastLike's target type is unknown")
 }
