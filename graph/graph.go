@@ -215,7 +215,6 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 		g.Values[name] = v
 		g.Initializers = append(g.Initializers, v)
 	}
-	markExportConstants(g, gp)
 	if len(gp.GetSparseInitializer()) > 0 {
 		return nil, fmt.Errorf("graph: sparse initializers are not supported (%d found)", len(gp.GetSparseInitializer()))
 	}
@@ -306,6 +305,8 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 		}
 		g.Outputs = append(g.Outputs, v)
 	}
+	// Before the expansions: Attention's reads which initializers train.
+	markExportConstants(g, gp)
 	if err := g.expandStandardFunctions(); err != nil {
 		return nil, err
 	}

@@ -12,13 +12,15 @@ const TorchInputKind = "pkg.torch.export.graph_signature.InputSpec.kind"
 // markExportConstants sets ExportConstant on the float initializers of a
 // model that carries torch.export's signature and says they are no
 // parameters: those it marks as anything but PARAMETER, and unmarked ones
-// of one element. The exporter's optimizer lifts every Constant node into
-// an initializer (GELU's 0.5 and √2, attention's scale), which would
+// of one element that no Conv, ConvTranspose or Gemm reads as its weight
+// or bias. The exporter's optimizer lifts every Constant node into an
+// initializer (GELU's 0.5 and √2, attention's scale), which would
 // otherwise be trained as parameters and block the folds and fusions that
 // read them as constants; but it also folds BatchNorm into convolutions
-// under the weights' names as new, unmarked initializers, so an unmarked
-// tensor of more than one element stays a parameter. A model without the
-// signature is unchanged: every float initializer is a parameter.
+// under the weights' names as new, unmarked initializers (the bias of a
+// one-channel convolution one element), so those stay parameters. A model
+// without the signature is unchanged: every float initializer is a
+// parameter. It reads the nodes' inputs (g's consumers linked).
 func markExportConstants(g *Graph, gp *onnxpb.GraphProto) {
 	kinds := map[string]string{}
 	read := func(name string, md []*onnxpb.StringStringEntryProto) {
@@ -49,7 +51,23 @@ func markExportConstants(g *Graph, gp *onnxpb.GraphProto) {
 		if k, ok := kinds[v.Name]; ok {
 			v.ExportConstant = k != "PARAMETER"
 		} else {
-			v.ExportConstant = v.Const.Len() == 1
+			v.ExportConstant = v.Const.Len() == 1 && !layerOperand(v)
 		}
 	}
+}
+
+// layerOperand reports whether a Conv, ConvTranspose or Gemm reads v as its
+// weight or bias.
+func layerOperand(v *Value) bool {
+	for _, n := range v.Consumers {
+		switch n.OpType {
+		case "Conv", "ConvTranspose", "Gemm":
+			for _, in := range n.Inputs[1:] {
+				if in == v {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

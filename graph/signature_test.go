@@ -1,0 +1,47 @@
+package graph
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// TestSignatureMarks: in a model carrying torch.export's marks, marked
+// PARAMETERs and unmarked tensors are parameters, BUFFERs and unmarked
+// one-element constants are not, unless a layer reads the one element as
+// its weight or bias (the bias the exporter's optimizer writes when it
+// folds a BatchNorm into a one-channel convolution); without marks every
+// float initializer is a parameter.
+func TestSignatureMarks(t *testing.T) {
+	f := func(v ...float32) *Tensor {
+		return &Tensor{DType: Float32, Shape: []int64{int64(len(v))}, F32: v}
+	}
+	for _, marked := range []bool{true, false} {
+		b := newBuilder(18).input("x", 2, 1, 3, 3).
+			init("w", &Tensor{DType: Float32, Shape: []int64{1, 1, 1, 1}, F32: []float32{2}}).
+			init("w_bias", f(0.5)).init("val_0", f(0.5)).
+			init("running_mean", f(0.1)).init("table", f(1, 2)).
+			node("Conv", []string{"x", "w", "w_bias"}, []string{"c"}).
+			node("Mul", []string{"c", "val_0"}, []string{"m"}).
+			node("Sub", []string{"m", "running_mean"}, []string{"s"}).
+			node("Mul", []string{"s", "table"}, []string{"y"}).output("y")
+		if marked {
+			for name, kind := range map[string]string{"w": "PARAMETER", "running_mean": "BUFFER"} {
+				b.p.Graph.ValueInfo = append(b.p.Graph.ValueInfo, &onnxpb.ValueInfoProto{Name: proto.String(name),
+					MetadataProps: []*onnxpb.StringStringEntryProto{{Key: proto.String(TorchInputKind), Value: proto.String(kind)}}})
+			}
+		}
+		g := b.graph(t)
+		if g.ExportSignature != marked {
+			t.Errorf("marked %v: ExportSignature %v", marked, g.ExportSignature)
+		}
+		want := map[string]bool{"w": true, "w_bias": true, "table": true, "val_0": !marked, "running_mean": !marked}
+		for name, param := range want {
+			if got := g.Values[name].IsParam(); got != param {
+				t.Errorf("marked %v: %s IsParam %v, want %v", marked, name, got, param)
+			}
+		}
+	}
+}
