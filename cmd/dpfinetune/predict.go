@@ -125,7 +125,7 @@ func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample 
 		plans = map[int]*runtime.Plan{}
 	}
 	buf := make([]float32, chunk*per)
-	var result []float32
+	var result, y []float32
 	var outShape []int
 	for lo := 0; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
@@ -151,17 +151,29 @@ func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample 
 		if err := p.Forward(); err != nil {
 			return nil, nil, err
 		}
-		y, ys := p.Output(0)
+		// Output aliases plan memory, which is the device's on a GPU: the
+		// logits are copied out to the host.
+		_, ys := p.Output(0)
 		if len(ys) == 0 || ys[0] != size {
 			return nil, nil, fmt.Errorf("%s: output %q has shape %s for a batch of %d; predict needs a leading batch axis", model, g.Outputs[0].Name, intsString(ys), size)
 		}
+		outPer := 1
+		for _, d := range ys[1:] {
+			outPer *= d
+		}
 		if result == nil {
 			outShape = append([]int{n}, ys[1:]...)
-			result = make([]float32, 0, n*len(y)/size)
+			result = make([]float32, 0, n*outPer)
 		} else if !sameTail(outShape, ys) {
 			return nil, nil, fmt.Errorf("%s: output shape %s of a batch of %d does not match %s", model, intsString(ys), size, intsString(outShape))
 		}
-		result = append(result, y[:(hi-lo)*(len(y)/size)]...)
+		if len(y) != size*outPer {
+			y = make([]float32, size*outPer)
+		}
+		if err := p.ReadOutput(0, y); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", model, err)
+		}
+		result = append(result, y[:(hi-lo)*outPer]...)
 	}
 	return result, outShape, nil
 }

@@ -10,7 +10,22 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
+// TestPredictCNN: predict reproduces the golden logits at every physical
+// batch (the last one partial), on the CPU and on the emulated CUDA device
+// with guarded memory, where reading the logits without copying them out
+// of device memory faults.
 func TestPredictCNN(t *testing.T) {
+	for _, device := range []string{"cpu", "cuda"} {
+		t.Run(device, func(t *testing.T) {
+			if device == "cuda" {
+				useEmulatedCUDA(t)
+			}
+			predictCNN(t, device)
+		})
+	}
+}
+
+func predictCNN(t *testing.T, device string) {
 	gold, err := npy.ReadNPZ("../../testdata/golden/cnn.npz")
 	if err != nil {
 		t.Skipf("fixture: %v", err)
@@ -24,7 +39,7 @@ func TestPredictCNN(t *testing.T) {
 	for _, batch := range []string{"32", "3", "8", "1"} {
 		t.Run("batch"+batch, func(t *testing.T) {
 			out := filepath.Join(dir, "y"+batch+".npy")
-			stdout, stderr, code := run(t, "predict", "--model", "../../testdata/models/cnn.onnx", "--input", in, "--out", out, "--batch", batch)
+			stdout, stderr, code := run(t, "predict", "--device", device, "--model", "../../testdata/models/cnn.onnx", "--input", in, "--out", out, "--batch", batch)
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}

@@ -507,7 +507,7 @@ func (d *Device) Close() error {
 		fmt.Fprintf(d.prof.out, "cuda profile: convolution library %q: %d products, %d shapes refused; %d shapes' products measured against the GEMM path, %d of %d on it; %d per-sample gradients measured against the unfolding, %d of %d on it\n",
 			d.props.ConvLibrary, d.dnnRuns, len(d.dnnRefused), d.pathsMeasured, gemms, len(d.paths), d.samplesMeasured, unfolded, len(d.samplePaths))
 		for s, err := range d.dnnRefused { // one example
-			fmt.Fprintf(d.prof.out, "  refused %v: %v\n", *s, err)
+			fmt.Fprintf(d.prof.out, "  refused %s: %v\n", convKey(s), err)
 			break
 		}
 		d.prof = nil
