@@ -30,7 +30,8 @@ func emulatedCUDA(t *testing.T) runtime.Device {
 }
 
 // TestEngineOnCUDA runs the engine, unchanged, on the emulated CUDA device
-// and on the CPU for cnn and vit in bk and ghost modes (AdamW on one,
+// and on the CPU for cnn, vit and windowconv (convolutions over windows
+// folded into the batch) in bk and ghost modes (AdamW on one,
 // SGD with momentum on the other), and holds the CUDA engine to the CPU
 // engine with TestEngineOnReferenceBackend's comparison (compareEngines,
 // numcheck.RelErr ≤ 1e-4): per-sample total and per-parameter norms, the
@@ -39,7 +40,7 @@ func emulatedCUDA(t *testing.T) runtime.Device {
 // and updates.
 func TestEngineOnCUDA(t *testing.T) {
 	dev := emulatedCUDA(t)
-	for fi, name := range []string{"cnn", "vit"} {
+	for fi, name := range []string{"cnn", "vit", "windowconv"} {
 		const n = 8
 		x, y, batch, fill := engineBatch(t, name, n)
 		for mi, mode := range []Mode{BK, Ghost} {

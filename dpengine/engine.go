@@ -188,6 +188,10 @@ type Engine struct {
 	// canaryVal is the host scalar addCanaries adds to an accumulator.
 	canaryVal [1]float32
 
+	// foldOne is a one on the device, for summing a folded
+	// convolution's rows per sample (sumRows).
+	foldOne []float32
+
 	// Per physical batch. x (the input batch, which Plan.SetInput copies
 	// to the device), y (labels, which Plan.Loss copies in) and losses
 	// (per-sample step scalars, which Plan.Loss copies out) are host

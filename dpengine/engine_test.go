@@ -13,7 +13,7 @@ import (
 
 // engineFixtures are the fixtures whose per-sample norms are defined
 // (resnet_train normalizes with batch statistics: samples interact).
-var engineFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "beit", "crossvit", "vit_nofold", "vit17", "packedqkv"}
+var engineFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "beit", "crossvit", "vit_nofold", "vit17", "packedqkv", "windowconv"}
 
 type golden struct {
 	x      []float32

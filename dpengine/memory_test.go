@@ -18,7 +18,7 @@ import (
 // depthwise convolutions) and transformers (vit, vit17, beit with its
 // relative-position tables, crossvit, packedqkv with a shared qkv
 // projection).
-var memoryFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "vit17", "beit", "crossvit", "packedqkv"}
+var memoryFixtures = []string{"cnn", "resnet_eval", "vgg", "mobilenet", "vit", "vit17", "beit", "crossvit", "packedqkv", "windowconv"}
 
 // transformerFixtures are those whose plan keeps far fewer activations
 // than the graph has (attention's scores and the Add operands that no

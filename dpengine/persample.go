@@ -156,6 +156,8 @@ type linearState struct {
 	x, dy             []float32
 	xStride, dyStride int
 	conv              *runtime.ConvShape
+	convRows          convRows    // how conv's rows hold the samples
+	foldCols          [][]float32 // per worker, a folded sample's unfolded rows (convFoldedUse)
 	ops               runtime.DPOps
 	lay               runtime.GraphOps // the device's fills, copies, gathers and scatters
 	dev               runtime.Device   // where its scratch is allocated

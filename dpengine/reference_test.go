@@ -624,14 +624,16 @@ func TestConvTapGrams(t *testing.T) {
 // paths', leave the results alone), and not where the unfolding cannot
 // run. With physical batches of 4 that the steps fill only partly (3 of
 // 4 for the clipped sum, 4 and 3 for a step of 7), the library's chunks
-// keep their size, the padded samples left out.
+// keep their size, the padded samples left out. A convolution whose
+// samples span several rows (windowconv's windows) is not the library's:
+// it forms a gradient per row.
 func TestConvSampleGrads(t *testing.T) {
 	defer func(s int) { batchedScratch = s }(batchedScratch)
 	for _, scratch := range []int{batchedScratch, 1 << 10} {
 		for _, prefer := range []bool{false, true} {
 			for _, partial := range []bool{false, true} {
 				batchedScratch = scratch
-				for _, name := range []string{"cnn", "resnet_eval", "vgg"} {
+				for _, name := range []string{"cnn", "resnet_eval", "vgg", "windowconv"} {
 					for _, mode := range []Mode{Instantiate, BK} {
 						label := fmt.Sprintf("%s/%s/scratch %d/prefer %v/partial %v", name, mode, scratch, prefer, partial)
 						t.Run(label, func(t *testing.T) { sampleGradsCase(t, label, name, mode, scratch == 1<<24, prefer, partial) })

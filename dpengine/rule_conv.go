@@ -32,16 +32,28 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 	if x.BatchAxis != 0 || dy.BatchAxis != 0 {
 		return fmt.Errorf("convolution without a leading batch axis")
 	}
+	rows, err := convRowsOf(s.N, e.cfg.PhysicalBatch, x, dy)
+	if err != nil {
+		return err
+	}
 	B := s.N
 	groups := max(s.Group, 1)
 	T, D := s.T, s.D
 	P := s.M / groups
 	inLen, outLen := len(x.Data)/B, len(dy.Data)/B
-	ls.conv = s
+	ls.conv, ls.convRows = s, rows
 	if e.cfg.Mode == BK && p.ps == nil {
 		// The input and output gradient stay alive (KeepHooked) for
 		// Σ_i C_i g_i once the clip factors are known.
 		ls.x, ls.dy = x.Data, dy.Data
+	}
+	if rows.folded() {
+		if e.batchSamples && rows.batchable() {
+			if ok, err := convFoldedBatched(e, ls, us, s, x, dy, rows); ok || err != nil {
+				return err
+			}
+		}
+		return convFoldedUse(e, ls, us, s, x, dy, rows)
 	}
 	size := s.M * s.D // the operand's: the parameter's unless through a path
 	if s.IsDepthwise() {
@@ -127,6 +139,10 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 // convolution's own weight-gradient kernel on the kept input and the
 // output gradient scaled per sample (see linearState.weightedSum).
 func convWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
+	if ls.convRows.folded() {
+		scaleConvRows(ls.ops, ls.convRows, c, ls.dy, len(ls.dy)/ls.conv.N)
+		return convWeightGradInto(ls, accum, overwrite, scratch, ws)
+	}
 	outLen := len(ls.dy) / B
 	ls.ops.ScaleRows(c[:B], 1, ls.dy[:B*outLen], outLen, outLen) // sample i's rows by C_i
 	return convWeightGradInto(ls, accum, overwrite, scratch, ws)
@@ -179,7 +195,16 @@ func convBias(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	p, dy := g.uses[0].p, &ev.DOut
 	M := len(p.data)
 	B := e.cfg.PhysicalBatch
-	if dy.BatchAxis != 0 || dy.BatchStride*B != len(dy.Data) || M == 0 || dy.BatchStride%M != 0 {
+	if dy.BatchAxis != 0 || len(dy.Shape) == 0 || M == 0 {
+		return false
+	}
+	if dy.Shape[0] != B {
+		// A sample over several rows (convRows): summed per sample on
+		// a device that batches samples, else by the general path
+		// (convBiasOperand).
+		return e.batchSamples && convBiasFolded(e, p, dy, M)
+	}
+	if dy.BatchStride*B != len(dy.Data) || dy.BatchStride%M != 0 {
 		return false
 	}
 	if e.ops.Workers() > 1 {
@@ -230,16 +255,27 @@ func convBiasBySample(e *Engine, p *param, dy *runtime.View, M int) bool {
 }
 
 // convBiasOperand is sample s.i's gradient with respect to a Conv's bias:
-// the output gradient summed over positions, per channel.
+// the output gradient summed over positions, per channel, and over the
+// sample's rows where it spans several (convRows: the gathered sample is
+// its rows one after another, gShape's leading axis their count).
 func convBiasOperand(_ *runtime.HookEvent, s sampleGrad, _ *opScratch) error {
 	if s.k != 2 {
 		return fmt.Errorf("Conv operand %d is not a bias", s.k)
 	}
 	M := s.opShape[0]
-	T := len(s.gi) / M
+	rows := 1
+	if len(s.gShape) > 0 {
+		rows = max(1, s.gShape[0])
+	}
+	row := len(s.gi) / rows
+	if M == 0 || row%M != 0 {
+		return fmt.Errorf("Conv bias of %d channels: output gradient of %d elements in %d rows", M, len(s.gi), rows)
+	}
 	out := s.out[:M]
 	s.lay.Fill(0, out)
-	s.ops.AddRunSums(s.gi[:M*T], out) // as convBias sums
+	for r := range rows {
+		s.ops.AddRunSums(s.gi[r*row:(r+1)*row], out) // as convBias sums
+	}
 	return nil
 }
 

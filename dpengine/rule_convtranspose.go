@@ -30,6 +30,10 @@ func convTransposeUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 // input as ls.dy; the factors scale the output gradient (as a Conv's), not
 // the input activation, which other layers may still read.
 func convTransposeWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, scratch *[]float32, ws []float32) error {
+	if ls.convRows.folded() {
+		scaleConvRows(ls.ops, ls.convRows, c, ls.x, len(ls.x)/ls.conv.N)
+		return convWeightGradInto(ls, accum, overwrite, scratch, ws)
+	}
 	inLen := len(ls.x) / B
 	ls.ops.ScaleRows(c[:B], 1, ls.x[:B*inLen], inLen, inLen) // sample i's rows by C_i, c read where it lies
 	return convWeightGradInto(ls, accum, overwrite, scratch, ws)

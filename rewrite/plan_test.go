@@ -105,7 +105,7 @@ func TestEveryFixtureParameterHasAKind(t *testing.T) {
 				switch mp.Consumers[0] {
 				case "MatMul":
 					want = KindLinear
-				case "Conv", "Gemm":
+				case "Conv", "Gemm", "ConvTranspose":
 					if len(mp.Shape) > 1 {
 						want = KindLinear
 					}

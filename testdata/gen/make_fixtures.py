@@ -422,6 +422,48 @@ class PackedQKVNet(nn.Module):
         return self.head(x.mean(1))
 
 
+class WindowConvNet(nn.Module):
+    """EfficientViT-M-style convolutions on windows folded into the batch:
+    a patch stem to (B, 16, 8, 8), then four 4x4 windows as (B*4, 16, 4, 4)
+    rows with a sample's windows contiguous (batch outermost) for a
+    pointwise qkv Conv, a depthwise 3x3 Conv and a ConvTranspose (2x2,
+    stride 2) upsampling each window, and as (4*B, ...) rows interleaved
+    (window outermost) for a grouped 3x3 Conv and a depthwise 3x3 Conv;
+    then, pooled to 4x4, 2x2
+    windows for layers wide enough for a ghost norm (pD > 2T² per sample):
+    a pointwise Conv pw1 on contiguous windows, a pointwise Conv pw2 and a
+    ConvTranspose up2 (2x2, stride 2) on interleaved ones. Every
+    convolution has a bias. A sample's gradient is the sum over its rows."""
+
+    def __init__(self, dim=16, num_classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 4, 4)
+        self.qkv = nn.Conv2d(dim, 2 * dim, 1)
+        self.dw = nn.Conv2d(2 * dim, 2 * dim, 3, padding=1, groups=2 * dim)
+        self.up = nn.ConvTranspose2d(2 * dim, dim, 2, stride=2)
+        self.mix = nn.Conv2d(dim, dim, 3, padding=1, groups=2)
+        self.dw2 = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.pw1 = nn.Conv2d(dim, 4 * dim, 1)
+        self.pw2 = nn.Conv2d(4 * dim, 4 * dim, 1)
+        self.up2 = nn.ConvTranspose2d(4 * dim, dim, 2, stride=2)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        B, C = x.shape[0], x.shape[1]
+        w = x.view(B, C, 2, 4, 2, 4).permute(0, 2, 4, 1, 3, 5).reshape(B * 4, C, 4, 4)
+        w = self.up(torch.relu(self.dw(self.qkv(w))))  # (B*4, C, 8, 8)
+        w = w.view(B, 4, C, 8, 8).transpose(0, 1).reshape(4 * B, C, 8, 8)  # window outermost
+        w = self.dw2(torch.tanh(self.mix(w)))
+        x = w.view(2, 2, B, C, 8, 8).permute(2, 3, 0, 4, 1, 5).reshape(B, C, 16, 16)
+        x = F.avg_pool2d(x, 4)  # (B, C, 4, 4)
+        w = x.view(B, C, 2, 2, 2, 2).permute(0, 2, 4, 1, 3, 5).reshape(B * 4, C, 2, 2)
+        w = torch.tanh(self.pw1(w))  # (B*4, 4C, 2, 2)
+        w = w.view(B, 4, 4 * C, 2, 2).transpose(0, 1).reshape(4 * B, 4 * C, 2, 2)
+        w = self.up2(torch.tanh(self.pw2(w)))  # (4*B, C, 4, 4)
+        return self.head(w.view(4, B, C, 16).mean((0, 3)))
+
+
 @torch.no_grad()
 def perturb_constant_params(model, gen):
     """Parameters that are initialised to a constant (LayerNorm 1/0, zero
@@ -548,6 +590,10 @@ def build(name):
         notes.append("q_bias/v_bias/relative_position_bias_table are kept as initializers by deriving the zero "
                      "k-bias block and the relative_position_index slice from runtime shapes (see "
                      "BeitAttention.forward); a timm-style static export constant-folds them away.")
+    elif name == "windowconv":
+        m = WindowConvNet()
+        shape = (3, 32, 32)
+        notes.append(WindowConvNet.__doc__.replace("\n    ", " ").strip())
     elif name == "crossvit":
         m = TinyCrossViT()
         shape = (3, 32, 32)
@@ -565,7 +611,7 @@ def build(name):
 
 
 FIXTURES = ["cnn", "resnet_eval", "resnet_train", "vgg", "mobilenet", "vit", "beit", "crossvit",
-            "vit_nofold", "vit17", "packedqkv"]
+            "vit_nofold", "vit17", "packedqkv", "windowconv"]
 
 # Export settings that differ from the default (opset OPSET, constant folding).
 EXPORT = {

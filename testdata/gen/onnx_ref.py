@@ -67,6 +67,32 @@ def _conv(x, w, b, a):
     return out
 
 
+def _conv_transpose(x, w, b, a):
+    """2-D ConvTranspose by scattering each input position's taps (no
+    output_shape, output_padding or dilations other than the default)."""
+    assert x.ndim == 4, "only 2-D conv transpose"
+    assert not a.get("output_shape") and not any(a.get("output_padding", [0, 0]))
+    assert list(a.get("dilations", [1, 1])) == [1, 1]
+    group = a.get("group", 1)
+    sh, sw = a.get("strides", [1, 1])
+    pb, pe = _pads_4(a.get("pads"), 2)
+    n, c, h, wd = x.shape
+    cg, mg = c // group, w.shape[1]
+    kh, kw = w.shape[2:]
+    full = np.zeros((n, mg * group, (h - 1) * sh + kh, (wd - 1) * sw + kw), dtype=np.float64)
+    for g in range(group):
+        xg = x[:, g * cg:(g + 1) * cg].astype(np.float64)
+        wg = w[g * cg:(g + 1) * cg].astype(np.float64)  # (cg, mg, kh, kw)
+        for i in range(kh):
+            for j in range(kw):
+                full[:, g * mg:(g + 1) * mg, i:i + (h - 1) * sh + 1:sh, j:j + (wd - 1) * sw + 1:sw] += \
+                    np.einsum("nchw,cm->nmhw", xg, wg[:, :, i, j])
+    out = full[:, :, pb[0]:full.shape[2] - pe[0], pb[1]:full.shape[3] - pe[1]]
+    if b is not None:
+        out = out + b.reshape(1, -1, 1, 1)
+    return out
+
+
 def _pool(x, a, kind, count_include_pad=0):
     k = a["kernel_shape"]
     strides = a.get("strides", [1] * len(k))
@@ -126,6 +152,8 @@ def _softmax(x, axis):
 def _node(op, ins, a, n_out):
     if op == "Conv":
         return [_conv(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a)]
+    if op == "ConvTranspose":
+        return [_conv_transpose(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a)]
     if op == "MaxPool":
         return [_pool(ins[0], a, "max")]
     if op == "AveragePool":
