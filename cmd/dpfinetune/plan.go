@@ -166,7 +166,11 @@ func printPlan(w io.Writer, r *planReport) {
 		nameW = max(nameW, len(p.Label(l.Param)))
 	}
 	nameW = min(nameW, 48)
-	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
+	opW := len("MatMul")
+	for _, l := range p.Layers {
+		opW = max(opW, len(l.Op)) // ConvTranspose
+	}
+	fmt.Fprintf(w, "  %-3s %-*s %-*s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", opW, "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
 	var sumG, sumP, sumC int64
 	mapped := 0
 	for i, l := range p.Layers {
@@ -181,9 +185,9 @@ func printPlan(w io.Writer, r *planReport) {
 			dec += "†"
 			mapped++
 		}
-		fmt.Fprintf(w, "  %-3d %-*s %-6s %7d %7d %6d %6d %9s %9s  %-11s %10s\n", i+1, nameW, trunc(p.Label(l.Param), nameW), l.Op, l.T, l.D, l.P, l.Groups, sci(l.TwoT2), sci(l.PD), dec, humanBytes(l.Bytes))
+		fmt.Fprintf(w, "  %-3d %-*s %-*s %7d %7d %6d %6d %9s %9s  %-11s %10s\n", i+1, nameW, trunc(p.Label(l.Param), nameW), opW, l.Op, l.T, l.D, l.P, l.Groups, sci(l.TwoT2), sci(l.PD), dec, humanBytes(l.Bytes))
 	}
-	fmt.Fprintf(w, "  %-3s %-*s %-6s %7s %7s %6s %6s %9s %9s  %-11s\n", "", nameW, "total", "", "", "", "", "", sci(sumG), sci(sumP), "mixed "+sci(sumC))
+	fmt.Fprintf(w, "  %-3s %-*s %-*s %7s %7s %6s %6s %9s %9s  %-11s\n", "", nameW, "total", opW, "", "", "", "", "", sci(sumG), sci(sumP), "mixed "+sci(sumC))
 	fmt.Fprintf(w, "  memory: float32 buffers of the chosen method at batch %d, 4·B·groups·min-by-decision\n", p.Batch)
 	if mapped > 0 {
 		fmt.Fprintf(w, "  †: %d row(s) whose weight is made from parameters through Concat/Expand/Tile/Gather: instantiated, and the\n"+
