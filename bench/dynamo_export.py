@@ -26,7 +26,8 @@ export's example), DIR/STEM-y.npy (labels for them) and
 DIR/STEM-logits.npy (PyTorch's float32 output for them, on the CPU); per
 export DIR/STEM-oOPSET.onnx (and its .data beside it where the exporter
 writes the weights apart) and DIR/STEM-oOPSET.nodata.onnx (the same graph
-without the weights' bytes: small, to read the graph later; not runnable)
+without the large weights' bytes, strip_weights: small, to read the graph
+later and to run it with those filled in)
 and one JSON line on stdout:
 
     {model, stem, order, opset_requested, opset, exporter, capture, batch,
@@ -218,10 +219,30 @@ def read_back(path):
     return info, m
 
 
+# Initializers strip_weights keeps: every non-floating one (shapes, axes,
+# slice bounds, ScatterND's index tuples: what a graph's constant folding
+# reads) and floating ones up to this many elements (biases, norms'
+# affines, scalars), so that the stripped graph runs here with the large
+# weights filled in at random.
+KEEP_FLOATS = 4096
+
+
 def strip_weights(m, path):
-    """The graph alone: every initializer's bytes dropped, its dims kept."""
+    """The graph without its weights' bytes: every floating initializer
+    larger than KEEP_FLOATS elements emptied, its dims kept."""
     import onnx
+    floating = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                onnx.TensorProto.DOUBLE}
     for t in m.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if t.data_type not in floating or n <= KEEP_FLOATS:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                onnx.external_data_helper.load_external_data_for_tensor(t, os.path.dirname(path))
+                del t.external_data[:]
+                t.data_location = onnx.TensorProto.DEFAULT
+            continue
         t.ClearField("raw_data")
         for f in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
             t.ClearField(f)

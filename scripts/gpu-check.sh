@@ -75,7 +75,9 @@
 # dynamo maxbatch profile": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
 # files); BENCH_VARIANTS (the benchmark rows beside each model's default:
-# "gemm heuristic deterministic cudnn workspace256 tf32");
+# "gemm heuristic deterministic cudnn workspace256 tf32"); BENCH_MODELS
+# (the benchmarks' models, of resnet50 vit_b_16 vgg16 cifar_vgg19 on a GPU:
+# all by default);
 # MB_ROWS (the largest-batch rows, IMPL:MODE, in order); DYN_* (part
 # dynamo's, described there); BUDGET_S (0: none): seconds after which the norms and benchmarks
 # still to come are skipped and said so, the summary still written. On an
@@ -235,6 +237,7 @@ bench() { # name batch size classes: float32 on both sides; for convolutional
 	# the same head (until the twelfth session ours had 10 classes against
 	# PyTorch's 1000 at 224²: 32 MiB less for ResNet-50's bk, 64 for VGG-16's).
 	local classes=$4
+	case " ${BENCH_MODELS:-$1} " in *" $1 "*) ;; *) return ;; esac
 	if late; then
 		echo "{\"model\": \"$1\", \"impl\": \"dpfinetune\", \"error\": \"skipped: BUDGET_S spent\"}" | tee -a "$OUT/bench.jsonl" >&2
 		return
@@ -428,8 +431,8 @@ echo "== 7. PyTorch's default ONNX exporter (dynamo): inspect, plan, predict, tr
 # DYN_CHECK_TIMEOUT s of it.
 # Writes dynamo.jsonl, dynamo.md and dynamo/ (export.jsonl, export.log;
 # per export STEM.inspect.json, STEM.plan.json, the logs, and
-# STEM.nodata.onnx: the graph without its weights' bytes, to read here
-# later). The models (hundreds of MiB) and their samples are removed after
+# STEM.nodata.onnx: the graph without its large weights' bytes, its
+# integer constants kept, to read and run here later). The models (hundreds of MiB) and their samples are removed after
 # their checks unless DYN_KEEP=1. The part sets the exit status 1 only
 # where predict disagrees with PyTorch (max |Δ| above DYN_TOL, 1e-4, of the
 # largest |logit|): a refused operator or a failed train is a finding, not
