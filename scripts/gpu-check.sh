@@ -84,7 +84,12 @@
 # H100 (2026-11-26) the parts took: tests 52-57 s, norms 30 s, bench 140 s,
 # timm 56 s, a profile row about 5 s, maxbatch 230 s from MB_START=2048
 # (before its instantiate and per-sample rows; PyTorch's search unfinished:
-# its large batches take seconds a step).
+# its large batches take seconds a step); on 2026-11-27 dynamo (16 models,
+# two opsets, BUDGET_S=165) about 170 s, tests 60 s, and bench with
+# BENCH_VARIANTS="deterministic tf32" 70 s a 224² model. A part's checks
+# already started run past BUDGET_S (dynamo's by up to DYN_CHECK_TIMEOUT
+# each): an outer `timeout` shorter than that loses the part's tables,
+# and the models it had not yet removed swell GPU_CHECK_TAR.
 # A machine that returns only a few files: GPU_CHECK_TAR=FILE.
 set -uo pipefail
 cd "$(dirname "$0")/.."
