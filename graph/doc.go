@@ -16,7 +16,10 @@
 // is what a trained model is saved with. It also reads torch.export's
 // signature marks (signature.go): in a dynamo export the parameters are the
 // tensors marked PARAMETER and the unmarked ones its optimizer rewrote, its
-// buffers and lifted constants fold (Value.ExportConstant). Shape inference
+// buffers and lifted constants fold (Value.ExportConstant); in any model a
+// float initializer whose every use ends in a comparison (gradient.go: a
+// mask's fill values compared by Equal) is no parameter and folds too
+// (Value.NoGradient). Shape inference
 // turns a CastLike whose target type is known into Cast, and a GatherND of
 // one leading axis by constant indices into Gather (castlike.go,
 // gathernd.go), the forms the dynamo exporter writes. Graph.InferShapes fixes the

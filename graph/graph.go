@@ -95,6 +95,12 @@ type Value struct {
 	// or a constant its optimizer lifted; markExportConstants). It is
 	// never trained, and folds like a constant.
 	ExportConstant bool
+	// NoGradient marks a float initializer whose every use ends in a
+	// comparison or another operator no gradient passes (the data of a
+	// mask: Swin's shifted-window mask built from fill values, onlyMasks):
+	// no gradient reaches it. It is never trained, and folds like a
+	// constant.
+	NoGradient bool
 	// ExportKind is the kind torch.export's signature gives the value
 	// (PARAMETER, BUFFER, CONSTANT_TENSOR, USER_INPUT), "" where the model
 	// marks it not (or carries no signature).
@@ -106,8 +112,11 @@ type Value struct {
 }
 
 // IsParam reports whether v is a floating-point initializer the exporter
-// does not mark as a constant: the tensors a training run may update.
-func (v *Value) IsParam() bool { return v.Initializer && v.DType.IsFloat() && !v.ExportConstant }
+// does not mark as a constant and a gradient reaches: the tensors a
+// training run may update.
+func (v *Value) IsParam() bool {
+	return v.Initializer && v.DType.IsFloat() && !v.ExportConstant && !v.NoGradient
+}
 
 // Node is one operator application.
 type Node struct {
@@ -307,6 +316,9 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	}
 	// Before the expansions: Attention's reads which initializers train.
 	markExportConstants(g, gp)
+	for _, v := range g.Initializers {
+		v.NoGradient = v.DType.IsFloat() && !v.ExportConstant && onlyMasks(g, v)
+	}
 	if err := g.expandStandardFunctions(); err != nil {
 		return nil, err
 	}
@@ -479,7 +491,7 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, ExportKind: v.ExportKind, proto: v.proto}
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, NoGradient: v.NoGradient, ExportKind: v.ExportKind, proto: v.proto}
 		if v.Shape != nil {
 			// A scalar's shape is empty but known: keep it non-nil.
 			nv.Shape = append(Shape{}, v.Shape...)

@@ -18,7 +18,9 @@ const TorchInputKind = "pkg.torch.export.graph_signature.InputSpec.kind"
 // otherwise be trained as parameters and block the folds and fusions that
 // read them as constants; but it also folds BatchNorm into convolutions
 // under the weights' names as new, unmarked initializers (the bias of a
-// one-channel convolution one element), so those stay parameters. A model
+// one-channel convolution one element), so those stay parameters. (An
+// unmarked one whose uses all end in a comparison, a mask's fill values,
+// is no parameter in any model: Value.NoGradient.) A model
 // without the signature is unchanged: every float initializer is a
 // parameter. It reads the nodes' inputs (g's consumers linked).
 func markExportConstants(g *Graph, gp *onnxpb.GraphProto) {

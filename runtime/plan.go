@@ -396,24 +396,7 @@ func CompileForBatch(g *graph.Graph, batch int, sample []int64, opts *Options) (
 	return Compile(c, opts)
 }
 
-// nonDiff lists, per operator, the input slots gradients never flow into.
-var nonDiff = map[string][]int{
-	"Reshape": {1}, "Expand": {1}, "Slice": {1, 2, 3, 4}, "Pad": {1, 2, 3},
-	"Squeeze": {1}, "Unsqueeze": {1}, "Clip": {1, 2}, "BatchNormalization": {3, 4},
-	"Gather": {1}, "ScatterND": {1}, "Where": {0}, "Dropout": {1, 2}, "ReduceMean": {1}, "ReduceSum": {1},
-	"ReduceMax": {1}, "ReduceMin": {1}, "ReduceProd": {1}, "ReduceL1": {1}, "ReduceL2": {1},
-	"ReduceSumSquare": {1}, "ReduceLogSum": {1}, "ReduceLogSumExp": {1},
-	"Resize": {1, 2, 3}, "Upsample": {1},
-}
-
-func diffSlot(n *graph.Node, i int) bool {
-	for _, s := range nonDiff[n.OpType] {
-		if s == i {
-			return false
-		}
-	}
-	return true
-}
+func diffSlot(n *graph.Node, i int) bool { return graph.GradientFlows(n, i) }
 
 func ints(s graph.Shape) []int {
 	out := make([]int, len(s))

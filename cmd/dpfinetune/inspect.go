@@ -41,7 +41,8 @@ type inspectReport struct {
 	Buffers       int64            `json:"buffers"`
 	BufferTensors int              `json:"buffer_tensors"`
 	// Constants are the float initializers torch.export's signature marks
-	// as no parameters (graph.Value.ExportConstant), but running statistics.
+	// as no parameters (graph.Value.ExportConstant), but running
+	// statistics, and those no gradient reaches (graph.Value.NoGradient).
 	Constants       int64             `json:"constants,omitempty"`
 	ConstantTensors int               `json:"constant_tensors,omitempty"`
 	Untied          int               `json:"untied_identity_params,omitempty"`
@@ -172,7 +173,7 @@ func runInspect(args []string, stdout io.Writer) error {
 		rep.Outputs = append(rep.Outputs, describe(v))
 	}
 	for _, v := range g.Initializers {
-		if v.ExportConstant && !isBuffer(v) {
+		if (v.ExportConstant || v.NoGradient) && !isBuffer(v) {
 			rep.Constants += int64(v.Const.Len())
 			rep.ConstantTensors++
 			continue
@@ -287,8 +288,8 @@ func printInspect(w io.Writer, r *inspectReport) {
 		fmt.Fprintf(w, "buffers:     %d in %d tensors (BatchNorm running statistics)\n", r.Buffers, r.BufferTensors)
 	}
 	if r.ConstantTensors > 0 {
-		fmt.Fprintf(w, "constants:   %d in %d tensors (no parameters by the export's signature: constant tensors and the\n"+
-			"             constants PyTorch's dynamo exporter lifts into initializers; never trained)\n", r.Constants, r.ConstantTensors)
+		fmt.Fprintf(w, "constants:   %d in %d tensors (no parameters: the export's signature says so — constant tensors and the\n"+
+			"             constants PyTorch's dynamo exporter lifts into initializers — or no gradient reaches them; never trained)\n", r.Constants, r.ConstantTensors)
 	}
 	fmt.Fprintf(w, "nodes:       %d\n", r.Nodes)
 	printOps(w, r.Operators)

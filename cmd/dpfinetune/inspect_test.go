@@ -179,7 +179,7 @@ func TestInspectSignatureMarks(t *testing.T) {
 		t.Errorf("parameters %d, buffers %d, constants %d in %d; want 78962, 720, 1 in 1", r.Parameters, r.Buffers, r.Constants, r.ConstantTensors)
 	}
 	text, _, _ := run(t, "inspect", "--model", path)
-	if !strings.Contains(text, "constants:   1 in 1 tensors (no parameters by the export's signature") {
+	if !strings.Contains(text, "constants:   1 in 1 tensors (no parameters: the export's signature says so") {
 		t.Errorf("text report without the constants line:\n%s", text)
 	}
 }
