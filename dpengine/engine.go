@@ -788,7 +788,7 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ [
 	norms := make([]float64, n)
 	e.ops.AddNormSq(e.normSq[:n], norms)
 	for i := range norms {
-		norms[i] = math.Sqrt(norms[i])
+		norms[i] = runtime.SampleNorm(norms[i])
 	}
 	return out, norms, nil
 }
@@ -844,7 +844,7 @@ func (e *Engine) ParamNorms() map[string][]float64 {
 		v := make([]float64, e.n) // a host copy: the device's float64 addition onto zeros (exact)
 		e.ops.AddNormSq(p.normSq[:e.n], v)
 		for i := range v {
-			v[i] = math.Sqrt(v[i])
+			v[i] = runtime.SampleNorm(v[i])
 		}
 		out[p.name] = v
 	}

@@ -305,13 +305,17 @@ var opCases = []opCase{
 		r := rand.New(rand.NewSource(seed))
 		normSq := make([]float64, n)
 		for i := range normSq {
-			switch r.Intn(12) {
+			switch r.Intn(14) {
 			case 0:
 				normSq[i] = math.NaN()
 			case 1:
 				normSq[i] = math.Inf(1)
 			case 2:
 				normSq[i] = 0
+			case 12:
+				normSq[i] = -1e-9 // a ghost norm rounding made negative: 0, not NaN
+			case 13:
+				normSq[i] = math.Inf(-1) // an overflow: dropped
 			case 3:
 				normSq[i] = 1 // ‖g‖ = R: the boundary of Abadi's and global clipping
 			default:

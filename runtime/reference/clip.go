@@ -35,14 +35,14 @@ func clipFactor(r runtime.ClipRule, norm float64) float64 {
 // ClipFactors implements runtime.ClipOps: float64 factors rounded once.
 func (Device) ClipFactors(r runtime.ClipRule, normSq []float64, dst []float32) {
 	for i, s := range normSq {
-		dst[i] = float32(clipFactor(r, math.Sqrt(s)))
+		dst[i] = float32(clipFactor(r, runtime.SampleNorm(s)))
 	}
 }
 
 // CountClipped implements runtime.ClipOps.
 func (Device) CountClipped(normSq []float64, factors []float32) (nonFinite, clipped int) {
 	for _, s := range normSq {
-		if norm := math.Sqrt(s); math.IsNaN(norm) || math.IsInf(norm, 0) {
+		if norm := runtime.SampleNorm(s); math.IsNaN(norm) || math.IsInf(norm, 0) {
 			nonFinite++
 		}
 	}

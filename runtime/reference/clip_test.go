@@ -12,7 +12,9 @@ import (
 // TestClipFactors: the reference backend's clip factors are the CPU's bit
 // for bit (the contract: float64, rounded once) for every clip function,
 // on random squared norms around R² and on the edge cases 0, R² itself,
-// NaN and ±Inf; plus factors worked out by hand.
+// NaN, ±Inf and a squared norm rounding made negative; plus factors
+// worked out by hand (a negative squared norm is a norm of 0: factor 1,
+// not dropped as non-finite).
 func TestClipFactors(t *testing.T) {
 	ref, cpu := reference.Device{}, runtime.CPU{}
 	r := rand.New(rand.NewPCG(5, 6))
@@ -22,7 +24,7 @@ func TestClipFactors(t *testing.T) {
 		{Fn: runtime.ClipAutomatic, R: 2, Gamma: 0.01},
 		{Fn: runtime.ClipGlobal, R: 1.5},
 	} {
-		normSq := []float64{0, rule.R * rule.R, math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, 1e300}
+		normSq := []float64{0, rule.R * rule.R, math.NaN(), math.Inf(1), math.Inf(-1), 1e-300, 1e300, -1e-12}
 		for range 200 {
 			normSq = append(normSq, rule.R*rule.R*4*r.Float64())
 		}
@@ -38,12 +40,14 @@ func TestClipFactors(t *testing.T) {
 			}
 		}
 	}
-	if n, c := ref.CountClipped([]float64{1, math.NaN(), math.Inf(1), -1, 0}, []float32{1, 0.5, 0, 1}); n != 3 || c != 2 {
-		t.Errorf("CountClipped by hand = %d, %d, want 3, 2", n, c)
+	if n, c := ref.CountClipped([]float64{1, math.NaN(), math.Inf(1), -1e-9, 0}, []float32{1, 0.5, 0, 1}); n != 2 || c != 2 {
+		t.Errorf("CountClipped by hand = %d, %d, want 2, 2", n, c)
 	}
 	got := make([]float32, 3)
 	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAbadi, R: 1}, []float64{0.25, 1, 16}, got)
 	dpSameBits(t, "Abadi by hand", got, []float32{1, 1, 0.25})
+	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAbadi, R: 1}, []float64{-1e-9, math.Inf(-1), 4}, got)
+	dpSameBits(t, "Abadi of a negative squared norm by hand", got, []float32{1, 0, 0.5})
 	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipAutomatic, R: 1, Gamma: 1}, []float64{0, 9, 1}, got)
 	dpSameBits(t, "automatic by hand", got, []float32{1, 0.25, 0.5})
 	ref.ClipFactors(runtime.ClipRule{Fn: runtime.ClipGlobal, R: 2}, []float64{3.99, 4, math.NaN()}, got)

@@ -3,13 +3,18 @@
 // The clip functions, as runtime.ClipFn numbers them.
 enum { CLIP_ABADI = 0, CLIP_AUTOMATIC = 1, CLIP_GLOBAL = 2 };
 
+// sample_norm is √normSq as runtime.SampleNorm takes it: a squared norm
+// rounding made negative (a ghost norm whose terms cancel) counts as 0; a
+// NaN stays NaN, and so does −Inf.
+__device__ double sample_norm(double s) { return sqrt(s < 0 && !isinf(s) ? 0.0 : s); }
+
 // clip_factors writes dst[i] = float(factor(√normSq[i])), the factor in
 // float64 as runtime.ClipRule.Factor computes it: 0 for a NaN or infinite
 // norm; R/(‖g‖+γ) (automatic); 1[‖g‖ < R] (global); min(1, R/‖g‖) (Abadi,
 // 1 when ‖g‖ ≤ R).
 extern "C" __global__ void clip_factors(int fn, double r, double gamma, const double *norm_sq, float *dst, long long n) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    double norm = sqrt(norm_sq[i]);
+    double norm = sample_norm(norm_sq[i]);
     double f;
     if (isnan(norm) || isinf(norm))
       f = 0;
@@ -31,7 +36,7 @@ extern "C" __global__ void count_clipped(const double *norm_sq, long long n, con
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   long long bad = 0, clipped = 0;
   for (long long i = 0; i < n; i++) {
-    double norm = sqrt(norm_sq[i]);
+    double norm = sample_norm(norm_sq[i]);
     if (isnan(norm) || isinf(norm)) bad++;
   }
   for (long long i = 0; i < m; i++)
