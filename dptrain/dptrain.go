@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -100,15 +101,18 @@ type Report struct {
 	// TF32 whether it ran convolutions in TF32 (runtime.TF32Device): what
 	// the trained weights depend on beyond the settings, not the privacy
 	// guarantee.
-	Device     string             `json:"device"`
-	TF32       bool               `json:"tf32,omitempty"`
-	Plan       *rewrite.Plan      `json:"plan,omitempty"`
-	Privacy    *accountant.Result `json:"privacy,omitempty"`
-	Epochs     []EpochRecord      `json:"epochs"`
-	Seconds    float64            `json:"seconds"`
-	Output     string             `json:"output"`
-	Checkpoint string             `json:"checkpoint"`
-	Note       string             `json:"note"`
+	Device string        `json:"device"`
+	TF32   bool          `json:"tf32,omitempty"`
+	Plan   *rewrite.Plan `json:"plan,omitempty"`
+	// NormCheck is what the norm check compared before the first step
+	// (CheckNorms); nil where it was skipped or the run is not private.
+	NormCheck  *dpengine.NormCheck `json:"norm_check,omitempty"`
+	Privacy    *accountant.Result  `json:"privacy,omitempty"`
+	Epochs     []EpochRecord       `json:"epochs"`
+	Seconds    float64             `json:"seconds"`
+	Output     string              `json:"output"`
+	Checkpoint string              `json:"checkpoint"`
+	Note       string              `json:"note"`
 }
 
 // Config is what Run needs: the settings, the model graph, the data and
@@ -164,6 +168,50 @@ type Config struct {
 	// audit (package dptrain/audit).
 	GradientCanaries int
 	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
+	// SkipNormCheck skips the check, before a private run's first step,
+	// of the engine's per-sample gradient norms against each sample's own
+	// gradient (CheckNorms): the run then takes the engine's word for
+	// them.
+	SkipNormCheck bool
+}
+
+// normCheckSamples and normCheckTol are the norm check's: samples of
+// synthetic inputs (no training example is read), and the largest
+// difference it lets pass, of a parameter's squared norms relative to the
+// sample's squared total (the fixtures': at most 4e-7; TF32 convolutions:
+// normCheckTolTF32, their activations differing from float32's by about
+// 1e-3).
+const (
+	normCheckSamples = 3
+	normCheckTol     = 1e-3
+	normCheckTolTF32 = 2e-2
+)
+
+// CheckNorms runs the norm check (dpengine.Engine.CheckNorms) of engine e,
+// built from g, on min(normCheckSamples, physical batch) samples of
+// seeded N(0, 1) inputs with labels 0, 1, … (mod classes): synthetic, so
+// that the check reads no private example and its outcome says nothing
+// of the data.
+func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 bool) (*dpengine.NormCheck, error) {
+	sample := 1
+	for _, d := range e.SampleShape() {
+		sample *= int(d)
+	}
+	n := min(normCheckSamples, physical)
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, n*sample)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	y := make([]int64, n)
+	for i := range y {
+		y[i] = int64(i % max(classes, 1))
+	}
+	tol := normCheckTol
+	if tf32 {
+		tol = normCheckTolTF32
+	}
+	return e.CheckNorms(g, x, y, tol)
 }
 
 // EventKind says what an Event reports.
@@ -410,6 +458,15 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Train.NumClasses() > set.Classes {
 		return nil, fmt.Errorf("%s has %d classes but %s outputs %d logits: pass --num-classes %d to replace the head", set.Data, cfg.Train.NumClasses(), set.Model, set.Classes, cfg.Train.NumClasses())
 	}
+	// The engine's per-sample norms against each sample's own gradient,
+	// before the checkpoint's parameters replace the graph's.
+	var normCheck *dpengine.NormCheck
+	tf32 := cfg.Device != nil && runtime.TF32On(cfg.Device)
+	if mode != dpengine.NonDP && !cfg.SkipNormCheck {
+		if normCheck, err = CheckNorms(eng, g, P, set.Classes, tf32); err != nil {
+			return nil, fmt.Errorf("%s: %w\n(the check runs synthetic inputs through the engine and, one at a time, through a plain backward pass on the CPU: a run on this model would not have its guarantee; please report the model's structure, `dpfinetune inspect --json`, and do not train it privately with --norm-check=false)", set.Model, err)
+		}
+	}
 	if ckpt != nil {
 		if err := eng.SetParams(ckpt.ParamNames, ckpt.Params); err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
@@ -462,11 +519,18 @@ func Run(cfg Config) (*Report, error) {
 			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR)
-	devName, tf32 := "cpu", cfg.Device != nil && runtime.TF32On(cfg.Device)
+	devName := "cpu"
 	if cfg.Device != nil {
 		devName = cfg.Device.Name()
 	}
 	logf("  device:    %s%s\n", devName, map[bool]string{true: ", TF32 convolutions (weight gradients, norms and clipping float32)"}[tf32])
+	switch {
+	case normCheck != nil:
+		logf("  norms:     checked: the per-sample gradient norms of %d synthetic samples are each one's own gradient's, for all %d parameters (largest difference %.2g of a squared total)\n",
+			normCheck.Samples, normCheck.Params, normCheck.Worst)
+	case mode != dpengine.NonDP:
+		logf("  norms:     NOT checked (--norm-check=false): the per-sample norms are the engine's word\n")
+	}
 	if cfg.Test != nil {
 		name := set.TestData
 		if name == "" {
@@ -479,7 +543,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	logf("  (losses and accuracies on training data are not private outputs)\n")
 
-	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, Output: cfg.Out, Checkpoint: ckptPath,
+	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, NormCheck: normCheck, Output: cfg.Out, Checkpoint: ckptPath,
 		Note: "train_loss is computed on training data and is not a private output"}
 	step := stepOf(ckpt)
 	epoch, epochStep := 0, 0

@@ -72,7 +72,7 @@ type trainFlags struct {
 	seedStr                                                             *string
 	eps, delta, lr, momentum, wd, clip, gamma                           *float64
 	epochs, batchSize, physical, evalBatch                              *int
-	perLayer, nonPrivate, resume, quiet                                 *bool
+	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
 	rf                                                                  *rewriteFlags
 	dev                                                                 deviceFlag
 }
@@ -111,6 +111,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		reportPath: fs.String("report", "", "write a JSON run report here"),
 		seedStr:    fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
 		quiet:      fs.Bool("quiet", false, "no progress bars"),
+		normCheck:  fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
 		evalBatch:  fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
 		rf:         addRewriteFlags(fs, "groupnorm"),
 		dev:        addDeviceFlag(fs),
@@ -226,6 +227,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
+		SkipNormCheck: !*f.normCheck,
 	}
 	if test != nil {
 		cfg.Test = test

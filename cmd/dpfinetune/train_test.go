@@ -21,6 +21,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/internal/orttest"
+	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -427,5 +428,42 @@ func exportMatchesORT(t *testing.T, out string, sample []int64) {
 	res := orttest.Run(t, out, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: sh, Data: x}})
 	if rel := numcheck.RelErr(ours, res[g.Outputs[0].Name].Data, 0); rel > 1e-4 {
 		t.Errorf("onnxruntime vs ours on the export: max diff %.3g of the outputs' scale", rel)
+	}
+}
+
+// TestTrainNormCheck: a private run checks the engine's per-sample norms
+// before its first step and says so; where they are wrong (a test-only
+// hook takes a convolution's windows for samples, as the engine once did
+// on windowconv) train refuses the model, names the parameter and writes
+// nothing; --norm-check=false trains anyway and says the norms are not
+// checked; a non-private run has none to check.
+func TestTrainNormCheck(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join("..", "..", "testdata", "models", "windowconv.onnx")
+	args := func(out string, extra ...string) []string {
+		return append([]string{"train", "--model", model, "--data", fmnist + ":limit=32", "--num-classes", "10", "--epsilon", "8",
+			"--batch-size", "8", "--epochs", "1", "--seed", "1", "--quiet", "--out", filepath.Join(dir, out)}, extra...)
+	}
+	out, e, code := run(t, args("ok.onnx")...)
+	if code != 0 || !regexp.MustCompile(`norms: +checked: the per-sample gradient norms of 3 synthetic samples are each one's own gradient's, for all 20 parameters \(largest difference [0-9.e+-]+ of a squared total\)`).MatchString(out) {
+		t.Fatalf("exit %d: %s%s", code, out, e)
+	}
+
+	testhook.ConvWindowsAsSamples = true
+	defer func() { testhook.ConvWindowsAsSamples = false }()
+	out, e, code = run(t, args("broken.onnx")...)
+	if code == 0 || !strings.Contains(e, "norm check: parameter") || !strings.Contains(e, "the engine would clip this model's samples wrongly") {
+		t.Errorf("with windows taken for samples: exit %d: %s%s", code, out, e)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "broken.onnx")); !os.IsNotExist(err) {
+		t.Errorf("a refused run wrote its model: %v", err)
+	}
+	out, e, code = run(t, args("unchecked.onnx", "--norm-check=false")...)
+	if code != 0 || !strings.Contains(out, "norms:     NOT checked (--norm-check=false)") {
+		t.Errorf("--norm-check=false: exit %d: %s%s", code, out, e)
+	}
+	out, e, code = run(t, append(args("nondp.onnx", "--non-private"), "--epsilon", "0")...)
+	if code != 0 || strings.Contains(out, "norms:") {
+		t.Errorf("--non-private: exit %d: %s%s", code, out, e)
 	}
 }

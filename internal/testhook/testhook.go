@@ -9,3 +9,9 @@ package testhook
 // reported ε keep the calibrated σ: a deliberately broken mechanism whose
 // privacy audit must fail.
 var NoiseDivisor float64
+
+// ConvWindowsAsSamples makes dpengine take every convolution's batch rows
+// for samples, as it did before it summed the rows of a sample's windows
+// (EfficientViT's window attention): per-sample norms that are a window's,
+// which the norm check before training must refuse.
+var ConvWindowsAsSamples bool

@@ -1,0 +1,137 @@
+package dpengine
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// NormCheck is what CheckNorms compared: the per-sample gradient norms of
+// Samples samples, every trainable parameter's and their totals, and the
+// largest difference it found (Worst, for parameter Param, "" for the
+// total, and sample Sample), as CheckNorms measures it.
+type NormCheck struct {
+	Samples int     `json:"samples"`
+	Params  int     `json:"params"`
+	Worst   float64 `json:"worst_relative_difference"`
+	Param   string  `json:"worst_param,omitempty"`
+	Sample  int     `json:"worst_sample"`
+}
+
+// NormMismatchError says that the engine's per-sample gradient norm of a
+// parameter is not the norm of the sample's own gradient: the engine would
+// clip this model wrongly, and a run on it would not have its guarantee.
+type NormMismatchError struct {
+	Param          string
+	Sample         int
+	Engine, Direct float64 // the engine's norm, the sample's own gradient's
+	// Relative is |Engine² − Direct²| over the sample's total squared norm.
+	Relative float64
+}
+
+func (e *NormMismatchError) Error() string {
+	what := fmt.Sprintf("parameter %q", e.Param)
+	if e.Param == "" {
+		what = "all parameters together"
+	}
+	return fmt.Sprintf("dpengine: norm check: %s, sample %d: per-sample gradient norm %.6g, but the sample's own gradient has norm %.6g (their squares differ by %.2g of the sample's squared norm): the engine would clip this model's samples wrongly",
+		what, e.Sample, e.Engine, e.Direct, e.Relative)
+}
+
+// CheckNorms holds the engine to the definition of a per-sample gradient
+// on the physical batch x, y (n ≤ PhysicalBatch samples): it runs the
+// batch through the engine's own machinery (ClippedSum: its rules, its
+// mode's ghost norms or instantiations, its device) and, for each sample
+// alone, a plain backward pass of a plan of g on the CPU — no per-sample
+// rule, no kernel of the engine's device — and compares, per parameter
+// and in total, the engine's norm with the norm of that gradient: the
+// difference of their squares relative to the sample's total squared
+// norm (the clip bound holds on the total). A difference above tol is a
+// *NormMismatchError. g must be the graph the
+// engine was built from, its initializers the engine's parameters (before
+// any step). Nothing of the engine's state that a step carries over
+// changes: ClippedSum draws no noise and updates nothing.
+func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64) (*NormCheck, error) {
+	if e.cfg.Mode == NonDP {
+		return nil, fmt.Errorf("dpengine: norm check: a non-private engine has no per-sample norms")
+	}
+	n := len(y)
+	if _, _, err := e.ClippedSum(x, y); err != nil {
+		return nil, err
+	}
+	norms := e.ParamNorms()
+	names := e.ParamNames()
+	// The batch of the direct plan: one sample, padded where the model
+	// fixes its batch.
+	b := 1
+	if d := g.Inputs[0].Shape; len(d) > 0 && d[0].Size > 0 {
+		b = int(d[0].Size)
+	}
+	ref, err := runtime.CompileForBatch(g, b, e.sample, &runtime.Options{Trainable: names})
+	if err != nil {
+		return nil, fmt.Errorf("dpengine: norm check: the direct plan: %w", err)
+	}
+	xin := make([]float32, b*e.sampleLen)
+	labels := make([]int64, b)
+	losses := make([]float32, b)
+	weights := make([]float32, b)
+	weights[0] = 1
+	res := &NormCheck{Samples: n, Params: len(names)}
+	direct := make([]float64, len(names))
+	for i := 0; i < n; i++ {
+		copy(xin, x[i*e.sampleLen:(i+1)*e.sampleLen])
+		labels[0] = y[i]
+		if err := ref.SetInput(0, xin); err != nil {
+			return nil, err
+		}
+		if err := ref.Forward(); err != nil {
+			return nil, fmt.Errorf("dpengine: norm check: %w", err)
+		}
+		if err := ref.Loss(labels, losses); err != nil {
+			return nil, fmt.Errorf("dpengine: norm check: %w", err)
+		}
+		if err := ref.Backward(weights, nil); err != nil {
+			return nil, fmt.Errorf("dpengine: norm check: %w", err)
+		}
+		var total, engTotal float64
+		for k, name := range names {
+			var s float64
+			for _, v := range ref.Grad(name) {
+				s += float64(v) * float64(v)
+			}
+			direct[k] = math.Sqrt(s)
+			total += s
+			engTotal += norms[name][i] * norms[name][i]
+		}
+		total, engTotal = math.Sqrt(total), math.Sqrt(engTotal)
+		// Squared norms, as the guarantee adds them, each difference
+		// relative to the sample's total: the clip bound holds on the
+		// total, and a ghost norm whose terms cancel (a GroupNorm of one
+		// value a group makes the true gradient vanish) is exact only to
+		// float32 rounding of the terms, which its square root magnifies.
+		check := func(param string, got, want float64) error {
+			d := math.Abs(got*got-want*want) / math.Max(total*total, math.SmallestNonzeroFloat64)
+			if math.IsNaN(got) || math.IsNaN(want) {
+				d = math.Inf(1)
+			}
+			if d > res.Worst {
+				res.Worst, res.Param, res.Sample = d, param, i
+			}
+			if d > tol {
+				return &NormMismatchError{Param: param, Sample: i, Engine: got, Direct: want, Relative: d}
+			}
+			return nil
+		}
+		for k, name := range names {
+			if err := check(name, norms[name][i], direct[k]); err != nil {
+				return res, err
+			}
+		}
+		if err := check("", engTotal, total); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
