@@ -173,15 +173,34 @@ func scaleConvRows(ops runtime.DPOps, f convRows, c, data []float32, row int) {
 // one row), the layouts exports write; any other runs sample by sample.
 func (f convRows) batchable() bool { return f.run == f.k || f.run == 1 }
 
-// rowBlocks is where the rows of a chunk of n samples from i0 lie, for
-// the batched forms: count rows from first, in blocks of n·k rows if
-// the sample's rows are contiguous, else k blocks of n rows, block j
-// from row j·B + i0 (the chunk's j-th rows).
-func (f convRows) rowBlock(i0, n, j int) (first, count int) {
+// rowBlocks calls fn with where the rows of a chunk of n samples from i0
+// lie, for the batched forms: count rows from first, one block of n·k
+// rows where the samples' rows are contiguous, else k blocks of n rows,
+// block j from row j·B + i0 (the chunk's j-th rows). Either way block j's
+// rows go to slot j·n of a chunk's per-row scratch.
+func (f convRows) rowBlocks(i0, n int, fn func(j, first, count int)) {
 	if f.run == f.k {
-		return i0 * f.k, n * f.k
+		fn(0, i0*f.k, n*f.k)
+		return
 	}
-	return j*f.B + i0, n
+	for j := 0; j < f.k; j++ {
+		fn(j, j*f.B+i0, n)
+	}
+}
+
+// foldChunk is the chunk of samples the batched forms take at once (per
+// scratch floats a sample after fixed ones, within batchedScratch and the
+// plan's workspace) and its scratch; nb 0 where one sample does not fit.
+func (e *Engine) foldChunk(fixed, per int) (nb int, buf []float32, err error) {
+	nb = min(e.n, e.fitWorkspace(batchedScratch/max(per, 1), fixed, per))
+	if nb < 1 {
+		return 0, nil, nil
+	}
+	bufs, err := e.workerBufs(fixed + nb*per)
+	if err != nil {
+		return 0, nil, err
+	}
+	return nb, bufs[0], nil
 }
 
 // sumRows adds, for each of n samples, its k rows of size floats in R
@@ -229,25 +248,17 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 		size := M * s.K
 		scratch := e.ops.DepthwiseScratchSize(s)
 		per := (f.k + 1) * size
-		nb := min(e.n, e.fitWorkspace(batchedScratch/per, scratch, per))
-		if nb < 1 {
-			return false, nil
+		nb, buf, err := e.foldChunk(scratch, per)
+		if nb < 1 || err != nil {
+			return err != nil, err
 		}
-		bufs, err := e.workerBufs(scratch + nb*per)
-		if err != nil {
-			return false, err
-		}
-		ws, R, out := bufs[0][:scratch], bufs[0][scratch:scratch+nb*f.k*size], bufs[0][scratch+nb*f.k*size:scratch+nb*per]
+		ws, R, out := buf[:scratch], buf[scratch:scratch+nb*f.k*size], buf[scratch+nb*f.k*size:scratch+nb*per]
 		for i0 := 0; i0 < e.n; i0 += nb {
 			n := min(nb, e.n-i0)
 			e.convChunks++
-			for j := 0; j < f.k; j++ {
-				first, count := f.rowBlock(i0, n, j)
+			f.rowBlocks(i0, n, func(j, first, count int) {
 				e.ops.DepthwiseGradBatch(s, x.Data, dy.Data, first, count, R[j*n*size:], ws)
-				if f.run == f.k {
-					break // one block holds every row
-				}
-			}
+			})
 			if err := e.sumRows(f, R, size, n, n, 0, out); err != nil {
 				return true, err
 			}
@@ -268,27 +279,19 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 	} else {
 		per += M * D
 	}
-	nb := min(e.n, e.fitWorkspace(batchedScratch/max(per, 1), plane, per))
-	if nb < 1 {
-		return false, nil
+	nb, buf, err := e.foldChunk(plane, per)
+	if nb < 1 || err != nil {
+		return err != nil, err
 	}
-	bufs, err := e.workerBufs(plane + nb*per)
-	if err != nil {
-		return false, err
-	}
-	pl, col, rest := bufs[0][:plane], bufs[0][plane:plane+nb*f.k*colLen], bufs[0][plane+nb*f.k*colLen:plane+nb*per]
+	pl, col, rest := buf[:plane], buf[plane:plane+nb*f.k*colLen], buf[plane+nb*f.k*colLen:plane+nb*per]
 	for i0 := 0; i0 < e.n; i0 += nb {
 		n := min(nb, e.n-i0)
 		e.convChunks++
 		for gr := 0; gr < groups; gr++ {
 			if !pointwise {
-				for j := 0; j < f.k; j++ {
-					first, count := f.rowBlock(i0, n, j)
+				f.rowBlocks(i0, n, func(j, first, count int) {
 					e.ops.Im2ColBatch(s, x.Data, first, count, gr, col[j*n*colLen:(j*n+count)*colLen], pl)
-					if f.run == f.k {
-						break
-					}
-				}
+				})
 			}
 			// Row j of sample i0+i: its unfolded input at
 			// a(j) + i·sa, its output gradient at g(j) + i·sg.
