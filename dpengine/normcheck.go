@@ -46,10 +46,10 @@ func (e *NormMismatchError) Error() string {
 // mode's ghost norms or instantiations, its device) and, for each sample
 // alone, a plain backward pass of a plan of g on the CPU — no per-sample
 // rule, no kernel of the engine's device — and compares, per parameter
-// and in total, the engine's norm with the norm of that gradient: the
-// difference of their squares relative to the sample's total squared
-// norm (the clip bound holds on the total). A difference above tol is a
-// *NormMismatchError. g must be the graph the
+// and in total (the norm the engine clips with), the engine's norm with
+// the norm of that gradient: the difference of their squares relative to
+// the sample's total squared norm (the clip bound holds on the total). A
+// difference above tol is a *NormMismatchError. g must be the graph the
 // engine was built from, its initializers the engine's parameters (before
 // any step). Nothing of the engine's state that a step carries over
 // changes: ClippedSum draws no noise and updates nothing.
@@ -58,7 +58,8 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64)
 		return nil, fmt.Errorf("dpengine: norm check: a non-private engine has no per-sample norms")
 	}
 	n := len(y)
-	if _, _, err := e.ClippedSum(x, y); err != nil {
+	_, totals, err := e.ClippedSum(x, y)
+	if err != nil {
 		return nil, err
 	}
 	norms := e.ParamNorms()
@@ -95,7 +96,7 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64)
 		if err := ref.Backward(weights, nil); err != nil {
 			return nil, fmt.Errorf("dpengine: norm check: %w", err)
 		}
-		var total, engTotal float64
+		var total float64
 		for k, name := range names {
 			var s float64
 			for _, v := range ref.Grad(name) {
@@ -103,9 +104,8 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64)
 			}
 			direct[k] = math.Sqrt(s)
 			total += s
-			engTotal += norms[name][i] * norms[name][i]
 		}
-		total, engTotal = math.Sqrt(total), math.Sqrt(engTotal)
+		total = math.Sqrt(total)
 		// Squared norms, as the guarantee adds them, each difference
 		// relative to the sample's total: the clip bound holds on the
 		// total, and a ghost norm whose terms cancel (a GroupNorm of one
@@ -129,7 +129,7 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64)
 				return res, err
 			}
 		}
-		if err := check("", engTotal, total); err != nil {
+		if err := check("", totals[i], total); err != nil {
 			return res, err
 		}
 	}
