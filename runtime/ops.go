@@ -315,8 +315,12 @@ func buildWhere(p *Plan, nd *node) error {
 // buildIndexMap compiles y[i] = x[idx[i]] (fill where idx[i] < 0), whose
 // backward scatters: dx[idx[i]] += dy[i] (LayoutOps.IndexGather).
 func buildIndexMap(p *Plan, nd *node, x *tensor, idx []int32, fill float32) {
+	buildMap(p, nd, x, NewIndexMap(idx, x.n, fill))
+}
+
+// buildMap runs node nd as the gather m of its input x.
+func buildMap(p *Plan, nd *node, x *tensor, m *IndexMap) {
 	y := nd.out[0]
-	m := NewIndexMap(idx, x.n, fill)
 	nd.fwd = func() { p.ops.IndexGather(x.data, m, y.data) }
 	nd.bwd = func() { p.ops.IndexGatherBackward(y.grad, m, nd.dIn[0]) }
 }
@@ -347,6 +351,120 @@ func forCoords(shape []int, fn func(i int, c []int)) {
 	}
 }
 
+// separableIndex is the element map of an operator whose source offset is
+// a sum of one term per axis (Slice, Pad): tables[k][c] is axis k's term
+// for output coordinate c, or −1 where that coordinate reads no element
+// (the padding). Row by row — the outer coordinates' sum once a row, the
+// last axis's terms added in a loop — instead of a coordinate walk per
+// element: Swin-T's Slices and Pads, rebuilt by each plan the memory
+// estimate compiles, spent most of a 22 s `plan` in that walk.
+func separableIndex(yShape []int, tables [][]int32) []int32 {
+	n := numel(yShape)
+	idx := make([]int32, n)
+	r := len(yShape)
+	if r == 0 || n == 0 {
+		return idx
+	}
+	last := tables[r-1]
+	w := yShape[r-1]
+	c := make([]int, r-1)
+	for row := 0; row*w < n; row++ {
+		base, pad := int32(0), false
+		for k, ck := range c {
+			if t := tables[k][ck]; t < 0 {
+				pad = true
+			} else {
+				base += t
+			}
+		}
+		out := idx[row*w : (row+1)*w]
+		for i, t := range last {
+			if pad || t < 0 {
+				out[i] = -1
+			} else {
+				out[i] = base + t
+			}
+		}
+		for k := r - 2; k >= 0; k-- {
+			c[k]++
+			if c[k] < yShape[k] {
+				break
+			}
+			c[k] = 0
+		}
+	}
+	return idx
+}
+
+// newSeparableMap is NewIndexMap(separableIndex(yShape, tables), srcLen,
+// fill) without the element map where it would keep runs: the last axis's
+// table cut once into its segments of consecutive offsets (and padding),
+// each row then a few runs, a run continued across rows where the next
+// one starts where it ends — the same maximal runs runsOf finds.
+func newSeparableMap(yShape []int, tables [][]int32, srcLen int, fill float32) *IndexMap {
+	n := numel(yShape)
+	r := len(yShape)
+	if r == 0 || n == 0 {
+		return NewIndexMap(separableIndex(yShape, tables), srcLen, fill)
+	}
+	type segment struct{ c, n, t int32 } // t −1: padding
+	var segs []segment
+	last := tables[r-1]
+	for c := 0; c < len(last); {
+		e := c + 1
+		for e < len(last) && (last[c] < 0) == (last[e] < 0) && (last[c] < 0 || last[e] == last[e-1]+1) {
+			e++
+		}
+		segs = append(segs, segment{int32(c), int32(e - c), last[c]})
+		c = e
+	}
+	w := len(last)
+	rows := n / w
+	// More runs than an element map of runs of 8 on average is worth:
+	// the element map.
+	if len(segs)*rows*8 > n*2 {
+		return NewIndexMap(separableIndex(yShape, tables), srcLen, fill)
+	}
+	runs := &IndexRuns{}
+	c := make([]int, r-1)
+	for row := 0; row < rows; row++ {
+		base, pad := int32(0), false
+		for k, ck := range c {
+			if t := tables[k][ck]; t < 0 {
+				pad = true
+			} else {
+				base += t
+			}
+		}
+		for _, sg := range segs {
+			if pad || sg.t < 0 {
+				runs.Padded = true
+				continue
+			}
+			dst, src := int32(row*w)+sg.c, base+sg.t
+			if k := len(runs.N) - 1; k >= 0 && runs.Dst[k]+runs.N[k] == dst && runs.Src[k]+runs.N[k] == src {
+				runs.N[k] += sg.n
+				continue
+			}
+			runs.Dst = append(runs.Dst, dst)
+			runs.Src = append(runs.Src, src)
+			runs.N = append(runs.N, sg.n)
+		}
+		for k := r - 2; k >= 0; k-- {
+			c[k]++
+			if c[k] < yShape[k] {
+				break
+			}
+			c[k] = 0
+		}
+	}
+	if len(runs.N)*8 > n {
+		return NewIndexMap(separableIndex(yShape, tables), srcLen, fill)
+	}
+	runs.setCoverage(srcLen)
+	return &IndexMap{Len: n, SrcLen: srcLen, Fill: fill, Runs: runs}
+}
+
 func buildSlice(p *Plan, nd *node) error {
 	x, err := floatIn(nd, 0)
 	if err != nil {
@@ -362,15 +480,14 @@ func buildSlice(p *Plan, nd *node) error {
 	}
 	y := nd.out[0]
 	st := strides(x.shape)
-	idx := make([]int32, y.n)
-	forCoords(y.shape, func(i int, c []int) {
-		j := 0
-		for k, ck := range c {
-			j += (int(s.Start[k]) + ck*int(s.Step[k])) * st[k]
+	tables := make([][]int32, len(y.shape))
+	for k, d := range y.shape {
+		tables[k] = make([]int32, d)
+		for c := range tables[k] {
+			tables[k][c] = int32((int(s.Start[k]) + c*int(s.Step[k])) * st[k])
 		}
-		idx[i] = int32(j)
-	})
-	buildIndexMap(p, nd, x, idx, 0)
+	}
+	buildMap(p, nd, x, newSeparableMap(y.shape, tables, x.n, 0))
 	return nil
 }
 
@@ -396,24 +513,29 @@ func buildGather(p *Plan, nd *node) error {
 	dim := x.shape[ax]
 	inner := numel(x.shape[ax+1:])
 	y := nd.out[0]
-	idx := make([]int32, 0, y.n)
-	for o := 0; o < outer; o++ {
-		for _, g := range it.i64 {
-			if g < 0 {
-				g += int64(dim)
-			}
-			if g < 0 || g >= int64(dim) {
-				return fmt.Errorf("index %d out of range for axis %d of size %d", g, ax, dim)
-			}
-			for k := 0; k < inner; k++ {
-				idx = append(idx, int32((o*dim+int(g))*inner+k))
-			}
+	// (outer, indices, inner): a separable map, each index a run of inner
+	// elements.
+	at := make([]int32, len(it.i64))
+	for j, g := range it.i64 {
+		if g < 0 {
+			g += int64(dim)
 		}
+		if g < 0 || g >= int64(dim) {
+			return fmt.Errorf("index %d out of range for axis %d of size %d", it.i64[j], ax, dim)
+		}
+		at[j] = int32(int(g) * inner)
 	}
-	if len(idx) != y.n {
-		return fmt.Errorf("gathered %d elements, output %v holds %d", len(idx), y.shape, y.n)
+	if n := outer * len(at) * inner; n != y.n {
+		return fmt.Errorf("gathered %d elements, output %v holds %d", n, y.shape, y.n)
 	}
-	buildIndexMap(p, nd, x, idx, 0)
+	outerAt, innerAt := make([]int32, outer), make([]int32, inner)
+	for o := range outerAt {
+		outerAt[o] = int32(o * dim * inner)
+	}
+	for k := range innerAt {
+		innerAt[k] = int32(k)
+	}
+	buildMap(p, nd, x, newSeparableMap([]int{outer, len(at), inner}, [][]int32{outerAt, at, innerAt}, x.n, 0))
 	return nil
 }
 
@@ -439,18 +561,24 @@ func buildPad(p *Plan, nd *node) error {
 	} else if a := nd.g.Attr("value"); a != nil {
 		fill = a.GetF()
 	}
+	switch mode {
+	case "constant", "", "edge", "reflect", "wrap":
+	default:
+		return fmt.Errorf("pad mode %q is not supported", mode)
+	}
 	y := nd.out[0]
 	st := strides(x.shape)
-	idx := make([]int32, y.n)
-	var bad error
-	forCoords(y.shape, func(i int, c []int) {
-		j := 0
-		for k, ck := range c {
-			v, d := ck-int(pads[k]), x.shape[k]
+	tables := make([][]int32, r)
+	for k, n := range y.shape {
+		tables[k] = make([]int32, n)
+		d := x.shape[k]
+		for c := range tables[k] {
+			v := c - int(pads[k])
 			if v < 0 || v >= d {
 				switch mode {
 				case "constant", "":
-					j = -1 << 30
+					tables[k][c] = -1
+					continue
 				case "edge":
 					v = min(max(v, 0), d-1)
 				case "reflect":
@@ -469,21 +597,12 @@ func buildPad(p *Plan, nd *node) error {
 					// Periodic, as numpy's wrap: a pad wider than
 					// the axis repeats it again.
 					v = ((v % d) + d) % d
-				default:
-					bad = fmt.Errorf("pad mode %q is not supported", mode)
 				}
 			}
-			j += v * st[k]
+			tables[k][c] = int32(v * st[k])
 		}
-		if j < 0 {
-			j = -1
-		}
-		idx[i] = int32(j)
-	})
-	if bad != nil {
-		return bad
 	}
-	buildIndexMap(p, nd, x, idx, fill)
+	buildMap(p, nd, x, newSeparableMap(y.shape, tables, x.n, fill))
 	return nil
 }
 

@@ -1,5 +1,10 @@
 package runtime
 
+import (
+	"cmp"
+	"slices"
+)
+
 // Data movement without arithmetic: Transpose, and the index maps of
 // Slice, Gather, Tile and Pad. In transformer exports these run on every
 // attention block ((B,T,D) ↔ (T,B,D), head splits, the key transpose, the
@@ -98,21 +103,44 @@ func runsOf(idx []int32, nx int) *IndexRuns {
 		r.N = append(r.N, int32(j-i))
 		i = j
 	}
-	seen := make([]bool, nx)
-	r.Disjoint = true
-	count := 0
-	for k := range r.Src {
-		for s := r.Src[k]; s < r.Src[k]+r.N[k]; s++ {
-			if seen[s] {
-				r.Disjoint = false
-			} else {
-				count++
-			}
-			seen[s] = true
-		}
-	}
-	r.Covers = count == nx
+	r.setCoverage(nx)
 	return r
+}
+
+// setCoverage sets Disjoint and Covers for a source of nx elements.
+func (r *IndexRuns) setCoverage(nx int) {
+	// Disjoint and Covers from the runs sorted by source: the runs do not
+	// overlap when each starts at or after the previous one's end, and
+	// then cover the source when their lengths add up to it. Only runs
+	// that overlap need the union's length.
+	order := make([]int32, len(r.Src))
+	for k := range order {
+		order[k] = int32(k)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(r.Src[a], r.Src[b]) })
+	r.Disjoint = true
+	total, end := 0, int32(0)
+	for _, k := range order {
+		if r.Src[k] < end {
+			r.Disjoint = false
+		}
+		end = max(end, r.Src[k]+r.N[k])
+		total += int(r.N[k])
+	}
+	if r.Disjoint {
+		r.Covers = total == nx
+		return
+	}
+	covered := 0 // the union's length, the runs by source
+	end = 0
+	for _, k := range order {
+		lo, hi := max(r.Src[k], end), r.Src[k]+r.N[k]
+		if hi > lo {
+			covered += int(hi - lo)
+		}
+		end = max(end, hi)
+	}
+	r.Covers = covered == nx
 }
 
 // forward writes y from x (fill outside the runs).
