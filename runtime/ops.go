@@ -352,9 +352,10 @@ func forCoords(shape []int, fn func(i int, c []int)) {
 }
 
 // separableIndex is the element map of an operator whose source offset is
-// a sum of one term per axis (Slice, Pad): tables[k][c] is axis k's term
-// for output coordinate c, or −1 where that coordinate reads no element
-// (the padding). Row by row — the outer coordinates' sum once a row, the
+// a sum of one term per axis (Slice, Pad, Gather): tables[k][c] is axis
+// k's term for output coordinate c, or −1 where that coordinate reads no
+// element (the padding); a nil last table is the identity 0, 1, … (a
+// Gather's inner elements). Row by row — the outer coordinates' sum once a row, the
 // last axis's terms added in a loop — instead of a coordinate walk per
 // element: Swin-T's Slices and Pads, rebuilt by each plan the memory
 // estimate compiles, spent most of a 22 s `plan` in that walk.
@@ -367,6 +368,12 @@ func separableIndex(yShape []int, tables [][]int32) []int32 {
 	}
 	last := tables[r-1]
 	w := yShape[r-1]
+	if last == nil {
+		last = make([]int32, w)
+		for i := range last {
+			last[i] = int32(i)
+		}
+	}
 	c := make([]int, r-1)
 	for row := 0; row*w < n; row++ {
 		base, pad := int32(0), false
@@ -410,6 +417,10 @@ func newSeparableMap(yShape []int, tables [][]int32, srcLen int, fill float32) *
 	type segment struct{ c, n, t int32 } // t −1: padding
 	var segs []segment
 	last := tables[r-1]
+	w := yShape[r-1]
+	if last == nil {
+		segs = append(segs, segment{0, int32(w), 0})
+	}
 	for c := 0; c < len(last); {
 		e := c + 1
 		for e < len(last) && (last[c] < 0) == (last[e] < 0) && (last[c] < 0 || last[e] == last[e-1]+1) {
@@ -418,7 +429,6 @@ func newSeparableMap(yShape []int, tables [][]int32, srcLen int, fill float32) *
 		segs = append(segs, segment{int32(c), int32(e - c), last[c]})
 		c = e
 	}
-	w := len(last)
 	rows := n / w
 	// More runs than an element map of runs of 8 on average is worth:
 	// the element map.
@@ -528,14 +538,11 @@ func buildGather(p *Plan, nd *node) error {
 	if n := outer * len(at) * inner; n != y.n {
 		return fmt.Errorf("gathered %d elements, output %v holds %d", n, y.shape, y.n)
 	}
-	outerAt, innerAt := make([]int32, outer), make([]int32, inner)
+	outerAt := make([]int32, outer)
 	for o := range outerAt {
 		outerAt[o] = int32(o * dim * inner)
 	}
-	for k := range innerAt {
-		innerAt[k] = int32(k)
-	}
-	buildMap(p, nd, x, newSeparableMap([]int{outer, len(at), inner}, [][]int32{outerAt, at, innerAt}, x.n, 0))
+	buildMap(p, nd, x, newSeparableMap([]int{outer, len(at), inner}, [][]int32{outerAt, at, nil}, x.n, 0))
 	return nil
 }
 

@@ -12,8 +12,9 @@ import (
 // source, equal to a count element by element) on random Slice-, Pad-
 // and Gather-like
 // tables: steps, reversed axes, padding at either end, repeated and
-// consecutive indices, rows that continue each other; most of the maps
-// keep runs, the rest are element maps alike.
+// consecutive indices, rows that continue each other, a Gather's inner
+// elements as a nil table; most of the maps keep runs, the rest are
+// element maps alike.
 func TestSeparableMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	withRuns := 0
@@ -57,6 +58,18 @@ func TestSeparableMap(t *testing.T) {
 				v := ((start+c*step)%src[k] + src[k]) % src[k]
 				tables[k][c] = int32(v * st[k])
 			}
+		}
+		if r.IntN(4) == 0 { // a Gather's inner elements: the identity, as nil
+			src[rank-1] = shape[rank-1]
+			st = strides(src)
+			for k := range tables[:rank-1] {
+				for c := range tables[k] {
+					if tables[k][c] >= 0 {
+						tables[k][c] = int32(r.IntN(src[k]) * st[k])
+					}
+				}
+			}
+			tables[rank-1] = nil
 		}
 		n := numel(src)
 		want := NewIndexMap(separableIndex(shape, tables), n, 0.5)
