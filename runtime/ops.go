@@ -355,10 +355,10 @@ func forCoords(shape []int, fn func(i int, c []int)) {
 // a sum of one term per axis (Slice, Pad, Gather): tables[k][c] is axis
 // k's term for output coordinate c, or −1 where that coordinate reads no
 // element (the padding); a nil last table is the identity 0, 1, … (a
-// Gather's inner elements). Row by row — the outer coordinates' sum once a row, the
-// last axis's terms added in a loop — instead of a coordinate walk per
-// element: Swin-T's Slices and Pads, rebuilt by each plan the memory
-// estimate compiles, spent most of a 22 s `plan` in that walk.
+// Gather's inner elements). Row by row — the outer coordinates' sum once
+// a row, the last axis's terms added in a loop — instead of a coordinate
+// walk per element: Swin-T's Slices and Pads, rebuilt by each plan the
+// memory estimate compiles, spent most of a 22 s `plan` in that walk.
 func separableIndex(yShape []int, tables [][]int32) []int32 {
 	n := numel(yShape)
 	idx := make([]int32, n)
@@ -374,16 +374,7 @@ func separableIndex(yShape []int, tables [][]int32) []int32 {
 			last[i] = int32(i)
 		}
 	}
-	c := make([]int, r-1)
-	for row := 0; row*w < n; row++ {
-		base, pad := int32(0), false
-		for k, ck := range c {
-			if t := tables[k][ck]; t < 0 {
-				pad = true
-			} else {
-				base += t
-			}
-		}
+	separableRows(yShape, tables, func(row int, base int32, pad bool) {
 		out := idx[row*w : (row+1)*w]
 		for i, t := range last {
 			if pad || t < 0 {
@@ -392,6 +383,27 @@ func separableIndex(yShape []int, tables [][]int32) []int32 {
 				out[i] = base + t
 			}
 		}
+	})
+	return idx
+}
+
+// separableRows calls fn for each row of yShape (all axes but the last)
+// with the sum of its outer axes' terms, and whether one of them is
+// padding.
+func separableRows(yShape []int, tables [][]int32, fn func(row int, base int32, pad bool)) {
+	r := len(yShape)
+	rows := numel(yShape[:r-1])
+	c := make([]int, r-1)
+	for row := 0; row < rows; row++ {
+		base, pad := int32(0), false
+		for k, ck := range c {
+			if t := tables[k][ck]; t < 0 {
+				pad = true
+			} else {
+				base += t
+			}
+		}
+		fn(row, base, pad)
 		for k := r - 2; k >= 0; k-- {
 			c[k]++
 			if c[k] < yShape[k] {
@@ -400,7 +412,6 @@ func separableIndex(yShape []int, tables [][]int32) []int32 {
 			c[k] = 0
 		}
 	}
-	return idx
 }
 
 // newSeparableMap is NewIndexMap(separableIndex(yShape, tables), srcLen,
@@ -436,16 +447,7 @@ func newSeparableMap(yShape []int, tables [][]int32, srcLen int, fill float32) *
 		return NewIndexMap(separableIndex(yShape, tables), srcLen, fill)
 	}
 	runs := &IndexRuns{}
-	c := make([]int, r-1)
-	for row := 0; row < rows; row++ {
-		base, pad := int32(0), false
-		for k, ck := range c {
-			if t := tables[k][ck]; t < 0 {
-				pad = true
-			} else {
-				base += t
-			}
-		}
+	separableRows(yShape, tables, func(row int, base int32, pad bool) {
 		for _, sg := range segs {
 			if pad || sg.t < 0 {
 				runs.Padded = true
@@ -460,14 +462,7 @@ func newSeparableMap(yShape []int, tables [][]int32, srcLen int, fill float32) *
 			runs.Src = append(runs.Src, src)
 			runs.N = append(runs.N, sg.n)
 		}
-		for k := r - 2; k >= 0; k-- {
-			c[k]++
-			if c[k] < yShape[k] {
-				break
-			}
-			c[k] = 0
-		}
-	}
+	})
 	if len(runs.N)*8 > n {
 		return NewIndexMap(separableIndex(yShape, tables), srcLen, fill)
 	}
