@@ -53,6 +53,18 @@ func convRowsOf(N, B int, x, dy *runtime.View) (convRows, error) {
 	return convRows{B: B, k: N / B, run: run}, nil
 }
 
+// foldGeometry is what the folded forms unfold of convolution s: its
+// plane's scratch and a row's unfolded input (D × T floats; neither for a
+// pointwise convolution, read in place), whether the layer takes a ghost
+// norm, and a sample's positions kT.
+func foldGeometry(ls *linearState, s *runtime.ConvShape, f convRows) (plane, colLen int, pointwise, ghost bool, KT int) {
+	plane, colLen, pointwise = s.PlaneSize(), s.T*s.D, s.Pointwise()
+	if pointwise {
+		plane, colLen = 0, 0
+	}
+	return plane, colLen, pointwise, ls.decision == rewrite.Ghost, f.k * s.T
+}
+
 // convFoldedUse is convUseOn where each sample spans several rows
 // (convRows.folded). Sample i's unfolded input a_i stacks its k rows'
 // (kT × D) and its output gradient g_i theirs (kT × P), as the plan
@@ -85,13 +97,7 @@ func convFoldedUse(e *Engine, ls *linearState, us *useState, s *runtime.ConvShap
 		})
 		return nil
 	}
-	plane, colLen := s.PlaneSize(), T*D
-	pointwise := s.Pointwise()
-	if pointwise {
-		plane, colLen = 0, 0
-	}
-	ghost := ls.decision == rewrite.Ghost
-	KT := f.k * T
+	plane, colLen, pointwise, ghost, KT := foldGeometry(ls, s, f)
 	slots := 1 // unfolded rows kept at once: all k for a ghost norm's Grams
 	need := plane + colLen + P*D
 	if ghost {
@@ -188,19 +194,27 @@ func (f convRows) rowBlocks(i0, n int, fn func(j, first, count int)) {
 	}
 }
 
-// foldChunk is the chunk of samples the batched forms take at once (per
-// scratch floats a sample after fixed ones, within batchedScratch and the
-// plan's workspace) and its scratch; nb 0 where one sample does not fit.
-func (e *Engine) foldChunk(fixed, per int) (nb int, buf []float32, err error) {
-	nb = min(e.n, e.fitWorkspace(batchedScratch/max(per, 1), fixed, per))
+// foldChunks runs fn on the step's samples in chunks of nb (as many as
+// fit batchedScratch and the plan's workspace at per scratch floats a
+// sample after fixed ones), each call the chunk's first sample i0 and its
+// count n, with the scratch buf (fixed + nb·per floats). It reports
+// false, running nothing, where one sample does not fit.
+func (e *Engine) foldChunks(fixed, per int, fn func(buf []float32, nb, i0, n int) error) (bool, error) {
+	nb := min(e.n, e.fitWorkspace(batchedScratch/max(per, 1), fixed, per))
 	if nb < 1 {
-		return 0, nil, nil
+		return false, nil
 	}
 	bufs, err := e.workerBufs(fixed + nb*per)
 	if err != nil {
-		return 0, nil, err
+		return false, err
 	}
-	return nb, bufs[0], nil
+	for i0 := 0; i0 < e.n; i0 += nb {
+		e.convChunks++
+		if err := fn(bufs[0], nb, i0, min(nb, e.n-i0)); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 // sumRows adds, for each of n samples, its k rows of size floats in R
@@ -248,45 +262,27 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 		size := M * s.K
 		scratch := e.ops.DepthwiseScratchSize(s)
 		per := (f.k + 1) * size
-		nb, buf, err := e.foldChunk(scratch, per)
-		if nb < 1 || err != nil {
-			return err != nil, err
-		}
-		ws, R, out := buf[:scratch], buf[scratch:scratch+nb*f.k*size], buf[scratch+nb*f.k*size:scratch+nb*per]
-		for i0 := 0; i0 < e.n; i0 += nb {
-			n := min(nb, e.n-i0)
-			e.convChunks++
+		return e.foldChunks(scratch, per, func(buf []float32, nb, i0, n int) error {
+			ws, R, out := buf[:scratch], buf[scratch:scratch+nb*f.k*size], buf[scratch+nb*f.k*size:scratch+nb*per]
 			f.rowBlocks(i0, n, func(j, first, count int) {
 				e.ops.DepthwiseGradBatch(s, x.Data, dy.Data, first, count, R[j*n*size:], ws)
 			})
 			if err := e.sumRows(f, R, size, n, n, 0, out); err != nil {
-				return true, err
+				return err
 			}
 			e.addRows(us, i0, n, out[:n*size])
-		}
-		return true, nil
+			return nil
+		})
 	}
-	plane, colLen := s.PlaneSize(), T*D
-	pointwise := s.Pointwise()
-	if pointwise {
-		plane, colLen = 0, 0
-	}
-	ghost := ls.decision == rewrite.Ghost
-	KT := f.k * T
+	plane, colLen, pointwise, ghost, KT := foldGeometry(ls, s, f)
 	per := f.k * colLen
 	if ghost {
 		per += 2 * KT * KT
 	} else {
 		per += M * D
 	}
-	nb, buf, err := e.foldChunk(plane, per)
-	if nb < 1 || err != nil {
-		return err != nil, err
-	}
-	pl, col, rest := buf[:plane], buf[plane:plane+nb*f.k*colLen], buf[plane+nb*f.k*colLen:plane+nb*per]
-	for i0 := 0; i0 < e.n; i0 += nb {
-		n := min(nb, e.n-i0)
-		e.convChunks++
+	return e.foldChunks(plane, per, func(buf []float32, nb, i0, n int) error {
+		pl, col, rest := buf[:plane], buf[plane:plane+nb*f.k*colLen], buf[plane+nb*f.k*colLen:plane+nb*per]
 		for gr := 0; gr < groups; gr++ {
 			if !pointwise {
 				f.rowBlocks(i0, n, func(j, first, count int) {
@@ -332,8 +328,8 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 		if !ghost {
 			e.addRows(us, i0, n, rest[:n*M*D])
 		}
-	}
-	return true, nil
+		return nil
+	})
 }
 
 // convBiasFolded is convBias where each sample spans several rows of the
