@@ -288,11 +288,14 @@
 //
 // # What remains (issue 14)
 //
-//   - Speed. On an H100 (docs/BENCHMARKS.md, fourth loan) the whole test
+//   - Speed. On an H100 (docs/BENCHMARKS.md, fifth loan) the whole test
 //     suite passes and the norms equal the CPU's; book-keeping's step is
-//     1.02× (VGG-16) and 1.05× (VGG-19/CIFAR) PyTorch's non-DP step, the
-//     target (1.2×) met, and 1.49× (ResNet-50), 1.43× (ViT-B/16) not yet.
-//     ResNet-50's profile puts a bk step's time in the convolutions
+//     1.05× (VGG-16) and 0.99× (VGG-19/CIFAR) PyTorch's non-DP step, the
+//     target (1.2×) met, and 1.24× (ResNet-50), 1.35× (ViT-B/16) not yet
+//     (the fourth loan: 1.49×, 1.43×; the changes below are in those
+//     figures, timed together), its peak memory within 1.1× of PyTorch's
+//     on all four. At the fourth loan
+//     ResNet-50's profile put a bk step's time in the convolutions
 //     (≈ 32 ms of 79 profiled), GroupNorm (≈ 17 ms: forward, backward,
 //     the per-sample γ/β sums) and the norms' GEMMs and unfolding; ViT-B/16's
 //     in its GEMMs (101 of 141 ms), where nondp is already 1.21× PyTorch's
@@ -305,7 +308,7 @@
 //     column sums
 //     read a row apart by a warp or block per result (ReduceToShape, a
 //     broadcast operand's gradient, LayerNorm's γ/β over the batch: now
-//     column tiles, cols_total), none timed yet.
+//     column tiles, cols_total), timed only together by the fifth loan.
 //     bk with --tf32 ran slower than in float32 on every convolutional
 //     model (nondp faster), on the same operations (the emulation's
 //     profile): bk's order had put the loans' 10-class head bias first in
