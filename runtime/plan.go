@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -398,6 +399,15 @@ func CompileForBatch(g *graph.Graph, batch int, sample []int64, opts *Options) (
 
 func diffSlot(n *graph.Node, i int) bool { return graph.GradientFlows(n, i) }
 
+// indexMapOps are the operators whose kernels move elements by an index
+// map of int32 offsets (IndexMap, ScatterReduce, Einsum's layouts): a
+// tensor of more than 2³¹−1 elements, which a large device admits, would
+// overflow them, so compiling refuses it.
+var indexMapOps = map[string]bool{
+	"Slice": true, "Pad": true, "Gather": true, "Tile": true, "Resize": true, "Upsample": true,
+	"ScatterND": true, "ScatterElements": true, "Einsum": true,
+}
+
 func ints(s graph.Shape) []int {
 	out := make([]int, len(s))
 	for i, d := range s {
@@ -658,6 +668,13 @@ func (p *Plan) build() error {
 		for j, t := range nd.in {
 			if t != nil && (t.param || t.derived) && diffSlot(n, j) && nd.needBwd {
 				nd.hooked = true
+			}
+		}
+		if indexMapOps[n.OpType] {
+			for _, t := range append(append([]*tensor(nil), nd.in...), nd.out...) {
+				if t != nil && t.n > math.MaxInt32 {
+					return fmt.Errorf("runtime: node %s: %s of a tensor of %d elements: its index map addresses at most %d (2³¹−1)", n, n.OpType, t.n, math.MaxInt32)
+				}
 			}
 		}
 		if err := build(p, nd); err != nil {

@@ -72,3 +72,29 @@ func TestPlanOnlyMeasuresWithoutAllocating(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexMapBound: a Slice over a tensor of more than 2³¹−1 elements
+// (8 GiB of float32, which a large device admits) is refused at compile
+// time, naming the node, rather than built with int32 offsets that
+// overflow; one just under the bound compiles (PlanOnly: nothing is
+// allocated either way).
+func TestIndexMapBound(t *testing.T) {
+	for _, c := range []struct {
+		cols int64
+		ok   bool
+	}{{1<<15 - 1, true}, {1 << 15, false}} {
+		b := newBuilder(0, 13)
+		b.ints("starts", []int64{1}, 1)
+		b.ints("ends", []int64{3}, 1)
+		b.ints("axes", []int64{1}, 1)
+		b.node("Slice", []string{"x", "starts", "ends", "axes"}, "y")
+		g := b.build(t, "x", []int64{1 << 16, c.cols}, "y")
+		_, err := CompileForBatch(g, 1<<16, nil, &Options{ForwardOnly: true, PlanOnly: true, MaxMemory: 1 << 40})
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%d columns: %v", c.cols, err)
+		case !c.ok && (err == nil || !strings.Contains(err.Error(), "its index map addresses at most 2147483647")):
+			t.Errorf("%d columns: %v, want the Slice refused", c.cols, err)
+		}
+	}
+}
