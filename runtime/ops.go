@@ -310,15 +310,11 @@ func buildWhere(p *Plan, nd *node) error {
 	return nil
 }
 
-// --- index-map operators: Slice, Gather, Pad ---
+// --- index-map operators: Slice, Gather, Pad (and Tile, nearest Resize) ---
 
-// buildIndexMap compiles y[i] = x[idx[i]] (fill where idx[i] < 0), whose
-// backward scatters: dx[idx[i]] += dy[i] (LayoutOps.IndexGather).
-func buildIndexMap(p *Plan, nd *node, x *tensor, idx []int32, fill float32) {
-	buildMap(p, nd, x, NewIndexMap(idx, x.n, fill))
-}
-
-// buildMap runs node nd as the gather m of its input x.
+// buildMap compiles node nd as the gather y[i] = x[m(i)] (m's fill where
+// it reads nothing), whose backward scatters dx[m(i)] += dy[i]
+// (LayoutOps.IndexGather).
 func buildMap(p *Plan, nd *node, x *tensor, m *IndexMap) {
 	y := nd.out[0]
 	nd.fwd = func() { p.ops.IndexGather(x.data, m, y.data) }

@@ -121,15 +121,14 @@ func buildTile(p *Plan, nd *node) error {
 		return fmt.Errorf("output rank %d differs from input rank %d", len(y.shape), len(x.shape))
 	}
 	st := strides(x.shape)
-	idx := make([]int32, y.n)
-	forCoords(y.shape, func(i int, c []int) {
-		j := 0
-		for k, ck := range c {
-			j += (ck % x.shape[k]) * st[k]
+	tables := make([][]int32, len(y.shape))
+	for k, n := range y.shape {
+		tables[k] = make([]int32, n)
+		for c := range tables[k] {
+			tables[k][c] = int32((c % x.shape[k]) * st[k])
 		}
-		idx[i] = int32(j)
-	})
-	buildIndexMap(p, nd, x, idx, 0)
+	}
+	buildMap(p, nd, x, newSeparableMap(y.shape, tables, x.n, 0))
 	return nil
 }
 

@@ -70,47 +70,38 @@ func buildResize(p *Plan, nd *node) error {
 		return buildCopy(p, nd)
 	}
 	if s.Mode == "nearest" {
-		buildIndexMap(p, nd, x, nearestIndex(x.shape, y.shape, axes, dims), s.Extrapolation)
+		if err := mapBound(nd.g.OpType, x, y); err != nil {
+			return err
+		}
+		buildMap(p, nd, x, newSeparableMap(y.shape, nearestTables(x.shape, y.shape, axes, dims), x.n, s.Extrapolation))
 		return nil
 	}
 	return buildInterpolation(p, nd, s, axes, dims)
 }
 
-// nearestIndex composes the per-axis source indices of nearest
-// interpolation into one map from output to input elements, −1 where an
-// axis extrapolates.
-func nearestIndex(xShape, yShape []int, axes []*graph.ResizeAxis, dims []int) []int32 {
-	r := len(yShape)
-	src := make([][]int, r) // per axis: source index of each output index, −1 outside
-	for d := 0; d < r; d++ {
-		src[d] = make([]int, yShape[d])
-		for o := range src[d] {
-			src[d][o] = o
+// nearestTables are nearest interpolation's per-axis terms for
+// newSeparableMap: output index o of axis d reads source index
+// a.Index[o] (o on an axis the resize leaves alone), times the axis's
+// stride, or −1 where the axis extrapolates.
+func nearestTables(xShape, yShape []int, axes []*graph.ResizeAxis, dims []int) [][]int32 {
+	st := strides(xShape)
+	tables := make([][]int32, len(yShape))
+	for d, n := range yShape {
+		tables[d] = make([]int32, n)
+		for o := range tables[d] {
+			tables[d][o] = int32(o * st[d])
 		}
 	}
 	for i, a := range axes {
-		for o := range src[dims[i]] {
-			src[dims[i]][o] = a.Index[o]
+		d := dims[i]
+		for o := range tables[d] {
+			tables[d][o] = int32(a.Index[o] * st[d])
 			if a.Outside != nil && a.Outside[o] {
-				src[dims[i]][o] = -1
+				tables[d][o] = -1
 			}
 		}
 	}
-	st := strides(xShape)
-	idx := make([]int32, numel(yShape))
-	forCoords(yShape, func(i int, c []int) {
-		j := 0
-		for d, cd := range c {
-			k := src[d][cd]
-			if k < 0 {
-				j = -1
-				break
-			}
-			j += k * st[d]
-		}
-		idx[i] = int32(j)
-	})
-	return idx
+	return tables
 }
 
 // resizeStep is one axis of a linear or cubic resize: from shape in to

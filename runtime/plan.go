@@ -402,10 +402,18 @@ func diffSlot(n *graph.Node, i int) bool { return graph.GradientFlows(n, i) }
 // indexMapOps are the operators whose kernels move elements by an index
 // map of int32 offsets (IndexMap, ScatterReduce, Einsum's layouts): a
 // tensor of more than 2³¹−1 elements, which a large device admits, would
-// overflow them, so compiling refuses it.
-var indexMapOps = map[string]bool{
-	"Slice": true, "Pad": true, "Gather": true, "Tile": true, "Resize": true, "Upsample": true,
-	"ScatterND": true, "ScatterElements": true, "Einsum": true,
+// overflow them, so compiling refuses it (mapBound). A nearest Resize
+// checks its own (its other modes are GEMMs).
+var indexMapOps = map[string]bool{"Slice": true, "Pad": true, "Gather": true, "Tile": true, "ScatterND": true, "Einsum": true}
+
+// mapBound refuses tensors an int32 index map cannot address.
+func mapBound(op string, ts ...*tensor) error {
+	for _, t := range ts {
+		if t != nil && t.n > math.MaxInt32 {
+			return fmt.Errorf("%s of a tensor of %d elements: its index map addresses at most %d (2³¹−1)", op, t.n, math.MaxInt32)
+		}
+	}
+	return nil
 }
 
 func ints(s graph.Shape) []int {
@@ -671,10 +679,8 @@ func (p *Plan) build() error {
 			}
 		}
 		if indexMapOps[n.OpType] {
-			for _, t := range append(append([]*tensor(nil), nd.in...), nd.out...) {
-				if t != nil && t.n > math.MaxInt32 {
-					return fmt.Errorf("runtime: node %s: %s of a tensor of %d elements: its index map addresses at most %d (2³¹−1)", n, n.OpType, t.n, math.MaxInt32)
-				}
+			if err := mapBound(n.OpType, append(append([]*tensor(nil), nd.in...), nd.out...)...); err != nil {
+				return fmt.Errorf("runtime: node %s: %w", n, err)
 			}
 		}
 		if err := build(p, nd); err != nil {
