@@ -39,18 +39,30 @@ func convRowsOf(N, B int, x, dy *runtime.View) (convRows, error) {
 	if N == B || B <= 0 || testhook.ConvWindowsAsSamples {
 		return convRows{B: B, k: 1, run: 1}, nil
 	}
-	inRow, outRow := 0, 0
-	if N > 0 {
-		inRow, outRow = len(x.Data)/N, len(dy.Data)/N
-	}
-	if N%B != 0 || inRow == 0 || outRow == 0 || x.BatchStride%inRow != 0 || dy.BatchStride%outRow != 0 {
+	fx, okx := viewRows(N, B, x)
+	fy, oky := viewRows(N, B, dy)
+	if !okx || !oky {
 		return convRows{}, fmt.Errorf("convolution over %d rows for a batch of %d samples (input batch stride %d, output %d): a row would hold parts of two samples", N, B, x.BatchStride, dy.BatchStride)
 	}
-	run := x.BatchStride / inRow
-	if dy.BatchStride/outRow != run || (N/run)%B != 0 {
+	if fx != fy {
 		return convRows{}, fmt.Errorf("convolution over %d rows for a batch of %d samples: the input (batch stride %d) and output gradient (%d) assign its rows to samples differently", N, B, x.BatchStride, dy.BatchStride)
 	}
-	return convRows{B: B, k: N / B, run: run}, nil
+	return fx, nil
+}
+
+// viewRows is how v's N rows (v's leading axis) hold B samples, as its
+// batch stride says; false where a row would hold parts of two samples
+// or the blocks do not cycle through the samples evenly.
+func viewRows(N, B int, v *runtime.View) (convRows, bool) {
+	if N <= 0 || B <= 0 || N%B != 0 || len(v.Data)%N != 0 {
+		return convRows{}, false
+	}
+	row := len(v.Data) / N
+	if row == 0 || v.BatchStride%row != 0 || v.BatchStride == 0 {
+		return convRows{}, false
+	}
+	f := convRows{B: B, k: N / B, run: v.BatchStride / row}
+	return f, (N/f.run)%B == 0
 }
 
 // foldGeometry is what the folded forms unfold of convolution s: its
@@ -340,17 +352,11 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 // forms do not take (the general path then runs).
 func convBiasFolded(e *Engine, p *param, dy *runtime.View, M int) bool {
 	N, B := dy.Shape[0], e.cfg.PhysicalBatch
-	if N%B != 0 || len(dy.Data)%(N*M) != 0 {
+	f, ok := viewRows(N, B, dy)
+	if !ok || !f.batchable() || len(dy.Data)%(N*M) != 0 {
 		return false
 	}
 	row := len(dy.Data) / N
-	if dy.BatchStride%row != 0 {
-		return false
-	}
-	f := convRows{B: B, k: N / B, run: dy.BatchStride / row}
-	if (N/f.run)%B != 0 || !f.batchable() {
-		return false
-	}
 	// The rows the step's samples own: the first e.n·k where a sample's
 	// rows are contiguous; where they are interleaved, all N (the
 	// padding's among them, not summed).
