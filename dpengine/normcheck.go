@@ -15,7 +15,7 @@ import (
 type NormCheck struct {
 	Samples int     `json:"samples"`
 	Params  int     `json:"params"`
-	Worst   float64 `json:"worst_relative_difference"`
+	Worst   float64 `json:"worst_difference"`
 	Param   string  `json:"worst_param,omitempty"`
 	Sample  int     `json:"worst_sample"`
 }
