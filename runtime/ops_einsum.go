@@ -62,6 +62,9 @@ func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMa
 			axSt[a] = st[l] // 0 for a label the target does not hold
 		}
 	}
+	if identity && inPlace(sh, axSt, first) {
+		return nil // no walk over the elements: a large operand's would cost seconds to compile
+	}
 	forCoords(sh, func(i int, c []int) {
 		j := 0
 		for a := range ls {
@@ -81,6 +84,52 @@ func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMa
 	}
 	m.im = NewIndexMap(m.dst, m.n, 0)
 	return m
+}
+
+// inPlace reports whether target strides st (with first, the earlier
+// axis an axis repeats, or −1) send every element of an operand of shape
+// sh to its own offset: each axis longer than 1 has its row-major stride
+// in the target, and no label repeats over an axis longer than 1 (a
+// diagonal, whose other elements land nowhere).
+func inPlace(sh, st, first []int) bool {
+	s := 1
+	for a := len(sh) - 1; a >= 0; a-- {
+		if f := first[a]; f >= 0 && (sh[a] != 1 || sh[f] != 1) {
+			return false
+		}
+		if sh[a] != 1 && st[a] != s {
+			return false
+		}
+		s *= sh[a]
+	}
+	return true
+}
+
+// isLayout reports whether an operand with labels ls and shape sh is
+// already in the layout that lists the labels order with sizes size
+// (layoutMap would return nil), without building the map.
+func isLayout(ls []rune, sh []int, order []rune, size map[rune]int64) bool {
+	st := map[rune]int{}
+	s := 1
+	for i := len(order) - 1; i >= 0; i-- {
+		st[order[i]] = s
+		s *= int(size[order[i]])
+	}
+	if numel(sh) != s {
+		return false
+	}
+	axSt, first := make([]int, len(ls)), make([]int, len(ls))
+	for a, l := range ls {
+		first[a] = -1
+		for b := 0; b < a; b++ {
+			if ls[b] == l {
+				first[a] = b
+				break
+			}
+		}
+		axSt[a] = st[l]
+	}
+	return inPlace(sh, axSt, first)
 }
 
 // buildEinsum compiles Einsum. One operand is a layout map (transpose,
@@ -332,13 +381,19 @@ func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int
 	// An operand already laid out as the product needs it, or as its
 	// transpose (k·d of attention's keys), is read in place: the GEMM
 	// transposes it. Only other layouts are gathered through a map.
-	e.mA = layoutMap(la, sa, cat(batch, rows, con), size)
-	if e.mA != nil && layoutMap(la, sa, cat(batch, con, rows), size) == nil {
-		e.mA, e.tA = nil, true
+	switch {
+	case isLayout(la, sa, cat(batch, rows, con), size):
+	case isLayout(la, sa, cat(batch, con, rows), size):
+		e.tA = true
+	default:
+		e.mA = layoutMap(la, sa, cat(batch, rows, con), size)
 	}
-	e.mB = layoutMap(lb, sb, cat(batch, con, cols), size)
-	if e.mB != nil && layoutMap(lb, sb, cat(batch, cols, con), size) == nil {
-		e.mB, e.tB = nil, true
+	switch {
+	case isLayout(lb, sb, cat(batch, con, cols), size):
+	case isLayout(lb, sb, cat(batch, cols, con), size):
+		e.tB = true
+	default:
+		e.mB = layoutMap(lb, sb, cat(batch, con, cols), size)
 	}
 	e.lda, e.ldb = e.K, e.N // leading dimensions of A′ (M×K or K×M) and B′ (K×N or N×K)
 	if e.tA {
@@ -360,22 +415,19 @@ func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int
 	if st != numel(so) {
 		return nil, fmt.Errorf("output %v does not hold %d elements", so, st)
 	}
-	forCoords(so, func(j int, c []int) {
-		i := 0
-		for ax, l := range lo {
-			i += c[ax] * cSt[l]
-		}
-		if i != j && e.yIdx == nil {
-			e.yIdx = make([]int32, numel(so))
-			for q := 0; q < j; q++ {
-				e.yIdx[q] = int32(q)
+	ySt, yFirst := make([]int, len(lo)), make([]int, len(lo))
+	for ax, l := range lo {
+		ySt[ax], yFirst[ax] = cSt[l], -1
+	}
+	if !inPlace(so, ySt, yFirst) {
+		e.yIdx = make([]int32, numel(so))
+		forCoords(so, func(j int, c []int) {
+			i := 0
+			for ax := range lo {
+				i += c[ax] * ySt[ax]
 			}
-		}
-		if e.yIdx != nil {
 			e.yIdx[j] = int32(i)
-		}
-	})
-	if e.yIdx != nil {
+		})
 		e.yMap = NewIndexMap(e.yIdx, e.nb*e.M*e.N, 0)
 	}
 	// Workspace: A′, B′ (when mapped), the product or its gradient (when
