@@ -18,8 +18,10 @@
 // tensors marked PARAMETER and the unmarked ones its optimizer rewrote, its
 // buffers and lifted constants fold (Value.ExportConstant); in any model a
 // float initializer whose every use ends in a comparison (gradient.go: a
-// mask's fill values compared by Equal) is no parameter and folds too
-// (Value.NoGradient). Shape inference
+// mask's fill values compared by Equal), or whose every element reaching
+// the model a condition computed from it masks out again (zerograd.go: the
+// same mask as the dynamo exporter writes it, proven by evaluation), is
+// no parameter and folds too (Value.NoGradient). Shape inference
 // turns a CastLike whose target type is known into Cast, and a GatherND of
 // one leading axis by constant indices into Gather (castlike.go,
 // gathernd.go), the forms the dynamo exporter writes. Graph.InferShapes fixes the

@@ -95,11 +95,13 @@ type Value struct {
 	// or a constant its optimizer lifted; markExportConstants). It is
 	// never trained, and folds like a constant.
 	ExportConstant bool
-	// NoGradient marks a float initializer whose every use ends in a
-	// comparison or another operator no gradient passes (the data of a
-	// mask: Swin's shifted-window mask built from fill values, onlyMasks):
-	// no gradient reaches it. It is never trained, and folds like a
-	// constant.
+	// NoGradient marks a float initializer no gradient reaches: every
+	// use ends in a comparison or another operator no gradient passes
+	// (the data of a mask: Swin's shifted-window mask built from fill
+	// values, onlyMasks), or every element it gives the model is masked
+	// out again by a condition computed from it (the same mask as the
+	// dynamo exporter writes it, masked_fill twice: markMaskedOut). It is
+	// never trained, and folds like a constant.
 	NoGradient bool
 	// ExportKind is the kind torch.export's signature gives the value
 	// (PARAMETER, BUFFER, CONSTANT_TENSOR, USER_INPUT), "" where the model
@@ -325,6 +327,7 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	if err := g.sortTopological(); err != nil {
 		return nil, err
 	}
+	markMaskedOut(g)
 	return g, nil
 }
 
