@@ -79,6 +79,14 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 	}
 }
 
+// unaryKernels names the kernels of one operator each (elementwise.cu's
+// UNARY_FOR): unary+suffix and unary_backward+suffix; the others run the
+// kernels of every operator.
+var unaryKernels = map[runtime.UnaryOp]string{
+	runtime.UnaryRelu: "_relu", runtime.UnaryGelu: "_gelu", runtime.UnaryGeluTanh: "_gelu_tanh",
+	runtime.UnarySigmoid: "_sigmoid", runtime.UnaryTanh: "_tanh",
+}
+
 // unaryArgs adds op and its parameters.
 func unaryArgs(a *Args, op runtime.UnaryOp, par runtime.UnaryParams) *Args {
 	return a.I32(int32(op)).F32(par.Alpha).F32(par.Beta).F32(par.Gamma)
@@ -103,7 +111,7 @@ func (d *Device) Unary(op runtime.UnaryOp, par runtime.UnaryParams, x, y []float
 		py = f32(y, yk, d)
 	}
 	unaryArgs(a, op, par).Ptr(px).Ptr(py).I64(int64(len(x)))
-	d.launch("unary", int64(len(x)))
+	d.launch("unary"+unaryKernels[op], int64(len(x)))
 }
 
 // aliased reports whether two operands start at one address (an operation
@@ -131,7 +139,7 @@ func (d *Device) UnaryBackward(op runtime.UnaryOp, par runtime.UnaryParams, x, y
 	defer d.end("UnaryBackward")
 	pdy, pdx := d.inOut(dy, dx)
 	unaryArgs(a, op, par).Ptr(f32(xs, opIn, d)).Ptr(f32(ys, opIn, d)).Ptr(pdy).Ptr(pdx).I64(int64(n))
-	d.launch("unary_backward", int64(n))
+	d.launch("unary_backward"+unaryKernels[op], int64(n))
 }
 
 // inOut stages an input x and an output y of one length that may be one

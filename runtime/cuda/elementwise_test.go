@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"io"
 	"math"
 	"math/rand"
 	"testing"
@@ -299,4 +300,54 @@ var elementwiseCases = []valueCase{
 // backend and the CPU, through the emulation.
 func TestElementwiseOps(t *testing.T) {
 	testValueCases(t, emuDevice(t), elementwiseCases, 6)
+}
+
+// TestUnaryKernelsOfOneOperator: the kernels of one operator each
+// (unaryKernels) give the bits of the kernels of every operator, forward
+// and backward, over values that reach each case (signed zeros, the
+// infinities, NaN, the tails).
+func TestUnaryKernelsOfOneOperator(t *testing.T) {
+	t.Setenv(EnvProfile, "1") // the kernel table says which kernels ran
+	d := emuDevice(t)
+	d.prof.out = io.Discard
+	rng := rand.New(rand.NewSource(3))
+	const n = 1000
+	x := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-30, -1e-30, 40, -40, 1e30, -1e30}
+	for len(x) < n {
+		x = append(x, float32(rng.NormFloat64()*3))
+	}
+	dy := make([]float32, n)
+	for i := range dy {
+		dy[i] = float32(rng.NormFloat64())
+	}
+	dy[0], dy[1] = float32(math.Copysign(0, -1)), -2 // −0 and a negative gradient at x = 0
+	run := func(op runtime.UnaryOp) (y, dx []float32) {
+		p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+		px, py, pdy, pdx := place(p, x), place(p, make([]float32, n)), place(p, dy), place(p, make([]float32, n))
+		d.Unary(op, runtime.UnaryParams{}, px, py)
+		d.UnaryBackward(op, runtime.UnaryParams{}, px, py, pdy, pdx)
+		return fetch(p, py), fetch(p, pdx)
+	}
+	if len(unaryKernels) == 0 {
+		t.Fatal("no operator has kernels of its own")
+	}
+	for op, suffix := range unaryKernels {
+		d.ResetProfile()
+		y1, dx1 := run(op)
+		for _, k := range []string{"unary" + suffix, "unary_backward" + suffix} {
+			if e := d.prof.kernels[k]; e == nil || e.n != 1 {
+				t.Errorf("op %d: kernel %s did not run once", op, k)
+			}
+		}
+		saved := unaryKernels
+		unaryKernels = nil
+		y2, dx2 := run(op)
+		unaryKernels = saved
+		for i := range x {
+			if math.Float32bits(y1[i]) != math.Float32bits(y2[i]) || math.Float32bits(dx1[i]) != math.Float32bits(dx2[i]) {
+				t.Errorf("unary%s at x = %v: y %v dx %v, the kernels of every operator %v %v", suffix, x[i], y1[i], dx1[i], y2[i], dx2[i])
+				break
+			}
+		}
+	}
 }

@@ -123,8 +123,9 @@ __device__ __forceinline__ double softplus(double x) { return fmax(x, 0.0) + log
 #define TWO_OVER_SQRT_PI 1.1283791670955126
 
 // unary_f is op(x) in double, the operators' ONNX definitions; a, b, g
-// are α, β, γ.
-__device__ double unary_f(int op, double a, double b, double g, double x) {
+// are α, β, γ. Inlined, so that a kernel for one operator (below) keeps
+// only its case.
+__device__ __forceinline__ double unary_f(int op, double a, double b, double g, double x) {
   switch (op) {
   case U_RELU: return x < 0 ? 0 : x;
   case U_SIGMOID: return 1 / (1 + exp(-x));
@@ -162,7 +163,7 @@ __device__ double unary_f(int op, double a, double b, double g, double x) {
 
 // unary_grad is op'(x) in double from the input x or the output y (the
 // one runtime.ElementwiseOps.UnaryBackward gives the operator).
-__device__ double unary_grad(int op, double a, double b, double g, double x, double y) {
+__device__ __forceinline__ double unary_grad(int op, double a, double b, double g, double x, double y) {
   switch (op) {
   case U_RELU: return y > 0 ? 1 : 0;
   case U_SIGMOID: return y * (1 - y);
@@ -222,6 +223,50 @@ extern "C" __global__ void unary_backward(int op, float a, float b, float g, con
     double xv = x ? x[i] : 0, yv = y ? y[i] : 0;
     dx[i] = (float)((double)dy[i] * unary_grad(op, a, b, g, xv, yv));
   }
+}
+
+// unary_one and unary_backward_one are unary and unary_backward for the
+// one operator OP: the same arithmetic, and so the same bits. A kernel
+// holding every operator's double-precision transcendentals is compiled
+// for the registers of its largest case; ReLU's and GELU's, the
+// activations of nearly every CNN and ViT, then ran at a fraction of the
+// memory's bandwidth (the fifth GPU loan's profiles: ResNet-50's ReLU
+// passes 2.2× PyTorch's time, ViT-B/16's GELU more). A kernel of one
+// operator (unary_relu, unary_backward_relu, …; op, the first argument,
+// ignored) holds its own case alone.
+template <int OP>
+__device__ __forceinline__ void unary_one(float a, float b, float g, const float *x, float *y, long long n) {
+  FOR_EACH(i, n) y[i] = (float)unary_f(OP, a, b, g, x[i]);
+}
+
+template <int OP>
+__device__ __forceinline__ void unary_backward_one(float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  FOR_EACH(i, n) {
+    double xv = x ? x[i] : 0, yv = y ? y[i] : 0;
+    dx[i] = (float)((double)dy[i] * unary_grad(OP, a, b, g, xv, yv));
+  }
+}
+
+extern "C" __global__ void unary_relu(int op, float a, float b, float g, const float *x, float *y, long long n) { unary_one<U_RELU>(a, b, g, x, y, n); }
+extern "C" __global__ void unary_gelu(int op, float a, float b, float g, const float *x, float *y, long long n) { unary_one<U_GELU>(a, b, g, x, y, n); }
+extern "C" __global__ void unary_gelu_tanh(int op, float a, float b, float g, const float *x, float *y, long long n) { unary_one<U_GELU_TANH>(a, b, g, x, y, n); }
+extern "C" __global__ void unary_sigmoid(int op, float a, float b, float g, const float *x, float *y, long long n) { unary_one<U_SIGMOID>(a, b, g, x, y, n); }
+extern "C" __global__ void unary_tanh(int op, float a, float b, float g, const float *x, float *y, long long n) { unary_one<U_TANH>(a, b, g, x, y, n); }
+
+extern "C" __global__ void unary_backward_relu(int op, float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  unary_backward_one<U_RELU>(a, b, g, x, y, dy, dx, n);
+}
+extern "C" __global__ void unary_backward_gelu(int op, float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  unary_backward_one<U_GELU>(a, b, g, x, y, dy, dx, n);
+}
+extern "C" __global__ void unary_backward_gelu_tanh(int op, float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  unary_backward_one<U_GELU_TANH>(a, b, g, x, y, dy, dx, n);
+}
+extern "C" __global__ void unary_backward_sigmoid(int op, float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  unary_backward_one<U_SIGMOID>(a, b, g, x, y, dy, dx, n);
+}
+extern "C" __global__ void unary_backward_tanh(int op, float a, float b, float g, const float *x, const float *y, const float *dy, float *dx, long long n) {
+  unary_backward_one<U_TANH>(a, b, g, x, y, dy, dx, n);
 }
 
 // clip_f computes y = min(max(x, lo), hi) (NaN stays NaN).
