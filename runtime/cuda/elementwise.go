@@ -57,6 +57,14 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			d.Fill(0, t[:nt])
 			continue
 		}
+		if (op == runtime.BinaryAdd || op == runtime.BinarySub && wrt == 0) && nt == ny {
+			// dy itself (a residual connection's skip): a copy at the
+			// memory's speed, where the kernel below walked the layout of
+			// each element's one term (the fifth loan's profile: ResNet-50's
+			// 16 a step at 3.7× a copy's time).
+			d.copyGrad(dy[:ny], t[:nt])
+			continue
+		}
 		var rb [stackRank]bool
 		red := reducedAxes(yShape, tShape, rb[:])
 		l := newLayout(yShape, red, yShape, aShape, bShape)
@@ -76,6 +84,19 @@ func (d *Device) BinaryBackward(op runtime.BinaryOp, a []float32, aShape []int, 
 			d.launchSums("binary_backward", "binary_backward_block", int64(nt), int64(ny/nt))
 		}
 		d.end("BinaryBackward")
+	}
+}
+
+// copyGrad writes t = dy on the device, as BinaryBackward.
+func (d *Device) copyGrad(dy, t []float32) {
+	d.begin()
+	defer d.end("BinaryBackward")
+	pt, pdy := f32(t, opOut, d), f32(dy, opIn, d)
+	if pt == pdy {
+		return
+	}
+	if err := d.drv.CopyDtoD(pt, pdy, 4*len(t)); err != nil {
+		fault(fmt.Errorf("cuda: BinaryBackward: %w", err))
 	}
 }
 

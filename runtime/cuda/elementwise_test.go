@@ -172,6 +172,28 @@ var elementwiseCases = []valueCase{
 		}
 		return out, true
 	}, 1e-5},
+	// Operands of one shape (a residual connection): Add's gradients and
+	// Sub's first are dy, copied (one of them dy's own buffer).
+	{"BinaryBackwardSameShape", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
+		o, ok := ops.(runtime.ElementwiseOps)
+		if !ok {
+			return nil, false
+		}
+		var out [][]float32
+		shape := []int{2, 3, 1 + r.Intn(40)}
+		n := shapeNumel(shape)
+		for _, op := range []runtime.BinaryOp{runtime.BinaryAdd, runtime.BinarySub} {
+			a, b, dy := unif(r, n), unif(r, n), unif(r, n)
+			dy[0] = float32(math.Copysign(0, -1))
+			da, db := place(p, filled(n, 7)), place(p, filled(n, 7))
+			o.BinaryBackward(op, place(p, a), shape, place(p, b), shape, nil, place(p, dy), shape, da, db)
+			out = append(out, fetch(p, da), fetch(p, db))
+			pdy := place(p, dy) // the second operand's gradient in dy's buffer
+			o.BinaryBackward(op, place(p, a), shape, place(p, b), shape, nil, pdy, shape, nil, pdy)
+			out = append(out, fetch(p, pdy))
+		}
+		return out, true
+	}, 0},
 	{"Clip", func(ops any, p *placer, r *rand.Rand) ([][]float32, bool) {
 		o, ok := ops.(runtime.ElementwiseOps)
 		if !ok {
