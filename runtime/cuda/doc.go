@@ -314,7 +314,16 @@
 //     profile): bk's order had put the loans' 10-class head bias first in
 //     the parameter block and every weight 8 bytes off a 16-byte boundary,
 //     nondp's kept them aligned; every parameter now starts at a 256-byte
-//     boundary (runtime.BlockOffsets), not timed yet. TF32 products read
+//     boundary (runtime.BlockOffsets), not timed yet. The sixth loan's
+//     profiles (nineteenth session) put the non-DP step's gap to PyTorch's
+//     outside the convolutions, which are at par: GroupNorm against
+//     BatchNorm (11.4 against 6.0 ms a ResNet-50 step; its γ/β gradients
+//     still a pass of their own, row_param_grads, which the CPU folds into
+//     the backward's), the activations (the kernel of every operator, at
+//     2.2× PyTorch's time on ReLU: one-operator kernels since,
+//     unary_relu, …) and an Add's gradient over one shape (the reduction
+//     kernel's layout walk: a device copy since) — the last two not timed
+//     yet. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,
