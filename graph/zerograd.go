@@ -1,5 +1,7 @@
 package graph
 
+import "slices"
+
 // markMaskedOut sets NoGradient on the float initializers onlyMasks
 // cannot clear by structure alone: the data of a mask that also reaches
 // the model as values, each element masked out again by a condition
@@ -292,7 +294,7 @@ func propagateFlags(c *Graph, n *Node, flags map[*Value]*Tensor) (outs []*Tensor
 			}
 			acc = out[0]
 		}
-		if !sameShape(acc.Shape, n.Outputs[0].Shape.Ints()) {
+		if !slices.Equal(acc.Shape, n.Outputs[0].Shape.Ints()) {
 			return nil, false
 		}
 		return []*Tensor{acc}, true
@@ -318,16 +320,4 @@ func anyFlag(t *Tensor) bool {
 		}
 	}
 	return false
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -39,32 +39,11 @@ func (m *einsumMap) scatter(ops GraphOps, dt, dx []float32) {
 // a larger label broadcasts (it is absent from the operand, and order must
 // not hold it). It returns nil when the map is the identity.
 func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMap {
-	st := map[rune]int{}
-	s := 1
-	for i := len(order) - 1; i >= 0; i-- {
-		st[order[i]] = s
-		s *= int(size[order[i]])
-	}
-	m := &einsumMap{dst: make([]int32, numel(sh)), n: s}
-	identity := len(m.dst) == s
-	// Per axis: its stride in the target (0 when summed or broadcast, or
-	// when it repeats an earlier axis's label), and that earlier axis.
-	axSt, first := make([]int, len(ls)), make([]int, len(ls))
-	for a, l := range ls {
-		first[a] = -1
-		for b := 0; b < a; b++ {
-			if ls[b] == l {
-				first[a] = b
-				break
-			}
-		}
-		if first[a] < 0 && (sh[a] != 1 || size[l] == 1) {
-			axSt[a] = st[l] // 0 for a label the target does not hold
-		}
-	}
-	if identity && inPlace(sh, axSt, first) {
+	axSt, first, s := targetStrides(ls, sh, order, size)
+	if numel(sh) == s && inPlace(sh, axSt, first) {
 		return nil // no walk over the elements: a large operand's would cost seconds to compile
 	}
+	m := &einsumMap{dst: make([]int32, numel(sh)), n: s}
 	forCoords(sh, func(i int, c []int) {
 		j := 0
 		for a := range ls {
@@ -75,13 +54,7 @@ func layoutMap(ls []rune, sh []int, order []rune, size map[rune]int64) *einsumMa
 			j += c[a] * axSt[a]
 		}
 		m.dst[i] = int32(j)
-		if j != i {
-			identity = false
-		}
 	})
-	if identity {
-		return nil
-	}
 	m.im = NewIndexMap(m.dst, m.n, 0)
 	return m
 }
@@ -109,16 +82,22 @@ func inPlace(sh, st, first []int) bool {
 // already in the layout that lists the labels order with sizes size
 // (layoutMap would return nil), without building the map.
 func isLayout(ls []rune, sh []int, order []rune, size map[rune]int64) bool {
+	axSt, first, s := targetStrides(ls, sh, order, size)
+	return numel(sh) == s && inPlace(sh, axSt, first)
+}
+
+// targetStrides returns, per axis of an operand with labels ls and shape
+// sh, its stride in the layout that lists the labels order with sizes
+// size (0 when summed or broadcast, or when it repeats an earlier axis's
+// label) and that earlier axis (−1 if none), and the layout's elements.
+func targetStrides(ls []rune, sh []int, order []rune, size map[rune]int64) (axSt, first []int, n int) {
 	st := map[rune]int{}
-	s := 1
+	n = 1
 	for i := len(order) - 1; i >= 0; i-- {
-		st[order[i]] = s
-		s *= int(size[order[i]])
+		st[order[i]] = n
+		n *= int(size[order[i]])
 	}
-	if numel(sh) != s {
-		return false
-	}
-	axSt, first := make([]int, len(ls)), make([]int, len(ls))
+	axSt, first = make([]int, len(ls)), make([]int, len(ls))
 	for a, l := range ls {
 		first[a] = -1
 		for b := 0; b < a; b++ {
@@ -127,9 +106,11 @@ func isLayout(ls []rune, sh []int, order []rune, size map[rune]int64) bool {
 				break
 			}
 		}
-		axSt[a] = st[l]
+		if first[a] < 0 && (sh[a] != 1 || size[l] == 1) {
+			axSt[a] = st[l] // 0 for a label the target does not hold
+		}
 	}
-	return inPlace(sh, axSt, first)
+	return axSt, first, n
 }
 
 // buildEinsum compiles Einsum. One operand is a layout map (transpose,
