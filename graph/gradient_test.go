@@ -177,3 +177,49 @@ func TestMaskedOutInitializers(t *testing.T) {
 		t.Error("condition from the input's shape: r is no parameter")
 	}
 }
+
+// TestMaskedOutBounds: what markMaskedOut cannot prove within its bounds
+// stays a parameter. r is masked out by a condition of its own; p is a
+// parameter and q masked out by a condition of p's, which takes a second
+// round to see.
+func TestMaskedOutBounds(t *testing.T) {
+	f := func(shape []int64, v ...float32) *Tensor { return &Tensor{DType: Float32, Shape: shape, F32: v} }
+	build := func() *Graph {
+		return newBuilder(18).input("x", -1, 2).
+			init("p", f([]int64{2}, 0, 0)).
+			init("q", f([]int64{2}, 5, 6)).
+			init("r", f([]int64{2}, 0, 0)).
+			init("zero", f([]int64{}, 0)).
+			init("zf", f([]int64{}, 0)).
+			node("Equal", []string{"p", "zero"}, []string{"c"}).
+			node("Equal", []string{"q", "zero"}, []string{"qc"}).
+			node("Where", []string{"c", "zf", "q"}, []string{"w"}).
+			node("Equal", []string{"r", "zero"}, []string{"rc"}).
+			node("Where", []string{"rc", "zf", "r"}, []string{"rw"}).
+			node("Add", []string{"x", "w"}, []string{"y1"}).
+			node("Add", []string{"y1", "rw"}, []string{"y2"}).
+			node("Add", []string{"y2", "p"}, []string{"y"}).output("y").output("qc").graph(t)
+	}
+	for _, c := range []struct {
+		name         string
+		rounds, work int
+		wantRNoParam bool
+	}{
+		{"within the bounds", 3, 1 << 26, true},
+		{"one round", 1, 1 << 26, false},
+		{"no work", 3, 3, false},
+	} {
+		rounds, work := maskedOutRounds, maskedOutWork
+		maskedOutRounds, maskedOutWork = c.rounds, c.work
+		g := build()
+		maskedOutRounds, maskedOutWork = rounds, work
+		if got := !g.Values["r"].IsParam(); got != c.wantRNoParam {
+			t.Errorf("%s: r no parameter %v, want %v", c.name, got, c.wantRNoParam)
+		}
+		for _, name := range []string{"p", "q"} {
+			if !g.Values[name].IsParam() {
+				t.Errorf("%s: %s is no parameter", c.name, name)
+			}
+		}
+	}
+}

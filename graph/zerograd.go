@@ -32,9 +32,15 @@ import "slices"
 // (a condition it reaches) holds only while that one is no parameter
 // either: the analysis repeats without the ones found to be parameters
 // until it agrees with itself.
+//
+// The work is bounded, so that no model can make loading it expensive: at
+// most maskedOutRounds rounds (each a clone and an inference, what loading
+// costs anyway), and maskedOutWork flag elements over all candidates; past
+// either, what is not proven stays a parameter.
 func markMaskedOut(g *Graph) {
 	cands := maskedOutCandidates(g)
-	for len(cands) > 0 {
+	work := maskedOutWork
+	for round := 0; len(cands) > 0 && round < maskedOutRounds; round++ {
 		c := g.Clone()
 		cv := make([]*Value, len(cands))
 		for i, v := range cands {
@@ -52,7 +58,7 @@ func markMaskedOut(g *Graph) {
 		}
 		var dead []*Value
 		for i, v := range cv {
-			if !gradientReaches(c, nodes, outs, runtime, v) {
+			if !gradientReaches(c, nodes, outs, runtime, v, &work) {
 				dead = append(dead, cands[i])
 			}
 		}
@@ -65,6 +71,14 @@ func markMaskedOut(g *Graph) {
 		cands = dead
 	}
 }
+
+// The bounds of markMaskedOut's work: its rounds, and the flag elements
+// it may compute in all (a Swin-T's masks take some 10⁵). Variables for
+// the tests.
+var (
+	maskedOutRounds = 3
+	maskedOutWork   = 1 << 26
+)
 
 // maskedOutCandidates returns the float initializers still counted as
 // parameters that reach a comparison within the graph's constant part
@@ -97,34 +111,29 @@ func maskedOutCandidates(g *Graph) []*Value {
 			}
 		}
 	}
-	var out []*Value
-	for _, v := range g.Initializers {
-		if !v.IsParam() || v.Const == nil {
+	// toCmp: the constant-part values a comparison within that part reads,
+	// or that reach one; one pass against the nodes' (topological) order.
+	toCmp := map[*Value]bool{}
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := g.Nodes[i]
+		if len(n.Outputs) == 0 || n.Outputs[0] == nil || !konst[n.Outputs[0]] {
 			continue
 		}
-		seen := map[*Value]bool{v: true}
-		stack := []*Value{v}
-		found := false
-		for len(stack) > 0 && !found {
-			x := stack[len(stack)-1]
-			stack = stack[:len(stack)-1]
-			for _, n := range x.Consumers {
-				if len(n.Outputs) == 0 || n.Outputs[0] == nil || !konst[n.Outputs[0]] {
-					continue
-				}
-				if n.Domain == "" && noGradOps[n.OpType] {
-					found = true
-					break
-				}
-				for _, o := range n.Outputs {
-					if o != nil && !seen[o] {
-						seen[o] = true
-						stack = append(stack, o)
-					}
+		reach := n.Domain == "" && noGradOps[n.OpType]
+		for _, o := range n.Outputs {
+			reach = reach || o != nil && toCmp[o]
+		}
+		if reach {
+			for _, in := range n.Inputs {
+				if in != nil {
+					toCmp[in] = true
 				}
 			}
 		}
-		if found {
+	}
+	var out []*Value
+	for _, v := range g.Initializers {
+		if v.IsParam() && v.Const != nil && toCmp[v] {
 			out = append(out, v)
 		}
 	}
@@ -195,11 +204,14 @@ func inputDerived(g *Graph) map[*Value]bool {
 // whose constant part InferShapes has folded with v held constant; nodes
 // are c's nodes before the fold, in topological order, outs its outputs
 // and runtime the values computed from its inputs (a node reading one is
-// computed at run time, whatever the fold made of it for one shape).
-func gradientReaches(c *Graph, nodes []*Node, outs, runtime map[*Value]bool, v *Value) bool {
-	if v.Const == nil || v.Const.Len() > maxFoldElements {
+// computed at run time, whatever the fold made of it for one shape). It
+// charges the flag elements it computes to *work, and answers true (no
+// proof) once that is spent.
+func gradientReaches(c *Graph, nodes []*Node, outs, runtime map[*Value]bool, v *Value, work *int) bool {
+	if v.Const == nil || v.Const.Len() > maxFoldElements || v.Const.Len() > *work {
 		return true
 	}
+	*work -= v.Const.Len()
 	flags := map[*Value]*Tensor{v: flagTensor(v.Const.Shape, 1)}
 	for _, n := range nodes {
 		carried := false
@@ -222,6 +234,13 @@ func gradientReaches(c *Graph, nodes []*Node, outs, runtime map[*Value]bool, v *
 		outFlags, ok := propagateFlags(c, n, flags)
 		if !ok {
 			return true
+		}
+		for _, f := range outFlags {
+			if f != nil {
+				if *work -= f.Len(); *work < 0 {
+					return true
+				}
+			}
 		}
 		for i, o := range n.Outputs {
 			if o != nil && i < len(outFlags) && outFlags[i] != nil && o.DType.IsFloat() {
@@ -256,15 +275,15 @@ func propagateFlags(c *Graph, n *Node, flags map[*Value]*Tensor) (outs []*Tensor
 			in[i] = flags[x]
 		case x.Const != nil:
 			in[i] = flagTensor(x.Const.Shape, 0)
-		case x.Shape.Static():
+		case x.Shape.Static() && x.Shape.NumElements() <= maxFoldElements:
 			in[i] = flagTensor(x.Shape.Ints(), 0)
 		default:
 			return nil, false
 		}
 	}
 	for _, o := range n.Outputs {
-		if o != nil && !o.Shape.Static() {
-			return nil, false // the node's own fold reads its output's shape
+		if o != nil && (!o.Shape.Static() || o.Shape.NumElements() > maxFoldElements) {
+			return nil, false // the node's own fold reads its output's shape; flags as large as a fold may be
 		}
 	}
 	switch {
