@@ -86,7 +86,11 @@
 # (before its instantiate and per-sample rows; PyTorch's search unfinished:
 # its large batches take seconds a step); on 2026-11-27 dynamo (16 models,
 # two opsets, BUDGET_S=165) about 170 s, tests 60 s, and bench with
-# BENCH_VARIANTS="deterministic tf32" 70 s a 224² model. A part's checks
+# BENCH_VARIANTS="deterministic tf32" 70 s a 224² model; on the sixth loan
+# (same day) tests 55 s, dynamo of three models at one opset about 285 s
+# (their exports 20-33 s each; a check that times out costs its whole
+# DYN_CHECK_TIMEOUT), the profile part's first five rows with the
+# convolution table and PyTorch's two profiles about 100 s. A part's checks
 # already started run past BUDGET_S (dynamo's by up to DYN_CHECK_TIMEOUT
 # each): an outer `timeout` shorter than that loses the part's tables,
 # and the models it had not yet removed swell GPU_CHECK_TAR.
