@@ -1,0 +1,190 @@
+package runtime
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"io"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/orttest"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
+
+// loadNoData reads a gzipped graph of testdata/dynamo and fills the
+// weights its making emptied with seeded random values: a weight of rank
+// ≥ 2 N(0, 1/fan_in), anything else N(0, 0.05²) (bench/fill_weights.py's
+// rule). It returns the model and the filled file's bytes.
+func loadNoData(t *testing.T, name string) (*onnx.Model, []byte) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "testdata", "dynamo", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p onnxpb.ModelProto
+	if err := proto.Unmarshal(raw, &p); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	for _, tp := range p.GetGraph().GetInitializer() {
+		if len(tp.GetRawData()) > 0 || len(tp.GetFloatData()) > 0 || tp.GetDataType() != int32(onnxpb.TensorProto_FLOAT) {
+			continue
+		}
+		n := int64(1)
+		for _, d := range tp.GetDims() {
+			n *= d
+		}
+		sd := 0.05
+		if len(tp.GetDims()) >= 2 {
+			sd = 1 / math.Sqrt(float64(n/tp.GetDims()[0]))
+		}
+		var b bytes.Buffer
+		for i := int64(0); i < n; i++ {
+			binary.Write(&b, binary.LittleEndian, float32(rng.NormFloat64()*sd))
+		}
+		tp.RawData = b.Bytes()
+	}
+	filled, err := proto.Marshal(&p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := onnx.LoadBytes(filled, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, filled
+}
+
+// TestDynamoSwinT: torchvision's Swin-T as PyTorch's dynamo exporter
+// writes it. No parameter reaches a comparison (its shifted-window masks'
+// fill values, which only a proof by evaluation shows no gradient
+// reaches, are constants), so the masks fold; the model then compiles,
+// runs as onnxruntime does, and takes a backward pass.
+func TestDynamoSwinT(t *testing.T) {
+	m, filled := loadNoData(t, "swin_t.nodata.onnx.gz")
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No parameter upstream of a comparison.
+	seen := map[*graph.Value]bool{}
+	var up func(v *graph.Value) *graph.Value
+	up = func(v *graph.Value) *graph.Value {
+		if v == nil || seen[v] {
+			return nil
+		}
+		seen[v] = true
+		if v.IsParam() {
+			return v
+		}
+		if v.Producer != nil {
+			for _, in := range v.Producer.Inputs {
+				if p := up(in); p != nil {
+					return p
+				}
+			}
+		}
+		return nil
+	}
+	cmps := 0
+	for _, n := range g.Nodes {
+		if n.OpType != "Equal" {
+			continue
+		}
+		cmps++
+		for _, in := range n.Inputs {
+			if p := up(in); p != nil {
+				t.Errorf("parameter %s %v reaches %s", p.Name, p.Shape, n)
+			}
+		}
+	}
+	if cmps != 3 {
+		t.Fatalf("%d Equal nodes, want Swin-T's 3 masks'", cmps)
+	}
+	const batch = 2
+	plan, err := CompileForBatch(g, batch, nil, &Options{KeepActivations: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(2))
+	xIn, _ := plan.Input(0)
+	x := make([]float32, len(xIn))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	if err := plan.SetInput(0, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	y, shape := plan.Output(0)
+	if len(shape) != 2 || shape[0] != batch || shape[1] != 1000 {
+		t.Fatalf("logits shape %v", shape)
+	}
+	logits := append([]float32(nil), y...)
+	var big float64
+	for _, v := range logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("non-finite logit %v", v)
+		}
+		big = max(big, math.Abs(float64(v)))
+	}
+	path := filepath.Join(t.TempDir(), "swin_t.onnx")
+	if err := os.WriteFile(path, filled, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("onnxruntime", func(t *testing.T) {
+		ort := orttest.Run(t, path, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: []int64{batch, 3, 224, 224}, Data: x}})
+		want, ok := ort[g.Outputs[0].Name]
+		if !ok || len(want.Data) != len(logits) {
+			t.Fatalf("onnxruntime gave %v", ort)
+		}
+		worst := 0.0
+		for i, v := range want.Data {
+			worst = max(worst, math.Abs(float64(v-logits[i])))
+		}
+		if worst > 1e-5*max(big, 1) {
+			t.Errorf("logits differ from onnxruntime's by %.3g (largest %.3g)", worst, big)
+		}
+	})
+	t.Run("backward", func(t *testing.T) {
+		losses := make([]float32, batch)
+		if err := plan.Loss([]int64{3, 7}, losses); err != nil {
+			t.Fatal(err)
+		}
+		if err := plan.Backward(nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		names := plan.Params()
+		if len(names) != 149 {
+			t.Errorf("%d parameters, want Swin-T's 149 without its 19 mask fill values", len(names))
+		}
+		var sq float64
+		for _, name := range names {
+			for _, v := range plan.Grad(name) {
+				sq += float64(v) * float64(v)
+			}
+		}
+		if math.IsNaN(sq) || math.IsInf(sq, 0) || sq == 0 {
+			t.Errorf("the gradient's squared norm is %v", sq)
+		}
+	})
+}
