@@ -72,13 +72,30 @@ func loadNoData(t *testing.T, name string) (*onnx.Model, []byte) {
 	return m, filled
 }
 
-// TestDynamoSwinT: torchvision's Swin-T as PyTorch's dynamo exporter
-// writes it. No parameter reaches a comparison (its shifted-window masks'
-// fill values, which only a proof by evaluation shows no gradient
-// reaches, are constants), so the masks fold; the model then compiles,
-// runs as onnxruntime does, and takes a backward pass.
-func TestDynamoSwinT(t *testing.T) {
-	m, filled := loadNoData(t, "swin_t.nodata.onnx.gz")
+// TestDynamoExports: real models as PyTorch's dynamo exporter writes
+// them (testdata/dynamo) compile, run as onnxruntime does and take a
+// backward pass with every parameter the graph has. Swin-T: no parameter
+// reaches a comparison (its shifted-window masks' fill values, which only
+// a proof by evaluation shows no gradient reaches, are constants), so the
+// masks fold; MaxViT-T: attention as Einsums over windows and grids (its
+// plan once took 100 s building index maps it discarded); EfficientViT-M0
+// (timm): convolutions over windows folded into the batch.
+func TestDynamoExports(t *testing.T) {
+	for _, c := range []struct {
+		file   string
+		params int // the parameters Swin-T has without its masks' fill values; 0: unchecked
+		cmps   int // Equal nodes
+	}{
+		{"swin_t.nodata.onnx.gz", 149, 3},
+		{"maxvit_t.nodata.onnx.gz", 0, 0},
+		{"efficientvit_m0.nodata.onnx.gz", 0, 0},
+	} {
+		t.Run(c.file, func(t *testing.T) { checkDynamoExport(t, c.file, c.params, c.cmps) })
+	}
+}
+
+func checkDynamoExport(t *testing.T, file string, wantParams, wantCmps int) {
+	m, filled := loadNoData(t, file)
 	g, err := graph.FromONNX(m)
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +132,14 @@ func TestDynamoSwinT(t *testing.T) {
 			}
 		}
 	}
-	if cmps != 3 {
-		t.Fatalf("%d Equal nodes, want Swin-T's 3 masks'", cmps)
+	if cmps != wantCmps {
+		t.Fatalf("%d Equal nodes, want %d", cmps, wantCmps)
+	}
+	params := 0
+	for _, v := range g.Initializers {
+		if v.IsParam() {
+			params++
+		}
 	}
 	const batch = 2
 	plan, err := CompileForBatch(g, batch, nil, &Options{KeepActivations: true})
@@ -124,7 +147,7 @@ func TestDynamoSwinT(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewSource(2))
-	xIn, _ := plan.Input(0)
+	xIn, xShape := plan.Input(0)
 	x := make([]float32, len(xIn))
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
@@ -147,12 +170,12 @@ func TestDynamoSwinT(t *testing.T) {
 		}
 		big = max(big, math.Abs(float64(v)))
 	}
-	path := filepath.Join(t.TempDir(), "swin_t.onnx")
+	path := filepath.Join(t.TempDir(), "model.onnx")
 	if err := os.WriteFile(path, filled, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("onnxruntime", func(t *testing.T) {
-		ort := orttest.Run(t, path, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: []int64{batch, 3, 224, 224}, Data: x}})
+		ort := orttest.Run(t, path, map[string]orttest.Tensor{g.Inputs[0].Name: {Shape: to64(xShape), Data: x}})
 		want, ok := ort[g.Outputs[0].Name]
 		if !ok || len(want.Data) != len(logits) {
 			t.Fatalf("onnxruntime gave %v", ort)
@@ -174,8 +197,8 @@ func TestDynamoSwinT(t *testing.T) {
 			t.Fatal(err)
 		}
 		names := plan.Params()
-		if len(names) != 149 {
-			t.Errorf("%d parameters, want Swin-T's 149 without its 19 mask fill values", len(names))
+		if len(names) != params || wantParams > 0 && params != wantParams {
+			t.Errorf("%d parameters in the plan, %d in the graph, want %d", len(names), params, wantParams)
 		}
 		var sq float64
 		for _, name := range names {
