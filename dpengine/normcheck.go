@@ -11,13 +11,31 @@ import (
 // NormCheck is what CheckNorms compared: the per-sample gradient norms of
 // Samples samples, every trainable parameter's and their totals, and the
 // largest difference it found (Worst, for parameter Param, "" for the
-// total, and sample Sample), as CheckNorms measures it.
+// total, and sample Sample), as CheckNorms measures it; WorstOwn is the
+// largest difference relative to a parameter's own squared norm, among
+// those NormTolerance.Share holds to it.
 type NormCheck struct {
-	Samples int     `json:"samples"`
-	Params  int     `json:"params"`
-	Worst   float64 `json:"worst_difference"`
-	Param   string  `json:"worst_param,omitempty"`
-	Sample  int     `json:"worst_sample"`
+	Samples  int     `json:"samples"`
+	Params   int     `json:"params"`
+	Worst    float64 `json:"worst_difference"`
+	Param    string  `json:"worst_param,omitempty"`
+	Sample   int     `json:"worst_sample"`
+	WorstOwn float64 `json:"worst_own_difference"`
+}
+
+// NormTolerance is how far CheckNorms lets the engine's squared norms
+// differ from the direct pass's: Total, relative to the sample's squared
+// total (the clip bound holds on the total); and, for a parameter whose
+// squared norm is at least Share of that total, Own relative to the
+// parameter's own. The second catches an engine that computes a small
+// layer's norm wrongly — EfficientViT's convolutions over windows, whose
+// norm was a window's instead of its sample's, are 10⁻⁴ of the total
+// with random weights, so their error stays under Total, but is 93 % of
+// their own — while a parameter whose norm is rounding's size, where a
+// ghost norm's terms cancel (a GroupNorm of one value a group), is below
+// Share.
+type NormTolerance struct {
+	Total, Own, Share float64
 }
 
 // NormMismatchError says that the engine's per-sample gradient norm of a
@@ -29,6 +47,9 @@ type NormMismatchError struct {
 	Engine, Direct float64 // the engine's norm, the sample's own gradient's
 	// Relative is |Engine² − Direct²| over the sample's total squared norm.
 	Relative float64
+	// Own is |Engine² − Direct²| over Direct², where that is what failed
+	// (NormTolerance.Own); 0 otherwise.
+	Own float64
 }
 
 func (e *NormMismatchError) Error() string {
@@ -36,8 +57,12 @@ func (e *NormMismatchError) Error() string {
 	if e.Param == "" {
 		what = "all parameters together"
 	}
-	return fmt.Sprintf("dpengine: norm check: %s, sample %d: per-sample gradient norm %.6g, but the sample's own gradient has norm %.6g (their squares differ by %.2g of the sample's squared norm): the engine would clip this model's samples wrongly",
-		what, e.Sample, e.Engine, e.Direct, e.Relative)
+	by := fmt.Sprintf("%.2g of the sample's squared norm", e.Relative)
+	if e.Own > 0 {
+		by = fmt.Sprintf("%.2g of the parameter's own, %.2g of the sample's", e.Own, e.Relative)
+	}
+	return fmt.Sprintf("dpengine: norm check: %s, sample %d: per-sample gradient norm %.6g, but the sample's own gradient has norm %.6g (their squares differ by %s): the engine would clip this model's samples wrongly",
+		what, e.Sample, e.Engine, e.Direct, by)
 }
 
 // CheckNorms holds the engine to the definition of a per-sample gradient
@@ -48,12 +73,13 @@ func (e *NormMismatchError) Error() string {
 // rule, no kernel of the engine's device — and compares, per parameter
 // and in total (the norm the engine clips with), the engine's norm with
 // the norm of that gradient: the difference of their squares relative to
-// the sample's total squared norm (the clip bound holds on the total). A
-// difference above tol is a *NormMismatchError. g must be the graph the
+// the sample's total squared norm (the clip bound holds on the total), and
+// for a parameter of a large enough share relative to its own (tol). A
+// difference above either bound is a *NormMismatchError. g must be the graph the
 // engine was built from, its initializers the engine's parameters (before
 // any step). Nothing of the engine's state that a step carries over
 // changes: ClippedSum draws no noise and updates nothing.
-func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64) (*NormCheck, error) {
+func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTolerance) (*NormCheck, error) {
 	if e.cfg.Mode == NonDP {
 		return nil, fmt.Errorf("dpengine: norm check: a non-private engine has no per-sample norms")
 	}
@@ -112,15 +138,23 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol float64)
 		// value a group makes the true gradient vanish) is exact only to
 		// float32 rounding of the terms, which its square root magnifies.
 		check := func(param string, got, want float64) error {
-			d := math.Abs(got*got-want*want) / math.Max(total*total, math.SmallestNonzeroFloat64)
+			diff, tt := math.Abs(got*got-want*want), math.Max(total*total, math.SmallestNonzeroFloat64)
+			d := diff / tt
 			if math.IsNaN(got) || math.IsNaN(want) {
 				d = math.Inf(1)
 			}
 			if d > res.Worst {
 				res.Worst, res.Param, res.Sample = d, param, i
 			}
-			if d > tol {
+			if d > tol.Total {
 				return &NormMismatchError{Param: param, Sample: i, Engine: got, Direct: want, Relative: d}
+			}
+			if want*want >= tol.Share*tt {
+				own := diff / (want * want)
+				res.WorstOwn = max(res.WorstOwn, own)
+				if own > tol.Own {
+					return &NormMismatchError{Param: param, Sample: i, Engine: got, Direct: want, Relative: d, Own: own}
+				}
 			}
 			return nil
 		}

@@ -1,76 +1,17 @@
 package runtime
 
 import (
-	"bytes"
-	"compress/gzip"
-	"encoding/binary"
-	"io"
 	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/dynamotest"
 	"github.com/dpfinetune/dpfinetune/internal/orttest"
 	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
-
-// loadNoData reads a gzipped graph of testdata/dynamo and fills the
-// weights its making emptied with seeded random values: a weight of rank
-// ≥ 2 N(0, 1/fan_in), anything else N(0, 0.05²) (bench/fill_weights.py's
-// rule). It returns the model and the filled file's bytes.
-func loadNoData(t *testing.T, name string) (*onnx.Model, []byte) {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "testdata", "dynamo", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p onnxpb.ModelProto
-	if err := proto.Unmarshal(raw, &p); err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewSource(1))
-	for _, tp := range p.GetGraph().GetInitializer() {
-		if len(tp.GetRawData()) > 0 || len(tp.GetFloatData()) > 0 || tp.GetDataType() != int32(onnxpb.TensorProto_FLOAT) {
-			continue
-		}
-		n := int64(1)
-		for _, d := range tp.GetDims() {
-			n *= d
-		}
-		sd := 0.05
-		if len(tp.GetDims()) >= 2 {
-			sd = 1 / math.Sqrt(float64(n/tp.GetDims()[0]))
-		}
-		var b bytes.Buffer
-		for i := int64(0); i < n; i++ {
-			binary.Write(&b, binary.LittleEndian, float32(rng.NormFloat64()*sd))
-		}
-		tp.RawData = b.Bytes()
-	}
-	filled, err := proto.Marshal(&p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := onnx.LoadBytes(filled, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m, filled
-}
 
 // TestDynamoExports: real models as PyTorch's dynamo exporter writes
 // them (testdata/dynamo) compile, run as onnxruntime does and take a
@@ -95,7 +36,11 @@ func TestDynamoExports(t *testing.T) {
 }
 
 func checkDynamoExport(t *testing.T, file string, wantParams, wantCmps int) {
-	m, filled := loadNoData(t, file)
+	filled := dynamotest.Filled(t, file)
+	m, err := onnx.LoadBytes(filled, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	g, err := graph.FromONNX(m)
 	if err != nil {
 		t.Fatal(err)

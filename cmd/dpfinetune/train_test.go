@@ -21,6 +21,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/internal/orttest"
+	"github.com/dpfinetune/dpfinetune/internal/dynamotest"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
@@ -445,7 +446,7 @@ func TestTrainNormCheck(t *testing.T) {
 			"--batch-size", "8", "--epochs", "1", "--seed", "1", "--quiet", "--out", filepath.Join(dir, out)}, extra...)
 	}
 	out, e, code := run(t, args("ok.onnx")...)
-	if code != 0 || !regexp.MustCompile(`norms: +checked: the per-sample gradient norms of 3 synthetic samples are each one's own gradient's, for all 20 parameters \(largest difference [0-9.e+-]+ of a squared total\)`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`norms: +checked: the per-sample gradient norms of 3 synthetic samples are each one's own gradient's, for all 20 parameters \(largest difference [0-9.e+-]+ of a squared total, [0-9.e+-]+ of a parameter's own\)`).MatchString(out) {
 		t.Fatalf("exit %d: %s%s", code, out, e)
 	}
 
@@ -465,5 +466,33 @@ func TestTrainNormCheck(t *testing.T) {
 	out, e, code = run(t, append(args("nondp.onnx", "--non-private"), "--epsilon", "0")...)
 	if code != 0 || strings.Contains(out, "norms:") {
 		t.Errorf("--non-private: exit %d: %s%s", code, out, e)
+	}
+}
+
+// TestTrainDynamoExport: timm's EfficientViT-M0 as PyTorch's dynamo
+// exporter writes it (testdata/dynamo; convolutions over windows folded
+// into the batch) trains in every clipping mode with the norm check
+// passing, and the norm check refuses it where windows are taken for
+// samples (testhook.ConvWindowsAsSamples, the bug the fifth GPU loan found
+// on this model).
+func TestTrainDynamoExport(t *testing.T) {
+	model := dynamotest.File(t, "efficientvit_m0.nodata.onnx.gz")
+	dir := t.TempDir()
+	args := func(out string, extra ...string) []string {
+		return append([]string{"train", "--model", model, "--data", fmnist + ":limit=8", "--test-data", "none", "--num-classes", "10",
+			"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", filepath.Join(dir, out)}, extra...)
+	}
+	checked := regexp.MustCompile(`norms: +checked: the per-sample gradient norms of 3 synthetic samples are each one's own gradient's, for all 248 parameters`)
+	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
+		out, e, code := run(t, args(mode+".onnx", "--mode", mode)...)
+		if code != 0 || !checked.MatchString(out) {
+			t.Errorf("--mode %s: exit %d: %s%s", mode, code, out, e)
+		}
+	}
+	testhook.ConvWindowsAsSamples = true
+	defer func() { testhook.ConvWindowsAsSamples = false }()
+	out, e, code := run(t, args("broken.onnx")...)
+	if code == 0 || !strings.Contains(e, "norm check: parameter") || !strings.Contains(e, "of the parameter's own") {
+		t.Errorf("with windows taken for samples: exit %d: %s%s", code, out, e)
 	}
 }
