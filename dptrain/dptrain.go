@@ -175,15 +175,9 @@ type Config struct {
 	SkipNormCheck bool
 }
 
-// normCheckSamples and normCheckTol are the norm check's: samples of
-// synthetic inputs (no training example is read), and the largest
-// difference it lets pass, of a parameter's squared norms relative to the
-// sample's squared total (the fixtures': at most 4e-7; TF32 convolutions:
-// normCheckTolTF32, their activations differing from float32's by about
-// 1e-3).
-const (
-	normCheckSamples = 3
-)
+// normCheckSamples is the norm check's number of samples of synthetic
+// inputs (no training example is read).
+const normCheckSamples = 3
 
 // The norm check's bounds (dpengine.NormTolerance). In float32 the
 // fixtures differ by at most 3.8e-7 of a sample's squared total and 1.5e-6

@@ -28,10 +28,10 @@ import "slices"
 // parameter when no flagged element reaches a value computed from the
 // input, through a slot that takes a gradient, or a graph output.
 // Anything else (an operator the flags do not cover, indices, shapes or
-// a condition that did not fold) keeps it a parameter. A candidate whose proof leaned on another candidate's value
-// (a condition it reaches) holds only while that one is no parameter
-// either: the analysis repeats without the ones found to be parameters
-// until it agrees with itself.
+// a condition that did not fold) keeps it a parameter. A candidate whose
+// proof leaned on another candidate's value (a condition it reaches)
+// holds only while that one is no parameter either: the analysis repeats
+// without the ones found to be parameters until it agrees with itself.
 //
 // The work is bounded, so that no model can make loading it expensive: at
 // most maskedOutRounds rounds (each a clone and an inference, what loading

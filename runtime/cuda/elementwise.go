@@ -101,8 +101,9 @@ func (d *Device) copyGrad(dy, t []float32) {
 }
 
 // unaryKernels names the kernels of one operator each (elementwise.cu's
-// UNARY_FOR): unary+suffix and unary_backward+suffix; the others run the
-// kernels of every operator.
+// unary_one and unary_backward_one): unary+suffix and
+// unary_backward+suffix; the other operators run the kernels of every
+// operator.
 var unaryKernels = map[runtime.UnaryOp]string{
 	runtime.UnaryRelu: "_relu", runtime.UnaryGelu: "_gelu", runtime.UnaryGeluTanh: "_gelu_tanh",
 	runtime.UnarySigmoid: "_sigmoid", runtime.UnaryTanh: "_tanh",
