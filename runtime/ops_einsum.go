@@ -113,6 +113,20 @@ func targetStrides(ls []rune, sh []int, order []rune, size map[rune]int64) (axSt
 	return axSt, first, n
 }
 
+// operandLayout returns how an einsumStep reads an operand with labels ls
+// and shape sh that the product needs in layout order: in place (nil,
+// false), in place transposed (nil, true: the layout transposed), or
+// through a map to order.
+func operandLayout(ls []rune, sh []int, order, transposed []rune, size map[rune]int64) (*einsumMap, bool) {
+	switch {
+	case isLayout(ls, sh, order, size):
+		return nil, false
+	case isLayout(ls, sh, transposed, size):
+		return nil, true
+	}
+	return layoutMap(ls, sh, order, size), false
+}
+
 // buildEinsum compiles Einsum. One operand is a layout map (transpose,
 // diagonal, sums). Two operands become one batched GEMM (einsumStep); more
 // operands a chain of them (buildEinsumChain).
@@ -362,20 +376,8 @@ func newEinsumStep(la []rune, sa []int, lb []rune, sb []int, lo []rune, so []int
 	// An operand already laid out as the product needs it, or as its
 	// transpose (k·d of attention's keys), is read in place: the GEMM
 	// transposes it. Only other layouts are gathered through a map.
-	switch {
-	case isLayout(la, sa, cat(batch, rows, con), size):
-	case isLayout(la, sa, cat(batch, con, rows), size):
-		e.tA = true
-	default:
-		e.mA = layoutMap(la, sa, cat(batch, rows, con), size)
-	}
-	switch {
-	case isLayout(lb, sb, cat(batch, con, cols), size):
-	case isLayout(lb, sb, cat(batch, cols, con), size):
-		e.tB = true
-	default:
-		e.mB = layoutMap(lb, sb, cat(batch, con, cols), size)
-	}
+	e.mA, e.tA = operandLayout(la, sa, cat(batch, rows, con), cat(batch, con, rows), size)
+	e.mB, e.tB = operandLayout(lb, sb, cat(batch, con, cols), cat(batch, cols, con), size)
 	e.lda, e.ldb = e.K, e.N // leading dimensions of A′ (M×K or K×M) and B′ (K×N or N×K)
 	if e.tA {
 		e.lda = e.M
