@@ -44,7 +44,7 @@ func moduleSource(mod string) (string, error) {
 
 // The kernels the Device launches, by module (kernels/<module>.cu).
 var deviceKernels = map[string][]string{
-	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_norm_rows", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_grads", "norm_affine_rows", "count_non_finite"},
+	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_norm_rows", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_grads", "norm_affine_tiles", "count_non_finite"},
 	"clip.cu":   {"clip_factors", "count_clipped"},
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},

@@ -322,8 +322,10 @@
 //     the backward's), the activations (the kernel of every operator, at
 //     2.2× PyTorch's time on ReLU: one-operator kernels since,
 //     unary_relu, …) and an Add's gradient over one shape (the reduction
-//     kernel's layout walk: a device copy since) — the last two not timed
-//     yet. TF32 products read
+//     kernel's layout walk: a device copy since); and ViT-B/16's bk step
+//     at the per-sample LayerNorm γ/β sums, a thread per sample and
+//     element (column tiles since, norm_affine_tiles) — the last three not
+//     timed yet. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,

@@ -381,7 +381,7 @@ var opCases = []opCase{
 		}
 	}), 1e-5},
 	// LayerNorm's 2100 rows a sample (one term of each element a row,
-	// norm_affine_rows on the GPU): the chunks end inside a sample. The
+	// norm_affine_tiles on the GPU): the chunks end inside a sample. The
 	// backends sum the forward's float32 terms, the reference float64
 	// ones; over 2100 rows of random data, 37 sums a sample, some sums
 	// cancel to a small part of their terms, where the two part by up to

@@ -310,7 +310,7 @@ func (d *Device) NormAffineGrads(n *runtime.NormRows, scale bool, B, stride int,
 	d.normAffine(n, scale, 0, len(out)/P, true, B, stride, x, mean, invStd, dy, len(dy)/n.RowLen()/B, out, outBias, "NormAffineGrads")
 }
 
-// normAffine launches norm_affine_grads (norm_affine_rows in LayerNorm's
+// normAffine launches norm_affine_grads (norm_affine_tiles in LayerNorm's
 // layout) for the samples i0… (samples of them, rows rows each), read from
 // a gathered copy or (whole) the whole tensors, into out, and with outBias
 // (scale set) the bias's gradients into outBias.
@@ -326,18 +326,21 @@ func (d *Device) normAffine(n *runtime.NormRows, scale bool, i0, samples int, wh
 	}
 	a := d.begin()
 	defer d.end(op)
-	if G == 1 && CpG == 0 && S == 1 { // LayerNorm's layout: a thread each
+	if G == 1 && CpG == 0 && S == 1 { // LayerNorm's layout: column tiles
 		a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L))
 		a.Ptr(f32(x, opIn, d)).Ptr(f32(mean, opIn, d)).Ptr(f32(invStd, opIn, d)).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
 		a.Ptr(f32(out[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
-		d.launch("norm_affine_rows", int64(samples*P))
-		if outBias != nil { // its 32 partial sums a thread are registers enough for one
-			a.Reset()
-			a.I32(0).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L))
-			a.Ptr(0).Ptr(0).Ptr(0).Ptr(f32(dy, opIn, d)).I64(int64(rows)).I32(b2i(whole))
-			a.Ptr(f32(outBias[:samples*P], opOut, d)).I64(int64(P)).I64(int64(samples))
-			d.launch("norm_affine_rows", int64(samples*P))
+		if outBias != nil {
+			a.Ptr(f32(outBias[:samples*P], opOut, d))
+		} else {
+			a.Ptr(0)
 		}
+		lanes := uint32(8) // threads along y, each taking 32/lanes of the sums' lanes
+		if d.props.Emulated {
+			lanes = 2
+		}
+		tiles := int64(samples) * int64((P+31)/32)
+		d.launchGrid("norm_affine_tiles", D1(int(min(tiles, int64(d.maxGrid)))), Dim3{32, lanes, 1})
 		return
 	}
 	a.I32(b2i(scale)).I64(int64(i0)).I64(int64(B)).I64(int64(stride / L)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S))

@@ -277,48 +277,63 @@ extern "C" __global__ void norm_affine_grads(int scale, long long i0, long long 
   }
 }
 
-// norm_affine_rows is norm_affine_grads in LayerNorm's layout (g = 1,
-// cpg = 0, s = 1: element k of every row is term k's, one term a row): a
-// thread per sample and element instead of a warp, the 32 lanes' partial
-// sums of norm_affine_sum in the thread's registers (term q to
-// part[q mod 32]) and combined by warp_sum's halves at every SUM_CHUNK
-// terms — the same order, so the same bits — while consecutive threads
-// read consecutive elements of a row rather than a warp reading one
-// element of 32 rows.
-extern "C" __global__ void norm_affine_rows(int scale, long long i0, long long b, long long per_block, long long l,
-                                            const float *x, const float *mean, const float *inv, const float *dy,
-                                            long long rows, int whole, float *out, long long nout, long long samples) {
-  FOR_EACH(e, samples * nout) {
-    long long i = i0 + e / nout, k = e % nout;
-    long long blk = 0, within = 0; // q / per_block and q mod per_block, counted
-    double total = 0;
+// norm_affine_tiles is norm_affine_grads in LayerNorm's layout (g = 1,
+// cpg = 0, s = 1: element k of every row is term k's, one term a row), in
+// column tiles: a block takes 32
+// consecutive elements k of one sample's output (threadIdx.x) and its
+// threads along y the 32 lanes of norm_affine_sum's order (thread y the
+// lanes y, y + blockDim.y, …; blockDim.y divides 32), lane u summing the
+// terms q ≡ u (mod 32) of each SUM_CHUNK in order, then the lanes added by
+// warp_sum's halving tree in shared memory, the chunks in order: the same
+// sums in the same order, so the same bits, with a warp reading 32
+// neighbouring elements of a row and 32·blockDim.y threads, not one, per
+// 32 results. The kernel before it gave a sample and element a thread,
+// its terms one after another: 24 576 threads for ViT-B/16's batch of 32,
+// 100 µs a LayerNorm where its reads take 12 (the sixth loan's profile of
+// a bk step). With outb the bias's sums (dy alone) come from the same
+// pass; scale 0 writes the bias's into out.
+extern "C" __global__ void norm_affine_tiles(int scale, long long i0, long long b, long long per_block, long long l,
+                                             const float *x, const float *mean, const float *inv, const float *dy,
+                                             long long rows, int whole, float *out, long long nout, long long samples,
+                                             float *outb) {
+  __shared__ double part[32][33], partb[32][33];
+  long long tiles = (nout + 31) / 32;
+  FastDiv byBlock = fast_div(per_block, rows);
+  for (long long t = blockIdx.x; t < samples * tiles; t += gridDim.x) {
+    long long j = t / tiles, k = (t - j * tiles) * 32 + threadIdx.x, i = i0 + j;
+    bool ok = k < nout;
+    double total = 0, totalb = 0;
     for (long long c0 = 0; c0 < rows; c0 += SUM_CHUNK) {
       long long c1 = c0 + SUM_CHUNK < rows ? c0 + SUM_CHUNK : rows;
-      double part[32];
-#pragma unroll
-      for (int u = 0; u < 32; u++) part[u] = 0;
-      for (long long q0 = c0; q0 < c1; q0 += 32) {
-#pragma unroll
-        for (int u = 0; u < 32; u++) {
-          if (q0 + u < c1) {
-            long long row = (i + blk * b) * per_block + within, off = (whole ? row : q0 + u) * l + k;
-            float v = dy[off];
-            if (scale) v = v * (x[off] - mean[row]) * inv[row];
-            part[u] += (double)v;
-            if (++within == per_block) {
-              within = 0;
-              blk++;
-            }
-          }
+      for (int u = threadIdx.y; u < 32; u += blockDim.y) {
+        double s = 0, sb = 0;
+        for (long long q = c0 + u; ok && q < c1; q += 32) {
+          long long blk = fdiv(byBlock, q), row = (i + blk * b) * per_block + (q - blk * per_block);
+          long long off = (whole ? row : q) * l + k;
+          float v = dy[off];
+          sb += (double)v;
+          if (scale) v = v * (x[off] - mean[row]) * inv[row];
+          s += (double)v;
         }
+        part[u][threadIdx.x] = s;
+        partb[u][threadIdx.x] = sb;
       }
-#pragma unroll
-      for (int w = 16; w > 0; w /= 2)
-#pragma unroll
-        for (int u = 0; u < w; u++) part[u] += part[u + w];
-      total += part[0];
+      __syncthreads();
+      for (int h = 16; h > 0; h /= 2) {
+        for (int u = threadIdx.y; u < h; u += blockDim.y) {
+          part[u][threadIdx.x] += part[u + h][threadIdx.x];
+          partb[u][threadIdx.x] += partb[u + h][threadIdx.x];
+        }
+        __syncthreads();
+      }
+      total += part[0][threadIdx.x];
+      totalb += partb[0][threadIdx.x];
+      __syncthreads(); // part is the next chunk's
     }
-    out[e] = (float)total;
+    if (ok && threadIdx.y == 0) {
+      out[j * nout + k] = (float)total;
+      if (outb) outb[j * nout + k] = (float)totalb;
+    }
   }
 }
 
