@@ -324,8 +324,9 @@
 //     unary_relu, …) and an Add's gradient over one shape (the reduction
 //     kernel's layout walk: a device copy since); and ViT-B/16's bk step
 //     at the per-sample LayerNorm γ/β sums, a thread per sample and
-//     element (column tiles since, norm_affine_tiles) — the last three not
-//     timed yet. TF32 products read
+//     element (column tiles since, norm_affine_tiles), and its summed
+//     biases, 24 blocks for 132 multiprocessors (runs of terms since,
+//     reduce_to_shape_split) — the last four not timed yet. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,

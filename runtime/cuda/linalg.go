@@ -106,13 +106,42 @@ func (d *Device) reduceTo(x []float32, xShape []int, t []float32, tShape []int, 
 	// (ViT-B/16's summed biases: 768) and sum them in long chains when
 	// they are not (its per-sample ones: 32 × 768 of 197 terms).
 	cols := lanes > 1 && innerKept(xShape, red)
-	args.Ptr(f32(x, opIn, d)).Ptr(f32(t, opOut, d)).I64(int64(len(t))).I64(int64(m)).I32(lanes)
-	l.arg(args)
+	px, pt := f32(x, opIn, d), f32(t, opOut, d)
 	if cols {
+		if segs := d.reduceSegs(int64(len(t)), int64(m)); segs > 1 {
+			// Too few tiles of results to fill the device: their terms
+			// in runs, a block each (reduce_to_shape_split).
+			part := d.scratch64(int(segs) * len(t))
+			args.Ptr(px).Ptr(part).I64(int64(len(t))).I64(int64(m)).I64(segs)
+			l.arg(args)
+			tiles := (int64(len(t)) + 31) / 32
+			d.launchGrid("reduce_to_shape_split", D1(int(min(tiles*segs, int64(d.maxGrid)))), Dim3{32, uint32(d.colRows(int64(m) / segs)), 1})
+			args.Reset()
+			args.Ptr(part).Ptr(pt).I64(int64(len(t))).I64(segs)
+			d.launch("reduce_parts", int64(len(t)))
+			return
+		}
+		args.Ptr(px).Ptr(pt).I64(int64(len(t))).I64(int64(m)).I32(lanes)
+		l.arg(args)
 		d.launchCols("reduce_to_shape_cols", int64(len(t)), int64(m))
 		return
 	}
+	args.Ptr(px).Ptr(pt).I64(int64(len(t))).I64(int64(m)).I32(lanes)
+	l.arg(args)
 	d.launch("reduce_to_shape", int64(lanes)*int64(len(t)))
+}
+
+// reduceSegs is the number of runs reduce_to_shape_split cuts each of n
+// results' m terms into: enough blocks of 32 results and a run for two a
+// multiprocessor, a thread's share of a run at least 16 terms; 1 where
+// the tiles alone are enough (reduce_to_shape_cols).
+func (d *Device) reduceSegs(n, m int64) int64 {
+	tiles := (n + 31) / 32
+	want := 2 * int64(max(1, d.props.Multiprocessors))
+	if tiles >= want {
+		return 1
+	}
+	return max(1, min((want+tiles-1)/tiles, m/(d.colRows(m)*16)))
 }
 
 // numElems is the number of elements of a shape (1 for a scalar's []).

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"math/rand"
 	"path/filepath"
@@ -401,5 +402,41 @@ func TestCUBLASAbsent(t *testing.T) {
 	}
 	if msg := err.Error(); !strings.Contains(msg, "cuBLAS") || !strings.Contains(msg, "libcublas.so") || !strings.Contains(msg, EnvCUBLAS) {
 		t.Errorf("error %q does not say that cuBLAS is missing and how to point at it", msg)
+	}
+}
+
+// TestReduceToShapeSplit: sums of few results over many terms — a bias's
+// gradient over a batch of tokens, (B·T, D) to D — run in runs of terms
+// (reduce_to_shape_split, reduce_parts) where the results' tiles alone
+// would leave the device's multiprocessors idle, and agree with the sums
+// in float64; results enough to fill it take the column tiles.
+func TestReduceToShapeSplit(t *testing.T) {
+	t.Setenv(EnvProfile, "1")
+	d := emuDevice(t)
+	d.prof.out = io.Discard
+	r := rand.New(rand.NewSource(4))
+	for _, c := range []struct {
+		rows, cols int
+		split      bool
+	}{{200, 40, true}, {1000, 7, true}, {200, 300, false}} {
+		x := unif(r, c.rows*c.cols)
+		p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+		out := place(p, filled(c.cols, 7))
+		d.ResetProfile()
+		d.ReduceToShape(place(p, x), []int{c.rows, c.cols}, out, []int{c.cols})
+		got := fetch(p, out)
+		for j := 0; j < c.cols; j++ {
+			var s, mag float64
+			for i := 0; i < c.rows; i++ {
+				s += float64(x[i*c.cols+j])
+				mag += math.Abs(float64(x[i*c.cols+j]))
+			}
+			if math.Abs(float64(got[j])-s) > 1e-6*mag {
+				t.Fatalf("%d×%d: result %d = %v, want %v", c.rows, c.cols, j, got[j], s)
+			}
+		}
+		if ran := d.prof.kernels["reduce_to_shape_split"] != nil && d.prof.kernels["reduce_parts"] != nil; ran != c.split {
+			t.Errorf("%d×%d: runs of terms %v, want %v", c.rows, c.cols, ran, c.split)
+		}
 	}
 }

@@ -50,6 +50,35 @@ extern "C" __global__ void reduce_to_shape_cols(const float *x, float *t, long l
   }
 }
 
+// reduce_to_shape_split is reduce_to_shape_cols for few results of many
+// terms: each result's m terms cut into segs runs of consecutive terms, a
+// block per tile of 32 results and run, the run's sum (cols_total) into
+// part[seg·n + j] in double, which reduce_parts adds in run order and
+// rounds once. reduce_to_shape_cols gave ViT-B/16's 768 summed biases of
+// 6304 terms 24 blocks of an H100's 132 multiprocessors (bk's biases, 2.4
+// ms a step in the sixth loan's profile). lanes is unused.
+extern "C" __global__ void reduce_to_shape_split(const float *x, double *part, long long n, long long m, long long segs,
+                                                 Layout l) {
+  __shared__ double sh[32][33];
+  long long tiles = (n + 31) / 32;
+  for (long long b = blockIdx.x; b < tiles * segs; b += gridDim.x) {
+    long long seg = b / tiles, j = (b - seg * tiles) * 32 + threadIdx.x;
+    long long lo = seg * m / segs, hi = (seg + 1) * m / segs;
+    double s = cols_total(j < n ? reduce_part(x, j, lo + threadIdx.y, blockDim.y, hi, l) : 0.0, sh);
+    if (threadIdx.y == 0 && j < n) part[seg * n + j] = s;
+  }
+}
+
+// reduce_parts writes t[j] = Σ_seg part[seg·n + j] (reduce_to_shape_split's
+// runs, in order), rounded once.
+extern "C" __global__ void reduce_parts(const double *part, float *t, long long n, long long segs) {
+  FOR_EACH(j, n) {
+    double s = 0;
+    for (long long q = 0; q < segs; q++) s += part[q * n + j];
+    t[j] = (float)s;
+  }
+}
+
 // gemm_ptrs writes the operand addresses of a batched GEMM as
 // cublasSgemmBatched reads them (Driver.Gemm's GemmArgs.Ptrs): out[i] =
 // B_i, out[batch + i] = A_i, out[2·batch + i] = C_i, each operand's base
