@@ -136,7 +136,9 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 		// relative to the sample's total: the clip bound holds on the
 		// total, and a ghost norm whose terms cancel (a GroupNorm of one
 		// value a group makes the true gradient vanish) is exact only to
-		// float32 rounding of the terms, which its square root magnifies.
+		// float32 rounding of the terms, which its square root magnifies;
+		// and, for a parameter of Share of the total or more, relative to
+		// its own, where a small layer computed wrong shows.
 		check := func(param string, got, want float64) error {
 			diff, tt := math.Abs(got*got-want*want), math.Max(total*total, math.SmallestNonzeroFloat64)
 			d := diff / tt
