@@ -49,7 +49,7 @@ var deviceKernels = map[string][]string{
 	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy", "reduce_to_shape", "reduce_to_shape_cols", "reduce_to_shape_split", "reduce_parts", "gemm_scale", "gemm_ptrs"},
-	"elementwise.cu": {"binary", "binary_backward", "binary_backward_block", "binary_backward_cols", "unary", "unary_backward",
+	"elementwise.cu": {"binary", "binary_same_add", "binary_same_sub", "binary_same_mul", "binary_same_div", "binary_backward", "binary_backward_block", "binary_backward_cols", "unary", "unary_backward",
 		"unary_relu", "unary_backward_relu", "unary_gelu", "unary_backward_gelu", "unary_gelu_tanh", "unary_backward_gelu_tanh",
 		"unary_sigmoid", "unary_backward_sigmoid", "unary_tanh", "unary_backward_tanh", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},

@@ -321,12 +321,13 @@
 //     still a pass of their own, row_param_grads, which the CPU folds into
 //     the backward's), the activations (the kernel of every operator, at
 //     2.2× PyTorch's time on ReLU: one-operator kernels since,
-//     unary_relu, …) and an Add's gradient over one shape (the reduction
-//     kernel's layout walk: a device copy since); and ViT-B/16's bk step
+//     unary_relu, …), an Add's gradient over one shape (the reduction
+//     kernel's layout walk: a device copy since) and its forward sum
+//     (binary_same_add, …, no layout); and ViT-B/16's bk step
 //     at the per-sample LayerNorm γ/β sums, a thread per sample and
 //     element (column tiles since, norm_affine_tiles), and its summed
 //     biases, 24 blocks for 132 multiprocessors (runs of terms since,
-//     reduce_to_shape_split) — the last four not timed yet. TF32 products read
+//     reduce_to_shape_split) — none of these timed yet. TF32 products read
 //     a misaligned weight through an aligned copy (alignForTF32). Also
 //     still a thread per result: ReduceOps' other reductions and the
 //     in-order sums with few terms (SumRows, AddScaledRows, ScatterAdd,

@@ -29,12 +29,26 @@ func (d *Device) Binary(op runtime.BinaryOp, a []float32, aShape []int, b []floa
 	if n == 0 {
 		return
 	}
+	if k, ok := binarySame[op]; ok && numElems(aShape) == n && numElems(bShape) == n {
+		args := d.begin()
+		defer d.end("Binary")
+		args.Ptr(f32(a[:n], opIn, d)).Ptr(f32(b[:n], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
+		d.launch(k, int64(n))
+		return
+	}
 	l := newLayout(yShape, nil, aShape, bShape)
 	args := d.begin()
 	defer d.end("Binary")
 	args.I32(int32(op)).Ptr(f32(a[:numElems(aShape)], opIn, d)).Ptr(f32(b[:numElems(bShape)], opIn, d)).Ptr(f32(y[:n], opOut, d)).I64(int64(n))
 	l.arg(args)
 	d.launch("binary", int64(n))
+}
+
+// binarySame names the kernels of operands of one shape (elementwise.cu's
+// binary_same_one), by operator; Pow runs binary.
+var binarySame = map[runtime.BinaryOp]string{
+	runtime.BinaryAdd: "binary_same_add", runtime.BinarySub: "binary_same_sub",
+	runtime.BinaryMul: "binary_same_mul", runtime.BinaryDiv: "binary_same_div",
 }
 
 // BinaryBackward implements runtime.ElementwiseOps: one thread per element

@@ -373,3 +373,42 @@ func TestUnaryKernelsOfOneOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestBinarySameShape: operands of one shape take the kernels without a
+// layout (binarySame), with the CPU's bits, signed zeros, infinities and
+// NaN among the operands; a broadcast operand takes binary.
+func TestBinarySameShape(t *testing.T) {
+	t.Setenv(EnvProfile, "1")
+	d := emuDevice(t)
+	d.prof.out = io.Discard
+	r := rand.New(rand.NewSource(6))
+	shape := []int{3, 5, 70}
+	n := shapeNumel(shape)
+	a, b := randFloats(r, n), randFloats(r, n)
+	a[0], b[0] = float32(math.Inf(1)), float32(math.Inf(1))
+	a[1], b[1] = float32(math.NaN()), 2
+	a[2], b[2] = float32(math.Copysign(0, -1)), 0
+	for op, kernel := range binarySame {
+		want := make([]float32, n)
+		runtime.CPU{}.Binary(op, a, shape, b, shape, want, shape)
+		p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+		y := place(p, filled(n, 7))
+		d.ResetProfile()
+		d.Binary(op, place(p, a), shape, place(p, b), shape, y, shape)
+		got := fetch(p, y)
+		for i := range want {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(math.IsNaN(float64(got[i])) && math.IsNaN(float64(want[i]))) {
+				t.Fatalf("op %d element %d: %v, the CPU's %v", op, i, got[i], want[i])
+			}
+		}
+		if e := d.prof.kernels[kernel]; e == nil || e.n != 1 {
+			t.Errorf("op %d: kernel %s did not run once", op, kernel)
+		}
+	}
+	p := &placer{dev: d, bufs: map[uintptr]runtime.Buffer{}}
+	d.ResetProfile()
+	d.Binary(runtime.BinaryAdd, place(p, a), shape, place(p, b[:70]), []int{70}, place(p, filled(n, 7)), shape)
+	if d.prof.kernels["binary"] == nil || d.prof.kernels["binary_same_add"] != nil {
+		t.Error("a broadcast operand did not take binary")
+	}
+}

@@ -40,6 +40,20 @@ extern "C" __global__ void binary(int op, const float *a, const float *b, float 
   }
 }
 
+// binary_same_one computes y = a OP b over n elements of one shape (a
+// residual connection's sum): no layout to walk, and only OP's case in
+// the kernel (binary's holds Pow's double-precision pow). The same
+// arithmetic as binary, so the same bits.
+template <int OP>
+__device__ __forceinline__ void binary_same_one(const float *a, const float *b, float *y, long long n) {
+  FOR_EACH(i, n) y[i] = binary_op(OP, a[i], b[i]);
+}
+
+extern "C" __global__ void binary_same_add(const float *a, const float *b, float *y, long long n) { binary_same_one<BIN_ADD>(a, b, y, n); }
+extern "C" __global__ void binary_same_sub(const float *a, const float *b, float *y, long long n) { binary_same_one<BIN_SUB>(a, b, y, n); }
+extern "C" __global__ void binary_same_mul(const float *a, const float *b, float *y, long long n) { binary_same_one<BIN_MUL>(a, b, y, n); }
+extern "C" __global__ void binary_same_div(const float *a, const float *b, float *y, long long n) { binary_same_one<BIN_DIV>(a, b, y, n); }
+
 // binary_term is one term of binary_backward's sums: dy·∂y/∂operand at
 // offsets off (dy and y, a, b), in float as the CPU's.
 __device__ __forceinline__ float binary_term(int op, int wrt, const float *a, const float *b, const float *y, const float *dy, const long long *off) {
