@@ -1,6 +1,10 @@
 package graph
 
-import "github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+import (
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+)
 
 // TorchInputKind is the metadata key with which PyTorch's dynamo exporter
 // (torch.export's, the default of torch.onnx.export from PyTorch 2.9) marks
@@ -72,4 +76,47 @@ func layerOperand(v *Value) bool {
 		}
 	}
 	return false
+}
+
+// TorchNameScopes is the metadata key with which PyTorch's dynamo exporter
+// records, on each node, the module scopes its operation was traced in:
+// a Python list, "[”, 'features', 'features.1', 'features.1.0.attn',
+// 'linear']", the model, then each module by its path, then the
+// operation.
+const TorchNameScopes = "pkg.torch.onnx.name_scopes"
+
+// Scope returns the path of the PyTorch module whose forward computed n
+// ("features.1.0.attn"), as the dynamo exporter records it
+// (TorchNameScopes); "" where n carries no record, or one naming no
+// module (the model's own forward).
+func (n *Node) Scope() string {
+	if n.proto == nil {
+		return ""
+	}
+	for _, e := range n.proto.GetMetadataProps() {
+		if e.GetKey() != TorchNameScopes {
+			continue
+		}
+		s := strings.TrimSpace(e.GetValue())
+		if !strings.HasPrefix(s, "[") || !strings.HasSuffix(s, "]") {
+			return ""
+		}
+		var scopes []string
+		for _, f := range strings.Split(s[1:len(s)-1], ",") {
+			f = strings.TrimSpace(f)
+			if len(f) >= 2 && (f[0] == '\'' || f[0] == '"') && f[len(f)-1] == f[0] {
+				f = f[1 : len(f)-1]
+			}
+			scopes = append(scopes, f)
+		}
+		// The last is the operation's own name; the module is the last
+		// non-empty scope before it.
+		for i := len(scopes) - 2; i >= 0; i-- {
+			if scopes[i] != "" {
+				return scopes[i]
+			}
+		}
+		return ""
+	}
+	return ""
 }

@@ -45,3 +45,24 @@ func TestSignatureMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeScope: the module path of the dynamo exporter's record of a
+// node's scopes, the operation's own name and the model's empty scope
+// left out; none without a record.
+func TestNodeScope(t *testing.T) {
+	for rec, want := range map[string]string{
+		"['', 'features', 'features.1', 'features.1.0.attn', 'linear']": "features.1.0.attn",
+		`["", "head", "linear"]`: "head",
+		"['', 'add']":            "",
+		"['conv2d']":             "",
+		"not a list":             "",
+	} {
+		n := &Node{proto: &onnxpb.NodeProto{MetadataProps: []*onnxpb.StringStringEntryProto{{Key: proto.String(TorchNameScopes), Value: proto.String(rec)}}}}
+		if got := n.Scope(); got != want {
+			t.Errorf("Scope of %s = %q, want %q", rec, got, want)
+		}
+	}
+	if got := (&Node{proto: &onnxpb.NodeProto{}}).Scope(); got != "" {
+		t.Errorf("no record: %q", got)
+	}
+}

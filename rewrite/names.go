@@ -47,6 +47,28 @@ func ModuleName(v *graph.Value) string {
 	return ""
 }
 
+// ScopeOf returns, for an initializer the dynamo exporter's optimizer
+// made (unmarked by its signature, a name no state dict has: "val_34",
+// "unsqueeze"), the path of the PyTorch module whose operation reads it,
+// from the node's record (graph.Node.Scope): its state-dict name is
+// unknown (a transposed qkv weight is read by the attention's own
+// forward, not by the qkv Linear), but the module says where it lives.
+// "" for any other initializer, or where no reader carries a record.
+func ScopeOf(v *graph.Value) string {
+	if v == nil || !v.Initializer || v.ExportKind != "" || strings.Contains(v.Name, ".") {
+		return ""
+	}
+	for _, n := range v.Consumers {
+		for (n.OpType == "Identity" || n.OpType == "Cast") && len(n.Outputs) == 1 && n.Outputs[0] != nil && len(n.Outputs[0].Consumers) == 1 {
+			n = n.Outputs[0].Consumers[0]
+		}
+		if s := n.Scope(); s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
 // scopePath turns a node name "/layer1/layer1.0/conv1/Conv" into the
 // module path "layer1.0.conv1". torch.onnx writes one scope per module;
 // a scope is qualified by the scope before it when it is that module's

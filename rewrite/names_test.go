@@ -1,9 +1,12 @@
 package rewrite
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/dynamotest"
+	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 func TestScopePath(t *testing.T) {
@@ -86,5 +89,45 @@ func TestModuleName(t *testing.T) {
 	dg.ExportSignature = false
 	if got := ExportForm(dg); got != "" {
 		t.Errorf("ExportForm without the signature = %q, want \"\"", got)
+	}
+}
+
+// TestScopeOf: in Swin-T as the dynamo exporter writes it
+// (testdata/dynamo), the parameters its optimizer made under made-up
+// names are labelled with the module that reads them — the attention's
+// transposed qkv weight with the attention, an MLP's with its Linear —
+// and --freeze selects them by it; a parameter with its state-dict name
+// gets no label.
+func TestScopeOf(t *testing.T) {
+	m, err := onnx.LoadBytes(dynamotest.Filled(t, "swin_t.nodata.onnx.gz"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := func(freeze *regexp.Regexp) *Plan {
+		g, err := graph.FromONNX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rp, err := Prepare(g, Options{PlanOptions: PlanOptions{InputShape: []int64{3, 224, 224}, Batch: 2, Freeze: freeze}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rp
+	}
+	p := prep(nil)
+	for name, want := range map[string]string{
+		"val_34":              "val_34 (in features.1.0.attn)",
+		"val_81":              "val_81 (in features.1.0.mlp.0)",
+		"features.0.0.weight": "features.0.0.weight",
+	} {
+		if got := p.Label(name); got != want {
+			t.Errorf("Label(%s) = %q, want %q", name, got, want)
+		}
+	}
+	p = prep(regexp.MustCompile(`^features\.1\.0\.attn$`))
+	for name, frozen := range map[string]bool{"val_34": true, "val_52": true, "val_81": false} {
+		if prm := p.Param(name); prm == nil || (prm.Kind == KindFrozen) != frozen {
+			t.Errorf("--freeze features.1.0.attn: %s %+v, frozen want %v", name, prm, frozen)
+		}
 	}
 }

@@ -119,9 +119,14 @@ type Param struct {
 	// Module is the PyTorch state-dict name of a parameter the exporter
 	// renamed ("layer1.0.conv1.weight" for "onnx::Conv_196"), derived from
 	// the node that reads it; empty when Name is already the user's.
-	Module string  `json:"module,omitempty"`
-	Shape  []int64 `json:"shape"`
-	Size   int64   `json:"size"`
+	Module string `json:"module,omitempty"`
+	// Scope is the path of the PyTorch module that reads a parameter the
+	// dynamo exporter's optimizer created under a made-up name (Swin's
+	// transposed qkv weight "val_34" in "features.1.0.attn"), where its
+	// state-dict name is not known (rewrite.ScopeOf); "" otherwise.
+	Scope string  `json:"scope,omitempty"`
+	Shape []int64 `json:"shape"`
+	Size  int64   `json:"size"`
 	// Kind is linear if any use is linear, elementwise if all uses are,
 	// frozen if the parameter is not trained.
 	Kind Kind `json:"kind"`
@@ -236,10 +241,16 @@ type Plan struct {
 
 // Label is how reports name parameter name: its PyTorch name with the
 // stored one beside it when the exporter renamed it
-// ("layer1.0.conv1.weight (onnx::Conv_196)"), else the stored name.
+// ("layer1.0.conv1.weight (onnx::Conv_196)"), the module that reads it
+// where only that is known ("val_34 (in features.1.0.attn)"), else the
+// stored name.
 func (p *Plan) Label(name string) string {
-	if prm := p.Param(name); prm != nil && prm.Module != "" {
+	prm := p.Param(name)
+	switch {
+	case prm != nil && prm.Module != "":
 		return prm.Module + " (" + name + ")"
+	case prm != nil && prm.Scope != "":
+		return name + " (in " + prm.Scope + ")"
 	}
 	return name
 }
@@ -272,8 +283,9 @@ type PlanOptions struct {
 	Priority   Priority // "" is PriorityMemory
 	// Train, when set, selects the parameters to train: the others are
 	// frozen. Freeze, when set, freezes the parameters it selects. A
-	// pattern selects a parameter if it matches the initializer's name or
-	// the name of a node reading it: exports call token Linear weights
+	// pattern selects a parameter if it matches the initializer's name,
+	// its derived PyTorch name or module (ModuleName, ScopeOf), or the
+	// name of a node reading it: exports call token Linear weights
 	// onnx::MatMul_<n>, while node names carry the module path.
 	Train, Freeze *regexp.Regexp
 	Shared        SharedPolicy // "" is SharedInstantiate
@@ -500,6 +512,9 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 	if m := ModuleName(v); m != "" && re.MatchString(m) {
 		return true
 	}
+	if m := ScopeOf(v); m != "" && re.MatchString(m) {
+		return true
+	}
 	for _, n := range v.Consumers {
 		if n.Name != "" && re.MatchString(n.Name) {
 			return true
@@ -510,6 +525,9 @@ func selected(re *regexp.Regexp, v *graph.Value) bool {
 
 func (a *analyzer) param(v *graph.Value) *Param {
 	prm := &Param{Name: v.Name, Module: ModuleName(v), Shape: v.Shape.Ints(), Size: v.Shape.NumElements()}
+	if prm.Module == "" {
+		prm.Scope = ScopeOf(v)
+	}
 	uses, reason := a.uses(v)
 	switch {
 	case a.opts.Freeze != nil && selected(a.opts.Freeze, v):
