@@ -195,6 +195,19 @@ var (
 	normCheckTolTF32 = dpengine.NormTolerance{Total: 2e-2, Own: 0.5, Share: 3e-2}
 )
 
+// labelNormCheck names the parameters of the norm check's result and
+// error as plan does (rewrite.Plan.Label: an exporter's made-up name with
+// the PyTorch name or module it stands for).
+func labelNormCheck(rp *rewrite.Plan, nc *dpengine.NormCheck, err error) {
+	if nc != nil && nc.Param != "" {
+		nc.Param = rp.Label(nc.Param)
+	}
+	var mm *dpengine.NormMismatchError
+	if errors.As(err, &mm) && mm.Param != "" {
+		mm.Param = rp.Label(mm.Param)
+	}
+}
+
 // CheckNorms runs the norm check (dpengine.Engine.CheckNorms) of engine e,
 // built from g, on min(normCheckSamples, physical batch) samples of
 // seeded N(0, 1) inputs with labels 0, 1, … (mod classes): synthetic, so
@@ -471,7 +484,9 @@ func Run(cfg Config) (*Report, error) {
 	var normCheck *dpengine.NormCheck
 	tf32 := cfg.Device != nil && runtime.TF32On(cfg.Device)
 	if mode != dpengine.NonDP && !cfg.SkipNormCheck {
-		if normCheck, err = CheckNorms(eng, g, P, set.Classes, tf32); err != nil {
+		normCheck, err = CheckNorms(eng, g, P, set.Classes, tf32)
+		labelNormCheck(rp, normCheck, err)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w\n(the check runs synthetic inputs through the engine and, one at a time, through a plain backward pass on the CPU: a run on this model would not have its guarantee; please report the model's structure, `dpfinetune inspect --json`, and do not train it privately with --norm-check=false)", set.Model, err)
 		}
 	}
