@@ -27,17 +27,13 @@ func ModuleName(v *graph.Value) string {
 		return ""
 	}
 	for _, n := range v.Consumers {
-		// Identity and Cast chains (de-duplicated weights) lead to the
-		// reader that names the parameter.
-		for (n.OpType == "Identity" || n.OpType == "Cast") && len(n.Outputs) == 1 && n.Outputs[0] != nil && len(n.Outputs[0].Consumers) == 1 {
-			v, n = n.Outputs[0], n.Outputs[0].Consumers[0]
-		}
+		u, n := reader(v, n)
 		mod := scopePath(n.Name)
 		if mod == "" {
 			continue
 		}
 		for i, in := range n.Inputs {
-			if in == v {
+			if in == u {
 				if s := paramSuffix(n.OpType, i); s != "" {
 					return mod + "." + s
 				}
@@ -59,14 +55,22 @@ func ScopeOf(v *graph.Value) string {
 		return ""
 	}
 	for _, n := range v.Consumers {
-		for (n.OpType == "Identity" || n.OpType == "Cast") && len(n.Outputs) == 1 && n.Outputs[0] != nil && len(n.Outputs[0].Consumers) == 1 {
-			n = n.Outputs[0].Consumers[0]
-		}
-		if s := n.Scope(); s != "" {
+		_, r := reader(v, n)
+		if s := r.Scope(); s != "" {
 			return s
 		}
 	}
 	return ""
+}
+
+// reader follows consumer n of v through Identity and Cast chains
+// (de-duplicated weights) to the node that reads the parameter, and
+// returns that node and the value it reads.
+func reader(v *graph.Value, n *graph.Node) (*graph.Value, *graph.Node) {
+	for (n.OpType == "Identity" || n.OpType == "Cast") && len(n.Outputs) == 1 && n.Outputs[0] != nil && len(n.Outputs[0].Consumers) == 1 {
+		v, n = n.Outputs[0], n.Outputs[0].Consumers[0]
+	}
+	return v, n
 }
 
 // scopePath turns a node name "/layer1/layer1.0/conv1/Conv" into the
