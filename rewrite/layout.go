@@ -392,7 +392,7 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 			return lost("both data and indices carry the batch")
 		case data.kind == batched:
 			if data.l.Axis == int(a) {
-				return lost("gathers along the batch axis")
+				return gatherBatchAxis(n, in, data.l, int(a), li.batch)
 			}
 			l := data.l
 			if l.Axis > int(a) {
@@ -438,6 +438,37 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return ok(x.l)
 	}
 	return lost("no batch rule for operator %s", op)
+}
+
+// gatherBatchAxis is the rule of a Gather along the batch axis: samples
+// stay apart only where constant indices take each output sample's
+// elements from that sample (graph.GatherSampleStride; dynamo's as_strided
+// views).
+func gatherBatchAxis(n *graph.Node, in []int64, l BatchLayout, a int, batch int64) bstate {
+	idx := n.Input(1).Const
+	out, okd := dims(n.Outputs[0])
+	if idx == nil || !okd {
+		return lost("gathers along the batch axis by indices computed at run time")
+	}
+	ints := idx.I64
+	if ints == nil {
+		ints = make([]int64, idx.Len())
+		for j := range ints {
+			ints[j] = int64(idx.At(j))
+		}
+	}
+	s, found := graph.GatherSampleStride(ints, in[a], l.Inner, batch)
+	if !found {
+		return lost("gathers along the batch axis, moving elements between samples")
+	}
+	for _, d := range in[a+1:] {
+		s *= d
+	}
+	lo, found := strideLayout(out, s, batch)
+	if !found {
+		return lost("gathers along the batch axis into shape %v, splitting the batch across axes", out)
+	}
+	return ok(lo)
 }
 
 // broadcast is the rule of elementwise operators with numpy broadcasting.
@@ -489,6 +520,13 @@ func reshapeLayout(in []int64, l BatchLayout, out []int64, batch int64) (BatchLa
 	for _, d := range in[l.Axis+1:] {
 		sb *= d
 	}
+	return strideLayout(out, sb, batch)
+}
+
+// strideLayout is the layout of a tensor of shape out whose flat element e
+// belongs to sample (e / sb) mod batch: the batch block (stride sb, extent
+// sb·batch) must lie within one axis.
+func strideLayout(out []int64, sb, batch int64) (BatchLayout, bool) {
 	block := sb * batch
 	suffix := int64(1)
 	for k := len(out) - 1; k >= 0; k-- {

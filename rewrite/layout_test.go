@@ -164,3 +164,74 @@ func TestResizePlan(t *testing.T) {
 		t.Errorf("trainable %+v, frozen %+v", p.Trainable, p.Frozen)
 	}
 }
+
+// asStrided builds dynamo's as_strided flatten of x (N, 3): x read as one
+// axis of 3N elements and gathered back by indices computed from x's
+// shape, idx[b][i] = 3b + offs[i] (taken mod 3N where mod is set), then
+// transposed to (3, N) where transpose is set, or reshaped to (3, N) where
+// reshape is.
+func asStrided(offs []int64, mod, transpose, reshape bool) *mb {
+	b := newMB().input("x", "N", 3).output("y", "N", 3).ints("flat", -1).ints("ax1", 1).ints("three_n", 3, -1)
+	b.g.Initializer = append(b.g.Initializer, int64Tensor(nil, 0).ToProto("zero"), int64Tensor(nil, 1).ToProto("one"),
+		int64Tensor(nil, 3).ToProto("three"), int64Tensor([]int64{1, 3}, offs...).ToProto("offs"))
+	b.node("Reshape", "flatten", []string{"x", "flat"}, []string{"xf"}).
+		node("Shape", "shape", []string{"x"}, []string{"sh"}).
+		node("Gather", "n", []string{"sh", "zero"}, []string{"n"}).
+		node("Range", "range", []string{"zero", "n", "one"}, []string{"r"}).
+		node("Mul", "rows", []string{"r", "three"}, []string{"r3"}).
+		node("Unsqueeze", "col", []string{"r3", "ax1"}, []string{"r3u"}).
+		node("Add", "idx", []string{"r3u", "offs"}, []string{"idx0"})
+	idx := "idx0"
+	if mod {
+		b.node("Mul", "len", []string{"n", "three"}, []string{"len"}).
+			node("Mod", "wrap", []string{idx, "len"}, []string{"idx1"})
+		idx = "idx1"
+	}
+	if transpose {
+		b.node("Transpose", "tr", []string{idx}, []string{"idx2"}, attrInts("perm", 1, 0))
+		idx = "idx2"
+	}
+	if reshape {
+		b.node("Reshape", "rs", []string{idx, "three_n"}, []string{"idx3"})
+		idx = "idx3"
+	}
+	return b.node("Gather", "as_strided", []string{"xf", idx}, []string{"y"}, attrInt("axis", 0))
+}
+
+// TestGatherAlongBatch: a Gather along the batch axis by constant
+// indices keeps the batch where each sample's elements come from that
+// sample, and loses it (with the reason) where they do not.
+func TestGatherAlongBatch(t *testing.T) {
+	cases := []struct {
+		name    string
+		b       *mb
+		want    BatchLayout
+		warning string
+	}{
+		{"in order", asStrided([]int64{0, 1, 2}, false, false, false), BatchLayout{0, 1, 1}, ""},
+		{"permuted within samples", asStrided([]int64{2, 0, 1}, false, false, false), BatchLayout{0, 1, 1}, ""},
+		{"repeated within samples", asStrided([]int64{1, 1, 0}, false, false, false), BatchLayout{0, 1, 1}, ""},
+		{"transposed", asStrided([]int64{0, 1, 2}, false, true, false), BatchLayout{1, 1, 1}, ""},
+		{"element of the next sample", asStrided([]int64{0, 1, 5}, true, false, false), BatchLayout{}, "moving elements between samples"},
+		{"samples rotated", asStrided([]int64{-3, -2, -1}, true, false, false), BatchLayout{}, "moving elements between samples"},
+		{"batch split across axes", asStrided([]int64{0, 1, 2}, false, false, true), BatchLayout{}, "splitting the batch across axes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			li := layoutOf(t, c.b, []int64{3})
+			warns := strings.Join(li.warnings, ";")
+			if len(li.problems) > 0 || (c.warning == "") != (warns == "") || !strings.Contains(warns, c.warning) {
+				t.Errorf("problems %q, warnings %q, want %q", li.problems, warns, c.warning)
+			}
+			g := c.b.build(t)
+			c2, err := inferredClone(g, []int64{3}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := analyzeLayout(c2, 4).state(c2.Values["y"])
+			if c.warning == "" && (s.kind != batched || s.l != c.want) {
+				t.Errorf("layout of y %+v, want %v", s, c.want)
+			}
+		})
+	}
+}

@@ -131,3 +131,35 @@ func TestScopeOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDynamoExportsFreezeNothing: the batch is followed through every
+// node of the dynamo exports, Swin-T's as_strided flatten before its head
+// included (a Gather along the batch axis by indices computed from the
+// input's shape), at two batch sizes, so that no parameter is frozen.
+func TestDynamoExportsFreezeNothing(t *testing.T) {
+	for _, name := range []string{"swin_t", "maxvit_t", "efficientvit_m0"} {
+		m, err := onnx.LoadBytes(dynamotest.Filled(t, name+".nodata.onnx.gz"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, batch := range []int64{2, 3} {
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := Prepare(g, Options{PlanOptions: PlanOptions{InputShape: []int64{3, 224, 224}, Batch: batch}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var frozen []string
+			for _, prm := range p.Params {
+				if prm.Kind == KindFrozen {
+					frozen = append(frozen, prm.Name+": "+prm.Reason)
+				}
+			}
+			if len(frozen)+len(p.Problems)+len(p.Warnings) > 0 || len(p.Params) == 0 {
+				t.Errorf("%s at batch %d: %d parameters, frozen %q, problems %q, warnings %q", name, batch, len(p.Params), frozen, p.Problems, p.Warnings)
+			}
+		}
+	}
+}

@@ -246,7 +246,17 @@ func (nd *node) batchStride(N int) int {
 		}
 		switch {
 		case int(a) == k:
-			return 0
+			// Along the batch axis only constant indices that keep each
+			// sample's elements together (dynamo's as_strided views).
+			idx := nd.in[1]
+			if idx == nil || !idx.isConst || idx.i64 == nil {
+				return 0
+			}
+			s, ok := graph.GatherSampleStride(idx.i64, int64(src.shape[k]), int64(inner), int64(N))
+			if !ok {
+				return 0
+			}
+			return int(s) * strides(src.shape)[k]
 		case int(a) < k:
 			kOut = k - 1 + len(nd.in[1].shape)
 		default:

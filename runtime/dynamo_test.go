@@ -138,8 +138,29 @@ func checkDynamoExport(t *testing.T, file string, wantParams, wantCmps int) {
 		if err := plan.Loss([]int64{3, 7}, losses); err != nil {
 			t.Fatal(err)
 		}
-		if err := plan.Backward(nil, nil); err != nil {
+		// Every product of activations by a weight sees the samples in
+		// both: the DP engine takes per-sample gradients there (Swin-T's
+		// head reads them through a Gather along the batch axis).
+		hooked := 0
+		hook := func(ev *HookEvent) {
+			switch ev.Node.OpType {
+			case "Gemm", "MatMul", "Conv":
+			default:
+				return
+			}
+			if ev.Params[0] || !ev.Params[1] {
+				return
+			}
+			hooked++
+			if ev.Inputs[0].BatchAxis < 0 || ev.DOut.BatchAxis < 0 {
+				t.Errorf("%s %s: the input's batch axis %d, the output gradient's %d", ev.Node.OpType, ev.Node.Name, ev.Inputs[0].BatchAxis, ev.DOut.BatchAxis)
+			}
+		}
+		if err := plan.Backward(nil, &BackwardOptions{Hook: hook}); err != nil {
 			t.Fatal(err)
+		}
+		if hooked == 0 {
+			t.Error("no product of activations by a weight was hooked")
 		}
 		names := plan.Params()
 		if len(names) != params || wantParams > 0 && params != wantParams {

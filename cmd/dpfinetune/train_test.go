@@ -496,3 +496,21 @@ func TestTrainDynamoExport(t *testing.T) {
 		t.Errorf("with windows taken for samples: exit %d: %s%s", code, out, e)
 	}
 }
+
+// TestTrainSwinHead: torchvision's Swin-T as PyTorch's dynamo exporter
+// writes it flattens its pooled features by as_strided (one axis, then a
+// Gather by indices computed from the batch size) before its head; train
+// follows the samples through it, so nothing is frozen, the norm check
+// passes for every parameter (the fresh head's included), and the export
+// runs in onnxruntime at another batch size than the one trained with.
+func TestTrainSwinHead(t *testing.T) {
+	model := dynamotest.File(t, "swin_t.nodata.onnx.gz")
+	out := filepath.Join(t.TempDir(), "swin.onnx")
+	stdout, e, code := run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--num-classes", "10",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "in 149 tensors, 0 frozen") ||
+		!strings.Contains(stdout, "each one's own gradient's, for all 149 parameters") {
+		t.Fatalf("exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 224, 224})
+}
