@@ -33,7 +33,10 @@ const MetaPrefix = "dpfinetune."
 // effective BatchSize, SampleRate, StepsPerEpoch, Steps, Sigma,
 // PhysicalBatch, Classes, Noise, and Delta when it is 0).
 type Settings struct {
-	Model         string  `json:"model"`
+	Model string `json:"model"`
+	// FixedBatch is the batch size the model's export fixed, whose axis
+	// the loader made dynamic (0: the export's batch axis was dynamic).
+	FixedBatch    int64   `json:"fixed_batch,omitempty"`
 	Data          string  `json:"data"`
 	TestData      string  `json:"test_data,omitempty"`
 	Examples      int     `json:"examples"`
@@ -532,6 +535,9 @@ func Run(cfg Config) (*Report, error) {
 
 	// Print the plan.
 	logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+	if set.FixedBatch > 0 {
+		logf("  model:     exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", set.FixedBatch)
+	}
 	logf("  rewrite:   %d trainable parameters in %d tensors, %d frozen", rp.Trainable.Scalars, rp.Trainable.Tensors, rp.Frozen.Scalars)
 	logf(" (%d rewrite changes; see --report)\n", len(rp.Changes))
 	if set.NonPrivate {

@@ -92,13 +92,17 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 		isInput[v.Name] = v
 	}
 	written := map[string]bool{}
+	redeclared := false // an input's shape differs from the loaded model's
 	if og != nil {
 		for _, vi := range og.Input {
 			name := vi.GetName()
 			v, ok := g.Values[name]
 			switch {
-			case ok && isInput[name] == v:
+			case ok && isInput[name] == v && compatible(vi, v):
 				gp.Input = append(gp.Input, vi)
+			case ok && isInput[name] == v:
+				gp.Input = append(gp.Input, valueInfo(v, vi))
+				redeclared = true
 			case ok && v.Initializer && untouched[name]:
 				gp.Input = append(gp.Input, vi)
 			case ok && v.Initializer:
@@ -128,7 +132,9 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 			gp.Output = append(gp.Output, valueInfo(v, vi))
 		}
 	}
-	if og != nil {
+	// The loaded model's intermediate shapes hold for its own input
+	// shapes only (a released batch axis changes them all).
+	if og != nil && !redeclared {
 		for _, vi := range og.ValueInfo {
 			if v, ok := g.Values[vi.GetName()]; ok && v.Producer != nil && untouched[vi.GetName()] {
 				gp.ValueInfo = append(gp.ValueInfo, vi)
@@ -217,6 +223,11 @@ func compatible(vi *onnxpb.ValueInfoProto, v *Value) bool {
 	}
 	for i, d := range sh {
 		if d.Size >= 0 && v.Shape[i].Size >= 0 && d.Size != v.Shape[i].Size {
+			return false
+		}
+		// A fixed size made symbolic (a released batch axis) is declared
+		// anew.
+		if d.Size >= 0 && v.Shape[i].Size < 0 && v.Shape[i].Param != "" {
 			return false
 		}
 	}

@@ -49,10 +49,11 @@ type bstate struct {
 // layoutInfo is the result of the batch-axis analysis of a graph with
 // static shapes.
 type layoutInfo struct {
-	batch    int64
-	states   map[*graph.Value]bstate
-	problems []string // samples interact
-	warnings []string // batch lost track of
+	batch     int64
+	states    map[*graph.Value]bstate
+	problems  []string // samples interact
+	warnings  []string // batch lost track of
+	problemAt []*graph.Node
 }
 
 func (li *layoutInfo) state(v *graph.Value) bstate {
@@ -93,6 +94,7 @@ func analyzeLayout(g *graph.Graph, batch int64) *layoutInfo {
 				s.why = fmt.Sprintf("%s %s: %s", n.OpType, nodeLabel(n), s.why)
 				if s.kind == mixed {
 					li.problems = append(li.problems, s.why+" (samples interact)")
+					li.problemAt = append(li.problemAt, n)
 				} else {
 					li.warnings = append(li.warnings, s.why)
 				}

@@ -16,6 +16,9 @@ type Options struct {
 	// with a fresh one of that many classes, drawn with HeadSeed.
 	NumClasses int64
 	HeadSeed   uint64
+	// Loaded lists what was done to g before Prepare (ReleaseBatch's
+	// repairs of a fixed batch axis), so that the plan lists every change.
+	Loaded []Change `json:"-"`
 }
 
 // Prepare rewrites g in place for DP training and plans it: Cleanup,
@@ -44,7 +47,7 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", opts.Batch)
 	}
 	form := ExportForm(g)
-	var changes []Change
+	changes := append([]Change(nil), opts.Loaded...)
 	ch, err := Cleanup(g)
 	changes = append(changes, ch...)
 	if err != nil {

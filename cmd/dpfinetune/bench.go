@@ -72,8 +72,14 @@ func benchGraph(spec string, sample []int64, classes int) (*graph.Graph, error) 
 		}
 		return graph.FromONNX(m)
 	}
-	_, g, err := loadGraph(spec)
-	return g, err
+	lm, err := loadGraph(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := lm.dynamicBatch(); err != nil {
+		return nil, err
+	}
+	return lm.g, nil
 }
 
 func runBench(args []string, stdout io.Writer) error {

@@ -141,10 +141,11 @@ func runEval(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	m, g, err := loadGraph(*model)
+	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
+	m, g := lm.m, lm.g
 	sample, err := modelSample(g, *inShape)
 	if err != nil {
 		return err

@@ -79,10 +79,11 @@ func runNorms(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	_, g, err := loadGraph(*model)
+	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
+	g := lm.g
 	x, err := npy.ReadFile(*input)
 	if err != nil {
 		return err

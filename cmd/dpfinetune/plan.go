@@ -21,6 +21,9 @@ func init() {
 // planReport is the JSON form of "dpfinetune plan".
 type planReport struct {
 	Model string `json:"model"`
+	// FixedBatch is the batch size the export fixed, whose axis the
+	// loader made dynamic (0: it was dynamic).
+	FixedBatch int64 `json:"fixed_batch,omitempty"`
 	// Device is where the estimated memory would be allocated.
 	Device string            `json:"device"`
 	BN     rewrite.BNOptions `json:"bn"`
@@ -68,15 +71,20 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, g, err := loadGraph(*model)
+	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
+	if err := lm.dynamicBatch(); err != nil {
+		return err
+	}
+	g := lm.g
+	opts.Loaded = lm.changes
 	p, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	// Every mode's activation memory as the runtime plan its engine
 	// compiles holds it (liveness, only what each backward reads), rather
 	// than every activation of the graph. Where there is no such plan the
@@ -126,6 +134,9 @@ func sci(v int64) string {
 func printPlan(w io.Writer, r *planReport) {
 	p := r.Plan
 	fmt.Fprintf(w, "model:       %s\n", r.Model)
+	if r.FixedBatch > 0 {
+		fmt.Fprintf(w, "             exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", r.FixedBatch)
+	}
 	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)

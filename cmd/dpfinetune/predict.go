@@ -62,10 +62,11 @@ func runPredict(args []string, stdout io.Writer) error {
 	case *top <= 0:
 		return usagef("--top must be positive, got %d", *top)
 	}
-	m, g, err := loadGraph(*model)
+	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
 	}
+	m, g := lm.m, lm.g
 	if len(g.Inputs) != 1 {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
@@ -100,6 +101,9 @@ func runPredict(args []string, stdout io.Writer) error {
 	}
 	if err := npy.WriteFile(*out, npy.NewFloat32(result, outShape...)); err != nil {
 		return err
+	}
+	if note := lm.fixedBatchNote(); note != "" {
+		fmt.Fprintf(stdout, "model %s: %s\n", *model, note)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %q %s from %d samples (batch %d)\n", *out, g.Outputs[0].Name, intsString(outShape), n, *batch)
 	return nil

@@ -79,24 +79,63 @@ func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, erro
 	return opts, nil
 }
 
-// loadGraph loads and validates a model file and checks that the runtime
-// supports its operators (runtime.CheckOps).
-func loadGraph(path string) (*onnx.Model, *graph.Graph, error) {
+// loadedModel is a model file as the commands read it.
+type loadedModel struct {
+	m *onnx.Model
+	g *graph.Graph
+	// fixedBatch is the batch size the export fixed, whose axis loadGraph
+	// made dynamic (releaseFixedBatch); 0 where it was dynamic.
+	fixedBatch int64
+	// changes are the repairs of the constants that held the fixed batch
+	// (rewrite.ReleaseBatch), for the plan's list of changes.
+	changes []rewrite.Change
+	// releaseErr says why a fixed batch axis could not be made dynamic
+	// (g then keeps it fixed).
+	releaseErr error
+}
+
+// fixedBatchNote says what loadGraph did to a model exported with a fixed
+// batch, "" where it did nothing.
+func (lm *loadedModel) fixedBatchNote() string {
+	if lm.fixedBatch == 0 {
+		return ""
+	}
+	return fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (checked: at a batch of %d each sample's outputs are the export's)",
+		lm.fixedBatch, lm.fixedBatch+1)
+}
+
+// loadGraph loads and validates a model file, checks that the runtime
+// supports its operators (runtime.CheckOps) and makes a fixed batch axis
+// dynamic where the model allows it (releaseFixedBatch).
+func loadGraph(path string) (*loadedModel, error) {
 	m, err := onnx.Load(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	g, err := graph.FromONNX(m)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if err := g.Validate(); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// Every command that runs the model stops here, before any work, on
 	// the operators and opsets it cannot run, naming all of them.
 	if err := runtime.CheckOps(g); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return m, g, nil
+	lm := &loadedModel{m: m, g: g}
+	rel, fixed, changes, err := releaseFixedBatch(m, g)
+	switch {
+	case err != nil:
+		lm.releaseErr = fmt.Errorf("%s: %w", path, err)
+	case fixed > 0:
+		lm.g, lm.fixedBatch, lm.changes = rel, fixed, changes
+	}
+	return lm, nil
 }
+
+// dynamicBatch returns why the model's batch axis is fixed, nil where it
+// is dynamic: training and planning need it dynamic, while predict and
+// eval run a fixed batch in chunks of its size.
+func (lm *loadedModel) dynamicBatch() error { return lm.releaseErr }

@@ -187,10 +187,14 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	logf := func(format string, a ...any) { fmt.Fprintf(stdout, format, a...) }
 
 	// Model and data.
-	_, g, err := loadGraph(*f.model)
+	lm, err := loadGraph(*f.model)
 	if err != nil {
 		return cfg, err
 	}
+	if err := lm.dynamicBatch(); err != nil {
+		return cfg, err
+	}
+	g := lm.g
 	sample, err := modelSample(g, *f.inShape)
 	if err != nil {
 		return cfg, err
@@ -210,6 +214,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if err != nil {
 		return cfg, err
 	}
+	opts.Loaded = lm.changes
 	var capBytes int64
 	if *f.physical == 0 && *f.maxMem != "" {
 		if capBytes, err = parseBytes(*f.maxMem); err != nil {
@@ -219,7 +224,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
-			Model: *f.model, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Model: *f.model, FixedBatch: lm.fixedBatch, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, Resize: train.Preprocess().Resize.String(), InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"math/rand"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// fixedBatchTol bounds the difference, relative to an output's largest
+// value, between the released model at one more sample and the model as
+// exported: a batch size changes the products' blocking, not more.
+const fixedBatchTol = 1e-4
+
+// releaseFixedBatch returns a copy of model (loaded from m) whose fixed
+// batch axis is made dynamic (rewrite.ReleaseBatch), checked to compute
+// each sample as the export did: at fixed+1 samples every output row equals
+// the exported model's on the same sample, run at its own batch size over
+// the first fixed samples and over the last fixed. It also returns the
+// fixed batch size, 0 (and model itself) where the batch was already
+// dynamic, and the repairs of the constants that held it; an error says
+// why the batch cannot be released. The comparison takes
+// BatchNormalization with its running statistics on both sides (batch
+// statistics mix the samples by design; train rewrites them anyway).
+func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, []rewrite.Change, error) {
+	g := model.Clone()
+	fixed, changes, err := rewrite.ReleaseBatch(g)
+	if fixed == 0 {
+		return model, 0, nil, nil
+	}
+	in := g.Inputs[0]
+	redo := fmt.Sprintf("re-export it with dynamic_axes={%q: {0: %q}, %q: {0: %q}} (torch.onnx.export)",
+		in.Name, rewrite.BatchParam, g.Outputs[0].Name, rewrite.BatchParam)
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("the model was exported with a fixed batch of %d (torch.onnx.export without dynamic_axes), and %s: %s",
+			fixed, fmt.Sprintf(format, a...), redo)
+	}
+	if err != nil {
+		return nil, fixed, nil, fail("%v", err)
+	}
+	if in.DType != graph.Float32 {
+		return nil, fixed, nil, fail("its input %q (%v, %v) gives no sample to check another batch size with", in.Name, in.DType, in.Shape)
+	}
+	orig, err := graph.FromONNX(m)
+	if err != nil {
+		return nil, fixed, nil, err
+	}
+	rel := g.Clone()
+	sample := in.Shape[1:].Ints()
+	for _, c := range []*graph.Graph{orig, rel} {
+		shapes, err := rewrite.StaticShapes(c, sample, fixed)
+		if err != nil {
+			return nil, fixed, nil, fail("%v", err)
+		}
+		if _, err := rewrite.RewriteBatchNorm(c, rewrite.BNOptions{Mode: rewrite.BNFreeze}, shapes); err != nil {
+			return nil, fixed, nil, fail("its BatchNormalization cannot be evaluated with running statistics: %v", err)
+		}
+	}
+	n := int(fixed) + 1
+	big, err := runtime.CompileForBatch(rel, n, nil, &runtime.Options{ForwardOnly: true})
+	if err != nil {
+		return nil, fixed, nil, fail("it does not run at a batch of %d: %v", n, err)
+	}
+	x, _ := big.Input(0)
+	rng := rand.New(rand.NewSource(1))
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	if err := big.Forward(); err != nil {
+		return nil, fixed, nil, fail("it does not run at a batch of %d: %v", n, err)
+	}
+	small, err := runtime.CompileForBatch(orig, int(fixed), nil, &runtime.Options{ForwardOnly: true})
+	if err != nil {
+		return nil, fixed, nil, err
+	}
+	per := len(x) / n
+	for _, first := range []int{0, 1} {
+		if err := small.SetInput(0, x[first*per:(first+int(fixed))*per]); err != nil {
+			return nil, fixed, nil, err
+		}
+		if err := small.Forward(); err != nil {
+			return nil, fixed, nil, err
+		}
+		for i, o := range rel.Outputs {
+			want, ws := small.Output(i)
+			got, gs := big.Output(i)
+			if len(ws) == 0 || len(gs) == 0 || ws[0] != int(fixed) || gs[0] != n || len(got)/n != len(want)/int(fixed) {
+				return nil, fixed, nil, fail("its output %q has shape %v at a batch of %d, %v as exported", o.Name, gs, n, ws)
+			}
+			row := len(want) / int(fixed)
+			if d := numcheck.RelErr(got[first*row:(first+int(fixed))*row], want, 0); d > fixedBatchTol {
+				return nil, fixed, nil, fail("at a batch of %d its output %q differs from the export's on the same samples by %.3g of its scale (samples interact, or a constant holds the batch)",
+					n, o.Name, d)
+			}
+		}
+	}
+	return g, fixed, changes, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"math"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+)
+
+// TestFixedBatchExports: models exported without dynamic_axes
+// (testdata/fixedbatch, made by testdata/gen/make_fixedbatch.py) train: the
+// loader makes their batch axis dynamic, repairing the Reshape targets and
+// the class token that held the batch, the header says so, the norm check
+// passes, and the tuned export has a dynamic batch axis that onnxruntime
+// runs at 3 samples. A model whose samples interact (the batch mean) is
+// refused with the reason and how to re-export it (also where only values
+// show it), and still predicts at its fixed batch.
+func TestFixedBatchExports(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "fixedbatch")
+	for _, c := range []struct {
+		name        string
+		fixed, size int64
+		repairs     int
+	}{
+		{"vit_b1", 1, 32, 12},
+		{"shufflenet_b2", 2, 64, 6},
+		{"swin_t_b1", 1, 32, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			model := filepath.Join(dir, c.name+".onnx")
+			out := filepath.Join(t.TempDir(), "tuned.onnx")
+			stdout, e, code := run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--num-classes", "10",
+				"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+			header := regexp.MustCompile(`model: +exported with a fixed batch of ` + itoa(c.fixed) + `: its batch axis is made dynamic`)
+			if code != 0 || !header.MatchString(stdout) || !strings.Contains(stdout, "norms:     checked") {
+				t.Fatalf("exit %d: %s%s", code, stdout, e)
+			}
+			exportMatchesORT(t, out, []int64{3, c.size, c.size})
+			// plan lists the repairs.
+			stdout, e, code = run(t, "plan", "--model", model, "--input-shape", "3,"+itoa(c.size)+","+itoa(c.size), "--batch", "4")
+			if code != 0 || strings.Count(stdout, "\n  batch     ") != c.repairs {
+				t.Errorf("plan: exit %d, %d repairs listed, want %d: %s%s", code, strings.Count(stdout, "\n  batch     "), c.repairs, stdout, e)
+			}
+		})
+	}
+	t.Run("samples interact", func(t *testing.T) {
+		model := filepath.Join(dir, "mixer_b1.onnx")
+		_, e, code := run(t, "plan", "--model", model, "--input-shape", "3,8,8", "--batch", "4")
+		if code != 1 || !strings.Contains(e, "exported with a fixed batch of 1") || !strings.Contains(e, "reduces over the batch axis") ||
+			!strings.Contains(e, `re-export it with dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}`) {
+			t.Errorf("plan: exit %d: %s", code, e)
+		}
+		// Here the batch is lost in a Slice (x + x[:1]): only the outputs
+		// at two batch sizes show that the samples interact.
+		_, e, code = run(t, "plan", "--model", filepath.Join(dir, "first_b1.onnx"), "--input-shape", "3,8,8", "--batch", "4")
+		if code != 1 || !strings.Contains(e, `at a batch of 2 its output "logits" differs from the export's on the same samples`) {
+			t.Errorf("plan: exit %d: %s", code, e)
+		}
+		x, y := filepath.Join(t.TempDir(), "x.npy"), filepath.Join(t.TempDir(), "y.npy")
+		data := make([]float32, 3*3*8*8)
+		for i := range data {
+			data[i] = float32(math.Sin(float64(i)))
+		}
+		if err := npy.WriteFile(x, npy.NewFloat32(data, 3, 3, 8, 8)); err != nil {
+			t.Fatal(err)
+		}
+		if stdout, e, code := run(t, "predict", "--model", model, "--input", x, "--out", y); code != 0 || strings.Contains(stdout, "made dynamic") {
+			t.Errorf("predict at the fixed batch: exit %d: %s%s", code, stdout, e)
+		}
+	})
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }

@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""Models exported with a fixed batch, for the loader's release of it.
+
+torch.onnx.export without dynamic_axes fixes the example input's batch size
+in the model's input and output shapes, and constant folding bakes it into
+the targets of Reshapes and into broadcasts. These are such exports of
+reduced torchvision models (breadth.py's MODELS, seeded random init), at
+opset 17, eval mode:
+
+    OUT/vit_b1.onnx        ViT at batch 1: the patch Reshape [1, 32, 16], the
+                           class token expanded to one sample, the attention's
+                           (T, B·H, d) Reshapes of nn.MultiheadAttention
+    OUT/shufflenet_b2.onnx ShuffleNetV2 at batch 2: the channel shuffle's
+                           [2, 2, 8, 8, 8] and [2, -1, 8, 8]
+    OUT/swin_t_b1.onnx     Swin at batch 1: window partitions and merges
+    OUT/mixer_b1.onnx      a model that subtracts the batch mean: its samples
+                           interact, so its batch cannot be released
+    OUT/first_b1.onnx      a model that adds the batch's first sample to each
+                           (x + x[:1]): the batch is lost in a Slice, so only
+                           the outputs at two batch sizes show the samples
+                           interacting
+
+    /usr/bin/python3 testdata/gen/make_fixedbatch.py --out testdata/fixedbatch
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import breadth  # noqa: E402
+
+
+class Mixer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = x - x.mean(dim=0, keepdim=True)
+        return self.fc(x.flatten(1))
+
+
+class First(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc((x + x[:1]).flatten(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.manual_seed(0)
+    jobs = [("vit_b1", breadth.build("vit"), 1, 32), ("shufflenet_b2", breadth.build("shufflenet_v2"), 2, 64),
+            ("swin_t_b1", breadth.build("swin_t"), 1, 32), ("mixer_b1", Mixer(), 1, 8), ("first_b1", First(), 1, 8)]
+    for name, m, batch, size in jobs:
+        x = torch.randn(batch, 3, size, size)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m.eval(), (x,), os.path.join(args.out, name + ".onnx"), opset_version=17,
+                              input_names=["input"], output_names=["logits"])
+        print("wrote", name)
+
+
+if __name__ == "__main__":
+    main()
