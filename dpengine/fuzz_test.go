@@ -26,10 +26,14 @@ const (
 	fuzzMaxAlloc  = 1 << 30
 )
 
-// fuzzFixtures loads every model under testdata/models, sorted by name.
+// fuzzFixtures loads every model under testdata/models and the exports
+// with a fixed batch under testdata/fixedbatch, sorted by name.
 func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 	paths, _ := filepath.Glob("../testdata/models/*.onnx")
 	sort.Strings(paths)
+	fixed, _ := filepath.Glob("../testdata/fixedbatch/*.onnx")
+	sort.Strings(fixed)
+	paths = append(paths, fixed...)
 	if len(paths) == 0 {
 		f.Fatal("no fixtures under testdata/models")
 	}
@@ -49,7 +53,7 @@ func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 }
 
 // runPipeline takes a model through everything a training run does to
-// it: load, shape inference, rewrite, compile for a batch of 2 under
+// it: load, the release of a fixed batch, shape inference, rewrite, compile for a batch of 2 under
 // fuzzMaxMemory, one DP step, and export. Errors are fine; a panic fails.
 func runPipeline(t *testing.T, data []byte, mode Mode) {
 	m, err := onnx.LoadBytes(data, "")
@@ -58,6 +62,9 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	}
 	g, err := graph.FromONNX(m)
 	if err != nil || g.Validate() != nil || len(g.Inputs) != 1 {
+		return
+	}
+	if _, _, err := rewrite.ReleaseBatch(g); err != nil {
 		return
 	}
 	in := g.Inputs[0]

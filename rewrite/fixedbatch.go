@@ -13,7 +13,7 @@ const BatchParam = "batch"
 
 // releaseTries bounds ReleaseBatch's search, which infers the shapes of
 // the whole graph once a try: a few tries for each node it may repair
-// (one to meet it, one or two to go back), then it gives up.
+// (one to meet it, one or two to go back), within maxReleaseWork.
 func releaseTries(g *graph.Graph) int {
 	sites := 0
 	for _, n := range g.Nodes {
@@ -21,8 +21,13 @@ func releaseTries(g *graph.Graph) int {
 			sites++
 		}
 	}
-	return 4*sites + 16
+	return min(4*sites+16, maxReleaseWork/max(len(g.Nodes), 1))
 }
+
+// maxReleaseWork bounds the nodes ReleaseBatch infers in all, so that a
+// graph of a million Reshapes costs seconds, not hours (ViT-B/16's search
+// may take 264 tries of 774 nodes).
+const maxReleaseWork = 1 << 23
 
 // ReleaseBatch makes the batch axis of a model exported with a fixed one
 // dynamic. It returns the batch size the export fixed (0 where the batch

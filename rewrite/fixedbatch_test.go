@@ -126,3 +126,24 @@ func TestReleaseBatchGivesUp(t *testing.T) {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 }
+
+// TestReleaseTries: four tries a Reshape or Concat and 16 more, within
+// maxReleaseWork node inferences in all.
+func TestReleaseTries(t *testing.T) {
+	for _, n := range []int{0, 10, 1500, 4000} {
+		b := newMB().input("x", 1, 6).output("y", 1, 6).ints("t", 1, 6)
+		x := "x"
+		for i := range n {
+			y := fmt.Sprintf("v%d", i)
+			b.node("Reshape", "r"+y, []string{x, "t"}, []string{y})
+			x = y
+		}
+		b.node("Identity", "out", []string{x}, []string{"y"})
+		g := b.build(t)
+		got := releaseTries(g)
+		want := min(4*n+16, maxReleaseWork/(n+1))
+		if got != want || got*len(g.Nodes) > maxReleaseWork+len(g.Nodes) {
+			t.Errorf("%d Reshapes: %d tries, want %d", n, got, want)
+		}
+	}
+}

@@ -100,8 +100,7 @@ func (lm *loadedModel) fixedBatchNote() string {
 	if lm.fixedBatch == 0 {
 		return ""
 	}
-	return fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (checked: at a batch of %d each sample's outputs are the export's)",
-		lm.fixedBatch, lm.fixedBatch+1)
+	return fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch)
 }
 
 // loadGraph loads and validates a model file, checks that the runtime
