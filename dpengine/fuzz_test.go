@@ -26,12 +26,13 @@ const (
 	fuzzMaxAlloc  = 1 << 30
 )
 
-// fuzzFixtures loads every model under testdata/models and the exports
-// with a fixed batch under testdata/fixedbatch, sorted by name.
+// fuzzFixtures loads every model under testdata/models and the exports as
+// users write them under testdata/exports (fixed batches, extra outputs),
+// sorted by name.
 func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 	paths, _ := filepath.Glob("../testdata/models/*.onnx")
 	sort.Strings(paths)
-	fixed, _ := filepath.Glob("../testdata/fixedbatch/*.onnx")
+	fixed, _ := filepath.Glob("../testdata/exports/*.onnx")
 	sort.Strings(fixed)
 	paths = append(paths, fixed...)
 	if len(paths) == 0 {

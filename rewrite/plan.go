@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 )
@@ -501,6 +502,34 @@ type analyzer struct {
 	ab       int64
 	opts     PlanOptions
 	warnings []string
+	// lossReads holds the values the first output (the one the loss
+	// reads) is computed from; nil until first needed.
+	lossReads map[*graph.Value]bool
+}
+
+// readByLoss reports whether the first graph output depends on v. A model
+// with more outputs (Inception's auxiliary logits in a training-mode
+// export) trains on the first: what reaches only the others gets no
+// gradient from the loss.
+func (a *analyzer) readByLoss(v *graph.Value) bool {
+	if a.lossReads == nil {
+		a.lossReads = map[*graph.Value]bool{}
+		if len(a.g.Outputs) > 0 {
+			stack := []*graph.Value{a.g.Outputs[0]}
+			for len(stack) > 0 {
+				x := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				if x == nil || a.lossReads[x] {
+					continue
+				}
+				a.lossReads[x] = true
+				if x.Producer != nil {
+					stack = append(stack, x.Producer.Inputs...)
+				}
+			}
+		}
+	}
+	return a.lossReads[v]
 }
 
 // selected reports whether re matches the parameter's name or the name of
@@ -544,6 +573,9 @@ func (a *analyzer) param(v *graph.Value) *Param {
 		return prm
 	case len(uses) == 0:
 		prm.Kind, prm.Reason = KindFrozen, "no node that depends on the input reads it"
+		return prm
+	case len(a.g.Outputs) > 1 && !a.readByLoss(v):
+		prm.Kind, prm.Reason = KindFrozen, fmt.Sprintf("reaches only outputs after the first (%s), which the loss does not read", outputNames(a.g.Outputs[1:]))
 		return prm
 	}
 	prm.Uses = uses
@@ -758,4 +790,12 @@ func (p *Plan) Compile(g *graph.Graph, batch int64) (*graph.Graph, error) {
 		return nil, fmt.Errorf("rewrite: input shape %v: %w", full, err)
 	}
 	return c, nil
+}
+
+func outputNames(vs []*graph.Value) string {
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.Name
+	}
+	return strings.Join(names, ", ")
 }

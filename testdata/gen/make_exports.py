@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Models exported with a fixed batch, for the loader's release of it.
+"""Models exported as users export them, for the loader and the rewrite.
 
-torch.onnx.export without dynamic_axes fixes the example input's batch size
+Exports with a fixed batch: torch.onnx.export without dynamic_axes fixes the
+example input's batch size
 in the model's input and output shapes, and constant folding bakes it into
 the targets of Reshapes and into broadcasts. These are such exports of
 reduced torchvision models (breadth.py's MODELS, seeded random init), at
@@ -20,7 +21,14 @@ opset 17, eval mode:
                            the outputs at two batch sizes show the samples
                            interacting
 
-    /usr/bin/python3 testdata/gen/make_fixedbatch.py --out testdata/fixedbatch
+An export with more outputs than the loss reads (dynamic batch):
+
+    OUT/aux_heads.onnx     a trunk with a main and an auxiliary head, as
+                           Inception and GoogLeNet export in training mode
+                           (logits, aux): the auxiliary head gets no gradient
+                           from the loss on the first output
+
+    /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
 
 import argparse
@@ -54,6 +62,18 @@ class First(nn.Module):
         return self.fc((x + x[:1]).flatten(1))
 
 
+class AuxHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.fc = nn.Linear(16, 10)
+        self.aux = nn.Sequential(nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 10))
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.fc(h), self.aux(h)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -69,6 +89,13 @@ def main():
             torch.onnx.export(m.eval(), (x,), os.path.join(args.out, name + ".onnx"), opset_version=17,
                               input_names=["input"], output_names=["logits"])
         print("wrote", name)
+    x = torch.randn(2, 3, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(AuxHeads().eval(), (x,), os.path.join(args.out, "aux_heads.onnx"), opset_version=17,
+                          input_names=["input"], output_names=["logits", "aux"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}, "aux": {0: "batch"}})
+    print("wrote aux_heads")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import (
 )
 
 // TestFixedBatchExports: models exported without dynamic_axes
-// (testdata/fixedbatch, made by testdata/gen/make_fixedbatch.py) train: the
+// (testdata/exports, made by testdata/gen/make_exports.py) train: the
 // loader makes their batch axis dynamic, repairing the Reshape targets and
 // the class token that held the batch, the header says so, the norm check
 // passes, and the tuned export has a dynamic batch axis that onnxruntime
@@ -20,7 +20,7 @@ import (
 // refused with the reason and how to re-export it (also where only values
 // show it), and still predicts at its fixed batch.
 func TestFixedBatchExports(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "fixedbatch")
+	dir := filepath.Join("..", "..", "testdata", "exports")
 	for _, c := range []struct {
 		name        string
 		fixed, size int64
@@ -75,3 +75,29 @@ func TestFixedBatchExports(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestTrainAuxOutputs: a model with an auxiliary head as a second output
+// (testdata/exports/aux_heads.onnx; Inception's and GoogLeNet's
+// training-mode exports) trains on its first output: the parameters that
+// reach only the second are frozen and reported as such (they get no
+// gradient from the loss), the rest train with the norm check passing, and
+// the export keeps both outputs.
+func TestTrainAuxOutputs(t *testing.T) {
+	model := filepath.Join("..", "..", "testdata", "exports", "aux_heads.onnx")
+	stdout, e, code := run(t, "plan", "--model", model, "--input-shape", "3,8,8", "--batch", "4")
+	reason := regexp.MustCompile(`(?m)^  aux\.(0|2)\.(weight|bias) +reaches only outputs after the first \(aux\), which the loss does not read$`)
+	if code != 0 || len(reason.FindAllString(stdout, -1)) != 4 || !strings.Contains(stdout, "frozen in 4 tensors") {
+		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+	}
+	out := filepath.Join(t.TempDir(), "tuned.onnx")
+	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 4 parameters") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 8, 8})
+	lm, err := loadGraph(out)
+	if err != nil || len(lm.g.Outputs) != 2 {
+		t.Errorf("the export's outputs: %v, %v", err, lm)
+	}
+}
