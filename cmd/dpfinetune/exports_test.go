@@ -47,6 +47,16 @@ func TestFixedBatchExports(t *testing.T) {
 			}
 		})
 	}
+	t.Run("inspect", func(t *testing.T) {
+		stdout, e, code := run(t, "inspect", "--model", filepath.Join(dir, "shufflenet_b2.onnx"))
+		if code != 0 || !strings.Contains(stdout, "the export fixed the batch at 2 (no dynamic_axes)") {
+			t.Errorf("exit %d: %s%s", code, stdout, e)
+		}
+		stdout, e, code = run(t, "inspect", "--model", filepath.Join(dir, "aux_heads.onnx"), "--json")
+		if code != 0 || strings.Contains(stdout, "fixed_batch") {
+			t.Errorf("a dynamic batch: exit %d: %s%s", code, stdout, e)
+		}
+	})
 	t.Run("samples interact", func(t *testing.T) {
 		model := filepath.Join(dir, "mixer_b1.onnx")
 		_, e, code := run(t, "plan", "--model", model, "--input-shape", "3,8,8", "--batch", "4")

@@ -46,6 +46,9 @@ type inspectReport struct {
 	Constants       int64             `json:"constants,omitempty"`
 	ConstantTensors int               `json:"constant_tensors,omitempty"`
 	Untied          int               `json:"untied_identity_params,omitempty"`
+	// FixedBatch is the batch size the export fixed in its input's shape
+	// (no dynamic_axes), which the other commands make dynamic.
+	FixedBatch int64 `json:"fixed_batch,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Inferred        *inferredReport   `json:"inferred,omitempty"`
 	// Unsupported lists the nodes no command can run (runtime.CheckOps).
@@ -166,6 +169,9 @@ func runInspect(args []string, stdout io.Writer) error {
 	for _, v := range g.Inputs {
 		rep.Inputs = append(rep.Inputs, describe(v))
 	}
+	if len(g.Inputs) == 1 && len(g.Inputs[0].Shape) >= 2 && g.Inputs[0].Shape[0].Size > 0 {
+		rep.FixedBatch = g.Inputs[0].Shape[0].Size
+	}
 	// Count parameters as PyTorch had them: equal-valued parameters that
 	// the exporter stored once behind Identity nodes count once per copy.
 	rep.Untied = len(g.UntieIdentityParams())
@@ -276,6 +282,9 @@ func printInspect(w io.Writer, r *inspectReport) {
 	fmt.Fprintf(w, "opsets:      %s\n", strings.Join(ops, ", "))
 	for _, v := range r.Inputs {
 		fmt.Fprintf(w, "input:       %s %s %s\n", v.Name, v.DType, shapeString(v))
+	}
+	if r.FixedBatch > 0 {
+		fmt.Fprintf(w, "             the export fixed the batch at %d (no dynamic_axes): plan, train, predict and eval make it dynamic\n", r.FixedBatch)
 	}
 	for _, v := range r.Outputs {
 		fmt.Fprintf(w, "output:      %s %s %s\n", v.Name, v.DType, shapeString(v))
