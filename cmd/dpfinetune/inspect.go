@@ -43,14 +43,14 @@ type inspectReport struct {
 	// Constants are the float initializers torch.export's signature marks
 	// as no parameters (graph.Value.ExportConstant), but running
 	// statistics, and those no gradient reaches (graph.Value.NoGradient).
-	Constants       int64             `json:"constants,omitempty"`
-	ConstantTensors int               `json:"constant_tensors,omitempty"`
-	Untied          int               `json:"untied_identity_params,omitempty"`
+	Constants       int64 `json:"constants,omitempty"`
+	ConstantTensors int   `json:"constant_tensors,omitempty"`
+	Untied          int   `json:"untied_identity_params,omitempty"`
 	// FixedBatch is the batch size the export fixed in its input's shape
 	// (no dynamic_axes), which the other commands make dynamic.
-	FixedBatch int64 `json:"fixed_batch,omitempty"`
-	Metadata        map[string]string `json:"metadata,omitempty"`
-	Inferred        *inferredReport   `json:"inferred,omitempty"`
+	FixedBatch int64             `json:"fixed_batch,omitempty"`
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	Inferred   *inferredReport   `json:"inferred,omitempty"`
 	// Unsupported lists the nodes no command can run (runtime.CheckOps).
 	Unsupported []runtime.UnsupportedNode `json:"unsupported,omitempty"`
 }
