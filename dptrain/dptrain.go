@@ -36,38 +36,42 @@ type Settings struct {
 	Model string `json:"model"`
 	// FixedBatch is the batch size the model's export fixed, whose axis
 	// the loader made dynamic (0: the export's batch axis was dynamic).
-	FixedBatch    int64   `json:"fixed_batch,omitempty"`
-	Data          string  `json:"data"`
-	TestData      string  `json:"test_data,omitempty"`
-	Examples      int     `json:"examples"`
-	Epsilon       float64 `json:"epsilon"`
-	Delta         float64 `json:"delta"`
-	Epochs        int     `json:"epochs"`
-	BatchSize     int     `json:"batch_size"`
-	PhysicalBatch int     `json:"physical_batch"`
-	SampleRate    float64 `json:"sample_rate"`
-	StepsPerEpoch int     `json:"steps_per_epoch"`
-	Steps         int     `json:"steps"`
-	Sigma         float64 `json:"sigma"`
-	Accountant    string  `json:"accountant"`
-	Sampling      string  `json:"sampling"`
-	Mode          string  `json:"mode"`
-	Clip          float64 `json:"clip_norm"`
-	ClipFn        string  `json:"clip_fn"`
-	Gamma         float64 `json:"gamma,omitempty"`
-	PerLayer      bool    `json:"per_layer"`
-	Optimizer     string  `json:"optimizer"`
-	LR            float64 `json:"lr"`
-	Momentum      float64 `json:"momentum,omitempty"`
-	WeightDecay   float64 `json:"weight_decay,omitempty"`
-	Norm          string  `json:"norm"`
-	Augment       string  `json:"augment"`
-	Resize        string  `json:"resize,omitempty"`
-	InputShape    []int64 `json:"input_shape"`
-	Classes       int     `json:"classes"`
-	Noise         string  `json:"noise"`
-	Seed          *uint64 `json:"seed,omitempty"`
-	NonPrivate    bool    `json:"non_private,omitempty"`
+	FixedBatch int64 `json:"fixed_batch,omitempty"`
+	// HalfPrecision lists the half-precision types the model was exported
+	// in (float16, bfloat16), which the loader widened to float32: it
+	// trains and is written in float32.
+	HalfPrecision []string `json:"half_precision,omitempty"`
+	Data          string   `json:"data"`
+	TestData      string   `json:"test_data,omitempty"`
+	Examples      int      `json:"examples"`
+	Epsilon       float64  `json:"epsilon"`
+	Delta         float64  `json:"delta"`
+	Epochs        int      `json:"epochs"`
+	BatchSize     int      `json:"batch_size"`
+	PhysicalBatch int      `json:"physical_batch"`
+	SampleRate    float64  `json:"sample_rate"`
+	StepsPerEpoch int      `json:"steps_per_epoch"`
+	Steps         int      `json:"steps"`
+	Sigma         float64  `json:"sigma"`
+	Accountant    string   `json:"accountant"`
+	Sampling      string   `json:"sampling"`
+	Mode          string   `json:"mode"`
+	Clip          float64  `json:"clip_norm"`
+	ClipFn        string   `json:"clip_fn"`
+	Gamma         float64  `json:"gamma,omitempty"`
+	PerLayer      bool     `json:"per_layer"`
+	Optimizer     string   `json:"optimizer"`
+	LR            float64  `json:"lr"`
+	Momentum      float64  `json:"momentum,omitempty"`
+	WeightDecay   float64  `json:"weight_decay,omitempty"`
+	Norm          string   `json:"norm"`
+	Augment       string   `json:"augment"`
+	Resize        string   `json:"resize,omitempty"`
+	InputShape    []int64  `json:"input_shape"`
+	Classes       int      `json:"classes"`
+	Noise         string   `json:"noise"`
+	Seed          *uint64  `json:"seed,omitempty"`
+	NonPrivate    bool     `json:"non_private,omitempty"`
 	// DataSHA256 is the fingerprint of the training samples as loaded
 	// (data.Images.Fingerprint), when the dataset has one: a resume on
 	// other data is refused.
@@ -535,6 +539,9 @@ func Run(cfg Config) (*Report, error) {
 
 	// Print the plan.
 	logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+	if len(set.HalfPrecision) > 0 {
+		logf("  model:     exported in %s: runs, trains and is written in float32 (its weights widened exactly)\n", strings.Join(set.HalfPrecision, " and "))
+	}
 	if set.FixedBatch > 0 {
 		logf("  model:     exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", set.FixedBatch)
 	}

@@ -53,7 +53,7 @@ func lower(s string) string {
 // IsFloat reports whether d is a floating-point type.
 func (d DType) IsFloat() bool {
 	switch d {
-	case Float32, Float64, Float16, DType(onnxpb.TensorProto_BFLOAT16):
+	case Float32, Float64, Float16, BFloat16:
 		return true
 	}
 	return false

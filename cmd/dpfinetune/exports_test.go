@@ -4,10 +4,12 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
@@ -109,5 +111,51 @@ func TestTrainAuxOutputs(t *testing.T) {
 	lm, err := loadGraph(out)
 	if err != nil || len(lm.g.Outputs) != 2 {
 		t.Errorf("the export's outputs: %v, %v", err, lm)
+	}
+}
+
+// TestHalfPrecisionExport: a model exported in float16 (testdata/exports/
+// half_cnn.onnx: weights, input, output and a Constant in float16) runs in
+// float32: predict gives, bit for bit, what the same model in float32 with
+// its weights rounded through float16 gives (half_cnn_ref.onnx), and says
+// so; train runs with the norm check and writes a float32 model that
+// onnxruntime runs.
+func TestHalfPrecisionExport(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	tmp := t.TempDir()
+	x := filepath.Join(tmp, "x.npy")
+	data := make([]float32, 3*3*8*8)
+	for i := range data {
+		data[i] = float32(math.Sin(float64(i) * 0.7))
+	}
+	if err := npy.WriteFile(x, npy.NewFloat32(data, 3, 3, 8, 8)); err != nil {
+		t.Fatal(err)
+	}
+	var outs [2]*npy.Array
+	for i, name := range []string{"half_cnn", "half_cnn_ref"} {
+		y := filepath.Join(tmp, name+".npy")
+		stdout, e, code := run(t, "predict", "--model", filepath.Join(dir, name+".onnx"), "--input", x, "--out", y)
+		if code != 0 || (i == 0) != strings.Contains(stdout, "exported in float16: runs, trains and is written in float32") {
+			t.Fatalf("predict %s: exit %d: %s%s", name, code, stdout, e)
+		}
+		a, err := npy.ReadFile(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs[i] = a
+	}
+	if len(outs[0].F32) != 30 || !slices.Equal(outs[0].F32, outs[1].F32) {
+		t.Errorf("float16 model %v, float32 model with its weights %v", outs[0].F32, outs[1].F32)
+	}
+	out := filepath.Join(tmp, "tuned.onnx")
+	stdout, e, code := run(t, "train", "--model", filepath.Join(dir, "half_cnn.onnx"), "--data", fmnist+":limit=8", "--test-data", "none",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 4 parameters") || !strings.Contains(stdout, "exported in float16") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 8, 8})
+	lm, err := loadGraph(out)
+	if err != nil || len(lm.half) != 0 || lm.g.Inputs[0].DType != graph.Float32 {
+		t.Errorf("the tuned model: %v, half %v", err, lm)
 	}
 }

@@ -50,6 +50,7 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 	if err != nil {
 		return nil, fixed, nil, err
 	}
+	orig.UpcastHalf()
 	rel := g.Clone()
 	sample := in.Shape[1:].Ints()
 	for _, c := range []*graph.Graph{orig, rel} {

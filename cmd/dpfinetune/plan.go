@@ -24,6 +24,9 @@ type planReport struct {
 	// FixedBatch is the batch size the export fixed, whose axis the
 	// loader made dynamic (0: it was dynamic).
 	FixedBatch int64 `json:"fixed_batch,omitempty"`
+	// HalfPrecision lists the half-precision types the model was exported
+	// in, which the loader widened to float32.
+	HalfPrecision []string `json:"half_precision,omitempty"`
 	// Device is where the estimated memory would be allocated.
 	Device string            `json:"device"`
 	BN     rewrite.BNOptions `json:"bn"`
@@ -84,7 +87,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	// Every mode's activation memory as the runtime plan its engine
 	// compiles holds it (liveness, only what each backward reads), rather
 	// than every activation of the graph. Where there is no such plan the
@@ -134,6 +137,9 @@ func sci(v int64) string {
 func printPlan(w io.Writer, r *planReport) {
 	p := r.Plan
 	fmt.Fprintf(w, "model:       %s\n", r.Model)
+	if len(r.HalfPrecision) > 0 {
+		fmt.Fprintf(w, "             exported in %s: runs, trains and is written in float32 (its weights widened exactly)\n", strings.Join(r.HalfPrecision, " and "))
+	}
 	if r.FixedBatch > 0 {
 		fmt.Fprintf(w, "             exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", r.FixedBatch)
 	}

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/onnx"
@@ -89,18 +90,34 @@ type loadedModel struct {
 	// changes are the repairs of the constants that held the fixed batch
 	// (rewrite.ReleaseBatch), for the plan's list of changes.
 	changes []rewrite.Change
+	// half lists the half-precision types of a model exported in float16
+	// or bfloat16, which loadGraph widened to float32 (graph.UpcastHalf).
+	half []graph.DType
 	// releaseErr says why a fixed batch axis could not be made dynamic
 	// (g then keeps it fixed).
 	releaseErr error
 }
 
-// fixedBatchNote says what loadGraph did to a model exported with a fixed
-// batch, "" where it did nothing.
-func (lm *loadedModel) fixedBatchNote() string {
-	if lm.fixedBatch == 0 {
-		return ""
+// notes say what loadGraph did to the model: a fixed batch made dynamic,
+// half precision widened.
+func (lm *loadedModel) notes() []string {
+	var out []string
+	if lm.fixedBatch > 0 {
+		out = append(out, fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch))
 	}
-	return fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch)
+	if len(lm.half) > 0 {
+		out = append(out, fmt.Sprintf("exported in %s: runs, trains and is written in float32 (its weights widened exactly)", strings.Join(lm.halfNames(), " and ")))
+	}
+	return out
+}
+
+// halfNames names the half-precision types the model was exported in.
+func (lm *loadedModel) halfNames() []string {
+	var names []string
+	for _, d := range lm.half {
+		names = append(names, d.String())
+	}
+	return names
 }
 
 // loadGraph loads and validates a model file, checks that the runtime
@@ -118,12 +135,13 @@ func loadGraph(path string) (*loadedModel, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	half := g.UpcastHalf()
 	// Every command that runs the model stops here, before any work, on
 	// the operators and opsets it cannot run, naming all of them.
 	if err := runtime.CheckOps(g); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	lm := &loadedModel{m: m, g: g}
+	lm := &loadedModel{m: m, g: g, half: half}
 	rel, fixed, changes, err := releaseFixedBatch(m, g)
 	switch {
 	case err != nil:

@@ -224,7 +224,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
-			Model: *f.model, FixedBatch: lm.fixedBatch, Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, Resize: train.Preprocess().Resize.String(), InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,

@@ -21,6 +21,14 @@ opset 17, eval mode:
                            the outputs at two batch sizes show the samples
                            interacting
 
+Exports in half precision (what torch.onnx.export writes for model.half()
+on a GPU: float16 weights, inputs, outputs and constants; made here from a
+float32 export, as PyTorch 1.13 has no float16 convolution on the CPU):
+
+    OUT/half_cnn.onnx      a small CNN in float16, with a scalar Constant
+    OUT/half_cnn_ref.onnx  the same model in float32, its weights rounded
+                           through float16: what half_cnn computes, widened
+
 An export with more outputs than the loss reads (dynamic batch):
 
     OUT/aux_heads.onnx     a trunk with a main and an auxiliary head, as
@@ -74,6 +82,43 @@ class AuxHeads(nn.Module):
         return self.fc(h), self.aux(h)
 
 
+class HalfCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = nn.Linear(6 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x * 0.5))
+        return self.fc(nn.functional.adaptive_avg_pool2d(h, 4).flatten(1))
+
+
+def to_half(path, out_half, out_ref):
+    """Rewrites a float32 export as float16 (out_half) and as float32 with
+    its weights rounded through float16 (out_ref)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    for out, half in ((out_half, True), (out_ref, False)):
+        m = onnx.load(path)
+        g = m.graph
+        for i, t in enumerate(g.initializer):
+            a = numpy_helper.to_array(t)
+            if a.dtype == np.float32:
+                r = a.astype(np.float16)
+                g.initializer[i].CopyFrom(numpy_helper.from_array(r if half else r.astype(np.float32), t.name))
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
+                    v = numpy_helper.to_array(a.t).astype(np.float16)
+                    a.t.CopyFrom(numpy_helper.from_array(v if half else v.astype(np.float32), a.t.name))
+        if half:
+            for v in list(g.input) + list(g.output):
+                v.type.tensor_type.elem_type = TensorProto.FLOAT16
+        onnx.save(m, out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -96,6 +141,15 @@ def main():
                           input_names=["input"], output_names=["logits", "aux"],
                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}, "aux": {0: "batch"}})
     print("wrote aux_heads")
+    tmp = os.path.join(args.out, "half_cnn.f32.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(HalfCNN().eval(), (torch.randn(2, 3, 8, 8),), tmp, opset_version=17,
+                          input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    to_half(tmp, os.path.join(args.out, "half_cnn.onnx"), os.path.join(args.out, "half_cnn_ref.onnx"))
+    os.remove(tmp)
+    print("wrote half_cnn")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+package graph
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+)
+
+func TestHalfToFloat32(t *testing.T) {
+	cases := []struct {
+		h    uint16
+		want float32
+	}{
+		{0x0000, 0},
+		{0x3c00, 1},
+		{0xc000, -2},
+		{0x3555, 0.333251953125},
+		{0x7bff, 65504},
+		{0x0400, 1.0 / (1 << 14)},    // smallest normal
+		{0x0001, 1.0 / (1 << 24)},    // smallest subnormal
+		{0x03ff, 1023.0 / (1 << 24)}, // largest subnormal
+		{0x8001, -1.0 / (1 << 24)},   // negative subnormal
+		{0x7c00, float32(math.Inf(1))},
+		{0xfc00, float32(math.Inf(-1))},
+	}
+	for _, c := range cases {
+		if got := HalfToFloat32(c.h); got != c.want {
+			t.Errorf("%#04x: %g, want %g", c.h, got, c.want)
+		}
+	}
+	if got := HalfToFloat32(0x8000); got != 0 || !math.Signbit(float64(got)) {
+		t.Errorf("0x8000: %g, want -0", got)
+	}
+	if got := HalfToFloat32(0x7e01); !math.IsNaN(float64(got)) || math.Float32bits(got) != 0x7f800000|0x201<<13 {
+		t.Errorf("0x7e01: %g (%#08x), want a NaN keeping its payload", got, math.Float32bits(got))
+	}
+}
+
+// TestWidenHalf: float16 and bfloat16 tensors widen element by element
+// (bfloat16 is float32's upper half).
+func TestWidenHalf(t *testing.T) {
+	raw := func(hs ...uint16) []byte {
+		b := make([]byte, 2*len(hs))
+		for i, h := range hs {
+			binary.LittleEndian.PutUint16(b[2*i:], h)
+		}
+		return b
+	}
+	f16 := widenHalf(&Tensor{DType: Float16, Shape: []int64{3}, Raw: raw(0x3c00, 0xc000, 0x0001)})
+	bf16 := widenHalf(&Tensor{DType: BFloat16, Shape: []int64{3}, Raw: raw(0x3f80, 0xc000, 0x4049)})
+	for _, c := range []struct {
+		got, want []float32
+	}{
+		{f16.F32, []float32{1, -2, 1.0 / (1 << 24)}},
+		{bf16.F32, []float32{1, -2, math.Float32frombits(0x40490000)}},
+	} {
+		if len(c.got) != len(c.want) {
+			t.Fatalf("%v, want %v", c.got, c.want)
+		}
+		for i := range c.want {
+			if c.got[i] != c.want[i] {
+				t.Errorf("%v, want %v", c.got, c.want)
+			}
+		}
+	}
+	if f16.DType != Float32 || len(f16.Shape) != 1 || f16.Shape[0] != 3 {
+		t.Errorf("widened tensor %v %v", f16.DType, f16.Shape)
+	}
+}
