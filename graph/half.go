@@ -2,10 +2,12 @@ package graph
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
@@ -29,7 +31,22 @@ var dtypeAttrOps = map[string]bool{"EyeLike": true, "RandomNormal": true, "Rando
 // The model then computes in float32 what it computed in half precision:
 // the same function, rounded less. Parts of a model that cast to float32
 // on purpose (a LayerNorm kept in float32) are unchanged.
-func (g *Graph) UpcastHalf() []DType {
+//
+// Widening doubles the weights' memory: where that is more than the memory
+// available, UpcastHalf changes nothing and says so.
+func (g *Graph) UpcastHalf() ([]DType, error) { return g.upcastHalf(sysmem.Available) }
+
+func (g *Graph) upcastHalf(available func() (int64, string, bool)) ([]DType, error) {
+	var need int64
+	for _, v := range g.Values {
+		if v.Const != nil && (v.Const.DType == Float16 || v.Const.DType == BFloat16) {
+			need += 2 * int64(len(v.Const.Raw))
+		}
+	}
+	if avail, src, ok := available(); ok && need > avail {
+		return nil, fmt.Errorf("graph: widening the half-precision weights to float32 takes %s, more than the %s of memory available (%s)",
+			FormatBytes(float64(need)), FormatBytes(float64(avail)), src)
+	}
 	found := map[DType]bool{}
 	half := func(d DType) bool {
 		if d == Float16 || d == BFloat16 {
@@ -79,7 +96,7 @@ func (g *Graph) UpcastHalf() []DType {
 			out = append(out, d)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // widenHalf returns t (float16 or bfloat16, its bytes in Raw) as float32.

@@ -3,6 +3,7 @@ package graph
 import (
 	"encoding/binary"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -65,5 +66,21 @@ func TestWidenHalf(t *testing.T) {
 	}
 	if f16.DType != Float32 || len(f16.Shape) != 1 || f16.Shape[0] != 3 {
 		t.Errorf("widened tensor %v %v", f16.DType, f16.Shape)
+	}
+}
+
+// TestUpcastHalfMemory: widening that would take more than the memory
+// available is refused, and the graph left as it was.
+func TestUpcastHalfMemory(t *testing.T) {
+	w := &Value{Name: "w", DType: Float16, Shape: StaticShape(1000), Initializer: true,
+		Const: &Tensor{DType: Float16, Shape: []int64{1000}, Raw: make([]byte, 2000)}}
+	g := &Graph{Values: map[string]*Value{"w": w}, Initializers: []*Value{w}}
+	_, err := g.upcastHalf(func() (int64, string, bool) { return 3999, "test", true })
+	if err == nil || !strings.Contains(err.Error(), "more than the 3.9 KiB of memory available (test)") || w.DType != Float16 || w.Const.DType != Float16 {
+		t.Fatalf("error %v; the weight %v %v", err, w.DType, w.Const.DType)
+	}
+	types, err := g.upcastHalf(func() (int64, string, bool) { return 4000, "test", true })
+	if err != nil || len(types) != 1 || types[0] != Float16 || w.DType != Float32 || len(w.Const.F32) != 1000 {
+		t.Fatalf("%v %v; the weight %v %v", types, err, w.DType, w.Const.DType)
 	}
 }

@@ -50,7 +50,9 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 	if err != nil {
 		return nil, fixed, nil, err
 	}
-	orig.UpcastHalf()
+	if _, err := orig.UpcastHalf(); err != nil {
+		return nil, fixed, nil, err
+	}
 	rel := g.Clone()
 	sample := in.Shape[1:].Ints()
 	for _, c := range []*graph.Graph{orig, rel} {

@@ -135,7 +135,10 @@ func loadGraph(path string) (*loadedModel, error) {
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	half := g.UpcastHalf()
+	half, err := g.UpcastHalf()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	// Every command that runs the model stops here, before any work, on
 	// the operators and opsets it cannot run, naming all of them.
 	if err := runtime.CheckOps(g); err != nil {
