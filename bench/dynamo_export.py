@@ -6,7 +6,7 @@ PyTorch 2.9, opset 18 unless asked) for scripts/gpu-check.sh's part
 dpfinetune, and do they compute what PyTorch computes?
 
     python3 bench/dynamo_export.py --out DIR [--models resnet18,timm:deit_tiny_patch16_224,...]
-        [--opsets default,23] [--exporter dynamo|torchscript] [--jobs N] [--timeout S] [--budget-s S]
+        [--opsets default,23] [--exporter dynamo|torchscript] [--fixed-batch] [--jobs N] [--timeout S] [--budget-s S]
 
 Models: torchvision's by name (random weights, weights=None), timm's as
 timm:NAME (pretrained=False); the machines have no network. Tensors the
@@ -17,7 +17,8 @@ lacks is skipped, and said so. Each model is
 exported in its own process (--jobs at a time; --timeout seconds for all
 its opsets, then killed), eval mode, from an input of batch 2, with the
 batch axis dynamic where the exporter takes it (dynamic_shapes; else
-fixed at 2, and the line says which). Opsets: "default" passes no
+fixed at 2, and the line says which; --fixed-batch fixes it on purpose,
+as an export without dynamic_axes or dynamic_shapes does). Opsets: "default" passes no
 opset_version (the exporter's own: 18 for dynamo), a number passes it
 (23 turns scaled_dot_product_attention into the Attention operator).
 
@@ -255,24 +256,36 @@ def strip_weights(m, path):
 CAPTURE = re.compile(r"Obtain model graph for .*? with (.+?)\.\.\.\s*✅")
 
 
-def export_one(torch, model, x, path, opset, exporter):
+def export_one(torch, model, x, path, opset, exporter, fixed_batch=False):
     """Exports model at opset (None: the exporter's default) to path; returns
-    the fields the line adds (batch, capture, error of a dynamic attempt)."""
+    the fields the line adds (batch, capture, error of a dynamic attempt).
+    fixed_batch: no dynamic axes (the example's batch fixed), as users who
+    pass neither dynamic_axes nor dynamic_shapes export."""
     import inspect as pyinspect
     names = dict(input_names=["input"], output_names=["logits"])
     if exporter == "torchscript":
-        kw = dict(names, opset_version=17 if opset is None else opset,
-                  dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+        kw = dict(names, opset_version=17 if opset is None else opset)
+        if not fixed_batch:
+            kw["dynamic_axes"] = {"input": {0: "batch"}, "logits": {0: "batch"}}
         if "dynamo" in pyinspect.signature(torch.onnx.export).parameters:
             kw["dynamo"] = False
         torch.onnx.export(model, (x,), path, **kw)
-        return {"batch": "dynamic"}
+        return {"batch": "fixed %d (asked)" % x.shape[0] if fixed_batch else "dynamic"}
     import torch.export  # noqa: F401 — Dim
     kw = dict(names, dynamo=True)
     if opset is not None:
         kw["opset_version"] = opset
     out = {}
     log = io.StringIO()
+    if fixed_batch:
+        with contextlib.redirect_stdout(log):
+            torch.onnx.export(model, (x,), path, **kw)
+        sys.stderr.write(log.getvalue())
+        out["batch"] = "fixed %d (asked)" % x.shape[0]
+        caps = CAPTURE.findall(log.getvalue())
+        if caps:
+            out["capture"] = caps[-1].strip("`")
+        return out
     try:
         with contextlib.redirect_stdout(log):
             torch.onnx.export(model, (x,), path, dynamic_shapes=({0: torch.export.Dim("batch")},), **kw)
@@ -362,7 +375,7 @@ def worker(args):
                 os.remove(f)
         t0 = time.time()
         try:
-            row.update(export_one(torch, model, x, path, o, args.exporter))
+            row.update(export_one(torch, model, x, path, o, args.exporter, args.fixed_batch))
             row["seconds"] = round(time.time() - t0, 2)
             row["onnx"] = path
             info, m = read_back(path)
@@ -391,6 +404,8 @@ def main():
     ap.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated: torchvision names, timm:NAME")
     ap.add_argument("--opsets", default="default,23", help="comma-separated: default (no opset_version) or numbers")
     ap.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
+    ap.add_argument("--fixed-batch", action="store_true",
+                    help="export without dynamic axes (the example's batch of 2 fixed), as users often do")
     ap.add_argument("--jobs", type=int, default=max(1, min(6, (os.cpu_count() or 2) // 2)),
                     help="models exported at once, each in its own process")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0: cores / jobs)")
@@ -442,6 +457,8 @@ def main():
             return
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--out", args.out, "--models", model,
                "--opsets", args.opsets, "--exporter", args.exporter, "--threads", str(threads)]
+        if args.fixed_batch:
+            cmd.append("--fixed-batch")
         # In DIR: whatever an exporter writes beside (a failure's report) stays there.
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=args.out)
         killed = []

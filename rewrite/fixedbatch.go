@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
@@ -306,9 +307,6 @@ func (r *releaser) candidates(c *graph.Graph, li *layoutInfo, n *graph.Node) []r
 		}
 		return cands
 	case "Concat":
-		if r.fixed != 1 {
-			return nil
-		}
 		var lay *BatchLayout
 		for _, x := range n.Inputs {
 			if s := li.state(x); s.kind == batched {
@@ -321,25 +319,40 @@ func (r *releaser) candidates(c *graph.Graph, li *layoutInfo, n *graph.Node) []r
 			return nil
 		}
 		a, _ := n.Int("axis")
-		var cands []repair
+		var whys []string
 		for i, x := range n.Inputs {
 			d, ok := dims(x)
-			if !ok || li.state(x).kind != indep || len(d) == 0 || d[0] != 1 || a == 0 || a == -int64(len(d)) {
+			if !ok || li.state(x).kind != indep || len(d) == 0 || d[0] != r.fixed || a == 0 || a == -int64(len(d)) {
 				continue
 			}
-			cands = append(cands, repair{operand: i, why: fmt.Sprintf("operand %d (%s) holds one sample's constant: expanded over the batch", i, x.Name)})
+			if _, ok := r.spreadable(x); ok {
+				what := "one sample's constant"
+				if r.fixed > 1 {
+					what = fmt.Sprintf("one constant expanded to the %d samples", r.fixed)
+				}
+				whys = append(whys, fmt.Sprintf("operand %d (%s) holds %s: expanded over the batch", i, x.Name, what))
+			}
 		}
-		if len(cands) == 0 {
+		if len(whys) == 0 {
 			return nil
 		}
 		// One repair expands every such operand.
-		all := repair{operand: -2, why: cands[0].why}
-		for _, c := range cands[1:] {
-			all.why += "; " + c.why
-		}
-		return []repair{all}
+		return []repair{{operand: -2, why: strings.Join(whys, "; ")}}
 	}
 	return nil
+}
+
+// spreadable reports whether a Concat operand x that does not depend on
+// the input, with the fixed batch's rows on axis 0, can be spread over any
+// batch: it is an Expand of one row (its target is made [N, …]; returned),
+// or, at a fixed batch of 1, the row itself (a new Expand; nil returned).
+func (r *releaser) spreadable(x *graph.Value) (*graph.Node, bool) {
+	if p := x.Producer; p != nil && p.OpType == "Expand" && len(p.Inputs) == 2 {
+		if d, ok := dims(r.refValue(p.Inputs[0])); ok && len(d) > 0 && d[0] == 1 {
+			return p, true
+		}
+	}
+	return nil, r.fixed == 1
 }
 
 // backtrack moves the latest choice that the failing node depends on to
@@ -398,34 +411,49 @@ func (r *releaser) apply() (*graph.Graph, []Change) {
 		n := v.Producer
 		rp := c.cands[c.pick]
 		b := newBuilder(w, nm, n.Name)
+		at := n // where the new nodes go
 		switch {
 		case rp.target != nil:
 			n.Inputs[1] = b.constant(int64Tensor([]int64{int64(len(rp.target))}, rp.target...))
 		default:
-			// Expand(x, [N, 1, …, 1]) with N read from the input's shape.
+			// The constant operands over N samples, N read from the
+			// input's shape: their Expand's target made [N, …], or a new
+			// Expand(x, [N, 1, …, 1]).
 			shape := b.op("Shape", nil, w.Inputs[0])
 			nv := b.op("Gather", []*onnxpb.AttributeProto{attrInt("axis", 0)}, shape, b.constant(int64Tensor([]int64{1}, 0)))
 			for i, x := range n.Inputs {
 				d, ok := dims(r.refValue(x))
-				if !ok || len(d) == 0 || d[0] != 1 || dependsOn(x, w.Inputs[0]) {
+				if !ok || len(d) == 0 || d[0] != r.fixed || dependsOn(x, w.Inputs[0]) {
 					continue
 				}
-				ones := make([]int64, len(d)-1)
-				for j := range ones {
-					ones[j] = 1
+				e, ok := r.spreadable(x)
+				if !ok {
+					continue
 				}
-				parts := []*graph.Value{nv}
-				if len(ones) > 0 {
-					parts = append(parts, b.constant(int64Tensor([]int64{int64(len(ones))}, ones...)))
+				rest := d[1:]
+				if e == nil {
+					rest = make([]int64, len(d)-1)
+					for j := range rest {
+						rest[j] = 1
+					}
 				}
 				target := nv
-				if len(parts) > 1 {
-					target = b.op("Concat", []*onnxpb.AttributeProto{attrInt("axis", 0)}, parts...)
+				if len(rest) > 0 {
+					target = b.op("Concat", []*onnxpb.AttributeProto{attrInt("axis", 0)}, nv, b.constant(int64Tensor([]int64{int64(len(rest))}, rest...)))
 				}
-				n.Inputs[i] = b.op("Expand", nil, x, target)
+				if e != nil {
+					e.Inputs[1] = target
+					if before(w, e, at) {
+						at = e
+					}
+				} else {
+					n.Inputs[i] = b.op("Expand", nil, x, target)
+				}
 			}
 		}
-		replaceNode(w, n, append(b.nodes, n))
+		// The new nodes (they read only the graph input) go before the
+		// first node that reads them.
+		replaceNode(w, at, append(b.nodes, at))
 		changes = append(changes, Change{Pass: "batch", Target: nodeLabel(n), Action: rp.why,
 			Reason: fmt.Sprintf("the export fixed the batch at %d", r.fixed)})
 	}

@@ -52,6 +52,10 @@ func TestReleaseBatch(t *testing.T) {
 		{"class token", newMB().input("x", 1, 3, 4).output("y", 1, 4, 4).init("cls", []int64{1, 1, 4}).
 			node("Concat", "cat", []string{"cls", "x"}, []string{"y"}, attrInt("axis", 1)), 1,
 			[]string{"operand 0 (cls) holds one sample's constant: expanded over the batch"}, []int64{5, 4, 4}, ""},
+		{"class token expanded to a fixed batch of 2", newMB().input("x", 2, 3, 4).output("y", 2, 4, 4).init("cls", []int64{1, 1, 4}).ints("to", 2, 1, 4).
+			node("Expand", "spread", []string{"cls", "to"}, []string{"clsb"}).
+			node("Concat", "cat", []string{"clsb", "x"}, []string{"y"}, attrInt("axis", 1)), 2,
+			[]string{"operand 0 (clsb) holds one constant expanded to the 2 samples: expanded over the batch"}, []int64{5, 4, 4}, ""},
 		{"batch mean", newMB().input("x", 1, 6).output("y", 1, 6).
 			node("ReduceMean", "mean", []string{"x"}, []string{"m"}, attrInts("axes", 0), attrInt("keepdims", 1)).
 			node("Sub", "centre", []string{"x", "m"}, []string{"y"}), 1, nil, nil, "reduces over the batch axis 0"},
