@@ -6,7 +6,7 @@ PyTorch 2.9, opset 18 unless asked) for scripts/gpu-check.sh's part
 dpfinetune, and do they compute what PyTorch computes?
 
     python3 bench/dynamo_export.py --out DIR [--models resnet18,timm:deit_tiny_patch16_224,...]
-        [--opsets default,23] [--exporter dynamo|torchscript] [--fixed-batch] [--jobs N] [--timeout S] [--budget-s S]
+        [--opsets default,23] [--exporter dynamo|torchscript] [--fixed-batch] [--half] [--jobs N] [--timeout S] [--budget-s S]
 
 Models: torchvision's by name (random weights, weights=None), timm's as
 timm:NAME (pretrained=False); the machines have no network. Tensors the
@@ -18,7 +18,8 @@ exported in its own process (--jobs at a time; --timeout seconds for all
 its opsets, then killed), eval mode, from an input of batch 2, with the
 batch axis dynamic where the exporter takes it (dynamic_shapes; else
 fixed at 2, and the line says which; --fixed-batch fixes it on purpose,
-as an export without dynamic_axes or dynamic_shapes does). Opsets: "default" passes no
+as an export without dynamic_axes or dynamic_shapes does; --half exports
+model.half() from the GPU, as users who deploy in float16 do). Opsets: "default" passes no
 opset_version (the exporter's own: 18 for dynamo), a number passes it
 (23 turns scaled_dot_product_attention into the Attention operator).
 
@@ -357,11 +358,24 @@ def worker(args):
     xs = rng.standard_normal((2,) + tuple(size)).astype(np.float32)
     classes = getattr(model, "num_classes", None) or 1000
     ys = rng.integers(0, 10, size=2).astype(np.int64)  # labels for a 10-class head
+    if args.half:
+        # model.half() exported from the GPU (PyTorch has no float16
+        # convolution on the CPU); the reference is the same model in
+        # float32 with its weights and input rounded through float16: what
+        # dpfinetune, which widens a half-precision model, computes.
+        if not torch.cuda.is_available():
+            emit(dict(base, skipped="--half needs CUDA (no float16 convolution on the CPU)"))
+            return
+        model = model.half().float()
+        xs = xs.astype(np.float16).astype(np.float32)
+        base["dtype"] = "float16"
     x = torch.from_numpy(xs)
     with torch.no_grad():
         logits = model(x)
     if isinstance(logits, (tuple, list)):
         logits = logits[0]
+    if args.half:
+        model, x = model.half().cuda(), x.half().cuda()
     files = {k: os.path.join(args.out, stem + "-" + k + ".npy") for k in ("x", "y", "logits")}
     np.save(files["x"], xs)
     np.save(files["y"], ys)
@@ -406,6 +420,8 @@ def main():
     ap.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo")
     ap.add_argument("--fixed-batch", action="store_true",
                     help="export without dynamic axes (the example's batch of 2 fixed), as users often do")
+    ap.add_argument("--half", action="store_true",
+                    help="export model.half() from the GPU; the logits are the float32 model's with float16-rounded weights and input")
     ap.add_argument("--jobs", type=int, default=max(1, min(6, (os.cpu_count() or 2) // 2)),
                     help="models exported at once, each in its own process")
     ap.add_argument("--threads", type=int, default=0, help="torch threads per process (0: cores / jobs)")
@@ -459,6 +475,8 @@ def main():
                "--opsets", args.opsets, "--exporter", args.exporter, "--threads", str(threads)]
         if args.fixed_batch:
             cmd.append("--fixed-batch")
+        if args.half:
+            cmd.append("--half")
         # In DIR: whatever an exporter writes beside (a failure's report) stays there.
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=args.out)
         killed = []

@@ -450,7 +450,10 @@ echo "== 7. PyTorch's default ONNX exporter (dynamo): inspect, plan, predict, tr
 # opset 17) takes the dry run through the same checks on an old PyTorch.
 # DYN_FIXED_BATCH=1 exports without dynamic axes (the batch of 2 fixed, as
 # users who pass no dynamic_shapes export): the loader's release of a fixed
-# batch on the exporter's own graphs.
+# batch on the exporter's own graphs. DYN_HALF=1 exports model.half() from
+# the GPU (float16; the logits compared are the float32 model's with its
+# weights and input rounded through float16, which is what the loader's
+# widening computes).
 # Expected on the H100 machine (16 cores), 16 models × 2 opsets: 60-90 s of
 # exports in parallel (a heavy model such as MaxViT or BEiT-B about 20-40 s
 # for its two), the checks alongside (about 1-2 s for inspect, plan and
@@ -610,7 +613,7 @@ while IFS= read -r line; do
 	dyn_check "$dyn_n" "$line" &
 done < <("$PY" bench/dynamo_export.py --out "$D" --exporter "$DYN_EXPORTER" --opsets "$DYN_OPSETS" --timeout "$DYN_TIMEOUT" \
 	${DYN_MODELS:+--models "$DYN_MODELS"} ${DYN_EXPORT_JOBS:+--jobs "$DYN_EXPORT_JOBS"} ${budget[@]+"${budget[@]}"} \
-	$([ "${DYN_FIXED_BATCH:-}" = 1 ] && echo --fixed-batch) 2>>"$D/export.log")
+	$([ "${DYN_FIXED_BATCH:-}" = 1 ] && echo --fixed-batch) $([ "${DYN_HALF:-}" = 1 ] && echo --half) 2>>"$D/export.log")
 wait
 if [ "${DYN_KEEP:-}" != 1 ]; then # the samples, and what a killed export left
 	rm -f "$D"/*-x.npy
