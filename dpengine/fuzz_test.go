@@ -54,7 +54,8 @@ func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 }
 
 // runPipeline takes a model through everything a training run does to
-// it: load, the release of a fixed batch, shape inference, rewrite, compile for a batch of 2 under
+// it: load, the loader's widening of half precision and of uint8 pixels,
+// the release of a fixed batch, shape inference, rewrite, compile for a batch of 2 under
 // fuzzMaxMemory, one DP step, and export. Errors are fine; a panic fails.
 func runPipeline(t *testing.T, data []byte, mode Mode) {
 	m, err := onnx.LoadBytes(data, "")
@@ -65,6 +66,10 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	if err != nil || g.Validate() != nil || len(g.Inputs) != 1 {
 		return
 	}
+	if _, err := g.UpcastHalf(); err != nil {
+		return
+	}
+	g.CastInputsToFloat()
 	if _, _, err := rewrite.ReleaseBatch(g); err != nil {
 		return
 	}

@@ -41,6 +41,9 @@ type Settings struct {
 	// in (float16, bfloat16), which the loader widened to float32: it
 	// trains and is written in float32.
 	HalfPrecision []string `json:"half_precision,omitempty"`
+	// LoadNotes say what the loader did to the model (a fixed batch made
+	// dynamic, half precision widened, uint8 pixels fed as float32).
+	LoadNotes     []string `json:"load_notes,omitempty"`
 	Data          string   `json:"data"`
 	TestData      string   `json:"test_data,omitempty"`
 	Examples      int      `json:"examples"`
@@ -539,11 +542,8 @@ func Run(cfg Config) (*Report, error) {
 
 	// Print the plan.
 	logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
-	if len(set.HalfPrecision) > 0 {
-		logf("  model:     exported in %s: runs, trains and is written in float32 (its weights widened exactly)\n", strings.Join(set.HalfPrecision, " and "))
-	}
-	if set.FixedBatch > 0 {
-		logf("  model:     exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", set.FixedBatch)
+	for _, note := range set.LoadNotes {
+		logf("  model:     %s\n", note)
 	}
 	logf("  rewrite:   %d trainable parameters in %d tensors, %d frozen", rp.Trainable.Scalars, rp.Trainable.Tensors, rp.Frozen.Scalars)
 	logf(" (%d rewrite changes; see --report)\n", len(rp.Changes))

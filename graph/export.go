@@ -212,7 +212,7 @@ func sameAttrs(a, b []*onnxpb.AttributeProto) bool {
 // and rank, and every statically declared dim equal to v's.
 func compatible(vi *onnxpb.ValueInfoProto, v *Value) bool {
 	dt, sh, err := typeOf(vi)
-	if err != nil || (dt != v.DType && v.DType != Undefined) {
+	if err != nil || (dt != v.DType && dt != v.Declared && v.DType != Undefined) {
 		return false
 	}
 	if sh == nil || v.Shape == nil {
@@ -250,7 +250,11 @@ func valueInfo(v *Value, prev *onnxpb.ValueInfoProto) *onnxpb.ValueInfoProto {
 		}
 		sh.Dim = append(sh.Dim, dim)
 	}
-	tt := &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(v.DType))}
+	dt := v.DType
+	if v.Declared != Undefined {
+		dt = v.Declared
+	}
+	tt := &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(dt))}
 	if v.Shape != nil {
 		tt.Shape = sh
 	}

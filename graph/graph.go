@@ -107,6 +107,11 @@ type Value struct {
 	// (PARAMETER, BUFFER, CONSTANT_TENSOR, USER_INPUT), "" where the model
 	// marks it not (or carries no signature).
 	ExportKind string
+	// Declared is the type the model declares for a graph input that is
+	// computed with another (DType): an integer input the model casts to
+	// float at once, fed float32 (CastInputsToFloat). Undefined otherwise;
+	// the export declares it.
+	Declared DType
 	// Consumers are the nodes reading the value, in graph order.
 	Consumers []*Node
 
@@ -494,7 +499,7 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, NoGradient: v.NoGradient, ExportKind: v.ExportKind, proto: v.proto}
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, NoGradient: v.NoGradient, ExportKind: v.ExportKind, Declared: v.Declared, proto: v.proto}
 		if v.Shape != nil {
 			// A scalar's shape is empty but known: keep it non-nil.
 			nv.Shape = append(Shape{}, v.Shape...)

@@ -151,6 +151,7 @@ func runEval(args []string, stdout io.Writer) error {
 		return err
 	}
 	recordedPreprocess(m, norm, resize)
+	*norm = normFor(g, *norm)
 	s := *spec
 	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" {
 		sp.Split = data.Test

@@ -159,3 +159,56 @@ func TestHalfPrecisionExport(t *testing.T) {
 		t.Errorf("the tuned model: %v, half %v", err, lm)
 	}
 }
+
+// TestPixelInputExport: a model exported with its preprocessing, taking
+// uint8 pixels it casts to float itself (testdata/exports/pixels_cnn.onnx),
+// predicts from uint8 and from float32 pixels what the same model taking
+// float32 pixels (pixels_cnn_ref.onnx) predicts, bit for bit; train feeds
+// it the pixel values (--norm pixels by default, recorded), says so, and
+// writes it with its uint8 input.
+func TestPixelInputExport(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	tmp := t.TempDir()
+	const n = 3 * 3 * 8 * 8
+	u8, f32 := make([]uint8, n), make([]float32, n)
+	for i := range u8 {
+		u8[i] = uint8(i * 37 % 256)
+		f32[i] = float32(u8[i])
+	}
+	xu, xf := filepath.Join(tmp, "xu.npy"), filepath.Join(tmp, "xf.npy")
+	if err := npy.WriteFile(xu, &npy.Array{DType: npy.Uint8, Shape: []int{3, 3, 8, 8}, U8: u8}); err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.WriteFile(xf, npy.NewFloat32(f32, 3, 3, 8, 8)); err != nil {
+		t.Fatal(err)
+	}
+	var outs []*npy.Array
+	for _, c := range []struct{ model, x string }{{"pixels_cnn", xu}, {"pixels_cnn", xf}, {"pixels_cnn_ref", xf}} {
+		y := filepath.Join(tmp, "y.npy")
+		stdout, e, code := run(t, "predict", "--model", filepath.Join(dir, c.model+".onnx"), "--input", c.x, "--out", y)
+		if code != 0 || (c.model == "pixels_cnn") != strings.Contains(stdout, "takes uint8 pixels") {
+			t.Fatalf("predict %s on %s: exit %d: %s%s", c.model, c.x, code, stdout, e)
+		}
+		a, err := npy.ReadFile(y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, a)
+	}
+	if len(outs[0].F32) != 30 || !slices.Equal(outs[0].F32, outs[2].F32) || !slices.Equal(outs[1].F32, outs[2].F32) {
+		t.Errorf("uint8 pixels %v, float32 pixels %v, the float32 model %v", outs[0].F32, outs[1].F32, outs[2].F32)
+	}
+	out := filepath.Join(tmp, "tuned.onnx")
+	stdout, e, code := run(t, "train", "--model", filepath.Join(dir, "pixels_cnn.onnx"), "--data", fmnist+":limit=8", "--test-data", "none",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 4 parameters") || !strings.Contains(stdout, "model:     takes uint8 pixels") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	lm, err := loadGraph(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lm.g.Inputs[0].Declared != graph.Uint8 || recorded(lm.m, "norm", "") != "0/0.003921569" {
+		t.Errorf("the tuned model's input declared %v, its norm %q", lm.g.Inputs[0].Declared, recorded(lm.m, "norm", ""))
+	}
+}

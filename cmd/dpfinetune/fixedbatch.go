@@ -53,6 +53,7 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 	if _, err := orig.UpcastHalf(); err != nil {
 		return nil, fixed, nil, err
 	}
+	orig.CastInputsToFloat()
 	rel := g.Clone()
 	sample := in.Shape[1:].Ints()
 	for _, c := range []*graph.Graph{orig, rel} {

@@ -27,6 +27,8 @@ type planReport struct {
 	// HalfPrecision lists the half-precision types the model was exported
 	// in, which the loader widened to float32.
 	HalfPrecision []string `json:"half_precision,omitempty"`
+	// LoadNotes say what the loader did to the model.
+	LoadNotes []string `json:"load_notes,omitempty"`
 	// Device is where the estimated memory would be allocated.
 	Device string            `json:"device"`
 	BN     rewrite.BNOptions `json:"bn"`
@@ -87,7 +89,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
 	// Every mode's activation memory as the runtime plan its engine
 	// compiles holds it (liveness, only what each backward reads), rather
 	// than every activation of the graph. Where there is no such plan the
@@ -137,11 +139,8 @@ func sci(v int64) string {
 func printPlan(w io.Writer, r *planReport) {
 	p := r.Plan
 	fmt.Fprintf(w, "model:       %s\n", r.Model)
-	if len(r.HalfPrecision) > 0 {
-		fmt.Fprintf(w, "             exported in %s: runs, trains and is written in float32 (its weights widened exactly)\n", strings.Join(r.HalfPrecision, " and "))
-	}
-	if r.FixedBatch > 0 {
-		fmt.Fprintf(w, "             exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)\n", r.FixedBatch)
+	for _, note := range r.LoadNotes {
+		fmt.Fprintf(w, "             %s\n", note)
 	}
 	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)

@@ -77,8 +77,20 @@ func runPredict(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if x.DType == npy.Uint8 && lm.pixels {
+		// The pixels a model that takes uint8 casts to float itself.
+		x.F32 = make([]float32, len(x.U8))
+		for i, v := range x.U8 {
+			x.F32[i] = float32(v)
+		}
+		x.DType, x.U8 = npy.Float32, nil
+	}
 	if x.DType != npy.Float32 {
-		return fmt.Errorf("%s: input is %s, want float32", *input, x.DType)
+		want := "float32"
+		if lm.pixels {
+			want = "uint8 or float32"
+		}
+		return fmt.Errorf("%s: input is %s, want %s", *input, x.DType, want)
 	}
 	if err := checkInputShape(g.Inputs[0], x.Shape); err != nil {
 		return fmt.Errorf("%s: %w", *input, err)

@@ -60,6 +60,7 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		return err
 	}
 	recordedPreprocess(m, &f.norm, &f.resize)
+	f.norm = normFor(g, f.norm)
 	files, err := data.ImageFiles(paths)
 	if err != nil {
 		return err

@@ -93,6 +93,10 @@ type loadedModel struct {
 	// half lists the half-precision types of a model exported in float16
 	// or bfloat16, which loadGraph widened to float32 (graph.UpcastHalf).
 	half []graph.DType
+	// pixels marks a model whose uint8 input (pixels) it casts to float at
+	// once: it is fed the pixel values as float32 (graph.CastInputsToFloat),
+	// --norm pixels by default.
+	pixels bool
 	// releaseErr says why a fixed batch axis could not be made dynamic
 	// (g then keeps it fixed).
 	releaseErr error
@@ -104,6 +108,9 @@ func (lm *loadedModel) notes() []string {
 	var out []string
 	if lm.fixedBatch > 0 {
 		out = append(out, fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch))
+	}
+	if lm.pixels {
+		out = append(out, "takes uint8 pixels and casts them to float: fed the pixel values (0-255) as float32 (--norm pixels unless given), written with its uint8 input")
 	}
 	if len(lm.half) > 0 {
 		out = append(out, fmt.Sprintf("exported in %s: runs, trains and is written in float32 (its weights widened exactly)", strings.Join(lm.halfNames(), " and ")))
@@ -139,12 +146,13 @@ func loadGraph(path string) (*loadedModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	pixels := len(g.CastInputsToFloat()) > 0
 	// Every command that runs the model stops here, before any work, on
 	// the operators and opsets it cannot run, naming all of them.
 	if err := runtime.CheckOps(g); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	lm := &loadedModel{m: m, g: g, half: half}
+	lm := &loadedModel{m: m, g: g, half: half, pixels: pixels}
 	rel, fixed, changes, err := releaseFixedBatch(m, g)
 	switch {
 	case err != nil:
@@ -153,6 +161,16 @@ func loadGraph(path string) (*loadedModel, error) {
 		lm.g, lm.fixedBatch, lm.changes = rel, fixed, changes
 	}
 	return lm, nil
+}
+
+// normFor is the --norm flag's value for model g: a model that takes
+// uint8 pixels normalizes them itself (graph.CastInputsToFloat), so
+// "default" feeds it the pixels.
+func normFor(g *graph.Graph, flag string) string {
+	if len(g.Inputs) == 1 && g.Inputs[0].Declared == graph.Uint8 && (flag == "" || flag == "default") {
+		return "pixels"
+	}
+	return flag
 }
 
 // dynamicBatch returns why the model's batch axis is fixed, nil where it

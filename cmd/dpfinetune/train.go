@@ -101,7 +101,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		acctName:   fs.String("accountant", "rdp", "privacy accountant: rdp or prv"),
 		sampling:   fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)"),
 		nonPrivate: fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
-		norm:       fs.String("norm", "default", "input normalisation: default (the dataset's), none, fmnist, mnist, cifar10, cifar100, imagenet, half, or M1,M2,M3/S1,S2,S3"),
+		norm:       fs.String("norm", "default", "input normalisation: default (the dataset's; pixels for a model that takes uint8), none, fmnist, mnist, cifar10, cifar100, imagenet, half, pixels (0-255), or M1,M2,M3/S1,S2,S3"),
 		augment:    fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
 		resize:     fs.String("resize", "stretch", resizeUsage),
 		inShape:    fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
@@ -199,6 +199,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if err != nil {
 		return cfg, err
 	}
+	*f.norm = normFor(g, *f.norm)
 	train, err := openView(*f.spec, sample, *f.norm, *f.augment, *f.resize)
 	if err != nil {
 		return cfg, err
@@ -224,7 +225,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
-			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, Resize: train.Preprocess().Resize.String(), InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,

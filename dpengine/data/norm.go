@@ -27,6 +27,7 @@ var normPresets = []struct {
 	{[]string{"cifar100"}, []float32{0.5071, 0.4865, 0.4409}, []float32{0.2673, 0.2564, 0.2762}},
 	{[]string{"imagenet"}, []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}},
 	{[]string{"half"}, []float32{0.5}, []float32{0.5}},
+	{[]string{"pixels"}, []float32{0}, []float32{1.0 / 255}},
 }
 
 func presetNorm(name string) Norm {
@@ -59,6 +60,8 @@ func NormNames() []string {
 //	"cifar100"        (0.5071,0.4865,0.4409), (0.2673,0.2564,0.2762)
 //	"imagenet"        (0.485,0.456,0.406), (0.229,0.224,0.225)
 //	"half"            0.5, 0.5 (pixels in [-1,1])
+//	"pixels"          0, 1/255: the pixel values 0–255 (a model that takes
+//	                  uint8 pixels and normalizes them itself)
 //	"M1,M2,M3/S1,S2,S3" or "M/S"   explicit means and standard deviations
 func ParseNorm(s string, def Norm) (Norm, error) {
 	t := strings.ToLower(strings.TrimSpace(s))

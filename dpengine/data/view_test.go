@@ -127,6 +127,7 @@ func TestNormalisation(t *testing.T) {
 		{"fmnist", gray, 1, "fmnist", []float64{-0.2860 / 0.3530, (1 - 0.2860) / 0.3530}},
 		{"none", gray, 1, "none", []float64{0, 1}},
 		{"half", gray, 1, "half", []float64{-1, 1}},
+		{"pixels", rgb, 3, "pixels", []float64{255, 128, 0}},
 		{"explicit", gray, 1, "0.5/0.25", []float64{-2, 2}},
 		{"broadcast to RGB", gray, 3, "fmnist", []float64{-0.2860 / 0.3530, (1 - 0.2860) / 0.3530, -0.2860 / 0.3530, (1 - 0.2860) / 0.3530, -0.2860 / 0.3530, (1 - 0.2860) / 0.3530}},
 		{"cifar10", rgb, 3, "cifar10", []float64{(1 - 0.4914) / 0.2470, (128.0/255 - 0.4822) / 0.2435, -0.4465 / 0.2616}},

@@ -34,16 +34,17 @@ const (
 	Float64 DType = "float64"
 	Int64   DType = "int64"
 	Int32   DType = "int32"
+	Uint8   DType = "uint8"
 	Bool    DType = "bool"
 )
 
-var descrOf = map[DType]string{Float32: "<f4", Float64: "<f8", Int64: "<i8", Int32: "<i4", Bool: "|b1"}
+var descrOf = map[DType]string{Float32: "<f4", Float64: "<f8", Int64: "<i8", Int32: "<i4", Uint8: "|u1", Bool: "|b1"}
 
-var sizeOf = map[DType]int{Float32: 4, Float64: 8, Int64: 8, Int32: 4, Bool: 1}
+var sizeOf = map[DType]int{Float32: 4, Float64: 8, Int64: 8, Int32: 4, Uint8: 1, Bool: 1}
 
 // Array is a dense C-order array. Exactly one data slice is set, according
-// to DType: F32 (float32), F64 (float64), I64 (int64), I32 (int32) or B
-// (bool).
+// to DType: F32 (float32), F64 (float64), I64 (int64), I32 (int32), U8
+// (uint8: images as pixels) or B (bool).
 type Array struct {
 	DType DType
 	Shape []int
@@ -51,6 +52,7 @@ type Array struct {
 	F64   []float64
 	I64   []int64
 	I32   []int32
+	U8    []uint8
 	B     []bool
 }
 
@@ -74,6 +76,8 @@ func (a *Array) dataLen() int {
 		return len(a.I64)
 	case Int32:
 		return len(a.I32)
+	case Uint8:
+		return len(a.U8)
 	case Bool:
 		return len(a.B)
 	}
@@ -148,7 +152,7 @@ func Read(r io.Reader) (*Array, error) {
 		if len(descr) > 0 && descr[0] == '>' {
 			return nil, fmt.Errorf("npy: big-endian dtype %q is not supported", descr)
 		}
-		return nil, fmt.Errorf("npy: unsupported dtype %q (want float32, float64, int64, int32 or bool)", descr)
+		return nil, fmt.Errorf("npy: unsupported dtype %q (want float32, float64, int64, int32, uint8 or bool)", descr)
 	}
 	a := &Array{DType: dt, Shape: shape}
 	size := sizeOf[dt]
@@ -186,6 +190,8 @@ func Read(r io.Reader) (*Array, error) {
 		for i := range a.I32 {
 			a.I32[i] = int32(le.Uint32(raw[4*i:]))
 		}
+	case Uint8:
+		a.U8 = append([]uint8(nil), raw[:n]...)
 	case Bool:
 		a.B = make([]bool, n)
 		for i := range a.B {
@@ -399,6 +405,8 @@ func Write(w io.Writer, a *Array) error {
 			le.PutUint32(buf[:], uint32(v))
 			bw.Write(buf[:4])
 		}
+	case Uint8:
+		bw.Write(a.U8)
 	case Bool:
 		for _, v := range a.B {
 			b := byte(0)

@@ -28,6 +28,8 @@ var numpyFiles = []struct {
 		&Array{DType: Int32, Shape: []int{2, 2}, I32: []int32{1, -2, 3, 4}}, true},
 	{"b1_3", "\x93NUMPY\x01\x00v\x00{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }                                                            \n\x01\x00\x01",
 		&Array{DType: Bool, Shape: []int{3}, B: []bool{true, false, true}}, true},
+	{"u1_1x3", "\x93NUMPY\x01\x00v\x00{'descr': '|u1', 'fortran_order': False, 'shape': (1, 3), }                                                          \n\x00\xff\x07",
+		&Array{DType: Uint8, Shape: []int{1, 3}, U8: []uint8{0, 255, 7}}, true},
 	{"f4_empty_0x2", "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2), }                                                          \n",
 		&Array{DType: Float32, Shape: []int{0, 2}, F32: []float32{}}, true},
 }

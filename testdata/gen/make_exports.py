@@ -29,6 +29,11 @@ float32 export, as PyTorch 1.13 has no float16 convolution on the CPU):
     OUT/half_cnn_ref.onnx  the same model in float32, its weights rounded
                            through float16: what half_cnn computes, widened
 
+An export that takes uint8 pixels and normalizes them itself:
+
+    OUT/pixels_cnn.onnx      x.float() / 255, normalized, a small CNN; uint8 input
+    OUT/pixels_cnn_ref.onnx  the same model taking the pixel values as float32
+
 An export with more outputs than the loss reads (dynamic batch):
 
     OUT/aux_heads.onnx     a trunk with a main and an auxiliary head, as
@@ -93,6 +98,21 @@ class HalfCNN(nn.Module):
         return self.fc(nn.functional.adaptive_avg_pool2d(h, 4).flatten(1))
 
 
+class PixelsCNN(nn.Module):
+    def __init__(self, cast=True):
+        super().__init__()
+        self.cast = cast
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.fc = nn.Linear(6 * 4 * 4, 10)
+
+    def forward(self, x):
+        if self.cast:
+            x = x.float()
+        x = (x / 255.0 - 0.5) / 0.25
+        h = torch.relu(self.conv(x))
+        return self.fc(nn.functional.adaptive_avg_pool2d(h, 4).flatten(1))
+
+
 def to_half(path, out_half, out_ref):
     """Rewrites a float32 export as float16 (out_half) and as float32 with
     its weights rounded through float16 (out_ref)."""
@@ -150,6 +170,18 @@ def main():
     to_half(tmp, os.path.join(args.out, "half_cnn.onnx"), os.path.join(args.out, "half_cnn_ref.onnx"))
     os.remove(tmp)
     print("wrote half_cnn")
+    torch.manual_seed(0)
+    pix = PixelsCNN()
+    ref = PixelsCNN(cast=False)
+    ref.load_state_dict(pix.state_dict())
+    for m, name, x in ((pix, "pixels_cnn", torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8)),
+                       (ref, "pixels_cnn_ref", torch.rand(2, 3, 8, 8) * 255)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m.eval(), (x,), os.path.join(args.out, name + ".onnx"), opset_version=17,
+                              input_names=["input"], output_names=["logits"],
+                              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    print("wrote pixels_cnn")
 
 
 if __name__ == "__main__":
