@@ -60,7 +60,8 @@ const maxReleaseWork = 1 << 23
 // Whether the result computes each sample as the export did is for the
 // caller to check on values (dpfinetune's loader compares the outputs at
 // two batch sizes): the search proves only that shapes fit and samples
-// stay apart.
+// stay apart. On an error g is left part-way (its declarations released):
+// release a clone where the model must stay usable as it was.
 func ReleaseBatch(g *graph.Graph) (int64, []Change, error) {
 	if len(g.Inputs) != 1 {
 		return 0, nil, nil
