@@ -12,8 +12,8 @@ import (
 )
 
 // fixedBatchTol bounds the difference, relative to an output's largest
-// value, between the released model at one more sample and the model as
-// exported: a batch size changes the products' blocking, not more.
+// value, between the released model at another batch size and the model
+// as exported: a batch size changes the products' blocking, not more.
 const fixedBatchTol = 1e-4
 
 // releaseFixedBatch returns a copy of model (loaded from m) whose fixed
@@ -21,10 +21,10 @@ const fixedBatchTol = 1e-4
 // each sample as the export did: at another batch size (2, or 3 where the
 // export fixed 2) every output row equals the exported model's on the same
 // sample, run at its own batch size (once where it is larger: the check
-// costs a forward pass of the export's batch and one of two samples). It also returns the
-// fixed batch size, 0 (and model itself) where the batch was already
-// dynamic, and the repairs of the constants that held it; an error says
-// why the batch cannot be released. The comparison takes
+// costs a forward pass of the export's batch and one of two samples). It
+// also returns the fixed batch size, 0 (and model itself) where the batch
+// was already dynamic, and the repairs of the constants that held it; an
+// error says why the batch cannot be released. The comparison takes
 // BatchNormalization with its running statistics on both sides (batch
 // statistics mix the samples by design; train rewrites them anyway).
 func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, []rewrite.Change, error) {
@@ -34,8 +34,11 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 		return model, 0, nil, nil
 	}
 	in := g.Inputs[0]
-	redo := fmt.Sprintf("re-export it with dynamic_axes={%q: {0: %q}, %q: {0: %q}} (torch.onnx.export)",
-		in.Name, rewrite.BatchParam, g.Outputs[0].Name, rewrite.BatchParam)
+	axes := fmt.Sprintf("%q: {0: %q}", in.Name, rewrite.BatchParam)
+	for _, o := range g.Outputs {
+		axes += fmt.Sprintf(", %q: {0: %q}", o.Name, rewrite.BatchParam)
+	}
+	redo := fmt.Sprintf("re-export it with dynamic_axes={%s} (torch.onnx.export)", axes)
 	fail := func(format string, a ...any) error {
 		return fmt.Errorf("the model was exported with a fixed batch of %d (torch.onnx.export without dynamic_axes), and %s: %s",
 			fixed, fmt.Sprintf(format, a...), redo)
