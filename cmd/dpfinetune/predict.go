@@ -140,15 +140,16 @@ func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample 
 	if plans == nil {
 		plans = map[int]*runtime.Plan{}
 	}
-	buf := make([]float32, chunk*per)
-	var result, y []float32
+	// The batch buffer is allocated once the first plan is compiled: the
+	// compile holds a model's fixed batch to the memory limits (a file may
+	// fix it at 2⁴⁰), the buffer then fits.
+	var buf, result, y []float32
 	var outShape []int
 	for lo := 0; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
 		size := hi - lo
 		if fixed {
 			size = chunk
-			clear(buf[(hi-lo)*per:]) // the padding
 		}
 		p := plans[size]
 		if p == nil {
@@ -158,6 +159,10 @@ func forwardAll(g *graph.Graph, dev runtime.Device, model string, n int, sample 
 			}
 			plans[size] = p
 		}
+		if buf == nil {
+			buf = make([]float32, chunk*per)
+		}
+		clear(buf[(hi-lo)*per:]) // a fixed batch's padding
 		if err := fill(lo, hi, buf[:(hi-lo)*per]); err != nil {
 			return nil, nil, err
 		}

@@ -29,7 +29,10 @@ type Model struct {
 //   - tile: a Tile whose repeats overflow;
 //   - plan: an Expand of one pixel of the input to (batch, 2³⁵), 128 GiB
 //     per sample: within the per-tensor limit for up to 8 samples, left to
-//     the runtime, whose buffer plan must not fit the machine.
+//     the runtime, whose buffer plan must not fit the machine;
+//   - batch: an input whose batch the export fixed at 2⁴⁰ (no dynamic
+//     axes), which the loader tries to release and predict to run a chunk
+//     of.
 func Models() []Model {
 	return []Model{
 		{"bomb", constantOfShape(1<<20, 1<<20, 1<<10), "over the 1 TiB limit for one tensor"},
@@ -38,7 +41,16 @@ func Models() []Model {
 		{"range", rangeModel(0, 1<<40, 1), "limit for a folded constant"},
 		{"tile", tileModel(1 << 62), "overflow"},
 		{"plan", expandModel(1 << 35), "of memory available"},
+		{"batch", fixedBatchModel(1 << 40), "1099511627776"},
 	}
+}
+
+// fixedBatchModel is z = Relu(x) with x's batch fixed at batch.
+func fixedBatchModel(batch int64) *onnxpb.ModelProto {
+	m := model(nil, node("Relu", "relu", []string{"x"}, []string{"z"}))
+	d := m.Graph.Input[0].GetType().GetTensorType().GetShape().GetDim()
+	d[0].Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: batch}
+	return m
 }
 
 func i64Tensor(name string, v ...int64) *onnxpb.TensorProto {
