@@ -145,6 +145,9 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := lm.dynamicBatch(); err != nil {
+		return err
+	}
 	m, g := lm.m, lm.g
 	sample, err := modelSample(g, *inShape)
 	if err != nil {

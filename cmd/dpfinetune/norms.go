@@ -83,6 +83,9 @@ func runNorms(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := lm.dynamicBatch(); err != nil {
+		return err
+	}
 	g := lm.g
 	x, err := npy.ReadFile(*input)
 	if err != nil {

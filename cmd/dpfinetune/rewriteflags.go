@@ -174,6 +174,6 @@ func normFor(g *graph.Graph, flag string) string {
 }
 
 // dynamicBatch returns why the model's batch axis is fixed, nil where it
-// is dynamic: training and planning need it dynamic, while predict and
-// eval run a fixed batch in chunks of its size.
+// is dynamic: every command but predict (which runs a fixed batch in
+// chunks of its size) and inspect needs it dynamic.
 func (lm *loadedModel) dynamicBatch() error { return lm.releaseErr }
