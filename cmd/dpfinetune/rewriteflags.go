@@ -103,7 +103,7 @@ type loadedModel struct {
 }
 
 // notes say what loadGraph did to the model: a fixed batch made dynamic,
-// half precision widened.
+// uint8 pixels fed as float32, half precision widened.
 func (lm *loadedModel) notes() []string {
 	var out []string
 	if lm.fixedBatch > 0 {
@@ -127,9 +127,11 @@ func (lm *loadedModel) halfNames() []string {
 	return names
 }
 
-// loadGraph loads and validates a model file, checks that the runtime
-// supports its operators (runtime.CheckOps) and makes a fixed batch axis
-// dynamic where the model allows it (releaseFixedBatch).
+// loadGraph loads and validates a model file, widens half precision and
+// uint8 pixel inputs to float32 (graph.UpcastHalf, CastInputsToFloat),
+// checks that the runtime supports its operators (runtime.CheckOps) and
+// makes a fixed batch axis dynamic where the model allows it
+// (releaseFixedBatch).
 func loadGraph(path string) (*loadedModel, error) {
 	m, err := onnx.Load(path)
 	if err != nil {
