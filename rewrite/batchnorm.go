@@ -188,9 +188,12 @@ func bnInputs(n *graph.Node, shapes map[string]graph.Shape, needStats bool) (*bn
 	if needStats {
 		need = append(need, p.mean, p.vr)
 	}
-	for _, v := range need {
-		if v == nil || v.Const == nil {
-			return nil, fmt.Errorf("input %v is not an initializer", v)
+	for i, v := range need {
+		switch {
+		case v == nil:
+			return nil, fmt.Errorf("input %d is missing", i+1)
+		case v.Const == nil:
+			return nil, fmt.Errorf("input %q is not an initializer", v.Name)
 		}
 	}
 	if p.s, err = floats(p.scale.Const); err != nil {

@@ -60,6 +60,11 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 	rel := g.Clone()
 	sample := in.Shape[1:].Ints()
 	for _, c := range []*graph.Graph{orig, rel} {
+		// As Prepare does first: statistics the exporter stored once
+		// behind Identity nodes become initializers of their own.
+		if _, err := rewrite.Cleanup(c); err != nil {
+			return nil, fixed, nil, fail("%v", err)
+		}
 		shapes, err := rewrite.StaticShapes(c, sample, fixed)
 		if err != nil {
 			return nil, fixed, nil, fail("%v", err)

@@ -16,6 +16,10 @@ opset 17, eval mode:
     OUT/swin_t_b1.onnx     Swin at batch 1: window partitions and merges
     OUT/mixer_b1.onnx      a model that subtracts the batch mean: its samples
                            interact, so its batch cannot be released
+    OUT/bnfirst_b1.onnx    BatchNorm before each convolution (DenseNet's order,
+                           not foldable) with PyTorch's initial statistics,
+                           which the exporter stores once behind Identity
+                           nodes
     OUT/first_b1.onnx      a model that adds the batch's first sample to each
                            (x + x[:1]): the batch is lost in a Slice, so only
                            the outputs at two batch sizes show the samples
@@ -64,6 +68,18 @@ class Mixer(nn.Module):
     def forward(self, x):
         x = x - x.mean(dim=0, keepdim=True)
         return self.fc(x.flatten(1))
+
+
+class BNFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.BatchNorm2d(3), nn.ReLU(), nn.Conv2d(3, 4, 3, padding=1),
+                                  nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1),
+                                  nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(self.body(x))
 
 
 class First(nn.Module):
@@ -146,7 +162,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(0)
     jobs = [("vit_b1", breadth.build("vit"), 1, 32), ("shufflenet_b2", breadth.build("shufflenet_v2"), 2, 64),
-            ("swin_t_b1", breadth.build("swin_t"), 1, 32), ("mixer_b1", Mixer(), 1, 8), ("first_b1", First(), 1, 8)]
+            ("swin_t_b1", breadth.build("swin_t"), 1, 32), ("mixer_b1", Mixer(), 1, 8), ("first_b1", First(), 1, 8),
+            ("bnfirst_b1", BNFirst(), 1, 8)]
     for name, m, batch, size in jobs:
         x = torch.randn(batch, 3, size, size)
         with warnings.catch_warnings():
