@@ -58,8 +58,16 @@ func TestFixedBatchExports(t *testing.T) {
 			t.Errorf("exit %d: %s%s", code, stdout, e)
 		}
 		stdout, e, code = run(t, "inspect", "--model", filepath.Join(dir, "aux_heads.onnx"), "--json")
-		if code != 0 || strings.Contains(stdout, "fixed_batch") {
-			t.Errorf("a dynamic batch: exit %d: %s%s", code, stdout, e)
+		if code != 0 || strings.Contains(stdout, "fixed_batch") || strings.Contains(stdout, "half_precision") || strings.Contains(stdout, "pixel_input") {
+			t.Errorf("a dynamic float32 batch: exit %d: %s%s", code, stdout, e)
+		}
+		for model, want := range map[string]string{
+			"half_cnn.onnx":   "in float16: the other commands run, train and write it in float32",
+			"pixels_cnn.onnx": "uint8 pixels the model casts to float",
+		} {
+			if stdout, e, code := run(t, "inspect", "--model", filepath.Join(dir, model)); code != 0 || !strings.Contains(stdout, want) {
+				t.Errorf("%s: exit %d: %s%s", model, code, stdout, e)
+			}
 		}
 	})
 	t.Run("samples interact", func(t *testing.T) {

@@ -48,7 +48,13 @@ type inspectReport struct {
 	Untied          int   `json:"untied_identity_params,omitempty"`
 	// FixedBatch is the batch size the export fixed in its input's shape
 	// (no dynamic_axes), which the other commands make dynamic.
-	FixedBatch int64             `json:"fixed_batch,omitempty"`
+	FixedBatch int64 `json:"fixed_batch,omitempty"`
+	// HalfPrecision lists the half-precision types of the model's
+	// values, which the other commands widen to float32.
+	HalfPrecision []string `json:"half_precision,omitempty"`
+	// PixelInput marks a uint8 input the model casts to float at once,
+	// which the other commands feed the pixel values as float32.
+	PixelInput bool              `json:"pixel_input,omitempty"`
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	Inferred   *inferredReport   `json:"inferred,omitempty"`
 	// Unsupported lists the nodes no command can run (runtime.CheckOps).
@@ -172,6 +178,17 @@ func runInspect(args []string, stdout io.Writer) error {
 	if len(g.Inputs) == 1 && len(g.Inputs[0].Shape) >= 2 && g.Inputs[0].Shape[0].Size > 0 {
 		rep.FixedBatch = g.Inputs[0].Shape[0].Size
 	}
+	// What loadGraph would widen, seen on a copy (inspect shows the model
+	// as it is).
+	rep.PixelInput = len(g.Clone().CastInputsToFloat()) > 0
+	seen := map[graph.DType]bool{}
+	for _, v := range g.Values {
+		if d := v.DType; (d == graph.Float16 || d == graph.BFloat16) && !seen[d] {
+			seen[d] = true
+			rep.HalfPrecision = append(rep.HalfPrecision, d.String())
+		}
+	}
+	sort.Strings(rep.HalfPrecision)
 	// Count parameters as PyTorch had them: equal-valued parameters that
 	// the exporter stored once behind Identity nodes count once per copy.
 	rep.Untied = len(g.UntieIdentityParams())
@@ -285,6 +302,12 @@ func printInspect(w io.Writer, r *inspectReport) {
 	}
 	if r.FixedBatch > 0 {
 		fmt.Fprintf(w, "             the export fixed the batch at %d (no dynamic_axes): plan, train, predict and eval make it dynamic\n", r.FixedBatch)
+	}
+	if r.PixelInput {
+		fmt.Fprintf(w, "             uint8 pixels the model casts to float: the other commands feed it the pixel values (--norm pixels)\n")
+	}
+	if len(r.HalfPrecision) > 0 {
+		fmt.Fprintf(w, "             in %s: the other commands run, train and write it in float32\n", strings.Join(r.HalfPrecision, " and "))
 	}
 	for _, v := range r.Outputs {
 		fmt.Fprintf(w, "output:      %s %s %s\n", v.Name, v.DType, shapeString(v))
