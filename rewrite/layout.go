@@ -53,7 +53,7 @@ type layoutInfo struct {
 	states    map[*graph.Value]bstate
 	problems  []string // samples interact
 	warnings  []string // batch lost track of
-	problemAt []*graph.Node
+	problemAt []*graph.Node // the node of each problem
 }
 
 func (li *layoutInfo) state(v *graph.Value) bstate {
