@@ -51,8 +51,8 @@ type bstate struct {
 type layoutInfo struct {
 	batch     int64
 	states    map[*graph.Value]bstate
-	problems  []string // samples interact
-	warnings  []string // batch lost track of
+	problems  []string      // samples interact
+	warnings  []string      // batch lost track of
 	problemAt []*graph.Node // the node of each problem
 }
 
