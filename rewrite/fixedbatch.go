@@ -307,12 +307,22 @@ func (r *releaser) candidates(c *graph.Graph, li *layoutInfo, n *graph.Node) []r
 				why: fmt.Sprintf("target %v held the batch of %d on axis %d: now %v", t0, r.fixed, k, t)})
 		}
 		return cands
-	case "Concat":
+	case "Concat", "Add", "Sub", "Mul", "Div", "Where", "Max", "Min", "Sum", "Mean":
+		// A constant per sample of the fixed batch, combined with the
+		// batched operands: concatenated (a class token) or, where the
+		// fixed batch is above 1 so that it does not broadcast, combined
+		// elementwise (a position embedding expanded to the batch).
+		concat := n.OpType == "Concat"
+		if !concat && r.fixed == 1 {
+			return nil
+		}
 		var lay *BatchLayout
+		var bd []int64 // the batched operand's shape (the node's own failed)
 		for _, x := range n.Inputs {
 			if s := li.state(x); s.kind == batched {
 				l := s.l
 				lay = &l
+				bd, _ = dims(x)
 				break
 			}
 		}
@@ -323,10 +333,13 @@ func (r *releaser) candidates(c *graph.Graph, li *layoutInfo, n *graph.Node) []r
 		var whys []string
 		for i, x := range n.Inputs {
 			d, ok := dims(x)
-			if !ok || li.state(x).kind != indep || len(d) == 0 || d[0] != r.fixed || a == 0 || a == -int64(len(d)) {
+			if !ok || li.state(x).kind != indep || len(d) == 0 || d[0] != r.fixed {
 				continue
 			}
-			if _, ok := r.spreadable(x); ok {
+			if concat && (a == 0 || a == -int64(len(d))) || !concat && len(d) != len(bd) {
+				continue
+			}
+			if e, ok := r.spreadable(x); ok && (concat || e != nil) {
 				what := "one sample's constant"
 				if r.fixed > 1 {
 					what = fmt.Sprintf("one constant expanded to the %d samples", r.fixed)

@@ -56,6 +56,10 @@ func TestReleaseBatch(t *testing.T) {
 			node("Expand", "spread", []string{"cls", "to"}, []string{"clsb"}).
 			node("Concat", "cat", []string{"clsb", "x"}, []string{"y"}, attrInt("axis", 1)), 2,
 			[]string{"operand 0 (clsb) holds one constant expanded to the 2 samples: expanded over the batch"}, []int64{5, 4, 4}, ""},
+		{"position embedding expanded to a fixed batch of 2", newMB().input("x", 2, 3, 4).output("y", 2, 3, 4).init("pos", []int64{1, 3, 4}).ints("to", 2, 3, 4).
+			node("Expand", "spread", []string{"pos", "to"}, []string{"posb"}).
+			node("Add", "add", []string{"x", "posb"}, []string{"y"}), 2,
+			[]string{"operand 1 (posb) holds one constant expanded to the 2 samples: expanded over the batch"}, []int64{5, 3, 4}, ""},
 		{"batch mean", newMB().input("x", 1, 6).output("y", 1, 6).
 			node("ReduceMean", "mean", []string{"x"}, []string{"m"}, attrInts("axes", 0), attrInt("keepdims", 1)).
 			node("Sub", "centre", []string{"x", "m"}, []string{"y"}), 1, nil, nil, "reduces over the batch axis 0"},
