@@ -174,7 +174,8 @@ func TestHalfPrecisionExport(t *testing.T) {
 // TestPixelInputExport: a model exported with its preprocessing, taking
 // uint8 pixels it casts to float itself (testdata/exports/pixels_cnn.onnx),
 // predicts from uint8 and from float32 pixels what the same model taking
-// float32 pixels (pixels_cnn_ref.onnx) predicts, bit for bit; train feeds
+// float32 pixels (pixels_cnn_ref.onnx) predicts, bit for bit, and norms
+// takes either alike; train feeds
 // it the pixel values (--norm pixels by default, recorded), says so, and
 // writes it with its uint8 input.
 func TestPixelInputExport(t *testing.T) {
@@ -208,6 +209,22 @@ func TestPixelInputExport(t *testing.T) {
 	}
 	if len(outs[0].F32) != 30 || !slices.Equal(outs[0].F32, outs[2].F32) || !slices.Equal(outs[1].F32, outs[2].F32) {
 		t.Errorf("uint8 pixels %v, float32 pixels %v, the float32 model %v", outs[0].F32, outs[1].F32, outs[2].F32)
+	}
+	// norms takes the uint8 pixels too, and gives the float32 pixels' norms.
+	labels := filepath.Join(tmp, "y.npy")
+	if err := npy.WriteFile(labels, npy.NewInt64([]int64{1, 4, 7}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	var norms [2]string
+	for i, x := range []string{xu, xf} {
+		stdout, e, code := run(t, "norms", "--model", filepath.Join(dir, "pixels_cnn.onnx"), "--input", x, "--labels", labels, "--json")
+		if code != 0 {
+			t.Fatalf("norms on %s: exit %d: %s%s", x, code, stdout, e)
+		}
+		norms[i] = stdout
+	}
+	if norms[0] != norms[1] {
+		t.Errorf("norms of uint8 pixels:\n%s\nof float32 pixels:\n%s", norms[0], norms[1])
 	}
 	out := filepath.Join(tmp, "tuned.onnx")
 	stdout, e, code := run(t, "train", "--model", filepath.Join(dir, "pixels_cnn.onnx"), "--data", fmnist+":limit=8", "--test-data", "none",

@@ -91,6 +91,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	lm.pixelsAsFloat(x)
 	if x.DType != npy.Float32 || len(x.Shape) < 2 {
 		return fmt.Errorf("%s: want float32 inputs of shape (N, C, H, W), got %s %v", *input, x.DType, x.Shape)
 	}

@@ -77,14 +77,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if x.DType == npy.Uint8 && lm.pixels {
-		// The pixels a model that takes uint8 casts to float itself.
-		x.F32 = make([]float32, len(x.U8))
-		for i, v := range x.U8 {
-			x.F32[i] = float32(v)
-		}
-		x.DType, x.U8 = npy.Float32, nil
-	}
+	lm.pixelsAsFloat(x)
 	if x.DType != npy.Float32 {
 		want := "float32"
 		if lm.pixels {

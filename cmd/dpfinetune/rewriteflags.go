@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -163,6 +164,20 @@ func loadGraph(path string) (*loadedModel, error) {
 		lm.g, lm.fixedBatch, lm.changes = rel, fixed, changes
 	}
 	return lm, nil
+}
+
+// pixelsAsFloat turns a uint8 array of pixels into the float32 values a
+// model that takes uint8 pixels is fed (lm.pixels); it leaves any other
+// array, and any other model's, as it is.
+func (lm *loadedModel) pixelsAsFloat(x *npy.Array) {
+	if x.DType != npy.Uint8 || !lm.pixels {
+		return
+	}
+	x.F32 = make([]float32, len(x.U8))
+	for i, v := range x.U8 {
+		x.F32[i] = float32(v)
+	}
+	x.DType, x.U8 = npy.Float32, nil
 }
 
 // normFor is the --norm flag's value for model g: a model that takes
