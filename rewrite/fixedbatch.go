@@ -101,12 +101,13 @@ func ReleaseBatch(g *graph.Graph) (int64, []Change, error) {
 	// so that the search meets each at its first failure.
 	nm := newNamer(g)
 	var replaced []string // the targets this leaves unread
+	data, constant := valueKinds(g)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
-		if n.OpType != "Reshape" || len(n.Inputs) < 2 || n.Inputs[1] == nil || !dependsOn(n.Inputs[0], in) {
+		if n.OpType != "Reshape" || len(n.Inputs) < 2 || n.Inputs[1] == nil || !data[n.Inputs[0]] {
 			continue
 		}
 		t, rv := n.Inputs[1], ref.Values[outName(n)]
-		if rv == nil || !rv.Shape.Static() || !constTarget(t) {
+		if rv == nil || !rv.Shape.Static() || !constant[t] {
 			continue
 		}
 		b := newBuilder(g, nm, n.Name)
@@ -416,6 +417,9 @@ func ancestors(g *graph.Graph, at *graph.Node) map[string]bool {
 func (r *releaser) apply() (*graph.Graph, []Change) {
 	w := r.base.Clone()
 	nm := newNamer(w)
+	// What each repair adds reads only the input's shape: the values
+	// computed from its data stay those of r.base.
+	data, _ := valueKinds(w)
 	var changes []Change
 	for _, c := range r.choices {
 		v := w.Values[c.node]
@@ -437,7 +441,7 @@ func (r *releaser) apply() (*graph.Graph, []Change) {
 			nv := b.op("Gather", []*onnxpb.AttributeProto{attrInt("axis", 0)}, shape, b.constant(int64Tensor([]int64{1}, 0)))
 			for i, x := range n.Inputs {
 				d, ok := dims(r.refValue(x))
-				if !ok || len(d) == 0 || d[0] != r.fixed || dependsOn(x, w.Inputs[0]) {
+				if !ok || len(d) == 0 || d[0] != r.fixed || data[x] {
 					continue
 				}
 				e, ok := r.spreadable(x)
@@ -486,51 +490,39 @@ func (r *releaser) refValue(x *graph.Value) *graph.Value {
 	return x
 }
 
-// dependsOn reports whether x is computed from the value in (its shape
-// aside).
-func dependsOn(x, in *graph.Value) bool {
-	seen := map[*graph.Value]bool{}
-	stack := []*graph.Value{x}
-	for len(stack) > 0 {
-		v := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if v == nil || seen[v] {
-			continue
-		}
-		seen[v] = true
-		if v == in {
-			return true
-		}
-		if v.Producer == nil || v.Producer.OpType == "Shape" || v.Producer.OpType == "Size" {
-			continue
-		}
-		stack = append(stack, v.Producer.Inputs...)
+// valueKinds sorts g's values in one pass over its nodes: data holds what
+// is computed from the graph inputs' values (not only their shapes),
+// constant what is computed from constants alone (not from a Shape or Size).
+// One pass, not a walk from each value: a file may hold a million nodes.
+func valueKinds(g *graph.Graph) (data, constant map[*graph.Value]bool) {
+	data, constant = map[*graph.Value]bool{}, map[*graph.Value]bool{}
+	for _, v := range g.Inputs {
+		data[v] = true
 	}
-	return false
-}
-
-// constTarget reports whether a Reshape's target t is a constant of the
-// graph (an initializer or computed from constants only, not from the
-// input's shape).
-func constTarget(t *graph.Value) bool {
-	seen := map[*graph.Value]bool{}
-	stack := []*graph.Value{t}
-	for len(stack) > 0 {
-		v := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if v == nil || seen[v] || v.Const != nil {
+	for _, v := range g.Values {
+		if v.Const != nil {
+			constant[v] = true
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.OpType == "Shape" || n.OpType == "Size" {
 			continue
 		}
-		seen[v] = true
-		if v.Producer == nil {
-			return false // a graph input
+		anyData, allConst := false, true
+		for _, in := range n.Inputs {
+			if in != nil {
+				anyData = anyData || data[in]
+				allConst = allConst && constant[in]
+			}
 		}
-		if v.Producer.OpType == "Shape" || v.Producer.OpType == "Size" {
-			return false
+		for _, o := range n.Outputs {
+			if o != nil {
+				data[o] = data[o] || anyData
+				constant[o] = constant[o] || allConst
+			}
 		}
-		stack = append(stack, v.Producer.Inputs...)
 	}
-	return true
+	return data, constant
 }
 
 // dropUnread removes the constants named that nothing reads any more: the

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
@@ -16,9 +15,10 @@ import (
 // as exported: a batch size changes the products' blocking, not more.
 const fixedBatchTol = 1e-4
 
-// releaseFixedBatch returns a copy of model (loaded from m) whose fixed
-// batch axis is made dynamic (rewrite.ReleaseBatch), checked to compute
-// each sample as the export did: at another batch size (2, or 3 where the
+// releaseFixedBatch returns a copy of model (as loaded, half precision and
+// pixels widened) whose fixed batch axis is made dynamic
+// (rewrite.ReleaseBatch), checked to compute each sample as the model as
+// loaded does: at another batch size (2, or 3 where the
 // export fixed 2) every output row equals the exported model's on the same
 // sample, run at its own batch size (once where it is larger: the check
 // costs a forward pass of the export's batch and one of two samples). It
@@ -27,7 +27,7 @@ const fixedBatchTol = 1e-4
 // error says why the batch cannot be released. The comparison takes
 // BatchNormalization with its running statistics on both sides (batch
 // statistics mix the samples by design; train rewrites them anyway).
-func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, []rewrite.Change, error) {
+func releaseFixedBatch(model *graph.Graph) (*graph.Graph, int64, []rewrite.Change, error) {
 	g := model.Clone()
 	fixed, changes, err := rewrite.ReleaseBatch(g)
 	if fixed == 0 {
@@ -49,15 +49,7 @@ func releaseFixedBatch(m *onnx.Model, model *graph.Graph) (*graph.Graph, int64, 
 	if in.DType != graph.Float32 {
 		return nil, fixed, nil, fail("its input %q (%v, %v) gives no sample to check another batch size with", in.Name, in.DType, in.Shape)
 	}
-	orig, err := graph.FromONNX(m)
-	if err != nil {
-		return nil, fixed, nil, err
-	}
-	if _, err := orig.UpcastHalf(); err != nil {
-		return nil, fixed, nil, err
-	}
-	orig.CastInputsToFloat()
-	rel := g.Clone()
+	orig, rel := model.Clone(), g.Clone()
 	sample := in.Shape[1:].Ints()
 	for _, c := range []*graph.Graph{orig, rel} {
 		// As Prepare does first: statistics the exporter stored once

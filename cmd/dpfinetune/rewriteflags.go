@@ -156,7 +156,7 @@ func loadGraph(path string) (*loadedModel, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	lm := &loadedModel{m: m, g: g, half: half, pixels: pixels}
-	rel, fixed, changes, err := releaseFixedBatch(m, g)
+	rel, fixed, changes, err := releaseFixedBatch(g)
 	switch {
 	case err != nil:
 		lm.releaseErr = fmt.Errorf("%s: %w", path, err)
