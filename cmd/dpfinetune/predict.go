@@ -80,7 +80,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	lm.pixelsAsFloat(x)
 	if x.DType != npy.Float32 {
 		want := "float32"
-		if lm.pixels {
+		if takesPixels(lm.g) {
 			want = "uint8 or float32"
 		}
 		return fmt.Errorf("%s: input is %s, want %s", *input, x.DType, want)

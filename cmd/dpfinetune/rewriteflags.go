@@ -94,10 +94,6 @@ type loadedModel struct {
 	// half lists the half-precision types of a model exported in float16
 	// or bfloat16, which loadGraph widened to float32 (graph.UpcastHalf).
 	half []graph.DType
-	// pixels marks a model whose uint8 input (pixels) it casts to float at
-	// once: it is fed the pixel values as float32 (graph.CastInputsToFloat),
-	// --norm pixels by default.
-	pixels bool
 	// releaseErr says why a fixed batch axis could not be made dynamic
 	// (g then keeps it fixed).
 	releaseErr error
@@ -110,7 +106,7 @@ func (lm *loadedModel) notes() []string {
 	if lm.fixedBatch > 0 {
 		out = append(out, fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch))
 	}
-	if lm.pixels {
+	if takesPixels(lm.g) {
 		out = append(out, "takes uint8 pixels and casts them to float: fed the pixel values (0-255) as float32 (--norm pixels unless given), written with its uint8 input")
 	}
 	if len(lm.half) > 0 {
@@ -149,13 +145,13 @@ func loadGraph(path string) (*loadedModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	pixels := len(g.CastInputsToFloat()) > 0
+	g.CastInputsToFloat()
 	// Every command that runs the model stops here, before any work, on
 	// the operators and opsets it cannot run, naming all of them.
 	if err := runtime.CheckOps(g); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	lm := &loadedModel{m: m, g: g, half: half, pixels: pixels}
+	lm := &loadedModel{m: m, g: g, half: half}
 	rel, fixed, changes, err := releaseFixedBatch(g)
 	switch {
 	case err != nil:
@@ -167,10 +163,10 @@ func loadGraph(path string) (*loadedModel, error) {
 }
 
 // pixelsAsFloat turns a uint8 array of pixels into the float32 values a
-// model that takes uint8 pixels is fed (lm.pixels); it leaves any other
+// model that takes uint8 pixels is fed (takesPixels); it leaves any other
 // array, and any other model's, as it is.
 func (lm *loadedModel) pixelsAsFloat(x *npy.Array) {
-	if x.DType != npy.Uint8 || !lm.pixels {
+	if x.DType != npy.Uint8 || !takesPixels(lm.g) {
 		return
 	}
 	x.F32 = make([]float32, len(x.U8))
@@ -184,10 +180,16 @@ func (lm *loadedModel) pixelsAsFloat(x *npy.Array) {
 // uint8 pixels normalizes them itself (graph.CastInputsToFloat), so
 // "default" feeds it the pixels.
 func normFor(g *graph.Graph, flag string) string {
-	if len(g.Inputs) == 1 && g.Inputs[0].Declared == graph.Uint8 && (flag == "" || flag == "default") {
+	if takesPixels(g) && (flag == "" || flag == "default") {
 		return "pixels"
 	}
 	return flag
+}
+
+// takesPixels reports whether g's input is uint8 pixels it casts to float
+// at once, which loadGraph feeds as float32 (graph.CastInputsToFloat).
+func takesPixels(g *graph.Graph) bool {
+	return len(g.Inputs) == 1 && g.Inputs[0].Declared == graph.Uint8
 }
 
 // dynamicBatch returns why the model's batch axis is fixed, nil where it
