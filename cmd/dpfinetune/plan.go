@@ -44,10 +44,10 @@ type planReport struct {
 }
 
 func runPlan(args []string, stdout io.Writer) error {
-	fs := newFlagSet("plan", "--model M.onnx --input-shape C,H,W --batch B [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--out R.onnx] [--json]")
+	fs := newFlagSet("plan", "--model M.onnx [--input-shape C,H,W] [--batch B] [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--out R.onnx] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
-	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (required)")
-	batch := fs.Int64("batch", 0, "batch size for the memory estimates (required)")
+	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's)")
+	batch := fs.Int64("batch", 32, "batch size for the memory estimates")
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -62,17 +62,15 @@ func runPlan(args []string, stdout io.Writer) error {
 	if *model == "" {
 		return usagef("--model is required")
 	}
-	if *inShape == "" {
-		return usagef("--input-shape is required")
-	}
 	if *batch <= 0 {
-		return usagef("--batch is required and must be positive")
+		return usagef("--batch must be positive, got %d", *batch)
 	}
-	dims, err := parseDims(*inShape)
-	if err != nil {
-		return usageError{err.Error()}
+	if *inShape != "" {
+		if _, err := parseDims(*inShape); err != nil {
+			return usageError{err.Error()}
+		}
 	}
-	opts, err := rf.options(dims, *batch)
+	opts, err := rf.options(nil, *batch)
 	if err != nil {
 		return err
 	}
@@ -84,6 +82,9 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	g := lm.g
+	if opts.InputShape, err = modelSample(g, *inShape); err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
 	opts.Loaded = lm.changes
 	p, err := rewrite.Prepare(g, opts)
 	if err != nil {

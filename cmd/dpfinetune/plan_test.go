@@ -90,8 +90,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"--input-shape", "1,28,28", "--batch", "2"}, 2, "--model is required"},
-		{[]string{"--model", m, "--batch", "2"}, 2, "--input-shape is required"},
-		{[]string{"--model", m, "--input-shape", "1,28,28"}, 2, "--batch"},
+		{[]string{"--model", m, "--input-shape", "1,28,28", "--batch", "0"}, 2, "--batch must be positive"},
 		{[]string{"--model", m, "--input-shape", "1,x,28", "--batch", "2"}, 2, "bad dimension"},
 		{[]string{"--model", m, "--input-shape", "1,28,28", "--batch", "2", "--train", "("}, 2, "bad regular expression"},
 		{[]string{"--model", m, "--input-shape", "1,28,28", "--batch", "2", "--freeze", "[a"}, 2, "bad regular expression"},
@@ -140,5 +139,47 @@ func TestPlanCompiledActivations(t *testing.T) {
 	text, errOut, code := run(t, args...)
 	if code != 0 || !strings.Contains(text, "compiled runtime plan") {
 		t.Errorf("exit %d (%s); the table does not say where its activations come from:\n%s", code, errOut, text)
+	}
+}
+
+// TestPlanDefaults: without --input-shape and --batch, plan takes the
+// sample shape the model declares and a batch of 32, as train and eval
+// do; a model whose sample shape is dynamic asks for --input-shape.
+func TestPlanDefaults(t *testing.T) {
+	out, errOut, code := run(t, "plan", "--model", "../../testdata/models/vgg.onnx", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r planReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Plan == nil || r.Batch != 32 || len(r.InputShape) != 3 || r.InputShape[0] != 3 || r.InputShape[1] != 32 || r.InputShape[2] != 32 {
+		t.Fatalf("plan %+v", r.Plan)
+	}
+
+	m, err := onnx.Load("../../testdata/models/vgg.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Inputs[0].Shape[2] = graph.Dim{Size: -1, Param: "height"}
+	g.Inputs[0].Shape[3] = graph.Dim{Size: -1, Param: "width"}
+	dm, err := g.ToONNX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := filepath.Join(t.TempDir(), "dyn.onnx")
+	if err := dm.Save(dyn, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "plan", "--model", dyn); code != 1 || !strings.Contains(errOut, "give --input-shape") {
+		t.Errorf("dynamic sample: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := run(t, "plan", "--model", dyn, "--input-shape", "3,32,32"); code != 0 {
+		t.Errorf("dynamic sample with --input-shape: exit %d: %s", code, errOut)
 	}
 }
