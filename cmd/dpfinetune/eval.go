@@ -81,10 +81,66 @@ func recorded(m *onnx.Model, key, none string) string {
 	return v
 }
 
+// dataView is a dataset as train, eval and audit read it: images, resized
+// and normalised to the model's input (data.View), or arrays fed to the
+// model as they are (data.TensorView).
+type dataView interface {
+	data.Dataset
+	Classes() []string
+	CheckSources() error
+	Fingerprint() string
+}
+
 // openView loads a dataset spec and preprocesses it to the model's sample
-// shape (C,H,W).
-func openView(spec string, sample []int64, norm, augment, resize string) (*data.View, error) {
-	return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadStringFitted(spec, fit) }, sample, norm, augment, resize)
+// shape: images to (C,H,W); arrays of other samples (video clips,
+// volumes, normalised tensors) keep their values, and must have the
+// model's shape.
+func openView(spec string, sample []int64, norm, augment, resize string) (dataView, error) {
+	s, err := data.ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	if s.Scheme != data.SchemeNPY {
+		return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadFitted(s, fit) }, sample, norm, augment, resize)
+	}
+	a, err := data.LoadArrays(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(sample) == 3 {
+		im, ok, err := a.Images()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return openViewOf(func(data.Fit) (*data.Images, error) { return im, nil }, sample, norm, augment, resize)
+		}
+	}
+	aug, err := data.ParseAugment(augment)
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--augment: %v", err)}
+	}
+	nm, err := data.ParseNorm(norm, data.Norm{})
+	if err != nil {
+		return nil, usageError{fmt.Sprintf("--norm: %v", err)}
+	}
+	shape := make([]int, len(sample))
+	for i, d := range sample {
+		shape[i] = int(d)
+	}
+	return data.NewTensorView(a, data.TensorPreprocess{Shape: shape, Norm: nm, Augment: aug})
+}
+
+// preprocessOf returns the normalisation and resizing v applies, as train
+// records them ("" for no resizing: arrays fed as they are).
+func preprocessOf(v dataView) (norm, resize string) {
+	switch v := v.(type) {
+	case *data.View:
+		return v.Preprocess().Norm.String(), v.Preprocess().Resize.String()
+	case *data.TensorView:
+		return v.Preprocess().Norm.String(), ""
+	}
+	return "", ""
 }
 
 // openViewOf is openView on the images load reads, fitted to the model's
@@ -121,7 +177,7 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 func runEval(args []string, stdout io.Writer) error {
 	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
-	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR or folder:DIR, with :train/:test and :limit=N (default split: test)")
+	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR or npy:FILE.npz|DIR, with :train/:test and :limit=N (default split: test)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
@@ -172,7 +228,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	res.Classes = v.Source().Classes()
+	res.Classes = v.Classes()
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

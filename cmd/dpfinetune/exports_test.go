@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 )
 
 // TestFixedBatchExports: models exported without dynamic_axes
@@ -238,5 +240,88 @@ func TestPixelInputExport(t *testing.T) {
 	}
 	if lm.g.Inputs[0].Declared != graph.Uint8 || recorded(lm.m, "norm", "") != "0/0.003921569" {
 		t.Errorf("the tuned model's input declared %v, its norm %q", lm.g.Inputs[0].Declared, recorded(lm.m, "norm", ""))
+	}
+}
+
+// TestVideoClips: a video classifier (Conv3d over (C, T, H, W) clips)
+// predicts PyTorch's logits and gives PyTorch's per-sample gradient norms
+// in every mode; both exports train from an npy dataset of clips —
+// channels last, with augmentation, BatchNorm3d made GroupNorm — with the
+// norm check passing, evaluate from it, and run in onnxruntime.
+func TestVideoClips(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	ref, err := npy.ReadNPZ(filepath.Join(dir, "clip3d_ref.npz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	x, y, logits := filepath.Join(tmp, "x.npy"), filepath.Join(tmp, "y.npy"), filepath.Join(tmp, "logits.npy")
+	if err := npy.WriteFile(x, ref["x"]); err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.WriteFile(y, ref["y"]); err != nil {
+		t.Fatal(err)
+	}
+	model := filepath.Join(dir, "clip3d.onnx")
+	if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", logits); code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, e)
+	}
+	got, err := npy.ReadFile(logits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel := numcheck.RelErr(got.F32, ref["logits"].F32, 0); rel > 1e-5 {
+		t.Errorf("logits: %.3g of their scale from PyTorch's", rel)
+	}
+	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
+		stdout, e, code := run(t, "norms", "--model", model, "--input", x, "--labels", y, "--mode", mode, "--json")
+		if code != 0 {
+			t.Fatalf("norms --mode %s: exit %d: %s", mode, code, e)
+		}
+		var rep normsReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Total) != 3 {
+			t.Fatalf("%s: %d norms", mode, len(rep.Total))
+		}
+		for i, n := range rep.Total {
+			if want := ref["norms"].F64[i]; math.Abs(n-want) > 1e-5*want {
+				t.Errorf("%s: sample %d: norm %v, PyTorch's %v", mode, i, n, want)
+			}
+		}
+	}
+
+	// 12 clips (T, H, W, C) = (4, 16, 16, 3), channels last, and 4 test clips.
+	clip := func(n int, seed float64) *npy.Array {
+		v := make([]float32, n*4*16*16*3)
+		for i := range v {
+			v[i] = float32(math.Sin(float64(i)*0.013 + seed))
+		}
+		return npy.NewFloat32(v, n, 4, 16, 16, 3)
+	}
+	labels := func(n int) *npy.Array {
+		l := make([]int64, n)
+		for i := range l {
+			l[i] = int64(i % 5)
+		}
+		return npy.NewInt64(l, n)
+	}
+	data := filepath.Join(tmp, "clips.npz")
+	if err := npy.WriteNPZ(data, map[string]*npy.Array{"x_train": clip(12, 0), "y_train": labels(12), "x_test": clip(4, 1), "y_test": labels(4)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ model, want string }{{"clip3d", "for all 10 parameters"}, {"clip3d_train", "for all 14 parameters"}} {
+		out := filepath.Join(tmp, c.model+"_tuned.onnx")
+		stdout, e, code := run(t, "train", "--model", filepath.Join(dir, c.model+".onnx"), "--data", "npy:"+data, "--augment", "crop=2,flip",
+			"--epsilon", "8", "--batch-size", "6", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+		if code != 0 || !strings.Contains(stdout, c.want) || !strings.Contains(stdout, "npy:"+data+":split=test (4 examples") {
+			t.Fatalf("train %s: exit %d: %s%s", c.model, code, stdout, e)
+		}
+		stdout, e, code = run(t, "eval", "--model", out, "--data", "npy:"+data, "--json")
+		if code != 0 || !strings.Contains(stdout, `"samples": 4`) {
+			t.Fatalf("eval %s: exit %d: %s%s", c.model, code, stdout, e)
+		}
+		exportMatchesORT(t, out, []int64{3, 4, 16, 16})
 	}
 }

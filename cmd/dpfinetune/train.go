@@ -81,7 +81,7 @@ type trainFlags struct {
 func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 	return &trainFlags{
 		model:      fs.String("model", "", "ONNX model file (required)"),
-		spec:       fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR or folder:DIR, with :limit=N (required)"),
+		spec:       fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR or npy:FILE.npz|DIR, with :limit=N (required)"),
 		testSpec:   fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
 		eps:        fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee (required unless --non-private)"),
 		delta:      fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
@@ -222,14 +222,15 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			return cfg, usageError{err.Error()}
 		}
 	}
+	normName, resizeName := preprocessOf(train)
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
 			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
-			Norm: train.Preprocess().Norm.String(), Augment: *f.augment, Resize: train.Preprocess().Resize.String(), InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
-			ClassNames: train.Source().Classes(),
+			Norm: normName, Augment: *f.augment, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
+			ClassNames: train.Classes(),
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
@@ -244,7 +245,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 // openTest opens the evaluation data: spec, or when it is empty the
 // training spec's test split if there is one; "none" skips evaluation.
 // It returns the view (nil for none) and the spec it came from.
-func openTest(spec, trainSpec string, sample []int64, norm, resize string, logf func(string, ...any)) (*data.View, string, error) {
+func openTest(spec, trainSpec string, sample []int64, norm, resize string, logf func(string, ...any)) (dataView, string, error) {
 	if spec == "none" {
 		return nil, "", nil
 	}

@@ -1,6 +1,7 @@
 // Package data is the dataset layer of dpfinetune train and eval: it parses
 // data specs, loads image classification datasets into memory as compact
-// uint8 pixels, and fills float32 batches shaped for the model's input.
+// uint8 pixels (and arrays of other samples as they are), and fills float32
+// batches shaped for the model's input.
 //
 // The package owns:
 //
@@ -12,7 +13,8 @@
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
 //     PIL's convert("RGB") saturates every value over 255; holdout=F
-//     splits a folder without a test split);
+//     splits a folder without a test split) and npy (NumPy arrays: a .npz
+//     archive or a directory of .npy files, LoadArrays);
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;
@@ -26,6 +28,10 @@
 //     into a caller-provided buffer without allocating; a batch of large
 //     samples (a 224×224 resize) is split over the cores, its
 //     augmentation drawn first so that the bits do not depend on them;
+//   - arrays (Arrays, TensorView): uint8 arrays of images become Images;
+//     any other samples — normalised tensors, video clips (C,T,H,W) — are
+//     fed as they are, of the model's shape or channels last, normalised
+//     per channel and augmented over their last two axes (TensorPreprocess);
 //   - fitting at load time (Fit, LoadFitted, Images.FitTo): a folder's
 //     images larger than the model's input are resized as they are
 //     decoded, as PIL resizes them, and only their input-sized windows

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"image/color"
 	"image/jpeg"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // FuzzIDX decodes arbitrary bytes as IDX images and labels (plain or
@@ -93,6 +96,56 @@ func FuzzImage(f *testing.F) {
 		}
 		if d.w <= 0 || d.h <= 0 || len(d.pix) != c*d.w*d.h {
 			t.Errorf("%d×%d image with %d bytes (gray %v)", d.w, d.h, len(d.pix), d.gray)
+		}
+	})
+}
+
+// FuzzArrays loads arbitrary bytes as the x.npy and y.npy of an npy
+// dataset and, where they load, fills every sample through a TensorView
+// of their shape and through Images where they are images: an error,
+// never a panic, and labels within the classes.
+func FuzzArrays(f *testing.F) {
+	var xb, yb, ub bytes.Buffer
+	npy.Write(&xb, npy.NewFloat32([]float32{1, 2, 3, 4, 5, 6}, 2, 1, 3))
+	npy.Write(&yb, npy.NewInt64([]int64{0, 2}, 2))
+	npy.Write(&ub, &npy.Array{DType: npy.Uint8, Shape: []int{2, 3, 1}, U8: []uint8{1, 2, 3, 4, 5, 6}})
+	f.Add(xb.Bytes(), yb.Bytes(), uint8(0))
+	f.Add(ub.Bytes(), yb.Bytes(), uint8(1))
+	f.Add(npyHeader("<f4", "(131072, 1024, 1024)"), yb.Bytes(), uint8(2))
+	f.Add(npyHeader("<f4", "(0, 1099511627776, 1099511627776)"), npyHeader("<i8", "(0,)"), uint8(3))
+	f.Fuzz(func(t *testing.T, x, y []byte, crop uint8) {
+		dir := t.TempDir()
+		writeFile(t, filepath.Join(dir, "x.npy"), x)
+		writeFile(t, filepath.Join(dir, "y.npy"), y)
+		a, err := LoadArrays(Spec{Scheme: SchemeNPY, Dir: dir})
+		if err != nil {
+			return
+		}
+		for i := range a.Len() {
+			if l := a.Label(i); l < 0 || l >= a.NumClasses() {
+				t.Fatalf("sample %d: label %d of %d classes", i, l, a.NumClasses())
+			}
+		}
+		idx := make([]int, a.Len())
+		for i := range idx {
+			idx[i] = i
+		}
+		aug := Augment{CropPad: int(crop % 3), Flip: crop&4 != 0}
+		if len(a.SampleShape()) < 2 {
+			aug = Augment{}
+		}
+		v, err := NewTensorView(a, TensorPreprocess{Shape: a.SampleShape(), Augment: aug})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]float32, a.Len()*a.per)
+		if err := v.Fill(buf, make([]int64, len(idx)), idx, rand.New(rand.NewPCG(1, uint64(crop)))); err != nil {
+			t.Fatal(err)
+		}
+		if im, ok, err := a.Images(); err == nil && ok {
+			if im.Len() != a.Len() {
+				t.Fatalf("%d images of %d samples", im.Len(), a.Len())
+			}
 		}
 	})
 }

@@ -8,7 +8,19 @@ import (
 	"time"
 
 	"github.com/dpfinetune/dpfinetune/internal/hostile"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
+
+// npyHeader is a .npy file of format 1.0 whose header declares descr and
+// shape, with no data.
+func npyHeader(descr, shape string) []byte {
+	h := "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }"
+	for (10+len(h)+1)%64 != 0 {
+		h += " "
+	}
+	h += "\n"
+	return append([]byte{0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, byte(len(h)), byte(len(h) >> 8)}, h...)
+}
 
 // pngWithSize is hostile.PNG: a 1×1 PNG whose header claims w×h pixels.
 func pngWithSize(_ testing.TB, w, h uint32) []byte { return hostile.PNG(w, h) }
@@ -65,6 +77,20 @@ func TestHostileData(t *testing.T) {
 		}, func(dir string) []string {
 			return []string{filepath.Join(dir, "data_batch_1.bin"), "1048576 MiB file", "memory available"}
 		}},
+		{"npy header 512 GiB", "npy", func(t *testing.T, dir string) {
+			writeFile(t, filepath.Join(dir, "x.npy"), npyHeader("<f4", "(131072, 1024, 1024)"))
+			if err := npy.WriteFile(filepath.Join(dir, "y.npy"), npy.NewInt64(make([]int64, 131072), 131072)); err != nil {
+				t.Fatal(err)
+			}
+		}, func(dir string) []string {
+			return []string{filepath.Join(dir, "x.npy"), "[131072 1024 1024]", "memory available"}
+		}},
+		{"npy labels of 2^40", "npy", func(t *testing.T, dir string) {
+			if err := npy.WriteFile(filepath.Join(dir, "x.npy"), npy.NewFloat32(make([]float32, 4), 4, 1)); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(dir, "y.npy"), npyHeader("<i8", "(1099511627776,)"))
+		}, func(dir string) []string { return []string{filepath.Join(dir, "y.npy"), "too large"} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

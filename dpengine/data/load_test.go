@@ -121,6 +121,7 @@ func TestParseSpec(t *testing.T) {
 		{"folder:/data/flowers:split=val", Spec{Scheme: "folder", Dir: "/data/flowers", Split: Test}},
 		{"folder:/a:b/c:limit=3", Spec{Scheme: "folder", Dir: "/a:b/c", Limit: 3}},
 		{"folder:/p:holdout=0.1:test", Spec{Scheme: "folder", Dir: "/p", Split: Test, Holdout: 0.1}},
+		{"npy:/data/clips.npz:classes=400:test", Spec{Scheme: "npy", Dir: "/data/clips.npz", Split: Test, Classes: 400}},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -139,13 +140,14 @@ func TestParseSpec(t *testing.T) {
 		in    string
 		frags []string
 	}{
-		{"mnist:/x", []string{`unknown scheme "mnist"`, "idx, cifar10, cifar100, folder"}},
-		{"/usr/share/datasets", []string{"want SCHEME:DIR", "idx, cifar10, cifar100, folder"}},
+		{"mnist:/x", []string{`unknown scheme "mnist"`, "idx, cifar10, cifar100, folder, npy"}},
+		{"/usr/share/datasets", []string{"want SCHEME:DIR", "idx, cifar10, cifar100, folder, npy"}},
 		{"idx:", []string{"empty directory"}},
 		{"idx:d:limit=-1", []string{"limit=-1", "non-negative"}},
 		{"idx:d:limit=x", []string{"limit=x"}},
 		{"idx:d:split=dev", []string{`unknown split "dev"`}},
-		{"cifar10:d:classes=5", []string{"classes= applies to the idx scheme only"}},
+		{"cifar10:d:classes=5", []string{"classes= applies to the idx and npy schemes only"}},
+		{"npy:d.npz:holdout=0.2", []string{"holdout= applies to the folder scheme only"}},
 		{"idx:d:limit=1:limit=2", []string{"limit given twice"}},
 		{"idx:d:seed=1", []string{`unknown option "seed"`, "limit=N"}},
 		{"folder:d:holdout=0", []string{"holdout=0", "between 0 and 1"}},

@@ -24,11 +24,14 @@ const (
 	// ImageFolder's extensions), optionally split into train/ and test/ (or
 	// val/).
 	SchemeFolder = "folder"
+	// SchemeNPY names NumPy arrays: a .npz archive or a directory of .npy
+	// files holding the samples and their labels (see LoadArrays).
+	SchemeNPY = "npy"
 )
 
 // Schemes lists the valid spec schemes in the order the help text names them.
 func Schemes() []string {
-	return []string{SchemeIDX, SchemeCIFAR10, SchemeCIFAR100, SchemeFolder}
+	return []string{SchemeIDX, SchemeCIFAR10, SchemeCIFAR100, SchemeFolder, SchemeNPY}
 }
 
 // Split selects the part of a dataset to load.
@@ -39,7 +42,8 @@ const (
 	// Train is the training split (the default).
 	Train Split = "train"
 	// Test is the held-out split: t10k-* for IDX, test_batch.bin /
-	// test.bin for CIFAR, DIR/test or DIR/val for folders.
+	// test.bin for CIFAR, DIR/test or DIR/val for folders, x_test and
+	// y_test (or x_val and y_val) for arrays.
 	Test Split = "test"
 )
 
@@ -64,7 +68,8 @@ func ParseSplit(s string) (Split, error) {
 //
 //	split=train|test|val   (or just train, test, val)
 //	limit=N                keep the first N samples (0: all)
-//	classes=N              number of classes (idx only; default 10)
+//	classes=N              number of classes (idx: default 10; npy:
+//	                       default one more than the largest label)
 //	holdout=F              folder only: hold out a fraction F of each
 //	                       training class as the test split (see Holdout)
 //
@@ -84,9 +89,10 @@ type Spec struct {
 	// first file of every class, then the second, …), so a limit keeps
 	// the classes balanced; IDX and CIFAR keep their file order.
 	Limit int
-	// Classes is the number of classes of an IDX dataset (IDX files do
-	// not record it); 0 means 10. Ignored by the other schemes, whose
-	// class count is fixed (CIFAR) or read from the directory (folder).
+	// Classes is the number of classes of an IDX or NPY dataset (their
+	// files do not record it); 0 means 10 for IDX and one more than the
+	// largest label for NPY. Ignored by the other schemes, whose class
+	// count is fixed (CIFAR) or read from the directory (folder).
 	Classes int
 	// Holdout, in (0, 1), splits a folder's training images instead of
 	// reading a test directory: of each class, a fraction Holdout of its
@@ -158,8 +164,8 @@ options:
 			if err != nil || n < 1 || n > 1<<24 {
 				return Spec{}, fmt.Errorf("data spec %q: classes=%s: want a positive integer", s, val)
 			}
-			if spec.Scheme != SchemeIDX {
-				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx scheme only", s)
+			if spec.Scheme != SchemeIDX && spec.Scheme != SchemeNPY {
+				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx and npy schemes only", s)
 			}
 			spec.Classes = n
 		default:
@@ -187,7 +193,7 @@ func (s Spec) String() string {
 	if s.Limit > 0 {
 		fmt.Fprintf(&b, ":limit=%d", s.Limit)
 	}
-	if s.Classes > 0 && s.Scheme == SchemeIDX {
+	if s.Classes > 0 && (s.Scheme == SchemeIDX || s.Scheme == SchemeNPY) {
 		fmt.Fprintf(&b, ":classes=%d", s.Classes)
 	}
 	if s.Holdout > 0 {
@@ -244,6 +250,9 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 		im, err = loadCIFAR(spec, true)
 	case SchemeFolder:
 		im, err = loadFolder(spec, fit)
+	case SchemeNPY:
+		// Stamped by LoadArrays.
+		return loadArrayImages(spec)
 	default:
 		return nil, fmt.Errorf("data: unknown scheme %q (valid: %s)", spec.Scheme, strings.Join(Schemes(), ", "))
 	}
@@ -256,6 +265,19 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 	}
 	im.sourcePaths = nil
 	return im, nil
+}
+
+// loadArrayImages is LoadArrays for samples that are 8-bit images.
+func loadArrayImages(spec Spec) (*Images, error) {
+	a, err := LoadArrays(spec)
+	if err != nil {
+		return nil, err
+	}
+	im, ok, err := a.Images()
+	if err == nil && !ok {
+		err = fmt.Errorf("%s: samples of %s are not 8-bit images; a TensorView feeds them to a model as they are", spec, a.String())
+	}
+	return im, err
 }
 
 // LoadString parses spec with ParseSpec and loads it with Load.

@@ -23,8 +23,9 @@ type Dataset interface {
 	Label(i int) int
 	// Labels returns a copy of all labels, indexed by sample.
 	Labels() []int32
-	// Shape returns the shape of one filled sample.
-	Shape() (channels, height, width int)
+	// SampleShape returns the shape of one filled sample, (C,H,W) for
+	// images. The caller must not modify it.
+	SampleShape() []int
 	// Fill writes the samples at indices, preprocessed, into x as an
 	// (N,C,H,W) batch with N = len(indices), and their labels into y
 	// unless y is nil. x must hold at least N·C·H·W values and y at least
@@ -182,6 +183,7 @@ type View struct {
 	shift []float32 // per output channel: -mean/std
 	lut   [][256]float32
 	sizes map[[2]int]*sizeMap // by source height and width
+	shape []int               // C, H, W
 }
 
 var _ Dataset = (*View)(nil)
@@ -216,7 +218,7 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 	if p.Augment.CropPad < 0 {
 		return nil, fmt.Errorf("data: negative crop padding %d", p.Augment.CropPad)
 	}
-	v := &View{src: src, p: p}
+	v := &View{src: src, p: p, shape: []int{p.Channels, p.Height, p.Width}}
 
 	// Channel conversion.
 	v.mix = make([]chanMix, C)
@@ -418,6 +420,13 @@ func (v *View) Labels() []int32 { return v.src.Labels() }
 
 // Shape returns the shape of one filled sample.
 func (v *View) Shape() (channels, height, width int) { return v.p.Channels, v.p.Height, v.p.Width }
+
+// SampleShape returns the shape of one filled sample, (C,H,W). The caller
+// must not modify it.
+func (v *View) SampleShape() []int { return v.shape }
+
+// Classes returns the class names of the images.
+func (v *View) Classes() []string { return v.src.Classes() }
 
 // Fill implements Dataset.
 func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {

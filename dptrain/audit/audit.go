@@ -285,9 +285,8 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	if k < 2 {
 		return nil, fmt.Errorf("audit: mislabeled canaries need at least 2 classes, the data has %d", k)
 	}
-	c, h, w := pool.Shape()
-	if c2, h2, w2 := cfg.Train.Shape(); c != c2 || h != h2 || w != w2 {
-		return nil, fmt.Errorf("audit: canary images are %d×%d×%d, training images %d×%d×%d", c, h, w, c2, h2, w2)
+	if ps, ts := pool.SampleShape(), cfg.Train.SampleShape(); !slices.Equal(ps, ts) {
+		return nil, fmt.Errorf("audit: canary samples have shape %v, training samples %v", ps, ts)
 	}
 	all := &canarySet{pool: pool, idx: rng.Perm(pool.Len())[:m], labels: make([]int64, m), classes: k}
 	for i, j := range all.idx {
@@ -307,8 +306,12 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	}
 	cfg.Train = &withCanaries{base: cfg.Train, canaries: inc}
 	g := cfg.Graph
+	var sample []int64
+	for _, d := range pool.SampleShape() {
+		sample = append(sample, int64(d))
+	}
 	return func() error {
-		ev, err := dptrain.NewEvaluatorOn(cfg.Device, g, []int64{int64(c), int64(h), int64(w)}, min(256, m))
+		ev, err := dptrain.NewEvaluatorOn(cfg.Device, g, sample, min(256, m))
 		if err != nil {
 			return fmt.Errorf("audit: scoring the input canaries: %w", err)
 		}
@@ -329,7 +332,7 @@ type canarySet struct {
 func (c *canarySet) Len() int              { return len(c.idx) }
 func (c *canarySet) NumClasses() int       { return c.classes }
 func (c *canarySet) Label(i int) int       { return int(c.labels[i]) }
-func (c *canarySet) Shape() (ch, h, w int) { return c.pool.Shape() }
+func (c *canarySet) SampleShape() []int { return c.pool.SampleShape() }
 func (c *canarySet) Labels() []int32 {
 	out := make([]int32, len(c.labels))
 	for i, l := range c.labels {
@@ -341,8 +344,7 @@ func (c *canarySet) Labels() []int32 {
 // Fill implements data.Dataset: one pool image at a time (canaries are
 // few), with the canary's label.
 func (c *canarySet) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
-	ch, h, w := c.pool.Shape()
-	per := ch * h * w
+	per := sampleLen(c.pool)
 	if len(x) < len(indices)*per || (y != nil && len(y) < len(indices)) {
 		return fmt.Errorf("audit: canary batch buffers too small for %d samples", len(indices))
 	}
@@ -370,7 +372,7 @@ type withCanaries struct {
 
 func (d *withCanaries) Len() int              { return d.base.Len() + d.canaries.Len() }
 func (d *withCanaries) NumClasses() int       { return d.base.NumClasses() }
-func (d *withCanaries) Shape() (ch, h, w int) { return d.base.Shape() }
+func (d *withCanaries) SampleShape() []int { return d.base.SampleShape() }
 func (d *withCanaries) Label(i int) int {
 	if n := d.base.Len(); i >= n {
 		return d.canaries.Label(i - n)
@@ -384,8 +386,7 @@ func (d *withCanaries) Labels() []int32 {
 // Fill implements data.Dataset: runs of training examples in one call to
 // the base data, canaries one by one.
 func (d *withCanaries) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
-	ch, h, w := d.base.Shape()
-	per := ch * h * w
+	per := sampleLen(d.base)
 	if len(x) < len(indices)*per || (y != nil && len(y) < len(indices)) {
 		return fmt.Errorf("audit: batch buffers too small for %d samples", len(indices))
 	}
@@ -418,4 +419,13 @@ func (d *withCanaries) Fill(x []float32, y []int64, indices []int, rng *rand.Ran
 		k = e
 	}
 	return nil
+}
+
+// sampleLen returns the values of one sample of d.
+func sampleLen(d data.Dataset) int {
+	n := 1
+	for _, s := range d.SampleShape() {
+		n *= s
+	}
+	return n
 }

@@ -445,28 +445,42 @@ func WriteFile(path string, a *Array) error {
 // ReadNPZ reads every array of a .npz archive (a zip of .npy members,
 // stored or deflated), keyed by member name without the ".npy" suffix.
 func ReadNPZ(path string) (map[string]*Array, error) {
+	out, _, err := ReadNPZSelect(path, func(string) bool { return true })
+	return out, err
+}
+
+// ReadNPZSelect is ReadNPZ reading only the members whose names (without
+// ".npy") keep accepts; it also returns every member's name, in the
+// archive's order, for a caller to say what the archive holds instead.
+func ReadNPZSelect(path string, keep func(name string) bool) (map[string]*Array, []string, error) {
 	zr, err := zip.OpenReader(path)
 	if err != nil {
-		return nil, fmt.Errorf("npz: %s: %w", path, err)
+		return nil, nil, fmt.Errorf("npz: %s: %w", path, err)
 	}
 	defer zr.Close()
 	out := map[string]*Array{}
+	var names []string
 	for _, f := range zr.File {
 		if strings.HasSuffix(f.Name, "/") {
 			continue
 		}
+		name := strings.TrimSuffix(f.Name, ".npy")
+		names = append(names, name)
+		if !keep(name) {
+			continue
+		}
 		rc, err := f.Open()
 		if err != nil {
-			return nil, fmt.Errorf("npz: %s: member %q: %w", path, f.Name, err)
+			return nil, nil, fmt.Errorf("npz: %s: member %q: %w", path, f.Name, err)
 		}
 		a, err := Read(bufio.NewReader(rc))
 		rc.Close()
 		if err != nil {
-			return nil, fmt.Errorf("npz: %s: member %q: %w", path, f.Name, err)
+			return nil, nil, fmt.Errorf("npz: %s: member %q: %w", path, f.Name, err)
 		}
-		out[strings.TrimSuffix(f.Name, ".npy")] = a
+		out[name] = a
 	}
-	return out, nil
+	return out, names, nil
 }
 
 // WriteNPZ writes arrays as an uncompressed .npz archive with members in

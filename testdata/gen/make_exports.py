@@ -45,6 +45,20 @@ An export with more outputs than the loss reads (dynamic batch):
                            (logits, aux): the auxiliary head gets no gradient
                            from the loss on the first output
 
+A video classifier (Conv3d, the samples (C, T, H, W)), dynamic batch:
+
+    OUT/clip3d.onnx        a (1,3,3) spatial and a (3,1,1) temporal convolution
+                           (R(2+1)D's factorisation), a residual block of 3×3×3
+                           convolutions, a (1,2,2) MaxPool3d, pooled over time
+                           and space, a linear head; no BatchNorm, so that its
+                           parameters are PyTorch's
+    OUT/clip3d_train.onnx  the same with BatchNorm3d, exported in training mode
+                           (kept in the graph for --bn)
+    OUT/clip3d_ref.npz     x: 3 clips (3, 4, 16, 16); y: their labels; logits:
+                           clip3d's; norms: each clip's gradient norm of the
+                           summed cross-entropy over every parameter of clip3d,
+                           one backward pass a clip (float64 sums)
+
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
 
@@ -129,6 +143,43 @@ class PixelsCNN(nn.Module):
         return self.fc(nn.functional.adaptive_avg_pool2d(h, 4).flatten(1))
 
 
+class Clip3D(nn.Module):
+    def __init__(self, bn):
+        super().__init__()
+        norm = (lambda c: nn.BatchNorm3d(c)) if bn else (lambda c: nn.Identity())
+        self.stem = nn.Sequential(nn.Conv3d(3, 4, (1, 3, 3), (1, 2, 2), (0, 1, 1), bias=not bn), norm(4), nn.ReLU(),
+                                  nn.Conv3d(4, 8, (3, 1, 1), 1, (1, 0, 0), bias=not bn), norm(8), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv3d(8, 8, 3, 1, 1, bias=not bn), norm(8), nn.ReLU(),
+                                   nn.Conv3d(8, 8, 3, 1, 1, bias=not bn), norm(8))
+        self.pool = nn.MaxPool3d((1, 2, 2))
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(x + self.block(x))
+        return self.head(nn.functional.adaptive_avg_pool3d(self.pool(x), 1).flatten(1))
+
+
+def clips(out):
+    import numpy as np
+    torch.manual_seed(1)
+    plain, bn = Clip3D(False).eval(), Clip3D(True)
+    x = torch.randn(3, 3, 4, 16, 16)
+    y = torch.tensor([4, 0, 2])
+    dyn = {"input": {0: "batch"}, "logits": {0: "batch"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(plain, (x,), os.path.join(out, "clip3d.onnx"), opset_version=17,
+                          input_names=["input"], output_names=["logits"], dynamic_axes=dyn)
+        torch.onnx.export(bn, (x,), os.path.join(out, "clip3d_train.onnx"), opset_version=14,
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          input_names=["input"], output_names=["logits"], dynamic_axes=dyn)
+    with torch.no_grad():
+        logits = plain(x).numpy()
+    np.savez(os.path.join(out, "clip3d_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits,
+             norms=breadth.brute_norms(plain, x, y))
+
+
 def to_half(path, out_half, out_ref):
     """Rewrites a float32 export as float16 (out_half) and as float32 with
     its weights rounded through float16 (out_ref)."""
@@ -199,6 +250,8 @@ def main():
                               input_names=["input"], output_names=["logits"],
                               dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     print("wrote pixels_cnn")
+    clips(args.out)
+    print("wrote clip3d")
 
 
 if __name__ == "__main__":

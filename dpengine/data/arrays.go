@@ -1,0 +1,366 @@
+package data
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+)
+
+// Arrays is a dataset of NumPy arrays as LoadArrays read it: samples of
+// one shape in float32 (read from float32 or float64) or uint8, with
+// integer labels. Arrays whose samples are 8-bit images become Images
+// (Arrays.Images) and are preprocessed as images are; any other samples —
+// already-normalised tensors, video clips (C,T,H,W), volumes — are fed to
+// the model as they are through a TensorView.
+//
+// An Arrays is read-only after it is built and safe for concurrent use.
+type Arrays struct {
+	spec    Spec
+	shape   []int // one sample
+	per     int   // values a sample
+	u8      []uint8
+	f32     []float32
+	labels  []int32
+	classes []string
+	sources []fileStamp
+
+	fingerprint struct {
+		once sync.Once
+		sum  string
+	}
+}
+
+// The member names LoadArrays looks for, by split: the first of each list
+// that the archive or directory holds.
+var (
+	arrayNamesX = map[Split][]string{Train: {"x_train", "x"}, Test: {"x_test", "x_val"}}
+	arrayNamesY = map[Split][]string{Train: {"y_train", "y"}, Test: {"y_test", "y_val"}}
+)
+
+// LoadArrays reads the split spec names of a SchemeNPY dataset: spec.Dir is
+// a .npz archive (np.savez or np.savez_compressed) or a directory of .npy
+// files. The samples are the array x_train (or x) and their labels
+// y_train (or y); the test split is x_test and y_test (or x_val and
+// y_val) — the names of Keras's datasets and the plain ones of np.savez(f,
+// x=…, y=…). The first axis of x indexes the samples; every sample has
+// the shape of the rest (at least one axis). Samples are float32, float64
+// (rounded to float32) or uint8; every float value must be finite. Labels
+// are int64, int32 or uint8, one axis (or a trailing axis of 1), in [0,
+// classes): classes is spec.Classes, or one more than the largest label.
+func LoadArrays(spec Spec) (*Arrays, error) {
+	where := spec.Scheme + ": " + spec.Dir
+	split := spec.split()
+	xs, ys := arrayNamesX[split], arrayNamesY[split]
+	fi, err := os.Stat(spec.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", spec.Scheme, err)
+	}
+	// The names first, then only the two arrays the split reads.
+	var names []string
+	if fi.IsDir() {
+		entries, err := os.ReadDir(spec.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", spec.Scheme, err)
+		}
+		for _, e := range entries {
+			if name, ok := strings.CutSuffix(e.Name(), ".npy"); ok && e.Type().IsRegular() {
+				names = append(names, name)
+			}
+		}
+	} else if _, names, err = npy.ReadNPZSelect(spec.Dir, func(string) bool { return false }); err != nil {
+		if isNPY(spec.Dir) {
+			return nil, fmt.Errorf("%s: one .npy array; the samples and their labels are two: save them with np.savez(FILE, x=…, y=…), or as x.npy and y.npy in a directory", where)
+		}
+		return nil, err
+	}
+	xn, yn := pick(names, xs), pick(names, ys)
+	if xn == "" || yn == "" {
+		missing := xs
+		if xn != "" {
+			missing = ys
+		}
+		holds := "no arrays"
+		if len(names) > 0 {
+			holds = strings.Join(names, ", ")
+		}
+		return nil, fmt.Errorf("%s: the %s split needs an array named %s; it holds %s", where, split, strings.Join(missing, " or "), holds)
+	}
+	var (
+		arrays  = map[string]*npy.Array{}
+		sources []string
+	)
+	if fi.IsDir() {
+		for _, name := range []string{xn, yn} {
+			path := filepath.Join(spec.Dir, name+".npy")
+			if arrays[name], err = npy.ReadFile(path); err != nil {
+				return nil, fmt.Errorf("%s: %w", spec.Scheme, err)
+			}
+			sources = append(sources, path)
+		}
+	} else {
+		if arrays, _, err = npy.ReadNPZSelect(spec.Dir, func(n string) bool { return n == xn || n == yn }); err != nil {
+			return nil, err
+		}
+		sources = []string{spec.Dir}
+	}
+	x, y := arrays[xn], arrays[yn]
+	a, err := newArrays(where+": "+xn, x, yn, y, spec)
+	if err != nil {
+		return nil, err
+	}
+	a.spec = spec
+	if a.sources, err = stampFiles(sources); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// isNPY reports whether path starts as a .npy file does.
+func isNPY(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [6]byte
+	_, err = io.ReadFull(f, b[:])
+	return err == nil && string(b[:]) == "\x93NUMPY"
+}
+
+// pick returns the first of want that names holds, or "".
+func pick(names, want []string) string {
+	for _, n := range want {
+		if slices.Contains(names, n) {
+			return n
+		}
+	}
+	return ""
+}
+
+// newArrays checks x and its labels y and keeps the first spec.Limit
+// samples.
+func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (*Arrays, error) {
+	if len(x.Shape) < 2 {
+		return nil, fmt.Errorf("%s: shape %v: want (samples, …) with at least one axis a sample", where, x.Shape)
+	}
+	n := x.Shape[0]
+	shape := slices.Clone(x.Shape[1:])
+	if n == 0 {
+		return nil, fmt.Errorf("%s: shape %v: no samples", where, x.Shape)
+	}
+	// npy bounded the product of every axis; with no sample it is 0
+	// whatever the others.
+	per := 1
+	for _, d := range shape {
+		if d == 0 {
+			return nil, fmt.Errorf("%s: shape %v: a sample holds no values", where, x.Shape)
+		}
+		per *= d
+	}
+	if len(y.Shape) == 2 && y.Shape[1] == 1 {
+		y.Shape = y.Shape[:1]
+	}
+	if len(y.Shape) != 1 || y.Shape[0] != n {
+		return nil, fmt.Errorf("%s: %s has shape %v: want one label a sample, (%d,)", where, yn, y.Shape, n)
+	}
+	if spec.Limit > 0 && spec.Limit < n {
+		n = spec.Limit
+	}
+	labels := make([]int32, n)
+	for i := range labels {
+		var l int64
+		switch y.DType {
+		case npy.Int64:
+			l = y.I64[i]
+		case npy.Int32:
+			l = int64(y.I32[i])
+		case npy.Uint8:
+			l = int64(y.U8[i])
+		default:
+			return nil, fmt.Errorf("%s: %s holds %s: want integer labels (int64, int32 or uint8)", where, yn, y.DType)
+		}
+		if l < 0 || l >= 1<<24 {
+			return nil, fmt.Errorf("%s: sample %d has label %d: want 0 ≤ label < 2^24", where, i, l)
+		}
+		labels[i] = int32(l)
+	}
+	k := spec.Classes
+	if k == 0 {
+		for _, l := range labels {
+			k = max(k, int(l)+1)
+		}
+	}
+	if err := checkLabels(where, labels, k); err != nil {
+		return nil, err
+	}
+	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k)}
+	switch x.DType {
+	case npy.Uint8:
+		a.u8 = x.U8[:n*per : n*per]
+	case npy.Float32:
+		a.f32 = x.F32[:n*per : n*per]
+	case npy.Float64:
+		if avail, src, ok := sysmem.Available(); ok && int64(4*n*per) > avail {
+			return nil, fmt.Errorf("%s: rounding %d float64 values to float32 needs %d MiB, more than the %d MiB of memory available (%s)", where, n*per, 4*n*per>>20, avail>>20, src)
+		}
+		a.f32 = make([]float32, n*per)
+		for i := range a.f32 {
+			a.f32[i] = float32(x.F64[i])
+		}
+	default:
+		return nil, fmt.Errorf("%s: samples of %s: want float32, float64 or uint8", where, x.DType)
+	}
+	for i, v := range a.f32 {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("%s: sample %d holds %v at element %d of the sample", where, i/per, v, i%per)
+		}
+	}
+	return a, nil
+}
+
+// Spec returns the spec the arrays were loaded from.
+func (a *Arrays) Spec() Spec { return a.spec }
+
+// Len returns the number of samples.
+func (a *Arrays) Len() int { return len(a.labels) }
+
+// NumClasses returns the number of classes.
+func (a *Arrays) NumClasses() int { return len(a.classes) }
+
+// Classes returns the class names: "0", "1", … (arrays do not name them).
+func (a *Arrays) Classes() []string { return a.classes }
+
+// SampleShape returns the shape of one sample as stored. The caller must
+// not modify it.
+func (a *Arrays) SampleShape() []int { return a.shape }
+
+// Pixels reports whether the samples are uint8.
+func (a *Arrays) Pixels() bool { return a.u8 != nil }
+
+// String describes the arrays for logs.
+func (a *Arrays) String() string {
+	dt := "float32"
+	if a.u8 != nil {
+		dt = "uint8"
+	}
+	return fmt.Sprintf("%s: %d samples, %d classes, %s %v", a.spec, a.Len(), a.NumClasses(), dt, a.shape)
+}
+
+// Images returns the samples as Images, preprocessed then as images are
+// (resized, converted between gray and RGB, normalised after scaling to
+// [0,1]), where they are 8-bit images: uint8 samples of shape (C,H,W) or
+// (H,W,C) with C 1 or 3, or (H,W). The pixels are copied into channel-major
+// order where they are not in it. ok is false for any other samples.
+func (a *Arrays) Images() (im *Images, ok bool, err error) {
+	if a.u8 == nil {
+		return nil, false, nil
+	}
+	var c, h, w int
+	last := false
+	switch s := a.shape; {
+	case len(s) == 2:
+		c, h, w = 1, s[0], s[1]
+	case len(s) == 3 && (s[0] == 1 || s[0] == 3):
+		c, h, w = s[0], s[1], s[2]
+	case len(s) == 3 && (s[2] == 1 || s[2] == 3):
+		c, h, w, last = s[2], s[0], s[1], true
+	default:
+		return nil, false, nil
+	}
+	pix := a.u8
+	if last && c > 1 {
+		pix = channelsFirst(pix, []int{h, w}, c)
+	}
+	im, err = NewImages(a.classes, c, h, w, pix, a.labels)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", a.spec, err)
+	}
+	im.spec = a.spec
+	im.sources = a.sources
+	return im, true, nil
+}
+
+// channelsFirst copies samples of shape (space…, C) into (C, space…).
+func channelsFirst[T any](src []T, space []int, c int) []T {
+	plane := 1
+	for _, d := range space {
+		plane *= d
+	}
+	per := plane * c
+	dst := make([]T, len(src))
+	for s := 0; s+per <= len(src); s += per {
+		in, out := src[s:s+per], dst[s:s+per]
+		for p := range plane {
+			for ch := range c {
+				out[ch*plane+p] = in[p*c+ch]
+			}
+		}
+	}
+	return dst
+}
+
+// CheckSources reports a file the arrays were read from that changed
+// since (see Images.CheckSources).
+func (a *Arrays) CheckSources() error {
+	return (&Images{sources: a.sources}).CheckSources()
+}
+
+// Fingerprint is the SHA-256 (hex) of the samples as loaded: the sample
+// shape and type, every label and value. Computed once.
+func (a *Arrays) Fingerprint() string {
+	a.fingerprint.once.Do(func() {
+		h := sha256.New()
+		var b [8]byte
+		put := func(v int64) {
+			binary.LittleEndian.PutUint64(b[:], uint64(v))
+			h.Write(b[:])
+		}
+		h.Write([]byte("arrays"))
+		put(int64(len(a.shape)))
+		for _, d := range a.shape {
+			put(int64(d))
+		}
+		put(int64(len(a.labels)))
+		for _, l := range a.labels {
+			put(int64(l))
+		}
+		if a.u8 != nil {
+			h.Write([]byte("uint8"))
+			h.Write(a.u8)
+		} else {
+			h.Write([]byte("float32"))
+			buf := make([]byte, 0, 1<<16)
+			for _, v := range a.f32 {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+				if len(buf) == cap(buf) {
+					h.Write(buf)
+					buf = buf[:0]
+				}
+			}
+			h.Write(buf)
+		}
+		a.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
+	})
+	return a.fingerprint.sum
+}
+
+// dimsString formats a shape as 3×16×112×112.
+func dimsString(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = strconv.Itoa(d)
+	}
+	return strings.Join(parts, "×")
+}

@@ -1,0 +1,269 @@
+package data
+
+import (
+	"fmt"
+	"math/rand/v2"
+	goruntime "runtime"
+	"slices"
+	"sync"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+)
+
+// TensorPreprocess says how an array sample becomes model input when it
+// is not an 8-bit image (Arrays.Images): it keeps its values and shape,
+// and only these steps apply, in order:
+//
+//  1. Augment (training only): random crop with padding over the last two
+//     axes, then a flip of the last axis (see Augment); a sample of one
+//     axis takes none.
+//  2. Normalise per channel: (v·s − Mean[c]) / Std[c], where s is 1/255
+//     for uint8 samples (scaled to [0,1], as images are) and 1 for float
+//     ones, and the channel is the index along the first axis of a sample
+//     of three axes or more ((C,H,W), (C,T,H,W)); a sample of one or two
+//     axes has one channel. Padding is 0 before normalisation, as in
+//     torchvision.
+type TensorPreprocess struct {
+	// Shape is the model's per-sample input shape. The samples must have
+	// it, or be its channels-last form — (H,W,C) for (C,H,W), (T,H,W,C)
+	// for (C,T,H,W), copied into channel-major order as they load — or,
+	// for a model of one channel, its shape without that axis.
+	Shape []int
+	// Norm is the normalisation: length 0 (none), 1, or the channel count.
+	Norm Norm
+	// Augment is applied by Fill when given a non-nil generator.
+	Augment Augment
+}
+
+// TensorView is Arrays fed to a model as they are (TensorPreprocess). Build
+// it with NewTensorView; it is read-only and safe for concurrent use.
+type TensorView struct {
+	src          *Arrays
+	p            TensorPreprocess
+	u8           []uint8
+	f32          []float32
+	per          int
+	inner        int // values per channel
+	h, w         int // the last two axes (h = 1 for one axis)
+	scale, shift []float32
+}
+
+var _ Dataset = (*TensorView)(nil)
+
+// NewTensorView returns src preprocessed as p says; its errors say how the
+// samples' shape and the model's differ.
+func NewTensorView(src *Arrays, p TensorPreprocess) (*TensorView, error) {
+	if src == nil || src.Len() == 0 {
+		return nil, fmt.Errorf("data: empty dataset")
+	}
+	want := p.Shape
+	have := src.shape
+	if len(want) == 0 {
+		return nil, fmt.Errorf("data: %s: no sample shape given", src.spec)
+	}
+	p.Shape = slices.Clone(want)
+	v := &TensorView{src: src, p: p, u8: src.u8, f32: src.f32, per: src.per}
+	switch {
+	case slices.Equal(have, want):
+	case want[0] == 1 && slices.Equal(have, want[1:]):
+		// Same values in the same order: the model's channel axis of 1 added.
+	case len(want) >= 2 && slices.Equal(have[:len(have)-1], want[1:]) && have[len(have)-1] == want[0]:
+		if avail, srcMem, ok := sysmem.Available(); ok && int64(len(src.u8)+4*len(src.f32)) > avail {
+			return nil, fmt.Errorf("data: %s: moving the channels of %s samples first needs %d MiB, more than the %d MiB of memory available (%s)", src.spec, dimsString(have), (len(src.u8)+4*len(src.f32))>>20, avail>>20, srcMem)
+		}
+		if v.u8 != nil {
+			v.u8 = channelsFirst(v.u8, have[:len(have)-1], want[0])
+		} else {
+			v.f32 = channelsFirst(v.f32, have[:len(have)-1], want[0])
+		}
+	default:
+		return nil, fmt.Errorf("data: %s: samples of shape %s, the model takes %s (or channels last, %s)", src.spec, dimsString(have), dimsString(want), dimsString(append(slices.Clone(want[1:]), want[0])))
+	}
+	c := 1
+	if len(want) >= 3 {
+		c = want[0]
+	}
+	v.inner = v.per / c
+	v.h, v.w = 1, want[len(want)-1]
+	if len(want) >= 2 {
+		v.h = want[len(want)-2]
+	} else if !p.Augment.IsNone() {
+		return nil, fmt.Errorf("data: %s: samples of one axis (%s) take no augmentation", src.spec, dimsString(want))
+	}
+	if err := p.Norm.Validate(); err != nil {
+		return nil, err
+	}
+	if k := len(p.Norm.Mean); k != 0 && k != 1 && k != c {
+		return nil, fmt.Errorf("data: normalisation %s has %d values, the samples (%s) %d channels", p.Norm, k, dimsString(want), c)
+	}
+	s := float32(1)
+	if v.u8 != nil {
+		s = 1.0 / 255
+	}
+	v.scale, v.shift = make([]float32, c), make([]float32, c)
+	for ch := range c {
+		v.scale[ch] = s
+		if k := len(p.Norm.Mean); k > 0 {
+			m, sd := p.Norm.Mean[min(ch, k-1)], p.Norm.Std[min(ch, k-1)]
+			v.scale[ch], v.shift[ch] = s/sd, -m/sd
+		}
+	}
+	return v, nil
+}
+
+// Source returns the arrays the view reads.
+func (v *TensorView) Source() *Arrays { return v.src }
+
+// Preprocess returns what the view does.
+func (v *TensorView) Preprocess() TensorPreprocess { return v.p }
+
+// Classes returns the class names.
+func (v *TensorView) Classes() []string { return v.src.Classes() }
+
+// CheckSources implements the check of the files behind the samples.
+func (v *TensorView) CheckSources() error { return v.src.CheckSources() }
+
+// Fingerprint returns the fingerprint of the samples as loaded.
+func (v *TensorView) Fingerprint() string { return v.src.Fingerprint() }
+
+// Len returns the number of samples.
+func (v *TensorView) Len() int { return v.src.Len() }
+
+// NumClasses returns the number of classes.
+func (v *TensorView) NumClasses() int { return v.src.NumClasses() }
+
+// Label returns the label of sample i.
+func (v *TensorView) Label(i int) int { return v.src.Label(i) }
+
+// Labels returns a copy of all labels.
+func (v *TensorView) Labels() []int32 { return v.src.Labels() }
+
+// SampleShape returns the model's sample shape. The caller must not
+// modify it.
+func (v *TensorView) SampleShape() []int { return v.p.Shape }
+
+// Label returns the label of sample i.
+func (a *Arrays) Label(i int) int { return int(a.labels[i]) }
+
+// Labels returns a copy of all labels, indexed by sample.
+func (a *Arrays) Labels() []int32 { return slices.Clone(a.labels) }
+
+// Fill implements Dataset.
+func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
+	per := v.per
+	if len(x) < len(indices)*per {
+		return fmt.Errorf("data: batch buffer holds %d values, want %d (%d samples of %s)", len(x), len(indices)*per, len(indices), dimsString(v.p.Shape))
+	}
+	if y != nil && len(y) < len(indices) {
+		return fmt.Errorf("data: label buffer holds %d values, want %d", len(y), len(indices))
+	}
+	n := v.src.Len()
+	for k, i := range indices {
+		if i < 0 || i >= n {
+			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
+		}
+	}
+	if y != nil {
+		for k, i := range indices {
+			y[k] = int64(v.src.labels[i])
+		}
+	}
+	// The augmentation is drawn first, sample after sample, so that the
+	// bits do not depend on how many workers fill them.
+	draw := func(rng *rand.Rand) augDraw {
+		var a augDraw
+		if rng == nil {
+			return a
+		}
+		if p := v.p.Augment.CropPad; p > 0 {
+			a.dy = rng.IntN(2*p+1) - p
+			a.dx = rng.IntN(2*p+1) - p
+		}
+		if v.p.Augment.Flip {
+			a.flip = rng.Float64() < 0.5
+		}
+		return a
+	}
+	workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain)
+	if workers <= 1 {
+		for k, i := range indices {
+			v.fillOne(x[k*per:(k+1)*per], i, draw(rng))
+		}
+		return nil
+	}
+	augs := make([]augDraw, len(indices))
+	for k := range augs {
+		augs[k] = draw(rng)
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(indices)/workers, (w+1)*len(indices)/workers
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := lo; k < hi; k++ {
+				v.fillOne(x[k*per:(k+1)*per], indices[k], augs[k])
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// fillOne writes sample i into dst, augmented as aug says.
+func (v *TensorView) fillOne(dst []float32, i int, aug augDraw) {
+	per, inner, H, W := v.per, v.inner, v.h, v.w
+	var src8 []uint8
+	var src32 []float32
+	if v.u8 != nil {
+		src8 = v.u8[i*per : (i+1)*per]
+	} else {
+		src32 = v.f32[i*per : (i+1)*per]
+	}
+	at := func(j int) float32 {
+		if src8 != nil {
+			return float32(src8[j])
+		}
+		return src32[j]
+	}
+	plane := H * W
+	for pl := 0; pl < per/plane; pl++ {
+		c := pl * plane / inner
+		a, b := v.scale[c], v.shift[c]
+		base := pl * plane
+		if aug == (augDraw{}) {
+			if src8 != nil {
+				for j, p := range src8[base : base+plane] {
+					dst[base+j] = float32(p)*a + b
+				}
+			} else {
+				for j, p := range src32[base : base+plane] {
+					dst[base+j] = p*a + b
+				}
+			}
+			continue
+		}
+		for yy := range H {
+			row := dst[base+yy*W : base+(yy+1)*W]
+			ry := yy + aug.dy
+			if ry < 0 || ry >= H {
+				for k := range row {
+					row[k] = b
+				}
+				continue
+			}
+			for xx := range row {
+				cx := xx
+				if aug.flip {
+					cx = W - 1 - xx
+				}
+				rx := cx + aug.dx
+				if rx < 0 || rx >= W {
+					row[xx] = b
+					continue
+				}
+				row[xx] = at(base+ry*W+rx)*a + b
+			}
+		}
+	}
+}
