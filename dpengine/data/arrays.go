@@ -208,9 +208,9 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k)}
 	switch x.DType {
 	case npy.Uint8:
-		a.u8 = x.U8[:n*per : n*per]
+		a.u8 = x.U8[: n*per : n*per]
 	case npy.Float32:
-		a.f32 = x.F32[:n*per : n*per]
+		a.f32 = x.F32[: n*per : n*per]
 	case npy.Float64:
 		if avail, src, ok := sysmem.Available(); ok && int64(4*n*per) > avail {
 			return nil, fmt.Errorf("%s: rounding %d float64 values to float32 needs %d MiB, more than the %d MiB of memory available (%s)", where, n*per, 4*n*per>>20, avail>>20, src)

@@ -329,9 +329,9 @@ type canarySet struct {
 	classes int
 }
 
-func (c *canarySet) Len() int              { return len(c.idx) }
-func (c *canarySet) NumClasses() int       { return c.classes }
-func (c *canarySet) Label(i int) int       { return int(c.labels[i]) }
+func (c *canarySet) Len() int           { return len(c.idx) }
+func (c *canarySet) NumClasses() int    { return c.classes }
+func (c *canarySet) Label(i int) int    { return int(c.labels[i]) }
 func (c *canarySet) SampleShape() []int { return c.pool.SampleShape() }
 func (c *canarySet) Labels() []int32 {
 	out := make([]int32, len(c.labels))
@@ -370,8 +370,8 @@ type withCanaries struct {
 	canaries *canarySet
 }
 
-func (d *withCanaries) Len() int              { return d.base.Len() + d.canaries.Len() }
-func (d *withCanaries) NumClasses() int       { return d.base.NumClasses() }
+func (d *withCanaries) Len() int           { return d.base.Len() + d.canaries.Len() }
+func (d *withCanaries) NumClasses() int    { return d.base.NumClasses() }
 func (d *withCanaries) SampleShape() []int { return d.base.SampleShape() }
 func (d *withCanaries) Label(i int) int {
 	if n := d.base.Len(); i >= n {
