@@ -11,9 +11,11 @@ import (
 )
 
 // TestImageArrays: images saved as uint8 arrays (Keras's mnist.npz form:
-// x_train (N, 28, 28), y_train uint8) are the images: eval gives the loss
-// and confusion matrix of the same images read from IDX files, channels
-// last or first, and train takes them with their normalisation recorded.
+// x_train (N, 28, 28), y_train uint8; class names as strings) are the
+// images: eval gives the loss and confusion matrix of the same images
+// read from IDX files, from an archive or a directory, with a channel axis
+// or without, and names the classes; train takes them with their
+// normalisation and class names recorded.
 func TestImageArrays(t *testing.T) {
 	model := "../../testdata/models/cnn.onnx"
 	tmp := t.TempDir()
@@ -32,15 +34,16 @@ func TestImageArrays(t *testing.T) {
 	}
 	x, y := split(data.Train)
 	xt, yt := split(data.Test)
+	names := &npy.Array{DType: npy.Unicode, Shape: []int{10}, Str: []string{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"}}
 	keras := filepath.Join(tmp, "mnist.npz")
-	if err := npy.WriteNPZ(keras, map[string]*npy.Array{"x_train": x, "y_train": y, "x_test": xt, "y_test": yt}); err != nil {
+	if err := npy.WriteNPZ(keras, map[string]*npy.Array{"x_train": x, "y_train": y, "x_test": xt, "y_test": yt, "classes": names}); err != nil {
 		t.Fatal(err)
 	}
 	// The same test images as (N, 1, 28, 28) in a directory of .npy files.
 	first := t.TempDir()
 	xt4 := *xt
 	xt4.Shape = []int{xt.Shape[0], 1, 28, 28}
-	for name, a := range map[string]*npy.Array{"x_test": &xt4, "y_test": yt, "x": x, "y": y} {
+	for name, a := range map[string]*npy.Array{"x_test": &xt4, "y_test": yt, "x": x, "y": y, "classes": names} {
 		if err := npy.WriteFile(filepath.Join(first, name+".npy"), a); err != nil {
 			t.Fatal(err)
 		}
@@ -68,6 +71,9 @@ func TestImageArrays(t *testing.T) {
 		if g, w := got["confusion"], want["confusion"]; !jsonEqual(g, w) {
 			t.Errorf("%s: confusion %v, from IDX %v", spec, g, w)
 		}
+		if !jsonEqual(got["classes"], names.Str) {
+			t.Errorf("%s: classes %v", spec, got["classes"])
+		}
 	}
 	out := filepath.Join(tmp, "tuned.onnx")
 	stdout, e, code := run(t, "train", "--model", model, "--data", "npy:"+keras, "--norm", "fmnist", "--augment", "crop=2",
@@ -81,6 +87,9 @@ func TestImageArrays(t *testing.T) {
 	}
 	if n := recorded(lm.m, "norm", ""); n != "0.286/0.353" {
 		t.Errorf("recorded norm %q", n)
+	}
+	if c := recorded(lm.m, "classes", ""); !strings.Contains(c, `"Ankle boot"`) {
+		t.Errorf("recorded classes %s", c)
 	}
 
 	// Float samples are not resized: a shape the model does not take is

@@ -43,11 +43,13 @@ type Arrays struct {
 }
 
 // The member names LoadArrays looks for, by split: the first of each list
-// that the archive or directory holds.
+// that the archive or directory holds; and the optional class names.
 var (
 	arrayNamesX = map[Split][]string{Train: {"x_train", "x"}, Test: {"x_test", "x_val"}}
 	arrayNamesY = map[Split][]string{Train: {"y_train", "y"}, Test: {"y_test", "y_val"}}
 )
+
+const arrayNamesClasses = "classes"
 
 // LoadArrays reads the split spec names of a SchemeNPY dataset: spec.Dir is
 // a .npz archive (np.savez or np.savez_compressed) or a directory of .npy
@@ -58,7 +60,9 @@ var (
 // the shape of the rest (at least one axis). Samples are float32, float64
 // (rounded to float32) or uint8; every float value must be finite. Labels
 // are int64, int32 or uint8, one axis (or a trailing axis of 1), in [0,
-// classes): classes is spec.Classes, or one more than the largest label.
+// classes): classes is the length of the optional array classes, which
+// names them (strings: np.array(["cat", "dog"])), else spec.Classes, else
+// one more than the largest label.
 func LoadArrays(spec Spec) (*Arrays, error) {
 	where := spec.Scheme + ": " + spec.Dir
 	split := spec.split()
@@ -97,12 +101,16 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 		}
 		return nil, fmt.Errorf("%s: the %s split needs an array named %s; it holds %s", where, split, strings.Join(missing, " or "), holds)
 	}
+	read := []string{xn, yn}
+	if slices.Contains(names, arrayNamesClasses) {
+		read = append(read, arrayNamesClasses)
+	}
 	var (
 		arrays  = map[string]*npy.Array{}
 		sources []string
 	)
 	if fi.IsDir() {
-		for _, name := range []string{xn, yn} {
+		for _, name := range read {
 			path := filepath.Join(spec.Dir, name+".npy")
 			if arrays[name], err = npy.ReadFile(path); err != nil {
 				return nil, fmt.Errorf("%s: %w", spec.Scheme, err)
@@ -110,7 +118,7 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 			sources = append(sources, path)
 		}
 	} else {
-		if arrays, _, err = npy.ReadNPZSelect(spec.Dir, func(n string) bool { return n == xn || n == yn }); err != nil {
+		if arrays, _, err = npy.ReadNPZSelect(spec.Dir, func(n string) bool { return slices.Contains(read, n) }); err != nil {
 			return nil, err
 		}
 		sources = []string{spec.Dir}
@@ -119,6 +127,11 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 	a, err := newArrays(where+": "+xn, x, yn, y, spec)
 	if err != nil {
 		return nil, err
+	}
+	if c := arrays[arrayNamesClasses]; c != nil {
+		if err := a.nameClasses(where+": "+arrayNamesClasses, c, spec.Classes); err != nil {
+			return nil, err
+		}
 	}
 	a.spec = spec
 	if a.sources, err = stampFiles(sources); err != nil {
@@ -137,6 +150,33 @@ func isNPY(path string) bool {
 	var b [6]byte
 	_, err = io.ReadFull(f, b[:])
 	return err == nil && string(b[:]) == "\x93NUMPY"
+}
+
+// nameClasses names a's classes by the strings of c, one a class in label
+// order (at least as many as the labels need, distinct and not empty);
+// classes, where positive, is the count the spec asked for.
+func (a *Arrays) nameClasses(where string, c *npy.Array, classes int) error {
+	if c.DType != npy.Unicode || len(c.Shape) != 1 {
+		return fmt.Errorf("%s: %s of shape %v: want the class names, strings of one axis (np.array([\"cat\", \"dog\"]))", where, c.DType, c.Shape)
+	}
+	if classes > 0 && classes != len(c.Str) {
+		return fmt.Errorf("%s: %d class names, but the spec says classes=%d", where, len(c.Str), classes)
+	}
+	seen := map[string]int{}
+	for i, n := range c.Str {
+		if n == "" {
+			return fmt.Errorf("%s: class %d has an empty name", where, i)
+		}
+		if j, ok := seen[n]; ok {
+			return fmt.Errorf("%s: classes %d and %d are both named %q", where, j, i, n)
+		}
+		seen[n] = i
+	}
+	if err := checkLabels(where, a.labels, len(c.Str)); err != nil {
+		return err
+	}
+	a.classes = slices.Clone(c.Str)
+	return nil
 }
 
 // pick returns the first of want that names holds, or "".
@@ -239,7 +279,8 @@ func (a *Arrays) Len() int { return len(a.labels) }
 // NumClasses returns the number of classes.
 func (a *Arrays) NumClasses() int { return len(a.classes) }
 
-// Classes returns the class names: "0", "1", … (arrays do not name them).
+// Classes returns the class names: the archive's classes array, else "0",
+// "1", ….
 func (a *Arrays) Classes() []string { return a.classes }
 
 // SampleShape returns the shape of one sample as stored. The caller must

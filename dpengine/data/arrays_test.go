@@ -102,6 +102,35 @@ func TestLoadArrays(t *testing.T) {
 		}
 	}
 
+	// Class names.
+	names := &npy.Array{DType: npy.Unicode, Shape: []int{4}, Str: []string{"cat", "dög", "fish", "🐟"}}
+	path := writeNPZ(t, t.TempDir(), true, map[string]*npy.Array{"x": x, "y": y, "classes": names})
+	a, err := LoadArrays(Spec{Scheme: SchemeNPY, Dir: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a.Classes(), names.Str) {
+		t.Errorf("classes %q", a.Classes())
+	}
+	for _, bad := range []struct {
+		classes *npy.Array
+		spec    string
+		frag    string
+	}{
+		{npy.NewInt64([]int64{0, 1, 2}, 3), "", "want the class names"},
+		{&npy.Array{DType: npy.Unicode, Shape: []int{2}, Str: []string{"a", "b"}}, "", "sample 1 has label 2"},
+		{&npy.Array{DType: npy.Unicode, Shape: []int{3}, Str: []string{"a", "b", "a"}}, "", `classes 0 and 2 are both named "a"`},
+		{&npy.Array{DType: npy.Unicode, Shape: []int{3}, Str: []string{"a", "", "c"}}, "", "class 1 has an empty name"},
+		{&npy.Array{DType: npy.Unicode, Shape: []int{3}, Str: []string{"a", "b", "c"}}, ":classes=4", "3 class names, but the spec says classes=4"},
+	} {
+		s, err := ParseSpec("npy:" + writeNPZ(t, t.TempDir(), false, map[string]*npy.Array{"x": x, "y": y, "classes": bad.classes}) + bad.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = LoadArrays(s)
+		wantErr(t, err, bad.frag)
+	}
+
 	// A directory of x.npy and y.npy; float64 samples, int32 labels.
 	dir := t.TempDir()
 	if err := npy.WriteFile(filepath.Join(dir, "x.npy"), &npy.Array{DType: npy.Float64, Shape: []int{3, 4}, F64: []float64{0.1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}}); err != nil {
@@ -110,7 +139,7 @@ func TestLoadArrays(t *testing.T) {
 	if err := npy.WriteFile(filepath.Join(dir, "y.npy"), &npy.Array{DType: npy.Int32, Shape: []int{3}, I32: []int32{1, 0, 1}}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := LoadString("npy:" + dir + ":limit=0")
+	_, err = LoadString("npy:" + dir + ":limit=0")
 	if err == nil || !strings.Contains(err.Error(), "not 8-bit images") {
 		t.Errorf("float samples loaded as images: %v", err)
 	}
@@ -119,7 +148,9 @@ func TestLoadArrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, a2, 3, 2, []int{4}, float32(0.1), []int32{1, 0, 1})
-	_ = a
+	if !slices.Equal(a2.Classes(), []string{"0", "1"}) {
+		t.Errorf("unnamed classes %q", a2.Classes())
+	}
 	if err := a2.CheckSources(); err != nil {
 		t.Errorf("unchanged: %v", err)
 	}

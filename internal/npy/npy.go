@@ -1,7 +1,8 @@
 // Package npy reads and writes NumPy .npy arrays and reads .npz archives.
 //
 // Supported element types are float32 (<f4), float64 (<f8), int64 (<i8),
-// int32 (<i4) and bool (|b1), in C (row-major) order, little-endian, with
+// int32 (<i4), uint8 (|u1), bool (|b1) and Unicode strings (<Un: a class
+// name list, np.array(["cat", "dog"])), in C (row-major) order, little-endian, with
 // format versions 1.0, 2.0 and 3.0 (read) and 1.0 or 2.0 (written, 2.0 only
 // when the header needs it). Fortran-order, big-endian and object arrays are
 // rejected with an error that says so.
@@ -20,6 +21,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
@@ -36,7 +39,13 @@ const (
 	Int32   DType = "int32"
 	Uint8   DType = "uint8"
 	Bool    DType = "bool"
+	// Unicode is NumPy's str_: fixed-width UTF-32 strings (<Un, n code
+	// points each, shorter ones padded with NULs).
+	Unicode DType = "str"
 )
+
+// maxUnicode bounds the width of a Unicode array's elements, in code points.
+const maxUnicode = 1 << 16
 
 var descrOf = map[DType]string{Float32: "<f4", Float64: "<f8", Int64: "<i8", Int32: "<i4", Uint8: "|u1", Bool: "|b1"}
 
@@ -44,7 +53,7 @@ var sizeOf = map[DType]int{Float32: 4, Float64: 8, Int64: 8, Int32: 4, Uint8: 1,
 
 // Array is a dense C-order array. Exactly one data slice is set, according
 // to DType: F32 (float32), F64 (float64), I64 (int64), I32 (int32), U8
-// (uint8: images as pixels) or B (bool).
+// (uint8: images as pixels), B (bool) or Str (Unicode).
 type Array struct {
 	DType DType
 	Shape []int
@@ -54,6 +63,7 @@ type Array struct {
 	I32   []int32
 	U8    []uint8
 	B     []bool
+	Str   []string
 }
 
 // Len returns the number of elements the shape describes (1 for a scalar).
@@ -80,6 +90,8 @@ func (a *Array) dataLen() int {
 		return len(a.U8)
 	case Bool:
 		return len(a.B)
+	case Unicode:
+		return len(a.Str)
 	}
 	return -1
 }
@@ -148,14 +160,21 @@ func Read(r io.Reader) (*Array, error) {
 			dt = d
 		}
 	}
+	size := sizeOf[dt]
+	if w, ok := strings.CutPrefix(descr, "<U"); ok {
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 || n > maxUnicode || w[0] == '+' {
+			return nil, fmt.Errorf("npy: dtype %q: want <Un with 1 ≤ n ≤ %d", descr, maxUnicode)
+		}
+		dt, size = Unicode, 4*n
+	}
 	if dt == "" {
 		if len(descr) > 0 && descr[0] == '>' {
 			return nil, fmt.Errorf("npy: big-endian dtype %q is not supported", descr)
 		}
-		return nil, fmt.Errorf("npy: unsupported dtype %q (want float32, float64, int64, int32, uint8 or bool)", descr)
+		return nil, fmt.Errorf("npy: unsupported dtype %q (want float32, float64, int64, int32, uint8, bool or a Unicode string)", descr)
 	}
 	a := &Array{DType: dt, Shape: shape}
-	size := sizeOf[dt]
 	n, ok := elements(shape)
 	if !ok || n > maxBytes/size {
 		return nil, fmt.Errorf("npy: shape %v is too large (over %d GiB)", shape, maxBytes>>30)
@@ -202,6 +221,23 @@ func Read(r io.Reader) (*Array, error) {
 			default:
 				return nil, fmt.Errorf("npy: bool element %d has byte value %d", i, raw[i])
 			}
+		}
+	case Unicode:
+		a.Str = make([]string, n)
+		var b strings.Builder
+		for i := range a.Str {
+			b.Reset()
+			for j := i * size; j < (i+1)*size; j += 4 {
+				r := le.Uint32(raw[j:])
+				if r == 0 {
+					break // NumPy pads with NULs and cannot hold one inside
+				}
+				if r > unicode.MaxRune || r >= 0xd800 && r < 0xe000 {
+					return nil, fmt.Errorf("npy: string element %d holds %#x, not a Unicode code point", i, r)
+				}
+				b.WriteRune(rune(r))
+			}
+			a.Str[i] = b.String()
 		}
 	}
 	return a, nil
@@ -335,6 +371,20 @@ func pyString(s string) (string, string, error) {
 // not fit in 64 KiB).
 func Write(w io.Writer, a *Array) error {
 	descr, ok := descrOf[a.DType]
+	width := 0
+	if a.DType == Unicode {
+		width = 1
+		for _, v := range a.Str {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				return fmt.Errorf("npy: string %q is not valid UTF-8 without NULs", v)
+			}
+			width = max(width, utf8.RuneCountInString(v))
+		}
+		if width > maxUnicode {
+			return fmt.Errorf("npy: a string of %d code points, over %d", width, maxUnicode)
+		}
+		descr, ok = "<U"+strconv.Itoa(width), true
+	}
 	if !ok {
 		return fmt.Errorf("npy: unsupported dtype %q", a.DType)
 	}
@@ -414,6 +464,18 @@ func Write(w io.Writer, a *Array) error {
 				b = 1
 			}
 			bw.WriteByte(b)
+		}
+	case Unicode:
+		for _, v := range a.Str {
+			k := 0
+			for _, r := range v {
+				le.PutUint32(buf[:], uint32(r))
+				bw.Write(buf[:4])
+				k++
+			}
+			for ; k < width; k++ {
+				bw.Write([]byte{0, 0, 0, 0})
+			}
 		}
 	}
 	if err := bw.Flush(); err != nil {

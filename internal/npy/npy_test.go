@@ -30,6 +30,10 @@ var numpyFiles = []struct {
 		&Array{DType: Bool, Shape: []int{3}, B: []bool{true, false, true}}, true},
 	{"u1_1x3", "\x93NUMPY\x01\x00v\x00{'descr': '|u1', 'fortran_order': False, 'shape': (1, 3), }                                                          \n\x00\xff\x07",
 		&Array{DType: Uint8, Shape: []int{1, 3}, U8: []uint8{0, 255, 7}}, true},
+	{"U3_3", "\x93NUMPY\x01\x00v\x00{'descr': '<U3', 'fortran_order': False, 'shape': (3,), }                                                            \nc\x00\x00\x00a\x00\x00\x00t\x00\x00\x00d\x00\x00\x00\xf6\x00\x00\x00g\x00\x00\x00\x1f\xf4\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00",
+		&Array{DType: Unicode, Shape: []int{3}, Str: []string{"cat", "dög", "🐟"}}, true},
+	{"U1_2", "\x93NUMPY\x01\x00v\x00{'descr': '<U1', 'fortran_order': False, 'shape': (2,), }                                                            \na\x00\x00\x00\x00\x00\x00\x00",
+		&Array{DType: Unicode, Shape: []int{2}, Str: []string{"a", ""}}, true},
 	{"f4_empty_0x2", "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2), }                                                          \n",
 		&Array{DType: Float32, Shape: []int{0, 2}, F32: []float32{}}, true},
 }
@@ -79,6 +83,12 @@ func TestReadErrors(t *testing.T) {
 		{"missing shape", hdr("{'descr': '<f4', 'fortran_order': False, }"), "missing key \"shape\""},
 		{"bad dim", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }"), "bad dimension"},
 		{"bool byte", hdr("{'descr': '|b1', 'fortran_order': False, 'shape': (1,), }") + "\x07", "byte value 7"},
+		{"string width 0", hdr("{'descr': '<U0', 'fortran_order': False, 'shape': (1,), }"), "want <Un"},
+		{"string width", hdr("{'descr': '<U99999999', 'fortran_order': False, 'shape': (1,), }"), "want <Un"},
+		{"string signed width", hdr("{'descr': '<U+2', 'fortran_order': False, 'shape': (1,), }"), "want <Un"},
+		{"surrogate", hdr("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }") + "\x00\xd8\x00\x00", "not a Unicode code point"},
+		{"past the last rune", hdr("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }") + "\x00\x00\x11\x00", "not a Unicode code point"},
+		{"big-endian strings", hdr("{'descr': '>U1', 'fortran_order': False, 'shape': (1,), }"), "big-endian"},
 		// Hostile headers: a product that wraps to 0 (2³²·2³²), one that
 		// wraps negative, and sizes no machine has, all with no data.
 		{"overflow to zero", hdr("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"), "too large"},
@@ -101,6 +111,8 @@ func TestWriteErrors(t *testing.T) {
 		{DType: Float32, Shape: []int{3}, F32: []float32{1, 2}},
 		{DType: "complex64", Shape: []int{1}},
 		{DType: Int64, Shape: []int{-1}},
+		{DType: Unicode, Shape: []int{1}, Str: []string{"a\x00b"}},
+		{DType: Unicode, Shape: []int{1}, Str: []string{"\xff"}},
 	} {
 		if err := Write(&bytes.Buffer{}, a); err == nil {
 			t.Errorf("Write(%+v) succeeded", a)
