@@ -611,3 +611,41 @@ func evalRange(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 	t, err := rangeTensor(n.Outputs[0].DType, in[0].At(0), in[1].At(0), in[2].At(0))
 	return []*Tensor{t}, err
 }
+
+// evalSplit cuts x along the axis into the outputs' inferred sizes (in
+// order): a shape vector split into its parts, as exporters write them.
+func evalSplit(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
+	x := in[0]
+	a, _ := n.Int("axis")
+	ax, err := normAxis(a, len(x.Shape))
+	if err != nil {
+		return nil, err
+	}
+	outer := numel(x.Shape[:ax])
+	inner := numel(x.Shape[ax+1:])
+	dim := int(x.Shape[ax])
+	var outs []*Tensor
+	off := 0
+	for _, v := range n.Outputs {
+		if v == nil || len(v.Shape) != len(x.Shape) || v.Shape[ax].Size < 0 {
+			return nil, fmt.Errorf("output shapes %v not known", v)
+		}
+		size := int(v.Shape[ax].Size)
+		if off+size > dim {
+			return nil, fmt.Errorf("parts of %d along axis %d of size %d", off+size, ax, dim)
+		}
+		shape := append([]int64{}, x.Shape...)
+		shape[ax] = int64(size)
+		idx := make([]int, 0, outer*size*inner)
+		for o := range outer {
+			for i := off; i < off+size; i++ {
+				for k := range inner {
+					idx = append(idx, (o*dim+i)*inner+k)
+				}
+			}
+		}
+		outs = append(outs, x.take(shape, idx))
+		off += size
+	}
+	return outs, nil
+}

@@ -57,3 +57,38 @@ func GatherSampleStride(idx []int64, dim, inner, batch int64) (int64, bool) {
 	}
 	return s, true
 }
+
+// ScatterKeepsSamples reports whether a ScatterND writes each sample's
+// updates into the same sample of its data, given its constant indices
+// (idx, flattened in row-major order, of shape idxShape whose last axis
+// holds index tuples): the data's batch is its axis dataAxis, of dim
+// elements, one sample each; the updates' batch is their axis updAxis, one
+// of the axes the index tuples are laid along, one sample each. Then every
+// tuple's coordinate on dataAxis must equal its own position along
+// updAxis: a slice assignment within each sample (x[:, :, 1:, 1:] = …,
+// which PyTorch exports with the whole grid of coordinates, the batch's
+// included, as MViT's relative positions are added).
+func ScatterKeepsSamples(idx, idxShape []int64, dataAxis int, dim int64, updAxis int) bool {
+	r := len(idxShape)
+	if r < 2 || updAxis < 0 || updAxis >= r-1 || dataAxis < 0 || int64(dataAxis) >= idxShape[r-1] || idxShape[updAxis] != dim {
+		return false
+	}
+	q := idxShape[r-1]
+	inner := int64(1)
+	for _, d := range idxShape[updAxis+1 : r-1] {
+		inner *= d
+	}
+	if int64(len(idx))%q != 0 {
+		return false
+	}
+	for p := int64(0); p < int64(len(idx))/q; p++ {
+		t := idx[p*q+int64(dataAxis)]
+		if t < 0 {
+			t += dim
+		}
+		if t != (p/inner)%dim {
+			return false
+		}
+	}
+	return true
+}

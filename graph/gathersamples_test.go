@@ -38,3 +38,47 @@ func TestGatherSampleStride(t *testing.T) {
 		}
 	}
 }
+
+// TestScatterKeepsSamples: a ScatterND's constant index tuples keep the
+// samples where each tuple's batch coordinate is its own position along
+// the updates' batch axis.
+func TestScatterKeepsSamples(t *testing.T) {
+	// x[:, 1:, :] = u for x (2, 3, 2): tuples (b, r, c) over u (2, 2, 2).
+	grid := func(b func(b int64) int64) []int64 {
+		var idx []int64
+		for bb := range int64(2) {
+			for r := int64(1); r < 3; r++ {
+				for c := range int64(2) {
+					idx = append(idx, b(bb), r, c)
+				}
+			}
+		}
+		return idx
+	}
+	shape := []int64{2, 2, 2, 3}
+	for _, c := range []struct {
+		name     string
+		idx      []int64
+		shape    []int64
+		dataAxis int
+		dim      int64
+		updAxis  int
+		want     bool
+	}{
+		{"slice assignment", grid(func(b int64) int64 { return b }), shape, 0, 2, 0, true},
+		{"negative batch index", grid(func(b int64) int64 { return b - 2 }), shape, 0, 2, 0, true},
+		{"samples swapped", grid(func(b int64) int64 { return 1 - b }), shape, 0, 2, 0, false},
+		{"every update into sample 0", grid(func(int64) int64 { return 0 }), shape, 0, 2, 0, false},
+		{"updates' batch on another axis", grid(func(b int64) int64 { return b }), shape, 0, 2, 1, false},
+		{"batch axis not addressed", grid(func(b int64) int64 { return b }), shape, 3, 2, 0, false},
+		{"batch size differs", grid(func(b int64) int64 { return b }), shape, 0, 3, 0, false},
+		// Tuples (r, b) over updates (rows 2, batch 2): the batch is the
+		// updates' axis 1.
+		{"batch second", []int64{0, 0, 0, 1, 2, 0, 2, 1}, []int64{2, 2, 2}, 1, 2, 1, true},
+		{"batch second, wrong axis", []int64{0, 0, 0, 1, 2, 0, 2, 1}, []int64{2, 2, 2}, 1, 2, 0, false},
+	} {
+		if got := ScatterKeepsSamples(c.idx, c.shape, c.dataAxis, c.dim, c.updAxis); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -261,6 +261,9 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	if loaded, err = unrollLoops(m, gp, loaded, g.Opsets); err != nil {
+		return nil, err
+	}
 	for _, vi := range infos {
 		declared[vi.GetName()] = vi
 	}
@@ -330,6 +333,9 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 		return nil, err
 	}
 	if err := g.sortTopological(); err != nil {
+		return nil, err
+	}
+	if err := g.inlineStaticIfs(); err != nil {
 		return nil, err
 	}
 	markMaskedOut(g)

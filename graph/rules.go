@@ -96,7 +96,7 @@ func init() {
 	rules["ConstantOfShape"] = rule{infer: inferConstantOfShape, eval: evalConstantOfShape}
 	rules["Constant"] = rule{infer: inferConstant, eval: evalConstant}
 	rules["Range"] = rule{infer: inferRange, eval: evalRange}
-	rules["Split"] = rule{infer: inferSplit}
+	rules["Split"] = rule{infer: inferSplit, eval: evalSplit}
 	rules["Resize"] = rule{infer: inferResize}
 	rules["Upsample"] = rule{infer: inferResize}
 }

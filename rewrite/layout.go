@@ -431,13 +431,23 @@ func (li *layoutInfo) rule(n *graph.Node) bstate {
 		return bstate{kind: indep}
 	case op == "ScatterND":
 		// Samples stay in place when only data carries the batch, on an
-		// axis below the ones the indices address.
+		// axis below the ones the indices address; or when constant
+		// indices write each sample's updates into the same sample
+		// (graph.ScatterKeepsSamples).
 		idx, upd := n.Input(1), li.state(n.Input(2))
 		id, okd := dims(idx)
-		if x.kind != batched || upd.kind == batched || !okd || len(id) == 0 || int64(x.l.Axis) < id[len(id)-1] {
-			return mix("scatters across the batch axis")
+		if x.kind == batched && upd.kind != batched && okd && len(id) > 0 && int64(x.l.Axis) >= id[len(id)-1] {
+			return ok(x.l)
 		}
-		return ok(x.l)
+		in, okx := dims(n.Input(0))
+		if x.kind == batched && upd.kind == batched && okd && okx && idx.Const != nil && x.l.Outer == 1 && x.l.Inner == 1 &&
+			upd.l.Outer == 1 && upd.l.Inner == 1 && in[x.l.Axis] == li.batch {
+			ints, err := idx.Const.Ints()
+			if err == nil && graph.ScatterKeepsSamples(ints, id, x.l.Axis, in[x.l.Axis], upd.l.Axis) {
+				return ok(x.l)
+			}
+		}
+		return mix("scatters across the batch axis")
 	}
 	return lost("no batch rule for operator %s", op)
 }

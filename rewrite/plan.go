@@ -324,6 +324,22 @@ func (u *Use) GhostAllowed() bool {
 var pathOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile",
 	"Concat", "Split", "Slice", "Gather", "Cast")
 
+// paramSum reports whether the Add n sums values computed from
+// parameters alone (MViT's position embedding: its temporal and spatial
+// tables, repeated and expanded, added): each element of the sum is then
+// a copy of one element of either parameter where the other is zero,
+// which the engine's index map of the path checks element by element
+// (dpengine's buildPathMap). A constant operand is no parameter: such a
+// sum is no copy.
+func paramSum(n *graph.Node) bool {
+	for _, in := range n.Inputs {
+		if in == nil || in.Const != nil && !in.IsParam() {
+			return false
+		}
+	}
+	return true
+}
+
 // StaticShapes infers the shapes of a clone of g for one batch of the given
 // per-sample input shape and returns them by value name. g is unchanged.
 func StaticShapes(g *graph.Graph, sample []int64, batch int64) (map[string]graph.Shape, error) {
@@ -628,7 +644,7 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 					}
 				}
 				if allIndep {
-					if !pathOps[n.OpType] || (n.OpType == "Gather" && k != 0) {
+					if !(pathOps[n.OpType] || n.OpType == "Add" && paramSum(n)) || (n.OpType == "Gather" && k != 0) {
 						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators are supported there", n.OpType, nodeLabel(n))
 					}
 					for _, o := range n.Outputs {
@@ -640,6 +656,19 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 							return r
 						}
 					}
+					continue
+				}
+				// Routes that split the parameter and merge again (a
+				// Concat of its halves, MViT's temporal table) reach the
+				// consumer once per route: one use, whose per-sample
+				// gradient maps back along all of them at once (the
+				// engine's index map of the operand), not one per route,
+				// which would count the parameter once per route.
+				dup := false
+				for _, u := range uses {
+					dup = dup || u.Node == n.Name && u.Output == n.Outputs[0].Name && u.Operand == k
+				}
+				if dup {
 					continue
 				}
 				u, r := a.classify(n, k, x, path)

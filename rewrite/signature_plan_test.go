@@ -73,10 +73,11 @@ func TestPlanTorchExportSignature(t *testing.T) {
 		trained, fixed string
 	}{
 		{true, "fc.bias,fc.weight,fused_bias", ""},
-		// Unmarked, the buffer and the constant tensor are parameters the
-		// planner must freeze (their sum reaches the batch), and the lifted
-		// scalars are trained.
-		{false, "fc.bias,fc.weight,fused_bias,val_0,val_1", "shift,table"},
+		// Unmarked, the buffer and the constant tensor are parameters:
+		// their sum (an Add of parameters alone, whose index map the
+		// engine checks element by element) reaches the batch and both
+		// are trained, as are the lifted scalars.
+		{false, "fc.bias,fc.weight,fused_bias,shift,table,val_0,val_1", ""},
 	} {
 		g := build(c.marked)
 		p, err := Analyze(g, PlanOptions{InputShape: []int64{4}, Batch: 2})

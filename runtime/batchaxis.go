@@ -39,7 +39,9 @@ func (p *Plan) propagateBatch() {
 		return
 	}
 	for _, nd := range p.nodes {
-		if nd.g.OpType == fusedSplit {
+		// Every output of a split, the fused ones' and a plain Split's
+		// (torch.unbind of q, k and v: batchStride sees only the first).
+		if nd.g.OpType == fusedSplit || nd.g.OpType == "Split" {
 			nd.splitBatch(N)
 			continue
 		}
@@ -91,8 +93,8 @@ func (p *Plan) propagateOne(in *tensor) {
 	}
 }
 
-// splitBatch sets the batch strides of a FusedSplit's outputs: each keeps
-// the input's batch axis unless the split cuts along it.
+// splitBatch sets the batch strides of a FusedSplit's or Split's outputs:
+// each keeps the input's batch axis unless the split cuts along it.
 func (nd *node) splitBatch(N int) {
 	x := nd.in[0]
 	k, inner := batchAt(x.shape, x.bstride)
@@ -279,10 +281,26 @@ func (nd *node) batchStride(N int) int {
 			}
 		}
 	case "ScatterND":
-		// Only data's batch axis below the indexed axes, with updates that
-		// do not depend on the samples, keeps each sample in place.
-		idx := nd.in[1]
-		if si != 0 || len(idx.shape) == 0 || k < idx.shape[len(idx.shape)-1] || nd.in[2].bstride > 0 {
+		// Data's batch axis below the indexed axes, with updates that do
+		// not depend on the samples, keeps each sample in place; so do
+		// constant indices that write each sample's updates into the
+		// same sample (graph.ScatterKeepsSamples).
+		idx, upd := nd.in[1], nd.in[2]
+		if si != 0 || len(idx.shape) == 0 {
+			return 0
+		}
+		switch {
+		case k >= idx.shape[len(idx.shape)-1] && upd.bstride <= 0:
+		case upd.bstride > 0 && idx.isConst && idx.i64 != nil && inner == 1 && src.shape[k] == N:
+			ku, innerU := batchAt(upd.shape, upd.bstride)
+			shape := make([]int64, len(idx.shape))
+			for j, d := range idx.shape {
+				shape[j] = int64(d)
+			}
+			if ku < 0 || innerU != 1 || !graph.ScatterKeepsSamples(idx.i64, shape, k, int64(N), ku) {
+				return 0
+			}
+		default:
 			return 0
 		}
 		kOut = k

@@ -26,7 +26,6 @@ var conformanceRefused = map[string]string{
 	"light_vgg19":                                         "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"light_bvlc_alexnet":                                  "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
 	"light_zfnet512":                                      "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
-	"test_split_zero_size_splits":                         "a zero-size dimension: shapes need every dimension positive",
 	"test_batchnorm_epsilon_training_mode":                bnRunningStats,
 	"test_batchnorm_example_training_mode":                bnRunningStats,
 	"test_layer_normalization_2d_axis0":                   lnStats,

@@ -248,21 +248,23 @@ func TestPixelInputExport(t *testing.T) {
 // in every mode; both exports train from an npy dataset of clips —
 // channels last, with augmentation, BatchNorm3d made GroupNorm — with the
 // norm check passing, evaluate from it, and run in onnxruntime.
-func TestVideoClips(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "exports")
-	ref, err := npy.ReadNPZ(filepath.Join(dir, "clip3d_ref.npz"))
+// matchesPyTorch holds model to its PyTorch reference ref (an npz of x,
+// y, logits and norms, testdata/gen/make_exports.py): predict gives the
+// logits and norms, in every mode, each sample's gradient norm.
+func matchesPyTorch(t *testing.T, model, ref string) {
+	t.Helper()
+	r, err := npy.ReadNPZ(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
 	x, y, logits := filepath.Join(tmp, "x.npy"), filepath.Join(tmp, "y.npy"), filepath.Join(tmp, "logits.npy")
-	if err := npy.WriteFile(x, ref["x"]); err != nil {
+	if err := npy.WriteFile(x, r["x"]); err != nil {
 		t.Fatal(err)
 	}
-	if err := npy.WriteFile(y, ref["y"]); err != nil {
+	if err := npy.WriteFile(y, r["y"]); err != nil {
 		t.Fatal(err)
 	}
-	model := filepath.Join(dir, "clip3d.onnx")
 	if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", logits); code != 0 {
 		t.Fatalf("predict: exit %d: %s", code, e)
 	}
@@ -270,27 +272,33 @@ func TestVideoClips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rel := numcheck.RelErr(got.F32, ref["logits"].F32, 0); rel > 1e-5 {
-		t.Errorf("logits: %.3g of their scale from PyTorch's", rel)
+	if rel := numcheck.RelErr(got.F32, r["logits"].F32, 0); rel > 1e-5 {
+		t.Errorf("%s: logits %.3g of their scale from PyTorch's", model, rel)
 	}
 	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
 		stdout, e, code := run(t, "norms", "--model", model, "--input", x, "--labels", y, "--mode", mode, "--json")
 		if code != 0 {
-			t.Fatalf("norms --mode %s: exit %d: %s", mode, code, e)
+			t.Fatalf("%s: norms --mode %s: exit %d: %s", model, mode, code, e)
 		}
 		var rep normsReport
 		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Total) != 3 {
-			t.Fatalf("%s: %d norms", mode, len(rep.Total))
+		if len(rep.Total) != len(r["norms"].F64) {
+			t.Fatalf("%s: %s: %d norms", model, mode, len(rep.Total))
 		}
 		for i, n := range rep.Total {
-			if want := ref["norms"].F64[i]; math.Abs(n-want) > 1e-5*want {
-				t.Errorf("%s: sample %d: norm %v, PyTorch's %v", mode, i, n, want)
+			if want := r["norms"].F64[i]; math.Abs(n-want) > 1e-5*want {
+				t.Errorf("%s: %s: sample %d: norm %v, PyTorch's %v", model, mode, i, n, want)
 			}
 		}
 	}
+}
+
+func TestVideoClips(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	matchesPyTorch(t, filepath.Join(dir, "clip3d.onnx"), filepath.Join(dir, "clip3d_ref.npz"))
+	tmp := t.TempDir()
 
 	// 12 clips (T, H, W, C) = (4, 16, 16, 3), channels last, and 4 test clips.
 	clip := func(n int, seed float64) *npy.Array {
@@ -323,5 +331,39 @@ func TestVideoClips(t *testing.T) {
 			t.Fatalf("eval %s: exit %d: %s%s", c.model, code, stdout, e)
 		}
 		exportMatchesORT(t, out, []int64{3, 4, 16, 16})
+	}
+}
+
+// TestVideoTransformers: torchvision's MViT (reduced), whose TorchScript
+// export holds Loops over sequences (tensor_split) and Ifs on a
+// dimension's size (squeeze), unrolled and inlined at load, a position
+// embedding of two tables added, q, k and v unbound by a Split, and (v2)
+// relative positions written by a ScatterND: PyTorch's logits and
+// per-sample norms in every mode, and a private run from clips whose
+// tuned export runs in onnxruntime.
+func TestVideoTransformers(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	tmp := t.TempDir()
+	data := filepath.Join(tmp, "clips.npz")
+	v := make([]float32, 8*3*4*32*32)
+	for i := range v {
+		v[i] = float32(math.Sin(float64(i) * 0.011))
+	}
+	if err := npy.WriteNPZ(data, map[string]*npy.Array{"x": npy.NewFloat32(v, 8, 3, 4, 32, 32), "y": npy.NewInt64([]int64{0, 1, 2, 3, 4, 0, 1, 2}, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, want string }{
+		{"mvit_v1", "for all 72 parameters"},
+		{"mvit_v2", "for all 78 parameters"},
+	} {
+		model := filepath.Join(dir, c.name+".onnx")
+		matchesPyTorch(t, model, filepath.Join(dir, c.name+"_ref.npz"))
+		out := filepath.Join(tmp, c.name+"_tuned.onnx")
+		stdout, e, code := run(t, "train", "--model", model, "--data", "npy:"+data, "--num-classes", "5",
+			"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+		if code != 0 || !strings.Contains(stdout, c.want) {
+			t.Fatalf("train %s: exit %d: %s%s", c.name, code, stdout, e)
+		}
+		exportMatchesORT(t, out, []int64{3, 4, 32, 32})
 	}
 }

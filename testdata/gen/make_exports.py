@@ -59,6 +59,21 @@ A video classifier (Conv3d, the samples (C, T, H, W)), dynamic batch:
                            summed cross-entropy over every parameter of clip3d,
                            one backward pass a clip (float64 sums)
 
+Video transformers (torchvision's MViT reduced: 32×32 clips of 4 frames,
+three blocks of 16 and 32 channels), dynamic batch. The TorchScript exporter
+writes their tensor_split as Loops over sequences and their squeeze(1) as
+Ifs on a dimension's size, which the loader unrolls and inlines; MViT-v2's
+relative positions as a ScatterND into the attention:
+
+    OUT/mvit_v1.onnx       MViT-v1 (position embedding of temporal and spatial
+                           tables added)
+    OUT/mvit_v2.onnx       MViT-v2 (pooled residuals, relative positions)
+    OUT/mvit_v1_ref.npz,
+    OUT/mvit_v2_ref.npz    x, y, logits and norms as clip3d_ref.npz; the norms
+                           leave out MViT-v2's rel_pos_t tables, which reach
+                           the model through a batched MatMul of a rank-3
+                           operand and are frozen
+
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
 
@@ -180,6 +195,36 @@ def clips(out):
              norms=breadth.brute_norms(plain, x, y))
 
 
+def small_mvit(v2):
+    from torchvision.models.video.mvit import MViT, MSBlockConfig
+    blocks = [MSBlockConfig(num_heads=1, input_channels=16, output_channels=16, kernel_q=[3, 3, 3] if v2 else [],
+                            kernel_kv=[3, 3, 3], stride_q=[1, 1, 1] if v2 else [], stride_kv=[1, 2, 2]),
+              MSBlockConfig(num_heads=2, input_channels=16, output_channels=32, kernel_q=[3, 3, 3], kernel_kv=[3, 3, 3],
+                            stride_q=[1, 2, 2], stride_kv=[1, 1, 1]),
+              MSBlockConfig(num_heads=2, input_channels=32, output_channels=32, kernel_q=[3, 3, 3], kernel_kv=[3, 3, 3],
+                            stride_q=[1, 1, 1], stride_kv=[1, 1, 1])]
+    return MViT(spatial_size=(32, 32), temporal_size=4, block_setting=blocks, residual_pool=v2, residual_with_cls_embed=False,
+                rel_pos_embed=v2, proj_after_attn=v2, dropout=0.0, num_classes=5)
+
+
+def mvits(out):
+    import numpy as np
+    for name, v2 in (("mvit_v1", False), ("mvit_v2", True)):
+        torch.manual_seed(0)
+        m = small_mvit(v2).eval()
+        x = torch.randn(3, 3, 4, 32, 32)
+        y = torch.tensor([1, 4, 0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(m, (x,), os.path.join(out, name + ".onnx"), opset_version=17, input_names=["input"],
+                              output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+        with torch.no_grad():
+            logits = m(x).numpy()
+        for pname, p in m.named_parameters():
+            p.requires_grad_("rel_pos_t" not in pname)
+        np.savez(os.path.join(out, name + "_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits, norms=breadth.brute_norms(m, x, y))
+
+
 def to_half(path, out_half, out_ref):
     """Rewrites a float32 export as float16 (out_half) and as float32 with
     its weights rounded through float16 (out_ref)."""
@@ -252,6 +297,8 @@ def main():
     print("wrote pixels_cnn")
     clips(args.out)
     print("wrote clip3d")
+    mvits(args.out)
+    print("wrote mvit_v1, mvit_v2")
 
 
 if __name__ == "__main__":
