@@ -142,8 +142,8 @@ func (u *unroller) run(nodes []loadedNode) ([]loadedNode, error) {
 	return out, nil
 }
 
-// constInts returns the elements of the constant named name, if it is an
-// integer or boolean constant of at most one element a scalar would hold.
+// constScalar returns the value of the constant named name, where it is
+// an integer or boolean tensor of one element.
 func (u *unroller) constScalar(name string) (int64, bool) {
 	tp := u.consts[name]
 	if tp == nil {
@@ -153,9 +153,14 @@ func (u *unroller) constScalar(name string) (int64, bool) {
 	if err != nil || t.Len() != 1 {
 		return 0, false
 	}
-	switch t.DType {
-	case Int64, Int32, Bool, Int8, Uint8:
-		return int64(t.At(0)), true
+	switch {
+	case t.I64 != nil:
+		return t.I64[0], true // exact: a while loop's trip count is 2⁶³−1
+	case t.B != nil:
+		if t.B[0] {
+			return 1, true
+		}
+		return 0, true
 	}
 	return 0, false
 }
@@ -572,8 +577,12 @@ func capturesAny(attrs []*onnxpb.AttributeProto, names map[string][]string) bool
 }
 
 // maxStaticIfs bounds the If nodes whose condition the loader evaluates
-// (each on a copy of the graph, at two batch sizes).
+// (each on a copy of the graph, at two batch sizes), and maxIfInferences
+// the node inferences all those evaluations may take: past it, the Ifs
+// left stay (and are named as unsupported).
 const maxStaticIfs = 1024
+
+var maxIfInferences = 1 << 23 // a variable for the tests
 
 // inlineStaticIfs replaces each If whose condition is static by the nodes
 // of the branch it takes (see above). An If whose condition is not
@@ -593,7 +602,8 @@ func (g *Graph) inlineStaticIfs() error {
 		}
 	}()
 	tried := map[*Node]bool{}
-	for len(tried) < maxStaticIfs {
+	budget := maxIfInferences
+	for len(tried) < maxStaticIfs && budget > 0 {
 		var n *Node
 		var take bool
 		for _, c := range g.Nodes {
@@ -601,7 +611,7 @@ func (g *Graph) inlineStaticIfs() error {
 				continue
 			}
 			tried[c] = true
-			if t, ok := g.staticCondition(c.Inputs[0]); ok {
+			if t, ok := g.staticCondition(c.Inputs[0], &budget); ok {
 				n, take = c, t
 				break
 			}
@@ -620,8 +630,8 @@ func (g *Graph) inlineStaticIfs() error {
 // staticCondition returns the value of an If's condition where it is a
 // constant, or where the shape arithmetic behind it folds to one value
 // both at a batch of 2 and of 3 samples, the graph's inputs otherwise at
-// their declared shapes.
-func (g *Graph) staticCondition(v *Value) (bool, bool) {
+// their declared shapes. Each node inferred takes one from *budget.
+func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 	if v.Const != nil {
 		return v.Const.Len() == 1 && v.Const.At(0) != 0, v.Const.Len() == 1
 	}
@@ -651,6 +661,9 @@ func (g *Graph) staticCondition(v *Value) (bool, bool) {
 			}
 		}
 		c.Nodes, c.Outputs = nodes, []*Value{cv}
+		if *budget -= len(nodes); *budget < 0 {
+			return false, false
+		}
 		shapes := map[string][]int64{}
 		for _, in := range c.Inputs {
 			if len(in.Shape) == 0 {

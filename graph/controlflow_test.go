@@ -181,6 +181,17 @@ func TestLoopsKept(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "a Loop of 4097 iterations") || !strings.Contains(err.Error(), `Loop "loop"`) {
 		t.Errorf("too many trips: %v", err)
 	}
+	// A while loop (TorchScript's trip count 2⁶³−1, its condition
+	// computed) stays; with a constant true condition it never ends.
+	m = splitLoopModel(math.MaxInt64, nil)
+	m.Graph.Node[1] = fnode("n", "Greater", []string{"axis1", "at0"}, []string{"true"})
+	if g, err = FromONNX(onnx.NewModel(m)); err != nil || !strings.Contains(strings.Join(ops(g), " "), "Loop") {
+		t.Errorf("while loop: %v, %v", err, ops(g))
+	}
+	_, err = FromONNX(onnx.NewModel(splitLoopModel(math.MaxInt64, nil)))
+	if err == nil || !strings.Contains(err.Error(), "a Loop of 9223372036854775807 iterations") {
+		t.Errorf("endless loop: %v", err)
+	}
 }
 
 // TestSequenceOps: the other sequence operators at constant positions.
@@ -274,9 +285,20 @@ func TestInlineStaticIfs(t *testing.T) {
 			}
 		})
 	}
+	// Past the bound on the nodes the evaluations infer, Ifs stay.
+	defer func(b int) { maxIfInferences = b }(maxIfInferences)
+	maxIfInferences = 5
+	g, err := FromONNX(onnx.NewModel(ifModel(shapeCond("ax1", "k3")...)))
+	if err != nil || g.Outputs[0].Producer.OpType != "If" {
+		t.Errorf("over the bound: %v, %v", err, ops(g))
+	}
+	maxIfInferences = 6 // three nodes, twice
+	if g, err = FromONNX(onnx.NewModel(ifModel(shapeCond("ax1", "k3")...))); err != nil || g.Outputs[0].Producer.OpType == "If" {
+		t.Errorf("at the bound: %v, %v", err, ops(g))
+	}
 	m := ifModel(cfConst("cond", &Tensor{DType: Bool, B: []bool{true}}))
 	m.Graph.Node[1].Attribute[0].G.Node[0].Input[0] = "nowhere"
-	g, err := FromONNX(onnx.NewModel(m))
+	g, err = FromONNX(onnx.NewModel(m))
 	if err != nil || g.Outputs[0].Producer.OpType != "If" {
 		t.Errorf("a branch reading an unknown name: %v, %v", err, ops(g))
 	}
