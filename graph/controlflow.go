@@ -811,15 +811,7 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 			return err
 		}
 	}
-	nodes := make([]*Node, 0, len(g.Nodes)+len(added))
-	for _, c := range g.Nodes {
-		if c == n {
-			nodes = append(nodes, added...)
-			continue
-		}
-		nodes = append(nodes, c)
-	}
-	g.Nodes = nodes
+	g.ReplaceNode(n, added)
 	g.relink()
 	return g.sortTopological()
 }

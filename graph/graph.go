@@ -544,6 +544,21 @@ func (g *Graph) Clone() *Graph {
 	return c
 }
 
+// ReplaceNode puts repl where old was in g.Nodes (nil repl removes it).
+// It relinks nothing: the caller's edits of values and consumers are its
+// own.
+func (g *Graph) ReplaceNode(old *Node, repl []*Node) {
+	out := make([]*Node, 0, len(g.Nodes)+len(repl))
+	for _, n := range g.Nodes {
+		if n == old {
+			out = append(out, repl...)
+			continue
+		}
+		out = append(out, n)
+	}
+	g.Nodes = out
+}
+
 // UntieIdentityParams undoes an exporter optimization: torch.onnx stores
 // parameters with equal values (such as freshly initialized zero biases)
 // once and reads the copies through Identity nodes. Each such Identity of a

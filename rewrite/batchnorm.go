@@ -292,7 +292,7 @@ func bnToGroupNorm(g *graph.Graph, nm *namer, n *graph.Node, opts BNOptions, sha
 			delete(g.Values, o.Name)
 		}
 	}
-	replaceNode(g, n, b.nodes)
+	g.ReplaceNode(n, b.nodes)
 	relink(g)
 	removeInitializerIfUnused(g, p.mean)
 	removeInitializerIfUnused(g, p.vr)
@@ -418,7 +418,7 @@ func bnFreeze(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]graph.
 		conv.Outputs[0] = y
 		y.Producer = conv
 		drop()
-		replaceNode(g, n, nil)
+		g.ReplaceNode(n, nil)
 		relink(g)
 		for _, v := range []*graph.Value{p.scale, p.bias, p.mean, p.vr} {
 			removeInitializerIfUnused(g, v)
@@ -436,7 +436,7 @@ func bnFreeze(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]graph.
 	sh := channelParam(g, nm, p.bias, p.dt, cs, shift, "_frozen")
 	b.opInto(y, "Add", nil, b.op("Mul", nil, p.x, sc), sh)
 	drop()
-	replaceNode(g, n, b.nodes)
+	g.ReplaceNode(n, b.nodes)
 	relink(g)
 	removeInitializerIfUnused(g, p.mean)
 	removeInitializerIfUnused(g, p.vr)

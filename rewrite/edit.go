@@ -126,19 +126,6 @@ func (b *builder) constant(t *graph.Tensor) *graph.Value {
 	return v
 }
 
-// replaceNode puts repl where old was in g.Nodes (nil repl removes it).
-func replaceNode(g *graph.Graph, old *graph.Node, repl []*graph.Node) {
-	out := make([]*graph.Node, 0, len(g.Nodes)+len(repl))
-	for _, n := range g.Nodes {
-		if n == old {
-			out = append(out, repl...)
-			continue
-		}
-		out = append(out, n)
-	}
-	g.Nodes = out
-}
-
 // addInitializer registers a new initializer.
 func addInitializer(g *graph.Graph, name string, t *graph.Tensor) *graph.Value {
 	v := &graph.Value{Name: name, DType: t.DType, Shape: graph.StaticShape(t.Shape...), Const: t, Initializer: true}

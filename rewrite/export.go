@@ -38,7 +38,7 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 			// The names the exporter gave the decomposition (FuseLayerNorm).
 			b := newBuilder(c, nm, strings.TrimSuffix(nd.Name, "/LayerNormalization"))
 			decomposeLayerNorm(b, nd.Inputs[0], nd.Inputs[1], nd.Input(2), float64(eps), nd.Outputs[0])
-			replaceNode(c, nd, b.nodes)
+			c.ReplaceNode(nd, b.nodes)
 			relink(c)
 			continue
 		}
@@ -67,7 +67,7 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 			dt = t.DType
 		}
 		decomposeGroupNorm(b, nd.Inputs[0], gamma, nd.Inputs[2], groups, float64(eps), dt, nd.Outputs[0])
-		replaceNode(c, nd, b.nodes)
+		c.ReplaceNode(nd, b.nodes)
 		relink(c)
 	}
 	return c, c.Validate()

@@ -114,7 +114,7 @@ func ReleaseBatch(g *graph.Graph) (int64, []Change, error) {
 		replaced = append(replaced, t.Name)
 		n.Inputs[1] = b.constant(int64Tensor([]int64{int64(len(rv.Shape))}, rv.Shape.Ints()...))
 		replaced = append(replaced, n.Inputs[1].Name)
-		replaceNode(g, n, append(b.nodes, n))
+		g.ReplaceNode(n, append(b.nodes, n))
 	}
 	relink(g)
 	r := &releaser{base: g, ref: ref, fixed: fixed, batch: fixed + 1, sample: sample.Ints()}
@@ -471,7 +471,7 @@ func (r *releaser) apply() (*graph.Graph, []Change) {
 		}
 		// The new nodes (they read only the graph input) go before the
 		// first node that reads them.
-		replaceNode(w, at, append(b.nodes, at))
+		w.ReplaceNode(at, append(b.nodes, at))
 		changes = append(changes, Change{Pass: "batch", Target: nodeLabel(n), Action: rp.why,
 			Reason: fmt.Sprintf("the export fixed the batch at %d", r.fixed)})
 	}
@@ -536,7 +536,7 @@ func dropUnread(g *graph.Graph, names []string) {
 		case v.Initializer:
 			removeInitializerIfUnused(g, v)
 		case v.Producer != nil && v.Producer.OpType == "Constant":
-			replaceNode(g, v.Producer, nil)
+			g.ReplaceNode(v.Producer, nil)
 			delete(g.Values, name)
 		}
 	}

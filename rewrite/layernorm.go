@@ -153,10 +153,10 @@ func replaceChain(g *graph.Graph, chain, repl []*graph.Node, y *graph.Value, con
 	}
 	for _, old := range chain {
 		if old != last {
-			replaceNode(g, old, nil)
+			g.ReplaceNode(old, nil)
 		}
 	}
-	replaceNode(g, last, repl)
+	g.ReplaceNode(last, repl)
 	for _, old := range chain {
 		for _, o := range old.Outputs {
 			if o != nil && o != y {
@@ -354,7 +354,7 @@ func removeConstIfUnused(g *graph.Graph, v *graph.Value) {
 		return
 	}
 	if p := v.Producer; p != nil && p.OpType == "Constant" {
-		replaceNode(g, p, nil)
+		g.ReplaceNode(p, nil)
 		delete(g.Values, v.Name)
 	}
 }

@@ -38,11 +38,13 @@ type TensorPreprocess struct {
 // TensorView is Arrays fed to a model as they are (TensorPreprocess). Build
 // it with NewTensorView; it is read-only and safe for concurrent use.
 type TensorView struct {
-	src          *Arrays
-	p            TensorPreprocess
+	// The samples' count, labels, classes and sources are the arrays'.
+	*Arrays
+	p TensorPreprocess
+	// The values in the model's layout: the arrays' own, or their copy
+	// with the channels moved first.
 	u8           []uint8
 	f32          []float32
-	per          int
 	inner        int // values per channel
 	h, w         int // the last two axes (h = 1 for one axis)
 	scale, shift []float32
@@ -62,7 +64,7 @@ func NewTensorView(src *Arrays, p TensorPreprocess) (*TensorView, error) {
 		return nil, fmt.Errorf("data: %s: no sample shape given", src.spec)
 	}
 	p.Shape = slices.Clone(want)
-	v := &TensorView{src: src, p: p, u8: src.u8, f32: src.f32, per: src.per}
+	v := &TensorView{Arrays: src, p: p, u8: src.u8, f32: src.f32}
 	switch {
 	case slices.Equal(have, want):
 	case want[0] == 1 && slices.Equal(have, want[1:]):
@@ -111,32 +113,8 @@ func NewTensorView(src *Arrays, p TensorPreprocess) (*TensorView, error) {
 	return v, nil
 }
 
-// Source returns the arrays the view reads.
-func (v *TensorView) Source() *Arrays { return v.src }
-
 // Preprocess returns what the view does.
 func (v *TensorView) Preprocess() TensorPreprocess { return v.p }
-
-// Classes returns the class names.
-func (v *TensorView) Classes() []string { return v.src.Classes() }
-
-// CheckSources implements the check of the files behind the samples.
-func (v *TensorView) CheckSources() error { return v.src.CheckSources() }
-
-// Fingerprint returns the fingerprint of the samples as loaded.
-func (v *TensorView) Fingerprint() string { return v.src.Fingerprint() }
-
-// Len returns the number of samples.
-func (v *TensorView) Len() int { return v.src.Len() }
-
-// NumClasses returns the number of classes.
-func (v *TensorView) NumClasses() int { return v.src.NumClasses() }
-
-// Label returns the label of sample i.
-func (v *TensorView) Label(i int) int { return v.src.Label(i) }
-
-// Labels returns a copy of all labels.
-func (v *TensorView) Labels() []int32 { return v.src.Labels() }
 
 // SampleShape returns the model's sample shape. The caller must not
 // modify it.
@@ -157,7 +135,7 @@ func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand)
 	if y != nil && len(y) < len(indices) {
 		return fmt.Errorf("data: label buffer holds %d values, want %d", len(y), len(indices))
 	}
-	n := v.src.Len()
+	n := v.Arrays.Len()
 	for k, i := range indices {
 		if i < 0 || i >= n {
 			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
@@ -165,7 +143,7 @@ func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand)
 	}
 	if y != nil {
 		for k, i := range indices {
-			y[k] = int64(v.src.labels[i])
+			y[k] = int64(v.Arrays.labels[i])
 		}
 	}
 	// The augmentation is drawn first, sample after sample, so that the
