@@ -180,6 +180,9 @@ type Graph struct {
 	ExportSignature bool
 
 	model *onnx.Model
+	// largeFolds counts the elements of the large folds of the
+	// InferShapes in progress (maxLargeFolds).
+	largeFolds int64
 }
 
 // Model returns the model the graph was read from.

@@ -9,6 +9,18 @@ import (
 // never materializes a large tensor that the runtime would compute cheaply.
 const maxFoldElements = 1 << 22
 
+// Folds of more than largeFold elements are data, not shape arithmetic
+// (index grids, masks): the elements of all of them that one InferShapes
+// evaluates are bounded by maxLargeFolds, past which they are left for
+// the runtime to compute. Each is bounded on its own; an export of MViT-v2
+// at a batch of 1000 builds its relative positions' index grids from
+// dozens of them, and every inference of a load (a fixed batch's release
+// tries several) evaluated them all again, gigabytes in all.
+const (
+	largeFold     = 1 << 16
+	maxLargeFolds = 1 << 24
+)
+
 // InferShapes fixes the shapes of the graph inputs (by name; inputs not in
 // shapes keep their declared shape), then infers the dtype and shape of every
 // node output in topological order.
@@ -39,6 +51,7 @@ func (g *Graph) InferShapes(shapes map[string][]int64) error {
 		}
 		v.Shape = StaticShape(dims...)
 	}
+	g.largeFolds = 0
 	usedBefore := map[*Value]bool{}
 	for _, v := range g.Initializers {
 		usedBefore[v] = len(v.Consumers) > 0
@@ -138,6 +151,12 @@ func (g *Graph) inferNode(n *Node) error {
 	if big, err := foldTooLarge(n); big {
 		return err // nil: left for the runtime to compute
 	}
+	if elems := outputElements(n); elems > largeFold && !mustFold[n.OpType] {
+		if g.largeFolds+elems > maxLargeFolds {
+			return nil // left for the runtime to compute
+		}
+		g.largeFolds += elems
+	}
 	consts := make([]*Tensor, len(n.Inputs))
 	for i, v := range n.Inputs {
 		if v != nil {
@@ -186,4 +205,16 @@ func (g *Graph) foldable(n *Node) bool {
 		}
 	}
 	return true
+}
+
+// outputElements returns the elements of n's outputs of known shape.
+func outputElements(n *Node) int64 {
+	var total int64
+	for _, v := range n.Outputs {
+		if v != nil && v.Shape.Static() {
+			e, _ := ShapeElements(v.Shape.Ints())
+			total += e
+		}
+	}
+	return total
 }

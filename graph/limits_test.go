@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -54,6 +55,38 @@ func TestLargeFoldLeftToRuntime(t *testing.T) {
 	}
 	if got := y.Shape.Ints(); len(got) != 1 || got[0] != maxFoldElements+1 {
 		t.Errorf("shape %v", y.Shape)
+	}
+}
+
+// TestLargeFoldsBounded: the large folds of one inference are bounded in
+// all: past maxLargeFolds elements the rest are left to the runtime, and
+// each inference counts afresh.
+func TestLargeFoldsBounded(t *testing.T) {
+	const each = 1 << 20 // over largeFold, under maxFoldElements
+	n := maxLargeFolds/each + 4
+	b := newBuilder(14).input("x", 1).init("a", i64([]int64{1}, 7)).init("s", i64([]int64{1}, each))
+	for i := range n {
+		out := fmt.Sprintf("y%d", i)
+		b.node("Expand", []string{"a", "s"}, []string{out}).output(out)
+	}
+	for round := range 2 {
+		g := b.graph(t)
+		if err := g.InferShapes(nil); err != nil {
+			t.Fatal(err)
+		}
+		folded := 0
+		for i := range n {
+			if g.Values[fmt.Sprintf("y%d", i)].Const != nil {
+				folded++
+			}
+		}
+		if folded != maxLargeFolds/each || len(g.Nodes) != 4 {
+			t.Errorf("round %d: %d of %d folded, %d nodes left", round, folded, n, len(g.Nodes))
+		}
+		// A second inference of the same graph has a budget of its own.
+		if err := g.InferShapes(nil); err != nil || len(g.Nodes) != 0 {
+			t.Errorf("round %d: the second inference left %d nodes (%v)", round, len(g.Nodes), err)
+		}
 	}
 }
 
