@@ -10,7 +10,7 @@ import (
 
 // head is one classifier layer feeding the graph output.
 type head struct {
-	node   *graph.Node  // Gemm or MatMul
+	node   *graph.Node  // Gemm, MatMul or a pointwise Conv
 	weight *graph.Value // initializer
 	bias   *graph.Value // initializer or nil
 	add    *graph.Node  // the Add reading a MatMul head's output and its bias
@@ -29,6 +29,9 @@ var headTransparent = map[string]func(n *graph.Node) []*graph.Value{
 	"Sigmoid": first, "Cast": first, "Squeeze": first, "Unsqueeze": first,
 	"ReduceMean": first, "ReduceSum": first, "ReduceMax": first,
 	"Add": all, "Sub": all, "Mul": all, "Div": all, "Sum": all, "Mean": all, "Max": all, "Concat": all,
+	// What follows a convolutional head, channel by channel: SqueezeNet's
+	// Relu and average pool, S3D's pool over time and space.
+	"Relu": first, "GlobalAveragePool": first, "AveragePool": first, "GlobalMaxPool": first, "MaxPool": first,
 }
 
 func first(n *graph.Node) []*graph.Value { return n.Inputs[:1] }
@@ -56,6 +59,11 @@ func findHeads(g *graph.Graph) ([]*head, error) {
 			return fmt.Errorf("the output depends on input %q through no Gemm/MatMul layer", v.Name)
 		}
 		if h := asHead(p); h != nil {
+			// A convolution whose positions reach the output (a map of
+			// logits per pixel) is no classifier head.
+			if h.node.OpType == "Conv" && len(g.Outputs[0].Shape) != 2 {
+				return fmt.Errorf("the output %v is computed by %s position by position; no classifier head found", g.Outputs[0].Shape, p)
+			}
 			heads = append(heads, h)
 			return nil
 		}
@@ -89,10 +97,27 @@ func findHeads(g *graph.Graph) ([]*head, error) {
 
 func isInit(v *graph.Value) bool { return v != nil && v.Initializer && v.Const != nil && v.IsParam() }
 
-// asHead recognizes Gemm(x, W[, b]), MatMul(x, W), and Add(MatMul(x, W), b)
+// asHead recognizes Gemm(x, W[, b]), MatMul(x, W), Add(MatMul(x, W), b)
+// and a pointwise Conv(x, W[, b]) (a kernel of ones, one group: a linear
+// layer applied at every position, SqueezeNet's and S3D's classifiers)
 // with initializer W and b.
 func asHead(n *graph.Node) *head {
 	switch n.OpType {
+	case "Conv":
+		w := n.Input(1)
+		if !isInit(w) || len(w.Shape) < 3 || n.IntOr("group", 1) != 1 {
+			return nil
+		}
+		for _, d := range w.Shape[2:] {
+			if d.Size != 1 {
+				return nil
+			}
+		}
+		h := &head{node: n, weight: w, wAxis: 0, in: w.Shape[1].Size, out: w.Shape[0].Size}
+		if b := n.Input(2); isInit(b) {
+			h.bias = b
+		}
+		return h
 	case "Gemm":
 		w := n.Input(1)
 		if !isInit(w) || len(w.Shape) != 2 || n.IntOr("transA", 0) != 0 {
@@ -127,12 +152,12 @@ func asHead(n *graph.Node) *head {
 	return nil
 }
 
-// ReplaceHead gives the classifier a new number of classes: every Gemm or
-// MatMul(+Add) layer that produces the logits (several when heads are
+// ReplaceHead gives the classifier a new number of classes: every Gemm,
+// MatMul(+Add) or pointwise Conv layer that produces the logits (several when heads are
 // averaged, as in CrossViT) gets a fresh weight and bias with k outputs,
-// drawn like PyTorch's nn.Linear default, U(-1/√fan_in, 1/√fan_in), from
-// a generator seeded with seed. The tensors keep their names. The graph
-// output's declared class dimension becomes k.
+// drawn like PyTorch's nn.Linear and nn.Conv defaults, U(-1/√fan_in,
+// 1/√fan_in), from a generator seeded with seed. The tensors keep their
+// names. The graph output's declared class dimension becomes k.
 func ReplaceHead(g *graph.Graph, k int64, seed uint64) ([]Change, error) {
 	if k <= 0 {
 		return nil, fmt.Errorf("rewrite: number of classes must be positive, got %d", k)

@@ -2,10 +2,14 @@ package rewrite
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
 func TestReplaceHead(t *testing.T) {
@@ -128,15 +132,50 @@ func TestReplaceHeadErrors(t *testing.T) {
 	}
 }
 
-// TestReplaceHeadKeepsOwnCount: a head that cannot be replaced (SqueezeNet's
-// Conv → Relu → GlobalAveragePool → Flatten) is kept when --num-classes
-// names the count the model already has, and still refused for another.
-func TestReplaceHeadKeepsOwnCount(t *testing.T) {
+// TestReplaceHeadConv: a pointwise convolution feeding (batch, classes)
+// logits through channel-wise operators is a head — SqueezeNet's Conv →
+// Relu → GlobalAveragePool → Flatten, S3D's Conv3d → ReduceMean over time
+// and space — replaced by a fresh one; a wider kernel is not, and is kept
+// where --num-classes names the model's own count.
+func TestReplaceHeadConv(t *testing.T) {
+	squeeze := newMB().input("x", "N", 3, 4, 4).output("y", "N", 10).init("w", []int64{10, 3, 1, 1}).init("b", []int64{10}).
+		node("Conv", "final_conv", []string{"x", "w", "b"}, []string{"c"}).
+		node("Relu", "r", []string{"c"}, []string{"h"}).
+		node("GlobalAveragePool", "gap", []string{"h"}, []string{"p"}).
+		node("Flatten", "f", []string{"p"}, []string{"y"}).build(t)
+	s3d := newMB().input("x", "N", 8, 2, 3, 3).output("y", "N", 10).init("w", []int64{10, 8, 1, 1, 1}).init("b", []int64{10}).
+		node("Conv", "classifier", []string{"x", "w", "b"}, []string{"c"}).
+		node("ReduceMean", "mean", []string{"c"}, []string{"y"},
+			&onnxpb.AttributeProto{Name: proto.String("axes"), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: []int64{2, 3, 4}},
+			&onnxpb.AttributeProto{Name: proto.String("keepdims"), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(0)}).build(t)
+	for _, c := range []struct {
+		name string
+		g    *graph.Graph
+		in   int64
+		w    []int64
+	}{{"squeezenet", squeeze, 3, []int64{5, 3, 1, 1}}, {"s3d", s3d, 8, []int64{5, 8, 1, 1, 1}}} {
+		ch, err := ReplaceHead(c.g, 5, 1)
+		if err != nil || len(ch) != 1 || !strings.Contains(ch[0].Action, "replaced the 10-class head by a fresh 5-class one") {
+			t.Fatalf("%s: %v, %v", c.name, ch, err)
+		}
+		w, b := c.g.Values["w"].Const, c.g.Values["b"].Const
+		if !slices.Equal(w.Shape, c.w) || b.Len() != 5 {
+			t.Errorf("%s: weight %v, bias %v", c.name, w.Shape, b.Shape)
+		}
+		bound := 1 / math.Sqrt(float64(c.in))
+		for _, v := range w.F32 {
+			if math.Abs(float64(v)) > bound {
+				t.Fatalf("%s: %g outside ±%g", c.name, v, bound)
+			}
+		}
+		if o := c.g.Outputs[0].Shape; o[1].Size != 5 {
+			t.Errorf("%s: output %v", c.name, o)
+		}
+	}
 	build := func() *graph.Graph {
-		return newMB().input("x", "N", 3, 4, 4).output("y", "N", 10).init("w", []int64{10, 3, 1, 1}).
+		return newMB().input("x", "N", 3, 4, 4).output("y", "N", 10).init("w", []int64{10, 3, 3, 3}).
 			node("Conv", "final_conv", []string{"x", "w"}, []string{"c"}).
-			node("Relu", "r", []string{"c"}, []string{"h"}).
-			node("GlobalAveragePool", "gap", []string{"h"}, []string{"p"}).
+			node("GlobalAveragePool", "gap", []string{"c"}, []string{"p"}).
 			node("Flatten", "f", []string{"p"}, []string{"y"}).build(t)
 	}
 	g := build()
