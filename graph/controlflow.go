@@ -51,6 +51,7 @@ type unroller struct {
 	nextV  map[string]int
 	nextN  map[string]int
 	added  int64
+	loops  int // unrolled
 }
 
 func newUnroller(m *onnx.Model, gp *onnxpb.GraphProto, nodes []loadedNode, opset int64) *unroller {
@@ -92,7 +93,8 @@ func newUnroller(m *onnx.Model, gp *onnxpb.GraphProto, nodes []loadedNode, opset
 
 // unrollLoops applies the static rewrites of control flow to the main
 // graph's nodes (see above); nodes it cannot rewrite are kept as they are.
-func unrollLoops(m *onnx.Model, gp *onnxpb.GraphProto, nodes []loadedNode, opsets map[string]int64) ([]loadedNode, error) {
+// It returns the nodes and the number of Loops unrolled.
+func unrollLoops(m *onnx.Model, gp *onnxpb.GraphProto, nodes []loadedNode, opsets map[string]int64) ([]loadedNode, int, error) {
 	has := false
 	for _, ln := range nodes {
 		switch ln.proto.GetOpType() {
@@ -101,14 +103,14 @@ func unrollLoops(m *onnx.Model, gp *onnxpb.GraphProto, nodes []loadedNode, opset
 		}
 	}
 	if !has {
-		return nodes, nil
+		return nodes, 0, nil
 	}
 	u := newUnroller(m, gp, nodes, opsets[""])
 	out, err := u.run(nodes)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return u.resolveSequences(out), nil
+	return u.resolveSequences(out), u.loops, nil
 }
 
 // run unrolls every static Loop of nodes, and the Loops their bodies hold.
@@ -133,6 +135,7 @@ func (u *unroller) run(nodes []loadedNode) ([]loadedNode, error) {
 			out = append(out, ln)
 			continue
 		}
+		u.loops++
 		body, err = u.run(body)
 		if err != nil {
 			return nil, err
@@ -619,10 +622,14 @@ func (g *Graph) inlineStaticIfs() error {
 		if n == nil {
 			return nil
 		}
-		if err := g.inlineIf(n, take); err != nil {
+		done, err := g.inlineIf(n, take)
+		if err != nil {
 			return fmt.Errorf("graph: node %s: %w", n, err)
 		}
-		inlined = true
+		if done {
+			inlined = true
+			g.InlinedIfs++
+		}
 	}
 	return nil
 }
@@ -688,8 +695,9 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 }
 
 // inlineIf replaces n by the nodes of its then branch (take) or else
-// branch, an Identity giving each of n's outputs its branch's output.
-func (g *Graph) inlineIf(n *Node, take bool) error {
+// branch, an Identity giving each of n's outputs its branch's output, and
+// reports whether it did (a branch the graph cannot hold keeps its If).
+func (g *Graph) inlineIf(n *Node, take bool) (bool, error) {
 	name := "else_branch"
 	if take {
 		name = "then_branch"
@@ -701,10 +709,10 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 		}
 	}
 	if br == nil {
-		return fmt.Errorf("no %s", name)
+		return false, fmt.Errorf("no %s", name)
 	}
 	if len(br.GetOutput()) != len(n.Outputs) {
-		return fmt.Errorf("%s has %d outputs for the node's %d", name, len(br.GetOutput()), len(n.Outputs))
+		return false, fmt.Errorf("%s has %d outputs for the node's %d", name, len(br.GetOutput()), len(n.Outputs))
 	}
 	used := func(s string) bool { _, ok := g.Values[s]; return ok }
 	freshName := func(base string) string {
@@ -724,11 +732,11 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 	local := map[string]bool{}
 	for _, bn := range br.GetNode() {
 		if _, ok := g.Opsets[canonicalDomain(bn.GetDomain())]; !ok {
-			return nil
+			return false, nil
 		}
 		for _, s := range bn.GetInput() {
 			if s != "" && !local[s] && !used(s) {
-				return nil
+				return false, nil
 			}
 		}
 		for _, s := range bn.GetOutput() {
@@ -737,7 +745,7 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 	}
 	for _, bo := range br.GetOutput() {
 		if !local[bo.GetName()] && !used(bo.GetName()) {
-			return nil
+			return false, nil
 		}
 	}
 	rename := map[string]string{}
@@ -795,7 +803,7 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 		}
 		renameCaptures(c.Attribute, rename)
 		if err := add(c, nil); err != nil {
-			return err
+			return false, err
 		}
 	}
 	for j, bo := range br.GetOutput() {
@@ -808,10 +816,10 @@ func (g *Graph) inlineIf(n *Node, take bool) error {
 		}
 		p := &onnxpb.NodeProto{Name: proto.String(fmt.Sprintf("%s/output_%d", label, j)), OpType: proto.String("Identity"), Input: []string{src}, Output: []string{n.Outputs[j].Name}}
 		if err := add(p, []*Value{n.Outputs[j]}); err != nil {
-			return err
+			return false, err
 		}
 	}
 	g.ReplaceNode(n, added)
 	g.relink()
-	return g.sortTopological()
+	return true, g.sortTopological()
 }

@@ -178,6 +178,9 @@ type Graph struct {
 	// ExportSignature reports that the model carries torch.export's
 	// signature marks (PyTorch's dynamo exporter; Value.ExportKind).
 	ExportSignature bool
+	// UnrolledLoops and InlinedIfs count the control flow the loader
+	// replaced by operators (controlflow.go).
+	UnrolledLoops, InlinedIfs int
 
 	model *onnx.Model
 	// largeFolds counts the elements of the large folds of the
@@ -264,7 +267,7 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	if loaded, err = unrollLoops(m, gp, loaded, g.Opsets); err != nil {
+	if loaded, g.UnrolledLoops, err = unrollLoops(m, gp, loaded, g.Opsets); err != nil {
 		return nil, err
 	}
 	for _, vi := range infos {
@@ -496,7 +499,8 @@ var arity = map[string]arityRange{
 // shape constants, so plans are compiled from a clone and exports are made
 // from the graph that keeps its dynamic axes.
 func (g *Graph) Clone() *Graph {
-	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model, ExportSignature: g.ExportSignature}
+	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model, ExportSignature: g.ExportSignature,
+		UnrolledLoops: g.UnrolledLoops, InlinedIfs: g.InlinedIfs}
 	for d, v := range g.Opsets {
 		c.Opsets[d] = v
 	}

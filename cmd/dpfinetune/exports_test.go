@@ -352,16 +352,24 @@ func TestVideoTransformers(t *testing.T) {
 	if err := npy.WriteNPZ(data, map[string]*npy.Array{"x": npy.NewFloat32(v, 8, 3, 4, 32, 32), "y": npy.NewInt64([]int64{0, 1, 2, 3, 4, 0, 1, 2}, 8)}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ name, want string }{
-		{"mvit_v1", "for all 72 parameters"},
-		{"mvit_v2", "for all 78 parameters"},
+	for _, c := range []struct {
+		name, want string
+		loops      int
+	}{
+		{"mvit_v1", "for all 72 parameters", 9},
+		{"mvit_v2", "for all 78 parameters", 10},
 	} {
 		model := filepath.Join(dir, c.name+".onnx")
+		stdout, e, code := run(t, "inspect", "--model", model, "--json")
+		var rep inspectReport
+		if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || rep.UnrolledLoops != c.loops || rep.InlinedIfs != 1 || len(rep.Unsupported) != 0 {
+			t.Fatalf("inspect %s: exit %d: %+v %s", c.name, code, rep, e)
+		}
 		matchesPyTorch(t, model, filepath.Join(dir, c.name+"_ref.npz"))
 		out := filepath.Join(tmp, c.name+"_tuned.onnx")
-		stdout, e, code := run(t, "train", "--model", model, "--data", "npy:"+data, "--num-classes", "5",
+		stdout, e, code = run(t, "train", "--model", model, "--data", "npy:"+data, "--num-classes", "5",
 			"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
-		if code != 0 || !strings.Contains(stdout, c.want) {
+		if code != 0 || !strings.Contains(stdout, c.want) || !strings.Contains(stdout, "control flow: ") {
 			t.Fatalf("train %s: exit %d: %s%s", c.name, code, stdout, e)
 		}
 		exportMatchesORT(t, out, []int64{3, 4, 32, 32})

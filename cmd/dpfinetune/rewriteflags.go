@@ -112,7 +112,25 @@ func (lm *loadedModel) notes() []string {
 	if len(lm.half) > 0 {
 		out = append(out, fmt.Sprintf("exported in %s: runs, trains and is written in float32 (its weights widened exactly)", strings.Join(lm.halfNames(), " and ")))
 	}
+	if s := controlFlow(lm.g); s != "" {
+		out = append(out, s+": runs, trains and is written as operators")
+	}
 	return out
+}
+
+// controlFlow says what control flow the loader unrolled, "" where none.
+func controlFlow(g *graph.Graph) string {
+	var parts []string
+	if n := g.UnrolledLoops; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d Loop(s) of constant trip counts unrolled", n))
+	}
+	if n := g.InlinedIfs; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d If(s) on dimensions the batch does not change inlined", n))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "control flow: " + strings.Join(parts, ", ")
 }
 
 // halfNames names the half-precision types the model was exported in.
