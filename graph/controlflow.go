@@ -686,6 +686,11 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 			shapes[in.Name] = dims
 		}
 		c.relink()
+		// Inference and folding take a validated graph (every node's
+		// arity): the loader validates later, after this.
+		if err := c.Validate(); err != nil {
+			return false, false
+		}
 		if err := c.InferShapes(shapes); err != nil || cv.Const == nil || cv.Const.Len() != 1 {
 			return false, false
 		}
