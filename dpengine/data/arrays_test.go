@@ -318,6 +318,10 @@ func TestTensorView(t *testing.T) {
 	if !slices.Equal(exact.SampleShape(), model) {
 		t.Errorf("shape %v", exact.SampleShape())
 	}
+	buf, lab, two := make([]float32, 2*per), make([]int64, 2), []int{1, 0}
+	if a := testing.AllocsPerRun(20, func() { exact.Fill(buf, lab, two, nil) }); a != 0 {
+		t.Errorf("%v allocations per Fill", a)
+	}
 
 	// Channels last: (T,H,W,C) holds at [t,h,w,c] what (C,T,H,W) holds at [c,t,h,w].
 	last := make([]float32, n*per)

@@ -3,9 +3,7 @@ package data
 import (
 	"fmt"
 	"math/rand/v2"
-	goruntime "runtime"
 	"slices"
-	"sync"
 
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
@@ -128,64 +126,7 @@ func (a *Arrays) Labels() []int32 { return slices.Clone(a.labels) }
 
 // Fill implements Dataset.
 func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
-	per := v.per
-	if len(x) < len(indices)*per {
-		return fmt.Errorf("data: batch buffer holds %d values, want %d (%d samples of %s)", len(x), len(indices)*per, len(indices), dimsString(v.p.Shape))
-	}
-	if y != nil && len(y) < len(indices) {
-		return fmt.Errorf("data: label buffer holds %d values, want %d", len(y), len(indices))
-	}
-	n := v.Arrays.Len()
-	for k, i := range indices {
-		if i < 0 || i >= n {
-			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
-		}
-	}
-	if y != nil {
-		for k, i := range indices {
-			y[k] = int64(v.Arrays.labels[i])
-		}
-	}
-	// The augmentation is drawn first, sample after sample, so that the
-	// bits do not depend on how many workers fill them.
-	draw := func(rng *rand.Rand) augDraw {
-		var a augDraw
-		if rng == nil {
-			return a
-		}
-		if p := v.p.Augment.CropPad; p > 0 {
-			a.dy = rng.IntN(2*p+1) - p
-			a.dx = rng.IntN(2*p+1) - p
-		}
-		if v.p.Augment.Flip {
-			a.flip = rng.Float64() < 0.5
-		}
-		return a
-	}
-	workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain)
-	if workers <= 1 {
-		for k, i := range indices {
-			v.fillOne(x[k*per:(k+1)*per], i, draw(rng))
-		}
-		return nil
-	}
-	augs := make([]augDraw, len(indices))
-	for k := range augs {
-		augs[k] = draw(rng)
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*len(indices)/workers, (w+1)*len(indices)/workers
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := lo; k < hi; k++ {
-				v.fillOne(x[k*per:(k+1)*per], indices[k], augs[k])
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
+	return fillBatch(x, y, indices, v.labels, v.p.Shape, v.p.Augment, rng, v)
 }
 
 // fillOne writes sample i into dst, augmented as aug says.

@@ -430,14 +430,36 @@ func (v *View) Classes() []string { return v.src.Classes() }
 
 // Fill implements Dataset.
 func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
-	per := v.p.Channels * v.p.Height * v.p.Width
+	// A 224×224 RGB sample resized takes about 0.7 ms on one core: a
+	// batch of 32 on one core was a third of a GPU's ResNet-50 step.
+	return fillBatch(x, y, indices, v.src.labels, v.shape, v.p.Augment, rng, v)
+}
+
+// sampleFiller writes sample i, augmented as a says, into dst: a View's or
+// a TensorView's own fill (an interface, not a method value, which Fill
+// would allocate every call).
+type sampleFiller interface {
+	fillOne(dst []float32, i int, a augDraw)
+}
+
+// fillBatch is the Fill of a view f whose samples have shape (labels by
+// sample): it checks the buffers and
+// indices, writes the labels, and fills the samples, on several workers
+// where the batch is large. The augmentation is drawn first, sample after
+// sample, so that rng and x are left as one fill after another leaves
+// them, whatever the number of workers.
+func fillBatch(x []float32, y []int64, indices []int, labels []int32, shape []int, aug Augment, rng *rand.Rand, f sampleFiller) error {
+	per := 1
+	for _, d := range shape {
+		per *= d
+	}
 	if len(x) < len(indices)*per {
-		return fmt.Errorf("data: batch buffer holds %d values, want %d (%d samples of %d×%d×%d)", len(x), len(indices)*per, len(indices), v.p.Channels, v.p.Height, v.p.Width)
+		return fmt.Errorf("data: batch buffer holds %d values, want %d (%d samples of %s)", len(x), len(indices)*per, len(indices), dimsString(shape))
 	}
 	if y != nil && len(y) < len(indices) {
 		return fmt.Errorf("data: label buffer holds %d values, want %d", len(y), len(indices))
 	}
-	n := v.src.Len()
+	n := len(labels)
 	for k, i := range indices {
 		if i < 0 || i >= n {
 			return fmt.Errorf("data: batch position %d: sample index %d out of range [0,%d)", k, i, n)
@@ -445,35 +467,34 @@ func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error
 	}
 	if y != nil {
 		for k, i := range indices {
-			y[k] = int64(v.src.labels[i])
+			y[k] = int64(labels[i])
 		}
 	}
-	// A 224×224 RGB sample resized takes about 0.7 ms on one core: a
-	// batch of 32 on one core was a third of a GPU's ResNet-50 step.
-	if workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain); workers > 1 {
-		v.fillParallel(x, indices, per, rng, workers)
+	workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain)
+	if workers <= 1 {
+		for k, i := range indices {
+			f.fillOne(x[k*per:(k+1)*per], i, aug.draw(rng))
+		}
 		return nil
 	}
-	for k, i := range indices {
-		v.fillOne(x[k*per:(k+1)*per], i, v.draw(rng))
+	augs := make([]augDraw, len(indices))
+	for k := range augs {
+		augs[k] = aug.draw(rng)
 	}
+	fillParallel(f, x, indices, per, augs, workers)
 	return nil
 }
 
-// fillParallel is Fill's samples split over workers goroutines. The
-// augmentation is drawn first, sample after sample, so that rng and x are
-// left as one fill after another leaves them.
-func (v *View) fillParallel(x []float32, indices []int, per int, rng *rand.Rand, workers int) {
-	augs := make([]augDraw, len(indices))
-	for k := range augs {
-		augs[k] = v.draw(rng)
-	}
+// fillParallel fills the samples at indices on workers goroutines, with
+// the augmentation drawn for each (a function of its own: the goroutines'
+// captures would move fillBatch's variables to the heap on every call).
+func fillParallel(f sampleFiller, x []float32, indices []int, per int, augs []augDraw, workers int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
 			for k := int(next.Add(1) - 1); k < len(indices); k = int(next.Add(1) - 1) {
-				v.fillOne(x[k*per:(k+1)*per], indices[k], augs[k])
+				f.fillOne(x[k*per:(k+1)*per], indices[k], augs[k])
 			}
 		})
 	}
@@ -482,19 +503,19 @@ func (v *View) fillParallel(x []float32, indices []int, per int, rng *rand.Rand,
 
 // draw draws one sample's augmentation from rng (none without it): the
 // crop offset in the padded image, then the flip, in torchvision's order.
-func (v *View) draw(rng *rand.Rand) augDraw {
-	var a augDraw
+func (a Augment) draw(rng *rand.Rand) augDraw {
+	var d augDraw
 	if rng == nil {
-		return a
+		return d
 	}
-	if p := v.p.Augment.CropPad; p > 0 {
-		a.dy = rng.IntN(2*p+1) - p
-		a.dx = rng.IntN(2*p+1) - p
+	if p := a.CropPad; p > 0 {
+		d.dy = rng.IntN(2*p+1) - p
+		d.dx = rng.IntN(2*p+1) - p
 	}
-	if v.p.Augment.Flip {
-		a.flip = rng.Float64() < 0.5
+	if a.Flip {
+		d.flip = rng.Float64() < 0.5
 	}
-	return a
+	return d
 }
 
 // fillGrain is the output values per worker below which Fill stays on the

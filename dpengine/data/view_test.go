@@ -385,7 +385,7 @@ func BenchmarkFill(b *testing.B) {
 }
 
 // TestFillParallel: a batch large enough to be split over the cores
-// (fillParallel) fills the same bits, with the same labels, and leaves the
+// (fillBatch on several workers) fills the same bits, with the same labels, and leaves the
 // augmentation's generator where one fill after another leaves it, with
 // one worker or several; both sizes of sample (resized and not) and
 // augmentation on and off.
