@@ -172,12 +172,8 @@ func (v *TensorView) fillOne(dst []float32, i int, aug augDraw) {
 				continue
 			}
 			for xx := range row {
-				cx := xx
-				if aug.flip {
-					cx = W - 1 - xx
-				}
-				rx := cx + aug.dx
-				if rx < 0 || rx >= W {
+				rx, in := aug.col(xx, W)
+				if !in {
 					row[xx] = b
 					continue
 				}

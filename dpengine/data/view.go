@@ -528,6 +528,17 @@ type augDraw struct {
 	flip   bool
 }
 
+// col returns the source column of output column x in a row of w values,
+// flipped then shifted by the crop as d says, and whether it lies inside
+// the row (outside, the output is padding).
+func (d augDraw) col(x, w int) (int, bool) {
+	if d.flip {
+		x = w - 1 - x
+	}
+	x += d.dx
+	return x, x >= 0 && x < w
+}
+
 // fillOne writes sample i into dst (C·H·W values), augmented as aug says.
 func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 	C, H, W := v.p.Channels, v.p.Height, v.p.Width
@@ -540,7 +551,7 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 		return
 	}
 	rt, ct := sm.rows.taps, sm.cols.taps
-	dy, dx, flip := aug.dy, aug.dx, aug.flip
+	dy := aug.dy
 	exact := sm.exact
 
 	for c := range C {
@@ -561,12 +572,8 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 			if exact && single {
 				src := pix[m.ch[0]*plane+ry*sw : m.ch[0]*plane+(ry+1)*sw]
 				for xx := range row {
-					cx := xx
-					if flip {
-						cx = W - 1 - xx
-					}
-					rx := cx + dx
-					if rx < 0 || rx >= W {
+					rx, in := aug.col(xx, W)
+					if !in {
 						row[xx] = b
 						continue
 					}
@@ -585,12 +592,8 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 				bot[j] = pix[m.ch[j]*plane+r1 : m.ch[j]*plane+r1+sw]
 			}
 			for xx := range row {
-				cx := xx
-				if flip {
-					cx = W - 1 - xx
-				}
-				rx := cx + dx
-				if rx < 0 || rx >= W {
+				rx, in := aug.col(xx, W)
+				if !in {
 					row[xx] = b
 					continue
 				}
@@ -630,12 +633,8 @@ func (v *View) fillFiltered(dst []float32, pix []uint8, sh, sw int, sm *sizeMap,
 			sy := sm.rows.spans[ry]
 			wy := sm.rows.w[sy.off : sy.off+sy.n]
 			for xx := range row {
-				cx := xx
-				if aug.flip {
-					cx = W - 1 - xx
-				}
-				rx := cx + aug.dx
-				if rx < 0 || rx >= W {
+				rx, in := aug.col(xx, W)
+				if !in {
 					row[xx] = b
 					continue
 				}
