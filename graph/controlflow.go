@@ -30,8 +30,8 @@ import (
 //     become the tensors they hold (resolveSequences);
 //   - an If whose condition is a constant, or folds to the same value for
 //     a batch of 2 and of 3 samples (a condition on a dimension that is not
-//     the batch's), becomes the nodes of the branch it takes
-//     (Graph.inlineStaticIfs).
+//     the batch's; at an export's fixed batch, that batch), becomes the
+//     nodes of the branch it takes (Graph.inlineStaticIfs).
 //
 // What is not static stays as it is, and CheckOps names it.
 
@@ -642,8 +642,17 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 	if v.Const != nil {
 		return v.Const.Len() == 1 && v.Const.At(0) != 0, v.Const.Len() == 1
 	}
+	// An export with a fixed batch (no dynamic_axes) defines the model at
+	// that batch only: the condition is read there, and the release of
+	// the batch (rewrite.ReleaseBatch) then generalizes the branch taken
+	// as it does the Reshape targets, its check comparing each sample's
+	// outputs at another batch with the export's.
+	sizes := []int64{2, 3}
+	if fixed := g.fixedBatch(); fixed > 0 {
+		sizes = []int64{fixed, fixed}
+	}
 	var got [2]bool
-	for i, b := range []int64{2, 3} {
+	for i, b := range sizes {
 		c := g.Clone()
 		need := map[*Node]bool{}
 		var visit func(v *Value)
@@ -697,6 +706,19 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 		got[i] = cv.Const.At(0) != 0
 	}
 	return got[0], got[0] == got[1]
+}
+
+// fixedBatch returns the batch size that every graph input fixes on its
+// first axis, 0 where one leaves it dynamic (or they differ).
+func (g *Graph) fixedBatch() int64 {
+	var b int64
+	for _, in := range g.Inputs {
+		if len(in.Shape) == 0 || in.Shape[0].Size <= 0 || b > 0 && in.Shape[0].Size != b {
+			return 0
+		}
+		b = in.Shape[0].Size
+	}
+	return b
 }
 
 // inlineIf replaces n by the nodes of its then branch (take) or else

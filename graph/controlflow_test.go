@@ -285,6 +285,22 @@ func TestInlineStaticIfs(t *testing.T) {
 			}
 		})
 	}
+	// An export with a fixed batch reads the condition at that batch: the
+	// release of the batch generalizes the branch taken, and checks it.
+	for _, c := range []struct {
+		axis, k, want string
+	}{{"ax1", "k3", "Relu"}, {"ax0", "k2", "Relu"}, {"ax0", "k3", "Neg"}} {
+		m := ifModel(shapeCond(c.axis, c.k)...)
+		m.Graph.Input[0].Type.GetTensorType().Shape.Dim[0].Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: 2}
+		g, err := FromONNX(onnx.NewModel(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := g.Outputs[0].Producer
+		if y.OpType != "Identity" || y.Inputs[0].Producer.OpType != c.want {
+			t.Errorf("fixed batch 2, dimension %s = %s: y computed by %s, want %s via Identity", c.axis, c.k, y.OpType, c.want)
+		}
+	}
 	// Past the bound on the nodes the evaluations infer, Ifs stay.
 	defer func(b int) { maxIfInferences = b }(maxIfInferences)
 	maxIfInferences = 5
