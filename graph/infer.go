@@ -15,10 +15,12 @@ const maxFoldElements = 1 << 22
 // the runtime to compute. Each is bounded on its own; an export of MViT-v2
 // at a batch of 1000 builds its relative positions' index grids from
 // dozens of them, and every inference of a load (a fixed batch's release
-// tries several) evaluated them all again, gigabytes in all.
+// tries several, an If's condition is read at that batch) evaluated them
+// all again, gigabytes in all. A Swin's attention masks, the largest data
+// folds of the suite's models, take some 6·10⁵ elements.
 const (
 	largeFold     = 1 << 16
-	maxLargeFolds = 1 << 24
+	maxLargeFolds = 1 << 22
 )
 
 // InferShapes fixes the shapes of the graph inputs (by name; inputs not in
