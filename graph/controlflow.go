@@ -648,7 +648,7 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 	// as it does the Reshape targets, its check comparing each sample's
 	// outputs at another batch with the export's.
 	sizes := []int64{2, 3}
-	if fixed := g.fixedBatch(); fixed > 0 {
+	if fixed := g.FixedBatch(); fixed > 0 {
 		sizes = []int64{fixed, fixed}
 	}
 	var got [2]bool
@@ -706,19 +706,6 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 		got[i] = cv.Const.At(0) != 0
 	}
 	return got[0], got[0] == got[1]
-}
-
-// fixedBatch returns the batch size that every graph input fixes on its
-// first axis, 0 where one leaves it dynamic (or they differ).
-func (g *Graph) fixedBatch() int64 {
-	var b int64
-	for _, in := range g.Inputs {
-		if len(in.Shape) == 0 || in.Shape[0].Size <= 0 || b > 0 && in.Shape[0].Size != b {
-			return 0
-		}
-		b = in.Shape[0].Size
-	}
-	return b
 }
 
 // inlineIf replaces n by the nodes of its then branch (take) or else

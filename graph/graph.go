@@ -551,6 +551,16 @@ func (g *Graph) Clone() *Graph {
 	return c
 }
 
+// FixedBatch returns the batch size an export without dynamic axes fixed
+// on the first axis of the model's one input (of rank 2 or more), 0 where
+// that axis is dynamic or the model has several inputs.
+func (g *Graph) FixedBatch() int64 {
+	if len(g.Inputs) != 1 || len(g.Inputs[0].Shape) < 2 || g.Inputs[0].Shape[0].Size <= 0 {
+		return 0
+	}
+	return g.Inputs[0].Shape[0].Size
+}
+
 // ReplaceNode puts repl where old was in g.Nodes (nil repl removes it).
 // It relinks nothing: the caller's edits of values and consumers are its
 // own.

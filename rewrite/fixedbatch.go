@@ -63,14 +63,11 @@ const maxReleaseWork = 1 << 23
 // stay apart. On an error g is left part-way (its declarations released):
 // release a clone where the model must stay usable as it was.
 func ReleaseBatch(g *graph.Graph) (int64, []Change, error) {
-	if len(g.Inputs) != 1 {
+	fixed := g.FixedBatch()
+	if fixed == 0 {
 		return 0, nil, nil
 	}
 	in := g.Inputs[0]
-	if len(in.Shape) < 2 || in.Shape[0].Size <= 0 {
-		return 0, nil, nil
-	}
-	fixed := in.Shape[0].Size
 	sample := in.Shape[1:]
 	if !sample.Static() {
 		return fixed, nil, fmt.Errorf("its input %q has shape %v: the sample's dimensions are not fixed either", in.Name, in.Shape)

@@ -179,9 +179,7 @@ func runInspect(args []string, stdout io.Writer) error {
 	for _, v := range g.Inputs {
 		rep.Inputs = append(rep.Inputs, describe(v))
 	}
-	if len(g.Inputs) == 1 && len(g.Inputs[0].Shape) >= 2 && g.Inputs[0].Shape[0].Size > 0 {
-		rep.FixedBatch = g.Inputs[0].Shape[0].Size
-	}
+	rep.FixedBatch = g.FixedBatch()
 	// What loadGraph would widen, seen on a copy (inspect shows the model
 	// as it is).
 	rep.PixelInput = len(g.Clone().CastInputsToFloat()) > 0

@@ -355,7 +355,7 @@ func channelsFirst[T any](src []T, space []int, c int) []T {
 // CheckSources reports a file the arrays were read from that changed
 // since (see Images.CheckSources).
 func (a *Arrays) CheckSources() error {
-	return (&Images{sources: a.sources}).CheckSources()
+	return checkStamps(a.sources)
 }
 
 // Fingerprint is the SHA-256 (hex) of the samples as loaded: the sample

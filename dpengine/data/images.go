@@ -212,8 +212,12 @@ func stampFiles(paths []string) ([]fileStamp, error) {
 // samples in memory are no longer those on disk, so a resumed run would
 // train on other data under the same privacy accounting. Datasets built
 // with NewImages have no sources.
-func (m *Images) CheckSources() error {
-	for _, f := range m.sources {
+func (m *Images) CheckSources() error { return checkStamps(m.sources) }
+
+// checkStamps reports the first of sources that changed, disappeared or
+// was replaced since it was stamped.
+func checkStamps(sources []fileStamp) error {
+	for _, f := range sources {
 		fi, err := os.Stat(f.path)
 		if err != nil {
 			return fmt.Errorf("data: %s was read at load time and is now unreadable: %w", f.path, err)

@@ -418,9 +418,6 @@ func (v *View) Label(i int) int { return v.src.Label(i) }
 // Labels returns a copy of all labels, indexed by sample.
 func (v *View) Labels() []int32 { return v.src.Labels() }
 
-// Shape returns the shape of one filled sample.
-func (v *View) Shape() (channels, height, width int) { return v.p.Channels, v.p.Height, v.p.Width }
-
 // SampleShape returns the shape of one filled sample, (C,H,W). The caller
 // must not modify it.
 func (v *View) SampleShape() []int { return v.shape }

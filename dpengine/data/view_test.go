@@ -33,7 +33,7 @@ func mustView(t testing.TB, m *Images, p Preprocess) *View {
 // fill fills a batch of the given indices and returns it.
 func fill(t testing.TB, v *View, rng *rand.Rand, idx ...int) []float32 {
 	t.Helper()
-	c, h, w := v.Shape()
+	c, h, w := v.SampleShape()[0], v.SampleShape()[1], v.SampleShape()[2]
 	x := make([]float32, len(idx)*c*h*w)
 	if err := v.Fill(x, nil, idx, rng); err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestFillAllocs(t *testing.T) {
 		{"augment", Preprocess{Channels: 3, Height: 8, Width: 8, Augment: Augment{CropPad: 2, Flip: true}}},
 	} {
 		v := mustView(t, m, tc.p)
-		c, h, w := v.Shape()
+		c, h, w := v.SampleShape()[0], v.SampleShape()[1], v.SampleShape()[2]
 		x := make([]float32, len(idx)*c*h*w)
 		y := make([]int64, len(idx))
 		rng := rand.New(rand.NewPCG(1, 2))
@@ -369,7 +369,7 @@ func BenchmarkFill(b *testing.B) {
 				pix[i] = uint8(i * 7)
 			}
 			v := mustView(b, mustImages(b, bc.c, bc.h, bc.w, pix, make([]int32, n)), bc.p)
-			c, h, w := v.Shape()
+			c, h, w := v.SampleShape()[0], v.SampleShape()[1], v.SampleShape()[2]
 			idx := make([]int, 32)
 			for i := range idx {
 				idx[i] = (i * 5) % n
@@ -411,7 +411,7 @@ func TestFillParallel(t *testing.T) {
 		{Augment: Augment{Flip: true}},
 	} {
 		v := mustView(t, m, p)
-		cc, hh, ww := v.Shape()
+		cc, hh, ww := v.SampleShape()[0], v.SampleShape()[1], v.SampleShape()[2]
 		if len(idx)*cc*hh*ww/fillGrain < 4 {
 			t.Fatalf("%+v: %d values a batch, too few to split over 4 workers", p, len(idx)*cc*hh*ww)
 		}
