@@ -46,10 +46,16 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	if us.use.Operand != 1 {
 		return fmt.Errorf("%s parameter as operand %d is not supported", ev.Node.OpType, us.use.Operand)
 	}
-	D, P := int(ls.layer.D), int(ls.layer.P)
-	T := len(data.Data) / B / D
-	if T*B*D != len(data.Data) || T*B*P != len(dout.Data) {
-		return fmt.Errorf("unexpected shapes %v and %v for D=%d p=%d", data.Shape, dout.Shape, D, P)
+	// G > 1: a stack of weights (G, D, P), one for each of the data's
+	// (G, rows, D) matrices, the batch among the rows (rewrite's
+	// matmulLayer): a sample's elements, gathered in order, are its rows
+	// of matrix 0, then of matrix 1, …, and each matrix is a layer of its
+	// own, its gradient block g of the stack's and its squared norm a term
+	// of the sample's.
+	D, P, G := int(ls.layer.D), int(ls.layer.P), max(int(ls.layer.Groups), 1)
+	T := len(data.Data) / B / D / G
+	if T*B*D*G != len(data.Data) || T*B*P*G != len(dout.Data) {
+		return fmt.Errorf("unexpected shapes %v and %v for D=%d p=%d and %d weights", data.Shape, dout.Shape, D, P, G)
 	}
 	ls.T = T
 	if e.cfg.Mode == BK && p.ps == nil {
@@ -57,14 +63,15 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 		ls.dy, ls.dyStride = dout.Data, dout.BatchStride
 	}
 	if e.batchSamples {
-		if ok, err := matrixBatched(e, ls, us, data, dout, T, D, P); ok || err != nil {
+		if ok, err := matrixBatched(e, ls, us, data, dout, T, D, P, G); ok || err != nil {
 			return err
 		}
 	}
-	size := D * P // the operand's: the parameter's unless through a path
-	need := T*D + T*P + 2*T*T
+	size := G * D * P // the operand's: the parameter's unless through a path
+	ta, tg := G*T*D, G*T*P
+	need := ta + tg + 2*T*T
 	if ls.decision == rewrite.Instantiate {
-		need = T*D + T*P + size
+		need = ta + tg + size
 	}
 	bufs, err := e.workerBufs(need)
 	if err != nil {
@@ -72,18 +79,23 @@ func matrixUse(e *Engine, ev *runtime.HookEvent, us *useState) error {
 	}
 	e.forSamples(e.n, func(w, i int) {
 		buf := bufs[w]
-		a := gatherSample(e.lay, data, B, i, buf[:0:T*D])
-		g := gatherSample(e.lay, dout, B, i, buf[T*D:T*D:T*D+T*P])
-		rest := buf[T*D+T*P:]
+		a := gatherSample(e.lay, data, B, i, buf[:0:ta])
+		g := gatherSample(e.lay, dout, B, i, buf[ta:ta:ta+tg])
+		rest := buf[ta+tg:]
 		if ls.decision == rewrite.Ghost {
-			addGhostNormSq(e.ops, float64(ls.alpha*ls.alpha), a, T, D, g, P, rest, p.normSq[i:i+1])
+			for k := range G {
+				addGhostNormSq(e.ops, float64(ls.alpha*ls.alpha), a[k*T*D:], T, D, g[k*T*P:], P, rest, p.normSq[i:i+1])
+			}
 			return
 		}
 		inst := rest[:size]
-		if ls.weightLayoutPD {
-			e.ops.GemmSerial(true, false, P, D, T, ls.alpha, g, P, a, D, 0, inst, D)
-		} else {
-			e.ops.GemmSerial(true, false, D, P, T, ls.alpha, a, D, g, P, 0, inst, P)
+		for k := range G {
+			ak, gk, ik := a[k*T*D:], g[k*T*P:], inst[k*D*P:]
+			if ls.weightLayoutPD {
+				e.ops.GemmSerial(true, false, P, D, T, ls.alpha, gk, P, ak, D, 0, ik, D)
+			} else {
+				e.ops.GemmSerial(true, false, D, P, T, ls.alpha, ak, D, gk, P, 0, ik, P)
+			}
 		}
 		us.addSample(e.ops, i, 0, inst)
 	})
@@ -109,18 +121,19 @@ var batchedScratch = 1 << 24
 // batch outermost, or rows of one feature vector per batch block: the
 // sequence-first layout of PyTorch's nn.MultiheadAttention); other
 // layouts are first gathered sample by sample, by one Transpose each of a
-// and g. It reports false, doing nothing, when the gathered batch and one
-// sample's share do not fit batchedScratch, for the per-sample loop to
-// run.
-func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P int) (bool, error) {
+// and g; so is a stack of G weights (matrixUse), whose products then run
+// weight by weight over the gathered samples. It reports false, doing
+// nothing, when the gathered batch and one sample's share do not fit
+// batchedScratch, for the per-sample loop to run.
+func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime.View, T, D, P, G int) (bool, error) {
 	B, n := e.cfg.PhysicalBatch, e.n
 	ghost := ls.decision == rewrite.Ghost
 	lda, sa, okA := sampleRows(data, B, D)
 	ldg, sg, okG := sampleRows(dout, B, P)
-	gather := !okA || !okG || sampleRowsOff
+	gather := !okA || !okG || sampleRowsOff || G > 1
 	alpha := float64(ls.alpha * ls.alpha)
 	p := us.p
-	if ghost && T == 1 {
+	if ghost && T == 1 && G == 1 {
 		if gather {
 			return false, nil // a row a sample whose batch is not outermost: not a layout seen
 		}
@@ -131,10 +144,10 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 	}
 	gatherLen := 0
 	if gather {
-		gatherLen = B * T * (D + P)
+		gatherLen = B * G * T * (D + P)
 	}
-	size := D * P // the operand's: the parameter's unless through a path
-	per := size   // a sample's share of the scratch
+	size := G * D * P // the operand's: the parameter's unless through a path
+	per := size       // a sample's share of the scratch
 	if ghost {
 		per = 2 * T * T
 	}
@@ -149,29 +162,38 @@ func matrixBatched(e *Engine, ls *linearState, us *useState, data, dout *runtime
 	buf := bufs[0]
 	a, g := data.Data, dout.Data
 	if gather {
-		a, g = buf[:B*T*D], buf[B*T*D:gatherLen]
+		a, g = buf[:B*G*T*D], buf[B*G*T*D:gatherLen]
 		e.lay.Transpose(data.Data, ls.samplesFirst(&ls.permA, data, B), a)
 		e.lay.Transpose(dout.Data, ls.samplesFirst(&ls.permG, dout, B), g)
-		lda, sa, ldg, sg = D, T*D, P, T*P
+		lda, sa, ldg, sg = D, G*T*D, P, G*T*P
 	}
 	work := buf[gatherLen : gatherLen+nb*per]
 	for i0 := 0; i0 < n; i0 += nb {
 		b := min(nb, n-i0)
-		ai, gi := a[i0*sa:], g[i0*sg:]
-		if ghost {
-			aa, gg := work[:b*T*T], work[nb*T*T:nb*T*T+b*T*T]
-			e.ops.GemmStrided(false, true, T, T, D, 1, ai, lda, sa, ai, lda, sa, 0, aa, T, T*T, b)
-			e.ops.GemmStrided(false, true, T, T, P, 1, gi, ldg, sg, gi, ldg, sg, 0, gg, T, T*T, b)
-			e.ops.AddDots(alpha, aa, gg, p.normSq[i0:i0+b])
-			continue
+		var inst []float32
+		if !ghost {
+			inst = work[:b*size]
 		}
-		inst := work[:b*size]
-		if ls.weightLayoutPD {
-			e.ops.GemmStrided(true, false, P, D, T, ls.alpha, gi, ldg, sg, ai, lda, sa, 0, inst, D, size, b)
-		} else {
-			e.ops.GemmStrided(true, false, D, P, T, ls.alpha, ai, lda, sa, gi, ldg, sg, 0, inst, P, size, b)
+		for k := range G {
+			// Weight k reads each gathered sample's rows of matrix k.
+			ai, gi := a[i0*sa+k*T*D:], g[i0*sg+k*T*P:]
+			if ghost {
+				aa, gg := work[:b*T*T], work[nb*T*T:nb*T*T+b*T*T]
+				e.ops.GemmStrided(false, true, T, T, D, 1, ai, lda, sa, ai, lda, sa, 0, aa, T, T*T, b)
+				e.ops.GemmStrided(false, true, T, T, P, 1, gi, ldg, sg, gi, ldg, sg, 0, gg, T, T*T, b)
+				e.ops.AddDots(alpha, aa, gg, p.normSq[i0:i0+b])
+				continue
+			}
+			ik := inst[k*D*P:]
+			if ls.weightLayoutPD {
+				e.ops.GemmStrided(true, false, P, D, T, ls.alpha, gi, ldg, sg, ai, lda, sa, 0, ik, D, size, b)
+			} else {
+				e.ops.GemmStrided(true, false, D, P, T, ls.alpha, ai, lda, sa, gi, ldg, sg, 0, ik, P, size, b)
+			}
 		}
-		e.addRows(us, i0, b, inst)
+		if !ghost {
+			e.addRows(us, i0, b, inst)
+		}
 	}
 	return true, nil
 }
@@ -210,22 +232,27 @@ func (ls *linearState) samplesFirst(pp **runtime.PermPlan, v *runtime.View, B in
 // matrixWeightedSum is book-keeping's Σ_i c_i g_iᵀa_i of a Gemm or MatMul
 // weight (see linearState.weightedSum).
 func matrixWeightedSum(ls *linearState, c []float32, B int, accum []float32, overwrite bool, _ *[]float32, _ []float32) error {
-	D, P := int(ls.layer.D), int(ls.layer.P)
+	D, P, G := int(ls.layer.D), int(ls.layer.P), max(int(ls.layer.Groups), 1)
 	rows := len(ls.dy) / P
 	// Σ_i c_i g_iᵀa_i = Σ_rows (c_{sample(row)} g_row)ᵀ a_row: scale each
 	// output-gradient row by its sample's factor and take one GEMM over
 	// all rows, whatever the layout of the batch in them (on the device:
-	// the factors stay where the clip step wrote them).
+	// the factors stay where the clip step wrote them); one GEMM for
+	// each weight of a stack, over its matrix's rows.
 	scaled := ls.dy[:rows*P]
 	ls.ops.ScaleRows(c[:B], ls.alpha, scaled, P, ls.dyStride)
 	beta := float32(1)
 	if overwrite {
 		beta = 0
 	}
-	if ls.weightLayoutPD {
-		ls.ops.Gemm(true, false, P, D, rows, 1, scaled, P, ls.x, D, beta, accum, D)
-	} else {
-		ls.ops.Gemm(true, false, D, P, rows, 1, ls.x, D, scaled, P, beta, accum, P)
+	m := rows / G
+	for k := range G {
+		x, dy, acc := ls.x[k*m*D:], scaled[k*m*P:], accum[k*D*P:]
+		if ls.weightLayoutPD {
+			ls.ops.Gemm(true, false, P, D, m, 1, dy, P, x, D, beta, acc, D)
+		} else {
+			ls.ops.Gemm(true, false, D, P, m, 1, x, D, dy, P, beta, acc, P)
+		}
 	}
 	return nil
 }

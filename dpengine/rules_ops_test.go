@@ -176,6 +176,28 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Einsum", []string{"z", "wdiag"}, "y", attrS("equation", "bc,cck->bk")) // (N,4)
 			return m
 		},
+		"matmul_stacks": func() *opModel {
+			// Stacks of MatMul weights, one for each of the data's
+			// matrices, the batch folded into their rows (MViT-v2's
+			// temporal relative positions): one read directly, one
+			// through a Transpose (a path).
+			m := &opModel{opset: 14, sample: []int64{3, 4, 6}, rng: rand.New(rand.NewPCG(11, 12))}
+			m.node("Transpose", []string{"input"}, "xt", attrIs("perm", 1, 0, 2, 3)) // (3,N,4,6)
+			m.ints("rows", 3, -1, 6)
+			m.node("Reshape", []string{"xt", "rows"}, "xr") // (3,N·4,6)
+			m.param("ws", 3, 6, 5)
+			m.node("MatMul", []string{"xr", "ws"}, "h") // (3,N·4,5)
+			m.param("wp", 3, 2, 5)
+			m.node("Transpose", []string{"wp"}, "wpt", attrIs("perm", 0, 2, 1)) // (3,5,2)
+			m.node("MatMul", []string{"h", "wpt"}, "h2")                        // (3,N·4,2)
+			m.ints("back", 3, -1, 4, 2)
+			m.node("Reshape", []string{"h2", "back"}, "hb")                       // (3,N,4,2)
+			m.node("Transpose", []string{"hb"}, "hs", attrIs("perm", 1, 0, 2, 3)) // (N,3,4,2)
+			m.node("Flatten", []string{"hs"}, "f", attrI("axis", 1))              // (N,24)
+			m.param("wh", 24, 4)
+			m.node("MatMul", []string{"f", "wh"}, "y")
+			return m
+		},
 		"prelu_opset6_channels": func() *opModel {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)

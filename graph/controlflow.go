@@ -642,70 +642,105 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 	if v.Const != nil {
 		return v.Const.Len() == 1 && v.Const.At(0) != 0, v.Const.Len() == 1
 	}
-	// An export with a fixed batch (no dynamic_axes) defines the model at
-	// that batch only: the condition is read there, and the release of
-	// the batch (rewrite.ReleaseBatch) then generalizes the branch taken
-	// as it does the Reshape targets, its check comparing each sample's
-	// outputs at another batch with the export's.
-	sizes := []int64{2, 3}
-	if fixed := g.FixedBatch(); fixed > 0 {
-		sizes = []int64{fixed, fixed}
-	}
 	var got [2]bool
-	for i, b := range sizes {
-		c := g.Clone()
-		need := map[*Node]bool{}
-		var visit func(v *Value)
-		visit = func(v *Value) {
-			if v == nil || v.Producer == nil || need[v.Producer] {
-				return
-			}
-			need[v.Producer] = true
-			for _, in := range v.Producer.Inputs {
-				visit(in)
-			}
-		}
-		cv := c.Values[v.Name]
-		visit(cv)
-		var nodes []*Node
-		for _, n := range c.Nodes {
-			if need[n] {
-				if n.OpType == "If" || n.OpType == "Loop" {
-					return false, false
-				}
-				nodes = append(nodes, n)
-			}
-		}
-		c.Nodes, c.Outputs = nodes, []*Value{cv}
-		if *budget -= len(nodes); *budget < 0 {
+	for i, b := range g.probeBatches() {
+		at, ok := g.inferAt(b, []*Value{v}, budget)
+		if !ok {
 			return false, false
 		}
-		shapes := map[string][]int64{}
-		for _, in := range c.Inputs {
-			if len(in.Shape) == 0 {
-				return false, false
-			}
-			dims := []int64{b}
-			for _, d := range in.Shape[1:] {
-				if d.Size <= 0 {
-					return false, false
-				}
-				dims = append(dims, d.Size)
-			}
-			shapes[in.Name] = dims
-		}
-		c.relink()
-		// Inference and folding take a validated graph (every node's
-		// arity): the loader validates later, after this.
-		if err := c.Validate(); err != nil {
-			return false, false
-		}
-		if err := c.InferShapes(shapes); err != nil || cv.Const == nil || cv.Const.Len() != 1 {
+		cv := at(v)
+		if cv.Const == nil || cv.Const.Len() != 1 {
 			return false, false
 		}
 		got[i] = cv.Const.At(0) != 0
 	}
 	return got[0], got[0] == got[1]
+}
+
+// probeBatches are the two batch sizes at which the loader reads what
+// must not depend on the batch: 2 and 3. An export with a fixed batch (no
+// dynamic_axes) defines the model at that batch only: it is read there,
+// and the release of the batch (rewrite.ReleaseBatch) then generalizes
+// what was read as it does the Reshape targets, its check comparing each
+// sample's outputs at another batch with the export's.
+func (g *Graph) probeBatches() [2]int64 {
+	if fixed := g.FixedBatch(); fixed > 0 {
+		return [2]int64{fixed, fixed}
+	}
+	return [2]int64{2, 3}
+}
+
+// inferAt infers the shapes, and folds what it can, of a copy of the
+// nodes that compute want, the graph's inputs at a batch of b and
+// otherwise at their declared shapes, and returns the map from a value of
+// g to its copy there. Each node inferred takes one from *budget; it
+// reports false where the budget is spent, where an input's shape is not
+// declared, where those nodes hold control flow, or where the inference
+// fails.
+func (g *Graph) inferAt(b int64, want []*Value, budget *int) (func(*Value) *Value, bool) {
+	c := g.Clone()
+	need := map[*Node]bool{}
+	var visit func(v *Value)
+	visit = func(v *Value) {
+		if v == nil || v.Producer == nil || need[v.Producer] {
+			return
+		}
+		need[v.Producer] = true
+		for _, in := range v.Producer.Inputs {
+			visit(in)
+		}
+	}
+	var outs []*Value
+	for _, v := range want {
+		if v == nil {
+			continue
+		}
+		cv := c.Values[v.Name]
+		visit(cv)
+		outs = append(outs, cv)
+	}
+	var nodes []*Node
+	for _, n := range c.Nodes {
+		if need[n] {
+			if n.OpType == "If" || n.OpType == "Loop" {
+				return nil, false
+			}
+			nodes = append(nodes, n)
+		}
+	}
+	c.Nodes, c.Outputs = nodes, outs
+	if *budget -= len(nodes); *budget < 0 {
+		return nil, false
+	}
+	shapes := map[string][]int64{}
+	for _, in := range c.Inputs {
+		if len(in.Shape) == 0 {
+			return nil, false
+		}
+		dims := []int64{b}
+		for _, d := range in.Shape[1:] {
+			if d.Size <= 0 {
+				return nil, false
+			}
+			dims = append(dims, d.Size)
+		}
+		shapes[in.Name] = dims
+	}
+	c.relink()
+	// Inference and folding take a validated graph (every node's arity):
+	// the loader validates later, after this.
+	if err := c.Validate(); err != nil {
+		return nil, false
+	}
+	if err := c.InferShapes(shapes); err != nil {
+		return nil, false
+	}
+	return func(v *Value) *Value {
+		if v == nil {
+			return nil
+		}
+		return c.Values[v.Name]
+	}, true
 }
 
 // inlineIf replaces n by the nodes of its then branch (take) or else

@@ -179,8 +179,9 @@ type Graph struct {
 	// signature marks (PyTorch's dynamo exporter; Value.ExportKind).
 	ExportSignature bool
 	// UnrolledLoops and InlinedIfs count the control flow the loader
-	// replaced by operators (controlflow.go).
-	UnrolledLoops, InlinedIfs int
+	// replaced by operators (controlflow.go), SliceAssignments the
+	// ScatterNDs it read as slice assignments (sliceassign.go).
+	UnrolledLoops, InlinedIfs, SliceAssignments int
 
 	model *onnx.Model
 	// largeFolds counts the elements of the large folds of the
@@ -344,6 +345,11 @@ func FromONNX(m *onnx.Model) (*Graph, error) {
 	if err := g.inlineStaticIfs(); err != nil {
 		return nil, err
 	}
+	n, err := g.sliceAssignments()
+	if err != nil {
+		return nil, err
+	}
+	g.SliceAssignments = n
 	markMaskedOut(g)
 	return g, nil
 }
@@ -500,7 +506,7 @@ var arity = map[string]arityRange{
 // from the graph that keeps its dynamic axes.
 func (g *Graph) Clone() *Graph {
 	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model, ExportSignature: g.ExportSignature,
-		UnrolledLoops: g.UnrolledLoops, InlinedIfs: g.InlinedIfs}
+		UnrolledLoops: g.UnrolledLoops, InlinedIfs: g.InlinedIfs, SliceAssignments: g.SliceAssignments}
 	for d, v := range g.Opsets {
 		c.Opsets[d] = v
 	}

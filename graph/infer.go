@@ -80,12 +80,13 @@ func (g *Graph) InferShapes(shapes map[string][]int64) error {
 		kept = append(kept, n)
 	}
 	g.Nodes = kept
-	g.relink()
-	// Drop constants that folding left without consumers.
 	isOut := map[*Value]bool{}
 	for _, v := range g.Outputs {
 		isOut[v] = true
 	}
+	g.dropUnreadIntegers(isOut)
+	g.relink()
+	// Drop constants that folding left without consumers.
 	var inits []*Value
 	for _, v := range g.Initializers {
 		if usedBefore[v] && len(v.Consumers) == 0 && !isOut[v] {
@@ -101,6 +102,52 @@ func (g *Graph) InferShapes(shapes map[string][]int64) error {
 		}
 	}
 	return nil
+}
+
+// dropUnreadIntegers removes the nodes that compute only integer or
+// boolean values nothing reads any more: shape arithmetic whose readers
+// folding replaced by constants, such as the broadcast sum of index
+// ranges whose only reader was a Shape (a slice assignment's updates
+// reshaped to the grid's shape). The runtime computes only float32
+// tensors, and a value no node reads need not be computed at all; the
+// floating-point nodes stay, the parameters they read with them.
+func (g *Graph) dropUnreadIntegers(isOut map[*Value]bool) {
+	needed := map[*Value]bool{}
+	dead := map[*Node]bool{}
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := g.Nodes[i]
+		live := false
+		for _, o := range n.Outputs {
+			if o != nil && (needed[o] || isOut[o] || o.DType.IsFloat() || o.DType == Undefined) {
+				live = true
+			}
+		}
+		if !live && len(n.Outputs) > 0 {
+			dead[n] = true
+			continue
+		}
+		for _, in := range n.Inputs {
+			if in != nil {
+				needed[in] = true
+			}
+		}
+	}
+	if len(dead) == 0 {
+		return
+	}
+	kept := g.Nodes[:0]
+	for _, n := range g.Nodes {
+		if !dead[n] {
+			kept = append(kept, n)
+			continue
+		}
+		for _, o := range n.Outputs {
+			if o != nil {
+				delete(g.Values, o.Name)
+			}
+		}
+	}
+	g.Nodes = kept
 }
 
 // relink recomputes every value's consumer list from the nodes.

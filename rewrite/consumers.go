@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -114,10 +115,11 @@ func gemmConsumer(c *consumer) (string, bool) {
 }
 
 // matmulConsumer: a 2-D operand is a linear weight, the other operand
-// the data.
+// the data; so is a stack of them (G, D, P) as the second operand, one
+// weight for each of the data's (G, rows, D) matrices (matmulLayer).
 func matmulConsumer(c *consumer) (string, bool) {
-	if len(c.q.Shape) != 2 {
-		return fmt.Sprintf("read by %s as a rank-%d operand; only 2-D MatMul weights are supported", c.at, len(c.q.Shape)), true
+	if r := len(c.q.Shape); r < 2 || r > 2 && c.k != 1 {
+		return fmt.Sprintf("read by %s as a rank-%d operand; MatMul weights are 2-D, or stacks of them as the second operand", c.at, r), true
 	}
 	if r := c.data(1 - c.k); r != "" {
 		return r, true
@@ -198,12 +200,28 @@ func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
 	}
 	var kdim int64
 	var p int64
+	w := u.OperandShape
 	if u.Operand == 1 { // y = x · W, W (K, N)
-		kdim, p = x[len(x)-1], u.OperandShape[1]
+		kdim, p = x[len(x)-1], w[len(w)-1]
 	} else { // y = W · x, W (M, K), x (…, K, N)
-		kdim, p = x[len(x)-2], u.OperandShape[0]
+		kdim, p = x[len(x)-2], w[0]
 	}
-	t := prod(x) / (a.ab * kdim)
-	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: 1}
+	// A stack of weights (G…, D, P) multiplies each of the data's
+	// matrices (G…, rows, D) by its own (MViT-v2's temporal relative
+	// positions, (t, B·heads·h·w, c) · (t, c, k)): G independent layers,
+	// each sample's rows of matrix g its a_i for weight g. The batch must
+	// lie among the rows: along a stacked axis it would meet one weight
+	// of the stack per sample. Leading ones are one weight.
+	groups := prod(w[:len(w)-2])
+	if groups > 1 {
+		if len(x) != len(w) || !slices.Equal(x[:len(x)-2], w[:len(w)-2]) {
+			return fmt.Sprintf("MatMul %s: a stack of weights %v needs data of the same leading axes, got %v", nodeLabel(n), w, x)
+		}
+		if u.In.Axis != len(x)-2 {
+			return fmt.Sprintf("MatMul %s: the batch is on axis %d of the data %v, not among the rows of each weight of the stack %v", nodeLabel(n), u.In.Axis, x, w)
+		}
+	}
+	t := prod(x) / (a.ab * kdim * groups)
+	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: groups}
 	return ""
 }

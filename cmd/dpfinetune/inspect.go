@@ -56,11 +56,14 @@ type inspectReport struct {
 	// which the other commands feed the pixel values as float32.
 	PixelInput bool `json:"pixel_input,omitempty"`
 	// UnrolledLoops and InlinedIfs count the control flow the loader
-	// replaced by operators (static trip counts and conditions).
-	UnrolledLoops int               `json:"unrolled_loops,omitempty"`
-	InlinedIfs    int               `json:"inlined_ifs,omitempty"`
-	Metadata      map[string]string `json:"metadata,omitempty"`
-	Inferred      *inferredReport   `json:"inferred,omitempty"`
+	// replaced by operators (static trip counts and conditions),
+	// SliceAssignments the ScatterNDs over index grids it read as Slice
+	// and Concat.
+	UnrolledLoops    int               `json:"unrolled_loops,omitempty"`
+	InlinedIfs       int               `json:"inlined_ifs,omitempty"`
+	SliceAssignments int               `json:"slice_assignments,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	Inferred         *inferredReport   `json:"inferred,omitempty"`
 	// Unsupported lists the nodes no command can run (runtime.CheckOps).
 	Unsupported []runtime.UnsupportedNode `json:"unsupported,omitempty"`
 }
@@ -183,7 +186,7 @@ func runInspect(args []string, stdout io.Writer) error {
 	// What loadGraph would widen, seen on a copy (inspect shows the model
 	// as it is).
 	rep.PixelInput = len(g.Clone().CastInputsToFloat()) > 0
-	rep.UnrolledLoops, rep.InlinedIfs = g.UnrolledLoops, g.InlinedIfs
+	rep.UnrolledLoops, rep.InlinedIfs, rep.SliceAssignments = g.UnrolledLoops, g.InlinedIfs, g.SliceAssignments
 	seen := map[graph.DType]bool{}
 	for _, v := range g.Values {
 		if d := v.DType; (d == graph.Float16 || d == graph.BFloat16) && !seen[d] {
@@ -315,8 +318,8 @@ func printInspect(w io.Writer, r *inspectReport) {
 	for _, v := range r.Outputs {
 		fmt.Fprintf(w, "output:      %s %s %s\n", v.Name, v.DType, shapeString(v))
 	}
-	if s := controlFlow(&graph.Graph{UnrolledLoops: r.UnrolledLoops, InlinedIfs: r.InlinedIfs}); s != "" {
-		fmt.Fprintf(w, "%-13s%s at load (the nodes below are the result)\n", "", s)
+	if s := loadRewrites(&graph.Graph{UnrolledLoops: r.UnrolledLoops, InlinedIfs: r.InlinedIfs, SliceAssignments: r.SliceAssignments}); s != "" {
+		fmt.Fprintf(w, "%-13s%s (the nodes below are the result)\n", "", s)
 	}
 	fmt.Fprintf(w, "parameters:  %d in %d tensors (%s)\n", r.Parameters, r.ParamTensors, humanBytes(r.ParamBytes))
 	if r.Untied > 0 {

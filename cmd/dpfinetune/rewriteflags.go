@@ -112,14 +112,16 @@ func (lm *loadedModel) notes() []string {
 	if len(lm.half) > 0 {
 		out = append(out, fmt.Sprintf("exported in %s: runs, trains and is written in float32 (its weights widened exactly)", strings.Join(lm.halfNames(), " and ")))
 	}
-	if s := controlFlow(lm.g); s != "" {
-		out = append(out, s+": runs, trains and is written as operators")
+	if s := loadRewrites(lm.g); s != "" {
+		out = append(out, s+": runs, trains and is written so")
 	}
 	return out
 }
 
-// controlFlow says what control flow the loader unrolled, "" where none.
-func controlFlow(g *graph.Graph) string {
+// loadRewrites says what the loader replaced by plain operators —
+// control flow of a static structure, slice assignments exported as
+// ScatterND over index grids — "" where nothing.
+func loadRewrites(g *graph.Graph) string {
 	var parts []string
 	if n := g.UnrolledLoops; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d Loop(s) of constant trip counts unrolled", n))
@@ -127,10 +129,13 @@ func controlFlow(g *graph.Graph) string {
 	if n := g.InlinedIfs; n > 0 {
 		parts = append(parts, fmt.Sprintf("%d If(s) on dimensions the batch does not change inlined", n))
 	}
+	if n := g.SliceAssignments; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d slice assignment(s) exported as ScatterND over index grids read as Slice and Concat", n))
+	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "control flow: " + strings.Join(parts, ", ")
+	return "at load: " + strings.Join(parts, ", ")
 }
 
 // halfNames names the half-precision types the model was exported in.

@@ -69,10 +69,18 @@ relative positions as a ScatterND into the attention:
                            tables added)
     OUT/mvit_v2.onnx       MViT-v2 (pooled residuals, relative positions)
     OUT/mvit_v1_ref.npz,
-    OUT/mvit_v2_ref.npz    x, y, logits and norms as clip3d_ref.npz; the norms
-                           leave out MViT-v2's rel_pos_t tables, which reach
-                           the model through a batched MatMul of a rank-3
-                           operand and are frozen
+    OUT/mvit_v2_ref.npz    x, y, logits and norms as clip3d_ref.npz, every
+                           parameter's (MViT-v2's rel_pos_t tables too, a
+                           stack of MatMul weights, one a frame)
+
+Slice assignments in place (h[:, :, 1:, 1:] = …, h[:, :2] = …, h[:, :, 2:4]
+= …, h[:, :, :, ::2] = …), which the TorchScript exporter writes as ScatterNDs
+over index grids computed from the shape, dynamic batch:
+
+    OUT/slice_assign.onnx  a convolution, the four assignments (a parameter
+                           in the first), a linear head
+    OUT/slice_assign_ref.npz
+                           x, y, logits and norms as clip3d_ref.npz
 
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
@@ -220,9 +228,42 @@ def mvits(out):
                               output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
         with torch.no_grad():
             logits = m(x).numpy()
-        for pname, p in m.named_parameters():
-            p.requires_grad_("rel_pos_t" not in pname)
         np.savez(os.path.join(out, name + "_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits, norms=breadth.brute_norms(m, x, y))
+
+
+class SliceAssign(nn.Module):
+    """Slice assignments in place: three runs of consecutive positions
+    (read back as slices) and one of step 2 (kept a ScatterND)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.scale = nn.Parameter(torch.randn(4, 1, 1) * 0.5 + 1)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        h = self.conv(x)
+        h[:, :, 1:, 1:] = h[:, :, 1:, 1:].clone() * self.scale + 0.5  # a copy: autograd keeps it
+        h[:, :2] = torch.relu(h[:, :2])
+        h[:, :, 2:4, :] = h[:, :, 2:4, :] * 2
+        h[:, :, :, ::2] = -h[:, :, :, ::2]
+        return self.fc(h.flatten(1))
+
+
+def slice_assigns(out):
+    import numpy as np
+    torch.manual_seed(0)
+    m = SliceAssign().eval()
+    x = torch.randn(3, 3, 6, 6)
+    y = torch.tensor([1, 4, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (x,), os.path.join(out, "slice_assign.onnx"), opset_version=17, input_names=["input"],
+                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    with torch.no_grad():
+        logits = m(x).numpy()
+    np.savez(os.path.join(out, "slice_assign_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits,
+             norms=breadth.brute_norms(m, x, y))
 
 
 def to_half(path, out_half, out_ref):
@@ -299,6 +340,8 @@ def main():
     print("wrote clip3d")
     mvits(args.out)
     print("wrote mvit_v1, mvit_v2")
+    slice_assigns(args.out)
+    print("wrote slice_assign")
 
 
 if __name__ == "__main__":
