@@ -28,7 +28,10 @@ const (
 
 // fuzzFixtures loads every model under testdata/models and the exports as
 // users write them under testdata/exports (fixed batches, extra outputs),
-// sorted by name.
+// sorted by name. An input's first byte picks its fixture by position
+// (modulo the count): a new fixture moves the ones after it, so that the
+// inputs kept under testdata/fuzz/FuzzPipeline are renumbered with it to
+// still reach the model each was found on.
 func fuzzFixtures(f testing.TB) []*onnxpb.ModelProto {
 	paths, _ := filepath.Glob("../testdata/models/*.onnx")
 	sort.Strings(paths)

@@ -643,7 +643,12 @@ func (g *Graph) staticCondition(v *Value, budget *int) (bool, bool) {
 		return v.Const.Len() == 1 && v.Const.At(0) != 0, v.Const.Len() == 1
 	}
 	var got [2]bool
-	for i, b := range g.probeBatches() {
+	sizes := g.probeBatches()
+	for i, b := range sizes {
+		if i > 0 && b == sizes[0] {
+			got[i] = got[0] // a fixed batch: one size
+			continue
+		}
 		at, ok := g.inferAt(b, []*Value{v}, budget)
 		if !ok {
 			return false, false

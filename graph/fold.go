@@ -575,21 +575,31 @@ func evalConstant(g *Graph, n *Node, in []*Tensor) ([]*Tensor, error) {
 	return []*Tensor{t}, err
 }
 
-// rangeTensor is the Range operator: ceil((limit-start)/delta) elements.
-func rangeTensor(dt DType, start, limit, delta float64) (*Tensor, error) {
+// rangeCount is the element count of the Range operator,
+// max(ceil((limit-start)/delta), 0), checked against the fold limit
+// (only folding computes a Range).
+func rangeCount(start, limit, delta float64) (int64, error) {
 	if delta == 0 {
-		return nil, errors.New("Range delta is 0")
+		return 0, errors.New("Range delta is 0")
 	}
 	// In float64 first: a NaN or an enormous count converts to int64 as
 	// garbage (math.MinInt64 on amd64).
 	fcnt := math.Ceil((limit - start) / delta)
 	if math.IsNaN(fcnt) {
-		return nil, fmt.Errorf("Range(%v, %v, %v) has no element count", start, limit, delta)
+		return 0, fmt.Errorf("Range(%v, %v, %v) has no element count", start, limit, delta)
 	}
 	if fcnt > maxFoldElements {
-		return nil, fmt.Errorf("Range(%v, %v, %v) of %.0f elements is over the %d-element limit for a folded constant", start, limit, delta, fcnt, maxFoldElements)
+		return 0, fmt.Errorf("Range(%v, %v, %v) of %.0f elements is over the %d-element limit for a folded constant", start, limit, delta, fcnt, maxFoldElements)
 	}
-	cnt := int64(math.Max(fcnt, 0))
+	return int64(math.Max(fcnt, 0)), nil
+}
+
+// rangeTensor is the Range operator: ceil((limit-start)/delta) elements.
+func rangeTensor(dt DType, start, limit, delta float64) (*Tensor, error) {
+	cnt, err := rangeCount(start, limit, delta)
+	if err != nil {
+		return nil, err
+	}
 	t := newTensor(dt, []int64{cnt})
 	for i := int64(0); i < cnt; i++ {
 		v := start + float64(i)*delta

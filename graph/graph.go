@@ -184,9 +184,9 @@ type Graph struct {
 	UnrolledLoops, InlinedIfs, SliceAssignments int
 
 	model *onnx.Model
-	// largeFolds counts the elements of the large folds of the
-	// InferShapes in progress (maxLargeFolds).
-	largeFolds int64
+	// largeFolds and mustFolds count the elements of the large folds of
+	// the InferShapes in progress (maxLargeFolds, maxMustFolds).
+	largeFolds, mustFolds int64
 }
 
 // Model returns the model the graph was read from.

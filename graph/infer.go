@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // maxFoldElements bounds the size of a folded constant, so that folding
@@ -18,9 +19,16 @@ const maxFoldElements = 1 << 22
 // tries several, an If's condition is read at that batch) evaluated them
 // all again, gigabytes in all. A Swin's attention masks, the largest data
 // folds of the suite's models, take some 6·10⁵ elements.
+//
+// The operators only folding computes (mustFold: Range, ConstantOfShape)
+// cannot be left to the runtime: their large folds are bounded in all by
+// maxMustFolds, past which the inference fails, naming the node (a model
+// of hundreds of Ranges of 2²² elements each folded gigabytes; MViT-v2-S's
+// index ranges at a batch of 32 take some 2·10⁶ elements).
 const (
 	largeFold     = 1 << 16
 	maxLargeFolds = 1 << 22
+	maxMustFolds  = 1 << 25
 )
 
 // InferShapes fixes the shapes of the graph inputs (by name; inputs not in
@@ -53,7 +61,7 @@ func (g *Graph) InferShapes(shapes map[string][]int64) error {
 		}
 		v.Shape = StaticShape(dims...)
 	}
-	g.largeFolds = 0
+	g.largeFolds, g.mustFolds = 0, 0
 	usedBefore := map[*Value]bool{}
 	for _, v := range g.Initializers {
 		usedBefore[v] = len(v.Consumers) > 0
@@ -200,11 +208,19 @@ func (g *Graph) inferNode(n *Node) error {
 	if big, err := foldTooLarge(n); big {
 		return err // nil: left for the runtime to compute
 	}
-	if elems := outputElements(n); elems > largeFold && !mustFold[n.OpType] {
-		if g.largeFolds+elems > maxLargeFolds {
+	// A Constant's data is the file's, read once: not counted.
+	if elems := outputElements(n); elems > largeFold && n.OpType != "Constant" {
+		switch {
+		case mustFold[n.OpType] && g.mustFolds+elems > maxMustFolds:
+			return fmt.Errorf("graph: node %s: folding its %d elements would take the folds of %s nodes over %d elements in all",
+				n, elems, strings.Join(mustFoldOps(), " and "), maxMustFolds)
+		case mustFold[n.OpType]:
+			g.mustFolds += elems
+		case g.largeFolds+elems > maxLargeFolds:
 			return nil // left for the runtime to compute
+		default:
+			g.largeFolds += elems
 		}
-		g.largeFolds += elems
 	}
 	consts := make([]*Tensor, len(n.Inputs))
 	for i, v := range n.Inputs {

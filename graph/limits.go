@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"math"
+	"sort"
 
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
@@ -26,6 +27,19 @@ const (
 // mustFold lists the operators the runtime cannot run: they are folded or
 // the model is refused.
 var mustFold = map[string]bool{"ConstantOfShape": true, "Range": true, "Constant": true}
+
+// mustFoldOps names the operators of mustFold that compute data (for
+// messages), sorted.
+func mustFoldOps() []string {
+	var ops []string
+	for op := range mustFold {
+		if op != "Constant" {
+			ops = append(ops, op)
+		}
+	}
+	sort.Strings(ops)
+	return ops
+}
 
 // ShapeElements returns the number of elements of a static shape, and
 // false when a dimension is unknown or negative or the product overflows

@@ -213,3 +213,31 @@ func TestMalformedAttributes(t *testing.T) {
 		})
 	}
 }
+
+// TestMustFoldsBounded: the folds only folding computes (Range,
+// ConstantOfShape), each under its own limit, are bounded in all by
+// maxMustFolds: past it the inference fails, naming the node.
+func TestMustFoldsBounded(t *testing.T) {
+	const each = 1 << 21 // over largeFold, under maxFoldElements
+	n := maxMustFolds/each + 1
+	b := newBuilder(14).input("x", 1).init("zero", i64(nil, 0)).init("lim", i64(nil, each)).init("one", i64(nil, 1)).init("s", i64([]int64{1}, each))
+	for i := range n {
+		out := fmt.Sprintf("y%d", i)
+		if i%2 == 0 {
+			b.node("Range", []string{"zero", "lim", "one"}, []string{out}).output(out)
+		} else {
+			b.node("ConstantOfShape", []string{"s"}, []string{out}).output(out)
+		}
+	}
+	g := b.graph(t)
+	err := g.InferShapes(nil)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("y%d", n-1)) || !strings.Contains(err.Error(), "ConstantOfShape and Range nodes over") {
+		t.Fatalf("err = %v, want the last fold named", err)
+	}
+	// One fewer fits.
+	b.p.Graph.Node = b.p.Graph.Node[:n-1]
+	b.p.Graph.Output = b.p.Graph.Output[:n-1]
+	if err := b.graph(t).InferShapes(nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1133,11 +1133,12 @@ func inferRange(g *Graph, n *Node) error {
 	}
 	var cnt int64 = -1
 	if s, l, d := n.Input(0), n.Input(1), n.Input(2); s != nil && l != nil && d != nil && s.Const != nil && l.Const != nil && d.Const != nil {
-		t, err := rangeTensor(x.DType, s.Const.At(0), l.Const.At(0), d.Const.At(0))
+		// The count alone: the values are the fold's to compute.
+		c, err := rangeCount(s.Const.At(0), l.Const.At(0), d.Const.At(0))
 		if err != nil {
 			return err
 		}
-		cnt = int64(t.Len())
+		cnt = c
 	}
 	setOut(n, 0, x.DType, Shape{{Size: cnt}})
 	return nil

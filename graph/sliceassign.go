@@ -188,7 +188,12 @@ func (g *Graph) sliceAssignments() (int, error) {
 	}
 	budget := maxAssignInferences
 	var at [2]func(*Value) *Value
-	for i, b := range g.probeBatches() {
+	sizes := g.probeBatches()
+	for i, b := range sizes {
+		if i > 0 && b == sizes[0] {
+			at[i] = at[0] // a fixed batch: one size
+			continue
+		}
 		f, ok := g.inferAt(b, want, &budget)
 		if !ok {
 			return 0, nil

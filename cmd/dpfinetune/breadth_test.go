@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -24,8 +26,9 @@ import (
 // four branches, MaxPool with ceil_mode) and a Swin transformer
 // (relative-position bias, shifted windows: biases on window-batched
 // tokens, whose per-sample norms were once wrong). DPFINETUNE_BREADTH=1 runs all
-// of them; DPFINETUNE_BREADTH=a,b runs those. docs/BREADTH.md has the last
-// full run's results.
+// of them; DPFINETUNE_BREADTH=a,b runs those; DPFINETUNE_BREADTH_OPSETS=11,13
+// exports them at those opsets instead of 14 and 17. docs/BREADTH.md has
+// the last full run's results.
 var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "googlenet", "swin_t"}
 
 var breadthAll = []string{"resnet18", "wide_resnet", "resnext", "densenet", "mobilenet_v2", "mobilenet_v3_small",
@@ -41,7 +44,7 @@ type breadthEntry struct {
 
 // breadthExports runs breadth.py for models into a cache directory keyed by
 // the script and the list, or skips t without PyTorch.
-func breadthExports(t *testing.T, models []string) (string, map[string]breadthEntry) {
+func breadthExports(t *testing.T, models []string, opsets []int) (string, map[string]breadthEntry) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("torchvision breadth exports are slow; skipped in -short")
@@ -60,9 +63,17 @@ func breadthExports(t *testing.T, models []string) (string, map[string]breadthEn
 		h.Write(b)
 	}
 	h.Write([]byte(strings.Join(models, ",")))
+	var ops []string
+	for _, o := range opsets {
+		ops = append(ops, strconv.Itoa(o))
+	}
+	if !slices.Equal(opsets, []int{14, 17}) {
+		h.Write([]byte(" opsets " + strings.Join(ops, ",")))
+	}
 	dir := filepath.Join(os.TempDir(), "dpfinetune-breadth-"+hex.EncodeToString(h.Sum(nil)[:6]))
 	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
-		cmd := exec.Command(py, filepath.Join(gen, "breadth.py"), "--out", dir, "--models", strings.Join(models, ","))
+		cmd := exec.Command(py, filepath.Join(gen, "breadth.py"), "--out", dir, "--models", strings.Join(models, ","),
+			"--opsets", strings.Join(ops, ","))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("breadth.py: %v\n%s", err, out)
 		}
@@ -82,7 +93,8 @@ func breadthExports(t *testing.T, models []string) (string, map[string]breadthEn
 }
 
 // TestTorchvisionBreadth exports reduced torchvision classifiers
-// (testdata/gen/breadth.py) at opsets 14 and 17, in eval form and in
+// (testdata/gen/breadth.py) at opsets 14 and 17 (or
+// DPFINETUNE_BREADTH_OPSETS), in eval form and in
 // TrainingMode.TRAINING form without constant folding, and checks each:
 //
 //   - predict against PyTorch's logits (max |Δ| ≤ 1e-4·max(1, max|want|));
@@ -91,7 +103,7 @@ func breadthExports(t *testing.T, models []string) (string, map[string]breadthEn
 //     frozen), and against norms --mode instantiate for models with it;
 //   - two epochs of DP training on 16 Fashion-MNIST images (exit 0);
 //   - the trained export in onnxruntime against predict on it;
-//   - for the training form at opset 17 (BatchNormalization and Dropout
+//   - for the training form at the last opset (BatchNormalization and Dropout
 //     kept, weights through Transpose), norms --mode bk --device cuda on
 //     the guarded CUDA emulation against --device cpu (normsMatchCUDA),
 //     skipped where the emulation cannot run.
@@ -104,7 +116,18 @@ func TestTorchvisionBreadth(t *testing.T) {
 	default:
 		models = strings.Split(v, ",")
 	}
-	dir, man := breadthExports(t, models)
+	opsets := []int{14, 17}
+	if v := os.Getenv("DPFINETUNE_BREADTH_OPSETS"); v != "" {
+		opsets = nil
+		for _, f := range strings.Split(v, ",") {
+			o, err := strconv.Atoi(f)
+			if err != nil || o < 7 {
+				t.Fatalf("DPFINETUNE_BREADTH_OPSETS=%s: %q is no opset", v, f)
+			}
+			opsets = append(opsets, o)
+		}
+	}
+	dir, man := breadthExports(t, models, opsets)
 	for _, name := range models {
 		e, ok := man[name]
 		if !ok {
@@ -123,7 +146,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, form := range []string{"eval", "train"} {
-			for _, opset := range []int{14, 17} {
+			for _, opset := range opsets {
 				key := fmt.Sprintf("%s_op%d", form, opset)
 				t.Run(name+"/"+key, func(t *testing.T) {
 					if msg, bad := e.Errors[key]; bad {
@@ -131,7 +154,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 					}
 					model := filepath.Join(dir, fmt.Sprintf("%s_%s.onnx", name, key))
 					breadthCheck(t, model, form, x, y, ref, e.HasBN, tmp)
-					if form == "train" && opset == 17 {
+					if form == "train" && opset == opsets[len(opsets)-1] {
 						// 5. The CUDA backend, on its guarded emulation.
 						t.Run("cuda", func(t *testing.T) {
 							useEmulatedCUDA(t)
