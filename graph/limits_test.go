@@ -106,6 +106,14 @@ func TestRangeCounts(t *testing.T) {
 			t.Errorf("Range(%v, %v, %v): err = %v, want %q", c.start, c.limit, c.delta, err, c.want)
 		}
 	}
+	// Inputs that are no scalars (FuzzPipeline: an empty start).
+	for _, start := range []*Tensor{i64([]int64{0}), i64([]int64{2}, 0, 1)} {
+		g := newBuilder(14).input("x", 1).init("start", start).init("lim", i64(nil, 4)).init("one", i64(nil, 1)).
+			node("Range", []string{"start", "lim", "one"}, []string{"r"}).output("r").graph(t)
+		if err := g.InferShapes(nil); err == nil || !strings.Contains(err.Error(), "are scalars") {
+			t.Errorf("Range from %v: err = %v", start.Shape, err)
+		}
+	}
 	if r, err := rangeTensor(Int64, 5, 0, 1); err != nil || r.Len() != 0 {
 		t.Errorf("empty Range: %v, %v", r, err)
 	}

@@ -1132,6 +1132,11 @@ func inferRange(g *Graph, n *Node) error {
 		return err
 	}
 	var cnt int64 = -1
+	for i, v := range n.Inputs[:min(3, len(n.Inputs))] {
+		if v != nil && v.Const != nil && v.Const.Len() != 1 {
+			return fmt.Errorf("Range input %d holds %d values; start, limit and delta are scalars", i, v.Const.Len())
+		}
+	}
 	if s, l, d := n.Input(0), n.Input(1), n.Input(2); s != nil && l != nil && d != nil && s.Const != nil && l.Const != nil && d.Const != nil {
 		// The count alone: the values are the fold's to compute.
 		c, err := rangeCount(s.Const.At(0), l.Const.At(0), d.Const.At(0))
