@@ -1,10 +1,12 @@
 package graph
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
@@ -221,5 +223,30 @@ func TestMaskedOutBounds(t *testing.T) {
 				t.Errorf("%s: %s is no parameter", c.name, name)
 			}
 		}
+	}
+}
+
+// TestMaskedOutMalformed: the masked-out analysis runs at load, before
+// the graph is validated; a malformed node elsewhere (a ConstantOfShape
+// without its input, FuzzPipeline) leaves every candidate a parameter
+// instead of panicking in folding, and validation then names the node.
+func TestMaskedOutMalformed(t *testing.T) {
+	f := func(shape []int64, v ...float32) *Tensor { return &Tensor{DType: Float32, Shape: shape, F32: v} }
+	b := newBuilder(17).input("x", -1, 4).
+		init("zero", f([]int64{}, 0)).init("neg", f([]int64{}, -100)).init("m", f([]int64{4}, 0, 1, 0, 1)).
+		node("Equal", []string{"m", "zero"}, []string{"eq"}).
+		node("Where", []string{"eq", "neg", "m"}, []string{"mf"}).
+		node("Add", []string{"x", "mf"}, []string{"y"}).
+		node("ConstantOfShape", nil, []string{"c"}).
+		output("y").output("c")
+	g, err := FromONNX(onnx.NewModel(b.p))
+	if err != nil {
+		return // refused at load: no panic either
+	}
+	if !g.Values["neg"].IsParam() {
+		t.Error("neg was proven masked out on a graph that did not validate")
+	}
+	if err := g.Validate(); err == nil || !strings.Contains(err.Error(), "ConstantOfShape") {
+		t.Errorf("validate: %v", err)
 	}
 }

@@ -53,6 +53,11 @@ func markMaskedOut(g *Graph) {
 			outs[o] = true
 		}
 		runtime := inputDerived(c)
+		// Inference and folding take a validated graph (every node's
+		// arity): the loader validates later, after this.
+		if err := c.Validate(); err != nil {
+			return
+		}
 		if err := c.InferShapes(unitShapes(c)); err != nil {
 			return // nothing proven: every candidate stays a parameter
 		}
