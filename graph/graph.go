@@ -112,6 +112,10 @@ type Value struct {
 	// float at once, fed float32 (CastInputsToFloat). Undefined otherwise;
 	// the export declares it.
 	Declared DType
+	// Half is the half-precision type (Float16, BFloat16) the model
+	// declared or stored the value in before UpcastHalf widened it to
+	// float32; Undefined otherwise. NarrowHalf writes it back so.
+	Half DType
 	// Consumers are the nodes reading the value, in graph order.
 	Consumers []*Node
 
@@ -160,6 +164,14 @@ func (n *Node) Input(i int) *Value {
 	return nil
 }
 
+// Output returns the node's output i, nil if absent.
+func (n *Node) Output(i int) *Value {
+	if i < len(n.Outputs) {
+		return n.Outputs[i]
+	}
+	return nil
+}
+
 // Graph is the typed IR of a model's main graph.
 type Graph struct {
 	Name string
@@ -182,6 +194,11 @@ type Graph struct {
 	// replaced by operators (controlflow.go), SliceAssignments the
 	// ScatterNDs it read as slice assignments (sliceassign.go).
 	UnrolledLoops, InlinedIfs, SliceAssignments int
+	// HalfFrom is the half-precision type the model was exported in and
+	// UpcastHalf widened (its export is narrowed back: NarrowHalf);
+	// Undefined for a float32 model, one of mixed half types, or one to
+	// be written in float32.
+	HalfFrom DType
 
 	model *onnx.Model
 	// largeFolds and mustFolds count the elements of the large folds of
@@ -506,7 +523,7 @@ var arity = map[string]arityRange{
 // from the graph that keeps its dynamic axes.
 func (g *Graph) Clone() *Graph {
 	c := &Graph{Name: g.Name, Values: make(map[string]*Value, len(g.Values)), Opsets: map[string]int64{}, model: g.model, ExportSignature: g.ExportSignature,
-		UnrolledLoops: g.UnrolledLoops, InlinedIfs: g.InlinedIfs, SliceAssignments: g.SliceAssignments}
+		UnrolledLoops: g.UnrolledLoops, InlinedIfs: g.InlinedIfs, SliceAssignments: g.SliceAssignments, HalfFrom: g.HalfFrom}
 	for d, v := range g.Opsets {
 		c.Opsets[d] = v
 	}
@@ -518,7 +535,7 @@ func (g *Graph) Clone() *Graph {
 		if nv, ok := vm[v]; ok {
 			return nv
 		}
-		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, NoGradient: v.NoGradient, ExportKind: v.ExportKind, Declared: v.Declared, proto: v.proto}
+		nv := &Value{Name: v.Name, DType: v.DType, Const: v.Const, Initializer: v.Initializer, ExportConstant: v.ExportConstant, NoGradient: v.NoGradient, ExportKind: v.ExportKind, Declared: v.Declared, Half: v.Half, proto: v.proto}
 		if v.Shape != nil {
 			// A scalar's shape is empty but known: keep it non-nil.
 			nv.Shape = append(Shape{}, v.Shape...)

@@ -84,3 +84,60 @@ func TestUpcastHalfMemory(t *testing.T) {
 		t.Fatalf("%v %v; the weight %v %v", types, err, w.DType, w.Const.DType)
 	}
 }
+
+// TestNarrowToHalf: every float16 and bfloat16 value comes back from
+// float32 as itself, and values between them round to the nearest, ties
+// to even, past the range to infinity, below half the smallest subnormal
+// to zero.
+func TestNarrowToHalf(t *testing.T) {
+	for h := range 1 << 16 {
+		f := HalfToFloat32(uint16(h))
+		if f != f {
+			if g := Float32ToHalf(f); g&0x7c00 != 0x7c00 || g&0x3ff == 0 {
+				t.Fatalf("NaN %#04x → %#04x", h, g)
+			}
+			continue
+		}
+		if g := Float32ToHalf(f); g != uint16(h) {
+			t.Fatalf("half %#04x (%v) → %#04x", h, f, g)
+		}
+		bf := math.Float32frombits(uint32(h) << 16)
+		if bf != bf {
+			if g := Float32ToBFloat16(bf); g&0x7f80 != 0x7f80 || g&0x7f == 0 {
+				t.Fatalf("bfloat16 NaN %#04x → %#04x", h, g)
+			}
+			continue
+		}
+		if g := Float32ToBFloat16(bf); g != uint16(h) {
+			t.Fatalf("bfloat16 %#04x → %#04x", h, g)
+		}
+	}
+	for _, c := range []struct {
+		f    float32
+		want uint16
+	}{
+		{1 + 1.0/2048, 0x3c00},        // tie, to even (down)
+		{1 + 3.0/2048, 0x3c02},        // tie, to even (up)
+		{1 + 1.0/2048 + 1e-7, 0x3c01}, // past the tie
+		{65504, 0x7bff},
+		{65519, 0x7bff},
+		{65520, 0x7c00}, // the tie with the next binade: infinity
+		{-1e10, 0xfc00},
+		{1.0 / (1 << 24), 0x0001},  // smallest subnormal
+		{1.0 / (1 << 25), 0x0000},  // half of it: a tie, to even (zero)
+		{1.5 / (1 << 24), 0x0002},  // 1.5 steps: a tie, to even (2)
+		{0x3ff.8p-24, 0x0400},      // the largest subnormal's carry: the smallest normal
+		{-1.0 / (1 << 26), 0x8000}, // signed zero
+		{float32(math.Inf(1)), 0x7c00},
+	} {
+		if g := Float32ToHalf(c.f); g != c.want {
+			t.Errorf("Float32ToHalf(%g) = %#04x, want %#04x", c.f, g, c.want)
+		}
+	}
+	if g := Float32ToBFloat16(math.Float32frombits(0x3f808000)); g != 0x3f80 { // tie, even
+		t.Errorf("bfloat16 tie down: %#04x", g)
+	}
+	if g := Float32ToBFloat16(math.Float32frombits(0x3f818000)); g != 0x3f82 { // tie, even
+		t.Errorf("bfloat16 tie up: %#04x", g)
+	}
+}

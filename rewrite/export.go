@@ -15,8 +15,24 @@ import (
 // clone of g with each written as the decomposition RewriteBatchNorm or
 // FuseLayerNorm documents, so that the model stays valid at its own
 // opset and runs in onnxruntime and PyTorch. The clone shares g's initializers: the weights a run
-// trained into g are the ones it writes.
+// trained into g are the ones it writes. A model loaded in half precision
+// (g.HalfFrom) is written back in it (a clone, graph.NarrowHalf).
 func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
+	c, err := exportDecomposed(g)
+	if err != nil || g.HalfFrom == graph.Undefined {
+		return c, err
+	}
+	if c == g {
+		c = g.Clone()
+	}
+	if err := c.NarrowHalf(); err != nil {
+		return nil, fmt.Errorf("rewrite: exporting in %v: %w", g.HalfFrom, err)
+	}
+	return c, nil
+}
+
+// exportDecomposed is ExportGraph's decompositions.
+func exportDecomposed(g *graph.Graph) (*graph.Graph, error) {
 	n := 0
 	for _, nd := range g.Nodes {
 		if ownGroupNorm(nd) || ownLayerNorm(nd) {

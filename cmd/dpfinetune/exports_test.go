@@ -14,6 +14,9 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
+	"github.com/dpfinetune/dpfinetune/internal/orttest"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // TestFixedBatchExports: models exported without dynamic_axes
@@ -65,7 +68,7 @@ func TestFixedBatchExports(t *testing.T) {
 			t.Errorf("a dynamic float32 batch: exit %d: %s%s", code, stdout, e)
 		}
 		for model, want := range map[string]string{
-			"half_cnn.onnx":   "in float16: the other commands run, train and write it in float32",
+			"half_cnn.onnx":   "in float16: the other commands run and train it in float32; train writes it back in float16",
 			"pixels_cnn.onnx": "uint8 pixels the model casts to float",
 		} {
 			if stdout, e, code := run(t, "inspect", "--model", filepath.Join(dir, model)); code != 0 || !strings.Contains(stdout, want) {
@@ -132,8 +135,10 @@ func TestTrainAuxOutputs(t *testing.T) {
 // half_cnn.onnx: weights, input, output and a Constant in float16) runs in
 // float32: predict gives, bit for bit, what the same model in float32 with
 // its weights rounded through float16 gives (half_cnn_ref.onnx), and says
-// so; train runs with the norm check and writes a float32 model that
-// onnxruntime runs.
+// so; train runs with the norm check and writes the model back in float16
+// — weights, input, output and Constant; onnxruntime runs it on float16
+// input within float16's rounding of ours — or, with --out-dtype float32,
+// in float32.
 func TestHalfPrecisionExport(t *testing.T) {
 	dir := filepath.Join("..", "..", "testdata", "exports")
 	tmp := t.TempDir()
@@ -149,7 +154,7 @@ func TestHalfPrecisionExport(t *testing.T) {
 	for i, name := range []string{"half_cnn", "half_cnn_ref"} {
 		y := filepath.Join(tmp, name+".npy")
 		stdout, e, code := run(t, "predict", "--model", filepath.Join(dir, name+".onnx"), "--input", x, "--out", y)
-		if code != 0 || (i == 0) != strings.Contains(stdout, "exported in float16: runs, trains and is written in float32") {
+		if code != 0 || (i == 0) != strings.Contains(stdout, "exported in float16: runs and trains in float32 (its weights widened exactly), written back in float16") {
 			t.Fatalf("predict %s: exit %d: %s%s", name, code, stdout, e)
 		}
 		a, err := npy.ReadFile(y)
@@ -161,16 +166,86 @@ func TestHalfPrecisionExport(t *testing.T) {
 	if len(outs[0].F32) != 30 || !slices.Equal(outs[0].F32, outs[1].F32) {
 		t.Errorf("float16 model %v, float32 model with its weights %v", outs[0].F32, outs[1].F32)
 	}
-	out := filepath.Join(tmp, "tuned.onnx")
-	stdout, e, code := run(t, "train", "--model", filepath.Join(dir, "half_cnn.onnx"), "--data", fmnist+":limit=8", "--test-data", "none",
-		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "for all 4 parameters") || !strings.Contains(stdout, "exported in float16") {
-		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
-	}
-	exportMatchesORT(t, out, []int64{3, 8, 8})
-	lm, err := loadGraph(out)
-	if err != nil || len(lm.half) != 0 || lm.g.Inputs[0].DType != graph.Float32 {
-		t.Errorf("the tuned model: %v, half %v", err, lm)
+	// half_mixed.onnx: a BatchNorm (a training-mode export: trained as
+	// GroupNorm, written as its decomposition, whose constants are then
+	// float16 too) and a LayerNorm that Casts keep in float32, which stays
+	// so, its weights and the Casts with it.
+	for _, c := range []struct {
+		model, flag string
+		want        graph.DType
+		params      int
+	}{{"half_cnn", "model", graph.Float16, 4}, {"half_cnn", "float32", graph.Float32, 4}, {"half_mixed", "model", graph.Float16, 8}} {
+		out := filepath.Join(tmp, c.model+"_"+c.flag+".onnx")
+		stdout, e, code := run(t, "train", "--model", filepath.Join(dir, c.model+".onnx"), "--data", fmnist+":limit=8", "--test-data", "none",
+			"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out-dtype", c.flag, "--out", out)
+		if code != 0 || !strings.Contains(stdout, fmt.Sprintf("for all %d parameters", c.params)) || !strings.Contains(stdout, "written back in float16") != (c.flag == "float32") {
+			t.Fatalf("train %s --out-dtype %s: exit %d: %s%s", c.model, c.flag, code, stdout, e)
+		}
+		m, err := onnx.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gp := m.Proto.GetGraph()
+		types := []int32{gp.GetInput()[0].GetType().GetTensorType().GetElemType(), gp.GetOutput()[0].GetType().GetTensorType().GetElemType()}
+		var casts []int64
+		for _, tp := range gp.GetInitializer() {
+			switch {
+			case tp.GetDataType() == int32(graph.Int64):
+			case strings.HasPrefix(tp.GetName(), "norm."):
+				if tp.GetDataType() != int32(graph.Float32) {
+					t.Errorf("%s: the float32 LayerNorm's %s written as %d", c.model, tp.GetName(), tp.GetDataType())
+				}
+			default:
+				types = append(types, tp.GetDataType())
+			}
+		}
+		for _, n := range gp.GetNode() {
+			for _, a := range n.GetAttribute() {
+				if a.GetT() != nil && a.GetT().GetDataType() != int32(graph.Int64) {
+					types = append(types, a.GetT().GetDataType())
+				}
+				if n.GetOpType() == "Cast" && a.GetName() == "to" {
+					casts = append(casts, a.GetI())
+				}
+			}
+		}
+		for _, d := range types {
+			if d != int32(c.want) {
+				t.Errorf("%s --out-dtype %s: types %v, want all %v", c.model, c.flag, types, c.want)
+				break
+			}
+		}
+		if c.model == "half_mixed" && !slices.Equal(casts, []int64{int64(graph.Float32), int64(graph.Float16)}) {
+			t.Errorf("%s: Casts to %v, want float32 then float16", c.model, casts)
+		}
+		if c.want == graph.Float32 {
+			exportMatchesORT(t, out, []int64{3, 8, 8})
+			continue
+		}
+		// In float16: onnxruntime on the input rounded to float16, ours
+		// on the same values, within float16's rounding of the
+		// activations.
+		lm, err := loadGraph(out)
+		if err != nil || len(lm.half) != 1 {
+			t.Fatalf("the tuned model: %v, %v", err, lm)
+		}
+		plan, err := runtime.CompileForBatch(lm.g, 3, []int64{3, 8, 8}, &runtime.Options{ForwardOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, shape := plan.Input(0)
+		for i := range in {
+			in[i] = graph.HalfToFloat32(graph.Float32ToHalf(float32(math.Sin(float64(i) * 0.37))))
+		}
+		if err := plan.Forward(); err != nil {
+			t.Fatal(err)
+		}
+		ours, _ := plan.Output(0)
+		sh := []int64{int64(shape[0]), int64(shape[1]), int64(shape[2]), int64(shape[3])}
+		res := orttest.Run(t, out, map[string]orttest.Tensor{lm.g.Inputs[0].Name: {Shape: sh, Data: in, Half: true}})
+		if rel := numcheck.RelErr(ours, res[lm.g.Outputs[0].Name].Data, 0); rel > 5e-3 {
+			t.Errorf("%s: onnxruntime vs ours on the float16 export: %.3g of the outputs' scale", c.model, rel)
+		}
 	}
 }
 

@@ -313,7 +313,7 @@ func printInspect(w io.Writer, r *inspectReport) {
 		fmt.Fprintf(w, "             uint8 pixels the model casts to float: the other commands feed it the pixel values (--norm pixels)\n")
 	}
 	if len(r.HalfPrecision) > 0 {
-		fmt.Fprintf(w, "             in %s: the other commands run, train and write it in float32\n", strings.Join(r.HalfPrecision, " and "))
+		fmt.Fprintf(w, "             in %s: the other commands run and train it in float32; train writes it back in %s\n", strings.Join(r.HalfPrecision, " and "), halfWritten(r.HalfPrecision))
 	}
 	for _, v := range r.Outputs {
 		fmt.Fprintf(w, "output:      %s %s %s\n", v.Name, v.DType, shapeString(v))
@@ -392,3 +392,12 @@ func trunc(s string, n int) string {
 }
 
 func humanBytes(b int64) string { return dptrain.FormatBytes(b) }
+
+// halfWritten says what train writes a model exported in the half types
+// half back in: that type, or float32 for a mix of two.
+func halfWritten(half []string) string {
+	if len(half) == 1 {
+		return half[0]
+	}
+	return "float32"
+}

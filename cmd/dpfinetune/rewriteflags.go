@@ -110,7 +110,11 @@ func (lm *loadedModel) notes() []string {
 		out = append(out, "takes uint8 pixels and casts them to float: fed the pixel values (0-255) as float32 (--norm pixels unless given), written with its uint8 input")
 	}
 	if len(lm.half) > 0 {
-		out = append(out, fmt.Sprintf("exported in %s: runs, trains and is written in float32 (its weights widened exactly)", strings.Join(lm.halfNames(), " and ")))
+		written := "written in float32"
+		if d := lm.g.HalfFrom; d != graph.Undefined {
+			written = "written back in " + d.String()
+		}
+		out = append(out, fmt.Sprintf("exported in %s: runs and trains in float32 (its weights widened exactly), %s", strings.Join(lm.halfNames(), " and "), written))
 	}
 	if s := loadRewrites(lm.g); s != "" {
 		out = append(out, s+": runs, trains and is written so")
@@ -137,6 +141,10 @@ func loadRewrites(g *graph.Graph) string {
 	}
 	return "at load: " + strings.Join(parts, ", ")
 }
+
+// writeFloat32 makes the export of a model loaded in half precision
+// float32 (train --out-dtype float32).
+func (lm *loadedModel) writeFloat32() { lm.g.HalfFrom = graph.Undefined }
 
 // halfNames names the half-precision types the model was exported in.
 func (lm *loadedModel) halfNames() []string {

@@ -69,7 +69,7 @@ func runTrain(args []string, stdout io.Writer) error {
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	seedStr                                                             *string
+	seedStr, outDType                                                   *string
 	eps, delta, lr, momentum, wd, clip, gamma                           *float64
 	epochs, batchSize, physical, evalBatch                              *int
 	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
@@ -113,6 +113,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		quiet:      fs.Bool("quiet", false, "no progress bars"),
 		normCheck:  fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
 		evalBatch:  fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
+		outDType:   fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
 		rf:         addRewriteFlags(fs, "groupnorm"),
 		dev:        addDeviceFlag(fs),
 	}
@@ -190,6 +191,13 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	lm, err := loadGraph(*f.model)
 	if err != nil {
 		return cfg, err
+	}
+	switch *f.outDType {
+	case "model":
+	case "float32":
+		lm.writeFloat32()
+	default:
+		return cfg, usageError{fmt.Sprintf("--out-dtype %q: want model or float32", *f.outDType)}
 	}
 	if err := lm.dynamicBatch(); err != nil {
 		return cfg, err

@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
 )
 
 var (
@@ -51,6 +53,9 @@ func setup() {
 type Tensor struct {
 	Shape []int64
 	Data  []float32
+	// Half feeds an input as float16 (Data rounded to it), for a model
+	// written in half precision.
+	Half bool
 }
 
 // Run runs model in onnxruntime with the given float32 inputs and returns
@@ -73,10 +78,17 @@ func Run(t testing.TB, model string, inputs map[string]Tensor) map[string]Tensor
 		for i, v := range in.Data {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
 		}
+		dtype := "float32"
+		if in.Half {
+			b, dtype = b[:2*len(in.Data)], "float16"
+			for i, v := range in.Data {
+				binary.LittleEndian.PutUint16(b[2*i:], graph.Float32ToHalf(v))
+			}
+		}
 		if err := os.WriteFile(filepath.Join(dir, file), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		spec["inputs"][name] = map[string]any{"shape": in.Shape, "file": file}
+		spec["inputs"][name] = map[string]any{"shape": in.Shape, "file": file, "dtype": dtype}
 	}
 	sb, _ := json.Marshal(spec)
 	specPath, outPath := filepath.Join(dir, "spec.json"), filepath.Join(dir, "out.json")

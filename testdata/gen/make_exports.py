@@ -32,6 +32,9 @@ float32 export, as PyTorch 1.13 has no float16 convolution on the CPU):
     OUT/half_cnn.onnx      a small CNN in float16, with a scalar Constant
     OUT/half_cnn_ref.onnx  the same model in float32, its weights rounded
                            through float16: what half_cnn computes, widened
+    OUT/half_mixed.onnx    a CNN with a BatchNorm (training-mode export) in
+                           float16 but for a LayerNorm that Casts keep in
+                           float32
 
 An export that takes uint8 pixels and normalizes them itself:
 
@@ -149,6 +152,65 @@ class HalfCNN(nn.Module):
     def forward(self, x):
         h = torch.relu(self.conv(x * 0.5))
         return self.fc(nn.functional.adaptive_avg_pool2d(h, 4).flatten(1))
+
+
+class HalfMixed(nn.Module):
+    """Written in float16 but for its LayerNorm, kept in float32 between
+    Casts (half_mixed), with a BatchNorm a training-mode export keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.norm = nn.LayerNorm(8 * 4 * 4)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        h = nn.functional.adaptive_avg_pool2d(h, 4).flatten(1)
+        return self.fc(self.norm(h))
+
+
+def half_mixed(out):
+    """Exports HalfMixed in training mode and rewrites it in float16 but
+    for the LayerNorm, which Casts keep in float32 (as model.half() with
+    the norm's .float() and x.float() … .half() around it would export,
+    which PyTorch cannot run on the CPU to trace)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    torch.manual_seed(0)
+    tmp = os.path.join(out, "half_mixed.f32.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(HalfMixed().train(), (torch.randn(2, 3, 8, 8),), tmp, opset_version=17,
+                          input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    m = onnx.load(tmp)
+    os.remove(tmp)
+    g = m.graph
+    ln = [n for n in g.node if n.op_type == "LayerNormalization"][0]
+    keep = set(ln.input[1:])
+    for i, t in enumerate(g.initializer):
+        a = numpy_helper.to_array(t)
+        if a.dtype == np.float32 and t.name not in keep:
+            g.initializer[i].CopyFrom(numpy_helper.from_array(a.astype(np.float16), t.name))
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16), a.t.name))
+    for v in list(g.input) + list(g.output):
+        v.type.tensor_type.elem_type = TensorProto.FLOAT16
+    x, y = ln.input[0], ln.output[0]
+    ln.input[0], ln.output[0] = x + "_f32", y + "_f32"
+    at = list(g.node).index(ln)
+    g.node.insert(at, helper.make_node("Cast", [x], [x + "_f32"], name="norm_in_f32", to=TensorProto.FLOAT))
+    g.node.insert(at + 2, helper.make_node("Cast", [y + "_f32"], [y], name="norm_out_f16", to=TensorProto.FLOAT16))
+    del g.value_info[:]
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(out, "half_mixed.onnx"))
 
 
 class PixelsCNN(nn.Module):
@@ -324,6 +386,8 @@ def main():
     to_half(tmp, os.path.join(args.out, "half_cnn.onnx"), os.path.join(args.out, "half_cnn_ref.onnx"))
     os.remove(tmp)
     print("wrote half_cnn")
+    half_mixed(args.out)
+    print("wrote half_mixed")
     torch.manual_seed(0)
     pix = PixelsCNN()
     ref = PixelsCNN(cast=False)
