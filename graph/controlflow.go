@@ -684,26 +684,13 @@ func (g *Graph) probeBatches() [2]int64 {
 // fails.
 func (g *Graph) inferAt(b int64, want []*Value, budget *int) (func(*Value) *Value, bool) {
 	c := g.Clone()
-	need := map[*Node]bool{}
-	var visit func(v *Value)
-	visit = func(v *Value) {
-		if v == nil || v.Producer == nil || need[v.Producer] {
-			return
-		}
-		need[v.Producer] = true
-		for _, in := range v.Producer.Inputs {
-			visit(in)
-		}
-	}
 	var outs []*Value
 	for _, v := range want {
-		if v == nil {
-			continue
+		if v != nil {
+			outs = append(outs, c.Values[v.Name])
 		}
-		cv := c.Values[v.Name]
-		visit(cv)
-		outs = append(outs, cv)
 	}
+	need := producers(outs)
 	var nodes []*Node
 	for _, n := range c.Nodes {
 		if need[n] {

@@ -120,17 +120,31 @@ func (g *Graph) InferShapes(shapes map[string][]int64) error {
 // tensors, and a value no node reads need not be computed at all; the
 // floating-point nodes stay, the parameters they read with them.
 func (g *Graph) dropUnreadIntegers(isOut map[*Value]bool) {
+	g.dropUnread(isOut, func(n *Node) bool {
+		for _, o := range n.Outputs {
+			if o != nil && (o.DType.IsFloat() || o.DType == Undefined) {
+				return false
+			}
+		}
+		return len(n.Outputs) > 0
+	})
+}
+
+// dropUnread removes the nodes that may go (can) none of whose outputs a
+// node that stays reads or the graph outputs (isOut), and their outputs'
+// values; it relinks nothing.
+func (g *Graph) dropUnread(isOut map[*Value]bool, can func(*Node) bool) {
 	needed := map[*Value]bool{}
 	dead := map[*Node]bool{}
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
 		n := g.Nodes[i]
-		live := false
+		live := !can(n)
 		for _, o := range n.Outputs {
-			if o != nil && (needed[o] || isOut[o] || o.DType.IsFloat() || o.DType == Undefined) {
+			if o != nil && (needed[o] || isOut[o]) {
 				live = true
 			}
 		}
-		if !live && len(n.Outputs) > 0 {
+		if !live {
 			dead[n] = true
 			continue
 		}

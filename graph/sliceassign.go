@@ -287,53 +287,35 @@ func (g *Graph) assignBox(n *Node, axes []int, bx box) {
 // ScatterNDs' indices and that nothing reads any more (the index grids
 // the runtime would otherwise be asked to compute).
 func (g *Graph) dropDeadIndices(done []*boxScatter) {
-	anc := map[*Node]bool{}
+	var idx []*Value
+	for _, c := range done {
+		idx = append(idx, c.n.Input(1))
+	}
+	anc := producers(idx)
+	isOut := map[*Value]bool{}
+	for _, v := range g.Outputs {
+		isOut[v] = true
+	}
+	g.dropUnread(isOut, func(n *Node) bool { return anc[n] })
+	g.relink()
+}
+
+// producers returns the nodes that compute vs, directly or through
+// others.
+func producers(vs []*Value) map[*Node]bool {
+	need := map[*Node]bool{}
 	var visit func(v *Value)
 	visit = func(v *Value) {
-		if v == nil || v.Producer == nil || anc[v.Producer] {
+		if v == nil || v.Producer == nil || need[v.Producer] {
 			return
 		}
-		anc[v.Producer] = true
+		need[v.Producer] = true
 		for _, in := range v.Producer.Inputs {
 			visit(in)
 		}
 	}
-	for _, c := range done {
-		visit(c.n.Input(1))
+	for _, v := range vs {
+		visit(v)
 	}
-	live := map[*Node]bool{}
-	needed := map[*Value]bool{}
-	for _, v := range g.Outputs {
-		needed[v] = true
-	}
-	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		n := g.Nodes[i]
-		for _, o := range n.Outputs {
-			if o != nil && needed[o] {
-				live[n] = true
-			}
-		}
-		if live[n] || !anc[n] {
-			live[n] = true
-			for _, in := range n.Inputs {
-				if in != nil {
-					needed[in] = true
-				}
-			}
-		}
-	}
-	kept := g.Nodes[:0]
-	for _, n := range g.Nodes {
-		if live[n] {
-			kept = append(kept, n)
-			continue
-		}
-		for _, o := range n.Outputs {
-			if o != nil {
-				delete(g.Values, o.Name)
-			}
-		}
-	}
-	g.Nodes = kept
-	g.relink()
+	return need
 }
