@@ -33,7 +33,7 @@ var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "googlenet", "
 
 var breadthAll = []string{"resnet18", "wide_resnet", "resnext", "densenet", "mobilenet_v2", "mobilenet_v3_small",
 	"mobilenet_v3_large", "efficientnet", "regnet", "shufflenet_v2", "mnasnet", "googlenet", "inception_v3",
-	"squeezenet", "alexnet", "vgg", "vgg_bn", "convnext", "swin_t", "vit", "maxvit"}
+	"squeezenet", "alexnet", "vgg", "vgg_bn", "convnext", "swin_t", "swin_v2", "efficientnet_v2", "vit", "maxvit"}
 
 type breadthEntry struct {
 	Size    int               `json:"size"`

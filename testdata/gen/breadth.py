@@ -94,6 +94,20 @@ def vgg_bn():
     return m
 
 
+def swin_v2():
+    s = tv("swin_transformer")
+    return s.SwinTransformer([4, 4], 16, [2, 2], [1, 2], [4, 4], stochastic_depth_prob=0.0, num_classes=10,
+                             block=s.SwinTransformerBlockV2, downsample_layer=s.PatchMergingV2)
+
+
+def efficientnet_v2():
+    e = tv("efficientnet")
+    setting = [e.FusedMBConvConfig(1, 3, 1, 8, 8, 1), e.FusedMBConvConfig(4, 3, 2, 8, 16, 1),
+               e.MBConvConfig(4, 3, 2, 16, 24, 1), e.MBConvConfig(6, 3, 1, 24, 32, 1)]
+    return e.EfficientNet(setting, 0.2, stochastic_depth_prob=0.0, num_classes=10, last_channel=64,
+                          norm_layer=functools.partial(nn.BatchNorm2d, eps=1e-03))
+
+
 # name -> (constructor, input size, what was reduced)
 MODELS = {
     "resnet18": (lambda: resnet_like(), 64, "BasicBlock [1,1,1,1] (resnet18 has [2,2,2,2]), widths as torchvision"),
@@ -116,6 +130,8 @@ MODELS = {
     "convnext": (convnext, 32, "3 stages 8/16/32, one block each"),
     "swin_t": (lambda: tv("swin_transformer").SwinTransformer([4, 4], 16, [2, 2], [1, 2], [4, 4], stochastic_depth_prob=0.0, num_classes=10), 32, "embed 16, depths [2,2], heads [1,2], window 4 (shifted windows in the 2nd block)"),
     "vit": (lambda: tv("vision_transformer").VisionTransformer(32, 8, 2, 2, 32, 64, num_classes=10), 32, "image 32, patch 8, 2 layers, 2 heads, dim 32, mlp 64"),
+    "swin_v2": (swin_v2, 32, "Swin V2 (cosine attention, log-spaced continuous position bias, res-post-norm): embed 16, depths [2,2], heads [1,2], window 4"),
+    "efficientnet_v2": (efficientnet_v2, 64, "FusedMBConv 1×8→8, 4×8→16, MBConv 4×16→24, 6×24→32, one layer each, last channel 64"),
     "maxvit": (lambda: tv("maxvit").MaxVit((64, 64), 8, 2, [8, 16], [1, 1], 4, 0.0, num_classes=10), 64, "stem 8, blocks [8,16] × 1, partition 2, head dim 4"),
 }
 
