@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -12,7 +14,8 @@ import (
 
 // controlFlowSeeds are the control-flow models of the tests: tensor_split's
 // Loop over a sequence (of a constant and of a graph-input x), a scan Loop,
-// the sequence operators, and Ifs on a shape and on a constant.
+// the sequence operators, and Ifs on a shape and on a constant; and the
+// slice assignments' export, whose ScatterND grids the loader reads.
 func controlFlowSeeds() []*onnxpb.ModelProto {
 	xs := i64([]int64{2, 6}, 0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15)
 	shapeCond := []*onnxpb.NodeProto{
@@ -20,17 +23,26 @@ func controlFlowSeeds() []*onnxpb.ModelProto {
 		fnode("dim", "Gather", []string{"sh", "ax1"}, []string{"d"}),
 		fnode("eq", "Equal", []string{"d", "k3"}, []string{"cond"}),
 	}
-	return []*onnxpb.ModelProto{
+	seeds := []*onnxpb.ModelProto{
 		splitLoopModel(2, xs), splitLoopModel(2, nil), splitLoopModel(0, nil),
 		ifModel(shapeCond...), ifModel(cfConst("cond", &Tensor{DType: Bool, B: []bool{false}})),
 	}
+	// The slice assignments' index grids (read back at load too).
+	if b, err := os.ReadFile(filepath.Join("..", "testdata", "exports", "slice_assign.onnx")); err == nil {
+		m := &onnxpb.ModelProto{}
+		if proto.Unmarshal(b, m) == nil {
+			seeds = append(seeds, m)
+		}
+	}
+	return seeds
 }
 
-// FuzzControlFlow mutates the control-flow models, their main graph and
+// FuzzControlFlow mutates the control-flow models (and the slice
+// assignments of testdata/exports/slice_assign.onnx), their main graph and
 // the subgraph of their first Loop or If alike (hostile.Mutate: shapes,
 // attributes, opsets, dtypes, node order, dangling and rewired inputs,
 // removed nodes, other operators), and loads them: the unrolling and
-// inlining at load, then validation and shape inference, return errors,
+// inlining and the slice assignments' reading at load, then validation and shape inference, return errors,
 // never panic.
 func FuzzControlFlow(f *testing.F) {
 	seeds := controlFlowSeeds()
