@@ -198,6 +198,21 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("MatMul", []string{"f", "wh"}, "y")
 			return m
 		},
+		"scatter_path": func() *opModel {
+			// A bias with some elements kept at zero by a ScatterND of
+			// constant indices (Swin V2's key bias, qkv_bias[C:2C] = 0):
+			// a path whose index map leaves those elements out.
+			m := &opModel{opset: 14, sample: []int64{6}, rng: rand.New(rand.NewPCG(13, 14))}
+			m.param("b", 6)
+			m.inits = append(m.inits, &onnxpb.TensorProto{Name: proto.String("idx"), DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Dims: []int64{2, 1}, Int64Data: []int64{2, 3}},
+				&onnxpb.TensorProto{Name: proto.String("zeros"), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: []int64{2}, FloatData: []float32{0, 0}})
+			m.node("ScatterND", []string{"b", "idx", "zeros"}, "bz")
+			m.node("Add", []string{"input", "bz"}, "h") // (N,6)
+			m.node("Tanh", []string{"h"}, "th")
+			m.param("w", 6, 4)
+			m.node("MatMul", []string{"th", "w"}, "y")
+			return m
+		},
 		"prelu_opset6_channels": func() *opModel {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)

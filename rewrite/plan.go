@@ -320,9 +320,21 @@ func (u *Use) GhostAllowed() bool {
 }
 
 // pathOps are the shape-only operators a parameter may pass through
-// before it meets the batch (see Step).
+// before it meets the batch (see Step); and a ScatterND that replaces
+// elements (scatterPath).
 var pathOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile",
 	"Concat", "Split", "Slice", "Gather", "Cast")
+
+// scatterPath reports whether a parameter reaches ScatterND n as its data
+// or updates (k), n replacing elements (no reduction): each element of its
+// output is then a copy of one element of either, as Swin V2 keeps its
+// key bias at zero (qkv_bias[C:2C] = 0, the indices folded to a
+// constant); the engine's index map of the path checks it element by
+// element.
+func scatterPath(n *graph.Node, k int) bool {
+	r, err := n.ScatterReduction()
+	return n.OpType == "ScatterND" && n.Domain == "" && (k == 0 || k == 2) && err == nil && r == "none"
+}
 
 // paramSum reports whether the Add n sums values computed from
 // parameters alone (MViT's position embedding: its temporal and spatial
@@ -644,7 +656,7 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 					}
 				}
 				if allIndep {
-					if !(pathOps[n.OpType] || n.OpType == "Add" && paramSum(n)) || (n.OpType == "Gather" && k != 0) {
+					if !(pathOps[n.OpType] || n.OpType == "Add" && paramSum(n) || scatterPath(n, k)) || (n.OpType == "Gather" && k != 0) {
 						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators are supported there", n.OpType, nodeLabel(n))
 					}
 					for _, o := range n.Outputs {

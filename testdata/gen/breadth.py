@@ -33,6 +33,7 @@ import argparse
 import copy
 import functools
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -96,6 +97,15 @@ def vgg_bn():
 
 def swin_v2():
     s = tv("swin_transformer")
+    # torch 1.13 cannot export the in-place zero_() by which Swin V2 keeps
+    # its key bias at 0 (aten::zero); the same as a slice assignment (which
+    # the exporter writes as a ScatterND over an index grid) it can.
+    src = inspect.getsource(s.shifted_window_attention)
+    fixed = src.replace("qkv_bias[length : 2 * length].zero_()", "qkv_bias[length : 2 * length] = 0.0")
+    if fixed != src:
+        ns = {}
+        exec(compile(fixed, s.__file__, "exec"), s.__dict__, ns)
+        s.shifted_window_attention = ns["shifted_window_attention"]
     return s.SwinTransformer([4, 4], 16, [2, 2], [1, 2], [4, 4], stochastic_depth_prob=0.0, num_classes=10,
                              block=s.SwinTransformerBlockV2, downsample_layer=s.PatchMergingV2)
 
@@ -130,7 +140,7 @@ MODELS = {
     "convnext": (convnext, 32, "3 stages 8/16/32, one block each"),
     "swin_t": (lambda: tv("swin_transformer").SwinTransformer([4, 4], 16, [2, 2], [1, 2], [4, 4], stochastic_depth_prob=0.0, num_classes=10), 32, "embed 16, depths [2,2], heads [1,2], window 4 (shifted windows in the 2nd block)"),
     "vit": (lambda: tv("vision_transformer").VisionTransformer(32, 8, 2, 2, 32, 64, num_classes=10), 32, "image 32, patch 8, 2 layers, 2 heads, dim 32, mlp 64"),
-    "swin_v2": (swin_v2, 32, "Swin V2 (cosine attention, log-spaced continuous position bias, res-post-norm): embed 16, depths [2,2], heads [1,2], window 4"),
+    "swin_v2": (swin_v2, 32, "Swin V2 (cosine attention, log-spaced continuous position bias, res-post-norm; its key bias zeroed by a slice assignment, which torch 1.13 exports, instead of zero_(), which it cannot): embed 16, depths [2,2], heads [1,2], window 4"),
     "efficientnet_v2": (efficientnet_v2, 64, "FusedMBConv 1×8→8, 4×8→16, MBConv 4×16→24, 6×24→32, one layer each, last channel 64"),
     "maxvit": (lambda: tv("maxvit").MaxVit((64, 64), 8, 2, [8, 16], [1, 1], 4, 0.0, num_classes=10), 64, "stem 8, blocks [8,16] × 1, partition 2, head dim 4"),
 }
