@@ -166,6 +166,10 @@ func TestHalfPrecisionExport(t *testing.T) {
 	if len(outs[0].F32) != 30 || !slices.Equal(outs[0].F32, outs[1].F32) {
 		t.Errorf("float16 model %v, float32 model with its weights %v", outs[0].F32, outs[1].F32)
 	}
+	if _, e, code := run(t, "train", "--model", filepath.Join(dir, "half_cnn.onnx"), "--data", fmnist+":limit=8", "--epsilon", "8",
+		"--out-dtype", "float64", "--out", filepath.Join(tmp, "no.onnx")); code == 0 || !strings.Contains(e, `--out-dtype "float64": want model or float32`) {
+		t.Errorf("--out-dtype float64: exit %d: %s", code, e)
+	}
 	// half_mixed.onnx: a BatchNorm (a training-mode export: trained as
 	// GroupNorm, written as its decomposition, whose constants are then
 	// float16 too) and a LayerNorm that Casts keep in float32, which stays
