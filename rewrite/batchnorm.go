@@ -140,15 +140,19 @@ func RewriteBatchNorm(g *graph.Graph, opts BNOptions, shapes map[string]graph.Sh
 	relink(g)
 	nm := newNamer(g)
 	var changes []Change
+	batched := inputDependent(g)
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.OpType != "BatchNormalization" || n.Domain != "" {
 			continue
 		}
 		var ch Change
 		var err error
-		if opts.Mode == BNGroupNorm {
+		switch {
+		case n.Input(0) != nil && !batched[n.Input(0)]:
+			ch, err = bnOnParams(g, nm, n, shapes)
+		case opts.Mode == BNGroupNorm:
 			ch, err = bnToGroupNorm(g, nm, n, opts, shapes)
-		} else {
+		default:
 			ch, err = bnFreeze(g, nm, n, shapes)
 		}
 		if err != nil {
@@ -158,6 +162,111 @@ func RewriteBatchNorm(g *graph.Graph, opts BNOptions, shapes map[string]graph.Sh
 		relink(g)
 	}
 	return changes, g.Validate()
+}
+
+// inputDependent marks the values computed from the graph's inputs.
+func inputDependent(g *graph.Graph) map[*graph.Value]bool {
+	dep := map[*graph.Value]bool{}
+	for _, v := range g.Inputs {
+		dep[v] = true
+	}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in != nil && dep[in] {
+				for _, o := range n.Outputs {
+					if o != nil {
+						dep[o] = true
+					}
+				}
+				break
+			}
+		}
+	}
+	return dep
+}
+
+// bnOnParams writes out a BatchNormalization that normalizes no sample:
+// its input is computed from parameters and constants only, as timm's
+// StdConv2d standardizes a convolution's weight per output channel with
+// F.batch_norm(w.reshape(1, C, −1), training=True). No batch statistics
+// mix samples there: the node becomes its computation — with the input's
+// own statistics over every axis but the channels' in training mode, with
+// the given mean and variance otherwise — (x − μ)/√(σ² + ε)·γ + β, which
+// the runtime runs and differentiates. The parameter behind it is then
+// transformed before it meets the batch, and the plan freezes it and
+// says so.
+func bnOnParams(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]graph.Shape) (Change, error) {
+	if len(n.Inputs) < 5 || n.Inputs[1] == nil || n.Inputs[2] == nil {
+		return Change{}, fmt.Errorf("has %d inputs, want 5", len(n.Inputs))
+	}
+	x := n.Inputs[0]
+	sh := shapes[x.Name]
+	if sh == nil {
+		sh = x.Shape
+	}
+	if len(sh) < 2 {
+		return Change{}, fmt.Errorf("the rank of its input %q is unknown", x.Name)
+	}
+	for _, o := range n.Outputs[1:] {
+		if o != nil && len(o.Consumers) > 0 {
+			return Change{}, fmt.Errorf("normalizes parameters (no batch), and its running statistics %q are read", o.Name)
+		}
+	}
+	eps, err := n.Float("epsilon")
+	if err != nil {
+		return Change{}, err
+	}
+	rank := len(sh)
+	training := n.IntOr("training_mode", 0) == 1
+	if n.Opset < 14 {
+		for _, o := range n.Outputs[1:] {
+			training = training || o != nil
+		}
+	}
+	dt := graph.Float32
+	if x.DType.IsFloat() {
+		dt = x.DType
+	}
+	b := newBuilder(g, nm, nodeLabel(n)+"/params")
+	perChannel := func(v *graph.Value) *graph.Value {
+		shape := append([]int64{-1}, channelShape(1, rank)[1:]...)
+		return b.op("Reshape", nil, v, b.constant(int64Tensor([]int64{int64(len(shape))}, shape...)))
+	}
+	var d, va *graph.Value
+	if training {
+		axes := []int64{0}
+		for a := 2; a < rank; a++ {
+			axes = append(axes, int64(a))
+		}
+		mean := func(v *graph.Value) *graph.Value {
+			if b.opset >= 18 {
+				return b.op("ReduceMean", nil, v, b.constant(int64Tensor([]int64{int64(len(axes))}, axes...)))
+			}
+			return b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", axes...)}, v)
+		}
+		d = b.op("Sub", nil, x, mean(x))
+		va = mean(b.op("Mul", nil, d, d))
+	} else {
+		d = b.op("Sub", nil, x, perChannel(n.Inputs[3]))
+		va = perChannel(n.Inputs[4])
+	}
+	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(dt, nil, []float64{float64(eps)}))))
+	y := b.op("Mul", nil, b.op("Div", nil, d, sd), perChannel(n.Inputs[1]))
+	b.opInto(n.Outputs[0], "Add", nil, y, perChannel(n.Inputs[2]))
+	for _, o := range n.Outputs[1:] {
+		if o != nil {
+			delete(g.Values, o.Name)
+		}
+	}
+	g.ReplaceNode(n, b.nodes)
+	relink(g)
+	stats := "its input's own statistics"
+	if !training {
+		stats = "its given mean and variance"
+	}
+	return Change{Pass: "batchnorm", Target: nodeLabel(n),
+		Action: "written as its computation (" + stats + ")",
+		Reason: "it normalizes parameters, not samples (weight standardization): no batch statistics to replace"}, nil
 }
 
 // bnParts are the inputs of a BatchNormalization node, checked.

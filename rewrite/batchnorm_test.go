@@ -1,11 +1,13 @@
 package rewrite
 
 import (
+	"math"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func TestGroupsFor(t *testing.T) {
@@ -350,5 +352,77 @@ func TestExportGraphKeepsNativeGroupNorm(t *testing.T) {
 	}
 	if len(g.Nodes) != 2 {
 		t.Errorf("the training graph changed: %d nodes", len(g.Nodes))
+	}
+}
+
+// TestBatchNormOnParams: a BatchNormalization of a parameter (weight
+// standardization: no sample in it) is written as its computation, in
+// training mode with the parameter's own statistics over every axis but
+// the channels', in inference mode with the given ones, in either --bn
+// mode; what it computes is the definition's.
+func TestBatchNormOnParams(t *testing.T) {
+	const eps = 1e-3
+	w := []float32{0.5, -1, 2, 0.25, 1.5, 0.75, -0.5, 3, -2, 1, 0.1, -0.3} // (3, 4): 4 channels
+	s, bias, mu, va := []float32{1, 2, 0.5, -1}, []float32{0, 0.1, -0.2, 0.3}, []float32{0.1, 0.2, -0.1, 0}, []float32{1, 0.5, 2, 0.25}
+	for _, training := range []int64{1, 0} {
+		for _, mode := range []BNMode{BNGroupNorm, BNFreeze} {
+			b := newMB().input("x", "N", 3).output("y", "N", 4).
+				init("w", []int64{3, 4}, w...).init("s", []int64{4}, s...).init("b", []int64{4}, bias...).
+				init("mu", []int64{4}, mu...).init("va", []int64{4}, va...).
+				node("BatchNormalization", "bn", []string{"w", "s", "b", "mu", "va"}, []string{"wn"}, attrFloat("epsilon", eps), attrInt("training_mode", training)).
+				node("Gemm", "fc", []string{"x", "wn"}, []string{"y"})
+			b.opset = 15
+			g := b.build(t)
+			ch, err := RewriteBatchNorm(g, BNOptions{Mode: mode}, nil)
+			if err != nil || len(ch) != 1 || !strings.Contains(ch[0].Reason, "normalizes parameters") {
+				t.Fatalf("training %d, %s: %v %v", training, mode, ch, err)
+			}
+			x := &tens{shape: []int{2, 3}, d: []float64{1, 2, 3, -1, 0.5, 2}}
+			p, err := runtime.CompileForBatch(g.Clone(), 2, []int64{3}, &runtime.Options{ForwardOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, _ := p.Input(0)
+			for i, v := range x.d {
+				in[i] = float32(v)
+			}
+			if err := p.Forward(); err != nil {
+				t.Fatal(err)
+			}
+			out, _ := p.Output(0)
+			got := &tens{shape: []int{2, 4}}
+			for _, v := range out {
+				got.d = append(got.d, float64(v))
+			}
+			// The definition.
+			wn := make([]float64, 12)
+			for c := range 4 {
+				m, v := float64(mu[c]), float64(va[c])
+				if training == 1 {
+					m, v = 0, 0
+					for r := range 3 {
+						m += float64(w[r*4+c]) / 3
+					}
+					for r := range 3 {
+						d := float64(w[r*4+c]) - m
+						v += d * d / 3
+					}
+				}
+				for r := range 3 {
+					wn[r*4+c] = (float64(w[r*4+c])-m)/math.Sqrt(v+eps)*float64(s[c]) + float64(bias[c])
+				}
+			}
+			want := &tens{shape: []int{2, 4}, d: make([]float64, 8)}
+			for i := range 2 {
+				for c := range 4 {
+					for r := range 3 {
+						want.d[i*4+c] += x.d[i*3+r] * wn[r*4+c]
+					}
+				}
+			}
+			if d := got.maxAbsDiff(want); d > 1e-5*want.maxAbs() {
+				t.Errorf("training %d, %s: %v, want %v", training, mode, got.d, want.d)
+			}
+		}
 	}
 }

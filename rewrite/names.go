@@ -141,9 +141,12 @@ func paramSuffix(op string, i int) string {
 // and "" when neither applies.
 func ExportForm(g *graph.Graph) string {
 	bn, folded := 0, 0
+	batched := inputDependent(g)
 	for _, n := range g.Nodes {
 		switch {
-		case n.OpType == "BatchNormalization" && n.Domain == "":
+		case n.OpType == "BatchNormalization" && n.Domain == "" && batched[n.Input(0)]:
+			// (one over parameters alone is weight standardization,
+			// in either form)
 			bn++
 		case n.OpType == "Conv" && len(n.Inputs) > 1 && n.Inputs[1] != nil && ExporterNamed(n.Inputs[1].Name):
 			folded++

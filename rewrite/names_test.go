@@ -67,7 +67,14 @@ func TestModuleName(t *testing.T) {
 	if got := ExportForm(g); got != ExportEvalFolded {
 		t.Errorf("ExportForm = %q, want %q", got, ExportEvalFolded)
 	}
-	g.Nodes = append(g.Nodes, &graph.Node{OpType: "BatchNormalization"})
+	// A BatchNormalization of the batch's data; one of a parameter alone
+	// (weight standardization) is none.
+	g.Inputs = []*graph.Value{x}
+	g.Nodes = append(g.Nodes, &graph.Node{OpType: "BatchNormalization", Inputs: []*graph.Value{w}})
+	if got := ExportForm(g); got != ExportEvalFolded {
+		t.Errorf("ExportForm with a BN of a weight = %q, want %q", got, ExportEvalFolded)
+	}
+	g.Nodes = append(g.Nodes, &graph.Node{OpType: "BatchNormalization", Inputs: []*graph.Value{y}})
 	if got := ExportForm(g); got != ExportTraining {
 		t.Errorf("ExportForm with BN = %q, want %q", got, ExportTraining)
 	}

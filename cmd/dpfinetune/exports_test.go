@@ -494,3 +494,28 @@ func TestSliceAssignments(t *testing.T) {
 	}
 	exportMatchesORT(t, out, []int64{3, 6, 6})
 }
+
+// TestWeightStandardization: a convolution whose weight is standardized
+// by a BatchNormalization in training mode before it (timm's StdConv2d;
+// testdata/exports/ws_conv.onnx) normalizes no sample: plan writes it as
+// its computation instead of refusing the model, freezes the weight behind
+// it and says why, and the rest gives PyTorch's logits and per-sample norms
+// in every mode, trains and runs in onnxruntime.
+func TestWeightStandardization(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	model := filepath.Join(dir, "ws_conv.onnx")
+	stdout, e, code := run(t, "plan", "--model", model)
+	if code != 0 || !strings.Contains(stdout, "normalizes parameters, not samples") || !strings.Contains(stdout, "69 trainable in 5 tensors") ||
+		!strings.Contains(stdout, "216 frozen in 1 tensors") || !strings.Contains(stdout, "before it meets the batch") || strings.Contains(stdout, "training mode") {
+		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+	}
+	matchesPyTorch(t, model, filepath.Join(dir, "ws_conv_ref.npz"))
+	tmp := t.TempDir()
+	out := filepath.Join(tmp, "tuned.onnx")
+	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--input-shape", "3,8,8", "--num-classes", "10",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 5 parameters") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 8, 8})
+}

@@ -85,6 +85,13 @@ over index grids computed from the shape, dynamic batch:
     OUT/slice_assign_ref.npz
                            x, y, logits and norms as clip3d_ref.npz
 
+A convolution with weight standardization (timm's StdConv2d: F.batch_norm of
+the weight in training mode), dynamic batch:
+
+    OUT/ws_conv.onnx       the standardized convolution, GroupNorm, a linear head
+    OUT/ws_conv_ref.npz    x, y, logits and norms as clip3d_ref.npz, the
+                           standardized weight left out (frozen)
+
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
 
@@ -328,6 +335,43 @@ def slice_assigns(out):
              norms=breadth.brute_norms(m, x, y))
 
 
+class StdConv2d(nn.Conv2d):
+    """timm's StdConv2d: the weight standardized per output channel by
+    F.batch_norm in training mode, before the convolution."""
+
+    def forward(self, x):
+        w = nn.functional.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None, training=True,
+                                     momentum=0.0, eps=1e-6).reshape_as(self.weight)
+        return nn.functional.conv2d(x, w, self.bias, self.stride, self.padding)
+
+
+class WSConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = StdConv2d(3, 8, 3, padding=1)
+        self.gn = nn.GroupNorm(4, 8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(nn.functional.adaptive_avg_pool2d(torch.relu(self.gn(self.conv(x))), 1).flatten(1))
+
+
+def ws_conv(out):
+    import numpy as np
+    torch.manual_seed(0)
+    m = WSConv().eval()
+    x = torch.randn(3, 3, 8, 8)
+    y = torch.tensor([1, 4, 0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (x,), os.path.join(out, "ws_conv.onnx"), opset_version=17, input_names=["input"],
+                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    with torch.no_grad():
+        logits = m(x).numpy()
+    m.conv.weight.requires_grad_(False)  # frozen: standardized before it meets the batch
+    np.savez(os.path.join(out, "ws_conv_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits, norms=breadth.brute_norms(m, x, y))
+
+
 def to_half(path, out_half, out_ref):
     """Rewrites a float32 export as float16 (out_half) and as float32 with
     its weights rounded through float16 (out_ref)."""
@@ -406,6 +450,8 @@ def main():
     print("wrote mvit_v1, mvit_v2")
     slice_assigns(args.out)
     print("wrote slice_assign")
+    ws_conv(args.out)
+    print("wrote ws_conv")
 
 
 if __name__ == "__main__":
