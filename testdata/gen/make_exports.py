@@ -285,19 +285,9 @@ def small_mvit(v2):
 
 
 def mvits(out):
-    import numpy as np
     for name, v2 in (("mvit_v1", False), ("mvit_v2", True)):
         torch.manual_seed(0)
-        m = small_mvit(v2).eval()
-        x = torch.randn(3, 3, 4, 32, 32)
-        y = torch.tensor([1, 4, 0])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(m, (x,), os.path.join(out, name + ".onnx"), opset_version=17, input_names=["input"],
-                              output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-        with torch.no_grad():
-            logits = m(x).numpy()
-        np.savez(os.path.join(out, name + "_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits, norms=breadth.brute_norms(m, x, y))
+        export_with_ref(out, name, small_mvit(v2).eval(), (3, 4, 32, 32))
 
 
 class SliceAssign(nn.Module):
@@ -319,20 +309,29 @@ class SliceAssign(nn.Module):
         return self.fc(h.flatten(1))
 
 
-def slice_assigns(out):
+def export_with_ref(out, name, m, sample, frozen=()):
+    """Exports m (seeded just before it was built) at opset 17 with a
+    dynamic batch as OUT/name.onnx and writes OUT/name_ref.npz: x (3
+    samples of shape sample), y, logits, and PyTorch's per-sample norms of
+    every parameter but those named in frozen."""
     import numpy as np
-    torch.manual_seed(0)
-    m = SliceAssign().eval()
-    x = torch.randn(3, 3, 6, 6)
+    x = torch.randn(3, *sample)
     y = torch.tensor([1, 4, 0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(m, (x,), os.path.join(out, "slice_assign.onnx"), opset_version=17, input_names=["input"],
+        torch.onnx.export(m, (x,), os.path.join(out, name + ".onnx"), opset_version=17, input_names=["input"],
                           output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     with torch.no_grad():
         logits = m(x).numpy()
-    np.savez(os.path.join(out, "slice_assign_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits,
+    for pname, p in m.named_parameters():
+        p.requires_grad_(pname not in frozen)
+    np.savez(os.path.join(out, name + "_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits,
              norms=breadth.brute_norms(m, x, y))
+
+
+def slice_assigns(out):
+    torch.manual_seed(0)
+    export_with_ref(out, "slice_assign", SliceAssign().eval(), (3, 6, 6))
 
 
 class StdConv2d(nn.Conv2d):
@@ -357,19 +356,9 @@ class WSConv(nn.Module):
 
 
 def ws_conv(out):
-    import numpy as np
     torch.manual_seed(0)
-    m = WSConv().eval()
-    x = torch.randn(3, 3, 8, 8)
-    y = torch.tensor([1, 4, 0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(m, (x,), os.path.join(out, "ws_conv.onnx"), opset_version=17, input_names=["input"],
-                          output_names=["logits"], dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-    with torch.no_grad():
-        logits = m(x).numpy()
-    m.conv.weight.requires_grad_(False)  # frozen: standardized before it meets the batch
-    np.savez(os.path.join(out, "ws_conv_ref.npz"), x=x.numpy(), y=y.numpy(), logits=logits, norms=breadth.brute_norms(m, x, y))
+    # The standardized weight is frozen: transformed before it meets the batch.
+    export_with_ref(out, "ws_conv", WSConv().eval(), (3, 8, 8), frozen=("conv.weight",))
 
 
 def to_half(path, out_half, out_ref):
