@@ -52,7 +52,7 @@ func markMaskedOut(g *Graph) {
 		for _, o := range c.Outputs {
 			outs[o] = true
 		}
-		runtime := inputDerived(c)
+		runtime := c.InputDerived()
 		// Inference and folding take a validated graph (every node's
 		// arity): the loader validates later, after this.
 		if err := c.Validate(); err != nil {
@@ -181,9 +181,10 @@ func unitShapes(g *Graph) map[string][]int64 {
 	return shapes
 }
 
-// inputDerived returns the values g computes from its inputs, shapes and
-// sizes included: whatever folds of them holds for one input shape only.
-func inputDerived(g *Graph) map[*Value]bool {
+// InputDerived returns the values g computes from its inputs, shapes and
+// sizes included: whatever folds of them holds for one input shape only,
+// and a node none of whose inputs is among them sees no sample.
+func (g *Graph) InputDerived() map[*Value]bool {
 	d := map[*Value]bool{}
 	for _, v := range g.Inputs {
 		if v.Const == nil {

@@ -140,7 +140,7 @@ func RewriteBatchNorm(g *graph.Graph, opts BNOptions, shapes map[string]graph.Sh
 	relink(g)
 	nm := newNamer(g)
 	var changes []Change
-	batched := inputDependent(g)
+	batched := g.InputDerived()
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
 		if n.OpType != "BatchNormalization" || n.Domain != "" {
 			continue
@@ -162,27 +162,6 @@ func RewriteBatchNorm(g *graph.Graph, opts BNOptions, shapes map[string]graph.Sh
 		relink(g)
 	}
 	return changes, g.Validate()
-}
-
-// inputDependent marks the values computed from the graph's inputs.
-func inputDependent(g *graph.Graph) map[*graph.Value]bool {
-	dep := map[*graph.Value]bool{}
-	for _, v := range g.Inputs {
-		dep[v] = true
-	}
-	for _, n := range g.Nodes {
-		for _, in := range n.Inputs {
-			if in != nil && dep[in] {
-				for _, o := range n.Outputs {
-					if o != nil {
-						dep[o] = true
-					}
-				}
-				break
-			}
-		}
-	}
-	return dep
 }
 
 // bnOnParams writes out a BatchNormalization that normalizes no sample:

@@ -141,7 +141,7 @@ func paramSuffix(op string, i int) string {
 // and "" when neither applies.
 func ExportForm(g *graph.Graph) string {
 	bn, folded := 0, 0
-	batched := inputDependent(g)
+	batched := g.InputDerived()
 	for _, n := range g.Nodes {
 		switch {
 		case n.OpType == "BatchNormalization" && n.Domain == "" && batched[n.Input(0)]:
