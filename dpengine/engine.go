@@ -134,10 +134,14 @@ type Engine struct {
 	psRuns     []psRun // psAll by size (layPerSample)
 	// hookPS holds, by consumer output name, the hook buffers of the
 	// runtime plan that hold per-sample gradients (arenaPerSample).
-	hookPS  map[string]*hookPS
-	whole   bool
-	byName  map[string]*param
-	groups  map[string][]*useGroup // keyed by consumer output name
+	hookPS map[string]*hookPS
+	whole  bool
+	byName map[string]*param
+	groups map[string][]*useGroup // keyed by consumer output name
+	// derived are the groups whose operand is computed from their
+	// parameters (useGroup.derived), in the order of their consumers'
+	// outputs and operands.
+	derived []*useGroup
 	hookErr error
 	// bkScratch is book-keeping's weighted-sum scratch and normScratch the
 	// per-worker scratch of the per-sample norms (unfolded inputs, Gram

@@ -1,8 +1,10 @@
 package dpengine
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -41,6 +43,16 @@ type useGroup struct {
 	// contract is a general Einsum weight's contraction over the whole
 	// batch (einsumOperandBatch, built at its first step).
 	contract *runtime.ContractLoop
+	// derived marks an operand computed from its parameters
+	// (rewrite.Use.Transform: weight standardization, a position-bias
+	// MLP): sub's forward pass depends on the parameters' values, and
+	// refreshDerived reruns it on the current ones before each physical
+	// batch. virt, for a linear operand, is the use the consumer's rule
+	// sees: the operand as a parameter of its own whose per-sample
+	// gradients (virt.p.ps) deriveBack takes back through sub to the
+	// parameters after the backward pass.
+	derived bool
+	virt    *useState
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the
@@ -240,6 +252,10 @@ var (
 // gone (ResNet-50 at batch 32: 125 MB of them, 10 MB more arena).
 func arenaPerSample(cfg Config, rp *rewrite.Param) bool {
 	if arenaPerSampleOff || rp.Shared || len(rp.Uses) != 1 || rp.Size < arenaPerSampleMin || !needPerSample(cfg, rp) {
+		return false
+	}
+	if u := rp.Uses[0]; u.Kind == rewrite.KindLinear && u.Transform {
+		// Filled after the backward pass (deriveBack), not by a hook.
 		return false
 	}
 	switch u := rp.Uses[0]; cfg.Mode {
@@ -445,39 +461,128 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			if len(g.uses[0].use.Path) == 0 {
 				continue
 			}
-			if g.linear != nil {
+			for _, us := range g.uses {
+				if len(us.use.Path) == 0 {
+					return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", g.uses[0].use.OperandValue, g.output)
+				}
+				g.derived = g.derived || us.use.Transform
+			}
+			if g.linear != nil && !g.derived {
 				if err := e.buildLinearPaths(cg, g); err != nil {
 					return err
 				}
 				continue
 			}
-			if len(g.uses) == 1 {
-				g.bcast = broadcastPath(cg, g.uses[0], B)
-			}
-			if e.batchSamples && (g.op == "Add" || g.op == "Mul") { // arithmeticBatch's
-				e.buildRowsMaps(cg, g)
-			}
-			var names []string
-			for _, u := range g.uses {
-				if len(u.use.Path) == 0 {
-					return fmt.Errorf("dpengine: operand %q of %s mixes direct and derived parameters", g.uses[0].use.OperandValue, g.output)
+			if g.linear == nil {
+				if len(g.uses) == 1 && !g.derived {
+					g.bcast = broadcastPath(cg, g.uses[0], B)
 				}
-				names = append(names, u.p.name)
+				if e.batchSamples && !g.derived && (g.op == "Add" || g.op == "Mul") { // arithmeticBatch's
+					e.buildRowsMaps(cg, g)
+				}
 			}
-			sub, err := cg.Extract(g.uses[0].use.OperandValue)
-			if err != nil {
-				return fmt.Errorf("dpengine: %w", err)
-			}
-			g.sub, err = runtime.Compile(sub, &runtime.Options{Device: e.cfg.Device, Trainable: names, KeepActivations: true})
-			if err != nil {
-				return fmt.Errorf("dpengine: path of %v: %w", names, err)
-			}
-			if err := g.sub.Forward(); err != nil {
-				return fmt.Errorf("dpengine: path of %v: %w", names, err)
-			}
-			out, _ := g.sub.Output(0)
-			if g.subOut, err = e.alloc(len(out), "the path gradient of "+g.output); err != nil {
+			if err := e.buildSub(cg, g); err != nil {
 				return err
+			}
+			if g.linear != nil {
+				if err := e.buildVirtual(g); err != nil {
+					return err
+				}
+			}
+			if g.derived {
+				e.derived = append(e.derived, g)
+			}
+		}
+	}
+	// A parameter in several computations gets their gradients in one
+	// order: its per-sample sums do not depend on the map's.
+	slices.SortFunc(e.derived, func(a, b *useGroup) int {
+		return cmp.Or(cmp.Compare(a.output, b.output), cmp.Compare(a.operand, b.operand))
+	})
+	return nil
+}
+
+// buildSub compiles the sub-plan of group g's operand: its subgraph from
+// the parameters, trainable, through which per-sample gradients with
+// respect to the operand go back to them.
+func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) error {
+	var names []string
+	for _, u := range g.uses {
+		names = append(names, u.p.name)
+	}
+	sub, err := cg.Extract(g.uses[0].use.OperandValue)
+	if err != nil {
+		return fmt.Errorf("dpengine: %w", err)
+	}
+	g.sub, err = runtime.Compile(sub, &runtime.Options{Device: e.cfg.Device, Trainable: names, KeepActivations: true})
+	if err != nil {
+		return fmt.Errorf("dpengine: path of %v: %w", names, err)
+	}
+	if err := g.sub.Forward(); err != nil {
+		return fmt.Errorf("dpengine: path of %v: %w", names, err)
+	}
+	out, _ := g.sub.Output(0)
+	if g.subOut, err = e.alloc(len(out), "the path gradient of "+g.output); err != nil {
+		return err
+	}
+	return nil
+}
+
+// buildVirtual gives the linear group g, whose operand is computed from
+// its parameters, the use its consumer's rule sees (useGroup.virt): the
+// operand as a parameter, instantiated (a ghost norm of the operand is
+// not the parameters'), with B rows of per-sample gradients of its own.
+func (e *Engine) buildVirtual(g *useGroup) error {
+	us := g.uses[0]
+	out, shape := g.sub.Output(0)
+	ps, err := e.alloc(e.cfg.PhysicalBatch*len(out), "the per-sample gradients of "+us.use.OperandValue)
+	if err != nil {
+		return err
+	}
+	v := &param{name: us.use.OperandValue, data: out, shape: shape, ps: ps}
+	ls := &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
+	g.virt = &useState{use: us.use, p: v, linear: ls}
+	return nil
+}
+
+// refreshDerived reruns the sub-plans of the operands computed from
+// parameters on the parameters' current values (copied in), so that
+// their backward passes differentiate the computation where the step's
+// forward pass did, and clears the linear ones' per-sample gradients.
+func (e *Engine) refreshDerived() error {
+	for _, g := range e.derived {
+		for _, us := range g.uses {
+			d, _ := g.sub.Param(us.p.name)
+			e.lay.Copy(us.p.data, d)
+		}
+		if err := g.sub.Forward(); err != nil {
+			return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
+		}
+		if g.virt != nil {
+			e.lay.Fill(0, g.virt.p.ps)
+		}
+	}
+	return nil
+}
+
+// deriveBack takes the per-sample gradients of every linear operand
+// computed from parameters back to the parameters' per-sample gradients:
+// sample by sample, the computation's vector-Jacobian product (its
+// sub-plan's backward pass from the operand's gradient).
+func (e *Engine) deriveBack() error {
+	for _, g := range e.derived {
+		if g.virt == nil {
+			continue
+		}
+		e.countSampleLoop()
+		size := len(g.virt.p.data)
+		for i := 0; i < e.n; i++ {
+			if err := g.sub.BackwardFrom(g.virt.p.ps[i*size:(i+1)*size], nil); err != nil {
+				return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
+			}
+			for _, us := range g.uses {
+				n := len(us.p.data)
+				e.ops.Add(g.sub.Grad(us.p.name), us.p.ps[i*n:(i+1)*n])
 			}
 		}
 	}
@@ -725,6 +830,9 @@ func (e *Engine) clipPhysical(B int) error {
 		h.filled = false
 	}
 	e.hookErr = nil
+	if err := e.refreshDerived(); err != nil {
+		return err
+	}
 	opts := &runtime.BackwardOptions{Hook: e.hook, SkipParamGrads: true}
 	if err := e.plan.Backward(e.weights, opts); err != nil {
 		return err
@@ -738,6 +846,9 @@ func (e *Engine) clipPhysical(B int) error {
 		if !h.filled {
 			e.lay.Fill(0, h.buf)
 		}
+	}
+	if err := e.deriveBack(); err != nil {
+		return err
 	}
 	// Norms of parameters that kept per-sample gradients: a call per
 	// size (layPerSample).
@@ -862,7 +973,11 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	}
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
-		if g.linear != nil {
+		if g.virt != nil {
+			// One instantiation of the operand, whatever the number of
+			// parameters it is computed from.
+			err = g.linear.perSample(e, ev, g.virt)
+		} else if g.linear != nil {
 			// Several uses only where an operand joins several
 			// parameters (instantiated, each mapped to its own).
 			for _, us := range g.uses {

@@ -29,6 +29,35 @@ type opModel struct {
 	inits  []*onnxpb.TensorProto
 	nodes  []*onnxpb.NodeProto
 	rng    *rand.Rand
+	// loops is the number of per-sample loops a step runs on a device
+	// that batches its per-sample work: one per operand computed from
+	// parameters (the vector-Jacobian products, taken sample by sample).
+	loops int
+}
+
+// constant adds a Constant node of float values with the given shape (no
+// parameter: a Constant is not an initializer).
+func (m *opModel) constant(name string, shape []int64, v ...float32) {
+	t := &onnxpb.TensorProto{DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Dims: shape, FloatData: v}
+	m.node("Constant", nil, name, &onnxpb.AttributeProto{Name: proto.String("value"), Type: onnxpb.AttributeProto_TENSOR.Enum(), T: t})
+}
+
+// perturb adds noise to every parameter of m, as an optimizer step would
+// change them, and returns their names and new values.
+func (m *opModel) perturb() ([]string, [][]float32) {
+	var names []string
+	var values [][]float32
+	for _, t := range m.inits {
+		if t.GetDataType() != int32(onnxpb.TensorProto_FLOAT) {
+			continue
+		}
+		for k := range t.FloatData {
+			t.FloatData[k] += float32(m.rng.NormFloat64() * 0.3)
+		}
+		names = append(names, t.GetName())
+		values = append(values, append([]float32(nil), t.FloatData...))
+	}
+	return names, values
 }
 
 func (m *opModel) param(name string, shape ...int64) {
@@ -213,6 +242,78 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("MatMul", []string{"th", "w"}, "y")
 			return m
 		},
+		"transform_conv_weightnorm": func() *opModel {
+			// Weights computed from parameters before they meet the
+			// batch: a convolution's weight standardized per output
+			// channel and scaled by a gain (NFNet's ScaledStdConv2d,
+			// timm's StdConv2d), and a head under weight normalization
+			// (w = g·v/‖v‖, torch.nn.utils.weight_norm). Each weight's
+			// per-sample gradient goes back through its computation.
+			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(15, 16)), loops: 2}
+			m.param("w", 4, 3, 3, 3)
+			m.node("ReduceMean", []string{"w"}, "mu", attrIs("axes", 1, 2, 3))
+			m.node("Sub", []string{"w", "mu"}, "d")
+			m.node("Mul", []string{"d", "d"}, "d2")
+			m.node("ReduceMean", []string{"d2"}, "var", attrIs("axes", 1, 2, 3))
+			m.constant("eps", nil, 1e-5)
+			m.node("Add", []string{"var", "eps"}, "ve")
+			m.node("Sqrt", []string{"ve"}, "sd")
+			m.node("Div", []string{"d", "sd"}, "wn")
+			m.param("gain", 4, 1, 1, 1)
+			m.node("Mul", []string{"wn", "gain"}, "ws")
+			m.param("b", 4)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", attrIs("pads", 1, 1, 1, 1)) // (N,4,5,5)
+			m.node("Relu", []string{"h"}, "r")
+			m.node("Flatten", []string{"r"}, "f", attrI("axis", 1)) // (N,100)
+			m.param("v", 4, 100)
+			m.node("ReduceL2", []string{"v"}, "nv", attrIs("axes", 1))
+			m.node("Div", []string{"v", "nv"}, "vu")
+			m.param("g", 4, 1)
+			m.node("Mul", []string{"vu", "g"}, "wh")
+			m.param("bh", 4)
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			return m
+		},
+		"transform_bias_scale": func() *opModel {
+			// Swin V2's attention: a relative-position bias table made
+			// by an MLP from constant coordinates, gathered, squashed and
+			// added to the logits, which a clipped, exponentiated logit
+			// scale multiplies.
+			m := &opModel{opset: 14, sample: []int64{2, 4, 4}, rng: rand.New(rand.NewPCG(17, 18)), loops: 2}
+			coords := make([]float32, 14)
+			for k := range coords {
+				coords[k] = float32(k%7-3) / 3
+			}
+			m.constant("coords", []int64{7, 2}, coords...)
+			m.param("w1", 2, 8)
+			m.node("MatMul", []string{"coords", "w1"}, "m1")
+			m.param("b1", 8)
+			m.node("Add", []string{"m1", "b1"}, "a1")
+			m.node("Relu", []string{"a1"}, "r1")
+			m.param("w2", 8, 2)
+			m.node("MatMul", []string{"r1", "w2"}, "table") // (7,2)
+			idx := make([]int64, 16)
+			for k := range idx {
+				idx[k] = int64(k/4-k%4) + 3
+			}
+			m.inits = append(m.inits, &onnxpb.TensorProto{Name: proto.String("idx"), DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Dims: []int64{4, 4}, Int64Data: idx})
+			m.node("Gather", []string{"table", "idx"}, "gb")                   // (4,4,2)
+			m.node("Transpose", []string{"gb"}, "tb", attrIs("perm", 2, 0, 1)) // (2,4,4)
+			m.node("Sigmoid", []string{"tb"}, "sb")
+			m.constant("sixteen", nil, 16)
+			m.node("Mul", []string{"sb", "sixteen"}, "bias")
+			m.node("Add", []string{"input", "bias"}, "h") // (N,2,4,4)
+			m.param("s", 2, 1, 1)
+			m.constant("smax", nil, 0.5)
+			m.node("Clip", []string{"s", "", "smax"}, "sc")
+			m.node("Exp", []string{"sc"}, "scale")
+			m.node("Mul", []string{"h", "scale"}, "hs")
+			m.node("Softmax", []string{"hs"}, "p", attrI("axis", -1))
+			m.node("Flatten", []string{"p"}, "f", attrI("axis", 1)) // (N,32)
+			m.param("wo", 32, 4)
+			m.node("MatMul", []string{"f", "wo"}, "y")
+			return m
+		},
 		"prelu_opset6_channels": func() *opModel {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)
@@ -262,42 +363,64 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					sums, _, err := e.ClippedSum(x, y)
-					if err != nil {
+					checkClippedSum(t, e, dm.name, x, y, want, wantSum, m.loops)
+					if m.loops == 0 {
+						return
+					}
+					// A computation's gradient depends on the parameters:
+					// after they change, the norms are those at the new
+					// values.
+					m := build()
+					names, values := m.perturb()
+					want, wantSum := bruteNorms(t, m, x, y, R)
+					if err := e.SetParams(names, values); err != nil {
 						t.Fatal(err)
 					}
-					for pname, w := range wantSum {
-						var d, mx float64
-						for k, v := range w {
-							d = math.Max(d, math.Abs(float64(sums[pname][k])-v))
-							mx = math.Max(mx, math.Abs(v))
-						}
-						if d > 1e-3*mx+1e-6 {
-							t.Errorf("%s: clipped sum differs from brute force by %.3g (max %.3g)", pname, d, mx)
-						}
-					}
-					got := e.ParamNorms()
-					if len(got) != len(want) {
-						t.Errorf("%d parameters with norms, brute force %d", len(got), len(want))
-					}
-					// PRelu slopes, ConvTranspose and Einsum weights
-					// batch their per-sample work where the device does.
-					if e.sampleLoops != 0 {
-						t.Errorf("%d per-sample loops on %s", e.sampleLoops, dm.name)
-					}
-					for pname, w := range want {
-						g, ok := got[pname]
-						if !ok {
-							t.Errorf("no per-sample norm for %s", pname)
-							continue
-						}
-						for i := range w {
-							if d := math.Abs(g[i] - w[i]); d > 1e-3*w[i]+1e-7 {
-								t.Errorf("%s sample %d: norm %v, brute force %v", pname, i, g[i], w[i])
-							}
-						}
-					}
+					checkClippedSum(t, e, dm.name, x, y, want, wantSum, 2*m.loops)
 				})
+			}
+		}
+	}
+}
+
+// checkClippedSum runs e's clipped sum of x, y and holds its sums and
+// per-sample norms to brute force's (want, wantSum), and the per-sample
+// loops it ran in all to loops.
+func checkClippedSum(t *testing.T, e *Engine, dev string, x []float32, y []int64, want, wantSum map[string][]float64, loops int) {
+	t.Helper()
+	sums, _, err := e.ClippedSum(x, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pname, w := range wantSum {
+		var d, mx float64
+		for k, v := range w {
+			d = math.Max(d, math.Abs(float64(sums[pname][k])-v))
+			mx = math.Max(mx, math.Abs(v))
+		}
+		if d > 1e-3*mx+1e-6 {
+			t.Errorf("%s: clipped sum differs from brute force by %.3g (max %.3g)", pname, d, mx)
+		}
+	}
+	got := e.ParamNorms()
+	if len(got) != len(want) {
+		t.Errorf("%d parameters with norms, brute force %d", len(got), len(want))
+	}
+	// PRelu slopes, ConvTranspose and Einsum weights batch their
+	// per-sample work where the device does; computations take theirs
+	// back sample by sample.
+	if e.batchSamples && e.sampleLoops != loops {
+		t.Errorf("%d per-sample loops on %s, want %d", e.sampleLoops, dev, loops)
+	}
+	for pname, w := range want {
+		g, ok := got[pname]
+		if !ok {
+			t.Errorf("no per-sample norm for %s", pname)
+			continue
+		}
+		for i := range w {
+			if d := math.Abs(g[i] - w[i]); d > 1e-3*w[i]+1e-7 {
+				t.Errorf("%s sample %d: norm %v, brute force %v", pname, i, g[i], w[i])
 			}
 		}
 	}

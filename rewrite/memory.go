@@ -37,7 +37,12 @@ const (
 //	             PerSample = 4·B·Σ_k n_k over the parameters k whose
 //	             per-sample gradients are kept for their norm: shared
 //	             ones, weights through a path that does not keep the norm
-//	             (Layer.Mapped), elementwise parameters behind a path
+//	             (Layer.Mapped), elementwise parameters behind a path;
+//	             plus, for weights computed from parameters
+//	             (Layer.Transformed), the operand's per-sample gradient,
+//	             once a consumer operand, before it goes back through the
+//	             computation (in every DP mode; in instantiate and bk
+//	             in place of inst_l, with the parameters' own)
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -248,18 +253,38 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 			sumKept += prm.Size
 		}
 	}
+	// A weight computed from parameters (Layer.Transformed) keeps its
+	// operand's per-sample gradients once, however many parameters it is
+	// computed from (sumOperand), and each parameter its own (sumFrom).
+	type operand struct {
+		out string
+		k   int
+	}
+	operands := map[operand]bool{}
+	var sumOperand, sumFrom int64
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
 		if l.Shared || l.Mapped {
 			ghost = inst
 		}
-		sumInst += inst
-		// dpengine's rule (needPerSample): keep the instantiated gradient
-		// where it is no larger than the input and output gradient.
-		if l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T) {
+		switch {
+		case l.Transformed:
+			if k := (operand{l.Output, l.Operand}); !operands[k] {
+				operands[k] = true
+				sumOperand += inst
+			}
+			if prm := p.Param(l.Param); prm != nil {
+				sumFrom += prm.Size
+			}
+		case l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T):
+			// dpengine's rule (needPerSample): keep the instantiated
+			// gradient where it is no larger than the input and output
+			// gradient.
+			sumInst += inst
 			sumBKInst += inst
-		} else {
+		default:
+			sumInst += inst
 			sumBKOut += l.Groups * l.T * l.P
 		}
 		maxGhost = max(maxGhost, ghost)
@@ -298,9 +323,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	norms := 4 * b
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
-		mode(ModeInstantiate, 4*b*(sumInst+sumElem)+norms, 0),
-		mode(ModeGhost, 4*b*sumKept+norms, ghostT),
-		mode(ModeMixed, 4*b*sumKept+norms, chosenT),
-		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem)+norms, chosenT),
+		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumOperand+sumFrom)+norms, 0),
+		mode(ModeGhost, 4*b*(sumKept+sumOperand)+norms, ghostT),
+		mode(ModeMixed, 4*b*(sumKept+sumOperand)+norms, chosenT),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumOperand+sumFrom)+norms, chosenT),
 	}
 }

@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -74,15 +75,19 @@ const (
 	SharedFreeze SharedPolicy = "freeze"
 )
 
-// Step is one shape-only operator between a parameter and the node where
-// it meets the batch: Identity, Reshape, Flatten, Transpose, Squeeze,
-// Unsqueeze, Expand, Tile, Concat, Split, Slice, Gather (parameter as
-// data, constant indices) and Cast, with every input independent of the
-// batch. The composition is linear in the parameter: the engine obtains
+// Step is one operator between a parameter and the node where it meets
+// the batch, every input independent of the batch. Most are shape-only:
+// Identity, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Expand, Tile,
+// Concat, Split, Slice, Gather (parameter as data, constant indices) and
+// Cast, whose composition copies parameter elements: the engine obtains
 // the parameter's per-sample gradient by back-propagating the consumer
-// operand's per-sample gradient through these operators, one sample at a
-// time (Expand along the batch axis, as for a class token, is the
-// identity per sample; Gather scatter-adds into the table rows).
+// operand's per-sample gradient through them (Expand along the batch
+// axis, as for a class token, is the identity per sample; Gather
+// scatter-adds into the table rows). The others compute (TransformOps:
+// weight standardization's statistics, weight normalization's norm, a
+// position-bias MLP): the parameter's per-sample gradient is then the
+// vector-Jacobian product of that computation, taken per sample
+// (Use.Transform).
 type Step struct {
 	Node    string `json:"node"`
 	Output  string `json:"output"`
@@ -112,6 +117,13 @@ type Use struct {
 	Out  BatchLayout `json:"out_layout"`
 	// Layer is the annotation of a linear use.
 	Layer *Layer `json:"layer,omitempty"`
+	// Transform is set when the operand is computed from the parameter,
+	// on some route of the path, by an operator that does not copy
+	// elements (TransformOps): the consumer's per-sample gradient with
+	// respect to the operand is instantiated and taken back to the
+	// parameter through the computation's vector-Jacobian product, sample
+	// by sample. A ghost norm of the operand is not the parameter's.
+	Transform bool `json:"transform,omitempty"`
 }
 
 // Param is the plan for one floating-point initializer.
@@ -175,6 +187,10 @@ type Layer struct {
 	// norm (Concat, Expand, Tile, Gather): always instantiated, and the
 	// per-sample gradient mapped back to the parameter.
 	Mapped bool `json:"mapped,omitempty"`
+	// Transformed marks a use through a computation (Use.Transform; also
+	// Mapped): the per-sample gradient is instantiated and taken back
+	// through the computation's vector-Jacobian product.
+	Transformed bool `json:"transformed,omitempty"`
 	// TwoT2 = 2T² and PD = p·D are the per-sample, per-group space of the
 	// ghost norm and of the instantiated gradient (the paper's Table 3).
 	TwoT2    int64    `json:"2T2"`
@@ -316,7 +332,7 @@ func NormPreserving(path []Step) bool {
 // rearranging operators only (see NormPreserving). Otherwise the use's
 // per-sample gradient is instantiated and mapped back to the parameter.
 func (u *Use) GhostAllowed() bool {
-	return u.Kind == KindLinear && u.Layer != nil && !u.Layer.Shared && NormPreserving(u.Path)
+	return u.Kind == KindLinear && u.Layer != nil && !u.Layer.Shared && !u.Transform && NormPreserving(u.Path)
 }
 
 // pathOps are the shape-only operators a parameter may pass through
@@ -324,6 +340,37 @@ func (u *Use) GhostAllowed() bool {
 // elements (scatterPath).
 var pathOps = set("Identity", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Expand", "Tile",
 	"Concat", "Split", "Slice", "Gather", "Cast")
+
+// transformOps are the operators, differentiable by the runtime, through
+// which a parameter may be computed before it meets the batch (see Step):
+// arithmetic, activations, reductions, products and normalizations of
+// parameters and constants. Operators whose gradient is zero or undefined
+// (Floor, Sign, comparisons), random ones and control flow are not: a
+// parameter computed through them is frozen and reported.
+var transformOps = set("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", "Neg", "Abs", "Exp", "Log",
+	"Sin", "Cos", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf",
+	"Gelu", "Softplus", "Softsign", "Mish", "PRelu", "Clip", "Max", "Min", "Sum", "Mean", "Where", "Pad",
+	"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin",
+	"ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "MatMul", "Gemm", "Einsum", "Softmax", "LogSoftmax",
+	"LayerNormalization", "GroupNormalization", "InstanceNormalization")
+
+// TransformOps lists, sorted, the operators through which a parameter may
+// be computed before it meets the batch (Use.Transform).
+func TransformOps() []string {
+	var ops []string
+	for op := range transformOps {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	return ops
+}
+
+// copies reports whether node n, reading a parameter-derived value as its
+// input k with every input independent of the batch, copies elements of
+// it (a Step that is no computation).
+func copies(n *graph.Node, k int) bool {
+	return pathOps[n.OpType] && !(n.OpType == "Gather" && k != 0) || n.OpType == "Add" && paramSum(n) || scatterPath(n, k)
+}
 
 // scatterPath reports whether a parameter reaches ScatterND n as its data
 // or updates (k), n replacing elements (no reduction): each element of its
@@ -533,6 +580,8 @@ type analyzer struct {
 	// lossReads holds the values the first output (the one the loss
 	// reads) is computed from; nil until first needed.
 	lossReads map[*graph.Value]bool
+	// index is each node's position in g.Nodes; nil until first needed.
+	index map[*graph.Node]int
 }
 
 // readByLoss reports whether the first graph output depends on v. A model
@@ -624,18 +673,29 @@ func (a *analyzer) param(v *graph.Value) *Param {
 	for _, u := range uses {
 		if u.Layer != nil {
 			u.Layer.Param = v.Name
-			u.Layer.decide(a.opts.Priority, prm.Shared, u.Path)
+			u.Layer.decide(a.opts.Priority, prm.Shared, u)
 		}
 	}
 	return prm
 }
 
-// uses walks from v through shape-only operators to the nodes where it
-// meets the batch. A non-empty reason means v cannot be trained.
+// uses walks from v through the operators that compute from parameters
+// and constants only (Step) to the nodes where it meets the batch. A
+// non-empty reason means v cannot be trained.
 func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 	var uses []*Use
+	// Each value is walked once: a computation reaches its values along
+	// many routes (weight standardization reads the weight, its mean and
+	// its deviation), which a walk per route would follow exponentially
+	// often. cone holds the nodes walked through, for Use.Transform.
+	walked := map[*graph.Value]bool{}
+	var cone []*graph.Node
 	var walk func(x *graph.Value, path []Step) string
 	walk = func(x *graph.Value, path []Step) string {
+		if walked[x] {
+			return ""
+		}
+		walked[x] = true
 		seen := map[*graph.Node]bool{}
 		for _, n := range x.Consumers {
 			if seen[n] {
@@ -656,9 +716,11 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 					}
 				}
 				if allIndep {
-					if !(pathOps[n.OpType] || n.OpType == "Add" && paramSum(n) || scatterPath(n, k)) || (n.OpType == "Gather" && k != 0) {
-						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators are supported there", n.OpType, nodeLabel(n))
+					if !copies(n, k) && !transformOps[n.OpType] {
+						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators and differentiable computations (rewrite.TransformOps) are supported there",
+							n.OpType, nodeLabel(n))
 					}
+					cone = append(cone, n)
 					for _, o := range n.Outputs {
 						if o == nil || !o.DType.IsFloat() {
 							continue
@@ -695,7 +757,47 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 	if r := walk(v, nil); r != "" {
 		return nil, r
 	}
+	if len(cone) > 0 {
+		computed := a.computed(v, cone)
+		for _, u := range uses {
+			u.Transform = computed[a.g.Values[u.OperandValue]]
+		}
+	}
 	return uses, ""
+}
+
+// computed returns the values of cone's nodes (computing from parameter v
+// and other parameters and constants) that are computed from v, on some
+// route, by a node that does not copy elements (copies): the nodes in
+// graph order, each output computed if its node computes from v or reads
+// a computed value.
+func (a *analyzer) computed(v *graph.Value, cone []*graph.Node) map[*graph.Value]bool {
+	if a.index == nil {
+		a.index = map[*graph.Node]int{}
+		for i, n := range a.g.Nodes {
+			a.index[n] = i
+		}
+	}
+	slices.SortFunc(cone, func(x, y *graph.Node) int { return a.index[x] - a.index[y] })
+	from := map[*graph.Value]bool{v: true} // computed from v at all
+	out := map[*graph.Value]bool{}
+	for i, n := range cone {
+		if i > 0 && cone[i-1] == n {
+			continue
+		}
+		c := false
+		for k, in := range n.Inputs {
+			if in != nil && from[in] {
+				c = c || out[in] || !copies(n, k)
+			}
+		}
+		for _, o := range n.Outputs {
+			if o != nil {
+				from[o], out[o] = true, c
+			}
+		}
+	}
+	return out
 }
 
 // classify describes how consumer n reads the parameter-derived value q
@@ -751,24 +853,30 @@ func prod(d []int64) int64 {
 }
 
 // decide applies the layerwise decision.
-func (l *Layer) decide(pr Priority, shared bool, path []Step) {
+func (l *Layer) decide(pr Priority, shared bool, u *Use) {
 	l.TwoT2 = 2 * l.T * l.T
 	l.PD = l.P * l.D
 	l.Shared = shared
-	if shared {
-		l.Decision, l.Reason = Instantiate, "shared parameter: per-use gradients are instantiated and summed"
-		return
+	var ops []string
+	for _, s := range u.Path {
+		ops = append(ops, s.Op)
 	}
-	if !NormPreserving(path) {
-		var ops []string
-		for _, s := range path {
-			ops = append(ops, s.Op)
-		}
+	if u.Transform {
+		// Whatever else holds: the operand's per-sample gradient goes
+		// back through the computation.
+		l.Mapped, l.Transformed = true, true
+	}
+	switch {
+	case shared:
+		l.Decision, l.Reason = Instantiate, "shared parameter: per-use gradients are instantiated and summed"
+	case u.Transform:
+		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s computed through %v: the per-sample gradient is instantiated and taken back through the computation (its vector-Jacobian product)", l.Op, ops)
+	case !NormPreserving(u.Path):
 		l.Mapped = true
 		l.Decision, l.Reason = Instantiate, fmt.Sprintf("reaches the %s through %v, which does not keep the norm: the per-sample gradient is instantiated and mapped back", l.Op, ops)
-		return
+	default:
+		l.Decision, l.Reason = Decide(l.T, l.D, l.P, pr)
 	}
-	l.Decision, l.Reason = Decide(l.T, l.D, l.P, pr)
 }
 
 // Decide is the layerwise decision of mixed ghost clipping for a layer

@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
@@ -259,17 +260,19 @@ func TestSelection(t *testing.T) {
 }
 
 // sharedModel reads W in two Gemms (weight sharing), B through a
-// Transpose, and S through a Sigmoid.
+// Transpose, S through a Sigmoid and V through a Floor.
 func sharedModel(t *testing.T) *graph.Graph {
 	return newMB().input("x", "N", 4).output("y", "N", 4).
-		init("W", []int64{4, 4}).init("B", []int64{4, 4}).init("S", []int64{4}).init("U", []int64{4}).
+		init("W", []int64{4, 4}).init("B", []int64{4, 4}).init("S", []int64{4}).init("U", []int64{4}).init("V", []int64{4}).
 		node("Gemm", "fc1", []string{"x", "W"}, []string{"h"}, attrInt("transB", 1)).
 		node("Relu", "relu", []string{"h"}, []string{"r"}).
 		node("Gemm", "fc2", []string{"r", "W"}, []string{"h2"}, attrInt("transB", 1)).
 		node("Transpose", "tb", []string{"B"}, []string{"bt"}).
 		node("MatMul", "mm", []string{"h2", "bt"}, []string{"h3"}).
 		node("Sigmoid", "sig", []string{"S"}, []string{"ss"}).
-		node("Mul", "scale", []string{"h3", "ss"}, []string{"y"}).build(t)
+		node("Mul", "scale", []string{"h3", "ss"}, []string{"h4"}).
+		node("Floor", "floor", []string{"V"}, []string{"vf"}).
+		node("Add", "shift", []string{"h4", "vf"}, []string{"y"}).build(t)
 }
 
 func TestSharingAndPaths(t *testing.T) {
@@ -289,8 +292,14 @@ func TestSharingAndPaths(t *testing.T) {
 	if b := p.Param("B"); b.Kind != KindLinear || len(b.Uses[0].Path) != 1 || b.Uses[0].Path[0].Op != "Transpose" || b.Uses[0].Layer.Decision != Ghost {
 		t.Errorf("B behind a Transpose: %+v", b)
 	}
-	if s := p.Param("S"); s.Kind != KindFrozen || !strings.Contains(s.Reason, "Sigmoid") {
+	if b := p.Param("B"); b.Uses[0].Transform {
+		t.Errorf("B behind a Transpose is computed: %+v", b.Uses[0])
+	}
+	if s := p.Param("S"); s.Kind != KindElementwise || !s.Uses[0].Transform || len(s.Uses[0].Path) != 1 || s.Uses[0].Path[0].Op != "Sigmoid" {
 		t.Errorf("S behind a Sigmoid: %+v", s)
+	}
+	if v := p.Param("V"); v.Kind != KindFrozen || !strings.Contains(v.Reason, "transformed by Floor floor") {
+		t.Errorf("V behind a Floor: %+v", v)
 	}
 	if u := p.Param("U"); u.Kind != KindFrozen || !strings.Contains(u.Reason, "no node") {
 		t.Errorf("unused U: %+v", u)
@@ -370,5 +379,62 @@ func TestAnalyzeErrors(t *testing.T) {
 	p, err := Analyze(g, PlanOptions{InputShape: []int64{1, 28, 28}, Batch: 1})
 	if err != nil || len(p.Layers) != 4 || p.Layers[2].T != 1 {
 		t.Errorf("batch 1: %v, %+v", err, p)
+	}
+}
+
+// TestTransformedParameters: weights computed from parameters before they
+// meet the batch are trained through the computation: weight
+// standardization with a gain (every route computes), a weight of which
+// one route copies the parameter and another computes (the use is
+// computed), and a chain of diamonds whose routes double at each level
+// (walked once per value, not once per route).
+func TestTransformedParameters(t *testing.T) {
+	b := newMB().input("x", "N", 3, 6, 6).output("y", "N", 5).
+		init("w", []int64{4, 3, 3, 3}).init("gain", []int64{4, 1, 1, 1}).
+		node("ReduceMean", "mu", []string{"w"}, []string{"mu"}, attrInts("axes", 1, 2, 3)).
+		node("Sub", "dev", []string{"w", "mu"}, []string{"d"}).
+		node("Mul", "sq", []string{"d", "d"}, []string{"d2"}).
+		node("ReduceMean", "var", []string{"d2"}, []string{"var"}, attrInts("axes", 1, 2, 3)).
+		node("Sqrt", "sd", []string{"var"}, []string{"sd"}).
+		node("Div", "std", []string{"d", "sd"}, []string{"wn"}).
+		node("Mul", "gained", []string{"wn", "gain"}, []string{"ws"}).
+		node("Conv", "conv", []string{"x", "ws"}, []string{"h"}).                  // (N,4,4,4)
+		node("Flatten", "flat", []string{"h"}, []string{"f"}, attrInt("axis", 1)). // (N,64)
+		init("v", []int64{2, 64}).
+		node("Identity", "vi", []string{"v"}, []string{"vi"}).
+		node("Exp", "ev", []string{"v"}, []string{"ve"}).
+		node("Concat", "cat", []string{"vi", "ve"}, []string{"vc"}, attrInt("axis", 0)). // (4,64)
+		node("Gemm", "fc", []string{"f", "vc"}, []string{"h2"}, attrInt("transB", 1))
+	// u, then 40 levels of u ← u + u·u: 2⁴⁰ routes to the head.
+	b.init("u", []int64{4, 5})
+	prev := "u"
+	for k := 0; k < 40; k++ {
+		sq, sum := fmt.Sprintf("sq%d", k), fmt.Sprintf("sum%d", k)
+		b.node("Mul", sq, []string{prev, prev}, []string{sq}).node("Add", sum, []string{prev, sq}, []string{sum})
+		prev = sum
+	}
+	g := b.node("MatMul", "head", []string{"h2", prev}, []string{"y"}).build(t)
+	p, err := Analyze(g, PlanOptions{InputShape: []int64{3, 6, 6}, Batch: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"w", "gain", "v", "u"} {
+		prm := p.Param(name)
+		if prm.Kind != KindLinear || len(prm.Uses) != 1 {
+			t.Errorf("%s: %+v", name, prm)
+			continue
+		}
+		u := prm.Uses[0]
+		if !u.Transform || u.GhostAllowed() || !u.Layer.Transformed || !u.Layer.Mapped || u.Layer.Decision != Instantiate ||
+			!strings.Contains(u.Layer.Reason, "vector-Jacobian product") {
+			t.Errorf("%s: %+v, layer %+v", name, u, u.Layer)
+		}
+	}
+	// v's first route copies it (Concat): the use is computed all the same.
+	if u := p.Param("v").Uses[0]; len(u.Path) != 2 || u.Path[0].Op != "Identity" || u.Path[1].Op != "Concat" {
+		t.Errorf("v's path: %+v", u.Path)
+	}
+	if p.Trainable.Tensors != 4 || p.Frozen.Tensors != 0 {
+		t.Errorf("%d trainable, %d frozen tensors", p.Trainable.Tensors, p.Frozen.Tensors)
 	}
 }

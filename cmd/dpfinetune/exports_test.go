@@ -505,8 +505,8 @@ func TestWeightStandardization(t *testing.T) {
 	dir := filepath.Join("..", "..", "testdata", "exports")
 	model := filepath.Join(dir, "ws_conv.onnx")
 	stdout, e, code := run(t, "plan", "--model", model)
-	if code != 0 || !strings.Contains(stdout, "normalizes parameters, not samples") || !strings.Contains(stdout, "69 trainable in 5 tensors") ||
-		!strings.Contains(stdout, "216 frozen in 1 tensors") || !strings.Contains(stdout, "before it meets the batch") || strings.Contains(stdout, "training mode") {
+	if code != 0 || !strings.Contains(stdout, "normalizes parameters, not samples") || !strings.Contains(stdout, "285 trainable in 6 tensors") ||
+		!strings.Contains(stdout, "0 frozen in 0 tensors") || !strings.Contains(stdout, "instantiate‡") || strings.Contains(stdout, "training mode") {
 		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
 	}
 	matchesPyTorch(t, model, filepath.Join(dir, "ws_conv_ref.npz"))
@@ -514,8 +514,32 @@ func TestWeightStandardization(t *testing.T) {
 	out := filepath.Join(tmp, "tuned.onnx")
 	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--input-shape", "3,8,8", "--num-classes", "10",
 		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "for all 5 parameters") {
+	if code != 0 || !strings.Contains(stdout, "for all 6 parameters") {
 		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
 	}
 	exportMatchesORT(t, out, []int64{3, 8, 8})
+}
+
+// TestTransformedParameters: parameters computed before they meet the
+// batch — NFNet's scaled weight standardization (weight and gain), Swin
+// V2's position-bias MLP and clipped, exponentiated logit scale — are all
+// trained: PyTorch's logits and per-sample norms in every mode, a private
+// run (its norm check holds each parameter to its own gradient, over two
+// epochs of changing parameters), and the tuned model in onnxruntime.
+func TestTransformedParameters(t *testing.T) {
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	model := filepath.Join(dir, "transforms.onnx")
+	stdout, e, code := run(t, "plan", "--model", model)
+	if code != 0 || !strings.Contains(stdout, "647 trainable in 13 tensors") || !strings.Contains(stdout, "0 frozen in 0 tensors") ||
+		strings.Count(stdout, "instantiate‡") != 2 || !strings.Contains(stdout, "Mul←Exp←Clip") {
+		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+	}
+	matchesPyTorch(t, model, filepath.Join(dir, "transforms_ref.npz"))
+	out := filepath.Join(t.TempDir(), "tuned.onnx")
+	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none", "--input-shape", "3,3,3", "--num-classes", "10",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "2", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 13 parameters") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 3, 3})
 }

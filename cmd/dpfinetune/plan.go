@@ -189,7 +189,7 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	fmt.Fprintf(w, "  %-3s %-*s %-*s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", opW, "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
 	var sumG, sumP, sumC int64
-	mapped := 0
+	mapped, transformed := 0, 0
 	for i, l := range p.Layers {
 		sumG += l.Groups * l.TwoT2
 		sumP += l.Groups * l.PD
@@ -198,7 +198,11 @@ func printPlan(w io.Writer, r *planReport) {
 		if l.Shared {
 			dec += "*"
 		}
-		if l.Mapped {
+		switch {
+		case l.Transformed:
+			dec += "‡"
+			transformed++
+		case l.Mapped:
 			dec += "†"
 			mapped++
 		}
@@ -209,6 +213,10 @@ func printPlan(w io.Writer, r *planReport) {
 	if mapped > 0 {
 		fmt.Fprintf(w, "  †: %d row(s) whose weight is made from parameters through Concat/Expand/Tile/Gather: instantiated, and the\n"+
 			"     per-sample gradient mapped back to the parameter (its norm is the norm of the whole parameter)\n", mapped)
+	}
+	if transformed > 0 {
+		fmt.Fprintf(w, "  ‡: %d row(s) whose weight is computed from parameters (weight standardization, weight normalization, …):\n"+
+			"     instantiated, and the per-sample gradient taken back through the computation to each parameter\n", transformed)
 	}
 
 	var elem, frozen, sharedP []*rewrite.Param

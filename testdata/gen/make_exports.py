@@ -89,8 +89,14 @@ A convolution with weight standardization (timm's StdConv2d: F.batch_norm of
 the weight in training mode), dynamic batch:
 
     OUT/ws_conv.onnx       the standardized convolution, GroupNorm, a linear head
-    OUT/ws_conv_ref.npz    x, y, logits and norms as clip3d_ref.npz, the
-                           standardized weight left out (frozen)
+    OUT/ws_conv_ref.npz    x, y, logits and norms as clip3d_ref.npz
+
+Parameters computed before they meet the batch, dynamic batch:
+
+    OUT/transforms.onnx    NFNet's scaled weight standardization (a gain),
+                           Swin V2's window attention (position-bias MLP,
+                           clipped exponentiated logit scale), a linear head
+    OUT/transforms_ref.npz x, y, logits and norms as clip3d_ref.npz
 
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
@@ -357,8 +363,82 @@ class WSConv(nn.Module):
 
 def ws_conv(out):
     torch.manual_seed(0)
-    # The standardized weight is frozen: transformed before it meets the batch.
-    export_with_ref(out, "ws_conv", WSConv().eval(), (3, 8, 8), frozen=("conv.weight",))
+    export_with_ref(out, "ws_conv", WSConv().eval(), (3, 8, 8))
+
+
+class ScaledStdConv2d(nn.Conv2d):
+    """NFNet's scaled weight standardization (timm's ScaledStdConv2d): the
+    weight standardized per output channel by F.batch_norm, whose scale is
+    a learned gain, times 1/√fan-in. timm passes gain·scale as the scale,
+    which the exporter folds into one tensor (trained as such, its
+    gradient scale times gain's); multiplying after keeps the gain a
+    parameter of its own, so that PyTorch's per-sample norms are those of
+    the export's parameters."""
+
+    def __init__(self, cin, cout, k, padding):
+        super().__init__(cin, cout, k, padding=padding)
+        self.gain = nn.Parameter(1 + 0.2 * torch.randn(cout, 1, 1, 1))
+        self.scale = (cin * k * k) ** -0.5
+
+    def forward(self, x):
+        w = nn.functional.batch_norm(self.weight.reshape(1, self.out_channels, -1), None, None,
+                                     weight=self.gain.view(-1), training=True, momentum=0.0,
+                                     eps=1e-6).reshape_as(self.weight) * self.scale
+        return nn.functional.conv2d(x, w, self.bias, self.stride, self.padding)
+
+
+class CPBAttention(nn.Module):
+    """Swin V2's window attention over a 3×3 window of tokens: cosine
+    attention under a clipped, exponentiated logit scale, and a
+    relative-position bias an MLP makes from the log-spaced relative
+    coordinates, gathered and squashed by 16·sigmoid."""
+
+    def __init__(self, dim=8, heads=2, window=3):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)) + 0.1 * torch.randn(heads, 1, 1))
+        self.cpb = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, heads, bias=False))
+        r = torch.arange(-(window - 1), window, dtype=torch.float32) / (window - 1) * 8
+        table = torch.stack(torch.meshgrid(r, r, indexing="ij"), -1).reshape(-1, 2)
+        self.table = torch.sign(table) * torch.log2(table.abs() + 1) / 3
+        pos = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (pos[:, :, None] - pos[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.index = (rel[..., 0] * (2 * window - 1) + rel[..., 1]).reshape(-1)
+
+    def forward(self, x):  # (B, N, C)
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = nn.functional.normalize(q, dim=-1) @ nn.functional.normalize(k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(self.logit_scale, max=4.6052).exp()
+        bias = self.cpb(self.table)[self.index].reshape(n, n, -1).permute(2, 0, 1)
+        attn = (attn + 16 * torch.sigmoid(bias)).softmax(-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+class Transforms(nn.Module):
+    """Parameters computed before they meet the batch: NFNet's scaled
+    weight standardization, Swin V2's position-bias MLP and logit scale.
+    (Weight normalization, w = g·v/‖v‖, the exporter folds into one
+    weight: a plain linear head.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = ScaledStdConv2d(3, 8, 3, padding=1)
+        self.attn = CPBAttention()
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.conv(x))  # (B, 8, 3, 3)
+        t = h.flatten(2).transpose(1, 2)  # (B, 9, 8)
+        return self.head(self.attn(t).mean(1))
+
+
+def transforms(out):
+    torch.manual_seed(0)
+    export_with_ref(out, "transforms", Transforms().eval(), (3, 3, 3))
 
 
 def to_half(path, out_half, out_ref):
@@ -441,6 +521,8 @@ def main():
     print("wrote slice_assign")
     ws_conv(args.out)
     print("wrote ws_conv")
+    transforms(args.out)
+    print("wrote transforms")
 
 
 if __name__ == "__main__":
