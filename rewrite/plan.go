@@ -365,6 +365,21 @@ func TransformOps() []string {
 	return ops
 }
 
+// tableInput reports whether node n, a layer computing from parameters and
+// constants only, reads the initializer at input k as its input — the
+// data of a Gemm, MatMul or Conv — while its weight is a parameter or
+// computed from one. That is a table the model transforms, such as Swin
+// V2's coordinates fed to its position-bias MLP: a buffer, which a
+// TorchScript export stores as an initializer like any parameter, and
+// which PyTorch does not train.
+func tableInput(n *graph.Node, k int) bool {
+	if k != 0 || !(n.OpType == "Gemm" || n.OpType == "MatMul" || n.OpType == "Conv") || len(n.Inputs) < 2 {
+		return false
+	}
+	w := n.Inputs[1]
+	return w != nil && (w.IsParam() || w.Const == nil)
+}
+
 // copies reports whether node n, reading a parameter-derived value as its
 // input k with every input independent of the batch, copies elements of
 // it (a Step that is no computation).
@@ -716,6 +731,10 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 					}
 				}
 				if allIndep {
+					if x == v && tableInput(n, k) {
+						return fmt.Sprintf("read as the input of %s %s, whose weight is a parameter, before it meets the batch: a table the model transforms (a buffer, as Swin V2's coordinate table), kept constant",
+							n.OpType, nodeLabel(n))
+					}
 					if !copies(n, k) && !transformOps[n.OpType] {
 						return fmt.Sprintf("transformed by %s %s before it meets the batch; only shape-only operators and differentiable computations (rewrite.TransformOps) are supported there",
 							n.OpType, nodeLabel(n))

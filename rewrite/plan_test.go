@@ -387,7 +387,8 @@ func TestAnalyzeErrors(t *testing.T) {
 // standardization with a gain (every route computes), a weight of which
 // one route copies the parameter and another computes (the use is
 // computed), and a chain of diamonds whose routes double at each level
-// (walked once per value, not once per route).
+// (walked once per value, not once per route). A table a layer of
+// parameters transforms (a buffer) is kept constant.
 func TestTransformedParameters(t *testing.T) {
 	b := newMB().input("x", "N", 3, 6, 6).output("y", "N", 5).
 		init("w", []int64{4, 3, 3, 3}).init("gain", []int64{4, 1, 1, 1}).
@@ -413,10 +414,22 @@ func TestTransformedParameters(t *testing.T) {
 		b.node("Mul", sq, []string{prev, prev}, []string{sq}).node("Add", sum, []string{prev, sq}, []string{sum})
 		prev = sum
 	}
-	g := b.node("MatMul", "head", []string{"h2", prev}, []string{"y"}).build(t)
+	// A table (a buffer) transformed by a layer whose weight w1 is a
+	// parameter, then added (Swin V2's coordinates and position-bias MLP).
+	b.init("tab", []int64{4, 2}).init("w1", []int64{5, 2}).
+		node("Gemm", "mlp", []string{"tab", "w1"}, []string{"t1"}, attrInt("transB", 1)). // (4,5)
+		node("ReduceMean", "tmean", []string{"t1"}, []string{"t2"}, attrInts("axes", 0), attrInt("keepdims", 0))
+	g := b.node("MatMul", "head", []string{"h2", prev}, []string{"y0"}).
+		node("Add", "bias", []string{"y0", "t2"}, []string{"y"}).build(t)
 	p, err := Analyze(g, PlanOptions{InputShape: []int64{3, 6, 6}, Batch: 4})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tab := p.Param("tab"); tab.Kind != KindFrozen || !strings.Contains(tab.Reason, "read as the input of Gemm mlp, whose weight is a parameter") {
+		t.Errorf("tab: %+v", tab)
+	}
+	if w1 := p.Param("w1"); w1.Kind != KindElementwise || len(w1.Uses) != 1 || !w1.Uses[0].Transform || w1.Uses[0].Op != "Add" {
+		t.Errorf("w1: %+v", w1)
 	}
 	for _, name := range []string{"w", "gain", "v", "u"} {
 		prm := p.Param(name)
@@ -434,7 +447,7 @@ func TestTransformedParameters(t *testing.T) {
 	if u := p.Param("v").Uses[0]; len(u.Path) != 2 || u.Path[0].Op != "Identity" || u.Path[1].Op != "Concat" {
 		t.Errorf("v's path: %+v", u.Path)
 	}
-	if p.Trainable.Tensors != 4 || p.Frozen.Tensors != 0 {
+	if p.Trainable.Tensors != 5 || p.Frozen.Tensors != 1 {
 		t.Errorf("%d trainable, %d frozen tensors", p.Trainable.Tensors, p.Frozen.Tensors)
 	}
 }

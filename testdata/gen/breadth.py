@@ -214,7 +214,10 @@ def main():
         if not bn:
             ref["norms"] = brute_norms(m, x, y)
         entry = {"size": size, "has_bn": bn, "reduced": reduced,
-                 "parameters": sum(p.numel() for p in m.parameters()), "errors": {}}
+                 "parameters": sum(p.numel() for p in m.parameters()), "errors": {},
+                 # Floating-point buffers: initializers of the export that
+                 # PyTorch does not train (Swin V2's coordinate tables).
+                 "buffers": sorted(n for n, b in m.named_buffers() if b.is_floating_point())}
         for form in args.forms.split(","):
             for opset in [int(o) for o in args.opsets.split(",")]:
                 path = os.path.join(args.out, "%s_%s_op%d.onnx" % (name, form, opset))
