@@ -211,6 +211,11 @@ func bnOnParams(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]grap
 		shape := append([]int64{-1}, channelShape(1, rank)[1:]...)
 		return b.op("Reshape", nil, v, b.constant(int64Tensor([]int64{int64(len(shape))}, shape...)))
 	}
+	if training {
+		if bnOnParamsRows(b, n, sh, float64(eps), dt) {
+			return bnOnParamsDone(g, n, b, training), nil
+		}
+	}
 	var d, va *graph.Value
 	if training {
 		axes := []int64{0}
@@ -232,6 +237,12 @@ func bnOnParams(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]grap
 	sd := b.op("Sqrt", nil, b.op("Add", nil, va, b.constant(floatTensor(dt, nil, []float64{float64(eps)}))))
 	y := b.op("Mul", nil, b.op("Div", nil, d, sd), perChannel(n.Inputs[1]))
 	b.opInto(n.Outputs[0], "Add", nil, y, perChannel(n.Inputs[2]))
+	return bnOnParamsDone(g, n, b, training), nil
+}
+
+// bnOnParamsDone splices b's nodes in for the BatchNormalization n of
+// parameters and reports the change.
+func bnOnParamsDone(g *graph.Graph, n *graph.Node, b *builder, training bool) Change {
 	for _, o := range n.Outputs[1:] {
 		if o != nil {
 			delete(g.Values, o.Name)
@@ -245,7 +256,71 @@ func bnOnParams(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]grap
 	}
 	return Change{Pass: "batchnorm", Target: nodeLabel(n),
 		Action: "written as its computation (" + stats + ")",
-		Reason: "it normalizes parameters, not samples (weight standardization): no batch statistics to replace"}, nil
+		Reason: "it normalizes parameters, not samples (weight standardization): no batch statistics to replace"}
+}
+
+// bnOnParamsRows writes the training-mode BatchNormalization n of a
+// (1, C, …) input of static shape sh — weight standardization: each
+// output channel's weights normalized by their own statistics — as a
+// LayerNormalization of its C rows, then γ and β per channel where they
+// are not the constants 1 and 0 (F.batch_norm without weight and bias),
+// into n's output, and reports true; false, adding nothing, for any other
+// input. Both compute (x − μ)/√(σ² + ε) with the biased variance; one node
+// runs and differentiates in one pass where the decomposition took nine,
+// and the engine takes every sample's gradient back through it once a
+// step (docs/REWRITES.md, "Parameters computed before they meet the
+// batch"). A model whose opset has no LayerNormalization gets the
+// decomposition back on export (ExportGraph).
+func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt graph.DType) bool {
+	if !sh.Static() || len(sh) < 3 || sh[0].Size != 1 {
+		return false
+	}
+	dims := sh.Ints()
+	k := prod(dims[2:])
+	if k < 2 {
+		return false // one element a channel: no statistics to normalize by
+	}
+	scale, shift := !constantOf(n.Inputs[1], 1), !constantOf(n.Inputs[2], 0)
+	rows := b.op("Flatten", []*onnxpb.AttributeProto{attrInt("axis", 2)}, n.Inputs[0]) // (C, K)
+	ones := make([]float64, k)
+	for i := range ones {
+		ones[i] = 1
+	}
+	y := b.op("LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", eps)},
+		rows, b.constant(floatTensor(dt, []int64{k}, ones)))
+	back := b.constant(int64Tensor([]int64{int64(len(dims))}, dims...))
+	perChannel := func(v *graph.Value) *graph.Value {
+		shape := append([]int64{-1}, channelShape(1, len(dims))[1:]...)
+		return b.op("Reshape", nil, v, b.constant(int64Tensor([]int64{int64(len(shape))}, shape...)))
+	}
+	if !scale && !shift {
+		b.opInto(n.Outputs[0], "Reshape", nil, y, back)
+		return true
+	}
+	y = b.op("Reshape", nil, y, back)
+	if scale && !shift {
+		b.opInto(n.Outputs[0], "Mul", nil, y, perChannel(n.Inputs[1]))
+		return true
+	}
+	if scale {
+		y = b.op("Mul", nil, y, perChannel(n.Inputs[1]))
+	}
+	b.opInto(n.Outputs[0], "Add", nil, y, perChannel(n.Inputs[2]))
+	return true
+}
+
+// constantOf reports whether v is a constant, no parameter, whose every
+// element is c.
+func constantOf(v *graph.Value, c float32) bool {
+	if v == nil || v.Const == nil || v.IsParam() || v.Const.F32 == nil && v.Const.Len() > 0 {
+		return false
+	}
+	for _, x := range v.Const.F32 {
+		if x != c {
+			return false
+		}
+	}
+	return true
 }
 
 // bnParts are the inputs of a BatchNormalization node, checked.

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -422,6 +423,103 @@ func TestBatchNormOnParams(t *testing.T) {
 			}
 			if d := got.maxAbsDiff(want); d > 1e-5*want.maxAbs() {
 				t.Errorf("training %d, %s: %v, want %v", training, mode, got.d, want.d)
+			}
+		}
+	}
+}
+
+// TestWeightStandardizationRows: a training-mode BatchNormalization of a
+// weight reshaped to (1, C, K) — timm's StdConv2d — is one
+// LayerNormalization of the C rows, then γ and β where they are not the
+// constants 1 and 0; it computes the definition, and a model whose opset
+// has no LayerNormalization (before 17) gets the decomposition back on
+// export, computing the same.
+func TestWeightStandardizationRows(t *testing.T) {
+	const eps = 1e-3
+	w := []float32{0.5, -1, 2, 0.25, 1.5, 0.75, -0.5, 3, -2, 1, 0.1, -0.3} // (4, 3): 4 channels of 3
+	for _, opset := range []int64{15, 17} {
+		for _, affine := range []bool{false, true} {
+			name := fmt.Sprintf("opset %d, affine %v", opset, affine)
+			s, bias := []float32{1, 1, 1, 1}, []float32{0, 0, 0, 0} // F.batch_norm(w, None, None, …)
+			b := newMB().input("x", "N", 3).output("y", "N", 4).init("w", []int64{4, 3}, w...).
+				ints("r3", 1, 4, 3).ints("r2", 4, 3)
+			if affine {
+				s, bias = []float32{1, 2, 0.5, -1}, []float32{0, 0.1, -0.2, 0.3}
+				b.init("s", []int64{4}, s...).init("b", []int64{4}, bias...)
+			} else {
+				b.node("Constant", "s", nil, []string{"s"}, attrTensor("value", floatTensor(graph.Float32, []int64{4}, []float64{1, 1, 1, 1}))).
+					node("Constant", "b", nil, []string{"b"}, attrTensor("value", floatTensor(graph.Float32, []int64{4}, []float64{0, 0, 0, 0})))
+			}
+			b.init("mu", []int64{4}).init("va", []int64{4}, 1).
+				node("Reshape", "r", []string{"w", "r3"}, []string{"w3"}).
+				node("BatchNormalization", "bn", []string{"w3", "s", "b", "mu", "va"}, []string{"wn3"}, attrFloat("epsilon", eps), attrInt("training_mode", 1)).
+				node("Reshape", "back", []string{"wn3", "r2"}, []string{"wn"}).
+				node("Gemm", "fc", []string{"x", "wn"}, []string{"y"}, attrInt("transB", 1))
+			b.opset = opset
+			g := b.build(t)
+			if err := g.InferShapes(map[string][]int64{"x": {2, 3}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := RewriteBatchNorm(g, BNOptions{Mode: BNGroupNorm}, nil); err != nil {
+				t.Fatal(err)
+			}
+			ops := map[string]int{}
+			for _, n := range g.Nodes {
+				ops[n.OpType]++
+			}
+			if ops["LayerNormalization"] != 1 || ops["ReduceMean"] != 0 || (ops["Mul"] == 1) != affine || (ops["Add"] == 1) != affine {
+				t.Errorf("%s: operators %v", name, ops)
+			}
+			// The definition: channel c's three weights normalized.
+			x := []float64{1, 2, 3, -1, 0.5, 2}
+			want := make([]float64, 8)
+			for c := range 4 {
+				var m, v float64
+				for r := range 3 {
+					m += float64(w[c*3+r]) / 3
+				}
+				for r := range 3 {
+					d := float64(w[c*3+r]) - m
+					v += d * d / 3
+				}
+				for r := range 3 {
+					wn := (float64(w[c*3+r])-m)/math.Sqrt(v+eps)*float64(s[c]) + float64(bias[c])
+					for i := range 2 {
+						want[i*4+c] += x[i*3+r] * wn
+					}
+				}
+			}
+			ex, err := ExportGraph(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lns := 0
+			for _, n := range ex.Nodes {
+				if n.OpType == "LayerNormalization" {
+					lns++
+				}
+			}
+			if (lns == 1) != (opset >= 17) {
+				t.Errorf("%s: the export has %d LayerNormalization nodes", name, lns)
+			}
+			for _, gr := range []*graph.Graph{g, ex} {
+				p, err := runtime.CompileForBatch(gr.Clone(), 2, []int64{3}, &runtime.Options{ForwardOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, _ := p.Input(0)
+				for i, v := range x {
+					in[i] = float32(v)
+				}
+				if err := p.Forward(); err != nil {
+					t.Fatal(err)
+				}
+				out, _ := p.Output(0)
+				for i, v := range out {
+					if math.Abs(float64(v)-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+						t.Errorf("%s: output %d = %v, want %v", name, i, v, want[i])
+					}
+				}
 			}
 		}
 	}

@@ -373,13 +373,18 @@ func shapeOf(v *graph.Value, shapes map[string]graph.Shape) graph.Shape {
 // FuseLayerNorm made is valid ONNX and stays as it is.
 func ownLayerNorm(n *graph.Node) bool {
 	return n.OpType == "LayerNormalization" && n.Domain == "" && n.Opset < 17 &&
-		len(n.Inputs) >= 2 && n.Inputs[0] != nil && n.Inputs[1] != nil && n.Inputs[1].Const != nil
+		len(n.Inputs) >= 2 && n.Inputs[0] != nil && n.Inputs[1] != nil &&
+		(n.Inputs[1].Const != nil || n.Inputs[1].Producer != nil && n.Inputs[1].Producer.OpType == "Constant")
 }
 
 // decomposeLayerNorm adds to b the decomposition FuseLayerNorm matches,
 // over the last axis of x, writing out.
 func decomposeLayerNorm(b *builder, x, gamma, beta *graph.Value, eps float64, out *graph.Value) {
-	n := normalizeAlong(b, x, -1, eps, gamma.Const.DType)
+	dt := gamma.DType // a Constant node's (bnOnParamsRows)
+	if gamma.Const != nil {
+		dt = gamma.Const.DType
+	}
+	n := normalizeAlong(b, x, -1, eps, dt)
 	if beta == nil {
 		b.opInto(out, "Mul", nil, n, gamma)
 		return

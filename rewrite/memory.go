@@ -42,7 +42,10 @@ const (
 //	             (Layer.Transformed), the operand's per-sample gradient,
 //	             once a consumer operand, before it goes back through the
 //	             computation (in every DP mode; in instantiate and bk
-//	             in place of inst_l, with the parameters' own)
+//	             in place of inst_l, with the parameters' own); and in
+//	             every DP mode the engine's sub-plans of computed
+//	             operands, 8·Σ Use.ComputeFloats (each value of a
+//	             computation and its gradient, whatever the batch)
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -235,12 +238,23 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	}
 	var sumInst, sumBKInst, sumBKOut, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
 	var engGhost, engChosen int64 // the engine's scratch (Plan.Scratch), in floats
+	// The sub-plans of computed operands: the values of each
+	// parameter's computation and their gradients, at any batch (a value
+	// two parameters' computations share counted for each: a bound).
+	type operand struct {
+		out string
+		k   int
+	}
+	var sumCompute int64
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
 		}
 		kept := prm.Shared
 		for _, u := range prm.Uses {
+			if u.Transform {
+				sumCompute += 2 * u.ComputeFloats
+			}
 			if u.Kind == KindElementwise {
 				sumElem += prm.Size
 				maxElem = max(maxElem, prm.Size)
@@ -256,10 +270,6 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// A weight computed from parameters (Layer.Transformed) keeps its
 	// operand's per-sample gradients once, however many parameters it is
 	// computed from (sumOperand), and each parameter its own (sumFrom).
-	type operand struct {
-		out string
-		k   int
-	}
 	operands := map[operand]bool{}
 	var sumOperand, sumFrom int64
 	for _, l := range p.Layers {
@@ -320,7 +330,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		m.Total = m.Weights + m.Gradients + m.Optimizer + m.Activations + m.PerSample + m.Transient
 		return m
 	}
-	norms := 4 * b
+	norms := 4*b + 4*sumCompute
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumOperand+sumFrom)+norms, 0),

@@ -124,6 +124,11 @@ type Use struct {
 	// parameter through the computation's vector-Jacobian product, sample
 	// by sample. A ghost norm of the operand is not the parameter's.
 	Transform bool `json:"transform,omitempty"`
+	// ComputeFloats, for a computed use, bounds the elements of the
+	// values computing the operand from the parameter — the parameter
+	// and everything it is computed through — which the engine's
+	// sub-plan of the computation holds, each with its gradient.
+	ComputeFloats int64 `json:"compute_floats,omitempty"`
 }
 
 // Param is the plan for one floating-point initializer.
@@ -778,8 +783,17 @@ func (a *analyzer) uses(v *graph.Value) ([]*Use, string) {
 	}
 	if len(cone) > 0 {
 		computed := a.computed(v, cone)
+		floats := v.Shape.NumElements()
+		for x := range walked {
+			if x != v {
+				floats += max(x.Shape.NumElements(), 0)
+			}
+		}
 		for _, u := range uses {
 			u.Transform = computed[a.g.Values[u.OperandValue]]
+			if u.Transform {
+				u.ComputeFloats = floats
+			}
 		}
 	}
 	return uses, ""

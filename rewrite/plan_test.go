@@ -447,6 +447,25 @@ func TestTransformedParameters(t *testing.T) {
 	if u := p.Param("v").Uses[0]; len(u.Path) != 2 || u.Path[0].Op != "Identity" || u.Path[1].Op != "Concat" {
 		t.Errorf("v's path: %+v", u.Path)
 	}
+	// w's computation: w, its mean and variance (4 each), its deviation,
+	// square, standard deviation (4), standardized and gained weights.
+	if got := p.Param("w").Uses[0].ComputeFloats; got != 108+4+108+108+4+4+108+108 {
+		t.Errorf("w's computation holds %d floats", got)
+	}
+	// The sub-plans' values and gradients count in every DP mode.
+	var sum int64
+	with := p.MemoryAt(4)
+	for _, prm := range p.Params {
+		for _, u := range prm.Uses {
+			sum += u.ComputeFloats
+			u.ComputeFloats = 0
+		}
+	}
+	for k, m := range p.MemoryAt(4) {
+		if d := with[k].PerSample - m.PerSample; d != 8*sum && m.Mode != ModeNonDP || d != 0 && m.Mode == ModeNonDP {
+			t.Errorf("%s: the sub-plans add %d bytes, want %d", m.Mode, d, 8*sum)
+		}
+	}
 	if p.Trainable.Tensors != 5 || p.Frozen.Tensors != 1 {
 		t.Errorf("%d trainable, %d frozen tensors", p.Trainable.Tensors, p.Frozen.Tensors)
 	}
