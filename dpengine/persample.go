@@ -53,6 +53,12 @@ type useGroup struct {
 	// parameters after the backward pass.
 	derived bool
 	virt    *useState
+	// lift, where the linear operand's computation lifts over samples
+	// (liftSamples), computes it for liftN samples at once: deriveBack
+	// takes liftN samples' products in one backward pass instead of one
+	// each through sub (which it then replaces).
+	lift  *runtime.Plan
+	liftN int
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the
@@ -485,7 +491,7 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 				return err
 			}
 			if g.linear != nil {
-				if err := e.buildVirtual(g); err != nil {
+				if err := e.buildVirtual(cg, g); err != nil {
 					return err
 				}
 			}
@@ -532,18 +538,66 @@ func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) error {
 // its parameters, the use its consumer's rule sees (useGroup.virt): the
 // operand as a parameter, instantiated (a ghost norm of the operand is
 // not the parameters'), with B rows of per-sample gradients of its own.
-func (e *Engine) buildVirtual(g *useGroup) error {
+func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 	us := g.uses[0]
 	out, shape := g.sub.Output(0)
-	ps, err := e.alloc(e.cfg.PhysicalBatch*len(out), "the per-sample gradients of "+us.use.OperandValue)
+	B := e.cfg.PhysicalBatch
+	ps, err := e.alloc(B*len(out), "the per-sample gradients of "+us.use.OperandValue)
 	if err != nil {
 		return err
 	}
-	v := &param{name: us.use.OperandValue, data: out, shape: shape, ps: ps}
+	data, err := e.alloc(len(out), "the value of "+us.use.OperandValue)
+	if err != nil {
+		return err
+	}
+	v := &param{name: us.use.OperandValue, data: data, shape: shape, ps: ps}
 	ls := &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
 	g.virt = &useState{use: us.use, p: v, linear: ls}
+	if liftOff {
+		return nil
+	}
+	// Samples a lifted pass: as many as keep its values and their
+	// gradients within the operand's per-sample gradients (B rows) or
+	// liftMinFloats, whichever is more, a divisor of B so that the passes
+	// tile the rows.
+	sub, err := cg.Extract(us.use.OperandValue)
+	if err != nil {
+		return fmt.Errorf("dpengine: %w", err)
+	}
+	var floats int
+	for _, x := range sub.Values {
+		if x.DType.IsFloat() && x.Shape.Static() {
+			floats += int(x.Shape.NumElements())
+		}
+	}
+	n := max(1, min(B, max(B*len(out), liftMinFloats)/max(2*floats, 1)))
+	for B%n != 0 {
+		n--
+	}
+	var names, lifted []string
+	for _, u := range g.uses {
+		names = append(names, u.p.name)
+		lifted = append(lifted, u.p.name+liftedSuffix)
+	}
+	lg, err := liftSamples(sub, names, n)
+	if err != nil {
+		return nil // the computation keeps its per-sample loop
+	}
+	plan, err := runtime.Compile(lg, &runtime.Options{Device: e.cfg.Device, Trainable: lifted, KeepActivations: true})
+	if err != nil {
+		return nil
+	}
+	g.lift, g.liftN, g.sub = plan, n, nil
 	return nil
 }
+
+// liftOff (tests only) keeps every computed linear operand's per-sample
+// loop. liftMinFloats is the memory a lifted computation may take in any
+// case (16 MiB): a small layer's samples then go in one pass.
+var (
+	liftOff       bool
+	liftMinFloats = 1 << 22
+)
 
 // refreshDerived reruns the sub-plans of the operands computed from
 // parameters on the parameters' current values (copied in), so that
@@ -551,11 +605,22 @@ func (e *Engine) buildVirtual(g *useGroup) error {
 // forward pass did, and clears the linear ones' per-sample gradients.
 func (e *Engine) refreshDerived() error {
 	for _, g := range e.derived {
+		plan := g.sub
 		for _, us := range g.uses {
-			d, _ := g.sub.Param(us.p.name)
-			e.lay.Copy(us.p.data, d)
+			if g.lift == nil {
+				d, _ := g.sub.Param(us.p.name)
+				e.lay.Copy(us.p.data, d)
+				continue
+			}
+			// liftN copies, one a sample.
+			plan = g.lift
+			d, _ := g.lift.Param(us.p.name + liftedSuffix)
+			n := len(us.p.data)
+			for k := 0; k < g.liftN; k++ {
+				e.lay.Copy(us.p.data, d[k*n:(k+1)*n])
+			}
 		}
-		if err := g.sub.Forward(); err != nil {
+		if err := plan.Forward(); err != nil {
 			return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
 		}
 		if g.virt != nil {
@@ -574,9 +639,29 @@ func (e *Engine) deriveBack() error {
 		if g.virt == nil {
 			continue
 		}
-		e.countSampleLoop()
 		size := len(g.virt.p.data)
+		if g.lift != nil {
+			// liftN samples a pass: their rows of the operand's
+			// gradients in, theirs of each parameter's out.
+			N := g.liftN
+			if e.n > N {
+				e.countSampleLoop()
+			}
+			for i0 := 0; i0 < e.n; i0 += N {
+				if err := g.lift.BackwardFrom(g.virt.p.ps[i0*size:(i0+N)*size], nil); err != nil {
+					return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
+				}
+				k := min(N, e.n-i0)
+				for _, us := range g.uses {
+					n := len(us.p.data)
+					e.ops.Add(g.lift.Grad(us.p.name + liftedSuffix)[:k*n], us.p.ps[i0*n:(i0+k)*n])
+				}
+			}
+			continue
+		}
+		e.countSampleLoop()
 		for i := 0; i < e.n; i++ {
+
 			if err := g.sub.BackwardFrom(g.virt.p.ps[i*size:(i+1)*size], nil); err != nil {
 				return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
 			}

@@ -73,10 +73,6 @@ func strAttr(name, v string) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
 }
 
-func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
-}
-
 func (m *testModel) graph(t *testing.T, in []int64, out string, classes int64) *graph.Graph {
 	t.Helper()
 	m.g.Input = []*onnxpb.ValueInfoProto{m.valueInfo("input", append([]int64{-1}, in...)...)}

@@ -30,9 +30,11 @@ type opModel struct {
 	nodes  []*onnxpb.NodeProto
 	rng    *rand.Rand
 	// loops is the number of per-sample loops a step runs on a device
-	// that batches its per-sample work: one per operand computed from
-	// parameters (the vector-Jacobian products, taken sample by sample).
-	loops int
+	// that batches its per-sample work: one per elementwise operand
+	// computed from parameters (the vector-Jacobian products, taken
+	// sample by sample); unlifted counts the linear ones too, where their
+	// computations are not lifted over the samples (liftOff).
+	loops, unlifted int
 }
 
 // constant adds a Constant node of float values with the given shape (no
@@ -249,7 +251,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// timm's StdConv2d), and a head under weight normalization
 			// (w = g·v/‖v‖, torch.nn.utils.weight_norm). Each weight's
 			// per-sample gradient goes back through its computation.
-			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(15, 16)), loops: 2}
+			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(15, 16)), loops: 0, unlifted: 2}
 			m.param("w", 4, 3, 3, 3)
 			m.node("ReduceMean", []string{"w"}, "mu", attrIs("axes", 1, 2, 3))
 			m.node("Sub", []string{"w", "mu"}, "d")
@@ -260,7 +262,11 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Sqrt", []string{"ve"}, "sd")
 			m.node("Div", []string{"d", "sd"}, "wn")
 			m.param("gain", 4, 1, 1, 1)
-			m.node("Mul", []string{"wn", "gain"}, "ws")
+			m.node("Mul", []string{"wn", "gain"}, "wg")
+			// A learned mask over the taps, of lower rank: lifted, it
+			// broadcasts only with unit axes after the sample axis.
+			m.param("taps", 3, 3)
+			m.node("Mul", []string{"wg", "taps"}, "ws")
 			m.param("b", 4)
 			m.node("Conv", []string{"input", "ws", "b"}, "h", attrIs("pads", 1, 1, 1, 1)) // (N,4,5,5)
 			m.node("Relu", []string{"h"}, "r")
@@ -279,7 +285,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// by an MLP from constant coordinates, gathered, squashed and
 			// added to the logits, which a clipped, exponentiated logit
 			// scale multiplies.
-			m := &opModel{opset: 14, sample: []int64{2, 4, 4}, rng: rand.New(rand.NewPCG(17, 18)), loops: 2}
+			m := &opModel{opset: 14, sample: []int64{2, 4, 4}, rng: rand.New(rand.NewPCG(17, 18)), loops: 2, unlifted: 2}
 			coords := make([]float32, 14)
 			for k := range coords {
 				coords[k] = float32(k%7-3) / 3
@@ -343,41 +349,66 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 		}
 		const R = 6 // binds for some samples, not all
 		want, wantSum := bruteNorms(t, m, x, y, R)
+		// Computed linear operands lifted over the samples (one pass, or
+		// one a sample where their memory allows no more), and not.
+		type variant struct {
+			name      string
+			unlift    bool
+			minFloats int
+		}
+		variants := []variant{{"", false, liftMinFloats}}
+		if m.unlifted != 0 {
+			variants = append(variants, variant{"/chunks", false, 0}, variant{"/unlifted", true, liftMinFloats})
+		}
 		for _, dm := range opRuleDevices(t) {
 			for _, mode := range []Mode{Instantiate, Ghost, Mixed, BK} {
-				t.Run(fmt.Sprintf("%s/%s/%s", name, dm.name, mode), func(t *testing.T) {
-					if dm.dev == nil && dm.name != "cpu" {
-						t.Skip("no CUDA emulation here")
+				for _, vr := range variants {
+					unlift := vr.unlift
+					loops := m.loops
+					if vr.name != "" {
+						loops = m.unlifted
 					}
-					g := m.graph(t)
-					rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: m.sample, Batch: N}})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, p := range rp.Params {
-						if !p.Trainable() {
-							t.Errorf("%s is frozen: %s", p.Name, p.Reason)
+					t.Run(fmt.Sprintf("%s/%s/%s%s", name, dm.name, mode, vr.name), func(t *testing.T) {
+						if dm.dev == nil && dm.name != "cpu" {
+							t.Skip("no CUDA emulation here")
 						}
-					}
-					e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: R}, ExpectedBatch: N, PhysicalBatch: N})
-					if err != nil {
-						t.Fatal(err)
-					}
-					checkClippedSum(t, e, dm.name, x, y, want, wantSum, m.loops)
-					if m.loops == 0 {
-						return
-					}
-					// A computation's gradient depends on the parameters:
-					// after they change, the norms are those at the new
-					// values.
-					m := build()
-					names, values := m.perturb()
-					want, wantSum := bruteNorms(t, m, x, y, R)
-					if err := e.SetParams(names, values); err != nil {
-						t.Fatal(err)
-					}
-					checkClippedSum(t, e, dm.name, x, y, want, wantSum, 2*m.loops)
-				})
+						defer func(v bool, f int) { liftOff, liftMinFloats = v, f }(liftOff, liftMinFloats)
+						liftOff, liftMinFloats = unlift, vr.minFloats
+						g := m.graph(t)
+						rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: m.sample, Batch: N}})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, p := range rp.Params {
+							if !p.Trainable() {
+								t.Errorf("%s is frozen: %s", p.Name, p.Reason)
+							}
+						}
+						e, err := New(g, rp, Config{Device: dm.dev, Mode: mode, Clipping: Clipping{Fn: Abadi, R: R}, ExpectedBatch: N, PhysicalBatch: N})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, g := range e.derived {
+							if g.virt != nil && (g.lift == nil) != unlift {
+								t.Errorf("%s: lifted %v", g.virt.p.name, g.lift != nil)
+							}
+						}
+						checkClippedSum(t, e, dm.name, x, y, want, wantSum, loops)
+						if m.unlifted == 0 {
+							return
+						}
+						// A computation's gradient depends on the parameters:
+						// after they change, the norms are those at the new
+						// values.
+						m := build()
+						names, values := m.perturb()
+						want, wantSum := bruteNorms(t, m, x, y, R)
+						if err := e.SetParams(names, values); err != nil {
+							t.Fatal(err)
+						}
+						checkClippedSum(t, e, dm.name, x, y, want, wantSum, 2*loops)
+					})
+				}
 			}
 		}
 	}
