@@ -59,6 +59,17 @@ type useGroup struct {
 	// each through sub (which it then replaces).
 	lift  *runtime.Plan
 	liftN int
+	// direct, for an elementwise operand computed from parameters, is
+	// the group its rule sees instead where the operand carries no batch
+	// (every computation of parameters alone): virt as a parameter read
+	// directly, whose per-sample gradients the rule writes as it would a
+	// bias's (in one batched call where the device batches samples);
+	// virtFilled records that it did in this backward pass, and deriveBack
+	// then takes them back. An operand that carries the batch (a
+	// computation expanded over it) keeps the per-sample path through
+	// sub.
+	direct     *useGroup
+	virtFilled bool
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the
@@ -490,12 +501,10 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			if err := e.buildSub(cg, g); err != nil {
 				return err
 			}
-			if g.linear != nil {
+			if g.derived {
 				if err := e.buildVirtual(cg, g); err != nil {
 					return err
 				}
-			}
-			if g.derived {
 				e.derived = append(e.derived, g)
 			}
 		}
@@ -551,8 +560,12 @@ func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 		return err
 	}
 	v := &param{name: us.use.OperandValue, data: data, shape: shape, ps: ps}
-	ls := &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
-	g.virt = &useState{use: us.use, p: v, linear: ls}
+	g.virt = &useState{use: us.use, p: v}
+	if g.linear != nil {
+		g.virt.linear = &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
+	} else {
+		g.direct = &useGroup{output: g.output, op: g.op, operand: g.operand, uses: []*useState{g.virt}, elem: g.elem}
+	}
 	if liftOff {
 		return nil
 	}
@@ -587,7 +600,10 @@ func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 	if err != nil {
 		return nil
 	}
-	g.lift, g.liftN, g.sub = plan, n, nil
+	g.lift, g.liftN = plan, n
+	if g.linear != nil {
+		g.sub = nil // an elementwise operand's keeps it for a batch-carrying operand
+	}
 	return nil
 }
 
@@ -605,27 +621,31 @@ var (
 // forward pass did, and clears the linear ones' per-sample gradients.
 func (e *Engine) refreshDerived() error {
 	for _, g := range e.derived {
-		plan := g.sub
-		for _, us := range g.uses {
-			if g.lift == nil {
-				d, _ := g.sub.Param(us.p.name)
-				e.lay.Copy(us.p.data, d)
+		for _, plan := range []*runtime.Plan{g.sub, g.lift} {
+			if plan == nil {
 				continue
 			}
-			// liftN copies, one a sample.
-			plan = g.lift
-			d, _ := g.lift.Param(us.p.name + liftedSuffix)
-			n := len(us.p.data)
-			for k := 0; k < g.liftN; k++ {
-				e.lay.Copy(us.p.data, d[k*n:(k+1)*n])
+			for _, us := range g.uses {
+				if plan == g.sub {
+					d, _ := g.sub.Param(us.p.name)
+					e.lay.Copy(us.p.data, d)
+					continue
+				}
+				// liftN copies, one a sample.
+				d, _ := g.lift.Param(us.p.name + liftedSuffix)
+				n := len(us.p.data)
+				for k := 0; k < g.liftN; k++ {
+					e.lay.Copy(us.p.data, d[k*n:(k+1)*n])
+				}
 			}
-		}
-		if err := plan.Forward(); err != nil {
-			return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
+			if err := plan.Forward(); err != nil {
+				return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
+			}
 		}
 		if g.virt != nil {
 			e.lay.Fill(0, g.virt.p.ps)
 		}
+		g.virtFilled = g.linear != nil
 	}
 	return nil
 }
@@ -636,7 +656,7 @@ func (e *Engine) refreshDerived() error {
 // sub-plan's backward pass from the operand's gradient).
 func (e *Engine) deriveBack() error {
 	for _, g := range e.derived {
-		if g.virt == nil {
+		if g.virt == nil || !g.virtFilled {
 			continue
 		}
 		size := len(g.virt.p.data)
@@ -1058,7 +1078,7 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 	}
 	for _, g := range e.groups[ev.Node.Outputs[0].Name] {
 		var err error
-		if g.virt != nil {
+		if g.virt != nil && g.linear != nil {
 			// One instantiation of the operand, whatever the number of
 			// parameters it is computed from.
 			err = g.linear.perSample(e, ev, g.virt)
@@ -1070,6 +1090,9 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 					break
 				}
 			}
+		} else if g.direct != nil && ev.Inputs[g.operand].BatchAxis < 0 {
+			err = e.elementwiseGroup(ev, g.direct)
+			g.virtFilled = true
 		} else {
 			err = e.elementwiseGroup(ev, g)
 		}

@@ -30,10 +30,10 @@ type opModel struct {
 	nodes  []*onnxpb.NodeProto
 	rng    *rand.Rand
 	// loops is the number of per-sample loops a step runs on a device
-	// that batches its per-sample work: one per elementwise operand
-	// computed from parameters (the vector-Jacobian products, taken
-	// sample by sample); unlifted counts the linear ones too, where their
-	// computations are not lifted over the samples (liftOff).
+	// that batches its per-sample work; unlifted, where the computations
+	// of operands from parameters are not lifted over the samples
+	// (liftOff) or only one sample at a time fits: one per computed
+	// operand (its vector-Jacobian products taken sample by sample).
 	loops, unlifted int
 }
 
@@ -285,7 +285,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// by an MLP from constant coordinates, gathered, squashed and
 			// added to the logits, which a clipped, exponentiated logit
 			// scale multiplies.
-			m := &opModel{opset: 14, sample: []int64{2, 4, 4}, rng: rand.New(rand.NewPCG(17, 18)), loops: 2, unlifted: 2}
+			m := &opModel{opset: 14, sample: []int64{2, 4, 4}, rng: rand.New(rand.NewPCG(17, 18)), loops: 0, unlifted: 2}
 			coords := make([]float32, 14)
 			for k := range coords {
 				coords[k] = float32(k%7-3) / 3
@@ -318,6 +318,21 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Flatten", []string{"p"}, "f", attrI("axis", 1)) // (N,32)
 			m.param("wo", 32, 4)
 			m.node("MatMul", []string{"f", "wo"}, "y")
+			return m
+		},
+		"transform_expanded": func() *opModel {
+			// A computed value expanded over the batch (a class token
+			// scaled before it is repeated for every sample): the operand
+			// carries the batch, and its products go sample by sample.
+			m := &opModel{opset: 14, sample: []int64{4}, rng: rand.New(rand.NewPCG(19, 20)), loops: 1, unlifted: 1}
+			m.param("c", 1, 4)
+			m.node("Exp", []string{"c"}, "ec")
+			m.node("Shape", []string{"input"}, "shp")
+			m.node("Expand", []string{"ec", "shp"}, "eb") // (N,4)
+			m.node("Add", []string{"input", "eb"}, "h")
+			m.node("Tanh", []string{"h"}, "th")
+			m.param("w", 4, 3)
+			m.node("MatMul", []string{"th", "w"}, "y")
 			return m
 		},
 		"prelu_opset6_channels": func() *opModel {
@@ -389,7 +404,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 							t.Fatal(err)
 						}
 						for _, g := range e.derived {
-							if g.virt != nil && (g.lift == nil) != unlift {
+							if g.virt != nil && (unlift || m.loops == 0) && (g.lift == nil) != unlift {
 								t.Errorf("%s: lifted %v", g.virt.p.name, g.lift != nil)
 							}
 						}
