@@ -33,7 +33,7 @@ var liftable = map[string]bool{
 	"ReduceMax": true, "ReduceMin": true, "ReduceLogSumExp": true,
 	"Softmax": true, "LogSoftmax": true, "LayerNormalization": true,
 	"Reshape": true, "Flatten": true, "Transpose": true, "Squeeze": true, "Unsqueeze": true,
-	"MatMul": true, "Gemm": true, "Gather": true, "Concat": true,
+	"MatMul": true, "Gemm": true, "Gather": true, "Concat": true, "Resize": true,
 }
 
 // liftedSuffix names a parameter's stacked copies in a lifted computation.
@@ -389,10 +389,86 @@ func (l *lifter) node(nd *graph.Node) error {
 			y = l.add(nd, "Add", nil, nil, y, c)
 		}
 		l.add(nd, "Identity", nil, out, y)
+	case "Resize":
+		return l.resize(nd)
 	default:
 		return fmt.Errorf("%s is not lifted over samples", nd.OpType)
 	}
 	return nil
+}
+
+// resize lifts a Resize of opset 11 or later (a position embedding
+// interpolated to the input's grid): the sample axis kept by a scale of 1
+// or its size, a region of interest extended by the whole axis, or the
+// resized axes moved past it.
+func (l *lifter) resize(nd *graph.Node) error {
+	if nd.Opset < 11 {
+		return fmt.Errorf("Resize before opset 11")
+	}
+	in := slices.Clone(nd.Inputs)
+	for len(in) < 4 {
+		in = append(in, nil)
+	}
+	for _, v := range in[1:] {
+		if v != nil && (l.lifted[v] || v.Const == nil) {
+			return fmt.Errorf("a computed region, scales or sizes")
+		}
+	}
+	attrs := nd.Attrs
+	if axes, err := nd.Ints("axes", nil); err != nil {
+		return err
+	} else if axes != nil {
+		shifted := make([]int64, len(axes))
+		for k, a := range axes {
+			if shifted[k], err = shiftAxis(a, l.rank(in[0])); err != nil {
+				return err
+			}
+		}
+		l.add(nd, "Resize", withInts(nd, "axes", shifted), nd.Outputs[0], in...)
+		return nil
+	}
+	if roi := in[1]; roi != nil && roi.Const.Len() > 0 {
+		f, err := floatsOf(roi.Const)
+		if err != nil {
+			return err
+		}
+		h := len(f) / 2
+		in[1] = l.floats(nd, append(append(append([]float32{0}, f[:h]...), 1), f[h:]...)...)
+	}
+	switch {
+	case in[2] != nil && in[2].Const.Len() > 0:
+		f, err := floatsOf(in[2].Const)
+		if err != nil {
+			return err
+		}
+		in[2] = l.floats(nd, append([]float32{1}, f...)...)
+	case in[3] != nil:
+		sizes, err := constInts(nd, 3)
+		if err != nil {
+			return err
+		}
+		in[3] = l.ints(nd.Name+"/sizes", append([]int64{l.n}, sizes...)...)
+	default:
+		return fmt.Errorf("neither scales nor sizes")
+	}
+	l.add(nd, "Resize", attrs, nd.Outputs[0], in...)
+	return nil
+}
+
+// floatsOf reads a float32 constant's values.
+func floatsOf(t *graph.Tensor) ([]float32, error) {
+	if t.DType != graph.Float32 {
+		return nil, fmt.Errorf("a %v constant where float32 was expected", t.DType)
+	}
+	return t.F32, nil
+}
+
+// floats adds a float32 constant vector.
+func (l *lifter) floats(nd *graph.Node, v ...float32) *graph.Value {
+	c := l.value(nd.Name + "/floats")
+	c.Const = &graph.Tensor{DType: graph.Float32, Shape: []int64{int64(len(v))}, F32: v}
+	c.Shape = graph.StaticShape(int64(len(v)))
+	return c
 }
 
 // scalar adds a float32 scalar constant.

@@ -47,16 +47,16 @@ type useGroup struct {
 	// (rewrite.Use.Transform: weight standardization, a position-bias
 	// MLP): sub's forward pass depends on the parameters' values, and
 	// refreshDerived reruns it on the current ones before each physical
-	// batch. virt, for a linear operand, is the use the consumer's rule
-	// sees: the operand as a parameter of its own whose per-sample
-	// gradients (virt.p.ps) deriveBack takes back through sub to the
-	// parameters after the backward pass.
+	// batch. virt is the operand as a parameter of its own, whose
+	// per-sample gradients (virt.p.ps) the consumer's rule writes and
+	// deriveBack takes back through the computation to the parameters
+	// after the backward pass.
 	derived bool
 	virt    *useState
-	// lift, where the linear operand's computation lifts over samples
-	// (liftSamples), computes it for liftN samples at once: deriveBack
-	// takes liftN samples' products in one backward pass instead of one
-	// each through sub (which it then replaces).
+	// lift, where the computation lifts over samples (liftSamples),
+	// computes it for liftN samples at once: deriveBack takes liftN
+	// samples' products in one backward pass instead of one each through
+	// sub (which a linear operand's then drops).
 	lift  *runtime.Plan
 	liftN int
 	// direct, for an elementwise operand computed from parameters, is
@@ -543,10 +543,12 @@ func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) error {
 	return nil
 }
 
-// buildVirtual gives the linear group g, whose operand is computed from
-// its parameters, the use its consumer's rule sees (useGroup.virt): the
-// operand as a parameter, instantiated (a ghost norm of the operand is
-// not the parameters'), with B rows of per-sample gradients of its own.
+// buildVirtual gives group g, whose operand is computed from its
+// parameters, the operand as a parameter of its own (useGroup.virt),
+// with B rows of per-sample gradients — a linear one instantiated (a
+// ghost norm of the operand is not the parameters'), an elementwise one
+// read directly (useGroup.direct) — and the computation lifted over the
+// samples where it lifts (useGroup.lift).
 func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 	us := g.uses[0]
 	out, shape := g.sub.Output(0)
@@ -607,12 +609,13 @@ func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 	return nil
 }
 
-// liftOff (tests only) keeps every computed linear operand's per-sample
-// loop. liftMinFloats is the memory a lifted computation may take in any
-// case (16 MiB): a small layer's samples then go in one pass.
+// liftOff (tests only) keeps every computed operand's per-sample loop.
+// liftMinFloats is the memory a lifted computation may take in any case
+// (rewrite.LiftMinFloats): a small computation's samples then go in one
+// pass.
 var (
 	liftOff       bool
-	liftMinFloats = 1 << 22
+	liftMinFloats = rewrite.LiftMinFloats
 )
 
 // refreshDerived reruns the sub-plans of the operands computed from
@@ -650,10 +653,11 @@ func (e *Engine) refreshDerived() error {
 	return nil
 }
 
-// deriveBack takes the per-sample gradients of every linear operand
-// computed from parameters back to the parameters' per-sample gradients:
-// sample by sample, the computation's vector-Jacobian product (its
-// sub-plan's backward pass from the operand's gradient).
+// deriveBack takes the per-sample gradients of every operand computed
+// from parameters that its rule wrote in this backward pass back to the
+// parameters' per-sample gradients: the computation's vector-Jacobian
+// products, liftN samples a backward pass of the lifted computation, or
+// one a pass of its sub-plan.
 func (e *Engine) deriveBack() error {
 	for _, g := range e.derived {
 		if g.virt == nil || !g.virtFilled {
@@ -681,7 +685,6 @@ func (e *Engine) deriveBack() error {
 		}
 		e.countSampleLoop()
 		for i := 0; i < e.n; i++ {
-
 			if err := g.sub.BackwardFrom(g.virt.p.ps[i*size:(i+1)*size], nil); err != nil {
 				return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
 			}

@@ -335,6 +335,24 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("MatMul", []string{"th", "w"}, "y")
 			return m
 		},
+		"transform_resize": func() *opModel {
+			// A position embedding interpolated to the input's grid
+			// (a ViT fine-tuned at another resolution): by scales, and
+			// by sizes.
+			m := &opModel{opset: 14, sample: []int64{2, 6, 6}, rng: rand.New(rand.NewPCG(21, 22)), loops: 0, unlifted: 2}
+			m.param("pos", 1, 2, 3, 3)
+			m.constant("scales", []int64{4}, 1, 1, 2, 2)
+			m.node("Resize", []string{"pos", "", "scales"}, "pos6", attrS("mode", "linear"))
+			m.node("Add", []string{"input", "pos6"}, "h") // (N,2,6,6)
+			m.param("pos2", 1, 2, 4, 4)
+			m.ints("sizes", 1, 2, 6, 6)
+			m.node("Resize", []string{"pos2", "", "", "sizes"}, "pos2r", attrS("mode", "cubic"), attrS("coordinate_transformation_mode", "align_corners"))
+			m.node("Mul", []string{"h", "pos2r"}, "hm")
+			m.node("Flatten", []string{"hm"}, "f", attrI("axis", 1))
+			m.param("w", 72, 4)
+			m.node("MatMul", []string{"f", "w"}, "y")
+			return m
+		},
 		"prelu_opset6_channels": func() *opModel {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)

@@ -249,3 +249,27 @@ func TestMustFoldsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSliceCounts: a Slice's element count from starts, ends and steps,
+// a step of ±2⁶³ included (FuzzPipeline: the count overflowed to −1 and
+// folding allocated a negative length).
+func TestSliceCounts(t *testing.T) {
+	cases := []struct {
+		start, end, step int64
+		want             int64
+	}{
+		{0, 10, 1, 10}, {0, 10, 3, 4}, {1, 10, 3, 3}, {9, -11, -1, 10}, {9, 0, -4, 3},
+		{0, math.MaxInt64, math.MaxInt64, 1}, {5, 10, math.MaxInt64, 1},
+		{math.MaxInt64, math.MinInt64, math.MinInt64, 1}, {-1, math.MinInt64, math.MinInt64 + 1, 1},
+		{3, 3, 1, 0}, {3, 3, -1, 0},
+	}
+	for _, c := range cases {
+		g := newBuilder(14).input("x", 10).init("s", i64([]int64{1}, c.start)).init("e", i64([]int64{1}, c.end)).
+			init("a", i64([]int64{1}, 0)).init("st", i64([]int64{1}, c.step)).
+			node("Slice", []string{"x", "s", "e", "a", "st"}, []string{"y"}).output("y").graph(t)
+		s, err := g.Nodes[0].ResolveSlice([]int64{10})
+		if err != nil || s.Count[0] != c.want {
+			t.Errorf("x[%d:%d:%d] of 10: %+v, %v; want %d elements", c.start, c.end, c.step, s, err, c.want)
+		}
+	}
+}

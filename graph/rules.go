@@ -820,16 +820,21 @@ func (n *Node) ResolveSlice(in []int64) (*SliceSpec, error) {
 		if e < 0 {
 			e += dim
 		}
+		// ⌈span/|step|⌉ as (span−1)/|step| + 1: a step near ±2⁶³ (one
+		// element) must not overflow the sum.
 		var cnt int64
 		if st > 0 {
 			b, e = clamp(b, 0, dim), clamp(e, 0, dim)
 			if e > b {
-				cnt = (e - b + st - 1) / st
+				cnt = (e-b-1)/st + 1
 			}
 		} else {
 			b, e = clamp(b, 0, dim-1), clamp(e, -1, dim-1)
-			if b > e {
-				cnt = (b - e + (-st) - 1) / (-st)
+			switch {
+			case b > e && st == math.MinInt64:
+				cnt = 1
+			case b > e:
+				cnt = (b-e-1)/(-st) + 1
 			}
 		}
 		s.Start[ax], s.Step[ax], s.Count[ax] = b, st, cnt

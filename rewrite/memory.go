@@ -9,6 +9,12 @@ const (
 	ModeBK          = "bk"
 )
 
+// LiftMinFloats is the memory, in floats, that dpengine lets a
+// computation of parameters lifted over the samples take in any case
+// (its liftSamples; 16 MiB): as many samples a pass as fit the computed
+// operand's per-sample gradients or this.
+const LiftMinFloats = 1 << 22
+
 // ModeMemory is the estimated peak memory of one clipping mode, in bytes
 // of float32 storage.
 //
@@ -43,9 +49,12 @@ const (
 //	             once a consumer operand, before it goes back through the
 //	             computation (in every DP mode; in instantiate and bk
 //	             in place of inst_l, with the parameters' own); and in
-//	             every DP mode the engine's sub-plans of computed
-//	             operands, 8·Σ Use.ComputeFloats (each value of a
-//	             computation and its gradient, whatever the batch)
+//	             every DP mode, for every operand computed from
+//	             parameters (Use.Transform, elementwise ones too: D
+//	             elements, F = Σ Use.ComputeFloats), its B per-sample
+//	             gradients, its computation's sub-plan (values and
+//	             gradients, 2F) and the computation lifted over the
+//	             samples, min(2·B·F, max(B·D, LiftMinFloats))
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -238,14 +247,17 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	}
 	var sumInst, sumBKInst, sumBKOut, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
 	var engGhost, engChosen int64 // the engine's scratch (Plan.Scratch), in floats
-	// The sub-plans of computed operands: the values of each
-	// parameter's computation and their gradients, at any batch (a value
-	// two parameters' computations share counted for each: a bound).
+	// Operands computed from parameters (Use.Transform), each kept by
+	// dpengine as a parameter of its own: D elements, computed through F
+	// (the values of its parameters' computations, a value two share
+	// counted for each: a bound).
 	type operand struct {
 		out string
 		k   int
 	}
-	var sumCompute int64
+	type computed struct{ d, f int64 }
+	operands := map[operand]*computed{}
+	var order []operand
 	for _, prm := range p.Params {
 		if !prm.Trainable() {
 			continue
@@ -253,7 +265,12 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		kept := prm.Shared
 		for _, u := range prm.Uses {
 			if u.Transform {
-				sumCompute += 2 * u.ComputeFloats
+				k := operand{u.Output, u.Operand}
+				if operands[k] == nil {
+					operands[k] = &computed{d: prod(u.OperandShape)}
+					order = append(order, k)
+				}
+				operands[k].f += u.ComputeFloats
 			}
 			if u.Kind == KindElementwise {
 				sumElem += prm.Size
@@ -267,11 +284,19 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 			sumKept += prm.Size
 		}
 	}
-	// A weight computed from parameters (Layer.Transformed) keeps its
-	// operand's per-sample gradients once, however many parameters it is
-	// computed from (sumOperand), and each parameter its own (sumFrom).
-	operands := map[operand]bool{}
-	var sumOperand, sumFrom int64
+	// Each computed operand's per-sample gradients (b rows), its
+	// computation's sub-plan (values and gradients) and the computation
+	// lifted over the samples (dpengine's liftSamples: as many as fit
+	// the per-sample gradients or LiftMinFloats, at most b).
+	var sumOperand, sumCompute int64
+	for _, k := range order {
+		c := operands[k]
+		sumOperand += b * c.d
+		sumCompute += 2*c.f + min(2*b*c.f, max(b*c.d, LiftMinFloats))
+	}
+	// A weight computed from parameters (Layer.Transformed): each
+	// parameter's own per-sample gradient (sumFrom).
+	var sumFrom int64
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
@@ -280,10 +305,6 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		}
 		switch {
 		case l.Transformed:
-			if k := (operand{l.Output, l.Operand}); !operands[k] {
-				operands[k] = true
-				sumOperand += inst
-			}
 			if prm := p.Param(l.Param); prm != nil {
 				sumFrom += prm.Size
 			}
@@ -333,9 +354,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	norms := 4*b + 4*sumCompute
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
-		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumOperand+sumFrom)+norms, 0),
-		mode(ModeGhost, 4*b*(sumKept+sumOperand)+norms, ghostT),
-		mode(ModeMixed, 4*b*(sumKept+sumOperand)+norms, chosenT),
-		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumOperand+sumFrom)+norms, chosenT),
+		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumFrom)+4*sumOperand+norms, 0),
+		mode(ModeGhost, 4*b*sumKept+4*sumOperand+norms, ghostT),
+		mode(ModeMixed, 4*b*sumKept+4*sumOperand+norms, chosenT),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumFrom)+4*sumOperand+norms, chosenT),
 	}
 }

@@ -357,7 +357,7 @@ var transformOps = set("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Reciprocal", 
 	"Gelu", "Softplus", "Softsign", "Mish", "PRelu", "Clip", "Max", "Min", "Sum", "Mean", "Where", "Pad",
 	"ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceMax", "ReduceMin",
 	"ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "MatMul", "Gemm", "Einsum", "Softmax", "LogSoftmax",
-	"LayerNormalization", "GroupNormalization", "InstanceNormalization")
+	"LayerNormalization", "GroupNormalization", "InstanceNormalization", "Resize", "Upsample")
 
 // TransformOps lists, sorted, the operators through which a parameter may
 // be computed before it meets the batch (Use.Transform).

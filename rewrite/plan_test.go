@@ -452,7 +452,8 @@ func TestTransformedParameters(t *testing.T) {
 	if got := p.Param("w").Uses[0].ComputeFloats; got != 108+4+108+108+4+4+108+108 {
 		t.Errorf("w's computation holds %d floats", got)
 	}
-	// The sub-plans' values and gradients count in every DP mode.
+	// The sub-plans' values and gradients count in every DP mode, once
+	// and lifted over the 4 samples (small: all of them in one pass).
 	var sum int64
 	with := p.MemoryAt(4)
 	for _, prm := range p.Params {
@@ -462,8 +463,8 @@ func TestTransformedParameters(t *testing.T) {
 		}
 	}
 	for k, m := range p.MemoryAt(4) {
-		if d := with[k].PerSample - m.PerSample; d != 8*sum && m.Mode != ModeNonDP || d != 0 && m.Mode == ModeNonDP {
-			t.Errorf("%s: the sub-plans add %d bytes, want %d", m.Mode, d, 8*sum)
+		if d := with[k].PerSample - m.PerSample; d != 8*(1+4)*sum && m.Mode != ModeNonDP || d != 0 && m.Mode == ModeNonDP {
+			t.Errorf("%s: the sub-plans add %d bytes, want %d", m.Mode, d, 8*(1+4)*sum)
 		}
 	}
 	if p.Trainable.Tensors != 5 || p.Frozen.Tensors != 1 {

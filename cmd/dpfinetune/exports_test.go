@@ -522,10 +522,11 @@ func TestWeightStandardization(t *testing.T) {
 
 // TestTransformedParameters: parameters computed before they meet the
 // batch — NFNet's scaled weight standardization (weight and gain), Swin
-// V2's position-bias MLP and clipped, exponentiated logit scale — are all
-// trained: PyTorch's logits and per-sample norms in every mode, a private
-// run (its norm check holds each parameter to its own gradient, over two
-// epochs of changing parameters), and the tuned model in onnxruntime.
+// V2's position-bias MLP and clipped, exponentiated logit scale, a
+// position embedding interpolated to the input's grid — are all trained:
+// PyTorch's logits and per-sample norms in every mode, a private run (its
+// norm check holds each parameter to its own gradient, over two epochs of
+// changing parameters), and the tuned model in onnxruntime.
 func TestTransformedParameters(t *testing.T) {
 	dir := filepath.Join("..", "..", "testdata", "exports")
 	model := filepath.Join(dir, "transforms.onnx")
@@ -542,4 +543,19 @@ func TestTransformedParameters(t *testing.T) {
 		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
 	}
 	exportMatchesORT(t, out, []int64{3, 3, 3})
+
+	// A position embedding interpolated to the input's grid (Resize of a
+	// parameter).
+	model = filepath.Join(dir, "pos_interp.onnx")
+	if stdout, e, code := run(t, "plan", "--model", model); code != 0 || !strings.Contains(stdout, "181 trainable in 5 tensors") || !strings.Contains(stdout, "Add←Resize") {
+		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+	}
+	matchesPyTorch(t, model, filepath.Join(dir, "pos_interp_ref.npz"))
+	out = filepath.Join(t.TempDir(), "tuned.onnx")
+	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--input-shape", "3,8,8", "--num-classes", "10",
+		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "for all 5 parameters") {
+		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
+	}
+	exportMatchesORT(t, out, []int64{3, 8, 8})
 }

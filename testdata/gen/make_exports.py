@@ -97,6 +97,9 @@ Parameters computed before they meet the batch, dynamic batch:
                            Swin V2's window attention (position-bias MLP,
                            clipped exponentiated logit scale), a linear head
     OUT/transforms_ref.npz x, y, logits and norms as clip3d_ref.npz
+    OUT/pos_interp.onnx    a position embedding interpolated bicubically to
+                           the input's grid of patches (Resize of a parameter)
+    OUT/pos_interp_ref.npz x, y, logits and norms as clip3d_ref.npz
 
     /usr/bin/python3 testdata/gen/make_exports.py --out testdata/exports
 """
@@ -441,6 +444,28 @@ def transforms(out):
     export_with_ref(out, "transforms", Transforms().eval(), (3, 3, 3))
 
 
+class PosInterp(nn.Module):
+    """A position embedding learned on a 2×2 grid of patches, interpolated
+    bicubically to the input's 4×4 (a ViT fine-tuned at a higher
+    resolution, timm's dynamic_img_size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 2, stride=2)
+        self.pos = nn.Parameter(0.5 * torch.randn(1, 8, 2, 2))
+        self.head = nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = self.patch(x)
+        pos = nn.functional.interpolate(self.pos, size=h.shape[-2:], mode="bicubic", align_corners=False)
+        return self.head(torch.tanh(h + pos).mean((2, 3)))
+
+
+def pos_interp(out):
+    torch.manual_seed(0)
+    export_with_ref(out, "pos_interp", PosInterp().eval(), (3, 8, 8))
+
+
 def to_half(path, out_half, out_ref):
     """Rewrites a float32 export as float16 (out_half) and as float32 with
     its weights rounded through float16 (out_ref)."""
@@ -523,6 +548,8 @@ def main():
     print("wrote ws_conv")
     transforms(args.out)
     print("wrote transforms")
+    pos_interp(args.out)
+    print("wrote pos_interp")
 
 
 if __name__ == "__main__":
