@@ -311,7 +311,8 @@ func (l *lifter) node(nd *graph.Node) error {
 			if a < 0 || a > int64(r) {
 				return fmt.Errorf("axis %d out of range for rank %d", a, r)
 			}
-			l.add(nd, "Reshape", nil, out, in[0], l.ints(nd.Name+"/shape", 0, prod64(s[:a]), prod64(s[a:])))
+			rows, cols := graph.StaticShape(s[:a]...).NumElements(), graph.StaticShape(s[a:]...).NumElements()
+			l.add(nd, "Reshape", nil, out, in[0], l.ints(nd.Name+"/shape", 0, rows, cols))
 			return nil
 		}
 		s, err := shiftAxis(a, r)
@@ -477,12 +478,4 @@ func (l *lifter) scalar(nd *graph.Node, x float32) *graph.Value {
 	c.Const = &graph.Tensor{DType: graph.Float32, Shape: []int64{}, F32: []float32{x}}
 	c.Shape = graph.StaticShape()
 	return c
-}
-
-func prod64(d []int64) int64 {
-	p := int64(1)
-	for _, x := range d {
-		p *= x
-	}
-	return p
 }

@@ -400,14 +400,7 @@ func TestBatchNormOnParams(t *testing.T) {
 			for c := range 4 {
 				m, v := float64(mu[c]), float64(va[c])
 				if training == 1 {
-					m, v = 0, 0
-					for r := range 3 {
-						m += float64(w[r*4+c]) / 3
-					}
-					for r := range 3 {
-						d := float64(w[r*4+c]) - m
-						v += d * d / 3
-					}
+					m, v = meanVar(w[c], w[4+c], w[8+c])
 				}
 				for r := range 3 {
 					wn[r*4+c] = (float64(w[r*4+c])-m)/math.Sqrt(v+eps)*float64(s[c]) + float64(bias[c])
@@ -474,14 +467,7 @@ func TestWeightStandardizationRows(t *testing.T) {
 			x := []float64{1, 2, 3, -1, 0.5, 2}
 			want := make([]float64, 8)
 			for c := range 4 {
-				var m, v float64
-				for r := range 3 {
-					m += float64(w[c*3+r]) / 3
-				}
-				for r := range 3 {
-					d := float64(w[c*3+r]) - m
-					v += d * d / 3
-				}
+				m, v := meanVar(w[c*3 : c*3+3]...)
 				for r := range 3 {
 					wn := (float64(w[c*3+r])-m)/math.Sqrt(v+eps)*float64(s[c]) + float64(bias[c])
 					for i := range 2 {
@@ -523,4 +509,16 @@ func TestWeightStandardizationRows(t *testing.T) {
 			}
 		}
 	}
+}
+
+// meanVar is the mean and biased variance of x.
+func meanVar(x ...float32) (m, v float64) {
+	for _, e := range x {
+		m += float64(e) / float64(len(x))
+	}
+	for _, e := range x {
+		d := float64(e) - m
+		v += d * d / float64(len(x))
+	}
+	return m, v
 }

@@ -498,64 +498,59 @@ func TestSliceAssignments(t *testing.T) {
 // TestWeightStandardization: a convolution whose weight is standardized
 // by a BatchNormalization in training mode before it (timm's StdConv2d;
 // testdata/exports/ws_conv.onnx) normalizes no sample: plan writes it as
-// its computation instead of refusing the model, freezes the weight behind
-// it and says why, and the rest gives PyTorch's logits and per-sample norms
-// in every mode, trains and runs in onnxruntime.
+// its computation instead of refusing the model and trains the weight
+// through it (instantiate‡), and the model gives PyTorch's logits and
+// per-sample norms, the standardized weight's included, in every mode,
+// trains and runs in onnxruntime.
 func TestWeightStandardization(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "exports")
-	model := filepath.Join(dir, "ws_conv.onnx")
-	stdout, e, code := run(t, "plan", "--model", model)
-	if code != 0 || !strings.Contains(stdout, "normalizes parameters, not samples") || !strings.Contains(stdout, "285 trainable in 6 tensors") ||
-		!strings.Contains(stdout, "0 frozen in 0 tensors") || !strings.Contains(stdout, "instantiate‡") || strings.Contains(stdout, "training mode") {
-		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+	trainsAsExported(t, "ws_conv", "3,8,8", 8, 1, 6, "normalizes parameters, not samples", "285 trainable in 6 tensors",
+		"0 frozen in 0 tensors", "instantiate‡")
+	if stdout, _, _ := run(t, "plan", "--model", filepath.Join("..", "..", "testdata", "exports", "ws_conv.onnx")); strings.Contains(stdout, "training mode") {
+		t.Errorf("plan calls the export a training-mode one: %s", stdout)
 	}
-	matchesPyTorch(t, model, filepath.Join(dir, "ws_conv_ref.npz"))
-	tmp := t.TempDir()
-	out := filepath.Join(tmp, "tuned.onnx")
-	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--input-shape", "3,8,8", "--num-classes", "10",
-		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "for all 6 parameters") {
-		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
-	}
-	exportMatchesORT(t, out, []int64{3, 8, 8})
 }
 
 // TestTransformedParameters: parameters computed before they meet the
 // batch — NFNet's scaled weight standardization (weight and gain), Swin
-// V2's position-bias MLP and clipped, exponentiated logit scale, a
-// position embedding interpolated to the input's grid — are all trained:
-// PyTorch's logits and per-sample norms in every mode, a private run (its
-// norm check holds each parameter to its own gradient, over two epochs of
-// changing parameters), and the tuned model in onnxruntime.
+// V2's position-bias MLP and clipped, exponentiated logit scale
+// (transforms.onnx), a position embedding interpolated to the input's
+// grid (pos_interp.onnx) — are all trained: PyTorch's logits and
+// per-sample norms in every mode, a private run (its norm check holds
+// each parameter to its own gradient, over two epochs of changing
+// parameters), and the tuned model in onnxruntime.
 func TestTransformedParameters(t *testing.T) {
-	dir := filepath.Join("..", "..", "testdata", "exports")
-	model := filepath.Join(dir, "transforms.onnx")
-	stdout, e, code := run(t, "plan", "--model", model)
-	if code != 0 || !strings.Contains(stdout, "647 trainable in 13 tensors") || !strings.Contains(stdout, "0 frozen in 0 tensors") ||
-		strings.Count(stdout, "instantiate‡") != 2 || !strings.Contains(stdout, "Mul←Exp←Clip") {
-		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
-	}
-	matchesPyTorch(t, model, filepath.Join(dir, "transforms_ref.npz"))
-	out := filepath.Join(t.TempDir(), "tuned.onnx")
-	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none", "--input-shape", "3,3,3", "--num-classes", "10",
-		"--epsilon", "8", "--batch-size", "4", "--epochs", "2", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "for all 13 parameters") {
-		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
-	}
-	exportMatchesORT(t, out, []int64{3, 3, 3})
+	trainsAsExported(t, "transforms", "3,3,3", 16, 2, 13, "647 trainable in 13 tensors", "0 frozen in 0 tensors",
+		"instantiate‡", "Mul←Exp←Clip")
+	trainsAsExported(t, "pos_interp", "3,8,8", 8, 1, 5, "181 trainable in 5 tensors", "Add←Resize")
+}
 
-	// A position embedding interpolated to the input's grid (Resize of a
-	// parameter).
-	model = filepath.Join(dir, "pos_interp.onnx")
-	if stdout, e, code := run(t, "plan", "--model", model); code != 0 || !strings.Contains(stdout, "181 trainable in 5 tensors") || !strings.Contains(stdout, "Add←Resize") {
-		t.Fatalf("plan: exit %d: %s%s", code, stdout, e)
+// trainsAsExported checks testdata/exports/name.onnx: its plan says each
+// of plan's phrases, it gives the logits and per-sample norms in every
+// mode of name_ref.npz (PyTorch's), a private run on limit Fashion-MNIST
+// images of the given shape for epochs trains all of its params
+// parameters, and onnxruntime runs the tuned model as we do.
+func trainsAsExported(t *testing.T, name, shape string, limit, epochs, params int, plan ...string) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "testdata", "exports")
+	model := filepath.Join(dir, name+".onnx")
+	stdout, e, code := run(t, "plan", "--model", model)
+	for _, want := range plan {
+		if code != 0 || !strings.Contains(stdout, want) {
+			t.Fatalf("plan: exit %d, want %q: %s%s", code, want, stdout, e)
+		}
 	}
-	matchesPyTorch(t, model, filepath.Join(dir, "pos_interp_ref.npz"))
-	out = filepath.Join(t.TempDir(), "tuned.onnx")
-	stdout, e, code = run(t, "train", "--model", model, "--data", fmnist+":limit=8", "--test-data", "none", "--input-shape", "3,8,8", "--num-classes", "10",
-		"--epsilon", "8", "--batch-size", "4", "--epochs", "1", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 || !strings.Contains(stdout, "for all 5 parameters") {
+	matchesPyTorch(t, model, filepath.Join(dir, name+"_ref.npz"))
+	out := filepath.Join(t.TempDir(), "tuned.onnx")
+	stdout, e, code = run(t, "train", "--model", model, "--data", fmt.Sprintf("%s:limit=%d", fmnist, limit), "--test-data", "none",
+		"--input-shape", shape, "--num-classes", "10", "--epsilon", "8", "--batch-size", "4", "--epochs", strconv.Itoa(epochs),
+		"--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, fmt.Sprintf("for all %d parameters", params)) {
 		t.Fatalf("train: exit %d: %s%s", code, stdout, e)
 	}
-	exportMatchesORT(t, out, []int64{3, 8, 8})
+	var sample []int64
+	for _, f := range strings.Split(shape, ",") {
+		d, _ := strconv.ParseInt(f, 10, 64)
+		sample = append(sample, d)
+	}
+	exportMatchesORT(t, out, sample)
 }
