@@ -335,6 +335,18 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("MatMul", []string{"th", "w"}, "y")
 			return m
 		},
+		"param_sum": func() *opModel {
+			// A weight that is the sum of two parameters (a base and a
+			// delta): linear in each, the operand's per-sample gradient
+			// is each one's, through its index map (the other's
+			// elements zero while it is built).
+			m := &opModel{opset: 14, sample: []int64{3}, rng: rand.New(rand.NewPCG(23, 24))}
+			m.param("base", 4, 3)
+			m.param("delta", 4, 3)
+			m.node("Add", []string{"base", "delta"}, "w")
+			m.node("Gemm", []string{"input", "w"}, "y", attrI("transB", 1))
+			return m
+		},
 		"transform_resize": func() *opModel {
 			// A position embedding interpolated to the input's grid
 			// (a ViT fine-tuned at another resolution): by scales, and

@@ -86,8 +86,7 @@ const (
 // scatter-adds into the table rows). The others compute (TransformOps:
 // weight standardization's statistics, weight normalization's norm, a
 // position-bias MLP): the parameter's per-sample gradient is then the
-// vector-Jacobian product of that computation, taken per sample
-// (Use.Transform).
+// vector-Jacobian product of that computation (Use.Transform).
 type Step struct {
 	Node    string `json:"node"`
 	Output  string `json:"output"`
@@ -121,8 +120,10 @@ type Use struct {
 	// on some route of the path, by an operator that does not copy
 	// elements (TransformOps): the consumer's per-sample gradient with
 	// respect to the operand is instantiated and taken back to the
-	// parameter through the computation's vector-Jacobian product, sample
-	// by sample. A ghost norm of the operand is not the parameter's.
+	// parameter through the computation's vector-Jacobian product, for
+	// many samples in one backward pass where the computation lifts over
+	// them (dpengine's liftSamples). A ghost norm of the operand is not
+	// the parameter's.
 	Transform bool `json:"transform,omitempty"`
 	// ComputeFloats, for a computed use, bounds the elements of the
 	// values computing the operand from the parameter — the parameter
