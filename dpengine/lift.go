@@ -364,6 +364,11 @@ func (l *lifter) node(nd *graph.Node) error {
 		if l.lifted[a] && l.rank(a) < 2 && l.rank(b) != 2 || l.rank(b) < 2 || !l.lifted[a] && l.rank(a) < 2 {
 			return fmt.Errorf("a lifted vector operand")
 		}
+		// The sample axis before the other operand's batch axes (Swin
+		// V2's coordinate table (1, 2w−1, 2w−1, 2) times a lifted weight).
+		if r := len(l.shape[out]); l.rank(a) >= 2 {
+			a, b = l.toRank(nd, a, r), l.toRank(nd, b, r)
+		}
 		l.add(nd, "MatMul", nil, out, a, b)
 	case "Gemm":
 		// A·B (transposed as asked) scaled by alpha, plus beta·C.

@@ -290,14 +290,16 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			for k := range coords {
 				coords[k] = float32(k%7-3) / 3
 			}
-			m.constant("coords", []int64{7, 2}, coords...)
+			m.constant("coords", []int64{1, 7, 2}, coords...) // with a batch axis, as Swin V2's (1, 2w−1, 2w−1, 2)
 			m.param("w1", 2, 8)
 			m.node("MatMul", []string{"coords", "w1"}, "m1")
 			m.param("b1", 8)
 			m.node("Add", []string{"m1", "b1"}, "a1")
 			m.node("Relu", []string{"a1"}, "r1")
 			m.param("w2", 8, 2)
-			m.node("MatMul", []string{"r1", "w2"}, "table") // (7,2)
+			m.node("MatMul", []string{"r1", "w2"}, "table3") // (1,7,2)
+			m.ints("t72", 7, 2)
+			m.node("Reshape", []string{"table3", "t72"}, "table")
 			idx := make([]int64, 16)
 			for k := range idx {
 				idx[k] = int64(k/4-k%4) + 3
