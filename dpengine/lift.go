@@ -20,22 +20,6 @@ import (
 // times over, which costs what one product's backward pass does; the
 // loop it replaces cost n passes and n times the launches (a GPU's).
 
-// liftable are the operators liftSamples rewrites for a leading sample
-// axis; a computation through any other keeps the per-sample loop.
-var liftable = map[string]bool{
-	"Relu": true, "Sigmoid": true, "Tanh": true, "Exp": true, "Log": true, "Sqrt": true, "Neg": true, "Abs": true,
-	"Reciprocal": true, "Erf": true, "Gelu": true, "Softplus": true, "Softsign": true, "LeakyRelu": true, "Elu": true,
-	"Selu": true, "Celu": true, "HardSigmoid": true, "HardSwish": true, "Mish": true, "Sin": true, "Cos": true,
-	"Identity": true, "Cast": true, "Clip": true,
-	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Max": true, "Min": true, "Sum": true, "Mean": true,
-	"Where":      true,
-	"ReduceMean": true, "ReduceSum": true, "ReduceSumSquare": true, "ReduceL1": true, "ReduceL2": true,
-	"ReduceMax": true, "ReduceMin": true, "ReduceLogSumExp": true,
-	"Softmax": true, "LogSoftmax": true, "LayerNormalization": true,
-	"Reshape": true, "Flatten": true, "Transpose": true, "Squeeze": true, "Unsqueeze": true,
-	"MatMul": true, "Gemm": true, "Gather": true, "Concat": true, "Resize": true,
-}
-
 // liftedSuffix names a parameter's stacked copies in a lifted computation.
 const liftedSuffix = "/samples"
 
@@ -76,11 +60,11 @@ func liftSamples(sub *graph.Graph, params []string, n int) (*graph.Graph, error)
 			l.nodes = append(l.nodes, nd)
 			continue
 		}
-		if !liftable[nd.OpType] || nd.Domain != "" {
+		if nd.Domain != "" {
 			return nil, fmt.Errorf("lift: node %s: %s is not lifted over samples", nd, nd.OpType)
 		}
 		for _, v := range append(slices.Clone(nd.Inputs), nd.Outputs...) {
-			if _, ok := l.shape[v]; v != nil && !ok && !l.lifted[v] {
+			if _, ok := l.shape[v]; v != nil && !ok {
 				return nil, fmt.Errorf("lift: node %s: the shape of %q is unknown", nd, v.Name)
 			}
 		}

@@ -27,7 +27,6 @@ type useGroup struct {
 	// through the parameter-only path to the parameters (nil for direct
 	// uses; a linear operand's uses map back through useState.idx).
 	sub     *runtime.Plan
-	subOut  []float32 // operand-shaped per-sample gradient
 	subBase []float32 // zero-filled operand-shaped buffer for batched operands
 	// bcast is the shape [B, …] an operand's batch gradient reduces to,
 	// sample by sample, where the path only reshapes the parameter and
@@ -67,7 +66,8 @@ type useGroup struct {
 	// virtFilled records that it did in this backward pass, and deriveBack
 	// then takes them back. An operand that carries the batch (a
 	// computation expanded over it) keeps the per-sample path through
-	// sub.
+	// sub. The first backward pass settles which (hook), and the other
+	// path's state is dropped.
 	direct     *useGroup
 	virtFilled bool
 }
@@ -498,11 +498,12 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 					e.buildRowsMaps(cg, g)
 				}
 			}
-			if err := e.buildSub(cg, g); err != nil {
+			sub, err := e.buildSub(cg, g)
+			if err != nil {
 				return err
 			}
 			if g.derived {
-				if err := e.buildVirtual(cg, g); err != nil {
+				if err := e.buildVirtual(sub, g); err != nil {
 					return err
 				}
 				e.derived = append(e.derived, g)
@@ -519,28 +520,24 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 
 // buildSub compiles the sub-plan of group g's operand: its subgraph from
 // the parameters, trainable, through which per-sample gradients with
-// respect to the operand go back to them.
-func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) error {
+// respect to the operand go back to them. It returns the subgraph.
+func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) (*graph.Graph, error) {
 	var names []string
 	for _, u := range g.uses {
 		names = append(names, u.p.name)
 	}
 	sub, err := cg.Extract(g.uses[0].use.OperandValue)
 	if err != nil {
-		return fmt.Errorf("dpengine: %w", err)
+		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	g.sub, err = runtime.Compile(sub, &runtime.Options{Device: e.cfg.Device, Trainable: names, KeepActivations: true})
 	if err != nil {
-		return fmt.Errorf("dpengine: path of %v: %w", names, err)
+		return nil, fmt.Errorf("dpengine: path of %v: %w", names, err)
 	}
 	if err := g.sub.Forward(); err != nil {
-		return fmt.Errorf("dpengine: path of %v: %w", names, err)
+		return nil, fmt.Errorf("dpengine: path of %v: %w", names, err)
 	}
-	out, _ := g.sub.Output(0)
-	if g.subOut, err = e.alloc(len(out), "the path gradient of "+g.output); err != nil {
-		return err
-	}
-	return nil
+	return sub, nil
 }
 
 // buildVirtual gives group g, whose operand is computed from its
@@ -549,7 +546,7 @@ func (e *Engine) buildSub(cg *graph.Graph, g *useGroup) error {
 // ghost norm of the operand is not the parameters'), an elementwise one
 // read directly (useGroup.direct) — and the computation lifted over the
 // samples where it lifts (useGroup.lift).
-func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
+func (e *Engine) buildVirtual(sub *graph.Graph, g *useGroup) error {
 	us := g.uses[0]
 	out, shape := g.sub.Output(0)
 	B := e.cfg.PhysicalBatch
@@ -575,10 +572,6 @@ func (e *Engine) buildVirtual(cg *graph.Graph, g *useGroup) error {
 	// gradients within the operand's per-sample gradients (B rows) or
 	// liftMinFloats, whichever is more, a divisor of B so that the passes
 	// tile the rows.
-	sub, err := cg.Extract(us.use.OperandValue)
-	if err != nil {
-		return fmt.Errorf("dpengine: %w", err)
-	}
 	var floats int
 	for _, x := range sub.Values {
 		if x.DType.IsFloat() && x.Shape.Static() {
@@ -634,12 +627,10 @@ func (e *Engine) refreshDerived() error {
 					e.lay.Copy(us.p.data, d)
 					continue
 				}
-				// liftN copies, one a sample.
+				// liftN copies, one a sample, in one call.
 				d, _ := g.lift.Param(us.p.name + liftedSuffix)
 				n := len(us.p.data)
-				for k := 0; k < g.liftN; k++ {
-					e.lay.Copy(us.p.data, d[k*n:(k+1)*n])
-				}
+				e.lay.Expand(us.p.data, []int{1, n}, d, []int{g.liftN, n})
 			}
 			if err := plan.Forward(); err != nil {
 				return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
@@ -1094,9 +1085,17 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 				}
 			}
 		} else if g.direct != nil && ev.Inputs[g.operand].BatchAxis < 0 {
+			// The operand carries no batch, in every step: where the
+			// computation lifts, sub is not needed again.
+			if g.lift != nil {
+				g.sub = nil
+			}
 			err = e.elementwiseGroup(ev, g.direct)
 			g.virtFilled = true
 		} else {
+			// It carries the batch: the per-sample path through sub,
+			// in every step.
+			g.direct, g.virt, g.lift = nil, nil, nil
 			err = e.elementwiseGroup(ev, g)
 		}
 		if err != nil {

@@ -212,7 +212,7 @@ func bnOnParams(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]grap
 		return b.op("Reshape", nil, v, b.constant(int64Tensor([]int64{int64(len(shape))}, shape...)))
 	}
 	if training {
-		if bnOnParamsRows(b, n, sh, float64(eps), dt) {
+		if bnOnParamsRows(b, n, sh, float64(eps), dt, perChannel) {
 			return bnOnParamsDone(g, n, b, training), nil
 		}
 	}
@@ -262,8 +262,9 @@ func bnOnParamsDone(g *graph.Graph, n *graph.Node, b *builder, training bool) Ch
 // bnOnParamsRows writes the training-mode BatchNormalization n of a
 // (1, C, …) input of static shape sh — weight standardization: each
 // output channel's weights normalized by their own statistics — as a
-// LayerNormalization of its C rows, then γ and β per channel where they
-// are not the constants 1 and 0 (F.batch_norm without weight and bias),
+// LayerNormalization of its C rows, then γ and β per channel (perChannel
+// reshapes them) where they are not the constants 1 and 0 (F.batch_norm
+// without weight and bias),
 // into n's output, and reports true; false, adding nothing, for any other
 // input. Both compute (x − μ)/√(σ² + ε) with the biased variance; one node
 // runs and differentiates in one pass where the decomposition took nine,
@@ -271,7 +272,7 @@ func bnOnParamsDone(g *graph.Graph, n *graph.Node, b *builder, training bool) Ch
 // step (docs/REWRITES.md, "Parameters computed before they meet the
 // batch"). A model whose opset has no LayerNormalization gets the
 // decomposition back on export (ExportGraph).
-func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt graph.DType) bool {
+func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt graph.DType, perChannel func(*graph.Value) *graph.Value) bool {
 	if !sh.Static() || len(sh) < 3 || sh[0].Size != 1 {
 		return false
 	}
@@ -280,7 +281,6 @@ func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt g
 	if k < 2 {
 		return false // one element a channel: no statistics to normalize by
 	}
-	scale, shift := !constantOf(n.Inputs[1], 1), !constantOf(n.Inputs[2], 0)
 	rows := b.op("Flatten", []*onnxpb.AttributeProto{attrInt("axis", 2)}, n.Inputs[0]) // (C, K)
 	ones := make([]float64, k)
 	for i := range ones {
@@ -288,24 +288,26 @@ func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt g
 	}
 	y := b.op("LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", eps)},
 		rows, b.constant(floatTensor(dt, []int64{k}, ones)))
-	back := b.constant(int64Tensor([]int64{int64(len(dims))}, dims...))
-	perChannel := func(v *graph.Value) *graph.Value {
-		shape := append([]int64{-1}, channelShape(1, len(dims))[1:]...)
-		return b.op("Reshape", nil, v, b.constant(int64Tensor([]int64{int64(len(shape))}, shape...)))
+	// Back to the input's shape, then γ and β; the last step writes n's
+	// output.
+	type step struct {
+		op  string
+		arg *graph.Value
 	}
-	if !scale && !shift {
-		b.opInto(n.Outputs[0], "Reshape", nil, y, back)
-		return true
+	steps := []step{{"Reshape", b.constant(int64Tensor([]int64{int64(len(dims))}, dims...))}}
+	if !constantOf(n.Inputs[1], 1) {
+		steps = append(steps, step{"Mul", perChannel(n.Inputs[1])})
 	}
-	y = b.op("Reshape", nil, y, back)
-	if scale && !shift {
-		b.opInto(n.Outputs[0], "Mul", nil, y, perChannel(n.Inputs[1]))
-		return true
+	if !constantOf(n.Inputs[2], 0) {
+		steps = append(steps, step{"Add", perChannel(n.Inputs[2])})
 	}
-	if scale {
-		y = b.op("Mul", nil, y, perChannel(n.Inputs[1]))
+	for i, st := range steps {
+		if i == len(steps)-1 {
+			b.opInto(n.Outputs[0], st.op, nil, y, st.arg)
+			break
+		}
+		y = b.op(st.op, nil, y, st.arg)
 	}
-	b.opInto(n.Outputs[0], "Add", nil, y, perChannel(n.Inputs[2]))
 	return true
 }
 
