@@ -70,6 +70,12 @@ type useGroup struct {
 	// path's state is dropped.
 	direct     *useGroup
 	virtFilled bool
+	// std, for a Conv weight computed by weight standardization
+	// (rewrite.Standardized) where the mode needs only its norms and one
+	// clipped sum (stdApplies), takes the norms in closed form from the
+	// virt's per-sample gradients as the rule forms them, which virt
+	// then does not keep (standardized.go).
+	std *stdState
 }
 
 // serialOpBelow is the per-sample output-gradient size below which the
@@ -95,6 +101,9 @@ type useState struct {
 	// idx maps the operand of a linear use through a path back to the
 	// parameter (buildPathMap); nil for direct uses.
 	idx []int32
+	// std is the closed form that takes this (virtual) use's per-sample
+	// gradients where it is set (useGroup.std).
+	std *stdState
 	// rowsMap, on a device that batches its per-sample work, is an
 	// elementwise use's layout-only path as an index map (buildPathMap),
 	// through which arithmeticBatch maps the samples' operand gradients
@@ -111,6 +120,8 @@ func (us *useState) addSample(ops runtime.DPOps, i, off int, inst []float32) {
 	p := us.p
 	size := len(p.data)
 	switch {
+	case us.std != nil:
+		us.std.add(ops, i, 1, off, inst)
 	case us.idx != nil && us.linear != nil && us.linear.pathMap != nil && off == 0 && len(inst) == len(us.idx):
 		// The whole operand, on a GPU: mapped back by the device-resident
 		// adjoint (pathMap), then added.
@@ -224,6 +235,9 @@ func needPerSample(cfg Config, rp *rewrite.Param) bool {
 		return true
 	}
 	for _, u := range rp.Uses {
+		if u.Standardized != nil && stdApplies(cfg) {
+			continue // norms in closed form (useGroup.std)
+		}
 		if u.Kind == rewrite.KindElementwise && (cfg.Mode == BK || len(u.Path) > 0) {
 			return true
 		}
@@ -503,7 +517,11 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 				return err
 			}
 			if g.derived {
-				if err := e.buildVirtual(sub, g); err != nil {
+				build := e.buildVirtual
+				if g.linear != nil && g.uses[0].use.Standardized != nil && stdApplies(e.cfg) {
+					build = e.buildStd
+				}
+				if err := build(sub, g); err != nil {
 					return err
 				}
 				e.derived = append(e.derived, g)
@@ -636,6 +654,12 @@ func (e *Engine) refreshDerived() error {
 				return fmt.Errorf("dpengine: the computation of %s: %w", g.uses[0].use.OperandValue, err)
 			}
 		}
+		if g.std != nil {
+			if err := g.std.refresh(e); err != nil {
+				return err
+			}
+			continue
+		}
 		if g.virt != nil {
 			e.lay.Fill(0, g.virt.p.ps)
 		}
@@ -730,6 +754,9 @@ func (e *Engine) addRows(us *useState, i0, n int, inst []float32) {
 	}
 	size := len(inst) / n
 	switch {
+	case us.std != nil:
+		us.std.add(e.ops, i0, n, 0, inst)
+		return
 	case us.idx == nil:
 		if e.addSampleRows(us.p, i0, inst) {
 			return
@@ -1002,6 +1029,13 @@ func (e *Engine) clipPhysical(B int) error {
 		}
 		return nil
 	}
+	for _, g := range e.derived {
+		if g.std != nil {
+			if err := e.stdClippedSum(g, f, B); err != nil {
+				return err
+			}
+		}
+	}
 	runs := e.clipRuns(f, n)
 	for k, p := range e.params {
 		fk := f
@@ -1076,6 +1110,9 @@ func (e *Engine) hook(ev *runtime.HookEvent) {
 			// One instantiation of the operand, whatever the number of
 			// parameters it is computed from.
 			err = g.linear.perSample(e, ev, g.virt)
+			if err == nil && g.std != nil {
+				g.std.finish(e.ops)
+			}
 		} else if g.linear != nil {
 			// Several uses only where an operand joins several
 			// parameters (instantiated, each mapped to its own).

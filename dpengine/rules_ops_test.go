@@ -35,6 +35,11 @@ type opModel struct {
 	// (liftOff) or only one sample at a time fits: one per computed
 	// operand (its vector-Jacobian products taken sample by sample).
 	loops, unlifted int
+	// standardized is the number of computed Conv weights the rewrite
+	// reads as weight standardization (rewrite.Standardized): in the
+	// modes that take their norms in closed form (stdApplies) they run
+	// no per-sample loop and keep no per-sample gradients.
+	standardized int
 }
 
 // constant adds a Constant node of float values with the given shape (no
@@ -84,6 +89,10 @@ func (m *opModel) node(op string, in []string, out string, attrs ...*onnxpb.Attr
 
 func attrI(name string, v int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
+}
+
+func attrF(name string, v float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(v)}
 }
 
 func attrIs(name string, v ...int64) *onnxpb.AttributeProto {
@@ -280,6 +289,46 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
 			return m
 		},
+		"standardized_conv": func() *opModel {
+			// Weight standardization as timm's StdConv2d and
+			// ScaledStdConv2d write it — a training-mode
+			// BatchNormalization of the weight's rows, a learned gain as
+			// its scale, a constant shift, 1/√fan-in after — on a
+			// grouped convolution, and without gain on a depthwise one:
+			// the rows' norms in closed form.
+			m := &opModel{opset: 15, sample: []int64{4, 5, 5}, rng: rand.New(rand.NewPCG(25, 26)), loops: 0, unlifted: 2, standardized: 2}
+			bn := func(in, scale, bias, out string) {
+				m.constant(out+"_mean", []int64{6}, 0, 0, 0, 0, 0, 0)
+				m.constant(out+"_var", []int64{6}, 1, 1, 1, 1, 1, 1)
+				m.node("BatchNormalization", []string{in, scale, bias, out + "_mean", out + "_var"}, out, attrI("training_mode", 1), attrF("epsilon", 1e-4))
+			}
+			m.ints("rows", 1, 6, -1)
+			m.param("w", 6, 2, 3, 3)
+			m.node("Reshape", []string{"w", "rows"}, "wr") // (1,6,18)
+			m.param("gain", 6)
+			m.constant("shift", []int64{6}, 0.1, -0.2, 0.3, 0, 0.5, -0.1)
+			bn("wr", "gain", "shift", "wb")
+			m.ints("wshape", 6, 2, 3, 3)
+			m.node("Reshape", []string{"wb", "wshape"}, "wn")
+			m.constant("fanin", nil, 0.25)
+			m.node("Mul", []string{"wn", "fanin"}, "ws")
+			m.param("b", 6)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", attrI("group", 2), attrIs("pads", 1, 1, 1, 1)) // (N,6,5,5)
+			m.node("Relu", []string{"h"}, "r")
+			m.param("dw", 6, 1, 3, 3)
+			m.node("Reshape", []string{"dw", "rows"}, "dwr") // (1,6,9)
+			m.constant("ones", []int64{6}, 1, 1, 1, 1, 1, 1)
+			m.constant("zeros", []int64{6}, 0, 0, 0, 0, 0, 0)
+			bn("dwr", "ones", "zeros", "dwb")
+			m.ints("dwshape", 6, 1, 3, 3)
+			m.node("Reshape", []string{"dwb", "dwshape"}, "dwn")
+			m.node("Conv", []string{"r", "dwn"}, "h2", attrI("group", 6), attrIs("strides", 2, 2)) // (N,6,2,2)
+			m.node("Flatten", []string{"h2"}, "f", attrI("axis", 1))                               // (N,24)
+			m.param("wh", 4, 24)
+			m.param("bh", 4)
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			return m
+		},
 		"transform_bias_scale": func() *opModel {
 			// Swin V2's attention: a relative-position bias table made
 			// by an MLP from constant coordinates, gathered, squashed and
@@ -435,9 +484,29 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						std := 0
 						for _, g := range e.derived {
+							if g.std != nil {
+								std++
+								continue
+							}
 							if g.virt != nil && (unlift || m.loops == 0) && (g.lift == nil) != unlift {
 								t.Errorf("%s: lifted %v", g.virt.p.name, g.lift != nil)
+							}
+						}
+						wantStd := 0
+						if stdApplies(e.cfg) {
+							wantStd = m.standardized
+						}
+						if std != wantStd {
+							t.Errorf("%d weights in closed form, want %d", std, wantStd)
+						}
+						if std > 0 {
+							loops = 0
+							for _, p := range e.params {
+								if p.ps != nil && !strings.HasPrefix(p.name, "b") {
+									t.Errorf("%s keeps per-sample gradients", p.name)
+								}
 							}
 						}
 						checkClippedSum(t, e, dm.name, x, y, want, wantSum, loops)

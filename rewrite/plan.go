@@ -130,6 +130,10 @@ type Use struct {
 	// and everything it is computed through — which the engine's
 	// sub-plan of the computation holds, each with its gradient.
 	ComputeFloats int64 `json:"compute_floats,omitempty"`
+	// Standardized, for a computed Conv weight, describes it as weight
+	// standardization, whose per-sample norms the engine takes in closed
+	// form (nil for any other computation).
+	Standardized *Standardized `json:"standardized,omitempty"`
 }
 
 // Param is the plan for one floating-point initializer.
@@ -557,6 +561,7 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 			p.Frozen.Scalars += prm.Size
 		}
 	}
+	markStandardized(c, p)
 	// Layers in graph order.
 	for _, prm := range p.Params {
 		if !prm.Trainable() {

@@ -45,6 +45,21 @@ type PerSampleOps interface {
 	// DepthwiseScratchSize is the scratch DepthwisePerSampleGrad needs, in
 	// elements.
 	DepthwiseScratchSize(s *ConvShape) int
+	// StandardizedNormTerms writes the per-row squared norms of the
+	// per-sample gradients of a standardized weight (weight
+	// standardization: row o of W standardized to x̂_o = (W_o − μ_o)/σ_o,
+	// σ_o² = v_o + ε, then scaled by γ_o), from g, the gradients of the
+	// weight the layer reads, γ⊙x̂: for the n samples j and the rows o <
+	// rows of g (sample j's rows at j·rows·k, k elements each; xhat rows×k)
+	// tW[o·ld + j] = coefW_o·‖g_o − (1ᵀg_o/k)·1 − (x̂_oᵀg_o/k)·x̂_o‖²
+	// (coefW = (γ/σ)², LayerNormalization's vector-Jacobian product: W's
+	// row gradient) and, where tG is not nil, tG[o·ld + j] =
+	// coefG_o·(x̂_oᵀg_o)² (a gain γ = s·gain's, coefG = s²). The residual's
+	// norm is expanded from the float64 sums Σg², Σg, Σg·x̂, Σx̂², Σx̂, each
+	// in the lane order (StdRowSums) — exact for float32 terms, so that a
+	// gradient along 1 and x̂ cancels in float64, not float32 — and
+	// combined as StdResidualSq. It runs on one worker.
+	StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k, n, ld int, tW, tG []float64)
 }
 
 // Im2ColPlane implements PerSampleOps with kernels.Im2ColPlane.
@@ -87,3 +102,17 @@ func (c CPU) DepthwiseGradBatch(s *ConvShape, x, dy []float32, i0, n int, dw, ws
 // DepthwiseScratchSize implements PerSampleOps with
 // kernels.DepthwiseScratchSize.
 func (CPU) DepthwiseScratchSize(s *ConvShape) int { return kernels.DepthwiseScratchSize(s) }
+
+// StandardizedNormTerms implements PerSampleOps.
+func (CPU) StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k, n, ld int, tW, tG []float64) {
+	for j := 0; j < n; j++ {
+		for o := 0; o < rows; o++ {
+			r := (j*rows + o) * k
+			s := StdRowSums(g[r:r+k], xhat[o*k:(o+1)*k])
+			tW[o*ld+j] = float64(coefW[o]) * StdResidualSq(s, k)
+			if tG != nil {
+				tG[o*ld+j] = float64(coefG[o]) * (s[2] * s[2])
+			}
+		}
+	}
+}

@@ -100,6 +100,59 @@ func DotLanes(a, b []float32) float64 {
 	return s
 }
 
+// StdRowSums returns Σg², Σg, Σg·x, Σx², Σx (len(x) ≥ len(g)), each in
+// float64 in the lane order: StandardizedNormTerms' sums of a row.
+func StdRowSums(g, x []float32) [5]float64 {
+	x = x[:len(g)]
+	var s [5]float64
+	for c := 0; c < len(g); c += SumChunk {
+		e := min(c+SumChunk, len(g))
+		var acc [5][SumLanes]float64
+		a0, a1, a2, a3, a4 := &acc[0], &acc[1], &acc[2], &acc[3], &acc[4]
+		j := c
+		for ; j+SumLanes <= e; j += SumLanes {
+			gr, xr := (*[SumLanes]float32)(g[j:j+SumLanes]), (*[SumLanes]float32)(x[j:j+SumLanes])
+			for l := range SumLanes {
+				gv, xv := float64(gr[l]), float64(xr[l])
+				a0[l] += gv * gv
+				a1[l] += gv
+				a2[l] += gv * xv
+				a3[l] += xv * xv
+				a4[l] += xv
+			}
+		}
+		for l := range e - j {
+			gv, xv := float64(g[j+l]), float64(x[j+l])
+			a0[l] += gv * gv
+			a1[l] += gv
+			a2[l] += gv * xv
+			a3[l] += xv * xv
+			a4[l] += xv
+		}
+		for q := range acc {
+			s[q] += laneTree(&acc[q])
+		}
+	}
+	return s
+}
+
+// StdResidualSq returns ‖g − a·1 − c·x‖² for a row of k elements, a =
+// Σg/k and c = Σg·x/k, from its StdRowSums s, expanded (clamped at 0):
+// Σg² − 2a·Σg − 2c·Σg·x + a²k + c²·Σx² + 2ac·Σx. Each backend evaluates
+// this expression in this order.
+func StdResidualSq(s [5]float64, k int) float64 {
+	if k == 0 {
+		return 0
+	}
+	kk := float64(k)
+	a, c := s[1]/kk, s[2]/kk
+	uu := s[0] - 2*a*s[1] - 2*c*s[2] + a*a*kk + c*c*s[3] + 2*a*c*s[4]
+	if uu < 0 {
+		uu = 0
+	}
+	return uu
+}
+
 // laneAcc sums float32 terms in float64 in the lane order (lanesum.go)
 // as they come, run after run: t counts the terms so far, lanes holds the
 // current chunk's partial sums, total the finished chunks'.

@@ -269,6 +269,34 @@ var opCases = []opCase{
 	}, 1e-9},
 	rowsCase("AddSumSqProducts", func(n int) int { return n/2 + 1 }, runtime.VectorOps.AddSumSqProducts, 1e-12),
 	rowsCase("AddDots", func(n int) int { return n }, runtime.VectorOps.AddDots, 1e-9),
+	// Rows of n terms (past a chunk from 2049), a few samples, a gain or
+	// none; x̂'s rows standardized, g's with a large mean and a component
+	// along x̂ (the terms' cancellation), entries past the written ones kept.
+	{"StandardizedNormTerms", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows, samples := 1+n%3, 1+n%2
+		ld := samples + 1
+		xhat, g := randFloats(r, rows*n), randFloats(r, samples*rows*n)
+		for k := range g {
+			g[k] += 3 + 2*xhat[k%(rows*n)]
+		}
+		coefW, coefG := randFloats(r, rows), randFloats(r, rows)
+		tW, tG := make([]float64, rows*ld), make([]float64, rows*ld)
+		for k := range tW {
+			tW[k], tG[k] = r.ExpFloat64(), r.ExpFloat64()
+		}
+		pw, pg := place(p, tW), place(p, tG)
+		if seed%2 == 0 {
+			o.StandardizedNormTerms(place(p, g), place(p, xhat), place(p, coefW), nil, rows, n, samples, ld, pw, nil)
+			return fetch(p, pw), true
+		}
+		o.StandardizedNormTerms(place(p, g), place(p, xhat), place(p, coefW), place(p, coefG), rows, n, samples, ld, pw, pg)
+		return append(fetch(p, pw), fetch(p, pg)...), true
+	}, 1e-9},
 	{"AddSumSqProduct", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {

@@ -317,3 +317,22 @@ func (d *Device) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n
 // DepthwiseScratchSize implements runtime.PerSampleOps: the kernel needs
 // no scratch.
 func (d *Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }
+
+// StandardizedNormTerms implements runtime.PerSampleOps: a warp per row of
+// a sample (std_norm_terms), its five sums in the lane order, the CPU's
+// (runtime.StdRowSums), combined as runtime.StdResidualSq.
+func (d *Device) StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k, n, ld int, tW, tG []float64) {
+	if n == 0 || rows == 0 {
+		return
+	}
+	last := (rows-1)*ld + n
+	a := d.begin()
+	defer d.end("StandardizedNormTerms")
+	var pcg, ptg DevicePtr
+	if tG != nil {
+		pcg, ptg = f32(coefG[:rows], opIn, d), f64(tG[:last], opInOut, d)
+	}
+	a.Ptr(f32(g[:n*rows*k], opIn, d)).Ptr(f32(xhat[:rows*k], opIn, d)).Ptr(f32(coefW[:rows], opIn, d)).Ptr(pcg)
+	a.I64(int64(rows)).I64(int64(k)).I64(int64(n)).I64(int64(ld)).I64(runtime.SumChunk).Ptr(f64(tW[:last], opInOut, d)).Ptr(ptg)
+	d.launch("std_norm_terms", 32*int64(n*rows))
+}

@@ -159,3 +159,32 @@ func (d Device) DepthwiseGradBatch(s *runtime.ConvShape, x, dy []float32, i0, n 
 // DepthwiseScratchSize implements runtime.PerSampleOps: the reference
 // backend needs no scratch.
 func (Device) DepthwiseScratchSize(s *runtime.ConvShape) int { return 0 }
+
+// StandardizedNormTerms implements runtime.PerSampleOps by the
+// definition: the residual g_o − (1ᵀg_o/k)·1 − (x̂_oᵀg_o/k)·x̂_o formed
+// element by element in float64 and its squared norm summed in order
+// (the CPU expands it from five sums instead).
+func (Device) StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k, n, ld int, tW, tG []float64) {
+	for j := 0; j < n; j++ {
+		for o := 0; o < rows; o++ {
+			gr, xr := g[(j*rows+o)*k:(j*rows+o+1)*k], xhat[o*k:(o+1)*k]
+			var sg, sgx float64
+			for e := range gr {
+				sg += float64(gr[e])
+				sgx += float64(gr[e]) * float64(xr[e])
+			}
+			var uu float64
+			if k > 0 {
+				a, c := sg/float64(k), sgx/float64(k)
+				for e := range gr {
+					u := float64(gr[e]) - a - c*float64(xr[e])
+					uu += u * u
+				}
+			}
+			tW[o*ld+j] = float64(coefW[o]) * uu
+			if tG != nil {
+				tG[o*ld+j] = float64(coefG[o]) * sgx * sgx
+			}
+		}
+	}
+}

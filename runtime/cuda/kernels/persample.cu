@@ -131,3 +131,45 @@ extern "C" __global__ void conv_tap_grams(ConvGeom g, const float *X, float *aa,
     aa[idx] = (float)s;
   }
 }
+
+// std_norm_terms: runtime.PerSampleOps.StandardizedNormTerms. A warp per
+// row o of sample j (w = j·rows + o): the five sums Σg², Σg, Σg·x̂, Σx̂²,
+// Σx̂ in the lane order (runtime.StdRowSums: lane l takes a chunk's terms
+// l, l + 32, …, the lanes combined by warp_sum, the chunks in order), then
+// lane 0 writes coefW_o·‖g_o − a·1 − c·x̂_o‖² expanded as
+// runtime.StdResidualSq, and coefG_o·(Σg·x̂)² where tg is not null.
+extern "C" __global__ void std_norm_terms(const float *g, const float *xh, const float *cw, const float *cg, long long rows,
+                                          long long k, long long n, long long ld, long long chunk, double *tw, double *tg) {
+  WARP_FOR_EACH(w, n * rows) {
+    long long j = w / rows, o = w % rows;
+    const float *gr = g + w * k, *xr = xh + o * k;
+    double s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0;
+    for (long long c0 = 0; c0 < k; c0 += chunk) {
+      long long c1 = c0 + chunk < k ? c0 + chunk : k;
+      double a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0;
+      for (long long e = c0 + LANE; e < c1; e += 32) {
+        double gv = gr[e], xv = xr[e];
+        a1 += gv * gv;
+        a2 += gv;
+        a3 += gv * xv;
+        a4 += xv * xv;
+        a5 += xv;
+      }
+      s1 += warp_sum(a1);
+      s2 += warp_sum(a2);
+      s3 += warp_sum(a3);
+      s4 += warp_sum(a4);
+      s5 += warp_sum(a5);
+    }
+    if (LANE == 0) {
+      double uu = 0;
+      if (k > 0) {
+        double kk = (double)k, a = s2 / kk, c = s3 / kk;
+        uu = s1 - 2 * a * s2 - 2 * c * s3 + a * a * kk + c * c * s4 + 2 * a * c * s5;
+        if (uu < 0) uu = 0;
+      }
+      tw[o * ld + j] = (double)cw[o] * uu;
+      if (tg) tg[o * ld + j] = (double)cg[o] * (s3 * s3);
+    }
+  }
+}

@@ -1,0 +1,306 @@
+package dpengine
+
+import (
+	"fmt"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// A standardized convolution weight (rewrite.Standardized: weight
+// standardization, D = s·γ ⊙ x̂(W) row by row, x̂_o = (W_o − μ_o)/σ_o) has
+// per-sample gradients whose norms need no trip through the computation:
+// with g_o the sample's gradient of the weight the layer reads (row o, K
+// elements), W's row gradient is LayerNormalization's vector-Jacobian
+// product (sγ_o/σ_o)·(g_o − (1ᵀg_o/K)·1 − (x̂_oᵀg_o/K)·x̂_o), the gain's
+// s_o·x̂_oᵀg_o. Each sample's g is instantiated in the rule's scratch, one
+// sample (or one chunk of samples) at a time, and the two squared norms
+// are taken from it at once (runtime.PerSampleOps.StandardizedNormTerms)
+// — the B per-sample gradients of the weight (B·O·K floats) and the
+// computation's backward pass over them are never formed. In ghost and
+// mixed mode the second backward pass sums the clipped gradients through
+// the computation as it does every parameter's; in book-keeping the
+// layer's kept input and output gradient give Σ_i C_i g_i of the weight
+// it reads, which one backward pass of the computation takes to W and
+// the gain. Instantiate mode keeps the general path (useGroup.virt), the
+// oracle of this one.
+
+// stdApplies reports whether the engine takes the closed form for a
+// standardized weight in cfg's mode: where norms alone are needed (ghost,
+// mixed), or book-keeping's one clipped sum (not per-layer clipping,
+// whose factors differ between W and its gain).
+func stdApplies(cfg Config) bool {
+	switch cfg.Mode {
+	case Ghost, Mixed:
+		return true
+	case BK:
+		return !cfg.PerLayer
+	}
+	return false
+}
+
+// stdState is a standardized weight's closed form (useGroup.std).
+type stdState struct {
+	st         *rewrite.Standardized
+	rows, k, B int
+	// stat computes x̂ (rows×k) and coefW = (s·γ/σ)² (rows), and coefG =
+	// s² where there is a gain, from the current parameters
+	// (refreshDerived).
+	stat               *runtime.Plan
+	xhat, coefW, coefG []float32
+	// tW and tG hold the per-row terms, rows × B (a row's samples
+	// consecutive, SumNormRows' layout); sums one sample's totals.
+	tW, tG []float64
+	sums   []float64
+	w      *param
+	gain   *param
+	// sumD is book-keeping's Σ_i C_i g_i of the weight the layer reads.
+	sumD []float32
+}
+
+// buildStd gives group g, a Conv weight computed by weight
+// standardization from its parameters (sub, the computation), the closed
+// form: the operand as a parameter of its own whose rule's per-sample
+// gradients go to the norm terms (g.virt, without per-sample rows).
+func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
+	st := g.uses[0].use.Standardized
+	B := e.cfg.PhysicalBatch
+	s := &stdState{st: st, rows: int(st.Rows), k: int(st.K), B: B}
+	for _, us := range g.uses {
+		switch us.p.name {
+		case st.Weight:
+			s.w = us.p
+		case st.Gain:
+			s.gain = us.p
+		default:
+			return fmt.Errorf("dpengine: %s is not the standardized weight %s or its gain", us.p.name, st.Weight)
+		}
+		// Book-keeping's sum is the group's (clipPhysical), not a
+		// linear use's of its own.
+		us.p.linear = nil
+	}
+	if s.w == nil || (st.Gain != "") != (s.gain != nil) {
+		return fmt.Errorf("dpengine: the standardized weight %s's parameters are not all trained", st.Weight)
+	}
+	sg, err := statGraph(sub, st)
+	if err != nil {
+		return fmt.Errorf("dpengine: standardized weight %s: %w", st.Weight, err)
+	}
+	var names []string
+	for _, us := range g.uses {
+		names = append(names, us.p.name)
+	}
+	if s.stat, err = runtime.Compile(sg, &runtime.Options{Device: e.cfg.Device, Trainable: names}); err != nil {
+		return fmt.Errorf("dpengine: standardized weight %s: %w", st.Weight, err)
+	}
+	if s.tW, err = e.alloc64(s.rows*B, "the norm terms of "+st.Weight); err != nil {
+		return err
+	}
+	if s.sums, err = e.alloc64(B, "the norm terms of "+st.Weight); err != nil {
+		return err
+	}
+	if s.gain != nil {
+		if s.tG, err = e.alloc64(s.rows*B, "the norm terms of "+st.Gain); err != nil {
+			return err
+		}
+	}
+	out, shape := g.sub.Output(0)
+	if len(out) != s.rows*s.k {
+		return fmt.Errorf("dpengine: standardized weight %s: the computation gives %d values, want %d×%d", st.Weight, len(out), s.rows, s.k)
+	}
+	if e.cfg.Mode == BK {
+		if s.sumD, err = e.alloc(len(out), "the clipped sum of "+g.uses[0].use.OperandValue); err != nil {
+			return err
+		}
+	} else {
+		g.sub = nil // the second backward pass sums through the model's own computation
+	}
+	us := g.uses[0]
+	v := &param{name: us.use.OperandValue, shape: shape}
+	g.virt = &useState{use: us.use, p: v, std: s}
+	g.virt.linear = &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
+	g.std = s
+	return nil
+}
+
+// statGraph extends the computation sub with the closed form's inputs as
+// its outputs: x̂ (the LayerNormalization's output), coefW = (s·γ_o/σ_o)²
+// a row, from the rows' own statistics, and coefG = s_o² where there is
+// a gain.
+func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
+	g := sub.Clone()
+	x, xhat := g.Values[st.Input], g.Values[st.Output]
+	if x == nil || xhat == nil {
+		return nil, fmt.Errorf("the standardization's values %q and %q are not in the computation", st.Input, st.Output)
+	}
+	b := &statBuilder{g: g}
+	rows := b.op("Reshape", nil, x, b.ints(st.Rows, st.K))
+	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, rows)
+	dev := b.op("Sub", nil, rows, mean)
+	vr := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, b.op("Mul", nil, dev, dev))
+	sd := b.op("Sqrt", nil, b.op("Add", nil, vr, b.floats([]int64{1}, st.Epsilon)))
+	c := b.op("Div", nil, b.floats([]int64{1}, st.Scale), sd) // s/σ_o, (rows, 1)
+	if st.Gamma != "" {
+		gm := g.Values[st.Gamma]
+		if gm == nil {
+			return nil, fmt.Errorf("γ %q is not in the computation", st.Gamma)
+		}
+		// γ over the weight's shape, then each row's first element.
+		full := b.op("Reshape", nil, b.op("Expand", nil, gm, b.ints(st.Scaled...)), b.ints(st.Rows, st.K))
+		c = b.op("Mul", nil, c, b.op("Slice", nil, full, b.ints(0), b.ints(1), b.ints(1)))
+	}
+	coefW := b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints(st.Rows))
+	outs := []*graph.Value{b.op("Identity", nil, xhat), coefW}
+	if st.Gain != "" {
+		sq := make([]float32, len(st.GainScale))
+		for o, v := range st.GainScale {
+			sq[o] = v * v
+		}
+		outs = append(outs, b.op("Identity", nil, b.floats([]int64{st.Rows}, sq...)))
+	}
+	g.Outputs = outs
+	for _, v := range g.Values {
+		if v.Const == nil && v.Producer != nil {
+			v.Shape = nil
+		}
+		v.Consumers = nil
+	}
+	for _, n := range g.Nodes {
+		for _, in := range n.Inputs {
+			if in != nil {
+				in.Consumers = append(in.Consumers, n)
+			}
+		}
+	}
+	if err := g.InferShapes(nil); err != nil {
+		return nil, err
+	}
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// statBuilder appends statGraph's nodes (opset 17: ReduceMean's axes an
+// attribute).
+type statBuilder struct {
+	g *graph.Graph
+	n int
+}
+
+func (b *statBuilder) value() *graph.Value {
+	for {
+		b.n++
+		name := fmt.Sprintf("std/%d", b.n)
+		if b.g.Values[name] == nil {
+			v := &graph.Value{Name: name, DType: graph.Float32}
+			b.g.Values[name] = v
+			return v
+		}
+	}
+}
+
+func (b *statBuilder) op(op string, attrs []*onnxpb.AttributeProto, in ...*graph.Value) *graph.Value {
+	out := b.value()
+	n := &graph.Node{Name: "std/" + op + fmt.Sprint(b.n), OpType: op, Opset: 17, Inputs: in, Outputs: []*graph.Value{out}, Attrs: attrs}
+	out.Producer = n
+	b.g.Nodes = append(b.g.Nodes, n)
+	return out
+}
+
+func (b *statBuilder) ints(v ...int64) *graph.Value {
+	c := b.value()
+	c.DType = graph.Int64
+	c.Const = &graph.Tensor{DType: graph.Int64, Shape: []int64{int64(len(v))}, I64: v}
+	c.Shape = graph.StaticShape(int64(len(v)))
+	return c
+}
+
+func (b *statBuilder) floats(shape []int64, v ...float32) *graph.Value {
+	c := b.value()
+	c.Const = &graph.Tensor{DType: graph.Float32, Shape: shape, F32: v}
+	c.Shape = graph.StaticShape(shape...)
+	return c
+}
+
+func attrInts(name string, v ...int64) *onnxpb.AttributeProto {
+	t := onnxpb.AttributeProto_INTS
+	return &onnxpb.AttributeProto{Name: &name, Type: &t, Ints: v}
+}
+
+// refresh recomputes x̂ and the coefficients on the parameters' current
+// values and clears the terms.
+func (s *stdState) refresh(e *Engine) error {
+	for _, p := range []*param{s.w, s.gain} {
+		if p == nil {
+			continue
+		}
+		d, _ := s.stat.Param(p.name)
+		e.lay.Copy(p.data, d)
+	}
+	if err := s.stat.Forward(); err != nil {
+		return fmt.Errorf("dpengine: the standardization of %s: %w", s.w.name, err)
+	}
+	s.xhat, _ = s.stat.Output(0)
+	s.coefW, _ = s.stat.Output(1)
+	if s.gain != nil {
+		s.coefG, _ = s.stat.Output(2)
+	}
+	e.ops.ZeroNormSq(s.tW)
+	if s.tG != nil {
+		e.ops.ZeroNormSq(s.tG)
+	}
+	return nil
+}
+
+// add takes the norm terms of n samples' gradients g of the weight the
+// layer reads (from sample i0; each sample's rows from the element off of
+// the weight, whole rows).
+func (s *stdState) add(ops runtime.DPOps, i0, n, off int, g []float32) {
+	B := s.B
+	r0 := off / s.k
+	rows := len(g) / (n * s.k)
+	var cg []float32
+	var tg []float64
+	if s.tG != nil {
+		cg, tg = s.coefG[r0:r0+rows], s.tG[r0*B+i0:]
+	}
+	ops.StandardizedNormTerms(g, s.xhat[r0*s.k:(r0+rows)*s.k], s.coefW[r0:r0+rows], cg, rows, s.k, n, B, s.tW[r0*B+i0:], tg)
+}
+
+// finish adds each sample's terms to the parameters' squared norms once
+// the layer's rule has run on every sample.
+func (s *stdState) finish(ops runtime.DPOps) {
+	ops.SumNormRows(s.tW, s.sums)
+	ops.AddNormSq(s.sums, s.w.normSq)
+	if s.gain != nil {
+		ops.SumNormRows(s.tG, s.sums)
+		ops.AddNormSq(s.sums, s.gain.normSq)
+	}
+}
+
+// clippedSum adds book-keeping's Σ_i C_i g_i of W and the gain to their
+// accumulators: the layer's weighted sum of the weight it reads, taken
+// back through the computation (sub, run on the current parameters by
+// refreshDerived) in one backward pass.
+func (e *Engine) stdClippedSum(g *useGroup, f []float32, B int) error {
+	s := g.std
+	if err := g.virt.linear.weightedSum(f, B, s.sumD, true, &e.bkScratch, e.plan.Scratch()); err != nil {
+		return fmt.Errorf("dpengine: %s: %w", s.w.name, err)
+	}
+	if err := g.sub.BackwardFrom(s.sumD, nil); err != nil {
+		return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
+	}
+	for _, us := range g.uses {
+		p := us.p
+		if p.fresh {
+			e.lay.Copy(g.sub.Grad(p.name), p.accum)
+			p.fresh = false
+			continue
+		}
+		e.ops.Add(g.sub.Grad(p.name), p.accum)
+	}
+	return nil
+}

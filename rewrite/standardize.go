@@ -1,0 +1,310 @@
+package rewrite
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// Standardized describes a convolution weight computed by weight
+// standardization (BiT's and timm's StdConv2d, NFNet's ScaledStdConv2d,
+// as the BatchNormalization rewrite leaves it: bnOnParamsRows): the
+// parameter W's rows of K elements, one an output channel, standardized
+// by a LayerNormalization without affine, x̂_o = (W_o − μ_o)/σ_o with
+// σ_o² = v_o + ε, each row then scaled by γ_o, a constant or a gain
+// parameter times a constant, and reshaped into the weight the Conv
+// reads. The per-sample gradient of W's row is then the
+// LayerNormalization's vector-Jacobian product of γ_o·g_o (g the
+// gradient of the weight the layer reads), (γ_o/σ_o)·(g_o − (1ᵀg_o/K)·1 −
+// (x̂_oᵀg_o/K)·x̂_o), and the gain's is s_o·x̂_oᵀg_o: the engine takes
+// both squared norms from each sample's g in closed form
+// (runtime.PerSampleOps.StandardizedNormTerms) instead of keeping B
+// per-sample gradients of the weight and taking them back through the
+// computation (Use.Transform), and book-keeping's clipped sum from the
+// layer's kept input and output gradient, taken back through the
+// computation once.
+type Standardized struct {
+	// Weight names W; Gain the gain parameter, "" where γ is a constant
+	// or absent.
+	Weight string `json:"weight"`
+	Gain   string `json:"gain,omitempty"`
+	// Rows and K are W's rows (output channels) and their length (the
+	// layer's D).
+	Rows int64 `json:"rows"`
+	K    int64 `json:"k"`
+	// Epsilon is the LayerNormalization's ε; Input its input (W's
+	// elements in order) and Output its output, x̂.
+	Epsilon float32 `json:"epsilon"`
+	Input   string  `json:"input"`
+	Output  string  `json:"output"`
+	// Gamma names γ, the value the standardized rows are multiplied by
+	// ("" for none), and Scaled the product's shape, over whose leading
+	// axes γ varies (row by row) and over whose trailing ones (K elements)
+	// it is constant.
+	Gamma  string  `json:"gamma,omitempty"`
+	Scaled []int64 `json:"scaled,omitempty"`
+	// Scale is the product of the scalar constants the weight is
+	// multiplied by besides γ (timm's 1/√fan-in).
+	Scale float32 `json:"scale"`
+	// GainScale is s (Rows values): Scale·γ = s ⊙ gain, row by row.
+	GainScale []float32 `json:"gain_scale,omitempty"`
+}
+
+// throughReshapes follows v back through reshapes (and Identity), which
+// copy their first input's elements in order, whose other inputs are
+// constants.
+func throughReshapes(v *graph.Value) *graph.Value {
+	for v.Producer != nil && (reshapeOps[v.Producer.OpType] || v.Producer.OpType == "Identity") && len(v.Producer.Outputs) == 1 {
+		for _, in := range v.Producer.Inputs[1:] {
+			if in != nil && in.Const == nil {
+				return v
+			}
+		}
+		v = v.Producer.Inputs[0]
+	}
+	return v
+}
+
+// throughShifts follows v back through reshapes and additions of
+// constants (a BatchNormalization's β), which leave the weight's
+// vector-Jacobian product as it is.
+func throughShifts(v *graph.Value) *graph.Value {
+	for {
+		v = throughReshapes(v)
+		n := v.Producer
+		if n == nil || len(n.Inputs) != 2 || len(n.Outputs) != 1 || !n.Outputs[0].Shape.Static() || !n.Inputs[0].Shape.Static() {
+			return v
+		}
+		switch {
+		case (n.OpType == "Add" || n.OpType == "Sub") && constant(n.Inputs[1]) && sameShape(n.Inputs[0], n.Outputs[0]):
+			v = n.Inputs[0]
+		case n.OpType == "Add" && constant(n.Inputs[0]) && n.Inputs[1].Shape.Static() && sameShape(n.Inputs[1], n.Outputs[0]):
+			v = n.Inputs[1]
+		default:
+			return v
+		}
+	}
+}
+
+// scalar returns the value of a constant of one element.
+func scalar(v *graph.Value) (float32, bool) {
+	if !constant(v) || v.Const.Len() != 1 {
+		return 0, false
+	}
+	f, err := floats(v.Const)
+	if err != nil || len(f) != 1 {
+		return 0, false
+	}
+	return float32(f[0]), true
+}
+
+// constant reports whether v is a constant, no parameter.
+func constant(v *graph.Value) bool { return v != nil && v.Const != nil && !v.IsParam() }
+
+// sameShape reports whether a and b have the same static shape (a shift
+// that broadcasts its data would sum the weight's gradient).
+func sameShape(a, b *graph.Value) bool {
+	return a.Shape.Static() && b.Shape.Static() && slices.Equal(a.Shape.Ints(), b.Shape.Ints())
+}
+
+// matchStandardized reports how the Conv weight operand is computed by
+// weight standardization with rows of k elements, or nil where it is
+// computed otherwise.
+func matchStandardized(operand *graph.Value, k int64) *Standardized {
+	if k < 2 || !operand.Shape.Static() {
+		return nil
+	}
+	numel := operand.Shape.NumElements()
+	st := &Standardized{K: k, Rows: numel / k}
+	if st.Rows*k != numel {
+		return nil
+	}
+	// Outward from the LayerNormalization: reshapes, constant shifts,
+	// scalar constant factors and at most one product by γ, row by row.
+	st.Scale = 1
+	var ln *graph.Node
+	for y := operand; ln == nil; {
+		y = throughShifts(y)
+		n := y.Producer
+		switch {
+		case n == nil:
+			return nil
+		case n.OpType == "LayerNormalization":
+			ln = n
+			continue
+		case n.OpType != "Mul" || len(n.Inputs) != 2 || !y.Shape.Static():
+			return nil
+		}
+		data, other := n.Inputs[0], n.Inputs[1]
+		if !sameShape(data, y) {
+			data, other = other, data
+		}
+		if !sameShape(data, y) {
+			return nil
+		}
+		if c, ok := scalar(other); ok {
+			st.Scale *= c
+			y = data
+			continue
+		}
+		if st.Gamma != "" || !perRow(other, y.Shape.Ints(), k) || !st.gainOf(other) {
+			return nil
+		}
+		st.Gamma, st.Scaled = other.Name, y.Shape.Ints()
+		y = data
+	}
+	if len(ln.Inputs) < 2 || len(ln.Outputs) > 1 && ln.Outputs[1] != nil || len(ln.Outputs) > 2 && ln.Outputs[2] != nil {
+		return nil
+	}
+	for o := range st.GainScale {
+		st.GainScale[o] *= st.Scale
+	}
+	x := ln.Inputs[0]
+	if !constantOf(ln.Inputs[1], 1) || len(ln.Inputs) > 2 && ln.Inputs[2] != nil && !constantOf(ln.Inputs[2], 0) || !x.Shape.Static() || x.Shape.NumElements() != numel {
+		return nil
+	}
+	dims := x.Shape.Ints()
+	axis := ln.IntOr("axis", -1)
+	if axis < 0 {
+		axis += int64(len(dims))
+	}
+	if axis < 0 || axis >= int64(len(dims)) || prod(dims[axis:]) != k {
+		return nil
+	}
+	eps, err := ln.Float("epsilon")
+	if err != nil {
+		return nil
+	}
+	w := throughReshapes(x)
+	if !w.IsParam() || w.Producer != nil {
+		return nil
+	}
+	st.Weight, st.Epsilon, st.Input, st.Output = w.Name, eps, x.Name, ln.Outputs[0].Name
+	return st
+}
+
+// perRow reports whether gamma, multiplied into values of shape scaled
+// whose rows are k trailing elements, is constant over each row.
+func perRow(gamma *graph.Value, scaled []int64, k int64) bool {
+	if !gamma.Shape.Static() || len(gamma.Shape) > len(scaled) {
+		return false
+	}
+	split := len(scaled)
+	for p := int64(1); p < k; {
+		if split == 0 {
+			return false
+		}
+		split--
+		p *= scaled[split]
+	}
+	if prod(scaled[split:]) != k {
+		return false
+	}
+	g := gamma.Shape.Ints()
+	for d := split; d < len(scaled); d++ {
+		if e := d - (len(scaled) - len(g)); e >= 0 && g[e] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// gainOf follows γ back to a constant, or to a gain parameter of one
+// value a row through reshapes and products with scalar constants (s),
+// and records it; false for any other computation.
+func (st *Standardized) gainOf(gamma *graph.Value) bool {
+	s := float32(1)
+	v := gamma
+	for {
+		v = throughReshapes(v)
+		if v.Producer == nil {
+			break
+		}
+		n := v.Producer
+		if n.OpType != "Mul" || len(n.Inputs) != 2 {
+			return false
+		}
+		c, ok := scalar(n.Inputs[1])
+		v = n.Inputs[0]
+		if !ok {
+			c, ok = scalar(n.Inputs[0])
+			v = n.Inputs[1]
+		}
+		if !ok {
+			return false
+		}
+		s *= c
+	}
+	switch {
+	case v.IsParam():
+		if !v.Shape.Static() || v.Shape.NumElements() != st.Rows {
+			return false
+		}
+		st.Gain = v.Name
+		st.GainScale = make([]float32, st.Rows)
+		for o := range st.GainScale {
+			st.GainScale[o] = s
+		}
+		return true
+	case v.Const != nil:
+		return v == throughReshapes(gamma) // a constant γ, read as it is
+	}
+	return false
+}
+
+// markStandardized sets Use.Standardized on the uses of every Conv weight
+// operand computed by weight standardization (matchStandardized) from
+// parameters that reach nothing else, and says so in the layer's reason.
+func markStandardized(g *graph.Graph, p *Plan) {
+	type key struct {
+		out     string
+		operand int
+	}
+	groups := map[key][]*Use{}
+	var order []key
+	owner := map[*Use]*Param{}
+	for _, prm := range p.Params {
+		if !prm.Trainable() {
+			continue
+		}
+		for _, u := range prm.Uses {
+			if !u.Transform || u.Op != "Conv" || u.Operand != 1 || u.Layer == nil {
+				continue
+			}
+			k := key{u.Output, u.Operand}
+			if groups[k] == nil {
+				order = append(order, k)
+			}
+			groups[k] = append(groups[k], u)
+			owner[u] = prm
+		}
+	}
+	for _, k := range order {
+		uses := groups[k]
+		v := g.Values[uses[0].OperandValue]
+		if v == nil {
+			continue
+		}
+		st := matchStandardized(v, uses[0].Layer.D)
+		if st == nil {
+			continue
+		}
+		want := map[string]bool{st.Weight: true}
+		if st.Gain != "" {
+			want[st.Gain] = true
+		}
+		ok := len(uses) == len(want)
+		for _, u := range uses {
+			prm := owner[u]
+			ok = ok && want[prm.Name] && !prm.Shared && len(prm.Uses) == 1
+		}
+		if !ok {
+			continue
+		}
+		for _, u := range uses {
+			u.Standardized = st
+			u.Layer.Reason = fmt.Sprintf("a standardized weight (of %s): each sample's gradient is instantiated and its norm taken through the standardization in closed form, one sample at a time (in instantiate mode taken back through the computation)", st.Weight)
+		}
+	}
+}
