@@ -512,13 +512,22 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 					e.buildRowsMaps(cg, g)
 				}
 			}
-			sub, err := e.buildSub(cg, g)
+			std := g.derived && g.linear != nil && g.uses[0].use.Standardized != nil && stdApplies(e.cfg)
+			var sub *graph.Graph
+			var err error
+			if std && e.cfg.Mode != BK {
+				// Norms alone: the second backward pass sums through the
+				// model's own computation.
+				sub, err = cg.Extract(g.uses[0].use.OperandValue)
+			} else {
+				sub, err = e.buildSub(cg, g)
+			}
 			if err != nil {
 				return err
 			}
 			if g.derived {
 				build := e.buildVirtual
-				if g.linear != nil && g.uses[0].use.Standardized != nil && stdApplies(e.cfg) {
+				if std {
 					build = e.buildStd
 				}
 				if err := build(sub, g); err != nil {

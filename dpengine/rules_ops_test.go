@@ -294,8 +294,8 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// ScaledStdConv2d write it — a training-mode
 			// BatchNormalization of the weight's rows, a learned gain as
 			// its scale, a constant shift, 1/√fan-in after — on a
-			// grouped convolution, and without gain on a depthwise one:
-			// the rows' norms in closed form.
+			// grouped convolution, and with a constant γ on a depthwise
+			// one: the rows' norms in closed form.
 			m := &opModel{opset: 15, sample: []int64{4, 5, 5}, rng: rand.New(rand.NewPCG(25, 26)), loops: 0, unlifted: 2, standardized: 2}
 			bn := func(in, scale, bias, out string) {
 				m.constant(out+"_mean", []int64{6}, 0, 0, 0, 0, 0, 0)
@@ -317,9 +317,9 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Relu", []string{"h"}, "r")
 			m.param("dw", 6, 1, 3, 3)
 			m.node("Reshape", []string{"dw", "rows"}, "dwr") // (1,6,9)
-			m.constant("ones", []int64{6}, 1, 1, 1, 1, 1, 1)
+			m.constant("gamma", []int64{6}, 0.5, 2, -1, 1.5, 1, 0.7)
 			m.constant("zeros", []int64{6}, 0, 0, 0, 0, 0, 0)
-			bn("dwr", "ones", "zeros", "dwb")
+			bn("dwr", "gamma", "zeros", "dwb")
 			m.ints("dwshape", 6, 1, 3, 3)
 			m.node("Reshape", []string{"dwb", "dwshape"}, "dwn")
 			m.node("Conv", []string{"r", "dwn"}, "h2", attrI("group", 6), attrIs("strides", 2, 2)) // (N,6,2,2)

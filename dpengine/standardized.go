@@ -61,9 +61,10 @@ type stdState struct {
 }
 
 // buildStd gives group g, a Conv weight computed by weight
-// standardization from its parameters (sub, the computation), the closed
-// form: the operand as a parameter of its own whose rule's per-sample
-// gradients go to the norm terms (g.virt, without per-sample rows).
+// standardization from its parameters (sub, the computation; g.sub its
+// compiled plan in book-keeping, nil otherwise), the closed form: the
+// operand as a parameter of its own whose rule's per-sample gradients go
+// to the norm terms (g.virt, without per-sample rows).
 func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	st := g.uses[0].use.Standardized
 	B := e.cfg.PhysicalBatch
@@ -88,11 +89,7 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	if err != nil {
 		return fmt.Errorf("dpengine: standardized weight %s: %w", st.Weight, err)
 	}
-	var names []string
-	for _, us := range g.uses {
-		names = append(names, us.p.name)
-	}
-	if s.stat, err = runtime.Compile(sg, &runtime.Options{Device: e.cfg.Device, Trainable: names}); err != nil {
+	if s.stat, err = runtime.Compile(sg, &runtime.Options{Device: e.cfg.Device, ForwardOnly: true}); err != nil {
 		return fmt.Errorf("dpengine: standardized weight %s: %w", st.Weight, err)
 	}
 	if s.tW, err = e.alloc64(s.rows*B, "the norm terms of "+st.Weight); err != nil {
@@ -106,16 +103,18 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 			return err
 		}
 	}
-	out, shape := g.sub.Output(0)
-	if len(out) != s.rows*s.k {
-		return fmt.Errorf("dpengine: standardized weight %s: the computation gives %d values, want %d×%d", st.Weight, len(out), s.rows, s.k)
+	ov := sub.Outputs[0]
+	if !ov.Shape.Static() || ov.Shape.NumElements() != st.Rows*st.K {
+		return fmt.Errorf("dpengine: standardized weight %s: the computation gives %v values, want %d×%d", st.Weight, ov.Shape, s.rows, s.k)
 	}
-	if e.cfg.Mode == BK {
-		if s.sumD, err = e.alloc(len(out), "the clipped sum of "+g.uses[0].use.OperandValue); err != nil {
+	var shape []int
+	for _, d := range ov.Shape.Ints() {
+		shape = append(shape, int(d))
+	}
+	if e.cfg.Mode == BK { // the sub-plan takes the clipped sum back
+		if s.sumD, err = e.alloc(s.rows*s.k, "the clipped sum of "+g.uses[0].use.OperandValue); err != nil {
 			return err
 		}
-	} else {
-		g.sub = nil // the second backward pass sums through the model's own computation
 	}
 	us := g.uses[0]
 	v := &param{name: us.use.OperandValue, shape: shape}
@@ -125,53 +124,75 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	return nil
 }
 
-// statGraph extends the computation sub with the closed form's inputs as
-// its outputs: x̂ (the LayerNormalization's output), coefW = (s·γ_o/σ_o)²
-// a row, from the rows' own statistics, and coefG = s_o² where there is
-// a gain.
+// statGraph is the closed form's inputs from W (and the gain), graph
+// inputs 0 (and 1): x̂ (rows×k, LayerNormalization of W's rows as the
+// model's), coefW = (Scale·γ_o/σ_o)² a row from the rows' own
+// statistics, and coefG = GainScale_o² where there is a gain. sub, the
+// weight's computation, gives the parameters' shapes and a constant γ.
 func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
 	g := sub.Clone()
-	x, xhat := g.Values[st.Input], g.Values[st.Output]
-	if x == nil || xhat == nil {
-		return nil, fmt.Errorf("the standardization's values %q and %q are not in the computation", st.Input, st.Output)
-	}
+	g.Nodes, g.Inputs, g.Outputs, g.Initializers = nil, nil, nil, nil
+	g.Values = map[string]*graph.Value{}
+	g.Opsets = map[string]int64{"": 17}
 	b := &statBuilder{g: g}
-	rows := b.op("Reshape", nil, x, b.ints(st.Rows, st.K))
+	input := func(name string) (*graph.Value, error) {
+		v := sub.Values[name]
+		if v == nil || !v.Shape.Static() {
+			return nil, fmt.Errorf("%q is not a parameter of the computation", name)
+		}
+		in := &graph.Value{Name: name, DType: graph.Float32, Shape: v.Shape}
+		g.Values[name], g.Inputs = in, append(g.Inputs, in)
+		return in, nil
+	}
+	w, err := input(st.Weight)
+	if err != nil {
+		return nil, err
+	}
+	rows := b.op("Reshape", nil, w, b.ints(st.Rows, st.K))
+	ones := make([]float32, st.K)
+	for i := range ones {
+		ones[i] = 1
+	}
+	xhat := b.op("LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", st.Epsilon)}, rows, b.floats([]int64{st.K}, ones...))
 	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, rows)
 	dev := b.op("Sub", nil, rows, mean)
 	vr := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, b.op("Mul", nil, dev, dev))
 	sd := b.op("Sqrt", nil, b.op("Add", nil, vr, b.floats([]int64{1}, st.Epsilon)))
-	c := b.op("Div", nil, b.floats([]int64{1}, st.Scale), sd) // s/σ_o, (rows, 1)
-	if st.Gamma != "" {
-		gm := g.Values[st.Gamma]
-		if gm == nil {
-			return nil, fmt.Errorf("γ %q is not in the computation", st.Gamma)
+	// Scale·γ_o, a row each: GainScale_o·gain_o, a constant γ's rows, or
+	// Scale alone.
+	var num *graph.Value
+	switch {
+	case st.Gain != "":
+		gain, err := input(st.Gain)
+		if err != nil {
+			return nil, err
 		}
-		// γ over the weight's shape, then each row's first element.
-		full := b.op("Reshape", nil, b.op("Expand", nil, gm, b.ints(st.Scaled...)), b.ints(st.Rows, st.K))
-		c = b.op("Mul", nil, c, b.op("Slice", nil, full, b.ints(0), b.ints(1), b.ints(1)))
+		num = b.op("Mul", nil, b.op("Reshape", nil, gain, b.ints(st.Rows, 1)), b.floats([]int64{st.Rows, 1}, st.GainScale...))
+	case st.Gamma != "":
+		gm := sub.Values[st.Gamma]
+		if gm == nil || gm.Const == nil {
+			return nil, fmt.Errorf("γ %q is neither a gain nor a constant", st.Gamma)
+		}
+		r, err := gammaRows(gm.Const, st.Scaled, st.Rows, st.Scale)
+		if err != nil {
+			return nil, err
+		}
+		num = b.floats([]int64{st.Rows, 1}, r...)
+	default:
+		num = b.floats([]int64{1}, st.Scale)
 	}
-	coefW := b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints(st.Rows))
-	outs := []*graph.Value{b.op("Identity", nil, xhat), coefW}
+	c := b.op("Div", nil, num, sd)
+	g.Outputs = []*graph.Value{xhat, b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints(st.Rows))}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
 			sq[o] = v * v
 		}
-		outs = append(outs, b.op("Identity", nil, b.floats([]int64{st.Rows}, sq...)))
-	}
-	g.Outputs = outs
-	for _, v := range g.Values {
-		if v.Const == nil && v.Producer != nil {
-			v.Shape = nil
-		}
-		v.Consumers = nil
+		g.Outputs = append(g.Outputs, b.op("Identity", nil, b.floats([]int64{st.Rows}, sq...)))
 	}
 	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {
-			if in != nil {
-				in.Consumers = append(in.Consumers, n)
-			}
+			in.Consumers = append(in.Consumers, n)
 		}
 	}
 	if err := g.InferShapes(nil); err != nil {
@@ -181,6 +202,42 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 		return nil, err
 	}
 	return g, nil
+}
+
+// gammaRows returns scale·γ row by row: γ (a constant) broadcast over the
+// leading axes of scaled whose product is rows, constant over the rest.
+func gammaRows(gamma *graph.Tensor, scaled []int64, rows int64, scale float32) ([]float32, error) {
+	// γ's shape right-aligned against scaled, and its strides.
+	gs := make([]int64, len(scaled))
+	for d := range gs {
+		gs[d] = 1
+	}
+	copy(gs[len(scaled)-len(gamma.Shape):], gamma.Shape)
+	strides := make([]int64, len(gs))
+	for d, st := len(gs)-1, int64(1); d >= 0; d-- {
+		strides[d] = st
+		st *= gs[d]
+	}
+	lead := 0
+	for p := int64(1); p < rows && lead < len(scaled); lead++ {
+		p *= scaled[lead]
+	}
+	out := make([]float32, rows)
+	for r := range rows {
+		rem, at := r, int64(0)
+		for d := lead - 1; d >= 0; d-- {
+			i := rem % scaled[d]
+			rem /= scaled[d]
+			if gs[d] != 1 {
+				at += i * strides[d]
+			}
+		}
+		if at >= int64(gamma.Len()) {
+			return nil, fmt.Errorf("γ of shape %v against %v", gamma.Shape, scaled)
+		}
+		out[r] = scale * float32(gamma.At(int(at)))
+	}
+	return out, nil
 }
 
 // statBuilder appends statGraph's nodes (opset 17: ReduceMean's axes an
@@ -230,14 +287,24 @@ func attrInts(name string, v ...int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: &name, Type: &t, Ints: v}
 }
 
+func attrInt(name string, v int64) *onnxpb.AttributeProto {
+	t := onnxpb.AttributeProto_INT
+	return &onnxpb.AttributeProto{Name: &name, Type: &t, I: &v}
+}
+
+func attrFloat(name string, v float32) *onnxpb.AttributeProto {
+	t := onnxpb.AttributeProto_FLOAT
+	return &onnxpb.AttributeProto{Name: &name, Type: &t, F: &v}
+}
+
 // refresh recomputes x̂ and the coefficients on the parameters' current
 // values and clears the terms.
 func (s *stdState) refresh(e *Engine) error {
-	for _, p := range []*param{s.w, s.gain} {
+	for i, p := range []*param{s.w, s.gain} {
 		if p == nil {
 			continue
 		}
-		d, _ := s.stat.Param(p.name)
+		d, _ := s.stat.Input(i)
 		e.lay.Copy(p.data, d)
 	}
 	if err := s.stat.Forward(); err != nil {

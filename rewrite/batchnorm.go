@@ -295,10 +295,10 @@ func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt g
 		arg *graph.Value
 	}
 	steps := []step{{"Reshape", b.constant(int64Tensor([]int64{int64(len(dims))}, dims...))}}
-	if !constantOf(n.Inputs[1], 1) {
+	if !constantOf(b.g, n.Inputs[1], 1) {
 		steps = append(steps, step{"Mul", perChannel(n.Inputs[1])})
 	}
-	if !constantOf(n.Inputs[2], 0) {
+	if !constantOf(b.g, n.Inputs[2], 0) {
 		steps = append(steps, step{"Add", perChannel(n.Inputs[2])})
 	}
 	for i, st := range steps {
@@ -312,12 +312,21 @@ func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt g
 }
 
 // constantOf reports whether v is a constant, no parameter, whose every
-// element is c.
-func constantOf(v *graph.Value, c float32) bool {
-	if v == nil || v.Const == nil || v.IsParam() || v.Const.F32 == nil && v.Const.Len() > 0 {
+// element is c: an initializer, or the output of a Constant node of g
+// (not folded yet when the BatchNormalization rewrite runs: TorchScript's
+// F.batch_norm without weight or bias exports its ones and zeros so).
+func constantOf(g *graph.Graph, v *graph.Value, c float32) bool {
+	if v == nil || v.IsParam() {
 		return false
 	}
-	for _, x := range v.Const.F32 {
+	t := v.Const
+	if n := v.Producer; t == nil && g != nil && n != nil && n.OpType == "Constant" && n.Domain == "" && n.Attr("value") != nil {
+		t, _ = n.TensorAttr(g, "value")
+	}
+	if t == nil || t.F32 == nil && t.Len() > 0 {
+		return false
+	}
+	for _, x := range t.F32 {
 		if x != c {
 			return false
 		}

@@ -54,7 +54,12 @@ const LiftMinFloats = 1 << 22
 //	             elements, F = Σ Use.ComputeFloats), its B per-sample
 //	             gradients, its computation's sub-plan (values and
 //	             gradients, 2F) and the computation lifted over the
-//	             samples, min(2·B·F, max(B·D, LiftMinFloats))
+//	             samples, min(2·B·F, max(B·D, LiftMinFloats)) — except,
+//	             in ghost, mixed and bk, a standardized weight
+//	             (Use.Standardized), whose norms come in closed form from
+//	             each sample's gradient in turn: its statistics (5D) and
+//	             float64 norm terms (B per row of W and of the gain), and
+//	             in bk the operand's clipped sum (D) and the sub-plan (2F)
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -255,7 +260,11 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		out string
 		k   int
 	}
-	type computed struct{ d, f int64 }
+	type computed struct {
+		d, f  int64
+		std   bool  // weight standardization (Use.Standardized)
+		terms int64 // its norm terms: rows a sample, W's and the gain's
+	}
 	operands := map[operand]*computed{}
 	var order []operand
 	for _, prm := range p.Params {
@@ -271,12 +280,16 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 					order = append(order, k)
 				}
 				operands[k].f += u.ComputeFloats
+				if st := u.Standardized; st != nil {
+					operands[k].std = true
+					operands[k].terms += st.Rows
+				}
 			}
 			if u.Kind == KindElementwise {
 				sumElem += prm.Size
 				maxElem = max(maxElem, prm.Size)
 			}
-			if (u.Layer != nil && u.Layer.Mapped) || (u.Kind == KindElementwise && len(u.Path) > 0) {
+			if (u.Layer != nil && u.Layer.Mapped && !u.Layer.Standardized) || (u.Kind == KindElementwise && len(u.Path) > 0) {
 				kept = true
 			}
 		}
@@ -289,14 +302,28 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// lifted over the samples (dpengine's liftSamples: as many as fit
 	// the per-sample gradients or LiftMinFloats, at most b).
 	var sumOperand, sumCompute int64
+	// A standardized weight's in ghost, mixed and bk (dpengine's
+	// stdState): its statistics' plan (its copy of W, W's rows, x̂, their
+	// deviations and their squares: 5D, a bound), the float64 norm terms
+	// (2 floats each) and in bk the
+	// clipped sum of the operand and the computation's sub-plan.
+	var stdOperand, stdCompute, stdNorms, stdBK int64
 	for _, k := range order {
 		c := operands[k]
-		sumOperand += b * c.d
-		sumCompute += 2*c.f + min(2*b*c.f, max(b*c.d, LiftMinFloats))
+		operand, compute := b*c.d, 2*c.f+min(2*b*c.f, max(b*c.d, LiftMinFloats))
+		if c.std {
+			stdOperand += operand
+			stdCompute += compute
+			stdNorms += 5*c.d + 2*b*c.terms
+			stdBK += c.d + 2*c.f
+			continue
+		}
+		sumOperand += operand
+		sumCompute += compute
 	}
 	// A weight computed from parameters (Layer.Transformed): each
 	// parameter's own per-sample gradient (sumFrom).
-	var sumFrom int64
+	var sumFrom, stdFrom int64
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
@@ -305,7 +332,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		}
 		switch {
 		case l.Transformed:
-			if prm := p.Param(l.Param); prm != nil {
+			if prm := p.Param(l.Param); prm != nil && l.Standardized {
+				stdFrom += prm.Size
+			} else if prm != nil {
 				sumFrom += prm.Size
 			}
 		case l.Shared || l.Mapped || (l.Decision == Instantiate && l.D <= l.T):
@@ -354,9 +383,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	norms := 4*b + 4*sumCompute
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
-		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumFrom)+4*sumOperand+norms, 0),
-		mode(ModeGhost, 4*b*sumKept+4*sumOperand+norms, ghostT),
-		mode(ModeMixed, 4*b*sumKept+4*sumOperand+norms, chosenT),
-		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumFrom)+4*sumOperand+norms, chosenT),
+		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumFrom+stdFrom)+4*(sumOperand+stdOperand+stdCompute)+norms, 0),
+		mode(ModeGhost, 4*b*sumKept+4*(sumOperand+stdNorms)+norms, ghostT),
+		mode(ModeMixed, 4*b*sumKept+4*(sumOperand+stdNorms)+norms, chosenT),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumFrom)+4*(sumOperand+stdNorms+stdBK)+norms, chosenT),
 	}
 }

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"path"
 	"regexp"
 	"strings"
 
@@ -28,6 +29,9 @@ func ModuleName(v *graph.Value) string {
 	}
 	for _, n := range v.Consumers {
 		u, n := reader(v, n)
+		if m := standardizedName(u, n); m != "" {
+			return m
+		}
 		mod := scopePath(n.Name)
 		if mod == "" {
 			continue
@@ -39,6 +43,26 @@ func ModuleName(v *graph.Value) string {
 				}
 			}
 		}
+	}
+	return ""
+}
+
+// standardizedName names the weight that n, a node of a
+// BatchNormalization of parameters written out as its computation
+// (bnOnParams: "<node>/params/…"), reads as its data u: weight
+// standardization's, which the exporter folded with its reshape into an
+// initializer of its own ("onnx::BatchNormalization_42", timm's
+// conv.weight.reshape(1, C, −1)), is the module's weight. "" for any
+// other reader.
+func standardizedName(u *graph.Value, n *graph.Node) string {
+	i := strings.LastIndex(n.Name, "/params/")
+	// γ, β and the statistics reach it through Reshapes (perChannel), the
+	// data through the rows' Flatten or the statistics' own nodes.
+	if i < 0 || len(n.Inputs) == 0 || n.Inputs[0] != u || n.OpType == "Reshape" || !strings.HasPrefix(path.Base(n.Name[:i]), "BatchNormalization") {
+		return ""
+	}
+	if mod := scopePath(n.Name[:i]); mod != "" {
+		return mod + ".weight"
 	}
 	return ""
 }

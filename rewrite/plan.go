@@ -201,6 +201,9 @@ type Layer struct {
 	// Mapped): the per-sample gradient is instantiated and taken back
 	// through the computation's vector-Jacobian product.
 	Transformed bool `json:"transformed,omitempty"`
+	// Standardized marks a transformed Conv weight read as weight
+	// standardization (Use.Standardized).
+	Standardized bool `json:"standardized,omitempty"`
 	// TwoT2 = 2T² and PD = p·D are the per-sample, per-group space of the
 	// ghost norm and of the instantiated gradient (the paper's Table 3).
 	TwoT2    int64    `json:"2T2"`

@@ -108,10 +108,10 @@ func sameShape(a, b *graph.Value) bool {
 	return a.Shape.Static() && b.Shape.Static() && slices.Equal(a.Shape.Ints(), b.Shape.Ints())
 }
 
-// matchStandardized reports how the Conv weight operand is computed by
+// matchStandardized reports how the Conv weight operand (of graph g) is computed by
 // weight standardization with rows of k elements, or nil where it is
 // computed otherwise.
-func matchStandardized(operand *graph.Value, k int64) *Standardized {
+func matchStandardized(g *graph.Graph, operand *graph.Value, k int64) *Standardized {
 	if k < 2 || !operand.Shape.Static() {
 		return nil
 	}
@@ -161,7 +161,7 @@ func matchStandardized(operand *graph.Value, k int64) *Standardized {
 		st.GainScale[o] *= st.Scale
 	}
 	x := ln.Inputs[0]
-	if !constantOf(ln.Inputs[1], 1) || len(ln.Inputs) > 2 && ln.Inputs[2] != nil && !constantOf(ln.Inputs[2], 0) || !x.Shape.Static() || x.Shape.NumElements() != numel {
+	if !constantOf(g, ln.Inputs[1], 1) || len(ln.Inputs) > 2 && ln.Inputs[2] != nil && !constantOf(g, ln.Inputs[2], 0) || !x.Shape.Static() || x.Shape.NumElements() != numel {
 		return nil
 	}
 	dims := x.Shape.Ints()
@@ -286,7 +286,7 @@ func markStandardized(g *graph.Graph, p *Plan) {
 		if v == nil {
 			continue
 		}
-		st := matchStandardized(v, uses[0].Layer.D)
+		st := matchStandardized(g, v, uses[0].Layer.D)
 		if st == nil {
 			continue
 		}
@@ -303,7 +303,7 @@ func markStandardized(g *graph.Graph, p *Plan) {
 			continue
 		}
 		for _, u := range uses {
-			u.Standardized = st
+			u.Standardized, u.Layer.Standardized = st, true
 			u.Layer.Reason = fmt.Sprintf("a standardized weight (of %s): each sample's gradient is instantiated and its norm taken through the standardization in closed form, one sample at a time (in instantiate mode taken back through the computation)", st.Weight)
 		}
 	}

@@ -501,10 +501,13 @@ func TestSliceAssignments(t *testing.T) {
 // its computation instead of refusing the model and trains the weight
 // through it (instantiate‡), and the model gives PyTorch's logits and
 // per-sample norms, the standardized weight's included, in every mode,
-// trains and runs in onnxruntime.
+// trains and runs in onnxruntime. The plan names the weight, which the
+// exporter folded with its reshape into an initializer of its own, by its
+// module, and reads it as weight standardization (its norms in closed
+// form: rewrite.Standardized).
 func TestWeightStandardization(t *testing.T) {
 	trainsAsExported(t, "ws_conv", "3,8,8", 8, 1, 6, "normalizes parameters, not samples", "285 trainable in 6 tensors",
-		"0 frozen in 0 tensors", "instantiate‡")
+		"0 frozen in 0 tensors", "instantiate‡", "conv.weight (onnx::BatchNormalization_42)", "1 of them standardized weights")
 	if stdout, _, _ := run(t, "plan", "--model", filepath.Join("..", "..", "testdata", "exports", "ws_conv.onnx")); strings.Contains(stdout, "training mode") {
 		t.Errorf("plan calls the export a training-mode one: %s", stdout)
 	}
@@ -520,7 +523,7 @@ func TestWeightStandardization(t *testing.T) {
 // parameters), and the tuned model in onnxruntime.
 func TestTransformedParameters(t *testing.T) {
 	trainsAsExported(t, "transforms", "3,3,3", 16, 2, 13, "647 trainable in 13 tensors", "0 frozen in 0 tensors",
-		"instantiate‡", "Mul←Exp←Clip")
+		"instantiate‡", "Mul←Exp←Clip", "2 of them standardized weights")
 	trainsAsExported(t, "pos_interp", "3,8,8", 8, 1, 5, "181 trainable in 5 tensors", "Add←Resize")
 }
 

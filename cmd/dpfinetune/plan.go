@@ -189,7 +189,7 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	fmt.Fprintf(w, "  %-3s %-*s %-*s %7s %7s %6s %6s %9s %9s  %-11s %10s\n", "#", nameW, "parameter", opW, "op", "T", "D", "p", "groups", "2T²", "pD", "decision", "memory")
 	var sumG, sumP, sumC int64
-	mapped, transformed := 0, 0
+	mapped, transformed, standardized := 0, 0, 0
 	for i, l := range p.Layers {
 		sumG += l.Groups * l.TwoT2
 		sumP += l.Groups * l.PD
@@ -202,6 +202,9 @@ func printPlan(w io.Writer, r *planReport) {
 		case l.Transformed:
 			dec += "‡"
 			transformed++
+			if l.Standardized {
+				standardized++
+			}
 		case l.Mapped:
 			dec += "†"
 			mapped++
@@ -217,6 +220,10 @@ func printPlan(w io.Writer, r *planReport) {
 	if transformed > 0 {
 		fmt.Fprintf(w, "  ‡: %d row(s) whose weight is computed from parameters (weight standardization, weight normalization, …):\n"+
 			"     instantiated, and the per-sample gradient taken back through the computation to each parameter\n", transformed)
+		if standardized > 0 {
+			fmt.Fprintf(w, "     (%d of them standardized weights: in ghost, mixed and bk each sample's gradient instantiated in turn and its\n"+
+				"     parameters' norms taken from it in closed form, nothing taken back but book-keeping's one clipped sum)\n", standardized)
+		}
 	}
 
 	var elem, frozen, sharedP []*rewrite.Param
