@@ -110,6 +110,9 @@ func StdRowSums(g, x []float32) [5]float64 {
 		var acc [5][SumLanes]float64
 		a0, a1, a2, a3, a4 := &acc[0], &acc[1], &acc[2], &acc[3], &acc[4]
 		j := c
+		if kernels.AddStdLaneRows(g[c:e], x[c:e], &acc) {
+			j += (e - c) &^ (SumLanes - 1)
+		}
 		for ; j+SumLanes <= e; j += SumLanes {
 			gr, xr := (*[SumLanes]float32)(g[j:j+SumLanes]), (*[SumLanes]float32)(x[j:j+SumLanes])
 			for l := range SumLanes {

@@ -31,6 +31,24 @@ func AddLaneRows(g, x []float32, m, iv float32, lanes *[32]float64) bool {
 	return true
 }
 
+//go:noescape
+func stdLanesAVX(g, x []float32, lanes *[5][32]float64)
+
+// AddStdLaneRows adds the len(g)/32 whole rows of 32 terms of g and x
+// (len(x) ≥ len(g)) to the lanes of five sums — g², g, g·x, x², x, in
+// float64 (runtime.StdRowSums) — term l of a row to lane l, row after
+// row, bit for bit the scalar loop's. It reports false, adding nothing,
+// on a CPU without AVX2; the caller's loop runs then.
+func AddStdLaneRows(g, x []float32, lanes *[5][32]float64) bool {
+	if !haveAVX2 {
+		return false
+	}
+	if n := len(g) &^ 31; n > 0 {
+		stdLanesAVX(g[:n], x[:n], lanes)
+	}
+	return true
+}
+
 // sum16AVX, sqdev16AVX, gradSumsVec16AVX and paramSums16AVX are sums16's
 // chains (graphnn.go) over the len &^ 15 leading terms.
 //

@@ -281,3 +281,84 @@ gradSumsVecDone:
 	STORE16(R8, Y4, Y5, Y6, Y7)
 	VZEROUPPER
 	RET
+
+// func stdLanesAVX(g, x []float32, lanes *[5][32]float64)
+//
+// For the len(g)/32 whole rows r of g and x, lane l of each sum q adds
+// term 32·r + l: Σg² (q = 0), Σg, Σg·x, Σx², Σx (runtime.StdRowSums).
+// Eight lanes at a time (a quarter of each row, in turn), the ten
+// accumulators in Y0–Y9; a product of two float32 values is exact in
+// float64, so the order of the additions alone decides the bits, and it
+// is the scalar loop's.
+TEXT ·stdLanesAVX(SB), NOSPLIT, $0-56
+	MOVQ g_base+0(FP), R8
+	MOVQ g_len+8(FP), R9
+	MOVQ x_base+24(FP), R10
+	MOVQ lanes+48(FP), DI
+	SHRQ $5, R9
+	XORQ BX, BX // the quarter's byte offset in a row: 0, 32, 64, 96
+
+stdQuarter:
+	CMPQ BX, $128
+	JEQ  stdDone
+	// lanes[q][8·quarter …]: q·256 + 2·BX bytes
+	LEAQ    (DI)(BX*2), R11
+	VMOVUPD 0(R11), Y0
+	VMOVUPD 32(R11), Y1
+	VMOVUPD 256(R11), Y2
+	VMOVUPD 288(R11), Y3
+	VMOVUPD 512(R11), Y4
+	VMOVUPD 544(R11), Y5
+	VMOVUPD 768(R11), Y6
+	VMOVUPD 800(R11), Y7
+	VMOVUPD 1024(R11), Y8
+	VMOVUPD 1056(R11), Y9
+	LEAQ    (R8)(BX*1), SI
+	LEAQ    (R10)(BX*1), DX
+	MOVQ    R9, CX
+
+stdRow:
+	TESTQ     CX, CX
+	JZ        stdStore
+	VCVTPS2PD 0(SI), Y10
+	VCVTPS2PD 16(SI), Y11
+	VCVTPS2PD 0(DX), Y12
+	VCVTPS2PD 16(DX), Y13
+	VMULPD    Y10, Y10, Y14
+	VADDPD    Y14, Y0, Y0
+	VMULPD    Y11, Y11, Y15
+	VADDPD    Y15, Y1, Y1
+	VADDPD    Y10, Y2, Y2
+	VADDPD    Y11, Y3, Y3
+	VMULPD    Y12, Y10, Y14
+	VADDPD    Y14, Y4, Y4
+	VMULPD    Y13, Y11, Y15
+	VADDPD    Y15, Y5, Y5
+	VMULPD    Y12, Y12, Y14
+	VADDPD    Y14, Y6, Y6
+	VMULPD    Y13, Y13, Y15
+	VADDPD    Y15, Y7, Y7
+	VADDPD    Y12, Y8, Y8
+	VADDPD    Y13, Y9, Y9
+	ADDQ      $128, SI
+	ADDQ      $128, DX
+	DECQ      CX
+	JMP       stdRow
+
+stdStore:
+	VMOVUPD Y0, 0(R11)
+	VMOVUPD Y1, 32(R11)
+	VMOVUPD Y2, 256(R11)
+	VMOVUPD Y3, 288(R11)
+	VMOVUPD Y4, 512(R11)
+	VMOVUPD Y5, 544(R11)
+	VMOVUPD Y6, 768(R11)
+	VMOVUPD Y7, 800(R11)
+	VMOVUPD Y8, 1024(R11)
+	VMOVUPD Y9, 1056(R11)
+	ADDQ    $32, BX
+	JMP     stdQuarter
+
+stdDone:
+	VZEROUPPER
+	RET

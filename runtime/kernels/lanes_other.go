@@ -13,3 +13,7 @@ func paramSums16AVX(g, x []float32, m, iv float32, s, b *[16]float64) {
 func gradSumsVec16AVX(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64) {
 	panic("kernels: no AVX kernels")
 }
+
+// AddStdLaneRows reports false: no vector form here, the caller's loop
+// runs.
+func AddStdLaneRows(g, x []float32, lanes *[5][32]float64) bool { return false }

@@ -153,6 +153,52 @@ func TestAddLaneRows(t *testing.T) {
 	}
 }
 
+// TestAddStdLaneRows: the five sums of a standardized weight's rows
+// (runtime.StdRowSums) by vector lanes give every lane of every sum the
+// scalar loop's bits, lanes starting from nonzero sums, ±0, subnormals and
+// large values among g's and x's terms, and leave a partial row alone.
+func TestAddStdLaneRows(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, 1e18, -7}
+	for _, n := range []int{0, 31, 32, 33, 96, 32*64 + 17} {
+		g, x := make([]float32, n), make([]float32, n+5)
+		for e := range g {
+			g[e], x[e] = float32(math.Sin(1.7*float64(e))), float32(math.Cos(0.3*float64(e)))*4
+			if e%53 == 7 {
+				g[e] = specials[e%len(specials)]
+			}
+			if e%41 == 3 {
+				x[e] = specials[(e+2)%len(specials)]
+			}
+		}
+		var got, want [5][32]float64
+		for q := range got {
+			for l := range got[q] {
+				got[q][l] = float64(q*32+l) * 1e-3
+				want[q][l] = got[q][l]
+			}
+		}
+		if !AddStdLaneRows(g, x, &got) {
+			t.Fatal("AddStdLaneRows reported no vector form on a CPU with AVX2")
+		}
+		for e := 0; e < n&^31; e++ {
+			gv, xv := float64(g[e]), float64(x[e])
+			for q, term := range []float64{gv * gv, gv, gv * xv, xv * xv, xv} {
+				want[q][e%32] += term
+			}
+		}
+		for q := range got {
+			for l := range got[q] {
+				if math.Float64bits(got[q][l]) != math.Float64bits(want[q][l]) || math.IsNaN(got[q][l]) {
+					t.Fatalf("%d terms: sum %d lane %d: %v, want %v", n, q, l, got[q][l], want[q][l])
+				}
+			}
+		}
+	}
+}
+
 // TestSums16: the row normalizations' sixteen-chain sums give the same
 // bits by AVX registers as by the scalar loops (haveAVX2 off) — chains
 // carried from slice to slice, every length from 0 to 50 and a long one,
