@@ -238,6 +238,17 @@ func (p *param) settle(lay runtime.LayoutOps) {
 	}
 }
 
+// accumulate adds the clipped sum g to accum, or copies it there where
+// accum holds nothing of this logical batch yet.
+func (p *param) accumulate(ops runtime.DPOps, lay runtime.LayoutOps, g []float32) {
+	if p.fresh {
+		lay.Copy(g, p.accum)
+		p.fresh = false
+		return
+	}
+	ops.Add(g, p.accum)
+}
+
 // param is one trainable parameter.
 type param struct {
 	name string

@@ -1029,12 +1029,7 @@ func (e *Engine) clipPhysical(B int) error {
 			return err
 		}
 		for _, p := range e.params {
-			if p.fresh {
-				e.lay.Copy(e.plan.Grad(p.name), p.accum)
-				p.fresh = false
-				continue
-			}
-			e.ops.Add(e.plan.Grad(p.name), p.accum)
+			p.accumulate(e.ops, e.lay, e.plan.Grad(p.name))
 		}
 		return nil
 	}

@@ -348,7 +348,7 @@ func (s *stdState) finish(ops runtime.DPOps) {
 	}
 }
 
-// clippedSum adds book-keeping's Σ_i C_i g_i of W and the gain to their
+// stdClippedSum adds book-keeping's Σ_i C_i g_i of W and the gain to their
 // accumulators: the layer's weighted sum of the weight it reads, taken
 // back through the computation (sub, run on the current parameters by
 // refreshDerived) in one backward pass.
@@ -361,13 +361,7 @@ func (e *Engine) stdClippedSum(g *useGroup, f []float32, B int) error {
 		return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
 	}
 	for _, us := range g.uses {
-		p := us.p
-		if p.fresh {
-			e.lay.Copy(g.sub.Grad(p.name), p.accum)
-			p.fresh = false
-			continue
-		}
-		e.ops.Add(g.sub.Grad(p.name), p.accum)
+		us.p.accumulate(e.ops, e.lay, g.sub.Grad(us.p.name))
 	}
 	return nil
 }
