@@ -329,6 +329,34 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
 			return m
 		},
+		"standardized_var_mean": func() *opModel {
+			// BiT's original StdConv2d as torch.var_mean exports it
+			// (two means, two differences), times a gain after: the
+			// rewrite makes it one LayerNormalization of the rows and
+			// the gain a per-row γ, whose norms come in closed form.
+			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(27, 28)), loops: 0, unlifted: 1, standardized: 1}
+			m.param("w", 4, 3, 3, 3)
+			m.node("ReduceMean", []string{"w"}, "mA", attrIs("axes", 1, 2, 3))
+			m.node("Sub", []string{"w", "mA"}, "d")
+			m.node("Mul", []string{"d", "d"}, "d2")
+			m.node("ReduceMean", []string{"d2"}, "var", attrIs("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"w"}, "mB", attrIs("axes", 1, 2, 3))
+			m.node("Sub", []string{"w", "mB"}, "e")
+			m.constant("eps", nil, 1e-5)
+			m.node("Add", []string{"var", "eps"}, "ve")
+			m.node("Sqrt", []string{"ve"}, "sd")
+			m.node("Div", []string{"e", "sd"}, "wn")
+			m.param("gain", 4, 1, 1, 1)
+			m.node("Mul", []string{"wn", "gain"}, "ws")
+			m.param("b", 4)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", attrIs("pads", 1, 1, 1, 1)) // (N,4,5,5)
+			m.node("Relu", []string{"h"}, "r")
+			m.node("Flatten", []string{"r"}, "f", attrI("axis", 1)) // (N,100)
+			m.param("wh", 4, 100)
+			m.param("bh", 4)
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			return m
+		},
 		"transform_bias_scale": func() *opModel {
 			// Swin V2's attention: a relative-position bias table made
 			// by an MLP from constant coordinates, gathered, squashed and

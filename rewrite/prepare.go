@@ -88,6 +88,9 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 	if err := shaped("ReduceMean", func(s map[string]graph.Shape) ([]Change, error) { return FuseLayerNorm(g, s) }); err != nil {
 		return nil, err
 	}
+	if err := shaped("ReduceMean", func(s map[string]graph.Shape) ([]Change, error) { return FuseStandardization(g, s) }); err != nil {
+		return nil, err
+	}
 	if opts.NumClasses > 0 {
 		ch, err := ReplaceHead(g, opts.NumClasses, opts.HeadSeed)
 		changes = append(changes, ch...)

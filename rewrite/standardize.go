@@ -2,9 +2,12 @@ package rewrite
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
 // Standardized describes a convolution weight computed by weight
@@ -307,4 +310,218 @@ func markStandardized(g *graph.Graph, p *Plan) {
 			u.Layer.Reason = fmt.Sprintf("a standardized weight (of %s): each sample's gradient is instantiated and its norm taken through the standardization in closed form, one sample at a time (in instantiate mode taken back through the computation)", st.Weight)
 		}
 	}
+}
+
+// FuseStandardization writes every weight standardization decomposed as
+// torch.var_mean exports it (BiT's original StdConv2d: v, m =
+// var_mean(w, dim=[1, 2, 3], keepdim=True, unbiased=False); (w − m)/√(v + ε)),
+//
+//	mA = ReduceMean(x, A); d = Sub(x, mA); v = ReduceMean(d·d, A)
+//	mB = ReduceMean(x, A); e = Sub(x, mB)          (or e = d)
+//	y  = Div(e, Sqrt(Add(v, ε)))
+//
+// over the trailing axes A of a value x computed from initializers and
+// constants alone (the square may be Pow(d, 2)), as bnOnParamsRows writes
+// the BatchNormalization form: x's rows reshaped, one LayerNormalization
+// without affine, reshaped back — one node instead of ten, and the form
+// the plan reads as weight standardization (Use.Standardized: its norms
+// in closed form). ExportGraph writes the LayerNormalization's
+// decomposition back before opset 17. A chain whose intermediate values
+// anything else reads is left alone. shapes (StaticShapes) gives x's
+// shape.
+func FuseStandardization(g *graph.Graph, shapes map[string]graph.Shape) ([]Change, error) {
+	relink(g)
+	nm := newNamer(g)
+	var changes []Change
+	fromInits := map[*graph.Value]bool{}
+	for _, div := range append([]*graph.Node(nil), g.Nodes...) {
+		m := matchStdChain(g, div, shapes, fromInits)
+		if m == nil {
+			continue
+		}
+		// The module's scope ("/conv/Div" → "/conv/standardize").
+		scope := nodeLabel(m.r1) + "/standardize"
+		if div := m.nodes[len(m.nodes)-1]; strings.LastIndex(div.Name, "/") > 0 {
+			scope = div.Name[:strings.LastIndex(div.Name, "/")] + "/standardize"
+		}
+		b := newBuilder(g, nm, scope)
+		rows := b.op("Reshape", nil, m.x, b.constant(int64Tensor([]int64{2}, m.lead, m.k)))
+		ones := make([]float64, m.k)
+		for i := range ones {
+			ones[i] = 1
+		}
+		ln := b.op("LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", m.eps)},
+			rows, b.constant(floatTensor(graph.Float32, []int64{m.k}, ones)))
+		b.opInto(m.y, "Reshape", nil, ln, b.constant(int64Tensor([]int64{int64(len(m.dims))}, m.dims...)))
+		replaceChain(g, m.nodes, b.nodes, m.y, m.consts)
+		changes = append(changes, Change{Pass: "standardize", Target: scope,
+			Action: fmt.Sprintf("decomposed weight standardization (%d nodes) → one LayerNormalization of %s's %d rows while training", len(m.nodes), m.x.Name, m.lead),
+			Reason: "one pass instead of one per node, and the form whose per-sample norms come in closed form; the model file keeps the decomposition"})
+	}
+	return changes, g.Validate()
+}
+
+// stdChain is one decomposed standardization FuseStandardization matched.
+type stdChain struct {
+	x, y    *graph.Value
+	r1      *graph.Node // x's first mean
+	dims    []int64
+	lead, k int64
+	eps     float64
+	nodes   []*graph.Node // the chain's nodes, div (writing y) last
+	consts  []*graph.Value
+}
+
+// matchStdChain matches FuseStandardization's chain ending in div; nil
+// where div does not end one. fromInits memoizes fromInitializers.
+func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shape, fromInits map[*graph.Value]bool) *stdChain {
+	if !isBinary(div, "Div") {
+		return nil
+	}
+	producer := func(v *graph.Value, op string) *graph.Node {
+		if n := v.Producer; n != nil && n.OpType == op && n.Domain == "" && len(n.Outputs) == 1 {
+			return n
+		}
+		return nil
+	}
+	sqrt := producer(div.Inputs[1], "Sqrt")
+	if sqrt == nil {
+		return nil
+	}
+	add := producer(sqrt.Inputs[0], "Add")
+	if !isBinary(add, "Add") {
+		return nil
+	}
+	v, epsV := add.Inputs[0], add.Inputs[1]
+	eps, ok := scalarOf(g, epsV)
+	if !ok {
+		v, epsV = epsV, v
+		eps, ok = scalarOf(g, epsV)
+	}
+	if !ok || !(eps >= 0) || math.IsInf(eps, 0) {
+		return nil
+	}
+	r2 := producer(v, "ReduceMean")
+	if r2 == nil || r2.Input(0) == nil {
+		return nil
+	}
+	m := &stdChain{y: div.Outputs[0], eps: eps, consts: []*graph.Value{epsV}}
+	sq := r2.Input(0).Producer
+	var d *graph.Value
+	switch {
+	case isBinary(sq, "Mul") && sq.Inputs[0] == sq.Inputs[1]:
+		d = sq.Inputs[0]
+	case isBinary(sq, "Pow") && scalarConst(g, sq.Inputs[1], 2):
+		d = sq.Inputs[0]
+		m.consts = append(m.consts, sq.Inputs[1])
+	default:
+		return nil
+	}
+	subA, subB := producer(d, "Sub"), producer(div.Inputs[0], "Sub")
+	if !isBinary(subA, "Sub") || !isBinary(subB, "Sub") || subA.Inputs[0] != subB.Inputs[0] {
+		return nil
+	}
+	x := subA.Inputs[0]
+	r1, rB := producer(subA.Inputs[1], "ReduceMean"), producer(subB.Inputs[1], "ReduceMean")
+	if r1 == nil || rB == nil || r1.Input(0) != x || rB.Input(0) != x {
+		return nil
+	}
+	dims := shapeOf(x, shapes)
+	if !dims.Static() || len(dims) < 2 {
+		return nil
+	}
+	m.dims = dims.Ints()
+	a := -1
+	for _, r := range []*graph.Node{r1, rB, r2} {
+		from, ok := trailingFrom(g, r, len(m.dims))
+		if !ok || a >= 0 && from != a {
+			return nil
+		}
+		a = from
+		if ax := r.Input(1); ax != nil {
+			m.consts = append(m.consts, ax)
+		}
+	}
+	m.k, m.lead = prod(m.dims[a:]), prod(m.dims[:a])
+	if m.k < 2 || !fromInitializers(x, fromInits) {
+		return nil
+	}
+	// The chain's nodes, once each, div last; nothing outside reads
+	// their values.
+	set := map[*graph.Node]bool{}
+	for _, n := range []*graph.Node{r1, rB, subA, subB, sq, r2, add, sqrt} {
+		if !set[n] {
+			set[n] = true
+			m.nodes = append(m.nodes, n)
+		}
+	}
+	for _, n := range m.nodes {
+		for _, o := range n.Outputs {
+			if isGraphOutput(g, o) {
+				return nil
+			}
+			for _, c := range o.Consumers {
+				if !set[c] && c != div {
+					return nil
+				}
+			}
+		}
+	}
+	m.x, m.r1, m.nodes = x, r1, append(m.nodes, div)
+	return m
+}
+
+// trailingFrom returns a where ReduceMean n (keeping its axes) reduces the
+// axes a … rank−1 of its input.
+func trailingFrom(g *graph.Graph, n *graph.Node, rank int) (int, bool) {
+	if n.IntOr("keepdims", 1) != 1 {
+		return 0, false
+	}
+	var axes []int
+	if a := n.Input(1); a != nil {
+		t := constOf(g, a)
+		if t == nil || t.DType != graph.Int64 {
+			return 0, false
+		}
+		for _, ax := range t.I64 {
+			if ax < 0 {
+				ax += int64(rank)
+			}
+			axes = append(axes, int(ax))
+		}
+	} else {
+		ax, noop, err := n.ReduceAxes(rank)
+		if err != nil || noop {
+			return 0, false
+		}
+		axes = ax
+	}
+	slices.Sort(axes)
+	if len(axes) == 0 || axes[len(axes)-1] != rank-1 {
+		return 0, false
+	}
+	for i, ax := range axes {
+		if ax != axes[0]+i {
+			return 0, false
+		}
+	}
+	return axes[0], true
+}
+
+// fromInitializers reports whether v is computed from initializers and
+// constants alone (no graph input), memoized in memo.
+func fromInitializers(v *graph.Value, memo map[*graph.Value]bool) bool {
+	if ok, seen := memo[v]; seen {
+		return ok
+	}
+	memo[v] = false // a cycle, which a valid graph has not, reads as no
+	ok := v.Initializer || v.Const != nil
+	if n := v.Producer; !ok && n != nil {
+		ok = true
+		for _, in := range n.Inputs {
+			ok = ok && (in == nil || fromInitializers(in, memo))
+		}
+	}
+	memo[v] = ok
+	return ok
 }

@@ -1,10 +1,12 @@
 package rewrite
 
 import (
+	"math"
 	"slices"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 // TestStandardizedWeights: a Conv weight standardized as timm writes it
@@ -171,4 +173,154 @@ func TestStandardizedWeights(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFuseStandardization: weight standardization as torch.var_mean
+// exports it (BiT's original StdConv2d: two means, two differences) or
+// with one mean, the square a Mul or a Pow, the axes an attribute or an
+// input (opset 18), becomes one LayerNormalization of the weight's rows
+// whose outputs are the decomposition's, read by the plan as
+// standardization and written back decomposed before opset 17; a
+// normalization of data, or one whose mean something else reads, stays.
+func TestFuseStandardization(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		opset      int64
+		twoMeans   bool
+		pow        bool
+		data       bool // x is the graph input, not a weight
+		meanOutput bool // the mean is a graph output too
+		fused      bool
+	}{
+		{name: "var_mean, opset 14", opset: 14, twoMeans: true, fused: true},
+		{name: "one mean, Pow, opset 18", opset: 18, pow: true, fused: true},
+		{name: "one mean, opset 17", opset: 17, fused: true},
+		{name: "data", opset: 14, twoMeans: true, data: true},
+		{name: "the mean read elsewhere", opset: 14, meanOutput: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := newMB().input("x", "N", 2, 4, 4).output("y", "N", 3, 4, 4)
+			b.opset = c.opset
+			if c.meanOutput {
+				b.output("mA", 3, 1, 1, 1)
+			}
+			b.init("w", []int64{3, 2, 3, 3}).init("b", []int64{3})
+			src := "w"
+			if c.data {
+				b = newMB().input("x", 3, 2, 3, 3).output("y", 3, 2, 3, 3)
+				b.opset = c.opset
+				src = "x"
+			}
+			reduce := func(in, out string) {
+				if c.opset >= 18 {
+					b.node("ReduceMean", "/conv/"+out, []string{in, "axes"}, []string{out})
+					return
+				}
+				b.node("ReduceMean", "/conv/"+out, []string{in}, []string{out}, attrInts("axes", 1, 2, 3))
+			}
+			if c.opset >= 18 {
+				b.ints("axes", 1, 2, 3)
+			}
+			reduce(src, "mA")
+			b.node("Sub", "/conv/SubA", []string{src, "mA"}, []string{"d"})
+			if c.pow {
+				b.node("Constant", "/conv/two", nil, []string{"two"}, attrTensor("value", floatTensor(graph.Float32, nil, []float64{2})))
+				b.node("Pow", "/conv/Pow", []string{"d", "two"}, []string{"sq"})
+			} else {
+				b.node("Mul", "/conv/Mul", []string{"d", "d"}, []string{"sq"})
+			}
+			reduce("sq", "v")
+			e := "d"
+			if c.twoMeans {
+				reduce(src, "mB")
+				b.node("Sub", "/conv/SubB", []string{src, "mB"}, []string{"e"})
+				e = "e"
+			}
+			b.node("Constant", "/conv/eps", nil, []string{"eps"}, attrTensor("value", floatTensor(graph.Float32, nil, []float64{1e-3})))
+			b.node("Add", "/conv/Add", []string{"v", "eps"}, []string{"ve"}).
+				node("Sqrt", "/conv/Sqrt", []string{"ve"}, []string{"sd"})
+			if c.data {
+				b.node("Div", "/conv/Div", []string{e, "sd"}, []string{"y"})
+			} else {
+				b.node("Div", "/conv/Div", []string{e, "sd"}, []string{"ws"}).
+					node("Conv", "/conv/Conv", []string{"x", "ws", "b"}, []string{"y"}, attrInts("pads", 1, 1, 1, 1))
+			}
+			sample, batch := []int64{2, 4, 4}, 2
+			if c.data {
+				sample, batch = []int64{2, 3, 3}, 3
+			}
+			run := func(g *graph.Graph) []float32 {
+				t.Helper()
+				p, err := runtime.CompileForBatch(g.Clone(), batch, sample, &runtime.Options{ForwardOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, _ := p.Input(0)
+				for i := range in {
+					in[i] = float32(math.Sin(float64(3*i + 1)))
+				}
+				if err := p.Forward(); err != nil {
+					t.Fatal(err)
+				}
+				out, _ := p.Output(0)
+				return append([]float32(nil), out...)
+			}
+			g := b.build(t)
+			want := run(g)
+			shapes, err := StaticShapes(g, sample, int64(batch))
+			if err != nil {
+				t.Fatal(err)
+			}
+			changes, err := FuseStandardization(g, shapes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lns := 0
+			for _, n := range g.Nodes {
+				if n.OpType == "LayerNormalization" {
+					lns++
+				}
+				if c.fused && (n.OpType == "ReduceMean" || n.OpType == "Sqrt") {
+					t.Errorf("%s %s left", n.OpType, n.Name)
+				}
+			}
+			if (lns == 1) != c.fused || len(changes) != lns {
+				t.Fatalf("%d LayerNormalization nodes, %d changes", lns, len(changes))
+			}
+			for _, gr := range []*graph.Graph{g, mustExport(t, g)} {
+				got := run(gr)
+				for i := range want {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("output %d = %v, want %v", i, got[i], want[i])
+					}
+				}
+			}
+			if ex := mustExport(t, g); c.fused && c.opset < 17 {
+				for _, n := range ex.Nodes {
+					if n.OpType == "LayerNormalization" {
+						t.Errorf("the opset-%d export has a LayerNormalization", c.opset)
+					}
+				}
+			}
+			if !c.fused || c.data {
+				return
+			}
+			p, err := Analyze(g, PlanOptions{InputShape: sample, Batch: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Param("w").Uses[0].Standardized; st == nil || st.Rows != 3 || st.K != 18 || math.Abs(float64(st.Epsilon)-1e-3) > 1e-9 {
+				t.Errorf("read as %+v", st)
+			}
+		})
+	}
+}
+
+func mustExport(t *testing.T, g *graph.Graph) *graph.Graph {
+	t.Helper()
+	ex, err := ExportGraph(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex
 }
