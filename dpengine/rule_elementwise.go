@@ -1,6 +1,8 @@
 package dpengine
 
 import (
+	"fmt"
+
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -183,6 +185,13 @@ func (e *Engine) addSampleRows(p *param, i0 int, g []float32) bool {
 // derivative, reduced over the axes along which the operand broadcasts.
 func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error {
 	op, k, gi, gShape := ev.Node.OpType, s.k, s.gi, s.gShape
+	if !reducesTo(gShape, s.opShape) {
+		// An operand larger than a sample's output gradient along some
+		// axis: a value of the batch's size taken for one computed from
+		// parameters alone (a Resize of a parameter to the input's whole
+		// shape). Its per-sample gradient is no reduction of the sample's.
+		return fmt.Errorf("operand %d of shape %v: not a reduction of a sample's output gradient (%v)", k, s.opShape, gShape)
+	}
 	d := gi
 	other := &ev.Inputs[1-k]
 	if op == "Sub" && k == 1 {
@@ -228,6 +237,21 @@ func arithmeticOperand(ev *runtime.HookEvent, s sampleGrad, sc *opScratch) error
 	}
 	s.ops.ReduceToShape(d, gShape, s.out, s.opShape)
 	return nil
+}
+
+// reducesTo reports whether a gradient of shape from sums to shape to by
+// numpy broadcasting's adjoint: to aligned from the right, each of its
+// axes 1 or from's.
+func reducesTo(from, to []int) bool {
+	if len(to) > len(from) {
+		return false
+	}
+	for d, n := range to {
+		if f := from[len(from)-len(to)+d]; n != 1 && n != f {
+			return false
+		}
+	}
+	return true
 }
 
 // numel is the number of elements of a shape.
