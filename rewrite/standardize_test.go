@@ -167,9 +167,27 @@ func TestStandardizedWeights(t *testing.T) {
 					t.Errorf("value %q is not in the graph", v)
 				}
 			}
-			// The plan names the weight by its module.
-			if l := p.Label("w"); l != "w" {
-				t.Errorf("label %q", l)
+			// Memory: in ghost, mixed and bk no per-sample gradient of the
+			// weight, its statistics (5D) and the float64 norm terms (2
+			// floats a row of W and of the gain, for each sample) instead;
+			// bk adds the operand's clipped sum and the sub-plan.
+			var d, rows int64 = 72, 4
+			if got.Gain != "" {
+				rows += 4
+			}
+			for _, m := range p.MemoryAt(4) {
+				want := int64(-1)
+				switch m.Mode {
+				case ModeGhost, ModeMixed:
+					want = 4*(5*d+2*4*rows) + 4*4
+				case ModeInstantiate:
+					if m.PerSample < 4*4*d {
+						t.Errorf("instantiate keeps %d bytes a step, under the weight's per-sample gradients", m.PerSample)
+					}
+				}
+				if want >= 0 && m.PerSample != want {
+					t.Errorf("%s: per-sample memory %d bytes, want %d", m.Mode, m.PerSample, want)
+				}
 			}
 		})
 	}
