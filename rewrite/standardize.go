@@ -318,10 +318,11 @@ func markStandardized(g *graph.Graph, p *Plan) {
 //
 //	mA = ReduceMean(x, A); d = Sub(x, mA); v = ReduceMean(d·d, A)
 //	mB = ReduceMean(x, A); e = Sub(x, mB)          (or e = d)
-//	y  = Div(e, Sqrt(Add(v, ε)))
+//	y  = Div(e, Sqrt(Add(v, ε)))                   (or Mul(e, Reciprocal(Sqrt(…))))
 //
 // over the trailing axes A of a value x computed from initializers and
-// constants alone (the square may be Pow(d, 2)), as bnOnParamsRows writes
+// constants alone (axes of extent 1 aside: BatchNormalization's (0, 2) of
+// a (1, C, K) weight; the square may be Pow(d, 2)), as bnOnParamsRows writes
 // the BatchNormalization form: x's rows reshaped, one LayerNormalization
 // without affine, reshaped back — one node instead of ten, and the form
 // the plan reads as weight standardization (Use.Standardized: its norms
@@ -375,7 +376,7 @@ type stdChain struct {
 // matchStdChain matches FuseStandardization's chain ending in div; nil
 // where div does not end one. fromInits memoizes fromInitializers.
 func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shape, fromInits map[*graph.Value]bool) *stdChain {
-	if !isBinary(div, "Div") {
+	if !isBinary(div, "Div") && !isBinary(div, "Mul") {
 		return nil
 	}
 	producer := func(v *graph.Value, op string) *graph.Node {
@@ -384,7 +385,20 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 		}
 		return nil
 	}
-	sqrt := producer(div.Inputs[1], "Sqrt")
+	// e/√(v + ε), or e·(1/√(v + ε)) as a decomposition of rsqrt writes it.
+	var recip *graph.Node
+	den, e := div.Inputs[1], div.Inputs[0]
+	if div.OpType == "Mul" {
+		if recip = producer(den, "Reciprocal"); recip == nil {
+			den, e = e, den
+			recip = producer(den, "Reciprocal")
+		}
+		if recip == nil {
+			return nil
+		}
+		den = recip.Inputs[0]
+	}
+	sqrt := producer(den, "Sqrt")
 	if sqrt == nil {
 		return nil
 	}
@@ -417,7 +431,7 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 	default:
 		return nil
 	}
-	subA, subB := producer(d, "Sub"), producer(div.Inputs[0], "Sub")
+	subA, subB := producer(d, "Sub"), producer(e, "Sub")
 	if !isBinary(subA, "Sub") || !isBinary(subB, "Sub") || subA.Inputs[0] != subB.Inputs[0] {
 		return nil
 	}
@@ -433,7 +447,7 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 	m.dims = dims.Ints()
 	a := -1
 	for _, r := range []*graph.Node{r1, rB, r2} {
-		from, ok := trailingFrom(g, r, len(m.dims))
+		from, ok := trailingFrom(g, r, m.dims)
 		if !ok || a >= 0 && from != a {
 			return nil
 		}
@@ -449,8 +463,8 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 	// The chain's nodes, once each, div last; nothing outside reads
 	// their values.
 	set := map[*graph.Node]bool{}
-	for _, n := range []*graph.Node{r1, rB, subA, subB, sq, r2, add, sqrt} {
-		if !set[n] {
+	for _, n := range []*graph.Node{r1, rB, subA, subB, sq, r2, add, sqrt, recip} {
+		if n != nil && !set[n] {
 			set[n] = true
 			m.nodes = append(m.nodes, n)
 		}
@@ -472,8 +486,10 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 }
 
 // trailingFrom returns a where ReduceMean n (keeping its axes) reduces the
-// axes a … rank−1 of its input.
-func trailingFrom(g *graph.Graph, n *graph.Node, rank int) (int, bool) {
+// axes a … rank−1 of its input of shape dims, axes of extent 1 aside
+// (BatchNormalization's (0, 2) of a (1, C, K) weight is its rows').
+func trailingFrom(g *graph.Graph, n *graph.Node, dims []int64) (int, bool) {
+	rank := len(dims)
 	if n.IntOr("keepdims", 1) != 1 {
 		return 0, false
 	}
@@ -496,16 +512,32 @@ func trailingFrom(g *graph.Graph, n *graph.Node, rank int) (int, bool) {
 		}
 		axes = ax
 	}
-	slices.Sort(axes)
-	if len(axes) == 0 || axes[len(axes)-1] != rank-1 {
-		return 0, false
+	red := make([]bool, rank)
+	for _, ax := range axes {
+		if ax < 0 || ax >= rank {
+			return 0, false
+		}
+		red[ax] = true
 	}
-	for i, ax := range axes {
-		if ax != axes[0]+i {
+	// The reduced axes, unit ones aside, are a trailing run from a.
+	a := rank
+	for a > 0 && (red[a-1] || dims[a-1] == 1) {
+		a--
+	}
+	for d := 0; d < a; d++ {
+		if red[d] && dims[d] != 1 {
 			return 0, false
 		}
 	}
-	return axes[0], true
+	// Leading unit axes of the run belong to the rows (its first reduced
+	// axis of extent above 1 starts it).
+	for a < rank && dims[a] == 1 {
+		a++
+	}
+	if a == rank {
+		return 0, false
+	}
+	return a, true
 }
 
 // fromInitializers reports whether v is computed from initializers and

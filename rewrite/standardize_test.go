@@ -208,11 +208,14 @@ func TestFuseStandardization(t *testing.T) {
 		pow        bool
 		data       bool // x is the graph input, not a weight
 		meanOutput bool // the mean is a graph output too
+		rsqrt      bool // e·Reciprocal(√(v + ε)) instead of e/√(v + ε)
+		bnAxes     bool // over axes (0, 2) of the weight reshaped to (1, C, K), as BatchNormalization's
 		fused      bool
 	}{
 		{name: "var_mean, opset 14", opset: 14, twoMeans: true, fused: true},
 		{name: "one mean, Pow, opset 18", opset: 18, pow: true, fused: true},
 		{name: "one mean, opset 17", opset: 17, fused: true},
+		{name: "rsqrt over BatchNormalization's axes, opset 18", opset: 18, rsqrt: true, bnAxes: true, fused: true},
 		{name: "data", opset: 14, twoMeans: true, data: true},
 		{name: "the mean read elsewhere", opset: 14, meanOutput: true},
 	} {
@@ -224,6 +227,11 @@ func TestFuseStandardization(t *testing.T) {
 			}
 			b.init("w", []int64{3, 2, 3, 3}).init("b", []int64{3})
 			src := "w"
+			axes := []int64{1, 2, 3}
+			if c.bnAxes {
+				b.ints("r3", 1, 3, 18).ints("back", 3, 2, 3, 3).node("Reshape", "/conv/Reshape", []string{"w", "r3"}, []string{"w3"})
+				src, axes = "w3", []int64{0, 2}
+			}
 			if c.data {
 				b = newMB().input("x", 3, 2, 3, 3).output("y", 3, 2, 3, 3)
 				b.opset = c.opset
@@ -234,10 +242,10 @@ func TestFuseStandardization(t *testing.T) {
 					b.node("ReduceMean", "/conv/"+out, []string{in, "axes"}, []string{out})
 					return
 				}
-				b.node("ReduceMean", "/conv/"+out, []string{in}, []string{out}, attrInts("axes", 1, 2, 3))
+				b.node("ReduceMean", "/conv/"+out, []string{in}, []string{out}, attrInts("axes", axes...))
 			}
 			if c.opset >= 18 {
-				b.ints("axes", 1, 2, 3)
+				b.ints("axes", axes...)
 			}
 			reduce(src, "mA")
 			b.node("Sub", "/conv/SubA", []string{src, "mA"}, []string{"d"})
@@ -257,11 +265,24 @@ func TestFuseStandardization(t *testing.T) {
 			b.node("Constant", "/conv/eps", nil, []string{"eps"}, attrTensor("value", floatTensor(graph.Float32, nil, []float64{1e-3})))
 			b.node("Add", "/conv/Add", []string{"v", "eps"}, []string{"ve"}).
 				node("Sqrt", "/conv/Sqrt", []string{"ve"}, []string{"sd"})
+			norm, ws := "ws", "ws"
 			if c.data {
-				b.node("Div", "/conv/Div", []string{e, "sd"}, []string{"y"})
+				norm = "y"
+			}
+			if c.bnAxes {
+				norm = "ws3"
+			}
+			if c.rsqrt {
+				b.node("Reciprocal", "/conv/Reciprocal", []string{"sd"}, []string{"isd"}).
+					node("Mul", "/conv/Mul_1", []string{"isd", e}, []string{norm})
 			} else {
-				b.node("Div", "/conv/Div", []string{e, "sd"}, []string{"ws"}).
-					node("Conv", "/conv/Conv", []string{"x", "ws", "b"}, []string{"y"}, attrInts("pads", 1, 1, 1, 1))
+				b.node("Div", "/conv/Div", []string{e, "sd"}, []string{norm})
+			}
+			if c.bnAxes {
+				b.node("Reshape", "/conv/Reshape_1", []string{"ws3", "back"}, []string{ws})
+			}
+			if !c.data {
+				b.node("Conv", "/conv/Conv", []string{"x", ws, "b"}, []string{"y"}, attrInts("pads", 1, 1, 1, 1))
 			}
 			sample, batch := []int64{2, 4, 4}, 2
 			if c.data {
@@ -298,7 +319,7 @@ func TestFuseStandardization(t *testing.T) {
 				if n.OpType == "LayerNormalization" {
 					lns++
 				}
-				if c.fused && (n.OpType == "ReduceMean" || n.OpType == "Sqrt") {
+				if c.fused && (n.OpType == "ReduceMean" || n.OpType == "Sqrt" || n.OpType == "Reciprocal") {
 					t.Errorf("%s %s left", n.OpType, n.Name)
 				}
 			}
