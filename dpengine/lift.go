@@ -30,7 +30,7 @@ const liftedSuffix = "/samples"
 // It fails, naming the node, on an operator it cannot lift.
 func liftSamples(sub *graph.Graph, params []string, n int) (*graph.Graph, error) {
 	g := sub.Clone()
-	l := &lifter{g: g, n: int64(n), lifted: map[*graph.Value]bool{}, shape: map[*graph.Value][]int64{}}
+	l := &lifter{valueMaker: valueMaker{g: g, tag: "lift"}, n: int64(n), lifted: map[*graph.Value]bool{}, shape: map[*graph.Value][]int64{}}
 	for _, v := range g.Values {
 		if v.Shape != nil && v.Shape.Static() {
 			l.shape[v] = v.Shape.Ints()
@@ -106,33 +106,48 @@ func liftSamples(sub *graph.Graph, params []string, n int) (*graph.Graph, error)
 // lifter holds liftSamples' state: the nodes written so far, which values
 // carry the sample axis, and every value's shape before lifting.
 type lifter struct {
-	g      *graph.Graph
+	valueMaker
 	n      int64
 	nodes  []*graph.Node
 	lifted map[*graph.Value]bool
 	shape  map[*graph.Value][]int64
-	fresh  int
 }
 
-// value adds a fresh value named after base.
-func (l *lifter) value(base string) *graph.Value {
+// valueMaker adds fresh values and constants to a graph (liftSamples',
+// statGraph's), named base/tagN.
+type valueMaker struct {
+	g     *graph.Graph
+	tag   string
+	fresh int
+}
+
+// value adds a fresh float32 value named after base.
+func (m *valueMaker) value(base string) *graph.Value {
 	for {
-		l.fresh++
-		name := fmt.Sprintf("%s/lift%d", base, l.fresh)
-		if l.g.Values[name] == nil {
+		m.fresh++
+		name := fmt.Sprintf("%s/%s%d", base, m.tag, m.fresh)
+		if m.g.Values[name] == nil {
 			v := &graph.Value{Name: name, DType: graph.Float32}
-			l.g.Values[name] = v
+			m.g.Values[name] = v
 			return v
 		}
 	}
 }
 
-// ints adds an int64 constant.
-func (l *lifter) ints(base string, v ...int64) *graph.Value {
-	c := l.value(base)
+// ints adds an int64 constant vector.
+func (m *valueMaker) ints(base string, v ...int64) *graph.Value {
+	c := m.value(base)
 	c.DType = graph.Int64
 	c.Const = &graph.Tensor{DType: graph.Int64, Shape: []int64{int64(len(v))}, I64: v}
 	c.Shape = graph.StaticShape(int64(len(v)))
+	return c
+}
+
+// constant adds a float32 constant of the given shape.
+func (m *valueMaker) constant(base string, shape []int64, v ...float32) *graph.Value {
+	c := m.value(base)
+	c.Const = &graph.Tensor{DType: graph.Float32, Shape: shape, F32: v}
+	c.Shape = graph.StaticShape(shape...)
 	return c
 }
 
@@ -200,9 +215,18 @@ func withAttr(nd *graph.Node, name string, v int64) []*onnxpb.AttributeProto {
 	return out
 }
 
-// intsAttr is the attribute name of integers v.
+// intsAttr is the attribute name of integers v; intAttr and floatAttr
+// of one integer, one float.
 func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
 	return &onnxpb.AttributeProto{Name: &name, Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
+}
+
+func intAttr(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: &name, Type: onnxpb.AttributeProto_INT.Enum(), I: &v}
+}
+
+func floatAttr(name string, v float32) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: &name, Type: onnxpb.AttributeProto_FLOAT.Enum(), F: &v}
 }
 
 // withInts returns nd's attributes with name set to the integers v (or
@@ -455,16 +479,10 @@ func floatsOf(t *graph.Tensor) ([]float32, error) {
 
 // floats adds a float32 constant vector.
 func (l *lifter) floats(nd *graph.Node, v ...float32) *graph.Value {
-	c := l.value(nd.Name + "/floats")
-	c.Const = &graph.Tensor{DType: graph.Float32, Shape: []int64{int64(len(v))}, F32: v}
-	c.Shape = graph.StaticShape(int64(len(v)))
-	return c
+	return l.constant(nd.Name+"/floats", []int64{int64(len(v))}, v...)
 }
 
 // scalar adds a float32 scalar constant.
 func (l *lifter) scalar(nd *graph.Node, x float32) *graph.Value {
-	c := l.value(nd.Name + "/scalar")
-	c.Const = &graph.Tensor{DType: graph.Float32, Shape: []int64{}, F32: []float32{x}}
-	c.Shape = graph.StaticShape()
-	return c
+	return l.constant(nd.Name+"/scalar", []int64{}, x)
 }

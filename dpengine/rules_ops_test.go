@@ -87,22 +87,6 @@ func (m *opModel) node(op string, in []string, out string, attrs ...*onnxpb.Attr
 	m.nodes = append(m.nodes, &onnxpb.NodeProto{Name: proto.String(out), OpType: proto.String(op), Input: in, Output: []string{out}, Attribute: attrs})
 }
 
-func attrI(name string, v int64) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
-}
-
-func attrF(name string, v float32) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_FLOAT.Enum(), F: proto.Float32(v)}
-}
-
-func attrIs(name string, v ...int64) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
-}
-
-func attrS(name, v string) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_STRING.Enum(), S: []byte(v)}
-}
-
 // graph returns a fresh graph of the model with a dynamic batch axis.
 func (m *opModel) graph(t *testing.T) *graph.Graph {
 	t.Helper()
@@ -194,16 +178,16 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m := &opModel{opset: 14, sample: []int64{4, 4, 4}, rng: rand.New(rand.NewPCG(3, 4))}
 			m.param("wt", 4, 2, 3, 3)
 			m.param("bt", 4)
-			m.node("ConvTranspose", []string{"input", "wt", "bt"}, "ct", attrI("group", 2), attrIs("strides", 2, 2),
-				attrIs("pads", 1, 1, 1, 1), attrIs("output_padding", 1, 1)) // (N,4,8,8)
+			m.node("ConvTranspose", []string{"input", "wt", "bt"}, "ct", intAttr("group", 2), intsAttr("strides", 2, 2),
+				intsAttr("pads", 1, 1, 1, 1), intsAttr("output_padding", 1, 1)) // (N,4,8,8)
 			m.param("slope", 4, 1, 1)
 			m.node("PRelu", []string{"ct", "slope"}, "pr")
 			m.ints("shp", 0, 4, 64)
 			m.node("Reshape", []string{"pr", "shp"}, "r") // (N,4,64)
 			m.param("w1", 64, 5)
-			m.node("Einsum", []string{"r", "w1"}, "z", attrS("equation", "bct,tk->bck")) // (N,4,5)
+			m.node("Einsum", []string{"r", "w1"}, "z", strAttr("equation", "bct,tk->bck")) // (N,4,5)
 			m.param("w2", 4, 5)
-			m.node("Einsum", []string{"w2", "z"}, "y", attrS("equation", "ck,bck->bk")) // (N,5)
+			m.node("Einsum", []string{"w2", "z"}, "y", strAttr("equation", "ck,bck->bk")) // (N,5)
 			return m
 		},
 		"einsum_not_linear": func() *opModel {
@@ -211,9 +195,9 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// the weight alone, a diagonal; instantiated.
 			m := &opModel{opset: 14, sample: []int64{3, 4}, rng: rand.New(rand.NewPCG(9, 10))}
 			m.param("wsum", 4, 2)
-			m.node("Einsum", []string{"input", "wsum"}, "z", attrS("equation", "bct,tj->bc")) // (N,3)
+			m.node("Einsum", []string{"input", "wsum"}, "z", strAttr("equation", "bct,tj->bc")) // (N,3)
 			m.param("wdiag", 3, 3, 4)
-			m.node("Einsum", []string{"z", "wdiag"}, "y", attrS("equation", "bc,cck->bk")) // (N,4)
+			m.node("Einsum", []string{"z", "wdiag"}, "y", strAttr("equation", "bc,cck->bk")) // (N,4)
 			return m
 		},
 		"matmul_stacks": func() *opModel {
@@ -222,18 +206,18 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// temporal relative positions): one read directly, one
 			// through a Transpose (a path).
 			m := &opModel{opset: 14, sample: []int64{3, 4, 6}, rng: rand.New(rand.NewPCG(11, 12))}
-			m.node("Transpose", []string{"input"}, "xt", attrIs("perm", 1, 0, 2, 3)) // (3,N,4,6)
+			m.node("Transpose", []string{"input"}, "xt", intsAttr("perm", 1, 0, 2, 3)) // (3,N,4,6)
 			m.ints("rows", 3, -1, 6)
 			m.node("Reshape", []string{"xt", "rows"}, "xr") // (3,N·4,6)
 			m.param("ws", 3, 6, 5)
 			m.node("MatMul", []string{"xr", "ws"}, "h") // (3,N·4,5)
 			m.param("wp", 3, 2, 5)
-			m.node("Transpose", []string{"wp"}, "wpt", attrIs("perm", 0, 2, 1)) // (3,5,2)
-			m.node("MatMul", []string{"h", "wpt"}, "h2")                        // (3,N·4,2)
+			m.node("Transpose", []string{"wp"}, "wpt", intsAttr("perm", 0, 2, 1)) // (3,5,2)
+			m.node("MatMul", []string{"h", "wpt"}, "h2")                          // (3,N·4,2)
 			m.ints("back", 3, -1, 4, 2)
-			m.node("Reshape", []string{"h2", "back"}, "hb")                       // (3,N,4,2)
-			m.node("Transpose", []string{"hb"}, "hs", attrIs("perm", 1, 0, 2, 3)) // (N,3,4,2)
-			m.node("Flatten", []string{"hs"}, "f", attrI("axis", 1))              // (N,24)
+			m.node("Reshape", []string{"h2", "back"}, "hb")                         // (3,N,4,2)
+			m.node("Transpose", []string{"hb"}, "hs", intsAttr("perm", 1, 0, 2, 3)) // (N,3,4,2)
+			m.node("Flatten", []string{"hs"}, "f", intAttr("axis", 1))              // (N,24)
 			m.param("wh", 24, 4)
 			m.node("MatMul", []string{"f", "wh"}, "y")
 			return m
@@ -262,10 +246,10 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// per-sample gradient goes back through its computation.
 			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(15, 16)), loops: 0, unlifted: 2}
 			m.param("w", 4, 3, 3, 3)
-			m.node("ReduceMean", []string{"w"}, "mu", attrIs("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"w"}, "mu", intsAttr("axes", 1, 2, 3))
 			m.node("Sub", []string{"w", "mu"}, "d")
 			m.node("Mul", []string{"d", "d"}, "d2")
-			m.node("ReduceMean", []string{"d2"}, "var", attrIs("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"d2"}, "var", intsAttr("axes", 1, 2, 3))
 			m.constant("eps", nil, 1e-5)
 			m.node("Add", []string{"var", "eps"}, "ve")
 			m.node("Sqrt", []string{"ve"}, "sd")
@@ -277,16 +261,16 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.param("taps", 3, 3)
 			m.node("Mul", []string{"wg", "taps"}, "ws")
 			m.param("b", 4)
-			m.node("Conv", []string{"input", "ws", "b"}, "h", attrIs("pads", 1, 1, 1, 1)) // (N,4,5,5)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", intsAttr("pads", 1, 1, 1, 1)) // (N,4,5,5)
 			m.node("Relu", []string{"h"}, "r")
-			m.node("Flatten", []string{"r"}, "f", attrI("axis", 1)) // (N,100)
+			m.node("Flatten", []string{"r"}, "f", intAttr("axis", 1)) // (N,100)
 			m.param("v", 4, 100)
-			m.node("ReduceL2", []string{"v"}, "nv", attrIs("axes", 1))
+			m.node("ReduceL2", []string{"v"}, "nv", intsAttr("axes", 1))
 			m.node("Div", []string{"v", "nv"}, "vu")
 			m.param("g", 4, 1)
 			m.node("Mul", []string{"vu", "g"}, "wh")
 			m.param("bh", 4)
-			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
 			return m
 		},
 		"standardized_conv": func() *opModel {
@@ -300,7 +284,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			bn := func(in, scale, bias, out string) {
 				m.constant(out+"_mean", []int64{6}, 0, 0, 0, 0, 0, 0)
 				m.constant(out+"_var", []int64{6}, 1, 1, 1, 1, 1, 1)
-				m.node("BatchNormalization", []string{in, scale, bias, out + "_mean", out + "_var"}, out, attrI("training_mode", 1), attrF("epsilon", 1e-4))
+				m.node("BatchNormalization", []string{in, scale, bias, out + "_mean", out + "_var"}, out, intAttr("training_mode", 1), floatAttr("epsilon", 1e-4))
 			}
 			m.ints("rows", 1, 6, -1)
 			m.param("w", 6, 2, 3, 3)
@@ -313,7 +297,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.constant("fanin", nil, 0.25)
 			m.node("Mul", []string{"wn", "fanin"}, "ws")
 			m.param("b", 6)
-			m.node("Conv", []string{"input", "ws", "b"}, "h", attrI("group", 2), attrIs("pads", 1, 1, 1, 1)) // (N,6,5,5)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", intAttr("group", 2), intsAttr("pads", 1, 1, 1, 1)) // (N,6,5,5)
 			m.node("Relu", []string{"h"}, "r")
 			m.param("dw", 6, 1, 3, 3)
 			m.node("Reshape", []string{"dw", "rows"}, "dwr") // (1,6,9)
@@ -322,11 +306,11 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			bn("dwr", "gamma", "zeros", "dwb")
 			m.ints("dwshape", 6, 1, 3, 3)
 			m.node("Reshape", []string{"dwb", "dwshape"}, "dwn")
-			m.node("Conv", []string{"r", "dwn"}, "h2", attrI("group", 6), attrIs("strides", 2, 2)) // (N,6,2,2)
-			m.node("Flatten", []string{"h2"}, "f", attrI("axis", 1))                               // (N,24)
+			m.node("Conv", []string{"r", "dwn"}, "h2", intAttr("group", 6), intsAttr("strides", 2, 2)) // (N,6,2,2)
+			m.node("Flatten", []string{"h2"}, "f", intAttr("axis", 1))                                 // (N,24)
 			m.param("wh", 4, 24)
 			m.param("bh", 4)
-			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
 			return m
 		},
 		"standardized_var_mean": func() *opModel {
@@ -336,11 +320,11 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// the gain a per-row γ, whose norms come in closed form.
 			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(27, 28)), loops: 0, unlifted: 1, standardized: 1}
 			m.param("w", 4, 3, 3, 3)
-			m.node("ReduceMean", []string{"w"}, "mA", attrIs("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"w"}, "mA", intsAttr("axes", 1, 2, 3))
 			m.node("Sub", []string{"w", "mA"}, "d")
 			m.node("Mul", []string{"d", "d"}, "d2")
-			m.node("ReduceMean", []string{"d2"}, "var", attrIs("axes", 1, 2, 3))
-			m.node("ReduceMean", []string{"w"}, "mB", attrIs("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"d2"}, "var", intsAttr("axes", 1, 2, 3))
+			m.node("ReduceMean", []string{"w"}, "mB", intsAttr("axes", 1, 2, 3))
 			m.node("Sub", []string{"w", "mB"}, "e")
 			m.constant("eps", nil, 1e-5)
 			m.node("Add", []string{"var", "eps"}, "ve")
@@ -349,12 +333,12 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.param("gain", 4, 1, 1, 1)
 			m.node("Mul", []string{"wn", "gain"}, "ws")
 			m.param("b", 4)
-			m.node("Conv", []string{"input", "ws", "b"}, "h", attrIs("pads", 1, 1, 1, 1)) // (N,4,5,5)
+			m.node("Conv", []string{"input", "ws", "b"}, "h", intsAttr("pads", 1, 1, 1, 1)) // (N,4,5,5)
 			m.node("Relu", []string{"h"}, "r")
-			m.node("Flatten", []string{"r"}, "f", attrI("axis", 1)) // (N,100)
+			m.node("Flatten", []string{"r"}, "f", intAttr("axis", 1)) // (N,100)
 			m.param("wh", 4, 100)
 			m.param("bh", 4)
-			m.node("Gemm", []string{"f", "wh", "bh"}, "y", attrI("transB", 1))
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
 			return m
 		},
 		"transform_bias_scale": func() *opModel {
@@ -382,8 +366,8 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 				idx[k] = int64(k/4-k%4) + 3
 			}
 			m.inits = append(m.inits, &onnxpb.TensorProto{Name: proto.String("idx"), DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Dims: []int64{4, 4}, Int64Data: idx})
-			m.node("Gather", []string{"table", "idx"}, "gb")                   // (4,4,2)
-			m.node("Transpose", []string{"gb"}, "tb", attrIs("perm", 2, 0, 1)) // (2,4,4)
+			m.node("Gather", []string{"table", "idx"}, "gb")                     // (4,4,2)
+			m.node("Transpose", []string{"gb"}, "tb", intsAttr("perm", 2, 0, 1)) // (2,4,4)
 			m.node("Sigmoid", []string{"tb"}, "sb")
 			m.constant("sixteen", nil, 16)
 			m.node("Mul", []string{"sb", "sixteen"}, "bias")
@@ -393,8 +377,8 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Clip", []string{"s", "", "smax"}, "sc")
 			m.node("Exp", []string{"sc"}, "scale")
 			m.node("Mul", []string{"h", "scale"}, "hs")
-			m.node("Softmax", []string{"hs"}, "p", attrI("axis", -1))
-			m.node("Flatten", []string{"p"}, "f", attrI("axis", 1)) // (N,32)
+			m.node("Softmax", []string{"hs"}, "p", intAttr("axis", -1))
+			m.node("Flatten", []string{"p"}, "f", intAttr("axis", 1)) // (N,32)
 			m.param("wo", 32, 4)
 			m.node("MatMul", []string{"f", "wo"}, "y")
 			return m
@@ -423,7 +407,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.param("base", 4, 3)
 			m.param("delta", 4, 3)
 			m.node("Add", []string{"base", "delta"}, "w")
-			m.node("Gemm", []string{"input", "w"}, "y", attrI("transB", 1))
+			m.node("Gemm", []string{"input", "w"}, "y", intAttr("transB", 1))
 			return m
 		},
 		"transform_resize": func() *opModel {
@@ -433,13 +417,13 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m := &opModel{opset: 14, sample: []int64{2, 6, 6}, rng: rand.New(rand.NewPCG(21, 22)), loops: 0, unlifted: 2}
 			m.param("pos", 1, 2, 3, 3)
 			m.constant("scales", []int64{4}, 1, 1, 2, 2)
-			m.node("Resize", []string{"pos", "", "scales"}, "pos6", attrS("mode", "linear"))
+			m.node("Resize", []string{"pos", "", "scales"}, "pos6", strAttr("mode", "linear"))
 			m.node("Add", []string{"input", "pos6"}, "h") // (N,2,6,6)
 			m.param("pos2", 1, 2, 4, 4)
 			m.ints("sizes", 1, 2, 6, 6)
-			m.node("Resize", []string{"pos2", "", "", "sizes"}, "pos2r", attrS("mode", "cubic"), attrS("coordinate_transformation_mode", "align_corners"))
+			m.node("Resize", []string{"pos2", "", "", "sizes"}, "pos2r", strAttr("mode", "cubic"), strAttr("coordinate_transformation_mode", "align_corners"))
 			m.node("Mul", []string{"h", "pos2r"}, "hm")
-			m.node("Flatten", []string{"hm"}, "f", attrI("axis", 1))
+			m.node("Flatten", []string{"hm"}, "f", intAttr("axis", 1))
 			m.param("w", 72, 4)
 			m.node("MatMul", []string{"f", "w"}, "y")
 			return m
@@ -448,10 +432,10 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m := &opModel{opset: 6, sample: []int64{3, 2, 2}, rng: rand.New(rand.NewPCG(5, 6))}
 			m.param("slope", 3)
 			m.node("PRelu", []string{"input", "slope"}, "pr")
-			m.node("Flatten", []string{"pr"}, "f", attrI("axis", 1))
+			m.node("Flatten", []string{"pr"}, "f", intAttr("axis", 1))
 			m.param("w", 4, 12)
 			m.param("b", 4)
-			m.node("Gemm", []string{"f", "w", "b"}, "y", attrI("transB", 1))
+			m.node("Gemm", []string{"f", "w", "b"}, "y", intAttr("transB", 1))
 			return m
 		},
 	}

@@ -134,7 +134,7 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	g.Nodes, g.Inputs, g.Outputs, g.Initializers = nil, nil, nil, nil
 	g.Values = map[string]*graph.Value{}
 	g.Opsets = map[string]int64{"": 17}
-	b := &statBuilder{g: g}
+	b := &statBuilder{valueMaker{g: g}}
 	input := func(name string) (*graph.Value, error) {
 		v := sub.Values[name]
 		if v == nil || !v.Shape.Static() {
@@ -148,16 +148,16 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	if err != nil {
 		return nil, err
 	}
-	rows := b.op("Reshape", nil, w, b.ints(st.Rows, st.K))
+	rows := b.op("Reshape", nil, w, b.ints("std", st.Rows, st.K))
 	ones := make([]float32, st.K)
 	for i := range ones {
 		ones[i] = 1
 	}
-	xhat := b.op("LayerNormalization", []*onnxpb.AttributeProto{attrInt("axis", -1), attrFloat("epsilon", st.Epsilon)}, rows, b.floats([]int64{st.K}, ones...))
-	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, rows)
+	xhat := b.op("LayerNormalization", []*onnxpb.AttributeProto{intAttr("axis", -1), floatAttr("epsilon", st.Epsilon)}, rows, b.constant("std", []int64{st.K}, ones...))
+	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, rows)
 	dev := b.op("Sub", nil, rows, mean)
-	vr := b.op("ReduceMean", []*onnxpb.AttributeProto{attrInts("axes", 1)}, b.op("Mul", nil, dev, dev))
-	sd := b.op("Sqrt", nil, b.op("Add", nil, vr, b.floats([]int64{1}, st.Epsilon)))
+	vr := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, b.op("Mul", nil, dev, dev))
+	sd := b.op("Sqrt", nil, b.op("Add", nil, vr, b.constant("std", []int64{1}, st.Epsilon)))
 	// Scale·γ_o, a row each: GainScale_o·gain_o, a constant γ's rows, or
 	// Scale alone.
 	var num *graph.Value
@@ -167,7 +167,7 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 		if err != nil {
 			return nil, err
 		}
-		num = b.op("Mul", nil, b.op("Reshape", nil, gain, b.ints(st.Rows, 1)), b.floats([]int64{st.Rows, 1}, st.GainScale...))
+		num = b.op("Mul", nil, b.op("Reshape", nil, gain, b.ints("std", st.Rows, 1)), b.constant("std", []int64{st.Rows, 1}, st.GainScale...))
 	case st.Gamma != "":
 		gm := sub.Values[st.Gamma]
 		if gm == nil || gm.Const == nil {
@@ -177,18 +177,18 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 		if err != nil {
 			return nil, err
 		}
-		num = b.floats([]int64{st.Rows, 1}, r...)
+		num = b.constant("std", []int64{st.Rows, 1}, r...)
 	default:
-		num = b.floats([]int64{1}, st.Scale)
+		num = b.constant("std", []int64{1}, st.Scale)
 	}
 	c := b.op("Div", nil, num, sd)
-	g.Outputs = []*graph.Value{xhat, b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints(st.Rows))}
+	g.Outputs = []*graph.Value{xhat, b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints("std", st.Rows))}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
 			sq[o] = v * v
 		}
-		g.Outputs = append(g.Outputs, b.op("Identity", nil, b.floats([]int64{st.Rows}, sq...)))
+		g.Outputs = append(g.Outputs, b.op("Identity", nil, b.constant("std", []int64{st.Rows}, sq...)))
 	}
 	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {
@@ -242,59 +242,14 @@ func gammaRows(gamma *graph.Tensor, scaled []int64, rows int64, scale float32) (
 
 // statBuilder appends statGraph's nodes (opset 17: ReduceMean's axes an
 // attribute).
-type statBuilder struct {
-	g *graph.Graph
-	n int
-}
-
-func (b *statBuilder) value() *graph.Value {
-	for {
-		b.n++
-		name := fmt.Sprintf("std/%d", b.n)
-		if b.g.Values[name] == nil {
-			v := &graph.Value{Name: name, DType: graph.Float32}
-			b.g.Values[name] = v
-			return v
-		}
-	}
-}
+type statBuilder struct{ valueMaker }
 
 func (b *statBuilder) op(op string, attrs []*onnxpb.AttributeProto, in ...*graph.Value) *graph.Value {
-	out := b.value()
-	n := &graph.Node{Name: "std/" + op + fmt.Sprint(b.n), OpType: op, Opset: 17, Inputs: in, Outputs: []*graph.Value{out}, Attrs: attrs}
+	out := b.value("std")
+	n := &graph.Node{Name: "std/" + op + fmt.Sprint(b.fresh), OpType: op, Opset: 17, Inputs: in, Outputs: []*graph.Value{out}, Attrs: attrs}
 	out.Producer = n
 	b.g.Nodes = append(b.g.Nodes, n)
 	return out
-}
-
-func (b *statBuilder) ints(v ...int64) *graph.Value {
-	c := b.value()
-	c.DType = graph.Int64
-	c.Const = &graph.Tensor{DType: graph.Int64, Shape: []int64{int64(len(v))}, I64: v}
-	c.Shape = graph.StaticShape(int64(len(v)))
-	return c
-}
-
-func (b *statBuilder) floats(shape []int64, v ...float32) *graph.Value {
-	c := b.value()
-	c.Const = &graph.Tensor{DType: graph.Float32, Shape: shape, F32: v}
-	c.Shape = graph.StaticShape(shape...)
-	return c
-}
-
-func attrInts(name string, v ...int64) *onnxpb.AttributeProto {
-	t := onnxpb.AttributeProto_INTS
-	return &onnxpb.AttributeProto{Name: &name, Type: &t, Ints: v}
-}
-
-func attrInt(name string, v int64) *onnxpb.AttributeProto {
-	t := onnxpb.AttributeProto_INT
-	return &onnxpb.AttributeProto{Name: &name, Type: &t, I: &v}
-}
-
-func attrFloat(name string, v float32) *onnxpb.AttributeProto {
-	t := onnxpb.AttributeProto_FLOAT
-	return &onnxpb.AttributeProto{Name: &name, Type: &t, F: &v}
 }
 
 // refresh recomputes x̂ and the coefficients on the parameters' current
