@@ -311,18 +311,16 @@ func bnOnParamsRows(b *builder, n *graph.Node, sh graph.Shape, eps float64, dt g
 	return true
 }
 
-// constantOf reports whether v is a constant, no parameter, whose every
-// element is c: an initializer, or the output of a Constant node of g
-// (not folded yet when the BatchNormalization rewrite runs: TorchScript's
-// F.batch_norm without weight or bias exports its ones and zeros so).
+// constantOf reports whether v is a constant (constOf: an initializer, or
+// the output of a Constant node of g, not folded yet when the
+// BatchNormalization rewrite runs — TorchScript's F.batch_norm without
+// weight or bias exports its ones and zeros so), no parameter, whose every
+// element is c.
 func constantOf(g *graph.Graph, v *graph.Value, c float32) bool {
 	if v == nil || v.IsParam() {
 		return false
 	}
-	t := v.Const
-	if n := v.Producer; t == nil && g != nil && n != nil && n.OpType == "Constant" && n.Domain == "" && n.Attr("value") != nil {
-		t, _ = n.TensorAttr(g, "value")
-	}
+	t := constOf(g, v)
 	if t == nil || t.F32 == nil && t.Len() > 0 {
 		return false
 	}

@@ -332,19 +332,37 @@ func scalarConst(g *graph.Graph, v *graph.Value, want float64) bool {
 // input over the last axis only, keeping it: its axes attribute, or
 // (opset 18) its constant axes input.
 func lastAxisOnly(g *graph.Graph, n *graph.Node, rank int) bool {
+	axes, ok := keptMeanAxes(g, n, rank)
+	return ok && len(axes) == 1 && axes[0] == rank-1
+}
+
+// keptMeanAxes returns the axes (in 0 … rank−1) the reduction n of a
+// rank-rank input reduces keeping them (keepdims 1), from its attribute
+// or its constant axes input; false where they are not known, none, or
+// not kept.
+func keptMeanAxes(g *graph.Graph, n *graph.Node, rank int) ([]int, bool) {
 	if n.IntOr("keepdims", 1) != 1 {
-		return false
+		return nil, false
 	}
 	if a := n.Input(1); a != nil {
 		t := constOf(g, a)
-		if t == nil || t.DType != graph.Int64 || len(t.I64) != 1 {
-			return false
+		if t == nil || t.DType != graph.Int64 || len(t.I64) == 0 {
+			return nil, false
 		}
-		ax := t.I64[0]
-		return ax == -1 || ax == int64(rank-1)
+		var axes []int
+		for _, ax := range t.I64 {
+			if ax < 0 {
+				ax += int64(rank)
+			}
+			if ax < 0 || ax >= int64(rank) {
+				return nil, false
+			}
+			axes = append(axes, int(ax))
+		}
+		return axes, true
 	}
 	axes, noop, err := n.ReduceAxes(rank)
-	return err == nil && !noop && len(axes) == 1 && axes[0] == rank-1
+	return axes, err == nil && !noop && len(axes) > 0
 }
 
 // removeConstIfUnused drops a constant nothing reads any more: an

@@ -72,7 +72,7 @@ func throughReshapes(v *graph.Value) *graph.Value {
 // throughShifts follows v back through reshapes and additions of
 // constants (a BatchNormalization's β), which leave the weight's
 // vector-Jacobian product as it is.
-func throughShifts(v *graph.Value) *graph.Value {
+func throughShifts(g *graph.Graph, v *graph.Value) *graph.Value {
 	for {
 		v = throughReshapes(v)
 		n := v.Producer
@@ -80,9 +80,9 @@ func throughShifts(v *graph.Value) *graph.Value {
 			return v
 		}
 		switch {
-		case (n.OpType == "Add" || n.OpType == "Sub") && constant(n.Inputs[1]) && sameShape(n.Inputs[0], n.Outputs[0]):
+		case (n.OpType == "Add" || n.OpType == "Sub") && constant(g, n.Inputs[1]) && sameShape(n.Inputs[0], n.Outputs[0]):
 			v = n.Inputs[0]
-		case n.OpType == "Add" && constant(n.Inputs[0]) && n.Inputs[1].Shape.Static() && sameShape(n.Inputs[1], n.Outputs[0]):
+		case n.OpType == "Add" && constant(g, n.Inputs[0]) && n.Inputs[1].Shape.Static() && sameShape(n.Inputs[1], n.Outputs[0]):
 			v = n.Inputs[1]
 		default:
 			return v
@@ -90,20 +90,19 @@ func throughShifts(v *graph.Value) *graph.Value {
 	}
 }
 
-// scalar returns the value of a constant of one element.
-func scalar(v *graph.Value) (float32, bool) {
-	if !constant(v) || v.Const.Len() != 1 {
+// scalar returns the value of a constant of one element, no parameter.
+func scalar(g *graph.Graph, v *graph.Value) (float32, bool) {
+	if v == nil || v.IsParam() {
 		return 0, false
 	}
-	f, err := floats(v.Const)
-	if err != nil || len(f) != 1 {
-		return 0, false
-	}
-	return float32(f[0]), true
+	f, ok := scalarOf(g, v)
+	return float32(f), ok
 }
 
-// constant reports whether v is a constant, no parameter.
-func constant(v *graph.Value) bool { return v != nil && v.Const != nil && !v.IsParam() }
+// constant reports whether v is a constant (constOf), no parameter.
+func constant(g *graph.Graph, v *graph.Value) bool {
+	return v != nil && !v.IsParam() && constOf(g, v) != nil
+}
 
 // sameShape reports whether a and b have the same static shape (a shift
 // that broadcasts its data would sum the weight's gradient).
@@ -128,7 +127,7 @@ func matchStandardized(g *graph.Graph, operand *graph.Value, k int64) *Standardi
 	st.Scale = 1
 	var ln *graph.Node
 	for y := operand; ln == nil; {
-		y = throughShifts(y)
+		y = throughShifts(g, y)
 		n := y.Producer
 		switch {
 		case n == nil:
@@ -146,12 +145,12 @@ func matchStandardized(g *graph.Graph, operand *graph.Value, k int64) *Standardi
 		if !sameShape(data, y) {
 			return nil
 		}
-		if c, ok := scalar(other); ok {
+		if c, ok := scalar(g, other); ok {
 			st.Scale *= c
 			y = data
 			continue
 		}
-		if st.Gamma != "" || !perRow(other, y.Shape.Ints(), k) || !st.gainOf(other) {
+		if st.Gamma != "" || !perRow(other, y.Shape.Ints(), k) || !st.gainOf(g, other) {
 			return nil
 		}
 		st.Gamma, st.Scaled = other.Name, y.Shape.Ints()
@@ -216,7 +215,7 @@ func perRow(gamma *graph.Value, scaled []int64, k int64) bool {
 // gainOf follows γ back to a constant, or to a gain parameter of one
 // value a row through reshapes and products with scalar constants (s),
 // and records it; false for any other computation.
-func (st *Standardized) gainOf(gamma *graph.Value) bool {
+func (st *Standardized) gainOf(g *graph.Graph, gamma *graph.Value) bool {
 	s := float32(1)
 	v := gamma
 	for {
@@ -228,10 +227,10 @@ func (st *Standardized) gainOf(gamma *graph.Value) bool {
 		if n.OpType != "Mul" || len(n.Inputs) != 2 {
 			return false
 		}
-		c, ok := scalar(n.Inputs[1])
+		c, ok := scalar(g, n.Inputs[1])
 		v = n.Inputs[0]
 		if !ok {
-			c, ok = scalar(n.Inputs[0])
+			c, ok = scalar(g, n.Inputs[0])
 			v = n.Inputs[1]
 		}
 		if !ok {
@@ -334,9 +333,9 @@ func FuseStandardization(g *graph.Graph, shapes map[string]graph.Shape) ([]Chang
 	relink(g)
 	nm := newNamer(g)
 	var changes []Change
-	fromInits := map[*graph.Value]bool{}
+	batch := g.InputDerived()
 	for _, div := range append([]*graph.Node(nil), g.Nodes...) {
-		m := matchStdChain(g, div, shapes, fromInits)
+		m := matchStdChain(g, div, shapes, batch)
 		if m == nil {
 			continue
 		}
@@ -374,8 +373,9 @@ type stdChain struct {
 }
 
 // matchStdChain matches FuseStandardization's chain ending in div; nil
-// where div does not end one. fromInits memoizes fromInitializers.
-func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shape, fromInits map[*graph.Value]bool) *stdChain {
+// where div does not end one or normalizes a value computed from the
+// graph's inputs (batch, Graph.InputDerived).
+func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shape, batch map[*graph.Value]bool) *stdChain {
 	if !isBinary(div, "Div") && !isBinary(div, "Mul") {
 		return nil
 	}
@@ -457,7 +457,7 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 		}
 	}
 	m.k, m.lead = prod(m.dims[a:]), prod(m.dims[:a])
-	if m.k < 2 || !fromInitializers(x, fromInits) {
+	if m.k < 2 || batch[x] {
 		return nil
 	}
 	// The chain's nodes, once each, div last; nothing outside reads
@@ -490,33 +490,12 @@ func matchStdChain(g *graph.Graph, div *graph.Node, shapes map[string]graph.Shap
 // (BatchNormalization's (0, 2) of a (1, C, K) weight is its rows').
 func trailingFrom(g *graph.Graph, n *graph.Node, dims []int64) (int, bool) {
 	rank := len(dims)
-	if n.IntOr("keepdims", 1) != 1 {
+	axes, ok := keptMeanAxes(g, n, rank)
+	if !ok {
 		return 0, false
-	}
-	var axes []int
-	if a := n.Input(1); a != nil {
-		t := constOf(g, a)
-		if t == nil || t.DType != graph.Int64 {
-			return 0, false
-		}
-		for _, ax := range t.I64 {
-			if ax < 0 {
-				ax += int64(rank)
-			}
-			axes = append(axes, int(ax))
-		}
-	} else {
-		ax, noop, err := n.ReduceAxes(rank)
-		if err != nil || noop {
-			return 0, false
-		}
-		axes = ax
 	}
 	red := make([]bool, rank)
 	for _, ax := range axes {
-		if ax < 0 || ax >= rank {
-			return 0, false
-		}
 		red[ax] = true
 	}
 	// The reduced axes, unit ones aside, are a trailing run from a.
@@ -538,22 +517,4 @@ func trailingFrom(g *graph.Graph, n *graph.Node, dims []int64) (int, bool) {
 		return 0, false
 	}
 	return a, true
-}
-
-// fromInitializers reports whether v is computed from initializers and
-// constants alone (no graph input), memoized in memo.
-func fromInitializers(v *graph.Value, memo map[*graph.Value]bool) bool {
-	if ok, seen := memo[v]; seen {
-		return ok
-	}
-	memo[v] = false // a cycle, which a valid graph has not, reads as no
-	ok := v.Initializer || v.Const != nil
-	if n := v.Producer; !ok && n != nil {
-		ok = true
-		for _, in := range n.Inputs {
-			ok = ok && (in == nil || fromInitializers(in, memo))
-		}
-	}
-	memo[v] = ok
-	return ok
 }
