@@ -43,7 +43,6 @@ func stdApplies(cfg Config) bool {
 
 // stdState is a standardized weight's closed form (useGroup.std).
 type stdState struct {
-	st         *rewrite.Standardized
 	rows, k, B int
 	// stat computes x̂ (rows×k) and coefW = (s·γ/σ)² (rows), and coefG =
 	// s² where there is a gain, from the current parameters
@@ -68,7 +67,7 @@ type stdState struct {
 func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	st := g.uses[0].use.Standardized
 	B := e.cfg.PhysicalBatch
-	s := &stdState{st: st, rows: int(st.Rows), k: int(st.K), B: B}
+	s := &stdState{rows: int(st.Rows), k: int(st.K), B: B}
 	for _, us := range g.uses {
 		switch us.p.name {
 		case st.Weight:
