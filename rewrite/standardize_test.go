@@ -195,8 +195,9 @@ func TestStandardizedWeights(t *testing.T) {
 
 // TestFuseStandardization: weight standardization as torch.var_mean
 // exports it (BiT's original StdConv2d: two means, two differences) or
-// with one mean, the square a Mul or a Pow, the axes an attribute or an
-// input (opset 18), becomes one LayerNormalization of the weight's rows
+// with one mean, the square a Mul or a Pow, a product by the reciprocal
+// square root, the axes an attribute or an input (opset 18), BatchNormalization's
+// (0, 2) of the weight reshaped to (1, C, K), becomes one LayerNormalization of the weight's rows
 // whose outputs are the decomposition's, read by the plan as
 // standardization and written back decomposed before opset 17; a
 // normalization of data, or one whose mean something else reads, stays.
