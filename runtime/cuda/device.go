@@ -58,7 +58,7 @@ var deviceKernels = map[string][]string{
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "channel_sums_block", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_stats_block", "row_normalize", "row_grad_sums", "row_grad_sums_block", "row_normalize_bwd",
-		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_norm_affine_block", "row_affine_bwd_block", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
+		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_norm_affine_block", "row_affine_bwd_block", "row_run_sums_block", "row_affine_bwd_runs_block", "row_param_grads_runs", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
 	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
 }
 
@@ -110,6 +110,10 @@ type Device struct {
 	// geometry, a normalization's parameter tables), keyed by the plan's
 	// pointer: see planCopy.
 	planData map[any]DevicePtr
+	// runParts holds the per-run sums of the last row normalization's
+	// backward whose rows are runs (nn.go's runSums), for the parameter
+	// gradients on the same x and dy that the plan asks for next.
+	runParts runParts
 	// shapes builds an operation's shape arguments, and shapeData holds
 	// their device copies, one per distinct pair (stageShapes).
 	shapes    []int64
@@ -488,6 +492,7 @@ func (d *Device) Close() error {
 		d.drv.Free(s.p)
 	}
 	d.spans, d.scratch, d.gathers, d.planData, d.shapeData, d.inUse = nil, arena{}, nil, nil, nil, 0
+	d.runParts = runParts{}
 	if d.peakLog != nil {
 		d.peakLog.report(d.peakLog.out, d.drv.ConvWorkspace())
 		d.peakLog = nil

@@ -318,8 +318,10 @@
 //     profiles (nineteenth session) put the non-DP step's gap to PyTorch's
 //     outside the convolutions, which are at par: GroupNorm against
 //     BatchNorm (11.4 against 6.0 ms a ResNet-50 step; its γ/β gradients
-//     still a pass of their own, row_param_grads, which the CPU folds into
-//     the backward's), the activations (the kernel of every operator, at
+//     a pass of their own, row_param_grads, 2.9 ms — since the
+//     twenty-fifth session folded into the backward's as on the CPU: the
+//     backward keeps each channel's sums, row_affine_bwd_runs_block, and
+//     a thread per parameter adds them, row_param_grads_runs), the activations (the kernel of every operator, at
 //     2.2× PyTorch's time on ReLU: one-operator kernels since,
 //     unary_relu, …), an Add's gradient over one shape (the reduction
 //     kernel's layout walk: a device copy since) and its forward sum

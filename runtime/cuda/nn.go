@@ -171,10 +171,15 @@ func (d *Device) rowBlock(rows, L int) int {
 		return 0
 	}
 	if d.props.Emulated {
-		return 32
+		return emuRowBlock
 	}
 	return min(1024, max(32, (L/32+31)/32*32))
 }
+
+// emuRowBlock is rowBlock's block on the emulation, whose block threads
+// are real threads: a warp, so that plans run fast; tests raise it to run
+// the kernels' forms for blocks of several warps.
+var emuRowBlock = 32
 
 // fuseRowBlocks lets a row normalization whose rows take a block each run
 // its statistics and its output (or its gradient's sums and the gradient)
@@ -658,8 +663,50 @@ func (d *Device) NormalizeRowsAffine(n *runtime.NormRows, x, scale, bias, y, mea
 	d.launch("row_affine", int64(rows*L))
 }
 
+// runParts is the device's buffer of per-run sums (kernels/nn.cu's
+// block_run_sums), grown to the largest normalization's, and which
+// backward they are of: n's, on the x and dy at x and dy (nil: none).
+type runParts struct {
+	p     DevicePtr
+	bytes int
+	n     *runtime.NormRows
+	x, dy *float32
+}
+
+// runSums reports whether n's gradient sums go through its runs' sums
+// (kernels/nn.cu: row_run_sums_block, row_affine_bwd_runs_block,
+// row_param_grads_runs): rows of cpg runs that take a block each.
+func (d *Device) runSums(n *runtime.NormRows) (g, cpg, s int, ok bool) {
+	g, cpg, s = n.ParamMap()
+	return g, cpg, s, cpg > 0 && d.rowBlock(n.Rows(), n.RowLen()) > 0
+}
+
+// runPartsFor returns the runs' sums buffer with room for n's (d.mu
+// held), forgetting whose sums it held.
+func (d *Device) runPartsFor(n *runtime.NormRows, cpg int) DevicePtr {
+	rp := &d.runParts
+	rp.n, rp.x, rp.dy = nil, nil, nil
+	if bytes := 16 * n.Rows() * cpg; bytes > rp.bytes {
+		if rp.bytes > 0 {
+			if err := d.free(rp.p); err != nil {
+				fault(err)
+			}
+			rp.p, rp.bytes = 0, 0
+		}
+		p, err := d.alloc(bytes)
+		if err != nil {
+			fault(err)
+		}
+		rp.p, rp.bytes = p, bytes
+	}
+	return rp.p
+}
+
 // NormalizeRowsAffineBackward implements runtime.NNOps: a thread or a
-// warp per row for the sums, then a thread per element.
+// warp per row for the sums, then a thread per element; rows of runs that
+// take a block each keep their runs' sums for
+// NormalizeRowsAffineParamGrads on the same x and dy, which the plan
+// calls right after it (runSums).
 func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean, invStd, dy, dx []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if rows*L == 0 {
@@ -669,6 +716,24 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	defer d.end("NormalizeRowsAffineBackward")
 	tab := d.normTable(n)
 	px, ps, pm, piv, pdy := f32(x[:rows*L], opIn, d), f32(scale[:np], opIn, d), f32(mean[:rows], opIn, d), f32(invStd[:rows], opIn, d), f32(dy[:rows*L], opIn, d)
+	if g, cpg, s, ok := d.runSums(n); ok {
+		parts, block := d.runPartsFor(n, cpg), D1(d.rowBlock(rows, L))
+		if fuseRowBlocks {
+			a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab)
+			a.I64(int64(g)).I64(int64(cpg)).I64(int64(s)).Ptr(parts).Ptr(f32(dx[:rows*L], opOut, d)).I32(0)
+			d.launchGrid("row_affine_bwd_runs_block", D1(min(rows, d.maxGrid)), block)
+		} else {
+			sums := d.scratch64(2 * rows)
+			a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L))
+			a.I64(int64(g)).I64(int64(cpg)).I64(int64(s)).Ptr(parts).Ptr(sums).I32(0)
+			d.launchGrid("row_run_sums_block", D1(min(rows, d.maxGrid)), block)
+			a.Reset()
+			a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(sums).Ptr(f32(dx[:rows*L], opOut, d))
+			d.launch("row_affine_dx", int64(rows*L))
+		}
+		d.runParts.n, d.runParts.x, d.runParts.dy = n, &x[0], &dy[0]
+		return
+	}
 	if block := d.rowBlock(rows, L); block > 0 && fuseRowBlocks {
 		a.Ptr(px).Ptr(ps).Ptr(pm).Ptr(piv).Ptr(pdy).I64(int64(rows)).I64(int64(L)).Ptr(tab).Ptr(f32(dx[:rows*L], opOut, d)).I32(0)
 		d.launchGrid("row_affine_bwd_block", D1(min(rows, d.maxGrid)), D1(block))
@@ -682,10 +747,13 @@ func (d *Device) NormalizeRowsAffineBackward(n *runtime.NormRows, x, scale, mean
 	d.launch("row_affine_dx", int64(rows*L))
 }
 
-// NormalizeRowsAffineParamGrads implements runtime.NNOps: a block per
-// parameter, its threads splitting the parameter's terms (row_param_grads),
-// the block's size from the terms a parameter has (sumsBlock); in
-// LayerNorm's layout column tiles (row_param_grads_cols).
+// NormalizeRowsAffineParamGrads implements runtime.NNOps: for rows of
+// runs that take a block each, from the runs' sums the backward kept for
+// this x and dy, else from a pass of row_run_sums_block (runSums), a
+// thread per parameter adding its rows' (row_param_grads_runs); otherwise
+// a block per parameter, its threads splitting the parameter's terms
+// (row_param_grads), the block's size from the terms a parameter has
+// (sumsBlock); in LayerNorm's layout column tiles (row_param_grads_cols).
 func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, invStd, dy, dscale, dbias []float32) {
 	rows, L, np := n.Rows(), n.RowLen(), n.NumParams()
 	if np == 0 || (dscale == nil && dbias == nil) {
@@ -693,6 +761,22 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	}
 	a := d.begin()
 	defer d.end("NormalizeRowsAffineParamGrads")
+	if g, cpg, s, ok := d.runSums(n); ok {
+		rp := &d.runParts
+		parts := rp.p
+		if kept := rows*L > 0 && rp.n == n && rp.x == &x[0] && rp.dy == &dy[0]; !kept && rows*L > 0 {
+			parts = d.runPartsFor(n, cpg)
+			a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(0).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
+			a.I64(int64(rows)).I64(int64(L)).I64(int64(g)).I64(int64(cpg)).I64(int64(s)).Ptr(parts).Ptr(0).I32(0)
+			d.launchGrid("row_run_sums_block", D1(min(rows, d.maxGrid)), D1(d.rowBlock(rows, L)))
+			a.Reset()
+		}
+		rp.n, rp.x, rp.dy = nil, nil, nil
+		a.Ptr(parts).I64(int64(rows)).I64(int64(g)).I64(int64(cpg)).I64(int64(np))
+		a.Ptr(f32(opt(dscale, np), opOut, d)).Ptr(f32(opt(dbias, np), opOut, d))
+		d.launch("row_param_grads_runs", int64(np))
+		return
+	}
 	G, CpG, S := n.ParamMap()
 	a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
 	a.I64(int64(rows)).I64(int64(L)).I64(int64(G)).I64(int64(CpG)).I64(int64(S)).I64(int64(np))

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -231,6 +233,11 @@ func nnCases() []graphCase {
 		{"InstanceNorm/wide", runtime.NewInstanceNormRows(3, 5, 700, 1e-5)},
 		// Few rows of 1200 terms: a block each (launchRows' rowBlockMid).
 		{"GroupNorm/mid", runtime.NewGroupNormRows(2, 8, 300, 2, false, 1e-5)},
+		// Runs (channels of a group) of fewer than 32 terms, more runs
+		// than a block has warps, and runs that do not divide the warps
+		// (TestRunSumsBlocks).
+		{"GroupNorm/runs", runtime.NewGroupNormRows(2, 64, 49, 4, false, 1e-5)},
+		{"GroupNorm/threes", runtime.NewGroupNormRows(2, 9, 40, 3, false, 1e-5)},
 	} {
 		nr := nc.nr
 		n, np := nr.Rows()*nr.RowLen(), nr.NumParams()
@@ -631,9 +638,32 @@ func TestRowBlocksFused(t *testing.T) {
 		}
 		kernels[fused] = prof.String()
 	}
-	for _, k := range []string{"row_norm_affine_block", "row_affine_bwd_block"} {
+	for _, k := range []string{"row_norm_affine_block", "row_affine_bwd_block", "row_affine_bwd_runs_block"} {
 		if !strings.Contains(kernels[true], k) || strings.Contains(kernels[false], k) {
 			t.Errorf("kernel %s: fused profile has it %v, separate %v", k, strings.Contains(kernels[true], k), strings.Contains(kernels[false], k))
+		}
+	}
+	// Rows of runs: the backward keeps its runs' sums, the first
+	// parameter gradients take them, the second (db2) sums the runs anew.
+	runCases := 0
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "NormalizeRowsAffine/GroupNorm") || strings.HasPrefix(c.name, "NormalizeRowsAffine/InstanceNorm") {
+			runCases++
+		}
+	}
+	for _, want := range []struct {
+		fused  bool
+		kernel string
+		calls  int
+	}{
+		{true, "row_affine_bwd_runs_block", runCases},
+		{true, "row_run_sums_block", runCases},
+		{true, "row_param_grads_runs", 2 * runCases},
+		{false, "row_run_sums_block", 2 * runCases},
+		{false, "row_param_grads_runs", 2 * runCases},
+	} {
+		if got := profileCalls(kernels[want.fused], want.kernel); got != want.calls {
+			t.Errorf("fused=%v: %s ran %d times, want %d", want.fused, want.kernel, got, want.calls)
 		}
 	}
 	for _, k := range []string{"row_stats_block", "row_affine_grad_sums_block", "row_affine_dx", "row_affine "} {
@@ -649,5 +679,42 @@ func TestRowBlocksFused(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// profileCalls returns the calls of kernel in a profile's kernels table.
+func profileCalls(prof, kernel string) int {
+	m := regexp.MustCompile(`(?m)^\s+` + regexp.QuoteMeta(kernel) + `\s+(\d+) calls`).FindStringSubmatch(prof)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// TestRunSumsBlocks holds the normalizations whose rows are runs of a
+// parameter's terms (runSums) to the reference backend and the CPU with
+// blocks of one to eight warps per row: runs a warp each, several to a
+// warp, and several warps to a run (kernels/nn.cu's block_run_sums).
+func TestRunSumsBlocks(t *testing.T) {
+	defer func(w, b int) { rowBlockWide, emuRowBlock = w, b }(rowBlockWide, emuRowBlock)
+	rowBlockWide = 1
+	d := emuDevice(t)
+	var cases []graphCase
+	for _, c := range nnCases() {
+		if strings.HasPrefix(c.name, "NormalizeRowsAffine/GroupNorm") || strings.HasPrefix(c.name, "NormalizeRowsAffine/InstanceNorm") {
+			cases = append(cases, c)
+		}
+	}
+	if len(cases) < 8 {
+		t.Fatalf("%d cases", len(cases))
+	}
+	for _, block := range []int{32, 96, 256} {
+		emuRowBlock = block
+		t.Run(fmt.Sprint("block=", block), func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) { checkGraphCase(t, d, c) })
+			}
+		})
 	}
 }
