@@ -289,15 +289,11 @@ func trainableOrder(cfg Config, rp *rewrite.Plan) []string {
 			rest = append(rest, p)
 		}
 	}
-	// Those in hook buffers (arenaPerSample) last: each is a run of its
-	// own, and psAll's runs stay unbroken.
-	sort.SliceStable(keep, func(i, j int) bool {
-		ai, aj := arenaPerSample(cfg, keep[i]), arenaPerSample(cfg, keep[j])
-		if ai != aj {
-			return aj
-		}
-		return keep[i].Size < keep[j].Size
-	})
+	// By size alone, wherever their per-sample gradients live
+	// (arenaPerSample: a run of its own, between psAll's): the rows of
+	// the per-parameter norms, and so the order in which a sample's
+	// total adds them (SumNormRows), do not depend on it.
+	sort.SliceStable(keep, func(i, j int) bool { return keep[i].Size < keep[j].Size })
 	var names []string
 	for _, p := range append(keep, rest...) {
 		names = append(names, p.Name)

@@ -415,7 +415,7 @@ func (e *Engine) layPerSample() error {
 			e.psRuns = append(e.psRuns, psRun{ps: p.ps[:0], normSq: e.paramNormSq[row*B : row*B]})
 		} else {
 			p.ps = e.psAll[off : off+n : off+n]
-			if k == 0 || len(p.data) != len(keep[k-1].data) { // trainableOrder: no arena parameter before
+			if _, after := inArena[keep[max(k-1, 0)]]; k == 0 || after || len(p.data) != len(keep[k-1].data) {
 				e.psRuns = append(e.psRuns, psRun{ps: e.psAll[off:off], normSq: e.paramNormSq[row*B : row*B]})
 			}
 			off += n

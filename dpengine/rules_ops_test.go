@@ -222,6 +222,23 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("MatMul", []string{"f", "wh"}, "y")
 			return m
 		},
+		"arena_beside_shared": func() *opModel {
+			// Two weights of one size, one read once (its per-sample
+			// gradients in its consumer's hook buffer, arenaPerSample), one
+			// shared (in psAll): neighbours in trainableOrder, each its own
+			// run of norms and accumulators.
+			m := &opModel{opset: 14, sample: []int64{64}, rng: rand.New(rand.NewPCG(15, 16))}
+			m.param("w1", 64, 64)
+			m.node("MatMul", []string{"input", "w1"}, "h") // (N,64)
+			m.node("Tanh", []string{"h"}, "th")
+			m.param("w2", 64, 64)
+			m.node("MatMul", []string{"th", "w2"}, "h2")
+			m.node("Tanh", []string{"h2"}, "t2")
+			m.node("MatMul", []string{"t2", "w2"}, "h3")
+			m.param("wh", 64, 4)
+			m.node("MatMul", []string{"h3", "wh"}, "y")
+			return m
+		},
 		"scatter_path": func() *opModel {
 			// A bias with some elements kept at zero by a ScatterND of
 			// constant indices (Swin V2's key bias, qkv_bias[C:2C] = 0):
