@@ -835,6 +835,17 @@ extern "C" __global__ void row_affine_bwd_block(const float *x, const float *sca
 // (row_param_grads, 2.9 ms of ResNet-50's step at batch 32 on an H100) is
 // folded into the backward's, as the CPU's kernels.RowNormBackward does.
 
+// run_part adds to *ss and *sb a thread's terms of a run's Σ dy·x̂ and
+// Σ dy: those of row xr, gr from j up to end, step apart.
+__device__ __forceinline__ void run_part(const float *xr, const float *gr, double m, double iv, long long j,
+                                         long long end, long long step, double *ss, double *sb) {
+  for (; j < end; j += step) {
+    double d = gr[j];
+    *ss += d * ((double)xr[j] - m) * iv;
+    *sb += d;
+  }
+}
+
 // block_run_sums writes row r's runs' sums into parts. Where the runs
 // are at least the block's warps, warp w takes runs w, w + nw, …, its
 // lanes splitting a run as warp_sum does; else each run has nw/cpg warps,
@@ -852,11 +863,7 @@ __device__ __forceinline__ void block_run_sums(const float *x, const float *mean
   if (cpg >= nw) {
     for (long long i = w; i < cpg; i += nw) {
       double ss = 0, sb = 0;
-      for (long long j = i * s + lane; j < (i + 1) * s; j += 32) {
-        double d = gr[j];
-        ss += d * ((double)xr[j] - m) * iv;
-        sb += d;
-      }
+      run_part(xr, gr, m, iv, i * s + lane, (i + 1) * s, 32, &ss, &sb);
       ss = warp_sum(ss);
       sb = warp_sum(sb);
       if (lane == 0) {
@@ -868,13 +875,7 @@ __device__ __forceinline__ void block_run_sums(const float *x, const float *mean
     int wpr = nw / (int)cpg, q = w % wpr;
     long long i = w / wpr;
     double ss = 0, sb = 0;
-    if (i < cpg) {
-      for (long long j = i * s + q * 32 + lane; j < (i + 1) * s; j += wpr * 32) {
-        double d = gr[j];
-        ss += d * ((double)xr[j] - m) * iv;
-        sb += d;
-      }
-    }
+    if (i < cpg) run_part(xr, gr, m, iv, i * s + q * 32 + lane, (i + 1) * s, wpr * 32, &ss, &sb);
     ss = warp_sum(ss);
     sb = warp_sum(sb);
     if (lane == 0) {
