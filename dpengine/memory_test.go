@@ -93,9 +93,14 @@ func TestMeasuredActivationsMatchEngine(t *testing.T) {
 				if a := est[string(mode)].Activations; a != got {
 					t.Errorf("rp.Memory's activations %d, compiled figure %d", a, got)
 				}
+				// The activations held, the kernels' workspace aside: it
+				// is no activation, and its size depends on the machine's
+				// BLAS (with AVX-512 and no OpenBLAS a convolution's
+				// packed weight is in it: packedqkv's 160 KiB here).
 				old := 4 * b * rp.ActivationsPerSample
-				if transformerFixtures[name] && got-hooked >= old {
-					t.Errorf("estimate %d bytes, not below the count of every activation (%d)", got, old)
+				ws := rewrite.CompiledActivations{Scratch: c.Scratch, ScratchBatch: c.ScratchBatch}.At(b)
+				if transformerFixtures[name] && got-hooked-ws >= old {
+					t.Errorf("estimate %d bytes (workspace %d), not below the count of every activation (%d)", got, ws, old)
 				}
 				t.Logf("estimate %d, engine's plan %d (arena %d), every activation %d (%.2f×)", got, held, arena, old, float64(old)/float64(got))
 			})
