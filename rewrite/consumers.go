@@ -127,8 +127,42 @@ func matmulConsumer(c *consumer) (string, bool) {
 	return c.linear(c.a.matmulLayer)
 }
 
-// arithmeticConsumer: either operand of a binary op, the other the data.
-func arithmeticConsumer(c *consumer) (string, bool) { return c.elementwise(1 - c.k) }
+// arithmeticConsumer: either operand of a binary op, the other the data,
+// which the operand meets broadcast over the batch (or a sample's rows of
+// a folded batch: sampleExtent).
+func arithmeticConsumer(c *consumer) (string, bool) {
+	if r, handled := c.elementwise(1 - c.k); r != "" || !handled {
+		return r, handled
+	}
+	return c.sampleExtent(1 - c.k), true
+}
+
+// sampleExtent refuses an operand that, right-aligned against the data
+// (input i), spans more of the batch's axis than one sample does without
+// carrying the batch: a value of the batch's size computed from
+// parameters alone, such as a position
+// embedding resized to the whole shape of the activations it is added to
+// (the input's Shape, the batch's size included). A sample's gradient
+// reaches only its own part of it, which is no reduction of the sample's
+// output gradient (dpengine's arithmeticOperand refuses it too, should a
+// plan let one through).
+func (c *consumer) sampleExtent(i int) string {
+	if c.a.li.state(c.q).kind == batched || expandedFrom(c.q) {
+		// Carries the batch itself (a class token expanded over it, which
+		// the runtime follows as a batch axis): a sample's rows.
+		return ""
+	}
+	ds, qs := c.n.Input(i).Shape, c.q.Shape
+	ax := c.u.In.Axis - (len(ds) - len(qs))
+	if ax < 0 || ax >= len(qs) || c.u.In.Axis >= len(ds) {
+		return ""
+	}
+	per := c.u.In.Outer * c.u.In.Inner
+	if n, d := qs[ax].Size, ds[c.u.In.Axis].Size; n > 1 && n != per && d > per {
+		return fmt.Sprintf("read by %s as an operand of shape %v, %d along the batch's axis where a sample spans %d of the data's %d: a value of the batch's size computed from parameters, whose per-sample gradients are not supported", c.at, qs.Ints(), n, per, d)
+	}
+	return ""
+}
 
 // concatConsumer: a tensor joined to batch data (a class token).
 func concatConsumer(c *consumer) (string, bool) {
@@ -224,4 +258,30 @@ func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
 	t := prod(x) / (a.ab * kdim * groups)
 	u.Layer = &Layer{Node: n.Name, Output: u.Output, Op: n.OpType, Operand: u.Operand, T: t, D: kdim, P: p, Groups: groups}
 	return ""
+}
+
+// expandedFrom reports whether v is computed through an Expand (the
+// runtime's batch tracking takes an Expand of a value without the batch
+// to the batch's size for a batch axis), reading the shape inputs of
+// Shape and Size no further.
+func expandedFrom(v *graph.Value) bool {
+	seen := map[*graph.Node]bool{}
+	var walk func(v *graph.Value) bool
+	walk = func(v *graph.Value) bool {
+		n := v.Producer
+		if n == nil || seen[n] || n.OpType == "Shape" || n.OpType == "Size" {
+			return false
+		}
+		seen[n] = true
+		if n.OpType == "Expand" {
+			return true
+		}
+		for _, in := range n.Inputs {
+			if in != nil && walk(in) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(v)
 }

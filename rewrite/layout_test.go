@@ -235,3 +235,56 @@ func TestGatherAlongBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestBatchSizedOperand: a position table resized to the whole shape of
+// the activations it is added to (Resize's sizes from their Shape, the
+// batch's size included) is a value of the batch's size computed from a
+// parameter: frozen, with the reason, at a batch of 1 too (the analysis
+// follows the batch axis at 2); a table resized to a sample's shape (the
+// sizes' batch entry 1) trains, as does one expanded over the batch to
+// the same shape (a class token's form, which carries the batch).
+func TestBatchSizedOperand(t *testing.T) {
+	build := func(form string) *mb {
+		b := newMB().input("x", "N", 3, 4, 4).output("y", "N", 2, 4, 4).
+			init("w1", []int64{2, 3, 1, 1}).init("pos", []int64{1, 2, 2, 2}).
+			ints("one", 1).ints("rest", 2, 4, 4).
+			node("Conv", "c1", []string{"x", "w1"}, []string{"h"})
+		switch form {
+		case "whole":
+			b.node("Shape", "shape", []string{"h"}, []string{"sz"}).
+				node("Resize", "rs", []string{"pos", "", "", "sz"}, []string{"p"}, linearMode())
+		case "sample":
+			b.node("Concat", "cat", []string{"one", "rest"}, []string{"sz"}, attrInt("axis", 0)).
+				node("Resize", "rs", []string{"pos", "", "", "sz"}, []string{"p"}, linearMode())
+		case "expand":
+			b.node("Concat", "cat", []string{"one", "rest"}, []string{"sz"}, attrInt("axis", 0)).
+				node("Resize", "rs", []string{"pos", "", "", "sz"}, []string{"ps"}, linearMode()).
+				node("Shape", "shape", []string{"h"}, []string{"hs"}).
+				node("Expand", "ex", []string{"ps", "hs"}, []string{"p"})
+		}
+		return b.node("Add", "add", []string{"h", "p"}, []string{"y"})
+	}
+	for _, c := range []struct {
+		form   string
+		batch  int64
+		frozen bool
+	}{{"whole", 4, true}, {"sample", 4, false}, {"expand", 4, false}, {"whole", 1, true}, {"sample", 1, false}} {
+		p, err := Analyze(build(c.form).build(t), PlanOptions{InputShape: []int64{3, 4, 4}, Batch: c.batch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prm := p.Param("pos")
+		if prm == nil {
+			t.Fatalf("%s, batch %d: no plan for pos", c.form, c.batch)
+		}
+		if frozen := prm.Kind == KindFrozen; frozen != c.frozen {
+			t.Errorf("%s, batch %d: pos %s (%s), want frozen %v", c.form, c.batch, prm.Kind, prm.Reason, c.frozen)
+		}
+		if c.frozen && !strings.Contains(prm.Reason, "a value of the batch's size computed from parameters") {
+			t.Errorf("reason %q", prm.Reason)
+		}
+		if w := p.Param("w1"); w == nil || !w.Trainable() {
+			t.Errorf("%s, batch %d: w1 %+v", c.form, c.batch, w)
+		}
+	}
+}
