@@ -140,12 +140,11 @@ func arithmeticConsumer(c *consumer) (string, bool) {
 // sampleExtent refuses an operand that, right-aligned against the data
 // (input i), spans more of the batch's axis than one sample does without
 // carrying the batch: a value of the batch's size computed from
-// parameters alone, such as a position
-// embedding resized to the whole shape of the activations it is added to
-// (the input's Shape, the batch's size included). A sample's gradient
-// reaches only its own part of it, which is no reduction of the sample's
-// output gradient (dpengine's arithmeticOperand refuses it too, should a
-// plan let one through).
+// parameters alone, such as a position embedding resized to the whole
+// shape of the activations it is added to (their Shape, the batch's size
+// included). A sample's gradient reaches only its own part of it, which
+// is no reduction of the sample's output gradient (dpengine's
+// arithmeticOperand refuses it too, should a plan let one through).
 func (c *consumer) sampleExtent(i int) string {
 	if c.a.li.state(c.q).kind == batched || expandedFrom(c.q) {
 		// Carries the batch itself (a class token expanded over it, which
