@@ -95,7 +95,7 @@ func runBench(args []string, stdout io.Writer) error {
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps of every mode to this file (go tool pprof)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof): every mode's set-up and warm-up step as well as its timed steps")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
