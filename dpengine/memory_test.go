@@ -98,7 +98,7 @@ func TestMeasuredActivationsMatchEngine(t *testing.T) {
 				// BLAS (with AVX-512 and no OpenBLAS a convolution's
 				// packed weight is in it: packedqkv's 160 KiB here).
 				old := 4 * b * rp.ActivationsPerSample
-				ws := rewrite.CompiledActivations{Scratch: c.Scratch, ScratchBatch: c.ScratchBatch}.At(b)
+				ws := c.ScratchAt(b)
 				if transformerFixtures[name] && got-hooked-ws >= old {
 					t.Errorf("estimate %d bytes (workspace %d), not below the count of every activation (%d)", got, ws, old)
 				}

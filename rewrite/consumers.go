@@ -262,7 +262,9 @@ func (a *analyzer) matmulLayer(n *graph.Node, u *Use) string {
 // expandedFrom reports whether v is computed through an Expand (the
 // runtime's batch tracking takes an Expand of a value without the batch
 // to the batch's size for a batch axis), reading the shape inputs of
-// Shape and Size no further.
+// Shape and Size no further. Any Expand upstream counts, which is broader
+// than the runtime's rule: what it lets through that the runtime does not
+// follow, the engine still refuses at its first step (reducesTo).
 func expandedFrom(v *graph.Value) bool {
 	seen := map[*graph.Node]bool{}
 	var walk func(v *graph.Value) bool

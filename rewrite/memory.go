@@ -128,12 +128,14 @@ type CompiledActivations struct {
 }
 
 // At returns the activation bytes at batch b.
-func (c CompiledActivations) At(b int64) int64 {
-	s := c.Scratch
+func (c CompiledActivations) At(b int64) int64 { return c.Fixed + c.PerSample*b + c.ScratchAt(b) }
+
+// ScratchAt returns the kernels' workspace At counts at batch b.
+func (c CompiledActivations) ScratchAt(b int64) int64 {
 	if c.ScratchBatch > 0 && b > c.ScratchBatch {
-		s *= (b + c.ScratchBatch - 1) / c.ScratchBatch
+		return c.Scratch * ((b + c.ScratchBatch - 1) / c.ScratchBatch)
 	}
-	return c.Fixed + c.PerSample*b + s
+	return c.Scratch
 }
 
 // SetCompiled records the compiled plans' activation memory of the given

@@ -134,7 +134,7 @@ func TestPlanCompiledActivations(t *testing.T) {
 		c, ok := r.Compiled[m.Mode]
 		// The activations held, the kernels' workspace aside (its size
 		// depends on the machine's BLAS: TestMeasuredActivationsMatchEngine).
-		ws := rewrite.CompiledActivations{Scratch: c.Scratch, ScratchBatch: c.ScratchBatch}.At(b)
+		ws := c.ScratchAt(b)
 		if !ok || m.Activations != c.At(b) || 2*(m.Activations-ws) >= 4*b*r.ActivationsPerSample {
 			t.Errorf("%s: activations %d, compiled %+v, every activation %d bytes", m.Mode, m.Activations, c, 4*b*r.ActivationsPerSample)
 		}

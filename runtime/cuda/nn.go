@@ -764,7 +764,7 @@ func (d *Device) NormalizeRowsAffineParamGrads(n *runtime.NormRows, x, mean, inv
 	if g, cpg, s, ok := d.runSums(n); ok {
 		rp := &d.runParts
 		parts := rp.p
-		if kept := rows*L > 0 && rp.n == n && rp.x == &x[0] && rp.dy == &dy[0]; !kept && rows*L > 0 {
+		if rows*L > 0 && (rp.n != n || rp.x != &x[0] || rp.dy != &dy[0]) { // none kept for this x and dy
 			parts = d.runPartsFor(n, cpg)
 			a.Ptr(f32(x[:rows*L], opIn, d)).Ptr(0).Ptr(f32(mean[:rows], opIn, d)).Ptr(f32(invStd[:rows], opIn, d)).Ptr(f32(dy[:rows*L], opIn, d))
 			a.I64(int64(rows)).I64(int64(L)).I64(int64(g)).I64(int64(cpg)).I64(int64(s)).Ptr(parts).Ptr(0).I32(0)

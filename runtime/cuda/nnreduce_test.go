@@ -647,7 +647,7 @@ func TestRowBlocksFused(t *testing.T) {
 	// parameter gradients take them, the second (db2) sums the runs anew.
 	runCases := 0
 	for _, c := range nnCases() {
-		if strings.HasPrefix(c.name, "NormalizeRowsAffine/GroupNorm") || strings.HasPrefix(c.name, "NormalizeRowsAffine/InstanceNorm") {
+		if runsCase(c.name) {
 			runCases++
 		}
 	}
@@ -702,7 +702,7 @@ func TestRunSumsBlocks(t *testing.T) {
 	d := emuDevice(t)
 	var cases []graphCase
 	for _, c := range nnCases() {
-		if strings.HasPrefix(c.name, "NormalizeRowsAffine/GroupNorm") || strings.HasPrefix(c.name, "NormalizeRowsAffine/InstanceNorm") {
+		if runsCase(c.name) {
 			cases = append(cases, c)
 		}
 	}
@@ -717,4 +717,11 @@ func TestRunSumsBlocks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runsCase reports whether nnCases' case name is a normalization whose
+// rows are runs of a parameter's terms (runSums): GroupNorm's and
+// InstanceNorm's.
+func runsCase(name string) bool {
+	return strings.HasPrefix(name, "NormalizeRowsAffine/GroupNorm") || strings.HasPrefix(name, "NormalizeRowsAffine/InstanceNorm")
 }
