@@ -72,6 +72,20 @@ func growOn(dev runtime.Device, b []float32, n int) ([]float32, error) {
 	return allocOn(dev, n, "scratch")
 }
 
+// regrowOn is growOn that first frees b where it is outgrown (on a GPU
+// device memory until freed): for scratch only its holder refers to.
+func regrowOn(dev runtime.Device, b []float32, n int) ([]float32, error) {
+	if cap(b) >= n {
+		return b[:n], nil
+	}
+	if b != nil {
+		if err := runtime.FreeFloats(dev, b[:cap(b)]); err != nil {
+			return nil, fmt.Errorf("dpengine: releasing outgrown scratch: %w", err)
+		}
+	}
+	return allocOn(dev, n, "scratch")
+}
+
 // growF64On is growOn for float64 scratch (runtime.AllocFloat64).
 func growF64On(dev runtime.Device, b []float64, n int) ([]float64, error) {
 	if cap(b) >= n {

@@ -155,6 +155,11 @@ type Engine struct {
 	// reached through a path, before it is mapped back; gatherScratch the
 	// parameter-shaped sum mapped back, before it is added (pathMap).
 	mapScratch, gatherScratch []float32
+	// stdGhostBuf is the ghost form's scratch of a standardized weight
+	// (convStdGhost: the scaled output gradient, then the convolution by
+	// x̂), grown to the largest; stdConvWS that convolution's workspace
+	// where the plan's is smaller.
+	stdGhostBuf, stdConvWS []float32
 	// pathRows holds a chunk of samples' gradients mapped back through a
 	// path to one parameter (addPathRows).
 	pathRows []float32

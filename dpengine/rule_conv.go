@@ -81,6 +81,9 @@ func convUseOn(e *Engine, us *useState, s *runtime.ConvShape, x, dy *runtime.Vie
 		})
 		return nil
 	}
+	if us.std != nil && us.std.ghost {
+		return e.convStdGhost(us.std, s, x, dy)
+	}
 	if e.batchSamples {
 		if ok, err := convBatched(e, ls, us, s, x, dy, outLen); ok || err != nil {
 			return err

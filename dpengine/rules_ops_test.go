@@ -40,6 +40,10 @@ type opModel struct {
 	// modes that take their norms in closed form (stdApplies) they run
 	// no per-sample loop and keep no per-sample gradients.
 	standardized int
+	// ghostForm and ghostFormAll are the standardized weights whose norms
+	// come from the ghost form (convStdGhost) in mixed and bk, and in
+	// ghost mode (every one but a depthwise convolution's).
+	ghostForm, ghostFormAll int
 }
 
 // constant adds a Constant node of float values with the given shape (no
@@ -297,7 +301,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// its scale, a constant shift, 1/√fan-in after — on a
 			// grouped convolution, and with a constant γ on a depthwise
 			// one: the rows' norms in closed form.
-			m := &opModel{opset: 15, sample: []int64{4, 5, 5}, rng: rand.New(rand.NewPCG(25, 26)), loops: 0, unlifted: 2, standardized: 2}
+			m := &opModel{opset: 15, sample: []int64{4, 5, 5}, rng: rand.New(rand.NewPCG(25, 26)), loops: 0, unlifted: 2, standardized: 2, ghostFormAll: 1}
 			bn := func(in, scale, bias, out string) {
 				m.constant(out+"_mean", []int64{6}, 0, 0, 0, 0, 0, 0)
 				m.constant(out+"_var", []int64{6}, 1, 1, 1, 1, 1, 1)
@@ -335,7 +339,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			// (two means, two differences), times a gain after: the
 			// rewrite makes it one LayerNormalization of the rows and
 			// the gain a per-row γ, whose norms come in closed form.
-			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(27, 28)), loops: 0, unlifted: 1, standardized: 1}
+			m := &opModel{opset: 14, sample: []int64{3, 5, 5}, rng: rand.New(rand.NewPCG(27, 28)), loops: 0, unlifted: 1, standardized: 1, ghostFormAll: 1}
 			m.param("w", 4, 3, 3, 3)
 			m.node("ReduceMean", []string{"w"}, "mA", intsAttr("axes", 1, 2, 3))
 			m.node("Sub", []string{"w", "mA"}, "d")
@@ -354,6 +358,54 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Relu", []string{"h"}, "r")
 			m.node("Flatten", []string{"r"}, "f", intAttr("axis", 1)) // (N,100)
 			m.param("wh", 4, 100)
+			m.param("bh", 4)
+			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
+			return m
+		},
+		"standardized_ghost": func() *opModel {
+			// Standardized convolutions whose decision is ghost (T² small
+			// against p·D): strided with a gain, grouped with a constant
+			// γ, ungrouped of stride 1 (the input-Gram ghost norm) and
+			// pointwise with a gain — their norms from the ghost form,
+			// no gradient instantiated.
+			m := &opModel{opset: 15, sample: []int64{4, 6, 6}, rng: rand.New(rand.NewPCG(29, 30)), loops: 0, unlifted: 4, standardized: 4, ghostForm: 4, ghostFormAll: 4}
+			std := func(name string, shape []int64, gain bool, in string, attrs ...*onnxpb.AttributeProto) {
+				rows := shape[0]
+				ones := make([]float32, rows)
+				zeros := make([]float32, rows)
+				shift := make([]float32, rows)
+				for o := range ones {
+					ones[o], shift[o] = 1, float32(o%3-1)/10
+				}
+				m.ints(name+"_rows", 1, rows, -1)
+				m.param(name, shape...)
+				m.node("Reshape", []string{name, name + "_rows"}, name+"_r")
+				scale := name + "_gamma"
+				if gain {
+					m.param(scale, rows)
+				} else {
+					gamma := make([]float32, rows)
+					for o := range gamma {
+						gamma[o] = 0.5 + float32(o%4)/2
+					}
+					m.constant(scale, []int64{rows}, gamma...)
+				}
+				m.constant(name+"_shift", []int64{rows}, shift...)
+				m.constant(name+"_mean", []int64{rows}, zeros...)
+				m.constant(name+"_var", []int64{rows}, ones...)
+				m.node("BatchNormalization", []string{name + "_r", scale, name + "_shift", name + "_mean", name + "_var"}, name+"_b",
+					intAttr("training_mode", 1), floatAttr("epsilon", 1e-5))
+				m.ints(name+"_shape", shape...)
+				m.node("Reshape", []string{name + "_b", name + "_shape"}, name+"_w")
+				m.node("Conv", []string{in, name + "_w"}, name+"_y", attrs...)
+				m.node("Relu", []string{name + "_y"}, name+"_a")
+			}
+			std("w1", []int64{8, 4, 3, 3}, true, "input", intsAttr("pads", 1, 1, 1, 1), intsAttr("strides", 2, 2)) // (N,8,3,3)
+			std("w2", []int64{12, 4, 3, 3}, false, "w1_a", intsAttr("pads", 1, 1, 1, 1), intAttr("group", 2))      // (N,12,3,3)
+			std("w3", []int64{16, 12, 3, 3}, false, "w2_a", intsAttr("pads", 1, 1, 1, 1))                          // (N,16,3,3)
+			std("w4", []int64{12, 16, 1, 1}, true, "w3_a")                                                         // (N,12,3,3)
+			m.node("Flatten", []string{"w4_a"}, "f", intAttr("axis", 1))                                           // (N,108)
+			m.param("wh", 4, 108)
 			m.param("bh", 4)
 			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
 			return m
@@ -513,10 +565,13 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						std := 0
+						std, ghostForm := 0, 0
 						for _, g := range e.derived {
 							if g.std != nil {
 								std++
+								if g.std.ghost {
+									ghostForm++
+								}
 								continue
 							}
 							if g.virt != nil && (unlift || m.loops == 0) && (g.lift == nil) != unlift {
@@ -530,6 +585,16 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 						if std != wantStd {
 							t.Errorf("%d weights in closed form, want %d", std, wantStd)
 						}
+						wantGhost := 0
+						switch mode {
+						case Ghost:
+							wantGhost = m.ghostFormAll
+						case Mixed, BK:
+							wantGhost = m.ghostForm
+						}
+						if ghostForm != wantGhost {
+							t.Errorf("%d weights in the ghost form, want %d", ghostForm, wantGhost)
+						}
 						if std > 0 {
 							loops = 0
 							for _, p := range e.params {
@@ -539,6 +604,11 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 							}
 						}
 						checkClippedSum(t, e, dm.name, x, y, want, wantSum, loops)
+						for _, g := range e.derived {
+							if g.std != nil && g.std.ghost && g.std.zShape == nil {
+								t.Errorf("%s: the ghost form did not run", g.std.w.name)
+							}
+						}
 						if m.unlifted == 0 {
 							return
 						}

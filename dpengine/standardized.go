@@ -49,6 +49,23 @@ type stdState struct {
 	// (refreshDerived).
 	stat               *runtime.Plan
 	xhat, coefW, coefG []float32
+	// cA, cB, cAB and rootC are the ghost form's coefficients, a row
+	// each (runtime.PerSampleOps.StandardizedGhostTerms; rootC = √coefW,
+	// the output gradient's scaling for the ghost norm Σ_o c_o‖g_o‖²).
+	cA, cB, cAB, rootC []float32
+	// ghost takes the norms without instantiating the gradient
+	// (convStdGhost) where the layer's decision is ghost (in ghost mode,
+	// every standardized weight's but a depthwise one's); groups is the
+	// convolution's. gus is the layer as an ordinary weight of the
+	// convolution whose squared norms are W's, through which the ghost
+	// norm of the scaled output gradient runs; zShape is the convolution
+	// with each group's rows of x̂ and a row of ones (wz, built by
+	// refresh), whose output gives each row's x̂ᵀg and 1ᵀg.
+	ghost  bool
+	groups int
+	gus    *useState
+	zShape *runtime.ConvShape
+	wz     []float32
 	// tW and tG hold the per-row terms, rows × B (a row's samples
 	// consecutive, SumNormRows' layout); sums one sample's totals.
 	tW, tG []float64
@@ -120,13 +137,26 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	g.virt = &useState{use: us.use, p: v, std: s}
 	g.virt.linear = &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Instantiate, mapBuf: &e.mapScratch}
 	g.std = s
+	if l := us.use.Layer; l != nil && g.op == "Conv" && (e.cfg.Mode == Ghost && !(l.Groups > 1 && l.D == l.Taps) || e.cfg.Mode != Ghost && l.Decision == rewrite.Ghost) {
+		s.ghost, s.groups = true, int(max(l.Groups, 1))
+		if s.rows%s.groups != 0 {
+			return fmt.Errorf("dpengine: standardized weight %s: %d rows in %d groups", st.Weight, s.rows, s.groups)
+		}
+		if s.wz, err = e.alloc((s.rows+s.groups)*s.k, "the standardized rows of "+st.Weight); err != nil {
+			return err
+		}
+		gp := &param{name: v.name, shape: shape}
+		s.gus = &useState{use: us.use, p: gp}
+		s.gus.linear = &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Ghost, mapBuf: &e.mapScratch}
+	}
 	return nil
 }
 
 // statGraph is the closed form's inputs from W (and the gain), graph
 // inputs 0 (and 1): x̂ (rows×k, LayerNormalization of W's rows as the
 // model's), coefW = (Scale·γ_o/σ_o)² a row from the rows' own
-// statistics, and coefG = GainScale_o² where there is a gain. sub, the
+// statistics, the ghost form's cA, cB, cAB and √coefW (stdState), and
+// coefG = GainScale_o² where there is a gain. sub, the
 // weight's computation, gives the parameters' shapes and a constant γ.
 func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
 	g := sub.Clone()
@@ -181,7 +211,17 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 		num = b.constant("std", []int64{1}, st.Scale)
 	}
 	c := b.op("Div", nil, num, sd)
-	g.Outputs = []*graph.Value{xhat, b.op("Reshape", nil, b.op("Mul", nil, c, c), b.ints("std", st.Rows))}
+	coefW := b.op("Mul", nil, c, c)
+	// The ghost form's (runtime.PerSampleOps.StandardizedGhostTerms):
+	// cA = c/K, cB = c·(2 − ‖x̂_o‖²/K)/K, cAB = 2c·(1ᵀx̂_o/K)/K, √c.
+	invK := b.constant("std", []int64{1}, 1/float32(st.K))
+	meanSq := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, b.op("Mul", nil, xhat, xhat))
+	meanX := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, xhat)
+	cK := b.op("Mul", nil, coefW, invK)
+	cB := b.op("Mul", nil, cK, b.op("Sub", nil, b.constant("std", []int64{1}, 2), meanSq))
+	cAB := b.op("Mul", nil, b.op("Mul", nil, cK, meanX), b.constant("std", []int64{1}, 2))
+	perRow := func(v *graph.Value) *graph.Value { return b.op("Reshape", nil, v, b.ints("std", st.Rows)) }
+	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(cAB), perRow(b.op("Abs", nil, c))}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
@@ -266,8 +306,20 @@ func (s *stdState) refresh(e *Engine) error {
 	}
 	s.xhat, _ = s.stat.Output(0)
 	s.coefW, _ = s.stat.Output(1)
+	s.cA, _ = s.stat.Output(2)
+	s.cB, _ = s.stat.Output(3)
+	s.cAB, _ = s.stat.Output(4)
+	s.rootC, _ = s.stat.Output(5)
 	if s.gain != nil {
-		s.coefG, _ = s.stat.Output(2)
+		s.coefG, _ = s.stat.Output(6)
+	}
+	if s.ghost {
+		// Each group's rows of x̂, then a row of ones: the patches' sums.
+		P, k := s.rows/s.groups, s.k
+		for r := 0; r < s.groups; r++ {
+			e.lay.Copy(s.xhat[r*P*k:(r+1)*P*k], s.wz[r*(P+1)*k:])
+			e.lay.Fill(1, s.wz[(r*(P+1)+P)*k:(r+1)*(P+1)*k])
+		}
 	}
 	e.ops.ZeroNormSq(s.tW)
 	if s.tG != nil {
@@ -300,6 +352,69 @@ func (s *stdState) finish(ops runtime.DPOps) {
 		ops.SumNormRows(s.tG, s.sums)
 		ops.AddNormSq(s.sums, s.gain.normSq)
 	}
+}
+
+// convStdGhost takes the norms of the standardized weight of st, read by
+// the convolution s with input x and output gradient dy, without
+// instantiating a sample's gradient g (the layer's decision is ghost:
+// T² small against p·D). W's row o contributes c_o‖g_o − (1ᵀg_o/K)·1 −
+// (x̂_oᵀg_o/K)·x̂_o‖² = c_o‖g_o‖² + the row's StandardizedGhostTerms
+// term: the first summed over the rows is the ghost norm of dy with row
+// o scaled by √c_o, taken by the convolution's own ghost rule (gus,
+// whose squared norms are W's); 1ᵀg_o = Σ_t dy_{o,t}·1ᵀa_t and x̂_oᵀg_o =
+// Σ_t dy_{o,t}·x̂_oᵀa_t come from one convolution of the input with x̂'s
+// rows and a row of ones a group (wz): a forward pass's GEMM for the
+// batch, in place of B thin products of p·D each and their rows read
+// back. The terms are float64 sums of float32 products; the ghost norm
+// is the convolution rule's, so a gradient lying along 1 or x̂ cancels
+// to the Grams' rounding (as a ghost norm whose terms cancel does), not
+// the instantiated form's float64: the norm check holds both to the
+// same bound.
+func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime.View) error {
+	N, M, T := s.N, s.M, s.T
+	if M != st.rows || s.D != st.k || max(s.Group, 1) != st.groups {
+		return fmt.Errorf("convolution of %d×%d in %d groups, its standardized weight %d×%d in %d", M, s.D, max(s.Group, 1), st.rows, st.k, st.groups)
+	}
+	zLen := N * (M + st.groups) * T
+	buf, err := regrowOn(e.dev, e.stdGhostBuf, zLen)
+	if err != nil {
+		e.stdGhostBuf = nil
+		return err
+	}
+	e.stdGhostBuf = buf
+	// Σ_o c_o‖g_o‖²: the ghost norm of dy's rows scaled by √c_o, added
+	// to W's squared norms.
+	scaled := buf[:N*M*T]
+	e.lay.Copy(dy.Data[:N*M*T], scaled)
+	e.ops.ScaleRows(st.rootC, 1, scaled, T, T)
+	sv := *dy
+	sv.Data = scaled
+	st.gus.p.normSq = st.w.normSq
+	if err := convUseOn(e, st.gus, s, x, &sv); err != nil {
+		return err
+	}
+	if st.zShape == nil {
+		z := &runtime.ConvShape{N: N, C: s.C, M: M + st.groups, Group: st.groups, In: s.In, Kernel: s.Kernel, Strides: s.Strides, Dilations: s.Dilations, Pads: s.Pads}
+		if err := z.Init(); err != nil {
+			return fmt.Errorf("the convolution by x̂: %w", err)
+		}
+		st.zShape = z
+	}
+	ws := e.plan.Scratch()
+	if need := e.lay.ConvScratchSize(st.zShape); need > len(ws) {
+		if e.stdConvWS, err = regrowOn(e.dev, e.stdConvWS, need); err != nil {
+			return err
+		}
+		ws = e.stdConvWS
+	}
+	z := buf[:zLen]
+	e.lay.Conv(st.zShape, x.Data, st.wz, nil, z, ws)
+	var cg []float32
+	if st.tG != nil {
+		cg = st.coefG
+	}
+	e.ops.StandardizedGhostTerms(dy.Data, z, st.cA, st.cB, st.cAB, cg, M, st.groups, T, e.n, st.B, st.tW, st.tG)
+	return nil
 }
 
 // stdClippedSum adds book-keeping's Σ_i C_i g_i of W and the gain to their

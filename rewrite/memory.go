@@ -57,9 +57,13 @@ const LiftMinFloats = 1 << 22
 //	             samples, min(2·B·F, max(B·D, LiftMinFloats)) — except,
 //	             in ghost, mixed and bk, a standardized weight
 //	             (Use.Standardized), whose norms come in closed form from
-//	             each sample's gradient in turn: its statistics (5D) and
+//	             each sample's gradient in turn: its statistics (6D) and
 //	             float64 norm terms (B per row of W and of the gain), and
-//	             in bk the operand's clipped sum (D) and the sub-plan (2F)
+//	             in bk the operand's clipped sum (D) and the sub-plan (2F);
+//	             where a standardized convolution's norms take the ghost
+//	             form (in ghost mode, and where the decision is ghost),
+//	             its rows of x̂ and of ones, G·(p+1)·D, and the largest
+//	             such layer's convolution by them, B·G·(p+1)·T
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -176,7 +180,7 @@ func (p *Plan) SetScratch(s EngineScratch) {
 // gradient p·D (the device's chunks: all groups' G·p·D); a one-row ghost
 // norm on a batching device needs none (‖a‖²‖g‖²).
 func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
-	if l.Shared || l.Mapped {
+	if (l.Shared || l.Mapped) && !(ghost && l.ghostFormAllowed()) {
 		ghost = false
 	}
 	conv := l.Op == "Conv" || l.Op == "ConvTranspose"
@@ -212,6 +216,23 @@ func (s EngineScratch) Floats(l *Layer, ghost bool, b int64) int64 {
 		return max(2*a+chosen, nb*inst)
 	}
 	return a + min(b, s.ChunkFloats/per)*per
+}
+
+// ghostFormAllowed reports whether the engine may take a standardized
+// weight's norms in its ghost form (dpengine's convStdGhost: a ghost norm
+// and the convolution by x̂, no gradient instantiated) where the mode or
+// the decision says ghost: every standardized convolution's but a
+// depthwise one's.
+func (l *Layer) ghostFormAllowed() bool {
+	return l.Standardized && !(l.Groups > 1 && l.D == l.Taps)
+}
+
+// ghostForm is the memory of a standardized weight's ghost form at batch
+// b, in floats: its rows of x̂ and of ones (G·(p+1)·D, the engine keeps
+// them) and the scratch of the convolution by them (b·G·(p+1)·T, shared
+// by the layers).
+func (l *Layer) ghostForm(b int64) (kept, scratch int64) {
+	return l.Groups * (l.P + 1) * l.D, b * l.Groups * (l.P + 1) * l.T
 }
 
 // InputGramFits reports whether dpengine computes an ungrouped ghost-norm
@@ -306,7 +327,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	var sumOperand, sumCompute int64
 	// A standardized weight's in ghost, mixed and bk (dpengine's
 	// stdState): its statistics' plan (its copy of W, W's rows, x̂, their
-	// deviations and their squares: 5D, a bound), the float64 norm terms
+	// deviations, their squares and x̂'s: 6D, a bound), the float64 norm terms
 	// (2 floats each) and in bk the
 	// clipped sum of the operand and the computation's sub-plan.
 	var stdOperand, stdCompute, stdNorms, stdBK int64
@@ -316,7 +337,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		if c.std {
 			stdOperand += operand
 			stdCompute += compute
-			stdNorms += 5*c.d + 2*b*c.terms
+			stdNorms += 6*c.d + 2*b*c.terms
 			stdBK += c.d + 2*c.f
 			continue
 		}
@@ -326,11 +347,23 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// A weight computed from parameters (Layer.Transformed): each
 	// parameter's own per-sample gradient (sumFrom).
 	var sumFrom, stdFrom int64
+	// The standardized weights' ghost form (Layer.ghostForm) in ghost
+	// mode (All) and where the decision is ghost (Chosen).
+	var stdGhostAll, stdGhostChosen, stdZAll, stdZChosen int64
+	formOf := map[operand]bool{} // once an operand: W and a gain share its layer's
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
-		if l.Shared || l.Mapped {
+		if (l.Shared || l.Mapped) && !l.ghostFormAllowed() {
 			ghost = inst
+		}
+		if k := (operand{l.Output, l.Operand}); l.ghostFormAllowed() && !formOf[k] {
+			formOf[k] = true
+			kept, z := l.ghostForm(b)
+			stdGhostAll, stdZAll = stdGhostAll+kept, max(stdZAll, z)
+			if l.Decision == Ghost {
+				stdGhostChosen, stdZChosen = stdGhostChosen+kept, max(stdZChosen, z)
+			}
 		}
 		switch {
 		case l.Transformed:
@@ -386,8 +419,8 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	return []ModeMemory{
 		mode(ModeNonDP, 0, 0),
 		mode(ModeInstantiate, 4*b*(sumInst+sumElem+sumFrom+stdFrom)+4*(sumOperand+stdOperand+stdCompute)+norms, 0),
-		mode(ModeGhost, 4*b*sumKept+4*(sumOperand+stdNorms)+norms, ghostT),
-		mode(ModeMixed, 4*b*sumKept+4*(sumOperand+stdNorms)+norms, chosenT),
-		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumFrom)+4*(sumOperand+stdNorms+stdBK)+norms, chosenT),
+		mode(ModeGhost, 4*b*sumKept+4*(sumOperand+stdNorms+stdGhostAll+stdZAll)+norms, ghostT),
+		mode(ModeMixed, 4*b*sumKept+4*(sumOperand+stdNorms+stdGhostChosen+stdZChosen)+norms, chosenT),
+		mode(ModeBK, 4*b*(sumBKInst+sumBKOut+sumElem+sumFrom)+4*(sumOperand+stdNorms+stdBK+stdGhostChosen+stdZChosen)+norms, chosenT),
 	}
 }

@@ -305,10 +305,36 @@ func markStandardized(g *graph.Graph, p *Plan) {
 			continue
 		}
 		for _, u := range uses {
-			u.Standardized, u.Layer.Standardized = st, true
-			u.Layer.Reason = fmt.Sprintf("a standardized weight (of %s): each sample's gradient is instantiated and its norm taken through the standardization in closed form, one sample at a time (in instantiate mode taken back through the computation)", st.Weight)
+			u.Standardized = st
+			u.Layer.decideStandardized(st, p.Priority)
 		}
 	}
+}
+
+// decideStandardized marks l as reading the standardized weight st and
+// makes its layerwise decision (Decide) in ghost, mixed and bk, where the
+// norms come in closed form: a ghost decision takes them from a ghost norm
+// of the output gradient scaled row by row and two sums a row (dpengine's
+// ghost form), an instantiate decision from each sample's instantiated
+// gradient. A depthwise convolution's (one input channel a group) is
+// always instantiated, as its own rule does for every weight; instantiate
+// mode and book-keeping's per-layer clipping take the gradient back
+// through the computation whatever the decision.
+func (l *Layer) decideStandardized(st *Standardized, pr Priority) {
+	l.Standardized = true
+	const back = "(in instantiate mode, and bk with per-layer clipping, taken back through the computation)"
+	if l.Groups > 1 && l.D == l.Taps {
+		l.Decision = Instantiate
+		l.Reason = fmt.Sprintf("a standardized depthwise weight (of %s): each sample's gradient is instantiated and its norm taken through the standardization in closed form %s", st.Weight, back)
+		return
+	}
+	d, why := Decide(l.T, l.D, l.P, pr)
+	l.Decision = d
+	if d == Ghost {
+		l.Reason = fmt.Sprintf("a standardized weight (of %s), %s: its norm through the standardization from a ghost norm of the output gradient scaled by the rows' coefficients, and each row's 1ᵀg and x̂ᵀg from the input convolved with x̂ %s", st.Weight, why, back)
+		return
+	}
+	l.Reason = fmt.Sprintf("a standardized weight (of %s), %s: each sample's gradient is instantiated and its norm taken through the standardization in closed form %s", st.Weight, why, back)
 }
 
 // FuseStandardization writes every weight standardization decomposed as

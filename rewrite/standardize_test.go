@@ -168,18 +168,34 @@ func TestStandardizedWeights(t *testing.T) {
 				}
 			}
 			// Memory: in ghost, mixed and bk no per-sample gradient of the
-			// weight, its statistics (5D) and the float64 norm terms (2
+			// weight, its statistics (6D) and the float64 norm terms (2
 			// floats a row of W and of the gain, for each sample) instead;
-			// bk adds the operand's clipped sum and the sub-plan.
+			// bk adds the operand's clipped sum and the sub-plan. Where the
+			// norms take the ghost form (ghost mode; mixed where the
+			// decision is ghost), the rows of x̂ and ones and the
+			// convolution by them: G·(p+1)·(D + B·T).
 			var d, rows int64 = 72, 4
 			if got.Gain != "" {
 				rows += 4
 			}
+			var l *Layer
+			for _, pl := range p.Layers {
+				if pl.Standardized {
+					l = pl
+				}
+			}
+			if l == nil {
+				t.Fatal("no standardized layer")
+			}
+			form := l.Groups * (l.P + 1) * (l.D + 4*l.T)
 			for _, m := range p.MemoryAt(4) {
 				want := int64(-1)
 				switch m.Mode {
 				case ModeGhost, ModeMixed:
-					want = 4*(5*d+2*4*rows) + 4*4
+					want = 4*(6*d+2*4*rows) + 4*4
+					if m.Mode == ModeGhost || l.Decision == Ghost {
+						want += 4 * form
+					}
 				case ModeInstantiate:
 					if m.PerSample < 4*4*d {
 						t.Errorf("instantiate keeps %d bytes a step, under the weight's per-sample gradients", m.PerSample)

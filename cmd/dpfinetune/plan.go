@@ -221,8 +221,10 @@ func printPlan(w io.Writer, r *planReport) {
 		fmt.Fprintf(w, "  ‡: %d row(s) whose weight is computed from parameters (weight standardization, weight normalization, …):\n"+
 			"     instantiated, and the per-sample gradient taken back through the computation to each parameter\n", transformed)
 		if standardized > 0 {
-			fmt.Fprintf(w, "     (%d of them standardized weights: in ghost, mixed and bk each sample's gradient instantiated in turn and its\n"+
-				"     parameters' norms taken from it in closed form, nothing taken back but book-keeping's one clipped sum)\n", standardized)
+			fmt.Fprintf(w, "     (%d of them standardized weights: in ghost, mixed and bk their parameters' norms in closed form, from each\n"+
+				"     sample's gradient instantiated in turn — or, where the decision is ghost, from a ghost norm and the input\n"+
+				"     convolved with the standardized rows, no gradient instantiated — nothing taken back but book-keeping's\n"+
+				"     one clipped sum)\n", standardized)
 		}
 	}
 
