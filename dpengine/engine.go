@@ -157,9 +157,9 @@ type Engine struct {
 	mapScratch, gatherScratch []float32
 	// stdGhostBuf is the ghost form's scratch of a standardized weight
 	// (convStdGhost: the scaled output gradient, then the convolution by
-	// x̂), grown to the largest; stdConvWS that convolution's workspace
-	// where the plan's is smaller.
-	stdGhostBuf, stdConvWS []float32
+	// x̂, and by ones), grown to the largest; stdOnes the ones; stdConvWS
+	// the convolution by ones' workspace where the plan's is smaller.
+	stdGhostBuf, stdOnes, stdConvWS []float32
 	// pathRows holds a chunk of samples' gradients mapped back through a
 	// path to one parameter (addPathRows).
 	pathRows []float32

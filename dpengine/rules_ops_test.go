@@ -605,7 +605,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 						}
 						checkClippedSum(t, e, dm.name, x, y, want, wantSum, loops)
 						for _, g := range e.derived {
-							if g.std != nil && g.std.ghost && g.std.zShape == nil {
+							if g.std != nil && g.std.ghost && g.std.uShape == nil {
 								t.Errorf("%s: the ghost form did not run", g.std.w.name)
 							}
 						}

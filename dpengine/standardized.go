@@ -49,23 +49,21 @@ type stdState struct {
 	// (refreshDerived).
 	stat               *runtime.Plan
 	xhat, coefW, coefG []float32
-	// cA, cB, cAB and rootC are the ghost form's coefficients, a row
-	// each (runtime.PerSampleOps.StandardizedGhostTerms; rootC = √coefW,
-	// the output gradient's scaling for the ghost norm Σ_o c_o‖g_o‖²).
-	cA, cB, cAB, rootC []float32
+	// cA, cB and rootC are the ghost form's coefficients, a row each
+	// (runtime.PerSampleOps.StandardizedGhostTerms; rootC = √coefW, the
+	// output gradient's scaling for the ghost norm Σ_o c_o‖g_o‖²).
+	cA, cB, rootC []float32
 	// ghost takes the norms without instantiating the gradient
 	// (convStdGhost) where the layer's decision is ghost (in ghost mode,
 	// every standardized weight's but a depthwise one's); groups is the
 	// convolution's. gus is the layer as an ordinary weight of the
 	// convolution whose squared norms are W's, through which the ghost
-	// norm of the scaled output gradient runs; zShape is the convolution
-	// with each group's rows of x̂ and a row of ones (wz, built by
-	// refresh), whose output gives each row's x̂ᵀg and 1ᵀg.
+	// norm of the scaled output gradient runs; uShape is the convolution
+	// by a row of ones a group, whose output is the patches' sums.
 	ghost  bool
 	groups int
 	gus    *useState
-	zShape *runtime.ConvShape
-	wz     []float32
+	uShape *runtime.ConvShape
 	// tW and tG hold the per-row terms, rows × B (a row's samples
 	// consecutive, SumNormRows' layout); sums one sample's totals.
 	tW, tG []float64
@@ -142,9 +140,6 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 		if s.rows%s.groups != 0 {
 			return fmt.Errorf("dpengine: standardized weight %s: %d rows in %d groups", st.Weight, s.rows, s.groups)
 		}
-		if s.wz, err = e.alloc((s.rows+s.groups)*s.k, "the standardized rows of "+st.Weight); err != nil {
-			return err
-		}
 		gp := &param{name: v.name, shape: shape}
 		s.gus = &useState{use: us.use, p: gp}
 		s.gus.linear = &linearState{ops: e.ops, lay: e.lay, dev: e.dev, rule: g.linear, layer: us.use.Layer, decision: rewrite.Ghost, mapBuf: &e.mapScratch}
@@ -155,7 +150,7 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 // statGraph is the closed form's inputs from W (and the gain), graph
 // inputs 0 (and 1): x̂ (rows×k, LayerNormalization of W's rows as the
 // model's), coefW = (Scale·γ_o/σ_o)² a row from the rows' own
-// statistics, the ghost form's cA, cB, cAB and √coefW (stdState), and
+// statistics, the ghost form's cA, cB and √coefW (stdState), and
 // coefG = GainScale_o² where there is a gain. sub, the
 // weight's computation, gives the parameters' shapes and a constant γ.
 func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
@@ -164,20 +159,21 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	g.Values = map[string]*graph.Value{}
 	g.Opsets = map[string]int64{"": 17}
 	b := &statBuilder{valueMaker{g: g}}
-	input := func(name string) (*graph.Value, error) {
+	// Each parameter an input of its elements in order (refresh copies
+	// it in), W's declared rows×K: no Reshape, which the runtime copies.
+	input := func(name string, shape graph.Shape) (*graph.Value, error) {
 		v := sub.Values[name]
-		if v == nil || !v.Shape.Static() {
-			return nil, fmt.Errorf("%q is not a parameter of the computation", name)
+		if v == nil || !v.Shape.Static() || v.Shape.NumElements() != shape.NumElements() {
+			return nil, fmt.Errorf("%q is not a parameter of the computation of %v elements", name, shape)
 		}
-		in := &graph.Value{Name: name, DType: graph.Float32, Shape: v.Shape}
+		in := &graph.Value{Name: name, DType: graph.Float32, Shape: shape}
 		g.Values[name], g.Inputs = in, append(g.Inputs, in)
 		return in, nil
 	}
-	w, err := input(st.Weight)
+	rows, err := input(st.Weight, graph.StaticShape(st.Rows, st.K))
 	if err != nil {
 		return nil, err
 	}
-	rows := b.op("Reshape", nil, w, b.ints("std", st.Rows, st.K))
 	ones := make([]float32, st.K)
 	for i := range ones {
 		ones[i] = 1
@@ -185,18 +181,20 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	xhat := b.op("LayerNormalization", []*onnxpb.AttributeProto{intAttr("axis", -1), floatAttr("epsilon", st.Epsilon)}, rows, b.constant("std", []int64{st.K}, ones...))
 	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, rows)
 	dev := b.op("Sub", nil, rows, mean)
-	vr := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, b.op("Mul", nil, dev, dev))
-	sd := b.op("Sqrt", nil, b.op("Add", nil, vr, b.constant("std", []int64{1}, st.Epsilon)))
+	invK := b.constant("std", []int64{1}, 1/float32(st.K))
+	vr := b.op("Mul", nil, b.op("ReduceSumSquare", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, dev), invK)
+	ve := b.op("Add", nil, vr, b.constant("std", []int64{1}, st.Epsilon))
+	sd := b.op("Sqrt", nil, ve)
 	// Scale·γ_o, a row each: GainScale_o·gain_o, a constant γ's rows, or
 	// Scale alone.
 	var num *graph.Value
 	switch {
 	case st.Gain != "":
-		gain, err := input(st.Gain)
+		gain, err := input(st.Gain, graph.StaticShape(st.Rows, 1))
 		if err != nil {
 			return nil, err
 		}
-		num = b.op("Mul", nil, b.op("Reshape", nil, gain, b.ints("std", st.Rows, 1)), b.constant("std", []int64{st.Rows, 1}, st.GainScale...))
+		num = b.op("Mul", nil, gain, b.constant("std", []int64{st.Rows, 1}, st.GainScale...))
 	case st.Gamma != "":
 		gm := sub.Values[st.Gamma]
 		if gm == nil || gm.Const == nil {
@@ -213,15 +211,13 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	c := b.op("Div", nil, num, sd)
 	coefW := b.op("Mul", nil, c, c)
 	// The ghost form's (runtime.PerSampleOps.StandardizedGhostTerms):
-	// cA = c/K, cB = c·(2 − ‖x̂_o‖²/K)/K, cAB = 2c·(1ᵀx̂_o/K)/K, √c.
-	invK := b.constant("std", []int64{1}, 1/float32(st.K))
-	meanSq := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, b.op("Mul", nil, xhat, xhat))
-	meanX := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, xhat)
+	// cA = c/K, cB = c·(2 − ‖x̂_o‖²/K)/K and √c, with ‖x̂_o‖²/K = v/(v + ε)
+	// and 1ᵀx̂_o = 0 (the instantiated form sums x̂'s own: the two differ
+	// by x̂'s rounding), from the rows' statistics alone — no pass over x̂.
 	cK := b.op("Mul", nil, coefW, invK)
-	cB := b.op("Mul", nil, cK, b.op("Sub", nil, b.constant("std", []int64{1}, 2), meanSq))
-	cAB := b.op("Mul", nil, b.op("Mul", nil, cK, meanX), b.constant("std", []int64{1}, 2))
+	cB := b.op("Mul", nil, cK, b.op("Sub", nil, b.constant("std", []int64{1}, 2), b.op("Div", nil, vr, ve)))
 	perRow := func(v *graph.Value) *graph.Value { return b.op("Reshape", nil, v, b.ints("std", st.Rows)) }
-	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(cAB), perRow(b.op("Abs", nil, c))}
+	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(b.op("Abs", nil, c))}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
@@ -308,18 +304,9 @@ func (s *stdState) refresh(e *Engine) error {
 	s.coefW, _ = s.stat.Output(1)
 	s.cA, _ = s.stat.Output(2)
 	s.cB, _ = s.stat.Output(3)
-	s.cAB, _ = s.stat.Output(4)
-	s.rootC, _ = s.stat.Output(5)
+	s.rootC, _ = s.stat.Output(4)
 	if s.gain != nil {
-		s.coefG, _ = s.stat.Output(6)
-	}
-	if s.ghost {
-		// Each group's rows of x̂, then a row of ones: the patches' sums.
-		P, k := s.rows/s.groups, s.k
-		for r := 0; r < s.groups; r++ {
-			e.lay.Copy(s.xhat[r*P*k:(r+1)*P*k], s.wz[r*(P+1)*k:])
-			e.lay.Fill(1, s.wz[(r*(P+1)+P)*k:(r+1)*(P+1)*k])
-		}
+		s.coefG, _ = s.stat.Output(5)
 	}
 	e.ops.ZeroNormSq(s.tW)
 	if s.tG != nil {
@@ -361,11 +348,11 @@ func (s *stdState) finish(ops runtime.DPOps) {
 // (x̂_oᵀg_o/K)·x̂_o‖² = c_o‖g_o‖² + the row's StandardizedGhostTerms
 // term: the first summed over the rows is the ghost norm of dy with row
 // o scaled by √c_o, taken by the convolution's own ghost rule (gus,
-// whose squared norms are W's); 1ᵀg_o = Σ_t dy_{o,t}·1ᵀa_t and x̂_oᵀg_o =
-// Σ_t dy_{o,t}·x̂_oᵀa_t come from one convolution of the input with x̂'s
-// rows and a row of ones a group (wz): a forward pass's GEMM for the
-// batch, in place of B thin products of p·D each and their rows read
-// back. The terms are float64 sums of float32 products; the ghost norm
+// whose squared norms are W's); x̂_oᵀg_o = Σ_t dy_{o,t}·x̂_oᵀa_t and 1ᵀg_o
+// = Σ_t dy_{o,t}·1ᵀa_t come from the convolution of the input by x̂ (the
+// layer's own, a forward pass's GEMM for the batch, in place of B thin
+// products of p·D each and their rows read back) and by a row of ones a
+// group. The terms are float64 sums of float32 products; the ghost norm
 // is the convolution rule's, so a gradient lying along 1 or x̂ cancels
 // to the Grams' rounding (as a ghost norm whose terms cancel does), not
 // the instantiated form's float64: the norm check holds both to the
@@ -375,17 +362,24 @@ func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime
 	if M != st.rows || s.D != st.k || max(s.Group, 1) != st.groups {
 		return fmt.Errorf("convolution of %d×%d in %d groups, its standardized weight %d×%d in %d", M, s.D, max(s.Group, 1), st.rows, st.k, st.groups)
 	}
-	zLen := N * (M + st.groups) * T
-	buf, err := regrowOn(e.dev, e.stdGhostBuf, zLen)
+	G := st.groups
+	zLen, uLen := N*M*T, N*G*T
+	buf, err := regrowOn(e.dev, e.stdGhostBuf, zLen+uLen)
 	if err != nil {
 		e.stdGhostBuf = nil
 		return err
 	}
 	e.stdGhostBuf = buf
+	if len(e.stdOnes) < G*s.D {
+		if e.stdOnes, err = regrowOn(e.dev, e.stdOnes, G*s.D); err != nil {
+			return err
+		}
+		e.lay.Fill(1, e.stdOnes)
+	}
 	// Σ_o c_o‖g_o‖²: the ghost norm of dy's rows scaled by √c_o, added
 	// to W's squared norms.
-	scaled := buf[:N*M*T]
-	e.lay.Copy(dy.Data[:N*M*T], scaled)
+	scaled, z, u := buf[:zLen], buf[:zLen], buf[zLen:zLen+uLen]
+	e.lay.Copy(dy.Data[:zLen], scaled)
 	e.ops.ScaleRows(st.rootC, 1, scaled, T, T)
 	sv := *dy
 	sv.Data = scaled
@@ -393,27 +387,29 @@ func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime
 	if err := convUseOn(e, st.gus, s, x, &sv); err != nil {
 		return err
 	}
-	if st.zShape == nil {
-		z := &runtime.ConvShape{N: N, C: s.C, M: M + st.groups, Group: st.groups, In: s.In, Kernel: s.Kernel, Strides: s.Strides, Dilations: s.Dilations, Pads: s.Pads}
-		if err := z.Init(); err != nil {
-			return fmt.Errorf("the convolution by x̂: %w", err)
+	if st.uShape == nil {
+		us := &runtime.ConvShape{N: N, C: s.C, M: G, Group: G, In: s.In, Kernel: s.Kernel, Strides: s.Strides, Dilations: s.Dilations, Pads: s.Pads}
+		if err := us.Init(); err != nil {
+			return fmt.Errorf("the convolution by ones: %w", err)
 		}
-		st.zShape = z
+		st.uShape = us
 	}
+	// The plan's workspace holds its own convolution's (s) scratch; the
+	// one by ones may want more.
 	ws := e.plan.Scratch()
-	if need := e.lay.ConvScratchSize(st.zShape); need > len(ws) {
+	if need := e.lay.ConvScratchSize(st.uShape); need > len(ws) {
 		if e.stdConvWS, err = regrowOn(e.dev, e.stdConvWS, need); err != nil {
 			return err
 		}
 		ws = e.stdConvWS
 	}
-	z := buf[:zLen]
-	e.lay.Conv(st.zShape, x.Data, st.wz, nil, z, ws)
+	e.lay.Conv(st.uShape, x.Data, e.stdOnes[:G*s.D], nil, u, ws)
+	e.lay.Conv(s, x.Data, st.xhat, nil, z, e.plan.Scratch())
 	var cg []float32
 	if st.tG != nil {
 		cg = st.coefG
 	}
-	e.ops.StandardizedGhostTerms(dy.Data, z, st.cA, st.cB, st.cAB, cg, M, st.groups, T, e.n, st.B, st.tW, st.tG)
+	e.ops.StandardizedGhostTerms(dy.Data, z, u, st.cA, st.cB, cg, M, G, T, e.n, st.B, st.tW, st.tG)
 	return nil
 }
 

@@ -62,8 +62,8 @@ const LiftMinFloats = 1 << 22
 //	             in bk the operand's clipped sum (D) and the sub-plan (2F);
 //	             where a standardized convolution's norms take the ghost
 //	             form (in ghost mode, and where the decision is ghost),
-//	             its rows of x̂ and of ones, G·(p+1)·D, and the largest
-//	             such layer's convolution by them, B·G·(p+1)·T
+//	             the largest such layer's row of ones a group, G·D, and
+//	             its convolutions by x̂ and by the ones, B·G·(p+1)·T
 //	mixed:       Transient = 4·B·max(max_l chosen_l, max_e n_e), PerSample
 //	             as ghost
 //	bk:          as mixed, plus PerSample = 4·B·(Σ_l bk_l + Σ_e n_e):
@@ -228,11 +228,11 @@ func (l *Layer) ghostFormAllowed() bool {
 }
 
 // ghostForm is the memory of a standardized weight's ghost form at batch
-// b, in floats: its rows of x̂ and of ones (G·(p+1)·D, the engine keeps
-// them) and the scratch of the convolution by them (b·G·(p+1)·T, shared
-// by the layers).
-func (l *Layer) ghostForm(b int64) (kept, scratch int64) {
-	return l.Groups * (l.P + 1) * l.D, b * l.Groups * (l.P + 1) * l.T
+// b, in floats, each shared by the layers (the largest counts): a row of
+// ones a group (G·D) and the scratch of the convolutions by x̂ and by the
+// ones (b·G·(p+1)·T).
+func (l *Layer) ghostForm(b int64) (ones, scratch int64) {
+	return l.Groups * l.D, b * l.Groups * (l.P + 1) * l.T
 }
 
 // InputGramFits reports whether dpengine computes an ungrouped ghost-norm
@@ -350,19 +350,17 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// The standardized weights' ghost form (Layer.ghostForm) in ghost
 	// mode (All) and where the decision is ghost (Chosen).
 	var stdGhostAll, stdGhostChosen, stdZAll, stdZChosen int64
-	formOf := map[operand]bool{} // once an operand: W and a gain share its layer's
 	for _, l := range p.Layers {
 		inst := l.Groups * l.PD
 		ghost := l.Groups * l.TwoT2
 		if (l.Shared || l.Mapped) && !l.ghostFormAllowed() {
 			ghost = inst
 		}
-		if k := (operand{l.Output, l.Operand}); l.ghostFormAllowed() && !formOf[k] {
-			formOf[k] = true
-			kept, z := l.ghostForm(b)
-			stdGhostAll, stdZAll = stdGhostAll+kept, max(stdZAll, z)
+		if l.ghostFormAllowed() {
+			ones, z := l.ghostForm(b)
+			stdGhostAll, stdZAll = max(stdGhostAll, ones), max(stdZAll, z)
 			if l.Decision == Ghost {
-				stdGhostChosen, stdZChosen = stdGhostChosen+kept, max(stdZChosen, z)
+				stdGhostChosen, stdZChosen = max(stdGhostChosen, ones), max(stdZChosen, z)
 			}
 		}
 		switch {

@@ -172,8 +172,8 @@ func TestStandardizedWeights(t *testing.T) {
 			// floats a row of W and of the gain, for each sample) instead;
 			// bk adds the operand's clipped sum and the sub-plan. Where the
 			// norms take the ghost form (ghost mode; mixed where the
-			// decision is ghost), the rows of x̂ and ones and the
-			// convolution by them: G·(p+1)·(D + B·T).
+			// decision is ghost), a row of ones a group and the
+			// convolutions by x̂ and by them: G·D + B·G·(p+1)·T.
 			var d, rows int64 = 72, 4
 			if got.Gain != "" {
 				rows += 4
@@ -187,7 +187,7 @@ func TestStandardizedWeights(t *testing.T) {
 			if l == nil {
 				t.Fatal("no standardized layer")
 			}
-			form := l.Groups * (l.P + 1) * (l.D + 4*l.T)
+			form := l.Groups*l.D + 4*l.Groups*(l.P+1)*l.T
 			for _, m := range p.MemoryAt(4) {
 				want := int64(-1)
 				switch m.Mode {

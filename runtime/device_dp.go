@@ -64,19 +64,19 @@ type PerSampleOps interface {
 	// norm of a standardized weight into its norms without instantiating
 	// a gradient: for the n samples j and the rows o < rows of the
 	// convolution's output gradient dy (sample j's rows×t at j·rows·t, in
-	// groups of P = rows/groups rows) and z, the sample's input convolved
-	// with x̂'s rows and, after each group's P, a row of ones ((rows +
-	// groups)×t at j·(rows+groups)·t; group r's rows from r·(P+1)·t, its
-	// patch sums u at (r·(P+1)+P)·t), the sums a = Σ_t dy_{o,t}·u_t
-	// (1ᵀg_o) and b = Σ_t dy_{o,t}·z_{o,t} (x̂_oᵀg_o), each in float64 in
-	// the lane order (DotLanes), give tW[o·ld + j] = cAB_o·(a·b) −
-	// cA_o·(a·a) − cB_o·(b·b) (StdGhostTerm) and, where tG is not nil,
-	// tG[o·ld + j] = coefG_o·(b·b). With cA = c/K, cB = c·(2 − ‖x̂_o‖²/K)/K
-	// and cAB = 2c·(1ᵀx̂_o)/K² (c = coefW of StandardizedNormTerms), W's
-	// row norm c·‖g_o − (1ᵀg_o/K)·1 − (x̂_oᵀg_o/K)·x̂_o‖² is c·‖g_o‖² plus
-	// tW's term: the ghost norm of dy scaled by √c gives the first. It
-	// runs on one worker.
-	StandardizedGhostTerms(dy, z, cA, cB, cAB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64)
+	// groups of rows/groups rows), z, the samples' input convolved with
+	// x̂'s rows (dy's layout), and u, their patch sums (the input convolved
+	// with a row of ones a group: sample j's groups×t at j·groups·t), the
+	// sums a = Σ_t dy_{o,t}·u_{r,t} (1ᵀg_o, r the row's group) and b =
+	// Σ_t dy_{o,t}·z_{o,t} (x̂_oᵀg_o), each in float64 in
+	// the lane order (DotLanes), give tW[o·ld + j] = −cA_o·(a·a) −
+	// cB_o·(b·b) (StdGhostTerm) and, where tG is not nil, tG[o·ld + j] =
+	// coefG_o·(b·b). With cA = c/K and cB = c·(2 − ‖x̂_o‖²/K)/K (c = coefW
+	// of StandardizedNormTerms; 1ᵀx̂_o = 0), W's row norm c·‖g_o −
+	// (1ᵀg_o/K)·1 − (x̂_oᵀg_o/K)·x̂_o‖² is c·‖g_o‖² plus tW's term: the
+	// ghost norm of dy scaled by √c gives the first. It runs on one
+	// worker.
+	StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64)
 }
 
 // Im2ColPlane implements PerSampleOps with kernels.Im2ColPlane.
@@ -117,16 +117,14 @@ func (c CPU) DepthwiseGradBatch(s *ConvShape, x, dy []float32, i0, n int, dw, ws
 }
 
 // StandardizedGhostTerms implements PerSampleOps.
-func (CPU) StandardizedGhostTerms(dy, z, cA, cB, cAB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
+func (CPU) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
 	P := rows / groups
-	zs := (rows + groups) * t
 	for j := 0; j < n; j++ {
 		for o := 0; o < rows; o++ {
-			zr := (o/P*(P+1) + o%P) * t
-			ur := (o/P*(P+1) + P) * t
-			d := dy[(j*rows+o)*t : (j*rows+o+1)*t]
-			a, b := DotLanes(d, z[j*zs+ur:]), DotLanes(d, z[j*zs+zr:])
-			tW[o*ld+j] = StdGhostTerm(a, b, cA[o], cB[o], cAB[o])
+			r := (j*rows + o) * t
+			d := dy[r : r+t]
+			a, b := DotLanes(d, u[(j*groups+o/P)*t:]), DotLanes(d, z[r:])
+			tW[o*ld+j] = StdGhostTerm(a, b, cA[o], cB[o])
 			if tG != nil {
 				tG[o*ld+j] = float64(coefG[o]) * (b * b)
 			}

@@ -156,11 +156,11 @@ func StdResidualSq(s [5]float64, k int) float64 {
 	return uu
 }
 
-// StdGhostTerm returns cAB·(a·b) − cA·(a·a) − cB·(b·b):
-// StandardizedGhostTerms' term of a row from its sums a = 1ᵀg and b =
-// x̂ᵀg. Each backend evaluates this expression in this order.
-func StdGhostTerm(a, b float64, cA, cB, cAB float32) float64 {
-	return float64(cAB)*(a*b) - float64(cA)*(a*a) - float64(cB)*(b*b)
+// StdGhostTerm returns −cA·(a·a) − cB·(b·b): StandardizedGhostTerms'
+// term of a row from its sums a = 1ᵀg and b = x̂ᵀg. Each backend
+// evaluates this expression in this order.
+func StdGhostTerm(a, b float64, cA, cB float32) float64 {
+	return -float64(cA)*(a*a) - float64(cB)*(b*b)
 }
 
 // laneAcc sums float32 terms in float64 in the lane order (lanesum.go)

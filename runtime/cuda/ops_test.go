@@ -298,8 +298,8 @@ var opCases = []opCase{
 		return append(fetch(p, pw), fetch(p, pg)...), true
 	}, 1e-9},
 	// Rows of n positions (past a chunk from 2049) in one to three groups
-	// of one to three rows, a few samples, a gain or none; z's patch sums
-	// after each group's rows, entries past the written ones kept.
+	// of one to three rows, a few samples, a gain or none; entries past
+	// the written ones kept.
 	{"StandardizedGhostTerms", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.PerSampleOps)
 		if !ok {
@@ -309,18 +309,18 @@ var opCases = []opCase{
 		groups, samples := 1+n%3, 1+n%2
 		rows := groups * (1 + (n/3)%3)
 		ld := samples + 1
-		dy, z := randFloats(r, samples*rows*n), randFloats(r, samples*(rows+groups)*n)
-		cA, cB, cAB, coefG := randFloats(r, rows), randFloats(r, rows), randFloats(r, rows), randFloats(r, rows)
+		dy, z, u := randFloats(r, samples*rows*n), randFloats(r, samples*rows*n), randFloats(r, samples*groups*n)
+		cA, cB, coefG := randFloats(r, rows), randFloats(r, rows), randFloats(r, rows)
 		tW, tG := make([]float64, rows*ld), make([]float64, rows*ld)
 		for k := range tW {
 			tW[k], tG[k] = r.ExpFloat64(), r.ExpFloat64()
 		}
 		pw, pg := place(p, tW), place(p, tG)
 		if seed%2 == 0 {
-			o.StandardizedGhostTerms(place(p, dy), place(p, z), place(p, cA), place(p, cB), place(p, cAB), nil, rows, groups, n, samples, ld, pw, nil)
+			o.StandardizedGhostTerms(place(p, dy), place(p, z), place(p, u), place(p, cA), place(p, cB), nil, rows, groups, n, samples, ld, pw, nil)
 			return fetch(p, pw), true
 		}
-		o.StandardizedGhostTerms(place(p, dy), place(p, z), place(p, cA), place(p, cB), place(p, cAB), place(p, coefG), rows, groups, n, samples, ld, pw, pg)
+		o.StandardizedGhostTerms(place(p, dy), place(p, z), place(p, u), place(p, cA), place(p, cB), place(p, coefG), rows, groups, n, samples, ld, pw, pg)
 		return append(fetch(p, pw), fetch(p, pg)...), true
 	}, 1e-9},
 	{"AddSumSqProduct", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {

@@ -340,7 +340,7 @@ func (d *Device) StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k,
 // StandardizedGhostTerms implements runtime.PerSampleOps: a warp per row
 // of a sample (std_ghost_terms), its two sums in the lane order, the
 // CPU's (runtime.DotLanes), combined as runtime.StdGhostTerm.
-func (d *Device) StandardizedGhostTerms(dy, z, cA, cB, cAB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
+func (d *Device) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
 	if n == 0 || rows == 0 {
 		return
 	}
@@ -351,8 +351,8 @@ func (d *Device) StandardizedGhostTerms(dy, z, cA, cB, cAB, coefG []float32, row
 	if tG != nil {
 		pcg, ptg = f32(coefG[:rows], opIn, d), f64(tG[:last], opInOut, d)
 	}
-	a.Ptr(f32(dy[:n*rows*t], opIn, d)).Ptr(f32(z[:n*(rows+groups)*t], opIn, d))
-	a.Ptr(f32(cA[:rows], opIn, d)).Ptr(f32(cB[:rows], opIn, d)).Ptr(f32(cAB[:rows], opIn, d)).Ptr(pcg)
+	a.Ptr(f32(dy[:n*rows*t], opIn, d)).Ptr(f32(z[:n*rows*t], opIn, d)).Ptr(f32(u[:n*groups*t], opIn, d))
+	a.Ptr(f32(cA[:rows], opIn, d)).Ptr(f32(cB[:rows], opIn, d)).Ptr(pcg)
 	a.I64(int64(rows)).I64(int64(groups)).I64(int64(t)).I64(int64(n)).I64(int64(ld)).I64(runtime.SumChunk).Ptr(f64(tW[:last], opInOut, d)).Ptr(ptg)
 	d.launch("std_ghost_terms", 32*int64(n*rows))
 }

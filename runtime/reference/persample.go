@@ -192,20 +192,18 @@ func (Device) StandardizedNormTerms(g, xhat, coefW, coefG []float32, rows, k, n,
 // StandardizedGhostTerms implements runtime.PerSampleOps by the
 // definition: a = 1ᵀg_o and b = x̂_oᵀg_o summed in float64 in the order of
 // the positions (the CPU in the lane order), the row's term
-// cAB·ab − cA·a² − cB·b².
-func (Device) StandardizedGhostTerms(dy, z, cA, cB, cAB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
+// −cA·a² − cB·b².
+func (Device) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64) {
 	P := rows / groups
 	for j := 0; j < n; j++ {
-		zj := z[j*(rows+groups)*t:]
 		for o := 0; o < rows; o++ {
-			d := dy[(j*rows+o)*t:]
-			zr, ur := zj[(o/P*(P+1)+o%P)*t:], zj[(o/P*(P+1)+P)*t:]
+			d, zr, ur := dy[(j*rows+o)*t:], z[(j*rows+o)*t:], u[(j*groups+o/P)*t:]
 			var a, b float64
 			for q := 0; q < t; q++ {
 				a += float64(d[q]) * float64(ur[q])
 				b += float64(d[q]) * float64(zr[q])
 			}
-			tW[o*ld+j] = float64(cAB[o])*a*b - float64(cA[o])*a*a - float64(cB[o])*b*b
+			tW[o*ld+j] = -float64(cA[o])*a*a - float64(cB[o])*b*b
 			if tG != nil {
 				tG[o*ld+j] = float64(coefG[o]) * b * b
 			}

@@ -177,17 +177,16 @@ extern "C" __global__ void std_norm_terms(const float *g, const float *xh, const
 // std_ghost_terms: runtime.PerSampleOps.StandardizedGhostTerms. A warp per
 // row o of sample j (w = j·rows + o): a = Σ dy·u and b = Σ dy·z over the
 // row's t positions in the lane order (runtime.DotLanes), then lane 0
-// writes cab_o·(a·b) − ca_o·(a·a) − cb_o·(b·b) (runtime.StdGhostTerm) and
-// cg_o·(b·b) where tg is not null. z holds, a sample, each group's P rows
-// of x̂·a_t and then its patch sums u.
-extern "C" __global__ void std_ghost_terms(const float *dy, const float *z, const float *ca, const float *cb,
-                                           const float *cab, const float *cg, long long rows, long long groups,
+// writes −ca_o·(a·a) − cb_o·(b·b) (runtime.StdGhostTerm) and
+// cg_o·(b·b) where tg is not null. z is x̂·a_t in dy's layout, u the
+// patch sums of each group (groups×t a sample).
+extern "C" __global__ void std_ghost_terms(const float *dy, const float *z, const float *u, const float *ca,
+                                           const float *cb, const float *cg, long long rows, long long groups,
                                            long long t, long long n, long long ld, long long chunk, double *tw,
                                            double *tg) {
   WARP_FOR_EACH(w, n * rows) {
     long long j = w / rows, o = w % rows, p = rows / groups;
-    const float *d = dy + w * t, *zj = z + j * (rows + groups) * t;
-    const float *zr = zj + (o / p * (p + 1) + o % p) * t, *ur = zj + (o / p * (p + 1) + p) * t;
+    const float *d = dy + w * t, *zr = z + w * t, *ur = u + (j * groups + o / p) * t;
     double sa = 0, sb = 0;
     for (long long c0 = 0; c0 < t; c0 += chunk) {
       long long c1 = c0 + chunk < t ? c0 + chunk : t;
@@ -201,7 +200,7 @@ extern "C" __global__ void std_ghost_terms(const float *dy, const float *z, cons
       sb += warp_sum(b);
     }
     if (LANE == 0) {
-      tw[o * ld + j] = (double)cab[o] * (sa * sb) - (double)ca[o] * (sa * sa) - (double)cb[o] * (sb * sb);
+      tw[o * ld + j] = -(double)ca[o] * (sa * sa) - (double)cb[o] * (sb * sb);
       if (tg) tg[o * ld + j] = (double)cg[o] * (sb * sb);
     }
   }
