@@ -515,9 +515,11 @@ func (e *Engine) buildUses(cg *graph.Graph) error {
 			std := g.derived && g.linear != nil && g.uses[0].use.Standardized != nil && stdApplies(e.cfg)
 			var sub *graph.Graph
 			var err error
-			if std && e.cfg.Mode != BK {
-				// Norms alone: the second backward pass sums through the
-				// model's own computation.
+			if std {
+				// Norms and book-keeping's sum in closed form: the second
+				// backward pass of ghost and mixed sums through the
+				// model's own computation, and nothing runs the
+				// computation alone.
 				sub, err = cg.Extract(g.uses[0].use.OperandValue)
 			} else {
 				sub, err = e.buildSub(cg, g)

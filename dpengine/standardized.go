@@ -23,9 +23,11 @@ import (
 // mixed mode the second backward pass sums the clipped gradients through
 // the computation as it does every parameter's; in book-keeping the
 // layer's kept input and output gradient give Σ_i C_i g_i of the weight
-// it reads, which one backward pass of the computation takes to W and
-// the gain. Instantiate mode keeps the general path (useGroup.virt), the
-// oracle of this one.
+// it reads, which the same vector-Jacobian product (linear in g) takes to
+// W and the gain (stdClippedSum). Where the layer's decision is ghost, not even g is formed: the
+// norms come from a ghost norm and two sums a row (convStdGhost).
+// Instantiate mode keeps the general path (useGroup.virt), the oracle of
+// this one.
 
 // stdApplies reports whether the engine takes the closed form for a
 // standardized weight in cfg's mode: where norms alone are needed (ghost,
@@ -49,10 +51,13 @@ type stdState struct {
 	// (refreshDerived).
 	stat               *runtime.Plan
 	xhat, coefW, coefG []float32
-	// cA, cB and rootC are the ghost form's coefficients, a row each
-	// (runtime.PerSampleOps.StandardizedGhostTerms; rootC = √coefW, the
-	// output gradient's scaling for the ghost norm Σ_o c_o‖g_o‖²).
-	cA, cB, rootC []float32
+	// cA and cB are the ghost form's coefficients, a row each
+	// (runtime.PerSampleOps.StandardizedGhostTerms); scaleW is c_o =
+	// Scale·γ_o/σ_o (coefW = c²: the ghost form's scaling of the output
+	// gradient, and the factor of book-keeping's closed-form
+	// vector-Jacobian product, runtime.PerSampleOps.StandardizedVJP) and
+	// gainScale the gain's factor s_o.
+	cA, cB, scaleW, gainScale []float32
 	// ghost takes the norms without instantiating the gradient
 	// (convStdGhost) where the layer's decision is ghost (in ghost mode,
 	// every standardized weight's but a depthwise one's); groups is the
@@ -70,13 +75,14 @@ type stdState struct {
 	sums   []float64
 	w      *param
 	gain   *param
-	// sumD is book-keeping's Σ_i C_i g_i of the weight the layer reads.
-	sumD []float32
+	// sumD is book-keeping's Σ_i C_i g_i of the weight the layer reads,
+	// then W's (StandardizedVJP in place), and gainD the gain's.
+	sumD, gainD []float32
 }
 
 // buildStd gives group g, a Conv weight computed by weight
-// standardization from its parameters (sub, the computation; g.sub its
-// compiled plan in book-keeping, nil otherwise), the closed form: the
+// standardization from its parameters (sub, the computation, whose
+// shapes it reads; no plan of it is compiled), the closed form: the
 // operand as a parameter of its own whose rule's per-sample gradients go
 // to the norm terms (g.virt, without per-sample rows).
 func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
@@ -125,9 +131,14 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	for _, d := range ov.Shape.Ints() {
 		shape = append(shape, int(d))
 	}
-	if e.cfg.Mode == BK { // the sub-plan takes the clipped sum back
+	if e.cfg.Mode == BK { // the clipped sum, taken back in closed form
 		if s.sumD, err = e.alloc(s.rows*s.k, "the clipped sum of "+g.uses[0].use.OperandValue); err != nil {
 			return err
+		}
+		if s.gain != nil {
+			if s.gainD, err = e.alloc(s.rows, "the clipped sum of "+st.Gain); err != nil {
+				return err
+			}
 		}
 	}
 	us := g.uses[0]
@@ -149,9 +160,9 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 
 // statGraph is the closed form's inputs from W (and the gain), graph
 // inputs 0 (and 1): x̂ (rows×k, LayerNormalization of W's rows as the
-// model's), coefW = (Scale·γ_o/σ_o)² a row from the rows' own
-// statistics, the ghost form's cA, cB and √coefW (stdState), and
-// coefG = GainScale_o² where there is a gain. sub, the
+// model's), coefW = c_o² a row from the rows' own statistics, the ghost
+// form's cA and cB, c_o = Scale·γ_o/σ_o itself (stdState), and where
+// there is a gain coefG = GainScale_o² and GainScale. sub, the
 // weight's computation, gives the parameters' shapes and a constant γ.
 func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
 	g := sub.Clone()
@@ -217,13 +228,14 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	cK := b.op("Mul", nil, coefW, invK)
 	cB := b.op("Mul", nil, cK, b.op("Sub", nil, b.constant("std", []int64{1}, 2), b.op("Div", nil, vr, ve)))
 	perRow := func(v *graph.Value) *graph.Value { return b.op("Reshape", nil, v, b.ints("std", st.Rows)) }
-	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(b.op("Abs", nil, c))}
+	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(c)}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
 			sq[o] = v * v
 		}
-		g.Outputs = append(g.Outputs, b.op("Identity", nil, b.constant("std", []int64{st.Rows}, sq...)))
+		g.Outputs = append(g.Outputs, b.op("Identity", nil, b.constant("std", []int64{st.Rows}, sq...)),
+			b.op("Identity", nil, b.constant("std", []int64{st.Rows}, st.GainScale...)))
 	}
 	for _, n := range g.Nodes {
 		for _, in := range n.Inputs {
@@ -304,9 +316,10 @@ func (s *stdState) refresh(e *Engine) error {
 	s.coefW, _ = s.stat.Output(1)
 	s.cA, _ = s.stat.Output(2)
 	s.cB, _ = s.stat.Output(3)
-	s.rootC, _ = s.stat.Output(4)
+	s.scaleW, _ = s.stat.Output(4)
 	if s.gain != nil {
 		s.coefG, _ = s.stat.Output(5)
+		s.gainScale, _ = s.stat.Output(6)
 	}
 	e.ops.ZeroNormSq(s.tW)
 	if s.tG != nil {
@@ -380,7 +393,7 @@ func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime
 	// to W's squared norms.
 	scaled, z, u := buf[:zLen], buf[:zLen], buf[zLen:zLen+uLen]
 	e.lay.Copy(dy.Data[:zLen], scaled)
-	e.ops.ScaleRows(st.rootC, 1, scaled, T, T)
+	e.ops.ScaleRows(st.scaleW, 1, scaled, T, T)
 	sv := *dy
 	sv.Data = scaled
 	st.gus.p.normSq = st.w.normSq
@@ -415,18 +428,19 @@ func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime
 
 // stdClippedSum adds book-keeping's Σ_i C_i g_i of W and the gain to their
 // accumulators: the layer's weighted sum of the weight it reads, taken
-// back through the computation (sub, run on the current parameters by
-// refreshDerived) in one backward pass.
+// back through the standardization in closed form (its vector-Jacobian
+// product, linear in the gradient: runtime.PerSampleOps.StandardizedVJP
+// on x̂ and c of the current parameters) — no plan of the computation,
+// no forward and backward pass of it a physical batch.
 func (e *Engine) stdClippedSum(g *useGroup, f []float32, B int) error {
 	s := g.std
 	if err := g.virt.linear.weightedSum(f, B, s.sumD, true, &e.bkScratch, e.plan.Scratch()); err != nil {
 		return fmt.Errorf("dpengine: %s: %w", s.w.name, err)
 	}
-	if err := g.sub.BackwardFrom(s.sumD, nil); err != nil {
-		return fmt.Errorf("dpengine: the computation of %s: %w", g.virt.p.name, err)
-	}
-	for _, us := range g.uses {
-		us.p.accumulate(e.ops, e.lay, g.sub.Grad(us.p.name))
+	e.ops.StandardizedVJP(s.sumD, s.xhat, s.scaleW, s.gainScale, s.rows, s.k, s.gainD)
+	s.w.accumulate(e.ops, e.lay, s.sumD)
+	if s.gain != nil {
+		s.gain.accumulate(e.ops, e.lay, s.gainD)
 	}
 	return nil
 }

@@ -22,7 +22,9 @@ import (
 // gradient of the weight the layer reads), (γ_o/σ_o)·(g_o − (1ᵀg_o/K)·1 −
 // (x̂_oᵀg_o/K)·x̂_o), and the gain's is s_o·x̂_oᵀg_o: the engine takes
 // both squared norms from each sample's g in closed form
-// (runtime.PerSampleOps.StandardizedNormTerms) instead of keeping B
+// (runtime.PerSampleOps.StandardizedNormTerms), or where the layer's
+// decision is ghost from a ghost norm and two sums a row without forming
+// g (StandardizedGhostTerms, Layer.decideStandardized), instead of keeping B
 // per-sample gradients of the weight and taking them back through the
 // computation (Use.Transform), and book-keeping's clipped sum from the
 // layer's kept input and output gradient, taken back through the

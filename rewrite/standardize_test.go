@@ -168,9 +168,9 @@ func TestStandardizedWeights(t *testing.T) {
 				}
 			}
 			// Memory: in ghost, mixed and bk no per-sample gradient of the
-			// weight, its statistics (6D) and the float64 norm terms (2
+			// weight, its statistics (5D) and the float64 norm terms (2
 			// floats a row of W and of the gain, for each sample) instead;
-			// bk adds the operand's clipped sum and the sub-plan. Where the
+			// bk adds the operand's clipped sum and the gain's. Where the
 			// norms take the ghost form (ghost mode; mixed where the
 			// decision is ghost), a row of ones a group and the
 			// convolutions by x̂ and by them: G·D + B·G·(p+1)·T.
@@ -192,7 +192,7 @@ func TestStandardizedWeights(t *testing.T) {
 				want := int64(-1)
 				switch m.Mode {
 				case ModeGhost, ModeMixed:
-					want = 4*(6*d+2*4*rows) + 4*4
+					want = 4*(5*d+2*4*rows) + 4*4
 					if m.Mode == ModeGhost || l.Decision == Ghost {
 						want += 4 * form
 					}

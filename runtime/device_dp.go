@@ -77,6 +77,15 @@ type PerSampleOps interface {
 	// ghost norm of dy scaled by √c gives the first. It runs on one
 	// worker.
 	StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, groups, t, n, ld int, tW, tG []float64)
+	// StandardizedVJP takes s, a gradient of the standardized weight the
+	// layer reads (rows×k: book-keeping's clipped sum Σ_i C_i g_i), back
+	// through the standardization in closed form: it overwrites row o of
+	// s with c_o·(s_o − (1ᵀs_o/k)·1 − (x̂_oᵀs_o/k)·x̂_o), W's gradient (c =
+	// Scale·γ/σ, signed), and where gain is not nil writes gain[o] =
+	// gs_o·x̂_oᵀs_o (gs = GainScale), the gain's. The row sums are
+	// StdRowSums' Σs and Σs·x̂; each element is formed in float64 as
+	// StdVJP does and rounded once. It may use all of the device.
+	StandardizedVJP(s, xhat, c, gs []float32, rows, k int, gain []float32)
 }
 
 // Im2ColPlane implements PerSampleOps with kernels.Im2ColPlane.
@@ -130,6 +139,23 @@ func (CPU) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, group
 			}
 		}
 	}
+}
+
+// StandardizedVJP implements PerSampleOps, rows split over the workers.
+func (CPU) StandardizedVJP(s, xhat, c, gs []float32, rows, k int, gain []float32) {
+	parFor(rows, max(1, (1<<15)/max(k, 1)), func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			r, x := s[o*k:(o+1)*k], xhat[o*k:(o+1)*k]
+			sums := StdRowSums(r, x)
+			a, b := sums[1]/float64(k), sums[2]/float64(k)
+			for e, v := range r {
+				r[e] = StdVJP(v, x[e], a, b, c[o])
+			}
+			if gain != nil {
+				gain[o] = float32(float64(gs[o]) * sums[2])
+			}
+		}
+	})
 }
 
 // DepthwiseScratchSize implements PerSampleOps with

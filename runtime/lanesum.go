@@ -163,6 +163,14 @@ func StdGhostTerm(a, b float64, cA, cB float32) float64 {
 	return -float64(cA)*(a*a) - float64(cB)*(b*b)
 }
 
+// StdVJP returns c·((s − a) − b·x) formed in float64 and rounded once:
+// StandardizedVJP's element s of a row (x its x̂) whose sums give a =
+// Σs/k and b = Σs·x̂/k. Each backend evaluates this expression in this
+// order.
+func StdVJP(s, x float32, a, b float64, c float32) float32 {
+	return float32(float64(c) * ((float64(s) - a) - b*float64(x)))
+}
+
 // laneAcc sums float32 terms in float64 in the lane order (lanesum.go)
 // as they come, run after run: t counts the terms so far, lanes holds the
 // current chunk's partial sums, total the finished chunks'.

@@ -53,7 +53,7 @@ var deviceKernels = map[string][]string{
 		"unary_relu", "unary_backward_relu", "unary_gelu", "unary_backward_gelu", "unary_gelu_tanh", "unary_backward_gelu_tanh",
 		"unary_sigmoid", "unary_backward_sigmoid", "unary_tanh", "unary_backward_tanh", "clip_f", "clip_backward", "where_f", "where_backward",
 		"prelu", "prelu_backward", "maxmin", "maxmin_winners", "maxmin_grad_direct", "maxmin_grad_scatter"},
-	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows", "conv_tap_grams", "std_norm_terms", "std_ghost_terms"},
+	"persample.cu": {"im2col", "conv_weight_grad", "conv_weight_grad_rows", "conv_tap_grams", "std_norm_terms", "std_ghost_terms", "std_vjp"},
 	"layout.cu":    {"fill_f", "index_gather", "index_gather_backward", "index_gather_backward_rows", "permute", "rows_copy", "expand"},
 	"nn.cu": {"conv_fwd", "conv_dx", "conv_dw", "conv_unfold", "conv_fold", "conv_pack_out", "add_channel_bias", "channel_sums", "channel_sums_block", "max_pool", "max_pool_bwd", "max_pool_winners",
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",

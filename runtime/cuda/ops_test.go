@@ -323,6 +323,31 @@ var opCases = []opCase{
 		o.StandardizedGhostTerms(place(p, dy), place(p, z), place(p, u), place(p, cA), place(p, cB), place(p, coefG), rows, groups, n, samples, ld, pw, pg)
 		return append(fetch(p, pw), fetch(p, pg)...), true
 	}, 1e-9},
+	// Rows of n elements (past a chunk from 2049), one to three, with a
+	// large mean and a component along x̂; a gain or none.
+	{"StandardizedVJP", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.PerSampleOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		rows := 1 + n%3
+		xhat, s := randFloats(r, rows*n), randFloats(r, rows*n)
+		for k := range s {
+			s[k] += 3 + 2*xhat[k]
+		}
+		c, gs := randFloats(r, rows), randFloats(r, rows)
+		ps := place(p, s)
+		var out []float64
+		if seed%2 == 0 {
+			o.StandardizedVJP(ps, place(p, xhat), place(p, c), nil, rows, n, nil)
+		} else {
+			gain := place(p, make([]float32, rows))
+			o.StandardizedVJP(ps, place(p, xhat), place(p, c), place(p, gs), rows, n, gain)
+			out = widen32(fetch(p, gain))
+		}
+		return append(widen32(fetch(p, ps)), out...), true
+	}, 1e-5},
 	{"AddSumSqProduct", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(runtime.VectorOps)
 		if !ok {

@@ -356,3 +356,21 @@ func (d *Device) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows,
 	a.I64(int64(rows)).I64(int64(groups)).I64(int64(t)).I64(int64(n)).I64(int64(ld)).I64(runtime.SumChunk).Ptr(f64(tW[:last], opInOut, d)).Ptr(ptg)
 	d.launch("std_ghost_terms", 32*int64(n*rows))
 }
+
+// StandardizedVJP implements runtime.PerSampleOps: a warp per row
+// (std_vjp), its two sums in the CPU's lane order, each element as
+// runtime.StdVJP.
+func (d *Device) StandardizedVJP(s, xhat, c, gs []float32, rows, k int, gain []float32) {
+	if rows == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("StandardizedVJP")
+	var pgs, pg DevicePtr
+	if gain != nil {
+		pgs, pg = f32(gs[:rows], opIn, d), f32(gain[:rows], opOut, d)
+	}
+	a.Ptr(f32(s[:rows*k], opInOut, d)).Ptr(f32(xhat[:rows*k], opIn, d)).Ptr(f32(c[:rows], opIn, d)).Ptr(pgs)
+	a.I64(int64(rows)).I64(int64(k)).I64(runtime.SumChunk).Ptr(pg)
+	d.launch("std_vjp", 32*int64(rows))
+}

@@ -210,3 +210,23 @@ func (Device) StandardizedGhostTerms(dy, z, u, cA, cB, coefG []float32, rows, gr
 		}
 	}
 }
+
+// StandardizedVJP implements runtime.PerSampleOps by the definition: the
+// row sums in float64 in order, each element c·(s − Σs/k − (Σs·x̂/k)·x̂)
+// in float64 (the CPU sums in the lane order).
+func (Device) StandardizedVJP(s, xhat, c, gs []float32, rows, k int, gain []float32) {
+	for o := 0; o < rows; o++ {
+		r, x := s[o*k:(o+1)*k], xhat[o*k:(o+1)*k]
+		var sa, sb float64
+		for e := range r {
+			sa += float64(r[e])
+			sb += float64(r[e]) * float64(x[e])
+		}
+		for e := range r {
+			r[e] = float32(float64(c[o]) * (float64(r[e]) - sa/float64(k) - sb/float64(k)*float64(x[e])))
+		}
+		if gain != nil {
+			gain[o] = float32(float64(gs[o]) * sb)
+		}
+	}
+}

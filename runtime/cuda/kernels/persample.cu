@@ -205,3 +205,35 @@ extern "C" __global__ void std_ghost_terms(const float *dy, const float *z, cons
     }
   }
 }
+
+// std_vjp: runtime.PerSampleOps.StandardizedVJP. A warp per row o: Σs and
+// Σs·x̂ in the lane order (runtime.StdRowSums'), broadcast from lane 0,
+// then each lane rewrites
+// its elements as c_o·((s − a) − b·x̂) in double, rounded once
+// (runtime.StdVJP), and lane 0 the gain's gs_o·Σs·x̂ where gain is not
+// null.
+extern "C" __global__ void std_vjp(float *s, const float *xh, const float *c, const float *gs, long long rows,
+                                   long long k, long long chunk, float *gain) {
+  WARP_FOR_EACH(o, rows) {
+    float *r = s + o * k;
+    const float *x = xh + o * k;
+    double s2 = 0, s3 = 0;
+    for (long long c0 = 0; c0 < k; c0 += chunk) {
+      long long c1 = c0 + chunk < k ? c0 + chunk : k;
+      double a2 = 0, a3 = 0;
+      for (long long e = c0 + LANE; e < c1; e += 32) {
+        double gv = r[e], xv = x[e];
+        a2 += gv;
+        a3 += gv * xv;
+      }
+      s2 += warp_sum(a2);
+      s3 += warp_sum(a3);
+    }
+    // The sums are lane 0's (warp_sum): every lane's elements need them.
+    s2 = __shfl_sync(0xffffffffu, s2, 0);
+    s3 = __shfl_sync(0xffffffffu, s3, 0);
+    double a = s2 / (double)k, b = s3 / (double)k, co = c[o];
+    for (long long e = LANE; e < k; e += 32) r[e] = (float)(co * (((double)r[e] - a) - b * (double)x[e]));
+    if (gain && LANE == 0) gain[o] = (float)((double)gs[o] * s3);
+  }
+}
