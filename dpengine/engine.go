@@ -155,6 +155,14 @@ type Engine struct {
 	// reached through a path, before it is mapped back; gatherScratch the
 	// parameter-shaped sum mapped back, before it is added (pathMap).
 	mapScratch, gatherScratch []float32
+	// stdCurrent says the standardized weights' statistics (stdState.
+	// refresh) are of the parameters as they are: set by the first
+	// physical batch of a logical batch, cleared when one begins — the
+	// parameters change only between logical batches (the optimizer,
+	// SetParams, a checkpoint), so that the physical batches after the
+	// first skip the pass over W. stdRefreshes counts the passes (tests).
+	stdCurrent   bool
+	stdRefreshes int
 	// stdGhostBuf is the ghost form's scratch of a standardized weight
 	// (convStdGhost: the scaled output gradient, then the convolution by
 	// x̂, and by ones), grown to the largest; stdOnes the ones; stdConvWS
@@ -524,7 +532,9 @@ func (e *Engine) HostParams() [][]float32 {
 }
 
 // Fill writes the inputs (len(idx)·sample floats) and labels of the given
-// examples into x and y.
+// examples into x and y. It must not change the engine's parameters: a
+// logical batch's physical batches share what is derived from them
+// (Engine.stdCurrent).
 type Fill func(idx []int, x []float32, y []int64) error
 
 // StepStats summarizes one logical batch. Losses are on training data and
@@ -601,6 +611,7 @@ func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
 }
 
 func (e *Engine) beginLogical() {
+	e.stdCurrent = false
 	if e.cfg.Mode != NonDP { // NonDP's first physical batch overwrites accum
 		for _, p := range e.params {
 			p.fresh = true

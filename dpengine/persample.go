@@ -666,7 +666,7 @@ func (e *Engine) refreshDerived() error {
 			}
 		}
 		if g.std != nil {
-			if err := g.std.refresh(e); err != nil {
+			if err := g.std.refresh(e, !e.stdCurrent || stdStatsEveryBatch); err != nil {
 				return err
 			}
 			continue
@@ -676,8 +676,14 @@ func (e *Engine) refreshDerived() error {
 		}
 		g.virtFilled = g.linear != nil
 	}
+	e.stdCurrent = true
 	return nil
 }
+
+// stdStatsEveryBatch, set only by tests, recomputes the standardized
+// weights' statistics every physical batch (the oracle of computing them
+// once a logical batch).
+var stdStatsEveryBatch bool
 
 // deriveBack takes the per-sample gradients of every operand computed
 // from parameters that its rule wrote in this backward pass back to the

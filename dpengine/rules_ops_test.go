@@ -362,54 +362,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
 			return m
 		},
-		"standardized_ghost": func() *opModel {
-			// Standardized convolutions whose decision is ghost (T² small
-			// against p·D): strided with a gain, grouped with a constant
-			// γ, ungrouped of stride 1 (the input-Gram ghost norm) and
-			// pointwise with a gain — their norms from the ghost form,
-			// no gradient instantiated.
-			m := &opModel{opset: 15, sample: []int64{4, 6, 6}, rng: rand.New(rand.NewPCG(29, 30)), loops: 0, unlifted: 4, standardized: 4, ghostForm: 4, ghostFormAll: 4}
-			std := func(name string, shape []int64, gain bool, in string, attrs ...*onnxpb.AttributeProto) {
-				rows := shape[0]
-				ones := make([]float32, rows)
-				zeros := make([]float32, rows)
-				shift := make([]float32, rows)
-				for o := range ones {
-					ones[o], shift[o] = 1, float32(o%3-1)/10
-				}
-				m.ints(name+"_rows", 1, rows, -1)
-				m.param(name, shape...)
-				m.node("Reshape", []string{name, name + "_rows"}, name+"_r")
-				scale := name + "_gamma"
-				if gain {
-					m.param(scale, rows)
-				} else {
-					gamma := make([]float32, rows)
-					for o := range gamma {
-						gamma[o] = 0.5 + float32(o%4)/2
-					}
-					m.constant(scale, []int64{rows}, gamma...)
-				}
-				m.constant(name+"_shift", []int64{rows}, shift...)
-				m.constant(name+"_mean", []int64{rows}, zeros...)
-				m.constant(name+"_var", []int64{rows}, ones...)
-				m.node("BatchNormalization", []string{name + "_r", scale, name + "_shift", name + "_mean", name + "_var"}, name+"_b",
-					intAttr("training_mode", 1), floatAttr("epsilon", 1e-5))
-				m.ints(name+"_shape", shape...)
-				m.node("Reshape", []string{name + "_b", name + "_shape"}, name+"_w")
-				m.node("Conv", []string{in, name + "_w"}, name+"_y", attrs...)
-				m.node("Relu", []string{name + "_y"}, name+"_a")
-			}
-			std("w1", []int64{8, 4, 3, 3}, true, "input", intsAttr("pads", 1, 1, 1, 1), intsAttr("strides", 2, 2)) // (N,8,3,3)
-			std("w2", []int64{12, 4, 3, 3}, false, "w1_a", intsAttr("pads", 1, 1, 1, 1), intAttr("group", 2))      // (N,12,3,3)
-			std("w3", []int64{16, 12, 3, 3}, false, "w2_a", intsAttr("pads", 1, 1, 1, 1))                          // (N,16,3,3)
-			std("w4", []int64{12, 16, 1, 1}, true, "w3_a")                                                         // (N,12,3,3)
-			m.node("Flatten", []string{"w4_a"}, "f", intAttr("axis", 1))                                           // (N,108)
-			m.param("wh", 4, 108)
-			m.param("bh", 4)
-			m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
-			return m
-		},
+		"standardized_ghost": standardizedGhostModel,
 		"transform_bias_scale": func() *opModel {
 			// Swin V2's attention: a relative-position bias table made
 			// by an MLP from constant coordinates, gathered, squashed and
@@ -800,6 +753,132 @@ func TestOperatorNormsMatchPyTorch(t *testing.T) {
 						t.Errorf("%d parameters with norms, %d with PyTorch references (want %d)", len(got), n, c.params)
 					}
 				})
+			}
+		}
+	}
+}
+
+// standardizedGhostModel has standardized convolutions whose decision is
+// ghost (T² small against p·D): strided with a gain, grouped with a
+// constant γ, ungrouped of stride 1 (the input-Gram ghost norm) and
+// pointwise with a gain — their norms from the ghost form, no gradient
+// instantiated.
+func standardizedGhostModel() *opModel {
+	// Standardized convolutions whose decision is ghost (T² small
+	// against p·D): strided with a gain, grouped with a constant
+	// γ, ungrouped of stride 1 (the input-Gram ghost norm) and
+	// pointwise with a gain — their norms from the ghost form,
+	// no gradient instantiated.
+	m := &opModel{opset: 15, sample: []int64{4, 6, 6}, rng: rand.New(rand.NewPCG(29, 30)), loops: 0, unlifted: 4, standardized: 4, ghostForm: 4, ghostFormAll: 4}
+	std := func(name string, shape []int64, gain bool, in string, attrs ...*onnxpb.AttributeProto) {
+		rows := shape[0]
+		ones := make([]float32, rows)
+		zeros := make([]float32, rows)
+		shift := make([]float32, rows)
+		for o := range ones {
+			ones[o], shift[o] = 1, float32(o%3-1)/10
+		}
+		m.ints(name+"_rows", 1, rows, -1)
+		m.param(name, shape...)
+		m.node("Reshape", []string{name, name + "_rows"}, name+"_r")
+		scale := name + "_gamma"
+		if gain {
+			m.param(scale, rows)
+		} else {
+			gamma := make([]float32, rows)
+			for o := range gamma {
+				gamma[o] = 0.5 + float32(o%4)/2
+			}
+			m.constant(scale, []int64{rows}, gamma...)
+		}
+		m.constant(name+"_shift", []int64{rows}, shift...)
+		m.constant(name+"_mean", []int64{rows}, zeros...)
+		m.constant(name+"_var", []int64{rows}, ones...)
+		m.node("BatchNormalization", []string{name + "_r", scale, name + "_shift", name + "_mean", name + "_var"}, name+"_b",
+			intAttr("training_mode", 1), floatAttr("epsilon", 1e-5))
+		m.ints(name+"_shape", shape...)
+		m.node("Reshape", []string{name + "_b", name + "_shape"}, name+"_w")
+		m.node("Conv", []string{in, name + "_w"}, name+"_y", attrs...)
+		m.node("Relu", []string{name + "_y"}, name+"_a")
+	}
+	std("w1", []int64{8, 4, 3, 3}, true, "input", intsAttr("pads", 1, 1, 1, 1), intsAttr("strides", 2, 2)) // (N,8,3,3)
+	std("w2", []int64{12, 4, 3, 3}, false, "w1_a", intsAttr("pads", 1, 1, 1, 1), intAttr("group", 2))      // (N,12,3,3)
+	std("w3", []int64{16, 12, 3, 3}, false, "w2_a", intsAttr("pads", 1, 1, 1, 1))                          // (N,16,3,3)
+	std("w4", []int64{12, 16, 1, 1}, true, "w3_a")                                                         // (N,12,3,3)
+	m.node("Flatten", []string{"w4_a"}, "f", intAttr("axis", 1))                                           // (N,108)
+	m.param("wh", 4, 108)
+	m.param("bh", 4)
+	m.node("Gemm", []string{"f", "wh", "bh"}, "y", intAttr("transB", 1))
+	return m
+}
+
+// TestStandardizedStatsOncePerStep: the standardized weights' statistics
+// are computed once a logical batch, at its first physical batch (the
+// parameters change only between logical batches): three SGD steps of five
+// samples in physical batches of 2 end where the same steps do with the
+// statistics computed every physical batch, and in one physical batch, in
+// mixed and bk, with one pass over each weight a step.
+func TestStandardizedStatsOncePerStep(t *testing.T) {
+	m := standardizedGhostModel()
+	per := 1
+	for _, d := range m.sample {
+		per *= int(d)
+	}
+	const N, steps = 5, 3
+	r := rand.New(rand.NewPCG(31, 32))
+	x := make([]float32, N*per)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	y := make([]int64, N)
+	for i := range y {
+		y[i] = int64(r.IntN(4))
+	}
+	idx := []int{0, 1, 2, 3, 4}
+	fill := func(ix []int, xs []float32, ys []int64) error {
+		for k, i := range ix {
+			copy(xs[k*per:(k+1)*per], x[i*per:(i+1)*per])
+			ys[k] = y[i]
+		}
+		return nil
+	}
+	for _, mode := range []Mode{Mixed, BK} {
+		run := func(phys int, every bool) [][]float32 {
+			defer func(v bool) { stdStatsEveryBatch = v }(stdStatsEveryBatch)
+			stdStatsEveryBatch = every
+			g := standardizedGhostModel().graph(t)
+			rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: m.sample, Batch: int64(phys)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e, err := New(g, rp, Config{Mode: mode, Clipping: Clipping{Fn: Abadi, R: 6}, ExpectedBatch: N, PhysicalBatch: phys,
+				Source: NewSeededSource(1), Optimizer: &SGD{LR: 0.5}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range steps {
+				if _, err := e.Step(idx, fill); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if want := steps * m.standardized; !every && e.stdRefreshes != want {
+				t.Errorf("%s, physical batch %d: %d passes over the standardized weights, want %d", mode, phys, e.stdRefreshes, want)
+			}
+			var out [][]float32
+			for _, p := range e.HostParams() {
+				out = append(out, append([]float32(nil), p...))
+			}
+			return out
+		}
+		split, every, whole := run(2, false), run(2, true), run(N, false)
+		for k := range whole {
+			for i, w := range whole[k] {
+				if split[k][i] != every[k][i] {
+					t.Fatalf("%s: parameter %d element %d: %v with the statistics once a step, %v every physical batch", mode, k, i, split[k][i], every[k][i])
+				}
+				if d := math.Abs(float64(split[k][i] - w)); d > 1e-4*math.Max(1, math.Abs(float64(w))) {
+					t.Fatalf("%s: parameter %d element %d: %v in physical batches of 2, %v in one", mode, k, i, split[k][i], w)
+				}
 			}
 		}
 	}

@@ -299,9 +299,18 @@ func (b *statBuilder) op(op string, attrs []*onnxpb.AttributeProto, in ...*graph
 	return out
 }
 
-// refresh recomputes x̂ and the coefficients on the parameters' current
-// values and clears the terms.
-func (s *stdState) refresh(e *Engine) error {
+// refresh clears the terms and, with stats, recomputes x̂ and the
+// coefficients on the parameters' current values (once a logical batch:
+// Engine.stdCurrent).
+func (s *stdState) refresh(e *Engine, stats bool) error {
+	e.ops.ZeroNormSq(s.tW)
+	if s.tG != nil {
+		e.ops.ZeroNormSq(s.tG)
+	}
+	if !stats {
+		return nil
+	}
+	e.stdRefreshes++
 	for i, p := range []*param{s.w, s.gain} {
 		if p == nil {
 			continue
@@ -320,10 +329,6 @@ func (s *stdState) refresh(e *Engine) error {
 	if s.gain != nil {
 		s.coefG, _ = s.stat.Output(5)
 		s.gainScale, _ = s.stat.Output(6)
-	}
-	e.ops.ZeroNormSq(s.tW)
-	if s.tG != nil {
-		e.ops.ZeroNormSq(s.tG)
 	}
 	return nil
 }
