@@ -91,6 +91,24 @@ func (m *opModel) node(op string, in []string, out string, attrs ...*onnxpb.Attr
 	m.nodes = append(m.nodes, &onnxpb.NodeProto{Name: proto.String(out), OpType: proto.String(op), Input: in, Output: []string{out}, Attribute: attrs})
 }
 
+// samples draws n samples of m's shape (normal inputs, labels below 4)
+// and returns them with a sample's length.
+func (m *opModel) samples(r *rand.Rand, n int) (x []float32, y []int64, per int) {
+	per = 1
+	for _, d := range m.sample {
+		per *= int(d)
+	}
+	x = make([]float32, n*per)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	y = make([]int64, n)
+	for i := range y {
+		y[i] = int64(r.IntN(4))
+	}
+	return x, y, per
+}
+
 // graph returns a fresh graph of the model with a dynamic batch axis.
 func (m *opModel) graph(t *testing.T) *graph.Graph {
 	t.Helper()
@@ -465,18 +483,7 @@ func TestOperatorRulesMatchBruteForce(t *testing.T) {
 		m := build()
 		r := rand.New(rand.NewPCG(7, 8))
 		const N = 5
-		per := 1
-		for _, d := range m.sample {
-			per *= int(d)
-		}
-		x := make([]float32, N*per)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		y := make([]int64, N)
-		for i := range y {
-			y[i] = int64(r.IntN(4))
-		}
+		x, y, _ := m.samples(r, N)
 		const R = 6 // binds for some samples, not all
 		want, wantSum := bruteNorms(t, m, x, y, R)
 		// Computed linear operands lifted over the samples (one pass, or
@@ -820,20 +827,8 @@ func standardizedGhostModel() *opModel {
 // mixed and bk, with one pass over each weight a step.
 func TestStandardizedStatsOncePerStep(t *testing.T) {
 	m := standardizedGhostModel()
-	per := 1
-	for _, d := range m.sample {
-		per *= int(d)
-	}
 	const N, steps = 5, 3
-	r := rand.New(rand.NewPCG(31, 32))
-	x := make([]float32, N*per)
-	for i := range x {
-		x[i] = float32(r.NormFloat64())
-	}
-	y := make([]int64, N)
-	for i := range y {
-		y[i] = int64(r.IntN(4))
-	}
+	x, y, per := m.samples(rand.New(rand.NewPCG(31, 32)), N)
 	idx := []int{0, 1, 2, 3, 4}
 	fill := func(ix []int, xs []float32, ys []int64) error {
 		for k, i := range ix {

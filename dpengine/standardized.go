@@ -24,10 +24,10 @@ import (
 // the computation as it does every parameter's; in book-keeping the
 // layer's kept input and output gradient give Σ_i C_i g_i of the weight
 // it reads, which the same vector-Jacobian product (linear in g) takes to
-// W and the gain (stdClippedSum). Where the layer's decision is ghost, not even g is formed: the
-// norms come from a ghost norm and two sums a row (convStdGhost).
-// Instantiate mode keeps the general path (useGroup.virt), the oracle of
-// this one.
+// W and the gain (stdClippedSum). Where the layer's decision is ghost,
+// not even g is formed: the norms come from a ghost norm and two sums a
+// row (convStdGhost). Instantiate mode keeps the general path
+// (useGroup.virt), the oracle of this one.
 
 // stdApplies reports whether the engine takes the closed form for a
 // standardized weight in cfg's mode: where norms alone are needed (ghost,
@@ -222,7 +222,7 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	c := b.op("Div", nil, num, sd)
 	coefW := b.op("Mul", nil, c, c)
 	// The ghost form's (runtime.PerSampleOps.StandardizedGhostTerms):
-	// cA = c/K, cB = c·(2 − ‖x̂_o‖²/K)/K and √c, with ‖x̂_o‖²/K = v/(v + ε)
+	// cA = c²/K and cB = c²·(2 − ‖x̂_o‖²/K)/K, with ‖x̂_o‖²/K = v/(v + ε)
 	// and 1ᵀx̂_o = 0 (the instantiated form sums x̂'s own: the two differ
 	// by x̂'s rounding), from the rows' statistics alone — no pass over x̂.
 	cK := b.op("Mul", nil, coefW, invK)
@@ -362,10 +362,11 @@ func (s *stdState) finish(ops runtime.DPOps) {
 // convStdGhost takes the norms of the standardized weight of st, read by
 // the convolution s with input x and output gradient dy, without
 // instantiating a sample's gradient g (the layer's decision is ghost:
-// T² small against p·D). W's row o contributes c_o‖g_o − (1ᵀg_o/K)·1 −
-// (x̂_oᵀg_o/K)·x̂_o‖² = c_o‖g_o‖² + the row's StandardizedGhostTerms
-// term: the first summed over the rows is the ghost norm of dy with row
-// o scaled by √c_o, taken by the convolution's own ghost rule (gus,
+// T² small against p·D). W's row o contributes c_o²‖g_o − (1ᵀg_o/K)·1 −
+// (x̂_oᵀg_o/K)·x̂_o‖² = c_o²‖g_o‖² + the row's StandardizedGhostTerms
+// term (c = Scale·γ/σ): the first summed over the rows is the ghost norm
+// of dy with row o scaled by c_o, taken by the convolution's own ghost
+// rule (gus,
 // whose squared norms are W's); x̂_oᵀg_o = Σ_t dy_{o,t}·x̂_oᵀa_t and 1ᵀg_o
 // = Σ_t dy_{o,t}·1ᵀa_t come from the convolution of the input by x̂ (the
 // layer's own, a forward pass's GEMM for the batch, in place of B thin
@@ -394,7 +395,7 @@ func (e *Engine) convStdGhost(st *stdState, s *runtime.ConvShape, x, dy *runtime
 		}
 		e.lay.Fill(1, e.stdOnes)
 	}
-	// Σ_o c_o‖g_o‖²: the ghost norm of dy's rows scaled by √c_o, added
+	// Σ_o c_o²‖g_o‖²: the ghost norm of dy's rows scaled by c_o, added
 	// to W's squared norms.
 	scaled, z, u := buf[:zLen], buf[:zLen], buf[zLen:zLen+uLen]
 	e.lay.Copy(dy.Data[:zLen], scaled)
