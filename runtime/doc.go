@@ -75,7 +75,9 @@
 // where the samples are (BatchAxis, BatchStride): usually the leading axis,
 // but nn.MultiheadAttention exports run their projections on (T, B, D) and
 // (T·B, D) tensors. BackwardOptions.SkipParamGrads skips the parameter
-// gradients (book-keeping and ghost-norm passes compute their own), and
+// gradients (book-keeping and ghost-norm passes compute their own) and
+// those of values computed from parameters alone, whose nodes' backward
+// (and hooks) it skips with them, and
 // Options.KeepActivations allows a second Backward after one Forward.
 //
 // Exporters store equal-valued parameters once and read the copies through

@@ -177,7 +177,13 @@ type BackwardOptions struct {
 	Hook HookFunc
 	// SkipParamGrads leaves parameter gradients untouched (not computed,
 	// not zeroed): the DP engine's book-keeping and ghost-norm passes
-	// compute what they need from the hooks.
+	// compute what they need from the hooks. Nor are the gradients of
+	// values computed from parameters alone (HookEvent.Derived: a
+	// standardized weight, a transposed one) computed, whose only use is
+	// the parameters': the backward of the nodes computing them is
+	// skipped, no hook fires on those nodes, and the node where such a
+	// value meets the batch computes no gradient for it (a convolution
+	// reading a standardized weight forms no weight gradient).
 	SkipParamGrads bool
 }
 
@@ -1803,13 +1809,16 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 				return err
 			}
 		}
+		if bo.SkipParamGrads && nd.paramOnly() {
+			continue
+		}
 		if nd.hooked && bo.Hook != nil {
 			bo.Hook(&nd.hookEv)
 		}
 		any := false
 		for j, t := range nd.in {
 			nd.dIn[j] = nd.dInPlan[j]
-			if t != nil && t.param && bo.SkipParamGrads {
+			if t != nil && (t.param || t.derived) && bo.SkipParamGrads {
 				nd.dIn[j] = nil
 			}
 			if nd.dIn[j] != nil {
@@ -1829,4 +1838,21 @@ func (p *Plan) backward(opts *BackwardOptions) error {
 		}
 	}
 	return nil
+}
+
+// paramOnly reports whether every output of nd is computed from trainable
+// parameters and constants alone (tensor.derived): under
+// BackwardOptions.SkipParamGrads its backward computes nothing wanted.
+func (nd *node) paramOnly() bool {
+	some := false
+	for _, t := range nd.out {
+		if t == nil {
+			continue
+		}
+		if !t.derived {
+			return false
+		}
+		some = true
+	}
+	return some
 }

@@ -941,3 +941,53 @@ func TestAddGradientInPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestSkipParamGradsDerived: with SkipParamGrads the nodes computing from
+// parameters alone (BEiT's relative-position bias gathered from its
+// table, ViT's class token expanded over the batch) run no backward and
+// fire no hook, and every other hook sees the activations and output
+// gradient of a full backward pass.
+func TestSkipParamGradsDerived(t *testing.T) {
+	for _, fx := range []string{"vit", "beit"} {
+		t.Run(fx, func(t *testing.T) {
+			p, _, labels := compileFixture(t, fx, &Options{KeepActivations: true})
+			record := func(into map[string][]float32) HookFunc {
+				return func(ev *HookEvent) {
+					key := ev.Node.Name
+					into[key+"/dy"] = append([]float32(nil), ev.DOut.Data...)
+					for j, in := range ev.Inputs {
+						into[fmt.Sprintf("%s/in%d", key, j)] = append([]float32(nil), in.Data...)
+					}
+				}
+			}
+			full, skip := map[string][]float32{}, map[string][]float32{}
+			step(t, p, labels, nil, &BackwardOptions{Hook: record(full)})
+			if err := p.Backward(nil, &BackwardOptions{SkipParamGrads: true, Hook: record(skip)}); err != nil {
+				t.Fatal(err)
+			}
+			skipped := 0
+			for _, nd := range p.nodes {
+				if !nd.hooked {
+					continue
+				}
+				_, fired := skip[nd.g.Name+"/dy"]
+				if nd.paramOnly() {
+					skipped++
+					if fired {
+						t.Errorf("%s computes from parameters alone: its hook fired", nd.g.Name)
+					}
+				} else if !fired {
+					t.Errorf("%s: no hook", nd.g.Name)
+				}
+			}
+			if skipped == 0 {
+				t.Fatal("no hooked node computes from parameters alone")
+			}
+			for k, v := range skip {
+				if e := relErr(v, full[k]); e != 0 {
+					t.Errorf("%s differs by %.3g from a full backward", k, e)
+				}
+			}
+		})
+	}
+}
