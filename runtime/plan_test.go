@@ -188,19 +188,10 @@ func TestNoParamGrads(t *testing.T) {
 		t.Run(fx, func(t *testing.T) {
 			ref, _, labels := compileFixture(t, fx, nil)
 			p, _, _ := compileFixture(t, fx, &Options{NoParamGrads: true})
-			record := func(into map[string][]float32) HookFunc {
-				return func(ev *HookEvent) {
-					key := ev.Node.Name
-					into[key+"/dy"] = append([]float32(nil), ev.DOut.Data...)
-					for j, in := range ev.Inputs {
-						into[fmt.Sprintf("%s/in%d", key, j)] = append([]float32(nil), in.Data...)
-					}
-				}
-			}
 			want, got := map[string][]float32{}, map[string][]float32{}
-			step(t, ref, labels, nil, &BackwardOptions{SkipParamGrads: true, Hook: record(want)})
+			step(t, ref, labels, nil, &BackwardOptions{SkipParamGrads: true, Hook: recordHookValues(want)})
 			// No SkipParamGrads: the plan itself must skip them.
-			step(t, p, labels, nil, &BackwardOptions{Hook: record(got)})
+			step(t, p, labels, nil, &BackwardOptions{Hook: recordHookValues(got)})
 			if len(want) == 0 || len(got) != len(want) {
 				t.Fatalf("hooked values: %d with NoParamGrads, %d without", len(got), len(want))
 			}
@@ -951,18 +942,9 @@ func TestSkipParamGradsDerived(t *testing.T) {
 	for _, fx := range []string{"vit", "beit"} {
 		t.Run(fx, func(t *testing.T) {
 			p, _, labels := compileFixture(t, fx, &Options{KeepActivations: true})
-			record := func(into map[string][]float32) HookFunc {
-				return func(ev *HookEvent) {
-					key := ev.Node.Name
-					into[key+"/dy"] = append([]float32(nil), ev.DOut.Data...)
-					for j, in := range ev.Inputs {
-						into[fmt.Sprintf("%s/in%d", key, j)] = append([]float32(nil), in.Data...)
-					}
-				}
-			}
 			full, skip := map[string][]float32{}, map[string][]float32{}
-			step(t, p, labels, nil, &BackwardOptions{Hook: record(full)})
-			if err := p.Backward(nil, &BackwardOptions{SkipParamGrads: true, Hook: record(skip)}); err != nil {
+			step(t, p, labels, nil, &BackwardOptions{Hook: recordHookValues(full)})
+			if err := p.Backward(nil, &BackwardOptions{SkipParamGrads: true, Hook: recordHookValues(skip)}); err != nil {
 				t.Fatal(err)
 			}
 			skipped := 0
@@ -989,5 +971,17 @@ func TestSkipParamGradsDerived(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// recordHookValues is a hook that copies each event's output gradient
+// (key "node/dy") and inputs ("node/inJ") into into.
+func recordHookValues(into map[string][]float32) HookFunc {
+	return func(ev *HookEvent) {
+		key := ev.Node.Name
+		into[key+"/dy"] = append([]float32(nil), ev.DOut.Data...)
+		for j, in := range ev.Inputs {
+			into[fmt.Sprintf("%s/in%d", key, j)] = append([]float32(nil), in.Data...)
+		}
 	}
 }
