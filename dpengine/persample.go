@@ -643,7 +643,10 @@ var (
 // refreshDerived reruns the sub-plans of the operands computed from
 // parameters on the parameters' current values (copied in), so that
 // their backward passes differentiate the computation where the step's
-// forward pass did, and clears the linear ones' per-sample gradients.
+// forward pass did, and clears the linear ones' per-sample gradients; a
+// standardized weight's statistics it recomputes at a logical batch's
+// first physical batch only (Engine.stdCurrent), its norm terms it clears
+// every time.
 func (e *Engine) refreshDerived() error {
 	for _, g := range e.derived {
 		for _, plan := range []*runtime.Plan{g.sub, g.lift} {

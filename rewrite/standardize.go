@@ -28,7 +28,8 @@ import (
 // per-sample gradients of the weight and taking them back through the
 // computation (Use.Transform), and book-keeping's clipped sum from the
 // layer's kept input and output gradient, taken back through the
-// computation once.
+// standardization once by its vector-Jacobian product in closed form
+// (StandardizedVJP).
 type Standardized struct {
 	// Weight names W; Gain the gain parameter, "" where γ is a constant
 	// or absent.
