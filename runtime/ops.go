@@ -221,7 +221,18 @@ func buildCopy(p *Plan, nd *node) error {
 		return fmt.Errorf("input %v and output %v differ in size", x.shape, y.shape)
 	}
 	nd.fwd = func() { p.ops.Copy(x.data, y.data) }
-	nd.bwd = func() { p.ops.Copy(y.grad, nd.dIn[0]) }
+	nd.bwd = func() {
+		if !SameMemory(y.grad, nd.dIn[0]) {
+			p.ops.Copy(y.grad, nd.dIn[0])
+		}
+	}
+	// The gradient of a reshape is dy itself: the plan hands dy's buffer
+	// on as x's gradient where dy dies here, or adds dy into x's gradient
+	// where another consumer wrote it first (gradIsDy), and the backward
+	// then has nothing to copy. A ViT block's head splits and merges and a
+	// weight-standardized convolution's reshapes of its weight cost no pass
+	// over memory and no buffer then.
+	nd.inplaceGrad, nd.gradIsDy = true, true
 	return nil
 }
 

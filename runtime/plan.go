@@ -241,14 +241,18 @@ type node struct {
 	// saved x[i] or y[i]), so dx may overwrite dy when nothing else reads
 	// dy afterwards (see planBuffers).
 	inplaceGrad bool
-	needBwd     bool
-	hooked      bool
-	aliased     bool // output 0 shares input 0's buffer: no forward work
-	hookEv      HookEvent
-	conv        *ConvShape
-	norm        *rowNorm
-	mm          *mmFold // a FusedMatMul's geometry (fuse_matmul.go)
-	fk, bk      CPUKernel
+	// gradIsDy: input 0's gradient is dy itself (a reshape): where
+	// another consumer wrote that gradient first, dy is added into it
+	// directly, with no scratch buffer for a copy.
+	gradIsDy bool
+	needBwd  bool
+	hooked   bool
+	aliased  bool // output 0 shares input 0's buffer: no forward work
+	hookEv   HookEvent
+	conv     *ConvShape
+	norm     *rowNorm
+	mm       *mmFold // a FusedMatMul's geometry (fuse_matmul.go)
+	fk, bk   CPUKernel
 	// build compiles a fused node (nil: the operator's opTable entry);
 	// fused is the number of graph nodes it replaces.
 	build builder
@@ -1328,6 +1332,9 @@ func (p *Plan) bufferItems(again map[*tensor]int, isOut map[*tensor]bool) []item
 				continue
 			}
 			nd.acc[j] = true
+			if y := nd.out[0]; nd.gradIsDy && j == 0 && y != nil && y.gradItem >= 0 && y.n == t.n {
+				continue // dy is added into t's gradient (placeItems)
+			}
 			nd.scratchItem[j] = add(t.n, bstep(i), bstep(i))
 		}
 	}
@@ -1480,7 +1487,9 @@ func (p *Plan) placeItems(items []item) error {
 			if t.param && p.opts.NoParamGrads {
 				continue
 			}
-			if nd.acc[j] {
+			if nd.acc[j] && nd.scratchItem[j] < 0 { // gradIsDy
+				nd.dInPlan[j] = nd.out[0].grad
+			} else if nd.acc[j] {
 				nd.dInPlan[j] = slice(nd.scratchItem[j], t.n)
 			} else {
 				nd.dInPlan[j] = t.grad

@@ -933,6 +933,70 @@ func TestAddGradientInPlace(t *testing.T) {
 	}
 }
 
+// TestReshapeGradientInPlace: a reshape's input gradient is its output
+// gradient's buffer wherever that dies at the reshape (the fixtures' every
+// reshape with a gradient: ViT's head splits and merges, the CNNs'
+// flatten), and where another consumer wrote the input's gradient first
+// the output gradient is added into it with no scratch copy (gradIsDy).
+// Both equal central differences (gradCheckPlan); TestGolden holds the
+// fixtures' gradients to PyTorch's.
+func TestReshapeGradientInPlace(t *testing.T) {
+	for _, name := range []string{"cnn", "vit", "beit", "crossvit"} {
+		p, _, labels := compileFixture(t, name, nil)
+		copies := 0
+		for _, nd := range p.nodes {
+			if !nd.gradIsDy || !nd.needBwd || nd.in[0].gradItem < 0 {
+				continue
+			}
+			copies++
+			if x, y := nd.in[0], nd.out[0]; x.gradItem != y.gradItem {
+				t.Errorf("%s: %s %s: its input gradient has a buffer of its own", name, nd.g.OpType, nd.g.Name)
+			}
+		}
+		step(t, p, labels, nil, nil)
+		for _, nd := range p.nodes {
+			if x, y := nd.in[0], nd.out[0]; nd.gradIsDy && nd.needBwd && x.gradItem >= 0 && !SameMemory(x.grad, y.grad) {
+				t.Errorf("%s: %s: the gradients share an item, not a buffer", name, nd.g.Name)
+			}
+		}
+		if copies == 0 {
+			t.Errorf("%s: no reshape with a gradient", name)
+		}
+	}
+
+	// e feeds a Reshape (first in the graph) and a Mul (first in the
+	// backward): the Reshape's dy is added into e's gradient; m's Flatten is
+	// its only consumer: in place.
+	b := newBuilder(3, 14)
+	b.param("a", 2, 3, 4)
+	b.node("Tanh", []string{"a"}, "e")
+	b.ints("shp", []int64{2, 12}, 2)
+	b.node("Reshape", []string{"e", "shp"}, "r")
+	b.node("Mul", []string{"e", "e"}, "m")
+	b.node("Flatten", []string{"m"}, "f", aInt("axis", 1))
+	b.node("Mul", []string{"r", "f"}, "y")
+	p, err := Compile(b.graph(t, "y"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, nd := range p.nodes {
+		switch {
+		case !nd.gradIsDy:
+		case nd.acc[0] && nd.scratchItem[0] < 0:
+			kinds[nd.g.OpType] = "added"
+		case nd.acc[0]:
+			kinds[nd.g.OpType] = "scratch"
+		case nd.in[0].gradItem == nd.out[0].gradItem:
+			kinds[nd.g.OpType] = "in place"
+		}
+	}
+	if kinds["Reshape"] != "added" || kinds["Flatten"] != "in place" {
+		t.Errorf("Reshape's gradient %q (want added), Flatten's %q (want in place)", kinds["Reshape"], kinds["Flatten"])
+	}
+	gradCheckPlan(t, p)
+}
+
 // TestSkipParamGradsDerived: with SkipParamGrads the nodes computing from
 // parameters alone (BEiT's relative-position bias gathered from its
 // table, ViT's class token expanded over the batch) run no backward and
