@@ -189,13 +189,12 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	for i := range ones {
 		ones[i] = 1
 	}
-	xhat := b.op("LayerNormalization", []*onnxpb.AttributeProto{intAttr("axis", -1), floatAttr("epsilon", st.Epsilon)}, rows, b.constant("std", []int64{st.K}, ones...))
-	mean := b.op("ReduceMean", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, rows)
-	dev := b.op("Sub", nil, rows, mean)
+	// x̂ and the rows' 1/σ from one LayerNormalization (its optional
+	// InvStdDev output: the variance the kernel takes in float64 anyway),
+	// not a second pass of means, deviations and squares over W's rows.
+	ln := b.opOuts("LayerNormalization", 3, []*onnxpb.AttributeProto{intAttr("axis", -1), floatAttr("epsilon", st.Epsilon)}, rows, b.constant("std", []int64{st.K}, ones...))
+	xhat, inv := ln[0], ln[2]
 	invK := b.constant("std", []int64{1}, 1/float32(st.K))
-	vr := b.op("Mul", nil, b.op("ReduceSumSquare", []*onnxpb.AttributeProto{intsAttr("axes", 1)}, dev), invK)
-	ve := b.op("Add", nil, vr, b.constant("std", []int64{1}, st.Epsilon))
-	sd := b.op("Sqrt", nil, ve)
 	// Scale·γ_o, a row each: GainScale_o·gain_o, a constant γ's rows, or
 	// Scale alone.
 	var num *graph.Value
@@ -219,14 +218,16 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	default:
 		num = b.constant("std", []int64{1}, st.Scale)
 	}
-	c := b.op("Div", nil, num, sd)
+	c := b.op("Mul", nil, num, inv)
 	coefW := b.op("Mul", nil, c, c)
 	// The ghost form's (runtime.PerSampleOps.StandardizedGhostTerms):
 	// cA = c²/K and cB = c²·(2 − ‖x̂_o‖²/K)/K, with ‖x̂_o‖²/K = v/(v + ε)
-	// and 1ᵀx̂_o = 0 (the instantiated form sums x̂'s own: the two differ
-	// by x̂'s rounding), from the rows' statistics alone — no pass over x̂.
+	// = 1 − ε/(v + ε) and 1ᵀx̂_o = 0 (the instantiated form sums x̂'s own:
+	// the two differ by x̂'s rounding), from the rows' statistics alone —
+	// no pass over x̂: cB = cA·(1 + ε·(1/σ)²).
 	cK := b.op("Mul", nil, coefW, invK)
-	cB := b.op("Mul", nil, cK, b.op("Sub", nil, b.constant("std", []int64{1}, 2), b.op("Div", nil, vr, ve)))
+	epsInv2 := b.op("Mul", nil, b.op("Mul", nil, inv, inv), b.constant("std", []int64{1}, st.Epsilon))
+	cB := b.op("Mul", nil, cK, b.op("Add", nil, b.constant("std", []int64{1}, 1), epsInv2))
 	perRow := func(v *graph.Value) *graph.Value { return b.op("Reshape", nil, v, b.ints("std", st.Rows)) }
 	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(c)}
 	if st.Gain != "" {
@@ -292,11 +293,21 @@ func gammaRows(gamma *graph.Tensor, scaled []int64, rows int64, scale float32) (
 type statBuilder struct{ valueMaker }
 
 func (b *statBuilder) op(op string, attrs []*onnxpb.AttributeProto, in ...*graph.Value) *graph.Value {
-	out := b.value("std")
-	n := &graph.Node{Name: "std/" + op + fmt.Sprint(b.fresh), OpType: op, Opset: 17, Inputs: in, Outputs: []*graph.Value{out}, Attrs: attrs}
-	out.Producer = n
-	b.g.Nodes = append(b.g.Nodes, n)
-	return out
+	return b.opOuts(op, 1, attrs, in...)[0]
+}
+
+// opOuts is op with n outputs.
+func (b *statBuilder) opOuts(op string, n int, attrs []*onnxpb.AttributeProto, in ...*graph.Value) []*graph.Value {
+	outs := make([]*graph.Value, n)
+	for i := range outs {
+		outs[i] = b.value("std")
+	}
+	nd := &graph.Node{Name: "std/" + op + fmt.Sprint(b.fresh), OpType: op, Opset: 17, Inputs: in, Outputs: outs, Attrs: attrs}
+	for _, o := range outs {
+		o.Producer = nd
+	}
+	b.g.Nodes = append(b.g.Nodes, nd)
+	return outs
 }
 
 // refresh clears the terms and, with stats, recomputes x̂ and the

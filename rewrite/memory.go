@@ -57,7 +57,7 @@ const LiftMinFloats = 1 << 22
 //	             samples, min(2·B·F, max(B·D, LiftMinFloats)) — except,
 //	             in ghost, mixed and bk, a standardized weight
 //	             (Use.Standardized), whose norms come in closed form from
-//	             each sample's gradient in turn: its statistics (5D) and
+//	             each sample's gradient in turn: its statistics (3D) and
 //	             float64 norm terms (B per row of W and of the gain), and
 //	             in bk the operand's clipped sum (D) and the gain's (in
 //	             closed form: no plan of the computation);
@@ -327,9 +327,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// the per-sample gradients or LiftMinFloats, at most b).
 	var sumOperand, sumCompute int64
 	// A standardized weight's in ghost, mixed and bk (dpengine's
-	// stdState): its statistics' plan (its copy of W's rows, x̂ and the
-	// rows' deviations, and what its arena holds besides: 5D, a bound —
-	// the weight-standardized ResNet-18's heap is 0.9 of its estimate),
+	// stdState): its statistics' plan (its copy of W's rows and x̂, the
+	// rows' statistics besides: 3D, a bound — the weight-standardized
+	// ResNet-18's heap is 0.9 of its estimate),
 	// the float64 norm terms (2 floats each) and in
 	// bk the clipped sums of the operand and of the gain (at most a row
 	// each: terms).
@@ -340,7 +340,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		if c.std {
 			stdOperand += operand
 			stdCompute += compute
-			stdNorms += 5*c.d + 2*b*c.terms
+			stdNorms += 3*c.d + 2*b*c.terms
 			stdBK += c.d + c.terms
 			continue
 		}

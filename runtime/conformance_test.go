@@ -23,35 +23,15 @@ import (
 // case that starts passing fails the test until it is taken off the list),
 // and no other case may be.
 var conformanceRefused = map[string]string{
-	"light_vgg19":                                         "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
-	"light_bvlc_alexnet":                                  "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
-	"light_zfnet512":                                      "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
-	"test_batchnorm_epsilon_training_mode":                bnRunningStats,
-	"test_batchnorm_example_training_mode":                bnRunningStats,
-	"test_layer_normalization_2d_axis0":                   lnStats,
-	"test_layer_normalization_2d_axis1":                   lnStats,
-	"test_layer_normalization_2d_axis_negative_1":         lnStats,
-	"test_layer_normalization_2d_axis_negative_2":         lnStats,
-	"test_layer_normalization_3d_axis0_epsilon":           lnStats,
-	"test_layer_normalization_3d_axis1_epsilon":           lnStats,
-	"test_layer_normalization_3d_axis2_epsilon":           lnStats,
-	"test_layer_normalization_3d_axis_negative_1_epsilon": lnStats,
-	"test_layer_normalization_3d_axis_negative_2_epsilon": lnStats,
-	"test_layer_normalization_3d_axis_negative_3_epsilon": lnStats,
-	"test_layer_normalization_4d_axis0":                   lnStats,
-	"test_layer_normalization_4d_axis1":                   lnStats,
-	"test_layer_normalization_4d_axis2":                   lnStats,
-	"test_layer_normalization_4d_axis3":                   lnStats,
-	"test_layer_normalization_4d_axis_negative_1":         lnStats,
-	"test_layer_normalization_4d_axis_negative_2":         lnStats,
-	"test_layer_normalization_4d_axis_negative_3":         lnStats,
-	"test_layer_normalization_4d_axis_negative_4":         lnStats,
-	"test_layer_normalization_default_axis":               lnStats,
+	"light_vgg19":                          "its 392 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_bvlc_alexnet":                   "its 144 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"light_zfnet512":                       "its 288 MiB fc6 weight is made by ConstantOfShape, beyond the IR's 16 MiB limit on a folded constant",
+	"test_batchnorm_epsilon_training_mode": bnRunningStats,
+	"test_batchnorm_example_training_mode": bnRunningStats,
 }
 
 const (
 	bnRunningStats = "the updated running mean and variance are graph outputs: the kernel computes them but no plan outputs them"
-	lnStats        = "the Mean and InvStdDev outputs are graph outputs: the kernel outputs only Y"
 )
 
 // conformanceDiffers lists cases that run but that the runtime answers

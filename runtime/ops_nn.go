@@ -647,8 +647,13 @@ func buildLayerNorm(p *Plan, nd *node) error {
 	if err != nil {
 		return err
 	}
-	if err := onlyOutput(p, nd); err != nil {
-		return err
+	// The optional Mean and InvStdDev outputs are the statistics the
+	// forward keeps anyway (compileRowNorm copies them out); no gradient
+	// flows back through them.
+	for k, t := range nd.out[1:] {
+		if t != nil && t.needGrad {
+			return fmt.Errorf("output %d (%q) needs a gradient; only the first output's is supported", k+1, t.v.Name)
+		}
 	}
 	rank := len(x.shape)
 	a := nd.g.IntOr("axis", -1)
