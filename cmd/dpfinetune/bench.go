@@ -95,7 +95,7 @@ func runBench(args []string, stdout io.Writer) error {
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof): every mode's set-up and warm-up step as well as its timed steps")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to this file (go tool pprof), not the set-up, the warm-up step or the largest-batch search: the file itself for one mode and one round, else FILE.MODE for each mode and FILE.MODE.rK for its round K ≥ 2 (go tool pprof BIN FILE.bk* reads a mode's rounds together)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -155,16 +155,16 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	rep := benchReport{Model: *model, Device: dev.Name(), TF32: runtime.TF32On(dev), InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
 	rep.Rows = make([]benchRow, len(ms))
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
+	profileAt := func(m dpengine.Mode, r int) string {
+		switch {
+		case *cpuProfile == "":
+			return ""
+		case len(ms) == 1 && *rounds == 1:
+			return *cpuProfile
+		case r == 0:
+			return *cpuProfile + "." + string(m)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		return fmt.Sprintf("%s.%s.r%d", *cpuProfile, m, r+1)
 	}
 	// A device with memory of its own (CUDA) keeps an engine's buffers
 	// until it closes: each mode gets the device afresh, so that none
@@ -188,7 +188,7 @@ func runBench(args []string, stdout io.Writer) error {
 				}
 				allowNondeterministic(mdev)
 			}
-			row, err := benchMode(mdev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c)
+			row, err := benchMode(mdev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c, profileAt(m, r))
 			if fresh {
 				if cerr := mdev.(io.Closer).Close(); err == nil {
 					err = cerr
@@ -268,7 +268,7 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64) (benchRow, error) {
+func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
@@ -289,7 +289,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 		}
 	}
 	base := liveHeap()
-	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample, 0)
+	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample, 0, profile)
 	if err != nil {
 		return row, err
 	}
@@ -304,7 +304,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, pr
 			return row, err
 		}
 		row.MaxBatch = b
-		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample, capBytes); err != nil {
+		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample, capBytes, ""); err != nil {
 			return row, err
 		}
 	}
@@ -319,8 +319,9 @@ var lastHeap int64
 // given physical and logical batch (a step: logical/batch physical
 // batches, one draw of noise, one update), held to the memory cap capBytes
 // where it is positive (dpengine.Config.MaxMemory, as train's), returning
-// the median step time in ms and the samples per second.
-func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64, capBytes int64) (float64, float64, error) {
+// the median step time in ms and the samples per second. Where profile is
+// set, a CPU profile of the timed steps alone goes to that file.
+func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64, capBytes int64, profile string) (_, _ float64, err error) {
 	cfg := dpengine.Config{Device: dev, Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
 		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false), MaxMemory: capBytes}
 	eng, err := dpengine.New(g, rp, cfg)
@@ -368,6 +369,22 @@ func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengi
 	// timed steps only, not the warm-up's first uses of each shape.
 	if r, ok := dev.(interface{ ResetProfile() }); ok {
 		r.ResetProfile()
+	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return 0, 0, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return 0, 0, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("--cpuprofile: %w", cerr)
+			}
+		}()
 	}
 	times := make([]float64, n)
 	for i := range times {

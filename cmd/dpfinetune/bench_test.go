@@ -2,16 +2,20 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // TestBenchCLI runs the bench command on the smallest zoo model: two
 // modes, a logical batch of two physical batches and a memory cap, and
-// checks the report's structure and invariants (not timings).
+// checks the report's structure and invariants (not timings), and the
+// CPU profiles of the timed steps, a file a mode and round.
 func TestBenchCLI(t *testing.T) {
+	prof := filepath.Join(t.TempDir(), "cpu.prof")
 	stdout, stderr, code := run(t, "bench", "--model", "zoo:cnn-fmnist", "--batch", "8", "--logical-batch", "16",
-		"--steps", "1", "--rounds", "3", "--modes", "nondp,bk", "--max-memory", "64MiB", "--json")
+		"--steps", "1", "--rounds", "3", "--modes", "nondp,bk", "--max-memory", "64MiB", "--json", "--cpuprofile", prof)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -44,10 +48,28 @@ func TestBenchCLI(t *testing.T) {
 		t.Errorf("bk: %v samples/s at %v ms per step of 16", r.SamplesPerSec, r.StepMS)
 	}
 
+	isProfile := func(path string) bool {
+		b, err := os.ReadFile(path)
+		return err == nil && len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b // gzipped protobuf
+	}
+	for _, suffix := range []string{".nondp", ".bk", ".nondp.r2", ".bk.r2", ".nondp.r3", ".bk.r3"} {
+		if !isProfile(prof + suffix) {
+			t.Errorf("no CPU profile %s", filepath.Base(prof+suffix))
+		}
+	}
+	if _, err := os.Stat(prof); err == nil {
+		t.Errorf("%s written with two modes", filepath.Base(prof))
+	}
+	one := filepath.Join(t.TempDir(), "bk.prof")
+	if _, stderr, code := run(t, "bench", "--model", "zoo:cnn-fmnist", "--batch", "8", "--steps", "1", "--modes", "bk", "--cpuprofile", one); code != 0 || !isProfile(one) {
+		t.Errorf("one mode, one round: exit %d (%s), no profile %s", code, stderr, one)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "8", "--steps", "1", "--modes", "nondp", "--cpuprofile", filepath.Join(t.TempDir(), "none", "p")}, "--cpuprofile"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "8", "--logical-batch", "12"}, "multiple of --batch"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--batch", "0"}, "must be positive"},
 		{[]string{"--model", "zoo:cnn-fmnist", "--rounds", "0"}, "must be positive"},
