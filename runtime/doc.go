@@ -20,7 +20,12 @@
 // liveness over the timeline forward → loss → backward: an activation lives
 // until the last node that reads it, forward or backward (only the inputs or
 // outputs a node's backward actually reads are kept), a gradient from its
-// first contribution to its producer's backward. Attention's probabilities
+// first contribution to its producer's backward. Some buffers are shared
+// outright: a reshape's output is its input's buffer, and in the backward
+// its input's gradient is its output's (or its output gradient is added
+// straight into the input's), as an Add's first operand's gradient is the
+// sum's and an elementwise operator's input gradient overwrites its output
+// gradient where that dies there. Attention's probabilities
 // are the exception: a Softmax of a MatMul's product (through one scaling
 // by a constant at most) read only by MatMuls is recomputed, MatMul to
 // Softmax, just before the backward of its last reader, from the q and k
