@@ -30,6 +30,19 @@ func compileOptions(cfg Config, rp *rewrite.Plan) *runtime.Options {
 			}
 		}
 	}
+	// A standardized weight's x̂ (the model's own LayerNormalization of
+	// its rows), read by its closed form after the forward pass
+	// (stdState), stays alive through the step.
+	var kept []string
+	if stdApplies(cfg) {
+		for _, prm := range rp.Params {
+			for _, u := range prm.Uses {
+				if st := u.Standardized; st != nil && u.Kind == rewrite.KindLinear && !slices.Contains(kept, st.Output) {
+					kept = append(kept, st.Output)
+				}
+			}
+		}
+	}
 	var hookBuffers func(*graph.Node) int
 	if byOut, _ := hookPerSample(cfg, rp); len(byOut) > 0 {
 		hookBuffers = func(n *graph.Node) int {
@@ -44,6 +57,7 @@ func compileOptions(cfg Config, rp *rewrite.Plan) *runtime.Options {
 		HookBuffers:     hookBuffers,
 		Trainable:       trainableOrder(cfg, rp),
 		KeepActivations: cfg.Mode == Ghost || cfg.Mode == Mixed,
+		KeepValues:      kept,
 		KeepHooked:      cfg.Mode == BK,
 		KeepHookedIf: func(n *graph.Node) bool {
 			return len(n.Outputs) > 0 && n.Outputs[0] != nil && keep[n.Outputs[0].Name]

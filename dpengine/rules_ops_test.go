@@ -819,12 +819,13 @@ func standardizedGhostModel() *opModel {
 	return m
 }
 
-// TestStandardizedStatsOncePerStep: the standardized weights' statistics
-// are computed once a logical batch, at its first physical batch (the
-// parameters change only between logical batches): three SGD steps of five
-// samples in physical batches of 2 end where the same steps do with the
-// statistics computed every physical batch, and in one physical batch, in
-// mixed and bk, with one pass over each weight a step.
+// TestStandardizedStatsOncePerStep: the standardized weights' coefficients
+// are computed once a logical batch, at its first physical batch, from the
+// statistics the model's forward left (the parameters change only between
+// logical batches): three SGD steps of five samples in physical batches of
+// 2 end where the same steps do with the coefficients computed every
+// physical batch, and in one physical batch, in mixed and bk, with one
+// computation for each weight a step.
 func TestStandardizedStatsOncePerStep(t *testing.T) {
 	m := standardizedGhostModel()
 	const N, steps = 5, 3

@@ -46,11 +46,14 @@ func stdApplies(cfg Config) bool {
 // stdState is a standardized weight's closed form (useGroup.std).
 type stdState struct {
 	rows, k, B int
-	// stat computes x̂ (rows×k) and coefW = (s·γ/σ)² (rows), and coefG =
-	// s² where there is a gain, from the current parameters
-	// (refreshDerived).
-	stat               *runtime.Plan
-	xhat, coefW, coefG []float32
+	// xhat (rows×k) and inv (1/σ_o, rows) are the model's own
+	// LayerNormalization of W's rows and its statistics, as the forward
+	// pass left them (runtime.Options.KeepValues, Plan.NormStats); stat
+	// computes coefW = (s·γ/σ)² (rows), and coefG = s² where there is a
+	// gain, from them and the gain (refreshDerived).
+	stat         *runtime.Plan
+	xhat, inv    []float32
+	coefW, coefG []float32
 	// cA and cB are the ghost form's coefficients, a row each
 	// (runtime.PerSampleOps.StandardizedGhostTerms); scaleW is c_o =
 	// Scale·γ_o/σ_o (coefW = c²: the ghost form's scaling of the output
@@ -112,6 +115,14 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	if s.stat, err = runtime.Compile(sg, &runtime.Options{Device: e.cfg.Device, ForwardOnly: true}); err != nil {
 		return fmt.Errorf("dpengine: standardized weight %s: %w", st.Weight, err)
 	}
+	// x̂ and 1/σ are what the model's forward computes anyway (the same
+	// kernel on the same rows): kept by the plan (compileOptions), not
+	// computed again.
+	s.xhat = e.plan.Value(st.Output)
+	_, s.inv = e.plan.NormStats(st.Output)
+	if len(s.xhat) != s.rows*s.k || len(s.inv) != s.rows {
+		return fmt.Errorf("dpengine: standardized weight %s: x̂ %q is not a kept LayerNormalization of its %d rows (%d values, %d statistics)", st.Weight, st.Output, s.rows, len(s.xhat), len(s.inv))
+	}
 	if s.tW, err = e.alloc64(s.rows*B, "the norm terms of "+st.Weight); err != nil {
 		return err
 	}
@@ -158,42 +169,30 @@ func (e *Engine) buildStd(sub *graph.Graph, g *useGroup) error {
 	return nil
 }
 
-// statGraph is the closed form's inputs from W (and the gain), graph
-// inputs 0 (and 1): x̂ (rows×k, LayerNormalization of W's rows as the
-// model's), coefW = c_o² a row from the rows' own statistics, the ghost
-// form's cA and cB, c_o = Scale·γ_o/σ_o itself (stdState), and where
-// there is a gain coefG = GainScale_o² and GainScale. sub, the
-// weight's computation, gives the parameters' shapes and a constant γ.
+// statGraph is the closed form's coefficients from the rows' 1/σ_o (graph
+// input 0, rows×1: the InvStdDev of the model's own LayerNormalization of
+// W's rows, Plan.NormStats) and the gain (input 1): coefW = c_o² a row,
+// the ghost form's cA and cB, c_o = Scale·γ_o/σ_o itself (stdState), and
+// where there is a gain coefG = GainScale_o² and GainScale. x̂ is the
+// model's (Plan.Value): nothing here reads W. sub, the weight's
+// computation, gives the gain's shape and a constant γ.
 func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error) {
 	g := sub.Clone()
 	g.Nodes, g.Inputs, g.Outputs, g.Initializers = nil, nil, nil, nil
 	g.Values = map[string]*graph.Value{}
 	g.Opsets = map[string]int64{"": 17}
 	b := &statBuilder{valueMaker{g: g}}
-	// Each parameter an input of its elements in order (refresh copies
-	// it in), W's declared rows×K: no Reshape, which the runtime copies.
+	// Each input a row of values in order (refresh copies it in).
 	input := func(name string, shape graph.Shape) (*graph.Value, error) {
-		v := sub.Values[name]
-		if v == nil || !v.Shape.Static() || v.Shape.NumElements() != shape.NumElements() {
+		if v := sub.Values[name]; v == nil || !v.Shape.Static() || v.Shape.NumElements() != shape.NumElements() {
 			return nil, fmt.Errorf("%q is not a parameter of the computation of %v elements", name, shape)
 		}
 		in := &graph.Value{Name: name, DType: graph.Float32, Shape: shape}
 		g.Values[name], g.Inputs = in, append(g.Inputs, in)
 		return in, nil
 	}
-	rows, err := input(st.Weight, graph.StaticShape(st.Rows, st.K))
-	if err != nil {
-		return nil, err
-	}
-	ones := make([]float32, st.K)
-	for i := range ones {
-		ones[i] = 1
-	}
-	// x̂ and the rows' 1/σ from one LayerNormalization (its optional
-	// InvStdDev output: the variance the kernel takes in float64 anyway),
-	// not a second pass of means, deviations and squares over W's rows.
-	ln := b.opOuts("LayerNormalization", 3, []*onnxpb.AttributeProto{intAttr("axis", -1), floatAttr("epsilon", st.Epsilon)}, rows, b.constant("std", []int64{st.K}, ones...))
-	xhat, inv := ln[0], ln[2]
+	inv := &graph.Value{Name: "std/inv", DType: graph.Float32, Shape: graph.StaticShape(st.Rows, 1)}
+	g.Values[inv.Name], g.Inputs = inv, append(g.Inputs, inv)
 	invK := b.constant("std", []int64{1}, 1/float32(st.K))
 	// Scale·γ_o, a row each: GainScale_o·gain_o, a constant γ's rows, or
 	// Scale alone.
@@ -229,7 +228,7 @@ func statGraph(sub *graph.Graph, st *rewrite.Standardized) (*graph.Graph, error)
 	epsInv2 := b.op("Mul", nil, b.op("Mul", nil, inv, inv), b.constant("std", []int64{1}, st.Epsilon))
 	cB := b.op("Mul", nil, cK, b.op("Add", nil, b.constant("std", []int64{1}, 1), epsInv2))
 	perRow := func(v *graph.Value) *graph.Value { return b.op("Reshape", nil, v, b.ints("std", st.Rows)) }
-	g.Outputs = []*graph.Value{xhat, perRow(coefW), perRow(cK), perRow(cB), perRow(c)}
+	g.Outputs = []*graph.Value{perRow(coefW), perRow(cK), perRow(cB), perRow(c)}
 	if st.Gain != "" {
 		sq := make([]float32, len(st.GainScale))
 		for o, v := range st.GainScale {
@@ -293,21 +292,11 @@ func gammaRows(gamma *graph.Tensor, scaled []int64, rows int64, scale float32) (
 type statBuilder struct{ valueMaker }
 
 func (b *statBuilder) op(op string, attrs []*onnxpb.AttributeProto, in ...*graph.Value) *graph.Value {
-	return b.opOuts(op, 1, attrs, in...)[0]
-}
-
-// opOuts is op with n outputs.
-func (b *statBuilder) opOuts(op string, n int, attrs []*onnxpb.AttributeProto, in ...*graph.Value) []*graph.Value {
-	outs := make([]*graph.Value, n)
-	for i := range outs {
-		outs[i] = b.value("std")
-	}
-	nd := &graph.Node{Name: "std/" + op + fmt.Sprint(b.fresh), OpType: op, Opset: 17, Inputs: in, Outputs: outs, Attrs: attrs}
-	for _, o := range outs {
-		o.Producer = nd
-	}
-	b.g.Nodes = append(b.g.Nodes, nd)
-	return outs
+	out := b.value("std")
+	n := &graph.Node{Name: "std/" + op + fmt.Sprint(b.fresh), OpType: op, Opset: 17, Inputs: in, Outputs: []*graph.Value{out}, Attrs: attrs}
+	out.Producer = n
+	b.g.Nodes = append(b.g.Nodes, n)
+	return out
 }
 
 // refresh clears the terms and, with stats, recomputes x̂ and the
@@ -322,24 +311,22 @@ func (s *stdState) refresh(e *Engine, stats bool) error {
 		return nil
 	}
 	e.stdRefreshes++
-	for i, p := range []*param{s.w, s.gain} {
-		if p == nil {
-			continue
-		}
-		d, _ := s.stat.Input(i)
-		e.lay.Copy(p.data, d)
+	d, _ := s.stat.Input(0)
+	e.lay.Copy(s.inv, d)
+	if s.gain != nil {
+		d, _ := s.stat.Input(1)
+		e.lay.Copy(s.gain.data, d)
 	}
 	if err := s.stat.Forward(); err != nil {
 		return fmt.Errorf("dpengine: the standardization of %s: %w", s.w.name, err)
 	}
-	s.xhat, _ = s.stat.Output(0)
-	s.coefW, _ = s.stat.Output(1)
-	s.cA, _ = s.stat.Output(2)
-	s.cB, _ = s.stat.Output(3)
-	s.scaleW, _ = s.stat.Output(4)
+	s.coefW, _ = s.stat.Output(0)
+	s.cA, _ = s.stat.Output(1)
+	s.cB, _ = s.stat.Output(2)
+	s.scaleW, _ = s.stat.Output(3)
 	if s.gain != nil {
-		s.coefG, _ = s.stat.Output(5)
-		s.gainScale, _ = s.stat.Output(6)
+		s.coefG, _ = s.stat.Output(4)
+		s.gainScale, _ = s.stat.Output(5)
 	}
 	return nil
 }

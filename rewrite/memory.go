@@ -57,8 +57,9 @@ const LiftMinFloats = 1 << 22
 //	             samples, min(2·B·F, max(B·D, LiftMinFloats)) — except,
 //	             in ghost, mixed and bk, a standardized weight
 //	             (Use.Standardized), whose norms come in closed form from
-//	             each sample's gradient in turn: its statistics (3D) and
-//	             float64 norm terms (B per row of W and of the gain), and
+//	             each sample's gradient in turn: its float64 norm terms
+//	             (B per row of W and of the gain; x̂ is the model's own
+//	             activation, kept through the step), and
 //	             in bk the operand's clipped sum (D) and the gain's (in
 //	             closed form: no plan of the computation);
 //	             where a standardized convolution's norms take the ghost
@@ -327,12 +328,12 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 	// the per-sample gradients or LiftMinFloats, at most b).
 	var sumOperand, sumCompute int64
 	// A standardized weight's in ghost, mixed and bk (dpengine's
-	// stdState): its statistics' plan (its copy of W's rows and x̂, the
-	// rows' statistics besides: 3D, a bound — the weight-standardized
-	// ResNet-18's heap is 0.9 of its estimate),
-	// the float64 norm terms (2 floats each) and in
-	// bk the clipped sums of the operand and of the gain (at most a row
-	// each: terms).
+	// stdState): x̂ is the model's own LayerNormalization output, kept
+	// through the step (counted with the activations: dpengine's
+	// compileOptions keeps it in the plan MeasureActivations measures),
+	// the coefficients a row each; the float64 norm terms (2 floats
+	// each) and in bk the clipped sums of the operand and of the gain (at
+	// most a row each: terms).
 	var stdOperand, stdCompute, stdNorms, stdBK int64
 	for _, k := range order {
 		c := operands[k]
@@ -340,7 +341,7 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		if c.std {
 			stdOperand += operand
 			stdCompute += compute
-			stdNorms += 3*c.d + 2*b*c.terms
+			stdNorms += 2 * b * c.terms
 			stdBK += c.d + c.terms
 			continue
 		}

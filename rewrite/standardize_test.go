@@ -168,7 +168,7 @@ func TestStandardizedWeights(t *testing.T) {
 				}
 			}
 			// Memory: in ghost, mixed and bk no per-sample gradient of the
-			// weight, its statistics (3D) and the float64 norm terms (2
+			// weight (x̂ is the model's own, an activation), the float64 norm terms (2
 			// floats a row of W and of the gain, for each sample) instead;
 			// bk adds the operand's clipped sum and the gain's. Where the
 			// norms take the ghost form (ghost mode; mixed where the
@@ -192,7 +192,7 @@ func TestStandardizedWeights(t *testing.T) {
 				want := int64(-1)
 				switch m.Mode {
 				case ModeGhost, ModeMixed:
-					want = 4*(3*d+2*4*rows) + 4*4
+					want = 4*(2*4*rows) + 4*4
 					if m.Mode == ModeGhost || l.Decision == Ghost {
 						want += 4 * form
 					}

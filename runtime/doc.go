@@ -34,7 +34,9 @@
 // by default on a device with memory of its own, where memory bounds the
 // batch; Options.Probabilities chooses. A caller's hook buffers
 // (Options.HookBuffers: the DP engine's large per-sample gradients) are
-// arena buffers too, live from their node's hook to the next Forward.
+// arena buffers too, live from their node's hook to the next Forward, as
+// are the values it names in Options.KeepValues (Plan.Value; a
+// normalization's row statistics are its node's own, Plan.NormStats).
 // Nothing is allocated per step by
 // the plan itself (see TestSteadyStateAllocations for what the kernels
 // allocate).

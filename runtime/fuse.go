@@ -73,6 +73,9 @@ type fuser struct {
 // consumer lists (linkConsumers), which it leaves stale.
 func (p *Plan) fuse() {
 	f := &fuser{p: p, isOut: map[*tensor]bool{}, taken: map[*node]bool{}}
+	for t := range p.kept {
+		f.isOut[t] = true
+	}
 	for _, t := range p.outputs {
 		f.isOut[t] = true
 	}

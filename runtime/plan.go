@@ -42,6 +42,11 @@ type Options struct {
 	// per-sample gradients the hook computes on the spot (biases, norm
 	// affines), and keeping those would cost their share of memory.
 	KeepHookedIf func(n *graph.Node) bool
+	// KeepValues names values whose buffers stay alive from their
+	// producer until the next Forward, read with Value after the forward
+	// pass, through the backward and after it (the DP engine's
+	// standardized weights' x̂). A kept value is never fused away.
+	KeepValues []string
 	// HookBuffers, if set, gives each hooked node n (HookEvent) for which
 	// it returns k > 0 a buffer of Batch()·k floats that n's hook fills
 	// during the backward pass and the caller reads after it
@@ -330,7 +335,8 @@ type Plan struct {
 	ones      []float32
 
 	forwardDone bool
-	zeroGrads   []*tensor // gradients no node writes: cleared by backward
+	zeroGrads   []*tensor        // gradients no node writes: cleared by backward
+	kept        map[*tensor]bool // Options.KeepValues
 	// remat[i] are the nodes whose forward runs again just before node
 	// i's backward, to recompute values not kept since the forward
 	// (rematerialize).
@@ -543,6 +549,15 @@ func (p *Plan) build() error {
 	}
 	if len(p.outputs) == 0 {
 		return errors.New("runtime: graph has no outputs")
+	}
+	p.kept = map[*tensor]bool{}
+	for _, name := range p.opts.KeepValues {
+		v := p.g.Values[name]
+		t := p.tensors[v]
+		if v == nil || t == nil || t.i64 != nil || t.b != nil || v.Const != nil {
+			return fmt.Errorf("runtime: KeepValues: %q is not a float value the graph computes", name)
+		}
+		p.kept[t] = true
 	}
 
 	// Trainable parameters.
@@ -1220,7 +1235,7 @@ func (p *Plan) bufferItems(again map[*tensor]int, isOut map[*tensor]bool) []item
 			if nd.needBwd && nd.saveOut {
 				end = bstep(nd.idx)
 			}
-			if isOut[t] {
+			if isOut[t] || p.kept[t] {
 				end = T
 			}
 			for _, cn := range t.cons {
@@ -1583,6 +1598,34 @@ func (p *Plan) SetInput(i int, x []float32) error {
 		return errPlanOnly
 	}
 	return p.dev.CopyIn(p.arena, t.off, x)
+}
+
+// Value returns the buffer of a value named in Options.KeepValues (nil
+// for any other): device memory, valid from the Forward that computes it
+// until the next Forward.
+func (p *Plan) Value(name string) []float32 {
+	if t := p.tensors[p.g.Values[name]]; t != nil && p.kept[t] {
+		return t.data
+	}
+	return nil
+}
+
+// NormStats returns the row statistics of the normalization node whose
+// first output is named output (LayerNormalization, GroupNormalization,
+// InstanceNormalization, the BatchNorm rewrite's GroupNorm): each row's
+// mean and 1/√(variance + ε) as its last Forward computed them, device
+// memory the node owns, overwritten by the next Forward; nil for a value
+// no such node produces.
+func (p *Plan) NormStats(output string) (mean, invStd []float32) {
+	t := p.tensors[p.g.Values[output]]
+	if t == nil || t.prod < 0 {
+		return nil, nil
+	}
+	nd := p.nodes[t.prod]
+	if nd.norm == nil || nd.out[0] != t {
+		return nil, nil
+	}
+	return nd.norm.mean, nd.norm.inv
 }
 
 // Output returns graph output i after Forward, and its shape. The slice

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
 	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
@@ -995,6 +996,94 @@ func TestReshapeGradientInPlace(t *testing.T) {
 		t.Errorf("Reshape's gradient %q (want added), Flatten's %q (want in place)", kinds["Reshape"], kinds["Flatten"])
 	}
 	gradCheckPlan(t, p)
+}
+
+// TestKeepValues: a value named in Options.KeepValues (here the opset-17
+// ViT's LayerNorms' outputs, which the backward does not read) is readable
+// with Value after the forward and still holds the forward's output after
+// the backward, the same as the graph's own output of it would be; and
+// NormStats gives the LayerNormalization's statistics, as its optional
+// Mean and InvStdDev outputs give them.
+func TestKeepValues(t *testing.T) {
+	g, gold := loadFixture(t, "vit17")
+	var lns []*graph.Node
+	for _, n := range g.Nodes {
+		if n.OpType == "LayerNormalization" {
+			lns = append(lns, n)
+		}
+	}
+	if len(lns) < 2 {
+		t.Fatalf("vit17 has %d LayerNormalizations", len(lns))
+	}
+	var names []string
+	for _, n := range lns {
+		names = append(names, n.Outputs[0].Name)
+	}
+	in := gold["input"]
+	p, err := CompileForBatch(g, in.Shape[0], nil, &Options{KeepValues: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetInput(0, in.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	fwd := map[string][]float32{}
+	for _, name := range names {
+		fwd[name] = append([]float32(nil), p.Value(name)...)
+	}
+	losses := make([]float32, in.Shape[0])
+	if err := p.Loss(gold["labels"].I64, losses); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Backward(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// The oracle: the same graph with every LayerNorm's output, mean and
+	// 1/σ as graph outputs.
+	g2, _ := loadFixture(t, "vit17")
+	for _, n := range g2.Nodes {
+		if n.OpType != "LayerNormalization" {
+			continue
+		}
+		for len(n.Outputs) < 3 {
+			v := &graph.Value{Name: fmt.Sprintf("%s/stat%d", n.Name, len(n.Outputs)), DType: graph.Float32, Producer: n}
+			g2.Values[v.Name] = v
+			n.Outputs = append(n.Outputs, v)
+		}
+		g2.Outputs = append(g2.Outputs, n.Outputs...)
+	}
+	q, err := CompileForBatch(g2, in.Shape[0], nil, &Options{ForwardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SetInput(0, in.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	for k, name := range names {
+		want, _ := q.Output(1 + 3*k)
+		wantMean, _ := q.Output(2 + 3*k)
+		wantInv, _ := q.Output(3 + 3*k)
+		if got := p.Value(name); !sameBits(got, want) || !sameBits(fwd[name], want) {
+			t.Errorf("%s: kept value differs from the graph output after the forward or the backward", name)
+		}
+		mean, inv := p.NormStats(name)
+		if !sameBits(mean, wantMean) || !sameBits(inv, wantInv) {
+			t.Errorf("%s: NormStats differ from the Mean and InvStdDev outputs", name)
+		}
+	}
+	if v := p.Value(lns[0].Inputs[0].Name); v != nil {
+		t.Errorf("Value of a value not kept: %d floats, want nil", len(v))
+	}
+	if _, err := CompileForBatch(g, in.Shape[0], nil, &Options{KeepValues: []string{"no such value"}}); err == nil || !strings.Contains(err.Error(), "KeepValues") {
+		t.Errorf("an unknown kept value: %v", err)
+	}
 }
 
 // TestSkipParamGradsDerived: with SkipParamGrads the nodes computing from
