@@ -17,7 +17,8 @@
 //
 // Buffers: every activation, gradient and accumulation scratch buffer is a
 // slice of one arena allocated at compile time. Offsets are assigned by
-// liveness over the timeline forward → loss → backward: an activation lives
+// liveness over the timeline forward → loss → backward (greedily, in a few
+// orders, the smallest arena kept): an activation lives
 // until the last node that reads it, forward or backward (only the inputs or
 // outputs a node's backward actually reads are kept), a gradient from its
 // first contribution to its producer's backward. Some buffers are shared
