@@ -78,6 +78,9 @@ func (p *Plan) fuseMatMuls() {
 		return
 	}
 	isOut := map[*tensor]bool{}
+	for t := range p.kept {
+		isOut[t] = true
+	}
 	for _, t := range p.outputs {
 		isOut[t] = true
 	}
