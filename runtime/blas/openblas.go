@@ -10,6 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/dpfinetune/dpfinetune/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -45,7 +46,7 @@ func libraryNames() []string {
 func loadOpenBLAS() error {
 	var errs []error
 	for _, name := range libraryNames() {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := dl.Open(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
 			errs = append(errs, err)
 			continue

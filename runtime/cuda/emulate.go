@@ -14,6 +14,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/dpfinetune/dpfinetune/internal/dl"
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
 	"github.com/ebitengine/purego"
 )
@@ -70,7 +71,7 @@ var (
 func loadLibc() {
 	var h uintptr
 	for _, name := range []string{"libc.so.6", "libc.so"} {
-		if h, libcErr = purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); libcErr == nil {
+		if h, libcErr = dl.Open(name, purego.RTLD_NOW|purego.RTLD_GLOBAL); libcErr == nil {
 			break
 		}
 	}
@@ -281,7 +282,7 @@ func (e *emulated) LoadModule(name, source string) (Module, error) {
 			return 0, err
 		}
 	}
-	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	h, err := dl.Open(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return 0, fmt.Errorf("cuda: emulation: loading module %s: %w", name, err)
 	}

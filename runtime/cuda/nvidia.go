@@ -12,6 +12,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/dpfinetune/dpfinetune/internal/dl"
 	"github.com/ebitengine/purego"
 )
 
@@ -202,13 +203,13 @@ func dlopenFound(env, file string, companions []string, names ...string) (uintpt
 				deps, _ := filepath.Glob(filepath.Join(filepath.Dir(f), c))
 				sort.Sort(sort.Reverse(sort.StringSlice(deps)))
 				for _, dep := range deps {
-					if _, err := purego.Dlopen(dep, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+					if _, err := dl.Open(dep, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
 						break
 					}
 				}
 			}
 		}
-		h, err := purego.Dlopen(f, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := dl.Open(f, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err == nil {
 			return h, f, nil
 		}
