@@ -150,6 +150,9 @@ type cpuJob struct {
 	op     UnaryOp        // activations
 	par    UnaryParams    // activations
 	na     normAffineArgs // NormAffineGrads
+	rop    ReduceOp       // reductions
+	f64    []float64      // reductions' float64 state
+	red    [3]int         // a reduction's outer, reduced and inner sizes
 	kernel func(j *cpuJob, lo, hi int)
 	fn     func(lo, hi int)
 }

@@ -181,15 +181,135 @@ func scaleMean(v []float32, xShape, yShape []int) {
 }
 
 // ReduceAxes implements ReduceOps: ReduceSum and ReduceMean with
-// kernels.ReduceToShape (and the mean's scaling in place), the others in
-// one pass over x on the calling goroutine.
+// kernels.ReduceToShape (and the mean's scaling in place); ReduceL1,
+// ReduceL2, ReduceSumSquare and ReduceLogSum over one block of adjacent
+// axes (F.normalize's ReduceL2 over the last) with the groups split over
+// the workers, each group's terms added in the order of the one pass
+// (the same bits); the others in one pass over x on the calling
+// goroutine.
 func (CPU) ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShape []int, grp []int32, state []float64) {
-	switch op {
-	case ReduceSum, ReduceMean:
+	if op == ReduceSum || op == ReduceMean {
 		kernels.ReduceToShape(x, xShape, y, yShape)
 		if op == ReduceMean {
 			scaleMean(y, xShape, yShape)
 		}
+		return
+	}
+	if outer, red, inner, ok := reduceBlock(xShape, yShape); ok && reduceSums(op) && len(x) > 0 {
+		acc := state[:len(y)]
+		runJob(outer, grainFor(red*inner), func(j *cpuJob, lo, hi int) {
+			reduceSumsBlock(j.rop, j.f[0], j.f64, j.red, lo, hi)
+		}, func(j *cpuJob) {
+			j.rop, j.f[0], j.f64, j.red = op, x, acc, [3]int{outer, red, inner}
+		})
+		for g, a := range acc {
+			switch op {
+			case ReduceL2:
+				a = math.Sqrt(a)
+			case ReduceLogSum:
+				a = math.Log(a)
+			}
+			y[g] = float32(a)
+		}
+		return
+	}
+	reduceAxesSerial(op, x, y, grp, state)
+}
+
+// reduceSums reports whether op is a sum of a function of each term,
+// which reduceSumsBlock takes.
+func reduceSums(op ReduceOp) bool {
+	return op == ReduceL1 || op == ReduceL2 || op == ReduceSumSquare || op == ReduceLogSum
+}
+
+// reduceBlock returns the geometry of a reduction whose reduced axes
+// (those where yShape is 1 and xShape is not) lie in one block of
+// adjacent axes, axes of size 1 between them aside: x as outer × red ×
+// inner, y as outer × inner; ok is false otherwise.
+func reduceBlock(xShape, yShape []int) (outer, red, inner int, ok bool) {
+	if len(xShape) != len(yShape) {
+		return 0, 0, 0, false
+	}
+	lo, hi := -1, -1
+	for d := range xShape {
+		if yShape[d] != xShape[d] {
+			if yShape[d] != 1 {
+				return 0, 0, 0, false
+			}
+			if lo < 0 {
+				lo = d
+			}
+			hi = d
+		}
+	}
+	if lo < 0 {
+		return numel(xShape), 1, 1, true
+	}
+	for d := lo; d <= hi; d++ {
+		if yShape[d] == xShape[d] && xShape[d] != 1 {
+			return 0, 0, 0, false
+		}
+	}
+	return numel(xShape[:lo]), numel(xShape[lo : hi+1]), numel(xShape[hi+1:]), true
+}
+
+// reduceSumsBlock adds the terms of op (|v|, v², v) of the groups of
+// outer indices [lo, hi) into acc (zeroed first), x as outer × red ×
+// inner: each group's terms in increasing element order, as the one pass
+// over x adds them.
+func reduceSumsBlock(op ReduceOp, x []float32, acc []float64, geom [3]int, lo, hi int) {
+	red, inner := geom[1], geom[2]
+	if inner == 1 { // a group's terms consecutive: one sum in a register
+		for o := lo; o < hi; o++ {
+			var a float64
+			xs := x[o*red : (o+1)*red]
+			switch op {
+			case ReduceL1:
+				for _, v := range xs {
+					a += math.Abs(float64(v))
+				}
+			case ReduceL2, ReduceSumSquare:
+				for _, v := range xs {
+					f := float64(v)
+					a += f * f
+				}
+			default: // ReduceLogSum
+				for _, v := range xs {
+					a += float64(v)
+				}
+			}
+			acc[o] = a
+		}
+		return
+	}
+	for o := lo; o < hi; o++ {
+		a := acc[o*inner : (o+1)*inner]
+		clear(a)
+		for r := range red {
+			xs := x[(o*red+r)*inner:][:inner]
+			switch op {
+			case ReduceL1:
+				for c, v := range xs {
+					a[c] += math.Abs(float64(v))
+				}
+			case ReduceL2, ReduceSumSquare:
+				for c, v := range xs {
+					f := float64(v)
+					a[c] += f * f
+				}
+			default: // ReduceLogSum
+				for c, v := range xs {
+					a[c] += float64(v)
+				}
+			}
+		}
+	}
+}
+
+// reduceAxesSerial is ReduceAxes' one pass over x, element by element
+// into its group grp[i] (every operator but ReduceSum and ReduceMean).
+func reduceAxesSerial(op ReduceOp, x []float32, y []float32, grp []int32, state []float64) {
+	switch op {
 	case ReduceMax, ReduceMin:
 		arg := state[:len(y)] // the winning element of each output
 		for g := range arg {
@@ -275,8 +395,9 @@ func (CPU) ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShap
 }
 
 // ReduceAxesBackward implements ReduceOps: ReduceSum and ReduceMean with
-// kernels.Expand (and the mean's scaling in place), the others in one pass
-// over x on the calling goroutine.
+// kernels.Expand (and the mean's scaling in place), ReduceMax and
+// ReduceMin from the winners on the calling goroutine, the others
+// element by element over the workers.
 func (CPU) ReduceAxesBackward(op ReduceOp, x []float32, xShape []int, y, dy []float32, yShape []int, grp []int32, state []float64, dx []float32) {
 	switch op {
 	case ReduceSum, ReduceMean:
@@ -292,11 +413,25 @@ func (CPU) ReduceAxesBackward(op ReduceOp, x []float32, xShape []int, y, dy []fl
 		}
 		return
 	}
+	// Each element's gradient from its own term and its group's result:
+	// ranges of elements over the workers.
+	runJob(len(x), 1<<14, func(j *cpuJob, lo, hi int) {
+		reduceBackwardRange(j.rop, j.f[0], j.f[1], j.f[2], j.arg, j.f64, j.f[3], lo, hi)
+	}, func(j *cpuJob) {
+		j.rop, j.f[0], j.f[1], j.f[2], j.arg, j.f64, j.f[3] = op, x, y, dy, grp, state, dx
+	})
+}
+
+// reduceBackwardRange computes dx[i] for i in [lo, hi) of the reductions
+// whose gradient is elementwise given the group's result (ReduceProd,
+// ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp).
+func reduceBackwardRange(op ReduceOp, x, y, dy []float32, grp []int32, state []float64, dx []float32, lo, hi int) {
 	var nz, zeros []float64
 	if op == ReduceProd {
 		nz, zeros = state[:len(y)], state[len(y):2*len(y)]
 	}
-	for i, v := range x {
+	for i := lo; i < hi; i++ {
+		v := x[i]
 		g := grp[i]
 		yg, d := y[g], dy[g]
 		switch op {
