@@ -202,18 +202,24 @@ func (CPU) ReduceAxes(op ReduceOp, x []float32, xShape []int, y []float32, yShap
 		}, func(j *cpuJob) {
 			j.rop, j.f[0], j.f64, j.red = op, x, acc, [3]int{outer, red, inner}
 		})
-		for g, a := range acc {
-			switch op {
-			case ReduceL2:
-				a = math.Sqrt(a)
-			case ReduceLogSum:
-				a = math.Log(a)
-			}
-			y[g] = float32(a)
-		}
+		finishSums(op, acc, y)
 		return
 	}
 	reduceAxesSerial(op, x, y, grp, state)
+}
+
+// finishSums writes the results of the sums acc of op to y: ReduceL2's
+// square roots, ReduceLogSum's logarithms, the others as they are.
+func finishSums(op ReduceOp, acc []float64, y []float32) {
+	for g, a := range acc {
+		switch op {
+		case ReduceL2:
+			a = math.Sqrt(a)
+		case ReduceLogSum:
+			a = math.Log(a)
+		}
+		y[g] = float32(a)
+	}
 }
 
 // reduceSums reports whether op is a sum of a function of each term,
@@ -380,15 +386,7 @@ func reduceAxesSerial(op ReduceOp, x []float32, y []float32, grp []int32, state 
 				acc[grp[i]] += f
 			}
 		}
-		for g, a := range acc {
-			switch op {
-			case ReduceL2:
-				a = math.Sqrt(a)
-			case ReduceLogSum:
-				a = math.Log(a)
-			}
-			y[g] = float32(a)
-		}
+		finishSums(op, acc, y)
 	default:
 		panic(fmt.Sprintf("runtime: unknown reduction %v", op))
 	}

@@ -18,9 +18,9 @@
 // Buffers: every activation, gradient and accumulation scratch buffer is a
 // slice of one arena allocated at compile time. Offsets are assigned by
 // liveness over the timeline forward → loss → backward (greedily, in a few
-// orders, the smallest arena kept): an activation lives
-// until the last node that reads it, forward or backward (only the inputs or
-// outputs a node's backward actually reads are kept), a gradient from its
+// orders, the smallest arena kept): an activation lives until the last
+// node that reads it, forward or backward (only the inputs or outputs a
+// node's backward actually reads are kept), a gradient from its
 // first contribution to its producer's backward. Some buffers are shared
 // outright: a reshape's output is its input's buffer, and in the backward
 // its input's gradient is its output's (or its output gradient is added

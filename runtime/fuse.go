@@ -69,16 +69,23 @@ type fuser struct {
 	taken map[*node]bool // nodes of chains already matched
 }
 
+// observed returns the values the caller reads, which no fusion may
+// remove: the graph's outputs and the kept values (Options.KeepValues).
+func (p *Plan) observed() map[*tensor]bool {
+	m := map[*tensor]bool{}
+	for t := range p.kept {
+		m[t] = true
+	}
+	for _, t := range p.outputs {
+		m[t] = true
+	}
+	return m
+}
+
 // fuse replaces every fusable chain of p.nodes by one node. It needs the
 // consumer lists (linkConsumers), which it leaves stale.
 func (p *Plan) fuse() {
-	f := &fuser{p: p, isOut: map[*tensor]bool{}, taken: map[*node]bool{}}
-	for t := range p.kept {
-		f.isOut[t] = true
-	}
-	for _, t := range p.outputs {
-		f.isOut[t] = true
-	}
+	f := &fuser{p: p, isOut: p.observed(), taken: map[*node]bool{}}
 	var found []*fusion
 	for _, nd := range p.nodes {
 		if f.taken[nd] {

@@ -77,13 +77,7 @@ func (p *Plan) fuseMatMuls() {
 	if fuseMatMulsOff {
 		return
 	}
-	isOut := map[*tensor]bool{}
-	for t := range p.kept {
-		isOut[t] = true
-	}
-	for _, t := range p.outputs {
-		isOut[t] = true
-	}
+	isOut := p.observed()
 	// single reports whether t's only reader is nd and nothing else may
 	// observe it: the value a fold removes.
 	single := func(t *tensor, nd *node) bool {
