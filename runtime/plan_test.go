@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/runtime/blas"
 	"github.com/dpfinetune/dpfinetune/runtime/kernels"
+	"google.golang.org/protobuf/proto"
 )
 
 func compileFixture(t testing.TB, name string, opts *Options) (*Plan, []float32, []int64) {
@@ -1077,6 +1079,27 @@ func TestKeepValues(t *testing.T) {
 	}
 	if _, err := CompileForBatch(g, in.Shape[0], nil, &Options{KeepValues: []string{"no such value"}}); err == nil || !strings.Contains(err.Error(), "KeepValues") {
 		t.Errorf("an unknown kept value: %v", err)
+	}
+}
+
+// TestLayerNormStatsNoGradient: a LayerNormalization whose InvStdDev
+// output feeds the loss through a path that needs its gradient is
+// refused at compile time, naming the node and the output; the same
+// output read where no gradient is wanted compiles and computes (the
+// conformance cases hold its values).
+func TestLayerNormStatsNoGradient(t *testing.T) {
+	b := newBuilder(4, 17)
+	b.param("a", 3, 8)
+	b.floats("sc", []float32{1, 1, 1, 1, 1, 1, 1, 1}, 8)
+	b.nodes = append(b.nodes, &onnxpb.NodeProto{Name: proto.String("ln"), OpType: proto.String("LayerNormalization"),
+		Input: []string{"a", "sc"}, Output: []string{"yn", "mean", "inv"}})
+	b.node("Mul", []string{"yn", "inv"}, "y")
+	_, err := Compile(b.graph(t, "y"), nil)
+	if err == nil || !strings.Contains(err.Error(), "needs a gradient") || !strings.Contains(err.Error(), "inv") {
+		t.Errorf("InvStdDev on the gradient's path: %v, want a refusal naming it", err)
+	}
+	if _, err := Compile(b.graph(t, "y"), &Options{ForwardOnly: true}); err != nil {
+		t.Errorf("forward only: %v", err)
 	}
 }
 
