@@ -23,7 +23,9 @@ test:
 	@# The binary needs no cgo: the CUDA backend and OpenBLAS load at run time.
 	CGO_ENABLED=0 $(GO) build ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) test -count=1 ./...
+	@# A package's tests on a 2-core machine shared by the others: the
+	@# DP engine's take some 7½ of the default 10 minutes there.
+	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -count=1 -run '^$$' -fuzz FuzzLoad -fuzztime $(FUZZTIME) ./onnx
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; rest=$${t#*:}; name=$${rest%%:*}; n=$${rest#*:}; \

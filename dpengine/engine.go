@@ -113,8 +113,12 @@ type Engine struct {
 	lay       runtime.GraphOps
 	rp        *rewrite.Plan
 	plan      *runtime.Plan
-	sample    []int64 // per-sample input shape
+	sample    []int64 // per-sample input shape: (views, model's sample…) where views > 1
 	sampleLen int
+	// views is the number of augmented views of each sample the plan
+	// reads (rewrite.Plan.Multiplicity; 1 without): the output has
+	// views rows a sample, each with its own loss weighed 1/views.
+	views int
 
 	params []*param
 	// accumAll holds every parameter's accum in params' order at
@@ -211,19 +215,27 @@ type Engine struct {
 
 	// Per physical batch. x (the input batch, which Plan.SetInput copies
 	// to the device), y (labels, which Plan.Loss copies in) and losses
-	// (per-sample step scalars, which Plan.Loss copies out) are host
-	// memory by design; the others are device memory.
+	// (per-row step scalars, which Plan.Loss copies out) are host
+	// memory by design; the others are device memory. y has a label a
+	// sample, rowY one an output row (y itself with one view a sample).
 	n      int // real samples in the current physical batch
 	x      []float32
 	y      []int64
+	rowY   []int64
 	losses []float32
-	// weights are the loss weights of the physical batch (1 for a real
-	// sample, 0 for padding): device memory, written from the host
-	// staging weightsHost when the number of real samples changes.
+	// weights are the loss weights of the physical batch's output rows
+	// (1/views for a real sample's, 0 for padding): device memory, written
+	// from the host staging weightsHost when the number of real samples
+	// changes.
 	weights     []float32
 	weightsBuf  runtime.Buffer
 	weightsHost []float32
-	weightsN    int         // real samples weights was written for (-1: never)
+	weightsN    int // real samples weights was written for (-1: never)
+	// rowFactors are the second backward pass's loss weights where a
+	// sample has several views: its clip factor over views, a row each,
+	// expanded from the factors' shape (B, 1) to (B, views) (viewShapes).
+	rowFactors  []float32
+	viewShapes  [2][]int
 	normSq      []float64   // flat: per sample
 	paramNormSq []float64   // the parameters' param.normSq, one row each, in order
 	factors     [][]float32 // per param (per-layer) or one shared slice
@@ -410,11 +422,17 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		e.sample = append(e.sample, int64(d))
 	}
 	e.sampleLen = len(x) / cfg.PhysicalBatch
+	e.views = int(max(rp.Multiplicity, 1))
 	B := cfg.PhysicalBatch
+	rows := B * e.views
 	e.x = make([]float32, len(x))
 	e.y = make([]int64, B)
-	e.losses = make([]float32, B)
-	e.weightsHost = make([]float32, B)
+	e.rowY = e.y
+	if e.views > 1 {
+		e.rowY = make([]int64, rows)
+	}
+	e.losses = make([]float32, rows)
+	e.weightsHost = make([]float32, rows)
 	if e.weightsBuf, err = runtime.AdoptHost(dev, e.weightsHost); err != nil {
 		return nil, fmt.Errorf("dpengine: the loss weights: %w", err)
 	}
@@ -462,6 +480,12 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if cfg.PerLayer {
 		nf = len(e.params)
 	}
+	if e.views > 1 && (cfg.Mode == Ghost || cfg.Mode == Mixed) {
+		if e.rowFactors, err = e.alloc(rows, "the views' clip factors"); err != nil {
+			return nil, err
+		}
+		e.viewShapes = [2][]int{{B, 1}, {B, e.views}}
+	}
 	e.factors = make([][]float32, nf)
 	for i := range e.factors {
 		if e.factors[i], err = e.alloc(B, "clip factors"); err != nil {
@@ -474,8 +498,14 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 // Plan returns the compiled runtime plan.
 func (e *Engine) Plan() *runtime.Plan { return e.plan }
 
-// SampleShape returns the shape of one input sample.
+// SampleShape returns the shape of one input sample: with augmentation
+// multiplicity (rewrite.PlanOptions.Multiplicity) its views, (views,
+// model's sample…), which a Fill writes one after another.
 func (e *Engine) SampleShape() []int64 { return e.sample }
+
+// Views returns the number of augmented views of each sample the engine
+// reads (1 without augmentation multiplicity).
+func (e *Engine) Views() int { return e.views }
 
 // ParamNames returns the trainable parameters in plan order.
 func (e *Engine) ParamNames() []string {
@@ -668,22 +698,39 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 	if err := e.plan.Forward(); err != nil {
 		return err
 	}
-	if err := e.plan.Loss(e.y, e.losses); err != nil {
+	v := e.views
+	if v > 1 {
+		for r := range e.rowY {
+			e.rowY[r] = e.y[r/v]
+		}
+	}
+	if err := e.plan.Loss(e.rowY, e.losses); err != nil {
 		return err
 	}
+	// A sample's loss is the mean of its views' (each row weighs 1/v in
+	// the backward pass): its gradient is the mean of theirs, clipped as
+	// one sample's.
 	for i := 0; i < n; i++ {
-		l := float64(e.losses[i])
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			return fmt.Errorf("dpengine: non-finite loss %v for example %d", l, idx[i])
+		var l float64
+		for r := i * v; r < (i+1)*v; r++ {
+			lr := float64(e.losses[r])
+			if math.IsNaN(lr) || math.IsInf(lr, 0) {
+				if v > 1 {
+					return fmt.Errorf("dpengine: non-finite loss %v for example %d (view %d)", lr, idx[i], r-i*v)
+				}
+				return fmt.Errorf("dpengine: non-finite loss %v for example %d", lr, idx[i])
+			}
+			l += lr
 		}
-		e.lossSum += l
+		e.lossSum += l / float64(v)
 	}
 	e.samples += n
 	if n != e.weightsN {
-		for i := range e.weightsHost {
-			e.weightsHost[i] = 0
-			if i < n {
-				e.weightsHost[i] = 1
+		w := float32(1 / float64(v))
+		for r := range e.weightsHost {
+			e.weightsHost[r] = 0
+			if r < n*v {
+				e.weightsHost[r] = w
 			}
 		}
 		if !runtime.SameMemory(e.weights, e.weightsHost) {

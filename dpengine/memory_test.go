@@ -58,11 +58,24 @@ func preparedFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite
 // gradients aside, it is below the count of every activation the
 // estimate used before (2.0 to 2.7 times below on vit, vit17, beit and
 // crossvit; 1.04 to 1.16 on packedqkv, whose kernels' workspace is a third
-// of its plan at this size).
+// of its plan at this size). The same holds with each sample fed as three
+// views (augmentation multiplicity) on cnn and vit.
 func TestMeasuredActivationsMatchEngine(t *testing.T) {
 	const b = 8
+	type fixture struct {
+		name  string
+		views int64
+	}
+	var fixtures []fixture
 	for _, name := range memoryFixtures {
-		g, rp := preparedFixture(t, name, b)
+		fixtures = append(fixtures, fixture{name, 1})
+	}
+	// Augmentation multiplicity: three views a sample, a class token
+	// prepended to each of them (vit).
+	fixtures = append(fixtures, fixture{"cnn", 3}, fixture{"vit", 3})
+	for _, fx := range fixtures {
+		name := fx.name
+		g, rp := multipliedFixture(t, name, b, fx.views)
 		if err := MeasureActivations(g, rp, nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -70,8 +83,12 @@ func TestMeasuredActivationsMatchEngine(t *testing.T) {
 		for _, m := range rp.Memory {
 			est[m.Mode] = m
 		}
+		label := name
+		if fx.views > 1 {
+			label = fmt.Sprintf("%s×%d", name, fx.views)
+		}
 		for _, mode := range Modes() {
-			t.Run(fmt.Sprintf("%s/%s", name, mode), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/%s", label, mode), func(t *testing.T) {
 				c, ok := rp.Compiled[string(mode)]
 				if !ok {
 					t.Fatalf("no compiled activations: %v", rp.Compiled)

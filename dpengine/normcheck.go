@@ -75,10 +75,13 @@ func (e *NormMismatchError) Error() string {
 // the norm of that gradient: the difference of their squares relative to
 // the sample's total squared norm (the clip bound holds on the total), and
 // for a parameter of a large enough share relative to its own (tol). A
-// difference above either bound is a *NormMismatchError. g must be the graph the
-// engine was built from, its initializers the engine's parameters (before
-// any step). Nothing of the engine's state that a step carries over
-// changes: ClippedSum draws no noise and updates nothing.
+// difference above either bound is a *NormMismatchError. With augmentation
+// multiplicity each sample of x is its views, and its own gradient is the
+// mean of theirs: one plain backward pass over them, each weighed
+// 1/views. g must be the graph the engine was built from, its
+// initializers the engine's parameters (before any step). Nothing of the
+// engine's state that a step carries over changes: ClippedSum draws no
+// noise and updates nothing.
 func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTolerance) (*NormCheck, error) {
 	if e.cfg.Mode == NonDP {
 		return nil, fmt.Errorf("dpengine: norm check: a non-private engine has no per-sample norms")
@@ -90,26 +93,41 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 	}
 	norms := e.ParamNorms()
 	names := e.ParamNames()
-	// The batch of the direct plan: one sample, padded where the model
-	// fixes its batch.
-	b := 1
+	// The batch of the direct plan: one sample — its views, the model's
+	// rows each with the loss weight 1/views, where the engine reads
+	// several (augmentation multiplicity): a sample's gradient is by
+	// definition the mean of its views' — padded where the model fixes
+	// its batch.
+	v := e.views
+	sample := e.sample
+	if v > 1 {
+		sample = e.sample[1:]
+	}
+	b := v
 	if d := g.Inputs[0].Shape; len(d) > 0 && d[0].Size > 0 {
+		if int(d[0].Size) < v {
+			return nil, fmt.Errorf("dpengine: norm check: the model fixes its batch at %d, fewer than a sample's %d views", d[0].Size, v)
+		}
 		b = int(d[0].Size)
 	}
-	ref, err := runtime.CompileForBatch(g, b, e.sample, &runtime.Options{Trainable: names})
+	ref, err := runtime.CompileForBatch(g, b, sample, &runtime.Options{Trainable: names})
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: the direct plan: %w", err)
 	}
-	xin := make([]float32, b*e.sampleLen)
+	xin := make([]float32, b*e.sampleLen/v)
 	labels := make([]int64, b)
 	losses := make([]float32, b)
 	weights := make([]float32, b)
-	weights[0] = 1
+	for r := range v {
+		weights[r] = float32(1 / float64(v))
+	}
 	res := &NormCheck{Samples: n, Params: len(names)}
 	direct := make([]float64, len(names))
 	for i := 0; i < n; i++ {
 		copy(xin, x[i*e.sampleLen:(i+1)*e.sampleLen])
-		labels[0] = y[i]
+		for r := range v {
+			labels[r] = y[i]
+		}
 		if err := ref.SetInput(0, xin); err != nil {
 			return nil, err
 		}

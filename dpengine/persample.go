@@ -32,10 +32,13 @@ type useGroup struct {
 	// sample by sample, where the path only reshapes the parameter and
 	// broadcasts it over the batch (broadcastPath); nil elsewhere.
 	// split and splitOut are concatBatch's layout of the operand in the
-	// output and its one destination.
-	bcast    []int
-	split    *runtime.RowBlocks
-	splitOut [][]float32
+	// output and its one destination; foldFrom and foldTo its reduction's
+	// shapes where a sample spans several rows ([B, k, …] to [B, 1, …]:
+	// a class token prepended to each of a sample's augmented views).
+	bcast            []int
+	split            *runtime.RowBlocks
+	splitOut         [][]float32
+	foldFrom, foldTo []int
 	// slopeShape is a PRelu slope's shape right-aligned against its
 	// input's, without the batch axis (preluBatch, set at its first step).
 	slopeShape []int
@@ -849,8 +852,8 @@ func broadcastPath(cg *graph.Graph, us *useState, B int) []int {
 		return nil
 	}
 	opShape := op.Shape.Ints()
-	if opShape[0] != int64(B) {
-		return nil
+	if B <= 0 || opShape[0] < int64(B) || opShape[0]%int64(B) != 0 {
+		return nil // B rows, or k rows a sample
 	}
 	for _, st := range u.Path[:n-1] {
 		switch st.Op {
@@ -1036,7 +1039,15 @@ func (e *Engine) clipPhysical(B int) error {
 		if err := checkTF32(e.cfg); err != nil { // the device's setting may have changed since New
 			return err
 		}
-		if err := e.plan.Backward(f, nil); err != nil {
+		w := f
+		if v := e.views; v > 1 {
+			// Each of a sample's views weighs C_i/views (its loss's
+			// weight, 1/views, times the sample's factor).
+			e.lay.Expand(f[:B], e.viewShapes[0], e.rowFactors, e.viewShapes[1])
+			e.ops.Scale(float32(1/float64(v)), e.rowFactors)
+			w = e.rowFactors
+		}
+		if err := e.plan.Backward(w, nil); err != nil {
 			return err
 		}
 		for _, p := range e.params {

@@ -37,7 +37,13 @@ func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		return false
 	}
 	opShape := ev.Inputs[k].Shape
-	if ax <= 0 || ax >= len(dy.Shape) || len(opShape) != len(dy.Shape) || len(g.bcast) != len(opShape) || opShape[0] != B {
+	if ax <= 0 || ax >= len(dy.Shape) || len(opShape) != len(dy.Shape) || len(g.bcast) != len(opShape) || opShape[0]%B != 0 || opShape[0] < B {
+		return false
+	}
+	// k rows a sample (augmentation multiplicity's views): a sample's
+	// rows must be consecutive, its block of the output gradient
+	// contiguous, for [B, k, …] to hold each sample's rows on axis 1.
+	if rows := opShape[0] / B; rows > 1 && (dy.BatchStride*B != len(dy.Data) || dy.Shape[0] != opShape[0]) {
 		return false
 	}
 	if g.split == nil {
@@ -53,6 +59,11 @@ func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 		}
 		g.split = runtime.NewRowBlocks(outer, dy.Shape[ax]*inner, []int{off * inner}, []int{opShape[ax] * inner})
 		g.splitOut = make([][]float32, 1)
+		g.foldFrom, g.foldTo = opShape, g.bcast
+		if rows := opShape[0] / B; rows > 1 {
+			g.foldFrom = append([]int{B, rows}, opShape[1:]...)
+			g.foldTo = append([]int{B, 1}, g.bcast[1:]...)
+		}
 	}
 	P := len(g.uses[0].p.data)
 	opLen := numel(opShape)
@@ -64,7 +75,7 @@ func concatBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 	g.splitOut[0] = buf[:opLen]
 	e.lay.Split(dy.Data, g.split, g.splitOut)
 	sums := buf[opLen : opLen+B*P]
-	e.ops.ReduceToShape(g.splitOut[0], opShape, sums, g.bcast)
+	e.ops.ReduceToShape(g.splitOut[0], g.foldFrom, sums, g.foldTo)
 	return e.addSampleRows(g.uses[0].p, 0, sums[:e.n*P])
 }
 

@@ -61,17 +61,20 @@ func arithmeticBatch(e *Engine, ev *runtime.HookEvent, g *useGroup) bool {
 			return false
 		}
 	}
-	if dy.BatchAxis == 0 && len(yShape) > 0 && B > 0 && yShape[0] != B && yShape[0]%B == 0 && dy.BatchStride*B == len(dy.Data) {
-		// Batch blocks: the leading axis holds B blocks of rows, a
+	if ax := dy.BatchAxis; ax >= 0 && ax < len(yShape) && B > 0 && yShape[ax] != B && yShape[ax]%B == 0 && dy.BatchStride == yShape[ax]/B*numel(yShape[ax+1:]) {
+		// Batch blocks: the batch axis holds B blocks of rows, a
 		// sample's block contiguous (Swin's window-batched tokens, B·nW
-		// windows): seen as [B, nW, …], the sample's windows are one
-		// more axis its sums run over.
+		// windows; a sample's augmented views, also inside a
+		// sequence-first (T, B·k, D) attention's): seen as
+		// [… B, k, …], the sample's rows are one more axis its sums run
+		// over.
 		if cap(e.blockShape) < len(yShape)+1 {
 			e.blockShape = make([]int, len(yShape)+1)
 		}
 		ws := e.blockShape[:len(yShape)+1]
-		ws[0], ws[1] = B, yShape[0]/B
-		copy(ws[2:], yShape[1:])
+		copy(ws, yShape[:ax])
+		ws[ax], ws[ax+1] = B, yShape[ax]/B
+		copy(ws[ax+2:], yShape[ax+1:])
 		yShape = ws
 	}
 	r := len(yShape)

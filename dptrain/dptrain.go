@@ -69,12 +69,20 @@ type Settings struct {
 	WeightDecay   float64  `json:"weight_decay,omitempty"`
 	Norm          string   `json:"norm"`
 	Augment       string   `json:"augment"`
-	Resize        string   `json:"resize,omitempty"`
-	InputShape    []int64  `json:"input_shape"`
-	Classes       int      `json:"classes"`
-	Noise         string   `json:"noise"`
-	Seed          *uint64  `json:"seed,omitempty"`
-	NonPrivate    bool     `json:"non_private,omitempty"`
+	// AugmentMultiplicity, above 1, feeds each sample of a logical batch
+	// as that many independently augmented views, whose gradients' mean
+	// is the sample's gradient, clipped as one (De et al. 2022's
+	// augmentation multiplicity): a sample still changes one clipped
+	// gradient, so the privacy analysis is the same; the step costs about
+	// as much as a batch that many times larger. It needs an Augment that
+	// does something.
+	AugmentMultiplicity int     `json:"augment_multiplicity,omitempty"`
+	Resize              string  `json:"resize,omitempty"`
+	InputShape          []int64 `json:"input_shape"`
+	Classes             int     `json:"classes"`
+	Noise               string  `json:"noise"`
+	Seed                *uint64 `json:"seed,omitempty"`
+	NonPrivate          bool    `json:"non_private,omitempty"`
 	// DataSHA256 is the fingerprint of the training samples as loaded
 	// (data.Images.Fingerprint), when the dataset has one: a resume on
 	// other data is refused.
@@ -147,7 +155,8 @@ type Config struct {
 	EvalBatch int
 	// PhysicalBatch is the number of samples per forward/backward pass;
 	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
-	// else min(L, 64) (or, on resume, the checkpoint's). MaxMemory, when
+	// else min(L, 64) divided by the augmentation multiplicity (or, on
+	// resume, the checkpoint's). MaxMemory, when
 	// positive, also bounds the compiled plan's buffers (else the
 	// machine's available memory does).
 	PhysicalBatch int
@@ -371,6 +380,18 @@ func Run(cfg Config) (*Report, error) {
 	}
 	eps, delta := set.Epsilon, set.Delta
 	ckptPath := cfg.Checkpoint
+	views := max(set.AugmentMultiplicity, 1)
+	if views > 1 {
+		aug, err := data.ParseAugment(set.Augment)
+		if err != nil {
+			return nil, err
+		}
+		if aug.IsNone() {
+			return nil, fmt.Errorf("augmentation multiplicity %d needs an augmentation (e.g. --augment crop=4,flip): without one a sample's %d views are the same input, %d times the work for the same gradient", views, views, views)
+		}
+	} else {
+		set.AugmentMultiplicity = 0
+	}
 
 	// Resume.
 	var ckpt *dpengine.Checkpoint
@@ -422,6 +443,7 @@ func Run(cfg Config) (*Report, error) {
 	opts := cfg.Rewrite
 	opts.InputShape = set.InputShape
 	opts.Batch = int64(min(L, 64))
+	opts.Multiplicity = int64(views)
 	rp, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -441,7 +463,8 @@ func Run(cfg Config) (*Report, error) {
 			return nil, err
 		}
 	default:
-		P = min(L, 64)
+		// 64 rows a pass: with augmentation multiplicity, 64 views.
+		P = max(1, min(L, 64)/views)
 	}
 	if ckpt != nil && cfg.PhysicalBatch == 0 && cfg.MaxMemory == 0 {
 		P = prev.PhysicalBatch
@@ -555,6 +578,9 @@ func Run(cfg Config) (*Report, error) {
 			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR)
+	if views > 1 {
+		logf("  views:     %d augmented views of each sample (%s), its gradient their mean, clipped as one sample's\n", views, set.Augment)
+	}
 	devName := "cpu"
 	if cfg.Device != nil {
 		devName = cfg.Device.Name()
@@ -633,7 +659,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	// The batch splits into data examples and gradient canaries; the
 	// buffers are reused from step to step.
-	var batch, real []int
+	var batch, real, rows []int
 	var canaries []dpengine.DiracCanary
 	for ; epoch < set.Epochs; epoch++ {
 		t0 := time.Now()
@@ -657,6 +683,25 @@ func Run(cfg Config) (*Report, error) {
 			batch = next(batch)
 			aug := src.Rand()
 			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
+			if views > 1 {
+				// A sample's views one after another, each augmented
+				// afresh (Fill draws an augmentation a position).
+				fill = func(idx []int, x []float32, y []int64) error {
+					rows = rows[:0]
+					for _, i := range idx {
+						for range views {
+							rows = append(rows, i)
+						}
+					}
+					if err := cfg.Train.Fill(x, nil, rows, aug); err != nil {
+						return err
+					}
+					for k, i := range idx {
+						y[k] = int64(cfg.Train.Label(i))
+					}
+					return nil
+				}
+			}
 			in := batch
 			if len(gradCanaries) > 0 {
 				real, canaries = real[:0], canaries[:0]
@@ -812,6 +857,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Resize != "" {
 		kv["resize"] = s.Resize
+	}
+	if s.AugmentMultiplicity > 1 {
+		kv["augment_multiplicity"] = fmt.Sprint(s.AugmentMultiplicity)
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

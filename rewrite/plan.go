@@ -231,6 +231,9 @@ type Plan struct {
 	InputShape []int64  `json:"input_shape"` // one sample
 	Batch      int64    `json:"batch"`
 	Priority   Priority `json:"priority"`
+	// Multiplicity is PlanOptions.Multiplicity where above 1 (else 0):
+	// every figure of the plan is for that many views of each sample.
+	Multiplicity int64 `json:"augment_multiplicity,omitempty"`
 	// ExportForm is how the model was exported, as far as the graph shows
 	// (ExportTraining, ExportEvalFolded or "").
 	ExportForm string   `json:"export_form,omitempty"`
@@ -319,6 +322,11 @@ type PlanOptions struct {
 	// onnx::MatMul_<n>, while node names carry the module path.
 	Train, Freeze *regexp.Regexp
 	Shared        SharedPolicy // "" is SharedInstantiate
+	// Multiplicity, when above 1, is the number of augmented views each
+	// sample is fed as (augmentation multiplicity): the plan and Compile's
+	// graphs take inputs of (B, Multiplicity, InputShape…), and a
+	// sample's gradient is the mean of its views' (multiply).
+	Multiplicity int64
 }
 
 // rearrangingOps are the path operators that copy distinct elements of
@@ -449,19 +457,40 @@ func inputOf(g *graph.Graph) (*graph.Value, error) {
 }
 
 func inferredClone(g *graph.Graph, sample []int64, batch int64) (*graph.Graph, error) {
-	in, err := inputOf(g)
-	if err != nil {
+	return multipliedClone(g, sample, batch, 1)
+}
+
+// multipliedClone is inferredClone of g fed k views of each sample
+// (multiply).
+func multipliedClone(g *graph.Graph, sample []int64, batch, k int64) (*graph.Graph, error) {
+	c := g.Clone()
+	if err := shapeViews(c, sample, batch, k); err != nil {
 		return nil, err
 	}
-	if batch <= 0 {
-		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", batch)
-	}
-	c := g.Clone()
-	full := append([]int64{batch}, sample...)
-	if err := c.InferShapes(map[string][]int64{in.Name: full}); err != nil {
-		return nil, fmt.Errorf("rewrite: input shape %v: %w", full, err)
-	}
 	return c, nil
+}
+
+// shapeViews makes c, a clone, read k views of each sample (multiply;
+// nothing for k ≤ 1) and infers its shapes for a batch of samples of the
+// given shape.
+func shapeViews(c *graph.Graph, sample []int64, batch, k int64) error {
+	if _, err := inputOf(c); err != nil {
+		return err
+	}
+	if batch <= 0 {
+		return fmt.Errorf("rewrite: batch must be positive, got %d", batch)
+	}
+	if err := multiply(c, sample, k); err != nil {
+		return err
+	}
+	full := append([]int64{batch}, sample...)
+	if k > 1 {
+		full = append([]int64{batch, k}, sample...)
+	}
+	if err := c.InferShapes(map[string][]int64{c.Inputs[0].Name: full}); err != nil {
+		return fmt.Errorf("rewrite: input shape %v: %w", full, err)
+	}
+	return nil
 }
 
 // analysisBatch is the batch the layout analysis runs at: the plan's, but
@@ -501,6 +530,10 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 			return nil, fmt.Errorf("rewrite: input shape %v: dimension %d must be positive", opts.InputShape, i)
 		}
 	}
+	if err := checkMultiplicity(opts.Multiplicity); err != nil {
+		return nil, err
+	}
+	k := max(opts.Multiplicity, 1)
 	in, err := inputOf(g)
 	if err != nil {
 		return nil, err
@@ -509,17 +542,23 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if opts.Batch <= 0 {
 		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", opts.Batch)
 	}
-	c, err := inferredClone(g, opts.InputShape, ab)
+	c, err := multipliedClone(g, opts.InputShape, ab, k)
 	if err != nil {
 		return nil, err
 	}
 	li := analyzeLayout(c, ab)
 	p := &Plan{Input: in.Name, InputShape: append([]int64{}, opts.InputShape...), Batch: opts.Batch, Priority: opts.Priority,
 		byName: map[string]*Param{}, Problems: li.problems, Warnings: li.warnings}
+	if k > 1 {
+		p.Multiplicity = k
+	}
+	// The loss is taken row by row: a sample's rows are its own output
+	// rows, its k views' where the plan multiplies them.
+	lossRows := BatchLayout{Axis: 0, Outer: 1, Inner: k}
 	for _, o := range c.Outputs {
 		s := li.state(o)
 		switch {
-		case s.kind == batched && !s.l.Plain():
+		case s.kind == batched && s.l != lossRows:
 			p.Problems = append(p.Problems, fmt.Sprintf("output %s carries the batch on %v; per-sample losses need it on axis 0", o.Name, s.l))
 		case s.kind == indep:
 			p.Warnings = append(p.Warnings, fmt.Sprintf("output %s does not depend on the input", o.Name))
@@ -958,7 +997,10 @@ func (l *Layer) Chosen() int64 {
 // the plan's frozen parameters become constants (no longer initializers,
 // so shape inference may fold what depends only on them), and shapes are
 // inferred. Trainable initializers share their tensors with g, so updates
-// made through the clone are what g exports.
+// made through the clone are what g exports. Where the plan multiplies
+// the views of each sample (Multiplicity), the clone's input is
+// (batch, Multiplicity, InputShape…) and its output has batch·Multiplicity
+// rows, a sample's consecutive.
 func (p *Plan) Compile(g *graph.Graph, batch int64) (*graph.Graph, error) {
 	c := g.Clone()
 	for _, prm := range p.Params {
@@ -969,16 +1011,8 @@ func (p *Plan) Compile(g *graph.Graph, batch int64) (*graph.Graph, error) {
 			v.Initializer = false
 		}
 	}
-	in, err := inputOf(c)
-	if err != nil {
+	if err := shapeViews(c, p.InputShape, batch, p.Multiplicity); err != nil {
 		return nil, err
-	}
-	if batch <= 0 {
-		return nil, fmt.Errorf("rewrite: batch must be positive, got %d", batch)
-	}
-	full := append([]int64{batch}, p.InputShape...)
-	if err := c.InferShapes(map[string][]int64{in.Name: full}); err != nil {
-		return nil, fmt.Errorf("rewrite: input shape %v: %w", full, err)
 	}
 	return c, nil
 }

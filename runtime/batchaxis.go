@@ -126,9 +126,19 @@ func (nd *node) batchStride(N int) int {
 		if nd.g.OpType == "Expand" { // a parameter broadcast over the batch
 			x := nd.in[0]
 			off := len(y.shape) - len(x.shape)
+			st := strides(y.shape)
 			for j, d := range y.shape {
 				if d == N && (j < off || x.shape[j-off] == 1) {
-					return strides(y.shape)[j]
+					return st[j]
+				}
+			}
+			// Broadcast over an axis of k rows a sample (a class token
+			// prepended to each of a sample's augmented views, rewrite's
+			// augmentation multiplicity): a sample's rows are consecutive,
+			// as the batch analysis folds views, windows and heads.
+			for j, d := range y.shape {
+				if d > N && d%N == 0 && (j < off || x.shape[j-off] == 1) {
+					return st[j] * (d / N)
 				}
 			}
 		}

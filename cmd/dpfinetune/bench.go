@@ -47,18 +47,20 @@ type benchRow struct {
 }
 
 type benchReport struct {
-	Model      string     `json:"model"`
-	Device     string     `json:"device"`
-	TF32       bool       `json:"tf32,omitempty"`
-	InputShape []int64    `json:"input_shape"`
-	Batch      int        `json:"batch"`
-	Logical    int        `json:"logical_batch"`
-	Threads    int        `json:"threads"`
-	Steps      int        `json:"steps"`
-	Rounds     int        `json:"rounds"`
-	Priority   string     `json:"priority"`
-	MemoryCap  int64      `json:"memory_cap_bytes,omitempty"`
-	Rows       []benchRow `json:"rows"`
+	Model      string  `json:"model"`
+	Device     string  `json:"device"`
+	TF32       bool    `json:"tf32,omitempty"`
+	InputShape []int64 `json:"input_shape"`
+	Batch      int     `json:"batch"`
+	Logical    int     `json:"logical_batch"`
+	// Views is --augment-multiplicity where above 1: a sample's rows.
+	Views     int64      `json:"augment_multiplicity,omitempty"`
+	Threads   int        `json:"threads"`
+	Steps     int        `json:"steps"`
+	Rounds    int        `json:"rounds"`
+	Priority  string     `json:"priority"`
+	MemoryCap int64      `json:"memory_cap_bytes,omitempty"`
+	Rows      []benchRow `json:"rows"`
 }
 
 // benchGraph loads a model file or builds a zoo model (zoo:NAME); zoo
@@ -93,6 +95,7 @@ func runBench(args []string, stdout io.Writer) error {
 	priority := fs.String("priority", "memory", "layerwise decision of mixed and bk: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)")
 	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
+	views := fs.Int64("augment-multiplicity", 1, "each sample fed as K views (train's --augment-multiplicity): --batch counts samples, each K rows")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to this file (go tool pprof), not the set-up, the warm-up step or the largest-batch search: the file itself for one mode and one round, else FILE.MODE for each mode and FILE.MODE.rK for its round K ≥ 2 (go tool pprof BIN FILE.bk* reads a mode's rounds together)")
@@ -110,6 +113,9 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	if *batch <= 0 || *steps <= 0 || *rounds <= 0 {
 		return usagef("--batch, --steps and --rounds must be positive")
+	}
+	if *views < 1 || *views > rewrite.MaxMultiplicity {
+		return usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *views)
 	}
 	prio := rewrite.Priority(*priority)
 	if prio != rewrite.PriorityMemory && prio != rewrite.PrioritySpeed {
@@ -154,6 +160,9 @@ func runBench(args []string, stdout io.Writer) error {
 		}
 	}
 	rep := benchReport{Model: *model, Device: dev.Name(), TF32: runtime.TF32On(dev), InputShape: sample, Batch: *batch, Logical: *logical, Threads: goruntime.GOMAXPROCS(0), Steps: *steps, Rounds: *rounds, Priority: *priority, MemoryCap: capBytes}
+	if *views > 1 {
+		rep.Views = *views
+	}
 	rep.Rows = make([]benchRow, len(ms))
 	profileAt := func(m dpengine.Mode, r int) string {
 		switch {
@@ -188,7 +197,7 @@ func runBench(args []string, stdout io.Writer) error {
 				}
 				allowNondeterministic(mdev)
 			}
-			row, err := benchMode(mdev, *model, sample, *classes, prio, m, *batch, *logical, *steps, c, profileAt(m, r))
+			row, err := benchMode(mdev, *model, sample, *classes, prio, *views, m, *batch, *logical, *steps, c, profileAt(m, r))
 			if fresh {
 				if cerr := mdev.(io.Closer).Close(); err == nil {
 					err = cerr
@@ -229,7 +238,11 @@ func runBench(args []string, stdout io.Writer) error {
 	if rep.Rounds > 1 {
 		inTurn = fmt.Sprintf("; modes run in turn %d times, the median round", rep.Rounds)
 	}
-	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority)\n\n", rep.Model, rep.InputShape, rep.Batch, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority)
+	each := ""
+	if rep.Views > 1 {
+		each = fmt.Sprintf(" (%d views each)", rep.Views)
+	}
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d%s, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority)\n\n", rep.Model, rep.InputShape, rep.Batch, each, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority)
 	devPeak := false
 	for _, r := range rep.Rows {
 		devPeak = devPeak || r.DevicePeakBytes > 0
@@ -268,13 +281,13 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
+func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, views int64, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
 		return row, err
 	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch), Priority: prio}})
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch), Priority: prio, Multiplicity: views}})
 	if err != nil {
 		return row, err
 	}

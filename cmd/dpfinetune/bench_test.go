@@ -90,3 +90,30 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestBenchViews: bench --augment-multiplicity times each sample as its
+// views: recorded in the report, and the mode's estimated peak grows with
+// the views' activations.
+func TestBenchViews(t *testing.T) {
+	est := map[string]int64{}
+	for _, views := range []string{"1", "3"} {
+		stdout, stderr, code := run(t, "bench", "--model", "zoo:cnn-fmnist", "--batch", "8", "--steps", "1", "--modes", "bk", "--augment-multiplicity", views, "--json")
+		if code != 0 {
+			t.Fatalf("%s views: exit %d: %s", views, code, stderr)
+		}
+		var rep benchReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("%v in %s", err, stdout)
+		}
+		if want := map[string]int64{"1": 0, "3": 3}[views]; rep.Views != want || len(rep.Rows) != 1 || !(rep.Rows[0].StepMS > 0) {
+			t.Fatalf("%s views: report %+v", views, rep)
+		}
+		est[views] = rep.Rows[0].EstPeakBytes
+	}
+	if est["3"] <= est["1"] {
+		t.Errorf("estimated peak %d bytes with three views, %d with one", est["3"], est["1"])
+	}
+	if _, stderr, code := run(t, "bench", "--model", "zoo:cnn-fmnist", "--augment-multiplicity", "0"); code != 2 || !strings.Contains(stderr, "--augment-multiplicity") {
+		t.Errorf("--augment-multiplicity 0: exit %d, %s", code, stderr)
+	}
+}

@@ -44,10 +44,11 @@ type planReport struct {
 }
 
 func runPlan(args []string, stdout io.Writer) error {
-	fs := newFlagSet("plan", "--model M.onnx [--input-shape C,H,W] [--batch B] [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--out R.onnx] [--json]")
+	fs := newFlagSet("plan", "--model M.onnx [--input-shape C,H,W] [--batch B] [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--augment-multiplicity K] [--out R.onnx] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's)")
 	batch := fs.Int64("batch", 32, "batch size for the memory estimates")
+	views := fs.Int64("augment-multiplicity", 1, "plan for K augmented views of each sample (train's --augment-multiplicity): every per-sample figure is for the sample's K views")
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -74,6 +75,10 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if *views < 1 || *views > rewrite.MaxMultiplicity {
+		return usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *views)
+	}
+	opts.Multiplicity = *views
 	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
@@ -145,6 +150,9 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
+	if p.Multiplicity > 1 {
+		fmt.Fprintf(w, "views:       %d augmented views of each sample (--augment-multiplicity): the figures are for a sample's views\n", p.Multiplicity)
+	}
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
 	if p.Priority == rewrite.PriorityMemory {
 		fmt.Fprint(w, " (ghost iff 2T² < pD)")

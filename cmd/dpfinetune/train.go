@@ -21,6 +21,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 func init() {
@@ -71,7 +72,7 @@ type trainFlags struct {
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	seedStr, outDType                                                   *string
 	eps, delta, lr, momentum, wd, clip, gamma                           *float64
-	epochs, batchSize, physical, evalBatch                              *int
+	epochs, batchSize, physical, evalBatch, views                       *int
 	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
 	rf                                                                  *rewriteFlags
 	dev                                                                 deviceFlag
@@ -87,7 +88,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		delta:      fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
 		epochs:     fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
 		batchSize:  fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n"),
-		physical:   fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), or the largest fitting --max-memory)"),
+		physical:   fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), divided by --augment-multiplicity, or the largest fitting --max-memory)"),
 		maxMem:     fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
 		lr:         fs.Float64("lr", 1e-3, "learning rate"),
 		optName:    fs.String("optimizer", "adam", "adam, adamw or sgd"),
@@ -103,6 +104,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		nonPrivate: fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
 		norm:       fs.String("norm", "default", "input normalisation: default (the dataset's; pixels for a model that takes uint8), none, fmnist, mnist, cifar10, cifar100, imagenet, half, pixels (0-255), or M1,M2,M3/S1,S2,S3"),
 		augment:    fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
+		views:      fs.Int("augment-multiplicity", 1, "feed each sample as K independently augmented views (needs --augment): its gradient is their mean, clipped as one sample's, so ε is unchanged and a step costs about K times the compute and activation memory (De et al. 2022's augmentation multiplicity)"),
 		resize:     fs.String("resize", "stretch", resizeUsage),
 		inShape:    fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
 		out:        fs.String("out", "", outUsage),
@@ -171,6 +173,18 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if *f.sampling != "poisson" && *f.sampling != "shuffle" {
 		return cfg, usagef("--sampling must be poisson or shuffle, got %q", *f.sampling)
 	}
+	if *f.views < 1 || *f.views > rewrite.MaxMultiplicity {
+		return cfg, usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *f.views)
+	}
+	if *f.views > 1 {
+		aug, err := data.ParseAugment(*f.augment)
+		if err != nil {
+			return cfg, usageError{fmt.Sprintf("--augment: %v", err)}
+		}
+		if aug.IsNone() {
+			return cfg, usagef("--augment-multiplicity %d needs --augment (e.g. crop=4,flip): without it a sample's views are the same input", *f.views)
+		}
+	}
 	var seed *uint64
 	if *f.seedStr != "" {
 		v, err := strconv.ParseUint(*f.seedStr, 10, 64)
@@ -237,7 +251,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
-			Norm: normName, Augment: *f.augment, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
+			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(),
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,

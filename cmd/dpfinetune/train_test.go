@@ -198,6 +198,75 @@ func TestTrainReportAndExport(t *testing.T) {
 	}
 }
 
+// TestTrainAugmentMultiplicity: train with each sample fed as three
+// augmented views, on the CNN and on a ViT (a class token expanded over a
+// sample's views), passes the norm check and records the multiplicity in
+// the report and the model's metadata; the exported model is the model
+// (one view a row: the input is (N, C, H, W)) and runs in onnxruntime as
+// in our runtime; the physical batch defaults to 64 views; and plan
+// estimates the views' memory.
+func TestTrainAugmentMultiplicity(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ model, sample string }{{"cnn", "1,28,28"}, {"vit", "3,32,32"}} {
+		t.Run(c.model, func(t *testing.T) {
+			out := filepath.Join(dir, c.model+".onnx")
+			rep := filepath.Join(dir, c.model+".json")
+			o, e, code := run(t, "train", "--model", "../../testdata/models/"+c.model+".onnx", "--data", fmnist+":limit=96",
+				"--test-data", fmnist+":test:limit=32", "--epsilon", "4", "--epochs", "1", "--batch-size", "32", "--seed", "2",
+				"--augment", "crop=2,flip", "--augment-multiplicity", "3", "--out", out, "--report", rep, "--quiet")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, e)
+			}
+			if !strings.Contains(o, "3 augmented views of each sample (crop=2,flip)") || !strings.Contains(o, "norms:     checked") {
+				t.Errorf("train's plan does not say the views and the norm check:\n%s", o)
+			}
+			var r runReport
+			b, _ := os.ReadFile(rep)
+			if err := json.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Settings.AugmentMultiplicity != 3 || r.Settings.PhysicalBatch != 10 || r.NormCheck == nil || r.Privacy == nil || r.Privacy.Epsilon > 4 {
+				t.Errorf("report: multiplicity %d, physical batch %d, norm check %+v, privacy %+v", r.Settings.AugmentMultiplicity, r.Settings.PhysicalBatch, r.NormCheck, r.Privacy)
+			}
+			if md := metadata(t, out); md["dpfinetune.augment_multiplicity"] != "3" {
+				t.Errorf("metadata %v", md)
+			}
+			m, err := onnx.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dims := m.Proto.GetGraph().GetInput()[0].GetType().GetTensorType().GetShape().GetDim(); len(dims) != 4 {
+				t.Errorf("the exported model's input has %d axes, want the model's 4", len(dims))
+			}
+			sample, _ := parseDims(c.sample)
+			exportMatchesORT(t, out, sample)
+		})
+	}
+	// plan: the views' activations, a sample's positions three times
+	// (the bound of every activation kept counts the views' input and the
+	// model's input it is reshaped to: three 28×28 images more).
+	planOf := func(views string) planReport {
+		o, e, code := run(t, "plan", "--model", "../../testdata/models/cnn.onnx", "--batch", "8", "--augment-multiplicity", views, "--json")
+		if code != 0 {
+			t.Fatalf("plan: exit %d: %s", code, e)
+		}
+		var p planReport
+		if err := json.Unmarshal([]byte(o), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	one, three := planOf("1"), planOf("3")
+	if three.Multiplicity != 3 || one.Multiplicity != 0 || three.ActivationsPerSample != 3*one.ActivationsPerSample+3*28*28 {
+		t.Errorf("plan: multiplicity %d/%d, activations a sample %d, one view's %d", one.Multiplicity, three.Multiplicity, three.ActivationsPerSample, one.ActivationsPerSample)
+	}
+	for i, l := range three.Layers {
+		if l.T != 3*one.Layers[i].T {
+			t.Errorf("plan: layer %s has T = %d for three views, %d for one", l.Node, l.T, one.Layers[i].T)
+		}
+	}
+}
+
 // withOpset writes src to dst with its import of the default domain set to
 // opset, and returns dst. With marks, each initializer is marked as
 // torch.export marks the values of its signature: BUFFER for BatchNorm's
@@ -274,6 +343,9 @@ func TestTrainBadInput(t *testing.T) {
 		{"impossible epsilon", base(cnn, fmnist, "--epsilon", "1e-9", "--epochs", "50", "--batch-size", "4000"), 1, "calibrating"},
 		{"nan training", base(cnn, fmnist+":limit=256", "--lr", "1e30", "--clip", "1e30", "--epochs", "3", "--batch-size", "64", "--seed", "1"), 1, "NaN"},
 		{"resume without checkpoint", base(cnn, fmnist, "--resume", "--checkpoint", filepath.Join(dir, "no.ckpt")), 1, "no.ckpt"},
+		{"views without augmentation", base(cnn, fmnist, "--augment-multiplicity", "4"), 2, "needs --augment"},
+		{"no views", base(cnn, fmnist, "--augment", "flip", "--augment-multiplicity", "0"), 2, "--augment-multiplicity must be between 1 and"},
+		{"too many views", base(cnn, fmnist, "--augment", "flip", "--augment-multiplicity", "100000"), 2, "--augment-multiplicity must be between 1 and"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

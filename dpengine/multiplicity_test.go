@@ -1,0 +1,194 @@
+package dpengine
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
+)
+
+// multipliedFixture is preparedFixture planned for views augmented views
+// of each sample.
+func multipliedFixture(t testing.TB, name string, b, views int64) (*graph.Graph, *rewrite.Plan) {
+	t.Helper()
+	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := graph.FromONNX(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := []int64{3, 32, 32}
+	if name == "cnn" {
+		sample = []int64{1, 28, 28}
+	}
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b, Multiplicity: views}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, rp
+}
+
+// directViews returns, for each sample of x (views rows of the model's
+// sample each) with label y[i], the gradient of the mean of its views'
+// losses by a plain backward pass of g: augmentation multiplicity's
+// per-sample gradient by definition, no per-sample rule involved.
+func directViews(t *testing.T, g *graph.Graph, names []string, sample []int64, views int, x []float32, y []int64) []map[string][]float64 {
+	t.Helper()
+	ref, err := runtime.CompileForBatch(g, views, sample, &runtime.Options{Trainable: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := len(x) / len(y)
+	labels := make([]int64, views)
+	losses := make([]float32, views)
+	weights := make([]float32, views)
+	for r := range weights {
+		weights[r] = float32(1 / float64(views))
+	}
+	var out []map[string][]float64
+	for i := range y {
+		for r := range labels {
+			labels[r] = y[i]
+		}
+		if err := ref.SetInput(0, x[i*per:(i+1)*per]); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Forward(); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Loss(labels, losses); err != nil {
+			t.Fatal(err)
+		}
+		if err := ref.Backward(weights, nil); err != nil {
+			t.Fatal(err)
+		}
+		gi := map[string][]float64{}
+		for _, name := range names {
+			for _, v := range ref.Grad(name) {
+				gi[name] = append(gi[name], float64(v))
+			}
+		}
+		out = append(out, gi)
+	}
+	return out
+}
+
+// TestAugmentMultiplicity: with each sample fed as several augmented
+// views, every fixture's engine, in every DP mode, on the CPU and on a
+// device with memory of its own (the batched rules), clips each sample's
+// gradient as the mean of its views' gradients: the per-sample norms and
+// the clipped sum Σ_i C_i ḡ_i equal those of each sample's own gradient
+// by a plain backward pass over its views (directViews), with a clip norm
+// that clips some samples and, on the CPU, one that clips none (where a
+// view's loss weight of 1 instead of 1/views would show in the sum); and
+// the norm check passes.
+func TestAugmentMultiplicity(t *testing.T) {
+	for _, name := range engineFixtures {
+		for _, views := range []int{2, 3} {
+			if views == 3 && name != "cnn" && name != "windowconv" && name != "vit" {
+				continue
+			}
+			for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+				for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+					t.Run(fmt.Sprintf("%s/x%d/%s/%s", name, views, dev.Name(), mode), func(t *testing.T) {
+						checkMultiplicity(t, name, views, dev, mode)
+					})
+				}
+			}
+		}
+	}
+}
+
+func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device, mode Mode) {
+	const n = 2
+	gd := loadGolden(t, name)
+	per := len(gd.x) / len(gd.y)
+	if len(gd.y) < n*views {
+		t.Fatalf("the golden batch has %d samples, want %d", len(gd.y), n*views)
+	}
+	x := gd.x[:n*views*per]
+	y := []int64{gd.y[0], gd.y[1]}
+	g, rp := multipliedFixture(t, name, 4, int64(views))
+	if rp.Multiplicity != int64(views) {
+		t.Fatalf("plan multiplicity %d, want %d", rp.Multiplicity, views)
+	}
+	// A clip norm that clips none shows a view's loss weight of 1 instead
+	// of 1/views in the sum (clipped, the factor cancels it): the
+	// weighing is the engine's, the same on every device, so it is held
+	// on the CPU.
+	radii := []float64{0.5, 1e6}
+	if _, cpu := dev.(runtime.CPU); !cpu {
+		radii = radii[:1]
+	}
+	for _, r := range radii {
+		clip := Clipping{Fn: Abadi, R: r}
+		e, err := New(g, rp, compareConfig(dev, mode, clip, false, "sgd", 4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Views() != views || len(e.SampleShape()) != len(rp.InputShape)+1 || e.SampleShape()[0] != int64(views) {
+			t.Fatalf("engine reads %d views of %v", e.Views(), e.SampleShape())
+		}
+		sums, totals, err := e.ClippedSum(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// On a device that batches its per-sample work, a class token
+		// prepended to each view (vit, beit, crossvit: concatBatch's
+		// folded rows) and the in-projection biases of torch's
+		// sequence-first attention (the vit fixtures: batch axis 1, the
+		// views inside it: arithmeticBatch's blocks) take no loop over
+		// the samples, nor does any other parameter but the folded
+		// convolutions' biases (windowconv, with or without views).
+		loops := map[string]bool{"windowconv": true}
+		if e.batchSamples && !loops[name] && e.sampleLoops != 0 {
+			t.Errorf("R %g: %d per-sample loops", r, e.sampleLoops)
+		}
+		names := e.ParamNames()
+		direct := directViews(t, g, names, rp.InputShape, views, x, y)
+		want := map[string][]float64{}
+		var largest float64
+		for i, gi := range direct {
+			var sq float64
+			for _, nm := range names {
+				for _, v := range gi[nm] {
+					sq += v * v
+				}
+			}
+			norm := math.Sqrt(sq)
+			if d := math.Abs(totals[i]-norm) / norm; d > 1e-4 {
+				t.Errorf("R %g: sample %d: norm %.7g, its views' mean gradient's %.7g", r, i, totals[i], norm)
+			}
+			c := clip.Factor(norm)
+			for _, nm := range names {
+				if want[nm] == nil {
+					want[nm] = make([]float64, len(gi[nm]))
+				}
+				for k, v := range gi[nm] {
+					want[nm][k] += c * v
+					largest = math.Max(largest, math.Abs(want[nm][k]))
+				}
+			}
+		}
+		var worst float64
+		for _, nm := range names {
+			for k, v := range sums[nm] {
+				worst = math.Max(worst, math.Abs(float64(v)-want[nm][k]))
+			}
+		}
+		if worst > 1e-4*largest {
+			t.Errorf("R %g: clipped sum differs from the views' mean gradients' by %.3g (largest element %.3g)", r, worst, largest)
+		}
+		if _, err := e.CheckNorms(g, x, y, checkTol); err != nil {
+			t.Errorf("R %g: norm check: %v", r, err)
+		}
+	}
+}
