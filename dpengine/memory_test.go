@@ -28,6 +28,13 @@ var transformerFixtures = map[string]bool{"vit": true, "vit17": true, "beit": tr
 // preparedFixture loads a fixture and plans it at batch b.
 func preparedFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite.Plan) {
 	t.Helper()
+	return multipliedFixture(t, name, b, 1)
+}
+
+// multipliedFixture is preparedFixture planned for views augmented views
+// of each sample (rewrite.PlanOptions.Multiplicity; 1: one).
+func multipliedFixture(t testing.TB, name string, b, views int64) (*graph.Graph, *rewrite.Plan) {
+	t.Helper()
 	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +47,7 @@ func preparedFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite
 	if name == "cnn" {
 		sample = []int64{1, 28, 28}
 	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b}})
+	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b, Multiplicity: views}})
 	if err != nil {
 		t.Fatal(err)
 	}

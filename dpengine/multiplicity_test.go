@@ -3,38 +3,12 @@ package dpengine
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
-
-// multipliedFixture is preparedFixture planned for views augmented views
-// of each sample.
-func multipliedFixture(t testing.TB, name string, b, views int64) (*graph.Graph, *rewrite.Plan) {
-	t.Helper()
-	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sample := []int64{3, 32, 32}
-	if name == "cnn" {
-		sample = []int64{1, 28, 28}
-	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b, Multiplicity: views}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, rp
-}
 
 // directViews returns, for each sample of x (views rows of the model's
 // sample each) with label y[i], the gradient of the mean of its views'
