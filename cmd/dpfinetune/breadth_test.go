@@ -109,7 +109,9 @@ func breadthExports(t *testing.T, models []string, opsets []int) (string, map[st
 //   - for the training form at the last opset (BatchNormalization and Dropout
 //     kept, weights through Transpose), norms --mode bk --device cuda on
 //     the guarded CUDA emulation against --device cpu (normsMatchCUDA),
-//     skipped where the emulation cannot run.
+//     skipped where the emulation cannot run; and training with each
+//     sample fed as two augmented views (trainViews), the norm check
+//     passing.
 func TestTorchvisionBreadth(t *testing.T) {
 	models := breadthCI
 	switch v := os.Getenv("DPFINETUNE_BREADTH"); v {
@@ -163,10 +165,31 @@ func TestTorchvisionBreadth(t *testing.T) {
 							useEmulatedCUDA(t)
 							normsMatchCUDA(t, model, x, y, []string{"bk"})
 						})
+
+						// 6. Augmentation multiplicity: each sample's two
+						// views folded into the batch through the whole
+						// model, the norm check over them passing.
+						t.Run("views", func(t *testing.T) {
+							trainViews(t, model, filepath.Join(tmp, "views.onnx"))
+						})
 					}
 				})
 			}
 		}
+	}
+}
+
+// trainViews trains model for a step or two with each sample fed as two
+// flipped views (--augment-multiplicity 2); the norm check, on by
+// default, holds the engine's per-sample norms over the views to each
+// sample's own gradient.
+func trainViews(t *testing.T, model, out string) {
+	t.Helper()
+	stdout, stderr, code := run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "8", "--physical-batch", "4", "--num-classes", "10",
+		"--augment", "flip", "--augment-multiplicity", "2", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 || !strings.Contains(stdout, "norms:     checked") {
+		t.Fatalf("train with two views a sample: exit %d: %s%s", code, stdout, stderr)
 	}
 }
 

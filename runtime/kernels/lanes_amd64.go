@@ -49,6 +49,25 @@ func AddStdLaneRows(g, x []float32, lanes *[5][32]float64) bool {
 	return true
 }
 
+//go:noescape
+func stdVJPAVX(s, x []float32, a, b, c float64)
+
+// StdVJPRows sets s[e] = float32(c·((s[e] − a) − b·x[e])), in float64 —
+// runtime.StdVJP, the standardization's vector-Jacobian product of a
+// row — for the len(s)/8·8 leading elements (len(x) ≥ len(s)), the
+// scalar expression's bits, and returns how many it did: 0 on a CPU
+// without AVX2, where the caller's loop does them all.
+func StdVJPRows(s, x []float32, a, b, c float64) int {
+	if !haveAVX2 {
+		return 0
+	}
+	n := len(s) &^ 7
+	if n > 0 {
+		stdVJPAVX(s[:n], x[:n], a, b, c)
+	}
+	return n
+}
+
 // sum16AVX, sqdev16AVX, gradSumsVec16AVX and paramSums16AVX are sums16's
 // chains (graphnn.go) over the len &^ 15 leading terms.
 //

@@ -362,3 +362,45 @@ stdStore:
 stdDone:
 	VZEROUPPER
 	RET
+
+// func stdVJPAVX(s, x []float32, a, b, c float64)
+//
+// s[e] = float32(c·((s[e] − a) − b·x[e])) in float64 for the len(s)/8·8
+// leading elements, eight at a time: the scalar expression's operations in
+// its order (runtime.StdVJP), no fused multiply-add, so the same bits.
+TEXT ·stdVJPAVX(SB), NOSPLIT, $0-72
+	MOVQ         s_base+0(FP), SI
+	MOVQ         s_len+8(FP), CX
+	MOVQ         x_base+24(FP), DX
+	VBROADCASTSD a+48(FP), Y13
+	VBROADCASTSD b+56(FP), Y14
+	VBROADCASTSD c+64(FP), Y15
+	SHRQ         $3, CX
+
+vjpLoop:
+	TESTQ      CX, CX
+	JZ         vjpDone
+	VCVTPS2PD  0(SI), Y0
+	VCVTPS2PD  16(SI), Y1
+	VCVTPS2PD  0(DX), Y2
+	VCVTPS2PD  16(DX), Y3
+	VSUBPD     Y13, Y0, Y0
+	VSUBPD     Y13, Y1, Y1
+	VMULPD     Y14, Y2, Y2
+	VMULPD     Y14, Y3, Y3
+	VSUBPD     Y2, Y0, Y0
+	VSUBPD     Y3, Y1, Y1
+	VMULPD     Y15, Y0, Y0
+	VMULPD     Y15, Y1, Y1
+	VCVTPD2PSY Y0, X0
+	VCVTPD2PSY Y1, X1
+	VMOVUPS    X0, 0(SI)
+	VMOVUPS    X1, 16(SI)
+	ADDQ       $32, SI
+	ADDQ       $32, DX
+	DECQ       CX
+	JMP        vjpLoop
+
+vjpDone:
+	VZEROUPPER
+	RET

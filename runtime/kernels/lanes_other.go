@@ -17,3 +17,6 @@ func gradSumsVec16AVX(g, x, scale []float32, m, iv float32, sg, sgx *[16]float64
 // AddStdLaneRows reports false: no vector form here, the caller's loop
 // runs.
 func AddStdLaneRows(g, x []float32, lanes *[5][32]float64) bool { return false }
+
+// StdVJPRows does nothing here and returns 0: the caller's loop runs.
+func StdVJPRows(s, x []float32, a, b, c float64) int { return 0 }

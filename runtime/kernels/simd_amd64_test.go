@@ -199,6 +199,47 @@ func TestAddStdLaneRows(t *testing.T) {
 	}
 }
 
+// TestStdVJPRows: the standardization's vector-Jacobian product by AVX
+// registers equals the scalar expression (runtime.StdVJP's) bit for bit
+// on the leading len/8·8 elements — ±0, subnormals, values whose
+// products round in float32, results that overflow float32 — leaves the
+// rest alone, and reports how many it did.
+func TestStdVJPRows(t *testing.T) {
+	if !haveAVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	specials := []float32{0, float32(math.Copysign(0, -1)), 1e-40, 3e38, -7, 1.0000001}
+	for _, n := range []int{0, 7, 8, 9, 64, 1000 + 3} {
+		s, x := make([]float32, n), make([]float32, n+4)
+		for e := range s {
+			s[e], x[e] = float32(math.Sin(2.3*float64(e)))*3, float32(math.Cos(0.7*float64(e)))
+			if e%13 == 5 {
+				s[e] = specials[e%len(specials)]
+			}
+			if e%11 == 2 {
+				x[e] = specials[(e+3)%len(specials)]
+			}
+		}
+		for _, abc := range [][3]float64{{0.1, -0.37, 1.9}, {-2.5e-3, 1e3, 1e-3}, {0, 0, -1}, {1e30, 1e-30, 7}} {
+			a, b, c := abc[0], abc[1], abc[2]
+			got := append([]float32(nil), s...)
+			done := StdVJPRows(got, x, a, b, c)
+			if done != n&^7 {
+				t.Fatalf("%d elements: did %d, want %d", n, done, n&^7)
+			}
+			for e := range s {
+				want := s[e]
+				if e < done {
+					want = float32(c * ((float64(s[e]) - a) - b*float64(x[e])))
+				}
+				if math.Float32bits(got[e]) != math.Float32bits(want) {
+					t.Fatalf("%d elements, a b c %v: element %d = %v, want %v", n, abc, e, got[e], want)
+				}
+			}
+		}
+	}
+}
+
 // TestSums16: the row normalizations' sixteen-chain sums give the same
 // bits by AVX registers as by the scalar loops (haveAVX2 off) — chains
 // carried from slice to slice, every length from 0 to 50 and a long one,
@@ -248,5 +289,33 @@ func TestSums16(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkStdVJPRows: the standardization's vector-Jacobian product over
+// ResNet-18's largest weight (512 rows of 4608), by AVX registers and by
+// the scalar loop it replaces.
+func BenchmarkStdVJPRows(b *testing.B) {
+	const rows, k = 512, 4608
+	s, x := make([]float32, rows*k), make([]float32, rows*k)
+	for e := range s {
+		s[e], x[e] = float32(e%97)*1e-3, float32(e%89)*1e-2
+	}
+	for _, vec := range []bool{true, false} {
+		b.Run(map[bool]string{true: "avx", false: "scalar"}[vec], func(b *testing.B) {
+			b.SetBytes(int64(8 * len(s)))
+			for range b.N {
+				for o := range rows {
+					r, xr := s[o*k:(o+1)*k], x[o*k:(o+1)*k]
+					e := 0
+					if vec {
+						e = StdVJPRows(r, xr, 0.1, 0.2, 0.9)
+					}
+					for ; e < k; e++ {
+						r[e] = float32(0.9 * ((float64(r[e]) - 0.1) - 0.2*float64(xr[e])))
+					}
+				}
+			}
+		})
 	}
 }
