@@ -62,8 +62,9 @@ func directViews(t *testing.T, g *graph.Graph, names []string, sample []int64, v
 // the clipped sum Σ_i C_i ḡ_i equal those of each sample's own gradient
 // by a plain backward pass over its views (directViews), with a clip norm
 // that clips some samples and, on the CPU, one that clips none (where a
-// view's loss weight of 1 instead of 1/views would show in the sum); and
-// the norm check passes.
+// view's loss weight of 1 instead of 1/views would show in the sum), and
+// per-layer clipping in bk and instantiate (each parameter's own factor,
+// R/√K); and the norm check passes.
 func TestAugmentMultiplicity(t *testing.T) {
 	for _, name := range engineFixtures {
 		for _, views := range []int{2, 3} {
@@ -98,13 +99,23 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 	// of 1/views in the sum (clipped, the factor cancels it): the
 	// weighing is the engine's, the same on every device, so it is held
 	// on the CPU.
-	radii := []float64{0.5, 1e6}
-	if _, cpu := dev.(runtime.CPU); !cpu {
-		radii = radii[:1]
+	// Per-layer clipping (bk and instantiate) scales each parameter's
+	// rows by its own factor, also held on the CPU.
+	type setting struct {
+		r        float64
+		perLayer bool
 	}
-	for _, r := range radii {
+	settings := []setting{{0.5, false}}
+	if _, cpu := dev.(runtime.CPU); cpu {
+		settings = append(settings, setting{1e6, false})
+		if mode == BK || mode == Instantiate {
+			settings = append(settings, setting{0.5, true})
+		}
+	}
+	for _, st := range settings {
+		r := st.r
 		clip := Clipping{Fn: Abadi, R: r}
-		e, err := New(g, rp, compareConfig(dev, mode, clip, false, "sgd", 4))
+		e, err := New(g, rp, compareConfig(dev, mode, clip, st.perLayer, "sgd", 4))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +135,7 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 		// convolutions' biases (windowconv, with or without views).
 		loops := map[string]bool{"windowconv": true}
 		if e.batchSamples && !loops[name] && e.sampleLoops != 0 {
-			t.Errorf("R %g: %d per-sample loops", r, e.sampleLoops)
+			t.Errorf("%+v: %d per-sample loops", st, e.sampleLoops)
 		}
 		names := e.ParamNames()
 		direct := directViews(t, g, names, rp.InputShape, views, x, y)
@@ -139,12 +150,20 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 			}
 			norm := math.Sqrt(sq)
 			if d := math.Abs(totals[i]-norm) / norm; d > 1e-4 {
-				t.Errorf("R %g: sample %d: norm %.7g, its views' mean gradient's %.7g", r, i, totals[i], norm)
+				t.Errorf("%+v: sample %d: norm %.7g, its views' mean gradient's %.7g", st, i, totals[i], norm)
 			}
 			c := clip.Factor(norm)
 			for _, nm := range names {
 				if want[nm] == nil {
 					want[nm] = make([]float64, len(gi[nm]))
+				}
+				if st.perLayer {
+					var own float64
+					for _, v := range gi[nm] {
+						own += v * v
+					}
+					layer := Clipping{Fn: Abadi, R: r / math.Sqrt(float64(len(names)))}
+					c = layer.Factor(math.Sqrt(own))
 				}
 				for k, v := range gi[nm] {
 					want[nm][k] += c * v
@@ -159,10 +178,10 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 			}
 		}
 		if worst > 1e-4*largest {
-			t.Errorf("R %g: clipped sum differs from the views' mean gradients' by %.3g (largest element %.3g)", r, worst, largest)
+			t.Errorf("%+v: clipped sum differs from the views' mean gradients' by %.3g (largest element %.3g)", st, worst, largest)
 		}
 		if _, err := e.CheckNorms(g, x, y, checkTol); err != nil {
-			t.Errorf("R %g: norm check: %v", r, err)
+			t.Errorf("%+v: norm check: %v", st, err)
 		}
 	}
 }
