@@ -114,8 +114,8 @@ func runBench(args []string, stdout io.Writer) error {
 	if *batch <= 0 || *steps <= 0 || *rounds <= 0 {
 		return usagef("--batch, --steps and --rounds must be positive")
 	}
-	if *views < 1 || *views > rewrite.MaxMultiplicity {
-		return usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *views)
+	if err := checkViews(*views); err != nil {
+		return err
 	}
 	prio := rewrite.Priority(*priority)
 	if prio != rewrite.PriorityMemory && prio != rewrite.PrioritySpeed {

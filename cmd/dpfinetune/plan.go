@@ -75,8 +75,8 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *views < 1 || *views > rewrite.MaxMultiplicity {
-		return usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *views)
+	if err := checkViews(*views); err != nil {
+		return err
 	}
 	opts.Multiplicity = *views
 	lm, err := loadGraph(*model)

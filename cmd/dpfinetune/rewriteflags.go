@@ -37,6 +37,15 @@ func addRewriteFlags(fs *flag.FlagSet, bnDefault string) *rewriteFlags {
 	}
 }
 
+// checkViews refuses an --augment-multiplicity outside [1,
+// rewrite.MaxMultiplicity] (train, plan and bench take it).
+func checkViews(k int64) error {
+	if k < 1 || k > rewrite.MaxMultiplicity {
+		return usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, k)
+	}
+	return nil
+}
+
 // options validates the flags and returns the rewrite options for samples
 // of shape dims at the given batch.
 func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, error) {

@@ -21,7 +21,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
-	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 func init() {
@@ -173,8 +172,8 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if *f.sampling != "poisson" && *f.sampling != "shuffle" {
 		return cfg, usagef("--sampling must be poisson or shuffle, got %q", *f.sampling)
 	}
-	if *f.views < 1 || *f.views > rewrite.MaxMultiplicity {
-		return cfg, usagef("--augment-multiplicity must be between 1 and %d, got %d", rewrite.MaxMultiplicity, *f.views)
+	if err := checkViews(int64(*f.views)); err != nil {
+		return cfg, err
 	}
 	if *f.views > 1 {
 		aug, err := data.ParseAugment(*f.augment)
