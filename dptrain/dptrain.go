@@ -156,9 +156,9 @@ type Config struct {
 	// PhysicalBatch is the number of samples per forward/backward pass;
 	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
 	// else min(L, 64) divided by the augmentation multiplicity (or, on
-	// resume, the checkpoint's). MaxMemory, when
-	// positive, also bounds the compiled plan's buffers (else the
-	// machine's available memory does).
+	// resume, the checkpoint's). MaxMemory, when positive, also bounds
+	// the compiled plan's buffers (else the machine's available memory
+	// does).
 	PhysicalBatch int
 	MaxMemory     int64
 	// Out is where the trained model is written ("" to skip the export:
