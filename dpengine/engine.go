@@ -78,6 +78,12 @@ type Config struct {
 	// to a share of it (runtime.MemoryLimiter: a convolution library's
 	// workspace); zero holds them to the machine's available memory.
 	MaxMemory int64
+	// EMADecay, in (0, 1), keeps an exponential moving average of the
+	// parameters with decay β = EMADecay (and a warm-up: average.go),
+	// updated after every step on the device: the weights a run
+	// evaluates and exports (HostAverage). 0 keeps none. It needs an
+	// Optimizer.
+	EMADecay float64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -119,6 +125,11 @@ type Engine struct {
 	// reads (rewrite.Plan.Multiplicity; 1 without): the output has
 	// views rows a sample, each with its own loss weighed 1/views.
 	views int
+	// avg is the parameters' exponential moving average (Config.EMADecay;
+	// average.go) at runtime.BlockOffsets, as the accumulators, nil until
+	// the first step or SetAverage; avgSteps the updates it has taken in.
+	avg      *slot
+	avgSteps int64
 
 	params []*param
 	// accumAll holds every parameter's accum in params' order at
@@ -359,6 +370,12 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err := checkTF32(cfg); err != nil {
 		return nil, err
 	}
+	if err := checkEMADecay(cfg.EMADecay); err != nil {
+		return nil, err
+	}
+	if cfg.EMADecay > 0 && cfg.Optimizer == nil {
+		return nil, errors.New("dpengine: an average of the parameters (EMADecay) needs an Optimizer: without one the parameters never change")
+	}
 	if g == nil || rp == nil {
 		return nil, errors.New("dpengine: nil graph or plan")
 	}
@@ -583,6 +600,13 @@ type StepStats struct {
 // (out of memory for an operation's scratch) is an error, not a crash.
 func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
 	defer runtime.CatchDeviceFault(&err, "dpengine: step")
+	if e.Averaging() {
+		// Before any gradient: a failure here leaves no noise-free
+		// gradient behind (see the update below).
+		if err := e.beginAverage(); err != nil {
+			return StepStats{}, err
+		}
+	}
 	e.beginLogical()
 	for _, phys := range Split(batch, e.cfg.PhysicalBatch) {
 		if err := e.physical(phys, fill); err != nil {
@@ -631,6 +655,9 @@ func (e *Engine) Step(batch []int, fill Fill) (_ StepStats, err error) {
 		}
 		if err != nil {
 			return StepStats{}, err
+		}
+		if e.Averaging() {
+			e.averageParams()
 		}
 	}
 	st := StepStats{Samples: e.samples, Clipped: e.clipped, NonFinite: e.nonFinite}

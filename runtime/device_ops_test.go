@@ -113,6 +113,11 @@ func TestCPUVectorAndClipOps(t *testing.T) {
 			c.SGDUpdate(p, []float32{2}, v, co) // v = 3, θ = −1.5
 			return append(p, v...)
 		}()), []float64{-1.5, 3}},
+		{"AverageUpdate", f64(func() []float32 {
+			avg := []float32{1, 4, -2}
+			c.AverageUpdate(avg, []float32{3, 4, 6, 100}, 0.25) // avg + ¼(p − avg); p's tail unread
+			return avg
+		}()), []float64{1.5, 4, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if len(tc.got) != len(tc.want) {

@@ -31,6 +31,18 @@ type OptimOps interface {
 	//
 	// in float32. It runs on one worker, like AdamUpdate.
 	SGDUpdate(p, g, vel []float32, c SGDCoeffs)
+	// AverageUpdate moves the running average avg (len(avg) elements)
+	// towards the parameters p (at least len(avg) elements) by the weight
+	// w ∈ (0, 1]:
+	//
+	//	avg ← avg + w·(p − avg)
+	//
+	// each difference, product and sum rounded to float32 on its own, so
+	// that every device keeps the same average bit for bit: one step of
+	// the exponential moving average of the parameters (w = 1 − β, the
+	// decay β), whose result the trainer evaluates and exports. It runs
+	// on one worker, like AdamUpdate.
+	AverageUpdate(avg, p []float32, w float32)
 }
 
 // SGDCoeffs are the step's scalars of OptimOps.SGDUpdate.
@@ -47,6 +59,16 @@ type SGDCoeffs struct {
 
 // AdamUpdate implements OptimOps with kernels.AdamUpdate.
 func (CPU) AdamUpdate(p, g, m, v []float32, c AdamCoeffs) { kernels.AdamUpdate(p, g, m, v, c) }
+
+// AverageUpdate implements OptimOps.
+func (CPU) AverageUpdate(avg, p []float32, w float32) {
+	p = p[:len(avg)]
+	for i := range avg {
+		// The conversions keep each operation rounded on its own (Go may
+		// otherwise fuse the product and the sum).
+		avg[i] += float32(w * float32(p[i]-avg[i]))
+	}
+}
 
 // SGDUpdate implements OptimOps.
 func (CPU) SGDUpdate(p, g, vel []float32, c SGDCoeffs) {

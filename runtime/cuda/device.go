@@ -46,7 +46,7 @@ func moduleSource(mod string) (string, error) {
 var deviceKernels = map[string][]string{
 	"vector.cu": {"lane_chunks", "lane_finish", "lane_finish_product", "scale", "add", "add_run_sums", "scatter_add", "add_norm_sq", "sum_norm_rows", "sum_rows", "zero_f64", "add_scaled_rows", "scale_rows", "contract", "norm_affine_grads", "norm_affine_tiles", "count_non_finite"},
 	"clip.cu":   {"clip_factors", "count_clipped"},
-	"optim.cu":  {"adam", "sgd", "sgd_momentum"},
+	"optim.cu":  {"adam", "sgd", "sgd_momentum", "average"},
 	"noise.cu":  {"aes_expand_key", "add_gaussian_noise"},
 	"linalg.cu": {"axpy", "reduce_to_shape", "reduce_to_shape_cols", "reduce_to_shape_split", "reduce_parts", "gemm_scale", "gemm_ptrs"},
 	"elementwise.cu": {"binary", "binary_same_add", "binary_same_sub", "binary_same_mul", "binary_same_div", "binary_backward", "binary_backward_block", "binary_backward_cols", "unary", "unary_backward",

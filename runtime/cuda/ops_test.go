@@ -555,6 +555,18 @@ var opCases = []opCase{
 		}
 		return out, true
 	}, 1e-5},
+	{"AverageUpdate", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
+		o, ok := ops.(runtime.OptimOps)
+		if !ok {
+			return nil, false
+		}
+		r := rand.New(rand.NewSource(seed))
+		avg := place(p, randFloats(r, n))
+		for _, w := range []float32{0.9, 1e-3} {
+			o.AverageUpdate(avg, place(p, randFloats(r, n+1)), w)
+		}
+		return widen32(fetch(p, avg)), true
+	}, 1e-5},
 	{"Axpy", func(ops any, p *placer, n int, seed int64) ([]float64, bool) {
 		o, ok := ops.(interface {
 			Axpy(float32, []float32, []float32)

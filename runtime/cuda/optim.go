@@ -51,3 +51,17 @@ func (d *Device) SGDUpdate(p, g, vel []float32, c runtime.SGDCoeffs) {
 	a.F32(c.LR).F32(c.Momentum).F32(c.WeightDecay).F32(c.GradScale).I32(first)
 	d.launch("sgd_momentum", int64(n))
 }
+
+// AverageUpdate implements runtime.OptimOps (kernels/optim.cu), bit for
+// bit the CPU's.
+func (d *Device) AverageUpdate(avg, p []float32, w float32) {
+	n := len(avg)
+	p = p[:n]
+	if n == 0 {
+		return
+	}
+	a := d.begin()
+	defer d.end("AverageUpdate")
+	a.Ptr(f32(avg, opInOut, d)).Ptr(f32(p, opIn, d)).I64(int64(n)).F32(w)
+	d.launch("average", int64(n))
+}

@@ -57,3 +57,11 @@ func (Device) SGDUpdate(p, g, vel []float32, c runtime.SGDCoeffs) {
 		p[i] = sub32(p[i], mul32(c.LR, vel[i]))
 	}
 }
+
+// AverageUpdate implements runtime.OptimOps in the order it states: avg ←
+// avg + w·(p − avg), each operation rounded to float32.
+func (Device) AverageUpdate(avg, p []float32, w float32) {
+	for i := range avg {
+		avg[i] = add32(avg[i], mul32(w, sub32(p[i], avg[i])))
+	}
+}

@@ -27,7 +27,8 @@ func dpAdamCoeffs(lr, wd, gradScale float64, t int, decoupled bool) runtime.Adam
 	return c
 }
 
-// TestOptimOps: the reference backend's Adam, AdamW and SGD updates are
+// TestOptimOps: the reference backend's Adam, AdamW and SGD updates and
+// the parameters' average are
 // the CPU's bit for bit (the contract: every operation rounded to
 // float32), over several steps of random gradients, with and without
 // weight decay and momentum, on lengths that are and are not multiples of
@@ -76,6 +77,18 @@ func TestOptimOps(t *testing.T) {
 				}
 			})
 		}
+		t.Run(fmt.Sprintf("average/%d", n), func(t *testing.T) {
+			avg := dpRand(r, n)
+			avgc := dpClone(avg)
+			// The warm-up's weights (0.9 first) and the decays' (a few
+			// thousandths), on parameters far from and near the average.
+			for _, w := range []float32{0.9, 0.5, 1e-3, 1e-4} {
+				p := dpRand(r, n+1)
+				ref.AverageUpdate(avg, p, w)
+				cpu.AverageUpdate(avgc, p, w)
+				dpSameBits(t, "average", avg, avgc)
+			}
+		})
 	}
 }
 

@@ -40,3 +40,9 @@ extern "C" __global__ void sgd_momentum(float *p, const float *g, float *vel, lo
     p[i] -= lr * v;
   }
 }
+
+// average moves the parameters' running average towards them:
+// avg ← avg + w·(p − avg), one step of their exponential moving average.
+extern "C" __global__ void average(float *avg, const float *p, long long n, float w) {
+  FOR_EACH(i, n) avg[i] += w * (p[i] - avg[i]);
+}
