@@ -44,6 +44,11 @@ type Checkpoint struct {
 	ParamNames []string        `json:"param_names"`
 	Params     [][]float32     `json:"-"`
 	Optimizer  *OptimizerState `json:"-"`
+	// Average is the parameters' moving average in ParamNames order
+	// (Engine.HostAverage; nil for a run without one), and AverageSteps
+	// the updates it has taken in (Engine.AverageSteps).
+	Average      [][]float32 `json:"-"`
+	AverageSteps int64       `json:"average_steps,omitempty"`
 
 	// Extra is free-form state of the caller (timings, per-epoch ε).
 	Extra json.RawMessage `json:"extra,omitempty"`
@@ -56,6 +61,9 @@ type header struct {
 	OptStep int64    `json:"optimizer_step"`
 	Sizes   []int    `json:"sizes"`
 	Slots   []string `json:"slots"`
+	// Averaged says the optimizer's slots are followed by the
+	// parameters' average, a tensor each.
+	Averaged bool `json:"averaged,omitempty"`
 }
 
 // checkpointWriter, when set by tests, wraps the checkpoint file's writer
@@ -76,6 +84,17 @@ func WriteCheckpoint(path string, c *Checkpoint) error {
 			h.Slots = append(h.Slots, name)
 		}
 		sortStrings(h.Slots)
+	}
+	if c.Average != nil {
+		if len(c.Average) != len(c.Params) {
+			return fmt.Errorf("checkpoint: the average has %d tensors for %d parameters", len(c.Average), len(c.Params))
+		}
+		for k, a := range c.Average {
+			if len(a) != len(c.Params[k]) {
+				return fmt.Errorf("checkpoint: the average of %q has %d elements, the parameter %d", c.ParamNames[k], len(a), len(c.Params[k]))
+			}
+		}
+		h.Averaged = true
 	}
 	hb, err := json.Marshal(h)
 	if err != nil {
@@ -132,6 +151,11 @@ func writeCheckpoint(w io.Writer, c *Checkpoint, h *header, hb []byte) error {
 			if err := write(t); err != nil {
 				return err
 			}
+		}
+	}
+	for _, t := range c.Average {
+		if err := write(t); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -214,18 +238,19 @@ func readCheckpoint(r io.Reader, size int64) (*Checkpoint, error) {
 	}
 	// What the header declares must be what the file holds, before any
 	// tensor is allocated.
-	tensors := int64(len(h.Sizes))
+	// k copies of every parameter's size: the parameters, the
+	// optimizer's slots, the average.
+	k := int64(1)
 	if h.OptName != "" {
-		tensors *= int64(1 + len(h.Slots))
+		k += int64(len(h.Slots))
 	}
-	need := tensors * hashLen
+	if h.Averaged {
+		k++
+	}
+	need := int64(len(h.Sizes)) * k * hashLen
 	for _, sz := range h.Sizes {
 		if sz < 0 || int64(sz) > left/4 {
 			return nil, fmt.Errorf("the header declares a tensor of %d elements, the file holds %d more bytes", sz, left)
-		}
-		k := int64(1)
-		if h.OptName != "" {
-			k += int64(len(h.Slots))
 		}
 		need += 4 * int64(sz) * k
 		if need > left {
@@ -269,6 +294,15 @@ func readCheckpoint(r io.Reader, size int64) (*Checkpoint, error) {
 				}
 				c.Optimizer.Slots[s] = append(c.Optimizer.Slots[s], t)
 			}
+		}
+	}
+	if h.Averaged {
+		for i, size := range h.Sizes {
+			t, err := read(size, fmt.Sprintf("the average of %q", h.ParamNames[i]))
+			if err != nil {
+				return nil, err
+			}
+			c.Average = append(c.Average, t)
 		}
 	}
 	var one [1]byte

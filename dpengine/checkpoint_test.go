@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 )
 
 func sampleCheckpoint(t *testing.T, v float32) *Checkpoint { return sampleCheckpointF(v) }
@@ -57,6 +58,52 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	os.WriteFile(path, []byte("hello"), 0o644)
 	if _, err := ReadCheckpoint(path); err == nil || !strings.Contains(err.Error(), "not a dpfinetune checkpoint") {
 		t.Errorf("foreign file: %v", err)
+	}
+}
+
+// TestCheckpointAverage: the parameters' average (Checkpoint.Average)
+// round-trips with its update count, after the optimizer's state and
+// under the same integrity check; one of the wrong shape is refused on
+// writing; and a checkpoint without one reads back without one.
+func TestCheckpointAverage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.ckpt")
+	c := sampleCheckpoint(t, 1)
+	c.Average, c.AverageSteps = [][]float32{{0.5, 1.5, 2.5}, {-4}}, 6
+	if err := WriteCheckpoint(path, c); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AverageSteps != 6 || len(r.Average) != 2 || !numcheck.SameBits(r.Average[0], c.Average[0]) || !numcheck.SameBits(r.Average[1], c.Average[1]) {
+		t.Fatalf("average read back as %v (%d updates), want %v (6)", r.Average, r.AverageSteps, c.Average)
+	}
+	if r.Optimizer == nil || !numcheck.SameBits(r.Optimizer.Slots["v"][1], c.Optimizer.Slots["v"][1]) || !numcheck.SameBits(r.Params[0], c.Params[0]) {
+		t.Fatal("the parameters or the optimizer's state changed beside the average")
+	}
+	// The last tensor of the file is the average of "b".
+	good, _ := os.ReadFile(path)
+	b := append([]byte(nil), good...)
+	b[len(b)-33] ^= 0x10
+	os.WriteFile(path, b, 0o644)
+	if _, err := ReadCheckpoint(path); err == nil || !strings.Contains(err.Error(), `the average of "b"`) {
+		t.Errorf("a flipped byte in the average: %v, want an error naming it", err)
+	}
+	c.Average = [][]float32{{1, 2, 3}, {4, 5}}
+	if err := WriteCheckpoint(path, c); err == nil || !strings.Contains(err.Error(), `the average of "b" has 2 elements`) {
+		t.Errorf("an average of the wrong size: %v", err)
+	}
+	c.Average = [][]float32{{1, 2, 3}}
+	if err := WriteCheckpoint(path, c); err == nil || !strings.Contains(err.Error(), "1 tensors for 2 parameters") {
+		t.Errorf("an average of too few tensors: %v", err)
+	}
+	c.Average, c.AverageSteps = nil, 0
+	if err := WriteCheckpoint(path, c); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ReadCheckpoint(path); err != nil || r.Average != nil {
+		t.Errorf("without an average: read back %v, %v", r.Average, err)
 	}
 }
 

@@ -21,6 +21,9 @@ type Optimizer interface {
 	SetState(*OptimizerState) error
 	// Name is "sgd", "adam" or "adamw".
 	Name() string
+	// SetLR sets the learning rate of the updates from the next Step on:
+	// a learning-rate schedule's value for that step (dptrain.Schedule).
+	SetLR(lr float64)
 }
 
 // scaledOptimizer is an Optimizer that can multiply the gradients by a
@@ -172,6 +175,9 @@ type SGD struct {
 // Name implements Optimizer.
 func (o *SGD) Name() string { return "sgd" }
 
+// SetLR implements Optimizer.
+func (o *SGD) SetLR(lr float64) { o.LR = lr }
+
 // Step implements Optimizer.
 func (o *SGD) Step(params, grads [][]float32) error { return o.stepScaled(params, grads, 1) }
 
@@ -284,6 +290,10 @@ func (o *Adam) Name() string {
 	}
 	return "adam"
 }
+
+// SetLR implements Optimizer. AdamW's decay, η·λ, follows the rate, as
+// PyTorch's does under a scheduler.
+func (o *Adam) SetLR(lr float64) { o.LR = lr }
 
 // Step implements Optimizer.
 func (o *Adam) Step(params, grads [][]float32) error { return o.stepScaled(params, grads, 1) }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -269,6 +270,44 @@ func TestNoiseFusedWithUpdate(t *testing.T) {
 					if !sameBits(a[i], b[i]) || !sameBits(ga[i], gb[i]) {
 						t.Fatalf("%s batch %d %s[%d]: fused %v (gradient %v), plain %v (gradient %v)", opt, n, name, i, a[i], ga[i], b[i], gb[i])
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestSetLR: an optimizer whose rate is set between steps (a schedule)
+// updates as one built with that rate from the start — the state it
+// carries aside — bit for bit, for SGD with momentum, Adam and AdamW
+// (whose decoupled decay follows the rate).
+func TestSetLR(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	sizes := []int{5, 70}
+	for _, name := range []string{"sgd", "adam", "adamw"} {
+		a, _ := NewOptimizer(name, 0.1, 0.9, 0.01)
+		b, _ := NewOptimizer(name, 0.1, 0.9, 0.01)
+		pa := randSlices(r, sizes, 1)
+		pb := copyLists(pa)
+		for step, lr := range []float64{0.1, 0.03, 0.007} {
+			g := randSlices(r, sizes, 1)
+			a.SetLR(lr)
+			if step > 0 {
+				// b: a fresh optimizer of rate lr with a's state.
+				st := b.State()
+				b, _ = NewOptimizer(name, lr, 0.9, 0.01)
+				if err := b.SetState(st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Step(pa, g); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Step(pb, g); err != nil {
+				t.Fatal(err)
+			}
+			for k := range pa {
+				if !numcheck.SameBits(pa[k], pb[k]) {
+					t.Fatalf("%s step %d (rate %v): SetLR's update differs from an optimizer built with the rate", name, step, lr)
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/cuda"
 )
@@ -21,8 +22,16 @@ import (
 // the GPU's batched sums, so the checkpoints, the test metrics and the
 // exports agree to 1e-3 of the largest weight: a stale sync, a state
 // restored out of order or a block view off by one would not. Each run's
-// report names its device.
+// report names its device. It runs trainStages' variants: plainly, and
+// with a schedule and the parameters' average, which the checkpoint, the
+// evaluation and the export read from device memory.
 func TestRunOnCUDA(t *testing.T) {
+	for _, v := range stageVariants {
+		t.Run(v.name, func(t *testing.T) { runOnCUDA(t, v.set) })
+	}
+}
+
+func runOnCUDA(t *testing.T, set func(*dptrain.Settings)) {
 	// Whatever the environment says (a GPU's own run is gpu-check's): the
 	// emulation, its device memory closed to the host as a GPU's is.
 	t.Setenv(cuda.EnvDriver, "emulate-guarded")
@@ -31,8 +40,8 @@ func TestRunOnCUDA(t *testing.T) {
 		t.Skipf("no CUDA emulation here: %v", err)
 	}
 	defer dev.Close()
-	want := trainStages(t, runtime.CPU{})
-	got := trainStages(t, dev)
+	want := trainStages(t, runtime.CPU{}, set)
+	got := trainStages(t, dev, set)
 	if want.device != "cpu" || !strings.HasPrefix(got.device, "cuda") {
 		t.Errorf("the reports name the devices %q and %q", want.device, got.device)
 	}
@@ -55,6 +64,12 @@ func TestRunOnCUDA(t *testing.T) {
 		near("checkpoint "+name, got.ckpt.Params[k], want.ckpt.Params[k])
 		for slot, ws := range want.ckpt.Optimizer.Slots {
 			near("checkpoint optimizer "+slot+" of "+name, got.ckpt.Optimizer.Slots[slot][k], ws[k])
+		}
+		if (want.ckpt.Average != nil) != (set != nil) || len(got.ckpt.Average) != len(want.ckpt.Average) {
+			t.Fatalf("the checkpoints hold averages of %d and %d tensors", len(got.ckpt.Average), len(want.ckpt.Average))
+		}
+		if want.ckpt.Average != nil {
+			near("checkpoint average of "+name, got.ckpt.Average[k], want.ckpt.Average[k])
 		}
 	}
 	if len(got.epochs) != len(want.epochs) {

@@ -28,10 +28,29 @@ import (
 // export) sees the same values on both: the checkpoints, the test
 // metrics and the exported weights must be identical. A forgotten
 // SyncParams (or LoadParams after the restore) on any of those paths
-// makes the separate run read or continue from stale weights.
+// makes the separate run read or continue from stale weights. It runs
+// twice: plainly, and with a cosine learning-rate schedule and the
+// parameters' average (--ema), which the checkpoint carries and the
+// evaluation and the export read from the device.
 func TestRunOnSeparateMemory(t *testing.T) {
-	want := trainStages(t, reference.Device{})
-	got := trainStages(t, reference.Separate{})
+	for _, v := range stageVariants {
+		t.Run(v.name, func(t *testing.T) { runOnSeparateMemory(t, v.set) })
+	}
+}
+
+// stageVariants are trainStages' settings: as given, and with a schedule
+// and an average.
+var stageVariants = []struct {
+	name string
+	set  func(*dptrain.Settings)
+}{
+	{"plain", nil},
+	{"schedule-ema", func(s *dptrain.Settings) { s.LRSchedule, s.WarmupSteps, s.MinLR, s.EMADecay = "cosine", 1, 1e-4, 0.7 }},
+}
+
+func runOnSeparateMemory(t *testing.T, set func(*dptrain.Settings)) {
+	want := trainStages(t, reference.Device{}, set)
+	got := trainStages(t, reference.Separate{}, set)
 
 	if !reflect.DeepEqual(got.ckpt.ParamNames, want.ckpt.ParamNames) || len(got.ckpt.Params) != len(want.ckpt.Params) {
 		t.Fatalf("the checkpoints hold parameters %v and %v", got.ckpt.ParamNames, want.ckpt.ParamNames)
@@ -46,6 +65,14 @@ func TestRunOnSeparateMemory(t *testing.T) {
 			if !numcheck.SameBits(got.ckpt.Optimizer.Slots[slot][k], ws[k]) {
 				t.Errorf("checkpoint optimizer %s of %s differs", slot, want.ckpt.ParamNames[k])
 			}
+		}
+	}
+	if (want.ckpt.Average != nil) != (set != nil) || len(got.ckpt.Average) != len(want.ckpt.Average) || got.ckpt.AverageSteps != want.ckpt.AverageSteps {
+		t.Fatalf("the checkpoints hold averages of %d and %d tensors after %d and %d updates", len(got.ckpt.Average), len(want.ckpt.Average), got.ckpt.AverageSteps, want.ckpt.AverageSteps)
+	}
+	for k, w := range want.ckpt.Average {
+		if !numcheck.SameBits(got.ckpt.Average[k], w) {
+			t.Errorf("checkpoint average of %s differs", want.ckpt.ParamNames[k])
 		}
 	}
 	if len(got.epochs) != 2 || len(want.epochs) != 2 {
@@ -94,7 +121,8 @@ type stagesResult struct {
 
 // trainStages trains the fixture CNN on dev as TestRunOnSeparateMemory
 // describes: interrupted after four steps, resumed, and a plain run.
-func trainStages(t *testing.T, dev runtime.Device) stagesResult {
+// set, if not nil, changes the settings of every stage.
+func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Settings)) stagesResult {
 	t.Helper()
 	ds := smallFMNIST(t)
 	dir := t.TempDir()
@@ -111,6 +139,9 @@ func trainStages(t *testing.T, dev runtime.Device) stagesResult {
 			},
 			Device: dev, Graph: g, Train: ds, EvalBatch: 48,
 			Checkpoint: ckpt, Resume: stage == "resumed", Out: out,
+		}
+		if set != nil {
+			set(&cfg.Settings)
 		}
 		switch stage {
 		case "plain":

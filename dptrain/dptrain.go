@@ -65,10 +65,21 @@ type Settings struct {
 	PerLayer      bool     `json:"per_layer"`
 	Optimizer     string   `json:"optimizer"`
 	LR            float64  `json:"lr"`
-	Momentum      float64  `json:"momentum,omitempty"`
-	WeightDecay   float64  `json:"weight_decay,omitempty"`
-	Norm          string   `json:"norm"`
-	Augment       string   `json:"augment"`
+	// LRSchedule shapes the learning rate over the run's Steps
+	// (Schedule): "constant" ("" too), "cosine" or "linear", after
+	// WarmupSteps of linear warm-up, decaying to MinLR; LR is the peak.
+	LRSchedule  string  `json:"lr_schedule,omitempty"`
+	WarmupSteps int     `json:"warmup_steps,omitempty"`
+	MinLR       float64 `json:"min_lr,omitempty"`
+	Momentum    float64 `json:"momentum,omitempty"`
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	// EMADecay, in (0, 1), keeps an exponential moving average of the
+	// parameters with this decay (dpengine.Config.EMADecay): the weights
+	// every epoch evaluates and the run exports. It is computed from the
+	// noisy updates alone, so ε is unchanged. 0 keeps none.
+	EMADecay float64 `json:"ema_decay,omitempty"`
+	Norm     string  `json:"norm"`
+	Augment  string  `json:"augment"`
 	// AugmentMultiplicity, above 1, feeds each sample of a logical batch
 	// as that many independently augmented views, whose gradients' mean
 	// is the sample's gradient, clipped as one (De et al. 2022's
@@ -102,9 +113,11 @@ type sourced interface {
 
 // EpochRecord is one epoch of the run report.
 type EpochRecord struct {
-	Epoch       int         `json:"epoch"`
-	Steps       int64       `json:"steps"`
-	Epsilon     float64     `json:"epsilon"`
+	Epoch   int     `json:"epoch"`
+	Steps   int64   `json:"steps"`
+	Epsilon float64 `json:"epsilon"`
+	// LR is the learning rate of the epoch's last step (Settings.LRSchedule).
+	LR          float64     `json:"lr"`
 	TrainLoss   float64     `json:"train_loss"`
 	Seconds     float64     `json:"seconds"`
 	SamplesPerS float64     `json:"samples_per_second"`
@@ -277,6 +290,8 @@ type Event struct {
 	// Loss is the mean training loss of the epoch so far (not a private
 	// output) and SamplesPerSecond its throughput.
 	Loss, SamplesPerSecond float64
+	// LR is the learning rate of the last step (Settings.LRSchedule).
+	LR float64
 	// Record is the finished epoch (EpochDone).
 	Record *EpochRecord
 	// Engine is the engine: after StepDone, Engine.Gradient returns the
@@ -371,6 +386,13 @@ func Run(cfg Config) (*Report, error) {
 	stepsPerEpoch := (n + L - 1) / L
 	steps := set.Epochs * stepsPerEpoch
 	set.BatchSize, set.SampleRate, set.StepsPerEpoch, set.Steps = L, q, stepsPerEpoch, steps
+	sched := Schedule{Kind: set.LRSchedule, Warmup: set.WarmupSteps, Min: set.MinLR}
+	if err := sched.Check(set.LR, steps); err != nil {
+		return nil, err
+	}
+	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
+		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
+	}
 	set.Noise = "secure"
 	if set.Seed != nil {
 		set.Noise = fmt.Sprintf("seeded (%d): reproducible, NOT secure", *set.Seed)
@@ -444,6 +466,7 @@ func Run(cfg Config) (*Report, error) {
 	opts.InputShape = set.InputShape
 	opts.Batch = int64(min(L, 64))
 	opts.Multiplicity = int64(views)
+	opts.Averaged = set.EMADecay > 0
 	rp, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -481,6 +504,9 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if wrapOptimizer != nil {
+		opt = wrapOptimizer(opt)
+	}
 	// The engine's σ is the calibrated one; only a test of the audit
 	// breaks it on purpose (internal/testhook), never a flag.
 	engSigma := set.Sigma
@@ -488,7 +514,8 @@ func Run(cfg Config) (*Report, error) {
 		engSigma /= d
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
-		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory}
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory,
+		EMADecay: set.EMADecay}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -536,6 +563,11 @@ func Run(cfg Config) (*Report, error) {
 				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
 			}
 		}
+		if ckpt.Average != nil && eng.Averaging() {
+			if err := eng.SetAverage(ckpt.ParamNames, ckpt.Average, ckpt.AverageSteps); err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
+			}
+		}
 		if set.Seed != nil {
 			if !ckpt.Seeded {
 				return nil, fmt.Errorf("checkpoint %s comes from a run with secure randomness; it cannot be resumed with --seed", ckptPath)
@@ -577,7 +609,10 @@ func Run(cfg Config) (*Report, error) {
 		logf("  noise:     σ = %.5g (calibrated), clip norm R = %g (%s%s), noise std σR = %.4g per coordinate, %s\n",
 			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
 	}
-	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR)
+	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
+	if set.EMADecay > 0 {
+		logf("  average:   the parameters' exponential moving average, decay %g (warm-up min(β, (1+t)/(10+t))), is evaluated and exported (post-processing: ε unchanged)\n", set.EMADecay)
+	}
 	if views > 1 {
 		logf("  views:     %d augmented views of each sample (%s), its gradient their mean, clipped as one sample's\n", views, set.Augment)
 	}
@@ -602,6 +637,12 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if ckpt != nil {
 		logf("  resuming:  from %s at step %d (epoch %d)\n", ckptPath, ckpt.Step, ckpt.Epoch+1)
+		switch {
+		case ckpt.Average == nil && set.EMADecay > 0:
+			logf("  resuming:  the checkpoint holds no average of the parameters: it starts from the checkpoint's weights\n")
+		case ckpt.Average != nil && set.EMADecay == 0:
+			logf("  resuming:  without --ema: the checkpoint's average of the parameters is dropped, the parameters themselves are evaluated and exported\n")
+		}
 	}
 	logf("  (losses and accuracies on training data are not private outputs)\n")
 
@@ -633,8 +674,13 @@ func Run(cfg Config) (*Report, error) {
 		if err := eng.SyncParams(); err != nil {
 			return err
 		}
+		avg, err := eng.HostAverage()
+		if err != nil {
+			return err
+		}
 		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: epochStep, Accountant: acct.State(),
-			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(), Extra: eb}
+			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(),
+			Average: avg, AverageSteps: eng.AverageSteps(), Extra: eb}
 		if set.Seed != nil {
 			c.SourceStream = src.Stream()
 		}
@@ -715,6 +761,8 @@ func Run(cfg Config) (*Report, error) {
 				in = real
 				eng.InjectCanaries(canaries)
 			}
+			lr := sched.At(set.LR, int(step), set.Steps)
+			opt.SetLR(lr)
 			st, err := eng.Step(in, fill)
 			if err != nil {
 				return nil, fmt.Errorf("step %d: %w (the last good checkpoint: %s)", step+1, err, lastGood)
@@ -731,17 +779,20 @@ func Run(cfg Config) (*Report, error) {
 			lossSum += st.MeanLoss * float64(st.Samples)
 			seen += st.Samples
 			el := time.Since(t0).Seconds()
-			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9)})
+			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9), LR: lr})
 		}
 		el := time.Since(t0).Seconds()
-		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
+		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), LR: sched.At(set.LR, int(step)-1, set.Steps),
+			TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
 		if ev != nil {
-			// The evaluator's plan loads the graph's initializers: bring
-			// them up to date with the engine's device first.
-			if err := eng.SyncParams(); err != nil {
-				return nil, err
-			}
-			if rec.Test, err = ev.Run(cfg.Test); err != nil {
+			// The evaluator's plan loads the graph's initializers: the
+			// released weights (the average, with --ema), up to date with
+			// the engine's device.
+			err := withReleased(eng, false, func() (err error) {
+				rec.Test, err = ev.Run(cfg.Test)
+				return err
+			})
+			if err != nil {
 				return nil, err
 			}
 		}
@@ -749,7 +800,7 @@ func Run(cfg Config) (*Report, error) {
 		emit(Event{Kind: EpochDone, Epoch: epoch, EpochStep: stepsPerEpoch, Loss: rec.TrainLoss, SamplesPerSecond: rec.SamplesPerS, Record: &rec})
 		line := fmt.Sprintf("epoch %d/%d: train loss %.4f (not private), %.0f samples/s", epoch+1, set.Epochs, rec.TrainLoss, rec.SamplesPerS)
 		if rec.Test != nil {
-			line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f)", 100*rec.Test.Accuracy, rec.Test.Loss)
+			line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f%s)", 100*rec.Test.Accuracy, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
 		}
 		if !set.NonPrivate {
 			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
@@ -765,9 +816,10 @@ func Run(cfg Config) (*Report, error) {
 	}
 
 	// Export. The graph's initializers get the trained weights from the
-	// engine's device: the exported model reads them, and so does anyone
-	// reading cfg.Graph after Run (the audit's black-box scoring).
-	if err := eng.SyncParams(); err != nil {
+	// engine's device, the average with --ema: the exported model reads
+	// them, and so does anyone reading cfg.Graph after Run (the audit's
+	// black-box scoring).
+	if err := withReleased(eng, true, func() error { return nil }); err != nil {
 		return nil, err
 	}
 	if !set.NonPrivate {
@@ -807,6 +859,43 @@ func Run(cfg Config) (*Report, error) {
 	}
 	return rep, nil
 }
+
+// withReleased runs fn with the graph's initializers holding the weights
+// a run releases: the parameters, or with an average (Settings.EMADecay)
+// the average. Unless keep, the parameters are put back after fn; on the
+// CPU the initializers are the parameters the engine trains.
+func withReleased(eng *dpengine.Engine, keep bool, fn func() error) error {
+	if err := eng.SyncParams(); err != nil {
+		return err
+	}
+	if !eng.Averaging() {
+		return fn()
+	}
+	avg, err := eng.HostAverage()
+	if err != nil {
+		return err
+	}
+	host := eng.HostParams()
+	var saved [][]float32
+	if !keep {
+		saved = make([][]float32, len(host))
+		for k, h := range host {
+			saved[k] = append([]float32(nil), h...)
+		}
+	}
+	for k, h := range host {
+		copy(h, avg[k])
+	}
+	err = fn()
+	for k, p := range saved {
+		copy(host[k], p)
+	}
+	return err
+}
+
+// wrapOptimizer, set by tests only (export_test.go), wraps the optimizer
+// Run builds: a test sees the learning rate of every step.
+var wrapOptimizer func(dpengine.Optimizer) dpengine.Optimizer
 
 func stepOf(c *dpengine.Checkpoint) int64 {
 	if c == nil {
@@ -860,6 +949,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.AugmentMultiplicity > 1 {
 		kv["augment_multiplicity"] = fmt.Sprint(s.AugmentMultiplicity)
+	}
+	if s.EMADecay > 0 {
+		// The weights are the parameters' average, not the last step's.
+		kv["ema_decay"] = fmt.Sprint(s.EMADecay)
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

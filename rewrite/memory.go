@@ -28,7 +28,9 @@ const LiftMinFloats = 1 << 22
 //	              and the engine's accumulator); 4·N_t (instantiate, bk: the
 //	              runtime computes no parameter gradients, only the
 //	              accumulator exists)
-//	Optimizer   = 8·N_t                      (Adam's two moments)
+//	Optimizer   = 8·N_t                      (Adam's two moments), and
+//	              4·N_t more with the parameters' moving average
+//	              (Plan.Averaged)
 //	Activations = Plan.Compiled[mode].At(B)  (the buffers of the runtime
 //	              plan the engine compiles for the mode: its arena, which
 //	              reuses memory by liveness and keeps only what each
@@ -274,6 +276,9 @@ func (p *Plan) MemoryAt(b int64) []ModeMemory {
 		Weights:   4 * (p.Trainable.Scalars + p.Frozen.Scalars),
 		Gradients: 8 * p.Trainable.Scalars,
 		Optimizer: 8 * p.Trainable.Scalars,
+	}
+	if p.Averaged {
+		base.Optimizer += 4 * p.Trainable.Scalars
 	}
 	var sumInst, sumBKInst, sumBKOut, maxGhost, maxChosen, sumElem, maxElem, sumKept int64
 	var engGhost, engChosen int64 // the engine's scratch (Plan.Scratch), in floats

@@ -78,6 +78,16 @@ func TestMemoryAtTerms(t *testing.T) {
 			if (name == "beit" || name == "packedqkv") && kept == 0 {
 				t.Errorf("no parameter keeps per-sample gradients in ghost mode")
 			}
+			// The optimizer's two moments, and with the parameters'
+			// average a third copy, in every mode; nothing else changes.
+			avg := *p
+			avg.Averaged = true
+			for k, m := range avg.MemoryAt(b) {
+				plain := p.MemoryAt(b)[k]
+				if plain.Optimizer != 8*nt || m.Optimizer != 12*nt || m.Total-plain.Total != 4*nt {
+					t.Errorf("%s: optimizer %d bytes, %d with the average (total +%d), want %d and %d (+%d)", m.Mode, plain.Optimizer, m.Optimizer, m.Total-plain.Total, 8*nt, 12*nt, 4*nt)
+				}
+			}
 		})
 	}
 }

@@ -234,6 +234,9 @@ type Plan struct {
 	// Multiplicity is PlanOptions.Multiplicity where above 1 (else 0):
 	// every figure of the plan is for that many views of each sample.
 	Multiplicity int64 `json:"augment_multiplicity,omitempty"`
+	// Averaged is PlanOptions.Averaged: the memory figures count the
+	// parameters' moving average.
+	Averaged bool `json:"ema,omitempty"`
 	// ExportForm is how the model was exported, as far as the graph shows
 	// (ExportTraining, ExportEvalFolded or "").
 	ExportForm string   `json:"export_form,omitempty"`
@@ -327,6 +330,10 @@ type PlanOptions struct {
 	// graphs take inputs of (B, Multiplicity, InputShape…), and a
 	// sample's gradient is the mean of its views' (multiply).
 	Multiplicity int64
+	// Averaged says the run keeps an exponential moving average of the
+	// trainable parameters (dpengine.Config.EMADecay): a copy of them
+	// more in the memory estimate.
+	Averaged bool
 }
 
 // rearrangingOps are the path operators that copy distinct elements of
@@ -552,6 +559,7 @@ func Analyze(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if k > 1 {
 		p.Multiplicity = k
 	}
+	p.Averaged = opts.Averaged
 	// The loss is taken row by row: a sample's rows are its own output
 	// rows, its k views' where the plan multiplies them.
 	lossRows := BatchLayout{Axis: 0, Outer: 1, Inner: k}

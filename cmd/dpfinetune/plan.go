@@ -44,11 +44,12 @@ type planReport struct {
 }
 
 func runPlan(args []string, stdout io.Writer) error {
-	fs := newFlagSet("plan", "--model M.onnx [--input-shape C,H,W] [--batch B] [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--augment-multiplicity K] [--out R.onnx] [--json]")
+	fs := newFlagSet("plan", "--model M.onnx [--input-shape C,H,W] [--batch B] [--bn groupnorm|freeze] [--priority memory|speed] [--train REGEX] [--freeze REGEX] [--num-classes K] [--augment-multiplicity K] [--ema] [--out R.onnx] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's)")
 	batch := fs.Int64("batch", 32, "batch size for the memory estimates")
 	views := fs.Int64("augment-multiplicity", 1, "plan for K augmented views of each sample (train's --augment-multiplicity): every per-sample figure is for the sample's K views")
+	ema := fs.Bool("ema", false, "count the parameters' moving average (train's --ema) in the memory figures")
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -79,6 +80,7 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	opts.Multiplicity = *views
+	opts.Averaged = *ema
 	lm, err := loadGraph(*model)
 	if err != nil {
 		return err
@@ -152,6 +154,9 @@ func printPlan(w io.Writer, r *planReport) {
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
 	if p.Multiplicity > 1 {
 		fmt.Fprintf(w, "views:       %d augmented views of each sample (--augment-multiplicity): the figures are for a sample's views\n", p.Multiplicity)
+	}
+	if p.Averaged {
+		fmt.Fprintf(w, "average:     the parameters' moving average (--ema) counted with the optimizer's state\n")
 	}
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
 	if p.Priority == rewrite.PriorityMemory {
@@ -284,7 +289,11 @@ func printPlan(w io.Writer, r *planReport) {
 		fmt.Fprintf(w, "\nestimated peak memory at batch %d (float32; activations: %d scalars per sample, all kept;\n"+
 			"the runtime plan was not measured: %s):\n", p.Batch, p.ActivationsPerSample, r.NotMeasured)
 	}
-	fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", "mode", "total", "weights", "gradients", "adam", "activations", "per-sample", "transient")
+	opt := "adam"
+	if p.Averaged {
+		opt = "adam+ema"
+	}
+	fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", "mode", "total", "weights", "gradients", opt, "activations", "per-sample", "transient")
 	for _, m := range p.Memory {
 		fmt.Fprintf(w, "  %-12s %10s %10s %10s %10s %11s %10s %10s\n", m.Mode, humanBytes(m.Total), humanBytes(m.Weights), humanBytes(m.Gradients),
 			humanBytes(m.Optimizer), humanBytes(m.Activations), humanBytes(m.PerSample), humanBytes(m.Transient))

@@ -69,9 +69,9 @@ func runTrain(args []string, stdout io.Writer) error {
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	seedStr, outDType                                                   *string
-	eps, delta, lr, momentum, wd, clip, gamma                           *float64
-	epochs, batchSize, physical, evalBatch, views                       *int
+	seedStr, outDType, schedule                                         *string
+	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema               *float64
+	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
 	rf                                                                  *rewriteFlags
 	dev                                                                 deviceFlag
@@ -89,7 +89,11 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		batchSize:  fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n"),
 		physical:   fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), divided by --augment-multiplicity, or the largest fitting --max-memory)"),
 		maxMem:     fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
-		lr:         fs.Float64("lr", 1e-3, "learning rate"),
+		lr:         fs.Float64("lr", 1e-3, "learning rate (the peak of --lr-schedule)"),
+		schedule:   fs.String("lr-schedule", "constant", "learning rate over the run's steps: constant, cosine or linear (decay from --lr to --min-lr after --warmup-steps); it depends on the step alone, so ε is unchanged"),
+		warmup:     fs.Int("warmup-steps", 0, "steps over which the learning rate rises linearly to --lr (step t from 0 takes lr·(t+1)/N)"),
+		minLR:      fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
+		ema:        fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
 		optName:    fs.String("optimizer", "adam", "adam, adamw or sgd"),
 		momentum:   fs.Float64("momentum", 0.9, "momentum of sgd"),
 		wd:         fs.Float64("weight-decay", 0, "weight decay (L2 for sgd and adam, decoupled for adamw)"),
@@ -156,6 +160,13 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	}
 	if !(*f.lr > 0) || !(*f.clip > 0) || math.IsInf(*f.clip, 0) {
 		return cfg, usagef("--lr and --clip must be positive")
+	}
+	// The warm-up's bound by the run's steps waits for the data.
+	if err := (dptrain.Schedule{Kind: *f.schedule, Warmup: *f.warmup, Min: *f.minLR}).Check(*f.lr, math.MaxInt); err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	if !(*f.ema >= 0 && *f.ema < 1) {
+		return cfg, usagef("--ema must be in [0, 1), the decay of the parameters' average (e.g. 0.999; 0: none), got %v", *f.ema)
 	}
 	if *f.delta != 0 {
 		if err := accountant.ValidateDelta(*f.delta); err != nil {
@@ -249,7 +260,8 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		Settings: trainSettings{
 			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
-			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, Momentum: *f.momentum, WeightDecay: *f.wd,
+			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema,
+			Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(),
 		},
@@ -331,6 +343,9 @@ func withProgress(cfg dptrain.Config, quiet bool, run func(dptrain.Config) error
 			i := ev.EpochStep - 1
 			if show && (i%20 == 0 || i == ev.StepsPerEpoch-1) {
 				desc := fmt.Sprintf("epoch %d/%d loss %.4f  %.0f samples/s", ev.Epoch+1, ev.Epochs, ev.Loss, ev.SamplesPerSecond)
+				if sch := cfg.Settings.LRSchedule; cfg.Settings.WarmupSteps > 0 || sch != "" && sch != "constant" {
+					desc += fmt.Sprintf("  lr %.3g", ev.LR)
+				}
 				if !cfg.Settings.NonPrivate {
 					desc += fmt.Sprintf("  ε %.3f", ev.Epsilon())
 				}

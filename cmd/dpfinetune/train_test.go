@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/dynamotest"
@@ -70,47 +72,102 @@ func metadata(t *testing.T, path string) map[string]string {
 
 // TestTrainInterruptResume: SIGINT in the middle of training saves a
 // checkpoint and stops; --resume then finishes with exactly the weights and
-// ε of an uninterrupted run with the same seed.
+// ε of an uninterrupted run with the same seed — also under a learning-rate
+// schedule (whose position is the run's step) exporting the parameters'
+// average (which the checkpoint carries with its update count), where the
+// export is the average and not the last weights.
 func TestTrainInterruptResume(t *testing.T) {
-	dir := t.TempDir()
-	full := filepath.Join(dir, "full.onnx")
-	if _, e, code := run(t, trainArgs(full)...); code != 0 {
-		t.Fatalf("uninterrupted run: exit %d: %s", code, e)
-	}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{
+		{"plain", nil},
+		{"schedule-ema", []string{"--lr-schedule", "cosine", "--warmup-steps", "3", "--min-lr", "2e-4", "--ema", "0.9"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			full := filepath.Join(dir, "full.onnx")
+			if _, e, code := run(t, trainArgs(full, tc.extra...)...); code != 0 {
+				t.Fatalf("uninterrupted run: exit %d: %s", code, e)
+			}
 
-	part := filepath.Join(dir, "part.onnx")
-	afterStep = func(step int64) {
-		if step == 11 { // mid second epoch (8 steps per epoch)
-			syscall.Kill(os.Getpid(), syscall.SIGINT)
-			// The signal reaches the loop through a goroutine; on a loaded
-			// machine the remaining steps could finish before it runs.
-			time.Sleep(time.Second)
-		}
+			part := filepath.Join(dir, "part.onnx")
+			afterStep = func(step int64) {
+				if step == 11 { // mid second epoch (8 steps per epoch)
+					syscall.Kill(os.Getpid(), syscall.SIGINT)
+					// The signal reaches the loop through a goroutine; on a loaded
+					// machine the remaining steps could finish before it runs.
+					time.Sleep(time.Second)
+				}
+			}
+			_, e, code := run(t, trainArgs(part, tc.extra...)...)
+			afterStep = nil
+			if code != 1 || !strings.Contains(e, "interrupted; checkpoint saved") || !strings.Contains(e, "--resume") {
+				t.Fatalf("interrupted run: exit %d: %s", code, e)
+			}
+			if _, err := os.Stat(part); err == nil {
+				t.Fatal("an interrupted run wrote the final model")
+			}
+			if tc.extra != nil {
+				c, err := dpengine.ReadCheckpoint(part + ".ckpt")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Average == nil || c.AverageSteps != c.Step {
+					t.Fatalf("the interrupted run's checkpoint: average %v after %d updates, %d steps; want one a step", c.Average != nil, c.AverageSteps, c.Step)
+				}
+			}
+			if _, e, code := run(t, trainArgs(part, append(tc.extra, "--resume")...)...); code != 0 {
+				t.Fatalf("resumed run: exit %d: %s", code, e)
+			}
+			a, b := readInits(t, full), readInits(t, part)
+			for name, w := range a {
+				if !bytes.Equal(w, b[name]) {
+					t.Errorf("parameter %q differs between the uninterrupted and the resumed run", name)
+				}
+			}
+			ma, mb := metadata(t, full), metadata(t, part)
+			if ma["dpfinetune.epsilon"] != mb["dpfinetune.epsilon"] || ma["dpfinetune.epsilon"] == "" {
+				t.Errorf("ε %q vs %q", ma["dpfinetune.epsilon"], mb["dpfinetune.epsilon"])
+			}
+			if eps, _ := parseF(ma["dpfinetune.epsilon"]); eps > 3 || eps < 2.9 {
+				t.Errorf("spent ε = %v for target 3", eps)
+			}
+			if tc.extra == nil {
+				return
+			}
+			if ma["dpfinetune.ema_decay"] != "0.9" {
+				t.Errorf("metadata ema_decay %q, want 0.9", ma["dpfinetune.ema_decay"])
+			}
+			// The export is the average: the checkpoint's last parameters
+			// are the last weights, which it is not.
+			c, err := dpengine.ReadCheckpoint(part + ".ckpt")
+			if err != nil {
+				t.Fatal(err)
+			}
+			same := 0
+			for k, name := range c.ParamNames {
+				if raw := f32bytes(c.Params[k]); bytes.Equal(raw, b[name]) {
+					same++
+				}
+				if !bytes.Equal(f32bytes(c.Average[k]), b[name]) {
+					t.Errorf("the export's %s is not the checkpoint's average", name)
+				}
+			}
+			if same == len(c.ParamNames) {
+				t.Error("the export holds the last weights, not their average")
+			}
+		})
 	}
-	_, e, code := run(t, trainArgs(part)...)
-	afterStep = nil
-	if code != 1 || !strings.Contains(e, "interrupted; checkpoint saved") || !strings.Contains(e, "--resume") {
-		t.Fatalf("interrupted run: exit %d: %s", code, e)
+}
+
+// f32bytes returns the little-endian bytes of xs, as an initializer holds them.
+func f32bytes(xs []float32) []byte {
+	out := make([]byte, 4*len(xs))
+	for i, v := range xs {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(v))
 	}
-	if _, err := os.Stat(part); err == nil {
-		t.Fatal("an interrupted run wrote the final model")
-	}
-	if _, e, code := run(t, trainArgs(part, "--resume")...); code != 0 {
-		t.Fatalf("resumed run: exit %d: %s", code, e)
-	}
-	a, b := readInits(t, full), readInits(t, part)
-	for name, w := range a {
-		if !bytes.Equal(w, b[name]) {
-			t.Errorf("parameter %q differs between the uninterrupted and the resumed run", name)
-		}
-	}
-	ma, mb := metadata(t, full), metadata(t, part)
-	if ma["dpfinetune.epsilon"] != mb["dpfinetune.epsilon"] || ma["dpfinetune.epsilon"] == "" {
-		t.Errorf("ε %q vs %q", ma["dpfinetune.epsilon"], mb["dpfinetune.epsilon"])
-	}
-	if eps, _ := parseF(ma["dpfinetune.epsilon"]); eps > 3 || eps < 2.9 {
-		t.Errorf("spent ε = %v for target 3", eps)
-	}
+	return out
 }
 
 func parseF(s string) (float64, error) {
@@ -346,6 +403,13 @@ func TestTrainBadInput(t *testing.T) {
 		{"views without augmentation", base(cnn, fmnist, "--augment-multiplicity", "4"), 2, "needs --augment"},
 		{"no views", base(cnn, fmnist, "--augment", "flip", "--augment-multiplicity", "0"), 2, "--augment-multiplicity must be between 1 and"},
 		{"too many views", base(cnn, fmnist, "--augment", "flip", "--augment-multiplicity", "100000"), 2, "--augment-multiplicity must be between 1 and"},
+		{"unknown schedule", base(cnn, fmnist, "--lr-schedule", "step"), 2, "unknown --lr-schedule"},
+		{"negative warm-up", base(cnn, fmnist, "--warmup-steps", "-3"), 2, "--warmup-steps -3 must not be negative"},
+		{"floor without decay", base(cnn, fmnist, "--min-lr", "1e-4"), 2, "needs --lr-schedule cosine or linear"},
+		{"floor over the peak", base(cnn, fmnist, "--lr-schedule", "cosine", "--min-lr", "0.1"), 2, "--min-lr 0.1 must be in [0, --lr 0.001)"},
+		{"warm-up over the run", base(cnn, fmnist+":limit=256", "--lr-schedule", "linear", "--warmup-steps", "4", "--batch-size", "64"), 1, "--warmup-steps 4 leaves no step of the run's 4"},
+		{"EMA decay 1", base(cnn, fmnist, "--ema", "1"), 2, "--ema must be in [0, 1)"},
+		{"negative EMA decay", base(cnn, fmnist, "--ema", "-0.5"), 2, "--ema must be in [0, 1)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
