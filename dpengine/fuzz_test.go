@@ -179,11 +179,14 @@ func FuzzPipeline(f *testing.F) {
 // the length first).
 func FuzzCheckpoint(f *testing.F) {
 	dir := f.TempDir()
-	for i, v := range []float32{1, -3.5} {
+	for i, v := range []float32{1, -3.5, 2} {
 		path := filepath.Join(dir, fmt.Sprint(i))
 		c := sampleCheckpointF(v)
-		if i == 1 {
+		switch i {
+		case 1:
 			c.Optimizer = nil
+		case 2: // with the parameters' average
+			c.Average, c.AverageSteps = [][]float32{{1, 2, 3}, {4}}, 5
 		}
 		if err := WriteCheckpoint(path, c); err != nil {
 			f.Fatal(err)
@@ -207,6 +210,16 @@ func FuzzCheckpoint(f *testing.F) {
 			for name, slot := range c.Optimizer.Slots {
 				if len(slot) != len(c.Params) {
 					t.Fatalf("slot %s: %d tensors for %d parameters", name, len(slot), len(c.Params))
+				}
+			}
+		}
+		if c.Average != nil {
+			if len(c.Average) != len(c.Params) {
+				t.Fatalf("the average: %d tensors for %d parameters", len(c.Average), len(c.Params))
+			}
+			for k, a := range c.Average {
+				if len(a) != len(c.Params[k]) {
+					t.Fatalf("the average of %q: %d elements for %d", c.ParamNames[k], len(a), len(c.Params[k]))
 				}
 			}
 		}

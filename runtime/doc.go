@@ -115,7 +115,8 @@
 //     convolution unfolding and weight gradients); VectorOps
 //     (device_vector.go: per-sample squared norms, the ghost norm's inner
 //     product, scalings by clip factors, sums); ClipOps (device_clip.go:
-//     the factors C_i); OptimOps (device_optim.go: SGD, Adam, AdamW); and
+//     the factors C_i); OptimOps (device_optim.go: SGD, Adam, AdamW, the
+//     parameters' moving average); and
 //     NoiseOps (device_noise.go: runtime/noise's keyed counter-based
 //     Gaussian noise).
 //
