@@ -43,28 +43,34 @@ type Settings struct {
 	HalfPrecision []string `json:"half_precision,omitempty"`
 	// LoadNotes say what the loader did to the model (a fixed batch made
 	// dynamic, half precision widened, uint8 pixels fed as float32).
-	LoadNotes     []string `json:"load_notes,omitempty"`
-	Data          string   `json:"data"`
-	TestData      string   `json:"test_data,omitempty"`
-	Examples      int      `json:"examples"`
-	Epsilon       float64  `json:"epsilon"`
-	Delta         float64  `json:"delta"`
-	Epochs        int      `json:"epochs"`
-	BatchSize     int      `json:"batch_size"`
-	PhysicalBatch int      `json:"physical_batch"`
-	SampleRate    float64  `json:"sample_rate"`
-	StepsPerEpoch int      `json:"steps_per_epoch"`
-	Steps         int      `json:"steps"`
-	Sigma         float64  `json:"sigma"`
-	Accountant    string   `json:"accountant"`
-	Sampling      string   `json:"sampling"`
-	Mode          string   `json:"mode"`
-	Clip          float64  `json:"clip_norm"`
-	ClipFn        string   `json:"clip_fn"`
-	Gamma         float64  `json:"gamma,omitempty"`
-	PerLayer      bool     `json:"per_layer"`
-	Optimizer     string   `json:"optimizer"`
-	LR            float64  `json:"lr"`
+	LoadNotes []string `json:"load_notes,omitempty"`
+	Data      string   `json:"data"`
+	TestData  string   `json:"test_data,omitempty"`
+	Examples  int      `json:"examples"`
+	// Epsilon is the target ε σ is calibrated to; with NoiseMultiplier,
+	// Run sets it to the ε the run spends as planned.
+	Epsilon float64 `json:"epsilon"`
+	// NoiseMultiplier, when positive, is σ as the caller fixes it
+	// (Opacus's noise_multiplier) instead of calibrating it to Epsilon,
+	// which must then be 0: the accountant reports what the run spends.
+	NoiseMultiplier float64 `json:"noise_multiplier,omitempty"`
+	Delta           float64 `json:"delta"`
+	Epochs          int     `json:"epochs"`
+	BatchSize       int     `json:"batch_size"`
+	PhysicalBatch   int     `json:"physical_batch"`
+	SampleRate      float64 `json:"sample_rate"`
+	StepsPerEpoch   int     `json:"steps_per_epoch"`
+	Steps           int     `json:"steps"`
+	Sigma           float64 `json:"sigma"`
+	Accountant      string  `json:"accountant"`
+	Sampling        string  `json:"sampling"`
+	Mode            string  `json:"mode"`
+	Clip            float64 `json:"clip_norm"`
+	ClipFn          string  `json:"clip_fn"`
+	Gamma           float64 `json:"gamma,omitempty"`
+	PerLayer        bool    `json:"per_layer"`
+	Optimizer       string  `json:"optimizer"`
+	LR              float64 `json:"lr"`
 	// LRSchedule shapes the learning rate over the run's Steps
 	// (Schedule): "constant" ("" too), "cosine" or "linear", after
 	// WarmupSteps of linear warm-up, decaying to MinLR; LR is the peak.
@@ -400,6 +406,17 @@ func Run(cfg Config) (*Report, error) {
 	if set.NonPrivate {
 		set.Noise, set.Delta, set.Epsilon = "none (non-private)", 0, 0
 	}
+	if set.NoiseMultiplier != 0 && !set.NonPrivate {
+		if !(set.NoiseMultiplier > 0) || math.IsInf(set.NoiseMultiplier, 0) {
+			return nil, fmt.Errorf("noise multiplier σ = %v must be positive and finite", set.NoiseMultiplier)
+		}
+		if set.Epsilon != 0 {
+			return nil, fmt.Errorf("a target ε (%g) and a noise multiplier σ (%g): give one, the other follows", set.Epsilon, set.NoiseMultiplier)
+		}
+	}
+	if set.NonPrivate {
+		set.NoiseMultiplier = 0
+	}
 	eps, delta := set.Epsilon, set.Delta
 	ckptPath := cfg.Checkpoint
 	views := max(set.AugmentMultiplicity, 1)
@@ -449,7 +466,23 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 	if !set.NonPrivate {
-		if ckpt != nil && prev.Epsilon == set.Epsilon && prev.Delta == set.Delta && prev.Steps == set.Steps && prev.SampleRate == set.SampleRate && prev.Sigma > 0 {
+		if set.NoiseMultiplier > 0 {
+			// σ as given; the ε it spends over the run's steps (with any
+			// earlier phases), known before the first step.
+			set.Sigma = set.NoiseMultiplier
+			planned, err := accountant.Restore(acct.State())
+			if err == nil {
+				err = planned.Step(set.Sigma, q, steps-int(stepOf(ckpt)))
+			}
+			var r accountant.Result
+			if err == nil {
+				r, err = planned.Epsilon(delta)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("the ε of σ = %g, δ = %g, q = %.4g over %d steps: %w", set.Sigma, delta, q, steps, err)
+			}
+			set.Epsilon, eps = r.Epsilon, r.Epsilon
+		} else if ckpt != nil && prev.Epsilon == set.Epsilon && prev.Delta == set.Delta && prev.Steps == set.Steps && prev.SampleRate == set.SampleRate && prev.Sigma > 0 {
 			set.Sigma = prev.Sigma
 		} else {
 			remaining := steps - int(stepOf(ckpt))
@@ -605,9 +638,15 @@ func Run(cfg Config) (*Report, error) {
 	if set.NonPrivate {
 		logf("  privacy:   NONE (--non-private)\n")
 	} else {
-		logf("  privacy:   target ε = %g, δ = %.3g (1/n = %.3g), accountant %s, %s sampling q = %.5g\n", eps, delta, 1/float64(n), set.Accountant, set.Sampling, q)
-		logf("  noise:     σ = %.5g (calibrated), clip norm R = %g (%s%s), noise std σR = %.4g per coordinate, %s\n",
-			set.Sigma, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
+		how := "calibrated"
+		if set.NoiseMultiplier > 0 {
+			how = "given"
+			logf("  privacy:   ε = %.4g as planned (of σ = %g, given), δ = %.3g (1/n = %.3g), accountant %s, %s sampling q = %.5g\n", eps, set.Sigma, delta, 1/float64(n), set.Accountant, set.Sampling, q)
+		} else {
+			logf("  privacy:   target ε = %g, δ = %.3g (1/n = %.3g), accountant %s, %s sampling q = %.5g\n", eps, delta, 1/float64(n), set.Accountant, set.Sampling, q)
+		}
+		logf("  noise:     σ = %.5g (%s), clip norm R = %g (%s%s), noise std σR = %.4g per coordinate, %s\n",
+			set.Sigma, how, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
 	if set.EMADecay > 0 {

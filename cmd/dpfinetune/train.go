@@ -70,7 +70,7 @@ type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	seedStr, outDType, schedule                                         *string
-	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema               *float64
+	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
 	rf                                                                  *rewriteFlags
@@ -83,7 +83,8 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		model:      fs.String("model", "", "ONNX model file (required)"),
 		spec:       fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR or npy:FILE.npz|DIR, with :limit=N (required)"),
 		testSpec:   fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
-		eps:        fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee (required unless --non-private)"),
+		eps:        fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee: σ is calibrated to spend at most it (required unless --noise-multiplier or --non-private)"),
+		sigma:      fs.Float64("noise-multiplier", 0, "fix σ instead of a target ε (Opacus's noise_multiplier): the run reports the ε it spends, known before the first step"),
 		delta:      fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
 		epochs:     fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
 		batchSize:  fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n"),
@@ -152,8 +153,16 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if mode == dpengine.NonDP && !*f.nonPrivate {
 		return cfg, usagef("--mode nondp trains without privacy: say so with --non-private")
 	}
-	if !*f.nonPrivate && !(*f.eps > 0) {
-		return cfg, usagef("--epsilon must be positive (or train without privacy with --non-private)")
+	switch {
+	case *f.nonPrivate:
+	case *f.sigma != 0 && *f.eps != 0:
+		return cfg, usagef("--epsilon and --noise-multiplier: give one, the other follows")
+	case *f.sigma != 0:
+		if !(*f.sigma > 0) || math.IsInf(*f.sigma, 0) {
+			return cfg, usagef("--noise-multiplier must be positive and finite, got %v", *f.sigma)
+		}
+	case !(*f.eps > 0):
+		return cfg, usagef("--epsilon must be positive (or fix σ with --noise-multiplier, or train without privacy with --non-private)")
 	}
 	if *f.epochs <= 0 || *f.batchSize <= 0 || *f.physical < 0 || *f.evalBatch <= 0 {
 		return cfg, usagef("--epochs, --batch-size and --eval-batch must be positive")
@@ -258,7 +267,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
-			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, NoiseMultiplier: *f.sigma, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema,
 			Momentum: *f.momentum, WeightDecay: *f.wd,
