@@ -32,7 +32,8 @@ func emulatedCUDA(t *testing.T) runtime.Device {
 // TestEngineOnCUDA runs the engine, unchanged, on the emulated CUDA device
 // and on the CPU for cnn, vit and windowconv (convolutions over windows
 // folded into the batch) in bk and ghost modes (AdamW on one,
-// SGD with momentum on the other), and holds the CUDA engine to the CPU
+// SGD with momentum on the other), each also with every sample fed as two
+// views (augmentation multiplicity), and holds the CUDA engine to the CPU
 // engine with TestEngineOnReferenceBackend's comparison (compareEngines,
 // numcheck.RelErr ≤ 1e-4): per-sample total and per-parameter norms, the
 // clipped sums, and after a Step with σ = 1 and a seeded noise source (the
@@ -54,6 +55,46 @@ func TestEngineOnCUDA(t *testing.T) {
 					t.Fatalf("the engine's plan runs on %s", gpu.Plan().Device().Name())
 				}
 				compareEngines(t, label, cpu, gpu, x, y, batch, fill)
+			})
+		}
+	}
+	// Augmentation multiplicity: each of 4 samples as 2 views (the
+	// golden batch's rows 2i and 2i+1), the views folded into the batch
+	// as the plan reads them, their mean gradient clipped as the sample's.
+	for fi, name := range []string{"cnn", "vit", "windowconv"} {
+		const n, views = 4, 2
+		gd := loadGolden(t, name)
+		per := views * len(gd.x) / len(gd.y) // a sample's views
+		x := gd.x[:n*per]
+		y := make([]int64, n)
+		batch := make([]int, n)
+		for i := range y {
+			y[i], batch[i] = gd.y[i], i
+		}
+		fill := func(idx []int, xs []float32, ys []int64) error {
+			for k, i := range idx {
+				copy(xs[k*per:(k+1)*per], x[i*per:(i+1)*per])
+				ys[k] = y[i]
+			}
+			return nil
+		}
+		for mi, mode := range []Mode{BK, Ghost} {
+			opt := [2]string{"sgd", "adamw"}[(fi+mi)%2]
+			label := fmt.Sprintf("%s/x%d/%s/%s", name, views, mode, opt)
+			t.Run(label, func(t *testing.T) {
+				clip := Clipping{Fn: Abadi, R: 0.5}
+				engine := func(d runtime.Device) *Engine {
+					g, rp := multipliedFixture(t, name, n, views)
+					e, err := New(g, rp, compareConfig(d, mode, clip, false, opt, n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if e.Views() != views {
+						t.Fatalf("the engine reads %d views", e.Views())
+					}
+					return e
+				}
+				compareEngines(t, label, engine(runtime.CPU{}), engine(dev), x, y, batch, fill)
 			})
 		}
 	}
