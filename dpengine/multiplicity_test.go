@@ -128,13 +128,13 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 		}
 		// On a device that batches its per-sample work, a class token
 		// prepended to each view (vit, beit, crossvit: concatBatch's
-		// folded rows) and the in-projection biases of torch's
+		// folded rows), the in-projection biases of torch's
 		// sequence-first attention (the vit fixtures: batch axis 1, the
-		// views inside it: arithmeticBatch's blocks) take no loop over
-		// the samples, nor does any other parameter but the folded
-		// convolutions' biases (windowconv, with or without views).
-		loops := map[string]bool{"windowconv": true}
-		if e.batchSamples && !loops[name] && e.sampleLoops != 0 {
+		// views inside it: arithmeticBatch's blocks) and the
+		// convolutions over windows folded around the views
+		// (windowconv: runs of K rows a sample, convRows.batchable) take
+		// no loop over the samples, nor does any other parameter.
+		if e.batchSamples && e.sampleLoops != 0 {
 			t.Errorf("%+v: %d per-sample loops", st, e.sampleLoops)
 		}
 		names := e.ParamNames()

@@ -187,23 +187,32 @@ func scaleConvRows(ops runtime.DPOps, f convRows, c, data []float32, row int) {
 }
 
 // batchable reports whether the batched forms take the layout: a
-// sample's rows contiguous (one block of k) or interleaved (k blocks of
-// one row), the layouts exports write; any other runs sample by sample.
-func (f convRows) batchable() bool { return f.run == f.k || f.run == 1 }
+// sample's rows in k/run blocks of run consecutive rows, the blocks
+// cycling through the samples — one block of k where a sample's rows are
+// contiguous, k blocks of one row where they are interleaved, and blocks
+// of the views of augmentation multiplicity (rewrite.PlanOptions.
+// Multiplicity: B·K rows, a sample's K views consecutive) inside
+// interleaved windows. Any other runs sample by sample.
+func (f convRows) batchable() bool { return f.run > 0 && f.k%f.run == 0 }
 
 // rowBlocks calls fn with where the rows of a chunk of n samples from i0
-// lie, for the batched forms: count rows from first, one block of n·k
-// rows where the samples' rows are contiguous, else k blocks of n rows,
-// block j from row j·B + i0 (the chunk's j-th rows). Either way block j's
-// rows go to slot j·n of a chunk's per-row scratch.
-func (f convRows) rowBlocks(i0, n int, fn func(j, first, count int)) {
-	if f.run == f.k {
-		fn(0, i0*f.k, n*f.k)
-		return
+// lie, for the batched forms: count rows from first, k/run blocks of
+// n·run rows, block b from row (b·B + i0)·run (the chunk's samples' b-th
+// runs, one after another). Block b's rows go to slot b·n·run of a
+// chunk's per-row scratch, so that row j of the chunk's sample i lies at
+// scratch row chunkRow(n, i, j).
+func (f convRows) rowBlocks(i0, n int, fn func(slot, first, count int)) {
+	for b := 0; b < f.k/f.run; b++ {
+		fn(b*n*f.run, (b*f.B+i0)*f.run, n*f.run)
 	}
-	for j := 0; j < f.k; j++ {
-		fn(j, j*f.B+i0, n)
-	}
+}
+
+// chunkRow is where row j of sample i lies among rows holding blk
+// samples' rows laid out as the data's (block-major, then sample, then
+// the row within its run): a chunk's per-row scratch (blk = its n
+// samples; rowBlocks) or a whole batch of the data's rows (blk = B).
+func (f convRows) chunkRow(blk, i, j int) int {
+	return (j/f.run)*blk*f.run + i*f.run + j%f.run
 }
 
 // foldChunks runs fn on the step's samples in chunks of nb (as many as
@@ -230,9 +239,10 @@ func (e *Engine) foldChunks(fixed, per int, fn func(buf []float32, nb, i0, n int
 }
 
 // sumRows adds, for each of n samples, its k rows of size floats in R
-// to out (beta 0: writes them): contiguous rows (sample i's at i·k·size)
-// or interleaved ones in blocks of blk rows (row j of sample i at
-// (j·blk + i)·size). Row by row in the samples' order, one strided GEMM
+// to out (beta 0: writes them), the rows laid out as blk samples' rows
+// in the data's order (row j of sample i at chunkRow(blk, i, j)·size:
+// i·k·size where a sample's rows are contiguous, (j·blk + i)·size where
+// they are interleaved). Row by row in the samples' order, one strided GEMM
 // of inner dimension 1 a row (out += 1·R_j: a float32 addition exactly),
 // so that the sums are the bits of the per-sample form's Adds.
 func (e *Engine) sumRows(f convRows, R []float32, size, n, blk int, beta float32, out []float32) error {
@@ -244,12 +254,9 @@ func (e *Engine) sumRows(f convRows, R []float32, size, n, blk int, beta float32
 		e.lay.Fill(1, one)
 		e.foldOne = one
 	}
-	step, stride := size, f.k*size // row j's offset, a sample's stride
-	if f.run != f.k {
-		step, stride = blk*size, size
-	}
+	stride := f.run * size // a sample's, from row j of one to row j of the next
 	for j := 0; j < f.k; j++ {
-		e.ops.GemmStrided(false, false, 1, size, 1, 1, e.foldOne, 1, 0, R[j*step:], size, stride, beta, out, size, size, n)
+		e.ops.GemmStrided(false, false, 1, size, 1, 1, e.foldOne, 1, 0, R[f.chunkRow(blk, 0, j)*size:], size, stride, beta, out, size, size, n)
 		beta = 1
 	}
 	return nil
@@ -276,8 +283,8 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 		per := (f.k + 1) * size
 		return e.foldChunks(scratch, per, func(buf []float32, nb, i0, n int) error {
 			ws, R, out := buf[:scratch], buf[scratch:scratch+nb*f.k*size], buf[scratch+nb*f.k*size:scratch+nb*per]
-			f.rowBlocks(i0, n, func(j, first, count int) {
-				e.ops.DepthwiseGradBatch(s, x.Data, dy.Data, first, count, R[j*n*size:], ws)
+			f.rowBlocks(i0, n, func(slot, first, count int) {
+				e.ops.DepthwiseGradBatch(s, x.Data, dy.Data, first, count, R[slot*size:], ws)
 			})
 			if err := e.sumRows(f, R, size, n, n, 0, out); err != nil {
 				return err
@@ -297,8 +304,8 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 		pl, col, rest := buf[:plane], buf[plane:plane+nb*f.k*colLen], buf[plane+nb*f.k*colLen:plane+nb*per]
 		for gr := 0; gr < groups; gr++ {
 			if !pointwise {
-				f.rowBlocks(i0, n, func(j, first, count int) {
-					e.ops.Im2ColBatch(s, x.Data, first, count, gr, col[j*n*colLen:(j*n+count)*colLen], pl)
+				f.rowBlocks(i0, n, func(slot, first, count int) {
+					e.ops.Im2ColBatch(s, x.Data, first, count, gr, col[slot*colLen:(slot+count)*colLen], pl)
 				})
 			}
 			// Row j of sample i0+i: its unfolded input at
@@ -311,10 +318,7 @@ func convFoldedBatched(e *Engine, ls *linearState, us *useState, s *runtime.Conv
 				if pointwise {
 					return x.Data[f.row(i0, j)*inRow+gr*D*T:]
 				}
-				if f.run == f.k {
-					return col[j*colLen:]
-				}
-				return col[j*n*colLen:]
+				return col[f.chunkRow(n, 0, j)*colLen:]
 			}
 			g := func(j int) []float32 { return dy.Data[f.row(i0, j)*outRow+gr*P*T:] }
 			if !ghost {

@@ -46,6 +46,36 @@ func TestConvRowsOf(t *testing.T) {
 				if got := f.row(i, j); got != r {
 					t.Errorf("%s: sample %d's row %d is %d, want %d", c.name, i, j, got, r)
 				}
+				// In the data's order, chunkRow over the batch is row.
+				if got := f.chunkRow(c.B, i, j); got != r {
+					t.Errorf("%s: chunkRow(B, %d, %d) = %d, want the row %d", c.name, i, j, got, r)
+				}
+			}
+		}
+		// The batched forms take every valid layout, and a chunk's
+		// scratch rows, as rowBlocks copies them from the data, hold row
+		// j of the chunk's sample i at chunkRow(n, i, j).
+		if !f.batchable() {
+			t.Errorf("%s: not batchable", c.name)
+		}
+		for i0 := 0; i0 < c.B; i0++ {
+			for n := 1; i0+n <= c.B; n++ {
+				scratch := map[int]int{} // scratch row → data row
+				f.rowBlocks(i0, n, func(slot, first, count int) {
+					for r := 0; r < count; r++ {
+						scratch[slot+r] = first + r
+					}
+				})
+				if len(scratch) != n*f.k {
+					t.Errorf("%s: chunk %d+%d: %d scratch rows, want %d", c.name, i0, n, len(scratch), n*f.k)
+				}
+				for i := 0; i < n; i++ {
+					for j := 0; j < f.k; j++ {
+						if got, ok := scratch[f.chunkRow(n, i, j)]; !ok || got != f.row(i0+i, j) {
+							t.Errorf("%s: chunk %d+%d: scratch row %d holds data row %d (%v), want sample %d's row %d, %d", c.name, i0, n, f.chunkRow(n, i, j), got, ok, i0+i, j, f.row(i0+i, j))
+						}
+					}
+				}
 			}
 		}
 	}
