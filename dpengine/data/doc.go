@@ -13,8 +13,9 @@
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
 //     PIL's convert("RGB") saturates every value over 255; holdout=F
-//     splits a folder without a test split) and npy (NumPy arrays: a .npz
-//     archive or a directory of .npy files, LoadArrays);
+//     splits a folder without a test split), npy (NumPy arrays: a .npz
+//     archive or a directory of .npy files, LoadArrays) and csv (a listing
+//     of image files and their labels, loadCSV; holdout=F too);
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;

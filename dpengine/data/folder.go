@@ -162,12 +162,13 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	for i, it := range order {
 		paths[i], labels[i] = it.path, it.label
 	}
-	return decodeFiles(paths, labels, classes, fit)
+	return decodeFiles("folder", paths, labels, classes, fit)
 }
 
 // decodeFiles decodes the image files at paths, in parallel, into Images
-// of the given labels and classes, fitting each as it is decoded.
-func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Images, error) {
+// of the given labels and classes, fitting each as it is decoded. Its
+// errors name the file, after scheme (the dataset's kind).
+func decodeFiles(scheme string, paths []string, labels []int32, classes []string, fit Fit) (*Images, error) {
 	// Decode in parallel, keeping the order. Every image's size is read
 	// from its header before it is decoded, and the decoded total is held
 	// to the memory available.
@@ -201,7 +202,7 @@ func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Im
 						kept /= 3
 					}
 					if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
-						return fmt.Errorf("folder: %s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
+						return fmt.Errorf("%s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
 					}
 					return nil
 				})
@@ -223,7 +224,7 @@ func decodeFiles(paths []string, labels []int32, classes []string, fit Fit) (*Im
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", scheme, err)
 		}
 	}
 
@@ -350,7 +351,7 @@ const maxImagePixels = 1 << 28
 func decodeImage(path string, admit func(path string, w, h int) error) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return decoded{}, fmt.Errorf("folder: %w", err)
+		return decoded{}, err
 	}
 	defer f.Close()
 	return decodeImageFrom(f, path, admit)
@@ -363,18 +364,18 @@ func decodeImage(path string, admit func(path string, w, h int) error) (decoded,
 func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (d decoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			d, err = decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: the decoder failed: %v", path, p)
+			d, err = decoded{}, fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
 		}
 	}()
 	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
 	if err != nil {
-		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
+		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
 	if cfg.Width <= 0 || cfg.Height <= 0 {
-		return decoded{}, fmt.Errorf("folder: %s: empty image (%d×%d)", path, cfg.Width, cfg.Height)
+		return decoded{}, fmt.Errorf("%s: empty image (%d×%d)", path, cfg.Width, cfg.Height)
 	}
 	if int64(cfg.Width)*int64(cfg.Height) > maxImagePixels {
-		return decoded{}, fmt.Errorf("folder: %s: image of %d×%d pixels, over the limit of %d pixels", path, cfg.Width, cfg.Height, maxImagePixels)
+		return decoded{}, fmt.Errorf("%s: image of %d×%d pixels, over the limit of %d pixels", path, cfg.Width, cfg.Height, maxImagePixels)
 	}
 	if admit != nil {
 		if err := admit(path, cfg.Width, cfg.Height); err != nil {
@@ -382,16 +383,16 @@ func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h 
 		}
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return decoded{}, fmt.Errorf("folder: %w", err)
+		return decoded{}, err
 	}
 	img, format, err := image.Decode(bufio.NewReader(f))
 	if err != nil {
-		return decoded{}, fmt.Errorf("folder: %s: corrupt or unsupported image: %v", path, err)
+		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
 	if w <= 0 || h <= 0 {
-		return decoded{}, fmt.Errorf("folder: %s: empty image (%d×%d)", path, w, h)
+		return decoded{}, fmt.Errorf("%s: empty image (%d×%d)", path, w, h)
 	}
 	plane := w * h
 	switch im := img.(type) {

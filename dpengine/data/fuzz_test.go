@@ -149,3 +149,30 @@ func FuzzArrays(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCSV: any listing reads without a panic, and every row it accepts has
+// a path and a label and a line within the listing.
+func FuzzCSV(f *testing.F) {
+	for _, seed := range []string{
+		"path,label\na.png,cat\nb.png,dog\n",
+		"\ufeff# c\nx.png,1\n",
+		"id,file_name,class\n1,\"a,b.png\",x\n",
+		"a.png\n",
+		"\"unterminated,x\n",
+		"label\nfoo\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv")
+		if err != nil {
+			return
+		}
+		lines := bytes.Count(b, []byte("\n")) + 1
+		for _, r := range rows {
+			if r.path == "" || r.label == "" || r.line < 1 || r.line > lines {
+				t.Fatalf("row %+v of a listing of %d lines", r, lines)
+			}
+		}
+	})
+}

@@ -147,13 +147,13 @@ func TestParseSpec(t *testing.T) {
 		{"idx:d:limit=x", []string{"limit=x"}},
 		{"idx:d:split=dev", []string{`unknown split "dev"`}},
 		{"cifar10:d:classes=5", []string{"classes= applies to the idx and npy schemes only"}},
-		{"npy:d.npz:holdout=0.2", []string{"holdout= applies to the folder scheme only"}},
+		{"npy:d.npz:holdout=0.2", []string{"holdout= applies to the folder and csv schemes only"}},
 		{"idx:d:limit=1:limit=2", []string{"limit given twice"}},
 		{"idx:d:seed=1", []string{`unknown option "seed"`, "limit=N"}},
 		{"folder:d:holdout=0", []string{"holdout=0", "between 0 and 1"}},
 		{"folder:d:holdout=1", []string{"holdout=1", "between 0 and 1"}},
 		{"folder:d:holdout=NaN", []string{"holdout=NaN"}},
-		{"cifar10:d:holdout=0.1", []string{"holdout= applies to the folder scheme only"}},
+		{"cifar10:d:holdout=0.1", []string{"holdout= applies to the folder and csv schemes only"}},
 	} {
 		_, err := ParseSpec(tc.in)
 		wantErr(t, err, tc.frags...)

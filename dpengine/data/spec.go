@@ -27,11 +27,15 @@ const (
 	// SchemeNPY names NumPy arrays: a .npz archive or a directory of .npy
 	// files holding the samples and their labels (see LoadArrays).
 	SchemeNPY = "npy"
+	// SchemeCSV names a CSV file listing an image file and its label a
+	// row (a header naming the columns, or the path first and the label
+	// second; see loadCSV). It has no test split but :holdout=F.
+	SchemeCSV = "csv"
 )
 
 // Schemes lists the valid spec schemes in the order the help text names them.
 func Schemes() []string {
-	return []string{SchemeIDX, SchemeCIFAR10, SchemeCIFAR100, SchemeFolder, SchemeNPY}
+	return []string{SchemeIDX, SchemeCIFAR10, SchemeCIFAR100, SchemeFolder, SchemeNPY, SchemeCSV}
 }
 
 // Split selects the part of a dataset to load.
@@ -76,26 +80,28 @@ func ParseSplit(s string) (Split, error) {
 // Options are recognised from the right, so DIR may itself contain colons
 // as long as its last component does not look like an option. Examples:
 // "idx:/usr/share/datasets/fashion-mnist", "cifar10:./cifar-10-batches-bin:limit=5000",
-// "folder:/data/flowers:split=val".
+// "folder:/data/flowers:split=val", "csv:/data/labels.csv:holdout=0.1".
 type Spec struct {
 	// Scheme is one of the Scheme* constants.
 	Scheme string
-	// Dir is the dataset directory.
+	// Dir is the dataset directory (the file of an npy archive or a csv
+	// listing).
 	Dir string
 	// Split is the part to load; empty means Train.
 	Split Split
 	// Limit keeps only the first Limit samples when positive. For
-	// folders the samples are ordered round-robin over the classes (the
-	// first file of every class, then the second, …), so a limit keeps
-	// the classes balanced; IDX and CIFAR keep their file order.
+	// folders and CSV listings the samples are ordered round-robin over
+	// the classes (the first file of every class, then the second, …), so
+	// a limit keeps the classes balanced; IDX and CIFAR keep their file
+	// order.
 	Limit int
 	// Classes is the number of classes of an IDX or NPY dataset (their
 	// files do not record it); 0 means 10 for IDX and one more than the
 	// largest label for NPY. Ignored by the other schemes, whose class
 	// count is fixed (CIFAR) or read from the directory (folder).
 	Classes int
-	// Holdout, in (0, 1), splits a folder's training images instead of
-	// reading a test directory: of each class, a fraction Holdout of its
+	// Holdout, in (0, 1), splits a folder's (or a CSV listing's)
+	// training images instead of reading a test directory: of each class, a fraction Holdout of its
 	// files (rounded, at least one of a class of two or more, never all)
 	// is the test split and the rest the training split. The files are
 	// chosen by a hash of their paths within the folder, not by their
@@ -155,8 +161,8 @@ options:
 			if err != nil || !(f > 0 && f < 1) {
 				return Spec{}, fmt.Errorf("data spec %q: holdout=%s: want a fraction between 0 and 1, such as 0.1", s, val)
 			}
-			if spec.Scheme != SchemeFolder {
-				return Spec{}, fmt.Errorf("data spec %q: holdout= applies to the folder scheme only (the others have test splits)", s)
+			if spec.Scheme != SchemeFolder && spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: holdout= applies to the folder and csv schemes only (the others have test splits)", s)
 			}
 			spec.Holdout = f
 		case "classes":
@@ -250,6 +256,8 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 		im, err = loadCIFAR(spec, true)
 	case SchemeFolder:
 		im, err = loadFolder(spec, fit)
+	case SchemeCSV:
+		im, err = loadCSV(spec, fit)
 	case SchemeNPY:
 		// Stamped by LoadArrays.
 		return loadArrayImages(spec)
