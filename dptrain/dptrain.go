@@ -187,6 +187,14 @@ type Config struct {
 	// for none); Resume continues from it.
 	Checkpoint string
 	Resume     bool
+	// CheckpointEvery and CheckpointInterval, when positive, also write
+	// the checkpoint inside an epoch: after every CheckpointEvery steps
+	// and after the first step CheckpointInterval after the last write,
+	// so that a crash (a killed process, a lost machine) loses at most
+	// that much of an epoch. A resume continues mid-epoch as after an
+	// interruption.
+	CheckpointEvery    int
+	CheckpointInterval time.Duration
 	// Report, when set, is the path of the JSON run report.
 	Report string
 	// Log receives the human-readable plan and one line per epoch; Warn
@@ -367,6 +375,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if cfg.EvalBatch <= 0 {
 		cfg.EvalBatch = 256
+	}
+	if cfg.CheckpointEvery < 0 || cfg.CheckpointInterval < 0 {
+		return nil, fmt.Errorf("dptrain: checkpoint every %d steps or %v must not be negative", cfg.CheckpointEvery, cfg.CheckpointInterval)
 	}
 	g := cfg.Graph
 	nData := cfg.Train.Len()
@@ -701,8 +712,9 @@ func Run(cfg Config) (*Report, error) {
 		lastGood = ckptPath
 	}
 	// save writes the checkpoint after epochs completed epochs and
-	// epochStep steps of the next.
-	save := func(epochs int) error {
+	// inEpoch steps of the next.
+	lastSave := time.Now()
+	save := func(epochs, inEpoch int) error {
 		if ckptPath == "" {
 			return nil
 		}
@@ -717,7 +729,7 @@ func Run(cfg Config) (*Report, error) {
 		if err != nil {
 			return err
 		}
-		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: epochStep, Accountant: acct.State(),
+		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: inEpoch, Accountant: acct.State(),
 			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(),
 			Average: avg, AverageSteps: eng.AverageSteps(), Extra: eb}
 		if set.Seed != nil {
@@ -726,7 +738,7 @@ func Run(cfg Config) (*Report, error) {
 		if err := dpengine.WriteCheckpoint(ckptPath, c); err != nil {
 			return err
 		}
-		lastGood = ckptPath
+		lastGood, lastSave = ckptPath, time.Now()
 		return nil
 	}
 	var ev *Evaluator
@@ -760,7 +772,7 @@ func Run(cfg Config) (*Report, error) {
 		emit(Event{Kind: EpochStart, Epoch: epoch, EpochStep: epochStep})
 		for ; epochStep < stepsPerEpoch; epochStep++ {
 			if cfg.Stop != nil && cfg.Stop() {
-				if err := save(epoch); err != nil {
+				if err := save(epoch, epochStep); err != nil {
 					return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
 				}
 				return nil, &Interrupted{ckptPath}
@@ -818,6 +830,15 @@ func Run(cfg Config) (*Report, error) {
 			lossSum += st.MeanLoss * float64(st.Samples)
 			seen += st.Samples
 			el := time.Since(t0).Seconds()
+			// A checkpoint inside the epoch, when one is due (the
+			// epoch's last step is followed by the epoch's own).
+			due := cfg.CheckpointEvery > 0 && step%int64(cfg.CheckpointEvery) == 0 ||
+				cfg.CheckpointInterval > 0 && time.Since(lastSave) >= cfg.CheckpointInterval
+			if due && epochStep+1 < stepsPerEpoch {
+				if err := save(epoch, epochStep+1); err != nil {
+					return nil, fmt.Errorf("step %d: checkpoint: %w", step, err)
+				}
+			}
 			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9), LR: lr})
 		}
 		el := time.Since(t0).Seconds()
@@ -849,7 +870,7 @@ func Run(cfg Config) (*Report, error) {
 		// as the epoch's own index, it repeated the epoch, running more
 		// steps than σ was calibrated for).
 		epochStep = 0
-		if err := save(epoch + 1); err != nil {
+		if err := save(epoch+1, 0); err != nil {
 			return nil, fmt.Errorf("epoch %d: checkpoint: %w", epoch+1, err)
 		}
 	}

@@ -1,13 +1,18 @@
 package dptrain_test
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
@@ -80,5 +85,90 @@ func TestResumeAfterCompleteEpoch(t *testing.T) {
 	}
 	if rep.Privacy == nil || rep.Privacy.Epsilon > 8 {
 		t.Fatalf("privacy spent %+v, target ε = 8", rep.Privacy)
+	}
+}
+
+// TestCheckpointEvery: with CheckpointEvery the checkpoint is also written
+// inside an epoch after every so many steps (not after an epoch's last
+// step, which the epoch's own checkpoint follows), and a crash after such
+// a write — the run's checkpoint copied away mid-run, the run left to
+// finish, then resumed from the copy — ends in the weights of the run that
+// did not crash, bit for bit, under a learning-rate schedule and with the
+// parameters' average.
+func TestCheckpointEvery(t *testing.T) {
+	ds := smallFMNIST(t)
+	dir := t.TempDir()
+	ckpt, crashed := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "crashed.ckpt")
+	cfg := func(g *graph.Graph, path string, resume bool) dptrain.Config {
+		seed := uint64(11)
+		return dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 3, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+				Optimizer: "adam", LR: 2e-3, LRSchedule: "linear", WarmupSteps: 2, EMADecay: 0.8,
+				InputShape: []int64{1, 28, 28}, Seed: &seed,
+			},
+			Graph: g, Train: ds, Checkpoint: path, Resume: resume, CheckpointEvery: 2,
+		}
+	}
+	// After each step, where the checkpoint on disk stands (step, epoch,
+	// step in the epoch); the one after step 4 is kept as the crash's.
+	type at struct {
+		step  int64
+		epoch int
+		in    int
+	}
+	var seen []at
+	full := cnnGraph(t)
+	c := cfg(full, ckpt, false)
+	c.Events = func(e dptrain.Event) {
+		if e.Kind != dptrain.StepDone {
+			return
+		}
+		k, err := dpengine.ReadCheckpoint(ckpt)
+		if err != nil {
+			seen = append(seen, at{-1, -1, -1}) // none written yet
+			return
+		}
+		seen = append(seen, at{k.Step, k.Epoch, k.EpochStep})
+		if e.Step == 4 {
+			b, _ := os.ReadFile(ckpt)
+			os.WriteFile(crashed, b, 0o644)
+		}
+	}
+	if _, err := dptrain.Run(c); err != nil {
+		t.Fatal(err)
+	}
+	// 3 steps an epoch: written inside epochs after steps 2, 4 and 8,
+	// before their StepDone; not after step 6, which ends an epoch, whose
+	// own checkpoint follows its StepDone (as step 3's does).
+	want := []at{{-1, -1, -1}, {2, 0, 2}, {2, 0, 2}, {4, 1, 1}, {4, 1, 1}, {4, 1, 1}, {6, 2, 0}, {8, 2, 2}, {8, 2, 2}}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Fatalf("the checkpoint on disk after each step: %v, want %v", seen, want)
+	}
+	resumed := cnnGraph(t)
+	if _, err := dptrain.Run(cfg(resumed, crashed, true)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range full.Initializers {
+		if v.Const == nil || v.Const.F32 == nil {
+			continue
+		}
+		r := resumed.Values[v.Name]
+		if r == nil || r.Const == nil || !numcheck.SameBits(r.Const.F32, v.Const.F32) {
+			t.Errorf("%s: the run resumed after the crash ends elsewhere than the run without", v.Name)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no weights compared")
+	}
+	for _, bad := range [][2]int{{-1, 0}, {0, -1}} {
+		c := cfg(cnnGraph(t), ckpt, false)
+		c.CheckpointEvery, c.CheckpointInterval = bad[0], time.Duration(bad[1])
+		if _, err := dptrain.Run(c); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("checkpoint every %v: %v", bad, err)
+		}
 	}
 }

@@ -69,7 +69,7 @@ func runTrain(args []string, stdout io.Writer) error {
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	seedStr, outDType, schedule                                         *string
+	seedStr, outDType, schedule, ckptEvery                              *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
@@ -113,6 +113,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		inShape:    fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
 		out:        fs.String("out", "", outUsage),
 		ckptPath:   fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
+		ckptEvery:  fs.String("checkpoint-every", "", "also write the checkpoint inside an epoch: every N steps (e.g. 500) or every duration (e.g. 15m), so that a crash loses at most that much"),
 		resume:     fs.Bool("resume", false, "continue from the checkpoint"),
 		reportPath: fs.String("report", "", "write a JSON run report here"),
 		seedStr:    fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
@@ -215,6 +216,10 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if *f.ckptPath == "" && *f.out != "" {
 		*f.ckptPath = *f.out + ".ckpt"
 	}
+	everySteps, everyTime, err := parseCheckpointEvery(*f.ckptEvery)
+	if err != nil {
+		return cfg, err
+	}
 	if _, err := dpengine.NewOptimizer(*f.optName, *f.lr, *f.momentum, *f.wd); err != nil {
 		return cfg, usageError{err.Error()}
 	}
@@ -276,6 +281,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
+		CheckpointEvery: everySteps, CheckpointInterval: everyTime,
 		SkipNormCheck: !*f.normCheck,
 	}
 	if test != nil {
@@ -419,4 +425,23 @@ func parseBytes(s string) (int64, error) {
 		return 0, fmt.Errorf("--max-memory %q: want a size like 8GiB or 512MiB", s)
 	}
 	return int64(v * mult), nil
+}
+
+// parseCheckpointEvery reads --checkpoint-every: a number of steps, a
+// duration ("15m", "1h30m"), or "" for none.
+func parseCheckpointEvery(v string) (steps int, every time.Duration, err error) {
+	if v == "" {
+		return 0, 0, nil
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		if n <= 0 {
+			return 0, 0, usagef("--checkpoint-every %d: want a positive number of steps or a duration such as 15m", n)
+		}
+		return n, 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, 0, usagef("--checkpoint-every %q: want a positive number of steps (500) or a duration (15m, 1h30m)", v)
+	}
+	return 0, d, nil
 }

@@ -411,6 +411,9 @@ func TestTrainBadInput(t *testing.T) {
 		{"floor over the peak", base(cnn, fmnist, "--lr-schedule", "cosine", "--min-lr", "0.1"), 2, "--min-lr 0.1 must be in [0, --lr 0.001)"},
 		{"warm-up over the run", base(cnn, fmnist+":limit=256", "--lr-schedule", "linear", "--warmup-steps", "4", "--batch-size", "64"), 1, "--warmup-steps 4 leaves no step of the run's 4"},
 		{"EMA decay 1", base(cnn, fmnist, "--ema", "1"), 2, "--ema must be in [0, 1)"},
+		{"checkpoint every 0 steps", base(cnn, fmnist, "--checkpoint-every", "0"), 2, "--checkpoint-every 0: want a positive number"},
+		{"checkpoint every soon", base(cnn, fmnist, "--checkpoint-every", "soon"), 2, `--checkpoint-every "soon"`},
+		{"checkpoint every -5m", base(cnn, fmnist, "--checkpoint-every", "-5m"), 2, `--checkpoint-every "-5m"`},
 		{"negative EMA decay", base(cnn, fmnist, "--ema", "-0.5"), 2, "--ema must be in [0, 1)"},
 	}
 	for _, c := range cases {
@@ -651,4 +654,19 @@ func TestTrainSwinHead(t *testing.T) {
 		t.Fatalf("exit %d: %s%s", code, stdout, e)
 	}
 	exportMatchesORT(t, out, []int64{3, 224, 224})
+}
+
+// TestParseCheckpointEvery: --checkpoint-every takes a number of steps or a
+// duration.
+func TestParseCheckpointEvery(t *testing.T) {
+	for _, c := range []struct {
+		in    string
+		steps int
+		every time.Duration
+	}{{"", 0, 0}, {"500", 500, 0}, {"15m", 0, 15 * time.Minute}, {"1h30m", 0, 90 * time.Minute}, {"45s", 0, 45 * time.Second}} {
+		s, d, err := parseCheckpointEvery(c.in)
+		if err != nil || s != c.steps || d != c.every {
+			t.Errorf("%q: %d steps, %v, %v; want %d, %v", c.in, s, d, err, c.steps, c.every)
+		}
+	}
 }
