@@ -1,9 +1,11 @@
 // Package dptrain is the training loop of dpfinetune: given a model graph,
-// a dataset and the privacy settings, it calibrates σ, rewrites and
-// compiles the model, and runs the epochs of Poisson-sampled logical
-// batches through a dpengine.Engine, with per-epoch evaluation,
-// checkpoints, resume, interruption and a run report; then it exports the
-// trained model.
+// a dataset and the privacy settings, it calibrates σ (or takes it as
+// given), rewrites and compiles the model, and runs the epochs of
+// Poisson-sampled logical batches through a dpengine.Engine, with a
+// learning-rate schedule (Schedule), per-epoch evaluation, checkpoints
+// (every epoch, on interruption, and every so many steps or minutes),
+// resume and a run report; then it exports the trained model, or the
+// moving average of its parameters (Settings.EMADecay).
 //
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's
