@@ -49,6 +49,9 @@ type Checkpoint struct {
 	// the updates it has taken in (Engine.AverageSteps).
 	Average      [][]float32 `json:"-"`
 	AverageSteps int64       `json:"average_steps,omitempty"`
+	// ClipNorm is the clip norm the next step clips with where the run
+	// adapts it (dptrain's adaptive clipping; 0 otherwise).
+	ClipNorm float64 `json:"clip_norm,omitempty"`
 
 	// Extra is free-form state of the caller (timings, per-epoch ε).
 	Extra json.RawMessage `json:"extra,omitempty"`

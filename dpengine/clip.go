@@ -91,3 +91,24 @@ func (c Clipping) Factors(norms []float64, dst []float32) []float32 {
 	}
 	return dst
 }
+
+// SetClipNorm sets the clip norm R of the steps from the next one on: the
+// norm adaptive clipping moves after every step (dptrain's
+// Settings.ClipQuantile), the noise of each step σ·R at the R it clipped
+// with.
+func (e *Engine) SetClipNorm(r float64) error {
+	c := e.cfg.Clipping
+	c.R = r
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("dpengine: %w", err)
+	}
+	e.cfg.Clipping = c
+	return nil
+}
+
+// ClipNorm returns the clip norm R the next step clips with.
+func (e *Engine) ClipNorm() float64 { return e.cfg.Clipping.R }
+
+// NoiseMultiplier returns σ as the engine noises each step: noise of
+// standard deviation σ·R on the clipped sum.
+func (e *Engine) NoiseMultiplier() float64 { return e.cfg.NoiseMultiplier }

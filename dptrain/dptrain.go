@@ -66,11 +66,22 @@ type Settings struct {
 	Sampling        string  `json:"sampling"`
 	Mode            string  `json:"mode"`
 	Clip            float64 `json:"clip_norm"`
-	ClipFn          string  `json:"clip_fn"`
-	Gamma           float64 `json:"gamma,omitempty"`
-	PerLayer        bool    `json:"per_layer"`
-	Optimizer       string  `json:"optimizer"`
-	LR              float64 `json:"lr"`
+	// ClipQuantile, in (0, 1), adapts the clip norm after every step
+	// towards this quantile of the per-sample gradient norms, starting
+	// from Clip (adaptive clipping, adaclip.go), at rate ClipLR (0:
+	// DefaultClipLR), from a count noised with ClipCountNoise (σ_b; 0:
+	// the expected batch size / 20). Sigma stays the accounted σ;
+	// GradientSigma is the gradient's share of it (σ_g), which Run
+	// derives.
+	ClipQuantile   float64 `json:"clip_quantile,omitempty"`
+	ClipLR         float64 `json:"clip_lr,omitempty"`
+	ClipCountNoise float64 `json:"clip_count_noise,omitempty"`
+	GradientSigma  float64 `json:"gradient_sigma,omitempty"`
+	ClipFn         string  `json:"clip_fn"`
+	Gamma          float64 `json:"gamma,omitempty"`
+	PerLayer       bool    `json:"per_layer"`
+	Optimizer      string  `json:"optimizer"`
+	LR             float64 `json:"lr"`
 	// LRSchedule shapes the learning rate over the run's Steps
 	// (Schedule): "constant" ("" too), "cosine" or "linear", after
 	// WarmupSteps of linear warm-up, decaying to MinLR; LR is the peak.
@@ -123,7 +134,10 @@ type EpochRecord struct {
 	Steps   int64   `json:"steps"`
 	Epsilon float64 `json:"epsilon"`
 	// LR is the learning rate of the epoch's last step (Settings.LRSchedule).
-	LR          float64     `json:"lr"`
+	LR float64 `json:"lr"`
+	// ClipNorm is the clip norm after the epoch's last step, where the
+	// run adapts it (Settings.ClipQuantile).
+	ClipNorm    float64     `json:"clip_norm,omitempty"`
 	TrainLoss   float64     `json:"train_loss"`
 	Seconds     float64     `json:"seconds"`
 	SamplesPerS float64     `json:"samples_per_second"`
@@ -304,8 +318,10 @@ type Event struct {
 	// Loss is the mean training loss of the epoch so far (not a private
 	// output) and SamplesPerSecond its throughput.
 	Loss, SamplesPerSecond float64
-	// LR is the learning rate of the last step (Settings.LRSchedule).
-	LR float64
+	// LR is the learning rate of the last step (Settings.LRSchedule),
+	// ClipNorm the clip norm of the next (Settings.ClipQuantile; the
+	// run's fixed one otherwise).
+	LR, ClipNorm float64
 	// Record is the finished epoch (EpochDone).
 	Record *EpochRecord
 	// Engine is the engine: after StepDone, Engine.Gradient returns the
@@ -407,6 +423,13 @@ func Run(cfg Config) (*Report, error) {
 	if err := sched.Check(set.LR, steps); err != nil {
 		return nil, err
 	}
+	if set.ClipQuantile != 0 {
+		if err := checkAdaptive(&set, fn, L); err != nil {
+			return nil, err
+		}
+	} else {
+		set.ClipLR, set.ClipCountNoise = 0, 0
+	}
 	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
 		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
 	}
@@ -503,6 +526,12 @@ func Run(cfg Config) (*Report, error) {
 			}
 			set.Sigma = cal.Sigma
 		}
+		set.GradientSigma = 0
+		if set.ClipQuantile > 0 {
+			if set.GradientSigma, err = gradientSigma(set.Sigma, set.ClipCountNoise); err != nil {
+				return nil, err
+			}
+		}
 	}
 
 	// Rewrite, plan and pick the physical batch.
@@ -554,6 +583,9 @@ func Run(cfg Config) (*Report, error) {
 	// The engine's σ is the calibrated one; only a test of the audit
 	// breaks it on purpose (internal/testhook), never a flag.
 	engSigma := set.Sigma
+	if set.GradientSigma > 0 {
+		engSigma = set.GradientSigma // the count's noise takes the rest (adaclip.go)
+	}
 	if d := testhook.NoiseDivisor; d > 0 {
 		engSigma /= d
 	}
@@ -604,6 +636,11 @@ func Run(cfg Config) (*Report, error) {
 				err = opt.SetState(st)
 			}
 			if err != nil {
+				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
+			}
+		}
+		if ckpt.ClipNorm > 0 && set.ClipQuantile > 0 {
+			if err := eng.SetClipNorm(ckpt.ClipNorm); err != nil {
 				return nil, fmt.Errorf("checkpoint %s: %w", ckptPath, err)
 			}
 		}
@@ -658,6 +695,10 @@ func Run(cfg Config) (*Report, error) {
 		}
 		logf("  noise:     σ = %.5g (%s), clip norm R = %g (%s%s), noise std σR = %.4g per coordinate, %s\n",
 			set.Sigma, how, set.Clip, fn, map[bool]string{true: ", per layer"}[set.PerLayer], set.Sigma*set.Clip, set.Noise)
+		if set.ClipQuantile > 0 {
+			logf("  clipping:  adaptive: R from %g towards the %g-quantile of the per-sample norms (rate %g), from a clip count noised with σ_b = %.4g; the gradient's noise σ_g = %.5g, with the count's σ = %.5g accounted (Andrew et al. 2021)\n",
+				eng.ClipNorm(), set.ClipQuantile, set.ClipLR, set.ClipCountNoise, set.GradientSigma, set.Sigma)
+		}
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
 	if set.EMADecay > 0 {
@@ -732,6 +773,9 @@ func Run(cfg Config) (*Report, error) {
 		c := &dpengine.Checkpoint{Settings: sb, Step: step, Epoch: epochs, EpochStep: inEpoch, Accountant: acct.State(),
 			Seeded: set.Seed != nil, ParamNames: eng.ParamNames(), Params: eng.HostParams(), Optimizer: opt.State(),
 			Average: avg, AverageSteps: eng.AverageSteps(), Extra: eb}
+		if set.ClipQuantile > 0 {
+			c.ClipNorm = eng.ClipNorm()
+		}
 		if set.Seed != nil {
 			c.SourceStream = src.Stream()
 		}
@@ -826,6 +870,15 @@ func Run(cfg Config) (*Report, error) {
 					return nil, err
 				}
 			}
+			if set.ClipQuantile > 0 {
+				// An audit's gradient canaries are samples too: counted
+				// among the batch, and among the clipped where they were.
+				samples := st.Samples + len(canaries)
+				frac := unclippedFraction(src, set.ClipCountNoise, samples-st.Clipped, samples, float64(L))
+				if err := eng.SetClipNorm(nextClipNorm(eng.ClipNorm(), frac, set.ClipQuantile, set.ClipLR)); err != nil {
+					return nil, fmt.Errorf("step %d: adaptive clipping: %w (lower --clip-lr)", step+1, err)
+				}
+			}
 			step++
 			lossSum += st.MeanLoss * float64(st.Samples)
 			seen += st.Samples
@@ -839,10 +892,11 @@ func Run(cfg Config) (*Report, error) {
 					return nil, fmt.Errorf("step %d: checkpoint: %w", step, err)
 				}
 			}
-			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9), LR: lr})
+			emit(Event{Kind: StepDone, Epoch: epoch, EpochStep: epochStep + 1, Loss: lossSum / math.Max(float64(seen), 1), SamplesPerSecond: float64(seen) / math.Max(el, 1e-9), LR: lr, ClipNorm: eng.ClipNorm()})
 		}
 		el := time.Since(t0).Seconds()
 		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), LR: sched.At(set.LR, int(step)-1, set.Steps),
+			ClipNorm:  map[bool]float64{true: eng.ClipNorm()}[set.ClipQuantile > 0],
 			TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
 		if ev != nil {
 			// The evaluator's plan loads the graph's initializers: the
@@ -864,6 +918,9 @@ func Run(cfg Config) (*Report, error) {
 		}
 		if !set.NonPrivate {
 			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
+		}
+		if set.ClipQuantile > 0 {
+			line += fmt.Sprintf(", clip norm %.4g", rec.ClipNorm)
 		}
 		logf("%s\n", line)
 		// The epoch is complete: a resume starts the next one (recorded
@@ -1013,6 +1070,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	if s.EMADecay > 0 {
 		// The weights are the parameters' average, not the last step's.
 		kv["ema_decay"] = fmt.Sprint(s.EMADecay)
+	}
+	if s.ClipQuantile > 0 {
+		kv["clip_quantile"] = fmt.Sprint(s.ClipQuantile)
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

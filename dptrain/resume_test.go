@@ -93,8 +93,9 @@ func TestResumeAfterCompleteEpoch(t *testing.T) {
 // step, which the epoch's own checkpoint follows), and a crash after such
 // a write — the run's checkpoint copied away mid-run, the run left to
 // finish, then resumed from the copy — ends in the weights of the run that
-// did not crash, bit for bit, under a learning-rate schedule and with the
-// parameters' average.
+// did not crash, bit for bit, under a learning-rate schedule, with the
+// parameters' average and with adaptive clipping (whose clip norm the
+// checkpoint carries).
 func TestCheckpointEvery(t *testing.T) {
 	ds := smallFMNIST(t)
 	dir := t.TempDir()
@@ -105,7 +106,7 @@ func TestCheckpointEvery(t *testing.T) {
 			Settings: dptrain.Settings{
 				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 3, BatchSize: 32,
 				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
-				Optimizer: "adam", LR: 2e-3, LRSchedule: "linear", WarmupSteps: 2, EMADecay: 0.8,
+				Optimizer: "adam", LR: 2e-3, LRSchedule: "linear", WarmupSteps: 2, EMADecay: 0.8, ClipQuantile: 0.5,
 				InputShape: []int64{1, 28, 28}, Seed: &seed,
 			},
 			Graph: g, Train: ds, Checkpoint: path, Resume: resume, CheckpointEvery: 2,

@@ -37,11 +37,20 @@ func auditResult(t *testing.T, args []string) (*audit.Result, string, int) {
 
 // TestAuditHonest: with the mechanism as calibrated, the gradient-canary
 // (white box) audit's lower bound stays below the claimed ε at ε = 2 and
-// ε = 8, and the input-canary (black box) one at ε = 8.
+// ε = 8, also with adaptive clipping (the canaries counted as samples,
+// the clip norm moving under them), and the input-canary (black box) one
+// at ε = 8.
 func TestAuditHonest(t *testing.T) {
-	for _, c := range []struct{ kind, eps string }{{"gradient", "2"}, {"gradient", "8"}, {"input", "8"}} {
-		t.Run(c.kind+" ε="+c.eps, func(t *testing.T) {
-			r, e, code := auditResult(t, auditArgs(c.eps, "--canary-kind", c.kind))
+	for _, c := range []struct {
+		kind, eps string
+		extra     []string
+	}{{"gradient", "2", nil}, {"gradient", "8", nil}, {"input", "8", nil}, {"gradient", "2", []string{"--clip-quantile", "0.5"}}} {
+		name := c.kind + " ε=" + c.eps
+		if c.extra != nil {
+			name += " adaptive"
+		}
+		t.Run(name, func(t *testing.T) {
+			r, e, code := auditResult(t, auditArgs(c.eps, append([]string{"--canary-kind", c.kind}, c.extra...)...))
 			t.Logf("%s ε=%s: %d/%d correct, bound %.3f (claimed %.3f, at most %.3f)", c.kind, c.eps, r.Correct, r.Guesses, r.Bound, r.Claimed, r.MaxBound)
 			if code != 0 || r.Violation || !(r.Bound <= r.Claimed) || r.Claimed <= 0 {
 				t.Errorf("exit %d, bound %v, claimed %v, violation %v: %s", code, r.Bound, r.Claimed, r.Violation, e)
@@ -55,15 +64,18 @@ func TestAuditHonest(t *testing.T) {
 
 // TestAuditBroken: with σ divided by 10 behind the accountant's back (a
 // test-only hook; no flag reaches it), the gradient-canary audit's bound
-// exceeds the claimed ε = 2, the command says so and exits 1.
+// exceeds the claimed ε = 2, the command says so and exits 1 — with a
+// fixed clip norm and with adaptive clipping's moving one.
 func TestAuditBroken(t *testing.T) {
 	testhook.NoiseDivisor = 10
 	defer func() { testhook.NoiseDivisor = 0 }()
-	r, e, code := auditResult(t, auditArgs("2"))
-	t.Logf("σ/10: %d/%d correct, bound %.3f (claimed %.3f)", r.Correct, r.Guesses, r.Bound, r.Claimed)
-	if code != 1 || !r.Violation || !(r.Bound > r.Claimed) || !strings.Contains(e, "exceeds the ε the accountant claims") ||
-		!strings.Contains(r.Statement, "VIOLATION") {
-		t.Errorf("exit %d, bound %v, claimed %v, violation %v, statement %q: %s", code, r.Bound, r.Claimed, r.Violation, r.Statement, e)
+	for _, extra := range [][]string{nil, {"--clip-quantile", "0.5"}} {
+		r, e, code := auditResult(t, auditArgs("2", extra...))
+		t.Logf("σ/10 %v: %d/%d correct, bound %.3f (claimed %.3f)", extra, r.Correct, r.Guesses, r.Bound, r.Claimed)
+		if code != 1 || !r.Violation || !(r.Bound > r.Claimed) || !strings.Contains(e, "exceeds the ε the accountant claims") ||
+			!strings.Contains(r.Statement, "VIOLATION") {
+			t.Errorf("%v: exit %d, bound %v, claimed %v, violation %v, statement %q: %s", extra, code, r.Bound, r.Claimed, r.Violation, r.Statement, e)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -202,6 +203,15 @@ func Guess(scores []float64, in []bool, kPlus, kMinus int) (r, v int) {
 func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *rand.Rand) (func() error, error) {
 	m := len(in)
 	value := cfg.Settings.Clip * (1 - 1e-6)
+	if cfg.Settings.ClipQuantile > 0 {
+		// Adaptive clipping moves the clip norm R_t: a canary beyond any
+		// of them is clipped to R_t at every step, the largest
+		// contribution it allows (Abadi's clipping, the only one it
+		// adapts), and its score counts each step's coordinate in units
+		// of that step's R_t, the noise's scale too.
+		value = math.MaxFloat32
+	}
+	clip := cfg.Settings.Clip // the clip norm of the step under way
 	coords := make([]dpengine.DiracCanary, m)
 	var names []string
 	for _, b := range in {
@@ -258,8 +268,9 @@ func gradientCanaries(cfg *dptrain.Config, in []bool, scores []float64, rng *ran
 					// DrawCanaries drew the coordinates from the model.
 					panic(fmt.Sprintf("audit: canary coordinate %d of parameter %q is not in the model", c.Index, names[c.Param]))
 				}
-				scores[i] += float64(g[0])
+				scores[i] += float64(g[0]) / clip
 			}
+			clip = ev.ClipNorm // the next step's
 		}
 		if user != nil {
 			user(ev)
