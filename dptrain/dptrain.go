@@ -414,10 +414,8 @@ func Run(cfg Config) (*Report, error) {
 	if set.Delta == 0 {
 		set.Delta = 1 / (10 * float64(n))
 	}
-	L := min(set.BatchSize, n)
-	q := float64(L) / float64(n)
-	stepsPerEpoch := (n + L - 1) / L
-	steps := set.Epochs * stepsPerEpoch
+	sp := Sampling(n, set.BatchSize, set.Epochs)
+	L, q, stepsPerEpoch, steps := sp.Batch, sp.SampleRate, sp.StepsPerEpoch, sp.Steps
 	set.BatchSize, set.SampleRate, set.StepsPerEpoch, set.Steps = L, q, stepsPerEpoch, steps
 	sched := Schedule{Kind: set.LRSchedule, Warmup: set.WarmupSteps, Min: set.MinLR}
 	if err := sched.Check(set.LR, steps); err != nil {
@@ -1008,6 +1006,27 @@ func withReleased(eng *dpengine.Engine, keep bool, fn func() error) error {
 		copy(host[k], p)
 	}
 	return err
+}
+
+// SamplingPlan is how a run of Epochs epochs of expected logical batch
+// BatchSize over n examples samples them (Sampling).
+type SamplingPlan struct {
+	// Batch is the expected logical batch L (BatchSize, at most n), and
+	// SampleRate q = L/n each example's probability to join a step.
+	Batch      int
+	SampleRate float64
+	// StepsPerEpoch is ⌈n/L⌉, an epoch's steps (a pass over the data in
+	// expectation), and Steps the run's.
+	StepsPerEpoch, Steps int
+}
+
+// Sampling returns the sampling of a run over n examples (n, batchSize
+// and epochs positive): the sample rate and step count Run gives the
+// accountant, which `dpfinetune privacy` takes from the same numbers.
+func Sampling(n, batchSize, epochs int) SamplingPlan {
+	L := min(batchSize, n)
+	per := (n + L - 1) / L
+	return SamplingPlan{Batch: L, SampleRate: float64(L) / float64(n), StepsPerEpoch: per, Steps: epochs * per}
 }
 
 // wrapOptimizer, set by tests only (export_test.go), wraps the optimizer

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 )
 
 func init() {
@@ -26,6 +27,10 @@ const privacyUsage = `usage: dpfinetune privacy <subcommand> [flags]
 subcommands:
   epsilon   the epsilon spent by a run: --sample-rate q --sigma s --steps n --delta d
   sigma     the noise multiplier for a target: --target-epsilon e --sample-rate q --steps n --delta d
+
+Either takes a run as train describes it instead of --sample-rate and
+--steps: --examples n --batch-size L --epochs E (q = L/n, ⌈n/L⌉ steps an
+epoch, as train samples; δ defaults to train's 1/(10·n)).
 
 Accountants (--accountant): rdp (default; Rényi DP, an upper bound), prv
 (privacy loss random variables; reports its upper bound), gdp (Gaussian DP
@@ -134,8 +139,50 @@ func asUsage(err error) error {
 	return err
 }
 
+// runFlags are train's description of a run (--examples, --batch-size,
+// --epochs), which both subcommands take instead of --sample-rate and
+// --steps.
+type runFlags struct {
+	examples, batch, epochs *int
+}
+
+func addRunFlags(fs *flag.FlagSet) runFlags {
+	return runFlags{
+		examples: fs.Int("examples", 0, "training examples n (with --batch-size and --epochs, instead of --sample-rate and --steps, as train samples them)"),
+		batch:    fs.Int("batch-size", 0, "expected logical batch size L (with --examples)"),
+		epochs:   fs.Int("epochs", 0, "epochs (with --examples)"),
+	}
+}
+
+// resolve fills q and steps from train's description of the run where it
+// was given (and δ, where not given, with train's default 1/(10·n)); it
+// refuses the two descriptions mixed or train's given in part.
+func (r runFlags) resolve(set map[string]bool, q *float64, steps *int, delta *float64) error {
+	given := set["examples"] || set["batch-size"] || set["epochs"]
+	if !given {
+		return nil
+	}
+	if set["sample-rate"] || set["steps"] {
+		return usagef("--examples, --batch-size and --epochs describe the run instead of --sample-rate and --steps: give one or the other")
+	}
+	if err := requireFlags(set, "examples", "batch-size", "epochs"); err != nil {
+		return err
+	}
+	if *r.examples <= 0 || *r.batch <= 0 || *r.epochs <= 0 {
+		return usagef("--examples, --batch-size and --epochs must be positive")
+	}
+	sp := dptrain.Sampling(*r.examples, *r.batch, *r.epochs)
+	*q, *steps = sp.SampleRate, sp.Steps
+	set["sample-rate"], set["steps"] = true, true
+	if !set["delta"] {
+		*delta = 1 / (10 * float64(*r.examples))
+		set["delta"] = true
+	}
+	return nil
+}
+
 func runPrivacyEpsilon(args []string, stdout io.Writer) error {
-	fs := newFlagSet("privacy epsilon", "(--sample-rate q --sigma s --steps n | --phase s,q,n ...) --delta d [--accountant rdp|prv|gdp] [--json]")
+	fs := newFlagSet("privacy epsilon", "(--sample-rate q --sigma s --steps n | --sigma s --examples n --batch-size L --epochs E | --phase s,q,n ...) --delta d [--accountant rdp|prv|gdp] [--json]")
 	var af accountantFlags
 	af.register(fs)
 	q := fs.Float64("sample-rate", 0, "Poisson sampling rate q = expected batch size / dataset size, in (0, 1]")
@@ -143,10 +190,17 @@ func runPrivacyEpsilon(args []string, stdout io.Writer) error {
 	steps := fs.Int("steps", 0, "number of steps (logical batches), ≥ 1")
 	var phases phaseList
 	fs.Var(&phases, "phase", "a phase `sigma,q,steps` of a run whose settings changed; repeat in order (instead of --sigma/--sample-rate/--steps)")
+	rf := addRunFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	set := flagsSet(fs)
+	if len(phases) > 0 && (set["examples"] || set["batch-size"] || set["epochs"]) {
+		return usagef("--phase cannot be combined with --examples, --batch-size or --epochs")
+	}
+	if err := rf.resolve(set, q, steps, &af.delta); err != nil {
+		return err
+	}
 	if err := requireFlags(set, "delta"); err != nil {
 		return err
 	}
@@ -185,7 +239,7 @@ func runPrivacyEpsilon(args []string, stdout io.Writer) error {
 }
 
 func runPrivacySigma(args []string, stdout io.Writer) error {
-	fs := newFlagSet("privacy sigma", "--target-epsilon e --sample-rate q --steps n --delta d [--accountant rdp|prv|gdp] [--prior-phase s,q,n ...] [--json]")
+	fs := newFlagSet("privacy sigma", "--target-epsilon e (--sample-rate q --steps n | --examples n --batch-size L --epochs E) --delta d [--accountant rdp|prv|gdp] [--prior-phase s,q,n ...] [--json]")
 	var af accountantFlags
 	af.register(fs)
 	target := fs.Float64("target-epsilon", 0, "the ε not to exceed, > 0 (required)")
@@ -193,10 +247,15 @@ func runPrivacySigma(args []string, stdout io.Writer) error {
 	steps := fs.Int("steps", 0, "number of steps to run, ≥ 1 (required)")
 	var prior phaseList
 	fs.Var(&prior, "prior-phase", "a phase `sigma,q,steps` already run (e.g. before a resume); repeat in order")
+	rf := addRunFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := requireFlags(flagsSet(fs), "target-epsilon", "sample-rate", "steps", "delta"); err != nil {
+	set := flagsSet(fs)
+	if err := rf.resolve(set, q, steps, &af.delta); err != nil {
+		return err
+	}
+	if err := requireFlags(set, "target-epsilon", "sample-rate", "steps", "delta"); err != nil {
 		return err
 	}
 	cal, err := accountant.Calibrate(accountant.State{Accountant: af.name, Options: af.options(), Phases: prior}, *target, af.delta, *q, *steps)

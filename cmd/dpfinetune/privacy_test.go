@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 
@@ -215,5 +216,70 @@ func TestPrivacyHelp(t *testing.T) {
 	_, _, errs := runCLI(t, "help")
 	if !strings.Contains(errs, "privacy") {
 		t.Errorf("top-level help does not list privacy:\n%s", errs)
+	}
+}
+
+// TestPrivacyRunFlags: both subcommands take a run as train describes it —
+// --examples, --batch-size, --epochs — for the sample rate and steps train
+// gives the accountant: the same figures as --sample-rate and --steps
+// worked out by hand (q = L/n, ⌈n/L⌉ steps an epoch; the batch capped at
+// n), δ defaulting to train's 1/(10·n), and ε equal to what train reports
+// for that run at a fixed σ; mixed or partial descriptions are usage
+// errors.
+func TestPrivacyRunFlags(t *testing.T) {
+	eps := func(args ...string) float64 {
+		t.Helper()
+		code, out, e := runCLI(t, append([]string{"privacy"}, append(args, "--json")...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, e)
+		}
+		return decodeJSON(t, out)["epsilon"].(float64)
+	}
+	// 1000 examples, batch 64: q = 0.064, ⌈1000/64⌉ = 16 steps an epoch.
+	if a, b := eps("epsilon", "--sigma", "1.2", "--examples", "1000", "--batch-size", "64", "--epochs", "3", "--delta", "1e-5"),
+		eps("epsilon", "--sigma", "1.2", "--sample-rate", "0.064", "--steps", "48", "--delta", "1e-5"); a != b {
+		t.Errorf("the run's ε %v, by hand %v", a, b)
+	}
+	// δ = 1/(10·n) by default; a batch over n is n (q = 1, a step an epoch).
+	if a, b := eps("epsilon", "--sigma", "3", "--examples", "500", "--batch-size", "800", "--epochs", "4"),
+		eps("epsilon", "--sigma", "3", "--sample-rate", "1", "--steps", "4", "--delta", "2e-4"); a != b {
+		t.Errorf("the default δ or the capped batch: %v, by hand %v", a, b)
+	}
+	code, out, e := runCLI(t, "privacy", "sigma", "--target-epsilon", "2", "--examples", "1000", "--batch-size", "64", "--epochs", "3", "--delta", "1e-5", "--json")
+	code2, out2, _ := runCLI(t, "privacy", "sigma", "--target-epsilon", "2", "--sample-rate", "0.064", "--steps", "48", "--delta", "1e-5", "--json")
+	if code != 0 || code2 != 0 || decodeJSON(t, out)["sigma"] != decodeJSON(t, out2)["sigma"] {
+		t.Errorf("sigma: exit %d (%s) and %d; %s vs %s", code, e, code2, out, out2)
+	}
+
+	// What train reports for such a run at σ fixed.
+	dir := t.TempDir()
+	rep := dir + "/r.json"
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=300", "--test-data", "none",
+		"--noise-multiplier", "1.3", "--epochs", "2", "--batch-size", "64", "--seed", "1", "--quiet", "--out", dir+"/m.onnx", "--report", rep); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	var r runReport
+	b, _ := os.ReadFile(rep)
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if got := eps("epsilon", "--sigma", "1.3", "--examples", "300", "--batch-size", "64", "--epochs", "2"); r.Privacy == nil || got != r.Privacy.Epsilon {
+		t.Errorf("privacy epsilon says %v, train reported %+v", got, r.Privacy)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"epsilon", "--sigma", "1", "--examples", "100", "--batch-size", "10"}, "--epochs"},
+		{[]string{"epsilon", "--sigma", "1", "--examples", "100", "--batch-size", "10", "--epochs", "2", "--steps", "5"}, "give one or the other"},
+		{[]string{"epsilon", "--sigma", "1", "--examples", "0", "--batch-size", "10", "--epochs", "2"}, "must be positive"},
+		{[]string{"epsilon", "--phase", "1,0.1,10", "--examples", "100", "--batch-size", "10", "--epochs", "2"}, "--phase cannot be combined"},
+		{[]string{"sigma", "--target-epsilon", "1", "--examples", "100", "--epochs", "2"}, "--batch-size"},
+	} {
+		code, _, e := runCLI(t, append([]string{"privacy"}, c.args...)...)
+		if code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d, %q; want a usage error containing %q", c.args, code, e, c.want)
+		}
 	}
 }
