@@ -511,7 +511,7 @@ func Run(cfg Config) (*Report, error) {
 				r, err = planned.Epsilon(delta)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("the ε of σ = %g, δ = %g, q = %.4g over %d steps: %w", set.Sigma, delta, q, steps, err)
+				return nil, fmt.Errorf("the ε of σ = %g, δ = %g, q = %.4g over %d steps: %w", set.Sigma, delta, q, steps-int(stepOf(ckpt)), err)
 			}
 			set.Epsilon, eps = r.Epsilon, r.Epsilon
 		} else if ckpt != nil && prev.Epsilon == set.Epsilon && prev.Delta == set.Delta && prev.Steps == set.Steps && prev.SampleRate == set.SampleRate && prev.Sigma > 0 {
