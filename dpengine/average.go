@@ -113,9 +113,6 @@ func (e *Engine) SetAverage(names []string, values [][]float32, steps int64) err
 	if !e.Averaging() {
 		return fmt.Errorf("dpengine: the engine keeps no average of the parameters (Config.EMADecay is 0)")
 	}
-	if len(names) != len(values) {
-		return fmt.Errorf("dpengine: %d names for %d averaged tensors", len(names), len(values))
-	}
 	if steps < 0 {
 		return fmt.Errorf("dpengine: the average's %d updates must not be negative", steps)
 	}
@@ -126,34 +123,16 @@ func (e *Engine) SetAverage(names []string, values [][]float32, steps int64) err
 			return fmt.Errorf("dpengine: the parameters' average: %w", err)
 		}
 	}
-	seen := 0
-	for k, name := range names {
-		p := e.byName[name]
-		if p == nil {
-			return fmt.Errorf("dpengine: averaged parameter %q is not trainable in this model", name)
-		}
-		if len(p.data) != len(values[k]) {
-			return fmt.Errorf("dpengine: averaged parameter %q has %d elements, the model %d", name, len(values[k]), len(p.data))
-		}
-		j := e.paramIndex(p)
-		if err := e.dev.CopyIn(avg.buf, avg.offs[j], values[k]); err != nil {
+	err := e.byNames("averaged", "the average", names, values, func(p *param, v []float32) error {
+		// The average is laid out as the accumulators: p at p.off.
+		if err := e.dev.CopyIn(avg.buf, p.off, v); err != nil {
 			return fmt.Errorf("dpengine: loading the parameters' average: %w", err)
 		}
-		seen++
-	}
-	if seen != len(e.params) {
-		return fmt.Errorf("dpengine: the average has %d of the model's %d trainable parameters", seen, len(e.params))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	e.avg, e.avgSteps = avg, steps
 	return nil
-}
-
-// paramIndex returns p's position in e.params.
-func (e *Engine) paramIndex(p *param) int {
-	for k, q := range e.params {
-		if q == p {
-			return k
-		}
-	}
-	panic("dpengine: parameter not in the engine") // byName and params are built together
 }

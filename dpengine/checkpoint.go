@@ -355,23 +355,41 @@ func (s *OptimizerState) InOrder(names, want []string) (*OptimizerState, error) 
 // matching them by name: into the graph's initializers, then to the
 // device (LoadParams).
 func (e *Engine) SetParams(names []string, values [][]float32) error {
+	err := e.byNames("checkpoint", "checkpoint", names, values, func(p *param, v []float32) error {
+		copy(e.plan.HostParam(p.name), v)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return e.LoadParams()
+}
+
+// byNames calls fn with each of values and the trainable parameter its
+// name (names[k], a checkpoint's order) names, after checking its size,
+// and checks that every trainable parameter was given: the saved tensors
+// (what: "checkpoint" parameters, whole: the "checkpoint" holding them)
+// are matched by name whatever order the run that saved them kept.
+func (e *Engine) byNames(what, whole string, names []string, values [][]float32, fn func(p *param, v []float32) error) error {
 	if len(names) != len(values) {
-		return fmt.Errorf("dpengine: %d names for %d tensors", len(names), len(values))
+		return fmt.Errorf("dpengine: %d names for %d %s tensors", len(names), len(values), what)
 	}
 	seen := 0
 	for k, name := range names {
 		p := e.byName[name]
 		if p == nil {
-			return fmt.Errorf("dpengine: checkpoint parameter %q is not trainable in this model", name)
+			return fmt.Errorf("dpengine: %s parameter %q is not trainable in this model", what, name)
 		}
 		if len(p.data) != len(values[k]) {
-			return fmt.Errorf("dpengine: checkpoint parameter %q has %d elements, the model %d", name, len(values[k]), len(p.data))
+			return fmt.Errorf("dpengine: %s parameter %q has %d elements, the model %d", what, name, len(values[k]), len(p.data))
 		}
-		copy(e.plan.HostParam(name), values[k])
+		if err := fn(p, values[k]); err != nil {
+			return err
+		}
 		seen++
 	}
 	if seen != len(e.params) {
-		return fmt.Errorf("dpengine: checkpoint has %d of the model's %d trainable parameters", seen, len(e.params))
+		return fmt.Errorf("dpengine: %s has %d of the model's %d trainable parameters", whole, seen, len(e.params))
 	}
-	return e.LoadParams()
+	return nil
 }

@@ -103,11 +103,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 	}
 
-	type item struct {
-		path  string
-		label int32
-	}
-	perClass := make([][]item, len(classes))
+	perClass := make([][]labelledFile, len(classes))
 	seen := make(map[string]int, len(rows))
 	for _, r := range rows {
 		p := r.path
@@ -131,7 +127,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			v, _ := strconv.Atoi(r.label)
 			l = int32(v)
 		}
-		perClass[l] = append(perClass[l], item{p, l})
+		perClass[l] = append(perClass[l], labelledFile{p, l})
 	}
 	total := 0
 	for c, items := range perClass {
@@ -150,22 +146,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if total == 0 {
 		return nil, fmt.Errorf("csv: %s: no images in the %s split", path, spec.split())
 	}
-	order := make([]item, 0, total)
-	for k := 0; len(order) < total; k++ {
-		for _, items := range perClass {
-			if k < len(items) {
-				order = append(order, items[k])
-			}
-		}
-	}
-	if spec.Limit > 0 && spec.Limit < len(order) {
-		order = order[:spec.Limit]
-	}
-	paths := make([]string, len(order))
-	labels := make([]int32, len(order))
-	for i, it := range order {
-		paths[i], labels[i] = it.path, it.label
-	}
+	paths, labels := roundRobin(perClass, spec.Limit)
 	im, err := decodeFiles("csv", paths, labels, classes, fit)
 	if err != nil {
 		return nil, err

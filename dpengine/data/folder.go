@@ -99,12 +99,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 
 	// List every class's files, then order the samples round-robin over
 	// the classes so that a limit keeps them balanced.
-	type item struct {
-		path  string
-		label int32
-	}
-	var perClass [][]item
-	total := 0
+	var perClass [][]labelledFile
 	for _, c := range dirClasses {
 		l, ok := label[c]
 		if !ok {
@@ -115,7 +110,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		if err != nil {
 			return nil, fmt.Errorf("folder: %w", err)
 		}
-		var items []item
+		var items []labelledFile
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), ".") || !isImageFile(e.Name()) {
 				continue
@@ -124,7 +119,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
 				continue
 			}
-			items = append(items, item{p, l})
+			items = append(items, labelledFile{p, l})
 		}
 		if len(items) == 0 {
 			return nil, fmt.Errorf("folder: %s: class directory holds no images (%s: *%s)", cdir, imageKinds, strings.Join(imageExts, ", *"))
@@ -143,26 +138,37 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			}
 		}
 		perClass = append(perClass, items) // ReadDir sorts by name
+	}
+	paths, labels := roundRobin(perClass, spec.Limit)
+	return decodeFiles("folder", paths, labels, classes, fit)
+}
+
+// labelledFile is an image file of a dataset and its label.
+type labelledFile struct {
+	path  string
+	label int32
+}
+
+// roundRobin orders the files of every class round-robin over the
+// classes (each class's first file, then each one's second, …), so that
+// a limit (when positive) keeps the classes balanced, and returns the
+// first limit of them.
+func roundRobin(perClass [][]labelledFile, limit int) (paths []string, labels []int32) {
+	total := 0
+	for _, items := range perClass {
 		total += len(items)
 	}
-	order := make([]item, 0, total)
-	for k := 0; len(order) < total; k++ {
+	if limit > 0 {
+		total = min(total, limit)
+	}
+	for k := 0; len(paths) < total; k++ {
 		for _, items := range perClass {
-			if k < len(items) {
-				order = append(order, items[k])
+			if k < len(items) && len(paths) < total {
+				paths, labels = append(paths, items[k].path), append(labels, items[k].label)
 			}
 		}
 	}
-	if spec.Limit > 0 && spec.Limit < len(order) {
-		order = order[:spec.Limit]
-	}
-
-	paths := make([]string, len(order))
-	labels := make([]int32, len(order))
-	for i, it := range order {
-		paths[i], labels[i] = it.path, it.label
-	}
-	return decodeFiles("folder", paths, labels, classes, fit)
+	return paths, labels
 }
 
 // decodeFiles decodes the image files at paths, in parallel, into Images
