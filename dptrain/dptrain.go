@@ -211,6 +211,13 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// Report, when set, is the path of the JSON run report.
 	Report string
+	// DryRun stops Run before the first step, once everything a run
+	// checks before it has passed — the model loaded, rewritten and
+	// planned, the data loaded, σ calibrated, the memory fitted, the
+	// engine built and its norms checked — and returns the report of
+	// that (the ε the run would spend as Privacy, no epochs). Nothing
+	// but the report is written.
+	DryRun bool
 	// Log receives the human-readable plan and one line per epoch; Warn
 	// receives warnings (shuffle sampling). Nil discards them.
 	Log, Warn io.Writer
@@ -737,6 +744,9 @@ func Run(cfg Config) (*Report, error) {
 
 	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, NormCheck: normCheck, Output: cfg.Out, Checkpoint: ckptPath,
 		Note: "train_loss is computed on training data and is not a private output"}
+	if cfg.DryRun {
+		return dryRun(cfg, rep, acct, q, steps-int(stepOf(ckpt)), logf)
+	}
 	step := stepOf(ckpt)
 	epoch, epochStep := 0, 0
 	if ckpt != nil {
@@ -1027,6 +1037,39 @@ func Sampling(n, batchSize, epochs int) SamplingPlan {
 	L := min(batchSize, n)
 	per := (n + L - 1) / L
 	return SamplingPlan{Batch: L, SampleRate: float64(L) / float64(n), StepsPerEpoch: per, Steps: epochs * per}
+}
+
+// dryRun ends a Config.DryRun: the report of a run that stopped before
+// its first step, with the ε its remaining steps would bring the
+// accountant to, written where asked.
+func dryRun(cfg Config, rep *Report, acct accountant.Accountant, q float64, remaining int, logf func(string, ...any)) (*Report, error) {
+	rep.Output, rep.Checkpoint = "", ""
+	rep.Note = "dry run: stopped before the first step; privacy is what the run would spend"
+	set := rep.Settings
+	if !set.NonPrivate {
+		planned, err := accountant.Restore(acct.State())
+		if err == nil {
+			err = planned.Step(set.Sigma, q, remaining)
+		}
+		var r accountant.Result
+		if err == nil {
+			r, err = planned.Epsilon(set.Delta)
+		}
+		if err != nil {
+			return nil, err
+		}
+		rep.Privacy = &r
+		logf("dry run: the settings, data and model check out; %d steps would spend ε = %.4g at δ = %.3g; nothing was trained or written\n", remaining, r.Epsilon, set.Delta)
+	} else {
+		logf("dry run: the settings, data and model check out; %d steps; nothing was trained or written\n", remaining)
+	}
+	if cfg.Report != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := atomicfile.WriteBytes(cfg.Report, append(b, '\n')); err != nil {
+			return nil, fmt.Errorf("report: %w", err)
+		}
+	}
+	return rep, nil
 }
 
 // wrapOptimizer, set by tests only (export_test.go), wraps the optimizer

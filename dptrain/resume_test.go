@@ -173,3 +173,51 @@ func TestCheckpointEvery(t *testing.T) {
 		}
 	}
 }
+
+// TestDryRun: a dry run stops before the first step — no epoch, no model,
+// no checkpoint written, the weights untouched — and reports the σ and the
+// ε of the run it stands for, which the run then spends to the bit; only
+// the report is written.
+func TestDryRun(t *testing.T) {
+	ds := smallFMNIST(t)
+	dir := t.TempDir()
+	cfg := func(dry bool) dptrain.Config {
+		seed := uint64(6)
+		return dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 4, Epochs: 2, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+				Optimizer: "sgd", LR: 1e-2, InputShape: []int64{1, 28, 28}, Seed: &seed,
+			},
+			Graph: cnnGraph(t), Train: ds, Out: filepath.Join(dir, "m.onnx"), Checkpoint: filepath.Join(dir, "m.ckpt"),
+			Report: filepath.Join(dir, "dry.json"), DryRun: dry,
+		}
+	}
+	c := cfg(true)
+	before := append([]float32(nil), c.Graph.Values["features.0.weight"].Const.F32...)
+	dry, err := dptrain.Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dry.Epochs) != 0 || dry.Privacy == nil || dry.Output != "" || dry.Checkpoint != "" {
+		t.Fatalf("dry run report: %d epochs, privacy %+v, output %q, checkpoint %q", len(dry.Epochs), dry.Privacy, dry.Output, dry.Checkpoint)
+	}
+	for _, p := range []string{c.Out, c.Checkpoint} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("the dry run wrote %s", p)
+		}
+	}
+	if _, err := os.Stat(c.Report); err != nil {
+		t.Errorf("the dry run's report: %v", err)
+	}
+	if !numcheck.SameBits(c.Graph.Values["features.0.weight"].Const.F32, before) {
+		t.Error("the dry run changed the weights")
+	}
+	full, err := dptrain.Run(cfg(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Settings.Sigma != dry.Settings.Sigma || full.Privacy.Epsilon != dry.Privacy.Epsilon || dry.Privacy.Epsilon > 4 {
+		t.Errorf("the dry run's σ %v and ε %v, the run's %v and %v (target 4)", dry.Settings.Sigma, dry.Privacy.Epsilon, full.Settings.Sigma, full.Privacy.Epsilon)
+	}
+}

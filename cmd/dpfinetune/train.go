@@ -73,7 +73,7 @@ type trainFlags struct {
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise                                *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
-	perLayer, nonPrivate, resume, quiet, normCheck                      *bool
+	perLayer, nonPrivate, resume, quiet, normCheck, dryRun              *bool
 	rf                                                                  *rewriteFlags
 	dev                                                                 deviceFlag
 }
@@ -122,6 +122,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		reportPath:     fs.String("report", "", "write a JSON run report here"),
 		seedStr:        fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
 		quiet:          fs.Bool("quiet", false, "no progress bars"),
+		dryRun:         fs.Bool("dry-run", false, "check everything a run checks before its first step (model, rewrite, data, σ, memory, the norm check), print the ε it would spend, and stop: nothing is trained or written but --report"),
 		normCheck:      fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
 		evalBatch:      fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
 		outDType:       fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
@@ -287,7 +288,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
 		CheckpointEvery: everySteps, CheckpointInterval: everyTime,
-		SkipNormCheck: !*f.normCheck,
+		SkipNormCheck: !*f.normCheck, DryRun: *f.dryRun,
 	}
 	if test != nil {
 		cfg.Test = test
