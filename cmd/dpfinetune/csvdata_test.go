@@ -53,6 +53,15 @@ func TestTrainCSV(t *testing.T) {
 		return r
 	}
 	folder, listed := train("folder:"+dir), train("csv:"+csvFile)
+	// eval reads a listing whole (it has no test split), or its held-out
+	// rows where it says :holdout.
+	for spec, want := range map[string]float64{"csv:" + csvFile: 8, "csv:" + csvFile + ":holdout=0.25": 2} {
+		out, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", spec, "--json")
+		var r evalResult
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil || float64(r.Samples) != want {
+			t.Errorf("eval %s: exit %d, %d samples, want %v: %s", spec, code, r.Samples, want, e)
+		}
+	}
 	if folder.Settings.DataSHA256 == "" || listed.Settings.DataSHA256 != folder.Settings.DataSHA256 || listed.Settings.Examples != folder.Settings.Examples {
 		t.Errorf("the listing's training data (%d samples, %.12s) is not the folder's (%d, %.12s)", listed.Settings.Examples, listed.Settings.DataSHA256, folder.Settings.Examples, folder.Settings.DataSHA256)
 	}

@@ -177,7 +177,7 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 func runEval(args []string, stdout io.Writer) error {
 	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
-	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test)")
+	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test; a csv listing without :holdout is read whole)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
@@ -212,7 +212,9 @@ func runEval(args []string, stdout io.Writer) error {
 	recordedPreprocess(m, norm, resize)
 	*norm = normFor(g, *norm)
 	s := *spec
-	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" {
+	// The test split by default — but a CSV listing without a holdout
+	// has none: it lists the images to evaluate, all of them.
+	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
 		sp.Split = data.Test
 		s = sp.String()
 	}
