@@ -8,7 +8,8 @@ import (
 	"github.com/dpfinetune/dpfinetune/dptrain"
 )
 
-// TestRunAdaptiveClipping: with ClipQuantile the clip norm moves after
+// TestRunAdaptiveClipping: the epochs' clipped fractions are what the
+// clip norm makes them (none, all); with ClipQuantile the clip norm moves after
 // every step — from a norm that clips nothing, down at every step, towards
 // the quantile — while the accounted σ and the ε spent are a fixed-clip
 // run's (the count's noise takes its share of σ, the gradient's σ_g the
@@ -28,6 +29,25 @@ func TestRunAdaptiveClipping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The epochs' clipped fractions (not private): none at R = 100, all
+	// at R = 1e-6.
+	for _, e := range fixed.Epochs {
+		if e.Clipped != 0 {
+			t.Errorf("R = 100: %v of the gradients clipped, want none", e.Clipped)
+		}
+	}
+	tiny := settings()
+	tiny.Clip = 1e-6
+	all, err := dptrain.Run(dptrain.Config{Settings: tiny, Graph: cnnGraph(t), Train: ds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all.Epochs {
+		if e.Clipped != 1 {
+			t.Errorf("R = 1e-6: %v of the gradients clipped, want all", e.Clipped)
+		}
+	}
+
 	s := settings()
 	s.ClipQuantile = 0.5
 	var norms []float64

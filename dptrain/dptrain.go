@@ -137,8 +137,14 @@ type EpochRecord struct {
 	LR float64 `json:"lr"`
 	// ClipNorm is the clip norm after the epoch's last step, where the
 	// run adapts it (Settings.ClipQuantile).
-	ClipNorm    float64     `json:"clip_norm,omitempty"`
-	TrainLoss   float64     `json:"train_loss"`
+	ClipNorm  float64 `json:"clip_norm,omitempty"`
+	TrainLoss float64 `json:"train_loss"`
+	// Clipped is the fraction of the epoch's samples whose gradient the
+	// clip norm shortened, and NonFinite the number whose gradient was
+	// NaN or infinite (dropped): like TrainLoss, computed on training data
+	// and not private outputs — what a user reads to choose --clip.
+	Clipped     float64     `json:"clipped_fraction"`
+	NonFinite   int         `json:"non_finite,omitempty"`
 	Seconds     float64     `json:"seconds"`
 	SamplesPerS float64     `json:"samples_per_second"`
 	Test        *EvalResult `json:"test,omitempty"`
@@ -743,7 +749,7 @@ func Run(cfg Config) (*Report, error) {
 	logf("  (losses and accuracies on training data are not private outputs)\n")
 
 	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, NormCheck: normCheck, Output: cfg.Out, Checkpoint: ckptPath,
-		Note: "train_loss is computed on training data and is not a private output"}
+		Note: "train_loss, clipped_fraction and non_finite are computed on training data and are not private outputs"}
 	if cfg.DryRun {
 		return dryRun(cfg, rep, acct, q, steps-int(stepOf(ckpt)), logf)
 	}
@@ -813,7 +819,7 @@ func Run(cfg Config) (*Report, error) {
 	for ; epoch < set.Epochs; epoch++ {
 		t0 := time.Now()
 		var lossSum float64
-		var seen int
+		var seen, clipped, nonFinite, canarySeen int
 		if sd, ok := cfg.Train.(sourced); ok {
 			// The samples are in memory; a file rewritten under a running
 			// job means its checkpoint would resume on other data.
@@ -889,6 +895,8 @@ func Run(cfg Config) (*Report, error) {
 			}
 			step++
 			lossSum += st.MeanLoss * float64(st.Samples)
+			clipped, nonFinite = clipped+st.Clipped, nonFinite+st.NonFinite
+			canarySeen += len(canaries) // an audit's gradient canaries: clipped like samples
 			seen += st.Samples
 			el := time.Since(t0).Seconds()
 			// A checkpoint inside the epoch, when one is due (the
@@ -905,7 +913,8 @@ func Run(cfg Config) (*Report, error) {
 		el := time.Since(t0).Seconds()
 		rec := EpochRecord{Epoch: epoch + 1, Steps: step, Epsilon: spent(acct, delta, set.NonPrivate), LR: sched.At(set.LR, int(step)-1, set.Steps),
 			ClipNorm:  map[bool]float64{true: eng.ClipNorm()}[set.ClipQuantile > 0],
-			TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9)}
+			TrainLoss: lossSum / math.Max(float64(seen), 1), Seconds: el, SamplesPerS: float64(seen) / math.Max(el, 1e-9),
+			Clipped: float64(clipped) / math.Max(float64(seen+canarySeen), 1), NonFinite: nonFinite}
 		if ev != nil {
 			// The evaluator's plan loads the graph's initializers: the
 			// released weights (the average, with --ema), up to date with
@@ -921,6 +930,12 @@ func Run(cfg Config) (*Report, error) {
 		rep.Epochs = append(rep.Epochs, rec)
 		emit(Event{Kind: EpochDone, Epoch: epoch, EpochStep: stepsPerEpoch, Loss: rec.TrainLoss, SamplesPerSecond: rec.SamplesPerS, Record: &rec})
 		line := fmt.Sprintf("epoch %d/%d: train loss %.4f (not private), %.0f samples/s", epoch+1, set.Epochs, rec.TrainLoss, rec.SamplesPerS)
+		if !set.NonPrivate && !set.PerLayer {
+			line += fmt.Sprintf(", %.0f %% of gradients clipped (not private)", 100*rec.Clipped)
+		}
+		if rec.NonFinite > 0 {
+			line += fmt.Sprintf(", %d non-finite gradients dropped", rec.NonFinite)
+		}
 		if rec.Test != nil {
 			line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f%s)", 100*rec.Test.Accuracy, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
 		}
