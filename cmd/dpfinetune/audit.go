@@ -43,6 +43,9 @@ func runAudit(args []string, stdout io.Writer) error {
 	if *tf.nonPrivate {
 		return usagef("--non-private: a run without privacy claims no ε to audit")
 	}
+	if *tf.dryRun {
+		return usagef("--dry-run: an audit is its run (try train --dry-run with the same flags)")
+	}
 	if *m < 1 {
 		return usagef("--canaries must be positive, got %d", *m)
 	}

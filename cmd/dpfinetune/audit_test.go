@@ -105,6 +105,7 @@ func TestAuditBadInput(t *testing.T) {
 	}{
 		{"resume", []string{"--resume"}, 2, "--resume"},
 		{"non-private", []string{"--non-private"}, 2, "--non-private"},
+		{"dry run", []string{"--dry-run"}, 2, "an audit is its run"},
 		{"kind", []string{"--canary-kind", "loud"}, 2, "--canary-kind"},
 		{"guesses", []string{"--canaries", "10", "--k-plus", "8", "--k-minus", "8"}, 2, "--k-plus"},
 		{"confidence", []string{"--confidence", "1"}, 2, "--confidence"},
