@@ -33,7 +33,7 @@ func runReportCmd(args []string, stdout io.Writer) error {
 	fs := newFlagSet("report", "run.json [--out run.png] [--width PX --height PX]")
 	out := fs.String("out", "", "PNG to write (default: the report's name with .png)")
 	width := fs.Int("width", 1200, "picture width in pixels")
-	height := fs.Int("height", 900, "picture height in pixels")
+	height := fs.Int("height", 1200, "picture height in pixels")
 	// The report file comes first, as in "dpfinetune report run.json".
 	var in string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -76,13 +76,27 @@ func runReportCmd(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// drawReport lays out four panels: train loss, test accuracy and ε spent
-// against epochs, and the privacy curve ε(δ) of the run's accountant.
+// drawReport lays out six panels: train loss, test accuracy and ε spent
+// against epochs, the privacy curve ε(δ) of the run's accountant, the
+// fraction of gradients clipped (what a user reads to choose the clip
+// norm) and the learning rate — or, where the run adapted it, the clip
+// norm — at each epoch's end.
 func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	// ε spent starts at 0 before the first step.
 	loss, acc, eps := plotter.XYs{}, plotter.XYs{}, plotter.XYs{{X: 0, Y: 0}}
+	clipped, rate := plotter.XYs{}, plotter.XYs{}
+	adaptive := r.Settings.ClipQuantile > 0
 	for _, e := range r.Epochs {
 		x := float64(e.Epoch)
+		if !r.Settings.NonPrivate && !r.Settings.PerLayer {
+			clipped = append(clipped, plotter.XY{X: x, Y: 100 * e.Clipped})
+		}
+		switch {
+		case adaptive && e.ClipNorm > 0:
+			rate = append(rate, plotter.XY{X: x, Y: e.ClipNorm})
+		case !adaptive && e.LR > 0:
+			rate = append(rate, plotter.XY{X: x, Y: e.LR})
+		}
 		if !math.IsNaN(e.TrainLoss) && !math.IsInf(e.TrainLoss, 0) {
 			loss = append(loss, plotter.XY{X: x, Y: e.TrainLoss})
 		}
@@ -98,7 +112,11 @@ func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	if err != nil {
 		return nil, err
 	}
-	p2, err := linePanel("test accuracy", "epoch", "accuracy (%)", acc, color.RGBA{R: 44, G: 160, B: 44, A: 255})
+	accTitle := "test accuracy"
+	if r.Settings.EMADecay > 0 {
+		accTitle += " of the parameters' average"
+	}
+	p2, err := linePanel(accTitle, "epoch", "accuracy (%)", acc, color.RGBA{R: 44, G: 160, B: 44, A: 255})
 	if err != nil {
 		return nil, err
 	}
@@ -125,13 +143,25 @@ func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	if err != nil {
 		return nil, err
 	}
+	p5, err := linePanel("gradients clipped (not private)", "epoch", "clipped (%)", clipped, color.RGBA{R: 148, G: 103, B: 189, A: 255})
+	if err != nil {
+		return nil, err
+	}
+	rateTitle, rateLabel := "learning rate at the epoch's end", "lr"
+	if adaptive {
+		rateTitle, rateLabel = fmt.Sprintf("clip norm (adaptive, towards the %g-quantile)", r.Settings.ClipQuantile), "R"
+	}
+	p6, err := linePanel(rateTitle, "epoch", rateLabel, rate, color.RGBA{R: 255, G: 127, B: 14, A: 255})
+	if err != nil {
+		return nil, err
+	}
 	p1.Title.Text = title + ": " + p1.Title.Text
 
 	img := vgimg.NewWith(vgimg.UseWH(vg.Length(width)*vg.Inch/96, vg.Length(height)*vg.Inch/96), vgimg.UseDPI(96))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
+	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 4,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*plot.Plot{{p1, p2}, {p3, p4}}
+	plots := [][]*plot.Plot{{p1, p2}, {p3, p4}, {p5, p6}}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
 		for j := range plots[i] {
@@ -155,6 +185,18 @@ func linePanel(title, xl, yl string, xys plotter.XYs, c color.Color) (*plot.Plot
 	}
 	l.Color, s.Color = c, c
 	p.Add(l, s)
+	// A constant series (a constant learning rate) gets the range from 0
+	// to twice its value, not a sliver around it.
+	lo, hi := xys[0].Y, xys[0].Y
+	for _, xy := range xys {
+		lo, hi = math.Min(lo, xy.Y), math.Max(hi, xy.Y)
+	}
+	if lo == hi {
+		p.Y.Min, p.Y.Max = math.Min(0, 2*lo), math.Max(0, 2*hi)
+		if lo == 0 {
+			p.Y.Max = 1
+		}
+	}
 	return p, nil
 }
 

@@ -67,6 +67,22 @@ func TestReportPNG(t *testing.T) {
 		t.Error("the PNG is blank")
 	}
 
+	// A run with adaptive clipping and the parameters' average: its clip
+	// norms and clipped fractions take the last row.
+	rep.Settings.ClipQuantile, rep.Settings.EMADecay = 0.5, 0.99
+	for k := range rep.Epochs {
+		rep.Epochs[k].ClipNorm, rep.Epochs[k].Clipped = 2+float64(k), 0.5
+	}
+	b, _ = json.Marshal(rep)
+	adaptive := filepath.Join(dir, "adaptive.json")
+	os.WriteFile(adaptive, b, 0o644)
+	if err := runReportCmd([]string{adaptive}, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "adaptive.png")); err != nil || fi.Size() == 0 {
+		t.Errorf("the adaptive run's picture: %v", err)
+	}
+
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte("{not json"), 0o644)
 	empty := filepath.Join(dir, "empty.json")
