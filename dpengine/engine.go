@@ -84,6 +84,11 @@ type Config struct {
 	// evaluates and exports (HostAverage). 0 keeps none. It needs an
 	// Optimizer.
 	EMADecay float64
+	// LabelSmoothing, in [0, 1), trains on the cross-entropy against each
+	// label smoothed to (1−α)·onehot + α/K (runtime.Plan.SetLabelSmoothing):
+	// still one loss a sample, so the per-sample clipping and the
+	// guarantee are those of the plain loss. 0 is the plain loss.
+	LabelSmoothing float64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -415,6 +420,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	}
 	plan, err := runtime.Compile(cg, opts)
 	if err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if err := plan.SetLabelSmoothing(cfg.LabelSmoothing); err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	dev := cfg.Device

@@ -114,6 +114,10 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: the direct plan: %w", err)
 	}
+	// The engine's loss, label smoothing included.
+	if err := ref.SetLabelSmoothing(e.cfg.LabelSmoothing); err != nil {
+		return nil, fmt.Errorf("dpengine: norm check: %w", err)
+	}
 	xin := make([]float32, b*e.sampleLen/v)
 	labels := make([]int64, b)
 	losses := make([]float32, b)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -140,4 +141,55 @@ func TestCheckNormsCatchesSmallLayers(t *testing.T) {
 		t.Errorf("mismatch %+v: want one over the own bound, under the total's", mm)
 	}
 	t.Log(err)
+}
+
+// TestLabelSmoothing: with the label smoothed (Config.LabelSmoothing), every
+// DP mode's per-sample norms, on the CPU and on a device with memory of its
+// own, are each sample's own gradient's of the smoothed loss (the norm
+// check, whose direct plan smooths alike, with its margin), and they are
+// not the plain loss's: the smoothing reaches the gradients.
+func TestLabelSmoothing(t *testing.T) {
+	for _, name := range []string{"cnn", "vit"} {
+		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
+					const n = 3
+					x, y, _, _ := engineBatch(t, name, n)
+					norms := func(alpha float64) []float64 {
+						g, rp := preparedFixture(t, name, 4)
+						cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+						cfg.LabelSmoothing = alpha
+						e, err := New(g, rp, cfg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						r, err := e.CheckNorms(g, x, y, checkTol)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
+							t.Errorf("α = %v: worst %.3g (%s, sample %d), of a parameter's own %.3g", alpha, r.Worst, r.Param, r.Sample, r.WorstOwn)
+						}
+						_, totals, err := e.ClippedSum(x, y)
+						if err != nil {
+							t.Fatal(err)
+						}
+						return totals
+					}
+					plain, smoothed := norms(0), norms(0.3)
+					for i := range plain {
+						if math.Abs(plain[i]-smoothed[i]) < 1e-3*plain[i] {
+							t.Errorf("sample %d: the smoothed loss's norm %v is the plain loss's %v", i, smoothed[i], plain[i])
+						}
+					}
+				})
+			}
+		}
+	}
+	g, rp := preparedFixture(t, "cnn", 4)
+	cfg := compareConfig(nil, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+	cfg.LabelSmoothing = 1
+	if _, err := New(g, rp, cfg); err == nil || !strings.Contains(err.Error(), "label smoothing 1 must be in [0, 1)") {
+		t.Errorf("label smoothing 1: %v", err)
+	}
 }

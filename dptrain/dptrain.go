@@ -95,8 +95,13 @@ type Settings struct {
 	// every epoch evaluates and the run exports. It is computed from the
 	// noisy updates alone, so ε is unchanged. 0 keeps none.
 	EMADecay float64 `json:"ema_decay,omitempty"`
-	Norm     string  `json:"norm"`
-	Augment  string  `json:"augment"`
+	// LabelSmoothing, in [0, 1), trains on the cross-entropy against
+	// labels smoothed to (1−α)·onehot + α/K (dpengine.Config.LabelSmoothing):
+	// one loss a sample still, so ε is unchanged; train_loss is that loss,
+	// the test loss the plain one.
+	LabelSmoothing float64 `json:"label_smoothing,omitempty"`
+	Norm           string  `json:"norm"`
+	Augment        string  `json:"augment"`
 	// AugmentMultiplicity, above 1, feeds each sample of a logical batch
 	// as that many independently augmented views, whose gradients' mean
 	// is the sample's gradient, clipped as one (De et al. 2022's
@@ -441,6 +446,9 @@ func Run(cfg Config) (*Report, error) {
 	} else {
 		set.ClipLR, set.ClipCountNoise = 0, 0
 	}
+	if !(set.LabelSmoothing >= 0 && set.LabelSmoothing < 1) {
+		return nil, fmt.Errorf("--label-smoothing %v must be in [0, 1)", set.LabelSmoothing)
+	}
 	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
 		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
 	}
@@ -602,7 +610,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory,
-		EMADecay: set.EMADecay}
+		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing}
 	eng, err := dpengine.New(g, rp, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -712,6 +720,9 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
+	if set.LabelSmoothing > 0 {
+		logf("  loss:      cross-entropy against labels smoothed by α = %g (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
+	}
 	if set.EMADecay > 0 {
 		logf("  average:   the parameters' exponential moving average, decay %g (warm-up min(β, (1+t)/(10+t))), is evaluated and exported (post-processing: ε unchanged)\n", set.EMADecay)
 	}
@@ -1150,6 +1161,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.ClipQuantile > 0 {
 		kv["clip_quantile"] = fmt.Sprint(s.ClipQuantile)
+	}
+	if s.LabelSmoothing > 0 {
+		kv["label_smoothing"] = fmt.Sprint(s.LabelSmoothing)
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

@@ -1,6 +1,7 @@
 package dptrain_test
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 // TestRunNoiseMultiplier: with σ fixed (Settings.NoiseMultiplier) the run
@@ -65,5 +67,52 @@ func TestRunNoiseMultiplier(t *testing.T) {
 		if _, err := dptrain.Run(dptrain.Config{Settings: s, Graph: cnnGraph(t), Train: ds}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ε %v, σ %v: %v, want an error containing %q", tc.eps, tc.sigma, err, tc.want)
 		}
+	}
+}
+
+// TestRunLabelSmoothing: a run with the label smoothed trains on the
+// smoothed loss — its training losses are not the plain run's, with the
+// same seed — records α in the model's metadata, spends the same ε, and
+// refuses an α outside [0, 1).
+func TestRunLabelSmoothing(t *testing.T) {
+	ds := smallFMNIST(t)
+	run := func(alpha float64) *dptrain.Report {
+		seed := uint64(5)
+		out := filepath.Join(t.TempDir(), "m.onnx")
+		rep, err := dptrain.Run(dptrain.Config{Settings: dptrain.Settings{
+			Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 4, Epochs: 1, BatchSize: 32,
+			Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+			Optimizer: "sgd", LR: 1e-2, InputShape: []int64{1, 28, 28}, Seed: &seed, LabelSmoothing: alpha,
+		}, Graph: cnnGraph(t), Train: ds, Out: out})
+		if err != nil {
+			t.Fatalf("α = %v: %v", alpha, err)
+		}
+		m, err := onnx.Load(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, kv := range m.Proto.GetMetadataProps() {
+			found = found || kv.GetKey() == dptrain.MetaPrefix+"label_smoothing" && kv.GetValue() == fmt.Sprint(alpha)
+		}
+		if found != (alpha > 0) {
+			t.Errorf("α = %v: label_smoothing in the metadata: %v", alpha, found)
+		}
+		return rep
+	}
+	plain, smoothed := run(0), run(0.3)
+	if plain.Epochs[0].TrainLoss == smoothed.Epochs[0].TrainLoss {
+		t.Errorf("the smoothed run's training loss %v is the plain run's", smoothed.Epochs[0].TrainLoss)
+	}
+	if plain.Privacy.Epsilon != smoothed.Privacy.Epsilon {
+		t.Errorf("ε %v with smoothing, %v without", smoothed.Privacy.Epsilon, plain.Privacy.Epsilon)
+	}
+	seed := uint64(5)
+	if _, err := dptrain.Run(dptrain.Config{Settings: dptrain.Settings{
+		Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 4, Epochs: 1, BatchSize: 32,
+		Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
+		Optimizer: "sgd", LR: 1e-2, InputShape: []int64{1, 28, 28}, Seed: &seed, LabelSmoothing: -0.1,
+	}, Graph: cnnGraph(t), Train: ds}); err == nil || !strings.Contains(err.Error(), "--label-smoothing -0.1") {
+		t.Errorf("α = −0.1: %v", err)
 	}
 }

@@ -44,15 +44,18 @@ type ReduceOps interface {
 	LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []float32)
 	// SoftmaxCrossEntropy computes the plan's loss head for n samples of k
 	// logits (n×k row-major) and their class labels (in [0, k): the
-	// caller checks them): the per-sample loss
-	// loss_i = log Σ_j exp(z_ij) − z_i,label_i into losses (n) and the
-	// softmax of each row into probs (n×k), which the backward reads.
-	SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32)
+	// caller checks them): the per-sample loss against the label
+	// smoothed by alpha ∈ [0, 1), target t_j = (1−α)·[j = label] + α/k,
+	// loss_i = log Σ_j exp(z_ij) − Σ_j t_j·z_ij (α = 0: − z_i,label_i),
+	// into losses (n), and the softmax of each row into probs (n×k),
+	// which the backward reads.
+	SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32)
 	// SoftmaxCrossEntropyBackward writes the gradient of Σ_i w_i·loss_i
 	// with respect to the logits, the seed of the backward pass:
-	// dlogits_i = w_i·(probs_i − onehot(label_i)); weights (n) are the
-	// DP engine's clip factors C_i in its second pass, or all ones.
-	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32)
+	// dlogits_i = w_i·(probs_i − t_i), t_i the smoothed target above
+	// (onehot(label_i) at α = 0); weights (n) are the DP engine's clip
+	// factors C_i in its second pass, or all ones.
+	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
 	// ScatterReduce combines the updates u into y at the compile-time
 	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
 	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
@@ -610,7 +613,7 @@ func softmaxBackwardKernel(job *cpuJob, lo, hi int) {
 
 // SoftmaxCrossEntropy implements ReduceOps, one sample after another on
 // the calling goroutine.
-func (CPU) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+func (CPU) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
 	for i := 0; i < n; i++ {
 		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		m := float32(math.Inf(-1))
@@ -629,20 +632,37 @@ func (CPU) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losse
 		for j := range pr {
 			pr[j] *= inv
 		}
-		losses[i] = float32(math.Log(s) - float64(row[labels[i]]-m))
+		target := float64(row[labels[i]] - m)
+		if alpha != 0 {
+			// Σ_j t_j (z_j − m) = (1−α)(z_y − m) + (α/k) Σ_j (z_j − m).
+			var all float64
+			for _, v := range row {
+				all += float64(v - m)
+			}
+			target = (1-float64(alpha))*target + float64(alpha)/float64(k)*all
+		}
+		losses[i] = float32(math.Log(s) - target)
 	}
 }
 
 // SoftmaxCrossEntropyBackward implements ReduceOps, one sample after
 // another on the calling goroutine.
-func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
+	off, on := float32(float64(alpha)/float64(k)), 1-alpha // t_j off and on the label, less α/k
 	for i := 0; i < n; i++ {
 		w := weights[i]
 		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
-		for j := range d {
-			d[j] = w * pr[j]
+		if alpha == 0 {
+			for j := range d {
+				d[j] = w * pr[j]
+			}
+			d[labels[i]] -= w
+			continue
 		}
-		d[labels[i]] -= w
+		for j := range d {
+			d[j] = w * (pr[j] - off)
+		}
+		d[labels[i]] -= w * on
 	}
 }
 

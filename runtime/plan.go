@@ -332,6 +332,8 @@ type Plan struct {
 	losses    []float32
 	lossesBuf Buffer // holds losses
 	hasLoss   bool
+	// smoothing is the loss head's label smoothing α (SetLabelSmoothing).
+	smoothing float32
 	ones      []float32
 
 	forwardDone bool
@@ -1799,6 +1801,18 @@ func (p *Plan) Forward() error {
 	return nil
 }
 
+// SetLabelSmoothing makes the loss head's target of a sample of label y
+// (1−α)·onehot(y) + α/K over K classes from the next Loss on (Szegedy et
+// al. 2016); α = 0, the default, is the plain cross-entropy. It is a
+// per-sample loss still: each sample's gradient is its own.
+func (p *Plan) SetLabelSmoothing(alpha float64) error {
+	if !(alpha >= 0 && alpha < 1) {
+		return fmt.Errorf("runtime: label smoothing %v must be in [0, 1)", alpha)
+	}
+	p.smoothing = float32(alpha)
+	return nil
+}
+
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
 // (N), and keeps the softmax for Backward. Call it after Forward.
@@ -1825,7 +1839,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if err := p.dev.CopyIn(p.labelsBuf, 0, bitsOf64(labels)); err != nil {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
-	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.losses, p.probs)
+	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
 	if err := p.dev.CopyOut(losses, p.lossesBuf, 0); err != nil {
 		return fmt.Errorf("runtime: loss: copying the losses out: %w", err)
 	}
@@ -1850,7 +1864,7 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 	if o.grad == nil {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
-	p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, o.grad)
+	p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
 	return p.backward(opts)
 }
 

@@ -71,7 +71,7 @@ type trainFlags struct {
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	seedStr, outDType, schedule, ckptEvery                              *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
-	clipQuantile, clipLR, clipCountNoise                                *float64
+	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	perLayer, nonPrivate, resume, quiet, normCheck, dryRun              *bool
 	rf                                                                  *rewriteFlags
@@ -95,6 +95,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		schedule:       fs.String("lr-schedule", "constant", "learning rate over the run's steps: constant, cosine or linear (decay from --lr to --min-lr after --warmup-steps); it depends on the step alone, so ε is unchanged"),
 		warmup:         fs.Int("warmup-steps", 0, "steps over which the learning rate rises linearly to --lr (step t from 0 takes lr·(t+1)/N)"),
 		minLR:          fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
+		smoothing:      fs.Float64("label-smoothing", 0, "train on the cross-entropy against labels smoothed to (1−α)·onehot + α/K: one loss a sample still, so ε is unchanged (the test loss stays the plain one)"),
 		ema:            fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
 		optName:        fs.String("optimizer", "adam", "adam, adamw or sgd"),
 		momentum:       fs.Float64("momentum", 0.9, "momentum of sgd"),
@@ -179,6 +180,9 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	// The warm-up's bound by the run's steps waits for the data.
 	if err := (dptrain.Schedule{Kind: *f.schedule, Warmup: *f.warmup, Min: *f.minLR}).Check(*f.lr, math.MaxInt); err != nil {
 		return cfg, usageError{err.Error()}
+	}
+	if !(*f.smoothing >= 0 && *f.smoothing < 1) {
+		return cfg, usagef("--label-smoothing must be in [0, 1), got %v", *f.smoothing)
 	}
 	if !(*f.ema >= 0 && *f.ema < 1) {
 		return cfg, usagef("--ema must be in [0, 1), the decay of the parameters' average (e.g. 0.999; 0: none), got %v", *f.ema)
@@ -280,7 +284,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, NoiseMultiplier: *f.sigma, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			ClipQuantile: *f.clipQuantile, ClipLR: *f.clipLR, ClipCountNoise: *f.clipCountNoise,
-			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema,
+			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema, LabelSmoothing: *f.smoothing,
 			Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(),

@@ -411,6 +411,7 @@ func TestTrainBadInput(t *testing.T) {
 		{"floor over the peak", base(cnn, fmnist, "--lr-schedule", "cosine", "--min-lr", "0.1"), 2, "--min-lr 0.1 must be in [0, --lr 0.001)"},
 		{"warm-up over the run", base(cnn, fmnist+":limit=256", "--lr-schedule", "linear", "--warmup-steps", "4", "--batch-size", "64"), 1, "--warmup-steps 4 leaves no step of the run's 4"},
 		{"EMA decay 1", base(cnn, fmnist, "--ema", "1"), 2, "--ema must be in [0, 1)"},
+		{"label smoothing 1", base(cnn, fmnist, "--label-smoothing", "1"), 2, "--label-smoothing must be in [0, 1)"},
 		{"clip quantile 1", base(cnn, fmnist, "--clip-quantile", "1"), 1, "--clip-quantile 1 must be in (0, 1)"},
 		{"adaptive per layer", base(cnn, fmnist, "--clip-quantile", "0.5", "--per-layer"), 1, "adaptive clipping: --per-layer"},
 		{"checkpoint every 0 steps", base(cnn, fmnist, "--checkpoint-every", "0"), 2, "--checkpoint-every 0: want a positive number"},

@@ -164,25 +164,25 @@ func (d *Device) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []f
 
 // SoftmaxCrossEntropy implements runtime.ReduceOps: a warp per sample
 // from reduceWide classes on, else a thread.
-func (d *Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+func (d *Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
 	if n == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("SoftmaxCrossEntropy")
-	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).I64(int64(n)).I64(int64(k)).Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
+	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).I64(int64(n)).I64(int64(k)).F32(alpha).Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
 	d.launchLanes("softmax_xent", n, k)
 }
 
 // SoftmaxCrossEntropyBackward implements runtime.ReduceOps: a thread per
 // logit.
-func (d *Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+func (d *Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
 	if n*k == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("SoftmaxCrossEntropyBackward")
-	a.Ptr(f32(probs[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).Ptr(f32(weights[:n], opIn, d)).I64(int64(n)).I64(int64(k)).Ptr(f32(dlogits[:n*k], opOut, d))
+	a.Ptr(f32(probs[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).Ptr(f32(weights[:n], opIn, d)).I64(int64(n)).I64(int64(k)).F32(alpha).Ptr(f32(dlogits[:n*k], opOut, d))
 	d.launch("softmax_xent_bwd", int64(n*k))
 }
 

@@ -224,25 +224,30 @@ func (Device) LogSoftmaxBackward(y, dy []float32, outer, n, inner int, dx []floa
 }
 
 // SoftmaxCrossEntropy implements runtime.ReduceOps.
-func (Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+func (Device) SoftmaxCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
+	a := float64(alpha)
 	softmaxLine(n, k, 1, func(idx []int) {
 		lse := logSumExp64(logits, idx)
+		var all float64
 		for _, i := range idx {
 			probs[i] = float32(math.Exp(float64(logits[i]) - lse))
+			all += float64(logits[i])
 		}
 		s := idx[0] / k
-		losses[s] = float32(lse - float64(logits[idx[labels[s]]]))
+		// −Σ_j t_j log p_j = lse − Σ_j t_j z_j.
+		losses[s] = float32(lse - (1-a)*float64(logits[idx[labels[s]]]) - a/float64(k)*all)
 	})
 }
 
 // SoftmaxCrossEntropyBackward implements runtime.ReduceOps.
-func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
+	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		w := float64(weights[s])
 		for j := 0; j < k; j++ {
-			p := float64(probs[s*k+j])
+			p := float64(probs[s*k+j]) - a/float64(k)
 			if int64(j) == labels[s] {
-				p--
+				p -= 1 - a
 			}
 			dlogits[s*k+j] = float32(w * p)
 		}

@@ -87,13 +87,15 @@ func TestReduceOps(t *testing.T) {
 	labels := []int64{0, 9, 3, 3, 5, 1, 8}
 	weights := randIn(601, N, 0, 1)
 	probsRef, lossRef := make([]float32, N*K), make([]float32, N)
-	Device{}.SoftmaxCrossEntropy(logits, labels, N, K, lossRef, probsRef)
-	cases = append(cases, opCase{name: "SoftmaxCrossEntropy", run: func(d runtime.GraphOps) [][]float32 {
-		losses, probs, dl := make([]float32, N), make([]float32, N*K), make([]float32, N*K)
-		d.SoftmaxCrossEntropy(logits, labels, N, K, losses, probs)
-		d.SoftmaxCrossEntropyBackward(probsRef, labels, weights, N, K, dl)
-		return [][]float32{losses, probs, dl}
-	}})
+	Device{}.SoftmaxCrossEntropy(logits, labels, N, K, 0, lossRef, probsRef)
+	for _, alpha := range []float32{0, 0.1, 0.5} {
+		cases = append(cases, opCase{name: fmt.Sprint("SoftmaxCrossEntropy/smoothing", alpha), run: func(d runtime.GraphOps) [][]float32 {
+			losses, probs, dl := make([]float32, N), make([]float32, N*K), make([]float32, N*K)
+			d.SoftmaxCrossEntropy(logits, labels, N, K, alpha, losses, probs)
+			d.SoftmaxCrossEntropyBackward(probsRef, labels, weights, N, K, alpha, dl)
+			return [][]float32{losses, probs, dl}
+		}})
+	}
 	// ScatterReduce with repeated offsets (the reductions accumulate in
 	// order) and a NaN update.
 	data := randIn(700, 50, -1, 1)
@@ -137,8 +139,17 @@ func TestReduceHand(t *testing.T) {
 	}
 	ce := func() []float32 {
 		loss, probs := make([]float32, 1), make([]float32, 2)
-		d.SoftmaxCrossEntropy([]float32{0, 0}, []int64{1}, 1, 2, loss, probs)
+		d.SoftmaxCrossEntropy([]float32{0, 0}, []int64{1}, 1, 2, 0, loss, probs)
 		return append(loss, probs...)
+	}
+	// Label smoothing by hand: logits (0, ln 3) give p = (¼, ¾); label 1
+	// and α = 0.2 over 2 classes give t = (0.1, 0.9): the loss
+	// −0.1·ln ¼ − 0.9·ln ¾ and the gradient w·(p − t) = (0.15, −0.15)·2.
+	smoothed := func() []float32 {
+		loss, probs, dl := make([]float32, 1), make([]float32, 2), make([]float32, 2)
+		d.SoftmaxCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{1}, 1, 2, 0.2, loss, probs)
+		d.SoftmaxCrossEntropyBackward(probs, []int64{1}, []float32{2}, 1, 2, 0.2, dl)
+		return append(loss, dl...)
 	}
 	for _, c := range []struct {
 		name      string
@@ -153,6 +164,7 @@ func TestReduceHand(t *testing.T) {
 		{"ReduceMinBackward", cols(runtime.ReduceMin, []float32{1, 2, 3}), []float32{0, 2, 0, 1, 0, 3}},
 		{"ReduceProdBackward", cols(runtime.ReduceProd, []float32{1, 1, 1}), []float32{0, 5, -6, 1, -2, 3}},
 		{"SoftmaxCrossEntropy", ce(), []float32{float32(math.Ln2), 0.5, 0.5}},
+		{"SoftmaxCrossEntropy/smoothing", smoothed(), []float32{float32(-0.1*math.Log(0.25) - 0.9*math.Log(0.75)), 0.3, -0.3}},
 		{"ScatterReduceMul", func() []float32 {
 			y := []float32{1, 2, 3}
 			d.ScatterReduce(runtime.ScatterReduceMul, []float32{4, 5, -1}, []int32{2, 0, 2}, y)

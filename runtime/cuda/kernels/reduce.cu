@@ -260,10 +260,11 @@ extern "C" __global__ void softmax_bwd(const float *y, const float *dy, long lon
 }
 
 // softmax_xent computes, per sample i, the softmax of its k logits into
-// probs and the loss log Σ exp(z) − z_label into losses: lanes threads
-// per sample.
+// probs and the loss log Σ exp(z) − Σ_j t_j z_j into losses, t the label
+// smoothed by alpha (t_j = (1−α)[j = label] + α/k): lanes threads per
+// sample.
 extern "C" __global__ void softmax_xent(const float *logits, const long long *labels, long long n, long long k,
-                                        float *losses, float *probs, int lanes) {
+                                        float alpha, float *losses, float *probs, int lanes) {
   int lane = LANE_OF(lanes);
   LANES_FOR_EACH(i, n, lanes) {
     const float *row = logits + i * k;
@@ -281,17 +282,34 @@ extern "C" __global__ void softmax_xent(const float *logits, const long long *la
     s = lanes_total(s, lanes);
     float inv = (float)(1 / s);
     for (long long j = lane; j < k; j += lanes) pr[j] *= inv;
-    if (lane == 0) losses[i] = (float)(d_log(s) - (double)(row[labels[i]] - m));
+    double all = 0;
+    if (alpha != 0) {
+      for (long long j = lane; j < k; j += lanes) all += (double)(row[j] - m);
+      all = lanes_total(all, lanes);
+    }
+    if (lane == 0) {
+      double target = (double)(row[labels[i]] - m);
+      if (alpha != 0) target = (1 - (double)alpha) * target + (double)alpha / (double)k * all;
+      losses[i] = (float)(d_log(s) - target);
+    }
   }
 }
 
-// softmax_xent_bwd writes dlogits = w_i·(probs − onehot(label_i)).
+// softmax_xent_bwd writes dlogits = w_i·(probs − t_i), t_i the label
+// smoothed by alpha (onehot(label_i) at α = 0), as the CPU does.
 extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long *labels, const float *weights,
-                                            long long n, long long k, float *dlogits) {
+                                            long long n, long long k, float alpha, float *dlogits) {
+  float off = (float)((double)alpha / (double)k), on = 1 - alpha;
   FOR_EACH(e, n * k) {
     long long i = e / k;
-    float w = weights[i], d = w * probs[e];
-    if (e % k == labels[i]) d -= w;
+    float w = weights[i], d;
+    if (alpha == 0) {
+      d = w * probs[e];
+      if (e % k == labels[i]) d -= w;
+    } else {
+      d = w * (probs[e] - off);
+      if (e % k == labels[i]) d -= w * on;
+    }
     dlogits[e] = d;
   }
 }
