@@ -23,8 +23,9 @@ import (
 // exports agree to 1e-3 of the largest weight: a stale sync, a state
 // restored out of order or a block view off by one would not. Each run's
 // report names its device. It runs trainStages' variants: plainly, and
-// with a schedule and the parameters' average, which the checkpoint, the
-// evaluation and the export read from device memory.
+// with a schedule, the parameters' average (which the checkpoint, the
+// evaluation and the export read from device memory), adaptive clipping
+// and label smoothing.
 func TestRunOnCUDA(t *testing.T) {
 	for _, v := range stageVariants {
 		t.Run(v.name, func(t *testing.T) { runOnCUDA(t, v.set) })

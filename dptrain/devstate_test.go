@@ -29,23 +29,29 @@ import (
 // metrics and the exported weights must be identical. A forgotten
 // SyncParams (or LoadParams after the restore) on any of those paths
 // makes the separate run read or continue from stale weights. It runs
-// twice: plainly, and with a cosine learning-rate schedule and the
+// twice: plainly, and with a cosine learning-rate schedule, the
 // parameters' average (--ema), which the checkpoint carries and the
-// evaluation and the export read from the device.
+// evaluation and the export read from the device, adaptive clipping and
+// label smoothing (stageVariants).
 func TestRunOnSeparateMemory(t *testing.T) {
 	for _, v := range stageVariants {
 		t.Run(v.name, func(t *testing.T) { runOnSeparateMemory(t, v.set) })
 	}
 }
 
-// stageVariants are trainStages' settings: as given, and with a schedule
-// and an average.
+// stageVariants are trainStages' settings: as given, and with the
+// recipes of train's flags — a schedule, the parameters' average, adaptive
+// clipping (its clip count from the device) and label smoothing (the
+// device's loss head).
 var stageVariants = []struct {
 	name string
 	set  func(*dptrain.Settings)
 }{
 	{"plain", nil},
-	{"schedule-ema", func(s *dptrain.Settings) { s.LRSchedule, s.WarmupSteps, s.MinLR, s.EMADecay = "cosine", 1, 1e-4, 0.7 }},
+	{"recipes", func(s *dptrain.Settings) {
+		s.LRSchedule, s.WarmupSteps, s.MinLR, s.EMADecay = "cosine", 1, 1e-4, 0.7
+		s.ClipQuantile, s.LabelSmoothing = 0.5, 0.1
+	}},
 }
 
 func runOnSeparateMemory(t *testing.T, set func(*dptrain.Settings)) {
