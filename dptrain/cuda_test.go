@@ -25,14 +25,14 @@ import (
 // report names its device. It runs trainStages' variants: plainly, and
 // with a schedule, the parameters' average (which the checkpoint, the
 // evaluation and the export read from device memory), adaptive clipping
-// and label smoothing.
+// and label smoothing, and those on cached features.
 func TestRunOnCUDA(t *testing.T) {
 	for _, v := range stageVariants {
 		t.Run(v.name, func(t *testing.T) { runOnCUDA(t, v.set) })
 	}
 }
 
-func runOnCUDA(t *testing.T, set func(*dptrain.Settings)) {
+func runOnCUDA(t *testing.T, set func(*dptrain.Config)) {
 	// Whatever the environment says (a GPU's own run is gpu-check's): the
 	// emulation, its device memory closed to the host as a GPU's is.
 	t.Setenv(cuda.EnvDriver, "emulate-guarded")

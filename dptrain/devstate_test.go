@@ -3,6 +3,7 @@ package dptrain_test
 import (
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
@@ -29,32 +30,45 @@ import (
 // metrics and the exported weights must be identical. A forgotten
 // SyncParams (or LoadParams after the restore) on any of those paths
 // makes the separate run read or continue from stale weights. It runs
-// twice: plainly, and with a cosine learning-rate schedule, the
+// stageVariants: plainly; with a cosine learning-rate schedule, the
 // parameters' average (--ema), which the checkpoint carries and the
 // evaluation and the export read from the device, adaptive clipping and
-// label smoothing (stageVariants).
+// label smoothing; and with those on the classifier alone, trained on
+// cached features (whose export is the whole model's).
 func TestRunOnSeparateMemory(t *testing.T) {
 	for _, v := range stageVariants {
 		t.Run(v.name, func(t *testing.T) { runOnSeparateMemory(t, v.set) })
 	}
 }
 
-// stageVariants are trainStages' settings: as given, and with the
-// recipes of train's flags — a schedule, the parameters' average, adaptive
-// clipping (its clip count from the device) and label smoothing (the
-// device's loss head).
+// stageVariants are trainStages' settings: as given, with the recipes of
+// train's flags — a schedule, the parameters' average, adaptive clipping
+// (its clip count from the device) and label smoothing (the device's loss
+// head) — and with those on the classifier alone, trained on the cached
+// outputs of the frozen part (Settings.FeatureCache).
 var stageVariants = []struct {
 	name string
-	set  func(*dptrain.Settings)
+	set  func(*dptrain.Config)
 }{
 	{"plain", nil},
-	{"recipes", func(s *dptrain.Settings) {
-		s.LRSchedule, s.WarmupSteps, s.MinLR, s.EMADecay = "cosine", 1, 1e-4, 0.7
-		s.ClipQuantile, s.LabelSmoothing = 0.5, 0.1
+	{"recipes", recipes},
+	// A fine-tune of the classifier on the cached outputs of the frozen
+	// convolutions: the engine trains the model's tensors through the
+	// head's graph, whose evaluation reads the cached test features.
+	{"features", func(c *dptrain.Config) {
+		recipes(c)
+		c.Rewrite.Train = regexp.MustCompile(`^classifier\.`)
+		c.Settings.FeatureCache = dptrain.FeatureCacheOn
 	}},
 }
 
-func runOnSeparateMemory(t *testing.T, set func(*dptrain.Settings)) {
+func recipes(c *dptrain.Config) {
+	s := &c.Settings
+	s.LRSchedule, s.WarmupSteps, s.MinLR, s.EMADecay = "cosine", 1, 1e-4, 0.7
+	s.ClipQuantile, s.LabelSmoothing = 0.5, 0.1
+}
+
+func runOnSeparateMemory(t *testing.T, set func(*dptrain.Config)) {
 	want := trainStages(t, reference.Device{}, set)
 	got := trainStages(t, reference.Separate{}, set)
 
@@ -128,7 +142,7 @@ type stagesResult struct {
 // trainStages trains the fixture CNN on dev as TestRunOnSeparateMemory
 // describes: interrupted after four steps, resumed, and a plain run.
 // set, if not nil, changes the settings of every stage.
-func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Settings)) stagesResult {
+func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Config)) stagesResult {
 	t.Helper()
 	ds := smallFMNIST(t)
 	dir := t.TempDir()
@@ -147,7 +161,7 @@ func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Settings)) 
 			Checkpoint: ckpt, Resume: stage == "resumed", Out: out,
 		}
 		if set != nil {
-			set(&cfg.Settings)
+			set(&cfg)
 		}
 		switch stage {
 		case "plain":
@@ -155,8 +169,15 @@ func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Settings)) 
 			cfg.Out = filepath.Join(dir, "plain.onnx")
 		case "interrupted":
 			cfg.Test = ds
-			polls := 0
-			cfg.Stop = func() bool { polls++; return polls > 4 }
+			// Stopped after four steps (Stop is also polled between the
+			// feature cache's passes).
+			steps := 0
+			cfg.Events = func(e dptrain.Event) {
+				if e.Kind == dptrain.StepDone {
+					steps++
+				}
+			}
+			cfg.Stop = func() bool { return steps >= 4 }
 			_, err := dptrain.Run(cfg)
 			if _, ok := err.(*dptrain.Interrupted); !ok {
 				t.Fatalf("%s: the first run was not interrupted: %v", dev.Name(), err)

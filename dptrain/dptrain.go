@@ -124,6 +124,13 @@ type Settings struct {
 	// caller knows them (a folder's directory names); train records them
 	// in the model, where predict reads them.
 	ClassNames []string `json:"class_names,omitempty"`
+	// FeatureCache says whether the run computes the outputs of the
+	// model's frozen part once per example and trains on them
+	// (features.go): FeatureCacheAuto ("" too) where the model splits so
+	// and they fit the memory budget, FeatureCacheOn (an error where it
+	// cannot), or FeatureCacheOff. Report.FeatureCache says what the run
+	// did.
+	FeatureCache string `json:"feature_cache,omitempty"`
 }
 
 // sourced is a dataset that can tell whether its files changed since it
@@ -168,13 +175,16 @@ type Report struct {
 	Plan   *rewrite.Plan `json:"plan,omitempty"`
 	// NormCheck is what the norm check compared before the first step
 	// (CheckNorms); nil where it was skipped or the run is not private.
-	NormCheck  *dpengine.NormCheck `json:"norm_check,omitempty"`
-	Privacy    *accountant.Result  `json:"privacy,omitempty"`
-	Epochs     []EpochRecord       `json:"epochs"`
-	Seconds    float64             `json:"seconds"`
-	Output     string              `json:"output"`
-	Checkpoint string              `json:"checkpoint"`
-	Note       string              `json:"note"`
+	NormCheck *dpengine.NormCheck `json:"norm_check,omitempty"`
+	// FeatureCache says whether the run trained on the cached outputs of
+	// the model's frozen part (Settings.FeatureCache), and why not.
+	FeatureCache *FeatureCacheReport `json:"feature_cache,omitempty"`
+	Privacy      *accountant.Result  `json:"privacy,omitempty"`
+	Epochs       []EpochRecord       `json:"epochs"`
+	Seconds      float64             `json:"seconds"`
+	Output       string              `json:"output"`
+	Checkpoint   string              `json:"checkpoint"`
+	Note         string              `json:"note"`
 }
 
 // Config is what Run needs: the settings, the model graph, the data and
@@ -234,8 +244,9 @@ type Config struct {
 	Log, Warn io.Writer
 	// Events, when set, is called synchronously as the run progresses.
 	Events func(Event)
-	// Stop, when set, is polled before every step; when it returns true
-	// the run saves its checkpoint and returns an *Interrupted error.
+	// Stop, when set, is polled before every step (and between the
+	// passes that cache features, Settings.FeatureCache); when it returns
+	// true the run saves its checkpoint and returns an *Interrupted error.
 	Stop func() bool
 	// GradientCanaries is a number of extra training examples with no
 	// input: each is a fixed per-sample gradient (see
@@ -563,18 +574,37 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
+	// The engine trains the model, or only its trained part on the frozen
+	// part's cached outputs (features.go): the part's graph shares the
+	// model's tensors, so training it trains g.
+	cached := nData
+	if cfg.Test != nil {
+		cached += cfg.Test.Len()
+	}
+	split, fcRep, err := planFeatureCache(set, g, rp, opts.PlanOptions, cached, cfg.MaxMemory)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.Model, err)
+	}
+	engG, engRP, engShape := g, rp, set.InputShape
+	memCap := cfg.MaxMemory
+	if split != nil {
+		engG, engRP, engShape = split.Head, split.HeadPlan, split.Shape
+		if memCap > 0 {
+			memCap -= fcRep.Bytes
+		}
+	}
 	// The mode's activation memory as its runtime plan holds it, for
 	// --max-memory and the report's estimate. Only the cap needs it: a
 	// run without one that cannot measure (a plan at twice the batch over
 	// a size limit) keeps the bound of every activation in its report.
-	if err := dpengine.MeasureActivations(g, rp, cfg.Device, mode); err != nil && cfg.MaxMemory > 0 && cfg.PhysicalBatch == 0 {
+	if err := dpengine.MeasureActivations(engG, engRP, cfg.Device, mode); err != nil && cfg.MaxMemory > 0 && cfg.PhysicalBatch == 0 {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
 	P := cfg.PhysicalBatch
 	switch {
 	case P > 0:
 	case cfg.MaxMemory > 0:
-		if P, err = FitBatch(rp, string(mode), cfg.MaxMemory, L); err != nil {
+		if P, err = FitBatch(engRP, string(mode), memCap, L); err != nil {
 			return nil, err
 		}
 	default:
@@ -609,9 +639,9 @@ func Run(cfg Config) (*Report, error) {
 		engSigma /= d
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
-		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: cfg.MaxMemory,
+		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
 		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing}
-	eng, err := dpengine.New(g, rp, ecfg)
+	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
@@ -639,7 +669,7 @@ func Run(cfg Config) (*Report, error) {
 	var normCheck *dpengine.NormCheck
 	tf32 := cfg.Device != nil && runtime.TF32On(cfg.Device)
 	if mode != dpengine.NonDP && !cfg.SkipNormCheck {
-		normCheck, err = CheckNorms(eng, g, P, set.Classes, tf32)
+		normCheck, err = CheckNorms(eng, engG, P, set.Classes, tf32)
 		labelNormCheck(rp, normCheck, err)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w\n(the check runs synthetic inputs through the engine and, one at a time, through a plain backward pass on the CPU: a run on this model would not have its guarantee; please report the model's structure, `dpfinetune inspect --json`, and do not train it privately with --norm-check=false)", set.Model, err)
@@ -726,6 +756,13 @@ func Run(cfg Config) (*Report, error) {
 	if set.EMADecay > 0 {
 		logf("  average:   the parameters' exponential moving average, decay %g (warm-up min(β, (1+t)/(10+t))), is evaluated and exported (post-processing: ε unchanged)\n", set.EMADecay)
 	}
+	switch {
+	case split != nil:
+		logf("  features:  the trained part reads the frozen part through one tensor, %q %v a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
+			split.Cut, split.Shape, rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
+	case fcRep != nil && set.FeatureCache != FeatureCacheOff:
+		logf("  features:  not cached (%s): every step runs the whole model\n", fcRep.Reason)
+	}
 	if views > 1 {
 		logf("  views:     %d augmented views of each sample (%s), its gradient their mean, clipped as one sample's\n", views, set.Augment)
 	}
@@ -759,7 +796,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	logf("  (losses and accuracies on training data are not private outputs)\n")
 
-	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, NormCheck: normCheck, Output: cfg.Out, Checkpoint: ckptPath,
+	rep := &Report{Settings: set, Device: devName, TF32: tf32, Plan: rp, NormCheck: normCheck, FeatureCache: fcRep, Output: cfg.Out, Checkpoint: ckptPath,
 		Note: "train_loss, clipped_fraction and non_finite are computed on training data and are not private outputs"}
 	if cfg.DryRun {
 		return dryRun(cfg, rep, acct, q, steps-int(stepOf(ckpt)), logf)
@@ -810,9 +847,23 @@ func Run(cfg Config) (*Report, error) {
 		lastGood, lastSave = ckptPath, time.Now()
 		return nil
 	}
+	if split != nil {
+		// From here on the data are the frozen part's outputs.
+		train, test, ok, err := cacheFeatures(&cfg, split, fcRep, set.InputShape, logf)
+		if err != nil {
+			return nil, fmt.Errorf("%s: caching the frozen part's outputs: %w", set.Model, err)
+		}
+		if !ok {
+			if err := save(epoch, epochStep); err != nil {
+				return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
+			}
+			return nil, &Interrupted{ckptPath}
+		}
+		cfg.Train, cfg.Test = train, test
+	}
 	var ev *Evaluator
 	if cfg.Test != nil {
-		if ev, err = NewEvaluatorOn(cfg.Device, g, set.InputShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
+		if ev, err = NewEvaluatorOn(cfg.Device, engG, engShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
 			return nil, err
 		}
 	}

@@ -639,16 +639,48 @@ func (g *Graph) UntieIdentityParams() []string {
 // the batch (a class token expanded over the batch, a bias table gathered
 // by constant indices).
 func (g *Graph) Extract(outputs ...string) (*Graph, error) {
+	return g.Subgraph(nil, outputs)
+}
+
+// Subgraph returns a copy of the part of g that computes the values named
+// in outputs from those named in inputs: the inputs become the copy's
+// graph inputs, in that order (what computes them in g is left out), and
+// the copy keeps every node the outputs need beyond them, in g's order,
+// with the initializers and constants those read. The copy's values are
+// its own but their tensors are g's: an initializer trained in place in
+// the copy is trained in g. It is an error if an output needs a graph input
+// of g not among inputs. The dpfinetune trainer cuts a model this way
+// where its frozen part ends (rewrite.SplitFrozenPrefix).
+func (g *Graph) Subgraph(inputs, outputs []string) (*Graph, error) {
 	c := g.Clone()
+	cut := map[*Value]bool{}
+	var ins []*Value
+	for _, name := range inputs {
+		v, ok := c.Values[name]
+		if !ok {
+			return nil, fmt.Errorf("graph: subgraph: no value %q", name)
+		}
+		if v.Const != nil {
+			return nil, fmt.Errorf("graph: subgraph: input %q is a constant", name)
+		}
+		if cut[v] {
+			return nil, fmt.Errorf("graph: subgraph: input %q given twice", name)
+		}
+		cut[v] = true
+		ins = append(ins, v)
+	}
 	need := map[*Node]bool{}
 	var visit func(v *Value) error
 	visit = func(v *Value) error {
-		if v == nil || v.Const != nil {
+		if v == nil || v.Const != nil || cut[v] {
 			return nil
 		}
 		n := v.Producer
 		if n == nil {
-			return fmt.Errorf("graph: extract: %q depends on graph input %q", outputs, v.Name)
+			if len(inputs) == 0 {
+				return fmt.Errorf("graph: extract: %q depends on graph input %q", outputs, v.Name)
+			}
+			return fmt.Errorf("graph: subgraph: %q depends on graph input %q, not among %q", outputs, v.Name, inputs)
 		}
 		if need[n] {
 			return nil
@@ -665,7 +697,7 @@ func (g *Graph) Extract(outputs ...string) (*Graph, error) {
 	for _, name := range outputs {
 		v, ok := c.Values[name]
 		if !ok {
-			return nil, fmt.Errorf("graph: extract: no value %q", name)
+			return nil, fmt.Errorf("graph: subgraph: no value %q", name)
 		}
 		if err := visit(v); err != nil {
 			return nil, err
@@ -674,6 +706,14 @@ func (g *Graph) Extract(outputs ...string) (*Graph, error) {
 	}
 	var nodes []*Node
 	used := map[*Value]bool{}
+	for _, v := range ins {
+		if n := v.Producer; n != nil && need[n] {
+			// The node would compute the value the copy takes as input.
+			return nil, fmt.Errorf("graph: subgraph: node %s computes input %q and a value the outputs need", n, v.Name)
+		}
+		used[v] = true
+		v.Producer = nil
+	}
 	for _, n := range c.Nodes {
 		if need[n] {
 			nodes = append(nodes, n)
@@ -688,7 +728,7 @@ func (g *Graph) Extract(outputs ...string) (*Graph, error) {
 	for _, v := range c.Outputs {
 		used[v] = true
 	}
-	c.Nodes, c.Inputs = nodes, nil
+	c.Nodes, c.Inputs = nodes, ins
 	var inits []*Value
 	for _, v := range c.Initializers {
 		if used[v] {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
@@ -40,7 +41,23 @@ type planReport struct {
 	// nothing to train, or one whose plan cannot be compiled on this
 	// machine, is still described.
 	NotMeasured string `json:"activations_not_measured,omitempty"`
+	// FeatureCache says whether train can cache the outputs of the
+	// model's frozen part (its --cache-features) and, where not, why.
+	FeatureCache *planFeatures `json:"feature_cache,omitempty"`
 	*rewrite.Plan
+}
+
+// planFeatures is plan's view of train's feature cache
+// (rewrite.SplitFrozenPrefix): the tensor where the trained part begins,
+// its floats a sample, and the nodes on either side.
+type planFeatures struct {
+	Cacheable   bool    `json:"cacheable"`
+	Reason      string  `json:"reason,omitempty"`
+	Tensor      string  `json:"tensor,omitempty"`
+	Shape       []int64 `json:"shape,omitempty"`
+	BytesPerEx  int64   `json:"bytes_per_example,omitempty"`
+	PrefixNodes int     `json:"prefix_nodes,omitempty"`
+	HeadNodes   int     `json:"head_nodes,omitempty"`
 }
 
 func runPlan(args []string, stdout io.Writer) error {
@@ -107,6 +124,17 @@ func runPlan(args []string, stdout io.Writer) error {
 	} else if err := dpengine.MeasureActivations(g, p, dev); err != nil {
 		rep.NotMeasured = err.Error()
 	}
+	if p.Trainable.Tensors > 0 {
+		split, reason, err := rewrite.SplitFrozenPrefix(g, p, opts.PlanOptions)
+		if err != nil {
+			return fmt.Errorf("%s: %w", *model, err)
+		}
+		rep.FeatureCache = &planFeatures{Reason: reason}
+		if split != nil {
+			rep.FeatureCache = &planFeatures{Cacheable: true, Tensor: split.Cut, Shape: split.Shape, BytesPerEx: 4 * split.SampleFloats(),
+				PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes}
+		}
+	}
 	if *out != "" {
 		eg, err := rewrite.ExportGraph(g)
 		if err != nil {
@@ -157,6 +185,13 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	if p.Averaged {
 		fmt.Fprintf(w, "average:     the parameters' moving average (--ema) counted with the optimizer's state\n")
+	}
+	switch f := r.FeatureCache; {
+	case f != nil && f.Cacheable:
+		fmt.Fprintf(w, "features:    train caches %q %v (%s an example) without augmentation: the frozen part (%s) runs once per example, the trained part (%s) at every step; the memory below is the whole model's\n",
+			f.Tensor, f.Shape, dptrain.FormatBytes(f.BytesPerEx), rewrite.Nodes(f.PrefixNodes), rewrite.Nodes(f.HeadNodes))
+	case f != nil:
+		fmt.Fprintf(w, "features:    not cached (%s)\n", f.Reason)
 	}
 	fmt.Fprintf(w, "decision:    %s priority", p.Priority)
 	if p.Priority == rewrite.PriorityMemory {

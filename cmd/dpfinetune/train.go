@@ -69,7 +69,7 @@ func runTrain(args []string, stdout io.Writer) error {
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	seedStr, outDType, schedule, ckptEvery                              *string
+	seedStr, outDType, schedule, ckptEvery, cacheFeatures               *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
@@ -125,7 +125,8 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		quiet:          fs.Bool("quiet", false, "no progress bars"),
 		dryRun:         fs.Bool("dry-run", false, "check everything a run checks before its first step (model, rewrite, data, σ, memory, the norm check), print the ε it would spend, and stop: nothing is trained or written but --report"),
 		normCheck:      fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
-		evalBatch:      fs.Int("eval-batch", 256, "batch of the per-epoch evaluation"),
+		evalBatch:      fs.Int("eval-batch", 256, "batch of the per-epoch evaluation (and of the feature cache's pass)"),
+		cacheFeatures:  fs.String("cache-features", "auto", "where the trained part of the model reads its frozen part through one tensor (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute that tensor once per example and train the trained part alone on it: auto (where it fits half the available memory, or of --max-memory), on (an error where it cannot), off. The gradients and ε are the same"),
 		outDType:       fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
 		rf:             addRewriteFlags(fs, "groupnorm"),
 		dev:            addDeviceFlag(fs),
@@ -159,6 +160,11 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	}
 	if mode == dpengine.NonDP && !*f.nonPrivate {
 		return cfg, usagef("--mode nondp trains without privacy: say so with --non-private")
+	}
+	switch *f.cacheFeatures {
+	case dptrain.FeatureCacheAuto, dptrain.FeatureCacheOn, dptrain.FeatureCacheOff:
+	default:
+		return cfg, usagef("--cache-features must be auto, on or off, got %q", *f.cacheFeatures)
 	}
 	switch {
 	case *f.nonPrivate:
@@ -287,7 +293,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema, LabelSmoothing: *f.smoothing,
 			Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
-			ClassNames: train.Classes(),
+			ClassNames: train.Classes(), FeatureCache: *f.cacheFeatures,
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,

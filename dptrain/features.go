@@ -1,0 +1,233 @@
+package dptrain
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// Feature caching (Settings.FeatureCache): a model whose trained part
+// reads its frozen part through one tensor (rewrite.SplitFrozenPrefix)
+// has that tensor computed once per example, and each step runs only the
+// trained part on it. A sample's clipped gradient is the same function of
+// the sample, so the privacy analysis is unchanged; what changes is that
+// the frozen part's forward pass runs once instead of once an epoch, and
+// its activations are never kept.
+const (
+	FeatureCacheAuto = "auto"
+	FeatureCacheOn   = "on"
+	FeatureCacheOff  = "off"
+)
+
+// FeatureCacheReport says whether a run cached its frozen part's outputs
+// (Report.FeatureCache) and, where it did not, why.
+type FeatureCacheReport struct {
+	Cached bool `json:"cached"`
+	// Reason says why the run computes the whole model at every step.
+	Reason string `json:"reason,omitempty"`
+	// Tensor names the cut, Shape is one sample's shape of it.
+	Tensor string  `json:"tensor,omitempty"`
+	Shape  []int64 `json:"shape,omitempty"`
+	// PrefixNodes run once per example, HeadNodes at every step.
+	PrefixNodes int `json:"prefix_nodes,omitempty"`
+	HeadNodes   int `json:"head_nodes,omitempty"`
+	// Examples counts the cached examples (training and test data), Bytes
+	// their memory.
+	Examples int   `json:"examples,omitempty"`
+	Bytes    int64 `json:"bytes,omitempty"`
+	// Seconds is the time computing them took (0 in a dry run).
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// planFeatureCache decides whether the run caches its frozen part's
+// outputs and splits the model where it does: on, off, or auto — cache
+// where the model splits and the cache fits its memory budget: half the
+// memory the machine has available, or half of maxMemory where set. The
+// trained part then runs as split.Head with split.HeadPlan.
+func planFeatureCache(set Settings, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
+	mode := set.FeatureCache
+	switch mode {
+	case "", FeatureCacheAuto:
+		mode = FeatureCacheAuto
+	case FeatureCacheOn, FeatureCacheOff:
+	default:
+		return nil, nil, fmt.Errorf("feature cache %q: want auto, on or off", set.FeatureCache)
+	}
+	if mode == FeatureCacheOff {
+		return nil, &FeatureCacheReport{Reason: "--cache-features off"}, nil
+	}
+	refuse := func(reason string) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
+		if mode == FeatureCacheOn {
+			return nil, nil, fmt.Errorf("--cache-features on: %s", reason)
+		}
+		return nil, &FeatureCacheReport{Reason: reason}, nil
+	}
+	aug, err := data.ParseAugment(set.Augment)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !aug.IsNone() {
+		return refuse(fmt.Sprintf("the training data is augmented (%s): a sample's input differs at every step", set.Augment))
+	}
+	split, reason, err := rewrite.SplitFrozenPrefix(g, rp, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if split == nil {
+		return refuse(reason)
+	}
+	rep := &FeatureCacheReport{Cached: true, Tensor: split.Cut, Shape: split.Shape, PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes,
+		Examples: examples, Bytes: 4 * split.SampleFloats() * int64(examples)}
+	budget, what := int64(-1), ""
+	if avail, _, ok := sysmem.Available(); ok {
+		budget, what = avail/2, "half the memory available"
+	}
+	if maxMemory > 0 && (budget < 0 || maxMemory/2 < budget) {
+		budget, what = maxMemory/2, "half of --max-memory"
+	}
+	if budget >= 0 && rep.Bytes > budget {
+		return refuse(fmt.Sprintf("the %d examples' %v features (%s) exceed %s (%s)", examples, split.Shape, FormatBytes(rep.Bytes), what, FormatBytes(budget)))
+	}
+	return split, rep, nil
+}
+
+// features is a dataset of cached outputs of a model's frozen part: one
+// row of Shape's floats per example of the dataset it was computed from,
+// which gives the labels.
+type features struct {
+	data.Dataset
+	shape []int
+	row   int
+	x     []float32
+}
+
+// SampleShape returns one row's shape.
+func (f *features) SampleShape() []int { return f.shape }
+
+// Fill copies the rows at indices; rng is not used (the rows are of
+// unaugmented inputs: planFeatureCache refuses augmentation).
+func (f *features) Fill(x []float32, y []int64, indices []int, _ *rand.Rand) error {
+	if len(x) < len(indices)*f.row {
+		return fmt.Errorf("dptrain: features: %d floats for %d rows of %d", len(x), len(indices), f.row)
+	}
+	for k, i := range indices {
+		if i < 0 || i >= f.Dataset.Len() {
+			return fmt.Errorf("dptrain: features: index %d out of range [0, %d)", i, f.Dataset.Len())
+		}
+		copy(x[k*f.row:(k+1)*f.row], f.x[i*f.row:(i+1)*f.row])
+		if y != nil {
+			y[k] = int64(f.Dataset.Label(i))
+		}
+	}
+	return nil
+}
+
+// CheckSources and Fingerprint are the source dataset's, when it has them
+// (the run's resume check and its per-epoch check of the files).
+func (f *features) CheckSources() error {
+	if s, ok := f.Dataset.(sourced); ok {
+		return s.CheckSources()
+	}
+	return nil
+}
+
+func (f *features) Fingerprint() string {
+	if s, ok := f.Dataset.(sourced); ok {
+		return s.Fingerprint()
+	}
+	return ""
+}
+
+// computeFeatures runs the frozen prefix over every example of v (without
+// augmentation) on dev, batch examples a pass, and returns its outputs as
+// a dataset. stop, when set, is polled between passes: it returning true
+// abandons the work (ok false).
+func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []int64, v data.Dataset, batch int, stop func() bool) (f *features, ok bool, err error) {
+	n := v.Len()
+	batch = max(1, min(batch, n))
+	plan, err := runtime.CompileForBatch(split.Prefix, batch, sample, &runtime.Options{Device: dev, ForwardOnly: true})
+	if err != nil {
+		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
+	}
+	if err := plan.LoadParams(); err != nil {
+		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
+	}
+	row := int(split.SampleFloats())
+	if _, oshape := plan.Output(0); len(oshape) == 0 || oshape[0] != batch || prodInts(oshape[1:]) != row {
+		return nil, false, fmt.Errorf("the frozen prefix computes %q of shape %v at batch %d; the plan's is %v a sample", split.Cut, oshape, batch, split.Shape)
+	}
+	f = &features{Dataset: v, row: row, x: make([]float32, n*row)}
+	for _, d := range split.Shape {
+		f.shape = append(f.shape, int(d))
+	}
+	in, _ := plan.Input(0)
+	x := make([]float32, len(in))
+	sl := len(x) / batch
+	out := make([]float32, batch*row)
+	idx := make([]int, 0, batch)
+	for off := 0; off < n; off += batch {
+		if stop != nil && stop() {
+			return nil, false, nil
+		}
+		m := min(batch, n-off)
+		idx = idx[:0]
+		for i := range m {
+			idx = append(idx, off+i)
+		}
+		clear(x[m*sl:])
+		if err := v.Fill(x[:m*sl], nil, idx, nil); err != nil {
+			return nil, false, err
+		}
+		if err := plan.SetInput(0, x); err != nil {
+			return nil, false, err
+		}
+		if err := plan.Forward(); err != nil {
+			return nil, false, fmt.Errorf("the frozen prefix: %w", err)
+		}
+		if err := plan.ReadOutput(0, out); err != nil {
+			return nil, false, err
+		}
+		copy(f.x[off*row:(off+m)*row], out[:m*row])
+	}
+	return f, true, nil
+}
+
+func prodInts(d []int) int {
+	n := 1
+	for _, v := range d {
+		n *= v
+	}
+	return n
+}
+
+// cacheFeatures computes the training (and test) data's features for a
+// run, logging what it does; ok false means stop asked it to stop.
+func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, logf func(string, ...any)) (train, test data.Dataset, ok bool, err error) {
+	t0 := time.Now()
+	what := fmt.Sprintf("%d training", cfg.Train.Len())
+	if cfg.Test != nil {
+		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
+	}
+	logf("  features:  computing the frozen part's %q for %s examples (%s, once)…\n", split.Cut, what, rewrite.Nodes(split.PrefixNodes))
+	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, cfg.EvalBatch, cfg.Stop)
+	if err != nil || !ok {
+		return nil, nil, ok, err
+	}
+	train = tr
+	if cfg.Test != nil {
+		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, cfg.EvalBatch, cfg.Stop)
+		if err != nil || !ok {
+			return nil, nil, ok, err
+		}
+		test = te
+	}
+	rep.Seconds = time.Since(t0).Seconds()
+	logf("  features:  cached in %.1f s (%s)\n", rep.Seconds, FormatBytes(rep.Bytes))
+	return train, test, true, nil
+}

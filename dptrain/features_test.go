@@ -1,0 +1,260 @@
+package dptrain_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
+	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
+)
+
+// forward runs g forward on the CPU over x, a batch of b samples of shape
+// sample, and returns its first output.
+func forward(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) []float32 {
+	t.Helper()
+	p, err := runtime.CompileForBatch(g, b, sample, &runtime.Options{ForwardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.LoadParams(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetInput(0, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := p.Output(0)
+	return append([]float32(nil), out...)
+}
+
+// TestFeatureCacheHalves: the frozen prefix and the head of a split
+// (rewrite.SplitFrozenPrefix) compose to the model — the head's logits on
+// the prefix's outputs are the model's on the same inputs — on a CNN's
+// classifier, a ResNet's fc and its last block with it, and a ViT's head.
+func TestFeatureCacheHalves(t *testing.T) {
+	for _, c := range []struct {
+		fixture, train string
+		sample         []int64
+	}{
+		{"cnn", `^classifier\.`, []int64{1, 28, 28}},
+		{"resnet_eval", `^fc\.`, []int64{3, 32, 32}},
+		{"resnet_eval", `^(layer4|fc)\.`, []int64{3, 32, 32}},
+		{"vit", `^heads\.`, []int64{3, 32, 32}},
+	} {
+		t.Run(c.fixture+"/"+c.train, func(t *testing.T) {
+			m, err := onnx.Load("../testdata/models/" + c.fixture + ".onnx")
+			if err != nil {
+				t.Fatal(err)
+			}
+			g, err := graph.FromONNX(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: c.sample, Batch: 4, Train: regexp.MustCompile(c.train)}}
+			rp, err := rewrite.Prepare(g, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			split, reason, err := rewrite.SplitFrozenPrefix(g, rp, opts.PlanOptions)
+			if err != nil || split == nil {
+				t.Fatalf("no split: %v %s", err, reason)
+			}
+			const b = 5
+			n := 1
+			for _, d := range c.sample {
+				n *= int(d)
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			x := make([]float32, b*n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			want := forward(t, g, b, c.sample, x)
+			feats := forward(t, split.Prefix, b, c.sample, x)
+			if int64(len(feats)) != b*split.SampleFloats() {
+				t.Fatalf("the prefix computes %d floats for %d samples of %v", len(feats), b, split.Shape)
+			}
+			got := forward(t, split.Head, b, split.Shape, feats)
+			if len(got) != len(want) {
+				t.Fatalf("%d logits through the halves, %d through the model", len(got), len(want))
+			}
+			scale := 0.0
+			for _, v := range want {
+				scale = math.Max(scale, math.Abs(float64(v)))
+			}
+			for i := range want {
+				if math.Abs(float64(got[i]-want[i])) > 1e-6*scale {
+					t.Fatalf("logit %d: %v through the halves, %v through the model", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestRunFeatureCache trains the fixture CNN's classifier on the
+// Fashion-MNIST slice with the same seed twice: on the cached outputs of
+// its frozen convolutions and on the whole model at every step. The
+// samples, the noise and the arithmetic of the classifier are the same, so
+// the runs agree — the losses, the test metrics, ε, σ and the trained
+// weights to float32 rounding — the frozen weights are the model's bit for
+// bit, and the trained model (the graph after Run, the whole model)
+// evaluates to the last epoch's test metrics, which the cached run took on
+// the head alone: the head's graph trains the model's own tensors.
+func TestRunFeatureCache(t *testing.T) {
+	ds := smallFMNIST(t)
+	run := func(cache string) (*dptrain.Report, *graph.Graph) {
+		seed := uint64(5)
+		g := cnnGraph(t)
+		rep, err := dptrain.Run(dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 0.5, ClipFn: "abadi",
+				Optimizer: "adam", LR: 5e-3, InputShape: []int64{1, 28, 28}, Seed: &seed, FeatureCache: cache,
+			},
+			Graph: g, Train: ds, Test: ds, EvalBatch: 40,
+			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(`^classifier\.`)}},
+		})
+		if err != nil {
+			t.Fatalf("--cache-features %s: %v", cache, err)
+		}
+		return rep, g
+	}
+	on, gOn := run(dptrain.FeatureCacheOn)
+	off, gOff := run(dptrain.FeatureCacheOff)
+	fc := on.FeatureCache
+	if fc == nil || !fc.Cached || fc.Tensor != "/classifier/classifier.0/Flatten_output_0" || len(fc.Shape) != 1 || fc.Shape[0] != 512 ||
+		fc.Examples != 2*ds.Len() || fc.Bytes != int64(4*512*2*ds.Len()) || fc.HeadNodes != 3 || fc.PrefixNodes != 7 {
+		t.Fatalf("the cached run reports %+v", fc)
+	}
+	if off.FeatureCache == nil || off.FeatureCache.Cached || !strings.Contains(off.FeatureCache.Reason, "off") {
+		t.Fatalf("the uncached run reports %+v", off.FeatureCache)
+	}
+	if on.Settings.Sigma != off.Settings.Sigma || on.Privacy == nil || off.Privacy == nil || on.Privacy.Epsilon != off.Privacy.Epsilon {
+		t.Errorf("σ %v and %v, ε %+v and %+v", on.Settings.Sigma, off.Settings.Sigma, on.Privacy, off.Privacy)
+	}
+	if len(on.Epochs) != 2 || len(off.Epochs) != 2 {
+		t.Fatalf("%d and %d epochs", len(on.Epochs), len(off.Epochs))
+	}
+	for i := range on.Epochs {
+		a, b := on.Epochs[i], off.Epochs[i]
+		if math.Abs(a.TrainLoss-b.TrainLoss) > 1e-5*b.TrainLoss || a.Test == nil || b.Test == nil ||
+			a.Test.Accuracy != b.Test.Accuracy || math.Abs(a.Test.Loss-b.Test.Loss) > 1e-5*b.Test.Loss || a.Clipped != b.Clipped {
+			t.Errorf("epoch %d: cached %+v (test %+v), uncached %+v (test %+v)", i+1, a, a.Test, b, b.Test)
+		}
+	}
+	orig := cnnGraph(t)
+	moved := 0
+	for _, v := range orig.Initializers {
+		if v.Const == nil || v.Const.F32 == nil {
+			continue
+		}
+		a, b := gOn.Values[v.Name].Const.F32, gOff.Values[v.Name].Const.F32
+		if !strings.HasPrefix(v.Name, "classifier.") {
+			if !numcheck.SameBits(a, v.Const.F32) || !numcheck.SameBits(b, v.Const.F32) {
+				t.Errorf("frozen %s changed", v.Name)
+			}
+			continue
+		}
+		if !numcheck.SameBits(a, v.Const.F32) {
+			moved++
+		}
+		for i := range b {
+			if math.Abs(float64(a[i]-b[i])) > 1e-6 {
+				t.Errorf("%s[%d]: %v cached, %v uncached", v.Name, i, a[i], b[i])
+				break
+			}
+		}
+	}
+	if moved != 4 {
+		t.Errorf("%d of the classifier's 4 tensors moved in the model", moved)
+	}
+	ev, err := dptrain.NewEvaluator(gOn, []int64{1, 28, 28}, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ev.Run(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := on.Epochs[1].Test
+	if res.Accuracy != last.Accuracy || math.Abs(res.Loss-last.Loss) > 1e-6*last.Loss {
+		t.Errorf("the trained model evaluates to %v (loss %v); the last epoch on cached features to %v (%v)", res.Accuracy, res.Loss, last.Accuracy, last.Loss)
+	}
+}
+
+// TestFeatureCacheRefused: --cache-features on refuses a model or data it
+// cannot cache — augmented data, a model trained from its input on — and
+// auto (the default) says why it did not cache them; a cached run
+// interrupted while caching saves its checkpoint before its first step and
+// resumes from it.
+func TestFeatureCacheRefused(t *testing.T) {
+	ds := smallFMNIST(t)
+	base := func(cache, augment, train string) dptrain.Config {
+		seed := uint64(1)
+		cfg := dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 1, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi", Augment: augment,
+				Optimizer: "sgd", LR: 1e-2, InputShape: []int64{1, 28, 28}, Seed: &seed, FeatureCache: cache,
+			},
+			Graph: cnnGraph(t), Train: ds, DryRun: true,
+		}
+		if train != "" {
+			cfg.Rewrite.Train = regexp.MustCompile(train)
+		}
+		return cfg
+	}
+	for _, c := range []struct {
+		augment, train, want string
+	}{
+		{"flip", `^classifier\.`, "augmented (flip)"},
+		{"", "", "reads the input itself"},
+		{"", `^classifier\.`, ""},
+	} {
+		for _, cache := range []string{dptrain.FeatureCacheOn, "", "auto"} {
+			rep, err := dptrain.Run(base(cache, c.augment, c.train))
+			switch {
+			case c.want == "" && (err != nil || rep.FeatureCache == nil || !rep.FeatureCache.Cached):
+				t.Errorf("%q %q %q: %v, %+v; want it cached", cache, c.augment, c.train, err, rep)
+			case c.want != "" && cache == dptrain.FeatureCacheOn && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("%q %q %q: error %v; want one saying %q", cache, c.augment, c.train, err, c.want)
+			case c.want != "" && cache != dptrain.FeatureCacheOn && (err != nil || rep.FeatureCache == nil || rep.FeatureCache.Cached || !strings.Contains(rep.FeatureCache.Reason, c.want)):
+				t.Errorf("%q %q %q: %v, %+v; want no cache because %q", cache, c.augment, c.train, err, rep, c.want)
+			}
+		}
+	}
+	if _, err := dptrain.Run(base("yes", "", "")); err == nil || !strings.Contains(err.Error(), "want auto, on or off") {
+		t.Errorf("--cache-features yes: %v", err)
+	}
+
+	// Interrupted while caching: the checkpoint at step 0, and a resume.
+	ckpt := filepath.Join(t.TempDir(), "run.ckpt")
+	cfg := base(dptrain.FeatureCacheOn, "", `^classifier\.`)
+	cfg.DryRun, cfg.Checkpoint, cfg.Stop = false, ckpt, func() bool { return true }
+	var intr *dptrain.Interrupted
+	if _, err := dptrain.Run(cfg); !errors.As(err, &intr) {
+		t.Fatalf("stopped while caching: %v", err)
+	}
+	c, err := dpengine.ReadCheckpoint(ckpt)
+	if err != nil || c.Step != 0 {
+		t.Fatalf("the checkpoint: %v, %+v", err, c)
+	}
+	cfg = base(dptrain.FeatureCacheOn, "", `^classifier\.`)
+	cfg.DryRun, cfg.Checkpoint, cfg.Resume = false, ckpt, true
+	rep, err := dptrain.Run(cfg)
+	if err != nil || len(rep.Epochs) != 1 || !rep.FeatureCache.Cached {
+		t.Fatalf("resumed: %v, %+v", err, rep)
+	}
+}
