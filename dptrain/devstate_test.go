@@ -137,6 +137,8 @@ type stagesResult struct {
 	epochs []dptrain.EpochRecord
 	models []*graph.Graph // the resumed run's export, the plain run's
 	device string         // the resumed run's report's
+	// features is the resumed run's feature cache.
+	features *dptrain.FeatureCacheReport
 }
 
 // trainStages trains the fixture CNN on dev as TestRunOnSeparateMemory
@@ -195,7 +197,7 @@ func trainStages(t *testing.T, dev runtime.Device, set func(*dptrain.Config)) st
 			t.Fatalf("%s: %s: %v", dev.Name(), stage, err)
 		}
 		if stage == "resumed" {
-			r.epochs, r.device = rep.Epochs, rep.Device
+			r.epochs, r.device, r.features = rep.Epochs, rep.Device, rep.FeatureCache
 		}
 		om, err := onnx.Load(cfg.Out)
 		if err != nil {

@@ -581,7 +581,7 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Test != nil {
 		cached += cfg.Test.Len()
 	}
-	split, fcRep, err := planFeatureCache(set, g, rp, opts.PlanOptions, cached, cfg.MaxMemory)
+	split, fcRep, err := planFeatureCache(set, cfg.Device, g, rp, opts.PlanOptions, cached, cfg.EvalBatch, cfg.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
@@ -589,7 +589,9 @@ func Run(cfg Config) (*Report, error) {
 	memCap := cfg.MaxMemory
 	if split != nil {
 		engG, engRP, engShape = split.Head, split.HeadPlan, split.Shape
-		if memCap > 0 {
+		if _, own := cfg.Device.(runtime.Freer); own && memCap > 0 {
+			memCap -= fcRep.DeviceBytes // the cache is host memory
+		} else if memCap > 0 {
 			memCap -= fcRep.Bytes
 		}
 	}
@@ -760,6 +762,9 @@ func Run(cfg Config) (*Report, error) {
 	case split != nil:
 		logf("  features:  the trained part reads the frozen part through one tensor, %q %v a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
 			split.Cut, split.Shape, rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
+		if fcRep.DeviceBytes > 0 {
+			logf("  features:  the frozen part's pass at batch %d holds %s of the device until the run ends (counted in --max-memory)\n", cfg.EvalBatch, FormatBytes(fcRep.DeviceBytes))
+		}
 	case fcRep != nil && set.FeatureCache != FeatureCacheOff:
 		logf("  features:  not cached (%s): every step runs the whole model\n", fcRep.Reason)
 	}

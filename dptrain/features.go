@@ -43,14 +43,23 @@ type FeatureCacheReport struct {
 	Bytes    int64 `json:"bytes,omitempty"`
 	// Seconds is the time computing them took (0 in a dry run).
 	Seconds float64 `json:"seconds,omitempty"`
+	// DeviceBytes is, on a device with memory of its own (a GPU), the
+	// memory of the frozen part's forward pass at the evaluation batch
+	// (its weights and buffers, planned on the CPU as
+	// dpengine.MeasureActivations plans): the CUDA backend gives a plan's
+	// memory back only when the device closes, so it stays held through
+	// the run, and --max-memory counts it.
+	DeviceBytes int64 `json:"device_bytes,omitempty"`
 }
 
 // planFeatureCache decides whether the run caches its frozen part's
 // outputs and splits the model where it does: on, off, or auto — cache
 // where the model splits and the cache fits its memory budget: half the
-// memory the machine has available, or half of maxMemory where set. The
-// trained part then runs as split.Head with split.HeadPlan.
-func planFeatureCache(set Settings, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
+// memory the machine has available, or on the CPU half of maxMemory where
+// set (on a GPU half of it bounds the frozen part's pass instead). The
+// trained part then runs as split.Head with split.HeadPlan; the frozen
+// part runs on dev at evalBatch.
+func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, evalBatch int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
 	mode := set.FeatureCache
 	switch mode {
 	case "", FeatureCacheAuto:
@@ -84,15 +93,33 @@ func planFeatureCache(set Settings, g *graph.Graph, rp *rewrite.Plan, opts rewri
 	}
 	rep := &FeatureCacheReport{Cached: true, Tensor: split.Cut, Shape: split.Shape, PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes,
 		Examples: examples, Bytes: 4 * split.SampleFloats() * int64(examples)}
+	// The cache is host memory: on the CPU --max-memory's, on a GPU the
+	// host's alone.
+	_, own := dev.(runtime.Freer)
 	budget, what := int64(-1), ""
 	if avail, _, ok := sysmem.Available(); ok {
 		budget, what = avail/2, "half the memory available"
 	}
-	if maxMemory > 0 && (budget < 0 || maxMemory/2 < budget) {
+	if maxMemory > 0 && !own && (budget < 0 || maxMemory/2 < budget) {
 		budget, what = maxMemory/2, "half of --max-memory"
 	}
 	if budget >= 0 && rep.Bytes > budget {
 		return refuse(fmt.Sprintf("the %d examples' %v features (%s) exceed %s (%s)", examples, split.Shape, FormatBytes(rep.Bytes), what, FormatBytes(budget)))
+	}
+	if own {
+		pp, err := runtime.CompileForBatch(split.Prefix, max(1, min(evalBatch, examples)), rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true})
+		if err != nil {
+			return nil, nil, fmt.Errorf("planning the frozen part: %w", err)
+		}
+		rep.DeviceBytes = pp.ArenaBytes()
+		for _, v := range split.Prefix.Initializers {
+			if v.DType.IsFloat() {
+				rep.DeviceBytes += 4 * v.Shape.NumElements()
+			}
+		}
+		if maxMemory > 0 && rep.DeviceBytes > maxMemory/2 {
+			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", evalBatch, FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
+		}
 	}
 	return split, rep, nil
 }
