@@ -760,8 +760,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	switch {
 	case split != nil:
-		logf("  features:  the trained part reads the frozen part through one tensor, %q %v a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
-			split.Cut, split.Shape, rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
+		logf("  features:  the trained part reads the frozen part through %s a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
+			cutNames(split), rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
 		if fcRep.DeviceBytes > 0 {
 			logf("  features:  the frozen part's pass at batch %d holds %s of the device until the run ends (counted in --max-memory)\n", cfg.EvalBatch, FormatBytes(fcRep.DeviceBytes))
 		}

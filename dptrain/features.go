@@ -3,6 +3,7 @@ package dptrain
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
@@ -13,9 +14,9 @@ import (
 )
 
 // Feature caching (Settings.FeatureCache): a model whose trained part
-// reads its frozen part through one tensor (rewrite.SplitFrozenPrefix)
-// has that tensor computed once per example, and each step runs only the
-// trained part on it. A sample's clipped gradient is the same function of
+// follows a frozen part (rewrite.SplitFrozenPrefix) has the tensors
+// through which the frozen part reaches the trained part computed once per
+// example, and each step runs only the trained part on them. A sample's clipped gradient is the same function of
 // the sample, so the privacy analysis is unchanged; what changes is that
 // the frozen part's forward pass runs once instead of once an epoch, and
 // its activations are never kept.
@@ -31,9 +32,9 @@ type FeatureCacheReport struct {
 	Cached bool `json:"cached"`
 	// Reason says why the run computes the whole model at every step.
 	Reason string `json:"reason,omitempty"`
-	// Tensor names the cut, Shape is one sample's shape of it.
-	Tensor string  `json:"tensor,omitempty"`
-	Shape  []int64 `json:"shape,omitempty"`
+	// Tensors name the cut, Shapes are one sample's shapes of them.
+	Tensors []string  `json:"tensors,omitempty"`
+	Shapes  [][]int64 `json:"shapes,omitempty"`
 	// PrefixNodes run once per example, HeadNodes at every step.
 	PrefixNodes int `json:"prefix_nodes,omitempty"`
 	HeadNodes   int `json:"head_nodes,omitempty"`
@@ -91,7 +92,7 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 	if split == nil {
 		return refuse(reason)
 	}
-	rep := &FeatureCacheReport{Cached: true, Tensor: split.Cut, Shape: split.Shape, PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes,
+	rep := &FeatureCacheReport{Cached: true, Tensors: split.Cut, Shapes: split.Shapes, PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes,
 		Examples: examples, Bytes: 4 * split.SampleFloats() * int64(examples)}
 	// The cache is host memory: on the CPU --max-memory's, on a GPU the
 	// host's alone.
@@ -104,7 +105,7 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 		budget, what = maxMemory/2, "half of --max-memory"
 	}
 	if budget >= 0 && rep.Bytes > budget {
-		return refuse(fmt.Sprintf("the %d examples' %v features (%s) exceed %s (%s)", examples, split.Shape, FormatBytes(rep.Bytes), what, FormatBytes(budget)))
+		return refuse(fmt.Sprintf("the %d examples' features (%d floats each, %s) exceed %s (%s)", examples, split.SampleFloats(), FormatBytes(rep.Bytes), what, FormatBytes(budget)))
 	}
 	if own {
 		pp, err := runtime.CompileForBatch(split.Prefix, max(1, min(evalBatch, examples)), rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true})
@@ -185,9 +186,22 @@ func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []i
 	if err := plan.LoadParams(); err != nil {
 		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
 	}
+	// A sample's row: the cut's tensors' floats end to end.
 	row := int(split.SampleFloats())
-	if _, oshape := plan.Output(0); len(oshape) == 0 || oshape[0] != batch || prodInts(oshape[1:]) != row {
-		return nil, false, fmt.Errorf("the frozen prefix computes %q of shape %v at batch %d; the plan's is %v a sample", split.Cut, oshape, batch, split.Shape)
+	widths := make([]int, len(split.Cut))
+	outs := make([][]float32, len(split.Cut))
+	total := 0
+	for k := range split.Cut {
+		_, oshape := plan.Output(k)
+		widths[k] = int(prodInts(split.Shapes[k]))
+		if len(oshape) == 0 || oshape[0] != batch || prodInts(oshape[1:]) != widths[k] {
+			return nil, false, fmt.Errorf("the frozen prefix computes %q of shape %v at batch %d; the plan's is %v a sample", split.Cut[k], oshape, batch, split.Shapes[k])
+		}
+		outs[k] = make([]float32, batch*widths[k])
+		total += widths[k]
+	}
+	if total != row {
+		return nil, false, fmt.Errorf("the frozen prefix's outputs hold %d floats a sample, the head's input %d", total, row)
 	}
 	f = &features{Dataset: v, row: row, x: make([]float32, n*row)}
 	for _, d := range split.Shape {
@@ -196,7 +210,6 @@ func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []i
 	in, _ := plan.Input(0)
 	x := make([]float32, len(in))
 	sl := len(x) / batch
-	out := make([]float32, batch*row)
 	idx := make([]int, 0, batch)
 	for off := 0; off < n; off += batch {
 		if stop != nil && stop() {
@@ -217,16 +230,22 @@ func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []i
 		if err := plan.Forward(); err != nil {
 			return nil, false, fmt.Errorf("the frozen prefix: %w", err)
 		}
-		if err := plan.ReadOutput(0, out); err != nil {
-			return nil, false, err
+		at := 0
+		for k, w := range widths {
+			if err := plan.ReadOutput(k, outs[k]); err != nil {
+				return nil, false, err
+			}
+			for i := range m {
+				copy(f.x[(off+i)*row+at:(off+i)*row+at+w], outs[k][i*w:(i+1)*w])
+			}
+			at += w
 		}
-		copy(f.x[off*row:(off+m)*row], out[:m*row])
 	}
 	return f, true, nil
 }
 
-func prodInts(d []int) int {
-	n := 1
+func prodInts[T int | int64](d []T) T {
+	var n T = 1
 	for _, v := range d {
 		n *= v
 	}
@@ -241,7 +260,7 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	if cfg.Test != nil {
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
 	}
-	logf("  features:  computing the frozen part's %q for %s examples (%s, once)…\n", split.Cut, what, rewrite.Nodes(split.PrefixNodes))
+	logf("  features:  computing the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
 	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, cfg.EvalBatch, cfg.Stop)
 	if err != nil || !ok {
 		return nil, nil, ok, err
@@ -257,4 +276,14 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	rep.Seconds = time.Since(t0).Seconds()
 	logf("  features:  cached in %.1f s (%s)\n", rep.Seconds, FormatBytes(rep.Bytes))
 	return train, test, true, nil
+}
+
+// cutNames says which tensors a split caches: "\"name\" [shape]", and so
+// for each where several are packed.
+func cutNames(split *rewrite.FrozenPrefix) string {
+	parts := make([]string, len(split.Cut))
+	for k, name := range split.Cut {
+		parts[k] = fmt.Sprintf("%q %v", name, split.Shapes[k])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -6,10 +6,12 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -39,10 +41,55 @@ func forward(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) [
 	return append([]float32(nil), out...)
 }
 
+// packed runs split's prefix on the CPU over x, a batch of b samples of
+// shape sample, and lays each sample's outputs end to end, as the head
+// reads them.
+func packed(t *testing.T, split *rewrite.FrozenPrefix, b int, sample []int64, x []float32) []float32 {
+	t.Helper()
+	p, err := runtime.CompileForBatch(split.Prefix, b, sample, &runtime.Options{ForwardOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.LoadParams(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetInput(0, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Forward(); err != nil {
+		t.Fatal(err)
+	}
+	if p.NumOutputs() != len(split.Cut) {
+		t.Fatalf("the prefix has %d outputs for a cut of %d", p.NumOutputs(), len(split.Cut))
+	}
+	var rows [][]float32
+	for k := range split.Cut {
+		out, _ := p.Output(k)
+		w := len(out) / b
+		for i := range b {
+			if k == 0 {
+				rows = append(rows, nil)
+			}
+			rows[i] = append(rows[i], out[i*w:(i+1)*w]...)
+		}
+	}
+	var all []float32
+	for _, r := range rows {
+		if int64(len(r)) != split.SampleFloats() {
+			t.Fatalf("the prefix computes %d floats a sample, the head reads %d", len(r), split.SampleFloats())
+		}
+		all = append(all, r...)
+	}
+	return all
+}
+
 // TestFeatureCacheHalves: the frozen prefix and the head of a split
 // (rewrite.SplitFrozenPrefix) compose to the model — the head's logits on
 // the prefix's outputs are the model's on the same inputs — on a CNN's
-// classifier, a ResNet's fc and its last block with it, and a ViT's head.
+// classifier, a ResNet's fc and its last block with it, a ViT's head, and
+// where the frozen part reaches the trained part through two tensors,
+// which the cache packs into one row a sample (CrossViT's two heads, a
+// ViT's MLP's second layer with the residual stream beside it).
 func TestFeatureCacheHalves(t *testing.T) {
 	for _, c := range []struct {
 		fixture, train string
@@ -52,6 +99,8 @@ func TestFeatureCacheHalves(t *testing.T) {
 		{"resnet_eval", `^fc\.`, []int64{3, 32, 32}},
 		{"resnet_eval", `^(layer4|fc)\.`, []int64{3, 32, 32}},
 		{"vit", `^heads\.`, []int64{3, 32, 32}},
+		{"crossvit", `^heads\.`, []int64{3, 32, 32}},
+		{"vit", `encoder_layer_1\.mlp\.3\.`, []int64{3, 32, 32}},
 	} {
 		t.Run(c.fixture+"/"+c.train, func(t *testing.T) {
 			m, err := onnx.Load("../testdata/models/" + c.fixture + ".onnx")
@@ -82,10 +131,7 @@ func TestFeatureCacheHalves(t *testing.T) {
 				x[i] = float32(rng.NormFloat64())
 			}
 			want := forward(t, g, b, c.sample, x)
-			feats := forward(t, split.Prefix, b, c.sample, x)
-			if int64(len(feats)) != b*split.SampleFloats() {
-				t.Fatalf("the prefix computes %d floats for %d samples of %v", len(feats), b, split.Shape)
-			}
+			feats := packed(t, split, b, c.sample, x)
 			got := forward(t, split.Head, b, split.Shape, feats)
 			if len(got) != len(want) {
 				t.Fatalf("%d logits through the halves, %d through the model", len(got), len(want))
@@ -103,28 +149,64 @@ func TestFeatureCacheHalves(t *testing.T) {
 	}
 }
 
-// TestRunFeatureCache trains the fixture CNN's classifier on the
-// Fashion-MNIST slice with the same seed twice: on the cached outputs of
-// its frozen convolutions and on the whole model at every step. The
-// samples, the noise and the arithmetic of the classifier are the same, so
-// the runs agree — the losses, the test metrics, ε, σ and the trained
-// weights to float32 rounding — the frozen weights are the model's bit for
-// bit, and the trained model (the graph after Run, the whole model)
-// evaluates to the last epoch's test metrics, which the cached run took on
-// the head alone: the head's graph trains the model's own tensors.
+// TestRunFeatureCache trains with the same seed twice, on the cached
+// outputs of the frozen part and on the whole model at every step: the
+// fixture CNN's classifier on the cached output of its frozen
+// convolutions, and CrossViT's two heads on the two branches' class
+// tokens, packed a sample into one row. The samples, the noise and the
+// arithmetic of what is trained are the same, so the runs agree — the
+// losses, the test metrics, ε, σ and the trained weights to float32
+// rounding — the frozen weights are the model's bit for bit, and the
+// trained model (the graph after Run, the whole model) evaluates to the
+// last epoch's test metrics, which the cached run took on the head alone:
+// the head's graph trains the model's own tensors.
 func TestRunFeatureCache(t *testing.T) {
-	ds := smallFMNIST(t)
+	for _, c := range []struct {
+		model, train, trained string
+		sample                []int64
+		shapes                [][]int64
+		tensors, head, prefix int
+	}{
+		{"cnn", `^classifier\.`, "classifier.", []int64{1, 28, 28}, [][]int64{{512}}, 4, 3, 7},
+		{"crossvit", `^heads\.`, "heads.", []int64{3, 32, 32}, [][]int64{{32}, {48}}, 4, 0, 0},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			runFeatureCache(t, c.model, c.train, c.trained, c.sample, c.shapes, c.tensors, c.head, c.prefix)
+		})
+	}
+}
+
+func runFeatureCache(t *testing.T, model, train, trained string, sample []int64, shapes [][]int64, tensors, headNodes, prefixNodes int) {
+	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func() *graph.Graph {
+		m, err := onnx.Load("../testdata/models/" + model + ".onnx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := graph.FromONNX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
 	run := func(cache string) (*dptrain.Report, *graph.Graph) {
 		seed := uint64(5)
-		g := cnnGraph(t)
+		g := load()
 		rep, err := dptrain.Run(dptrain.Config{
 			Settings: dptrain.Settings{
-				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+				Model: model + ".onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
 				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 0.5, ClipFn: "abadi",
-				Optimizer: "adam", LR: 5e-3, InputShape: []int64{1, 28, 28}, Seed: &seed, FeatureCache: cache,
+				Optimizer: "adam", LR: 5e-3, InputShape: sample, Seed: &seed, FeatureCache: cache,
 			},
 			Graph: g, Train: ds, Test: ds, EvalBatch: 40,
-			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(`^classifier\.`)}},
+			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(train)}},
 		})
 		if err != nil {
 			t.Fatalf("--cache-features %s: %v", cache, err)
@@ -134,8 +216,16 @@ func TestRunFeatureCache(t *testing.T) {
 	on, gOn := run(dptrain.FeatureCacheOn)
 	off, gOff := run(dptrain.FeatureCacheOff)
 	fc := on.FeatureCache
-	if fc == nil || !fc.Cached || fc.Tensor != "/classifier/classifier.0/Flatten_output_0" || len(fc.Shape) != 1 || fc.Shape[0] != 512 ||
-		fc.Examples != 2*ds.Len() || fc.Bytes != int64(4*512*2*ds.Len()) || fc.HeadNodes != 3 || fc.PrefixNodes != 7 {
+	var floats int64
+	for _, sh := range shapes {
+		n := int64(1)
+		for _, d := range sh {
+			n *= d
+		}
+		floats += n
+	}
+	if fc == nil || !fc.Cached || len(fc.Tensors) != len(shapes) || !slices.EqualFunc(fc.Shapes, shapes, slices.Equal) ||
+		fc.Examples != 2*ds.Len() || fc.Bytes != 4*floats*int64(2*ds.Len()) || headNodes > 0 && (fc.HeadNodes != headNodes || fc.PrefixNodes != prefixNodes) {
 		t.Fatalf("the cached run reports %+v", fc)
 	}
 	if off.FeatureCache == nil || off.FeatureCache.Cached || !strings.Contains(off.FeatureCache.Reason, "off") {
@@ -154,14 +244,14 @@ func TestRunFeatureCache(t *testing.T) {
 			t.Errorf("epoch %d: cached %+v (test %+v), uncached %+v (test %+v)", i+1, a, a.Test, b, b.Test)
 		}
 	}
-	orig := cnnGraph(t)
+	orig := load()
 	moved := 0
 	for _, v := range orig.Initializers {
 		if v.Const == nil || v.Const.F32 == nil {
 			continue
 		}
 		a, b := gOn.Values[v.Name].Const.F32, gOff.Values[v.Name].Const.F32
-		if !strings.HasPrefix(v.Name, "classifier.") {
+		if !strings.HasPrefix(v.Name, trained) {
 			if !numcheck.SameBits(a, v.Const.F32) || !numcheck.SameBits(b, v.Const.F32) {
 				t.Errorf("frozen %s changed", v.Name)
 			}
@@ -177,10 +267,10 @@ func TestRunFeatureCache(t *testing.T) {
 			}
 		}
 	}
-	if moved != 4 {
-		t.Errorf("%d of the classifier's 4 tensors moved in the model", moved)
+	if moved != tensors {
+		t.Errorf("%d of the %d trained tensors moved in the model", moved, tensors)
 	}
-	ev, err := dptrain.NewEvaluator(gOn, []int64{1, 28, 28}, 40)
+	ev, err := dptrain.NewEvaluator(gOn, sample, 40)
 	if err != nil {
 		t.Fatal(err)
 	}

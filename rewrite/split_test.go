@@ -15,25 +15,28 @@ func TestSplitFrozenPrefix(t *testing.T) {
 	cases := []struct {
 		fixture, train string
 		views          int64
-		cut            string   // the cut tensor's producer's op type
-		shape          []int64  // one sample's shape of the cut ("" reason)
+		cut            []string // the cut tensors' producers' op types
+		shape          []int64  // one sample's shape of the head's input
 		heads          []string // parameters of the head's plan, trainable first
 		reason         string
 	}{
-		{fixture: "cnn", train: `^classifier\.3\.`, cut: "Tanh", shape: []int64{32}, heads: []string{"classifier.3.weight", "classifier.3.bias"}},
-		{fixture: "cnn", train: `^classifier\.`, cut: "Flatten", shape: []int64{512}, heads: []string{"classifier.1.weight", "classifier.1.bias", "classifier.3.weight", "classifier.3.bias"}},
+		{fixture: "cnn", train: `^classifier\.3\.`, cut: []string{"Tanh"}, shape: []int64{32}, heads: []string{"classifier.3.weight", "classifier.3.bias"}},
+		{fixture: "cnn", train: `^classifier\.`, cut: []string{"Flatten"}, shape: []int64{512}, heads: []string{"classifier.1.weight", "classifier.1.bias", "classifier.3.weight", "classifier.3.bias"}},
 		// Only the last layer's weight: its bias sits in the head, frozen.
-		{fixture: "cnn", train: `^classifier\.3\.weight$`, cut: "Tanh", shape: []int64{32}, heads: []string{"classifier.3.weight", "classifier.3.bias"}},
-		{fixture: "resnet_eval", train: `^fc\.`, cut: "Flatten", shape: []int64{64}, heads: []string{"fc.weight", "fc.bias"}},
-		{fixture: "vit", train: `^heads\.`, cut: "Gather", shape: []int64{32}, heads: []string{"heads.head.weight", "heads.head.bias"}},
+		{fixture: "cnn", train: `^classifier\.3\.weight$`, cut: []string{"Tanh"}, shape: []int64{32}, heads: []string{"classifier.3.weight", "classifier.3.bias"}},
+		{fixture: "resnet_eval", train: `^fc\.`, cut: []string{"Flatten"}, shape: []int64{64}, heads: []string{"fc.weight", "fc.bias"}},
+		{fixture: "vit", train: `^heads\.`, cut: []string{"Gather"}, shape: []int64{32}, heads: []string{"heads.head.weight", "heads.head.bias"}},
 		// The last block and the head: the block's input.
-		{fixture: "resnet_eval", train: `^(layer4|fc)\.`, cut: "Relu", shape: []int64{32, 2, 2}},
+		{fixture: "resnet_eval", train: `^(layer4|fc)\.`, cut: []string{"Relu"}, shape: []int64{32, 2, 2}},
 		{fixture: "cnn", train: "", reason: "reads the input itself"},
 		{fixture: "cnn", train: `^features\.0\.bias$`, reason: "reads the input itself"},
 		{fixture: "cnn", train: `^classifier\.`, views: 2, reason: "several augmented views"},
 		// An MLP's second layer alone: its input and the residual
-		// stream are two tensors.
-		{fixture: "vit", train: `encoder_layer_1\.mlp\.3\.`, reason: "through 2 tensors"},
+		// stream, two tensors packed into one input.
+		{fixture: "vit", train: `encoder_layer_1\.mlp\.3\.`, cut: []string{"Add", "Mul"}, shape: []int64{17*32 + 17*64}},
+		// CrossViT's two heads read the two branches' class tokens.
+		{fixture: "crossvit", train: `^heads\.`, cut: []string{"Gather", "Gather"}, shape: []int64{32 + 48},
+			heads: []string{"heads.0.weight", "heads.0.bias", "heads.1.weight", "heads.1.bias"}},
 	}
 	for _, c := range cases {
 		t.Run(c.fixture+"/"+c.train, func(t *testing.T) {
@@ -59,9 +62,14 @@ func TestSplitFrozenPrefix(t *testing.T) {
 			if f == nil {
 				t.Fatalf("no split: %s", reason)
 			}
-			cv := g.Values[f.Cut]
-			if cv == nil || cv.Producer == nil || cv.Producer.OpType != c.cut {
-				t.Fatalf("cut %q, want the output of a %s", f.Cut, c.cut)
+			var ops []string
+			for _, name := range f.Cut {
+				if cv := g.Values[name]; cv != nil && cv.Producer != nil {
+					ops = append(ops, cv.Producer.OpType)
+				}
+			}
+			if !slices.Equal(ops, c.cut) || len(f.Shapes) != len(f.Cut) {
+				t.Fatalf("cut %q (%v, shapes %v), want the outputs of %v", f.Cut, ops, f.Shapes, c.cut)
 			}
 			if !slices.Equal(f.Shape, c.shape) || f.SampleFloats() != prod(c.shape) {
 				t.Errorf("cut shape %v (%d floats), want %v", f.Shape, f.SampleFloats(), c.shape)
@@ -70,10 +78,18 @@ func TestSplitFrozenPrefix(t *testing.T) {
 			// the head from the cut to the first output, the nodes split
 			// between them (a node may be in both only if it computes from
 			// constants alone), the head's tensors the model's.
-			if len(f.Prefix.Inputs) != 1 || f.Prefix.Inputs[0].Name != g.Inputs[0].Name || len(f.Prefix.Outputs) != 1 || f.Prefix.Outputs[0].Name != f.Cut {
+			var pouts []string
+			for _, v := range f.Prefix.Outputs {
+				pouts = append(pouts, v.Name)
+			}
+			if len(f.Prefix.Inputs) != 1 || f.Prefix.Inputs[0].Name != g.Inputs[0].Name || !slices.Equal(pouts, f.Cut) {
 				t.Errorf("prefix %v → %v", f.Prefix.Inputs, f.Prefix.Outputs)
 			}
-			if len(f.Head.Inputs) != 1 || f.Head.Inputs[0].Name != f.Cut || len(f.Head.Outputs) != 1 || f.Head.Outputs[0].Name != g.Outputs[0].Name {
+			hin := f.Cut[0]
+			if len(f.Cut) > 1 {
+				hin = PackedInput
+			}
+			if len(f.Head.Inputs) != 1 || f.Head.Inputs[0].Name != hin || len(f.Head.Outputs) != 1 || f.Head.Outputs[0].Name != g.Outputs[0].Name {
 				t.Errorf("head %v → %v", f.Head.Inputs, f.Head.Outputs)
 			}
 			if hs := f.Head.Inputs[0].Shape; len(hs) != len(c.shape)+1 || hs[0] != g.Inputs[0].Shape[0] || !slices.Equal(hs[1:].Ints(), c.shape) {

@@ -15,7 +15,8 @@ import (
 // weights the input's byte for byte and its head trained, and it runs in
 // onnxruntime as in our runtime. --cache-features off trains the same
 // head on the whole model at every step; on with augmentation, or an
-// unknown value, is refused; plan says what train would cache.
+// unknown value, is refused; plan says what train would cache (CrossViT's
+// heads: two tensors).
 func TestTrainFeatureCache(t *testing.T) {
 	dir := t.TempDir()
 	model := "../../testdata/models/vit.onnx"
@@ -41,12 +42,12 @@ func TestTrainFeatureCache(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, e)
 	}
-	if !strings.Contains(stdout, `features:  the trained part reads the frozen part through one tensor, "/Gather_4_output_0" [32] a sample`) ||
+	if !strings.Contains(stdout, `features:  the trained part reads the frozen part through "/Gather_4_output_0" [32] a sample`) ||
 		!strings.Contains(stdout, "features:  cached in") {
 		t.Errorf("the log does not say what it cached:\n%s", stdout)
 	}
 	r := report(on + ".json")
-	if fc := r.FeatureCache; fc == nil || !fc.Cached || fc.Tensor != "/Gather_4_output_0" || fc.Examples != 192 || fc.Bytes != 192*32*4 || r.Settings.FeatureCache != "auto" {
+	if fc := r.FeatureCache; fc == nil || !fc.Cached || len(fc.Tensors) != 1 || fc.Tensors[0] != "/Gather_4_output_0" || fc.Examples != 192 || fc.Bytes != 192*32*4 || r.Settings.FeatureCache != "auto" {
 		t.Errorf("report: %+v, settings %q", r.FeatureCache, r.Settings.FeatureCache)
 	}
 	before, after := readInits(t, model), readInits(t, on)
@@ -83,6 +84,10 @@ func TestTrainFeatureCache(t *testing.T) {
 	stdout, e, code = run(t, "plan", "--model", model, "--input-shape", "3,32,32", "--train", `^heads\.`)
 	if code != 0 || !strings.Contains(stdout, `features:    train caches "/Gather_4_output_0" [32] (128 B an example)`) {
 		t.Errorf("plan: exit %d: %s%s", code, stdout, e)
+	}
+	stdout, e, code = run(t, "plan", "--model", "../../testdata/models/crossvit.onnx", "--input-shape", "3,32,32", "--train", `^heads\.`)
+	if code != 0 || !strings.Contains(stdout, `features:    train caches "/Gather_output_0" [32], "/Gather_1_output_0" [48] (320 B an example)`) {
+		t.Errorf("plan of CrossViT's heads: exit %d: %s%s", code, stdout, e)
 	}
 	stdout, e, code = run(t, "plan", "--model", model, "--input-shape", "3,32,32", "--json")
 	var p struct {

@@ -48,16 +48,17 @@ type planReport struct {
 }
 
 // planFeatures is plan's view of train's feature cache
-// (rewrite.SplitFrozenPrefix): the tensor where the trained part begins,
-// its floats a sample, and the nodes on either side.
+// (rewrite.SplitFrozenPrefix): the tensors where the trained part begins,
+// one sample's shapes of them and bytes of all, and the nodes on either
+// side.
 type planFeatures struct {
-	Cacheable   bool    `json:"cacheable"`
-	Reason      string  `json:"reason,omitempty"`
-	Tensor      string  `json:"tensor,omitempty"`
-	Shape       []int64 `json:"shape,omitempty"`
-	BytesPerEx  int64   `json:"bytes_per_example,omitempty"`
-	PrefixNodes int     `json:"prefix_nodes,omitempty"`
-	HeadNodes   int     `json:"head_nodes,omitempty"`
+	Cacheable   bool      `json:"cacheable"`
+	Reason      string    `json:"reason,omitempty"`
+	Tensors     []string  `json:"tensors,omitempty"`
+	Shapes      [][]int64 `json:"shapes,omitempty"`
+	BytesPerEx  int64     `json:"bytes_per_example,omitempty"`
+	PrefixNodes int       `json:"prefix_nodes,omitempty"`
+	HeadNodes   int       `json:"head_nodes,omitempty"`
 }
 
 func runPlan(args []string, stdout io.Writer) error {
@@ -131,7 +132,7 @@ func runPlan(args []string, stdout io.Writer) error {
 		}
 		rep.FeatureCache = &planFeatures{Reason: reason}
 		if split != nil {
-			rep.FeatureCache = &planFeatures{Cacheable: true, Tensor: split.Cut, Shape: split.Shape, BytesPerEx: 4 * split.SampleFloats(),
+			rep.FeatureCache = &planFeatures{Cacheable: true, Tensors: split.Cut, Shapes: split.Shapes, BytesPerEx: 4 * split.SampleFloats(),
 				PrefixNodes: split.PrefixNodes, HeadNodes: split.HeadNodes}
 		}
 	}
@@ -188,8 +189,12 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	switch f := r.FeatureCache; {
 	case f != nil && f.Cacheable:
-		fmt.Fprintf(w, "features:    train caches %q %v (%s an example) without augmentation: the frozen part (%s) runs once per example, the trained part (%s) at every step; the memory below is the whole model's\n",
-			f.Tensor, f.Shape, dptrain.FormatBytes(f.BytesPerEx), rewrite.Nodes(f.PrefixNodes), rewrite.Nodes(f.HeadNodes))
+		var cut []string
+		for k, name := range f.Tensors {
+			cut = append(cut, fmt.Sprintf("%q %v", name, f.Shapes[k]))
+		}
+		fmt.Fprintf(w, "features:    train caches %s (%s an example) without augmentation: the frozen part (%s) runs once per example, the trained part (%s) at every step; the memory below is the whole model's\n",
+			strings.Join(cut, ", "), dptrain.FormatBytes(f.BytesPerEx), rewrite.Nodes(f.PrefixNodes), rewrite.Nodes(f.HeadNodes))
 	case f != nil:
 		fmt.Fprintf(w, "features:    not cached (%s)\n", f.Reason)
 	}
