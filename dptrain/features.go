@@ -45,7 +45,7 @@ type FeatureCacheReport struct {
 	// Seconds is the time computing them took (0 in a dry run).
 	Seconds float64 `json:"seconds,omitempty"`
 	// DeviceBytes is, on a device with memory of its own (a GPU), the
-	// memory of the frozen part's forward pass at the evaluation batch
+	// memory of the frozen part's forward pass at its batch (cachePass)
 	// (its weights and buffers, planned on the CPU as
 	// dpengine.MeasureActivations plans): the CUDA backend gives a plan's
 	// memory back only when the device closes, so it stays held through
@@ -59,7 +59,7 @@ type FeatureCacheReport struct {
 // memory the machine has available, or on the CPU half of maxMemory where
 // set (on a GPU half of it bounds the frozen part's pass instead). The
 // trained part then runs as split.Head with split.HeadPlan; the frozen
-// part runs on dev at evalBatch.
+// part runs on dev at cachePass(evalBatch).
 func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, evalBatch int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
 	mode := set.FeatureCache
 	switch mode {
@@ -108,7 +108,7 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 		return refuse(fmt.Sprintf("the %d examples' features (%d floats each, %s) exceed %s (%s)", examples, split.SampleFloats(), FormatBytes(rep.Bytes), what, FormatBytes(budget)))
 	}
 	if own {
-		pp, err := runtime.CompileForBatch(split.Prefix, max(1, min(evalBatch, examples)), rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true})
+		pp, err := runtime.CompileForBatch(split.Prefix, max(1, min(cachePass(evalBatch), examples)), rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true})
 		if err != nil {
 			return nil, nil, fmt.Errorf("planning the frozen part: %w", err)
 		}
@@ -119,11 +119,20 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 			}
 		}
 		if maxMemory > 0 && rep.DeviceBytes > maxMemory/2 {
-			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", evalBatch, FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
+			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", cachePass(evalBatch), FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
 		}
 	}
 	return split, rep, nil
 }
+
+// maxCachePass bounds the examples of one pass of the frozen part: its
+// forward pass at the default physical batch holds no more than a
+// training step of the whole model would, where the evaluation batch
+// (256 by default) would hold four times that.
+const maxCachePass = 64
+
+// cachePass is the frozen part's batch: evalBatch, at most maxCachePass.
+func cachePass(evalBatch int) int { return max(1, min(evalBatch, maxCachePass)) }
 
 // features is a dataset of cached outputs of a model's frozen part: one
 // row of Shape's floats per example of the dataset it was computed from,
@@ -261,13 +270,13 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
 	}
 	logf("  features:  computing the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
-	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, cfg.EvalBatch, cfg.Stop)
+	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, cachePass(cfg.EvalBatch), cfg.Stop)
 	if err != nil || !ok {
 		return nil, nil, ok, err
 	}
 	train = tr
 	if cfg.Test != nil {
-		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, cfg.EvalBatch, cfg.Stop)
+		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, cachePass(cfg.EvalBatch), cfg.Stop)
 		if err != nil || !ok {
 			return nil, nil, ok, err
 		}
