@@ -46,7 +46,7 @@ func runOnCUDA(t *testing.T, set func(*dptrain.Config)) {
 	if want.device != "cpu" || !strings.HasPrefix(got.device, "cuda") {
 		t.Errorf("the reports name the devices %q and %q", want.device, got.device)
 	}
-	// A cache's frozen pass holds the GPU's memory through the run (and
+	// A cache's frozen pass takes the GPU's memory beside the engine (and
 	// counts against --max-memory there), not the CPU's.
 	if got.features.Cached && (got.features.DeviceBytes <= 0 || want.features.DeviceBytes != 0) {
 		t.Errorf("the frozen part's pass holds %d bytes of the emulated GPU, %d of the CPU", got.features.DeviceBytes, want.features.DeviceBytes)

@@ -763,7 +763,7 @@ func Run(cfg Config) (*Report, error) {
 		logf("  features:  the trained part reads the frozen part through %s a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
 			cutNames(split), rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
 		if fcRep.DeviceBytes > 0 {
-			logf("  features:  the frozen part's pass at batch %d holds %s of the device until the run ends (counted in --max-memory)\n", cachePass(cfg.EvalBatch), FormatBytes(fcRep.DeviceBytes))
+			logf("  features:  the frozen part's pass at batch %d takes %s of the device while it runs, beside the engine (counted in --max-memory)\n", cachePass(cfg.EvalBatch), FormatBytes(fcRep.DeviceBytes))
 		}
 	case fcRep != nil && set.FeatureCache != FeatureCacheOff:
 		logf("  features:  not cached (%s): every step runs the whole model\n", fcRep.Reason)

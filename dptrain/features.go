@@ -45,11 +45,11 @@ type FeatureCacheReport struct {
 	// Seconds is the time computing them took (0 in a dry run).
 	Seconds float64 `json:"seconds,omitempty"`
 	// DeviceBytes is, on a device with memory of its own (a GPU), the
-	// memory of the frozen part's forward pass at its batch (cachePass)
-	// (its weights and buffers, planned on the CPU as
-	// dpengine.MeasureActivations plans): the CUDA backend gives a plan's
-	// memory back only when the device closes, so it stays held through
-	// the run, and --max-memory counts it.
+	// memory of the frozen part's forward pass at its batch (cachePass):
+	// its weights and buffers, planned on the CPU as
+	// dpengine.MeasureActivations plans. The pass runs beside the engine
+	// (built before it), so --max-memory counts it; its memory goes back
+	// to the device when the pass ends (runtime.Plan.Release).
 	DeviceBytes int64 `json:"device_bytes,omitempty"`
 }
 
@@ -192,6 +192,9 @@ func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []i
 	if err != nil {
 		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
 	}
+	// On a GPU the plan's memory goes back to the device with the pass
+	// (runtime.Plan.Release); elsewhere the garbage collector takes it.
+	defer plan.Release()
 	if err := plan.LoadParams(); err != nil {
 		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
 	}

@@ -186,6 +186,19 @@ type Freer interface {
 	Free(b Buffer) error
 }
 
+// AllocTracker is a Device that lists the buffers its Alloc returns
+// while a tracking is open (CUDA): a plan compiled on it knows the memory
+// it holds, and Plan.Release gives it back through Freer. Memory the
+// device allocates for itself (its scratch, caches of compile-time data)
+// is not listed: it stays the device's.
+type AllocTracker interface {
+	Device
+	// TrackAllocs opens a tracking; stop closes it and returns the
+	// buffers allocated since, in order. Trackings nest: an allocation
+	// is listed in the innermost one open.
+	TrackAllocs() (stop func() []Buffer)
+}
+
 // FloatsFreer is a Device that releases memory by the view a buffer's
 // Floats gave: for owners that keep only the view (dpengine's scratch),
 // so that memory of the device's own that they outgrow goes back to it

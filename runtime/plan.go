@@ -353,6 +353,11 @@ type Plan struct {
 	// gradBlock holds the parameters' gradients in the same layout
 	// (GradBlock).
 	gradBlock []float32
+
+	// owned lists the buffers the plan allocated (AllocTracker), which
+	// Release frees; released marks a plan that cannot run any more.
+	owned    []Buffer
+	released bool
 }
 
 // Compile builds a plan for g, whose values must all have static shapes
@@ -376,10 +381,51 @@ func Compile(g *graph.Graph, opts *Options) (*Plan, error) {
 		return nil, err
 	}
 	p.ops = ops
+	if tr, ok := p.dev.(AllocTracker); ok {
+		if _, ok := p.dev.(Freer); ok {
+			// What the plan allocates is its own: Release gives it back.
+			stop := tr.TrackAllocs()
+			err := p.build()
+			p.owned = stop()
+			if err != nil {
+				p.Release()
+				return nil, err
+			}
+			return p, nil
+		}
+	}
 	if err := p.build(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// Release gives back to the device the memory the plan allocated when it
+// was compiled — its arena, workspace, constants, parameter copies and
+// gradients — where the device frees memory before it closes and tracks
+// what a plan allocates (CUDA: AllocTracker and Freer); elsewhere the
+// garbage collector takes it once the plan is unreachable. The plan
+// cannot run after it. A plan used for a while and dropped while the
+// device goes on (the feature cache's pass over the frozen part of a
+// model) calls it; memory a kernel allocates lazily in a later pass stays
+// the device's.
+func (p *Plan) Release() error {
+	if p.released {
+		return nil
+	}
+	p.released = true
+	f, ok := p.dev.(Freer)
+	if !ok {
+		return nil
+	}
+	var first error
+	for _, b := range p.owned {
+		if err := f.Free(b); err != nil && first == nil {
+			first = fmt.Errorf("runtime: releasing a plan's memory: %w", err)
+		}
+	}
+	p.owned = nil
+	return first
 }
 
 // CompileForBatch clones g, fixes the leading (batch) dimension of its
@@ -824,6 +870,9 @@ func (p *Plan) adopt(t *tensor, host []float32) error {
 // (CPU, reference backend) they are the same memory and nothing is
 // copied.
 func (p *Plan) SyncParams() error {
+	if p.released {
+		return errReleased
+	}
 	for _, t := range p.params {
 		if SameMemory(t.host, t.data) {
 			continue
@@ -842,6 +891,9 @@ func (p *Plan) SyncParams() error {
 // calls it before the next Forward. Where the device adopted the
 // initializers it copies nothing.
 func (p *Plan) LoadParams() error {
+	if p.released {
+		return errReleased
+	}
 	for _, t := range p.consts {
 		if SameMemory(t.host, t.data) {
 			continue
@@ -1632,6 +1684,9 @@ func (p *Plan) Input(i int) ([]float32, []int) { return p.inputs[i].data, p.inpu
 
 // SetInput copies x into graph input i, checking its length.
 func (p *Plan) SetInput(i int, x []float32) error {
+	if p.released {
+		return errReleased
+	}
 	if i < 0 || i >= len(p.inputs) {
 		return fmt.Errorf("runtime: input %d out of range (%d inputs)", i, len(p.inputs))
 	}
@@ -1723,6 +1778,9 @@ func (p *Plan) NumOutputs() int { return len(p.outputs) }
 // ReadOutput copies graph output i into dst (whose length must match),
 // through the device.
 func (p *Plan) ReadOutput(i int, dst []float32) error {
+	if p.released {
+		return errReleased
+	}
 	if i < 0 || i >= len(p.outputs) {
 		return fmt.Errorf("runtime: output %d out of range (%d outputs)", i, len(p.outputs))
 	}
@@ -1791,6 +1849,9 @@ func (p *Plan) Grad(name string) []float32 {
 func (p *Plan) Forward() error {
 	if p.opts.PlanOnly {
 		return errPlanOnly
+	}
+	if p.released {
+		return errReleased
 	}
 	for _, nd := range p.nodes {
 		if err := p.dev.Run(&nd.fk); err != nil {
@@ -1887,6 +1948,9 @@ func (p *Plan) BackwardFrom(dy []float32, opts *BackwardOptions) error {
 }
 
 func (p *Plan) backward(opts *BackwardOptions) error {
+	if p.released {
+		return errReleased
+	}
 	if !p.forwardDone {
 		return errors.New("runtime: Backward without a preceding Forward (or a second Backward without KeepActivations)")
 	}

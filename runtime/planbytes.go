@@ -5,6 +5,9 @@ import "errors"
 // errPlanOnly is what a PlanOnly plan answers to running.
 var errPlanOnly = errors.New("runtime: the plan was compiled with PlanOnly: it has no buffers and cannot run")
 
+// errReleased is the error of a plan used after Release.
+var errReleased = errors.New("runtime: the plan was released: its memory is the device's again and it cannot run")
+
 // ScratchBytes returns the size in bytes of the workspace the kernels
 // share (Scratch), also for a PlanOnly plan, which allocates none.
 func (p *Plan) ScratchBytes() int64 { return 4 * int64(p.wsNeed) }

@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -88,6 +89,9 @@ type Device struct {
 	args *Args
 	// spans are the device allocations, sorted by address.
 	spans []span
+	// tracks are the open trackings of Alloc (TrackAllocs), innermost
+	// last.
+	tracks []*[]runtime.Buffer
 	// scratch stages host operands; it grows to the largest call.
 	scratch arena
 	pending []copyBack
@@ -331,7 +335,30 @@ func (d *Device) Alloc(n int) (runtime.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &buffer{d: d, p: p, n: n}, nil
+	b := &buffer{d: d, p: p, n: n}
+	if k := len(d.tracks); k > 0 {
+		*d.tracks[k-1] = append(*d.tracks[k-1], b)
+	}
+	return b, nil
+}
+
+// TrackAllocs implements runtime.AllocTracker: the buffers Alloc returns
+// until stop, which a plan compiled meanwhile owns (runtime.Plan.Release).
+// The device's own memory (scratch, compile-time plans, uploads) comes
+// from alloc, not Alloc, and is never listed.
+func (d *Device) TrackAllocs() (stop func() []runtime.Buffer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	list := new([]runtime.Buffer)
+	d.tracks = append(d.tracks, list)
+	return func() []runtime.Buffer {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if i := slices.Index(d.tracks, list); i >= 0 {
+			d.tracks = slices.Delete(d.tracks, i, i+1)
+		}
+		return *list
+	}
 }
 
 // alloc allocates device memory and records it (d.mu held).

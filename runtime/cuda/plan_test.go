@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -70,5 +71,70 @@ func TestPlanOnCUDA(t *testing.T) {
 				numcheck.ComparePlans(t, mode, got, want, planTolerance)
 			}
 		})
+	}
+}
+
+// TestPlanRelease: a plan compiled on the device owns what it allocated
+// (runtime.AllocTracker) — its arena, workspace, constants, parameter
+// copies, gradients and loss head — and Release gives all of it back: the
+// memory in use falls to where it was before the plan but for the
+// device's own (its scratch and the compile-time data it keeps until
+// Close), a second plan compiled and released after it leaves the device
+// where the first left it, and a released plan refuses to run. A
+// forward-only plan and a training plan, on two fixtures.
+func TestPlanRelease(t *testing.T) {
+	d := emuDevice(t)
+	dir := filepath.Join("..", "..", "testdata")
+	for _, name := range []string{"cnn", "resnet_eval"} {
+		for _, forward := range []bool{true, false} {
+			g, gold, err := numcheck.LoadFixture(dir, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := gold["input"]
+			var sample []int64
+			for _, s := range x.Shape[1:] {
+				sample = append(sample, int64(s))
+			}
+			batch := x.Shape[0]
+			run := func() (held, after int64) {
+				before, _ := d.MemoryStats()
+				p, err := runtime.CompileForBatch(g, batch, sample, &runtime.Options{Device: d, ForwardOnly: forward})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.LoadParams(); err == nil {
+					err = p.SetInput(0, x.F32)
+					if err == nil {
+						err = p.Forward()
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				held, _ = d.MemoryStats()
+				if err := p.Release(); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.Forward(); err == nil || !strings.Contains(err.Error(), "released") {
+					t.Errorf("%s: a released plan's Forward: %v", name, err)
+				}
+				after, _ = d.MemoryStats()
+				return held - before, after - before
+			}
+			held, kept := run()
+			arena := int64(0)
+			if p, err := runtime.CompileForBatch(g, batch, sample, &runtime.Options{ForwardOnly: forward, PlanOnly: true}); err == nil {
+				arena = p.ArenaBytes()
+			}
+			if held < arena || kept >= arena/4 {
+				t.Errorf("%s (forward only %v): the plan held %d bytes (arena %d), %d stayed after Release", name, forward, held, arena, kept)
+			}
+			t.Logf("%s (forward only %v): held %d bytes (arena %d), %d stayed after Release", name, forward, held, arena, kept)
+			held2, kept2 := run()
+			if held2 < arena || kept2 > kept {
+				t.Errorf("%s (forward only %v): a second plan held %d bytes, left %d more (the first %d)", name, forward, held2, kept2, kept)
+			}
+		}
 	}
 }
