@@ -72,7 +72,7 @@
 # device memory faults, as on the GPU). Environment: STEPS (5), BATCH224
 # (32), PY (the first of python3, /usr/bin/python3 that has numpy); TIMM
 # (beit_base_patch16_224,crossvit_tiny_240); PARTS ("tests norms bench timm
-# dynamo maxbatch profile": the steps to run, so that a short GPU loan can split
+# dynamo maxbatch profile cache": the steps to run, so that a short GPU loan can split
 # them over calls with the same OUT, each part rewriting only its own
 # files); BENCH_VARIANTS (the benchmark rows beside each model's default:
 # "gemm heuristic deterministic cudnn workspace256 tf32"); BENCH_MODELS
@@ -155,7 +155,7 @@ fi
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 status=0
-PARTS=${PARTS:-tests norms bench timm dynamo maxbatch profile}
+PARTS=${PARTS:-tests norms bench timm dynamo maxbatch profile cache}
 TIMM=${TIMM:-beit_base_patch16_224,crossvit_tiny_240}
 BUDGET_S=${BUDGET_S:-0}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
@@ -856,6 +856,37 @@ if rows:
     for k, setting, v in sorted(rows, key=lambda r: r[:2]):
         print("| %s | %s | %.4f | %.4f | %s |" % (k, setting, v["cudnn_ms"], v["gemm_ms"], "cuDNN" if v["cudnn"] else "unfolding"))
 PYEOF
+if has cache; then
+echo "== 8. feature cache: a linear probe on the device, cached and not" >&2
+# ResNet-50 at 224² with its fc alone trained on CACHE_EXAMPLES images for
+# CACHE_EPOCHS epochs, --cache-features on against off (the same seed):
+# the cached run computes the frozen network once and releases its plan
+# (runtime.Plan.Release); the two runs' last losses agree.
+: >"$OUT/cache.jsonl"
+if [ $mode = gpu ]; then
+	"$BIN"/dpfinetune zoo export resnet50 --out "$tmp/probe.onnx" 2>>"$OUT/cache.log"
+	probe=(--model "$tmp/probe.onnx" --input-shape 3,224,224 --data "idx:testdata/fmnist-small:limit=${CACHE_EXAMPLES:-2048}" --epochs "${CACHE_EPOCHS:-3}")
+else
+	probe=(--model testdata/models/resnet_eval.onnx --input-shape 3,32,32 --data idx:testdata/fmnist-small:limit=64 --epochs 2)
+fi
+for c in on off; do
+	"$BIN"/dpfinetune train --device cuda "${probe[@]}" --test-data none --train '^fc\.' --epsilon 3 --batch-size 256 --quiet --seed 1 \
+		--cache-features $c --out "$tmp/probe-$c.onnx" --report "$tmp/cache-$c.json" >>"$OUT/cache.log" 2>&1 || status=1
+done
+"$PY" - "$tmp/cache-on.json" "$tmp/cache-off.json" <<'PYEOF' | tee -a "$OUT/cache.jsonl" >&2
+import json, sys
+try:
+    on, off = (json.load(open(f)) for f in sys.argv[1:3])
+except (OSError, ValueError) as e:
+    print(json.dumps({"error": "a run failed (see cache.log): %s" % e}))
+    sys.exit()
+a, b = on["epochs"][-1]["train_loss"], off["epochs"][-1]["train_loss"]
+print(json.dumps({"cached_s": on["seconds"], "whole_s": off["seconds"], "ratio": on["seconds"] / off["seconds"],
+                  "feature_cache": on.get("feature_cache"), "losses": [a, b], "ok": bool(on["feature_cache"]["cached"]) and abs(a - b) <= 1e-3 * abs(b)}))
+PYEOF
+grep -q '"ok": true' "$OUT/cache.jsonl" || status=1
+fi
+
 {
 	cat "$OUT"/bench.md "$OUT"/timm.md "$OUT"/dynamo.md "$OUT"/maxbatch.md "$OUT"/choices.md "$OUT"/convs-*.md
 	for f in "$OUT"/peak-*.txt; do
