@@ -581,7 +581,13 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Test != nil {
 		cached += cfg.Test.Len()
 	}
-	split, fcRep, err := planFeatureCache(set, cfg.Device, g, rp, opts.PlanOptions, cached, cfg.EvalBatch, cfg.MaxMemory)
+	// The frozen part's passes take no more examples than a physical
+	// batch of the whole model would (cachePass).
+	phys := cfg.PhysicalBatch
+	if phys == 0 {
+		phys = max(1, min(L, 64)/views)
+	}
+	split, fcRep, err := planFeatureCache(set, cfg.Device, g, rp, opts.PlanOptions, cached, cachePass(cfg.EvalBatch, phys), cfg.MaxMemory)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
@@ -763,7 +769,7 @@ func Run(cfg Config) (*Report, error) {
 		logf("  features:  the trained part reads the frozen part through %s a sample: the frozen part (%s) runs once over the %d examples, cached (%s), and each step runs the trained part (%s) alone\n",
 			cutNames(split), rewrite.Nodes(split.PrefixNodes), cached, FormatBytes(fcRep.Bytes), rewrite.Nodes(split.HeadNodes))
 		if fcRep.DeviceBytes > 0 {
-			logf("  features:  the frozen part's pass at batch %d takes %s of the device while it runs, beside the engine (counted in --max-memory)\n", cachePass(cfg.EvalBatch), FormatBytes(fcRep.DeviceBytes))
+			logf("  features:  the frozen part's pass at batch %d takes %s of the device while it runs, beside the engine (counted in --max-memory)\n", fcRep.PassBatch, FormatBytes(fcRep.DeviceBytes))
 		}
 	case fcRep != nil && set.FeatureCache != FeatureCacheOff:
 		logf("  features:  not cached (%s): every step runs the whole model\n", fcRep.Reason)

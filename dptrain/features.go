@@ -42,6 +42,8 @@ type FeatureCacheReport struct {
 	// their memory.
 	Examples int   `json:"examples,omitempty"`
 	Bytes    int64 `json:"bytes,omitempty"`
+	// PassBatch is the examples of one pass of the frozen part.
+	PassBatch int `json:"pass_batch,omitempty"`
 	// Seconds is the time computing them took (0 in a dry run).
 	Seconds float64 `json:"seconds,omitempty"`
 	// DeviceBytes is, on a device with memory of its own (a GPU), the
@@ -59,8 +61,11 @@ type FeatureCacheReport struct {
 // memory the machine has available, or on the CPU half of maxMemory where
 // set (on a GPU half of it bounds the frozen part's pass instead). The
 // trained part then runs as split.Head with split.HeadPlan; the frozen
-// part runs on dev at cachePass(evalBatch).
-func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, evalBatch int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
+// part runs on dev in passes of at most pass examples, whose plan is
+// compiled here (PlanOnly: sizes checked against maxMemory or the
+// machine, nothing allocated; halved until it fits), so that a dry run
+// checks it too.
+func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, pass int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
 	mode := set.FeatureCache
 	switch mode {
 	case "", FeatureCacheAuto:
@@ -107,11 +112,18 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 	if budget >= 0 && rep.Bytes > budget {
 		return refuse(fmt.Sprintf("the %d examples' features (%d floats each, %s) exceed %s (%s)", examples, split.SampleFloats(), FormatBytes(rep.Bytes), what, FormatBytes(budget)))
 	}
-	if own {
-		pp, err := runtime.CompileForBatch(split.Prefix, max(1, min(cachePass(evalBatch), examples)), rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true})
-		if err != nil {
-			return nil, nil, fmt.Errorf("planning the frozen part: %w", err)
+	// The pass's plan, halved until it fits the memory limit.
+	var pp *runtime.Plan
+	for rep.PassBatch = max(1, min(pass, examples)); ; rep.PassBatch /= 2 {
+		pp, err = runtime.CompileForBatch(split.Prefix, rep.PassBatch, rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true, MaxMemory: maxMemory})
+		if err == nil || rep.PassBatch == 1 {
+			break
 		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the frozen part's pass of one example: %w", err)
+	}
+	if own {
 		rep.DeviceBytes = pp.ArenaBytes()
 		for _, v := range split.Prefix.Initializers {
 			if v.DType.IsFloat() {
@@ -119,7 +131,7 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 			}
 		}
 		if maxMemory > 0 && rep.DeviceBytes > maxMemory/2 {
-			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", cachePass(evalBatch), FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
+			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", rep.PassBatch, FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
 		}
 	}
 	return split, rep, nil
@@ -131,8 +143,16 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 // (256 by default) would hold four times that.
 const maxCachePass = 64
 
-// cachePass is the frozen part's batch: evalBatch, at most maxCachePass.
-func cachePass(evalBatch int) int { return max(1, min(evalBatch, maxCachePass)) }
+// cachePass is the frozen part's batch: evalBatch, at most maxCachePass
+// and, where the caller fixed one (physical > 0), the physical batch,
+// which the caller chose for the memory a pass of the whole model takes.
+func cachePass(evalBatch, physical int) int {
+	p := min(evalBatch, maxCachePass)
+	if physical > 0 {
+		p = min(p, physical)
+	}
+	return max(1, p)
+}
 
 // features is a dataset of cached outputs of a model's frozen part: one
 // row of Shape's floats per example of the dataset it was computed from,
@@ -182,13 +202,14 @@ func (f *features) Fingerprint() string {
 }
 
 // computeFeatures runs the frozen prefix over every example of v (without
-// augmentation) on dev, batch examples a pass, and returns its outputs as
+// augmentation) on dev, batch examples a pass (its buffers held to
+// maxMemory, or the machine's memory where 0), and returns its outputs as
 // a dataset. stop, when set, is polled between passes: it returning true
 // abandons the work (ok false).
-func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []int64, v data.Dataset, batch int, stop func() bool) (f *features, ok bool, err error) {
+func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []int64, v data.Dataset, batch int, maxMemory int64, stop func() bool) (f *features, ok bool, err error) {
 	n := v.Len()
 	batch = max(1, min(batch, n))
-	plan, err := runtime.CompileForBatch(split.Prefix, batch, sample, &runtime.Options{Device: dev, ForwardOnly: true})
+	plan, err := runtime.CompileForBatch(split.Prefix, batch, sample, &runtime.Options{Device: dev, ForwardOnly: true, MaxMemory: maxMemory})
 	if err != nil {
 		return nil, false, fmt.Errorf("the frozen prefix: %w", err)
 	}
@@ -273,13 +294,13 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
 	}
 	logf("  features:  computing the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
-	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, cachePass(cfg.EvalBatch), cfg.Stop)
+	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, rep.PassBatch, cfg.MaxMemory, cfg.Stop)
 	if err != nil || !ok {
 		return nil, nil, ok, err
 	}
 	train = tr
 	if cfg.Test != nil {
-		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, cachePass(cfg.EvalBatch), cfg.Stop)
+		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, rep.PassBatch, cfg.MaxMemory, cfg.Stop)
 		if err != nil || !ok {
 			return nil, nil, ok, err
 		}

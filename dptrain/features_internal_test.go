@@ -13,7 +13,8 @@ import (
 )
 
 // TestFeatureCacheBudget: the cache is held to half of --max-memory on
-// the CPU (auto: not cached, and why; on: refused), and on a device with
+// the CPU (auto: not cached, and why; on: refused), the frozen part's
+// passes are halved until their plan fits --max-memory, and on a device with
 // memory of its own the frozen part's pass, which stays allocated there,
 // is counted instead of the cache (host memory).
 func TestFeatureCacheBudget(t *testing.T) {
@@ -30,8 +31,8 @@ func TestFeatureCacheBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 1000 examples of 512 floats: 2,048,000 bytes.
-	const examples, bytes = 1000, 1000 * 512 * 4
+	// 100 examples of 512 floats: 204,800 bytes.
+	const examples, bytes = 100, 100 * 512 * 4
 	for _, c := range []struct {
 		mode   string
 		dev    runtime.Device
@@ -41,14 +42,14 @@ func TestFeatureCacheBudget(t *testing.T) {
 	}{
 		{FeatureCacheAuto, nil, 2*bytes + 2, true, ""},
 		{FeatureCacheAuto, nil, 2*bytes - 2, false, "exceed half of --max-memory"},
-		{FeatureCacheOn, nil, 2*bytes - 2, false, "--cache-features on: the 1000 examples' features"},
+		{FeatureCacheOn, nil, 2*bytes - 2, false, "--cache-features on: the 100 examples' features"},
 		{FeatureCacheAuto, nil, 0, true, ""},
 		{FeatureCacheOff, nil, 0, false, "--cache-features off"},
 		// CUDA's Freer: not in this package's tests; reference.Separate
 		// is host memory to Freer's test, so the cache counts.
 		{FeatureCacheAuto, reference.Separate{}, 2*bytes - 2, false, "exceed half of --max-memory"},
 	} {
-		split, rep, err := planFeatureCache(Settings{FeatureCache: c.mode, Augment: "none"}, c.dev, g, rp, opts, examples, 256, c.maxMem)
+		split, rep, err := planFeatureCache(Settings{FeatureCache: c.mode, Augment: "none"}, c.dev, g, rp, opts, examples, 64, c.maxMem)
 		switch {
 		case c.mode == FeatureCacheOn && !c.cached:
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -58,6 +59,12 @@ func TestFeatureCacheBudget(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		case c.cached && (split == nil || rep == nil || !rep.Cached || rep.Bytes != bytes || rep.DeviceBytes != 0):
 			t.Errorf("%+v: %+v; want it cached in %d bytes", c, rep, bytes)
+		case c.cached && c.maxMem == 0 && rep.PassBatch != 64:
+			t.Errorf("%+v: passes of %d examples, want 64", c, rep.PassBatch)
+		case c.cached && c.maxMem > 0 && !(rep.PassBatch >= 1 && rep.PassBatch < 64):
+			// The CNN's frozen part at 64 examples takes more than the
+			// 400 kB: the pass is halved until it fits.
+			t.Errorf("%+v: passes of %d examples, want fewer than 64", c, rep.PassBatch)
 		case !c.cached && (split != nil || rep == nil || rep.Cached || !strings.Contains(rep.Reason, c.want)):
 			t.Errorf("%+v: %+v; want no cache because %q", c, rep, c.want)
 		}
