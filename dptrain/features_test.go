@@ -15,29 +15,34 @@ import (
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
-// forward runs g forward on the CPU over x, a batch of b samples of shape
-// sample, and returns its first output.
-func forward(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) []float32 {
+// forwardPlan runs g forward on the CPU over x, a batch of b samples of
+// shape sample, and returns the plan holding its outputs.
+func forwardPlan(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) *runtime.Plan {
 	t.Helper()
 	p, err := runtime.CompileForBatch(g, b, sample, &runtime.Options{ForwardOnly: true})
+	if err == nil {
+		err = p.LoadParams()
+	}
+	if err == nil {
+		err = p.SetInput(0, x)
+	}
+	if err == nil {
+		err = p.Forward()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.LoadParams(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetInput(0, x); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Forward(); err != nil {
-		t.Fatal(err)
-	}
-	out, _ := p.Output(0)
+	return p
+}
+
+// forward is forwardPlan's first output.
+func forward(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) []float32 {
+	t.Helper()
+	out, _ := forwardPlan(t, g, b, sample, x).Output(0)
 	return append([]float32(nil), out...)
 }
 
@@ -46,19 +51,7 @@ func forward(t *testing.T, g *graph.Graph, b int, sample []int64, x []float32) [
 // reads them.
 func packed(t *testing.T, split *rewrite.FrozenPrefix, b int, sample []int64, x []float32) []float32 {
 	t.Helper()
-	p, err := runtime.CompileForBatch(split.Prefix, b, sample, &runtime.Options{ForwardOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.LoadParams(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.SetInput(0, x); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Forward(); err != nil {
-		t.Fatal(err)
-	}
+	p := forwardPlan(t, split.Prefix, b, sample, x)
 	if p.NumOutputs() != len(split.Cut) {
 		t.Fatalf("the prefix has %d outputs for a cut of %d", p.NumOutputs(), len(split.Cut))
 	}
@@ -103,14 +96,7 @@ func TestFeatureCacheHalves(t *testing.T) {
 		{"vit", `encoder_layer_1\.mlp\.3\.`, []int64{3, 32, 32}},
 	} {
 		t.Run(c.fixture+"/"+c.train, func(t *testing.T) {
-			m, err := onnx.Load("../testdata/models/" + c.fixture + ".onnx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			g, err := graph.FromONNX(m)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := fixtureGraph(t, c.fixture)
 			opts := rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: c.sample, Batch: 4, Train: regexp.MustCompile(c.train)}}
 			rp, err := rewrite.Prepare(g, opts)
 			if err != nil {
@@ -185,17 +171,7 @@ func runFeatureCache(t *testing.T, model, train, trained string, sample []int64,
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func() *graph.Graph {
-		m, err := onnx.Load("../testdata/models/" + model + ".onnx")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := graph.FromONNX(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
-	}
+	load := func() *graph.Graph { return fixtureGraph(t, model) }
 	run := func(cache string) (*dptrain.Report, *graph.Graph) {
 		seed := uint64(5)
 		g := load()

@@ -34,9 +34,12 @@ func smallFMNIST(t *testing.T) *data.View {
 
 // cnnGraph loads the fixture CNN (testdata/models/cnn.onnx) as a graph of
 // its own, initializers included.
-func cnnGraph(t *testing.T) *graph.Graph {
+func cnnGraph(t *testing.T) *graph.Graph { return fixtureGraph(t, "cnn") }
+
+// fixtureGraph loads testdata/models/NAME.onnx as a graph of its own.
+func fixtureGraph(t *testing.T, name string) *graph.Graph {
 	t.Helper()
-	m, err := onnx.Load("../testdata/models/cnn.onnx")
+	m, err := onnx.Load("../testdata/models/" + name + ".onnx")
 	if err != nil {
 		t.Fatal(err)
 	}
