@@ -7,6 +7,8 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -257,6 +259,11 @@ type Config struct {
 	// audit (package dptrain/audit).
 	GradientCanaries int
 	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
+	// FeatureCacheDir is where a feature cache that does not fit the
+	// memory budget goes (Settings.FeatureCache; a file removed as soon
+	// as it is open, nothing left after the run): "" is the checkpoint's
+	// folder, else the export's, else the system's temporary folder.
+	FeatureCacheDir string
 	// SkipNormCheck skips the check, before a private run's first step,
 	// of the engine's per-sample gradient norms against each sample's own
 	// gradient (CheckNorms): the run then takes the engine's word for
@@ -587,7 +594,7 @@ func Run(cfg Config) (*Report, error) {
 	if phys == 0 {
 		phys = max(1, min(L, 64)/views)
 	}
-	split, fcRep, err := planFeatureCache(set, cfg.Device, g, rp, opts.PlanOptions, cached, cachePass(cfg.EvalBatch, phys), cfg.MaxMemory)
+	split, fcRep, err := planFeatureCache(set, cfg.Device, g, rp, opts.PlanOptions, cached, cachePass(cfg.EvalBatch, phys), cfg.MaxMemory, spillDir(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
@@ -870,7 +877,12 @@ func Run(cfg Config) (*Report, error) {
 			}
 			return nil, &Interrupted{ckptPath}
 		}
-		cfg.Train, cfg.Test = train, test
+		defer train.close()
+		cfg.Train = train
+		if test != nil {
+			defer test.close()
+			cfg.Test = test
+		}
 	}
 	var ev *Evaluator
 	if cfg.Test != nil {
@@ -1318,4 +1330,17 @@ func FormatBytes(b int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// spillDir is the folder of a feature cache on disk (Config.FeatureCacheDir).
+func spillDir(cfg Config) string {
+	switch {
+	case cfg.FeatureCacheDir != "":
+		return cfg.FeatureCacheDir
+	case cfg.Checkpoint != "":
+		return filepath.Dir(cfg.Checkpoint)
+	case cfg.Out != "":
+		return filepath.Dir(cfg.Out)
+	}
+	return os.TempDir()
 }

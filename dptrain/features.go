@@ -42,6 +42,11 @@ type FeatureCacheReport struct {
 	// their memory.
 	Examples int   `json:"examples,omitempty"`
 	Bytes    int64 `json:"bytes,omitempty"`
+	// Disk, where the cache did not fit the memory budget, is the folder
+	// whose file system holds it instead: a file removed as soon as it
+	// was opened, mapped into memory, whose blocks go back when the run
+	// ends (crash included), so that no copy of the features outlives it.
+	Disk string `json:"disk,omitempty"`
 	// PassBatch is the examples of one pass of the frozen part.
 	PassBatch int `json:"pass_batch,omitempty"`
 	// Seconds is the time computing them took (0 in a dry run).
@@ -65,7 +70,7 @@ type FeatureCacheReport struct {
 // compiled here (PlanOnly: sizes checked against maxMemory or the
 // machine, nothing allocated; halved until it fits), so that a dry run
 // checks it too.
-func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, pass int, maxMemory int64) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
+func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, opts rewrite.PlanOptions, examples, pass int, maxMemory int64, spillDir string) (*rewrite.FrozenPrefix, *FeatureCacheReport, error) {
 	mode := set.FeatureCache
 	switch mode {
 	case "", FeatureCacheAuto:
@@ -103,14 +108,26 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 	// host's alone.
 	_, own := dev.(runtime.Freer)
 	budget, what := int64(-1), ""
-	if avail, _, ok := sysmem.Available(); ok {
+	if avail, _, ok := availableMemory(); ok {
 		budget, what = avail/2, "half the memory available"
 	}
 	if maxMemory > 0 && !own && (budget < 0 || maxMemory/2 < budget) {
 		budget, what = maxMemory/2, "half of --max-memory"
 	}
 	if budget >= 0 && rep.Bytes > budget {
-		return refuse(fmt.Sprintf("the %d examples' features (%d floats each, %s) exceed %s (%s)", examples, split.SampleFloats(), FormatBytes(rep.Bytes), what, FormatBytes(budget)))
+		// On disk, where its file system has the room (a tenth kept free).
+		over := fmt.Sprintf("the %d examples' features (%d floats each, %s) exceed %s (%s)", examples, split.SampleFloats(), FormatBytes(rep.Bytes), what, FormatBytes(budget))
+		if spillDir == "" {
+			return refuse(over)
+		}
+		free, err := diskFree(spillDir)
+		if err != nil {
+			return refuse(fmt.Sprintf("%s, and the free space of %s is unknown: %v", over, spillDir, err))
+		}
+		if rep.Bytes > free-free/10 {
+			return refuse(fmt.Sprintf("%s and nine tenths of the free space of %s (%s)", over, spillDir, FormatBytes(free)))
+		}
+		rep.Disk = spillDir
 	}
 	// The pass's plan, halved until it fits the memory limit.
 	var pp *runtime.Plan
@@ -154,14 +171,30 @@ func cachePass(evalBatch, physical int) int {
 	return max(1, p)
 }
 
+// availableMemory is the memory the cache's budget is half of (a
+// variable for the tests of the cache on disk).
+var availableMemory = sysmem.Available
+
 // features is a dataset of cached outputs of a model's frozen part: one
 // row of Shape's floats per example of the dataset it was computed from,
-// which gives the labels.
+// which gives the labels. Its rows are memory, or a file mapped into
+// memory (FeatureCacheReport.Disk) that close gives back.
 type features struct {
 	data.Dataset
-	shape []int
-	row   int
-	x     []float32
+	shape   []int
+	row     int
+	x       []float32
+	release func() error
+}
+
+// close gives back a cache on disk; the rows are gone after it.
+func (f *features) close() error {
+	if f == nil || f.release == nil {
+		return nil
+	}
+	err := f.release()
+	f.x, f.release = nil, nil
+	return err
 }
 
 // SampleShape returns one row's shape.
@@ -204,9 +237,9 @@ func (f *features) Fingerprint() string {
 // computeFeatures runs the frozen prefix over every example of v (without
 // augmentation) on dev, batch examples a pass (its buffers held to
 // maxMemory, or the machine's memory where 0), and returns its outputs as
-// a dataset. stop, when set, is polled between passes: it returning true
+// a dataset, in memory or, where disk is a folder, on disk there. stop, when set, is polled between passes: it returning true
 // abandons the work (ok false).
-func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []int64, v data.Dataset, batch int, maxMemory int64, stop func() bool) (f *features, ok bool, err error) {
+func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []int64, v data.Dataset, batch int, maxMemory int64, disk string, stop func() bool) (f *features, ok bool, err error) {
 	n := v.Len()
 	batch = max(1, min(batch, n))
 	plan, err := runtime.CompileForBatch(split.Prefix, batch, sample, &runtime.Options{Device: dev, ForwardOnly: true, MaxMemory: maxMemory})
@@ -236,7 +269,18 @@ func computeFeatures(dev runtime.Device, split *rewrite.FrozenPrefix, sample []i
 	if total != row {
 		return nil, false, fmt.Errorf("the frozen prefix's outputs hold %d floats a sample, the head's input %d", total, row)
 	}
-	f = &features{Dataset: v, row: row, x: make([]float32, n*row)}
+	fc := &features{Dataset: v, row: row}
+	if disk == "" {
+		fc.x = make([]float32, n*row)
+	} else if fc.x, fc.release, err = spillFloats(disk, n*row); err != nil {
+		return nil, false, fmt.Errorf("the feature cache on disk: %w", err)
+	}
+	defer func() {
+		if err != nil || !ok {
+			fc.close() // the results are nil by now
+		}
+	}()
+	f = fc
 	for _, d := range split.Shape {
 		f.shape = append(f.shape, int(d))
 	}
@@ -286,28 +330,32 @@ func prodInts[T int | int64](d []T) T {
 }
 
 // cacheFeatures computes the training (and test) data's features for a
-// run, logging what it does; ok false means stop asked it to stop.
-func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, logf func(string, ...any)) (train, test data.Dataset, ok bool, err error) {
+// run, logging what it does; ok false means stop asked it to stop. The
+// caller closes them.
+func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, logf func(string, ...any)) (train, test *features, ok bool, err error) {
 	t0 := time.Now()
 	what := fmt.Sprintf("%d training", cfg.Train.Len())
 	if cfg.Test != nil {
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
 	}
 	logf("  features:  computing the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
-	tr, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Train, rep.PassBatch, cfg.MaxMemory, cfg.Stop)
+	train, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Train, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
 	if err != nil || !ok {
 		return nil, nil, ok, err
 	}
-	train = tr
 	if cfg.Test != nil {
-		te, ok, err := computeFeatures(cfg.Device, split, sample, cfg.Test, rep.PassBatch, cfg.MaxMemory, cfg.Stop)
+		test, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Test, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
 		if err != nil || !ok {
+			train.close()
 			return nil, nil, ok, err
 		}
-		test = te
 	}
 	rep.Seconds = time.Since(t0).Seconds()
-	logf("  features:  cached in %.1f s (%s)\n", rep.Seconds, FormatBytes(rep.Bytes))
+	where := ""
+	if rep.Disk != "" {
+		where = ", on disk in " + rep.Disk
+	}
+	logf("  features:  cached in %.1f s (%s%s)\n", rep.Seconds, FormatBytes(rep.Bytes), where)
 	return train, test, true, nil
 }
 

@@ -1,11 +1,15 @@
 package dptrain
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -49,7 +53,7 @@ func TestFeatureCacheBudget(t *testing.T) {
 		// is host memory to Freer's test, so the cache counts.
 		{FeatureCacheAuto, reference.Separate{}, 2*bytes - 2, false, "exceed half of --max-memory"},
 	} {
-		split, rep, err := planFeatureCache(Settings{FeatureCache: c.mode, Augment: "none"}, c.dev, g, rp, opts, examples, 64, c.maxMem)
+		split, rep, err := planFeatureCache(Settings{FeatureCache: c.mode, Augment: "none"}, c.dev, g, rp, opts, examples, 64, c.maxMem, "")
 		switch {
 		case c.mode == FeatureCacheOn && !c.cached:
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -68,5 +72,83 @@ func TestFeatureCacheBudget(t *testing.T) {
 		case !c.cached && (split != nil || rep == nil || rep.Cached || !strings.Contains(rep.Reason, c.want)):
 			t.Errorf("%+v: %+v; want no cache because %q", c, rep, c.want)
 		}
+	}
+}
+
+// TestFeatureCacheOnDisk: a cache over the memory budget goes to disk, in
+// Config.FeatureCacheDir (a file removed as soon as it is open: the folder
+// is empty during the run and after it), and trains exactly as the cache
+// in memory does: the same weights bit for bit. A folder whose free space
+// cannot be known is no place for it: auto trains the whole model and
+// says why.
+func TestFeatureCacheOnDisk(t *testing.T) {
+	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(dir string, budget int64) (*Report, *graph.Graph) {
+		saved := availableMemory
+		defer func() { availableMemory = saved }()
+		if budget > 0 {
+			availableMemory = func() (int64, string, bool) { return budget, "test", true }
+		}
+		m, err := onnx.Load("../testdata/models/cnn.onnx")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := graph.FromONNX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed := uint64(3)
+		entries := -1
+		rep, err := Run(Config{
+			Settings: Settings{Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32, Accountant: "rdp", Sampling: "poisson",
+				Mode: "bk", Clip: 1, ClipFn: "abadi", Optimizer: "adam", LR: 1e-2, InputShape: []int64{1, 28, 28}, Seed: &seed},
+			Graph: g, Train: ds, Test: ds, EvalBatch: 32, FeatureCacheDir: dir,
+			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(`^classifier\.`)}},
+			Events: func(e Event) {
+				if e.Kind == StepDone && entries < 0 && dir != "" {
+					es, _ := os.ReadDir(dir)
+					entries = len(es)
+				}
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if entries > 0 {
+			t.Errorf("%d files in %s during the run", entries, dir)
+		}
+		return rep, g
+	}
+	dir := t.TempDir()
+	// 192 examples of 512 floats: 393,216 bytes, over half of 400,000.
+	disk, gd := run(dir, 400_000)
+	mem, gm := run("", 0)
+	if fc := disk.FeatureCache; fc == nil || !fc.Cached || fc.Disk != dir || fc.Bytes != 192*512*4 {
+		t.Fatalf("the run reports %+v; want the cache on disk in %s", fc, dir)
+	}
+	if fc := mem.FeatureCache; fc == nil || !fc.Cached || fc.Disk != "" {
+		t.Fatalf("the run in memory reports %+v", fc)
+	}
+	if es, _ := os.ReadDir(dir); len(es) != 0 {
+		t.Errorf("%d files left in %s", len(es), dir)
+	}
+	for _, v := range gm.Initializers {
+		if v.Const != nil && v.Const.F32 != nil && !numcheck.SameBits(v.Const.F32, gd.Values[v.Name].Const.F32) {
+			t.Errorf("%s differs between the cache on disk and in memory", v.Name)
+		}
+	}
+	if disk.Epochs[1].Test.Accuracy != mem.Epochs[1].Test.Accuracy {
+		t.Errorf("test accuracy %v on disk, %v in memory", disk.Epochs[1].Test.Accuracy, mem.Epochs[1].Test.Accuracy)
+	}
+	nowhere, _ := run(filepath.Join(dir, "missing"), 400_000)
+	if fc := nowhere.FeatureCache; fc == nil || fc.Cached || !strings.Contains(fc.Reason, "free space of") {
+		t.Errorf("a cache for a missing folder: %+v", fc)
 	}
 }

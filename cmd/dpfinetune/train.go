@@ -69,7 +69,7 @@ func runTrain(args []string, stdout io.Writer) error {
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	seedStr, outDType, schedule, ckptEvery, cacheFeatures               *string
+	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
@@ -126,7 +126,8 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		dryRun:         fs.Bool("dry-run", false, "check everything a run checks before its first step (model, rewrite, data, σ, memory, the norm check), print the ε it would spend, and stop: nothing is trained or written but --report"),
 		normCheck:      fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
 		evalBatch:      fs.Int("eval-batch", 256, "batch of the per-epoch evaluation (and of the feature cache's pass)"),
-		cacheFeatures:  fs.String("cache-features", "auto", "where the trained part of the model follows a frozen part (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute the frozen part's outputs once per example and train the trained part alone on them: auto (where it fits half the available memory, or of --max-memory), on (an error where it cannot), off. The gradients and ε are the same"),
+		cacheFeatures:  fs.String("cache-features", "auto", "where the trained part of the model follows a frozen part (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute the frozen part's outputs once per example and train the trained part alone on them: auto (in memory where it fits half the available memory, or of --max-memory, else on disk in --cache-dir), on (an error where it cannot), off. The gradients and ε are the same"),
+		cacheDir:       fs.String("cache-dir", "", "where a feature cache too large for memory goes: a file removed as soon as it is open, mapped into memory, nothing left after the run (crash included) (default: the checkpoint's folder)"),
 		outDType:       fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
 		rf:             addRewriteFlags(fs, "groupnorm"),
 		dev:            addDeviceFlag(fs),
@@ -298,7 +299,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
 		CheckpointEvery: everySteps, CheckpointInterval: everyTime,
-		SkipNormCheck: !*f.normCheck, DryRun: *f.dryRun,
+		SkipNormCheck: !*f.normCheck, DryRun: *f.dryRun, FeatureCacheDir: *f.cacheDir,
 	}
 	if test != nil {
 		cfg.Test = test

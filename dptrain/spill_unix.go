@@ -1,0 +1,50 @@
+//go:build unix
+
+package dptrain
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// diskFree returns the bytes an unprivileged writer may still put in dir's
+// file system.
+func diskFree(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// spillFloats returns n float32 of a file in dir mapped into memory, and
+// the function that unmaps them. The file is removed as soon as it is
+// open: the mapping keeps its blocks until the function is called or the
+// process ends, crash included, so that no copy of the features outlives
+// the run; the kernel writes the pages out and reads them back as memory
+// requires.
+func spillFloats(dir string, n int) ([]float32, func() error, error) {
+	if n == 0 {
+		return nil, func() error { return nil }, nil
+	}
+	f, err := os.CreateTemp(dir, ".dpfinetune-features-*")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return nil, nil, err
+	}
+	size := 4 * int64(n)
+	if err := reserve(f, size); err != nil {
+		return nil, nil, fmt.Errorf("%s: reserving %d bytes: %w", dir, size, err)
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: mapping %d bytes: %w", dir, size, err)
+	}
+	x := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	return x, func() error { return syscall.Munmap(b) }, nil
+}
