@@ -604,8 +604,8 @@ func Run(cfg Config) (*Report, error) {
 		engG, engRP, engShape = split.Head, split.HeadPlan, split.Shape
 		if _, own := cfg.Device.(runtime.Freer); own && memCap > 0 {
 			memCap -= fcRep.DeviceBytes // the cache is host memory
-		} else if memCap > 0 {
-			memCap -= fcRep.Bytes
+		} else if memCap > 0 && fcRep.Disk == "" {
+			memCap -= fcRep.Bytes // on disk it is the page cache's
 		}
 	}
 	// The mode's activation memory as its runtime plan holds it, for

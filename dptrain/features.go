@@ -62,9 +62,11 @@ type FeatureCacheReport struct {
 
 // planFeatureCache decides whether the run caches its frozen part's
 // outputs and splits the model where it does: on, off, or auto — cache
-// where the model splits and the cache fits its memory budget: half the
-// memory the machine has available, or on the CPU half of maxMemory where
-// set (on a GPU half of it bounds the frozen part's pass instead). The
+// where the model splits, in memory where the cache fits its memory
+// budget — half the memory the machine has available, or on the CPU half
+// of maxMemory where set (on a GPU half of it bounds the frozen part's
+// pass instead) — else on disk in spillDir where its file system has the
+// room ("" : nowhere). The
 // trained part then runs as split.Head with split.HeadPlan; the frozen
 // part runs on dev in passes of at most pass examples, whose plan is
 // compiled here (PlanOnly: sizes checked against maxMemory or the
@@ -129,27 +131,32 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 		}
 		rep.Disk = spillDir
 	}
-	// The pass's plan, halved until it fits the memory limit.
-	var pp *runtime.Plan
+	// The pass's plan, halved until it fits the memory limit (on a GPU,
+	// beside the engine, half of it).
+	deviceBytes := func(pp *runtime.Plan) int64 {
+		b := pp.ArenaBytes()
+		for _, v := range split.Prefix.Initializers {
+			if v.DType.IsFloat() {
+				b += 4 * v.Shape.NumElements()
+			}
+		}
+		return b
+	}
 	for rep.PassBatch = max(1, min(pass, examples)); ; rep.PassBatch /= 2 {
+		var pp *runtime.Plan
 		pp, err = runtime.CompileForBatch(split.Prefix, rep.PassBatch, rp.InputShape, &runtime.Options{ForwardOnly: true, PlanOnly: true, MaxMemory: maxMemory})
+		if err == nil && own {
+			rep.DeviceBytes = deviceBytes(pp)
+			if maxMemory > 0 && rep.DeviceBytes > maxMemory/2 {
+				err = fmt.Errorf("%s on the device, over half of --max-memory (%s)", FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2))
+			}
+		}
 		if err == nil || rep.PassBatch == 1 {
 			break
 		}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the frozen part's pass of one example: %w", err)
-	}
-	if own {
-		rep.DeviceBytes = pp.ArenaBytes()
-		for _, v := range split.Prefix.Initializers {
-			if v.DType.IsFloat() {
-				rep.DeviceBytes += 4 * v.Shape.NumElements()
-			}
-		}
-		if maxMemory > 0 && rep.DeviceBytes > maxMemory/2 {
-			return refuse(fmt.Sprintf("the frozen part's forward pass at batch %d (%s on the device) exceeds half of --max-memory (%s): lower --eval-batch", rep.PassBatch, FormatBytes(rep.DeviceBytes), FormatBytes(maxMemory/2)))
-		}
 	}
 	return split, rep, nil
 }
