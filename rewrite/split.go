@@ -179,6 +179,13 @@ func SplitFrozenPrefix(g *graph.Graph, p *Plan, opts PlanOptions) (*FrozenPrefix
 	if err != nil {
 		return nil, "", fmt.Errorf("rewrite: the frozen prefix: %w", err)
 	}
+	heavy := false
+	for _, n := range pre.Nodes {
+		heavy = heavy || productOps[n.OpType]
+	}
+	if !heavy {
+		return nil, "the frozen part before the trained part has no convolution or matrix product (the input's preprocessing at most): caching it would save nothing", nil
+	}
 	head, err := g.Subgraph(names, []string{out.Name})
 	if err != nil {
 		return nil, "", fmt.Errorf("rewrite: the head: %w", err)
@@ -236,6 +243,11 @@ func SplitFrozenPrefix(g *graph.Graph, p *Plan, opts PlanOptions) (*FrozenPrefix
 	hp.Changes, hp.ExportForm = nil, p.ExportForm
 	return &FrozenPrefix{Prefix: pre, Head: head, HeadPlan: hp, Cut: names, Shapes: shapes, Shape: shape, PrefixNodes: len(pre.Nodes), HeadNodes: len(head.Nodes)}, "", nil
 }
+
+// productOps are the operators whose cost a cache of the frozen part
+// saves: where the frozen part has none of them (a Cast, a normalization
+// of the input, a pooling), caching it would cost memory for nothing.
+var productOps = set("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum")
 
 // PackedInput names the head's input where the cut is several tensors.
 const PackedInput = "dpfinetune.features"

@@ -38,6 +38,22 @@ func TestSplitFrozenPrefix(t *testing.T) {
 		{fixture: "crossvit", train: `^heads\.`, cut: []string{"Gather", "Gather"}, shape: []int64{32 + 48},
 			heads: []string{"heads.0.weight", "heads.0.bias", "heads.1.weight", "heads.1.bias"}},
 	}
+	t.Run("preprocessing", func(t *testing.T) {
+		// The input normalized and rectified before the trained Gemm:
+		// nothing worth caching.
+		g := newMB().input("x", "N", 8).output("y", "N", 4).
+			init("w", []int64{4, 8}).init("b", []int64{4}).
+			node("Relu", "relu", []string{"x"}, []string{"r"}).
+			node("Gemm", "fc", []string{"r", "w", "b"}, []string{"y"}, attrInt("transB", 1)).build(t)
+		opts := PlanOptions{InputShape: []int64{8}, Batch: 4}
+		p, err := Prepare(g, Options{PlanOptions: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, reason, err := SplitFrozenPrefix(g, p, opts); err != nil || f != nil || !strings.Contains(reason, "no convolution or matrix product") {
+			t.Errorf("split %v, %q, %v; want none", f != nil, reason, err)
+		}
+	})
 	for _, c := range cases {
 		t.Run(c.fixture+"/"+c.train, func(t *testing.T) {
 			g := loadFixture(t, c.fixture)
