@@ -11,7 +11,8 @@
 # Usage: bench/adaclip_fmnist.sh
 # Environment: FMNIST (default /usr/share/datasets/fashion-mnist), OUTDIR
 #   (default /tmp/dpfinetune-adaclip), EPOCHS (default 40), QUANTILE
-#   (default 0.5), LRS (default "0.4 0.8"), SEED (default: secure noise).
+#   (default 0.5; 0: the fixed R = 0.1), LRS (default "0.4 0.8"), OPT
+#   (default sgd; adam drops the momentum), SEED (default: secure noise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
@@ -19,20 +20,21 @@ OUTDIR=${OUTDIR:-/tmp/dpfinetune-adaclip}
 EPOCHS=${EPOCHS:-40}
 QUANTILE=${QUANTILE:-0.5}
 LRS=${LRS:-0.4 0.8}
+OPT=${OPT:-sgd}
 go build -o bin/dpfinetune ./cmd/dpfinetune
 mkdir -p "$OUTDIR"
 TB=(--model testdata/models/cnn.onnx --data "idx:$FMNIST" --epsilon 3 --epochs "$EPOCHS"
-    --optimizer sgd --momentum 0.9 --clip 0.1 --clip-quantile "$QUANTILE" --batch-size 2048
+    --optimizer "$OPT" --momentum 0.9 --clip 0.1 --clip-quantile "$QUANTILE" --batch-size 2048
     --physical-batch 256 --accountant rdp --delta 1e-5 --quiet)
 if [[ -n ${SEED:-} ]]; then TB+=(--seed "$SEED"); fi
 for lr in $LRS; do
-	r=q$QUANTILE-lr$lr
+	r=$OPT-q$QUANTILE-lr$lr
 	start=$(date +%s)
 	bin/dpfinetune train "${TB[@]}" --lr "$lr" --report "$OUTDIR/$r.json" --out "$OUTDIR/$r.onnx" 2>&1 | tee "$OUTDIR/$r.log"
 	echo "$r: $(($(date +%s) - start)) s" | tee -a "$OUTDIR/times.txt"
 done
 # The final and the best epoch's test accuracy, and the clip norm's path.
-for f in "$OUTDIR"/q*.json; do
+for f in "$OUTDIR"/*-q*.json; do
 	python3 - "$f" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
