@@ -10,7 +10,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
@@ -19,17 +18,10 @@ import (
 // TestFeatureCacheBudget: the cache is held to half of --max-memory on
 // the CPU (auto: not cached, and why; on: refused), the frozen part's
 // passes are halved until their plan fits --max-memory, and on a device with
-// memory of its own the frozen part's pass, which stays allocated there,
-// is counted instead of the cache (host memory).
+// memory of its own the frozen part's pass, which runs there beside the
+// engine, is counted instead of the cache (host memory).
 func TestFeatureCacheBudget(t *testing.T) {
-	m, err := onnx.Load("../testdata/models/cnn.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := FixtureGraph(t, "cnn")
 	opts := rewrite.PlanOptions{InputShape: []int64{1, 28, 28}, Batch: 8, Train: regexp.MustCompile(`^classifier\.`)}
 	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: opts})
 	if err != nil {
@@ -96,14 +88,7 @@ func TestFeatureCacheOnDisk(t *testing.T) {
 		if budget > 0 {
 			availableMemory = func() (int64, string, bool) { return budget, "test", true }
 		}
-		m, err := onnx.Load("../testdata/models/cnn.onnx")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := graph.FromONNX(m)
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := FixtureGraph(t, "cnn")
 		seed := uint64(3)
 		entries := -1
 		rep, err := Run(Config{

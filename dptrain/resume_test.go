@@ -13,7 +13,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
-	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 // smallFMNIST returns the first 96 images of testdata/fmnist-small as the
@@ -37,18 +36,7 @@ func smallFMNIST(t *testing.T) *data.View {
 func cnnGraph(t *testing.T) *graph.Graph { return fixtureGraph(t, "cnn") }
 
 // fixtureGraph loads testdata/models/NAME.onnx as a graph of its own.
-func fixtureGraph(t *testing.T, name string) *graph.Graph {
-	t.Helper()
-	m, err := onnx.Load("../testdata/models/" + name + ".onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
-}
+func fixtureGraph(t *testing.T, name string) *graph.Graph { return dptrain.FixtureGraph(t, name) }
 
 // TestResumeAfterCompleteEpoch trains one epoch with a checkpoint, then
 // resumes with two epochs: the checkpoint records one completed epoch, and
