@@ -5,7 +5,10 @@
 // learning-rate schedule (Schedule), per-epoch evaluation, checkpoints
 // (every epoch, on interruption, and every so many steps or minutes),
 // resume and a run report; then it exports the trained model, or the
-// moving average of its parameters (Settings.EMADecay).
+// moving average of its parameters (Settings.EMADecay). Where the trained
+// part follows a frozen one, it computes the frozen part's outputs once per
+// example, in memory or on disk, and trains the trained part alone on them
+// (Settings.FeatureCache, features.go).
 //
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's

@@ -15,11 +15,12 @@ import (
 
 // Feature caching (Settings.FeatureCache): a model whose trained part
 // follows a frozen part (rewrite.SplitFrozenPrefix) has the tensors
-// through which the frozen part reaches the trained part computed once per
-// example, and each step runs only the trained part on them. A sample's clipped gradient is the same function of
-// the sample, so the privacy analysis is unchanged; what changes is that
-// the frozen part's forward pass runs once instead of once an epoch, and
-// its activations are never kept.
+// through which the frozen part reaches the trained part computed once
+// per example, and each step runs only the trained part on them. A
+// sample's clipped gradient is the same function of the sample, so the
+// privacy analysis is unchanged; what changes is that the frozen part's
+// forward pass runs once instead of once an epoch, and its activations are
+// never kept.
 const (
 	FeatureCacheAuto = "auto"
 	FeatureCacheOn   = "on"

@@ -29,6 +29,11 @@
 // decision of mixed ghost clipping (Decide), plus per-mode memory
 // estimates (MemoryAt). Prepare runs the passes and Analyze in order.
 //
+// SplitFrozenPrefix cuts a prepared graph where its trained part begins:
+// the frozen prefix, whose outputs the trainer computes once per example
+// (its feature cache), and the head, a graph of its own sharing the
+// model's tensors, with a Plan that trains what the model's trains.
+//
 // The DP engine consumes a Plan: Plan.Compile gives the runtime a clone
 // with frozen parameters turned into constants; Plan.Params and Plan.Layers
 // say, per parameter, how to obtain per-sample gradient norms. Per-layer
