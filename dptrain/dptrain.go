@@ -602,10 +602,15 @@ func Run(cfg Config) (*Report, error) {
 	memCap := cfg.MaxMemory
 	if split != nil {
 		engG, engRP, engShape = split.Head, split.HeadPlan, split.Shape
-		if _, own := cfg.Device.(runtime.Freer); own && memCap > 0 {
-			memCap -= fcRep.DeviceBytes // the cache is host memory
-		} else if memCap > 0 && fcRep.Disk == "" {
-			memCap -= fcRep.Bytes // on disk it is the page cache's
+		// What the cache takes of the cap: on a GPU its pass (DeviceBytes,
+		// set there alone; the cache is host memory), on the CPU the cache
+		// in memory (on disk it is the page cache's).
+		switch {
+		case memCap <= 0:
+		case fcRep.DeviceBytes > 0:
+			memCap -= fcRep.DeviceBytes
+		case fcRep.Disk == "":
+			memCap -= fcRep.Bytes
 		}
 	}
 	// The mode's activation memory as its runtime plan holds it, for
