@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -74,14 +73,7 @@ func TestFeatureCacheBudget(t *testing.T) {
 // cannot be known is no place for it: auto trains the whole model and
 // says why.
 func TestFeatureCacheOnDisk(t *testing.T) {
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := FMNISTSlice(t, []int64{1, 28, 28})
 	run := func(dir string, budget int64) (*Report, *graph.Graph) {
 		saved := availableMemory
 		defer func() { availableMemory = saved }()

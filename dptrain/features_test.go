@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -163,14 +162,7 @@ func TestRunFeatureCache(t *testing.T) {
 }
 
 func runFeatureCache(t *testing.T, model, train, trained string, sample []int64, shapes [][]int64, tensors, headNodes, prefixNodes int) {
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: int(sample[1]), Width: int(sample[2]), Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := dptrain.FMNISTSlice(t, sample)
 	load := func() *graph.Graph { return fixtureGraph(t, model) }
 	run := func(cache string) (*dptrain.Report, *graph.Graph) {
 		seed := uint64(5)

@@ -18,18 +18,7 @@ import (
 // smallFMNIST returns the first 96 images of testdata/fmnist-small as the
 // fixture CNN's 1×28×28 inputs (the data set's normalization): three
 // Poisson batches of 32 in expectation, for short runs.
-func smallFMNIST(t *testing.T) *data.View {
-	t.Helper()
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=96")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ds
-}
+func smallFMNIST(t *testing.T) *data.View { return dptrain.FMNISTSlice(t, []int64{1, 28, 28}) }
 
 // cnnGraph loads the fixture CNN (testdata/models/cnn.onnx) as a graph of
 // its own, initializers included.
