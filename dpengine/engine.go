@@ -89,6 +89,13 @@ type Config struct {
 	// still one loss a sample, so the per-sample clipping and the
 	// guarantee are those of the plain loss. 0 is the plain loss.
 	LabelSmoothing float64
+	// RowLabels, where the plan reads several rows a sample
+	// (rewrite.PlanOptions.Multiplicity), makes Fill write a label a row
+	// (len(idx)·views) instead of a label a sample: a user's rows under
+	// user-level privacy are different images, each with its own label.
+	// The sample is still what is clipped: the mean of its rows'
+	// gradients. Without views it changes nothing.
+	RowLabels bool
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -587,9 +594,10 @@ func (e *Engine) HostParams() [][]float32 {
 }
 
 // Fill writes the inputs (len(idx)·sample floats) and labels of the given
-// examples into x and y. It must not change the engine's parameters: a
-// logical batch's physical batches share what is derived from them
-// (Engine.stdCurrent).
+// examples into x and y: a label an example, or a label a row of the
+// example's views where Config.RowLabels is set. It must not change the
+// engine's parameters: a logical batch's physical batches share what is
+// derived from them (Engine.stdCurrent).
 type Fill func(idx []int, x []float32, y []int64) error
 
 // StepStats summarizes one logical batch. Losses are on training data and
@@ -721,9 +729,17 @@ func (e *Engine) settleGrad() {
 func (e *Engine) physical(idx []int, fill Fill) error {
 	B := e.cfg.PhysicalBatch
 	n := len(idx)
+	v := e.views
 	clear(e.x[n*e.sampleLen:])
-	clear(e.y[n:])
-	if err := fill(idx, e.x[:n*e.sampleLen], e.y[:n]); err != nil {
+	ys := e.y[:n]
+	if e.cfg.RowLabels && v > 1 {
+		// The padding rows' labels are 0: their loss weighs 0.
+		clear(e.rowY[n*v:])
+		ys = e.rowY[:n*v]
+	} else {
+		clear(e.y[n:])
+	}
+	if err := fill(idx, e.x[:n*e.sampleLen], ys); err != nil {
 		return err
 	}
 	e.n = n
@@ -733,8 +749,7 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 	if err := e.plan.Forward(); err != nil {
 		return err
 	}
-	v := e.views
-	if v > 1 {
+	if v > 1 && !e.cfg.RowLabels {
 		for r := range e.rowY {
 			e.rowY[r] = e.y[r/v]
 		}
@@ -864,12 +879,15 @@ func (e *Engine) noised(grads [][]float32, perTensor bool) ([][]float32, []uint6
 }
 
 // ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds
-// n samples, y n labels) and returns, per parameter, the noise-free clipped
+// n samples, y n labels, or with Config.RowLabels n·views: a label a row) and returns, per parameter, the noise-free clipped
 // sum Σ_i C_i g_i, with the per-sample total norms. It is the engine's
 // output before noise: every DP mode must give the same result.
 func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ []float64, err error) {
 	defer runtime.CatchDeviceFault(&err, "dpengine: clipped sum")
 	n := len(y)
+	if e.cfg.RowLabels && e.views > 1 && len(y) == len(x)/max(e.sampleLen, 1)*e.views {
+		n = len(y) / e.views // a label a row (Config.RowLabels)
+	}
 	if n > e.cfg.PhysicalBatch || len(x) != n*e.sampleLen {
 		return nil, nil, fmt.Errorf("dpengine: %d samples of %d floats do not fit physical batch %d of %v", n, len(x)/max(n, 1), e.cfg.PhysicalBatch, e.sample)
 	}
@@ -880,6 +898,12 @@ func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ [
 	}
 	err = e.physical(idx, func(_ []int, xs []float32, ys []int64) error {
 		copy(xs, x)
+		if len(ys) > len(y) { // RowLabels: a sample's label on each of its rows
+			for r := range ys {
+				ys[r] = y[r/e.views]
+			}
+			return nil
+		}
 		copy(ys, y)
 		return nil
 	})

@@ -13,14 +13,21 @@ import (
 // directViews returns, for each sample of x (views rows of the model's
 // sample each) with label y[i], the gradient of the mean of its views'
 // losses by a plain backward pass of g: augmentation multiplicity's
-// per-sample gradient by definition, no per-sample rule involved.
+// per-sample gradient by definition, no per-sample rule involved. Where y
+// holds a label a row (len(x)/per-view rows), each view has its own.
 func directViews(t *testing.T, g *graph.Graph, names []string, sample []int64, views int, x []float32, y []int64) []map[string][]float64 {
 	t.Helper()
 	ref, err := runtime.CompileForBatch(g, views, sample, &runtime.Options{Trainable: names})
 	if err != nil {
 		t.Fatal(err)
 	}
-	per := len(x) / len(y)
+	viewLen := 1
+	for _, d := range sample {
+		viewLen *= int(d)
+	}
+	per := views * viewLen
+	n := len(x) / per
+	rowLabels := len(y) == n*views && views > 1
 	labels := make([]int64, views)
 	losses := make([]float32, views)
 	weights := make([]float32, views)
@@ -28,9 +35,13 @@ func directViews(t *testing.T, g *graph.Graph, names []string, sample []int64, v
 		weights[r] = float32(1 / float64(views))
 	}
 	var out []map[string][]float64
-	for i := range y {
+	for i := range n {
 		for r := range labels {
-			labels[r] = y[i]
+			if rowLabels {
+				labels[r] = y[i*views+r]
+			} else {
+				labels[r] = y[i]
+			}
 		}
 		if err := ref.SetInput(0, x[i*per:(i+1)*per]); err != nil {
 			t.Fatal(err)
@@ -74,7 +85,7 @@ func TestAugmentMultiplicity(t *testing.T) {
 			for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
 				for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
 					t.Run(fmt.Sprintf("%s/x%d/%s/%s", name, views, dev.Name(), mode), func(t *testing.T) {
-						checkMultiplicity(t, name, views, dev, mode)
+						checkMultiplicity(t, name, views, dev, mode, false, 4)
 					})
 				}
 			}
@@ -82,16 +93,62 @@ func TestAugmentMultiplicity(t *testing.T) {
 	}
 }
 
-func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device, mode Mode) {
-	const n = 2
+// TestViewsOneSample: at a physical batch of one sample, its rows folded
+// into the leading axis are the batch's, a later axis of size one (the
+// cnn's one-channel image) notwithstanding: every mode clips the sample's
+// views' mean gradient, with a label a view or a row.
+func TestViewsOneSample(t *testing.T) {
+	for _, rowLabels := range []bool{false, true} {
+		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+				t.Run(fmt.Sprintf("%v/%s/%s", rowLabels, dev.Name(), mode), func(t *testing.T) {
+					checkMultiplicity(t, "cnn", 2, dev, mode, rowLabels, 1)
+				})
+			}
+		}
+	}
+}
+
+// TestRowLabels: with a label a row (Config.RowLabels: user-level
+// privacy, a user's rows different images with labels of their own), each
+// sample's gradient is the mean of its rows' gradients, each under its own
+// label, clipped as one: norms and clipped sums as directViews gives them
+// with the rows' labels, in every mode, on the CPU and on a device with
+// memory of its own.
+func TestRowLabels(t *testing.T) {
+	for _, name := range []string{"cnn", "vit", "windowconv"} {
+		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
+					checkMultiplicity(t, name, 3, dev, mode, true, 4)
+				})
+			}
+		}
+	}
+}
+
+// checkMultiplicity holds the engine on fixture name, reading views rows
+// a sample at a physical batch of phys samples, to directViews on
+// min(phys, 2) samples; rowLabels gives each row its own label.
+func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device, mode Mode, rowLabels bool, phys int) {
+	n := min(phys, 2)
 	gd := loadGolden(t, name)
 	per := len(gd.x) / len(gd.y)
 	if len(gd.y) < n*views {
 		t.Fatalf("the golden batch has %d samples, want %d", len(gd.y), n*views)
 	}
 	x := gd.x[:n*views*per]
-	y := []int64{gd.y[0], gd.y[1]}
-	g, rp := multipliedFixture(t, name, 4, int64(views))
+	y := []int64{gd.y[0], gd.y[1]}[:n]
+	checkY := y
+	if rowLabels {
+		// The golden batch's own labels, a row each, and the first
+		// sample's rows made to differ wherever they agree.
+		y = append([]int64(nil), gd.y[:n*views]...)
+		if y[0] == y[1] {
+			y[1] = (y[0] + 1) % 2
+		}
+	}
+	g, rp := multipliedFixture(t, name, int64(phys), int64(views))
 	if rp.Multiplicity != int64(views) {
 		t.Fatalf("plan multiplicity %d, want %d", rp.Multiplicity, views)
 	}
@@ -115,7 +172,9 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 	for _, st := range settings {
 		r := st.r
 		clip := Clipping{Fn: Abadi, R: r}
-		e, err := New(g, rp, compareConfig(dev, mode, clip, st.perLayer, "sgd", 4))
+		cfg := compareConfig(dev, mode, clip, st.perLayer, "sgd", phys)
+		cfg.RowLabels = rowLabels
+		e, err := New(g, rp, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +239,7 @@ func checkMultiplicity(t *testing.T, name string, views int, dev runtime.Device,
 		if worst > 1e-4*largest {
 			t.Errorf("%+v: clipped sum differs from the views' mean gradients' by %.3g (largest element %.3g)", st, worst, largest)
 		}
-		if _, err := e.CheckNorms(g, x, y, checkTol); err != nil {
+		if _, err := e.CheckNorms(g, x, checkY, checkTol); err != nil {
 			t.Errorf("%+v: norm check: %v", st, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package dptrain
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,6 +134,18 @@ type Settings struct {
 	// cannot), or FeatureCacheOff. Report.FeatureCache says what the run
 	// did.
 	FeatureCache string `json:"feature_cache,omitempty"`
+	// PrivacyUnit is what the guarantee protects (users.go):
+	// PrivacyUnitExample, or PrivacyUnitUser — all of a user's examples,
+	// where the training data names each example's user (data.Users).
+	// Run resolves PrivacyUnitAuto ("" too) to the second where the data
+	// names users. At user level the sample rate, δ's default and
+	// ExpectedBatch count users: each step samples users, reads
+	// ExamplesPerUser of a sampled user's examples (0: the median user's
+	// count, at most 16) and clips the mean of their gradients as one.
+	// Users is the number of users.
+	PrivacyUnit     string `json:"privacy_unit,omitempty"`
+	Users           int    `json:"users,omitempty"`
+	ExamplesPerUser int    `json:"examples_per_user,omitempty"`
 }
 
 // sourced is a dataset that can tell whether its files changed since it
@@ -436,14 +449,23 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.GradientCanaries < 0 || (cfg.GradientCanaries > 0 && cfg.DrawCanaries == nil) {
 		return nil, fmt.Errorf("dptrain: %d gradient canaries and no DrawCanaries", cfg.GradientCanaries)
 	}
-	n := nData + cfg.GradientCanaries
+	// The units the accountant counts: examples, or users (users.go).
+	groups, err := resolvePrivacyUnit(&set, cfg.Train, cfg.GradientCanaries)
+	if err != nil {
+		return nil, err
+	}
+	nUnits := nData
+	if groups != nil {
+		nUnits = set.Users
+	}
+	n := nUnits + cfg.GradientCanaries
 	if n == 0 {
 		return nil, fmt.Errorf("%s: no training examples", set.Data)
 	}
 	if set.Epochs <= 0 || set.BatchSize <= 0 {
 		return nil, fmt.Errorf("dptrain: epochs %d and batch size %d must be positive", set.Epochs, set.BatchSize)
 	}
-	set.Examples = n
+	set.Examples = nData + cfg.GradientCanaries
 	if sd, ok := cfg.Train.(sourced); ok {
 		set.DataSHA256 = sd.Fingerprint()
 	}
@@ -491,7 +513,11 @@ func Run(cfg Config) (*Report, error) {
 	eps, delta := set.Epsilon, set.Delta
 	ckptPath := cfg.Checkpoint
 	views := max(set.AugmentMultiplicity, 1)
-	if views > 1 {
+	if groups != nil {
+		// A sampled user's examples are its rows, folded into the batch
+		// as augmentation multiplicity's views are, each with its label.
+		views = set.ExamplesPerUser
+	} else if views > 1 {
 		aug, err := data.ParseAugment(set.Augment)
 		if err != nil {
 			return nil, err
@@ -660,7 +686,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
-		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing}
+		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, RowLabels: groups != nil}
 	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -746,7 +772,11 @@ func Run(cfg Config) (*Report, error) {
 	}
 
 	// Print the plan.
-	logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+	if groups != nil {
+		logf("dpfinetune train: %s on %s (%d examples of %d users, %d classes, input %v)\n", set.Model, set.Data, nData, set.Users, cfg.Train.NumClasses(), set.InputShape)
+	} else {
+		logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+	}
 	for _, note := range set.LoadNotes {
 		logf("  model:     %s\n", note)
 	}
@@ -786,7 +816,19 @@ func Run(cfg Config) (*Report, error) {
 	case fcRep != nil && set.FeatureCache != FeatureCacheOff:
 		logf("  features:  not cached (%s): every step runs the whole model\n", fcRep.Reason)
 	}
-	if views > 1 {
+	switch {
+	case groups != nil:
+		logf("  users:     the guarantee is per user: each step samples users (q = %.5g of %d), reads %d of a sampled user's examples (of 1–%d a user; all of them as evenly as %d allows) and clips their gradients' mean as one user's\n",
+			q, set.Users, views, groups.largest(), views)
+	default:
+		if _, nu := data.UsersOf(cfg.Train); nu > 0 {
+			logf("  users:     the data names %d users and the guarantee is per example (--privacy-unit example): a user with k examples is protected only by group privacy over k examples\n", nu)
+			if cfg.Warn != nil {
+				fmt.Fprintf(cfg.Warn, "warning: %s names %d users, and the guarantee is per example (--privacy-unit example): a user with k examples is protected only by group privacy over k examples\n", set.Data, nu)
+			}
+		}
+	}
+	if views > 1 && groups == nil {
 		logf("  views:     %d augmented views of each sample (%s), its gradient their mean, clipped as one sample's\n", views, set.Augment)
 	}
 	devName := "cpu"
@@ -928,7 +970,18 @@ func Run(cfg Config) (*Report, error) {
 			batch = next(batch)
 			aug := src.Rand()
 			fill := func(idx []int, x []float32, y []int64) error { return cfg.Train.Fill(x, y, idx, aug) }
-			if views > 1 {
+			switch {
+			case groups != nil:
+				// A sampled user's rows one after another (userRows),
+				// each with its label, each augmented afresh.
+				fill = func(idx []int, x []float32, y []int64) error {
+					rows = rows[:0]
+					for _, u := range idx {
+						rows = userRows(rows, groups.members[u], views, aug)
+					}
+					return cfg.Train.Fill(x, y, rows, aug)
+				}
+			case views > 1:
 				// A sample's views one after another, each augmented
 				// afresh (Fill draws an augmentation a position).
 				fill = func(idx []int, x []float32, y []int64) error {
@@ -951,10 +1004,10 @@ func Run(cfg Config) (*Report, error) {
 			if len(gradCanaries) > 0 {
 				real, canaries = real[:0], canaries[:0]
 				for _, i := range batch {
-					if i < nData {
+					if i < nUnits {
 						real = append(real, i)
 					} else {
-						canaries = append(canaries, gradCanaries[i-nData])
+						canaries = append(canaries, gradCanaries[i-nUnits])
 					}
 				}
 				in = real
@@ -1205,6 +1258,10 @@ func compatible(prev, cur Settings) error {
 	check("--clip-fn", prev.ClipFn, cur.ClipFn)
 	check("--optimizer", prev.Optimizer, cur.Optimizer)
 	check("--accountant", prev.Accountant, cur.Accountant)
+	unit := func(s Settings) string { return cmp.Or(s.PrivacyUnit, PrivacyUnitExample) }
+	check("--privacy-unit", unit(prev), unit(cur))
+	check("users", prev.Users, cur.Users)
+	check("--examples-per-user", prev.ExamplesPerUser, cur.ExamplesPerUser)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
 	if prev.DataSHA256 != "" && cur.DataSHA256 != "" && prev.DataSHA256 != cur.DataSHA256 {
@@ -1230,6 +1287,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Resize != "" {
 		kv["resize"] = s.Resize
+	}
+	if s.PrivacyUnit == PrivacyUnitUser {
+		kv["privacy_unit"] = s.PrivacyUnit
+		kv["users"] = fmt.Sprint(s.Users)
 	}
 	if s.AugmentMultiplicity > 1 {
 		kv["augment_multiplicity"] = fmt.Sprint(s.AugmentMultiplicity)

@@ -2,6 +2,7 @@ package dptrain_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -151,18 +153,29 @@ func TestRunFeatureCache(t *testing.T) {
 		sample                []int64
 		shapes                [][]int64
 		tensors, head, prefix int
+		users                 bool // examples of 40 users, the guarantee a user's
 	}{
-		{"cnn", `^classifier\.`, "classifier.", []int64{1, 28, 28}, [][]int64{{512}}, 4, 3, 7},
-		{"crossvit", `^heads\.`, "heads.", []int64{3, 32, 32}, [][]int64{{32}, {48}}, 4, 0, 0},
+		{"cnn", `^classifier\.`, "classifier.", []int64{1, 28, 28}, [][]int64{{512}}, 4, 3, 7, false},
+		{"crossvit", `^heads\.`, "heads.", []int64{3, 32, 32}, [][]int64{{32}, {48}}, 4, 0, 0, false},
+		// User-level: a sampled user's examples (2 of its 2 or 3) read
+		// from the cache, a row each.
+		{"cnn", `^classifier\.`, "classifier.", []int64{1, 28, 28}, [][]int64{{512}}, 4, 3, 7, true},
 	} {
-		t.Run(c.model, func(t *testing.T) {
-			runFeatureCache(t, c.model, c.train, c.trained, c.sample, c.shapes, c.tensors, c.head, c.prefix)
+		name := c.model
+		ds := dptrain.FMNISTSlice(t, c.sample)
+		if c.users {
+			name += "/users"
+			ds = usersOfSlice(t, func(i int) string { return fmt.Sprint("user-", i%40) })
+		}
+		t.Run(name, func(t *testing.T) {
+			runFeatureCache(t, ds, c.model, c.train, c.trained, c.sample, c.shapes, c.tensors, c.head, c.prefix)
 		})
 	}
 }
 
-func runFeatureCache(t *testing.T, model, train, trained string, sample []int64, shapes [][]int64, tensors, headNodes, prefixNodes int) {
-	ds := dptrain.FMNISTSlice(t, sample)
+// runFeatureCache trains model's parameters that match train (those
+// named trained…) on ds, cached and not, and compares the two runs.
+func runFeatureCache(t *testing.T, ds *data.View, model, train, trained string, sample []int64, shapes [][]int64, tensors, headNodes, prefixNodes int) {
 	load := func() *graph.Graph { return fixtureGraph(t, model) }
 	run := func(cache string) (*dptrain.Report, *graph.Graph) {
 		seed := uint64(5)
@@ -183,6 +196,9 @@ func runFeatureCache(t *testing.T, model, train, trained string, sample []int64,
 	}
 	on, gOn := run(dptrain.FeatureCacheOn)
 	off, gOff := run(dptrain.FeatureCacheOff)
+	if _, users := data.UsersOf(ds); on.Settings.Users != users || off.Settings.Users != users {
+		t.Errorf("%d and %d users trained, the data names %d", on.Settings.Users, off.Settings.Users, users)
+	}
 	fc := on.FeatureCache
 	var floats int64
 	for _, sh := range shapes {

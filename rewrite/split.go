@@ -57,11 +57,11 @@ func (f *FrozenPrefix) SampleFloats() int64 { return prod(f.Shape) }
 // making it returns nil and the reason: a trained parameter reads the
 // input itself, a tensor of the cut is not float32 or does not carry the
 // batch on its first axis, or the head's plan would not train exactly what
-// p trains.
+// p trains. Where opts reads several rows a sample (Multiplicity: a user's
+// examples under user-level privacy), the head reads as many cut rows a
+// sample: the rows must be inputs fixed for the run — augmented views,
+// which differ at every step, are the caller's to refuse.
 func SplitFrozenPrefix(g *graph.Graph, p *Plan, opts PlanOptions) (*FrozenPrefix, string, error) {
-	if opts.Multiplicity > 1 {
-		return nil, "each sample is fed as several augmented views", nil
-	}
 	if p.Trainable.Tensors == 0 {
 		return nil, "nothing is trained", nil
 	}
@@ -223,7 +223,7 @@ func SplitFrozenPrefix(g *graph.Graph, p *Plan, opts PlanOptions) (*FrozenPrefix
 	}
 	slices.Sort(sel)
 	ho := opts
-	ho.InputShape, ho.Freeze, ho.Multiplicity = shape, nil, 0
+	ho.InputShape, ho.Freeze = shape, nil
 	ho.Train = regexp.MustCompile("^(?:" + strings.Join(sel, "|") + ")$")
 	hp, err := Analyze(head, ho)
 	if err != nil {

@@ -30,7 +30,9 @@ func TestSplitFrozenPrefix(t *testing.T) {
 		{fixture: "resnet_eval", train: `^(layer4|fc)\.`, cut: []string{"Relu"}, shape: []int64{32, 2, 2}},
 		{fixture: "cnn", train: "", reason: "reads the input itself"},
 		{fixture: "cnn", train: `^features\.0\.bias$`, reason: "reads the input itself"},
-		{fixture: "cnn", train: `^classifier\.`, views: 2, reason: "several augmented views"},
+		// Several rows a sample (a user's examples): the head reads as
+		// many cut rows a sample.
+		{fixture: "cnn", train: `^classifier\.`, views: 3, cut: []string{"Flatten"}, shape: []int64{512}},
 		// An MLP's second layer alone: its input and the residual
 		// stream, two tensors packed into one input.
 		{fixture: "vit", train: `encoder_layer_1\.mlp\.3\.`, cut: []string{"Add", "Mul"}, shape: []int64{17*32 + 17*64}},
@@ -130,6 +132,9 @@ func TestSplitFrozenPrefix(t *testing.T) {
 			hp := f.HeadPlan
 			if hp.Trainable != p.Trainable || !slices.Equal(hp.InputShape, c.shape) {
 				t.Fatalf("head plan trains %+v at %v, the model's %+v", hp.Trainable, hp.InputShape, p.Trainable)
+			}
+			if hp.Multiplicity != p.Multiplicity {
+				t.Errorf("head plan reads %d rows a sample, the model's %d", hp.Multiplicity, p.Multiplicity)
 			}
 			var got []string
 			for _, prm := range hp.Params {

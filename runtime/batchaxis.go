@@ -62,7 +62,9 @@ func (p *Plan) propagateBatch() {
 // sequence-first (T, 1, D) tensor's stride D is also its token stride):
 // nothing can mix samples, so every value computed from the input is the
 // sample's whole, stride its size, axis its outermost unit axis (0 where
-// it has none: a (T·1, D) projection's rows). Shape and Size read only
+// it has none: a (T·1, D) projection's rows) — or 0 where the value keeps
+// its input's leading axis of the sample's rows (a sample's views folded
+// into the batch: (K, 1, H, W) for a one-channel image). Shape and Size read only
 // the layout, so what follows them is not the sample's.
 func (p *Plan) propagateOne(in *tensor) {
 	from := map[*tensor]bool{in: true}
@@ -77,12 +79,28 @@ func (p *Plan) propagateOne(in *tensor) {
 		if !dep {
 			continue
 		}
+		x := nd.in[0]
 		for _, y := range nd.out {
 			if y == nil || len(y.shape) == 0 {
 				continue
 			}
 			from[y] = true
 			y.bstride, y.bax = max(1, numel(y.shape)), 0
+			if x != nil && x.bax == 0 && len(x.shape) > 0 && x.shape[0] > 1 && y.shape[0] == x.shape[0] && !layoutOps[nd.g.OpType] {
+				// The sample's rows on the leading axis (a sample's
+				// views or windows folded into the batch, as
+				// augmentation multiplicity and user-level privacy
+				// fold them), kept there by an operator that does not
+				// move axes: a later axis of size 1 (a one-channel
+				// image's) is not the batch.
+				continue
+			}
+			if nd.g.OpType == "Reshape" && x != nil && x.bax == 0 && len(x.shape) > 1 && x.shape[0] == 1 && y.shape[0] == x.shape[1] {
+				// The batch axis merged with the next: the sample's
+				// rows folded into the leading axis (1, K, …) → (K, …),
+				// as a larger batch's (B, K, …) → (B·K, …) holds them.
+				continue
+			}
 			for j, d := range y.shape {
 				if d == 1 {
 					y.bax = j
@@ -91,6 +109,16 @@ func (p *Plan) propagateOne(in *tensor) {
 			}
 		}
 	}
+}
+
+// layoutOps move or regroup axes: in a batch of one, a value they compute
+// from one whose leading axis holds the sample's rows need not keep them
+// there ((T, D) reshaped to sequence-first (T, 1, D)).
+var layoutOps = map[string]bool{
+	"Reshape": true, "Transpose": true, "Flatten": true, "Squeeze": true, "Unsqueeze": true,
+	"Expand": true, "Tile": true, "Concat": true, "Split": true, "Slice": true, "Gather": true,
+	"GatherElements": true, "GatherND": true, "DepthToSpace": true, "SpaceToDepth": true, "Einsum": true,
+	"MatMul": true, "FusedMatMul": true,
 }
 
 // splitBatch sets the batch strides of a FusedSplit's or Split's outputs:

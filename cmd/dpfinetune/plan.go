@@ -44,6 +44,9 @@ type planReport struct {
 	// FeatureCache says whether train can cache the outputs of the
 	// model's frozen part (its --cache-features) and, where not, why.
 	FeatureCache *planFeatures `json:"feature_cache,omitempty"`
+	// ExamplesPerUser is --examples-per-user: the plan is a user-level
+	// run's, each sampled user's rows its Multiplicity.
+	ExamplesPerUser int64 `json:"examples_per_user,omitempty"`
 	*rewrite.Plan
 }
 
@@ -67,6 +70,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's)")
 	batch := fs.Int64("batch", 32, "batch size for the memory estimates")
 	views := fs.Int64("augment-multiplicity", 1, "plan for K augmented views of each sample (train's --augment-multiplicity): every per-sample figure is for the sample's K views")
+	perUser := fs.Int64("examples-per-user", 0, "plan for a user-level run reading K examples of each sampled user (train's --privacy-unit user --examples-per-user K): --batch counts users, every per-sample figure is for a user's K rows")
 	ema := fs.Bool("ema", false, "count the parameters' moving average (train's --ema) in the memory figures")
 	rf := addRewriteFlags(fs, "groupnorm")
 	out := fs.String("out", "", "write the rewritten model here (dynamic batch axis kept)")
@@ -98,6 +102,15 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	opts.Multiplicity = *views
+	switch {
+	case *perUser == 0:
+	case *perUser < 0 || *perUser > maxViews:
+		return usagef("--examples-per-user must be between 1 and %d, got %d", maxViews, *perUser)
+	case *views > 1:
+		return usagef("--examples-per-user and --augment-multiplicity: a user-level run takes no augmentation multiplicity (each of a user's rows is augmented afresh)")
+	default:
+		opts.Multiplicity = *perUser
+	}
 	opts.Averaged = *ema
 	lm, err := loadGraph(*model)
 	if err != nil {
@@ -115,7 +128,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p}
+	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p, ExamplesPerUser: *perUser}
 	// Every mode's activation memory as the runtime plan its engine
 	// compiles holds it (liveness, only what each backward reads), rather
 	// than every activation of the graph. Where there is no such plan the
@@ -181,7 +194,10 @@ func printPlan(w io.Writer, r *planReport) {
 	}
 	fmt.Fprintf(w, "device:      %s (the memory below is allocated there)\n", r.Device)
 	fmt.Fprintf(w, "input:       %s %s, batch %d\n", p.Input, shapeString(valueReport{Shape: anyDims(p.InputShape)}), p.Batch)
-	if p.Multiplicity > 1 {
+	switch {
+	case r.ExamplesPerUser > 0:
+		fmt.Fprintf(w, "users:       %d examples of each sampled user (--examples-per-user): the batch counts users, the figures are for a user's rows\n", r.ExamplesPerUser)
+	case p.Multiplicity > 1:
 		fmt.Fprintf(w, "views:       %d augmented views of each sample (--augment-multiplicity): the figures are for a sample's views\n", p.Multiplicity)
 	}
 	if p.Averaged {

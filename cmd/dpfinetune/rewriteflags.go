@@ -46,6 +46,10 @@ func checkViews(k int64) error {
 	return nil
 }
 
+// maxViews bounds the rows a sample or a user takes in a step
+// (--augment-multiplicity, --examples-per-user).
+const maxViews = rewrite.MaxMultiplicity
+
 // options validates the flags and returns the rewrite options for samples
 // of shape dims at the given batch.
 func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, error) {

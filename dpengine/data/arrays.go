@@ -36,6 +36,12 @@ type Arrays struct {
 	classes []string
 	sources []fileStamp
 
+	// users, where the optional users array names them, is the user of
+	// each sample in [0, len(userNames)); userNames are their ids in
+	// increasing order, as decimal strings. Both nil where none are.
+	users     []int32
+	userNames []string
+
 	fingerprint struct {
 		once sync.Once
 		sum  string
@@ -43,10 +49,12 @@ type Arrays struct {
 }
 
 // The member names LoadArrays looks for, by split: the first of each list
-// that the archive or directory holds; and the optional class names.
+// that the archive or directory holds; and the optional class names. The
+// users arrays are optional too.
 var (
-	arrayNamesX = map[Split][]string{Train: {"x_train", "x"}, Test: {"x_test", "x_val"}}
-	arrayNamesY = map[Split][]string{Train: {"y_train", "y"}, Test: {"y_test", "y_val"}}
+	arrayNamesX     = map[Split][]string{Train: {"x_train", "x"}, Test: {"x_test", "x_val"}}
+	arrayNamesY     = map[Split][]string{Train: {"y_train", "y"}, Test: {"y_test", "y_val"}}
+	arrayNamesUsers = map[Split][]string{Train: {"users_train", "users"}, Test: {"users_test", "users_val"}}
 )
 
 const arrayNamesClasses = "classes"
@@ -63,6 +71,13 @@ const arrayNamesClasses = "classes"
 // classes): classes is the length of the optional array classes, which
 // names them (strings: np.array(["cat", "dog"])), else spec.Classes, else
 // one more than the largest label.
+//
+// The optional integer array users (users_train, or users_test and
+// users_val for the test split; int64, int32 or uint8) names the user
+// each sample belongs to — the individual a user-level guarantee protects
+// as a whole (Users) — one id a sample, any values; the users are
+// numbered in increasing order of their ids, counting only those among
+// the samples kept.
 func LoadArrays(spec Spec) (*Arrays, error) {
 	where := spec.Scheme + ": " + spec.Dir
 	split := spec.split()
@@ -105,6 +120,10 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 	if slices.Contains(names, arrayNamesClasses) {
 		read = append(read, arrayNamesClasses)
 	}
+	un := pick(names, arrayNamesUsers[split])
+	if un != "" {
+		read = append(read, un)
+	}
 	var (
 		arrays  = map[string]*npy.Array{}
 		sources []string
@@ -130,6 +149,11 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 	}
 	if c := arrays[arrayNamesClasses]; c != nil {
 		if err := a.nameClasses(where+": "+arrayNamesClasses, c, spec.Classes); err != nil {
+			return nil, err
+		}
+	}
+	if un != "" {
+		if err := a.nameUsers(where+": "+un, arrays[un], x.Shape[0]); err != nil {
 			return nil, err
 		}
 	}
@@ -176,6 +200,34 @@ func (a *Arrays) nameClasses(where string, c *npy.Array, classes int) error {
 		return err
 	}
 	a.classes = slices.Clone(c.Str)
+	return nil
+}
+
+// nameUsers reads the users of a's samples from u: one integer id a
+// sample of the n the array held before a limit (a trailing axis of 1
+// allowed), numbered in increasing order over the samples kept.
+func (a *Arrays) nameUsers(where string, u *npy.Array, n int) error {
+	shape := u.Shape
+	if len(shape) == 2 && shape[1] == 1 {
+		shape = shape[:1]
+	}
+	if len(shape) != 1 || shape[0] != n {
+		return fmt.Errorf("%s: shape %v: want one user a sample, (%d,)", where, u.Shape, n)
+	}
+	id := make([]int64, a.Len())
+	for i := range id {
+		switch u.DType {
+		case npy.Int64:
+			id[i] = u.I64[i]
+		case npy.Int32:
+			id[i] = int64(u.I32[i])
+		case npy.Uint8:
+			id[i] = int64(u.U8[i])
+		default:
+			return fmt.Errorf("%s: %s: want integer user ids (int64, int32 or uint8), one a sample", where, u.DType)
+		}
+	}
+	a.users, a.userNames = numberIntUsers(id)
 	return nil
 }
 
@@ -330,6 +382,7 @@ func (a *Arrays) Images() (im *Images, ok bool, err error) {
 	}
 	im.spec = a.spec
 	im.sources = a.sources
+	im.users, im.userNames = a.users, a.userNames
 	return im, true, nil
 }
 
@@ -359,7 +412,9 @@ func (a *Arrays) CheckSources() error {
 }
 
 // Fingerprint is the SHA-256 (hex) of the samples as loaded: the sample
-// shape and type, every label and value. Computed once.
+// shape and type, every label and value, and every sample's user where
+// the users array names them (a change of grouping changes what a
+// user-level guarantee protects). Computed once.
 func (a *Arrays) Fingerprint() string {
 	a.fingerprint.once.Do(func() {
 		h := sha256.New()
@@ -391,6 +446,16 @@ func (a *Arrays) Fingerprint() string {
 				}
 			}
 			h.Write(buf)
+		}
+		if a.users != nil {
+			// Last: arrays without users keep their fingerprint.
+			h.Write([]byte("users"))
+			put(int64(len(a.userNames)))
+			for _, u := range a.users {
+				name := a.userNames[u]
+				put(int64(len(name)))
+				h.Write([]byte(name))
+			}
 		}
 		a.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
 	})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,9 +19,13 @@ import (
 // csvPathColumns and csvLabelColumns are the header names (in any case)
 // that loadCSV reads an image's path and its label from: the names
 // Hugging Face's imagefolder metadata, Kaggle's and pandas' exports use.
+// csvUserColumns are those of the optional column naming the user (the
+// patient, subject, participant) an image belongs to, for a user-level
+// guarantee: the names medical and personal datasets' listings use.
 var (
 	csvPathColumns  = []string{"path", "file", "filename", "file_name", "filepath", "file_path", "image", "image_path", "img", "img_path"}
 	csvLabelColumns = []string{"label", "labels", "class", "class_name", "target", "category", "y"}
+	csvUserColumns  = []string{"user", "user_id", "userid", "patient", "patient_id", "subject", "subject_id", "participant", "participant_id", "individual", "person", "person_id", "owner", "group"}
 )
 
 // maxCSVLabels bounds the distinct class names of a CSV (the labels are
@@ -35,10 +40,21 @@ const maxCSVLabels = 1 << 20
 // non-negative integers are the labels themselves (classes "0", "1", …);
 // otherwise they are class names, numbered in sorted order as
 // ImageFolder numbers its directories. An image listed twice is refused:
-// the accountant counts rows as individuals. The samples are ordered
+// without users the accountant counts rows as individuals, and with them
+// the image would count twice for its user. The samples are ordered
 // round-robin over the classes (each class in file order), so that a
 // limit keeps them balanced; :holdout=F holds a fraction of each class
 // out as the test split, by a hash of the paths, as a folder's.
+//
+// A header may also name a user column (csvUserColumns: user, patient_id,
+// subject, …): the individual each image belongs to, whom a user-level
+// guarantee protects as a whole (Users). Every row then names its user;
+// the users are numbered in sorted order of their names, counting only
+// those with samples in the split and within the limit. :holdout=F then
+// holds out whole users rather than images — round(F·users) of them, at
+// least one of two or more, never all, chosen by a hash of their names as
+// a folder's files are by their paths — so that no user has images in
+// both splits. A listing without a header names no users.
 func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	path := spec.Dir
 	f, err := os.Open(path)
@@ -66,6 +82,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		return nil, err
 	}
 	base := filepath.Dir(path)
+	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
 
 	// The labels: integers as they are, or names numbered in sorted order.
 	numeric := true
@@ -105,6 +122,10 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 
 	perClass := make([][]labelledFile, len(classes))
 	seen := make(map[string]int, len(rows))
+	var userOf map[string]string // by cleaned path, with users
+	if hasUsers {
+		userOf = make(map[string]string, len(rows))
+	}
 	for _, r := range rows {
 		p := r.path
 		if !filepath.IsAbs(p) {
@@ -112,7 +133,11 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		p = filepath.Clean(p)
 		if first, dup := seen[p]; dup {
-			return nil, fmt.Errorf("csv: %s: line %d lists %s again (first on line %d): each row is one individual to the accountant; remove the duplicate", path, r.line, r.path, first)
+			why := "each row is one individual to the accountant"
+			if hasUsers {
+				why = "the image would count twice for its user"
+			}
+			return nil, fmt.Errorf("csv: %s: line %d lists %s again (first on line %d): %s; remove the duplicate", path, r.line, r.path, first, why)
 		}
 		seen[p] = r.line
 		st, err := os.Stat(p)
@@ -128,11 +153,38 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			l = int32(v)
 		}
 		perClass[l] = append(perClass[l], labelledFile{p, l})
+		if hasUsers {
+			userOf[p] = r.user
+		}
+	}
+	// With users, the held-out users: all of a user's images are on one
+	// side.
+	var heldUser map[string]bool
+	if hasUsers && spec.Holdout > 0 {
+		var names []string
+		for _, r := range rows {
+			names = append(names, r.user)
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		held := holdoutKeys(names, spec.Holdout)
+		heldUser = make(map[string]bool, len(names))
+		for k, name := range names {
+			heldUser[name] = held[k]
+		}
 	}
 	total := 0
 	for c, items := range perClass {
 		if spec.Holdout > 0 && len(items) > 0 {
-			keep := holdout(base, len(items), func(k int) string { return items[k].path }, spec.Holdout)
+			var keep []bool
+			if hasUsers {
+				keep = make([]bool, len(items))
+				for k, it := range items {
+					keep[k] = heldUser[userOf[it.path]]
+				}
+			} else {
+				keep = holdout(base, len(items), func(k int) string { return items[k].path }, spec.Holdout)
+			}
 			part := items[:0:0]
 			for k, it := range items {
 				if keep[k] == (spec.split() == Test) {
@@ -151,20 +203,31 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hasUsers {
+		// Numbered over the samples kept: a limit or a holdout leaves no
+		// user without samples.
+		names := make([]string, len(paths))
+		for i, p := range paths {
+			names[i] = userOf[p]
+		}
+		im.users, im.userNames = numberUsers(names)
+	}
 	// The listing is a source too: a label changed under a running job
 	// changes the data its checkpoint would resume on.
 	im.sourcePaths = append(im.sourcePaths, path)
 	return im, nil
 }
 
-// csvRow is one image of a CSV listing and the line it is on.
+// csvRow is one image of a CSV listing and the line it is on; user is
+// its user's name where the header names a user column (then every row
+// has one), "" where it names none.
 type csvRow struct {
-	path, label string
-	line        int
+	path, label, user string
+	line              int
 }
 
-// readCSVRows reads the path and label of every row of a CSV listing
-// (loadCSV), naming the file and line of any row it cannot read.
+// readCSVRows reads the path, label and user of every row of a CSV
+// listing (loadCSV), naming the file and line of any row it cannot read.
 func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 	br := bufio.NewReader(r)
 	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
@@ -174,7 +237,8 @@ func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 	cr.FieldsPerRecord = -1 // checked below, with the line
 	cr.ReuseRecord = true
 	cr.Comment = '#'
-	pathCol, labelCol := 0, 1
+	pathCol, labelCol, userCol := 0, 1, -1
+	var userName string // the user column's header, for messages
 	var rows []csvRow
 	first := true
 	for {
@@ -192,12 +256,18 @@ func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 		line, _ := cr.FieldPos(0) // after a good Read only: FieldPos panics after an error
 		if first {
 			first = false
-			if p, l, header, err := csvHeader(rec); err != nil {
+			if p, l, u, header, err := csvHeader(rec); err != nil {
 				return nil, fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			} else if header {
-				pathCol, labelCol = p, l
+				pathCol, labelCol, userCol = p, l, u
+				if u >= 0 {
+					userName = strings.TrimSpace(rec[u])
+				}
 				continue
 			}
+		}
+		if userCol >= 0 && len(rec) <= max(pathCol, labelCol, userCol) {
+			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want an image path (column %d), a label (column %d) and a user (column %d, %q)", name, line, len(rec), pathCol+1, labelCol+1, userCol+1, userName)
 		}
 		if len(rec) <= max(pathCol, labelCol) {
 			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want an image path and a label (columns %d and %d)", name, line, len(rec), pathCol+1, labelCol+1)
@@ -206,7 +276,13 @@ func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 		if p == "" || l == "" {
 			return nil, fmt.Errorf("csv: %s: line %d: an empty image path or label", name, line)
 		}
-		rows = append(rows, csvRow{p, l, line})
+		u := ""
+		if userCol >= 0 {
+			if u = strings.TrimSpace(rec[userCol]); u == "" {
+				return nil, fmt.Errorf("csv: %s: line %d: an empty user (column %d, %q): every row of a listing with a user column names the user its image belongs to", name, line, userCol+1, userName)
+			}
+		}
+		rows = append(rows, csvRow{p, l, u, line})
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("csv: %s lists no images (want a row a sample: an image path and a label)", name)
@@ -215,8 +291,10 @@ func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 }
 
 // csvHeader reads a CSV's first row as a header where it names a path or a
-// label column (csvPathColumns, csvLabelColumns): then it must name both.
-func csvHeader(rec []string) (pathCol, labelCol int, header bool, err error) {
+// label column (csvPathColumns, csvLabelColumns): then it must name both,
+// and may name a user column (csvUserColumns; userCol is -1 where it
+// does not).
+func csvHeader(rec []string) (pathCol, labelCol, userCol int, header bool, err error) {
 	find := func(names []string) int {
 		for i, f := range rec {
 			f = strings.ToLower(strings.TrimSpace(f))
@@ -231,11 +309,11 @@ func csvHeader(rec []string) (pathCol, labelCol int, header bool, err error) {
 	pathCol, labelCol = find(csvPathColumns), find(csvLabelColumns)
 	switch {
 	case pathCol < 0 && labelCol < 0:
-		return 0, 1, false, nil
+		return 0, 1, -1, false, nil
 	case pathCol < 0:
-		return 0, 0, true, fmt.Errorf("the header %q names a label column but no image path column (one of %s)", strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
+		return 0, 0, -1, true, fmt.Errorf("the header %q names a label column but no image path column (one of %s)", strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
 	case labelCol < 0:
-		return 0, 0, true, fmt.Errorf("the header %q names an image path column but no label column (one of %s)", strings.Join(rec, ","), strings.Join(csvLabelColumns, ", "))
+		return 0, 0, -1, true, fmt.Errorf("the header %q names an image path column but no label column (one of %s)", strings.Join(rec, ","), strings.Join(csvLabelColumns, ", "))
 	}
-	return pathCol, labelCol, true, nil
+	return pathCol, labelCol, find(csvUserColumns), true, nil
 }

@@ -16,6 +16,16 @@
 //     splits a folder without a test split), npy (NumPy arrays: a .npz
 //     archive or a directory of .npy files, LoadArrays) and csv (a listing
 //     of image files and their labels, loadCSV; holdout=F too);
+//   - users (Users, UsersOf): the individual each sample belongs to, for
+//     a user-level guarantee that protects all of a person's samples
+//     together (a patient's scans). A CSV listing names them in an
+//     optional header column (user, user_id, patient_id, subject,
+//     participant, …: csvUserColumns), every row then naming its user;
+//     arrays in an optional integer array users. Users are numbered
+//     densely in sorted order of their names (of their ids for arrays)
+//     over the samples kept; a CSV listing's holdout=F then holds out
+//     whole users, so that no user is in both splits; and a change of
+//     grouping changes the dataset's fingerprint;
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;

@@ -217,8 +217,8 @@ func pilClip(v int32) uint8 {
 
 // FitTo returns m fitted to f as LoadFitted fits a folder while it reads
 // it: for images built by NewImages, or loaded unfitted. Samples with
-// fewer pixels than f's input, and the labels, are shared with m. m must
-// not be fitted already.
+// fewer pixels than f's input, the labels and the users are shared with
+// m. m must not be fitted already.
 func (m *Images) FitTo(f Fit) (*Images, error) {
 	if err := f.check(); err != nil {
 		return nil, err
@@ -229,7 +229,8 @@ func (m *Images) FitTo(f Fit) (*Images, error) {
 	if m.fit != (Fit{}) {
 		return nil, fmt.Errorf("data: %s is fitted to %s already", m, m.fit)
 	}
-	out := &Images{spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels, sources: m.sources, fit: f}
+	out := &Images{spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels, sources: m.sources, fit: f,
+		users: m.users, userNames: m.userNames}
 	if f.Gray {
 		out.channels = 1
 	}

@@ -271,39 +271,51 @@ func decodeFiles(scheme string, paths []string, labels []int32, classes []string
 }
 
 // holdout marks which of a class's n files (path(k), under dir) are held
-// out: round(f·n) of them, at least one of two or more, never all —
-// those whose paths within dir, with a fixed salt, hash lowest (FNV-1a),
-// ties broken by the path.
+// out: holdoutKeys of their paths within dir.
 func holdout(dir string, n int, path func(int) string, f float64) []bool {
-	held := int(math.Round(f * float64(n)))
-	if held == 0 && n >= 2 {
-		held = 1
-	}
-	held = min(held, n-1)
-	type key struct {
-		h   uint64
-		rel string
-		k   int
-	}
-	keys := make([]key, n)
-	for k := range keys {
+	rels := make([]string, n)
+	for k := range rels {
 		rel, err := filepath.Rel(dir, path(k))
 		if err != nil {
 			rel = path(k)
 		}
-		rel = filepath.ToSlash(rel)
-		h := fnv.New64a()
-		h.Write([]byte("dpfinetune holdout\x00" + rel))
-		keys[k] = key{h.Sum64(), rel, k}
+		rels[k] = filepath.ToSlash(rel)
 	}
-	sort.Slice(keys, func(a, b int) bool {
-		if keys[a].h != keys[b].h {
-			return keys[a].h < keys[b].h
+	return holdoutKeys(rels, f)
+}
+
+// holdoutKeys marks which of n things, named by keys (a class's files by
+// their paths, a listing's users by their names), are held out: round(f·n)
+// of them, at least one of two or more, never all — those whose keys, with
+// a fixed salt, hash lowest (FNV-1a), ties broken by the key. The choice
+// depends on the keys alone, and adding one moves at most one other
+// between the sides.
+func holdoutKeys(keys []string, f float64) []bool {
+	n := len(keys)
+	held := int(math.Round(f * float64(n)))
+	if held == 0 && n >= 2 {
+		held = 1
+	}
+	held = max(min(held, n-1), 0)
+	type key struct {
+		h   uint64
+		key string
+		k   int
+	}
+	sorted := make([]key, n)
+	for k, s := range keys {
+		h := fnv.New64a()
+		h.Write([]byte("dpfinetune holdout\x00" + s))
+		sorted[k] = key{h.Sum64(), s, k}
+	}
+	sort.Slice(sorted, func(a, b int) bool {
+		if sorted[a].h != sorted[b].h {
+			return sorted[a].h < sorted[b].h
 		}
-		return keys[a].rel < keys[b].rel
+		return sorted[a].key < sorted[b].key
 	})
 	out := make([]bool, n)
-	for _, kk := range keys[:held] { // n ≥ 1: a class holds an image
+	for _, kk := range sorted[:held] {
 		out[kk.k] = true
 	}
 	return out

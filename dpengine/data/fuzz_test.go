@@ -151,10 +151,13 @@ func FuzzArrays(f *testing.F) {
 }
 
 // FuzzCSV: any listing reads without a panic, and every row it accepts has
-// a path and a label and a line within the listing.
+// a path and a label and a line within the listing, and a user where any
+// row has one (a header's user column names every row's).
 func FuzzCSV(f *testing.F) {
 	for _, seed := range []string{
 		"path,label\na.png,cat\nb.png,dog\n",
+		"path,label,patient_id\na.png,cat,p1\nb.png,dog,p2\nc.png,dog,p1\n",
+		"Subject,file,y\n\"s 1\",a.png,0\n,b.png,1\n",
 		"\ufeff# c\nx.png,1\n",
 		"id,file_name,class\n1,\"a,b.png\",x\n",
 		"a.png\n",
@@ -172,6 +175,9 @@ func FuzzCSV(f *testing.F) {
 		for _, r := range rows {
 			if r.path == "" || r.label == "" || r.line < 1 || r.line > lines {
 				t.Fatalf("row %+v of a listing of %d lines", r, lines)
+			}
+			if (r.user == "") != (rows[0].user == "") {
+				t.Fatalf("row %+v has a user where row %+v has none, or the reverse", r, rows[0])
 			}
 		}
 	})

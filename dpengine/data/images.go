@@ -34,6 +34,12 @@ type Images struct {
 	samples [][]uint8
 	sizes   [][2]int32
 
+	// users, where named (a CSV listing's user column, WithUsers), is
+	// the user of each sample, in sample order, in [0, len(userNames));
+	// userNames names them in sorted order. Both nil where none are.
+	users     []int32
+	userNames []string
+
 	// fit is what LoadFitted shrank the images to: every sample of
 	// fit's size holds its view's window (the zero Fit: none).
 	fit Fit
@@ -136,9 +142,9 @@ func (m *Images) Pixels(i int) []uint8 {
 	return m.samples[i]
 }
 
-// Bytes returns the memory held by the pixels and labels.
+// Bytes returns the memory held by the pixels, labels and users.
 func (m *Images) Bytes() int64 {
-	n := int64(len(m.pix)) + 4*int64(len(m.labels))
+	n := int64(len(m.pix)) + 4*int64(len(m.labels)) + 4*int64(len(m.users))
 	for _, s := range m.samples {
 		n += int64(len(s))
 	}
@@ -175,7 +181,11 @@ func (m *Images) String() string {
 	if m.spec.Scheme != "" {
 		name = m.spec.String()
 	}
-	return fmt.Sprintf("%s: %d samples, %d classes, %s", name, m.Len(), m.NumClasses(), size)
+	users := ""
+	if m.NumUsers() > 0 {
+		users = fmt.Sprintf(", %d users", m.NumUsers())
+	}
+	return fmt.Sprintf("%s: %d samples, %d classes%s, %s", name, m.Len(), m.NumClasses(), users, size)
 }
 
 // numberedClasses returns the names "0", "1", … for n classes.
@@ -231,9 +241,13 @@ func checkStamps(sources []fileStamp) error {
 }
 
 // Fingerprint is the SHA-256 (hex) of the samples as loaded: channels,
-// every label, size and pixel. Two loads of the same data give the same
+// every label, size and pixel, and, where the samples name their users,
+// every sample's user name. Two loads of the same data give the same
 // fingerprint whatever the files' names or times; a changed pixel or label
-// changes it. Computed once (it reads every byte).
+// changes it, and so does a change of who a sample belongs to: a
+// user-level guarantee resumed on regrouped data would protect other
+// people. Without users it is what it was before users were named.
+// Computed once (it reads every byte).
 func (m *Images) Fingerprint() string {
 	m.fingerprint.once.Do(func() {
 		h := sha256.New()
@@ -256,6 +270,17 @@ func (m *Images) Fingerprint() string {
 			put(int64(m.sizes[i][0]))
 			put(int64(m.sizes[i][1]))
 			h.Write(s)
+		}
+		if m.users != nil {
+			// After everything the fingerprint held before users: a
+			// dataset without them keeps its fingerprint.
+			h.Write([]byte("users"))
+			put(int64(len(m.userNames)))
+			for _, u := range m.users {
+				name := m.userNames[u]
+				put(int64(len(name)))
+				h.Write([]byte(name))
+			}
 		}
 		m.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
 	})

@@ -107,7 +107,9 @@ type Spec struct {
 	// chosen by a hash of their paths within the folder, not by their
 	// contents: the same files every run, and adding a file to a class
 	// moves at most one of its other files between the splits. A test
-	// directory, if the folder has one, is not read.
+	// directory, if the folder has one, is not read. A CSV listing that
+	// names its users (see loadCSV) holds out a fraction of its users
+	// instead, with all of their images, chosen by a hash of their names.
 	Holdout float64
 }
 
