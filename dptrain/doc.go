@@ -8,7 +8,10 @@
 // moving average of its parameters (Settings.EMADecay). Where the trained
 // part follows a frozen one, it computes the frozen part's outputs once per
 // example, in memory or on disk, and trains the trained part alone on them
-// (Settings.FeatureCache, features.go).
+// (Settings.FeatureCache, features.go). Where the data names each
+// example's user, the units it samples, clips and accounts are users: a
+// sampled user's examples are rows of the batch whose mean gradient is
+// clipped as one (Settings.PrivacyUnit, users.go).
 //
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's

@@ -818,8 +818,13 @@ func Run(cfg Config) (*Report, error) {
 	}
 	switch {
 	case groups != nil:
-		logf("  users:     the guarantee is per user: each step samples users (q = %.5g of %d), reads %d of a sampled user's examples (of 1–%d a user; all of them as evenly as %d allows) and clips their gradients' mean as one user's\n",
-			q, set.Users, views, groups.largest(), views)
+		fewest, most := groups.sizes()
+		span := fmt.Sprint(most)
+		if fewest < most {
+			span = fmt.Sprintf("%d–%d", fewest, most)
+		}
+		logf("  users:     the guarantee is per user: each step samples users (q = %.5g of %d), reads %d of a sampled user's examples (of %s a user; all of them as evenly as %d allows) and clips their gradients' mean as one user's\n",
+			q, set.Users, views, span, views)
 	default:
 		if _, nu := data.UsersOf(cfg.Train); nu > 0 {
 			logf("  users:     the data names %d users and the guarantee is per example (--privacy-unit example): a user with k examples is protected only by group privacy over k examples\n", nu)

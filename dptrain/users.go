@@ -3,6 +3,7 @@ package dptrain
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 
@@ -92,13 +93,13 @@ func resolvePrivacyUnit(set *Settings, train data.Dataset, canaries int) (*userG
 	return g, nil
 }
 
-// largest returns the most examples a user has.
-func (g *userGroups) largest() int {
-	n := 0
+// sizes returns the fewest and the most examples a user has.
+func (g *userGroups) sizes() (fewest, most int) {
+	fewest = math.MaxInt
 	for _, m := range g.members {
-		n = max(n, len(m))
+		fewest, most = min(fewest, len(m)), max(most, len(m))
 	}
-	return n
+	return fewest, most
 }
 
 // userRows appends k of a user's examples (members) to rows: each of the m

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 )
 
 // userSet is a dataset whose examples name their users (data.Users,
@@ -210,5 +214,66 @@ func TestRunUserLevelOneExampleEach(t *testing.T) {
 	}
 	if !slices.Equal(weights[0], weights[1]) {
 		t.Error("the weights differ")
+	}
+}
+
+// TestRunUserLevelResume: a user-level run that crashes mid-run and resumes
+// from its checkpoint ends in the weights of the run that did not, bit for
+// bit (which rows a user gives is drawn from the checkpointed stream); a
+// resume with another privacy unit or another --examples-per-user is
+// refused.
+func TestRunUserLevelResume(t *testing.T) {
+	ds := usersOfSlice(t, func(i int) string { return fmt.Sprint("p", i%30) })
+	dir := t.TempDir()
+	ckpt, crashed := filepath.Join(dir, "run.ckpt"), filepath.Join(dir, "crashed.ckpt")
+	cfg := func(g *graph.Graph, path string, resume bool, unit string, k int) dptrain.Config {
+		s := userSettings(unit, k)
+		s.Epochs = 3
+		return dptrain.Config{Settings: s, Graph: g, Train: ds, Checkpoint: path, Resume: resume, CheckpointEvery: 2}
+	}
+	full := cnnGraph(t)
+	c := cfg(full, ckpt, false, "", 0)
+	c.Events = func(e dptrain.Event) {
+		if e.Kind == dptrain.StepDone && e.Step == 4 {
+			b, _ := os.ReadFile(ckpt)
+			os.WriteFile(crashed, b, 0o644)
+		}
+	}
+	rep, err := dptrain.Run(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Settings.Users != 30 || rep.Settings.Steps < 6 {
+		t.Fatalf("%d users, %d steps", rep.Settings.Users, rep.Settings.Steps)
+	}
+	for _, bad := range []struct {
+		unit string
+		k    int
+		want string
+	}{
+		{dptrain.PrivacyUnitExample, 0, "--privacy-unit was user, now example"},
+		{"", 2, "--examples-per-user was 3, now 2"},
+	} {
+		if _, err := dptrain.Run(cfg(cnnGraph(t), crashed, true, bad.unit, bad.k)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("resumed with %q, %d: err = %v, want %q", bad.unit, bad.k, err, bad.want)
+		}
+	}
+	resumed := cnnGraph(t)
+	if _, err := dptrain.Run(cfg(resumed, crashed, true, "", 0)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range full.Initializers {
+		if v.Const == nil || v.Const.F32 == nil {
+			continue
+		}
+		r := resumed.Values[v.Name]
+		if r == nil || r.Const == nil || !numcheck.SameBits(r.Const.F32, v.Const.F32) {
+			t.Errorf("%s: the run resumed after the crash ends elsewhere than the run without", v.Name)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no weights compared")
 	}
 }

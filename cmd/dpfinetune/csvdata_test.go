@@ -163,6 +163,20 @@ func TestTrainUsers(t *testing.T) {
 	if _, e, code := run(t, "plan", "--model", "../../testdata/models/cnn.onnx", "--examples-per-user", "3", "--augment-multiplicity", "2"); code != 2 {
 		t.Errorf("plan with both: exit %d: %s", code, e)
 	}
+	// A user's rows are fixed examples: their features cache; augmented
+	// views are not.
+	for flag, cacheable := range map[string]bool{"--examples-per-user": true, "--augment-multiplicity": false} {
+		o, e, code := run(t, "plan", "--model", "../../testdata/models/cnn.onnx", "--train", `^classifier\.`, flag, "3", "--json")
+		var p struct {
+			FeatureCache struct {
+				Cacheable bool   `json:"cacheable"`
+				Reason    string `json:"reason"`
+			} `json:"feature_cache"`
+		}
+		if code != 0 || json.Unmarshal([]byte(o), &p) != nil || p.FeatureCache.Cacheable != cacheable {
+			t.Errorf("plan %s 3: exit %d, feature cache %+v: %s", flag, code, p.FeatureCache, e)
+		}
+	}
 	for _, bad := range [][]string{
 		{"--privacy-unit", "patient"},
 		{"--examples-per-user", "-1"},

@@ -138,7 +138,12 @@ func runPlan(args []string, stdout io.Writer) error {
 	} else if err := dpengine.MeasureActivations(g, p, dev); err != nil {
 		rep.NotMeasured = err.Error()
 	}
-	if p.Trainable.Tensors > 0 {
+	switch {
+	case p.Trainable.Tensors > 0 && *views > 1:
+		// Augmented views differ at every step: train caches nothing
+		// (a user's rows, --examples-per-user, are its fixed examples).
+		rep.FeatureCache = &planFeatures{Reason: "each sample is fed as several augmented views"}
+	case p.Trainable.Tensors > 0:
 		split, reason, err := rewrite.SplitFrozenPrefix(g, p, opts.PlanOptions)
 		if err != nil {
 			return fmt.Errorf("%s: %w", *model, err)
