@@ -131,6 +131,20 @@ func TestCheckpointEvery(t *testing.T) {
 	if _, err := dptrain.Run(cfg(resumed, crashed, true)); err != nil {
 		t.Fatal(err)
 	}
+	sameWeights(t, full, resumed)
+	for _, bad := range [][2]int{{-1, 0}, {0, -1}} {
+		c := cfg(cnnGraph(t), ckpt, false)
+		c.CheckpointEvery, c.CheckpointInterval = bad[0], time.Duration(bad[1])
+		if _, err := dptrain.Run(c); err == nil || !strings.Contains(err.Error(), "must not be negative") {
+			t.Errorf("checkpoint every %v: %v", bad, err)
+		}
+	}
+}
+
+// sameWeights holds every float32 initializer of resumed, a run resumed
+// after a crash, to full's, the run without, bit for bit.
+func sameWeights(t *testing.T, full, resumed *graph.Graph) {
+	t.Helper()
 	n := 0
 	for _, v := range full.Initializers {
 		if v.Const == nil || v.Const.F32 == nil {
@@ -144,13 +158,6 @@ func TestCheckpointEvery(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no weights compared")
-	}
-	for _, bad := range [][2]int{{-1, 0}, {0, -1}} {
-		c := cfg(cnnGraph(t), ckpt, false)
-		c.CheckpointEvery, c.CheckpointInterval = bad[0], time.Duration(bad[1])
-		if _, err := dptrain.Run(c); err == nil || !strings.Contains(err.Error(), "must not be negative") {
-			t.Errorf("checkpoint every %v: %v", bad, err)
-		}
 	}
 }
 

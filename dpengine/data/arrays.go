@@ -447,16 +447,8 @@ func (a *Arrays) Fingerprint() string {
 			}
 			h.Write(buf)
 		}
-		if a.users != nil {
-			// Last: arrays without users keep their fingerprint.
-			h.Write([]byte("users"))
-			put(int64(len(a.userNames)))
-			for _, u := range a.users {
-				name := a.userNames[u]
-				put(int64(len(name)))
-				h.Write([]byte(name))
-			}
-		}
+		// Last: arrays without users keep their fingerprint.
+		hashUsers(h, a.users, a.userNames)
 		a.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
 	})
 	return a.fingerprint.sum

@@ -271,17 +271,9 @@ func (m *Images) Fingerprint() string {
 			put(int64(m.sizes[i][1]))
 			h.Write(s)
 		}
-		if m.users != nil {
-			// After everything the fingerprint held before users: a
-			// dataset without them keeps its fingerprint.
-			h.Write([]byte("users"))
-			put(int64(len(m.userNames)))
-			for _, u := range m.users {
-				name := m.userNames[u]
-				put(int64(len(name)))
-				h.Write([]byte(name))
-			}
-		}
+		// After everything the fingerprint held before users: a dataset
+		// without them keeps its fingerprint.
+		hashUsers(h, m.users, m.userNames)
 		m.fingerprint.sum = hex.EncodeToString(h.Sum(nil))
 	})
 	return m.fingerprint.sum

@@ -1,7 +1,9 @@
 package data
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash"
 	"slices"
 	"strconv"
 )
@@ -64,6 +66,26 @@ func numberUsers(name []string) (user []int32, names []string) {
 		user[i] = index[s]
 	}
 	return user, names
+}
+
+// hashUsers writes each sample's user name (user[i] indexes names) to a
+// fingerprint's hash, each prefixed by its length, after a tag and the
+// users' count; nothing where no users are named.
+func hashUsers(h hash.Hash, user []int32, names []string) {
+	if user == nil {
+		return
+	}
+	var b [8]byte
+	put := func(v int64) {
+		binary.LittleEndian.PutUint64(b[:], uint64(v))
+		h.Write(b[:])
+	}
+	h.Write([]byte("users"))
+	put(int64(len(names)))
+	for _, u := range user {
+		put(int64(len(names[u])))
+		h.Write([]byte(names[u]))
+	}
 }
 
 // numberIntUsers numbers integer user ids as numberUsers numbers names:
