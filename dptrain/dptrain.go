@@ -222,12 +222,13 @@ type Config struct {
 	Train     data.Dataset
 	Test      data.Dataset
 	EvalBatch int
-	// PhysicalBatch is the number of samples per forward/backward pass;
-	// 0 means the largest that fits MaxMemory bytes when MaxMemory > 0,
-	// else min(L, 64) divided by the augmentation multiplicity (or, on
-	// resume, the checkpoint's). MaxMemory, when positive, also bounds
-	// the compiled plan's buffers (else the machine's available memory
-	// does).
+	// PhysicalBatch is the number of samples (at user level, users) per
+	// forward/backward pass; 0 means the largest that fits MaxMemory
+	// bytes when MaxMemory > 0, else min(L, 64) divided by the
+	// augmentation multiplicity or the examples a user gives
+	// (Settings.ExamplesPerUser), or, on resume, the checkpoint's.
+	// MaxMemory, when positive, also bounds the compiled plan's buffers
+	// (else the machine's available memory does).
 	PhysicalBatch int
 	MaxMemory     int64
 	// Out is where the trained model is written ("" to skip the export:

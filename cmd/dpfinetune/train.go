@@ -93,7 +93,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		batchSize:       fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n (n examples, or users with --privacy-unit user)"),
 		privacyUnit:     fs.String("privacy-unit", "auto", "what the guarantee protects: example (one image, a row of the data), user (all of a user's examples: data that names each example's user, a CSV listing's user column such as patient_id), or auto (user where the data names users, else example)"),
 		examplesPerUser: fs.Int("examples-per-user", 0, "with --privacy-unit user, the examples a sampled user gives each step (all of them as evenly as K allows, each a row, their gradients' mean clipped as one user's; default: the median user's count, at most 16)"),
-		physical:        fs.Int("physical-batch", 0, "samples per forward/backward pass (default: min(L, 64), divided by --augment-multiplicity, or the largest fitting --max-memory)"),
+		physical:        fs.Int("physical-batch", 0, "samples per forward/backward pass, users with --privacy-unit user (default: min(L, 64), divided by --augment-multiplicity or --examples-per-user, or the largest fitting --max-memory)"),
 		maxMem:          fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
 		lr:              fs.Float64("lr", 1e-3, "learning rate (the peak of --lr-schedule)"),
 		schedule:        fs.String("lr-schedule", "constant", "learning rate over the run's steps: constant, cosine or linear (decay from --lr to --min-lr after --warmup-steps); it depends on the step alone, so ε is unchanged"),
