@@ -16,7 +16,8 @@
 # Usage: bench/users_fmnist.sh
 # Environment: FMNIST (default /usr/share/datasets/fashion-mnist), OUTDIR
 #   (default /tmp/dpfinetune-users), PER (default 4), EPOCHS (default 40),
-#   UNITS (default "user").
+#   UNITS (default "user"), BATCH (the expected users a step; default
+#   2048/PER).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
@@ -24,6 +25,7 @@ OUTDIR=${OUTDIR:-/tmp/dpfinetune-users}
 PER=${PER:-4}
 EPOCHS=${EPOCHS:-40}
 UNITS=${UNITS:-user}
+BATCH=${BATCH:-$((2048 / PER))}
 go build -o bin/dpfinetune ./cmd/dpfinetune
 mkdir -p "$OUTDIR"
 npz=$OUTDIR/fmnist-users$PER.npz
@@ -45,8 +47,8 @@ np.savez(out, x_train=x, y_train=y, users_train=users, x_test=xt, y_test=yt)
 PYEOF
 for unit in $UNITS; do
 	if [[ $unit == user ]]; then
-		r=users$PER
-		batch=(--privacy-unit user --batch-size $((2048 / PER)) --examples-per-user "$PER" --physical-batch $((256 / PER)))
+		r=users$PER-batch$BATCH
+		batch=(--privacy-unit user --batch-size "$BATCH" --examples-per-user "$PER" --physical-batch $((256 / PER)))
 	else
 		r=users$PER-per-example
 		batch=(--privacy-unit example --batch-size 2048 --physical-batch 256)
