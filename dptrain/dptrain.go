@@ -827,10 +827,20 @@ func Run(cfg Config) (*Report, error) {
 		logf("  users:     the guarantee is per user: each step samples users (q = %.5g of %d), reads %d of a sampled user's examples (of %s a user; all of them as evenly as %d allows) and clips their gradients' mean as one user's\n",
 			q, set.Users, views, span, views)
 	default:
-		if _, nu := data.UsersOf(cfg.Train); nu > 0 {
-			logf("  users:     the data names %d users and the guarantee is per example (--privacy-unit example): a user with k examples is protected only by group privacy over k examples\n", nu)
+		if user, nu := data.UsersOf(cfg.Train); nu > 0 {
+			count := make([]int, nu)
+			most := 0
+			for _, u := range user {
+				count[u]++
+				most = max(most, count[u])
+			}
+			note := "a user with k examples is protected only by group privacy over k examples"
+			if !set.NonPrivate && most > 1 {
+				note = groupNote(eps, delta, most)
+			}
+			logf("  users:     the data names %d users and the guarantee is per example (--privacy-unit example): %s\n", nu, note)
 			if cfg.Warn != nil {
-				fmt.Fprintf(cfg.Warn, "warning: %s names %d users, and the guarantee is per example (--privacy-unit example): a user with k examples is protected only by group privacy over k examples\n", set.Data, nu)
+				fmt.Fprintf(cfg.Warn, "warning: %s names %d users, and the guarantee is per example (--privacy-unit example): %s\n", set.Data, nu, note)
 			}
 		}
 	}

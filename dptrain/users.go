@@ -129,3 +129,21 @@ func userRows(rows []int, members []int32, k int, rng *rand.Rand) []int {
 	}
 	return rows
 }
+
+// groupPrivacy returns the guarantee an (ε, δ)-DP mechanism gives a group
+// of k units — a user's k examples under a guarantee per example:
+// (kε, k·e^((k−1)ε)·δ) (Dwork and Roth 2014, §2.3; by induction over the
+// k examples changed one at a time). A δ of 1 or more is no guarantee.
+func groupPrivacy(eps, delta float64, k int) (float64, float64) {
+	return float64(k) * eps, float64(k) * math.Exp(float64(k-1)*eps) * delta
+}
+
+// groupNote says what a guarantee per example gives the user with the
+// most examples (most of them) by group privacy alone.
+func groupNote(eps, delta float64, most int) string {
+	ge, gd := groupPrivacy(eps, delta, most)
+	if gd >= 1 {
+		return fmt.Sprintf("the user with the most examples (%d) is not protected at all by group privacy (δ = %d·e^(%d·ε)·δ ≥ 1)", most, most, most-1)
+	}
+	return fmt.Sprintf("the user with the most examples (%d) is protected at ε = %.4g, δ = %.3g by group privacy alone", most, ge, gd)
+}

@@ -3,6 +3,7 @@ package dptrain
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +59,31 @@ func TestUserRows(t *testing.T) {
 	rows := make([]int, 0, 16)
 	if a := testing.AllocsPerRun(100, func() { rows = userRows(rows[:0], members, 10, rng) }); a != 0 {
 		t.Errorf("userRows allocates %v times a call", a)
+	}
+}
+
+// TestGroupPrivacy: one example is the guarantee itself; k examples
+// multiply ε by k and δ by k·e^((k−1)ε); the note says so, or that a δ of
+// 1 or more protects nothing.
+func TestGroupPrivacy(t *testing.T) {
+	for _, c := range []struct {
+		eps, delta float64
+		k          int
+		ge, gd     float64
+	}{
+		{3, 1e-5, 1, 3, 1e-5},
+		{3, 1e-5, 4, 12, 4 * math.Exp(9) * 1e-5},
+		{0.5, 1e-6, 3, 1.5, 3 * math.Exp(1) * 1e-6},
+	} {
+		ge, gd := groupPrivacy(c.eps, c.delta, c.k)
+		if math.Abs(ge-c.ge) > 1e-12 || math.Abs(gd-c.gd) > 1e-12*c.gd {
+			t.Errorf("(%g, %g), k = %d: (%g, %g), want (%g, %g)", c.eps, c.delta, c.k, ge, gd, c.ge, c.gd)
+		}
+	}
+	if n := groupNote(3, 1e-5, 4); !strings.Contains(n, "ε = 12, δ = 0.324") {
+		t.Errorf("note %q", n)
+	}
+	if n := groupNote(3, 1e-5, 9); !strings.Contains(n, "not protected at all") {
+		t.Errorf("note %q", n)
 	}
 }

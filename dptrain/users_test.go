@@ -73,7 +73,8 @@ func userSettings(unit string, examplesPerUser int) dptrain.Settings {
 // median user's count of rows a sampled user, all of them that user's
 // own examples each read ⌊k/m⌋ or ⌈k/m⌉ times, a label a row, and ε is
 // within its target. With --privacy-unit example the same data is 96
-// units and a warning says the users are named; a user-level run on
+// units and a warning says the users are named and what group privacy
+// leaves the largest user (nothing, at ε = 8); a user-level run on
 // data that names no users, with an audit's canaries or with
 // augmentation multiplicity, is refused.
 func TestRunUserLevel(t *testing.T) {
@@ -156,7 +157,7 @@ func TestRunUserLevel(t *testing.T) {
 	if s := rep.Settings; s.PrivacyUnit != dptrain.PrivacyUnitExample || s.Users != 0 || s.SampleRate != 8.0/96 {
 		t.Errorf("per example: unit %q, %d users, q %g; want example, 0, %g", s.PrivacyUnit, s.Users, s.SampleRate, 8.0/96)
 	}
-	if !strings.Contains(warn.String(), fmt.Sprintf("names %d users", users)) {
+	if !strings.Contains(warn.String(), fmt.Sprintf("names %d users", users)) || !strings.Contains(warn.String(), "the most examples (9) is not protected at all") {
 		t.Errorf("per example on data naming users: warning %q", warn.String())
 	}
 
