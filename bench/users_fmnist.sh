@@ -17,7 +17,7 @@
 # Environment: FMNIST (default /usr/share/datasets/fashion-mnist), OUTDIR
 #   (default /tmp/dpfinetune-users), PER (default 4), EPOCHS (default 40),
 #   UNITS (default "user"), BATCH (the expected users a step; default
-#   2048/PER).
+#   2048/PER), LR (default 4, Tramèr and Boneh's for 2048 examples a step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
@@ -26,6 +26,7 @@ PER=${PER:-4}
 EPOCHS=${EPOCHS:-40}
 UNITS=${UNITS:-user}
 BATCH=${BATCH:-$((2048 / PER))}
+LR=${LR:-4}
 go build -o bin/dpfinetune ./cmd/dpfinetune
 mkdir -p "$OUTDIR"
 npz=$OUTDIR/fmnist-users$PER.npz
@@ -47,15 +48,15 @@ np.savez(out, x_train=x, y_train=y, users_train=users, x_test=xt, y_test=yt)
 PYEOF
 for unit in $UNITS; do
 	if [[ $unit == user ]]; then
-		r=users$PER-batch$BATCH
+		r=users$PER-batch$BATCH-lr$LR
 		batch=(--privacy-unit user --batch-size "$BATCH" --examples-per-user "$PER" --physical-batch $((256 / PER)))
 	else
-		r=users$PER-per-example
+		r=users$PER-per-example-lr$LR
 		batch=(--privacy-unit example --batch-size 2048 --physical-batch 256)
 	fi
 	start=$(date +%s)
 	bin/dpfinetune train --model testdata/models/cnn.onnx --data "npy:$npz" --norm fmnist --epsilon 3 --delta 1e-5 \
-		--epochs "$EPOCHS" --optimizer sgd --momentum 0.9 --lr 4 --clip 0.1 "${batch[@]}" --accountant rdp --quiet \
+		--epochs "$EPOCHS" --optimizer sgd --momentum 0.9 --lr "$LR" --clip 0.1 "${batch[@]}" --accountant rdp --quiet \
 		--report "$OUTDIR/$r.json" --out "$OUTDIR/$r.onnx" 2>&1 | tee "$OUTDIR/$r.log"
 	echo "$r: $(($(date +%s) - start)) s" | tee -a "$OUTDIR/times.txt"
 	python3 - "$OUTDIR/$r.json" <<'PYEOF'

@@ -206,6 +206,9 @@ func linePanel(title, xl, yl string, xys plotter.XYs, c color.Color) (*plot.Plot
 func privacyCurvePanel(r *dptrain.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = "privacy curve ε(δ)", "δ", "ε"
+	if r.Settings.PrivacyUnit == dptrain.PrivacyUnitUser {
+		p.Title.Text += fmt.Sprintf(" per user (%d users)", r.Settings.Users)
+	}
 	p.Add(plotter.NewGrid())
 	if r.Privacy == nil || r.Settings.NonPrivate || r.Settings.Sigma <= 0 || r.Privacy.Steps <= 0 {
 		p.Title.Text += " (non-private run)"

@@ -103,3 +103,29 @@ func TestReportPNG(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivacyCurvePerUser: a user-level run's privacy curve says whose
+// guarantee it is.
+func TestPrivacyCurvePerUser(t *testing.T) {
+	rep := &dptrain.Report{
+		Settings: dptrain.Settings{Epsilon: 3, Delta: 1e-5, SampleRate: 0.034, Sigma: 1.9, Accountant: "rdp", Steps: 100},
+		Privacy:  &accountant.Result{Accountant: "rdp", Epsilon: 3, Delta: 1e-5, Steps: 100},
+	}
+	for _, c := range []struct {
+		unit  string
+		users int
+		want  string
+	}{
+		{dptrain.PrivacyUnitExample, 0, "privacy curve ε(δ)"},
+		{dptrain.PrivacyUnitUser, 15000, "privacy curve ε(δ) per user (15000 users)"},
+	} {
+		rep.Settings.PrivacyUnit, rep.Settings.Users = c.unit, c.users
+		p, err := privacyCurvePanel(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Title.Text != c.want {
+			t.Errorf("%s: title %q, want %q", c.unit, p.Title.Text, c.want)
+		}
+	}
+}
