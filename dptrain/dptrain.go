@@ -1088,9 +1088,13 @@ func Run(cfg Config) (*Report, error) {
 		}
 		rep.Epochs = append(rep.Epochs, rec)
 		emit(Event{Kind: EpochDone, Epoch: epoch, EpochStep: stepsPerEpoch, Loss: rec.TrainLoss, SamplesPerSecond: rec.SamplesPerS, Record: &rec})
-		line := fmt.Sprintf("epoch %d/%d: train loss %.4f (not private), %.0f samples/s", epoch+1, set.Epochs, rec.TrainLoss, rec.SamplesPerS)
+		unit, clippedOf := "samples", "gradients"
+		if groups != nil {
+			unit, clippedOf = "users", "users' gradients"
+		}
+		line := fmt.Sprintf("epoch %d/%d: train loss %.4f (not private), %.0f %s/s", epoch+1, set.Epochs, rec.TrainLoss, rec.SamplesPerS, unit)
 		if !set.NonPrivate && !set.PerLayer {
-			line += fmt.Sprintf(", %.0f %% of gradients clipped (not private)", 100*rec.Clipped)
+			line += fmt.Sprintf(", %.0f %% of %s clipped (not private)", 100*rec.Clipped, clippedOf)
 		}
 		if rec.NonFinite > 0 {
 			line += fmt.Sprintf(", %d non-finite gradients dropped", rec.NonFinite)

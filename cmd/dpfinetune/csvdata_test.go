@@ -128,7 +128,7 @@ func TestTrainUsers(t *testing.T) {
 	if s.PrivacyUnit != "user" || s.Users != 3 || s.SampleRate != 2.0/3 || s.ExamplesPerUser != 2 {
 		t.Errorf("per patient: unit %q, %d users, q %g, %d examples a user; want user, 3, 2/3, 2", s.PrivacyUnit, s.Users, s.SampleRate, s.ExamplesPerUser)
 	}
-	if !strings.Contains(log, "examples of 3 users") || !strings.Contains(log, "the guarantee is per user") {
+	if !strings.Contains(log, "examples of 3 users") || !strings.Contains(log, "the guarantee is per user") || !strings.Contains(log, "users/s, ") || !strings.Contains(log, "of users' gradients clipped") {
 		t.Errorf("the log does not say the guarantee is per user:\n%s", log)
 	}
 	// One patient of four held out: all of its images, and no other's.
