@@ -1,12 +1,14 @@
 package dptrain_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
@@ -59,6 +61,25 @@ var stageVariants = []struct {
 		recipes(c)
 		c.Rewrite.Train = regexp.MustCompile(`^classifier\.`)
 		c.Settings.FeatureCache = dptrain.FeatureCacheOn
+	}},
+	// User-level: the examples of 30 users, 3 of a sampled user's a step
+	// as rows with labels of their own (a physical batch of users), the
+	// recipes' adaptive clipping counting users.
+	{"users", func(c *dptrain.Config) {
+		recipes(c)
+		v := c.Train.(*data.View)
+		names := make([]string, v.Len())
+		for i := range names {
+			names[i] = fmt.Sprint("user-", i%30)
+		}
+		imgs, err := v.Source().WithUsers(names)
+		if err == nil {
+			c.Train, err = data.NewView(imgs, v.Preprocess())
+		}
+		if err != nil {
+			panic(err)
+		}
+		c.Settings.BatchSize = 8 // four steps an epoch over 30 users
 	}},
 }
 
