@@ -195,11 +195,19 @@ type Report struct {
 	// the model's frozen part (Settings.FeatureCache), and why not.
 	FeatureCache *FeatureCacheReport `json:"feature_cache,omitempty"`
 	Privacy      *accountant.Result  `json:"privacy,omitempty"`
-	Epochs       []EpochRecord       `json:"epochs"`
-	Seconds      float64             `json:"seconds"`
-	Output       string              `json:"output"`
-	Checkpoint   string              `json:"checkpoint"`
-	Note         string              `json:"note"`
+	// Phases are the mechanism's phases the run composed (σ, sample rate,
+	// steps; a resume with other settings adds one), that Privacy
+	// accounts: what "dpfinetune privacy epsilon --report" composes with
+	// other runs on the same data. Nil in a dry run, which spends nothing.
+	Phases []accountant.Phase `json:"phases,omitempty"`
+	// DryRun marks the report of a dry run (Config.DryRun): Privacy is
+	// what the run would spend.
+	DryRun     bool          `json:"dry_run,omitempty"`
+	Epochs     []EpochRecord `json:"epochs"`
+	Seconds    float64       `json:"seconds"`
+	Output     string        `json:"output"`
+	Checkpoint string        `json:"checkpoint"`
+	Note       string        `json:"note"`
 }
 
 // Config is what Run needs: the settings, the model graph, the data and
@@ -1130,7 +1138,7 @@ func Run(cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		rep.Privacy = &r
+		rep.Privacy, rep.Phases = &r, acct.State().Phases
 	}
 	if cfg.Out != "" {
 		eg, err := rewrite.ExportGraph(g)
@@ -1221,7 +1229,7 @@ func Sampling(n, batchSize, epochs int) SamplingPlan {
 // its first step, with the ε its remaining steps would bring the
 // accountant to, written where asked.
 func dryRun(cfg Config, rep *Report, acct accountant.Accountant, q float64, remaining int, logf func(string, ...any)) (*Report, error) {
-	rep.Output, rep.Checkpoint = "", ""
+	rep.Output, rep.Checkpoint, rep.DryRun = "", "", true
 	rep.Note = "dry run: stopped before the first step; privacy is what the run would spend"
 	set := rep.Settings
 	if !set.NonPrivate {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
@@ -65,6 +66,22 @@ func TestResumeAfterCompleteEpoch(t *testing.T) {
 	}
 	if rep.Privacy == nil || rep.Privacy.Epsilon > 8 {
 		t.Fatalf("privacy spent %+v, target ε = 8", rep.Privacy)
+	}
+	// The report's phases, both runs', are what its ε accounts.
+	acct, err := accountant.New(rep.Settings.Accountant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	for _, p := range rep.Phases {
+		steps += p.Steps
+		if err := acct.Step(p.Sigma, p.SampleRate, p.Steps); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := acct.Epsilon(rep.Privacy.Delta)
+	if err != nil || steps != 6 || r.Epsilon != rep.Privacy.Epsilon {
+		t.Errorf("the report's phases %+v: %d steps, ε %v (%v); the report's ε %v", rep.Phases, steps, r.Epsilon, err, rep.Privacy.Epsilon)
 	}
 }
 
@@ -186,7 +203,7 @@ func TestDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dry.Epochs) != 0 || dry.Privacy == nil || dry.Output != "" || dry.Checkpoint != "" {
+	if len(dry.Epochs) != 0 || dry.Privacy == nil || dry.Output != "" || dry.Checkpoint != "" || !dry.DryRun || dry.Phases != nil {
 		t.Fatalf("dry run report: %d epochs, privacy %+v, output %q, checkpoint %q", len(dry.Epochs), dry.Privacy, dry.Output, dry.Checkpoint)
 	}
 	for _, p := range []string{c.Out, c.Checkpoint} {

@@ -30,7 +30,10 @@ subcommands:
 
 Either takes a run as train describes it instead of --sample-rate and
 --steps: --examples n --batch-size L --epochs E (q = L/n, ⌈n/L⌉ steps an
-epoch, as train samples; δ defaults to train's 1/(10·n)).
+epoch, as train samples; δ defaults to train's 1/(10·n)). epsilon also
+composes runs from their reports (train --report): --report a.json
+--report b.json ... is the ε that the runs spent together, as a search
+over settings on the same private data does.
 
 Accountants (--accountant): rdp (default; Rényi DP, an upper bound), prv
 (privacy loss random variables; reports its upper bound), gdp (Gaussian DP
@@ -182,7 +185,7 @@ func (r runFlags) resolve(set map[string]bool, q *float64, steps *int, delta *fl
 }
 
 func runPrivacyEpsilon(args []string, stdout io.Writer) error {
-	fs := newFlagSet("privacy epsilon", "(--sample-rate q --sigma s --steps n | --sigma s --examples n --batch-size L --epochs E | --phase s,q,n ...) --delta d [--accountant rdp|prv|gdp] [--json]")
+	fs := newFlagSet("privacy epsilon", "(--sample-rate q --sigma s --steps n | --sigma s --examples n --batch-size L --epochs E | --phase s,q,n ... | --report run.json ...) --delta d [--accountant rdp|prv|gdp] [--json]")
 	var af accountantFlags
 	af.register(fs)
 	q := fs.Float64("sample-rate", 0, "Poisson sampling rate q = expected batch size / dataset size, in (0, 1]")
@@ -190,11 +193,34 @@ func runPrivacyEpsilon(args []string, stdout io.Writer) error {
 	steps := fs.Int("steps", 0, "number of steps (logical batches), ≥ 1")
 	var phases phaseList
 	fs.Var(&phases, "phase", "a phase `sigma,q,steps` of a run whose settings changed; repeat in order (instead of --sigma/--sample-rate/--steps)")
+	var reports pathList
+	fs.Var(&reports, "report", "a train run's JSON report (train --report): its phases composed with every other run given (--report or --phase), as a search over settings on the same private data spends the sum of its runs; repeat for each run (δ defaults to the runs' smallest)")
 	rf := addRunFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	set := flagsSet(fs)
+	var runs []composedRun
+	if len(reports) > 0 {
+		if set["sigma"] || set["sample-rate"] || set["steps"] || set["examples"] || set["batch-size"] || set["epochs"] {
+			return usagef("--report takes a run's phases from its report: add other runs as --report or --phase, not --sigma, --sample-rate, --steps, --examples, --batch-size or --epochs")
+		}
+		var err error
+		if runs, err = readRunReports(reports); err != nil {
+			return err
+		}
+		var own phaseList
+		for _, r := range runs {
+			own = append(own, r.Phases...)
+			if !set["delta"] && r.Delta > 0 && (af.delta == 0 || r.Delta < af.delta) {
+				af.delta = r.Delta
+			}
+		}
+		if af.delta > 0 {
+			set["delta"] = true
+		}
+		phases = append(own, phases...)
+	}
 	if len(phases) > 0 && (set["examples"] || set["batch-size"] || set["epochs"]) {
 		return usagef("--phase cannot be combined with --examples, --batch-size or --epochs")
 	}
@@ -231,6 +257,10 @@ func runPrivacyEpsilon(args []string, stdout io.Writer) error {
 		return fmt.Errorf("no finite epsilon: the %s accountant gives ε = %v for these settings (noise multiplier too small?)", acc.Name(), res.Epsilon)
 	}
 	out := newPrivacyJSON(acc, res)
+	out.Runs = runs
+	if len(runs) > 0 {
+		out.PrivacyUnit = runs[0].Unit
+	}
 	if af.jsonOut {
 		return writeJSON(stdout, out)
 	}
@@ -298,7 +328,11 @@ type privacyJSON struct {
 	Mu              *float64           `json:"mu,omitempty"`
 	Steps           int                `json:"steps"`
 	Phases          []accountant.Phase `json:"phases"`
-	Assumptions     string             `json:"assumptions"`
+	// Runs are the reports composed (--report), PrivacyUnit what their
+	// guarantee protects.
+	Runs        []composedRun `json:"runs,omitempty"`
+	PrivacyUnit string        `json:"privacy_unit,omitempty"`
+	Assumptions string        `json:"assumptions"`
 }
 
 const assumptions = "Poisson sampling with rate q; noise multiplier sigma applied once per logical batch; add-or-remove-one adjacency"
@@ -335,6 +369,9 @@ func writeJSON(w io.Writer, v any) error {
 
 func printHuman(w io.Writer, o *privacyJSON, cal *accountant.Calibration) {
 	fmt.Fprintf(w, "accountant:  %s\n", o.Description)
+	for i, r := range o.Runs {
+		fmt.Fprintf(w, "run %d:%s %s: %d phase(s), its own ε = %.4g at δ = %.3g, per %s\n", i+1, strings.Repeat(" ", max(0, 6-len(fmt.Sprint(i+1)))), r.Report, len(r.Phases), r.Epsilon, r.Delta, r.Unit)
+	}
 	for i, p := range o.Phases {
 		label := "phase:"
 		if len(o.Phases) > 1 {
@@ -343,6 +380,9 @@ func printHuman(w io.Writer, o *privacyJSON, cal *accountant.Calibration) {
 		fmt.Fprintf(w, "%-12s sigma=%g sample-rate=%g steps=%d\n", label, p.Sigma, p.SampleRate, p.Steps)
 	}
 	fmt.Fprintf(w, "assumes:     %s\n", assumptions)
+	if o.PrivacyUnit != "" {
+		fmt.Fprintf(w, "unit:        %s (one %s added or removed: the guarantee of each)\n", o.PrivacyUnit, o.PrivacyUnit)
+	}
 	fmt.Fprintf(w, "delta:       %g\n", o.Delta)
 	if cal != nil {
 		fmt.Fprintf(w, "sigma:       %.6g  (smallest noise multiplier found whose epsilon does not exceed the target %g)\n", cal.Sigma, *o.TargetEpsilon)
