@@ -90,6 +90,15 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 	case cfg.GradientCanaries > 0:
 		return nil, errors.New("audit: the configuration already has gradient canaries")
 	}
+	// The canaries are examples, each sampled on its own: the audit
+	// measures the example-level mechanism, also on data that names users
+	// (whose user-level runs are that mechanism over users).
+	if _, users := data.UsersOf(cfg.Train); users > 0 || cfg.Settings.PrivacyUnit == dptrain.PrivacyUnitUser {
+		if cfg.Settings.PrivacyUnit == dptrain.PrivacyUnitUser {
+			return nil, errors.New("audit: the canaries are examples, sampled each on its own: the audit measures the example-level mechanism (--privacy-unit example), which a user-level run applies to users")
+		}
+		cfg.Settings.PrivacyUnit = dptrain.PrivacyUnitExample
+	}
 	src := o.Source
 	if src == nil {
 		src = dpengine.NewSecureSource()
