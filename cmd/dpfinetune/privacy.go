@@ -194,7 +194,7 @@ func runPrivacyEpsilon(args []string, stdout io.Writer) error {
 	var phases phaseList
 	fs.Var(&phases, "phase", "a phase `sigma,q,steps` of a run whose settings changed; repeat in order (instead of --sigma/--sample-rate/--steps)")
 	var reports pathList
-	fs.Var(&reports, "report", "a train run's JSON report (train --report): its phases composed with every other run given (--report or --phase), as a search over settings on the same private data spends the sum of its runs; repeat for each run (δ defaults to the runs' smallest)")
+	fs.Var(&reports, "report", "a train run's JSON report (train --report): its phases composed with every other run given (--report or --phase), as a search over settings on the same private data spends the composition of its runs; repeat for each run (δ defaults to the runs' smallest)")
 	rf := addRunFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -21,7 +21,7 @@ type composedRun struct {
 
 // readRunReports reads train's JSON reports (--report) for their phases:
 // runs on the same data compose — a search over settings on private data
-// spends the sum of its runs — and only runs that protect the same unit
+// spends the composition of its runs — and only runs that protect the same unit
 // (examples, or users) compose into one guarantee of that unit. A report
 // without phases (a dry run's, which spent nothing; a non-private run's;
 // one written before reports recorded them) is refused rather than
