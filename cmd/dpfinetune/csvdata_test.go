@@ -151,6 +151,20 @@ func TestTrainUsers(t *testing.T) {
 	if r, _, _ := train("--examples-per-user", "3"); r.Settings.ExamplesPerUser != 3 {
 		t.Errorf("--examples-per-user 3: settings %d", r.Settings.ExamplesPerUser)
 	}
+	// A folder names its users by its images' paths: k.png is patient
+	// k's in either class, four patients.
+	out := filepath.Join(t.TempDir(), "f.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir+":users=^([0-9])\\.png$", "--epsilon", "8",
+		"--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet", "--out", out, "--report", out+".json"); code != 0 {
+		t.Errorf("folder with users: exit %d: %s", code, e)
+	} else {
+		var fr runReport
+		b, _ := os.ReadFile(out + ".json")
+		if err := json.Unmarshal(b, &fr); err != nil || fr.Settings.PrivacyUnit != "user" || fr.Settings.Users != 4 || fr.Settings.Examples != 8 {
+			t.Errorf("folder with users: %v, settings %+v", err, fr.Settings)
+		}
+	}
+
 	// plan: a user's rows are the sample.
 	o, e, code := run(t, "plan", "--model", "../../testdata/models/cnn.onnx", "--examples-per-user", "3", "--json")
 	var p struct {

@@ -13,19 +13,28 @@
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
 //     PIL's convert("RGB") saturates every value over 255; holdout=F
-//     splits a folder without a test split), npy (NumPy arrays: a .npz
-//     archive or a directory of .npy files, LoadArrays) and csv (a listing
-//     of image files and their labels, loadCSV; holdout=F too);
+//     splits a folder without a test split, users=REGEX names each
+//     image's user), npy (NumPy arrays: a .npz archive or a directory of
+//     .npy files, LoadArrays) and csv (a listing of image files and their
+//     labels, loadCSV; holdout=F too);
 //   - users (Users, UsersOf): the individual each sample belongs to, for
 //     a user-level guarantee that protects all of a person's samples
 //     together (a patient's scans). A CSV listing names them in an
 //     optional header column (user, user_id, patient_id, subject,
 //     participant, …: csvUserColumns), every row then naming its user;
+//     a folder with the option users=REGEX (Spec.Users), a regular
+//     expression whose first capture group (or whole match) names the
+//     user from each image's path within its class directory —
+//     users=^(person\d+)_ for person1_virus_6.jpeg, users=^([^/]+)/ for
+//     CLASS/P017/img3.png: with the option a class directory's
+//     sub-directories are read too, one level down, and every image must
+//     match (the expression may not contain ':', the spec separator);
 //     arrays in an optional integer array users. Users are numbered
 //     densely in sorted order of their names (of their ids for arrays)
-//     over the samples kept; a CSV listing's holdout=F then holds out
-//     whole users, so that no user is in both splits; and a change of
-//     grouping changes the dataset's fingerprint;
+//     over the samples kept, one user across the classes; a CSV
+//     listing's or a folder's holdout=F then holds out whole users, so
+//     that no user is in both splits; and a change of grouping changes
+//     the dataset's fingerprint;
 //   - the in-memory dataset (Images): raw pixels in channel-major (C,H,W)
 //     uint8, integer labels, class names, with every format error naming
 //     the file and, for labels, the sample;

@@ -12,8 +12,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -52,10 +55,38 @@ func isDir(path string) bool {
 // loadFolder reads an image folder: DIR/CLASS/IMAGE (imageExts), or
 // DIR/train/CLASS/… and DIR/test/CLASS/… (or DIR/val/CLASS/…). Labels
 // are the indices of the sorted training class names. Images with at
-// least fit's pixels are fitted as each is decoded.
+// least fit's pixels are fitted as each is decoded. A class directory's
+// files are read in name order, its sub-directories not at all, unless
+// the spec names users.
+//
+// With :users=REGEX (Spec.Users) each image belongs to the user the
+// expression names from its path within its class directory
+// ('/'-separated: "person1_virus_6.jpeg"): the first capture group, or
+// the whole match where it has none. The images one level down, in a
+// class directory's sub-directories (CLASS/USER/IMAGE, matched as
+// "USER/IMAGE"), are read too, each sub-directory's in name order where
+// it stands among the class's entries; deeper directories are not read.
+// An image whose path does not match, or matches with an empty user,
+// fails the load, naming the file and the expression. The users are
+// numbered in sorted order of their names over the samples kept (after a
+// holdout and a limit), so that a person in two classes is one user; the
+// test directory's images are named by the same expression.
+// :holdout=F then holds out whole users — round(F·users) of the training
+// directory's users, at least one of two or more, never all, chosen by a
+// hash of their names as a CSV listing's (holdoutKeys) — so that no user
+// has images in both splits; without users it holds out a fraction of
+// each class's files, by a hash of their paths.
 func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	if err := checkDir("folder", spec.Dir); err != nil {
 		return nil, err
+	}
+	var users *regexp.Regexp
+	if spec.Users != "" {
+		re, err := compileUsers(spec.Users)
+		if err != nil {
+			return nil, fmt.Errorf("folder: %s: %v", spec.Dir, err)
+		}
+		users = re
 	}
 	root := spec.Dir
 	trainDir, testDir := root, ""
@@ -100,47 +131,167 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	// List every class's files, then order the samples round-robin over
 	// the classes so that a limit keeps them balanced.
 	var perClass [][]labelledFile
+	var userOf map[string]string // each file's user, by path, with users
+	if users != nil {
+		userOf = map[string]string{}
+	}
 	for _, c := range dirClasses {
 		l, ok := label[c]
 		if !ok {
 			return nil, fmt.Errorf("folder: %s: class %q is not among the %d training classes in %s", filepath.Join(dir, c), c, len(classes), trainDir)
 		}
 		cdir := filepath.Join(dir, c)
-		entries, err := os.ReadDir(cdir)
+		items, err := classFiles(cdir, l, users != nil)
 		if err != nil {
-			return nil, fmt.Errorf("folder: %w", err)
-		}
-		var items []labelledFile
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), ".") || !isImageFile(e.Name()) {
-				continue
-			}
-			p := filepath.Join(cdir, e.Name())
-			if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
-				continue
-			}
-			items = append(items, labelledFile{p, l})
+			return nil, err
 		}
 		if len(items) == 0 {
-			return nil, fmt.Errorf("folder: %s: class directory holds no images (%s: *%s)", cdir, imageKinds, strings.Join(imageExts, ", *"))
+			where := ""
+			if users != nil {
+				where = ", nor its sub-directories"
+			}
+			return nil, fmt.Errorf("folder: %s: class directory%s holds no images (%s: *%s)", cdir, where, imageKinds, strings.Join(imageExts, ", *"))
 		}
-		if spec.Holdout > 0 {
+		for _, it := range items {
+			if users == nil {
+				break
+			}
+			if userOf[it.path], err = folderUser(users, root, cdir, it.path); err != nil {
+				return nil, err
+			}
+		}
+		perClass = append(perClass, items)
+	}
+	if spec.Holdout > 0 {
+		// With users, those held out: all of a user's images, in every
+		// class, are on one side.
+		var heldUser map[string]bool
+		if users != nil {
+			names := make([]string, 0, len(userOf))
+			for _, u := range userOf {
+				names = append(names, u)
+			}
+			slices.Sort(names)
+			names = slices.Compact(names)
+			held := holdoutKeys(names, spec.Holdout)
+			heldUser = make(map[string]bool, len(names))
+			for k, name := range names {
+				heldUser[name] = held[k]
+			}
+		}
+		kept := perClass[:0]
+		for _, items := range perClass {
+			var keep []bool
+			if users != nil {
+				keep = make([]bool, len(items))
+				for k, it := range items {
+					keep[k] = heldUser[userOf[it.path]]
+				}
+			} else {
+				keep = holdout(trainDir, len(items), func(k int) string { return items[k].path }, spec.Holdout)
+			}
 			// The test split's files, or the rest, still in name order.
-			keep := holdout(trainDir, len(items), func(k int) string { return items[k].path }, spec.Holdout)
 			part := items[:0:0]
 			for k, it := range items {
 				if keep[k] == (spec.split() == Test) {
 					part = append(part, it)
 				}
 			}
-			if items = part; len(items) == 0 {
-				continue // a class of one image trains on it
+			if len(part) > 0 { // a class of one image trains on it
+				kept = append(kept, part)
 			}
 		}
-		perClass = append(perClass, items) // ReadDir sorts by name
+		perClass = kept
 	}
 	paths, labels := roundRobin(perClass, spec.Limit)
-	return decodeFiles("folder", paths, labels, classes, fit)
+	if len(paths) == 0 {
+		// Every class a single image (or a single user) and held out of
+		// the test split.
+		return nil, fmt.Errorf("folder: %s: no images in the %s split of holdout=%s: each class holds a single image (or the folder a single user), which trains", root, spec.split(), strconv.FormatFloat(spec.Holdout, 'g', -1, 64))
+	}
+	im, err := decodeFiles("folder", paths, labels, classes, fit)
+	if err != nil {
+		return nil, err
+	}
+	if users != nil {
+		// Numbered over the samples kept: a limit or a holdout leaves no
+		// user without samples.
+		names := make([]string, len(paths))
+		for i, p := range paths {
+			names[i] = userOf[p]
+		}
+		im.users, im.userNames = numberUsers(names)
+	}
+	return im, nil
+}
+
+// classFiles lists the image files of a class directory (hidden ones
+// skipped) in name order, labelled l; with sub, those of its visible
+// sub-directories too, one level down, each sub-directory's where it
+// stands among the class's entries.
+func classFiles(cdir string, l int32, sub bool) ([]labelledFile, error) {
+	entries, err := os.ReadDir(cdir)
+	if err != nil {
+		return nil, fmt.Errorf("folder: %w", err)
+	}
+	var items []labelledFile
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		p := filepath.Join(cdir, e.Name())
+		if sub && isDir(p) {
+			inner, err := os.ReadDir(p)
+			if err != nil {
+				return nil, fmt.Errorf("folder: %w", err)
+			}
+			for _, f := range inner {
+				if q := filepath.Join(p, f.Name()); !strings.HasPrefix(f.Name(), ".") && isImageFile(f.Name()) && isRegular(q) {
+					items = append(items, labelledFile{q, l})
+				}
+			}
+			continue
+		}
+		if isImageFile(e.Name()) && isRegular(p) {
+			items = append(items, labelledFile{p, l})
+		}
+	}
+	return items, nil
+}
+
+// isRegular reports whether path is (or links to) a regular file.
+func isRegular(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// folderUser returns the user the expression re (a folder's users=)
+// names from path, an image in the class directory cdir of the folder
+// root: its first capture group, or its whole match where it has none,
+// matched against the path within cdir, '/'-separated. A path that does
+// not match, or matches with an empty user, is an error naming the file.
+func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
+	rel, err := filepath.Rel(cdir, path)
+	if err != nil {
+		rel = path
+	}
+	rel = filepath.ToSlash(rel)
+	m := re.FindStringSubmatch(rel)
+	if m == nil {
+		return "", fmt.Errorf("folder: %s: %s: its path within its class directory, %q, does not match users=%s; every image must name its user", root, path, rel, re)
+	}
+	u := m[0]
+	if len(m) > 1 {
+		u = m[1]
+	}
+	if u == "" {
+		what := "the match"
+		if len(m) > 1 {
+			what = "its first group"
+		}
+		return "", fmt.Errorf("folder: %s: %s: users=%s matches its path within its class directory, %q, with an empty user (%s is empty); every image must name its user", root, path, re, rel, what)
+	}
+	return u, nil
 }
 
 // labelledFile is an image file of a dataset and its label.

@@ -34,9 +34,10 @@ type Images struct {
 	samples [][]uint8
 	sizes   [][2]int32
 
-	// users, where named (a CSV listing's user column, WithUsers), is
-	// the user of each sample, in sample order, in [0, len(userNames));
-	// userNames names them in sorted order. Both nil where none are.
+	// users, where named (a CSV listing's user column, a folder's
+	// users= expression, WithUsers), is the user of each sample, in
+	// sample order, in [0, len(userNames)); userNames names them in
+	// sorted order. Both nil where none are.
 	users     []int32
 	userNames []string
 

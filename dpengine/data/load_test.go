@@ -122,6 +122,9 @@ func TestParseSpec(t *testing.T) {
 		{"folder:/a:b/c:limit=3", Spec{Scheme: "folder", Dir: "/a:b/c", Limit: 3}},
 		{"folder:/p:holdout=0.1:test", Spec{Scheme: "folder", Dir: "/p", Split: Test, Holdout: 0.1}},
 		{"npy:/data/clips.npz:classes=400:test", Spec{Scheme: "npy", Dir: "/data/clips.npz", Split: Test, Classes: 400}},
+		{`folder:/x/chest_xray:users=^(person\d+)_:holdout=0.2`, Spec{Scheme: "folder", Dir: "/x/chest_xray", Holdout: 0.2, Users: `^(person\d+)_`}},
+		{`folder:/a:b:test:USERS=^([^/]+)/`, Spec{Scheme: "folder", Dir: "/a:b", Split: Test, Users: `^([^/]+)/`}},
+		{`folder:/p:users=^(a=b)\x3a[^/]*:limit=4`, Spec{Scheme: "folder", Dir: "/p", Limit: 4, Users: `^(a=b)\x3a[^/]*`}},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -132,7 +135,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 		back, err := ParseSpec(got.String())
-		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout {
+		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout || back.Users != got.Users {
 			t.Errorf("ParseSpec(%q).String() = %q does not read back: %+v, %v", tc.in, got.String(), back, err)
 		}
 	}
@@ -154,6 +157,13 @@ func TestParseSpec(t *testing.T) {
 		{"folder:d:holdout=1", []string{"holdout=1", "between 0 and 1"}},
 		{"folder:d:holdout=NaN", []string{"holdout=NaN"}},
 		{"cifar10:d:holdout=0.1", []string{"holdout= applies to the folder and csv schemes only"}},
+		{"csv:l.csv:users=^(p)", []string{"users= applies to the folder scheme only"}},
+		{"idx:d:users=x", []string{"users= applies to the folder scheme only"}},
+		{"folder:d:users=(", []string{"users=(", "bad regular expression"}},
+		{"folder:d:users=", []string{"users=", "want a regular expression"}},
+		{"folder:d:users=a:users=b", []string{"users given twice"}},
+		{"folder:d:users=(?i:p)", []string{`directory "d:users=(?i:p)"`, "may not contain ':'"}},
+		{"folder:d:users=(?i:p)=1", []string{`unknown option "p)"`, "may not contain ':'"}},
 	} {
 		_, err := ParseSpec(tc.in)
 		wantErr(t, err, tc.frags...)

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -22,7 +23,8 @@ const (
 	// SchemeFolder names a directory with one sub-directory of images per
 	// class (PNG, JPEG, BMP, TIFF, WebP or Netpbm: torchvision's
 	// ImageFolder's extensions), optionally split into train/ and test/ (or
-	// val/).
+	// val/). The option users=REGEX names each image's user from its path
+	// (Spec.Users).
 	SchemeFolder = "folder"
 	// SchemeNPY names NumPy arrays: a .npz archive or a directory of .npy
 	// files holding the samples and their labels (see LoadArrays).
@@ -74,13 +76,21 @@ func ParseSplit(s string) (Split, error) {
 //	limit=N                keep the first N samples (0: all)
 //	classes=N              number of classes (idx: default 10; npy:
 //	                       default one more than the largest label)
-//	holdout=F              folder only: hold out a fraction F of each
-//	                       training class as the test split (see Holdout)
+//	holdout=F              folder and csv only: hold out a fraction F of
+//	                       each training class (of the users, where the
+//	                       samples name them) as the test split (see
+//	                       Holdout)
+//	users=REGEX            folder only: each image's user is read from
+//	                       its path within its class directory by the
+//	                       regular expression REGEX (see Users); REGEX
+//	                       may not contain ':', the spec separator
 //
 // Options are recognised from the right, so DIR may itself contain colons
-// as long as its last component does not look like an option. Examples:
+// as long as its last component does not look like an option (nor any
+// component start with "users=": see Users). Examples:
 // "idx:/usr/share/datasets/fashion-mnist", "cifar10:./cifar-10-batches-bin:limit=5000",
-// "folder:/data/flowers:split=val", "csv:/data/labels.csv:holdout=0.1".
+// "folder:/data/flowers:split=val", "csv:/data/labels.csv:holdout=0.1",
+// "folder:/data/chest_xray:users=^(person\d+)_:holdout=0.2".
 type Spec struct {
 	// Scheme is one of the Scheme* constants.
 	Scheme string
@@ -108,9 +118,49 @@ type Spec struct {
 	// contents: the same files every run, and adding a file to a class
 	// moves at most one of its other files between the splits. A test
 	// directory, if the folder has one, is not read. A CSV listing that
-	// names its users (see loadCSV) holds out a fraction of its users
-	// instead, with all of their images, chosen by a hash of their names.
+	// names its users (see loadCSV), and a folder read with Users, hold
+	// out a fraction of their users instead, with all of their images,
+	// chosen by a hash of their names.
 	Holdout float64
+	// Users, for a folder only, is a regular expression (Go's regexp
+	// syntax) that names each image's user — the patient, subject or
+	// person a user-level guarantee protects — from the image's path
+	// within its class directory, '/'-separated: "person1_virus_6.jpeg",
+	// or "P017/img3.png" where a class directory holds a sub-directory of
+	// images per user. The user is the expression's first capture group
+	// where it has one, else the whole match: "^(person\d+)_" or
+	// "^([^/]+)/". With Users the images one level down, in the
+	// sub-directories of a class directory, are read too (CLASS/USER/IMAGE;
+	// deeper directories are not); every image must match, with a
+	// non-empty user, or the load fails naming it. Users are numbered in
+	// sorted order of their names over the samples loaded, one user
+	// across the classes (the Users interface). Empty: the folder names no
+	// users, and a class directory's sub-directories are not read.
+	//
+	// Users may not contain ':', the spec separator, so that the string
+	// form reads back: write a literal colon as \x3a, and use capture
+	// groups for (?:…). ParseSpec refuses a directory holding ":users=",
+	// which is what such an expression would leave of the spec.
+	Users string
+}
+
+// usersOption is the spec option that names a folder's users (Spec.Users).
+const usersOption = "users"
+
+// compileUsers compiles a folder's users expression (Spec.Users),
+// refusing one that the spec's string form could not carry.
+func compileUsers(expr string) (*regexp.Regexp, error) {
+	if expr == "" {
+		return nil, fmt.Errorf("users=: want a regular expression naming each image's user, such as ^(person\\d+)_")
+	}
+	if strings.Contains(expr, ":") {
+		return nil, fmt.Errorf("users=%s: the expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", expr)
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("users=%s: bad regular expression: %v", expr, err)
+	}
+	return re, nil
 }
 
 // ParseSpec parses the string form of a Spec (see Spec).
@@ -176,8 +226,19 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx and npy schemes only", s)
 			}
 			spec.Classes = n
+		case usersOption:
+			if spec.Scheme != SchemeFolder {
+				return Spec{}, fmt.Errorf("data spec %q: users= applies to the folder scheme only (a csv listing names its users in a column, npy arrays in a users array)", s)
+			}
+			if _, err := compileUsers(val); err != nil {
+				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
+			}
+			spec.Users = val
 		default:
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F)", s, key)
+			if colonInUsers(rest[:i]) {
+				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
+			}
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -186,7 +247,23 @@ options:
 	if spec.Dir == "" {
 		return Spec{}, fmt.Errorf("data spec %q: empty directory", s)
 	}
+	if colonInUsers(spec.Dir) {
+		// "folder:DIR:users=a:b" would read as the directory "DIR:users=a:b".
+		return Spec{}, fmt.Errorf("data spec %q: the directory %q holds a users= option: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, spec.Dir)
+	}
 	return spec, nil
+}
+
+// colonInUsers reports whether the part of a spec left of an option, or
+// its directory, holds a users= option: what a users expression with a
+// ':' leaves there.
+func colonInUsers(s string) bool {
+	for _, c := range strings.Split(s, ":")[1:] {
+		if k, _, ok := strings.Cut(c, "="); ok && strings.EqualFold(k, usersOption) {
+			return true
+		}
+	}
+	return false
 }
 
 // String returns the canonical string form of s, which ParseSpec reads
@@ -206,6 +283,9 @@ func (s Spec) String() string {
 	}
 	if s.Holdout > 0 {
 		b.WriteString(":holdout=" + strconv.FormatFloat(s.Holdout, 'g', -1, 64))
+	}
+	if s.Users != "" {
+		b.WriteString(":" + usersOption + "=" + s.Users)
 	}
 	return b.String()
 }
@@ -244,6 +324,9 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 	case Train, Test:
 	default:
 		return nil, fmt.Errorf("data %s: unknown split %q (valid: train, test)", spec.Scheme, spec.Split)
+	}
+	if spec.Users != "" && spec.Scheme != SchemeFolder {
+		return nil, fmt.Errorf("data %s: %s: users= applies to the folder scheme only (a csv listing names its users in a column, npy arrays in a users array)", spec.Scheme, spec.Dir)
 	}
 	var (
 		im  *Images

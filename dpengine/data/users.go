@@ -113,8 +113,9 @@ func numberIntUsers(id []int64) (user []int32, names []string) {
 }
 
 // NumUsers returns the number of distinct users the samples belong to:
-// the users of a CSV listing's user column (see loadCSV) or named with
-// WithUsers; 0 where none are named.
+// the users of a CSV listing's user column (see loadCSV), of a folder's
+// users= expression (Spec.Users) or named with WithUsers; 0 where none
+// are named.
 func (m *Images) NumUsers() int { return len(m.userNames) }
 
 // UserOf returns the user of sample i, in [0, NumUsers()); -1 where the
