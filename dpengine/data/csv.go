@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,17 +160,11 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	// side.
 	var heldUser map[string]bool
 	if hasUsers && spec.Holdout > 0 {
-		var names []string
-		for _, r := range rows {
-			names = append(names, r.user)
+		names := make([]string, len(rows))
+		for i, r := range rows {
+			names[i] = r.user
 		}
-		slices.Sort(names)
-		names = slices.Compact(names)
-		held := holdoutKeys(names, spec.Holdout)
-		heldUser = make(map[string]bool, len(names))
-		for k, name := range names {
-			heldUser[name] = held[k]
-		}
+		heldUser = heldOutUsers(names, spec.Holdout)
 	}
 	total := 0
 	for c, items := range perClass {

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -171,13 +170,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			for _, u := range userOf {
 				names = append(names, u)
 			}
-			slices.Sort(names)
-			names = slices.Compact(names)
-			held := holdoutKeys(names, spec.Holdout)
-			heldUser = make(map[string]bool, len(names))
-			for k, name := range names {
-				heldUser[name] = held[k]
-			}
+			heldUser = heldOutUsers(names, spec.Holdout)
 		}
 		kept := perClass[:0]
 		for _, items := range perClass {

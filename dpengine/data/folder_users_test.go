@@ -2,7 +2,6 @@ package data
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -220,47 +219,7 @@ func TestFolderUserHoldout(t *testing.T) {
 			testUsers := relUsers(t, test, filepath.Join(dir, "train"))
 			trainUsers := relUsers(t, train, filepath.Join(dir, "train"))
 
-			seen := map[string]int{}
-			for _, split := range []map[string]string{testUsers, trainUsers} {
-				for rel, u := range split {
-					seen[rel]++
-					if all[rel] != u {
-						t.Errorf("%s: user %q, want %q", rel, u, all[rel])
-					}
-				}
-			}
-			for rel := range all {
-				if seen[rel] != 1 {
-					t.Errorf("%s is in %d splits, want 1", rel, seen[rel])
-				}
-			}
-			if len(seen) != len(all) || test.Len()+train.Len() != len(all) {
-				t.Errorf("%d test and %d training samples of %d images", test.Len(), train.Len(), len(all))
-			}
-			for _, u := range test.userNames {
-				if slices.Contains(train.userNames, u) {
-					t.Errorf("user %s has images in both splits", u)
-				}
-			}
-			if want := int(math.Round(0.3 * 10)); test.NumUsers() != want || train.NumUsers() != 10-want {
-				t.Errorf("%d users held out, %d trained; want %d and %d", test.NumUsers(), train.NumUsers(), want, 10-want)
-			}
-			held := holdoutKeys(names, 0.3)
-			for k, name := range names {
-				in := slices.Contains(test.userNames, name)
-				if in != held[k] {
-					t.Errorf("user %s held out: %v, the rule says %v", name, in, held[k])
-				}
-				n := 0
-				for _, u := range testUsers {
-					if u == name {
-						n++
-					}
-				}
-				if in && n != userImages[name] {
-					t.Errorf("user %s: %d of %d images held out", name, n, userImages[name])
-				}
-			}
+			checkUserHoldout(t, all, names, userImages, test, train, testUsers, trainUsers)
 			again := mustLoad(t, base+":test")
 			if !slices.Equal(again.userNames, test.userNames) || again.Fingerprint() != test.Fingerprint() {
 				t.Errorf("a second load held out %q, the first %q", again.userNames, test.userNames)

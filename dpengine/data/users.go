@@ -68,6 +68,19 @@ func numberUsers(name []string) (user []int32, names []string) {
 	return user, names
 }
 
+// heldOutUsers says which of the users named (each name once or more) a
+// holdout of fraction f holds out: holdoutKeys over their sorted distinct
+// names, so that all of a user's samples land on one side.
+func heldOutUsers(names []string, f float64) map[string]bool {
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	held := holdoutKeys(names, f)
+	out := make(map[string]bool, len(names))
+	for k, name := range names {
+		out[name] = held[k]
+	}
+	return out
+}
+
 // hashUsers writes each sample's user name (user[i] indexes names) to a
 // fingerprint's hash, each prefixed by its length, after a tag and the
 // users' count; nothing where no users are named.

@@ -155,56 +155,7 @@ func TestCSVUserHoldout(t *testing.T) {
 	train := mustLoad(t, "csv:"+listing+":holdout=0.3")
 	testUsers, trainUsers := sampleUsers(t, test), sampleUsers(t, train)
 
-	seen := map[string]int{}
-	for p, u := range testUsers {
-		seen[p]++
-		if all[p] != u {
-			t.Errorf("test split: %s of user %s, the listing says %s", p, u, all[p])
-		}
-	}
-	for p, u := range trainUsers {
-		seen[p]++
-		if all[p] != u {
-			t.Errorf("training split: %s of user %s, the listing says %s", p, u, all[p])
-		}
-	}
-	for p := range all {
-		if seen[p] != 1 {
-			t.Errorf("%s is in %d splits, want 1", p, seen[p])
-		}
-	}
-	if len(seen) != len(all) || test.Len()+train.Len() != len(all) {
-		t.Errorf("%d test and %d training samples of %d images", test.Len(), train.Len(), len(all))
-	}
-	for i := range test.NumUsers() {
-		u := test.UserName(i)
-		if slices.Contains(train.userNames, u) {
-			t.Errorf("user %s has images in both splits", u)
-		}
-	}
-	if want := int(math.Round(0.3 * 10)); test.NumUsers() != want || train.NumUsers() != 10-want {
-		t.Errorf("%d users held out, %d trained; want %d and %d", test.NumUsers(), train.NumUsers(), want, 10-want)
-	}
-	// The users held out are those the hash of their names picks, with
-	// all of their images.
-	held := holdoutKeys(names, 0.3) // names are sorted: patient-0 … patient-9
-	for k, name := range names {
-		in := slices.Contains(test.userNames, name)
-		if in != held[k] {
-			t.Errorf("user %s held out: %v, the rule says %v", name, in, held[k])
-		}
-		if in {
-			n := 0
-			for _, u := range testUsers {
-				if u == name {
-					n++
-				}
-			}
-			if n != userImages[name] {
-				t.Errorf("user %s: %d of %d images held out", name, n, userImages[name])
-			}
-		}
-	}
+	checkUserHoldout(t, all, names, userImages, test, train, testUsers, trainUsers)
 	again := mustLoad(t, "csv:"+listing+":holdout=0.3:split=test")
 	if !slices.Equal(again.userNames, test.userNames) {
 		t.Errorf("a second load held out %q, the first %q", again.userNames, test.userNames)
@@ -445,5 +396,56 @@ func TestArraysUsers(t *testing.T) {
 			_, err := LoadArrays(Spec{Scheme: SchemeNPY, Dir: path})
 			wantErr(t, err, append([]string{"npy", "data.npz"}, c.want...)...)
 		})
+	}
+}
+
+// checkUserHoldout holds a holdout of 0.3 over the 10 users that all maps
+// each sample to (keyed as testUsers and trainUsers, the splits' samples'
+// users, key theirs) to its rule: every sample in exactly one split, under
+// its own user; no user on both sides; round(0.3·10) users held out, those
+// that holdoutKeys picks over names (sorted), each with all of its
+// userImages.
+func checkUserHoldout(t *testing.T, all map[string]string, names []string, userImages map[string]int, test, train *Images, testUsers, trainUsers map[string]string) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, split := range []map[string]string{testUsers, trainUsers} {
+		for p, u := range split {
+			seen[p]++
+			if all[p] != u {
+				t.Errorf("%s: user %q, want %q", p, u, all[p])
+			}
+		}
+	}
+	for p := range all {
+		if seen[p] != 1 {
+			t.Errorf("%s is in %d splits, want 1", p, seen[p])
+		}
+	}
+	if len(seen) != len(all) || test.Len()+train.Len() != len(all) {
+		t.Errorf("%d test and %d training samples of %d images", test.Len(), train.Len(), len(all))
+	}
+	for _, u := range test.userNames {
+		if slices.Contains(train.userNames, u) {
+			t.Errorf("user %s has images in both splits", u)
+		}
+	}
+	if want := int(math.Round(0.3 * 10)); test.NumUsers() != want || train.NumUsers() != 10-want {
+		t.Errorf("%d users held out, %d trained; want %d and %d", test.NumUsers(), train.NumUsers(), want, 10-want)
+	}
+	held := holdoutKeys(names, 0.3)
+	for k, name := range names {
+		in := slices.Contains(test.userNames, name)
+		if in != held[k] {
+			t.Errorf("user %s held out: %v, the rule says %v", name, in, held[k])
+		}
+		n := 0
+		for _, u := range testUsers {
+			if u == name {
+				n++
+			}
+		}
+		if in && n != userImages[name] {
+			t.Errorf("user %s: %d of %d images held out", name, n, userImages[name])
+		}
 	}
 }
