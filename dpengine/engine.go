@@ -879,9 +879,10 @@ func (e *Engine) noised(grads [][]float32, perTensor bool) ([][]float32, []uint6
 }
 
 // ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds
-// n samples, y n labels, or with Config.RowLabels n·views: a label a row) and returns, per parameter, the noise-free clipped
-// sum Σ_i C_i g_i, with the per-sample total norms. It is the engine's
-// output before noise: every DP mode must give the same result.
+// n samples, y n labels, or with Config.RowLabels n·views: a label a row)
+// and returns, per parameter, the noise-free clipped sum Σ_i C_i g_i, with
+// the per-sample total norms. It is the engine's output before noise:
+// every DP mode must give the same result.
 func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ []float64, err error) {
 	defer runtime.CatchDeviceFault(&err, "dpengine: clipped sum")
 	n := len(y)

@@ -64,8 +64,8 @@ func (p *Plan) propagateBatch() {
 // sample's whole, stride its size, axis its outermost unit axis (0 where
 // it has none: a (T·1, D) projection's rows) — or 0 where the value keeps
 // its input's leading axis of the sample's rows (a sample's views folded
-// into the batch: (K, 1, H, W) for a one-channel image). Shape and Size read only
-// the layout, so what follows them is not the sample's.
+// into the batch: (K, 1, H, W) for a one-channel image). Shape and Size
+// read only the layout, so what follows them is not the sample's.
 func (p *Plan) propagateOne(in *tensor) {
 	from := map[*tensor]bool{in: true}
 	for _, nd := range p.nodes {
