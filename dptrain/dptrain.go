@@ -380,6 +380,9 @@ type Event struct {
 	// ClipNorm the clip norm of the next (Settings.ClipQuantile; the
 	// run's fixed one otherwise).
 	LR, ClipNorm float64
+	// PerUser says that the run's samples are users (Settings.PrivacyUnit):
+	// SamplesPerSecond counts users.
+	PerUser bool
 	// Record is the finished epoch (EpochDone).
 	Record *EpochRecord
 	// Engine is the engine: after StepDone, Engine.Gradient returns the
@@ -965,6 +968,7 @@ func Run(cfg Config) (*Report, error) {
 		if cfg.Events != nil {
 			e.Epochs, e.StepsPerEpoch, e.Step, e.Engine = set.Epochs, stepsPerEpoch, step, eng
 			e.acct, e.delta, e.nonPrivate = acct, delta, set.NonPrivate
+			e.PerUser = groups != nil
 			cfg.Events(e)
 		}
 	}

@@ -67,7 +67,7 @@ func userSettings(unit string, examplesPerUser int) dptrain.Settings {
 }
 
 // TestRunUserLevel: on data whose 96 examples belong to 20 users of 1 to 9
-// examples, the default privacy unit is the user: the sample rate, the
+// examples, the default privacy unit is the user (its events say so): the sample rate, the
 // steps, δ's default and σ are those of 20 units at an expected batch of
 // 8 (σ as the accountant calibrates it for them), every step reads the
 // median user's count of rows a sampled user, all of them that user's
@@ -96,9 +96,14 @@ func TestRunUserLevel(t *testing.T) {
 	slices.Sort(sorted)
 	k := sorted[len(sorted)/2]
 
-	rep, err := dptrain.Run(dptrain.Config{Settings: userSettings("", 0), Graph: cnnGraph(t), Train: ds})
+	perUser := map[bool]int{}
+	rep, err := dptrain.Run(dptrain.Config{Settings: userSettings("", 0), Graph: cnnGraph(t), Train: ds,
+		Events: func(e dptrain.Event) { perUser[e.PerUser]++ }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if perUser[false] != 0 || perUser[true] == 0 {
+		t.Errorf("events with PerUser set and not: %v; want all set", perUser)
 	}
 	s := rep.Settings
 	if s.PrivacyUnit != dptrain.PrivacyUnitUser || s.Users != users || s.ExamplesPerUser != k || s.Examples != 96 {

@@ -16,7 +16,6 @@ type composedRun struct {
 	Epsilon float64            `json:"epsilon"`
 	Delta   float64            `json:"delta"`
 	Phases  []accountant.Phase `json:"phases"`
-	data    string             // the training data's fingerprint
 }
 
 // readRunReports reads train's JSON reports (--report) for their phases:
@@ -46,7 +45,7 @@ func readRunReports(paths []string) ([]composedRun, error) {
 		case len(r.Phases) == 0:
 			return nil, fmt.Errorf("--report %s records no phases (a report written before train recorded them): give its run's phases as --phase sigma,q,steps instead", path)
 		}
-		run := composedRun{Report: path, Unit: r.Settings.PrivacyUnit, Phases: r.Phases, data: r.Settings.DataSHA256}
+		run := composedRun{Report: path, Unit: r.Settings.PrivacyUnit, Phases: r.Phases}
 		if run.Unit == "" {
 			run.Unit = dptrain.PrivacyUnitExample
 		}

@@ -375,12 +375,6 @@ func withProgress(cfg dptrain.Config, quiet bool, run func(dptrain.Config) error
 	cfg.Stop = stop.Load
 
 	show := !quiet && term.IsTerminal(int(os.Stderr.Fd()))
-	// At user level (dptrain resolves auto so where the data names users)
-	// a step's samples are users.
-	unit := "samples"
-	if _, users := data.UsersOf(cfg.Train); users > 0 && cfg.Settings.PrivacyUnit != dptrain.PrivacyUnitExample {
-		unit = "users"
-	}
 	var bar *progressbar.ProgressBar
 	cfg.Events = func(ev dptrain.Event) {
 		switch ev.Kind {
@@ -395,6 +389,10 @@ func withProgress(cfg dptrain.Config, quiet bool, run func(dptrain.Config) error
 			}
 			i := ev.EpochStep - 1
 			if show && (i%20 == 0 || i == ev.StepsPerEpoch-1) {
+				unit := "samples"
+				if ev.PerUser {
+					unit = "users"
+				}
 				desc := fmt.Sprintf("epoch %d/%d loss %.4f  %.0f %s/s", ev.Epoch+1, ev.Epochs, ev.Loss, ev.SamplesPerSecond, unit)
 				if sch := cfg.Settings.LRSchedule; cfg.Settings.WarmupSteps > 0 || sch != "" && sch != "constant" {
 					desc += fmt.Sprintf("  lr %.3g", ev.LR)
