@@ -43,7 +43,7 @@ var tunable = []string{"lr", "clip", "optimizer", "momentum", "weight-decay", "l
 	"label-smoothing", "ema", "augment", "clip-fn", "gamma"}
 
 // tuneSet are the train flags the search sets on each run itself.
-var tuneSet = []string{"epsilon", "noise-multiplier", "out", "report", "checkpoint", "resume", "dry-run", "quiet", "seed", "test-data", "non-private"}
+var tuneSet = []string{"epsilon", "noise-multiplier", "out", "report", "checkpoint", "resume", "dry-run", "seed", "test-data", "non-private"}
 
 // gridFlag collects --grid NAME=V1,V2,… flags.
 type gridFlag struct {
@@ -114,8 +114,10 @@ type tuneState struct {
 }
 
 // TuneReport is what tune --report writes: the search's guarantee and
-// plan, every run's settings (drawn independently of the data) and the
-// chosen run's report and noisy score.
+// plan, and the chosen run's settings, noisy score and report. It holds
+// nothing of the other runs — not even how many there were, which the
+// guarantee needs kept secret: the bound is for the best of a number of
+// runs nobody outside the search knows.
 type TuneReport struct {
 	Search accountant.SearchResult `json:"search"`
 	// Phase is every run's mechanism: σ calibrated for the search, the
@@ -126,19 +128,21 @@ type TuneReport struct {
 	ScoreUnits  int              `json:"score_units"`
 	// ScoreNoise is the standard deviation of a score's noise, in
 	// accuracy (a fraction of the score data's units).
-	ScoreNoise float64             `json:"score_noise"`
-	Runs       []map[string]string `json:"runs"`
-	Best       int                 `json:"best"`
-	BestScore  float64             `json:"best_score"`
-	Run        *dptrain.Report     `json:"run"`
-	Seed       *uint64             `json:"seed,omitempty"`
-	Output     string              `json:"output"`
-	Seconds    float64             `json:"seconds"`
+	ScoreNoise float64 `json:"score_noise"`
+	// Grid is the values searched, and Chosen the chosen run's.
+	Grid   map[string][]string `json:"grid"`
+	Chosen map[string]string   `json:"chosen"`
+	// Score is the chosen run's noisy score, in accuracy.
+	Score float64 `json:"score"`
+	// Run is the chosen run's report (its output the search's).
+	Run    *dptrain.Report `json:"run"`
+	Seed   *uint64         `json:"seed,omitempty"`
+	Output string          `json:"output"`
 }
 
-// tuneScored, when set (by tests), is called with each run's index and
-// noisy score as the search records it.
-var tuneScored func(run int, score float64)
+// tuneScored, when set (by tests), is called with each run's index,
+// settings and noisy score as the search records it.
+var tuneScored func(run int, settings map[string]string, score float64)
 
 func runTune(args []string, stdout io.Writer) error {
 	fs := newFlagSet("tune", "--model M.onnx --data SPEC --epsilon E --grid lr=0.5,1,2 [--grid clip=0.1,1] --out tuned.onnx [train's flags]")
@@ -152,7 +156,6 @@ func runTune(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	start := time.Now()
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
@@ -216,7 +219,7 @@ func runTune(args []string, stdout io.Writer) error {
 		if !slices.Equal(st.Args, fingerprint) {
 			return fmt.Errorf("%s: the search under way had other flags (%s): resume it with the same command", statePath, strings.Join(st.Args, " "))
 		}
-		fmt.Fprintf(stdout, "tune: resuming the search in %s: %d of %d runs done\n", *work, countDone(st.Runs), len(st.Runs))
+		fmt.Fprintf(stdout, "tune: resuming the search in %s: %d %s done\n", *work, countDone(st.Runs), plural(countDone(st.Runs), "run"))
 	case !errors.Is(err, os.ErrNotExist):
 		return err
 	case *tf.resume:
@@ -309,6 +312,9 @@ func runTune(args []string, stdout io.Writer) error {
 			st.Runs = append(st.Runs, r)
 		}
 		printSearchPlan(stdout, st, trials, *scoreNoise, *tf.eps)
+		if sp, err := data.ParseSpec(scoreSpec); err == nil && sp.Holdout > 0 {
+			fmt.Fprintf(stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
+		}
 		if *tf.dryRun {
 			return os.RemoveAll(*work)
 		}
@@ -327,7 +333,7 @@ func runTune(args []string, stdout io.Writer) error {
 			continue
 		}
 		base := filepath.Join(*work, fmt.Sprintf("run%d", i+1))
-		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(st.Sigma, 'g', -1, 64), "--quiet", "--test-data=none",
+		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(st.Sigma, 'g', -1, 64), "--test-data=none",
 			"--out="+base+".onnx", "--report="+base+".json", "--checkpoint="+base+".ckpt")
 		for _, n := range grid.names {
 			ra = append(ra, "--"+n+"="+r.Settings[n])
@@ -338,7 +344,7 @@ func runTune(args []string, stdout io.Writer) error {
 		if _, err := os.Stat(base + ".ckpt"); err == nil {
 			ra = append(ra, "--resume")
 		}
-		fmt.Fprintf(stdout, "run %d/%d: %s\n", i+1, len(st.Runs), describeSettings(grid.names, r.Settings))
+		fmt.Fprintf(stdout, "run %d: %s\n", i+1, describeSettings(grid.names, r.Settings))
 		t0 := time.Now()
 		// A run writes its report last, after its model: one whose report
 		// is there finished before the search stopped, and is scored as
@@ -352,7 +358,7 @@ func runTune(args []string, stdout io.Writer) error {
 			logFile.Close()
 			var ie interruptError
 			if errors.As(err, &ie) {
-				return fmt.Errorf("interrupted in run %d of %d; its checkpoint and the search's state are in %s: run the same command with --resume to continue", i+1, len(st.Runs), *work)
+				return fmt.Errorf("interrupted in run %d; its checkpoint and the search's state are in %s: run the same command with --resume to continue", i+1, *work)
 			}
 			if err != nil {
 				return fmt.Errorf("run %d (%s; its log: %s): %w", i+1, describeSettings(grid.names, r.Settings), base+".log", err)
@@ -368,7 +374,7 @@ func runTune(args []string, stdout io.Writer) error {
 		r.Score = (score + float64(st.Units)**scoreNoise*tuneRNG(seed, uint64(i)+1).NormFloat64()) / float64(st.Units)
 		r.Done = true
 		if tuneScored != nil {
-			tuneScored(i, r.Score)
+			tuneScored(i, r.Settings, r.Score)
 		}
 		// Only the best run so far is kept: the search releases it alone.
 		prev := st.Best
@@ -387,7 +393,7 @@ func runTune(args []string, stdout io.Writer) error {
 		for _, ext := range []string{".ckpt", ".log"} {
 			os.Remove(base + ext)
 		}
-		fmt.Fprintf(stdout, "run %d/%d: done in %s\n", i+1, len(st.Runs), time.Since(t0).Round(time.Second))
+		fmt.Fprintf(stdout, "run %d: done in %s\n", i+1, time.Since(t0).Round(time.Second))
 	}
 
 	// The chosen run: its model with the search's guarantee, its report.
@@ -406,10 +412,12 @@ func runTune(args []string, stdout io.Writer) error {
 	if err := m.Save(*tf.out, nil); err != nil {
 		return err
 	}
+	// The run's own paths name its place among the runs.
+	rep.Output, rep.Checkpoint = *tf.out, ""
 	tr := TuneReport{Search: st.Plan, Phase: st.Phase, PrivacyUnit: st.Unit, ScoreData: st.Spec, ScoreUnits: st.Units, ScoreNoise: *scoreNoise,
-		Best: st.Best + 1, BestScore: st.Runs[st.Best].Score, Run: &rep, Seed: st.Seed, Output: *tf.out, Seconds: time.Since(start).Seconds()}
-	for _, r := range st.Runs {
-		tr.Runs = append(tr.Runs, r.Settings)
+		Grid: map[string][]string{}, Chosen: st.Runs[st.Best].Settings, Score: st.Runs[st.Best].Score, Run: &rep, Seed: st.Seed, Output: *tf.out}
+	for i, n := range grid.names {
+		tr.Grid[n] = grid.values[i]
 	}
 	if *tf.reportPath != "" {
 		b, _ := json.MarshalIndent(tr, "", "  ")
@@ -420,9 +428,16 @@ func runTune(args []string, stdout io.Writer) error {
 	if err := os.RemoveAll(*work); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "chosen:  run %d of %d: %s (noisy score %.2f %% on %s)\n", st.Best+1, len(st.Runs), describeSettings(grid.names, st.Runs[st.Best].Settings), 100*tr.BestScore, st.Spec)
+	fmt.Fprintf(stdout, "chosen:  %s (noisy score %.2f %% on %s)\n", describeSettings(grid.names, tr.Chosen), 100*tr.Score, st.Spec)
 	fmt.Fprintf(stdout, "done: %s written; the search spent ε = %.4g at δ = %.3g (one run alone: ε = %.4g)\n", *tf.out, st.Plan.Epsilon, st.Plan.Delta, st.Plan.RunEpsilon)
 	return nil
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }
 
 func countDone(runs []tuneRun) int {
@@ -462,7 +477,7 @@ func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise,
 	fmt.Fprintf(w, "runs:    each σ = %.4g, sample rate %.4g, %d steps (per %s)\n", st.Phase.Sigma, st.Phase.SampleRate, st.Phase.Steps, strings.TrimSuffix(unit, "s"))
 	fmt.Fprintf(w, "scores:  accuracy on %s (%d %s) with Gaussian noise of standard deviation %.3g (noise multiplier %.4g)\n", st.Spec, st.Units, unit, scoreNoise, scoreNoise*float64(st.Units))
 	fmt.Fprintf(w, "privacy: the search ε = %.4g ≤ %g at δ = %.3g (one run alone: ε = %.4g; RDP, order %v)\n", st.Plan.Epsilon, target, st.Plan.Delta, st.Plan.RunEpsilon, st.Plan.Order)
-	fmt.Fprintf(w, "drawn:   K = %d runs\n", len(st.Runs))
+	fmt.Fprintf(w, "note:    how many runs there are, their settings, scores and times stay on this console: the report and the model hold the chosen run alone, and the bound is for a number of runs nobody else knows (publishing this log voids it)\n")
 }
 
 func describeSettings(names []string, s map[string]string) string {
@@ -574,7 +589,7 @@ func setSearchMetadata(p *onnxpb.ModelProto, st tuneState, chosen string) {
 		"epsilon":     fmt.Sprint(st.Plan.Epsilon),
 		"delta":       fmt.Sprint(st.Plan.Delta),
 		"run_epsilon": fmt.Sprint(st.Plan.RunEpsilon),
-		"search":      fmt.Sprintf("the best of %d runs (K drawn with mean %.3g, η = %g) by noisy accuracy on %s: %s", len(st.Runs), st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
+		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy accuracy on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
 	}
 	for _, e := range p.MetadataProps {
 		k := strings.TrimPrefix(e.GetKey(), dptrain.MetaPrefix)

@@ -29,6 +29,12 @@
 // accountant's name and options, is its State, which is what a training
 // checkpoint stores: restoring a State gives the identical ε.
 //
+// SearchEpsilon bounds a private random search over settings — the best of
+// a random, secret number K of runs (K drawn from Trials, Papernot and
+// Steinke's truncated negative binomial), each scored with Gaussian noise —
+// by their Theorem 2 over the RDP curve of one run, and CalibrateSearch
+// finds the runs' σ for a target ε of the whole search.
+//
 // CalibrateSigma and Calibrate find the smallest noise multiplier (to a
 // relative tolerance) whose ε does not exceed a target; the σ returned has
 // been checked to meet the target.
