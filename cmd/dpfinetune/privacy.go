@@ -27,6 +27,9 @@ const privacyUsage = `usage: dpfinetune privacy <subcommand> [flags]
 subcommands:
   epsilon   the epsilon spent by a run: --sample-rate q --sigma s --steps n --delta d
   sigma     the noise multiplier for a target: --target-epsilon e --sample-rate q --steps n --delta d
+  search    the epsilon of a private random search (dpfinetune tune) of such runs,
+            or with --target-epsilon the runs' sigma: --trials-mean M [--trials-eta η]
+            [--score-noise-multiplier s]
 
 Either takes a run as train describes it instead of --sample-rate and
 --steps: --examples n --batch-size L --epochs E (q = L/n, ⌈n/L⌉ steps an
@@ -46,18 +49,20 @@ Run "dpfinetune privacy <subcommand> -h" for the flags of one.
 
 func runPrivacy(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("missing subcommand (epsilon or sigma)\n\n%s", privacyUsage)
+		return usagef("missing subcommand (epsilon, sigma or search)\n\n%s", privacyUsage)
 	}
 	switch args[0] {
 	case "epsilon":
 		return runPrivacyEpsilon(args[1:], stdout)
 	case "sigma":
 		return runPrivacySigma(args[1:], stdout)
+	case "search":
+		return runPrivacySearch(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, privacyUsage)
 		return flag.ErrHelp
 	}
-	return usagef("unknown subcommand %q (want epsilon or sigma)\n\n%s", args[0], privacyUsage)
+	return usagef("unknown subcommand %q (want epsilon, sigma or search)\n\n%s", args[0], privacyUsage)
 }
 
 // phaseList is a repeatable flag of phases "sigma,q,steps".
@@ -399,4 +404,77 @@ func printHuman(w io.Writer, o *privacyJSON, cal *accountant.Calibration) {
 	default:
 		fmt.Fprintln(w)
 	}
+}
+
+// searchJSON is privacy search's machine-readable output.
+type searchJSON struct {
+	accountant.SearchResult
+	Sigma         float64  `json:"sigma"`
+	SampleRate    float64  `json:"sample_rate"`
+	TargetEpsilon *float64 `json:"target_epsilon,omitempty"`
+	// Trials1, Trials01 are the numbers of runs exceeded with probability
+	// at most 1 % and 0.01 %.
+	Trials1     int    `json:"trials_p99"`
+	Trials01    int    `json:"trials_p9999"`
+	Assumptions string `json:"assumptions"`
+}
+
+func runPrivacySearch(args []string, stdout io.Writer) error {
+	fs := newFlagSet("privacy search", "(--sigma s | --target-epsilon e) (--sample-rate q --steps n | --examples n --batch-size L --epochs E) --delta d --trials-mean M [--trials-eta η] [--score-noise-multiplier s] [--json]")
+	sigma := fs.Float64("sigma", 0, "every run's noise multiplier σ (or give --target-epsilon)")
+	target := fs.Float64("target-epsilon", 0, "the search's ε not to exceed: print the runs' σ for it (or give --sigma)")
+	q := fs.Float64("sample-rate", 0, "every run's Poisson sampling rate q, in (0, 1]")
+	steps := fs.Int("steps", 0, "every run's steps, ≥ 1")
+	delta := fs.Float64("delta", 0, "δ of the (ε, δ) guarantee, in (0, 1) (required)")
+	mean := fs.Float64("trials-mean", 0, "the expected number of runs, > 1 (required)")
+	eta := fs.Float64("trials-eta", 1, "the shape η of the number of runs' truncated negative binomial (1: geometric, 0: logarithmic)")
+	scoreSigma := fs.Float64("score-noise-multiplier", 0, "each run's score's noise multiplier σ_s (tune's --score-noise times the score data's units; 0: runs scored on public data)")
+	jsonOut := fs.Bool("json", false, "print the result as JSON")
+	rf := addRunFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	set := flagsSet(fs)
+	if err := rf.resolve(set, q, steps, delta); err != nil {
+		return err
+	}
+	if err := requireFlags(set, "sample-rate", "steps", "delta", "trials-mean"); err != nil {
+		return err
+	}
+	if set["sigma"] == set["target-epsilon"] {
+		return usagef("give one of --sigma (the search's ε follows) and --target-epsilon (the runs' σ follows)")
+	}
+	trials, err := accountant.NewTrials(*eta, *mean)
+	if err != nil {
+		return asUsage(err)
+	}
+	out := searchJSON{SampleRate: *q, Trials1: trials.Draw(0.99), Trials01: trials.Draw(0.9999), Assumptions: assumptions + "; the best-scored of K runs released, K secret"}
+	if set["target-epsilon"] {
+		s, r, err := accountant.CalibrateSearch(*target, *delta, *q, *steps, *scoreSigma, trials)
+		if err != nil {
+			return asUsage(err)
+		}
+		out.SearchResult, out.Sigma, out.TargetEpsilon = r, s, target
+	} else {
+		r, err := accountant.SearchEpsilon([]accountant.Phase{{Sigma: *sigma, SampleRate: *q, Steps: *steps}}, *scoreSigma, trials, *delta, accountant.Options{})
+		if err != nil {
+			return asUsage(err)
+		}
+		out.SearchResult, out.Sigma = r, *sigma
+	}
+	if math.IsInf(out.Epsilon, 0) || math.IsNaN(out.Epsilon) {
+		return fmt.Errorf("no finite epsilon for these settings (noise multiplier too small?)")
+	}
+	if *jsonOut {
+		return writeJSON(stdout, out)
+	}
+	fmt.Fprintf(stdout, "search:      the best-scored of K runs, K secret, drawn from a truncated negative binomial (η = %g, γ = %.4g): %.3g in expectation, more than %d with probability 1 %%, more than %d with 0.01 %% (Papernot and Steinke 2022)\n", trials.Eta, trials.Gamma, trials.Mean(), out.Trials1, out.Trials01)
+	fmt.Fprintf(stdout, "runs:        sigma=%.6g sample-rate=%g steps=%d; scores' noise multiplier %g\n", out.Sigma, *q, out.Steps, *scoreSigma)
+	fmt.Fprintf(stdout, "assumes:     %s\n", out.Assumptions)
+	fmt.Fprintf(stdout, "delta:       %g\n", *delta)
+	if out.TargetEpsilon != nil {
+		fmt.Fprintf(stdout, "sigma:       %.6g  (smallest noise multiplier found whose search epsilon does not exceed the target %g)\n", out.Sigma, *target)
+	}
+	fmt.Fprintf(stdout, "epsilon:     %.6g  (the search; one run alone: %.6g; RDP order %g, %s conversion)\n", out.Epsilon, out.RunEpsilon, out.Order, out.Conversion)
+	return nil
 }

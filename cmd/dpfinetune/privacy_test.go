@@ -283,3 +283,59 @@ func TestPrivacyRunFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPrivacySearch: privacy search gives the accountant's bound for a
+// random search of runs described either way (q and steps, or train's
+// examples, batch and epochs), calibrates the runs' σ for a target (the
+// least that meets it), and refuses --sigma and --target-epsilon together
+// or neither, and a mean of at most one run.
+func TestPrivacySearch(t *testing.T) {
+	tr, _ := accountant.NewTrials(0, 10)
+	want, err := accountant.SearchEpsilon([]accountant.Phase{{Sigma: 1, SampleRate: 256.0 / 60000, Steps: 3290}}, 50, tr, 1e-5, accountant.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, e := runCLI(t, "privacy", "search", "--sigma", "1", "--examples", "60000", "--batch-size", "256", "--epochs", "14",
+		"--delta", "1e-5", "--trials-mean", "10", "--trials-eta", "0", "--score-noise-multiplier", "50", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	m := decodeJSON(t, out)
+	if m["epsilon"].(float64) != want.Epsilon || m["run_epsilon"].(float64) != want.RunEpsilon || m["steps"].(float64) != 3290 || m["trials_p99"].(float64) != float64(tr.Draw(0.99)) {
+		t.Errorf("privacy search: %v; want ε %v (one run %v), 3290 steps (⌈60000/256⌉ an epoch)", m, want.Epsilon, want.RunEpsilon)
+	}
+	code, out, e = runCLI(t, "privacy", "search", "--target-epsilon", "3", "--sample-rate", "0.01", "--steps", "2000", "--delta", "1e-5", "--trials-mean", "5", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	m = decodeJSON(t, out)
+	sigma := m["sigma"].(float64)
+	tr5, _ := accountant.NewTrials(1, 5)
+	at, _ := accountant.SearchEpsilon([]accountant.Phase{{Sigma: sigma, SampleRate: 0.01, Steps: 2000}}, 0, tr5, 1e-5, accountant.Options{})
+	below, _ := accountant.SearchEpsilon([]accountant.Phase{{Sigma: sigma * (1 - 1e-5), SampleRate: 0.01, Steps: 2000}}, 0, tr5, 1e-5, accountant.Options{})
+	if at.Epsilon > 3 || below.Epsilon <= 3 || m["epsilon"].(float64) != at.Epsilon {
+		t.Errorf("σ %v for a search of ε 3: spends %v (reported %v); σ·(1−1e-5) spends %v", sigma, at.Epsilon, m["epsilon"], below.Epsilon)
+	}
+	for _, bad := range [][]string{
+		{"--sigma", "1", "--target-epsilon", "3"},
+		{},
+		{"--sigma", "1", "--trials-mean", "1"},
+	} {
+		args := append([]string{"privacy", "search", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"}, bad...)
+		if !contains(bad, "--trials-mean") {
+			args = append(args, "--trials-mean", "5")
+		}
+		if code, _, e := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d: %s; want a usage error", bad, code, e)
+		}
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

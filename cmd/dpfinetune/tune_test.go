@@ -115,6 +115,17 @@ func TestTune(t *testing.T) {
 	if !(r.Search.RunEpsilon < r.Search.Epsilon) || r.Run.Privacy == nil || math.Abs(r.Run.Privacy.Epsilon-r.Search.RunEpsilon) > 0.05 {
 		t.Errorf("one run's ε %v (its own report: %+v), the search's %v", r.Search.RunEpsilon, r.Run.Privacy, r.Search.Epsilon)
 	}
+	// privacy search plans the same bound.
+	po, pe, code := run(t, "privacy", "search", "--sigma", strconv.FormatFloat(r.Phase.Sigma, 'g', -1, 64), "--sample-rate", "0.125", "--steps", "16",
+		"--delta", strconv.FormatFloat(r.Search.Delta, 'g', -1, 64), "--trials-mean", "3", "--score-noise-multiplier", "10", "--json")
+	if code != 0 {
+		t.Fatalf("privacy search: %s", pe)
+	}
+	var ps struct{ Epsilon float64 }
+	json.Unmarshal([]byte(po), &ps)
+	if ps.Epsilon != r.Search.Epsilon {
+		t.Errorf("privacy search plans ε %v for the search's settings; the search spent %v", ps.Epsilon, r.Search.Epsilon)
+	}
 	md := metadata(t, out)
 	if md["dpfinetune.epsilon"] != strconv.FormatFloat(r.Search.Epsilon, 'g', -1, 64) || md["dpfinetune.run_epsilon"] == "" || !strings.Contains(md["dpfinetune.search"], "the best of K runs (K secret") || strings.Contains(md["dpfinetune.search"], strconv.Itoa(k)+" runs") {
 		t.Errorf("metadata: %v; want the search's ε %v", md, r.Search.Epsilon)
