@@ -8,7 +8,8 @@
 // moving average of its parameters (Settings.EMADecay). Where the trained
 // part follows a frozen one, it computes the frozen part's outputs once per
 // example, in memory or on disk, and trains the trained part alone on them
-// (Settings.FeatureCache, features.go). Where the data names each
+// (Settings.FeatureCache, features.go); a FeatureStore keeps them for the
+// next run over the same frozen part and data (a search's runs). Where the data names each
 // example's user, the units it samples, clips and accounts are users: a
 // sampled user's examples are rows of the batch whose mean gradient is
 // clipped as one (Settings.PrivacyUnit, users.go).

@@ -286,6 +286,11 @@ type Config struct {
 	// as it is open, nothing left after the run): "" is the checkpoint's
 	// folder, else the export's, else the system's temporary folder.
 	FeatureCacheDir string
+	// FeatureStore, when set, keeps the training data's feature cache
+	// after the run for the next run over the same frozen part and data,
+	// and gives this run the rows an earlier one left there (a search's
+	// runs; FeatureStore). The caller closes it.
+	FeatureStore *FeatureStore
 	// SkipNormCheck skips the check, before a private run's first step,
 	// of the engine's per-sample gradient norms against each sample's own
 	// gradient (CheckNorms): the run then takes the engine's word for
@@ -951,7 +956,9 @@ func Run(cfg Config) (*Report, error) {
 			}
 			return nil, &Interrupted{ckptPath}
 		}
-		defer train.close()
+		if cfg.FeatureStore == nil {
+			defer train.close()
+		}
 		cfg.Train = train
 		if test != nil {
 			defer test.close()

@@ -1,7 +1,11 @@
 package dptrain
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -342,6 +346,16 @@ func prodInts[T int | int64](d []T) T {
 // caller closes them.
 func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, logf func(string, ...any)) (train, test *features, ok bool, err error) {
 	t0 := time.Now()
+	st := cfg.FeatureStore
+	var key string
+	if st != nil {
+		key = featureKey(cfg, split)
+		if st.train != nil && st.key == key && cfg.Test == nil {
+			st.Reused++
+			logf("  features:  the frozen part's %s for %d training examples: as an earlier run of the search computed them (%s)\n", cutNames(split), cfg.Train.Len(), FormatBytes(rep.Bytes))
+			return st.train, nil, true, nil
+		}
+	}
 	what := fmt.Sprintf("%d training", cfg.Train.Len())
 	if cfg.Test != nil {
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
@@ -359,6 +373,14 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 		}
 	}
 	rep.Seconds = time.Since(t0).Seconds()
+	if st != nil {
+		// The store keeps the training rows for the next run; the old
+		// ones go back.
+		if st.train != train {
+			st.train.close()
+		}
+		st.train, st.key = train, key
+	}
 	where := ""
 	if rep.Disk != "" {
 		where = ", on disk in " + rep.Disk
@@ -375,4 +397,72 @@ func cutNames(split *rewrite.FrozenPrefix) string {
 		parts[k] = fmt.Sprintf("%q %v", name, split.Shapes[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// FeatureStore keeps a run's feature cache beyond the run, for later runs
+// that cache the same frozen part of the same model over the same
+// training data: the runs of a search over settings (dpfinetune tune),
+// which differ in what the trained part does with the features alone. A
+// run given a store (Config.FeatureStore) takes its training rows from it
+// where the store holds rows of the same key — the frozen part's cut and
+// parameters, the data and its preprocessing, the device — and otherwise
+// computes them and leaves them there, replacing what the store held.
+// The rows are a pure function of that key (the frozen part is not
+// trained and its input not augmented), so a run on stored rows trains
+// as it would on its own. Close gives them back; a FeatureStore is for
+// one goroutine's runs in turn.
+type FeatureStore struct {
+	key   string
+	train *features
+	// Reused counts the runs that took their rows from the store.
+	Reused int
+}
+
+// Close gives back the rows the store holds (a cache on disk is gone
+// after it).
+func (s *FeatureStore) Close() error {
+	if s == nil {
+		return nil
+	}
+	err := s.train.close()
+	s.train, s.key = nil, ""
+	return err
+}
+
+// featureKey identifies the rows of split's cut over cfg's training data:
+// the cut tensors and their shapes, the frozen part's parameters' values,
+// the data's fingerprint and preprocessing, and the device.
+func featureKey(cfg *Config, split *rewrite.FrozenPrefix) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "cut %q %v nodes %d\n", split.Cut, split.Shapes, split.PrefixNodes)
+	s := cfg.Settings
+	fmt.Fprintf(h, "data %q norm %q resize %q shape %v augment %q\n", s.Data, s.Norm, s.Resize, s.InputShape, s.Augment)
+	if src, ok := cfg.Train.(sourced); ok {
+		fmt.Fprintf(h, "fingerprint %s\n", src.Fingerprint())
+	}
+	fmt.Fprintf(h, "examples %d\n", cfg.Train.Len())
+	if cfg.Device != nil {
+		fmt.Fprintf(h, "device %s\n", cfg.Device.Name())
+	}
+	var b [8]byte
+	for _, v := range split.Prefix.Initializers {
+		fmt.Fprintf(h, "param %q\n", v.Name)
+		if t := v.Const; t != nil {
+			fmt.Fprintf(h, "%v %v %d\n", t.DType, t.Shape, len(t.Raw))
+			for _, x := range t.F32 {
+				binary.LittleEndian.PutUint32(b[:4], math.Float32bits(x))
+				h.Write(b[:4])
+			}
+			for _, x := range t.F64 {
+				binary.LittleEndian.PutUint64(b[:], math.Float64bits(x))
+				h.Write(b[:])
+			}
+			for _, x := range t.I64 {
+				binary.LittleEndian.PutUint64(b[:], uint64(x))
+				h.Write(b[:])
+			}
+			h.Write(t.Raw)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -332,3 +332,87 @@ func TestFeatureCacheRefused(t *testing.T) {
 		t.Fatalf("resumed: %v, %+v", err, rep)
 	}
 }
+
+// TestFeatureStore: runs given one store compute the frozen part's
+// features once — the second run with other settings of the trained part
+// takes the first's rows and trains to the weights it would on its own,
+// bit for bit — and recompute them where the key changes: other data,
+// other frozen parameters, or test data to cache beside them.
+func TestFeatureStore(t *testing.T) {
+	sample := []int64{1, 28, 28}
+	ds := dptrain.FMNISTSlice(t, sample)
+	run := func(store *dptrain.FeatureStore, lr float64, train, test data.Dataset, change func(*graph.Graph)) (*dptrain.Report, *graph.Graph) {
+		t.Helper()
+		seed := uint64(5)
+		g := fixtureGraph(t, "cnn")
+		if change != nil {
+			change(g)
+		}
+		cfg := dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 0.5, ClipFn: "abadi",
+				Optimizer: "adam", LR: lr, InputShape: sample, Seed: &seed, FeatureCache: dptrain.FeatureCacheOn,
+			},
+			Graph: g, Train: train, EvalBatch: 40, FeatureStore: store,
+			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(`^classifier\.`)}},
+		}
+		if test != nil {
+			cfg.Test = test
+		}
+		rep, err := dptrain.Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep, g
+	}
+	store := &dptrain.FeatureStore{}
+	defer store.Close()
+	run(store, 5e-3, ds, nil, nil)
+	if store.Reused != 0 {
+		t.Fatalf("the first run reused %d", store.Reused)
+	}
+	_, gStored := run(store, 2e-2, ds, nil, nil)
+	if store.Reused != 1 {
+		t.Fatalf("the second run did not take the stored rows (reused %d)", store.Reused)
+	}
+	_, gOwn := run(nil, 2e-2, ds, nil, nil)
+	sameWeights(t, gOwn, gStored)
+
+	// Each change of the key recomputes; the stored rows are the
+	// reference run's before each.
+	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=48")
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changeFrozen := func(g *graph.Graph) {
+		for _, v := range g.Initializers {
+			if v.Const != nil && len(v.Const.F32) > 0 && !strings.HasPrefix(v.Name, "classifier.") {
+				v.Const.F32[0] += 0.5
+				return
+			}
+		}
+	}
+	var gChanged *graph.Graph
+	for _, c := range []struct {
+		name string
+		run  func()
+	}{
+		{"other data", func() { run(store, 2e-2, half, nil, nil) }},
+		{"other frozen parameters", func() { _, gChanged = run(store, 2e-2, ds, nil, changeFrozen) }},
+		{"test data to cache too", func() { run(store, 2e-2, ds, ds, nil) }},
+	} {
+		run(store, 5e-3, ds, nil, nil) // the reference rows, stored or reused
+		before := store.Reused
+		c.run()
+		if store.Reused != before {
+			t.Errorf("%s: the stored rows were reused", c.name)
+		}
+	}
+	_, gChangedOwn := run(nil, 2e-2, ds, nil, changeFrozen)
+	sameWeights(t, gChangedOwn, gChanged)
+}

@@ -50,7 +50,11 @@ func (e interruptError) Error() string {
 	return fmt.Sprintf("interrupted; checkpoint saved to %s: run the same command with --resume to continue", e.ckpt)
 }
 
-func runTrain(args []string, stdout io.Writer) error {
+func runTrain(args []string, stdout io.Writer) error { return runTrainWith(args, stdout, nil) }
+
+// runTrainWith is train with a feature store kept across runs (tune's
+// runs; dptrain.Config.FeatureStore), nil for none.
+func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore) error {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
 	if err := parseFlags(fs, args); err != nil {
@@ -60,6 +64,7 @@ func runTrain(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cfg.FeatureStore = store
 	_, err = runLoop(cfg, *tf.quiet)
 	return err
 }

@@ -327,6 +327,10 @@ func runTune(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A frozen part's features (--cache-features) are computed once for
+	// all the runs: they differ only in what they train on them.
+	store := &dptrain.FeatureStore{}
+	defer store.Close()
 	for i := range st.Runs {
 		r := &st.Runs[i]
 		if r.Done {
@@ -345,7 +349,7 @@ func runTune(args []string, stdout io.Writer) error {
 			ra = append(ra, "--resume")
 		}
 		fmt.Fprintf(stdout, "run %d: %s\n", i+1, describeSettings(grid.names, r.Settings))
-		t0 := time.Now()
+		t0, reusedBefore := time.Now(), store.Reused
 		// A run writes its report last, after its model: one whose report
 		// is there finished before the search stopped, and is scored as
 		// it is.
@@ -354,7 +358,7 @@ func runTune(args []string, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
-			err = runTrain(ra, logFile)
+			err = runTrainWith(ra, logFile, store)
 			logFile.Close()
 			var ie interruptError
 			if errors.As(err, &ie) {
@@ -393,7 +397,11 @@ func runTune(args []string, stdout io.Writer) error {
 		for _, ext := range []string{".ckpt", ".log"} {
 			os.Remove(base + ext)
 		}
-		fmt.Fprintf(stdout, "run %d: done in %s\n", i+1, time.Since(t0).Round(time.Second))
+		reused := ""
+		if store.Reused > reusedBefore {
+			reused = " (on the frozen part's features an earlier run computed)"
+		}
+		fmt.Fprintf(stdout, "run %d: done in %s%s\n", i+1, time.Since(t0).Round(time.Second), reused)
 	}
 
 	// The chosen run: its model with the search's guarantee, its report.

@@ -188,6 +188,22 @@ func TestTune(t *testing.T) {
 		}
 	})
 
+	t.Run("linear probe", func(t *testing.T) {
+		// The frozen part's features once for the search: every run after
+		// the first trains on the first's.
+		out5 := filepath.Join(t.TempDir(), "e.onnx")
+		n := 0
+		tuneScored = func(int, map[string]string, float64) { n++ }
+		o, e, code := run(t, args(out5, "--train", `^classifier\.`)...)
+		tuneScored = nil
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, e)
+		}
+		if got := strings.Count(o, "(on the frozen part's features an earlier run computed)"); n < 2 || got != n-1 {
+			t.Errorf("%d runs, %d on stored features; want all but the first:\n%s", n, got, o)
+		}
+	})
+
 	t.Run("dry run", func(t *testing.T) {
 		out4 := filepath.Join(t.TempDir(), "d.onnx")
 		o, e, code := run(t, args(out4, "--dry-run")...)
