@@ -272,10 +272,11 @@ type Config struct {
 	// passes that cache features, Settings.FeatureCache); when it returns
 	// true the run saves its checkpoint and returns an *Interrupted error.
 	Stop func() bool
-	// GradientCanaries is a number of extra training examples with no
+	// GradientCanaries is a number of extra training units with no
 	// input: each is a fixed per-sample gradient (see
-	// dpengine.DiracCanary), sampled like every other example (index
-	// Train.Len()+k) and clipped and noised with the rest. DrawCanaries,
+	// dpengine.DiracCanary), sampled like every other unit — an example,
+	// or at user level a user (index Train.Len()+k, or Users+k) — and
+	// clipped and noised with the rest. DrawCanaries,
 	// called once the engine exists (the coordinates depend on its
 	// parameters), returns them. They exist for the white-box privacy
 	// audit (package dptrain/audit).
@@ -467,7 +468,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("dptrain: %d gradient canaries and no DrawCanaries", cfg.GradientCanaries)
 	}
 	// The units the accountant counts: examples, or users (users.go).
-	groups, err := resolvePrivacyUnit(&set, cfg.Train, cfg.GradientCanaries)
+	groups, err := resolvePrivacyUnit(&set, cfg.Train)
 	if err != nil {
 		return nil, err
 	}

@@ -39,9 +39,9 @@ type userGroups struct {
 // resolvePrivacyUnit settles set.PrivacyUnit (PrivacyUnitExample or
 // PrivacyUnitUser), and for a user-level run set.Users and
 // set.ExamplesPerUser, from the training data. It returns the users for a
-// user-level run, nil otherwise. canaries is the run's number of gradient
-// canaries (an audit's), which are examples: a user-level run refuses them.
-func resolvePrivacyUnit(set *Settings, train data.Dataset, canaries int) (*userGroups, error) {
+// user-level run, nil otherwise. An audit's gradient canaries are units
+// of the run's kind: at user level, users of one gradient each.
+func resolvePrivacyUnit(set *Settings, train data.Dataset) (*userGroups, error) {
 	user, nUsers := data.UsersOf(train)
 	unit := set.PrivacyUnit
 	switch unit {
@@ -61,9 +61,6 @@ func resolvePrivacyUnit(set *Settings, train data.Dataset, canaries int) (*userG
 	}
 	if nUsers == 0 {
 		return nil, errors.New("--privacy-unit user needs training data that names each example's user: a CSV listing with a user column (user, patient_id, subject, …; docs/PRIVACY.md, \"User-level privacy\")")
-	}
-	if canaries > 0 {
-		return nil, errors.New("a privacy audit's canaries are examples: the audit measures the example-level mechanism (--privacy-unit example)")
 	}
 	if set.AugmentMultiplicity > 1 {
 		return nil, fmt.Errorf("--augment-multiplicity %d with user-level privacy: a sampled user's --examples-per-user rows are already several views, each augmented afresh; raise --examples-per-user instead", set.AugmentMultiplicity)

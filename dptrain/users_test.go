@@ -2,7 +2,6 @@ package dptrain_test
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
@@ -172,15 +170,11 @@ func TestRunUserLevel(t *testing.T) {
 		want string
 	}{
 		{"no users", dptrain.Config{Settings: userSettings(dptrain.PrivacyUnitUser, 0), Train: smallFMNIST(t)}, "names each example's user"},
-		{"canaries", dptrain.Config{Settings: userSettings("", 0), Train: ds.View, GradientCanaries: 2}, "canaries are examples"},
 		{"multiplicity", dptrain.Config{Settings: func() dptrain.Settings { s := userSettings("", 0); s.AugmentMultiplicity = 2; return s }(), Train: ds.View}, "raise --examples-per-user"},
 		{"too many", dptrain.Config{Settings: userSettings("", 1000), Train: ds.View}, "--examples-per-user 1000"},
 		{"unknown", dptrain.Config{Settings: userSettings("person", 0), Train: ds.View}, `--privacy-unit "person"`},
 	} {
 		c.cfg.Graph = cnnGraph(t)
-		if c.cfg.GradientCanaries > 0 {
-			c.cfg.DrawCanaries = func(*dpengine.Engine) ([]dpengine.DiracCanary, error) { return nil, errors.New("drawn") }
-		}
 		_, err := dptrain.Run(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want one saying %q", c.name, err, c.want)

@@ -90,15 +90,12 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 	case cfg.GradientCanaries > 0:
 		return nil, errors.New("audit: the configuration already has gradient canaries")
 	}
-	// The canaries are examples, each sampled on its own: the audit
-	// measures the example-level mechanism, also on data that names users
-	// (whose user-level runs are that mechanism over users).
-	if _, users := data.UsersOf(cfg.Train); users > 0 || cfg.Settings.PrivacyUnit == dptrain.PrivacyUnitUser {
-		if cfg.Settings.PrivacyUnit == dptrain.PrivacyUnitUser {
-			return nil, errors.New("audit: the canaries are examples, sampled each on its own: the audit measures the example-level mechanism (--privacy-unit example), which a user-level run applies to users")
-		}
-		cfg.Settings.PrivacyUnit = dptrain.PrivacyUnitExample
-	}
+	// The canaries are units of the run's privacy unit: at user level
+	// (where the data names users, or --privacy-unit user) each is a user
+	// of its own, sampled, clipped and noised as one — a gradient canary a
+	// user of one Dirac gradient, an input canary a user of one
+	// mislabeled image — so that the audit measures the guarantee the run
+	// claims, per example or per user.
 	src := o.Source
 	if src == nil {
 		src = dpengine.NewSecureSource()
@@ -388,6 +385,33 @@ func (c *canarySet) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) 
 type withCanaries struct {
 	base     data.Dataset
 	canaries *canarySet
+}
+
+// NumUsers, UserOf and UserName implement data.Users where the training
+// data names users: each canary is a user of its own, numbered after the
+// data's (a name no data user has: it holds a NUL byte).
+func (d *withCanaries) NumUsers() int {
+	u, ok := d.base.(data.Users)
+	if !ok || u.NumUsers() <= 0 {
+		return 0
+	}
+	return u.NumUsers() + d.canaries.Len()
+}
+
+func (d *withCanaries) UserOf(i int) int {
+	u := d.base.(data.Users)
+	if n := d.base.Len(); i >= n {
+		return u.NumUsers() + i - n
+	}
+	return u.UserOf(i)
+}
+
+func (d *withCanaries) UserName(k int) string {
+	u := d.base.(data.Users)
+	if n := u.NumUsers(); k >= n {
+		return fmt.Sprintf("\x00audit canary %d", k-n)
+	}
+	return u.UserName(k)
 }
 
 func (d *withCanaries) Len() int           { return d.base.Len() + d.canaries.Len() }

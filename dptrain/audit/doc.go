@@ -23,4 +23,9 @@
 //   - Input (black box): mislabeled examples, images given a random wrong
 //     label. The score is minus the trained model's loss on them: the
 //     auditor sees only the final model.
+//
+// The canaries are units of the run's privacy unit: at user level (data
+// that names users) each is a user of its own — a gradient canary a user
+// of one Dirac gradient, an input canary a user of one mislabeled image —
+// and the bound is on the ε per user.
 package audit
