@@ -36,11 +36,15 @@ func init() {
 	})
 }
 
-// tunable are the train flags a search may vary: those that leave a run's
-// mechanism — σ, the sample rate and the steps — as it is, so that every
-// run is the mechanism the search's bound takes.
-var tunable = []string{"lr", "clip", "optimizer", "momentum", "weight-decay", "lr-schedule", "warmup-steps", "min-lr",
-	"label-smoothing", "ema", "augment", "clip-fn", "gamma"}
+// tunable are the train flags a search may vary. Those of mechanisms
+// change a run's sample rate and steps, and with them its σ: each of their
+// combinations is a mechanism of its own, calibrated apart
+// (accountant.CalibrateSearchOf); the others leave the mechanism alone.
+var (
+	tunable = []string{"lr", "clip", "optimizer", "momentum", "weight-decay", "lr-schedule", "warmup-steps", "min-lr",
+		"label-smoothing", "ema", "augment", "clip-fn", "gamma", "examples-per-user", "batch-size", "epochs"}
+	mechanisms = []string{"batch-size", "epochs"}
+)
 
 // tuneSet are the train flags the search sets on each run itself.
 var tuneSet = []string{"epsilon", "noise-multiplier", "out", "report", "checkpoint", "resume", "dry-run", "seed", "test-data", "non-private"}
@@ -66,7 +70,7 @@ func (g *gridFlag) Set(s string) error {
 	}
 	name = strings.TrimLeft(name, "-")
 	if !slices.Contains(tunable, name) {
-		return fmt.Errorf("%q cannot be searched: the settings a search varies must leave each run's σ, sample rate and steps alone (%s)", name, strings.Join(tunable, ", "))
+		return fmt.Errorf("%q cannot be searched: a search varies settings drawn independently of the data whose mechanism it can account (%s)", name, strings.Join(tunable, ", "))
 	}
 	if slices.Contains(g.names, name) {
 		return fmt.Errorf("%s is searched twice: give its values in one --grid", name)
@@ -91,7 +95,9 @@ func (g *gridFlag) Set(s string) error {
 // the data) and, once done, its noisy score.
 type tuneRun struct {
 	Settings map[string]string `json:"settings"`
-	Done     bool              `json:"done"`
+	// Phase is the run's mechanism: σ for its sample rate and steps.
+	Phase accountant.Phase `json:"phase"`
+	Done  bool             `json:"done"`
 	// Score is the run's noisy score (its accuracy on the score data with
 	// Gaussian noise): private to the search, kept only while it runs.
 	Score float64 `json:"score,omitempty"`
@@ -101,16 +107,17 @@ type tuneRun struct {
 // interrupted search resumes where it stopped with the number of runs and
 // their settings it drew.
 type tuneState struct {
-	Args  []string                `json:"args"`
-	Sigma float64                 `json:"sigma"`
-	Plan  accountant.SearchResult `json:"plan"`
-	Runs  []tuneRun               `json:"runs"`
-	Best  int                     `json:"best"`
-	Seed  *uint64                 `json:"seed,omitempty"`
-	Phase accountant.Phase        `json:"phase"`
-	Unit  string                  `json:"privacy_unit"`
-	Units int                     `json:"score_units"`
-	Spec  string                  `json:"score_data"`
+	Args []string                `json:"args"`
+	Plan accountant.SearchResult `json:"plan"`
+	// Mechanisms are the runs' mechanisms, one for each combination of
+	// the grid's batch sizes and epochs.
+	Mechanisms []accountant.Phase `json:"mechanisms"`
+	Runs       []tuneRun          `json:"runs"`
+	Best       int                `json:"best"`
+	Seed       *uint64            `json:"seed,omitempty"`
+	Unit       string             `json:"privacy_unit"`
+	Units      int                `json:"score_units"`
+	Spec       string             `json:"score_data"`
 }
 
 // TuneReport is what tune --report writes: the search's guarantee and
@@ -120,12 +127,15 @@ type tuneState struct {
 // runs nobody outside the search knows.
 type TuneReport struct {
 	Search accountant.SearchResult `json:"search"`
-	// Phase is every run's mechanism: σ calibrated for the search, the
-	// sample rate and the steps.
-	Phase       accountant.Phase `json:"phase"`
-	PrivacyUnit string           `json:"privacy_unit"`
-	ScoreData   string           `json:"score_data"`
-	ScoreUnits  int              `json:"score_units"`
+	// Phase is the chosen run's mechanism: σ calibrated for the search,
+	// the sample rate and the steps; Mechanisms are those every run drew
+	// among (one for each combination of the grid's batch sizes and
+	// epochs).
+	Phase       accountant.Phase   `json:"phase"`
+	Mechanisms  []accountant.Phase `json:"mechanisms"`
+	PrivacyUnit string             `json:"privacy_unit"`
+	ScoreData   string             `json:"score_data"`
+	ScoreUnits  int                `json:"score_units"`
 	// ScoreNoise is the standard deviation of a score's noise, in
 	// accuracy (a fraction of the score data's units).
 	ScoreNoise float64 `json:"score_noise"`
@@ -296,12 +306,48 @@ func runTune(args []string, stdout io.Writer) error {
 		// noise multiplier. The score data's size is taken as public,
 		// as a run's sample rate takes its training data's.
 		scoreSigma := *scoreNoise * float64(units)
-		sigma, plan, err := accountant.CalibrateSearch(*tf.eps, s.Delta, s.SampleRate, s.Steps, scoreSigma, trials)
+		// The runs' mechanisms: train's sampling of the units for each
+		// batch size and number of epochs the grid holds.
+		n := s.Examples
+		if unit == dptrain.PrivacyUnitUser {
+			n = s.Users
+		}
+		batches, epochs := []string{strconv.Itoa(*tf.batchSize)}, []string{strconv.Itoa(*tf.epochs)}
+		if i := slices.Index(grid.names, "batch-size"); i >= 0 {
+			batches = grid.values[i]
+		}
+		if i := slices.Index(grid.names, "epochs"); i >= 0 {
+			epochs = grid.values[i]
+		}
+		var mechs []accountant.Mechanism
+		mechOf := map[[2]string]int{}
+		for _, b := range batches {
+			for _, e := range epochs {
+				l, err1 := strconv.Atoi(b)
+				ep, err2 := strconv.Atoi(e)
+				if err1 != nil || err2 != nil || l <= 0 || ep <= 0 {
+					return usagef("--grid batch-size and epochs take positive integers, got batch size %q and %q epochs", b, e)
+				}
+				sp := dptrain.Sampling(n, l, ep)
+				m := accountant.Mechanism{SampleRate: sp.SampleRate, Steps: sp.Steps}
+				k := slices.Index(mechs, m)
+				if k < 0 {
+					k, mechs = len(mechs), append(mechs, m)
+				}
+				mechOf[[2]string{b, e}] = k
+			}
+		}
+		if first := mechs[mechOf[[2]string{batches[0], epochs[0]}]]; first.SampleRate != s.SampleRate || first.Steps != s.Steps {
+			return fmt.Errorf("the runs' settings: the dry run samples at %v for %d steps, the search planned %v for %d", s.SampleRate, s.Steps, first.SampleRate, first.Steps)
+		}
+		sigmas, plan, err := accountant.CalibrateSearchOf(*tf.eps, s.Delta, mechs, scoreSigma, trials)
 		if err != nil {
 			return fmt.Errorf("calibrating the runs' σ: %w", err)
 		}
-		st = tuneState{Args: fingerprint, Sigma: sigma, Plan: plan, Best: -1, Seed: seed,
-			Phase: accountant.Phase{Sigma: sigma, SampleRate: s.SampleRate, Steps: s.Steps}, Unit: unit, Units: units, Spec: scoreSpec}
+		st = tuneState{Args: fingerprint, Plan: plan, Best: -1, Seed: seed, Unit: unit, Units: units, Spec: scoreSpec}
+		for k, m := range mechs {
+			st.Mechanisms = append(st.Mechanisms, accountant.Phase{Sigma: sigmas[k], SampleRate: m.SampleRate, Steps: m.Steps})
+		}
 		rng := tuneRNG(seed, 0)
 		k := trials.Draw(rng.Float64())
 		for range k {
@@ -309,6 +355,14 @@ func runTune(args []string, stdout io.Writer) error {
 			for i, n := range grid.names {
 				r.Settings[n] = grid.values[i][rng.IntN(len(grid.values[i]))]
 			}
+			b, e := batches[0], epochs[0]
+			if v, ok := r.Settings["batch-size"]; ok {
+				b = v
+			}
+			if v, ok := r.Settings["epochs"]; ok {
+				e = v
+			}
+			r.Phase = st.Mechanisms[mechOf[[2]string{b, e}]]
 			st.Runs = append(st.Runs, r)
 		}
 		printSearchPlan(stdout, st, trials, *scoreNoise, *tf.eps)
@@ -337,7 +391,7 @@ func runTune(args []string, stdout io.Writer) error {
 			continue
 		}
 		base := filepath.Join(*work, fmt.Sprintf("run%d", i+1))
-		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(st.Sigma, 'g', -1, 64), "--test-data=none",
+		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(r.Phase.Sigma, 'g', -1, 64), "--test-data=none",
 			"--out="+base+".onnx", "--report="+base+".json", "--checkpoint="+base+".ckpt")
 		for _, n := range grid.names {
 			ra = append(ra, "--"+n+"="+r.Settings[n])
@@ -368,7 +422,7 @@ func runTune(args []string, stdout io.Writer) error {
 				return fmt.Errorf("run %d (%s; its log: %s): %w", i+1, describeSettings(grid.names, r.Settings), base+".log", err)
 			}
 		}
-		if err := checkRunPhases(base+".json", st.Phase); err != nil {
+		if err := checkRunPhases(base+".json", r.Phase); err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
 		score, err := scoreRun(dev, base+".onnx", scoreView, st.Unit, *tf.evalBatch)
@@ -422,7 +476,7 @@ func runTune(args []string, stdout io.Writer) error {
 	}
 	// The run's own paths name its place among the runs.
 	rep.Output, rep.Checkpoint = *tf.out, ""
-	tr := TuneReport{Search: st.Plan, Phase: st.Phase, PrivacyUnit: st.Unit, ScoreData: st.Spec, ScoreUnits: st.Units, ScoreNoise: *scoreNoise,
+	tr := TuneReport{Search: st.Plan, Phase: st.Runs[st.Best].Phase, Mechanisms: st.Mechanisms, PrivacyUnit: st.Unit, ScoreData: st.Spec, ScoreUnits: st.Units, ScoreNoise: *scoreNoise,
 		Grid: map[string][]string{}, Chosen: st.Runs[st.Best].Settings, Score: st.Runs[st.Best].Score, Run: &rep, Seed: st.Seed, Output: *tf.out}
 	for i, n := range grid.names {
 		tr.Grid[n] = grid.values[i]
@@ -482,7 +536,9 @@ func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise,
 	}
 	fmt.Fprintf(w, "search:  the best of K runs, K drawn from a truncated negative binomial (η = %g, γ = %.4g): %.3g in expectation, more than %d with probability 1 %%, more than %d with 0.01 %% (Papernot and Steinke 2022)\n",
 		t.Eta, t.Gamma, t.Mean(), t.Draw(0.99), t.Draw(0.9999))
-	fmt.Fprintf(w, "runs:    each σ = %.4g, sample rate %.4g, %d steps (per %s)\n", st.Phase.Sigma, st.Phase.SampleRate, st.Phase.Steps, strings.TrimSuffix(unit, "s"))
+	for _, m := range st.Mechanisms {
+		fmt.Fprintf(w, "runs:    σ = %.4g at sample rate %.4g for %d steps (per %s)\n", m.Sigma, m.SampleRate, m.Steps, strings.TrimSuffix(unit, "s"))
+	}
 	fmt.Fprintf(w, "scores:  accuracy on %s (%d %s) with Gaussian noise of standard deviation %.3g (noise multiplier %.4g)\n", st.Spec, st.Units, unit, scoreNoise, scoreNoise*float64(st.Units))
 	fmt.Fprintf(w, "privacy: the search ε = %.4g ≤ %g at δ = %.3g (one run alone: ε = %.4g; RDP, order %v)\n", st.Plan.Epsilon, target, st.Plan.Delta, st.Plan.RunEpsilon, st.Plan.Order)
 	fmt.Fprintf(w, "note:    how many runs there are, their settings, scores and times stay on this console: the report and the model hold the chosen run alone, and the bound is for a number of runs nobody else knows (publishing this log voids it)\n")

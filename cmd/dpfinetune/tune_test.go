@@ -188,6 +188,52 @@ func TestTune(t *testing.T) {
 		}
 	})
 
+	t.Run("batch sizes and epochs", func(t *testing.T) {
+		// Each combination a mechanism of its own: σ calibrated apart,
+		// one run of each at the same ε, the search's bound over their
+		// largest curve.
+		out6 := filepath.Join(t.TempDir(), "f.onnx")
+		a := []string{"tune", "--model", "../../testdata/models/cnn.onnx", "--data", "idx:" + fm + ":limit=512", "--epsilon", "4",
+			"--optimizer", "sgd", "--clip", "0.1", "--grid", "lr=0.5,2", "--grid", "batch-size=32,64", "--grid", "epochs=1,2",
+			"--trials-mean", "3", "--seed", "5", "--quiet", "--out", out6, "--report", out6 + ".json"}
+		o, e, code := run(t, a...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s\n%s", code, e, o)
+		}
+		r := readTuneReport(t, out6+".json")
+		if len(r.Mechanisms) != 4 || !slices.Contains(r.Mechanisms, r.Phase) || !slices.Equal(r.Run.Phases, []accountant.Phase{r.Phase}) {
+			t.Fatalf("mechanisms %v, the chosen run's %v (its report: %v)", r.Mechanisms, r.Phase, r.Run.Phases)
+		}
+		b, ep := mustFloat(t, r.Chosen["batch-size"]), mustFloat(t, r.Chosen["epochs"])
+		if r.Phase.SampleRate != b/512 || float64(r.Phase.Steps) != ep*512/b {
+			t.Errorf("the chosen run (batch %v, %v epochs) spent %+v", b, ep, r.Phase)
+		}
+		var runs [][]accountant.Phase
+		var trained []float64
+		for _, m := range r.Mechanisms {
+			runs = append(runs, []accountant.Phase{m})
+			acc, _ := accountant.New(accountant.RDP)
+			acc.Step(m.Sigma, m.SampleRate, m.Steps)
+			e, _ := acc.Epsilon(r.Search.Delta)
+			trained = append(trained, e.Epsilon)
+			if one, _ := accountant.SearchEpsilon([]accountant.Phase{m}, r.Search.ScoreSigma, tr, r.Search.Delta, accountant.Options{}); one.RunEpsilon > r.Search.RunEpsilon {
+				t.Errorf("mechanism %+v: one run ε %v, above the search's runs' %v", m, one.RunEpsilon, r.Search.RunEpsilon)
+			}
+		}
+		for _, e := range trained {
+			if math.Abs(e-trained[0]) > 1e-4*trained[0] {
+				t.Errorf("one run's training ε per mechanism %v: want equal", trained)
+			}
+		}
+		want, _ := accountant.SearchEpsilonOf(runs, r.Search.ScoreSigma, tr, r.Search.Delta, accountant.Options{})
+		if want.Epsilon != r.Search.Epsilon || r.Search.Epsilon > 4 || r.Search.Epsilon < 4*(1-2e-3) {
+			t.Errorf("the search's ε %v; recomputed over its mechanisms %v; want just under 4", r.Search.Epsilon, want.Epsilon)
+		}
+		if strings.Count(o, "runs:    σ = ") != 4 {
+			t.Errorf("log:\n%s", o)
+		}
+	})
+
 	t.Run("linear probe", func(t *testing.T) {
 		// The frozen part's features once for the search: every run after
 		// the first trains on the first's.
@@ -222,8 +268,9 @@ func TestTune(t *testing.T) {
 			msg   string
 		}{
 			{nil, "--grid NAME=V1,V2,… is required"},
-			{[]string{"--grid", "batch-size=64,128"}, "cannot be searched"},
-			{[]string{"--grid", "epochs=1,2"}, "cannot be searched"},
+			{[]string{"--grid", "mode=bk,ghost"}, "cannot be searched"},
+			{[]string{"--grid", "delta=1e-5,1e-6"}, "cannot be searched"},
+			{[]string{"--grid", "batch-size=64,0"}, "positive integers"},
 			{[]string{"--grid", "lr=1", "--grid", "lr=2"}, "searched twice"},
 			{[]string{"--grid", "lr=1,"}, "an empty value"},
 			{[]string{"--grid", "lr=1,2", "--lr", "3"}, "both set and searched"},

@@ -125,18 +125,35 @@ type SearchResult struct {
 // conversion). The settings of the runs may differ (a random search draws
 // them independently of the data) where they leave the phases unchanged.
 func SearchEpsilon(phases []Phase, scoreSigma float64, t Trials, delta float64, opts Options) (SearchResult, error) {
+	return SearchEpsilonOf([][]Phase{phases}, scoreSigma, t, delta, opts)
+}
+
+// SearchEpsilonOf is SearchEpsilon for a search whose runs draw among
+// several mechanisms (settings that change σ, the sample rate or the
+// steps: the batch size, the epochs), one phase list each, independently
+// of the data. A run is then a mixture of them, and its RDP at each order
+// is at most the largest of theirs (Rényi divergence is jointly
+// quasi-convex, and a mixture labelled by its component is no worse): the
+// bound takes the pointwise maximum of the mechanisms' curves. RunEpsilon
+// and Steps are the maximum's and the most steps of one.
+func SearchEpsilonOf(runs [][]Phase, scoreSigma float64, t Trials, delta float64, opts Options) (SearchResult, error) {
 	if err := ValidateDelta(delta); err != nil {
 		return SearchResult{}, err
 	}
 	if err := t.Validate(); err != nil {
 		return SearchResult{}, err
 	}
-	if len(phases) == 0 {
+	if len(runs) == 0 {
 		return SearchResult{}, invalidf("a search needs the phases of its runs")
 	}
-	for _, p := range phases {
-		if err := ValidatePhase(p.Sigma, p.SampleRate, p.Steps); err != nil {
-			return SearchResult{}, err
+	for _, phases := range runs {
+		if len(phases) == 0 {
+			return SearchResult{}, invalidf("a search needs the phases of its runs")
+		}
+		for _, p := range phases {
+			if err := ValidatePhase(p.Sigma, p.SampleRate, p.Steps); err != nil {
+				return SearchResult{}, err
+			}
 		}
 	}
 	if math.IsNaN(scoreSigma) || scoreSigma < 0 || math.IsInf(scoreSigma, 0) {
@@ -153,7 +170,12 @@ func SearchEpsilon(phases []Phase, scoreSigma float64, t Trials, delta float64, 
 	if conv == "" {
 		conv = ConversionImproved
 	}
-	run := composeRDP(phases, orders)
+	run := composeRDP(runs[0], orders)
+	for _, phases := range runs[1:] {
+		for i, v := range composeRDP(phases, orders) {
+			run[i] = math.Max(run[i], v)
+		}
+	}
 	if scoreSigma > 0 {
 		for i, a := range orders {
 			run[i] += a / (2 * scoreSigma * scoreSigma)
@@ -175,8 +197,12 @@ func SearchEpsilon(phases []Phase, scoreSigma float64, t Trials, delta float64, 
 	}
 	r := SearchResult{Trials: t, MeanTrials: t.Mean(), ScoreSigma: scoreSigma}
 	r.Result = Result{Accountant: RDP, Delta: delta, Conversion: conv}
-	for _, p := range phases {
-		r.Steps += p.Steps
+	for _, phases := range runs {
+		steps := 0
+		for _, p := range phases {
+			steps += p.Steps
+		}
+		r.Steps = max(r.Steps, steps)
 	}
 	r.Epsilon, r.Order = rdpToEpsilon(orders, search, delta, conv)
 	r.RunEpsilon, _ = rdpToEpsilon(orders, run, delta, conv)
@@ -229,4 +255,73 @@ func CalibrateSearch(targetEpsilon, delta, q float64, steps int, scoreSigma floa
 		}
 	}
 	return hi, hiRes, nil
+}
+
+// Mechanism is one of a search's runs' mechanisms before σ is known: its
+// sample rate and steps.
+type Mechanism struct {
+	SampleRate float64 `json:"sample_rate"`
+	Steps      int     `json:"steps"`
+}
+
+// CalibrateSearchOf finds σ for each of a search's mechanisms such that
+// the search (SearchEpsilonOf) spends at most targetEpsilon at delta: each
+// mechanism's σ is the least that holds one run of it to a common ε_run
+// (CalibrateSigma, RDP), and ε_run is the largest, to a relative 1e-4, for
+// which the search meets the target (bisection: the search's ε rises with
+// ε_run). The σs returned have been checked to meet the target. One
+// mechanism is CalibrateSearch's: its least σ, to a relative 1e-6.
+func CalibrateSearchOf(targetEpsilon, delta float64, mechs []Mechanism, scoreSigma float64, t Trials) ([]float64, SearchResult, error) {
+	if len(mechs) == 0 {
+		return nil, SearchResult{}, invalidf("a search needs its runs' mechanisms")
+	}
+	if len(mechs) == 1 {
+		s, r, err := CalibrateSearch(targetEpsilon, delta, mechs[0].SampleRate, mechs[0].Steps, scoreSigma, t)
+		if err != nil {
+			return nil, SearchResult{}, err
+		}
+		return []float64{s}, r, nil
+	}
+	if math.IsNaN(targetEpsilon) || targetEpsilon <= 0 || math.IsInf(targetEpsilon, 0) {
+		return nil, SearchResult{}, invalidf("target epsilon must be positive and finite, got %v", targetEpsilon)
+	}
+	for _, m := range mechs {
+		if err := ValidatePhase(1, m.SampleRate, m.Steps); err != nil {
+			return nil, SearchResult{}, err
+		}
+	}
+	eval := func(epsRun float64) ([]float64, SearchResult, bool) {
+		sigmas := make([]float64, len(mechs))
+		runs := make([][]Phase, len(mechs))
+		for i, m := range mechs {
+			c, err := CalibrateSigma(RDP, epsRun, delta, m.SampleRate, m.Steps)
+			if err != nil {
+				return nil, SearchResult{}, false
+			}
+			sigmas[i] = c.Sigma
+			runs[i] = []Phase{{Sigma: c.Sigma, SampleRate: m.SampleRate, Steps: m.Steps}}
+		}
+		r, err := SearchEpsilonOf(runs, scoreSigma, t, delta, Options{})
+		return sigmas, r, err == nil && r.Epsilon <= targetEpsilon
+	}
+	// One run spends less than the search: ε_run lies below the target,
+	// found by halving from half of it.
+	lo, hi := targetEpsilon/2, targetEpsilon
+	best, bestRes, ok := eval(lo)
+	for !ok {
+		if lo < targetEpsilon/1024 {
+			return nil, SearchResult{}, fmt.Errorf("%w: a search of ε ≤ %v at δ = %v: even runs of ε = %.3g each give more (the choice among %.3g runs in expectation and the scores' noise alone spend about that)", ErrUnreachable, targetEpsilon, delta, lo, t.Mean())
+		}
+		hi, lo = lo, lo/2
+		best, bestRes, ok = eval(lo)
+	}
+	for hi-lo > 1e-4*hi {
+		mid := (lo + hi) / 2
+		if s, r, ok := eval(mid); ok {
+			lo, best, bestRes = mid, s, r
+		} else {
+			hi = mid
+		}
+	}
+	return best, bestRes, nil
 }

@@ -213,3 +213,71 @@ func TestCalibrateSearch(t *testing.T) {
 		t.Errorf("a negative target: %v, want ErrInvalid", err)
 	}
 }
+
+// TestSearchEpsilonOf: a search drawing among mechanisms spends what the
+// pointwise largest of their RDP curves gives — the one with the least
+// noise where the others' sample rate and steps are the same, and at
+// least each mechanism's own search otherwise.
+func TestSearchEpsilonOf(t *testing.T) {
+	const delta = 1e-5
+	tr, _ := NewTrials(1, 5)
+	a := []Phase{{Sigma: 1, SampleRate: 0.01, Steps: 2000}}
+	b := []Phase{{Sigma: 1.3, SampleRate: 0.01, Steps: 2000}}
+	c := []Phase{{Sigma: 2, SampleRate: 0.04, Steps: 500}}
+	ra, _ := SearchEpsilon(a, 20, tr, delta, Options{})
+	rab, err := SearchEpsilonOf([][]Phase{b, a}, 20, tr, delta, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rab.Epsilon != ra.Epsilon || rab.RunEpsilon != ra.RunEpsilon {
+		t.Errorf("σ 1 and 1.3 at the same q and steps: ε %v (one run %v), want σ 1's %v (%v)", rab.Epsilon, rab.RunEpsilon, ra.Epsilon, ra.RunEpsilon)
+	}
+	rc, _ := SearchEpsilon(c, 20, tr, delta, Options{})
+	rac, _ := SearchEpsilonOf([][]Phase{a, c}, 20, tr, delta, Options{})
+	if !(rac.Epsilon >= ra.Epsilon && rac.Epsilon >= rc.Epsilon) || rac.Steps != 2000 {
+		t.Errorf("mechanisms a and c: ε %v (%d steps), each alone %v and %v", rac.Epsilon, rac.Steps, ra.Epsilon, rc.Epsilon)
+	}
+	if _, err := SearchEpsilonOf([][]Phase{a, nil}, 0, tr, delta, Options{}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a mechanism without phases: %v, want ErrInvalid", err)
+	}
+}
+
+// TestCalibrateSearchOf: the σ of each mechanism holds one run of it to a
+// common ε, and together they meet the search's target to within the
+// bisection's tolerance; one mechanism is CalibrateSearch's.
+func TestCalibrateSearchOf(t *testing.T) {
+	const delta = 1e-5
+	tr, _ := NewTrials(1, 5)
+	mechs := []Mechanism{{SampleRate: 0.01, Steps: 2000}, {SampleRate: 0.04, Steps: 500}, {SampleRate: 0.02, Steps: 3000}}
+	sigmas, r, err := CalibrateSearchOf(3, delta, mechs, 20, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs [][]Phase
+	var eps []float64
+	for i, m := range mechs {
+		runs = append(runs, []Phase{{Sigma: sigmas[i], SampleRate: m.SampleRate, Steps: m.Steps}})
+		a, _ := New(RDP)
+		a.Step(sigmas[i], m.SampleRate, m.Steps)
+		e, _ := a.Epsilon(delta)
+		eps = append(eps, e.Epsilon)
+	}
+	got, _ := SearchEpsilonOf(runs, 20, tr, delta, Options{})
+	if got.Epsilon > 3 || got.Epsilon < 3*(1-2e-3) || got.Epsilon != r.Epsilon {
+		t.Errorf("σs %v spend %v (reported %v); want just under 3", sigmas, got.Epsilon, r.Epsilon)
+	}
+	for i := range eps {
+		if math.Abs(eps[i]-eps[0]) > 1e-4*eps[0] {
+			t.Errorf("one run's ε per mechanism %v: want equal", eps)
+		}
+	}
+	t.Logf("σs %v, one run's ε %v, the search's %v", sigmas, eps, got.Epsilon)
+	one, r1, err := CalibrateSearchOf(3, delta, mechs[:1], 20, tr)
+	want, w1, _ := CalibrateSearch(3, delta, 0.01, 2000, 20, tr)
+	if err != nil || one[0] != want || r1.Epsilon != w1.Epsilon {
+		t.Errorf("one mechanism: σ %v (%v), CalibrateSearch's %v", one, err, want)
+	}
+	if _, _, err := CalibrateSearchOf(1, delta, mechs, 0.3, tr); !errors.Is(err, ErrUnreachable) {
+		t.Errorf("scores of noise multiplier 0.3: %v, want ErrUnreachable", err)
+	}
+}
