@@ -203,6 +203,9 @@ type Report struct {
 	// DryRun marks the report of a dry run (Config.DryRun): Privacy is
 	// what the run would spend.
 	DryRun     bool          `json:"dry_run,omitempty"`
+	// ScoreCorrect says which of Config.Score's examples the released
+	// model classifies correctly: not private, so never written.
+	ScoreCorrect []bool `json:"-"`
 	Epochs     []EpochRecord `json:"epochs"`
 	Seconds    float64       `json:"seconds"`
 	Output     string        `json:"output"`
@@ -230,6 +233,13 @@ type Config struct {
 	Train     data.Dataset
 	Test      data.Dataset
 	EvalBatch int
+	// Score, when set, is classified once by the released model after the
+	// last step (the average with EMADecay), on the frozen part's cached
+	// outputs where the run caches them: which of its examples the model
+	// gets right is Report.ScoreCorrect, for a caller that releases a
+	// noised score of them (dpfinetune tune). Nothing of it is logged or
+	// written.
+	Score data.Dataset
 	// PhysicalBatch is the number of samples (at user level, users) per
 	// forward/backward pass; 0 means the largest that fits MaxMemory
 	// bytes when MaxMemory > 0, else min(L, 64) divided by the
@@ -632,6 +642,9 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Test != nil {
 		cached += cfg.Test.Len()
 	}
+	if cfg.Score != nil {
+		cached += cfg.Score.Len()
+	}
 	// The frozen part's passes take no more examples than a physical
 	// batch of the whole model would (cachePass).
 	phys := cfg.PhysicalBatch
@@ -965,6 +978,28 @@ func Run(cfg Config) (*Report, error) {
 			defer test.close()
 			cfg.Test = test
 		}
+		if cfg.Score != nil {
+			score, owned, ok, err := scoreFeatures(&cfg, split, fcRep, set.InputShape, logf)
+			if err != nil {
+				return nil, fmt.Errorf("%s: caching the frozen part's outputs over the data to score: %w", set.Model, err)
+			}
+			if !ok {
+				if err := save(epoch, epochStep); err != nil {
+					return nil, fmt.Errorf("interrupted, and saving the checkpoint failed: %w", err)
+				}
+				return nil, &Interrupted{ckptPath}
+			}
+			if owned {
+				defer score.close()
+			}
+			cfg.Score = score
+		}
+	}
+	var scoreEv *Evaluator
+	if cfg.Score != nil {
+		if scoreEv, err = NewEvaluatorOn(cfg.Device, engG, engShape, min(cfg.EvalBatch, max(cfg.Score.Len(), 1))); err != nil {
+			return nil, err
+		}
 	}
 	var ev *Evaluator
 	if cfg.Test != nil {
@@ -1144,6 +1179,15 @@ func Run(cfg Config) (*Report, error) {
 	// black-box scoring).
 	if err := withReleased(eng, true, func() error { return nil }); err != nil {
 		return nil, err
+	}
+	if scoreEv != nil {
+		rep.ScoreCorrect = make([]bool, cfg.Score.Len())
+		err := scoreEv.Losses(cfg.Score, func(i int, label int64, logits []float32, _ float64) {
+			rep.ScoreCorrect[i] = int64(argmax(logits)) == label
+		})
+		if err != nil {
+			return nil, fmt.Errorf("scoring: %w", err)
+		}
 	}
 	if !set.NonPrivate {
 		r, err := acct.Epsilon(delta)

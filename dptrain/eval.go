@@ -69,12 +69,7 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	var correct int
 	var lossSum float64
 	err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		best, mx := 0, math.Inf(-1)
-		for j, v := range logits {
-			if float64(v) > mx {
-				best, mx = j, float64(v)
-			}
-		}
+		best := argmax(logits)
 		lossSum += loss
 		res.Confusion[label][best]++
 		if int64(best) == label {
@@ -140,4 +135,16 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 		}
 	}
 	return nil
+}
+
+// argmax returns the class of the largest logit, the first where several
+// are largest: the prediction every evaluation counts.
+func argmax(logits []float32) int {
+	best, mx := 0, math.Inf(-1)
+	for j, v := range logits {
+		if float64(v) > mx {
+			best, mx = j, float64(v)
+		}
+	}
+	return best
 }

@@ -3,6 +3,7 @@ package dptrain
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"math"
@@ -349,11 +350,11 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	st := cfg.FeatureStore
 	var key string
 	if st != nil {
-		key = featureKey(cfg, split)
-		if st.train != nil && st.key == key && cfg.Test == nil {
+		key = featureKey(cfg, split, cfg.Train)
+		if f := st.train.take(key); f != nil && cfg.Test == nil {
 			st.Reused++
 			logf("  features:  the frozen part's %s for %d training examples: as an earlier run of the search computed them (%s)\n", cutNames(split), cfg.Train.Len(), FormatBytes(rep.Bytes))
-			return st.train, nil, true, nil
+			return f, nil, true, nil
 		}
 	}
 	what := fmt.Sprintf("%d training", cfg.Train.Len())
@@ -374,12 +375,8 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	}
 	rep.Seconds = time.Since(t0).Seconds()
 	if st != nil {
-		// The store keeps the training rows for the next run; the old
-		// ones go back.
-		if st.train != train {
-			st.train.close()
-		}
-		st.train, st.key = train, key
+		// The store keeps the training rows for the next run.
+		st.train.put(key, train)
 	}
 	where := ""
 	if rep.Disk != "" {
@@ -412,10 +409,32 @@ func cutNames(split *rewrite.FrozenPrefix) string {
 // as it would on its own. Close gives them back; a FeatureStore is for
 // one goroutine's runs in turn.
 type FeatureStore struct {
-	key   string
-	train *features
-	// Reused counts the runs that took their rows from the store.
+	train, score storedRows
+	// Reused counts the runs that took their training rows from the
+	// store.
 	Reused int
+}
+
+// storedRows are a store's rows of one role and their key.
+type storedRows struct {
+	key string
+	f   *features
+}
+
+// take returns the rows where they are key's, nil otherwise.
+func (r *storedRows) take(key string) *features {
+	if r.f != nil && r.key == key {
+		return r.f
+	}
+	return nil
+}
+
+// put keeps f as key's rows; the rows it held before go back.
+func (r *storedRows) put(key string, f *features) {
+	if r.f != f {
+		r.f.close()
+	}
+	r.key, r.f = key, f
 }
 
 // Close gives back the rows the store holds (a cache on disk is gone
@@ -424,23 +443,52 @@ func (s *FeatureStore) Close() error {
 	if s == nil {
 		return nil
 	}
-	err := s.train.close()
-	s.train, s.key = nil, ""
+	err := errors.Join(s.train.f.close(), s.score.f.close())
+	s.train, s.score = storedRows{}, storedRows{}
 	return err
 }
 
-// featureKey identifies the rows of split's cut over cfg's training data:
-// the cut tensors and their shapes, the frozen part's parameters' values,
-// the data's fingerprint and preprocessing, and the device.
-func featureKey(cfg *Config, split *rewrite.FrozenPrefix) string {
+// scoreFeatures returns the frozen part's rows over cfg.Score: from the
+// store where it holds them, else computed (and left in the store where
+// there is one: owned false, the store closes them; else the caller does).
+func scoreFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, logf func(string, ...any)) (f *features, owned, ok bool, err error) {
+	st := cfg.FeatureStore
+	var key string
+	if st != nil {
+		key = featureKey(cfg, split, cfg.Score)
+		if f := st.score.take(key); f != nil {
+			return f, false, true, nil
+		}
+	}
+	t0 := time.Now()
+	f, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Score, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
+	if err != nil || !ok {
+		return nil, false, ok, err
+	}
+	logf("  features:  the frozen part's %s for the %d examples to score computed in %.1f s\n", cutNames(split), cfg.Score.Len(), time.Since(t0).Seconds())
+	if st != nil {
+		st.score.put(key, f)
+		return f, false, true, nil
+	}
+	return f, true, true, nil
+}
+
+// featureKey identifies the rows of split's cut over ds, cfg's training
+// data or its data to score: the cut tensors and their shapes, the frozen
+// part's parameters' values, the data's fingerprint and preprocessing, and
+// the device.
+func featureKey(cfg *Config, split *rewrite.FrozenPrefix, ds data.Dataset) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "cut %q %v nodes %d\n", split.Cut, split.Shapes, split.PrefixNodes)
 	s := cfg.Settings
 	fmt.Fprintf(h, "data %q norm %q resize %q shape %v augment %q\n", s.Data, s.Norm, s.Resize, s.InputShape, s.Augment)
-	if src, ok := cfg.Train.(sourced); ok {
+	if src, ok := ds.(sourced); ok {
 		fmt.Fprintf(h, "fingerprint %s\n", src.Fingerprint())
 	}
-	fmt.Fprintf(h, "examples %d\n", cfg.Train.Len())
+	if v, ok := ds.(interface{ Preprocess() data.Preprocess }); ok {
+		fmt.Fprintf(h, "preprocess %+v\n", v.Preprocess())
+	}
+	fmt.Fprintf(h, "examples %d shape %v\n", ds.Len(), ds.SampleShape())
 	if cfg.Device != nil {
 		fmt.Fprintf(h, "device %s\n", cfg.Device.Name())
 	}

@@ -1,6 +1,7 @@
 package dptrain_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -415,4 +416,66 @@ func TestFeatureStore(t *testing.T) {
 	}
 	_, gChangedOwn := run(nil, 2e-2, ds, nil, changeFrozen)
 	sameWeights(t, gChangedOwn, gChanged)
+}
+
+// TestRunScore: a run given data to score classifies it once with the
+// released model — the whole model, or the trained part on the frozen
+// part's cached outputs, the parameters' average with --ema — exactly as
+// the exported model does; with a store the rows to score are computed
+// once for several runs.
+func TestRunScore(t *testing.T) {
+	sample := []int64{1, 28, 28}
+	ds := dptrain.FMNISTSlice(t, sample)
+	imgs, err := data.LoadString("idx:../testdata/fmnist-small:split=test:limit=50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	score, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &dptrain.FeatureStore{}
+	defer store.Close()
+	var logs bytes.Buffer
+	for _, c := range []struct {
+		cache string
+		ema   float64
+		store *dptrain.FeatureStore
+	}{{dptrain.FeatureCacheOff, 0, nil}, {dptrain.FeatureCacheOn, 0, nil}, {dptrain.FeatureCacheOn, 0.9, nil}, {dptrain.FeatureCacheOn, 0, store}, {dptrain.FeatureCacheOn, 0.5, store}} {
+		seed := uint64(5)
+		g := fixtureGraph(t, "cnn")
+		rep, err := dptrain.Run(dptrain.Config{
+			Settings: dptrain.Settings{
+				Model: "cnn.onnx", Data: "fmnist-small", Epsilon: 8, Epochs: 2, BatchSize: 32,
+				Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 0.5, ClipFn: "abadi",
+				Optimizer: "adam", LR: 1e-2, InputShape: sample, Seed: &seed, FeatureCache: c.cache, EMADecay: c.ema,
+			},
+			Graph: g, Train: ds, Score: score, EvalBatch: 16, FeatureStore: c.store, Log: &logs,
+			Rewrite: rewrite.Options{PlanOptions: rewrite.PlanOptions{Train: regexp.MustCompile(`^classifier\.`)}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cached := rep.FeatureCache != nil && rep.FeatureCache.Cached; cached != (c.cache == dptrain.FeatureCacheOn) {
+			t.Fatalf("%+v: cached %v", c, cached)
+		}
+		// The released weights are the graph's after the run.
+		ev, err := dptrain.NewEvaluator(g, sample, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]bool, score.Len())
+		ev.Losses(score, func(i int, label int64, logits []float32, _ float64) {
+			want[i] = int64(slices.Index(logits, slices.Max(logits))) == label
+		})
+		if !slices.Equal(rep.ScoreCorrect, want) {
+			t.Errorf("%+v: scored %v, the released model classifies %v", c, rep.ScoreCorrect, want)
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(want), func(b bool) bool { return !b })); n == 0 || n == len(want) {
+			t.Errorf("%+v: %d of %d right: the comparison tells nothing", c, n, len(want))
+		}
+	}
+	if got := strings.Count(logs.String(), "for the 50 examples to score computed"); got != 3 {
+		t.Errorf("the rows to score computed %d times in four cached runs, two of them with one store; want 3", got)
+	}
 }

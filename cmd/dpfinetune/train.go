@@ -50,23 +50,29 @@ func (e interruptError) Error() string {
 	return fmt.Sprintf("interrupted; checkpoint saved to %s: run the same command with --resume to continue", e.ckpt)
 }
 
-func runTrain(args []string, stdout io.Writer) error { return runTrainWith(args, stdout, nil) }
+func runTrain(args []string, stdout io.Writer) error {
+	_, err := runTrainWith(args, stdout, nil, nil)
+	return err
+}
 
-// runTrainWith is train with a feature store kept across runs (tune's
-// runs; dptrain.Config.FeatureStore), nil for none.
-func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore) error {
+// runTrainWith is train with a feature store kept across runs and data to
+// score (tune's runs: dptrain.Config.FeatureStore and Score; nil for none),
+// returning the run's report.
+func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, score dataView) (*dptrain.Report, error) {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := tf.config(stdout, true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cfg.FeatureStore = store
-	_, err = runLoop(cfg, *tf.quiet)
-	return err
+	if score != nil {
+		cfg.Score = score
+	}
+	return runLoop(cfg, *tf.quiet)
 }
 
 // trainFlags are the flags of a training run, shared by train and audit

@@ -407,12 +407,17 @@ func runTune(args []string, stdout io.Writer) error {
 		// A run writes its report last, after its model: one whose report
 		// is there finished before the search stopped, and is scored as
 		// it is.
+		var correct []bool
 		if _, err := os.Stat(base + ".json"); err != nil {
 			logFile, err := os.OpenFile(base+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 			if err != nil {
 				return err
 			}
-			err = runTrainWith(ra, logFile, store)
+			var rep *dptrain.Report
+			rep, err = runTrainWith(ra, logFile, store, scoreView)
+			if rep != nil {
+				correct = rep.ScoreCorrect
+			}
 			logFile.Close()
 			var ie interruptError
 			if errors.As(err, &ie) {
@@ -425,7 +430,14 @@ func runTune(args []string, stdout io.Writer) error {
 		if err := checkRunPhases(base+".json", r.Phase); err != nil {
 			return fmt.Errorf("run %d: %w", i+1, err)
 		}
-		score, err := scoreRun(dev, base+".onnx", scoreView, st.Unit, *tf.evalBatch)
+		if correct == nil {
+			// A run that finished before the search stopped: its model
+			// is scored as eval would.
+			if correct, err = classifyRun(dev, base+".onnx", scoreView, *tf.evalBatch); err != nil {
+				return fmt.Errorf("run %d: scoring: %w", i+1, err)
+			}
+		}
+		score, err := unitScore(correct, scoreView, st.Unit)
 		if err != nil {
 			return fmt.Errorf("run %d: scoring: %w", i+1, err)
 		}
@@ -589,16 +601,16 @@ func checkRunPhases(report string, want accountant.Phase) error {
 	return nil
 }
 
-// scoreRun returns a run's score on v: the examples it classifies
-// correctly, or at user level the sum over users of each one's share of
-// correctly classified examples (each unit's score in [0, 1]).
-func scoreRun(dev runtime.Device, model string, v dataView, unit string, batch int) (float64, error) {
+// classifyRun says which of v's examples a run's model classifies
+// correctly (its largest logit the label's, the first where several are
+// largest).
+func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]bool, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := lm.dynamicBatch(); err != nil {
-		return 0, err
+		return nil, err
 	}
 	shape := v.SampleShape()
 	sample := make([]int64, len(shape))
@@ -607,7 +619,7 @@ func scoreRun(dev runtime.Device, model string, v dataView, unit string, batch i
 	}
 	ev, err := dptrain.NewEvaluatorOn(dev, lm.g, sample, min(batch, max(v.Len(), 1)))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	correct := make([]bool, v.Len())
 	err = ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
@@ -619,8 +631,15 @@ func scoreRun(dev runtime.Device, model string, v dataView, unit string, batch i
 		}
 		correct[i] = int64(best) == label
 	})
-	if err != nil {
-		return 0, err
+	return correct, err
+}
+
+// unitScore is a run's score on v from which of its examples it gets
+// right: their count, or at user level the sum over users of each one's
+// share of correctly classified examples (each unit's score in [0, 1]).
+func unitScore(correct []bool, v dataView, unit string) (float64, error) {
+	if len(correct) != v.Len() {
+		return 0, fmt.Errorf("%d examples classified of %d to score", len(correct), v.Len())
 	}
 	var score float64
 	if users, n := data.UsersOf(v); unit == dptrain.PrivacyUnitUser && n > 0 {

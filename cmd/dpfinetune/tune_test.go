@@ -406,13 +406,20 @@ func TestScoreRun(t *testing.T) {
 		unit string
 		want float64
 	}{{"example", 5}, {"user", 1 + 2.0/3 + 2.0/4}} {
-		got, err := scoreRun(nil, model, v, tc.unit, 3)
+		correct, err := classifyRun(nil, model, v, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := unitScore(correct, v, tc.unit)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("per %s: score %v, want %v", tc.unit, got, tc.want)
 		}
+	}
+	if _, err := unitScore(make([]bool, n-1), v, "example"); err == nil {
+		t.Error("a score of 7 classifications of 8 examples: no error")
 	}
 }
 
