@@ -202,15 +202,15 @@ type Report struct {
 	Phases []accountant.Phase `json:"phases,omitempty"`
 	// DryRun marks the report of a dry run (Config.DryRun): Privacy is
 	// what the run would spend.
-	DryRun     bool          `json:"dry_run,omitempty"`
+	DryRun bool `json:"dry_run,omitempty"`
 	// ScoreCorrect says which of Config.Score's examples the released
 	// model classifies correctly: not private, so never written.
-	ScoreCorrect []bool `json:"-"`
-	Epochs     []EpochRecord `json:"epochs"`
-	Seconds    float64       `json:"seconds"`
-	Output     string        `json:"output"`
-	Checkpoint string        `json:"checkpoint"`
-	Note       string        `json:"note"`
+	ScoreCorrect []bool        `json:"-"`
+	Epochs       []EpochRecord `json:"epochs"`
+	Seconds      float64       `json:"seconds"`
+	Output       string        `json:"output"`
+	Checkpoint   string        `json:"checkpoint"`
+	Note         string        `json:"note"`
 }
 
 // Config is what Run needs: the settings, the model graph, the data and

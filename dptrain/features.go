@@ -3,8 +3,8 @@ package dptrain
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
