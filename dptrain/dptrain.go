@@ -213,6 +213,11 @@ type Report struct {
 	Note         string        `json:"note"`
 }
 
+// ErrDiverged is wrapped by the error of a run whose parameters became NaN
+// or infinite (a learning rate or clip norm too large): a function of the
+// noisy updates alone, which a search may treat as a run that failed.
+var ErrDiverged = errors.New("diverged")
+
 // Config is what Run needs: the settings, the model graph, the data and
 // where to write.
 type Config struct {
@@ -1091,7 +1096,7 @@ func Run(cfg Config) (*Report, error) {
 				return nil, fmt.Errorf("step %d: %w (the last good checkpoint: %s)", step+1, err, lastGood)
 			}
 			if bad := firstNonFinite(eng); bad != "" {
-				return nil, fmt.Errorf("step %d: parameter %q became NaN or infinite (lower --lr or --clip); stopped, the last good checkpoint: %s", step+1, bad, lastGood)
+				return nil, fmt.Errorf("step %d: parameter %q became NaN or infinite: the run %w (lower --lr or --clip); stopped, the last good checkpoint: %s", step+1, bad, ErrDiverged, lastGood)
 			}
 			if !set.NonPrivate {
 				if err := acct.Step(set.Sigma, q, 1); err != nil {

@@ -98,6 +98,10 @@ type tuneRun struct {
 	// Phase is the run's mechanism: σ for its sample rate and steps.
 	Phase accountant.Phase `json:"phase"`
 	Done  bool             `json:"done"`
+	// Diverged marks a run whose parameters became NaN or infinite (a
+	// function of its noisy updates alone): it has no model, and its
+	// score is below every other's.
+	Diverged bool `json:"diverged,omitempty"`
 	// Score is the run's noisy score (its accuracy on the score data with
 	// Gaussian noise): private to the search, kept only while it runs.
 	Score float64 `json:"score,omitempty"`
@@ -216,7 +220,10 @@ func runTune(args []string, stdout io.Writer) error {
 		*work = *tf.out + ".tune"
 	}
 	statePath := filepath.Join(*work, "search.json")
-	fingerprint := append(slices.Clone(runArgs), "grid:"+grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
+	// What a resumed search must share with the one under way: all but
+	// the progress bars.
+	fingerprint := slices.DeleteFunc(slices.Clone(runArgs), func(a string) bool { return strings.HasPrefix(a, "--quiet=") })
+	fingerprint = append(fingerprint, "grid:"+grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
 
 	var st tuneState
 	switch b, err := os.ReadFile(statePath); {
@@ -370,7 +377,8 @@ func runTune(args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
 		}
 		if *tf.dryRun {
-			return os.RemoveAll(*work)
+			cleanWork(*work)
+			return nil
 		}
 		if err := saveTuneState(statePath, st); err != nil {
 			return err
@@ -390,7 +398,7 @@ func runTune(args []string, stdout io.Writer) error {
 		if r.Done {
 			continue
 		}
-		base := filepath.Join(*work, fmt.Sprintf("run%d", i+1))
+		base := runBase(*work, i)
 		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(r.Phase.Sigma, 'g', -1, 64), "--test-data=none",
 			"--out="+base+".onnx", "--report="+base+".json", "--checkpoint="+base+".ckpt")
 		for _, n := range grid.names {
@@ -422,6 +430,17 @@ func runTune(args []string, stdout io.Writer) error {
 			var ie interruptError
 			if errors.As(err, &ie) {
 				return fmt.Errorf("interrupted in run %d; its checkpoint and the search's state are in %s: run the same command with --resume to continue", i+1, *work)
+			}
+			if errors.Is(err, dptrain.ErrDiverged) {
+				// Its noisy updates drove it to NaN or infinity: a run
+				// that failed, whose score is below every other's.
+				r.Done, r.Diverged = true, true
+				removeRun(base)
+				if err := saveTuneState(statePath, st); err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "run %d: diverged (its parameters became NaN or infinite): never chosen\n", i+1)
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("run %d (%s; its log: %s): %w", i+1, describeSettings(grid.names, r.Settings), base+".log", err)
@@ -458,7 +477,7 @@ func runTune(args []string, stdout io.Writer) error {
 		case st.Best != i:
 			removeRun(base)
 		case prev >= 0:
-			removeRun(filepath.Join(*work, fmt.Sprintf("run%d", prev+1)))
+			removeRun(runBase(*work, prev))
 		}
 		for _, ext := range []string{".ckpt", ".log"} {
 			os.Remove(base + ext)
@@ -471,7 +490,11 @@ func runTune(args []string, stdout io.Writer) error {
 	}
 
 	// The chosen run: its model with the search's guarantee, its report.
-	best := filepath.Join(*work, fmt.Sprintf("run%d", st.Best+1))
+	if st.Best < 0 {
+		cleanWork(*work)
+		return fmt.Errorf("every run diverged (its parameters became NaN or infinite): no model to release; lower the grid's learning rates or clip norms")
+	}
+	best := runBase(*work, st.Best)
 	var rep dptrain.Report
 	if b, err := os.ReadFile(best + ".json"); err != nil {
 		return err
@@ -499,9 +522,7 @@ func runTune(args []string, stdout io.Writer) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if err := os.RemoveAll(*work); err != nil {
-		return err
-	}
+	cleanWork(*work)
 	fmt.Fprintf(stdout, "chosen:  %s (noisy score %.2f %% on %s)\n", describeSettings(grid.names, tr.Chosen), 100*tr.Score, st.Spec)
 	fmt.Fprintf(stdout, "done: %s written; the search spent ε = %.4g at δ = %.3g (one run alone: ε = %.4g)\n", *tf.out, st.Plan.Epsilon, st.Plan.Delta, st.Plan.RunEpsilon)
 	return nil
@@ -567,6 +588,26 @@ func describeSettings(names []string, s map[string]string) string {
 func saveTuneState(path string, st tuneState) error {
 	b, _ := json.MarshalIndent(st, "", "  ")
 	return atomicfile.WriteBytes(path, append(b, '\n'))
+}
+
+// runBase is the path of run i's files in the search's folder, less their
+// extension.
+func runBase(work string, i int) string {
+	return filepath.Join(work, fmt.Sprintf("dpfinetune-run%d", i+1))
+}
+
+// cleanWork removes the search's files from its folder, and the folder
+// where nothing else is left in it (a --work folder of the user's keeps
+// what else it holds).
+func cleanWork(work string) {
+	os.Remove(filepath.Join(work, "search.json"))
+	os.Remove(filepath.Join(work, "dry-run.json"))
+	if runs, err := filepath.Glob(filepath.Join(work, "dpfinetune-run*")); err == nil {
+		for _, f := range runs {
+			os.Remove(f)
+		}
+	}
+	os.Remove(work)
 }
 
 // removeRun removes a run's files: its model (and external data), report,

@@ -95,7 +95,7 @@ func TestTune(t *testing.T) {
 		t.Fatalf("the chosen run's report %+v does not match its settings %v or names its own files", r.Run, r.Chosen)
 	}
 	// Nothing released says how many runs there were.
-	if b, _ := os.ReadFile(out + ".json"); strings.Contains(string(b), "run2") || strings.Contains(string(b), `"runs"`) || !slices.Equal(r.Grid["lr"], []string{"0.5", "2"}) {
+	if b, _ := os.ReadFile(out + ".json"); strings.Contains(string(b), "dpfinetune-run") || strings.Contains(string(b), `"runs"`) || !slices.Equal(r.Grid["lr"], []string{"0.5", "2"}) {
 		t.Errorf("the report names the runs, or not the grid:\n%s", b)
 	}
 	if !slices.Equal(r.Run.Phases, []accountant.Phase{r.Phase}) || r.Phase.SampleRate != 0.125 || r.Phase.Steps != 16 {
@@ -162,7 +162,7 @@ func TestTune(t *testing.T) {
 		if code != exitError || !strings.Contains(e, "interrupted in run 2;") {
 			t.Fatalf("exit %d: %s", code, e)
 		}
-		if _, err := os.Stat(filepath.Join(out3+".tune", "run2.ckpt")); err != nil {
+		if _, err := os.Stat(filepath.Join(out3+".tune", "dpfinetune-run2.ckpt")); err != nil {
 			t.Fatalf("the second run's checkpoint: %v", err)
 		}
 		if _, e, code := run(t, args(out3)...); code != exitError || !strings.Contains(e, "a search is under way") {
@@ -231,6 +231,42 @@ func TestTune(t *testing.T) {
 		}
 		if strings.Count(o, "runs:    σ = ") != 4 {
 			t.Errorf("log:\n%s", o)
+		}
+	})
+
+	t.Run("runs that diverge", func(t *testing.T) {
+		// A learning rate past float32's range drives the parameters to
+		// infinity at the first step: such runs are never chosen, and a
+		// search of nothing else releases nothing.
+		dir := t.TempDir()
+		a := args(filepath.Join(dir, "g.onnx"))
+		a[slices.Index(a, "lr=0.5,2")] = "lr=1e39,0.5"
+		o, e, code := run(t, a...)
+		if code != 0 || !strings.Contains(o, "diverged (its parameters became NaN or infinite): never chosen") {
+			t.Fatalf("exit %d: %s\n%s", code, e, o)
+		}
+		if r := readTuneReport(t, filepath.Join(dir, "g.onnx.json")); r.Chosen["lr"] != "0.5" {
+			t.Errorf("chose %v", r.Chosen)
+		}
+		a = args(filepath.Join(dir, "h.onnx"))
+		a[slices.Index(a, "lr=0.5,2")] = "lr=1e39"
+		if _, e, code := run(t, a...); code != exitError || !strings.Contains(e, "every run diverged") {
+			t.Errorf("every run diverged: exit %d: %s", code, e)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+			t.Errorf("left: %v; want the first search's model and report", ents)
+		}
+	})
+
+	t.Run("a work folder of the user's", func(t *testing.T) {
+		// The search's files go, the user's stay.
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "mine.txt"), []byte("keep"), 0o644)
+		if _, e, code := run(t, args(filepath.Join(t.TempDir(), "w.onnx"), "--work", dir)...); code != 0 {
+			t.Fatalf("exit %d: %s", code, e)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != "mine.txt" {
+			t.Errorf("the work folder holds %v; want the user's file alone", ents)
 		}
 	})
 
