@@ -382,14 +382,7 @@ func TestFeatureStore(t *testing.T) {
 
 	// Each change of the key recomputes; the stored rows are the
 	// reference run's before each.
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:limit=48")
-	if err != nil {
-		t.Fatal(err)
-	}
-	half, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	half := fmnistView(t, "idx:../testdata/fmnist-small:limit=48")
 	changeFrozen := func(g *graph.Graph) {
 		for _, v := range g.Initializers {
 			if v.Const != nil && len(v.Const.F32) > 0 && !strings.HasPrefix(v.Name, "classifier.") {
@@ -426,14 +419,7 @@ func TestFeatureStore(t *testing.T) {
 func TestRunScore(t *testing.T) {
 	sample := []int64{1, 28, 28}
 	ds := dptrain.FMNISTSlice(t, sample)
-	imgs, err := data.LoadString("idx:../testdata/fmnist-small:split=test:limit=50")
-	if err != nil {
-		t.Fatal(err)
-	}
-	score, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	score := fmnistView(t, "idx:../testdata/fmnist-small:split=test:limit=50")
 	store := &dptrain.FeatureStore{}
 	defer store.Close()
 	var logs bytes.Buffer
@@ -478,4 +464,19 @@ func TestRunScore(t *testing.T) {
 	if got := strings.Count(logs.String(), "for the 50 examples to score computed"); got != 3 {
 		t.Errorf("the rows to score computed %d times in four cached runs, two of them with one store; want 3", got)
 	}
+}
+
+// fmnistView loads spec, Fashion-MNIST images, as the CNN's 1×28×28
+// inputs with the data set's normalization.
+func fmnistView(t *testing.T, spec string) *data.View {
+	t.Helper()
+	imgs, err := data.LoadString(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -90,19 +90,7 @@ func TestTrainCSV(t *testing.T) {
 // names the users; plan --examples-per-user plans a user's rows as the
 // sample; bad values of the flags are usage errors.
 func TestTrainUsers(t *testing.T) {
-	dir := photoFolder(t) // a/0.png … a/3.png, b/0.png … b/3.png
-	patients := map[string]string{
-		"a/0.png": "p1", "a/1.png": "p1", "b/0.png": "p1",
-		"a/2.png": "p2", "b/1.png": "p2",
-		"a/3.png": "p3",
-		"b/2.png": "p4", "b/3.png": "p4",
-	}
-	var rows []string
-	for _, p := range slices.Sorted(maps.Keys(patients)) {
-		rows = append(rows, p+","+p[:1]+","+patients[p])
-	}
-	listing := filepath.Join(dir, "patients.csv")
-	os.WriteFile(listing, []byte("path,label,patient_id\n"+strings.Join(rows, "\n")+"\n"), 0o644)
+	dir, listing, patients := patientsListing(t)
 
 	train := func(extra ...string) (runReport, string, string) {
 		t.Helper()
@@ -201,4 +189,28 @@ func TestTrainUsers(t *testing.T) {
 			t.Errorf("%v: exit %d: %s", bad, code, e)
 		}
 	}
+}
+
+// patientsListing writes a CSV listing of photoFolder's eight images
+// (a/0.png … b/3.png, labelled by their folder) naming four patients, of 3,
+// 2, 1 and 2 images, in a patient_id column; it returns the folder, the
+// listing and each image's patient.
+func patientsListing(t *testing.T) (dir, listing string, patients map[string]string) {
+	t.Helper()
+	dir = photoFolder(t)
+	patients = map[string]string{
+		"a/0.png": "p1", "a/1.png": "p1", "b/0.png": "p1",
+		"a/2.png": "p2", "b/1.png": "p2",
+		"a/3.png": "p3",
+		"b/2.png": "p4", "b/3.png": "p4",
+	}
+	var rows []string
+	for _, p := range slices.Sorted(maps.Keys(patients)) {
+		rows = append(rows, p+","+p[:1]+","+patients[p])
+	}
+	listing = filepath.Join(dir, "patients.csv")
+	if err := os.WriteFile(listing, []byte("path,label,patient_id\n"+strings.Join(rows, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, listing, patients
 }

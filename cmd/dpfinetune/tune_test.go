@@ -345,19 +345,7 @@ func TestTuneUsers(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the fixture CNN")
 	}
-	dir := photoFolder(t)
-	patients := map[string]string{
-		"a/0.png": "p1", "a/1.png": "p1", "b/0.png": "p1",
-		"a/2.png": "p2", "b/1.png": "p2",
-		"a/3.png": "p3",
-		"b/2.png": "p4", "b/3.png": "p4",
-	}
-	var rows []string
-	for _, p := range slices.Sorted(maps.Keys(patients)) {
-		rows = append(rows, p+","+p[:1]+","+patients[p])
-	}
-	listing := filepath.Join(dir, "patients.csv")
-	os.WriteFile(listing, []byte("path,label,patient_id\n"+strings.Join(rows, "\n")+"\n"), 0o644)
+	dir, listing, patients := patientsListing(t)
 	out := filepath.Join(t.TempDir(), "m.onnx")
 	base := []string{"tune", "--model", "../../testdata/models/cnn.onnx", "--data", "csv:" + listing + ":holdout=0.25", "--epsilon", "30",
 		"--epochs", "1", "--batch-size", "2", "--grid", "lr=0.01,0.1", "--score-noise", "2", "--seed", "3", "--quiet", "--out", out, "--report", out + ".json"}
