@@ -119,7 +119,7 @@ type SearchResult struct {
 //
 //	ε′(λ) = ε(λ) + (1+η)(1−1/λ̂)·ε(λ̂) + (1+η)·log(1/γ)/λ̂ + log(E[K])/(λ−1)
 //
-// for every λ̂ ≥ 1 (the least over 1 and the order grid is taken), and
+// for every λ̂ ≥ 1 (the least over the order grid is taken), and
 // ε′ is converted to (ε, δ) as the RDP accountant converts its own curve
 // (opts as the RDP accountant's; the zero value: the default grid and
 // conversion). The settings of the runs may differ (a random search draws
@@ -181,10 +181,11 @@ func SearchEpsilonOf(runs [][]Phase, scoreSigma float64, t Trials, delta float64
 			run[i] += a / (2 * scoreSigma * scoreSigma)
 		}
 	}
-	// The least over λ̂ of the terms that do not depend on λ; λ̂ = 1
-	// leaves (1+η)·log(1/γ) whatever the run's divergence there.
+	// The least over the grid's λ̂ of the terms that do not depend on λ
+	// (λ̂ = 1 itself, which the theorem also allows, is left out: near it
+	// the grid's least order gives about as much).
 	logInvGamma := -math.Log(t.Gamma)
-	hat := (1 + t.Eta) * logInvGamma
+	hat := math.Inf(1)
 	for i, a := range orders {
 		if v := (1 + t.Eta) * ((1-1/a)*run[i] + logInvGamma/a); v < hat {
 			hat = v
