@@ -405,7 +405,9 @@ func runTune(args []string, stdout io.Writer) error {
 			ra = append(ra, "--"+n+"="+r.Settings[n])
 		}
 		if seed != nil {
-			ra = append(ra, "--seed="+strconv.FormatUint(*seed+uint64(i)+1, 10))
+			// Each run's seed drawn from the search's (no two searches'
+			// seeds give their runs the same ones, as seed+i would).
+			ra = append(ra, "--seed="+strconv.FormatUint(tuneRNG(seed, 1<<32+uint64(i)).Uint64(), 10))
 		}
 		if _, err := os.Stat(base + ".ckpt"); err == nil {
 			ra = append(ra, "--resume")
@@ -546,7 +548,8 @@ func countDone(runs []tuneRun) int {
 }
 
 // tuneRNG is the search's randomness: stream 0 draws the number of runs
-// and their settings, stream i the noise of run i's score. Seeded (and
+// and their settings, stream i+1 the noise of run i's score, stream
+// 2³²+i run i's seed. Seeded (and
 // labelled so) only for reproducibility; else from the operating system's
 // secure source.
 func tuneRNG(seed *uint64, stream uint64) *rand.Rand {

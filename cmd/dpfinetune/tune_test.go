@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -467,6 +468,23 @@ func TestCheckRunPhases(t *testing.T) {
 		os.WriteFile(p, b, 0o644)
 		if err := checkRunPhases(p, want); (err == nil) != tc.ok {
 			t.Errorf("%v: %v, want ok %v", tc.phases, err, tc.ok)
+		}
+	}
+}
+
+// TestTuneRunSeeds: the runs of seeded searches get seeds of their own —
+// none shared between the runs of one search, nor between searches whose
+// seeds are close (seed+i would give search 1's second run search 2's
+// first run's seed).
+func TestTuneRunSeeds(t *testing.T) {
+	seen := map[uint64]string{}
+	for s := uint64(0); s < 20; s++ {
+		for i := uint64(0); i < 20; i++ {
+			v := tuneRNG(&s, 1<<32+i).Uint64()
+			if prev, ok := seen[v]; ok {
+				t.Fatalf("search %d run %d has the seed of %s", s, i, prev)
+			}
+			seen[v] = fmt.Sprintf("search %d run %d", s, i)
 		}
 	}
 }
