@@ -407,7 +407,7 @@ func runTune(args []string, stdout io.Writer) error {
 		if seed != nil {
 			// Each run's seed drawn from the search's (no two searches'
 			// seeds give their runs the same ones, as seed+i would).
-			ra = append(ra, "--seed="+strconv.FormatUint(tuneRNG(seed, 1<<32+uint64(i)).Uint64(), 10))
+			ra = append(ra, "--seed="+strconv.FormatUint(runSeed(*seed, i), 10))
 		}
 		if _, err := os.Stat(base + ".ckpt"); err == nil {
 			ra = append(ra, "--resume")
@@ -546,6 +546,9 @@ func countDone(runs []tuneRun) int {
 	}
 	return n
 }
+
+// runSeed is the seed of run i of a search seeded with seed.
+func runSeed(seed uint64, i int) uint64 { return tuneRNG(&seed, 1<<32+uint64(i)).Uint64() }
 
 // tuneRNG is the search's randomness: stream 0 draws the number of runs
 // and their settings, stream i+1 the noise of run i's score, stream

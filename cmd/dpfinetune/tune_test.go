@@ -479,8 +479,8 @@ func TestCheckRunPhases(t *testing.T) {
 func TestTuneRunSeeds(t *testing.T) {
 	seen := map[uint64]string{}
 	for s := uint64(0); s < 20; s++ {
-		for i := uint64(0); i < 20; i++ {
-			v := tuneRNG(&s, 1<<32+i).Uint64()
+		for i := range 20 {
+			v := runSeed(s, i)
 			if prev, ok := seen[v]; ok {
 				t.Fatalf("search %d run %d has the seed of %s", s, i, prev)
 			}
