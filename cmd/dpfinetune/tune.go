@@ -1,15 +1,12 @@
 package main
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,14 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/onnx"
-	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -158,92 +152,166 @@ type TuneReport struct {
 // settings and noisy score as the search records it.
 var tuneScored func(run int, settings map[string]string, score float64)
 
+// tuneCmd is one search: the command line and the search's state.
+type tuneCmd struct {
+	stdout     io.Writer
+	tf         *trainFlags
+	grid       gridFlag
+	trials     accountant.Trials
+	scoreNoise float64
+	seed       *uint64
+	// runArgs are the runs' train flags (the command line's less those
+	// the search sets), fingerprint what a resumed search must share.
+	runArgs, fingerprint []string
+	work, statePath      string
+	scoreSpec            string
+	scoreView            dataView
+	st                   tuneState
+}
+
 func runTune(args []string, stdout io.Writer) error {
+	c, err := parseTune(args, stdout)
+	if err != nil {
+		return err
+	}
+	resumed, err := c.load()
+	if err != nil {
+		return err
+	}
+	if err := c.openScoreData(); err != nil {
+		return err
+	}
+	if !resumed {
+		if err := c.plan(); err != nil {
+			return err
+		}
+		if *c.tf.dryRun {
+			cleanWork(c.work)
+			return nil
+		}
+		if err := saveTuneState(c.statePath, c.st); err != nil {
+			return err
+		}
+	}
+	dev, err := c.tf.dev.open()
+	if err != nil {
+		return err
+	}
+	// A frozen part's features (--cache-features) are computed once for
+	// all the runs: they differ only in what they train on them.
+	store := &dptrain.FeatureStore{}
+	defer store.Close()
+	for i := range c.st.Runs {
+		if !c.st.Runs[i].Done {
+			if err := c.run(i, dev, store); err != nil {
+				return err
+			}
+		}
+	}
+	return c.release()
+}
+
+// parseTune parses and checks the command line.
+func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
+	c := &tuneCmd{stdout: stdout}
 	fs := newFlagSet("tune", "--model M.onnx --data SPEC --epsilon E --grid lr=0.5,1,2 [--grid clip=0.1,1] --out tuned.onnx [train's flags]")
 	tf := addTrainFlags(fs, "where to write the chosen run's model (required)")
-	var grid gridFlag
-	fs.Var(&grid, "grid", "a setting to search and its values, NAME=V1,V2,… (repeat for several; each run draws each setting's value uniformly, independently of the data; augment's values are separated by ';'): "+strings.Join(tunable, ", "))
+	c.tf = tf
+	fs.Var(&c.grid, "grid", "a setting to search and its values, NAME=V1,V2,… (repeat for several; each run draws each setting's value uniformly, independently of the data; augment's values are separated by ';'): "+strings.Join(tunable, ", "))
 	mean := fs.Float64("trials-mean", 5, "the expected number of runs: the number is drawn at random (it must be, for the search's bound) and every drawn run is made")
 	eta := fs.Float64("trials-eta", 1, "the shape η of the number of runs' distribution (Papernot and Steinke's truncated negative binomial; 1: geometric, 0: logarithmic; lower η spends less ε for the same mean but has a longer tail)")
 	scoreNoise := fs.Float64("score-noise", 0.01, "the standard deviation of each run's score's Gaussian noise, in accuracy (0.01: one point): the score is computed on private data (--test-data, or the --data source's test split or :holdout) and noised so that choosing among the runs is private")
 	work := fs.String("work", "", "the search's folder: its state, the runs' checkpoints and the best run so far, removed when the search ends (default: OUT.tune)")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	switch {
 	case *tf.model == "" || *tf.spec == "" || *tf.out == "":
-		return usagef("--model, --data and --out are required")
+		return nil, usagef("--model, --data and --out are required")
 	case !(*tf.eps > 0) || math.IsInf(*tf.eps, 0):
-		return usagef("--epsilon must be positive: the whole search's ε, σ of every run is calibrated to it")
-	case len(grid.names) == 0:
-		return usagef("--grid NAME=V1,V2,… is required: the settings to choose among (e.g. --grid lr=0.5,1,2,4)")
+		return nil, usagef("--epsilon must be positive: the whole search's ε, σ of every run is calibrated to it")
+	case len(c.grid.names) == 0:
+		return nil, usagef("--grid NAME=V1,V2,… is required: the settings to choose among (e.g. --grid lr=0.5,1,2,4)")
 	case !(*scoreNoise > 0) || math.IsInf(*scoreNoise, 0):
-		return usagef("--score-noise must be positive, got %v", *scoreNoise)
+		return nil, usagef("--score-noise must be positive, got %v", *scoreNoise)
 	case *tf.sampling != "poisson":
-		return usagef("--sampling %s: a search's bound assumes each run's Poisson sampling", *tf.sampling)
+		return nil, usagef("--sampling %s: a search's bound assumes each run's Poisson sampling", *tf.sampling)
 	case *tf.testSpec == "none":
-		return usagef("--test-data none: a search scores its runs on held-out data")
+		return nil, usagef("--test-data none: a search scores its runs on held-out data")
 	}
 	for _, n := range []string{"noise-multiplier", "non-private", "checkpoint"} {
 		if set[n] {
-			return usagef("--%s: tune sets each run's itself (σ calibrated to the search's --epsilon, checkpoints in --work)", n)
+			return nil, usagef("--%s: tune sets each run's itself (σ calibrated to the search's --epsilon, checkpoints in --work)", n)
 		}
 	}
-	for _, n := range grid.names {
+	for _, n := range c.grid.names {
 		if set[n] {
-			return usagef("--%s is both set and searched (--grid %s=…): give one", n, n)
+			return nil, usagef("--%s is both set and searched (--grid %s=…): give one", n, n)
 		}
 	}
 	trials, err := accountant.NewTrials(*eta, *mean)
 	if err != nil {
-		return usageError{err.Error()}
+		return nil, usageError{err.Error()}
 	}
-	var seed *uint64
+	c.trials, c.scoreNoise = trials, *scoreNoise
 	if *tf.seedStr != "" {
 		v, err := strconv.ParseUint(*tf.seedStr, 10, 64)
 		if err != nil {
-			return usagef("--seed must be a non-negative integer, got %q", *tf.seedStr)
+			return nil, usagef("--seed must be a non-negative integer, got %q", *tf.seedStr)
 		}
-		seed = &v
+		c.seed = &v
 	}
 	// The runs' flags: the command line's, less those the search sets.
-	var runArgs []string
 	fs.Visit(func(f *flag.Flag) {
 		if slices.Contains(tuneSet, f.Name) || f.Name == "grid" || f.Name == "trials-mean" || f.Name == "trials-eta" || f.Name == "score-noise" || f.Name == "work" {
 			return
 		}
-		runArgs = append(runArgs, "--"+f.Name+"="+f.Value.String())
+		c.runArgs = append(c.runArgs, "--"+f.Name+"="+f.Value.String())
 	})
 	if *work == "" {
 		*work = *tf.out + ".tune"
 	}
-	statePath := filepath.Join(*work, "search.json")
+	c.work, c.statePath = *work, filepath.Join(*work, "search.json")
 	// What a resumed search must share with the one under way: all but
 	// the progress bars.
-	fingerprint := slices.DeleteFunc(slices.Clone(runArgs), func(a string) bool { return strings.HasPrefix(a, "--quiet=") })
-	fingerprint = append(fingerprint, "grid:"+grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
+	fingerprint := slices.DeleteFunc(slices.Clone(c.runArgs), func(a string) bool { return strings.HasPrefix(a, "--quiet=") })
+	fingerprint = append(fingerprint, "grid:"+c.grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
+	c.fingerprint = fingerprint
+	return c, nil
+}
 
-	var st tuneState
-	switch b, err := os.ReadFile(statePath); {
-	case err == nil && !*tf.resume:
-		return fmt.Errorf("a search is under way in %s: run the same command with --resume to continue it, or remove the folder to start another", *work)
+// load reads the state of a search under way in the work folder: with
+// --resume it must be there, with the same flags; without, it must not.
+func (c *tuneCmd) load() (resumed bool, err error) {
+	switch b, err := os.ReadFile(c.statePath); {
+	case err == nil && !*c.tf.resume:
+		return false, fmt.Errorf("a search is under way in %s: run the same command with --resume to continue it, or remove the folder to start another", c.work)
 	case err == nil:
-		if err := json.Unmarshal(b, &st); err != nil {
-			return fmt.Errorf("%s: %w", statePath, err)
+		if err := json.Unmarshal(b, &c.st); err != nil {
+			return false, fmt.Errorf("%s: %w", c.statePath, err)
 		}
-		if !slices.Equal(st.Args, fingerprint) {
-			return fmt.Errorf("%s: the search under way had other flags (%s): resume it with the same command", statePath, strings.Join(st.Args, " "))
+		if !slices.Equal(c.st.Args, c.fingerprint) {
+			return false, fmt.Errorf("%s: the search under way had other flags (%s): resume it with the same command", c.statePath, strings.Join(c.st.Args, " "))
 		}
-		fmt.Fprintf(stdout, "tune: resuming the search in %s: %d %s done\n", *work, countDone(st.Runs), plural(countDone(st.Runs), "run"))
+		n := countDone(c.st.Runs)
+		fmt.Fprintf(c.stdout, "tune: resuming the search in %s: %d %s done\n", c.work, n, plural(n, "run"))
+		return true, nil
 	case !errors.Is(err, os.ErrNotExist):
-		return err
-	case *tf.resume:
-		return fmt.Errorf("--resume: no search under way in %s", *work)
+		return false, err
+	case *c.tf.resume:
+		return false, fmt.Errorf("--resume: no search under way in %s", c.work)
 	}
+	return false, nil
 
+}
+
+// openScoreData opens the data the runs are scored on (held out from
+// their training) and makes the search's folder.
+func (c *tuneCmd) openScoreData() error {
 	// The score data, and what a unit of it is.
+	tf := c.tf
 	lm, err := loadGraph(*tf.model)
 	if err != nil {
 		return err
@@ -256,247 +324,269 @@ func runTune(args []string, stdout io.Writer) error {
 		return err
 	}
 	norm := normFor(lm.g, *tf.norm)
-	scoreSpec := *tf.testSpec
-	if scoreSpec == "" {
-		scoreSpec = withSplit(*tf.spec, data.Test)
+	c.scoreSpec = *tf.testSpec
+	if c.scoreSpec == "" {
+		c.scoreSpec = withSplit(*tf.spec, data.Test)
 	}
-	scoreView, err := openView(scoreSpec, sample, norm, "none", *tf.resize)
+	scoreView, err := openView(c.scoreSpec, sample, norm, "none", *tf.resize)
 	if err != nil {
-		return fmt.Errorf("the runs' score data %s: %w (give held-out data with --test-data, or :holdout=0.1 on a folder or csv)", scoreSpec, err)
+		return fmt.Errorf("the runs' score data %s: %w (give held-out data with --test-data, or :holdout=0.1 on a folder or csv)", c.scoreSpec, err)
 	}
 	if scoreView.Len() == 0 {
-		return fmt.Errorf("the runs' score data %s is empty", scoreSpec)
+		return fmt.Errorf("the runs' score data %s is empty", c.scoreSpec)
 	}
-	if err := os.MkdirAll(*work, 0o700); err != nil {
-		return err
-	}
+	c.scoreView = scoreView
+	return os.MkdirAll(c.work, 0o700)
+}
 
-	if st.Runs == nil {
-		// A dry run of the settings: the mechanism (q, steps, δ, the
-		// privacy unit) and everything a run checks before its first
-		// step, once.
-		dry := filepath.Join(*work, "dry-run.json")
-		dryArgs := append(slices.Clone(runArgs), "--noise-multiplier=1", "--dry-run", "--quiet", "--test-data=none",
-			"--out="+filepath.Join(*work, "dry-run.onnx"), "--report="+dry)
-		for i, n := range grid.names {
-			dryArgs = append(dryArgs, "--"+n+"="+grid.values[i][0])
-		}
-		fmt.Fprintf(stdout, "tune: checking the runs' settings (a dry run)\n")
-		if err := runTrain(dryArgs, io.Discard); err != nil {
-			return fmt.Errorf("the runs' settings: %w", err)
-		}
-		var rep dptrain.Report
-		b, err := os.ReadFile(dry)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(b, &rep); err != nil {
-			return fmt.Errorf("%s: %w", dry, err)
-		}
-		os.Remove(dry)
-		s := rep.Settings
-		unit := s.PrivacyUnit
-		if unit == "" {
-			unit = dptrain.PrivacyUnitExample
-		}
-		units := scoreView.Len()
-		if unit == dptrain.PrivacyUnitUser {
-			if _, n := data.UsersOf(scoreView); n > 0 {
-				units = n
-			} else {
-				return fmt.Errorf("the runs protect users, but the score data %s names none: a user's score must count once (give held-out data that names its users, e.g. :holdout on the listing)", scoreSpec)
-			}
-		}
-		// A unit's score is in [0, 1] (correct or not, or a user's share
-		// of correct examples): adding or removing one moves the sum by
-		// at most 1, so the noise's standard deviation in units is its
-		// noise multiplier. The score data's size is taken as public,
-		// as a run's sample rate takes its training data's.
-		scoreSigma := *scoreNoise * float64(units)
-		// The runs' mechanisms: train's sampling of the units for each
-		// batch size and number of epochs the grid holds.
-		n := s.Examples
-		if unit == dptrain.PrivacyUnitUser {
-			n = s.Users
-		}
-		batches, epochs := []string{strconv.Itoa(*tf.batchSize)}, []string{strconv.Itoa(*tf.epochs)}
-		if i := slices.Index(grid.names, "batch-size"); i >= 0 {
-			batches = grid.values[i]
-		}
-		if i := slices.Index(grid.names, "epochs"); i >= 0 {
-			epochs = grid.values[i]
-		}
-		var mechs []accountant.Mechanism
-		mechOf := map[[2]string]int{}
-		for _, b := range batches {
-			for _, e := range epochs {
-				l, err1 := strconv.Atoi(b)
-				ep, err2 := strconv.Atoi(e)
-				if err1 != nil || err2 != nil || l <= 0 || ep <= 0 {
-					return usagef("--grid batch-size and epochs take positive integers, got batch size %q and %q epochs", b, e)
-				}
-				sp := dptrain.Sampling(n, l, ep)
-				m := accountant.Mechanism{SampleRate: sp.SampleRate, Steps: sp.Steps}
-				k := slices.Index(mechs, m)
-				if k < 0 {
-					k, mechs = len(mechs), append(mechs, m)
-				}
-				mechOf[[2]string{b, e}] = k
-			}
-		}
-		if first := mechs[mechOf[[2]string{batches[0], epochs[0]}]]; first.SampleRate != s.SampleRate || first.Steps != s.Steps {
-			return fmt.Errorf("the runs' settings: the dry run samples at %v for %d steps, the search planned %v for %d", s.SampleRate, s.Steps, first.SampleRate, first.Steps)
-		}
-		sigmas, plan, err := accountant.CalibrateSearchOf(*tf.eps, s.Delta, mechs, scoreSigma, trials)
-		if err != nil {
-			return fmt.Errorf("calibrating the runs' σ: %w", err)
-		}
-		st = tuneState{Args: fingerprint, Plan: plan, Best: -1, Seed: seed, Unit: unit, Units: units, Spec: scoreSpec}
-		for k, m := range mechs {
-			st.Mechanisms = append(st.Mechanisms, accountant.Phase{Sigma: sigmas[k], SampleRate: m.SampleRate, Steps: m.Steps})
-		}
-		rng := tuneRNG(seed, 0)
-		k := trials.Draw(rng.Float64())
-		for range k {
-			r := tuneRun{Settings: map[string]string{}}
-			for i, n := range grid.names {
-				r.Settings[n] = grid.values[i][rng.IntN(len(grid.values[i]))]
-			}
-			b, e := batches[0], epochs[0]
-			if v, ok := r.Settings["batch-size"]; ok {
-				b = v
-			}
-			if v, ok := r.Settings["epochs"]; ok {
-				e = v
-			}
-			r.Phase = st.Mechanisms[mechOf[[2]string{b, e}]]
-			st.Runs = append(st.Runs, r)
-		}
-		printSearchPlan(stdout, st, trials, *scoreNoise, *tf.eps)
-		if sp, err := data.ParseSpec(scoreSpec); err == nil && sp.Holdout > 0 {
-			fmt.Fprintf(stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
-		}
-		if *tf.dryRun {
-			cleanWork(*work)
-			return nil
-		}
-		if err := saveTuneState(statePath, st); err != nil {
-			return err
-		}
-	}
-
-	dev, err := tf.dev.open()
+// plan checks the runs' settings with a dry run, calibrates σ for each
+// of the runs' mechanisms so that the search meets --epsilon, and draws
+// the number of runs and their settings.
+func (c *tuneCmd) plan() error {
+	s, err := c.dryRun()
 	if err != nil {
 		return err
 	}
-	// A frozen part's features (--cache-features) are computed once for
-	// all the runs: they differ only in what they train on them.
-	store := &dptrain.FeatureStore{}
-	defer store.Close()
-	for i := range st.Runs {
-		r := &st.Runs[i]
-		if r.Done {
-			continue
+	unit := s.PrivacyUnit
+	if unit == "" {
+		unit = dptrain.PrivacyUnitExample
+	}
+	units := c.scoreView.Len()
+	if unit == dptrain.PrivacyUnitUser {
+		if _, n := data.UsersOf(c.scoreView); n > 0 {
+			units = n
+		} else {
+			return fmt.Errorf("the runs protect users, but the score data %s names none: a user's score must count once (give held-out data that names its users, e.g. :holdout on the listing)", c.scoreSpec)
 		}
-		base := runBase(*work, i)
-		ra := append(slices.Clone(runArgs), "--noise-multiplier="+strconv.FormatFloat(r.Phase.Sigma, 'g', -1, 64), "--test-data=none",
-			"--out="+base+".onnx", "--report="+base+".json", "--checkpoint="+base+".ckpt")
-		for _, n := range grid.names {
-			ra = append(ra, "--"+n+"="+r.Settings[n])
+	}
+	// A unit's score is in [0, 1] (correct or not, or a user's share
+	// of correct examples): adding or removing one moves the sum by
+	// at most 1, so the noise's standard deviation in units is its
+	// noise multiplier. The score data's size is taken as public,
+	// as a run's sample rate takes its training data's.
+	scoreSigma := c.scoreNoise * float64(units)
+	// The runs' mechanisms: train's sampling of the units for each
+	// batch size and number of epochs the grid holds.
+	n := s.Examples
+	if unit == dptrain.PrivacyUnitUser {
+		n = s.Users
+	}
+	rm, err := c.mechanisms(n)
+	if err != nil {
+		return err
+	}
+	if first := rm.mechs[0]; first.SampleRate != s.SampleRate || first.Steps != s.Steps {
+		return fmt.Errorf("the runs' settings: the dry run samples at %v for %d steps, the search planned %v for %d", s.SampleRate, s.Steps, first.SampleRate, first.Steps)
+	}
+	sigmas, plan, err := accountant.CalibrateSearchOf(*c.tf.eps, s.Delta, rm.mechs, scoreSigma, c.trials)
+	if err != nil {
+		return fmt.Errorf("calibrating the runs' σ: %w", err)
+	}
+	st := tuneState{Args: c.fingerprint, Plan: plan, Best: -1, Seed: c.seed, Unit: unit, Units: units, Spec: c.scoreSpec}
+	for k, m := range rm.mechs {
+		st.Mechanisms = append(st.Mechanisms, accountant.Phase{Sigma: sigmas[k], SampleRate: m.SampleRate, Steps: m.Steps})
+	}
+	rng := tuneRNG(c.seed, 0)
+	k := c.trials.Draw(rng.Float64())
+	for range k {
+		r := tuneRun{Settings: map[string]string{}}
+		for i, n := range c.grid.names {
+			r.Settings[n] = c.grid.values[i][rng.IntN(len(c.grid.values[i]))]
 		}
-		if seed != nil {
-			// Each run's seed drawn from the search's (no two searches'
-			// seeds give their runs the same ones, as seed+i would).
-			ra = append(ra, "--seed="+strconv.FormatUint(runSeed(*seed, i), 10))
-		}
-		if _, err := os.Stat(base + ".ckpt"); err == nil {
-			ra = append(ra, "--resume")
-		}
-		fmt.Fprintf(stdout, "run %d: %s\n", i+1, describeSettings(grid.names, r.Settings))
-		t0, reusedBefore := time.Now(), store.Reused
-		// A run writes its report last, after its model: one whose report
-		// is there finished before the search stopped, and is scored as
-		// it is.
-		var correct []bool
-		if _, err := os.Stat(base + ".json"); err != nil {
-			logFile, err := os.OpenFile(base+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-			if err != nil {
-				return err
+		r.Phase = st.Mechanisms[rm.of(r.Settings)]
+		st.Runs = append(st.Runs, r)
+	}
+	printSearchPlan(c.stdout, st, c.trials, c.scoreNoise, *c.tf.eps)
+	if sp, err := data.ParseSpec(c.scoreSpec); err == nil && sp.Holdout > 0 {
+		fmt.Fprintf(c.stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
+	}
+	c.st = st
+	return nil
+}
+
+// dryRun runs train's dry run of the first settings of the grid: every
+// check a run makes before its first step, once, and the run's mechanism
+// (sample rate, steps, δ, the privacy unit and its count).
+func (c *tuneCmd) dryRun() (dptrain.Settings, error) {
+	dry := filepath.Join(c.work, "dry-run.json")
+	args := append(slices.Clone(c.runArgs), "--noise-multiplier=1", "--dry-run", "--quiet", "--test-data=none",
+		"--out="+filepath.Join(c.work, "dry-run.onnx"), "--report="+dry)
+	for i, n := range c.grid.names {
+		args = append(args, "--"+n+"="+c.grid.values[i][0])
+	}
+	fmt.Fprintf(c.stdout, "tune: checking the runs' settings (a dry run)\n")
+	if err := runTrain(args, io.Discard); err != nil {
+		return dptrain.Settings{}, fmt.Errorf("the runs' settings: %w", err)
+	}
+	defer os.Remove(dry)
+	var rep dptrain.Report
+	b, err := os.ReadFile(dry)
+	if err != nil {
+		return dptrain.Settings{}, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return dptrain.Settings{}, fmt.Errorf("%s: %w", dry, err)
+	}
+	return rep.Settings, nil
+}
+
+// runMechanisms are the runs' mechanisms: train's sampling of the units
+// for each batch size and number of epochs the grid holds (the command
+// line's where it holds none), the first settings' first.
+type runMechanisms struct {
+	batches, epochs []string
+	mechs           []accountant.Mechanism
+	index           map[[2]string]int
+}
+
+// mechanisms returns the runs' mechanisms over n units.
+func (c *tuneCmd) mechanisms(n int) (*runMechanisms, error) {
+	rm := &runMechanisms{batches: []string{strconv.Itoa(*c.tf.batchSize)}, epochs: []string{strconv.Itoa(*c.tf.epochs)}, index: map[[2]string]int{}}
+	if i := slices.Index(c.grid.names, "batch-size"); i >= 0 {
+		rm.batches = c.grid.values[i]
+	}
+	if i := slices.Index(c.grid.names, "epochs"); i >= 0 {
+		rm.epochs = c.grid.values[i]
+	}
+	for _, b := range rm.batches {
+		for _, e := range rm.epochs {
+			l, err1 := strconv.Atoi(b)
+			ep, err2 := strconv.Atoi(e)
+			if err1 != nil || err2 != nil || l <= 0 || ep <= 0 {
+				return nil, usagef("--grid batch-size and epochs take positive integers, got batch size %q and %q epochs", b, e)
 			}
-			var rep *dptrain.Report
-			rep, err = runTrainWith(ra, logFile, store, scoreView)
-			if rep != nil {
-				correct = rep.ScoreCorrect
+			sp := dptrain.Sampling(n, l, ep)
+			m := accountant.Mechanism{SampleRate: sp.SampleRate, Steps: sp.Steps}
+			k := slices.Index(rm.mechs, m)
+			if k < 0 {
+				k, rm.mechs = len(rm.mechs), append(rm.mechs, m)
 			}
-			logFile.Close()
-			var ie interruptError
-			if errors.As(err, &ie) {
-				return fmt.Errorf("interrupted in run %d; its checkpoint and the search's state are in %s: run the same command with --resume to continue", i+1, *work)
-			}
-			if errors.Is(err, dptrain.ErrDiverged) {
-				// Its noisy updates drove it to NaN or infinity: a run
-				// that failed, whose score is below every other's.
-				r.Done, r.Diverged = true, true
-				removeRun(base)
-				if err := saveTuneState(statePath, st); err != nil {
-					return err
-				}
-				fmt.Fprintf(stdout, "run %d: diverged (its parameters became NaN or infinite): never chosen\n", i+1)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("run %d (%s; its log: %s): %w", i+1, describeSettings(grid.names, r.Settings), base+".log", err)
-			}
+			rm.index[[2]string{b, e}] = k
 		}
-		if err := checkRunPhases(base+".json", r.Phase); err != nil {
-			return fmt.Errorf("run %d: %w", i+1, err)
-		}
-		if correct == nil {
-			// A run that finished before the search stopped: its model
-			// is scored as eval would.
-			if correct, err = classifyRun(dev, base+".onnx", scoreView, *tf.evalBatch); err != nil {
-				return fmt.Errorf("run %d: scoring: %w", i+1, err)
-			}
-		}
-		score, err := unitScore(correct, scoreView, st.Unit)
+	}
+	return rm, nil
+}
+
+// of returns the index of a run's mechanism, by its settings.
+func (rm *runMechanisms) of(settings map[string]string) int {
+	b, e := rm.batches[0], rm.epochs[0]
+	if v, ok := settings["batch-size"]; ok {
+		b = v
+	}
+	if v, ok := settings["epochs"]; ok {
+		e = v
+	}
+	return rm.index[[2]string{b, e}]
+}
+
+// run makes run i: trains it (or resumes it from its checkpoint), scores
+// it and keeps its files where it is the best so far.
+func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) error {
+	r := &c.st.Runs[i]
+	base := runBase(c.work, i)
+	ra := append(slices.Clone(c.runArgs), "--noise-multiplier="+strconv.FormatFloat(r.Phase.Sigma, 'g', -1, 64), "--test-data=none",
+		"--out="+base+".onnx", "--report="+base+".json", "--checkpoint="+base+".ckpt")
+	for _, n := range c.grid.names {
+		ra = append(ra, "--"+n+"="+r.Settings[n])
+	}
+	if c.seed != nil {
+		// Each run's seed drawn from the search's (no two searches'
+		// seeds give their runs the same ones, as seed+i would).
+		ra = append(ra, "--seed="+strconv.FormatUint(runSeed(*c.seed, i), 10))
+	}
+	if _, err := os.Stat(base + ".ckpt"); err == nil {
+		ra = append(ra, "--resume")
+	}
+	fmt.Fprintf(c.stdout, "run %d: %s\n", i+1, describeSettings(c.grid.names, r.Settings))
+	t0, reusedBefore := time.Now(), store.Reused
+	// A run writes its report last, after its model: one whose report
+	// is there finished before the search stopped, and is scored as
+	// it is.
+	var correct []bool
+	if _, err := os.Stat(base + ".json"); err != nil {
+		logFile, err := os.OpenFile(base+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
-			return fmt.Errorf("run %d: scoring: %w", i+1, err)
-		}
-		r.Score = (score + float64(st.Units)**scoreNoise*tuneRNG(seed, uint64(i)+1).NormFloat64()) / float64(st.Units)
-		r.Done = true
-		if tuneScored != nil {
-			tuneScored(i, r.Settings, r.Score)
-		}
-		// Only the best run so far is kept: the search releases it alone.
-		prev := st.Best
-		if prev < 0 || r.Score > st.Runs[prev].Score {
-			st.Best = i
-		}
-		if err := saveTuneState(statePath, st); err != nil {
 			return err
 		}
-		switch {
-		case st.Best != i:
+		var rep *dptrain.Report
+		rep, err = runTrainWith(ra, logFile, store, c.scoreView)
+		if rep != nil {
+			correct = rep.ScoreCorrect
+		}
+		logFile.Close()
+		var ie interruptError
+		if errors.As(err, &ie) {
+			return fmt.Errorf("interrupted in run %d; its checkpoint and the search's state are in %s: run the same command with --resume to continue", i+1, c.work)
+		}
+		if errors.Is(err, dptrain.ErrDiverged) {
+			// Its noisy updates drove it to NaN or infinity: a run
+			// that failed, whose score is below every other's.
+			r.Done, r.Diverged = true, true
 			removeRun(base)
-		case prev >= 0:
-			removeRun(runBase(*work, prev))
+			if err := saveTuneState(c.statePath, c.st); err != nil {
+				return err
+			}
+			fmt.Fprintf(c.stdout, "run %d: diverged (its parameters became NaN or infinite): never chosen\n", i+1)
+			return nil
 		}
-		for _, ext := range []string{".ckpt", ".log"} {
-			os.Remove(base + ext)
+		if err != nil {
+			return fmt.Errorf("run %d (%s; its log: %s): %w", i+1, describeSettings(c.grid.names, r.Settings), base+".log", err)
 		}
-		reused := ""
-		if store.Reused > reusedBefore {
-			reused = " (on the frozen part's features an earlier run computed)"
-		}
-		fmt.Fprintf(stdout, "run %d: done in %s%s\n", i+1, time.Since(t0).Round(time.Second), reused)
 	}
+	if err := checkRunPhases(base+".json", r.Phase); err != nil {
+		return fmt.Errorf("run %d: %w", i+1, err)
+	}
+	if correct == nil {
+		// A run that finished before the search stopped: its model
+		// is scored as eval would.
+		var err error
+		if correct, err = classifyRun(dev, base+".onnx", c.scoreView, *c.tf.evalBatch); err != nil {
+			return fmt.Errorf("run %d: scoring: %w", i+1, err)
+		}
+	}
+	score, err := unitScore(correct, c.scoreView, c.st.Unit)
+	if err != nil {
+		return fmt.Errorf("run %d: scoring: %w", i+1, err)
+	}
+	r.Score = (score + float64(c.st.Units)*c.scoreNoise*tuneRNG(c.seed, uint64(i)+1).NormFloat64()) / float64(c.st.Units)
+	r.Done = true
+	if tuneScored != nil {
+		tuneScored(i, r.Settings, r.Score)
+	}
+	// Only the best run so far is kept: the search releases it alone.
+	prev := c.st.Best
+	if prev < 0 || r.Score > c.st.Runs[prev].Score {
+		c.st.Best = i
+	}
+	if err := saveTuneState(c.statePath, c.st); err != nil {
+		return err
+	}
+	switch {
+	case c.st.Best != i:
+		removeRun(base)
+	case prev >= 0:
+		removeRun(runBase(c.work, prev))
+	}
+	for _, ext := range []string{".ckpt", ".log"} {
+		os.Remove(base + ext)
+	}
+	reused := ""
+	if store.Reused > reusedBefore {
+		reused = " (on the frozen part's features an earlier run computed)"
+	}
+	fmt.Fprintf(c.stdout, "run %d: done in %s%s\n", i+1, time.Since(t0).Round(time.Second), reused)
+	return nil
+}
 
+// release writes the chosen run's model, with the search's guarantee in
+// its metadata, and the search's report, and removes the search's files.
+func (c *tuneCmd) release() error {
 	// The chosen run: its model with the search's guarantee, its report.
-	if st.Best < 0 {
-		cleanWork(*work)
+	if c.st.Best < 0 {
+		cleanWork(c.work)
 		return fmt.Errorf("every run diverged (its parameters became NaN or infinite): no model to release; lower the grid's learning rates or clip norms")
 	}
-	best := runBase(*work, st.Best)
+	best := runBase(c.work, c.st.Best)
 	var rep dptrain.Report
 	if b, err := os.ReadFile(best + ".json"); err != nil {
 		return err
@@ -507,26 +597,26 @@ func runTune(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	setSearchMetadata(m.Proto, st, describeSettings(grid.names, st.Runs[st.Best].Settings))
-	if err := m.Save(*tf.out, nil); err != nil {
+	setSearchMetadata(m.Proto, c.st, describeSettings(c.grid.names, c.st.Runs[c.st.Best].Settings))
+	if err := m.Save(*c.tf.out, nil); err != nil {
 		return err
 	}
 	// The run's own paths name its place among the runs.
-	rep.Output, rep.Checkpoint = *tf.out, ""
-	tr := TuneReport{Search: st.Plan, Phase: st.Runs[st.Best].Phase, Mechanisms: st.Mechanisms, PrivacyUnit: st.Unit, ScoreData: st.Spec, ScoreUnits: st.Units, ScoreNoise: *scoreNoise,
-		Grid: map[string][]string{}, Chosen: st.Runs[st.Best].Settings, Score: st.Runs[st.Best].Score, Run: &rep, Seed: st.Seed, Output: *tf.out}
-	for i, n := range grid.names {
-		tr.Grid[n] = grid.values[i]
+	rep.Output, rep.Checkpoint = *c.tf.out, ""
+	tr := TuneReport{Search: c.st.Plan, Phase: c.st.Runs[c.st.Best].Phase, Mechanisms: c.st.Mechanisms, PrivacyUnit: c.st.Unit, ScoreData: c.st.Spec, ScoreUnits: c.st.Units, ScoreNoise: c.scoreNoise,
+		Grid: map[string][]string{}, Chosen: c.st.Runs[c.st.Best].Settings, Score: c.st.Runs[c.st.Best].Score, Run: &rep, Seed: c.st.Seed, Output: *c.tf.out}
+	for i, n := range c.grid.names {
+		tr.Grid[n] = c.grid.values[i]
 	}
-	if *tf.reportPath != "" {
+	if *c.tf.reportPath != "" {
 		b, _ := json.MarshalIndent(tr, "", "  ")
-		if err := atomicfile.WriteBytes(*tf.reportPath, append(b, '\n')); err != nil {
+		if err := atomicfile.WriteBytes(*c.tf.reportPath, append(b, '\n')); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	cleanWork(*work)
-	fmt.Fprintf(stdout, "chosen:  %s (noisy score %.2f %% on %s)\n", describeSettings(grid.names, tr.Chosen), 100*tr.Score, st.Spec)
-	fmt.Fprintf(stdout, "done: %s written; the search spent ε = %.4g at δ = %.3g (one run alone: ε = %.4g)\n", *tf.out, st.Plan.Epsilon, st.Plan.Delta, st.Plan.RunEpsilon)
+	cleanWork(c.work)
+	fmt.Fprintf(c.stdout, "chosen:  %s (noisy score %.2f %% on %s)\n", describeSettings(c.grid.names, tr.Chosen), 100*tr.Score, c.st.Spec)
+	fmt.Fprintf(c.stdout, "done: %s written; the search spent ε = %.4g at δ = %.3g (one run alone: ε = %.4g)\n", *c.tf.out, c.st.Plan.Epsilon, c.st.Plan.Delta, c.st.Plan.RunEpsilon)
 	return nil
 }
 
@@ -545,27 +635,6 @@ func countDone(runs []tuneRun) int {
 		}
 	}
 	return n
-}
-
-// runSeed is the seed of run i of a search seeded with seed.
-func runSeed(seed uint64, i int) uint64 { return tuneRNG(&seed, 1<<32+uint64(i)).Uint64() }
-
-// tuneRNG is the search's randomness: stream 0 draws the number of runs
-// and their settings, stream i+1 the noise of run i's score, stream
-// 2³²+i run i's seed. Seeded (and
-// labelled so) only for reproducibility; else from the operating system's
-// secure source.
-func tuneRNG(seed *uint64, stream uint64) *rand.Rand {
-	if seed != nil {
-		return rand.New(rand.NewPCG(*seed, 0x74756e65^stream))
-	}
-	var key [32]byte
-	if _, err := crand.Read(key[:]); err != nil {
-		// crypto/rand does not fail on the systems Go supports.
-		panic(err)
-	}
-	binary.LittleEndian.PutUint64(key[:8], binary.LittleEndian.Uint64(key[:8])^stream)
-	return rand.New(rand.NewChaCha8(key))
 }
 
 func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise, target float64) {
@@ -589,148 +658,4 @@ func describeSettings(names []string, s map[string]string) string {
 		parts = append(parts, n+"="+s[n])
 	}
 	return strings.Join(parts, " ")
-}
-
-func saveTuneState(path string, st tuneState) error {
-	b, _ := json.MarshalIndent(st, "", "  ")
-	return atomicfile.WriteBytes(path, append(b, '\n'))
-}
-
-// runBase is the path of run i's files in the search's folder, less their
-// extension.
-func runBase(work string, i int) string {
-	return filepath.Join(work, fmt.Sprintf("dpfinetune-run%d", i+1))
-}
-
-// cleanWork removes the search's files from its folder, and the folder
-// where nothing else is left in it (a --work folder of the user's keeps
-// what else it holds).
-func cleanWork(work string) {
-	os.Remove(filepath.Join(work, "search.json"))
-	os.Remove(filepath.Join(work, "dry-run.json"))
-	if runs, err := filepath.Glob(filepath.Join(work, "dpfinetune-run*")); err == nil {
-		for _, f := range runs {
-			os.Remove(f)
-		}
-	}
-	os.Remove(work)
-}
-
-// removeRun removes a run's files: its model (and external data), report,
-// checkpoint and log.
-func removeRun(base string) {
-	for _, ext := range []string{".onnx", ".onnx.data", ".json", ".ckpt", ".log"} {
-		os.Remove(base + ext)
-	}
-}
-
-// checkRunPhases holds a run's report to the mechanism the search
-// accounted: a run that spent otherwise would void its bound.
-func checkRunPhases(report string, want accountant.Phase) error {
-	b, err := os.ReadFile(report)
-	if err != nil {
-		return err
-	}
-	var rep dptrain.Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return fmt.Errorf("%s: %w", report, err)
-	}
-	var steps int
-	for _, p := range rep.Phases {
-		if p.Sigma != want.Sigma || p.SampleRate != want.SampleRate {
-			return fmt.Errorf("the run spent σ = %v at sample rate %v, not the search's σ = %v at %v", p.Sigma, p.SampleRate, want.Sigma, want.SampleRate)
-		}
-		steps += p.Steps
-	}
-	if steps != want.Steps {
-		return fmt.Errorf("the run took %d steps, not the search's %d", steps, want.Steps)
-	}
-	return nil
-}
-
-// classifyRun says which of v's examples a run's model classifies
-// correctly (its largest logit the label's, the first where several are
-// largest).
-func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]bool, error) {
-	lm, err := loadGraph(model)
-	if err != nil {
-		return nil, err
-	}
-	if err := lm.dynamicBatch(); err != nil {
-		return nil, err
-	}
-	shape := v.SampleShape()
-	sample := make([]int64, len(shape))
-	for i, d := range shape {
-		sample[i] = int64(d)
-	}
-	ev, err := dptrain.NewEvaluatorOn(dev, lm.g, sample, min(batch, max(v.Len(), 1)))
-	if err != nil {
-		return nil, err
-	}
-	correct := make([]bool, v.Len())
-	err = ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
-		best := 0
-		for j, x := range logits {
-			if x > logits[best] {
-				best = j
-			}
-		}
-		correct[i] = int64(best) == label
-	})
-	return correct, err
-}
-
-// unitScore is a run's score on v from which of its examples it gets
-// right: their count, or at user level the sum over users of each one's
-// share of correctly classified examples (each unit's score in [0, 1]).
-func unitScore(correct []bool, v dataView, unit string) (float64, error) {
-	if len(correct) != v.Len() {
-		return 0, fmt.Errorf("%d examples classified of %d to score", len(correct), v.Len())
-	}
-	var score float64
-	if users, n := data.UsersOf(v); unit == dptrain.PrivacyUnitUser && n > 0 {
-		right, all := make([]float64, n), make([]float64, n)
-		for i, u := range users {
-			all[u]++
-			if correct[i] {
-				right[u]++
-			}
-		}
-		for u := range all {
-			if all[u] > 0 {
-				score += right[u] / all[u]
-			}
-		}
-		return score, nil
-	}
-	for _, c := range correct {
-		if c {
-			score++
-		}
-	}
-	return score, nil
-}
-
-// setSearchMetadata records the search's guarantee in the chosen model:
-// its ε and δ are the search's, the run's own ε kept beside them.
-func setSearchMetadata(p *onnxpb.ModelProto, st tuneState, chosen string) {
-	kv := map[string]string{
-		"epsilon":     fmt.Sprint(st.Plan.Epsilon),
-		"delta":       fmt.Sprint(st.Plan.Delta),
-		"run_epsilon": fmt.Sprint(st.Plan.RunEpsilon),
-		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy accuracy on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
-	}
-	for _, e := range p.MetadataProps {
-		k := strings.TrimPrefix(e.GetKey(), dptrain.MetaPrefix)
-		if v, ok := kv[k]; ok && k != e.GetKey() {
-			e.Value = proto.String(v)
-			delete(kv, k)
-		}
-	}
-	for _, k := range []string{"epsilon", "delta", "run_epsilon", "search"} {
-		if v, ok := kv[k]; ok {
-			p.MetadataProps = append(p.MetadataProps, &onnxpb.StringStringEntryProto{Key: proto.String(dptrain.MetaPrefix + k), Value: proto.String(v)})
-		}
-	}
 }
