@@ -133,20 +133,36 @@ func Calibrate(prior State, targetEpsilon, delta, q float64, steps int) (Calibra
 			lo, lastErr = s, err
 		}
 	}
-	for hi-lo > tol*hi {
-		mid := lo + (hi-lo)/2
-		if mid <= lo || mid >= hi {
+	c.Sigma = narrow(lo, hi, tol, func(s float64) bool {
+		r, err := eval(s)
+		if ok(r, err) {
+			hiRes = r
+			return true
+		}
+		return false
+	})
+	c.Result = hiRes
+	return c, nil
+}
+
+// narrow bisects between bad, where ok is false, and good, where it is
+// true, until they are within rel of good, and returns the good end: the
+// answer is always a point ok was true at, whatever the function's shape
+// between them. A caller that keeps what ok computed keeps it where ok
+// returned true: the good end only moves there.
+func narrow(bad, good, rel float64, ok func(float64) bool) float64 {
+	for math.Abs(good-bad) > rel*math.Abs(good) {
+		mid := bad + (good-bad)/2
+		if mid == bad || mid == good {
 			break
 		}
-		r, err := eval(mid)
-		if ok(r, err) {
-			hi, hiRes = mid, r
+		if ok(mid) {
+			good = mid
 		} else {
-			lo = mid
+			bad = mid
 		}
 	}
-	c.Sigma, c.Result = hi, hiRes
-	return c, nil
+	return good
 }
 
 func unreachable(target, delta, sigma float64, r Result, err error) error {

@@ -236,26 +236,19 @@ func CalibrateSearch(targetEpsilon, delta, q float64, steps int, scoreSigma floa
 	if !ok {
 		return 0, SearchResult{}, fmt.Errorf("%w: a search of ε ≤ %v at δ = %v: even σ = %.4g gives ε = %.6g (the choice among %.3g runs in expectation and the scores' noise alone spend about that)", ErrUnreachable, targetEpsilon, delta, hi, hiRes.Epsilon, t.Mean())
 	}
-	// ε falls as σ rises: bisect on log σ between a σ that misses the
+	// ε falls as σ rises: narrow the bracket between a σ that misses the
 	// target and one that meets it.
-	lo := minCalibSigma
-	if _, ok, _ := eval(lo); ok {
-		r, _, _ := eval(lo)
-		return lo, r, nil
+	if r, ok, _ := eval(minCalibSigma); ok {
+		return minCalibSigma, r, nil
 	}
-	for hi-lo > calibRelTol*hi {
-		mid := math.Sqrt(lo * hi)
-		if mid <= lo || mid >= hi {
-			break
-		}
-		r, ok, _ := eval(mid)
+	sigma := narrow(minCalibSigma, hi, calibRelTol, func(s float64) bool {
+		r, ok, _ := eval(s)
 		if ok {
-			hi, hiRes = mid, r
-		} else {
-			lo = mid
+			hiRes = r
 		}
-	}
-	return hi, hiRes, nil
+		return ok
+	})
+	return sigma, hiRes, nil
 }
 
 // Mechanism is one of a search's runs' mechanisms before σ is known: its
@@ -316,13 +309,12 @@ func CalibrateSearchOf(targetEpsilon, delta float64, mechs []Mechanism, scoreSig
 		hi, lo = lo, lo/2
 		best, bestRes, ok = eval(lo)
 	}
-	for hi-lo > 1e-4*hi {
-		mid := (lo + hi) / 2
-		if s, r, ok := eval(mid); ok {
-			lo, best, bestRes = mid, s, r
-		} else {
-			hi = mid
+	narrow(hi, lo, 1e-4, func(e float64) bool {
+		s, r, ok := eval(e)
+		if ok {
+			best, bestRes = s, r
 		}
-	}
+		return ok
+	})
 	return best, bestRes, nil
 }
