@@ -1186,11 +1186,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if scoreEv != nil {
-		rep.ScoreCorrect = make([]bool, cfg.Score.Len())
-		err := scoreEv.Losses(cfg.Score, func(i int, label int64, logits []float32, _ float64) {
-			rep.ScoreCorrect[i] = int64(argmax(logits)) == label
-		})
-		if err != nil {
+		if rep.ScoreCorrect, err = scoreEv.Correct(cfg.Score); err != nil {
 			return nil, fmt.Errorf("scoring: %w", err)
 		}
 	}

@@ -137,6 +137,17 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 	return nil
 }
 
+// Correct says which of v's examples the model classifies correctly: its
+// prediction (the largest logit, the first where several are largest,
+// as Run counts it) is the example's label.
+func (ev *Evaluator) Correct(v data.Dataset) ([]bool, error) {
+	correct := make([]bool, v.Len())
+	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
+		correct[i] = int64(argmax(logits)) == label
+	})
+	return correct, err
+}
+
 // argmax returns the class of the largest logit, the first where several
 // are largest: the prediction every evaluation counts.
 func argmax(logits []float32) int {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -322,20 +323,11 @@ func TestPrivacySearch(t *testing.T) {
 		{"--sigma", "1", "--trials-mean", "1"},
 	} {
 		args := append([]string{"privacy", "search", "--sample-rate", "0.01", "--steps", "100", "--delta", "1e-5"}, bad...)
-		if !contains(bad, "--trials-mean") {
+		if !slices.Contains(bad, "--trials-mean") {
 			args = append(args, "--trials-mean", "5")
 		}
 		if code, _, e := runCLI(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d: %s; want a usage error", bad, code, e)
 		}
 	}
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }

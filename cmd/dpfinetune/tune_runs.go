@@ -103,8 +103,7 @@ func checkRunPhases(report string, want accountant.Phase) error {
 }
 
 // classifyRun says which of v's examples a run's model classifies
-// correctly (its largest logit the label's, the first where several are
-// largest).
+// correctly (dptrain.Evaluator.Correct).
 func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]bool, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
@@ -122,17 +121,7 @@ func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]boo
 	if err != nil {
 		return nil, err
 	}
-	correct := make([]bool, v.Len())
-	err = ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
-		best := 0
-		for j, x := range logits {
-			if x > logits[best] {
-				best = j
-			}
-		}
-		correct[i] = int64(best) == label
-	})
-	return correct, err
+	return ev.Correct(v)
 }
 
 // unitScore is a run's score on v from which of its examples it gets

@@ -101,7 +101,11 @@ func TestSearchEpsilon(t *testing.T) {
 			t.Fatal(err)
 		}
 		rdp := func(a float64) float64 {
-			return a/(2*tc.sigma*tc.sigma) + a/(2*math.Max(tc.scoreSigma, 1e-300)*math.Max(tc.scoreSigma, 1e-300))*b2f(tc.scoreSigma > 0)
+			r := a / (2 * tc.sigma * tc.sigma)
+			if tc.scoreSigma > 0 {
+				r += a / (2 * tc.scoreSigma * tc.scoreSigma)
+			}
+			return r
 		}
 		hat := math.Inf(1)
 		for a := 1.0; a <= 1000; a *= 1.0005 {
@@ -173,13 +177,6 @@ func TestSearchEpsilon(t *testing.T) {
 			t.Errorf("SearchEpsilon(%v, %v, %v, %v) = %v, want ErrInvalid", bad.ph, bad.s, bad.tr, bad.delta, err)
 		}
 	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 func TestCalibrateSearch(t *testing.T) {
