@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,6 +147,22 @@ type Settings struct {
 	PrivacyUnit     string `json:"privacy_unit,omitempty"`
 	Users           int    `json:"users,omitempty"`
 	ExamplesPerUser int    `json:"examples_per_user,omitempty"`
+	// LoRA describes the run's low-rank adapters (Config.Rewrite.LoRA; nil
+	// without): Run fills it.
+	LoRA *LoRASettings `json:"lora,omitempty"`
+}
+
+// LoRASettings are a LoRA run's adapters: Rank, Alpha (their product
+// scaled by Alpha/Rank), the layers Target selected ("" every eligible
+// one but the classifier head), and how many Adapters the rewrite added
+// with how many Scalars; the run trains them, the classifier head and
+// what --train selects, and the export merges them into the weights.
+type LoRASettings struct {
+	Rank     int64   `json:"rank"`
+	Alpha    float64 `json:"alpha"`
+	Target   string  `json:"target,omitempty"`
+	Adapters int     `json:"adapters"`
+	Scalars  int64   `json:"scalars"`
 }
 
 // sourced is a dataset that can tell whether its files changed since it
@@ -334,6 +351,56 @@ var (
 	normCheckTolTF32 = dpengine.NormTolerance{Total: 2e-2, Own: 0.5, Share: 3e-2}
 )
 
+// withDrawnLoRA runs fn, the norm check, with every LoRA B factor that
+// is zero (a fresh run's: the adapters start as the identity) drawn from
+// U(−1/√r, 1/√r) by a fixed seed, and puts the parameters back after it.
+// At B = 0 each A factor's per-sample gradient is zero, the engine's and
+// the direct pass's alike, and the check would hold nothing of the rules
+// that will clip A once B moves; with B drawn, both factors' norms are
+// held to each sample's own gradient.
+func withDrawnLoRA(eng *dpengine.Engine, adapters []rewrite.Adapter, fn func() error) error {
+	if len(adapters) == 0 {
+		return fn()
+	}
+	if err := eng.SyncParams(); err != nil {
+		return err
+	}
+	names, host := eng.ParamNames(), eng.HostParams()
+	rank := map[string]int64{}
+	for _, ad := range adapters {
+		rank[ad.B] = ad.Rank
+	}
+	saved := make([][]float32, len(host))
+	drawn := make([][]float32, len(host))
+	rng := rand.New(rand.NewPCG(3, 4))
+	drew := false
+	for k, h := range host {
+		saved[k] = append([]float32(nil), h...)
+		drawn[k] = saved[k]
+		r, ok := rank[names[k]]
+		if !ok || slices.ContainsFunc(h, func(v float32) bool { return v != 0 }) {
+			continue
+		}
+		bound := 1 / math.Sqrt(float64(r))
+		drawn[k] = make([]float32, len(h))
+		for i := range drawn[k] {
+			drawn[k][i] = float32((2*rng.Float64() - 1) * bound)
+		}
+		drew = true
+	}
+	if !drew {
+		return fn()
+	}
+	if err := eng.SetParams(names, drawn); err != nil {
+		return err
+	}
+	err := fn()
+	if rerr := eng.SetParams(names, saved); err == nil {
+		err = rerr
+	}
+	return err
+}
+
 // labelNormCheck names the parameters of the norm check's result and
 // error as plan does (rewrite.Plan.Label: an exporter's made-up name with
 // the PyTorch name or module it stands for).
@@ -443,6 +510,13 @@ func (e *Interrupted) Error() string {
 func Run(cfg Config) (*Report, error) {
 	start := time.Now()
 	set := cfg.Settings
+	set.LoRA = nil
+	if lo := cfg.Rewrite.LoRA; lo.Rank > 0 {
+		set.LoRA = &LoRASettings{Rank: lo.Rank, Alpha: cmp.Or(lo.Alpha, float64(lo.Rank))}
+		if lo.Target != nil {
+			set.LoRA.Target = lo.Target.String()
+		}
+	}
 	logf := func(format string, a ...any) {
 		if cfg.Log != nil {
 			fmt.Fprintf(cfg.Log, format, a...)
@@ -640,6 +714,16 @@ func Run(cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
+	if set.LoRA != nil {
+		set.LoRA.Adapters = len(rp.Adapters)
+		for _, ad := range rp.Adapters {
+			for _, name := range []string{ad.A, ad.B} {
+				if prm := rp.Param(name); prm != nil {
+					set.LoRA.Scalars += prm.Size
+				}
+			}
+		}
+	}
 	// The engine trains the model, or only its trained part on the frozen
 	// part's cached outputs (features.go): the part's graph shares the
 	// model's tensors, so training it trains g.
@@ -751,7 +835,10 @@ func Run(cfg Config) (*Report, error) {
 	var normCheck *dpengine.NormCheck
 	tf32 := cfg.Device != nil && runtime.TF32On(cfg.Device)
 	if mode != dpengine.NonDP && !cfg.SkipNormCheck {
-		normCheck, err = CheckNorms(eng, engG, P, set.Classes, tf32)
+		err = withDrawnLoRA(eng, rp.Adapters, func() error {
+			normCheck, err = CheckNorms(eng, engG, P, set.Classes, tf32)
+			return err
+		})
 		labelNormCheck(rp, normCheck, err)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w\n(the check runs synthetic inputs through the engine and, one at a time, through a plain backward pass on the CPU: a run on this model would not have its guarantee; please report the model's structure, `dpfinetune inspect --json`, and do not train it privately with --norm-check=false)", set.Model, err)
@@ -818,6 +905,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	logf("  rewrite:   %d trainable parameters in %d tensors, %d frozen", rp.Trainable.Scalars, rp.Trainable.Tensors, rp.Frozen.Scalars)
 	logf(" (%d rewrite changes; see --report)\n", len(rp.Changes))
+	if l := set.LoRA; l != nil {
+		logf("  lora:      %d adapters of rank %d (scale %g), %d scalars; trained with the classifier head, the adapted weights frozen, the adapters merged into them at export\n", l.Adapters, l.Rank, l.Alpha/float64(l.Rank), l.Scalars)
+	}
 	if set.NonPrivate {
 		logf("  privacy:   NONE (--non-private)\n")
 	} else {
@@ -1349,6 +1439,13 @@ func compatible(prev, cur Settings) error {
 	check("--examples-per-user", prev.ExamplesPerUser, cur.ExamplesPerUser)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
+	lora := func(s Settings) string {
+		if s.LoRA == nil {
+			return "none"
+		}
+		return fmt.Sprintf("rank %d, alpha %g, target %q", s.LoRA.Rank, s.LoRA.Alpha, s.LoRA.Target)
+	}
+	check("--lora", lora(prev), lora(cur))
 	if prev.DataSHA256 != "" && cur.DataSHA256 != "" && prev.DataSHA256 != cur.DataSHA256 {
 		diffs = append(diffs, fmt.Sprintf("the training data changed (SHA-256 of the samples was %.12s…, now %.12s…)", prev.DataSHA256, cur.DataSHA256))
 	}
@@ -1389,6 +1486,11 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.LabelSmoothing > 0 {
 		kv["label_smoothing"] = fmt.Sprint(s.LabelSmoothing)
+	}
+	if l := s.LoRA; l != nil {
+		// The adapters are merged into the weights: the model has the
+		// layers it was exported with.
+		kv["lora"] = fmt.Sprintf("rank %d, alpha %g, %d adapters merged into their weights", l.Rank, l.Alpha, l.Adapters)
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

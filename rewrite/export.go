@@ -15,9 +15,22 @@ import (
 // clone of g with each written as the decomposition RewriteBatchNorm or
 // FuseLayerNorm documents, so that the model stays valid at its own
 // opset and runs in onnxruntime and PyTorch. The clone shares g's initializers: the weights a run
-// trained into g are the ones it writes. A model loaded in half precision
+// trained into g are the ones it writes. Where Prepare added LoRA
+// adapters, each is merged into the weight it adapts (scale·A·B added
+// to it) and removed: the model is written with the layers it was
+// exported with. A model loaded in half precision
 // (g.HalfFrom) is written back in it (a clone, graph.NarrowHalf).
 func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
+	brs, err := findLoRA(g)
+	if err != nil {
+		return nil, fmt.Errorf("rewrite: exporting: %w", err)
+	}
+	if len(brs) > 0 {
+		g = g.Clone()
+		if _, err := mergeLoRA(g); err != nil {
+			return nil, fmt.Errorf("rewrite: exporting: %w", err)
+		}
+	}
 	c, err := exportDecomposed(g)
 	if err != nil || g.HalfFrom == graph.Undefined {
 		return c, err

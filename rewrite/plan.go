@@ -241,7 +241,9 @@ type Plan struct {
 	// (ExportTraining, ExportEvalFolded or "").
 	ExportForm string   `json:"export_form,omitempty"`
 	Changes    []Change `json:"changes"`
-	Params     []*Param `json:"params"`
+	// Adapters are the LoRA adapters Prepare added (Options.LoRA).
+	Adapters []Adapter `json:"lora_adapters,omitempty"`
+	Params   []*Param  `json:"params"`
 	// Layers lists every trainable linear use in graph order.
 	Layers    []*Layer `json:"layers"`
 	Trainable Count    `json:"trainable"`
@@ -324,7 +326,10 @@ type PlanOptions struct {
 	// name of a node reading it: exports call token Linear weights
 	// onnx::MatMul_<n>, while node names carry the module path.
 	Train, Freeze *regexp.Regexp
-	Shared        SharedPolicy // "" is SharedInstantiate
+	// Frozen freezes the parameters it names, for the reason given (a
+	// LoRA run's: Prepare sets it, and Train then nil).
+	Frozen map[string]string
+	Shared SharedPolicy // "" is SharedInstantiate
 	// Multiplicity, when above 1, is the number of augmented views each
 	// sample is fed as (augmentation multiplicity): the plan and Compile's
 	// graphs take inputs of (B, Multiplicity, InputShape…), and a
@@ -714,6 +719,9 @@ func (a *analyzer) param(v *graph.Value) *Param {
 	switch {
 	case a.opts.Freeze != nil && selected(a.opts.Freeze, v):
 		prm.Kind, prm.Reason = KindFrozen, "selected by --freeze "+a.opts.Freeze.String()
+		return prm
+	case a.opts.Frozen[v.Name] != "":
+		prm.Kind, prm.Reason = KindFrozen, a.opts.Frozen[v.Name]
 		return prm
 	case a.opts.Train != nil && !selected(a.opts.Train, v):
 		prm.Kind, prm.Reason = KindFrozen, "not selected by --train "+a.opts.Train.String()

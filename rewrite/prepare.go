@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 )
@@ -16,6 +17,10 @@ type Options struct {
 	// with a fresh one of that many classes, drawn with HeadSeed.
 	NumClasses int64
 	HeadSeed   uint64
+	// LoRA, when its Rank is positive, adds low-rank adapters (AddLoRA)
+	// after the head is replaced, and the plan trains only them, the
+	// classifier heads and what Train selects (Plan.Adapters).
+	LoRA LoRAOptions
 	// Loaded lists what was done to g before Prepare (ReleaseBatch's
 	// repairs of a fixed batch axis), so that the plan lists every change.
 	Loaded []Change `json:"-"`
@@ -99,6 +104,32 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 		}
 	}
 	changes = append(changes, RemoveDead(g)...)
+	var adapters []Adapter
+	if opts.LoRA.Rank > 0 {
+		heads := headParams(g)
+		ad, ch, err := AddLoRA(g, opts.LoRA, heads)
+		changes = append(changes, ch...)
+		if err != nil {
+			return nil, err
+		}
+		if len(ad) == 0 {
+			var why []string
+			for _, c := range ch {
+				why = append(why, c.Target+": "+c.Reason)
+			}
+			if len(why) > 3 {
+				why = append(why[:3], fmt.Sprintf("and %d more", len(why)-3))
+			}
+			msg := ""
+			if len(why) > 0 {
+				msg = "; not adapted: " + strings.Join(why, "; ")
+			}
+			return nil, fmt.Errorf("rewrite: --lora: the model has no layer to adapt (a Gemm, MatMul or Conv of one group reading its weight directly or through a transpose, other than the classifier head)%s", msg)
+		}
+		adapters = ad
+		opts.Frozen = loraTraining(g, ad, heads, opts.Train)
+		opts.Train = nil
+	}
 	if err := g.Validate(); err != nil {
 		return nil, fmt.Errorf("rewrite: the rewritten graph is invalid: %w", err)
 	}
@@ -107,6 +138,7 @@ func Prepare(g *graph.Graph, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.Changes = changes
+	p.Adapters = adapters
 	p.ExportForm = form
 	return p, nil
 }

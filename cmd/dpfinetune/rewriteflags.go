@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 
@@ -16,24 +17,28 @@ import (
 // rewriteFlags are the flags that choose how a model is rewritten for DP
 // training; plan, norms and train share them.
 type rewriteFlags struct {
-	fs                                        *flag.FlagSet
-	bn, rule, priority, train, freeze, shared *string
-	groups, classes                           *int64
-	seed                                      *uint64
+	fs                                                    *flag.FlagSet
+	bn, rule, priority, train, freeze, shared, loraTarget *string
+	groups, classes, lora                                 *int64
+	loraAlpha                                             *float64
+	seed                                                  *uint64
 }
 
 func addRewriteFlags(fs *flag.FlagSet, bnDefault string) *rewriteFlags {
 	return &rewriteFlags{
-		fs:       fs,
-		bn:       fs.String("bn", bnDefault, "BatchNormalization rewrite: groupnorm (paper; not exact) or freeze (running statistics, folded into the Conv; exact)"),
-		groups:   fs.Int64("gn-groups", rewrite.DefaultGroups, "GroupNorm groups for --bn groupnorm"),
-		rule:     fs.String("gn-rule", "divisor", "when --gn-groups does not divide the channels: divisor (largest divisor below it), gcd, or error"),
-		priority: fs.String("priority", "memory", "layerwise decision: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)"),
-		train:    fs.String("train", "", "train only parameters whose name (or a reading node's name) matches this regular expression"),
-		freeze:   fs.String("freeze", "", "freeze parameters whose name (or a reading node's name) matches this regular expression"),
-		shared:   fs.String("shared", "instantiate", "parameters with several uses: instantiate (per-use gradients summed) or freeze"),
-		classes:  fs.Int64("num-classes", 0, "replace the classifier head by a fresh one with this many classes"),
-		seed:     fs.Uint64("head-seed", 0, "seed of the fresh head's initialisation"),
+		fs:         fs,
+		bn:         fs.String("bn", bnDefault, "BatchNormalization rewrite: groupnorm (paper; not exact) or freeze (running statistics, folded into the Conv; exact)"),
+		groups:     fs.Int64("gn-groups", rewrite.DefaultGroups, "GroupNorm groups for --bn groupnorm"),
+		rule:       fs.String("gn-rule", "divisor", "when --gn-groups does not divide the channels: divisor (largest divisor below it), gcd, or error"),
+		priority:   fs.String("priority", "memory", "layerwise decision: memory (2T² < pD, the paper's eq. 4.1) or speed (time terms of the paper's Table 2)"),
+		train:      fs.String("train", "", "train only parameters whose name (or a reading node's name) matches this regular expression"),
+		freeze:     fs.String("freeze", "", "freeze parameters whose name (or a reading node's name) matches this regular expression"),
+		shared:     fs.String("shared", "instantiate", "parameters with several uses: instantiate (per-use gradients summed) or freeze"),
+		classes:    fs.Int64("num-classes", 0, "replace the classifier head by a fresh one with this many classes"),
+		seed:       fs.Uint64("head-seed", 0, "seed of the fresh head's initialisation and of LoRA's A factors"),
+		lora:       fs.Int64("lora", 0, "train low-rank adapters of this rank r beside the linear layers (LoRA: a Gemm, MatMul or Conv of one group reading its weight directly) instead of their weights, with the classifier head and what --train selects in full; every other parameter is frozen, and the adapters are merged into the weights at export, so the tuned model has the layers it was exported with (0: none)"),
+		loraAlpha:  fs.Float64("lora-alpha", 0, "LoRA's α: an adapter's product is scaled by α/r, as PEFT's lora_alpha (default: r, a scale of 1)"),
+		loraTarget: fs.String("lora-target", "", "adapt only the layers whose weight (its name, PyTorch name, or the reading node's name) matches this regular expression (default: every eligible layer but the classifier head)"),
 	}
 }
 
@@ -58,6 +63,15 @@ func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, erro
 	if set["num-classes"] && *r.classes <= 0 {
 		return rewrite.Options{}, usagef("--num-classes must be positive, got %d", *r.classes)
 	}
+	if *r.lora < 0 {
+		return rewrite.Options{}, usagef("--lora must be a positive rank (or 0 for none), got %d", *r.lora)
+	}
+	if *r.lora == 0 && (set["lora-alpha"] || set["lora-target"]) {
+		return rewrite.Options{}, usagef("--lora-alpha and --lora-target need --lora RANK")
+	}
+	if a := *r.loraAlpha; a < 0 || math.IsNaN(a) || math.IsInf(a, 0) || set["lora-alpha"] && a == 0 {
+		return rewrite.Options{}, usagef("--lora-alpha must be positive, got %g", a)
+	}
 	if *r.groups <= 0 {
 		return rewrite.Options{}, usagef("--gn-groups must be positive, got %d", *r.groups)
 	}
@@ -66,6 +80,14 @@ func (r *rewriteFlags) options(dims []int64, batch int64) (rewrite.Options, erro
 		BN:          rewrite.BNOptions{Mode: rewrite.BNMode(*r.bn), Groups: *r.groups, Rule: rewrite.GroupRule(*r.rule)},
 		NumClasses:  *r.classes,
 		HeadSeed:    *r.seed,
+		LoRA:        rewrite.LoRAOptions{Rank: *r.lora, Alpha: *r.loraAlpha, Seed: *r.seed},
+	}
+	if *r.loraTarget != "" {
+		re, err := regexp.Compile(*r.loraTarget)
+		if err != nil {
+			return opts, usagef("--lora-target: bad regular expression: %v", err)
+		}
+		opts.LoRA.Target = re
 	}
 	switch {
 	case opts.BN.Mode != rewrite.BNGroupNorm && opts.BN.Mode != rewrite.BNFreeze:
