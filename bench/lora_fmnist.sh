@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# LoRA against a full fine-tune and a linear probe (docs/RESULTS.md, "LoRA"):
+# the transfer setting of bench/results_fmnist.sh — the T&B CNN pretrained
+# without privacy on the first 10k Fashion-MNIST training images, then
+# fine-tuned privately at ε = 1 on the other 50k (Tramèr–Boneh's SGD
+# settings, 8 epochs) — trained three ways: every parameter (full), rank-4
+# adapters beside its four linear layers with the head in full (--lora 4),
+# and the head alone (linear probe). Prints each run's final test accuracy
+# and trained scalars.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
+OUTDIR=${OUTDIR:-/tmp/dpfinetune-lora-fmnist}
+REST=${REST:-/tmp/fmnist-rest}
+EPOCHS1=${EPOCHS1:-8}
+EPOCHS0=${EPOCHS0:-15}
+PHYS=${PHYS:-256}
+DP=${DP:-bin/dpfinetune}
+
+export PATH=$PATH:/usr/local/go/bin
+[ -x "$DP" ] || go build -o "$DP" ./cmd/dpfinetune
+mkdir -p "$OUTDIR"
+TB=(--optimizer sgd --momentum 0.9 --clip 0.1 --batch-size 2048
+    --physical-batch "$PHYS" --accountant rdp --delta 1e-5)
+
+run() { # NAME ARGS...
+	local name=$1; shift
+	[ -f "$OUTDIR/$name.json" ] && return
+	echo "== $name: $DP train $* --quiet --report $OUTDIR/$name.json --out $OUTDIR/$name.onnx"
+	local start; start=$(date +%s)
+	"$DP" train "$@" --quiet --report "$OUTDIR/$name.json" --out "$OUTDIR/$name.onnx" 2>&1 | tee "$OUTDIR/$name.log"
+	echo "wall=$(( $(date +%s) - start ))s" | tee -a "$OUTDIR/$name.log"
+}
+
+/usr/bin/python3 bench/fmnist_split.py "$FMNIST" "$REST" 10000
+run pretrain10k --model testdata/models/cnn.onnx --data "idx:$FMNIST:limit=10000" \
+	--test-data "idx:$FMNIST:test" --non-private --optimizer adam --lr 0.001 \
+	--batch-size 128 --physical-batch 128 --epochs "$EPOCHS0"
+P="$OUTDIR/pretrain10k.onnx"
+T=(--data "idx:$REST" --test-data "idx:$FMNIST:test" --epsilon 1 --epochs "$EPOCHS1")
+run full_lr4 --model "$P" "${T[@]}" "${TB[@]}" --lr 4
+run lora4_lr4 --model "$P" "${T[@]}" "${TB[@]}" --lr 4 --lora 4
+run lora4_lr16 --model "$P" "${T[@]}" "${TB[@]}" --lr 16 --lora 4
+run probe_lr4 --model "$P" "${T[@]}" "${TB[@]}" --lr 4 --train '^classifier\.3\.'
+
+echo
+echo "run          trained scalars  ε      final test acc  wall"
+for name in pretrain10k full_lr4 lora4_lr4 lora4_lr16 probe_lr4; do
+	f="$OUTDIR/$name.json"
+	[ -f "$f" ] || continue
+	wall=$(grep -o 'wall=[0-9]*s' "$OUTDIR/$name.log" | tail -n 1 | cut -d= -f2)
+	jq -r --arg n "$name" --arg w "${wall:-?}" \
+		'[$n, .plan.trainable.scalars, (if .privacy == null then "none" else (.privacy.epsilon*1000|round/1000) end), ((.epochs[-1].test.accuracy*10000|round)/100|tostring+" %"), $w] | @tsv' "$f"
+done | column -t -s $'\t'
