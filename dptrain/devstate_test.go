@@ -13,6 +13,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/numcheck"
 	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -35,8 +36,9 @@ import (
 // stageVariants: plainly; with a cosine learning-rate schedule, the
 // parameters' average (--ema), which the checkpoint carries and the
 // evaluation and the export read from the device, adaptive clipping and
-// label smoothing; and with those on the classifier alone, trained on
-// cached features (whose export is the whole model's).
+// label smoothing; with those on the classifier alone, trained on
+// cached features (whose export is the whole model's); per user; and with
+// LoRA adapters (whose export merges them).
 func TestRunOnSeparateMemory(t *testing.T) {
 	for _, v := range stageVariants {
 		t.Run(v.name, func(t *testing.T) { runOnSeparateMemory(t, v.set) })
@@ -80,6 +82,13 @@ var stageVariants = []struct {
 			panic(err)
 		}
 		c.Settings.BatchSize = 8 // four steps an epoch over 30 users
+	}},
+	// LoRA: rank-3 adapters (scale 2) beside every layer but the head,
+	// the head in full, with the recipes; the norm check's drawn B put
+	// back on the device before the first step.
+	{"lora", func(c *dptrain.Config) {
+		recipes(c)
+		c.Rewrite.LoRA = rewrite.LoRAOptions{Rank: 3, Alpha: 6, Seed: 2}
 	}},
 }
 

@@ -18,6 +18,9 @@
 //     opset 17 → one LayerNormalization node while training, which
 //     ExportGraph writes back decomposed where the opset needs it.
 //   - ReplaceHead: a fresh classifier for a new number of classes.
+//   - AddLoRA: low-rank adapters beside the linear layers (Options.LoRA),
+//     which ExportGraph merges into the weights they adapt; the plan then
+//     trains them and the classifier heads (PlanOptions.Frozen).
 //
 // Analyze never changes its graph: it infers shapes on a clone, follows the
 // batch axis through every node (BatchLayout; nodes where samples interact

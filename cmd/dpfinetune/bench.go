@@ -54,7 +54,10 @@ type benchReport struct {
 	Batch      int     `json:"batch"`
 	Logical    int     `json:"logical_batch"`
 	// Views is --augment-multiplicity where above 1: a sample's rows.
-	Views     int64      `json:"augment_multiplicity,omitempty"`
+	Views int64 `json:"augment_multiplicity,omitempty"`
+	// LoRA is --lora's rank where the modes train adapters (0: every
+	// parameter).
+	LoRA      int64      `json:"lora,omitempty"`
 	Threads   int        `json:"threads"`
 	Steps     int        `json:"steps"`
 	Rounds    int        `json:"rounds"`
@@ -96,6 +99,7 @@ func runBench(args []string, stdout io.Writer) error {
 	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	views := fs.Int64("augment-multiplicity", 1, "each sample fed as K views (train's --augment-multiplicity): --batch counts samples, each K rows")
+	lora := fs.Int64("lora", 0, "train low-rank adapters of this rank beside the linear layers, with the classifier head, as train --lora does (0: every parameter)")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to this file (go tool pprof), not the set-up, the warm-up step or the largest-batch search: the file itself for one mode and one round, else FILE.MODE for each mode and FILE.MODE.rK for its round K ≥ 2 (go tool pprof BIN FILE.bk* reads a mode's rounds together)")
@@ -121,6 +125,10 @@ func runBench(args []string, stdout io.Writer) error {
 	if prio != rewrite.PriorityMemory && prio != rewrite.PrioritySpeed {
 		return usagef("--priority must be memory or speed, got %q", *priority)
 	}
+	if *lora < 0 {
+		return usagef("--lora must be a positive rank (or 0 for none), got %d", *lora)
+	}
+	ro := rewrite.Options{PlanOptions: rewrite.PlanOptions{Priority: prio, Multiplicity: *views}, LoRA: rewrite.LoRAOptions{Rank: *lora}}
 	if *logical == 0 {
 		*logical = *batch
 	}
@@ -163,6 +171,7 @@ func runBench(args []string, stdout io.Writer) error {
 	if *views > 1 {
 		rep.Views = *views
 	}
+	rep.LoRA = *lora
 	rep.Rows = make([]benchRow, len(ms))
 	profileAt := func(m dpengine.Mode, r int) string {
 		switch {
@@ -197,7 +206,7 @@ func runBench(args []string, stdout io.Writer) error {
 				}
 				allowNondeterministic(mdev)
 			}
-			row, err := benchMode(mdev, *model, sample, *classes, prio, *views, m, *batch, *logical, *steps, c, profileAt(m, r))
+			row, err := benchMode(mdev, *model, sample, *classes, ro, m, *batch, *logical, *steps, c, profileAt(m, r))
 			if fresh {
 				if cerr := mdev.(io.Closer).Close(); err == nil {
 					err = cerr
@@ -242,7 +251,11 @@ func runBench(args []string, stdout io.Writer) error {
 	if rep.Views > 1 {
 		each = fmt.Sprintf(" (%d views each)", rep.Views)
 	}
-	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d%s, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority)\n\n", rep.Model, rep.InputShape, rep.Batch, each, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority)
+	trained := ""
+	if rep.LoRA > 0 {
+		trained = fmt.Sprintf(", LoRA adapters of rank %d and the classifier head trained", rep.LoRA)
+	}
+	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d%s, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority%s)\n\n", rep.Model, rep.InputShape, rep.Batch, each, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority, trained)
 	devPeak := false
 	for _, r := range rep.Rows {
 		devPeak = devPeak || r.DevicePeakBytes > 0
@@ -281,13 +294,14 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(dev runtime.Device, model string, sample []int64, classes int, prio rewrite.Priority, views int64, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
+func benchMode(dev runtime.Device, model string, sample []int64, classes int, ro rewrite.Options, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
 		return row, err
 	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: int64(batch), Priority: prio, Multiplicity: views}})
+	ro.InputShape, ro.Batch = sample, int64(batch)
+	rp, err := rewrite.Prepare(g, ro)
 	if err != nil {
 		return row, err
 	}

@@ -36,7 +36,7 @@ func init() {
 // (accountant.CalibrateSearchOf); the others leave the mechanism alone.
 var (
 	tunable = []string{"lr", "clip", "optimizer", "momentum", "weight-decay", "lr-schedule", "warmup-steps", "min-lr",
-		"label-smoothing", "ema", "augment", "clip-fn", "gamma", "examples-per-user", "batch-size", "epochs"}
+		"label-smoothing", "ema", "augment", "clip-fn", "gamma", "examples-per-user", "lora", "batch-size", "epochs"}
 	mechanisms = []string{"batch-size", "epochs"}
 )
 
@@ -249,6 +249,13 @@ func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
 	for _, n := range c.grid.names {
 		if set[n] {
 			return nil, usagef("--%s is both set and searched (--grid %s=…): give one", n, n)
+		}
+	}
+	if i := slices.Index(c.grid.names, "lora"); i >= 0 && (set["lora-alpha"] || set["lora-target"]) {
+		for _, v := range c.grid.values[i] {
+			if r, err := strconv.ParseInt(v, 10, 64); err == nil && r == 0 {
+				return nil, usagef("--grid lora=… has 0 (no adapters) beside --lora-alpha or --lora-target, which need a rank: leave 0 out or search without them")
+			}
 		}
 	}
 	trials, err := accountant.NewTrials(*eta, *mean)

@@ -287,6 +287,28 @@ func TestTune(t *testing.T) {
 		}
 	})
 
+	t.Run("lora", func(t *testing.T) {
+		// LoRA's rank searched beside the grid: runs with and without
+		// adapters, the chosen one written with the model's layers.
+		out6 := filepath.Join(t.TempDir(), "f.onnx")
+		ranks := map[string]int{}
+		tuneScored = func(_ int, set map[string]string, _ float64) { ranks[set["lora"]]++ }
+		_, e, code := run(t, args(out6, "--grid", "lora=0,2")...)
+		tuneScored = nil
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, e)
+		}
+		if ranks["0"] == 0 || ranks["2"] == 0 || len(ranks) != 2 {
+			t.Errorf("runs by rank %v; want both 0 and 2 drawn", ranks)
+		}
+		if got, want := opTypes(t, out6), opTypes(t, "../../testdata/models/cnn.onnx"); got != want {
+			t.Errorf("the chosen model's layers %s, want the model's %s", got, want)
+		}
+		if _, e, code := run(t, args(filepath.Join(t.TempDir(), "g.onnx"), "--grid", "lora=0,2", "--lora-alpha", "4")...); code != 2 || !strings.Contains(e, "need a rank") {
+			t.Errorf("rank 0 searched beside --lora-alpha: exit %d: %s", code, e)
+		}
+	})
+
 	t.Run("dry run", func(t *testing.T) {
 		out4 := filepath.Join(t.TempDir(), "d.onnx")
 		o, e, code := run(t, args(out4, "--dry-run")...)
