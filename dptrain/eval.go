@@ -1,26 +1,77 @@
 package dptrain
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
-// EvalResult is the accuracy, mean loss and confusion matrix of a model on
-// a dataset: the JSON form of "dpfinetune eval" and the per-epoch test
-// metrics of a run.
+// EvalResult is the accuracy, mean loss, confusion matrix and the metrics
+// derived from them of a model on a dataset: the JSON form of "dpfinetune
+// eval" and the per-epoch test metrics of a run. A prediction is the
+// class of the largest logit (the first of equal ones); the probabilities
+// are the logits' softmax. The metrics follow scikit-learn's definitions,
+// named beside each (testdata/metrics holds its figures on a fixed case).
 type EvalResult struct {
-	Samples   int       `json:"samples"`
-	Accuracy  float64   `json:"accuracy"`
-	Loss      float64   `json:"loss"`
-	Confusion [][]int64 `json:"confusion"` // [true][predicted]
+	Samples  int     `json:"samples"`
+	Accuracy float64 `json:"accuracy"`
+	// AccuracyCI is the 95 % Wilson score interval of Accuracy, the
+	// examples taken as independent draws: how far a test set this size
+	// pins the accuracy down.
+	AccuracyCI [2]float64 `json:"accuracy_ci95"`
+	Loss       float64    `json:"loss"`
+	Confusion  [][]int64  `json:"confusion"` // [true][predicted]
 	// Classes names the confusion matrix's rows (the data's classes), when
 	// the caller sets it (dpfinetune eval).
 	Classes []string `json:"classes,omitempty"`
+	// BalancedAccuracy is the mean recall of the classes the data has
+	// (balanced_accuracy_score); MacroF1 the mean F1 of the classes the
+	// data has or the model predicts, a class never predicted of
+	// precision 0 (f1_score, average="macro").
+	BalancedAccuracy float64 `json:"balanced_accuracy"`
+	MacroF1          float64 `json:"macro_f1"`
+	// PerClass holds each class's precision, recall (for two classes,
+	// class 1's recall is the sensitivity and class 0's the specificity),
+	// F1 and number of examples (support).
+	PerClass []ClassMetrics `json:"per_class"`
+	// Top5 is the share of examples whose label's logit is among the five
+	// largest (top_k_accuracy_score, k = 5), for models of more than five
+	// classes.
+	Top5 *float64 `json:"top5_accuracy,omitempty"`
+	// AUC is the area under the ROC curve of the probabilities: for two
+	// classes, of class 1's (roc_auc_score); for more, the mean over the
+	// classes of each one's against the rest, where every class has
+	// examples (multi_class="ovr", average="macro"). Nil where it is
+	// undefined (a class without examples, one class) or the
+	// probabilities would take more than maxAUCFloats to keep.
+	AUC *float64 `json:"auc,omitempty"`
+	// ECE is the expected calibration error: over 15 bins of equal width
+	// of the top probability, the examples' share of each bin times the
+	// difference of its accuracy and mean top probability, summed. A
+	// private model that is right as often but less sure, or surer, shows
+	// here what accuracy hides.
+	ECE float64 `json:"ece"`
 }
+
+// ClassMetrics are one class's figures in an EvalResult.
+type ClassMetrics struct {
+	Precision float64 `json:"precision"`
+	Recall    float64 `json:"recall"`
+	F1        float64 `json:"f1"`
+	Support   int64   `json:"support"`
+}
+
+// maxAUCFloats bounds the probabilities Run keeps for the AUC (examples
+// times classes: 256 MiB of float32).
+const maxAUCFloats = 1 << 26
+
+// eceBins is the number of confidence bins of EvalResult.ECE.
+const eceBins = 15
 
 // Evaluator runs a forward-only plan of a graph over datasets.
 type Evaluator struct {
@@ -62,28 +113,245 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	if v.NumClasses() > ev.k {
 		return nil, fmt.Errorf("the data has %d classes but the model outputs %d logits (use --num-classes when training)", v.NumClasses(), ev.k)
 	}
-	res := &EvalResult{Samples: v.Len(), Confusion: make([][]int64, ev.k)}
-	for i := range res.Confusion {
-		res.Confusion[i] = make([]int64, ev.k)
-	}
-	var correct int
-	var lossSum float64
-	err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		best := argmax(logits)
-		lossSum += loss
-		res.Confusion[label][best]++
-		if int64(best) == label {
-			correct++
-		}
-	})
-	if err != nil {
+	m := newMetrics(v.Len(), ev.k)
+	if err := ev.Losses(v, m.add); err != nil {
 		return nil, err
 	}
-	if n := v.Len(); n > 0 {
-		res.Accuracy = float64(correct) / float64(n)
-		res.Loss = lossSum / float64(n)
+	return m.result(), nil
+}
+
+// metrics accumulates an EvalResult example by example.
+type metrics struct {
+	res           *EvalResult
+	n, k          int
+	correct, top5 int
+	lossSum       float64
+	conf          [eceBins]struct {
+		n, correct int
+		sum        float64
 	}
-	return res, nil
+	keep   int       // probabilities kept a sample for the AUC (auc)
+	probs  []float32 // n·keep
+	labels []int64
+	prob   []float64 // one sample's softmax
+}
+
+func newMetrics(n, k int) *metrics {
+	m := &metrics{res: &EvalResult{Samples: n, Confusion: make([][]int64, k)}, n: n, k: k, labels: make([]int64, n), prob: make([]float64, k)}
+	for i := range m.res.Confusion {
+		m.res.Confusion[i] = make([]int64, k)
+	}
+	// The probabilities the AUC ranks: class 1's for two classes, every
+	// class's for more.
+	switch {
+	case k == 2:
+		m.keep = 1
+	case k > 2 && int64(n)*int64(k) <= maxAUCFloats:
+		m.keep = k
+	}
+	m.probs = make([]float32, n*m.keep)
+	return m
+}
+
+// add counts example i of the given label, logits (finite) and loss.
+func (m *metrics) add(i int, label int64, logits []float32, loss float64) {
+	best := argmax(logits)
+	m.lossSum += loss
+	m.res.Confusion[label][best]++
+	m.labels[i] = label
+	if int64(best) == label {
+		m.correct++
+	}
+	above := 0
+	for _, z := range logits {
+		if z > logits[label] {
+			above++
+		}
+	}
+	if above < 5 {
+		m.top5++
+	}
+	softmax(logits, m.prob)
+	b := min(int(m.prob[best]*eceBins), eceBins-1)
+	m.conf[b].n++
+	m.conf[b].sum += m.prob[best]
+	if int64(best) == label {
+		m.conf[b].correct++
+	}
+	switch m.keep {
+	case 1:
+		m.probs[i] = float32(m.prob[1])
+	case m.k:
+		for c, p := range m.prob {
+			m.probs[i*m.k+c] = float32(p)
+		}
+	}
+}
+
+// result derives the figures from the counts.
+func (m *metrics) result() *EvalResult {
+	res, n := m.res, m.n
+	if n == 0 {
+		return res
+	}
+	res.Accuracy = float64(m.correct) / float64(n)
+	res.Loss = m.lossSum / float64(n)
+	res.AccuracyCI = wilson(m.correct, n)
+	if m.k > 5 {
+		t := float64(m.top5) / float64(n)
+		res.Top5 = &t
+	}
+	for _, c := range m.conf {
+		if c.n > 0 {
+			res.ECE += math.Abs(float64(c.correct)-c.sum) / float64(n)
+		}
+	}
+	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
+	res.AUC = auc(m.probs, m.labels, m.k, m.keep)
+	return res
+}
+
+// softmax writes the softmax of logits into p (float64, the largest
+// subtracted).
+func softmax(logits []float32, p []float64) {
+	mx := math.Inf(-1)
+	for _, z := range logits {
+		mx = math.Max(mx, float64(z))
+	}
+	var se float64
+	for c, z := range logits {
+		p[c] = math.Exp(float64(z) - mx)
+		se += p[c]
+	}
+	for c := range p {
+		p[c] /= se
+	}
+}
+
+// wilson is the 95 % Wilson score interval of correct successes in n.
+func wilson(correct, n int) [2]float64 {
+	const z = 1.959963984540054
+	p, nf := float64(correct)/float64(n), float64(n)
+	d := 1 + z*z/nf
+	c := (p + z*z/(2*nf)) / d
+	h := z * math.Sqrt(p*(1-p)/nf+z*z/(4*nf*nf)) / d
+	return [2]float64{max(0, c-h), min(1, c+h)}
+}
+
+// classMetrics derives each class's precision, recall, F1 and support
+// from the confusion matrix, the balanced accuracy (mean recall of the
+// classes with examples) and the macro F1 (mean F1 of the classes with
+// examples or predictions).
+func classMetrics(confusion [][]int64) ([]ClassMetrics, float64, float64) {
+	k := len(confusion)
+	out := make([]ClassMetrics, k)
+	var recalls, f1s float64
+	var nRecall, nF1 int
+	for c := 0; c < k; c++ {
+		var support, predicted int64
+		for j := 0; j < k; j++ {
+			support += confusion[c][j]
+			predicted += confusion[j][c]
+		}
+		tp := float64(confusion[c][c])
+		m := &out[c]
+		m.Support = support
+		if predicted > 0 {
+			m.Precision = tp / float64(predicted)
+		}
+		if support > 0 {
+			m.Recall = tp / float64(support)
+			recalls += m.Recall
+			nRecall++
+		}
+		if m.Precision+m.Recall > 0 {
+			m.F1 = 2 * m.Precision * m.Recall / (m.Precision + m.Recall)
+		}
+		if support > 0 || predicted > 0 {
+			f1s += m.F1
+			nF1++
+		}
+	}
+	var bal, f1 float64
+	if nRecall > 0 {
+		bal = recalls / float64(nRecall)
+	}
+	if nF1 > 0 {
+		f1 = f1s / float64(nF1)
+	}
+	return out, bal, f1
+}
+
+// auc is EvalResult.AUC from the kept probabilities (keep a sample: 1,
+// class 1's; k, every class's; 0, none).
+func auc(probs []float32, labels []int64, k, keep int) *float64 {
+	n := len(labels)
+	score := make([]float32, n)
+	pos := make([]bool, n)
+	one := func(c int, at func(i int) float32) (float64, bool) {
+		for i := range score {
+			score[i], pos[i] = at(i), labels[i] == int64(c)
+		}
+		return rankAUC(score, pos)
+	}
+	switch keep {
+	case 1:
+		a, ok := one(1, func(i int) float32 { return probs[i] })
+		if !ok {
+			return nil
+		}
+		return &a
+	case k:
+		var sum float64
+		for c := 0; c < k; c++ {
+			a, ok := one(c, func(i int) float32 { return probs[i*k+c] })
+			if !ok {
+				return nil
+			}
+			sum += a
+		}
+		m := sum / float64(k)
+		return &m
+	}
+	return nil
+}
+
+// rankAUC is the area under the ROC curve of score for the positives pos:
+// the Mann–Whitney statistic, the probability that a positive scores above
+// a negative, ties counted as half (what the trapezoidal ROC area gives).
+// False where there are no positives or no negatives.
+func rankAUC(score []float32, pos []bool) (float64, bool) {
+	idx := make([]int, len(score))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
+	var rankSum float64
+	var np, nn int
+	for i := 0; i < len(idx); {
+		j := i
+		for j < len(idx) && score[idx[j]] == score[idx[i]] {
+			j++
+		}
+		mid := float64(i+j+1) / 2 // ranks i+1 … j, averaged over the tie
+		for _, t := range idx[i:j] {
+			if pos[t] {
+				rankSum += mid
+			}
+		}
+		i = j
+	}
+	for _, p := range pos {
+		if p {
+			np++
+		} else {
+			nn++
+		}
+	}
+	if np == 0 || nn == 0 {
+		return 0, false
+	}
+	return (rankSum - float64(np)*float64(np+1)/2) / (float64(np) * float64(nn)), true
 }
 
 // Losses calls fn for every example i of v, in order, with its label, its
@@ -119,8 +387,8 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 			for _, v := range row {
 				mx = math.Max(mx, float64(v))
 			}
-			if math.IsNaN(mx) {
-				return fmt.Errorf("example %d: the model produced NaN logits", off+i)
+			if math.IsNaN(mx) || math.IsInf(mx, 0) {
+				return fmt.Errorf("example %d: the model produced non-finite logits (largest %v)", off+i, mx)
 			}
 			// Softmax cross-entropy with the max subtracted.
 			var se float64

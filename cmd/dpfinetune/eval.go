@@ -236,13 +236,41 @@ func runEval(args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\naccuracy: %.2f %%\nloss:     %.4f\n\nconfusion matrix (rows: true class, columns: predicted; the class's accuracy at the end):\n", *model, s, res.Samples, 100*res.Accuracy, res.Loss)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
-	for i, row := range res.Confusion {
+	writeEval(stdout, *model, s, res)
+	return nil
+}
+
+// writeEval prints an evaluation: the figures, the confusion matrix and
+// each class's precision, recall and F1.
+func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\n", model, spec, res.Samples)
+	fmt.Fprintf(stdout, "accuracy: %.2f %% (95 %% interval %.2f–%.2f %%: the test set's size)\n", 100*res.Accuracy, 100*res.AccuracyCI[0], 100*res.AccuracyCI[1])
+	fmt.Fprintf(stdout, "balanced: %.2f %% (mean recall of the classes)\nmacro F1: %.2f %%\n", 100*res.BalancedAccuracy, 100*res.MacroF1)
+	if res.Top5 != nil {
+		fmt.Fprintf(stdout, "top-5:    %.2f %%\n", 100**res.Top5)
+	}
+	name := func(i int) string {
 		label := strconv.Itoa(i)
 		if i < len(res.Classes) && res.Classes[i] != label {
 			label += " " + res.Classes[i]
 		}
+		return label
+	}
+	k := len(res.Confusion)
+	switch {
+	case res.AUC != nil && k == 2:
+		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of class %s's probability)\n", *res.AUC, name(1))
+	case res.AUC != nil:
+		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of each class against the rest, mean)\n", *res.AUC)
+	}
+	if k == 2 && len(res.PerClass) == 2 {
+		fmt.Fprintf(stdout, "sensitivity: %.2f %% (class %s's recall), specificity: %.2f %% (class %s's)\n", 100*res.PerClass[1].Recall, name(1), 100*res.PerClass[0].Recall, name(0))
+	}
+	fmt.Fprintf(stdout, "ECE:      %.2f %% (expected calibration error: accuracy against confidence, 15 bins)\nloss:     %.4f\n", 100*res.ECE, res.Loss)
+	fmt.Fprintf(stdout, "\nconfusion matrix (rows: true class, columns: predicted; the class's accuracy at the end):\n")
+	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+	for i, row := range res.Confusion {
+		label := name(i)
 		fmt.Fprintf(tw, "  %s:\t", label)
 		var total int64
 		for _, c := range row {
@@ -256,5 +284,12 @@ func runEval(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nper class:\n")
+	tw = tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  class\t precision\t recall\t F1\t support\t\n")
+	for i, m := range res.PerClass {
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t\n", name(i), 100*m.Precision, 100*m.Recall, 100*m.F1, m.Support)
+	}
+	tw.Flush()
 }

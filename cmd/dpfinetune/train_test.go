@@ -482,6 +482,36 @@ func TestEvalCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || strings.Join(r.Classes, ",") != "a,b" {
 		t.Errorf("JSON classes %q (%v)", r.Classes, err)
 	}
+	// The figures beyond accuracy (dptrain.TestEvalMetrics holds them to
+	// scikit-learn's): on ten classes top-5 and the AUC of each class
+	// against the rest, on two the AUC of class 1 and the sensitivity and
+	// specificity, in the text and the JSON.
+	text, _, _ = run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=100")
+	for _, want := range []string{"95 % interval", "balanced: ", "macro F1: ", "top-5: ", "AUC: ", "each class against the rest", "ECE: ", "per class:"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("eval on ten classes does not say %q:\n%s", want, text)
+		}
+	}
+	var full dptrain.EvalResult
+	out, _, _ = run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=100", "--json")
+	if err := json.Unmarshal([]byte(out), &full); err != nil || full.Top5 == nil || full.AUC == nil || len(full.PerClass) != 10 ||
+		full.AccuracyCI[0] > full.Accuracy || full.AccuracyCI[1] < full.Accuracy || *full.Top5 < full.Accuracy {
+		t.Errorf("eval --json on ten classes: %+v (%v)", full, err)
+	}
+	binary := filepath.Join(t.TempDir(), "binary.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", "none", "--non-private", "--num-classes", "2",
+		"--epochs", "20", "--batch-size", "4", "--lr", "0.01", "--seed", "1", "--quiet", "--out", binary); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	text, _, _ = run(t, "eval", "--model", binary, "--data", folder)
+	for _, want := range []string{"ROC of class 1 b's probability", "sensitivity: ", "(class 1 b's recall), specificity: ", "(class 0 a's)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("eval on two classes does not say %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "top-5") {
+		t.Errorf("top-5 of two classes:\n%s", text)
+	}
 	if _, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", "cifar10:/nonexistent"); code != 1 || !strings.Contains(e, "nonexistent") {
 		t.Errorf("missing data: exit %d, %q", code, e)
 	}

@@ -1,0 +1,86 @@
+package dptrain
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestEvalMetrics holds EvalResult's figures to scikit-learn's and
+// scipy's on seeded cases (testdata/gen/make_metrics.py): two, three and
+// twelve classes, a class never predicted, a class without examples (no
+// AUC then), one neither in the data nor predicted (out of the macro F1),
+// and logits with ties (the AUC's ties counted as half).
+func TestEvalMetrics(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "metrics", "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name             string         `json:"name"`
+		K                int            `json:"k"`
+		Labels           []int64        `json:"labels"`
+		Logits           [][]float32    `json:"logits"`
+		Accuracy         float64        `json:"accuracy"`
+		AccuracyCI       [2]float64     `json:"accuracy_ci95"`
+		BalancedAccuracy float64        `json:"balanced_accuracy"`
+		MacroF1          float64        `json:"macro_f1"`
+		PerClass         []ClassMetrics `json:"per_class"`
+		Top5             *float64       `json:"top5_accuracy"`
+		AUC              *float64       `json:"auc"`
+		ECE              float64        `json:"ece"`
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) != 7 {
+		t.Fatalf("%d cases", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			m := newMetrics(len(c.Labels), c.K)
+			for i, y := range c.Labels {
+				m.add(i, y, c.Logits[i], 0)
+			}
+			got := m.result()
+			near := func(what string, g, w float64) {
+				t.Helper()
+				if math.Abs(g-w) > 1e-6 {
+					t.Errorf("%s = %.9g, scikit-learn's %.9g", what, g, w)
+				}
+			}
+			near("accuracy", got.Accuracy, c.Accuracy)
+			near("accuracy CI low", got.AccuracyCI[0], c.AccuracyCI[0])
+			near("accuracy CI high", got.AccuracyCI[1], c.AccuracyCI[1])
+			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
+			near("macro F1", got.MacroF1, c.MacroF1)
+			near("ECE", got.ECE, c.ECE)
+			for k, w := range c.PerClass {
+				g := got.PerClass[k]
+				near("precision", g.Precision, w.Precision)
+				near("recall", g.Recall, w.Recall)
+				near("F1", g.F1, w.F1)
+				if g.Support != w.Support {
+					t.Errorf("class %d: support %d, want %d", k, g.Support, w.Support)
+				}
+			}
+			switch {
+			case (got.Top5 == nil) != (c.Top5 == nil):
+				t.Errorf("top-5 %v, want %v", got.Top5, c.Top5)
+			case c.Top5 != nil:
+				near("top-5", *got.Top5, *c.Top5)
+			}
+			switch {
+			case (got.AUC == nil) != (c.AUC == nil):
+				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
+			case c.AUC != nil:
+				// The probabilities are kept in float32.
+				if math.Abs(*got.AUC-*c.AUC) > 1e-4 {
+					t.Errorf("AUC = %.6g, scikit-learn's %.6g", *got.AUC, *c.AUC)
+				}
+			}
+		})
+	}
+}

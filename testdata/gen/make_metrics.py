@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""Golden evaluation metrics (testdata/metrics/cases.json) for
+dptrain.TestEvalMetrics: seeded logits and labels, and what scikit-learn
+(balanced_accuracy_score, f1_score, precision_recall_fscore_support,
+top_k_accuracy_score, roc_auc_score) and scipy (the Wilson interval) make
+of them; the ECE is computed here from its definition (15 equal-width bins
+of the top softmax probability).
+
+Run with /usr/bin/python3 (Debian's python3-sklearn, python3-scipy):
+    /usr/bin/python3 testdata/gen/make_metrics.py
+"""
+import json
+import os
+
+import numpy as np
+from scipy.special import softmax
+from scipy.stats import binomtest
+from sklearn.metrics import (balanced_accuracy_score, f1_score, precision_recall_fscore_support,
+                             roc_auc_score, top_k_accuracy_score)
+
+
+def case(name, n, k, seed, absent=None, never=None, ties=False):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    if absent is not None:  # a class the data does not have
+        labels[labels == absent] = (absent + 1) % k
+    logits = rng.normal(0, 1, (n, k)).astype(np.float32)
+    logits[np.arange(n), labels] += 1.2  # a model better than chance
+    if never is not None:  # a class the model never predicts
+        logits[:, never] = -50
+    if ties:  # rows drawn from 6 prototypes: probabilities tied exactly across examples
+        protos = rng.normal(0, 1, (6, k)).astype(np.float32)
+        logits = protos[rng.integers(0, 6, n)]
+    pred = logits.argmax(1)
+    prob = softmax(logits.astype(np.float64), axis=1)
+    out = {"name": name, "k": k, "labels": labels.tolist(), "logits": logits.tolist()}
+    out["accuracy"] = float((pred == labels).mean())
+    ci = binomtest(int((pred == labels).sum()), n).proportion_ci(confidence_level=0.95, method="wilson")
+    out["accuracy_ci95"] = [ci.low, ci.high]
+    out["balanced_accuracy"] = balanced_accuracy_score(labels, pred)
+    out["macro_f1"] = f1_score(labels, pred, average="macro", zero_division=0)
+    p, r, f, s = precision_recall_fscore_support(labels, pred, labels=list(range(k)), zero_division=0)
+    out["per_class"] = [{"precision": float(p[c]), "recall": float(r[c]), "f1": float(f[c]), "support": int(s[c])} for c in range(k)]
+    if k > 5:
+        out["top5_accuracy"] = top_k_accuracy_score(labels, logits, k=5, labels=list(range(k)))
+    if k == 2:
+        out["auc"] = roc_auc_score(labels, prob[:, 1])
+    elif len(set(labels.tolist())) == k:
+        out["auc"] = roc_auc_score(labels, prob, multi_class="ovr", average="macro", labels=list(range(k)))
+    conf = prob.max(1)
+    bins = np.minimum((conf * 15).astype(int), 14)
+    ece = 0.0
+    for b in range(15):
+        m = bins == b
+        if m.any():
+            ece += abs((pred[m] == labels[m]).sum() - conf[m].sum()) / n
+    out["ece"] = ece
+    return out
+
+
+cases = [
+    case("binary", 200, 2, 1),
+    case("three classes", 150, 3, 2),
+    case("twelve classes", 300, 12, 3),
+    case("a class never predicted", 120, 4, 4, never=2),
+    case("a class without examples", 120, 4, 5, absent=3),
+    case("ties", 160, 3, 6, ties=True),
+    case("a class neither in the data nor predicted", 120, 5, 7, absent=4, never=4),
+]
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "cases.json")
+with open(path, "w") as f:
+    json.dump(cases, f, indent=None, separators=(",", ":"))
+    f.write("\n")
+print("wrote", path)
