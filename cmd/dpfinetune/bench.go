@@ -57,7 +57,9 @@ type benchReport struct {
 	Views int64 `json:"augment_multiplicity,omitempty"`
 	// LoRA is --lora's rank where the modes train adapters (0: every
 	// parameter).
-	LoRA      int64      `json:"lora,omitempty"`
+	LoRA int64 `json:"lora,omitempty"`
+	// EMA is --ema's decay where the modes keep the parameters' average.
+	EMA       float64    `json:"ema,omitempty"`
 	Threads   int        `json:"threads"`
 	Steps     int        `json:"steps"`
 	Rounds    int        `json:"rounds"`
@@ -99,6 +101,7 @@ func runBench(args []string, stdout io.Writer) error {
 	rounds := fs.Int("rounds", 1, "run the modes in turn this many times and report each mode's median round: on a shared machine the modes then see the same load")
 	classes := fs.Int("num-classes", 10, "classes of a zoo model")
 	views := fs.Int64("augment-multiplicity", 1, "each sample fed as K views (train's --augment-multiplicity): --batch counts samples, each K rows")
+	ema := fs.Float64("ema", 0, "keep an exponential moving average of the parameters with this decay, as train --ema does: one more update a step and a copy of the trained parameters (0: none)")
 	lora := fs.Int64("lora", 0, "train low-rank adapters of this rank beside the linear layers, with the classifier head, as train --lora does (0: every parameter)")
 	maxMem := fs.String("max-memory", "", "also find each mode's largest physical batch whose estimated peak memory fits nine tenths of this cap (as train's), and its throughput")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -128,7 +131,10 @@ func runBench(args []string, stdout io.Writer) error {
 	if *lora < 0 {
 		return usagef("--lora must be a positive rank (or 0 for none), got %d", *lora)
 	}
-	ro := rewrite.Options{PlanOptions: rewrite.PlanOptions{Priority: prio, Multiplicity: *views}, LoRA: rewrite.LoRAOptions{Rank: *lora}}
+	if !(*ema >= 0 && *ema < 1) {
+		return usagef("--ema must be in [0, 1), got %v", *ema)
+	}
+	ro := rewrite.Options{PlanOptions: rewrite.PlanOptions{Priority: prio, Multiplicity: *views, Averaged: *ema > 0}, LoRA: rewrite.LoRAOptions{Rank: *lora}}
 	if *logical == 0 {
 		*logical = *batch
 	}
@@ -171,7 +177,7 @@ func runBench(args []string, stdout io.Writer) error {
 	if *views > 1 {
 		rep.Views = *views
 	}
-	rep.LoRA = *lora
+	rep.LoRA, rep.EMA = *lora, *ema
 	rep.Rows = make([]benchRow, len(ms))
 	profileAt := func(m dpengine.Mode, r int) string {
 		switch {
@@ -206,7 +212,7 @@ func runBench(args []string, stdout io.Writer) error {
 				}
 				allowNondeterministic(mdev)
 			}
-			row, err := benchMode(mdev, *model, sample, *classes, ro, m, *batch, *logical, *steps, c, profileAt(m, r))
+			row, err := benchMode(mdev, *model, sample, *classes, ro, *ema, m, *batch, *logical, *steps, c, profileAt(m, r))
 			if fresh {
 				if cerr := mdev.(io.Closer).Close(); err == nil {
 					err = cerr
@@ -255,6 +261,9 @@ func runBench(args []string, stdout io.Writer) error {
 	if rep.LoRA > 0 {
 		trained = fmt.Sprintf(", LoRA adapters of rank %d and the classifier head trained", rep.LoRA)
 	}
+	if rep.EMA > 0 {
+		trained += fmt.Sprintf(", the parameters' average kept (decay %g)", rep.EMA)
+	}
 	fmt.Fprintf(stdout, "model %s, input %v, physical batch %d%s, logical batch %d, %d threads, median of %d steps%s (Adam, per-sample cross-entropy, %s priority%s)\n\n", rep.Model, rep.InputShape, rep.Batch, each, rep.Logical, rep.Threads, rep.Steps, inTurn, rep.Priority, trained)
 	devPeak := false
 	for _, r := range rep.Rows {
@@ -294,7 +303,7 @@ func liveHeap() int64 {
 }
 
 // benchMode builds a fresh model and engine for one mode and times it.
-func benchMode(dev runtime.Device, model string, sample []int64, classes int, ro rewrite.Options, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
+func benchMode(dev runtime.Device, model string, sample []int64, classes int, ro rewrite.Options, ema float64, mode dpengine.Mode, batch, logical, steps int, capBytes int64, profile string) (benchRow, error) {
 	row := benchRow{Mode: string(mode)}
 	g, err := benchGraph(model, sample, classes)
 	if err != nil {
@@ -316,7 +325,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, ro
 		}
 	}
 	base := liveHeap()
-	ms, sps, err := timeSteps(dev, g, rp, mode, batch, logical, steps, sample, 0, profile)
+	ms, sps, err := timeSteps(dev, g, rp, mode, ema, batch, logical, steps, sample, 0, profile)
 	if err != nil {
 		return row, err
 	}
@@ -331,7 +340,7 @@ func benchMode(dev runtime.Device, model string, sample []int64, classes int, ro
 			return row, err
 		}
 		row.MaxBatch = b
-		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, b, b, 2, sample, capBytes, ""); err != nil {
+		if _, row.MaxBatchSPS, err = timeSteps(dev, g, rp, mode, ema, b, b, 2, sample, capBytes, ""); err != nil {
 			return row, err
 		}
 	}
@@ -348,9 +357,9 @@ var lastHeap int64
 // where it is positive (dpengine.Config.MaxMemory, as train's), returning
 // the median step time in ms and the samples per second. Where profile is
 // set, a CPU profile of the timed steps alone goes to that file.
-func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, batch, logical, n int, sample []int64, capBytes int64, profile string) (_, _ float64, err error) {
+func timeSteps(dev runtime.Device, g *graph.Graph, rp *rewrite.Plan, mode dpengine.Mode, ema float64, batch, logical, n int, sample []int64, capBytes int64, profile string) (_, _ float64, err error) {
 	cfg := dpengine.Config{Device: dev, Mode: mode, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: 1}, NoiseMultiplier: 1,
-		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false), MaxMemory: capBytes}
+		ExpectedBatch: float64(logical), PhysicalBatch: batch, Source: dpengine.NewSeededSource(1), Optimizer: dpengine.NewAdam(1e-3, 0, false), MaxMemory: capBytes, EMADecay: ema}
 	eng, err := dpengine.New(g, rp, cfg)
 	if err != nil {
 		return 0, 0, err

@@ -117,3 +117,41 @@ func TestBenchViews(t *testing.T) {
 		t.Errorf("--augment-multiplicity 0: exit %d, %s", code, stderr)
 	}
 }
+
+// TestBenchLoRAAndEMA: bench --lora trains the adapters and the head
+// (fewer trained scalars: a lower estimated peak, no gradient or Adam
+// state for the frozen weights), --ema keeps the parameters' average (one
+// copy of the trained parameters more in the estimate), both said in the
+// report; bad values are refused.
+func TestBenchLoRAAndEMA(t *testing.T) {
+	est := map[string]int64{}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"plain", nil}, {"ema", []string{"--ema", "0.99"}}, {"lora", []string{"--lora", "2"}}} {
+		stdout, stderr, code := run(t, append([]string{"bench", "--model", "zoo:cnn-fmnist", "--batch", "8", "--steps", "1", "--modes", "bk", "--json"}, tc.args...)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, stderr)
+		}
+		var rep benchReport
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("%v in %s", err, stdout)
+		}
+		if len(rep.Rows) != 1 || !(rep.Rows[0].StepMS > 0) || (rep.EMA == 0.99) != (tc.name == "ema") || (rep.LoRA == 2) != (tc.name == "lora") {
+			t.Fatalf("%s: report %+v", tc.name, rep)
+		}
+		est[tc.name] = rep.Rows[0].EstPeakBytes
+	}
+	// The CNN's 26,010 parameters in float32: the average's copy.
+	if d := est["ema"] - est["plain"]; d != 4*26010 {
+		t.Errorf("the average adds %d bytes to the estimate, want %d", d, 4*26010)
+	}
+	if est["lora"] >= est["plain"] {
+		t.Errorf("estimated peak %d bytes with LoRA, %d training every parameter", est["lora"], est["plain"])
+	}
+	for _, bad := range [][]string{{"--ema", "1"}, {"--ema", "-0.5"}, {"--lora", "-1"}} {
+		if _, stderr, code := run(t, append([]string{"bench", "--model", "zoo:cnn-fmnist"}, bad...)...); code != 2 || !strings.Contains(stderr, bad[0]) {
+			t.Errorf("%v: exit %d, %s", bad, code, stderr)
+		}
+	}
+}
