@@ -89,6 +89,13 @@ type Config struct {
 	// still one loss a sample, so the per-sample clipping and the
 	// guarantee are those of the plain loss. 0 is the plain loss.
 	LabelSmoothing float64
+	// MultiLabel trains the multi-label loss head (runtime.Plan.SetMultiLabel):
+	// each logit a label of its own, a sample's label the set of those
+	// that apply as the bits of its int64 label, its loss the binary
+	// cross-entropy of the sigmoids averaged over the labels — one loss a
+	// sample, clipped and noised as the softmax head's. Not with
+	// LabelSmoothing.
+	MultiLabel bool
 	// RowLabels, where the plan reads several rows a sample
 	// (rewrite.PlanOptions.Multiplicity), makes Fill write a label a row
 	// (len(idx)·views) instead of a label a sample: a user's rows under
@@ -430,6 +437,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	if err := plan.SetLabelSmoothing(cfg.LabelSmoothing); err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if err := plan.SetMultiLabel(cfg.MultiLabel); err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	dev := cfg.Device

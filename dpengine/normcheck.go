@@ -118,6 +118,9 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 	if err := ref.SetLabelSmoothing(e.cfg.LabelSmoothing); err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: %w", err)
 	}
+	if err := ref.SetMultiLabel(e.cfg.MultiLabel); err != nil {
+		return nil, fmt.Errorf("dpengine: norm check: %w", err)
+	}
 	xin := make([]float32, b*e.sampleLen/v)
 	labels := make([]int64, b)
 	losses := make([]float32, b)

@@ -334,6 +334,8 @@ type Plan struct {
 	hasLoss   bool
 	// smoothing is the loss head's label smoothing α (SetLabelSmoothing).
 	smoothing float32
+	// multiLabel selects the multi-label loss head (SetMultiLabel).
+	multiLabel bool
 	ones      []float32
 
 	forwardDone bool
@@ -1870,13 +1872,40 @@ func (p *Plan) SetLabelSmoothing(alpha float64) error {
 	if !(alpha >= 0 && alpha < 1) {
 		return fmt.Errorf("runtime: label smoothing %v must be in [0, 1)", alpha)
 	}
+	if alpha != 0 && p.multiLabel {
+		return errors.New("runtime: label smoothing is the softmax head's; the plan's loss is multi-label")
+	}
 	p.smoothing = float32(alpha)
+	return nil
+}
+
+// MaxLabels is the most labels a multi-label loss head takes: a sample's
+// label set is the bits of one int64 label.
+const MaxLabels = 62
+
+// SetMultiLabel selects the loss head from the next Loss on: multi-label
+// (on) — each of the K logits a label of its own, a sample's label the
+// set of those that apply as the bits of its int64 label (bit j: label j),
+// its loss the binary cross-entropy of each logit's sigmoid averaged over
+// the labels (PyTorch's BCEWithLogitsLoss of the sample) — or the softmax
+// cross-entropy of one class (off, the default). Both are one loss a
+// sample: each sample's gradient is its own.
+func (p *Plan) SetMultiLabel(on bool) error {
+	if on && p.smoothing != 0 {
+		return errors.New("runtime: label smoothing is the softmax head's; it has no multi-label form here")
+	}
+	if on && p.hasLoss && p.outputs[0].shape[1] > MaxLabels {
+		return fmt.Errorf("runtime: a multi-label head of %d labels; at most %d", p.outputs[0].shape[1], MaxLabels)
+	}
+	p.multiLabel = on
 	return nil
 }
 
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
-// (N), and keeps the softmax for Backward. Call it after Forward.
+// (N), and keeps the softmax for Backward — with SetMultiLabel, the
+// multi-label loss against label sets (N bitmasks in [0, 2^K)), keeping
+// the sigmoids. Call it after Forward.
 func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if p.opts.PlanOnly {
 		return errPlanOnly
@@ -1889,8 +1918,14 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if len(labels) != n || len(losses) != n {
 		return fmt.Errorf("runtime: loss: %d labels and %d losses for a batch of %d", len(labels), len(losses), n)
 	}
+	if p.multiLabel && k > MaxLabels {
+		return fmt.Errorf("runtime: loss: a multi-label head of %d labels; at most %d", k, MaxLabels)
+	}
 	for i, y := range labels {
-		if y < 0 || y >= int64(k) {
+		switch {
+		case p.multiLabel && (y < 0 || y >= 1<<uint(k)):
+			return fmt.Errorf("runtime: loss: label set %#x of sample %d has bits beyond its %d labels", y, i, k)
+		case !p.multiLabel && (y < 0 || y >= int64(k)):
 			return fmt.Errorf("runtime: loss: label %d of sample %d is outside [0, %d)", y, i, k)
 		}
 	}
@@ -1900,7 +1935,11 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if err := p.dev.CopyIn(p.labelsBuf, 0, bitsOf64(labels)); err != nil {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
-	p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
+	if p.multiLabel {
+		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.losses, p.probs)
+	} else {
+		p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
+	}
 	if err := p.dev.CopyOut(losses, p.lossesBuf, 0); err != nil {
 		return fmt.Errorf("runtime: loss: copying the losses out: %w", err)
 	}
@@ -1925,7 +1964,11 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 	if o.grad == nil {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
-	p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
+	if p.multiLabel {
+		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, o.grad)
+	} else {
+		p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
+	}
 	return p.backward(opts)
 }
 

@@ -60,7 +60,7 @@ var deviceKernels = map[string][]string{
 		"avg_pool", "avg_pool_bwd", "global_avg_pool", "global_avg_pool_bwd", "global_max_pool", "global_max_pool_bwd",
 		"bn_stats", "bn_apply", "bn_grad_sums", "bn_dx", "row_stats", "row_stats_block", "row_normalize", "row_grad_sums", "row_grad_sums_block", "row_normalize_bwd",
 		"row_affine", "row_affine_grad_sums", "row_affine_grad_sums_block", "row_affine_dx", "row_norm_affine_block", "row_affine_bwd_block", "row_run_sums_block", "row_affine_bwd_runs_block", "row_param_grads_runs", "row_param_grads", "row_param_grads_cols", "lrn", "lrn_bwd", "gemm_bias", "gemm_bias_bwd", "gemm_bias_bwd_block"},
-	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "scatter_reduce"},
+	"reduce.cu": {"reduce_axes", "reduce_axes_bwd", "softmax", "softmax_bwd", "softmax_xent", "softmax_xent_bwd", "sigmoid_xent", "sigmoid_xent_bwd", "scatter_reduce"},
 }
 
 // Device is the CUDA backend: a runtime.Device whose buffers are device

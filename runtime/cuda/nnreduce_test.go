@@ -382,6 +382,23 @@ func reduceCases() []graphCase {
 			})
 		}
 	}
+	// The multi-label head: 40 samples of 6 labels, logits of both signs
+	// and large magnitudes.
+	{
+		const N, K = 40, 6
+		logits, weights := uniform(rng, N*K, -40, 40), uniform(rng, N, 0, 1)
+		sets := make([]int64, N)
+		for i := range sets {
+			sets[i] = int64(rng.Intn(1 << K))
+		}
+		add("SigmoidCrossEntropy", 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
+			losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
+			pl := place(p, sets)
+			o.SigmoidCrossEntropy(place(p, logits), pl, N, K, losses, probs)
+			o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, dl)
+			return fetchAll(p, losses, probs, dl)
+		})
+	}
 	data, upd := uniform(rng, 50, -1, 1), uniform(rng, 30, -1, 1)
 	upd[4] = float32(math.NaN())
 	// max(−0, +0): the CPU's (Go's max) is +0, the reference's −0; the

@@ -314,6 +314,38 @@ extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long 
   }
 }
 
+// sigmoid_xent computes, per sample i (a thread each), the binary
+// cross-entropy of each of its k logits' sigmoid against bit j of its
+// label set, averaged over the labels, into losses, and σ(z) into probs:
+// the CPU's terms in double, max(z, 0) − z·t + log(1 + e^{−|z|}).
+extern "C" __global__ void sigmoid_xent(const float *logits, const long long *labels, long long n, long long k,
+                                        float *losses, float *probs) {
+  FOR_EACH(i, n) {
+    const float *row = logits + i * k;
+    float *pr = probs + i * k;
+    double s = 0;
+    for (long long j = 0; j < k; j++) {
+      double z = (double)row[j];
+      double t = (double)((labels[i] >> j) & 1);
+      double e = d_exp(z < 0 ? z : -z);
+      s += (z > 0 ? z : 0) - z * t + d_log(1 + e);
+      pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
+    }
+    losses[i] = (float)(s / (double)k);
+  }
+}
+
+// sigmoid_xent_bwd writes dlogits = w_i·(probs − t_i)/k, as the CPU does.
+extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long *labels, const float *weights,
+                                            long long n, long long k, float *dlogits) {
+  float inv = 1 / (float)k;
+  FOR_EACH(e, n * k) {
+    long long i = e / k;
+    float w = weights[i] * inv;
+    dlogits[e] = w * (probs[e] - (float)((labels[i] >> (e % k)) & 1));
+  }
+}
+
 // The scatter reductions (runtime.ScatterReduction).
 enum { S_NONE, S_ADD, S_MUL, S_MAX, S_MIN };
 
