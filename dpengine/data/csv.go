@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,24 +77,37 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if spec.split() == Test && spec.Holdout == 0 {
 		return nil, fmt.Errorf("csv: %s has no test split: hold some of its rows out with :holdout=F (e.g. csv:%s:holdout=0.1), or list the test images in a CSV of their own", path, path)
 	}
-	rows, err := readCSVRows(f, path)
+	rows, err := readCSVRows(f, path, spec.MultiLabel != "")
 	if err != nil {
 		return nil, err
 	}
 	base := filepath.Dir(path)
 	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
 
-	// The labels: integers as they are, or names numbered in sorted order.
-	numeric := true
+	// The labels: integers as they are, or names numbered in sorted order;
+	// a multi-label listing's sets of names as bits.
+	var classes []string
+	var masks map[int]int32 // a multi-label listing's label set of each row, by line
+	numeric := spec.MultiLabel == ""
+	if !numeric {
+		var err error
+		if classes, masks, err = labelSets(rows, spec.MultiLabel, path); err != nil {
+			return nil, err
+		}
+	}
 	for _, r := range rows {
+		if !numeric {
+			break
+		}
 		if v, err := strconv.Atoi(r.label); err != nil || v < 0 || v >= maxCSVLabels {
 			numeric = false
 			break
 		}
 	}
-	var classes []string
 	index := map[string]int32{}
-	if numeric {
+	switch {
+	case masks != nil:
+	case numeric:
 		top := 0
 		for _, r := range rows {
 			v, _ := strconv.Atoi(r.label)
@@ -103,7 +117,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		for i, c := range classes {
 			index[c] = int32(i)
 		}
-	} else {
+	default:
 		for _, r := range rows {
 			if _, ok := index[r.label]; !ok {
 				if len(index) == maxCSVLabels {
@@ -119,7 +133,27 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 	}
 
-	perClass := make([][]labelledFile, len(classes))
+	// Samples are grouped by class — for a multi-label listing by label
+	// set, in increasing order of its bits — and taken round-robin over
+	// the groups.
+	group := func(l int32) int { return int(l) }
+	groups := len(classes)
+	if masks != nil {
+		distinct := map[int32]int{}
+		var sets []int32
+		for _, m := range masks {
+			if _, ok := distinct[m]; !ok {
+				distinct[m] = 0
+				sets = append(sets, m)
+			}
+		}
+		slices.Sort(sets)
+		for i, m := range sets {
+			distinct[m] = i
+		}
+		group, groups = func(l int32) int { return distinct[l] }, len(sets)
+	}
+	perClass := make([][]labelledFile, groups)
 	seen := make(map[string]int, len(rows))
 	var userOf map[string]string // by cleaned path, with users
 	if hasUsers {
@@ -147,11 +181,14 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			return nil, fmt.Errorf("csv: %s: line %d: %s is not a file", path, r.line, p)
 		}
 		l := index[r.label]
-		if numeric {
+		switch {
+		case masks != nil:
+			l = masks[r.line]
+		case numeric:
 			v, _ := strconv.Atoi(r.label)
 			l = int32(v)
 		}
-		perClass[l] = append(perClass[l], labelledFile{p, l})
+		perClass[group(l)] = append(perClass[group(l)], labelledFile{p, l})
 		if hasUsers {
 			userOf[p] = r.user
 		}
@@ -211,6 +248,51 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	return im, nil
 }
 
+// labelSets reads a multi-label listing's rows: each label a set of names
+// separated by sep (spaces around them trimmed, empty ones dropped, a
+// name twice refused). It returns the names in sorted order, at most
+// MaxLabels, and each row's set as bits of that order, by line.
+func labelSets(rows []csvRow, sep, path string) ([]string, map[int]int32, error) {
+	names := map[string]bool{}
+	sets := make(map[int][]string, len(rows))
+	for _, r := range rows {
+		var set []string
+		for _, n := range strings.Split(r.label, sep) {
+			if n = strings.TrimSpace(n); n == "" {
+				continue
+			}
+			if slices.Contains(set, n) {
+				return nil, nil, fmt.Errorf("csv: %s: line %d: label %q twice in %q", path, r.line, n, r.label)
+			}
+			set = append(set, n)
+			if !names[n] {
+				if len(names) == MaxLabels {
+					return nil, nil, fmt.Errorf("csv: %s: line %d: label %q is one more than the %d labels a multi-label listing may name", path, r.line, n, MaxLabels)
+				}
+				names[n] = true
+			}
+		}
+		sets[r.line] = set
+	}
+	if len(names) == 0 {
+		return nil, nil, fmt.Errorf("csv: %s: no row names a label (multilabel: labels separated by %q)", path, sep)
+	}
+	classes := make([]string, 0, len(names))
+	for n := range names {
+		classes = append(classes, n)
+	}
+	slices.Sort(classes)
+	masks := make(map[int]int32, len(rows))
+	for line, set := range sets {
+		var m int32
+		for _, n := range set {
+			m |= 1 << slices.Index(classes, n)
+		}
+		masks[line] = m
+	}
+	return classes, masks, nil
+}
+
 // csvRow is one image of a CSV listing and the line it is on; user is
 // its user's name where the header names a user column (then every row
 // has one), "" where it names none.
@@ -221,7 +303,7 @@ type csvRow struct {
 
 // readCSVRows reads the path, label and user of every row of a CSV
 // listing (loadCSV), naming the file and line of any row it cannot read.
-func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
+func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 	br := bufio.NewReader(r)
 	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
 		br.Discard(3) // a byte-order mark, as spreadsheets write
@@ -266,7 +348,7 @@ func readCSVRows(r io.Reader, name string) ([]csvRow, error) {
 			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want an image path and a label (columns %d and %d)", name, line, len(rec), pathCol+1, labelCol+1)
 		}
 		p, l := strings.TrimSpace(rec[pathCol]), strings.TrimSpace(rec[labelCol])
-		if p == "" || l == "" {
+		if p == "" || l == "" && !emptyLabels {
 			return nil, fmt.Errorf("csv: %s: line %d: an empty image path or label", name, line)
 		}
 		u := ""

@@ -167,7 +167,7 @@ func FuzzCSV(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv")
+		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", false)
 		if err != nil {
 			return
 		}

@@ -104,8 +104,14 @@ func (m *Images) NumClasses() int { return len(m.classes) }
 // do not modify it.
 func (m *Images) Classes() []string { return m.classes }
 
-// Label returns the label of sample i.
+// Label returns the label of sample i: its class, or for a multi-label
+// dataset its set of labels as bits.
 func (m *Images) Label(i int) int { return int(m.labels[i]) }
+
+// MultiLabel reports whether the dataset is multi-label
+// (Spec.MultiLabel): each sample's label is a set of labels, bit j of it
+// label j, NumClasses the number of labels.
+func (m *Images) MultiLabel() bool { return m.spec.MultiLabel != "" }
 
 // Labels returns a copy of all labels, indexed by sample.
 func (m *Images) Labels() []int32 { return append([]int32(nil), m.labels...) }

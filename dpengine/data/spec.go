@@ -80,6 +80,9 @@ func ParseSplit(s string) (Split, error) {
 //	                       each training class (of the users, where the
 //	                       samples name them) as the test split (see
 //	                       Holdout)
+//	multilabel[=SEP]       csv only: a row's label is a set of labels
+//	                       separated by SEP ('|' by default; see
+//	                       MultiLabel)
 //	users=REGEX            folder only: each image's user is read from
 //	                       its path within its class directory by the
 //	                       regular expression REGEX (see Users); REGEX
@@ -142,7 +145,19 @@ type Spec struct {
 	// groups for (?:…). ParseSpec refuses a directory holding ":users=",
 	// which is what such an expression would leave of the spec.
 	Users string
+	// MultiLabel, for a CSV listing only, makes each row's label a set of
+	// labels separated by this character ("|": NIH ChestX-ray14's
+	// "Finding Labels", "Atelectasis|Effusion"; an empty label is the
+	// empty set): the dataset is then multi-label (MultiLabeled), its
+	// classes the labels' names in sorted order, at most MaxLabels, and a
+	// sample's label the set as bits (bit j: label j applies). Empty: one
+	// class a row.
+	MultiLabel string
 }
+
+// MaxLabels is the most labels a multi-label dataset names: a sample's
+// label set is the bits of its int32 label.
+const MaxLabels = 31
 
 // usersOption is the spec option that names a folder's users (Spec.Users).
 const usersOption = "users"
@@ -186,6 +201,8 @@ options:
 			switch strings.ToLower(opt) {
 			case "train", "test", "val":
 				key, val = "split", opt
+			case "multilabel":
+				key, val = "multilabel", "|"
 			default:
 				// Not an option: part of the directory name.
 				break options
@@ -226,6 +243,14 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx and npy schemes only", s)
 			}
 			spec.Classes = n
+		case "multilabel":
+			if spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: multilabel applies to the csv scheme only", s)
+			}
+			if len([]rune(val)) != 1 || val == ":" || strings.TrimSpace(val) == "" {
+				return Spec{}, fmt.Errorf("data spec %q: multilabel=%s: want one character separating a row's labels (multilabel alone: '|')", s, val)
+			}
+			spec.MultiLabel = val
 		case usersOption:
 			if spec.Scheme != SchemeFolder {
 				return Spec{}, fmt.Errorf("data spec %q: users= applies to the folder scheme only (a csv listing names its users in a column, npy arrays in a users array)", s)
@@ -238,7 +263,7 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP])", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -283,6 +308,13 @@ func (s Spec) String() string {
 	}
 	if s.Holdout > 0 {
 		b.WriteString(":holdout=" + strconv.FormatFloat(s.Holdout, 'g', -1, 64))
+	}
+	switch s.MultiLabel {
+	case "":
+	case "|":
+		b.WriteString(":multilabel")
+	default:
+		b.WriteString(":multilabel=" + s.MultiLabel)
 	}
 	if s.Users != "" {
 		b.WriteString(":" + usersOption + "=" + s.Users)

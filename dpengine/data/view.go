@@ -36,6 +36,21 @@ type Dataset interface {
 	Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error
 }
 
+// MultiLabeled is a dataset that may be multi-label: where MultiLabel
+// reports true, a sample's label is a set of labels, bit j of it label j
+// of NumClasses (at most MaxLabels), and a sample may have none or
+// several.
+type MultiLabeled interface {
+	MultiLabel() bool
+}
+
+// IsMultiLabel reports whether d (a Dataset, Images) is a multi-label
+// dataset (MultiLabeled).
+func IsMultiLabel(d any) bool {
+	m, ok := d.(MultiLabeled)
+	return ok && m.MultiLabel()
+}
+
 // Preprocess says how a sample becomes model input. The steps, in order:
 //
 //  1. Resize each channel to Height×Width (see Resize: stretched, or the
@@ -414,6 +429,9 @@ func (v *View) NumClasses() int { return v.src.NumClasses() }
 
 // Label returns the label of sample i.
 func (v *View) Label(i int) int { return v.src.Label(i) }
+
+// MultiLabel reports whether the source is multi-label (Images.MultiLabel).
+func (v *View) MultiLabel() bool { return v.src.MultiLabel() }
 
 // Labels returns a copy of all labels, indexed by sample.
 func (v *View) Labels() []int32 { return v.src.Labels() }

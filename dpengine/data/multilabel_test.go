@@ -1,0 +1,100 @@
+package data
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCSVMultiLabel: a listing read with :multilabel has label sets — the
+// names separated by '|' (or the spec's character), numbered in sorted
+// order, an empty label the empty set — as bits of each sample's label;
+// a limit takes the label sets round-robin and :holdout splits each set;
+// the spec's string form reads back; errors name what is wrong.
+func TestCSVMultiLabel(t *testing.T) {
+	dir := t.TempDir()
+	imgs := csvImages(t, dir, "x", 10, 6)
+	rows := []string{"Effusion|Atelectasis", "", "Effusion", "Atelectasis | Mass", "Effusion", "Mass|Effusion|Atelectasis"}
+	var b strings.Builder
+	b.WriteString("Image Index,Finding Labels,Patient ID\n")
+	for k, p := range imgs {
+		fmt.Fprintf(&b, "%s,%s,P%d\n", p, rows[k], k%3)
+	}
+	listing := filepath.Join(dir, "findings.csv")
+	writeFile(t, listing, []byte(strings.ReplaceAll(b.String(), "Image Index,Finding Labels", "image,labels")))
+
+	m, err := LoadString("csv:" + listing + ":multilabel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.MultiLabel() || strings.Join(m.Classes(), ",") != "Atelectasis,Effusion,Mass" || m.Len() != 6 || m.NumClasses() != 3 {
+		t.Fatalf("multi-label %v, labels %q, %d samples", m.MultiLabel(), m.Classes(), m.Len())
+	}
+	// Bits: Atelectasis 1, Effusion 2, Mass 4.
+	want := map[uint8]int{10: 3, 11: 0, 12: 2, 13: 5, 14: 2, 15: 7}
+	for i := 0; i < m.Len(); i++ {
+		if px := m.Pixels(i)[0]; m.Label(i) != want[px] {
+			t.Errorf("image %d: label set %b, want %b", px, m.Label(i), want[px])
+		}
+	}
+	// Round-robin over the sets in increasing order of their bits:
+	// {} (11), {Effusion} (12), {A, E} (10), {A, Mass} (13), {all} (15),
+	// then the second {Effusion} (14).
+	var order []uint8
+	for i := 0; i < m.Len(); i++ {
+		order = append(order, m.Pixels(i)[0])
+	}
+	if fmt.Sprint(order) != "[11 12 10 13 15 14]" {
+		t.Errorf("sample order %v", order)
+	}
+	v, err := NewView(m, Preprocess{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain.csv")
+	writeFile(t, plain, []byte("image,label\n"+imgs[0]+",a\n"+imgs[1]+",b\n"))
+	if !IsMultiLabel(v) || IsMultiLabel(mustLoad(t, "csv:"+plain)) {
+		t.Error("IsMultiLabel: the view of a multi-label listing, or the listing read with one class a row")
+	}
+	sp, err := ParseSpec("csv:" + listing + ":multilabel=;:holdout=0.5")
+	if err != nil || sp.MultiLabel != ";" {
+		t.Fatalf("multilabel=;: %+v %v", sp, err)
+	}
+	if back, err := ParseSpec(sp.String()); err != nil || back.String() != sp.String() || back.MultiLabel != ";" {
+		t.Errorf("%q reads back as %+v (%v)", sp.String(), back, err)
+	}
+	train, err := LoadString("csv:" + listing + ":multilabel:holdout=0.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	test, err := LoadString("csv:" + listing + ":multilabel:holdout=0.5:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train.Len()+test.Len() != 6 || test.Len() != 1 || !test.MultiLabel() {
+		t.Errorf("holdout 0.5: %d train, %d test; want the two {Effusion} images split", train.Len(), test.Len())
+	}
+
+	var many []string
+	for k := range MaxLabels + 1 {
+		many = append(many, fmt.Sprint("L", k))
+	}
+	for _, tc := range []struct{ spec, body, want string }{
+		{"folder:" + dir + ":multilabel", "", "csv scheme only"},
+		{"csv:" + listing + ":multilabel=ab", "", "want one character"},
+		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + ",A|A\n", `label "A" twice`},
+		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + ",\n", "no row names a label"},
+		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + "," + strings.Join(many, "|") + "\n", "one more than the 31 labels"},
+	} {
+		spec := tc.spec
+		if strings.Contains(spec, "%s") {
+			bad := filepath.Join(dir, "bad.csv")
+			writeFile(t, bad, []byte(tc.body))
+			spec = fmt.Sprintf(spec, bad)
+		}
+		if _, err := LoadString(spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", spec, err, tc.want)
+		}
+	}
+}
