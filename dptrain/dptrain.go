@@ -150,6 +150,12 @@ type Settings struct {
 	// LoRA describes the run's low-rank adapters (Config.Rewrite.LoRA; nil
 	// without): Run fills it.
 	LoRA *LoRASettings `json:"lora,omitempty"`
+	// MultiLabel says the training data is multi-label (data.IsMultiLabel):
+	// each of the model's K logits a label of its own, a sample's label
+	// the set of those that apply, the loss the sigmoids' binary
+	// cross-entropy averaged over the labels (dpengine.Config.MultiLabel),
+	// the test figures EvalResult.MultiLabel's. Run sets it from the data.
+	MultiLabel bool `json:"multi_label,omitempty"`
 }
 
 // LoRASettings are a LoRA run's adapters: Rank, Alpha (their product
@@ -350,6 +356,36 @@ var (
 	normCheckTol     = dpengine.NormTolerance{Total: 1e-3, Own: 0.1, Share: 1e-6}
 	normCheckTolTF32 = dpengine.NormTolerance{Total: 2e-2, Own: 0.5, Share: 3e-2}
 )
+
+// checkMultiLabel refuses what a multi-label run cannot do: label
+// smoothing (the softmax head's), gradient canaries (the audit's), test
+// or score data that is not multi-label with the same labels.
+func checkMultiLabel(cfg Config, set Settings) error {
+	if set.LabelSmoothing > 0 {
+		return fmt.Errorf("--label-smoothing: %s is multi-label, and label smoothing is the softmax head's", set.Data)
+	}
+	if cfg.GradientCanaries > 0 {
+		return fmt.Errorf("dptrain: the audit's canaries on multi-label data (%s)", set.Data)
+	}
+	names := func(d data.Dataset) string {
+		if c, ok := d.(interface{ Classes() []string }); ok {
+			return strings.Join(c.Classes(), ", ")
+		}
+		return ""
+	}
+	for what, d := range map[string]data.Dataset{"test": cfg.Test, "score": cfg.Score} {
+		if d == nil {
+			continue
+		}
+		if !data.IsMultiLabel(d) {
+			return fmt.Errorf("%s is multi-label but the %s data is not: read it as multi-label too (a csv listing's :multilabel)", set.Data, what)
+		}
+		if a, b := names(cfg.Train), names(d); a != "" && b != "" && a != b {
+			return fmt.Errorf("the %s data's labels (%s) are not the training data's (%s): a label set's bits would mean other labels", what, b, a)
+		}
+	}
+	return nil
+}
 
 // withDrawnLoRA runs fn, the norm check, with every LoRA B factor that
 // is zero (a fresh run's: the adapters start as the identity) drawn from
@@ -596,6 +632,12 @@ func Run(cfg Config) (*Report, error) {
 	if !(set.LabelSmoothing >= 0 && set.LabelSmoothing < 1) {
 		return nil, fmt.Errorf("--label-smoothing %v must be in [0, 1)", set.LabelSmoothing)
 	}
+	set.MultiLabel = data.IsMultiLabel(cfg.Train)
+	if set.MultiLabel {
+		if err := checkMultiLabel(cfg, set); err != nil {
+			return nil, err
+		}
+	}
 	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
 		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
 	}
@@ -806,7 +848,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
-		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, RowLabels: groups != nil}
+		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, MultiLabel: set.MultiLabel, RowLabels: groups != nil}
 	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -829,6 +871,11 @@ func Run(cfg Config) (*Report, error) {
 	set.Classes = oshape[len(oshape)-1]
 	if cfg.Train.NumClasses() > set.Classes {
 		return nil, fmt.Errorf("%s has %d classes but %s outputs %d logits: pass --num-classes %d to replace the head", set.Data, cfg.Train.NumClasses(), set.Model, set.Classes, cfg.Train.NumClasses())
+	}
+	if set.MultiLabel && cfg.Train.NumClasses() != set.Classes {
+		// Each logit is a label: one the data never names would be
+		// trained towards "absent" alone.
+		return nil, fmt.Errorf("%s names %d labels but %s outputs %d logits, a label each: pass --num-classes %d to replace the head", set.Data, cfg.Train.NumClasses(), set.Model, set.Classes, cfg.Train.NumClasses())
 	}
 	// The engine's per-sample norms against each sample's own gradient,
 	// before the checkpoint's parameters replace the graph's.
@@ -928,6 +975,9 @@ func Run(cfg Config) (*Report, error) {
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
 	if set.LabelSmoothing > 0 {
 		logf("  loss:      cross-entropy against labels smoothed by α = %g (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
+	}
+	if set.MultiLabel {
+		logf("  loss:      multi-label: each of the %d labels decided by its logit's sigmoid, the binary cross-entropy averaged over the labels (one loss a sample: clipped and noised as any)\n", set.Classes)
 	}
 	if set.EMADecay > 0 {
 		logf("  average:   the parameters' exponential moving average, decay %g (warm-up min(β, (1+t)/(10+t))), is evaluated and exported (post-processing: ε unchanged)\n", set.EMADecay)
@@ -1095,10 +1145,16 @@ func Run(cfg Config) (*Report, error) {
 		if scoreEv, err = NewEvaluatorOn(cfg.Device, engG, engShape, min(cfg.EvalBatch, max(cfg.Score.Len(), 1))); err != nil {
 			return nil, err
 		}
+		if err := scoreEv.SetMultiLabel(set.MultiLabel); err != nil {
+			return nil, err
+		}
 	}
 	var ev *Evaluator
 	if cfg.Test != nil {
 		if ev, err = NewEvaluatorOn(cfg.Device, engG, engShape, min(cfg.EvalBatch, max(cfg.Test.Len(), 1))); err != nil {
+			return nil, err
+		}
+		if err := ev.SetMultiLabel(set.MultiLabel); err != nil {
 			return nil, err
 		}
 	}
@@ -1250,7 +1306,15 @@ func Run(cfg Config) (*Report, error) {
 			line += fmt.Sprintf(", %d non-finite gradients dropped", rec.NonFinite)
 		}
 		if rec.Test != nil {
-			line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f%s)", 100*rec.Test.Accuracy, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
+			if rec.Test.MultiLabel {
+				auc := "–"
+				if rec.Test.AUC != nil {
+					auc = fmt.Sprintf("%.4f", *rec.Test.AUC)
+				}
+				line += fmt.Sprintf(", test AUC %s, labels right %.2f %%, exact %.2f %% (loss %.4f%s)", auc, 100*rec.Test.Accuracy, 100*rec.Test.ExactMatch, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
+			} else {
+				line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f%s)", 100*rec.Test.Accuracy, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
+			}
 		}
 		if !set.NonPrivate {
 			line += fmt.Sprintf(", ε spent %.4g", rec.Epsilon)
@@ -1439,6 +1503,7 @@ func compatible(prev, cur Settings) error {
 	check("--examples-per-user", prev.ExamplesPerUser, cur.ExamplesPerUser)
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
+	check("multi-label", prev.MultiLabel, cur.MultiLabel)
 	lora := func(s Settings) string {
 		if s.LoRA == nil {
 			return "none"
@@ -1486,6 +1551,11 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.LabelSmoothing > 0 {
 		kv["label_smoothing"] = fmt.Sprint(s.LabelSmoothing)
+	}
+	if s.MultiLabel {
+		// predict and eval read the logits as labels decided each on its
+		// own (a sigmoid each), not as one softmax.
+		kv["multi_label"] = "true"
 	}
 	if l := s.LoRA; l != nil {
 		// The adapters are merged into the weights: the model has the

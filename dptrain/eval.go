@@ -18,14 +18,26 @@ import (
 // are the logits' softmax. The metrics follow scikit-learn's definitions,
 // named beside each (testdata/metrics holds its figures on a fixed case).
 type EvalResult struct {
-	Samples  int     `json:"samples"`
-	Accuracy float64 `json:"accuracy"`
+	Samples int `json:"samples"`
+	// MultiLabel marks a multi-label evaluation (Evaluator.SetMultiLabel):
+	// each logit a label decided on its own (its sigmoid above ½, the
+	// logit above 0); Accuracy is then the share of right label
+	// decisions, ExactMatch the share of samples with every label right,
+	// PerClass each label's figures, MacroF1 their F1's mean over every
+	// label, BalancedAccuracy the mean over the labels of each one's
+	// balanced accuracy, AUC the mean of the AUCs of the labels with
+	// positives and negatives; Confusion, Top5, AccuracyCI and ECE are
+	// nil.
+	MultiLabel bool    `json:"multi_label,omitempty"`
+	ExactMatch float64 `json:"exact_match,omitempty"`
+	Accuracy   float64 `json:"accuracy"`
 	// AccuracyCI is the 95 % Wilson score interval of Accuracy, the
 	// examples taken as independent draws: how far a test set this size
-	// pins the accuracy down.
-	AccuracyCI [2]float64 `json:"accuracy_ci95"`
-	Loss       float64    `json:"loss"`
-	Confusion  [][]int64  `json:"confusion"` // [true][predicted]
+	// pins the accuracy down (nil for a multi-label evaluation, whose
+	// label decisions are not independent).
+	AccuracyCI *[2]float64 `json:"accuracy_ci95,omitempty"`
+	Loss       float64     `json:"loss"`
+	Confusion  [][]int64   `json:"confusion"` // [true][predicted]
 	// Classes names the confusion matrix's rows (the data's classes), when
 	// the caller sets it (dpfinetune eval).
 	Classes []string `json:"classes,omitempty"`
@@ -54,16 +66,19 @@ type EvalResult struct {
 	// of the top probability, the examples' share of each bin times the
 	// difference of its accuracy and mean top probability, summed. A
 	// private model that is right as often but less sure, or surer, shows
-	// here what accuracy hides.
-	ECE float64 `json:"ece"`
+	// here what accuracy hides. Nil for a multi-label evaluation.
+	ECE *float64 `json:"ece,omitempty"`
 }
 
-// ClassMetrics are one class's figures in an EvalResult.
+// ClassMetrics are one class's figures in an EvalResult — of a
+// multi-label evaluation, one label's: its decisions' precision, recall
+// and F1, Support its positives, and its AUC.
 type ClassMetrics struct {
-	Precision float64 `json:"precision"`
-	Recall    float64 `json:"recall"`
-	F1        float64 `json:"f1"`
-	Support   int64   `json:"support"`
+	Precision float64  `json:"precision"`
+	Recall    float64  `json:"recall"`
+	F1        float64  `json:"f1"`
+	Support   int64    `json:"support"`
+	AUC       *float64 `json:"auc,omitempty"`
 }
 
 // maxAUCFloats bounds the probabilities Run keeps for the AUC (examples
@@ -82,6 +97,20 @@ type Evaluator struct {
 	k      int
 	idx    []int
 	logits []float32
+	// multiLabel selects the multi-label loss and figures (SetMultiLabel).
+	multiLabel bool
+}
+
+// SetMultiLabel makes the evaluator read labels as label sets and the
+// logits as labels decided each on its own: the loss the sigmoids'
+// binary cross-entropy averaged over the labels (the multi-label head's),
+// the figures EvalResult.MultiLabel's.
+func (ev *Evaluator) SetMultiLabel(on bool) error {
+	if on && ev.k > runtime.MaxLabels {
+		return fmt.Errorf("a multi-label model of %d labels; at most %d", ev.k, runtime.MaxLabels)
+	}
+	ev.multiLabel = on
+	return nil
 }
 
 // NewEvaluator compiles g for forward passes of batch samples of shape
@@ -112,6 +141,13 @@ func NewEvaluatorOn(dev runtime.Device, g *graph.Graph, sample []int64, batch in
 func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	if v.NumClasses() > ev.k {
 		return nil, fmt.Errorf("the data has %d classes but the model outputs %d logits (use --num-classes when training)", v.NumClasses(), ev.k)
+	}
+	if ev.multiLabel {
+		m := newLabelMetrics(v.Len(), ev.k)
+		if err := ev.Losses(v, m.add); err != nil {
+			return nil, err
+		}
+		return m.result(), nil
 	}
 	m := newMetrics(v.Len(), ev.k)
 	if err := ev.Losses(v, m.add); err != nil {
@@ -196,16 +232,19 @@ func (m *metrics) result() *EvalResult {
 	}
 	res.Accuracy = float64(m.correct) / float64(n)
 	res.Loss = m.lossSum / float64(n)
-	res.AccuracyCI = wilson(m.correct, n)
+	ci := wilson(m.correct, n)
+	res.AccuracyCI = &ci
 	if m.k > 5 {
 		t := float64(m.top5) / float64(n)
 		res.Top5 = &t
 	}
+	var ece float64
 	for _, c := range m.conf {
 		if c.n > 0 {
-			res.ECE += math.Abs(float64(c.correct)-c.sum) / float64(n)
+			ece += math.Abs(float64(c.correct)-c.sum) / float64(n)
 		}
 	}
+	res.ECE = &ece
 	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
 	res.AUC = auc(m.probs, m.labels, m.k, m.keep)
 	return res
@@ -396,6 +435,13 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 				se += math.Exp(float64(v) - mx)
 			}
 			y := ev.y[i]
+			if ev.multiLabel {
+				if y < 0 || y >= 1<<uint(ev.k) {
+					return fmt.Errorf("example %d: label set %#x has bits beyond the model's %d labels", off+i, y, ev.k)
+				}
+				fn(off+i, y, row, sigmoidLoss(row, y))
+				continue
+			}
 			if y < 0 || int(y) >= ev.k {
 				return fmt.Errorf("example %d: label %d outside the model's %d classes", off+i, y, ev.k)
 			}
@@ -407,13 +453,151 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 
 // Correct says which of v's examples the model classifies correctly: its
 // prediction (the largest logit, the first where several are largest,
-// as Run counts it) is the example's label.
+// as Run counts it) is the example's label — multi-label, every label's
+// decision (its logit above 0) is right.
 func (ev *Evaluator) Correct(v data.Dataset) ([]bool, error) {
 	correct := make([]bool, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
+		if ev.multiLabel {
+			correct[i] = decisions(logits) == label
+			return
+		}
 		correct[i] = int64(argmax(logits)) == label
 	})
 	return correct, err
+}
+
+// decisions is the label set a multi-label model decides on: the labels
+// of positive logits.
+func decisions(logits []float32) int64 {
+	var set int64
+	for j, z := range logits {
+		if z > 0 {
+			set |= 1 << uint(j)
+		}
+	}
+	return set
+}
+
+// sigmoidLoss is the multi-label head's loss of one sample, in float64:
+// the binary cross-entropy of each logit's sigmoid against bit j of the
+// label set, averaged over the labels.
+func sigmoidLoss(logits []float32, set int64) float64 {
+	var s float64
+	for j, v := range logits {
+		z := float64(v)
+		s += max(z, 0) - z*float64(set>>uint(j)&1) + math.Log1p(math.Exp(-math.Abs(z)))
+	}
+	return s / float64(len(logits))
+}
+
+// labelMetrics accumulates a multi-label EvalResult example by example.
+type labelMetrics struct {
+	res        *EvalResult
+	n, k       int
+	right      int // right label decisions
+	exact      int // samples with every decision right
+	lossSum    float64
+	tp, fp, fn []int64
+	keep       bool // the logits kept for the AUC
+	// logits are n·k where keep: a label's AUC ranks its logits, as its
+	// sigmoids (a monotone function of them) without their rounding.
+	logits []float32
+	labels []int64
+}
+
+func newLabelMetrics(n, k int) *labelMetrics {
+	m := &labelMetrics{res: &EvalResult{Samples: n, MultiLabel: true}, n: n, k: k,
+		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), labels: make([]int64, n)}
+	if m.keep = int64(n)*int64(k) <= maxAUCFloats; m.keep {
+		m.logits = make([]float32, n*k)
+	}
+	return m
+}
+
+func (m *labelMetrics) add(i int, set int64, logits []float32, loss float64) {
+	m.lossSum += loss
+	m.labels[i] = set
+	d := decisions(logits)
+	if d == set {
+		m.exact++
+	}
+	for j, z := range logits {
+		t, p := set>>uint(j)&1 == 1, d>>uint(j)&1 == 1
+		switch {
+		case t && p:
+			m.tp[j]++
+		case p:
+			m.fp[j]++
+		case t:
+			m.fn[j]++
+		}
+		if t == p {
+			m.right++
+		}
+		if m.keep {
+			m.logits[i*m.k+j] = z
+		}
+	}
+}
+
+func (m *labelMetrics) result() *EvalResult {
+	res, n, k := m.res, m.n, m.k
+	res.PerClass = make([]ClassMetrics, k)
+	if n == 0 {
+		return res
+	}
+	res.Accuracy = float64(m.right) / float64(n*k)
+	res.ExactMatch = float64(m.exact) / float64(n)
+	res.Loss = m.lossSum / float64(n)
+	score := make([]float32, n)
+	pos := make([]bool, n)
+	var aucSum float64
+	var aucs int
+	for j := range res.PerClass {
+		c := &res.PerClass[j]
+		tp, fp, fn := float64(m.tp[j]), float64(m.fp[j]), float64(m.fn[j])
+		tn := float64(n) - tp - fp - fn
+		c.Support = m.tp[j] + m.fn[j]
+		if tp+fp > 0 {
+			c.Precision = tp / (tp + fp)
+		}
+		if tp+fn > 0 {
+			c.Recall = tp / (tp + fn)
+		}
+		if c.Precision+c.Recall > 0 {
+			c.F1 = 2 * c.Precision * c.Recall / (c.Precision + c.Recall)
+		}
+		res.MacroF1 += c.F1 / float64(k)
+		// The label's balanced accuracy: the mean recall of its values
+		// the data has (balanced_accuracy_score of its column).
+		var recalls float64
+		var present int
+		if tp+fn > 0 {
+			recalls += tp / (tp + fn)
+			present++
+		}
+		if tn+fp > 0 {
+			recalls += tn / (tn + fp)
+			present++
+		}
+		res.BalancedAccuracy += recalls / float64(present) / float64(k)
+		if m.keep {
+			for i := range score {
+				score[i], pos[i] = m.logits[i*k+j], m.labels[i]>>uint(j)&1 == 1
+			}
+			if a, ok := rankAUC(score, pos); ok {
+				c.AUC = &a
+				aucSum += a
+				aucs++
+			}
+		}
+	}
+	if aucs > 0 {
+		a := aucSum / float64(aucs)
+		res.AUC = &a
+	}
+	return res
 }
 
 // argmax returns the class of the largest logit, the first where several

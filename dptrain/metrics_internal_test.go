@@ -56,7 +56,7 @@ func TestEvalMetrics(t *testing.T) {
 			near("accuracy CI high", got.AccuracyCI[1], c.AccuracyCI[1])
 			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
 			near("macro F1", got.MacroF1, c.MacroF1)
-			near("ECE", got.ECE, c.ECE)
+			near("ECE", *got.ECE, c.ECE)
 			for k, w := range c.PerClass {
 				g := got.PerClass[k]
 				near("precision", g.Precision, w.Precision)
@@ -80,6 +80,76 @@ func TestEvalMetrics(t *testing.T) {
 				if math.Abs(*got.AUC-*c.AUC) > 1e-4 {
 					t.Errorf("AUC = %.6g, scikit-learn's %.6g", *got.AUC, *c.AUC)
 				}
+			}
+		})
+	}
+}
+
+// TestEvalMetricsMultiLabel holds a multi-label EvalResult to
+// scikit-learn's figures (testdata/gen/make_metrics.py): the share of
+// right label decisions (1 − hamming_loss), the exact matches
+// (accuracy_score), each label's precision, recall, F1 and AUC, the macro
+// F1 and AUC, each label's balanced accuracy's mean, and the loss (the
+// sigmoids' binary cross-entropy by numpy's logaddexp); a label no sample
+// has has no AUC, and saturated sigmoids are ranked by their logits.
+func TestEvalMetricsMultiLabel(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "metrics", "multilabel.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Name             string         `json:"name"`
+		K                int            `json:"k"`
+		Labels           []int64        `json:"labels"`
+		Logits           [][]float32    `json:"logits"`
+		Accuracy         float64        `json:"accuracy"`
+		ExactMatch       float64        `json:"exact_match"`
+		MacroF1          float64        `json:"macro_f1"`
+		BalancedAccuracy float64        `json:"balanced_accuracy"`
+		PerClass         []ClassMetrics `json:"per_class"`
+		AUC              *float64       `json:"auc"`
+		Loss             float64        `json:"loss"`
+	}
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) != 2 {
+		t.Fatalf("%d cases", len(cases))
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			m := newLabelMetrics(len(c.Labels), c.K)
+			for i, y := range c.Labels {
+				m.add(i, y, c.Logits[i], sigmoidLoss(c.Logits[i], y))
+			}
+			got := m.result()
+			near := func(what string, g, w float64) {
+				t.Helper()
+				if math.Abs(g-w) > 1e-6 {
+					t.Errorf("%s = %.9g, scikit-learn's %.9g", what, g, w)
+				}
+			}
+			if !got.MultiLabel || got.Confusion != nil || got.Top5 != nil || got.AccuracyCI != nil || got.ECE != nil {
+				t.Errorf("a multi-label result with single-label figures: %+v", got)
+			}
+			near("label accuracy", got.Accuracy, c.Accuracy)
+			near("exact match", got.ExactMatch, c.ExactMatch)
+			near("macro F1", got.MacroF1, c.MacroF1)
+			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
+			near("loss", got.Loss, c.Loss)
+			for j, w := range c.PerClass {
+				g := got.PerClass[j]
+				near("precision", g.Precision, w.Precision)
+				near("recall", g.Recall, w.Recall)
+				near("F1", g.F1, w.F1)
+				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) {
+					t.Errorf("label %d: support %d, AUC %v; want %d, %v", j, g.Support, g.AUC, w.Support, w.AUC)
+				} else if w.AUC != nil {
+					near("a label's AUC", *g.AUC, *w.AUC)
+				}
+			}
+			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
+				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
 			}
 		})
 	}

@@ -226,6 +226,16 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
+	// A multi-label model (train recorded it) is evaluated on label sets;
+	// multi-label data evaluates any model as multi-label (an export of
+	// one trained so elsewhere records nothing).
+	multi := data.IsMultiLabel(v)
+	if recorded(m, "multi_label", "") == "true" && !multi {
+		return usagef("%s is multi-label (each logit a label): read the data as label sets (a csv listing's :multilabel)", *model)
+	}
+	if err := ev.SetMultiLabel(multi); err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
 	res, err := ev.Run(v)
 	if err != nil {
 		return err
@@ -236,8 +246,38 @@ func runEval(args []string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
+	if res.MultiLabel {
+		writeLabelEval(stdout, *model, s, res)
+		return nil
+	}
 	writeEval(stdout, *model, s, res)
 	return nil
+}
+
+// writeLabelEval prints a multi-label evaluation: the figures, then each
+// label's precision, recall, F1, positives and AUC.
+func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples, multi-label: %d labels, each decided by its logit's sigmoid above ½)\n", model, spec, res.Samples, len(res.PerClass))
+	if res.AUC != nil {
+		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives)\n", *res.AUC)
+	}
+	fmt.Fprintf(stdout, "labels right: %.2f %% (of every sample's label decisions)\nexact:    %.2f %% (samples with every label right)\n", 100*res.Accuracy, 100*res.ExactMatch)
+	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
+	fmt.Fprintf(stdout, "\nper label:\n")
+	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t\n")
+	for i, c := range res.PerClass {
+		label := strconv.Itoa(i)
+		if i < len(res.Classes) && res.Classes[i] != label {
+			label += " " + res.Classes[i]
+		}
+		auc := "–"
+		if c.AUC != nil {
+			auc = fmt.Sprintf("%.4f", *c.AUC)
+		}
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc)
+	}
+	tw.Flush()
 }
 
 // writeEval prints an evaluation: the figures, the confusion matrix and
@@ -266,7 +306,10 @@ func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	if k == 2 && len(res.PerClass) == 2 {
 		fmt.Fprintf(stdout, "sensitivity: %.2f %% (class %s's recall), specificity: %.2f %% (class %s's)\n", 100*res.PerClass[1].Recall, name(1), 100*res.PerClass[0].Recall, name(0))
 	}
-	fmt.Fprintf(stdout, "ECE:      %.2f %% (expected calibration error: accuracy against confidence, 15 bins)\nloss:     %.4f\n", 100*res.ECE, res.Loss)
+	if res.ECE != nil {
+		fmt.Fprintf(stdout, "ECE:      %.2f %% (expected calibration error: accuracy against confidence, 15 bins)\n", 100**res.ECE)
+	}
+	fmt.Fprintf(stdout, "loss:     %.4f\n", res.Loss)
 	fmt.Fprintf(stdout, "\nconfusion matrix (rows: true class, columns: predicted; the class's accuracy at the end):\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
 	for i, row := range res.Confusion {

@@ -49,6 +49,10 @@ type classScore struct {
 type imagePrediction struct {
 	File string       `json:"file"`
 	Top  []classScore `json:"top"`
+	// Labels are a multi-label model's decided labels (each logit's
+	// sigmoid above ½), every one of them, by probability; nil for a
+	// classifier.
+	Labels []string `json:"labels,omitempty"`
 }
 
 // predictImages classifies image files: the preprocessing (input shape,
@@ -72,7 +76,7 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		k        int
 		preds    []imagePrediction
 		names    []string
-		kind     = outputKind(g)
+		kind     = outputKind(m, g)
 		plans    = map[int]*runtime.Plan{}
 		tw       = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		partSize = max(predictPart, f.batch)
@@ -116,6 +120,12 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 			for _, c := range p.Top {
 				fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
 			}
+			if kind == outSigmoids {
+				fmt.Fprintf(tw, "\tlabels: %s", strings.Join(append([]string{}, p.Labels...), ", "))
+				if len(p.Labels) == 0 {
+					fmt.Fprint(tw, "none")
+				}
+			}
 			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
@@ -155,6 +165,14 @@ func topClasses(file string, scores []float32, kind int, names []string, top int
 	for _, j := range order[:min(top, len(order))] {
 		p.Top = append(p.Top, classScore{Class: names[j], Label: j, Probability: probs[j]})
 	}
+	if kind == outSigmoids {
+		p.Labels = []string{}
+		for _, j := range order {
+			if scores[j] > 0 { // the sigmoid above ½, as eval decides
+				p.Labels = append(p.Labels, names[j])
+			}
+		}
+	}
 	return p
 }
 
@@ -180,11 +198,18 @@ const (
 	outLogits = iota
 	outProbabilities
 	outLogProbabilities
+	// outSigmoids: a multi-label model's logits, a label each, whose
+	// probabilities are their sigmoids.
+	outSigmoids
 )
 
-// outputKind says whether the model's first output is a Softmax's or a
-// LogSoftmax's (a classifier exported with its activation), else logits.
-func outputKind(g *graph.Graph) int {
+// outputKind says whether the model's first output is a multi-label
+// model's logits (train recorded it), a Softmax's or a LogSoftmax's (a
+// classifier exported with its activation), else logits.
+func outputKind(m *onnx.Model, g *graph.Graph) int {
+	if recorded(m, "multi_label", "") == "true" {
+		return outSigmoids
+	}
 	if p := g.Outputs[0].Producer; p != nil {
 		switch p.OpType {
 		case "Softmax":
@@ -207,6 +232,11 @@ func toProbabilities(scores []float32, kind int, probs []float64) {
 	case outLogProbabilities:
 		for j, s := range scores {
 			probs[j] = math.Exp(float64(s))
+		}
+		return
+	case outSigmoids:
+		for j, s := range scores {
+			probs[j] = 1 / (1 + math.Exp(-float64(s)))
 		}
 		return
 	}

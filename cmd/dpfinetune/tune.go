@@ -342,6 +342,11 @@ func (c *tuneCmd) openScoreData() error {
 	if scoreView.Len() == 0 {
 		return fmt.Errorf("the runs' score data %s is empty", c.scoreSpec)
 	}
+	if data.IsMultiLabel(scoreView) {
+		// A run's score is the share of held-out units it gets right; a
+		// multi-label run's criterion (its AUC) has no such bound yet.
+		return usagef("tune scores a run by its held-out accuracy: multi-label data (%s) is not searched yet; train its settings one by one on data of your own", c.scoreSpec)
+	}
 	c.scoreView = scoreView
 	return os.MkdirAll(c.work, 0o700)
 }

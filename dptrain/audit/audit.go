@@ -89,6 +89,10 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 		return nil, errors.New("audit: a resumed run cannot be audited (the canaries' scores are not checkpointed)")
 	case cfg.GradientCanaries > 0:
 		return nil, errors.New("audit: the configuration already has gradient canaries")
+	case data.IsMultiLabel(cfg.Train):
+		// An input canary is an image with a wrong label; a label set
+		// has no single wrong one, and the score is a class's.
+		return nil, errors.New("audit: multi-label data is not audited yet (the input canaries are mislabeled images of one class)")
 	}
 	// The canaries are units of the run's privacy unit: at user level
 	// (where the data names users, or --privacy-unit user) each is a user

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Golden evaluation metrics (testdata/metrics/cases.json) for
-dptrain.TestEvalMetrics: seeded logits and labels, and what scikit-learn
+"""Golden evaluation metrics (testdata/metrics/cases.json and, multi-label,
+multilabel.json) for dptrain.TestEvalMetrics and TestEvalMetricsMultiLabel: seeded logits and labels, and what scikit-learn
 (balanced_accuracy_score, f1_score, precision_recall_fscore_support,
 top_k_accuracy_score, roc_auc_score) and scipy (the Wilson interval) make
 of them; the ECE is computed here from its definition (15 equal-width bins
@@ -15,8 +15,8 @@ import os
 import numpy as np
 from scipy.special import softmax
 from scipy.stats import binomtest
-from sklearn.metrics import (balanced_accuracy_score, f1_score, precision_recall_fscore_support,
-                             roc_auc_score, top_k_accuracy_score)
+from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, hamming_loss,
+                             precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
 
 
 def case(name, n, k, seed, absent=None, never=None, ties=False):
@@ -70,5 +70,47 @@ cases = [
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "cases.json")
 with open(path, "w") as f:
     json.dump(cases, f, indent=None, separators=(",", ":"))
+    f.write("\n")
+print("wrote", path)
+
+
+def multilabel_case(name, n, k, seed, constant=None):
+    """A multi-label model's logits and label sets (bit j: label j); a
+    label decided where its logit is above 0."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random((n, k)) < 0.3).astype(int)
+    if constant is not None:  # a label no sample has: no AUC of its own
+        y[:, constant] = 0
+    logits = (rng.normal(0, 1.5, (n, k)) + 2.0 * (y - 0.5)).astype(np.float32)
+    logits[0, 0] = 40  # saturated sigmoids, which the AUC ranks by the logits
+    logits[1, 0] = 39
+    pred = (logits > 0).astype(int)
+    out = {"name": name, "k": k, "labels": [int(sum(int(b) << j for j, b in enumerate(row))) for row in y],
+           "logits": logits.tolist()}
+    out["accuracy"] = 1 - hamming_loss(y, pred)
+    out["exact_match"] = accuracy_score(y, pred)
+    out["macro_f1"] = f1_score(y, pred, average="macro", zero_division=0)
+    p, r, f, s = precision_recall_fscore_support(y, pred, average=None, zero_division=0)
+    per = []
+    aucs = []
+    for j in range(k):
+        c = {"precision": float(p[j]), "recall": float(r[j]), "f1": float(f[j]), "support": int(s[j])}
+        if 0 < y[:, j].sum() < n:
+            c["auc"] = roc_auc_score(y[:, j], logits[:, j].astype(np.float64))
+            aucs.append(c["auc"])
+        per.append(c)
+    out["per_class"] = per
+    if aucs:
+        out["auc"] = float(np.mean(aucs))
+    out["balanced_accuracy"] = float(np.mean([balanced_accuracy_score(y[:, j], pred[:, j]) for j in range(k)]))
+    z = logits.astype(np.float64)
+    out["loss"] = float(np.mean(np.mean(np.logaddexp(0, z) - z * y, axis=1)))
+    return out
+
+
+mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label no sample has", 150, 4, 12, constant=2)]
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "multilabel.json")
+with open(path, "w") as f:
+    json.dump(mcases, f, indent=None, separators=(",", ":"))
     f.write("\n")
 print("wrote", path)
