@@ -336,7 +336,7 @@ type Plan struct {
 	smoothing float32
 	// multiLabel selects the multi-label loss head (SetMultiLabel).
 	multiLabel bool
-	ones      []float32
+	ones       []float32
 
 	forwardDone bool
 	zeroGrads   []*tensor        // gradients no node writes: cleared by backward
