@@ -16,7 +16,8 @@
 //     splits a folder without a test split, users=REGEX names each
 //     image's user), npy (NumPy arrays: a .npz archive or a directory of
 //     .npy files, LoadArrays) and csv (a listing of image files and their
-//     labels, loadCSV; holdout=F too);
+//     labels, loadCSV; holdout=F too; multilabel, a row's label a set of
+//     names whose bits are the sample's label: MultiLabeled);
 //   - users (Users, UsersOf): the individual each sample belongs to, for
 //     a user-level guarantee that protects all of a person's samples
 //     together (a patient's scans). A CSV listing names them in an
