@@ -42,6 +42,10 @@ type Arrays struct {
 	users     []int32
 	userNames []string
 
+	// multiLabel marks multi-hot labels (a y of shape (samples, labels)):
+	// each label a label set as bits (MultiLabel).
+	multiLabel bool
+
 	fingerprint struct {
 		once sync.Once
 		sum  string
@@ -196,7 +200,10 @@ func (a *Arrays) nameClasses(where string, c *npy.Array, classes int) error {
 		}
 		seen[n] = i
 	}
-	if err := checkLabels(where, a.labels, len(c.Str)); err != nil {
+	if a.multiLabel && len(c.Str) != len(a.classes) {
+		return fmt.Errorf("%s: %d names for %d labels", where, len(c.Str), len(a.classes))
+	}
+	if err := checkLabels(where, a.labels, len(c.Str)); !a.multiLabel && err != nil {
 		return err
 	}
 	a.classes = slices.Clone(c.Str)
@@ -264,8 +271,11 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 	if len(y.Shape) == 2 && y.Shape[1] == 1 {
 		y.Shape = y.Shape[:1]
 	}
+	if len(y.Shape) == 2 && y.Shape[0] == n {
+		return newMultiHot(where, x, yn, y, spec, shape, per)
+	}
 	if len(y.Shape) != 1 || y.Shape[0] != n {
-		return nil, fmt.Errorf("%s: %s has shape %v: want one label a sample, (%d,)", where, yn, y.Shape, n)
+		return nil, fmt.Errorf("%s: %s has shape %v: want one label a sample, (%d,), or multi-hot label sets, (%d, labels)", where, yn, y.Shape, n, n)
 	}
 	if spec.Limit > 0 && spec.Limit < n {
 		n = spec.Limit
@@ -298,6 +308,57 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 		return nil, err
 	}
 	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k)}
+	return a, a.keepSamples(where, x, n)
+}
+
+// newMultiHot is newArrays of multi-hot labels y, (samples, labels) of
+// 0s and 1s (integers, or floats that are exactly 0 or 1): a multi-label
+// dataset of at most MaxLabels labels.
+func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec, shape []int, per int) (*Arrays, error) {
+	n, k := y.Shape[0], y.Shape[1]
+	if k > MaxLabels {
+		return nil, fmt.Errorf("%s: %s has shape %v: %d labels, at most %d", where, yn, y.Shape, k, MaxLabels)
+	}
+	if spec.Classes > 0 && spec.Classes != k {
+		return nil, fmt.Errorf("%s: %s has %d labels, but the spec says classes=%d", where, yn, k, spec.Classes)
+	}
+	if spec.Limit > 0 && spec.Limit < n {
+		n = spec.Limit
+	}
+	labels := make([]int32, n)
+	for i := range labels {
+		for j := 0; j < k; j++ {
+			var v float64
+			switch e := i*k + j; y.DType {
+			case npy.Int64:
+				v = float64(y.I64[e])
+			case npy.Int32:
+				v = float64(y.I32[e])
+			case npy.Uint8:
+				v = float64(y.U8[e])
+			case npy.Float32:
+				v = float64(y.F32[e])
+			case npy.Float64:
+				v = y.F64[e]
+			default:
+				return nil, fmt.Errorf("%s: %s holds %s: want multi-hot labels of 0s and 1s (integers or floats)", where, yn, y.DType)
+			}
+			switch v {
+			case 0:
+			case 1:
+				labels[i] |= 1 << j
+			default:
+				return nil, fmt.Errorf("%s: sample %d has %v for label %d: want multi-hot labels of 0s and 1s", where, i, v, j)
+			}
+		}
+	}
+	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k), multiLabel: true}
+	return a, a.keepSamples(where, x, n)
+}
+
+// keepSamples keeps x's first n samples in a, as float32 or uint8.
+func (a *Arrays) keepSamples(where string, x *npy.Array, n int) error {
+	per := a.per
 	switch x.DType {
 	case npy.Uint8:
 		a.u8 = x.U8[: n*per : n*per]
@@ -305,22 +366,26 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 		a.f32 = x.F32[: n*per : n*per]
 	case npy.Float64:
 		if avail, src, ok := sysmem.Available(); ok && int64(4*n*per) > avail {
-			return nil, fmt.Errorf("%s: rounding %d float64 values to float32 needs %d MiB, more than the %d MiB of memory available (%s)", where, n*per, 4*n*per>>20, avail>>20, src)
+			return fmt.Errorf("%s: rounding %d float64 values to float32 needs %d MiB, more than the %d MiB of memory available (%s)", where, n*per, 4*n*per>>20, avail>>20, src)
 		}
 		a.f32 = make([]float32, n*per)
 		for i := range a.f32 {
 			a.f32[i] = float32(x.F64[i])
 		}
 	default:
-		return nil, fmt.Errorf("%s: samples of %s: want float32, float64 or uint8", where, x.DType)
+		return fmt.Errorf("%s: samples of %s: want float32, float64 or uint8", where, x.DType)
 	}
 	for i, v := range a.f32 {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, fmt.Errorf("%s: sample %d holds %v at element %d of the sample", where, i/per, v, i%per)
+			return fmt.Errorf("%s: sample %d holds %v at element %d of the sample", where, i/per, v, i%per)
 		}
 	}
-	return a, nil
+	return nil
 }
+
+// MultiLabel reports whether the labels are multi-hot label sets
+// (Images.MultiLabel).
+func (a *Arrays) MultiLabel() bool { return a.multiLabel }
 
 // Spec returns the spec the arrays were loaded from.
 func (a *Arrays) Spec() Spec { return a.spec }
@@ -376,10 +441,15 @@ func (a *Arrays) Images() (im *Images, ok bool, err error) {
 	if last && c > 1 {
 		pix = channelsFirst(pix, []int{h, w}, c)
 	}
-	im, err = NewImages(a.classes, c, h, w, pix, a.labels)
+	labels := a.labels
+	if a.multiLabel {
+		labels = make([]int32, len(a.labels)) // NewImages takes classes
+	}
+	im, err = NewImages(a.classes, c, h, w, pix, labels)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", a.spec, err)
 	}
+	im.labels, im.multiLabel = a.labels, a.multiLabel
 	im.spec = a.spec
 	im.sources = a.sources
 	im.users, im.userNames = a.users, a.userNames

@@ -242,6 +242,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		im.users, im.userNames = numberUsers(names)
 	}
+	im.multiLabel = masks != nil
 	// The listing is a source too: a label changed under a running job
 	// changes the data its checkpoint would resume on.
 	im.sourcePaths = append(im.sourcePaths, path)

@@ -41,6 +41,10 @@ type Images struct {
 	users     []int32
 	userNames []string
 
+	// multiLabel marks a multi-label dataset (MultiLabel): labels are
+	// label sets as bits.
+	multiLabel bool
+
 	// fit is what LoadFitted shrank the images to: every sample of
 	// fit's size holds its view's window (the zero Fit: none).
 	fit Fit
@@ -108,10 +112,10 @@ func (m *Images) Classes() []string { return m.classes }
 // dataset its set of labels as bits.
 func (m *Images) Label(i int) int { return int(m.labels[i]) }
 
-// MultiLabel reports whether the dataset is multi-label
-// (Spec.MultiLabel): each sample's label is a set of labels, bit j of it
-// label j, NumClasses the number of labels.
-func (m *Images) MultiLabel() bool { return m.spec.MultiLabel != "" }
+// MultiLabel reports whether the dataset is multi-label (a CSV listing's
+// Spec.MultiLabel, arrays of multi-hot labels): each sample's label is a
+// set of labels, bit j of it label j, NumClasses the number of labels.
+func (m *Images) MultiLabel() bool { return m.multiLabel }
 
 // Labels returns a copy of all labels, indexed by sample.
 func (m *Images) Labels() []int32 { return append([]int32(nil), m.labels...) }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // TestCSVMultiLabel: a listing read with :multilabel has label sets — the
@@ -97,4 +99,52 @@ func TestCSVMultiLabel(t *testing.T) {
 			t.Errorf("%s: %v, want an error with %q", spec, err, tc.want)
 		}
 	}
+}
+
+// TestArraysMultiHot: arrays whose labels are multi-hot, (samples,
+// labels) of 0s and 1s — integers or floats — are multi-label, their
+// labels the sets as bits, named by a classes array of as many names;
+// as images (uint8 samples) and as tensors alike.
+func TestArraysMultiHot(t *testing.T) {
+	dir := t.TempDir()
+	x := &npy.Array{DType: npy.Uint8, Shape: []int{3, 2, 2}, U8: []uint8{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}
+	y := npy.NewFloat32([]float32{1, 0, 1, 0, 0, 0, 1, 1, 1}, 3, 3)
+	path := filepath.Join(dir, "multi.npz")
+	if err := npy.WriteNPZ(path, map[string]*npy.Array{"x": x, "y": y, "classes": &npy.Array{DType: npy.Unicode, Shape: []int{3}, Str: []string{"a", "b", "c"}}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := LoadArrays(mustSpec(t, "npy:"+path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.MultiLabel() || strings.Join(a.Classes(), ",") != "a,b,c" || a.NumClasses() != 3 {
+		t.Fatalf("multi-label %v, classes %v", a.MultiLabel(), a.Classes())
+	}
+	im, ok, err := a.Images()
+	if err != nil || !ok {
+		t.Fatalf("as images: %v %v", ok, err)
+	}
+	for i, want := range []int{0b101, 0, 0b111} {
+		if a.Label(i) != want || im.Label(i) != want {
+			t.Errorf("sample %d: label sets %b and %b, want %b", i, a.Label(i), im.Label(i), want)
+		}
+	}
+	if !IsMultiLabel(im) || !IsMultiLabel(a) {
+		t.Error("the images or the arrays lost the multi-label mark")
+	}
+	if err := npy.WriteNPZ(path, map[string]*npy.Array{"x": x, "y": y, "classes": &npy.Array{DType: npy.Unicode, Shape: []int{2}, Str: []string{"a", "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadArrays(mustSpec(t, "npy:"+path)); err == nil || !strings.Contains(err.Error(), "2 names for 3 labels") {
+		t.Errorf("two names for three labels: %v", err)
+	}
+}
+
+func mustSpec(t *testing.T, s string) Spec {
+	t.Helper()
+	sp, err := ParseSpec(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
 }

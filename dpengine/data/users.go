@@ -170,7 +170,7 @@ func (m *Images) derive() *Images {
 		spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels,
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
 		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths,
-		users: m.users, userNames: m.userNames,
+		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel,
 	}
 }
 
