@@ -77,24 +77,27 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if spec.split() == Test && spec.Holdout == 0 {
 		return nil, fmt.Errorf("csv: %s has no test split: hold some of its rows out with :holdout=F (e.g. csv:%s:holdout=0.1), or list the test images in a CSV of their own", path, path)
 	}
-	rows, err := readCSVRows(f, path, spec.MultiLabel != "")
+	// The labels: integers as they are, or names numbered in sorted order;
+	// a multi-label listing's sets of names, or its label columns, as bits.
+	var rows []csvRow
+	var classes []string
+	var masks map[int]int32 // a multi-label listing's label set of each row, by line
+	switch {
+	case len(spec.Labels) > 0:
+		rows, masks, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain)
+		classes = slices.Clone(spec.Labels)
+	default:
+		rows, err = readCSVRows(f, path, spec.MultiLabel != "")
+		if err == nil && spec.MultiLabel != "" {
+			classes, masks, err = labelSets(rows, spec.MultiLabel, path)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	base := filepath.Dir(path)
 	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
-
-	// The labels: integers as they are, or names numbered in sorted order;
-	// a multi-label listing's sets of names as bits.
-	var classes []string
-	var masks map[int]int32 // a multi-label listing's label set of each row, by line
-	numeric := spec.MultiLabel == ""
-	if !numeric {
-		var err error
-		if classes, masks, err = labelSets(rows, spec.MultiLabel, path); err != nil {
-			return nil, err
-		}
-	}
+	numeric := masks == nil
 	for _, r := range rows {
 		if !numeric {
 			break
@@ -364,6 +367,111 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 		return nil, fmt.Errorf("csv: %s lists no images (want a row a sample: an image path and a label)", name)
 	}
 	return rows, nil
+}
+
+// readCSVColumns reads a listing whose labels are columns of their own
+// (Spec.Labels): a header naming an image path column, each label column
+// (its name as given, or in another case) and optionally a user column;
+// each row's label set as bits of the columns' order, by line — 1 (or
+// 1.0) where the label applies, 0 or empty where it does not, -1 as
+// uncertain says (zero, one; "" refuses it).
+func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, map[int]int32, error) {
+	br := bufio.NewReader(r)
+	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
+		br.Discard(3)
+	}
+	cr := csv.NewReader(br)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	cr.Comment = '#'
+	var rows []csvRow
+	masks := map[int]int32{}
+	pathCol, userCol := -1, -1
+	var cols []int
+	var header []string
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				return nil, nil, fmt.Errorf("csv: %s: line %d: %v", name, pe.Line, pe.Err)
+			}
+			return nil, nil, fmt.Errorf("csv: %s: %w", name, err)
+		}
+		line, _ := cr.FieldPos(0)
+		if cols == nil {
+			header = slices.Clone(rec)
+			find := func(names []string, exact bool) int {
+				for i, f := range rec {
+					f = strings.TrimSpace(f)
+					for _, n := range names {
+						if f == n || !exact && strings.EqualFold(f, n) {
+							return i
+						}
+					}
+				}
+				return -1
+			}
+			if pathCol = find(csvPathColumns, false); pathCol < 0 {
+				return nil, nil, fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
+			}
+			userCol = find(csvUserColumns, false)
+			for _, l := range labels {
+				c := find([]string{l}, true)
+				if c < 0 {
+					c = find([]string{l}, false)
+				}
+				if c < 0 {
+					return nil, nil, fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
+				}
+				cols = append(cols, c)
+			}
+			continue
+		}
+		need := max(pathCol, userCol, slices.Max(cols))
+		if len(rec) <= need {
+			return nil, nil, fmt.Errorf("csv: %s: line %d: %d fields, want at least %d", name, line, len(rec), need+1)
+		}
+		p := strings.TrimSpace(rec[pathCol])
+		if p == "" {
+			return nil, nil, fmt.Errorf("csv: %s: line %d: an empty image path", name, line)
+		}
+		u := ""
+		if userCol >= 0 {
+			if u = strings.TrimSpace(rec[userCol]); u == "" {
+				return nil, nil, fmt.Errorf("csv: %s: line %d: an empty user (column %q): every row of a listing with a user column names the user its image belongs to", name, line, strings.TrimSpace(header[userCol]))
+			}
+		}
+		var m int32
+		for j, c := range cols {
+			v := strings.TrimSpace(rec[c])
+			if v == "" {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			switch {
+			case err == nil && f == 1:
+				m |= 1 << j
+			case err == nil && f == 0:
+			case err == nil && f == -1 && uncertain == "one":
+				m |= 1 << j
+			case err == nil && f == -1 && uncertain == "zero":
+			case err == nil && f == -1:
+				return nil, nil, fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
+			default:
+				return nil, nil, fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
+			}
+		}
+		rows = append(rows, csvRow{path: p, user: u, line: line})
+		masks[line] = m
+	}
+	if len(rows) == 0 {
+		return nil, nil, fmt.Errorf("csv: %s lists no images", name)
+	}
+	return rows, masks, nil
 }
 
 // csvHeader reads a CSV's first row as a header where it names a path or a

@@ -131,7 +131,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q): %v", tc.in, err)
 			continue
 		}
-		if got != tc.want {
+		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("ParseSpec(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 		back, err := ParseSpec(got.String())

@@ -148,3 +148,57 @@ func mustSpec(t *testing.T, s string) Spec {
 	}
 	return sp
 }
+
+// TestCSVLabelColumns: a listing whose labels are columns of their own
+// (CheXpert's: 1, 0 or empty, -1 uncertain), read with :labels=…, is
+// multi-label, its labels the columns in the order given; -1 is refused
+// unless :uncertain= says what it is; a missing column, a bad value or
+// options that cannot go together are named.
+func TestCSVLabelColumns(t *testing.T) {
+	dir := t.TempDir()
+	imgs := csvImages(t, dir, "x", 10, 3)
+	body := "Path,Sex,Age,Cardiomegaly,Pleural Effusion,Edema,patient_id\n" +
+		imgs[0] + ",F,60,1.0,,0.0,P1\n" +
+		imgs[1] + ",M,41,-1.0,1.0,,P2\n" +
+		imgs[2] + ",F,70,0,0,1,P2\n"
+	listing := filepath.Join(dir, "chexpert.csv")
+	writeFile(t, listing, []byte(body))
+	for _, tc := range []struct {
+		uncertain string
+		want      []int // by pixel value 10, 11, 12
+	}{{"zero", []int{0b001, 0b010, 0b100}}, {"one", []int{0b001, 0b011, 0b100}}} {
+		// A column's name in another case is found too.
+		if _, err := LoadString("csv:" + listing + ":labels=pleural effusion:uncertain=" + tc.uncertain); err != nil {
+			t.Fatal(err)
+		}
+		m, err := LoadString("csv:" + listing + ":labels=Cardiomegaly,Pleural Effusion,Edema:uncertain=" + tc.uncertain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.MultiLabel() || strings.Join(m.Classes(), ",") != "Cardiomegaly,Pleural Effusion,Edema" || m.NumUsers() != 2 {
+			t.Fatalf("multi-label %v, labels %q, %d users", m.MultiLabel(), m.Classes(), m.NumUsers())
+		}
+		for i := 0; i < m.Len(); i++ {
+			if px := m.Pixels(i)[0]; m.Label(i) != tc.want[px-10] {
+				t.Errorf("uncertain=%s: image %d: labels %03b, want %03b", tc.uncertain, px, m.Label(i), tc.want[px-10])
+			}
+		}
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema", "uncertain: say what it means with :uncertain=zero"},
+		{"csv:" + listing + ":labels=Cardiomegaly,Atelectasis:uncertain=one", `no column "Atelectasis"`},
+		{"csv:" + listing + ":labels=Sex:uncertain=one", `"Sex" is "F": want 1, 0, empty or -1`},
+		{"csv:" + listing + ":uncertain=one", "uncertain= needs labels=COLUMNS"},
+		{"csv:" + listing + ":labels=Edema:multilabel", "give one"},
+		{"csv:" + listing + ":labels=Edema,Edema", "distinct"},
+		{"folder:" + dir + ":labels=Edema", "csv scheme only"},
+	} {
+		if _, err := LoadString(tc.spec); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.spec, err, tc.want)
+		}
+	}
+	sp := mustSpec(t, "csv:"+listing+":labels=Cardiomegaly,Pleural Effusion:uncertain=one:holdout=0.5")
+	if back := mustSpec(t, sp.String()); strings.Join(back.Labels, "|") != "Cardiomegaly|Pleural Effusion" || back.Uncertain != "one" || back.Holdout != 0.5 {
+		t.Errorf("%q reads back as %+v", sp.String(), back)
+	}
+}

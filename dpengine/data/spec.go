@@ -83,6 +83,9 @@ func ParseSplit(s string) (Split, error) {
 //	multilabel[=SEP]       csv only: a row's label is a set of labels
 //	                       separated by SEP ('|' by default; see
 //	                       MultiLabel)
+//	labels=COL1,COL2,…     csv only: the columns holding a row's labels,
+//	                       one a label: 1, 0 or empty, -1 (see Labels)
+//	uncertain=zero|one     what a labels= column's -1 means (Uncertain)
 //	users=REGEX            folder only: each image's user is read from
 //	                       its path within its class directory by the
 //	                       regular expression REGEX (see Users); REGEX
@@ -153,6 +156,18 @@ type Spec struct {
 	// sample's label the set as bits (bit j: label j applies). Empty: one
 	// class a row.
 	MultiLabel string
+	// Labels, for a CSV listing only, names the columns that hold each
+	// row's labels, one column a label (CheXpert's and MIMIC-CXR's
+	// listings: "Atelectasis", "Cardiomegaly", …): 1 where the label
+	// applies, 0 or empty where it does not, and -1 — uncertain — as
+	// Uncertain says. The dataset is then multi-label, its classes these
+	// names in this order. The listing must have a header naming them and
+	// an image path column.
+	Labels []string
+	// Uncertain says what a Labels column's -1 (an uncertain label) is:
+	// "zero" (absent), "one" (present: CheXpert's U-Ones), or "" — refused,
+	// naming the row.
+	Uncertain string
 }
 
 // MaxLabels is the most labels a multi-label dataset names: a sample's
@@ -243,6 +258,26 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: classes= applies to the idx and npy schemes only", s)
 			}
 			spec.Classes = n
+		case "labels":
+			if spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: labels= applies to the csv scheme only", s)
+			}
+			seenCol := map[string]bool{}
+			for _, c := range strings.Split(val, ",") {
+				if c = strings.TrimSpace(c); c == "" || seenCol[c] {
+					return Spec{}, fmt.Errorf("data spec %q: labels=%s: want distinct, non-empty column names separated by commas", s, val)
+				}
+				seenCol[c] = true
+				spec.Labels = append(spec.Labels, c)
+			}
+			if len(spec.Labels) > MaxLabels {
+				return Spec{}, fmt.Errorf("data spec %q: labels= names %d columns, at most %d", s, len(spec.Labels), MaxLabels)
+			}
+		case "uncertain":
+			if val != "zero" && val != "one" {
+				return Spec{}, fmt.Errorf("data spec %q: uncertain=%s: want zero or one (what a label column's -1 means)", s, val)
+			}
+			spec.Uncertain = val
 		case "multilabel":
 			if spec.Scheme != SchemeCSV {
 				return Spec{}, fmt.Errorf("data spec %q: multilabel applies to the csv scheme only", s)
@@ -263,10 +298,16 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP])", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
+	}
+	switch {
+	case spec.Uncertain != "" && len(spec.Labels) == 0:
+		return Spec{}, fmt.Errorf("data spec %q: uncertain= needs labels=COLUMNS", s)
+	case len(spec.Labels) > 0 && spec.MultiLabel != "":
+		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS and multilabel are two ways to list label sets: give one", s)
 	}
 	spec.Dir = rest
 	if spec.Dir == "" {
@@ -308,6 +349,12 @@ func (s Spec) String() string {
 	}
 	if s.Holdout > 0 {
 		b.WriteString(":holdout=" + strconv.FormatFloat(s.Holdout, 'g', -1, 64))
+	}
+	if len(s.Labels) > 0 {
+		b.WriteString(":labels=" + strings.Join(s.Labels, ","))
+	}
+	if s.Uncertain != "" {
+		b.WriteString(":uncertain=" + s.Uncertain)
 	}
 	switch s.MultiLabel {
 	case "":
