@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dpfinetune/dpfinetune/graph"
-	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -30,26 +28,8 @@ func loraFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite.Pla
 // adapters of the given rank (0: none, the fixture as Prepare plans it).
 func loraFixtureWith(t testing.TB, name string, b int64, edit func(*graph.Graph), rank int64) (*graph.Graph, *rewrite.Plan) {
 	t.Helper()
-	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sample := []int64{3, 32, 32}
-	if name == "cnn" {
-		sample = []int64{1, 28, 28}
-	}
-	if edit != nil {
-		edit(g)
-	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b},
+	g, rp := fixturePreparedWith(t, name, edit, rewrite.Options{PlanOptions: rewrite.PlanOptions{Batch: b},
 		LoRA: rewrite.LoRAOptions{Rank: rank, Alpha: 3 * float64(rank), Seed: 7}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if rank > 0 && len(rp.Adapters) == 0 {
 		t.Fatalf("%s: no adapters", name)
 	}
@@ -77,17 +57,7 @@ func TestLoRANorms(t *testing.T) {
 					const n = 3
 					x, y, _, _ := engineBatch(t, name, n)
 					g, rp := loraFixture(t, name, 4)
-					e, err := New(g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4))
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := e.CheckNorms(g, x, y, checkTol)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
-						t.Errorf("worst %.3g (%s, sample %d), of a parameter's own %.3g", r.Worst, r.Param, r.Sample, r.WorstOwn)
-					}
+					e := checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
 					norms := e.ParamNorms()
 					for _, p := range e.ParamNames() {
 						if !strings.Contains(p, ".lora_A") {

@@ -35,6 +35,13 @@ func preparedFixture(t testing.TB, name string, b int64) (*graph.Graph, *rewrite
 // of each sample (rewrite.PlanOptions.Multiplicity; 1: one).
 func multipliedFixture(t testing.TB, name string, b, views int64) (*graph.Graph, *rewrite.Plan) {
 	t.Helper()
+	return fixturePreparedWith(t, name, nil, rewrite.Options{PlanOptions: rewrite.PlanOptions{Batch: b, Multiplicity: views}})
+}
+
+// fixturePreparedWith loads a fixture, applies edit to its graph (nil:
+// none) and prepares it with opts, the fixture's sample shape filled in.
+func fixturePreparedWith(t testing.TB, name string, edit func(*graph.Graph), opts rewrite.Options) (*graph.Graph, *rewrite.Plan) {
+	t.Helper()
 	m, err := onnx.Load(filepath.Join("..", "testdata", "models", name+".onnx"))
 	if err != nil {
 		t.Fatal(err)
@@ -43,11 +50,14 @@ func multipliedFixture(t testing.TB, name string, b, views int64) (*graph.Graph,
 	if err != nil {
 		t.Fatal(err)
 	}
-	sample := []int64{3, 32, 32}
+	opts.InputShape = []int64{3, 32, 32}
 	if name == "cnn" {
-		sample = []int64{1, 28, 28}
+		opts.InputShape = []int64{1, 28, 28}
 	}
-	rp, err := rewrite.Prepare(g, rewrite.Options{PlanOptions: rewrite.PlanOptions{InputShape: sample, Batch: b, Multiplicity: views}})
+	if edit != nil {
+		edit(g)
+	}
+	rp, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

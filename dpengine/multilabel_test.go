@@ -33,17 +33,7 @@ func TestMultiLabelNorms(t *testing.T) {
 					g, rp := preparedFixture(t, name, 4)
 					cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
 					cfg.MultiLabel = true
-					e, err := New(g, rp, cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := e.CheckNorms(g, x, y, checkTol)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
-						t.Errorf("worst %.3g (%s, sample %d), of a parameter's own %.3g", r.Worst, r.Param, r.Sample, r.WorstOwn)
-					}
+					checkedNorms(t, g, rp, cfg, x, y)
 				})
 			}
 		}

@@ -36,21 +36,32 @@ func TestCheckNorms(t *testing.T) {
 					const n = 3
 					x, y, _, _ := engineBatch(t, name, n)
 					g, rp := preparedFixture(t, name, 4)
-					e, err := New(g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4))
-					if err != nil {
-						t.Fatal(err)
-					}
-					r, err := e.CheckNorms(g, x, y, checkTol)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Samples != n || r.Params != len(e.ParamNames()) || r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
-						t.Errorf("checked %d samples, %d parameters, worst %.3g (%s, sample %d), of a parameter's own %.3g", r.Samples, r.Params, r.Worst, r.Param, r.Sample, r.WorstOwn)
-					}
+					checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
 				})
 			}
 		}
 	}
+}
+
+// checkedNorms builds the engine of cfg on g and holds its per-sample
+// norms of the samples x, y to each one's own gradient (CheckNorms) with
+// TestCheckNorms' margin: below 1e-5 of a sample's squared total, 1e-4 of
+// a parameter's own; every sample and trainable parameter checked. It
+// returns the engine, its norms those of x.
+func checkedNorms(t *testing.T, g *graph.Graph, rp *rewrite.Plan, cfg Config, x []float32, y []int64) *Engine {
+	t.Helper()
+	e, err := New(g, rp, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.CheckNorms(g, x, y, checkTol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Samples != len(y) || r.Params != len(e.ParamNames()) || r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
+		t.Errorf("checked %d samples, %d parameters, worst %.3g (%s, sample %d), of a parameter's own %.3g", r.Samples, r.Params, r.Worst, r.Param, r.Sample, r.WorstOwn)
+	}
+	return e
 }
 
 // TestCheckNormsCatches: an engine that takes a convolution's windows for

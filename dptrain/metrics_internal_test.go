@@ -45,12 +45,7 @@ func TestEvalMetrics(t *testing.T) {
 				m.add(i, y, c.Logits[i], 0)
 			}
 			got := m.result()
-			near := func(what string, g, w float64) {
-				t.Helper()
-				if math.Abs(g-w) > 1e-6 {
-					t.Errorf("%s = %.9g, scikit-learn's %.9g", what, g, w)
-				}
-			}
+			near := nearSklearn(t)
 			near("accuracy", got.Accuracy, c.Accuracy)
 			near("accuracy CI low", got.AccuracyCI[0], c.AccuracyCI[0])
 			near("accuracy CI high", got.AccuracyCI[1], c.AccuracyCI[1])
@@ -123,12 +118,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				m.add(i, y, c.Logits[i], sigmoidLoss(c.Logits[i], y))
 			}
 			got := m.result()
-			near := func(what string, g, w float64) {
-				t.Helper()
-				if math.Abs(g-w) > 1e-6 {
-					t.Errorf("%s = %.9g, scikit-learn's %.9g", what, g, w)
-				}
-			}
+			near := nearSklearn(t)
 			if !got.MultiLabel || got.Confusion != nil || got.Top5 != nil || got.AccuracyCI != nil || got.ECE != nil {
 				t.Errorf("a multi-label result with single-label figures: %+v", got)
 			}
@@ -152,5 +142,16 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
 			}
 		})
+	}
+}
+
+// nearSklearn returns a check of a figure against scikit-learn's, to
+// 1e-6.
+func nearSklearn(t *testing.T) func(what string, got, want float64) {
+	return func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s = %.9g, scikit-learn's %.9g", what, got, want)
+		}
 	}
 }

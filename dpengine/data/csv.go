@@ -308,14 +308,7 @@ type csvRow struct {
 // readCSVRows reads the path, label and user of every row of a CSV
 // listing (loadCSV), naming the file and line of any row it cannot read.
 func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
-	br := bufio.NewReader(r)
-	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
-		br.Discard(3) // a byte-order mark, as spreadsheets write
-	}
-	cr := csv.NewReader(br)
-	cr.FieldsPerRecord = -1 // checked below, with the line
-	cr.ReuseRecord = true
-	cr.Comment = '#'
+	cr := newCSVReader(r)
 	pathCol, labelCol, userCol := 0, 1, -1
 	var userName string // the user column's header, for messages
 	var rows []csvRow
@@ -326,11 +319,7 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 			break
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, fmt.Errorf("csv: %s: line %d: %v", name, pe.Line, pe.Err)
-			}
-			return nil, fmt.Errorf("csv: %s: %w", name, err)
+			return nil, csvReadError(name, err)
 		}
 		line, _ := cr.FieldPos(0) // after a good Read only: FieldPos panics after an error
 		if first {
@@ -369,13 +358,10 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 	return rows, nil
 }
 
-// readCSVColumns reads a listing whose labels are columns of their own
-// (Spec.Labels): a header naming an image path column, each label column
-// (its name as given, or in another case) and optionally a user column;
-// each row's label set as bits of the columns' order, by line — 1 (or
-// 1.0) where the label applies, 0 or empty where it does not, -1 as
-// uncertain says (zero, one; "" refuses it).
-func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, map[int]int32, error) {
+// newCSVReader reads a listing's records: a byte-order mark skipped (as
+// spreadsheets write one), '#' comments, fields counted by the caller
+// (with the line), records reused.
+func newCSVReader(r io.Reader) *csv.Reader {
 	br := bufio.NewReader(r)
 	if bom, err := br.Peek(3); err == nil && string(bom) == "\ufeff" {
 		br.Discard(3)
@@ -384,6 +370,26 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
 	cr.Comment = '#'
+	return cr
+}
+
+// csvReadError names the listing, and the line where the reader knows it.
+func csvReadError(name string, err error) error {
+	var pe *csv.ParseError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("csv: %s: line %d: %v", name, pe.Line, pe.Err)
+	}
+	return fmt.Errorf("csv: %s: %w", name, err)
+}
+
+// readCSVColumns reads a listing whose labels are columns of their own
+// (Spec.Labels): a header naming an image path column, each label column
+// (its name as given, or in another case) and optionally a user column;
+// each row's label set as bits of the columns' order, by line — 1 (or
+// 1.0) where the label applies, 0 or empty where it does not, -1 as
+// uncertain says (zero, one; "" refuses it).
+func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, map[int]int32, error) {
+	cr := newCSVReader(r)
 	var rows []csvRow
 	masks := map[int]int32{}
 	pathCol, userCol := -1, -1
@@ -395,13 +401,9 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 			break
 		}
 		if err != nil {
-			var pe *csv.ParseError
-			if errors.As(err, &pe) {
-				return nil, nil, fmt.Errorf("csv: %s: line %d: %v", name, pe.Line, pe.Err)
-			}
-			return nil, nil, fmt.Errorf("csv: %s: %w", name, err)
+			return nil, nil, csvReadError(name, err)
 		}
-		line, _ := cr.FieldPos(0)
+		line, _ := cr.FieldPos(0) // after a good Read only
 		if cols == nil {
 			header = slices.Clone(rec)
 			find := func(names []string, exact bool) int {
