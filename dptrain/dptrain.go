@@ -226,14 +226,15 @@ type Report struct {
 	// DryRun marks the report of a dry run (Config.DryRun): Privacy is
 	// what the run would spend.
 	DryRun bool `json:"dry_run,omitempty"`
-	// ScoreCorrect says which of Config.Score's examples the released
-	// model classifies correctly: not private, so never written.
-	ScoreCorrect []bool        `json:"-"`
-	Epochs       []EpochRecord `json:"epochs"`
-	Seconds      float64       `json:"seconds"`
-	Output       string        `json:"output"`
-	Checkpoint   string        `json:"checkpoint"`
-	Note         string        `json:"note"`
+	// ScoreRight says how much of each of Config.Score's examples the
+	// released model gets right (Evaluator.Right: 1 or 0, multi-label the
+	// share of its labels): not private, so never written.
+	ScoreRight []float64     `json:"-"`
+	Epochs     []EpochRecord `json:"epochs"`
+	Seconds    float64       `json:"seconds"`
+	Output     string        `json:"output"`
+	Checkpoint string        `json:"checkpoint"`
+	Note       string        `json:"note"`
 }
 
 // ErrDiverged is wrapped by the error of a run whose parameters became NaN
@@ -264,7 +265,7 @@ type Config struct {
 	// Score, when set, is classified once by the released model after the
 	// last step (the average with EMADecay), on the frozen part's cached
 	// outputs where the run caches them: which of its examples the model
-	// gets right is Report.ScoreCorrect, for a caller that releases a
+	// gets right is Report.ScoreRight, for a caller that releases a
 	// noised score of them (dpfinetune tune). Nothing of it is logged or
 	// written.
 	Score data.Dataset
@@ -1340,7 +1341,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if scoreEv != nil {
-		if rep.ScoreCorrect, err = scoreEv.Correct(cfg.Score); err != nil {
+		if rep.ScoreRight, err = scoreEv.Right(cfg.Score); err != nil {
 			return nil, fmt.Errorf("scoring: %w", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
@@ -451,20 +452,24 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 	return nil
 }
 
-// Correct says which of v's examples the model classifies correctly: its
-// prediction (the largest logit, the first where several are largest,
-// as Run counts it) is the example's label — multi-label, every label's
-// decision (its logit above 0) is right.
-func (ev *Evaluator) Correct(v data.Dataset) ([]bool, error) {
-	correct := make([]bool, v.Len())
+// Right says how much of each of v's examples the model gets right, in
+// [0, 1]: 1 where its prediction (the largest logit, the first where
+// several are largest, as Run counts it) is the example's label, else 0
+// — multi-label, the share of the example's labels decided right (a
+// logit above 0 where the label applies, else not).
+func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
+	right := make([]float64, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
 		if ev.multiLabel {
-			correct[i] = decisions(logits) == label
+			wrong := bits.OnesCount64(uint64(decisions(logits) ^ label))
+			right[i] = 1 - float64(wrong)/float64(len(logits))
 			return
 		}
-		correct[i] = int64(argmax(logits)) == label
+		if int64(argmax(logits)) == label {
+			right[i] = 1
+		}
 	})
-	return correct, err
+	return right, err
 }
 
 // decisions is the label set a multi-label model decides on: the labels

@@ -450,14 +450,16 @@ func TestRunScore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := make([]bool, score.Len())
+		want := make([]float64, score.Len())
 		ev.Losses(score, func(i int, label int64, logits []float32, _ float64) {
-			want[i] = int64(slices.Index(logits, slices.Max(logits))) == label
+			if int64(slices.Index(logits, slices.Max(logits))) == label {
+				want[i] = 1
+			}
 		})
-		if !slices.Equal(rep.ScoreCorrect, want) {
-			t.Errorf("%+v: scored %v, the released model classifies %v", c, rep.ScoreCorrect, want)
+		if !slices.Equal(rep.ScoreRight, want) {
+			t.Errorf("%+v: scored %v, the released model classifies %v", c, rep.ScoreRight, want)
 		}
-		if n := len(slices.DeleteFunc(slices.Clone(want), func(b bool) bool { return !b })); n == 0 || n == len(want) {
+		if n := len(slices.DeleteFunc(slices.Clone(want), func(b float64) bool { return b == 0 })); n == 0 || n == len(want) {
 			t.Errorf("%+v: %d of %d right: the comparison tells nothing", c, n, len(want))
 		}
 	}

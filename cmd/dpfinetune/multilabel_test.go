@@ -59,8 +59,9 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 // records it in the model, whose eval gives the run's last test figures
 // and per-label table, and whose predictions are each label's sigmoid and
 // the labels decided; eval refuses to read the model's data as single
-// labels; label smoothing, audit and tune are refused, and so is test
-// data that is not multi-label.
+// labels; label smoothing and audit are refused, and so is test data that
+// is not multi-label; a search scores its runs by the share of label
+// decisions right.
 func TestTrainMultiLabel(t *testing.T) {
 	dir := t.TempDir()
 	train := "csv:" + multiLabelListing(t, dir, data.Train, 1000) + ":multilabel"
@@ -206,8 +207,25 @@ func TestTrainMultiLabel(t *testing.T) {
 	if _, e, code := run(t, "audit", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--num-classes", "13", "--epsilon", "8", "--epochs", "1", "--canaries", "10", "--quiet"); code == 0 || !strings.Contains(e, "multi-label") {
 		t.Errorf("audit of multi-label data: exit %d: %s", code, e)
 	}
-	if _, e, code := run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--test-data", test, "--num-classes", "13", "--epsilon", "8",
-		"--grid", "lr=0.001,0.01", "--quiet", "--out", filepath.Join(dir, "tuned.onnx")); code == 0 || !strings.Contains(e, "multi-label") {
-		t.Errorf("tune of multi-label data: exit %d: %s", code, e)
+	// A search scores each run by the share of the held-out examples'
+	// labels it decides right (each example's share in [0, 1]).
+	tuned := filepath.Join(dir, "tuned.onnx")
+	o, e, code = run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", train+":limit=400", "--test-data", test, "--num-classes", "13", "--epsilon", "8",
+		"--epochs", "2", "--batch-size", "100", "--grid", "lr=0.005,0.02", "--trials-mean", "2", "--seed", "3", "--quiet", "--out", tuned, "--report", tuned+".json")
+	if code != 0 {
+		t.Fatalf("tune of multi-label data: exit %d: %s", code, e)
+	}
+	b, err = os.ReadFile(tuned + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr struct {
+		Score float64 `json:"score"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil {
+		t.Fatal(err)
+	}
+	if metadata(t, tuned)["dpfinetune.multi_label"] != "true" || !(tr.Score > 0.5 && tr.Score <= 1.05) {
+		t.Errorf("tuned: metadata %v, noisy score %v (the share of label decisions right)", metadata(t, tuned), tr.Score)
 	}
 }

@@ -342,11 +342,7 @@ func (c *tuneCmd) openScoreData() error {
 	if scoreView.Len() == 0 {
 		return fmt.Errorf("the runs' score data %s is empty", c.scoreSpec)
 	}
-	if data.IsMultiLabel(scoreView) {
-		// A run's score is the share of held-out units it gets right; a
-		// multi-label run's criterion (its AUC) has no such bound yet.
-		return usagef("tune scores a run by its held-out accuracy: multi-label data (%s) is not searched yet; train its settings one by one on data of your own", c.scoreSpec)
-	}
+
 	c.scoreView = scoreView
 	return os.MkdirAll(c.work, 0o700)
 }
@@ -514,7 +510,7 @@ func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) er
 	// A run writes its report last, after its model: one whose report
 	// is there finished before the search stopped, and is scored as
 	// it is.
-	var correct []bool
+	var correct []float64
 	if _, err := os.Stat(base + ".json"); err != nil {
 		logFile, err := os.OpenFile(base+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
@@ -523,7 +519,7 @@ func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) er
 		var rep *dptrain.Report
 		rep, err = runTrainWith(ra, logFile, store, c.scoreView)
 		if rep != nil {
-			correct = rep.ScoreCorrect
+			correct = rep.ScoreRight
 		}
 		logFile.Close()
 		var ie interruptError

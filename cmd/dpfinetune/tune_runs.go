@@ -102,9 +102,9 @@ func checkRunPhases(report string, want accountant.Phase) error {
 	return nil
 }
 
-// classifyRun says which of v's examples a run's model classifies
-// correctly (dptrain.Evaluator.Correct).
-func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]bool, error) {
+// classifyRun says how much of each of v's examples a run's model gets
+// right (dptrain.Evaluator.Right; multi-label where v is).
+func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]float64, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
 		return nil, err
@@ -121,13 +121,17 @@ func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]boo
 	if err != nil {
 		return nil, err
 	}
-	return ev.Correct(v)
+	if err := ev.SetMultiLabel(data.IsMultiLabel(v)); err != nil {
+		return nil, err
+	}
+	return ev.Right(v)
 }
 
-// unitScore is a run's score on v from which of its examples it gets
-// right: their count, or at user level the sum over users of each one's
-// share of correctly classified examples (each unit's score in [0, 1]).
-func unitScore(correct []bool, v dataView, unit string) (float64, error) {
+// unitScore is a run's score on v from how much of each example it gets
+// right (each in [0, 1]): their sum, or at user level the sum over users
+// of each one's mean (each unit's score in [0, 1], so that a unit moves
+// the score by at most 1).
+func unitScore(correct []float64, v dataView, unit string) (float64, error) {
 	if len(correct) != v.Len() {
 		return 0, fmt.Errorf("%d examples classified of %d to score", len(correct), v.Len())
 	}
@@ -136,9 +140,7 @@ func unitScore(correct []bool, v dataView, unit string) (float64, error) {
 		right, all := make([]float64, n), make([]float64, n)
 		for i, u := range users {
 			all[u]++
-			if correct[i] {
-				right[u]++
-			}
+			right[u] += correct[i]
 		}
 		for u := range all {
 			if all[u] > 0 {
@@ -148,9 +150,7 @@ func unitScore(correct []bool, v dataView, unit string) (float64, error) {
 		return score, nil
 	}
 	for _, c := range correct {
-		if c {
-			score++
-		}
+		score += c
 	}
 	return score, nil
 }
@@ -162,7 +162,7 @@ func setSearchMetadata(p *onnxpb.ModelProto, st tuneState, chosen string) {
 		"epsilon":     fmt.Sprint(st.Plan.Epsilon),
 		"delta":       fmt.Sprint(st.Plan.Delta),
 		"run_epsilon": fmt.Sprint(st.Plan.RunEpsilon),
-		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy accuracy on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
+		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy held-out score (the share of each unit's examples got right; of a multi-label example, of its labels) on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
 	}
 	for _, e := range p.MetadataProps {
 		k := strings.TrimPrefix(e.GetKey(), dptrain.MetaPrefix)

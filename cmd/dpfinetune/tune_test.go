@@ -465,7 +465,7 @@ func TestScoreRun(t *testing.T) {
 			t.Errorf("per %s: score %v, want %v", tc.unit, got, tc.want)
 		}
 	}
-	if _, err := unitScore(make([]bool, n-1), v, "example"); err == nil {
+	if _, err := unitScore(make([]float64, n-1), v, "example"); err == nil {
 		t.Error("a score of 7 classifications of 8 examples: no error")
 	}
 }
