@@ -293,6 +293,7 @@ type loraBranch struct {
 // A), B) [, c)]) with op the base's (MatMul for a Gemm), A and B
 // initializers named as AddLoRA names them.
 func findLoRA(g *graph.Graph) ([]loraBranch, error) {
+	relink(g) // the consumer counts below are g's as it stands
 	var out []loraBranch
 	for _, add := range g.Nodes {
 		if add.OpType != "Add" || add.Domain != "" || len(add.Inputs) != 2 {
@@ -373,7 +374,6 @@ func loraAt(g *graph.Graph, add *graph.Node, side int) (loraBranch, bool, error)
 // exported as. The base weights get new tensors: a clone's initializers
 // are its source's.
 func mergeLoRA(g *graph.Graph) (int, error) {
-	relink(g)
 	brs, err := findLoRA(g)
 	if err != nil || len(brs) == 0 {
 		return 0, err
