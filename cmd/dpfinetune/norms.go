@@ -10,6 +10,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/rewrite"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func init() {
@@ -56,7 +57,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	fs := newFlagSet("norms", "--model M.onnx --input x.npy --labels y.npy [--mode bk|mixed|ghost|instantiate] [--batch N] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	input := fs.String("input", "", ".npy float32 inputs (N,C,H,W) (required)")
-	labels := fs.String("labels", "", ".npy int64 labels (N,) (required)")
+	labels := fs.String("labels", "", ".npy int64 labels (N,), or multi-hot label sets (N, K) of 0s and 1s for a multi-label model (its loss the sigmoids' binary cross-entropy) (required)")
 	mode := fs.String("mode", "bk", "how norms are computed: bk or mixed (layerwise decision), ghost (ghost norm everywhere), instantiate (per-sample gradients)")
 	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -108,6 +109,28 @@ func runNorms(args []string, stdout io.Writer) error {
 	} else if y.DType != npy.Int64 {
 		return fmt.Errorf("%s: want int64 labels, got %s", *labels, y.DType)
 	}
+	// Multi-hot label sets, (N, K): each row's set as bits, the
+	// multi-label head.
+	multi := len(y.Shape) == 2 && y.Shape[1] > 1
+	if multi {
+		k := y.Shape[1]
+		if k > runtime.MaxLabels {
+			return fmt.Errorf("%s: %d labels, at most %d", *labels, k, runtime.MaxLabels)
+		}
+		sets := make([]int64, y.Shape[0])
+		for i := range sets {
+			for j, v := range ys[i*k : (i+1)*k] {
+				switch v {
+				case 0:
+				case 1:
+					sets[i] |= 1 << j
+				default:
+					return fmt.Errorf("%s: sample %d has %d for label %d: want multi-hot labels of 0s and 1s", *labels, i, v, j)
+				}
+			}
+		}
+		ys = sets
+	}
 	n := x.Shape[0]
 	if len(ys) != n {
 		return fmt.Errorf("%s has %d labels for %d inputs in %s", *labels, len(ys), n, *input)
@@ -127,7 +150,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	}
 	// A clip norm that never binds: the norms are what we want.
 	eng, err := dpengine.New(g, rp, dpengine.Config{Device: dev, Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
-		ExpectedBatch: float64(n), PhysicalBatch: pb})
+		ExpectedBatch: float64(n), PhysicalBatch: pb, MultiLabel: multi})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}

@@ -81,3 +81,51 @@ func TestNormsCLI(t *testing.T) {
 		t.Errorf("wrong input shape: exit %d, %q", code, errOut)
 	}
 }
+
+// TestNormsMultiLabel: dpfinetune norms with multi-hot labels, (N, K) of
+// 0s and 1s, takes the multi-label loss — the sigmoids' binary
+// cross-entropy averaged over the labels — and reproduces PyTorch's
+// per-sample gradient norms of BCEWithLogitsLoss, one backward pass a
+// sample (testdata/gen/make_multilabel_norms.py), in every mode, in total
+// and per parameter; labels other than 0 and 1 are refused.
+func TestNormsMultiLabel(t *testing.T) {
+	gd, xp, yp := npzInputs(t, filepath.Join("..", "..", "testdata", "golden", "cnn_multilabel.npz"))
+	want := gd["norm_total"].F64
+	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
+		out, errOut, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "4", "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
+		}
+		var r normsReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Total) != len(want) {
+			t.Fatalf("%s: %d norms, want %d", mode, len(r.Total), len(want))
+		}
+		for i := range want {
+			if math.Abs(r.Total[i]-want[i]) > 1e-4*want[i] {
+				t.Errorf("%s sample %d: %v, PyTorch %v", mode, i, r.Total[i], want[i])
+			}
+		}
+		for name, v := range r.PerParam {
+			w := gd["norm/"+name].F64
+			if len(w) != len(v) {
+				t.Fatalf("%s: %s has %d norms, PyTorch %d", mode, name, len(v), len(w))
+			}
+			for i := range w {
+				if math.Abs(v[i]-w[i]) > 1e-4*w[i]+1e-7 {
+					t.Errorf("%s %s sample %d: %v, PyTorch %v", mode, name, i, v[i], w[i])
+				}
+			}
+		}
+	}
+	bad := gd["labels"]
+	bad.I64[3] = 2
+	if err := npy.WriteFile(yp, bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp); code == 0 || !strings.Contains(e, "want multi-hot labels of 0s and 1s") {
+		t.Errorf("a label of 2: exit %d: %s", code, e)
+	}
+}

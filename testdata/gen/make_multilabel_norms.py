@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Golden per-sample gradient norms of the multi-label loss
+(testdata/golden/cnn_multilabel.npz) for cmd/dpfinetune's
+TestNormsMultiLabel: the fixture CNN's weights read from
+testdata/models/cnn.onnx into PyTorch's TramerBonehCNN, six seeded inputs
+with multi-hot label sets of its ten logits, and each sample's gradient
+norm — total and per parameter — of its own loss,
+BCEWithLogitsLoss(logits, targets) (the mean over the labels), by one
+backward pass a sample.
+
+    /usr/bin/python3 testdata/gen/make_multilabel_norms.py
+"""
+import os
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from make_fixtures import TramerBonehCNN
+
+here = os.path.dirname(os.path.abspath(__file__))
+root = os.path.join(here, "..")
+model = TramerBonehCNN()
+weights = {i.name: numpy_helper.to_array(i) for i in onnx.load(os.path.join(root, "models", "cnn.onnx")).graph.initializer}
+state = model.state_dict()
+for k in state:
+    state[k] = torch.from_numpy(weights[k].copy())
+model.load_state_dict(state)
+model.eval()
+
+g = torch.Generator().manual_seed(11)
+x = torch.randn(6, 1, 28, 28, generator=g)
+y = (torch.rand(6, 10, generator=g) < 0.3).long()
+y[0] = 0  # no label applies
+loss_fn = torch.nn.BCEWithLogitsLoss()
+out = {"input": x.numpy().astype(np.float32), "labels": y.numpy().astype(np.int64)}
+totals = []
+per = {n: [] for n, _ in model.named_parameters()}
+for i in range(len(x)):
+    model.zero_grad()
+    loss_fn(model(x[i:i + 1]), y[i:i + 1].float()).backward()
+    sq = 0.0
+    for n, p in model.named_parameters():
+        v = float(p.grad.double().pow(2).sum())
+        per[n].append(np.sqrt(v))
+        sq += v
+    totals.append(np.sqrt(sq))
+out["norm_total"] = np.array(totals)
+for n, v in per.items():
+    out["norm/" + n] = np.array(v)
+np.savez(os.path.join(root, "golden", "cnn_multilabel.npz"), **out)
+print("wrote cnn_multilabel.npz", totals)
