@@ -358,6 +358,15 @@ var (
 	normCheckTolTF32 = dpengine.NormTolerance{Total: 2e-2, Own: 0.5, Share: 3e-2}
 )
 
+// classesWord is what the data's classes are: classes, or a multi-label
+// run's labels.
+func classesWord(set Settings) string {
+	if set.MultiLabel {
+		return "labels"
+	}
+	return "classes"
+}
+
 // checkMultiLabel refuses what a multi-label run cannot do: label
 // smoothing (the softmax head's), gradient canaries (the audit's), test
 // or score data that is not multi-label with the same labels.
@@ -944,9 +953,9 @@ func Run(cfg Config) (*Report, error) {
 
 	// Print the plan.
 	if groups != nil {
-		logf("dpfinetune train: %s on %s (%d examples of %d users, %d classes, input %v)\n", set.Model, set.Data, nData, set.Users, cfg.Train.NumClasses(), set.InputShape)
+		logf("dpfinetune train: %s on %s (%d examples of %d users, %d %s, input %v)\n", set.Model, set.Data, nData, set.Users, cfg.Train.NumClasses(), classesWord(set), set.InputShape)
 	} else {
-		logf("dpfinetune train: %s on %s (%d examples, %d classes, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), set.InputShape)
+		logf("dpfinetune train: %s on %s (%d examples, %d %s, input %v)\n", set.Model, set.Data, n, cfg.Train.NumClasses(), classesWord(set), set.InputShape)
 	}
 	for _, note := range set.LoadNotes {
 		logf("  model:     %s\n", note)
