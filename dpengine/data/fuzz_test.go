@@ -166,12 +166,32 @@ func FuzzCSV(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	f.Add([]byte("Path,Edema,Mass,patient_id\na.png,1.0,,P1\nb.png,-1,0,P2\n"))
+	f.Add([]byte("path,labels\na.png,A|B\nb.png,\nc.png,B\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		lines := bytes.Count(b, []byte("\n")) + 1
+		// The label-column form and the label-set form: no crash, label
+		// sets within their labels, every row on a line of the file.
+		if rows, masks, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "one"); err == nil {
+			for _, r := range rows {
+				if m, ok := masks[r.line]; r.path == "" || r.line < 1 || r.line > lines || !ok || m < 0 || m > 3 {
+					t.Fatalf("row %+v (labels %b, %v) of a listing of %d lines", r, m, ok, lines)
+				}
+			}
+		}
+		if rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", true); err == nil {
+			if classes, masks, err := labelSets(rows, "|", "fuzz.csv"); err == nil {
+				for _, r := range rows {
+					if m := masks[r.line]; m < 0 || m >= 1<<len(classes) {
+						t.Fatalf("row %+v: labels %b beyond %d labels", r, m, len(classes))
+					}
+				}
+			}
+		}
 		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", false)
 		if err != nil {
 			return
 		}
-		lines := bytes.Count(b, []byte("\n")) + 1
 		for _, r := range rows {
 			if r.path == "" || r.label == "" || r.line < 1 || r.line > lines {
 				t.Fatalf("row %+v of a listing of %d lines", r, lines)
