@@ -1,7 +1,6 @@
 package dpengine
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // loraFixture loads a fixture and prepares it with LoRA adapters of rank
@@ -50,29 +48,23 @@ func loraFixtureWith(t testing.TB, name string, b int64, edit func(*graph.Graph)
 // pass a sample at a time), to 1e-5 of the squared total; and every A
 // factor has a per-sample gradient to check (not zero).
 func TestLoRANorms(t *testing.T) {
-	for _, name := range engineFixtures {
-		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
-			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
-				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
-					const n = 3
-					x, y, _, _ := engineBatch(t, name, n)
-					g, rp := loraFixture(t, name, 4)
-					e := checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
-					norms := e.ParamNorms()
-					for _, p := range e.ParamNames() {
-						if !strings.Contains(p, ".lora_A") {
-							continue
-						}
-						for i := 0; i < n; i++ {
-							if v := norms[p][i]; !(v > 0) || math.IsInf(v, 0) {
-								t.Errorf("%s: sample %d's norm %g", p, i, v)
-							}
-						}
-					}
-				})
+	forEachEngine(t, engineFixtures, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
+		const n = 3
+		x, y, _, _ := engineBatch(t, name, n)
+		g, rp := loraFixture(t, name, 4)
+		e := checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
+		norms := e.ParamNorms()
+		for _, p := range e.ParamNames() {
+			if !strings.Contains(p, ".lora_A") {
+				continue
+			}
+			for i := 0; i < n; i++ {
+				if v := norms[p][i]; !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("%s: sample %d's norm %g", p, i, v)
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestLoRAExportMerges: the model ExportGraph writes from a LoRA-adapted

@@ -1,13 +1,11 @@
 package dpengine
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
-	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // TestMultiLabelNorms: with the multi-label loss head (Config.MultiLabel:
@@ -18,26 +16,20 @@ import (
 // a time); a step's clipped sum and losses are finite; label smoothing is
 // refused beside it, and so are label sets with bits beyond the labels.
 func TestMultiLabelNorms(t *testing.T) {
-	for _, name := range []string{"cnn", "resnet_eval", "vit", "crossvit", "windowconv"} {
-		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
-			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
-				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
-					const n = 3
-					x, _, _, _ := engineBatch(t, name, n)
-					rng := rand.New(rand.NewPCG(uint64(len(name)), 3))
-					y := make([]int64, n)
-					for i := range y {
-						y[i] = int64(rng.IntN(1 << 10))
-					}
-					y[0] = 0 // no label applies
-					g, rp := preparedFixture(t, name, 4)
-					cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
-					cfg.MultiLabel = true
-					checkedNorms(t, g, rp, cfg, x, y)
-				})
-			}
+	forEachEngine(t, []string{"cnn", "resnet_eval", "vit", "crossvit", "windowconv"}, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
+		const n = 3
+		x, _, _, _ := engineBatch(t, name, n)
+		rng := rand.New(rand.NewPCG(uint64(len(name)), 3))
+		y := make([]int64, n)
+		for i := range y {
+			y[i] = int64(rng.IntN(1 << 10))
 		}
-	}
+		y[0] = 0 // no label applies
+		g, rp := preparedFixture(t, name, 4)
+		cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+		cfg.MultiLabel = true
+		checkedNorms(t, g, rp, cfg, x, y)
+	})
 	g, rp := preparedFixture(t, "cnn", 4)
 	cfg := compareConfig(runtime.CPU{}, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
 	cfg.MultiLabel, cfg.LabelSmoothing = true, 0.1

@@ -29,15 +29,20 @@ var checkTol = NormTolerance{Total: 1e-3, Own: 0.1, Share: 1e-6}
 // at most 1.5e-6, where train's bound is 0.1), with a physical batch the
 // samples fill only partly.
 func TestCheckNorms(t *testing.T) {
-	for _, name := range engineFixtures {
+	forEachEngine(t, engineFixtures, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
+		x, y, _, _ := engineBatch(t, name, 3)
+		g, rp := preparedFixture(t, name, 4)
+		checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
+	})
+}
+
+// forEachEngine runs fn as a subtest for every fixture of names on the
+// CPU and on a device with memory of its own, in every DP mode.
+func forEachEngine(t *testing.T, names []string, fn func(t *testing.T, name string, dev runtime.Device, mode Mode)) {
+	for _, name := range names {
 		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
 			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
-				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
-					const n = 3
-					x, y, _, _ := engineBatch(t, name, n)
-					g, rp := preparedFixture(t, name, 4)
-					checkedNorms(t, g, rp, compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4), x, y)
-				})
+				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) { fn(t, name, dev, mode) })
 			}
 		}
 	}
@@ -160,43 +165,27 @@ func TestCheckNormsCatchesSmallLayers(t *testing.T) {
 // check, whose direct plan smooths alike, with its margin), and they are
 // not the plain loss's: the smoothing reaches the gradients.
 func TestLabelSmoothing(t *testing.T) {
-	for _, name := range []string{"cnn", "vit"} {
-		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
-			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
-				t.Run(fmt.Sprintf("%s/%s/%s", name, dev.Name(), mode), func(t *testing.T) {
-					const n = 3
-					x, y, _, _ := engineBatch(t, name, n)
-					norms := func(alpha float64) []float64 {
-						g, rp := preparedFixture(t, name, 4)
-						cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
-						cfg.LabelSmoothing = alpha
-						e, err := New(g, rp, cfg)
-						if err != nil {
-							t.Fatal(err)
-						}
-						r, err := e.CheckNorms(g, x, y, checkTol)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if r.Worst > 1e-5 || r.WorstOwn > 1e-4 {
-							t.Errorf("α = %v: worst %.3g (%s, sample %d), of a parameter's own %.3g", alpha, r.Worst, r.Param, r.Sample, r.WorstOwn)
-						}
-						_, totals, err := e.ClippedSum(x, y)
-						if err != nil {
-							t.Fatal(err)
-						}
-						return totals
-					}
-					plain, smoothed := norms(0), norms(0.3)
-					for i := range plain {
-						if math.Abs(plain[i]-smoothed[i]) < 1e-3*plain[i] {
-							t.Errorf("sample %d: the smoothed loss's norm %v is the plain loss's %v", i, smoothed[i], plain[i])
-						}
-					}
-				})
+	forEachEngine(t, []string{"cnn", "vit"}, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
+		const n = 3
+		x, y, _, _ := engineBatch(t, name, n)
+		norms := func(alpha float64) []float64 {
+			g, rp := preparedFixture(t, name, 4)
+			cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+			cfg.LabelSmoothing = alpha
+			e := checkedNorms(t, g, rp, cfg, x, y)
+			_, totals, err := e.ClippedSum(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return totals
+		}
+		plain, smoothed := norms(0), norms(0.3)
+		for i := range plain {
+			if math.Abs(plain[i]-smoothed[i]) < 1e-3*plain[i] {
+				t.Errorf("sample %d: the smoothed loss's norm %v is the plain loss's %v", i, smoothed[i], plain[i])
 			}
 		}
-	}
+	})
 	g, rp := preparedFixture(t, "cnn", 4)
 	cfg := compareConfig(nil, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
 	cfg.LabelSmoothing = 1

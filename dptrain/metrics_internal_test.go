@@ -14,11 +14,7 @@ import (
 // AUC then), one neither in the data nor predicted (out of the macro F1),
 // and logits with ties (the AUC's ties counted as half).
 func TestEvalMetrics(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "metrics", "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []struct {
+	cases := readCases[struct {
 		Name             string         `json:"name"`
 		K                int            `json:"k"`
 		Labels           []int64        `json:"labels"`
@@ -31,13 +27,7 @@ func TestEvalMetrics(t *testing.T) {
 		Top5             *float64       `json:"top5_accuracy"`
 		AUC              *float64       `json:"auc"`
 		ECE              float64        `json:"ece"`
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
-	if len(cases) != 7 {
-		t.Fatalf("%d cases", len(cases))
-	}
+	}](t, "cases.json", 7)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newMetrics(len(c.Labels), c.K)
@@ -88,11 +78,7 @@ func TestEvalMetrics(t *testing.T) {
 // sigmoids' binary cross-entropy by numpy's logaddexp); a label no sample
 // has has no AUC, and saturated sigmoids are ranked by their logits.
 func TestEvalMetricsMultiLabel(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "metrics", "multilabel.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cases []struct {
+	cases := readCases[struct {
 		Name             string         `json:"name"`
 		K                int            `json:"k"`
 		Labels           []int64        `json:"labels"`
@@ -104,13 +90,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		PerClass         []ClassMetrics `json:"per_class"`
 		AUC              *float64       `json:"auc"`
 		Loss             float64        `json:"loss"`
-	}
-	if err := json.Unmarshal(b, &cases); err != nil {
-		t.Fatal(err)
-	}
-	if len(cases) != 2 {
-		t.Fatalf("%d cases", len(cases))
-	}
+	}](t, "multilabel.json", 2)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newLabelMetrics(len(c.Labels), c.K)
@@ -154,4 +134,21 @@ func nearSklearn(t *testing.T) func(what string, got, want float64) {
 			t.Errorf("%s = %.9g, scikit-learn's %.9g", what, got, want)
 		}
 	}
+}
+
+// readCases reads the n golden cases of testdata/metrics/file.
+func readCases[C any](t *testing.T, file string, n int) []C {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "metrics", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []C
+	if err := json.Unmarshal(b, &cases); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) != n {
+		t.Fatalf("%s: %d cases, want %d", file, len(cases), n)
+	}
+	return cases
 }

@@ -42,32 +42,7 @@ func npzInputs(t *testing.T, path string) (gd map[string]*npy.Array, xp, yp stri
 // batches of 3 (so the last one is padded).
 func TestNormsCLI(t *testing.T) {
 	gd, xp, yp := goldenInputs(t, "vit")
-	want := gd["norm_total"].F64
-	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
-		out, errOut, code := run(t, "norms", "--model", "../../testdata/models/vit.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "3", "--json")
-		if code != 0 {
-			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
-		}
-		var r normsReport
-		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			t.Fatal(err)
-		}
-		if len(r.Total) != len(want) {
-			t.Fatalf("%s: %d norms, want %d", mode, len(r.Total), len(want))
-		}
-		for i := range want {
-			if math.Abs(r.Total[i]-want[i]) > 1e-3*want[i] {
-				t.Errorf("%s sample %d: %v, PyTorch %v", mode, i, r.Total[i], want[i])
-			}
-		}
-		for name, v := range r.PerParam {
-			w := gd["norm/"+name].F64
-			for i := range w {
-				if math.Abs(v[i]-w[i]) > 1e-3*w[i]+1e-6 {
-					t.Errorf("%s %s sample %d: %v, PyTorch %v", mode, name, i, v[i], w[i])
-				}
-			}
-		}
+	for mode, r := range normsLikePyTorch(t, "../../testdata/models/vit.onnx", xp, yp, gd, "3", 1e-3, 1e-6) {
 		if len(r.Decisions) != 10 {
 			t.Errorf("%s: %d layer decisions, want 10", mode, len(r.Decisions))
 		}
@@ -90,9 +65,27 @@ func TestNormsCLI(t *testing.T) {
 // and per parameter; labels other than 0 and 1 are refused.
 func TestNormsMultiLabel(t *testing.T) {
 	gd, xp, yp := npzInputs(t, filepath.Join("..", "..", "testdata", "golden", "cnn_multilabel.npz"))
+	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xp, yp, gd, "4", 1e-4, 1e-7)
+	bad := gd["labels"]
+	bad.I64[3] = 2
+	if err := npy.WriteFile(yp, bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp); code == 0 || !strings.Contains(e, "want multi-hot labels of 0s and 1s") {
+		t.Errorf("a label of 2: exit %d: %s", code, e)
+	}
+}
+
+// normsLikePyTorch runs norms on model, inputs xp and labels yp, in every
+// mode at physical batch batch, and holds each sample's total and
+// per-parameter norms to PyTorch's in gd (norm_total, norm/NAME) within
+// rel of them (plus abs for a parameter's); it returns each mode's report.
+func normsLikePyTorch(t *testing.T, model, xp, yp string, gd map[string]*npy.Array, batch string, rel, abs float64) map[string]normsReport {
+	t.Helper()
 	want := gd["norm_total"].F64
+	reports := map[string]normsReport{}
 	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
-		out, errOut, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp, "--mode", mode, "--batch", "4", "--json")
+		out, errOut, code := run(t, "norms", "--model", model, "--input", xp, "--labels", yp, "--mode", mode, "--batch", batch, "--json")
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
 		}
@@ -104,7 +97,7 @@ func TestNormsMultiLabel(t *testing.T) {
 			t.Fatalf("%s: %d norms, want %d", mode, len(r.Total), len(want))
 		}
 		for i := range want {
-			if math.Abs(r.Total[i]-want[i]) > 1e-4*want[i] {
+			if math.Abs(r.Total[i]-want[i]) > rel*want[i] {
 				t.Errorf("%s sample %d: %v, PyTorch %v", mode, i, r.Total[i], want[i])
 			}
 		}
@@ -114,18 +107,12 @@ func TestNormsMultiLabel(t *testing.T) {
 				t.Fatalf("%s: %s has %d norms, PyTorch %d", mode, name, len(v), len(w))
 			}
 			for i := range w {
-				if math.Abs(v[i]-w[i]) > 1e-4*w[i]+1e-7 {
+				if math.Abs(v[i]-w[i]) > rel*w[i]+abs {
 					t.Errorf("%s %s sample %d: %v, PyTorch %v", mode, name, i, v[i], w[i])
 				}
 			}
 		}
+		reports[mode] = r
 	}
-	bad := gd["labels"]
-	bad.I64[3] = 2
-	if err := npy.WriteFile(yp, bad); err != nil {
-		t.Fatal(err)
-	}
-	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xp, "--labels", yp); code == 0 || !strings.Contains(e, "want multi-hot labels of 0s and 1s") {
-		t.Errorf("a label of 2: exit %d: %s", code, e)
-	}
+	return reports
 }
