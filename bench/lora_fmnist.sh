@@ -27,14 +27,7 @@ mkdir -p "$OUTDIR"
 TB=(--optimizer sgd --momentum 0.9 --clip 0.1 --batch-size 2048
     --physical-batch "$PHYS" --accountant rdp --delta 1e-5)
 
-run() { # NAME ARGS...
-	local name=$1; shift
-	[ -f "$OUTDIR/$name.json" ] && return
-	echo "== $name: $DP train $* --quiet --report $OUTDIR/$name.json --out $OUTDIR/$name.onnx"
-	local start; start=$(date +%s)
-	"$DP" train "$@" --quiet --report "$OUTDIR/$name.json" --out "$OUTDIR/$name.onnx" 2>&1 | tee "$OUTDIR/$name.log"
-	echo "wall=$(( $(date +%s) - start ))s" | tee -a "$OUTDIR/$name.log"
-}
+. bench/train_run.sh
 
 /usr/bin/python3 bench/fmnist_split.py "$FMNIST" "$REST" 10000
 run pretrain10k --model testdata/models/cnn.onnx --data "idx:$FMNIST:limit=10000" \

@@ -19,14 +19,7 @@ mkdir -p "$OUTDIR"
 D=(--model testdata/models/cnn.onnx --num-classes 13 --data "csv:$DIR/train.csv:multilabel"
    --test-data "csv:$DIR/test.csv:multilabel" --norm fmnist)
 TB=(--optimizer sgd --momentum 0.9 --clip 0.1 --batch-size 2048 --physical-batch 256 --epochs 40 --epsilon 3 --delta 1e-5)
-run() { # NAME ARGS...
-	local name=$1; shift
-	[ -f "$OUTDIR/$name.json" ] && return
-	echo "== $name: $DP train $* --quiet --report $OUTDIR/$name.json --out $OUTDIR/$name.onnx"
-	local start; start=$(date +%s)
-	"$DP" train "$@" --quiet --report "$OUTDIR/$name.json" --out "$OUTDIR/$name.onnx" 2>&1 | tee "$OUTDIR/$name.log"
-	echo "wall=$(( $(date +%s) - start ))s" | tee -a "$OUTDIR/$name.log"
-}
+. bench/train_run.sh
 run nonprivate "${D[@]}" --non-private --optimizer adam --lr 0.001 --batch-size 128 --physical-batch 128 --epochs 15
 run eps3_lr4 "${D[@]}" "${TB[@]}" --lr 4
 run eps3_lr16 "${D[@]}" "${TB[@]}" --lr 16
