@@ -93,8 +93,8 @@ type Config struct {
 	// each logit a label of its own, a sample's label the set of those
 	// that apply as the bits of its int64 label, its loss the binary
 	// cross-entropy of the sigmoids averaged over the labels — one loss a
-	// sample, clipped and noised as the softmax head's. Not with
-	// LabelSmoothing.
+	// sample, clipped and noised as the softmax head's; LabelSmoothing
+	// smooths each label's target towards ½.
 	MultiLabel bool
 	// RowLabels, where the plan reads several rows a sample
 	// (rewrite.PlanOptions.Multiplicity), makes Fill write a label a row

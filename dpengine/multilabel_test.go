@@ -1,6 +1,7 @@
 package dpengine
 
 import (
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,8 +14,8 @@ import (
 // its label), the engine's per-sample norms in every mode, on the CPU and
 // a device with memory of its own, are each sample's own gradient's (the
 // norm check's oracle: a plain backward pass of the same loss a sample at
-// a time); a step's clipped sum and losses are finite; label smoothing is
-// refused beside it, and so are label sets with bits beyond the labels.
+// a time); with label smoothing too (towards ½), whose norms are not the
+// plain loss's; label sets with bits beyond the labels are refused.
 func TestMultiLabelNorms(t *testing.T) {
 	forEachEngine(t, []string{"cnn", "resnet_eval", "vit", "crossvit", "windowconv"}, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
 		const n = 3
@@ -30,19 +31,30 @@ func TestMultiLabelNorms(t *testing.T) {
 		cfg.MultiLabel = true
 		checkedNorms(t, g, rp, cfg, x, y)
 	})
-	g, rp := preparedFixture(t, "cnn", 4)
-	cfg := compareConfig(runtime.CPU{}, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
-	cfg.MultiLabel, cfg.LabelSmoothing = true, 0.1
-	if _, err := New(g, rp, cfg); err == nil || !strings.Contains(err.Error(), "label smoothing") {
-		t.Errorf("multi-label with label smoothing: %v", err)
+	// Label smoothing towards ½: the norm check holds (its direct pass
+	// smooths alike) and the norms are not the plain loss's.
+	x, _, _, _ := engineBatch(t, "cnn", 3)
+	y := []int64{0, 5, 1023}
+	totals := map[float64][]float64{}
+	for _, alpha := range []float64{0, 0.2} {
+		g, rp := preparedFixture(t, "cnn", 4)
+		cfg := compareConfig(runtime.CPU{}, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+		cfg.MultiLabel, cfg.LabelSmoothing = true, alpha
+		e := checkedNorms(t, g, rp, cfg, x, y)
+		_, tot, err := e.ClippedSum(x, y)
+		if err != nil {
+			t.Fatal(err)
+		}
+		totals[alpha] = tot
+		if alpha == 0 {
+			if _, _, err := e.ClippedSum(x[:2*28*28], []int64{1 << 10, 3}); err == nil || !strings.Contains(err.Error(), "beyond its 10 labels") {
+				t.Errorf("a label set beyond the labels: %v", err)
+			}
+		}
 	}
-	cfg.LabelSmoothing = 0
-	e, err := New(g, rp, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, _, _ := engineBatch(t, "cnn", 2)
-	if _, _, err := e.ClippedSum(x, []int64{1 << 10, 3}); err == nil || !strings.Contains(err.Error(), "beyond its 10 labels") {
-		t.Errorf("a label set beyond the labels: %v", err)
+	for i := range totals[0] {
+		if math.Abs(totals[0][i]-totals[0.2][i]) < 1e-6*totals[0][i] {
+			t.Errorf("sample %d: the smoothed loss's norm %v is the plain loss's %v", i, totals[0.2][i], totals[0][i])
+		}
 	}
 }

@@ -367,13 +367,10 @@ func classesWord(set Settings) string {
 	return "classes"
 }
 
-// checkMultiLabel refuses what a multi-label run cannot do: label
-// smoothing (the softmax head's), gradient canaries (the audit's), test
-// or score data that is not multi-label with the same labels.
+// checkMultiLabel refuses what a multi-label run cannot do: gradient
+// canaries (the audit's), test or score data that is not multi-label with
+// the same labels.
 func checkMultiLabel(cfg Config, set Settings) error {
-	if set.LabelSmoothing > 0 {
-		return fmt.Errorf("--label-smoothing: %s is multi-label, and label smoothing is the softmax head's", set.Data)
-	}
 	if cfg.GradientCanaries > 0 {
 		return fmt.Errorf("dptrain: the audit's canaries on multi-label data (%s)", set.Data)
 	}
@@ -983,7 +980,10 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 	logf("  training:  %d epochs × %d steps, expected batch %d, physical batch %d, mode %s, %s lr %g (%s)\n", set.Epochs, stepsPerEpoch, L, P, mode, set.Optimizer, set.LR, sched)
-	if set.LabelSmoothing > 0 {
+	switch {
+	case set.LabelSmoothing > 0 && set.MultiLabel:
+		logf("  loss:      each label's target smoothed by α = %g towards ½, (1−α)·[it applies] + α/2 (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
+	case set.LabelSmoothing > 0:
 		logf("  loss:      cross-entropy against labels smoothed by α = %g (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
 	}
 	if set.MultiLabel {

@@ -58,16 +58,17 @@ type ReduceOps interface {
 	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
 	// SigmoidCrossEntropy computes the multi-label loss head for n
 	// samples of k logits and their label sets (bit j of labels[i] set:
-	// label j applies, t_ij = 1; the caller checks them): the per-sample
-	// binary cross-entropy of each logit's sigmoid, averaged over the
-	// labels, loss_i = (1/k) Σ_j [max(z_ij, 0) − z_ij·t_ij +
-	// log(1 + exp(−|z_ij|))] (PyTorch's BCEWithLogitsLoss of a sample),
-	// into losses (n), and σ(z_ij) into probs (n×k), which the backward
-	// reads.
-	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32)
+	// label j applies; the caller checks them), each label's target
+	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2:
+	// the per-sample binary cross-entropy of each logit's sigmoid,
+	// averaged over the labels, loss_i = (1/k) Σ_j [max(z_ij, 0) −
+	// z_ij·t_ij + log(1 + exp(−|z_ij|))] (PyTorch's BCEWithLogitsLoss of a
+	// sample at α = 0), into losses (n), and σ(z_ij) into probs (n×k),
+	// which the backward reads.
+	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32)
 	// SigmoidCrossEntropyBackward writes the gradient of Σ_i w_i·loss_i
 	// with respect to the logits: dlogits_ij = w_i·(probs_ij − t_ij)/k.
-	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32)
+	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
 	// ScatterReduce combines the updates u into y at the compile-time
 	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
 	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
@@ -680,13 +681,14 @@ func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights 
 
 // SigmoidCrossEntropy implements ReduceOps, one sample after another on
 // the calling goroutine, each term in float64.
-func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
+	a := float64(alpha)
 	for i := 0; i < n; i++ {
 		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		var s float64
 		for j, v := range row {
 			z := float64(v)
-			t := float64(labels[i] >> uint(j) & 1)
+			t := (1-a)*float64(labels[i]>>uint(j)&1) + a/2
 			// log(1 + e^{−|z|}) never overflows; σ(z) from e^{−|z|} too.
 			e := math.Exp(-math.Abs(z))
 			s += max(z, 0) - z*t + math.Log1p(e)
@@ -702,13 +704,18 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, losse
 
 // SigmoidCrossEntropyBackward implements ReduceOps, one sample after
 // another on the calling goroutine.
-func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
 	inv := 1 / float32(k)
+	off, on := alpha/2, 1-alpha/2 // t off and on the label set
 	for i := 0; i < n; i++ {
 		w := weights[i] * inv
 		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		for j := range d {
-			d[j] = w * (pr[j] - float32(labels[i]>>uint(j)&1))
+			t := off
+			if labels[i]>>uint(j)&1 == 1 {
+				t = on
+			}
+			d[j] = w * (pr[j] - t)
 		}
 	}
 }

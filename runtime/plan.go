@@ -1866,14 +1866,12 @@ func (p *Plan) Forward() error {
 
 // SetLabelSmoothing makes the loss head's target of a sample of label y
 // (1−α)·onehot(y) + α/K over K classes from the next Loss on (Szegedy et
-// al. 2016); α = 0, the default, is the plain cross-entropy. It is a
-// per-sample loss still: each sample's gradient is its own.
+// al. 2016) — with SetMultiLabel, each label's target (1−α)·[it applies]
+// + α/2, towards ½ —; α = 0, the default, is the plain cross-entropy. It
+// is a per-sample loss still: each sample's gradient is its own.
 func (p *Plan) SetLabelSmoothing(alpha float64) error {
 	if !(alpha >= 0 && alpha < 1) {
 		return fmt.Errorf("runtime: label smoothing %v must be in [0, 1)", alpha)
-	}
-	if alpha != 0 && p.multiLabel {
-		return errors.New("runtime: label smoothing is the softmax head's; the plan's loss is multi-label")
 	}
 	p.smoothing = float32(alpha)
 	return nil
@@ -1891,9 +1889,6 @@ const MaxLabels = 62
 // cross-entropy of one class (off, the default). Both are one loss a
 // sample: each sample's gradient is its own.
 func (p *Plan) SetMultiLabel(on bool) error {
-	if on && p.smoothing != 0 {
-		return errors.New("runtime: label smoothing is the softmax head's; it has no multi-label form here")
-	}
 	if on && p.hasLoss && p.outputs[0].shape[1] > MaxLabels {
 		return fmt.Errorf("runtime: a multi-label head of %d labels; at most %d", p.outputs[0].shape[1], MaxLabels)
 	}
@@ -1936,7 +1931,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.losses, p.probs)
+		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
 	} else {
 		p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
 	}
@@ -1965,7 +1960,7 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, o.grad)
+		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
 	} else {
 		p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
 	}

@@ -391,13 +391,15 @@ func reduceCases() []graphCase {
 		for i := range sets {
 			sets[i] = int64(rng.Intn(1 << K))
 		}
-		add("SigmoidCrossEntropy", 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
-			losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
-			pl := place(p, sets)
-			o.SigmoidCrossEntropy(place(p, logits), pl, N, K, losses, probs)
-			o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, dl)
-			return fetchAll(p, losses, probs, dl)
-		})
+		for _, alpha := range []float32{0, 0.2} {
+			add(fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha), 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
+				losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
+				pl := place(p, sets)
+				o.SigmoidCrossEntropy(place(p, logits), pl, N, K, alpha, losses, probs)
+				o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, alpha, dl)
+				return fetchAll(p, losses, probs, dl)
+			})
+		}
 	}
 	data, upd := uniform(rng, 50, -1, 1), uniform(rng, 30, -1, 1)
 	upd[4] = float32(math.NaN())

@@ -255,12 +255,13 @@ func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weigh
 }
 
 // SigmoidCrossEntropy implements runtime.ReduceOps, in float64.
-func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, losses, probs []float32) {
+func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
+	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		var sum float64
 		for j := 0; j < k; j++ {
 			z := float64(logits[s*k+j])
-			t := float64(labels[s] >> uint(j) & 1)
+			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
 			// −t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
 			sum += t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
 			probs[s*k+j] = float32(1 / (1 + math.Exp(-z)))
@@ -270,11 +271,13 @@ func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, lo
 }
 
 // SigmoidCrossEntropyBackward implements runtime.ReduceOps.
-func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, dlogits []float32) {
+func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
+	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		w := float64(weights[s]) / float64(k)
 		for j := 0; j < k; j++ {
-			dlogits[s*k+j] = float32(w * (float64(probs[s*k+j]) - float64(labels[s]>>uint(j)&1)))
+			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
+			dlogits[s*k+j] = float32(w * (float64(probs[s*k+j]) - t))
 		}
 	}
 }

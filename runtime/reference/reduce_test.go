@@ -101,13 +101,15 @@ func TestReduceOps(t *testing.T) {
 	sets := []int64{0, 31, 5, 16, 1, 30, 9}
 	mlLogits := randIn(602, N*5, -30, 30)
 	mlProbs, mlLoss := make([]float32, N*5), make([]float32, N)
-	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, mlLoss, mlProbs)
-	cases = append(cases, opCase{name: "SigmoidCrossEntropy", run: func(d runtime.GraphOps) [][]float32 {
-		losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
-		d.SigmoidCrossEntropy(mlLogits, sets, N, 5, losses, probs)
-		d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, dl)
-		return [][]float32{losses, probs, dl}
-	}})
+	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, 0, mlLoss, mlProbs)
+	for _, alpha := range []float32{0, 0.2} {
+		cases = append(cases, opCase{name: fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha), run: func(d runtime.GraphOps) [][]float32 {
+			losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
+			d.SigmoidCrossEntropy(mlLogits, sets, N, 5, alpha, losses, probs)
+			d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, alpha, dl)
+			return [][]float32{losses, probs, dl}
+		}})
+	}
 	// ScatterReduce with repeated offsets (the reductions accumulate in
 	// order) and a NaN update.
 	data := randIn(700, 50, -1, 1)
@@ -166,17 +168,22 @@ func TestReduceHand(t *testing.T) {
 	// The multi-label head by hand: logits (0, ln 3) are σ = (½, ¾); the
 	// label set {1} (bits 0b10) gives the loss (−ln(1−½) − ln ¾)/2 and,
 	// of weight 2, the gradient 2·(σ − t)/2 = (½, −¼).
-	multi := func() []float32 {
+	multi := func(alpha float32) []float32 {
 		loss, probs, dl := make([]float32, 1), make([]float32, 2), make([]float32, 2)
-		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2}, 1, 2, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, []int64{2}, []float32{2}, 1, 2, dl)
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2}, 1, 2, alpha, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2}, []float32{2}, 1, 2, alpha, dl)
 		return append(append(loss, probs...), dl...)
 	}
+	// Smoothed by α = 0.2, the targets are (0.1, 0.9): the loss
+	// (−0.9·ln ½ − 0.1·ln ½ − 0.1·ln ¼ − 0.9·ln ¾)/2, the gradient
+	// 2·(σ − t)/2 = (0.4, −0.15).
+	smoothedMulti := float32((math.Ln2 - 0.1*math.Log(0.25) - 0.9*math.Log(0.75)) / 2)
 	for _, c := range []struct {
 		name      string
 		got, want []float32
 	}{
-		{"SigmoidCrossEntropy", multi(), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
+		{"SigmoidCrossEntropy", multi(0), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
+		{"SigmoidCrossEntropy/smoothing", multi(0.2), []float32{smoothedMulti, 0.5, 0.75, 0.4, -0.15}},
 		{"ReduceSum", rows(runtime.ReduceSum), []float32{2, -1}},
 		{"ReduceMean", rows(runtime.ReduceMean), []float32{2.0 / 3, -1.0 / 3}},
 		{"ReduceMax", rows(runtime.ReduceMax), []float32{3, 5}},

@@ -316,17 +316,19 @@ extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long 
 
 // sigmoid_xent computes, per sample i (a thread each), the binary
 // cross-entropy of each of its k logits' sigmoid against bit j of its
-// label set, averaged over the labels, into losses, and σ(z) into probs:
-// the CPU's terms in double, max(z, 0) − z·t + log(1 + e^{−|z|}).
+// label set smoothed by alpha towards ½, averaged over the labels, into
+// losses, and σ(z) into probs: the CPU's terms in double, max(z, 0) −
+// z·t + log(1 + e^{−|z|}).
 extern "C" __global__ void sigmoid_xent(const float *logits, const long long *labels, long long n, long long k,
-                                        float *losses, float *probs) {
+                                        float alpha, float *losses, float *probs) {
+  double a = (double)alpha;
   FOR_EACH(i, n) {
     const float *row = logits + i * k;
     float *pr = probs + i * k;
     double s = 0;
     for (long long j = 0; j < k; j++) {
       double z = (double)row[j];
-      double t = (double)((labels[i] >> j) & 1);
+      double t = (1 - a) * (double)((labels[i] >> j) & 1) + a / 2;
       double e = d_exp(z < 0 ? z : -z);
       s += (z > 0 ? z : 0) - z * t + d_log(1 + e);
       pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
@@ -335,14 +337,15 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
   }
 }
 
-// sigmoid_xent_bwd writes dlogits = w_i·(probs − t_i)/k, as the CPU does.
+// sigmoid_xent_bwd writes dlogits = w_i·(probs − t_i)/k, t_i the label
+// set smoothed by alpha, as the CPU does.
 extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long *labels, const float *weights,
-                                            long long n, long long k, float *dlogits) {
-  float inv = 1 / (float)k;
+                                            long long n, long long k, float alpha, float *dlogits) {
+  float inv = 1 / (float)k, off = alpha / 2, on = 1 - alpha / 2;
   FOR_EACH(e, n * k) {
     long long i = e / k;
     float w = weights[i] * inv;
-    dlogits[e] = w * (probs[e] - (float)((labels[i] >> (e % k)) & 1));
+    dlogits[e] = w * (probs[e] - (((labels[i] >> (e % k)) & 1) ? on : off));
   }
 }
 
