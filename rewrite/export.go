@@ -27,7 +27,7 @@ func ExportGraph(g *graph.Graph) (*graph.Graph, error) {
 	}
 	if len(brs) > 0 {
 		g = g.Clone()
-		if _, err := mergeLoRA(g); err != nil {
+		if err := mergeLoRA(g); err != nil {
 			return nil, fmt.Errorf("rewrite: exporting: %w", err)
 		}
 	}

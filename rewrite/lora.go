@@ -78,6 +78,7 @@ func AddLoRA(g *graph.Graph, opts LoRAOptions, skip map[*graph.Value]bool) ([]Ad
 	relink(g)
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6c6f_7261)) // "lora"
 	nm := newNamer(g)
+	batched := g.InputDerived()
 	var adapters []Adapter
 	var changes []Change
 	for _, n := range append([]*graph.Node(nil), g.Nodes...) {
@@ -91,11 +92,14 @@ func AddLoRA(g *graph.Graph, opts LoRAOptions, skip map[*graph.Value]bool) ([]Ad
 		// A Linear exported without constant folding reads its weight
 		// through a Transpose: the adapter is the transposed weight's and
 		// merges into the weight transposed.
-		transposed := n.OpType != "Conv" && transposedParam(w) != nil
-		if transposed {
-			w = transposedParam(w)
+		transposed := false
+		if p := transposedParam(w); p != nil && n.OpType != "Conv" {
+			w, transposed = p, true
 		}
-		if skip[w] || !w.Initializer && !fromParams(w) || w.Initializer && !w.DType.IsFloat() {
+		// Not a weight: an activation (attention's keys), a constant (a
+		// Constant node, an initializer that is no parameter).
+		switch {
+		case skip[w], batched[w], w.Initializer && !w.IsParam(), w.Producer != nil && w.Producer.OpType == "Constant":
 			continue
 		}
 		label := w.Name
@@ -144,41 +148,14 @@ func transposedParam(w *graph.Value) *graph.Value {
 	return p
 }
 
-// fromParams reports whether v is computed from parameters and constants
-// alone (a weight the exporter wrote as a computation), reading at least
-// one parameter.
-func fromParams(v *graph.Value) bool {
-	seen := map[*graph.Value]bool{}
-	param := false
-	var walk func(v *graph.Value) bool
-	walk = func(v *graph.Value) bool {
-		if v == nil || seen[v] {
-			return true
-		}
-		seen[v] = true
-		if v.Initializer || v.Const != nil {
-			param = param || v.IsParam()
-			return true
-		}
-		if v.Producer == nil || len(seen) > 64 {
-			return false
-		}
-		for _, in := range v.Producer.Inputs {
-			if !walk(in) {
-				return false
-			}
-		}
-		return true
-	}
-	return walk(v) && param
-}
-
 // loraIneligible says why the layer n reading w gets no adapter, "" when
 // it can have one.
 func loraIneligible(n *graph.Node, w *graph.Value) string {
 	switch {
-	case !w.IsParam() || w.Const == nil:
+	case w.Producer != nil:
 		return fmt.Sprintf("its weight is computed (by %s) before the layer reads it: only an initializer read directly or through a transpose is adapted", w.Producer.OpType)
+	case !w.IsParam() || w.Const == nil:
+		return "its weight is not a parameter"
 	case len(w.Consumers) != 1:
 		return fmt.Sprintf("its weight is read by %d nodes", len(w.Consumers))
 	case n.Input(0) == nil || n.Input(0).Const != nil || n.Input(0).Initializer:
@@ -349,8 +326,8 @@ func loraAt(g *graph.Graph, add *graph.Node, side int) (loraBranch, bool, error)
 		return br, false, nil
 	}
 	w := base.Input(1)
-	if base.OpType != "Conv" && transposedParam(w) != nil {
-		w, br.transposed = transposedParam(w), true
+	if p := transposedParam(w); p != nil && base.OpType != "Conv" {
+		w, br.transposed = p, true
 	}
 	if pa.Input(0) != base.Input(0) || !isInit(w) {
 		return br, false, nil
@@ -373,17 +350,17 @@ func loraAt(g *graph.Graph, add *graph.Node, side int) (loraBranch, bool, error)
 // removes the adapter: g computes what it did, as the model it was
 // exported as. The base weights get new tensors: a clone's initializers
 // are its source's.
-func mergeLoRA(g *graph.Graph) (int, error) {
+func mergeLoRA(g *graph.Graph) error {
 	brs, err := findLoRA(g)
 	if err != nil || len(brs) == 0 {
-		return 0, err
+		return err
 	}
 	drop := map[*graph.Node]bool{}
 	for _, br := range brs {
 		w := br.weight
 		merged, err := mergedWeight(br, w.Const)
 		if err != nil {
-			return 0, fmt.Errorf("merging the LoRA adapter of %s: %w", nodeLabel(br.base), err)
+			return fmt.Errorf("merging the LoRA adapter of %s: %w", nodeLabel(br.base), err)
 		}
 		setInitializer(w, merged)
 		y := br.add.Outputs[0]
@@ -400,7 +377,7 @@ func mergeLoRA(g *graph.Graph) (int, error) {
 	}
 	g.Nodes = kept
 	RemoveDead(g)
-	return len(brs), nil
+	return nil
 }
 
 // mergedWeight is w + scale·A·B in w's layout.

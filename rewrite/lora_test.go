@@ -26,7 +26,8 @@ func loraPlan(t *testing.T, name string, opts Options) *Plan {
 // --train selects it; --freeze still freezes an adapter; --lora-target
 // picks layers; a fresh head is trained, not adapted; a Linear exported
 // without constant folding (a MatMul reading its weight through a
-// Transpose) is adapted; grouped convolutions are reported, not adapted;
+// Transpose) is adapted; grouped convolutions are reported, not adapted,
+// and a weight that is no parameter is left alone (it once panicked);
 // A is drawn within ±1/√fan_in by the seed and B is zero.
 func TestLoRAPlan(t *testing.T) {
 	kinds := func(p *Plan) (trained, frozen map[string]string) {
@@ -143,6 +144,25 @@ func TestLoRAPlan(t *testing.T) {
 		}
 		if !found {
 			t.Error("no grouped convolution reported as not adapted")
+		}
+	})
+
+	t.Run("constant weight", func(t *testing.T) {
+		// An initializer that is no parameter (torch.export's buffers)
+		// read as a weight: a constant, neither adapted nor trained.
+		g := loadFixture(t, "cnn")
+		g.Values["features.0.weight"].NoGradient = true
+		p, err := Prepare(g, Options{PlanOptions: PlanOptions{InputShape: fixtureSample("cnn"), Batch: 4}, LoRA: LoRAOptions{Rank: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range p.Adapters {
+			if a.Base == "features.0.weight" {
+				t.Errorf("a constant weight adapted: %+v", a)
+			}
+		}
+		if len(p.Adapters) != 2 {
+			t.Errorf("%d adapters, want the other two layers'", len(p.Adapters))
 		}
 	})
 
