@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,15 +82,15 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	// a multi-label listing's sets of names, or its label columns, as bits.
 	var rows []csvRow
 	var classes []string
-	var masks map[int]int32 // a multi-label listing's label set of each row, by line
+	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
 	switch {
 	case len(spec.Labels) > 0:
-		rows, masks, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain)
+		rows, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain)
 		classes = slices.Clone(spec.Labels)
 	default:
 		rows, err = readCSVRows(f, path, spec.MultiLabel != "")
 		if err == nil && spec.MultiLabel != "" {
-			classes, masks, err = labelSets(rows, spec.MultiLabel, path)
+			classes, err = labelSets(rows, spec.MultiLabel, path)
 		}
 	}
 	if err != nil {
@@ -97,7 +98,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	}
 	base := filepath.Dir(path)
 	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
-	numeric := masks == nil
+	numeric := !multi
 	for _, r := range rows {
 		if !numeric {
 			break
@@ -109,7 +110,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	}
 	index := map[string]int32{}
 	switch {
-	case masks != nil:
+	case multi:
 	case numeric:
 		top := 0
 		for _, r := range rows {
@@ -141,10 +142,11 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	// the groups.
 	group := func(l int32) int { return int(l) }
 	groups := len(classes)
-	if masks != nil {
+	if multi {
 		distinct := map[int32]int{}
 		var sets []int32
-		for _, m := range masks {
+		for _, r := range rows {
+			m := r.set
 			if _, ok := distinct[m]; !ok {
 				distinct[m] = 0
 				sets = append(sets, m)
@@ -185,8 +187,8 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		l := index[r.label]
 		switch {
-		case masks != nil:
-			l = masks[r.line]
+		case multi:
+			l = r.set
 		case numeric:
 			v, _ := strconv.Atoi(r.label)
 			l = int32(v)
@@ -245,7 +247,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		im.users, im.userNames = numberUsers(names)
 	}
-	im.multiLabel = masks != nil
+	im.multiLabel = multi
 	// The listing is a source too: a label changed under a running job
 	// changes the data its checkpoint would resume on.
 	im.sourcePaths = append(im.sourcePaths, path)
@@ -255,54 +257,47 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 // labelSets reads a multi-label listing's rows: each label a set of names
 // separated by sep (spaces around them trimmed, empty ones dropped, a
 // name twice refused). It returns the names in sorted order, at most
-// MaxLabels, and each row's set as bits of that order, by line.
-func labelSets(rows []csvRow, sep, path string) ([]string, map[int]int32, error) {
+// MaxLabels, and sets each row's set as bits of that order.
+func labelSets(rows []csvRow, sep, path string) ([]string, error) {
 	names := map[string]bool{}
-	sets := make(map[int][]string, len(rows))
-	for _, r := range rows {
-		var set []string
+	sets := make([][]string, len(rows))
+	for i, r := range rows {
 		for _, n := range strings.Split(r.label, sep) {
 			if n = strings.TrimSpace(n); n == "" {
 				continue
 			}
-			if slices.Contains(set, n) {
-				return nil, nil, fmt.Errorf("csv: %s: line %d: label %q twice in %q", path, r.line, n, r.label)
+			if slices.Contains(sets[i], n) {
+				return nil, fmt.Errorf("csv: %s: line %d: label %q twice in %q", path, r.line, n, r.label)
 			}
-			set = append(set, n)
+			sets[i] = append(sets[i], n)
 			if !names[n] {
 				if len(names) == MaxLabels {
-					return nil, nil, fmt.Errorf("csv: %s: line %d: label %q is one more than the %d labels a multi-label listing may name", path, r.line, n, MaxLabels)
+					return nil, fmt.Errorf("csv: %s: line %d: label %q is one more than the %d labels a multi-label listing may name", path, r.line, n, MaxLabels)
 				}
 				names[n] = true
 			}
 		}
-		sets[r.line] = set
 	}
 	if len(names) == 0 {
-		return nil, nil, fmt.Errorf("csv: %s: no row names a label (multilabel: labels separated by %q)", path, sep)
+		return nil, fmt.Errorf("csv: %s: no row names a label (multilabel: labels separated by %q)", path, sep)
 	}
-	classes := make([]string, 0, len(names))
-	for n := range names {
-		classes = append(classes, n)
-	}
-	slices.Sort(classes)
-	masks := make(map[int]int32, len(rows))
-	for line, set := range sets {
-		var m int32
+	classes := slices.Sorted(maps.Keys(names))
+	for i, set := range sets {
 		for _, n := range set {
-			m |= 1 << slices.Index(classes, n)
+			rows[i].set |= 1 << slices.Index(classes, n)
 		}
-		masks[line] = m
 	}
-	return classes, masks, nil
+	return classes, nil
 }
 
 // csvRow is one image of a CSV listing and the line it is on; user is
 // its user's name where the header names a user column (then every row
-// has one), "" where it names none.
+// has one), "" where it names none; set is a multi-label listing's label
+// set as bits (labelSets, readCSVColumns).
 type csvRow struct {
 	path, label, user string
 	line              int
+	set               int32
 }
 
 // readCSVRows reads the path, label and user of every row of a CSV
@@ -350,7 +345,7 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 				return nil, fmt.Errorf("csv: %s: line %d: an empty user (column %d, %q): every row of a listing with a user column names the user its image belongs to", name, line, userCol+1, userName)
 			}
 		}
-		rows = append(rows, csvRow{p, l, u, line})
+		rows = append(rows, csvRow{path: p, label: l, user: u, line: line})
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("csv: %s lists no images (want a row a sample: an image path and a label)", name)
@@ -385,13 +380,12 @@ func csvReadError(name string, err error) error {
 // readCSVColumns reads a listing whose labels are columns of their own
 // (Spec.Labels): a header naming an image path column, each label column
 // (its name as given, or in another case) and optionally a user column;
-// each row's label set as bits of the columns' order, by line — 1 (or
+// each row's label set as bits of the columns' order — 1 (or
 // 1.0) where the label applies, 0 or empty where it does not, -1 as
 // uncertain says (zero, one; "" refuses it).
-func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, map[int]int32, error) {
+func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, error) {
 	cr := newCSVReader(r)
 	var rows []csvRow
-	masks := map[int]int32{}
 	pathCol, userCol := -1, -1
 	var cols []int
 	var header []string
@@ -401,7 +395,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 			break
 		}
 		if err != nil {
-			return nil, nil, csvReadError(name, err)
+			return nil, csvReadError(name, err)
 		}
 		line, _ := cr.FieldPos(0) // after a good Read only
 		if cols == nil {
@@ -418,7 +412,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 				return -1
 			}
 			if pathCol = find(csvPathColumns, false); pathCol < 0 {
-				return nil, nil, fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
+				return nil, fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
 			}
 			userCol = find(csvUserColumns, false)
 			for _, l := range labels {
@@ -427,7 +421,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 					c = find([]string{l}, false)
 				}
 				if c < 0 {
-					return nil, nil, fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
+					return nil, fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
 				}
 				cols = append(cols, c)
 			}
@@ -435,16 +429,16 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 		}
 		need := max(pathCol, userCol, slices.Max(cols))
 		if len(rec) <= need {
-			return nil, nil, fmt.Errorf("csv: %s: line %d: %d fields, want at least %d", name, line, len(rec), need+1)
+			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want at least %d", name, line, len(rec), need+1)
 		}
 		p := strings.TrimSpace(rec[pathCol])
 		if p == "" {
-			return nil, nil, fmt.Errorf("csv: %s: line %d: an empty image path", name, line)
+			return nil, fmt.Errorf("csv: %s: line %d: an empty image path", name, line)
 		}
 		u := ""
 		if userCol >= 0 {
 			if u = strings.TrimSpace(rec[userCol]); u == "" {
-				return nil, nil, fmt.Errorf("csv: %s: line %d: an empty user (column %q): every row of a listing with a user column names the user its image belongs to", name, line, strings.TrimSpace(header[userCol]))
+				return nil, fmt.Errorf("csv: %s: line %d: an empty user (column %q): every row of a listing with a user column names the user its image belongs to", name, line, strings.TrimSpace(header[userCol]))
 			}
 		}
 		var m int32
@@ -462,18 +456,17 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 				m |= 1 << j
 			case err == nil && f == -1 && uncertain == "zero":
 			case err == nil && f == -1:
-				return nil, nil, fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
+				return nil, fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
 			default:
-				return nil, nil, fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
+				return nil, fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
 			}
 		}
-		rows = append(rows, csvRow{path: p, user: u, line: line})
-		masks[line] = m
+		rows = append(rows, csvRow{path: p, user: u, line: line, set: m})
 	}
 	if len(rows) == 0 {
-		return nil, nil, fmt.Errorf("csv: %s lists no images", name)
+		return nil, fmt.Errorf("csv: %s lists no images", name)
 	}
-	return rows, masks, nil
+	return rows, nil
 }
 
 // csvHeader reads a CSV's first row as a header where it names a path or a
