@@ -143,20 +143,16 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	group := func(l int32) int { return int(l) }
 	groups := len(classes)
 	if multi {
-		distinct := map[int32]int{}
-		var sets []int32
-		for _, r := range rows {
-			m := r.set
-			if _, ok := distinct[m]; !ok {
-				distinct[m] = 0
-				sets = append(sets, m)
-			}
+		sets := make([]int32, len(rows))
+		for i, r := range rows {
+			sets[i] = r.set
 		}
-		slices.Sort(sets)
+		number, distinct := numberDensely(sets)
+		index := make(map[int32]int, len(distinct))
 		for i, m := range sets {
-			distinct[m] = i
+			index[m] = int(number[i])
 		}
-		group, groups = func(l int32) int { return distinct[l] }, len(sets)
+		group, groups = func(l int32) int { return index[l] }, len(distinct)
 	}
 	perClass := make([][]labelledFile, groups)
 	seen := make(map[string]int, len(rows))

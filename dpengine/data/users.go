@@ -1,6 +1,7 @@
 package data
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash"
@@ -50,22 +51,28 @@ var (
 // depends on the data alone: user[i] is sample i's number, names the
 // users by number.
 func numberUsers(name []string) (user []int32, names []string) {
-	index := make(map[string]int32, len(name)/2+1)
-	for _, s := range name {
-		if _, ok := index[s]; !ok {
-			index[s] = 0
-			names = append(names, s)
+	return numberDensely(name)
+}
+
+// numberDensely numbers the distinct values of vals densely in increasing
+// order: each value's number, and the distinct values by number.
+func numberDensely[T cmp.Ordered](vals []T) (number []int32, distinct []T) {
+	index := make(map[T]int32, len(vals)/2+1)
+	for _, v := range vals {
+		if _, ok := index[v]; !ok {
+			index[v] = 0
+			distinct = append(distinct, v)
 		}
 	}
-	slices.Sort(names)
-	for u, s := range names {
-		index[s] = int32(u)
+	slices.Sort(distinct)
+	for u, v := range distinct {
+		index[v] = int32(u)
 	}
-	user = make([]int32, len(name))
-	for i, s := range name {
-		user[i] = index[s]
+	number = make([]int32, len(vals))
+	for i, v := range vals {
+		number[i] = index[v]
 	}
-	return user, names
+	return number, distinct
 }
 
 // heldOutUsers says which of the users named (each name once or more) a
@@ -104,23 +111,10 @@ func hashUsers(h hash.Hash, user []int32, names []string) {
 // numberIntUsers numbers integer user ids as numberUsers numbers names:
 // densely, in increasing numeric order, each named by its decimal string.
 func numberIntUsers(id []int64) (user []int32, names []string) {
-	index := make(map[int64]int32, len(id)/2+1)
-	var ids []int64
-	for _, v := range id {
-		if _, ok := index[v]; !ok {
-			index[v] = 0
-			ids = append(ids, v)
-		}
-	}
-	slices.Sort(ids)
+	user, ids := numberDensely(id)
 	names = make([]string, len(ids))
 	for u, v := range ids {
-		index[v] = int32(u)
 		names[u] = strconv.FormatInt(v, 10)
-	}
-	user = make([]int32, len(id))
-	for i, v := range id {
-		user[i] = index[v]
 	}
 	return user, names
 }
