@@ -121,7 +121,7 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 				fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
 			}
 			if kind == outSigmoids {
-				fmt.Fprintf(tw, "\tlabels: %s", strings.Join(append([]string{}, p.Labels...), ", "))
+				fmt.Fprintf(tw, "\tlabels: %s", strings.Join(p.Labels, ", "))
 				if len(p.Labels) == 0 {
 					fmt.Fprint(tw, "none")
 				}
