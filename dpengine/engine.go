@@ -103,6 +103,20 @@ type Config struct {
 	// The sample is still what is clipped: the mean of its rows'
 	// gradients. Without views it changes nothing.
 	RowLabels bool
+	// ClassWeights, where set, weighs each sample's clipped gradient by
+	// its class's weight, w_y ∈ [0, 1], one weight a class by label
+	// (at most the model's K): the step adds Σ_i w_i·C_i·g_i, the clip
+	// factor C_i computed from the unweighted gradient g_i. Weighing
+	// after the clipping keeps a sample's contribution within the clip
+	// norm (w ≤ 1), so the sensitivity, σ and ε are those of the plain
+	// sum; weighing the loss before it would not rebalance anything,
+	// because a clipped gradient's length is the clip norm whatever its
+	// loss's weight. A sample of several rows (RowLabels: a user's
+	// examples) weighs the mean of its rows' weights. In NonDP the
+	// weights are the loss's (PyTorch's CrossEntropyLoss(weight=…)
+	// summed). A label with no weight is an error; multi-label heads
+	// take none.
+	ClassWeights []float64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -264,11 +278,18 @@ type Engine struct {
 	// rowFactors are the second backward pass's loss weights where a
 	// sample has several views: its clip factor over views, a row each,
 	// expanded from the factors' shape (B, 1) to (B, views) (viewShapes).
-	rowFactors  []float32
-	viewShapes  [2][]int
-	normSq      []float64   // flat: per sample
-	paramNormSq []float64   // the parameters' param.normSq, one row each, in order
-	factors     [][]float32 // per param (per-layer) or one shared slice
+	rowFactors []float32
+	viewShapes [2][]int
+	// unitWeights are the physical batch's samples' class weights
+	// (Config.ClassWeights; 0 for padding), device memory written from
+	// the host staging unitWeightsHost every physical batch: the clip
+	// factors' multipliers. nil without class weights.
+	unitWeights     []float32
+	unitWeightsBuf  runtime.Buffer
+	unitWeightsHost []float32
+	normSq          []float64   // flat: per sample
+	paramNormSq     []float64   // the parameters' param.normSq, one row each, in order
+	factors         [][]float32 // per param (per-layer) or one shared slice
 
 	// Per logical batch.
 	samples   int
@@ -442,6 +463,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 	if err := plan.SetMultiLabel(cfg.MultiLabel); err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
+	if err := checkClassWeights(cfg, plan); err != nil {
+		return nil, err
+	}
 	dev := cfg.Device
 	if dev == nil {
 		dev = runtime.CPU{}
@@ -479,6 +503,13 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("dpengine: the loss weights: %w", err)
 	}
 	e.weights = e.weightsBuf.Floats()
+	if len(cfg.ClassWeights) > 0 {
+		e.unitWeightsHost = make([]float32, B)
+		if e.unitWeightsBuf, err = runtime.AdoptHost(dev, e.unitWeightsHost); err != nil {
+			return nil, fmt.Errorf("dpengine: the class weights: %w", err)
+		}
+		e.unitWeights = e.unitWeightsBuf.Floats()
+	}
 	if e.normSq, err = e.alloc64(B, "the per-sample squared norms"); err != nil {
 		return nil, err
 	}
@@ -785,11 +816,23 @@ func (e *Engine) physical(idx []int, fill Fill) error {
 		e.lossSum += l / float64(v)
 	}
 	e.samples += n
-	if n != e.weightsN {
+	if e.unitWeights != nil {
+		if err := e.weighClasses(n); err != nil {
+			return err
+		}
+	}
+	// In NonDP the class weights are the loss's, a row's label's weight
+	// over views, written every batch: the labels change though n does not.
+	weighRows := e.unitWeights != nil && e.cfg.Mode == NonDP
+	if n != e.weightsN || weighRows {
 		w := float32(1 / float64(v))
 		for r := range e.weightsHost {
 			e.weightsHost[r] = 0
-			if r < n*v {
+			switch {
+			case r >= n*v:
+			case weighRows:
+				e.weightsHost[r] = float32(e.cfg.ClassWeights[e.rowY[r]] / float64(v))
+			default:
 				e.weightsHost[r] = w
 			}
 		}
@@ -890,8 +933,9 @@ func (e *Engine) noised(grads [][]float32, perTensor bool) ([][]float32, []uint6
 
 // ClippedSum runs one physical batch of n ≤ PhysicalBatch examples (x holds
 // n samples, y n labels, or with Config.RowLabels n·views: a label a row)
-// and returns, per parameter, the noise-free clipped sum Σ_i C_i g_i, with
-// the per-sample total norms. It is the engine's output before noise:
+// and returns, per parameter, the noise-free clipped sum Σ_i C_i g_i
+// (Σ_i w_i·C_i·g_i with Config.ClassWeights), with the per-sample total
+// norms (of the unweighted g_i). It is the engine's output before noise:
 // every DP mode must give the same result.
 func (e *Engine) ClippedSum(x []float32, y []int64) (_ map[string][]float32, _ []float64, err error) {
 	defer runtime.CatchDeviceFault(&err, "dpengine: clipped sum")

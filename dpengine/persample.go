@@ -1032,6 +1032,14 @@ func (e *Engine) clipPhysical(B int) error {
 	nonFinite, clipped := e.ops.CountClipped(e.normSq[:n], counted)
 	e.nonFinite += nonFinite
 	e.clipped += clipped
+	if e.unitWeights != nil {
+		// The class weights multiply the factors after the count: a
+		// weight below 1 shortens a sample's clipped gradient further,
+		// which the report's clipped fraction does not count.
+		for k := range e.factors {
+			e.ops.ScaleRows(e.unitWeights[:n], 1, e.factors[k][:n], 1, 1)
+		}
+	}
 	switch e.cfg.Mode {
 	case Ghost, Mixed:
 		// The second backward pass on Σ_i C_i L_i gives Σ_i C_i g_i for

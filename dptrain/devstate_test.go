@@ -66,7 +66,7 @@ var stageVariants = []struct {
 	}},
 	// User-level: the examples of 30 users, 3 of a sampled user's a step
 	// as rows with labels of their own (a physical batch of users), the
-	// recipes' adaptive clipping counting users.
+	// recipes' adaptive clipping counting users, and class weights.
 	{"users", func(c *dptrain.Config) {
 		recipes(c)
 		v := c.Train.(*data.View)
@@ -82,6 +82,9 @@ var stageVariants = []struct {
 			panic(err)
 		}
 		c.Settings.BatchSize = 8 // four steps an epoch over 30 users
+		// Class weights: a user's clip factor times its rows' mean weight,
+		// uploaded each physical batch.
+		c.Settings.ClassWeights = []float64{0.5, 1, 0.25, 1, 0.75, 1, 0.1, 1, 0.9, 1}
 	}},
 	// LoRA: rank-3 adapters (scale 2) beside every layer but the head,
 	// the head in full, with the recipes; the norm check's drawn B put

@@ -156,6 +156,13 @@ type Settings struct {
 	// cross-entropy averaged over the labels (dpengine.Config.MultiLabel),
 	// the test figures EvalResult.MultiLabel's. Run sets it from the data.
 	MultiLabel bool `json:"multi_label,omitempty"`
+	// ClassWeights, where set, weighs each sample's clipped gradient by
+	// its class's weight, one a class of the training data by label, each
+	// in [0, 1] (ParseClassWeights: the largest 1): the step adds
+	// Σ_i w_{y_i}·C_i·g_i (dpengine.Config.ClassWeights), so a sample
+	// still moves the sum by at most the clip norm and ε is unchanged.
+	// Single-label data only.
+	ClassWeights []float64 `json:"class_weights,omitempty"`
 }
 
 // LoRASettings are a LoRA run's adapters: Rank, Alpha (their product
@@ -645,6 +652,9 @@ func Run(cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
+	if err := checkClassWeights(cfg, set); err != nil {
+		return nil, err
+	}
 	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
 		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
 	}
@@ -855,7 +865,8 @@ func Run(cfg Config) (*Report, error) {
 	}
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
-		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, MultiLabel: set.MultiLabel, RowLabels: groups != nil}
+		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, MultiLabel: set.MultiLabel, RowLabels: groups != nil,
+		ClassWeights: set.ClassWeights}
 	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -985,6 +996,9 @@ func Run(cfg Config) (*Report, error) {
 		logf("  loss:      each label's target smoothed by α = %g towards ½, (1−α)·[it applies] + α/2 (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
 	case set.LabelSmoothing > 0:
 		logf("  loss:      cross-entropy against labels smoothed by α = %g (one loss a sample: ε unchanged; the test loss is the plain one)\n", set.LabelSmoothing)
+	}
+	if len(set.ClassWeights) > 0 {
+		logf("  weights:   each sample's clipped gradient times its class's weight (%s): a sample still moves the sum by at most R, ε unchanged\n", classWeightsLine(set.ClassWeights, set.ClassNames))
 	}
 	if set.MultiLabel {
 		logf("  loss:      multi-label: each of the %d labels decided by its logit's sigmoid, the binary cross-entropy averaged over the labels (one loss a sample: clipped and noised as any)\n", set.Classes)
@@ -1514,6 +1528,7 @@ func compatible(prev, cur Settings) error {
 	check("--non-private", prev.NonPrivate, cur.NonPrivate)
 	check("input shape", prev.InputShape, cur.InputShape)
 	check("multi-label", prev.MultiLabel, cur.MultiLabel)
+	check("--class-weight", prev.ClassWeights, cur.ClassWeights)
 	lora := func(s Settings) string {
 		if s.LoRA == nil {
 			return "none"
@@ -1561,6 +1576,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.LabelSmoothing > 0 {
 		kv["label_smoothing"] = fmt.Sprint(s.LabelSmoothing)
+	}
+	if len(s.ClassWeights) > 0 {
+		b, _ := json.Marshal(s.ClassWeights) // finite numbers always marshal
+		kv["class_weights"] = string(b)
 	}
 	if s.MultiLabel {
 		// predict and eval read the logits as labels decided each on its

@@ -89,6 +89,10 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 		return nil, errors.New("audit: a resumed run cannot be audited (the canaries' scores are not checkpointed)")
 	case cfg.GradientCanaries > 0:
 		return nil, errors.New("audit: the configuration already has gradient canaries")
+	case len(cfg.Settings.ClassWeights) > 0:
+		// A canary of a class weighed below 1 would move the sum less
+		// than the worst case the guarantee bounds.
+		return nil, errors.New("audit: a run with class weights is not audited (its canaries would weigh their class's weight, not the worst case's 1); audit the run without --class-weight")
 	case data.IsMultiLabel(cfg.Train):
 		// An input canary is an image with a wrong label; a label set
 		// has no single wrong one, and the score is a class's.
