@@ -374,13 +374,9 @@ func classesWord(set Settings) string {
 	return "classes"
 }
 
-// checkMultiLabel refuses what a multi-label run cannot do: gradient
-// canaries (the audit's), test or score data that is not multi-label with
-// the same labels.
+// checkMultiLabel refuses what a multi-label run cannot do: test or score
+// data that is not multi-label with the same labels.
 func checkMultiLabel(cfg Config, set Settings) error {
-	if cfg.GradientCanaries > 0 {
-		return fmt.Errorf("dptrain: the audit's canaries on multi-label data (%s)", set.Data)
-	}
 	names := func(d data.Dataset) string {
 		if c, ok := d.(interface{ Classes() []string }); ok {
 			return strings.Join(c.Classes(), ", ")

@@ -59,7 +59,8 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 // records it in the model, whose eval gives the run's last test figures
 // and per-label table, and whose predictions are each label's sigmoid and
 // the labels decided; eval refuses to read the model's data as single
-// labels; label smoothing smooths each label's target; audit is refused,
+// labels; label smoothing smooths each label's target; it is audited with
+// gradient canaries and with input canaries of a multi-label pool,
 // and so is test data that is not multi-label; a search scores its runs
 // by the share of label decisions right.
 func TestTrainMultiLabel(t *testing.T) {
@@ -206,8 +207,26 @@ func TestTrainMultiLabel(t *testing.T) {
 	if _, e, code := run(t, withArgs("--test-data", strings.TrimSuffix(test, ":multilabel"))...); code == 0 || !strings.Contains(e, "is multi-label but the test data is not") {
 		t.Errorf("single-label test data: exit %d: %s", code, e)
 	}
-	if _, e, code := run(t, "audit", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--num-classes", "13", "--epsilon", "8", "--epochs", "1", "--canaries", "10", "--quiet"); code == 0 || !strings.Contains(e, "multi-label") {
-		t.Errorf("audit of multi-label data: exit %d: %s", code, e)
+	// Audits: gradient canaries, and input canaries — images of the pool
+	// given label sets not their own — from a multi-label pool only.
+	audit := []string{"audit", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--num-classes", "13", "--epsilon", "8", "--epochs", "1",
+		"--canaries", "10", "--k-plus", "2", "--k-minus", "2", "--resize", "stretch", "--norm", "fmnist", "--quiet", "--json"}
+	for _, kind := range [][]string{{"--canary-kind", "gradient"}, {"--canary-kind", "input", "--canary-data", test}} {
+		o, e, code := run(t, append(audit[:len(audit):len(audit)], kind...)...)
+		var r struct {
+			Violation bool `json:"violation"`
+			Report    struct {
+				Settings struct {
+					MultiLabel bool `json:"multi_label"`
+				} `json:"settings"`
+			} `json:"run"`
+		}
+		if err := json.Unmarshal([]byte(o), &r); code != 0 || err != nil || !r.Report.Settings.MultiLabel || r.Violation {
+			t.Errorf("audit %v of multi-label data: exit %d (%v), multi-label %v, violation %v: %s", kind, code, err, r.Report.Settings.MultiLabel, r.Violation, e)
+		}
+	}
+	if _, e, code := run(t, append(audit[:len(audit):len(audit)], "--canary-kind", "input", "--canary-data", strings.TrimSuffix(test, ":multilabel"))...); code == 0 || !strings.Contains(e, "the canary pool is not") {
+		t.Errorf("audit of multi-label data with a single-label pool: exit %d: %s", code, e)
 	}
 	// A search scores each run by the share of the held-out examples'
 	// labels it decides right (each example's share in [0, 1]).

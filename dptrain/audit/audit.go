@@ -93,10 +93,6 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 		// A canary of a class weighed below 1 would move the sum less
 		// than the worst case the guarantee bounds.
 		return nil, errors.New("audit: a run with class weights is not audited (its canaries would weigh their class's weight, not the worst case's 1); audit the run without --class-weight")
-	case data.IsMultiLabel(cfg.Train):
-		// An input canary is an image with a wrong label; a label set
-		// has no single wrong one, and the score is a class's.
-		return nil, errors.New("audit: multi-label data is not audited yet (the input canaries are mislabeled images of one class)")
 	}
 	// The canaries are units of the run's privacy unit: at user level
 	// (where the data names users, or --privacy-unit user) each is a user
@@ -307,22 +303,36 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 		return nil, fmt.Errorf("audit: %d input canaries need as many images, the canary pool has %d", m, n)
 	}
 	k := cfg.Train.NumClasses()
-	if k < 2 {
+	multi := data.IsMultiLabel(cfg.Train)
+	// The labels a canary can be given: K classes, or on multi-label data
+	// the 2^K label sets (K ≤ data.MaxLabels).
+	labels := int64(k)
+	switch {
+	case multi && data.IsMultiLabel(pool) && pool.NumClasses() == k:
+		labels = 1 << k
+	case multi:
+		return nil, fmt.Errorf("audit: the training data is multi-label with %d labels, the canary pool is not (read it as the training data is, e.g. a csv listing's :multilabel)", k)
+	case data.IsMultiLabel(pool):
+		return nil, errors.New("audit: the canary pool is multi-label, the training data is not")
+	}
+	if labels < 2 {
 		return nil, fmt.Errorf("audit: mislabeled canaries need at least 2 classes, the data has %d", k)
 	}
 	if ps, ts := pool.SampleShape(), cfg.Train.SampleShape(); !slices.Equal(ps, ts) {
 		return nil, fmt.Errorf("audit: canary samples have shape %v, training samples %v", ps, ts)
 	}
-	all := &canarySet{pool: pool, idx: rng.Perm(pool.Len())[:m], labels: make([]int64, m), classes: k}
+	all := &canarySet{pool: pool, idx: rng.Perm(pool.Len())[:m], labels: make([]int64, m), classes: k, multi: multi}
 	for i, j := range all.idx {
-		// A uniformly random label other than the true one.
-		l := rng.IntN(k - 1)
-		if l >= pool.Label(j) {
+		// A uniformly random label other than the true one: on
+		// multi-label data a label set other than the image's own, each
+		// label wrong with probability about ½.
+		l := rng.Int64N(labels - 1)
+		if l >= int64(pool.Label(j)) {
 			l++
 		}
-		all.labels[i] = int64(l)
+		all.labels[i] = l
 	}
-	inc := &canarySet{pool: pool, labels: []int64{}, classes: k}
+	inc := &canarySet{pool: pool, labels: []int64{}, classes: k, multi: multi}
 	for i, b := range in {
 		if b {
 			inc.idx = append(inc.idx, all.idx[i])
@@ -337,6 +347,9 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	}
 	return func() error {
 		ev, err := dptrain.NewEvaluatorOn(cfg.Device, g, sample, min(256, m))
+		if err == nil {
+			err = ev.SetMultiLabel(multi) // the loss the run trained on
+		}
 		if err != nil {
 			return fmt.Errorf("audit: scoring the input canaries: %w", err)
 		}
@@ -346,13 +359,17 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	}, nil
 }
 
-// canarySet is a set of pool images with replaced labels.
+// canarySet is a set of pool images with replaced labels: classes, or
+// label sets where multi is set (data.MultiLabeled).
 type canarySet struct {
 	pool    data.Dataset
 	idx     []int
 	labels  []int64
 	classes int
+	multi   bool
 }
+
+func (c *canarySet) MultiLabel() bool { return c.multi }
 
 func (c *canarySet) Len() int           { return len(c.idx) }
 func (c *canarySet) NumClasses() int    { return c.classes }
@@ -420,6 +437,17 @@ func (d *withCanaries) UserName(k int) string {
 		return fmt.Sprintf("\x00audit canary %d", k-n)
 	}
 	return u.UserName(k)
+}
+
+// MultiLabel implements data.MultiLabeled: the training data's.
+func (d *withCanaries) MultiLabel() bool { return data.IsMultiLabel(d.base) }
+
+// Classes names the training data's classes or labels, where it does.
+func (d *withCanaries) Classes() []string {
+	if c, ok := d.base.(interface{ Classes() []string }); ok {
+		return c.Classes()
+	}
+	return nil
 }
 
 func (d *withCanaries) Len() int           { return d.base.Len() + d.canaries.Len() }
