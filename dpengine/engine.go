@@ -117,6 +117,13 @@ type Config struct {
 	// summed). A label with no weight is an error; multi-label heads
 	// take none.
 	ClassWeights []float64
+	// PosWeight, with MultiLabel, weighs each label's positive term of
+	// the loss (runtime.Plan.SetPosWeight, PyTorch's BCEWithLogitsLoss
+	// pos_weight): one weight a label, finite and non-negative. Still one
+	// loss a sample, clipped as any; unlike ClassWeights it reshapes a
+	// sample's gradient (its labels' terms against each other), so it acts
+	// through the clipping. nil weighs every label 1.
+	PosWeight []float64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -461,6 +468,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	if err := plan.SetMultiLabel(cfg.MultiLabel); err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if err := plan.SetPosWeight(cfg.PosWeight); err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	if err := checkClassWeights(cfg, plan); err != nil {

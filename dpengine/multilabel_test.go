@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/runtime"
+	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
 
 // TestMultiLabelNorms: with the multi-label loss head (Config.MultiLabel:
@@ -15,7 +16,8 @@ import (
 // a device with memory of its own, are each sample's own gradient's (the
 // norm check's oracle: a plain backward pass of the same loss a sample at
 // a time); with label smoothing too (towards ½), whose norms are not the
-// plain loss's; label sets with bits beyond the labels are refused.
+// plain loss's; with positive weights too (PosWeight); label sets with
+// bits beyond the labels are refused.
 func TestMultiLabelNorms(t *testing.T) {
 	forEachEngine(t, []string{"cnn", "resnet_eval", "vit", "crossvit", "windowconv"}, func(t *testing.T, name string, dev runtime.Device, mode Mode) {
 		const n = 3
@@ -55,6 +57,43 @@ func TestMultiLabelNorms(t *testing.T) {
 	for i := range totals[0] {
 		if math.Abs(totals[0][i]-totals[0.2][i]) < 1e-6*totals[0][i] {
 			t.Errorf("sample %d: the smoothed loss's norm %v is the plain loss's %v", i, totals[0.2][i], totals[0][i])
+		}
+	}
+	// Positive weights: the norm check holds in every mode (its direct
+	// pass weighs alike), the norms are not the plain loss's, and weights
+	// that are not one a label, finite and non-negative are refused.
+	posWeight := []float64{4, 0.5, 1, 1, 2, 1, 1, 0, 3, 1}
+	for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+		for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+			g, rp := preparedFixture(t, "cnn", 4)
+			cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+			cfg.MultiLabel, cfg.PosWeight = true, posWeight
+			_, tot, err := checkedNorms(t, g, rp, cfg, x, y).ClippedSum(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(tot); i++ { // sample 0 has no label: no positive term
+				if math.Abs(tot[i]-totals[0][i]) < 1e-6*totals[0][i] {
+					t.Errorf("%s %s sample %d: the weighed loss's norm %v is the plain loss's %v", dev.Name(), mode, i, tot[i], totals[0][i])
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		w     []float64
+		multi bool
+		want  string
+	}{
+		{posWeight[:3], true, "3 positive weights for a head of 10 labels"},
+		{append([]float64{-1}, posWeight[1:]...), true, "label 0's positive weight -1"},
+		{append([]float64{math.Inf(1)}, posWeight[1:]...), true, "label 0's positive weight +Inf"},
+		{posWeight, false, "multi-label loss head"},
+	} {
+		g, rp := preparedFixture(t, "cnn", 4)
+		cfg := compareConfig(runtime.CPU{}, BK, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+		cfg.MultiLabel, cfg.PosWeight = c.multi, c.w
+		if _, err := New(g, rp, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("positive weights %v (multi-label %v): %v, want %q", c.w, c.multi, err, c.want)
 		}
 	}
 }

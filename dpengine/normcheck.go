@@ -114,11 +114,14 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 	if err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: the direct plan: %w", err)
 	}
-	// The engine's loss, label smoothing included.
+	// The engine's loss, label smoothing and positive weights included.
 	if err := ref.SetLabelSmoothing(e.cfg.LabelSmoothing); err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: %w", err)
 	}
 	if err := ref.SetMultiLabel(e.cfg.MultiLabel); err != nil {
+		return nil, fmt.Errorf("dpengine: norm check: %w", err)
+	}
+	if err := ref.SetPosWeight(e.cfg.PosWeight); err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: %w", err)
 	}
 	xin := make([]float32, b*e.sampleLen/v)

@@ -19,59 +19,9 @@ import (
 // private data's own class counts ("balanced") are refused: the counts
 // are private too.
 func ParseClassWeights(spec string, names []string, classes int) ([]float64, error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		return nil, nil
-	}
-	switch strings.ToLower(spec) {
-	case "balanced", "auto", "inverse":
-		return nil, errors.New("--class-weight " + spec + ": weights from the training data's own class counts would publish those counts, which the guarantee protects; give weights from what is known without the data (e.g. the inverse of each class's prevalence in the literature), as a list or NAME=W pairs")
-	}
-	if classes <= 0 {
-		return nil, fmt.Errorf("--class-weight: the data has no classes to weigh")
-	}
-	w := make([]float64, classes)
-	parts := strings.Split(spec, ",")
-	if strings.Contains(spec, "=") {
-		for i := range w {
-			w[i] = 1
-		}
-		seen := map[int]bool{}
-		for _, p := range parts {
-			name, val, ok := strings.Cut(p, "=")
-			if !ok {
-				return nil, fmt.Errorf("--class-weight %q: %q is not NAME=W (give every weight as a pair, or a plain list of %d)", spec, p, classes)
-			}
-			name = strings.TrimSpace(name)
-			c := classIndex(name, names, classes)
-			if c < 0 {
-				known := "its labels 0…" + strconv.Itoa(classes-1)
-				if len(names) > 0 {
-					known = "its classes " + strings.Join(names, ", ")
-				}
-				return nil, fmt.Errorf("--class-weight: the data has no class %q (%s)", name, known)
-			}
-			if seen[c] {
-				return nil, fmt.Errorf("--class-weight: class %q weighed twice", name)
-			}
-			seen[c] = true
-			v, err := parseWeight(val)
-			if err != nil {
-				return nil, fmt.Errorf("--class-weight: class %q: %w", name, err)
-			}
-			w[c] = v
-		}
-	} else {
-		if len(parts) != classes {
-			return nil, fmt.Errorf("--class-weight: %d weights for data of %d classes (one a class, in label order, or NAME=W pairs)", len(parts), classes)
-		}
-		for c, p := range parts {
-			v, err := parseWeight(p)
-			if err != nil {
-				return nil, fmt.Errorf("--class-weight: class %d: %w", c, err)
-			}
-			w[c] = v
-		}
+	w, err := parseWeights("--class-weight", "class", "classes", spec, names, classes)
+	if w == nil || err != nil {
+		return nil, err
 	}
 	var top float64
 	for _, v := range w {
@@ -82,6 +32,77 @@ func ParseClassWeights(spec string, names []string, classes int) ([]float64, err
 	}
 	for c := range w {
 		w[c] /= top
+	}
+	return w, nil
+}
+
+// ParsePosWeight reads --pos-weight, the weights of a multi-label run's
+// labels' positive terms (dpengine.Config.PosWeight, PyTorch's pos_weight),
+// as ParseClassWeights reads its list or NAME=W pairs, the labels not
+// named weighing 1; the weights are kept as given (finite, non-negative):
+// they shape each sample's loss, which is clipped whatever its scale.
+// Weights from the private data's own label counts are refused.
+func ParsePosWeight(spec string, names []string, labels int) ([]float64, error) {
+	return parseWeights("--pos-weight", "label", "labels", spec, names, labels)
+}
+
+// parseWeights reads flag's list of one weight a class (what: "class" or
+// "label", whats its plural) or its NAME=W pairs, the classes not named
+// weighing 1.
+func parseWeights(flag, what, whats, spec string, names []string, classes int) ([]float64, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	switch strings.ToLower(spec) {
+	case "balanced", "auto", "inverse":
+		return nil, fmt.Errorf("%s %s: weights from the training data's own %s counts would publish those counts, which the guarantee protects; give weights from what is known without the data (e.g. the inverse of each %s's prevalence in the literature), as a list or NAME=W pairs", flag, spec, what, what)
+	}
+	if classes <= 0 {
+		return nil, fmt.Errorf("%s: the data has no %s to weigh", flag, whats)
+	}
+	w := make([]float64, classes)
+	parts := strings.Split(spec, ",")
+	if !strings.Contains(spec, "=") {
+		if len(parts) != classes {
+			return nil, fmt.Errorf("%s: %d weights for data of %d %s (one a %s, in label order, or NAME=W pairs)", flag, len(parts), classes, whats, what)
+		}
+		for c, p := range parts {
+			v, err := parseWeight(p)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s %d: %w", flag, what, c, err)
+			}
+			w[c] = v
+		}
+		return w, nil
+	}
+	for i := range w {
+		w[i] = 1
+	}
+	seen := map[int]bool{}
+	for _, p := range parts {
+		name, val, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s %q: %q is not NAME=W (give every weight as a pair, or a plain list of %d)", flag, spec, p, classes)
+		}
+		name = strings.TrimSpace(name)
+		c := classIndex(name, names, classes)
+		if c < 0 {
+			known := "its labels 0…" + strconv.Itoa(classes-1)
+			if len(names) > 0 {
+				known = "its " + whats + " " + strings.Join(names, ", ")
+			}
+			return nil, fmt.Errorf("%s: the data has no %s %q (%s)", flag, what, name, known)
+		}
+		if seen[c] {
+			return nil, fmt.Errorf("%s: %s %q weighed twice", flag, what, name)
+		}
+		seen[c] = true
+		v, err := parseWeight(val)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s %q: %w", flag, what, name, err)
+		}
+		w[c] = v
 	}
 	return w, nil
 }
@@ -122,7 +143,7 @@ func checkClassWeights(cfg Config, set Settings) error {
 	}
 	switch {
 	case set.MultiLabel:
-		return fmt.Errorf("--class-weight on multi-label data (%s): a sample's label is a set of classes, not one to weigh it by", set.Data)
+		return fmt.Errorf("--class-weight on multi-label data (%s): a sample's label is a set of classes, not one to weigh it by; use --pos-weight to weigh each label's positive term", set.Data)
 	case cfg.GradientCanaries > 0:
 		return errors.New("dptrain: an audit of a run with class weights (its canaries would weigh their class's weight, not the worst case's 1)")
 	case len(set.ClassWeights) != cfg.Train.NumClasses():
@@ -131,6 +152,26 @@ func checkClassWeights(cfg Config, set Settings) error {
 	for c, w := range set.ClassWeights {
 		if !(w >= 0 && w <= 1) {
 			return fmt.Errorf("--class-weight: class %d's weight %v is outside [0, 1]", c, w)
+		}
+	}
+	return nil
+}
+
+// checkPosWeight holds Settings.PosWeight to the run: multi-label data,
+// one weight a label, each finite and non-negative.
+func checkPosWeight(cfg Config, set Settings) error {
+	if len(set.PosWeight) == 0 {
+		return nil
+	}
+	switch {
+	case !set.MultiLabel:
+		return fmt.Errorf("--pos-weight weighs a multi-label run's labels; %s is single-label (--class-weight weighs its classes)", set.Data)
+	case len(set.PosWeight) != cfg.Train.NumClasses():
+		return fmt.Errorf("--pos-weight: %d weights for %s's %d labels", len(set.PosWeight), set.Data, cfg.Train.NumClasses())
+	}
+	for j, w := range set.PosWeight {
+		if !(w >= 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("--pos-weight: label %d's weight %v must be finite and non-negative", j, w)
 		}
 	}
 	return nil

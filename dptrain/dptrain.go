@@ -163,6 +163,12 @@ type Settings struct {
 	// still moves the sum by at most the clip norm and ε is unchanged.
 	// Single-label data only.
 	ClassWeights []float64 `json:"class_weights,omitempty"`
+	// PosWeight, on multi-label data, weighs each label's positive term
+	// of the loss (dpengine.Config.PosWeight, PyTorch's BCEWithLogitsLoss
+	// pos_weight): one weight a label, finite and non-negative. One loss
+	// a sample still, so ε is unchanged; train_loss is that loss, the test
+	// loss the plain one.
+	PosWeight []float64 `json:"pos_weight,omitempty"`
 }
 
 // LoRASettings are a LoRA run's adapters: Rank, Alpha (their product
@@ -651,6 +657,9 @@ func Run(cfg Config) (*Report, error) {
 	if err := checkClassWeights(cfg, set); err != nil {
 		return nil, err
 	}
+	if err := checkPosWeight(cfg, set); err != nil {
+		return nil, err
+	}
 	if !(set.EMADecay >= 0 && set.EMADecay < 1) {
 		return nil, fmt.Errorf("--ema %v must be in [0, 1): the decay of the parameters' average (0: none)", set.EMADecay)
 	}
@@ -862,7 +871,7 @@ func Run(cfg Config) (*Report, error) {
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
 		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, MultiLabel: set.MultiLabel, RowLabels: groups != nil,
-		ClassWeights: set.ClassWeights}
+		ClassWeights: set.ClassWeights, PosWeight: set.PosWeight}
 	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -995,6 +1004,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if len(set.ClassWeights) > 0 {
 		logf("  weights:   each sample's clipped gradient times its class's weight (%s): a sample still moves the sum by at most R, ε unchanged\n", classWeightsLine(set.ClassWeights, set.ClassNames))
+	}
+	if len(set.PosWeight) > 0 {
+		logf("  loss:      each label's positive term weighed (%s): one loss a sample, ε unchanged; the test loss is the plain one\n", classWeightsLine(set.PosWeight, set.ClassNames))
 	}
 	if set.MultiLabel {
 		logf("  loss:      multi-label: each of the %d labels decided by its logit's sigmoid, the binary cross-entropy averaged over the labels (one loss a sample: clipped and noised as any)\n", set.Classes)
@@ -1525,6 +1537,7 @@ func compatible(prev, cur Settings) error {
 	check("input shape", prev.InputShape, cur.InputShape)
 	check("multi-label", prev.MultiLabel, cur.MultiLabel)
 	check("--class-weight", prev.ClassWeights, cur.ClassWeights)
+	check("--pos-weight", prev.PosWeight, cur.PosWeight)
 	lora := func(s Settings) string {
 		if s.LoRA == nil {
 			return "none"
@@ -1576,6 +1589,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	if len(s.ClassWeights) > 0 {
 		b, _ := json.Marshal(s.ClassWeights) // finite numbers always marshal
 		kv["class_weights"] = string(b)
+	}
+	if len(s.PosWeight) > 0 {
+		b, _ := json.Marshal(s.PosWeight) // finite numbers always marshal
+		kv["pos_weight"] = string(b)
 	}
 	if s.MultiLabel {
 		// predict and eval read the logits as labels decided each on its

@@ -59,16 +59,22 @@ type ReduceOps interface {
 	// SigmoidCrossEntropy computes the multi-label loss head for n
 	// samples of k logits and their label sets (bit j of labels[i] set:
 	// label j applies; the caller checks them), each label's target
-	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2:
-	// the per-sample binary cross-entropy of each logit's sigmoid,
-	// averaged over the labels, loss_i = (1/k) Σ_j [max(z_ij, 0) −
-	// z_ij·t_ij + log(1 + exp(−|z_ij|))] (PyTorch's BCEWithLogitsLoss of a
-	// sample at α = 0), into losses (n), and σ(z_ij) into probs (n×k),
-	// which the backward reads.
-	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32)
+	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2,
+	// and each label's positive term weighed by posWeight_j (k values;
+	// all 1 for the plain loss): the per-sample binary cross-entropy of
+	// each logit's sigmoid, −p·t·log σ(z) − (1−t)·log(1−σ(z)), averaged
+	// over the labels, loss_i = (1/k) Σ_j [a_ij·max(z_ij, 0) − p_j·t_ij·z_ij
+	// + a_ij·log(1 + exp(−|z_ij|))] with a_ij = 1 + (p_j − 1)·t_ij
+	// (PyTorch's BCEWithLogitsLoss(pos_weight=p) of a sample at α = 0),
+	// into losses (n), and σ(z_ij) into probs (n×k), which the backward
+	// reads. At p_j = 1 the terms are the plain loss's, bit for bit.
+	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32)
 	// SigmoidCrossEntropyBackward writes the gradient of Σ_i w_i·loss_i
-	// with respect to the logits: dlogits_ij = w_i·(probs_ij − t_ij)/k.
-	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
+	// with respect to the logits: dlogits_ij = w_i/k·(a_ij·probs_ij −
+	// p_j·t_ij), in float32 as w_i/k·((probs_ij − t_ij) + (p_j −
+	// 1)·t_ij·(probs_ij − 1)), which does not cancel near probs_ij = 1
+	// (w_i/k·(probs_ij − t_ij) at p_j = 1).
+	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32)
 	// ScatterReduce combines the updates u into y at the compile-time
 	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
 	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
@@ -681,7 +687,7 @@ func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights 
 
 // SigmoidCrossEntropy implements ReduceOps, one sample after another on
 // the calling goroutine, each term in float64.
-func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
+func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
 	a := float64(alpha)
 	for i := 0; i < n; i++ {
 		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
@@ -689,9 +695,13 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha
 		for j, v := range row {
 			z := float64(v)
 			t := (1-a)*float64(labels[i]>>uint(j)&1) + a/2
+			// p·t·softplus(−z) + (1−t)·softplus(z) = a·softplus(z) − p·t·z;
+			// at p = 1, a = 1 and p·t = t exactly: the plain loss's terms.
+			p := float64(posWeight[j])
+			c := 1 + (p-1)*t
 			// log(1 + e^{−|z|}) never overflows; σ(z) from e^{−|z|} too.
 			e := math.Exp(-math.Abs(z))
-			s += max(z, 0) - z*t + math.Log1p(e)
+			s += c*max(z, 0) - z*(p*t) + c*math.Log1p(e)
 			if z >= 0 {
 				pr[j] = float32(1 / (1 + e))
 			} else {
@@ -704,7 +714,7 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha
 
 // SigmoidCrossEntropyBackward implements ReduceOps, one sample after
 // another on the calling goroutine.
-func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
+func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
 	inv := 1 / float32(k)
 	off, on := alpha/2, 1-alpha/2 // t off and on the label set
 	for i := 0; i < n; i++ {
@@ -715,7 +725,10 @@ func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights 
 			if labels[i]>>uint(j)&1 == 1 {
 				t = on
 			}
-			d[j] = w * (pr[j] - t)
+			// (1 + (p−1)·t)·σ − p·t as (σ − t) + (p−1)·t·(σ − 1): near σ = 1
+			// the first form cancels in float32, both differences here are
+			// exact there; at p = 1 it is σ − t.
+			d[j] = w * ((pr[j] - t) + (posWeight[j]-1)*t*(pr[j]-1))
 		}
 	}
 }

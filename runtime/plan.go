@@ -337,6 +337,12 @@ type Plan struct {
 	// multiLabel selects the multi-label loss head (SetMultiLabel).
 	multiLabel bool
 	ones       []float32
+	// posWeight are the multi-label head's weights of each label's
+	// positive term (SetPosWeight; all 1 by default), device memory
+	// staged from posWeightHost.
+	posWeight     []float32
+	posWeightBuf  Buffer
+	posWeightHost []float32
 
 	forwardDone bool
 	zeroGrads   []*tensor        // gradients no node writes: cleared by backward
@@ -841,6 +847,14 @@ func (p *Plan) build() error {
 			return fmt.Errorf("runtime: the loss head's unit weights: %w", err)
 		}
 		p.ones = buf.Floats()
+		p.posWeightHost = make([]float32, o.shape[1])
+		for j := range p.posWeightHost {
+			p.posWeightHost[j] = 1
+		}
+		if p.posWeightBuf, err = AdoptHost(p.dev, p.posWeightHost); err != nil {
+			return fmt.Errorf("runtime: the loss head's positive weights: %w", err)
+		}
+		p.posWeight = p.posWeightBuf.Floats()
 	}
 	ws, err := p.dev.Alloc(p.wsNeed)
 	if err != nil {
@@ -1896,6 +1910,39 @@ func (p *Plan) SetMultiLabel(on bool) error {
 	return nil
 }
 
+// SetPosWeight weighs each label's positive term of the multi-label loss
+// head by w[j] (PyTorch's BCEWithLogitsLoss pos_weight): a sample's loss
+// −(1/K) Σ_j [w_j·t_j·log σ(z_j) + (1 − t_j)·log(1 − σ(z_j))]. Still one
+// loss a sample. w has one finite, non-negative weight a logit; nil
+// restores 1 for every label. It needs SetMultiLabel.
+func (p *Plan) SetPosWeight(w []float64) error {
+	if !p.hasLoss {
+		return errors.New("runtime: positive weights need the loss head")
+	}
+	if w != nil && !p.multiLabel {
+		return errors.New("runtime: positive weights weigh the multi-label loss head's labels (SetMultiLabel)")
+	}
+	if k := len(p.posWeightHost); w != nil && len(w) != k {
+		return fmt.Errorf("runtime: %d positive weights for a head of %d labels", len(w), k)
+	}
+	for j := range p.posWeightHost {
+		v := 1.0
+		if w != nil {
+			v = w[j]
+		}
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("runtime: label %d's positive weight %v must be finite and non-negative", j, v)
+		}
+		p.posWeightHost[j] = float32(v)
+	}
+	if !SameMemory(p.posWeight, p.posWeightHost) {
+		if err := p.dev.CopyIn(p.posWeightBuf, 0, p.posWeightHost); err != nil {
+			return fmt.Errorf("runtime: copying the positive weights in: %w", err)
+		}
+	}
+	return nil
+}
+
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
 // (N), and keeps the softmax for Backward — with SetMultiLabel, the
@@ -1931,7 +1978,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
+		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.posWeight, p.losses, p.probs)
 	} else {
 		p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
 	}
@@ -1960,7 +2007,7 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
+		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, p.posWeight, o.grad)
 	} else {
 		p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
 	}

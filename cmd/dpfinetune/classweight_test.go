@@ -100,7 +100,7 @@ func TestTrainClassWeights(t *testing.T) {
 		{"negative", []string{"--data", fmnist, "--class-weight", "3=-1"}, 2, "must be finite and non-negative"},
 		{"not a number", []string{"--data", fmnist, "--class-weight", "3=heavy"}, 2, `weight "heavy" is not a number`},
 		{"all zero", []string{"--data", fmnist, "--class-weight", "0,0,0,0,0,0,0,0,0,0"}, 2, "every weight is 0"},
-		{"multi-label", []string{"--data", "csv:" + listing + ":multilabel", "--resize", "stretch", "--num-classes", "13", "--class-weight", "upper=0.5"}, 1, "--class-weight on multi-label data"},
+		{"multi-label", []string{"--data", "csv:" + listing + ":multilabel", "--resize", "stretch", "--num-classes", "13", "--class-weight", "upper=0.5"}, 1, "use --pos-weight"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(append([]string{}, base...), "--epsilon", "3", "--out", filepath.Join(dir, "x.onnx"))

@@ -59,7 +59,8 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 // records it in the model, whose eval gives the run's last test figures
 // and per-label table, and whose predictions are each label's sigmoid and
 // the labels decided; eval refuses to read the model's data as single
-// labels; label smoothing smooths each label's target; it is audited with
+// labels; label smoothing smooths each label's target, --pos-weight
+// weighs labels' positive terms (--class-weight is refused); it is audited with
 // gradient canaries and with input canaries of a multi-label pool,
 // and so is test data that is not multi-label; a search scores its runs
 // by the share of label decisions right.
@@ -203,6 +204,18 @@ func TestTrainMultiLabel(t *testing.T) {
 	// Label smoothing smooths each label's target towards ½.
 	if o, e, code := run(t, withArgs("--label-smoothing", "0.1", "--epochs", "1")...); code != 0 || !strings.Contains(o, "each label's target smoothed by α = 0.1 towards ½") {
 		t.Errorf("--label-smoothing on multi-label data: exit %d: %s\n%s", code, e, o)
+	}
+	// Positive weights by label name, the others 1: in the log and model;
+	// refused on single-label data, where --class-weight weighs.
+	if o, e, code := run(t, withArgs("--pos-weight", "upper=2,Bag=0.5", "--epochs", "1")...); code != 0 || !strings.Contains(o, "each label's positive term weighed (Bag 0.5, Boot 1,") ||
+		metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"] != "[0.5,1,1,1,1,1,1,1,1,1,1,1,2]" {
+		t.Errorf("--pos-weight: exit %d, metadata %q: %s\n%s", code, metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"], e, o)
+	}
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist, "--epsilon", "3", "--quiet", "--out", filepath.Join(dir, "x.onnx"), "--pos-weight", "3=2"); code != 1 || !strings.Contains(e, "--pos-weight weighs a multi-label run's labels") {
+		t.Errorf("--pos-weight on single-label data: exit %d: %s", code, e)
+	}
+	if _, e, code := run(t, withArgs("--class-weight", "upper=2")...); code != 1 || !strings.Contains(e, "use --pos-weight") {
+		t.Errorf("--class-weight on multi-label data: exit %d: %s", code, e)
 	}
 	if _, e, code := run(t, withArgs("--test-data", strings.TrimSuffix(test, ":multilabel"))...); code == 0 || !strings.Contains(e, "is multi-label but the test data is not") {
 		t.Errorf("single-label test data: exit %d: %s", code, e)

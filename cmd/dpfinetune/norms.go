@@ -8,6 +8,7 @@ import (
 	"sort"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -60,6 +61,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	labels := fs.String("labels", "", ".npy int64 labels (N,), or multi-hot label sets (N, K) of 0s and 1s for a multi-label model (its loss the sigmoids' binary cross-entropy) (required)")
 	mode := fs.String("mode", "bk", "how norms are computed: bk or mixed (layerwise decision), ghost (ghost norm everywhere), instantiate (per-sample gradients)")
 	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
+	posWeight := fs.String("pos-weight", "", "with multi-hot labels: each label's positive weight of the loss (PyTorch's BCEWithLogitsLoss pos_weight), one a label or NAME=W pairs by label index")
 	asJSON := fs.Bool("json", false, "print JSON")
 	rf := addRewriteFlags(fs, "freeze")
 	devFlag := addDeviceFlag(fs)
@@ -131,6 +133,15 @@ func runNorms(args []string, stdout io.Writer) error {
 		}
 		ys = sets
 	}
+	var pw []float64
+	if *posWeight != "" {
+		if !multi {
+			return usageError{"--pos-weight weighs multi-hot labels' positive terms; " + *labels + " holds one label a sample"}
+		}
+		if pw, err = dptrain.ParsePosWeight(*posWeight, nil, y.Shape[1]); err != nil {
+			return usageError{err.Error()}
+		}
+	}
 	n := x.Shape[0]
 	if len(ys) != n {
 		return fmt.Errorf("%s has %d labels for %d inputs in %s", *labels, len(ys), n, *input)
@@ -150,7 +161,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	}
 	// A clip norm that never binds: the norms are what we want.
 	eng, err := dpengine.New(g, rp, dpengine.Config{Device: dev, Mode: m, Clipping: dpengine.Clipping{Fn: dpengine.Abadi, R: math.MaxFloat64},
-		ExpectedBatch: float64(n), PhysicalBatch: pb, MultiLabel: multi})
+		ExpectedBatch: float64(n), PhysicalBatch: pb, MultiLabel: multi, PosWeight: pw})
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strings"
@@ -62,10 +63,23 @@ func TestNormsCLI(t *testing.T) {
 // cross-entropy averaged over the labels — and reproduces PyTorch's
 // per-sample gradient norms of BCEWithLogitsLoss, one backward pass a
 // sample (testdata/gen/make_multilabel_norms.py), in every mode, in total
-// and per parameter; labels other than 0 and 1 are refused.
+// and per parameter, and with --pos-weight those of
+// BCEWithLogitsLoss(pos_weight=…); labels other than 0 and 1, and
+// positive weights not one a label, are refused.
 func TestNormsMultiLabel(t *testing.T) {
 	gd, xp, yp := npzInputs(t, filepath.Join("..", "..", "testdata", "golden", "cnn_multilabel.npz"))
 	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xp, yp, gd, "4", 1e-4, 1e-7)
+	// Each label's positive term weighed: PyTorch's
+	// BCEWithLogitsLoss(pos_weight=…), the weights in the golden file.
+	gw, xw, yw := npzInputs(t, filepath.Join("..", "..", "testdata", "golden", "cnn_multilabel_posweight.npz"))
+	pw := make([]string, len(gw["pos_weight"].F64))
+	for j, v := range gw["pos_weight"].F64 {
+		pw[j] = fmt.Sprint(v)
+	}
+	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xw, yw, gw, "4", 1e-4, 1e-7, "--pos-weight", strings.Join(pw, ","))
+	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xw, "--labels", yw, "--pos-weight", "1,2"); code != 2 || !strings.Contains(e, "2 weights for data of 10 labels") {
+		t.Errorf("two positive weights for ten labels: exit %d: %s", code, e)
+	}
 	bad := gd["labels"]
 	bad.I64[3] = 2
 	if err := npy.WriteFile(yp, bad); err != nil {
@@ -79,13 +93,14 @@ func TestNormsMultiLabel(t *testing.T) {
 // normsLikePyTorch runs norms on model, inputs xp and labels yp, in every
 // mode at physical batch batch, and holds each sample's total and
 // per-parameter norms to PyTorch's in gd (norm_total, norm/NAME) within
-// rel of them (plus abs for a parameter's); it returns each mode's report.
-func normsLikePyTorch(t *testing.T, model, xp, yp string, gd map[string]*npy.Array, batch string, rel, abs float64) map[string]normsReport {
+// rel of them (plus abs for a parameter's), extra flags added; it
+// returns each mode's report.
+func normsLikePyTorch(t *testing.T, model, xp, yp string, gd map[string]*npy.Array, batch string, rel, abs float64, extra ...string) map[string]normsReport {
 	t.Helper()
 	want := gd["norm_total"].F64
 	reports := map[string]normsReport{}
 	for _, mode := range []string{"bk", "mixed", "ghost", "instantiate"} {
-		out, errOut, code := run(t, "norms", "--model", model, "--input", xp, "--labels", yp, "--mode", mode, "--batch", batch, "--json")
+		out, errOut, code := run(t, append([]string{"norms", "--model", model, "--input", xp, "--labels", yp, "--mode", mode, "--batch", batch, "--json"}, extra...)...)
 		if code != 0 {
 			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
 		}

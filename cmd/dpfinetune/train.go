@@ -81,7 +81,7 @@ type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
-	privacyUnit, classWeight                                            *string
+	privacyUnit, classWeight, posWeight                                 *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
@@ -111,6 +111,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		warmup:          fs.Int("warmup-steps", 0, "steps over which the learning rate rises linearly to --lr (step t from 0 takes lr·(t+1)/N)"),
 		minLR:           fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
 		classWeight:     fs.String("class-weight", "", "weigh each sample's clipped gradient by its class: a weight a class in label order (0.2,1,…) or NAME=W pairs (normal=0.1; unnamed classes 1), divided by the largest; after the clipping, so ε is unchanged. Weights from the data's own class counts would leak them: give known prevalences' inverses"),
+		posWeight:       fs.String("pos-weight", "", "multi-label data: weigh each label's positive term of the loss (PyTorch's pos_weight): a weight a label in label order or NAME=W pairs (unnamed labels 1); one loss a sample still, so ε is unchanged. Weights from the data's own label counts would leak them"),
 		smoothing:       fs.Float64("label-smoothing", 0, "train on the cross-entropy against labels smoothed to (1−α)·onehot + α/K: one loss a sample still, so ε is unchanged (the test loss stays the plain one)"),
 		ema:             fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
 		optName:         fs.String("optimizer", "adam", "adam, adamw or sgd"),
@@ -300,6 +301,10 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	if err != nil {
 		return cfg, usageError{err.Error()}
 	}
+	posWeight, err := dptrain.ParsePosWeight(*f.posWeight, train.Classes(), train.NumClasses())
+	if err != nil {
+		return cfg, usageError{err.Error()}
+	}
 	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, *f.resize, logf)
 	if err != nil {
 		return cfg, err
@@ -326,7 +331,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			Momentum: *f.momentum, WeightDecay: *f.wd,
 			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(), FeatureCache: *f.cacheFeatures, PrivacyUnit: *f.privacyUnit, ExamplesPerUser: *f.examplesPerUser,
-			ClassWeights: classWeights,
+			ClassWeights: classWeights, PosWeight: posWeight,
 		},
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,

@@ -391,14 +391,21 @@ func reduceCases() []graphCase {
 		for i := range sets {
 			sets[i] = int64(rng.Intn(1 << K))
 		}
+		ones, posWeight := []float32{1, 1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 7.5, 0, 1.25}
 		for _, alpha := range []float32{0, 0.2} {
-			add(fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha), 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
-				losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
-				pl := place(p, sets)
-				o.SigmoidCrossEntropy(place(p, logits), pl, N, K, alpha, losses, probs)
-				o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, alpha, dl)
-				return fetchAll(p, losses, probs, dl)
-			})
+			for _, pw := range [][]float32{ones, posWeight} {
+				name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
+				if pw[0] != 1 {
+					name += "/pos_weight"
+				}
+				add(name, 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
+					losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
+					pl, pp := place(p, sets), place(p, pw)
+					o.SigmoidCrossEntropy(place(p, logits), pl, N, K, alpha, pp, losses, probs)
+					o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, alpha, pp, dl)
+					return fetchAll(p, losses, probs, dl)
+				})
+			}
 		}
 	}
 	data, upd := uniform(rng, 50, -1, 1), uniform(rng, 30, -1, 1)

@@ -255,15 +255,16 @@ func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weigh
 }
 
 // SigmoidCrossEntropy implements runtime.ReduceOps, in float64.
-func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, losses, probs []float32) {
+func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
 	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		var sum float64
 		for j := 0; j < k; j++ {
 			z := float64(logits[s*k+j])
 			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
-			// −t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
-			sum += t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
+			p := float64(posWeight[j])
+			// −p·t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
+			sum += p*t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
 			probs[s*k+j] = float32(1 / (1 + math.Exp(-z)))
 		}
 		losses[s] = float32(sum / float64(k))
@@ -271,13 +272,15 @@ func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, al
 }
 
 // SigmoidCrossEntropyBackward implements runtime.ReduceOps.
-func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32) {
+func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
 	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		w := float64(weights[s]) / float64(k)
 		for j := 0; j < k; j++ {
 			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
-			dlogits[s*k+j] = float32(w * (float64(probs[s*k+j]) - t))
+			p := float64(posWeight[j])
+			// d/dz of −p·t·log σ(z) − (1−t)·log(1−σ(z)) = (p·t + 1 − t)·σ(z) − p·t.
+			dlogits[s*k+j] = float32(w * ((p*t+1-t)*float64(probs[s*k+j]) - p*t))
 		}
 	}
 }

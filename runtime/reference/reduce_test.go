@@ -101,14 +101,21 @@ func TestReduceOps(t *testing.T) {
 	sets := []int64{0, 31, 5, 16, 1, 30, 9}
 	mlLogits := randIn(602, N*5, -30, 30)
 	mlProbs, mlLoss := make([]float32, N*5), make([]float32, N)
-	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, 0, mlLoss, mlProbs)
+	ones5, posWeight := []float32{1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 3.25, 0}
+	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, 0, ones5, mlLoss, mlProbs)
 	for _, alpha := range []float32{0, 0.2} {
-		cases = append(cases, opCase{name: fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha), run: func(d runtime.GraphOps) [][]float32 {
-			losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
-			d.SigmoidCrossEntropy(mlLogits, sets, N, 5, alpha, losses, probs)
-			d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, alpha, dl)
-			return [][]float32{losses, probs, dl}
-		}})
+		for _, pw := range [][]float32{ones5, posWeight} {
+			name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
+			if pw[0] != 1 {
+				name += "/pos_weight"
+			}
+			cases = append(cases, opCase{name: name, run: func(d runtime.GraphOps) [][]float32 {
+				losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
+				d.SigmoidCrossEntropy(mlLogits, sets, N, 5, alpha, pw, losses, probs)
+				d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, alpha, pw, dl)
+				return [][]float32{losses, probs, dl}
+			}})
+		}
 	}
 	// ScatterReduce with repeated offsets (the reductions accumulate in
 	// order) and a NaN update.
@@ -168,12 +175,17 @@ func TestReduceHand(t *testing.T) {
 	// The multi-label head by hand: logits (0, ln 3) are σ = (½, ¾); the
 	// label set {1} (bits 0b10) gives the loss (−ln(1−½) − ln ¾)/2 and,
 	// of weight 2, the gradient 2·(σ − t)/2 = (½, −¼).
-	multi := func(alpha float32) []float32 {
+	multiWeighed := func(alpha float32, pw []float32) []float32 {
 		loss, probs, dl := make([]float32, 1), make([]float32, 2), make([]float32, 2)
-		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2}, 1, 2, alpha, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, []int64{2}, []float32{2}, 1, 2, alpha, dl)
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2}, 1, 2, alpha, pw, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2}, []float32{2}, 1, 2, alpha, pw, dl)
 		return append(append(loss, probs...), dl...)
 	}
+	multi := func(alpha float32) []float32 { return multiWeighed(alpha, []float32{1, 1}) }
+	// Label 1's positive term weighed by 3 (label 0's weight 5 weighs
+	// nothing: label 0 does not apply): the loss (−ln ½ − 3·ln ¾)/2, the
+	// gradient (σ − 0, (1 + 2·1)·σ − 3) = (½, −¾).
+	posWeighted := float32((math.Ln2 - 3*math.Log(0.75)) / 2)
 	// Smoothed by α = 0.2, the targets are (0.1, 0.9): the loss
 	// (−0.9·ln ½ − 0.1·ln ½ − 0.1·ln ¼ − 0.9·ln ¾)/2, the gradient
 	// 2·(σ − t)/2 = (0.4, −0.15).
@@ -184,6 +196,7 @@ func TestReduceHand(t *testing.T) {
 	}{
 		{"SigmoidCrossEntropy", multi(0), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
 		{"SigmoidCrossEntropy/smoothing", multi(0.2), []float32{smoothedMulti, 0.5, 0.75, 0.4, -0.15}},
+		{"SigmoidCrossEntropy/pos_weight", multiWeighed(0, []float32{5, 3}), []float32{posWeighted, 0.5, 0.75, 0.5, -0.75}},
 		{"ReduceSum", rows(runtime.ReduceSum), []float32{2, -1}},
 		{"ReduceMean", rows(runtime.ReduceMean), []float32{2.0 / 3, -1.0 / 3}},
 		{"ReduceMax", rows(runtime.ReduceMax), []float32{3, 5}},

@@ -6,7 +6,10 @@ testdata/models/cnn.onnx into PyTorch's TramerBonehCNN, six seeded inputs
 with multi-hot label sets of its ten logits, and each sample's gradient
 norm — total and per parameter — of its own loss,
 BCEWithLogitsLoss(logits, targets) (the mean over the labels), by one
-backward pass a sample.
+backward pass a sample; and the same with each label's positive term
+weighed, BCEWithLogitsLoss(pos_weight=POS_WEIGHT)
+(testdata/golden/cnn_multilabel_posweight.npz, the weights in its
+"pos_weight").
 
     /usr/bin/python3 testdata/gen/make_multilabel_norms.py
 """
@@ -36,21 +39,30 @@ g = torch.Generator().manual_seed(11)
 x = torch.randn(6, 1, 28, 28, generator=g)
 y = (torch.rand(6, 10, generator=g) < 0.3).long()
 y[0] = 0  # no label applies
-loss_fn = torch.nn.BCEWithLogitsLoss()
-out = {"input": x.numpy().astype(np.float32), "labels": y.numpy().astype(np.int64)}
-totals = []
-per = {n: [] for n, _ in model.named_parameters()}
-for i in range(len(x)):
-    model.zero_grad()
-    loss_fn(model(x[i:i + 1]), y[i:i + 1].float()).backward()
-    sq = 0.0
-    for n, p in model.named_parameters():
-        v = float(p.grad.double().pow(2).sum())
-        per[n].append(np.sqrt(v))
-        sq += v
-    totals.append(np.sqrt(sq))
-out["norm_total"] = np.array(totals)
-for n, v in per.items():
-    out["norm/" + n] = np.array(v)
-save_npz(os.path.join(root, "golden", "cnn_multilabel.npz"), out)
-print("wrote cnn_multilabel.npz", totals)
+POS_WEIGHT = [4.0, 0.5, 1.0, 1.0, 2.0, 1.0, 1.0, 0.0, 3.0, 1.0]
+
+
+def norms(loss_fn, name, extra):
+    out = {"input": x.numpy().astype(np.float32), "labels": y.numpy().astype(np.int64)}
+    out.update(extra)
+    totals = []
+    per = {n: [] for n, _ in model.named_parameters()}
+    for i in range(len(x)):
+        model.zero_grad()
+        loss_fn(model(x[i:i + 1]), y[i:i + 1].float()).backward()
+        sq = 0.0
+        for n, p in model.named_parameters():
+            v = float(p.grad.double().pow(2).sum())
+            per[n].append(np.sqrt(v))
+            sq += v
+        totals.append(np.sqrt(sq))
+    out["norm_total"] = np.array(totals)
+    for n, v in per.items():
+        out["norm/" + n] = np.array(v)
+    save_npz(os.path.join(root, "golden", name), out)
+    print("wrote", name, totals)
+
+
+norms(torch.nn.BCEWithLogitsLoss(), "cnn_multilabel.npz", {})
+norms(torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor(POS_WEIGHT)), "cnn_multilabel_posweight.npz",
+      {"pos_weight": np.array(POS_WEIGHT, dtype=np.float64)})

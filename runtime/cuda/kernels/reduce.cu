@@ -316,11 +316,12 @@ extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long 
 
 // sigmoid_xent computes, per sample i (a thread each), the binary
 // cross-entropy of each of its k logits' sigmoid against bit j of its
-// label set smoothed by alpha towards ½, averaged over the labels, into
-// losses, and σ(z) into probs: the CPU's terms in double, max(z, 0) −
-// z·t + log(1 + e^{−|z|}).
+// label set smoothed by alpha towards ½, its positive term weighed by
+// pos_weight[j], averaged over the labels, into losses, and σ(z) into
+// probs: the CPU's terms in double, c·max(z, 0) − z·(p·t) + c·log(1 +
+// e^{−|z|}), c = 1 + (p − 1)·t.
 extern "C" __global__ void sigmoid_xent(const float *logits, const long long *labels, long long n, long long k,
-                                        float alpha, float *losses, float *probs) {
+                                        float alpha, const float *pos_weight, float *losses, float *probs) {
   double a = (double)alpha;
   FOR_EACH(i, n) {
     const float *row = logits + i * k;
@@ -329,23 +330,28 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
     for (long long j = 0; j < k; j++) {
       double z = (double)row[j];
       double t = (1 - a) * (double)((labels[i] >> j) & 1) + a / 2;
+      double p = (double)pos_weight[j];
+      double c = 1 + (p - 1) * t;
       double e = d_exp(z < 0 ? z : -z);
-      s += (z > 0 ? z : 0) - z * t + d_log(1 + e);
+      s += c * (z > 0 ? z : 0) - z * (p * t) + c * d_log(1 + e);
       pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
     }
     losses[i] = (float)(s / (double)k);
   }
 }
 
-// sigmoid_xent_bwd writes dlogits = w_i·(probs − t_i)/k, t_i the label
-// set smoothed by alpha, as the CPU does.
+// sigmoid_xent_bwd writes dlogits = w_i/k·((1 + (p − 1)·t)·probs − p·t),
+// t the label set smoothed by alpha and p the label's pos_weight, in
+// float as the CPU does: (probs − t) + (p − 1)·t·(probs − 1).
 extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long *labels, const float *weights,
-                                            long long n, long long k, float alpha, float *dlogits) {
+                                            long long n, long long k, float alpha, const float *pos_weight,
+                                            float *dlogits) {
   float inv = 1 / (float)k, off = alpha / 2, on = 1 - alpha / 2;
   FOR_EACH(e, n * k) {
-    long long i = e / k;
+    long long i = e / k, j = e % k;
     float w = weights[i] * inv;
-    dlogits[e] = w * (probs[e] - (((labels[i] >> (e % k)) & 1) ? on : off));
+    float t = ((labels[i] >> j) & 1) ? on : off;
+    dlogits[e] = w * ((probs[e] - t) + (pos_weight[j] - 1) * t * (probs[e] - 1));
   }
 }
 
