@@ -339,6 +339,16 @@ type Config struct {
 	// as it is open, nothing left after the run): "" is the checkpoint's
 	// folder, else the export's, else the system's temporary folder.
 	FeatureCacheDir string
+	// KeepFeatures, where set, is a folder in which the frozen part's
+	// outputs (Settings.FeatureCache) are kept after the run, a file a
+	// dataset named by featureKey's hash (the frozen part's cut and
+	// parameters, the data's fingerprint and preprocessing, the device),
+	// and from which a later run that would compute the same rows reads
+	// them instead: a linear probe's later runs skip the backbone. The
+	// files are derived from the training data and as private as it;
+	// only their owner may read them. Only data with a fingerprint of its
+	// samples is kept.
+	KeepFeatures string
 	// FeatureStore, when set, keeps the training data's feature cache
 	// after the run for the next run over the same frozen part and data,
 	// and gives this run the rows an earlier one left there (a search's

@@ -57,6 +57,10 @@ type FeatureCacheReport struct {
 	PassBatch int `json:"pass_batch,omitempty"`
 	// Seconds is the time computing them took (0 in a dry run).
 	Seconds float64 `json:"seconds,omitempty"`
+	// FromKept says the training data's rows were read from the folder
+	// Config.KeepFeatures, where an earlier run kept them, instead of
+	// computed.
+	FromKept bool `json:"from_kept,omitempty"`
 	// DeviceBytes is, on a device with memory of its own (a GPU), the
 	// memory of the frozen part's forward pass at its batch (cachePass):
 	// its weights and buffers, planned on the CPU as
@@ -361,13 +365,13 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	if cfg.Test != nil {
 		what += fmt.Sprintf(" and %d test", cfg.Test.Len())
 	}
-	logf("  features:  computing the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
-	train, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Train, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
+	logf("  features:  the frozen part's %s for %s examples (%s, once)…\n", cutNames(split), what, rewrite.Nodes(split.PrefixNodes))
+	train, rep.FromKept, ok, err = obtainFeatures(cfg, split, rep, sample, cfg.Train, "training", logf)
 	if err != nil || !ok {
 		return nil, nil, ok, err
 	}
 	if cfg.Test != nil {
-		test, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Test, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
+		test, _, ok, err = obtainFeatures(cfg, split, rep, sample, cfg.Test, "test", logf)
 		if err != nil || !ok {
 			train.close()
 			return nil, nil, ok, err
@@ -384,6 +388,50 @@ func cacheFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 	}
 	logf("  features:  cached in %.1f s (%s%s)\n", rep.Seconds, FormatBytes(rep.Bytes), where)
 	return train, test, true, nil
+}
+
+// obtainFeatures returns the frozen part's rows over ds (what: the
+// data's role, for the log): read from the folder Config.KeepFeatures
+// where an earlier run kept them (fromKept), else computed — and kept
+// there for the next run. Only data with a fingerprint of its samples is
+// kept (keepable); a kept file that is not whole or not these rows is
+// said and computed afresh, and a failure to keep them is a warning: the
+// run does not need the file.
+func obtainFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheReport, sample []int64, ds data.Dataset, what string, logf func(string, ...any)) (f *features, fromKept, ok bool, err error) {
+	warn := func(format string, a ...any) {
+		if cfg.Warn != nil {
+			fmt.Fprintf(cfg.Warn, "warning: "+format, a...)
+		}
+	}
+	dir := cfg.KeepFeatures
+	var key string
+	if dir != "" && keepable(ds) {
+		key = featureKey(cfg, split, ds)
+		shape := make([]int, len(split.Shape))
+		for i, d := range split.Shape {
+			shape[i] = int(d)
+		}
+		f, err := loadKept(dir, key, ds, shape)
+		if err != nil {
+			warn("the kept features of the %s data: %v; computing them afresh\n", what, err)
+		}
+		if f != nil {
+			logf("  features:  the %s data's read from %s, as an earlier run kept them\n", what, keptPath(dir, key))
+			return f, true, true, nil
+		}
+	}
+	f, ok, err = computeFeatures(cfg.Device, split, sample, ds, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
+	if err != nil || !ok {
+		return nil, false, ok, err
+	}
+	if key != "" {
+		if err := keep(dir, key, f); err != nil {
+			warn("keeping the %s data's features in %s: %v\n", what, dir, err)
+		} else {
+			logf("  features:  the %s data's kept in %s for later runs (derived from the data: as private as it)\n", what, keptPath(dir, key))
+		}
+	}
+	return f, false, true, nil
 }
 
 // cutNames says which tensors a split caches: "\"name\" [shape]", and so
@@ -461,11 +509,13 @@ func scoreFeatures(cfg *Config, split *rewrite.FrozenPrefix, rep *FeatureCacheRe
 		}
 	}
 	t0 := time.Now()
-	f, ok, err = computeFeatures(cfg.Device, split, sample, cfg.Score, rep.PassBatch, cfg.MaxMemory, rep.Disk, cfg.Stop)
+	f, fromKept, ok, err := obtainFeatures(cfg, split, rep, sample, cfg.Score, "score", logf)
 	if err != nil || !ok {
 		return nil, false, ok, err
 	}
-	logf("  features:  the frozen part's %s for the %d examples to score computed in %.1f s\n", cutNames(split), cfg.Score.Len(), time.Since(t0).Seconds())
+	if !fromKept {
+		logf("  features:  the frozen part's %s for the %d examples to score computed in %.1f s\n", cutNames(split), cfg.Score.Len(), time.Since(t0).Seconds())
+	}
 	if st != nil {
 		st.score.put(key, f)
 		return f, false, true, nil

@@ -48,3 +48,18 @@ func spillFloats(dir string, n int) ([]float32, func() error, error) {
 	x := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
 	return x, func() error { return syscall.Munmap(b) }, nil
 }
+
+// mapFloats maps n float32 of f from byte off on (a multiple of the page
+// size) into memory, read-only, and returns the function that unmaps
+// them.
+func mapFloats(f *os.File, off int64, n int) ([]float32, func() error, error) {
+	if n == 0 {
+		return nil, func() error { return nil }, nil
+	}
+	b, err := syscall.Mmap(int(f.Fd()), off, 4*n, syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mapping %d bytes: %w", 4*n, err)
+	}
+	x := unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), n)
+	return x, func() error { return syscall.Munmap(b) }, nil
+}

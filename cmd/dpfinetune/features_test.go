@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,8 @@ import (
 // onnxruntime as in our runtime. --cache-features off trains the same
 // head on the whole model at every step; on with augmentation, or an
 // unknown value, is refused; plan says what train would cache (CrossViT's
-// heads: two tensors).
+// heads: two tensors). --keep-features keeps the rows for a later run,
+// which reads them and writes the same model.
 func TestTrainFeatureCache(t *testing.T) {
 	dir := t.TempDir()
 	model := "../../testdata/models/vit.onnx"
@@ -66,6 +68,21 @@ func TestTrainFeatureCache(t *testing.T) {
 	if ro.FeatureCache == nil || ro.FeatureCache.Cached || ro.Privacy == nil || r.Privacy == nil || ro.Privacy.Epsilon != r.Privacy.Epsilon ||
 		ro.Epochs[1].Test.Accuracy != r.Epochs[1].Test.Accuracy {
 		t.Errorf("--cache-features off: %+v, ε %+v and %+v, accuracy %v and %v", ro.FeatureCache, ro.Privacy, r.Privacy, ro.Epochs[1].Test.Accuracy, r.Epochs[1].Test.Accuracy)
+	}
+
+	// --keep-features: the first run keeps the rows, the second reads
+	// them and writes the first's model byte for byte.
+	keep := filepath.Join(dir, "kept")
+	k1, k2 := filepath.Join(dir, "k1.onnx"), filepath.Join(dir, "k2.onnx")
+	if o, e, code := run(t, append(args(k1, "--keep-features", keep), "--quiet=false")...); code != 0 || !strings.Contains(o, "the training data's kept in "+keep) {
+		t.Fatalf("--keep-features: exit %d: %s\n%s", code, e, o)
+	}
+	if o, e, code := run(t, append(args(k2, "--keep-features", keep), "--quiet=false")...); code != 0 || !strings.Contains(o, "the training data's read from "+keep) ||
+		!report(k2+".json").FeatureCache.FromKept {
+		t.Fatalf("--keep-features again: exit %d: %s\n%s", code, e, o)
+	}
+	if a, b := readInits(t, k1), readInits(t, k2); len(a) == 0 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Error("the run on kept features wrote another model")
 	}
 
 	for _, c := range []struct {

@@ -81,7 +81,7 @@ type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
-	privacyUnit, classWeight, posWeight                                 *string
+	privacyUnit, classWeight, posWeight, keepFeatures                   *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
@@ -144,6 +144,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		normCheck:       fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
 		evalBatch:       fs.Int("eval-batch", 256, "batch of the per-epoch evaluation (the feature cache's passes take at most it, 64 and the physical batch)"),
 		cacheFeatures:   fs.String("cache-features", "auto", "where the trained part of the model follows a frozen part (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute the frozen part's outputs once per example and train the trained part alone on them: auto (in memory where it fits half the available memory, or of --max-memory, else on disk in --cache-dir), on (an error where it cannot), off. The gradients and ε are the same"),
+		keepFeatures:    fs.String("keep-features", "", "keep the frozen part's outputs (--cache-features) in this folder after the run, a file a dataset named by a hash of the frozen part, the data and its preprocessing, and the device, and read them from there in a later run that would compute the same (a linear probe's later runs skip the backbone). The files are derived from the training data and as private as it: only their owner can read them; remove them when done"),
 		cacheDir:        fs.String("cache-dir", "", "where a feature cache too large for memory goes: a file removed as soon as it is open, mapped into memory, nothing left after the run (crash included) (default: the checkpoint's folder)"),
 		outDType:        fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
 		rf:              addRewriteFlags(fs, "groupnorm"),
@@ -336,7 +337,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		Graph: g, Rewrite: opts, Train: train, EvalBatch: *f.evalBatch, PhysicalBatch: *f.physical, MaxMemory: capBytes,
 		Out: *f.out, Checkpoint: *f.ckptPath, Resume: *f.resume, Report: *f.reportPath, Log: stdout, Warn: os.Stderr,
 		CheckpointEvery: everySteps, CheckpointInterval: everyTime,
-		SkipNormCheck: !*f.normCheck, DryRun: *f.dryRun, FeatureCacheDir: *f.cacheDir,
+		SkipNormCheck: !*f.normCheck, DryRun: *f.dryRun, FeatureCacheDir: *f.cacheDir, KeepFeatures: *f.keepFeatures,
 	}
 	if test != nil {
 		cfg.Test = test
