@@ -19,7 +19,7 @@ import (
 // private data's own class counts ("balanced") are refused: the counts
 // are private too.
 func ParseClassWeights(spec string, names []string, classes int) ([]float64, error) {
-	w, err := parseWeights("--class-weight", "class", "classes", spec, names, classes)
+	w, err := parseWeights("--class-weight", "class", "classes", spec, names, classes, 1)
 	if w == nil || err != nil {
 		return nil, err
 	}
@@ -43,13 +43,13 @@ func ParseClassWeights(spec string, names []string, classes int) ([]float64, err
 // they shape each sample's loss, which is clipped whatever its scale.
 // Weights from the private data's own label counts are refused.
 func ParsePosWeight(spec string, names []string, labels int) ([]float64, error) {
-	return parseWeights("--pos-weight", "label", "labels", spec, names, labels)
+	return parseWeights("--pos-weight", "label", "labels", spec, names, labels, 1)
 }
 
 // parseWeights reads flag's list of one weight a class (what: "class" or
 // "label", whats its plural) or its NAME=W pairs, the classes not named
-// weighing 1.
-func parseWeights(flag, what, whats, spec string, names []string, classes int) ([]float64, error) {
+// weighing unnamed.
+func parseWeights(flag, what, whats, spec string, names []string, classes int, unnamed float64) ([]float64, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
 		return nil, nil
@@ -77,7 +77,7 @@ func parseWeights(flag, what, whats, spec string, names []string, classes int) (
 		return w, nil
 	}
 	for i := range w {
-		w[i] = 1
+		w[i] = unnamed
 	}
 	seen := map[int]bool{}
 	for _, p := range parts {
@@ -189,4 +189,28 @@ func classWeightsLine(w []float64, names []string) string {
 		parts[c] = fmt.Sprintf("%s %.3g", name, v)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// ParseThresholds reads --threshold, a multi-label model's decision
+// thresholds (Evaluator.SetThresholds): one number for every label, a
+// list of one a label, or NAME=T pairs (the labels not named ½), each in
+// (0, 1).
+func ParseThresholds(spec string, names []string, labels int) ([]float64, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	if v, err := strconv.ParseFloat(spec, 64); err == nil && labels > 1 {
+		spec = strings.TrimSuffix(strings.Repeat(strconv.FormatFloat(v, 'g', -1, 64)+",", labels), ",")
+	}
+	t, err := parseWeights("--threshold", "label", "labels", spec, names, labels, 0.5)
+	if err != nil {
+		return nil, err
+	}
+	for j, v := range t {
+		if !(v > 0 && v < 1) {
+			return nil, fmt.Errorf("--threshold: label %d's threshold %v is outside (0, 1)", j, v)
+		}
+	}
+	return t, nil
 }

@@ -2,6 +2,7 @@ package dptrain
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -31,7 +32,11 @@ type EvalResult struct {
 	// nil.
 	MultiLabel bool    `json:"multi_label,omitempty"`
 	ExactMatch float64 `json:"exact_match,omitempty"`
-	Accuracy   float64 `json:"accuracy"`
+	// Thresholds are a multi-label evaluation's decision thresholds, each
+	// label's sigmoid against its own (Evaluator.SetThresholds); nil is ½
+	// for every label.
+	Thresholds []float64 `json:"thresholds,omitempty"`
+	Accuracy   float64   `json:"accuracy"`
 	// AccuracyCI is the 95 % Wilson score interval of Accuracy, the
 	// examples taken as independent draws: how far a test set this size
 	// pins the accuracy down (nil for a multi-label evaluation, whose
@@ -100,6 +105,38 @@ type Evaluator struct {
 	logits []float32
 	// multiLabel selects the multi-label loss and figures (SetMultiLabel).
 	multiLabel bool
+	// cut are a multi-label model's decision thresholds as logits,
+	// log(τ/(1−τ)) of each label's threshold τ (SetThresholds); nil
+	// decides at ½, logit 0.
+	cut        []float64
+	thresholds []float64
+}
+
+// SetThresholds decides each label of a multi-label model at its own
+// threshold: label j applies where its sigmoid exceeds t[j] ∈ (0, 1),
+// one a label (nil: ½ for every label). The figures that count decisions
+// (right, exact matches, precision, recall, F1) follow them; the AUC and
+// the loss do not depend on them.
+func (ev *Evaluator) SetThresholds(t []float64) error {
+	if t == nil {
+		ev.cut, ev.thresholds = nil, nil
+		return nil
+	}
+	if !ev.multiLabel {
+		return errors.New("decision thresholds are a multi-label model's (SetMultiLabel)")
+	}
+	if len(t) != ev.k {
+		return fmt.Errorf("%d decision thresholds for a model of %d labels", len(t), ev.k)
+	}
+	cut := make([]float64, len(t))
+	for j, v := range t {
+		if !(v > 0 && v < 1) {
+			return fmt.Errorf("label %d's decision threshold %v is outside (0, 1)", j, v)
+		}
+		cut[j] = math.Log(v / (1 - v))
+	}
+	ev.cut, ev.thresholds = cut, slices.Clone(t)
+	return nil
 }
 
 // SetMultiLabel makes the evaluator read labels as label sets and the
@@ -145,10 +182,13 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	}
 	if ev.multiLabel {
 		m := newLabelMetrics(v.Len(), ev.k)
+		m.cut = ev.cut
 		if err := ev.Losses(v, m.add); err != nil {
 			return nil, err
 		}
-		return m.result(), nil
+		res := m.result()
+		res.Thresholds = ev.thresholds
+		return res, nil
 	}
 	m := newMetrics(v.Len(), ev.k)
 	if err := ev.Losses(v, m.add); err != nil {
@@ -461,7 +501,7 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	right := make([]float64, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
 		if ev.multiLabel {
-			wrong := bits.OnesCount64(uint64(decisions(logits) ^ label))
+			wrong := bits.OnesCount64(uint64(decisions(logits, ev.cut) ^ label))
 			right[i] = 1 - float64(wrong)/float64(len(logits))
 			return
 		}
@@ -473,11 +513,16 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 }
 
 // decisions is the label set a multi-label model decides on: the labels
-// of positive logits.
-func decisions(logits []float32) int64 {
+// whose logits exceed their cut (SetThresholds; nil: 0, the sigmoid above
+// ½).
+func decisions(logits []float32, cut []float64) int64 {
 	var set int64
 	for j, z := range logits {
-		if z > 0 {
+		c := 0.0
+		if cut != nil {
+			c = cut[j]
+		}
+		if float64(z) > c {
 			set |= 1 << uint(j)
 		}
 	}
@@ -509,6 +554,7 @@ type labelMetrics struct {
 	// sigmoids (a monotone function of them) without their rounding.
 	logits []float32
 	labels []int64
+	cut    []float64 // the decisions' thresholds as logits (nil: 0)
 }
 
 func newLabelMetrics(n, k int) *labelMetrics {
@@ -523,7 +569,7 @@ func newLabelMetrics(n, k int) *labelMetrics {
 func (m *labelMetrics) add(i int, set int64, logits []float32, loss float64) {
 	m.lossSum += loss
 	m.labels[i] = set
-	d := decisions(logits)
+	d := decisions(logits, m.cut)
 	if d == set {
 		m.exact++
 	}

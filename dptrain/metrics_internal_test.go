@@ -90,10 +90,19 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		PerClass         []ClassMetrics `json:"per_class"`
 		AUC              *float64       `json:"auc"`
 		Loss             float64        `json:"loss"`
-	}](t, "multilabel.json", 2)
+		Thresholds       []float64      `json:"thresholds"`
+	}](t, "multilabel.json", 3)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newLabelMetrics(len(c.Labels), c.K)
+			if c.Thresholds != nil {
+				// The evaluator's cut: each threshold as a logit.
+				ev := &Evaluator{k: c.K, multiLabel: true}
+				if err := ev.SetThresholds(c.Thresholds); err != nil {
+					t.Fatal(err)
+				}
+				m.cut = ev.cut
+			}
 			for i, y := range c.Labels {
 				m.add(i, y, c.Logits[i], sigmoidLoss(c.Logits[i], y))
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
@@ -183,6 +184,7 @@ func runEval(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	threshold := fs.String("threshold", "", "a multi-label model: decide a label where its sigmoid exceeds this (one number, one a label, or NAME=T pairs, the others ½; default ½): the figures that count decisions follow it, the AUCs do not")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -236,6 +238,18 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := ev.SetMultiLabel(multi); err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
+	if *threshold != "" {
+		if !multi {
+			return usagef("--threshold decides a multi-label model's labels; %s is evaluated as a classifier (its most probable class is its prediction)", *model)
+		}
+		t, err := dptrain.ParseThresholds(*threshold, v.Classes(), v.NumClasses())
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		if err := ev.SetThresholds(t); err != nil {
+			return fmt.Errorf("%s: %w", *model, err)
+		}
+	}
 	res, err := ev.Run(v)
 	if err != nil {
 		return err
@@ -257,7 +271,11 @@ func runEval(args []string, stdout io.Writer) error {
 // writeLabelEval prints a multi-label evaluation: the figures, then each
 // label's precision, recall, F1, positives and AUC.
 func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
-	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples, multi-label: %d labels, each decided by its logit's sigmoid above ½)\n", model, spec, res.Samples, len(res.PerClass))
+	above := "½"
+	if res.Thresholds != nil {
+		above = "its threshold (" + strings.Trim(fmt.Sprint(res.Thresholds), "[]") + ")"
+	}
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples, multi-label: %d labels, each decided by its logit's sigmoid above %s)\n", model, spec, res.Samples, len(res.PerClass), above)
 	if res.AUC != nil {
 		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives)\n", *res.AUC)
 	}

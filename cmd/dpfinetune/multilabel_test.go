@@ -58,7 +58,8 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 // exact matches), learns it (AUC above 0.85 after 8 private epochs: 0.93),
 // records it in the model, whose eval gives the run's last test figures
 // and per-label table, and whose predictions are each label's sigmoid and
-// the labels decided; eval refuses to read the model's data as single
+// the labels decided, at ½ or at --threshold (eval's decisions too, its
+// AUC unmoved); eval refuses to read the model's data as single
 // labels; label smoothing smooths each label's target, --pos-weight
 // weighs labels' positive terms (--class-weight is refused); it is audited with
 // gradient canaries and with input canaries of a multi-label pool,
@@ -120,6 +121,44 @@ func TestTrainMultiLabel(t *testing.T) {
 	if _, e, code := run(t, "eval", "--model", out, "--data", strings.TrimSuffix(test, ":multilabel")); code != 2 || !strings.Contains(e, "is multi-label") {
 		t.Errorf("eval of single labels: exit %d: %s", code, e)
 	}
+	// Decision thresholds: one for every label, and by name (the others
+	// ½): the decisions' figures move, the AUC does not; a threshold of
+	// ½ for every label is the default's evaluation.
+	for _, c := range []struct {
+		spec string
+		want []float64
+	}{
+		{"0.2", []float64{0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2}},
+		{"upper=0.9,Bag=0.05", []float64{0.05, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.9}},
+		{"0.5", nil},
+	} {
+		o, e, code := run(t, "eval", "--model", out, "--data", test, "--json", "--threshold", c.spec)
+		var et dptrain.EvalResult
+		if err := json.Unmarshal([]byte(o), &et); code != 0 || err != nil {
+			t.Fatalf("eval --threshold %s: exit %d (%v): %s", c.spec, code, err, e)
+		}
+		if c.want == nil {
+			if et.Accuracy != ev.Accuracy || et.ExactMatch != ev.ExactMatch {
+				t.Errorf("eval --threshold 0.5: accuracy %v, exact %v; the default's %v, %v", et.Accuracy, et.ExactMatch, ev.Accuracy, ev.ExactMatch)
+			}
+			continue
+		}
+		if fmt.Sprint(et.Thresholds) != fmt.Sprint(c.want) || *et.AUC != *ev.AUC || et.Accuracy == ev.Accuracy {
+			t.Errorf("eval --threshold %s: thresholds %v (want %v), AUC %v (%v at ½), labels right %v (%v at ½)", c.spec, et.Thresholds, c.want, *et.AUC, *ev.AUC, et.Accuracy, ev.Accuracy)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", out, "--data", test, "--threshold", "1.5"}, "outside (0, 1)"},
+		{[]string{"--model", out, "--data", test, "--threshold", "Hat=0.3"}, `no label "Hat"`},
+		{[]string{"--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=50", "--threshold", "0.3"}, "decides a multi-label model's labels"},
+	} {
+		if _, e, code := run(t, append([]string{"eval"}, c.args...)...); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("eval %v: exit %d: %s", c.args, code, e)
+		}
+	}
 	o, e, code = run(t, "predict", "--model", out, "--images", filepath.Join(dir, "test-0000.png"), "--images", filepath.Join(dir, "test-0001.png"), "--top", "3", "--json")
 	if code != 0 {
 		t.Fatalf("predict: exit %d: %s", code, e)
@@ -140,6 +179,23 @@ func TestTrainMultiLabel(t *testing.T) {
 		if p.Labels == nil || len(p.Top) != 3 || sum < 1.2 {
 			t.Errorf("%s: top %+v (sum %.3f), labels %v: want each label's sigmoid and the labels decided", p.File, p.Top, sum, p.Labels)
 		}
+	}
+	// A low threshold decides every label whose sigmoid exceeds it.
+	o, e, code = run(t, "predict", "--model", out, "--images", filepath.Join(dir, "test-0000.png"), "--top", "13", "--threshold", "0.05", "--json")
+	if err := json.Unmarshal([]byte(o), &pr); code != 0 || err != nil || len(pr.Predictions) != 1 {
+		t.Fatalf("predict --threshold: exit %d (%v): %s", code, err, e)
+	}
+	var above int
+	for _, c := range pr.Predictions[0].Top {
+		if c.Probability > 0.05 {
+			above++
+		}
+	}
+	if p := pr.Predictions[0]; len(p.Labels) != above || above <= 2 {
+		t.Errorf("predict --threshold 0.05: labels %v, %d sigmoids above 0.05: %+v", p.Labels, above, p.Top)
+	}
+	if _, e, code := run(t, "predict", "--model", "../../testdata/models/cnn.onnx", "--images", filepath.Join(dir, "test-0000.png"), "--threshold", "0.3"); code != 2 || !strings.Contains(e, "decides a multi-label model's labels") {
+		t.Errorf("predict --threshold of a classifier: exit %d: %s", code, e)
 	}
 
 	t.Run("features and cuda", func(t *testing.T) {

@@ -40,6 +40,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "--images: print JSON")
+	threshold := fs.String("threshold", "", "--images, a multi-label model: decide a label where its sigmoid exceeds this (one number, one a label, or NAME=T pairs, the others ½; default ½)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -71,7 +72,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
 	if len(images) > 0 {
-		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON}, stdout)
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, threshold: *threshold}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
@@ -36,6 +37,9 @@ type predictFlags struct {
 	batch, top            int
 	norm, resize, inShape string
 	json                  bool
+	// threshold is --threshold: a multi-label model's decision
+	// thresholds (dptrain.ParseThresholds; "" decides at ½).
+	threshold string
 }
 
 // classScore is one of an image's most probable classes.
@@ -50,8 +54,8 @@ type imagePrediction struct {
 	File string       `json:"file"`
 	Top  []classScore `json:"top"`
 	// Labels are a multi-label model's decided labels (each logit's
-	// sigmoid above ½), every one of them, by probability; nil for a
-	// classifier.
+	// sigmoid above ½, or above its --threshold), every one of them, by
+	// probability; nil for a classifier.
 	Labels []string `json:"labels,omitempty"`
 }
 
@@ -76,6 +80,7 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		k        int
 		preds    []imagePrediction
 		names    []string
+		cut      []float64 // the decisions' thresholds as logits (nil: 0)
 		kind     = outputKind(m, g)
 		plans    = map[int]*runtime.Plan{}
 		tw       = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -106,12 +111,25 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		if names == nil {
 			k = outShape[1]
 			names = classNames(m, k)
+			if f.threshold != "" {
+				if kind != outSigmoids {
+					return usagef("--threshold decides a multi-label model's labels; %s is a classifier (its most probable class is its prediction)", model)
+				}
+				t, err := dptrain.ParseThresholds(f.threshold, names, k)
+				if err != nil {
+					return usageError{err.Error()}
+				}
+				cut = make([]float64, k)
+				for j, v := range t {
+					cut[j] = math.Log(v / (1 - v))
+				}
+			}
 		}
 		if f.out != "" {
 			logits = append(logits, l...)
 		}
 		for i, file := range part {
-			p := topClasses(file, l[i*k:(i+1)*k], kind, names, f.top)
+			p := topClasses(file, l[i*k:(i+1)*k], kind, names, f.top, cut)
 			if f.json {
 				preds = append(preds, p)
 				continue
@@ -152,8 +170,10 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 // least a batch): 1024 windows of 224×224 RGB are 150 MB. Tests lower it.
 var predictPart = 1024
 
-// topClasses returns file's most probable top classes from its scores.
-func topClasses(file string, scores []float32, kind int, names []string, top int) imagePrediction {
+// topClasses returns file's most probable top classes from its scores;
+// a multi-label model's labels are those whose logits exceed their cut
+// (the thresholds as logits; nil: 0, the sigmoid above ½).
+func topClasses(file string, scores []float32, kind int, names []string, top int, cut []float64) imagePrediction {
 	probs := make([]float64, len(scores))
 	toProbabilities(scores, kind, probs)
 	order := make([]int, len(scores))
@@ -168,7 +188,11 @@ func topClasses(file string, scores []float32, kind int, names []string, top int
 	if kind == outSigmoids {
 		p.Labels = []string{}
 		for _, j := range order {
-			if scores[j] > 0 { // the sigmoid above ½, as eval decides
+			c := 0.0 // the sigmoid above ½, as eval decides
+			if cut != nil {
+				c = cut[j]
+			}
+			if float64(scores[j]) > c {
 				p.Labels = append(p.Labels, names[j])
 			}
 		}

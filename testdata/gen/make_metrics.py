@@ -74,9 +74,10 @@ with open(path, "w") as f:
 print("wrote", path)
 
 
-def multilabel_case(name, n, k, seed, constant=None):
+def multilabel_case(name, n, k, seed, constant=None, thresholds=None):
     """A multi-label model's logits and label sets (bit j: label j); a
-    label decided where its logit is above 0."""
+    label decided where its logit is above 0, or with thresholds where its
+    sigmoid is above its threshold t (the logit above log(t/(1-t)))."""
     rng = np.random.default_rng(seed)
     y = (rng.random((n, k)) < 0.3).astype(int)
     if constant is not None:  # a label no sample has: no AUC of its own
@@ -84,9 +85,15 @@ def multilabel_case(name, n, k, seed, constant=None):
     logits = (rng.normal(0, 1.5, (n, k)) + 2.0 * (y - 0.5)).astype(np.float32)
     logits[0, 0] = 40  # saturated sigmoids, which the AUC ranks by the logits
     logits[1, 0] = 39
-    pred = (logits > 0).astype(int)
+    if thresholds is None:
+        pred = (logits > 0).astype(int)
+    else:
+        t = np.array(thresholds, dtype=np.float64)
+        pred = (logits.astype(np.float64) > np.log(t / (1 - t))).astype(int)
     out = {"name": name, "k": k, "labels": [int(sum(int(b) << j for j, b in enumerate(row))) for row in y],
            "logits": logits.tolist()}
+    if thresholds is not None:
+        out["thresholds"] = list(thresholds)
     out["accuracy"] = 1 - hamming_loss(y, pred)
     out["exact_match"] = accuracy_score(y, pred)
     out["macro_f1"] = f1_score(y, pred, average="macro", zero_division=0)
@@ -108,7 +115,8 @@ def multilabel_case(name, n, k, seed, constant=None):
     return out
 
 
-mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label no sample has", 150, 4, 12, constant=2)]
+mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label no sample has", 150, 4, 12, constant=2),
+          multilabel_case("five labels at thresholds of their own", 200, 5, 11, thresholds=[0.3, 0.5, 0.7, 0.15, 0.9])]
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "multilabel.json")
 with open(path, "w") as f:
     json.dump(mcases, f, indent=None, separators=(",", ":"))
