@@ -65,7 +65,7 @@ func parseWeights(flag, what, whats, spec string, names []string, classes int, u
 	parts := strings.Split(spec, ",")
 	if !strings.Contains(spec, "=") {
 		if len(parts) != classes {
-			return nil, fmt.Errorf("%s: %d weights for data of %d %s (one a %s, in label order, or NAME=W pairs)", flag, len(parts), classes, whats, what)
+			return nil, fmt.Errorf("%s: %d values for data of %d %s (one a %s, in label order, or NAME=V pairs)", flag, len(parts), classes, whats, what)
 		}
 		for c, p := range parts {
 			v, err := parseWeight(p)
@@ -83,7 +83,7 @@ func parseWeights(flag, what, whats, spec string, names []string, classes int, u
 	for _, p := range parts {
 		name, val, ok := strings.Cut(p, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s %q: %q is not NAME=W (give every weight as a pair, or a plain list of %d)", flag, spec, p, classes)
+			return nil, fmt.Errorf("%s %q: %q is not NAME=V (give every value as a pair, or a plain list of %d)", flag, spec, p, classes)
 		}
 		name = strings.TrimSpace(name)
 		c := classIndex(name, names, classes)
@@ -121,14 +121,14 @@ func classIndex(name string, names []string, classes int) int {
 	return -1
 }
 
-// parseWeight reads one class weight: finite and non-negative.
+// parseWeight reads one value of a list: finite and non-negative.
 func parseWeight(s string) (float64, error) {
 	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil {
-		return 0, fmt.Errorf("weight %q is not a number", s)
+		return 0, fmt.Errorf("%q is not a number", s)
 	}
 	if !(v >= 0) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("weight %v must be finite and non-negative", v)
+		return 0, fmt.Errorf("%v must be finite and non-negative", v)
 	}
 	return v, nil
 }

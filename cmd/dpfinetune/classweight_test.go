@@ -93,12 +93,12 @@ func TestTrainClassWeights(t *testing.T) {
 		want string
 	}{
 		{"balanced", []string{"--data", fmnist, "--class-weight", "balanced"}, 2, "would publish those counts"},
-		{"too few", []string{"--data", fmnist, "--class-weight", "1,2"}, 2, "2 weights for data of 10 classes"},
+		{"too few", []string{"--data", fmnist, "--class-weight", "1,2"}, 2, "2 values for data of 10 classes"},
 		{"unknown class", []string{"--data", "csv:" + single, "--resize", "stretch", "--class-weight", "Hat=2"}, 2, `no class "Hat" (its classes Bag, Boot`},
 		{"label out of range", []string{"--data", fmnist, "--class-weight", "10=2"}, 2, `no class "10" (its classes 0, 1, 2`},
 		{"twice", []string{"--data", fmnist, "--class-weight", "1=2,1=3"}, 2, `class "1" weighed twice`},
 		{"negative", []string{"--data", fmnist, "--class-weight", "3=-1"}, 2, "must be finite and non-negative"},
-		{"not a number", []string{"--data", fmnist, "--class-weight", "3=heavy"}, 2, `weight "heavy" is not a number`},
+		{"not a number", []string{"--data", fmnist, "--class-weight", "3=heavy"}, 2, `"heavy" is not a number`},
 		{"all zero", []string{"--data", fmnist, "--class-weight", "0,0,0,0,0,0,0,0,0,0"}, 2, "every weight is 0"},
 		{"multi-label", []string{"--data", "csv:" + listing + ":multilabel", "--resize", "stretch", "--num-classes", "13", "--class-weight", "upper=0.5"}, 1, "use --pos-weight"},
 	} {

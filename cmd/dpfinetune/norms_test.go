@@ -77,7 +77,7 @@ func TestNormsMultiLabel(t *testing.T) {
 		pw[j] = fmt.Sprint(v)
 	}
 	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xw, yw, gw, "4", 1e-4, 1e-7, "--pos-weight", strings.Join(pw, ","))
-	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xw, "--labels", yw, "--pos-weight", "1,2"); code != 2 || !strings.Contains(e, "2 weights for data of 10 labels") {
+	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xw, "--labels", yw, "--pos-weight", "1,2"); code != 2 || !strings.Contains(e, "2 values for data of 10 labels") {
 		t.Errorf("two positive weights for ten labels: exit %d: %s", code, e)
 	}
 	bad := gd["labels"]
