@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestTrainClassWeights(t *testing.T) {
 	want := []float64{1, 0.5, 0.25, 0.25, 0.25, 0.25, 0, 0.25, 0.25, 0.25}
 	md := metadata(t, out)
 	var got []float64
-	if err := json.Unmarshal([]byte(md["dpfinetune.class_weights"]), &got); err != nil || !equalFloats(got, want) {
+	if err := json.Unmarshal([]byte(md["dpfinetune.class_weights"]), &got); err != nil || !slices.Equal(got, want) {
 		t.Errorf("the model's class_weights %q (%v), want %v", md["dpfinetune.class_weights"], err, want)
 	}
 	if !strings.Contains(md["dpfinetune.classes"], `"Bag","Boot"`) {
@@ -78,7 +79,7 @@ func TestTrainClassWeights(t *testing.T) {
 			ClassWeights []float64 `json:"class_weights"`
 		} `json:"settings"`
 	}
-	if b, err := os.ReadFile(rep); err != nil || json.Unmarshal(b, &rp) != nil || !equalFloats(rp.Settings.ClassWeights, want) {
+	if b, err := os.ReadFile(rep); err != nil || json.Unmarshal(b, &rp) != nil || !slices.Equal(rp.Settings.ClassWeights, want) {
 		t.Errorf("the report's class weights %v (%v), want %v", rp.Settings.ClassWeights, err, want)
 	}
 	o, e, code = run(t, append(named[:len(named):len(named)], "--epochs", "2", "--resume", "--class-weight", "Bag=1")...)
@@ -114,16 +115,4 @@ func TestTrainClassWeights(t *testing.T) {
 	if code == 0 || !strings.Contains(e, "a run with class weights is not audited") {
 		t.Errorf("an audit with class weights: exit %d: %s", code, e)
 	}
-}
-
-func equalFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

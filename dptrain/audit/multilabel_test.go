@@ -9,10 +9,8 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
-	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
-	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 // fmnistGroup is each Fashion-MNIST class's group label (10 upper, 11
@@ -60,9 +58,9 @@ func multiLabelArrays(t *testing.T, n int) (train, test *data.View) {
 	return view("npy:" + path), view("npy:" + path + ":test")
 }
 
-// multiLabelConfig is a run of the fixture CNN, its head replaced by one of
-// 13 labels, on the multi-label data train, with seeded noise. Its rate,
-// 0.1, is fifty times usersConfig's: a fresh head's binary cross-entropy
+// multiLabelConfig is cnnConfig's run, the fixture CNN's head replaced by
+// one of 13 labels, on the multi-label data train. Its rate, 0.1, is
+// fifty times cnnConfig's: a fresh head's binary cross-entropy
 // pushes every logit down for every sample until the model has learnt how
 // rare each label is, and that gradient, the same at a coordinate step
 // after step, swamps the white-box audit's scores unless the model learns
@@ -70,20 +68,8 @@ func multiLabelArrays(t *testing.T, n int) (train, test *data.View) {
 // at 0.1, 491).
 func multiLabelConfig(t *testing.T, train *data.View, eps float64, epochs int) dptrain.Config {
 	t.Helper()
-	m, err := onnx.Load("../../testdata/models/cnn.onnx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := graph.FromONNX(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := uint64(3)
-	cfg := dptrain.Config{Graph: g, Train: train, Settings: dptrain.Settings{
-		Model: "cnn.onnx", Data: "fmnist-small multi-label", Epsilon: eps, Delta: 1e-5, Epochs: epochs, BatchSize: 64,
-		Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
-		Optimizer: "sgd", LR: 1e-1, InputShape: []int64{1, 28, 28}, Seed: &seed,
-	}}
+	cfg := cnnConfig(t, train, eps, epochs)
+	cfg.Settings.Data, cfg.Settings.LR = "fmnist-small multi-label", 0.1
 	cfg.Rewrite.NumClasses = 13
 	return cfg
 }

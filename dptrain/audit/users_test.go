@@ -32,6 +32,16 @@ func usersConfig(t *testing.T, n, per int, unit string, eps float64, epochs int)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := cnnConfig(t, ds, eps, epochs)
+	cfg.Settings.PrivacyUnit = unit
+	return cfg
+}
+
+// cnnConfig is a run of the fixture CNN on train (1×28×28 samples): ε at
+// δ = 1e-5 over epochs of 64 expected examples, bk at clip norm 1, SGD
+// at 2e-3, seeded noise.
+func cnnConfig(t *testing.T, train data.Dataset, eps float64, epochs int) dptrain.Config {
+	t.Helper()
 	m, err := onnx.Load("../../testdata/models/cnn.onnx")
 	if err != nil {
 		t.Fatal(err)
@@ -41,10 +51,10 @@ func usersConfig(t *testing.T, n, per int, unit string, eps float64, epochs int)
 		t.Fatal(err)
 	}
 	seed := uint64(3)
-	return dptrain.Config{Graph: g, Train: ds, Settings: dptrain.Settings{
+	return dptrain.Config{Graph: g, Train: train, Settings: dptrain.Settings{
 		Model: "cnn.onnx", Data: "fmnist-small", Epsilon: eps, Delta: 1e-5, Epochs: epochs, BatchSize: 64,
 		Accountant: "rdp", Sampling: "poisson", Mode: "bk", Clip: 1, ClipFn: "abadi",
-		Optimizer: "sgd", LR: 2e-3, InputShape: []int64{1, 28, 28}, Seed: &seed, PrivacyUnit: unit,
+		Optimizer: "sgd", LR: 2e-3, InputShape: []int64{1, 28, 28}, Seed: &seed,
 	}}
 }
 
