@@ -3,6 +3,7 @@
 package dptrain
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -49,10 +50,14 @@ func spillFloats(dir string, n int) ([]float32, func() error, error) {
 	return x, func() error { return syscall.Munmap(b) }, nil
 }
 
-// mapFloats maps n float32 of f from byte off on (a multiple of the page
-// size) into memory, read-only, and returns the function that unmaps
-// them.
+// mapFloats maps n little-endian float32 of f from byte off on (a
+// multiple of the page size) into memory, read-only, and returns the
+// function that unmaps them. The mapped bytes are the host's floats only
+// on a little-endian machine: elsewhere it refuses.
 func mapFloats(f *os.File, off int64, n int) ([]float32, func() error, error) {
+	if one := uint16(1); *(*byte)(unsafe.Pointer(&one)) != 1 {
+		return nil, nil, errors.New("a big-endian machine cannot map little-endian floats")
+	}
 	if n == 0 {
 		return nil, func() error { return nil }, nil
 	}
