@@ -2,7 +2,6 @@ package dptrain
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -32,9 +31,11 @@ type EvalResult struct {
 	// nil.
 	MultiLabel bool    `json:"multi_label,omitempty"`
 	ExactMatch float64 `json:"exact_match,omitempty"`
-	// Thresholds are a multi-label evaluation's decision thresholds, each
-	// label's sigmoid against its own (Evaluator.SetThresholds); nil is ½
-	// for every label.
+	// Thresholds are the evaluation's decision thresholds
+	// (Evaluator.SetThresholds): a multi-label model's, each label's
+	// sigmoid against its own (nil: ½ for every label), or a two-class
+	// model's one, class 1's probability against it (nil: the larger
+	// probability decides).
 	Thresholds []float64 `json:"thresholds,omitempty"`
 	Accuracy   float64   `json:"accuracy"`
 	// AccuracyCI is the 95 % Wilson score interval of Accuracy, the
@@ -112,20 +113,30 @@ type Evaluator struct {
 	thresholds []float64
 }
 
+// Classes returns the number of the model's outputs: classes, or a
+// multi-label model's labels.
+func (ev *Evaluator) Classes() int { return ev.k }
+
 // SetThresholds decides each label of a multi-label model at its own
 // threshold: label j applies where its sigmoid exceeds t[j] ∈ (0, 1),
-// one a label (nil: ½ for every label). The figures that count decisions
-// (right, exact matches, precision, recall, F1) follow them; the AUC and
-// the loss do not depend on them.
+// one a label (nil: ½ for every label); and a two-class model's class 1
+// where its probability exceeds t[0], the one threshold (nil: the larger
+// probability) — an operating point of a binary test (sensitivity
+// against specificity). The figures that count decisions (accuracy,
+// right, exact matches, confusion, precision, recall, F1, sensitivity,
+// specificity) follow them; the AUC, the loss and the calibration error
+// do not depend on them.
 func (ev *Evaluator) SetThresholds(t []float64) error {
 	if t == nil {
 		ev.cut, ev.thresholds = nil, nil
 		return nil
 	}
-	if !ev.multiLabel {
-		return errors.New("decision thresholds are a multi-label model's (SetMultiLabel)")
-	}
-	if len(t) != ev.k {
+	switch {
+	case !ev.multiLabel && ev.k != 2:
+		return fmt.Errorf("a decision threshold is a multi-label model's or a two-class model's; this one has %d classes (its most probable class is its prediction)", ev.k)
+	case !ev.multiLabel && len(t) != 1:
+		return fmt.Errorf("%d decision thresholds for a two-class model: one, class 1's", len(t))
+	case ev.multiLabel && len(t) != ev.k:
 		return fmt.Errorf("%d decision thresholds for a model of %d labels", len(t), ev.k)
 	}
 	cut := make([]float64, len(t))
@@ -191,10 +202,13 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 		return res, nil
 	}
 	m := newMetrics(v.Len(), ev.k)
+	m.cut = ev.cut
 	if err := ev.Losses(v, m.add); err != nil {
 		return nil, err
 	}
-	return m.result(), nil
+	res := m.result()
+	res.Thresholds = ev.thresholds
+	return res, nil
 }
 
 // metrics accumulates an EvalResult example by example.
@@ -211,6 +225,10 @@ type metrics struct {
 	probs  []float32 // n·keep
 	labels []int64
 	prob   []float64 // one sample's softmax
+	// cut, for two classes, decides class 1 where z₁ − z₀ exceeds it
+	// (its probability above a threshold: Evaluator.SetThresholds); nil
+	// decides by the largest logit.
+	cut []float64
 }
 
 func newMetrics(n, k int) *metrics {
@@ -233,10 +251,19 @@ func newMetrics(n, k int) *metrics {
 // add counts example i of the given label, logits (finite) and loss.
 func (m *metrics) add(i int, label int64, logits []float32, loss float64) {
 	best := argmax(logits)
+	decided := best
+	if m.cut != nil {
+		// p₁ > t exactly where z₁ − z₀ > log(t/(1−t)), the difference
+		// of two float32 exact in float64.
+		decided = 0
+		if float64(logits[1])-float64(logits[0]) > m.cut[0] {
+			decided = 1
+		}
+	}
 	m.lossSum += loss
-	m.res.Confusion[label][best]++
+	m.res.Confusion[label][decided]++
 	m.labels[i] = label
-	if int64(best) == label {
+	if int64(decided) == label {
 		m.correct++
 	}
 	above := 0
@@ -248,6 +275,8 @@ func (m *metrics) add(i int, label int64, logits []float32, loss float64) {
 	if above < 5 {
 		m.top5++
 	}
+	// The calibration is the probabilities', whatever decides: the most
+	// probable class's.
 	softmax(logits, m.prob)
 	b := min(int(m.prob[best]*eceBins), eceBins-1)
 	m.conf[b].n++

@@ -27,10 +27,19 @@ func TestEvalMetrics(t *testing.T) {
 		Top5             *float64       `json:"top5_accuracy"`
 		AUC              *float64       `json:"auc"`
 		ECE              float64        `json:"ece"`
-	}](t, "cases.json", 7)
+		Threshold        float64        `json:"threshold"`
+	}](t, "cases.json", 9)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newMetrics(len(c.Labels), c.K)
+			if c.Threshold != 0 {
+				// A two-class model's operating point: the evaluator's cut.
+				ev := &Evaluator{k: c.K}
+				if err := ev.SetThresholds([]float64{c.Threshold}); err != nil {
+					t.Fatal(err)
+				}
+				m.cut = ev.cut
+			}
 			for i, y := range c.Labels {
 				m.add(i, y, c.Logits[i], 0)
 			}

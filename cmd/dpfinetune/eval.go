@@ -239,12 +239,9 @@ func runEval(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	if *threshold != "" {
-		if !multi {
-			return usagef("--threshold decides a multi-label model's labels; %s is evaluated as a classifier (its most probable class is its prediction)", *model)
-		}
-		t, err := dptrain.ParseThresholds(*threshold, v.Classes(), v.NumClasses())
+		t, err := parseThreshold(*threshold, multi, v, ev.Classes())
 		if err != nil {
-			return usageError{err.Error()}
+			return err
 		}
 		if err := ev.SetThresholds(t); err != nil {
 			return fmt.Errorf("%s: %w", *model, err)
@@ -266,6 +263,27 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	writeEval(stdout, *model, s, res)
 	return nil
+}
+
+// parseThreshold reads eval's --threshold for a model of k outputs
+// evaluated on v: a multi-label model's thresholds (ParseThresholds), or
+// a two-class model's one, class 1's probability.
+func parseThreshold(spec string, multi bool, v dataView, k int) ([]float64, error) {
+	if multi {
+		t, err := dptrain.ParseThresholds(spec, v.Classes(), v.NumClasses())
+		if err != nil {
+			return nil, usageError{err.Error()}
+		}
+		return t, nil
+	}
+	if k != 2 {
+		return nil, usagef("--threshold decides a multi-label model's labels or a two-class model's class 1; this model has %d classes (its most probable class is its prediction)", k)
+	}
+	t, err := strconv.ParseFloat(spec, 64)
+	if err != nil || !(t > 0 && t < 1) {
+		return nil, usagef("--threshold %q: a two-class model takes one threshold in (0, 1), class 1's probability above which it decides class 1", spec)
+	}
+	return []float64{t}, nil
 }
 
 // writeLabelEval prints a multi-label evaluation: the figures, then each
@@ -302,6 +320,9 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 // each class's precision, recall and F1.
 func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\n", model, spec, res.Samples)
+	if len(res.Thresholds) == 1 {
+		fmt.Fprintf(stdout, "decided:  class 1 where its probability exceeds %g (--threshold; the AUC, loss and ECE do not depend on it)\n", res.Thresholds[0])
+	}
 	fmt.Fprintf(stdout, "accuracy: %.2f %% (95 %% interval %.2f–%.2f %%: the test set's size)\n", 100*res.Accuracy, 100*res.AccuracyCI[0], 100*res.AccuracyCI[1])
 	fmt.Fprintf(stdout, "balanced: %.2f %% (mean recall of the classes)\nmacro F1: %.2f %%\n", 100*res.BalancedAccuracy, 100*res.MacroF1)
 	if res.Top5 != nil {

@@ -512,6 +512,39 @@ func TestEvalCLI(t *testing.T) {
 	if strings.Contains(text, "top-5") {
 		t.Errorf("top-5 of two classes:\n%s", text)
 	}
+	// An operating point: class 1 decided above --threshold. At a
+	// threshold near 0 every image is decided class 1 (sensitivity 1,
+	// specificity 0), near 1 none; the AUC stays.
+	var atHalf, low, high dptrain.EvalResult
+	for _, c := range []struct {
+		threshold string
+		r         *dptrain.EvalResult
+	}{{"", &atHalf}, {"1e-9", &low}, {"0.999999999", &high}} {
+		args := []string{"eval", "--model", binary, "--data", folder, "--json"}
+		if c.threshold != "" {
+			args = append(args, "--threshold", c.threshold)
+		}
+		out, e, code := run(t, args...)
+		if err := json.Unmarshal([]byte(out), c.r); code != 0 || err != nil {
+			t.Fatalf("eval --threshold %q: exit %d (%v): %s", c.threshold, code, err, e)
+		}
+	}
+	if *low.AUC != *atHalf.AUC || low.PerClass[1].Recall != 1 || low.PerClass[0].Recall != 0 || high.PerClass[1].Recall != 0 || high.PerClass[0].Recall != 1 ||
+		len(low.Thresholds) != 1 || atHalf.Thresholds != nil {
+		t.Errorf("eval --threshold: near 0 %+v, near 1 %+v, none %+v", low, high, atHalf)
+	}
+	if text, _, _ := run(t, "eval", "--model", binary, "--data", folder, "--threshold", "0.25"); !strings.Contains(text, "decided:  class 1 where its probability exceeds 0.25") {
+		t.Errorf("eval --threshold 0.25 does not say it:\n%s", text)
+	}
+	for _, c := range []struct{ model, data, threshold, want string }{
+		{binary, folder, "2", "one threshold in (0, 1)"},
+		{binary, folder, "b=0.3", "one threshold in (0, 1)"},
+		{"../../testdata/models/cnn.onnx", fmnist + ":limit=50", "0.3", "this model has 10 classes"},
+	} {
+		if _, e, code := run(t, "eval", "--model", c.model, "--data", c.data, "--threshold", c.threshold); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("eval --threshold %s: exit %d: %s", c.threshold, code, e)
+		}
+	}
 	if _, e, code := run(t, "eval", "--model", "../../testdata/models/cnn.onnx", "--data", "cifar10:/nonexistent"); code != 1 || !strings.Contains(e, "nonexistent") {
 		t.Errorf("missing data: exit %d, %q", code, e)
 	}

@@ -19,7 +19,11 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, 
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
 
 
-def case(name, n, k, seed, absent=None, never=None, ties=False):
+def case(name, n, k, seed, absent=None, never=None, ties=False, threshold=None):
+    """A classifier's logits and labels; decided by the largest logit, or
+    for two classes with threshold where class 1's probability exceeds it
+    (z1 - z0 above log(t/(1-t))). The calibration error is the most
+    probable class's either way."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, k, n)
     if absent is not None:  # a class the data does not have
@@ -32,8 +36,14 @@ def case(name, n, k, seed, absent=None, never=None, ties=False):
         protos = rng.normal(0, 1, (6, k)).astype(np.float32)
         logits = protos[rng.integers(0, 6, n)]
     pred = logits.argmax(1)
+    top = pred
+    if threshold is not None:
+        z = logits.astype(np.float64)
+        pred = (z[:, 1] - z[:, 0] > np.log(threshold / (1 - threshold))).astype(int)
     prob = softmax(logits.astype(np.float64), axis=1)
     out = {"name": name, "k": k, "labels": labels.tolist(), "logits": logits.tolist()}
+    if threshold is not None:
+        out["threshold"] = threshold
     out["accuracy"] = float((pred == labels).mean())
     ci = binomtest(int((pred == labels).sum()), n).proportion_ci(confidence_level=0.95, method="wilson")
     out["accuracy_ci95"] = [ci.low, ci.high]
@@ -53,7 +63,7 @@ def case(name, n, k, seed, absent=None, never=None, ties=False):
     for b in range(15):
         m = bins == b
         if m.any():
-            ece += abs((pred[m] == labels[m]).sum() - conf[m].sum()) / n
+            ece += abs((top[m] == labels[m]).sum() - conf[m].sum()) / n
     out["ece"] = ece
     return out
 
@@ -66,6 +76,8 @@ cases = [
     case("a class without examples", 120, 4, 5, absent=3),
     case("ties", 160, 3, 6, ties=True),
     case("a class neither in the data nor predicted", 120, 5, 7, absent=4, never=4),
+    case("binary at a threshold of 0.3", 200, 2, 1, threshold=0.3),
+    case("binary at a threshold of 0.85", 200, 2, 1, threshold=0.85),
 ]
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "cases.json")
 with open(path, "w") as f:
