@@ -137,6 +137,11 @@ type TuneReport struct {
 	// ScoreNoise is the standard deviation of a score's noise, in
 	// accuracy (a fraction of the score data's units).
 	ScoreNoise float64 `json:"score_noise"`
+	// ScoreClassWeights, where the runs weigh classes (--class-weight),
+	// are the weights each scored example's right answer counts with:
+	// the score is then the class-weighted accuracy, Σ w_y·right / units,
+	// a unit's part still at most 1.
+	ScoreClassWeights []float64 `json:"score_class_weights,omitempty"`
 	// Grid is the values searched, and Chosen the chosen run's.
 	Grid   map[string][]string `json:"grid"`
 	Chosen map[string]string   `json:"chosen"`
@@ -166,7 +171,10 @@ type tuneCmd struct {
 	work, statePath      string
 	scoreSpec            string
 	scoreView            dataView
-	st                   tuneState
+	// classWeights weigh each scored example's right answer by its class
+	// (the runs' --class-weight; nil: 1 each).
+	classWeights []float64
+	st           tuneState
 }
 
 func runTune(args []string, stdout io.Writer) error {
@@ -344,6 +352,11 @@ func (c *tuneCmd) openScoreData() error {
 	}
 
 	c.scoreView = scoreView
+	// The runs weigh classes: so does their score, the objective they
+	// train for (weights at most 1: a unit's score stays in [0, 1]).
+	if c.classWeights, err = dptrain.ParseClassWeights(*tf.classWeight, scoreView.Classes(), scoreView.NumClasses()); err != nil {
+		return usagef("the runs' score data %s: %v", c.scoreSpec, err)
+	}
 	return os.MkdirAll(c.work, 0o700)
 }
 
@@ -404,7 +417,7 @@ func (c *tuneCmd) plan() error {
 		r.Phase = st.Mechanisms[rm.of(r.Settings)]
 		st.Runs = append(st.Runs, r)
 	}
-	printSearchPlan(c.stdout, st, c.trials, c.scoreNoise, *c.tf.eps)
+	printSearchPlan(c.stdout, st, c.trials, c.scoreNoise, *c.tf.eps, c.classWeights != nil)
 	if sp, err := data.ParseSpec(c.scoreSpec); err == nil && sp.Holdout > 0 {
 		fmt.Fprintf(c.stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
 	}
@@ -552,6 +565,9 @@ func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) er
 			return fmt.Errorf("run %d: scoring: %w", i+1, err)
 		}
 	}
+	if c.classWeights != nil {
+		correct = weighByClass(correct, c.scoreView, c.classWeights)
+	}
 	score, err := unitScore(correct, c.scoreView, c.st.Unit)
 	if err != nil {
 		return fmt.Errorf("run %d: scoring: %w", i+1, err)
@@ -611,7 +627,7 @@ func (c *tuneCmd) release() error {
 	}
 	// The run's own paths name its place among the runs.
 	rep.Output, rep.Checkpoint = *c.tf.out, ""
-	tr := TuneReport{Search: c.st.Plan, Phase: c.st.Runs[c.st.Best].Phase, Mechanisms: c.st.Mechanisms, PrivacyUnit: c.st.Unit, ScoreData: c.st.Spec, ScoreUnits: c.st.Units, ScoreNoise: c.scoreNoise,
+	tr := TuneReport{Search: c.st.Plan, Phase: c.st.Runs[c.st.Best].Phase, Mechanisms: c.st.Mechanisms, PrivacyUnit: c.st.Unit, ScoreData: c.st.Spec, ScoreUnits: c.st.Units, ScoreNoise: c.scoreNoise, ScoreClassWeights: c.classWeights,
 		Grid: map[string][]string{}, Chosen: c.st.Runs[c.st.Best].Settings, Score: c.st.Runs[c.st.Best].Score, Run: &rep, Seed: c.st.Seed, Output: *c.tf.out}
 	for i, n := range c.grid.names {
 		tr.Grid[n] = c.grid.values[i]
@@ -645,7 +661,7 @@ func countDone(runs []tuneRun) int {
 	return n
 }
 
-func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise, target float64) {
+func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise, target float64, weighted bool) {
 	unit := "examples"
 	if st.Unit == dptrain.PrivacyUnitUser {
 		unit = "users"
@@ -655,7 +671,11 @@ func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise,
 	for _, m := range st.Mechanisms {
 		fmt.Fprintf(w, "runs:    σ = %.4g at sample rate %.4g for %d steps (per %s)\n", m.Sigma, m.SampleRate, m.Steps, strings.TrimSuffix(unit, "s"))
 	}
-	fmt.Fprintf(w, "scores:  accuracy on %s (%d %s) with Gaussian noise of standard deviation %.3g (noise multiplier %.4g)\n", st.Spec, st.Units, unit, scoreNoise, scoreNoise*float64(st.Units))
+	what := "accuracy"
+	if weighted {
+		what = "class-weighted accuracy (each example right counts its class's --class-weight)"
+	}
+	fmt.Fprintf(w, "scores:  %s on %s (%d %s) with Gaussian noise of standard deviation %.3g (noise multiplier %.4g)\n", what, st.Spec, st.Units, unit, scoreNoise, scoreNoise*float64(st.Units))
 	fmt.Fprintf(w, "privacy: the search ε = %.4g ≤ %g at δ = %.3g (one run alone: ε = %.4g; RDP, order %v)\n", st.Plan.Epsilon, target, st.Plan.Delta, st.Plan.RunEpsilon, st.Plan.Order)
 	fmt.Fprintf(w, "note:    how many runs there are, their settings, scores and times stay on this console: the report and the model hold the chosen run alone, and the bound is for a number of runs nobody else knows (publishing this log voids it)\n")
 }

@@ -131,6 +131,18 @@ func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]flo
 // right (each in [0, 1]): their sum, or at user level the sum over users
 // of each one's mean (each unit's score in [0, 1], so that a unit moves
 // the score by at most 1).
+// weighByClass returns each of v's examples' right answer weighed by its
+// class's weight w (each at most 1: an example's part stays in [0, 1]).
+func weighByClass(correct []float64, v dataView, w []float64) []float64 {
+	out := make([]float64, len(correct))
+	for i, c := range correct {
+		if l := v.Label(i); l >= 0 && l < len(w) {
+			out[i] = c * w[l]
+		}
+	}
+	return out
+}
+
 func unitScore(correct []float64, v dataView, unit string) (float64, error) {
 	if len(correct) != v.Len() {
 		return 0, fmt.Errorf("%d examples classified of %d to score", len(correct), v.Len())

@@ -510,3 +510,45 @@ func TestTuneRunSeeds(t *testing.T) {
 		}
 	}
 }
+
+// TestTuneClassWeights: a search whose runs weigh classes (--class-weight)
+// scores them by the class-weighted accuracy — each held-out example right
+// counts its class's weight — which the plan's log and the report say,
+// within the noise of the chosen model's weighted accuracy by eval.
+func TestTuneClassWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains the fixture CNN")
+	}
+	fm := copyFMNIST(t)
+	out := filepath.Join(t.TempDir(), "w.onnx")
+	weights := []float64{1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25}
+	o, e, code := run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", "idx:"+fm+":limit=512", "--epsilon", "4",
+		"--epochs", "2", "--batch-size", "64", "--optimizer", "sgd", "--clip", "0.1", "--grid", "lr=0.5,2", "--trials-mean", "1.5",
+		"--class-weight", "4,2,2,2,2,2,2,2,2,1", "--seed", "3", "--out", out, "--report", out+".json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, e, o)
+	}
+	if !strings.Contains(o, "scores:  class-weighted accuracy (each example right counts its class's --class-weight)") {
+		t.Errorf("the plan does not say the score is weighted:\n%s", o)
+	}
+	r := readTuneReport(t, out+".json")
+	if !slices.Equal(r.ScoreClassWeights, weights) || !slices.Equal(r.Run.Settings.ClassWeights, weights) {
+		t.Errorf("score weights %v, the run's %v; want %v", r.ScoreClassWeights, r.Run.Settings.ClassWeights, weights)
+	}
+	eo, ee, code := run(t, "eval", "--model", out, "--data", "idx:"+fm, "--json")
+	if code != 0 {
+		t.Fatalf("eval: %s", ee)
+	}
+	var ev dptrain.EvalResult
+	if err := json.Unmarshal([]byte(eo), &ev); err != nil {
+		t.Fatal(err)
+	}
+	var weighted float64
+	for c, m := range ev.PerClass {
+		weighted += weights[c] * m.Recall * float64(m.Support)
+	}
+	weighted /= float64(ev.Samples)
+	if d := math.Abs(r.Score - weighted); d > 0.05 || math.Abs(weighted-ev.Accuracy) < 0.01 {
+		t.Errorf("the chosen run's score %v, its class-weighted accuracy %v (plain %v): want the weighted one with noise of 0.01", r.Score, weighted, ev.Accuracy)
+	}
+}
