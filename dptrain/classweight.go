@@ -135,8 +135,8 @@ func parseWeight(s string) (float64, error) {
 
 // checkClassWeights holds Settings.ClassWeights to the run: one weight a
 // class of the training data, each in [0, 1] (ParseClassWeights divides by
-// the largest), single-label data, no audit canaries (a canary weighed
-// below 1 would audit less than the mechanism's worst case).
+// the largest), single-label data. The audit's gradient canaries have no
+// class: they weigh 1, the worst case.
 func checkClassWeights(cfg Config, set Settings) error {
 	if len(set.ClassWeights) == 0 {
 		return nil
@@ -144,8 +144,6 @@ func checkClassWeights(cfg Config, set Settings) error {
 	switch {
 	case set.MultiLabel:
 		return fmt.Errorf("--class-weight on multi-label data (%s): a sample's label is a set of classes, not one to weigh it by; use --pos-weight to weigh each label's positive term", set.Data)
-	case cfg.GradientCanaries > 0:
-		return errors.New("dptrain: an audit of a run with class weights (its canaries would weigh their class's weight, not the worst case's 1)")
 	case len(set.ClassWeights) != cfg.Train.NumClasses():
 		return fmt.Errorf("--class-weight: %d weights for %s's %d classes", len(set.ClassWeights), set.Data, cfg.Train.NumClasses())
 	}

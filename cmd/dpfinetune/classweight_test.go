@@ -18,7 +18,8 @@ import (
 // class name records them divided by the largest in its log, report and
 // model, and a resume with other weights is refused; weights from the
 // data's own counts, lists of the wrong length, unknown classes, negative
-// or all-zero weights, multi-label data and audits are refused.
+// or all-zero weights, multi-label data and input-canary audits are
+// refused (a gradient-canary audit runs).
 func TestTrainClassWeights(t *testing.T) {
 	dir := t.TempDir()
 	only3 := filepath.Join(dir, "only3.onnx")
@@ -111,8 +112,14 @@ func TestTrainClassWeights(t *testing.T) {
 			}
 		})
 	}
-	_, e, code = run(t, "audit", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=64", "--epsilon", "2", "--quiet", "--class-weight", "3=0.5")
-	if code == 0 || !strings.Contains(e, "a run with class weights is not audited") {
-		t.Errorf("an audit with class weights: exit %d: %s", code, e)
+	// Audited with gradient canaries (no class: weight 1), not input ones.
+	audit := []string{"audit", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=64", "--epsilon", "2", "--quiet", "--class-weight", "3=0.5",
+		"--canaries", "10", "--k-plus", "2", "--k-minus", "2"}
+	if _, e, code := run(t, audit...); code != 0 {
+		t.Errorf("a gradient-canary audit with class weights: exit %d: %s", code, e)
+	}
+	_, e, code = run(t, append(audit, "--canary-kind", "input")...)
+	if code == 0 || !strings.Contains(e, "audit it with gradient canaries") {
+		t.Errorf("an input-canary audit with class weights: exit %d: %s", code, e)
 	}
 }

@@ -89,10 +89,11 @@ func Run(cfg dptrain.Config, o Options) (*Result, error) {
 		return nil, errors.New("audit: a resumed run cannot be audited (the canaries' scores are not checkpointed)")
 	case cfg.GradientCanaries > 0:
 		return nil, errors.New("audit: the configuration already has gradient canaries")
-	case len(cfg.Settings.ClassWeights) > 0:
-		// A canary of a class weighed below 1 would move the sum less
-		// than the worst case the guarantee bounds.
-		return nil, errors.New("audit: a run with class weights is not audited (its canaries would weigh their class's weight, not the worst case's 1); audit the run without --class-weight")
+	case len(cfg.Settings.ClassWeights) > 0 && o.Kind == Input:
+		// An input canary of a class weighed below 1 would move the sum
+		// less than the worst case the guarantee bounds; a gradient
+		// canary has no class and weighs 1.
+		return nil, errors.New("audit: input canaries of a run with class weights would weigh their class's weight, not the worst case's 1: audit it with gradient canaries (--canary-kind gradient)")
 	}
 	// The canaries are units of the run's privacy unit: at user level
 	// (where the data names users, or --privacy-unit user) each is a user
