@@ -40,7 +40,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "--images: print JSON")
-	threshold := fs.String("threshold", "", "--images, a multi-label model: decide a label where its sigmoid exceeds this (one number, one a label, or NAME=T pairs, the others ½; default ½)")
+	threshold := fs.String("threshold", "", "--images: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½); a two-class model's class 1 where its probability exceeds it (default: the more probable class)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err

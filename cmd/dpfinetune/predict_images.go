@@ -57,6 +57,9 @@ type imagePrediction struct {
 	// sigmoid above ½, or above its --threshold), every one of them, by
 	// probability; nil for a classifier.
 	Labels []string `json:"labels,omitempty"`
+	// Decided is a two-class model's class at --threshold: class 1 where
+	// its probability exceeds the threshold, else class 0 ("" without).
+	Decided string `json:"decided,omitempty"`
 }
 
 // predictImages classifies image files: the preprocessing (input shape,
@@ -81,6 +84,8 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		preds    []imagePrediction
 		names    []string
 		cut      []float64 // the decisions' thresholds as logits (nil: 0)
+		binaryT  float64   // a two-class model's threshold of class 1 (0: none)
+		prob2    [2]float64
 		kind     = outputKind(m, g)
 		plans    = map[int]*runtime.Plan{}
 		tw       = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -111,10 +116,17 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		if names == nil {
 			k = outShape[1]
 			names = classNames(m, k)
-			if f.threshold != "" {
-				if kind != outSigmoids {
-					return usagef("--threshold decides a multi-label model's labels; %s is a classifier (its most probable class is its prediction)", model)
+			switch {
+			case f.threshold == "":
+			case kind != outSigmoids && k == 2:
+				t, err := strconv.ParseFloat(f.threshold, 64)
+				if err != nil || !(t > 0 && t < 1) {
+					return usagef("--threshold %q: a two-class model takes one threshold in (0, 1), class 1's probability above which it decides class 1", f.threshold)
 				}
+				binaryT = t
+			case kind != outSigmoids:
+				return usagef("--threshold decides a multi-label model's labels or a two-class model's class 1; %s has %d classes (its most probable class is its prediction)", model, k)
+			default:
 				t, err := dptrain.ParseThresholds(f.threshold, names, k)
 				if err != nil {
 					return usageError{err.Error()}
@@ -130,6 +142,15 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		}
 		for i, file := range part {
 			p := topClasses(file, l[i*k:(i+1)*k], kind, names, f.top, cut)
+			if binaryT > 0 {
+				// The operating point: class 1 where its probability
+				// exceeds the threshold, as eval --threshold decides.
+				toProbabilities(l[i*k:(i+1)*k], kind, prob2[:])
+				p.Decided = names[0]
+				if prob2[1] > binaryT {
+					p.Decided = names[1]
+				}
+			}
 			if f.json {
 				preds = append(preds, p)
 				continue
@@ -137,6 +158,9 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 			fmt.Fprint(tw, p.File)
 			for _, c := range p.Top {
 				fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
+			}
+			if p.Decided != "" {
+				fmt.Fprintf(tw, "\tdecided: %s", p.Decided)
 			}
 			if kind == outSigmoids {
 				fmt.Fprintf(tw, "\tlabels: %s", strings.Join(p.Labels, ", "))

@@ -536,6 +536,23 @@ func TestEvalCLI(t *testing.T) {
 	if text, _, _ := run(t, "eval", "--model", binary, "--data", folder, "--threshold", "0.25"); !strings.Contains(text, "decided:  class 1 where its probability exceeds 0.25") {
 		t.Errorf("eval --threshold 0.25 does not say it:\n%s", text)
 	}
+	// predict decides the same way: every image class 1 near 0, class 0
+	// near 1.
+	photos := strings.TrimSuffix(strings.TrimPrefix(folder, "folder:"), ":train")
+	for _, c := range []struct{ threshold, want string }{{"1e-9", "b"}, {"0.999999999", "a"}} {
+		out, e, code := run(t, "predict", "--model", binary, "--images", photos, "--threshold", c.threshold, "--json")
+		var pr struct {
+			Predictions []imagePrediction `json:"predictions"`
+		}
+		if err := json.Unmarshal([]byte(out), &pr); code != 0 || err != nil || len(pr.Predictions) == 0 {
+			t.Fatalf("predict --threshold %s: exit %d (%v): %s", c.threshold, code, err, e)
+		}
+		for _, p := range pr.Predictions {
+			if p.Decided != c.want {
+				t.Errorf("predict --threshold %s: %s decided %q, want %q", c.threshold, p.File, p.Decided, c.want)
+			}
+		}
+	}
 	for _, c := range []struct{ model, data, threshold, want string }{
 		{binary, folder, "2", "one threshold in (0, 1)"},
 		{binary, folder, "b=0.3", "one threshold in (0, 1)"},
