@@ -36,6 +36,31 @@ func ParseClassWeights(spec string, names []string, classes int) ([]float64, err
 	return w, nil
 }
 
+// PowClassWeights raises class weights (ParseClassWeights') to the power
+// p ∈ [0, 4] and divides them by the largest again: 1 keeps them, ½ takes
+// their square roots (a milder rebalancing), 0 weighs every class 1 (a
+// class of weight 0 stays 0 where p > 0).
+func PowClassWeights(w []float64, p float64) ([]float64, error) {
+	if !(p >= 0 && p <= 4) {
+		return nil, fmt.Errorf("--class-weight-power %v must be in [0, 4]", p)
+	}
+	out := make([]float64, len(w))
+	var top float64
+	for c, v := range w {
+		switch {
+		case p == 0:
+			out[c] = 1
+		default:
+			out[c] = math.Pow(v, p)
+		}
+		top = max(top, out[c])
+	}
+	for c := range out {
+		out[c] /= top
+	}
+	return out, nil
+}
+
 // ParsePosWeight reads --pos-weight, the weights of a multi-label run's
 // labels' positive terms (dpengine.Config.PosWeight, PyTorch's pos_weight),
 // as ParseClassWeights reads its list or NAME=W pairs, the labels not

@@ -37,6 +37,21 @@ func TestParseWeights(t *testing.T) {
 		{"threshold 1", "1", dptrain.ParseThresholds, "outside (0, 1)"},
 		{"threshold 0", "mass=0", dptrain.ParseThresholds, "outside (0, 1)"},
 		{"threshold too few", "0.1,0.2", dptrain.ParseThresholds, "2 values for data of 3 labels"},
+		{"class power ½", "1,4,16", func(s string, n []string, k int) ([]float64, error) {
+			w, err := dptrain.ParseClassWeights(s, n, k)
+			if err != nil {
+				return nil, err
+			}
+			return dptrain.PowClassWeights(w, 0.5)
+		}, "[0.25 0.5 1]"},
+		{"class power 0", "1,4,16", func(s string, n []string, k int) ([]float64, error) {
+			w, _ := dptrain.ParseClassWeights(s, n, k)
+			return dptrain.PowClassWeights(w, 0)
+		}, "[1 1 1]"},
+		{"class power 5", "1,4,16", func(s string, n []string, k int) ([]float64, error) {
+			w, _ := dptrain.ParseClassWeights(s, n, k)
+			return dptrain.PowClassWeights(w, 5)
+		}, "must be in [0, 4]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			w, err := c.parse(c.spec, names, len(names))

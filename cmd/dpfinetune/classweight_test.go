@@ -102,6 +102,8 @@ func TestTrainClassWeights(t *testing.T) {
 		{"negative", []string{"--data", fmnist, "--class-weight", "3=-1"}, 2, "must be finite and non-negative"},
 		{"not a number", []string{"--data", fmnist, "--class-weight", "3=heavy"}, 2, `"heavy" is not a number`},
 		{"all zero", []string{"--data", fmnist, "--class-weight", "0,0,0,0,0,0,0,0,0,0"}, 2, "every weight is 0"},
+		{"power without weights", []string{"--data", fmnist, "--class-weight-power", "0.5"}, 2, "raises --class-weight's weights: give them"},
+		{"power 7", []string{"--data", fmnist, "--class-weight", "3=0.5", "--class-weight-power", "7"}, 2, "must be in [0, 4]"},
 		{"multi-label", []string{"--data", "csv:" + listing + ":multilabel", "--resize", "stretch", "--num-classes", "13", "--class-weight", "upper=0.5"}, 1, "use --pos-weight"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

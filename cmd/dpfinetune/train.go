@@ -83,7 +83,7 @@ type trainFlags struct {
 	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
 	privacyUnit, classWeight, posWeight, keepFeatures                   *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
-	clipQuantile, clipLR, clipCountNoise, smoothing                     *float64
+	clipQuantile, clipLR, clipCountNoise, smoothing, classWeightPower   *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	examplesPerUser                                                     *int
 	perLayer, nonPrivate, resume, quiet, normCheck, dryRun              *bool
@@ -94,61 +94,62 @@ type trainFlags struct {
 // addTrainFlags defines the training flags on fs; outUsage documents --out.
 func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 	return &trainFlags{
-		model:           fs.String("model", "", "ONNX model file (required)"),
-		spec:            fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row, and the user it belongs to where the header names a user column: see --privacy-unit), with :limit=N; a folder's users from its images' paths with :users=REGEX (e.g. ^(person\\d+)_) (required)"),
-		testSpec:        fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
-		eps:             fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee: σ is calibrated to spend at most it (required unless --noise-multiplier or --non-private)"),
-		sigma:           fs.Float64("noise-multiplier", 0, "fix σ instead of a target ε (Opacus's noise_multiplier): the run reports the ε it spends, known before the first step"),
-		delta:           fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
-		epochs:          fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
-		batchSize:       fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n (n examples, or users with --privacy-unit user)"),
-		privacyUnit:     fs.String("privacy-unit", "auto", "what the guarantee protects: example (one image, a row of the data), user (all of a user's examples: data that names each example's user, a CSV listing's user column such as patient_id), or auto (user where the data names users, else example)"),
-		examplesPerUser: fs.Int("examples-per-user", 0, "with --privacy-unit user, the examples a sampled user gives each step (all of them as evenly as K allows, each a row, their gradients' mean clipped as one user's; default: the median user's count, at most 16)"),
-		physical:        fs.Int("physical-batch", 0, "samples per forward/backward pass, users with --privacy-unit user (default: min(L, 64), divided by --augment-multiplicity or --examples-per-user, or the largest fitting --max-memory)"),
-		maxMem:          fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
-		lr:              fs.Float64("lr", 1e-3, "learning rate (the peak of --lr-schedule)"),
-		schedule:        fs.String("lr-schedule", "constant", "learning rate over the run's steps: constant, cosine or linear (decay from --lr to --min-lr after --warmup-steps); it depends on the step alone, so ε is unchanged"),
-		warmup:          fs.Int("warmup-steps", 0, "steps over which the learning rate rises linearly to --lr (step t from 0 takes lr·(t+1)/N)"),
-		minLR:           fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
-		classWeight:     fs.String("class-weight", "", "weigh each sample's clipped gradient by its class: a weight a class in label order (0.2,1,…) or NAME=W pairs (normal=0.1; unnamed classes 1), divided by the largest; after the clipping, so ε is unchanged. Weights from the data's own class counts would leak them: give known prevalences' inverses"),
-		posWeight:       fs.String("pos-weight", "", "multi-label data: weigh each label's positive term of the loss (PyTorch's pos_weight): a weight a label in label order or NAME=W pairs (unnamed labels 1); one loss a sample still, so ε is unchanged. Weights from the data's own label counts would leak them"),
-		smoothing:       fs.Float64("label-smoothing", 0, "train on the cross-entropy against labels smoothed to (1−α)·onehot + α/K: one loss a sample still, so ε is unchanged (the test loss stays the plain one)"),
-		ema:             fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
-		optName:         fs.String("optimizer", "adam", "adam, adamw or sgd"),
-		momentum:        fs.Float64("momentum", 0.9, "momentum of sgd"),
-		wd:              fs.Float64("weight-decay", 0, "weight decay (L2 for sgd and adam, decoupled for adamw)"),
-		clip:            fs.Float64("clip", 1, "clip norm R"),
-		clipQuantile:    fs.Float64("clip-quantile", 0, "adaptive clipping (Andrew et al. 2021): move the clip norm, from --clip, after every step towards this quantile of the per-sample gradient norms (e.g. 0.5), from a noised count of the unclipped samples; σ is split between the gradient and the count, so ε is unchanged (0: a fixed clip norm)"),
-		clipLR:          fs.Float64("clip-lr", 0, "adaptive clipping's rate η: R ← R·exp(−η·(unclipped fraction − quantile)) (default 0.2)"),
-		clipCountNoise:  fs.Float64("clip-count-noise", 0, "adaptive clipping's count noise σ_b (default: the expected batch size / 20)"),
-		clipFn:          fs.String("clip-fn", "abadi", "clip function: abadi min(1, R/‖g‖), automatic R/(‖g‖+γ), or global 1[‖g‖<R]"),
-		gamma:           fs.Float64("gamma", 0.01, "γ of automatic clipping"),
-		perLayer:        fs.Bool("per-layer", false, "clip each parameter tensor with R/√K instead of all parameters together (modes bk and instantiate)"),
-		modeName:        fs.String("mode", "bk", "clipping: bk (book-keeping, default), mixed (paper), ghost, instantiate (Opacus-style), nondp"),
-		acctName:        fs.String("accountant", "rdp", "privacy accountant: rdp or prv"),
-		sampling:        fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)"),
-		nonPrivate:      fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
-		norm:            fs.String("norm", "default", "input normalisation: default (the dataset's; pixels for a model that takes uint8), none, fmnist, mnist, cifar10, cifar100, imagenet, half, pixels (0-255), or M1,M2,M3/S1,S2,S3"),
-		augment:         fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
-		views:           fs.Int("augment-multiplicity", 1, "feed each sample as K independently augmented views (needs --augment): its gradient is their mean, clipped as one sample's, so ε is unchanged and a step costs about K times the compute and activation memory (De et al. 2022's augmentation multiplicity)"),
-		resize:          fs.String("resize", "stretch", resizeUsage),
-		inShape:         fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
-		out:             fs.String("out", "", outUsage),
-		ckptPath:        fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
-		ckptEvery:       fs.String("checkpoint-every", "", "also write the checkpoint inside an epoch: every N steps (e.g. 500) or every duration (e.g. 15m), so that a crash loses at most that much"),
-		resume:          fs.Bool("resume", false, "continue from the checkpoint"),
-		reportPath:      fs.String("report", "", "write a JSON run report here"),
-		seedStr:         fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
-		quiet:           fs.Bool("quiet", false, "no progress bars"),
-		dryRun:          fs.Bool("dry-run", false, "check everything a run checks before its first step (model, rewrite, data, σ, memory, the norm check), print the ε it would spend, and stop: nothing is trained or written but --report"),
-		normCheck:       fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
-		evalBatch:       fs.Int("eval-batch", 256, "batch of the per-epoch evaluation (the feature cache's passes take at most it, 64 and the physical batch)"),
-		cacheFeatures:   fs.String("cache-features", "auto", "where the trained part of the model follows a frozen part (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute the frozen part's outputs once per example and train the trained part alone on them: auto (in memory where it fits half the available memory, or of --max-memory, else on disk in --cache-dir), on (an error where it cannot), off. The gradients and ε are the same"),
-		keepFeatures:    fs.String("keep-features", "", "keep the frozen part's outputs (--cache-features) in this folder after the run, a file a dataset named by a hash of the frozen part, the data and its preprocessing, and the device, and read them from there in a later run that would compute the same (a linear probe's later runs skip the backbone). The files are derived from the training data and as private as it: only their owner can read them; remove them when done"),
-		cacheDir:        fs.String("cache-dir", "", "where a feature cache too large for memory goes: a file removed as soon as it is open, mapped into memory, nothing left after the run (crash included) (default: the checkpoint's folder)"),
-		outDType:        fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
-		rf:              addRewriteFlags(fs, "groupnorm"),
-		dev:             addDeviceFlag(fs),
+		model:            fs.String("model", "", "ONNX model file (required)"),
+		spec:             fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row, and the user it belongs to where the header names a user column: see --privacy-unit), with :limit=N; a folder's users from its images' paths with :users=REGEX (e.g. ^(person\\d+)_) (required)"),
+		testSpec:         fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
+		eps:              fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee: σ is calibrated to spend at most it (required unless --noise-multiplier or --non-private)"),
+		sigma:            fs.Float64("noise-multiplier", 0, "fix σ instead of a target ε (Opacus's noise_multiplier): the run reports the ε it spends, known before the first step"),
+		delta:            fs.Float64("delta", 0, "δ of the guarantee (default: 1/(10·n), below 1/n)"),
+		epochs:           fs.Int("epochs", 1, "passes over the data (in expectation: each step samples every example with probability q)"),
+		batchSize:        fs.Int("batch-size", 256, "expected logical batch size L; the sample rate is q = L/n (n examples, or users with --privacy-unit user)"),
+		privacyUnit:      fs.String("privacy-unit", "auto", "what the guarantee protects: example (one image, a row of the data), user (all of a user's examples: data that names each example's user, a CSV listing's user column such as patient_id), or auto (user where the data names users, else example)"),
+		examplesPerUser:  fs.Int("examples-per-user", 0, "with --privacy-unit user, the examples a sampled user gives each step (all of them as evenly as K allows, each a row, their gradients' mean clipped as one user's; default: the median user's count, at most 16)"),
+		physical:         fs.Int("physical-batch", 0, "samples per forward/backward pass, users with --privacy-unit user (default: min(L, 64), divided by --augment-multiplicity or --examples-per-user, or the largest fitting --max-memory)"),
+		maxMem:           fs.String("max-memory", "", "memory cap, e.g. 8GiB: choose the largest physical batch whose estimated peak memory fits nine tenths of it (bisection; the rest is headroom)"),
+		lr:               fs.Float64("lr", 1e-3, "learning rate (the peak of --lr-schedule)"),
+		schedule:         fs.String("lr-schedule", "constant", "learning rate over the run's steps: constant, cosine or linear (decay from --lr to --min-lr after --warmup-steps); it depends on the step alone, so ε is unchanged"),
+		warmup:           fs.Int("warmup-steps", 0, "steps over which the learning rate rises linearly to --lr (step t from 0 takes lr·(t+1)/N)"),
+		minLR:            fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
+		classWeight:      fs.String("class-weight", "", "weigh each sample's clipped gradient by its class: a weight a class in label order (0.2,1,…) or NAME=W pairs (normal=0.1; unnamed classes 1), divided by the largest; after the clipping, so ε is unchanged. Weights from the data's own class counts would leak them: give known prevalences' inverses"),
+		classWeightPower: fs.Float64("class-weight-power", 1, "raise each --class-weight to this power before dividing by the largest: 1 as given (e.g. inverse prevalence), 0.5 its square root, 0 none — a knob tune can search (--grid class-weight-power=0,0.5,1), its runs all scored by the weights as given"),
+		posWeight:        fs.String("pos-weight", "", "multi-label data: weigh each label's positive term of the loss (PyTorch's pos_weight): a weight a label in label order or NAME=W pairs (unnamed labels 1); one loss a sample still, so ε is unchanged. Weights from the data's own label counts would leak them"),
+		smoothing:        fs.Float64("label-smoothing", 0, "train on the cross-entropy against labels smoothed to (1−α)·onehot + α/K: one loss a sample still, so ε is unchanged (the test loss stays the plain one)"),
+		ema:              fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
+		optName:          fs.String("optimizer", "adam", "adam, adamw or sgd"),
+		momentum:         fs.Float64("momentum", 0.9, "momentum of sgd"),
+		wd:               fs.Float64("weight-decay", 0, "weight decay (L2 for sgd and adam, decoupled for adamw)"),
+		clip:             fs.Float64("clip", 1, "clip norm R"),
+		clipQuantile:     fs.Float64("clip-quantile", 0, "adaptive clipping (Andrew et al. 2021): move the clip norm, from --clip, after every step towards this quantile of the per-sample gradient norms (e.g. 0.5), from a noised count of the unclipped samples; σ is split between the gradient and the count, so ε is unchanged (0: a fixed clip norm)"),
+		clipLR:           fs.Float64("clip-lr", 0, "adaptive clipping's rate η: R ← R·exp(−η·(unclipped fraction − quantile)) (default 0.2)"),
+		clipCountNoise:   fs.Float64("clip-count-noise", 0, "adaptive clipping's count noise σ_b (default: the expected batch size / 20)"),
+		clipFn:           fs.String("clip-fn", "abadi", "clip function: abadi min(1, R/‖g‖), automatic R/(‖g‖+γ), or global 1[‖g‖<R]"),
+		gamma:            fs.Float64("gamma", 0.01, "γ of automatic clipping"),
+		perLayer:         fs.Bool("per-layer", false, "clip each parameter tensor with R/√K instead of all parameters together (modes bk and instantiate)"),
+		modeName:         fs.String("mode", "bk", "clipping: bk (book-keeping, default), mixed (paper), ghost, instantiate (Opacus-style), nondp"),
+		acctName:         fs.String("accountant", "rdp", "privacy accountant: rdp or prv"),
+		sampling:         fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)"),
+		nonPrivate:       fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
+		norm:             fs.String("norm", "default", "input normalisation: default (the dataset's; pixels for a model that takes uint8), none, fmnist, mnist, cifar10, cifar100, imagenet, half, pixels (0-255), or M1,M2,M3/S1,S2,S3"),
+		augment:          fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
+		views:            fs.Int("augment-multiplicity", 1, "feed each sample as K independently augmented views (needs --augment): its gradient is their mean, clipped as one sample's, so ε is unchanged and a step costs about K times the compute and activation memory (De et al. 2022's augmentation multiplicity)"),
+		resize:           fs.String("resize", "stretch", resizeUsage),
+		inShape:          fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
+		out:              fs.String("out", "", outUsage),
+		ckptPath:         fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
+		ckptEvery:        fs.String("checkpoint-every", "", "also write the checkpoint inside an epoch: every N steps (e.g. 500) or every duration (e.g. 15m), so that a crash loses at most that much"),
+		resume:           fs.Bool("resume", false, "continue from the checkpoint"),
+		reportPath:       fs.String("report", "", "write a JSON run report here"),
+		seedStr:          fs.String("seed", "", "seed ALL randomness (sampling, noise, augmentation) for reproducibility; the noise is then NOT secure"),
+		quiet:            fs.Bool("quiet", false, "no progress bars"),
+		dryRun:           fs.Bool("dry-run", false, "check everything a run checks before its first step (model, rewrite, data, σ, memory, the norm check), print the ε it would spend, and stop: nothing is trained or written but --report"),
+		normCheck:        fs.Bool("norm-check", true, "before a private run's first step, hold the engine's per-sample gradient norms of a few synthetic samples to each one's own gradient (a plain backward pass on the CPU) and refuse a model they disagree on; false trains on the engine's word"),
+		evalBatch:        fs.Int("eval-batch", 256, "batch of the per-epoch evaluation (the feature cache's passes take at most it, 64 and the physical batch)"),
+		cacheFeatures:    fs.String("cache-features", "auto", "where the trained part of the model follows a frozen part (a linear probe, a fine-tune of the last blocks) and nothing is augmented, compute the frozen part's outputs once per example and train the trained part alone on them: auto (in memory where it fits half the available memory, or of --max-memory, else on disk in --cache-dir), on (an error where it cannot), off. The gradients and ε are the same"),
+		keepFeatures:     fs.String("keep-features", "", "keep the frozen part's outputs (--cache-features) in this folder after the run, a file a dataset named by a hash of the frozen part, the data and its preprocessing, and the device, and read them from there in a later run that would compute the same (a linear probe's later runs skip the backbone). The files are derived from the training data and as private as it: only their owner can read them; remove them when done"),
+		cacheDir:         fs.String("cache-dir", "", "where a feature cache too large for memory goes: a file removed as soon as it is open, mapped into memory, nothing left after the run (crash included) (default: the checkpoint's folder)"),
+		outDType:         fs.String("out-dtype", "model", "element type of the tuned model's weights, inputs and outputs: model (the one the model was exported in: float16 or bfloat16 for a half-precision export, which trains in float32) or float32"),
+		rf:               addRewriteFlags(fs, "groupnorm"),
+		dev:              addDeviceFlag(fs),
 	}
 }
 
@@ -301,6 +302,14 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	classWeights, err := dptrain.ParseClassWeights(*f.classWeight, train.Classes(), train.NumClasses())
 	if err != nil {
 		return cfg, usageError{err.Error()}
+	}
+	if p := *f.classWeightPower; p != 1 {
+		if classWeights == nil {
+			return cfg, usagef("--class-weight-power %g raises --class-weight's weights: give them", p)
+		}
+		if classWeights, err = dptrain.PowClassWeights(classWeights, p); err != nil {
+			return cfg, usageError{err.Error()}
+		}
 	}
 	posWeight, err := dptrain.ParsePosWeight(*f.posWeight, train.Classes(), train.NumClasses())
 	if err != nil {

@@ -513,8 +513,9 @@ func TestTuneRunSeeds(t *testing.T) {
 
 // TestTuneClassWeights: a search whose runs weigh classes (--class-weight)
 // scores them by the class-weighted accuracy — each held-out example right
-// counts its class's weight — which the plan's log and the report say,
-// within the noise of the chosen model's weighted accuracy by eval.
+// counts its class's weight as given, whatever power of them a run trains
+// with (--grid class-weight-power) — which the plan's log and the report
+// say, within the noise of the chosen model's weighted accuracy by eval.
 func TestTuneClassWeights(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains the fixture CNN")
@@ -523,8 +524,8 @@ func TestTuneClassWeights(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "w.onnx")
 	weights := []float64{1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.25}
 	o, e, code := run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", "idx:"+fm+":limit=512", "--epsilon", "4",
-		"--epochs", "2", "--batch-size", "64", "--optimizer", "sgd", "--clip", "0.1", "--grid", "lr=0.5,2", "--trials-mean", "1.5",
-		"--class-weight", "4,2,2,2,2,2,2,2,2,1", "--seed", "3", "--out", out, "--report", out+".json")
+		"--epochs", "2", "--batch-size", "64", "--optimizer", "sgd", "--clip", "0.1", "--grid", "lr=0.5,2", "--grid", "class-weight-power=0,0.5,1",
+		"--trials-mean", "1.5", "--class-weight", "4,2,2,2,2,2,2,2,2,1", "--seed", "3", "--out", out, "--report", out+".json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, e, o)
 	}
@@ -532,8 +533,14 @@ func TestTuneClassWeights(t *testing.T) {
 		t.Errorf("the plan does not say the score is weighted:\n%s", o)
 	}
 	r := readTuneReport(t, out+".json")
-	if !slices.Equal(r.ScoreClassWeights, weights) || !slices.Equal(r.Run.Settings.ClassWeights, weights) {
-		t.Errorf("score weights %v, the run's %v; want %v", r.ScoreClassWeights, r.Run.Settings.ClassWeights, weights)
+	// The runs' weights are the given ones to the chosen power; the score's
+	// the given ones, whatever the run.
+	runWeights, err := dptrain.PowClassWeights(weights, mustFloat(t, r.Chosen["class-weight-power"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.ScoreClassWeights, weights) || !slices.Equal(r.Run.Settings.ClassWeights, runWeights) {
+		t.Errorf("score weights %v, the run's %v at power %s; want %v and %v", r.ScoreClassWeights, r.Run.Settings.ClassWeights, r.Chosen["class-weight-power"], weights, runWeights)
 	}
 	eo, ee, code := run(t, "eval", "--model", out, "--data", "idx:"+fm, "--json")
 	if code != 0 {
