@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 )
 
@@ -16,14 +15,7 @@ import (
 // ε = 2); input canaries, whose wrong classes would weigh less, are
 // refused.
 func TestAuditClassWeights(t *testing.T) {
-	imgs, err := data.LoadString("idx:../../testdata/fmnist-small:limit=250")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ds, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ds := fmnistView(t, "idx:../../testdata/fmnist-small:limit=250")
 	weights := []float64{0.1, 1, 0.1, 1, 0.1, 1, 0.1, 1, 0.1, 1}
 	o := Options{Kind: Gradient, Canaries: 1000, KPlus: 250, KMinus: 250, Confidence: 0.95, Source: dpengine.NewSeededSource(4)}
 	for _, div := range []float64{0, 10} {

@@ -136,15 +136,7 @@ func TestAuditMultiLabel(t *testing.T) {
 		t.Errorf("input canaries: multi-label %v, %d examples (250 + %d canaries), %d guesses, violation %v", r.Report.Settings.MultiLabel, r.Report.Settings.Examples, r.Included, r.Guesses, r.Violation)
 	}
 
-	single, err := data.LoadString("idx:../../testdata/fmnist-small:split=test:limit=200")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sv, err := data.NewView(single, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: single.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	oi.Pool = sv
+	oi.Pool = fmnistView(t, "idx:../../testdata/fmnist-small:split=test:limit=200")
 	if _, err := Run(multiLabelConfig(t, train, 8, 1), oi); err == nil {
 		t.Error("a pool that is not multi-label for multi-label training data was taken")
 	}
