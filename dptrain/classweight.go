@@ -237,3 +237,22 @@ func ParseThresholds(spec string, names []string, labels int) ([]float64, error)
 	}
 	return t, nil
 }
+
+// ParseDecisionThreshold reads --threshold for a model of k outputs: a
+// multi-label model's thresholds (ParseThresholds, names its labels'), or
+// a two-class classifier's one, class 1's probability above which it is
+// decided (Evaluator.SetThresholds). Any other classifier decides by its
+// most probable class and takes none.
+func ParseDecisionThreshold(spec string, multiLabel bool, names []string, k int) ([]float64, error) {
+	if multiLabel {
+		return ParseThresholds(spec, names, k)
+	}
+	if k != 2 {
+		return nil, fmt.Errorf("--threshold decides a multi-label model's labels or a two-class model's class 1; this model has %d classes (its most probable class is its prediction)", k)
+	}
+	t, err := strconv.ParseFloat(strings.TrimSpace(spec), 64)
+	if err != nil || !(t > 0 && t < 1) {
+		return nil, fmt.Errorf("--threshold %q: a two-class model takes one threshold in (0, 1), class 1's probability above which it decides class 1", spec)
+	}
+	return []float64{t}, nil
+}

@@ -239,9 +239,9 @@ func runEval(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	if *threshold != "" {
-		t, err := parseThreshold(*threshold, multi, v, ev.Classes())
+		t, err := dptrain.ParseDecisionThreshold(*threshold, multi, v.Classes(), ev.Classes())
 		if err != nil {
-			return err
+			return usageError{err.Error()}
 		}
 		if err := ev.SetThresholds(t); err != nil {
 			return fmt.Errorf("%s: %w", *model, err)
@@ -263,27 +263,6 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	writeEval(stdout, *model, s, res)
 	return nil
-}
-
-// parseThreshold reads eval's --threshold for a model of k outputs
-// evaluated on v: a multi-label model's thresholds (ParseThresholds), or
-// a two-class model's one, class 1's probability.
-func parseThreshold(spec string, multi bool, v dataView, k int) ([]float64, error) {
-	if multi {
-		t, err := dptrain.ParseThresholds(spec, v.Classes(), v.NumClasses())
-		if err != nil {
-			return nil, usageError{err.Error()}
-		}
-		return t, nil
-	}
-	if k != 2 {
-		return nil, usagef("--threshold decides a multi-label model's labels or a two-class model's class 1; this model has %d classes (its most probable class is its prediction)", k)
-	}
-	t, err := strconv.ParseFloat(spec, 64)
-	if err != nil || !(t > 0 && t < 1) {
-		return nil, usagef("--threshold %q: a two-class model takes one threshold in (0, 1), class 1's probability above which it decides class 1", spec)
-	}
-	return []float64{t}, nil
 }
 
 // writeLabelEval prints a multi-label evaluation: the figures, then each

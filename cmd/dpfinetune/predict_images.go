@@ -38,7 +38,9 @@ type predictFlags struct {
 	norm, resize, inShape string
 	json                  bool
 	// threshold is --threshold: a multi-label model's decision
-	// thresholds (dptrain.ParseThresholds; "" decides at ½).
+	// thresholds, or a two-class model's class 1's
+	// (dptrain.ParseDecisionThreshold; "" decides at ½, or by the more
+	// probable class).
 	threshold string
 }
 
@@ -116,24 +118,18 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		if names == nil {
 			k = outShape[1]
 			names = classNames(m, k)
-			switch {
-			case f.threshold == "":
-			case kind != outSigmoids && k == 2:
-				t, err := strconv.ParseFloat(f.threshold, 64)
-				if err != nil || !(t > 0 && t < 1) {
-					return usagef("--threshold %q: a two-class model takes one threshold in (0, 1), class 1's probability above which it decides class 1", f.threshold)
-				}
-				binaryT = t
-			case kind != outSigmoids:
-				return usagef("--threshold decides a multi-label model's labels or a two-class model's class 1; %s has %d classes (its most probable class is its prediction)", model, k)
-			default:
-				t, err := dptrain.ParseThresholds(f.threshold, names, k)
+			if f.threshold != "" {
+				t, err := dptrain.ParseDecisionThreshold(f.threshold, kind == outSigmoids, names, k)
 				if err != nil {
-					return usageError{err.Error()}
+					return usageError{fmt.Sprintf("%s: %v", model, err)}
 				}
-				cut = make([]float64, k)
-				for j, v := range t {
-					cut[j] = math.Log(v / (1 - v))
+				if kind == outSigmoids {
+					cut = make([]float64, k)
+					for j, v := range t {
+						cut[j] = math.Log(v / (1 - v))
+					}
+				} else {
+					binaryT = t[0]
 				}
 			}
 		}
