@@ -8,7 +8,8 @@
 # --grid class-weight-power=0,0.5,1, each run scored by its class-weighted
 # accuracy on the held-out data (the weights as given) with one point of
 # noise. Prints the chosen power, its noisy score and the chosen model's
-# figures on the balanced half.
+# figures on the balanced half. TRIALS sets the runs' mean number
+# (default 3; the number itself is random and secret).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FMNIST=${FMNIST:-/usr/share/datasets/fashion-mnist}
@@ -21,7 +22,7 @@ export PATH=$PATH:/usr/local/go/bin
 mkdir -p "$OUTDIR"
 start=$(date +%s)
 "$DP" tune --model testdata/models/cnn.onnx --data "idx:$DIR" --test-data "idx:$DIR-val" --norm fmnist \
-	--class-weight 1,1,1,1,1,0.1,0.1,0.1,0.1,0.1 --grid class-weight-power=0,0.5,1 --trials-mean 3 \
+	--class-weight 1,1,1,1,1,0.1,0.1,0.1,0.1,0.1 --grid class-weight-power=0,0.5,1 --trials-mean "${TRIALS:-3}" \
 	--optimizer sgd --momentum 0.9 --clip 0.1 --batch-size 2048 --physical-batch 256 --epochs 40 --lr 4 \
 	--epsilon 3 --delta 1e-5 --work "$OUTDIR/work" --out "$OUTDIR/best.onnx" --report "$OUTDIR/best.json" 2>&1 | tee "$OUTDIR/tune.log"
 echo "wall=$(( $(date +%s) - start ))s" | tee -a "$OUTDIR/tune.log"
