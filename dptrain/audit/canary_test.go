@@ -7,6 +7,8 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 )
 
+// view loads spec, Fashion-MNIST images, as the fixture CNN's 1×28×28
+// inputs with the data set's normalization.
 func view(t *testing.T, spec string) *data.View {
 	t.Helper()
 	imgs, err := data.LoadString(spec)

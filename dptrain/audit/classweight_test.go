@@ -15,7 +15,7 @@ import (
 // ε = 2); input canaries, whose wrong classes would weigh less, are
 // refused.
 func TestAuditClassWeights(t *testing.T) {
-	ds := fmnistView(t, "idx:../../testdata/fmnist-small:limit=250")
+	ds := view(t, "idx:../../testdata/fmnist-small:limit=250")
 	weights := []float64{0.1, 1, 0.1, 1, 0.1, 1, 0.1, 1, 0.1, 1}
 	o := Options{Kind: Gradient, Canaries: 1000, KPlus: 250, KMinus: 250, Confidence: 0.95, Source: dpengine.NewSeededSource(4)}
 	for _, div := range []float64{0, 10} {

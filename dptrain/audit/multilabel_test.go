@@ -136,7 +136,7 @@ func TestAuditMultiLabel(t *testing.T) {
 		t.Errorf("input canaries: multi-label %v, %d examples (250 + %d canaries), %d guesses, violation %v", r.Report.Settings.MultiLabel, r.Report.Settings.Examples, r.Included, r.Guesses, r.Violation)
 	}
 
-	oi.Pool = fmnistView(t, "idx:../../testdata/fmnist-small:split=test:limit=200")
+	oi.Pool = view(t, "idx:../../testdata/fmnist-small:split=test:limit=200")
 	if _, err := Run(multiLabelConfig(t, train, 8, 1), oi); err == nil {
 		t.Error("a pool that is not multi-label for multi-label training data was taken")
 	}

@@ -37,21 +37,6 @@ func usersConfig(t *testing.T, n, per int, unit string, eps float64, epochs int)
 	return cfg
 }
 
-// fmnistView loads spec, Fashion-MNIST images, as the fixture CNN's
-// 1×28×28 inputs with the data set's normalization.
-func fmnistView(t *testing.T, spec string) *data.View {
-	t.Helper()
-	imgs, err := data.LoadString(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := data.NewView(imgs, data.Preprocess{Channels: 1, Height: 28, Width: 28, Norm: imgs.DefaultNorm()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // cnnConfig is a run of the fixture CNN on train (1×28×28 samples): ε at
 // δ = 1e-5 over epochs of 64 expected examples, bk at clip norm 1, SGD
 // at 2e-3, seeded noise.
@@ -104,7 +89,7 @@ func TestAuditUsers(t *testing.T) {
 		t.Errorf("per example: unit %q, %d users, %d examples", s.PrivacyUnit, s.Users, s.Examples)
 	}
 
-	pv := fmnistView(t, "idx:../../testdata/fmnist-small:split=test:limit=8")
+	pv := view(t, "idx:../../testdata/fmnist-small:split=test:limit=8")
 	oi := o
 	oi.Kind, oi.Pool = Input, pv
 	cfg = usersConfig(t, 64, 4, "", 8, 1)
