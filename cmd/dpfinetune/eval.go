@@ -184,7 +184,7 @@ func runEval(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	threshold := fs.String("threshold", "", "a multi-label model: decide a label where its sigmoid exceeds this (one number, one a label, or NAME=T pairs, the others ½; default ½): the figures that count decisions follow it, the AUCs do not")
+	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
