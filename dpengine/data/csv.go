@@ -299,49 +299,42 @@ type csvRow struct {
 // readCSVRows reads the path, label and user of every row of a CSV
 // listing (loadCSV), naming the file and line of any row it cannot read.
 func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
-	cr := newCSVReader(r)
 	pathCol, labelCol, userCol := 0, 1, -1
 	var userName string // the user column's header, for messages
 	var rows []csvRow
 	first := true
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, csvReadError(name, err)
-		}
-		line, _ := cr.FieldPos(0) // after a good Read only: FieldPos panics after an error
+	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if first {
 			first = false
 			if p, l, u, header, err := csvHeader(rec); err != nil {
-				return nil, fmt.Errorf("csv: %s: line %d: %w", name, line, err)
+				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			} else if header {
 				pathCol, labelCol, userCol = p, l, u
 				if u >= 0 {
 					userName = strings.TrimSpace(rec[u])
 				}
-				continue
+				return nil
 			}
 		}
 		if userCol >= 0 && len(rec) <= max(pathCol, labelCol, userCol) {
-			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want an image path (column %d), a label (column %d) and a user (column %d, %q)", name, line, len(rec), pathCol+1, labelCol+1, userCol+1, userName)
+			return fmt.Errorf("csv: %s: line %d: %d fields, want an image path (column %d), a label (column %d) and a user (column %d, %q)", name, line, len(rec), pathCol+1, labelCol+1, userCol+1, userName)
 		}
 		if len(rec) <= max(pathCol, labelCol) {
-			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want an image path and a label (columns %d and %d)", name, line, len(rec), pathCol+1, labelCol+1)
+			return fmt.Errorf("csv: %s: line %d: %d fields, want an image path and a label (columns %d and %d)", name, line, len(rec), pathCol+1, labelCol+1)
 		}
 		p, l := strings.TrimSpace(rec[pathCol]), strings.TrimSpace(rec[labelCol])
 		if p == "" || l == "" && !emptyLabels {
-			return nil, fmt.Errorf("csv: %s: line %d: an empty image path or label", name, line)
+			return fmt.Errorf("csv: %s: line %d: an empty image path or label", name, line)
 		}
-		u := ""
-		if userCol >= 0 {
-			if u = strings.TrimSpace(rec[userCol]); u == "" {
-				return nil, fmt.Errorf("csv: %s: line %d: an empty user (column %d, %q): every row of a listing with a user column names the user its image belongs to", name, line, userCol+1, userName)
-			}
+		u, err := csvUser(rec, userCol, userName, name, line)
+		if err != nil {
+			return err
 		}
 		rows = append(rows, csvRow{path: p, label: l, user: u, line: line})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("csv: %s lists no images (want a row a sample: an image path and a label)", name)
@@ -364,6 +357,38 @@ func newCSVReader(r io.Reader) *csv.Reader {
 	return cr
 }
 
+// forEachCSVRecord calls fn with each record of the listing r (name, for
+// messages) and its line, through newCSVReader; fn's error stops it.
+func forEachCSVRecord(r io.Reader, name string, fn func(rec []string, line int) error) error {
+	cr := newCSVReader(r)
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return csvReadError(name, err)
+		}
+		line, _ := cr.FieldPos(0) // after a good Read only: FieldPos panics after an error
+		if err := fn(rec, line); err != nil {
+			return err
+		}
+	}
+}
+
+// csvUser is a row's user, from the user column col (−1: none): an empty
+// one is an error naming the column (header: its name).
+func csvUser(rec []string, col int, header, name string, line int) (string, error) {
+	if col < 0 {
+		return "", nil
+	}
+	u := strings.TrimSpace(rec[col])
+	if u == "" {
+		return "", fmt.Errorf("csv: %s: line %d: an empty user (column %d, %q): every row of a listing with a user column names the user its image belongs to", name, line, col+1, header)
+	}
+	return u, nil
+}
+
 // csvReadError names the listing, and the line where the reader knows it.
 func csvReadError(name string, err error) error {
 	var pe *csv.ParseError
@@ -380,22 +405,12 @@ func csvReadError(name string, err error) error {
 // 1.0) where the label applies, 0 or empty where it does not, -1 as
 // uncertain says (zero, one; "" refuses it).
 func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, error) {
-	cr := newCSVReader(r)
 	var rows []csvRow
 	pathCol, userCol := -1, -1
 	var cols []int
-	var header []string
-	for {
-		rec, err := cr.Read()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, csvReadError(name, err)
-		}
-		line, _ := cr.FieldPos(0) // after a good Read only
+	var userName string // the user column's header, for messages
+	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if cols == nil {
-			header = slices.Clone(rec)
 			find := func(names []string, exact bool) int {
 				for i, f := range rec {
 					f = strings.TrimSpace(f)
@@ -408,34 +423,34 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 				return -1
 			}
 			if pathCol = find(csvPathColumns, false); pathCol < 0 {
-				return nil, fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
+				return fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
 			}
-			userCol = find(csvUserColumns, false)
+			if userCol = find(csvUserColumns, false); userCol >= 0 {
+				userName = strings.TrimSpace(rec[userCol])
+			}
 			for _, l := range labels {
 				c := find([]string{l}, true)
 				if c < 0 {
 					c = find([]string{l}, false)
 				}
 				if c < 0 {
-					return nil, fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
+					return fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
 				}
 				cols = append(cols, c)
 			}
-			continue
+			return nil
 		}
 		need := max(pathCol, userCol, slices.Max(cols))
 		if len(rec) <= need {
-			return nil, fmt.Errorf("csv: %s: line %d: %d fields, want at least %d", name, line, len(rec), need+1)
+			return fmt.Errorf("csv: %s: line %d: %d fields, want at least %d", name, line, len(rec), need+1)
 		}
 		p := strings.TrimSpace(rec[pathCol])
 		if p == "" {
-			return nil, fmt.Errorf("csv: %s: line %d: an empty image path", name, line)
+			return fmt.Errorf("csv: %s: line %d: an empty image path", name, line)
 		}
-		u := ""
-		if userCol >= 0 {
-			if u = strings.TrimSpace(rec[userCol]); u == "" {
-				return nil, fmt.Errorf("csv: %s: line %d: an empty user (column %q): every row of a listing with a user column names the user its image belongs to", name, line, strings.TrimSpace(header[userCol]))
-			}
+		u, err := csvUser(rec, userCol, userName, name, line)
+		if err != nil {
+			return err
 		}
 		var m int32
 		for j, c := range cols {
@@ -452,12 +467,16 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 				m |= 1 << j
 			case err == nil && f == -1 && uncertain == "zero":
 			case err == nil && f == -1:
-				return nil, fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
+				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
 			default:
-				return nil, fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
+				return fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
 			}
 		}
 		rows = append(rows, csvRow{path: p, user: u, line: line, set: m})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("csv: %s lists no images", name)
