@@ -159,8 +159,8 @@ func parseWeight(s string) (float64, error) {
 }
 
 // checkClassWeights holds Settings.ClassWeights to the run: one weight a
-// class of the training data, each in [0, 1] (ParseClassWeights divides by
-// the largest), single-label data. The audit's gradient canaries have no
+// class of the training data, single-label data; the engine holds each to
+// [0, 1] (ParseClassWeights divides by the largest). The audit's gradient canaries have no
 // class: they weigh 1, the worst case.
 func checkClassWeights(cfg Config, set Settings) error {
 	if len(set.ClassWeights) == 0 {
@@ -172,16 +172,12 @@ func checkClassWeights(cfg Config, set Settings) error {
 	case len(set.ClassWeights) != cfg.Train.NumClasses():
 		return fmt.Errorf("--class-weight: %d weights for %s's %d classes", len(set.ClassWeights), set.Data, cfg.Train.NumClasses())
 	}
-	for c, w := range set.ClassWeights {
-		if !(w >= 0 && w <= 1) {
-			return fmt.Errorf("--class-weight: class %d's weight %v is outside [0, 1]", c, w)
-		}
-	}
-	return nil
+	return nil // each weight's range: the engine's (dpengine.Config.ClassWeights)
 }
 
 // checkPosWeight holds Settings.PosWeight to the run: multi-label data,
-// one weight a label, each finite and non-negative.
+// one weight a label; the loss head holds each to finite and
+// non-negative.
 func checkPosWeight(cfg Config, set Settings) error {
 	if len(set.PosWeight) == 0 {
 		return nil
@@ -192,12 +188,7 @@ func checkPosWeight(cfg Config, set Settings) error {
 	case len(set.PosWeight) != cfg.Train.NumClasses():
 		return fmt.Errorf("--pos-weight: %d weights for %s's %d labels", len(set.PosWeight), set.Data, cfg.Train.NumClasses())
 	}
-	for j, w := range set.PosWeight {
-		if !(w >= 0) || math.IsInf(w, 0) {
-			return fmt.Errorf("--pos-weight: label %d's weight %v must be finite and non-negative", j, w)
-		}
-	}
-	return nil
+	return nil // each weight's range: the loss head's (runtime.Plan.SetPosWeight)
 }
 
 // classWeightsLine says the run's class weights for the log: by class

@@ -139,15 +139,25 @@ func (ev *Evaluator) SetThresholds(t []float64) error {
 	case ev.multiLabel && len(t) != ev.k:
 		return fmt.Errorf("%d decision thresholds for a model of %d labels", len(t), ev.k)
 	}
-	cut := make([]float64, len(t))
 	for j, v := range t {
 		if !(v > 0 && v < 1) {
 			return fmt.Errorf("label %d's decision threshold %v is outside (0, 1)", j, v)
 		}
+	}
+	ev.cut, ev.thresholds = ThresholdCuts(t), slices.Clone(t)
+	return nil
+}
+
+// ThresholdCuts are decision thresholds t ∈ (0, 1) as logits,
+// log(t/(1−t)): a sigmoid exceeds t exactly where its logit exceeds the
+// cut (Decisions), and a two-class model's class 1's probability exceeds
+// t where z₁ − z₀ exceeds it.
+func ThresholdCuts(t []float64) []float64 {
+	cut := make([]float64, len(t))
+	for j, v := range t {
 		cut[j] = math.Log(v / (1 - v))
 	}
-	ev.cut, ev.thresholds = cut, slices.Clone(t)
-	return nil
+	return cut
 }
 
 // SetMultiLabel makes the evaluator read labels as label sets and the
@@ -530,7 +540,7 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	right := make([]float64, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
 		if ev.multiLabel {
-			wrong := bits.OnesCount64(uint64(decisions(logits, ev.cut) ^ label))
+			wrong := bits.OnesCount64(uint64(Decisions(logits, ev.cut) ^ label))
 			right[i] = 1 - float64(wrong)/float64(len(logits))
 			return
 		}
@@ -541,10 +551,10 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	return right, err
 }
 
-// decisions is the label set a multi-label model decides on: the labels
-// whose logits exceed their cut (SetThresholds; nil: 0, the sigmoid above
-// ½).
-func decisions(logits []float32, cut []float64) int64 {
+// Decisions is the label set a multi-label model decides on: the labels
+// whose logits exceed their cut (ThresholdCuts; nil: 0, the sigmoid above
+// ½) — eval's decisions, and predict's.
+func Decisions(logits []float32, cut []float64) int64 {
 	var set int64
 	for j, z := range logits {
 		c := 0.0
@@ -598,7 +608,7 @@ func newLabelMetrics(n, k int) *labelMetrics {
 func (m *labelMetrics) add(i int, set int64, logits []float32, loss float64) {
 	m.lossSum += loss
 	m.labels[i] = set
-	d := decisions(logits, m.cut)
+	d := Decisions(logits, m.cut)
 	if d == set {
 		m.exact++
 	}

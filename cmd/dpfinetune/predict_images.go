@@ -124,10 +124,7 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 					return usageError{fmt.Sprintf("%s: %v", model, err)}
 				}
 				if kind == outSigmoids {
-					cut = make([]float64, k)
-					for j, v := range t {
-						cut[j] = math.Log(v / (1 - v))
-					}
+					cut = dptrain.ThresholdCuts(t)
 				} else {
 					binaryT = t[0]
 				}
@@ -207,12 +204,9 @@ func topClasses(file string, scores []float32, kind int, names []string, top int
 	}
 	if kind == outSigmoids {
 		p.Labels = []string{}
+		set := dptrain.Decisions(scores, cut) // as eval decides
 		for _, j := range order {
-			c := 0.0 // the sigmoid above ½, as eval decides
-			if cut != nil {
-				c = cut[j]
-			}
-			if float64(scores[j]) > c {
+			if set>>uint(j)&1 == 1 {
 				p.Labels = append(p.Labels, names[j])
 			}
 		}
