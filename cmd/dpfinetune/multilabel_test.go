@@ -7,6 +7,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -317,5 +318,138 @@ func TestTrainMultiLabel(t *testing.T) {
 	}
 	if metadata(t, tuned)["dpfinetune.multi_label"] != "true" || !(tr.Score > 0.5 && tr.Score <= 1.05) {
 		t.Errorf("tuned: metadata %v, noisy score %v (the share of label decisions right)", metadata(t, tuned), tr.Score)
+	}
+}
+
+// celebAListing writes the first n images of the Fashion-MNIST slice's
+// split as PNGs under dir/img and a listing of them laid out as CelebA's
+// attribute listing is — an image_id column, then 40 attribute columns of
+// 1 and -1 —, the attributes functions of the garment: the first 30
+// derived ones, the last 10 the garment's name (Tshirt … Boot, "Boot"
+// bit 39). It returns the listing and the images' directory.
+func celebAListing(t *testing.T, dir string, split data.Split, n int) (listing, imgDir string) {
+	t.Helper()
+	m, err := data.LoadString(fmt.Sprintf("%s:%s:limit=%d", fmnist, split, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgDir = filepath.Join(dir, "img")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("image_id")
+	for j := range 30 {
+		fmt.Fprintf(&b, ",attr_%02d", j)
+	}
+	for _, g := range fmnistGroups {
+		name, _, _ := strings.Cut(g, "|")
+		b.WriteString("," + name)
+	}
+	b.WriteString("\n")
+	for i := 0; i < m.Len(); i++ {
+		img := image.NewGray(image.Rect(0, 0, 28, 28))
+		copy(img.Pix, m.Pixels(i))
+		name := fmt.Sprintf("%s-%06d.png", split, i)
+		f, err := os.Create(filepath.Join(imgDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := png.Encode(f, img); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		b.WriteString(name)
+		c := m.Label(i)
+		for j := range 40 {
+			on := j < 30 && c*(j+1)%7 < 3 || j >= 30 && j-30 == c
+			if on {
+				b.WriteString(",1")
+			} else {
+				b.WriteString(",-1")
+			}
+		}
+		b.WriteString("\n")
+	}
+	listing = filepath.Join(dir, "list_attr_"+string(split)+".csv")
+	if err := os.WriteFile(listing, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return listing, imgDir
+}
+
+// TestTrainCelebALayout: a listing laid out as CelebA's attributes (40
+// label columns of 1 and -1, the images in a folder of their own) trains
+// the fixture CNN with a fresh 40-label head, read with labels=*,
+// uncertain=zero and root=; the labels beyond bit 31 are learnt, reported
+// and predicted by name ("Boot", bit 39).
+func TestTrainCelebALayout(t *testing.T) {
+	dir := t.TempDir()
+	trainList, imgs := celebAListing(t, filepath.Join(dir, "train"), data.Train, 2000)
+	testList, testImgs := celebAListing(t, filepath.Join(dir, "test"), data.Test, 200)
+	train := "csv:" + trainList + ":labels=*:uncertain=zero:root=" + imgs
+	test := "csv:" + testList + ":labels=*:uncertain=zero:root=" + testImgs
+	out := filepath.Join(dir, "celeba.onnx")
+	o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--test-data", test, "--num-classes", "40",
+		"--epsilon", "8", "--epochs", "10", "--batch-size", "100", "--lr", "0.01", "--resize", "stretch", "--norm", "fmnist", "--seed", "1", "--quiet", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, e)
+	}
+	if !strings.Contains(o, "multi-label: each of the 40 labels") {
+		t.Errorf("the log does not say the run has 40 labels:\n%s", o)
+	}
+	o, e, code = run(t, "eval", "--model", out, "--data", test, "--json")
+	if code != 0 {
+		t.Fatalf("eval: exit %d: %s", code, e)
+	}
+	var ev dptrain.EvalResult
+	if err := json.Unmarshal([]byte(o), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || len(ev.PerClass) != 40 {
+		t.Fatalf("eval: multi-label %v, AUC %v, %d labels", ev.MultiLabel, *ev.AUC, len(ev.PerClass))
+	}
+	boot := ev.PerClass[39]
+	if boot.Support == 0 || boot.Recall < 0.5 {
+		t.Errorf("label 39 (Boot): %+v; want it found in half its images at least", boot)
+	}
+	t.Logf("AUC %.4f, labels right %.4f, Boot recall %.3f precision %.3f", *ev.AUC, ev.Accuracy, boot.Recall, boot.Precision)
+	o, _, _ = run(t, "eval", "--model", out, "--data", test)
+	if !strings.Contains(o, "multi-label: 40 labels") || !strings.Contains(o, "Boot") || !strings.Contains(o, "attr_29") {
+		t.Errorf("eval does not name the 40 labels:\n%s", o)
+	}
+	// Boots of the test split are predicted Boots.
+	fm, err := data.LoadString(fmt.Sprintf("%s:%s:limit=200", fmnist, data.Test))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var boots []string
+	for i := 0; i < fm.Len() && len(boots) < 5; i++ {
+		if fm.Label(i) == 9 {
+			boots = append(boots, filepath.Join(testImgs, fmt.Sprintf("%s-%06d.png", data.Test, i)))
+		}
+	}
+	args := []string{"predict", "--model", out, "--json"}
+	for _, p := range boots {
+		args = append(args, "--images", p)
+	}
+	o, e, code = run(t, args...)
+	if code != 0 || len(boots) == 0 {
+		t.Fatalf("predict of %d boots: exit %d: %s", len(boots), code, e)
+	}
+	var pr struct {
+		Predictions []imagePrediction `json:"predictions"`
+	}
+	if err := json.Unmarshal([]byte(o), &pr); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, p := range pr.Predictions {
+		if slices.Contains(p.Labels, "Boot") {
+			found++
+		}
+	}
+	if found*2 < len(pr.Predictions) {
+		t.Errorf("predict: Boot decided for %d of %d boots: %+v", found, len(pr.Predictions), pr.Predictions)
 	}
 }

@@ -95,7 +95,7 @@ type trainFlags struct {
 func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 	return &trainFlags{
 		model:            fs.String("model", "", "ONNX model file (required)"),
-		spec:             fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row, and the user it belongs to where the header names a user column: see --privacy-unit), with :limit=N; a folder's users from its images' paths with :users=REGEX (e.g. ^(person\\d+)_) (required)"),
+		spec:             fs.String("data", "", "training data: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row, and the user it belongs to where the header names a user column: see --privacy-unit), with :limit=N; a folder's or a listing's users from its images' paths with :users=REGEX (e.g. ^(person\\d+)_); a listing's columns named with :path=COL, :label=COL, :user=COL, :labels=COLS|FIRST..LAST|* (multi-label), relative paths under :root=DIR, :ext=.jpg added to paths without one (required)"),
 		testSpec:         fs.String("test-data", "", "evaluation data after each epoch (default: the --data source's test split when it has one; \"none\" to skip)"),
 		eps:              fs.Float64("epsilon", 0, "target ε of the (ε, δ) guarantee: σ is calibrated to spend at most it (required unless --noise-multiplier or --non-private)"),
 		sigma:            fs.Float64("noise-multiplier", 0, "fix σ instead of a target ε (Opacus's noise_multiplier): the run reports the ε it spends, known before the first step"),

@@ -412,7 +412,7 @@ func TestScoreRun(t *testing.T) {
 	for i := range classes {
 		classes[i] = strconv.Itoa(i)
 	}
-	images := func(labels []int32) dataView {
+	images := func(labels []int64) dataView {
 		m, err := data.NewImages(classes, 1, 28, 28, pix, labels)
 		if err != nil {
 			t.Fatal(err)
@@ -436,12 +436,12 @@ func TestScoreRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pred := make([]int32, n)
-	ev.Losses(images(make([]int32, n)), func(i int, _ int64, logits []float32, _ float64) {
-		pred[i] = int32(slices.Index(logits, slices.Max(logits)))
+	pred := make([]int64, n)
+	ev.Losses(images(make([]int64, n)), func(i int, _ int64, logits []float32, _ float64) {
+		pred[i] = int64(slices.Index(logits, slices.Max(logits)))
 	})
 	right := []bool{true, false, true, true, true, false, false, true} // u1: 1/1, u2: 2/3, u3: 2/4
-	labels := make([]int32, n)
+	labels := make([]int64, n)
 	for i := range labels {
 		labels[i] = pred[i]
 		if !right[i] {

@@ -32,7 +32,7 @@ type Arrays struct {
 	per     int   // values a sample
 	u8      []uint8
 	f32     []float32
-	labels  []int32
+	labels  []int64
 	classes []string
 	sources []fileStamp
 
@@ -280,7 +280,7 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 	if spec.Limit > 0 && spec.Limit < n {
 		n = spec.Limit
 	}
-	labels := make([]int32, n)
+	labels := make([]int64, n)
 	for i := range labels {
 		var l int64
 		switch y.DType {
@@ -296,7 +296,7 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 		if l < 0 || l >= 1<<24 {
 			return nil, fmt.Errorf("%s: sample %d has label %d: want 0 ≤ label < 2^24", where, i, l)
 		}
-		labels[i] = int32(l)
+		labels[i] = l
 	}
 	k := spec.Classes
 	if k == 0 {
@@ -325,7 +325,7 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 	if spec.Limit > 0 && spec.Limit < n {
 		n = spec.Limit
 	}
-	labels := make([]int32, n)
+	labels := make([]int64, n)
 	for i := range labels {
 		for j := 0; j < k; j++ {
 			var v float64
@@ -443,7 +443,7 @@ func (a *Arrays) Images() (im *Images, ok bool, err error) {
 	}
 	labels := a.labels
 	if a.multiLabel {
-		labels = make([]int32, len(a.labels)) // NewImages takes classes
+		labels = make([]int64, len(a.labels)) // NewImages takes classes
 	}
 	im, err = NewImages(a.classes, c, h, w, pix, labels)
 	if err != nil {

@@ -70,7 +70,7 @@ func TestLoadArrays(t *testing.T) {
 	xt := npy.NewFloat32(seq(2*2*3, -1), 2, 2, 3)
 	yt := &npy.Array{DType: npy.Uint8, Shape: []int{2, 1}, U8: []uint8{3, 1}}
 
-	check := func(t *testing.T, a *Arrays, n, classes int, shape []int, first float32, labels []int32) {
+	check := func(t *testing.T, a *Arrays, n, classes int, shape []int, first float32, labels []int64) {
 		t.Helper()
 		if a.Len() != n || a.NumClasses() != classes || !slices.Equal(a.SampleShape(), shape) || a.f32[0] != first || !slices.Equal(a.Labels(), labels) {
 			t.Errorf("got %d samples, %d classes, shape %v, first %v, labels %v", a.Len(), a.NumClasses(), a.SampleShape(), a.f32[0], a.Labels())
@@ -83,12 +83,12 @@ func TestLoadArrays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, a, 5, 3, []int{2, 3}, 0, []int32{0, 2, 1, 2, 0})
+		check(t, a, 5, 3, []int{2, 3}, 0, []int64{0, 2, 1, 2, 0})
 		a, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: path, Split: Test})
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, a, 2, 4, []int{2, 3}, 0, []int32{3, 1})
+		check(t, a, 2, 4, []int{2, 3}, 0, []int64{3, 1})
 		if a.f32[1] != -1 {
 			t.Errorf("test sample values %v", a.f32[:3])
 		}
@@ -96,7 +96,7 @@ func TestLoadArrays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		check(t, a, 2, 7, []int{2, 3}, 0, []int32{0, 2})
+		check(t, a, 2, 7, []int{2, 3}, 0, []int64{0, 2})
 		if len(a.f32) != 2*6 {
 			t.Errorf("limit 2 keeps %d values", len(a.f32))
 		}
@@ -147,7 +147,7 @@ func TestLoadArrays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(t, a2, 3, 2, []int{4}, float32(0.1), []int32{1, 0, 1})
+	check(t, a2, 3, 2, []int{4}, float32(0.1), []int64{1, 0, 1})
 	if !slices.Equal(a2.Classes(), []string{"0", "1"}) {
 		t.Errorf("unnamed classes %q", a2.Classes())
 	}

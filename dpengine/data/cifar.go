@@ -42,7 +42,7 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 	rec := labelBytes + cifarPixels
 	var (
 		pix    []uint8
-		labels []int32
+		labels []int64
 		read   []string
 	)
 	for _, name := range files {
@@ -82,14 +82,14 @@ func loadCIFAR(spec Spec, hundred bool) (*Images, error) {
 				c = min(c, spec.Limit)
 			}
 			pix = make([]uint8, 0, c*cifarPixels)
-			labels = make([]int32, 0, c)
+			labels = make([]int64, 0, c)
 		}
 		if spec.Limit > 0 {
 			n = min(n, spec.Limit-len(labels))
 		}
 		for r := range n {
 			base := r * rec
-			l := int32(b[base+labelBytes-1]) // CIFAR-100: the second byte is the fine label
+			l := int64(b[base+labelBytes-1]) // CIFAR-100: the second byte is the fine label
 			if int(l) >= nclass {
 				return nil, fmt.Errorf("%s: %s: record %d (sample %d) has label %d, but the dataset has %d classes (labels 0..%d)", scheme, path, r, len(labels), l, nclass, nclass-1)
 			}

@@ -24,13 +24,13 @@ import (
 // patient, subject, participant) an image belongs to, for a user-level
 // guarantee: the names medical and personal datasets' listings use.
 var (
-	csvPathColumns  = []string{"path", "file", "filename", "file_name", "filepath", "file_path", "image", "image_path", "img", "img_path"}
+	csvPathColumns  = []string{"path", "file", "filename", "file_name", "filepath", "file_path", "image", "image_path", "image_id", "image_name", "img", "img_path"}
 	csvLabelColumns = []string{"label", "labels", "class", "class_name", "target", "category", "y"}
 	csvUserColumns  = []string{"user", "user_id", "userid", "patient", "patient_id", "subject", "subject_id", "participant", "participant_id", "individual", "person", "person_id", "owner", "group"}
 )
 
-// maxCSVLabels bounds the distinct class names of a CSV (the labels are
-// int32, and a model's head has one logit a class).
+// maxCSVLabels bounds the distinct class names of a CSV (a model's head
+// has one logit a class).
 const maxCSVLabels = 1 << 20
 
 // loadCSV reads a CSV file listing one image a row, its path and its
@@ -83,20 +83,36 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	var rows []csvRow
 	var classes []string
 	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
+	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != ""}
 	switch {
 	case len(spec.Labels) > 0:
-		rows, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain)
-		classes = slices.Clone(spec.Labels)
+		rows, classes, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain, pick)
 	default:
-		rows, err = readCSVRows(f, path, spec.MultiLabel != "")
+		rows, err = readCSVRows(f, path, spec.MultiLabel != "", pick)
 		if err == nil && spec.MultiLabel != "" {
 			classes, err = labelSets(rows, spec.MultiLabel, path)
 		}
 	}
+	if err == nil && spec.Users != "" {
+		err = csvPathUsers(rows, spec.Users, path)
+	}
 	if err != nil {
 		return nil, err
 	}
+	if spec.Ext != "" {
+		for i, r := range rows {
+			if filepath.Ext(r.path) == "" {
+				rows[i].path += spec.Ext
+			}
+		}
+	}
 	base := filepath.Dir(path)
+	if spec.Root != "" {
+		if st, err := os.Stat(spec.Root); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("csv: %s: root=%s: not a directory (the directory the listing's relative image paths are relative to)", path, spec.Root)
+		}
+		base = spec.Root
+	}
 	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
 	numeric := !multi
 	for _, r := range rows {
@@ -108,7 +124,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			break
 		}
 	}
-	index := map[string]int32{}
+	index := map[string]int64{}
 	switch {
 	case multi:
 	case numeric:
@@ -119,7 +135,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		classes = numberedClasses(top + 1)
 		for i, c := range classes {
-			index[c] = int32(i)
+			index[c] = int64(i)
 		}
 	default:
 		for _, r := range rows {
@@ -133,26 +149,26 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		sort.Strings(classes)
 		for i, c := range classes {
-			index[c] = int32(i)
+			index[c] = int64(i)
 		}
 	}
 
 	// Samples are grouped by class — for a multi-label listing by label
 	// set, in increasing order of its bits — and taken round-robin over
 	// the groups.
-	group := func(l int32) int { return int(l) }
+	group := func(l int64) int { return int(l) }
 	groups := len(classes)
 	if multi {
-		sets := make([]int32, len(rows))
+		sets := make([]int64, len(rows))
 		for i, r := range rows {
 			sets[i] = r.set
 		}
 		number, distinct := numberDensely(sets)
-		index := make(map[int32]int, len(distinct))
+		index := make(map[int64]int, len(distinct))
 		for i, m := range sets {
 			index[m] = int(number[i])
 		}
-		group, groups = func(l int32) int { return index[l] }, len(distinct)
+		group, groups = func(l int64) int { return index[l] }, len(distinct)
 	}
 	perClass := make([][]labelledFile, groups)
 	seen := make(map[string]int, len(rows))
@@ -187,7 +203,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			l = r.set
 		case numeric:
 			v, _ := strconv.Atoi(r.label)
-			l = int32(v)
+			l = int64(v)
 		}
 		perClass[group(l)] = append(perClass[group(l)], labelledFile{p, l})
 		if hasUsers {
@@ -293,12 +309,99 @@ func labelSets(rows []csvRow, sep, path string) ([]string, error) {
 type csvRow struct {
 	path, label, user string
 	line              int
-	set               int32
+	set               int64
+}
+
+// csvPick is a listing's choice of columns (Spec.PathColumn, LabelColumn,
+// UserColumn), empty where the usual names are looked for; noUser: no
+// user column is looked for (Spec.Users reads the users from the paths).
+type csvPick struct {
+	path, label, user string
+	noUser            bool
+}
+
+// any reports whether a column is named: the listing must have a header.
+func (p csvPick) any() bool { return p.path != "" || p.label != "" || p.user != "" }
+
+// csvColumn returns the index of the header's column named name in any
+// case (an exact match first), -1 where there is none.
+func csvColumn(rec []string, name string) int {
+	fold := -1
+	for i, f := range rec {
+		switch f = strings.TrimSpace(f); {
+		case f == name:
+			return i
+		case fold < 0 && strings.EqualFold(f, name):
+			fold = i
+		}
+	}
+	return fold
+}
+
+// csvFirstColumn returns the index of the header's first column that has
+// one of names (in any case), -1 where none has.
+func csvFirstColumn(rec []string, names []string) int {
+	for i, f := range rec {
+		f = strings.TrimSpace(f)
+		for _, n := range names {
+			if strings.EqualFold(f, n) {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// pathAndUserColumns finds a header's image path column and user column
+// (−1: none) as pick says, an error naming what is missing.
+func (p csvPick) pathAndUserColumns(rec []string) (pathCol, userCol int, err error) {
+	header := strings.Join(rec, ",")
+	if p.path != "" {
+		if pathCol = csvColumn(rec, p.path); pathCol < 0 {
+			return 0, 0, fmt.Errorf("path=%s: no such column in the header %q", p.path, header)
+		}
+	} else if pathCol = csvFirstColumn(rec, csvPathColumns); pathCol < 0 {
+		return 0, 0, fmt.Errorf("the header %q names no image path column (one of %s; or name it with :path=COL)", header, strings.Join(csvPathColumns, ", "))
+	}
+	switch {
+	case p.user != "":
+		if userCol = csvColumn(rec, p.user); userCol < 0 {
+			return 0, 0, fmt.Errorf("user=%s: no such column in the header %q", p.user, header)
+		}
+	case p.noUser:
+		userCol = -1
+	default:
+		userCol = csvFirstColumn(rec, csvUserColumns)
+	}
+	if userCol == pathCol {
+		return 0, 0, fmt.Errorf("the column %q is both the image path and the user column of the header %q", strings.TrimSpace(rec[pathCol]), header)
+	}
+	return pathCol, userCol, nil
+}
+
+// csvPathUsers sets each row's user from its path as listed, '/'-separated,
+// by the expression expr (Spec.Users): the first capture group, or the
+// whole match where it has none; a row whose path does not match, or
+// names an empty user, is an error naming its line.
+func csvPathUsers(rows []csvRow, expr, name string) error {
+	re, err := compileUsers(expr)
+	if err != nil {
+		return fmt.Errorf("csv: %s: %v", name, err)
+	}
+	for i, r := range rows {
+		p := filepath.ToSlash(r.path)
+		u, err := matchUser(re, p)
+		if err != nil {
+			return fmt.Errorf("csv: %s: line %d: the path %q: %v; every image must name its user", name, r.line, p, err)
+		}
+		rows[i].user = u
+	}
+	return nil
 }
 
 // readCSVRows reads the path, label and user of every row of a CSV
 // listing (loadCSV), naming the file and line of any row it cannot read.
-func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
+func readCSVRows(r io.Reader, name string, emptyLabels bool, pick csvPick) ([]csvRow, error) {
 	pathCol, labelCol, userCol := 0, 1, -1
 	var userName string // the user column's header, for messages
 	var rows []csvRow
@@ -306,7 +409,7 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool) ([]csvRow, error) {
 	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if first {
 			first = false
-			if p, l, u, header, err := csvHeader(rec); err != nil {
+			if p, l, u, header, err := csvHeader(rec, pick); err != nil {
 				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			} else if header {
 				pathCol, labelCol, userCol = p, l, u
@@ -400,43 +503,31 @@ func csvReadError(name string, err error) error {
 
 // readCSVColumns reads a listing whose labels are columns of their own
 // (Spec.Labels): a header naming an image path column, each label column
-// (its name as given, or in another case) and optionally a user column;
-// each row's label set as bits of the columns' order — 1 (or
-// 1.0) where the label applies, 0 or empty where it does not, -1 as
-// uncertain says (zero, one; "" refuses it).
-func readCSVColumns(r io.Reader, name string, labels []string, uncertain string) ([]csvRow, error) {
+// (its name as given, or in another case; FIRST..LAST ranges and * as
+// labelColumns reads them) and optionally a user column; each row's label
+// set as bits of the columns' order — 1 (or 1.0) where the label applies,
+// 0 or empty where it does not, -1 as uncertain says (zero, one; ""
+// refuses it). It returns the label columns' names as the header has them.
+func readCSVColumns(r io.Reader, name string, labels []string, uncertain string, pick csvPick) ([]csvRow, []string, error) {
 	var rows []csvRow
 	pathCol, userCol := -1, -1
 	var cols []int
+	var names []string
 	var userName string // the user column's header, for messages
 	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if cols == nil {
-			find := func(names []string, exact bool) int {
-				for i, f := range rec {
-					f = strings.TrimSpace(f)
-					for _, n := range names {
-						if f == n || !exact && strings.EqualFold(f, n) {
-							return i
-						}
-					}
-				}
-				return -1
+			var err error
+			if pathCol, userCol, err = pick.pathAndUserColumns(rec); err != nil {
+				return fmt.Errorf("csv: %s: line %d: %w; labels= needs a header", name, line, err)
 			}
-			if pathCol = find(csvPathColumns, false); pathCol < 0 {
-				return fmt.Errorf("csv: %s: line %d: the header %q names no image path column (one of %s); labels= needs a header", name, line, strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
-			}
-			if userCol = find(csvUserColumns, false); userCol >= 0 {
+			if userCol >= 0 {
 				userName = strings.TrimSpace(rec[userCol])
 			}
-			for _, l := range labels {
-				c := find([]string{l}, true)
-				if c < 0 {
-					c = find([]string{l}, false)
-				}
-				if c < 0 {
-					return fmt.Errorf("csv: %s: line %d: no column %q in the header %q", name, line, l, strings.Join(rec, ","))
-				}
-				cols = append(cols, c)
+			if cols, err = labelColumns(rec, labels, pathCol, userCol); err != nil {
+				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
+			}
+			for _, c := range cols {
+				names = append(names, strings.TrimSpace(rec[c]))
 			}
 			return nil
 		}
@@ -452,7 +543,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 		if err != nil {
 			return err
 		}
-		var m int32
+		var m int64
 		for j, c := range cols {
 			v := strings.TrimSpace(rec[c])
 			if v == "" {
@@ -467,47 +558,113 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string)
 				m |= 1 << j
 			case err == nil && f == -1 && uncertain == "zero":
 			case err == nil && f == -1:
-				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, labels[j])
+				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, names[j])
 			default:
-				return fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, labels[j], v)
+				return fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, names[j], v)
 			}
 		}
 		rows = append(rows, csvRow{path: p, user: u, line: line, set: m})
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("csv: %s lists no images", name)
+		return nil, nil, fmt.Errorf("csv: %s lists no images", name)
 	}
-	return rows, nil
+	return rows, names, nil
+}
+
+// labelColumns returns the header rec's columns that labels= names
+// (Spec.Labels): each name (exactly, else in another case), FIRST..LAST
+// the columns from FIRST to LAST in the header's order, * every column
+// but the path and user columns; a column twice, none, or more than
+// MaxLabels is an error.
+func labelColumns(rec []string, labels []string, pathCol, userCol int) ([]int, error) {
+	header := strings.Join(rec, ",")
+	column := func(n string) (int, error) {
+		if c := csvColumn(rec, strings.TrimSpace(n)); c >= 0 {
+			return c, nil
+		}
+		return 0, fmt.Errorf("no column %q in the header %q", strings.TrimSpace(n), header)
+	}
+	var cols []int
+	for _, l := range labels {
+		first, last, isRange := strings.Cut(l, "..")
+		switch {
+		case l == "*":
+			for c := range rec {
+				if c != pathCol && c != userCol {
+					cols = append(cols, c)
+				}
+			}
+		case isRange:
+			a, err := column(first)
+			if err != nil {
+				return nil, fmt.Errorf("labels= range %q: %w", l, err)
+			}
+			b, err := column(last)
+			if err != nil {
+				return nil, fmt.Errorf("labels= range %q: %w", l, err)
+			}
+			if b < a {
+				return nil, fmt.Errorf("labels= range %q: %q comes before %q in the header %q", l, strings.TrimSpace(last), strings.TrimSpace(first), header)
+			}
+			for c := a; c <= b; c++ {
+				cols = append(cols, c)
+			}
+		default:
+			c, err := column(l)
+			if err != nil {
+				return nil, err
+			}
+			cols = append(cols, c)
+		}
+	}
+	seen := map[int]bool{}
+	for _, c := range cols {
+		switch {
+		case c == pathCol:
+			return nil, fmt.Errorf("labels=%s takes the image path column %q for a label", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
+		case c == userCol:
+			return nil, fmt.Errorf("labels=%s takes the user column %q for a label", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
+		case seen[c]:
+			return nil, fmt.Errorf("labels=%s names the column %q twice", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
+		}
+		seen[c] = true
+	}
+	switch {
+	case len(cols) == 0:
+		return nil, fmt.Errorf("labels=%s names no column of the header %q", strings.Join(labels, ","), header)
+	case len(cols) > MaxLabels:
+		return nil, fmt.Errorf("labels=%s names %d columns, at most %d", strings.Join(labels, ","), len(cols), MaxLabels)
+	}
+	return cols, nil
 }
 
 // csvHeader reads a CSV's first row as a header where it names a path or a
-// label column (csvPathColumns, csvLabelColumns): then it must name both,
-// and may name a user column (csvUserColumns; userCol is -1 where it
-// does not).
-func csvHeader(rec []string) (pathCol, labelCol, userCol int, header bool, err error) {
-	find := func(names []string) int {
-		for i, f := range rec {
-			f = strings.ToLower(strings.TrimSpace(f))
-			for _, n := range names {
-				if f == n {
-					return i
-				}
-			}
+// label column (csvPathColumns, csvLabelColumns, or pick's): then it must
+// name both, and may name a user column (csvUserColumns or pick's; userCol
+// is -1 where it does not). Where pick names a column the first row must
+// be a header that has it.
+func csvHeader(rec []string, pick csvPick) (pathCol, labelCol, userCol int, header bool, err error) {
+	labelCol = csvFirstColumn(rec, csvLabelColumns)
+	if pick.label != "" {
+		if labelCol = csvColumn(rec, pick.label); labelCol < 0 {
+			return 0, 0, -1, true, fmt.Errorf("label=%s: no such column in the header %q", pick.label, strings.Join(rec, ","))
 		}
-		return -1
 	}
-	pathCol, labelCol = find(csvPathColumns), find(csvLabelColumns)
-	switch {
-	case pathCol < 0 && labelCol < 0:
+	if !pick.any() && labelCol < 0 && csvFirstColumn(rec, csvPathColumns) < 0 {
 		return 0, 1, -1, false, nil
-	case pathCol < 0:
-		return 0, 0, -1, true, fmt.Errorf("the header %q names a label column but no image path column (one of %s)", strings.Join(rec, ","), strings.Join(csvPathColumns, ", "))
-	case labelCol < 0:
-		return 0, 0, -1, true, fmt.Errorf("the header %q names an image path column but no label column (one of %s)", strings.Join(rec, ","), strings.Join(csvLabelColumns, ", "))
 	}
-	return pathCol, labelCol, find(csvUserColumns), true, nil
+	pathCol, userCol, err = pick.pathAndUserColumns(rec)
+	switch {
+	case err != nil:
+		return 0, 0, -1, true, err
+	case labelCol < 0:
+		return 0, 0, -1, true, fmt.Errorf("the header %q names an image path column but no label column (one of %s; or name it with :label=COL)", strings.Join(rec, ","), strings.Join(csvLabelColumns, ", "))
+	case labelCol == pathCol || labelCol == userCol:
+		return 0, 0, -1, true, fmt.Errorf("the column %q is the label column and the image path or user column of the header %q", strings.TrimSpace(rec[labelCol]), strings.Join(rec, ","))
+	}
+	return pathCol, labelCol, userCol, true, nil
 }

@@ -24,7 +24,7 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := decodeFiles("images", files, make([]int32, len(files)), []string{""}, fit)
+	m, err := decodeFiles("images", files, make([]int64, len(files)), []string{""}, fit)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -161,7 +161,7 @@ func TestFitMismatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Channels() != 1 || g.Bytes() != 24*32+4 {
+	if g.Channels() != 1 || g.Bytes() != 24*32+8 {
 		t.Errorf("gray fit: %s, %d bytes", g, g.Bytes())
 	}
 	mustView(t, g, Preprocess{Channels: 1, Height: 24, Width: 32, Resize: Resize{Crop: true}})
@@ -189,7 +189,7 @@ func BenchmarkFillPhotos(b *testing.B) {
 	for i := range pix {
 		pix[i] = uint8(i*7 + i/w)
 	}
-	full := mustImages(b, c, h, w, pix, make([]int32, n))
+	full := mustImages(b, c, h, w, pix, make([]int64, n))
 	p := Preprocess{Height: 224, Width: 224, Resize: Resize{Crop: true}, Augment: Augment{Flip: true}}
 	fitted, err := full.FitTo(Fit{Height: 224, Width: 224, Resize: p.Resize})
 	if err != nil {
@@ -302,7 +302,7 @@ func TestFitGolden(t *testing.T) {
 			}
 		}
 		fit := Fit{Height: c.OutH, Width: c.OutW, Resize: Resize{Crop: c.Mode == "crop", Short: c.Short}, Gray: c.Gray}
-		m := mustImages(t, c.Channels, c.H, c.W, pix, []int32{0})
+		m := mustImages(t, c.Channels, c.H, c.W, pix, []int64{0})
 		fm, err := m.FitTo(fit)
 		if err != nil {
 			t.Fatal(err)
@@ -343,7 +343,7 @@ func BenchmarkFitPhoto(b *testing.B) {
 		}
 	})
 	b.Run("float-filter", func(b *testing.B) {
-		v := mustView(b, mustImages(b, c, h, w, pix, []int32{0}), Preprocess{Height: 224, Width: 224, Resize: fit.Resize})
+		v := mustView(b, mustImages(b, c, h, w, pix, []int64{0}), Preprocess{Height: 224, Width: 224, Resize: fit.Resize})
 		x := make([]float32, c*224*224)
 		for b.Loop() {
 			v.fillOne(x, 0, augDraw{})

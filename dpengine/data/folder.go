@@ -122,9 +122,9 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			return nil, fmt.Errorf("folder: %s: no class sub-directories (want one directory of images per class: %s)", testDir, imageKinds)
 		}
 	}
-	label := make(map[string]int32, len(classes))
+	label := make(map[string]int64, len(classes))
 	for i, c := range classes {
-		label[c] = int32(i)
+		label[c] = int64(i)
 	}
 
 	// List every class's files, then order the samples round-robin over
@@ -222,7 +222,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 // skipped) in name order, labelled l; with sub, those of its visible
 // sub-directories too, one level down, each sub-directory's where it
 // stands among the class's entries.
-func classFiles(cdir string, l int32, sub bool) ([]labelledFile, error) {
+func classFiles(cdir string, l int64, sub bool) ([]labelledFile, error) {
 	entries, err := os.ReadDir(cdir)
 	if err != nil {
 		return nil, fmt.Errorf("folder: %w", err)
@@ -269,20 +269,27 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 		rel = path
 	}
 	rel = filepath.ToSlash(rel)
-	m := re.FindStringSubmatch(rel)
-	if m == nil {
-		return "", fmt.Errorf("folder: %s: %s: its path within its class directory, %q, does not match users=%s; every image must name its user", root, path, rel, re)
+	u, err := matchUser(re, rel)
+	if err != nil {
+		return "", fmt.Errorf("folder: %s: %s: its path within its class directory, %q: %v; every image must name its user", root, path, rel, err)
 	}
-	u := m[0]
+	return u, nil
+}
+
+// matchUser returns the user a users= expression names in s: its first
+// capture group, or its whole match where it has none; an error where it
+// does not match or names the empty user.
+func matchUser(re *regexp.Regexp, s string) (string, error) {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return "", fmt.Errorf("does not match users=%s", re)
+	}
+	u, what := m[0], "the match"
 	if len(m) > 1 {
-		u = m[1]
+		u, what = m[1], "its first group"
 	}
 	if u == "" {
-		what := "the match"
-		if len(m) > 1 {
-			what = "its first group"
-		}
-		return "", fmt.Errorf("folder: %s: %s: users=%s matches its path within its class directory, %q, with an empty user (%s is empty); every image must name its user", root, path, re, rel, what)
+		return "", fmt.Errorf("users=%s matches it with an empty user (%s is empty)", re, what)
 	}
 	return u, nil
 }
@@ -290,14 +297,14 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 // labelledFile is an image file of a dataset and its label.
 type labelledFile struct {
 	path  string
-	label int32
+	label int64
 }
 
 // roundRobin orders the files of every class round-robin over the
 // classes (each class's first file, then each one's second, …), so that
 // a limit (when positive) keeps the classes balanced, and returns the
 // first limit of them.
-func roundRobin(perClass [][]labelledFile, limit int) (paths []string, labels []int32) {
+func roundRobin(perClass [][]labelledFile, limit int) (paths []string, labels []int64) {
 	total := 0
 	for _, items := range perClass {
 		total += len(items)
@@ -318,7 +325,7 @@ func roundRobin(perClass [][]labelledFile, limit int) (paths []string, labels []
 // decodeFiles decodes the image files at paths, in parallel, into Images
 // of the given labels and classes, fitting each as it is decoded. Its
 // errors name the file, after scheme (the dataset's kind).
-func decodeFiles(scheme string, paths []string, labels []int32, classes []string, fit Fit) (*Images, error) {
+func decodeFiles(scheme string, paths []string, labels []int64, classes []string, fit Fit) (*Images, error) {
 	// Decode in parallel, keeping the order. Every image's size is read
 	// from its header before it is decoded, and the decoded total is held
 	// to the memory available.

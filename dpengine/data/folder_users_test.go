@@ -283,14 +283,11 @@ func TestFolderUserErrors(t *testing.T) {
 		{"colon before an option", []string{"A/p1.png"}, `:users=(?i:p)=\d:limit=2`, func(dir string) []string {
 			return []string{"users=", "may not contain ':'"}
 		}},
-		{"csv", nil, `csv:DIR/l.csv:users=^(p\d+)`, func(dir string) []string {
-			return []string{"users= applies to the folder scheme only"}
-		}},
 		{"idx", nil, `idx:DIR:users=x`, func(dir string) []string {
-			return []string{"users= applies to the folder scheme only"}
+			return []string{"users= applies to the folder and csv schemes only"}
 		}},
 		{"npy", nil, `npy:DIR/a.npz:limit=3:users=x`, func(dir string) []string {
-			return []string{"users= applies to the folder scheme only"}
+			return []string{"users= applies to the folder and csv schemes only"}
 		}},
 		// One user: holding out "at least one of two or more" leaves
 		// the test split empty, an error and not a panic (nor, without
@@ -323,8 +320,7 @@ func TestFolderUserErrors(t *testing.T) {
 	}{
 		{Spec{Scheme: SchemeFolder, Dir: dir, Users: `^(p\d+`}, []string{"folder: " + dir, `users=^(p\d+`, "bad regular expression"}},
 		{Spec{Scheme: SchemeFolder, Dir: dir, Users: `(?:p)\d`}, []string{"folder: " + dir, "may not contain ':'"}},
-		{Spec{Scheme: SchemeCSV, Dir: filepath.Join(dir, "l.csv"), Users: `x`}, []string{"csv", "users= applies to the folder scheme only"}},
-		{Spec{Scheme: SchemeIDX, Dir: dir, Users: `x`}, []string{"idx", dir, "users= applies to the folder scheme only"}},
+		{Spec{Scheme: SchemeIDX, Dir: dir, Users: `x`}, []string{"idx", dir, "users= applies to the folder and csv schemes only"}},
 	} {
 		_, err := Load(c.spec)
 		wantErr(t, err, c.want...)

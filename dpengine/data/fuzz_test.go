@@ -168,18 +168,36 @@ func FuzzCSV(f *testing.F) {
 	}
 	f.Add([]byte("Path,Edema,Mass,patient_id\na.png,1.0,,P1\nb.png,-1,0,P2\n"))
 	f.Add([]byte("path,labels\na.png,A|B\nb.png,\nc.png,B\n"))
+	f.Add([]byte("image_id,Bald,Smiling,Young\n000001.jpg,-1,1,1\n000002.jpg,-1,-1,1\n"))
+	f.Add([]byte("id,Edema,Mass,who\na.png,1,0,x\nb.png,,-1,y\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lines := bytes.Count(b, []byte("\n")) + 1
 		// The label-column form and the label-set form: no crash, label
 		// sets within their labels, every row on a line of the file.
-		if rows, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "one"); err == nil {
+		if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "one", csvPick{}); err == nil {
 			for _, r := range rows {
-				if r.path == "" || r.line < 1 || r.line > lines || r.set < 0 || r.set > 3 {
-					t.Fatalf("row %+v of a listing of %d lines", r, lines)
+				if r.path == "" || r.line < 1 || r.line > lines || r.set < 0 || r.set > 3 || len(names) != 2 {
+					t.Fatalf("row %+v of a listing of %d lines, labels %q", r, lines, names)
 				}
 			}
 		}
-		if rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", true); err == nil {
+		// Every other column, or a range, as labels; columns named.
+		for _, tc := range []struct {
+			labels []string
+			pick   csvPick
+		}{{[]string{"*"}, csvPick{}}, {[]string{"Edema..Mass"}, csvPick{path: "id", user: "who"}}} {
+			if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", tc.labels, "zero", tc.pick); err == nil {
+				if len(names) == 0 || len(names) > MaxLabels {
+					t.Fatalf("%v: %d labels", tc.labels, len(names))
+				}
+				for _, r := range rows {
+					if r.path == "" || r.line < 1 || r.line > lines || r.set < 0 || r.set >= 1<<len(names) {
+						t.Fatalf("%v: row %+v of a listing of %d lines, labels %q", tc.labels, r, lines, names)
+					}
+				}
+			}
+		}
+		if rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", true, csvPick{}); err == nil {
 			if classes, err := labelSets(rows, "|", "fuzz.csv"); err == nil {
 				for _, r := range rows {
 					if r.set < 0 || r.set >= 1<<len(classes) {
@@ -188,7 +206,7 @@ func FuzzCSV(f *testing.F) {
 				}
 			}
 		}
-		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", false)
+		rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", false, csvPick{})
 		if err != nil {
 			return
 		}

@@ -59,9 +59,9 @@ func loadIDX(spec Spec) (*Images, error) {
 		// Copy the kept prefix so the rest of the file can be freed.
 		pix = append([]uint8(nil), pix[:n*idims[1]*idims[2]]...)
 	}
-	labels := make([]int32, n)
+	labels := make([]int64, n)
 	for i, l := range raw {
-		labels[i] = int32(l)
+		labels[i] = int64(l)
 	}
 	if err := checkLabels("idx: "+lblPath, labels, nclass); err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ import (
 type Images struct {
 	spec     Spec
 	classes  []string
-	labels   []int32
+	labels   []int64
 	channels int
 
 	// Uniform size: h, w > 0 and pix holds every sample, n*c*h*w bytes.
@@ -65,7 +65,7 @@ type Images struct {
 // major, then channel, row, column), for tests and for callers with their
 // own readers. classes names the classes; every label must lie in
 // [0, len(classes)). pix and labels are kept, not copied.
-func NewImages(classes []string, channels, height, width int, pix []uint8, labels []int32) (*Images, error) {
+func NewImages(classes []string, channels, height, width int, pix []uint8, labels []int64) (*Images, error) {
 	if channels != 1 && channels != 3 {
 		return nil, fmt.Errorf("data: %d channels: want 1 or 3", channels)
 	}
@@ -85,7 +85,7 @@ func NewImages(classes []string, channels, height, width int, pix []uint8, label
 }
 
 // checkLabels reports the first label outside [0, n), naming where.
-func checkLabels(where string, labels []int32, n int) error {
+func checkLabels(where string, labels []int64, n int) error {
 	for i, l := range labels {
 		if l < 0 || int(l) >= n {
 			return fmt.Errorf("%s: sample %d has label %d, but the dataset has %d classes (labels 0..%d)", where, i, l, n, n-1)
@@ -118,7 +118,7 @@ func (m *Images) Label(i int) int { return int(m.labels[i]) }
 func (m *Images) MultiLabel() bool { return m.multiLabel }
 
 // Labels returns a copy of all labels, indexed by sample.
-func (m *Images) Labels() []int32 { return append([]int32(nil), m.labels...) }
+func (m *Images) Labels() []int64 { return append([]int64(nil), m.labels...) }
 
 // Channels returns the number of channels of every sample: 1 (grayscale)
 // or 3 (RGB).
@@ -155,7 +155,7 @@ func (m *Images) Pixels(i int) []uint8 {
 
 // Bytes returns the memory held by the pixels, labels and users.
 func (m *Images) Bytes() int64 {
-	n := int64(len(m.pix)) + 4*int64(len(m.labels)) + 4*int64(len(m.users))
+	n := int64(len(m.pix)) + 8*int64(len(m.labels)) + 4*int64(len(m.users))
 	for _, s := range m.samples {
 		n += int64(len(s))
 	}

@@ -157,8 +157,15 @@ func TestParseSpec(t *testing.T) {
 		{"folder:d:holdout=1", []string{"holdout=1", "between 0 and 1"}},
 		{"folder:d:holdout=NaN", []string{"holdout=NaN"}},
 		{"cifar10:d:holdout=0.1", []string{"holdout= applies to the folder and csv schemes only"}},
-		{"csv:l.csv:users=^(p)", []string{"users= applies to the folder scheme only"}},
-		{"idx:d:users=x", []string{"users= applies to the folder scheme only"}},
+		{"idx:d:users=x", []string{"users= applies to the folder and csv schemes only"}},
+		{"folder:d:root=x", []string{"root= applies to the csv scheme only"}},
+		{"npy:d.npz:label=dx", []string{"label= applies to the csv scheme only"}},
+		{"csv:l.csv:path=", []string{"path=", "want a column's name"}},
+		{"csv:l.csv:labels=A,B:label=C", []string{"give one"}},
+		{"csv:l.csv:users=x:user=patient", []string{"users=REGEX", "user=COL", "give one"}},
+		{"csv:l.csv:labels=A..", []string{`the range "A.."`, "FIRST..LAST"}},
+		{"csv:l.csv:labels=*,A", []string{"* (every column but the image path and user columns) stands alone"}},
+		{"csv:l.csv:labels=A,A", []string{"distinct"}},
 		{"folder:d:users=(", []string{"users=(", "bad regular expression"}},
 		{"folder:d:users=", []string{"users=", "want a regular expression"}},
 		{"folder:d:users=a:users=b", []string{"users given twice"}},
@@ -414,11 +421,11 @@ func TestCIFAR10(t *testing.T) {
 	for _, tc := range []struct {
 		spec   string
 		n      int
-		labels []int32
+		labels []int64
 	}{
-		{"cifar10:" + dir, 15, []int32{1, 2, 3, 2, 3, 4, 3, 4, 5, 4, 5, 6, 5, 6, 7}},
-		{"cifar10:" + sub + ":limit=4", 4, []int32{1, 2, 3, 2}},
-		{"cifar10:" + dir + ":test", 2, []int32{7, 3}},
+		{"cifar10:" + dir, 15, []int64{1, 2, 3, 2, 3, 4, 3, 4, 5, 4, 5, 6, 5, 6, 7}},
+		{"cifar10:" + sub + ":limit=4", 4, []int64{1, 2, 3, 2}},
+		{"cifar10:" + dir + ":test", 2, []int64{7, 3}},
 	} {
 		m := mustLoad(t, tc.spec)
 		if m.Len() != tc.n || m.Channels() != 3 || m.NumClasses() != 10 || m.Classes()[0] != "airplane" {
@@ -574,7 +581,7 @@ func TestFolderGray(t *testing.T) {
 		t.Fatalf("classes %v", m.Classes())
 	}
 	// Round-robin over classes: cat/z, dog/a, emu/e, dog/b.
-	if !reflect.DeepEqual(m.Labels(), []int32{0, 1, 2, 1}) {
+	if !reflect.DeepEqual(m.Labels(), []int64{0, 1, 2, 1}) {
 		t.Fatalf("labels %v", m.Labels())
 	}
 	if m.Channels() != 1 {
@@ -589,7 +596,7 @@ func TestFolderGray(t *testing.T) {
 	if m.DefaultNorm().String() != "0.485,0.456,0.406/0.229,0.224,0.225" {
 		t.Errorf("default norm %s", m.DefaultNorm())
 	}
-	if l := mustLoad(t, "folder:"+dir+":limit=2"); !reflect.DeepEqual(l.Labels(), []int32{0, 1}) {
+	if l := mustLoad(t, "folder:"+dir+":limit=2"); !reflect.DeepEqual(l.Labels(), []int64{0, 1}) {
 		t.Errorf("limit=2: labels %v", l.Labels())
 	}
 }
@@ -708,16 +715,16 @@ func TestFolderErrors(t *testing.T) {
 }
 
 func TestNewImages(t *testing.T) {
-	if _, err := NewImages([]string{"a", "b"}, 1, 1, 2, []uint8{1, 2, 3, 4}, []int32{0, 2}); err == nil {
+	if _, err := NewImages([]string{"a", "b"}, 1, 1, 2, []uint8{1, 2, 3, 4}, []int64{0, 2}); err == nil {
 		t.Error("label 2 of 2 classes accepted")
 	} else {
 		wantErr(t, err, "sample 1 has label 2", "2 classes (labels 0..1)")
 	}
-	if _, err := NewImages([]string{"a"}, 1, 1, 2, []uint8{1, 2, 3}, []int32{0, 0}); err == nil {
+	if _, err := NewImages([]string{"a"}, 1, 1, 2, []uint8{1, 2, 3}, []int64{0, 0}); err == nil {
 		t.Error("short pixels accepted")
 	}
-	m, err := NewImages([]string{"a"}, 1, 1, 2, []uint8{1, 2, 3, 4}, []int32{0, 0})
-	if err != nil || m.Len() != 2 || m.Bytes() != 12 {
+	m, err := NewImages([]string{"a"}, 1, 1, 2, []uint8{1, 2, 3, 4}, []int64{0, 0})
+	if err != nil || m.Len() != 2 || m.Bytes() != 4+2*8 {
 		t.Errorf("%v %v", m, err)
 	}
 }

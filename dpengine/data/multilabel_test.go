@@ -87,7 +87,7 @@ func TestCSVMultiLabel(t *testing.T) {
 		{"csv:" + listing + ":multilabel=ab", "", "want one character"},
 		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + ",A|A\n", `label "A" twice`},
 		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + ",\n", "no row names a label"},
-		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + "," + strings.Join(many, "|") + "\n", "one more than the 31 labels"},
+		{"csv:%s:multilabel", "image,labels\n" + imgs[0] + "," + strings.Join(many, "|") + "\n", fmt.Sprint("one more than the ", MaxLabels, " labels")},
 	} {
 		spec := tc.spec
 		if strings.Contains(spec, "%s") {

@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -84,12 +85,22 @@ func ParseSplit(s string) (Split, error) {
 //	                       separated by SEP ('|' by default; see
 //	                       MultiLabel)
 //	labels=COL1,COL2,…     csv only: the columns holding a row's labels,
-//	                       one a label: 1, 0 or empty, -1 (see Labels)
+//	                       one a label: 1, 0 or empty, -1 (see Labels);
+//	                       FIRST..LAST the columns from FIRST to LAST,
+//	                       * every column but the path and user columns
 //	uncertain=zero|one     what a labels= column's -1 means (Uncertain)
-//	users=REGEX            folder only: each image's user is read from
-//	                       its path within its class directory by the
-//	                       regular expression REGEX (see Users); REGEX
-//	                       may not contain ':', the spec separator
+//	path=COL, label=COL,   csv only: the header's image path, label and
+//	user=COL               user columns, where their names are not the
+//	                       usual ones (see PathColumn)
+//	root=DIR               csv only: relative image paths are relative
+//	                       to DIR, not to the listing's directory (Root)
+//	ext=.EXT               csv only: added to listed paths that have no
+//	                       extension (Ext)
+//	users=REGEX            folder and csv: each image's user is read from
+//	                       its path — within its class directory, or as
+//	                       the listing gives it — by the regular
+//	                       expression REGEX (see Users); REGEX may not
+//	                       contain ':', the spec separator
 //
 // Options are recognised from the right, so DIR may itself contain colons
 // as long as its last component does not look like an option (nor any
@@ -128,10 +139,13 @@ type Spec struct {
 	// out a fraction of their users instead, with all of their images,
 	// chosen by a hash of their names.
 	Holdout float64
-	// Users, for a folder only, is a regular expression (Go's regexp
-	// syntax) that names each image's user — the patient, subject or
-	// person a user-level guarantee protects — from the image's path
-	// within its class directory, '/'-separated: "person1_virus_6.jpeg",
+	// Users, for a folder or a CSV listing, is a regular expression (Go's
+	// regexp syntax) that names each image's user — the patient, subject
+	// or person a user-level guarantee protects — from the image's path:
+	// a CSV listing's path as it is listed ('/'-separated; CheXpert's
+	// "…/train/patient00001/study1/view1_frontal.jpg", users=/(patient\d+)/),
+	// and instead of any user column; a folder's path within its class
+	// directory, '/'-separated: "person1_virus_6.jpeg",
 	// or "P017/img3.png" where a class directory holds a sub-directory of
 	// images per user. The user is the expression's first capture group
 	// where it has one, else the whole match: "^(person\d+)_" or
@@ -160,10 +174,30 @@ type Spec struct {
 	// row's labels, one column a label (CheXpert's and MIMIC-CXR's
 	// listings: "Atelectasis", "Cardiomegaly", …): 1 where the label
 	// applies, 0 or empty where it does not, and -1 — uncertain — as
-	// Uncertain says. The dataset is then multi-label, its classes these
-	// names in this order. The listing must have a header naming them and
-	// an image path column.
+	// Uncertain says (CelebA's attributes, 1 or -1: Uncertain "zero"). The
+	// dataset is then multi-label, its classes these names in this order.
+	// The listing must have a header naming them and an image path
+	// column. An element "FIRST..LAST" names the header's columns from
+	// FIRST to LAST, both included (CheXpert's "No Finding..Support
+	// Devices"); "*", alone, every column but the image path and user
+	// columns (CelebA's 40 attributes). At most MaxLabels in all.
 	Labels []string
+	// PathColumn, LabelColumn and UserColumn, for a CSV listing only, name
+	// the header's image path, label and user columns (matched in any
+	// case) where the listing does not use one of the usual names
+	// (csvPathColumns, csvLabelColumns, csvUserColumns): HAM10000's
+	// "image_id", "dx" and "lesion_id". A listing with any of them must
+	// have a header holding it. Empty: the usual names.
+	PathColumn, LabelColumn, UserColumn string
+	// Root, for a CSV listing only, is the directory relative image paths
+	// are relative to (CheXpert's train.csv, whose paths begin with the
+	// folder it sits in, is read with Root its parent). Empty: the
+	// listing's directory.
+	Root string
+	// Ext, for a CSV listing only, is an extension (".jpg") added to each
+	// listed path that has none: HAM10000's image_id "ISIC_0027419" names
+	// ISIC_0027419.jpg. Empty: paths as listed.
+	Ext string
 	// Uncertain says what a Labels column's -1 (an uncertain label) is:
 	// "zero" (absent), "one" (present: CheXpert's U-Ones), or "" — refused,
 	// naming the row.
@@ -171,11 +205,39 @@ type Spec struct {
 }
 
 // MaxLabels is the most labels a multi-label dataset names: a sample's
-// label set is the bits of its int32 label.
-const MaxLabels = 31
+// label set is the bits of its int64 label, and the loss head takes as
+// many (runtime.MaxLabels) — CelebA's 40 attributes, PASCAL VOC's 20,
+// CheXpert's 14.
+const MaxLabels = 62
 
 // usersOption is the spec option that names a folder's users (Spec.Users).
 const usersOption = "users"
+
+// parseLabelColumns reads labels=: column names separated by commas,
+// FIRST..LAST ranges among them, or "*" alone (Spec.Labels). The names are
+// checked against the header when the listing is read.
+func parseLabelColumns(val string) ([]string, error) {
+	var cols []string
+	seen := map[string]bool{}
+	for _, c := range strings.Split(val, ",") {
+		c = strings.TrimSpace(c)
+		if first, last, ok := strings.Cut(c, ".."); ok && (strings.TrimSpace(first) == "" || strings.TrimSpace(last) == "") {
+			return nil, fmt.Errorf("labels=%s: the range %q wants a first and a last column, FIRST..LAST", val, c)
+		}
+		if c == "" || seen[c] {
+			return nil, fmt.Errorf("labels=%s: want distinct, non-empty column names separated by commas", val)
+		}
+		seen[c] = true
+		cols = append(cols, c)
+	}
+	if slices.Contains(cols, "*") && len(cols) > 1 {
+		return nil, fmt.Errorf("labels=%s: * (every column but the image path and user columns) stands alone", val)
+	}
+	if len(cols) > MaxLabels {
+		return nil, fmt.Errorf("labels= names %d columns, at most %d", len(cols), MaxLabels)
+	}
+	return cols, nil
+}
 
 // compileUsers compiles a folder's users expression (Spec.Users),
 // refusing one that the spec's string form could not carry.
@@ -262,16 +324,35 @@ options:
 			if spec.Scheme != SchemeCSV {
 				return Spec{}, fmt.Errorf("data spec %q: labels= applies to the csv scheme only", s)
 			}
-			seenCol := map[string]bool{}
-			for _, c := range strings.Split(val, ",") {
-				if c = strings.TrimSpace(c); c == "" || seenCol[c] {
-					return Spec{}, fmt.Errorf("data spec %q: labels=%s: want distinct, non-empty column names separated by commas", s, val)
-				}
-				seenCol[c] = true
-				spec.Labels = append(spec.Labels, c)
+			cols, err := parseLabelColumns(val)
+			if err != nil {
+				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
 			}
-			if len(spec.Labels) > MaxLabels {
-				return Spec{}, fmt.Errorf("data spec %q: labels= names %d columns, at most %d", s, len(spec.Labels), MaxLabels)
+			spec.Labels = cols
+		case "ext":
+			if spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: ext= applies to the csv scheme only", s)
+			}
+			if len(val) < 2 || val[0] != '.' || strings.ContainsAny(val[1:], `./\`) {
+				return Spec{}, fmt.Errorf("data spec %q: ext=%s: want an extension such as .jpg", s, val)
+			}
+			spec.Ext = val
+		case "path", "label", "user", "root":
+			if spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: %s= applies to the csv scheme only", s, key)
+			}
+			if strings.TrimSpace(val) == "" {
+				return Spec{}, fmt.Errorf("data spec %q: %s=: want a column's name", s, key)
+			}
+			switch key {
+			case "path":
+				spec.PathColumn = val
+			case "label":
+				spec.LabelColumn = val
+			case "user":
+				spec.UserColumn = val
+			case "root":
+				spec.Root = val
 			}
 		case "uncertain":
 			if val != "zero" && val != "one" {
@@ -287,8 +368,8 @@ options:
 			}
 			spec.MultiLabel = val
 		case usersOption:
-			if spec.Scheme != SchemeFolder {
-				return Spec{}, fmt.Errorf("data spec %q: users= applies to the folder scheme only (a csv listing names its users in a column, npy arrays in a users array)", s)
+			if spec.Scheme != SchemeFolder && spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: users= applies to the folder and csv schemes only (npy arrays name their users in a users array)", s)
 			}
 			if _, err := compileUsers(val); err != nil {
 				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
@@ -298,7 +379,7 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one, path=COL, label=COL, user=COL, root=DIR, ext=.EXT)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -308,6 +389,10 @@ options:
 		return Spec{}, fmt.Errorf("data spec %q: uncertain= needs labels=COLUMNS", s)
 	case len(spec.Labels) > 0 && spec.MultiLabel != "":
 		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS and multilabel are two ways to list label sets: give one", s)
+	case len(spec.Labels) > 0 && spec.LabelColumn != "":
+		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS names a label column each, label=COL one column of labels: give one", s)
+	case spec.Users != "" && spec.UserColumn != "":
+		return Spec{}, fmt.Errorf("data spec %q: users=REGEX reads the users from the paths, user=COL from a column: give one", s)
 	}
 	spec.Dir = rest
 	if spec.Dir == "" {
@@ -352,6 +437,11 @@ func (s Spec) String() string {
 	}
 	if len(s.Labels) > 0 {
 		b.WriteString(":labels=" + strings.Join(s.Labels, ","))
+	}
+	for _, o := range []struct{ key, val string }{{"path", s.PathColumn}, {"label", s.LabelColumn}, {"user", s.UserColumn}, {"root", s.Root}, {"ext", s.Ext}} {
+		if o.val != "" {
+			b.WriteString(":" + o.key + "=" + o.val)
+		}
 	}
 	if s.Uncertain != "" {
 		b.WriteString(":uncertain=" + s.Uncertain)
@@ -404,8 +494,8 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 	default:
 		return nil, fmt.Errorf("data %s: unknown split %q (valid: train, test)", spec.Scheme, spec.Split)
 	}
-	if spec.Users != "" && spec.Scheme != SchemeFolder {
-		return nil, fmt.Errorf("data %s: %s: users= applies to the folder scheme only (a csv listing names its users in a column, npy arrays in a users array)", spec.Scheme, spec.Dir)
+	if spec.Users != "" && spec.Scheme != SchemeFolder && spec.Scheme != SchemeCSV {
+		return nil, fmt.Errorf("data %s: %s: users= applies to the folder and csv schemes only (npy arrays name their users in a users array)", spec.Scheme, spec.Dir)
 	}
 	var (
 		im  *Images

@@ -122,7 +122,7 @@ func (v *TensorView) SampleShape() []int { return v.p.Shape }
 func (a *Arrays) Label(i int) int { return int(a.labels[i]) }
 
 // Labels returns a copy of all labels, indexed by sample.
-func (a *Arrays) Labels() []int32 { return slices.Clone(a.labels) }
+func (a *Arrays) Labels() []int64 { return slices.Clone(a.labels) }
 
 // Fill implements Dataset.
 func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {

@@ -223,7 +223,7 @@ func TestUsersFingerprint(t *testing.T) {
 		newImagesFP = "a0c170a1c7f6183bcf9ab0e6cfb1e51d1b2b8f7f4dcc620445cf19dac19a64ba"
 		csvFP       = "565668332c3ba133e418c8b4684b19986a703d63596f7ec5e5ac00f47ca16eb4"
 	)
-	m, err := NewImages([]string{"a", "b"}, 1, 1, 2, []uint8{1, 2, 3, 4, 5, 6}, []int32{0, 1, 1})
+	m, err := NewImages([]string{"a", "b"}, 1, 1, 2, []uint8{1, 2, 3, 4, 5, 6}, []int64{0, 1, 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type Dataset interface {
 	// Label returns the label of sample i.
 	Label(i int) int
 	// Labels returns a copy of all labels, indexed by sample.
-	Labels() []int32
+	Labels() []int64
 	// SampleShape returns the shape of one filled sample, (C,H,W) for
 	// images. The caller must not modify it.
 	SampleShape() []int
@@ -434,7 +434,7 @@ func (v *View) Label(i int) int { return v.src.Label(i) }
 func (v *View) MultiLabel() bool { return v.src.MultiLabel() }
 
 // Labels returns a copy of all labels, indexed by sample.
-func (v *View) Labels() []int32 { return v.src.Labels() }
+func (v *View) Labels() []int64 { return v.src.Labels() }
 
 // SampleShape returns the shape of one filled sample, (C,H,W). The caller
 // must not modify it.
@@ -463,7 +463,7 @@ type sampleFiller interface {
 // where the batch is large. The augmentation is drawn first, sample after
 // sample, so that rng and x are left as one fill after another leaves
 // them, whatever the number of workers.
-func fillBatch(x []float32, y []int64, indices []int, labels []int32, shape []int, aug Augment, rng *rand.Rand, f sampleFiller) error {
+func fillBatch(x []float32, y []int64, indices []int, labels []int64, shape []int, aug Augment, rng *rand.Rand, f sampleFiller) error {
 	per := 1
 	for _, d := range shape {
 		per *= d
@@ -482,7 +482,7 @@ func fillBatch(x []float32, y []int64, indices []int, labels []int32, shape []in
 	}
 	if y != nil {
 		for k, i := range indices {
-			y[k] = int64(labels[i])
+			y[k] = labels[i]
 		}
 	}
 	workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain)

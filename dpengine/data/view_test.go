@@ -12,7 +12,7 @@ import (
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
 
-func mustImages(t testing.TB, c, h, w int, pix []uint8, labels []int32) *Images {
+func mustImages(t testing.TB, c, h, w int, pix []uint8, labels []int64) *Images {
 	t.Helper()
 	m, err := NewImages(numberedClasses(10), c, h, w, pix, labels)
 	if err != nil {
@@ -71,7 +71,7 @@ func TestResizeGolden(t *testing.T) {
 				pix = append(pix, uint8(v))
 			}
 		}
-		m := mustImages(t, 1, sh, sw, pix, []int32{0})
+		m := mustImages(t, 1, sh, sw, pix, []int64{0})
 		rs := Resize{}
 		if tc.Mode == "crop" {
 			rs = Resize{Crop: true, Short: tc.Short}
@@ -89,7 +89,7 @@ func TestResizeGolden(t *testing.T) {
 }
 
 func TestChannels(t *testing.T) {
-	gray := mustImages(t, 1, 2, 2, []uint8{0, 51, 102, 255}, []int32{0})
+	gray := mustImages(t, 1, 2, 2, []uint8{0, 51, 102, 255}, []int64{0})
 	x := fill(t, mustView(t, gray, Preprocess{Channels: 3}), nil, 0)
 	for c := range 3 {
 		for k, p := range []float64{0, 0.2, 0.4, 1} {
@@ -99,7 +99,7 @@ func TestChannels(t *testing.T) {
 		}
 	}
 	// Two RGB pixels: pure red and (10,20,30).
-	rgb := mustImages(t, 3, 1, 2, []uint8{255, 10, 0, 20, 0, 30}, []int32{0})
+	rgb := mustImages(t, 3, 1, 2, []uint8{255, 10, 0, 20, 0, 30}, []int64{0})
 	x = fill(t, mustView(t, rgb, Preprocess{Channels: 1}), nil, 0)
 	if !near(float64(x[0]), 0.299, 1e-6) || !near(float64(x[1]), (0.299*10+0.587*20+0.114*30)/255, 1e-6) {
 		t.Errorf("RGB→gray luma = %v", x)
@@ -115,8 +115,8 @@ func TestChannels(t *testing.T) {
 }
 
 func TestNormalisation(t *testing.T) {
-	gray := mustImages(t, 1, 1, 2, []uint8{0, 255}, []int32{0})
-	rgb := mustImages(t, 3, 1, 1, []uint8{255, 128, 0}, []int32{0})
+	gray := mustImages(t, 1, 1, 2, []uint8{0, 255}, []int64{0})
+	rgb := mustImages(t, 3, 1, 1, []uint8{255, 128, 0}, []int64{0})
 	for _, tc := range []struct {
 		name string
 		m    *Images
@@ -152,7 +152,7 @@ func augSrc(t testing.TB) *Images {
 	for i := range pix {
 		pix[i] = uint8(i + 1)
 	}
-	return mustImages(t, 3, 4, 5, pix, []int32{0, 1, 2})
+	return mustImages(t, 3, 4, 5, pix, []int64{0, 1, 2})
 }
 
 func TestAugment(t *testing.T) {
@@ -235,7 +235,7 @@ func TestFillLabelsAndErrors(t *testing.T) {
 
 func TestNewViewErrors(t *testing.T) {
 	rgb := augSrc(t)
-	varied := &Images{classes: []string{"a"}, labels: []int32{0, 0}, channels: 1,
+	varied := &Images{classes: []string{"a"}, labels: []int64{0, 0}, channels: 1,
 		samples: [][]uint8{{1, 2}, {1, 2, 3}}, sizes: [][2]int32{{1, 2}, {1, 3}}}
 	for _, tc := range []struct {
 		name  string
@@ -368,7 +368,7 @@ func BenchmarkFill(b *testing.B) {
 			for i := range pix {
 				pix[i] = uint8(i * 7)
 			}
-			v := mustView(b, mustImages(b, bc.c, bc.h, bc.w, pix, make([]int32, n)), bc.p)
+			v := mustView(b, mustImages(b, bc.c, bc.h, bc.w, pix, make([]int64, n)), bc.p)
 			c, h, w := v.SampleShape()[0], v.SampleShape()[1], v.SampleShape()[2]
 			idx := make([]int, 32)
 			for i := range idx {
@@ -395,9 +395,9 @@ func TestFillParallel(t *testing.T) {
 	for i := range pix {
 		pix[i] = uint8(i*31 + i/97)
 	}
-	labels := make([]int32, n)
+	labels := make([]int64, n)
 	for i := range labels {
-		labels[i] = int32(i % 10)
+		labels[i] = int64(i % 10)
 	}
 	m := mustImages(t, c, h, w, pix, labels)
 	idx := make([]int, 37)
@@ -454,7 +454,7 @@ func TestFilteredAugment(t *testing.T) {
 	for i := range pix {
 		pix[i] = uint8((i*37 + i*i*11) % 256)
 	}
-	m := mustImages(t, 3, sh, sw, pix, []int32{0})
+	m := mustImages(t, 3, sh, sw, pix, []int64{0})
 	norm := Norm{Mean: []float32{0.5}, Std: []float32{0.25}}
 	for _, rs := range []Resize{{}, {Crop: true, Short: 6}} {
 		v := mustView(t, m, Preprocess{Channels: 3, Height: H, Width: W, Norm: norm, Resize: rs})
@@ -515,7 +515,7 @@ func TestParseResize(t *testing.T) {
 			t.Errorf("ParseResize(%q): no error", s)
 		}
 	}
-	m := mustImages(t, 1, 5, 7, make([]uint8, 35), []int32{0})
+	m := mustImages(t, 1, 5, 7, make([]uint8, 35), []int64{0})
 	_, err := NewView(m, Preprocess{Height: 4, Width: 6, Resize: Resize{Crop: true, Short: 5}})
 	wantErr(t, err, "crop=5", "fewer than the 4×6 input's")
 }
@@ -530,7 +530,7 @@ func TestCropThinImage(t *testing.T) {
 	for i := range pix {
 		pix[i] = uint8(i % 251)
 	}
-	m := mustImages(t, 1, 1, sw, pix, []int32{0})
+	m := mustImages(t, 1, 1, sw, pix, []int64{0})
 	var before, after goruntime.MemStats
 	goruntime.ReadMemStats(&before)
 	v := mustView(t, m, Preprocess{Height: 224, Width: 224, Resize: Resize{Crop: true}})

@@ -376,13 +376,7 @@ func (c *canarySet) Len() int           { return len(c.idx) }
 func (c *canarySet) NumClasses() int    { return c.classes }
 func (c *canarySet) Label(i int) int    { return int(c.labels[i]) }
 func (c *canarySet) SampleShape() []int { return c.pool.SampleShape() }
-func (c *canarySet) Labels() []int32 {
-	out := make([]int32, len(c.labels))
-	for i, l := range c.labels {
-		out[i] = int32(l)
-	}
-	return out
-}
+func (c *canarySet) Labels() []int64    { return slices.Clone(c.labels) }
 
 // Fill implements data.Dataset: one pool image at a time (canaries are
 // few), with the canary's label.
@@ -460,7 +454,7 @@ func (d *withCanaries) Label(i int) int {
 	}
 	return d.base.Label(i)
 }
-func (d *withCanaries) Labels() []int32 {
+func (d *withCanaries) Labels() []int64 {
 	return append(d.base.Labels(), d.canaries.Labels()...)
 }
 
