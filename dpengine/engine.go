@@ -91,7 +91,8 @@ type Config struct {
 	LabelSmoothing float64
 	// MultiLabel trains the multi-label loss head (runtime.Plan.SetMultiLabel):
 	// each logit a label of its own, a sample's label the set of those
-	// that apply as the bits of its int64 label, its loss the binary
+	// that apply as its int64 label (internal/labelset: its bits to 62
+	// labels, an interned set's handle past them), its loss the binary
 	// cross-entropy of the sigmoids averaged over the labels — one loss a
 	// sample, clipped and noised as the softmax head's; LabelSmoothing
 	// smooths each label's target towards ½.
@@ -585,6 +586,10 @@ func (e *Engine) Plan() *runtime.Plan { return e.plan }
 // multiplicity (rewrite.PlanOptions.Multiplicity) its views, (views,
 // model's sample…), which a Fill writes one after another.
 func (e *Engine) SampleShape() []int64 { return e.sample }
+
+// MultiLabel reports whether the engine's loss head is multi-label
+// (Config.MultiLabel): its labels are label sets (internal/labelset).
+func (e *Engine) MultiLabel() bool { return e.cfg.MultiLabel }
 
 // Views returns the number of augmented views of each sample the engine
 // reads (1 without augmentation multiplicity).

@@ -3,9 +3,12 @@ package dpengine
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
+	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
 	"github.com/dpfinetune/dpfinetune/runtime/reference"
 )
@@ -94,6 +97,60 @@ func TestMultiLabelNorms(t *testing.T) {
 		cfg.MultiLabel, cfg.PosWeight = c.multi, c.w
 		if _, err := New(g, rp, cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("positive weights %v (multi-label %v): %v, want %q", c.w, c.multi, err, c.want)
+		}
+	}
+}
+
+// TestWideMultiLabelNorms: a multi-label head of more labels than a
+// label's bits hold (130: interned sets of three words, internal/labelset)
+// gives each sample's own gradient's norms in every mode, on the CPU and
+// a device with memory of its own; the norms follow the sets (a sample's
+// labels past the first word change them); an unknown handle is refused.
+func TestWideMultiLabelNorms(t *testing.T) {
+	const k = 130
+	x, _, _, _ := engineBatch(t, "cnn", 3)
+	sets := [][]int{{0, 64, 129}, {}, {5, 77, 128}}
+	y := make([]int64, len(sets))
+	for i, s := range sets {
+		var err error
+		if y[i], err = labelset.Of(k, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first []float64
+	for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+		for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+			g, rp := fixturePreparedWith(t, "cnn", nil, rewrite.Options{PlanOptions: rewrite.PlanOptions{Batch: 4}, NumClasses: k, HeadSeed: 1})
+			cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+			cfg.MultiLabel = true
+			e := checkedNorms(t, g, rp, cfg, x, y)
+			_, tot, err := e.ClippedSum(x, y)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if first == nil {
+				first = tot
+				// Sample 2 without its labels past the first word: other norms.
+				y2 := slices.Clone(y)
+				if y2[2], err = labelset.Of(k, []int{5}); err != nil {
+					t.Fatal(err)
+				}
+				_, tot2, err := e.ClippedSum(x, y2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(tot2[2]-tot[2]) < 1e-6*tot[2] || tot2[0] != tot[0] {
+					t.Errorf("sample 2's norm %v with labels 77 and 128, %v without; sample 0's %v and %v", tot[2], tot2[2], tot[0], tot2[0])
+				}
+				if _, _, err := e.ClippedSum(x, []int64{y[0], 1 << 40, y[2]}); err == nil || !strings.Contains(err.Error(), "no interned set") {
+					t.Errorf("an unknown label set: %v", err)
+				}
+			}
+			for i := range tot {
+				if math.Abs(tot[i]-first[i]) > 1e-4*first[i] {
+					t.Errorf("%s %s sample %d: norm %v, the CPU's bk %v", dev.Name(), mode, i, tot[i], first[i])
+				}
+			}
 		}
 	}
 }

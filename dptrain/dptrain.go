@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 	"github.com/dpfinetune/dpfinetune/rewrite"
@@ -478,9 +480,11 @@ func labelNormCheck(rp *rewrite.Plan, nc *dpengine.NormCheck, err error) {
 
 // CheckNorms runs the norm check (dpengine.Engine.CheckNorms) of engine e,
 // built from g, on min(normCheckSamples, physical batch) samples of
-// seeded N(0, 1) inputs with labels 0, 1, … (mod classes): synthetic, so
-// that the check reads no private example and its outcome says nothing
-// of the data.
+// seeded N(0, 1) inputs with labels 0, 1, … (mod classes) — of a
+// multi-label head, the sets those numbers' bits are, and past 62 labels
+// (labelset.Bits) every other one with the last label too, so that the
+// sets reach every word —: synthetic, so that the check reads no private
+// example and its outcome says nothing of the data.
 func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 bool) (*dpengine.NormCheck, error) {
 	sample := 1
 	for _, d := range e.SampleShape() {
@@ -495,6 +499,21 @@ func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 
 	y := make([]int64, n)
 	for i := range y {
 		y[i] = int64(i % max(classes, 1))
+		if e.MultiLabel() && classes > labelset.Bits {
+			var on []int
+			for j := range bits.Len(uint(y[i])) {
+				if y[i]>>j&1 == 1 {
+					on = append(on, j)
+				}
+			}
+			if i%2 == 1 {
+				on = append(on, classes-1)
+			}
+			var err error
+			if y[i], err = labelset.Of(classes, on); err != nil {
+				return nil, fmt.Errorf("the norm check's label sets: %w", err)
+			}
+		}
 	}
 	tol := normCheckTol
 	if tf32 {

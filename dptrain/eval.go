@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -111,6 +112,9 @@ type Evaluator struct {
 	// decides at ½, logit 0.
 	cut        []float64
 	thresholds []float64
+	// truth is the label set of the example Losses last read, as words
+	// (labelset.Words(k)), and decided the set a model decides on.
+	truth, decided []uint64
 }
 
 // Classes returns the number of the model's outputs: classes, or a
@@ -169,6 +173,9 @@ func (ev *Evaluator) SetMultiLabel(on bool) error {
 		return fmt.Errorf("a multi-label model of %d labels; at most %d", ev.k, runtime.MaxLabels)
 	}
 	ev.multiLabel = on
+	if on && ev.truth == nil {
+		ev.truth, ev.decided = make([]uint64, labelset.Words(ev.k)), make([]uint64, labelset.Words(ev.k))
+	}
 	return nil
 }
 
@@ -204,7 +211,7 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	if ev.multiLabel {
 		m := newLabelMetrics(v.Len(), ev.k)
 		m.cut = ev.cut
-		if err := ev.Losses(v, m.add); err != nil {
+		if err := ev.Losses(v, func(i int, _ int64, logits []float32, loss float64) { m.add(i, ev.truth, logits, loss) }); err != nil {
 			return nil, err
 		}
 		res := m.result()
@@ -474,12 +481,17 @@ func rankAUC(score []float32, pos []bool) (float64, bool) {
 }
 
 // Losses calls fn for every example i of v, in order, with its label, its
-// logits (valid during the call only) and its softmax cross-entropy loss.
+// logits (valid during the call only) and its softmax cross-entropy loss
+// — multi-label, the multi-label loss, the label set's words in ev.truth
+// during the call.
 func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits []float32, loss float64)) error {
 	if err := ev.plan.LoadParams(); err != nil {
 		return fmt.Errorf("evaluating: %w", err)
 	}
-	n := v.Len()
+	n, dk := v.Len(), v.NumClasses()
+	if ev.multiLabel && (dk < 1 || dk > ev.k) {
+		return fmt.Errorf("the data names %d labels, the model has %d", dk, ev.k)
+	}
 	sl := len(ev.x) / ev.batch
 	for off := 0; off < n; off += ev.batch {
 		m := min(ev.batch, n-off)
@@ -516,10 +528,14 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 			}
 			y := ev.y[i]
 			if ev.multiLabel {
-				if y < 0 || y >= 1<<uint(ev.k) {
-					return fmt.Errorf("example %d: label set %#x has bits beyond the model's %d labels", off+i, y, ev.k)
+				// The data's labels are sets of its own count (labelset:
+				// bits up to 62 labels, handles past them), the model's
+				// labels beyond them absent.
+				clear(ev.truth)
+				if err := labelset.Expand(y, dk, ev.truth[:labelset.Words(dk)]); err != nil {
+					return fmt.Errorf("example %d: %v", off+i, err)
 				}
-				fn(off+i, y, row, sigmoidLoss(row, y))
+				fn(off+i, y, row, sigmoidLoss(row, ev.truth))
 				continue
 			}
 			if y < 0 || int(y) >= ev.k {
@@ -540,7 +556,11 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	right := make([]float64, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
 		if ev.multiLabel {
-			wrong := bits.OnesCount64(uint64(Decisions(logits, ev.cut) ^ label))
+			Decide(logits, ev.cut, ev.decided)
+			wrong := 0
+			for w, d := range ev.decided {
+				wrong += bits.OnesCount64(d ^ ev.truth[w])
+			}
 			right[i] = 1 - float64(wrong)/float64(len(logits))
 			return
 		}
@@ -551,31 +571,34 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	return right, err
 }
 
-// Decisions is the label set a multi-label model decides on: the labels
-// whose logits exceed their cut (ThresholdCuts; nil: 0, the sigmoid above
-// ½) — eval's decisions, and predict's.
-func Decisions(logits []float32, cut []float64) int64 {
-	var set int64
+// Decide writes the label set a multi-label model decides on into set,
+// as words (labelset.Words(len(logits))): the labels whose logits exceed
+// their cut (ThresholdCuts; nil: 0, the sigmoid above ½) — eval's
+// decisions, and predict's.
+func Decide(logits []float32, cut []float64, set []uint64) {
+	clear(set)
 	for j, z := range logits {
 		c := 0.0
 		if cut != nil {
 			c = cut[j]
 		}
 		if float64(z) > c {
-			set |= 1 << uint(j)
+			set[j/64] |= 1 << uint(j%64)
 		}
 	}
-	return set
 }
 
 // sigmoidLoss is the multi-label head's loss of one sample, in float64:
-// the binary cross-entropy of each logit's sigmoid against bit j of the
-// label set, averaged over the labels.
-func sigmoidLoss(logits []float32, set int64) float64 {
+// the binary cross-entropy of each logit's sigmoid against label j of the
+// set's words, averaged over the labels.
+func sigmoidLoss(logits []float32, set []uint64) float64 {
 	var s float64
 	for j, v := range logits {
-		z := float64(v)
-		s += max(z, 0) - z*float64(set>>uint(j)&1) + math.Log1p(math.Exp(-math.Abs(z)))
+		z, t := float64(v), 0.0
+		if labelset.Has(set, j) {
+			t = 1
+		}
+		s += max(z, 0) - z*t + math.Log1p(math.Exp(-math.Abs(z)))
 	}
 	return s / float64(len(logits))
 }
@@ -590,30 +613,38 @@ type labelMetrics struct {
 	tp, fp, fn []int64
 	keep       bool // the logits kept for the AUC
 	// logits are n·k where keep: a label's AUC ranks its logits, as its
-	// sigmoids (a monotone function of them) without their rounding.
+	// sigmoids (a monotone function of them) without their rounding;
+	// truth the samples' label sets, words labelset.Words(k) a sample.
 	logits []float32
-	labels []int64
+	truth  []uint64
 	cut    []float64 // the decisions' thresholds as logits (nil: 0)
+	d      []uint64  // one sample's decided set (Decide)
 }
 
 func newLabelMetrics(n, k int) *labelMetrics {
+	w := labelset.Words(k)
 	m := &labelMetrics{res: &EvalResult{Samples: n, MultiLabel: true}, n: n, k: k,
-		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), labels: make([]int64, n)}
+		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), d: make([]uint64, w)}
 	if m.keep = int64(n)*int64(k) <= maxAUCFloats; m.keep {
-		m.logits = make([]float32, n*k)
+		m.logits, m.truth = make([]float32, n*k), make([]uint64, n*w)
 	}
 	return m
 }
 
-func (m *labelMetrics) add(i int, set int64, logits []float32, loss float64) {
+// add counts example i: its label set as words (labelset.Words(k)), its
+// logits and its loss.
+func (m *labelMetrics) add(i int, set []uint64, logits []float32, loss float64) {
 	m.lossSum += loss
-	m.labels[i] = set
-	d := Decisions(logits, m.cut)
-	if d == set {
+	if m.keep {
+		copy(m.truth[i*len(set):], set)
+	}
+	d := m.d
+	Decide(logits, m.cut, d)
+	if slices.Equal(d, set) {
 		m.exact++
 	}
 	for j, z := range logits {
-		t, p := set>>uint(j)&1 == 1, d>>uint(j)&1 == 1
+		t, p := labelset.Has(set, j), labelset.Has(d, j)
 		switch {
 		case t && p:
 			m.tp[j]++
@@ -673,8 +704,9 @@ func (m *labelMetrics) result() *EvalResult {
 		}
 		res.BalancedAccuracy += recalls / float64(present) / float64(k)
 		if m.keep {
+			w := len(m.d)
 			for i := range score {
-				score[i], pos[i] = m.logits[i*k+j], m.labels[i]>>uint(j)&1 == 1
+				score[i], pos[i] = m.logits[i*k+j], labelset.Has(m.truth[i*w:(i+1)*w], j)
 			}
 			if a, ok := rankAUC(score, pos); ok {
 				c.AUC = &a

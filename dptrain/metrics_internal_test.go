@@ -113,7 +113,8 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				m.cut = ev.cut
 			}
 			for i, y := range c.Labels {
-				m.add(i, y, c.Logits[i], sigmoidLoss(c.Logits[i], y))
+				set := []uint64{uint64(y)} // K ≤ 64: one word
+				m.add(i, set, c.Logits[i], sigmoidLoss(c.Logits[i], set))
 			}
 			got := m.result()
 			near := nearSklearn(t)

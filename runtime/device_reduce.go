@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/runtime/kernels"
 )
 
@@ -57,8 +58,9 @@ type ReduceOps interface {
 	// factors C_i in its second pass, or all ones.
 	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
 	// SigmoidCrossEntropy computes the multi-label loss head for n
-	// samples of k logits and their label sets (bit j of labels[i] set:
-	// label j applies; the caller checks them), each label's target
+	// samples of k logits and their label sets, W = LabelWords(k) 64-bit
+	// words a sample (label j of sample i applies where bit j%64 of
+	// labels[i·W + j/64] is set; the caller checks them), each label's target
 	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2,
 	// and each label's positive term weighed by posWeight_j (k values;
 	// all 1 for the plain loss): the per-sample binary cross-entropy of
@@ -685,16 +687,26 @@ func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights 
 	}
 }
 
+// LabelWords is the 64-bit words a multi-label sample's set of k labels
+// takes in the loss head's labels (ReduceOps.SigmoidCrossEntropy): ⌈k/64⌉.
+func LabelWords(k int) int { return labelset.Words(k) }
+
+// labelBit is label j of sample i in labels of w words a sample: 1 where
+// it applies, else 0.
+func labelBit(labels []int64, w, i, j int) int64 {
+	return int64(uint64(labels[i*w+j>>6]) >> uint(j&63) & 1)
+}
+
 // SigmoidCrossEntropy implements ReduceOps, one sample after another on
 // the calling goroutine, each term in float64.
 func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
-	a := float64(alpha)
+	a, w := float64(alpha), LabelWords(k)
 	for i := 0; i < n; i++ {
 		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		var s float64
 		for j, v := range row {
 			z := float64(v)
-			t := (1-a)*float64(labels[i]>>uint(j)&1) + a/2
+			t := (1-a)*float64(labelBit(labels, w, i, j)) + a/2
 			// p·t·softplus(−z) + (1−t)·softplus(z) = a·softplus(z) − p·t·z;
 			// at p = 1, a = 1 and p·t = t exactly: the plain loss's terms.
 			p := float64(posWeight[j])
@@ -715,14 +727,14 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha
 // SigmoidCrossEntropyBackward implements ReduceOps, one sample after
 // another on the calling goroutine.
 func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
-	inv := 1 / float32(k)
+	inv, lw := 1/float32(k), LabelWords(k)
 	off, on := alpha/2, 1-alpha/2 // t off and on the label set
 	for i := 0; i < n; i++ {
 		w := weights[i] * inv
 		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		for j := range d {
 			t := off
-			if labels[i]>>uint(j)&1 == 1 {
+			if labelBit(labels, lw, i, j) == 1 {
 				t = on
 			}
 			// (1 + (p−1)·t)·σ − p·t as (σ − t) + (p−1)·t·(σ − 1): near σ = 1

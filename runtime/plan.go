@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unsafe"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 )
 
 // Options configure Compile.
@@ -327,11 +329,14 @@ type Plan struct {
 	// loss head: device memory, written by Loss (labels copied in, the
 	// per-sample losses copied out: the step's only host traffic of it)
 	probs     []float32 // softmax of the logits, per sample
-	labels    []int64
-	labelsBuf Buffer // holds labels
-	losses    []float32
-	lossesBuf Buffer // holds losses
-	hasLoss   bool
+	labels    []int64   // n class indices, or n·labelset.Words(K) words of label sets
+	labelsBuf Buffer    // holds labels
+	// labelWords stage a multi-label batch's sets as words on the host
+	// (labelset.Expand) before they are copied in: n·labelset.Words(K).
+	labelWords []uint64
+	losses     []float32
+	lossesBuf  Buffer // holds losses
+	hasLoss    bool
 	// smoothing is the loss head's label smoothing α (SetLabelSmoothing).
 	smoothing float32
 	// multiLabel selects the multi-label loss head (SetMultiLabel).
@@ -830,7 +835,10 @@ func (p *Plan) build() error {
 		}
 		p.probs = probs.Floats()
 		if o.shape[0] > 0 {
-			if p.labelsBuf, p.labels, err = allocInt64(p.dev, o.shape[0]); err != nil {
+			// Room for each sample's label set as words, should the head
+			// be multi-label (SetMultiLabel): a class index takes one.
+			words := o.shape[0] * labelset.Words(o.shape[1])
+			if p.labelsBuf, p.labels, err = allocInt64(p.dev, words); err != nil {
 				return fmt.Errorf("runtime: the loss head's labels: %w", err)
 			}
 		}
@@ -1891,13 +1899,14 @@ func (p *Plan) SetLabelSmoothing(alpha float64) error {
 	return nil
 }
 
-// MaxLabels is the most labels a multi-label loss head takes: a sample's
-// label set is the bits of one int64 label.
-const MaxLabels = 62
+// MaxLabels is the most labels a multi-label loss head takes
+// (labelset.Max).
+const MaxLabels = labelset.Max
 
 // SetMultiLabel selects the loss head from the next Loss on: multi-label
 // (on) — each of the K logits a label of its own, a sample's label the
-// set of those that apply as the bits of its int64 label (bit j: label j),
+// set of those that apply as internal/labelset says (for K ≤ 62 the bits
+// of its int64 label, bit j label j; for more an interned set's handle),
 // its loss the binary cross-entropy of each logit's sigmoid averaged over
 // the labels (PyTorch's BCEWithLogitsLoss of the sample) — or the softmax
 // cross-entropy of one class (off, the default). Both are one loss a
@@ -1905,6 +1914,9 @@ const MaxLabels = 62
 func (p *Plan) SetMultiLabel(on bool) error {
 	if on && p.hasLoss && p.outputs[0].shape[1] > MaxLabels {
 		return fmt.Errorf("runtime: a multi-label head of %d labels; at most %d", p.outputs[0].shape[1], MaxLabels)
+	}
+	if on && p.hasLoss && p.labelWords == nil {
+		p.labelWords = make([]uint64, p.outputs[0].shape[0]*labelset.Words(p.outputs[0].shape[1]))
 	}
 	p.multiLabel = on
 	return nil
@@ -1946,8 +1958,8 @@ func (p *Plan) SetPosWeight(w []float64) error {
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
 // (N), and keeps the softmax for Backward — with SetMultiLabel, the
-// multi-label loss against label sets (N bitmasks in [0, 2^K)), keeping
-// the sigmoids. Call it after Forward.
+// multi-label loss against label sets (N labels of K-label sets, as
+// internal/labelset says), keeping the sigmoids. Call it after Forward.
 func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if p.opts.PlanOnly {
 		return errPlanOnly
@@ -1963,18 +1975,31 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if p.multiLabel && k > MaxLabels {
 		return fmt.Errorf("runtime: loss: a multi-label head of %d labels; at most %d", k, MaxLabels)
 	}
-	for i, y := range labels {
-		switch {
-		case p.multiLabel && (y < 0 || y >= 1<<uint(k)):
-			return fmt.Errorf("runtime: loss: label set %#x of sample %d has bits beyond its %d labels", y, i, k)
-		case !p.multiLabel && (y < 0 || y >= int64(k)):
-			return fmt.Errorf("runtime: loss: label %d of sample %d is outside [0, %d)", y, i, k)
+	in := labels
+	if p.multiLabel {
+		// Each sample's set as its words, in the order the kernels read
+		// them (labelset.Words(K) a sample).
+		w := labelset.Words(k)
+		if len(p.labelWords) < n*w {
+			p.labelWords = make([]uint64, n*w)
+		}
+		for i, y := range labels {
+			if err := labelset.Expand(y, k, p.labelWords[i*w:(i+1)*w]); err != nil {
+				return fmt.Errorf("runtime: loss: sample %d: %w", i, err)
+			}
+		}
+		in = unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(p.labelWords))), n*w)
+	} else {
+		for i, y := range labels {
+			if y < 0 || y >= int64(k) {
+				return fmt.Errorf("runtime: loss: label %d of sample %d is outside [0, %d)", y, i, k)
+			}
 		}
 	}
 	if n == 0 {
 		return nil
 	}
-	if err := p.dev.CopyIn(p.labelsBuf, 0, bitsOf64(labels)); err != nil {
+	if err := p.dev.CopyIn(p.labelsBuf, 0, bitsOf64(in)); err != nil {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
 	if p.multiLabel {

@@ -321,13 +321,13 @@ func TestTrainMultiLabel(t *testing.T) {
 	}
 }
 
-// celebAListing writes the first n images of the Fashion-MNIST slice's
+// attributeListing writes the first n images of the Fashion-MNIST slice's
 // split as PNGs under dir/img and a listing of them laid out as CelebA's
-// attribute listing is — an image_id column, then 40 attribute columns of
-// 1 and -1 —, the attributes functions of the garment: the first 30
-// derived ones, the last 10 the garment's name (Tshirt … Boot, "Boot"
-// bit 39). It returns the listing and the images' directory.
-func celebAListing(t *testing.T, dir string, split data.Split, n int) (listing, imgDir string) {
+// attribute listing is — an image_id column, then an attribute column a
+// label, of 1 and -1 —, the attributes functions of the garment: first
+// derived ones, then the garment's name (Tshirt … Boot; "Boot" the last
+// label, derived+9). It returns the listing and the images' directory.
+func attributeListing(t *testing.T, dir string, split data.Split, n, derived int) (listing, imgDir string) {
 	t.Helper()
 	m, err := data.LoadString(fmt.Sprintf("%s:%s:limit=%d", fmnist, split, n))
 	if err != nil {
@@ -339,7 +339,7 @@ func celebAListing(t *testing.T, dir string, split data.Split, n int) (listing, 
 	}
 	var b strings.Builder
 	b.WriteString("image_id")
-	for j := range 30 {
+	for j := range derived {
 		fmt.Fprintf(&b, ",attr_%02d", j)
 	}
 	for _, g := range fmnistGroups {
@@ -361,9 +361,8 @@ func celebAListing(t *testing.T, dir string, split data.Split, n int) (listing, 
 		f.Close()
 		b.WriteString(name)
 		c := m.Label(i)
-		for j := range 40 {
-			on := j < 30 && c*(j+1)%7 < 3 || j >= 30 && j-30 == c
-			if on {
+		for j := range derived + 10 {
+			if j < derived && c*(j+1)%7 < 3 || j >= derived && j-derived == c {
 				b.WriteString(",1")
 			} else {
 				b.WriteString(",-1")
@@ -378,78 +377,105 @@ func celebAListing(t *testing.T, dir string, split data.Split, n int) (listing, 
 	return listing, imgDir
 }
 
-// TestTrainCelebALayout: a listing laid out as CelebA's attributes (40
-// label columns of 1 and -1, the images in a folder of their own) trains
-// the fixture CNN with a fresh 40-label head, read with labels=*,
-// uncertain=zero and root=; the labels beyond bit 31 are learnt, reported
-// and predicted by name ("Boot", bit 39).
-func TestTrainCelebALayout(t *testing.T) {
-	dir := t.TempDir()
-	trainList, imgs := celebAListing(t, filepath.Join(dir, "train"), data.Train, 2000)
-	testList, testImgs := celebAListing(t, filepath.Join(dir, "test"), data.Test, 200)
-	train := "csv:" + trainList + ":labels=*:uncertain=zero:root=" + imgs
-	test := "csv:" + testList + ":labels=*:uncertain=zero:root=" + testImgs
-	out := filepath.Join(dir, "celeba.onnx")
-	o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--test-data", test, "--num-classes", "40",
-		"--epsilon", "8", "--epochs", "10", "--batch-size", "100", "--lr", "0.01", "--resize", "stretch", "--norm", "fmnist", "--seed", "1", "--quiet", "--out", out)
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, e)
-	}
-	if !strings.Contains(o, "multi-label: each of the 40 labels") {
-		t.Errorf("the log does not say the run has 40 labels:\n%s", o)
-	}
-	o, e, code = run(t, "eval", "--model", out, "--data", test, "--json")
-	if code != 0 {
-		t.Fatalf("eval: exit %d: %s", code, e)
-	}
-	var ev dptrain.EvalResult
-	if err := json.Unmarshal([]byte(o), &ev); err != nil {
-		t.Fatal(err)
-	}
-	if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || len(ev.PerClass) != 40 {
-		t.Fatalf("eval: multi-label %v, AUC %v, %d labels", ev.MultiLabel, *ev.AUC, len(ev.PerClass))
-	}
-	boot := ev.PerClass[39]
-	if boot.Support == 0 || boot.Recall < 0.5 {
-		t.Errorf("label 39 (Boot): %+v; want it found in half its images at least", boot)
-	}
-	t.Logf("AUC %.4f, labels right %.4f, Boot recall %.3f precision %.3f", *ev.AUC, ev.Accuracy, boot.Recall, boot.Precision)
-	o, _, _ = run(t, "eval", "--model", out, "--data", test)
-	if !strings.Contains(o, "multi-label: 40 labels") || !strings.Contains(o, "Boot") || !strings.Contains(o, "attr_29") {
-		t.Errorf("eval does not name the 40 labels:\n%s", o)
-	}
-	// Boots of the test split are predicted Boots.
-	fm, err := data.LoadString(fmt.Sprintf("%s:%s:limit=200", fmnist, data.Test))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var boots []string
-	for i := 0; i < fm.Len() && len(boots) < 5; i++ {
-		if fm.Label(i) == 9 {
-			boots = append(boots, filepath.Join(testImgs, fmt.Sprintf("%s-%06d.png", data.Test, i)))
-		}
-	}
-	args := []string{"predict", "--model", out, "--json"}
-	for _, p := range boots {
-		args = append(args, "--images", p)
-	}
-	o, e, code = run(t, args...)
-	if code != 0 || len(boots) == 0 {
-		t.Fatalf("predict of %d boots: exit %d: %s", len(boots), code, e)
-	}
-	var pr struct {
-		Predictions []imagePrediction `json:"predictions"`
-	}
-	if err := json.Unmarshal([]byte(o), &pr); err != nil {
-		t.Fatal(err)
-	}
-	found := 0
-	for _, p := range pr.Predictions {
-		if slices.Contains(p.Labels, "Boot") {
-			found++
-		}
-	}
-	if found*2 < len(pr.Predictions) {
-		t.Errorf("predict: Boot decided for %d of %d boots: %+v", found, len(pr.Predictions), pr.Predictions)
+// TestTrainManyLabels: listings laid out as CelebA's attributes (label
+// columns of 1 and -1, the images in a folder of their own) train the
+// fixture CNN with a fresh head of 40 labels (CelebA's count: sets as
+// bits) and of 80 (COCO's: sets past a label's 62 bits, interned), read
+// with labels=*, uncertain=zero and root=; the last label ("Boot") is
+// learnt, reported and predicted by name; the 80-label run is audited with
+// input canaries given label sets not their own.
+func TestTrainManyLabels(t *testing.T) {
+	for _, labels := range []int{40, 80} {
+		t.Run(fmt.Sprint(labels), func(t *testing.T) {
+			dir := t.TempDir()
+			trainList, imgs := attributeListing(t, filepath.Join(dir, "train"), data.Train, 2000, labels-10)
+			testList, testImgs := attributeListing(t, filepath.Join(dir, "test"), data.Test, 200, labels-10)
+			train := "csv:" + trainList + ":labels=*:uncertain=zero:root=" + imgs
+			test := "csv:" + testList + ":labels=*:uncertain=zero:root=" + testImgs
+			out := filepath.Join(dir, "tuned.onnx")
+			k := fmt.Sprint(labels)
+			o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", train, "--test-data", test, "--num-classes", k,
+				"--epsilon", "8", "--epochs", "15", "--batch-size", "100", "--lr", "0.02", "--resize", "stretch", "--norm", "fmnist", "--seed", "1", "--quiet", "--out", out)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, e)
+			}
+			if !strings.Contains(o, "multi-label: each of the "+k+" labels") || !strings.Contains(o, "norms:     checked") {
+				t.Errorf("the log does not say the run has %s labels and its norms checked:\n%s", k, o)
+			}
+			o, e, code = run(t, "eval", "--model", out, "--data", test, "--json")
+			if code != 0 {
+				t.Fatalf("eval: exit %d: %s", code, e)
+			}
+			var ev dptrain.EvalResult
+			if err := json.Unmarshal([]byte(o), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || len(ev.PerClass) != labels {
+				t.Fatalf("eval: multi-label %v, AUC %v, %d labels", ev.MultiLabel, *ev.AUC, len(ev.PerClass))
+			}
+			boot := ev.PerClass[labels-1]
+			if boot.Support == 0 || boot.Recall < 0.5 {
+				t.Errorf("label %d (Boot): %+v; want it found in half its images at least", labels-1, boot)
+			}
+			t.Logf("AUC %.4f, labels right %.4f, Boot recall %.3f precision %.3f", *ev.AUC, ev.Accuracy, boot.Recall, boot.Precision)
+			o, _, _ = run(t, "eval", "--model", out, "--data", test)
+			if !strings.Contains(o, "multi-label: "+k+" labels") || !strings.Contains(o, "Boot") || !strings.Contains(o, fmt.Sprintf("attr_%02d", labels-11)) {
+				t.Errorf("eval does not name the %s labels:\n%s", k, o)
+			}
+			// Boots of the test split: predict decides each label whose
+			// sigmoid is above ½, by name, the last ones too; Boot for
+			// some of them.
+			fm, err := data.LoadString(fmt.Sprintf("%s:%s:limit=200", fmnist, data.Test))
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"predict", "--model", out, "--json", "--top", k}
+			for i, boots := 0, 0; i < fm.Len() && boots < 5; i++ {
+				if fm.Label(i) == 9 {
+					args = append(args, "--images", filepath.Join(testImgs, fmt.Sprintf("%s-%06d.png", data.Test, i)))
+					boots++
+				}
+			}
+			o, e, code = run(t, args...)
+			if code != 0 {
+				t.Fatalf("predict: exit %d: %s", code, e)
+			}
+			var pr struct {
+				Predictions []imagePrediction `json:"predictions"`
+			}
+			if err := json.Unmarshal([]byte(o), &pr); err != nil {
+				t.Fatal(err)
+			}
+			found := 0
+			for _, p := range pr.Predictions {
+				var want []string
+				for _, c := range p.Top { // by probability, as Labels
+					if c.Probability > 0.5 {
+						want = append(want, c.Class)
+					}
+				}
+				if len(p.Top) != labels || !slices.Equal(p.Labels, want) {
+					t.Errorf("predict %s: %d labels scored, decided %q; above ½: %q", p.File, len(p.Top), p.Labels, want)
+				}
+				if slices.Contains(p.Labels, "Boot") {
+					found++
+				}
+			}
+			if len(pr.Predictions) != 5 || found == 0 {
+				t.Errorf("predict: Boot decided for %d of %d boots", found, len(pr.Predictions))
+			}
+			if labels <= 62 {
+				return
+			}
+			o, e, code = run(t, "audit", "--model", "../../testdata/models/cnn.onnx", "--data", train+":limit=500", "--num-classes", k, "--epsilon", "8", "--epochs", "1",
+				"--canaries", "10", "--k-plus", "2", "--k-minus", "2", "--resize", "stretch", "--norm", "fmnist", "--quiet", "--json",
+				"--canary-kind", "input", "--canary-data", test)
+			var r struct {
+				Violation bool `json:"violation"`
+			}
+			if err := json.Unmarshal([]byte(o), &r); code != 0 || err != nil || r.Violation {
+				t.Errorf("audit with input canaries of %s labels: exit %d (%v), violation %v: %s", k, code, err, r.Violation, e)
+			}
+		})
 	}
 }

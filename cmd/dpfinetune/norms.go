@@ -9,6 +9,7 @@ import (
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -111,7 +112,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	} else if y.DType != npy.Int64 {
 		return fmt.Errorf("%s: want int64 labels, got %s", *labels, y.DType)
 	}
-	// Multi-hot label sets, (N, K): each row's set as bits, the
+	// Multi-hot label sets, (N, K): each row's set (internal/labelset), the
 	// multi-label head.
 	multi := len(y.Shape) == 2 && y.Shape[1] > 1
 	if multi {
@@ -120,15 +121,20 @@ func runNorms(args []string, stdout io.Writer) error {
 			return fmt.Errorf("%s: %d labels, at most %d", *labels, k, runtime.MaxLabels)
 		}
 		sets := make([]int64, y.Shape[0])
+		var on []int
 		for i := range sets {
+			on = on[:0]
 			for j, v := range ys[i*k : (i+1)*k] {
 				switch v {
 				case 0:
 				case 1:
-					sets[i] |= 1 << j
+					on = append(on, j)
 				default:
 					return fmt.Errorf("%s: sample %d has %d for label %d: want multi-hot labels of 0s and 1s", *labels, i, v, j)
 				}
+			}
+			if sets[i], err = labelset.Of(k, on); err != nil {
+				return fmt.Errorf("%s: sample %d: %v", *labels, i, err)
 			}
 		}
 		ys = sets

@@ -13,6 +13,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -204,9 +205,10 @@ func topClasses(file string, scores []float32, kind int, names []string, top int
 	}
 	if kind == outSigmoids {
 		p.Labels = []string{}
-		set := dptrain.Decisions(scores, cut) // as eval decides
+		set := make([]uint64, labelset.Words(len(scores)))
+		dptrain.Decide(scores, cut, set) // as eval decides
 		for _, j := range order {
-			if set>>uint(j)&1 == 1 {
+			if labelset.Has(set, j) {
 				p.Labels = append(p.Labels, names[j])
 			}
 		}

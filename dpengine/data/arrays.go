@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
@@ -43,7 +44,7 @@ type Arrays struct {
 	userNames []string
 
 	// multiLabel marks multi-hot labels (a y of shape (samples, labels)):
-	// each label a label set as bits (MultiLabel).
+	// each label a label set (MultiLabel; internal/labelset).
 	multiLabel bool
 
 	fingerprint struct {
@@ -326,7 +327,9 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 		n = spec.Limit
 	}
 	labels := make([]int64, n)
+	var on []int
 	for i := range labels {
+		on = on[:0]
 		for j := 0; j < k; j++ {
 			var v float64
 			switch e := i*k + j; y.DType {
@@ -346,10 +349,14 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 			switch v {
 			case 0:
 			case 1:
-				labels[i] |= 1 << j
+				on = append(on, j)
 			default:
 				return nil, fmt.Errorf("%s: sample %d has %v for label %d: want multi-hot labels of 0s and 1s", where, i, v, j)
 			}
+		}
+		var err error
+		if labels[i], err = labelset.Of(k, on); err != nil {
+			return nil, fmt.Errorf("%s: sample %d: %v", where, i, err)
 		}
 	}
 	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k), multiLabel: true}
@@ -499,9 +506,7 @@ func (a *Arrays) Fingerprint() string {
 			put(int64(d))
 		}
 		put(int64(len(a.labels)))
-		for _, l := range a.labels {
-			put(int64(l))
-		}
+		hashLabels(put, a.labels, a.multiLabel, len(a.classes))
 		if a.u8 != nil {
 			h.Write([]byte("uint8"))
 			h.Write(a.u8)

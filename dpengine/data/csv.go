@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 )
 
@@ -79,7 +80,8 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		return nil, fmt.Errorf("csv: %s has no test split: hold some of its rows out with :holdout=F (e.g. csv:%s:holdout=0.1), or list the test images in a CSV of their own", path, path)
 	}
 	// The labels: integers as they are, or names numbered in sorted order;
-	// a multi-label listing's sets of names, or its label columns, as bits.
+	// a multi-label listing's sets of names, or its label columns, as sets
+	// (internal/labelset).
 	var rows []csvRow
 	var classes []string
 	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
@@ -154,19 +156,22 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	}
 
 	// Samples are grouped by class — for a multi-label listing by label
-	// set, in increasing order of its bits — and taken round-robin over
-	// the groups.
+	// set, in increasing order of the number its bits write
+	// (labelset.Compare) — and taken round-robin over the groups.
 	group := func(l int64) int { return int(l) }
 	groups := len(classes)
 	if multi {
-		sets := make([]int64, len(rows))
-		for i, r := range rows {
-			sets[i] = r.set
+		index := map[int64]int{}
+		var distinct []int64
+		for _, r := range rows {
+			if _, ok := index[r.set]; !ok {
+				index[r.set] = 0
+				distinct = append(distinct, r.set)
+			}
 		}
-		number, distinct := numberDensely(sets)
-		index := make(map[int64]int, len(distinct))
-		for i, m := range sets {
-			index[m] = int(number[i])
+		slices.SortFunc(distinct, func(a, b int64) int { return labelset.Compare(a, b, len(classes)) })
+		for g, l := range distinct {
+			index[l] = g
 		}
 		group, groups = func(l int64) int { return index[l] }, len(distinct)
 	}
@@ -269,7 +274,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 // labelSets reads a multi-label listing's rows: each label a set of names
 // separated by sep (spaces around them trimmed, empty ones dropped, a
 // name twice refused). It returns the names in sorted order, at most
-// MaxLabels, and sets each row's set as bits of that order.
+// MaxLabels, and sets each row's set in that order (internal/labelset).
 func labelSets(rows []csvRow, sep, path string) ([]string, error) {
 	names := map[string]bool{}
 	sets := make([][]string, len(rows))
@@ -294,9 +299,19 @@ func labelSets(rows []csvRow, sep, path string) ([]string, error) {
 		return nil, fmt.Errorf("csv: %s: no row names a label (multilabel: labels separated by %q)", path, sep)
 	}
 	classes := slices.Sorted(maps.Keys(names))
+	index := make(map[string]int, len(classes))
+	for j, n := range classes {
+		index[n] = j
+	}
+	var on []int
 	for i, set := range sets {
+		on = on[:0]
 		for _, n := range set {
-			rows[i].set |= 1 << slices.Index(classes, n)
+			on = append(on, index[n])
+		}
+		var err error
+		if rows[i].set, err = labelset.Of(len(classes), on); err != nil {
+			return nil, fmt.Errorf("csv: %s: line %d: %v", path, rows[i].line, err)
 		}
 	}
 	return classes, nil
@@ -305,7 +320,7 @@ func labelSets(rows []csvRow, sep, path string) ([]string, error) {
 // csvRow is one image of a CSV listing and the line it is on; user is
 // its user's name where the header names a user column (then every row
 // has one), "" where it names none; set is a multi-label listing's label
-// set as bits (labelSets, readCSVColumns).
+// set (labelSets, readCSVColumns; internal/labelset).
 type csvRow struct {
 	path, label, user string
 	line              int
@@ -505,7 +520,7 @@ func csvReadError(name string, err error) error {
 // (Spec.Labels): a header naming an image path column, each label column
 // (its name as given, or in another case; FIRST..LAST ranges and * as
 // labelColumns reads them) and optionally a user column; each row's label
-// set as bits of the columns' order — 1 (or 1.0) where the label applies,
+// set in the columns' order (internal/labelset) — 1 (or 1.0) where the label applies,
 // 0 or empty where it does not, -1 as uncertain says (zero, one; ""
 // refuses it). It returns the label columns' names as the header has them.
 func readCSVColumns(r io.Reader, name string, labels []string, uncertain string, pick csvPick) ([]csvRow, []string, error) {
@@ -513,6 +528,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 	pathCol, userCol := -1, -1
 	var cols []int
 	var names []string
+	var on []int        // a row's labels that apply
 	var userName string // the user column's header, for messages
 	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if cols == nil {
@@ -543,7 +559,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 		if err != nil {
 			return err
 		}
-		var m int64
+		on = on[:0]
 		for j, c := range cols {
 			v := strings.TrimSpace(rec[c])
 			if v == "" {
@@ -552,16 +568,20 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			f, err := strconv.ParseFloat(v, 64)
 			switch {
 			case err == nil && f == 1:
-				m |= 1 << j
+				on = append(on, j)
 			case err == nil && f == 0:
 			case err == nil && f == -1 && uncertain == "one":
-				m |= 1 << j
+				on = append(on, j)
 			case err == nil && f == -1 && uncertain == "zero":
 			case err == nil && f == -1:
 				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, names[j])
 			default:
 				return fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, names[j], v)
 			}
+		}
+		m, err := labelset.Of(len(cols), on)
+		if err != nil {
+			return fmt.Errorf("csv: %s: line %d: %v", name, line, err)
 		}
 		rows = append(rows, csvRow{path: p, user: u, line: line, set: m})
 		return nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
@@ -190,8 +191,9 @@ func FuzzCSV(f *testing.F) {
 				if len(names) == 0 || len(names) > MaxLabels {
 					t.Fatalf("%v: %d labels", tc.labels, len(names))
 				}
+				words := make([]uint64, labelset.Words(len(names)))
 				for _, r := range rows {
-					if r.path == "" || r.line < 1 || r.line > lines || r.set < 0 || r.set >= 1<<len(names) {
+					if r.path == "" || r.line < 1 || r.line > lines || labelset.Expand(r.set, len(names), words) != nil {
 						t.Fatalf("%v: row %+v of a listing of %d lines, labels %q", tc.labels, r, lines, names)
 					}
 				}
@@ -199,9 +201,10 @@ func FuzzCSV(f *testing.F) {
 		}
 		if rows, err := readCSVRows(bytes.NewReader(b), "fuzz.csv", true, csvPick{}); err == nil {
 			if classes, err := labelSets(rows, "|", "fuzz.csv"); err == nil {
+				words := make([]uint64, labelset.Words(len(classes)))
 				for _, r := range rows {
-					if r.set < 0 || r.set >= 1<<len(classes) {
-						t.Fatalf("row %+v: labels %b beyond %d labels", r, r.set, len(classes))
+					if err := labelset.Expand(r.set, len(classes), words); err != nil {
+						t.Fatalf("row %+v of %d labels: %v", r, len(classes), err)
 					}
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 )
 
 // Images is a dataset held in memory: per sample, channel-major (C,H,W)
@@ -42,7 +44,7 @@ type Images struct {
 	userNames []string
 
 	// multiLabel marks a multi-label dataset (MultiLabel): labels are
-	// label sets as bits.
+	// label sets (internal/labelset).
 	multiLabel bool
 
 	// fit is what LoadFitted shrank the images to: every sample of
@@ -109,12 +111,12 @@ func (m *Images) NumClasses() int { return len(m.classes) }
 func (m *Images) Classes() []string { return m.classes }
 
 // Label returns the label of sample i: its class, or for a multi-label
-// dataset its set of labels as bits.
+// dataset its set of labels (MultiLabeled).
 func (m *Images) Label(i int) int { return int(m.labels[i]) }
 
 // MultiLabel reports whether the dataset is multi-label (a CSV listing's
 // Spec.MultiLabel, arrays of multi-hot labels): each sample's label is a
-// set of labels, bit j of it label j, NumClasses the number of labels.
+// set of labels (MultiLabeled), NumClasses the number of labels.
 func (m *Images) MultiLabel() bool { return m.multiLabel }
 
 // Labels returns a copy of all labels, indexed by sample.
@@ -151,6 +153,28 @@ func (m *Images) Pixels(i int) []uint8 {
 		return m.pix[i*n : (i+1)*n : (i+1)*n]
 	}
 	return m.samples[i]
+}
+
+// hashLabels puts each label into a fingerprint: the label itself, and a
+// label set of more than labelset.Bits labels (multi: multi-label, of k)
+// as its words — an interned set's handle is the process's own, its
+// words are the data's.
+func hashLabels(put func(int64), labels []int64, multi bool, k int) {
+	if !multi || k <= labelset.Bits {
+		for _, l := range labels {
+			put(l)
+		}
+		return
+	}
+	w := make([]uint64, labelset.Words(k))
+	for _, l := range labels {
+		if labelset.Expand(l, k, w) != nil {
+			clear(w) // not a set: the loaders made none such
+		}
+		for _, x := range w {
+			put(int64(x))
+		}
+	}
 }
 
 // Bytes returns the memory held by the pixels, labels and users.
@@ -269,9 +293,7 @@ func (m *Images) Fingerprint() string {
 		}
 		put(int64(m.channels))
 		put(int64(len(m.labels)))
-		for _, l := range m.labels {
-			put(int64(l))
-		}
+		hashLabels(put, m.labels, m.multiLabel, len(m.classes))
 		if m.pix != nil {
 			put(int64(m.h))
 			put(int64(m.w))

@@ -3,8 +3,12 @@ package data
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // celebAAttributes are CelebA's 40 attribute columns, in its order.
@@ -249,7 +253,120 @@ func TestCSVColumnsNamed(t *testing.T) {
 	writeFile(t, wide, []byte(b.String()))
 	_, err := LoadString("csv:" + wide + ":labels=*")
 	wantErr(t, err, fmt.Sprintf("names %d columns, at most %d", MaxLabels+1, MaxLabels))
-	if m := mustLoad(t, "csv:"+wide+":labels=L1..L62"); m.NumClasses() != MaxLabels {
+	if m := mustLoad(t, "csv:"+wide+":labels=L1..L62"); m.NumClasses() != 62 {
 		t.Errorf("labels=L1..L62: %d labels", m.NumClasses())
+	}
+}
+
+// TestWideLabelSets: listings and arrays of more labels than a label's
+// bits hold (COCO's 80 categories) give each sample an interned set
+// (internal/labelset) whose words are its labels — by names (multilabel),
+// by columns (labels=*) and multi-hot arrays alike —, take the sets
+// round-robin in the order of the numbers their bits write, and
+// fingerprint the sets' words, not the process's handles.
+func TestWideLabelSets(t *testing.T) {
+	const k = 80
+	dir := t.TempDir()
+	imgs := csvImages(t, dir, "coco", 30, 4)
+	names := make([]string, k)
+	for j := range names {
+		names[j] = fmt.Sprintf("c%02d", j) // sorted as numbered
+	}
+	sets := [][]int{{0, 79}, {64}, {}, {3, 40, 70}}
+	var byName, byCol strings.Builder
+	byName.WriteString("file_name,labels\n")
+	byCol.WriteString("file_name," + strings.Join(names, ",") + "\n")
+	for i, p := range imgs {
+		var on []string
+		row := make([]string, k)
+		for j := range row {
+			row[j] = "0"
+		}
+		for _, j := range sets[i] {
+			on = append(on, names[j])
+			row[j] = "1"
+		}
+		fmt.Fprintf(&byName, "%s,%s\n", p, strings.Join(on, "|"))
+		fmt.Fprintf(&byCol, "%s,%s\n", p, strings.Join(row, ","))
+	}
+	// Every name appears in some row of the name listing (its labels are
+	// the names it holds): the last row names them all.
+	all := filepath.Join(dir, "all.png")
+	writePNG(t, all, grayImage(2, 2, func(x, y int) uint8 { return 34 }))
+	fmt.Fprintf(&byName, "all.png,%s\n", strings.Join(names, "|"))
+	fmt.Fprintf(&byCol, "all.png,%s\n", strings.Repeat("1,", k-1)+"1")
+	sets = append(sets, nil)
+	for j := range k {
+		sets[4] = append(sets[4], j)
+	}
+	nameList, colList := filepath.Join(dir, "names.csv"), filepath.Join(dir, "cols.csv")
+	writeFile(t, nameList, []byte(byName.String()))
+	writeFile(t, colList, []byte(byCol.String()))
+
+	check := func(what string, d interface {
+		Len() int
+		NumClasses() int
+		Label(int) int
+	}, pixel func(i int) uint8) {
+		t.Helper()
+		if d.Len() != 5 || d.NumClasses() != k {
+			t.Fatalf("%s: %d samples, %d labels", what, d.Len(), d.NumClasses())
+		}
+		w := make([]uint64, labelset.Words(k))
+		for i := range d.Len() {
+			s := sets[pixel(i)-30]
+			if err := labelset.Expand(int64(d.Label(i)), k, w); err != nil {
+				t.Fatalf("%s: sample %d: %v", what, i, err)
+			}
+			for j := range k {
+				if labelset.Has(w, j) != slices.Contains(s, j) {
+					t.Errorf("%s: image %d, label %d: %v", what, pixel(i), j, labelset.Has(w, j))
+				}
+			}
+		}
+	}
+	m := mustLoad(t, "csv:"+nameList+":multilabel")
+	check("multilabel", m, func(i int) uint8 { return m.Pixels(i)[0] })
+	c := mustLoad(t, "csv:"+colList+":labels=*")
+	check("labels=*", c, func(i int) uint8 { return c.Pixels(i)[0] })
+	// Round-robin in the order of the numbers the sets' bits write: {},
+	// {64}, {3, 40, 70}, {0, 79} (bit 79 the largest), then all 80.
+	var order []uint8
+	for i := range m.Len() {
+		order = append(order, m.Pixels(i)[0])
+	}
+	if fmt.Sprint(order) != "[32 31 33 30 34]" {
+		t.Errorf("sample order %v, want the sets in increasing order of their bits", order)
+	}
+	if m.Fingerprint() != c.Fingerprint() {
+		t.Error("the same images and sets read two ways fingerprint apart")
+	}
+
+	// Multi-hot arrays of 80 labels.
+	x := &npy.Array{DType: npy.Uint8, Shape: []int{5, 2, 2}, U8: make([]uint8, 20)}
+	y := npy.NewFloat32(make([]float32, 5*k), 5, k)
+	for i, s := range sets {
+		for p := range 4 {
+			x.U8[i*4+p] = uint8(30 + i)
+		}
+		for _, j := range s {
+			y.F32[i*k+j] = 1
+		}
+	}
+	path := filepath.Join(dir, "coco.npz")
+	if err := npy.WriteNPZ(path, map[string]*npy.Array{"x": x, "y": y}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := LoadArrays(mustSpec(t, "npy:"+path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("multi-hot", a, func(i int) uint8 { return a.u8[i*4] })
+
+	// The fingerprint holds the sets' words.
+	var got []int64
+	hashLabels(func(v int64) { got = append(got, v) }, []int64{int64(m.Label(m.Len() - 1))}, true, k)
+	if want := []int64{-1, 1<<(k-64) - 1}; !slices.Equal(got, want) {
+		t.Errorf("hashLabels of the set of all 80 labels: %#x, want its words %#x", got, want)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 )
 
 // The spec schemes: the formats Load reads.
@@ -167,7 +169,8 @@ type Spec struct {
 	// "Finding Labels", "Atelectasis|Effusion"; an empty label is the
 	// empty set): the dataset is then multi-label (MultiLabeled), its
 	// classes the labels' names in sorted order, at most MaxLabels, and a
-	// sample's label the set as bits (bit j: label j applies). Empty: one
+	// sample's label the set (internal/labelset: the bits, bit j label j,
+	// to 62 labels). Empty: one
 	// class a row.
 	MultiLabel string
 	// Labels, for a CSV listing only, names the columns that hold each
@@ -204,11 +207,12 @@ type Spec struct {
 	Uncertain string
 }
 
-// MaxLabels is the most labels a multi-label dataset names: a sample's
-// label set is the bits of its int64 label, and the loss head takes as
-// many (runtime.MaxLabels) — CelebA's 40 attributes, PASCAL VOC's 20,
-// CheXpert's 14.
-const MaxLabels = 62
+// MaxLabels is the most labels a multi-label dataset names, as many as
+// the loss head takes (runtime.MaxLabels): a sample's label set is its
+// int64 label as internal/labelset says — the bits themselves to 62
+// labels (CelebA's 40 attributes, PASCAL VOC's 20, CheXpert's 14), an
+// interned set's handle past them (COCO's 80 categories, NUS-WIDE's 81).
+const MaxLabels = labelset.Max
 
 // usersOption is the spec option that names a folder's users (Spec.Users).
 const usersOption = "users"

@@ -37,9 +37,10 @@ type Dataset interface {
 }
 
 // MultiLabeled is a dataset that may be multi-label: where MultiLabel
-// reports true, a sample's label is a set of labels, bit j of it label j
-// of NumClasses (at most MaxLabels), and a sample may have none or
-// several.
+// reports true, a sample's label is a set of the NumClasses labels (at
+// most MaxLabels) as internal/labelset says — to 62 labels its bits, bit
+// j label j; past them an interned set's handle, labelset.Expand giving
+// its words —, and a sample may have none or several.
 type MultiLabeled interface {
 	MultiLabel() bool
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 )
 
 // Kind is a kind of canary.
@@ -306,9 +307,12 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 	k := cfg.Train.NumClasses()
 	multi := data.IsMultiLabel(cfg.Train)
 	// The labels a canary can be given: K classes, or on multi-label data
-	// the 2^K label sets (K ≤ data.MaxLabels).
+	// the 2^K label sets (as bits to K = labelset.Bits, drawn word by
+	// word past it: wideSets).
 	labels := int64(k)
 	switch {
+	case multi && data.IsMultiLabel(pool) && pool.NumClasses() == k && k > labelset.Bits:
+		labels = math.MaxInt64
 	case multi && data.IsMultiLabel(pool) && pool.NumClasses() == k:
 		labels = 1 << k
 	case multi:
@@ -327,6 +331,14 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 		// A uniformly random label other than the true one: on
 		// multi-label data a label set other than the image's own, each
 		// label wrong with probability about ½.
+		if multi && k > labelset.Bits {
+			l, err := otherWideSet(int64(pool.Label(j)), k, rng)
+			if err != nil {
+				return nil, fmt.Errorf("audit: canary %d: %w", i, err)
+			}
+			all.labels[i] = l
+			continue
+		}
 		l := rng.Int64N(labels - 1)
 		if l >= int64(pool.Label(j)) {
 			l++
@@ -358,6 +370,28 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 			scores[i] = -loss
 		})
 	}, nil
+}
+
+// otherWideSet draws a set of k > labelset.Bits labels uniformly from
+// those other than own's (each label in or out with probability ½, drawn
+// again where it is own), interned (labelset).
+func otherWideSet(own int64, k int, rng *rand.Rand) (int64, error) {
+	w := labelset.Words(k)
+	mine, draw := make([]uint64, w), make([]uint64, w)
+	if err := labelset.Expand(own, k, mine); err != nil {
+		return 0, err
+	}
+	for {
+		for i := range draw {
+			draw[i] = rng.Uint64()
+		}
+		if r := k % 64; r != 0 {
+			draw[w-1] &= 1<<uint(r) - 1
+		}
+		if !slices.Equal(draw, mine) {
+			return labelset.FromWords(k, draw)
+		}
+	}
 }
 
 // canarySet is a set of pool images with replaced labels: classes, or

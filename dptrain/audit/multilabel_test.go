@@ -2,13 +2,16 @@ package audit
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/internal/testhook"
 )
@@ -139,5 +142,45 @@ func TestAuditMultiLabel(t *testing.T) {
 	oi.Pool = view(t, "idx:../../testdata/fmnist-small:split=test:limit=200")
 	if _, err := Run(multiLabelConfig(t, train, 8, 1), oi); err == nil {
 		t.Error("a pool that is not multi-label for multi-label training data was taken")
+	}
+}
+
+// TestOtherWideSet: an input canary's label set past a label's 62 bits
+// (internal/labelset) is drawn uniformly from the sets other than its
+// image's own: never the own set, each label in it about half the time,
+// the last word's labels past k never.
+func TestOtherWideSet(t *testing.T) {
+	const k, draws = 130, 4000
+	rng := rand.New(rand.NewPCG(5, 6))
+	on := make([]int, k)
+	w := make([]uint64, labelset.Words(k))
+	for _, own := range [][]int{{}, {0, 64, 129}} {
+		mine, err := labelset.Of(k, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range draws {
+			l, err := otherWideSet(mine, k, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l == mine {
+				t.Fatalf("a canary given its own set %v", own)
+			}
+			if err := labelset.Expand(l, k, w); err != nil {
+				t.Fatal(err)
+			}
+			for j := range k {
+				if labelset.Has(w, j) {
+					on[j]++
+				}
+			}
+		}
+	}
+	// Each label in with probability ½: 8000 draws, σ ≈ 45; 5σ.
+	for j, c := range on {
+		if math.Abs(float64(c)-draws) > 5*math.Sqrt(2*draws)/2 {
+			t.Errorf("label %d in %d of %d draws", j, c, 2*draws)
+		}
 	}
 }

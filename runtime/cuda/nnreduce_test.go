@@ -408,6 +408,26 @@ func reduceCases() []graphCase {
 			}
 		}
 	}
+	// 130 labels: three words a sample (runtime.LabelWords), labels in
+	// every word.
+	{
+		const N, K = 9, 130
+		logits, weights, pw := uniform(rng, N*K, -20, 20), uniform(rng, N, 0, 1), uniform(rng, K, 0, 4)
+		sets := make([]int64, N*runtime.LabelWords(K))
+		for i := range sets {
+			sets[i] = int64(rng.Uint64())
+			if i%3 == 2 {
+				sets[i] &= 1<<(K-128) - 1
+			}
+		}
+		add("SigmoidCrossEntropy/130 labels", 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
+			losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
+			pl, pp := place(p, sets), place(p, pw)
+			o.SigmoidCrossEntropy(place(p, logits), pl, N, K, 0.1, pp, losses, probs)
+			o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, 0.1, pp, dl)
+			return fetchAll(p, losses, probs, dl)
+		})
+	}
 	data, upd := uniform(rng, 50, -1, 1), uniform(rng, 30, -1, 1)
 	upd[4] = float32(math.NaN())
 	// max(−0, +0): the CPU's (Go's max) is +0, the reference's −0; the

@@ -194,7 +194,7 @@ func (d *Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int,
 	}
 	a := d.begin()
 	defer d.end("SigmoidCrossEntropy")
-	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).I64(int64(n)).I64(int64(k)).F32(alpha).Ptr(f32(posWeight[:k], opIn, d)).
+	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n*runtime.LabelWords(k)], d)).I64(int64(n)).I64(int64(k)).F32(alpha).Ptr(f32(posWeight[:k], opIn, d)).
 		Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
 	d.launch("sigmoid_xent", int64(n))
 }
@@ -207,7 +207,7 @@ func (d *Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, we
 	}
 	a := d.begin()
 	defer d.end("SigmoidCrossEntropyBackward")
-	a.Ptr(f32(probs[:n*k], opIn, d)).Ptr(i64In(labels[:n], d)).Ptr(f32(weights[:n], opIn, d)).I64(int64(n)).I64(int64(k)).F32(alpha).
+	a.Ptr(f32(probs[:n*k], opIn, d)).Ptr(i64In(labels[:n*runtime.LabelWords(k)], d)).Ptr(f32(weights[:n], opIn, d)).I64(int64(n)).I64(int64(k)).F32(alpha).
 		Ptr(f32(posWeight[:k], opIn, d)).Ptr(f32(dlogits[:n*k], opOut, d))
 	d.launch("sigmoid_xent_bwd", int64(n*k))
 }

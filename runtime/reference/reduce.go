@@ -254,6 +254,14 @@ func (Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weigh
 	}
 }
 
+// labelOf is 1 where label j applies to sample s of labels holding sets
+// of k labels, runtime.LabelWords(k) words a sample (bit j%64 of word
+// j/64), else 0.
+func labelOf(labels []int64, k, s, j int) float64 {
+	word := labels[s*runtime.LabelWords(k)+j/64]
+	return float64(uint64(word) >> uint(j%64) & 1)
+}
+
 // SigmoidCrossEntropy implements runtime.ReduceOps, in float64.
 func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
 	a := float64(alpha)
@@ -261,7 +269,7 @@ func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, al
 		var sum float64
 		for j := 0; j < k; j++ {
 			z := float64(logits[s*k+j])
-			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
+			t := (1-a)*labelOf(labels, k, s, j) + a/2
 			p := float64(posWeight[j])
 			// −p·t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
 			sum += p*t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
@@ -277,7 +285,7 @@ func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weigh
 	for s := 0; s < n; s++ {
 		w := float64(weights[s]) / float64(k)
 		for j := 0; j < k; j++ {
-			t := (1-a)*float64(labels[s]>>uint(j)&1) + a/2
+			t := (1-a)*labelOf(labels, k, s, j) + a/2
 			p := float64(posWeight[j])
 			// d/dz of −p·t·log σ(z) − (1−t)·log(1−σ(z)) = (p·t + 1 − t)·σ(z) − p·t.
 			dlogits[s*k+j] = float32(w * ((p*t+1-t)*float64(probs[s*k+j]) - p*t))

@@ -117,6 +117,26 @@ func TestReduceOps(t *testing.T) {
 			}})
 		}
 	}
+	// More labels than a word holds: 130 labels, three words a sample
+	// (runtime.LabelWords), labels in every word.
+	const wide = 130
+	wideSets := make([]int64, N*runtime.LabelWords(wide))
+	for i := range wideSets {
+		wideSets[i] = int64(uint64(0x9e3779b97f4a7c15) * uint64(i+1) >> 1)
+	}
+	wideSets[2] &= 1<<(wide-128) - 1 // sample 0: no bit at or past label 130
+	for i := 1; i < N; i++ {
+		wideSets[i*3+2] &= 1<<(wide-128) - 1
+	}
+	wideLogits, widePW := randIn(603, N*wide, -20, 20), randIn(604, wide, 0, 4)
+	wideProbs, wideLoss := make([]float32, N*wide), make([]float32, N)
+	Device{}.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0, widePW, wideLoss, wideProbs)
+	cases = append(cases, opCase{name: "SigmoidCrossEntropy/130 labels", run: func(d runtime.GraphOps) [][]float32 {
+		losses, probs, dl := make([]float32, N), make([]float32, N*wide), make([]float32, N*wide)
+		d.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0.1, widePW, losses, probs)
+		d.SigmoidCrossEntropyBackward(wideProbs, wideSets, weights, N, wide, 0.1, widePW, dl)
+		return [][]float32{losses, probs, dl}
+	}})
 	// ScatterReduce with repeated offsets (the reductions accumulate in
 	// order) and a NaN update.
 	data := randIn(700, 50, -1, 1)
@@ -190,10 +210,36 @@ func TestReduceHand(t *testing.T) {
 	// (−0.9·ln ½ − 0.1·ln ½ − 0.1·ln ¼ − 0.9·ln ¾)/2, the gradient
 	// 2·(σ − t)/2 = (0.4, −0.15).
 	smoothedMulti := float32((math.Ln2 - 0.1*math.Log(0.25) - 0.9*math.Log(0.75)) / 2)
+	// 130 labels by hand: logits z_j = (j − 60)/20, labels 0, 64 and 129
+	// applying (one in each word): each term softplus(z) − t·z, their mean.
+	wideHand := func() []float32 {
+		const k = 130
+		logits := make([]float32, k)
+		var want float64
+		for j := range logits {
+			logits[j] = float32(j-60) / 20
+			z, t := float64(logits[j]), 0.0
+			if j == 0 || j == 64 || j == 129 {
+				t = 1
+			}
+			want += math.Log1p(math.Exp(z)) - t*z
+		}
+		ones := make([]float32, k)
+		for j := range ones {
+			ones[j] = 1
+		}
+		loss, probs, dl := make([]float32, 1), make([]float32, k), make([]float32, k)
+		set := []int64{1, 1, 1 << 1}
+		d.SigmoidCrossEntropy(logits, set, 1, k, 0, ones, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, set, []float32{k}, 1, k, 0, ones, dl)
+		// The gradient of weight k: σ(z) − t, label 64's σ(0.2) − 1.
+		return []float32{loss[0] - float32(want/k), dl[64] - float32(1/(1+math.Exp(-0.2))-1), dl[63] - float32(1/(1+math.Exp(-0.15)))}
+	}
 	for _, c := range []struct {
 		name      string
 		got, want []float32
 	}{
+		{"SigmoidCrossEntropy/130 labels", wideHand(), []float32{0, 0, 0}},
 		{"SigmoidCrossEntropy", multi(0), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
 		{"SigmoidCrossEntropy/smoothing", multi(0.2), []float32{smoothedMulti, 0.5, 0.75, 0.4, -0.15}},
 		{"SigmoidCrossEntropy/pos_weight", multiWeighed(0, []float32{5, 3}), []float32{posWeighted, 0.5, 0.75, 0.5, -0.75}},

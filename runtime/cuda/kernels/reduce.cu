@@ -314,9 +314,16 @@ extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long 
   }
 }
 
+// label_bit is label j of sample i in label sets of k labels, ⌈k/64⌉
+// words a sample (bit j%64 of word j/64; runtime.LabelWords): 1 where it
+// applies, else 0.
+__device__ __forceinline__ long long label_bit(const long long *labels, long long k, long long i, long long j) {
+  return (long long)(((unsigned long long)labels[i * ((k + 63) >> 6) + (j >> 6)] >> (j & 63)) & 1);
+}
+
 // sigmoid_xent computes, per sample i (a thread each), the binary
-// cross-entropy of each of its k logits' sigmoid against bit j of its
-// label set smoothed by alpha towards ½, its positive term weighed by
+// cross-entropy of each of its k logits' sigmoid against label j of its
+// label set (label_bit) smoothed by alpha towards ½, its positive term weighed by
 // pos_weight[j], averaged over the labels, into losses, and σ(z) into
 // probs: the CPU's terms in double, c·max(z, 0) − z·(p·t) + c·log(1 +
 // e^{−|z|}), c = 1 + (p − 1)·t.
@@ -329,7 +336,7 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
     double s = 0;
     for (long long j = 0; j < k; j++) {
       double z = (double)row[j];
-      double t = (1 - a) * (double)((labels[i] >> j) & 1) + a / 2;
+      double t = (1 - a) * (double)label_bit(labels, k, i, j) + a / 2;
       double p = (double)pos_weight[j];
       double c = 1 + (p - 1) * t;
       double e = d_exp(z < 0 ? z : -z);
@@ -350,7 +357,7 @@ extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long 
   FOR_EACH(e, n * k) {
     long long i = e / k, j = e % k;
     float w = weights[i] * inv;
-    float t = ((labels[i] >> j) & 1) ? on : off;
+    float t = label_bit(labels, k, i, j) ? on : off;
     dlogits[e] = w * ((probs[e] - t) + (pos_weight[j] - 1) * t * (probs[e] - 1));
   }
 }
