@@ -163,8 +163,10 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
 	// Photos larger than the input are shrunk to it as they load; for a
-	// gray model, made gray first, as PIL's convert("L") would.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1})
+	// gray model, made gray first, as PIL's convert("L") would. A random
+	// resized crop draws its box from the whole photo: kept whole, its
+	// shorter side shrunk to the centre crop's.
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // photoFolder writes a folder dataset of two classes of RGB images of
@@ -125,5 +128,51 @@ func TestHoldoutTrain(t *testing.T) {
 		"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--out", filepath.Join(dir, "n.onnx"))
 	if code != 0 || !strings.Contains(out+e, "add :holdout=0.1 to --data") {
 		t.Errorf("train without a test split: exit %d, want the holdout hint in: %s", code, e)
+	}
+}
+
+// TestAugmentResizedCrop: --augment rrc,flip trains on random resized
+// crops of the whole photos (kept whole as they load, their shorter side
+// the centre crop's), with augmentation multiplicity too, records the
+// augmentation, and evaluates as before (the resize and centre crop); a
+// crop with rrc, and rrc of arrays fed as they are, are usage errors.
+func TestAugmentResizedCrop(t *testing.T) {
+	folder := "folder:" + photoFolder(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "rrc.onnx")
+	o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", folder+":split=train",
+		"--epsilon", "8", "--epochs", "2", "--batch-size", "4", "--seed", "3", "--resize", "crop", "--augment", "rrc=0.3,flip", "--augment-multiplicity", "2", "--out", out)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	if !strings.Contains(o, "2 augmented views of each sample (rrc=0.3,flip)") {
+		t.Errorf("the log does not name the augmentation:\n%s", o)
+	}
+	// The training photos are kept whole (the box is drawn from all of
+	// each), their shorter side the centre crop's, 32 for 28.
+	v, err := openView(folder, []int64{1, 28, 28}, "", "rrc=0.3,flip", "crop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fit := v.(*data.View).Source().Fitted(); !fit.Whole || !strings.Contains(fit.String(), "whole at 32") {
+		t.Errorf("the training photos are fitted as %s, want whole at 32", fit)
+	}
+	if got := metadata(t, out)["dpfinetune.resize"]; got != "crop" {
+		t.Errorf("recorded resize %q, want crop", got)
+	}
+	if _, e, code := run(t, "eval", "--model", out, "--data", folder+":split=train"); code != 0 {
+		t.Errorf("eval: exit %d: %s", code, e)
+	}
+	tensors := filepath.Join(dir, "x.npz")
+	if err := npy.WriteNPZ(tensors, map[string]*npy.Array{"x": npy.NewFloat32(make([]float32, 4*28*28), 4, 1, 28, 28), "y": {DType: npy.Int64, Shape: []int{4}, I64: []int64{0, 1, 0, 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ data, augment, want string }{
+		{folder, "rrc,crop=4", "give one"},
+		{"npy:" + tensors, "rrc", "augments images"},
+	} {
+		if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", c.data, "--epsilon", "8", "--augment", c.augment, "--out", filepath.Join(dir, "bad.onnx")); code == 0 || !strings.Contains(e, c.want) {
+			t.Errorf("--augment %s on %s: exit %d: %s", c.augment, c.data, code, e)
+		}
 	}
 }

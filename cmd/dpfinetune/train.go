@@ -130,7 +130,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		sampling:         fs.String("sampling", "poisson", "batch sampling: poisson (what the accountant assumes) or shuffle (fixed-size batches; the reported ε is then NOT a guarantee)"),
 		nonPrivate:       fs.Bool("non-private", false, "train without privacy (mode nondp, no noise, no ε): for baselines and public pretraining"),
 		norm:             fs.String("norm", "default", "input normalisation: default (the dataset's; pixels for a model that takes uint8), none, fmnist, mnist, cifar10, cifar100, imagenet, half, pixels (0-255), or M1,M2,M3/S1,S2,S3"),
-		augment:          fs.String("augment", "none", "augmentation: none, or e.g. crop=4,flip"),
+		augment:          fs.String("augment", "none", "augmentation: none, or items of crop=N (a random crop of the resized image padded by N), rrc[=MIN[-MAX]] (torchvision's RandomResizedCrop of MIN–MAX of the image's area, default 0.08–1, in place of the resize) and flip, e.g. crop=4,flip or rrc,flip"),
 		views:            fs.Int("augment-multiplicity", 1, "feed each sample as K independently augmented views (needs --augment): its gradient is their mean, clipped as one sample's, so ε is unchanged and a step costs about K times the compute and activation memory (De et al. 2022's augmentation multiplicity)"),
 		resize:           fs.String("resize", "stretch", resizeUsage),
 		inShape:          fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),

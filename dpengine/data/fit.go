@@ -30,11 +30,38 @@ type Fit struct {
 	// same 8-bit levels, and a third of the memory. Without it a gray
 	// view mixes the channels of the resized image instead.
 	Gray bool
+	// Whole keeps each image whole, for a random resized crop to draw
+	// its box from (Augment.ResizedCrop): an image whose shorter side
+	// exceeds S — the centre crop's shorter side, Resize.Short or
+	// round(8/7·max(Height, Width)), 256 for 224 — is resized, as PIL
+	// resizes it, to that shorter side, its aspect ratio kept, and
+	// nothing is cropped (a view then resizes and crops it as it would
+	// the photo). Smaller images are kept as they are.
+	Whole bool
 }
+
+// wholeShort is the shorter side a Whole fit resizes images to.
+func (f Fit) wholeShort() int { return f.Resize.short(f.Height, f.Width) }
 
 // fits reports whether an h×w image is resized.
 func (f Fit) fits(h, w int) bool {
+	if f.Whole {
+		return f.Height > 0 && min(h, w) > f.wholeShort()
+	}
 	return f.Height > 0 && int64(h)*int64(w) >= int64(f.Height)*int64(f.Width)
+}
+
+// size is the size an h×w image is kept at: its fitted window's (or
+// whole resize's) where it fits, else its own.
+func (f Fit) size(h, w int) (int, int) {
+	switch {
+	case !f.fits(h, w):
+		return h, w
+	case f.Whole:
+		rh, rw, _, _ := Resize{Crop: true, Short: f.wholeShort()}.layout(h, w, f.Height, f.Width)
+		return rh, rw
+	}
+	return f.Height, f.Width
 }
 
 // check reports a Fit no view could use.
@@ -60,6 +87,9 @@ func (f Fit) String() string {
 	if f.Gray {
 		s += ", gray"
 	}
+	if f.Whole {
+		s += fmt.Sprintf(", whole at %d", f.wholeShort())
+	}
 	return s
 }
 
@@ -71,6 +101,10 @@ func (f Fit) matches(c, h, w int, r Resize) bool {
 	}
 	if f.Height == 0 {
 		return true // converted only
+	}
+	if f.Whole {
+		// Whole images, resized and cropped by the view as photos are.
+		return f.Height == h && f.Width == w
 	}
 	return f.Height == h && f.Width == w && f.Resize.Crop == r.Crop &&
 		(!r.Crop || f.Resize.short(h, w) == r.short(h, w))
@@ -96,10 +130,15 @@ func pilGray(pix []uint8) []uint8 {
 // returned as it is.
 func fitPixels(pix []uint8, c, sh, sw int, f Fit) []uint8 {
 	H, W := f.Height, f.Width
-	if !f.Resize.Crop && sh == H && sw == W {
+	if !f.Resize.Crop && sh == H && sw == W && !f.Whole {
 		return pix
 	}
 	rh, rw, top, left := f.Resize.layout(sh, sw, H, W)
+	if f.Whole {
+		// The whole image, its shorter side resized: the window is all of it.
+		H, W = f.size(sh, sw)
+		rh, rw, top, left = H, W, 0, 0
+	}
 	rows, cols := pilAxis(sh, rh, top, H), pilAxis(sw, rw, left, W)
 	out := make([]uint8, c*H*W)
 	first, last := rows.lo[0], rows.lo[H-1]+rows.n[H-1]
@@ -245,7 +284,7 @@ func (m *Images) FitTo(f Fit) (*Images, error) {
 		}
 		if f.fits(h, w) {
 			pix = fitPixels(pix, out.channels, h, w, f)
-			h, w = f.Height, f.Width
+			h, w = f.size(h, w)
 		}
 		out.samples[i], out.sizes[i] = pix, [2]int32{int32(h), int32(w)}
 		uniform = uniform && out.sizes[i] == out.sizes[0]

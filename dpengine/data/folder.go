@@ -351,10 +351,8 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 				d, err := decodeImage(paths[i], func(path string, w, h int) error {
 					// The decoder's image (up to 8 bytes a pixel) and ours
 					// (3); ours, or its fitted window, stays.
-					kept := 3 * int64(w) * int64(h)
-					if fit.fits(h, w) {
-						kept = 3 * int64(fit.Height) * int64(fit.Width)
-					}
+					fh, fw := fit.size(h, w)
+					kept := 3 * int64(fh) * int64(fw)
 					if fit.Gray {
 						kept /= 3
 					}
@@ -372,7 +370,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 						c = 1
 					}
 					d.pix = fitPixels(d.pix, c, d.h, d.w, fit)
-					d.h, d.w = fit.Height, fit.Width
+					d.h, d.w = fit.size(d.h, d.w)
 				}
 				imgs[i], errs[i] = d, err
 			}

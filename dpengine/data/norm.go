@@ -147,16 +147,48 @@ func (n Norm) String() string {
 
 // Augment is the training-time augmentation: a random crop of the model's
 // input size from the image padded with CropPad zero pixels on every side
-// (torchvision RandomCrop(size, padding=CropPad)), then a horizontal flip
-// with probability 1/2 (RandomHorizontalFlip) when Flip is set. The zero
-// Augment does nothing.
+// (torchvision RandomCrop(size, padding=CropPad)) — or, with ResizedCrop,
+// torchvision's RandomResizedCrop in place of the resize —, then a
+// horizontal flip with probability 1/2 (RandomHorizontalFlip) when Flip is
+// set. The zero Augment does nothing.
 type Augment struct {
 	CropPad int
 	Flip    bool
+	// ResizedCrop, where its Max is positive, crops each image as
+	// torchvision's RandomResizedCrop(size, scale=(Min, Max), ratio=(3/4,
+	// 4/3)) does — a box of a random fraction of the stored image's area
+	// in [Min, Max] and of a random aspect ratio (log-uniform), at a
+	// random place, up to ten tries, then the centre crop — and resizes
+	// the box to the model's input as the view resizes (bilinear,
+	// antialiased where it shrinks): the resize and its centre crop are
+	// for evaluation then, as in torchvision's ImageNet recipes. The
+	// stored image is the one loaded (the window kept, where the images
+	// were fitted as they loaded). Images only; not with CropPad.
+	ResizedCrop AreaRange
 }
 
+// AreaRange is a range of fractions of an image's area, (0, 1].
+type AreaRange struct{ Min, Max float64 }
+
 // IsNone reports whether a does nothing.
-func (a Augment) IsNone() bool { return a.CropPad == 0 && !a.Flip }
+func (a Augment) IsNone() bool { return a.CropPad == 0 && !a.Flip && a.ResizedCrop.Max == 0 }
+
+// check refuses a ResizedCrop range outside (0, 1] or reversed, and one
+// given with CropPad.
+func (a Augment) check() error {
+	r := a.ResizedCrop
+	switch {
+	case a.CropPad < 0:
+		return fmt.Errorf("negative crop padding %d", a.CropPad)
+	case r == AreaRange{}:
+		return nil
+	case !(r.Min > 0 && r.Min <= r.Max && r.Max <= 1):
+		return fmt.Errorf("rrc=%v-%v: want area fractions 0 < min ≤ max ≤ 1", r.Min, r.Max)
+	case a.CropPad > 0:
+		return fmt.Errorf("rrc (a random resized crop, in place of the resize) and crop=%d (a crop of the resized image, padded): give one", a.CropPad)
+	}
+	return nil
+}
 
 // ParseAugment parses an augmentation flag: "none" (or empty), or a
 // comma-separated list of "crop=N" (random crop with N pixels of zero
@@ -179,9 +211,26 @@ func ParseAugment(s string) (Augment, error) {
 				return Augment{}, fmt.Errorf("augment %q: crop=%s: want a non-negative padding in pixels", s, val)
 			}
 			a.CropPad = n
+		case key == "rrc" || key == "resized-crop":
+			r := AreaRange{Min: 0.08, Max: 1} // torchvision's default scale
+			if hasVal {
+				lo, hi, isRange := strings.Cut(val, "-")
+				var err1, err2 error
+				r.Min, err1 = strconv.ParseFloat(lo, 64)
+				if isRange {
+					r.Max, err2 = strconv.ParseFloat(hi, 64)
+				}
+				if err1 != nil || err2 != nil {
+					return Augment{}, fmt.Errorf("augment %q: %s: want rrc, rrc=MIN or rrc=MIN-MAX, fractions of the image's area", s, part)
+				}
+			}
+			a.ResizedCrop = r
 		default:
-			return Augment{}, fmt.Errorf("augment %q: unknown item %q (valid: none, crop=N, flip)", s, part)
+			return Augment{}, fmt.Errorf("augment %q: unknown item %q (valid: none, crop=N, rrc[=MIN[-MAX]], flip)", s, part)
 		}
+	}
+	if err := a.check(); err != nil {
+		return Augment{}, fmt.Errorf("augment %q: %v", s, err)
 	}
 	return a, nil
 }
@@ -191,6 +240,9 @@ func (a Augment) String() string {
 	var parts []string
 	if a.CropPad > 0 {
 		parts = append(parts, "crop="+strconv.Itoa(a.CropPad))
+	}
+	if r := a.ResizedCrop; r.Max > 0 {
+		parts = append(parts, "rrc="+strconv.FormatFloat(r.Min, 'g', -1, 64)+"-"+strconv.FormatFloat(r.Max, 'g', -1, 64))
 	}
 	if a.Flip {
 		parts = append(parts, "flip")

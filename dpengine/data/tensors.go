@@ -90,6 +90,9 @@ func NewTensorView(src *Arrays, p TensorPreprocess) (*TensorView, error) {
 	} else if !p.Augment.IsNone() {
 		return nil, fmt.Errorf("data: %s: samples of one axis (%s) take no augmentation", src.spec, dimsString(want))
 	}
+	if p.Augment.ResizedCrop.Max > 0 {
+		return nil, fmt.Errorf("data: %s: rrc, a random resized crop, augments images (uint8 (N, H, W[, C]) arrays); these samples (%s) are fed as they are: use crop=N and flip", src.spec, dimsString(want))
+	}
 	if err := p.Norm.Validate(); err != nil {
 		return nil, err
 	}
@@ -128,6 +131,9 @@ func (a *Arrays) Labels() []int64 { return slices.Clone(a.labels) }
 func (v *TensorView) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error {
 	return fillBatch(x, y, indices, v.labels, v.p.Shape, v.p.Augment, rng, v)
 }
+
+// sampleSize implements sampleFiller: the last two axes.
+func (v *TensorView) sampleSize(int) (int, int) { return v.h, v.w }
 
 // fillOne writes sample i into dst, augmented as aug says.
 func (v *TensorView) fillOne(dst []float32, i int, aug augDraw) {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,8 +232,8 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 	if C <= 0 || H <= 0 || W <= 0 || int64(C)*int64(H)*int64(W) > 1<<30 {
 		return nil, fmt.Errorf("data: input shape %d×%d×%d: want positive and at most 2^30 values", C, H, W)
 	}
-	if p.Augment.CropPad < 0 {
-		return nil, fmt.Errorf("data: negative crop padding %d", p.Augment.CropPad)
+	if err := p.Augment.check(); err != nil {
+		return nil, fmt.Errorf("data: augment: %v", err)
 	}
 	v := &View{src: src, p: p, shape: []int{p.Channels, p.Height, p.Width}}
 
@@ -300,7 +301,7 @@ func NewView(src *Images, p Preprocess) (*View, error) {
 		}
 		if v.sizes[[2]int{h, w}] == nil {
 			r := p.Resize
-			if fit.Height > 0 && h == H && w == W {
+			if fit.Height > 0 && !fit.Whole && h == H && w == W {
 				r = Resize{}
 			}
 			v.sizes[[2]int{h, w}] = newSizeMap(h, w, H, W, r)
@@ -345,8 +346,19 @@ func newSizeMap(sh, sw, h, w int, r Resize) *sizeMap {
 // from off on (the centre crop's offset; 0 and n = out when stretched).
 func newAxisMap(in, n, off, out int) axisMap {
 	var m axisMap
+	m.build(in, n, off, out)
+	if in > n {
+		m.taps = nil
+	}
+	return m
+}
+
+// build makes m newAxisMap's map, reusing m's slices (its taps left empty,
+// not nil, where the axis shrinks).
+func (m *axisMap) build(in, n, off, out int) {
+	m.taps, m.spans, m.w = m.taps[:0], m.spans[:0], m.w[:0]
 	if in <= n {
-		m.taps = resizeTaps(in, n, off, out)
+		m.taps = appendResizeTaps(m.taps, in, n, off, out)
 		for _, t := range m.taps {
 			if t.i1 == t.i0 {
 				m.spans = append(m.spans, span{t.i0, 1, int32(len(m.w))})
@@ -356,30 +368,26 @@ func newAxisMap(in, n, off, out int) axisMap {
 			m.spans = append(m.spans, span{t.i0, 2, int32(len(m.w))})
 			m.w = append(m.w, 1-t.f, t.f)
 		}
-		return m
+		return
 	}
 	// PyTorch's antialiased weights (aten's upsample kernels, as PIL's):
 	// a triangle filter stretched by the scale, centred on the output
 	// pixel's source position, normalised over the pixels it covers.
 	scale := float64(in) / float64(n)
-	var ws []float64
+	tri := func(j int, centre float64) float64 { return max(0, 1-math.Abs((float64(j)-centre+0.5)/scale)) }
 	for d := off; d < off+out; d++ {
 		centre := scale * (float64(d) + 0.5)
 		lo := max(int(centre-scale+0.5), 0)
 		hi := min(int(centre+scale+0.5), in)
-		ws = ws[:0]
 		total := 0.0
 		for j := lo; j < hi; j++ {
-			x := max(0, 1-math.Abs((float64(j)-centre+0.5)/scale))
-			ws = append(ws, x)
-			total += x
+			total += tri(j, centre)
 		}
-		m.spans = append(m.spans, span{int32(lo), int32(len(ws)), int32(len(m.w))})
-		for _, x := range ws {
-			m.w = append(m.w, float32(x/total))
+		m.spans = append(m.spans, span{int32(lo), int32(hi - lo), int32(len(m.w))})
+		for j := lo; j < hi; j++ {
+			m.w = append(m.w, float32(tri(j, centre)/total))
 		}
 	}
-	return m
 }
 
 // resizeTaps returns the bilinear taps of output samples off … off+out-1
@@ -388,10 +396,14 @@ func newAxisMap(in, n, off, out int) axisMap {
 // clamped at 0. Only the taps asked for are made: a crop's resized axis
 // may be far longer than the input (a 1×60000 image's shorter side
 // scaled to 256).
-func resizeTaps(in, n, off, out int) []tap {
-	t := make([]tap, out)
+func resizeTaps(in, n, off, out int) []tap { return appendResizeTaps(nil, in, n, off, out) }
+
+// appendResizeTaps appends resizeTaps's taps to t.
+func appendResizeTaps(t []tap, in, n, off, out int) []tap {
+	start := len(t)
+	t = slices.Grow(t, out)[:start+out]
 	scale := float64(in) / float64(n)
-	for k := range t {
+	for k := range t[start:] {
 		d := off + k
 		s := scale*(float64(d)+0.5) - 0.5
 		if s < 0 {
@@ -405,7 +417,7 @@ func resizeTaps(in, n, off, out int) []tap {
 		if i0 < in-1 {
 			i1 = i0 + 1
 		}
-		t[k] = tap{int32(i0), int32(i1), float32(s - float64(i0))}
+		t[start+k] = tap{int32(i0), int32(i1), float32(s - float64(i0))}
 	}
 	return t
 }
@@ -456,6 +468,9 @@ func (v *View) Fill(x []float32, y []int64, indices []int, rng *rand.Rand) error
 // would allocate every call).
 type sampleFiller interface {
 	fillOne(dst []float32, i int, a augDraw)
+	// sampleSize is sample i's stored height and width, from which a
+	// random resized crop is drawn.
+	sampleSize(i int) (h, w int)
 }
 
 // fillBatch is the Fill of a view f whose samples have shape (labels by
@@ -489,13 +504,13 @@ func fillBatch(x []float32, y []int64, indices []int, labels []int64, shape []in
 	workers := min(goruntime.GOMAXPROCS(0), len(indices), len(indices)*per/fillGrain)
 	if workers <= 1 {
 		for k, i := range indices {
-			f.fillOne(x[k*per:(k+1)*per], i, aug.draw(rng))
+			f.fillOne(x[k*per:(k+1)*per], i, aug.draw(rng, f, i))
 		}
 		return nil
 	}
 	augs := make([]augDraw, len(indices))
-	for k := range augs {
-		augs[k] = aug.draw(rng)
+	for k, i := range indices {
+		augs[k] = aug.draw(rng, f, i)
 	}
 	fillParallel(f, x, indices, per, augs, workers)
 	return nil
@@ -517,9 +532,10 @@ func fillParallel(f sampleFiller, x []float32, indices []int, per int, augs []au
 	wg.Wait()
 }
 
-// draw draws one sample's augmentation from rng (none without it): the
-// crop offset in the padded image, then the flip, in torchvision's order.
-func (a Augment) draw(rng *rand.Rand) augDraw {
+// draw draws sample i's augmentation from rng (none without it): the
+// crop offset in the padded image, or the resized crop's box in the
+// stored image, then the flip, in torchvision's order.
+func (a Augment) draw(rng *rand.Rand, f sampleFiller, i int) augDraw {
 	var d augDraw
 	if rng == nil {
 		return d
@@ -527,6 +543,11 @@ func (a Augment) draw(rng *rand.Rand) augDraw {
 	if p := a.CropPad; p > 0 {
 		d.dy = rng.IntN(2*p+1) - p
 		d.dx = rng.IntN(2*p+1) - p
+	}
+	if a.ResizedCrop.Max > 0 {
+		h, w := f.sampleSize(i)
+		d.box = true
+		d.top, d.left, d.bh, d.bw = resizedCropBox(rng, h, w, a.ResizedCrop)
 	}
 	if a.Flip {
 		d.flip = rng.Float64() < 0.5
@@ -538,10 +559,44 @@ func (a Augment) draw(rng *rand.Rand) augDraw {
 // calling goroutine: a 28×28 batch fills in tens of microseconds.
 const fillGrain = 1 << 16
 
-// augDraw is one sample's augmentation: the crop offset and the flip.
+// augDraw is one sample's augmentation: the crop offset, or the resized
+// crop's box (top, left, bh×bw, where box is set), and the flip.
 type augDraw struct {
-	dy, dx int
-	flip   bool
+	dy, dx            int
+	flip              bool
+	box               bool
+	top, left, bh, bw int
+}
+
+// resizedCropBox draws a box of an h×w image as torchvision's
+// RandomResizedCrop.get_params does, ratio (3/4, 4/3): ten tries of an
+// area fraction uniform in r and a log-uniform aspect ratio, the box's
+// sides rounded half to even as Python's round, kept where it fits, at a
+// uniform place; else the centre crop of the largest box within the
+// ratios.
+func resizedCropBox(rng *rand.Rand, h, w int, r AreaRange) (top, left, bh, bw int) {
+	area := float64(h) * float64(w)
+	logLo, logHi := math.Log(3.0/4), math.Log(4.0/3)
+	for range 10 {
+		target := area * (r.Min + (r.Max-r.Min)*rng.Float64())
+		ratio := math.Exp(logLo + (logHi-logLo)*rng.Float64())
+		cw := int(math.RoundToEven(math.Sqrt(target * ratio)))
+		ch := int(math.RoundToEven(math.Sqrt(target / ratio)))
+		if cw > 0 && cw <= w && ch > 0 && ch <= h {
+			return rng.IntN(h - ch + 1), rng.IntN(w - cw + 1), ch, cw
+		}
+	}
+	in := float64(w) / float64(h)
+	switch {
+	case in < 3.0/4:
+		bw, bh = w, int(math.RoundToEven(float64(w)/(3.0/4)))
+	case in > 4.0/3:
+		bh, bw = h, int(math.RoundToEven(float64(h)*(4.0/3)))
+	default:
+		bh, bw = h, w
+	}
+	bh, bw = max(min(bh, h), 1), max(min(bw, w), 1)
+	return (h - bh) / 2, (w - bw) / 2, bh, bw
 }
 
 // col returns the source column of output column x in a row of w values,
@@ -555,11 +610,34 @@ func (d augDraw) col(x, w int) (int, bool) {
 	return x, x >= 0 && x < w
 }
 
+// sampleSize implements sampleFiller: the stored image's size.
+func (v *View) sampleSize(i int) (int, int) { return v.src.Size(i) }
+
+// boxMaps are the resize maps of one resized crop's box, pooled so that
+// a fill allocates none in the steady state.
+var boxMaps = sync.Pool{New: func() any { return new(sizeMap) }}
+
 // fillOne writes sample i into dst (C·H·W values), augmented as aug says.
 func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 	C, H, W := v.p.Channels, v.p.Height, v.p.Width
 	pix := v.src.Pixels(i)
 	sh, sw := v.src.Size(i)
+	if aug.box {
+		// The box, resized to the input as the view resizes a whole
+		// image (its own axis maps, shifted to the box), then flipped.
+		sm := boxMaps.Get().(*sizeMap)
+		sm.rows.build(aug.bh, H, 0, H)
+		sm.cols.build(aug.bw, W, 0, W)
+		for k := range sm.rows.spans {
+			sm.rows.spans[k].lo += int32(aug.top)
+		}
+		for k := range sm.cols.spans {
+			sm.cols.spans[k].lo += int32(aug.left)
+		}
+		v.fillFiltered(dst, pix, sh, sw, sm, augDraw{flip: aug.flip})
+		boxMaps.Put(sm)
+		return
+	}
 	plane := sh * sw
 	sm := v.sizes[[2]int{sh, sw}]
 	if sm.rows.taps == nil || sm.cols.taps == nil {
