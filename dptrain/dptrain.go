@@ -1372,6 +1372,9 @@ func Run(cfg Config) (*Report, error) {
 				if rec.Test.AUC != nil {
 					auc = fmt.Sprintf("%.4f", *rec.Test.AUC)
 				}
+				if rec.Test.MAP != nil {
+					auc += fmt.Sprintf(", mAP %.4f", *rec.Test.MAP)
+				}
 				line += fmt.Sprintf(", test AUC %s, labels right %.2f %%, exact %.2f %% (loss %.4f%s)", auc, 100*rec.Test.Accuracy, 100*rec.Test.ExactMatch, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])
 			} else {
 				line += fmt.Sprintf(", test accuracy %.2f %% (loss %.4f%s)", 100*rec.Test.Accuracy, rec.Test.Loss, map[bool]string{true: ", of the average"}[eng.Averaging()])

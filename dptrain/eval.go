@@ -28,7 +28,8 @@ type EvalResult struct {
 	// PerClass each label's figures, MacroF1 their F1's mean over every
 	// label, BalancedAccuracy the mean over the labels of each one's
 	// balanced accuracy, AUC the mean of the AUCs of the labels with
-	// positives and negatives; Confusion, Top5, AccuracyCI and ECE are
+	// positives and negatives, MAP the mean of the average precisions of
+	// the labels with positives; Confusion, Top5, AccuracyCI and ECE are
 	// nil.
 	MultiLabel bool    `json:"multi_label,omitempty"`
 	ExactMatch float64 `json:"exact_match,omitempty"`
@@ -70,6 +71,11 @@ type EvalResult struct {
 	// undefined (a class without examples, one class) or the
 	// probabilities would take more than maxAUCFloats to keep.
 	AUC *float64 `json:"auc,omitempty"`
+	// MAP is a multi-label evaluation's mean average precision (COCO's
+	// and PASCAL VOC's figure for multi-label classification): the mean,
+	// over the labels the data has positives of, of each label's average
+	// precision (ClassMetrics.AP). Nil otherwise, as AUC is.
+	MAP *float64 `json:"map,omitempty"`
 	// ECE is the expected calibration error: over 15 bins of equal width
 	// of the top probability, the examples' share of each bin times the
 	// difference of its accuracy and mean top probability, summed. A
@@ -80,13 +86,19 @@ type EvalResult struct {
 
 // ClassMetrics are one class's figures in an EvalResult — of a
 // multi-label evaluation, one label's: its decisions' precision, recall
-// and F1, Support its positives, and its AUC.
+// and F1, Support its positives, its AUC, and its average precision.
 type ClassMetrics struct {
 	Precision float64  `json:"precision"`
 	Recall    float64  `json:"recall"`
 	F1        float64  `json:"f1"`
 	Support   int64    `json:"support"`
 	AUC       *float64 `json:"auc,omitempty"`
+	// AP is a multi-label evaluation's average precision of the label
+	// (average_precision_score of its logits): the precision at each
+	// distinct score taken as the threshold, weighted by the recall it
+	// adds, Σ (R_n − R_{n−1})·P_n. Nil where the data has no positive of
+	// it.
+	AP *float64 `json:"ap,omitempty"`
 }
 
 // maxAUCFloats bounds the probabilities Run keeps for the AUC (examples
@@ -480,6 +492,44 @@ func rankAUC(score []float32, pos []bool) (float64, bool) {
 	return (rankSum - float64(np)*float64(np+1)/2) / (float64(np) * float64(nn)), true
 }
 
+// averagePrecision is scikit-learn's average_precision_score of scores
+// against pos: the examples by decreasing score, a threshold at each
+// distinct score (tied scores enter together), the precision there
+// weighted by the recall it adds; false where no example is positive.
+func averagePrecision(score []float32, pos []bool) (float64, bool) {
+	idx := make([]int, len(score))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+	np := 0
+	for _, p := range pos {
+		if p {
+			np++
+		}
+	}
+	if np == 0 {
+		return 0, false
+	}
+	var ap float64
+	tp, seen := 0, 0
+	for i := 0; i < len(idx); {
+		j := i
+		gained := 0
+		for j < len(idx) && score[idx[j]] == score[idx[i]] {
+			if pos[idx[j]] {
+				gained++
+			}
+			j++
+		}
+		tp += gained
+		seen += j - i
+		ap += float64(gained) / float64(np) * float64(tp) / float64(seen)
+		i = j
+	}
+	return ap, true
+}
+
 // Losses calls fn for every example i of v, in order, with its label, its
 // logits (valid during the call only) and its softmax cross-entropy loss
 // — multi-label, the multi-label loss, the label set's words in ev.truth
@@ -673,8 +723,8 @@ func (m *labelMetrics) result() *EvalResult {
 	res.Loss = m.lossSum / float64(n)
 	score := make([]float32, n)
 	pos := make([]bool, n)
-	var aucSum float64
-	var aucs int
+	var aucSum, apSum float64
+	var aucs, aps int
 	for j := range res.PerClass {
 		c := &res.PerClass[j]
 		tp, fp, fn := float64(m.tp[j]), float64(m.fp[j]), float64(m.fn[j])
@@ -713,11 +763,20 @@ func (m *labelMetrics) result() *EvalResult {
 				aucSum += a
 				aucs++
 			}
+			if a, ok := averagePrecision(score, pos); ok {
+				c.AP = &a
+				apSum += a
+				aps++
+			}
 		}
 	}
 	if aucs > 0 {
 		a := aucSum / float64(aucs)
 		res.AUC = &a
+	}
+	if aps > 0 {
+		a := apSum / float64(aps)
+		res.MAP = &a
 	}
 	return res
 }

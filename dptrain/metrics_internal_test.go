@@ -83,9 +83,11 @@ func TestEvalMetrics(t *testing.T) {
 // scikit-learn's figures (testdata/gen/make_metrics.py): the share of
 // right label decisions (1 − hamming_loss), the exact matches
 // (accuracy_score), each label's precision, recall, F1 and AUC, the macro
-// F1 and AUC, each label's balanced accuracy's mean, and the loss (the
+// F1 and AUC, each label's balanced accuracy's mean, each label's average
+// precision (average_precision_score) and their mean, and the loss (the
 // sigmoids' binary cross-entropy by numpy's logaddexp); a label no sample
-// has has no AUC, and saturated sigmoids are ranked by their logits.
+// has has no AUC nor average precision, saturated sigmoids are ranked by
+// their logits, and tied scores enter a threshold together.
 func TestEvalMetricsMultiLabel(t *testing.T) {
 	cases := readCases[struct {
 		Name             string         `json:"name"`
@@ -98,9 +100,10 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		BalancedAccuracy float64        `json:"balanced_accuracy"`
 		PerClass         []ClassMetrics `json:"per_class"`
 		AUC              *float64       `json:"auc"`
+		MAP              *float64       `json:"map"`
 		Loss             float64        `json:"loss"`
 		Thresholds       []float64      `json:"thresholds"`
-	}](t, "multilabel.json", 3)
+	}](t, "multilabel.json", 4)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newLabelMetrics(len(c.Labels), c.K)
@@ -131,14 +134,22 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				near("precision", g.Precision, w.Precision)
 				near("recall", g.Recall, w.Recall)
 				near("F1", g.F1, w.F1)
-				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) {
-					t.Errorf("label %d: support %d, AUC %v; want %d, %v", j, g.Support, g.AUC, w.Support, w.AUC)
-				} else if w.AUC != nil {
+				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) || (g.AP == nil) != (w.AP == nil) {
+					t.Errorf("label %d: support %d, AUC %v, AP %v; want %d, %v, %v", j, g.Support, g.AUC, g.AP, w.Support, w.AUC, w.AP)
+					continue
+				}
+				if w.AUC != nil {
 					near("a label's AUC", *g.AUC, *w.AUC)
+				}
+				if w.AP != nil {
+					near("a label's average precision", *g.AP, *w.AP)
 				}
 			}
 			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
+			}
+			if (got.MAP == nil) != (c.MAP == nil) || c.MAP != nil && math.Abs(*got.MAP-*c.MAP) > 1e-6 {
+				t.Errorf("mAP %v, want %v", got.MAP, c.MAP)
 			}
 		})
 	}

@@ -268,7 +268,7 @@ func runEval(args []string, stdout io.Writer) error {
 }
 
 // writeLabelEval prints a multi-label evaluation: the figures, then each
-// label's precision, recall, F1, positives and AUC.
+// label's precision, recall, F1, positives, AUC and average precision.
 func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	above := "½"
 	if res.Thresholds != nil {
@@ -278,21 +278,27 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 	if res.AUC != nil {
 		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives)\n", *res.AUC)
 	}
+	if res.MAP != nil {
+		fmt.Fprintf(stdout, "mAP:      %.4f (mean average precision of the labels with positives)\n", *res.MAP)
+	}
 	fmt.Fprintf(stdout, "labels right: %.2f %% (of every sample's label decisions)\nexact:    %.2f %% (samples with every label right)\n", 100*res.Accuracy, 100*res.ExactMatch)
 	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
 	fmt.Fprintf(stdout, "\nper label:\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t\n")
+	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t AP\t\n")
 	for i, c := range res.PerClass {
 		label := strconv.Itoa(i)
 		if i < len(res.Classes) && res.Classes[i] != label {
 			label += " " + res.Classes[i]
 		}
-		auc := "–"
+		auc, ap := "–", "–"
 		if c.AUC != nil {
 			auc = fmt.Sprintf("%.4f", *c.AUC)
 		}
-		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc)
+		if c.AP != nil {
+			ap = fmt.Sprintf("%.4f", *c.AP)
+		}
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc, ap)
 	}
 	tw.Flush()
 }

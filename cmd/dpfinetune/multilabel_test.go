@@ -410,8 +410,8 @@ func TestTrainManyLabels(t *testing.T) {
 			if err := json.Unmarshal([]byte(o), &ev); err != nil {
 				t.Fatal(err)
 			}
-			if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || len(ev.PerClass) != labels {
-				t.Fatalf("eval: multi-label %v, AUC %v, %d labels", ev.MultiLabel, *ev.AUC, len(ev.PerClass))
+			if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || ev.MAP == nil || len(ev.PerClass) != labels {
+				t.Fatalf("eval: multi-label %v, AUC %v, mAP %v, %d labels", ev.MultiLabel, ev.AUC, ev.MAP, len(ev.PerClass))
 			}
 			boot := ev.PerClass[labels-1]
 			if boot.Support == 0 || boot.Recall < 0.5 {
@@ -419,7 +419,8 @@ func TestTrainManyLabels(t *testing.T) {
 			}
 			t.Logf("AUC %.4f, labels right %.4f, Boot recall %.3f precision %.3f", *ev.AUC, ev.Accuracy, boot.Recall, boot.Precision)
 			o, _, _ = run(t, "eval", "--model", out, "--data", test)
-			if !strings.Contains(o, "multi-label: "+k+" labels") || !strings.Contains(o, "Boot") || !strings.Contains(o, fmt.Sprintf("attr_%02d", labels-11)) {
+			if !strings.Contains(o, "multi-label: "+k+" labels") || !strings.Contains(o, "Boot") || !strings.Contains(o, fmt.Sprintf("attr_%02d", labels-11)) ||
+				!strings.Contains(o, fmt.Sprintf("mAP:      %.4f", *ev.MAP)) {
 				t.Errorf("eval does not name the %s labels:\n%s", k, o)
 			}
 			// Boots of the test split: predict decides each label whose

@@ -15,7 +15,7 @@ import os
 import numpy as np
 from scipy.special import softmax
 from scipy.stats import binomtest
-from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, hamming_loss,
+from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score, hamming_loss,
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
 
 
@@ -86,15 +86,18 @@ with open(path, "w") as f:
 print("wrote", path)
 
 
-def multilabel_case(name, n, k, seed, constant=None, thresholds=None):
+def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False):
     """A multi-label model's logits and label sets (bit j: label j); a
     label decided where its logit is above 0, or with thresholds where its
-    sigmoid is above its threshold t (the logit above log(t/(1-t)))."""
+    sigmoid is above its threshold t (the logit above log(t/(1-t)));
+    with ties, logits rounded to halves, many equal."""
     rng = np.random.default_rng(seed)
     y = (rng.random((n, k)) < 0.3).astype(int)
     if constant is not None:  # a label no sample has: no AUC of its own
         y[:, constant] = 0
     logits = (rng.normal(0, 1.5, (n, k)) + 2.0 * (y - 0.5)).astype(np.float32)
+    if ties:
+        logits = (np.round(logits * 2) / 2).astype(np.float32)
     logits[0, 0] = 40  # saturated sigmoids, which the AUC ranks by the logits
     logits[1, 0] = 39
     if thresholds is None:
@@ -111,16 +114,21 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None):
     out["macro_f1"] = f1_score(y, pred, average="macro", zero_division=0)
     p, r, f, s = precision_recall_fscore_support(y, pred, average=None, zero_division=0)
     per = []
-    aucs = []
+    aucs, aps = [], []
     for j in range(k):
         c = {"precision": float(p[j]), "recall": float(r[j]), "f1": float(f[j]), "support": int(s[j])}
         if 0 < y[:, j].sum() < n:
             c["auc"] = roc_auc_score(y[:, j], logits[:, j].astype(np.float64))
             aucs.append(c["auc"])
+        if y[:, j].sum() > 0:
+            c["ap"] = average_precision_score(y[:, j], logits[:, j].astype(np.float64))
+            aps.append(c["ap"])
         per.append(c)
     out["per_class"] = per
     if aucs:
         out["auc"] = float(np.mean(aucs))
+    if aps:
+        out["map"] = float(np.mean(aps))
     out["balanced_accuracy"] = float(np.mean([balanced_accuracy_score(y[:, j], pred[:, j]) for j in range(k)]))
     z = logits.astype(np.float64)
     out["loss"] = float(np.mean(np.mean(np.logaddexp(0, z) - z * y, axis=1)))
@@ -128,7 +136,8 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None):
 
 
 mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label no sample has", 150, 4, 12, constant=2),
-          multilabel_case("five labels at thresholds of their own", 200, 5, 11, thresholds=[0.3, 0.5, 0.7, 0.15, 0.9])]
+          multilabel_case("five labels at thresholds of their own", 200, 5, 11, thresholds=[0.3, 0.5, 0.7, 0.15, 0.9]),
+          multilabel_case("tied scores", 120, 3, 13, ties=True)]
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "multilabel.json")
 with open(path, "w") as f:
     json.dump(mcases, f, indent=None, separators=(",", ":"))
