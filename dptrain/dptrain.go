@@ -1002,6 +1002,11 @@ func Run(cfg Config) (*Report, error) {
 	for _, note := range set.LoadNotes {
 		logf("  model:     %s\n", note)
 	}
+	if d, ok := cfg.Train.(interface{ PixelsOnDisk() (int64, string) }); ok {
+		if b, dir := d.PixelsOnDisk(); b > 0 {
+			logf("  pixels:    on disk: %d MiB of fitted images mapped from a file in %s (more than half the memory available; removed as it was opened), read through the page cache\n", b>>20, dir)
+		}
+	}
 	logf("  rewrite:   %d trainable parameters in %d tensors, %d frozen", rp.Trainable.Scalars, rp.Trainable.Tensors, rp.Frozen.Scalars)
 	logf(" (%d rewrite changes; see --report)\n", len(rp.Changes))
 	if l := set.LoRA; l != nil {

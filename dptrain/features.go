@@ -132,7 +132,7 @@ func planFeatureCache(set Settings, dev runtime.Device, g *graph.Graph, rp *rewr
 		if spillDir == "" {
 			return refuse(over)
 		}
-		free, err := diskFree(spillDir)
+		free, err := sysmem.DiskFree(spillDir)
 		if err != nil {
 			return refuse(fmt.Sprintf("%s, and the free space of %s is unknown: %v", over, spillDir, err))
 		}

@@ -12,8 +12,6 @@ import (
 
 var errNoSpill = errors.New("a feature cache on disk needs a Unix system")
 
-func diskFree(string) (int64, error) { return 0, errNoSpill }
-
 func spillFloats(string, int) ([]float32, func() error, error) { return nil, nil, errNoSpill }
 
 // mapFloats reads n float32 of f from byte off on into memory (no

@@ -10,16 +10,6 @@ import (
 	"unsafe"
 )
 
-// diskFree returns the bytes an unprivileged writer may still put in dir's
-// file system.
-func diskFree(dir string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
-}
-
 // spillFloats returns n float32 of a file in dir mapped into memory, and
 // the function that unmaps them. The file is removed as soon as it is
 // open: the mapping keeps its blocks until the function is called or the

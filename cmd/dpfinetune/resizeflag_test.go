@@ -176,3 +176,41 @@ func TestAugmentResizedCrop(t *testing.T) {
 		}
 	}
 }
+
+// TestPixelsOnDiskTrain: with the training images' pixels on disk
+// (DPFINETUNE_PIXELS=disk; by default where the fitted images would take
+// more than half the memory), train says so and trains the same model,
+// bit for bit, as with them in memory.
+func TestPixelsOnDiskTrain(t *testing.T) {
+	folder := "folder:" + photoFolder(t)
+	dir := t.TempDir()
+	train := func(mode, out string) string {
+		t.Helper()
+		t.Setenv("DPFINETUNE_PIXELS", mode)
+		t.Setenv("DPFINETUNE_PIXEL_DIR", dir)
+		o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", "none",
+			"--epsilon", "8", "--epochs", "2", "--batch-size", "4", "--seed", "3", "--resize", "crop", "--augment", "rrc,flip", "--out", out)
+		if code != 0 {
+			t.Fatalf("train with the pixels in %s: exit %d: %s", mode, code, e)
+		}
+		return o
+	}
+	mem, disk := filepath.Join(dir, "mem.onnx"), filepath.Join(dir, "disk.onnx")
+	if o := train("memory", mem); strings.Contains(o, "pixels:") {
+		t.Errorf("pixels in memory, and the log says otherwise:\n%s", o)
+	}
+	if o := train("disk", disk); !strings.Contains(o, "pixels:    on disk:") || !strings.Contains(o, "mapped from a file in "+dir) {
+		t.Errorf("the log does not say the pixels are on disk:\n%s", o)
+	}
+	a, err := os.ReadFile(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(a) != string(b) {
+		t.Error("the model trained with the pixels on disk differs from the one trained with them in memory")
+	}
+}

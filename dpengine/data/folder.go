@@ -336,6 +336,13 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	if avail, src, ok := sysmem.Available(); ok {
 		budget, budgetSrc = avail, src
 	}
+	// Where the fitted images would take more than half the memory, their
+	// pixels go to a file as they are decoded (pixelfile.go): then only
+	// the images being decoded count against the budget.
+	disk, err := pixelsOnDisk(len(paths), fit, budget)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", scheme, err)
+	}
 	var used atomic.Int64
 	var next atomic.Int64
 	var wg par.Group
@@ -356,6 +363,9 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 					if fit.Gray {
 						kept /= 3
 					}
+					if disk != nil {
+						kept = 0 // on disk: the decoder's image alone
+					}
 					if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
 						return fmt.Errorf("%s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
 					}
@@ -372,6 +382,10 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 					d.pix = fitPixels(d.pix, c, d.h, d.w, fit)
 					d.h, d.w = fit.size(d.h, d.w)
 				}
+				if err == nil && disk != nil {
+					d.off, d.n = disk.put(d.pix), len(d.pix)
+					d.pix = nil
+				}
 				imgs[i], errs[i] = d, err
 			}
 		}()
@@ -379,6 +393,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
+			disk.close()
 			return nil, fmt.Errorf("%s: %w", scheme, err)
 		}
 	}
@@ -392,6 +407,12 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 		if d.h != imgs[0].h || d.w != imgs[0].w {
 			uniform = false
 		}
+	}
+	if disk != nil {
+		if err := m.mapPixels(disk, imgs); err != nil {
+			return nil, fmt.Errorf("%s: %w", scheme, err)
+		}
+		return m, nil
 	}
 	if m.channels == 3 {
 		for i := range imgs {
@@ -495,6 +516,49 @@ type decoded struct {
 	gray bool
 	h, w int
 	pix  []uint8
+	// off and n place the pixels in a load's pixel file instead of pix
+	// (pixelsOnDisk).
+	off int64
+	n   int
+}
+
+// mapPixels makes m's samples the images of imgs in the pixel file p:
+// gray ones of an RGB dataset are made RGB and written again, then the
+// file is mapped and each sample is its part of the mapping.
+func (m *Images) mapPixels(p *pixelFile, imgs []decoded) error {
+	if m.channels == 3 {
+		for i := range imgs {
+			if !imgs[i].gray {
+				continue
+			}
+			g, err := p.read(imgs[i].off, imgs[i].n)
+			if err != nil {
+				p.close()
+				return err
+			}
+			rgb := grayToRGB(g)
+			imgs[i].off, imgs[i].n = p.put(rgb), len(rgb)
+		}
+	}
+	b, err := p.mapAll()
+	if err != nil {
+		return err
+	}
+	m.samples = make([][]uint8, len(imgs))
+	m.sizes = make([][2]int32, len(imgs))
+	uniform := true
+	for i, d := range imgs {
+		m.samples[i] = b[d.off : d.off+int64(d.n) : d.off+int64(d.n)]
+		m.sizes[i] = [2]int32{int32(d.h), int32(d.w)}
+		uniform = uniform && m.sizes[i] == m.sizes[0]
+	}
+	if uniform && len(imgs) > 0 {
+		// One size, as a load in memory has it (UniformSize), its samples
+		// in the mapping's order.
+		m.h, m.w, m.sizes = imgs[0].h, imgs[0].w, nil
+	}
+	m.onDisk, m.onDiskDir = int64(len(b)), p.dir
+	return nil
 }
 
 func grayToRGB(g []uint8) []uint8 {

@@ -46,6 +46,10 @@ type Images struct {
 	// multiLabel marks a multi-label dataset (MultiLabel): labels are
 	// label sets (internal/labelset).
 	multiLabel bool
+	// onDisk is the bytes of samples mapped from a file in onDiskDir
+	// (pixelsOnDisk), 0 where they are in memory.
+	onDisk    int64
+	onDiskDir string
 
 	// fit is what LoadFitted shrank the images to: every sample of
 	// fit's size holds its view's window (the zero Fit: none).
@@ -148,7 +152,7 @@ func (m *Images) Size(i int) (height, width int) {
 // Pixels returns the (C,H,W) uint8 pixels of sample i. The slice is
 // shared; do not modify it.
 func (m *Images) Pixels(i int) []uint8 {
-	if m.h > 0 {
+	if m.pix != nil {
 		n := m.channels * m.h * m.w
 		return m.pix[i*n : (i+1)*n : (i+1)*n]
 	}
@@ -177,11 +181,18 @@ func hashLabels(put func(int64), labels []int64, multi bool, k int) {
 	}
 }
 
+// PixelsOnDisk returns the bytes of the images' pixels mapped from a file
+// in dir (the fitted images took more than half the memory available:
+// see DPFINETUNE_PIXELS), 0 where they are in memory.
+func (m *Images) PixelsOnDisk() (bytes int64, dir string) { return m.onDisk, m.onDiskDir }
+
 // Bytes returns the memory held by the pixels, labels and users.
 func (m *Images) Bytes() int64 {
 	n := int64(len(m.pix)) + 8*int64(len(m.labels)) + 4*int64(len(m.users))
-	for _, s := range m.samples {
-		n += int64(len(s))
+	if m.onDisk == 0 { // mapped pixels are the page cache's, not ours
+		for _, s := range m.samples {
+			n += int64(len(s))
+		}
 	}
 	return n + 8*int64(len(m.sizes))
 }
@@ -294,15 +305,24 @@ func (m *Images) Fingerprint() string {
 		put(int64(m.channels))
 		put(int64(len(m.labels)))
 		hashLabels(put, m.labels, m.multiLabel, len(m.classes))
-		if m.pix != nil {
+		switch {
+		case m.h > 0:
+			// One size: the samples one after another, whether in one
+			// slice or mapped from disk in another order (mapPixels).
 			put(int64(m.h))
 			put(int64(m.w))
-			h.Write(m.pix)
-		}
-		for i, s := range m.samples {
-			put(int64(m.sizes[i][0]))
-			put(int64(m.sizes[i][1]))
-			h.Write(s)
+			if m.pix != nil {
+				h.Write(m.pix)
+			}
+			for _, s := range m.samples {
+				h.Write(s)
+			}
+		default:
+			for i, s := range m.samples {
+				put(int64(m.sizes[i][0]))
+				put(int64(m.sizes[i][1]))
+				h.Write(s)
+			}
 		}
 		// After everything the fingerprint held before users: a dataset
 		// without them keeps its fingerprint.

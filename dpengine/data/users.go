@@ -165,8 +165,12 @@ func (m *Images) derive() *Images {
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
 		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths,
 		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel,
+		onDisk: m.onDisk, onDiskDir: m.onDiskDir,
 	}
 }
+
+// PixelsOnDisk is the source dataset's PixelsOnDisk.
+func (v *View) PixelsOnDisk() (int64, string) { return v.src.PixelsOnDisk() }
 
 // NumUsers is the source dataset's NumUsers.
 func (v *View) NumUsers() int { return v.src.NumUsers() }
