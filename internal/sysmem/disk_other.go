@@ -9,7 +9,9 @@ import (
 )
 
 // DiskFree is not known here.
-func DiskFree(string) (int64, error) { return 0, errors.New("free disk space is read on Unix systems only") }
+func DiskFree(string) (int64, error) {
+	return 0, errors.New("free disk space is read on Unix systems only")
+}
 
 // MapReadOnly reads the first size bytes of f into memory (no mapping
 // here).
