@@ -133,7 +133,7 @@ func TestPixelsOnDiskChoice(t *testing.T) {
 	}{
 		{1000, fit, 1 << 30, false},                                       // 150 MB of 1 GiB
 		{10000, fit, 1 << 30, true},                                       // 1.5 GB of 1 GiB
-		{10000, Fit{Height: 224, Width: 224, Gray: true}, 1 << 30, false}, // 502 MB: under half? no: 0.47 GiB
+		{10000, Fit{Height: 224, Width: 224, Gray: true}, 1 << 30, false}, // 502 MB (0.47 GiB): under half
 		{10000, Fit{}, 1 << 20, false},
 		{3000, Fit{Height: 224, Width: 224, Resize: Resize{Crop: true}, Whole: true}, 1 << 30, true}, // 256²·4/3·3 each: 786 MB
 	} {
