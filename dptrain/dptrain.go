@@ -242,8 +242,9 @@ type Report struct {
 	// what the run would spend.
 	DryRun bool `json:"dry_run,omitempty"`
 	// ScoreRight says how much of each of Config.Score's examples the
-	// released model gets right (Evaluator.Right: 1 or 0, multi-label the
-	// share of its labels): not private, so never written.
+	// released model gets right, in [0, 1] (Evaluator.Right: 1 or 0,
+	// multi-label the share of its labels; with Config.ScoreRanking
+	// Evaluator.RankingPrecision): not private, so never written.
 	ScoreRight []float64     `json:"-"`
 	Epochs     []EpochRecord `json:"epochs"`
 	Seconds    float64       `json:"seconds"`
@@ -284,6 +285,10 @@ type Config struct {
 	// noised score of them (dpfinetune tune). Nothing of it is logged or
 	// written.
 	Score data.Dataset
+	// ScoreRanking scores Score's examples by how well the model ranks
+	// their labels (Evaluator.RankingPrecision) instead of by its
+	// decisions (Evaluator.Right): multi-label only.
+	ScoreRanking bool
 	// PhysicalBatch is the number of samples (at user level, users) per
 	// forward/backward pass; 0 means the largest that fits MaxMemory
 	// bytes when MaxMemory > 0, else min(L, 64) divided by the
@@ -1409,7 +1414,11 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if scoreEv != nil {
-		if rep.ScoreRight, err = scoreEv.Right(cfg.Score); err != nil {
+		score := scoreEv.Right
+		if cfg.ScoreRanking {
+			score = scoreEv.RankingPrecision
+		}
+		if rep.ScoreRight, err = score(cfg.Score); err != nil {
 			return nil, fmt.Errorf("scoring: %w", err)
 		}
 	}

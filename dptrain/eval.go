@@ -2,6 +2,7 @@ package dptrain
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -619,6 +620,58 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 		}
 	})
 	return right, err
+}
+
+// RankingPrecision says how well a multi-label model ranks each of v's
+// examples' labels, in [0, 1]: the label ranking average precision of the
+// example (scikit-learn's label_ranking_average_precision_score of it) —
+// for each label that applies, the share of the labels ranked at or above
+// it (by logit) that apply too, averaged over the labels that apply; 1
+// where none or all apply. Unlike Right, which a model deciding every rare
+// label absent scores well, it rewards ranking the labels that apply
+// first, whatever the thresholds.
+func (ev *Evaluator) RankingPrecision(v data.Dataset) ([]float64, error) {
+	if !ev.multiLabel {
+		return nil, errors.New("the label ranking precision scores a multi-label model")
+	}
+	out, order := make([]float64, v.Len()), make([]int, ev.k)
+	err := ev.Losses(v, func(i int, _ int64, logits []float32, _ float64) {
+		out[i] = rankingPrecision(logits, ev.truth, order)
+	})
+	return out, err
+}
+
+// rankingPrecision is one example's label ranking average precision
+// (RankingPrecision): its logits and the words of its label set; order is
+// scratch of len(logits). The labels by decreasing logit, ties entering
+// together: a label's rank counts every label at or above it.
+func rankingPrecision(logits []float32, truth []uint64, order []int) float64 {
+	k, pos := len(logits), 0
+	for j := range k {
+		order[j] = j
+		if labelset.Has(truth, j) {
+			pos++
+		}
+	}
+	if pos == 0 || pos == k {
+		return 1
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(logits[b], logits[a]) })
+	var sum float64
+	above := 0 // labels that apply at or above the group
+	for i := 0; i < k; {
+		j, gained := i, 0
+		for j < k && logits[order[j]] == logits[order[i]] {
+			if labelset.Has(truth, order[j]) {
+				gained++
+			}
+			j++
+		}
+		above += gained
+		sum += float64(gained) * float64(above) / float64(j)
+		i = j
+	}
+	return sum / float64(pos)
 }
 
 // Decide writes the label set a multi-label model decides on into set,

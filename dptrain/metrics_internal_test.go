@@ -84,7 +84,9 @@ func TestEvalMetrics(t *testing.T) {
 // right label decisions (1 − hamming_loss), the exact matches
 // (accuracy_score), each label's precision, recall, F1 and AUC, the macro
 // F1 and AUC, each label's balanced accuracy's mean, each label's average
-// precision (average_precision_score) and their mean, and the loss (the
+// precision (average_precision_score) and their mean, the examples' label
+// ranking average precision's mean (Evaluator.RankingPrecision,
+// label_ranking_average_precision_score), and the loss (the
 // sigmoids' binary cross-entropy by numpy's logaddexp); a label no sample
 // has has no AUC nor average precision, saturated sigmoids are ranked by
 // their logits, and tied scores enter a threshold together.
@@ -101,6 +103,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		PerClass         []ClassMetrics `json:"per_class"`
 		AUC              *float64       `json:"auc"`
 		MAP              *float64       `json:"map"`
+		LRAP             float64        `json:"lrap"`
 		Loss             float64        `json:"loss"`
 		Thresholds       []float64      `json:"thresholds"`
 	}](t, "multilabel.json", 4)
@@ -115,10 +118,14 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				}
 				m.cut = ev.cut
 			}
+			var lrap float64
+			order := make([]int, c.K)
 			for i, y := range c.Labels {
 				set := []uint64{uint64(y)} // K ≤ 64: one word
 				m.add(i, set, c.Logits[i], sigmoidLoss(c.Logits[i], set))
+				lrap += rankingPrecision(c.Logits[i], set, order)
 			}
+			nearSklearn(t)("label ranking average precision", lrap/float64(len(c.Labels)), c.LRAP)
 			got := m.result()
 			near := nearSklearn(t)
 			if !got.MultiLabel || got.Confusion != nil || got.Top5 != nil || got.AccuracyCI != nil || got.ECE != nil {
@@ -160,7 +167,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 func nearSklearn(t *testing.T) func(what string, got, want float64) {
 	return func(what string, got, want float64) {
 		t.Helper()
-		if math.Abs(got-want) > 1e-6 {
+		if !(math.Abs(got-want) <= 1e-6) { // NaN too
 			t.Errorf("%s = %.9g, scikit-learn's %.9g", what, got, want)
 		}
 	}

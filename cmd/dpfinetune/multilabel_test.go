@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -318,6 +319,49 @@ func TestTrainMultiLabel(t *testing.T) {
 	}
 	if metadata(t, tuned)["dpfinetune.multi_label"] != "true" || !(tr.Score > 0.5 && tr.Score <= 1.05) {
 		t.Errorf("tuned: metadata %v, noisy score %v (the share of label decisions right)", metadata(t, tuned), tr.Score)
+	}
+	// By the labels' ranking (--score ranking): each example's label
+	// ranking average precision, the chosen model's within the noise of
+	// its own on the held-out data (σ = 0.01); single-label data refused.
+	ranked := filepath.Join(dir, "ranked.onnx")
+	o, e, code = run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", train+":limit=400", "--test-data", test, "--num-classes", "13", "--epsilon", "8",
+		"--epochs", "2", "--batch-size", "100", "--grid", "lr=0.005,0.02", "--trials-mean", "2", "--seed", "3", "--quiet", "--score", "ranking", "--out", ranked, "--report", ranked+".json")
+	if code != 0 || !strings.Contains(o, "scores:  label ranking average precision") {
+		t.Fatalf("tune --score ranking: exit %d: %s\n%s", code, e, o)
+	}
+	var rr struct {
+		Score     float64 `json:"score"`
+		ScoreKind string  `json:"score_kind"`
+	}
+	if b, err = os.ReadFile(ranked + ".json"); err == nil {
+		err = json.Unmarshal(b, &rr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	tv, err := openView(test, []int64{1, 28, 28}, "fmnist", "none", "stretch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lrap, err := classifyRun(nil, ranked, tv, 100, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mean := 0.0
+	for _, v := range lrap {
+		mean += v / float64(len(lrap))
+	}
+	if rr.ScoreKind != "ranking" || math.Abs(rr.Score-mean) > 0.05 || !strings.Contains(metadata(t, ranked)["dpfinetune.search"], "label ranking average precision") {
+		t.Errorf("tune --score ranking: kind %q, noisy score %v, the model's mean %v; search %q", rr.ScoreKind, rr.Score, mean, metadata(t, ranked)["dpfinetune.search"])
+	}
+	for _, c := range []struct{ data, score, want string }{
+		{strings.TrimSuffix(test, ":multilabel"), "ranking", "ranks a multi-label model's labels"},
+		{test, "auc", "want right or ranking"},
+	} {
+		if _, e, code := run(t, "tune", "--model", "../../testdata/models/cnn.onnx", "--data", train+":limit=400", "--test-data", c.data, "--num-classes", "13", "--epsilon", "8",
+			"--grid", "lr=0.005,0.02", "--score", c.score, "--out", filepath.Join(dir, "bad.onnx")); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("tune --score %s on %s: exit %d: %s", c.score, c.data, code, e)
+		}
 	}
 }
 

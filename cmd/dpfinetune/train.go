@@ -51,14 +51,15 @@ func (e interruptError) Error() string {
 }
 
 func runTrain(args []string, stdout io.Writer) error {
-	_, err := runTrainWith(args, stdout, nil, nil)
+	_, err := runTrainWith(args, stdout, nil, nil, false)
 	return err
 }
 
 // runTrainWith is train with a feature store kept across runs and data to
-// score (tune's runs: dptrain.Config.FeatureStore and Score; nil for none),
+// score, by the labels' ranking where ranking is set (tune's runs:
+// dptrain.Config.FeatureStore, Score and ScoreRanking; nil for none),
 // returning the run's report.
-func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, score dataView) (*dptrain.Report, error) {
+func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, score dataView, ranking bool) (*dptrain.Report, error) {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
 	if err := parseFlags(fs, args); err != nil {
@@ -70,7 +71,7 @@ func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, 
 	}
 	cfg.FeatureStore = store
 	if score != nil {
-		cfg.Score = score
+		cfg.Score, cfg.ScoreRanking = score, ranking
 	}
 	return runLoop(cfg, *tf.quiet)
 }

@@ -137,6 +137,10 @@ type TuneReport struct {
 	// ScoreNoise is the standard deviation of a score's noise, in
 	// accuracy (a fraction of the score data's units).
 	ScoreNoise float64 `json:"score_noise"`
+	// ScoreKind is what a unit's score counts: "right" (its examples got
+	// right; of a multi-label example, the share of its labels) or
+	// "ranking" (a multi-label example's label ranking average precision).
+	ScoreKind string `json:"score_kind"`
 	// ScoreClassWeights, where the runs weigh classes (--class-weight),
 	// are the weights each scored example's right answer counts with:
 	// the score is then the class-weighted accuracy, Σ w_y·right / units,
@@ -174,7 +178,10 @@ type tuneCmd struct {
 	// classWeights weigh each scored example's right answer by its class
 	// (the runs' --class-weight; nil: 1 each).
 	classWeights []float64
-	st           tuneState
+	// ranking scores a multi-label run by its examples' label ranking
+	// average precision instead of its decisions (--score ranking).
+	ranking bool
+	st      tuneState
 }
 
 func runTune(args []string, stdout io.Writer) error {
@@ -230,6 +237,7 @@ func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
 	eta := fs.Float64("trials-eta", 1, "the shape η of the number of runs' distribution (Papernot and Steinke's truncated negative binomial; 1: geometric, 0: logarithmic; lower η spends less ε for the same mean but has a longer tail)")
 	scoreNoise := fs.Float64("score-noise", 0.01, "the standard deviation of each run's score's Gaussian noise, in accuracy (0.01: one point): the score is computed on private data (--test-data, or the --data source's test split or :holdout) and noised so that choosing among the runs is private")
 	work := fs.String("work", "", "the search's folder: its state, the runs' checkpoints and the best run so far, removed when the search ends (default: OUT.tune)")
+	score := fs.String("score", "right", "what a held-out example scores, in [0, 1]: right (1 where the model gets it right; a multi-label example, the share of its labels decided right) or ranking (a multi-label example's label ranking average precision: how far up the model ranks the labels that apply, whatever the thresholds — for rare labels, which deciding every label absent gets mostly right)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -248,7 +256,10 @@ func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
 		return nil, usagef("--sampling %s: a search's bound assumes each run's Poisson sampling", *tf.sampling)
 	case *tf.testSpec == "none":
 		return nil, usagef("--test-data none: a search scores its runs on held-out data")
+	case *score != "right" && *score != "ranking":
+		return nil, usagef("--score %s: want right or ranking", *score)
 	}
+	c.ranking = *score == "ranking"
 	for _, n := range []string{"noise-multiplier", "non-private", "checkpoint"} {
 		if set[n] {
 			return nil, usagef("--%s: tune sets each run's itself (σ calibrated to the search's --epsilon, checkpoints in --work)", n)
@@ -280,7 +291,7 @@ func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
 	}
 	// The runs' flags: the command line's, less those the search sets.
 	fs.Visit(func(f *flag.Flag) {
-		if slices.Contains(tuneSet, f.Name) || f.Name == "grid" || f.Name == "trials-mean" || f.Name == "trials-eta" || f.Name == "score-noise" || f.Name == "work" {
+		if slices.Contains(tuneSet, f.Name) || f.Name == "grid" || f.Name == "trials-mean" || f.Name == "trials-eta" || f.Name == "score-noise" || f.Name == "score" || f.Name == "work" {
 			return
 		}
 		c.runArgs = append(c.runArgs, "--"+f.Name+"="+f.Value.String())
@@ -292,7 +303,7 @@ func parseTune(args []string, stdout io.Writer) (*tuneCmd, error) {
 	// What a resumed search must share with the one under way: all but
 	// the progress bars.
 	fingerprint := slices.DeleteFunc(slices.Clone(c.runArgs), func(a string) bool { return strings.HasPrefix(a, "--quiet=") })
-	fingerprint = append(fingerprint, "grid:"+c.grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
+	fingerprint = append(fingerprint, "grid:"+c.grid.String(), fmt.Sprintf("trials:%v,%v", *mean, *eta), fmt.Sprint("score-noise:", *scoreNoise), "score:"+*score, "epsilon:"+fmt.Sprint(*tf.eps), "test-data:"+*tf.testSpec, "seed:"+*tf.seedStr)
 	c.fingerprint = fingerprint
 	return c, nil
 }
@@ -352,6 +363,9 @@ func (c *tuneCmd) openScoreData() error {
 	}
 
 	c.scoreView = scoreView
+	if c.ranking && !data.IsMultiLabel(scoreView) {
+		return usagef("--score ranking ranks a multi-label model's labels; the runs' score data %s holds one class an example (score by right)", c.scoreSpec)
+	}
 	// The runs weigh classes: so does their score, the objective they
 	// train for (weights at most 1: a unit's score stays in [0, 1]).
 	if c.classWeights, err = dptrain.ParseClassWeights(*tf.classWeight, scoreView.Classes(), scoreView.NumClasses()); err != nil {
@@ -417,7 +431,7 @@ func (c *tuneCmd) plan() error {
 		r.Phase = st.Mechanisms[rm.of(r.Settings)]
 		st.Runs = append(st.Runs, r)
 	}
-	printSearchPlan(c.stdout, st, c.trials, c.scoreNoise, *c.tf.eps, c.classWeights != nil)
+	printSearchPlan(c.stdout, st, c.trials, c.scoreNoise, *c.tf.eps, c.classWeights != nil, c.ranking)
 	if sp, err := data.ParseSpec(c.scoreSpec); err == nil && sp.Holdout > 0 {
 		fmt.Fprintf(c.stdout, "note:    the runs are scored on a :holdout split, decided by the hashes of all the keys: adding one %s can move another across it, so over both sides the guarantee is that of a change of two; held-out data of its own (--test-data) has no such coupling\n", strings.TrimSuffix(map[bool]string{true: "users", false: "examples"}[st.Unit == dptrain.PrivacyUnitUser], "s"))
 	}
@@ -530,7 +544,7 @@ func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) er
 			return err
 		}
 		var rep *dptrain.Report
-		rep, err = runTrainWith(ra, logFile, store, c.scoreView)
+		rep, err = runTrainWith(ra, logFile, store, c.scoreView, c.ranking)
 		if rep != nil {
 			correct = rep.ScoreRight
 		}
@@ -561,7 +575,7 @@ func (c *tuneCmd) run(i int, dev runtime.Device, store *dptrain.FeatureStore) er
 		// A run that finished before the search stopped: its model
 		// is scored as eval would.
 		var err error
-		if correct, err = classifyRun(dev, base+".onnx", c.scoreView, *c.tf.evalBatch); err != nil {
+		if correct, err = classifyRun(dev, base+".onnx", c.scoreView, *c.tf.evalBatch, c.ranking); err != nil {
 			return fmt.Errorf("run %d: scoring: %w", i+1, err)
 		}
 	}
@@ -621,13 +635,13 @@ func (c *tuneCmd) release() error {
 	if err != nil {
 		return err
 	}
-	setSearchMetadata(m.Proto, c.st, describeSettings(c.grid.names, c.st.Runs[c.st.Best].Settings))
+	setSearchMetadata(m.Proto, c.st, describeSettings(c.grid.names, c.st.Runs[c.st.Best].Settings), c.ranking)
 	if err := m.Save(*c.tf.out, nil); err != nil {
 		return err
 	}
 	// The run's own paths name its place among the runs.
 	rep.Output, rep.Checkpoint = *c.tf.out, ""
-	tr := TuneReport{Search: c.st.Plan, Phase: c.st.Runs[c.st.Best].Phase, Mechanisms: c.st.Mechanisms, PrivacyUnit: c.st.Unit, ScoreData: c.st.Spec, ScoreUnits: c.st.Units, ScoreNoise: c.scoreNoise, ScoreClassWeights: c.classWeights,
+	tr := TuneReport{Search: c.st.Plan, Phase: c.st.Runs[c.st.Best].Phase, Mechanisms: c.st.Mechanisms, PrivacyUnit: c.st.Unit, ScoreData: c.st.Spec, ScoreUnits: c.st.Units, ScoreNoise: c.scoreNoise, ScoreKind: map[bool]string{false: "right", true: "ranking"}[c.ranking], ScoreClassWeights: c.classWeights,
 		Grid: map[string][]string{}, Chosen: c.st.Runs[c.st.Best].Settings, Score: c.st.Runs[c.st.Best].Score, Run: &rep, Seed: c.st.Seed, Output: *c.tf.out}
 	for i, n := range c.grid.names {
 		tr.Grid[n] = c.grid.values[i]
@@ -661,7 +675,7 @@ func countDone(runs []tuneRun) int {
 	return n
 }
 
-func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise, target float64, weighted bool) {
+func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise, target float64, weighted, ranking bool) {
 	unit := "examples"
 	if st.Unit == dptrain.PrivacyUnitUser {
 		unit = "users"
@@ -674,6 +688,9 @@ func printSearchPlan(w io.Writer, st tuneState, t accountant.Trials, scoreNoise,
 	what := "accuracy"
 	if weighted {
 		what = "class-weighted accuracy (each example right counts its class's --class-weight)"
+	}
+	if ranking {
+		what = "label ranking average precision (each example's, in [0, 1])"
 	}
 	fmt.Fprintf(w, "scores:  %s on %s (%d %s) with Gaussian noise of standard deviation %.3g (noise multiplier %.4g)\n", what, st.Spec, st.Units, unit, scoreNoise, scoreNoise*float64(st.Units))
 	fmt.Fprintf(w, "privacy: the search ε = %.4g ≤ %g at δ = %.3g (one run alone: ε = %.4g; RDP, order %v)\n", st.Plan.Epsilon, target, st.Plan.Delta, st.Plan.RunEpsilon, st.Plan.Order)

@@ -103,8 +103,9 @@ func checkRunPhases(report string, want accountant.Phase) error {
 }
 
 // classifyRun says how much of each of v's examples a run's model gets
-// right (dptrain.Evaluator.Right; multi-label where v is).
-func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]float64, error) {
+// right (dptrain.Evaluator.Right; multi-label where v is), or with ranking
+// how well it ranks their labels (RankingPrecision).
+func classifyRun(dev runtime.Device, model string, v dataView, batch int, ranking bool) ([]float64, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
 		return nil, err
@@ -123,6 +124,9 @@ func classifyRun(dev runtime.Device, model string, v dataView, batch int) ([]flo
 	}
 	if err := ev.SetMultiLabel(data.IsMultiLabel(v)); err != nil {
 		return nil, err
+	}
+	if ranking {
+		return ev.RankingPrecision(v)
 	}
 	return ev.Right(v)
 }
@@ -169,12 +173,16 @@ func unitScore(correct []float64, v dataView, unit string) (float64, error) {
 
 // setSearchMetadata records the search's guarantee in the chosen model:
 // its ε and δ are the search's, the run's own ε kept beside them.
-func setSearchMetadata(p *onnxpb.ModelProto, st tuneState, chosen string) {
+func setSearchMetadata(p *onnxpb.ModelProto, st tuneState, chosen string, ranking bool) {
+	score := "the share of each unit's examples got right; of a multi-label example, of its labels"
+	if ranking {
+		score = "each unit's examples' label ranking average precision"
+	}
 	kv := map[string]string{
 		"epsilon":     fmt.Sprint(st.Plan.Epsilon),
 		"delta":       fmt.Sprint(st.Plan.Delta),
 		"run_epsilon": fmt.Sprint(st.Plan.RunEpsilon),
-		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy held-out score (the share of each unit's examples got right; of a multi-label example, of its labels) on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, st.Spec, chosen),
+		"search":      fmt.Sprintf("the best of K runs (K secret, drawn with mean %.3g, η = %g) by noisy held-out score (%s) on %s: %s", st.Plan.MeanTrials, st.Plan.Trials.Eta, score, st.Spec, chosen),
 	}
 	for _, e := range p.MetadataProps {
 		k := strings.TrimPrefix(e.GetKey(), dptrain.MetaPrefix)

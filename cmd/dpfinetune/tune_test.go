@@ -453,7 +453,7 @@ func TestScoreRun(t *testing.T) {
 		unit string
 		want float64
 	}{{"example", 5}, {"user", 1 + 2.0/3 + 2.0/4}} {
-		correct, err := classifyRun(nil, model, v, 3)
+		correct, err := classifyRun(nil, model, v, 3, false)
 		if err != nil {
 			t.Fatal(err)
 		}

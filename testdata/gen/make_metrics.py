@@ -16,6 +16,7 @@ import numpy as np
 from scipy.special import softmax
 from scipy.stats import binomtest
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score, hamming_loss,
+                             label_ranking_average_precision_score,
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
 
 
@@ -130,6 +131,7 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     if aps:
         out["map"] = float(np.mean(aps))
     out["balanced_accuracy"] = float(np.mean([balanced_accuracy_score(y[:, j], pred[:, j]) for j in range(k)]))
+    out["lrap"] = float(label_ranking_average_precision_score(y, logits.astype(np.float64)))
     z = logits.astype(np.float64)
     out["loss"] = float(np.mean(np.mean(np.logaddexp(0, z) - z * y, axis=1)))
     return out
