@@ -34,17 +34,8 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 	var b strings.Builder
 	b.WriteString("path,labels\n")
 	for i := 0; i < m.Len(); i++ {
-		img := image.NewGray(image.Rect(0, 0, 28, 28))
-		copy(img.Pix, m.Pixels(i))
 		name := fmt.Sprintf("%s-%04d.png", split, i)
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := png.Encode(f, img); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+		writeGrayPNG(t, filepath.Join(dir, name), m.Pixels(i))
 		fmt.Fprintf(&b, "%s,%s\n", name, fmnistGroups[m.Label(i)])
 	}
 	listing := filepath.Join(dir, string(split)+".csv")
@@ -52,6 +43,22 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 		t.Fatal(err)
 	}
 	return listing
+}
+
+// writeGrayPNG writes a 28×28 gray image (a Fashion-MNIST slice's pixels)
+// as a PNG file.
+func writeGrayPNG(t *testing.T, path string, pix []uint8) {
+	t.Helper()
+	img := image.NewGray(image.Rect(0, 0, 28, 28))
+	copy(img.Pix, pix)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := png.Encode(f, img); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestTrainMultiLabel: a multi-label listing trains the fixture CNN with
@@ -392,17 +399,8 @@ func attributeListing(t *testing.T, dir string, split data.Split, n, derived int
 	}
 	b.WriteString("\n")
 	for i := 0; i < m.Len(); i++ {
-		img := image.NewGray(image.Rect(0, 0, 28, 28))
-		copy(img.Pix, m.Pixels(i))
 		name := fmt.Sprintf("%s-%06d.png", split, i)
-		f, err := os.Create(filepath.Join(imgDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := png.Encode(f, img); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
+		writeGrayPNG(t, filepath.Join(imgDir, name), m.Pixels(i))
 		b.WriteString(name)
 		c := m.Label(i)
 		for j := range derived + 10 {

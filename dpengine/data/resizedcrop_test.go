@@ -1,10 +1,7 @@
 package data
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,10 +13,6 @@ import (
 // testdata/resized_crop.json): boxes that grow, shrink (antialiased) or
 // keep their size, a box of one pixel.
 func TestResizedCropGolden(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "resized_crop.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cases []struct {
 		Name              string
 		Src               [][]int
@@ -28,20 +21,11 @@ func TestResizedCropGolden(t *testing.T) {
 		Flip              bool
 		Want              []float64
 	}
-	if err := json.Unmarshal(raw, &cases); err != nil {
-		t.Fatal(err)
-	}
+	readGolden(t, "resized_crop.json", &cases)
 	for _, tc := range cases {
-		sh, sw := len(tc.Src), len(tc.Src[0])
-		var pix []uint8
-		for _, r := range tc.Src {
-			for _, v := range r {
-				pix = append(pix, uint8(v))
-			}
-		}
 		// Stored at another size than the input: the box is the stored
 		// image's, whatever the view's resize.
-		v := mustView(t, mustImages(t, 1, sh, sw, pix, []int64{0}), Preprocess{Channels: 1, Height: tc.H, Width: tc.W, Resize: Resize{Crop: true}})
+		v := mustView(t, goldenImage(t, tc.Src), Preprocess{Channels: 1, Height: tc.H, Width: tc.W, Resize: Resize{Crop: true}})
 		x := make([]float32, tc.H*tc.W)
 		v.fillOne(x, 0, augDraw{box: true, top: tc.Top, left: tc.Left, bh: tc.BH, bw: tc.BW, flip: tc.Flip})
 		for k, want := range tc.Want {

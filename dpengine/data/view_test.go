@@ -41,6 +41,31 @@ func fill(t testing.TB, v *View, rng *rand.Rand, idx ...int) []float32 {
 	return x
 }
 
+// readGolden reads testdata/file, JSON golden cases, into cases.
+func readGolden(t *testing.T, file string, cases any) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, cases); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goldenImage is a one-sample gray Images of a golden case's rows of
+// pixel values.
+func goldenImage(t *testing.T, src [][]int) *Images {
+	t.Helper()
+	var pix []uint8
+	for _, r := range src {
+		for _, v := range r {
+			pix = append(pix, uint8(v))
+		}
+	}
+	return mustImages(t, 1, len(src), len(src[0]), pix, []int64{0})
+}
+
 // TestResizeGolden compares with PyTorch 1.13: F.interpolate(mode=
 // "bilinear", align_corners=False, antialias=True) stretched, or the
 // shorter side resized and the centre cropped as torchvision's
@@ -48,10 +73,6 @@ func fill(t testing.TB, v *View, rng *rand.Rand, idx ...int) []float32 {
 // axes that grow, shrink (by 1.7 to 5.6) or keep their size, both crop
 // offsets' rounding, tall and wide sources.
 func TestResizeGolden(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "resize.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var cases []struct {
 		Name  string
 		Src   [][]int
@@ -60,18 +81,10 @@ func TestResizeGolden(t *testing.T) {
 		H, W  int
 		Want  []float64
 	}
-	if err := json.Unmarshal(raw, &cases); err != nil {
-		t.Fatal(err)
-	}
+	readGolden(t, "resize.json", &cases)
 	for _, tc := range cases {
 		sh, sw := len(tc.Src), len(tc.Src[0])
-		var pix []uint8
-		for _, r := range tc.Src {
-			for _, v := range r {
-				pix = append(pix, uint8(v))
-			}
-		}
-		m := mustImages(t, 1, sh, sw, pix, []int64{0})
+		m := goldenImage(t, tc.Src)
 		rs := Resize{}
 		if tc.Mode == "crop" {
 			rs = Resize{Crop: true, Short: tc.Short}
