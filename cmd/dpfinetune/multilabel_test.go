@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"image"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -506,6 +508,37 @@ func TestTrainManyLabels(t *testing.T) {
 			}
 			if len(pr.Predictions) != 5 || found == 0 {
 				t.Errorf("predict: Boot decided for %d of %d boots", found, len(pr.Predictions))
+			}
+			// The same predictions as a CSV file: a row an image, its
+			// labels decided and every label's probability by name.
+			table := filepath.Join(dir, "preds.csv")
+			csvArgs := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--json" })
+			o, e, code = run(t, append(csvArgs, "--csv", table)...)
+			if code != 0 {
+				t.Fatalf("predict --csv: exit %d: %s", code, e)
+			}
+			if !strings.Contains(o, "5 predictions written to "+table) {
+				t.Errorf("predict --csv says %q", o)
+			}
+			f, err := os.Open(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows, err := csv.NewReader(f).ReadAll()
+			f.Close()
+			if err != nil || len(rows) != 6 || len(rows[0]) != labels+2 || rows[0][1] != "prediction" || rows[0][labels+1] != "Boot" {
+				t.Fatalf("predict --csv: %d rows (%v), header %q", len(rows), err, rows[0])
+			}
+			for i, p := range pr.Predictions {
+				r := rows[i+1]
+				if r[0] != p.File || r[1] != strings.Join(p.Labels, "|") {
+					t.Errorf("row %d: %q %q; JSON %s %q", i, r[0], r[1], p.File, p.Labels)
+				}
+				for _, c := range p.Top {
+					if q, err := strconv.ParseFloat(r[2+c.Label], 64); err != nil || math.Abs(q-c.Probability) > 1e-6 {
+						t.Errorf("row %d, %s: probability %s, JSON %v", i, c.Class, r[2+c.Label], c.Probability)
+					}
+				}
 			}
 			if labels <= 62 {
 				return

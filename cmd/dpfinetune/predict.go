@@ -28,7 +28,7 @@ func intsString(d []int) string {
 }
 
 func runPredict(args []string, stdout io.Writer) error {
-	fs := newFlagSet("predict", "--model M.onnx (--input x.npy --out y.npy | --images PATH... [--top K] [--json] [--out y.npy]) [--batch N]")
+	fs := newFlagSet("predict", "--model M.onnx (--input x.npy --out y.npy | --images PATH... [--top K] [--json | --csv FILE] [--out y.npy]) [--batch N]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	input := fs.String("input", "", ".npy float32 input of shape (N, ...) matching the model input")
 	var images pathList
@@ -40,6 +40,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "--images: print JSON")
+	csvOut := fs.String("csv", "", "--images: write a CSV file of a row an image instead of the table — the file, the prediction (the class; a multi-label model's labels decided, separated by |) and every class's probability — as the images are classified (a directory of a million photos streams to it)")
 	threshold := fs.String("threshold", "", "--images: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½); a two-class model's class 1 where its probability exceeds it (default: the more probable class)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -62,6 +63,10 @@ func runPredict(args []string, stdout io.Writer) error {
 		return usagef("--batch must be positive, got %d", *batch)
 	case *top <= 0:
 		return usagef("--top must be positive, got %d", *top)
+	case *csvOut != "" && len(images) == 0:
+		return usagef("--csv writes the predictions of --images")
+	case *csvOut != "" && *asJSON:
+		return usagef("--csv and --json exclude each other")
 	}
 	lm, err := loadGraph(*model)
 	if err != nil {
@@ -72,7 +77,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
 	if len(images) > 0 {
-		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, threshold: *threshold}, stdout)
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/onnx"
@@ -38,6 +40,9 @@ type predictFlags struct {
 	batch, top            int
 	norm, resize, inShape string
 	json                  bool
+	// csv is --csv: a file of a row an image, its prediction and every
+	// class's probability, written instead of the table.
+	csv string
 	// threshold is --threshold: a multi-label model's decision
 	// thresholds, or a two-class model's class 1's
 	// (dptrain.ParseDecisionThreshold; "" decides at ½, or by the more
@@ -69,6 +74,30 @@ type imagePrediction struct {
 // normalisation, resize) is what train recorded in the model unless the
 // flags say otherwise, the class names too.
 func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model string, paths []string, f predictFlags, stdout io.Writer) error {
+	if f.csv == "" {
+		return predictImagesTo(m, g, dev, model, paths, f, stdout, nil)
+	}
+	n := 0
+	err := atomicfile.Write(f.csv, func(w io.Writer) error {
+		cw := csv.NewWriter(w)
+		if err := predictImagesTo(m, g, dev, model, paths, f, stdout, func(row []string) error {
+			n++
+			return cw.Write(row)
+		}); err != nil {
+			return err
+		}
+		cw.Flush()
+		return cw.Error()
+	})
+	if err == nil {
+		fmt.Fprintf(stdout, "%s: %d predictions written to %s\n", model, n-1, f.csv)
+	}
+	return err
+}
+
+// predictImagesTo is predictImages, the rows of its CSV (a header, then a
+// row an image) given to row where it is set, instead of the table.
+func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model string, paths []string, f predictFlags, stdout io.Writer, row func([]string) error) error {
 	sample, err := modelSample(g, f.inShape)
 	if err != nil {
 		return err
@@ -119,6 +148,11 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		if names == nil {
 			k = outShape[1]
 			names = classNames(m, k)
+			if row != nil {
+				if err := row(append([]string{"file", "prediction"}, names...)); err != nil {
+					return err
+				}
+			}
 			if f.threshold != "" {
 				t, err := dptrain.ParseDecisionThreshold(f.threshold, kind == outSigmoids, names, k)
 				if err != nil {
@@ -144,6 +178,12 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 				if prob2[1] > binaryT {
 					p.Decided = names[1]
 				}
+			}
+			if row != nil {
+				if err := row(csvPrediction(p, l[i*k:(i+1)*k], kind)); err != nil {
+					return err
+				}
+				continue
 			}
 			if f.json {
 				preds = append(preds, p)
@@ -182,6 +222,28 @@ func predictImages(m *onnx.Model, g *graph.Graph, dev runtime.Device, model stri
 		Model       string            `json:"model"`
 		Predictions []imagePrediction `json:"predictions"`
 	}{model, preds})
+}
+
+// csvPrediction is an image's row of predict's CSV: the file, what is
+// predicted — the most probable class, a two-class model's class at
+// --threshold, a multi-label model's labels decided, separated by '|' —
+// and each class's (label's) probability.
+func csvPrediction(p imagePrediction, scores []float32, kind int) []string {
+	pred := p.Top[0].Class
+	switch {
+	case p.Decided != "":
+		pred = p.Decided
+	case kind == outSigmoids:
+		pred = strings.Join(p.Labels, "|")
+	}
+	probs := make([]float64, len(scores))
+	toProbabilities(scores, kind, probs)
+	out := make([]string, 0, 2+len(probs))
+	out = append(out, p.File, pred)
+	for _, q := range probs {
+		out = append(out, strconv.FormatFloat(q, 'g', 7, 64))
+	}
+	return out
 }
 
 // predictPart is how many files predict --images loads at a time (at

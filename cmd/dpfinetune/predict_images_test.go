@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -90,6 +92,28 @@ func TestPredictImages(t *testing.T) {
 	}
 	if len(res.Predictions) != 8 {
 		t.Fatalf("%d predictions", len(res.Predictions))
+	}
+	// As a CSV file: the same files and most probable classes, every
+	// class's probability.
+	table := filepath.Join(dir, "preds.csv")
+	if _, e, code := run(t, "predict", "--model", model, "--images", folder, "--csv", table, "--batch", "3"); code != 0 {
+		t.Fatalf("predict --csv: exit %d: %s", code, e)
+	}
+	tf, err := os.Open(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(tf).ReadAll()
+	tf.Close()
+	if err != nil || len(rows) != 9 || len(rows[0]) != 12 || rows[0][0] != "file" {
+		t.Fatalf("predict --csv: %d rows (%v), header %q", len(rows), err, rows[0])
+	}
+	for i, p := range res.Predictions {
+		if r := rows[i+1]; r[0] != p.File || r[1] != p.Top[0].Class {
+			t.Errorf("row %d: %q, %q; JSON %s, %s", i, r[0], r[1], p.File, p.Top[0].Class)
+		} else if q, err := strconv.ParseFloat(r[2+p.Top[0].Label], 64); err != nil || math.Abs(q-p.Top[0].Probability) > 1e-6 {
+			t.Errorf("row %d: probability %s, JSON %v", i, r[2+p.Top[0].Label], p.Top[0].Probability)
+		}
 	}
 	named := 0
 	for i, p := range res.Predictions {
@@ -193,6 +217,9 @@ func TestPredictImagesErrors(t *testing.T) {
 		{"missing", []string{"--model", model, "--images", filepath.Join(dir, "none.png")}, 1, "none.png"},
 		{"corrupt", []string{"--model", model, "--images", bad}, 1, "bad.jpg: corrupt or unsupported image"},
 		{"resize", []string{"--model", model, "--images", bad, "--resize", "crop=10"}, 2, "--resize"},
+		{"csv of an array", []string{"--model", model, "--input", "x.npy", "--out", "y.npy", "--csv", "p.csv"}, 2, "--csv writes the predictions of --images"},
+		{"csv and json", []string{"--model", model, "--images", dir, "--csv", "p.csv", "--json"}, 2, "exclude each other"},
+		{"csv, corrupt", []string{"--model", model, "--images", bad, "--csv", filepath.Join(dir, "p.csv")}, 1, "bad.jpg"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, stderr, code := run(t, append([]string{"predict"}, c.args...)...)
