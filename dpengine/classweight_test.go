@@ -114,7 +114,7 @@ func TestClassWeights(t *testing.T) {
 			}
 			closeSums(t, got, weighedSum(alone, w), 1e-4)
 			for i := range norms {
-				if math.Abs(gotNorms[i]-norms[i]) > 1e-4*norms[i] {
+				if !(math.Abs(gotNorms[i]-norms[i]) <= 1e-4*norms[i]) { // NaN fails too
 					t.Errorf("per layer %v: sample %d's norm %v with class weights, %v without", perLayer, i, gotNorms[i], norms[i])
 				}
 			}

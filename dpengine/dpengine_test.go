@@ -62,7 +62,7 @@ func TestGhostEqualsInstantiate(t *testing.T) {
 		out := make([]float32, c.p*c.D)
 		WeightedGradSum(a, g, coef, c.B, c.T, c.D, c.p, make([]float32, c.B*c.T*c.p), out)
 		for k := range out {
-			if math.Abs(float64(out[k])-want[k]) > 1e-4*(1+math.Abs(want[k])) {
+			if !(math.Abs(float64(out[k])-want[k]) <= 1e-4*(1+math.Abs(want[k]))) { // NaN fails too
 				t.Fatalf("%+v: weighted sum [%d] = %v, want %v", c, k, out[k], want[k])
 			}
 		}
@@ -87,7 +87,7 @@ func TestClipFactors(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := c.c.Factor(c.norm)
-		if math.Abs(got-c.want) > 1e-12 {
+		if !(math.Abs(got-c.want) <= 1e-12) { // NaN fails too
 			t.Errorf("%v R=%v: factor(%v) = %v, want %v", c.c.Fn, c.c.R, c.norm, got, c.want)
 		}
 		// Whatever the function, the clipped norm never exceeds R.
@@ -131,10 +131,10 @@ func TestPoissonBatchSizes(t *testing.T) {
 	mean := sum / steps
 	variance := sumSq/steps - mean*mean
 	wantMean, wantVar := n*q, n*q*(1-q)
-	if math.Abs(mean-wantMean) > 5*math.Sqrt(wantVar/steps) {
+	if !(math.Abs(mean-wantMean) <= 5*math.Sqrt(wantVar/steps)) { // NaN fails too
 		t.Errorf("mean batch %v, want %v", mean, wantMean)
 	}
-	if math.Abs(variance-wantVar) > 0.15*wantVar {
+	if !(math.Abs(variance-wantVar) <= 0.15*wantVar) { // NaN fails too
 		t.Errorf("batch variance %v, want %v", variance, wantVar)
 	}
 	// Each example appears with probability 1-(1-q)^2000 ≈ 1 - 2e-9.
@@ -170,10 +170,10 @@ func TestGaussianNoiseMoments(t *testing.T) {
 	}
 	mean := sum / n
 	variance := sumSq/n - mean*mean
-	if math.Abs(mean) > 5*std/math.Sqrt(n) {
+	if !(math.Abs(mean) <= 5*std/math.Sqrt(n)) { // NaN fails too
 		t.Errorf("noise mean %v", mean)
 	}
-	if math.Abs(variance-std*std) > 0.01*std*std {
+	if !(math.Abs(variance-std*std) <= 0.01*std*std) { // NaN fails too
 		t.Errorf("noise variance %v, want %v", variance, std*std)
 	}
 	y := make([]float32, 1000)
@@ -219,12 +219,12 @@ func TestGaussianNoiseDistribution(t *testing.T) {
 		p := math.Erfc(edge / math.Sqrt2) // P(|z| > edge)
 		var k float64
 		for _, f := range v {
-			if math.Abs(f) > edge {
+			if !(math.Abs(f) <= edge) { // NaN fails too
 				k++
 			}
 		}
 		want, sd := n*p, math.Sqrt(n*p*(1-p))
-		if math.Abs(k-want) > 5.5*sd {
+		if !(math.Abs(k-want) <= 5.5*sd) { // NaN fails too
 			t.Errorf("%v draws beyond ±%v, want %.1f ± %.1f", k, edge, want, sd)
 		}
 	}
@@ -255,7 +255,7 @@ func TestAdamMatchesReference(t *testing.T) {
 	// With a constant gradient, m̂ = g and v̂ = g², so each step moves
 	// θ by lr·g/(|g|+ε') ≈ lr·sign(g).
 	for i, want := range []float64{1 - 0.2, -2 - 0.2} {
-		if math.Abs(float64(p[0][i])-want) > 1e-5 {
+		if !(math.Abs(float64(p[0][i])-want) <= 1e-5) { // NaN fails too
 			t.Errorf("θ[%d] = %v, want %v", i, p[0][i], want)
 		}
 	}
@@ -278,9 +278,9 @@ func TestAdamMatchesReference(t *testing.T) {
 func TestSGDMomentum(t *testing.T) {
 	p := [][]float32{{1}}
 	o := &SGD{LR: 0.1, Momentum: 0.9}
-	o.Step(p, [][]float32{{1}}) // v = 1, θ = 0.9
-	o.Step(p, [][]float32{{1}}) // v = 1.9, θ = 0.71
-	if math.Abs(float64(p[0][0])-0.71) > 1e-6 {
+	o.Step(p, [][]float32{{1}})                     // v = 1, θ = 0.9
+	o.Step(p, [][]float32{{1}})                     // v = 1.9, θ = 0.71
+	if !(math.Abs(float64(p[0][0])-0.71) <= 1e-6) { // NaN fails too
 		t.Errorf("θ = %v, want 0.71", p[0][0])
 	}
 }

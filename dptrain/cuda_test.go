@@ -57,7 +57,7 @@ func runOnCUDA(t *testing.T, set func(*dptrain.Config)) {
 			scale = math.Max(scale, math.Abs(float64(v)))
 		}
 		for i := range w {
-			if math.Abs(float64(g[i]-w[i])) > 1e-3*scale+1e-6 {
+			if !(math.Abs(float64(g[i]-w[i])) <= 1e-3*scale+1e-6) { // NaN fails too
 				t.Errorf("%s[%d]: %v on cuda, %v on the cpu", what, i, g[i], w[i])
 				return
 			}
@@ -83,7 +83,7 @@ func runOnCUDA(t *testing.T, set func(*dptrain.Config)) {
 	}
 	for i := range want.epochs {
 		g, w := got.epochs[i], want.epochs[i]
-		if math.Abs(g.TrainLoss-w.TrainLoss) > 1e-3*math.Abs(w.TrainLoss) {
+		if !(math.Abs(g.TrainLoss-w.TrainLoss) <= 1e-3*math.Abs(w.TrainLoss)) { // NaN fails too
 			t.Errorf("epoch %d: train loss %v on cuda, %v on the cpu", i+1, g.TrainLoss, w.TrainLoss)
 		}
 	}

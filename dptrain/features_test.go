@@ -129,7 +129,7 @@ func TestFeatureCacheHalves(t *testing.T) {
 				scale = math.Max(scale, math.Abs(float64(v)))
 			}
 			for i := range want {
-				if math.Abs(float64(got[i]-want[i])) > 1e-6*scale {
+				if !(math.Abs(float64(got[i]-want[i])) <= 1e-6*scale) { // NaN fails too
 					t.Fatalf("logit %d: %v through the halves, %v through the model", i, got[i], want[i])
 				}
 			}
@@ -246,7 +246,7 @@ func runFeatureCache(t *testing.T, ds *data.View, model, train, trained string, 
 			moved++
 		}
 		for i := range b {
-			if math.Abs(float64(a[i]-b[i])) > 1e-6 {
+			if !(math.Abs(float64(a[i]-b[i])) <= 1e-6) { // NaN fails too
 				t.Errorf("%s[%d]: %v cached, %v uncached", v.Name, i, a[i], b[i])
 				break
 			}

@@ -278,7 +278,7 @@ func TestResizeWeights(t *testing.T) {
 					want, outside := specAxis(t, s, 1)
 					got := a.Matrix()
 					for i := range want {
-						if math.Abs(got[i]-want[i]) > 1e-12 {
+						if !(math.Abs(got[i]-want[i]) <= 1e-12) { // NaN fails too
 							t.Fatalf("%s: weight (%d, %d) = %v, the spec's %v\n got %v\nwant %v", name, i/a.In, i%a.In, got[i], want[i], got, want)
 						}
 					}

@@ -502,7 +502,7 @@ func TestWeightStandardizationRows(t *testing.T) {
 				}
 				out, _ := p.Output(0)
 				for i, v := range out {
-					if math.Abs(float64(v)-want[i]) > 1e-5*(1+math.Abs(want[i])) {
+					if !(math.Abs(float64(v)-want[i]) <= 1e-5*(1+math.Abs(want[i]))) { // NaN fails too
 						t.Errorf("%s: output %d = %v, want %v", name, i, v, want[i])
 					}
 				}

@@ -41,7 +41,7 @@ func TestReplaceHead(t *testing.T) {
 				bound := 1 / math.Sqrt(float64(shape[1]))
 				var sum float64
 				for _, x := range v.Const.F32 {
-					if math.Abs(float64(x)) > bound {
+					if !(math.Abs(float64(x)) <= bound) { // NaN fails too
 						t.Fatalf("%s: %g outside ±%g", w, x, bound)
 					}
 					sum += math.Abs(float64(x))
@@ -164,7 +164,7 @@ func TestReplaceHeadConv(t *testing.T) {
 		}
 		bound := 1 / math.Sqrt(float64(c.in))
 		for _, v := range w.F32 {
-			if math.Abs(float64(v)) > bound {
+			if !(math.Abs(float64(v)) <= bound) { // NaN fails too
 				t.Fatalf("%s: %g outside ±%g", c.name, v, bound)
 			}
 		}

@@ -412,7 +412,7 @@ func TestDeterminism(t *testing.T) {
 	s := float32(1 / math.Sqrt(1+bnEps))
 	wf, wb := floats(t, a, "layer2.0.downsample.0.weight"), floats(t, bn, "layer2.0.downsample.0.weight")
 	for i := range wf {
-		if math.Abs(float64(wf[i]-wb[i]*s)) > 1e-7 {
+		if !(math.Abs(float64(wf[i]-wb[i]*s)) <= 1e-7) { // NaN fails too
 			t.Fatalf("folded weight %d: %g, want %g·%g", i, wf[i], wb[i], s)
 		}
 	}
@@ -551,7 +551,7 @@ func TestBicubicMatrix(t *testing.T) {
 			if i == j {
 				want = 1
 			}
-			if math.Abs(float64(id[i*5+j]-want)) > 1e-6 {
+			if !(math.Abs(float64(id[i*5+j]-want)) <= 1e-6) { // NaN fails too
 				t.Fatalf("identity resize: [%d,%d] = %g", i, j, id[i*5+j])
 			}
 		}
@@ -577,7 +577,7 @@ func TestBicubicMatrix(t *testing.T) {
 				t.Errorf("[%d,%d] = %g, torch has %g", o, j, v, row[j])
 			}
 		}
-		if math.Abs(sum-1) > 1e-5 {
+		if !(math.Abs(sum-1) <= 1e-5) { // NaN fails too
 			t.Errorf("row %d sums to %g", o, sum)
 		}
 	}

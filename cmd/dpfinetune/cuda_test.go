@@ -74,7 +74,7 @@ func normsMatchCUDA(t *testing.T, model, xp, yp string, modes []string) {
 			t.Fatalf("%s: %d norms, want %d", what, len(got), len(want))
 		}
 		for i := range want {
-			if math.Abs(got[i]-want[i]) > 1e-4*want[i]+1e-7 {
+			if !(math.Abs(got[i]-want[i]) <= 1e-4*want[i]+1e-7) { // NaN fails too
 				t.Errorf("%s sample %d: %v on cuda, %v on the cpu", what, i, got[i], want[i])
 			}
 		}

@@ -112,7 +112,7 @@ func normsLikePyTorch(t *testing.T, model, xp, yp string, gd map[string]*npy.Arr
 			t.Fatalf("%s: %d norms, want %d", mode, len(r.Total), len(want))
 		}
 		for i := range want {
-			if math.Abs(r.Total[i]-want[i]) > rel*want[i] {
+			if !(math.Abs(r.Total[i]-want[i]) <= rel*want[i]) { // NaN fails too
 				t.Errorf("%s sample %d: %v, PyTorch %v", mode, i, r.Total[i], want[i])
 			}
 		}
@@ -122,7 +122,7 @@ func normsLikePyTorch(t *testing.T, model, xp, yp string, gd map[string]*npy.Arr
 				t.Fatalf("%s: %s has %d norms, PyTorch %d", mode, name, len(v), len(w))
 			}
 			for i := range w {
-				if math.Abs(v[i]-w[i]) > rel*w[i]+abs {
+				if !(math.Abs(v[i]-w[i]) <= rel*w[i]+abs) { // NaN fails too
 					t.Errorf("%s %s sample %d: %v, PyTorch %v", mode, name, i, v[i], w[i])
 				}
 			}

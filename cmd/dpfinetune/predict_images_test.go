@@ -167,7 +167,7 @@ func TestPredictImages(t *testing.T) {
 		t.Fatalf("in parts: %v, %v", p, err)
 	} else {
 		for i := range p.F32 {
-			if math.Abs(float64(p.F32[i]-got.F32[i])) > 1e-6 {
+			if !(math.Abs(float64(p.F32[i]-got.F32[i])) <= 1e-6) { // NaN fails too
 				t.Fatalf("in parts: logit %d = %v, at once %v", i, p.F32[i], got.F32[i])
 			}
 		}

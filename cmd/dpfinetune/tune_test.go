@@ -222,7 +222,7 @@ func TestTune(t *testing.T) {
 			}
 		}
 		for _, e := range trained {
-			if math.Abs(e-trained[0]) > 1e-4*trained[0] {
+			if !(math.Abs(e-trained[0]) <= 1e-4*trained[0]) { // NaN fails too
 				t.Errorf("one run's training ε per mechanism %v: want equal", trained)
 			}
 		}
@@ -461,7 +461,7 @@ func TestScoreRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if math.Abs(got-tc.want) > 1e-12 {
+		if !(math.Abs(got-tc.want) <= 1e-12) { // NaN fails too
 			t.Errorf("per %s: score %v, want %v", tc.unit, got, tc.want)
 		}
 	}

@@ -161,13 +161,13 @@ func TestHeterogeneousComposition(t *testing.T) {
 		ab := mustEpsilon(t, n, []Phase{A, B}, delta).Epsilon
 		ba := mustEpsilon(t, n, []Phase{B, A}, delta).Epsilon
 		// Composition is commutative (up to rounding in the FFT).
-		if math.Abs(ab-ba) > 1e-9*ab {
+		if !(math.Abs(ab-ba) <= 1e-9*ab) { // NaN fails too
 			t.Errorf("%s: ε(A,B) = %v, ε(B,A) = %v", n, ab, ba)
 		}
 		// Interleaving the same phases gives the same result.
 		half := Phase{A.Sigma, A.SampleRate, A.Steps / 2}
 		aba := mustEpsilon(t, n, []Phase{half, B, half}, delta).Epsilon
-		if math.Abs(aba-ab) > 1e-9*ab {
+		if !(math.Abs(aba-ab) <= 1e-9*ab) { // NaN fails too
 			t.Errorf("%s: ε(A/2,B,A/2) = %v, ε(A,B) = %v", n, aba, ab)
 		}
 		// Each phase alone spends less than the run.
@@ -179,7 +179,7 @@ func TestHeterogeneousComposition(t *testing.T) {
 	orders := DefaultOrders()
 	ra, rb, rab := composeRDP([]Phase{A}, orders), composeRDP([]Phase{B}, orders), composeRDP([]Phase{A, B}, orders)
 	for i := range orders {
-		if math.Abs(rab[i]-(ra[i]+rb[i])) > 1e-12*rab[i] {
+		if !(math.Abs(rab[i]-(ra[i]+rb[i])) <= 1e-12*rab[i]) { // NaN fails too
 			t.Fatalf("order %v: rdp(A,B) = %v, rdp(A)+rdp(B) = %v", orders[i], rab[i], ra[i]+rb[i])
 		}
 	}

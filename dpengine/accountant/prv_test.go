@@ -70,7 +70,7 @@ func TestPRVAnalyticGaussian(t *testing.T) {
 			if !(r.EpsilonLower <= exact && exact <= r.EpsilonUpper) {
 				t.Errorf("exact ε %.6f not in [%.6f, %.6f]", exact, r.EpsilonLower, r.EpsilonUpper)
 			}
-			if math.Abs(r.EpsilonEstimate-exact) > 0.01 {
+			if !(math.Abs(r.EpsilonEstimate-exact) <= 0.01) { // NaN fails too
 				t.Errorf("estimate %.6f, exact %.6f", r.EpsilonEstimate, exact)
 			}
 			if r.Epsilon != r.EpsilonUpper {
@@ -126,7 +126,7 @@ func TestPRVPublishedValues(t *testing.T) {
 			if !(r.EpsilonLower <= c.want && c.want <= r.EpsilonUpper) {
 				t.Errorf("reference ε %v not in [%.6f, %.6f]", c.want, r.EpsilonLower, r.EpsilonUpper)
 			}
-			if math.Abs(r.EpsilonEstimate-c.want) > 5e-4 {
+			if !(math.Abs(r.EpsilonEstimate-c.want) <= 5e-4) { // NaN fails too
 				t.Errorf("estimate %.7f, reference %v", r.EpsilonEstimate, c.want)
 			}
 		})
@@ -155,7 +155,7 @@ func TestPRVLargeDomain(t *testing.T) {
 	if !(r.EpsilonLower-0.005 <= opacus && opacus <= r.EpsilonUpper+0.005) {
 		t.Errorf("Opacus's %v not in [%.4f, %.4f]", opacus, r.EpsilonLower, r.EpsilonUpper)
 	}
-	if math.Abs(r.Epsilon-opacus) > r.EpsError+0.005 {
+	if !(math.Abs(r.Epsilon-opacus) <= r.EpsError+0.005) { // NaN fails too
 		t.Errorf("ε %.4f, Opacus %v: more than the ε error %.4g apart", r.Epsilon, opacus, r.EpsError)
 	}
 }
@@ -182,7 +182,7 @@ func TestPRVErrorBudget(t *testing.T) {
 	if fine.EpsilonUpper-fine.EpsilonLower >= coarse.EpsilonUpper-coarse.EpsilonLower {
 		t.Errorf("interval did not narrow: coarse [%v, %v], fine [%v, %v]", coarse.EpsilonLower, coarse.EpsilonUpper, fine.EpsilonLower, fine.EpsilonUpper)
 	}
-	if math.Abs(fine.EpsilonEstimate-coarse.EpsilonEstimate) > 0.05 {
+	if !(math.Abs(fine.EpsilonEstimate-coarse.EpsilonEstimate) <= 0.05) { // NaN fails too
 		t.Errorf("estimates disagree: %v vs %v", coarse.EpsilonEstimate, fine.EpsilonEstimate)
 	}
 	if !(coarse.EpsilonLower <= fine.EpsilonEstimate && fine.EpsilonEstimate <= coarse.EpsilonUpper) {

@@ -134,7 +134,7 @@ func TestRDPPublishedValues(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := rdpEps(t, c.orders, c.conv, []Phase{{c.sigma, c.q, c.steps}}, c.delta)
-			if math.Abs(r.Epsilon-c.want) > c.tol {
+			if !(math.Abs(r.Epsilon-c.want) <= c.tol) { // NaN fails too
 				t.Errorf("ε = %.17g, want %.17g ± %.3g", r.Epsilon, c.want, c.tol)
 			}
 			if c.wantOrder != 0 && r.Order != c.wantOrder {
@@ -236,7 +236,7 @@ func TestRDPFractionalOrdersVsDPAccounting(t *testing.T) {
 			}
 		}
 		abs, _ := rdpToEpsilon(orders, rdp, 1e-5, ConversionImproved)
-		if math.Abs(abs-c.want) > 1e-6 {
+		if !(math.Abs(abs-c.want) <= 1e-6) { // NaN fails too
 			t.Errorf("σ=%v: ε with |C| series = %.9g, want %.9g", c.sigma, abs, c.want)
 		}
 		exact := rdpEps(t, orders, ConversionImproved, []Phase{{c.sigma, 0.01, 120}}, 1e-5).Epsilon
@@ -278,7 +278,7 @@ func TestRDPConversion(t *testing.T) {
 		orders = append(orders, 0.001*float64(i))
 	}
 	r := rdpEps(t, orders, ConversionImproved, []Phase{{4.530877117, 1, 1}}, 1e-6)
-	if math.Abs(r.Epsilon-1) > 5e-8 {
+	if !(math.Abs(r.Epsilon-1) <= 5e-8) { // NaN fails too
 		t.Errorf("Gaussian: ε = %.10g, want 1", r.Epsilon)
 	}
 }
@@ -386,7 +386,7 @@ func TestRDPAgainstNumericalIntegration(t *testing.T) {
 			continue
 		}
 		want := numericalLogA(c.q, c.sigma, c.alpha)
-		if math.Abs(got-want) > 1e-7*math.Abs(want)+1e-12 {
+		if !(math.Abs(got-want) <= 1e-7*math.Abs(want)+1e-12) { // NaN fails too
 			t.Errorf("q=%v σ=%v α=%v: log A = %.15g, integral %.15g", c.q, c.sigma, c.alpha, got, want)
 		}
 	}

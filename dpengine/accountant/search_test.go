@@ -50,10 +50,10 @@ func TestTrials(t *testing.T) {
 		for k, pk := range p {
 			mean += float64(k) * pk
 		}
-		if math.Abs(mean-tc.mean) > 1e-6*tc.mean {
+		if !(math.Abs(mean-tc.mean) <= 1e-6*tc.mean) { // NaN fails too
 			t.Errorf("η=%v γ=%v: the pmf's mean %v, Mean() %v", tc.eta, tr.Gamma, mean, tr.Mean())
 		}
-		if math.Abs(tr.pmf1()-p[1]) > 1e-9 {
+		if !(math.Abs(tr.pmf1()-p[1]) <= 1e-9) { // NaN fails too
 			t.Errorf("η=%v: P(K=1) = %v, want %v", tc.eta, tr.pmf1(), p[1])
 		}
 		// Inversion at evenly spaced quantiles reproduces the pmf.
@@ -73,7 +73,7 @@ func TestTrials(t *testing.T) {
 		}
 	}
 	geo, _ := NewTrials(1, 4)
-	if math.Abs(geo.Gamma-0.25) > 1e-12 {
+	if !(math.Abs(geo.Gamma-0.25) <= 1e-12) { // NaN fails too
 		t.Errorf("the geometric distribution of mean 4 has γ = 1/4, got %v", geo.Gamma)
 	}
 	for _, bad := range []struct{ eta, mean float64 }{{-1, 10}, {0, 1}, {0, 0.5}, {math.NaN(), 3}, {0, math.Inf(1)}} {
@@ -264,7 +264,7 @@ func TestCalibrateSearchOf(t *testing.T) {
 		t.Errorf("σs %v spend %v (reported %v); want just under 3", sigmas, got.Epsilon, r.Epsilon)
 	}
 	for i := range eps {
-		if math.Abs(eps[i]-eps[0]) > 1e-4*eps[0] {
+		if !(math.Abs(eps[i]-eps[0]) <= 1e-4*eps[0]) { // NaN fails too
 			t.Errorf("one run's ε per mechanism %v: want equal", eps)
 		}
 	}

@@ -59,7 +59,7 @@ func TestAVXSgemmSerial(t *testing.T) {
 								}
 								want = float64(alpha)*s + float64(beta)*want
 							}
-							if math.Abs(float64(c1[i*ldc+j])-want) > 1e-3*(1+math.Abs(want)) {
+							if !(math.Abs(float64(c1[i*ldc+j])-want) <= 1e-3*(1+math.Abs(want))) { // NaN fails too
 								t.Fatalf("%v %v alpha %v beta %v: c[%d,%d] = %v, want %v", s, tr, alpha, beta, i, j, c1[i*ldc+j], want)
 							}
 						}

@@ -645,7 +645,7 @@ func near(got, want []float64, tol float64) error {
 		if g == w || math.IsNaN(g) && math.IsNaN(w) {
 			continue
 		}
-		if math.Abs(g-w) > tol*math.Max(1, math.Abs(w)) {
+		if !(math.Abs(g-w) <= tol*math.Max(1, math.Abs(w))) { // NaN fails too
 			return fmt.Errorf("output %d = %v, want %v (tolerance %g)", i, g, w, tol)
 		}
 	}

@@ -83,7 +83,7 @@ func TestConvSampleWeightGrads(t *testing.T) {
 					t.Fatal(err)
 				}
 				for k, w := range want[i0*size : (i0+n)*size] {
-					if math.Abs(float64(got[k]-w)) > 1e-5*(1+math.Abs(float64(w))) {
+					if !(math.Abs(float64(got[k]-w)) <= 1e-5*(1+math.Abs(float64(w)))) { // NaN fails too
 						t.Fatalf("samples %d…%d: element %d (sample %d) %g, want %g", i0, i0+n-1, k, i0+k/size, got[k], w)
 					}
 				}

@@ -528,7 +528,7 @@ func TestBatchNorm(t *testing.T) {
 	for i, v := range x {
 		ch := (i / sp) % c
 		w := (float64(v)-float64(rm[ch]))/math.Sqrt(float64(rv[ch])+eps)*float64(scale[ch]) + float64(bias[ch])
-		if math.Abs(float64(y[i])-w) > 1e-5*(1+math.Abs(w)) {
+		if !(math.Abs(float64(y[i])-w) <= 1e-5*(1+math.Abs(w))) { // NaN fails too
 			t.Fatalf("batchnorm inference [%d] = %v, want %v", i, y[i], w)
 		}
 	}
