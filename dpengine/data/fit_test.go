@@ -195,12 +195,21 @@ func BenchmarkFillPhotos(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// A random resized crop (rrc,flip) of the photos kept whole, their
+	// shorter side 256: a box's own resize weights every sample.
+	whole, err := full.FitTo(Fit{Height: 224, Width: 224, Resize: p.Resize, Whole: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rrc := p
+	rrc.Augment = Augment{Flip: true, ResizedCrop: AreaRange{0.08, 1}}
 	for _, bc := range []struct {
 		name string
 		m    *Images
-	}{{"full", full}, {"fitted", fitted}} {
+		p    Preprocess
+	}{{"full", full, p}, {"fitted", fitted, p}, {"whole-rrc", whole, rrc}} {
 		b.Run(bc.name, func(b *testing.B) {
-			v := mustView(b, bc.m, p)
+			v := mustView(b, bc.m, bc.p)
 			idx := make([]int, 32)
 			for i := range idx {
 				idx[i] = i % n

@@ -619,7 +619,7 @@ var boxMaps = sync.Pool{New: func() any { return new(sizeMap) }}
 
 // fillOne writes sample i into dst (C·H·W values), augmented as aug says.
 func (v *View) fillOne(dst []float32, i int, aug augDraw) {
-	C, H, W := v.p.Channels, v.p.Height, v.p.Width
+	H, W := v.p.Height, v.p.Width
 	pix := v.src.Pixels(i)
 	sh, sw := v.src.Size(i)
 	if aug.box {
@@ -628,22 +628,41 @@ func (v *View) fillOne(dst []float32, i int, aug augDraw) {
 		sm := boxMaps.Get().(*sizeMap)
 		sm.rows.build(aug.bh, H, 0, H)
 		sm.cols.build(aug.bw, W, 0, W)
-		for k := range sm.rows.spans {
-			sm.rows.spans[k].lo += int32(aug.top)
+		sm.rows.shift(aug.top)
+		sm.cols.shift(aug.left)
+		sm.exact = false
+		if aug.bh <= H && aug.bw <= W {
+			// Both axes grow (or keep their size): bilinear taps.
+			v.fillBilinear(dst, pix, sh, sw, sm, augDraw{flip: aug.flip})
+		} else {
+			v.fillFiltered(dst, pix, sh, sw, sm, augDraw{flip: aug.flip})
 		}
-		for k := range sm.cols.spans {
-			sm.cols.spans[k].lo += int32(aug.left)
-		}
-		v.fillFiltered(dst, pix, sh, sw, sm, augDraw{flip: aug.flip})
 		boxMaps.Put(sm)
 		return
 	}
-	plane := sh * sw
 	sm := v.sizes[[2]int{sh, sw}]
 	if sm.rows.taps == nil || sm.cols.taps == nil {
 		v.fillFiltered(dst, pix, sh, sw, sm, aug)
 		return
 	}
+	v.fillBilinear(dst, pix, sh, sw, sm, aug)
+}
+
+// shift moves m's source indices by off (a box's origin in the image).
+func (m *axisMap) shift(off int) {
+	for k := range m.taps {
+		m.taps[k].i0 += int32(off)
+		m.taps[k].i1 += int32(off)
+	}
+	for k := range m.spans {
+		m.spans[k].lo += int32(off)
+	}
+}
+
+// fillBilinear is fillOne where no axis shrinks: two taps an axis.
+func (v *View) fillBilinear(dst []float32, pix []uint8, sh, sw int, sm *sizeMap, aug augDraw) {
+	C, H, W := v.p.Channels, v.p.Height, v.p.Width
+	plane := sh * sw
 	rt, ct := sm.rows.taps, sm.cols.taps
 	dy := aug.dy
 	exact := sm.exact
