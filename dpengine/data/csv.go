@@ -641,17 +641,20 @@ func labelColumns(rec []string, labels []string, pathCol, userCol int) ([]int, e
 			cols = append(cols, c)
 		}
 	}
-	seen := map[int]bool{}
+	seen, named := map[int]bool{}, map[string]bool{}
 	for _, c := range cols {
+		name := strings.TrimSpace(rec[c])
 		switch {
+		case named[name] && !seen[c]:
+			return nil, fmt.Errorf("labels=%s: two columns of the header %q are named %q: a label's name must say which it is", strings.Join(labels, ","), header, name)
 		case c == pathCol:
 			return nil, fmt.Errorf("labels=%s takes the image path column %q for a label", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
 		case c == userCol:
 			return nil, fmt.Errorf("labels=%s takes the user column %q for a label", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
 		case seen[c]:
-			return nil, fmt.Errorf("labels=%s names the column %q twice", strings.Join(labels, ","), strings.TrimSpace(rec[c]))
+			return nil, fmt.Errorf("labels=%s names the column %q twice", strings.Join(labels, ","), name)
 		}
-		seen[c] = true
+		seen[c], named[name] = true, true
 	}
 	switch {
 	case len(cols) == 0:

@@ -242,6 +242,10 @@ func TestCSVColumnsNamed(t *testing.T) {
 		_, err := LoadString("csv:" + attrs + tc.opts)
 		wantErr(t, err, tc.want...)
 	}
+	twice := filepath.Join(dir, "twice.csv")
+	writeFile(t, twice, []byte("image,A,B,A\n"+imgs[0]+",1,0,1\n"))
+	_, err := LoadString("csv:" + twice + ":labels=*")
+	wantErr(t, err, "two columns of the header", `named "A"`)
 	// More label columns than a label set holds.
 	var b strings.Builder
 	b.WriteString("image")
@@ -251,7 +255,7 @@ func TestCSVColumnsNamed(t *testing.T) {
 	b.WriteString("\n" + imgs[0] + strings.Repeat(",0", MaxLabels+1) + "\n")
 	wide := filepath.Join(dir, "wide.csv")
 	writeFile(t, wide, []byte(b.String()))
-	_, err := LoadString("csv:" + wide + ":labels=*")
+	_, err = LoadString("csv:" + wide + ":labels=*")
 	wantErr(t, err, fmt.Sprintf("names %d columns, at most %d", MaxLabels+1, MaxLabels))
 	if m := mustLoad(t, "csv:"+wide+":labels=L1..L62"); m.NumClasses() != 62 {
 		t.Errorf("labels=L1..L62: %d labels", m.NumClasses())
