@@ -557,7 +557,7 @@ func (m *Images) mapPixels(p *pixelFile, imgs []decoded) error {
 		// in the mapping's order.
 		m.h, m.w, m.sizes = imgs[0].h, imgs[0].w, nil
 	}
-	m.onDisk, m.onDiskDir = int64(len(b)), p.dir
+	m.mapped = newPixelMapping(b, p.dir)
 	return nil
 }
 

@@ -46,10 +46,10 @@ type Images struct {
 	// multiLabel marks a multi-label dataset (MultiLabel): labels are
 	// label sets (internal/labelset).
 	multiLabel bool
-	// onDisk is the bytes of samples mapped from a file in onDiskDir
-	// (pixelsOnDisk), 0 where they are in memory.
-	onDisk    int64
-	onDiskDir string
+	// mapped holds the samples where they are mapped from a file
+	// (pixelsOnDisk); nil where they are in memory. The samples point
+	// into it: it stays reachable while m is.
+	mapped *pixelMapping
 
 	// fit is what LoadFitted shrank the images to: every sample of
 	// fit's size holds its view's window (the zero Fit: none).
@@ -184,12 +184,17 @@ func hashLabels(put func(int64), labels []int64, multi bool, k int) {
 // PixelsOnDisk returns the bytes of the images' pixels mapped from a file
 // in dir (the fitted images took more than half the memory available:
 // see DPFINETUNE_PIXELS), 0 where they are in memory.
-func (m *Images) PixelsOnDisk() (bytes int64, dir string) { return m.onDisk, m.onDiskDir }
+func (m *Images) PixelsOnDisk() (bytes int64, dir string) {
+	if m.mapped == nil {
+		return 0, ""
+	}
+	return int64(len(m.mapped.b)), m.mapped.dir
+}
 
 // Bytes returns the memory held by the pixels, labels and users.
 func (m *Images) Bytes() int64 {
 	n := int64(len(m.pix)) + 8*int64(len(m.labels)) + 4*int64(len(m.users))
-	if m.onDisk == 0 { // mapped pixels are the page cache's, not ours
+	if m.mapped == nil { // mapped pixels are the page cache's, not ours
 		for _, s := range m.samples {
 			n += int64(len(s))
 		}

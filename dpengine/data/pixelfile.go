@@ -3,6 +3,7 @@ package data
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -117,6 +118,27 @@ func (p *pixelFile) mapAll() ([]byte, error) {
 		return nil, fmt.Errorf("pixels on disk in %s: %w", p.dir, err)
 	}
 	return b, nil
+}
+
+// pixelMapping is a load's pixels mapped from its file, shared by every
+// Images made from the load (derive): unmapped once none holds it, so that
+// a caller loading part after part (predict over a million photos) gives
+// each part's disk back as it drops the part.
+type pixelMapping struct {
+	b   []byte
+	dir string
+}
+
+// unmapped counts the mappings released (tests).
+var unmapped atomic.Int64
+
+func newPixelMapping(b []byte, dir string) *pixelMapping {
+	pm := &pixelMapping{b: b, dir: dir}
+	runtime.AddCleanup(pm, func(b []byte) {
+		sysmem.Unmap(b)
+		unmapped.Add(1)
+	}, b)
+	return pm
 }
 
 // close drops the file (a load that failed).

@@ -6,9 +6,11 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // pixelFolder writes a folder of two classes of photos larger than a
@@ -150,4 +152,47 @@ func TestPixelsOnDiskChoice(t *testing.T) {
 	if _, err := pixelsOnDisk(10000, fit, 1<<30); err == nil || !strings.Contains(err.Error(), "set "+pixelDirEnv) {
 		t.Errorf("a directory without room: %v", err)
 	}
+}
+
+// TestPixelsOnDiskUnmapped: a load's mapping is released once no Images
+// made from it holds it — not while a derived one (users named) does —
+// so that parts loaded one after another give their disk back.
+func TestPixelsOnDiskUnmapped(t *testing.T) {
+	folder := pixelFolder(t)
+	t.Setenv(pixelsEnv, "disk")
+	t.Setenv(pixelDirEnv, t.TempDir())
+	before := unmapped.Load()
+	m, err := LoadFitted(mustSpec(t, "folder:"+folder), Fit{Height: 12, Width: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, m.Len())
+	for i := range names {
+		names[i] = fmt.Sprint("u", i%3)
+	}
+	derived, err := m.WithUsers(names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(derived.Pixels(m.Len() - 1))
+	m = nil
+	for range 3 {
+		runtime.GC()
+	}
+	if got := derived.Pixels(derived.Len() - 1); !slices.Equal(got, want) {
+		t.Fatal("a derived dataset's pixels changed once its source was dropped")
+	}
+	if unmapped.Load() != before {
+		t.Fatal("the mapping was released while a derived dataset held it")
+	}
+	runtime.KeepAlive(derived)
+	derived = nil
+	for range 50 {
+		runtime.GC()
+		if unmapped.Load() > before {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Error("the mapping was not released once no dataset held it")
 }

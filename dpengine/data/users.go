@@ -165,7 +165,7 @@ func (m *Images) derive() *Images {
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
 		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths,
 		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel,
-		onDisk: m.onDisk, onDiskDir: m.onDiskDir,
+		mapped: m.mapped,
 	}
 }
 

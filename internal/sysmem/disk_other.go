@@ -13,6 +13,9 @@ func DiskFree(string) (int64, error) {
 	return 0, errors.New("free disk space is read on Unix systems only")
 }
 
+// Unmap does nothing here (MapReadOnly read into memory).
+func Unmap([]byte) error { return nil }
+
 // MapReadOnly reads the first size bytes of f into memory (no mapping
 // here).
 func MapReadOnly(f *os.File, size int64) ([]byte, error) {

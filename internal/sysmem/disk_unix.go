@@ -18,6 +18,14 @@ func DiskFree(dir string) (int64, error) {
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
+// Unmap releases a mapping of MapReadOnly; nothing may read it after.
+func Unmap(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return syscall.Munmap(b)
+}
+
 // MapReadOnly maps the first size bytes of f into memory, read-only and
 // shared: the kernel reads the pages in as they are touched and drops them
 // as memory requires. The mapping outlives f's closing and removal.
