@@ -85,7 +85,11 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	var rows []csvRow
 	var classes []string
 	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
-	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != ""}
+	where, err := parseWhere(spec.Where)
+	if err != nil {
+		return nil, fmt.Errorf("csv: %s: %w", path, err)
+	}
+	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != "", where: where}
 	switch {
 	case len(spec.Labels) > 0:
 		rows, classes, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain, pick)
@@ -333,10 +337,70 @@ type csvRow struct {
 type csvPick struct {
 	path, label, user string
 	noUser            bool
+	// where selects the rows read (Spec.Where); nil reads them all.
+	where *csvWhere
 }
 
 // any reports whether a column is named: the listing must have a header.
-func (p csvPick) any() bool { return p.path != "" || p.label != "" || p.user != "" }
+func (p csvPick) any() bool { return p.path != "" || p.label != "" || p.user != "" || p.where != nil }
+
+// csvWhere is Spec.Where: the column, its index in the header once found,
+// and the values a row read holds in it.
+type csvWhere struct {
+	col    string
+	values []string
+	idx    int
+}
+
+// noRows is the error of a listing that gives no row: none at all (want
+// says what a row holds), or none where= selects.
+func noRows(name string, w *csvWhere, want string) error {
+	if w != nil {
+		return fmt.Errorf("csv: %s: no row's %q is %s (where=)", name, w.col, strings.Join(w.values, " or "))
+	}
+	return fmt.Errorf("csv: %s lists no images (%s)", name, want)
+}
+
+// parseWhere reads a where= option, COL=V1|V2|…; nil for "".
+func parseWhere(s string) (*csvWhere, error) {
+	if s == "" {
+		return nil, nil
+	}
+	col, vals, ok := strings.Cut(s, "=")
+	w := &csvWhere{col: strings.TrimSpace(col), idx: -1}
+	for _, v := range strings.Split(vals, "|") {
+		if v = strings.TrimSpace(v); v != "" {
+			w.values = append(w.values, v)
+		}
+	}
+	if !ok || w.col == "" || len(w.values) == 0 {
+		return nil, fmt.Errorf("where=%s: want COL=VALUE, or COL=V1|V2 for any of several", s)
+	}
+	return w, nil
+}
+
+// find finds w's column in the header rec.
+func (w *csvWhere) find(rec []string) error {
+	if w == nil {
+		return nil
+	}
+	if w.idx = csvColumn(rec, w.col); w.idx < 0 {
+		return fmt.Errorf("where=%s=…: no such column in the header %q", w.col, strings.Join(rec, ","))
+	}
+	return nil
+}
+
+// keep reports whether the row rec is read: its column holds one of w's
+// values (every row where w is nil).
+func (w *csvWhere) keep(rec []string, name string, line int) (bool, error) {
+	if w == nil {
+		return true, nil
+	}
+	if len(rec) <= w.idx {
+		return false, fmt.Errorf("csv: %s: line %d: %d fields, want the where= column %q (column %d)", name, line, len(rec), w.col, w.idx+1)
+	}
+	return slices.Contains(w.values, strings.TrimSpace(rec[w.idx])), nil
+}
 
 // csvColumn returns the index of the header's column named name in any
 // case (an exact match first), -1 where there is none.
@@ -431,8 +495,14 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool, pick csvPick) ([]cs
 				if u >= 0 {
 					userName = strings.TrimSpace(rec[u])
 				}
+				if err := pick.where.find(rec); err != nil {
+					return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
+				}
 				return nil
 			}
+		}
+		if ok, err := pick.where.keep(rec, name, line); !ok || err != nil {
+			return err
 		}
 		if userCol >= 0 && len(rec) <= max(pathCol, labelCol, userCol) {
 			return fmt.Errorf("csv: %s: line %d: %d fields, want an image path (column %d), a label (column %d) and a user (column %d, %q)", name, line, len(rec), pathCol+1, labelCol+1, userCol+1, userName)
@@ -455,7 +525,7 @@ func readCSVRows(r io.Reader, name string, emptyLabels bool, pick csvPick) ([]cs
 		return nil, err
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("csv: %s lists no images (want a row a sample: an image path and a label)", name)
+		return nil, noRows(name, pick.where, "want a row a sample: an image path and a label")
 	}
 	return rows, nil
 }
@@ -545,7 +615,13 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			for _, c := range cols {
 				names = append(names, strings.TrimSpace(rec[c]))
 			}
+			if err := pick.where.find(rec); err != nil {
+				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
+			}
 			return nil
+		}
+		if ok, err := pick.where.keep(rec, name, line); !ok || err != nil {
+			return err
 		}
 		need := max(pathCol, userCol, slices.Max(cols))
 		if len(rec) <= need {
@@ -590,7 +666,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 		return nil, nil, err
 	}
 	if len(rows) == 0 {
-		return nil, nil, fmt.Errorf("csv: %s lists no images", name)
+		return nil, nil, noRows(name, pick.where, "want a row an image and its labels")
 	}
 	return rows, names, nil
 }

@@ -171,6 +171,7 @@ func FuzzCSV(f *testing.F) {
 	f.Add([]byte("path,labels\na.png,A|B\nb.png,\nc.png,B\n"))
 	f.Add([]byte("image_id,Bald,Smiling,Young\n000001.jpg,-1,1,1\n000002.jpg,-1,-1,1\n"))
 	f.Add([]byte("id,Edema,Mass,who\na.png,1,0,x\nb.png,,-1,y\n"))
+	f.Add([]byte("path,Edema,who\na.png,1,x\nb.png,?,z\nc.png,0\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lines := bytes.Count(b, []byte("\n")) + 1
 		// The label-column form and the label-set form: no crash, label
@@ -186,7 +187,8 @@ func FuzzCSV(f *testing.F) {
 		for _, tc := range []struct {
 			labels []string
 			pick   csvPick
-		}{{[]string{"*"}, csvPick{}}, {[]string{"Edema..Mass"}, csvPick{path: "id", user: "who"}}} {
+		}{{[]string{"*"}, csvPick{}}, {[]string{"Edema..Mass"}, csvPick{path: "id", user: "who"}},
+			{[]string{"Edema"}, csvPick{where: &csvWhere{col: "who", values: []string{"x", "y"}}}}} {
 			if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", tc.labels, "zero", tc.pick); err == nil {
 				if len(names) == 0 || len(names) > MaxLabels {
 					t.Fatalf("%v: %d labels", tc.labels, len(names))

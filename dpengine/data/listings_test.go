@@ -159,6 +159,46 @@ func TestCSVCheXpert(t *testing.T) {
 	// labels=* takes Sex, Age and the view too: refused, naming them.
 	_, err := LoadString("csv:" + listing + ":labels=*:uncertain=one:root=" + dir)
 	wantErr(t, err, "line 2", `"Sex" is "Female"`)
+
+	// A lateral view, whose findings column is garbage: where= reads the
+	// frontal views alone, and never looks at it.
+	lateral := "CheXpert-v1.0-small/train/patient00009/study1/view1_lateral.png"
+	writePNG(t, filepath.Join(dir, lateral), grayImage(2, 2, func(x, y int) uint8 { return 99 }))
+	raw := b.String() + lateral + ",Male,70,Lateral,," + strings.Repeat("?,", len(findings)-1) + "?\n"
+	writeFile(t, listing, []byte(raw))
+	if _, err := LoadString(base); err == nil {
+		t.Fatal("the lateral row's findings were accepted")
+	}
+	frontal := mustLoad(t, base+":where=Frontal/Lateral=Frontal")
+	if fmt.Sprint(pixelLabels(frontal)) != fmt.Sprint(want) || frontal.NumUsers() != 4 {
+		t.Errorf("where=Frontal/Lateral=Frontal: %v, %d users; want the frontal views %v", pixelLabels(frontal), frontal.NumUsers(), want)
+	}
+	if either := mustLoad(t, base+":where=Frontal/Lateral=Oblique|Frontal"); either.Len() != 6 {
+		t.Errorf("where= of two values: %d images, want the 6 frontal ones", either.Len())
+	}
+	for _, tc := range []struct {
+		opt  string
+		want []string
+	}{
+		{":where=View=Frontal", []string{`where=View=…: no such column`}},
+		{":where=Frontal/Lateral=Oblique", []string{`no row's "Frontal/Lateral" is Oblique`}},
+	} {
+		_, err := LoadString(base + tc.opt)
+		wantErr(t, err, tc.want...)
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"csv:x.csv:where=Frontal", "want COL=VALUE"},
+		{"csv:x.csv:where==a", "want COL=VALUE"},
+		{"folder:x:where=a=b", "where= applies to the csv scheme only"},
+	} {
+		_, err := ParseSpec(tc.spec)
+		wantErr(t, err, tc.want)
+	}
+	if sp, err := ParseSpec(base + ":where=Frontal/Lateral=Frontal|Lateral"); err != nil || sp.Where != "Frontal/Lateral=Frontal|Lateral" {
+		t.Errorf("where=: %+v %v", sp, err)
+	} else if back, err := ParseSpec(sp.String()); err != nil || back.String() != sp.String() {
+		t.Errorf("%q reads back as %+v (%v)", sp.String(), back, err)
+	}
 }
 
 // TestCSVColumnsNamed: path=, label= and user= name the columns of a

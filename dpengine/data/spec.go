@@ -98,6 +98,8 @@ func ParseSplit(s string) (Split, error) {
 //	                       to DIR, not to the listing's directory (Root)
 //	ext=.EXT               csv only: added to listed paths that have no
 //	                       extension (Ext)
+//	where=COL=V1|V2|…      csv only: only the rows whose column COL holds
+//	                       one of the values (Where)
 //	users=REGEX            folder and csv: each image's user is read from
 //	                       its path — within its class directory, or as
 //	                       the listing gives it — by the regular
@@ -201,6 +203,13 @@ type Spec struct {
 	// listed path that has none: HAM10000's image_id "ISIC_0027419" names
 	// ISIC_0027419.jpg. Empty: paths as listed.
 	Ext string
+	// Where, for a CSV listing only, keeps only the rows whose column
+	// (named before the first '=') holds one of the values after it,
+	// separated by '|', exactly: "Frontal/Lateral=Frontal" (CheXpert's
+	// frontal views), "dx_type=histo|confocal". The others are not read
+	// at all — not even checked —, as if the listing did not hold them.
+	// The listing must have a header naming the column.
+	Where string
 	// Uncertain says what a Labels column's -1 (an uncertain label) is:
 	// "zero" (absent), "one" (present: CheXpert's U-Ones), or "" — refused,
 	// naming the row.
@@ -333,6 +342,14 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
 			}
 			spec.Labels = cols
+		case "where":
+			if spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: where= applies to the csv scheme only", s)
+			}
+			if _, err := parseWhere(val); err != nil {
+				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
+			}
+			spec.Where = val
 		case "ext":
 			if spec.Scheme != SchemeCSV {
 				return Spec{}, fmt.Errorf("data spec %q: ext= applies to the csv scheme only", s)
@@ -383,7 +400,7 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one, path=COL, label=COL, user=COL, root=DIR, ext=.EXT)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one, path=COL, label=COL, user=COL, root=DIR, ext=.EXT, where=COL=V1|V2)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -442,7 +459,7 @@ func (s Spec) String() string {
 	if len(s.Labels) > 0 {
 		b.WriteString(":labels=" + strings.Join(s.Labels, ","))
 	}
-	for _, o := range []struct{ key, val string }{{"path", s.PathColumn}, {"label", s.LabelColumn}, {"user", s.UserColumn}, {"root", s.Root}, {"ext", s.Ext}} {
+	for _, o := range []struct{ key, val string }{{"path", s.PathColumn}, {"label", s.LabelColumn}, {"user", s.UserColumn}, {"root", s.Root}, {"ext", s.Ext}, {"where", s.Where}} {
 		if o.val != "" {
 			b.WriteString(":" + o.key + "=" + o.val)
 		}
