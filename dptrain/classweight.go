@@ -61,6 +61,26 @@ func PowClassWeights(w []float64, p float64) ([]float64, error) {
 	return out, nil
 }
 
+// PowPosWeights raises positive weights (ParsePosWeight's) to the power
+// p ∈ [0, 4], kept as they come out (not divided by the largest: a
+// positive weight shapes each sample's loss, which is clipped whatever its
+// scale): 1 keeps them, ½ takes their square roots (a rare label's 99
+// becomes 9.95), 0 weighs every label's positive term 1 — the plain loss,
+// bit for bit.
+func PowPosWeights(w []float64, p float64) ([]float64, error) {
+	if !(p >= 0 && p <= 4) {
+		return nil, fmt.Errorf("--pos-weight-power %v must be in [0, 4]", p)
+	}
+	out := make([]float64, len(w))
+	for j, v := range w {
+		out[j] = 1
+		if p != 0 {
+			out[j] = math.Pow(v, p)
+		}
+	}
+	return out, nil
+}
+
 // ParsePosWeight reads --pos-weight, the weights of a multi-label run's
 // labels' positive terms (dpengine.Config.PosWeight, PyTorch's pos_weight),
 // as ParseClassWeights reads its list or NAME=W pairs, the labels not

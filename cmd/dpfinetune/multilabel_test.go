@@ -14,8 +14,11 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
 // fmnistGroups are the label sets of multiLabelListing: each garment's
@@ -277,6 +280,51 @@ func TestTrainMultiLabel(t *testing.T) {
 	if o, e, code := run(t, withArgs("--pos-weight", "upper=2,Bag=0.5", "--epochs", "1")...); code != 0 || !strings.Contains(o, "each label's positive term weighed (Bag 0.5, Boot 1,") ||
 		metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"] != "[0.5,1,1,1,1,1,1,1,1,1,1,1,2]" {
 		t.Errorf("--pos-weight: exit %d, metadata %q: %s\n%s", code, metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"], e, o)
+	}
+	// Raised to a power: ½ their square roots, 0 the plain loss — the
+	// same weights, bit for bit, as a run without them (seeded).
+	if o, e, code := run(t, withArgs("--pos-weight", "upper=4,Bag=0.25", "--pos-weight-power", "0.5", "--epochs", "1")...); code != 0 ||
+		metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"] != "[0.5,1,1,1,1,1,1,1,1,1,1,1,2]" {
+		t.Errorf("--pos-weight-power 0.5: exit %d, metadata %q: %s\n%s", code, metadata(t, filepath.Join(dir, "other.onnx"))["dpfinetune.pos_weight"], e, o)
+	}
+	plain, powered := filepath.Join(dir, "plain.onnx"), filepath.Join(dir, "powered.onnx")
+	for _, c := range []struct {
+		out  string
+		args []string
+	}{{plain, nil}, {powered, []string{"--pos-weight", "upper=4,Bag=0.25", "--pos-weight-power", "0"}}} {
+		a := append(withArgs("--epochs", "1"), c.args...)
+		for i := range a {
+			if a[i] == "--out" {
+				a[i+1] = c.out
+			}
+		}
+		if _, e, code := run(t, a...); code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, e)
+		}
+	}
+	pm, err := onnx.Load(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qm, err := onnx.Load(powered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, init := range pm.Proto.Graph.Initializer {
+		if !proto.Equal(init, qm.Proto.Graph.Initializer[i]) {
+			t.Errorf("--pos-weight-power 0: initializer %s differs from the plain loss's", init.GetName())
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pos-weight-power", "0.5"}, "raises --pos-weight's weights: give them"},
+		{[]string{"--pos-weight", "upper=2", "--pos-weight-power", "7"}, "must be in [0, 4]"},
+	} {
+		if _, e, code := run(t, withArgs(c.args...)...); code != 2 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d: %s", c.args, code, e)
+		}
 	}
 	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist, "--epsilon", "3", "--quiet", "--out", filepath.Join(dir, "x.onnx"), "--pos-weight", "3=2"); code != 1 || !strings.Contains(e, "--pos-weight weighs a multi-label run's labels") {
 		t.Errorf("--pos-weight on single-label data: exit %d: %s", code, e)

@@ -85,6 +85,7 @@ type trainFlags struct {
 	privacyUnit, classWeight, posWeight, keepFeatures                   *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
 	clipQuantile, clipLR, clipCountNoise, smoothing, classWeightPower   *float64
+	posWeightPower                                                      *float64
 	epochs, batchSize, physical, evalBatch, views, warmup               *int
 	examplesPerUser                                                     *int
 	perLayer, nonPrivate, resume, quiet, normCheck, dryRun              *bool
@@ -113,6 +114,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		minLR:            fs.Float64("min-lr", 0, "the learning rate --lr-schedule cosine or linear decays to by the last step"),
 		classWeight:      fs.String("class-weight", "", "weigh each sample's clipped gradient by its class: a weight a class in label order (0.2,1,…) or NAME=W pairs (normal=0.1; unnamed classes 1), divided by the largest; after the clipping, so ε is unchanged. Weights from the data's own class counts would leak them: give known prevalences' inverses"),
 		classWeightPower: fs.Float64("class-weight-power", 1, "raise each --class-weight to this power before dividing by the largest: 1 as given (e.g. inverse prevalence), 0.5 its square root, 0 none — a knob tune can search (--grid class-weight-power=0,0.5,1), its runs all scored by the weights as given"),
+		posWeightPower:   fs.Float64("pos-weight-power", 1, "raise each --pos-weight to this power: 1 as given, 0.5 its square root (a rare label's 99 becomes 9.95), 0 the plain loss — a knob tune can search (--grid pos-weight-power=0,0.5,1)"),
 		posWeight:        fs.String("pos-weight", "", "multi-label data: weigh each label's positive term of the loss (PyTorch's pos_weight): a weight a label in label order or NAME=W pairs (unnamed labels 1); one loss a sample still, so ε is unchanged. Weights from the data's own label counts would leak them"),
 		smoothing:        fs.Float64("label-smoothing", 0, "train on the cross-entropy against labels smoothed to (1−α)·onehot + α/K: one loss a sample still, so ε is unchanged (the test loss stays the plain one)"),
 		ema:              fs.Float64("ema", 0, "keep an exponential moving average of the parameters with decay β (e.g. 0.999; warm-up min(β, (1+t)/(10+t))) and evaluate and export it instead of the last weights: computed from the noisy updates alone, so ε is unchanged (0: none)"),
@@ -315,6 +317,14 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	posWeight, err := dptrain.ParsePosWeight(*f.posWeight, train.Classes(), train.NumClasses())
 	if err != nil {
 		return cfg, usageError{err.Error()}
+	}
+	if p := *f.posWeightPower; p != 1 {
+		if posWeight == nil {
+			return cfg, usagef("--pos-weight-power %g raises --pos-weight's weights: give them", p)
+		}
+		if posWeight, err = dptrain.PowPosWeights(posWeight, p); err != nil {
+			return cfg, usageError{err.Error()}
+		}
 	}
 	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, *f.resize, logf)
 	if err != nil {

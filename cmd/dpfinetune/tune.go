@@ -36,7 +36,7 @@ func init() {
 // (accountant.CalibrateSearchOf); the others leave the mechanism alone.
 var (
 	tunable = []string{"lr", "clip", "optimizer", "momentum", "weight-decay", "lr-schedule", "warmup-steps", "min-lr",
-		"label-smoothing", "ema", "augment", "clip-fn", "gamma", "examples-per-user", "lora", "class-weight-power", "batch-size", "epochs"}
+		"label-smoothing", "ema", "augment", "clip-fn", "gamma", "examples-per-user", "lora", "class-weight-power", "pos-weight-power", "batch-size", "epochs"}
 	mechanisms = []string{"batch-size", "epochs"}
 )
 
