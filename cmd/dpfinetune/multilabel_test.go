@@ -50,6 +50,20 @@ func multiLabelListing(t *testing.T, dir string, split data.Split, n int) string
 	return listing
 }
 
+// evalJSON is eval --json of model on data, its flags extra.
+func evalJSON(t *testing.T, model, data string, extra ...string) dptrain.EvalResult {
+	t.Helper()
+	o, e, code := run(t, append([]string{"eval", "--model", model, "--data", data, "--json"}, extra...)...)
+	if code != 0 {
+		t.Fatalf("eval %v: exit %d: %s", extra, code, e)
+	}
+	var ev dptrain.EvalResult
+	if err := json.Unmarshal([]byte(o), &ev); err != nil {
+		t.Fatalf("eval %v: %v: %s", extra, err, o)
+	}
+	return ev
+}
+
 // writeGrayPNG writes a 28×28 gray image (a Fashion-MNIST slice's pixels)
 // as a PNG file.
 func writeGrayPNG(t *testing.T, path string, pix []uint8) {
@@ -115,14 +129,7 @@ func TestTrainMultiLabel(t *testing.T) {
 	if md["dpfinetune.multi_label"] != "true" || !strings.Contains(md["dpfinetune.classes"], `"footwear"`) {
 		t.Errorf("metadata %v", md)
 	}
-	o, e, code = run(t, "eval", "--model", out, "--data", test, "--json")
-	if code != 0 {
-		t.Fatalf("eval: exit %d: %s", code, e)
-	}
-	var ev dptrain.EvalResult
-	if err := json.Unmarshal([]byte(o), &ev); err != nil {
-		t.Fatal(err)
-	}
+	ev := evalJSON(t, out, test)
 	if !ev.MultiLabel || ev.AUC == nil || *ev.AUC != *last.AUC || ev.ExactMatch != last.ExactMatch || ev.Accuracy != last.Accuracy {
 		t.Errorf("eval: %+v, the run's last test figures %+v", ev, last)
 	}
@@ -494,14 +501,7 @@ func TestTrainManyLabels(t *testing.T) {
 			if !strings.Contains(o, "multi-label: each of the "+k+" labels") || !strings.Contains(o, "norms:     checked") {
 				t.Errorf("the log does not say the run has %s labels and its norms checked:\n%s", k, o)
 			}
-			o, e, code = run(t, "eval", "--model", out, "--data", test, "--json")
-			if code != 0 {
-				t.Fatalf("eval: exit %d: %s", code, e)
-			}
-			var ev dptrain.EvalResult
-			if err := json.Unmarshal([]byte(o), &ev); err != nil {
-				t.Fatal(err)
-			}
+			ev := evalJSON(t, out, test)
 			if !ev.MultiLabel || ev.AUC == nil || *ev.AUC < 0.85 || ev.MAP == nil || len(ev.PerClass) != labels {
 				t.Fatalf("eval: multi-label %v, AUC %v, mAP %v, %d labels", ev.MultiLabel, ev.AUC, ev.MAP, len(ev.PerClass))
 			}
