@@ -129,15 +129,16 @@ type pixelMapping struct {
 	dir string
 }
 
-// unmapped counts the mappings released (tests).
-var unmapped atomic.Int64
+// unmapped records the directories of the mappings released (tests: a
+// test's own directory tells its mapping from another test's).
+var unmapped sync.Map
 
 func newPixelMapping(b []byte, dir string) *pixelMapping {
 	pm := &pixelMapping{b: b, dir: dir}
-	runtime.AddCleanup(pm, func(b []byte) {
-		sysmem.Unmap(b)
-		unmapped.Add(1)
-	}, b)
+	runtime.AddCleanup(pm, func(m pixelMapping) {
+		sysmem.Unmap(m.b)
+		unmapped.Store(m.dir, true)
+	}, pixelMapping{b: b, dir: dir})
 	return pm
 }
 
