@@ -37,11 +37,8 @@ type pixelFile struct {
 }
 
 // pixelsOnDisk decides whether a load of n images, fitted by fit, keeps
-// their pixels on disk (pixelsEnv, else an estimate of their bytes
-// against half of budget: the input's window a fitted image, its shorter
-// side's square and a third more a whole one), and opens the file where it
-// does (nil where it does not). Unfitted loads, whose sizes are unknown
-// until decoded, stay in memory unless told.
+// their pixels on disk (diskChoice), and opens the file where it does
+// (nil where it does not).
 func pixelsOnDisk(n int, fit Fit, budget int64) (*pixelFile, error) {
 	mode := os.Getenv(pixelsEnv)
 	switch mode {
@@ -49,6 +46,19 @@ func pixelsOnDisk(n int, fit Fit, budget int64) (*pixelFile, error) {
 	default:
 		return nil, fmt.Errorf("%s=%s: want disk or memory", pixelsEnv, mode)
 	}
+	disk, est := diskChoice(n, fit, budget, mode)
+	if !disk {
+		return nil, nil
+	}
+	return openPixelFile(est)
+}
+
+// diskChoice says whether n images fitted by fit go to disk, and their
+// estimated bytes: as mode (pixelsEnv) says, else where the estimate — the
+// input's window a fitted image, its shorter side's square and a third
+// more a whole one — exceeds half of budget. Unfitted loads, whose sizes
+// are unknown until decoded, stay in memory unless told.
+func diskChoice(n int, fit Fit, budget int64, mode string) (bool, int64) {
 	var est int64
 	if fit.Height > 0 {
 		c := int64(3)
@@ -62,9 +72,12 @@ func pixelsOnDisk(n int, fit Fit, budget int64) (*pixelFile, error) {
 		}
 		est = int64(n) * per
 	}
-	if mode == "memory" || mode == "" && (est == 0 || est <= budget/2) {
-		return nil, nil
-	}
+	return mode == "disk" || mode == "" && est > budget/2 && est > 0, est
+}
+
+// openPixelFile opens the pixel file of a load of about est bytes in
+// DPFINETUNE_PIXEL_DIR, refusing a directory without room.
+func openPixelFile(est int64) (*pixelFile, error) {
 	dir := os.Getenv(pixelDirEnv)
 	if dir == "" {
 		dir = os.TempDir()

@@ -122,34 +122,31 @@ func TestPixelsOnDisk(t *testing.T) {
 // TestPixelsOnDiskChoice: without DPFINETUNE_PIXELS, fitted images go to
 // disk where their estimated bytes exceed half the memory budget, and
 // stay in memory otherwise, unfitted ones always (their sizes unknown
-// until decoded).
+// until decoded); disk or memory as told; a directory without room is
+// refused, naming the variable to set.
 func TestPixelsOnDiskChoice(t *testing.T) {
-	t.Setenv(pixelsEnv, "")
-	t.Setenv(pixelDirEnv, t.TempDir())
 	fit := Fit{Height: 224, Width: 224}
 	for _, tc := range []struct {
 		n      int
 		fit    Fit
 		budget int64
+		mode   string
 		disk   bool
 	}{
-		{1000, fit, 1 << 30, false},                                       // 150 MB of 1 GiB
-		{10000, fit, 1 << 30, true},                                       // 1.5 GB of 1 GiB
-		{10000, Fit{Height: 224, Width: 224, Gray: true}, 1 << 30, false}, // 502 MB (0.47 GiB): under half
-		{10000, Fit{}, 1 << 20, false},
-		{3000, Fit{Height: 224, Width: 224, Resize: Resize{Crop: true}, Whole: true}, 1 << 30, true}, // 256²·4/3·3 each: 786 MB
+		{1000, fit, 1 << 30, "", false},                                       // 150 MB of 1 GiB
+		{10000, fit, 1 << 30, "", true},                                       // 1.5 GB of 1 GiB
+		{10000, Fit{Height: 224, Width: 224, Gray: true}, 1 << 30, "", false}, // 502 MB (0.47 GiB): under half
+		{10000, Fit{}, 1 << 20, "", false},
+		{3000, Fit{Height: 224, Width: 224, Resize: Resize{Crop: true}, Whole: true}, 1 << 30, "", true}, // 256²·4/3·3 each: 786 MB
+		{10000, fit, 1 << 30, "memory", false},
+		{1, Fit{}, 1 << 30, "disk", true},
 	} {
-		p, err := pixelsOnDisk(tc.n, tc.fit, tc.budget)
-		if err != nil {
-			t.Fatal(err)
+		if disk, _ := diskChoice(tc.n, tc.fit, tc.budget, tc.mode); disk != tc.disk {
+			t.Errorf("%d images fitted %s, budget %d MiB, mode %q: on disk %v, want %v", tc.n, tc.fit, tc.budget>>20, tc.mode, disk, tc.disk)
 		}
-		if (p != nil) != tc.disk {
-			t.Errorf("%d images fitted %s, budget %d MiB: on disk %v, want %v", tc.n, tc.fit, tc.budget>>20, p != nil, tc.disk)
-		}
-		p.close()
 	}
 	t.Setenv(pixelDirEnv, "/proc")
-	if _, err := pixelsOnDisk(10000, fit, 1<<30); err == nil || !strings.Contains(err.Error(), "set "+pixelDirEnv) {
+	if _, err := openPixelFile(1 << 30); err == nil || !strings.Contains(err.Error(), "set "+pixelDirEnv) {
 		t.Errorf("a directory without room: %v", err)
 	}
 }
