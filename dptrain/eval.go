@@ -427,11 +427,12 @@ func auc(probs []float32, labels []int64, k, keep int) *float64 {
 	n := len(labels)
 	score := make([]float32, n)
 	pos := make([]bool, n)
+	order := make([]int, n)
 	one := func(c int, at func(i int) float32) (float64, bool) {
 		for i := range score {
 			score[i], pos[i] = at(i), labels[i] == int64(c)
 		}
-		return rankAUC(score, pos)
+		return rankAUC(score, pos, byScore(score, order))
 	}
 	switch keep {
 	case 1:
@@ -455,16 +456,23 @@ func auc(probs []float32, labels []int64, k, keep int) *float64 {
 	return nil
 }
 
-// rankAUC is the area under the ROC curve of score for the positives pos:
-// the Mann–Whitney statistic, the probability that a positive scores above
-// a negative, ties counted as half (what the trapezoidal ROC area gives).
-// False where there are no positives or no negatives.
-func rankAUC(score []float32, pos []bool) (float64, bool) {
-	idx := make([]int, len(score))
+// byScore writes into idx (len(score)) the examples in increasing order of
+// score, and returns it: the order rankAUC and averagePrecision read,
+// sorted once for both.
+func byScore(score []float32, idx []int) []int {
 	for i := range idx {
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
+	return idx
+}
+
+// rankAUC is the area under the ROC curve of score for the positives pos:
+// the Mann–Whitney statistic, the probability that a positive scores above
+// a negative, ties counted as half (what the trapezoidal ROC area gives);
+// idx is the examples by increasing score (byScore). False where there are
+// no positives or no negatives.
+func rankAUC(score []float32, pos []bool, idx []int) (float64, bool) {
 	var rankSum float64
 	var np, nn int
 	for i := 0; i < len(idx); {
@@ -494,15 +502,11 @@ func rankAUC(score []float32, pos []bool) (float64, bool) {
 }
 
 // averagePrecision is scikit-learn's average_precision_score of scores
-// against pos: the examples by decreasing score, a threshold at each
-// distinct score (tied scores enter together), the precision there
-// weighted by the recall it adds; false where no example is positive.
-func averagePrecision(score []float32, pos []bool) (float64, bool) {
-	idx := make([]int, len(score))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(score[b], score[a]) })
+// against pos: the examples by decreasing score (idx, byScore's increasing
+// order, read from its end), a threshold at each distinct score (tied
+// scores enter together), the precision there weighted by the recall it
+// adds; false where no example is positive.
+func averagePrecision(score []float32, pos []bool, idx []int) (float64, bool) {
 	np := 0
 	for _, p := range pos {
 		if p {
@@ -513,20 +517,19 @@ func averagePrecision(score []float32, pos []bool) (float64, bool) {
 		return 0, false
 	}
 	var ap float64
-	tp, seen := 0, 0
-	for i := 0; i < len(idx); {
-		j := i
-		gained := 0
-		for j < len(idx) && score[idx[j]] == score[idx[i]] {
-			if pos[idx[j]] {
+	tp := 0
+	for hi := len(idx); hi > 0; {
+		lo, gained := hi, 0
+		for lo > 0 && score[idx[lo-1]] == score[idx[hi-1]] {
+			if pos[idx[lo-1]] {
 				gained++
 			}
-			j++
+			lo--
 		}
 		tp += gained
-		seen += j - i
+		seen := len(idx) - lo
 		ap += float64(gained) / float64(np) * float64(tp) / float64(seen)
-		i = j
+		hi = lo
 	}
 	return ap, true
 }
@@ -776,6 +779,7 @@ func (m *labelMetrics) result() *EvalResult {
 	res.Loss = m.lossSum / float64(n)
 	score := make([]float32, n)
 	pos := make([]bool, n)
+	order := make([]int, n)
 	var aucSum, apSum float64
 	var aucs, aps int
 	for j := range res.PerClass {
@@ -811,12 +815,13 @@ func (m *labelMetrics) result() *EvalResult {
 			for i := range score {
 				score[i], pos[i] = m.logits[i*k+j], labelset.Has(m.truth[i*w:(i+1)*w], j)
 			}
-			if a, ok := rankAUC(score, pos); ok {
+			byScore(score, order)
+			if a, ok := rankAUC(score, pos, order); ok {
 				c.AUC = &a
 				aucSum += a
 				aucs++
 			}
-			if a, ok := averagePrecision(score, pos); ok {
+			if a, ok := averagePrecision(score, pos, order); ok {
 				c.AP = &a
 				apSum += a
 				aps++

@@ -1979,10 +1979,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	if p.multiLabel {
 		// Each sample's set as its words, in the order the kernels read
 		// them (labelset.Words(K) a sample).
-		w := labelset.Words(k)
-		if len(p.labelWords) < n*w {
-			p.labelWords = make([]uint64, n*w)
-		}
+		w := labelset.Words(k) // p.labelWords holds n·w (SetMultiLabel)
 		for i, y := range labels {
 			if err := labelset.Expand(y, k, p.labelWords[i*w:(i+1)*w]); err != nil {
 				return fmt.Errorf("runtime: loss: sample %d: %w", i, err)

@@ -1,9 +1,9 @@
 package labelset
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 )
 
@@ -59,8 +59,7 @@ func Intern(words []uint64) int64 {
 func wordsKey(words []uint64) string {
 	b := make([]byte, 0, 8*len(words))
 	for _, w := range words {
-		b = strconv.AppendUint(b, w, 36)
-		b = append(b, ',')
+		b = binary.LittleEndian.AppendUint64(b, w)
 	}
 	return string(b)
 }
@@ -69,8 +68,8 @@ func wordsKey(words []uint64) string {
 // apply: the bits themselves where k ≤ Bits, else an interned handle.
 // Every index must lie in [0, k).
 func Of(k int, on []int) (int64, error) {
-	if k < 1 || k > Max {
-		return 0, fmt.Errorf("labelset: %d labels; want 1 to %d", k, Max)
+	if err := checkShape(k, Words(k)); err != nil {
+		return 0, err
 	}
 	words := make([]uint64, Words(k))
 	for _, j := range on {
@@ -95,12 +94,22 @@ func FromWords(k int, words []uint64) (int64, error) {
 	return Intern(words), nil
 }
 
-func checkWords(k int, words []uint64) error {
+// checkShape refuses a count of labels outside [1, Max] and n words that
+// are not a set of k labels' Words(k).
+func checkShape(k, n int) error {
 	if k < 1 || k > Max {
 		return fmt.Errorf("labelset: %d labels; want 1 to %d", k, Max)
 	}
-	if len(words) != Words(k) {
-		return fmt.Errorf("labelset: %d words for a set of %d labels; want %d", len(words), k, Words(k))
+	if n != Words(k) {
+		return fmt.Errorf("labelset: %d words for a set of %d labels; want %d", n, k, Words(k))
+	}
+	return nil
+}
+
+// checkWords is checkShape, and no bit at or past label k.
+func checkWords(k int, words []uint64) error {
+	if err := checkShape(k, len(words)); err != nil {
+		return err
 	}
 	if r := k % 64; r != 0 && words[len(words)-1]>>uint(r) != 0 {
 		return fmt.Errorf("labelset: a set of %d labels has bits at or past label %d", k, k)
@@ -112,11 +121,8 @@ func checkWords(k int, words []uint64) error {
 // (Words(k) of them): an error where label is not a set of k labels — a
 // negative label, bits at or past k, or an unknown handle.
 func Expand(label int64, k int, dst []uint64) error {
-	if k < 1 || k > Max {
-		return fmt.Errorf("labelset: %d labels; want 1 to %d", k, Max)
-	}
-	if len(dst) != Words(k) {
-		return fmt.Errorf("labelset: %d words for a set of %d labels; want %d", len(dst), k, Words(k))
+	if err := checkShape(k, len(dst)); err != nil {
+		return err
 	}
 	if label < 0 {
 		return fmt.Errorf("labelset: label %d is not a set", label)
@@ -151,7 +157,7 @@ func Has(words []uint64, j int) bool { return words[j/64]>>uint(j%64)&1 == 1 }
 
 // Compare orders two sets of k labels as the numbers their bits write
 // (the set of label 0 alone before that of label 1 alone): −1, 0 or +1.
-// A label that is not a set of k labels orders as the empty set.
+// Labels that are not sets of k labels order as what Expand left of them.
 func Compare(a, b int64, k int) int {
 	if k <= Bits {
 		switch {
