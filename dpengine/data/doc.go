@@ -16,8 +16,10 @@
 //     splits a folder without a test split, users=REGEX names each
 //     image's user), npy (NumPy arrays: a .npz archive or a directory of
 //     .npy files, LoadArrays) and csv (a listing of image files and their
-//     labels, loadCSV; holdout=F too; multilabel, a row's label a set of
-//     names whose bits are the sample's label: MultiLabeled);
+//     labels, loadCSV; holdout=F too; multilabel or labels=COLUMNS, a
+//     row's label a set of names, internal/labelset's label of the set:
+//     MultiLabeled; path=, label=, user=, root=, ext=, where= for
+//     listings as public datasets ship them: Spec);
 //   - users (Users, UsersOf): the individual each sample belongs to, for
 //     a user-level guarantee that protects all of a person's samples
 //     together (a patient's scans). A CSV listing names them in an
@@ -45,6 +47,7 @@
 //     along an axis that shrinks), grayscale↔RGB conversion, scaling
 //     to [0,1], mean/std normalisation (Norm, ParseNorm) and optional
 //     augmentation (Augment, ParseAugment: random crop with zero padding,
+//     torchvision's random resized crop in place of the resize,
 //     horizontal flip) drawn from a caller-provided *rand.Rand, written
 //     into a caller-provided buffer without allocating; a batch of large
 //     samples (a 224×224 resize) is split over the cores, its
@@ -56,11 +59,15 @@
 //   - fitting at load time (Fit, LoadFitted, Images.FitTo): a folder's
 //     images larger than the model's input are resized as they are
 //     decoded, as PIL resizes them, and only their input-sized windows
-//     are kept (made gray first, as PIL's convert("L"), for a gray model).
+//     are kept (made gray first, as PIL's convert("L"), for a gray model),
+//     or, for a random resized crop, the whole image at the centre crop's
+//     shorter side (Fit.Whole); fitted images of more than half the memory
+//     go to a file as they are decoded and are mapped (pixelfile.go);
 //
 // Sampling (which indices form a batch) and privacy accounting are not
 // here: they belong to package dpengine, which hands Dataset.Fill the
 // indices it sampled. Package data imports the standard library,
 // golang.org/x/image's BMP, TIFF and WebP decoders, and internal helpers
-// (the memory available, a worker group, the Netpbm decoder).
+// (the memory and disk available, a worker group, the Netpbm decoder,
+// label sets).
 package data
