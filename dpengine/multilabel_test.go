@@ -1,6 +1,7 @@
 package dpengine
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -149,6 +150,60 @@ func TestWideMultiLabelNorms(t *testing.T) {
 			for i := range tot {
 				if !(math.Abs(tot[i]-first[i]) <= 1e-4*first[i]) { // NaN fails too
 					t.Errorf("%s %s sample %d: norm %v, the CPU's bk %v", dev.Name(), mode, i, tot[i], first[i])
+				}
+			}
+		}
+	}
+}
+
+// TestPartialSetNorms: label sets that ignore labels (labelset.OfIgnoring:
+// CheXpert's uncertain findings under uncertain=ignore), of 10 labels (a
+// label's bits) and of 130 (interned words), give each sample's own
+// gradient's norms in every mode, on the CPU and a device with memory of
+// its own (the norm check's direct pass); a sample that ignores every
+// label has no gradient (norm 0, not NaN); ignoring a label changes that
+// sample's norm and no other's.
+func TestPartialSetNorms(t *testing.T) {
+	x, _, _, _ := engineBatch(t, "cnn", 3)
+	for _, k := range []int{10, 130} {
+		all := make([]int, k)
+		for j := range all {
+			all[j] = j
+		}
+		sets := []struct{ on, ignored []int }{{[]int{0, 3}, []int{1, k - 1}}, {nil, all}, {[]int{2, k - 2}, nil}}
+		y := make([]int64, len(sets))
+		for i, s := range sets {
+			var err error
+			if y[i], err = labelset.OfIgnoring(k, s.on, s.ignored); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Sample 2 ignoring label 2, which applies to it.
+		y2 := slices.Clone(y)
+		var err error
+		if y2[2], err = labelset.OfIgnoring(k, []int{k - 2}, []int{2}); err != nil {
+			t.Fatal(err)
+		}
+		for _, dev := range []runtime.Device{runtime.CPU{}, reference.Separate{}} {
+			for _, mode := range []Mode{BK, Mixed, Ghost, Instantiate} {
+				g, rp := fixturePreparedWith(t, "cnn", nil, rewrite.Options{PlanOptions: rewrite.PlanOptions{Batch: 4}, NumClasses: int64(k), HeadSeed: 1})
+				cfg := compareConfig(dev, mode, Clipping{Fn: Abadi, R: 0.5}, false, "sgd", 4)
+				cfg.MultiLabel = true
+				e := checkedNorms(t, g, rp, cfg, x, y)
+				_, tot, err := e.ClippedSum(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, tot2, err := e.ClippedSum(x, y2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("%d labels, %s %s", k, dev.Name(), mode)
+				if tot[1] != 0 || tot2[1] != 0 {
+					t.Errorf("%s: a sample ignoring every label has norm %v (%v), want 0", name, tot[1], tot2[1])
+				}
+				if !(tot[0] > 0) || !(tot[2] > 0) || tot2[0] != tot[0] || !(math.Abs(tot2[2]-tot[2]) > 1e-6*tot[2]) {
+					t.Errorf("%s: norms %v; with sample 2 ignoring label 2, %v", name, tot, tot2)
 				}
 			}
 		}

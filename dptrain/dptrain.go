@@ -486,10 +486,12 @@ func labelNormCheck(rp *rewrite.Plan, nc *dpengine.NormCheck, err error) {
 // CheckNorms runs the norm check (dpengine.Engine.CheckNorms) of engine e,
 // built from g, on min(normCheckSamples, physical batch) samples of
 // seeded N(0, 1) inputs with labels 0, 1, … (mod classes) — of a
-// multi-label head, the sets those numbers' bits are, and past 62 labels
+// multi-label head, the sets those numbers' bits are, past 62 labels
 // (labelset.Bits) every other one with the last label too, so that the
-// sets reach every word —: synthetic, so that the check reads no private
-// example and its outcome says nothing of the data.
+// sets reach every word, and every third one ignoring the last label
+// where it does not apply (a partial set, labelset.OfIgnoring) —:
+// synthetic, so that the check reads no private example and its outcome
+// says nothing of the data.
 func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 bool) (*dpengine.NormCheck, error) {
 	sample := 1
 	for _, d := range e.SampleShape() {
@@ -504,18 +506,21 @@ func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 
 	y := make([]int64, n)
 	for i := range y {
 		y[i] = int64(i % max(classes, 1))
-		if e.MultiLabel() && classes > labelset.Bits {
-			var on []int
+		if e.MultiLabel() {
+			var on, ignored []int
 			for j := range bits.Len(uint(y[i])) {
 				if y[i]>>j&1 == 1 {
 					on = append(on, j)
 				}
 			}
-			if i%2 == 1 {
+			if i%2 == 1 && classes > labelset.Bits {
 				on = append(on, classes-1)
 			}
+			if i%3 == 2 && classes > 1 && !slices.Contains(on, classes-1) {
+				ignored = []int{classes - 1}
+			}
 			var err error
-			if y[i], err = labelset.Of(classes, on); err != nil {
+			if y[i], err = labelset.OfIgnoring(classes, on, ignored); err != nil {
 				return nil, fmt.Errorf("the norm check's label sets: %w", err)
 			}
 		}

@@ -34,6 +34,12 @@ type EvalResult struct {
 	// nil.
 	MultiLabel bool    `json:"multi_label,omitempty"`
 	ExactMatch float64 `json:"exact_match,omitempty"`
+	// IgnoredLabels counts the labels the samples ignore (partial label
+	// sets: CheXpert's uncertain findings read with uncertain=ignore),
+	// left out of every multi-label figure — Accuracy and ExactMatch over
+	// the labels known, each label's figures over the samples that know
+	// it —, and of the loss's sum (still divided by every label).
+	IgnoredLabels int64 `json:"ignored_labels,omitempty"`
 	// Thresholds are the evaluation's decision thresholds
 	// (Evaluator.SetThresholds): a multi-label model's, each label's
 	// sigmoid against its own (nil: ½ for every label), or a two-class
@@ -126,8 +132,10 @@ type Evaluator struct {
 	cut        []float64
 	thresholds []float64
 	// truth is the label set of the example Losses last read, as words
-	// (labelset.Words(k)), and decided the set a model decides on.
-	truth, decided []uint64
+	// (labelset.Words(k)), ignored the labels it ignores (a partial set's:
+	// labelset.Ignored; all zero for the others), and decided the set a
+	// model decides on.
+	truth, ignored, decided []uint64
 }
 
 // Classes returns the number of the model's outputs: classes, or a
@@ -187,7 +195,8 @@ func (ev *Evaluator) SetMultiLabel(on bool) error {
 	}
 	ev.multiLabel = on
 	if on && ev.truth == nil {
-		ev.truth, ev.decided = make([]uint64, labelset.Words(ev.k)), make([]uint64, labelset.Words(ev.k))
+		w := labelset.Words(ev.k)
+		ev.truth, ev.ignored, ev.decided = make([]uint64, w), make([]uint64, w), make([]uint64, w)
 	}
 	return nil
 }
@@ -224,7 +233,7 @@ func (ev *Evaluator) Run(v data.Dataset) (*EvalResult, error) {
 	if ev.multiLabel {
 		m := newLabelMetrics(v.Len(), ev.k)
 		m.cut = ev.cut
-		if err := ev.Losses(v, func(i int, _ int64, logits []float32, loss float64) { m.add(i, ev.truth, logits, loss) }); err != nil {
+		if err := ev.Losses(v, func(i int, _ int64, logits []float32, loss float64) { m.add(i, ev.truth, ev.ignored, logits, loss) }); err != nil {
 			return nil, err
 		}
 		res := m.result()
@@ -537,7 +546,7 @@ func averagePrecision(score []float32, pos []bool, idx []int) (float64, bool) {
 // Losses calls fn for every example i of v, in order, with its label, its
 // logits (valid during the call only) and its softmax cross-entropy loss
 // — multi-label, the multi-label loss, the label set's words in ev.truth
-// during the call.
+// and the labels it ignores in ev.ignored during the call.
 func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits []float32, loss float64)) error {
 	if err := ev.plan.LoadParams(); err != nil {
 		return fmt.Errorf("evaluating: %w", err)
@@ -586,10 +595,15 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 				// bits up to 62 labels, handles past them), the model's
 				// labels beyond them absent.
 				clear(ev.truth)
-				if err := labelset.Expand(y, dk, ev.truth[:labelset.Words(dk)]); err != nil {
+				clear(ev.ignored)
+				dw := labelset.Words(dk)
+				if err := labelset.Expand(y, dk, ev.truth[:dw]); err != nil {
 					return fmt.Errorf("example %d: %v", off+i, err)
 				}
-				fn(off+i, y, row, sigmoidLoss(row, ev.truth))
+				if err := labelset.Ignored(y, dk, ev.ignored[:dw]); err != nil {
+					return fmt.Errorf("example %d: %v", off+i, err)
+				}
+				fn(off+i, y, row, sigmoidLoss(row, ev.truth, ev.ignored))
 				continue
 			}
 			if y < 0 || int(y) >= ev.k {
@@ -605,17 +619,21 @@ func (ev *Evaluator) Losses(v data.Dataset, fn func(i int, label int64, logits [
 // [0, 1]: 1 where its prediction (the largest logit, the first where
 // several are largest, as Run counts it) is the example's label, else 0
 // — multi-label, the share of the example's labels decided right (a
-// logit above 0 where the label applies, else not).
+// logit above 0 where the label applies, else not) among those it does
+// not ignore (1 where it ignores all).
 func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 	right := make([]float64, v.Len())
 	err := ev.Losses(v, func(i int, label int64, logits []float32, _ float64) {
 		if ev.multiLabel {
 			Decide(logits, ev.cut, ev.decided)
-			wrong := 0
+			wrong, known := 0, len(logits)
 			for w, d := range ev.decided {
-				wrong += bits.OnesCount64(d ^ ev.truth[w])
+				wrong += bits.OnesCount64((d ^ ev.truth[w]) &^ ev.ignored[w])
+				known -= bits.OnesCount64(ev.ignored[w])
 			}
-			right[i] = 1 - float64(wrong)/float64(len(logits))
+			if right[i] = 1; known > 0 {
+				right[i] = 1 - float64(wrong)/float64(known)
+			}
 			return
 		}
 		if int64(argmax(logits)) == label {
@@ -630,7 +648,8 @@ func (ev *Evaluator) Right(v data.Dataset) ([]float64, error) {
 // example (scikit-learn's label_ranking_average_precision_score of it) —
 // for each label that applies, the share of the labels ranked at or above
 // it (by logit) that apply too, averaged over the labels that apply; 1
-// where none or all apply. Unlike Right, which a model deciding every rare
+// where none or all apply — the labels the example ignores left out of
+// its ranking. Unlike Right, which a model deciding every rare
 // label absent scores well, it rewards ranking the labels that apply
 // first, whatever the thresholds.
 func (ev *Evaluator) RankingPrecision(v data.Dataset) ([]float64, error) {
@@ -639,19 +658,25 @@ func (ev *Evaluator) RankingPrecision(v data.Dataset) ([]float64, error) {
 	}
 	out, order := make([]float64, v.Len()), make([]int, ev.k)
 	err := ev.Losses(v, func(i int, _ int64, logits []float32, _ float64) {
-		out[i] = rankingPrecision(logits, ev.truth, order)
+		out[i] = rankingPrecision(logits, ev.truth, ev.ignored, order)
 	})
 	return out, err
 }
 
 // rankingPrecision is one example's label ranking average precision
-// (RankingPrecision): its logits and the words of its label set; order is
-// scratch of len(logits). The labels by decreasing logit, ties entering
-// together: a label's rank counts every label at or above it.
-func rankingPrecision(logits []float32, truth []uint64, order []int) float64 {
-	k, pos := len(logits), 0
-	for j := range k {
-		order[j] = j
+// (RankingPrecision): its logits, the words of its label set and of the
+// labels it ignores, left out (nil: none); order is scratch of
+// len(logits). The labels by decreasing logit, ties entering together: a
+// label's rank counts every label at or above it.
+func rankingPrecision(logits []float32, truth, ignored []uint64, order []int) float64 {
+	k, pos := 0, 0
+	order = order[:0]
+	for j := range logits {
+		if ignored != nil && labelset.Has(ignored, j) {
+			continue
+		}
+		order = append(order, j)
+		k++
 		if labelset.Has(truth, j) {
 			pos++
 		}
@@ -696,10 +721,14 @@ func Decide(logits []float32, cut []float64, set []uint64) {
 
 // sigmoidLoss is the multi-label head's loss of one sample, in float64:
 // the binary cross-entropy of each logit's sigmoid against label j of the
-// set's words, averaged over the labels.
-func sigmoidLoss(logits []float32, set []uint64) float64 {
+// set's words, the labels ignored (nil: none) left out, the sum divided by
+// all the labels (runtime.Plan.SetMultiLabel's).
+func sigmoidLoss(logits []float32, set, ignored []uint64) float64 {
 	var s float64
 	for j, v := range logits {
+		if ignored != nil && labelset.Has(ignored, j) {
+			continue
+		}
 		z, t := float64(v), 0.0
 		if labelset.Has(set, j) {
 			t = 1
@@ -717,39 +746,62 @@ type labelMetrics struct {
 	exact      int // samples with every decision right
 	lossSum    float64
 	tp, fp, fn []int64
-	keep       bool // the logits kept for the AUC
+	known      []int64 // the samples that do not ignore the label
+	keep       bool    // the logits kept for the AUC
 	// logits are n·k where keep: a label's AUC ranks its logits, as its
 	// sigmoids (a monotone function of them) without their rounding;
-	// truth the samples' label sets, words labelset.Words(k) a sample.
-	logits []float32
-	truth  []uint64
-	cut    []float64 // the decisions' thresholds as logits (nil: 0)
-	d      []uint64  // one sample's decided set (Decide)
+	// truth the samples' label sets and ignored the labels they ignore,
+	// words labelset.Words(k) a sample.
+	logits         []float32
+	truth, ignored []uint64
+	cut            []float64 // the decisions' thresholds as logits (nil: 0)
+	d              []uint64  // one sample's decided set (Decide)
 }
 
 func newLabelMetrics(n, k int) *labelMetrics {
 	w := labelset.Words(k)
 	m := &labelMetrics{res: &EvalResult{Samples: n, MultiLabel: true}, n: n, k: k,
-		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), d: make([]uint64, w)}
+		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), known: make([]int64, k), d: make([]uint64, w)}
 	if m.keep = int64(n)*int64(k) <= maxAUCFloats; m.keep {
-		m.logits, m.truth = make([]float32, n*k), make([]uint64, n*w)
+		m.logits, m.truth, m.ignored = make([]float32, n*k), make([]uint64, n*w), make([]uint64, n*w)
 	}
 	return m
 }
 
-// add counts example i: its label set as words (labelset.Words(k)), its
-// logits and its loss.
-func (m *labelMetrics) add(i int, set []uint64, logits []float32, loss float64) {
+// add counts example i: its label set and the labels it ignores (nil:
+// none) as words (labelset.Words(k)), its logits and its loss. An ignored
+// label counts in none of the figures: neither right nor wrong, nor in
+// its label's counts, AUC or average precision.
+func (m *labelMetrics) add(i int, set, ignored []uint64, logits []float32, loss float64) {
 	m.lossSum += loss
 	if m.keep {
 		copy(m.truth[i*len(set):], set)
+		if ignored != nil {
+			copy(m.ignored[i*len(set):], ignored)
+		}
 	}
 	d := m.d
 	Decide(logits, m.cut, d)
-	if slices.Equal(d, set) {
+	exact := true
+	for w := range d {
+		var ign uint64
+		if ignored != nil {
+			ign = ignored[w]
+		}
+		exact = exact && (d[w]^set[w])&^ign == 0
+	}
+	if exact {
 		m.exact++
 	}
 	for j, z := range logits {
+		if m.keep {
+			m.logits[i*m.k+j] = z
+		}
+		if ignored != nil && labelset.Has(ignored, j) {
+			m.res.IgnoredLabels++
+			continue
+		}
+		m.known[j]++
 		t, p := labelset.Has(set, j), labelset.Has(d, j)
 		switch {
 		case t && p:
@@ -762,9 +814,6 @@ func (m *labelMetrics) add(i int, set []uint64, logits []float32, loss float64) 
 		if t == p {
 			m.right++
 		}
-		if m.keep {
-			m.logits[i*m.k+j] = z
-		}
 	}
 }
 
@@ -774,18 +823,20 @@ func (m *labelMetrics) result() *EvalResult {
 	if n == 0 {
 		return res
 	}
-	res.Accuracy = float64(m.right) / float64(n*k)
+	if decisions := int64(n)*int64(k) - m.res.IgnoredLabels; decisions > 0 {
+		res.Accuracy = float64(m.right) / float64(decisions)
+	}
 	res.ExactMatch = float64(m.exact) / float64(n)
 	res.Loss = m.lossSum / float64(n)
-	score := make([]float32, n)
-	pos := make([]bool, n)
+	score := make([]float32, 0, n)
+	pos := make([]bool, 0, n)
 	order := make([]int, n)
 	var aucSum, apSum float64
 	var aucs, aps int
 	for j := range res.PerClass {
 		c := &res.PerClass[j]
 		tp, fp, fn := float64(m.tp[j]), float64(m.fp[j]), float64(m.fn[j])
-		tn := float64(n) - tp - fp - fn
+		tn := float64(m.known[j]) - tp - fp - fn
 		c.Support = m.tp[j] + m.fn[j]
 		if tp+fp > 0 {
 			c.Precision = tp / (tp + fp)
@@ -811,11 +862,16 @@ func (m *labelMetrics) result() *EvalResult {
 		}
 		res.BalancedAccuracy += recalls / float64(present) / float64(k)
 		if m.keep {
+			// The label's scores and truths of the samples that do not
+			// ignore it.
 			w := len(m.d)
-			for i := range score {
-				score[i], pos[i] = m.logits[i*k+j], labelset.Has(m.truth[i*w:(i+1)*w], j)
+			score, pos = score[:0], pos[:0]
+			for i := range n {
+				if !labelset.Has(m.ignored[i*w:(i+1)*w], j) {
+					score, pos = append(score, m.logits[i*k+j]), append(pos, labelset.Has(m.truth[i*w:(i+1)*w], j))
+				}
 			}
-			byScore(score, order)
+			order := byScore(score, order[:len(score)])
 			if a, ok := rankAUC(score, pos, order); ok {
 				c.AUC = &a
 				aucSum += a

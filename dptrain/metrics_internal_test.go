@@ -3,6 +3,7 @@ package dptrain
 import (
 	"encoding/json"
 	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"testing"
@@ -95,6 +96,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		Name             string         `json:"name"`
 		K                int            `json:"k"`
 		Labels           []int64        `json:"labels"`
+		Ignored          []int64        `json:"ignored"`
 		Logits           [][]float32    `json:"logits"`
 		Accuracy         float64        `json:"accuracy"`
 		ExactMatch       float64        `json:"exact_match"`
@@ -106,7 +108,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		LRAP             float64        `json:"lrap"`
 		Loss             float64        `json:"loss"`
 		Thresholds       []float64      `json:"thresholds"`
-	}](t, "multilabel.json", 4)
+	}](t, "multilabel.json", 5)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
 			m := newLabelMetrics(len(c.Labels), c.K)
@@ -120,14 +122,23 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 			}
 			var lrap float64
 			order := make([]int, c.K)
+			var ignored int64
 			for i, y := range c.Labels {
 				set := []uint64{uint64(y)} // K ≤ 64: one word
-				m.add(i, set, c.Logits[i], sigmoidLoss(c.Logits[i], set))
-				lrap += rankingPrecision(c.Logits[i], set, order)
+				var ign []uint64           // nil: none ignored
+				if c.Ignored != nil {
+					ign = []uint64{uint64(c.Ignored[i])}
+					ignored += int64(bits.OnesCount64(ign[0]))
+				}
+				m.add(i, set, ign, c.Logits[i], sigmoidLoss(c.Logits[i], set, ign))
+				lrap += rankingPrecision(c.Logits[i], set, ign, order)
 			}
 			nearSklearn(t)("label ranking average precision", lrap/float64(len(c.Labels)), c.LRAP)
 			got := m.result()
 			near := nearSklearn(t)
+			if got.IgnoredLabels != ignored {
+				t.Errorf("%d labels ignored, want %d", got.IgnoredLabels, ignored)
+			}
 			if !got.MultiLabel || got.Confusion != nil || got.Top5 != nil || got.AccuracyCI != nil || got.ECE != nil {
 				t.Errorf("a multi-label result with single-label figures: %+v", got)
 			}

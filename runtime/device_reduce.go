@@ -58,9 +58,12 @@ type ReduceOps interface {
 	// factors C_i in its second pass, or all ones.
 	SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, dlogits []float32)
 	// SigmoidCrossEntropy computes the multi-label loss head for n
-	// samples of k logits and their label sets, W = LabelWords(k) 64-bit
-	// words a sample (label j of sample i applies where bit j%64 of
-	// labels[i·W + j/64] is set; the caller checks them), each label's target
+	// samples of k logits and their label sets, LabelWords(k) = 2·V
+	// 64-bit words a sample, V = ⌈k/64⌉: label j of sample i applies where
+	// bit j%64 of labels[i·2V + j/64] is set and is ignored — its term
+	// left out of the sum, its gradient 0, its sigmoid still written —
+	// where bit j%64 of labels[i·2V + V + j/64] is (the caller checks
+	// them; internal/labelset's partial sets), each label's target
 	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2,
 	// and each label's positive term weighed by posWeight_j (k values;
 	// all 1 for the plain loss): the per-sample binary cross-entropy of
@@ -688,13 +691,20 @@ func (CPU) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, weights 
 }
 
 // LabelWords is the 64-bit words a multi-label sample's set of k labels
-// takes in the loss head's labels (ReduceOps.SigmoidCrossEntropy): ⌈k/64⌉.
-func LabelWords(k int) int { return labelset.Words(k) }
+// takes in the loss head's labels (ReduceOps.SigmoidCrossEntropy): the
+// set's ⌈k/64⌉, then as many of the labels it ignores.
+func LabelWords(k int) int { return 2 * labelset.Words(k) }
 
-// labelBit is label j of sample i in labels of w words a sample: 1 where
-// it applies, else 0.
+// labelBit is label j of sample i in labels of w words a sample
+// (LabelWords): 1 where it applies, else 0.
 func labelBit(labels []int64, w, i, j int) int64 {
 	return int64(uint64(labels[i*w+j>>6]) >> uint(j&63) & 1)
+}
+
+// labelIgnored reports whether sample i ignores label j in labels of w
+// words a sample (LabelWords: the ignored labels' words the second half).
+func labelIgnored(labels []int64, w, i, j int) bool {
+	return uint64(labels[i*w+w/2+j>>6])>>uint(j&63)&1 == 1
 }
 
 // SigmoidCrossEntropy implements ReduceOps, one sample after another on
@@ -706,6 +716,10 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha
 		var s float64
 		for j, v := range row {
 			z := float64(v)
+			if labelIgnored(labels, w, i, j) {
+				pr[j] = float32(1 / (1 + math.Exp(-z)))
+				continue
+			}
 			t := (1-a)*float64(labelBit(labels, w, i, j)) + a/2
 			// p·t·softplus(−z) + (1−t)·softplus(z) = a·softplus(z) − p·t·z;
 			// at p = 1, a = 1 and p·t = t exactly: the plain loss's terms.
@@ -733,6 +747,10 @@ func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights 
 		w := weights[i] * inv
 		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		for j := range d {
+			if labelIgnored(labels, lw, i, j) {
+				d[j] = 0
+				continue
+			}
 			t := off
 			if labelBit(labels, lw, i, j) == 1 {
 				t = on

@@ -329,10 +329,11 @@ type Plan struct {
 	// loss head: device memory, written by Loss (labels copied in, the
 	// per-sample losses copied out: the step's only host traffic of it)
 	probs     []float32 // softmax of the logits, per sample
-	labels    []int64   // n class indices, or n·labelset.Words(K) words of label sets
+	labels    []int64   // n class indices, or n·LabelWords(K) words of label sets
 	labelsBuf Buffer    // holds labels
 	// labelWords stage a multi-label batch's sets as words on the host
-	// (labelset.Expand) before they are copied in: n·labelset.Words(K).
+	// (labelset.Expand, labelset.Ignored) before they are copied in:
+	// n·LabelWords(K).
 	labelWords []uint64
 	losses     []float32
 	lossesBuf  Buffer // holds losses
@@ -837,7 +838,7 @@ func (p *Plan) build() error {
 		if o.shape[0] > 0 {
 			// Room for each sample's label set as words, should the head
 			// be multi-label (SetMultiLabel): a class index takes one.
-			words := o.shape[0] * labelset.Words(o.shape[1])
+			words := o.shape[0] * LabelWords(o.shape[1])
 			if p.labelsBuf, p.labels, err = allocInt64(p.dev, words); err != nil {
 				return fmt.Errorf("runtime: the loss head's labels: %w", err)
 			}
@@ -1908,7 +1909,9 @@ const MaxLabels = labelset.Max
 // set of those that apply as internal/labelset says (for K ≤ 62 the bits
 // of its int64 label, bit j label j; for more an interned set's handle),
 // its loss the binary cross-entropy of each logit's sigmoid averaged over
-// the labels (PyTorch's BCEWithLogitsLoss of the sample) — or the softmax
+// the labels (PyTorch's BCEWithLogitsLoss of the sample; a partial set's
+// ignored labels' terms left out and the sum still divided by K, as
+// PyTorch's unreduced loss times a 0/1 mask, then its mean) — or the softmax
 // cross-entropy of one class (off, the default). Both are one loss a
 // sample: each sample's gradient is its own.
 func (p *Plan) SetMultiLabel(on bool) error {
@@ -1916,7 +1919,7 @@ func (p *Plan) SetMultiLabel(on bool) error {
 		return fmt.Errorf("runtime: a multi-label head of %d labels; at most %d", p.outputs[0].shape[1], MaxLabels)
 	}
 	if on && p.hasLoss && p.labelWords == nil {
-		p.labelWords = make([]uint64, p.outputs[0].shape[0]*labelset.Words(p.outputs[0].shape[1]))
+		p.labelWords = make([]uint64, p.outputs[0].shape[0]*LabelWords(p.outputs[0].shape[1]))
 	}
 	p.multiLabel = on
 	return nil
@@ -1977,11 +1980,15 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 	}
 	in := labels
 	if p.multiLabel {
-		// Each sample's set as its words, in the order the kernels read
-		// them (labelset.Words(K) a sample).
-		w := labelset.Words(k) // p.labelWords holds n·w (SetMultiLabel)
+		// Each sample's set as its words, then its ignored labels', in
+		// the order the kernels read them (LabelWords(K) a sample).
+		w := LabelWords(k) // p.labelWords holds n·w (SetMultiLabel)
 		for i, y := range labels {
-			if err := labelset.Expand(y, k, p.labelWords[i*w:(i+1)*w]); err != nil {
+			set, ign := p.labelWords[i*w:i*w+w/2], p.labelWords[i*w+w/2:(i+1)*w]
+			if err := labelset.Expand(y, k, set); err != nil {
+				return fmt.Errorf("runtime: loss: sample %d: %w", i, err)
+			}
+			if err := labelset.Ignored(y, k, ign); err != nil {
 				return fmt.Errorf("runtime: loss: sample %d: %w", i, err)
 			}
 		}

@@ -282,6 +282,9 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 		fmt.Fprintf(stdout, "mAP:      %.4f (mean average precision of the labels with positives)\n", *res.MAP)
 	}
 	fmt.Fprintf(stdout, "labels right: %.2f %% (of every sample's label decisions)\nexact:    %.2f %% (samples with every label right)\n", 100*res.Accuracy, 100*res.ExactMatch)
+	if res.IgnoredLabels > 0 {
+		fmt.Fprintf(stdout, "ignored:  %d of the %d labels of the samples (uncertain=ignore), in none of these figures\n", res.IgnoredLabels, int64(res.Samples)*int64(len(res.PerClass)))
+	}
 	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
 	fmt.Fprintf(stdout, "\nper label:\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)

@@ -603,3 +603,116 @@ func TestTrainManyLabels(t *testing.T) {
 		})
 	}
 }
+
+// findingsListing writes the first n images of the Fashion-MNIST slice's
+// split as PNGs and a listing of them laid out as CheXpert's — a Path
+// column, a Sex column, then a column a finding of 1, 0, empty or -1
+// (uncertain): upper, footwear and other (the garment's group; footwear
+// -1 in every third image), and Unsure (-1 everywhere, or 1 everywhere
+// where unsureOne) — and returns it and the number of footwear's -1s.
+func findingsListing(t *testing.T, dir string, split data.Split, n int, unsureOne bool) (string, int) {
+	t.Helper()
+	m, err := data.LoadString(fmt.Sprintf("%s:%s:limit=%d", fmnist, split, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("Path,Sex,upper,footwear,other,Unsure\n")
+	uncertain := 0
+	for i := 0; i < m.Len(); i++ {
+		name := fmt.Sprintf("%s-%04d.png", split, i)
+		writeGrayPNG(t, filepath.Join(dir, name), m.Pixels(i))
+		_, group, _ := strings.Cut(fmnistGroups[m.Label(i)], "|")
+		b.WriteString(name + ",F")
+		for _, g := range []string{"upper", "footwear", "other"} {
+			switch {
+			case g == "footwear" && i%3 == 0:
+				b.WriteString(",-1")
+				uncertain++
+			case g == group:
+				b.WriteString(",1.0")
+			case i%2 == 0:
+				b.WriteString(",")
+			default:
+				b.WriteString(",0.0")
+			}
+		}
+		if unsureOne {
+			b.WriteString(",1\n")
+		} else {
+			b.WriteString(",-1\n")
+		}
+	}
+	listing := filepath.Join(dir, fmt.Sprintf("%s-%v.csv", split, unsureOne))
+	if err := os.WriteFile(listing, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return listing, uncertain
+}
+
+// TestTrainUncertainIgnore: a listing laid out as CheXpert's read with
+// uncertain=ignore (U-Ignore) leaves each uncertain label out of its
+// sample's loss. Non-private runs, seeded: a label uncertain in every
+// image (Unsure, ignored) gives the model, bit for bit, that a label
+// present in every image whose positive term weighs 0 (--pos-weight
+// Unsure=0: no term, no gradient) gives — uncertain=zero does not —; a
+// private run with rules per column (footwear ignored, the others zero)
+// trains, and eval leaves the ignored labels out of its figures, saying
+// how many.
+func TestTrainUncertainIgnore(t *testing.T) {
+	dir := t.TempDir()
+	ignoredList, _ := findingsListing(t, dir, data.Train, 600, false)
+	oneList, _ := findingsListing(t, dir, data.Train, 600, true)
+	testList, uncertain := findingsListing(t, dir, data.Test, 300, false)
+	train := func(spec, out string, extra ...string) {
+		t.Helper()
+		args := append([]string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", spec, "--num-classes", "4",
+			"--epochs", "2", "--batch-size", "100", "--lr", "0.02", "--resize", "stretch", "--norm", "fmnist", "--seed", "1", "--quiet", "--out", out}, extra...)
+		if o, e, code := run(t, args...); code != 0 {
+			t.Fatalf("train %v: exit %d: %s\n%s", extra, code, e, o)
+		}
+	}
+	ignored, weightless, zero := filepath.Join(dir, "ignored.onnx"), filepath.Join(dir, "weightless.onnx"), filepath.Join(dir, "zero.onnx")
+	cols := ":labels=upper..Unsure"
+	train("csv:"+ignoredList+cols+":uncertain=ignore", ignored, "--mode", "nondp", "--non-private")
+	train("csv:"+oneList+cols+":uncertain=ignore", weightless, "--mode", "nondp", "--non-private", "--pos-weight", "Unsure=0")
+	train("csv:"+ignoredList+cols+":uncertain=zero", zero, "--mode", "nondp", "--non-private")
+	load := func(path string) *onnx.Model {
+		m, err := onnx.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b, c := load(ignored), load(weightless), load(zero)
+	differ := 0
+	for i, init := range a.Proto.Graph.Initializer {
+		if !proto.Equal(init, b.Proto.Graph.Initializer[i]) {
+			t.Errorf("initializer %s: Unsure ignored everywhere is not Unsure weighing nothing", init.GetName())
+		}
+		if !proto.Equal(init, c.Proto.Graph.Initializer[i]) {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Error("uncertain=zero gives the model uncertain=ignore gives")
+	}
+	// A private run, a rule per column: footwear's -1 ignored, the
+	// others' absent.
+	private := filepath.Join(dir, "private.onnx")
+	test := "csv:" + testList + cols + ":uncertain=zero,footwear=ignore"
+	train("csv:"+ignoredList+cols+":uncertain=zero,footwear=ignore", private, "--epsilon", "8", "--epochs", "6", "--test-data", test)
+	ev := evalJSON(t, private, test)
+	if ev.IgnoredLabels != int64(uncertain) || ev.PerClass[1].Support == 0 || ev.AUC == nil || *ev.AUC < 0.8 {
+		t.Errorf("eval: %d labels ignored (want %d), footwear %+v, AUC %v", ev.IgnoredLabels, uncertain, ev.PerClass[1], ev.AUC)
+	}
+	t.Logf("private run: AUC %.4f, mAP %.4f, labels right %.4f, %d labels ignored", *ev.AUC, *ev.MAP, ev.Accuracy, ev.IgnoredLabels)
+	if o, _, _ := run(t, "eval", "--model", private, "--data", test); !strings.Contains(o, fmt.Sprintf("ignored:  %d of the 1200 labels", uncertain)) {
+		t.Errorf("eval does not say %d labels are ignored:\n%s", uncertain, o)
+	}
+	// Read as zero, the same test data has no label ignored, and as many
+	// footwear images (a -1 is not one either way).
+	if z := evalJSON(t, private, "csv:"+testList+cols+":uncertain=zero"); z.IgnoredLabels != 0 || z.PerClass[1].Support != ev.PerClass[1].Support {
+		t.Errorf("uncertain=zero: %d labels ignored, footwear %+v", z.IgnoredLabels, z.PerClass[1])
+	}
+}

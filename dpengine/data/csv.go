@@ -591,16 +591,21 @@ func csvReadError(name string, err error) error {
 // (its name as given, or in another case; FIRST..LAST ranges and * as
 // labelColumns reads them) and optionally a user column; each row's label
 // set in the columns' order (internal/labelset) — 1 (or 1.0) where the label applies,
-// 0 or empty where it does not, -1 as uncertain says (zero, one; ""
-// refuses it). It returns the label columns' names as the header has them.
+// 0 or empty where it does not, -1 as uncertain's rule for the column says
+// (zero, one, ignore: a partial set; none refuses it; Spec.Uncertain). It
+// returns the label columns' names as the header has them.
 func readCSVColumns(r io.Reader, name string, labels []string, uncertain string, pick csvPick) ([]csvRow, []string, error) {
 	var rows []csvRow
 	pathCol, userCol := -1, -1
 	var cols []int
-	var names []string
-	var on []int        // a row's labels that apply
+	var names, rules []string
+	var on, ign []int   // a row's labels that apply, and those it ignores
 	var userName string // the user column's header, for messages
-	err := forEachCSVRecord(r, name, func(rec []string, line int) error {
+	ur, err := parseUncertain(uncertain)
+	if err != nil {
+		return nil, nil, fmt.Errorf("csv: %s: %w", name, err)
+	}
+	err = forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if cols == nil {
 			var err error
 			if pathCol, userCol, err = pick.pathAndUserColumns(rec); err != nil {
@@ -614,6 +619,9 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			}
 			for _, c := range cols {
 				names = append(names, strings.TrimSpace(rec[c]))
+			}
+			if rules, err = ur.forColumns(names); err != nil {
+				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			}
 			if err := pick.where.find(rec); err != nil {
 				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
@@ -635,7 +643,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 		if err != nil {
 			return err
 		}
-		on = on[:0]
+		on, ign = on[:0], ign[:0]
 		for j, c := range cols {
 			v := strings.TrimSpace(rec[c])
 			if v == "" {
@@ -646,16 +654,18 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			case err == nil && f == 1:
 				on = append(on, j)
 			case err == nil && f == 0:
-			case err == nil && f == -1 && uncertain == "one":
+			case err == nil && f == -1 && rules[j] == "one":
 				on = append(on, j)
-			case err == nil && f == -1 && uncertain == "zero":
+			case err == nil && f == -1 && rules[j] == "zero":
+			case err == nil && f == -1 && rules[j] == "ignore":
+				ign = append(ign, j)
 			case err == nil && f == -1:
-				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero or :uncertain=one", name, line, names[j])
+				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero, :uncertain=one or :uncertain=ignore (or per column, :uncertain=zero,%s=one)", name, line, names[j], names[j])
 			default:
 				return fmt.Errorf("csv: %s: line %d: %q is %q: want 1, 0, empty or -1", name, line, names[j], v)
 			}
 		}
-		m, err := labelset.Of(len(cols), on)
+		m, err := labelset.OfIgnoring(len(cols), on, ign)
 		if err != nil {
 			return fmt.Errorf("csv: %s: line %d: %v", name, line, err)
 		}

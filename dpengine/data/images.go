@@ -159,23 +159,30 @@ func (m *Images) Pixels(i int) []uint8 {
 	return m.samples[i]
 }
 
-// hashLabels puts each label into a fingerprint: the label itself, and a
+// hashLabels puts each label into a fingerprint: the label itself, a
 // label set of more than labelset.Bits labels (multi: multi-label, of k)
-// as its words — an interned set's handle is the process's own, its
-// words are the data's.
+// as its words, and a partial set of any width as −1, its words and its
+// ignored labels' words — an interned set's handle is the process's own,
+// its words are the data's.
 func hashLabels(put func(int64), labels []int64, multi bool, k int) {
-	if !multi || k <= labelset.Bits {
-		for _, l := range labels {
-			put(l)
-		}
-		return
+	var w []uint64
+	if multi {
+		w = make([]uint64, 2*labelset.Words(k))
 	}
-	w := make([]uint64, labelset.Words(k))
 	for _, l := range labels {
-		if labelset.Expand(l, k, w) != nil {
+		if !multi || (k <= labelset.Bits && !labelset.Partial(l)) {
+			put(l)
+			continue
+		}
+		words := w[:len(w)/2]
+		if labelset.Partial(l) {
+			put(-1)
+			words = w
+		}
+		if labelset.Expand(l, k, w[:len(w)/2]) != nil || labelset.Ignored(l, k, w[len(w)/2:]) != nil {
 			clear(w) // not a set: the loaders made none such
 		}
-		for _, x := range w {
+		for _, x := range words {
 			put(int64(x))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
@@ -152,40 +153,67 @@ func mustSpec(t *testing.T, s string) Spec {
 // TestCSVLabelColumns: a listing whose labels are columns of their own
 // (CheXpert's: 1, 0 or empty, -1 uncertain), read with :labels=…, is
 // multi-label, its labels the columns in the order given; -1 is refused
-// unless :uncertain= says what it is; a missing column, a bad value or
+// unless :uncertain= says what it is — zero, one or ignore (a partial
+// set), for all columns or per column —; a missing column, a bad value or
 // options that cannot go together are named.
 func TestCSVLabelColumns(t *testing.T) {
 	dir := t.TempDir()
-	imgs := csvImages(t, dir, "x", 10, 3)
+	imgs := csvImages(t, dir, "x", 10, 4)
 	body := "Path,Sex,Age,Cardiomegaly,Pleural Effusion,Edema,patient_id\n" +
 		imgs[0] + ",F,60,1.0,,0.0,P1\n" +
 		imgs[1] + ",M,41,-1.0,1.0,,P2\n" +
-		imgs[2] + ",F,70,0,0,1,P2\n"
+		imgs[2] + ",F,70,0,0,1,P2\n" +
+		imgs[3] + ",M,52,-1,-1.0,1,P3\n"
 	listing := filepath.Join(dir, "chexpert.csv")
 	writeFile(t, listing, []byte(body))
+	type set struct{ on, ignored []int }
+	prints := map[string]string{} // fingerprint: rule; every rule makes other labels
 	for _, tc := range []struct {
 		uncertain string
-		want      []int // by pixel value 10, 11, 12
-	}{{"zero", []int{0b001, 0b010, 0b100}}, {"one", []int{0b001, 0b011, 0b100}}} {
+		want      []set // by pixel value 10, 11, 12, 13
+	}{
+		{"zero", []set{{on: []int{0}}, {on: []int{1}}, {on: []int{2}}, {on: []int{2}}}},
+		{"one", []set{{on: []int{0}}, {on: []int{0, 1}}, {on: []int{2}}, {on: []int{0, 1, 2}}}},
+		{"ignore", []set{{on: []int{0}}, {[]int{1}, []int{0}}, {on: []int{2}}, {[]int{2}, []int{0, 1}}}},
+		{"zero,Edema=one,Cardiomegaly=ignore", []set{{on: []int{0}}, {[]int{1}, []int{0}}, {on: []int{2}}, {[]int{2}, []int{0}}}},
+		// Exceptions alone, their columns in another case.
+		{"pleural effusion=one,CARDIOMEGALY=zero", []set{{on: []int{0}}, {on: []int{1}}, {on: []int{2}}, {on: []int{1, 2}}}},
+	} {
 		// A column's name in another case is found too.
-		if _, err := LoadString("csv:" + listing + ":labels=pleural effusion:uncertain=" + tc.uncertain); err != nil {
+		if _, err := LoadString("csv:" + listing + ":labels=pleural effusion:uncertain=" + tc.uncertain); err != nil && !strings.Contains(tc.uncertain, "=") {
 			t.Fatal(err)
 		}
 		m, err := LoadString("csv:" + listing + ":labels=Cardiomegaly,Pleural Effusion,Edema:uncertain=" + tc.uncertain)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !m.MultiLabel() || strings.Join(m.Classes(), ",") != "Cardiomegaly,Pleural Effusion,Edema" || m.NumUsers() != 2 {
+		if !m.MultiLabel() || strings.Join(m.Classes(), ",") != "Cardiomegaly,Pleural Effusion,Edema" || m.NumUsers() != 3 {
 			t.Fatalf("multi-label %v, labels %q, %d users", m.MultiLabel(), m.Classes(), m.NumUsers())
 		}
+		if other, ok := prints[m.Fingerprint()]; ok {
+			t.Errorf("uncertain=%s: the fingerprint of uncertain=%s", tc.uncertain, other)
+		}
+		prints[m.Fingerprint()] = tc.uncertain
 		for i := 0; i < m.Len(); i++ {
-			if px := m.Pixels(i)[0]; m.Label(i) != tc.want[px-10] {
-				t.Errorf("uncertain=%s: image %d: labels %03b, want %03b", tc.uncertain, px, m.Label(i), tc.want[px-10])
+			px := m.Pixels(i)[0]
+			w := tc.want[px-10]
+			want, err := labelset.OfIgnoring(3, w.on, w.ignored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(m.Label(i)) != want || labelset.Partial(want) != (len(w.ignored) > 0) {
+				t.Errorf("uncertain=%s: image %d: label %d, want %d (%v, ignoring %v)", tc.uncertain, px, m.Label(i), want, w.on, w.ignored)
 			}
 		}
 	}
 	for _, tc := range []struct{ spec, want string }{
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema", "uncertain: say what it means with :uncertain=zero"},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=Edema=one", `"Cardiomegaly" is -1, uncertain`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,Atelectasis=one", `"Atelectasis" is not one of the label columns`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=maybe", `"maybe": want zero, one or ignore`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,one", `"one": want zero, one or ignore`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,Edema=half", `"Edema=half": want COLUMN=zero`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=Edema=one,Edema=zero", `column "Edema" twice`},
 		{"csv:" + listing + ":labels=Cardiomegaly,Atelectasis:uncertain=one", `no column "Atelectasis"`},
 		{"csv:" + listing + ":labels=Sex:uncertain=one", `"Sex" is "F": want 1, 0, empty or -1`},
 		{"csv:" + listing + ":uncertain=one", "uncertain= needs labels=COLUMNS"},
@@ -199,6 +227,10 @@ func TestCSVLabelColumns(t *testing.T) {
 	}
 	sp := mustSpec(t, "csv:"+listing+":labels=Cardiomegaly,Pleural Effusion:uncertain=one:holdout=0.5")
 	if back := mustSpec(t, sp.String()); strings.Join(back.Labels, "|") != "Cardiomegaly|Pleural Effusion" || back.Uncertain != "one" || back.Holdout != 0.5 {
+		t.Errorf("%q reads back as %+v", sp.String(), back)
+	}
+	sp = mustSpec(t, "csv:"+listing+":labels=Cardiomegaly,Edema:uncertain=ignore,Edema=one")
+	if back := mustSpec(t, sp.String()); back.Uncertain != "ignore,Edema=one" {
 		t.Errorf("%q reads back as %+v", sp.String(), back)
 	}
 }

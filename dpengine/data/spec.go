@@ -90,7 +90,8 @@ func ParseSplit(s string) (Split, error) {
 //	                       one a label: 1, 0 or empty, -1 (see Labels);
 //	                       FIRST..LAST the columns from FIRST to LAST,
 //	                       * every column but the path and user columns
-//	uncertain=zero|one     what a labels= column's -1 means (Uncertain)
+//	uncertain=RULE[,COL=RULE…]  what a labels= column's -1 means: zero,
+//	                       one or ignore, per column (Uncertain)
 //	path=COL, label=COL,   csv only: the header's image path, label and
 //	user=COL               user columns, where their names are not the
 //	                       usual ones (see PathColumn)
@@ -211,9 +212,74 @@ type Spec struct {
 	// The listing must have a header naming the column.
 	Where string
 	// Uncertain says what a Labels column's -1 (an uncertain label) is:
-	// "zero" (absent), "one" (present: CheXpert's U-Ones), or "" — refused,
-	// naming the row.
+	// "zero" (absent: U-Zeros), "one" (present: CheXpert's U-Ones),
+	// "ignore" (neither: the label left out of the sample's loss and of
+	// the evaluation's figures, U-Ignore; internal/labelset's partial
+	// sets) — or such a rule for every column followed by COLUMN=RULE
+	// exceptions, comma separated ("zero,Atelectasis=one,Edema=one", the
+	// CheXpert paper's choice per finding), or exceptions alone — and "",
+	// or a column no rule covers: refused, naming the row.
 	Uncertain string
+}
+
+// uncertainRules is what a Spec.Uncertain says: the rule of the columns
+// it does not name (all, "" for none) and the exceptions by column name.
+type uncertainRules struct {
+	all     string
+	columns map[string]string
+	order   []string // the exceptions' columns as given, for messages
+}
+
+// parseUncertain reads a Spec.Uncertain.
+func parseUncertain(val string) (uncertainRules, error) {
+	var r uncertainRules
+	ok := func(rule string) bool { return rule == "zero" || rule == "one" || rule == "ignore" }
+	if val == "" {
+		return r, nil
+	}
+	for i, part := range strings.Split(val, ",") {
+		part = strings.TrimSpace(part)
+		col, rule, named := strings.Cut(part, "=")
+		col, rule = strings.TrimSpace(col), strings.TrimSpace(rule)
+		switch {
+		case !named && i == 0 && ok(part):
+			r.all = part
+		case !named:
+			return r, fmt.Errorf("uncertain=%s: %q: want zero, one or ignore (what a label column's -1 means), then COLUMN=RULE exceptions", val, part)
+		case col == "" || !ok(rule):
+			return r, fmt.Errorf("uncertain=%s: %q: want COLUMN=zero, COLUMN=one or COLUMN=ignore", val, part)
+		case r.columns[col] != "":
+			return r, fmt.Errorf("uncertain=%s: column %q twice", val, col)
+		default:
+			if r.columns == nil {
+				r.columns = map[string]string{}
+			}
+			r.columns[col] = rule
+			r.order = append(r.order, col)
+		}
+	}
+	return r, nil
+}
+
+// forColumns returns the rule of each of the label columns names (the
+// header's names), an exception's column matched exactly, else in another
+// case; an exception that names no label column is an error.
+func (r uncertainRules) forColumns(names []string) ([]string, error) {
+	rules := make([]string, len(names))
+	for j := range rules {
+		rules[j] = r.all
+	}
+	for _, col := range r.order {
+		j := slices.Index(names, col)
+		if j < 0 {
+			j = slices.IndexFunc(names, func(n string) bool { return strings.EqualFold(n, col) })
+		}
+		if j < 0 {
+			return nil, fmt.Errorf("uncertain=: %q is not one of the label columns", col)
+		}
+		rules[j] = r.columns[col]
+	}
+	return rules, nil
 }
 
 // MaxLabels is the most labels a multi-label dataset names, as many as
@@ -376,8 +442,8 @@ options:
 				spec.Root = val
 			}
 		case "uncertain":
-			if val != "zero" && val != "one" {
-				return Spec{}, fmt.Errorf("data spec %q: uncertain=%s: want zero or one (what a label column's -1 means)", s, val)
+			if _, err := parseUncertain(val); err != nil {
+				return Spec{}, fmt.Errorf("data spec %q: %w", s, err)
 			}
 			spec.Uncertain = val
 		case "multilabel":
@@ -400,7 +466,7 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one, path=COL, label=COL, user=COL, root=DIR, ext=.EXT, where=COL=V1|V2)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one|ignore[,COL=RULE…], path=COL, label=COL, user=COL, root=DIR, ext=.EXT, where=COL=V1|V2)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]

@@ -339,8 +339,14 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 			all.labels[i] = l
 			continue
 		}
+		own := int64(pool.Label(j))
+		if multi && labelset.Partial(own) {
+			// A partial set is none of the full sets: any of them.
+			all.labels[i] = rng.Int64N(labels)
+			continue
+		}
 		l := rng.Int64N(labels - 1)
-		if l >= int64(pool.Label(j)) {
+		if l >= own {
 			l++
 		}
 		all.labels[i] = l
@@ -374,7 +380,8 @@ func inputCanaries(cfg *dptrain.Config, pool data.Dataset, in []bool, scores []f
 
 // otherWideSet draws a set of k > labelset.Bits labels uniformly from
 // those other than own's (each label in or out with probability ½, drawn
-// again where it is own), interned (labelset).
+// again where it is own; a partial own is none of them), interned
+// (labelset).
 func otherWideSet(own int64, k int, rng *rand.Rand) (int64, error) {
 	w := labelset.Words(k)
 	mine, draw := make([]uint64, w), make([]uint64, w)
@@ -388,7 +395,7 @@ func otherWideSet(own int64, k int, rng *rand.Rand) (int64, error) {
 		if r := k % 64; r != 0 {
 			draw[w-1] &= 1<<uint(r) - 1
 		}
-		if !slices.Equal(draw, mine) {
+		if labelset.Partial(own) || !slices.Equal(draw, mine) {
 			return labelset.FromWords(k, draw)
 		}
 	}

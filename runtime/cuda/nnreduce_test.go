@@ -383,13 +383,17 @@ func reduceCases() []graphCase {
 		}
 	}
 	// The multi-label head: 40 samples of 6 labels, logits of both signs
-	// and large magnitudes.
+	// and large magnitudes; each sample's set, then the labels it ignores
+	// (runtime.LabelWords), one in four samples ignoring some.
 	{
 		const N, K = 40, 6
 		logits, weights := uniform(rng, N*K, -40, 40), uniform(rng, N, 0, 1)
-		sets := make([]int64, N)
-		for i := range sets {
-			sets[i] = int64(rng.Intn(1 << K))
+		sets := make([]int64, 2*N)
+		for i := 0; i < N; i++ {
+			sets[2*i] = int64(rng.Intn(1 << K))
+			if i%4 == 1 {
+				sets[2*i+1] = int64(rng.Intn(1 << K))
+			}
 		}
 		ones, posWeight := []float32{1, 1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 7.5, 0, 1.25}
 		for _, alpha := range []float32{0, 0.2} {
@@ -408,14 +412,17 @@ func reduceCases() []graphCase {
 			}
 		}
 	}
-	// 130 labels: three words a sample (runtime.LabelWords), labels in
-	// every word.
+	// 130 labels: three words a sample and three of its ignored labels
+	// (runtime.LabelWords), labels in every word, about a quarter ignored.
 	{
 		const N, K = 9, 130
 		logits, weights, pw := uniform(rng, N*K, -20, 20), uniform(rng, N, 0, 1), uniform(rng, K, 0, 4)
 		sets := make([]int64, N*runtime.LabelWords(K))
 		for i := range sets {
 			sets[i] = int64(rng.Uint64())
+			if i%6 >= 3 {
+				sets[i] &= int64(rng.Uint64())
+			}
 			if i%3 == 2 {
 				sets[i] &= 1<<(K-128) - 1
 			}

@@ -262,6 +262,13 @@ func labelOf(labels []int64, k, s, j int) float64 {
 	return float64(uint64(word) >> uint(j%64) & 1)
 }
 
+// ignoredOf reports whether sample s ignores label j: bit j%64 of word
+// j/64 of the sample's second half of runtime.LabelWords(k) words.
+func ignoredOf(labels []int64, k, s, j int) bool {
+	w := runtime.LabelWords(k)
+	return uint64(labels[s*w+w/2+j/64])>>uint(j%64)&1 == 1
+}
+
 // SigmoidCrossEntropy implements runtime.ReduceOps, in float64.
 func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
 	a := float64(alpha)
@@ -269,11 +276,14 @@ func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, al
 		var sum float64
 		for j := 0; j < k; j++ {
 			z := float64(logits[s*k+j])
+			probs[s*k+j] = float32(1 / (1 + math.Exp(-z)))
+			if ignoredOf(labels, k, s, j) {
+				continue // no term; the mean still over k
+			}
 			t := (1-a)*labelOf(labels, k, s, j) + a/2
 			p := float64(posWeight[j])
 			// −p·t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
 			sum += p*t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
-			probs[s*k+j] = float32(1 / (1 + math.Exp(-z)))
 		}
 		losses[s] = float32(sum / float64(k))
 	}
@@ -285,6 +295,10 @@ func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weigh
 	for s := 0; s < n; s++ {
 		w := float64(weights[s]) / float64(k)
 		for j := 0; j < k; j++ {
+			if ignoredOf(labels, k, s, j) {
+				dlogits[s*k+j] = 0
+				continue
+			}
 			t := (1-a)*labelOf(labels, k, s, j) + a/2
 			p := float64(posWeight[j])
 			// d/dz of −p·t·log σ(z) − (1−t)·log(1−σ(z)) = (p·t + 1 − t)·σ(z) − p·t.

@@ -96,9 +96,11 @@ func TestReduceOps(t *testing.T) {
 			return [][]float32{losses, probs, dl}
 		}})
 	}
-	// The multi-label head on 5 labels: label sets as bits, large logits
-	// of both signs.
-	sets := []int64{0, 31, 5, 16, 1, 30, 9}
+	// The multi-label head on 5 labels: label sets as bits, then the
+	// labels each ignores (runtime.LabelWords: two words a sample; sample
+	// 2 ignores label 1, sample 3 labels 0 and 4 — one it has —, sample 6
+	// all), large logits of both signs.
+	sets := []int64{0, 0, 31, 0, 5, 2, 16, 17, 1, 0, 30, 0, 9, 31}
 	mlLogits := randIn(602, N*5, -30, 30)
 	mlProbs, mlLoss := make([]float32, N*5), make([]float32, N)
 	ones5, posWeight := []float32{1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 3.25, 0}
@@ -117,16 +119,19 @@ func TestReduceOps(t *testing.T) {
 			}})
 		}
 	}
-	// More labels than a word holds: 130 labels, three words a sample
-	// (runtime.LabelWords), labels in every word.
+	// More labels than a word holds: 130 labels, three words a sample and
+	// three of the labels it ignores (runtime.LabelWords), labels in every
+	// word, about one in four ignored.
 	const wide = 130
 	wideSets := make([]int64, N*runtime.LabelWords(wide))
 	for i := range wideSets {
 		wideSets[i] = int64(uint64(0x9e3779b97f4a7c15) * uint64(i+1) >> 1)
-	}
-	wideSets[2] &= 1<<(wide-128) - 1 // sample 0: no bit at or past label 130
-	for i := 1; i < N; i++ {
-		wideSets[i*3+2] &= 1<<(wide-128) - 1
+		if i%6 >= 3 {
+			wideSets[i] &= int64(uint64(0xd1b54a32d192ed03) * uint64(i+7) >> 1)
+		}
+		if i%3 == 2 { // no bit at or past label 130
+			wideSets[i] &= 1<<(wide-128) - 1
+		}
 	}
 	wideLogits, widePW := randIn(603, N*wide, -20, 20), randIn(604, wide, 0, 4)
 	wideProbs, wideLoss := make([]float32, N*wide), make([]float32, N)
@@ -197,11 +202,20 @@ func TestReduceHand(t *testing.T) {
 	// of weight 2, the gradient 2·(σ − t)/2 = (½, −¼).
 	multiWeighed := func(alpha float32, pw []float32) []float32 {
 		loss, probs, dl := make([]float32, 1), make([]float32, 2), make([]float32, 2)
-		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2}, 1, 2, alpha, pw, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, []int64{2}, []float32{2}, 1, 2, alpha, pw, dl)
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 0}, 1, 2, alpha, pw, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2, 0}, []float32{2}, 1, 2, alpha, pw, dl)
 		return append(append(loss, probs...), dl...)
 	}
 	multi := func(alpha float32) []float32 { return multiWeighed(alpha, []float32{1, 1}) }
+	// The same set ignoring label 0 (its second word 0b01): label 0's term
+	// gone, the mean still over 2 — the loss −ln ¾ / 2 —, its gradient 0,
+	// its sigmoid still ½.
+	ignoring := func() []float32 {
+		loss, probs, dl := make([]float32, 1), make([]float32, 2), []float32{9, 9}
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 1}, 1, 2, 0, []float32{1, 1}, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2, 1}, []float32{2}, 1, 2, 0, []float32{1, 1}, dl)
+		return append(append(loss, probs...), dl...)
+	}
 	// Label 1's positive term weighed by 3 (label 0's weight 5 weighs
 	// nothing: label 0 does not apply): the loss (−ln ½ − 3·ln ¾)/2, the
 	// gradient (σ − 0, (1 + 2·1)·σ − 3) = (½, −¾).
@@ -211,46 +225,53 @@ func TestReduceHand(t *testing.T) {
 	// 2·(σ − t)/2 = (0.4, −0.15).
 	smoothedMulti := float32((math.Ln2 - 0.1*math.Log(0.25) - 0.9*math.Log(0.75)) / 2)
 	// 130 labels by hand: logits z_j = (j − 60)/20, labels 0, 64 and 129
-	// applying (one in each word): each term softplus(z) − t·z, their mean.
-	wideHand := func() []float32 {
+	// applying (one in each word): each term softplus(z) − t·z, their mean
+	// — ignoring labels 63 and 129, without their terms and gradients.
+	wideHand := func(ignore bool) []float32 {
 		const k = 130
 		logits := make([]float32, k)
-		var want float64
 		for j := range logits {
 			logits[j] = float32(j-60) / 20
-			z, t := float64(logits[j]), 0.0
-			if j == 0 || j == 64 || j == 129 {
-				t = 1
-			}
-			want += math.Log1p(math.Exp(z)) - t*z
 		}
 		ones := make([]float32, k)
 		for j := range ones {
 			ones[j] = 1
 		}
 		loss, probs, dl := make([]float32, 1), make([]float32, k), make([]float32, k)
-		set := []int64{1, 1, 1 << 1}
+		set := []int64{1, 1, 1 << 1, 0, 0, 0}
+		if ignore { // labels 63 (word 0's last bit) and 129 ignored
+			set[3], set[5] = math.MinInt64, 1<<1
+		}
 		d.SigmoidCrossEntropy(logits, set, 1, k, 0, ones, loss, probs)
 		d.SigmoidCrossEntropyBackward(probs, set, []float32{k}, 1, k, 0, ones, dl)
 		// The gradient of weight k: σ(z) − t, label 64's σ(0.2) − 1.
-		return []float32{loss[0], dl[64], dl[63]}
+		return []float32{loss[0], dl[64], dl[63], dl[129], probs[129]}
 	}
-	wideWant := func() []float32 {
+	wideWant := func(ignore bool) []float32 {
 		var want float64
 		for j := range 130 {
+			if ignore && (j == 63 || j == 129) {
+				continue
+			}
 			z, t := float64(j-60)/20, 0.0
 			if j == 0 || j == 64 || j == 129 {
 				t = 1
 			}
 			want += math.Log1p(math.Exp(z)) - t*z
 		}
-		return []float32{float32(want / 130), float32(1/(1+math.Exp(-0.2)) - 1), float32(1 / (1 + math.Exp(-0.15)))}
+		d63, d129 := float32(1/(1+math.Exp(-0.15))), float32(1/(1+math.Exp(-3.45))-1)
+		if ignore {
+			d63, d129 = 0, 0
+		}
+		return []float32{float32(want / 130), float32(1/(1+math.Exp(-0.2)) - 1), d63, d129, float32(1 / (1 + math.Exp(-3.45)))}
 	}
 	for _, c := range []struct {
 		name      string
 		got, want []float32
 	}{
-		{"SigmoidCrossEntropy/130 labels", wideHand(), wideWant()},
+		{"SigmoidCrossEntropy/130 labels", wideHand(false), wideWant(false)},
+		{"SigmoidCrossEntropy/130 labels/ignoring", wideHand(true), wideWant(true)},
+		{"SigmoidCrossEntropy/ignoring", ignoring(), []float32{float32(-math.Log(0.75) / 2), 0.5, 0.75, 0, -0.25}},
 		{"SigmoidCrossEntropy", multi(0), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
 		{"SigmoidCrossEntropy/smoothing", multi(0.2), []float32{smoothedMulti, 0.5, 0.75, 0.4, -0.15}},
 		{"SigmoidCrossEntropy/pos_weight", multiWeighed(0, []float32{5, 3}), []float32{posWeighted, 0.5, 0.75, 0.5, -0.75}},

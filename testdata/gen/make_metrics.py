@@ -87,15 +87,28 @@ with open(path, "w") as f:
 print("wrote", path)
 
 
-def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False):
+def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False, ignore=0.0):
     """A multi-label model's logits and label sets (bit j: label j); a
     label decided where its logit is above 0, or with thresholds where its
     sigmoid is above its threshold t (the logit above log(t/(1-t)));
-    with ties, logits rounded to halves, many equal."""
+    with ties, logits rounded to halves, many equal. With ignore, that
+    share of the labels is ignored ("ignored": bit j of a sample's where
+    it ignores label j; uncertain=ignore): every figure is then
+    scikit-learn's over the labels known — a label's over the samples
+    that know it, the accuracy and exact match over the known decisions,
+    the ranking precision of each sample over its known labels (1 where
+    it knows none) —, and the loss's sum leaves them out (still divided
+    by k)."""
     rng = np.random.default_rng(seed)
     y = (rng.random((n, k)) < 0.3).astype(int)
     if constant is not None:  # a label no sample has: no AUC of its own
         y[:, constant] = 0
+    known = np.ones((n, k), dtype=bool)
+    if ignore:
+        known = rng.random((n, k)) >= ignore
+        known[2, :] = False  # a sample that knows no label
+        known[:, k - 1] &= y[:, k - 1] == 1  # a label known only where it applies: no AUC
+        y = y * known  # an ignored label is not also set
     logits = (rng.normal(0, 1.5, (n, k)) + 2.0 * (y - 0.5)).astype(np.float32)
     if ties:
         logits = (np.round(logits * 2) / 2).astype(np.float32)
@@ -106,40 +119,56 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     else:
         t = np.array(thresholds, dtype=np.float64)
         pred = (logits.astype(np.float64) > np.log(t / (1 - t))).astype(int)
-    out = {"name": name, "k": k, "labels": [int(sum(int(b) << j for j, b in enumerate(row))) for row in y],
-           "logits": logits.tolist()}
+    bits = lambda m: [int(sum(int(b) << j for j, b in enumerate(row))) for row in m]
+    out = {"name": name, "k": k, "labels": bits(y), "logits": logits.tolist()}
+    if ignore:
+        out["ignored"] = bits(~known)
     if thresholds is not None:
         out["thresholds"] = list(thresholds)
-    out["accuracy"] = 1 - hamming_loss(y, pred)
-    out["exact_match"] = accuracy_score(y, pred)
-    out["macro_f1"] = f1_score(y, pred, average="macro", zero_division=0)
-    p, r, f, s = precision_recall_fscore_support(y, pred, average=None, zero_division=0)
+    if ignore:
+        out["accuracy"] = float(np.mean((y == pred)[known]))
+        out["exact_match"] = float(np.mean([np.array_equal(y[i][known[i]], pred[i][known[i]]) for i in range(n)]))
+    else:
+        out["accuracy"] = 1 - hamming_loss(y, pred)
+        out["exact_match"] = accuracy_score(y, pred)
     per = []
-    aucs, aps = [], []
+    aucs, aps, f1s, bals = [], [], [], []
     for j in range(k):
-        c = {"precision": float(p[j]), "recall": float(r[j]), "f1": float(f[j]), "support": int(s[j])}
-        if 0 < y[:, j].sum() < n:
-            c["auc"] = roc_auc_score(y[:, j], logits[:, j].astype(np.float64))
+        yj, pj, sj = y[known[:, j], j], pred[known[:, j], j], logits[known[:, j], j].astype(np.float64)
+        p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
+        c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
+        f1s.append(c["f1"])
+        if 0 < yj.sum() < len(yj):
+            c["auc"] = roc_auc_score(yj, sj)
             aucs.append(c["auc"])
-        if y[:, j].sum() > 0:
-            c["ap"] = average_precision_score(y[:, j], logits[:, j].astype(np.float64))
+        if yj.sum() > 0:
+            c["ap"] = average_precision_score(yj, sj)
             aps.append(c["ap"])
+        bals.append(balanced_accuracy_score(yj, pj))
         per.append(c)
+    out["macro_f1"] = float(np.mean(f1s))
+    if not ignore:  # the per-label F1s' mean is scikit-learn's macro F1
+        assert abs(out["macro_f1"] - f1_score(y, pred, average="macro", zero_division=0)) < 1e-12
     out["per_class"] = per
     if aucs:
         out["auc"] = float(np.mean(aucs))
     if aps:
         out["map"] = float(np.mean(aps))
-    out["balanced_accuracy"] = float(np.mean([balanced_accuracy_score(y[:, j], pred[:, j]) for j in range(k)]))
-    out["lrap"] = float(label_ranking_average_precision_score(y, logits.astype(np.float64)))
+    out["balanced_accuracy"] = float(np.mean(bals))
     z = logits.astype(np.float64)
-    out["loss"] = float(np.mean(np.mean(np.logaddexp(0, z) - z * y, axis=1)))
+    if ignore:
+        out["lrap"] = float(np.mean([label_ranking_average_precision_score(y[i:i + 1, known[i]], z[i:i + 1, known[i]])
+                                     if known[i].any() else 1.0 for i in range(n)]))
+    else:
+        out["lrap"] = float(label_ranking_average_precision_score(y, z))
+    out["loss"] = float(np.mean(np.sum((np.logaddexp(0, z) - z * y) * known, axis=1) / k))
     return out
 
 
 mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label no sample has", 150, 4, 12, constant=2),
           multilabel_case("five labels at thresholds of their own", 200, 5, 11, thresholds=[0.3, 0.5, 0.7, 0.15, 0.9]),
-          multilabel_case("tied scores", 120, 3, 13, ties=True)]
+          multilabel_case("tied scores", 120, 3, 13, ties=True),
+          multilabel_case("ignored labels", 200, 5, 14, ignore=0.25)]
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "multilabel.json")
 with open(path, "w") as f:
     json.dump(mcases, f, indent=None, separators=(",", ":"))

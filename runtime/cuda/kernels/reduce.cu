@@ -314,16 +314,25 @@ extern "C" __global__ void softmax_xent_bwd(const float *probs, const long long 
   }
 }
 
-// label_bit is label j of sample i in label sets of k labels, ⌈k/64⌉
-// words a sample (bit j%64 of word j/64; runtime.LabelWords): 1 where it
-// applies, else 0.
+// label_bit is label j of sample i in label sets of k labels, 2·⌈k/64⌉
+// words a sample (runtime.LabelWords: the set's words, bit j%64 of word
+// j/64, then its ignored labels'): 1 where it applies, else 0.
 __device__ __forceinline__ long long label_bit(const long long *labels, long long k, long long i, long long j) {
-  return (long long)(((unsigned long long)labels[i * ((k + 63) >> 6) + (j >> 6)] >> (j & 63)) & 1);
+  long long v = (k + 63) >> 6;
+  return (long long)(((unsigned long long)labels[i * 2 * v + (j >> 6)] >> (j & 63)) & 1);
+}
+
+// label_ignored is 1 where sample i ignores label j (bit j%64 of word
+// j/64 of the sample's second ⌈k/64⌉ words), else 0.
+__device__ __forceinline__ long long label_ignored(const long long *labels, long long k, long long i, long long j) {
+  long long v = (k + 63) >> 6;
+  return (long long)(((unsigned long long)labels[i * 2 * v + v + (j >> 6)] >> (j & 63)) & 1);
 }
 
 // sigmoid_xent computes, per sample i (a thread each), the binary
 // cross-entropy of each of its k logits' sigmoid against label j of its
-// label set (label_bit) smoothed by alpha towards ½, its positive term weighed by
+// label set (label_bit; none where it ignores the label, label_ignored)
+// smoothed by alpha towards ½, its positive term weighed by
 // pos_weight[j], averaged over the labels, into losses, and σ(z) into
 // probs: the CPU's terms in double, c·max(z, 0) − z·(p·t) + c·log(1 +
 // e^{−|z|}), c = 1 + (p − 1)·t.
@@ -336,18 +345,20 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
     double s = 0;
     for (long long j = 0; j < k; j++) {
       double z = (double)row[j];
+      double e = d_exp(z < 0 ? z : -z);
+      pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
+      if (label_ignored(labels, k, i, j)) continue;  // no term; the mean still over k
       double t = (1 - a) * (double)label_bit(labels, k, i, j) + a / 2;
       double p = (double)pos_weight[j];
       double c = 1 + (p - 1) * t;
-      double e = d_exp(z < 0 ? z : -z);
       s += c * (z > 0 ? z : 0) - z * (p * t) + c * d_log(1 + e);
-      pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
     }
     losses[i] = (float)(s / (double)k);
   }
 }
 
-// sigmoid_xent_bwd writes dlogits = w_i/k·((1 + (p − 1)·t)·probs − p·t),
+// sigmoid_xent_bwd writes dlogits = w_i/k·((1 + (p − 1)·t)·probs − p·t)
+// (0 for an ignored label),
 // t the label set smoothed by alpha and p the label's pos_weight, in
 // float as the CPU does: (probs − t) + (p − 1)·t·(probs − 1).
 extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long *labels, const float *weights,
@@ -356,6 +367,10 @@ extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long 
   float inv = 1 / (float)k, off = alpha / 2, on = 1 - alpha / 2;
   FOR_EACH(e, n * k) {
     long long i = e / k, j = e % k;
+    if (label_ignored(labels, k, i, j)) {
+      dlogits[e] = 0;
+      continue;
+    }
     float w = weights[i] * inv;
     float t = label_bit(labels, k, i, j) ? on : off;
     dlogits[e] = w * ((probs[e] - t) + (pos_weight[j] - 1) * t * (probs[e] - 1));
