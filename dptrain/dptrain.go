@@ -532,6 +532,24 @@ func CheckNorms(e *dpengine.Engine, g *graph.Graph, physical, classes int, tf32 
 	return e.CheckNorms(g, x, y, tol)
 }
 
+// ignoredLabels counts the labels d's samples ignore (partial label sets,
+// labelset.Ignored) and all their labels.
+func ignoredLabels(d data.Dataset) (ignored, total int64) {
+	k := d.NumClasses()
+	if k < 1 || k > labelset.Max {
+		return 0, 0
+	}
+	w := make([]uint64, labelset.Words(k))
+	for i := range d.Len() {
+		if l := int64(d.Label(i)); labelset.Partial(l) && labelset.Ignored(l, k, w) == nil {
+			for _, x := range w {
+				ignored += int64(bits.OnesCount64(x))
+			}
+		}
+	}
+	return ignored, int64(d.Len()) * int64(k)
+}
+
 // EventKind says what an Event reports.
 type EventKind int
 
@@ -1054,6 +1072,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if set.MultiLabel {
 		logf("  loss:      multi-label: each of the %d labels decided by its logit's sigmoid, the binary cross-entropy averaged over the labels (one loss a sample: clipped and noised as any)\n", set.Classes)
+		if ignored, total := ignoredLabels(cfg.Train); ignored > 0 {
+			logf("  loss:      %d of the training images' %d labels ignored (uncertain=ignore): no term in their image's loss, no gradient\n", ignored, total)
+		}
 	}
 	if set.EMADecay > 0 {
 		logf("  average:   the parameters' exponential moving average, decay %g (warm-up min(β, (1+t)/(10+t))), is evaluated and exported (post-processing: ε unchanged)\n", set.EMADecay)

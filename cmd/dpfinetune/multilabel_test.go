@@ -664,13 +664,15 @@ func TestTrainUncertainIgnore(t *testing.T) {
 	ignoredList, _ := findingsListing(t, dir, data.Train, 600, false)
 	oneList, _ := findingsListing(t, dir, data.Train, 600, true)
 	testList, uncertain := findingsListing(t, dir, data.Test, 300, false)
-	train := func(spec, out string, extra ...string) {
+	train := func(spec, out string, extra ...string) string {
 		t.Helper()
 		args := append([]string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", spec, "--num-classes", "4",
 			"--epochs", "2", "--batch-size", "100", "--lr", "0.02", "--resize", "stretch", "--norm", "fmnist", "--seed", "1", "--quiet", "--out", out}, extra...)
-		if o, e, code := run(t, args...); code != 0 {
+		o, e, code := run(t, args...)
+		if code != 0 {
 			t.Fatalf("train %v: exit %d: %s\n%s", extra, code, e, o)
 		}
+		return o
 	}
 	ignored, weightless, zero := filepath.Join(dir, "ignored.onnx"), filepath.Join(dir, "weightless.onnx"), filepath.Join(dir, "zero.onnx")
 	cols := ":labels=upper..Unsure"
@@ -701,7 +703,10 @@ func TestTrainUncertainIgnore(t *testing.T) {
 	// others' absent.
 	private := filepath.Join(dir, "private.onnx")
 	test := "csv:" + testList + cols + ":uncertain=zero,footwear=ignore"
-	train("csv:"+ignoredList+cols+":uncertain=zero,footwear=ignore", private, "--epsilon", "8", "--epochs", "6", "--test-data", test)
+	o := train("csv:"+ignoredList+cols+":uncertain=zero,footwear=ignore", private, "--epsilon", "8", "--epochs", "6", "--test-data", test)
+	if !strings.Contains(o, "200 of the training images' 2400 labels ignored") {
+		t.Errorf("the log does not say 200 labels are ignored:\n%s", o)
+	}
 	ev := evalJSON(t, private, test)
 	if ev.IgnoredLabels != int64(uncertain) || ev.PerClass[1].Support == 0 || ev.AUC == nil || *ev.AUC < 0.8 {
 		t.Errorf("eval: %d labels ignored (want %d), footwear %+v, AUC %v", ev.IgnoredLabels, uncertain, ev.PerClass[1], ev.AUC)

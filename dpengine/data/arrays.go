@@ -275,6 +275,9 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 	if len(y.Shape) == 2 && y.Shape[0] == n {
 		return newMultiHot(where, x, yn, y, spec, shape, per)
 	}
+	if spec.Uncertain != "" {
+		return nil, fmt.Errorf("%s: uncertain= says what a multi-hot label's -1 means; %s holds a class a sample", where, yn)
+	}
 	if len(y.Shape) != 1 || y.Shape[0] != n {
 		return nil, fmt.Errorf("%s: %s has shape %v: want one label a sample, (%d,), or multi-hot label sets, (%d, labels)", where, yn, y.Shape, n, n)
 	}
@@ -313,12 +316,22 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 }
 
 // newMultiHot is newArrays of multi-hot labels y, (samples, labels) of
-// 0s and 1s (integers, or floats that are exactly 0 or 1): a multi-label
+// 0s and 1s (integers, or floats that are exactly 0 or 1), and -1s
+// (uncertain) as spec.Uncertain's rule for the label says (its columns
+// named by their numbers: uncertain=zero,3=ignore): a multi-label
 // dataset of at most MaxLabels labels.
 func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec, shape []int, per int) (*Arrays, error) {
 	n, k := y.Shape[0], y.Shape[1]
 	if k > MaxLabels {
 		return nil, fmt.Errorf("%s: %s has shape %v: %d labels, at most %d", where, yn, y.Shape, k, MaxLabels)
+	}
+	ur, err := parseUncertain(spec.Uncertain)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	rules, err := ur.forColumns(numberedClasses(k))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s has %d labels: %w", where, yn, k, err)
 	}
 	if spec.Classes > 0 && spec.Classes != k {
 		return nil, fmt.Errorf("%s: %s has %d labels, but the spec says classes=%d", where, yn, k, spec.Classes)
@@ -327,9 +340,9 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 		n = spec.Limit
 	}
 	labels := make([]int64, n)
-	var on []int
+	var on, ign []int
 	for i := range labels {
-		on = on[:0]
+		on, ign = on[:0], ign[:0]
 		for j := 0; j < k; j++ {
 			var v float64
 			switch e := i*k + j; y.DType {
@@ -346,16 +359,20 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 			default:
 				return nil, fmt.Errorf("%s: %s holds %s: want multi-hot labels of 0s and 1s (integers or floats)", where, yn, y.DType)
 			}
-			switch v {
-			case 0:
-			case 1:
+			switch {
+			case v == 0, v == -1 && rules[j] == "zero":
+			case v == 1, v == -1 && rules[j] == "one":
 				on = append(on, j)
+			case v == -1 && rules[j] == "ignore":
+				ign = append(ign, j)
+			case v == -1:
+				return nil, fmt.Errorf("%s: sample %d has -1 (uncertain) for label %d: say what it means with :uncertain=zero, :uncertain=one or :uncertain=ignore (or per label, :uncertain=zero,%d=one)", where, i, j, j)
 			default:
-				return nil, fmt.Errorf("%s: sample %d has %v for label %d: want multi-hot labels of 0s and 1s", where, i, v, j)
+				return nil, fmt.Errorf("%s: sample %d has %v for label %d: want multi-hot labels of 0s and 1s (-1 uncertain)", where, i, v, j)
 			}
 		}
 		var err error
-		if labels[i], err = labelset.Of(k, on); err != nil {
+		if labels[i], err = labelset.OfIgnoring(k, on, ign); err != nil {
 			return nil, fmt.Errorf("%s: sample %d: %v", where, i, err)
 		}
 	}

@@ -185,6 +185,7 @@ func TestLoadArraysErrors(t *testing.T) {
 		{"multi-hot not 0 or 1", map[string]*npy.Array{"x": x, "y": npy.NewInt64([]int64{0, 1, 1, 0, 2, 0, 0, 0}, 4, 2)}, "", []string{"sample 2 has 2 for label 0", "0s and 1s"}},
 		{"multi-hot over classes", map[string]*npy.Array{"x": x, "y": npy.NewInt64(make([]int64, 8), 4, 2)}, ":classes=3", []string{"2 labels", "classes=3"}},
 		{"float labels", map[string]*npy.Array{"x": x, "y": npy.NewFloat32(make([]float32, 4), 4)}, "", []string{"float32", "integer labels"}},
+		{"uncertain classes", map[string]*npy.Array{"x": x, "y": y}, ":uncertain=zero", []string{"uncertain= says what a multi-hot label's -1 means", "a class a sample"}},
 		{"negative label", map[string]*npy.Array{"x": x, "y": npy.NewInt64([]int64{0, 1, -3, 0}, 4)}, "", []string{"sample 2 has label -3"}},
 		{"label over classes", map[string]*npy.Array{"x": x, "y": npy.NewInt64([]int64{0, 1, 5, 0}, 4)}, ":classes=3", []string{"sample 2 has label 5", "3 classes"}},
 		{"NaN", map[string]*npy.Array{"x": nan, "y": y}, "", []string{"sample 2 holds NaN at element 1"}},

@@ -18,7 +18,9 @@
 //     .npy files, LoadArrays) and csv (a listing of image files and their
 //     labels, loadCSV; holdout=F too; multilabel or labels=COLUMNS, a
 //     row's label a set of names, internal/labelset's label of the set:
-//     MultiLabeled; path=, label=, user=, root=, ext=, where= for
+//     MultiLabeled; a labels= column's -1, or a multi-hot array's, as
+//     uncertain= says — zero, one, or ignore: a partial set, the label
+//     left out of the loss and the figures —; path=, label=, user=, root=, ext=, where= for
 //     listings as public datasets ship them: Spec);
 //   - users (Users, UsersOf): the individual each sample belongs to, for
 //     a user-level guarantee that protects all of a person's samples

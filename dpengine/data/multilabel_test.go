@@ -139,6 +139,42 @@ func TestArraysMultiHot(t *testing.T) {
 	if _, err := LoadArrays(mustSpec(t, "npy:"+path)); err == nil || !strings.Contains(err.Error(), "2 names for 3 labels") {
 		t.Errorf("two names for three labels: %v", err)
 	}
+	// -1s (uncertain) as uncertain= says, per label by its number.
+	y = npy.NewInt64([]int64{1, -1, 0, -1, 0, -1, 1, 1, 1}, 3, 3)
+	if err := npy.WriteNPZ(path, map[string]*npy.Array{"x": x, "y": y}); err != nil {
+		t.Fatal(err)
+	}
+	type set struct{ on, ignored []int }
+	for _, tc := range []struct {
+		uncertain string
+		want      []set
+	}{
+		{"zero", []set{{on: []int{0}}, {}, {on: []int{0, 1, 2}}}},
+		{"ignore", []set{{[]int{0}, []int{1}}, {nil, []int{0, 2}}, {on: []int{0, 1, 2}}}},
+		{"one,2=ignore,0=zero", []set{{on: []int{0, 1}}, {nil, []int{2}}, {on: []int{0, 1, 2}}}},
+	} {
+		a, err := LoadArrays(mustSpec(t, "npy:"+path+":uncertain="+tc.uncertain))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range tc.want {
+			want, err := labelset.OfIgnoring(3, w.on, w.ignored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(a.Label(i)) != want {
+				t.Errorf("uncertain=%s: sample %d: label %d, want %d (%v, ignoring %v)", tc.uncertain, i, a.Label(i), want, w.on, w.ignored)
+			}
+		}
+	}
+	for _, tc := range []struct{ spec, want string }{
+		{"", "sample 0 has -1 (uncertain) for label 1: say what it means"},
+		{":uncertain=zero,3=one", `"3" is not one of the label columns`},
+	} {
+		if _, err := LoadArrays(mustSpec(t, "npy:"+path+tc.spec)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error with %q", tc.spec, err, tc.want)
+		}
+	}
 }
 
 func mustSpec(t *testing.T, s string) Spec {

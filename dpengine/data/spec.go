@@ -90,8 +90,9 @@ func ParseSplit(s string) (Split, error) {
 //	                       one a label: 1, 0 or empty, -1 (see Labels);
 //	                       FIRST..LAST the columns from FIRST to LAST,
 //	                       * every column but the path and user columns
-//	uncertain=RULE[,COL=RULE…]  what a labels= column's -1 means: zero,
-//	                       one or ignore, per column (Uncertain)
+//	uncertain=RULE[,COL=RULE…]  what a labels= column's -1 means (or a
+//	                       multi-hot NumPy label's, COL its number):
+//	                       zero, one or ignore, per column (Uncertain)
 //	path=COL, label=COL,   csv only: the header's image path, label and
 //	user=COL               user columns, where their names are not the
 //	                       usual ones (see PathColumn)
@@ -211,7 +212,9 @@ type Spec struct {
 	// at all — not even checked —, as if the listing did not hold them.
 	// The listing must have a header naming the column.
 	Where string
-	// Uncertain says what a Labels column's -1 (an uncertain label) is:
+	// Uncertain says what a Labels column's -1 (an uncertain label) is —
+	// or a multi-hot NumPy label's (SchemeNPY; its columns named by their
+	// numbers, "0", "1", …):
 	// "zero" (absent: U-Zeros), "one" (present: CheXpert's U-Ones),
 	// "ignore" (neither: the label left out of the sample's loss and of
 	// the evaluation's figures, U-Ignore; internal/labelset's partial
@@ -472,8 +475,8 @@ options:
 		rest = rest[:i]
 	}
 	switch {
-	case spec.Uncertain != "" && len(spec.Labels) == 0:
-		return Spec{}, fmt.Errorf("data spec %q: uncertain= needs labels=COLUMNS", s)
+	case spec.Uncertain != "" && len(spec.Labels) == 0 && spec.Scheme != SchemeNPY:
+		return Spec{}, fmt.Errorf("data spec %q: uncertain= needs labels=COLUMNS (or multi-hot NumPy labels)", s)
 	case len(spec.Labels) > 0 && spec.MultiLabel != "":
 		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS and multilabel are two ways to list label sets: give one", s)
 	case len(spec.Labels) > 0 && spec.LabelColumn != "":
