@@ -27,7 +27,8 @@ type EvalResult struct {
 	// logit above 0); Accuracy is then the share of right label
 	// decisions, ExactMatch the share of samples with every label right,
 	// PerClass each label's figures, MacroF1 their F1's mean over every
-	// label, BalancedAccuracy the mean over the labels of each one's
+	// label (that some sample does not ignore: IgnoredLabels),
+	// BalancedAccuracy the mean over those labels of each one's
 	// balanced accuracy, AUC the mean of the AUCs of the labels with
 	// positives and negatives, MAP the mean of the average precisions of
 	// the labels with positives; Confusion, Top5, AccuracyCI and ECE are
@@ -78,6 +79,13 @@ type EvalResult struct {
 	// undefined (a class without examples, one class) or the
 	// probabilities would take more than maxAUCFloats to keep.
 	AUC *float64 `json:"auc,omitempty"`
+	// AUCCI is the 95 % interval of a two-class model's AUC by DeLong et
+	// al. (1988) — the AUC ± 1.96 standard errors, clipped to [0, 1], the
+	// variance from each example's share of the pairs it wins (what R's
+	// pROC ci.auc(method = "delong") gives) —: nil for more classes, a
+	// multi-label evaluation (each label's is ClassMetrics.AUCCI), or
+	// fewer than two examples of either class.
+	AUCCI *[2]float64 `json:"auc_ci95,omitempty"`
 	// MAP is a multi-label evaluation's mean average precision (COCO's
 	// and PASCAL VOC's figure for multi-label classification): the mean,
 	// over the labels the data has positives of, of each label's average
@@ -100,6 +108,10 @@ type ClassMetrics struct {
 	F1        float64  `json:"f1"`
 	Support   int64    `json:"support"`
 	AUC       *float64 `json:"auc,omitempty"`
+	// AUCCI is a multi-label evaluation's 95 % interval of the label's
+	// AUC by DeLong's method (as EvalResult.AUCCI); nil where the label
+	// has fewer than two positives or negatives.
+	AUCCI *[2]float64 `json:"auc_ci95,omitempty"`
 	// AP is a multi-label evaluation's average precision of the label
 	// (average_precision_score of its logits): the precision at each
 	// distinct score taken as the threshold, weighted by the recall it
@@ -355,7 +367,7 @@ func (m *metrics) result() *EvalResult {
 	}
 	res.ECE = &ece
 	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
-	res.AUC = auc(m.probs, m.labels, m.k, m.keep)
+	res.AUC, res.AUCCI = auc(m.probs, m.labels, m.k, m.keep)
 	return res
 }
 
@@ -430,9 +442,9 @@ func classMetrics(confusion [][]int64) ([]ClassMetrics, float64, float64) {
 	return out, bal, f1
 }
 
-// auc is EvalResult.AUC from the kept probabilities (keep a sample: 1,
-// class 1's; k, every class's; 0, none).
-func auc(probs []float32, labels []int64, k, keep int) *float64 {
+// auc is EvalResult.AUC and AUCCI from the kept probabilities (keep a
+// sample: 1, class 1's; k, every class's; 0, none).
+func auc(probs []float32, labels []int64, k, keep int) (*float64, *[2]float64) {
 	n := len(labels)
 	score := make([]float32, n)
 	pos := make([]bool, n)
@@ -447,22 +459,22 @@ func auc(probs []float32, labels []int64, k, keep int) *float64 {
 	case 1:
 		a, ok := one(1, func(i int) float32 { return probs[i] })
 		if !ok {
-			return nil
+			return nil, nil
 		}
-		return &a
+		return &a, delongCI(score, pos, order, a)
 	case k:
 		var sum float64
 		for c := 0; c < k; c++ {
 			a, ok := one(c, func(i int) float32 { return probs[i*k+c] })
 			if !ok {
-				return nil
+				return nil, nil
 			}
 			sum += a
 		}
 		m := sum / float64(k)
-		return &m
+		return &m, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // byScore writes into idx (len(score)) the examples in increasing order of
@@ -508,6 +520,50 @@ func rankAUC(score []float32, pos []bool, idx []int) (float64, bool) {
 		return 0, false
 	}
 	return (rankSum - float64(np)*float64(np+1)/2) / (float64(np) * float64(nn)), true
+}
+
+// delongCI is the 95 % interval of a, the AUC of score for the positives
+// pos (rankAUC; idx byScore's order), by DeLong et al. (1988): each
+// positive's share V10 of the negatives it scores above (ties ½), each
+// negative's share V01 of the positives scoring above it, the AUC's
+// variance S10/m + S01/n from their sample variances over the m
+// positives and n negatives, and the interval a ± z₀.₉₇₅·√variance
+// clipped to [0, 1]. Nil where m or n is below 2 (no variance).
+func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
+	m := 0
+	for _, p := range pos {
+		if p {
+			m++
+		}
+	}
+	n := len(pos) - m
+	if m < 2 || n < 2 {
+		return nil
+	}
+	var s10, s01 float64
+	below, belowPos := 0, 0 // negatives and positives scoring below the tie group
+	for i := 0; i < len(idx); {
+		j, gp := i, 0
+		for j < len(idx) && score[idx[j]] == score[idx[i]] {
+			if pos[idx[j]] {
+				gp++
+			}
+			j++
+		}
+		gn := j - i - gp
+		// A positive of the group beats the negatives below it and ties
+		// the group's; a negative loses to the positives above it and
+		// ties the group's.
+		v10 := (float64(below) + float64(gn)/2) / float64(n)
+		v01 := (float64(m-belowPos-gp) + float64(gp)/2) / float64(m)
+		s10 += float64(gp) * (v10 - a) * (v10 - a)
+		s01 += float64(gn) * (v01 - a) * (v01 - a)
+		below, belowPos = below+gn, belowPos+gp
+		i = j
+	}
+	se := math.Sqrt(s10/float64(m-1)/float64(m) + s01/float64(n-1)/float64(n))
+	const z = 1.959963984540054 // the standard normal's 97.5th percentile
+	return &[2]float64{max(0, a-z*se), min(1, a+z*se)}
 }
 
 // averagePrecision is scikit-learn's average_precision_score of scores
@@ -832,7 +888,7 @@ func (m *labelMetrics) result() *EvalResult {
 	pos := make([]bool, 0, n)
 	order := make([]int, n)
 	var aucSum, apSum float64
-	var aucs, aps int
+	var aucs, aps, knownLabels int
 	for j := range res.PerClass {
 		c := &res.PerClass[j]
 		tp, fp, fn := float64(m.tp[j]), float64(m.fp[j]), float64(m.fn[j])
@@ -847,7 +903,11 @@ func (m *labelMetrics) result() *EvalResult {
 		if c.Precision+c.Recall > 0 {
 			c.F1 = 2 * c.Precision * c.Recall / (c.Precision + c.Recall)
 		}
-		res.MacroF1 += c.F1 / float64(k)
+		if m.known[j] == 0 {
+			continue // ignored by every sample: in no mean
+		}
+		knownLabels++
+		res.MacroF1 += c.F1
 		// The label's balanced accuracy: the mean recall of its values
 		// the data has (balanced_accuracy_score of its column).
 		var recalls float64
@@ -860,7 +920,7 @@ func (m *labelMetrics) result() *EvalResult {
 			recalls += tn / (tn + fp)
 			present++
 		}
-		res.BalancedAccuracy += recalls / float64(present) / float64(k)
+		res.BalancedAccuracy += recalls / float64(present)
 		if m.keep {
 			// The label's scores and truths of the samples that do not
 			// ignore it.
@@ -873,7 +933,7 @@ func (m *labelMetrics) result() *EvalResult {
 			}
 			order := byScore(score, order[:len(score)])
 			if a, ok := rankAUC(score, pos, order); ok {
-				c.AUC = &a
+				c.AUC, c.AUCCI = &a, delongCI(score, pos, order, a)
 				aucSum += a
 				aucs++
 			}
@@ -883,6 +943,10 @@ func (m *labelMetrics) result() *EvalResult {
 				aps++
 			}
 		}
+	}
+	if knownLabels > 0 {
+		res.MacroF1 /= float64(knownLabels)
+		res.BalancedAccuracy /= float64(knownLabels)
 	}
 	if aucs > 0 {
 		a := aucSum / float64(aucs)

@@ -2,6 +2,7 @@ package dptrain
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
 	"os"
@@ -27,6 +28,7 @@ func TestEvalMetrics(t *testing.T) {
 		PerClass         []ClassMetrics `json:"per_class"`
 		Top5             *float64       `json:"top5_accuracy"`
 		AUC              *float64       `json:"auc"`
+		AUCCI            *[2]float64    `json:"auc_ci95"`
 		ECE              float64        `json:"ece"`
 		Threshold        float64        `json:"threshold"`
 	}](t, "cases.json", 9)
@@ -76,6 +78,7 @@ func TestEvalMetrics(t *testing.T) {
 					t.Errorf("AUC = %.6g, scikit-learn's %.6g", *got.AUC, *c.AUC)
 				}
 			}
+			nearCI(t, "AUC", got.AUCCI, c.AUCCI)
 		})
 	}
 }
@@ -159,6 +162,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				if w.AUC != nil {
 					near("a label's AUC", *g.AUC, *w.AUC)
 				}
+				nearCI(t, fmt.Sprint("label ", j, "'s AUC"), g.AUCCI, w.AUCCI)
 				if w.AP != nil {
 					near("a label's average precision", *g.AP, *w.AP)
 				}
@@ -170,6 +174,19 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 				t.Errorf("mAP %v, want %v", got.MAP, c.MAP)
 			}
 		})
+	}
+}
+
+// nearCI checks a 95 % interval against the generator's (DeLong's, by
+// brute force over the pairs: testdata/gen/make_metrics.py), to 1e-6:
+// both nil, or both ends near.
+func nearCI(t *testing.T, what string, got, want *[2]float64) {
+	t.Helper()
+	switch {
+	case (got == nil) != (want == nil):
+		t.Errorf("%s's 95 %% interval %v, want %v", what, got, want)
+	case got != nil && !(math.Abs(got[0]-want[0]) <= 1e-6 && math.Abs(got[1]-want[1]) <= 1e-6):
+		t.Errorf("%s's 95 %% interval %.9g, want %.9g", what, *got, *want)
 	}
 }
 

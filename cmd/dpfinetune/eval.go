@@ -288,22 +288,26 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
 	fmt.Fprintf(stdout, "\nper label:\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t AP\t\n")
+	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t 95 %% CI\t AP\t\n")
 	for i, c := range res.PerClass {
 		label := strconv.Itoa(i)
 		if i < len(res.Classes) && res.Classes[i] != label {
 			label += " " + res.Classes[i]
 		}
-		auc, ap := "–", "–"
+		auc, ci, ap := "–", "–", "–"
 		if c.AUC != nil {
 			auc = fmt.Sprintf("%.4f", *c.AUC)
+		}
+		if c.AUCCI != nil {
+			ci = fmt.Sprintf("%.4f–%.4f", c.AUCCI[0], c.AUCCI[1])
 		}
 		if c.AP != nil {
 			ap = fmt.Sprintf("%.4f", *c.AP)
 		}
-		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc, ap)
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t %s\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc, ci, ap)
 	}
 	tw.Flush()
+	fmt.Fprintf(stdout, "  (95 %% CI: each AUC's interval by DeLong's method, the test examples taken as independent draws)\n")
 }
 
 // writeEval prints an evaluation: the figures, the confusion matrix and
@@ -328,7 +332,11 @@ func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	k := len(res.Confusion)
 	switch {
 	case res.AUC != nil && k == 2:
-		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of class %s's probability)\n", *res.AUC, name(1))
+		ci := ""
+		if res.AUCCI != nil {
+			ci = fmt.Sprintf("; 95 %% CI %.4f–%.4f, DeLong's", res.AUCCI[0], res.AUCCI[1])
+		}
+		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of class %s's probability%s)\n", *res.AUC, name(1), ci)
 	case res.AUC != nil:
 		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of each class against the rest, mean)\n", *res.AUC)
 	}

@@ -712,8 +712,25 @@ func TestTrainUncertainIgnore(t *testing.T) {
 		t.Errorf("eval: %d labels ignored (want %d), footwear %+v, AUC %v", ev.IgnoredLabels, uncertain, ev.PerClass[1], ev.AUC)
 	}
 	t.Logf("private run: AUC %.4f, mAP %.4f, labels right %.4f, %d labels ignored", *ev.AUC, *ev.MAP, ev.Accuracy, ev.IgnoredLabels)
-	if o, _, _ := run(t, "eval", "--model", private, "--data", test); !strings.Contains(o, fmt.Sprintf("ignored:  %d of the 1200 labels", uncertain)) {
-		t.Errorf("eval does not say %d labels are ignored:\n%s", uncertain, o)
+	for j, c := range ev.PerClass[:3] { // Unsure: absent from every image, no AUC
+		if c.AUC == nil || c.AUCCI == nil || !(c.AUCCI[0] <= *c.AUC && *c.AUC <= c.AUCCI[1] && c.AUCCI[1]-c.AUCCI[0] < 0.2) {
+			t.Errorf("label %d: AUC %v, its 95 %% interval %v", j, c.AUC, c.AUCCI)
+		}
+	}
+	if ev.PerClass[3].AUC != nil || ev.PerClass[3].AUCCI != nil {
+		t.Errorf("Unsure, absent from every image: AUC %v, interval %v", ev.PerClass[3].AUC, ev.PerClass[3].AUCCI)
+	}
+	// Read with Unsure ignored too, as in training: known in no image, it
+	// is in none of the means (no NaN).
+	all := evalJSON(t, private, "csv:"+testList+cols+":uncertain=ignore")
+	if all.IgnoredLabels != int64(uncertain+300) || math.IsNaN(all.BalancedAccuracy) || math.IsNaN(all.MacroF1) || all.MacroF1 <= ev.MacroF1 {
+		t.Errorf("Unsure ignored: %d labels ignored, balanced %v, macro F1 %v (%v with Unsure absent)", all.IgnoredLabels, all.BalancedAccuracy, all.MacroF1, ev.MacroF1)
+	}
+	o, _, _ = run(t, "eval", "--model", private, "--data", test)
+	for _, want := range []string{fmt.Sprintf("ignored:  %d of the 1200 labels", uncertain), "95 % CI", "DeLong's method"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("eval does not say %q:\n%s", want, o)
+		}
 	}
 	// Read as zero, the same test data has no label ignored, and as many
 	// footwear images (a -1 is not one either way).

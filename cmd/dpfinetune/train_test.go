@@ -504,7 +504,7 @@ func TestEvalCLI(t *testing.T) {
 		t.Fatalf("train: exit %d: %s", code, e)
 	}
 	text, _, _ = run(t, "eval", "--model", binary, "--data", folder)
-	for _, want := range []string{"ROC of class 1 b's probability", "sensitivity: ", "(class 1 b's recall), specificity: ", "(class 0 a's)"} {
+	for _, want := range []string{"ROC of class 1 b's probability; 95 % CI ", "DeLong's", "sensitivity: ", "(class 1 b's recall), specificity: ", "(class 0 a's)"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("eval on two classes does not say %q:\n%s", want, text)
 		}

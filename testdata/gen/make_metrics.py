@@ -14,10 +14,29 @@ import os
 
 import numpy as np
 from scipy.special import softmax
-from scipy.stats import binomtest
+from scipy.stats import binomtest, norm
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score, hamming_loss,
                              label_ranking_average_precision_score,
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
+
+
+def delong_ci(y, score):
+    """The 95 % interval of the AUC of score for the positives y by DeLong
+    et al. (1988), brute force over every (positive, negative) pair: each
+    positive's share of the negatives it beats (ties ½), each negative's
+    share of the positives beating it, the variance from their sample
+    variances; the AUC ± 1.96 standard errors, clipped to [0, 1]. None
+    with fewer than two positives or negatives."""
+    y, score = np.asarray(y), np.asarray(score, dtype=np.float64)
+    xs, ys = score[y == 1], score[y == 0]
+    m, n = len(xs), len(ys)
+    if m < 2 or n < 2:
+        return None
+    psi = (xs[:, None] > ys[None, :]) + 0.5 * (xs[:, None] == ys[None, :])
+    a = psi.mean()
+    se = np.sqrt(psi.mean(axis=1).var(ddof=1) / m + psi.mean(axis=0).var(ddof=1) / n)
+    z = norm.ppf(0.975)
+    return [max(0.0, a - z * se), min(1.0, a + z * se)]
 
 
 def case(name, n, k, seed, absent=None, never=None, ties=False, threshold=None):
@@ -56,6 +75,7 @@ def case(name, n, k, seed, absent=None, never=None, ties=False, threshold=None):
         out["top5_accuracy"] = top_k_accuracy_score(labels, logits, k=5, labels=list(range(k)))
     if k == 2:
         out["auc"] = roc_auc_score(labels, prob[:, 1])
+        out["auc_ci95"] = delong_ci(labels, prob[:, 1].astype(np.float32))
     elif len(set(labels.tolist())) == k:
         out["auc"] = roc_auc_score(labels, prob, multi_class="ovr", average="macro", labels=list(range(k)))
     conf = prob.max(1)
@@ -97,8 +117,9 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     scikit-learn's over the labels known — a label's over the samples
     that know it, the accuracy and exact match over the known decisions,
     the ranking precision of each sample over its known labels (1 where
-    it knows none) —, and the loss's sum leaves them out (still divided
-    by k)."""
+    it knows none), the macro F1 and balanced accuracy the means over
+    the labels some sample knows —, and the loss's sum leaves them out
+    (still divided by k)."""
     rng = np.random.default_rng(seed)
     y = (rng.random((n, k)) < 0.3).astype(int)
     if constant is not None:  # a label no sample has: no AUC of its own
@@ -108,6 +129,7 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
         known = rng.random((n, k)) >= ignore
         known[2, :] = False  # a sample that knows no label
         known[:, k - 1] &= y[:, k - 1] == 1  # a label known only where it applies: no AUC
+        known[:, k - 2] = False  # a label known nowhere: out of the means
         y = y * known  # an ignored label is not also set
     logits = (rng.normal(0, 1.5, (n, k)) + 2.0 * (y - 0.5)).astype(np.float32)
     if ties:
@@ -134,6 +156,9 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     per = []
     aucs, aps, f1s, bals = [], [], [], []
     for j in range(k):
+        if not known[:, j].any():
+            per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
+            continue
         yj, pj, sj = y[known[:, j], j], pred[known[:, j], j], logits[known[:, j], j].astype(np.float64)
         p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
         c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
@@ -141,6 +166,9 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
         if 0 < yj.sum() < len(yj):
             c["auc"] = roc_auc_score(yj, sj)
             aucs.append(c["auc"])
+            ci = delong_ci(yj, sj)
+            if ci is not None:
+                c["auc_ci95"] = ci
         if yj.sum() > 0:
             c["ap"] = average_precision_score(yj, sj)
             aps.append(c["ap"])
