@@ -1030,8 +1030,18 @@ func Run(cfg Config) (*Report, error) {
 	for _, note := range set.LoadNotes {
 		logf("  model:     %s\n", note)
 	}
-	if d, ok := cfg.Train.(interface{ PixelsOnDisk() (int64, string) }); ok {
-		if b, dir := d.PixelsOnDisk(); b > 0 {
+	if d, ok := cfg.Train.(interface {
+		PixelsOnDisk() (int64, string)
+		PixelsKept() (string, bool)
+	}); ok {
+		b, dir := d.PixelsOnDisk()
+		kept, reused := d.PixelsKept()
+		switch {
+		case kept != "" && reused:
+			logf("  pixels:    kept: %d MiB of decoded images mapped from %s, as an earlier run kept them (none decoded; DPFINETUNE_PIXEL_CACHE)\n", b>>20, kept)
+		case kept != "":
+			logf("  pixels:    kept: %d MiB of decoded images in %s for later runs of these files (DPFINETUNE_PIXEL_CACHE; as private as the images: remove it when done)\n", b>>20, kept)
+		case b > 0:
 			logf("  pixels:    on disk: %d MiB of fitted images mapped from a file in %s (more than half the memory available; removed as it was opened), read through the page cache\n", b>>20, dir)
 		}
 	}

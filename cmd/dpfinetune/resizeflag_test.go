@@ -213,4 +213,17 @@ func TestPixelsOnDiskTrain(t *testing.T) {
 	if string(a) != string(b) {
 		t.Error("the model trained with the pixels on disk differs from the one trained with them in memory")
 	}
+	// Kept (DPFINETUNE_PIXEL_CACHE): the first run keeps them, the
+	// second maps them from its file; the same model both times.
+	cache := t.TempDir()
+	t.Setenv("DPFINETUNE_PIXEL_CACHE", cache)
+	for i, want := range []string{"for later runs of these files", "as an earlier run kept them (none decoded"} {
+		out := filepath.Join(dir, fmt.Sprintf("kept%d.onnx", i))
+		if o := train("", out); !strings.Contains(o, "pixels:    kept: ") || !strings.Contains(o, cache) || !strings.Contains(o, want) {
+			t.Errorf("run %d: the log does not say the pixels are kept in %s (%q):\n%s", i, cache, want, o)
+		}
+		if c, err := os.ReadFile(out); err != nil || string(c) != string(a) {
+			t.Errorf("run %d with kept pixels: another model (%v)", i, err)
+		}
+	}
 }

@@ -322,6 +322,10 @@ func roundRobin(perClass [][]labelledFile, limit int) (paths []string, labels []
 	return paths, labels
 }
 
+// decodedImages counts the images decodeFiles decoded (tests: a load
+// from a kept pixel file decodes none).
+var decodedImages atomic.Int64
+
 // decodeFiles decodes the image files at paths, in parallel, into Images
 // of the given labels and classes, fitting each as it is decoded. Its
 // errors name the file, after scheme (the dataset's kind).
@@ -336,10 +340,32 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	if avail, src, ok := sysmem.Available(); ok {
 		budget, budgetSrc = avail, src
 	}
+	m := &Images{classes: classes, labels: labels, channels: 1, fit: fit, sourcePaths: paths}
+	// Kept by an earlier load (DPFINETUNE_PIXEL_CACHE, keptpixels.go): the
+	// pixels mapped from its file, none decoded. A folder's and a
+	// listing's only: predict's photos are read once.
+	var kept *keptFile
+	if scheme != "images" {
+		var err error
+		if kept, err = keptFileFor(scheme, paths, fit); err != nil {
+			return nil, fmt.Errorf("%s: %w", scheme, err)
+		}
+		if kept != nil && kept.load(m) {
+			return m, nil
+		}
+	}
 	// Where the fitted images would take more than half the memory, their
 	// pixels go to a file as they are decoded (pixelfile.go): then only
-	// the images being decoded count against the budget.
-	disk, err := pixelsOnDisk(len(paths), fit, budget)
+	// the images being decoded count against the budget. Where they are
+	// to be kept, they go to the kept file's.
+	var disk *pixelFile
+	var err error
+	if kept != nil {
+		_, est := diskChoice(len(paths), fit, budget, "disk")
+		disk, err = kept.create(est)
+	} else {
+		disk, err = pixelsOnDisk(len(paths), fit, budget)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", scheme, err)
 	}
@@ -371,6 +397,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 					}
 					return nil
 				})
+				decodedImages.Add(1)
 				if err == nil && fit.Gray && !d.gray {
 					d.pix, d.gray = pilGray(d.pix), true
 				}
@@ -398,7 +425,6 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 		}
 	}
 
-	m := &Images{classes: classes, labels: labels, channels: 1, fit: fit, sourcePaths: paths}
 	uniform := true
 	for _, d := range imgs {
 		if !d.gray {
@@ -540,6 +566,12 @@ func (m *Images) mapPixels(p *pixelFile, imgs []decoded) error {
 			imgs[i].off, imgs[i].n = p.put(rgb), len(rgb)
 		}
 	}
+	if p.keep != nil {
+		if err := p.keep.seal(p, imgs, m.channels); err != nil {
+			p.close()
+			return err
+		}
+	}
 	b, err := p.mapAll()
 	if err != nil {
 		return err
@@ -558,6 +590,7 @@ func (m *Images) mapPixels(p *pixelFile, imgs []decoded) error {
 		m.h, m.w, m.sizes = imgs[0].h, imgs[0].w, nil
 	}
 	m.mapped = newPixelMapping(b, p.dir)
+	m.mapped.kept = p.kept
 	return nil
 }
 

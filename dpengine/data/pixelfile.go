@@ -34,6 +34,10 @@ type pixelFile struct {
 	size atomic.Int64
 	mu   sync.Mutex // serialises the first error
 	err  error
+	// keep is the kept pixel file this one becomes (keptpixels.go), nil
+	// for an unlinked one; kept its path once sealed.
+	keep *keptFile
+	kept string
 }
 
 // pixelsOnDisk decides whether a load of n images, fitted by fit, keeps
@@ -140,6 +144,10 @@ func (p *pixelFile) mapAll() ([]byte, error) {
 type pixelMapping struct {
 	b   []byte
 	dir string
+	// kept is the kept pixel file mapped (keptpixels.go), "" for an
+	// unlinked one; reused says an earlier load kept it.
+	kept   string
+	reused bool
 }
 
 // unmapped records the directories of the mappings released (tests: a
@@ -155,9 +163,13 @@ func newPixelMapping(b []byte, dir string) *pixelMapping {
 	return pm
 }
 
-// close drops the file (a load that failed).
+// close drops the file (a load that failed), and a kept one's temporary
+// file with it.
 func (p *pixelFile) close() {
 	if p != nil {
 		p.f.Close()
+		if p.keep != nil && p.kept == "" {
+			os.Remove(p.f.Name())
+		}
 	}
 }

@@ -172,6 +172,9 @@ func (m *Images) derive() *Images {
 // PixelsOnDisk is the source dataset's PixelsOnDisk.
 func (v *View) PixelsOnDisk() (int64, string) { return v.src.PixelsOnDisk() }
 
+// PixelsKept is the source dataset's PixelsKept.
+func (v *View) PixelsKept() (string, bool) { return v.src.PixelsKept() }
+
 // NumUsers is the source dataset's NumUsers.
 func (v *View) NumUsers() int { return v.src.NumUsers() }
 

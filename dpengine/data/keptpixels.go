@@ -1,0 +1,238 @@
+package data
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+)
+
+// Kept pixels. Decoding a large folder or listing again for every run
+// (CheXpert's 224 000 JPEGs, ImageNet's 1.28 million: minutes to an hour)
+// is the same work each time: with DPFINETUNE_PIXEL_CACHE=DIR a folder's
+// or listing's decoded, fitted pixels are kept in a file in DIR, and a
+// later load of the same image files, fitted alike, maps them from it
+// instead of decoding any. The samples are the decoded ones byte for byte
+// (the same fingerprint, batches and model).
+//
+// A file is named by what was loaded — the scheme, every image's absolute
+// path, in order, and the fit — and holds a digest of every image file's
+// size, modification and status change times, device and inode, taken
+// before it was decoded: a load whose files all stat alike reads it; any
+// other decodes again and replaces it (a file changed while it was decoded
+// stats other than its digest says, so it is never kept as current). A
+// file that does not read back whole and consistent is decoded again
+// too, never trusted. The files hold the private images' pixels: each is
+// readable by its owner alone (mode 0600; the directory, where made here,
+// 0700), and removing them is the owner's job.
+const pixelCacheEnv = "DPFINETUNE_PIXEL_CACHE"
+
+const (
+	// keptMagic opens a kept pixel file; a new layout takes a new one.
+	keptMagic = "dpfinetune kept pixels v1\n"
+	// keptHeader is the bytes before the pixels: the magic and the
+	// header's JSON, padded; the pixels start at a page.
+	keptHeader = 4096
+	// keptIndexEntry is an image's entry in the index at the file's end:
+	// its pixels' offset (int64), height and width (int32), little-endian.
+	keptIndexEntry = 16
+)
+
+// keptHead is a kept pixel file's header.
+type keptHead struct {
+	Fresh    string `json:"fresh"`    // the digest of the image files' stamps
+	Images   int    `json:"images"`   // how many
+	Channels int    `json:"channels"` // 1 (all gray) or 3
+	Index    int64  `json:"index"`    // where the index starts
+	Size     int64  `json:"size"`     // the file's length
+}
+
+// keptFile is the kept pixel file of one load: where it is and the digest
+// that makes it current.
+type keptFile struct {
+	dir, path string
+	fresh     string
+	images    int
+}
+
+// keptFileFor returns the kept pixel file of a load of the image files at
+// paths, fitted by fit (nil where DPFINETUNE_PIXEL_CACHE is unset). It
+// stats every file: a file it cannot stat is the decoder's to report.
+func keptFileFor(scheme string, paths []string, fit Fit) (*keptFile, error) {
+	dir := os.Getenv(pixelCacheEnv)
+	if dir == "" {
+		return nil, nil
+	}
+	// Made where missing, its owner's alone, as --keep-features's folder.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("%s=%s: %w", pixelCacheEnv, dir, err)
+	}
+	id, fresh := sha256.New(), sha256.New()
+	fmt.Fprintf(id, "%s\x00%s\x00%+v\x00%d\x00", keptMagic, scheme, fit, len(paths))
+	var b [8]byte
+	put := func(v int64) {
+		binary.LittleEndian.PutUint64(b[:], uint64(v))
+		fresh.Write(b[:])
+	}
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		io.WriteString(id, abs+"\x00")
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, nil // the decoder names the file
+		}
+		dev, ino, ctime := sysmem.FileIdentity(fi)
+		put(fi.Size())
+		put(fi.ModTime().UnixNano())
+		put(ctime)
+		put(dev)
+		put(ino)
+	}
+	return &keptFile{dir: dir, path: filepath.Join(dir, "pixels-"+hex.EncodeToString(id.Sum(nil))[:32]+".dpf"),
+		fresh: hex.EncodeToString(fresh.Sum(nil)), images: len(paths)}, nil
+}
+
+// load makes m's samples the kept file's, mapped, where it is current and
+// reads back whole; false where there is none such (m unchanged).
+func (k *keptFile) load(m *Images) bool {
+	f, err := os.Open(k.path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head, index, ok := k.readHead(f)
+	if !ok {
+		return false
+	}
+	b, err := sysmem.MapReadOnly(f, head.Size)
+	if err != nil {
+		return false
+	}
+	m.channels = head.Channels
+	m.samples = make([][]uint8, head.Images)
+	m.sizes = make([][2]int32, head.Images)
+	uniform := true
+	for i := range m.samples {
+		e := index[i*keptIndexEntry:]
+		off := int64(binary.LittleEndian.Uint64(e))
+		h, w := int32(binary.LittleEndian.Uint32(e[8:])), int32(binary.LittleEndian.Uint32(e[12:]))
+		n := int64(head.Channels) * int64(h) * int64(w)
+		m.samples[i] = b[off : off+n : off+n]
+		m.sizes[i] = [2]int32{h, w}
+		uniform = uniform && m.sizes[i] == m.sizes[0]
+	}
+	if uniform && head.Images > 0 {
+		m.h, m.w, m.sizes = int(m.sizes[0][0]), int(m.sizes[0][1]), nil
+	}
+	m.mapped = newPixelMapping(b, k.dir)
+	m.mapped.kept, m.mapped.reused = k.path, true
+	return true
+}
+
+// readHead reads and checks f's header and index: the magic, this load's
+// digest and image count, a consistent layout, and every image's pixels
+// inside the pixel region — anything else is not trusted.
+func (k *keptFile) readHead(f *os.File) (keptHead, []byte, bool) {
+	var head keptHead
+	fi, err := f.Stat()
+	if err != nil || fi.Size() < keptHeader {
+		return head, nil, false
+	}
+	buf := make([]byte, keptHeader)
+	if _, err := f.ReadAt(buf, 0); err != nil || !bytes.HasPrefix(buf, []byte(keptMagic)) {
+		return head, nil, false
+	}
+	js, _, _ := bytes.Cut(buf[len(keptMagic):], []byte{0})
+	if json.Unmarshal(js, &head) != nil || head.Fresh != k.fresh || head.Images != k.images ||
+		head.Channels != 1 && head.Channels != 3 || head.Size != fi.Size() || head.Index < keptHeader ||
+		head.Index > head.Size || (head.Size-head.Index) != int64(head.Images)*keptIndexEntry {
+		return head, nil, false
+	}
+	index := make([]byte, head.Size-head.Index)
+	if _, err := f.ReadAt(index, head.Index); err != nil {
+		return head, nil, false
+	}
+	for i := range head.Images {
+		e := index[i*keptIndexEntry:]
+		off := int64(binary.LittleEndian.Uint64(e))
+		h, w := int64(int32(binary.LittleEndian.Uint32(e[8:]))), int64(int32(binary.LittleEndian.Uint32(e[12:])))
+		if h <= 0 || w <= 0 || h*w > maxImagePixels || off < keptHeader || off > head.Index || int64(head.Channels)*h*w > head.Index-off {
+			return head, nil, false
+		}
+	}
+	return head, index, true
+}
+
+// create opens the file a load of about est bytes of pixels is decoded
+// into, to be kept (seal): a temporary file in the directory, renamed to
+// the kept file's name once whole.
+func (k *keptFile) create(est int64) (*pixelFile, error) {
+	need := est + keptHeader + int64(k.images)*keptIndexEntry
+	if free, err := sysmem.DiskFree(k.dir); err == nil && free < need {
+		return nil, fmt.Errorf("%s=%s: the decoded images (about %d MiB) do not fit (%d MiB free)", pixelCacheEnv, k.dir, need>>20, free>>20)
+	}
+	f, err := os.CreateTemp(k.dir, ".pixels-*.tmp") // 0600: the owner's alone
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pixelCacheEnv, err)
+	}
+	p := &pixelFile{f: f, dir: k.dir, keep: k}
+	p.size.Store(keptHeader)
+	return p, nil
+}
+
+// seal writes the index of imgs (their final places in p) and the header,
+// and puts the file in the kept file's place.
+func (k *keptFile) seal(p *pixelFile, imgs []decoded, channels int) error {
+	index := make([]byte, len(imgs)*keptIndexEntry)
+	for i, d := range imgs {
+		e := index[i*keptIndexEntry:]
+		binary.LittleEndian.PutUint64(e, uint64(d.off))
+		binary.LittleEndian.PutUint32(e[8:], uint32(d.h))
+		binary.LittleEndian.PutUint32(e[12:], uint32(d.w))
+	}
+	at := p.put(index)
+	head, err := json.Marshal(keptHead{Fresh: k.fresh, Images: len(imgs), Channels: channels, Index: at, Size: at + int64(len(index))})
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, keptHeader)
+	if len(keptMagic)+len(head) >= keptHeader {
+		return errors.New("kept pixels: header too long")
+	}
+	copy(buf[copy(buf, keptMagic):], head)
+	if _, err := p.f.WriteAt(buf, 0); err != nil {
+		p.err = errors.Join(p.err, err)
+	}
+	if p.err != nil {
+		return fmt.Errorf("keeping the decoded pixels in %s: %w", k.dir, p.err)
+	}
+	if err := p.f.Sync(); err != nil {
+		return fmt.Errorf("keeping the decoded pixels in %s: %w", k.dir, err)
+	}
+	if err := os.Rename(p.f.Name(), k.path); err != nil {
+		return fmt.Errorf("keeping the decoded pixels: %w", err)
+	}
+	p.kept = k.path
+	return nil
+}
+
+// PixelsKept returns the kept pixel file the images are mapped from
+// (DPFINETUNE_PIXEL_CACHE), and whether it was read as an earlier load
+// kept it (true) or written by this one; "" where they are not kept.
+func (m *Images) PixelsKept() (path string, reused bool) {
+	if m.mapped == nil {
+		return "", false
+	}
+	return m.mapped.kept, m.mapped.reused
+}
