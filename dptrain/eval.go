@@ -101,16 +101,18 @@ type EvalResult struct {
 
 // ClassMetrics are one class's figures in an EvalResult — of a
 // multi-label evaluation, one label's: its decisions' precision, recall
-// and F1, Support its positives, its AUC, and its average precision.
+// and F1, Support its positives, its AUC (of a single-label model of more
+// than two classes, the class's probability against the rest's), and its
+// average precision.
 type ClassMetrics struct {
 	Precision float64  `json:"precision"`
 	Recall    float64  `json:"recall"`
 	F1        float64  `json:"f1"`
 	Support   int64    `json:"support"`
 	AUC       *float64 `json:"auc,omitempty"`
-	// AUCCI is a multi-label evaluation's 95 % interval of the label's
-	// AUC by DeLong's method (as EvalResult.AUCCI); nil where the label
-	// has fewer than two positives or negatives.
+	// AUCCI is the 95 % interval of AUC by DeLong's method (as
+	// EvalResult.AUCCI); nil where the label or class has fewer than two
+	// positives or negatives.
 	AUCCI *[2]float64 `json:"auc_ci95,omitempty"`
 	// AP is a multi-label evaluation's average precision of the label
 	// (average_precision_score of its logits): the precision at each
@@ -367,7 +369,7 @@ func (m *metrics) result() *EvalResult {
 	}
 	res.ECE = &ece
 	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
-	res.AUC, res.AUCCI = auc(m.probs, m.labels, m.k, m.keep)
+	res.AUC, res.AUCCI = auc(m.probs, m.labels, m.k, m.keep, res.PerClass)
 	return res
 }
 
@@ -443,8 +445,10 @@ func classMetrics(confusion [][]int64) ([]ClassMetrics, float64, float64) {
 }
 
 // auc is EvalResult.AUC and AUCCI from the kept probabilities (keep a
-// sample: 1, class 1's; k, every class's; 0, none).
-func auc(probs []float32, labels []int64, k, keep int) (*float64, *[2]float64) {
+// sample: 1, class 1's; k, every class's; 0, none); with every class's,
+// it sets each class's AUC against the rest and its interval in per (one
+// a class) too, where the class has examples and is not all of them.
+func auc(probs []float32, labels []int64, k, keep int, per []ClassMetrics) (*float64, *[2]float64) {
 	n := len(labels)
 	score := make([]float32, n)
 	pos := make([]bool, n)
@@ -464,12 +468,20 @@ func auc(probs []float32, labels []int64, k, keep int) (*float64, *[2]float64) {
 		return &a, delongCI(score, pos, order, a)
 	case k:
 		var sum float64
+		all := true
 		for c := 0; c < k; c++ {
 			a, ok := one(c, func(i int) float32 { return probs[i*k+c] })
 			if !ok {
-				return nil, nil
+				all = false
+				continue
 			}
 			sum += a
+			if c < len(per) {
+				per[c].AUC, per[c].AUCCI = &a, delongCI(score, pos, order, a)
+			}
+		}
+		if !all { // the mean is over every class (scikit-learn's "ovr")
+			return nil, nil
 		}
 		m := sum / float64(k)
 		return &m, nil

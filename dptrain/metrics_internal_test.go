@@ -13,8 +13,10 @@ import (
 // TestEvalMetrics holds EvalResult's figures to scikit-learn's and
 // scipy's on seeded cases (testdata/gen/make_metrics.py): two, three and
 // twelve classes, a class never predicted, a class without examples (no
-// AUC then), one neither in the data nor predicted (out of the macro F1),
-// and logits with ties (the AUC's ties counted as half).
+// AUC then — no mean, the others' each their own), one neither in the
+// data nor predicted (out of the macro F1), and logits with ties (the
+// AUC's ties counted as half); the AUCs' DeLong intervals (two classes;
+// each class against the rest).
 func TestEvalMetrics(t *testing.T) {
 	cases := readCases[struct {
 		Name             string         `json:"name"`
@@ -62,6 +64,15 @@ func TestEvalMetrics(t *testing.T) {
 				if g.Support != w.Support {
 					t.Errorf("class %d: support %d, want %d", k, g.Support, w.Support)
 				}
+				// Each class's AUC against the rest (more than two
+				// classes), from float32 probabilities.
+				switch {
+				case (g.AUC == nil) != (w.AUC == nil):
+					t.Errorf("class %d: AUC %v, want %v", k, g.AUC, w.AUC)
+				case w.AUC != nil && !(math.Abs(*g.AUC-*w.AUC) <= 1e-4):
+					t.Errorf("class %d: AUC = %.6g, scikit-learn's %.6g", k, *g.AUC, *w.AUC)
+				}
+				nearCI(t, fmt.Sprint("class ", k, "'s AUC"), g.AUCCI, w.AUCCI)
 			}
 			switch {
 			case (got.Top5 == nil) != (c.Top5 == nil):

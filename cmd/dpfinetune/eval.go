@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -367,9 +368,30 @@ func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	tw.Flush()
 	fmt.Fprintf(stdout, "\nper class:\n")
 	tw = tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  class\t precision\t recall\t F1\t support\t\n")
+	// Each class's AUC against the rest (more than two classes), with its
+	// DeLong interval, where the evaluation has them.
+	aucs := slices.ContainsFunc(res.PerClass, func(m dptrain.ClassMetrics) bool { return m.AUC != nil })
+	head := "  class\t precision\t recall\t F1\t support\t"
+	if aucs {
+		head += " AUC\t 95 % CI\t"
+	}
+	fmt.Fprintln(tw, head)
 	for i, m := range res.PerClass {
-		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t\n", name(i), 100*m.Precision, 100*m.Recall, 100*m.F1, m.Support)
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t", name(i), 100*m.Precision, 100*m.Recall, 100*m.F1, m.Support)
+		if aucs {
+			auc, ci := "–", "–"
+			if m.AUC != nil {
+				auc = fmt.Sprintf("%.4f", *m.AUC)
+			}
+			if m.AUCCI != nil {
+				ci = fmt.Sprintf("%.4f–%.4f", m.AUCCI[0], m.AUCCI[1])
+			}
+			fmt.Fprintf(tw, " %s\t %s\t", auc, ci)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	if aucs {
+		fmt.Fprintf(stdout, "  (AUC: the class's probability against the rest's; 95 %% CI: its interval by DeLong's method)\n")
+	}
 }

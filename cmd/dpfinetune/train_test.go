@@ -498,6 +498,11 @@ func TestEvalCLI(t *testing.T) {
 		full.AccuracyCI[0] > full.Accuracy || full.AccuracyCI[1] < full.Accuracy || *full.Top5 < full.Accuracy {
 		t.Errorf("eval --json on ten classes: %+v (%v)", full, err)
 	}
+	for c, m := range full.PerClass { // each class against the rest, its interval around it
+		if m.AUC == nil || m.AUCCI == nil || !(m.AUCCI[0] <= *m.AUC && *m.AUC <= m.AUCCI[1]) {
+			t.Errorf("eval --json on ten classes: class %d's AUC %v, interval %v", c, m.AUC, m.AUCCI)
+		}
+	}
 	binary := filepath.Join(t.TempDir(), "binary.onnx")
 	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", folder, "--test-data", "none", "--non-private", "--num-classes", "2",
 		"--epochs", "20", "--batch-size", "4", "--lr", "0.01", "--seed", "1", "--quiet", "--out", binary); code != 0 {

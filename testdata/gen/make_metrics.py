@@ -71,6 +71,14 @@ def case(name, n, k, seed, absent=None, never=None, ties=False, threshold=None):
     out["macro_f1"] = f1_score(labels, pred, average="macro", zero_division=0)
     p, r, f, s = precision_recall_fscore_support(labels, pred, labels=list(range(k)), zero_division=0)
     out["per_class"] = [{"precision": float(p[c]), "recall": float(r[c]), "f1": float(f[c]), "support": int(s[c])} for c in range(k)]
+    if k > 2:  # each class's probability against the rest's, where the class has examples and is not all
+        for c in range(k):
+            y = (labels == c).astype(int)
+            if 0 < y.sum() < n:
+                out["per_class"][c]["auc"] = roc_auc_score(y, prob[:, c])
+                ci = delong_ci(y, prob[:, c].astype(np.float32))
+                if ci is not None:
+                    out["per_class"][c]["auc_ci95"] = ci
     if k > 5:
         out["top5_accuracy"] = top_k_accuracy_score(labels, logits, k=5, labels=list(range(k)))
     if k == 2:
