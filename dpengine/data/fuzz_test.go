@@ -183,6 +183,17 @@ func FuzzCSV(f *testing.F) {
 				}
 			}
 		}
+		// Uncertain labels ignored (partial sets), one column's made one:
+		// each row's set and ignored labels within the two, apart.
+		if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "ignore,Mass=one", csvPick{}); err == nil {
+			set, ign := make([]uint64, 1), make([]uint64, 1)
+			for _, r := range rows {
+				if r.path == "" || r.line < 1 || r.line > lines || len(names) != 2 || labelset.Expand(r.set, 2, set) != nil ||
+					labelset.Ignored(r.set, 2, ign) != nil || set[0]&ign[0] != 0 || ign[0]&2 != 0 || labelset.Partial(r.set) != (ign[0] != 0) {
+					t.Fatalf("uncertain=ignore: row %+v of a listing of %d lines, labels %q: set %b, ignored %b", r, lines, names, set[0], ign[0])
+				}
+			}
+		}
 		// Every other column, or a range, as labels; columns named.
 		for _, tc := range []struct {
 			labels []string
