@@ -59,7 +59,7 @@ func runNorms(args []string, stdout io.Writer) error {
 	fs := newFlagSet("norms", "--model M.onnx --input x.npy --labels y.npy [--mode bk|mixed|ghost|instantiate] [--batch N] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	input := fs.String("input", "", ".npy float32 inputs (N,C,H,W) (required)")
-	labels := fs.String("labels", "", ".npy int64 labels (N,), or multi-hot label sets (N, K) of 0s and 1s for a multi-label model (its loss the sigmoids' binary cross-entropy) (required)")
+	labels := fs.String("labels", "", ".npy int64 labels (N,), or multi-hot label sets (N, K) of 0s and 1s for a multi-label model (its loss the sigmoids' binary cross-entropy; -1 a label ignored, as uncertain=ignore leaves it out) (required)")
 	mode := fs.String("mode", "bk", "how norms are computed: bk or mixed (layerwise decision), ghost (ghost norm everywhere), instantiate (per-sample gradients)")
 	batch := fs.Int("batch", 32, "physical batch: samples per forward/backward pass")
 	posWeight := fs.String("pos-weight", "", "with multi-hot labels: each label's positive weight of the loss (PyTorch's BCEWithLogitsLoss pos_weight), one a label or NAME=W pairs by label index")
@@ -121,19 +121,21 @@ func runNorms(args []string, stdout io.Writer) error {
 			return fmt.Errorf("%s: %d labels, at most %d", *labels, k, runtime.MaxLabels)
 		}
 		sets := make([]int64, y.Shape[0])
-		var on []int
+		var on, ignored []int
 		for i := range sets {
-			on = on[:0]
+			on, ignored = on[:0], ignored[:0]
 			for j, v := range ys[i*k : (i+1)*k] {
 				switch v {
 				case 0:
 				case 1:
 					on = append(on, j)
+				case -1: // uncertain, ignored: no term in the sample's loss
+					ignored = append(ignored, j)
 				default:
-					return fmt.Errorf("%s: sample %d has %d for label %d: want multi-hot labels of 0s and 1s", *labels, i, v, j)
+					return fmt.Errorf("%s: sample %d has %d for label %d: want multi-hot labels of 0s and 1s (-1: ignored)", *labels, i, v, j)
 				}
 			}
-			if sets[i], err = labelset.Of(k, on); err != nil {
+			if sets[i], err = labelset.OfIgnoring(k, on, ignored); err != nil {
 				return fmt.Errorf("%s: sample %d: %v", *labels, i, err)
 			}
 		}

@@ -77,6 +77,14 @@ func TestNormsMultiLabel(t *testing.T) {
 		pw[j] = fmt.Sprint(v)
 	}
 	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xw, yw, gw, "4", 1e-4, 1e-7, "--pos-weight", strings.Join(pw, ","))
+	// Labels ignored (-1: uncertain=ignore): PyTorch's unreduced loss
+	// times the mask of the labels known, over all ten; a sample ignoring
+	// every label has norm 0.
+	gi, xi, yi := npzInputs(t, filepath.Join("..", "..", "testdata", "golden", "cnn_multilabel_ignored.npz"))
+	if gi["norm_total"].F64[5] != 0 {
+		t.Fatalf("the golden's sample ignoring every label has norm %v", gi["norm_total"].F64[5])
+	}
+	normsLikePyTorch(t, "../../testdata/models/cnn.onnx", xi, yi, gi, "4", 1e-4, 1e-7)
 	if _, e, code := run(t, "norms", "--model", "../../testdata/models/cnn.onnx", "--input", xw, "--labels", yw, "--pos-weight", "1,2"); code != 2 || !strings.Contains(e, "2 values for data of 10 labels") {
 		t.Errorf("two positive weights for ten labels: exit %d: %s", code, e)
 	}
