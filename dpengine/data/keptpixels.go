@@ -124,12 +124,10 @@ func (k *keptFile) load(m *Images) bool {
 	m.sizes = make([][2]int32, head.Images)
 	uniform := true
 	for i := range m.samples {
-		e := index[i*keptIndexEntry:]
-		off := int64(binary.LittleEndian.Uint64(e))
-		h, w := int32(binary.LittleEndian.Uint32(e[8:])), int32(binary.LittleEndian.Uint32(e[12:]))
-		n := int64(head.Channels) * int64(h) * int64(w)
+		off, h, w := keptEntry(index, i)
+		n := int64(head.Channels) * h * w
 		m.samples[i] = b[off : off+n : off+n]
-		m.sizes[i] = [2]int32{h, w}
+		m.sizes[i] = [2]int32{int32(h), int32(w)}
 		uniform = uniform && m.sizes[i] == m.sizes[0]
 	}
 	if uniform && head.Images > 0 {
@@ -164,14 +162,20 @@ func (k *keptFile) readHead(f *os.File) (keptHead, []byte, bool) {
 		return head, nil, false
 	}
 	for i := range head.Images {
-		e := index[i*keptIndexEntry:]
-		off := int64(binary.LittleEndian.Uint64(e))
-		h, w := int64(int32(binary.LittleEndian.Uint32(e[8:]))), int64(int32(binary.LittleEndian.Uint32(e[12:])))
+		off, h, w := keptEntry(index, i)
 		if h <= 0 || w <= 0 || h*w > maxImagePixels || off < keptHeader || off > head.Index || int64(head.Channels)*h*w > head.Index-off {
 			return head, nil, false
 		}
 	}
 	return head, index, true
+}
+
+// keptEntry is image i's entry of a kept file's index: its pixels'
+// offset, height and width (signed, as written: a hostile file's negative
+// sizes are seen as such).
+func keptEntry(index []byte, i int) (off, h, w int64) {
+	e := index[i*keptIndexEntry:]
+	return int64(binary.LittleEndian.Uint64(e)), int64(int32(binary.LittleEndian.Uint32(e[8:]))), int64(int32(binary.LittleEndian.Uint32(e[12:])))
 }
 
 // create opens the file a load of about est bytes of pixels is decoded
