@@ -1,0 +1,278 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/internal/labelset"
+)
+
+func init() {
+	register(&command{
+		name:    "data",
+		summary: "describe a dataset as the other commands read it: examples, users, classes or labels and their counts, image sizes; fitted to a model, it decodes the images as train would (and keeps them with DPFINETUNE_PIXEL_CACHE)",
+		run:     runData,
+	})
+}
+
+// dataReport is the JSON form of "dpfinetune data".
+type dataReport struct {
+	Data     string `json:"data"`
+	Scheme   string `json:"scheme"`
+	Examples int    `json:"examples"`
+	// Users is the number of users the data names (0: none).
+	Users      int  `json:"users,omitempty"`
+	MultiLabel bool `json:"multi_label,omitempty"`
+	// Classes holds each class's (or label's) name and count: its
+	// examples, or a multi-label dataset's positives and the examples
+	// that ignore the label (uncertain=ignore).
+	Classes []dataClass `json:"classes"`
+	// LabelSets counts a multi-label dataset's distinct label sets (the
+	// labels that apply, whatever is ignored), and NoLabel its examples
+	// with none.
+	LabelSets int `json:"label_sets,omitempty"`
+	NoLabel   int `json:"no_label,omitempty"`
+	// Channels, and the images' sizes: Height×Width where all share one
+	// (fitted, or as they are), else the least, median and largest of
+	// each side. Nil for arrays that are not images.
+	Channels int     `json:"channels,omitempty"`
+	Height   int     `json:"height,omitempty"`
+	Width    int     `json:"width,omitempty"`
+	Heights  *[3]int `json:"heights,omitempty"`
+	Widths   *[3]int `json:"widths,omitempty"`
+	Sample   []int   `json:"sample_shape,omitempty"` // arrays fed as they are
+	Fit      string  `json:"fit,omitempty"`
+	Pixels   string  `json:"pixels"`
+	Kept     string  `json:"kept,omitempty"` // the kept pixel file
+	Reused   bool    `json:"kept_reused,omitempty"`
+	// Fingerprint is the SHA-256 of the examples as loaded: what train
+	// records and --resume checks.
+	Fingerprint string `json:"fingerprint"`
+}
+
+// dataClass is one class's or label's count in a dataReport.
+type dataClass struct {
+	Name     string `json:"name"`
+	Examples int    `json:"examples"`
+	Ignored  int    `json:"ignored,omitempty"`
+}
+
+func runData(args []string, stdout io.Writer) error {
+	fs := newFlagSet("data", "--data SPEC [--model M.onnx [--resize ...] [--augment ...] [--input-shape C,H,W]] [--json]")
+	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv with its options, as train takes it (required)")
+	model := fs.String("model", "", "fit the images to this model's input as train does (the same --resize and --augment), so that DPFINETUNE_PIXEL_CACHE keeps them for train; without it images are decoded as they are")
+	resize := fs.String("resize", "stretch", resizeUsage+" (with --model)")
+	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
+	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *spec == "" {
+		return usagef("--data is required")
+	}
+	s, err := data.ParseSpec(*spec)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	rep := dataReport{Data: s.String(), Scheme: s.Scheme, Pixels: "in memory"}
+	var im *data.Images
+	switch {
+	case s.Scheme == data.SchemeNPY:
+		a, err := data.LoadArrays(s)
+		if err != nil {
+			return err
+		}
+		images, ok, err := a.Images()
+		if err != nil {
+			return err
+		}
+		if ok {
+			im = images
+		} else {
+			rep.Sample = a.SampleShape()
+			rep.Fingerprint = a.Fingerprint()
+			rep.MultiLabel = a.MultiLabel()
+			countClasses(&rep, a, a.Classes(), 0)
+		}
+	case *model != "":
+		lm, err := loadGraph(*model)
+		if err != nil {
+			return err
+		}
+		sample, err := modelSample(lm.g, *inShape)
+		if err != nil {
+			return err
+		}
+		if _, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
+			im, err = data.LoadFitted(s, fit)
+			return im, err
+		}, sample, "default", *augment, *resize); err != nil {
+			return err
+		}
+	default:
+		if im, err = data.Load(s); err != nil {
+			return err
+		}
+	}
+	if im != nil {
+		describeImages(&rep, im)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeData(stdout, &rep)
+	return nil
+}
+
+// labelled is what countClasses reads of a dataset: its examples' labels.
+type labelled interface {
+	Len() int
+	Label(i int) int
+}
+
+// countClasses fills rep's examples, users and each class's or label's
+// counts from d, a dataset of the classes named, with users users.
+func countClasses(rep *dataReport, d labelled, classes []string, users int) {
+	rep.Examples, rep.Users = d.Len(), users
+	k := len(classes)
+	rep.Classes = make([]dataClass, k)
+	for j, c := range classes {
+		rep.Classes[j].Name = c
+	}
+	if !rep.MultiLabel {
+		for i := range d.Len() {
+			if y := d.Label(i); y >= 0 && y < k {
+				rep.Classes[y].Examples++
+			}
+		}
+		return
+	}
+	set, ign := make([]uint64, labelset.Words(k)), make([]uint64, labelset.Words(k))
+	var sets [][]uint64
+	for i := range d.Len() {
+		y := int64(d.Label(i))
+		if labelset.Expand(y, k, set) != nil || labelset.Ignored(y, k, ign) != nil {
+			continue // the loaders make none such
+		}
+		none := true
+		for j := range k {
+			if labelset.Has(set, j) {
+				rep.Classes[j].Examples++
+				none = false
+			}
+			if labelset.Has(ign, j) {
+				rep.Classes[j].Ignored++
+			}
+		}
+		if none {
+			rep.NoLabel++
+		}
+		if !slices.ContainsFunc(sets, func(s []uint64) bool { return slices.Equal(s, set) }) && len(sets) < 1<<16 {
+			sets = append(sets, slices.Clone(set))
+		}
+	}
+	rep.LabelSets = len(sets)
+}
+
+// describeImages fills rep from images.
+func describeImages(rep *dataReport, im *data.Images) {
+	rep.MultiLabel = im.MultiLabel()
+	countClasses(rep, im, im.Classes(), im.NumUsers())
+	rep.Channels = im.Channels()
+	if f := im.Fitted(); f.Height > 0 {
+		rep.Fit = f.String()
+	}
+	var hs, ws []int
+	for i := range im.Len() {
+		h, w := im.Size(i)
+		hs, ws = append(hs, h), append(ws, w)
+	}
+	slices.Sort(hs)
+	slices.Sort(ws)
+	if n := len(hs); n > 0 && hs[0] == hs[n-1] && ws[0] == ws[n-1] {
+		rep.Height, rep.Width = hs[0], ws[0]
+	} else if n > 0 {
+		rep.Heights, rep.Widths = &[3]int{hs[0], hs[n/2], hs[n-1]}, &[3]int{ws[0], ws[n/2], ws[n-1]}
+	}
+	if b, dir := im.PixelsOnDisk(); b > 0 {
+		rep.Pixels = fmt.Sprintf("%s mapped from a file in %s", dptrain.FormatBytes(b), dir)
+	} else {
+		rep.Pixels = fmt.Sprintf("%s in memory", dptrain.FormatBytes(im.Bytes()))
+	}
+	rep.Kept, rep.Reused = im.PixelsKept()
+	rep.Fingerprint = im.Fingerprint()
+}
+
+// channelsWord says what c channels are.
+func channelsWord(c int) string {
+	if c == 1 {
+		return "gray (1 channel)"
+	}
+	return fmt.Sprintf("RGB (%d channels)", c)
+}
+
+// writeData prints a dataReport.
+func writeData(w io.Writer, rep *dataReport) {
+	fmt.Fprintf(w, "data:      %s\n", rep.Data)
+	users := ""
+	if rep.Users > 0 {
+		users = fmt.Sprintf(" of %d users", rep.Users)
+	}
+	fmt.Fprintf(w, "examples:  %d%s\n", rep.Examples, users)
+	switch {
+	case rep.Heights != nil:
+		fmt.Fprintf(w, "images:    %s, heights %d–%d (median %d), widths %d–%d (median %d)\n", channelsWord(rep.Channels),
+			rep.Heights[0], rep.Heights[2], rep.Heights[1], rep.Widths[0], rep.Widths[2], rep.Widths[1])
+	case rep.Height > 0:
+		fmt.Fprintf(w, "images:    %s, %d×%d\n", channelsWord(rep.Channels), rep.Height, rep.Width)
+	case rep.Sample != nil:
+		fmt.Fprintf(w, "samples:   arrays of shape %v, fed as they are\n", rep.Sample)
+	}
+	if rep.Fit != "" {
+		fmt.Fprintf(w, "fitted:    %s as they loaded (as train fits them for the model)\n", rep.Fit)
+	}
+	if rep.Sample == nil {
+		fmt.Fprintf(w, "pixels:    %s\n", rep.Pixels)
+	}
+	switch {
+	case rep.Kept != "" && rep.Reused:
+		fmt.Fprintf(w, "kept:      read from %s (none decoded)\n", rep.Kept)
+	case rep.Kept != "":
+		fmt.Fprintf(w, "kept:      decoded and kept in %s for later runs\n", rep.Kept)
+	}
+	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.AlignRight)
+	if rep.MultiLabel {
+		fmt.Fprintf(w, "labels:    %d, multi-label: %d distinct label sets, %d examples with no label\n", len(rep.Classes), rep.LabelSets, rep.NoLabel)
+		fmt.Fprintf(tw, "  label\t positives\t ignored\t prevalence\t\n")
+		for _, c := range rep.Classes {
+			prev := "–"
+			if known := rep.Examples - c.Ignored; known > 0 {
+				prev = fmt.Sprintf("%.2f %%", 100*float64(c.Examples)/float64(known))
+			}
+			fmt.Fprintf(tw, "  %s\t %d\t %d\t %s\t\n", c.Name, c.Examples, c.Ignored, prev)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "  (ignored: uncertain labels read with uncertain=ignore; prevalence among the examples that know the label)\n")
+	} else {
+		fmt.Fprintf(w, "classes:   %d\n", len(rep.Classes))
+		fmt.Fprintf(tw, "  class\t examples\t share\t\n")
+		for _, c := range rep.Classes {
+			share := "–"
+			if rep.Examples > 0 {
+				share = fmt.Sprintf("%.2f %%", 100*float64(c.Examples)/float64(rep.Examples))
+			}
+			fmt.Fprintf(tw, "  %s\t %d\t %s\t\n", c.Name, c.Examples, share)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "note:      these are figures of the data itself, for its owner: not private outputs\n")
+}
