@@ -11,8 +11,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
+	par "github.com/dpfinetune/dpfinetune/internal/workers"
 )
 
 // Kept pixels. Decoding a large folder or listing again for every run
@@ -29,7 +33,8 @@ import (
 // before it was decoded: a load whose files all stat alike reads it; any
 // other decodes again and replaces it (a file changed while it was decoded
 // stats other than its digest says, so it is never kept as current). A
-// file that does not read back whole and consistent is decoded again
+// file that does not read back whole and consistent — its pixels' SHA-256
+// included, checked at every load, all cores hashing — is decoded again
 // too, never trusted. The files hold the private images' pixels: each is
 // readable by its owner alone (mode 0600; the directory, where made here,
 // 0700), and removing them is the owner's job.
@@ -49,6 +54,7 @@ const (
 // keptHead is a kept pixel file's header.
 type keptHead struct {
 	Fresh    string `json:"fresh"`    // the digest of the image files' stamps
+	Pixels   string `json:"pixels"`   // keptDigest of the images' pixels
 	Images   int    `json:"images"`   // how many
 	Channels int    `json:"channels"` // 1 (all gray) or 3
 	Index    int64  `json:"index"`    // where the index starts
@@ -119,6 +125,15 @@ func (k *keptFile) load(m *Images) bool {
 	if err != nil {
 		return false
 	}
+	// The pixels read back as they were written, or not at all: a file
+	// changed on disk is decoded again, never trained on.
+	if keptDigest(head.Images, head.Channels, index, func(i int, _ []byte) []byte {
+		off, h, w := keptEntry(index, i)
+		return b[off : off+int64(head.Channels)*h*w]
+	}) != head.Pixels {
+		sysmem.Unmap(b)
+		return false
+	}
 	m.channels = head.Channels
 	m.samples = make([][]uint8, head.Images)
 	m.sizes = make([][2]int32, head.Images)
@@ -178,6 +193,43 @@ func keptEntry(index []byte, i int) (off, h, w int64) {
 	return int64(binary.LittleEndian.Uint64(e)), int64(int32(binary.LittleEndian.Uint32(e[8:]))), int64(int32(binary.LittleEndian.Uint32(e[12:])))
 }
 
+// keptDigest is the digest of n images' pixels, image(i, buf) giving
+// image i's (in buf, a worker's scratch of the largest image's size, where
+// it reads them), channels a pixel, index their entries: the SHA-256 of
+// the index and of each image's SHA-256 in order, the images hashed in
+// parallel.
+func keptDigest(n, channels int, index []byte, image func(i int, buf []byte) []byte) string {
+	sums := make([][sha256.Size]byte, n)
+	var largest int64
+	for i := range n {
+		_, h, w := keptEntry(index, i)
+		largest = max(largest, int64(channels)*h*w)
+	}
+	var next atomic.Int64
+	var wg par.Group
+	for range min(runtime.GOMAXPROCS(0), max(n, 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, largest)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				sums[i] = sha256.Sum256(image(i, buf))
+			}
+		}()
+	}
+	wg.Wait()
+	h := sha256.New()
+	h.Write(index)
+	for _, s := range sums {
+		h.Write(s[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // create opens the file a load of about est bytes of pixels is decoded
 // into, to be kept (seal): a temporary file in the directory, renamed to
 // the kept file's name once whole.
@@ -206,7 +258,22 @@ func (k *keptFile) seal(p *pixelFile, imgs []decoded, channels int) error {
 		binary.LittleEndian.PutUint32(e[12:], uint32(d.w))
 	}
 	at := p.put(index)
-	head, err := json.Marshal(keptHead{Fresh: k.fresh, Images: len(imgs), Channels: channels, Index: at, Size: at + int64(len(index))})
+	// The pixels' digest, read back from the file in the index's order.
+	var readErr error
+	var mu sync.Mutex
+	digest := keptDigest(len(imgs), channels, index, func(i int, buf []byte) []byte {
+		b := buf[:imgs[i].n]
+		if _, err := p.f.ReadAt(b, imgs[i].off); err != nil {
+			mu.Lock()
+			readErr = errors.Join(readErr, err)
+			mu.Unlock()
+		}
+		return b
+	})
+	if readErr != nil {
+		return fmt.Errorf("keeping the decoded pixels in %s: %w", k.dir, readErr)
+	}
+	head, err := json.Marshal(keptHead{Fresh: k.fresh, Pixels: digest, Images: len(imgs), Channels: channels, Index: at, Size: at + int64(len(index))})
 	if err != nil {
 		return err
 	}

@@ -133,6 +133,10 @@ func TestKeptPixels(t *testing.T) {
 			binary.LittleEndian.PutUint32(b[index+12:], 1<<31)
 			return b
 		},
+		"a pixel changed": func(b []byte) []byte { // the first image's eighth byte
+			b[binary.LittleEndian.Uint64(b[index:])+7] ^= 0x10
+			return b
+		},
 		"an image in the header": func(b []byte) []byte {
 			binary.LittleEndian.PutUint64(b[index:], 10)
 			return b
