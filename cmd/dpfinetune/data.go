@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -156,7 +157,8 @@ func countClasses(rep *dataReport, d labelled, classes []string, users int) {
 		return
 	}
 	set, ign := make([]uint64, labelset.Words(k)), make([]uint64, labelset.Words(k))
-	var sets [][]uint64
+	sets := map[string]bool{} // the distinct sets, by their words' bytes
+	key := make([]byte, 8*len(set))
 	for i := range d.Len() {
 		y := int64(d.Label(i))
 		if labelset.Expand(y, k, set) != nil || labelset.Ignored(y, k, ign) != nil {
@@ -175,9 +177,10 @@ func countClasses(rep *dataReport, d labelled, classes []string, users int) {
 		if none {
 			rep.NoLabel++
 		}
-		if !slices.ContainsFunc(sets, func(s []uint64) bool { return slices.Equal(s, set) }) && len(sets) < 1<<16 {
-			sets = append(sets, slices.Clone(set))
+		for w, x := range set {
+			binary.LittleEndian.PutUint64(key[8*w:], x)
 		}
+		sets[string(key)] = true
 	}
 	rep.LabelSets = len(sets)
 }
