@@ -2,6 +2,7 @@ package data
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,4 +172,62 @@ func TestKeptPixels(t *testing.T) {
 	t.Setenv(pixelCacheEnv, path)
 	_, err = LoadFitted(spec, fit)
 	wantErr(t, err, pixelCacheEnv, path, "not a directory")
+}
+
+// FuzzKeptPixels feeds a load arbitrary kept pixel files — a good one's
+// bytes, mutated —: it never panics, and reads one only whole (the
+// samples inside the mapping, of the channels and sizes its index gives,
+// the pixels their digest's).
+func FuzzKeptPixels(f *testing.F) {
+	folder := pixelFolder(f)
+	cache := f.TempDir()
+	f.Setenv(pixelCacheEnv, cache)
+	spec, err := ParseSpec("folder:" + folder)
+	if err != nil {
+		f.Fatal(err)
+	}
+	fit := Fit{Height: 12, Width: 12, Resize: Resize{Crop: true}}
+	m, err := LoadFitted(spec, fit)
+	if err != nil {
+		f.Fatal(err)
+	}
+	path, _ := m.PixelsKept()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// The load's kept file as its header says it.
+	js, _, _ := strings.Cut(string(good[len(keptMagic):keptHeader]), "\x00")
+	var head keptHead
+	if err := json.Unmarshal([]byte(js), &head); err != nil || head.Images != m.Len() {
+		f.Fatalf("the kept file's header %q: %v", js, err)
+	}
+	kf := &keptFile{dir: cache, path: path, fresh: head.Fresh, images: head.Images}
+	if !kf.load(&Images{}) {
+		f.Fatal("the good kept file does not load")
+	}
+	f.Add(good)
+	f.Add(good[:keptHeader])
+	f.Add([]byte(keptMagic + `{"fresh":"` + kf.fresh + `","images":10,"channels":3,"index":4096,"size":4256}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(t.TempDir(), "k.dpf")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		k := *kf
+		k.path = p
+		var im Images
+		if !k.load(&im) {
+			return
+		}
+		if len(im.samples) != m.Len() || im.channels != 1 && im.channels != 3 {
+			t.Fatalf("read %d samples of %d channels", len(im.samples), im.channels)
+		}
+		for i := range im.samples {
+			h, w := im.Size(i)
+			if h <= 0 || w <= 0 || len(im.Pixels(i)) != im.channels*h*w {
+				t.Fatalf("sample %d: %d×%d, %d bytes", i, h, w, len(im.Pixels(i)))
+			}
+		}
+	})
 }

@@ -36,7 +36,7 @@ func gz(b []byte) []byte {
 	return buf.Bytes()
 }
 
-func writeFile(t *testing.T, path string, b []byte) {
+func writeFile(t testing.TB, path string, b []byte) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -526,7 +526,7 @@ func TestCIFARErrors(t *testing.T) {
 
 // ---- folders ----
 
-func writePNG(t *testing.T, path string, img image.Image) {
+func writePNG(t testing.TB, path string, img image.Image) {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := png.Encode(&buf, img); err != nil {

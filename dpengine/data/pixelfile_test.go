@@ -15,7 +15,7 @@ import (
 
 // pixelFolder writes a folder of two classes of photos larger than a
 // 12×12 input, of varied sizes, one of them gray among RGB ones.
-func pixelFolder(t *testing.T) string {
+func pixelFolder(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	sizes := [][2]int{{20, 30}, {40, 25}, {16, 16}, {33, 50}, {24, 24}}
