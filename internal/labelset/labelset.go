@@ -177,9 +177,9 @@ func Expand(label int64, k int, dst []uint64) error {
 	return expand(label, k, dst, false)
 }
 
-// Ignored writes the words of the labels that the set of k labels label
-// is ignores into dst (Words(k) of them): none, all zero, but for a
-// partial set's. Its errors are Expand's.
+// Ignored writes into dst (Words(k) of them) the words of the labels that
+// label, a set of k labels, ignores: all zero but for a partial set's.
+// Its errors are Expand's.
 func Ignored(label int64, k int, dst []uint64) error {
 	return expand(label, k, dst, true)
 }
