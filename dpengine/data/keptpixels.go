@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -37,7 +38,9 @@ import (
 // included, checked at every load, all cores hashing — is decoded again
 // too, never trusted. The files hold the private images' pixels: each is
 // readable by its owner alone (mode 0600; the directory, where made here,
-// 0700), and removing them is the owner's job.
+// 0700), and removing them is the owner's job — but for those no load has
+// read for 30 days and the temporary files of loads that crashed, which a
+// load that keeps a file removes (pruneKept).
 const pixelCacheEnv = "DPFINETUNE_PIXEL_CACHE"
 
 const (
@@ -150,6 +153,10 @@ func (k *keptFile) load(m *Images) bool {
 	}
 	m.mapped = newPixelMapping(b, k.dir)
 	m.mapped.kept, m.mapped.reused = k.path, true
+	// Used now: its modification time says so, so that pruning
+	// (pruneKept) removes the files no load has read for a while.
+	now := time.Now()
+	os.Chtimes(k.path, now, now)
 	return true
 }
 
@@ -183,6 +190,32 @@ func (k *keptFile) readHead(f *os.File) (keptHead, []byte, bool) {
 		}
 	}
 	return head, index, true
+}
+
+const (
+	// keptMaxAge is how long a kept file no load has read stays: a
+	// folder whose images changed, or a fit no longer used, leaves its old
+	// file behind, removed once it is this old (pruneKept).
+	keptMaxAge = 30 * 24 * time.Hour
+	// keptTempMaxAge is how long a temporary file of a load that did not
+	// finish (a crash while decoding) stays.
+	keptTempMaxAge = 24 * time.Hour
+)
+
+// pruneKept removes from dir the kept pixel files that no load has read
+// or written for keptMaxAge, and the temporary ones older than
+// keptTempMaxAge — what is left of images that changed, of fits no longer
+// used, and of loads that crashed — so that a cache left on does not grow
+// without end. Files it cannot remove are left.
+func pruneKept(dir string, now time.Time) {
+	for pattern, age := range map[string]time.Duration{"pixels-*.dpf": keptMaxAge, ".pixels-*.tmp": keptTempMaxAge} {
+		names, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, name := range names {
+			if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() && now.Sub(fi.ModTime()) > age {
+				os.Remove(name)
+			}
+		}
+	}
 }
 
 // keptEntry is image i's entry of a kept file's index: its pixels'
@@ -295,6 +328,7 @@ func (k *keptFile) seal(p *pixelFile, imgs []decoded, channels int) error {
 		return fmt.Errorf("keeping the decoded pixels: %w", err)
 	}
 	p.kept = k.path
+	pruneKept(k.dir, time.Now())
 	return nil
 }
 

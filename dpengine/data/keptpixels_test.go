@@ -231,3 +231,62 @@ func FuzzKeptPixels(f *testing.F) {
 		}
 	})
 }
+
+// TestPruneKept: a load that keeps a file removes the kept files no load
+// has read for keptMaxAge and the temporary files of loads that did not
+// finish older than keptTempMaxAge, and leaves the others — and a load
+// that reads a kept file marks it used.
+func TestPruneKept(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	files := map[string]time.Duration{ // name: age
+		"pixels-old.dpf":      keptMaxAge + time.Hour,
+		"pixels-recent.dpf":   keptMaxAge - time.Hour,
+		".pixels-1.tmp":       keptTempMaxAge + time.Hour,
+		".pixels-2.tmp":       time.Hour,
+		"users-notes.txt":     10 * keptMaxAge,
+		"pixels-elsewhere.db": 10 * keptMaxAge,
+	}
+	for name, age := range files {
+		p := filepath.Join(dir, name)
+		writeFile(t, p, []byte("x"))
+		if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneKept(dir, now)
+	for name := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if gone := err != nil; gone != (name == "pixels-old.dpf" || name == ".pixels-1.tmp") {
+			t.Errorf("%s: removed %v", name, gone)
+		}
+	}
+	// Through loads: an old kept file goes when another is kept; one read
+	// is marked used.
+	folder := pixelFolder(t)
+	t.Setenv(pixelCacheEnv, dir)
+	m, err := LoadFitted(mustSpec(t, "folder:"+folder), Fit{Height: 12, Width: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := m.PixelsKept()
+	old := now.Add(-keptMaxAge - time.Hour)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFitted(mustSpec(t, "folder:"+folder), Fit{Height: 12, Width: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || now.Sub(fi.ModTime()) > time.Hour {
+		t.Fatalf("a kept file read is not marked used: %v (%v)", fi.ModTime(), err)
+	}
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFitted(mustSpec(t, "folder:"+folder), Fit{Height: 10, Width: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("a kept file no load read for keptMaxAge was not removed when another was kept")
+	}
+}
