@@ -26,9 +26,12 @@ type dataReport struct {
 	Data     string `json:"data"`
 	Scheme   string `json:"scheme"`
 	Examples int    `json:"examples"`
-	// Users is the number of users the data names (0: none).
-	Users      int  `json:"users,omitempty"`
-	MultiLabel bool `json:"multi_label,omitempty"`
+	// Users is the number of users the data names (0: none), and
+	// UserExamples the least, median and largest number of examples a
+	// user has (what train's --examples-per-user caps).
+	Users        int     `json:"users,omitempty"`
+	UserExamples *[3]int `json:"user_examples,omitempty"`
+	MultiLabel   bool    `json:"multi_label,omitempty"`
 	// Classes holds each class's (or label's) name and count: its
 	// examples, or a multi-label dataset's positives and the examples
 	// that ignore the label (uncertain=ignore).
@@ -189,6 +192,16 @@ func countClasses(rep *dataReport, d labelled, classes []string, users int) {
 func describeImages(rep *dataReport, im *data.Images) {
 	rep.MultiLabel = im.MultiLabel()
 	countClasses(rep, im, im.Classes(), im.NumUsers())
+	if n := im.NumUsers(); n > 0 {
+		per := make([]int, n)
+		for i := range im.Len() {
+			if u := im.UserOf(i); u >= 0 && u < n {
+				per[u]++
+			}
+		}
+		slices.Sort(per)
+		rep.UserExamples = &[3]int{per[0], per[n/2], per[n-1]}
+	}
 	rep.Channels = im.Channels()
 	if f := im.Fitted(); f.Height > 0 {
 		rep.Fit = f.String()
@@ -226,8 +239,8 @@ func channelsWord(c int) string {
 func writeData(w io.Writer, rep *dataReport) {
 	fmt.Fprintf(w, "data:      %s\n", rep.Data)
 	users := ""
-	if rep.Users > 0 {
-		users = fmt.Sprintf(" of %d users", rep.Users)
+	if u := rep.UserExamples; rep.Users > 0 && u != nil {
+		users = fmt.Sprintf(" of %d users (%d to %d examples a user, median %d)", rep.Users, u[0], u[2], u[1])
 	}
 	fmt.Fprintf(w, "examples:  %d%s\n", rep.Examples, users)
 	switch {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,6 +88,9 @@ func TestDataCommand(t *testing.T) {
 			t.Errorf("label %s: %d positives, the listing has %d", c.Name, c.Examples, pos[j])
 		}
 	}
+	if r.Users != 0 || r.UserExamples != nil {
+		t.Errorf("a listing without users: %d users, %v", r.Users, r.UserExamples)
+	}
 	if r.NoLabel != none || r.LabelSets < 2 {
 		t.Errorf("%d examples without a label (want %d), %d label sets", r.NoLabel, none, r.LabelSets)
 	}
@@ -95,6 +99,22 @@ func TestDataCommand(t *testing.T) {
 		if !strings.Contains(o, want) {
 			t.Errorf("data does not say %q:\n%s", want, o)
 		}
+	}
+
+	// Users: each one's examples counted.
+	byUser := filepath.Join(dir, "users.csv")
+	body := "path,label,patient_id\n"
+	for i, u := range []string{"P1", "P1", "P1", "P2", "P2", "P3"} {
+		body += fmt.Sprintf("test-%04d.png,c%d,%s\n", i, i%2, u)
+	}
+	if err := os.WriteFile(byUser, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := dataJSON(t, "--data", "csv:"+byUser); r.Users != 3 || r.UserExamples == nil || *r.UserExamples != [3]int{1, 2, 3} || r.Examples != 6 {
+		t.Errorf("users: %+v", r)
+	}
+	if o, _, _ := run(t, "data", "--data", "csv:"+byUser); !strings.Contains(o, "examples:  6 of 3 users (1 to 3 examples a user, median 2)") {
+		t.Errorf("data does not count the users' examples:\n%s", o)
 	}
 
 	// Fitted to the model as train fits it: kept, then train decodes none.
