@@ -57,6 +57,9 @@ type dataReport struct {
 	// Fingerprint is the SHA-256 of the examples as loaded: what train
 	// records and --resume checks.
 	Fingerprint string `json:"fingerprint"`
+	// HeldOut is the examples a :holdout=F spec holds out (its test
+	// split), counted as the examples are: train's test data by default.
+	HeldOut *dataReport `json:"held_out,omitempty"`
 }
 
 // dataClass is one class's or label's count in a dataReport.
@@ -126,6 +129,18 @@ func runData(args []string, stdout io.Writer) error {
 	}
 	if im != nil {
 		describeImages(&rep, im)
+	}
+	// A holdout's other side, counted alike: what the figures of every
+	// epoch's test pass will be over.
+	if s.Holdout > 0 && (s.Split == "" || s.Split == data.Train) && im != nil {
+		t := s
+		t.Split = data.Test
+		held, err := data.LoadFitted(t, im.Fitted())
+		if err != nil {
+			return fmt.Errorf("the held-out examples: %w", err)
+		}
+		rep.HeldOut = &dataReport{Data: t.String(), Scheme: t.Scheme, MultiLabel: held.MultiLabel()}
+		describeImages(rep.HeldOut, held)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -265,28 +280,52 @@ func writeData(w io.Writer, rep *dataReport) {
 		fmt.Fprintf(w, "kept:      decoded and kept in %s for later runs\n", rep.Kept)
 	}
 	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
+	h := rep.HeldOut
+	if h != nil {
+		users := ""
+		if h.Users > 0 {
+			users = fmt.Sprintf(" of %d users", h.Users)
+		}
+		fmt.Fprintf(w, "held out:  %d examples%s (%s: train's test data by default)\n", h.Examples, users, h.Data)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', tabwriter.AlignRight)
 	if rep.MultiLabel {
 		fmt.Fprintf(w, "labels:    %d, multi-label: %d distinct label sets, %d examples with no label\n", len(rep.Classes), rep.LabelSets, rep.NoLabel)
-		fmt.Fprintf(tw, "  label\t positives\t ignored\t prevalence\t\n")
-		for _, c := range rep.Classes {
+		head := "  label\t positives\t ignored\t prevalence\t"
+		if h != nil {
+			head += " held out: positives\t ignored\t"
+		}
+		fmt.Fprintln(tw, head)
+		for j, c := range rep.Classes {
 			prev := "–"
 			if known := rep.Examples - c.Ignored; known > 0 {
 				prev = fmt.Sprintf("%.2f %%", 100*float64(c.Examples)/float64(known))
 			}
-			fmt.Fprintf(tw, "  %s\t %d\t %d\t %s\t\n", c.Name, c.Examples, c.Ignored, prev)
+			fmt.Fprintf(tw, "  %s\t %d\t %d\t %s\t", c.Name, c.Examples, c.Ignored, prev)
+			if h != nil && j < len(h.Classes) {
+				fmt.Fprintf(tw, " %d\t %d\t", h.Classes[j].Examples, h.Classes[j].Ignored)
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "  (ignored: uncertain labels read with uncertain=ignore; prevalence among the examples that know the label)\n")
 	} else {
 		fmt.Fprintf(w, "classes:   %d\n", len(rep.Classes))
-		fmt.Fprintf(tw, "  class\t examples\t share\t\n")
-		for _, c := range rep.Classes {
+		head := "  class\t examples\t share\t"
+		if h != nil {
+			head += " held out\t"
+		}
+		fmt.Fprintln(tw, head)
+		for j, c := range rep.Classes {
 			share := "–"
 			if rep.Examples > 0 {
 				share = fmt.Sprintf("%.2f %%", 100*float64(c.Examples)/float64(rep.Examples))
 			}
-			fmt.Fprintf(tw, "  %s\t %d\t %s\t\n", c.Name, c.Examples, share)
+			fmt.Fprintf(tw, "  %s\t %d\t %s\t", c.Name, c.Examples, share)
+			if h != nil && j < len(h.Classes) {
+				fmt.Fprintf(tw, " %d\t", h.Classes[j].Examples)
+			}
+			fmt.Fprintln(tw)
 		}
 		tw.Flush()
 	}

@@ -101,6 +101,20 @@ func TestDataCommand(t *testing.T) {
 		}
 	}
 
+	// A holdout: both sides counted, adding up to the whole listing.
+	r = dataJSON(t, "--data", "csv:"+listing+":labels=upper..Unsure:uncertain=zero,footwear=ignore:holdout=0.2")
+	if h := r.HeldOut; h == nil || r.Examples+h.Examples != 300 || h.Examples != 60 {
+		t.Fatalf("holdout: %+v", r)
+	}
+	for j, c := range r.Classes {
+		if h := r.HeldOut.Classes[j]; c.Examples+h.Examples != pos[j] || j == 1 && c.Ignored+h.Ignored != uncertain {
+			t.Errorf("holdout: label %s: %d + %d positives (want %d), %d + %d ignored", c.Name, c.Examples, h.Examples, pos[j], c.Ignored, h.Ignored)
+		}
+	}
+	if o, _, _ := run(t, "data", "--data", "csv:"+listing+":labels=upper..Unsure:uncertain=zero,footwear=ignore:holdout=0.2"); !strings.Contains(o, "held out:  60 examples") || !strings.Contains(o, "held out: positives") {
+		t.Errorf("data does not count the held-out examples:\n%s", o)
+	}
+
 	// Users: each one's examples counted.
 	byUser := filepath.Join(dir, "users.csv")
 	body := "path,label,patient_id\n"
