@@ -148,7 +148,11 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 		sources = []string{spec.Dir}
 	}
 	x, y := arrays[xn], arrays[yn]
-	a, err := newArrays(where+": "+xn, x, yn, y, spec)
+	var classNames []string // the classes array's, for uncertain='s columns
+	if c := arrays[arrayNamesClasses]; c != nil && c.DType == npy.Unicode {
+		classNames = c.Str
+	}
+	a, err := newArrays(where+": "+xn, x, yn, y, spec, classNames)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +255,7 @@ func pick(names, want []string) string {
 
 // newArrays checks x and its labels y and keeps the first spec.Limit
 // samples.
-func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (*Arrays, error) {
+func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec, names []string) (*Arrays, error) {
 	if len(x.Shape) < 2 {
 		return nil, fmt.Errorf("%s: shape %v: want (samples, …) with at least one axis a sample", where, x.Shape)
 	}
@@ -273,7 +277,7 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 		y.Shape = y.Shape[:1]
 	}
 	if len(y.Shape) == 2 && y.Shape[0] == n {
-		return newMultiHot(where, x, yn, y, spec, shape, per)
+		return newMultiHot(where, x, yn, y, spec, shape, per, names)
 	}
 	if spec.Uncertain != "" {
 		return nil, fmt.Errorf("%s: uncertain= says what a multi-hot label's -1 means; %s holds a class a sample", where, yn)
@@ -318,9 +322,10 @@ func newArrays(where string, x *npy.Array, yn string, y *npy.Array, spec Spec) (
 // newMultiHot is newArrays of multi-hot labels y, (samples, labels) of
 // 0s and 1s (integers, or floats that are exactly 0 or 1), and -1s
 // (uncertain) as spec.Uncertain's rule for the label says (its columns
-// named by their numbers: uncertain=zero,3=ignore): a multi-label
+// named by the classes array's names, one a label, else by their numbers:
+// uncertain=zero,Edema=ignore or uncertain=zero,3=ignore): a multi-label
 // dataset of at most MaxLabels labels.
-func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec, shape []int, per int) (*Arrays, error) {
+func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec, shape []int, per int, names []string) (*Arrays, error) {
 	n, k := y.Shape[0], y.Shape[1]
 	if k > MaxLabels {
 		return nil, fmt.Errorf("%s: %s has shape %v: %d labels, at most %d", where, yn, y.Shape, k, MaxLabels)
@@ -330,6 +335,11 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	rules, err := ur.forColumns(numberedClasses(k))
+	if len(names) == k {
+		if byName, nerr := ur.forColumns(names); nerr == nil || err != nil {
+			rules, err = byName, nerr
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s has %d labels: %w", where, yn, k, err)
 	}

@@ -167,9 +167,26 @@ func TestArraysMultiHot(t *testing.T) {
 			}
 		}
 	}
+	// Named by a classes array: by their names, or still by their numbers.
+	if err := npy.WriteNPZ(path, map[string]*npy.Array{"x": x, "y": y, "classes": &npy.Array{DType: npy.Unicode, Shape: []int{3}, Str: []string{"a", "b", "Edema"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range []string{"one,edema=ignore,a=zero", "one,2=ignore,0=zero"} {
+		a, err := LoadArrays(mustSpec(t, "npy:"+path+":uncertain="+rule))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := labelset.OfIgnoring(3, []int{0, 1}, nil); int64(a.Label(0)) != want {
+			t.Errorf("uncertain=%s: sample 0: label %d, want %d", rule, a.Label(0), want)
+		}
+		if want, _ := labelset.OfIgnoring(3, nil, []int{2}); int64(a.Label(1)) != want {
+			t.Errorf("uncertain=%s: sample 1: label %d, want %d", rule, a.Label(1), want)
+		}
+	}
 	for _, tc := range []struct{ spec, want string }{
 		{"", "sample 0 has -1 (uncertain) for label 1: say what it means"},
 		{":uncertain=zero,3=one", `"3" is not one of the label columns`},
+		{":uncertain=zero,Mass=one", `"Mass" is not one of the label columns`},
 	} {
 		if _, err := LoadArrays(mustSpec(t, "npy:"+path+tc.spec)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error with %q", tc.spec, err, tc.want)

@@ -91,7 +91,7 @@ func ParseSplit(s string) (Split, error) {
 //	                       FIRST..LAST the columns from FIRST to LAST,
 //	                       * every column but the path and user columns
 //	uncertain=RULE[,COL=RULE…]  what a labels= column's -1 means (or a
-//	                       multi-hot NumPy label's, COL its number):
+//	                       multi-hot NumPy label's, COL its name or number):
 //	                       zero, one or ignore, per column (Uncertain)
 //	path=COL, label=COL,   csv only: the header's image path, label and
 //	user=COL               user columns, where their names are not the
@@ -213,8 +213,8 @@ type Spec struct {
 	// The listing must have a header naming the column.
 	Where string
 	// Uncertain says what a Labels column's -1 (an uncertain label) is —
-	// or a multi-hot NumPy label's (SchemeNPY; its columns named by their
-	// numbers, "0", "1", …):
+	// or a multi-hot NumPy label's (SchemeNPY; its columns named by the
+	// classes array's names, or by their numbers, "0", "1", …):
 	// "zero" (absent: U-Zeros), "one" (present: CheXpert's U-Ones),
 	// "ignore" (neither: the label left out of the sample's loss and of
 	// the evaluation's figures, U-Ignore; internal/labelset's partial
