@@ -125,6 +125,12 @@ type Config struct {
 	// sample's gradient (its labels' terms against each other), so it acts
 	// through the clipping. nil weighs every label 1.
 	PosWeight []float64
+	// UncertainTargets, with MultiLabel, gives the labels a sample ignores
+	// (uncertain: internal/labelset's partial sets) a term against a soft
+	// target (runtime.Plan.SetUncertainTargets): one a label in (0, 1),
+	// or 0 to leave the label out. Still one loss a sample. nil leaves
+	// every ignored label out.
+	UncertainTargets []float64
 }
 
 // Engine trains a compiled model privately: feed it logical batches, it
@@ -472,6 +478,9 @@ func New(g *graph.Graph, rp *rewrite.Plan, cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	if err := plan.SetPosWeight(cfg.PosWeight); err != nil {
+		return nil, fmt.Errorf("dpengine: %w", err)
+	}
+	if err := plan.SetUncertainTargets(cfg.UncertainTargets); err != nil {
 		return nil, fmt.Errorf("dpengine: %w", err)
 	}
 	if err := checkClassWeights(cfg, plan); err != nil {

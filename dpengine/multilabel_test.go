@@ -205,6 +205,22 @@ func TestPartialSetNorms(t *testing.T) {
 				if !(tot[0] > 0) || !(tot[2] > 0) || tot2[0] != tot[0] || !(math.Abs(tot2[2]-tot[2]) > 1e-6*tot[2]) {
 					t.Errorf("%s: norms %v; with sample 2 ignoring label 2, %v", name, tot, tot2)
 				}
+				// The ignored labels uncertain against soft targets (every
+				// third label's 0.7): the norm check holds, the sample that
+				// ignores every label has a gradient, sample 2 (none
+				// ignored) keeps its norm.
+				g, rp = fixturePreparedWith(t, "cnn", nil, rewrite.Options{PlanOptions: rewrite.PlanOptions{Batch: 4}, NumClasses: int64(k), HeadSeed: 1})
+				cfg.UncertainTargets = make([]float64, k)
+				for j := 0; j < k; j += 3 {
+					cfg.UncertainTargets[j] = 0.7
+				}
+				_, soft, err := checkedNorms(t, g, rp, cfg, x, y).ClippedSum(x, y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !(soft[1] > 0) || !(math.Abs(soft[0]-tot[0]) > 1e-6*tot[0]) || !(math.Abs(soft[2]-tot[2]) <= 1e-6*tot[2]) {
+					t.Errorf("%s: norms with soft targets %v, without %v", name, soft, tot)
+				}
 			}
 		}
 	}

@@ -124,6 +124,9 @@ func (e *Engine) CheckNorms(g *graph.Graph, x []float32, y []int64, tol NormTole
 	if err := ref.SetPosWeight(e.cfg.PosWeight); err != nil {
 		return nil, fmt.Errorf("dpengine: norm check: %w", err)
 	}
+	if err := ref.SetUncertainTargets(e.cfg.UncertainTargets); err != nil {
+		return nil, fmt.Errorf("dpengine: norm check: %w", err)
+	}
 	xin := make([]float32, b*e.sampleLen/v)
 	labels := make([]int64, b)
 	losses := make([]float32, b)

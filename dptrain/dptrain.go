@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -171,6 +172,12 @@ type Settings struct {
 	// a sample still, so ε is unchanged; train_loss is that loss, the test
 	// loss the plain one.
 	PosWeight []float64 `json:"pos_weight,omitempty"`
+	// UncertainTargets are the training data's labels' soft targets of
+	// their uncertain entries (uncertain=T in its spec:
+	// data.UncertainTargetsOf; dpengine.Config.UncertainTargets), one a
+	// label, 0 where they are left out; nil where none has one. One loss
+	// a sample still: ε is unchanged.
+	UncertainTargets []float64 `json:"uncertain_targets,omitempty"`
 }
 
 // LoRASettings are a LoRA run's adapters: Rank, Alpha (their product
@@ -706,6 +713,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("--label-smoothing %v must be in [0, 1)", set.LabelSmoothing)
 	}
 	set.MultiLabel = data.IsMultiLabel(cfg.Train)
+	set.UncertainTargets = data.UncertainTargetsOf(cfg.Train)
 	if set.MultiLabel {
 		if err := checkMultiLabel(cfg, set); err != nil {
 			return nil, err
@@ -928,7 +936,7 @@ func Run(cfg Config) (*Report, error) {
 	ecfg := dpengine.Config{Device: cfg.Device, Mode: mode, Clipping: dpengine.Clipping{Fn: fn, R: set.Clip, Gamma: gamma}, PerLayer: set.PerLayer,
 		NoiseMultiplier: engSigma, ExpectedBatch: float64(L), PhysicalBatch: P, Source: src, Optimizer: opt, MaxMemory: memCap,
 		EMADecay: set.EMADecay, LabelSmoothing: set.LabelSmoothing, MultiLabel: set.MultiLabel, RowLabels: groups != nil,
-		ClassWeights: set.ClassWeights, PosWeight: set.PosWeight}
+		ClassWeights: set.ClassWeights, PosWeight: set.PosWeight, UncertainTargets: set.UncertainTargets}
 	eng, err := dpengine.New(engG, engRP, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
@@ -1079,6 +1087,19 @@ func Run(cfg Config) (*Report, error) {
 	}
 	if len(set.PosWeight) > 0 {
 		logf("  loss:      each label's positive term weighed (%s): one loss a sample, ε unchanged; the test loss is the plain one\n", classWeightsLine(set.PosWeight, set.ClassNames))
+	}
+	if len(set.UncertainTargets) > 0 {
+		var soft []string
+		for j, u := range set.UncertainTargets {
+			if u > 0 {
+				name := strconv.Itoa(j)
+				if j < len(set.ClassNames) {
+					name = set.ClassNames[j]
+				}
+				soft = append(soft, fmt.Sprintf("%s=%g", name, u))
+			}
+		}
+		logf("  loss:      uncertain labels against soft targets (%s; the other labels' left out): one loss a sample, ε unchanged; the test figures leave them out\n", strings.Join(soft, ", "))
 	}
 	if set.MultiLabel {
 		logf("  loss:      multi-label: each of the %d labels decided by its logit's sigmoid, the binary cross-entropy averaged over the labels (one loss a sample: clipped and noised as any)\n", set.Classes)
@@ -1620,6 +1641,7 @@ func compatible(prev, cur Settings) error {
 	check("multi-label", prev.MultiLabel, cur.MultiLabel)
 	check("--class-weight", prev.ClassWeights, cur.ClassWeights)
 	check("--pos-weight", prev.PosWeight, cur.PosWeight)
+	check("the uncertain labels' soft targets (uncertain=)", prev.UncertainTargets, cur.UncertainTargets)
 	lora := func(s Settings) string {
 		if s.LoRA == nil {
 			return "none"
@@ -1675,6 +1697,10 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	if len(s.PosWeight) > 0 {
 		b, _ := json.Marshal(s.PosWeight) // finite numbers always marshal
 		kv["pos_weight"] = string(b)
+	}
+	if len(s.UncertainTargets) > 0 {
+		b, _ := json.Marshal(s.UncertainTargets)
+		kv["uncertain_targets"] = string(b)
 	}
 	if s.MultiLabel {
 		// predict and eval read the logits as labels decided each on its

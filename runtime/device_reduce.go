@@ -63,7 +63,10 @@ type ReduceOps interface {
 	// bit j%64 of labels[i·2V + j/64] is set and is ignored — its term
 	// left out of the sum, its gradient 0, its sigmoid still written —
 	// where bit j%64 of labels[i·2V + V + j/64] is (the caller checks
-	// them; internal/labelset's partial sets), each label's target
+	// them; internal/labelset's partial sets) — unless uncertain_j (k
+	// values) is in (0, 1): then the ignored label is uncertain, its
+	// target uncertain_j (label smoothing regularization of uncertain
+	// labels, Pham et al. 2021; 0 leaves it out) —, each label's target
 	// smoothed by alpha ∈ [0, 1) towards ½, t_ij = (1−α)·[bit j] + α/2,
 	// and each label's positive term weighed by posWeight_j (k values;
 	// all 1 for the plain loss): the per-sample binary cross-entropy of
@@ -73,13 +76,14 @@ type ReduceOps interface {
 	// (PyTorch's BCEWithLogitsLoss(pos_weight=p) of a sample at α = 0),
 	// into losses (n), and σ(z_ij) into probs (n×k), which the backward
 	// reads. At p_j = 1 the terms are the plain loss's, bit for bit.
-	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32)
+	SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, uncertain, losses, probs []float32)
 	// SigmoidCrossEntropyBackward writes the gradient of Σ_i w_i·loss_i
 	// with respect to the logits: dlogits_ij = w_i/k·(a_ij·probs_ij −
 	// p_j·t_ij), in float32 as w_i/k·((probs_ij − t_ij) + (p_j −
 	// 1)·t_ij·(probs_ij − 1)), which does not cancel near probs_ij = 1
-	// (w_i/k·(probs_ij − t_ij) at p_j = 1).
-	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32)
+	// (w_i/k·(probs_ij − t_ij) at p_j = 1); an ignored label's 0, or with
+	// uncertain_j > 0 its target's.
+	SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, uncertain, dlogits []float32)
 	// ScatterReduce combines the updates u into y at the compile-time
 	// element offsets idx, in increasing i: y[idx[i]] = u[i] (ScatterReduceNone),
 	// or y[idx[i]] = y[idx[i]] op u[i] for the other reductions (ONNX
@@ -709,18 +713,21 @@ func labelIgnored(labels []int64, w, i, j int) bool {
 
 // SigmoidCrossEntropy implements ReduceOps, one sample after another on
 // the calling goroutine, each term in float64.
-func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
+func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, uncertain, losses, probs []float32) {
 	a, w := float64(alpha), LabelWords(k)
 	for i := 0; i < n; i++ {
 		row, pr := logits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		var s float64
 		for j, v := range row {
 			z := float64(v)
-			if labelIgnored(labels, w, i, j) {
-				pr[j] = float32(1 / (1 + math.Exp(-z)))
-				continue
-			}
 			t := (1-a)*float64(labelBit(labels, w, i, j)) + a/2
+			if labelIgnored(labels, w, i, j) {
+				if uncertain[j] <= 0 {
+					pr[j] = float32(1 / (1 + math.Exp(-z)))
+					continue
+				}
+				t = (1-a)*float64(uncertain[j]) + a/2 // an uncertain label's soft target
+			}
 			// p·t·softplus(−z) + (1−t)·softplus(z) = a·softplus(z) − p·t·z;
 			// at p = 1, a = 1 and p·t = t exactly: the plain loss's terms.
 			p := float64(posWeight[j])
@@ -740,20 +747,23 @@ func (CPU) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha
 
 // SigmoidCrossEntropyBackward implements ReduceOps, one sample after
 // another on the calling goroutine.
-func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
+func (CPU) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, uncertain, dlogits []float32) {
 	inv, lw := 1/float32(k), LabelWords(k)
 	off, on := alpha/2, 1-alpha/2 // t off and on the label set
 	for i := 0; i < n; i++ {
 		w := weights[i] * inv
 		d, pr := dlogits[i*k:(i+1)*k], probs[i*k:(i+1)*k]
 		for j := range d {
-			if labelIgnored(labels, lw, i, j) {
-				d[j] = 0
-				continue
-			}
 			t := off
 			if labelBit(labels, lw, i, j) == 1 {
 				t = on
+			}
+			if labelIgnored(labels, lw, i, j) {
+				if uncertain[j] <= 0 {
+					d[j] = 0
+					continue
+				}
+				t = (1-alpha)*uncertain[j] + off
 			}
 			// (1 + (p−1)·t)·σ − p·t as (σ − t) + (p−1)·t·(σ − 1): near σ = 1
 			// the first form cancels in float32, both differences here are

@@ -349,6 +349,12 @@ type Plan struct {
 	posWeight     []float32
 	posWeightBuf  Buffer
 	posWeightHost []float32
+	// uncertain are the multi-label head's soft targets of each label's
+	// uncertain entries (SetUncertainTargets; 0, the default, leaves an
+	// ignored label out), staged from uncertainHost.
+	uncertain     []float32
+	uncertainBuf  Buffer
+	uncertainHost []float32
 
 	forwardDone bool
 	zeroGrads   []*tensor        // gradients no node writes: cleared by backward
@@ -864,6 +870,11 @@ func (p *Plan) build() error {
 			return fmt.Errorf("runtime: the loss head's positive weights: %w", err)
 		}
 		p.posWeight = p.posWeightBuf.Floats()
+		p.uncertainHost = make([]float32, o.shape[1])
+		if p.uncertainBuf, err = AdoptHost(p.dev, p.uncertainHost); err != nil {
+			return fmt.Errorf("runtime: the loss head's uncertain targets: %w", err)
+		}
+		p.uncertain = p.uncertainBuf.Floats()
 	}
 	ws, err := p.dev.Alloc(p.wsNeed)
 	if err != nil {
@@ -1958,6 +1969,42 @@ func (p *Plan) SetPosWeight(w []float64) error {
 	return nil
 }
 
+// SetUncertainTargets gives the multi-label loss head's labels that a
+// sample ignores (internal/labelset's partial sets: uncertain labels) a
+// term of their own: label j's the binary cross-entropy against the soft
+// target u[j] ∈ (0, 1) — label smoothing regularization of uncertain
+// labels (Pham et al. 2021: CheXpert's U-Ones with targets below 1) —,
+// or none where u[j] is 0 (U-Ignore, the default). Still one loss a
+// sample. u has one value a logit; nil restores 0 for every label. It
+// needs SetMultiLabel.
+func (p *Plan) SetUncertainTargets(u []float64) error {
+	if !p.hasLoss {
+		return errors.New("runtime: uncertain targets need the loss head")
+	}
+	if u != nil && !p.multiLabel {
+		return errors.New("runtime: uncertain targets are the multi-label loss head's (SetMultiLabel)")
+	}
+	if k := len(p.uncertainHost); u != nil && len(u) != k {
+		return fmt.Errorf("runtime: %d uncertain targets for a head of %d labels", len(u), k)
+	}
+	for j := range p.uncertainHost {
+		v := 0.0
+		if u != nil {
+			v = u[j]
+		}
+		if !(v == 0 || v > 0 && v < 1) {
+			return fmt.Errorf("runtime: label %d's uncertain target %v must be in (0, 1), or 0 for none", j, v)
+		}
+		p.uncertainHost[j] = float32(v)
+	}
+	if !SameMemory(p.uncertain, p.uncertainHost) {
+		if err := p.dev.CopyIn(p.uncertainBuf, 0, p.uncertainHost); err != nil {
+			return fmt.Errorf("runtime: copying the uncertain targets in: %w", err)
+		}
+	}
+	return nil
+}
+
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
 // of shape (N, K)) against labels (N class indices in [0, K)) into losses
 // (N), and keeps the softmax for Backward — with SetMultiLabel, the
@@ -2007,7 +2054,7 @@ func (p *Plan) Loss(labels []int64, losses []float32) error {
 		return fmt.Errorf("runtime: loss: copying the labels in: %w", err)
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.posWeight, p.losses, p.probs)
+		p.ops.SigmoidCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.posWeight, p.uncertain, p.losses, p.probs)
 	} else {
 		p.ops.SoftmaxCrossEntropy(o.data, p.labels, n, k, p.smoothing, p.losses, p.probs)
 	}
@@ -2036,7 +2083,7 @@ func (p *Plan) Backward(weights []float32, opts *BackwardOptions) error {
 		return errors.New("runtime: plan computes no gradients (ForwardOnly, or no trainable parameter reaches the output)")
 	}
 	if p.multiLabel {
-		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, p.posWeight, o.grad)
+		p.ops.SigmoidCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, p.posWeight, p.uncertain, o.grad)
 	} else {
 		p.ops.SoftmaxCrossEntropyBackward(p.probs, p.labels, weights, n, k, p.smoothing, o.grad)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
@@ -41,6 +42,9 @@ type dataReport struct {
 	// with none.
 	LabelSets int `json:"label_sets,omitempty"`
 	NoLabel   int `json:"no_label,omitempty"`
+	// UncertainTargets are the labels' soft targets of their uncertain
+	// entries (uncertain=T): train's loss terms for them.
+	UncertainTargets []float64 `json:"uncertain_targets,omitempty"`
 	// Channels, and the images' sizes: Height×Width where all share one
 	// (fitted, or as they are), else the least, median and largest of
 	// each side. Nil for arrays that are not images.
@@ -205,7 +209,7 @@ func countClasses(rep *dataReport, d labelled, classes []string, users int) {
 
 // describeImages fills rep from images.
 func describeImages(rep *dataReport, im *data.Images) {
-	rep.MultiLabel = im.MultiLabel()
+	rep.MultiLabel, rep.UncertainTargets = im.MultiLabel(), im.UncertainTargets()
 	countClasses(rep, im, im.Classes(), im.NumUsers())
 	if n := im.NumUsers(); n > 0 {
 		per := make([]int, n)
@@ -308,7 +312,16 @@ func writeData(w io.Writer, rep *dataReport) {
 			fmt.Fprintln(tw)
 		}
 		tw.Flush()
-		fmt.Fprintf(w, "  (ignored: uncertain labels read with uncertain=ignore; prevalence among the examples that know the label)\n")
+		fmt.Fprintf(w, "  (ignored: uncertain labels, left out of the figures; prevalence among the examples that know the label)\n")
+		var soft []string
+		for j, u := range rep.UncertainTargets {
+			if u > 0 && j < len(rep.Classes) {
+				soft = append(soft, fmt.Sprintf("%s=%g", rep.Classes[j].Name, u))
+			}
+		}
+		if soft != nil {
+			fmt.Fprintf(w, "  (train's loss takes these labels' uncertain entries against soft targets: %s)\n", strings.Join(soft, ", "))
+		}
 	} else {
 		fmt.Fprintf(w, "classes:   %d\n", len(rep.Classes))
 		head := "  class\t examples\t share\t"

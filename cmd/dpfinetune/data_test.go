@@ -101,6 +101,14 @@ func TestDataCommand(t *testing.T) {
 		}
 	}
 
+	// Soft targets said.
+	if r := dataJSON(t, "--data", "csv:"+listing+":labels=upper..Unsure:uncertain=zero,footwear=0.7"); fmt.Sprint(r.UncertainTargets) != "[0 0.7 0 0]" || r.Classes[1].Ignored != uncertain {
+		t.Errorf("soft targets: %v, %d ignored", r.UncertainTargets, r.Classes[1].Ignored)
+	}
+	if o, _, _ := run(t, "data", "--data", "csv:"+listing+":labels=upper..Unsure:uncertain=zero,footwear=0.7"); !strings.Contains(o, "against soft targets: footwear=0.7") {
+		t.Errorf("data does not give the soft target:\n%s", o)
+	}
+
 	// A holdout: both sides counted, adding up to the whole listing.
 	r = dataJSON(t, "--data", "csv:"+listing+":labels=upper..Unsure:uncertain=zero,footwear=ignore:holdout=0.2")
 	if h := r.HeldOut; h == nil || r.Examples+h.Examples != 300 || h.Examples != 60 {

@@ -699,6 +699,26 @@ func TestTrainUncertainIgnore(t *testing.T) {
 	if differ == 0 {
 		t.Error("uncertain=zero gives the model uncertain=ignore gives")
 	}
+	// Unsure uncertain against the soft target 0.6 (label smoothing
+	// regularization): said, recorded, and another model than ignore's —
+	// its row of the head pulled towards logit 0.6 where ignore's is not
+	// moved at all.
+	soft := filepath.Join(dir, "soft.onnx")
+	if o := train("csv:"+ignoredList+cols+":uncertain=ignore,Unsure=0.6", soft, "--mode", "nondp", "--non-private"); !strings.Contains(o, "uncertain labels against soft targets (Unsure=0.6") {
+		t.Errorf("the log does not give the soft target:\n%s", o)
+	}
+	if md := metadata(t, soft)["dpfinetune.uncertain_targets"]; md != "[0,0,0,0.6]" {
+		t.Errorf("metadata uncertain_targets %q", md)
+	}
+	differ = 0
+	for i, init := range a.Proto.Graph.Initializer {
+		if !proto.Equal(init, load(soft).Proto.Graph.Initializer[i]) {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Error("a soft target gives the model uncertain=ignore gives")
+	}
 	// A private run, a rule per column: footwear's -1 ignored, the
 	// others' absent.
 	private := filepath.Join(dir, "private.onnx")

@@ -46,6 +46,7 @@ type Arrays struct {
 	// multiLabel marks multi-hot labels (a y of shape (samples, labels)):
 	// each label a label set (MultiLabel; internal/labelset).
 	multiLabel bool
+	uncertain  []float64 // UncertainTargets
 
 	fingerprint struct {
 		once sync.Once
@@ -349,6 +350,7 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 	if spec.Limit > 0 && spec.Limit < n {
 		n = spec.Limit
 	}
+	soft := softTargets(rules)
 	labels := make([]int64, n)
 	var on, ign []int
 	for i := range labels {
@@ -373,7 +375,7 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 			case v == 0, v == -1 && rules[j] == "zero":
 			case v == 1, v == -1 && rules[j] == "one":
 				on = append(on, j)
-			case v == -1 && rules[j] == "ignore":
+			case v == -1 && (rules[j] == "ignore" || soft != nil && soft[j] > 0):
 				ign = append(ign, j)
 			case v == -1:
 				return nil, fmt.Errorf("%s: sample %d has -1 (uncertain) for label %d: say what it means with :uncertain=zero, :uncertain=one or :uncertain=ignore (or per label, :uncertain=zero,%d=one)", where, i, j, j)
@@ -386,7 +388,7 @@ func newMultiHot(where string, x *npy.Array, yn string, y *npy.Array, spec Spec,
 			return nil, fmt.Errorf("%s: sample %d: %v", where, i, err)
 		}
 	}
-	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k), multiLabel: true}
+	a := &Arrays{shape: shape, per: per, labels: labels, classes: numberedClasses(k), multiLabel: true, uncertain: soft}
 	return a, a.keepSamples(where, x, n)
 }
 
@@ -420,6 +422,10 @@ func (a *Arrays) keepSamples(where string, x *npy.Array, n int) error {
 // MultiLabel reports whether the labels are multi-hot label sets
 // (Images.MultiLabel).
 func (a *Arrays) MultiLabel() bool { return a.multiLabel }
+
+// UncertainTargets is Images.UncertainTargets of the arrays' multi-hot
+// labels.
+func (a *Arrays) UncertainTargets() []float64 { return a.uncertain }
 
 // Spec returns the spec the arrays were loaded from.
 func (a *Arrays) Spec() Spec { return a.spec }
@@ -483,7 +489,7 @@ func (a *Arrays) Images() (im *Images, ok bool, err error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", a.spec, err)
 	}
-	im.labels, im.multiLabel = a.labels, a.multiLabel
+	im.labels, im.multiLabel, im.uncertain = a.labels, a.multiLabel, a.uncertain
 	im.spec = a.spec
 	im.sources = a.sources
 	im.users, im.userNames = a.users, a.userNames

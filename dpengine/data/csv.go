@@ -84,6 +84,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	// (internal/labelset).
 	var rows []csvRow
 	var classes []string
+	var soft []float64 // the label columns' soft targets (uncertain=T)
 	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
 	where, err := parseWhere(spec.Where)
 	if err != nil {
@@ -92,7 +93,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != "", where: where}
 	switch {
 	case len(spec.Labels) > 0:
-		rows, classes, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain, pick)
+		rows, classes, soft, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain, pick)
 	default:
 		rows, err = readCSVRows(f, path, spec.MultiLabel != "", pick)
 		if err == nil && spec.MultiLabel != "" {
@@ -268,7 +269,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		}
 		im.users, im.userNames = numberUsers(names)
 	}
-	im.multiLabel = multi
+	im.multiLabel, im.uncertain = multi, soft
 	// The listing is a source too: a label changed under a running job
 	// changes the data its checkpoint would resume on.
 	im.sourcePaths = append(im.sourcePaths, path)
@@ -594,7 +595,7 @@ func csvReadError(name string, err error) error {
 // 0 or empty where it does not, -1 as uncertain's rule for the column says
 // (zero, one, ignore: a partial set; none refuses it; Spec.Uncertain). It
 // returns the label columns' names as the header has them.
-func readCSVColumns(r io.Reader, name string, labels []string, uncertain string, pick csvPick) ([]csvRow, []string, error) {
+func readCSVColumns(r io.Reader, name string, labels []string, uncertain string, pick csvPick) ([]csvRow, []string, []float64, error) {
 	var rows []csvRow
 	pathCol, userCol := -1, -1
 	var cols []int
@@ -603,8 +604,9 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 	var userName string // the user column's header, for messages
 	ur, err := parseUncertain(uncertain)
 	if err != nil {
-		return nil, nil, fmt.Errorf("csv: %s: %w", name, err)
+		return nil, nil, nil, fmt.Errorf("csv: %s: %w", name, err)
 	}
+	var soft []float64 // the columns' soft targets (softTargets)
 	err = forEachCSVRecord(r, name, func(rec []string, line int) error {
 		if cols == nil {
 			var err error
@@ -623,6 +625,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			if rules, err = ur.forColumns(names); err != nil {
 				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			}
+			soft = softTargets(rules)
 			if err := pick.where.find(rec); err != nil {
 				return fmt.Errorf("csv: %s: line %d: %w", name, line, err)
 			}
@@ -657,7 +660,7 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 			case err == nil && f == -1 && rules[j] == "one":
 				on = append(on, j)
 			case err == nil && f == -1 && rules[j] == "zero":
-			case err == nil && f == -1 && rules[j] == "ignore":
+			case err == nil && f == -1 && (rules[j] == "ignore" || soft != nil && soft[j] > 0):
 				ign = append(ign, j)
 			case err == nil && f == -1:
 				return fmt.Errorf("csv: %s: line %d: %q is -1, uncertain: say what it means with :uncertain=zero, :uncertain=one or :uncertain=ignore (or per column, :uncertain=zero,%s=one)", name, line, names[j], names[j])
@@ -673,12 +676,12 @@ func readCSVColumns(r io.Reader, name string, labels []string, uncertain string,
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(rows) == 0 {
-		return nil, nil, noRows(name, pick.where, "want a row an image and its labels")
+		return nil, nil, nil, noRows(name, pick.where, "want a row an image and its labels")
 	}
-	return rows, names, nil
+	return rows, names, soft, nil
 }
 
 // labelColumns returns the header rec's columns that labels= names

@@ -269,7 +269,7 @@ func (m *Images) FitTo(f Fit) (*Images, error) {
 		return nil, fmt.Errorf("data: %s is fitted to %s already", m, m.fit)
 	}
 	out := &Images{spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels, sources: m.sources, fit: f,
-		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel,
+		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel, uncertain: m.uncertain,
 		mapped: m.mapped} // samples kept as they are may be m's mapped ones
 	if f.Gray {
 		out.channels = 1

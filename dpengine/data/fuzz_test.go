@@ -176,7 +176,7 @@ func FuzzCSV(f *testing.F) {
 		lines := bytes.Count(b, []byte("\n")) + 1
 		// The label-column form and the label-set form: no crash, label
 		// sets within their labels, every row on a line of the file.
-		if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "one", csvPick{}); err == nil {
+		if rows, names, _, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "one", csvPick{}); err == nil {
 			for _, r := range rows {
 				if r.path == "" || r.line < 1 || r.line > lines || r.set < 0 || r.set > 3 || len(names) != 2 {
 					t.Fatalf("row %+v of a listing of %d lines, labels %q", r, lines, names)
@@ -185,7 +185,7 @@ func FuzzCSV(f *testing.F) {
 		}
 		// Uncertain labels ignored (partial sets), one column's made one:
 		// each row's set and ignored labels within the two, apart.
-		if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "ignore,Mass=one", csvPick{}); err == nil {
+		if rows, names, _, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", []string{"Edema", "Mass"}, "ignore,Mass=one", csvPick{}); err == nil {
 			set, ign := make([]uint64, 1), make([]uint64, 1)
 			for _, r := range rows {
 				if r.path == "" || r.line < 1 || r.line > lines || len(names) != 2 || labelset.Expand(r.set, 2, set) != nil ||
@@ -200,7 +200,7 @@ func FuzzCSV(f *testing.F) {
 			pick   csvPick
 		}{{[]string{"*"}, csvPick{}}, {[]string{"Edema..Mass"}, csvPick{path: "id", user: "who"}},
 			{[]string{"Edema"}, csvPick{where: &csvWhere{col: "who", values: []string{"x", "y"}}}}} {
-			if rows, names, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", tc.labels, "zero", tc.pick); err == nil {
+			if rows, names, _, err := readCSVColumns(bytes.NewReader(b), "fuzz.csv", tc.labels, "zero", tc.pick); err == nil {
 				if len(names) == 0 || len(names) > MaxLabels {
 					t.Fatalf("%v: %d labels", tc.labels, len(names))
 				}

@@ -44,8 +44,10 @@ type Images struct {
 	userNames []string
 
 	// multiLabel marks a multi-label dataset (MultiLabel): labels are
-	// label sets (internal/labelset).
+	// label sets (internal/labelset); uncertain are its labels' soft
+	// targets (UncertainTargets), nil for none.
 	multiLabel bool
+	uncertain  []float64
 	// mapped holds the samples where they are mapped from a file
 	// (pixelsOnDisk); nil where they are in memory. The samples point
 	// into it: it stays reachable while m is.
@@ -122,6 +124,11 @@ func (m *Images) Label(i int) int { return int(m.labels[i]) }
 // Spec.MultiLabel, arrays of multi-hot labels): each sample's label is a
 // set of labels (MultiLabeled), NumClasses the number of labels.
 func (m *Images) MultiLabel() bool { return m.multiLabel }
+
+// UncertainTargets returns each label's soft target of its uncertain
+// entries (the labels a sample ignores: uncertain=T, T in (0, 1); 0 where
+// they are left out), nil where no label has one (dpengine.Config.UncertainTargets).
+func (m *Images) UncertainTargets() []float64 { return m.uncertain }
 
 // Labels returns a copy of all labels, indexed by sample.
 func (m *Images) Labels() []int64 { return append([]int64(nil), m.labels...) }

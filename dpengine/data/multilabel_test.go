@@ -231,6 +231,10 @@ func TestCSVLabelColumns(t *testing.T) {
 		{"zero,Edema=one,Cardiomegaly=ignore", []set{{on: []int{0}}, {[]int{1}, []int{0}}, {on: []int{2}}, {[]int{2}, []int{0}}}},
 		// Exceptions alone, their columns in another case.
 		{"pleural effusion=one,CARDIOMEGALY=zero", []set{{on: []int{0}}, {on: []int{1}}, {on: []int{2}}, {on: []int{1, 2}}}},
+		// Soft targets: the uncertain labels ignored by the label sets,
+		// their targets the dataset's (UncertainTargets).
+		{"0.7", []set{{on: []int{0}}, {[]int{1}, []int{0}}, {on: []int{2}}, {[]int{2}, []int{0, 1}}}},
+		{"zero,Cardiomegaly=0.25", []set{{on: []int{0}}, {[]int{1}, []int{0}}, {on: []int{2}}, {[]int{2}, []int{0}}}},
 	} {
 		// A column's name in another case is found too.
 		if _, err := LoadString("csv:" + listing + ":labels=pleural effusion:uncertain=" + tc.uncertain); err != nil && !strings.Contains(tc.uncertain, "=") {
@@ -243,10 +247,17 @@ func TestCSVLabelColumns(t *testing.T) {
 		if !m.MultiLabel() || strings.Join(m.Classes(), ",") != "Cardiomegaly,Pleural Effusion,Edema" || m.NumUsers() != 3 {
 			t.Fatalf("multi-label %v, labels %q, %d users", m.MultiLabel(), m.Classes(), m.NumUsers())
 		}
-		if other, ok := prints[m.Fingerprint()]; ok {
-			t.Errorf("uncertain=%s: the fingerprint of uncertain=%s", tc.uncertain, other)
+		wantSoft := map[string][]float64{"0.7": {0.7, 0.7, 0.7}, "zero,Cardiomegaly=0.25": {0.25, 0, 0}}[tc.uncertain]
+		if got := m.UncertainTargets(); fmt.Sprint(got) != fmt.Sprint(wantSoft) {
+			t.Errorf("uncertain=%s: soft targets %v, want %v", tc.uncertain, got, wantSoft)
 		}
-		prints[m.Fingerprint()] = tc.uncertain
+		// Soft rules' label sets are ignore's: the same fingerprint.
+		if wantSoft == nil {
+			if other, ok := prints[m.Fingerprint()]; ok {
+				t.Errorf("uncertain=%s: the fingerprint of uncertain=%s", tc.uncertain, other)
+			}
+			prints[m.Fingerprint()] = tc.uncertain
+		}
 		for i := 0; i < m.Len(); i++ {
 			px := m.Pixels(i)[0]
 			w := tc.want[px-10]
@@ -263,9 +274,11 @@ func TestCSVLabelColumns(t *testing.T) {
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema", "uncertain: say what it means with :uncertain=zero"},
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=Edema=one", `"Cardiomegaly" is -1, uncertain`},
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,Atelectasis=one", `"Atelectasis" is not one of the label columns`},
-		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=maybe", `"maybe": want zero, one or ignore`},
-		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,one", `"one": want zero, one or ignore`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=maybe", `"maybe": want zero, one, ignore or a soft target in (0, 1)`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,one", `"one": want zero, one, ignore or a soft target`},
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,Edema=half", `"Edema=half": want COLUMN=zero`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=zero,Edema=1.5", `"Edema=1.5": want COLUMN=zero`},
+		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=0", `"0": want zero, one, ignore or a soft target`},
 		{"csv:" + listing + ":labels=Cardiomegaly,Edema:uncertain=Edema=one,Edema=zero", `column "Edema" twice`},
 		{"csv:" + listing + ":labels=Cardiomegaly,Atelectasis:uncertain=one", `no column "Atelectasis"`},
 		{"csv:" + listing + ":labels=Sex:uncertain=one", `"Sex" is "F": want 1, 0, empty or -1`},

@@ -218,7 +218,9 @@ type Spec struct {
 	// "zero" (absent: U-Zeros), "one" (present: CheXpert's U-Ones),
 	// "ignore" (neither: the label left out of the sample's loss and of
 	// the evaluation's figures, U-Ignore; internal/labelset's partial
-	// sets) — or such a rule for every column followed by COLUMN=RULE
+	// sets), a number T in (0, 1) (uncertain: a soft target T in the
+	// loss, left out of the evaluation's figures — label smoothing
+	// regularization, Pham et al. 2021; UncertainTargets) — or such a rule for every column followed by COLUMN=RULE
 	// exceptions, comma separated ("zero,Atelectasis=one,Edema=one", the
 	// CheXpert paper's choice per finding), or exceptions alone — and "",
 	// or a column no rule covers: refused, naming the row.
@@ -236,7 +238,10 @@ type uncertainRules struct {
 // parseUncertain reads a Spec.Uncertain.
 func parseUncertain(val string) (uncertainRules, error) {
 	var r uncertainRules
-	ok := func(rule string) bool { return rule == "zero" || rule == "one" || rule == "ignore" }
+	ok := func(rule string) bool {
+		_, soft := softTarget(rule)
+		return rule == "zero" || rule == "one" || rule == "ignore" || soft
+	}
 	if val == "" {
 		return r, nil
 	}
@@ -248,9 +253,9 @@ func parseUncertain(val string) (uncertainRules, error) {
 		case !named && i == 0 && ok(part):
 			r.all = part
 		case !named:
-			return r, fmt.Errorf("uncertain=%s: %q: want zero, one or ignore (what a label column's -1 means), then COLUMN=RULE exceptions", val, part)
+			return r, fmt.Errorf("uncertain=%s: %q: want zero, one, ignore or a soft target in (0, 1) (what a label column's -1 means), then COLUMN=RULE exceptions", val, part)
 		case col == "" || !ok(rule):
-			return r, fmt.Errorf("uncertain=%s: %q: want COLUMN=zero, COLUMN=one or COLUMN=ignore", val, part)
+			return r, fmt.Errorf("uncertain=%s: %q: want COLUMN=zero, COLUMN=one, COLUMN=ignore or COLUMN=T, T in (0, 1)", val, part)
 		case r.columns[col] != "":
 			return r, fmt.Errorf("uncertain=%s: column %q twice", val, col)
 		default:
@@ -262,6 +267,27 @@ func parseUncertain(val string) (uncertainRules, error) {
 		}
 	}
 	return r, nil
+}
+
+// softTarget reads a rule that is a soft target: a number in (0, 1).
+func softTarget(rule string) (float64, bool) {
+	v, err := strconv.ParseFloat(rule, 64)
+	return v, err == nil && v > 0 && v < 1
+}
+
+// targets returns each column's soft target under rules (forColumns'),
+// 0 where its rule is none: nil where no column's is.
+func softTargets(rules []string) []float64 {
+	var out []float64
+	for j, r := range rules {
+		if v, ok := softTarget(r); ok {
+			if out == nil {
+				out = make([]float64, len(rules))
+			}
+			out[j] = v
+		}
+	}
+	return out
 }
 
 // forColumns returns the rule of each of the label columns names (the

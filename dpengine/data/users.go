@@ -164,13 +164,16 @@ func (m *Images) derive() *Images {
 		spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels,
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
 		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths,
-		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel,
+		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel, uncertain: m.uncertain,
 		mapped: m.mapped,
 	}
 }
 
 // PixelsOnDisk is the source dataset's PixelsOnDisk.
 func (v *View) PixelsOnDisk() (int64, string) { return v.src.PixelsOnDisk() }
+
+// UncertainTargets is the source dataset's UncertainTargets.
+func (v *View) UncertainTargets() []float64 { return v.src.UncertainTargets() }
 
 // PixelsKept is the source dataset's PixelsKept.
 func (v *View) PixelsKept() (string, bool) { return v.src.PixelsKept() }

@@ -46,6 +46,15 @@ type MultiLabeled interface {
 	MultiLabel() bool
 }
 
+// UncertainTargetsOf returns d's labels' soft targets of their uncertain
+// entries (Images.UncertainTargets), nil where d has none.
+func UncertainTargetsOf(d any) []float64 {
+	if u, ok := d.(interface{ UncertainTargets() []float64 }); ok {
+		return u.UncertainTargets()
+	}
+	return nil
+}
+
 // IsMultiLabel reports whether d (a Dataset, Images) is a multi-label
 // dataset (MultiLabeled).
 func IsMultiLabel(d any) bool {

@@ -478,6 +478,10 @@ func (d *withCanaries) UserName(k int) string {
 // MultiLabel implements data.MultiLabeled: the training data's.
 func (d *withCanaries) MultiLabel() bool { return data.IsMultiLabel(d.base) }
 
+// UncertainTargets is the training data's (data.UncertainTargetsOf): the
+// canaries' label sets are full, and ignore none.
+func (d *withCanaries) UncertainTargets() []float64 { return data.UncertainTargetsOf(d.base) }
+
 // Classes names the training data's classes or labels, where it does.
 func (d *withCanaries) Classes() []string {
 	if c, ok := d.base.(interface{ Classes() []string }); ok {

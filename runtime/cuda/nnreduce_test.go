@@ -396,19 +396,26 @@ func reduceCases() []graphCase {
 			}
 		}
 		ones, posWeight := []float32{1, 1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 7.5, 0, 1.25}
+		// The ignored labels' soft targets: none, or three of six.
+		none, soft := make([]float32, K), []float32{0.7, 0, 0.2, 0, 0.55, 0}
 		for _, alpha := range []float32{0, 0.2} {
 			for _, pw := range [][]float32{ones, posWeight} {
-				name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
-				if pw[0] != 1 {
-					name += "/pos_weight"
+				for _, u := range [][]float32{none, soft} {
+					name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
+					if pw[0] != 1 {
+						name += "/pos_weight"
+					}
+					if u[0] != 0 {
+						name += "/uncertain"
+					}
+					add(name, 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
+						losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
+						pl, pp, pu := place(p, sets), place(p, pw), place(p, u)
+						o.SigmoidCrossEntropy(place(p, logits), pl, N, K, alpha, pp, pu, losses, probs)
+						o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, alpha, pp, pu, dl)
+						return fetchAll(p, losses, probs, dl)
+					})
 				}
-				add(name, 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
-					losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
-					pl, pp := place(p, sets), place(p, pw)
-					o.SigmoidCrossEntropy(place(p, logits), pl, N, K, alpha, pp, losses, probs)
-					o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, alpha, pp, dl)
-					return fetchAll(p, losses, probs, dl)
-				})
 			}
 		}
 	}
@@ -427,11 +434,15 @@ func reduceCases() []graphCase {
 				sets[i] &= 1<<(K-128) - 1
 			}
 		}
+		soft := uniform(rng, K, -1, 1) // half the labels' uncertain entries soft
+		for j, v := range soft {
+			soft[j] = max(v, 0)
+		}
 		add("SigmoidCrossEntropy/130 labels", 1e-5, func(o runtime.ReduceOps, p *placer) [][]float32 {
 			losses, probs, dl := place(p, stale(N)), place(p, stale(N*K)), place(p, stale(N*K))
-			pl, pp := place(p, sets), place(p, pw)
-			o.SigmoidCrossEntropy(place(p, logits), pl, N, K, 0.1, pp, losses, probs)
-			o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, 0.1, pp, dl)
+			pl, pp, pu := place(p, sets), place(p, pw), place(p, soft)
+			o.SigmoidCrossEntropy(place(p, logits), pl, N, K, 0.1, pp, pu, losses, probs)
+			o.SigmoidCrossEntropyBackward(probs, pl, place(p, weights), N, K, 0.1, pp, pu, dl)
 			return fetchAll(p, losses, probs, dl)
 		})
 	}

@@ -188,27 +188,27 @@ func (d *Device) SoftmaxCrossEntropyBackward(probs []float32, labels []int64, we
 
 // SigmoidCrossEntropy implements runtime.ReduceOps: a thread per sample,
 // each term in double as the CPU's.
-func (d *Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
+func (d *Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, uncertain, losses, probs []float32) {
 	if n == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("SigmoidCrossEntropy")
 	a.Ptr(f32(logits[:n*k], opIn, d)).Ptr(i64In(labels[:n*runtime.LabelWords(k)], d)).I64(int64(n)).I64(int64(k)).F32(alpha).Ptr(f32(posWeight[:k], opIn, d)).
-		Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
+		Ptr(f32(uncertain[:k], opIn, d)).Ptr(f32(losses[:n], opOut, d)).Ptr(f32(probs[:n*k], opOut, d))
 	d.launch("sigmoid_xent", int64(n))
 }
 
 // SigmoidCrossEntropyBackward implements runtime.ReduceOps: a thread per
 // logit.
-func (d *Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
+func (d *Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, uncertain, dlogits []float32) {
 	if n*k == 0 {
 		return
 	}
 	a := d.begin()
 	defer d.end("SigmoidCrossEntropyBackward")
 	a.Ptr(f32(probs[:n*k], opIn, d)).Ptr(i64In(labels[:n*runtime.LabelWords(k)], d)).Ptr(f32(weights[:n], opIn, d)).I64(int64(n)).I64(int64(k)).F32(alpha).
-		Ptr(f32(posWeight[:k], opIn, d)).Ptr(f32(dlogits[:n*k], opOut, d))
+		Ptr(f32(posWeight[:k], opIn, d)).Ptr(f32(uncertain[:k], opIn, d)).Ptr(f32(dlogits[:n*k], opOut, d))
 	d.launch("sigmoid_xent_bwd", int64(n*k))
 }
 

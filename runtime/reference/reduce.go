@@ -270,17 +270,20 @@ func ignoredOf(labels []int64, k, s, j int) bool {
 }
 
 // SigmoidCrossEntropy implements runtime.ReduceOps, in float64.
-func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, losses, probs []float32) {
+func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, alpha float32, posWeight, uncertain, losses, probs []float32) {
 	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		var sum float64
 		for j := 0; j < k; j++ {
 			z := float64(logits[s*k+j])
 			probs[s*k+j] = float32(1 / (1 + math.Exp(-z)))
-			if ignoredOf(labels, k, s, j) {
-				continue // no term; the mean still over k
-			}
 			t := (1-a)*labelOf(labels, k, s, j) + a/2
+			if ignoredOf(labels, k, s, j) {
+				if uncertain[j] <= 0 {
+					continue // no term; the mean still over k
+				}
+				t = (1-a)*float64(uncertain[j]) + a/2
+			}
 			p := float64(posWeight[j])
 			// −p·t·log σ(z) − (1−t)·log(1−σ(z)), σ(z) = 1/(1 + e^{−z}).
 			sum += p*t*math.Log1p(math.Exp(-z)) + (1-t)*math.Log1p(math.Exp(z))
@@ -290,16 +293,19 @@ func (Device) SigmoidCrossEntropy(logits []float32, labels []int64, n, k int, al
 }
 
 // SigmoidCrossEntropyBackward implements runtime.ReduceOps.
-func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, dlogits []float32) {
+func (Device) SigmoidCrossEntropyBackward(probs []float32, labels []int64, weights []float32, n, k int, alpha float32, posWeight, uncertain, dlogits []float32) {
 	a := float64(alpha)
 	for s := 0; s < n; s++ {
 		w := float64(weights[s]) / float64(k)
 		for j := 0; j < k; j++ {
-			if ignoredOf(labels, k, s, j) {
-				dlogits[s*k+j] = 0
-				continue
-			}
 			t := (1-a)*labelOf(labels, k, s, j) + a/2
+			if ignoredOf(labels, k, s, j) {
+				if uncertain[j] <= 0 {
+					dlogits[s*k+j] = 0
+					continue
+				}
+				t = (1-a)*float64(uncertain[j]) + a/2
+			}
 			p := float64(posWeight[j])
 			// d/dz of −p·t·log σ(z) − (1−t)·log(1−σ(z)) = (p·t + 1 − t)·σ(z) − p·t.
 			dlogits[s*k+j] = float32(w * ((p*t+1-t)*float64(probs[s*k+j]) - p*t))

@@ -104,19 +104,27 @@ func TestReduceOps(t *testing.T) {
 	mlLogits := randIn(602, N*5, -30, 30)
 	mlProbs, mlLoss := make([]float32, N*5), make([]float32, N)
 	ones5, posWeight := []float32{1, 1, 1, 1, 1}, []float32{2, 0.5, 1, 3.25, 0}
-	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, 0, ones5, mlLoss, mlProbs)
+	// Soft targets of the uncertain (ignored) labels: labels 0 and 4
+	// uncertain at 0.7 and 0.2, the others left out.
+	none5, soft := make([]float32, 5), []float32{0.7, 0, 0, 0, 0.2}
+	Device{}.SigmoidCrossEntropy(mlLogits, sets, N, 5, 0, ones5, none5, mlLoss, mlProbs)
 	for _, alpha := range []float32{0, 0.2} {
 		for _, pw := range [][]float32{ones5, posWeight} {
-			name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
-			if pw[0] != 1 {
-				name += "/pos_weight"
+			for _, u := range [][]float32{none5, soft} {
+				name := fmt.Sprint("SigmoidCrossEntropy/smoothing", alpha)
+				if pw[0] != 1 {
+					name += "/pos_weight"
+				}
+				if u[0] != 0 {
+					name += "/uncertain"
+				}
+				cases = append(cases, opCase{name: name, run: func(d runtime.GraphOps) [][]float32 {
+					losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
+					d.SigmoidCrossEntropy(mlLogits, sets, N, 5, alpha, pw, u, losses, probs)
+					d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, alpha, pw, u, dl)
+					return [][]float32{losses, probs, dl}
+				}})
 			}
-			cases = append(cases, opCase{name: name, run: func(d runtime.GraphOps) [][]float32 {
-				losses, probs, dl := make([]float32, N), make([]float32, N*5), make([]float32, N*5)
-				d.SigmoidCrossEntropy(mlLogits, sets, N, 5, alpha, pw, losses, probs)
-				d.SigmoidCrossEntropyBackward(mlProbs, sets, weights, N, 5, alpha, pw, dl)
-				return [][]float32{losses, probs, dl}
-			}})
 		}
 	}
 	// More labels than a word holds: 130 labels, three words a sample and
@@ -134,12 +142,16 @@ func TestReduceOps(t *testing.T) {
 		}
 	}
 	wideLogits, widePW := randIn(603, N*wide, -20, 20), randIn(604, wide, 0, 4)
+	wideSoft := randIn(605, wide, -1, 1) // half the labels' uncertain entries soft, half left out
+	for j, v := range wideSoft {
+		wideSoft[j] = max(v, 0)
+	}
 	wideProbs, wideLoss := make([]float32, N*wide), make([]float32, N)
-	Device{}.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0, widePW, wideLoss, wideProbs)
+	Device{}.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0, widePW, wideSoft, wideLoss, wideProbs)
 	cases = append(cases, opCase{name: "SigmoidCrossEntropy/130 labels", run: func(d runtime.GraphOps) [][]float32 {
 		losses, probs, dl := make([]float32, N), make([]float32, N*wide), make([]float32, N*wide)
-		d.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0.1, widePW, losses, probs)
-		d.SigmoidCrossEntropyBackward(wideProbs, wideSets, weights, N, wide, 0.1, widePW, dl)
+		d.SigmoidCrossEntropy(wideLogits, wideSets, N, wide, 0.1, widePW, wideSoft, losses, probs)
+		d.SigmoidCrossEntropyBackward(wideProbs, wideSets, weights, N, wide, 0.1, widePW, wideSoft, dl)
 		return [][]float32{losses, probs, dl}
 	}})
 	// ScatterReduce with repeated offsets (the reductions accumulate in
@@ -202,20 +214,23 @@ func TestReduceHand(t *testing.T) {
 	// of weight 2, the gradient 2·(σ − t)/2 = (½, −¼).
 	multiWeighed := func(alpha float32, pw []float32) []float32 {
 		loss, probs, dl := make([]float32, 1), make([]float32, 2), make([]float32, 2)
-		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 0}, 1, 2, alpha, pw, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, []int64{2, 0}, []float32{2}, 1, 2, alpha, pw, dl)
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 0}, 1, 2, alpha, pw, []float32{0, 0}, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2, 0}, []float32{2}, 1, 2, alpha, pw, []float32{0, 0}, dl)
 		return append(append(loss, probs...), dl...)
 	}
 	multi := func(alpha float32) []float32 { return multiWeighed(alpha, []float32{1, 1}) }
 	// The same set ignoring label 0 (its second word 0b01): label 0's term
 	// gone, the mean still over 2 — the loss −ln ¾ / 2 —, its gradient 0,
 	// its sigmoid still ½.
-	ignoring := func() []float32 {
+	ignoring := func(u []float32) []float32 {
 		loss, probs, dl := make([]float32, 1), make([]float32, 2), []float32{9, 9}
-		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 1}, 1, 2, 0, []float32{1, 1}, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, []int64{2, 1}, []float32{2}, 1, 2, 0, []float32{1, 1}, dl)
+		d.SigmoidCrossEntropy([]float32{0, float32(math.Log(3))}, []int64{2, 1}, 1, 2, 0, []float32{1, 1}, u, loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, []int64{2, 1}, []float32{2}, 1, 2, 0, []float32{1, 1}, u, dl)
 		return append(append(loss, probs...), dl...)
 	}
+	// Label 0 uncertain at the soft target 0.3 instead: its term
+	// −0.3·ln ½ − 0.7·ln ½ = ln 2 back, its gradient 2·(½ − 0.3)/2 = 0.2.
+	softTarget := float32((math.Ln2 - math.Log(0.75)) / 2)
 	// Label 1's positive term weighed by 3 (label 0's weight 5 weighs
 	// nothing: label 0 does not apply): the loss (−ln ½ − 3·ln ¾)/2, the
 	// gradient (σ − 0, (1 + 2·1)·σ − 3) = (½, −¾).
@@ -242,8 +257,8 @@ func TestReduceHand(t *testing.T) {
 		if ignore { // labels 63 (word 0's last bit) and 129 ignored
 			set[3], set[5] = math.MinInt64, 1<<1
 		}
-		d.SigmoidCrossEntropy(logits, set, 1, k, 0, ones, loss, probs)
-		d.SigmoidCrossEntropyBackward(probs, set, []float32{k}, 1, k, 0, ones, dl)
+		d.SigmoidCrossEntropy(logits, set, 1, k, 0, ones, make([]float32, k), loss, probs)
+		d.SigmoidCrossEntropyBackward(probs, set, []float32{k}, 1, k, 0, ones, make([]float32, k), dl)
 		// The gradient of weight k: σ(z) − t, label 64's σ(0.2) − 1.
 		return []float32{loss[0], dl[64], dl[63], dl[129], probs[129]}
 	}
@@ -271,7 +286,8 @@ func TestReduceHand(t *testing.T) {
 	}{
 		{"SigmoidCrossEntropy/130 labels", wideHand(false), wideWant(false)},
 		{"SigmoidCrossEntropy/130 labels/ignoring", wideHand(true), wideWant(true)},
-		{"SigmoidCrossEntropy/ignoring", ignoring(), []float32{float32(-math.Log(0.75) / 2), 0.5, 0.75, 0, -0.25}},
+		{"SigmoidCrossEntropy/ignoring", ignoring([]float32{0, 0}), []float32{float32(-math.Log(0.75) / 2), 0.5, 0.75, 0, -0.25}},
+		{"SigmoidCrossEntropy/uncertain", ignoring([]float32{0.3, 0}), []float32{softTarget, 0.5, 0.75, 0.2, -0.25}},
 		{"SigmoidCrossEntropy", multi(0), []float32{float32((math.Ln2 - math.Log(0.75)) / 2), 0.5, 0.75, 0.5, -0.25}},
 		{"SigmoidCrossEntropy/smoothing", multi(0.2), []float32{smoothedMulti, 0.5, 0.75, 0.4, -0.15}},
 		{"SigmoidCrossEntropy/pos_weight", multiWeighed(0, []float32{5, 3}), []float32{posWeighted, 0.5, 0.75, 0.5, -0.75}},

@@ -331,13 +331,15 @@ __device__ __forceinline__ long long label_ignored(const long long *labels, long
 
 // sigmoid_xent computes, per sample i (a thread each), the binary
 // cross-entropy of each of its k logits' sigmoid against label j of its
-// label set (label_bit; none where it ignores the label, label_ignored)
+// label set (label_bit; none where it ignores the label, label_ignored,
+// but for an uncertain one's soft target uncertain[j] > 0)
 // smoothed by alpha towards ½, its positive term weighed by
 // pos_weight[j], averaged over the labels, into losses, and σ(z) into
 // probs: the CPU's terms in double, c·max(z, 0) − z·(p·t) + c·log(1 +
 // e^{−|z|}), c = 1 + (p − 1)·t.
 extern "C" __global__ void sigmoid_xent(const float *logits, const long long *labels, long long n, long long k,
-                                        float alpha, const float *pos_weight, float *losses, float *probs) {
+                                        float alpha, const float *pos_weight, const float *uncertain, float *losses,
+                                        float *probs) {
   double a = (double)alpha;
   FOR_EACH(i, n) {
     const float *row = logits + i * k;
@@ -347,8 +349,11 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
       double z = (double)row[j];
       double e = d_exp(z < 0 ? z : -z);
       pr[j] = (float)(z >= 0 ? 1 / (1 + e) : e / (1 + e));
-      if (label_ignored(labels, k, i, j)) continue;  // no term; the mean still over k
       double t = (1 - a) * (double)label_bit(labels, k, i, j) + a / 2;
+      if (label_ignored(labels, k, i, j)) {
+        if (uncertain[j] <= 0) continue;  // no term; the mean still over k
+        t = (1 - a) * (double)uncertain[j] + a / 2;  // an uncertain label's soft target
+      }
       double p = (double)pos_weight[j];
       double c = 1 + (p - 1) * t;
       s += c * (z > 0 ? z : 0) - z * (p * t) + c * d_log(1 + e);
@@ -363,16 +368,19 @@ extern "C" __global__ void sigmoid_xent(const float *logits, const long long *la
 // float as the CPU does: (probs − t) + (p − 1)·t·(probs − 1).
 extern "C" __global__ void sigmoid_xent_bwd(const float *probs, const long long *labels, const float *weights,
                                             long long n, long long k, float alpha, const float *pos_weight,
-                                            float *dlogits) {
+                                            const float *uncertain, float *dlogits) {
   float inv = 1 / (float)k, off = alpha / 2, on = 1 - alpha / 2;
   FOR_EACH(e, n * k) {
     long long i = e / k, j = e % k;
+    float t = label_bit(labels, k, i, j) ? on : off;
     if (label_ignored(labels, k, i, j)) {
-      dlogits[e] = 0;
-      continue;
+      if (uncertain[j] <= 0) {
+        dlogits[e] = 0;
+        continue;
+      }
+      t = (1 - alpha) * uncertain[j] + off;
     }
     float w = weights[i] * inv;
-    float t = label_bit(labels, k, i, j) ? on : off;
     dlogits[e] = w * ((probs[e] - t) + (pos_weight[j] - 1) * t * (probs[e] - 1));
   }
 }
