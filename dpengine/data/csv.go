@@ -84,7 +84,8 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	// (internal/labelset).
 	var rows []csvRow
 	var classes []string
-	var soft []float64                                     // the label columns' soft targets (uncertain=T)
+	// soft are the label columns' soft targets (uncertain=T).
+	var soft []float64
 	multi := len(spec.Labels) > 0 || spec.MultiLabel != "" // label sets: csvRow.set
 	where, err := parseWhere(spec.Where)
 	if err != nil {
