@@ -1942,28 +1942,41 @@ func (p *Plan) SetMultiLabel(on bool) error {
 // loss a sample. w has one finite, non-negative weight a logit; nil
 // restores 1 for every label. It needs SetMultiLabel.
 func (p *Plan) SetPosWeight(w []float64) error {
-	if !p.hasLoss {
-		return errors.New("runtime: positive weights need the loss head")
-	}
-	if w != nil && !p.multiLabel {
-		return errors.New("runtime: positive weights weigh the multi-label loss head's labels (SetMultiLabel)")
-	}
-	if k := len(p.posWeightHost); w != nil && len(w) != k {
-		return fmt.Errorf("runtime: %d positive weights for a head of %d labels", len(w), k)
-	}
-	for j := range p.posWeightHost {
-		v := 1.0
-		if w != nil {
-			v = w[j]
-		}
+	return p.setPerLabel("positive weights", w, 1, p.posWeightHost, p.posWeight, p.posWeightBuf, func(v float64) string {
 		if !(v >= 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("runtime: label %d's positive weight %v must be finite and non-negative", j, v)
+			return "positive weight %v must be finite and non-negative"
 		}
-		p.posWeightHost[j] = float32(v)
+		return ""
+	})
+}
+
+// setPerLabel stages one value a label of the multi-label loss head (what
+// they are, for messages), v[j] or def for every label where v is nil,
+// into host and, where the device holds its own copy dev, into buf; bad
+// says what is wrong with a value ("" where nothing is), a format of it.
+func (p *Plan) setPerLabel(what string, v []float64, def float64, host, dev []float32, buf Buffer, bad func(float64) string) error {
+	if !p.hasLoss {
+		return fmt.Errorf("runtime: %s need the loss head", what)
 	}
-	if !SameMemory(p.posWeight, p.posWeightHost) {
-		if err := p.dev.CopyIn(p.posWeightBuf, 0, p.posWeightHost); err != nil {
-			return fmt.Errorf("runtime: copying the positive weights in: %w", err)
+	if v != nil && !p.multiLabel {
+		return fmt.Errorf("runtime: %s are the multi-label loss head's (SetMultiLabel)", what)
+	}
+	if k := len(host); v != nil && len(v) != k {
+		return fmt.Errorf("runtime: %d %s for a head of %d labels", len(v), what, k)
+	}
+	for j := range host {
+		x := def
+		if v != nil {
+			x = v[j]
+		}
+		if msg := bad(x); msg != "" {
+			return fmt.Errorf("runtime: label %d's "+msg, j, x)
+		}
+		host[j] = float32(x)
+	}
+	if !SameMemory(dev, host) {
+		if err := p.dev.CopyIn(buf, 0, host); err != nil {
+			return fmt.Errorf("runtime: copying the %s in: %w", what, err)
 		}
 	}
 	return nil
@@ -1978,31 +1991,12 @@ func (p *Plan) SetPosWeight(w []float64) error {
 // sample. u has one value a logit; nil restores 0 for every label. It
 // needs SetMultiLabel.
 func (p *Plan) SetUncertainTargets(u []float64) error {
-	if !p.hasLoss {
-		return errors.New("runtime: uncertain targets need the loss head")
-	}
-	if u != nil && !p.multiLabel {
-		return errors.New("runtime: uncertain targets are the multi-label loss head's (SetMultiLabel)")
-	}
-	if k := len(p.uncertainHost); u != nil && len(u) != k {
-		return fmt.Errorf("runtime: %d uncertain targets for a head of %d labels", len(u), k)
-	}
-	for j := range p.uncertainHost {
-		v := 0.0
-		if u != nil {
-			v = u[j]
-		}
+	return p.setPerLabel("uncertain targets", u, 0, p.uncertainHost, p.uncertain, p.uncertainBuf, func(v float64) string {
 		if !(v == 0 || v > 0 && v < 1) {
-			return fmt.Errorf("runtime: label %d's uncertain target %v must be in (0, 1), or 0 for none", j, v)
+			return "uncertain target %v must be in (0, 1), or 0 for none"
 		}
-		p.uncertainHost[j] = float32(v)
-	}
-	if !SameMemory(p.uncertain, p.uncertainHost) {
-		if err := p.dev.CopyIn(p.uncertainBuf, 0, p.uncertainHost); err != nil {
-			return fmt.Errorf("runtime: copying the uncertain targets in: %w", err)
-		}
-	}
-	return nil
+		return ""
+	})
 }
 
 // Loss computes the per-sample softmax cross-entropy of output 0 (logits
