@@ -108,7 +108,7 @@ func runData(args []string, stdout io.Writer) error {
 		} else {
 			rep.Sample = a.SampleShape()
 			rep.Fingerprint = a.Fingerprint()
-			rep.MultiLabel = a.MultiLabel()
+			rep.MultiLabel, rep.UncertainTargets = a.MultiLabel(), a.UncertainTargets()
 			countClasses(&rep, a, a.Classes(), 0)
 		}
 	case *model != "":

@@ -163,6 +163,13 @@ func TestDataCommand(t *testing.T) {
 	if r := dataJSON(t, "--data", "npy:"+arrays); r.Examples != 4 || len(r.Sample) != 2 || r.Classes[1].Examples != 2 || r.Fingerprint == "" {
 		t.Errorf("arrays: %+v", r)
 	}
+	// Multi-hot arrays with an uncertain label and its soft target.
+	if err := npy.WriteNPZ(arrays, map[string]*npy.Array{"x": npy.NewFloat32(make([]float32, 4*2*5), 4, 2, 5), "y": npy.NewInt64([]int64{1, 0, -1, 1, 0, 0, -1, -1}, 4, 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if r := dataJSON(t, "--data", "npy:"+arrays+":uncertain=ignore,1=0.6"); !r.MultiLabel || fmt.Sprint(r.UncertainTargets) != "[0 0.6]" || r.Classes[0].Ignored != 2 || r.Classes[1].Ignored != 1 || r.Classes[0].Examples != 1 {
+		t.Errorf("multi-hot arrays: %+v", r)
+	}
 
 	for _, c := range []struct {
 		args []string
