@@ -202,7 +202,9 @@ func countClasses(rep *dataReport, d labelled, classes []string, users int) {
 		for w, x := range set {
 			binary.LittleEndian.PutUint64(key[8*w:], x)
 		}
-		sets[string(key)] = true
+		if !sets[string(key)] { // a lookup by the bytes allocates nothing
+			sets[string(key)] = true
+		}
 	}
 	rep.LabelSets = len(sets)
 }

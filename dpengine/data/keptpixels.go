@@ -130,7 +130,7 @@ func (k *keptFile) load(m *Images) bool {
 	}
 	// The pixels read back as they were written, or not at all: a file
 	// changed on disk is decoded again, never trained on.
-	if keptDigest(head.Images, head.Channels, index, func(i int, _ []byte) []byte {
+	if keptDigest(index, head.Images, func(i int) []byte {
 		off, h, w := keptEntry(index, i)
 		return b[off : off+int64(head.Channels)*h*w]
 	}) != head.Pixels {
@@ -226,31 +226,23 @@ func keptEntry(index []byte, i int) (off, h, w int64) {
 	return int64(binary.LittleEndian.Uint64(e)), int64(int32(binary.LittleEndian.Uint32(e[8:]))), int64(int32(binary.LittleEndian.Uint32(e[12:])))
 }
 
-// keptDigest is the digest of n images' pixels, image(i, buf) giving
-// image i's (in buf, a worker's scratch of the largest image's size, where
-// it reads them), channels a pixel, index their entries: the SHA-256 of
-// the index and of each image's SHA-256 in order, the images hashed in
-// parallel.
-func keptDigest(n, channels int, index []byte, image func(i int, buf []byte) []byte) string {
+// keptDigest is the digest of the n images whose index is index, image(i)
+// giving image i's pixels: the SHA-256 of the index and of each image's
+// SHA-256 in order, the images hashed in parallel.
+func keptDigest(index []byte, n int, image func(i int) []byte) string {
 	sums := make([][sha256.Size]byte, n)
-	var largest int64
-	for i := range n {
-		_, h, w := keptEntry(index, i)
-		largest = max(largest, int64(channels)*h*w)
-	}
 	var next atomic.Int64
 	var wg par.Group
 	for range min(runtime.GOMAXPROCS(0), max(n, 1)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, largest)
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= n {
 					return
 				}
-				sums[i] = sha256.Sum256(image(i, buf))
+				sums[i] = sha256.Sum256(image(i))
 			}
 		}()
 	}
@@ -294,8 +286,8 @@ func (k *keptFile) seal(p *pixelFile, imgs []decoded, channels int) error {
 	// The pixels' digest, read back from the file in the index's order.
 	var readErr error
 	var mu sync.Mutex
-	digest := keptDigest(len(imgs), channels, index, func(i int, buf []byte) []byte {
-		b := buf[:imgs[i].n]
+	digest := keptDigest(index, len(imgs), func(i int) []byte {
+		b := make([]byte, imgs[i].n)
 		if _, err := p.f.ReadAt(b, imgs[i].off); err != nil {
 			mu.Lock()
 			readErr = errors.Join(readErr, err)
