@@ -943,13 +943,13 @@ func (m *labelMetrics) result() *EvalResult {
 					score, pos = append(score, m.logits[i*k+j]), append(pos, labelset.Has(m.truth[i*w:(i+1)*w], j))
 				}
 			}
-			order := byScore(score, order[:len(score)])
-			if a, ok := rankAUC(score, pos, order); ok {
-				c.AUC, c.AUCCI = &a, delongCI(score, pos, order, a)
+			idx := byScore(score, order[:len(score)])
+			if a, ok := rankAUC(score, pos, idx); ok {
+				c.AUC, c.AUCCI = &a, delongCI(score, pos, idx, a)
 				aucSum += a
 				aucs++
 			}
-			if a, ok := averagePrecision(score, pos, order); ok {
+			if a, ok := averagePrecision(score, pos, idx); ok {
 				c.AP = &a
 				apSum += a
 				aps++
