@@ -97,6 +97,10 @@ type EvalResult struct {
 	// private model that is right as often but less sure, or surer, shows
 	// here what accuracy hides. Nil for a multi-label evaluation.
 	ECE *float64 `json:"ece,omitempty"`
+	// Groups, where set, says the figures are those of groups of
+	// examples (Evaluator.RunGrouped: a study's views scored as one),
+	// Samples counting the groups.
+	Groups *GroupSummary `json:"groups,omitempty"`
 }
 
 // ClassMetrics are one class's figures in an EvalResult — of a
@@ -791,7 +795,7 @@ func Decide(logits []float32, cut []float64, set []uint64) {
 // the binary cross-entropy of each logit's sigmoid against label j of the
 // set's words, the labels ignored (nil: none) left out, the sum divided by
 // all the labels (runtime.Plan.SetMultiLabel's).
-func sigmoidLoss(logits []float32, set, ignored []uint64) float64 {
+func sigmoidLoss[F float32 | float64](logits []F, set, ignored []uint64) float64 {
 	var s float64
 	for j, v := range logits {
 		if ignored != nil && labelset.Has(ignored, j) {

@@ -188,12 +188,10 @@ func runEval(args []string, stdout io.Writer) error {
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
+	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) or dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
+	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	dev, err := devFlag.open()
-	if err != nil {
 		return err
 	}
 	if *model == "" || *spec == "" {
@@ -201,6 +199,21 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
+	}
+	switch *groupBy {
+	case "", "user", "dir":
+	default:
+		return usagef("--group-by %q: want user or dir", *groupBy)
+	}
+	if *combine != dptrain.CombineMean && *combine != dptrain.CombineMax {
+		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
+	}
+	if *groupBy == "" && flagGiven(fs, "combine") {
+		return usagef("--combine says how a group's examples combine: it needs --group-by")
+	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
 	}
 	lm, err := loadGraph(*model)
 	if err != nil {
@@ -250,7 +263,18 @@ func runEval(args []string, stdout io.Writer) error {
 			return fmt.Errorf("%s: %w", *model, err)
 		}
 	}
-	res, err := ev.Run(v)
+	var res *dptrain.EvalResult
+	var by string
+	if *groupBy == "" {
+		res, err = ev.Run(v)
+	} else {
+		var gr dptrain.Grouping
+		if gr, by, err = groupingOf(v, s, *groupBy); err != nil {
+			return err
+		}
+		gr.Combine = *combine
+		res, err = ev.RunGrouped(v, gr)
+	}
 	if err != nil {
 		return err
 	}
@@ -262,10 +286,62 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if res.MultiLabel {
 		writeLabelEval(stdout, *model, s, res)
-		return nil
+	} else {
+		writeEval(stdout, *model, s, res)
 	}
-	writeEval(stdout, *model, s, res)
+	if g := res.Groups; g != nil {
+		fmt.Fprintf(stdout, "\ngroups:   %d groups (%s) of the %d examples: 1 to %d examples a group, %d of one; each scored by its examples' probabilities' %s; every figure above counts groups\n",
+			res.Samples, by, g.Examples, g.Largest, g.Single, g.Combine)
+	}
 	return nil
+}
+
+// groupingOf groups v's examples (read from spec) by by: "user", the
+// data's users, or "dir", each image's directory. It returns the
+// grouping and what the groups are, in words.
+func groupingOf(v data.Dataset, spec, by string) (dptrain.Grouping, string, error) {
+	var gr dptrain.Grouping
+	var what string
+	switch by {
+	case "user":
+		users, n := data.UsersOf(v)
+		if n == 0 {
+			return gr, "", usagef("--group-by user: %s names no users (a listing's user column, its user=COL, or users=REGEX over the image paths: users=/(patient\\d+/study\\d+)/ groups CheXpert's studies)", spec)
+		}
+		u := v.(data.Users)
+		gr.Of, gr.Names = users, make([]string, n)
+		for i := range gr.Names {
+			gr.Names[i] = u.UserName(i)
+		}
+		what = "the data's users"
+	case "dir":
+		var ok bool
+		if gr.Of, gr.Names, ok = data.DirGroups(v); !ok {
+			return gr, "", usagef("--group-by dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are); --group-by user groups by the data's users", spec)
+		}
+		what = "each image's directory"
+	}
+	if sp, ok := v.(data.SamplePaths); ok {
+		gr.Example = sp.SamplePath
+	}
+	return gr, what, nil
+}
+
+// counted says what an evaluation's figures count: its examples, or
+// its groups of them (--group-by).
+func counted(res *dptrain.EvalResult) string {
+	if res.Groups != nil {
+		return fmt.Sprintf("%d examples in %d groups, the figures the groups'", res.Groups.Examples, res.Samples)
+	}
+	return fmt.Sprintf("%d examples", res.Samples)
+}
+
+// scored names what an evaluation scores: samples, or groups.
+func scored(res *dptrain.EvalResult) string {
+	if res.Groups != nil {
+		return "groups"
+	}
+	return "samples"
 }
 
 // writeLabelEval prints a multi-label evaluation: the figures, then each
@@ -275,7 +351,7 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 	if res.Thresholds != nil {
 		above = "its threshold (" + strings.Trim(fmt.Sprint(res.Thresholds), "[]") + ")"
 	}
-	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples, multi-label: %d labels, each decided by its logit's sigmoid above %s)\n", model, spec, res.Samples, len(res.PerClass), above)
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%s, multi-label: %d labels, each decided by its logit's sigmoid above %s)\n", model, spec, counted(res), len(res.PerClass), above)
 	if res.AUC != nil {
 		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives)\n", *res.AUC)
 	}
@@ -284,7 +360,7 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 	}
 	fmt.Fprintf(stdout, "labels right: %.2f %% (of every sample's label decisions)\nexact:    %.2f %% (samples with every label right)\n", 100*res.Accuracy, 100*res.ExactMatch)
 	if res.IgnoredLabels > 0 {
-		fmt.Fprintf(stdout, "ignored:  %d of the %d labels of the samples (uncertain=ignore), in none of these figures\n", res.IgnoredLabels, int64(res.Samples)*int64(len(res.PerClass)))
+		fmt.Fprintf(stdout, "ignored:  %d of the %d labels of the %s (uncertain=ignore), in none of these figures\n", res.IgnoredLabels, int64(res.Samples)*int64(len(res.PerClass)), scored(res))
 	}
 	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
 	fmt.Fprintf(stdout, "\nper label:\n")
@@ -314,7 +390,7 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 // writeEval prints an evaluation: the figures, the confusion matrix and
 // each class's precision, recall and F1.
 func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
-	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%d examples)\n", model, spec, res.Samples)
+	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%s)\n", model, spec, counted(res))
 	if len(res.Thresholds) == 1 {
 		fmt.Fprintf(stdout, "decided:  class 1 where its probability exceeds %g (--threshold; the AUC, loss and ECE do not depend on it)\n", res.Thresholds[0])
 	}

@@ -98,6 +98,13 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
+// flagGiven reports whether the command line set flag name of fs.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 // newFlagSet returns a flag set whose parse errors are returned, not fatal,
 // and whose usage line names the command.
 func newFlagSet(name, synopsis string) *flag.FlagSet {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 	"github.com/dpfinetune/dpfinetune/runtime"
@@ -42,6 +43,8 @@ func runPredict(args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "--images: print JSON")
 	csvOut := fs.String("csv", "", "--images: write a CSV file of a row an image instead of the table — the file, the prediction (the class; a multi-label model's labels decided, separated by |) and every class's probability — as the images are classified (a directory of a million photos streams to it)")
 	threshold := fs.String("threshold", "", "--images: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½); a two-class model's class 1 where its probability exceeds it (default: the more probable class)")
+	groupBy := fs.String("group-by", "", "--images: dir predicts for each directory of images as one (a study's views), its images' probabilities combined (--combine), a row a directory in sorted order, written once every image is classified")
+	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a directory's probabilities combine its images': mean, or max (each class's or label's largest: a finding seen in any view)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -67,6 +70,16 @@ func runPredict(args []string, stdout io.Writer) error {
 		return usagef("--csv writes the predictions of --images")
 	case *csvOut != "" && *asJSON:
 		return usagef("--csv and --json exclude each other")
+	case *groupBy != "" && *groupBy != "dir":
+		return usagef("--group-by %q: predict groups by dir (each directory's images)", *groupBy)
+	case *groupBy != "" && len(images) == 0:
+		return usagef("--group-by groups the predictions of --images")
+	case *groupBy != "" && *out != "":
+		return usagef("--out writes each image's scores; with --group-by, --csv or --json give each directory's")
+	case *combine != dptrain.CombineMean && *combine != dptrain.CombineMax:
+		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
+	case *groupBy == "" && flagGiven(fs, "combine"):
+		return usagef("--combine says how a group's images combine: it needs --group-by dir")
 	}
 	lm, err := loadGraph(*model)
 	if err != nil {
@@ -77,7 +90,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
 	if len(images) > 0 {
-		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold}, stdout)
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold, groupBy: *groupBy, combine: *combine}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {

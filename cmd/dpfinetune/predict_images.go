@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +51,10 @@ type predictFlags struct {
 	// (dptrain.ParseDecisionThreshold; "" decides at ½, or by the more
 	// probable class).
 	threshold string
+	// groupBy is --group-by: "dir" predicts for each directory of
+	// images as one, combine (--combine) saying how its images'
+	// probabilities combine; "" for each image.
+	groupBy, combine string
 }
 
 // classScore is one of an image's most probable classes.
@@ -68,6 +75,9 @@ type imagePrediction struct {
 	// Decided is a two-class model's class at --threshold: class 1 where
 	// its probability exceeds the threshold, else class 0 ("" without).
 	Decided string `json:"decided,omitempty"`
+	// Images counts a group's images (predict --group-by: File is
+	// their directory); 0 for an image's prediction.
+	Images int `json:"images,omitempty"`
 }
 
 // predictImages classifies image files: the preprocessing (input shape,
@@ -112,6 +122,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 	// holds a part's windows in memory, not all of them.
 	var (
 		logits   []float32
+		groups   map[string][]float32 // --group-by: each directory's images' scores as logits
 		k        int
 		preds    []imagePrediction
 		names    []string
@@ -123,6 +134,54 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		tw       = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		partSize = max(predictPart, f.batch)
 	)
+	// emit writes the prediction of file's scores (of the given kind) —
+	// with --group-by a directory's combined scores, of images images.
+	emit := func(file string, scores []float32, kind, images int) error {
+		p := topClasses(file, scores, kind, names, f.top, cut)
+		p.Images = images
+		if binaryT > 0 {
+			// The operating point: class 1 where its probability
+			// exceeds the threshold, as eval --threshold decides.
+			toProbabilities(scores, kind, prob2[:])
+			p.Decided = names[0]
+			if prob2[1] > binaryT {
+				p.Decided = names[1]
+			}
+		}
+		if row != nil {
+			r := csvPrediction(p, scores, kind)
+			if f.groupBy != "" {
+				r = slices.Insert(r, 1, strconv.Itoa(images))
+			}
+			return row(r)
+		}
+		if f.json {
+			preds = append(preds, p)
+			return nil
+		}
+		fmt.Fprint(tw, p.File)
+		if images > 0 {
+			what := "images"
+			if images == 1 {
+				what = "image"
+			}
+			fmt.Fprintf(tw, "\t(%d %s)", images, what)
+		}
+		for _, c := range p.Top {
+			fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
+		}
+		if p.Decided != "" {
+			fmt.Fprintf(tw, "\tdecided: %s", p.Decided)
+		}
+		if kind == outSigmoids {
+			fmt.Fprintf(tw, "\tlabels: %s", strings.Join(p.Labels, ", "))
+			if len(p.Labels) == 0 {
+				fmt.Fprint(tw, "none")
+			}
+		}
+		fmt.Fprintln(tw)
+		return nil
+	}
 	for lo := 0; lo < len(files); lo += partSize {
 		part := files[lo:min(lo+partSize, len(files))]
 		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
@@ -149,7 +208,11 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 			k = outShape[1]
 			names = classNames(m, k)
 			if row != nil {
-				if err := row(append([]string{"file", "prediction"}, names...)); err != nil {
+				head := []string{"file", "prediction"}
+				if f.groupBy != "" {
+					head = []string{"group", "images", "prediction"}
+				}
+				if err := row(append(head, names...)); err != nil {
 					return err
 				}
 			}
@@ -168,41 +231,38 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		if f.out != "" {
 			logits = append(logits, l...)
 		}
+		if f.groupBy != "" {
+			// Kept until every image is classified: a directory's
+			// images need not be listed together.
+			if groups == nil {
+				groups = map[string][]float32{}
+			}
+			for i, file := range part {
+				d := filepath.Dir(file)
+				groups[d] = appendAsLogits(groups[d], l[i*k:(i+1)*k], kind)
+			}
+			continue
+		}
 		for i, file := range part {
-			p := topClasses(file, l[i*k:(i+1)*k], kind, names, f.top, cut)
-			if binaryT > 0 {
-				// The operating point: class 1 where its probability
-				// exceeds the threshold, as eval --threshold decides.
-				toProbabilities(l[i*k:(i+1)*k], kind, prob2[:])
-				p.Decided = names[0]
-				if prob2[1] > binaryT {
-					p.Decided = names[1]
-				}
+			if err := emit(file, l[i*k:(i+1)*k], kind, 0); err != nil {
+				return err
 			}
-			if row != nil {
-				if err := row(csvPrediction(p, l[i*k:(i+1)*k], kind)); err != nil {
-					return err
-				}
-				continue
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if f.groupBy != "" {
+		gkind := outLogits
+		if kind == outSigmoids {
+			gkind = outSigmoids
+		}
+		for _, d := range slices.Sorted(maps.Keys(groups)) {
+			rows := groups[d]
+			z := dptrain.CombineLogits(rows, k, kind == outSigmoids, f.combine == dptrain.CombineMax)
+			if err := emit(d, z, gkind, len(rows)/k); err != nil {
+				return err
 			}
-			if f.json {
-				preds = append(preds, p)
-				continue
-			}
-			fmt.Fprint(tw, p.File)
-			for _, c := range p.Top {
-				fmt.Fprintf(tw, "\t%s\t%5.1f %%", c.Class, 100*c.Probability)
-			}
-			if p.Decided != "" {
-				fmt.Fprintf(tw, "\tdecided: %s", p.Decided)
-			}
-			if kind == outSigmoids {
-				fmt.Fprintf(tw, "\tlabels: %s", strings.Join(p.Labels, ", "))
-				if len(p.Labels) == 0 {
-					fmt.Fprint(tw, "none")
-				}
-			}
-			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -244,6 +304,20 @@ func csvPrediction(p imagePrediction, scores []float32, kind int) []string {
 		out = append(out, strconv.FormatFloat(q, 'g', 7, 64))
 	}
 	return out
+}
+
+// appendAsLogits appends an image's scores of the given kind to rows as
+// logits whose softmax (sigmoids, a multi-label model's) are its
+// probabilities: a classifier's probabilities as their logarithms.
+func appendAsLogits(rows, scores []float32, kind int) []float32 {
+	if kind != outProbabilities {
+		return append(rows, scores...)
+	}
+	for _, p := range scores {
+		// The smallest float32 above 0 for a probability of 0: finite.
+		rows = append(rows, float32(math.Log(math.Max(float64(p), math.SmallestNonzeroFloat32))))
+	}
+	return rows
 }
 
 // predictPart is how many files predict --images loads at a time (at

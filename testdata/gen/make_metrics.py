@@ -1,6 +1,8 @@
 #!/usr/bin/python3
-"""Golden evaluation metrics (testdata/metrics/cases.json and, multi-label,
-multilabel.json) for dptrain.TestEvalMetrics and TestEvalMetricsMultiLabel: seeded logits and labels, and what scikit-learn
+"""Golden evaluation metrics (testdata/metrics/cases.json, multi-label
+multilabel.json, and of groups of examples grouped.json) for
+dptrain.TestEvalMetrics, TestEvalMetricsMultiLabel and TestEvalGrouped:
+seeded logits and labels, and what scikit-learn
 (balanced_accuracy_score, f1_score, precision_recall_fscore_support,
 top_k_accuracy_score, roc_auc_score) and scipy (the Wilson interval) make
 of them; the ECE is computed here from its definition (15 equal-width bins
@@ -208,5 +210,125 @@ mcases = [multilabel_case("five labels", 200, 5, 11), multilabel_case("a label n
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "multilabel.json")
 with open(path, "w") as f:
     json.dump(mcases, f, indent=None, separators=(",", ":"))
+    f.write("\n")
+print("wrote", path)
+
+
+def grouped_case(name, groups, k, seed, combine, threshold=None, multilabel=False, ignore=0.0):
+    """Examples in groups of one to four (a study's views), each group one
+    label (multi-label: one label set ignoring the same labels), the
+    examples of the groups interleaved; every figure is scikit-learn's of
+    the groups, each scored by its examples' probabilities combined —
+    "mean" their mean, "max" each class's or label's largest (a
+    single-label model's then divided by their sum) — and the loss that
+    of the combined probabilities. For dptrain.TestEvalGrouped
+    (testdata/metrics/grouped.json)."""
+    rng = np.random.default_rng(seed)
+    size = rng.integers(1, 5, groups)
+    of = rng.permutation(np.repeat(np.arange(groups), size))
+    n = len(of)
+    out = {"name": name, "k": k, "combine": combine, "groups": of.tolist(), "samples": groups}
+    if not multilabel:
+        glabel = rng.integers(0, k, groups)
+        labels = glabel[of]
+        logits = rng.normal(0, 1.5, (n, k)).astype(np.float32)
+        logits[np.arange(n), labels] += 1.0
+        prob = softmax(logits.astype(np.float64), axis=1)
+        gp = np.zeros((groups, k))
+        for g in range(groups):
+            m = prob[of == g]
+            gp[g] = m.mean(0) if combine == "mean" else m.max(0) / m.max(0).sum()
+        out.update({"labels": labels.tolist(), "logits": logits.tolist()})
+        pred = top = gp.argmax(1)
+        if threshold is not None:
+            out["threshold"] = threshold
+            pred = (gp[:, 1] > threshold).astype(int)
+        y = glabel
+        out["accuracy"] = float((pred == y).mean())
+        ci = binomtest(int((pred == y).sum()), groups).proportion_ci(confidence_level=0.95, method="wilson")
+        out["accuracy_ci95"] = [ci.low, ci.high]
+        out["balanced_accuracy"] = balanced_accuracy_score(y, pred)
+        out["macro_f1"] = f1_score(y, pred, average="macro", zero_division=0)
+        p, r, f, s = precision_recall_fscore_support(y, pred, labels=list(range(k)), zero_division=0)
+        out["per_class"] = [{"precision": float(p[c]), "recall": float(r[c]), "f1": float(f[c]), "support": int(s[c])} for c in range(k)]
+        if k > 2:
+            for c in range(k):
+                yc = (y == c).astype(int)
+                if 0 < yc.sum() < groups:
+                    out["per_class"][c]["auc"] = roc_auc_score(yc, gp[:, c])
+                    ci = delong_ci(yc, gp[:, c].astype(np.float32))
+                    if ci is not None:
+                        out["per_class"][c]["auc_ci95"] = ci
+            if len(set(y.tolist())) == k:
+                out["auc"] = roc_auc_score(y, gp, multi_class="ovr", average="macro", labels=list(range(k)))
+        else:
+            out["auc"] = roc_auc_score(y, gp[:, 1])
+            out["auc_ci95"] = delong_ci(y, gp[:, 1].astype(np.float32))
+        if k > 5:
+            out["top5_accuracy"] = top_k_accuracy_score(y, gp, k=5, labels=list(range(k)))
+        conf = gp.max(1)
+        bins = np.minimum((conf * 15).astype(int), 14)
+        out["ece"] = float(sum(abs((top[bins == b] == y[bins == b]).sum() - conf[bins == b].sum()) / groups
+                               for b in range(15) if (bins == b).any()))
+        out["loss"] = float(np.mean(-np.log(gp[np.arange(groups), y])))
+        return out
+    gy = (rng.random((groups, k)) < 0.35).astype(int)
+    known = np.ones((groups, k), dtype=bool)
+    if ignore:
+        known = rng.random((groups, k)) >= ignore
+        known[:, k - 1] = False  # a label known nowhere: out of the means
+        gy = gy * known
+    y, kn = gy[of], known[of]
+    logits = (rng.normal(0, 1.5, (n, k)) + 1.5 * (y - 0.5)).astype(np.float32)
+    sig = 1 / (1 + np.exp(-logits.astype(np.float64)))
+    gp = np.zeros((groups, k))
+    for g in range(groups):
+        m = sig[of == g]
+        gp[g] = m.mean(0) if combine == "mean" else m.max(0)
+    bits = lambda m: [int(sum(int(b) << j for j, b in enumerate(row))) for row in m]
+    out.update({"labels": bits(y), "ignored": bits(~kn), "logits": logits.tolist()})
+    pred = (gp > 0.5).astype(int)
+    out["accuracy"] = float(np.mean((gy == pred)[known]))
+    out["exact_match"] = float(np.mean([np.array_equal(gy[g][known[g]], pred[g][known[g]]) for g in range(groups)]))
+    per, aucs, aps, f1s, bals = [], [], [], [], []
+    for j in range(k):
+        if not known[:, j].any():
+            per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
+            continue
+        yj, pj, sj = gy[known[:, j], j], pred[known[:, j], j], gp[known[:, j], j]
+        p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
+        c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
+        f1s.append(c["f1"])
+        if 0 < yj.sum() < len(yj):
+            c["auc"] = roc_auc_score(yj, sj)
+            aucs.append(c["auc"])
+            ci = delong_ci(yj, sj)
+            if ci is not None:
+                c["auc_ci95"] = ci
+        if yj.sum() > 0:
+            c["ap"] = average_precision_score(yj, sj)
+            aps.append(c["ap"])
+        bals.append(balanced_accuracy_score(yj, pj))
+        per.append(c)
+    out["per_class"] = per
+    out["macro_f1"] = float(np.mean(f1s))
+    out["balanced_accuracy"] = float(np.mean(bals))
+    out["auc"] = float(np.mean(aucs))
+    out["map"] = float(np.mean(aps))
+    bce = -(gy * np.log(gp) + (1 - gy) * np.log1p(-gp))
+    out["loss"] = float(np.mean(np.sum(bce * known, axis=1) / k))
+    return out
+
+
+gcases = [grouped_case("three classes, mean", 70, 3, 21, "mean"), grouped_case("three classes, max", 70, 3, 21, "max"),
+          grouped_case("twelve classes, mean", 120, 12, 22, "mean"), grouped_case("twelve classes, max", 120, 12, 22, "max"),
+          grouped_case("binary, mean", 90, 2, 23, "mean"), grouped_case("binary, max at a threshold of 0.3", 90, 2, 23, "max", threshold=0.3),
+          grouped_case("five labels, mean", 80, 5, 24, "mean", multilabel=True),
+          grouped_case("five labels, max", 80, 5, 24, "max", multilabel=True),
+          grouped_case("ignored labels, mean", 80, 5, 25, "mean", multilabel=True, ignore=0.25),
+          grouped_case("ignored labels, max", 80, 5, 25, "max", multilabel=True, ignore=0.25)]
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "grouped.json")
+with open(path, "w") as f:
+    json.dump(gcases, f, indent=None, separators=(",", ":"))
     f.write("\n")
 print("wrote", path)

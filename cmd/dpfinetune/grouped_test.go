@@ -1,0 +1,256 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+)
+
+// studiesListing writes a CheXpert-like tree of Fashion-MNIST test
+// images, ROOT/patientP/studyS/viewV.png — six patients of one to three
+// studies of one to three views, every view of a patient's studies of the
+// patient's class — and a listing of them (path, label, patient_id). It
+// returns the root, the listing, each image's study directory and class.
+func studiesListing(t *testing.T) (root, listing string, study map[string]string, class map[string]int) {
+	t.Helper()
+	m, err := data.LoadString(fmnist + ":test:limit=400")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = t.TempDir()
+	study, class = map[string]string{}, map[string]int{}
+	byClass := map[int][]int{}
+	for i := range m.Len() {
+		byClass[m.Label(i)] = append(byClass[m.Label(i)], i)
+	}
+	var rows strings.Builder
+	rows.WriteString("path,label,patient_id\n")
+	for p := range 6 {
+		c := (3 * p) % 10
+		for s := range 1 + p%3 {
+			dir := filepath.Join(root, fmt.Sprintf("patient%02d", p), fmt.Sprintf("study%d", s+1))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for v := range 1 + (p+s)%3 {
+				i := byClass[c][0]
+				byClass[c] = byClass[c][1:]
+				path := filepath.Join(dir, fmt.Sprintf("view%d.png", v+1))
+				writeGrayPNG(t, path, m.Pixels(i))
+				study[path], class[path] = dir, c
+				rel, _ := filepath.Rel(root, path)
+				fmt.Fprintf(&rows, "%s,%d,patient%02d\n", filepath.ToSlash(rel), c, p)
+			}
+		}
+	}
+	listing = filepath.Join(root, "valid.csv")
+	if err := os.WriteFile(listing, []byte(rows.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, listing, study, class
+}
+
+// TestEvalGroupedStudies: eval --group-by dir scores a listing's studies
+// (each image's directory) and --group-by user its patients, each by its
+// images' probabilities combined (mean, max): the figures those of
+// predict's probabilities of the images combined here, by study or
+// patient — the count of groups, the accuracy and the loss —; the JSON
+// and the text say the groups; a group whose images differ in class, data
+// whose samples are not files, a listing without users, and --combine
+// alone are refused with what to do.
+func TestEvalGroupedStudies(t *testing.T) {
+	root, listing, study, class := studiesListing(t)
+	model := "../../testdata/models/cnn.onnx"
+	o, e, code := run(t, "predict", "--model", model, "--images", root, "--top", "10", "--json")
+	if code != 0 {
+		t.Fatalf("predict: exit %d: %s", code, e)
+	}
+	var pred struct {
+		Predictions []struct {
+			File string `json:"file"`
+			Top  []struct {
+				Label       int     `json:"label"`
+				Probability float64 `json:"probability"`
+			} `json:"top"`
+		} `json:"predictions"`
+	}
+	if err := json.Unmarshal([]byte(o), &pred); err != nil {
+		t.Fatal(err)
+	}
+	if len(pred.Predictions) != len(study) {
+		t.Fatalf("predict classified %d images, want %d", len(pred.Predictions), len(study))
+	}
+	patient := func(path string) string {
+		r, _ := filepath.Rel(root, path)
+		return strings.SplitN(filepath.ToSlash(r), "/", 2)[0]
+	}
+	for _, tc := range []struct {
+		by, combine string
+		key         func(path string) string
+		groups      int
+	}{
+		{"dir", "mean", func(p string) string { return study[p] }, 12},
+		{"dir", "max", func(p string) string { return study[p] }, 12},
+		{"user", "mean", patient, 6},
+		{"user", "max", patient, 6},
+	} {
+		t.Run(tc.by+"/"+tc.combine, func(t *testing.T) {
+			// The oracle: each group's probabilities combined from
+			// predict's, then its prediction and loss.
+			probs, labels := map[string][]float64{}, map[string]int{}
+			for _, p := range pred.Predictions {
+				k := tc.key(p.File)
+				if probs[k] == nil {
+					probs[k] = make([]float64, 10)
+				}
+				labels[k] = class[p.File]
+				for _, s := range p.Top {
+					if tc.combine == "mean" {
+						probs[k][s.Label] += s.Probability
+					} else {
+						probs[k][s.Label] = math.Max(probs[k][s.Label], s.Probability)
+					}
+				}
+			}
+			var right int
+			var loss float64
+			for k, p := range probs {
+				var sum float64
+				best := 0
+				for c, v := range p {
+					sum += v
+					if v > p[best] {
+						best = c
+					}
+				}
+				if best == labels[k] {
+					right++
+				}
+				loss -= math.Log(p[labels[k]] / sum)
+			}
+			if tc.by == "dir" {
+				// predict --group-by dir: each study's combined
+				// probabilities, a study a row.
+				o, e, code := run(t, "predict", "--model", model, "--images", root, "--top", "10", "--json", "--group-by", "dir", "--combine", tc.combine)
+				if code != 0 {
+					t.Fatalf("predict --group-by dir: exit %d: %s", code, e)
+				}
+				var got struct {
+					Predictions []struct {
+						File   string `json:"file"`
+						Images int    `json:"images"`
+						Top    []struct {
+							Label       int     `json:"label"`
+							Probability float64 `json:"probability"`
+						} `json:"top"`
+					} `json:"predictions"`
+				}
+				if err := json.Unmarshal([]byte(o), &got); err != nil {
+					t.Fatal(err)
+				}
+				if len(got.Predictions) != tc.groups {
+					t.Fatalf("predict --group-by dir: %d rows, want %d studies", len(got.Predictions), tc.groups)
+				}
+				for _, p := range got.Predictions {
+					want, images := probs[p.File], 0
+					for _, s := range study {
+						if s == p.File {
+							images++
+						}
+					}
+					if want == nil || p.Images != images || len(p.Top) != 10 {
+						t.Fatalf("predict --group-by dir: %s of %d images, %d classes; want a study of %d", p.File, p.Images, len(p.Top), images)
+					}
+					var sum float64
+					for _, v := range want {
+						sum += v
+					}
+					for _, c := range p.Top {
+						if w := want[c.Label] / sum; math.Abs(c.Probability-w) > 1e-6 {
+							t.Errorf("predict --group-by dir: %s: class %d's probability %.7f, want %.7f", p.File, c.Label, c.Probability, w)
+						}
+					}
+				}
+			}
+			res := evalJSON(t, model, "csv:"+listing, "--group-by", tc.by, "--combine", tc.combine)
+			if res.Samples != tc.groups || len(probs) != tc.groups || res.Groups == nil || res.Groups.Examples != len(study) || res.Groups.Combine != tc.combine || res.Groups.Largest < 2 {
+				t.Fatalf("%d samples, groups %+v; want %d groups of %d images by %s", res.Samples, res.Groups, tc.groups, len(study), tc.combine)
+			}
+			if want := float64(right) / float64(tc.groups); res.Accuracy != want {
+				t.Errorf("accuracy %v, want %v (the groups' combined predictions)", res.Accuracy, want)
+			}
+			if want := loss / float64(tc.groups); math.Abs(res.Loss-want) > 1e-5*math.Max(1, want) {
+				t.Errorf("loss %.7f, want %.7f (the groups' combined probabilities)", res.Loss, want)
+			}
+		})
+	}
+	// Ungrouped, the examples are the images; the text says the groups.
+	if res := evalJSON(t, model, "csv:"+listing); res.Samples != len(study) || res.Groups != nil {
+		t.Errorf("ungrouped: %d samples, groups %+v; want %d images", res.Samples, res.Groups, len(study))
+	}
+	o, e, code = run(t, "eval", "--model", model, "--data", "csv:"+listing, "--group-by", "dir", "--combine", "max")
+	if code != 0 || !strings.Contains(o, "groups:   12 groups (each image's directory) of the 24 examples: 1 to 3 examples a group, 4 of one;") || !strings.Contains(o, "probabilities' max") {
+		t.Errorf("eval --group-by dir: exit %d: %s%s", code, o, e)
+	}
+
+	// A study whose views differ in class is refused, naming both.
+	bad := filepath.Join(root, "bad.csv")
+	b, err := os.ReadFile(listing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	lines[3] = strings.Replace(lines[3], ",3,", ",7,", 1) // patient01/study1/view2.png
+	if err := os.WriteFile(bad, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--data", "csv:" + bad, "--group-by", "dir"}, 1, "view1.png is of class 3, " + filepath.Join(root, "patient01", "study1", "view2.png") + " of class 7"},
+		{[]string{"--data", fmnist, "--group-by", "dir"}, 2, "are not image files of their own"},
+		{[]string{"--data", fmnist, "--group-by", "user"}, 2, "names no users"},
+		{[]string{"--data", "csv:" + listing, "--combine", "max"}, 2, "it needs --group-by"},
+		{[]string{"--data", "csv:" + listing, "--group-by", "study"}, 2, `--group-by "study": want user or dir`},
+		{[]string{"--data", "csv:" + listing, "--group-by", "dir", "--combine", "median"}, 2, `--combine "median": want mean or max`},
+	} {
+		o, e, code := run(t, append([]string{"eval", "--model", model}, tc.args...)...)
+		if code != tc.code || !strings.Contains(e, tc.want) {
+			t.Errorf("eval %v: exit %d, %q%q; want exit %d and %q", tc.args, code, o, e, tc.code, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--group-by", "user"}, `--group-by "user": predict groups by dir`},
+		{[]string{"--group-by", "dir", "--out", filepath.Join(root, "y.npy")}, "--out writes each image's scores"},
+		{[]string{"--combine", "max"}, "it needs --group-by dir"},
+	} {
+		o, e, code := run(t, append([]string{"predict", "--model", model, "--images", root}, tc.args...)...)
+		if code != 2 || !strings.Contains(e, tc.want) {
+			t.Errorf("predict %v: exit %d, %q%q; want exit 2 and %q", tc.args, code, o, e, tc.want)
+		}
+	}
+	// The CSV: a row a study, its images counted.
+	out := filepath.Join(root, "studies.csv")
+	if o, e, code := run(t, "predict", "--model", model, "--images", root, "--group-by", "dir", "--csv", out); code != 0 {
+		t.Fatalf("predict --csv: exit %d: %s%s", code, o, e)
+	}
+	b, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(rows) != 13 || !strings.HasPrefix(rows[0], "group,images,prediction,0,1,") || !strings.HasPrefix(rows[1], filepath.Join(root, "patient00", "study1")+",1,") {
+		t.Errorf("predict --group-by dir --csv wrote\n%s", b)
+	}
+}

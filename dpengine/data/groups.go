@@ -1,0 +1,57 @@
+package data
+
+import "path/filepath"
+
+// SamplePaths is implemented by a Dataset whose samples are image files
+// of their own: a folder's, a CSV listing's.
+type SamplePaths interface {
+	// SamplePath returns the file sample i was read from, "" where the
+	// samples are not files of their own.
+	SamplePath(i int) string
+}
+
+var (
+	_ SamplePaths = (*Images)(nil)
+	_ SamplePaths = (*View)(nil)
+)
+
+// SamplePath returns the file sample i was read from — a folder's or a
+// CSV listing's image, as it was opened — or "" where the samples are not
+// files of their own (IDX, CIFAR, NumPy arrays, NewImages).
+func (m *Images) SamplePath(i int) string {
+	if m.spec.Scheme != SchemeFolder && m.spec.Scheme != SchemeCSV {
+		return ""
+	}
+	// The loaders stamp the samples' files in sample order (a listing's
+	// own file after them).
+	if i < 0 || i >= m.Len() || i >= len(m.sources) {
+		return ""
+	}
+	return m.sources[i].path
+}
+
+// SamplePath returns the file sample i was read from (Images.SamplePath).
+func (v *View) SamplePath(i int) string { return v.src.SamplePath(i) }
+
+// DirGroups numbers the directories holding d's samples' files densely
+// in sorted order of their names: group[i] is sample i's directory's
+// number, dirs names them by number. A study's views (CheXpert's
+// "patient00001/study1/view1_frontal.jpg", MURA's, MIMIC-CXR's) share
+// their directory. ok is false where d's samples are not files of their
+// own (SamplePaths).
+func DirGroups(d Dataset) (group []int32, dirs []string, ok bool) {
+	sp, isPaths := d.(SamplePaths)
+	if !isPaths || d.Len() == 0 {
+		return nil, nil, false
+	}
+	name := make([]string, d.Len())
+	for i := range name {
+		p := sp.SamplePath(i)
+		if p == "" {
+			return nil, nil, false
+		}
+		name[i] = filepath.Dir(p)
+	}
+	group, dirs = numberDensely(name)
+	return group, dirs, true
+}

@@ -1,0 +1,212 @@
+package dptrain
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// groupedCase is a case of testdata/metrics/grouped.json
+// (testdata/gen/make_metrics.py's grouped_case).
+type groupedCase struct {
+	Name             string         `json:"name"`
+	K                int            `json:"k"`
+	Combine          string         `json:"combine"`
+	Groups           []int32        `json:"groups"`
+	Samples          int            `json:"samples"`
+	Labels           []int64        `json:"labels"`
+	Ignored          []int64        `json:"ignored"`
+	Logits           [][]float32    `json:"logits"`
+	Threshold        float64        `json:"threshold"`
+	Accuracy         float64        `json:"accuracy"`
+	AccuracyCI       *[2]float64    `json:"accuracy_ci95"`
+	ExactMatch       float64        `json:"exact_match"`
+	BalancedAccuracy float64        `json:"balanced_accuracy"`
+	MacroF1          float64        `json:"macro_f1"`
+	PerClass         []ClassMetrics `json:"per_class"`
+	Top5             *float64       `json:"top5_accuracy"`
+	AUC              *float64       `json:"auc"`
+	AUCCI            *[2]float64    `json:"auc_ci95"`
+	MAP              *float64       `json:"map"`
+	ECE              *float64       `json:"ece"`
+	Loss             float64        `json:"loss"`
+}
+
+// examples returns the case's examples as Evaluator.Losses gives them,
+// and its grouping.
+func (c *groupedCase) examples(t *testing.T) (*examples, Grouping) {
+	t.Helper()
+	multi := c.Ignored != nil
+	e := newExamples(len(c.Labels), c.K, multi)
+	for i, y := range c.Labels {
+		if !multi {
+			e.set(i, y, nil, nil, c.Logits[i], softmaxLoss(c.Logits[i], y))
+			continue
+		}
+		set, ign := []uint64{uint64(y)}, []uint64{uint64(c.Ignored[i])} // K ≤ 64: one word
+		e.set(i, 0, set, ign, c.Logits[i], sigmoidLoss(c.Logits[i], set, ign))
+	}
+	names := make([]string, c.Samples)
+	for g := range names {
+		names[g] = "study" + strconv.Itoa(g)
+	}
+	return e, Grouping{Of: c.Groups, Names: names, Combine: c.Combine}
+}
+
+// softmaxLoss is Losses's loss of one example of a single-label model.
+func softmaxLoss(logits []float32, y int64) float64 {
+	p := make([]float64, len(logits))
+	softmax(logits, p)
+	return -math.Log(p[y])
+}
+
+// TestEvalGrouped holds a grouped evaluation's figures (RunGrouped:
+// a study's views scored as one) to scikit-learn's of the groups' combined
+// probabilities — the mean of the examples', or the largest of each class
+// (then normalized) or label — on seeded cases of groups of one to four
+// examples interleaved in the data (testdata/gen/make_metrics.py): two,
+// three and twelve classes, a two-class operating point, five labels,
+// labels ignored; every figure, the loss that of the combined
+// probabilities.
+func TestEvalGrouped(t *testing.T) {
+	cases := readCases[groupedCase](t, "grouped.json", 10)
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			e, gr := c.examples(t)
+			var cut []float64
+			if c.Threshold != 0 {
+				cut = ThresholdCuts([]float64{c.Threshold})
+			}
+			got, err := e.grouped(gr, cut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			near := nearSklearn(t)
+			if got.Samples != c.Samples || got.Groups == nil || got.Groups.Examples != len(c.Labels) || got.Groups.Combine != c.Combine {
+				t.Fatalf("%d samples, groups %+v; want %d groups of %d examples by %s", got.Samples, got.Groups, c.Samples, len(c.Labels), c.Combine)
+			}
+			near("accuracy", got.Accuracy, c.Accuracy)
+			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
+			near("macro F1", got.MacroF1, c.MacroF1)
+			near("loss", got.Loss, c.Loss)
+			nearCI(t, "accuracy", got.AccuracyCI, c.AccuracyCI)
+			if e.multi {
+				near("exact match", got.ExactMatch, c.ExactMatch)
+				near("mAP", *got.MAP, *c.MAP)
+			} else {
+				near("ECE", *got.ECE, *c.ECE)
+			}
+			if (got.Top5 == nil) != (c.Top5 == nil) || c.Top5 != nil && math.Abs(*got.Top5-*c.Top5) > 1e-6 {
+				t.Errorf("top-5 %v, want %v", got.Top5, c.Top5)
+			}
+			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
+				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
+			}
+			nearCI(t, "AUC", got.AUCCI, c.AUCCI)
+			for j, w := range c.PerClass {
+				g := got.PerClass[j]
+				near("precision", g.Precision, w.Precision)
+				near("recall", g.Recall, w.Recall)
+				near("F1", g.F1, w.F1)
+				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) || (g.AP == nil) != (w.AP == nil) {
+					t.Errorf("%d: support %d, AUC %v, AP %v; want %d, %v, %v", j, g.Support, g.AUC, g.AP, w.Support, w.AUC, w.AP)
+					continue
+				}
+				if w.AUC != nil {
+					near(fmt.Sprint(j, "'s AUC"), *g.AUC, *w.AUC)
+				}
+				nearCI(t, fmt.Sprint(j, "'s AUC"), g.AUCCI, w.AUCCI)
+				if w.AP != nil {
+					near(fmt.Sprint(j, "'s average precision"), *g.AP, *w.AP)
+				}
+			}
+		})
+	}
+}
+
+// TestEvalGroupedSingles checks that groups of one example each are
+// scored exactly as the examples are ungrouped, figure for figure, by
+// either combination.
+func TestEvalGroupedSingles(t *testing.T) {
+	for _, file := range []string{"cases.json", "multilabel.json"} {
+		n := map[string]int{"cases.json": 9, "multilabel.json": 5}[file]
+		cases := readCases[groupedCase](t, file, n)
+		for _, c := range cases {
+			for _, combine := range []string{CombineMean, CombineMax} {
+				t.Run(file+"/"+c.Name+"/"+combine, func(t *testing.T) {
+					c.Samples = len(c.Labels)
+					c.Groups = make([]int32, len(c.Labels))
+					for i := range c.Groups {
+						c.Groups[i] = int32(i)
+					}
+					if file == "multilabel.json" && c.Ignored == nil {
+						c.Ignored = make([]int64, len(c.Labels))
+					}
+					c.Combine = combine
+					e, gr := c.examples(t)
+					got, err := e.grouped(gr, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var want *EvalResult
+					if e.multi {
+						m := newLabelMetrics(e.n, e.k)
+						for i := range e.n {
+							m.add(i, e.truth[i*e.w:(i+1)*e.w], e.ignored[i*e.w:(i+1)*e.w], c.Logits[i], e.loss[i])
+						}
+						want = m.result()
+					} else {
+						m := newMetrics(e.n, e.k)
+						for i, y := range c.Labels {
+							m.add(i, y, c.Logits[i], e.loss[i])
+						}
+						want = m.result()
+					}
+					if got.Groups.Single != e.n || got.Groups.Largest != 1 {
+						t.Errorf("groups %+v; want %d of one example", got.Groups, e.n)
+					}
+					got.Groups = nil
+					if !reflect.DeepEqual(got, want) {
+						t.Errorf("groups of one scored\n%+v\nungrouped\n%+v", got, want)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestEvalGroupedErrors checks that a group of examples of different
+// labels is refused naming both, as are groupings that do not fit.
+func TestEvalGroupedErrors(t *testing.T) {
+	logits := [][]float32{{1, 0, 0}, {0, 1, 0}, {0, 0, 1}}
+	single := &groupedCase{K: 3, Labels: []int64{0, 0, 2}, Logits: logits, Groups: []int32{0, 1, 0}, Samples: 2, Combine: CombineMean}
+	multi := &groupedCase{K: 3, Labels: []int64{0b011, 0b011, 0b001}, Ignored: []int64{0, 0, 0b010}, Logits: logits, Groups: []int32{1, 0, 1}, Samples: 2, Combine: CombineMax}
+	for _, tc := range []struct {
+		name string
+		c    *groupedCase
+		edit func(*Grouping)
+		want string
+	}{
+		{"classes", single, nil, `group "study0": a.jpg is of class 0, c.jpg of class 2`},
+		{"label sets", multi, nil, `group "study1": label 1: a.jpg has it, c.jpg ignores it`},
+		{"combine", single, func(g *Grouping) { g.Combine = "median" }, `"median": want mean or max`},
+		{"group out of range", single, func(g *Grouping) { g.Of = []int32{0, 2, 0} }, "b.jpg: group 2 of 2"},
+		{"empty group", single, func(g *Grouping) { g.Of = []int32{0, 0, 0} }, `group "study1" has no examples`},
+		{"unnamed", single, func(g *Grouping) { g.Example = nil }, "example 0 is of class 0, example 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, gr := tc.c.examples(t)
+			gr.Example = func(i int) string { return string(rune('a'+i)) + ".jpg" }
+			if tc.edit != nil {
+				tc.edit(&gr)
+			}
+			_, err := e.grouped(gr, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
