@@ -79,12 +79,16 @@ type EvalResult struct {
 	// undefined (a class without examples, one class) or the
 	// probabilities would take more than maxAUCFloats to keep.
 	AUC *float64 `json:"auc,omitempty"`
-	// AUCCI is the 95 % interval of a two-class model's AUC by DeLong et
-	// al. (1988) — the AUC ± 1.96 standard errors, clipped to [0, 1], the
-	// variance from each example's share of the pairs it wins (what R's
-	// pROC ci.auc(method = "delong") gives) —: nil for more classes, a
-	// multi-label evaluation (each label's is ClassMetrics.AUCCI), or
-	// fewer than two examples of either class.
+	// AUCCI is the 95 % interval of AUC by DeLong et al. (1988) — the
+	// AUC ± 1.96 standard errors, clipped to [0, 1] —: a two-class
+	// model's from each example's share of the pairs it wins (what R's
+	// pROC ci.auc(method = "delong") gives); a mean AUC's (more classes,
+	// each against the rest; a multi-label evaluation's labels) from the
+	// AUCs' DeLong variances and their covariances on the same examples
+	// (each example's shares of them summed: delongShares), the examples
+	// independent draws. Nil where an AUC of the mean has fewer than two
+	// positives or negatives (each label's and class's own interval is
+	// ClassMetrics.AUCCI).
 	AUCCI *[2]float64 `json:"auc_ci95,omitempty"`
 	// MAP is a multi-label evaluation's mean average precision (COCO's
 	// and PASCAL VOC's figure for multi-label classification): the mean,
@@ -473,6 +477,7 @@ func auc(probs []float32, labels []int64, k, keep int, per []ClassMetrics) (*flo
 	case k:
 		var sum float64
 		all := true
+		shares := newMeanShares(n)
 		for c := 0; c < k; c++ {
 			a, ok := one(c, func(i int) float32 { return probs[i*k+c] })
 			if !ok {
@@ -483,12 +488,13 @@ func auc(probs []float32, labels []int64, k, keep int, per []ClassMetrics) (*flo
 			if c < len(per) {
 				per[c].AUC, per[c].AUCCI = &a, delongCI(score, pos, order, a)
 			}
+			shares.add(score, pos, order, a, nil)
 		}
 		if !all { // the mean is over every class (scikit-learn's "ovr")
 			return nil, nil
 		}
 		m := sum / float64(k)
-		return &m, nil
+		return &m, shares.ci(m)
 	}
 	return nil, nil
 }
@@ -539,13 +545,33 @@ func rankAUC(score []float32, pos []bool, idx []int) (float64, bool) {
 }
 
 // delongCI is the 95 % interval of a, the AUC of score for the positives
-// pos (rankAUC; idx byScore's order), by DeLong et al. (1988): each
-// positive's share V10 of the negatives it scores above (ties ½), each
-// negative's share V01 of the positives scoring above it, the AUC's
-// variance S10/m + S01/n from their sample variances over the m
-// positives and n negatives, and the interval a ± z₀.₉₇₅·√variance
-// clipped to [0, 1]. Nil where m or n is below 2 (no variance).
+// pos (rankAUC; idx byScore's order), by DeLong et al. (1988): a ±
+// z₀.₉₇₅·√variance clipped to [0, 1], the variance delongShares'. Nil
+// where the positives or negatives are fewer than 2 (no variance).
 func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
+	share := make([]float64, len(pos))
+	if !delongShares(score, pos, idx, a, share) {
+		return nil
+	}
+	var v float64
+	for _, s := range share {
+		v += s * s
+	}
+	return normalCI(a, v)
+}
+
+// delongShares writes into share (one an example) each example's part of
+// a's deviation by DeLong's method, a the AUC of score for the positives
+// pos (idx byScore's order): a positive's share V10 of the negatives it
+// scores above (ties ½), a negative's share V01 of the positives scoring
+// above it, less a, over √(m(m−1)) for the m positives, √(n(n−1)) for the
+// n negatives — so that their squares sum to DeLong's variance S10/m +
+// S01/n, and the products of two AUCs' shares on the same examples sum
+// to their covariance (DeLong's S10ʲˡ/m + S01ʲˡ/n where the positives are
+// the same; in general the plug-in covariance of the two AUCs'
+// linearizations, each example one independent draw). False where m or n
+// is below 2.
+func delongShares(score []float32, pos []bool, idx []int, a float64, share []float64) bool {
 	m := 0
 	for _, p := range pos {
 		if p {
@@ -554,9 +580,9 @@ func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
 	}
 	n := len(pos) - m
 	if m < 2 || n < 2 {
-		return nil
+		return false
 	}
-	var s10, s01 float64
+	dm, dn := math.Sqrt(float64(m)*float64(m-1)), math.Sqrt(float64(n)*float64(n-1))
 	below, belowPos := 0, 0 // negatives and positives scoring below the tie group
 	for i := 0; i < len(idx); {
 		j, gp := i, 0
@@ -572,14 +598,71 @@ func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
 		// ties the group's.
 		v10 := (float64(below) + float64(gn)/2) / float64(n)
 		v01 := (float64(m-belowPos-gp) + float64(gp)/2) / float64(m)
-		s10 += float64(gp) * (v10 - a) * (v10 - a)
-		s01 += float64(gn) * (v01 - a) * (v01 - a)
+		for _, t := range idx[i:j] {
+			if pos[t] {
+				share[t] = (v10 - a) / dm
+			} else {
+				share[t] = (v01 - a) / dn
+			}
+		}
 		below, belowPos = below+gn, belowPos+gp
 		i = j
 	}
-	se := math.Sqrt(s10/float64(m-1)/float64(m) + s01/float64(n-1)/float64(n))
+	return true
+}
+
+// normalCI is the 95 % normal interval of a of the given variance,
+// clipped to [0, 1].
+func normalCI(a, variance float64) *[2]float64 {
 	const z = 1.959963984540054 // the standard normal's 97.5th percentile
+	se := math.Sqrt(variance)
 	return &[2]float64{max(0, a-z*se), min(1, a+z*se)}
+}
+
+// meanShares sums AUCs' DeLong shares (delongShares) example by example,
+// for the variance of their mean: Σᵢ (Σⱼ shareⱼ(i))² / L² over the L AUCs
+// — each AUC's variance and every two's covariance, the examples
+// independent draws, whatever each AUC's positives.
+type meanShares struct {
+	sum []float64 // one an example
+	one []float64 // one AUC's shares, scratch
+	l   int       // the AUCs added
+	ok  bool      // every AUC added had shares
+}
+
+func newMeanShares(n int) *meanShares {
+	return &meanShares{sum: make([]float64, n), one: make([]float64, n), ok: true}
+}
+
+// add adds the shares of a, the AUC of score for pos over the examples
+// who (nil: all, in order); idx is byScore's order.
+func (s *meanShares) add(score []float32, pos []bool, idx []int, a float64, who []int) {
+	s.l++
+	one := s.one[:len(pos)]
+	if !delongShares(score, pos, idx, a, one) {
+		s.ok = false
+		return
+	}
+	for k, v := range one {
+		i := k
+		if who != nil {
+			i = who[k]
+		}
+		s.sum[i] += v
+	}
+}
+
+// ci is the 95 % interval of mean, the AUCs' mean; nil where some AUC had
+// no variance (fewer than two positives or negatives).
+func (s *meanShares) ci(mean float64) *[2]float64 {
+	if !s.ok || s.l == 0 {
+		return nil
+	}
+	var v float64
+	for _, x := range s.sum {
+		v += x * x
+	}
+	return normalCI(mean, v/float64(s.l)/float64(s.l))
 }
 
 // averagePrecision is scikit-learn's average_precision_score of scores
@@ -902,7 +985,9 @@ func (m *labelMetrics) result() *EvalResult {
 	res.Loss = m.lossSum / float64(n)
 	score := make([]float32, 0, n)
 	pos := make([]bool, 0, n)
+	who := make([]int, 0, n)
 	order := make([]int, n)
+	shares := newMeanShares(n)
 	var aucSum, apSum float64
 	var aucs, aps, knownLabels int
 	for j := range res.PerClass {
@@ -941,10 +1026,11 @@ func (m *labelMetrics) result() *EvalResult {
 			// The label's scores and truths of the samples that do not
 			// ignore it.
 			w := len(m.d)
-			score, pos = score[:0], pos[:0]
+			score, pos, who = score[:0], pos[:0], who[:0]
 			for i := range n {
 				if !labelset.Has(m.ignored[i*w:(i+1)*w], j) {
 					score, pos = append(score, m.logits[i*k+j]), append(pos, labelset.Has(m.truth[i*w:(i+1)*w], j))
+					who = append(who, i)
 				}
 			}
 			idx := byScore(score, order[:len(score)])
@@ -952,6 +1038,7 @@ func (m *labelMetrics) result() *EvalResult {
 				c.AUC, c.AUCCI = &a, delongCI(score, pos, idx, a)
 				aucSum += a
 				aucs++
+				shares.add(score, pos, idx, a, who)
 			}
 			if a, ok := averagePrecision(score, pos, idx); ok {
 				c.AP = &a
@@ -966,7 +1053,7 @@ func (m *labelMetrics) result() *EvalResult {
 	}
 	if aucs > 0 {
 		a := aucSum / float64(aucs)
-		res.AUC = &a
+		res.AUC, res.AUCCI = &a, shares.ci(a)
 	}
 	if aps > 0 {
 		a := apSum / float64(aps)

@@ -118,6 +118,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		BalancedAccuracy float64        `json:"balanced_accuracy"`
 		PerClass         []ClassMetrics `json:"per_class"`
 		AUC              *float64       `json:"auc"`
+		AUCCI            *[2]float64    `json:"auc_ci95"`
 		MAP              *float64       `json:"map"`
 		LRAP             float64        `json:"lrap"`
 		Loss             float64        `json:"loss"`
@@ -181,6 +182,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
 			}
+			nearCI(t, "mean AUC", got.AUCCI, c.AUCCI)
 			if (got.MAP == nil) != (c.MAP == nil) || c.MAP != nil && math.Abs(*got.MAP-*c.MAP) > 1e-6 {
 				t.Errorf("mAP %v, want %v", got.MAP, c.MAP)
 			}

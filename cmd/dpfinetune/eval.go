@@ -327,6 +327,14 @@ func groupingOf(v data.Dataset, spec, by string) (dptrain.Grouping, string, erro
 	return gr, what, nil
 }
 
+// meanCI is the mean AUC's 95 % interval for its line, "" without one.
+func meanCI(res *dptrain.EvalResult) string {
+	if res.AUCCI == nil {
+		return ""
+	}
+	return fmt.Sprintf("; 95 %% CI %.4f–%.4f, DeLong's with the AUCs' covariances", res.AUCCI[0], res.AUCCI[1])
+}
+
 // counted says what an evaluation's figures count: its examples, or
 // its groups of them (--group-by).
 func counted(res *dptrain.EvalResult) string {
@@ -353,7 +361,7 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 	}
 	fmt.Fprintf(stdout, "model:    %s\ndata:     %s (%s, multi-label: %d labels, each decided by its logit's sigmoid above %s)\n", model, spec, counted(res), len(res.PerClass), above)
 	if res.AUC != nil {
-		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives)\n", *res.AUC)
+		fmt.Fprintf(stdout, "AUC:      %.4f (mean of the labels' with positives and negatives%s)\n", *res.AUC, meanCI(res))
 	}
 	if res.MAP != nil {
 		fmt.Fprintf(stdout, "mAP:      %.4f (mean average precision of the labels with positives)\n", *res.MAP)
@@ -415,7 +423,7 @@ func writeEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 		}
 		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of class %s's probability%s)\n", *res.AUC, name(1), ci)
 	case res.AUC != nil:
-		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of each class against the rest, mean)\n", *res.AUC)
+		fmt.Fprintf(stdout, "AUC:      %.4f (ROC of each class against the rest, mean%s)\n", *res.AUC, meanCI(res))
 	}
 	if k == 2 && len(res.PerClass) == 2 {
 		fmt.Fprintf(stdout, "sensitivity: %.2f %% (class %s's recall), specificity: %.2f %% (class %s's)\n", 100*res.PerClass[1].Recall, name(1), 100*res.PerClass[0].Recall, name(0))
