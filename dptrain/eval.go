@@ -105,6 +105,15 @@ type EvalResult struct {
 	// examples (Evaluator.RunGrouped: a study's views scored as one),
 	// Samples counting the groups.
 	Groups *GroupSummary `json:"groups,omitempty"`
+	// OperatingPoints, where the caller sets them (dpfinetune eval
+	// --operating-point), are the thresholds a rule chose on this
+	// evaluation's curves (OperatingPoint): one a label, or class 1's.
+	OperatingPoints []OperatingPoint `json:"operating_points,omitempty"`
+	// OperatingRule is the rule that chose them (PointRule.String).
+	OperatingRule string `json:"operating_rule,omitempty"`
+
+	// roc are the scores Curve ranks (nil: none kept).
+	roc *rocScores
 }
 
 // ClassMetrics are one class's figures in an EvalResult — of a
@@ -284,6 +293,7 @@ type metrics struct {
 	}
 	keep   int       // probabilities kept a sample for the AUC (auc)
 	probs  []float32 // n·keep
+	diff   []float64 // two classes: z₁ − z₀ of each example, the curve's scores
 	labels []int64
 	prob   []float64 // one sample's softmax
 	// cut, for two classes, decides class 1 where z₁ − z₀ exceeds it
@@ -302,6 +312,7 @@ func newMetrics(n, k int) *metrics {
 	switch {
 	case k == 2:
 		m.keep = 1
+		m.diff = make([]float64, n)
 	case k > 2 && int64(n)*int64(k) <= maxAUCFloats:
 		m.keep = k
 	}
@@ -348,6 +359,7 @@ func (m *metrics) add(i int, label int64, logits []float32, loss float64) {
 	switch m.keep {
 	case 1:
 		m.probs[i] = float32(m.prob[1])
+		m.diff[i] = float64(logits[1]) - float64(logits[0])
 	case m.k:
 		for c, p := range m.prob {
 			m.probs[i*m.k+c] = float32(p)
@@ -378,6 +390,9 @@ func (m *metrics) result() *EvalResult {
 	res.ECE = &ece
 	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
 	res.AUC, res.AUCCI = auc(m.probs, m.labels, m.k, m.keep, res.PerClass)
+	if m.diff != nil {
+		res.roc = binaryScores(m.diff, m.labels)
+	}
 	return res
 }
 
@@ -1058,6 +1073,9 @@ func (m *labelMetrics) result() *EvalResult {
 	if aps > 0 {
 		a := apSum / float64(aps)
 		res.MAP = &a
+	}
+	if m.keep {
+		res.roc = labelScores(m.logits, m.truth, m.ignored, n, k, len(m.d))
 	}
 	return res
 }

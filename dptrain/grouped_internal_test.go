@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,6 +170,15 @@ func TestEvalGroupedSingles(t *testing.T) {
 						t.Errorf("groups %+v; want %d of one example", got.Groups, e.n)
 					}
 					got.Groups = nil
+					if !slices.Equal(got.CurveLabels(), want.CurveLabels()) {
+						t.Errorf("curves of labels %v, want %v", got.CurveLabels(), want.CurveLabels())
+					}
+					for _, j := range want.CurveLabels() {
+						if !slices.Equal(got.Curve(j), want.Curve(j)) {
+							t.Errorf("label %d's ROC curve differs", j)
+						}
+					}
+					got.roc, want.roc = nil, nil
 					if !reflect.DeepEqual(got, want) {
 						t.Errorf("groups of one scored\n%+v\nungrouped\n%+v", got, want)
 					}

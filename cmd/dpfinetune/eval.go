@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/onnx"
 )
 
@@ -190,9 +192,19 @@ func runEval(args []string, stdout io.Writer) error {
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
 	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) or dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
+	point := fs.String("operating-point", "", "a two-class or multi-label model's operating point chosen on this data, class 1's or each label's: sensitivity=S (the highest threshold reaching sensitivity S), specificity=S (the lowest keeping specificity S) or youden (the largest sensitivity + specificity − 1); prints each one's threshold, sensitivity, specificity, PPV and NPV, and the --threshold that decides there (choose on a validation split, report on the test split)")
+	rocFile := fs.String("roc", "", "write a two-class or multi-label model's ROC curves to this CSV file: a row a point (label, threshold, false and true positive rates, counts), class 1's or each label's")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	var rule dptrain.PointRule
+	if *point != "" {
+		r, err := dptrain.ParsePointRule(*point)
+		if err != nil {
+			return usagef("--operating-point: %v", err)
+		}
+		rule = r
 	}
 	if *model == "" || *spec == "" {
 		return usagef("--model and --data are required")
@@ -254,6 +266,9 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := ev.SetMultiLabel(multi); err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
+	if (*point != "" || *rocFile != "") && !multi && ev.Classes() != 2 {
+		return usagef("--operating-point and --roc take a two-class or a multi-label model's curves; %s has %d classes", *model, ev.Classes())
+	}
 	if *threshold != "" {
 		t, err := dptrain.ParseDecisionThreshold(*threshold, multi, v.Classes(), ev.Classes())
 		if err != nil {
@@ -279,6 +294,22 @@ func runEval(args []string, stdout io.Writer) error {
 		return err
 	}
 	res.Classes = v.Classes()
+	if (*point != "" || *rocFile != "") && res.CurveLabels() == nil {
+		return fmt.Errorf("%s: %d examples of %d labels are more scores than eval keeps for curves", *model, v.Len(), ev.Classes())
+	}
+	if *point != "" {
+		res.OperatingRule = rule.String()
+		for _, j := range res.CurveLabels() {
+			if op, ok := res.OperatingPoint(j, rule); ok {
+				res.OperatingPoints = append(res.OperatingPoints, op)
+			}
+		}
+	}
+	if *rocFile != "" {
+		if err := writeROC(*rocFile, res); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -288,6 +319,12 @@ func runEval(args []string, stdout io.Writer) error {
 		writeLabelEval(stdout, *model, s, res)
 	} else {
 		writeEval(stdout, *model, s, res)
+	}
+	if *point != "" {
+		writeOperatingPoints(stdout, res)
+	}
+	if *rocFile != "" {
+		fmt.Fprintf(stdout, "\nROC curves written to %s\n", *rocFile)
 	}
 	if g := res.Groups; g != nil {
 		fmt.Fprintf(stdout, "\ngroups:   %d groups (%s) of the %d examples: 1 to %d examples a group, %d of one; each scored by its examples' probabilities' %s; every figure above counts groups\n",
@@ -325,6 +362,60 @@ func groupingOf(v data.Dataset, spec, by string) (dptrain.Grouping, string, erro
 		gr.Example = sp.SamplePath
 	}
 	return gr, what, nil
+}
+
+// writeOperatingPoints prints the operating points eval chose
+// (--operating-point), and the --threshold that decides at them.
+func writeOperatingPoints(stdout io.Writer, res *dptrain.EvalResult) {
+	name := func(j int) string {
+		if j < len(res.Classes) && res.Classes[j] != strconv.Itoa(j) {
+			return res.Classes[j]
+		}
+		return strconv.Itoa(j)
+	}
+	fmt.Fprintf(stdout, "\noperating points (%s, chosen on this data):\n", res.OperatingRule)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "  %s\t threshold\t sensitivity\t specificity\t PPV\t NPV\t\n", map[bool]string{true: "label", false: "class"}[res.MultiLabel])
+	var th []string
+	for _, op := range res.OperatingPoints {
+		fmt.Fprintf(tw, "  %s\t %.4f\t %.1f %%\t %.1f %%\t %.1f %%\t %.1f %%\t\n", name(op.Label), op.Threshold, 100*op.Sensitivity, 100*op.Specificity, 100*op.PPV, 100*op.NPV)
+		t := strconv.FormatFloat(op.Threshold, 'g', -1, 64)
+		if res.MultiLabel {
+			t = name(op.Label) + "=" + t
+		}
+		th = append(th, t)
+	}
+	tw.Flush()
+	switch {
+	case len(th) == 0:
+		fmt.Fprintf(stdout, "  (none: no label has positives and negatives, or none reaches the rule)\n")
+	case res.MultiLabel && len(res.OperatingPoints) < len(res.PerClass):
+		fmt.Fprintf(stdout, "  decide there: --threshold %s (the labels without a point at ½)\n", strings.Join(th, ","))
+	default:
+		fmt.Fprintf(stdout, "  decide there: --threshold %s\n", strings.Join(th, ","))
+	}
+}
+
+// writeROC writes the evaluation's ROC curves to a CSV file: a row a
+// point of each label's curve (class 1's for a two-class model).
+func writeROC(path string, res *dptrain.EvalResult) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
+		cw := csv.NewWriter(w)
+		cw.Write([]string{"label", "name", "threshold", "fpr", "tpr", "tp", "fp", "tn", "fn"})
+		for _, j := range res.CurveLabels() {
+			name := strconv.Itoa(j)
+			if j < len(res.Classes) {
+				name = res.Classes[j]
+			}
+			for _, p := range res.Curve(j) {
+				cw.Write([]string{strconv.Itoa(j), name, strconv.FormatFloat(p.Threshold, 'g', -1, 64),
+					strconv.FormatFloat(p.FPR, 'g', -1, 64), strconv.FormatFloat(p.TPR, 'g', -1, 64),
+					strconv.FormatInt(p.TP, 10), strconv.FormatInt(p.FP, 10), strconv.FormatInt(p.TN, 10), strconv.FormatInt(p.FN, 10)})
+			}
+		}
+		cw.Flush()
+		return cw.Error()
+	})
 }
 
 // meanCI is the mean AUC's 95 % interval for its line, "" without one.

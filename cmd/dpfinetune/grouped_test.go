@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -253,4 +254,14 @@ func TestEvalGroupedStudies(t *testing.T) {
 	if len(rows) != 13 || !strings.HasPrefix(rows[0], "group,images,prediction,0,1,") || !strings.HasPrefix(rows[1], filepath.Join(root, "patient00", "study1")+",1,") {
 		t.Errorf("predict --group-by dir --csv wrote\n%s", b)
 	}
+}
+
+// readCSVFile reads every row of a CSV file.
+func readCSVFile(path string) ([][]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return csv.NewReader(f).ReadAll()
 }

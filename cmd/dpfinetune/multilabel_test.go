@@ -168,10 +168,34 @@ func TestTrainMultiLabel(t *testing.T) {
 			t.Errorf("eval --threshold %s: thresholds %v (want %v), AUC %v (%v at ½), labels right %v (%v at ½)", c.spec, et.Thresholds, c.want, *et.AUC, *ev.AUC, et.Accuracy, ev.Accuracy)
 		}
 	}
+	// An operating point chosen on the data: each label's highest
+	// threshold reaching sensitivity 0.8; the --threshold eval prints
+	// decides there, each label's recall its point's sensitivity.
+	o, e, code = run(t, "eval", "--model", out, "--data", test, "--operating-point", "sensitivity=0.8")
+	_, th, found := strings.Cut(o, "decide there: --threshold ")
+	if code != 0 || !found {
+		t.Fatalf("eval --operating-point: exit %d: %s%s", code, o, e)
+	}
+	th, _, _ = strings.Cut(th, "\n")
+	th, _, _ = strings.Cut(th, " ")
+	op := evalJSON(t, out, test, "--operating-point", "sensitivity=0.8")
+	at := evalJSON(t, out, test, "--threshold", th)
+	if op.OperatingRule != "sensitivity=0.8" || len(op.OperatingPoints) == 0 || len(at.Thresholds) != 13 {
+		t.Fatalf("eval --operating-point: rule %q, %d points; --threshold %s: %v", op.OperatingRule, len(op.OperatingPoints), th, at.Thresholds)
+	}
+	for _, p := range op.OperatingPoints {
+		c := at.PerClass[p.Label]
+		if p.Sensitivity < 0.8 || c.Recall != p.Sensitivity || c.Precision != p.PPV || at.Thresholds[p.Label] != p.Threshold {
+			t.Errorf("label %d: the point %+v; at --threshold %s recall %v, precision %v", p.Label, p, th, c.Recall, c.Precision)
+		}
+	}
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"--model", out, "--data", test, "--operating-point", "f1"}, "want sensitivity=S, specificity=S or youden"},
+		{[]string{"--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=50", "--operating-point", "youden"}, "take a two-class or a multi-label model's curves"},
+		{[]string{"--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=50", "--roc", filepath.Join(dir, "roc.csv")}, "take a two-class or a multi-label model's curves"},
 		{[]string{"--model", out, "--data", test, "--threshold", "1.5"}, "outside (0, 1)"},
 		{[]string{"--model", out, "--data", test, "--threshold", "Hat=0.3"}, `no label "Hat"`},
 		{[]string{"--model", "../../testdata/models/cnn.onnx", "--data", fmnist + ":limit=50", "--threshold", "0.3"}, "decides a multi-label model's labels"},

@@ -538,6 +538,36 @@ func TestEvalCLI(t *testing.T) {
 		len(low.Thresholds) != 1 || atHalf.Thresholds != nil {
 		t.Errorf("eval --threshold: near 0 %+v, near 1 %+v, none %+v", low, high, atHalf)
 	}
+	// An operating point chosen on the data (Youden's index) and the ROC
+	// curve: deciding at the point's threshold gives its sensitivity and
+	// specificity; the curve's trapezoids sum to the AUC.
+	roc := filepath.Join(t.TempDir(), "roc.csv")
+	o, e, code := run(t, "eval", "--model", binary, "--data", folder, "--operating-point", "youden", "--roc", roc, "--json")
+	var yo dptrain.EvalResult
+	if err := json.Unmarshal([]byte(o), &yo); code != 0 || err != nil || len(yo.OperatingPoints) != 1 || yo.OperatingPoints[0].Label != 1 {
+		t.Fatalf("eval --operating-point youden: exit %d (%v): %s%s", code, err, o, e)
+	}
+	p := yo.OperatingPoints[0]
+	o, e, code = run(t, "eval", "--model", binary, "--data", folder, "--threshold", strconv.FormatFloat(p.Threshold, 'g', -1, 64), "--json")
+	var atP dptrain.EvalResult
+	if err := json.Unmarshal([]byte(o), &atP); code != 0 || err != nil || atP.PerClass[1].Recall != p.Sensitivity || atP.PerClass[0].Recall != p.Specificity || p.Sensitivity+p.Specificity < 1 {
+		t.Errorf("eval at the Youden point %+v: exit %d (%v): %+v %s", p, code, err, atP.PerClass, e)
+	}
+	rows, err := readCSVFile(roc)
+	if err != nil || len(rows) < 3 || strings.Join(rows[0], ",") != "label,name,threshold,fpr,tpr,tp,fp,tn,fn" || rows[1][2] != "1" || rows[len(rows)-1][2] != "0" {
+		t.Fatalf("--roc wrote %v (%v)", rows, err)
+	}
+	var area float64
+	for i := 2; i < len(rows); i++ {
+		f0, _ := strconv.ParseFloat(rows[i-1][3], 64)
+		t0, _ := strconv.ParseFloat(rows[i-1][4], 64)
+		f1, _ := strconv.ParseFloat(rows[i][3], 64)
+		t1, _ := strconv.ParseFloat(rows[i][4], 64)
+		area += (f1 - f0) * (t0 + t1) / 2
+	}
+	if math.Abs(area-*yo.AUC) > 1e-9 {
+		t.Errorf("--roc: the curve's area %v, the AUC %v", area, *yo.AUC)
+	}
 	if text, _, _ := run(t, "eval", "--model", binary, "--data", folder, "--threshold", "0.25"); !strings.Contains(text, "decided:  class 1 where its probability exceeds 0.25") {
 		t.Errorf("eval --threshold 0.25 does not say it:\n%s", text)
 	}

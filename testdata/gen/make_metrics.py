@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Golden evaluation metrics (testdata/metrics/cases.json, multi-label
-multilabel.json, and of groups of examples grouped.json) for
-dptrain.TestEvalMetrics, TestEvalMetricsMultiLabel and TestEvalGrouped:
+multilabel.json, of groups of examples grouped.json, and the ROC curves and
+operating points of the two-class and multi-label cases curves.json) for
+dptrain.TestEvalMetrics, TestEvalMetricsMultiLabel, TestEvalGrouped and
+TestEvalCurves:
 seeded logits and labels, and what scikit-learn
 (balanced_accuracy_score, f1_score, precision_recall_fscore_support,
 top_k_accuracy_score, roc_auc_score) and scipy (the Wilson interval) make
@@ -18,7 +20,7 @@ import numpy as np
 from scipy.special import softmax
 from scipy.stats import binomtest, norm
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score, hamming_loss,
-                             label_ranking_average_precision_score,
+                             label_ranking_average_precision_score, roc_curve,
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
 
 
@@ -406,5 +408,42 @@ gcases = [grouped_case("three classes, mean", 70, 3, 21, "mean"), grouped_case("
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "grouped.json")
 with open(path, "w") as f:
     json.dump(gcases, f, indent=None, separators=(",", ":"))
+    f.write("\n")
+print("wrote", path)
+
+
+def curve(y, score):
+    """scikit-learn's ROC curve of score for the positives y, every
+    distinct score a point (drop_intermediate=False), as counts, and the
+    points three rules choose: the first (highest threshold) whose
+    sensitivity reaches 0.9, the last whose specificity stays at 0.8 or
+    more, the first of the largest Youden index (argmax of tpr - fpr)."""
+    y = np.asarray(y)
+    fpr, tpr, _ = roc_curve(y, np.asarray(score, dtype=np.float64), drop_intermediate=False)
+    p, n = int(y.sum()), int(len(y) - y.sum())
+    tp, fp = np.rint(tpr * p).astype(int), np.rint(fpr * n).astype(int)
+    pts = [[int(a), int(b), n - int(b), p - int(a)] for a, b in zip(tp, fp)]
+    return {"points": pts, "sensitivity=0.9": pts[int(np.argmax(tpr >= 0.9))],
+            "specificity=0.8": pts[int(np.flatnonzero(1 - fpr >= 0.8)[-1])], "youden": pts[int(np.argmax(tpr - fpr))]}
+
+
+curves = []
+for c in cases:
+    if c["k"] == 2:
+        z = np.array(c["logits"], dtype=np.float32).astype(np.float64)
+        curves.append({"file": "cases.json", "name": c["name"], "labels": {"1": curve(np.array(c["labels"]) == 1, z[:, 1] - z[:, 0])}})
+for c in mcases:
+    z = np.array(c["logits"], dtype=np.float32).astype(np.float64)
+    y = np.array([[(v >> j) & 1 for j in range(c["k"])] for v in c["labels"]])
+    ign = np.array([[(v >> j) & 1 for j in range(c["k"])] for v in c.get("ignored", [0] * len(c["labels"]))], dtype=bool)
+    labels = {}
+    for j in range(c["k"]):
+        yj = y[~ign[:, j], j]
+        if 0 < yj.sum() < len(yj):
+            labels[str(j)] = curve(yj, z[~ign[:, j], j])
+    curves.append({"file": "multilabel.json", "name": c["name"], "labels": labels})
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "curves.json")
+with open(path, "w") as f:
+    json.dump(curves, f, indent=None, separators=(",", ":"))
     f.write("\n")
 print("wrote", path)
