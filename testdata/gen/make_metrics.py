@@ -447,3 +447,40 @@ with open(path, "w") as f:
     json.dump(curves, f, indent=None, separators=(",", ":"))
     f.write("\n")
 print("wrote", path)
+
+
+def temperature(z, nll):
+    """The temperature minimizing nll(z / T), by scipy's bounded scalar
+    search over log T (tolerance far below the 1e-6 the test holds)."""
+    from scipy.optimize import minimize_scalar
+    r = minimize_scalar(lambda lt: nll(z / np.exp(lt)), bounds=(-6, 6), method="bounded", options={"xatol": 1e-12})
+    return float(np.exp(r.x))
+
+
+def ece_of(z, y):
+    prob = softmax(z, axis=1)
+    conf, top = prob.max(1), prob.argmax(1)
+    bins = np.minimum((conf * 15).astype(int), 14)
+    return float(sum(abs((top[bins == b] == y[bins == b]).sum() - conf[bins == b].sum()) / len(y) for b in range(15) if (bins == b).any()))
+
+
+temps = []
+for c in cases:
+    z, y = np.array(c["logits"], dtype=np.float32).astype(np.float64), np.array(c["labels"])
+    nll = lambda s: float(np.mean(np.log(np.exp(s - s.max(1, keepdims=True)).sum(1)) + s.max(1) - s[np.arange(len(y)), y]))
+    t = temperature(z, nll)
+    temps.append({"file": "cases.json", "name": c["name"], "temperature": t, "loss_before": nll(z), "loss_after": nll(z / t),
+                  "ece_before": ece_of(z, y), "ece_after": ece_of(z / t, y)})
+for c in mcases:
+    z = np.array(c["logits"], dtype=np.float32).astype(np.float64)
+    k = c["k"]
+    y = np.array([[(v >> j) & 1 for j in range(k)] for v in c["labels"]])
+    known = ~np.array([[(v >> j) & 1 for j in range(k)] for v in c.get("ignored", [0] * len(c["labels"]))], dtype=bool)
+    bce = lambda s: float(np.mean(np.sum((np.logaddexp(0, s) - s * y) * known, axis=1) / k))
+    t = temperature(z, bce)
+    temps.append({"file": "multilabel.json", "name": c["name"], "temperature": t, "loss_before": bce(z), "loss_after": bce(z / t)})
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "temperature.json")
+with open(path, "w") as f:
+    json.dump(temps, f, indent=1)
+    f.write("\n")
+print("wrote", path)

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
+)
+
+func init() {
+	register(&command{
+		name:    "calibrate",
+		summary: "fit a temperature to a model's logits on validation data and write the calibrated model",
+		run:     runCalibrate,
+	})
+}
+
+// calibrateResult is the JSON form of "dpfinetune calibrate".
+type calibrateResult struct {
+	Model string `json:"model"`
+	Data  string `json:"data"`
+	Out   string `json:"out"`
+	dptrain.Calibration
+}
+
+func runCalibrate(args []string, stdout io.Writer) error {
+	fs := newFlagSet("calibrate", "--model M.onnx --data SPEC --out C.onnx [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
+	model := fs.String("model", "", "ONNX model file (required)")
+	spec := fs.String("data", "", "validation data to fit the temperature on, as eval's --data (default split: test; calibrate on a split you do not report figures of, and on data whose statistics may be released: the temperature is one, outside the guarantee)")
+	out := fs.String("out", "", "the calibrated model: the input model, its logits divided by the fitted temperature (required)")
+	batch := fs.Int("batch", 256, "samples per forward pass")
+	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
+	resize := fs.String("resize", "", "as eval's --resize (default: the one recorded in the model by train, else stretch)")
+	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *model == "" || *spec == "" || *out == "" {
+		return usagef("--model, --data and --out are required")
+	}
+	if *batch <= 0 {
+		return usagef("--batch must be positive, got %d", *batch)
+	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
+	}
+	lm, err := loadGraph(*model)
+	if err != nil {
+		return err
+	}
+	if err := lm.dynamicBatch(); err != nil {
+		return err
+	}
+	m, g := lm.m, lm.g
+	sample, err := modelSample(g, *inShape)
+	if err != nil {
+		return err
+	}
+	recordedPreprocess(m, norm, resize)
+	*norm = normFor(g, *norm)
+	s := *spec
+	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
+		sp.Split = data.Test
+		s = sp.String()
+	}
+	v, err := openView(s, sample, *norm, "none", *resize)
+	if err != nil {
+		return err
+	}
+	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(*batch, max(v.Len(), 1)))
+	if err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	multi := data.IsMultiLabel(v)
+	if recorded(m, "multi_label", "") == "true" && !multi {
+		return usagef("%s is multi-label (each logit a label): read the data as label sets (a csv listing's :multilabel)", *model)
+	}
+	if err := ev.SetMultiLabel(multi); err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	if v.NumClasses() > ev.Classes() {
+		return fmt.Errorf("the data has %d classes but %s outputs %d logits", v.NumClasses(), *model, ev.Classes())
+	}
+	c, err := ev.FitTemperature(v)
+	if err != nil {
+		return fmt.Errorf("%s on %s: %w", *model, s, err)
+	}
+	if err := dptrain.ApplyTemperature(m.Proto, c.Temperature); err != nil {
+		return fmt.Errorf("%s: %w", *model, err)
+	}
+	if err := m.Save(*out, nil); err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(calibrateResult{Model: *model, Data: s, Out: *out, Calibration: *c})
+	}
+	fmt.Fprintf(stdout, "model:       %s\ndata:        %s (%d examples)\n", *model, s, c.Examples)
+	fmt.Fprintf(stdout, "temperature: %.4f (the logits divided by it: %s)\n", c.Temperature, map[bool]string{true: "the probabilities were too sure", false: "they were not sure enough"}[c.Temperature > 1])
+	fmt.Fprintf(stdout, "loss:        %.4f → %.4f\n", c.LossBefore, c.LossAfter)
+	if c.ECEBefore != nil {
+		fmt.Fprintf(stdout, "ECE:         %.2f %% → %.2f %% (expected calibration error, 15 bins)\n", 100**c.ECEBefore, 100**c.ECEAfter)
+	}
+	fmt.Fprintf(stdout, "no decision moves (the most probable class, a label's side of ½), nor a two-class or multi-label model's AUC; a --threshold T is one of the calibrated probabilities\nwritten:     %s\n", *out)
+	return nil
+}
