@@ -14,6 +14,12 @@
 // sampled user's examples are rows of the batch whose mean gradient is
 // clipped as one (Settings.PrivacyUnit, users.go).
 //
+// It also evaluates models (Evaluator: the figures of EvalResult, held to
+// scikit-learn's; groups of examples such as a study's views scored as
+// one, grouped.go; ROC curves and operating points chosen by a rule,
+// operating.go) and calibrates them (Evaluator.FitTemperature and
+// ApplyTemperature: temperature scaling, calibrate.go).
+//
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's
 // make_private): fill a Config, call Run, and follow the run through
