@@ -56,6 +56,24 @@ type OperatingPoint struct {
 	Specificity float64 `json:"specificity"`
 	PPV         float64 `json:"ppv"`
 	NPV         float64 `json:"npv"`
+	// The 95 % Wilson score intervals of the four, each a share of the
+	// examples it counts (the positives, the negatives, the decided
+	// positives, the decided negatives) taken as independent draws; nil
+	// where it counts none. The threshold itself is taken as given: chosen
+	// on the same data, the point's figures there are optimistic.
+	SensitivityCI *[2]float64 `json:"sensitivity_ci95,omitempty"`
+	SpecificityCI *[2]float64 `json:"specificity_ci95,omitempty"`
+	PPVCI         *[2]float64 `json:"ppv_ci95,omitempty"`
+	NPVCI         *[2]float64 `json:"npv_ci95,omitempty"`
+}
+
+// wilsonOf is the Wilson interval of k of n, nil where n is 0.
+func wilsonOf(k, n int64) *[2]float64 {
+	if n == 0 {
+		return nil
+	}
+	ci := wilson(int(k), int(n))
+	return &ci
 }
 
 // PointRule chooses an operating point on a ROC curve
@@ -198,7 +216,9 @@ func (r *EvalResult) OperatingPoint(j int, rule PointRule) (OperatingPoint, bool
 		return OperatingPoint{}, false
 	}
 	p := curve[best]
-	return OperatingPoint{Label: j, ROCPoint: p, Sensitivity: p.Sensitivity(), Specificity: p.Specificity(), PPV: p.PPV(), NPV: p.NPV()}, true
+	return OperatingPoint{Label: j, ROCPoint: p, Sensitivity: p.Sensitivity(), Specificity: p.Specificity(), PPV: p.PPV(), NPV: p.NPV(),
+		SensitivityCI: wilsonOf(p.TP, p.TP+p.FN), SpecificityCI: wilsonOf(p.TN, p.TN+p.FP),
+		PPVCI: wilsonOf(p.TP, p.TP+p.FP), NPVCI: wilsonOf(p.TN, p.TN+p.FN)}, true
 }
 
 // binaryScores are a two-class evaluation's curve scores: z₁ − z₀ of

@@ -1,6 +1,7 @@
 package dptrain
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -19,10 +20,13 @@ func TestEvalCurves(t *testing.T) {
 		File   string `json:"file"`
 		Name   string `json:"name"`
 		Labels map[string]struct {
-			Points [][4]int64 `json:"points"` // tp, fp, tn, fn
-			Sens   [4]int64   `json:"sensitivity=0.9"`
-			Spec   [4]int64   `json:"specificity=0.8"`
-			Youden [4]int64   `json:"youden"`
+			Points [][4]int64     `json:"points"` // tp, fp, tn, fn
+			Sens   [4]int64       `json:"sensitivity=0.9"`
+			Spec   [4]int64       `json:"specificity=0.8"`
+			Youden [4]int64       `json:"youden"`
+			SensCI [4]*[2]float64 `json:"sensitivity=0.9 ci"`
+			SpecCI [4]*[2]float64 `json:"specificity=0.8 ci"`
+			YouCI  [4]*[2]float64 `json:"youden ci"`
 		} `json:"labels"`
 	}](t, "curves.json", 8)
 	two := map[string]groupedCase{}
@@ -108,7 +112,8 @@ func TestEvalCurves(t *testing.T) {
 				for _, r := range []struct {
 					rule string
 					want [4]int64
-				}{{"sensitivity=0.9", want.Sens}, {"specificity=0.8", want.Spec}, {"youden", want.Youden}} {
+					ci   [4]*[2]float64
+				}{{"sensitivity=0.9", want.Sens, want.SensCI}, {"specificity=0.8", want.Spec, want.SpecCI}, {"youden", want.Youden, want.YouCI}} {
 					rule, err := ParsePointRule(r.rule)
 					if err != nil {
 						t.Fatal(err)
@@ -117,6 +122,9 @@ func TestEvalCurves(t *testing.T) {
 					if !ok || [4]int64{op.TP, op.FP, op.TN, op.FN} != r.want || op.Label != j ||
 						op.Sensitivity != op.TPR || op.Specificity != 1-op.FPR || op.PPV != ratio(op.TP, op.TP+op.FP) || op.NPV != ratio(op.TN, op.TN+op.FN) {
 						t.Errorf("label %d, %s: %+v (%v); want (tp, fp, tn, fn) %v", j, r.rule, op, ok, r.want)
+					}
+					for i, ci := range []*[2]float64{op.SensitivityCI, op.SpecificityCI, op.PPVCI, op.NPVCI} {
+						nearCI(t, fmt.Sprintf("label %d, %s, figure %d", j, r.rule, i), ci, r.ci[i])
 					}
 				}
 			}

@@ -376,9 +376,17 @@ func writeOperatingPoints(stdout io.Writer, res *dptrain.EvalResult) {
 	fmt.Fprintf(stdout, "\noperating points (%s, chosen on this data):\n", res.OperatingRule)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "  %s\t threshold\t sensitivity\t specificity\t PPV\t NPV\t\n", map[bool]string{true: "label", false: "class"}[res.MultiLabel])
+	// A figure and its Wilson interval.
+	pct := func(v float64, ci *[2]float64) string {
+		if ci == nil {
+			return fmt.Sprintf("%.1f %%", 100*v)
+		}
+		return fmt.Sprintf("%.1f %% (%.1f–%.1f)", 100*v, 100*ci[0], 100*ci[1])
+	}
 	var th []string
 	for _, op := range res.OperatingPoints {
-		fmt.Fprintf(tw, "  %s\t %.4f\t %.1f %%\t %.1f %%\t %.1f %%\t %.1f %%\t\n", name(op.Label), op.Threshold, 100*op.Sensitivity, 100*op.Specificity, 100*op.PPV, 100*op.NPV)
+		fmt.Fprintf(tw, "  %s\t %.4f\t %s\t %s\t %s\t %s\t\n", name(op.Label), op.Threshold, pct(op.Sensitivity, op.SensitivityCI),
+			pct(op.Specificity, op.SpecificityCI), pct(op.PPV, op.PPVCI), pct(op.NPV, op.NPVCI))
 		t := strconv.FormatFloat(op.Threshold, 'g', -1, 64)
 		if res.MultiLabel {
 			t = name(op.Label) + "=" + t
@@ -386,6 +394,9 @@ func writeOperatingPoints(stdout io.Writer, res *dptrain.EvalResult) {
 		th = append(th, t)
 	}
 	tw.Flush()
+	if len(th) > 0 {
+		fmt.Fprintf(stdout, "  (in brackets: 95 %% Wilson intervals, the threshold taken as given — chosen on this data, its figures here are optimistic)\n")
+	}
 	switch {
 	case len(th) == 0:
 		fmt.Fprintf(stdout, "  (none: no label has positives and negatives, or none reaches the rule)\n")

@@ -423,8 +423,21 @@ def curve(y, score):
     p, n = int(y.sum()), int(len(y) - y.sum())
     tp, fp = np.rint(tpr * p).astype(int), np.rint(fpr * n).astype(int)
     pts = [[int(a), int(b), n - int(b), p - int(a)] for a, b in zip(tp, fp)]
-    return {"points": pts, "sensitivity=0.9": pts[int(np.argmax(tpr >= 0.9))],
-            "specificity=0.8": pts[int(np.flatnonzero(1 - fpr >= 0.8)[-1])], "youden": pts[int(np.argmax(tpr - fpr))]}
+    chosen = {"sensitivity=0.9": pts[int(np.argmax(tpr >= 0.9))],
+              "specificity=0.8": pts[int(np.flatnonzero(1 - fpr >= 0.8)[-1])], "youden": pts[int(np.argmax(tpr - fpr))]}
+
+    def wilson(k, m):
+        if m == 0:
+            return None
+        ci = binomtest(k, m).proportion_ci(confidence_level=0.95, method="wilson")
+        return [ci.low, ci.high]
+    out = {"points": pts}
+    for rule, (a, b, c, d) in chosen.items():
+        out[rule] = [a, b, c, d]
+        # The 95 % Wilson intervals of the sensitivity, specificity, PPV
+        # and NPV there.
+        out[rule + " ci"] = [wilson(a, a + d), wilson(c, c + b), wilson(a, a + b), wilson(c, c + d)]
+    return out
 
 
 curves = []
