@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -16,7 +17,7 @@ import (
 // (Evaluator.FitTemperature) and what it does there.
 type Calibration struct {
 	// Temperature is T: the calibrated logits are the logits over T.
-	Temperature float64 `json:"temperature"`
+	Temperature float64 `json:"temperature,omitempty"`
 	// Examples counts the examples it was fitted on.
 	Examples int `json:"examples"`
 	// LossBefore and LossAfter are the mean loss (the softmax
@@ -29,6 +30,22 @@ type Calibration struct {
 	// multi-label model.
 	ECEBefore *float64 `json:"ece_before,omitempty"`
 	ECEAfter  *float64 `json:"ece_after,omitempty"`
+	// Labels are a per-label fit's maps (Evaluator.FitLabelScaling), one
+	// a label; Temperature is then 0.
+	Labels []LabelScale `json:"labels,omitempty"`
+}
+
+// LabelScale is one label's map of a per-label fit: its calibrated logit
+// is Scale·z + Shift.
+type LabelScale struct {
+	Label     int     `json:"label"`
+	Scale     float64 `json:"scale"`
+	Shift     float64 `json:"shift"`
+	Positives int     `json:"positives"`
+	Negatives int     `json:"negatives"`
+	// Left, where set, says why the label was left as it was (scale 1,
+	// shift 0).
+	Left string `json:"left,omitempty"`
 }
 
 // Bounds of the inverse temperature β = 1/T a fit accepts: beyond them
@@ -68,6 +85,138 @@ func (ev *Evaluator) FitTemperature(v data.Dataset) (*Calibration, error) {
 		return nil, err
 	}
 	return e.fitTemperature()
+}
+
+// FitLabelScaling fits each label of a multi-label model (SetMultiLabel)
+// its own map of the logit, z ↦ a·z + b (Platt scaling, 1999): the
+// logistic regression of the label on its logit over the examples that
+// know it, against Platt's targets — (N₊ + 1)/(N₊ + 2) for a positive,
+// 1/(N₋ + 2) for a negative, so that a label the logits separate still
+// has a finite fit (scikit-learn's sigmoid calibration). Unlike a
+// temperature it moves a label's decisions at ½ (the shift corrects a
+// bias: a --pos-weight's inflated probabilities), never its AUC (a > 0).
+// A label without positives or negatives to fit on, or whose logits rank
+// its negatives above its positives (a ≤ 0), is left as it was, and
+// Calibration.Labels says so.
+func (ev *Evaluator) FitLabelScaling(v data.Dataset) (*Calibration, error) {
+	if !ev.multiLabel {
+		return nil, errors.New("a per-label calibration is a multi-label model's; a single-label model's is a temperature")
+	}
+	n := v.Len()
+	if n == 0 {
+		return nil, errors.New("no examples to calibrate on")
+	}
+	if int64(n)*int64(ev.k) > maxGroupedFloats {
+		return nil, fmt.Errorf("a calibration keeps every example's logits: %d examples of %d logits is more than %d; calibrate on a part of the data (:limit=N)", n, ev.k, maxGroupedFloats)
+	}
+	e := newExamples(n, ev.k, true)
+	if err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
+		e.set(i, label, ev.truth, ev.ignored, logits, loss)
+	}); err != nil {
+		return nil, err
+	}
+	return e.fitLabelScaling(), nil
+}
+
+// fitLabelScaling fits each label's Platt map to the kept examples.
+func (e *examples) fitLabelScaling() *Calibration {
+	c := &Calibration{Examples: e.n, Labels: make([]LabelScale, e.k)}
+	scale, shift := make([]float64, e.k), make([]float64, e.k)
+	var z []float64
+	var pos []bool
+	for j := range e.k {
+		z, pos = z[:0], pos[:0]
+		for i := range e.n {
+			if !labelset.Has(e.ignored[i*e.w:(i+1)*e.w], j) {
+				z, pos = append(z, float64(e.logits[i*e.k+j])), append(pos, labelset.Has(e.truth[i*e.w:(i+1)*e.w], j))
+			}
+		}
+		l := &c.Labels[j]
+		l.Label, l.Scale = j, 1
+		for _, p := range pos {
+			if p {
+				l.Positives++
+			} else {
+				l.Negatives++
+			}
+		}
+		switch a, b := plattFit(z, pos, l.Positives, l.Negatives); {
+		case l.Positives == 0 || l.Negatives == 0:
+			l.Left = "no positives and negatives to fit on"
+		case !(a > 0):
+			l.Left = "its logits rank its negatives above its positives here"
+		default:
+			l.Scale, l.Shift = a, b
+		}
+		scale[j], shift[j] = l.Scale, l.Shift
+	}
+	c.LossBefore, c.LossAfter = e.mappedLoss(nil, nil), e.mappedLoss(scale, shift)
+	return c
+}
+
+// plattFit is the logistic regression of pos on z against Platt's
+// targets (np positives, nn negatives): the a, b minimizing
+// Σ softplus(a·z + b) − t·(a·z + b), by Newton's method from the identity
+// with a backtracking line search (the objective is convex).
+func plattFit(z []float64, pos []bool, np, nn int) (a, b float64) {
+	hi, lo := (float64(np)+1)/(float64(np)+2), 1/(float64(nn)+2)
+	obj := func(a, b float64) (f, ga, gb, haa, hab, hbb float64) {
+		for i, x := range z {
+			t := lo
+			if pos[i] {
+				t = hi
+			}
+			u := a*x + b
+			p := sigmoid(u)
+			f += max(u, 0) + math.Log1p(math.Exp(-math.Abs(u))) - t*u
+			ga += (p - t) * x
+			gb += p - t
+			w := p * (1 - p)
+			haa += w * x * x
+			hab += w * x
+			hbb += w
+		}
+		return
+	}
+	a, b = 1, 0
+	f, ga, gb, haa, hab, hbb := obj(a, b)
+	for it := 0; it < 200; it++ {
+		det := haa*hbb - hab*hab
+		if !(det > 0) || math.Abs(ga)+math.Abs(gb) < 1e-12*(1+math.Abs(f)) {
+			break
+		}
+		da, db := -(hbb*ga-hab*gb)/det, -(haa*gb-hab*ga)/det
+		ok := false
+		for try := 0; try < 60; try++ {
+			if fn, gan, gbn, haan, habn, hbbn := obj(a+da, b+db); fn <= f {
+				a, b, f, ga, gb, haa, hab, hbb = a+da, b+db, fn, gan, gbn, haan, habn, hbbn
+				ok = true
+				break
+			}
+			da, db = da/2, db/2
+		}
+		if !ok || math.Abs(da)+math.Abs(db) < 1e-14*(1+math.Abs(a)+math.Abs(b)) {
+			break
+		}
+	}
+	return a, b
+}
+
+// mappedLoss is the multi-label loss of the kept examples, each label's
+// logit mapped to scale[j]·z + shift[j] (nil: as it is).
+func (e *examples) mappedLoss(scale, shift []float64) float64 {
+	row := make([]float64, e.k)
+	var sum float64
+	for i := range e.n {
+		for j, z := range e.logits[i*e.k : (i+1)*e.k] {
+			row[j] = float64(z)
+			if scale != nil {
+				row[j] = scale[j]*float64(z) + shift[j]
+			}
+		}
+		sum += sigmoidLoss(row, e.truth[i*e.w:(i+1)*e.w], e.ignored[i*e.w:(i+1)*e.w])
+	}
+	return sum / float64(e.n)
 }
 
 // fitTemperature fits the temperature to the kept examples.
@@ -244,70 +393,152 @@ func ApplyTemperature(p *onnxpb.ModelProto, t float64) error {
 	if gp == nil || len(gp.Output) == 0 {
 		return errors.New("the model has no graph output to calibrate")
 	}
-	total := t
 	if old := findInit(gp, TemperatureInit); old != nil {
 		if len(old.FloatData) != 1 {
 			return fmt.Errorf("initializer %q is not one float: the model's calibration cannot be composed", TemperatureInit)
 		}
-		total = float64(old.FloatData[0]) * t
-		old.FloatData[0] = float32(total)
-		setMeta(p, "temperature", fmt.Sprint(float32(total)))
+		old.FloatData[0] = float32(float64(old.FloatData[0]) * t)
+		setMeta(p, "temperature", fmt.Sprint(old.FloatData[0]))
 		return nil
 	}
-	out := gp.Output[0]
-	if et := out.GetType().GetTensorType().GetElemType(); et != int32(onnxpb.TensorProto_FLOAT) {
-		return fmt.Errorf("output %q is of element type %s: calibrate a float32 model", out.GetName(), onnxpb.TensorProto_DataType(et))
-	}
-	for _, op := range p.OpsetImport {
-		if (op.GetDomain() == "" || op.GetDomain() == "ai.onnx") && op.GetVersion() < 7 {
-			return fmt.Errorf("opset %d: a scalar Div broadcasts from opset 7", op.GetVersion())
-		}
-	}
-	name := out.GetName()
-	producer := -1
-	for i, n := range gp.Node {
-		for _, o := range n.Output {
-			if o == name {
-				producer = i
-			}
-		}
-	}
-	if producer < 0 {
-		return fmt.Errorf("output %q is no node's output: nothing to calibrate", name)
+	producer, err := logitsProducer(p)
+	if err != nil {
+		return err
 	}
 	div := &onnxpb.NodeProto{OpType: proto.String("Div"), Name: proto.String("dpfinetune/calibration")}
-	switch {
-	case (gp.Node[producer].GetOpType() == "Softmax" || gp.Node[producer].GetOpType() == "LogSoftmax"):
+	if op := gp.Node[producer].GetOpType(); op == "Softmax" || op == "LogSoftmax" {
 		// The activation's input divided: its logits.
 		sm := gp.Node[producer]
 		in := sm.Input[0]
 		scaled := uniqueName(gp, in+"/calibrated")
 		div.Input, div.Output = []string{in, TemperatureInit}, []string{scaled}
 		sm.Input[0] = scaled
-		gp.Node = append(gp.Node[:producer], append([]*onnxpb.NodeProto{div}, gp.Node[producer:]...)...)
-	default:
-		// The output renamed where it is made and read, the Div writing
-		// it.
-		raw := uniqueName(gp, name+"/uncalibrated")
-		for _, n := range gp.Node {
-			for j, o := range n.Output {
-				if o == name {
-					n.Output[j] = raw
-				}
-			}
-			for j, in := range n.Input {
-				if in == name {
-					n.Input[j] = raw
-				}
-			}
-		}
-		div.Input, div.Output = []string{raw, TemperatureInit}, []string{name}
+		gp.Node = slices.Insert(gp.Node, producer, div)
+	} else {
+		raw := renameOutput(gp, "/uncalibrated")
+		div.Input, div.Output = []string{raw, TemperatureInit}, []string{gp.Output[0].GetName()}
 		gp.Node = append(gp.Node, div)
 	}
-	gp.Initializer = append(gp.Initializer, &onnxpb.TensorProto{Name: proto.String(TemperatureInit),
-		DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: []float32{float32(total)}})
-	setMeta(p, "temperature", fmt.Sprint(float32(total)))
+	gp.Initializer = append(gp.Initializer, floatInit(TemperatureInit, nil, float32(t)))
+	setMeta(p, "temperature", fmt.Sprint(float32(t)))
 	return nil
+}
+
+// Initializers ApplyLabelScaling scales and shifts a multi-label model's
+// logits by.
+const (
+	LabelScaleInit = "dpfinetune.label_scale"
+	LabelShiftInit = "dpfinetune.label_shift"
+)
+
+// ApplyLabelScaling maps each logit z_j of a multi-label model p to
+// scale[j]·z_j + shift[j] (Platt scaling: LabelScaling's fit), a Mul and
+// an Add by initializers of one value a label (LabelScaleInit,
+// LabelShiftInit) writing the first output, its producer's output renamed
+// (every reader of it reading the logits as before). A model scaled before
+// has the maps composed. The output must be float32, of len(scale) logits.
+// The scales and shifts are recorded in the metadata ("label_scale",
+// "label_shift").
+func ApplyLabelScaling(p *onnxpb.ModelProto, scale, shift []float64) error {
+	if len(scale) != len(shift) || len(scale) == 0 {
+		return fmt.Errorf("%d scales and %d shifts: want one each a label", len(scale), len(shift))
+	}
+	for j := range scale {
+		if !(scale[j] > 0) || math.IsInf(scale[j], 0) || math.IsNaN(shift[j]) || math.IsInf(shift[j], 0) {
+			return fmt.Errorf("label %d: scale %v and shift %v: want a positive scale and a finite shift", j, scale[j], shift[j])
+		}
+	}
+	gp := p.GetGraph()
+	if gp == nil || len(gp.Output) == 0 {
+		return errors.New("the model has no graph output to calibrate")
+	}
+	a, b := make([]float32, len(scale)), make([]float32, len(scale))
+	oldA, oldB := findInit(gp, LabelScaleInit), findInit(gp, LabelShiftInit)
+	switch {
+	case oldA != nil && oldB != nil:
+		if len(oldA.FloatData) != len(scale) || len(oldB.FloatData) != len(scale) {
+			return fmt.Errorf("initializers %q and %q are not %d floats: the model's calibration cannot be composed", LabelScaleInit, LabelShiftInit, len(scale))
+		}
+		// s·(a·z + b) + t = (s·a)·z + (s·b + t).
+		for j := range scale {
+			oldA.FloatData[j] = float32(scale[j] * float64(oldA.FloatData[j]))
+			oldB.FloatData[j] = float32(scale[j]*float64(oldB.FloatData[j]) + shift[j])
+		}
+		copy(a, oldA.FloatData)
+		copy(b, oldB.FloatData)
+	case oldA != nil || oldB != nil:
+		return fmt.Errorf("the model has one of %q and %q: its calibration cannot be composed", LabelScaleInit, LabelShiftInit)
+	default:
+		if _, err := logitsProducer(p); err != nil {
+			return err
+		}
+		for j := range scale {
+			a[j], b[j] = float32(scale[j]), float32(shift[j])
+		}
+		raw := renameOutput(gp, "/unscaled")
+		scaled := uniqueName(gp, raw+"/scaled")
+		k := []int64{int64(len(scale))}
+		gp.Node = append(gp.Node,
+			&onnxpb.NodeProto{OpType: proto.String("Mul"), Name: proto.String("dpfinetune/label_scale"), Input: []string{raw, LabelScaleInit}, Output: []string{scaled}},
+			&onnxpb.NodeProto{OpType: proto.String("Add"), Name: proto.String("dpfinetune/label_shift"), Input: []string{scaled, LabelShiftInit}, Output: []string{gp.Output[0].GetName()}})
+		gp.Initializer = append(gp.Initializer, floatInit(LabelScaleInit, k, a...), floatInit(LabelShiftInit, k, b...))
+	}
+	setMeta(p, "label_scale", fmt.Sprint(a))
+	setMeta(p, "label_shift", fmt.Sprint(b))
+	return nil
+}
+
+// logitsProducer returns the index of the node that writes the model's
+// first output, checking that the output is float32 and that the opset
+// broadcasts.
+func logitsProducer(p *onnxpb.ModelProto) (int, error) {
+	gp := p.GetGraph()
+	out := gp.Output[0]
+	if et := out.GetType().GetTensorType().GetElemType(); et != int32(onnxpb.TensorProto_FLOAT) {
+		return 0, fmt.Errorf("output %q is of element type %s: calibrate a float32 model", out.GetName(), onnxpb.TensorProto_DataType(et))
+	}
+	for _, op := range p.OpsetImport {
+		if (op.GetDomain() == "" || op.GetDomain() == "ai.onnx") && op.GetVersion() < 7 {
+			return 0, fmt.Errorf("opset %d: the calibration's broadcasting operators need opset 7", op.GetVersion())
+		}
+	}
+	producer := -1
+	for i, n := range gp.Node {
+		if slices.Contains(n.Output, out.GetName()) {
+			producer = i
+		}
+	}
+	if producer < 0 {
+		return 0, fmt.Errorf("output %q is no node's output: nothing to calibrate", out.GetName())
+	}
+	return producer, nil
+}
+
+// renameOutput renames the graph's first output where it is written and
+// read to a new name (the output's and suffix) and returns it: the
+// caller's nodes then write the output from it, every other reader
+// reading it as before.
+func renameOutput(gp *onnxpb.GraphProto, suffix string) string {
+	name := gp.Output[0].GetName()
+	raw := uniqueName(gp, name+suffix)
+	for _, n := range gp.Node {
+		for j, o := range n.Output {
+			if o == name {
+				n.Output[j] = raw
+			}
+		}
+		for j, in := range n.Input {
+			if in == name {
+				n.Input[j] = raw
+			}
+		}
+	}
+	return raw
+}
+
+// floatInit is a float32 initializer of the given shape (nil: a scalar).
+func floatInit(name string, dims []int64, v ...float32) *onnxpb.TensorProto {
+	return &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: v}
 }
 
 // findInit returns the graph's initializer called name, or nil.

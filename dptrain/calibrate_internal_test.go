@@ -1,6 +1,7 @@
 package dptrain
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -157,6 +158,95 @@ func TestApplyTemperature(t *testing.T) {
 	} {
 		if err := ApplyTemperature(tc.p, tc.t); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestFitLabelScaling holds each label's Platt map of the golden
+// multi-label cases (testdata/metrics/platt.json: scipy's fit against
+// Platt's targets, itself checked against scikit-learn's sigmoid
+// calibration) to 1e-6, the labels without positives or negatives left as
+// they were, and the loss before and after.
+func TestFitLabelScaling(t *testing.T) {
+	plats := readCases[struct {
+		Name   string `json:"name"`
+		Labels []struct {
+			Label        int
+			Scale, Shift float64
+			Left         bool
+		} `json:"labels"`
+		LossBefore float64 `json:"loss_before"`
+		LossAfter  float64 `json:"loss_after"`
+	}](t, "platt.json", 5)
+	cases := map[string]groupedCase{}
+	for _, c := range readCases[groupedCase](t, "multilabel.json", 5) {
+		if c.Ignored == nil {
+			c.Ignored = make([]int64, len(c.Labels))
+		}
+		c.Samples, c.Groups = 1, make([]int32, len(c.Labels))
+		cases[c.Name] = c
+	}
+	for _, w := range plats {
+		t.Run(w.Name, func(t *testing.T) {
+			c := cases[w.Name]
+			e, _ := c.examples(t)
+			got := e.fitLabelScaling()
+			if len(got.Labels) != len(w.Labels) || got.Temperature != 0 {
+				t.Fatalf("%+v", got)
+			}
+			for j, wl := range w.Labels {
+				g := got.Labels[j]
+				switch {
+				case wl.Left && (g.Left == "" || g.Scale != 1 || g.Shift != 0):
+					t.Errorf("label %d: %+v, want it left as it was", j, g)
+				case !wl.Left && (g.Left != "" || math.Abs(g.Scale-wl.Scale) > 1e-6*(1+math.Abs(wl.Scale)) || math.Abs(g.Shift-wl.Shift) > 1e-6*(1+math.Abs(wl.Shift))):
+					t.Errorf("label %d: %+v, want scale %.9g, shift %.9g", j, g, wl.Scale, wl.Shift)
+				}
+			}
+			near := nearSklearn(t)
+			near("loss before", got.LossBefore, w.LossBefore)
+			near("loss after", got.LossAfter, w.LossAfter)
+		})
+	}
+}
+
+// TestApplyLabelScaling checks the per-label map's graph edit — a Mul and
+// an Add writing the output, its readers reading the logits as before —
+// its composition with an earlier one, and its refusals.
+func TestApplyLabelScaling(t *testing.T) {
+	p := &onnxpb.ModelProto{OpsetImport: []*onnxpb.OperatorSetIdProto{{Version: proto.Int64(17)}}, Graph: &onnxpb.GraphProto{
+		Node: []*onnxpb.NodeProto{{OpType: proto.String("Relu"), Input: []string{"x"}, Output: []string{"y"}}},
+		Output: []*onnxpb.ValueInfoProto{{Name: proto.String("y"), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT))}}}}}}}
+	if err := ApplyLabelScaling(p, []float64{2, 0.5}, []float64{-1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, n := range p.Graph.Node {
+		ops = append(ops, n.GetOpType()+"("+strings.Join(n.Input, ",")+")->"+strings.Join(n.Output, ","))
+	}
+	if got, want := strings.Join(ops, " "), "Relu(x)->y/unscaled Mul(y/unscaled,dpfinetune.label_scale)->y/unscaled/scaled Add(y/unscaled/scaled,dpfinetune.label_shift)->y"; got != want {
+		t.Errorf("%s, want %s", got, want)
+	}
+	// 3·(2z − 1) + 1 = 6z − 2; 1·(z/2 + 1) + 0 = z/2 + 1.
+	if err := ApplyLabelScaling(p, []float64{3, 1}, []float64{1, 0}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := findInit(p.Graph, LabelScaleInit), findInit(p.Graph, LabelShiftInit)
+	if len(p.Graph.Node) != 3 || fmt.Sprint(a.FloatData, b.FloatData, a.Dims) != "[6 0.5] [-2 1] [2]" {
+		t.Errorf("composed: %d nodes, scale %v, shift %v", len(p.Graph.Node), a.FloatData, b.FloatData)
+	}
+	for _, tc := range []struct {
+		scale, shift []float64
+		want         string
+	}{
+		{[]float64{1, 1, 1}, []float64{0, 0, 0}, "are not 3 floats"},
+		{[]float64{1}, []float64{0, 0}, "1 scales and 2 shifts"},
+		{[]float64{0, 1}, []float64{0, 0}, "want a positive scale"},
+		{[]float64{1, 1}, []float64{math.Inf(1), 0}, "a finite shift"},
+	} {
+		if err := ApplyLabelScaling(p, tc.scale, tc.shift); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, %v: error %v, want %q", tc.scale, tc.shift, err, tc.want)
 		}
 	}
 }

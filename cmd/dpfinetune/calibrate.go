@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
+	"text/tabwriter"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
@@ -26,7 +28,7 @@ type calibrateResult struct {
 }
 
 func runCalibrate(args []string, stdout io.Writer) error {
-	fs := newFlagSet("calibrate", "--model M.onnx --data SPEC --out C.onnx [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("calibrate", "--model M.onnx --data SPEC --out C.onnx [--per-label] [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "validation data to fit the temperature on, as eval's --data (default split: test; calibrate on a split you do not report figures of, and on data whose statistics may be released: the temperature is one, outside the guarantee)")
 	out := fs.String("out", "", "the calibrated model: the input model, its logits divided by the fitted temperature (required)")
@@ -34,6 +36,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "as eval's --resize (default: the one recorded in the model by train, else stretch)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
+	perLabel := fs.Bool("per-label", false, "a multi-label model: fit each label its own map of the logit, a·z + b (Platt scaling against Platt's targets, scikit-learn's sigmoid calibration), instead of one temperature: corrects a label's bias too (a --pos-weight's inflated probabilities), so its decisions at ½ move; its AUC does not")
 	asJSON := fs.Bool("json", false, "print JSON")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -83,14 +86,31 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if err := ev.SetMultiLabel(multi); err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
+	if *perLabel && !multi {
+		return usagef("--per-label calibrates a multi-label model's labels; %s on %s is single-label (one temperature)", *model, s)
+	}
 	if v.NumClasses() > ev.Classes() {
 		return fmt.Errorf("the data has %d classes but %s outputs %d logits", v.NumClasses(), *model, ev.Classes())
 	}
-	c, err := ev.FitTemperature(v)
+	var c *dptrain.Calibration
+	if *perLabel {
+		c, err = ev.FitLabelScaling(v)
+	} else {
+		c, err = ev.FitTemperature(v)
+	}
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", *model, s, err)
 	}
-	if err := dptrain.ApplyTemperature(m.Proto, c.Temperature); err != nil {
+	if *perLabel {
+		scale, shift := make([]float64, len(c.Labels)), make([]float64, len(c.Labels))
+		for j, l := range c.Labels {
+			scale[j], shift[j] = l.Scale, l.Shift
+		}
+		err = dptrain.ApplyLabelScaling(m.Proto, scale, shift)
+	} else {
+		err = dptrain.ApplyTemperature(m.Proto, c.Temperature)
+	}
+	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
 	if err := m.Save(*out, nil); err != nil {
@@ -102,6 +122,26 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		return enc.Encode(calibrateResult{Model: *model, Data: s, Out: *out, Calibration: *c})
 	}
 	fmt.Fprintf(stdout, "model:       %s\ndata:        %s (%d examples)\n", *model, s, c.Examples)
+	if *perLabel {
+		names := v.Classes()
+		fmt.Fprintf(stdout, "loss:        %.4f → %.4f\neach label's logit z mapped to a·z + b (Platt scaling; its decisions at ½ move, its AUC does not):\n", c.LossBefore, c.LossAfter)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  label\t a\t b\t positives\t negatives\t\n")
+		for _, l := range c.Labels {
+			name := strconv.Itoa(l.Label)
+			if l.Label < len(names) && names[l.Label] != name {
+				name += " " + names[l.Label]
+			}
+			if l.Left != "" {
+				fmt.Fprintf(tw, "  %s\t 1\t 0\t %d\t %d\t (left as it was: %s)\n", name, l.Positives, l.Negatives, l.Left)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t %.4f\t %.4f\t %d\t %d\t\n", name, l.Scale, l.Shift, l.Positives, l.Negatives)
+		}
+		tw.Flush()
+		fmt.Fprintf(stdout, "written:     %s\n", *out)
+		return nil
+	}
 	fmt.Fprintf(stdout, "temperature: %.4f (the logits divided by it: %s)\n", c.Temperature, map[bool]string{true: "the probabilities were too sure", false: "they were not sure enough"}[c.Temperature > 1])
 	fmt.Fprintf(stdout, "loss:        %.4f → %.4f\n", c.LossBefore, c.LossAfter)
 	if c.ECEBefore != nil {

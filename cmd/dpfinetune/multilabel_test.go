@@ -189,6 +189,35 @@ func TestTrainMultiLabel(t *testing.T) {
 			t.Errorf("label %d: the point %+v; at --threshold %s recall %v, precision %v", p.Label, p, th, c.Recall, c.Precision)
 		}
 	}
+	// calibrate --per-label: each label's Platt map; eval of the mapped
+	// model measures the loss calibrate reported, each label's AUC
+	// unmoved. One temperature: no decision moves.
+	scaled, warmed := filepath.Join(dir, "scaled.onnx"), filepath.Join(dir, "warmed.onnx")
+	for _, c := range []struct {
+		out   string
+		extra []string
+	}{{scaled, []string{"--per-label"}}, {warmed, nil}} {
+		o, e, code := run(t, append([]string{"calibrate", "--model", out, "--data", test, "--out", c.out, "--json"}, c.extra...)...)
+		var cr calibrateResult
+		if err := json.Unmarshal([]byte(o), &cr); code != 0 || err != nil {
+			t.Fatalf("calibrate %v: exit %d (%v): %s%s", c.extra, code, err, o, e)
+		}
+		after := evalJSON(t, c.out, test)
+		if cr.LossAfter >= cr.LossBefore || math.Abs(after.Loss-cr.LossAfter) > 1e-5 || math.Abs(ev.Loss-cr.LossBefore) > 1e-5 {
+			t.Errorf("calibrate %v: %+v; eval's loss %v before, %v after", c.extra, cr, ev.Loss, after.Loss)
+		}
+		if (c.extra == nil) != (cr.Temperature > 0) || (c.extra == nil) != (cr.Labels == nil) || c.extra == nil && (after.Accuracy != ev.Accuracy || after.ExactMatch != ev.ExactMatch) {
+			t.Errorf("calibrate %v: temperature %v, %d label maps; labels right %v → %v", c.extra, cr.Temperature, len(cr.Labels), ev.Accuracy, after.Accuracy)
+		}
+		for j, pc := range after.PerClass {
+			if w := ev.PerClass[j].AUC; (w == nil) != (pc.AUC == nil) || w != nil && math.Abs(*w-*pc.AUC) > 1e-4 {
+				t.Errorf("calibrate %v: label %d's AUC %v, %v before", c.extra, j, pc.AUC, w)
+			}
+		}
+	}
+	if _, e, code := run(t, "calibrate", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=50", "--out", scaled, "--per-label"); code != 2 || !strings.Contains(e, "--per-label calibrates a multi-label model's labels") {
+		t.Errorf("calibrate --per-label of a classifier: exit %d: %s", code, e)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
