@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Write the Fashion-MNIST test set's two halves as NumPy archives:
 DST/val.npz (test images 0..4999) and DST/report.npz (5000..9999), each
-with x (N, 28, 28) uint8 and y (N,) int64 — a validation half to calibrate
+with x_test (N, 28, 28) uint8 and y_test (N,) int64 (the test split a
+spec reads by default) — a validation half to calibrate
 or choose thresholds on and a half to report on (bench/calibrate_fmnist.sh).
 
     fmnist_test_halves.py SRC DST
@@ -25,6 +26,6 @@ src, dst = sys.argv[1], sys.argv[2]
 x = read(src, "t10k-images-idx3-ubyte", 16).reshape(-1, 28, 28)
 y = read(src, "t10k-labels-idx1-ubyte", 8).astype(np.int64)
 os.makedirs(dst, exist_ok=True)
-np.savez(os.path.join(dst, "val.npz"), x=x[:5000], y=y[:5000])
-np.savez(os.path.join(dst, "report.npz"), x=x[5000:], y=y[5000:])
+np.savez(os.path.join(dst, "val.npz"), x_test=x[:5000], y_test=y[:5000])
+np.savez(os.path.join(dst, "report.npz"), x_test=x[5000:], y_test=y[5000:])
 print("wrote", dst, "val.npz and report.npz")
