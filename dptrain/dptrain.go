@@ -285,6 +285,10 @@ type Config struct {
 	Train     data.Dataset
 	Test      data.Dataset
 	EvalBatch int
+	// TestGroups, when set, scores Test's examples as groups (a study's
+	// views: Evaluator.RunGrouped), each epoch's test figures the
+	// groups'.
+	TestGroups *Grouping
 	// Score, when set, is classified once by the released model after the
 	// last step (the average with EMADecay), on the frozen part's cached
 	// outputs where the run caches them: which of its examples the model
@@ -1167,7 +1171,11 @@ func Run(cfg Config) (*Report, error) {
 		if name == "" {
 			name = "given"
 		}
-		logf("  test:      %s (%d examples, evaluated after every epoch)\n", name, cfg.Test.Len())
+		if g := cfg.TestGroups; g != nil {
+			logf("  test:      %s (%d examples in %d groups, each scored by its examples' probabilities' %s, evaluated after every epoch)\n", name, cfg.Test.Len(), len(g.Names), g.Combine)
+		} else {
+			logf("  test:      %s (%d examples, evaluated after every epoch)\n", name, cfg.Test.Len())
+		}
 	}
 	if ckpt != nil {
 		logf("  resuming:  from %s at step %d (epoch %d)\n", ckptPath, ckpt.Step, ckpt.Epoch+1)
@@ -1413,7 +1421,11 @@ func Run(cfg Config) (*Report, error) {
 			// released weights (the average, with --ema), up to date with
 			// the engine's device.
 			err := withReleased(eng, false, func() (err error) {
-				rec.Test, err = ev.Run(cfg.Test)
+				if cfg.TestGroups != nil {
+					rec.Test, err = ev.RunGrouped(cfg.Test, *cfg.TestGroups)
+				} else {
+					rec.Test, err = ev.Run(cfg.Test)
+				}
 				return err
 			})
 			if err != nil {

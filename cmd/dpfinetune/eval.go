@@ -284,7 +284,7 @@ func runEval(args []string, stdout io.Writer) error {
 		res, err = ev.Run(v)
 	} else {
 		var gr dptrain.Grouping
-		if gr, by, err = groupingOf(v, s, *groupBy); err != nil {
+		if gr, by, err = groupingOf(v, s, *groupBy, "--group-by"); err != nil {
 			return err
 		}
 		gr.Combine = *combine
@@ -333,17 +333,17 @@ func runEval(args []string, stdout io.Writer) error {
 	return nil
 }
 
-// groupingOf groups v's examples (read from spec) by by: "user", the
-// data's users, or "dir", each image's directory. It returns the
-// grouping and what the groups are, in words.
-func groupingOf(v data.Dataset, spec, by string) (dptrain.Grouping, string, error) {
+// groupingOf groups v's examples (read from spec) by by (given as flag):
+// "user", the data's users, or "dir", each image's directory. It returns
+// the grouping and what the groups are, in words.
+func groupingOf(v data.Dataset, spec, by, flag string) (dptrain.Grouping, string, error) {
 	var gr dptrain.Grouping
 	var what string
 	switch by {
 	case "user":
 		users, n := data.UsersOf(v)
 		if n == 0 {
-			return gr, "", usagef("--group-by user: %s names no users (a listing's user column, its user=COL, or users=REGEX over the image paths: users=/(patient\\d+/study\\d+)/ groups CheXpert's studies)", spec)
+			return gr, "", usagef("%s user: %s names no users (a listing's user column, its user=COL, or users=REGEX over the image paths: users=/(patient\\d+/study\\d+)/ groups CheXpert's studies)", flag, spec)
 		}
 		u := v.(data.Users)
 		gr.Of, gr.Names = users, make([]string, n)
@@ -354,7 +354,7 @@ func groupingOf(v data.Dataset, spec, by string) (dptrain.Grouping, string, erro
 	case "dir":
 		var ok bool
 		if gr.Of, gr.Names, ok = data.DirGroups(v); !ok {
-			return gr, "", usagef("--group-by dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are); --group-by user groups by the data's users", spec)
+			return gr, "", usagef("%s dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are); %s user groups by the data's users", flag, spec, flag)
 		}
 		what = "each image's directory"
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
+	"github.com/dpfinetune/dpfinetune/dptrain"
 )
 
 // studiesListing writes a CheXpert-like tree of Fashion-MNIST test
@@ -198,6 +199,50 @@ func TestEvalGroupedStudies(t *testing.T) {
 	o, e, code = run(t, "eval", "--model", model, "--data", "csv:"+listing, "--group-by", "dir", "--combine", "max")
 	if code != 0 || !strings.Contains(o, "groups:   12 groups (each image's directory) of the 24 examples: 1 to 3 examples a group, 4 of one;") || !strings.Contains(o, "probabilities' max") {
 		t.Errorf("eval --group-by dir: exit %d: %s%s", code, o, e)
+	}
+
+	// train --test-group-by: each epoch's test figures the studies',
+	// what eval --group-by gives of the model written.
+	trained, report := filepath.Join(root, "trained.onnx"), filepath.Join(root, "report.json")
+	if _, e, code := run(t, "train", "--model", model, "--data", "csv:"+listing, "--test-data", "csv:"+listing, "--test-group-by", "dir", "--test-combine", "max",
+		"--non-private", "--num-classes", "10", "--epochs", "2", "--batch-size", "8", "--lr", "0.01", "--seed", "1", "--quiet", "--out", trained, "--report", report); code != 0 {
+		t.Fatalf("train --test-group-by: exit %d: %s", code, e)
+	}
+	var rep dptrain.Report
+	if b, err := os.ReadFile(report); err != nil || json.Unmarshal(b, &rep) != nil || len(rep.Epochs) != 2 {
+		t.Fatalf("train --test-group-by: report %v", err)
+	}
+	last, ev := rep.Epochs[1].Test, evalJSON(t, trained, "csv:"+listing, "--group-by", "dir", "--combine", "max")
+	if last == nil || last.Samples != 12 || last.Groups == nil || last.Groups.Combine != "max" || last.Accuracy != ev.Accuracy || math.Abs(last.Loss-ev.Loss) > 1e-6 {
+		t.Errorf("train --test-group-by: the last epoch's test %+v; eval --group-by %+v", last, ev)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--test-group-by", "study"}, `--test-group-by "study": want user or dir`},
+		{[]string{"--test-combine", "max"}, "it needs --test-group-by"},
+		{[]string{"--test-group-by", "dir", "--test-data", "none"}, "this run has none"},
+		{[]string{"--test-group-by", "user", "--test-data", "csv:" + filepath.Join(root, "nousers.csv")}, "--test-group-by user: csv:"},
+	} {
+		if tc.args[0] == "--test-group-by" && tc.args[1] == "user" {
+			// The listing without its patient_id column.
+			rows, err := readCSVFile(listing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			for _, r := range rows {
+				b.WriteString(r[0] + "," + r[1] + "\n")
+			}
+			if err := os.WriteFile(filepath.Join(root, "nousers.csv"), []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := append([]string{"train", "--model", model, "--data", "csv:" + listing, "--non-private", "--num-classes", "10", "--epochs", "1", "--quiet", "--out", trained}, tc.args...)
+		if _, e, code := run(t, args...); code != 2 || !strings.Contains(e, tc.want) {
+			t.Errorf("train %v: exit %d: %s", tc.args, code, e)
+		}
 	}
 
 	// A study whose views differ in class is refused, naming both.

@@ -62,12 +62,33 @@ func runTrain(args []string, stdout io.Writer) error {
 func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, score dataView, ranking bool) (*dptrain.Report, error) {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
+	testGroupBy := fs.String("test-group-by", "", "score the test data's groups of examples after each epoch, as eval --group-by: dir (each image's directory: a study's views) or user (the data's users)")
+	testCombine := fs.String("test-combine", dptrain.CombineMean, "with --test-group-by, how a group's probabilities combine its examples': mean or max")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	switch {
+	case *testGroupBy != "" && *testGroupBy != "dir" && *testGroupBy != "user":
+		return nil, usagef("--test-group-by %q: want user or dir", *testGroupBy)
+	case *testCombine != dptrain.CombineMean && *testCombine != dptrain.CombineMax:
+		return nil, usagef("--test-combine %q: want %s or %s", *testCombine, dptrain.CombineMean, dptrain.CombineMax)
+	case *testGroupBy == "" && flagGiven(fs, "test-combine"):
+		return nil, usagef("--test-combine says how a group's examples combine: it needs --test-group-by")
 	}
 	cfg, err := tf.config(stdout, true)
 	if err != nil {
 		return nil, err
+	}
+	if *testGroupBy != "" {
+		if cfg.Test == nil {
+			return nil, usagef("--test-group-by groups the test data: this run has none (--test-data)")
+		}
+		gr, _, err := groupingOf(cfg.Test, cfg.Settings.TestData, *testGroupBy, "--test-group-by")
+		if err != nil {
+			return nil, err
+		}
+		gr.Combine = *testCombine
+		cfg.TestGroups = &gr
 	}
 	cfg.FeatureStore = store
 	if score != nil {
