@@ -101,6 +101,11 @@ type EvalResult struct {
 	// private model that is right as often but less sure, or surer, shows
 	// here what accuracy hides. Nil for a multi-label evaluation.
 	ECE *float64 `json:"ece,omitempty"`
+	// Reliability are ECE's bins (a reliability diagram): of each of the
+	// 15 equal-width bins of the top probability, its examples, their
+	// accuracy and their mean top probability (the confidence). Nil for
+	// a multi-label evaluation.
+	Reliability []ReliabilityBin `json:"reliability,omitempty"`
 	// Groups, where set, says the figures are those of groups of
 	// examples (Evaluator.RunGrouped: a study's views scored as one),
 	// Samples counting the groups.
@@ -114,6 +119,17 @@ type EvalResult struct {
 
 	// roc are the scores Curve ranks (nil: none kept).
 	roc *rocScores
+}
+
+// ReliabilityBin is one bin of the top probability, [Lo, Hi), of an
+// evaluation (EvalResult.Reliability): its examples, the share of them
+// predicted right and their mean top probability (0 where it has none).
+type ReliabilityBin struct {
+	Lo         float64 `json:"lo"`
+	Hi         float64 `json:"hi"`
+	Examples   int     `json:"examples"`
+	Accuracy   float64 `json:"accuracy"`
+	Confidence float64 `json:"confidence"`
 }
 
 // ClassMetrics are one class's figures in an EvalResult — of a
@@ -382,9 +398,13 @@ func (m *metrics) result() *EvalResult {
 		res.Top5 = &t
 	}
 	var ece float64
-	for _, c := range m.conf {
+	res.Reliability = make([]ReliabilityBin, eceBins)
+	for b, c := range m.conf {
+		r := &res.Reliability[b]
+		r.Lo, r.Hi, r.Examples = float64(b)/eceBins, float64(b+1)/eceBins, c.n
 		if c.n > 0 {
 			ece += math.Abs(float64(c.correct)-c.sum) / float64(n)
+			r.Accuracy, r.Confidence = float64(c.correct)/float64(c.n), c.sum/float64(c.n)
 		}
 	}
 	res.ECE = &ece

@@ -56,6 +56,21 @@ func TestEvalMetrics(t *testing.T) {
 			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
 			near("macro F1", got.MacroF1, c.MacroF1)
 			near("ECE", *got.ECE, c.ECE)
+			// The reliability diagram's bins: every example in one, and
+			// the ECE their weighted gaps.
+			var binned int
+			var gaps float64
+			for _, b := range got.Reliability {
+				binned += b.Examples
+				gaps += float64(b.Examples) * math.Abs(b.Accuracy-b.Confidence) / float64(len(c.Labels))
+				if b.Examples > 0 && !(b.Confidence >= b.Lo && b.Confidence < b.Hi+1e-12) {
+					t.Errorf("bin [%v, %v): mean confidence %v", b.Lo, b.Hi, b.Confidence)
+				}
+			}
+			if len(got.Reliability) != eceBins || binned != len(c.Labels) {
+				t.Errorf("%d bins of %d examples", len(got.Reliability), binned)
+			}
+			near("ECE from the reliability bins", gaps, c.ECE)
 			for k, w := range c.PerClass {
 				g := got.PerClass[k]
 				near("precision", g.Precision, w.Precision)

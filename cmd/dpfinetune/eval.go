@@ -193,6 +193,7 @@ func runEval(args []string, stdout io.Writer) error {
 	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) or dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
 	point := fs.String("operating-point", "", "a two-class or multi-label model's operating point chosen on this data, class 1's or each label's: sensitivity=S (the highest threshold reaching sensitivity S), specificity=S (the lowest keeping specificity S) or youden (the largest sensitivity + specificity − 1); prints each one's threshold, sensitivity, specificity, PPV and NPV, and the --threshold that decides there (choose on a validation split, report on the test split; a threshold chosen on private data is a statistic of it, outside the guarantee)")
+	plotFile := fs.String("plot", "", "draw the evaluation as a PNG: a two-class or multi-label model's ROC curves, a single-label model's reliability diagram (accuracy against confidence)")
 	rocFile := fs.String("roc", "", "write a two-class or multi-label model's ROC curves to this CSV file: a row a point (label, threshold, false and true positive rates, counts), class 1's or each label's")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -310,6 +311,11 @@ func runEval(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if *plotFile != "" {
+		if err := writeEvalPlot(*plotFile, *model, res); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -325,6 +331,9 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	if *rocFile != "" {
 		fmt.Fprintf(stdout, "\nROC curves written to %s\n", *rocFile)
+	}
+	if *plotFile != "" {
+		fmt.Fprintf(stdout, "\ndrawn: %s\n", *plotFile)
 	}
 	if g := res.Groups; g != nil {
 		fmt.Fprintf(stdout, "\ngroups:   %d groups (%s) of the %d examples: 1 to %d examples a group, %d of one; each scored by its examples' probabilities' %s; every figure above counts groups\n",

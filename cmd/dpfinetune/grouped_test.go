@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -309,4 +310,19 @@ func readCSVFile(path string) ([][]string, error) {
 	}
 	defer f.Close()
 	return csv.NewReader(f).ReadAll()
+}
+
+// pngSize returns a PNG file's width and height.
+func pngSize(t *testing.T, path string) (int, int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := png.DecodeConfig(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return cfg.Width, cfg.Height
 }

@@ -568,6 +568,20 @@ func TestEvalCLI(t *testing.T) {
 	if math.Abs(area-*yo.AUC) > 1e-9 {
 		t.Errorf("--roc: the curve's area %v, the AUC %v", area, *yo.AUC)
 	}
+	// eval --plot: a two-class model's ROC curve and reliability diagram,
+	// side by side; ten classes' reliability diagram alone.
+	for _, c := range []struct {
+		model, data string
+		width       int
+	}{{binary, folder, 1400}, {"../../testdata/models/cnn.onnx", fmnist + ":limit=100", 700}} {
+		png := filepath.Join(t.TempDir(), "eval.png")
+		if o, e, code := run(t, "eval", "--model", c.model, "--data", c.data, "--plot", png); code != 0 || !strings.Contains(o, "drawn: "+png) {
+			t.Fatalf("eval --plot: exit %d: %s%s", code, o, e)
+		}
+		if w, h := pngSize(t, png); w != c.width || h != 650 {
+			t.Errorf("eval --plot of %s: %d×%d pixels, want %d×650", c.model, w, h, c.width)
+		}
+	}
 	if text, _, _ := run(t, "eval", "--model", binary, "--data", folder, "--threshold", "0.25"); !strings.Contains(text, "decided:  class 1 where its probability exceeds 0.25") {
 		t.Errorf("eval --threshold 0.25 does not say it:\n%s", text)
 	}
