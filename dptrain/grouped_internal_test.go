@@ -107,23 +107,7 @@ func TestEvalGrouped(t *testing.T) {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
 			}
 			nearCI(t, "AUC", got.AUCCI, c.AUCCI)
-			for j, w := range c.PerClass {
-				g := got.PerClass[j]
-				near("precision", g.Precision, w.Precision)
-				near("recall", g.Recall, w.Recall)
-				near("F1", g.F1, w.F1)
-				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) || (g.AP == nil) != (w.AP == nil) {
-					t.Errorf("%d: support %d, AUC %v, AP %v; want %d, %v, %v", j, g.Support, g.AUC, g.AP, w.Support, w.AUC, w.AP)
-					continue
-				}
-				if w.AUC != nil {
-					near(fmt.Sprint(j, "'s AUC"), *g.AUC, *w.AUC)
-				}
-				nearCI(t, fmt.Sprint(j, "'s AUC"), g.AUCCI, w.AUCCI)
-				if w.AP != nil {
-					near(fmt.Sprint(j, "'s average precision"), *g.AP, *w.AP)
-				}
-			}
+			nearPerClass(t, got.PerClass, c.PerClass)
 		})
 	}
 }

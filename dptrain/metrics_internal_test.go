@@ -177,23 +177,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 			near("macro F1", got.MacroF1, c.MacroF1)
 			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
 			near("loss", got.Loss, c.Loss)
-			for j, w := range c.PerClass {
-				g := got.PerClass[j]
-				near("precision", g.Precision, w.Precision)
-				near("recall", g.Recall, w.Recall)
-				near("F1", g.F1, w.F1)
-				if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) || (g.AP == nil) != (w.AP == nil) {
-					t.Errorf("label %d: support %d, AUC %v, AP %v; want %d, %v, %v", j, g.Support, g.AUC, g.AP, w.Support, w.AUC, w.AP)
-					continue
-				}
-				if w.AUC != nil {
-					near("a label's AUC", *g.AUC, *w.AUC)
-				}
-				nearCI(t, fmt.Sprint("label ", j, "'s AUC"), g.AUCCI, w.AUCCI)
-				if w.AP != nil {
-					near("a label's average precision", *g.AP, *w.AP)
-				}
-			}
+			nearPerClass(t, got.PerClass, c.PerClass)
 			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
 			}
@@ -215,6 +199,34 @@ func nearCI(t *testing.T, what string, got, want *[2]float64) {
 		t.Errorf("%s's 95 %% interval %v, want %v", what, got, want)
 	case got != nil && !(math.Abs(got[0]-want[0]) <= 1e-6 && math.Abs(got[1]-want[1]) <= 1e-6):
 		t.Errorf("%s's 95 %% interval %.9g, want %.9g", what, *got, *want)
+	}
+}
+
+// nearPerClass checks each class's or label's figures against the
+// generator's: precision, recall, F1 and support, and where it has them
+// the AUC, its interval and the average precision.
+func nearPerClass(t *testing.T, got, want []ClassMetrics) {
+	t.Helper()
+	near := nearSklearn(t)
+	if len(got) != len(want) {
+		t.Fatalf("%d classes' figures, want %d", len(got), len(want))
+	}
+	for j, w := range want {
+		g := got[j]
+		near(fmt.Sprint(j, "'s precision"), g.Precision, w.Precision)
+		near(fmt.Sprint(j, "'s recall"), g.Recall, w.Recall)
+		near(fmt.Sprint(j, "'s F1"), g.F1, w.F1)
+		if g.Support != w.Support || (g.AUC == nil) != (w.AUC == nil) || (g.AP == nil) != (w.AP == nil) {
+			t.Errorf("%d: support %d, AUC %v, AP %v; want %d, %v, %v", j, g.Support, g.AUC, g.AP, w.Support, w.AUC, w.AP)
+			continue
+		}
+		if w.AUC != nil {
+			near(fmt.Sprint(j, "'s AUC"), *g.AUC, *w.AUC)
+		}
+		nearCI(t, fmt.Sprint(j, "'s AUC"), g.AUCCI, w.AUCCI)
+		if w.AP != nil {
+			near(fmt.Sprint(j, "'s average precision"), *g.AP, *w.AP)
+		}
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"text/tabwriter"
 
-	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
 )
 
@@ -52,40 +51,11 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadGraph(*model)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {
 		return err
 	}
-	if err := lm.dynamicBatch(); err != nil {
-		return err
-	}
-	m, g := lm.m, lm.g
-	sample, err := modelSample(g, *inShape)
-	if err != nil {
-		return err
-	}
-	recordedPreprocess(m, norm, resize)
-	*norm = normFor(g, *norm)
-	s := *spec
-	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
-		sp.Split = data.Test
-		s = sp.String()
-	}
-	v, err := openView(s, sample, *norm, "none", *resize)
-	if err != nil {
-		return err
-	}
-	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(*batch, max(v.Len(), 1)))
-	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
-	}
-	multi := data.IsMultiLabel(v)
-	if recorded(m, "multi_label", "") == "true" && !multi {
-		return usagef("%s is multi-label (each logit a label): read the data as label sets (a csv listing's :multilabel)", *model)
-	}
-	if err := ev.SetMultiLabel(multi); err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
-	}
+	m, s, v, ev, multi := es.lm.m, es.spec, es.v, es.ev, es.multi
 	if *perLabel && !multi {
 		return usagef("--per-label calibrates a multi-label model's labels; %s on %s is single-label (one temperature)", *model, s)
 	}

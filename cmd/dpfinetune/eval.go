@@ -15,6 +15,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
 	"github.com/dpfinetune/dpfinetune/onnx"
+	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
 func init() {
@@ -228,45 +229,11 @@ func runEval(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lm, err := loadGraph(*model)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {
 		return err
 	}
-	if err := lm.dynamicBatch(); err != nil {
-		return err
-	}
-	m, g := lm.m, lm.g
-	sample, err := modelSample(g, *inShape)
-	if err != nil {
-		return err
-	}
-	recordedPreprocess(m, norm, resize)
-	*norm = normFor(g, *norm)
-	s := *spec
-	// The test split by default — but a CSV listing without a holdout
-	// has none: it lists the images to evaluate, all of them.
-	if sp, err := data.ParseSpec(s); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
-		sp.Split = data.Test
-		s = sp.String()
-	}
-	v, err := openView(s, sample, *norm, "none", *resize)
-	if err != nil {
-		return err
-	}
-	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(*batch, max(v.Len(), 1)))
-	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
-	}
-	// A multi-label model (train recorded it) is evaluated on label sets;
-	// multi-label data evaluates any model as multi-label (an export of
-	// one trained so elsewhere records nothing).
-	multi := data.IsMultiLabel(v)
-	if recorded(m, "multi_label", "") == "true" && !multi {
-		return usagef("%s is multi-label (each logit a label): read the data as label sets (a csv listing's :multilabel)", *model)
-	}
-	if err := ev.SetMultiLabel(multi); err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
-	}
+	s, v, ev, multi := es.spec, es.v, es.ev, es.multi
 	if (*point != "" || *rocFile != "") && !multi && ev.Classes() != 2 {
 		return usagef("--operating-point and --roc take a two-class or a multi-label model's curves; %s has %d classes", *model, ev.Classes())
 	}
@@ -340,6 +307,64 @@ func runEval(args []string, stdout io.Writer) error {
 			res.Samples, by, g.Examples, g.Largest, g.Single, g.Combine)
 	}
 	return nil
+}
+
+// evaluation is a model opened on a dataset for eval or calibrate.
+type evaluation struct {
+	lm *loadedModel
+	// spec is the data's spec, its split made explicit.
+	spec string
+	v    dataView
+	ev   *dptrain.Evaluator
+	// multi marks multi-label data, read as label sets (the evaluator
+	// set so).
+	multi bool
+}
+
+// openEvaluation opens model on the data of spec for forward passes of
+// batch samples on dev: the model's preprocessing where norm, resize and
+// inShape leave it to the model, the test split by default (a CSV listing
+// without a holdout read whole: it lists the images to evaluate), and the
+// data as label sets where they are (refused as single labels for a model
+// trained multi-label).
+func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, resize, inShape string) (*evaluation, error) {
+	lm, err := loadGraph(model)
+	if err != nil {
+		return nil, err
+	}
+	if err := lm.dynamicBatch(); err != nil {
+		return nil, err
+	}
+	m, g := lm.m, lm.g
+	sample, err := modelSample(g, inShape)
+	if err != nil {
+		return nil, err
+	}
+	recordedPreprocess(m, &norm, &resize)
+	norm = normFor(g, norm)
+	if sp, err := data.ParseSpec(spec); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
+		sp.Split = data.Test
+		spec = sp.String()
+	}
+	v, err := openView(spec, sample, norm, "none", resize)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(batch, max(v.Len(), 1)))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", model, err)
+	}
+	// A multi-label model (train recorded it) is evaluated on label sets;
+	// multi-label data evaluates any model as multi-label (an export of
+	// one trained so elsewhere records nothing).
+	multi := data.IsMultiLabel(v)
+	if recorded(m, "multi_label", "") == "true" && !multi {
+		return nil, usagef("%s is multi-label (each logit a label): read the data as label sets (a csv listing's :multilabel)", model)
+	}
+	if err := ev.SetMultiLabel(multi); err != nil {
+		return nil, fmt.Errorf("%s: %w", model, err)
+	}
+	return &evaluation{lm: lm, spec: spec, v: v, ev: ev, multi: multi}, nil
 }
 
 // groupingOf groups v's examples (read from spec) by by (given as flag):
