@@ -1,7 +1,6 @@
 package dptrain
 
 import (
-	"fmt"
 	"math"
 	"reflect"
 	"slices"
