@@ -64,6 +64,79 @@ type dataReport struct {
 	// HeldOut is the examples a :holdout=F spec holds out (its test
 	// split), counted as the examples are: train's test data by default.
 	HeldOut *dataReport `json:"held_out,omitempty"`
+	// Groups counts the groups of --group-by: what eval --group-by
+	// scores.
+	Groups *groupReport `json:"groups,omitempty"`
+}
+
+// groupReport counts a dataset's groups of examples (data --group-by).
+type groupReport struct {
+	By     string `json:"by"`
+	Groups int    `json:"groups"`
+	// Sizes are the least, median and largest number of examples a
+	// group holds; Single the groups of one.
+	Sizes  [3]int `json:"sizes"`
+	Single int    `json:"single"`
+	// Mixed counts the groups whose examples differ in label — eval
+	// --group-by refuses them —, FirstMixed names the first and two of
+	// its examples that differ.
+	Mixed      int    `json:"mixed,omitempty"`
+	FirstMixed string `json:"first_mixed,omitempty"`
+}
+
+// countGroups counts im's groups by by ("dir" or "user"), read from spec.
+func countGroups(im *data.Images, by, spec string) (*groupReport, error) {
+	var of []int32
+	var names []string
+	switch by {
+	case "dir":
+		var ok bool
+		if of, names, ok = data.DirGroups(im); !ok {
+			return nil, usagef("--group-by dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are)", spec)
+		}
+	case "user":
+		if im.NumUsers() == 0 {
+			return nil, usagef("--group-by user: %s names no users", spec)
+		}
+		of, names = make([]int32, im.Len()), make([]string, im.NumUsers())
+		for i := range of {
+			of[i] = int32(im.UserOf(i))
+		}
+		for u := range names {
+			names[u] = im.UserName(u)
+		}
+	}
+	g := &groupReport{By: by, Groups: len(names)}
+	size, first := make([]int, len(names)), make([]int, len(names))
+	mixed := make([]bool, len(names))
+	name := func(i int) string {
+		if p := im.SamplePath(i); p != "" {
+			return p
+		}
+		return fmt.Sprintf("example %d", i)
+	}
+	for i, k := range of {
+		if size[k] == 0 {
+			first[k] = i
+		} else if !mixed[k] && im.Label(i) != im.Label(first[k]) {
+			mixed[k] = true
+			if g.Mixed == 0 {
+				g.FirstMixed = fmt.Sprintf("%s: %s and %s", names[k], name(first[k]), name(i))
+			}
+			g.Mixed++
+		}
+		size[k]++
+	}
+	for _, n := range size {
+		if n == 1 {
+			g.Single++
+		}
+	}
+	slices.Sort(size)
+	if n := len(size); n > 0 {
+		g.Sizes = [3]int{size[0], size[n/2], size[n-1]}
+	}
+	return g, nil
 }
 
 // dataClass is one class's or label's count in a dataReport.
@@ -80,12 +153,16 @@ func runData(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "stretch", resizeUsage+" (with --model)")
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
+	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views) or user; their sizes, and the groups whose examples differ in label (which eval refuses)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *spec == "" {
 		return usagef("--data is required")
+	}
+	if *groupBy != "" && *groupBy != "dir" && *groupBy != "user" {
+		return usagef("--group-by %q: want user or dir", *groupBy)
 	}
 	s, err := data.ParseSpec(*spec)
 	if err != nil {
@@ -133,6 +210,16 @@ func runData(args []string, stdout io.Writer) error {
 	}
 	if im != nil {
 		describeImages(&rep, im)
+	}
+	if *groupBy != "" {
+		if im == nil {
+			return usagef("--group-by %s: the samples of %s are arrays, not images of their own", *groupBy, s)
+		}
+		g, err := countGroups(im, *groupBy, s.String())
+		if err != nil {
+			return err
+		}
+		rep.Groups = g
 	}
 	// A holdout's other side, counted alike: what the figures of every
 	// epoch's test pass will be over.
@@ -286,6 +373,13 @@ func writeData(w io.Writer, rep *dataReport) {
 		fmt.Fprintf(w, "kept:      decoded and kept in %s for later runs\n", rep.Kept)
 	}
 	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
+	if g := rep.Groups; g != nil {
+		what := map[string]string{"dir": "each image's directory", "user": "the data's users"}[g.By]
+		fmt.Fprintf(w, "groups:    %d by %s (%d to %d examples a group, median %d; %d of one)\n", g.Groups, what, g.Sizes[0], g.Sizes[2], g.Sizes[1], g.Single)
+		if g.Mixed > 0 {
+			fmt.Fprintf(w, "           %d of them hold examples of different labels, which eval --group-by refuses (the first: %s)\n", g.Mixed, g.FirstMixed)
+		}
+	}
 	h := rep.HeldOut
 	if h != nil {
 		users := ""

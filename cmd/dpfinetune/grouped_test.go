@@ -257,6 +257,22 @@ func TestEvalGroupedStudies(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// data --group-by counts the groups and the one eval refuses.
+	for _, c := range []struct {
+		spec, by      string
+		groups, mixed int
+	}{{"csv:" + bad, "dir", 12, 1}, {"csv:" + listing, "user", 6, 0}, {"csv:" + listing, "dir", 12, 0}} {
+		o, e, code := run(t, "data", "--data", c.spec, "--group-by", c.by, "--json")
+		var rep dataReport
+		if err := json.Unmarshal([]byte(o), &rep); code != 0 || err != nil || rep.Groups == nil {
+			t.Fatalf("data --group-by %s: exit %d (%v): %s%s", c.by, code, err, o, e)
+		}
+		g := rep.Groups
+		if g.Groups != c.groups || g.Mixed != c.mixed || c.by == "dir" && (g.Sizes != [3]int{1, 2, 3} || g.Single != 4) ||
+			c.mixed > 0 && !strings.Contains(g.FirstMixed, filepath.Join("patient01", "study1", "view2.png")) {
+			t.Errorf("data %s --group-by %s: %+v", c.spec, c.by, g)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		code int

@@ -39,7 +39,7 @@ func (v *View) SamplePath(i int) string { return v.src.SamplePath(i) }
 // "patient00001/study1/view1_frontal.jpg", MURA's, MIMIC-CXR's) share
 // their directory. ok is false where d's samples are not files of their
 // own (SamplePaths).
-func DirGroups(d Dataset) (group []int32, dirs []string, ok bool) {
+func DirGroups(d interface{ Len() int }) (group []int32, dirs []string, ok bool) {
 	sp, isPaths := d.(SamplePaths)
 	if !isPaths || d.Len() == 0 {
 		return nil, nil, false
