@@ -17,8 +17,11 @@
 // It also evaluates models (Evaluator: the figures of EvalResult, held to
 // scikit-learn's; groups of examples such as a study's views scored as
 // one, grouped.go; ROC curves and operating points chosen by a rule,
-// operating.go) and calibrates them (Evaluator.FitTemperature and
-// ApplyTemperature: temperature scaling, calibrate.go).
+// operating.go), calibrates them (Evaluator.FitTemperature and
+// ApplyTemperature: temperature scaling; FitLabelScaling and
+// ApplyLabelScaling: Platt scaling of each label; calibrate.go) and
+// compares two on the same examples (CompareAUCs, CompareRight:
+// compare.go).
 //
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's

@@ -537,7 +537,7 @@ func auc(probs []float32, labels []int64, k, keep int, per []ClassMetrics) (*flo
 // byScore writes into idx (len(score)) the examples in increasing order of
 // score, and returns it: the order rankAUC and averagePrecision read,
 // sorted once for both.
-func byScore(score []float32, idx []int) []int {
+func byScore[F float32 | float64](score []F, idx []int) []int {
 	for i := range idx {
 		idx[i] = i
 	}
@@ -550,7 +550,7 @@ func byScore(score []float32, idx []int) []int {
 // a negative, ties counted as half (what the trapezoidal ROC area gives);
 // idx is the examples by increasing score (byScore). False where there are
 // no positives or no negatives.
-func rankAUC(score []float32, pos []bool, idx []int) (float64, bool) {
+func rankAUC[F float32 | float64](score []F, pos []bool, idx []int) (float64, bool) {
 	var rankSum float64
 	var np, nn int
 	for i := 0; i < len(idx); {
@@ -606,7 +606,7 @@ func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
 // the same; in general the plug-in covariance of the two AUCs'
 // linearizations, each example one independent draw). False where m or n
 // is below 2.
-func delongShares(score []float32, pos []bool, idx []int, a float64, share []float64) bool {
+func delongShares[F float32 | float64](score []F, pos []bool, idx []int, a float64, share []float64) bool {
 	m := 0
 	for _, p := range pos {
 		if p {

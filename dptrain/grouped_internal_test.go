@@ -33,6 +33,8 @@ type groupedCase struct {
 	MAP              *float64       `json:"map"`
 	ECE              *float64       `json:"ece"`
 	Loss             float64        `json:"loss"`
+	// fileName is the golden file the case was read from (tests set it).
+	fileName string
 }
 
 // examples returns the case's examples as Evaluator.Losses gives them,

@@ -119,6 +119,9 @@ func ParsePointRule(s string) (PointRule, error) {
 type rocScores struct {
 	labels []int // the labels that have curves: 1 (two classes) or 0…k−1
 	of     func(j int, s []float64, pos []bool) ([]float64, []bool)
+	// who, where set, returns the examples of's scores of label j are
+	// of, in order (nil: every example).
+	who func(j int) []int
 }
 
 // CurveLabels returns the labels Curve takes: a multi-label evaluation's
@@ -249,5 +252,13 @@ func labelScores(logits []float32, truth, ignored []uint64, n, k, w int) *rocSco
 			}
 		}
 		return s, pos
+	}, who: func(j int) []int {
+		var who []int
+		for i := range n {
+			if !labelset.Has(ignored[i*w:(i+1)*w], j) {
+				who = append(who, i)
+			}
+		}
+		return who
 	}}
 }

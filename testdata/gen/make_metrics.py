@@ -542,3 +542,80 @@ with open(path, "w") as f:
     json.dump(plats, f, indent=1)
     f.write("\n")
 print("wrote", path)
+
+
+def paired_delong(y, sa, sb):
+    """DeLong's paired test of two AUCs on the same examples, by the
+    classical formula: the covariance matrices of the two models'
+    structural components over the positives and over the negatives
+    (ddof 1), var(A - B) = (S10_AA + S10_BB - 2 S10_AB)/m + (S01_AA +
+    S01_BB - 2 S01_AB)/n; the 95 % interval of the difference and the
+    two-sided p-value of z."""
+    y = np.asarray(y)
+    comps = []
+    for s in (np.asarray(sa, dtype=np.float64), np.asarray(sb, dtype=np.float64)):
+        xs, ys = s[y == 1], s[y == 0]
+        psi = (xs[:, None] > ys[None, :]) + 0.5 * (xs[:, None] == ys[None, :])
+        comps.append((psi.mean(), psi.mean(axis=1), psi.mean(axis=0)))
+    m, n = int(y.sum()), int(len(y) - y.sum())
+    s10 = np.cov(np.vstack([comps[0][1], comps[1][1]]), ddof=1)
+    s01 = np.cov(np.vstack([comps[0][2], comps[1][2]]), ddof=1)
+    var = (s10[0, 0] + s10[1, 1] - 2 * s10[0, 1]) / m + (s01[0, 0] + s01[1, 1] - 2 * s01[0, 1]) / n
+    d, se = comps[0][0] - comps[1][0], np.sqrt(var)
+    z = norm.ppf(0.975)
+    return {"auc_a": comps[0][0], "auc_b": comps[1][0], "difference": d, "difference_ci95": [max(-1, d - z * se), min(1, d + z * se)],
+            "p": float(2 * norm.sf(abs(d / se)))}
+
+
+def mean_paired(parts, n):
+    """The test of two models' mean AUCs over labels: each example's DeLong
+    shares of A less B's summed over the labels (delong_shares), the
+    variance their squares' sum over L^2."""
+    total = np.zeros(n)
+    aa, bb = [], []
+    for y, sa, sb, rows in parts:
+        total[rows] += delong_shares(y, sa) - delong_shares(y, sb)
+        aa.append(roc_auc_score(y, sa))
+        bb.append(roc_auc_score(y, sb))
+    d, se = np.mean(aa) - np.mean(bb), np.sqrt((total ** 2).sum()) / len(parts)
+    z = norm.ppf(0.975)
+    return {"auc_a": float(np.mean(aa)), "auc_b": float(np.mean(bb)), "difference": float(d),
+            "difference_ci95": [max(-1, d - z * se), min(1, d + z * se)], "p": float(2 * norm.sf(abs(d / se)))}
+
+
+comps = []
+rng = np.random.default_rng(31)
+for c in cases:
+    if c["k"] != 2 or c["name"] != "binary":
+        continue
+    za = np.array(c["logits"], dtype=np.float32)
+    zb = (za + rng.normal(0, 1.0, za.shape)).astype(np.float32)
+    y = np.array(c["labels"])
+    da, db = za.astype(np.float64), zb.astype(np.float64)
+    sa, sb = da[:, 1] - da[:, 0], db[:, 1] - db[:, 0]
+    ra, rb = (da.argmax(1) == y), (db.argmax(1) == y)
+    a_only, b_only = int((ra & ~rb).sum()), int((rb & ~ra).sum())
+    comps.append({"file": "cases.json", "name": c["name"], "b_logits": zb.tolist(), "labels_compared": {"1": paired_delong(y, sa, sb)},
+                  "accuracy": {"accuracy_a": float(ra.mean()), "accuracy_b": float(rb.mean()), "a_only": a_only, "b_only": b_only,
+                               "p": float(binomtest(min(a_only, b_only), a_only + b_only, 0.5).pvalue) if a_only + b_only else 1.0}})
+for c in mcases:
+    if c["name"] not in ("five labels", "ignored labels"):
+        continue
+    k = c["k"]
+    za = np.array(c["logits"], dtype=np.float32)
+    zb = (za + rng.normal(0, 1.5, za.shape)).astype(np.float32)
+    y = np.array([[(v >> j) & 1 for j in range(k)] for v in c["labels"]])
+    known = ~np.array([[(v >> j) & 1 for j in range(k)] for v in c.get("ignored", [0] * len(c["labels"]))], dtype=bool)
+    per, parts = {}, []
+    for j in range(k):
+        yj = y[known[:, j], j]
+        if yj.sum() >= 2 and len(yj) - yj.sum() >= 2:
+            sa, sb = za[known[:, j], j].astype(np.float64), zb[known[:, j], j].astype(np.float64)
+            per[str(j)] = paired_delong(yj, sa, sb)
+            parts.append((yj, sa, sb, np.flatnonzero(known[:, j])))
+    comps.append({"file": "multilabel.json", "name": c["name"], "b_logits": zb.tolist(), "labels_compared": per, "mean": mean_paired(parts, len(y))})
+path = os.path.join(os.path.dirname(__file__), "..", "metrics", "compare.json")
+with open(path, "w") as f:
+    json.dump(comps, f, indent=None, separators=(",", ":"))
+    f.write("\n")
+print("wrote", path)

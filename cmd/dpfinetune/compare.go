@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/dpfinetune/dpfinetune/dptrain"
+)
+
+func init() {
+	register(&command{
+		name:    "compare",
+		summary: "compare two models on the same data: McNemar's test of their accuracies, DeLong's paired test of their AUCs",
+		run:     runCompare,
+	})
+}
+
+// compareResult is the JSON form of "dpfinetune compare".
+type compareResult struct {
+	ModelA   string `json:"model_a"`
+	ModelB   string `json:"model_b"`
+	Data     string `json:"data"`
+	Examples int    `json:"examples"`
+	// Accuracy is a single-label pair's McNemar test (nil for
+	// multi-label models and for groups).
+	Accuracy *dptrain.AccuracyDifference `json:"accuracy,omitempty"`
+	// AUC are the paired tests of a two-class pair's class 1 or of each
+	// label, MeanAUC the labels' mean's.
+	AUC     []dptrain.AUCDifference `json:"auc,omitempty"`
+	MeanAUC *dptrain.AUCDifference  `json:"mean_auc,omitempty"`
+}
+
+func runCompare(args []string, stdout io.Writer) error {
+	fs := newFlagSet("compare", "--model A.onnx --model B.onnx --data SPEC [--group-by dir|user [--combine mean|max]] [--batch N] [--json]")
+	var models pathList
+	fs.Var(&models, "model", "an ONNX model file; give two (A, then B), each read with its own recorded preprocessing")
+	spec := fs.String("data", "", "the data both are evaluated on, as eval's --data (default split: test)")
+	batch := fs.Int("batch", 256, "samples per forward pass")
+	groupBy := fs.String("group-by", "", "compare the models' scores of groups of examples, as eval --group-by: dir or user (the AUCs only)")
+	combine := fs.String("combine", dptrain.CombineMean, "with --group-by: mean or max")
+	asJSON := fs.Bool("json", false, "print JSON")
+	devFlag := addDeviceFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case len(models) != 2 || *spec == "":
+		return usagef("two --model flags and --data are required")
+	case *batch <= 0:
+		return usagef("--batch must be positive, got %d", *batch)
+	case *groupBy != "" && *groupBy != "dir" && *groupBy != "user":
+		return usagef("--group-by %q: want user or dir", *groupBy)
+	case *combine != dptrain.CombineMean && *combine != dptrain.CombineMax:
+		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
+	case *groupBy == "" && flagGiven(fs, "combine"):
+		return usagef("--combine says how a group's examples combine: it needs --group-by")
+	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
+	}
+	var es [2]*evaluation
+	var res [2]*dptrain.EvalResult
+	for i, m := range models {
+		if es[i], err = openEvaluation(dev, m, *spec, *batch, "", "", ""); err != nil {
+			return err
+		}
+		if *groupBy != "" {
+			gr, _, err := groupingOf(es[i].v, es[i].spec, *groupBy, "--group-by")
+			if err != nil {
+				return err
+			}
+			gr.Combine = *combine
+			res[i], err = es[i].ev.RunGrouped(es[i].v, gr)
+		} else {
+			res[i], err = es[i].ev.Run(es[i].v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", m, err)
+		}
+	}
+	a, b := es[0], es[1]
+	switch {
+	case a.multi != b.multi:
+		return fmt.Errorf("%s and %s read %s differently (multi-label for one only)", models[0], models[1], a.spec)
+	case a.ev.Classes() != b.ev.Classes():
+		return fmt.Errorf("%s has %d outputs, %s %d: compare models of the same classes or labels", models[0], a.ev.Classes(), models[1], b.ev.Classes())
+	case a.v.Len() != b.v.Len():
+		return fmt.Errorf("%s and %s read %d and %d examples of %s", models[0], models[1], a.v.Len(), b.v.Len(), a.spec)
+	}
+	out := compareResult{ModelA: models[0], ModelB: models[1], Data: a.spec, Examples: res[0].Samples}
+	if !a.multi && *groupBy == "" {
+		ra, err := a.ev.Right(a.v)
+		if err != nil {
+			return err
+		}
+		rb, err := b.ev.Right(b.v)
+		if err != nil {
+			return err
+		}
+		d, err := dptrain.CompareRight(ra, rb)
+		if err != nil {
+			return err
+		}
+		out.Accuracy = &d
+	}
+	if res[0].CurveLabels() != nil {
+		for i := range res {
+			res[i].Classes = es[i].v.Classes()
+		}
+		if out.AUC, out.MeanAUC, err = dptrain.CompareAUCs(res[0], res[1]); err != nil {
+			return err
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	unit := "examples"
+	if *groupBy != "" {
+		unit = "groups (" + map[string]string{"dir": "each image's directory", "user": "the data's users"}[*groupBy] + ", their probabilities' " + *combine + ")"
+	}
+	fmt.Fprintf(stdout, "A:        %s\nB:        %s\ndata:     %s (%d %s)\n", models[0], models[1], a.spec, out.Examples, unit)
+	if d := out.Accuracy; d != nil {
+		fmt.Fprintf(stdout, "accuracy: A %.2f %%, B %.2f %% (A − B: %+.2f points); McNemar's exact test: p = %.3g (A alone right on %d examples, B alone on %d)\n",
+			100*d.A, 100*d.B, 100*(d.A-d.B), d.P, d.AOnly, d.BOnly)
+	}
+	if len(out.AUC) > 0 {
+		names := a.v.Classes()
+		fmt.Fprintf(stdout, "\nAUC, DeLong's paired test (the examples independent draws):\n")
+		tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  %s\t A\t B\t A − B\t 95 %% CI\t p\t\n", map[bool]string{true: "label", false: "class"}[a.multi])
+		row := func(name string, d dptrain.AUCDifference) {
+			fmt.Fprintf(tw, "  %s\t %.4f\t %.4f\t %+.4f\t %+.4f to %+.4f\t %.3g\t\n", name, d.A, d.B, d.Difference, d.CI[0], d.CI[1], d.P)
+		}
+		for _, d := range out.AUC {
+			name := strconv.Itoa(d.Label)
+			if d.Label < len(names) && names[d.Label] != name {
+				name += " " + names[d.Label]
+			}
+			row(name, d)
+		}
+		if out.MeanAUC != nil {
+			row("mean", *out.MeanAUC)
+		}
+		tw.Flush()
+	} else if a.ev.Classes() > 2 && !a.multi {
+		fmt.Fprintf(stdout, "(the AUCs of more than two classes are not compared: the accuracy is)\n")
+	}
+	return nil
+}
