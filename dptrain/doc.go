@@ -21,7 +21,8 @@
 // ApplyTemperature: temperature scaling; FitLabelScaling and
 // ApplyLabelScaling: Platt scaling of each label; calibrate.go) and
 // compares two on the same examples (CompareAUCs, CompareRight:
-// compare.go).
+// compare.go); Evaluator.Bootstrap gives every figure's bootstrap
+// interval (bootstrap.go).
 //
 // It is what "dpfinetune train" and "dpfinetune audit" run, and what a Go
 // program embeds to fine-tune a model privately (the role of Opacus's

@@ -110,6 +110,9 @@ type EvalResult struct {
 	// examples (Evaluator.RunGrouped: a study's views scored as one),
 	// Samples counting the groups.
 	Groups *GroupSummary `json:"groups,omitempty"`
+	// Bootstrap, where set (Evaluator.Bootstrap), holds the figures'
+	// 95 % intervals over resamples of the examples, groups or clusters.
+	Bootstrap *BootstrapResult `json:"bootstrap,omitempty"`
 	// OperatingPoints, where the caller sets them (dpfinetune eval
 	// --operating-point), are the thresholds a rule chose on this
 	// evaluation's curves (OperatingPoint): one a label, or class 1's.

@@ -122,25 +122,38 @@ func (e *examples) set(i int, label int64, truth, ignored []uint64, logits []flo
 // grouped scores the groups of gr; cut are the decision thresholds as
 // logits (Evaluator.SetThresholds; nil: none).
 func (e *examples) grouped(gr Grouping, cut []float64) (*EvalResult, error) {
+	ge, sum, err := e.groups(gr)
+	if err != nil {
+		return nil, err
+	}
+	res := ge.evaluate(nil, cut)
+	res.Groups = sum
+	return res, nil
+}
+
+// groups returns the groups of gr as examples of their own, each its
+// examples' logits combined (the first example's label, the others
+// checked to have it), and what the groups are.
+func (e *examples) groups(gr Grouping) (*examples, *GroupSummary, error) {
 	if gr.Combine != CombineMean && gr.Combine != CombineMax {
-		return nil, fmt.Errorf("combining a group's probabilities by %q: want %s or %s", gr.Combine, CombineMean, CombineMax)
+		return nil, nil, fmt.Errorf("combining a group's probabilities by %q: want %s or %s", gr.Combine, CombineMean, CombineMax)
 	}
 	groups := len(gr.Names)
 	if groups == 0 && e.n > 0 {
-		return nil, fmt.Errorf("%d examples in no groups", e.n)
+		return nil, nil, fmt.Errorf("%d examples in no groups", e.n)
 	}
 	// The examples in order of their groups (a counting sort: each
 	// group's in the data's order).
 	start := make([]int, groups+1)
 	for i, g := range gr.Of {
 		if g < 0 || int(g) >= groups {
-			return nil, fmt.Errorf("%s: group %d of %d", e.name(gr, i), g, groups)
+			return nil, nil, fmt.Errorf("%s: group %d of %d", e.name(gr, i), g, groups)
 		}
 		start[g+1]++
 	}
 	for g := range groups {
 		if start[g+1] == 0 {
-			return nil, fmt.Errorf("group %q has no examples", gr.Names[g])
+			return nil, nil, fmt.Errorf("group %q has no examples", gr.Names[g])
 		}
 		start[g+1] += start[g]
 	}
@@ -150,15 +163,7 @@ func (e *examples) grouped(gr Grouping, cut []float64) (*EvalResult, error) {
 		next[g]++
 	}
 	sum := &GroupSummary{Combine: gr.Combine, Examples: e.n}
-	var cm *metrics
-	var lm *labelMetrics
-	if e.multi {
-		lm = newLabelMetrics(groups, e.k)
-		lm.cut = cut
-	} else {
-		cm = newMetrics(groups, e.k)
-		cm.cut = cut
-	}
+	ge := newExamples(groups, e.k, e.multi)
 	c := newCombiner(e.k)
 	for g := range groups {
 		members := order[start[g]:start[g+1]]
@@ -166,7 +171,7 @@ func (e *examples) grouped(gr Grouping, cut []float64) (*EvalResult, error) {
 		first := members[0]
 		for _, i := range members[1:] {
 			if err := e.sameLabel(gr, g, first, i); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		logits, loss := e.logits[first*e.k:(first+1)*e.k], e.loss[first]
@@ -176,20 +181,45 @@ func (e *examples) grouped(gr Grouping, cut []float64) (*EvalResult, error) {
 			c.combine(e.logits, members, e.multi, gr.Combine == CombineMax)
 			logits, loss = c.logits32, c.loss(e, first)
 		}
+		var truth, ignored []uint64
 		if e.multi {
-			lm.add(g, e.truth[first*e.w:(first+1)*e.w], e.ignored[first*e.w:(first+1)*e.w], logits, loss)
-		} else {
-			cm.add(g, e.labels[first], logits, loss)
+			truth, ignored = e.truth[first*e.w:(first+1)*e.w], e.ignored[first*e.w:(first+1)*e.w]
 		}
+		ge.set(g, e.labels[first], truth, ignored, logits, loss)
 	}
-	var res *EvalResult
+	return ge, sum, nil
+}
+
+// evaluate scores the kept examples idx (nil: every one, in order; an
+// example drawn twice counts twice) as an evaluation does; cut are the
+// decision thresholds as logits (nil: none).
+func (e *examples) evaluate(idx []int, cut []float64) *EvalResult {
+	n := e.n
+	if idx != nil {
+		n = len(idx)
+	}
+	at := func(k int) int {
+		if idx == nil {
+			return k
+		}
+		return idx[k]
+	}
 	if e.multi {
-		res = lm.result()
-	} else {
-		res = cm.result()
+		m := newLabelMetrics(n, e.k)
+		m.cut = cut
+		for k := range n {
+			i := at(k)
+			m.add(k, e.truth[i*e.w:(i+1)*e.w], e.ignored[i*e.w:(i+1)*e.w], e.logits[i*e.k:(i+1)*e.k], e.loss[i])
+		}
+		return m.result()
 	}
-	res.Groups = sum
-	return res, nil
+	m := newMetrics(n, e.k)
+	m.cut = cut
+	for k := range n {
+		i := at(k)
+		m.add(k, e.labels[i], e.logits[i*e.k:(i+1)*e.k], e.loss[i])
+	}
+	return m.result()
 }
 
 // name names example i in messages.

@@ -194,6 +194,9 @@ func runEval(args []string, stdout io.Writer) error {
 	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) or dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
 	point := fs.String("operating-point", "", "a two-class or multi-label model's operating point chosen on this data, class 1's or each label's: sensitivity=S (the highest threshold reaching sensitivity S), specificity=S (the lowest keeping specificity S) or youden (the largest sensitivity + specificity − 1); prints each one's threshold, sensitivity, specificity, PPV and NPV, and the --threshold that decides there (choose on a validation split, report on the test split; a threshold chosen on private data is a statistic of it, outside the guarantee)")
+	bootstrap := fs.Int("bootstrap", 0, "the figures' 95 % intervals by this many bootstrap resamples (at least 100; 1000 is usual) of the examples, of the groups with --group-by, or of the clusters of --bootstrap-by")
+	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images) or dir (each directory's) — so that the intervals count their likeness (a cluster bootstrap)")
+	seed := fs.Uint64("seed", 1, "with --bootstrap: the draws' seed (the same intervals for the same seed and data)")
 	plotFile := fs.String("plot", "", "draw the evaluation as a PNG: a two-class or multi-label model's ROC curves, a single-label model's reliability diagram (accuracy against confidence)")
 	rocFile := fs.String("roc", "", "write a two-class or multi-label model's ROC curves to this CSV file: a row a point (label, threshold, false and true positive rates, counts), class 1's or each label's")
 	devFlag := addDeviceFlag(fs)
@@ -225,6 +228,16 @@ func runEval(args []string, stdout io.Writer) error {
 	if *groupBy == "" && flagGiven(fs, "combine") {
 		return usagef("--combine says how a group's examples combine: it needs --group-by")
 	}
+	switch {
+	case *bootstrap != 0 && *bootstrap < 100:
+		return usagef("--bootstrap %d: at least 100 resamples", *bootstrap)
+	case *bootstrapBy != "" && *bootstrapBy != "user" && *bootstrapBy != "dir":
+		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
+	case *bootstrapBy != "" && *bootstrap == 0:
+		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
+	case *bootstrapBy != "" && *groupBy != "":
+		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
+	}
 	dev, err := devFlag.open()
 	if err != nil {
 		return err
@@ -248,15 +261,29 @@ func runEval(args []string, stdout io.Writer) error {
 	}
 	var res *dptrain.EvalResult
 	var by string
-	if *groupBy == "" {
-		res, err = ev.Run(v)
-	} else {
-		var gr dptrain.Grouping
-		if gr, by, err = groupingOf(v, s, *groupBy, "--group-by"); err != nil {
+	var gr *dptrain.Grouping
+	if *groupBy != "" {
+		g, what, err := groupingOf(v, s, *groupBy, "--group-by")
+		if err != nil {
 			return err
 		}
-		gr.Combine = *combine
-		res, err = ev.RunGrouped(v, gr)
+		g.Combine, gr, by = *combine, &g, what
+	}
+	switch {
+	case *bootstrap > 0:
+		o := dptrain.BootstrapOptions{Resamples: *bootstrap, Groups: gr, Seed: *seed}
+		if *bootstrapBy != "" {
+			c, _, err := groupingOf(v, s, *bootstrapBy, "--bootstrap-by")
+			if err != nil {
+				return err
+			}
+			o.Clusters = c.Of
+		}
+		res, err = ev.Bootstrap(v, o)
+	case gr != nil:
+		res, err = ev.RunGrouped(v, *gr)
+	default:
+		res, err = ev.Run(v)
 	}
 	if err != nil {
 		return err
@@ -292,6 +319,9 @@ func runEval(args []string, stdout io.Writer) error {
 		writeLabelEval(stdout, *model, s, res)
 	} else {
 		writeEval(stdout, *model, s, res)
+	}
+	if b := res.Bootstrap; b != nil {
+		writeBootstrap(stdout, b, *seed)
 	}
 	if *point != "" {
 		writeOperatingPoints(stdout, res)
@@ -396,6 +426,25 @@ func groupingOf(v data.Dataset, spec, by, flag string) (dptrain.Grouping, string
 		gr.Example = sp.SamplePath
 	}
 	return gr, what, nil
+}
+
+// writeBootstrap prints an evaluation's bootstrap intervals.
+func writeBootstrap(w io.Writer, b *dptrain.BootstrapResult, seed uint64) {
+	fmt.Fprintf(w, "\nbootstrap: 95 %% intervals by %d resamples of the %d %s (percentiles; --seed %d):\n", b.Resamples, b.Count, b.Units, seed)
+	for _, f := range []struct {
+		name string
+		ci   *[2]float64
+		pct  bool
+	}{{"accuracy", b.Accuracy, true}, {"balanced", b.BalancedAccuracy, true}, {"macro F1", b.MacroF1, true}, {"exact", b.ExactMatch, true},
+		{"AUC", b.AUC, false}, {"mAP", b.MAP, false}, {"loss", b.Loss, false}} {
+		switch {
+		case f.ci == nil:
+		case f.pct:
+			fmt.Fprintf(w, "  %-9s %.2f–%.2f %%\n", f.name+":", 100*f.ci[0], 100*f.ci[1])
+		default:
+			fmt.Fprintf(w, "  %-9s %.4f–%.4f\n", f.name+":", f.ci[0], f.ci[1])
+		}
+	}
 }
 
 // writeOperatingPoints prints the operating points eval chose

@@ -193,6 +193,20 @@ func TestEvalGroupedStudies(t *testing.T) {
 			}
 		})
 	}
+	// --bootstrap draws the images, the studies (--group-by) or the
+	// patients (--bootstrap-by user): its intervals hold the figures.
+	for _, c := range []struct {
+		args  []string
+		units string
+		count int
+	}{{nil, "examples", 24}, {[]string{"--group-by", "dir"}, "groups", 12}, {[]string{"--bootstrap-by", "user"}, "clusters", 6}} {
+		res := evalJSON(t, model, "csv:"+listing, append([]string{"--bootstrap", "200"}, c.args...)...)
+		b := res.Bootstrap
+		if b == nil || b.Units != c.units || b.Count != c.count || b.Resamples != 200 || b.Accuracy == nil ||
+			!(b.Accuracy[0] <= res.Accuracy && res.Accuracy <= b.Accuracy[1]) || !(b.Loss[0] <= res.Loss && res.Loss <= b.Loss[1]) {
+			t.Errorf("eval --bootstrap %v: %+v around accuracy %v, loss %v", c.args, b, res.Accuracy, res.Loss)
+		}
+	}
 	// Ungrouped, the examples are the images; the text says the groups.
 	if res := evalJSON(t, model, "csv:"+listing); res.Samples != len(study) || res.Groups != nil {
 		t.Errorf("ungrouped: %d samples, groups %+v; want %d images", res.Samples, res.Groups, len(study))
@@ -284,6 +298,10 @@ func TestEvalGroupedStudies(t *testing.T) {
 		{[]string{"--data", "csv:" + listing, "--combine", "max"}, 2, "it needs --group-by"},
 		{[]string{"--data", "csv:" + listing, "--group-by", "study"}, 2, `--group-by "study": want user or dir`},
 		{[]string{"--data", "csv:" + listing, "--group-by", "dir", "--combine", "median"}, 2, `--combine "median": want mean or max`},
+		{[]string{"--data", "csv:" + listing, "--bootstrap", "10"}, 2, "at least 100 resamples"},
+		{[]string{"--data", "csv:" + listing, "--bootstrap-by", "user"}, 2, "it needs --bootstrap N"},
+		{[]string{"--data", "csv:" + listing, "--bootstrap", "100", "--bootstrap-by", "user", "--group-by", "dir"}, 2, "the bootstrap draws the groups"},
+		{[]string{"--data", fmnist, "--bootstrap", "100", "--bootstrap-by", "user"}, 2, "--bootstrap-by user: " + fmnist},
 	} {
 		o, e, code := run(t, append([]string{"eval", "--model", model}, tc.args...)...)
 		if code != tc.code || !strings.Contains(e, tc.want) {

@@ -1,0 +1,82 @@
+package dptrain
+
+import (
+	"math"
+	"testing"
+)
+
+// TestBootstrap checks the bootstrap's intervals against what they must
+// be: on the golden two-class case the AUC's bootstrap standard error is
+// DeLong's within 15 %; with every example three times over, drawing
+// the examples one by one narrows the interval by about √3 (the copies
+// taken as independent) while drawing them as clusters of their copies
+// gives the original data's interval back; the same seed draws the same
+// intervals, another seed others; multi-label figures have intervals too.
+func TestBootstrap(t *testing.T) {
+	cases := readCases[groupedCase](t, "cases.json", 9)
+	c := cases[0] // "binary"
+	if c.Name != "binary" {
+		t.Fatalf("case %q", c.Name)
+	}
+	c.Samples, c.Groups = 1, make([]int32, len(c.Labels))
+	e, _ := c.examples(t)
+	width := func(ci *[2]float64) float64 {
+		if ci == nil {
+			t.Fatal("no interval")
+		}
+		return ci[1] - ci[0]
+	}
+	const resamples = 2000
+	base := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
+	res := e.evaluate(nil, nil)
+	if r := width(base.AUC) / width(res.AUCCI); math.Abs(r-1) > 0.15 {
+		t.Errorf("the AUC's bootstrap interval %v is %.3f× DeLong's %v", *base.AUC, r, *res.AUCCI)
+	}
+	if !(base.Accuracy[0] <= res.Accuracy && res.Accuracy <= base.Accuracy[1]) || base.Units != "examples" || base.Count != e.n {
+		t.Errorf("bootstrap %+v around accuracy %v", base, res.Accuracy)
+	}
+	again := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
+	other := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 2}, nil)
+	if *again.AUC != *base.AUC || *other.AUC == *base.AUC {
+		t.Errorf("seed 1 twice: %v, %v; seed 2: %v", *base.AUC, *again.AUC, *other.AUC)
+	}
+
+	// Every example three times: as examples, and as clusters.
+	d := c
+	d.Labels, d.Logits, d.Groups = nil, nil, nil
+	var clusters []int32
+	for i := range c.Labels {
+		for range 3 {
+			d.Labels, d.Logits = append(d.Labels, c.Labels[i]), append(d.Logits, c.Logits[i])
+			clusters = append(clusters, int32(i))
+		}
+	}
+	d.Groups = make([]int32, len(d.Labels))
+	e3, _ := d.examples(t)
+	flat := e3.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
+	clustered := e3.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1, Clusters: clusters}, nil)
+	for _, f := range []struct {
+		name           string
+		b, flat, clust *[2]float64
+	}{{"AUC", base.AUC, flat.AUC, clustered.AUC}, {"accuracy", base.Accuracy, flat.Accuracy, clustered.Accuracy}, {"loss", base.Loss, flat.Loss, clustered.Loss}} {
+		if r := width(f.flat) / width(f.b) * math.Sqrt(3); math.Abs(r-1) > 0.15 {
+			t.Errorf("%s: the copies drawn one by one: %.3f× the interval over √3", f.name, r)
+		}
+		if r := width(f.clust) / width(f.b); math.Abs(r-1) > 0.15 {
+			t.Errorf("%s: the copies drawn as clusters: %.3f× the original interval", f.name, r)
+		}
+	}
+	if clustered.Units != "clusters" || clustered.Count != len(c.Labels) {
+		t.Errorf("clusters: %s, %d", clustered.Units, clustered.Count)
+	}
+
+	// Multi-label: the label AUCs, their mean, mAP and exact matches.
+	ml := readCases[groupedCase](t, "multilabel.json", 5)[0]
+	ml.Ignored = make([]int64, len(ml.Labels))
+	ml.Samples, ml.Groups = 1, make([]int32, len(ml.Labels))
+	em, _ := ml.examples(t)
+	b := em.bootstrap(BootstrapOptions{Resamples: 200, Seed: 1}, nil)
+	if b.AUC == nil || b.MAP == nil || b.ExactMatch == nil || len(b.PerClass) != ml.K || b.PerClass[0] == nil {
+		t.Errorf("multi-label bootstrap %+v", b)
+	}
+}
