@@ -80,3 +80,71 @@ func TestBootstrap(t *testing.T) {
 		t.Errorf("multi-label bootstrap %+v", b)
 	}
 }
+
+// TestPairedBootstrap: a model against itself differs by 0 in every
+// resample; against a noised copy (testdata/metrics/compare.json's) the
+// AUC difference's interval is about DeLong's paired one (within 20 %) and
+// its point the paired test's; with every example three times over,
+// drawing the copies as clusters gives the original interval back.
+func TestPairedBootstrap(t *testing.T) {
+	c := readCases[groupedCase](t, "cases.json", 9)[0]
+	c.Samples, c.Groups = 1, make([]int32, len(c.Labels))
+	b := c
+	b.Logits = readCases[struct {
+		BLogits [][]float32 `json:"b_logits"`
+	}](t, "compare.json", 3)[0].BLogits
+	kept := func(c groupedCase) *Kept { e, _ := c.examples(t); return &Kept{e: e} }
+	ka, kb := kept(c), kept(b)
+	self, err := PairedBootstrap(ka, ka, BootstrapOptions{Resamples: 200, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range self.Figures {
+		if f.Difference != 0 || f.CI != [2]float64{0, 0} || f.AAbove != 0.5 {
+			t.Errorf("itself: %+v", f)
+		}
+	}
+	pb, err := PairedBootstrap(ka, kb, BootstrapOptions{Resamples: 2000, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, _, err := CompareAUCs(ka.e.evaluate(nil, nil), kb.e.evaluate(nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	auc := func(r *PairedBootstrapResult) PairedBootstrapFigure {
+		for _, f := range r.Figures {
+			if f.Name == "AUC" {
+				return f
+			}
+		}
+		t.Fatalf("no AUC in %+v", r)
+		return PairedBootstrapFigure{}
+	}
+	f := auc(pb)
+	if math.Abs(f.Difference-per[0].Difference) > 1e-6 || math.Abs((f.CI[1]-f.CI[0])/(per[0].CI[1]-per[0].CI[0])-1) > 0.2 {
+		t.Errorf("the AUC difference %+v; DeLong's paired test %+v", f, per[0])
+	}
+	// Three copies of every example, drawn as clusters.
+	var clusters []int32
+	c3, b3 := c, b
+	c3.Labels, c3.Logits, b3.Logits = nil, nil, nil
+	for i := range c.Labels {
+		for range 3 {
+			c3.Labels, c3.Logits, b3.Logits = append(c3.Labels, c.Labels[i]), append(c3.Logits, c.Logits[i]), append(b3.Logits, b.Logits[i])
+			clusters = append(clusters, int32(i))
+		}
+	}
+	b3.Labels = c3.Labels
+	c3.Groups, b3.Groups = make([]int32, len(c3.Labels)), make([]int32, len(c3.Labels))
+	p3, err := PairedBootstrap(kept(c3), kept(b3), BootstrapOptions{Resamples: 2000, Seed: 1, Clusters: clusters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f3 := auc(p3); math.Abs((f3.CI[1]-f3.CI[0])/(f.CI[1]-f.CI[0])-1) > 0.15 || p3.Units != "clusters" || p3.Count != len(c.Labels) {
+		t.Errorf("clusters of copies: %+v (%s, %d); the original %+v", f3, p3.Units, p3.Count, f)
+	}
+	if _, err := PairedBootstrap(ka, kept(c3), BootstrapOptions{Resamples: 200}); err == nil {
+		t.Error("a paired bootstrap of different data")
+	}
+}

@@ -31,16 +31,22 @@ type compareResult struct {
 	// label, MeanAUC the labels' mean's.
 	AUC     []dptrain.AUCDifference `json:"auc,omitempty"`
 	MeanAUC *dptrain.AUCDifference  `json:"mean_auc,omitempty"`
+	// Bootstrap, with --bootstrap, holds the differences' intervals over
+	// the same resamples of both models' examples, groups or clusters.
+	Bootstrap *dptrain.PairedBootstrapResult `json:"bootstrap,omitempty"`
 }
 
 func runCompare(args []string, stdout io.Writer) error {
-	fs := newFlagSet("compare", "--model A.onnx --model B.onnx --data SPEC [--group-by dir|user [--combine mean|max]] [--batch N] [--json]")
+	fs := newFlagSet("compare", "--model A.onnx --model B.onnx --data SPEC [--group-by dir|user [--combine mean|max]] [--bootstrap N [--bootstrap-by user|dir]] [--batch N] [--json]")
 	var models pathList
 	fs.Var(&models, "model", "an ONNX model file; give two (A, then B), each read with its own recorded preprocessing")
 	spec := fs.String("data", "", "the data both are evaluated on, as eval's --data (default split: test)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	groupBy := fs.String("group-by", "", "compare the models' scores of groups of examples, as eval --group-by: dir or user (the AUCs only)")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by: mean or max")
+	bootstrap := fs.Int("bootstrap", 0, "the differences' 95 % intervals by this many paired bootstrap resamples (at least 100) of the examples, of the groups with --group-by, or of the clusters of --bootstrap-by: both models on the same draws")
+	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images) or dir — which the paired tests above take as independent")
+	seed := fs.Uint64("seed", 1, "with --bootstrap: the draws' seed")
 	asJSON := fs.Bool("json", false, "print JSON")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -57,6 +63,14 @@ func runCompare(args []string, stdout io.Writer) error {
 		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
 	case *groupBy == "" && flagGiven(fs, "combine"):
 		return usagef("--combine says how a group's examples combine: it needs --group-by")
+	case *bootstrap != 0 && *bootstrap < 100:
+		return usagef("--bootstrap %d: at least 100 resamples", *bootstrap)
+	case *bootstrapBy != "" && *bootstrapBy != "user" && *bootstrapBy != "dir":
+		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
+	case *bootstrapBy != "" && *bootstrap == 0:
+		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
+	case *bootstrapBy != "" && *groupBy != "":
+		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
 	}
 	dev, err := devFlag.open()
 	if err != nil {
@@ -64,18 +78,25 @@ func runCompare(args []string, stdout io.Writer) error {
 	}
 	var es [2]*evaluation
 	var res [2]*dptrain.EvalResult
+	var kept [2]*dptrain.Kept
 	for i, m := range models {
 		if es[i], err = openEvaluation(dev, m, *spec, *batch, "", "", ""); err != nil {
 			return err
 		}
+		var gr *dptrain.Grouping
 		if *groupBy != "" {
-			gr, _, err := groupingOf(es[i].v, es[i].spec, *groupBy, "--group-by")
+			g, _, err := groupingOf(es[i].v, es[i].spec, *groupBy, "--group-by")
 			if err != nil {
 				return err
 			}
-			gr.Combine = *combine
-			res[i], err = es[i].ev.RunGrouped(es[i].v, gr)
-		} else {
+			g.Combine, gr = *combine, &g
+		}
+		switch {
+		case *bootstrap > 0:
+			res[i], kept[i], err = es[i].ev.Keep(es[i].v, gr)
+		case gr != nil:
+			res[i], err = es[i].ev.RunGrouped(es[i].v, *gr)
+		default:
 			res[i], err = es[i].ev.Run(es[i].v)
 		}
 		if err != nil {
@@ -115,6 +136,19 @@ func runCompare(args []string, stdout io.Writer) error {
 			return err
 		}
 	}
+	if *bootstrap > 0 {
+		o := dptrain.BootstrapOptions{Resamples: *bootstrap, Seed: *seed}
+		if *bootstrapBy != "" {
+			c, _, err := groupingOf(a.v, a.spec, *bootstrapBy, "--bootstrap-by")
+			if err != nil {
+				return err
+			}
+			o.Clusters = c.Of
+		}
+		if out.Bootstrap, err = dptrain.PairedBootstrap(kept[0], kept[1], o); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -148,8 +182,17 @@ func runCompare(args []string, stdout io.Writer) error {
 			row("mean", *out.MeanAUC)
 		}
 		tw.Flush()
-	} else if a.ev.Classes() > 2 && !a.multi {
-		fmt.Fprintf(stdout, "(the AUCs of more than two classes are not compared: the accuracy is)\n")
+	} else if a.ev.Classes() > 2 && !a.multi && out.Bootstrap == nil {
+		fmt.Fprintf(stdout, "(the AUCs of more than two classes are not compared: the accuracy is; --bootstrap compares their mean)\n")
+	}
+	if pb := out.Bootstrap; pb != nil {
+		fmt.Fprintf(stdout, "\npaired bootstrap: %d resamples of the %d %s, both models on the same draws (percentiles; --seed %d):\n", pb.Resamples, pb.Count, pb.Units, *seed)
+		tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  figure\t A − B\t 95 %% interval\t resamples with A above\t\n")
+		for _, f := range pb.Figures {
+			fmt.Fprintf(tw, "  %s\t %+.4f\t %+.4f to %+.4f\t %.1f %%\t\n", f.Name, f.Difference, f.CI[0], f.CI[1], 100*f.AAbove)
+		}
+		tw.Flush()
 	}
 	return nil
 }

@@ -41,6 +41,14 @@ func TestCompareCLI(t *testing.T) {
 	if d := compare(trained, trained, fmnist).Accuracy; d == nil || d.AOnly != 0 || d.BOnly != 0 || d.P != 1 {
 		t.Errorf("compare of a model with itself: %+v", d)
 	}
+	// --bootstrap: the same draws for both; the accuracy's difference
+	// inside its interval, A above B in nearly every resample.
+	pb := compare(trained, untrained, fmnist, "--bootstrap", "200").Bootstrap
+	if pb == nil || pb.Resamples != 200 || pb.Units != "examples" || len(pb.Figures) == 0 || pb.Figures[0].Name != "accuracy" ||
+		!(pb.Figures[0].CI[0] <= pb.Figures[0].Difference && pb.Figures[0].Difference <= pb.Figures[0].CI[1]) || pb.Figures[0].AAbove < 0.99 ||
+		math.Abs(pb.Figures[0].Difference-(ea.Accuracy-eb.Accuracy)) > 1e-12 {
+		t.Errorf("compare --bootstrap: %+v", pb)
+	}
 	o, _, code := run(t, "compare", "--model", trained, "--model", untrained, "--data", fmnist)
 	if code != 0 || !strings.Contains(o, "McNemar's exact test: p = ") || !strings.Contains(o, "the AUCs of more than two classes are not compared") {
 		t.Errorf("compare's text: exit %d: %s", code, o)
