@@ -346,9 +346,9 @@ type Config struct {
 	// input: each is a fixed per-sample gradient (see
 	// dpengine.DiracCanary), sampled like every other unit — an example,
 	// or at user level a user (index Train.Len()+k, or Users+k) — and
-	// clipped and noised with the rest. DrawCanaries,
+	// clipped and noised with the rest. DrawCanaries, when set,
 	// called once the engine exists (the coordinates depend on its
-	// parameters), returns them. They exist for the white-box privacy
+	// parameters) whatever GradientCanaries is, 0 included, returns them. They exist for the white-box privacy
 	// audit (package dptrain/audit).
 	GradientCanaries int
 	DrawCanaries     func(e *dpengine.Engine) ([]dpengine.DiracCanary, error)
@@ -946,7 +946,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
 	}
 	var gradCanaries []dpengine.DiracCanary
-	if cfg.GradientCanaries > 0 {
+	if cfg.DrawCanaries != nil {
+		// Called where no canary is sampled in too: the auditor scores
+		// the coordinates of the canaries left out as well.
 		if gradCanaries, err = cfg.DrawCanaries(eng); err != nil {
 			return nil, err
 		}

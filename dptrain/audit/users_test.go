@@ -128,3 +128,22 @@ func TestAuditUsersBroken(t *testing.T) {
 		}
 	}
 }
+
+// TestGradientCanariesNoneIncluded: an audit whose draw includes none of
+// its gradient canaries still draws their coordinates and scores them
+// (it panicked on the first step: the coordinates were drawn only with a
+// canary in the run).
+func TestGradientCanariesNoneIncluded(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		o := Options{Kind: Gradient, Canaries: 2, KPlus: 1, KMinus: 1, Confidence: 0.95, Source: dpengine.NewSeededSource(seed)}
+		cfg := usersConfig(t, 64, 1, dptrain.PrivacyUnitExample, 8, 1)
+		r, err := Run(cfg, o)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if r.Included == 0 {
+			return
+		}
+	}
+	t.Fatal("no seed of 40 left both canaries out")
+}
