@@ -41,15 +41,15 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
+	}
 	if *model == "" || *spec == "" || *out == "" {
 		return usagef("--model, --data and --out are required")
 	}
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
-	}
-	dev, err := devFlag.open()
-	if err != nil {
-		return err
 	}
 	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {

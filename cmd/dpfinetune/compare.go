@@ -52,6 +52,10 @@ func runCompare(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
+	}
 	switch {
 	case len(models) != 2 || *spec == "":
 		return usagef("two --model flags and --data are required")
@@ -71,10 +75,6 @@ func runCompare(args []string, stdout io.Writer) error {
 		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
 	case *bootstrapBy != "" && *groupBy != "":
 		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
-	}
-	dev, err := devFlag.open()
-	if err != nil {
-		return err
 	}
 	var es [2]*evaluation
 	var res [2]*dptrain.EvalResult

@@ -9,7 +9,7 @@ import (
 // or unavailable device is a usage error (exit 2) before any other work —
 // here before the required flags are even looked at.
 func TestDeviceFlag(t *testing.T) {
-	for _, cmd := range []string{"train", "audit", "eval", "predict", "norms", "bench", "plan"} {
+	for _, cmd := range []string{"train", "audit", "eval", "predict", "norms", "bench", "plan", "calibrate", "compare"} {
 		for dev, want := range map[string]string{
 			"cuda":   `--device: device "cuda" is not available`,
 			"cuda:1": `--device: device "cuda:1" is not available`,

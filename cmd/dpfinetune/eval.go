@@ -203,6 +203,10 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	dev, err := devFlag.open()
+	if err != nil {
+		return err
+	}
 	var rule dptrain.PointRule
 	if *point != "" {
 		r, err := dptrain.ParsePointRule(*point)
@@ -237,10 +241,6 @@ func runEval(args []string, stdout io.Writer) error {
 		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
 	case *bootstrapBy != "" && *groupBy != "":
 		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
-	}
-	dev, err := devFlag.open()
-	if err != nil {
-		return err
 	}
 	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {
