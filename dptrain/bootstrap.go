@@ -16,13 +16,14 @@ type BootstrapOptions struct {
 	// Resamples is how many times the units are drawn (at least 100).
 	Resamples int
 	// Clusters, when set, makes the units drawn clusters of examples —
-	// a patient's images, cluster[i] example i's —, so that the
+	// a patient's images, Clusters[i] example i's —, so that the
 	// intervals count the examples' dependence within a cluster (a
-	// cluster bootstrap); nil draws the examples (or with Groups, the
-	// groups) one by one.
+	// cluster bootstrap); with Groups, clusters of groups (a patient's
+	// studies: every example of a group in the group's cluster). Nil
+	// draws the examples (or the groups) one by one.
 	Clusters []int32
 	// Groups, when set, scores groups of examples as RunGrouped does,
-	// the groups the units drawn (Clusters must then be nil).
+	// the groups (or their Clusters) the units drawn.
 	Groups *Grouping
 	// Seed seeds the draws: the intervals are the same for the same
 	// seed and data (the bootstrap's randomness is not a privacy
@@ -65,8 +66,6 @@ func (ev *Evaluator) Bootstrap(v data.Dataset, o BootstrapOptions) (*EvalResult,
 	switch {
 	case o.Resamples < 100:
 		return nil, fmt.Errorf("%d bootstrap resamples: at least 100", o.Resamples)
-	case o.Clusters != nil && o.Groups != nil:
-		return nil, errors.New("a bootstrap draws clusters or groups, not both")
 	case o.Clusters != nil && len(o.Clusters) != n:
 		return nil, fmt.Errorf("clusters of %d examples for a dataset of %d", len(o.Clusters), n)
 	case n == 0:
@@ -76,6 +75,9 @@ func (ev *Evaluator) Bootstrap(v data.Dataset, o BootstrapOptions) (*EvalResult,
 	if err != nil {
 		return nil, err
 	}
+	if o.Clusters, err = kept.unitClusters(o.Clusters); err != nil {
+		return nil, err
+	}
 	res.Bootstrap = kept.e.bootstrap(o, ev.cut)
 	return res, nil
 }
@@ -83,7 +85,7 @@ func (ev *Evaluator) Bootstrap(v data.Dataset, o BootstrapOptions) (*EvalResult,
 // bootstrap draws o's units of the kept examples o.Resamples times.
 func (e *examples) bootstrap(o BootstrapOptions, cut []float64) *BootstrapResult {
 	units, kind := bootstrapUnits(e.n, o.Clusters)
-	if o.Groups != nil {
+	if o.Groups != nil && o.Clusters == nil {
 		kind = "groups"
 	}
 	out := &BootstrapResult{Resamples: o.Resamples, Units: kind}
@@ -154,8 +156,31 @@ func percentile(sorted []float64, q float64) float64 {
 type Kept struct {
 	e   *examples
 	cut []float64
-	// grouped marks the units as groups (Keep with groups).
+	// grouped marks the units as groups (Keep with groups): of's
+	// groups, names their names.
 	grouped bool
+	of      []int32
+	names   []string
+}
+
+// unitClusters maps clusters of the examples (nil: none) to clusters of
+// the units kept: the examples' own, or each group's — all of a group's
+// examples must be of one cluster.
+func (k *Kept) unitClusters(clusters []int32) ([]int32, error) {
+	if clusters == nil || !k.grouped {
+		return clusters, nil
+	}
+	out := make([]int32, k.e.n)
+	seen := make([]bool, k.e.n)
+	for i, g := range k.of {
+		switch {
+		case !seen[g]:
+			out[g], seen[g] = clusters[i], true
+		case out[g] != clusters[i]:
+			return nil, fmt.Errorf("group %q has examples of two clusters: a cluster bootstrap of groups needs each group within one (a study within one patient)", k.names[g])
+		}
+	}
+	return out, nil
 }
 
 // Keep evaluates v as Run (or with groups, RunGrouped) does and keeps its
@@ -184,7 +209,11 @@ func (ev *Evaluator) Keep(v data.Dataset, groups *Grouping) (*EvalResult, *Kept,
 	}
 	res := e.evaluate(nil, ev.cut)
 	res.Groups, res.Thresholds = sum, ev.thresholds
-	return res, &Kept{e: e, cut: ev.cut, grouped: groups != nil}, nil
+	kept := &Kept{e: e, cut: ev.cut}
+	if groups != nil {
+		kept.grouped, kept.of, kept.names = true, groups.Of, groups.Names
+	}
+	return res, kept, nil
 }
 
 // PairedBootstrapResult holds the 95 % percentile intervals of two
@@ -209,9 +238,9 @@ type PairedBootstrapFigure struct {
 }
 
 // PairedBootstrap draws the same resamples of a's and b's units — their
-// examples or groups one by one, or clusters (o.Clusters[i] unit i's, of
-// the units Keep kept; o.Groups is not read: Keep grouped them) —
-// o.Resamples times and returns the intervals of
+// examples or groups one by one, or clusters of them (o.Clusters[i] the
+// data's example i's, as BootstrapOptions says; o.Groups is not read:
+// Keep grouped them) — o.Resamples times and returns the intervals of
 // the differences of their figures: accuracy, balanced accuracy, macro
 // F1, a multi-label pair's exact matches, the (mean) AUC, mAP and the
 // loss, and each class's or label's AUC. The two must have kept the same
@@ -225,11 +254,19 @@ func PairedBootstrap(a, b *Kept, o BootstrapOptions) (*PairedBootstrapResult, er
 		return nil, fmt.Errorf("the models kept %d and %d examples of %d and %d outputs: compare them on the same data", ea.n, eb.n, ea.k, eb.k)
 	case !slices.Equal(ea.labels, eb.labels) || !slices.Equal(ea.truth, eb.truth) || !slices.Equal(ea.ignored, eb.ignored):
 		return nil, errors.New("the models' examples differ in their labels: compare them on the same data")
-	case o.Clusters != nil && len(o.Clusters) != ea.n:
-		return nil, fmt.Errorf("clusters of %d examples for %d kept", len(o.Clusters), ea.n)
 	}
-	units, kind := bootstrapUnits(ea.n, o.Clusters)
-	if a.grouped && o.Clusters == nil {
+	clusters := o.Clusters
+	if clusters != nil {
+		if n := len(a.of); a.grouped && len(clusters) != n || !a.grouped && len(clusters) != ea.n {
+			return nil, fmt.Errorf("clusters of %d examples for the data kept", len(clusters))
+		}
+		var err error
+		if clusters, err = a.unitClusters(clusters); err != nil {
+			return nil, err
+		}
+	}
+	units, kind := bootstrapUnits(ea.n, clusters)
+	if a.grouped && clusters == nil {
 		kind = "groups"
 	}
 	out := &PairedBootstrapResult{Resamples: o.Resamples, Units: kind, Count: len(units)}

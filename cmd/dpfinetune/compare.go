@@ -73,8 +73,6 @@ func runCompare(args []string, stdout io.Writer) error {
 		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
 	case *bootstrapBy != "" && *bootstrap == 0:
 		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
-	case *bootstrapBy != "" && *groupBy != "":
-		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
 	}
 	var es [2]*evaluation
 	var res [2]*dptrain.EvalResult

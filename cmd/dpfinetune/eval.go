@@ -195,7 +195,7 @@ func runEval(args []string, stdout io.Writer) error {
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
 	point := fs.String("operating-point", "", "a two-class or multi-label model's operating point chosen on this data, class 1's or each label's: sensitivity=S (the highest threshold reaching sensitivity S), specificity=S (the lowest keeping specificity S) or youden (the largest sensitivity + specificity − 1); prints each one's threshold, sensitivity, specificity, PPV and NPV, and the --threshold that decides there (choose on a validation split, report on the test split; a threshold chosen on private data is a statistic of it, outside the guarantee)")
 	bootstrap := fs.Int("bootstrap", 0, "the figures' 95 % intervals by this many bootstrap resamples (at least 100; 1000 is usual) of the examples, of the groups with --group-by, or of the clusters of --bootstrap-by")
-	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images) or dir (each directory's) — so that the intervals count their likeness (a cluster bootstrap)")
+	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images) or dir (each directory's) — so that the intervals count their likeness (a cluster bootstrap); with --group-by, clusters of groups (--group-by dir --bootstrap-by user: a patient's studies)")
 	seed := fs.Uint64("seed", 1, "with --bootstrap: the draws' seed (the same intervals for the same seed and data)")
 	plotFile := fs.String("plot", "", "draw the evaluation as a PNG: a two-class or multi-label model's ROC curves, a single-label model's reliability diagram (accuracy against confidence)")
 	rocFile := fs.String("roc", "", "write a two-class or multi-label model's ROC curves to this CSV file: a row a point (label, threshold, false and true positive rates, counts), class 1's or each label's")
@@ -239,8 +239,6 @@ func runEval(args []string, stdout io.Writer) error {
 		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
 	case *bootstrapBy != "" && *bootstrap == 0:
 		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
-	case *bootstrapBy != "" && *groupBy != "":
-		return usagef("--bootstrap-by and --group-by: with --group-by the bootstrap draws the groups")
 	}
 	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {

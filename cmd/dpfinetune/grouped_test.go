@@ -199,7 +199,8 @@ func TestEvalGroupedStudies(t *testing.T) {
 		args  []string
 		units string
 		count int
-	}{{nil, "examples", 24}, {[]string{"--group-by", "dir"}, "groups", 12}, {[]string{"--bootstrap-by", "user"}, "clusters", 6}} {
+	}{{nil, "examples", 24}, {[]string{"--group-by", "dir"}, "groups", 12}, {[]string{"--bootstrap-by", "user"}, "clusters", 6},
+		{[]string{"--group-by", "dir", "--bootstrap-by", "user"}, "clusters", 6}} {
 		res := evalJSON(t, model, "csv:"+listing, append([]string{"--bootstrap", "200"}, c.args...)...)
 		b := res.Bootstrap
 		if b == nil || b.Units != c.units || b.Count != c.count || b.Resamples != 200 || b.Accuracy == nil ||
@@ -230,6 +231,14 @@ func TestEvalGroupedStudies(t *testing.T) {
 	last, ev := rep.Epochs[1].Test, evalJSON(t, trained, "csv:"+listing, "--group-by", "dir", "--combine", "max")
 	if last == nil || last.Samples != 12 || last.Groups == nil || last.Groups.Combine != "max" || last.Accuracy != ev.Accuracy || math.Abs(last.Loss-ev.Loss) > 1e-6 {
 		t.Errorf("train --test-group-by: the last epoch's test %+v; eval --group-by %+v", last, ev)
+	}
+	// compare by study, the bootstrap drawing patients with their
+	// studies.
+	o, e, code = run(t, "compare", "--model", model, "--model", trained, "--data", "csv:"+listing, "--group-by", "dir", "--bootstrap", "100", "--bootstrap-by", "user", "--json")
+	var cr compareResult
+	if err := json.Unmarshal([]byte(o), &cr); code != 0 || err != nil || cr.Examples != 12 || cr.Accuracy != nil || cr.Bootstrap == nil ||
+		cr.Bootstrap.Units != "clusters" || cr.Bootstrap.Count != 6 {
+		t.Errorf("compare by study: exit %d (%v): %+v %s", code, err, cr, e)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -300,7 +309,7 @@ func TestEvalGroupedStudies(t *testing.T) {
 		{[]string{"--data", "csv:" + listing, "--group-by", "dir", "--combine", "median"}, 2, `--combine "median": want mean or max`},
 		{[]string{"--data", "csv:" + listing, "--bootstrap", "10"}, 2, "at least 100 resamples"},
 		{[]string{"--data", "csv:" + listing, "--bootstrap-by", "user"}, 2, "it needs --bootstrap N"},
-		{[]string{"--data", "csv:" + listing, "--bootstrap", "100", "--bootstrap-by", "user", "--group-by", "dir"}, 2, "the bootstrap draws the groups"},
+		{[]string{"--data", "csv:" + listing, "--bootstrap", "100", "--bootstrap-by", "dir", "--group-by", "user"}, 1, "has examples of two clusters"},
 		{[]string{"--data", fmnist, "--bootstrap", "100", "--bootstrap-by", "user"}, 2, "--bootstrap-by user: " + fmnist},
 	} {
 		o, e, code := run(t, append([]string{"eval", "--model", model}, tc.args...)...)
