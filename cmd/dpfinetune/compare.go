@@ -61,18 +61,9 @@ func runCompare(args []string, stdout io.Writer) error {
 		return usagef("two --model flags and --data are required")
 	case *batch <= 0:
 		return usagef("--batch must be positive, got %d", *batch)
-	case *groupBy != "" && *groupBy != "dir" && *groupBy != "user":
-		return usagef("--group-by %q: want user or dir", *groupBy)
-	case *combine != dptrain.CombineMean && *combine != dptrain.CombineMax:
-		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
-	case *groupBy == "" && flagGiven(fs, "combine"):
-		return usagef("--combine says how a group's examples combine: it needs --group-by")
-	case *bootstrap != 0 && *bootstrap < 100:
-		return usagef("--bootstrap %d: at least 100 resamples", *bootstrap)
-	case *bootstrapBy != "" && *bootstrapBy != "user" && *bootstrapBy != "dir":
-		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
-	case *bootstrapBy != "" && *bootstrap == 0:
-		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
+	}
+	if err := checkGrouping(fs, *groupBy, *combine, *bootstrap, *bootstrapBy); err != nil {
+		return err
 	}
 	var es [2]*evaluation
 	var res [2]*dptrain.EvalResult

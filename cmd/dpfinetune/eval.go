@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -221,24 +222,8 @@ func runEval(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	switch *groupBy {
-	case "", "user", "dir":
-	default:
-		return usagef("--group-by %q: want user or dir", *groupBy)
-	}
-	if *combine != dptrain.CombineMean && *combine != dptrain.CombineMax {
-		return usagef("--combine %q: want %s or %s", *combine, dptrain.CombineMean, dptrain.CombineMax)
-	}
-	if *groupBy == "" && flagGiven(fs, "combine") {
-		return usagef("--combine says how a group's examples combine: it needs --group-by")
-	}
-	switch {
-	case *bootstrap != 0 && *bootstrap < 100:
-		return usagef("--bootstrap %d: at least 100 resamples", *bootstrap)
-	case *bootstrapBy != "" && *bootstrapBy != "user" && *bootstrapBy != "dir":
-		return usagef("--bootstrap-by %q: want user or dir", *bootstrapBy)
-	case *bootstrapBy != "" && *bootstrap == 0:
-		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
+	if err := checkGrouping(fs, *groupBy, *combine, *bootstrap, *bootstrapBy); err != nil {
+		return err
 	}
 	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
 	if err != nil {
@@ -333,6 +318,27 @@ func runEval(args []string, stdout io.Writer) error {
 	if g := res.Groups; g != nil {
 		fmt.Fprintf(stdout, "\ngroups:   %d groups (%s) of the %d examples: 1 to %d examples a group, %d of one; each scored by its examples' probabilities' %s; every figure above counts groups\n",
 			res.Samples, by, g.Examples, g.Largest, g.Single, g.Combine)
+	}
+	return nil
+}
+
+// checkGrouping checks the grouping and bootstrap flags eval and compare
+// share: --group-by, --combine (only with --group-by), --bootstrap and
+// --bootstrap-by (only with --bootstrap).
+func checkGrouping(fs *flag.FlagSet, groupBy, combine string, bootstrap int, bootstrapBy string) error {
+	switch {
+	case groupBy != "" && groupBy != "user" && groupBy != "dir":
+		return usagef("--group-by %q: want user or dir", groupBy)
+	case combine != dptrain.CombineMean && combine != dptrain.CombineMax:
+		return usagef("--combine %q: want %s or %s", combine, dptrain.CombineMean, dptrain.CombineMax)
+	case groupBy == "" && flagGiven(fs, "combine"):
+		return usagef("--combine says how a group's examples combine: it needs --group-by")
+	case bootstrap != 0 && bootstrap < 100:
+		return usagef("--bootstrap %d: at least 100 resamples", bootstrap)
+	case bootstrapBy != "" && bootstrapBy != "user" && bootstrapBy != "dir":
+		return usagef("--bootstrap-by %q: want user or dir", bootstrapBy)
+	case bootstrapBy != "" && bootstrap == 0:
+		return usagef("--bootstrap-by says what --bootstrap draws: it needs --bootstrap N")
 	}
 	return nil
 }

@@ -184,6 +184,36 @@ with open(path, "w") as f:
 print("wrote", path)
 
 
+def label_figures(y, pred, score, known):
+    """Each label's figures over the examples that know it: precision,
+    recall, F1, support, and where it has positives and negatives its AUC
+    and DeLong interval, where it has positives its average precision; and
+    the lists the means take (AUCs, APs, F1s, balanced accuracies, the
+    AUCs' (positives, scores, rows) for mean_auc_ci)."""
+    per, aucs, aps, f1s, bals, parts = [], [], [], [], [], []
+    for j in range(y.shape[1]):
+        if not known[:, j].any():
+            per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
+            continue
+        yj, pj, sj = y[known[:, j], j], pred[known[:, j], j], score[known[:, j], j]
+        p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
+        c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
+        f1s.append(c["f1"])
+        if 0 < yj.sum() < len(yj):
+            c["auc"] = roc_auc_score(yj, sj)
+            aucs.append(c["auc"])
+            parts.append((yj, sj, np.flatnonzero(known[:, j])))
+            ci = delong_ci(yj, sj)
+            if ci is not None:
+                c["auc_ci95"] = ci
+        if yj.sum() > 0:
+            c["ap"] = average_precision_score(yj, sj)
+            aps.append(c["ap"])
+        bals.append(balanced_accuracy_score(yj, pj))
+        per.append(c)
+    return per, aucs, aps, f1s, bals, parts
+
+
 def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False, ignore=0.0):
     """A multi-label model's logits and label sets (bit j: label j); a
     label decided where its logit is above 0, or with thresholds where its
@@ -230,28 +260,7 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     else:
         out["accuracy"] = 1 - hamming_loss(y, pred)
         out["exact_match"] = accuracy_score(y, pred)
-    per, parts = [], []
-    aucs, aps, f1s, bals = [], [], [], []
-    for j in range(k):
-        if not known[:, j].any():
-            per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
-            continue
-        yj, pj, sj = y[known[:, j], j], pred[known[:, j], j], logits[known[:, j], j].astype(np.float64)
-        p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
-        c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
-        f1s.append(c["f1"])
-        if 0 < yj.sum() < len(yj):
-            c["auc"] = roc_auc_score(yj, sj)
-            aucs.append(c["auc"])
-            parts.append((yj, sj, np.flatnonzero(known[:, j])))
-            ci = delong_ci(yj, sj)
-            if ci is not None:
-                c["auc_ci95"] = ci
-        if yj.sum() > 0:
-            c["ap"] = average_precision_score(yj, sj)
-            aps.append(c["ap"])
-        bals.append(balanced_accuracy_score(yj, pj))
-        per.append(c)
+    per, aucs, aps, f1s, bals, parts = label_figures(y, pred, logits.astype(np.float64), known)
     ci = mean_auc_ci(parts, n, seed) if parts else None
     if ci is not None:
         out["auc_ci95"] = ci
@@ -364,27 +373,7 @@ def grouped_case(name, groups, k, seed, combine, threshold=None, multilabel=Fals
     pred = (gp > 0.5).astype(int)
     out["accuracy"] = float(np.mean((gy == pred)[known]))
     out["exact_match"] = float(np.mean([np.array_equal(gy[g][known[g]], pred[g][known[g]]) for g in range(groups)]))
-    per, aucs, aps, f1s, bals, parts = [], [], [], [], [], []
-    for j in range(k):
-        if not known[:, j].any():
-            per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
-            continue
-        yj, pj, sj = gy[known[:, j], j], pred[known[:, j], j], gp[known[:, j], j]
-        p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
-        c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
-        f1s.append(c["f1"])
-        if 0 < yj.sum() < len(yj):
-            c["auc"] = roc_auc_score(yj, sj)
-            aucs.append(c["auc"])
-            parts.append((yj, sj, np.flatnonzero(known[:, j])))
-            ci = delong_ci(yj, sj)
-            if ci is not None:
-                c["auc_ci95"] = ci
-        if yj.sum() > 0:
-            c["ap"] = average_precision_score(yj, sj)
-            aps.append(c["ap"])
-        bals.append(balanced_accuracy_score(yj, pj))
-        per.append(c)
+    per, aucs, aps, f1s, bals, parts = label_figures(gy, pred, gp, known)
     ci = mean_auc_ci(parts, groups, seed)
     if ci is not None:
         out["auc_ci95"] = ci
