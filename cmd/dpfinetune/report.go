@@ -83,7 +83,7 @@ func runReportCmd(args []string, stdout io.Writer) error {
 // norm — at each epoch's end.
 func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	// ε spent starts at 0 before the first step.
-	loss, acc, eps := plotter.XYs{}, plotter.XYs{}, plotter.XYs{{X: 0, Y: 0}}
+	loss, eps := plotter.XYs{}, plotter.XYs{{X: 0, Y: 0}}
 	clipped, rate := plotter.XYs{}, plotter.XYs{}
 	adaptive := r.Settings.ClipQuantile > 0
 	for _, e := range r.Epochs {
@@ -100,9 +100,6 @@ func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 		if !math.IsNaN(e.TrainLoss) && !math.IsInf(e.TrainLoss, 0) {
 			loss = append(loss, plotter.XY{X: x, Y: e.TrainLoss})
 		}
-		if e.Test != nil {
-			acc = append(acc, plotter.XY{X: x, Y: 100 * e.Test.Accuracy})
-		}
 		if e.Epsilon > 0 && !r.Settings.NonPrivate {
 			eps = append(eps, plotter.XY{X: x, Y: e.Epsilon})
 		}
@@ -112,11 +109,11 @@ func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 	if err != nil {
 		return nil, err
 	}
-	accTitle := "test accuracy"
+	accTitle, accLabel, acc := testSeries(r)
 	if r.Settings.EMADecay > 0 {
 		accTitle += " of the parameters' average"
 	}
-	p2, err := linePanel(accTitle, "epoch", "accuracy (%)", acc, color.RGBA{R: 44, G: 160, B: 44, A: 255})
+	p2, err := linePanel(accTitle, "epoch", accLabel, acc, color.RGBA{R: 44, G: 160, B: 44, A: 255})
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +166,37 @@ func drawReport(r *dptrain.Report, width, height int) (*vgimg.Canvas, error) {
 		}
 	}
 	return img, nil
+}
+
+// testSeries is the test panel's title, axis label and points: each
+// epoch's test accuracy, or a multi-label run's mean label AUC (its
+// accuracy, the share of label decisions right, says little of rare
+// labels), said to be of groups where the test data were scored so.
+func testSeries(r *dptrain.Report) (title, label string, xys plotter.XYs) {
+	multi, grouped := false, false
+	for _, e := range r.Epochs {
+		if e.Test != nil {
+			multi, grouped = multi || e.Test.MultiLabel, grouped || e.Test.Groups != nil
+		}
+	}
+	title, label = "test accuracy", "accuracy (%)"
+	if multi {
+		title, label = "test AUC (mean of the labels')", "AUC"
+	}
+	if grouped {
+		title += " by group"
+	}
+	xys = plotter.XYs{}
+	for _, e := range r.Epochs {
+		switch {
+		case e.Test == nil:
+		case multi && e.Test.AUC != nil:
+			xys = append(xys, plotter.XY{X: float64(e.Epoch), Y: *e.Test.AUC})
+		case !multi:
+			xys = append(xys, plotter.XY{X: float64(e.Epoch), Y: 100 * e.Test.Accuracy})
+		}
+	}
+	return title, label, xys
 }
 
 func linePanel(title, xl, yl string, xys plotter.XYs, c color.Color) (*plot.Plot, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -100,6 +101,36 @@ func TestReportPNG(t *testing.T) {
 		err := runReportCmd(c.args, &stdout)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("report %v: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestReportTestSeries: the report's test panel draws a run's test
+// accuracy, a multi-label run's mean label AUC, and says where the test
+// data were scored by group.
+func TestReportTestSeries(t *testing.T) {
+	auc := func(v float64) *float64 { return &v }
+	for _, c := range []struct {
+		name  string
+		test  []*dptrain.EvalResult
+		title string
+		ys    []float64
+	}{
+		{"single-label", []*dptrain.EvalResult{{Accuracy: 0.5}, nil, {Accuracy: 0.75}}, "test accuracy", []float64{50, 75}},
+		{"multi-label", []*dptrain.EvalResult{{MultiLabel: true, Accuracy: 0.9, AUC: auc(0.8)}, {MultiLabel: true, Accuracy: 0.95, AUC: auc(0.85)}}, "test AUC (mean of the labels')", []float64{0.8, 0.85}},
+		{"by study", []*dptrain.EvalResult{{Accuracy: 0.6, Groups: &dptrain.GroupSummary{Combine: "max"}}}, "test accuracy by group", []float64{60}},
+	} {
+		r := &dptrain.Report{}
+		for e, res := range c.test {
+			r.Epochs = append(r.Epochs, dptrain.EpochRecord{Epoch: e + 1, Test: res})
+		}
+		title, _, xys := testSeries(r)
+		var ys []float64
+		for _, xy := range xys {
+			ys = append(ys, xy.Y)
+		}
+		if title != c.title || fmt.Sprint(ys) != fmt.Sprint(c.ys) {
+			t.Errorf("%s: %q %v, want %q %v", c.name, title, ys, c.title, c.ys)
 		}
 	}
 }
