@@ -333,8 +333,8 @@ func checkGrouping(fs *flag.FlagSet, groupBy, combine string, bootstrap int, boo
 		return usagef("--combine %q: want %s or %s", combine, dptrain.CombineMean, dptrain.CombineMax)
 	case groupBy == "" && flagGiven(fs, "combine"):
 		return usagef("--combine says how a group's examples combine: it needs --group-by")
-	case bootstrap != 0 && bootstrap < 100:
-		return usagef("--bootstrap %d: at least 100 resamples", bootstrap)
+	case bootstrap != 0 && (bootstrap < 100 || bootstrap > 100000):
+		return usagef("--bootstrap %d: at least 100 resamples, at most 100000", bootstrap)
 	case bootstrapBy != "" && bootstrapBy != "user" && bootstrapBy != "dir":
 		return usagef("--bootstrap-by %q: want user or dir", bootstrapBy)
 	case bootstrapBy != "" && bootstrap == 0:

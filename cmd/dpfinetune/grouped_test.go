@@ -308,6 +308,7 @@ func TestEvalGroupedStudies(t *testing.T) {
 		{[]string{"--data", "csv:" + listing, "--group-by", "study"}, 2, `--group-by "study": want user or dir`},
 		{[]string{"--data", "csv:" + listing, "--group-by", "dir", "--combine", "median"}, 2, `--combine "median": want mean or max`},
 		{[]string{"--data", "csv:" + listing, "--bootstrap", "10"}, 2, "at least 100 resamples"},
+		{[]string{"--data", "csv:" + listing, "--bootstrap", "1000000"}, 2, "at most 100000"},
 		{[]string{"--data", "csv:" + listing, "--bootstrap-by", "user"}, 2, "it needs --bootstrap N"},
 		{[]string{"--data", "csv:" + listing, "--bootstrap", "100", "--bootstrap-by", "dir", "--group-by", "user"}, 1, "has examples of two clusters"},
 		{[]string{"--data", fmnist, "--bootstrap", "100", "--bootstrap-by", "user"}, 2, "--bootstrap-by user: " + fmnist},
