@@ -13,7 +13,7 @@ import (
 func init() {
 	register(&command{
 		name:    "calibrate",
-		summary: "fit a temperature to a model's logits on validation data and write the calibrated model",
+		summary: "fit a temperature (or each label's map) to a model's logits on validation data and write the calibrated model",
 		run:     runCalibrate,
 	})
 }

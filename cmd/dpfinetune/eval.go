@@ -22,7 +22,7 @@ import (
 func init() {
 	register(&command{
 		name:    "eval",
-		summary: "accuracy, loss and confusion matrix of a model on a dataset",
+		summary: "a model's figures on a dataset: accuracy, AUCs and their intervals, calibration, each class or label; by study, at an operating point, bootstrapped",
 		run:     runEval,
 	})
 }
