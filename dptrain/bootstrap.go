@@ -62,76 +62,94 @@ type BootstrapResult struct {
 // cluster bootstrap over patients counts the likeness of one patient's
 // images.
 func (ev *Evaluator) Bootstrap(v data.Dataset, o BootstrapOptions) (*EvalResult, error) {
-	n := v.Len()
-	switch {
-	case o.Resamples < 100:
+	if o.Resamples < 100 {
 		return nil, fmt.Errorf("%d bootstrap resamples: at least 100", o.Resamples)
-	case o.Clusters != nil && len(o.Clusters) != n:
-		return nil, fmt.Errorf("clusters of %d examples for a dataset of %d", len(o.Clusters), n)
-	case n == 0:
-		return nil, errors.New("no examples to resample")
 	}
 	res, kept, err := ev.Keep(v, o.Groups)
 	if err != nil {
 		return nil, err
 	}
-	if o.Clusters, err = kept.unitClusters(o.Clusters); err != nil {
+	units, kind, err := kept.units(o.Clusters)
+	if err != nil {
 		return nil, err
 	}
-	res.Bootstrap = kept.e.bootstrap(o, ev.cut)
+	res.Bootstrap = kept.bootstrap(o, units, kind)
 	return res, nil
 }
 
-// bootstrap draws o's units of the kept examples o.Resamples times.
-func (e *examples) bootstrap(o BootstrapOptions, cut []float64) *BootstrapResult {
-	units, kind := bootstrapUnits(e.n, o.Clusters)
-	if o.Groups != nil && o.Clusters == nil {
-		kind = "groups"
+// figureNames name the figures a bootstrap draws (figures), before each
+// class's or label's AUC.
+var figureNames = []string{"accuracy", "balanced accuracy", "macro F1", "exact match", "AUC", "mAP", "loss"}
+
+// figures are an evaluation's figures a bootstrap draws, in figureNames'
+// order and then each class's or label's AUC; NaN where one is undefined
+// (a single-label evaluation's exact match, an AUC without positives).
+func figures(r *EvalResult) []float64 {
+	v := []float64{r.Accuracy, r.BalancedAccuracy, r.MacroF1, math.NaN(), math.NaN(), math.NaN(), r.Loss}
+	if r.MultiLabel {
+		v[3] = r.ExactMatch
 	}
-	out := &BootstrapResult{Resamples: o.Resamples, Units: kind}
-	out.Count = len(units)
+	if r.AUC != nil {
+		v[4] = *r.AUC
+	}
+	if r.MAP != nil {
+		v[5] = *r.MAP
+	}
+	for _, c := range r.PerClass {
+		auc := math.NaN()
+		if c.AUC != nil {
+			auc = *c.AUC
+		}
+		v = append(v, auc)
+	}
+	return v
+}
+
+// resample draws units o.Resamples times and collects, figure by figure
+// (figures), what value gives of each draw's examples, leaving out the
+// undefined (NaN).
+func resample(o BootstrapOptions, units [][]int, value func(idx []int) []float64) [][]float64 {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x6a09e667f3bcc909))
-	vals := map[string][]float64{}
-	perClass := make([][]float64, e.k)
+	var vals [][]float64
 	var idx []int
 	for range o.Resamples {
 		idx = drawUnits(rng, units, idx[:0])
-		r := e.evaluate(idx, cut)
-		add := func(name string, v float64) { vals[name] = append(vals[name], v) }
-		add("accuracy", r.Accuracy)
-		add("loss", r.Loss)
-		if e.multi {
-			add("exact", r.ExactMatch)
-		}
-		add("balanced", r.BalancedAccuracy)
-		add("f1", r.MacroF1)
-		if r.AUC != nil {
-			add("auc", *r.AUC)
-		}
-		if r.MAP != nil {
-			add("map", *r.MAP)
-		}
-		for j, c := range r.PerClass {
-			if c.AUC != nil && j < len(perClass) {
-				perClass[j] = append(perClass[j], *c.AUC)
+		for f, x := range value(idx) {
+			for len(vals) <= f {
+				vals = append(vals, nil)
+			}
+			if !math.IsNaN(x) {
+				vals[f] = append(vals[f], x)
 			}
 		}
 	}
-	ci := func(v []float64) *[2]float64 {
-		if len(v) < o.Resamples*9/10 {
+	return vals
+}
+
+// percentileCI is the 95 % percentile interval of v, sorted in place; nil
+// where fewer than nine tenths of the resamples gave a value.
+func percentileCI(v []float64, resamples int) *[2]float64 {
+	if len(v) < resamples*9/10 {
+		return nil
+	}
+	slices.Sort(v)
+	return &[2]float64{percentile(v, 0.025), percentile(v, 0.975)}
+}
+
+// bootstrap draws units (of kind) of the kept examples o.Resamples times.
+func (k *Kept) bootstrap(o BootstrapOptions, units [][]int, kind string) *BootstrapResult {
+	out := &BootstrapResult{Resamples: o.Resamples, Units: kind, Count: len(units)}
+	vals := resample(o, units, func(idx []int) []float64 { return figures(k.e.evaluate(idx, k.cut)) })
+	ci := func(f int) *[2]float64 {
+		if f >= len(vals) {
 			return nil
 		}
-		slices.Sort(v)
-		return &[2]float64{percentile(v, 0.025), percentile(v, 0.975)}
+		return percentileCI(vals[f], o.Resamples)
 	}
-	out.Accuracy, out.Loss = ci(vals["accuracy"]), ci(vals["loss"])
-	out.BalancedAccuracy, out.MacroF1 = ci(vals["balanced"]), ci(vals["f1"])
-	out.AUC, out.MAP = ci(vals["auc"]), ci(vals["map"])
-	if e.multi {
-		out.ExactMatch = ci(vals["exact"])
-	}
-	for _, v := range perClass {
-		out.PerClass = append(out.PerClass, ci(v))
+	out.Accuracy, out.BalancedAccuracy, out.MacroF1, out.ExactMatch = ci(0), ci(1), ci(2), ci(3)
+	out.AUC, out.MAP, out.Loss = ci(4), ci(5), ci(6)
+	for f := len(figureNames); f < len(vals); f++ {
+		out.PerClass = append(out.PerClass, ci(f))
 	}
 	if !slices.ContainsFunc(out.PerClass, func(c *[2]float64) bool { return c != nil }) {
 		out.PerClass = nil
@@ -163,13 +181,33 @@ type Kept struct {
 	names   []string
 }
 
-// unitClusters maps clusters of the examples (nil: none) to clusters of
-// the units kept: the examples' own, or each group's — all of a group's
-// examples must be of one cluster.
-func (k *Kept) unitClusters(clusters []int32) ([]int32, error) {
-	if clusters == nil || !k.grouped {
-		return clusters, nil
+// units are the units a bootstrap of the kept draws and what they are:
+// each example or group, or clusters of them (clusters, one an example of
+// the data; a group's examples must be of one cluster, the group's).
+func (k *Kept) units(clusters []int32) ([][]int, string, error) {
+	data := k.e.n
+	if k.grouped {
+		data = len(k.of)
 	}
+	if clusters != nil && len(clusters) != data {
+		return nil, "", fmt.Errorf("clusters of %d examples for a dataset of %d", len(clusters), data)
+	}
+	if clusters != nil && k.grouped {
+		var err error
+		if clusters, err = k.groupClusters(clusters); err != nil {
+			return nil, "", err
+		}
+	}
+	units, kind := bootstrapUnits(k.e.n, clusters)
+	if k.grouped && clusters == nil {
+		kind = "groups"
+	}
+	return units, kind, nil
+}
+
+// groupClusters maps clusters of the data's examples to the kept groups':
+// all of a group's examples must be of one cluster.
+func (k *Kept) groupClusters(clusters []int32) ([]int32, error) {
 	out := make([]int32, k.e.n)
 	seen := make([]bool, k.e.n)
 	for i, g := range k.of {
@@ -183,36 +221,28 @@ func (k *Kept) unitClusters(clusters []int32) ([]int32, error) {
 	return out, nil
 }
 
-// Keep evaluates v as Run (or with groups, RunGrouped) does and keeps its
-// examples' scores: the evaluation, and what PairedBootstrap draws.
+// Keep evaluates v as Run does — with groups, as RunGrouped describes —
+// and keeps its examples' scores (their groups'): the evaluation, and
+// what PairedBootstrap draws.
 func (ev *Evaluator) Keep(v data.Dataset, groups *Grouping) (*EvalResult, *Kept, error) {
 	n := v.Len()
-	if int64(n)*int64(ev.k) > maxGroupedFloats {
-		return nil, nil, fmt.Errorf("keeping every example's logits: %d examples of %d logits is more than %d; evaluate a part of the data at a time", n, ev.k, maxGroupedFloats)
+	if groups != nil && len(groups.Of) != n {
+		return nil, nil, fmt.Errorf("grouping %d examples of a dataset of %d", len(groups.Of), n)
 	}
-	e := newExamples(n, ev.k, ev.multiLabel)
-	if err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		e.set(i, label, ev.truth, ev.ignored, logits, loss)
-	}); err != nil {
+	e, err := ev.keep(v, "an evaluation of groups or by bootstrap")
+	if err != nil {
 		return nil, nil, err
 	}
+	kept := &Kept{e: e, cut: ev.cut}
 	var sum *GroupSummary
 	if groups != nil {
-		if len(groups.Of) != n {
-			return nil, nil, fmt.Errorf("grouping %d examples of a dataset of %d", len(groups.Of), n)
-		}
-		ge, s, err := e.groups(*groups)
-		if err != nil {
+		if kept.e, sum, err = e.groups(*groups); err != nil {
 			return nil, nil, err
 		}
-		e, sum = ge, s
-	}
-	res := e.evaluate(nil, ev.cut)
-	res.Groups, res.Thresholds = sum, ev.thresholds
-	kept := &Kept{e: e, cut: ev.cut}
-	if groups != nil {
 		kept.grouped, kept.of, kept.names = true, groups.Of, groups.Names
 	}
+	res := kept.e.evaluate(nil, ev.cut)
+	res.Groups, res.Thresholds = sum, ev.thresholds
 	return res, kept, nil
 }
 
@@ -255,58 +285,22 @@ func PairedBootstrap(a, b *Kept, o BootstrapOptions) (*PairedBootstrapResult, er
 	case !slices.Equal(ea.labels, eb.labels) || !slices.Equal(ea.truth, eb.truth) || !slices.Equal(ea.ignored, eb.ignored):
 		return nil, errors.New("the models' examples differ in their labels: compare them on the same data")
 	}
-	clusters := o.Clusters
-	if clusters != nil {
-		if n := len(a.of); a.grouped && len(clusters) != n || !a.grouped && len(clusters) != ea.n {
-			return nil, fmt.Errorf("clusters of %d examples for the data kept", len(clusters))
-		}
-		var err error
-		if clusters, err = a.unitClusters(clusters); err != nil {
-			return nil, err
-		}
-	}
-	units, kind := bootstrapUnits(ea.n, clusters)
-	if a.grouped && clusters == nil {
-		kind = "groups"
+	units, kind, err := a.units(o.Clusters)
+	if err != nil {
+		return nil, err
 	}
 	out := &PairedBootstrapResult{Resamples: o.Resamples, Units: kind, Count: len(units)}
-	figures := func(r *EvalResult) []float64 {
-		v := []float64{r.Accuracy, r.BalancedAccuracy, r.MacroF1, math.NaN(), math.NaN(), math.NaN(), r.Loss}
-		if ea.multi {
-			v[3] = r.ExactMatch
-		}
-		if r.AUC != nil {
-			v[4] = *r.AUC
-		}
-		if r.MAP != nil {
-			v[5] = *r.MAP
-		}
-		for _, c := range r.PerClass {
-			auc := math.NaN()
-			if c.AUC != nil {
-				auc = *c.AUC
-			}
-			v = append(v, auc)
-		}
-		return v
-	}
-	names := []string{"accuracy", "balanced accuracy", "macro F1", "exact match", "AUC", "mAP", "loss"}
 	base := sub(figures(ea.evaluate(nil, a.cut)), figures(eb.evaluate(nil, b.cut)))
-	diffs := make([][]float64, len(base))
-	rng := rand.New(rand.NewPCG(o.Seed, 0x6a09e667f3bcc909))
-	var idx []int
-	for range o.Resamples {
-		idx = drawUnits(rng, units, idx[:0])
-		d := sub(figures(ea.evaluate(idx, a.cut)), figures(eb.evaluate(idx, b.cut)))
-		for f, v := range d {
-			if f < len(diffs) && !math.IsNaN(v) {
-				diffs[f] = append(diffs[f], v)
-			}
-		}
-	}
+	diffs := resample(o, units, func(idx []int) []float64 {
+		return sub(figures(ea.evaluate(idx, a.cut)), figures(eb.evaluate(idx, b.cut)))
+	})
 	fig := func(name string, f int) *PairedBootstrapFigure {
+		if f >= len(diffs) || math.IsNaN(base[f]) {
+			return nil
+		}
 		v := diffs[f]
-		if math.IsNaN(base[f]) || len(v) < o.Resamples*9/10 {
+		ci := percentileCI(v, o.Resamples)
+		if ci == nil {
 			return nil
 		}
 		var above float64
@@ -318,16 +312,15 @@ func PairedBootstrap(a, b *Kept, o BootstrapOptions) (*PairedBootstrapResult, er
 				above += 0.5
 			}
 		}
-		slices.Sort(v)
-		return &PairedBootstrapFigure{Name: name, Difference: base[f], CI: [2]float64{percentile(v, 0.025), percentile(v, 0.975)}, AAbove: above / float64(len(v))}
+		return &PairedBootstrapFigure{Name: name, Difference: base[f], CI: *ci, AAbove: above / float64(len(v))}
 	}
-	for f, name := range names {
+	for f, name := range figureNames {
 		if p := fig(name, f); p != nil {
 			out.Figures = append(out.Figures, *p)
 		}
 	}
-	for j := range len(base) - len(names) {
-		out.PerClass = append(out.PerClass, fig(fmt.Sprintf("AUC of %d", j), len(names)+j))
+	for j := range len(base) - len(figureNames) {
+		out.PerClass = append(out.PerClass, fig(fmt.Sprintf("AUC of %d", j), len(figureNames)+j))
 	}
 	if !slices.ContainsFunc(out.PerClass, func(p *PairedBootstrapFigure) bool { return p != nil }) {
 		out.PerClass = nil

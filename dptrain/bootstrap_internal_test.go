@@ -27,7 +27,7 @@ func TestBootstrap(t *testing.T) {
 		return ci[1] - ci[0]
 	}
 	const resamples = 2000
-	base := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
+	base := bootstrapOf(t, e, BootstrapOptions{Resamples: resamples, Seed: 1})
 	res := e.evaluate(nil, nil)
 	if r := width(base.AUC) / width(res.AUCCI); math.Abs(r-1) > 0.15 {
 		t.Errorf("the AUC's bootstrap interval %v is %.3f× DeLong's %v", *base.AUC, r, *res.AUCCI)
@@ -35,8 +35,8 @@ func TestBootstrap(t *testing.T) {
 	if !(base.Accuracy[0] <= res.Accuracy && res.Accuracy <= base.Accuracy[1]) || base.Units != "examples" || base.Count != e.n {
 		t.Errorf("bootstrap %+v around accuracy %v", base, res.Accuracy)
 	}
-	again := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
-	other := e.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 2}, nil)
+	again := bootstrapOf(t, e, BootstrapOptions{Resamples: resamples, Seed: 1})
+	other := bootstrapOf(t, e, BootstrapOptions{Resamples: resamples, Seed: 2})
 	if *again.AUC != *base.AUC || *other.AUC == *base.AUC {
 		t.Errorf("seed 1 twice: %v, %v; seed 2: %v", *base.AUC, *again.AUC, *other.AUC)
 	}
@@ -53,8 +53,8 @@ func TestBootstrap(t *testing.T) {
 	}
 	d.Groups = make([]int32, len(d.Labels))
 	e3, _ := d.examples(t)
-	flat := e3.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1}, nil)
-	clustered := e3.bootstrap(BootstrapOptions{Resamples: resamples, Seed: 1, Clusters: clusters}, nil)
+	flat := bootstrapOf(t, e3, BootstrapOptions{Resamples: resamples, Seed: 1})
+	clustered := bootstrapOf(t, e3, BootstrapOptions{Resamples: resamples, Seed: 1, Clusters: clusters})
 	for _, f := range []struct {
 		name           string
 		b, flat, clust *[2]float64
@@ -75,7 +75,7 @@ func TestBootstrap(t *testing.T) {
 	ml.Ignored = make([]int64, len(ml.Labels))
 	ml.Samples, ml.Groups = 1, make([]int32, len(ml.Labels))
 	em, _ := ml.examples(t)
-	b := em.bootstrap(BootstrapOptions{Resamples: 200, Seed: 1}, nil)
+	b := bootstrapOf(t, em, BootstrapOptions{Resamples: 200, Seed: 1})
 	if b.AUC == nil || b.MAP == nil || b.ExactMatch == nil || len(b.PerClass) != ml.K || b.PerClass[0] == nil {
 		t.Errorf("multi-label bootstrap %+v", b)
 	}
@@ -147,4 +147,15 @@ func TestPairedBootstrap(t *testing.T) {
 	if _, err := PairedBootstrap(ka, kept(c3), BootstrapOptions{Resamples: 200}); err == nil {
 		t.Error("a paired bootstrap of different data")
 	}
+}
+
+// bootstrapOf bootstraps the kept examples e as Evaluator.Bootstrap does.
+func bootstrapOf(t *testing.T, e *examples, o BootstrapOptions) *BootstrapResult {
+	t.Helper()
+	k := &Kept{e: e}
+	units, kind, err := k.units(o.Clusters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.bootstrap(o, units, kind)
 }

@@ -71,17 +71,8 @@ const (
 // falls as T goes to 0) nor be scored no better than by chance (T goes to
 // infinity): both are errors.
 func (ev *Evaluator) FitTemperature(v data.Dataset) (*Calibration, error) {
-	n := v.Len()
-	if n == 0 {
-		return nil, errors.New("no examples to calibrate on")
-	}
-	if int64(n)*int64(ev.k) > maxGroupedFloats {
-		return nil, fmt.Errorf("a calibration keeps every example's logits: %d examples of %d logits is more than %d; calibrate on a part of the data (:limit=N)", n, ev.k, maxGroupedFloats)
-	}
-	e := newExamples(n, ev.k, ev.multiLabel)
-	if err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		e.set(i, label, ev.truth, ev.ignored, logits, loss)
-	}); err != nil {
+	e, err := ev.keep(v, "a calibration")
+	if err != nil {
 		return nil, err
 	}
 	return e.fitTemperature()
@@ -102,17 +93,8 @@ func (ev *Evaluator) FitLabelScaling(v data.Dataset) (*Calibration, error) {
 	if !ev.multiLabel {
 		return nil, errors.New("a per-label calibration is a multi-label model's; a single-label model's is a temperature")
 	}
-	n := v.Len()
-	if n == 0 {
-		return nil, errors.New("no examples to calibrate on")
-	}
-	if int64(n)*int64(ev.k) > maxGroupedFloats {
-		return nil, fmt.Errorf("a calibration keeps every example's logits: %d examples of %d logits is more than %d; calibrate on a part of the data (:limit=N)", n, ev.k, maxGroupedFloats)
-	}
-	e := newExamples(n, ev.k, true)
-	if err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		e.set(i, label, ev.truth, ev.ignored, logits, loss)
-	}); err != nil {
+	e, err := ev.keep(v, "a calibration")
+	if err != nil {
 		return nil, err
 	}
 	return e.fitLabelScaling(), nil
@@ -140,12 +122,11 @@ func (e *examples) fitLabelScaling() *Calibration {
 				l.Negatives++
 			}
 		}
-		switch a, b := plattFit(z, pos, l.Positives, l.Negatives); {
-		case l.Positives == 0 || l.Negatives == 0:
+		if l.Positives == 0 || l.Negatives == 0 {
 			l.Left = "no positives and negatives to fit on"
-		case !(a > 0):
+		} else if a, b := plattFit(z, pos, l.Positives, l.Negatives); !(a > 0) {
 			l.Left = "its logits rank its negatives above its positives here"
-		default:
+		} else {
 			l.Scale, l.Shift = a, b
 		}
 		scale[j], shift[j] = l.Scale, l.Shift
@@ -168,7 +149,7 @@ func plattFit(z []float64, pos []bool, np, nn int) (a, b float64) {
 			}
 			u := a*x + b
 			p := sigmoid(u)
-			f += max(u, 0) + math.Log1p(math.Exp(-math.Abs(u))) - t*u
+			f += softplus(u) - t*u
 			ga += (p - t) * x
 			gb += p - t
 			w := p * (1 - p)
@@ -225,11 +206,13 @@ func (e *examples) fitTemperature() (*Calibration, error) {
 	// its slope is never negative past 0 (at β = 0 already not: chance
 	// does as well) or never positive (every example's logits on its
 	// label's side: the loss falls to its infimum as β grows).
+	chance := fmt.Errorf("the logits score the %d calibration examples no better than chance: the loss keeps falling as the temperature grows; no temperature calibrates this model", e.n)
+	separated := fmt.Errorf("the logits separate the %d calibration examples (every one right, by a margin): the loss keeps falling as the temperature goes to 0; calibrate on more, or harder, data", e.n)
 	if _, g0, _ := e.temperatureLoss(0); g0 >= 0 {
-		return nil, fmt.Errorf("the logits score the %d calibration examples no better than chance: the loss keeps falling as the temperature grows; no temperature calibrates this model", e.n)
+		return nil, chance
 	}
 	if e.separated() {
-		return nil, fmt.Errorf("the logits separate the %d calibration examples (every one right, by a margin): the loss keeps falling as the temperature goes to 0; calibrate on more, or harder, data", e.n)
+		return nil, separated
 	}
 	beta := 1.0
 	f, g, h := e.temperatureLoss(beta)
@@ -260,10 +243,10 @@ func (e *examples) fitTemperature() (*Calibration, error) {
 		done := math.Abs(next-beta) <= 1e-13*beta
 		beta, f, g, h = next, fn, gn, hn
 		if beta > maxInverseTemperature {
-			return nil, fmt.Errorf("the logits separate the %d calibration examples (every one right, by a margin): the loss keeps falling as the temperature goes to 0; calibrate on more, or harder, data", e.n)
+			return nil, separated
 		}
 		if beta < minInverseTemperature {
-			return nil, fmt.Errorf("the logits score the %d calibration examples no better than chance: the loss keeps falling as the temperature grows; no temperature calibrates this model", e.n)
+			return nil, chance
 		}
 		if done {
 			break
@@ -327,7 +310,7 @@ func (e *examples) temperatureLoss(beta float64) (f, g, h float64) {
 					t = 1
 				}
 				s := sigmoid(x)
-				f += max(x, 0) + math.Log1p(math.Exp(-math.Abs(x))) - t*x
+				f += softplus(x) - t*x
 				g += (s - t) * float64(z)
 				h += s * (1 - s) * float64(z) * float64(z)
 			}

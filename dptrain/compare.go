@@ -45,55 +45,40 @@ func CompareAUCs(a, b *EvalResult) ([]AUCDifference, *AUCDifference, error) {
 		return nil, nil, fmt.Errorf("the evaluations have curves of %d and %d labels", len(la), len(lb))
 	}
 	var per []AUCDifference
-	var sum []float64 // the mean's shares of A − B, an example each
+	mean := newMeanShares(a.Samples) // the labels' shares of A − B
 	var meanA, meanB float64
+	var sa, sb []float64
+	var pa, pb []bool
+	var wa, wb []int
 	for _, j := range la {
-		sa, pa := a.roc.of(j, nil, nil)
-		sb, pb := b.roc.of(j, nil, nil)
-		if !slices.Equal(pa, pb) {
+		sa, pa, wa = a.roc.of(j, sa, pa, wa)
+		sb, pb, wb = b.roc.of(j, sb, pb, wb)
+		// The same examples, of the same labels (where some examples
+		// ignore the label, the same ones): the shares are summed by
+		// example.
+		if !slices.Equal(pa, pb) || !slices.Equal(wa, wb) {
 			return nil, nil, fmt.Errorf("label %d: the evaluations' examples differ (%d and %d examples, or other labels): compare two models on the same data", j, len(pa), len(pb))
-		}
-		// Where some examples ignore the label, the same examples
-		// must: the shares are summed by example below.
-		who := a.roc.whoOf(j)
-		if !slices.Equal(who, b.roc.whoOf(j)) {
-			return nil, nil, fmt.Errorf("label %d: the evaluations ignore it on different examples", j)
 		}
 		ia, ib := byScore(sa, make([]int, len(sa))), byScore(sb, make([]int, len(sb)))
 		aucA, okA := rankAUC(sa, pa, ia)
 		aucB, okB := rankAUC(sb, pb, ib)
-		if !okA || !okB {
-			continue
-		}
 		shA, shB := make([]float64, len(pa)), make([]float64, len(pb))
-		if !delongShares(sa, pa, ia, aucA, shA) || !delongShares(sb, pb, ib, aucB, shB) {
-			continue
+		if !okA || !okB || !delongShares(sa, pa, ia, aucA, shA) || !delongShares(sb, pb, ib, aucB, shB) {
+			continue // a label without two positives and two negatives
 		}
-		var v float64
 		for i := range shA {
-			d := shA[i] - shB[i]
-			v += d * d
-			if sum == nil {
-				sum = make([]float64, a.Samples)
-			}
-			k := i
-			if who != nil {
-				k = who[i]
-			}
-			sum[k] += d
+			shA[i] -= shB[i]
 		}
-		per = append(per, aucDifference(j, aucA, aucB, v))
+		per = append(per, aucDifference(j, aucA, aucB, sumSquares(shA)))
+		mean.add(shA, wa)
 		meanA, meanB = meanA+aucA, meanB+aucB
 	}
-	if len(per) < 2 {
+	v, ok := mean.variance()
+	if len(per) < 2 || !ok {
 		return per, nil, nil
 	}
-	var v float64
-	for _, d := range sum {
-		v += d * d
-	}
 	l := float64(len(per))
-	m := aucDifference(-1, meanA/l, meanB/l, v/l/l)
+	m := aucDifference(-1, meanA/l, meanB/l, v)
 	return per, &m, nil
 }
 
@@ -164,12 +149,4 @@ func binomTwoSided(k, n int) float64 {
 		tail += math.Exp(lg(n) - lg(i) - lg(n-i) - float64(n)*math.Ln2)
 	}
 	return min(1, 2*tail)
-}
-
-// whoOf returns the examples label j's scores are of (nil: all).
-func (r *rocScores) whoOf(j int) []int {
-	if r.who == nil {
-		return nil
-	}
-	return r.who(j)
 }

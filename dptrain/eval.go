@@ -310,9 +310,9 @@ type metrics struct {
 		n, correct int
 		sum        float64
 	}
-	keep   int       // probabilities kept a sample for the AUC (auc)
+	keep   int       // probabilities kept a sample for the AUC (auc): 0 or k
 	probs  []float32 // n·keep
-	diff   []float64 // two classes: z₁ − z₀ of each example, the curve's scores
+	diff   []float64 // two classes: z₁ − z₀ of each example, the AUC's and the curve's scores
 	labels []int64
 	prob   []float64 // one sample's softmax
 	// cut, for two classes, decides class 1 where z₁ − z₀ exceeds it
@@ -326,11 +326,11 @@ func newMetrics(n, k int) *metrics {
 	for i := range m.res.Confusion {
 		m.res.Confusion[i] = make([]int64, k)
 	}
-	// The probabilities the AUC ranks: class 1's for two classes, every
-	// class's for more.
+	// What the AUC ranks: for two classes z₁ − z₀ (class 1's
+	// probability's order, without its rounding), for more every class's
+	// probability.
 	switch {
 	case k == 2:
-		m.keep = 1
 		m.diff = make([]float64, n)
 	case k > 2 && int64(n)*int64(k) <= maxAUCFloats:
 		m.keep = k
@@ -375,11 +375,10 @@ func (m *metrics) add(i int, label int64, logits []float32, loss float64) {
 	if int64(best) == label {
 		m.conf[b].correct++
 	}
-	switch m.keep {
-	case 1:
-		m.probs[i] = float32(m.prob[1])
+	switch {
+	case m.diff != nil:
 		m.diff[i] = float64(logits[1]) - float64(logits[0])
-	case m.k:
+	case m.keep == m.k:
 		for c, p := range m.prob {
 			m.probs[i*m.k+c] = float32(p)
 		}
@@ -412,7 +411,7 @@ func (m *metrics) result() *EvalResult {
 	}
 	res.ECE = &ece
 	res.PerClass, res.BalancedAccuracy, res.MacroF1 = classMetrics(res.Confusion)
-	res.AUC, res.AUCCI = auc(m.probs, m.labels, m.k, m.keep, res.PerClass)
+	res.AUC, res.AUCCI = auc(m.probs, m.diff, m.labels, m.k, m.keep, res.PerClass)
 	if m.diff != nil {
 		res.roc = binaryScores(m.diff, m.labels)
 	}
@@ -490,51 +489,55 @@ func classMetrics(confusion [][]int64) ([]ClassMetrics, float64, float64) {
 	return out, bal, f1
 }
 
-// auc is EvalResult.AUC and AUCCI from the kept probabilities (keep a
-// sample: 1, class 1's; k, every class's; 0, none); with every class's,
-// it sets each class's AUC against the rest and its interval in per (one
-// a class) too, where the class has examples and is not all of them.
-func auc(probs []float32, labels []int64, k, keep int, per []ClassMetrics) (*float64, *[2]float64) {
+// auc is EvalResult.AUC and AUCCI from the kept scores: of two classes,
+// diff (z₁ − z₀ of each example: class 1's probability's order, exact);
+// of more, the probabilities (keep a sample: k, every class's; 0, none),
+// when it also sets each class's AUC against the rest and its interval in
+// per (one a class), where the class has examples and is not all of them.
+func auc(probs []float32, diff []float64, labels []int64, k, keep int, per []ClassMetrics) (*float64, *[2]float64) {
 	n := len(labels)
-	score := make([]float32, n)
 	pos := make([]bool, n)
 	order := make([]int, n)
-	one := func(c int, at func(i int) float32) (float64, bool) {
-		for i := range score {
-			score[i], pos[i] = at(i), labels[i] == int64(c)
+	share := make([]float64, n)
+	if diff != nil {
+		for i, y := range labels {
+			pos[i] = y == 1
 		}
-		return rankAUC(score, pos, byScore(score, order))
-	}
-	switch keep {
-	case 1:
-		a, ok := one(1, func(i int) float32 { return probs[i] })
+		idx := byScore(diff, order)
+		a, ok := rankAUC(diff, pos, idx)
 		if !ok {
 			return nil, nil
 		}
-		return &a, delongCI(score, pos, order, a)
-	case k:
-		var sum float64
-		all := true
-		shares := newMeanShares(n)
-		for c := 0; c < k; c++ {
-			a, ok := one(c, func(i int) float32 { return probs[i*k+c] })
-			if !ok {
-				all = false
-				continue
-			}
-			sum += a
-			if c < len(per) {
-				per[c].AUC, per[c].AUCCI = &a, delongCI(score, pos, order, a)
-			}
-			shares.add(score, pos, order, a, nil)
-		}
-		if !all { // the mean is over every class (scikit-learn's "ovr")
-			return nil, nil
-		}
-		m := sum / float64(k)
-		return &m, shares.ci(m)
+		return &a, delongCI(diff, pos, idx, a, share)
 	}
-	return nil, nil
+	if keep != k {
+		return nil, nil
+	}
+	score := make([]float32, n)
+	var sum float64
+	shares := newMeanShares(n)
+	for c := 0; c < k; c++ {
+		for i := range score {
+			score[i], pos[i] = probs[i*k+c], labels[i] == int64(c)
+		}
+		idx := byScore(score, order)
+		a, ok := rankAUC(score, pos, idx)
+		if !ok {
+			return nil, nil // the mean is over every class (scikit-learn's "ovr")
+		}
+		sum += a
+		ci := delongCI(score, pos, idx, a, share)
+		if ci == nil {
+			shares.add(nil, nil)
+		} else {
+			shares.add(share, nil)
+		}
+		if c < len(per) {
+			per[c].AUC, per[c].AUCCI = &a, ci
+		}
+	}
+	m := sum / float64(k)
+	return &m, shares.ci(m)
 }
 
 // byScore writes into idx (len(score)) the examples in increasing order of
@@ -584,18 +587,27 @@ func rankAUC[F float32 | float64](score []F, pos []bool, idx []int) (float64, bo
 
 // delongCI is the 95 % interval of a, the AUC of score for the positives
 // pos (rankAUC; idx byScore's order), by DeLong et al. (1988): a ±
-// z₀.₉₇₅·√variance clipped to [0, 1], the variance delongShares'. Nil
-// where the positives or negatives are fewer than 2 (no variance).
-func delongCI(score []float32, pos []bool, idx []int, a float64) *[2]float64 {
-	share := make([]float64, len(pos))
+// z₀.₉₇₅·√variance clipped to [0, 1], the variance the sum of the
+// squares of delongShares'. Nil where the positives or negatives are
+// fewer than 2 (no variance). share is scratch of len(pos) (nil:
+// allocated), left holding the shares where there are.
+func delongCI[F float32 | float64](score []F, pos []bool, idx []int, a float64, share []float64) *[2]float64 {
+	if share == nil {
+		share = make([]float64, len(pos))
+	}
 	if !delongShares(score, pos, idx, a, share) {
 		return nil
 	}
+	return normalCI(a, sumSquares(share))
+}
+
+// sumSquares is Σ x².
+func sumSquares(xs []float64) float64 {
 	var v float64
-	for _, s := range share {
-		v += s * s
+	for _, x := range xs {
+		v += x * x
 	}
-	return normalCI(a, v)
+	return v
 }
 
 // delongShares writes into share (one an example) each example's part of
@@ -660,28 +672,26 @@ func normalCI(a, variance float64) *[2]float64 {
 // meanShares sums AUCs' DeLong shares (delongShares) example by example,
 // for the variance of their mean: Σᵢ (Σⱼ shareⱼ(i))² / L² over the L AUCs
 // — each AUC's variance and every two's covariance, the examples
-// independent draws, whatever each AUC's positives.
+// independent draws, whatever each AUC's positives. The shares may be
+// differences of two models' (CompareAUCs: the variance of the mean
+// difference).
 type meanShares struct {
 	sum []float64 // one an example
-	one []float64 // one AUC's shares, scratch
 	l   int       // the AUCs added
 	ok  bool      // every AUC added had shares
 }
 
-func newMeanShares(n int) *meanShares {
-	return &meanShares{sum: make([]float64, n), one: make([]float64, n), ok: true}
-}
+func newMeanShares(n int) *meanShares { return &meanShares{sum: make([]float64, n), ok: true} }
 
-// add adds the shares of a, the AUC of score for pos over the examples
-// who (nil: all, in order); idx is byScore's order.
-func (s *meanShares) add(score []float32, pos []bool, idx []int, a float64, who []int) {
+// add adds one AUC's shares over the examples who (nil: all, in order);
+// nil shares (no variance) leave the mean without one.
+func (s *meanShares) add(share []float64, who []int) {
 	s.l++
-	one := s.one[:len(pos)]
-	if !delongShares(score, pos, idx, a, one) {
+	if share == nil {
 		s.ok = false
 		return
 	}
-	for k, v := range one {
+	for k, v := range share {
 		i := k
 		if who != nil {
 			i = who[k]
@@ -690,17 +700,23 @@ func (s *meanShares) add(score []float32, pos []bool, idx []int, a float64, who 
 	}
 }
 
-// ci is the 95 % interval of mean, the AUCs' mean; nil where some AUC had
-// no variance (fewer than two positives or negatives).
-func (s *meanShares) ci(mean float64) *[2]float64 {
+// variance is the variance of the AUCs' mean; false where some AUC had
+// no variance or none was added.
+func (s *meanShares) variance() (float64, bool) {
 	if !s.ok || s.l == 0 {
+		return 0, false
+	}
+	return sumSquares(s.sum) / float64(s.l) / float64(s.l), true
+}
+
+// ci is the 95 % interval of mean, the AUCs' mean; nil where it has no
+// variance.
+func (s *meanShares) ci(mean float64) *[2]float64 {
+	v, ok := s.variance()
+	if !ok {
 		return nil
 	}
-	var v float64
-	for _, x := range s.sum {
-		v += x * x
-	}
-	return normalCI(mean, v/float64(s.l)/float64(s.l))
+	return normalCI(mean, v)
 }
 
 // averagePrecision is scikit-learn's average_precision_score of scores
@@ -708,7 +724,7 @@ func (s *meanShares) ci(mean float64) *[2]float64 {
 // order, read from its end), a threshold at each distinct score (tied
 // scores enter together), the precision there weighted by the recall it
 // adds; false where no example is positive.
-func averagePrecision(score []float32, pos []bool, idx []int) (float64, bool) {
+func averagePrecision[F float32 | float64](score []F, pos []bool, idx []int) (float64, bool) {
 	np := 0
 	for _, p := range pos {
 		if p {
@@ -926,7 +942,7 @@ func sigmoidLoss[F float32 | float64](logits []F, set, ignored []uint64) float64
 		if labelset.Has(set, j) {
 			t = 1
 		}
-		s += max(z, 0) - z*t + math.Log1p(math.Exp(-math.Abs(z)))
+		s += softplus(z) - z*t
 	}
 	return s / float64(len(logits))
 }
@@ -1021,11 +1037,15 @@ func (m *labelMetrics) result() *EvalResult {
 	}
 	res.ExactMatch = float64(m.exact) / float64(n)
 	res.Loss = m.lossSum / float64(n)
-	score := make([]float32, 0, n)
-	pos := make([]bool, 0, n)
-	who := make([]int, 0, n)
-	order := make([]int, n)
+	var roc *rocScores
+	var score []float64
+	var pos []bool
+	var who []int
+	order, share := make([]int, n), make([]float64, n)
 	shares := newMeanShares(n)
+	if m.keep {
+		roc = labelScores(m.logits, m.truth, m.ignored, n, k, len(m.d))
+	}
 	var aucSum, apSum float64
 	var aucs, aps, knownLabels int
 	for j := range res.PerClass {
@@ -1063,20 +1083,17 @@ func (m *labelMetrics) result() *EvalResult {
 		if m.keep {
 			// The label's scores and truths of the samples that do not
 			// ignore it.
-			w := len(m.d)
-			score, pos, who = score[:0], pos[:0], who[:0]
-			for i := range n {
-				if !labelset.Has(m.ignored[i*w:(i+1)*w], j) {
-					score, pos = append(score, m.logits[i*k+j]), append(pos, labelset.Has(m.truth[i*w:(i+1)*w], j))
-					who = append(who, i)
-				}
-			}
+			score, pos, who = roc.of(j, score, pos, who)
 			idx := byScore(score, order[:len(score)])
 			if a, ok := rankAUC(score, pos, idx); ok {
-				c.AUC, c.AUCCI = &a, delongCI(score, pos, idx, a)
+				sh := share[:len(score)]
+				c.AUC, c.AUCCI = &a, delongCI(score, pos, idx, a, sh)
 				aucSum += a
 				aucs++
-				shares.add(score, pos, idx, a, who)
+				if c.AUCCI == nil {
+					sh = nil
+				}
+				shares.add(sh, who)
 			}
 			if a, ok := averagePrecision(score, pos, idx); ok {
 				c.AP = &a
@@ -1097,9 +1114,7 @@ func (m *labelMetrics) result() *EvalResult {
 		a := apSum / float64(aps)
 		res.MAP = &a
 	}
-	if m.keep {
-		res.roc = labelScores(m.logits, m.truth, m.ignored, n, k, len(m.d))
-	}
+	res.roc = roc
 	return res
 }
 

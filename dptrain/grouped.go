@@ -50,8 +50,8 @@ type GroupSummary struct {
 	Single   int `json:"single"`
 }
 
-// maxGroupedFloats bounds the logits RunGrouped keeps (examples times
-// classes: 1 GiB of float32).
+// maxGroupedFloats bounds the logits an evaluation keeps (Evaluator.keep:
+// examples times classes, 1 GiB of float32).
 const maxGroupedFloats = 1 << 28
 
 // RunGrouped evaluates v's examples as groups (gr): every figure — the
@@ -63,29 +63,30 @@ const maxGroupedFloats = 1 << 28
 // error naming two of them. The thresholds (SetThresholds) decide on the
 // combined probabilities.
 func (ev *Evaluator) RunGrouped(v data.Dataset, gr Grouping) (*EvalResult, error) {
+	res, _, err := ev.Keep(v, &gr)
+	return res, err
+}
+
+// keep runs the model over v and keeps every example's logits, loss and
+// labels (examples): what a grouped evaluation, a bootstrap and a
+// calibration work on. what names the caller's use in its errors.
+func (ev *Evaluator) keep(v data.Dataset, what string) (*examples, error) {
 	n := v.Len()
-	if len(gr.Of) != n {
-		return nil, fmt.Errorf("grouping %d examples of a dataset of %d", len(gr.Of), n)
-	}
-	if v.NumClasses() > ev.k {
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("no examples for %s", what)
+	case v.NumClasses() > ev.k:
 		return nil, fmt.Errorf("the data has %d classes but the model outputs %d logits (use --num-classes when training)", v.NumClasses(), ev.k)
+	case int64(n)*int64(ev.k) > maxGroupedFloats:
+		return nil, fmt.Errorf("%s keeps every example's logits: %d examples of %d logits is more than %d; take a part of the data at a time (:limit=N, where=)", what, n, ev.k, maxGroupedFloats)
 	}
-	if int64(n)*int64(ev.k) > maxGroupedFloats {
-		return nil, fmt.Errorf("a grouped evaluation keeps every example's logits: %d examples of %d logits is more than %d; evaluate a part of the data at a time (:limit=N, where=)", n, ev.k, maxGroupedFloats)
-	}
-	ex := newExamples(n, ev.k, ev.multiLabel)
-	err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
-		ex.set(i, label, ev.truth, ev.ignored, logits, loss)
-	})
-	if err != nil {
+	e := newExamples(n, ev.k, ev.multiLabel)
+	if err := ev.Losses(v, func(i int, label int64, logits []float32, loss float64) {
+		e.set(i, label, ev.truth, ev.ignored, logits, loss)
+	}); err != nil {
 		return nil, err
 	}
-	res, err := ex.grouped(gr, ev.cut)
-	if err != nil {
-		return nil, err
-	}
-	res.Thresholds = ev.thresholds
-	return res, nil
+	return e, nil
 }
 
 // examples are an evaluation's examples as Losses gives them, kept for a
@@ -117,18 +118,6 @@ func (e *examples) set(i int, label int64, truth, ignored []uint64, logits []flo
 		copy(e.truth[i*e.w:(i+1)*e.w], truth)
 		copy(e.ignored[i*e.w:(i+1)*e.w], ignored)
 	}
-}
-
-// grouped scores the groups of gr; cut are the decision thresholds as
-// logits (Evaluator.SetThresholds; nil: none).
-func (e *examples) grouped(gr Grouping, cut []float64) (*EvalResult, error) {
-	ge, sum, err := e.groups(gr)
-	if err != nil {
-		return nil, err
-	}
-	res := ge.evaluate(nil, cut)
-	res.Groups = sum
-	return res, nil
 }
 
 // groups returns the groups of gr as examples of their own, each its
@@ -291,8 +280,12 @@ func lseAdd(hi, s *float64, x float64) {
 	}
 }
 
-// logSigmoid is log σ(z) = −log(1 + e^(−z)), without overflow.
-func logSigmoid(z float64) float64 { return -(max(-z, 0) + math.Log1p(math.Exp(-math.Abs(z)))) }
+// logSigmoid is log σ(z) = −softplus(−z).
+func logSigmoid(z float64) float64 { return -softplus(-z) }
+
+// softplus is log(1 + eᶻ), without overflow: the binary cross-entropy's
+// term, softplus(z) − t·z.
+func softplus(z float64) float64 { return max(z, 0) + math.Log1p(math.Exp(-math.Abs(z))) }
 
 // combine sets c.out and c.logits32 to the logits of a group of members
 // (two or more) of logits (rows of k): logits whose softmax (a

@@ -82,7 +82,7 @@ func TestEvalGrouped(t *testing.T) {
 			if c.Threshold != 0 {
 				cut = ThresholdCuts([]float64{c.Threshold})
 			}
-			got, err := e.grouped(gr, cut)
+			got, err := grouped(e, gr, cut)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestEvalGroupedSingles(t *testing.T) {
 					}
 					c.Combine = combine
 					e, gr := c.examples(t)
-					got, err := e.grouped(gr, nil)
+					got, err := grouped(e, gr, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -198,10 +198,22 @@ func TestEvalGroupedErrors(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&gr)
 			}
-			_, err := e.grouped(gr, nil)
+			_, err := grouped(e, gr, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
+}
+
+// grouped scores e's groups of gr as RunGrouped does; cut are the
+// decision thresholds as logits (nil: none).
+func grouped(e *examples, gr Grouping, cut []float64) (*EvalResult, error) {
+	ge, sum, err := e.groups(gr)
+	if err != nil {
+		return nil, err
+	}
+	res := ge.evaluate(nil, cut)
+	res.Groups = sum
+	return res, nil
 }

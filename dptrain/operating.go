@@ -118,10 +118,10 @@ func ParsePointRule(s string) (PointRule, error) {
 // left out.
 type rocScores struct {
 	labels []int // the labels that have curves: 1 (two classes) or 0…k−1
-	of     func(j int, s []float64, pos []bool) ([]float64, []bool)
-	// who, where set, returns the examples of's scores of label j are
-	// of, in order (nil: every example).
-	who func(j int) []int
+	// of appends to s[:0], pos[:0] and who[:0] label j's scores, whether
+	// each is a positive, and which examples they are of, in order (who
+	// nil: every example, in order).
+	of func(j int, s []float64, pos []bool, who []int) ([]float64, []bool, []int)
 }
 
 // CurveLabels returns the labels Curve takes: a multi-label evaluation's
@@ -144,7 +144,7 @@ func (r *EvalResult) Curve(j int) []ROCPoint {
 	if r.roc == nil || !slices.Contains(r.roc.labels, j) {
 		return nil
 	}
-	s, pos := r.roc.of(j, nil, nil)
+	s, pos, _ := r.roc.of(j, nil, nil, nil)
 	var p, n int64
 	for _, t := range pos {
 		if t {
@@ -227,12 +227,12 @@ func (r *EvalResult) OperatingPoint(j int, rule PointRule) (OperatingPoint, bool
 // binaryScores are a two-class evaluation's curve scores: z₁ − z₀ of
 // each example, class 1 the positives.
 func binaryScores(diff []float64, labels []int64) *rocScores {
-	return &rocScores{labels: []int{1}, of: func(_ int, s []float64, pos []bool) ([]float64, []bool) {
+	return &rocScores{labels: []int{1}, of: func(_ int, s []float64, pos []bool, _ []int) ([]float64, []bool, []int) {
 		s, pos = append(s[:0], diff...), pos[:0]
 		for _, y := range labels {
 			pos = append(pos, y == 1)
 		}
-		return s, pos
+		return s, pos, nil
 	}}
 }
 
@@ -244,21 +244,14 @@ func labelScores(logits []float32, truth, ignored []uint64, n, k, w int) *rocSco
 	for j := range labels {
 		labels[j] = j
 	}
-	return &rocScores{labels: labels, of: func(j int, s []float64, pos []bool) ([]float64, []bool) {
-		s, pos = s[:0], pos[:0]
+	return &rocScores{labels: labels, of: func(j int, s []float64, pos []bool, who []int) ([]float64, []bool, []int) {
+		s, pos, who = s[:0], pos[:0], who[:0]
 		for i := range n {
 			if !labelset.Has(ignored[i*w:(i+1)*w], j) {
 				s, pos = append(s, float64(logits[i*k+j])), append(pos, labelset.Has(truth[i*w:(i+1)*w], j))
-			}
-		}
-		return s, pos
-	}, who: func(j int) []int {
-		var who []int
-		for i := range n {
-			if !labelset.Has(ignored[i*w:(i+1)*w], j) {
 				who = append(who, i)
 			}
 		}
-		return who
+		return s, pos, who
 	}}
 }

@@ -59,9 +59,6 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if *perLabel && !multi {
 		return usagef("--per-label calibrates a multi-label model's labels; %s on %s is single-label (one temperature)", *model, s)
 	}
-	if v.NumClasses() > ev.Classes() {
-		return fmt.Errorf("the data has %d classes but %s outputs %d logits", v.NumClasses(), *model, ev.Classes())
-	}
 	var c *dptrain.Calibration
 	if *perLabel {
 		c, err = ev.FitLabelScaling(v)

@@ -86,32 +86,17 @@ type groupReport struct {
 
 // countGroups counts im's groups by by ("dir" or "user"), read from spec.
 func countGroups(im *data.Images, by, spec string) (*groupReport, error) {
-	var of []int32
-	var names []string
-	switch by {
-	case "dir":
-		var ok bool
-		if of, names, ok = data.DirGroups(im); !ok {
-			return nil, usagef("--group-by dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are)", spec)
-		}
-	case "user":
-		if im.NumUsers() == 0 {
-			return nil, usagef("--group-by user: %s names no users", spec)
-		}
-		of, names = make([]int32, im.Len()), make([]string, im.NumUsers())
-		for i := range of {
-			of[i] = int32(im.UserOf(i))
-		}
-		for u := range names {
-			names[u] = im.UserName(u)
-		}
+	gr, _, err := groupingOf(im, spec, by, "--group-by")
+	if err != nil {
+		return nil, err
 	}
+	of, names := gr.Of, gr.Names
 	g := &groupReport{By: by, Groups: len(names)}
 	size, first := make([]int, len(names)), make([]int, len(names))
 	mixed := make([]bool, len(names))
 	name := func(i int) string {
-		if p := im.SamplePath(i); p != "" {
-			return p
+		if gr.Example != nil && gr.Example(i) != "" {
+			return gr.Example(i)
 		}
 		return fmt.Sprintf("example %d", i)
 	}

@@ -183,7 +183,7 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 }
 
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test; a csv listing without :holdout is read whole; a :holdout split is train's only with train's options, a folder's :users=REGEX included, which holds out whole users)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
@@ -404,7 +404,7 @@ func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, res
 // groupingOf groups v's examples (read from spec) by by (given as flag):
 // "user", the data's users, or "dir", each image's directory. It returns
 // the grouping and what the groups are, in words.
-func groupingOf(v data.Dataset, spec, by, flag string) (dptrain.Grouping, string, error) {
+func groupingOf(v interface{ Len() int }, spec, by, flag string) (dptrain.Grouping, string, error) {
 	var gr dptrain.Grouping
 	var what string
 	switch by {

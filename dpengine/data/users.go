@@ -25,7 +25,7 @@ type Users interface {
 // (nil, 0) where d names none. A sampler that protects users rather than
 // samples draws users and takes all of their samples; the slice is the
 // caller's.
-func UsersOf(d Dataset) (user []int32, n int) {
+func UsersOf(d interface{ Len() int }) (user []int32, n int) {
 	u, ok := d.(Users)
 	if !ok {
 		return nil, 0
