@@ -73,7 +73,8 @@ type EvalResult struct {
 	// classes.
 	Top5 *float64 `json:"top5_accuracy,omitempty"`
 	// AUC is the area under the ROC curve of the probabilities: for two
-	// classes, of class 1's (roc_auc_score); for more, the mean over the
+	// classes, of class 1's (roc_auc_score; ranked by z₁ − z₀, its order
+	// without float rounding's ties); for more, the mean over the
 	// classes of each one's against the rest, where every class has
 	// examples (multi_class="ovr", average="macro"). Nil where it is
 	// undefined (a class without examples, one class) or the
