@@ -92,6 +92,9 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 			return
 		}
 	}
+	// The model read back as a PyTorch state dict (`weights`): an error
+	// at most, the graph unchanged.
+	_, _ = rewrite.StateDictOf(g, sample)
 	const batch = 2
 	c := g.Clone()
 	if err := c.InferShapes(map[string][]int64{in.Name: append([]int64{batch}, sample...)}); err != nil {
@@ -125,6 +128,9 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	if _, err := eng.Step([]int{0, 1}, fill); err != nil {
 		return
 	}
+	if eg, err := rewrite.ExportGraph(g); err == nil {
+		_, _ = rewrite.StateDictOf(eg, sample)
+	}
 	if out, err := g.ToONNX(); err == nil {
 		if b, err := out.Bytes(); err == nil {
 			if _, err := onnx.LoadBytes(b, ""); err != nil {
@@ -137,8 +143,8 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 // FuzzPipeline mutates the fixture models and the dynamo-style model
 // (functions, Attention, GatherND, CastLike, signature marks; shapes, attributes, opsets,
 // dtypes, node order, dangling names, operators, truncated data) and runs
-// each through load, shape inference, rewrite, compile, a DP step and
-// export: no input may panic or allocate more than fuzzMaxAlloc.
+// each through load, shape inference, the state dict, rewrite, compile, a
+// DP step, export and its state dict: no input may panic or allocate more than fuzzMaxAlloc.
 func FuzzPipeline(f *testing.F) {
 	fixtures := append(fuzzFixtures(f), dynamoStyleModel())
 	for i := range fixtures {

@@ -153,6 +153,12 @@ type Settings struct {
 	// LoRA describes the run's low-rank adapters (Config.Rewrite.LoRA; nil
 	// without): Run fills it.
 	LoRA *LoRASettings `json:"lora,omitempty"`
+	// BatchNorm says what the rewrite did to the model's
+	// BatchNormalization nodes ("" where it had none): Run fills it, and
+	// the model's metadata records it, which tells `weights` whether the
+	// trained convolutions are still the module's (GroupNorm) or carry a
+	// frozen BatchNorm folded into them.
+	BatchNorm string `json:"batchnorm,omitempty"`
 	// MultiLabel says the training data is multi-label (data.IsMultiLabel):
 	// each of the model's K logits a label of its own, a sample's label
 	// the set of those that apply, the loss the sigmoids' binary
@@ -846,6 +852,12 @@ func Run(cfg Config) (*Report, error) {
 	rp, err := rewrite.Prepare(g, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.Model, err)
+	}
+	switch gn, fr := rewrite.BatchNormCounts(rp.Changes); {
+	case fr > 0:
+		set.BatchNorm = fmt.Sprintf("%s: %d frozen with their running statistics (folded into the convolution before each where there is one)", rewrite.BNFreeze, fr)
+	case gn > 0:
+		set.BatchNorm = fmt.Sprintf("%s: %d replaced by GroupNorm", rewrite.BNGroupNorm, gn)
 	}
 	if set.LoRA != nil {
 		set.LoRA.Adapters = len(rp.Adapters)
@@ -1725,6 +1737,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 		// The adapters are merged into the weights: the model has the
 		// layers it was exported with.
 		kv["lora"] = fmt.Sprintf("rank %d, alpha %g, %d adapters merged into their weights", l.Rank, l.Alpha, l.Adapters)
+	}
+	if s.BatchNorm != "" {
+		kv["batchnorm"] = s.BatchNorm
 	}
 	if len(s.ClassNames) > 0 {
 		b, _ := json.Marshal(s.ClassNames) // strings always marshal

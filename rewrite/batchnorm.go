@@ -3,6 +3,7 @@ package rewrite
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
@@ -39,6 +40,29 @@ const (
 	// GroupsError refuses the rewrite.
 	GroupsError GroupRule = "error"
 )
+
+// The beginnings of the actions RewriteBatchNorm's changes state, which
+// BatchNormCounts counts.
+const (
+	actionBNGroupNorm = "BatchNormalization → GroupNorm"
+	actionBNFrozen    = "BatchNormalization frozen with its running statistics"
+)
+
+// BatchNormCounts counts the BatchNormalization nodes changes (Prepare's,
+// Plan.Changes) replaced by GroupNorm and those they froze with their
+// running statistics, folded into a convolution or not.
+func BatchNormCounts(changes []Change) (groupNorm, frozen int) {
+	for _, c := range changes {
+		switch {
+		case c.Pass != "batchnorm":
+		case strings.HasPrefix(c.Action, actionBNGroupNorm):
+			groupNorm++
+		case strings.HasPrefix(c.Action, actionBNFrozen):
+			frozen++
+		}
+	}
+	return groupNorm, frozen
+}
 
 // DefaultGroups is the GroupNorm group count of the paper's appendix.
 const DefaultGroups = 16
@@ -473,7 +497,7 @@ func bnToGroupNorm(g *graph.Graph, nm *namer, n *graph.Node, opts BNOptions, sha
 		why += fmt.Sprintf(" (%d requested; rule %s)", opts.Groups, ruleName(opts.Rule))
 	}
 	return Change{Pass: "batchnorm", Target: nodeLabel(n),
-		Action: fmt.Sprintf("BatchNormalization → GroupNorm(%d) with scale %s and shift %s %v initialised from the BN affine", groups, gamma.Name, beta.Name, cs),
+		Action: fmt.Sprintf(actionBNGroupNorm+"(%d) with scale %s and shift %s %v initialised from the BN affine", groups, gamma.Name, beta.Name, cs),
 		Reason: "batch statistics mix samples; " + why}, nil
 }
 
@@ -596,7 +620,7 @@ func bnFreeze(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]graph.
 			removeInitializerIfUnused(g, v)
 		}
 		return Change{Pass: "batchnorm", Target: nodeLabel(n),
-			Action: fmt.Sprintf("BatchNormalization frozen with its running statistics and folded into Conv %s (weight %s, bias %s)", nodeLabel(conv), w.Name, bias.Name),
+			Action: fmt.Sprintf(actionBNFrozen+" and folded into Conv %s (weight %s, bias %s)", nodeLabel(conv), w.Name, bias.Name),
 			Reason: reason}, nil
 	}
 	if p.rank < 2 {
@@ -617,6 +641,6 @@ func bnFreeze(g *graph.Graph, nm *namer, n *graph.Node, shapes map[string]graph.
 		why = "the Conv output has other readers"
 	}
 	return Change{Pass: "batchnorm", Target: nodeLabel(n),
-		Action: fmt.Sprintf("BatchNormalization frozen with its running statistics as Mul(%s) + Add(%s) %v (not folded: %s)", sc.Name, sh.Name, cs, why),
+		Action: fmt.Sprintf(actionBNFrozen+" as Mul(%s) + Add(%s) %v (not folded: %s)", sc.Name, sh.Name, cs, why),
 		Reason: reason}, nil
 }

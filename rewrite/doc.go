@@ -37,6 +37,11 @@
 // (its feature cache), and the head, a graph of its own sharing the
 // model's tensors, with a Plan that trains what the model's trains.
 //
+// StateDictOf reads a graph back as its PyTorch module's state dict: which
+// initializer is which state-dict key, in what layout (a Linear weight an
+// export stores transposed), the modules a run turned into GroupNorm, and
+// what the export does not name (the `weights` command).
+//
 // The DP engine consumes a Plan: Plan.Compile gives the runtime a clone
 // with frozen parameters turned into constants; Plan.Params and Plan.Layers
 // say, per parameter, how to obtain per-sample gradient norms. Per-layer

@@ -133,6 +133,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 		}
 	}
 	dir, man := breadthExports(t, models, opsets)
+	var weightsJobs []weightsJob
 	for _, name := range models {
 		e, ok := man[name]
 		if !ok {
@@ -159,6 +160,9 @@ func TestTorchvisionBreadth(t *testing.T) {
 					}
 					model := filepath.Join(dir, fmt.Sprintf("%s_%s.onnx", name, key))
 					breadthCheck(t, model, form, x, y, ref, e, tmp)
+					if job, ok := breadthWeights(t, model, form, e.HasBN, tmp); ok {
+						weightsJobs = append(weightsJobs, job)
+					}
 					if form == "train" && opset == opsets[len(opsets)-1] {
 						// 5. The CUDA backend, on its guarded emulation.
 						t.Run("cuda", func(t *testing.T) {
@@ -176,6 +180,121 @@ func TestTorchvisionBreadth(t *testing.T) {
 				})
 			}
 		}
+	}
+	// 7. The state dicts `weights` wrote, against the modules' own (one
+	// Python run for all of them).
+	checkBreadthWeights(t, weightsJobs)
+}
+
+// weightsJob is a state dict `weights` wrote from a breadth export, and
+// the module's own state dict breadth.py saved beside the export.
+type weightsJob struct {
+	Name    string   `json:"name"`
+	File    string   `json:"file"`
+	Ref     string   `json:"ref"`
+	Unnamed []string `json:"unnamed"`
+}
+
+// breadthWeights runs `weights` on a breadth export: a training-form
+// export's state dict must name every tensor; an eval-form export's of a
+// model with BatchNorm is refused (folded), any other is written with its
+// unnamed tensors listed. It returns the job to check, if one was written.
+func breadthWeights(t *testing.T, model, form string, hasBN bool, tmp string) (weightsJob, bool) {
+	t.Helper()
+	out := filepath.Join(tmp, strings.TrimSuffix(filepath.Base(model), ".onnx")+"_w.pt")
+	args := []string{"weights", "--model", model, "--out", out, "--json"}
+	if form == "eval" {
+		args = append(args, "--allow-unnamed")
+	}
+	stdout, stderr, code := run(t, args...)
+	if form == "eval" && hasBN {
+		if code == 0 || !strings.Contains(stderr, "folded its BatchNorms") {
+			t.Errorf("weights of a folded export: exit %d, %q; want it refused as folded", code, stderr)
+		}
+		return weightsJob{}, false
+	}
+	if code != 0 {
+		t.Errorf("weights: exit %d: %s", code, stderr)
+		return weightsJob{}, false
+	}
+	var w struct {
+		Record WeightsRecord `json:"record"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &w); err != nil {
+		t.Fatalf("weights --json: %v", err)
+	}
+	job := weightsJob{Name: filepath.Base(model), File: out, Ref: strings.TrimSuffix(model, ".onnx") + "_sd.pt"}
+	for _, u := range w.Record.Unnamed {
+		job.Unnamed = append(job.Unnamed, u.Source)
+	}
+	return job, true
+}
+
+// breadthWeightsCheck compares each job's file with its reference state
+// dict: the keys, their shapes and their values bit for bit, and which of
+// the module's floating-point tensors the file lacks; it prints a JSON
+// list of findings.
+const breadthWeightsCheck = `
+import json, sys
+import torch
+from load_state_dict import read
+out = []
+for job in json.load(open(sys.argv[1])):
+    sd, _ = read(job["file"])
+    ref = torch.load(job["ref"])
+    bad = [k for k, t in sd.items() if k not in ref or tuple(ref[k].shape) != tuple(t.shape) or not torch.equal(ref[k].float(), t)]
+    missing = [k for k in ref if k not in sd and ref[k].is_floating_point()]
+    out.append({"name": job["name"], "tensors": len(sd), "bad": bad, "missing": missing})
+print(json.dumps(out))
+`
+
+// checkBreadthWeights runs breadthWeightsCheck over jobs. A tensor not the
+// module's is an error; so is a module's floating-point tensor missing
+// from a file `weights` wrote without listing a tensor it could not name
+// (an eval-form export's values folded from parameters: Swin's relative
+// position biases gathered from their tables).
+func checkBreadthWeights(t *testing.T, jobs []weightsJob) {
+	t.Helper()
+	if len(jobs) == 0 {
+		return
+	}
+	dir := t.TempDir()
+	jobFile := filepath.Join(dir, "jobs.json")
+	b, _ := json.Marshal(jobs)
+	if err := os.WriteFile(jobFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	docs, err := filepath.Abs("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", "-c", breadthWeightsCheck, jobFile)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+docs)
+	raw, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("weights check: %v\n%s", err, stderr)
+	}
+	var res []struct {
+		Name    string   `json:"name"`
+		Tensors int      `json:"tensors"`
+		Bad     []string `json:"bad"`
+		Missing []string `json:"missing"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatalf("weights check: %v: %s", err, raw)
+	}
+	for i, r := range res {
+		if len(r.Bad) > 0 {
+			t.Errorf("weights %s: tensors not the module's: %v", r.Name, r.Bad)
+		}
+		if len(jobs[i].Unnamed) == 0 && len(r.Missing) > 0 {
+			t.Errorf("weights %s: the module's %v not written, and no tensor said unnamed", r.Name, r.Missing)
+		}
+		t.Logf("weights %s: %d tensors the module's; unnamed %v; the module's floating-point tensors not written: %v", r.Name, r.Tensors, jobs[i].Unnamed, r.Missing)
 	}
 }
 

@@ -7,6 +7,8 @@ requested opsets in the requested forms, and writes PyTorch's reference
 values:
 
     DIR/<model>_<form>_op<opset>.onnx
+    DIR/<model>_<form>_op<opset>_sd.pt  the module's state dict as that
+                       export holds it (torch.save), for `weights`
     DIR/<model>.npz    input (4, 3, S, S) float32, labels (4,) int64,
                        logits_eval: model.eval()(input),
                        logits_train: training mode with Dropout off (what a
@@ -232,6 +234,11 @@ def main():
                                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
                 except Exception as e:  # recorded, the test reports it
                     entry["errors"]["%s_op%d" % (form, opset)] = str(e).splitlines()[0][:300]
+                    continue
+                # The module's state dict as the export holds it (a
+                # training-form export's forward has moved the running
+                # statistics): what `dpfinetune weights` must give back.
+                torch.save(mm.state_dict(), path[:-len(".onnx")] + "_sd.pt")
         save_npz(os.path.join(args.out, name + ".npz"), ref)
         man[name] = entry
         print(name, "ok" if not entry["errors"] else entry["errors"], file=sys.stderr)

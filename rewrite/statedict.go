@@ -1,0 +1,398 @@
+package rewrite
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/dpfinetune/dpfinetune/graph"
+)
+
+// StateEntry is one tensor of a model's PyTorch state dict: the
+// initializer holding it and how the initializer lays it out.
+type StateEntry struct {
+	// Key is the state-dict name ("layer1.0.conv1.weight").
+	Key string `json:"key"`
+	// Source is the initializer's name in the ONNX model.
+	Source string `json:"source"`
+	// Shape is the tensor's shape in PyTorch.
+	Shape []int64 `json:"shape"`
+	// Transposed says the initializer holds the transpose of a Linear
+	// weight, (in, out): the exporter folded the transpose that
+	// F.linear's product x·Wᵀ reads into the initializer.
+	Transposed bool `json:"transposed,omitempty"`
+
+	t *graph.Tensor // the initializer's data (an untied copy's included)
+}
+
+// GroupNormModule is a normalization module the state dict holds as
+// torch.nn.GroupNorm(Groups, Channels, eps=Epsilon): where a run replaced
+// BatchNorm by GroupNorm (--bn groupnorm), the module the user's model has
+// as BatchNorm must be replaced so before the state dict loads.
+type GroupNormModule struct {
+	Module   string  `json:"module"`
+	Groups   int64   `json:"groups"`
+	Channels int64   `json:"channels"`
+	Epsilon  float64 `json:"epsilon"`
+}
+
+// UnnamedTensor is a floating-point initializer of more than one element
+// whose state-dict name the graph does not tell.
+type UnnamedTensor struct {
+	Source string  `json:"source"`
+	Shape  []int64 `json:"shape"`
+	Reason string  `json:"reason"`
+}
+
+// StateDict is what a model holds of its PyTorch module's state dict.
+type StateDict struct {
+	Entries    []StateEntry      `json:"entries"`
+	GroupNorms []GroupNormModule `json:"groupnorms,omitempty"`
+	Unnamed    []UnnamedTensor   `json:"unnamed,omitempty"`
+}
+
+// ErrFoldedExport says the model's BatchNorms were folded into its
+// convolutions (an eval-mode export): its convolution weights are no
+// module's weights.
+var ErrFoldedExport = errors.New("the export folded its BatchNorms into the convolutions (torch.onnx.export of model.eval() with constant folding): each convolution's weight and bias are its weight and its BatchNorm's together, which no state dict of the module holds; export in training mode with do_constant_folding=False (README, \"Export\") and train that export for weights that load into the module")
+
+// StateDictOf says which of g's initializers are which tensors of the
+// PyTorch module's state dict, and in what layout:
+//
+//   - an initializer keeps its state-dict name where the exporter gave it
+//     one (TorchScript's exporter names parameters and buffers by their
+//     state-dict keys; the dynamo exporter marks them PARAMETER or BUFFER
+//     in its signature);
+//   - an exporter-named weight (onnx::Conv_12, onnx::MatMul_40) is named by
+//     the module scope of the Conv, Gemm, MatMul or normalization that reads
+//     it (ModuleName), and a weight the product reads as (in, out) — the
+//     exporter folded F.linear's transpose into it — is written back
+//     transposed;
+//   - an unnamed (in, out) weight a MatMul reads whose product then adds a
+//     named bias "….bias" of out elements (the dynamo exporter's optimizer
+//     folds a Linear's transpose into "val_34") is that Linear's weight,
+//     transposed;
+//   - a GroupNorm's scale and shift of shape (C, 1, …, 1), RewriteBatchNorm's
+//     and ExportGraph's form, are the module's (C) tensors, and the module is
+//     listed in GroupNorms (a run's --bn groupnorm replaced the BatchNorm
+//     the user's module has there).
+//
+// Float initializers of one element no layer reads as its weight or bias
+// (GELU's constants, attention's scale) and values no gradient reaches
+// (masks) are constants, not state; any other initializer is listed in
+// Unnamed with the reason. Two initializers named alike are an error, as
+// is a model whose BatchNorms the exporter folded (ErrFoldedExport).
+// sample is one sample's shape (nil: the model's), which finds the
+// GroupNorms; g is not changed.
+func StateDictOf(g *graph.Graph, sample []int64) (*StateDict, error) {
+	if ExportForm(g) == ExportEvalFolded {
+		return nil, ErrFoldedExport
+	}
+	c := g.Clone()
+	// The exporter stores equal tensors once and reads the others through
+	// Identity nodes named as theirs (two zero biases); untied, each is
+	// an initializer under its own key.
+	if _, err := Cleanup(c); err != nil {
+		return nil, fmt.Errorf("rewrite: state dict: %w", err)
+	}
+	relink(c)
+	op := ""
+	for _, n := range c.Nodes {
+		if n.OpType == "InstanceNormalization" || (op == "" && n.OpType == "ReduceMean") {
+			op = n.OpType
+		}
+	}
+	if op != "" {
+		shapes, err := StaticShapes(c, sample, 1)
+		if err != nil {
+			return nil, fmt.Errorf("rewrite: state dict: %w", err)
+		}
+		if _, err := FuseGroupNorm(c, shapes); err != nil {
+			return nil, fmt.Errorf("rewrite: state dict: %w", err)
+		}
+		relink(c)
+	}
+	sd := &StateDict{}
+	// The keys a name or a bias tells first; a weight named only by the
+	// module scope of the product reading it then, once every other key
+	// is known (stateKey's candidates).
+	type named struct {
+		v          *graph.Value
+		key        string
+		transposed bool
+		scoped     bool
+	}
+	var all []named
+	for _, v := range c.Initializers {
+		if !v.DType.IsFloat() || v.Const == nil || len(v.Consumers) == 0 {
+			continue
+		}
+		key, transposed, scoped, why := stateKey(c, v)
+		if key == "" {
+			if why != "" {
+				sd.Unnamed = append(sd.Unnamed, UnnamedTensor{Source: v.Name, Shape: append([]int64{}, v.Const.Shape...), Reason: why})
+			}
+			continue
+		}
+		all = append(all, named{v, key, transposed, scoped})
+	}
+	sources := map[string]string{}
+	for _, a := range all {
+		if a.scoped {
+			// A product's module scope names its weight only where that
+			// module is a layer of its own: a module with parameters of
+			// its children's around it computes with a parameter the
+			// export does not name (BEiT's attention multiplies by its
+			// qkv.weight functionally, inside attn).
+			mod := strings.TrimSuffix(a.key, ".weight")
+			parent := ""
+			for _, b := range all {
+				if !b.scoped && b.key != a.key && strings.HasPrefix(b.key, mod+".") {
+					parent = b.key
+					break
+				}
+			}
+			if parent != "" {
+				sd.Unnamed = append(sd.Unnamed, UnnamedTensor{Source: a.v.Name, Shape: append([]int64{}, a.v.Const.Shape...),
+					Reason: fmt.Sprintf("a weight module %s multiplies by in its own forward (it holds %s too, so it is no Linear of its own), which the export does not name; an export without constant folding (do_constant_folding=False; the dynamo exporter's optimize=False) keeps its name", mod, parent)})
+				continue
+			}
+		}
+		v := a.v
+		if prev, ok := sources[a.key]; ok {
+			return nil, fmt.Errorf("rewrite: state dict: initializers %q and %q are both %q", prev, v.Name, a.key)
+		}
+		sources[a.key] = v.Name
+		e := StateEntry{Key: a.key, Source: v.Name, Shape: append([]int64{}, v.Const.Shape...), Transposed: a.transposed, t: v.Const}
+		switch {
+		case a.transposed:
+			e.Shape = []int64{e.Shape[1], e.Shape[0]}
+		case groupNormAffine(v) != nil:
+			e.Shape = e.Shape[:1]
+		}
+		sd.Entries = append(sd.Entries, e)
+	}
+	for _, n := range c.Nodes {
+		if !ownGroupNorm(n) || n.Inputs[1].Const == nil {
+			continue
+		}
+		key := ""
+		for _, e := range sd.Entries {
+			if e.Source == n.Inputs[1].Name {
+				key = e.Key
+			}
+		}
+		mod, ok := strings.CutSuffix(key, ".weight")
+		if !ok {
+			continue
+		}
+		groups, err := n.Int("num_groups")
+		if err != nil {
+			return nil, fmt.Errorf("rewrite: state dict: GroupNorm %s: %w", nodeLabel(n), err)
+		}
+		eps, err := n.Float("epsilon")
+		if err != nil {
+			eps = 1e-5
+		}
+		// ε as written (1e-05), not float32's nearest in float64.
+		eps64, _ := strconv.ParseFloat(strconv.FormatFloat(float64(eps), 'g', -1, 32), 64)
+		sd.GroupNorms = append(sd.GroupNorms, GroupNormModule{Module: mod, Groups: groups, Channels: n.Inputs[1].Const.Shape[0], Epsilon: eps64})
+	}
+	return sd, nil
+}
+
+// groupNormAffine returns the GroupNormalization node that reads v, an
+// initializer of shape (C, 1, …, 1), as its scale or shift, or nil.
+func groupNormAffine(v *graph.Value) *graph.Node {
+	if len(v.Const.Shape) < 2 {
+		return nil
+	}
+	for _, n := range v.Consumers {
+		if ownGroupNorm(n) && (n.Inputs[1] == v || n.Inputs[2] == v) {
+			return n
+		}
+	}
+	return nil
+}
+
+// stateKey returns v's state-dict key and whether v holds its transpose;
+// "" and why where it has none ("" and "" for a constant). scoped says
+// the key is only the module scope of the product that reads v, which
+// StateDictOf checks against the other keys.
+func stateKey(g *graph.Graph, v *graph.Value) (key string, transposed, scoped bool, why string) {
+	if v.NoGradient {
+		return "", false, false, ""
+	}
+	if g.ExportSignature {
+		switch v.ExportKind {
+		case "PARAMETER", "BUFFER":
+			return v.Name, false, false, ""
+		case "":
+		default: // CONSTANT_TENSOR, …
+			return "", false, false, ""
+		}
+		if v.Const.Len() == 1 && v.ExportConstant {
+			return "", false, false, ""
+		}
+		if k := linearByBias(g, v); k != "" {
+			return k, true, false, ""
+		}
+		if strings.Contains(v.Name, ".") && convWeight(v) {
+			return "", false, false, "the exporter's optimizer folded a BatchNorm into this convolution's weight, under its name: its values are no longer the module's; export with optimize=False to keep them apart"
+		}
+		scope := ScopeOf(v)
+		if scope != "" && len(v.Const.Shape) == 2 && isProductOperand(v) {
+			// The module whose forward multiplies by it: a Linear of its
+			// own where no other key lies under it (PatchMerging's
+			// reduction), else checked and refused by StateDictOf.
+			return scope + ".weight", true, true, ""
+		}
+		why := "the exporter's optimizer made it (no state-dict name): a value it computed from parameters, or one it folded; export with optimize=False to keep the parameters it was computed from"
+		if scope != "" {
+			why += "; read in " + scope
+		}
+		return "", false, false, why
+	}
+	if !ExporterNamed(v.Name) {
+		return v.Name, false, false, ""
+	}
+	if v.Const.Len() == 1 && !layerOperand(v) {
+		return "", false, false, ""
+	}
+	if k := linearByBias(g, v); k != "" {
+		return k, true, false, ""
+	}
+	if m := ModuleName(v); m != "" && layerOperand(v) {
+		tr := readsTransposed(v)
+		return m, tr, tr || isProductOperand(v), ""
+	}
+	return "", false, false, "the exporter named it and no layer's module scope names it: a value computed from parameters and folded (Swin's position biases gathered from their table); an export without constant folding (do_constant_folding=False) keeps the parameters it was computed from"
+}
+
+// convWeight says whether a Conv or ConvTranspose reads v as its weight.
+func convWeight(v *graph.Value) bool {
+	for _, n := range v.Consumers {
+		u, r := reader(v, n)
+		if (r.OpType == "Conv" || r.OpType == "ConvTranspose") && r.Input(1) == u {
+			return true
+		}
+	}
+	return false
+}
+
+// isProductOperand says whether a Gemm or MatMul reads v as its weight.
+func isProductOperand(v *graph.Value) bool {
+	for _, n := range v.Consumers {
+		u, r := reader(v, n)
+		if (r.OpType == "MatMul" || r.OpType == "Gemm") && r.Input(1) == u {
+			return true
+		}
+	}
+	return false
+}
+
+// layerOperand says whether v is read, through Identity or Cast, as the
+// weight or bias of a Conv, ConvTranspose, Gemm or normalization, or as
+// a MatMul's second operand of rank 2: the operands whose module scope
+// names them.
+func layerOperand(v *graph.Value) bool {
+	for _, n := range v.Consumers {
+		u, r := reader(v, n)
+		switch r.OpType {
+		case "Conv", "ConvTranspose", "Gemm", "LayerNormalization", "GroupNormalization", "InstanceNormalization", "BatchNormalization":
+			for _, in := range r.Inputs[1:] {
+				if in == u {
+					return true
+				}
+			}
+		case "MatMul":
+			if len(r.Inputs) == 2 && r.Inputs[1] == u && len(v.Const.Shape) == 2 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readsTransposed says whether v is a rank-2 weight read as (in, out): by
+// a MatMul as its second operand, or by a Gemm without transB.
+func readsTransposed(v *graph.Value) bool {
+	if len(v.Const.Shape) != 2 {
+		return false
+	}
+	for _, n := range v.Consumers {
+		u, r := reader(v, n)
+		switch {
+		case r.OpType == "MatMul" && r.Input(1) == u:
+			return true
+		case r.OpType == "Gemm" && r.Input(1) == u:
+			tb, _ := r.Int("transB")
+			return tb == 0
+		}
+	}
+	return false
+}
+
+// linearByBias names v, an (in, out) initializer a MatMul reads as its
+// second operand, after the named bias its product adds: "Xweight" for a
+// bias "Xbias" of out elements ("mlp.0.bias" gives "mlp.0.weight",
+// nn.MultiheadAttention's "in_proj_bias" its "in_proj_weight"; F.linear
+// exported as MatMul then Add). "" where the product adds no such bias.
+func linearByBias(g *graph.Graph, v *graph.Value) string {
+	if len(v.Const.Shape) != 2 {
+		return ""
+	}
+	for _, n := range v.Consumers {
+		u, r := reader(v, n)
+		if r.OpType != "MatMul" || r.Input(1) != u || len(r.Outputs) != 1 || r.Outputs[0] == nil {
+			continue
+		}
+		for _, a := range r.Outputs[0].Consumers {
+			if a.OpType != "Add" {
+				continue
+			}
+			for _, b := range a.Inputs {
+				if b == nil || b.Const == nil || !b.Initializer || len(b.Const.Shape) != 1 || b.Const.Shape[0] != v.Const.Shape[1] {
+					continue
+				}
+				if g.ExportSignature && b.ExportKind != "PARAMETER" || !g.ExportSignature && ExporterNamed(b.Name) {
+					continue
+				}
+				if m, ok := strings.CutSuffix(b.Name, "bias"); ok && (m == "" || strings.HasSuffix(m, ".") || strings.HasSuffix(m, "_")) {
+					return m + "weight"
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// Values returns e's tensor as PyTorch lays it out, in float32 (a float64
+// model's values rounded).
+func (e StateEntry) Values() ([]float32, error) {
+	t := e.t
+	if t == nil {
+		return nil, fmt.Errorf("rewrite: state dict: %q: no values (not an entry of StateDictOf)", e.Key)
+	}
+	n := t.Len()
+	out := make([]float32, n)
+	if t.F32 != nil {
+		copy(out, t.F32)
+	} else {
+		for i := range out {
+			out[i] = float32(t.At(i))
+		}
+	}
+	if !e.Transposed {
+		return out, nil
+	}
+	rows, cols := int(t.Shape[0]), int(t.Shape[1])
+	tr := make([]float32, n)
+	for i := 0; i < rows; i++ {
+		for j := 0; j < cols; j++ {
+			tr[j*rows+i] = out[i*cols+j]
+		}
+	}
+	return tr, nil
+}
