@@ -141,6 +141,27 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 			}
 		}
 	}
+	// torch.export's signature marks (TorchInputKind) on the initializers'
+	// value_info: without them a model trained and loaded again would take
+	// its parameters for values the exporter's optimizer made (a folded
+	// convolution weight, ExportForm; the state dict, rewrite.StateDictOf).
+	// Written afresh, with the initializer's own shape and type (a
+	// replaced head's differ from the loaded entry's).
+	if og != nil && g.ExportSignature {
+		inValueInfo := map[string]bool{}
+		for _, vi := range gp.ValueInfo {
+			inValueInfo[vi.GetName()] = true
+		}
+		for _, vi := range og.ValueInfo {
+			name := vi.GetName()
+			v, ok := g.Values[name]
+			if !ok || !v.Initializer || v.Const == nil || inValueInfo[name] || written[name] || !hasTorchKind(vi.GetMetadataProps()) {
+				continue
+			}
+			inValueInfo[name] = true
+			gp.ValueInfo = append(gp.ValueInfo, valueInfo(v, vi))
+		}
+	}
 	return src.Derive(mp), nil
 }
 
@@ -264,4 +285,14 @@ func valueInfo(v *Value, prev *onnxpb.ValueInfoProto) *onnxpb.ValueInfoProto {
 		vi.MetadataProps = prev.MetadataProps
 	}
 	return vi
+}
+
+// hasTorchKind says whether md holds a torch.export signature mark.
+func hasTorchKind(md []*onnxpb.StringStringEntryProto) bool {
+	for _, e := range md {
+		if e.GetKey() == TorchInputKind {
+			return true
+		}
+	}
+	return false
 }

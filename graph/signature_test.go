@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
 )
 
@@ -64,5 +65,46 @@ func TestNodeScope(t *testing.T) {
 	}
 	if got := (&Node{proto: &onnxpb.NodeProto{}}).Scope(); got != "" {
 		t.Errorf("no record: %q", got)
+	}
+}
+
+// TestSignatureMarksKept: a model written by ToONNX keeps torch.export's
+// marks on its initializers, trained (their data changed) or not, so
+// that it reads back as it was read: without them the trained model's
+// parameters would pass for values the exporter's optimizer made.
+func TestSignatureMarksKept(t *testing.T) {
+	b := newBuilder(18).input("x", 2, 1, 3, 3).
+		init("w", &Tensor{DType: Float32, Shape: []int64{1, 1, 1, 1}, F32: []float32{2}}).
+		init("running_mean", &Tensor{DType: Float32, Shape: []int64{1}, F32: []float32{0.1}}).
+		node("Conv", []string{"x", "w"}, []string{"c"}).
+		node("Sub", []string{"c", "running_mean"}, []string{"y"}).output("y")
+	for name, kind := range map[string]string{"w": "PARAMETER", "running_mean": "BUFFER"} {
+		b.p.Graph.ValueInfo = append(b.p.Graph.ValueInfo, &onnxpb.ValueInfoProto{Name: proto.String(name),
+			MetadataProps: []*onnxpb.StringStringEntryProto{{Key: proto.String(TorchInputKind), Value: proto.String(kind)}}})
+	}
+	for _, trained := range []bool{false, true} {
+		g := b.graph(t)
+		if trained {
+			g.Values["w"].Const = &Tensor{DType: Float32, Shape: []int64{1, 1, 1, 1}, F32: []float32{3}}
+		}
+		m, err := g.ToONNX()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := m.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := onnx.LoadBytes(raw, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g2, err := FromONNX(m2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !g2.ExportSignature || g2.Values["w"].ExportKind != "PARAMETER" || g2.Values["running_mean"].ExportKind != "BUFFER" {
+			t.Errorf("trained %v: read back with signature %v, w %q, running_mean %q", trained, g2.ExportSignature, g2.Values["w"].ExportKind, g2.Values["running_mean"].ExportKind)
+		}
 	}
 }

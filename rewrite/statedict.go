@@ -3,6 +3,8 @@ package rewrite
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -55,7 +57,18 @@ type StateDict struct {
 // ErrFoldedExport says the model's BatchNorms were folded into its
 // convolutions (an eval-mode export): its convolution weights are no
 // module's weights.
-var ErrFoldedExport = errors.New("the export folded its BatchNorms into the convolutions (torch.onnx.export of model.eval() with constant folding): each convolution's weight and bias are its weight and its BatchNorm's together, which no state dict of the module holds; export in training mode with do_constant_folding=False (README, \"Export\") and train that export for weights that load into the module")
+var ErrFoldedExport = errors.New("the exporter folded its BatchNorms into the convolutions (torch.onnx.export of model.eval() with constant folding, or the dynamo exporter's optimizer): each such convolution's weight and bias are its weight and its BatchNorm's together, which no state dict of the module holds; export in training mode with do_constant_folding=False (README, \"Export\"; the dynamo exporter: optimize=False) and train that export for weights that load into the module")
+
+// foldedWeight says whether w, a convolution's weight, is one an exporter
+// made by folding a BatchNorm into it: TorchScript's exporter names it
+// anew (onnx::Conv_497), the dynamo exporter's optimizer keeps the name
+// but not the signature's mark (ExportForm's reading).
+func foldedWeight(g *graph.Graph, w *graph.Value) bool {
+	if g.ExportSignature {
+		return w.ExportKind == "" && !w.ExportConstant && !w.NoGradient
+	}
+	return ExporterNamed(w.Name)
+}
 
 // StateDictOf says which of g's initializers are which tensors of the
 // PyTorch module's state dict, and in what layout:
@@ -82,12 +95,16 @@ var ErrFoldedExport = errors.New("the export folded its BatchNorms into the conv
 // (GELU's constants, attention's scale) and values no gradient reaches
 // (masks) are constants, not state; any other initializer is listed in
 // Unnamed with the reason. Two initializers named alike are an error, as
-// is a model whose BatchNorms the exporter folded (ErrFoldedExport).
+// is a model one of whose BatchNorms the exporter folded into a
+// convolution (ErrFoldedExport: an eval-form export, DenseNet's first
+// convolution even where its other BatchNorms stay).
 // sample is one sample's shape (nil: the model's), which finds the
 // GroupNorms; g is not changed.
 func StateDictOf(g *graph.Graph, sample []int64) (*StateDict, error) {
-	if ExportForm(g) == ExportEvalFolded {
-		return nil, ErrFoldedExport
+	for _, n := range g.Nodes {
+		if w := n.Input(1); (n.OpType == "Conv" || n.OpType == "ConvTranspose") && w != nil && w.Initializer && w.Const != nil && foldedWeight(g, w) {
+			return nil, fmt.Errorf("rewrite: state dict: convolution %s reads %s: %w", nodeLabel(n), w.Name, ErrFoldedExport)
+		}
 	}
 	c := g.Clone()
 	// The exporter stores equal tensors once and reads the others through
@@ -238,9 +255,6 @@ func stateKey(g *graph.Graph, v *graph.Value) (key string, transposed, scoped bo
 		if k := linearByBias(g, v); k != "" {
 			return k, true, false, ""
 		}
-		if strings.Contains(v.Name, ".") && convWeight(v) {
-			return "", false, false, "the exporter's optimizer folded a BatchNorm into this convolution's weight, under its name: its values are no longer the module's; export with optimize=False to keep them apart"
-		}
 		scope := ScopeOf(v)
 		if scope != "" && len(v.Const.Shape) == 2 && isProductOperand(v) {
 			// The module whose forward multiplies by it: a Linear of its
@@ -268,17 +282,6 @@ func stateKey(g *graph.Graph, v *graph.Value) (key string, transposed, scoped bo
 		return m, tr, tr || isProductOperand(v), ""
 	}
 	return "", false, false, "the exporter named it and no layer's module scope names it: a value computed from parameters and folded (Swin's position biases gathered from their table); an export without constant folding (do_constant_folding=False) keeps the parameters it was computed from"
-}
-
-// convWeight says whether a Conv or ConvTranspose reads v as its weight.
-func convWeight(v *graph.Value) bool {
-	for _, n := range v.Consumers {
-		u, r := reader(v, n)
-		if (r.OpType == "Conv" || r.OpType == "ConvTranspose") && r.Input(1) == u {
-			return true
-		}
-	}
-	return false
 }
 
 // isProductOperand says whether a Gemm or MatMul reads v as its weight.
@@ -395,4 +398,194 @@ func (e StateEntry) Values() ([]float32, error) {
 		}
 	}
 	return tr, nil
+}
+
+// UnfoldFrozenBatchNorm gives sd, the state dict of tuned, a model a run
+// with --bn freeze trained, back the BatchNorms RewriteBatchNorm froze:
+// original is the export the run started from, whose BatchNormalization
+// nodes name the module's BatchNorm tensors. A frozen BatchNorm computes
+// s·x + t with s = γ/√(var + ε) and t = β − s·mean, from the running
+// statistics, and the run trained
+//
+//   - where it was folded into the convolution before it, the product W' =
+//     s·W and the bias b' = s·(c − mean) + β (c the convolution's own bias,
+//     or none): the module's convolution gets W = W'/s and its bias c as
+//     it was, its BatchNorm γ, mean and var as they were and β = b' −
+//     s·(c − mean) — exact in eval mode, where the module's BatchNorm
+//     computes s·x + β − s·mean. A channel whose γ is 0 gets γ = √(var + ε)
+//     instead (s = 1), which its W' needs;
+//   - where it was not folded, s and t themselves (the Mul and Add of shape
+//     (C, 1, …, 1) under γ's and β's names): γ = s·√(var + ε), β = t +
+//     s·mean.
+//
+// A BatchNorm of original found in tuned in neither form is an error, as
+// is a folded copy of a shared weight (…_bnfold), trained apart from it.
+func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
+	c := original.Clone()
+	if _, err := Cleanup(c); err != nil {
+		return fmt.Errorf("rewrite: unfolding BatchNorm: %w", err)
+	}
+	relink(c)
+	index := func(pred func(e *StateEntry) bool) int {
+		for i := range sd.Entries {
+			if pred(&sd.Entries[i]) {
+				return i
+			}
+		}
+		return -1
+	}
+	byKey := func(k string) int { return index(func(e *StateEntry) bool { return e.Key == k }) }
+	set := func(key string, shape []int64, vals []float64) {
+		t := floatTensor(graph.Float32, shape, vals)
+		e := StateEntry{Key: key, Source: key, Shape: shape, t: t}
+		if i := byKey(key); i >= 0 {
+			sd.Entries[i] = e
+		} else {
+			sd.Entries = append(sd.Entries, e)
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.OpType != "BatchNormalization" || n.Domain != "" || len(n.Inputs) < 5 {
+			continue
+		}
+		var p [4][]float64 // γ, β, mean, var
+		for j := range p {
+			v := n.Inputs[1+j]
+			if v == nil || v.Const == nil || ExporterNamed(v.Name) {
+				return fmt.Errorf("rewrite: unfolding BatchNorm %s: its input %d is no named initializer", nodeLabel(n), 1+j)
+			}
+			vals, err := floats(v.Const)
+			if err != nil {
+				return fmt.Errorf("rewrite: unfolding BatchNorm %s: %w", nodeLabel(n), err)
+			}
+			p[j] = vals
+		}
+		gamma, beta, mean, vr := p[0], p[1], p[2], p[3]
+		ch := len(gamma)
+		if len(beta) != ch || len(mean) != ch || len(vr) != ch {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: its tensors differ in length", nodeLabel(n))
+		}
+		eps := 1e-5
+		if e, err := n.Float("epsilon"); err == nil {
+			eps = float64(e)
+		}
+		den := make([]float64, ch)
+		for i := range den {
+			den[i] = math.Sqrt(vr[i] + eps)
+		}
+		gk, bk, mk, vk := n.Inputs[1].Name, n.Inputs[2].Name, n.Inputs[3].Name, n.Inputs[4].Name
+		cs := []int64{int64(ch)}
+		if i := byKey(gk); i >= 0 && len(sd.Entries[i].Shape) >= 2 {
+			// Not folded: Mul(s) and Add(t).
+			j := byKey(bk)
+			if j < 0 {
+				return fmt.Errorf("rewrite: unfolding BatchNorm %s: %s is in the model, %s not", nodeLabel(n), gk, bk)
+			}
+			s, err := entryFloats(sd.Entries[i])
+			if err != nil {
+				return err
+			}
+			t, err := entryFloats(sd.Entries[j])
+			if err != nil {
+				return err
+			}
+			if len(s) != ch || len(t) != ch {
+				return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model's %s and %s are not of %d channels", nodeLabel(n), gk, bk, ch)
+			}
+			g2, b2 := make([]float64, ch), make([]float64, ch)
+			for k := range ch {
+				g2[k] = s[k] * den[k]
+				b2[k] = t[k] + s[k]*mean[k]
+			}
+			set(gk, cs, g2)
+			set(bk, cs, b2)
+			set(mk, cs, mean)
+			set(vk, cs, vr)
+			continue
+		}
+		conv := n.Inputs[0].Producer
+		if conv == nil || conv.OpType != "Conv" || conv.Input(1) == nil || conv.Input(1).Const == nil {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has neither its frozen form nor a convolution it was folded into", nodeLabel(n))
+		}
+		wk := conv.Input(1).Name
+		var tc *graph.Node // the tuned convolution
+		for _, m := range tuned.Nodes {
+			if m.OpType == "Conv" && m.Input(1) != nil && (m.Input(1).Name == wk || m.Input(1).Name == wk+"_bnfold") {
+				tc = m
+				break
+			}
+		}
+		if tc == nil || tc.Input(2) == nil {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has no convolution of %s with the bias its folding adds", nodeLabel(n), wk)
+		}
+		if tc.Input(1).Name != wk {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution weight %s is shared with another layer, and the run trained its folded copy %s apart from it: no module holds both", nodeLabel(n), wk, tc.Input(1).Name)
+		}
+		wi := index(func(e *StateEntry) bool { return e.Source == tc.Input(1).Name })
+		bi := index(func(e *StateEntry) bool { return e.Source == tc.Input(2).Name })
+		if wi < 0 || bi < 0 {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the state dict lacks %s or %s", nodeLabel(n), tc.Input(1).Name, tc.Input(2).Name)
+		}
+		w, err := entryFloats(sd.Entries[wi])
+		if err != nil {
+			return err
+		}
+		b, err := entryFloats(sd.Entries[bi])
+		if err != nil {
+			return err
+		}
+		if len(b) != ch || len(w)%ch != 0 {
+			return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution %s has %d outputs, the BatchNorm %d channels", nodeLabel(n), wk, len(b), ch)
+		}
+		cb := make([]float64, ch) // the convolution's own bias, as it was
+		ck := ""
+		if v := conv.Input(2); v != nil && v.Const != nil {
+			if cb, err = floats(v.Const); err != nil || len(cb) != ch {
+				return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution bias %s: %d values, %v", nodeLabel(n), v.Name, len(cb), err)
+			}
+			ck = v.Name
+		}
+		g2, b2 := append([]float64(nil), gamma...), make([]float64, ch)
+		per := len(w) / ch
+		for k := range ch {
+			s := gamma[k] / den[k]
+			if s == 0 || math.IsInf(1/s, 0) {
+				g2[k], s = den[k], 1
+			}
+			for j := range per {
+				w[k*per+j] /= s
+			}
+			b2[k] = b[k] - s*(cb[k]-mean[k])
+		}
+		set(wk, sd.Entries[wi].Shape, w)
+		if bi = index(func(e *StateEntry) bool { return e.Source == tc.Input(2).Name }); bi >= 0 && ck != tc.Input(2).Name {
+			sd.Entries = slices.Delete(sd.Entries, bi, bi+1)
+		}
+		if ck != "" {
+			set(ck, cs, cb)
+		}
+		set(gk, cs, g2)
+		set(bk, cs, b2)
+		set(mk, cs, mean)
+		set(vk, cs, vr)
+	}
+	for _, e := range sd.Entries {
+		if strings.HasSuffix(e.Source, "_bnfold") {
+			return fmt.Errorf("rewrite: unfolding BatchNorm: %s is a folded copy of a shared weight, trained apart from it: no module holds both", e.Source)
+		}
+	}
+	return nil
+}
+
+// entryFloats returns e's values in float64, as PyTorch lays them out.
+func entryFloats(e StateEntry) ([]float64, error) {
+	v, err := e.Values()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out, nil
 }

@@ -1,9 +1,12 @@
 package rewrite
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/graph"
 )
 
 // entryOf returns sd's entry of key, or nil.
@@ -140,5 +143,108 @@ func TestStateDictOfErrors(t *testing.T) {
 		node("Gemm", "/other/Gemm", []string{"h", "fc.weight"}, []string{"y"}, attrInt("transB", 1)).build(t)
 	if _, err := StateDictOf(twice, nil); err == nil || !strings.Contains(err.Error(), `both "fc.weight"`) {
 		t.Errorf("two initializers of one key: %v", err)
+	}
+}
+
+// TestUnfoldFrozenBatchNorm: a model frozen by --bn freeze (RewriteBatchNorm
+// folds conv1's BatchNorm and conv2's, which has a bias of its own, into
+// them; bn2, after a Relu, becomes a Mul and an Add) and exported, then
+// unfolded against the original, gives back the original's state dict —
+// every tensor, the BatchNorms' included — to float32's rounding; a run
+// trains what the folding made, and the unfolding is that algebra
+// undone. A BatchNorm the tuned model lacks in both forms is an error.
+func TestUnfoldFrozenBatchNorm(t *testing.T) {
+	build := func(gamma3 float32) *graph.Graph {
+		b := newMB().input("x", "N", 3, 4, 4).output("y", "N", 4, 4, 4).
+			init("conv1.weight", []int64{4, 3, 3, 3}).
+			init("bn1.weight", []int64{4}, 1.5, 0.5, -0.7, gamma3).init("bn1.bias", []int64{4}, 0.1, -0.2, 0.3, 0).
+			init("bn1.running_mean", []int64{4}, 0.3, -0.1, 0.05, 1).init("bn1.running_var", []int64{4}, 0.5, 1.5, 2, 0.25).
+			init("bn2.weight", []int64{4}, 0.9, 1.1, 1.3, -0.4).init("bn2.bias", []int64{4}, 0, 0.2, -0.1, 0.4).
+			init("bn2.running_mean", []int64{4}, -0.2, 0.1, 0.4, 0.3).init("bn2.running_var", []int64{4}, 1, 0.7, 1.2, 3).
+			init("conv2.weight", []int64{4, 4, 1, 1}).init("conv2.bias", []int64{4}, 0.5, -0.5, 0.25, 0).
+			init("bn3.weight", []int64{4}, 1, 2, 0.5, 0.8).init("bn3.bias", []int64{4}, 0.1, 0.1, -0.3, 0.2).
+			init("bn3.running_mean", []int64{4}, 0.2, -0.4, 0, 0.1).init("bn3.running_var", []int64{4}, 0.9, 1.1, 0.6, 2.5).
+			node("Conv", "/conv1/Conv", []string{"x", "conv1.weight"}, []string{"c1"}, attrInts("pads", 1, 1, 1, 1)).
+			node("BatchNormalization", "/bn1/BatchNormalization", []string{"c1", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var"}, []string{"b1"}).
+			node("Relu", "/relu/Relu", []string{"b1"}, []string{"r1"}).
+			node("BatchNormalization", "/bn2/BatchNormalization", []string{"r1", "bn2.weight", "bn2.bias", "bn2.running_mean", "bn2.running_var"}, []string{"b2"}).
+			node("Conv", "/conv2/Conv", []string{"b2", "conv2.weight", "conv2.bias"}, []string{"c2"}).
+			node("BatchNormalization", "/bn3/BatchNormalization", []string{"c2", "bn3.weight", "bn3.bias", "bn3.running_mean", "bn3.running_var"}, []string{"y"})
+		return b.build(t)
+	}
+	orig := build(2)
+	want, err := StateDictOf(orig, []int64{3, 4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	freeze := func(g *graph.Graph) *graph.Graph {
+		if _, err := Prepare(g, Options{PlanOptions: PlanOptions{InputShape: []int64{3, 4, 4}, Batch: 2}, BN: BNOptions{Mode: BNFreeze}}); err != nil {
+			t.Fatal(err)
+		}
+		return roundTrip(t, exported(t, g))
+	}
+	tuned := freeze(build(2))
+	sd, err := StateDictOf(tuned, []int64{3, 4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entryOf(sd, "bn1.running_mean") != nil || entryOf(sd, "conv1.bias") == nil {
+		t.Fatalf("the frozen model is not folded as the test means: %+v", sd.Entries)
+	}
+	if err := UnfoldFrozenBatchNorm(sd, tuned, orig); err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.Entries) != len(want.Entries) {
+		var keys []string
+		for _, e := range sd.Entries {
+			keys = append(keys, e.Key)
+		}
+		t.Errorf("unfolded keys %v, want the original's %d", keys, len(want.Entries))
+	}
+	for _, w := range want.Entries {
+		e := entryOf(sd, w.Key)
+		if e == nil {
+			t.Errorf("no %s", w.Key)
+			continue
+		}
+		if !slices.Equal(e.Shape, w.Shape) {
+			t.Errorf("%s: shape %v, want %v", w.Key, e.Shape, w.Shape)
+		}
+		got, _ := e.Values()
+		ref, _ := w.Values()
+		for i := range ref {
+			if d := math.Abs(float64(got[i] - ref[i])); d > 1e-6*math.Max(1, math.Abs(float64(ref[i]))) {
+				t.Errorf("%s[%d] = %g, want %g", w.Key, i, got[i], ref[i])
+				break
+			}
+		}
+	}
+	// A channel whose γ is 0: its folded weights are 0, and W'/s has no
+	// value; the unfolding gives it γ = √(var + ε) (s = 1), W = W' and β
+	// from its folded bias, which compute what the folded channel does.
+	zero := build(0)
+	tz := freeze(build(0))
+	sd, err = StateDictOf(tz, []int64{3, 4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := UnfoldFrozenBatchNorm(sd, tz, zero); err != nil {
+		t.Fatal(err)
+	}
+	g3, _ := entryOf(sd, "bn1.weight").Values()
+	w3, _ := entryOf(sd, "conv1.weight").Values()
+	b3, _ := entryOf(sd, "bn1.bias").Values()
+	// β: the channel's output is its folded bias β = 0, which γ(0 −
+	// mean)/√(var + ε) + β' = −mean + β' makes with β' = mean = 1.
+	if d := math.Abs(float64(g3[3]) - math.Sqrt(0.25+1e-5)); d > 1e-6 || w3[3*27] != 0 || math.Abs(float64(b3[3])-1) > 1e-6 {
+		t.Errorf("γ = 0 channel unfolded to γ %g, W[3,0,0,0] %g, β %g; want √(var+ε) = %g, 0 and the mean 1", g3[3], w3[3*27], b3[3], math.Sqrt(0.25+1e-5))
+	}
+	// The tuned model of another original: its BatchNorms are not there.
+	other := newMB().input("x", "N", 3, 4, 4).output("y", "N", 3, 4, 4).
+		init("bnX.weight", []int64{3}, 1).init("bnX.bias", []int64{3}, 0).init("bnX.running_mean", []int64{3}, 0).init("bnX.running_var", []int64{3}, 1).
+		node("BatchNormalization", "/bnX/BatchNormalization", []string{"x", "bnX.weight", "bnX.bias", "bnX.running_mean", "bnX.running_var"}, []string{"y"}).build(t)
+	sd, _ = StateDictOf(tuned, []int64{3, 4, 4})
+	if err := UnfoldFrozenBatchNorm(sd, tuned, other); err == nil || !strings.Contains(err.Error(), "neither its frozen form") {
+		t.Errorf("unfolding against another model: %v", err)
 	}
 }

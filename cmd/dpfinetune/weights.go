@@ -38,6 +38,9 @@ type WeightsRecord struct {
 	// replaced it), it must be replaced by GroupNorm(groups, channels,
 	// eps=epsilon) before the state dict loads.
 	GroupNorms []rewrite.GroupNormModule `json:"groupnorms,omitempty"`
+	// BatchNormsFrom names the export (--like) whose BatchNorms a --bn
+	// freeze run's state dict was given back.
+	BatchNormsFrom string `json:"batchnorms_from,omitempty"`
 	// Transposed lists the keys whose initializer held the transpose (a
 	// Linear weight the exporter folded its transpose into).
 	Transposed []string `json:"transposed,omitempty"`
@@ -61,10 +64,11 @@ const weightsFormat = "dpfinetune-state-dict-1"
 const weightsRecordName = "dpfinetune.json"
 
 func runWeights(args []string, stdout io.Writer) error {
-	fs := newFlagSet("weights", "--model M.onnx --out W.pt|W.safetensors [--input-shape C,H,W] [--allow-unnamed] [--json]")
+	fs := newFlagSet("weights", "--model M.onnx --out W.pt|W.safetensors [--like ORIGINAL.onnx] [--input-shape C,H,W] [--allow-unnamed] [--json]")
 	model := fs.String("model", "", "ONNX model file (required): a model train wrote, or an export")
 	out := fs.String("out", "", "the state dict to write (required): .pt (torch.load) or .safetensors (safetensors.torch.load_file)")
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's), where the model's is not fixed")
+	like := fs.String("like", "", "the export a --bn freeze run started from: its BatchNorms, which the run folded into the convolutions, given back to the module (required for such a run)")
 	allowUnnamed := fs.Bool("allow-unnamed", false, "write the tensors that have state-dict names even where some have none (they are listed, and left out)")
 	asJSON := fs.Bool("json", false, "print what was written as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -97,8 +101,12 @@ func runWeights(args []string, stdout io.Writer) error {
 			rec.Metadata[k] = kv.GetValue()
 		}
 	}
-	if bn := rec.Metadata["batchnorm"]; strings.HasPrefix(bn, string(rewrite.BNFreeze)) {
-		return fmt.Errorf("%s: trained with --bn freeze (%s): each frozen BatchNorm was folded into the convolution before it, so the trained convolution weights are no weights of the module's convolutions; train with --bn groupnorm (the default) for weights that load into the module, or serve the ONNX model", *model, bn)
+	frozen := strings.HasPrefix(rec.Metadata["batchnorm"], string(rewrite.BNFreeze))
+	switch {
+	case frozen && *like == "":
+		return usagef("%s: trained with --bn freeze (%s): its frozen BatchNorms were folded into the convolutions; --like ORIGINAL.onnx, the export the run started from, gives them back", *model, rec.Metadata["batchnorm"])
+	case !frozen && *like != "":
+		return usagef("--like: %s is no --bn freeze run (its metadata says no BatchNorm was frozen)", *model)
 	}
 	g := lm.g
 	sample, err := modelSample(g, *inShape)
@@ -108,6 +116,16 @@ func runWeights(args []string, stdout io.Writer) error {
 	sd, err := rewrite.StateDictOf(g, sample)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
+	}
+	if frozen {
+		orig, err := loadGraph(*like)
+		if err != nil {
+			return err
+		}
+		if err := rewrite.UnfoldFrozenBatchNorm(sd, g, orig.g); err != nil {
+			return fmt.Errorf("%s (--like %s): %w", *model, *like, err)
+		}
+		rec.BatchNormsFrom = filepath.Base(*like)
 	}
 	if len(sd.Unnamed) > 0 && !*allowUnnamed {
 		var list []string

@@ -92,9 +92,11 @@ else:
 // ViT whose Linear weights the exporter folded transposed, and
 // nn.MultiheadAttention's in_proj_weight); a tuned model's weights —
 // BatchNorm trained as GroupNorm, a new 10-class head, and a calibrated
-// temperature — loaded by docs/load_state_dict.py give the module the
-// logits `predict` computes with the tuned ONNX model; a folded export and
-// a --bn freeze run are refused with their reasons.
+// temperature; and a --bn freeze run's, its BatchNorms folded into the
+// convolutions given back from the original export (--like) — loaded by
+// docs/load_state_dict.py give the module the logits `predict` computes
+// with the tuned ONNX model; a folded export, a --bn freeze run without
+// --like and --like without one are refused with their reasons.
 func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("exports torchvision models; skipped in -short")
@@ -164,7 +166,10 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		t.Errorf("resnet tuned: the record's metadata lacks the run's ε or its BatchNorm rewrite: %v", written.Record.Metadata)
 	}
 	mustRun("weights", "--model", p("vit_cal.onnx"), "--out", p("vit1.safetensors"))
-	for _, m := range []string{"resnet_tuned", "vit_cal"} {
+	// --bn freeze: the BatchNorms folded into the convolutions, given back.
+	train(p("resnet_train.onnx"), p("resnet_frozen.onnx"), "--bn", "freeze")
+	mustRun("weights", "--model", p("resnet_frozen.onnx"), "--like", p("resnet_train.onnx"), "--out", p("resnet2.pt"))
+	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen"} {
 		mustRun("predict", "--model", p(m+".onnx"), "--input", p("x.npy"), "--out", p(m+"_y.npy"))
 	}
 
@@ -180,6 +185,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		{"vit", "same", p("vit0.safetensors"), "", ""},
 		{"resnet", "tuned", p("resnet1.pt"), p("x.npy"), p("resnet_tuned_y.npy")},
 		{"vit", "tuned", p("vit1.safetensors"), p("x.npy"), p("vit_cal_y.npy")},
+		{"resnet", "tuned", p("resnet2.pt"), p("x.npy"), p("resnet_frozen_y.npy")},
 	}
 	b, _ := json.Marshal(jobs)
 	if err := os.WriteFile(p("job.json"), b, 0o644); err != nil {
@@ -226,6 +232,9 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if temp := res[3].Record.Calibration["temperature"]; len(temp) != 1 || !(temp[0] > 0) {
 		t.Errorf("vit calibrated: the record's temperature is %v", temp)
 	}
+	if r := res[4]; len(r.Record.GroupNorms) != 0 || r.Modules["bn1"] != "BatchNorm2d" || r.Record.BatchNormsFrom != "resnet_train.onnx" {
+		t.Errorf("resnet frozen: GroupNorms %v, bn1 a %s, BatchNorms from %q; want the module's own BatchNorms back", r.Record.GroupNorms, r.Modules["bn1"], r.Record.BatchNormsFrom)
+	}
 
 	// Refusals, each with its reason.
 	refused := func(want string, args ...string) {
@@ -236,8 +245,8 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		}
 	}
 	refused("folded its BatchNorms", "weights", "--model", p("resnet_eval.onnx"), "--out", p("x.pt"))
-	train(p("resnet_train.onnx"), p("resnet_frozen.onnx"), "--bn", "freeze")
-	refused("trained with --bn freeze", "weights", "--model", p("resnet_frozen.onnx"), "--out", p("x.pt"))
+	refused("--like ORIGINAL.onnx", "weights", "--model", p("resnet_frozen.onnx"), "--out", p("x.pt"))
+	refused("no --bn freeze run", "weights", "--model", p("resnet_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("x.pt"))
 	refused("want a .pt", "weights", "--model", p("resnet_train.onnx"), "--out", p("x.bin"))
 	refused("--out is required", "weights", "--model", p("resnet_train.onnx"))
 }
@@ -296,6 +305,33 @@ func TestWeightsDynamoExport(t *testing.T) {
 	lm, err := loadGraph(model)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The model as train writes it (ExportGraph, ToONNX) reads back with
+	// the same keys: the signature's marks are written with it.
+	eg, err := rewrite.ExportGraph(lm.g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, err := eg.ToONNX()
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := filepath.Join(dir, "written.onnx")
+	if err := om.Save(written, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, e, code = run(t, "weights", "--model", written, "--out", filepath.Join(dir, "w2.pt"), "--allow-unnamed", "--json")
+	if code != 0 {
+		t.Fatalf("weights of the written model: exit %d: %s", code, e)
+	}
+	var w2 struct {
+		Keys []string `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(out), &w2); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(w2.Keys, w.Keys) {
+		t.Errorf("the written model's keys differ from the export's: %d against %d", len(w2.Keys), len(w.Keys))
 	}
 	for _, c := range []struct{ key, src string }{{"features.1.0.attn.qkv.weight", "val_34"}, {"features.2.reduction.weight", "val_781"}} {
 		v := lm.g.Values[c.src]
