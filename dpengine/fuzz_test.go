@@ -95,6 +95,7 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	// The model read back as a PyTorch state dict (`weights`): an error
 	// at most, the graph unchanged.
 	_, _ = rewrite.StateDictOf(g, sample)
+	original := g.Clone()
 	const batch = 2
 	c := g.Clone()
 	if err := c.InferShapes(map[string][]int64{in.Name: append([]int64{batch}, sample...)}); err != nil {
@@ -129,7 +130,11 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 		return
 	}
 	if eg, err := rewrite.ExportGraph(g); err == nil {
-		_, _ = rewrite.StateDictOf(eg, sample)
+		if sd, err := rewrite.StateDictOf(eg, sample); err == nil {
+			// (`weights --like`: the mutated model as the original of a
+			// frozen run it is not.)
+			_ = rewrite.UnfoldFrozenBatchNorm(sd, eg, original)
+		}
 	}
 	if out, err := g.ToONNX(); err == nil {
 		if b, err := out.Bytes(); err == nil {

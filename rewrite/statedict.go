@@ -503,7 +503,10 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 			set(vk, cs, vr)
 			continue
 		}
-		conv := n.Inputs[0].Producer
+		var conv *graph.Node
+		if n.Inputs[0] != nil {
+			conv = n.Inputs[0].Producer
+		}
 		if conv == nil || conv.OpType != "Conv" || conv.Input(1) == nil || conv.Input(1).Const == nil {
 			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has neither its frozen form nor a convolution it was folded into", nodeLabel(n))
 		}
