@@ -94,7 +94,7 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 	}
 	// The model read back as a PyTorch state dict (`weights`): an error
 	// at most, the graph unchanged.
-	_, _ = rewrite.StateDictOf(g, sample)
+	_, _ = rewrite.StateDictOf(g, sample, false)
 	original := g.Clone()
 	const batch = 2
 	c := g.Clone()
@@ -130,10 +130,10 @@ func runPipeline(t *testing.T, data []byte, mode Mode) {
 		return
 	}
 	if eg, err := rewrite.ExportGraph(g); err == nil {
-		if sd, err := rewrite.StateDictOf(eg, sample); err == nil {
+		if sd, err := rewrite.StateDictOf(eg, sample, true); err == nil {
 			// (`weights --like`: the mutated model as the original of a
 			// frozen run it is not.)
-			_ = rewrite.UnfoldFrozenBatchNorm(sd, eg, original)
+			_, _ = rewrite.UnfoldBatchNorm(sd, eg, original)
 		}
 	}
 	if out, err := g.ToONNX(); err == nil {

@@ -64,6 +64,40 @@ func BatchNormCounts(changes []Change) (groupNorm, frozen int) {
 	return groupNorm, frozen
 }
 
+// MovedStatistics counts g's BatchNormalization nodes in training mode
+// (training_mode = 1; before opset 14, the running statistics among the
+// outputs) whose momentum is not 1, and returns PyTorch's momentum of the
+// first (1 − ONNX's). torch.onnx.export in TrainingMode.TRAINING runs the
+// module's forward in training mode once, which moves each BatchNorm's
+// running statistics by that momentum toward the batch statistics of
+// the dummy input, and writes the moved ones (PyTorch 1.13, checked): a
+// model frozen with them (BNFreeze) freezes statistics of no data. A
+// BatchNorm whose PyTorch momentum was set to 0 for the export (ONNX
+// momentum 1) kept its own.
+func MovedStatistics(g *graph.Graph) (n int, momentum float64) {
+	for _, nd := range g.Nodes {
+		if nd.OpType != "BatchNormalization" || nd.Domain != "" {
+			continue
+		}
+		training := len(nd.Outputs) > 1
+		if g.Opsets[""] >= 14 {
+			tm, _ := nd.Int("training_mode")
+			training = tm == 1
+		}
+		m, err := nd.Float("momentum")
+		if err != nil {
+			m = 0.9 // the operator's default
+		}
+		if training && m != 1 {
+			if n == 0 {
+				momentum = 1 - float64(m)
+			}
+			n++
+		}
+	}
+	return n, momentum
+}
+
 // DefaultGroups is the GroupNorm group count of the paper's appendix.
 const DefaultGroups = 16
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/graph"
+	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
 
@@ -521,4 +522,34 @@ func meanVar(x ...float32) (m, v float64) {
 		v += d * d / float64(len(x))
 	}
 	return m, v
+}
+
+// TestMovedStatistics: the training-form fixture (a TorchScript export in
+// TrainingMode.TRAINING at PyTorch's momentum 0.1) moved its 12
+// BatchNorms' statistics; an eval-mode BatchNorm and one exported at
+// momentum 0 did not.
+func TestMovedStatistics(t *testing.T) {
+	for _, c := range []struct {
+		path     string
+		n        int
+		momentum float64
+	}{
+		{"../testdata/models/resnet_train.onnx", 12, 0.1},
+		{"../testdata/exports/transforms.onnx", 0, 0},
+		{"../testdata/exports/bnfirst_b1.onnx", 0, 0},
+		{"../testdata/models/cnn.onnx", 0, 0},
+	} {
+		m, err := onnx.Load(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := graph.FromONNX(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, mom := MovedStatistics(g)
+		if n != c.n || math.Abs(mom-c.momentum) > 1e-6 {
+			t.Errorf("%s: %d BatchNorms moved by %g, want %d by %g", c.path, n, mom, c.n, c.momentum)
+		}
+	}
 }

@@ -98,10 +98,14 @@ func foldedWeight(g *graph.Graph, w *graph.Value) bool {
 // is a model one of whose BatchNorms the exporter folded into a
 // convolution (ErrFoldedExport: an eval-form export, DenseNet's first
 // convolution even where its other BatchNorms stay).
-// sample is one sample's shape (nil: the model's), which finds the
-// GroupNorms; g is not changed.
-func StateDictOf(g *graph.Graph, sample []int64) (*StateDict, error) {
+// With folded set, such convolutions are read as any (UnfoldBatchNorm
+// then gives their BatchNorms back). sample is one sample's shape (nil:
+// the model's), which finds the GroupNorms; g is not changed.
+func StateDictOf(g *graph.Graph, sample []int64, folded bool) (*StateDict, error) {
 	for _, n := range g.Nodes {
+		if folded {
+			break
+		}
 		if w := n.Input(1); (n.OpType == "Conv" || n.OpType == "ConvTranspose") && w != nil && w.Initializer && w.Const != nil && foldedWeight(g, w) {
 			return nil, fmt.Errorf("rewrite: state dict: convolution %s reads %s: %w", nodeLabel(n), w.Name, ErrFoldedExport)
 		}
@@ -400,41 +404,46 @@ func (e StateEntry) Values() ([]float32, error) {
 	return tr, nil
 }
 
-// UnfoldFrozenBatchNorm gives sd, the state dict of tuned, a model a run
-// with --bn freeze trained, back the BatchNorms RewriteBatchNorm froze:
-// original is the export the run started from, whose BatchNormalization
-// nodes name the module's BatchNorm tensors. A frozen BatchNorm computes
-// s·x + t with s = γ/√(var + ε) and t = β − s·mean, from the running
-// statistics, and the run trained
+// UnfoldBatchNorm gives sd, the state dict of tuned, back the BatchNorms
+// folded into its convolutions — by a run with --bn freeze
+// (RewriteBatchNorm's BNFreeze) or by the exporter (an eval-form export,
+// StateDictOf with folded set) — from original, an export of the same
+// module that keeps them (the one a --bn freeze run started from, or the
+// training-form export, do_constant_folding=False), whose
+// BatchNormalization nodes name the module's BatchNorm tensors. It
+// returns how many it gave back.
 //
-//   - where it was folded into the convolution before it, the product W' =
-//     s·W and the bias b' = s·(c − mean) + β (c the convolution's own bias,
-//     or none): the module's convolution gets W = W'/s and its bias c as
-//     it was, its BatchNorm γ, mean and var as they were and β = b' −
-//     s·(c − mean) — exact in eval mode, where the module's BatchNorm
-//     computes s·x + β − s·mean. A channel whose γ is 0 gets γ = √(var + ε)
-//     instead (s = 1), which its W' needs;
-//   - where it was not folded, s and t themselves (the Mul and Add of shape
-//     (C, 1, …, 1) under γ's and β's names): γ = s·√(var + ε), β = t +
-//     s·mean.
+// A BatchNorm frozen with its running statistics computes s·x + t with
+// s = γ/√(var + ε) and t = β − s·mean. Folded into the convolution before
+// it, the model computes with (and a run trained) W' = s·W and the bias
+// b' = s·(c − mean) + β, c the convolution's own bias or none: the module's
+// convolution gets W = W'/s and its bias c as it was, its BatchNorm γ,
+// mean and var as they were and β = b' − s·(c − mean) — exact in eval
+// mode, where the module's BatchNorm computes s·x + β − s·mean. A channel
+// whose γ is 0 gets γ = √(var + ε) instead (s = 1), which its W' needs. A
+// frozen BatchNorm a run left as a Mul and an Add (not after a
+// convolution of its own) holds s and t themselves, of shape (C, 1, …, 1)
+// under γ's and β's names: γ = s·√(var + ε), β = t + s·mean. A BatchNorm
+// the run trained as GroupNorm (sd.GroupNorms) stays one.
 //
-// A BatchNorm of original found in tuned in neither form is an error, as
-// is a folded copy of a shared weight (…_bnfold), trained apart from it.
-func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
+// A BatchNorm of original that tuned holds in none of these forms is an
+// error, as are a convolution of tuned whose folded BatchNorm original
+// does not name and a folded copy of a shared weight (…_bnfold), which the
+// run trained apart from it.
+func UnfoldBatchNorm(sd *StateDict, tuned, original *graph.Graph) (int, error) {
 	c := original.Clone()
 	if _, err := Cleanup(c); err != nil {
-		return fmt.Errorf("rewrite: unfolding BatchNorm: %w", err)
+		return 0, fmt.Errorf("rewrite: unfolding BatchNorm: %w", err)
 	}
 	relink(c)
-	index := func(pred func(e *StateEntry) bool) int {
+	byKey := func(k string) int {
 		for i := range sd.Entries {
-			if pred(&sd.Entries[i]) {
+			if sd.Entries[i].Key == k {
 				return i
 			}
 		}
 		return -1
 	}
-	byKey := func(k string) int { return index(func(e *StateEntry) bool { return e.Key == k }) }
 	set := func(key string, shape []int64, vals []float64) {
 		t := floatTensor(graph.Float32, shape, vals)
 		e := StateEntry{Key: key, Source: key, Shape: shape, t: t}
@@ -444,6 +453,33 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 			sd.Entries = append(sd.Entries, e)
 		}
 	}
+	// drop removes what sd read from the tuned initializer named src.
+	drop := func(src string) {
+		sd.Entries = slices.DeleteFunc(sd.Entries, func(e StateEntry) bool { return e.Source == src })
+		sd.Unnamed = slices.DeleteFunc(sd.Unnamed, func(u UnnamedTensor) bool { return u.Source == src })
+	}
+	groupNorm := map[string]bool{}
+	for _, gn := range sd.GroupNorms {
+		groupNorm[gn.Module+".weight"] = true
+	}
+	// The tuned convolutions a BatchNorm may have been folded into, by
+	// the original's name of their weight.
+	convs := map[string]*graph.Node{}
+	for _, m := range tuned.Nodes {
+		w := m.Input(1)
+		if m.OpType != "Conv" || w == nil || !w.Initializer || w.Const == nil {
+			continue
+		}
+		name := strings.TrimSuffix(w.Name, "_bnfold")
+		if !tuned.ExportSignature && ExporterNamed(w.Name) {
+			name = ModuleName(w)
+		}
+		if name != "" {
+			convs[name] = m
+		}
+	}
+	unfolded := map[*graph.Node]bool{}
+	given := 0
 	for _, n := range c.Nodes {
 		if n.OpType != "BatchNormalization" || n.Domain != "" || len(n.Inputs) < 5 {
 			continue
@@ -452,18 +488,22 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 		for j := range p {
 			v := n.Inputs[1+j]
 			if v == nil || v.Const == nil || ExporterNamed(v.Name) {
-				return fmt.Errorf("rewrite: unfolding BatchNorm %s: its input %d is no named initializer", nodeLabel(n), 1+j)
+				return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: its input %d is no named initializer", nodeLabel(n), 1+j)
 			}
 			vals, err := floats(v.Const)
 			if err != nil {
-				return fmt.Errorf("rewrite: unfolding BatchNorm %s: %w", nodeLabel(n), err)
+				return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: %w", nodeLabel(n), err)
 			}
 			p[j] = vals
 		}
 		gamma, beta, mean, vr := p[0], p[1], p[2], p[3]
 		ch := len(gamma)
 		if len(beta) != ch || len(mean) != ch || len(vr) != ch {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: its tensors differ in length", nodeLabel(n))
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: its tensors differ in length", nodeLabel(n))
+		}
+		gk, bk, mk, vk := n.Inputs[1].Name, n.Inputs[2].Name, n.Inputs[3].Name, n.Inputs[4].Name
+		if groupNorm[gk] {
+			continue
 		}
 		eps := 1e-5
 		if e, err := n.Float("epsilon"); err == nil {
@@ -473,24 +513,23 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 		for i := range den {
 			den[i] = math.Sqrt(vr[i] + eps)
 		}
-		gk, bk, mk, vk := n.Inputs[1].Name, n.Inputs[2].Name, n.Inputs[3].Name, n.Inputs[4].Name
 		cs := []int64{int64(ch)}
 		if i := byKey(gk); i >= 0 && len(sd.Entries[i].Shape) >= 2 {
 			// Not folded: Mul(s) and Add(t).
 			j := byKey(bk)
 			if j < 0 {
-				return fmt.Errorf("rewrite: unfolding BatchNorm %s: %s is in the model, %s not", nodeLabel(n), gk, bk)
+				return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: %s is in the model, %s not", nodeLabel(n), gk, bk)
 			}
 			s, err := entryFloats(sd.Entries[i])
 			if err != nil {
-				return err
+				return 0, err
 			}
 			t, err := entryFloats(sd.Entries[j])
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if len(s) != ch || len(t) != ch {
-				return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model's %s and %s are not of %d channels", nodeLabel(n), gk, bk, ch)
+				return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: the model's %s and %s are not of %d channels", nodeLabel(n), gk, bk, ch)
 			}
 			g2, b2 := make([]float64, ch), make([]float64, ch)
 			for k := range ch {
@@ -501,6 +540,7 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 			set(bk, cs, b2)
 			set(mk, cs, mean)
 			set(vk, cs, vr)
+			given++
 			continue
 		}
 		var conv *graph.Node
@@ -508,43 +548,32 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 			conv = n.Inputs[0].Producer
 		}
 		if conv == nil || conv.OpType != "Conv" || conv.Input(1) == nil || conv.Input(1).Const == nil {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has neither its frozen form nor a convolution it was folded into", nodeLabel(n))
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has neither its frozen form nor a convolution it was folded into", nodeLabel(n))
 		}
 		wk := conv.Input(1).Name
-		var tc *graph.Node // the tuned convolution
-		for _, m := range tuned.Nodes {
-			if m.OpType == "Conv" && m.Input(1) != nil && (m.Input(1).Name == wk || m.Input(1).Name == wk+"_bnfold") {
-				tc = m
-				break
-			}
+		tc := convs[wk]
+		if tc == nil || tc.Input(2) == nil || tc.Input(2).Const == nil {
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has no convolution of %s with the bias its folding adds", nodeLabel(n), wk)
 		}
-		if tc == nil || tc.Input(2) == nil {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the model has no convolution of %s with the bias its folding adds", nodeLabel(n), wk)
+		if strings.HasSuffix(tc.Input(1).Name, "_bnfold") {
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution weight %s is shared with another layer, and the run trained its folded copy %s apart from it: no module holds both", nodeLabel(n), wk, tc.Input(1).Name)
 		}
-		if tc.Input(1).Name != wk {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution weight %s is shared with another layer, and the run trained its folded copy %s apart from it: no module holds both", nodeLabel(n), wk, tc.Input(1).Name)
-		}
-		wi := index(func(e *StateEntry) bool { return e.Source == tc.Input(1).Name })
-		bi := index(func(e *StateEntry) bool { return e.Source == tc.Input(2).Name })
-		if wi < 0 || bi < 0 {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: the state dict lacks %s or %s", nodeLabel(n), tc.Input(1).Name, tc.Input(2).Name)
-		}
-		w, err := entryFloats(sd.Entries[wi])
+		w, err := floats(tc.Input(1).Const)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		b, err := entryFloats(sd.Entries[bi])
+		b, err := floats(tc.Input(2).Const)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(b) != ch || len(w)%ch != 0 {
-			return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution %s has %d outputs, the BatchNorm %d channels", nodeLabel(n), wk, len(b), ch)
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution %s has %d outputs, the BatchNorm %d channels", nodeLabel(n), wk, len(b), ch)
 		}
 		cb := make([]float64, ch) // the convolution's own bias, as it was
 		ck := ""
 		if v := conv.Input(2); v != nil && v.Const != nil {
 			if cb, err = floats(v.Const); err != nil || len(cb) != ch {
-				return fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution bias %s: %d values, %v", nodeLabel(n), v.Name, len(cb), err)
+				return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: convolution bias %s: %d values, %v", nodeLabel(n), v.Name, len(cb), err)
 			}
 			ck = v.Name
 		}
@@ -560,10 +589,11 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 			}
 			b2[k] = b[k] - s*(cb[k]-mean[k])
 		}
-		set(wk, sd.Entries[wi].Shape, w)
-		if bi = index(func(e *StateEntry) bool { return e.Source == tc.Input(2).Name }); bi >= 0 && ck != tc.Input(2).Name {
-			sd.Entries = slices.Delete(sd.Entries, bi, bi+1)
-		}
+		unfolded[tc] = true
+		given++
+		drop(tc.Input(1).Name)
+		drop(tc.Input(2).Name)
+		set(wk, append([]int64(nil), tc.Input(1).Const.Shape...), w)
 		if ck != "" {
 			set(ck, cs, cb)
 		}
@@ -572,12 +602,16 @@ func UnfoldFrozenBatchNorm(sd *StateDict, tuned, original *graph.Graph) error {
 		set(mk, cs, mean)
 		set(vk, cs, vr)
 	}
-	for _, e := range sd.Entries {
-		if strings.HasSuffix(e.Source, "_bnfold") {
-			return fmt.Errorf("rewrite: unfolding BatchNorm: %s is a folded copy of a shared weight, trained apart from it: no module holds both", e.Source)
+	for _, m := range tuned.Nodes {
+		w := m.Input(1)
+		if m.OpType != "Conv" || w == nil || !w.Initializer || w.Const == nil || unfolded[m] {
+			continue
+		}
+		if strings.HasSuffix(w.Name, "_bnfold") || foldedWeight(tuned, w) {
+			return 0, fmt.Errorf("rewrite: unfolding BatchNorm: convolution %s reads %s, a weight a BatchNorm was folded into, and the original model has no BatchNorm after its convolution", nodeLabel(m), w.Name)
 		}
 	}
-	return nil
+	return given, nil
 }
 
 // entryFloats returns e's values in float64, as PyTorch lays them out.

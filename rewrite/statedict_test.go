@@ -55,7 +55,7 @@ func TestStateDictOf(t *testing.T) {
 				}
 				g = roundTrip(t, exported(t, g))
 			}
-			sd, err := StateDictOf(g, fixtureSample(c.name))
+			sd, err := StateDictOf(g, fixtureSample(c.name), false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,26 +134,26 @@ func TestStateDictOfErrors(t *testing.T) {
 	folded := newMB().input("x", "N", 3, 4, 4).output("y", "N", 2, 4, 4).
 		init("onnx::Conv_7", []int64{2, 3, 1, 1}).init("onnx::Conv_8", []int64{2}).
 		node("Conv", "/conv1/Conv", []string{"x", "onnx::Conv_7", "onnx::Conv_8"}, []string{"y"}).build(t)
-	if _, err := StateDictOf(folded, nil); err == nil || !strings.Contains(err.Error(), "folded its BatchNorms") {
+	if _, err := StateDictOf(folded, nil, false); err == nil || !strings.Contains(err.Error(), "folded its BatchNorms") {
 		t.Errorf("folded export: %v", err)
 	}
 	twice := newMB().input("x", "N", 4).output("y", "N", 2).
 		init("fc.weight", []int64{2, 4}).init("onnx::Gemm_3", []int64{2, 4}).
 		node("Gemm", "/fc/Gemm", []string{"x", "onnx::Gemm_3"}, []string{"h"}, attrInt("transB", 1)).
 		node("Gemm", "/other/Gemm", []string{"h", "fc.weight"}, []string{"y"}, attrInt("transB", 1)).build(t)
-	if _, err := StateDictOf(twice, nil); err == nil || !strings.Contains(err.Error(), `both "fc.weight"`) {
+	if _, err := StateDictOf(twice, nil, false); err == nil || !strings.Contains(err.Error(), `both "fc.weight"`) {
 		t.Errorf("two initializers of one key: %v", err)
 	}
 }
 
-// TestUnfoldFrozenBatchNorm: a model frozen by --bn freeze (RewriteBatchNorm
+// TestUnfoldBatchNorm: a model frozen by --bn freeze (RewriteBatchNorm
 // folds conv1's BatchNorm and conv2's, which has a bias of its own, into
 // them; bn2, after a Relu, becomes a Mul and an Add) and exported, then
 // unfolded against the original, gives back the original's state dict —
 // every tensor, the BatchNorms' included — to float32's rounding; a run
 // trains what the folding made, and the unfolding is that algebra
 // undone. A BatchNorm the tuned model lacks in both forms is an error.
-func TestUnfoldFrozenBatchNorm(t *testing.T) {
+func TestUnfoldBatchNorm(t *testing.T) {
 	build := func(gamma3 float32) *graph.Graph {
 		b := newMB().input("x", "N", 3, 4, 4).output("y", "N", 4, 4, 4).
 			init("conv1.weight", []int64{4, 3, 3, 3}).
@@ -173,7 +173,7 @@ func TestUnfoldFrozenBatchNorm(t *testing.T) {
 		return b.build(t)
 	}
 	orig := build(2)
-	want, err := StateDictOf(orig, []int64{3, 4, 4})
+	want, err := StateDictOf(orig, []int64{3, 4, 4}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +184,14 @@ func TestUnfoldFrozenBatchNorm(t *testing.T) {
 		return roundTrip(t, exported(t, g))
 	}
 	tuned := freeze(build(2))
-	sd, err := StateDictOf(tuned, []int64{3, 4, 4})
+	sd, err := StateDictOf(tuned, []int64{3, 4, 4}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if entryOf(sd, "bn1.running_mean") != nil || entryOf(sd, "conv1.bias") == nil {
 		t.Fatalf("the frozen model is not folded as the test means: %+v", sd.Entries)
 	}
-	if err := UnfoldFrozenBatchNorm(sd, tuned, orig); err != nil {
+	if _, err := UnfoldBatchNorm(sd, tuned, orig); err != nil {
 		t.Fatal(err)
 	}
 	if len(sd.Entries) != len(want.Entries) {
@@ -224,11 +224,11 @@ func TestUnfoldFrozenBatchNorm(t *testing.T) {
 	// from its folded bias, which compute what the folded channel does.
 	zero := build(0)
 	tz := freeze(build(0))
-	sd, err = StateDictOf(tz, []int64{3, 4, 4})
+	sd, err = StateDictOf(tz, []int64{3, 4, 4}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := UnfoldFrozenBatchNorm(sd, tz, zero); err != nil {
+	if _, err := UnfoldBatchNorm(sd, tz, zero); err != nil {
 		t.Fatal(err)
 	}
 	g3, _ := entryOf(sd, "bn1.weight").Values()
@@ -243,8 +243,8 @@ func TestUnfoldFrozenBatchNorm(t *testing.T) {
 	other := newMB().input("x", "N", 3, 4, 4).output("y", "N", 3, 4, 4).
 		init("bnX.weight", []int64{3}, 1).init("bnX.bias", []int64{3}, 0).init("bnX.running_mean", []int64{3}, 0).init("bnX.running_var", []int64{3}, 1).
 		node("BatchNormalization", "/bnX/BatchNormalization", []string{"x", "bnX.weight", "bnX.bias", "bnX.running_mean", "bnX.running_var"}, []string{"y"}).build(t)
-	sd, _ = StateDictOf(tuned, []int64{3, 4, 4})
-	if err := UnfoldFrozenBatchNorm(sd, tuned, other); err == nil || !strings.Contains(err.Error(), "neither its frozen form") {
+	sd, _ = StateDictOf(tuned, []int64{3, 4, 4}, false)
+	if _, err := UnfoldBatchNorm(sd, tuned, other); err == nil || !strings.Contains(err.Error(), "neither its frozen form") {
 		t.Errorf("unfolding against another model: %v", err)
 	}
 }

@@ -128,7 +128,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p, ExamplesPerUser: *perUser}
+	rep := planReport{Model: *model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(opts.BN.Mode), Device: dev.Name(), BN: opts.BN, Shared: string(opts.Shared), Plan: p, ExamplesPerUser: *perUser}
 	// Every mode's activation memory as the runtime plan its engine
 	// compiles holds it (liveness, only what each backward reads), rather
 	// than every activation of the graph. Where there is no such plan the

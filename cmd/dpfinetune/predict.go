@@ -126,7 +126,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	if err := npy.WriteFile(*out, npy.NewFloat32(result, outShape...)); err != nil {
 		return err
 	}
-	for _, note := range lm.notes() {
+	for _, note := range lm.notes("") {
 		fmt.Fprintf(stdout, "model %s: %s\n", *model, note)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %q %s from %d samples (batch %d)\n", *out, g.Outputs[0].Name, intsString(outShape), n, *batch)

@@ -132,12 +132,20 @@ type loadedModel struct {
 	// releaseErr says why a fixed batch axis could not be made dynamic
 	// (g then keeps it fixed).
 	releaseErr error
+	// moved counts the BatchNorms whose running statistics the export's
+	// own forward pass moved by momentum (rewrite.MovedStatistics), read
+	// at load, before a rewrite replaces them.
+	moved    int
+	momentum float64
 }
 
 // notes say what loadGraph did to the model: a fixed batch made dynamic,
 // uint8 pixels fed as float32, half precision widened.
-func (lm *loadedModel) notes() []string {
+func (lm *loadedModel) notes(bn rewrite.BNMode) []string {
 	var out []string
+	if bn == rewrite.BNFreeze && lm.moved > 0 {
+		out = append(out, fmt.Sprintf("WARNING: %d BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %g toward its dummy input's batch statistics): --bn freeze freezes them as moved; export again with each BatchNorm's momentum set to 0 (README, \"Export\"), or train them as GroupNorm (--bn groupnorm)", lm.moved, lm.momentum))
+	}
 	if lm.fixedBatch > 0 {
 		out = append(out, fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch))
 	}
@@ -218,6 +226,7 @@ func loadGraph(path string) (*loadedModel, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	lm := &loadedModel{m: m, g: g, half: half}
+	lm.moved, lm.momentum = rewrite.MovedStatistics(g)
 	rel, fixed, changes, err := releaseFixedBatch(g)
 	switch {
 	case err != nil:

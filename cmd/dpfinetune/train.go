@@ -366,7 +366,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
-			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(), Data: *f.spec, TestData: testName, Epsilon: *f.eps, NoiseMultiplier: *f.sigma, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
+			Model: *f.model, FixedBatch: lm.fixedBatch, HalfPrecision: lm.halfNames(), LoadNotes: lm.notes(opts.BN.Mode), Data: *f.spec, TestData: testName, Epsilon: *f.eps, NoiseMultiplier: *f.sigma, Delta: *f.delta, Epochs: *f.epochs, BatchSize: *f.batchSize,
 			Accountant: *f.acctName, Sampling: *f.sampling, Mode: string(mode), Clip: *f.clip, ClipFn: fn.String(), Gamma: *f.gamma,
 			ClipQuantile: *f.clipQuantile, ClipLR: *f.clipLR, ClipCountNoise: *f.clipCountNoise,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema, LabelSmoothing: *f.smoothing,

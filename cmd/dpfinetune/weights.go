@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -38,8 +39,9 @@ type WeightsRecord struct {
 	// replaced it), it must be replaced by GroupNorm(groups, channels,
 	// eps=epsilon) before the state dict loads.
 	GroupNorms []rewrite.GroupNormModule `json:"groupnorms,omitempty"`
-	// BatchNormsFrom names the export (--like) whose BatchNorms a --bn
-	// freeze run's state dict was given back.
+	// BatchNormsFrom names the export (--like) whose BatchNorms the state
+	// dict was given back, unfolded from the convolutions (a --bn freeze
+	// run's, an eval-form export's).
 	BatchNormsFrom string `json:"batchnorms_from,omitempty"`
 	// Transposed lists the keys whose initializer held the transpose (a
 	// Linear weight the exporter folded its transpose into).
@@ -68,7 +70,7 @@ func runWeights(args []string, stdout io.Writer) error {
 	model := fs.String("model", "", "ONNX model file (required): a model train wrote, or an export")
 	out := fs.String("out", "", "the state dict to write (required): .pt (torch.load) or .safetensors (safetensors.torch.load_file)")
 	inShape := fs.String("input-shape", "", "shape of one sample, e.g. 3,224,224 (default: the model's), where the model's is not fixed")
-	like := fs.String("like", "", "the export a --bn freeze run started from: its BatchNorms, which the run folded into the convolutions, given back to the module (required for such a run)")
+	like := fs.String("like", "", "an export of the same module that keeps its BatchNorms (the one a --bn freeze run started from, or the training-form export of an eval-form one): the BatchNorms the run or the exporter folded into the convolutions given back to the module (required for a --bn freeze run)")
 	allowUnnamed := fs.Bool("allow-unnamed", false, "write the tensors that have state-dict names even where some have none (they are listed, and left out)")
 	asJSON := fs.Bool("json", false, "print what was written as JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -101,29 +103,42 @@ func runWeights(args []string, stdout io.Writer) error {
 			rec.Metadata[k] = kv.GetValue()
 		}
 	}
-	frozen := strings.HasPrefix(rec.Metadata["batchnorm"], string(rewrite.BNFreeze))
-	switch {
-	case frozen && *like == "":
-		return usagef("%s: trained with --bn freeze (%s): its frozen BatchNorms were folded into the convolutions; --like ORIGINAL.onnx, the export the run started from, gives them back", *model, rec.Metadata["batchnorm"])
-	case !frozen && *like != "":
-		return usagef("--like: %s is no --bn freeze run (its metadata says no BatchNorm was frozen)", *model)
+	frozenRun := strings.HasPrefix(rec.Metadata["batchnorm"], string(rewrite.BNFreeze))
+	if bn := rec.Metadata["batchnorm"]; frozenRun && *like == "" {
+		return usagef("%s: trained with --bn freeze (%s): its frozen BatchNorms were folded into the convolutions; --like ORIGINAL.onnx, the export the run started from, gives them back", *model, bn)
 	}
 	g := lm.g
 	sample, err := modelSample(g, *inShape)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	sd, err := rewrite.StateDictOf(g, sample)
+	sd, err := rewrite.StateDictOf(g, sample, *like != "")
+	if errors.Is(err, rewrite.ErrFoldedExport) {
+		return fmt.Errorf("%s: %w; or give a training-form export of the same module with --like, whose BatchNorms weights then unfolds from the convolutions", *model, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", *model, err)
 	}
-	if frozen {
+	if *like != "" {
 		orig, err := loadGraph(*like)
 		if err != nil {
 			return err
 		}
-		if err := rewrite.UnfoldFrozenBatchNorm(sd, g, orig.g); err != nil {
+		if !frozenRun && orig.moved > 0 {
+			// The exporter folded the module's own statistics; a --bn
+			// freeze run froze (and folded) the export's, moved or not.
+			return fmt.Errorf("--like %s: %d of its BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %g toward its dummy input's batch), while %s folded the module's own: export it again with each BatchNorm's momentum set to 0 (README, \"Export\")", *like, orig.moved, orig.momentum, *model)
+		}
+		n, err := rewrite.UnfoldBatchNorm(sd, g, orig.g)
+		if err != nil {
 			return fmt.Errorf("%s (--like %s): %w", *model, *like, err)
+		}
+		var frozen int
+		if _, err := fmt.Sscanf(rec.Metadata["batchnorm"], string(rewrite.BNFreeze)+": %d", &frozen); err == nil && n != frozen {
+			return fmt.Errorf("%s: the run froze %d BatchNorms, and --like %s names %d of them: give the export the run started from", *model, frozen, *like, n)
+		}
+		if n == 0 {
+			return usagef("--like %s: %s has no BatchNorm folded into a convolution to give back", *like, *model)
 		}
 		rec.BatchNormsFrom = filepath.Base(*like)
 	}

@@ -45,6 +45,11 @@ def export(d):
               dynamic_axes={"input": {0: "b"}, "logits": {0: "b"}})
     r = build("resnet")
     torch.onnx.export(r, x, d + "/resnet_train.onnx", training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, **kw)
+    moved = build("resnet")
+    for mod in moved.modules():
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.momentum = 0.1  # PyTorch's default: the export's forward moves the statistics
+    torch.onnx.export(moved, x, d + "/resnet_train_moved.onnx", training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, **kw)
     torch.onnx.export(build("resnet").eval(), x, d + "/resnet_eval.onnx", **kw)
     torch.onnx.export(build("vit").eval(), x, d + "/vit_eval.onnx", **kw)
     rng = np.random.default_rng(0)
@@ -92,11 +97,13 @@ else:
 // ViT whose Linear weights the exporter folded transposed, and
 // nn.MultiheadAttention's in_proj_weight); a tuned model's weights —
 // BatchNorm trained as GroupNorm, a new 10-class head, and a calibrated
-// temperature; and a --bn freeze run's, its BatchNorms folded into the
-// convolutions given back from the original export (--like) — loaded by
+// temperature; a --bn freeze run's and an eval-form export's, the
+// BatchNorms the run or the exporter folded into the convolutions given
+// back from the training-form export (--like) — loaded by
 // docs/load_state_dict.py give the module the logits `predict` computes
-// with the tuned ONNX model; a folded export, a --bn freeze run without
-// --like and --like without one are refused with their reasons.
+// with the tuned ONNX model; a folded export or a --bn freeze run without
+// --like, and --like with nothing folded or another module, are refused
+// with their reasons.
 func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("exports torchvision models; skipped in -short")
@@ -169,7 +176,11 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	// --bn freeze: the BatchNorms folded into the convolutions, given back.
 	train(p("resnet_train.onnx"), p("resnet_frozen.onnx"), "--bn", "freeze")
 	mustRun("weights", "--model", p("resnet_frozen.onnx"), "--like", p("resnet_train.onnx"), "--out", p("resnet2.pt"))
-	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen"} {
+	// An eval-form export, its BatchNorms folded by the exporter, trained:
+	// the training-form export gives them back.
+	train(p("resnet_eval.onnx"), p("resnet_eval_tuned.onnx"))
+	mustRun("weights", "--model", p("resnet_eval_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("resnet3.safetensors"))
+	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen", "resnet_eval_tuned"} {
 		mustRun("predict", "--model", p(m+".onnx"), "--input", p("x.npy"), "--out", p(m+"_y.npy"))
 	}
 
@@ -186,6 +197,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		{"resnet", "tuned", p("resnet1.pt"), p("x.npy"), p("resnet_tuned_y.npy")},
 		{"vit", "tuned", p("vit1.safetensors"), p("x.npy"), p("vit_cal_y.npy")},
 		{"resnet", "tuned", p("resnet2.pt"), p("x.npy"), p("resnet_frozen_y.npy")},
+		{"resnet", "tuned", p("resnet3.safetensors"), p("x.npy"), p("resnet_eval_tuned_y.npy")},
 	}
 	b, _ := json.Marshal(jobs)
 	if err := os.WriteFile(p("job.json"), b, 0o644); err != nil {
@@ -232,8 +244,10 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if temp := res[3].Record.Calibration["temperature"]; len(temp) != 1 || !(temp[0] > 0) {
 		t.Errorf("vit calibrated: the record's temperature is %v", temp)
 	}
-	if r := res[4]; len(r.Record.GroupNorms) != 0 || r.Modules["bn1"] != "BatchNorm2d" || r.Record.BatchNormsFrom != "resnet_train.onnx" {
-		t.Errorf("resnet frozen: GroupNorms %v, bn1 a %s, BatchNorms from %q; want the module's own BatchNorms back", r.Record.GroupNorms, r.Modules["bn1"], r.Record.BatchNormsFrom)
+	for _, r := range res[4:] {
+		if len(r.Record.GroupNorms) != 0 || r.Modules["bn1"] != "BatchNorm2d" || r.Record.BatchNormsFrom != "resnet_train.onnx" {
+			t.Errorf("%s: GroupNorms %v, bn1 a %s, BatchNorms from %q; want the module's own BatchNorms back", filepath.Base(r.File), r.Record.GroupNorms, r.Modules["bn1"], r.Record.BatchNormsFrom)
+		}
 	}
 
 	// Refusals, each with its reason.
@@ -245,8 +259,21 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		}
 	}
 	refused("folded its BatchNorms", "weights", "--model", p("resnet_eval.onnx"), "--out", p("x.pt"))
+	refused("or give a training-form export", "weights", "--model", p("resnet_eval_tuned.onnx"), "--out", p("x.pt"))
+	refused("moved by the training-mode export's own forward pass", "weights", "--model", p("resnet_eval_tuned.onnx"), "--like", p("resnet_train_moved.onnx"), "--out", p("x.pt"))
+	// plan and train --bn freeze warn of an export whose statistics moved.
+	for _, c := range []struct {
+		model string
+		warn  bool
+	}{{"resnet_train_moved.onnx", true}, {"resnet_train.onnx", false}} {
+		out := mustRun("plan", "--model", p(c.model), "--bn", "freeze")
+		if got := strings.Contains(out, "running statistics were moved"); got != c.warn {
+			t.Errorf("plan --bn freeze %s: warned %v, want %v:\n%s", c.model, got, c.warn, out)
+		}
+	}
 	refused("--like ORIGINAL.onnx", "weights", "--model", p("resnet_frozen.onnx"), "--out", p("x.pt"))
-	refused("no --bn freeze run", "weights", "--model", p("resnet_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("x.pt"))
+	refused("no BatchNorm folded", "weights", "--model", p("resnet_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("x.pt"))
+	refused("froze 12 BatchNorms, and --like", "weights", "--model", p("resnet_frozen.onnx"), "--like", p("vit_eval.onnx"), "--out", p("x.pt"))
 	refused("want a .pt", "weights", "--model", p("resnet_train.onnx"), "--out", p("x.bin"))
 	refused("--out is required", "weights", "--model", p("resnet_train.onnx"))
 }
