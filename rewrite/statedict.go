@@ -83,9 +83,13 @@ func foldedWeight(g *graph.Graph, w *graph.Value) bool {
 //     exporter folded F.linear's transpose into it — is written back
 //     transposed;
 //   - an unnamed (in, out) weight a MatMul reads whose product then adds a
-//     named bias "….bias" of out elements (the dynamo exporter's optimizer
-//     folds a Linear's transpose into "val_34") is that Linear's weight,
-//     transposed;
+//     named bias "Xbias" of out elements is "Xweight", transposed
+//     (linearByBias: "mlp.0.bias", nn.MultiheadAttention's
+//     "in_proj_bias"; the dynamo exporter's optimizer folds a Linear's
+//     transpose into "val_34"); one whose product adds no such bias is
+//     named by the module whose forward multiplies by it only where that
+//     module holds no other key, a Linear of its own (BEiT's attention
+//     multiplies by its qkv weight in its own forward: unnamed);
 //   - a GroupNorm's scale and shift of shape (C, 1, …, 1), RewriteBatchNorm's
 //     and ExportGraph's form, are the module's (C) tensors, and the module is
 //     listed in GroupNorms (a run's --bn groupnorm replaced the BatchNorm
@@ -102,12 +106,11 @@ func foldedWeight(g *graph.Graph, w *graph.Value) bool {
 // then gives their BatchNorms back). sample is one sample's shape (nil:
 // the model's), which finds the GroupNorms; g is not changed.
 func StateDictOf(g *graph.Graph, sample []int64, folded bool) (*StateDict, error) {
-	for _, n := range g.Nodes {
-		if folded {
-			break
-		}
-		if w := n.Input(1); (n.OpType == "Conv" || n.OpType == "ConvTranspose") && w != nil && w.Initializer && w.Const != nil && foldedWeight(g, w) {
-			return nil, fmt.Errorf("rewrite: state dict: convolution %s reads %s: %w", nodeLabel(n), w.Name, ErrFoldedExport)
+	if !folded {
+		for _, n := range g.Nodes {
+			if w := n.Input(1); (n.OpType == "Conv" || n.OpType == "ConvTranspose") && w != nil && w.Initializer && w.Const != nil && foldedWeight(g, w) {
+				return nil, fmt.Errorf("rewrite: state dict: convolution %s reads %s: %w", nodeLabel(n), w.Name, ErrFoldedExport)
+			}
 		}
 	}
 	c := g.Clone()
@@ -118,13 +121,13 @@ func StateDictOf(g *graph.Graph, sample []int64, folded bool) (*StateDict, error
 		return nil, fmt.Errorf("rewrite: state dict: %w", err)
 	}
 	relink(c)
-	op := ""
-	for _, n := range c.Nodes {
-		if n.OpType == "InstanceNormalization" || (op == "" && n.OpType == "ReduceMean") {
-			op = n.OpType
-		}
-	}
-	if op != "" {
+	// A GroupNorm decomposed (RewriteBatchNorm's written form, PyTorch's
+	// nn.GroupNorm before opset 21) is fused to read its affine as one
+	// node's; the fusion needs the shapes.
+	decomposed := slices.ContainsFunc(c.Nodes, func(n *graph.Node) bool {
+		return n.OpType == "InstanceNormalization" || n.OpType == "ReduceMean"
+	})
+	if decomposed {
 		shapes, err := StaticShapes(c, sample, 1)
 		if err != nil {
 			return nil, fmt.Errorf("rewrite: state dict: %w", err)
@@ -424,7 +427,8 @@ func (e StateEntry) Values() ([]float32, error) {
 // frozen BatchNorm a run left as a Mul and an Add (not after a
 // convolution of its own) holds s and t themselves, of shape (C, 1, …, 1)
 // under γ's and β's names: γ = s·√(var + ε), β = t + s·mean. A BatchNorm
-// the run trained as GroupNorm (sd.GroupNorms) stays one.
+// the run trained as GroupNorm (sd.GroupNorms) stays one, as does one
+// tuned still holds as a BatchNorm.
 //
 // A BatchNorm of original that tuned holds in none of these forms is an
 // error, as are a convolution of tuned whose folded BatchNorm original
@@ -502,7 +506,10 @@ func UnfoldBatchNorm(sd *StateDict, tuned, original *graph.Graph) (int, error) {
 			return 0, fmt.Errorf("rewrite: unfolding BatchNorm %s: its tensors differ in length", nodeLabel(n))
 		}
 		gk, bk, mk, vk := n.Inputs[1].Name, n.Inputs[2].Name, n.Inputs[3].Name, n.Inputs[4].Name
-		if groupNorm[gk] {
+		if i := byKey(gk); groupNorm[gk] || i >= 0 && len(sd.Entries[i].Shape) == 1 && byKey(mk) >= 0 {
+			// Trained as GroupNorm, or still a BatchNorm of its own (an
+			// eval-form export keeps those after no convolution of their
+			// own: DenseNet's).
 			continue
 		}
 		eps := 1e-5

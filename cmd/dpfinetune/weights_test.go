@@ -116,23 +116,9 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	docs, err := filepath.Abs("../../docs")
-	if err != nil {
-		t.Fatal(err)
-	}
 	python := func(args ...string) []byte {
 		t.Helper()
-		cmd := exec.Command(py, append([]string{"-c", weightsTorch}, args...)...)
-		cmd.Env = append(os.Environ(), "PYTHONPATH="+docs)
-		out, err := cmd.Output()
-		if err != nil {
-			stderr := ""
-			if ee, ok := err.(*exec.ExitError); ok {
-				stderr = string(ee.Stderr)
-			}
-			t.Fatalf("python %s: %v\n%s", args[0], err, stderr)
-		}
-		return out
+		return pythonWithDocs(t, weightsTorch, args...)
 	}
 	python("export", dir)
 	p := func(name string) string { return filepath.Join(dir, name) }
@@ -276,6 +262,28 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	refused("froze 12 BatchNorms, and --like", "weights", "--model", p("resnet_frozen.onnx"), "--like", p("vit_eval.onnx"), "--out", p("x.pt"))
 	refused("want a .pt", "weights", "--model", p("resnet_train.onnx"), "--out", p("x.bin"))
 	refused("--out is required", "weights", "--model", p("resnet_train.onnx"))
+}
+
+// pythonWithDocs runs script with /usr/bin/python3, docs/ on its path
+// (docs/load_state_dict.py), and returns its standard output; a failure
+// ends t with the script's standard error.
+func pythonWithDocs(t *testing.T, script string, args ...string) []byte {
+	t.Helper()
+	docs, err := filepath.Abs("../../docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", append([]string{"-c", script}, args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+docs)
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("python %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
 }
 
 // TestWeightsDynamoExport: PyTorch's default (dynamo) exporter keeps the

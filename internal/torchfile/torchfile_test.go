@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -196,7 +197,7 @@ func TestWrittenFilesLoadInPyTorch(t *testing.T) {
 				t.Errorf("%s: %q missing", what, tn.Name)
 				continue
 			}
-			if len(r.Shape) != len(tn.Shape) || !equalInts(r.Shape, tn.Shape) {
+			if !slices.Equal(r.Shape, tn.Shape) {
 				t.Errorf("%s: %q shape %v, want %v", what, tn.Name, r.Shape, tn.Shape)
 			}
 			if dtype != "" && r.DType != dtype {
@@ -264,16 +265,4 @@ func TestWrittenFilesLoadInPyTorch(t *testing.T) {
 	} else {
 		t.Log("the safetensors package is not installed: its file checked by the format's description only")
 	}
-}
-
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -164,6 +164,10 @@ def build(name):
                 if mod.affine:
                     mod.weight.copy_(torch.rand(mod.num_features, generator=g) + 0.5)
                     mod.bias.copy_(torch.randn(mod.num_features, generator=g) * 0.1)
+            # A training-form export runs the forward in training mode,
+            # which would move the statistics toward the dummy input's
+            # batch (README, "Export"): the exports keep the module's.
+            mod.momentum = 0.0
     return m
 
 
