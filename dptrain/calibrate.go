@@ -30,6 +30,11 @@ type Calibration struct {
 	// multi-label model.
 	ECEBefore *float64 `json:"ece_before,omitempty"`
 	ECEAfter  *float64 `json:"ece_after,omitempty"`
+	// LabelECEBefore and LabelECEAfter are a multi-label model's mean
+	// label calibration errors (EvalResult.LabelECE) before the fit and
+	// after it; nil for a single-label model.
+	LabelECEBefore *float64 `json:"label_ece_before,omitempty"`
+	LabelECEAfter  *float64 `json:"label_ece_after,omitempty"`
 	// Labels are a per-label fit's maps (Evaluator.FitLabelScaling), one
 	// a label; Temperature is then 0.
 	Labels []LabelScale `json:"labels,omitempty"`
@@ -132,6 +137,7 @@ func (e *examples) fitLabelScaling() *Calibration {
 		scale[j], shift[j] = l.Scale, l.Shift
 	}
 	c.LossBefore, c.LossAfter = e.mappedLoss(nil, nil), e.mappedLoss(scale, shift)
+	c.LabelECEBefore, c.LabelECEAfter = e.labelECE(1, nil, nil), e.labelECE(1, scale, shift)
 	return c
 }
 
@@ -253,7 +259,9 @@ func (e *examples) fitTemperature() (*Calibration, error) {
 		}
 	}
 	c.Temperature, c.LossAfter = 1/beta, f
-	if !e.multi {
+	if e.multi {
+		c.LabelECEBefore, c.LabelECEAfter = e.labelECE(1, nil, nil), e.labelECE(beta, nil, nil)
+	} else {
 		c.ECEBefore, c.ECEAfter = e.ece(1), e.ece(beta)
 	}
 	return c, nil
@@ -355,6 +363,25 @@ func (e *examples) ece(beta float64) *float64 {
 		m.add(i, e.labels[i], row, 0)
 	}
 	return m.result().ECE
+}
+
+// labelECE is a multi-label model's mean label calibration error
+// (EvalResult.LabelECE) with each label's logit mapped to scale[j]·z +
+// shift[j], or times beta where scale is nil.
+func (e *examples) labelECE(beta float64, scale, shift []float64) *float64 {
+	m := newLabelMetrics(e.n, e.k)
+	row := make([]float32, e.k)
+	for i := range e.n {
+		for j, z := range e.logits[i*e.k : (i+1)*e.k] {
+			v := beta * float64(z)
+			if scale != nil {
+				v = scale[j]*float64(z) + shift[j]
+			}
+			row[j] = float32(v)
+		}
+		m.add(i, e.truth[i*e.w:(i+1)*e.w], e.ignored[i*e.w:(i+1)*e.w], row, 0)
+	}
+	return m.result().LabelECE
 }
 
 // TemperatureInit names the initializer ApplyTemperature divides a model's

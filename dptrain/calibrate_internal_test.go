@@ -25,6 +25,8 @@ func TestFitTemperature(t *testing.T) {
 		LossAfter   float64  `json:"loss_after"`
 		ECEBefore   *float64 `json:"ece_before"`
 		ECEAfter    *float64 `json:"ece_after"`
+		LabelBefore *float64 `json:"label_ece_before"`
+		LabelAfter  *float64 `json:"label_ece_after"`
 	}](t, "temperature.json", 14)
 	byName := map[string]groupedCase{}
 	for _, f := range []struct {
@@ -66,6 +68,7 @@ func TestFitTemperature(t *testing.T) {
 				near("ECE before", *got.ECEBefore, *w.ECEBefore)
 				near("ECE after", *got.ECEAfter, *w.ECEAfter)
 			}
+			nearLabelECE(t, got, w.LabelBefore, w.LabelAfter)
 		})
 	}
 }
@@ -175,8 +178,10 @@ func TestFitLabelScaling(t *testing.T) {
 			Scale, Shift float64
 			Left         bool
 		} `json:"labels"`
-		LossBefore float64 `json:"loss_before"`
-		LossAfter  float64 `json:"loss_after"`
+		LossBefore  float64  `json:"loss_before"`
+		LossAfter   float64  `json:"loss_after"`
+		LabelBefore *float64 `json:"label_ece_before"`
+		LabelAfter  *float64 `json:"label_ece_after"`
 	}](t, "platt.json", 5)
 	cases := map[string]groupedCase{}
 	for _, c := range readCases[groupedCase](t, "multilabel.json", 5) {
@@ -206,7 +211,22 @@ func TestFitLabelScaling(t *testing.T) {
 			near := nearSklearn(t)
 			near("loss before", got.LossBefore, w.LossBefore)
 			near("loss after", got.LossAfter, w.LossAfter)
+			nearLabelECE(t, got, w.LabelBefore, w.LabelAfter)
 		})
+	}
+}
+
+// nearLabelECE checks a calibration's mean label calibration errors
+// before and after against the generator's (nil for a single-label one).
+func nearLabelECE(t *testing.T, got *Calibration, before, after *float64) {
+	t.Helper()
+	if (got.LabelECEBefore == nil) != (before == nil) || (got.LabelECEAfter == nil) != (after == nil) {
+		t.Fatalf("label ECE %v → %v, want %v → %v", got.LabelECEBefore, got.LabelECEAfter, before, after)
+	}
+	if before != nil {
+		near := nearSklearn(t)
+		near("label ECE before", *got.LabelECEBefore, *before)
+		near("label ECE after", *got.LabelECEAfter, *after)
 	}
 }
 

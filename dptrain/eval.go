@@ -107,6 +107,10 @@ type EvalResult struct {
 	// accuracy and their mean top probability (the confidence). Nil for
 	// a multi-label evaluation.
 	Reliability []ReliabilityBin `json:"reliability,omitempty"`
+	// LabelECE is a multi-label evaluation's mean, over the labels some
+	// sample knows, of each label's calibration error (ClassMetrics.ECE);
+	// nil otherwise.
+	LabelECE *float64 `json:"label_ece,omitempty"`
 	// Groups, where set, says the figures are those of groups of
 	// examples (Evaluator.RunGrouped: a study's views scored as one),
 	// Samples counting the groups.
@@ -128,6 +132,9 @@ type EvalResult struct {
 // ReliabilityBin is one bin of the top probability, [Lo, Hi), of an
 // evaluation (EvalResult.Reliability): its examples, the share of them
 // predicted right and their mean top probability (0 where it has none).
+// Of a label's (ClassMetrics.Reliability), the bin is one of the label's
+// probability, Accuracy the share of its examples the label applies to
+// and Confidence their mean probability.
 type ReliabilityBin struct {
 	Lo         float64 `json:"lo"`
 	Hi         float64 `json:"hi"`
@@ -157,6 +164,16 @@ type ClassMetrics struct {
 	// adds, Σ (R_n − R_{n−1})·P_n. Nil where the data has no positive of
 	// it.
 	AP *float64 `json:"ap,omitempty"`
+	// ECE is a multi-label evaluation's calibration error of the label:
+	// over 15 bins of equal width of its probability σ(z), the share of
+	// its examples in each bin times the difference of the share of them
+	// it applies to and their mean probability, summed (the binary
+	// calibration error of the label's probability, of the samples that
+	// do not ignore it). Nil for a single-label evaluation, and for a
+	// label every sample ignores.
+	ECE *float64 `json:"ece,omitempty"`
+	// Reliability are the label's ECE bins: its reliability diagram.
+	Reliability []ReliabilityBin `json:"reliability,omitempty"`
 }
 
 // maxAUCFloats bounds the probabilities Run keeps for the AUC (examples
@@ -966,12 +983,23 @@ type labelMetrics struct {
 	truth, ignored []uint64
 	cut            []float64 // the decisions' thresholds as logits (nil: 0)
 	d              []uint64  // one sample's decided set (Decide)
+	// cal are each label's calibration bins, eceBins a label: the
+	// examples, the sum of their probabilities and the positives among
+	// them.
+	cal []labelBin
+}
+
+// labelBin is one bin of a label's probability (labelMetrics.cal).
+type labelBin struct {
+	n, pos int
+	sum    float64
 }
 
 func newLabelMetrics(n, k int) *labelMetrics {
 	w := labelset.Words(k)
 	m := &labelMetrics{res: &EvalResult{Samples: n, MultiLabel: true}, n: n, k: k,
-		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), known: make([]int64, k), d: make([]uint64, w)}
+		tp: make([]int64, k), fp: make([]int64, k), fn: make([]int64, k), known: make([]int64, k), d: make([]uint64, w),
+		cal: make([]labelBin, k*eceBins)}
 	if m.keep = int64(n)*int64(k) <= maxAUCFloats; m.keep {
 		m.logits, m.truth, m.ignored = make([]float32, n*k), make([]uint64, n*w), make([]uint64, n*w)
 	}
@@ -1013,6 +1041,13 @@ func (m *labelMetrics) add(i int, set, ignored []uint64, logits []float32, loss 
 		}
 		m.known[j]++
 		t, p := labelset.Has(set, j), labelset.Has(d, j)
+		prob := sigmoid(float64(z))
+		b := &m.cal[j*eceBins+min(int(prob*eceBins), eceBins-1)]
+		b.n++
+		b.sum += prob
+		if t {
+			b.pos++
+		}
 		switch {
 		case t && p:
 			m.tp[j]++
@@ -1047,7 +1082,7 @@ func (m *labelMetrics) result() *EvalResult {
 	if m.keep {
 		roc = labelScores(m.logits, m.truth, m.ignored, n, k, len(m.d))
 	}
-	var aucSum, apSum float64
+	var aucSum, apSum, eceSum float64
 	var aucs, aps, knownLabels int
 	for j := range res.PerClass {
 		c := &res.PerClass[j]
@@ -1067,6 +1102,18 @@ func (m *labelMetrics) result() *EvalResult {
 			continue // ignored by every sample: in no mean
 		}
 		knownLabels++
+		var ece float64
+		c.Reliability = make([]ReliabilityBin, eceBins)
+		for bi, b := range m.cal[j*eceBins : (j+1)*eceBins] {
+			r := &c.Reliability[bi]
+			r.Lo, r.Hi, r.Examples = float64(bi)/eceBins, float64(bi+1)/eceBins, b.n
+			if b.n > 0 {
+				ece += math.Abs(float64(b.pos)-b.sum) / float64(m.known[j])
+				r.Accuracy, r.Confidence = float64(b.pos)/float64(b.n), b.sum/float64(b.n)
+			}
+		}
+		c.ECE = &ece
+		eceSum += ece
 		res.MacroF1 += c.F1
 		// The label's balanced accuracy: the mean recall of its values
 		// the data has (balanced_accuracy_score of its column).
@@ -1106,6 +1153,8 @@ func (m *labelMetrics) result() *EvalResult {
 	if knownLabels > 0 {
 		res.MacroF1 /= float64(knownLabels)
 		res.BalancedAccuracy /= float64(knownLabels)
+		e := eceSum / float64(knownLabels)
+		res.LabelECE = &e
 	}
 	if aucs > 0 {
 		a := aucSum / float64(aucs)

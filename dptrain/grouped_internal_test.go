@@ -32,6 +32,7 @@ type groupedCase struct {
 	AUCCI            *[2]float64    `json:"auc_ci95"`
 	MAP              *float64       `json:"map"`
 	ECE              *float64       `json:"ece"`
+	LabelECE         *float64       `json:"label_ece"`
 	Loss             float64        `json:"loss"`
 	// fileName is the golden file the case was read from (tests set it).
 	fileName string
@@ -98,6 +99,7 @@ func TestEvalGrouped(t *testing.T) {
 			if e.multi {
 				near("exact match", got.ExactMatch, c.ExactMatch)
 				near("mAP", *got.MAP, *c.MAP)
+				near("mean label calibration error", *got.LabelECE, *c.LabelECE)
 			} else {
 				near("ECE", *got.ECE, *c.ECE)
 			}

@@ -114,7 +114,9 @@ func TestEvalMetrics(t *testing.T) {
 // right label decisions (1 − hamming_loss), the exact matches
 // (accuracy_score), each label's precision, recall, F1 and AUC, the macro
 // F1 and AUC, each label's balanced accuracy's mean, each label's average
-// precision (average_precision_score) and their mean, the examples' label
+// precision (average_precision_score) and their mean, each label's
+// calibration error and reliability bins (calibration_curve's) and their
+// mean, the examples' label
 // ranking average precision's mean (Evaluator.RankingPrecision,
 // label_ranking_average_precision_score), and the loss (the
 // sigmoids' binary cross-entropy by numpy's logaddexp); a label no sample
@@ -138,6 +140,7 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 		LRAP             float64        `json:"lrap"`
 		Loss             float64        `json:"loss"`
 		Thresholds       []float64      `json:"thresholds"`
+		LabelECE         float64        `json:"label_ece"`
 	}](t, "multilabel.json", 5)
 	for _, c := range cases {
 		t.Run(c.Name, func(t *testing.T) {
@@ -177,6 +180,11 @@ func TestEvalMetricsMultiLabel(t *testing.T) {
 			near("macro F1", got.MacroF1, c.MacroF1)
 			near("balanced accuracy", got.BalancedAccuracy, c.BalancedAccuracy)
 			near("loss", got.Loss, c.Loss)
+			if got.LabelECE == nil {
+				t.Error("no mean label calibration error")
+			} else {
+				near("mean label calibration error", *got.LabelECE, c.LabelECE)
+			}
 			nearPerClass(t, got.PerClass, c.PerClass)
 			if (got.AUC == nil) != (c.AUC == nil) || c.AUC != nil && math.Abs(*got.AUC-*c.AUC) > 1e-6 {
 				t.Errorf("AUC %v, want %v", got.AUC, c.AUC)
@@ -204,7 +212,8 @@ func nearCI(t *testing.T, what string, got, want *[2]float64) {
 
 // nearPerClass checks each class's or label's figures against the
 // generator's: precision, recall, F1 and support, and where it has them
-// the AUC, its interval and the average precision.
+// the AUC, its interval, the average precision and a label's calibration
+// error with its reliability bins (scikit-learn's calibration_curve).
 func nearPerClass(t *testing.T, got, want []ClassMetrics) {
 	t.Helper()
 	near := nearSklearn(t)
@@ -226,6 +235,22 @@ func nearPerClass(t *testing.T, got, want []ClassMetrics) {
 		nearCI(t, fmt.Sprint(j, "'s AUC"), g.AUCCI, w.AUCCI)
 		if w.AP != nil {
 			near(fmt.Sprint(j, "'s average precision"), *g.AP, *w.AP)
+		}
+		if (g.ECE == nil) != (w.ECE == nil) || len(g.Reliability) != len(w.Reliability) {
+			t.Errorf("%d: ECE %v with %d bins, want %v with %d", j, g.ECE, len(g.Reliability), w.ECE, len(w.Reliability))
+			continue
+		}
+		if w.ECE != nil {
+			near(fmt.Sprint(j, "'s calibration error"), *g.ECE, *w.ECE)
+		}
+		for b, wb := range w.Reliability {
+			gb := g.Reliability[b]
+			if gb.Examples != wb.Examples {
+				t.Errorf("%d: bin %d holds %d examples, want %d", j, b, gb.Examples, wb.Examples)
+			}
+			near(fmt.Sprint(j, "'s bin ", b, "'s share of positives"), gb.Accuracy, wb.Accuracy)
+			near(fmt.Sprint(j, "'s bin ", b, "'s mean probability"), gb.Confidence, wb.Confidence)
+			near(fmt.Sprint(j, "'s bin ", b, "'s edge"), gb.Lo, wb.Lo)
 		}
 	}
 }

@@ -91,7 +91,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "model:       %s\ndata:        %s (%d examples)\n", *model, s, c.Examples)
 	if *perLabel {
 		names := v.Classes()
-		fmt.Fprintf(stdout, "loss:        %.4f → %.4f\neach label's logit z mapped to a·z + b (Platt scaling; its decisions at ½ move, its AUC does not):\n", c.LossBefore, c.LossAfter)
+		fmt.Fprintf(stdout, "loss:        %.4f → %.4f\n", c.LossBefore, c.LossAfter)
+		writeLabelECE(stdout, c)
+		fmt.Fprintf(stdout, "each label's logit z mapped to a·z + b (Platt scaling; its decisions at ½ move, its AUC does not):\n")
 		tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "  label\t a\t b\t positives\t negatives\t\n")
 		for _, l := range c.Labels {
@@ -111,9 +113,18 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "temperature: %.4f (the logits divided by it: %s)\n", c.Temperature, map[bool]string{true: "the probabilities were too sure", false: "they were not sure enough"}[c.Temperature > 1])
 	fmt.Fprintf(stdout, "loss:        %.4f → %.4f\n", c.LossBefore, c.LossAfter)
+	writeLabelECE(stdout, c)
 	if c.ECEBefore != nil {
 		fmt.Fprintf(stdout, "ECE:         %.2f %% → %.2f %% (expected calibration error, 15 bins)\n", 100**c.ECEBefore, 100**c.ECEAfter)
 	}
 	fmt.Fprintf(stdout, "no decision moves (the most probable class, a label's side of ½), nor a two-class or multi-label model's AUC; a --threshold T is one of the calibrated probabilities\nwritten:     %s\n", *out)
 	return nil
+}
+
+// writeLabelECE prints a multi-label calibration's mean label calibration
+// error before and after (nothing for a single-label one).
+func writeLabelECE(stdout io.Writer, c *dptrain.Calibration) {
+	if c.LabelECEBefore != nil {
+		fmt.Fprintf(stdout, "ECE:         %.2f %% → %.2f %% (the labels' calibration errors, mean, 15 bins)\n", 100**c.LabelECEBefore, 100**c.LabelECEAfter)
+	}
 }

@@ -542,7 +542,8 @@ func scored(res *dptrain.EvalResult) string {
 }
 
 // writeLabelEval prints a multi-label evaluation: the figures, then each
-// label's precision, recall, F1, positives, AUC and average precision.
+// label's precision, recall, F1, positives, AUC, average precision and
+// calibration error.
 func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResult) {
 	above := "½"
 	if res.Thresholds != nil {
@@ -560,15 +561,18 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 		fmt.Fprintf(stdout, "ignored:  %d of the %d labels of the %s (uncertain=ignore), in none of these figures\n", res.IgnoredLabels, int64(res.Samples)*int64(len(res.PerClass)), scored(res))
 	}
 	fmt.Fprintf(stdout, "balanced: %.2f %% (each label's balanced accuracy, mean)\nmacro F1: %.2f %%\nloss:     %.4f\n", 100*res.BalancedAccuracy, 100*res.MacroF1, res.Loss)
+	if res.LabelECE != nil {
+		fmt.Fprintf(stdout, "ECE:      %.2f %% (each label's calibration error, mean: its share of positives against its probability, 15 bins)\n", 100**res.LabelECE)
+	}
 	fmt.Fprintf(stdout, "\nper label:\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t 95 %% CI\t AP\t\n")
+	fmt.Fprintf(tw, "  label\t precision\t recall\t F1\t positives\t AUC\t 95 %% CI\t AP\t ECE\t\n")
 	for i, c := range res.PerClass {
 		label := strconv.Itoa(i)
 		if i < len(res.Classes) && res.Classes[i] != label {
 			label += " " + res.Classes[i]
 		}
-		auc, ci, ap := "–", "–", "–"
+		auc, ci, ap, ece := "–", "–", "–", "–"
 		if c.AUC != nil {
 			auc = fmt.Sprintf("%.4f", *c.AUC)
 		}
@@ -578,7 +582,10 @@ func writeLabelEval(stdout io.Writer, model, spec string, res *dptrain.EvalResul
 		if c.AP != nil {
 			ap = fmt.Sprintf("%.4f", *c.AP)
 		}
-		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t %s\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc, ci, ap)
+		if c.ECE != nil {
+			ece = fmt.Sprintf("%.2f %%", 100**c.ECE)
+		}
+		fmt.Fprintf(tw, "  %s\t %.1f %%\t %.1f %%\t %.1f %%\t %d\t %s\t %s\t %s\t %s\t\n", label, 100*c.Precision, 100*c.Recall, 100*c.F1, c.Support, auc, ci, ap, ece)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "  (95 %% CI: each AUC's interval by DeLong's method, the test examples taken as independent draws)\n")

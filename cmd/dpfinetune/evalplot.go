@@ -25,10 +25,11 @@ const maxPlottedCurves = 16
 // writeEvalPlot draws an evaluation as a PNG of a panel of 700×650
 // pixels each: the
 // ROC curves (a two-class model's class 1, a multi-label model's labels)
-// with the chance diagonal and each curve's AUC, and a single-label
-// model's reliability diagram (each confidence bin's accuracy against
-// its mean confidence, the diagonal perfect calibration, the ECE in the
-// title).
+// with the chance diagonal and each curve's AUC, and the reliability
+// diagram (a single-label model's confidence bins' accuracy against their
+// mean confidence; a multi-label model's, each label's bins' share of
+// positives against their mean probability; the diagonal perfect
+// calibration, the ECE in the title).
 func writeEvalPlot(path, model string, res *dptrain.EvalResult) error {
 	var panels []*plot.Plot
 	if labels := res.CurveLabels(); len(labels) > 0 {
@@ -38,7 +39,7 @@ func writeEvalPlot(path, model string, res *dptrain.EvalResult) error {
 		}
 		panels = append(panels, p)
 	}
-	if res.Reliability != nil {
+	if res.Reliability != nil || res.LabelECE != nil {
 		p, err := reliabilityPanel(res)
 		if err != nil {
 			return err
@@ -126,12 +127,22 @@ func rocPanel(res *dptrain.EvalResult, labels []int) (*plot.Plot, error) {
 	return p, nil
 }
 
-// reliabilityPanel draws a single-label evaluation's reliability diagram.
+// reliabilityPanel draws an evaluation's reliability diagram: a
+// single-label model's, each confidence bin's accuracy at its mean
+// confidence; a multi-label model's, each label's bins' share of
+// positives at their mean probability, a line a label (gray past
+// maxPlottedCurves), each label's calibration error in the legend.
 func reliabilityPanel(res *dptrain.EvalResult) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = "reliability", "confidence (top probability)", "accuracy"
-	if res.ECE != nil {
+	if res.MultiLabel {
+		p.X.Label.Text, p.Y.Label.Text = "probability (a label's, the bin's mean)", "share of positives"
+	}
+	switch {
+	case res.ECE != nil:
 		p.Title.Text += fmt.Sprintf(" (ECE %.2f %%)", 100**res.ECE)
+	case res.LabelECE != nil:
+		p.Title.Text += fmt.Sprintf(" (labels' ECE %.2f %%, mean)", 100**res.LabelECE)
 	}
 	p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, 1, 0, 1
 	p.Add(plotter.NewGrid())
@@ -142,21 +153,48 @@ func reliabilityPanel(res *dptrain.EvalResult) (*plot.Plot, error) {
 	perfect.Color, perfect.Dashes = color.Gray{Y: 150}, []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(perfect)
 	p.Legend.Add("perfectly calibrated", perfect)
-	var xys plotter.XYs
-	for _, b := range res.Reliability {
-		if b.Examples > 0 {
-			xys = append(xys, plotter.XY{X: b.Confidence, Y: b.Accuracy})
+	line := func(bins []dptrain.ReliabilityBin, c color.Color, name string) error {
+		var xys plotter.XYs
+		for _, b := range bins {
+			if b.Examples > 0 {
+				xys = append(xys, plotter.XY{X: b.Confidence, Y: b.Accuracy})
+			}
 		}
-	}
-	if len(xys) > 0 {
+		if len(xys) == 0 {
+			return nil
+		}
 		l, s, err := plotter.NewLinePoints(xys)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		c := color.RGBA{R: 31, G: 119, B: 180, A: 255}
 		l.Color, s.Color = c, c
 		p.Add(l, s)
-		p.Legend.Add("each bin's accuracy at its mean confidence", l, s)
+		if name != "" {
+			p.Legend.Add(name, l, s)
+		}
+		return nil
+	}
+	if !res.MultiLabel {
+		if err := line(res.Reliability, curveColors[0], "each bin's accuracy at its mean confidence"); err != nil {
+			return nil, err
+		}
+	}
+	many := len(res.PerClass) > maxPlottedCurves
+	for j, c := range res.PerClass {
+		if !res.MultiLabel || c.ECE == nil {
+			continue
+		}
+		col, name := color.Color(color.Gray{Y: 160}), ""
+		if !many {
+			col, name = curveColors[j%len(curveColors)], strconv.Itoa(j)
+			if j < len(res.Classes) && res.Classes[j] != name {
+				name = res.Classes[j]
+			}
+			name += fmt.Sprintf(" (ECE %.2f %%)", 100**c.ECE)
+		}
+		if err := line(c.Reliability, col, name); err != nil {
+			return nil, err
+		}
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true

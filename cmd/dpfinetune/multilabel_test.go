@@ -190,8 +190,9 @@ func TestTrainMultiLabel(t *testing.T) {
 		}
 	}
 	// calibrate --per-label: each label's Platt map; eval of the mapped
-	// model measures the loss calibrate reported, each label's AUC
-	// unmoved. One temperature: no decision moves.
+	// model measures the loss and the labels' calibration error calibrate
+	// reported, each label's AUC unmoved. One temperature: no decision
+	// moves.
 	scaled, warmed := filepath.Join(dir, "scaled.onnx"), filepath.Join(dir, "warmed.onnx")
 	for _, c := range []struct {
 		out   string
@@ -206,6 +207,11 @@ func TestTrainMultiLabel(t *testing.T) {
 		if cr.LossAfter >= cr.LossBefore || math.Abs(after.Loss-cr.LossAfter) > 1e-5 || math.Abs(ev.Loss-cr.LossBefore) > 1e-5 {
 			t.Errorf("calibrate %v: %+v; eval's loss %v before, %v after", c.extra, cr, ev.Loss, after.Loss)
 		}
+		// The labels' calibration errors calibrate reports are eval's of
+		// the model before and of the calibrated one after.
+		if cr.LabelECEBefore == nil || after.LabelECE == nil || math.Abs(*ev.LabelECE-*cr.LabelECEBefore) > 1e-5 || math.Abs(*after.LabelECE-*cr.LabelECEAfter) > 1e-5 {
+			t.Errorf("calibrate %v: label ECE %v → %v; eval's %v before, %v after", c.extra, cr.LabelECEBefore, cr.LabelECEAfter, ev.LabelECE, after.LabelECE)
+		}
 		if (c.extra == nil) != (cr.Temperature > 0) || (c.extra == nil) != (cr.Labels == nil) || c.extra == nil && (after.Accuracy != ev.Accuracy || after.ExactMatch != ev.ExactMatch) {
 			t.Errorf("calibrate %v: temperature %v, %d label maps; labels right %v → %v", c.extra, cr.Temperature, len(cr.Labels), ev.Accuracy, after.Accuracy)
 		}
@@ -214,6 +220,14 @@ func TestTrainMultiLabel(t *testing.T) {
 				t.Errorf("calibrate %v: label %d's AUC %v, %v before", c.extra, j, pc.AUC, w)
 			}
 		}
+	}
+	// eval --plot: the labels' ROC curves and their reliability diagram,
+	// two panels; the text table each label's calibration error.
+	png := filepath.Join(dir, "eval.png")
+	if o, e, code := run(t, "eval", "--model", scaled, "--data", test, "--plot", png); code != 0 || !strings.Contains(o, "drawn: "+png) || !strings.Contains(o, "ECE:      ") || !strings.Contains(o, " ECE") {
+		t.Errorf("eval --plot of a multi-label model: exit %d: %s%s", code, o, e)
+	} else if w, h := pngSize(t, png); w != 1400 || h != 650 {
+		t.Errorf("eval --plot of a multi-label model: %d×%d pixels, want 1400×650 (ROC and reliability)", w, h)
 	}
 	if _, e, code := run(t, "calibrate", "--model", "../../testdata/models/cnn.onnx", "--data", fmnist+":limit=50", "--out", scaled, "--per-label"); code != 2 || !strings.Contains(e, "--per-label calibrates a multi-label model's labels") {
 		t.Errorf("calibrate --per-label of a classifier: exit %d: %s", code, e)

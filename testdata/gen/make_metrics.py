@@ -19,6 +19,7 @@ import os
 import numpy as np
 from scipy.special import softmax
 from scipy.stats import binomtest, norm
+from sklearn.calibration import calibration_curve
 from sklearn.metrics import (accuracy_score, average_precision_score, balanced_accuracy_score, f1_score, hamming_loss,
                              label_ranking_average_precision_score, roc_curve,
                              precision_recall_fscore_support, roc_auc_score, top_k_accuracy_score)
@@ -184,13 +185,37 @@ with open(path, "w") as f:
 print("wrote", path)
 
 
-def label_figures(y, pred, score, known):
+def label_calibration(yj, qj):
+    """A label's calibration error and reliability bins: 15 bins of equal
+    width of its probability qj ([b/15, (b+1)/15), 1 in the last), each
+    bin's examples, share of positives and mean probability, and the sum
+    of the bins' shares of the examples times |share of positives − mean
+    probability|. Held to scikit-learn's calibration_curve, whose bins are
+    these but for probabilities on an edge (none here)."""
+    bins = np.minimum((qj * 15).astype(int), 14)
+    rel, ece = [], 0.0
+    for b in range(15):
+        m = bins == b
+        r = {"lo": b / 15, "hi": (b + 1) / 15, "examples": int(m.sum()), "accuracy": 0.0, "confidence": 0.0}
+        if m.any():
+            r["accuracy"], r["confidence"] = float(yj[m].mean()), float(qj[m].mean())
+            ece += abs(float(yj[m].sum()) - float(qj[m].sum())) / len(yj)
+        rel.append(r)
+    prob_true, prob_pred = calibration_curve(yj, qj, n_bins=15)
+    full = [r for r in rel if r["examples"]]
+    assert np.allclose(prob_true, [r["accuracy"] for r in full], atol=1e-12) and \
+        np.allclose(prob_pred, [r["confidence"] for r in full], atol=1e-12), "a probability on a bin's edge"
+    return float(ece), rel
+
+
+def label_figures(y, pred, score, known, prob):
     """Each label's figures over the examples that know it: precision,
-    recall, F1, support, and where it has positives and negatives its AUC
-    and DeLong interval, where it has positives its average precision; and
-    the lists the means take (AUCs, APs, F1s, balanced accuracies, the
-    AUCs' (positives, scores, rows) for mean_auc_ci)."""
-    per, aucs, aps, f1s, bals, parts = [], [], [], [], [], []
+    recall, F1, support, its calibration error and reliability bins of its
+    probability prob, and where it has positives and negatives its AUC and
+    DeLong interval, where it has positives its average precision; and the
+    lists the means take (AUCs, APs, F1s, balanced accuracies, the AUCs'
+    (positives, scores, rows) for mean_auc_ci, the calibration errors)."""
+    per, aucs, aps, f1s, bals, parts, eces = [], [], [], [], [], [], []
     for j in range(y.shape[1]):
         if not known[:, j].any():
             per.append({"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0})
@@ -198,6 +223,8 @@ def label_figures(y, pred, score, known):
         yj, pj, sj = y[known[:, j], j], pred[known[:, j], j], score[known[:, j], j]
         p, r, f, s = precision_recall_fscore_support(yj, pj, average="binary", zero_division=0)
         c = {"precision": float(p), "recall": float(r), "f1": float(f), "support": int(yj.sum())}
+        c["ece"], c["reliability"] = label_calibration(yj, prob[known[:, j], j])
+        eces.append(c["ece"])
         f1s.append(c["f1"])
         if 0 < yj.sum() < len(yj):
             c["auc"] = roc_auc_score(yj, sj)
@@ -211,7 +238,7 @@ def label_figures(y, pred, score, known):
             aps.append(c["ap"])
         bals.append(balanced_accuracy_score(yj, pj))
         per.append(c)
-    return per, aucs, aps, f1s, bals, parts
+    return per, aucs, aps, f1s, bals, parts, eces
 
 
 def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False, ignore=0.0):
@@ -260,7 +287,9 @@ def multilabel_case(name, n, k, seed, constant=None, thresholds=None, ties=False
     else:
         out["accuracy"] = 1 - hamming_loss(y, pred)
         out["exact_match"] = accuracy_score(y, pred)
-    per, aucs, aps, f1s, bals, parts = label_figures(y, pred, logits.astype(np.float64), known)
+    z64 = logits.astype(np.float64)
+    per, aucs, aps, f1s, bals, parts, eces = label_figures(y, pred, z64, known, 1 / (1 + np.exp(-z64)))
+    out["label_ece"] = float(np.mean(eces))
     ci = mean_auc_ci(parts, n, seed) if parts else None
     if ci is not None:
         out["auc_ci95"] = ci
@@ -373,7 +402,8 @@ def grouped_case(name, groups, k, seed, combine, threshold=None, multilabel=Fals
     pred = (gp > 0.5).astype(int)
     out["accuracy"] = float(np.mean((gy == pred)[known]))
     out["exact_match"] = float(np.mean([np.array_equal(gy[g][known[g]], pred[g][known[g]]) for g in range(groups)]))
-    per, aucs, aps, f1s, bals, parts = label_figures(gy, pred, gp, known)
+    per, aucs, aps, f1s, bals, parts, eces = label_figures(gy, pred, gp, known, gp)
+    out["label_ece"] = float(np.mean(eces))
     ci = mean_auc_ci(parts, groups, seed)
     if ci is not None:
         out["auc_ci95"] = ci
@@ -466,6 +496,13 @@ def ece_of(z, y):
     return float(sum(abs((top[bins == b] == y[bins == b]).sum() - conf[bins == b].sum()) / len(y) for b in range(15) if (bins == b).any()))
 
 
+def label_ece(z, y, known):
+    """The mean over the labels some example knows of each label's
+    calibration error (label_calibration) of the sigmoids of logits z."""
+    q = 1 / (1 + np.exp(-z))
+    return float(np.mean([label_calibration(y[known[:, j], j], q[known[:, j], j])[0] for j in range(y.shape[1]) if known[:, j].any()]))
+
+
 temps = []
 for c in cases:
     z, y = np.array(c["logits"], dtype=np.float32).astype(np.float64), np.array(c["labels"])
@@ -480,7 +517,8 @@ for c in mcases:
     known = ~np.array([[(v >> j) & 1 for j in range(k)] for v in c.get("ignored", [0] * len(c["labels"]))], dtype=bool)
     bce = lambda s: float(np.mean(np.sum((np.logaddexp(0, s) - s * y) * known, axis=1) / k))
     t = temperature(z, bce)
-    temps.append({"file": "multilabel.json", "name": c["name"], "temperature": t, "loss_before": bce(z), "loss_after": bce(z / t)})
+    temps.append({"file": "multilabel.json", "name": c["name"], "temperature": t, "loss_before": bce(z), "loss_after": bce(z / t),
+                  "label_ece_before": label_ece(z, y, known), "label_ece_after": label_ece(z / t, y, known)})
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "temperature.json")
 with open(path, "w") as f:
     json.dump(temps, f, indent=1)
@@ -525,7 +563,8 @@ for c in mcases:
         else:
             labels.append({"label": j, "left": True})
     bce = lambda s: float(np.mean(np.sum((np.logaddexp(0, s) - s * y) * known, axis=1) / k))
-    plats.append({"name": c["name"], "labels": labels, "loss_before": bce(z), "loss_after": bce(z * a + b)})
+    plats.append({"name": c["name"], "labels": labels, "loss_before": bce(z), "loss_after": bce(z * a + b),
+                  "label_ece_before": label_ece(z, y, known), "label_ece_after": label_ece(z * a + b, y, known)})
 path = os.path.join(os.path.dirname(__file__), "..", "metrics", "platt.json")
 with open(path, "w") as f:
     json.dump(plats, f, indent=1)
