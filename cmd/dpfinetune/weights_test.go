@@ -95,13 +95,13 @@ else:
 // module loads. An export's weights are the module's state dict bit for
 // bit (a training-form ResNet, BatchNorm buffers included; an eval-form
 // ViT whose Linear weights the exporter folded transposed, and
-// nn.MultiheadAttention's in_proj_weight); a tuned model's weights —
-// BatchNorm trained as GroupNorm, a new 10-class head, and a calibrated
-// temperature; a --bn freeze run's and an eval-form export's, the
-// BatchNorms the run or the exporter folded into the convolutions given
+// nn.MultiheadAttention's in_proj_weight). A tuned model's weights —
+// BatchNorm trained as GroupNorm, a new 10-class head and a calibrated
+// temperature; LoRA's adapters merged; the BatchNorms a --bn freeze run or
+// the exporter (an eval-form export) folded into the convolutions, given
 // back from the training-form export (--like) — loaded by
 // docs/load_state_dict.py give the module the logits `predict` computes
-// with the tuned ONNX model; a folded export or a --bn freeze run without
+// with the tuned ONNX model. A folded export or a --bn freeze run without
 // --like, and --like with nothing folded or another module, are refused
 // with their reasons.
 func TestWeightsLoadIntoTorchModule(t *testing.T) {
@@ -166,7 +166,10 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	// the training-form export gives them back.
 	train(p("resnet_eval.onnx"), p("resnet_eval_tuned.onnx"))
 	mustRun("weights", "--model", p("resnet_eval_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("resnet3.safetensors"))
-	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen", "resnet_eval_tuned"} {
+	// LoRA: the adapters merged into the weights they adapt at export.
+	train(p("vit_eval.onnx"), p("vit_lora.onnx"), "--lora", "4")
+	mustRun("weights", "--model", p("vit_lora.onnx"), "--out", p("vit2.pt"))
+	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen", "resnet_eval_tuned", "vit_lora"} {
 		mustRun("predict", "--model", p(m+".onnx"), "--input", p("x.npy"), "--out", p(m+"_y.npy"))
 	}
 
@@ -184,6 +187,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		{"vit", "tuned", p("vit1.safetensors"), p("x.npy"), p("vit_cal_y.npy")},
 		{"resnet", "tuned", p("resnet2.pt"), p("x.npy"), p("resnet_frozen_y.npy")},
 		{"resnet", "tuned", p("resnet3.safetensors"), p("x.npy"), p("resnet_eval_tuned_y.npy")},
+		{"vit", "tuned", p("vit2.pt"), p("x.npy"), p("vit_lora_y.npy")},
 	}
 	b, _ := json.Marshal(jobs)
 	if err := os.WriteFile(p("job.json"), b, 0o644); err != nil {
@@ -230,7 +234,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if temp := res[3].Record.Calibration["temperature"]; len(temp) != 1 || !(temp[0] > 0) {
 		t.Errorf("vit calibrated: the record's temperature is %v", temp)
 	}
-	for _, r := range res[4:] {
+	for _, r := range res[4:6] {
 		if len(r.Record.GroupNorms) != 0 || r.Modules["bn1"] != "BatchNorm2d" || r.Record.BatchNormsFrom != "resnet_train.onnx" {
 			t.Errorf("%s: GroupNorms %v, bn1 a %s, BatchNorms from %q; want the module's own BatchNorms back", filepath.Base(r.File), r.Record.GroupNorms, r.Modules["bn1"], r.Record.BatchNormsFrom)
 		}
