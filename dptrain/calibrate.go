@@ -11,6 +11,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/onnx/onnxpb"
+	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 // Calibration is a temperature fitted to a model's logits on a dataset
@@ -386,7 +387,7 @@ func (e *examples) labelECE(beta float64, scale, shift []float64) *float64 {
 
 // TemperatureInit names the initializer ApplyTemperature divides a model's
 // logits by.
-const TemperatureInit = "dpfinetune.temperature"
+const TemperatureInit = rewrite.OwnPrefix + "temperature"
 
 // ApplyTemperature divides the logits of model p by t: a Div by a scalar
 // initializer (TemperatureInit) before the first output's Softmax or
@@ -437,8 +438,8 @@ func ApplyTemperature(p *onnxpb.ModelProto, t float64) error {
 // Initializers ApplyLabelScaling scales and shifts a multi-label model's
 // logits by.
 const (
-	LabelScaleInit = "dpfinetune.label_scale"
-	LabelShiftInit = "dpfinetune.label_shift"
+	LabelScaleInit = rewrite.OwnPrefix + "label_scale"
+	LabelShiftInit = rewrite.OwnPrefix + "label_shift"
 )
 
 // ApplyLabelScaling maps each logit z_j of a multi-label model p to

@@ -59,6 +59,12 @@ type StateDict struct {
 // module's weights.
 var ErrFoldedExport = errors.New("the exporter folded its BatchNorms into the convolutions (torch.onnx.export of model.eval() with constant folding, or the dynamo exporter's optimizer): each such convolution's weight and bias are its weight and its BatchNorm's together, which no state dict of the module holds; export in training mode with do_constant_folding=False (README, \"Export\"; the dynamo exporter: optimize=False) and train that export for weights that load into the module")
 
+// OwnPrefix begins the names of the initializers dpfinetune itself adds
+// to a model (calibrate's temperature, each label's scale and shift):
+// StateDictOf lists them under their names, for the caller to tell from
+// the module's tensors.
+const OwnPrefix = "dpfinetune."
+
 // foldedWeight says whether w, a convolution's weight, is one an exporter
 // made by folding a BatchNorm into it: TorchScript's exporter names it
 // anew (onnx::Conv_497), the dynamo exporter's optimizer keeps the name
@@ -245,6 +251,11 @@ func groupNormAffine(v *graph.Value) *graph.Node {
 // the key is only the module scope of the product that reads v, which
 // StateDictOf checks against the other keys.
 func stateKey(g *graph.Graph, v *graph.Value) (key string, transposed, scoped bool, why string) {
+	if strings.HasPrefix(v.Name, OwnPrefix) {
+		// What dpfinetune itself added (calibrate's temperature): named
+		// so by its writer, whatever the exporter.
+		return v.Name, false, false, ""
+	}
 	if v.NoGradient {
 		return "", false, false, ""
 	}

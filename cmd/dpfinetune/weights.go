@@ -161,7 +161,7 @@ func runWeights(args []string, stdout io.Writer) error {
 		}
 		// What calibrate added divides or maps the logits after the
 		// module: recorded beside the state dict, not in it.
-		if name, ok := strings.CutPrefix(e.Source, dptrain.MetaPrefix); ok {
+		if name, ok := strings.CutPrefix(e.Source, rewrite.OwnPrefix); ok {
 			if rec.Calibration == nil {
 				rec.Calibration = map[string][]float32{}
 			}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/internal/dynamotest"
 	"github.com/dpfinetune/dpfinetune/rewrite"
 )
@@ -355,6 +356,11 @@ func TestWeightsDynamoExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// calibrated too: its temperature, unmarked by the signature, is the
+	// record's, not a tensor.
+	if err := dptrain.ApplyTemperature(om.Proto, 1.5); err != nil {
+		t.Fatal(err)
+	}
 	written := filepath.Join(dir, "written.onnx")
 	if err := om.Save(written, nil); err != nil {
 		t.Fatal(err)
@@ -364,13 +370,17 @@ func TestWeightsDynamoExport(t *testing.T) {
 		t.Fatalf("weights of the written model: exit %d: %s", code, e)
 	}
 	var w2 struct {
-		Keys []string `json:"keys"`
+		Keys   []string      `json:"keys"`
+		Record WeightsRecord `json:"record"`
 	}
 	if err := json.Unmarshal([]byte(out), &w2); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(w2.Keys, w.Keys) {
 		t.Errorf("the written model's keys differ from the export's: %d against %d", len(w2.Keys), len(w.Keys))
+	}
+	if temp := w2.Record.Calibration["temperature"]; len(temp) != 1 || temp[0] != 1.5 || len(w2.Record.Unnamed) != len(w.Record.Unnamed) {
+		t.Errorf("the calibrated model's record: temperature %v, %d unnamed (want 1.5, %d)", temp, len(w2.Record.Unnamed), len(w.Record.Unnamed))
 	}
 	for _, c := range []struct{ key, src string }{{"features.1.0.attn.qkv.weight", "val_34"}, {"features.2.reduction.weight", "val_781"}} {
 		v := lm.g.Values[c.src]
