@@ -145,8 +145,8 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 	// value_info: without them a model trained and loaded again would take
 	// its parameters for values the exporter's optimizer made (a folded
 	// convolution weight, ExportForm; the state dict, rewrite.StateDictOf).
-	// Written afresh, with the initializer's own shape and type (a
-	// replaced head's differ from the loaded entry's).
+	// Written afresh, with the initializer's own shape and type as it is
+	// written (a replaced head's differ from the loaded entry's).
 	if og != nil && g.ExportSignature {
 		inValueInfo := map[string]bool{}
 		for _, vi := range gp.ValueInfo {
@@ -159,7 +159,12 @@ func (g *Graph) ToONNX() (*onnx.Model, error) {
 				continue
 			}
 			inValueInfo[name] = true
-			gp.ValueInfo = append(gp.ValueInfo, valueInfo(v, vi))
+			dims := &onnxpb.TensorShapeProto{}
+			for _, d := range v.Const.Shape {
+				dims.Dim = append(dims.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+			}
+			gp.ValueInfo = append(gp.ValueInfo, &onnxpb.ValueInfoProto{Name: proto.String(name), DocString: vi.DocString, MetadataProps: vi.MetadataProps,
+				Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(v.Const.DType)), Shape: dims}}}})
 		}
 	}
 	return src.Derive(mp), nil

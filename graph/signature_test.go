@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -85,7 +86,9 @@ func TestSignatureMarksKept(t *testing.T) {
 	for _, trained := range []bool{false, true} {
 		g := b.graph(t)
 		if trained {
-			g.Values["w"].Const = &Tensor{DType: Float32, Shape: []int64{1, 1, 1, 1}, F32: []float32{3}}
+			// Trained, and of another shape (a replaced head's): the
+			// value_info says the shape written.
+			g.Values["w"].Const = &Tensor{DType: Float32, Shape: []int64{2, 1, 1, 1}, F32: []float32{3, 4}}
 		}
 		m, err := g.ToONNX()
 		if err != nil {
@@ -105,6 +108,18 @@ func TestSignatureMarksKept(t *testing.T) {
 		}
 		if !g2.ExportSignature || g2.Values["w"].ExportKind != "PARAMETER" || g2.Values["running_mean"].ExportKind != "BUFFER" {
 			t.Errorf("trained %v: read back with signature %v, w %q, running_mean %q", trained, g2.ExportSignature, g2.Values["w"].ExportKind, g2.Values["running_mean"].ExportKind)
+		}
+		for _, vi := range m.Proto.GetGraph().GetValueInfo() {
+			if vi.GetName() != "w" {
+				continue
+			}
+			var dims []int64
+			for _, d := range vi.GetType().GetTensorType().GetShape().GetDim() {
+				dims = append(dims, d.GetDimValue())
+			}
+			if want := g.Values["w"].Const.Shape; fmt.Sprint(dims) != fmt.Sprint(want) || vi.GetType().GetTensorType().GetElemType() != int32(Float32) {
+				t.Errorf("trained %v: w's value_info says %v of type %d, the initializer is %v float32", trained, dims, vi.GetType().GetTensorType().GetElemType(), want)
+			}
 		}
 	}
 }
