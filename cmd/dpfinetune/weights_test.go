@@ -145,14 +145,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	train(p("resnet_train.onnx"), p("resnet_tuned.onnx"))
 	train(p("vit_eval.onnx"), p("vit_tuned.onnx"))
 	mustRun("calibrate", "--model", p("vit_tuned.onnx"), "--data", data, "--out", p("vit_cal.onnx"))
-	jsonOut := mustRun("weights", "--model", p("resnet_tuned.onnx"), "--out", p("resnet1.pt"), "--json")
-	var written struct {
-		Keys   []string      `json:"keys"`
-		Record WeightsRecord `json:"record"`
-	}
-	if err := json.Unmarshal([]byte(jsonOut), &written); err != nil {
-		t.Fatalf("weights --json: %v: %s", err, jsonOut)
-	}
+	written := weightsJSON(t, "--model", p("resnet_tuned.onnx"), "--out", p("resnet1.pt"))
 	if gns := written.Record.GroupNorms; len(gns) != 12 || gns[0] != (rewrite.GroupNormModule{Module: "bn1", Groups: 16, Channels: 64, Epsilon: 1e-5}) {
 		t.Errorf("resnet tuned: GroupNorm modules %+v, want the 12 BatchNorms, bn1 first as GroupNorm(16, 64, eps=1e-5)", gns)
 	}
@@ -269,6 +262,24 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	refused("--out is required", "weights", "--model", p("resnet_train.onnx"))
 }
 
+// weightsWritten is what `weights --json` prints.
+type weightsWritten struct {
+	Keys   []string      `json:"keys"`
+	Record WeightsRecord `json:"record"`
+}
+
+// weightsJSON runs `weights --json` with args and returns what it
+// printed; a failure ends t.
+func weightsJSON(t *testing.T, args ...string) weightsWritten {
+	t.Helper()
+	out, e, code := run(t, append([]string{"weights", "--json"}, args...)...)
+	var w weightsWritten
+	if err := json.Unmarshal([]byte(out), &w); code != 0 || err != nil {
+		t.Fatalf("weights %s: exit %d (%v): %s", strings.Join(args, " "), code, err, e)
+	}
+	return w
+}
+
 // pythonWithDocs runs script with /usr/bin/python3, docs/ on its path
 // (docs/load_state_dict.py), and returns its standard output; a failure
 // ends t with the script's standard error.
@@ -307,17 +318,7 @@ func TestWeightsDynamoExport(t *testing.T) {
 	if code == 0 || !strings.Contains(e, "no state-dict name") || !strings.Contains(e, "optimize=False") {
 		t.Fatalf("weights without --allow-unnamed: exit %d, %q; want the unnamed position biases refused", code, e)
 	}
-	out, e, code := run(t, "weights", "--model", model, "--out", filepath.Join(dir, "w.safetensors"), "--allow-unnamed", "--json")
-	if code != 0 {
-		t.Fatalf("weights: exit %d: %s", code, e)
-	}
-	var w struct {
-		Keys   []string      `json:"keys"`
-		Record WeightsRecord `json:"record"`
-	}
-	if err := json.Unmarshal([]byte(out), &w); err != nil {
-		t.Fatal(err)
-	}
+	w := weightsJSON(t, "--model", model, "--out", filepath.Join(dir, "w.safetensors"), "--allow-unnamed")
 	for _, k := range []string{"features.1.0.attn.qkv.weight", "features.2.reduction.weight", "features.1.0.mlp.0.weight", "head.weight"} {
 		if !slices.Contains(w.Keys, k) {
 			t.Errorf("no %s among the keys", k)
@@ -365,17 +366,7 @@ func TestWeightsDynamoExport(t *testing.T) {
 	if err := om.Save(written, nil); err != nil {
 		t.Fatal(err)
 	}
-	out, e, code = run(t, "weights", "--model", written, "--out", filepath.Join(dir, "w2.pt"), "--allow-unnamed", "--json")
-	if code != 0 {
-		t.Fatalf("weights of the written model: exit %d: %s", code, e)
-	}
-	var w2 struct {
-		Keys   []string      `json:"keys"`
-		Record WeightsRecord `json:"record"`
-	}
-	if err := json.Unmarshal([]byte(out), &w2); err != nil {
-		t.Fatal(err)
-	}
+	w2 := weightsJSON(t, "--model", written, "--out", filepath.Join(dir, "w2.pt"), "--allow-unnamed")
 	if !slices.Equal(w2.Keys, w.Keys) {
 		t.Errorf("the written model's keys differ from the export's: %d against %d", len(w2.Keys), len(w.Keys))
 	}
