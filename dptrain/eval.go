@@ -172,7 +172,8 @@ type ClassMetrics struct {
 	// do not ignore it). Nil for a single-label evaluation, and for a
 	// label every sample ignores.
 	ECE *float64 `json:"ece,omitempty"`
-	// Reliability are the label's ECE bins: its reliability diagram.
+	// Reliability are the label's ECE bins: its reliability diagram (nil
+	// past maxReliabilityLabels labels).
 	Reliability []ReliabilityBin `json:"reliability,omitempty"`
 }
 
@@ -182,6 +183,13 @@ const maxAUCFloats = 1 << 26
 
 // eceBins is the number of confidence bins of EvalResult.ECE.
 const eceBins = 15
+
+// maxReliabilityLabels bounds the labels of a multi-label evaluation that
+// keeps each label's reliability bins (ClassMetrics.Reliability): past it
+// (COCO's 80 labels, a listing's thousands) every epoch's test record and
+// bootstrap resample would carry 15 bins a label, and each label's
+// calibration error alone is kept.
+const maxReliabilityLabels = 64
 
 // Evaluator runs a forward-only plan of a graph over datasets.
 type Evaluator struct {
@@ -1103,13 +1111,19 @@ func (m *labelMetrics) result() *EvalResult {
 		}
 		knownLabels++
 		var ece float64
-		c.Reliability = make([]ReliabilityBin, eceBins)
+		if k <= maxReliabilityLabels {
+			c.Reliability = make([]ReliabilityBin, eceBins)
+		}
 		for bi, b := range m.cal[j*eceBins : (j+1)*eceBins] {
-			r := &c.Reliability[bi]
-			r.Lo, r.Hi, r.Examples = float64(bi)/eceBins, float64(bi+1)/eceBins, b.n
 			if b.n > 0 {
 				ece += math.Abs(float64(b.pos)-b.sum) / float64(m.known[j])
-				r.Accuracy, r.Confidence = float64(b.pos)/float64(b.n), b.sum/float64(b.n)
+			}
+			if c.Reliability != nil {
+				r := &c.Reliability[bi]
+				r.Lo, r.Hi, r.Examples = float64(bi)/eceBins, float64(bi+1)/eceBins, b.n
+				if b.n > 0 {
+					r.Accuracy, r.Confidence = float64(b.pos)/float64(b.n), b.sum/float64(b.n)
+				}
 			}
 		}
 		c.ECE = &ece

@@ -282,3 +282,26 @@ func readCases[C any](t *testing.T, file string, n int) []C {
 	}
 	return cases
 }
+
+// TestLabelReliabilityBound: past maxReliabilityLabels labels each label
+// keeps its calibration error but not its 15 reliability bins; at the
+// bound, both.
+func TestLabelReliabilityBound(t *testing.T) {
+	for _, k := range []int{maxReliabilityLabels, maxReliabilityLabels + 1} {
+		m := newLabelMetrics(3, k)
+		logits := make([]float32, k)
+		set := make([]uint64, (k+63)/64)
+		for i := range 3 {
+			for j := range logits {
+				logits[j] = float32(i - j%3)
+			}
+			set[0] = uint64(i)
+			m.add(i, set, nil, logits, 0)
+		}
+		res := m.result()
+		c := res.PerClass[0]
+		if c.ECE == nil || res.LabelECE == nil || (len(c.Reliability) == eceBins) != (k <= maxReliabilityLabels) {
+			t.Errorf("%d labels: ECE %v, mean %v, %d bins", k, c.ECE, res.LabelECE, len(c.Reliability))
+		}
+	}
+}
