@@ -12,6 +12,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -76,6 +77,14 @@ func WritePT(w io.Writer, ts []Tensor, extra map[string][]byte) error {
 	if err := check(ts); err != nil {
 		return err
 	}
+	names := make([]string, 0, len(extra))
+	for n := range extra {
+		if n == "" || n == "data.pkl" || n == "version" || n == "byteorder" || strings.HasPrefix(n, "data/") {
+			return fmt.Errorf("torchfile: extra record %q would shadow torch.save's own", n)
+		}
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	zw := zip.NewWriter(w)
 	var off int64
 	put := func(name string, data []byte, aligned bool) error {
@@ -115,15 +124,7 @@ func WritePT(w io.Writer, ts []Tensor, extra map[string][]byte) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(extra))
-	for n := range extra {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	for _, n := range names {
-		if n == "" || n == "data.pkl" || n == "version" || n == "byteorder" || len(n) >= 5 && n[:5] == "data/" {
-			return fmt.Errorf("torchfile: extra record %q would shadow torch.save's own", n)
-		}
 		if err := put(n, extra[n], false); err != nil {
 			return err
 		}
