@@ -144,7 +144,7 @@ type loadedModel struct {
 func (lm *loadedModel) notes(bn rewrite.BNMode) []string {
 	var out []string
 	if bn == rewrite.BNFreeze && lm.moved > 0 {
-		out = append(out, fmt.Sprintf("WARNING: %d BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %g toward its dummy input's batch statistics): --bn freeze freezes them as moved; export again with each BatchNorm's momentum set to 0 (README, \"Export\"), or train them as GroupNorm (--bn groupnorm)", lm.moved, lm.momentum))
+		out = append(out, fmt.Sprintf("WARNING: %d BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %.3g toward its dummy input's batch statistics): --bn freeze freezes them as moved; export again with each BatchNorm's momentum set to 0 (README, \"Export\"), or train them as GroupNorm (--bn groupnorm)", lm.moved, lm.momentum))
 	}
 	if lm.fixedBatch > 0 {
 		out = append(out, fmt.Sprintf("exported with a fixed batch of %d: its batch axis is made dynamic (each sample's outputs checked against the export's)", lm.fixedBatch))

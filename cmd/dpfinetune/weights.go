@@ -127,7 +127,7 @@ func runWeights(args []string, stdout io.Writer) error {
 		if !frozenRun && orig.moved > 0 {
 			// The exporter folded the module's own statistics; a --bn
 			// freeze run froze (and folded) the export's, moved or not.
-			return fmt.Errorf("--like %s: %d of its BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %g toward its dummy input's batch), while %s folded the module's own: export it again with each BatchNorm's momentum set to 0 (README, \"Export\")", *like, orig.moved, orig.momentum, *model)
+			return fmt.Errorf("--like %s: %d of its BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %.3g toward its dummy input's batch), while %s folded the module's own: export it again with each BatchNorm's momentum set to 0 (README, \"Export\")", *like, orig.moved, orig.momentum, *model)
 		}
 		n, err := rewrite.UnfoldBatchNorm(sd, g, orig.g)
 		if err != nil {
