@@ -21,6 +21,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dpengine/accountant"
 	"github.com/dpfinetune/dpfinetune/dpengine/data"
 	"github.com/dpfinetune/dpfinetune/dptrain"
+	"github.com/dpfinetune/dpfinetune/rewrite"
 )
 
 func init() {
@@ -64,8 +65,14 @@ func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, 
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
 	testGroupBy := fs.String("test-group-by", "", "score the test data's groups of examples after each epoch, as eval --group-by: dir (each image's directory: a study's views) or user (the data's users)")
 	testCombine := fs.String("test-combine", dptrain.CombineMean, "with --test-group-by, how a group's probabilities combine its examples': mean or max")
+	stateDict := fs.String("state-dict", "", "also write the trained weights as the PyTorch module's state dict, .pt or .safetensors (as `weights` writes them; a --bn freeze run's BatchNorms given back from --model)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
+	}
+	if *stateDict != "" {
+		if _, err := stateDictFormat("--state-dict", *stateDict); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case *testGroupBy != "" && *testGroupBy != "dir" && *testGroupBy != "user":
@@ -94,7 +101,25 @@ func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, 
 	if score != nil {
 		cfg.Score, cfg.ScoreRanking = score, ranking
 	}
-	return runLoop(cfg, *tf.quiet)
+	if *stateDict != "" && !cfg.DryRun {
+		// Before the run: an export whose exporter folded its BatchNorms
+		// has no state dict to give, and a run is long.
+		if _, err := rewrite.StateDictOf(cfg.Graph, cfg.Settings.InputShape, false); errors.Is(err, rewrite.ErrFoldedExport) {
+			return nil, usagef("--state-dict: %s: %v; train without it and write the state dict with `dpfinetune weights --like` a training-form export afterwards", *tf.model, err)
+		}
+	}
+	rep, err := runLoop(cfg, *tf.quiet)
+	if err != nil || *stateDict == "" || cfg.DryRun {
+		return rep, err
+	}
+	var w io.Writer = stdout
+	if *tf.quiet {
+		w = io.Discard
+	}
+	if err := writeWeights(stateDictJob{model: cfg.Out, out: *stateDict, likeIfFrozen: *tf.model}, w); err != nil {
+		return rep, fmt.Errorf("--state-dict (%s is written): %w", cfg.Out, err)
+	}
+	return rep, nil
 }
 
 // trainFlags are the flags of a training run, shared by train and audit

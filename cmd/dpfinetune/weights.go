@@ -82,67 +82,94 @@ func runWeights(args []string, stdout io.Writer) error {
 	case *out == "":
 		return usagef("--out is required")
 	}
-	format := strings.ToLower(filepath.Ext(*out))
-	if format != ".pt" && format != ".pth" && format != ".safetensors" {
-		return usagef("--out %q: want a .pt (or .pth) or .safetensors file", *out)
-	}
 	if *inShape != "" {
 		if _, err := parseDims(*inShape); err != nil {
 			return usageError{err.Error()}
 		}
 	}
-	lm, err := loadGraph(*model)
+	return writeWeights(stateDictJob{model: *model, out: *out, like: *like, inShape: *inShape, allowUnnamed: *allowUnnamed, asJSON: *asJSON}, stdout)
+}
+
+// stateDictJob is what `weights` is asked to write: the state dict of model
+// to out (its extension the format), BatchNorms given back from like
+// (likeIfFrozen where the model is a --bn freeze run and like is empty:
+// train's own --model).
+type stateDictJob struct {
+	model, out, like, likeIfFrozen, inShape string
+	allowUnnamed, asJSON                    bool
+}
+
+// stateDictFormat returns out's format (".pt", ".pth", ".safetensors"),
+// or a usage error.
+func stateDictFormat(flag, out string) (string, error) {
+	format := strings.ToLower(filepath.Ext(out))
+	if format != ".pt" && format != ".pth" && format != ".safetensors" {
+		return "", usagef("%s %q: want a .pt (or .pth) or .safetensors file", flag, out)
+	}
+	return format, nil
+}
+
+// writeWeights writes j's state dict and says what it wrote.
+func writeWeights(j stateDictJob, stdout io.Writer) error {
+	format, err := stateDictFormat("--out", j.out)
+	if err != nil {
+		return err
+	}
+	lm, err := loadGraph(j.model)
 	if err != nil {
 		return err
 	}
 	// (A fixed batch the loader could not release is no obstacle: the
 	// weights are read as they are.)
-	rec := WeightsRecord{Format: weightsFormat, Model: filepath.Base(*model), Metadata: map[string]string{}}
+	rec := WeightsRecord{Format: weightsFormat, Model: filepath.Base(j.model), Metadata: map[string]string{}}
 	for _, kv := range lm.m.Proto.GetMetadataProps() {
 		if k, ok := strings.CutPrefix(kv.GetKey(), dptrain.MetaPrefix); ok {
 			rec.Metadata[k] = kv.GetValue()
 		}
 	}
 	frozenRun := strings.HasPrefix(rec.Metadata["batchnorm"], string(rewrite.BNFreeze))
-	if bn := rec.Metadata["batchnorm"]; frozenRun && *like == "" {
-		return usagef("%s: trained with --bn freeze (%s): its frozen BatchNorms were folded into the convolutions; --like ORIGINAL.onnx, the export the run started from, gives them back", *model, bn)
+	if frozenRun && j.like == "" {
+		j.like = j.likeIfFrozen
+	}
+	if bn := rec.Metadata["batchnorm"]; frozenRun && j.like == "" {
+		return usagef("%s: trained with --bn freeze (%s): its frozen BatchNorms were folded into the convolutions; --like ORIGINAL.onnx, the export the run started from, gives them back", j.model, bn)
 	}
 	g := lm.g
-	sample, err := modelSample(g, *inShape)
+	sample, err := modelSample(g, j.inShape)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
+		return fmt.Errorf("%s: %w", j.model, err)
 	}
-	sd, err := rewrite.StateDictOf(g, sample, *like != "")
+	sd, err := rewrite.StateDictOf(g, sample, j.like != "")
 	if errors.Is(err, rewrite.ErrFoldedExport) {
-		return fmt.Errorf("%s: %w; or give a training-form export of the same module with --like, whose BatchNorms weights then unfolds from the convolutions", *model, err)
+		return fmt.Errorf("%s: %w; or give a training-form export of the same module with --like, whose BatchNorms weights then unfolds from the convolutions", j.model, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", *model, err)
+		return fmt.Errorf("%s: %w", j.model, err)
 	}
-	if *like != "" {
-		orig, err := loadGraph(*like)
+	if j.like != "" {
+		orig, err := loadGraph(j.like)
 		if err != nil {
 			return err
 		}
 		if !frozenRun && orig.moved > 0 {
 			// The exporter folded the module's own statistics; a --bn
 			// freeze run froze (and folded) the export's, moved or not.
-			return fmt.Errorf("--like %s: %d of its BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %.3g toward its dummy input's batch), while %s folded the module's own: export it again with each BatchNorm's momentum set to 0 (README, \"Export\")", *like, orig.moved, orig.momentum, *model)
+			return fmt.Errorf("--like %s: %d of its BatchNorms' running statistics were moved by the training-mode export's own forward pass (momentum %.3g toward its dummy input's batch), while %s folded the module's own: export it again with each BatchNorm's momentum set to 0 (README, \"Export\")", j.like, orig.moved, orig.momentum, j.model)
 		}
 		n, err := rewrite.UnfoldBatchNorm(sd, g, orig.g)
 		if err != nil {
-			return fmt.Errorf("%s (--like %s): %w", *model, *like, err)
+			return fmt.Errorf("%s (--like %s): %w", j.model, j.like, err)
 		}
 		var frozen int
 		if _, err := fmt.Sscanf(rec.Metadata["batchnorm"], string(rewrite.BNFreeze)+": %d", &frozen); err == nil && n != frozen {
-			return fmt.Errorf("%s: the run froze %d BatchNorms, and --like %s names %d of them: give the export the run started from", *model, frozen, *like, n)
+			return fmt.Errorf("%s: the run froze %d BatchNorms, and --like %s names %d of them: give the export the run started from", j.model, frozen, j.like, n)
 		}
 		if n == 0 {
-			return usagef("--like %s: %s has no BatchNorm folded into a convolution to give back", *like, *model)
+			return usagef("--like %s: %s has no BatchNorm folded into a convolution to give back", j.like, j.model)
 		}
-		rec.BatchNormsFrom = filepath.Base(*like)
+		rec.BatchNormsFrom = filepath.Base(j.like)
 	}
-	if len(sd.Unnamed) > 0 && !*allowUnnamed {
+	if len(sd.Unnamed) > 0 && !j.allowUnnamed {
 		var list []string
 		for _, u := range sd.Unnamed[:min(len(sd.Unnamed), 5)] {
 			list = append(list, fmt.Sprintf("%s %v (%s)", u.Source, u.Shape, u.Reason))
@@ -150,7 +177,7 @@ func runWeights(args []string, stdout io.Writer) error {
 		if len(sd.Unnamed) > 5 {
 			list = append(list, fmt.Sprintf("and %d more", len(sd.Unnamed)-5))
 		}
-		return fmt.Errorf("%s: %d tensors have no state-dict name: %s; --allow-unnamed writes the others and lists these", *model, len(sd.Unnamed), strings.Join(list, "; "))
+		return fmt.Errorf("%s: %d tensors have no state-dict name: %s; --allow-unnamed writes the others and lists these", j.model, len(sd.Unnamed), strings.Join(list, "; "))
 	}
 	rec.GroupNorms, rec.Unnamed = sd.GroupNorms, sd.Unnamed
 	var ts []torchfile.Tensor
@@ -174,19 +201,19 @@ func runWeights(args []string, stdout io.Writer) error {
 		ts = append(ts, torchfile.Tensor{Name: e.Key, Shape: e.Shape, Data: vals})
 	}
 	if len(ts) == 0 {
-		return fmt.Errorf("%s: the model holds no tensor of a state dict", *model)
+		return fmt.Errorf("%s: the model holds no tensor of a state dict", j.model)
 	}
 	recJSON, _ := json.Marshal(rec) // strings, numbers and finite floats always marshal
-	err = atomicfile.Write(*out, func(w io.Writer) error {
+	err = atomicfile.Write(j.out, func(w io.Writer) error {
 		if format == ".safetensors" {
 			return torchfile.WriteSafetensors(w, ts, map[string]string{strings.TrimSuffix(weightsRecordName, ".json"): string(recJSON)})
 		}
 		return torchfile.WritePT(w, ts, map[string][]byte{"extra/" + weightsRecordName: recJSON})
 	})
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", *out, err)
+		return fmt.Errorf("writing %s: %w", j.out, err)
 	}
-	if *asJSON {
+	if j.asJSON {
 		type written struct {
 			Out     string        `json:"out"`
 			Tensors int           `json:"tensors"`
@@ -194,7 +221,7 @@ func runWeights(args []string, stdout io.Writer) error {
 			Keys    []string      `json:"keys"`
 			Record  WeightsRecord `json:"record"`
 		}
-		w := written{Out: *out, Tensors: len(ts), Record: rec}
+		w := written{Out: j.out, Tensors: len(ts), Record: rec}
 		for _, t := range ts {
 			w.Keys = append(w.Keys, t.Name)
 			w.Values += int64(len(t.Data))
@@ -207,7 +234,7 @@ func runWeights(args []string, stdout io.Writer) error {
 	for _, t := range ts {
 		values += int64(len(t.Data))
 	}
-	fmt.Fprintf(stdout, "%s: %d tensors, %d values, from %s\n", *out, len(ts), values, *model)
+	fmt.Fprintf(stdout, "%s: %d tensors, %d values, from %s\n", j.out, len(ts), values, j.model)
 	if len(rec.Transposed) > 0 {
 		fmt.Fprintf(stdout, "  transposed back to PyTorch's (out, in): %s\n", shortList(rec.Transposed, 4))
 	}

@@ -102,9 +102,10 @@ else:
 // the exporter (an eval-form export) folded into the convolutions, given
 // back from the training-form export (--like) — loaded by
 // docs/load_state_dict.py give the module the logits `predict` computes
-// with the tuned ONNX model. A folded export or a --bn freeze run without
-// --like, and --like with nothing folded or another module, are refused
-// with their reasons.
+// with the tuned ONNX model; so does train --state-dict's file. A folded
+// export or a --bn freeze run without --like, --like with nothing folded
+// or another module, and train --state-dict of a folded export (before
+// its first step) are refused with their reasons.
 func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("exports torchvision models; skipped in -short")
@@ -160,10 +161,13 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	// the training-form export gives them back.
 	train(p("resnet_eval.onnx"), p("resnet_eval_tuned.onnx"))
 	mustRun("weights", "--model", p("resnet_eval_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("resnet3.safetensors"))
+	// train --state-dict: the same, in one command; a --bn freeze run's
+	// BatchNorms given back from its own --model.
+	train(p("resnet_train.onnx"), p("resnet_frozen2.onnx"), "--bn", "freeze", "--state-dict", p("resnet4.safetensors"))
 	// LoRA: the adapters merged into the weights they adapt at export.
 	train(p("vit_eval.onnx"), p("vit_lora.onnx"), "--lora", "4")
 	mustRun("weights", "--model", p("vit_lora.onnx"), "--out", p("vit2.pt"))
-	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen", "resnet_eval_tuned", "vit_lora"} {
+	for _, m := range []string{"resnet_tuned", "vit_cal", "resnet_frozen", "resnet_eval_tuned", "vit_lora", "resnet_frozen2"} {
 		mustRun("predict", "--model", p(m+".onnx"), "--input", p("x.npy"), "--out", p(m+"_y.npy"))
 	}
 
@@ -182,6 +186,7 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 		{"resnet", "tuned", p("resnet2.pt"), p("x.npy"), p("resnet_frozen_y.npy")},
 		{"resnet", "tuned", p("resnet3.safetensors"), p("x.npy"), p("resnet_eval_tuned_y.npy")},
 		{"vit", "tuned", p("vit2.pt"), p("x.npy"), p("vit_lora_y.npy")},
+		{"resnet", "tuned", p("resnet4.safetensors"), p("x.npy"), p("resnet_frozen2_y.npy")},
 	}
 	b, _ := json.Marshal(jobs)
 	if err := os.WriteFile(p("job.json"), b, 0o644); err != nil {
@@ -228,7 +233,8 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	if temp := res[3].Record.Calibration["temperature"]; len(temp) != 1 || !(temp[0] > 0) {
 		t.Errorf("vit calibrated: the record's temperature is %v", temp)
 	}
-	for _, r := range res[4:6] {
+	for _, i := range []int{4, 5, 7} { // the BatchNorms unfolded: resnet2, resnet3, resnet4
+		r := res[i]
 		if len(r.Record.GroupNorms) != 0 || r.Modules["bn1"] != "BatchNorm2d" || r.Record.BatchNormsFrom != "resnet_train.onnx" {
 			t.Errorf("%s: GroupNorms %v, bn1 a %s, BatchNorms from %q; want the module's own BatchNorms back", filepath.Base(r.File), r.Record.GroupNorms, r.Modules["bn1"], r.Record.BatchNormsFrom)
 		}
@@ -259,6 +265,17 @@ func TestWeightsLoadIntoTorchModule(t *testing.T) {
 	refused("no BatchNorm folded", "weights", "--model", p("resnet_tuned.onnx"), "--like", p("resnet_train.onnx"), "--out", p("x.pt"))
 	refused("froze 12 BatchNorms, and --like", "weights", "--model", p("resnet_frozen.onnx"), "--like", p("vit_eval.onnx"), "--out", p("x.pt"))
 	refused("want a .pt", "weights", "--model", p("resnet_train.onnx"), "--out", p("x.bin"))
+	// train --state-dict refuses before any step what it could not write.
+	for _, c := range []struct{ model, out, want string }{
+		{p("resnet_eval.onnx"), p("x.pt"), "folded its BatchNorms"},
+		{p("resnet_train.onnx"), p("x.bin"), "--state-dict"},
+	} {
+		refused(c.want, "train", "--model", c.model, "--data", data, "--epsilon", "8", "--epochs", "1", "--batch-size", "8",
+			"--num-classes", "10", "--quiet", "--out", p("never.onnx"), "--state-dict", c.out)
+		if _, err := os.Stat(p("never.onnx")); err == nil {
+			t.Errorf("train --state-dict %s refused, but trained and wrote a model", c.out)
+		}
+	}
 	refused("--out is required", "weights", "--model", p("resnet_train.onnx"))
 }
 
