@@ -71,8 +71,7 @@ func TestBootstrap(t *testing.T) {
 	}
 
 	// Multi-label: the label AUCs, their mean, mAP and exact matches.
-	ml := readCases[groupedCase](t, "multilabel.json", 5)[0]
-	ml.Ignored = make([]int64, len(ml.Labels))
+	ml := goldenCases(t, "multilabel.json")[0]
 	ml.Samples, ml.Groups = 1, make([]int32, len(ml.Labels))
 	em, _ := ml.examples(t)
 	b := bootstrapOf(t, em, BootstrapOptions{Resamples: 200, Seed: 1})

@@ -28,18 +28,7 @@ func TestFitTemperature(t *testing.T) {
 		LabelBefore *float64 `json:"label_ece_before"`
 		LabelAfter  *float64 `json:"label_ece_after"`
 	}](t, "temperature.json", 14)
-	byName := map[string]groupedCase{}
-	for _, f := range []struct {
-		file string
-		n    int
-	}{{"cases.json", 9}, {"multilabel.json", 5}} {
-		for _, c := range readCases[groupedCase](t, f.file, f.n) {
-			if f.file == "multilabel.json" && c.Ignored == nil {
-				c.Ignored = make([]int64, len(c.Labels))
-			}
-			byName[f.file+"/"+c.Name] = c
-		}
-	}
+	byName := goldenByName(t)
 	for _, w := range temps {
 		t.Run(w.File+"/"+w.Name, func(t *testing.T) {
 			c, ok := byName[w.File+"/"+w.Name]
@@ -184,10 +173,7 @@ func TestFitLabelScaling(t *testing.T) {
 		LabelAfter  *float64 `json:"label_ece_after"`
 	}](t, "platt.json", 5)
 	cases := map[string]groupedCase{}
-	for _, c := range readCases[groupedCase](t, "multilabel.json", 5) {
-		if c.Ignored == nil {
-			c.Ignored = make([]int64, len(c.Labels))
-		}
+	for _, c := range goldenCases(t, "multilabel.json") {
 		c.Samples, c.Groups = 1, make([]int32, len(c.Labels))
 		cases[c.Name] = c
 	}

@@ -36,15 +36,7 @@ func TestCompare(t *testing.T) {
 			P     float64 `json:"p"`
 		} `json:"accuracy"`
 	}](t, "compare.json", 3)
-	byName := map[string]groupedCase{}
-	for _, f := range []struct {
-		file string
-		n    int
-	}{{"cases.json", 9}, {"multilabel.json", 5}} {
-		for _, c := range readCases[groupedCase](t, f.file, f.n) {
-			byName[f.file+"/"+c.Name] = c
-		}
-	}
+	byName := goldenByName(t)
 	// result evaluates logits against case c's labels; right says which
 	// examples a classifier gets right.
 	result := func(c groupedCase, logits [][]float32) (*EvalResult, []float64) {

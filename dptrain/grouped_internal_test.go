@@ -115,23 +115,46 @@ func TestEvalGrouped(t *testing.T) {
 	}
 }
 
+// goldenCases reads a golden file of ungrouped cases — cases.json's
+// single-label or multilabel.json's multi-label ones — as groupedCases,
+// a multi-label case's Ignored filled (zeros where it ignores nothing):
+// Ignored is how a groupedCase is known to be multi-label. Callers set
+// Groups and Samples.
+func goldenCases(t *testing.T, file string) []groupedCase {
+	t.Helper()
+	cases := readCases[groupedCase](t, file, map[string]int{"cases.json": 9, "multilabel.json": 5}[file])
+	for i, c := range cases {
+		if file == "multilabel.json" && c.Ignored == nil {
+			cases[i].Ignored = make([]int64, len(c.Labels))
+		}
+	}
+	return cases
+}
+
+// goldenByName is both golden files' cases (goldenCases) by "file/name".
+func goldenByName(t *testing.T) map[string]groupedCase {
+	t.Helper()
+	byName := map[string]groupedCase{}
+	for _, file := range []string{"cases.json", "multilabel.json"} {
+		for _, c := range goldenCases(t, file) {
+			byName[file+"/"+c.Name] = c
+		}
+	}
+	return byName
+}
+
 // TestEvalGroupedSingles checks that groups of one example each are
 // scored exactly as the examples are ungrouped, figure for figure, by
 // either combination.
 func TestEvalGroupedSingles(t *testing.T) {
 	for _, file := range []string{"cases.json", "multilabel.json"} {
-		n := map[string]int{"cases.json": 9, "multilabel.json": 5}[file]
-		cases := readCases[groupedCase](t, file, n)
-		for _, c := range cases {
+		for _, c := range goldenCases(t, file) {
 			for _, combine := range []string{CombineMean, CombineMax} {
 				t.Run(file+"/"+c.Name+"/"+combine, func(t *testing.T) {
 					c.Samples = len(c.Labels)
 					c.Groups = make([]int32, len(c.Labels))
 					for i := range c.Groups {
 						c.Groups[i] = int32(i)
-					}
-					if file == "multilabel.json" && c.Ignored == nil {
-						c.Ignored = make([]int64, len(c.Labels))
 					}
 					c.Combine = combine
 					e, gr := c.examples(t)
