@@ -1,0 +1,62 @@
+// Package dicom decodes the image of a DICOM Part 10 file (PS3.10: the
+// ".dcm" files of radiology archives, CR, DX, CT, MR and the like) to the
+// 8-bit pixels an image classifier is trained on, and registers the format
+// with package image, as image/png registers PNG: a file is DICOM by its
+// contents (the "DICM" prefix after the 128-byte preamble), not its name.
+//
+// # What is read
+//
+// The transfer syntaxes Implicit VR Little Endian, Explicit VR Little and
+// Big Endian, Deflated Explicit VR Little Endian, RLE Lossless, JPEG
+// Baseline and Extended (8-bit samples, Go's image/jpeg) and JPEG Lossless
+// (T.81 process 14, any predictor: jpegll.go). JPEG-LS, JPEG 2000, 12-bit
+// lossy JPEG and the video syntaxes are refused by name, with the command
+// that rewrites such a file uncompressed. One frame a file: a multi-frame
+// object (a cine loop, an enhanced CT volume) is refused, since one file is
+// one sample here.
+//
+// Of the data set, only what the image needs is kept: the Image Pixel
+// module (rows, columns, samples, bits allocated, stored and high bit,
+// pixel representation, photometric interpretation, planar configuration),
+// the Modality LUT (rescale slope and intercept, or a Modality LUT
+// Sequence) and the VOI LUT (window centre and width with their VOI LUT
+// Function, or a VOI LUT Sequence); and, for PatientID alone, the Patient
+// ID (0010,0020), the user a user-level guarantee protects. Everything
+// else — the patient's name, birth date and the study's attributes
+// included — is skipped unread; no error message carries a value of the
+// file's header but those of the image module.
+//
+// # From stored values to 8 bits
+//
+// A grayscale image (MONOCHROME1, MONOCHROME2) goes through the standard's
+// display pipeline (PS3.4 N.2.1, PS3.3 C.11.2.1.2) as pydicom's
+// apply_modality_lut and apply_voi_lut compute it, then to 8 bits:
+//
+//  1. the stored values, masked to Bits Stored at High Bit and sign-extended
+//     where Pixel Representation is 1;
+//  2. the Modality LUT: the LUT Sequence's table, or value·slope + intercept;
+//  3. the VOI LUT: the first VOI LUT Sequence item's table, scaled from its
+//     bit depth to [0, 1]; else the first window (LINEAR, LINEAR_EXACT or
+//     SIGMOID, C.11.2.1.2.1), to [0, 1]; a file with neither is scaled from
+//     its own least and greatest value to [0, 1] (all 0 where they are equal);
+//  4. MONOCHROME1 (higher values darker) inverted: 1 − v;
+//  5. v·255, rounded to the nearest integer.
+//
+// Options.Windows replaces the file's VOI with a window of the user's (a
+// CT's lung or bone window), or three, read as an RGB image's channels (a
+// head CT's brain, subdural and bone windows). Colour images (RGB, YBR_FULL; YBR_FULL_422 and
+// YBR_ICT/RCT as JPEG stores them) are not windowed: 8-bit samples are
+// kept, wider ones scaled to 8 bits, YBR_FULL converted to RGB by PS3.3
+// C.7.6.3.1.2; JPEG's YCbCr is returned as the JPEG decoder gives it, for
+// the caller to convert as it converts a JPEG file's. PALETTE COLOR is
+// refused.
+//
+// # Hostile files
+//
+// No input makes the decoder panic, loop, or allocate more than the file
+// holds: every length is read in chunks against the data actually present,
+// sequences nest at most maxDepth deep, the header before the pixel data is
+// bounded (maxHeader), a deflated data set is read only as far as the
+// pixel data, and an image of more than MaxPixels pixels is refused from
+// its header. Every error names what in the file is wrong, and the tag.
+package dicom

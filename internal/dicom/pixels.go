@@ -1,0 +1,557 @@
+package dicom
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+)
+
+func init() {
+	image.RegisterFormat("dicom", strings.Repeat("?", 128)+"DICM", Decode, DecodeConfig)
+}
+
+// Window is a VOI window in the Modality LUT's output units (Hounsfield
+// units for a CT): values from Center−Width/2 to Center+Width/2 spread over
+// the 8 bits, LINEAR as PS3.3 C.11.2.1.2.1 defines it (or the file's VOI
+// LUT Function).
+type Window struct {
+	Center, Width float64
+}
+
+// Options are a decode's choices beyond the file's own.
+type Options struct {
+	// Windows, when set, replace the file's VOI LUT and window for a
+	// grayscale image: one window gives a gray image, three an RGB image
+	// whose channels are the three windows of the same pixels (a head CT's
+	// brain, subdural and bone windows, as RSNA's intracranial haemorrhage
+	// models read them). A colour image is decoded as without them.
+	Windows []Window
+}
+
+// ParseWindows parses windows written as C,W (a centre and a width in
+// the Modality LUT's output units), one, or three separated by '/':
+// "-600,1500" (a CT's lung window), "40,80/80,200/600,2800".
+func ParseWindows(s string) ([]Window, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 1 && len(parts) != 3 {
+		return nil, fmt.Errorf("window %q: want C,W or three of them, C,W/C,W/C,W (one per channel)", s)
+	}
+	ws := make([]Window, len(parts))
+	for i, p := range parts {
+		c, w, ok := strings.Cut(p, ",")
+		if !ok {
+			return nil, fmt.Errorf("window %q: want C,W (a centre and a width), not %q", s, p)
+		}
+		var err error
+		if ws[i].Center, err = decimal(c); err == nil {
+			ws[i].Width, err = decimal(w)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("window %q: %v", s, err)
+		}
+		if ws[i].Width < 1 {
+			return nil, fmt.Errorf("window %q: width %g under 1 (PS3.3 C.11.2.1.2.1)", s, ws[i].Width)
+		}
+	}
+	return ws, nil
+}
+
+// FormatWindows is the string ParseWindows reads back to ws.
+func FormatWindows(ws []Window) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = strconv.FormatFloat(w.Center, 'g', -1, 64) + "," + strconv.FormatFloat(w.Width, 'g', -1, 64)
+	}
+	return strings.Join(parts, "/")
+}
+
+// Decode decodes a DICOM file's image with the file's own VOI (package
+// doc).
+func Decode(r io.Reader) (image.Image, error) { return DecodeWith(r, Options{}) }
+
+// DecodeConfig returns the image's size and colour model from the file's
+// header, reading nothing of the pixel data.
+func DecodeConfig(r io.Reader) (image.Config, error) {
+	h, _, _, err := readHeader(r)
+	if err != nil {
+		return image.Config{}, wrap(err)
+	}
+	if err := h.check(); err != nil {
+		return image.Config{}, wrap(err)
+	}
+	m := color.Model(color.NRGBAModel)
+	if h.gray() {
+		m = color.GrayModel
+	}
+	return image.Config{ColorModel: m, Width: h.cols, Height: h.rows}, nil
+}
+
+func wrap(err error) error { return fmt.Errorf("dicom: %w", err) }
+
+// DecodeWith decodes a DICOM file's image: *image.Gray for a grayscale
+// image, *image.NRGBA for a colour one, or the JPEG decoder's image for a
+// colour JPEG.
+func DecodeWith(r io.Reader, opts Options) (image.Image, error) {
+	img, err := decode(r, opts)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return img, nil
+}
+
+func decode(src io.Reader, opts Options) (image.Image, error) {
+	if n := len(opts.Windows); n != 0 && n != 1 && n != 3 {
+		return nil, fmt.Errorf("%d windows: one, or three (one per channel)", n)
+	}
+	for _, w := range opts.Windows {
+		if !(w.Width >= 1) || math.IsInf(w.Width, 0) || math.IsNaN(w.Center) || math.IsInf(w.Center, 0) {
+			return nil, fmt.Errorf("window of centre %g and width %g: want a finite centre and a width of at least 1", w.Center, w.Width)
+		}
+	}
+	h, r, el, err := readHeader(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	r.limit = math.MaxInt64
+	n := h.rows * h.cols * h.samples
+	bps := h.bitsAlloc / 8
+	var vals []int32
+	switch h.syntax {
+	case tsImplicitLE, tsExplicitLE, tsExplicitBE, tsDeflatedLE:
+		if el.length == undefinedLength {
+			return nil, fmt.Errorf("encapsulated pixel data under the native transfer syntax %s", h.syntax)
+		}
+		need := n * bps
+		if int64(el.length) < int64(need) {
+			return nil, fmt.Errorf("Pixel Data (7FE0,0010) holds %d bytes; a %d×%d image of %d samples of %d bits needs %d", el.length, h.cols, h.rows, h.samples, h.bitsAlloc, need)
+		}
+		raw, err := r.bytes(int64(need))
+		if err != nil {
+			return nil, fmt.Errorf("Pixel Data (7FE0,0010): %w", err)
+		}
+		if h.big && bps == 1 && el.vr == "OW" {
+			// 8-bit samples in big-endian 16-bit words (PS3.5 8.1.1).
+			for i := 0; i+1 < len(raw); i += 2 {
+				raw[i], raw[i+1] = raw[i+1], raw[i]
+			}
+		}
+		vals = h.native(raw, r.order)
+	default:
+		if el.length != undefinedLength {
+			return nil, fmt.Errorf("Pixel Data (7FE0,0010) not encapsulated under the compressed transfer syntax %s", h.syntax)
+		}
+		frame, err := fragments(r, int64(2*n*bps+1<<16))
+		if err != nil {
+			return nil, fmt.Errorf("Pixel Data (7FE0,0010): %w", err)
+		}
+		// Each codec has a least size of coded data per sample: a frame
+		// shorter than that for the image's samples is refused before the
+		// decoder allocates them (a file of a few bytes claiming 2²⁸
+		// pixels).
+		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256}[h.syntax]
+		if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
+			return nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
+		}
+		switch h.syntax {
+		case tsRLE:
+			if vals, err = h.rle(frame); err != nil {
+				return nil, fmt.Errorf("RLE Lossless: %w", err)
+			}
+		case tsJPEGLL14, tsJPEGLLSV1:
+			if vals, err = h.jpegLossless(frame); err != nil {
+				return nil, err
+			}
+		case tsJPEGBase, tsJPEGExt:
+			if h.bitsStored > 8 {
+				return nil, fmt.Errorf("12-bit lossy JPEG (transfer syntax %s, %d bits stored) is not read: write the file uncompressed first, e.g. dcmdjpeg IN OUT or gdcmconv --raw IN OUT", h.syntax, h.bitsStored)
+			}
+			// The JPEG's own size is checked before Go's decoder allocates
+			// the image it claims.
+			if cfg, err := jpeg.DecodeConfig(bytes.NewReader(frame)); err != nil {
+				return nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+			} else if cfg.Width != h.cols || cfg.Height != h.rows {
+				return nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", cfg.Width, cfg.Height, h.cols, h.rows)
+			}
+			img, err := jpeg.Decode(bytes.NewReader(frame))
+			if err != nil {
+				return nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+			}
+			if b := img.Bounds(); b.Dx() != h.cols || b.Dy() != h.rows {
+				return nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
+			}
+			g, ok := img.(*image.Gray)
+			if !h.gray() {
+				if ok {
+					return nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
+				}
+				return img, nil
+			}
+			if !ok {
+				return nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
+			}
+			vals = make([]int32, n)
+			for y := range h.rows {
+				row := g.Pix[y*g.Stride : y*g.Stride+h.cols]
+				for x, v := range row {
+					vals[y*h.cols+x] = h.signed(int32(v))
+				}
+			}
+		}
+	}
+	if h.gray() {
+		return h.toGray(vals, opts.Windows)
+	}
+	return h.toRGB(vals)
+}
+
+// signed sign-extends a stored value of bitsStored bits where the pixel
+// representation is two's complement.
+func (h *header) signed(v int32) int32 {
+	v &= int32(1)<<h.bitsStored - 1
+	if h.pixelRep == 1 && v&(int32(1)<<(h.bitsStored-1)) != 0 {
+		v -= int32(1) << h.bitsStored
+	}
+	return v
+}
+
+// native reads uncompressed samples: pixel-major, components interleaved
+// (a planar image's planes interleaved here), each value masked to Bits
+// Stored below High Bit (PS3.5 8.1.1: the other bits may hold anything).
+func (h *header) native(raw []byte, order binary.ByteOrder) []int32 {
+	n := h.rows * h.cols * h.samples
+	vals := make([]int32, n)
+	shift := h.highBit - h.bitsStored + 1
+	plane := h.rows * h.cols
+	at := func(i int) int { // raw index of interleaved sample i
+		if h.planar == 1 && h.samples > 1 {
+			return (i%h.samples)*plane + i/h.samples
+		}
+		return i
+	}
+	for i := range vals {
+		j := at(i)
+		var v int32
+		if h.bitsAlloc == 8 {
+			v = int32(raw[j])
+		} else {
+			v = int32(order.Uint16(raw[2*j:]))
+		}
+		vals[i] = h.signed(v >> shift)
+	}
+	return vals
+}
+
+// fragments reads encapsulated pixel data (PS3.5 A.4): the Basic Offset
+// Table item, then the fragments of the one frame up to the sequence
+// delimiter, joined; at most limit bytes.
+func fragments(r *reader, limit int64) ([]byte, error) {
+	var frame []byte
+	for item := 0; ; item++ {
+		el, err := r.next(false)
+		if err != nil {
+			return nil, err
+		}
+		switch el.tag {
+		case tagSeqDelim:
+			if item < 2 {
+				return nil, fmt.Errorf("no fragment after the offset table")
+			}
+			return frame, nil
+		case tagItem:
+		default:
+			return nil, fmt.Errorf("element %s where a fragment was expected", tagString(el.tag))
+		}
+		if el.length == undefinedLength {
+			return nil, fmt.Errorf("a fragment of undefined length")
+		}
+		if item == 0 { // the Basic Offset Table: one frame needs none
+			if err := r.skip(int64(el.length)); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if int64(len(frame))+int64(el.length) > limit {
+			return nil, fmt.Errorf("fragments of over %d bytes for one frame", limit)
+		}
+		b, err := r.bytes(int64(el.length))
+		if err != nil {
+			return nil, err
+		}
+		frame = append(frame, b...)
+	}
+}
+
+// rle decodes an RLE Lossless frame (PS3.5 G): a header of segment offsets,
+// then one PackBits segment per byte of each sample, most significant
+// byte first, components in turn.
+func (h *header) rle(frame []byte) ([]int32, error) {
+	if len(frame) < 64 {
+		return nil, fmt.Errorf("frame of %d bytes, shorter than its header", len(frame))
+	}
+	bps := h.bitsAlloc / 8
+	nseg := int(binary.LittleEndian.Uint32(frame))
+	if nseg != h.samples*bps {
+		return nil, fmt.Errorf("%d segments for %d samples of %d bytes", nseg, h.samples, bps)
+	}
+	plane := h.rows * h.cols
+	raw := make([]byte, plane*nseg)
+	for s := range nseg {
+		start := int64(binary.LittleEndian.Uint32(frame[4+4*s:]))
+		end := int64(len(frame))
+		if s+1 < nseg {
+			end = int64(binary.LittleEndian.Uint32(frame[8+4*s:]))
+		}
+		if start < 64 || end < start || end > int64(len(frame)) {
+			return nil, fmt.Errorf("segment %d at bytes %d to %d of a %d-byte frame", s, start, end, len(frame))
+		}
+		if err := unpackBits(frame[start:end], raw[s*plane:(s+1)*plane]); err != nil {
+			return nil, fmt.Errorf("segment %d: %w", s, err)
+		}
+	}
+	vals := make([]int32, plane*h.samples)
+	for p := range plane {
+		for c := range h.samples {
+			var v int32
+			for b := range bps {
+				v = v<<8 | int32(raw[(c*bps+b)*plane+p])
+			}
+			vals[p*h.samples+c] = h.signed(v)
+		}
+	}
+	return vals, nil
+}
+
+// unpackBits fills dst from a PackBits segment (PS3.5 G.3.1): a header byte
+// n of 0..127 copies n+1 literal bytes, of −127..−1 repeats the next byte
+// 1−n times, −128 does nothing. A segment that falls short of dst is an
+// error; bytes past it are padding.
+func unpackBits(src, dst []byte) error {
+	o := 0
+	for i := 0; i < len(src) && o < len(dst); {
+		n := int(int8(src[i]))
+		i++
+		switch {
+		case n >= 0:
+			if i+n+1 > len(src) || o+n+1 > len(dst) {
+				return fmt.Errorf("a literal run of %d bytes past the segment or the image", n+1)
+			}
+			copy(dst[o:], src[i:i+n+1])
+			i += n + 1
+			o += n + 1
+		case n > -128:
+			if i >= len(src) || o+1-n > len(dst) {
+				return fmt.Errorf("a repeat run of %d bytes past the segment or the image", 1-n)
+			}
+			b := src[i]
+			i++
+			for k := range 1 - n {
+				dst[o+k] = b
+			}
+			o += 1 - n
+		}
+	}
+	if o < len(dst) {
+		return fmt.Errorf("decodes to %d of the image's %d bytes", o, len(dst))
+	}
+	return nil
+}
+
+// jpegLossless decodes a JPEG Lossless frame to stored values.
+func (h *header) jpegLossless(frame []byte) ([]int32, error) {
+	pix, w, ht, comps, prec, err := decodeJPEGLossless(frame, h.rows*h.cols*h.samples)
+	if err != nil {
+		return nil, err
+	}
+	if w != h.cols || ht != h.rows || comps != h.samples {
+		return nil, fmt.Errorf("JPEG Lossless frame of %d×%d, %d components, in an image of %d×%d, %d samples", w, ht, comps, h.cols, h.rows, h.samples)
+	}
+	if prec > h.bitsAlloc {
+		return nil, fmt.Errorf("JPEG Lossless frame of %d-bit precision in %d-bit samples", prec, h.bitsAlloc)
+	}
+	vals := make([]int32, len(pix))
+	for i, v := range pix {
+		vals[i] = h.signed(int32(v))
+	}
+	return vals, nil
+}
+
+// toGray maps stored values to 8 bits through the Modality LUT, the VOI
+// (the user's windows, the file's VOI LUT, its window, or the image's own
+// range) and MONOCHROME1's inversion (package doc): a gray image, or an
+// RGB one of three windows.
+func (h *header) toGray(vals []int32, windows []Window) (image.Image, error) {
+	lo := int32(0)
+	if h.pixelRep == 1 {
+		lo = -(int32(1) << (h.bitsStored - 1))
+	}
+	size := 1 << h.bitsStored
+	used := make([]bool, size)
+	for _, v := range vals {
+		used[v-lo] = true
+	}
+	modality := func(v float64) float64 {
+		if l := h.modalityLUT; l != nil {
+			return float64(l.at(v))
+		}
+		return v*h.slope + h.intercept
+	}
+	fn := h.voiFunction
+	if fn == "" {
+		fn = "LINEAR"
+	}
+	if len(windows) > 0 {
+		tables := make([][]uint8, len(windows))
+		for k, w := range windows {
+			voi, err := windowFunc(fn, w)
+			if err != nil {
+				return nil, err
+			}
+			tables[k] = h.table(used, lo, modality, voi)
+		}
+		if len(tables) == 1 {
+			return h.grayImage(vals, lo, tables[0]), nil
+		}
+		img := image.NewNRGBA(image.Rect(0, 0, h.cols, h.rows))
+		for i, v := range vals {
+			px := img.Pix[4*i : 4*i+4]
+			px[0], px[1], px[2], px[3] = tables[0][v-lo], tables[1][v-lo], tables[2][v-lo], 0xff
+		}
+		return img, nil
+	}
+	var voi func(x float64) float64
+	switch {
+	case h.voiLUT != nil:
+		l := h.voiLUT
+		top := float64(int(1)<<l.bits - 1)
+		voi = func(x float64) float64 { return float64(l.at(x)) / top }
+	case len(h.windows) > 0:
+		var err error
+		if voi, err = windowFunc(fn, h.windows[0]); err != nil {
+			return nil, err
+		}
+	default:
+		mn, mx := math.Inf(1), math.Inf(-1)
+		for i, u := range used {
+			if u {
+				m := modality(float64(int32(i) + lo))
+				mn, mx = min(mn, m), max(mx, m)
+			}
+		}
+		voi = func(x float64) float64 {
+			if mx == mn {
+				return 0
+			}
+			return (x - mn) / (mx - mn)
+		}
+	}
+	return h.grayImage(vals, lo, h.table(used, lo, modality, voi)), nil
+}
+
+// table maps each stored value the image uses (used, offset by lo) to 8
+// bits: the Modality LUT, the VOI, MONOCHROME1's inversion.
+func (h *header) table(used []bool, lo int32, modality, voi func(float64) float64) []uint8 {
+	table := make([]uint8, len(used))
+	for i, u := range used {
+		if !u {
+			continue
+		}
+		y := voi(modality(float64(int32(i) + lo)))
+		if h.photometric == "MONOCHROME1" {
+			y = 1 - y
+		}
+		table[i] = uint8(math.Round(min(max(y, 0), 1) * 255))
+	}
+	return table
+}
+
+func (h *header) grayImage(vals []int32, lo int32, table []uint8) *image.Gray {
+	img := image.NewGray(image.Rect(0, 0, h.cols, h.rows))
+	for i, v := range vals {
+		img.Pix[i] = table[v-lo]
+	}
+	return img
+}
+
+// at looks an input up in the table as pydicom's apply_voi does: below the
+// first mapped value the first entry, past the table the last, a value
+// between two inputs the lower one's.
+func (l *lut) at(x float64) uint16 {
+	i := math.Floor(x - float64(l.first))
+	switch {
+	case i <= 0 || math.IsNaN(i):
+		return l.data[0]
+	case i >= float64(len(l.data)-1):
+		return l.data[len(l.data)-1]
+	}
+	return l.data[int(i)]
+}
+
+// windowFunc is a VOI LUT Function (PS3.3 C.11.2.1.2) scaled to [0, 1].
+func windowFunc(name string, w Window) (func(float64) float64, error) {
+	c, wd := w.Center, w.Width
+	switch name {
+	case "LINEAR":
+		if wd < 1 {
+			return nil, fmt.Errorf("window width %g under 1, which LINEAR does not allow (PS3.3 C.11.2.1.2.1)", wd)
+		}
+		c, wd = c-0.5, wd-1
+	case "LINEAR_EXACT":
+		if wd <= 0 {
+			return nil, fmt.Errorf("window width %g: LINEAR_EXACT needs a positive one", wd)
+		}
+	case "SIGMOID":
+		if wd <= 0 {
+			return nil, fmt.Errorf("window width %g: SIGMOID needs a positive one", wd)
+		}
+		return func(x float64) float64 { return 1 / (1 + math.Exp(-4*(x-c)/wd)) }, nil
+	}
+	return func(x float64) float64 {
+		switch {
+		case x <= c-wd/2:
+			return 0
+		case x > c+wd/2:
+			return 1
+		}
+		return (x-c)/wd + 0.5
+	}, nil
+}
+
+// toRGB makes 8-bit RGB of a colour image's stored values: YBR_FULL
+// converted by PS3.3 C.7.6.3.1.2's equations, samples of more than 8 bits
+// scaled to 8.
+func (h *header) toRGB(vals []int32) (image.Image, error) {
+	if h.pixelRep == 1 {
+		return nil, fmt.Errorf("a %s image of signed samples", h.photometric)
+	}
+	switch h.photometric {
+	case "RGB", "YBR_FULL":
+	default:
+		return nil, fmt.Errorf("%s outside a JPEG frame is not read", h.photometric)
+	}
+	top := float64(int(1)<<h.bitsStored - 1)
+	scale := func(v float64) uint8 { return uint8(math.Round(min(max(v, 0), top) * 255 / top)) }
+	img := image.NewNRGBA(image.Rect(0, 0, h.cols, h.rows))
+	mid := float64(int(1) << (h.bitsStored - 1))
+	for p := range h.rows * h.cols {
+		a, b, c := float64(vals[3*p]), float64(vals[3*p+1]), float64(vals[3*p+2])
+		if h.photometric == "YBR_FULL" {
+			y, cb, cr := a, b-mid, c-mid
+			a = y + 1.402*cr
+			b = y - 0.114*1.772/0.587*cb - 0.299*1.402/0.587*cr
+			c = y + 1.772*cb
+		}
+		px := img.Pix[4*p : 4*p+4]
+		px[0], px[1], px[2], px[3] = scale(a), scale(b), scale(c), 0xff
+	}
+	return img, nil
+}
