@@ -8,6 +8,12 @@ serving it with onnxruntime or PyTorch. Writes the batch as a .npy file
 
     python3 docs/serve_preprocess.py tuned.onnx out.npy image.jpg [image.png ...]
 
+DICOM images (open_image) are read with pydicom as dpfinetune reads them:
+the rescale, the window train recorded (dpfinetune.window) or the file's own
+window or VOI LUT, else the image's own range, to 8 bits (internal/dicom's
+doc); pydicom decodes compressed frames with the handlers it has (JPEG
+Lossless needs pylibjpeg or GDCM).
+
 See docs/SERVING.md.
 """
 import json
@@ -46,10 +52,67 @@ def transform(model):
     return T.Compose([lambda im: im.convert(mode)] + steps), json.loads(meta.get("dpfinetune.classes", "[]"))
 
 
+def dicom_image(path, window):
+    """A DICOM file's image as dpfinetune decodes it: gray, or RGB for a
+    colour image or three windows. window: dpfinetune.window's value, "" for
+    the file's own."""
+    import pydicom
+    from pydicom.pixel_data_handlers.util import (apply_modality_lut,
+                                                  apply_voi_lut,
+                                                  convert_color_space)
+    ds = pydicom.dcmread(path)
+    arr = ds.pixel_array
+    if ds.SamplesPerPixel == 3:
+        if ds.PhotometricInterpretation == "YBR_FULL":
+            arr = convert_color_space(arr, "YBR_FULL", "RGB")
+        top = 2 ** ds.BitsStored - 1
+        return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")
+    m = apply_modality_lut(arr, ds).astype(np.float64)
+    fn = (str(ds.get("VOILUTFunction", "")) or "LINEAR").upper()
+
+    def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
+        if fn == "SIGMOID":
+            return 1 / (1 + np.exp(-4 * (m - c) / w))
+        if fn == "LINEAR":
+            c, w = c - 0.5, w - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (m - c) / w + 0.5
+        return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
+
+    def first(v):
+        return float(v[0] if isinstance(v, pydicom.multival.MultiValue) else v)
+
+    if window:
+        ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
+    elif "VOILUTSequence" in ds:
+        ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
+    elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
+        ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
+    else:
+        lo, hi = m.min(), m.max()
+        ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
+    if ds.PhotometricInterpretation == "MONOCHROME1":
+        ys = [1 - y for y in ys]
+    # Rounded half up, as Go's math.Round rounds these non-negative values.
+    out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
+    return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+
+
+def open_image(path, model):
+    """An image file as dpfinetune reads it: DICOM by its contents, the rest
+    by PIL."""
+    with open(path, "rb") as f:
+        head = f.read(132)
+    if head[128:132] == b"DICM":
+        meta = {p.key: p.value for p in model.metadata_props}
+        return dicom_image(path, meta.get("dpfinetune.window", ""))
+    return Image.open(path)
+
+
 def main():
     model = onnx.load(sys.argv[1], load_external_data=False)
     tf, classes = transform(model)
-    x = torch.stack([tf(Image.open(p)) for p in sys.argv[3:]])
+    x = torch.stack([tf(open_image(p, model)) for p in sys.argv[3:]])
     np.save(sys.argv[2], x.numpy().astype(np.float32))
     print(json.dumps(classes))
 

@@ -116,13 +116,18 @@ type Settings struct {
 	// gradient, so the privacy analysis is the same; the step costs about
 	// as much as a batch that many times larger. It needs an Augment that
 	// does something.
-	AugmentMultiplicity int     `json:"augment_multiplicity,omitempty"`
-	Resize              string  `json:"resize,omitempty"`
-	InputShape          []int64 `json:"input_shape"`
-	Classes             int     `json:"classes"`
-	Noise               string  `json:"noise"`
-	Seed                *uint64 `json:"seed,omitempty"`
-	NonPrivate          bool    `json:"non_private,omitempty"`
+	AugmentMultiplicity int    `json:"augment_multiplicity,omitempty"`
+	Resize              string `json:"resize,omitempty"`
+	// Window is the VOI window (or three) DICOM images were read through
+	// in place of each file's own (data.Fit.Window, dicom.ParseWindows's
+	// form); empty for the files' own. Recorded in the model, so that eval
+	// and predict read their images the same way.
+	Window     string  `json:"window,omitempty"`
+	InputShape []int64 `json:"input_shape"`
+	Classes    int     `json:"classes"`
+	Noise      string  `json:"noise"`
+	Seed       *uint64 `json:"seed,omitempty"`
+	NonPrivate bool    `json:"non_private,omitempty"`
 	// DataSHA256 is the fingerprint of the training samples as loaded
 	// (data.Images.Fingerprint), when the dataset has one: a resume on
 	// other data is refused.
@@ -1698,6 +1703,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Resize != "" {
 		kv["resize"] = s.Resize
+	}
+	if s.Window != "" {
+		kv["window"] = s.Window
 	}
 	if s.PrivacyUnit == PrivacyUnitUser {
 		kv["privacy_unit"] = s.PrivacyUnit

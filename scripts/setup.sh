@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dpfinetune's build, tests and demo can use on a Debian
 # machine: `setup.sh` for the demo (OpenBLAS), `setup.sh test` for `make
-# test` (also PyTorch, torchvision, onnx, the Fashion-MNIST data set,
+# test` (also PyTorch, torchvision, onnx, pydicom, the Fashion-MNIST data set,
 # g++ for the CUDA backend's emulated kernels and onnxruntime from npm), so that CI and a newcomer run the same tests.
 # Everything here is optional: without OpenBLAS the runtime uses its pure-Go
 # SGEMM; without Python/PyTorch or onnxruntime the tests that need them skip
@@ -15,6 +15,8 @@ ldconfig -p 2>/dev/null | grep -q 'libopenblas.so.0' || need+=(libopenblas-dev)
 if [ "$mode" = test ] || [ -n "${DPFINETUNE_WITH_PYTHON:-}" ]; then
 	/usr/bin/python3 -c 'import torch, torchvision, onnx, numpy' 2>/dev/null ||
 		need+=(python3-torch python3-torchvision python3-onnx python3-numpy)
+	# docs/serve_preprocess.py's DICOM images, checked against predict.
+	/usr/bin/python3 -c 'import pydicom' 2>/dev/null || need+=(python3-pydicom)
 	[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] ||
 		[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte ] || need+=(dataset-fashion-mnist)
 	command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)

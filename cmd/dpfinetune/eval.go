@@ -15,6 +15,7 @@ import (
 	"github.com/dpfinetune/dpfinetune/dptrain"
 	"github.com/dpfinetune/dpfinetune/graph"
 	"github.com/dpfinetune/dpfinetune/internal/atomicfile"
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
 	"github.com/dpfinetune/dpfinetune/onnx"
 	"github.com/dpfinetune/dpfinetune/runtime"
 )
@@ -61,14 +62,17 @@ func modelSample(g *graph.Graph, override string) ([]int64, error) {
 // resizeUsage is the --resize flag's help.
 const resizeUsage = "how an image of another size becomes the model's input: stretch (each axis scaled to it), crop (the shorter side scaled to 8/7 of the input's, 256 for 224, then the centre taken: torchvision's Resize+CenterCrop, the aspect ratio kept) or crop=S (the shorter side to S); a shrinking axis is antialiased as torchvision does"
 
-// recordedPreprocess sets *norm and *resize, where empty, to what train
-// recorded in the model, else to the defaults.
-func recordedPreprocess(m *onnx.Model, norm, resize *string) {
+// windowUsage is the --window flag's help.
+const windowUsage = "DICOM images: file (each file's own window or VOI LUT, else its own range), the VOI window C,W every grayscale DICOM image is read through instead (a centre and a width in the rescaled values: -600,1500 for a CT's lung window), or three, C,W/C,W/C,W, read as the channels of an RGB image (a head CT's brain, subdural and bone windows: 40,80/80,200/600,2800); other images are read as without it"
+
+// recordedPreprocess sets *norm, *resize and *window, where empty, to what
+// train recorded in the model, else to the defaults.
+func recordedPreprocess(m *onnx.Model, norm, resize, window *string) {
 	for _, f := range []struct {
 		v    *string
 		key  string
 		none string
-	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}} {
+	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}, {window, "window", windowFile}} {
 		if *f.v == "" {
 			*f.v = recorded(m, f.key, f.none)
 		}
@@ -101,13 +105,13 @@ type dataView interface {
 // shape: images to (C,H,W); arrays of other samples (video clips,
 // volumes, normalised tensors) keep their values, and must have the
 // model's shape.
-func openView(spec string, sample []int64, norm, augment, resize string) (dataView, error) {
+func openView(spec string, sample []int64, norm, augment, resize, window string) (dataView, error) {
 	s, err := data.ParseSpec(spec)
 	if err != nil {
 		return nil, err
 	}
 	if s.Scheme != data.SchemeNPY {
-		return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadFitted(s, fit) }, sample, norm, augment, resize)
+		return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadFitted(s, fit) }, sample, norm, augment, resize, window)
 	}
 	a, err := data.LoadArrays(s)
 	if err != nil {
@@ -119,7 +123,7 @@ func openView(spec string, sample []int64, norm, augment, resize string) (dataVi
 			return nil, err
 		}
 		if ok {
-			return openViewOf(func(data.Fit) (*data.Images, error) { return im, nil }, sample, norm, augment, resize)
+			return openViewOf(func(data.Fit) (*data.Images, error) { return im, nil }, sample, norm, augment, resize, window)
 		}
 	}
 	aug, err := data.ParseAugment(augment)
@@ -151,7 +155,7 @@ func preprocessOf(v dataView) (norm, resize string) {
 
 // openViewOf is openView on the images load reads, fitted to the model's
 // input as it reads them.
-func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize string) (*data.View, error) {
+func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize, window string) (*data.View, error) {
 	if len(sample) != 3 {
 		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W)", sample)
 	}
@@ -167,11 +171,15 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
+	win, err := parseWindow(window, sample[0])
+	if err != nil {
+		return nil, err
+	}
 	// Photos larger than the input are shrunk to it as they load; for a
 	// gray model, made gray first, as PIL's convert("L") would. A random
 	// resized crop draws its box from the whole photo: kept whole, its
 	// shorter side shrunk to the centre crop's.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0})
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win})
 	if err != nil {
 		return nil, err
 	}
@@ -182,13 +190,34 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: h, Width: w, Norm: nm, Augment: aug, Resize: rs})
 }
 
+// windowFile is --window's value for each DICOM file's own VOI.
+const windowFile = "file"
+
+// parseWindow checks a --window value for a model of channels input
+// channels and returns it as data.Fit.Window reads it ("" for the files'
+// own).
+func parseWindow(window string, channels int64) (string, error) {
+	if window == "" || window == windowFile {
+		return "", nil
+	}
+	ws, err := dicom.ParseWindows(window)
+	if err != nil {
+		return "", usageError{fmt.Sprintf("--window: %v", err)}
+	}
+	if len(ws) == 3 && channels == 1 {
+		return "", usagef("--window %s: three windows make an RGB image; the model takes 1 channel", window)
+	}
+	return dicom.FormatWindows(ws), nil
+}
+
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--window ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test; a csv listing without :holdout is read whole; a :holdout split is train's only with train's options, a folder's :users=REGEX included, which holds out whole users)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
+	window := fs.String("window", "", windowUsage+" (default: the one recorded in the model by train, else file)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
@@ -225,7 +254,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := checkGrouping(fs, *groupBy, *combine, *bootstrap, *bootstrapBy); err != nil {
 		return err
 	}
-	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *inShape)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *window, *inShape)
 	if err != nil {
 		return err
 	}
@@ -361,7 +390,7 @@ type evaluation struct {
 // without a holdout read whole: it lists the images to evaluate), and the
 // data as label sets where they are (refused as single labels for a model
 // trained multi-label).
-func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, resize, inShape string) (*evaluation, error) {
+func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, resize, window, inShape string) (*evaluation, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
 		return nil, err
@@ -374,13 +403,13 @@ func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, res
 	if err != nil {
 		return nil, err
 	}
-	recordedPreprocess(m, &norm, &resize)
+	recordedPreprocess(m, &norm, &resize, &window)
 	norm = normFor(g, norm)
 	if sp, err := data.ParseSpec(spec); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
 		sp.Split = data.Test
 		spec = sp.String()
 	}
-	v, err := openView(spec, sample, norm, "none", resize)
+	v, err := openView(spec, sample, norm, "none", resize, window)
 	if err != nil {
 		return nil, err
 	}

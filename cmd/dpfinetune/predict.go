@@ -33,12 +33,13 @@ func runPredict(args []string, stdout io.Writer) error {
 	model := fs.String("model", "", "ONNX model file (required)")
 	input := fs.String("input", "", ".npy float32 input of shape (N, ...) matching the model input")
 	var images pathList
-	fs.Var(&images, "images", "an image file, or a directory of them read recursively (PNG, JPEG, BMP, TIFF, WebP, Netpbm), classified after the preprocessing train recorded in the model; repeat the flag for more")
+	fs.Var(&images, "images", "an image file, or a directory of them read recursively (PNG, JPEG, BMP, TIFF, WebP, Netpbm, DICOM), classified after the preprocessing train recorded in the model; repeat the flag for more")
 	out := fs.String("out", "", ".npy file for the model's first output, (N, ...) (required with --input)")
 	batch := fs.Int("batch", 32, "samples per forward pass; the last chunk may be smaller")
 	top := fs.Int("top", 1, "--images: how many of each image's most probable classes to print")
 	norm := fs.String("norm", "", "--images: input normalisation (default: the one recorded in the model by train, else ImageNet's)")
 	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
+	window := fs.String("window", "", "--images: "+windowUsage+" (default: the one recorded in the model by train, else file)")
 	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "--images: print JSON")
 	csvOut := fs.String("csv", "", "--images: write a CSV file of a row an image instead of the table — the file, the prediction (the class; a multi-label model's labels decided, separated by |) and every class's probability — as the images are classified (a directory of a million photos streams to it)")
@@ -90,7 +91,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
 	if len(images) > 0 {
-		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold, groupBy: *groupBy, combine: *combine}, stdout)
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, window: *window, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold, groupBy: *groupBy, combine: *combine}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {

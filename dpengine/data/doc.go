@@ -12,9 +12,11 @@
 //     Netpbm, decoded to the pixels PIL decodes — JPEG's and lossy WebP's
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
-//     PIL's convert("RGB") saturates every value over 255; holdout=F
+//     PIL's convert("RGB") saturates every value over 255; and DICOM,
+//     internal/dicom's 8 bits of the image through its own VOI, a file
+//     named without an extension read by its contents; holdout=F
 //     splits a folder without a test split, users=REGEX names each
-//     image's user), npy (NumPy arrays: a .npz archive or a directory of
+//     image's user, dicom-users each DICOM image's by its Patient ID), npy (NumPy arrays: a .npz archive or a directory of
 //     .npy files, LoadArrays) and csv (a listing of image files and their
 //     labels, loadCSV; holdout=F too; multilabel or labels=COLUMNS, a
 //     row's label a set of names, internal/labelset's label of the set:
@@ -70,6 +72,6 @@
 // here: they belong to package dpengine, which hands Dataset.Fill the
 // indices it sampled. Package data imports the standard library,
 // golang.org/x/image's BMP, TIFF and WebP decoders, and internal helpers
-// (the memory and disk available, a worker group, the Netpbm decoder,
+// (the memory and disk available, a worker group, the Netpbm and DICOM decoders,
 // label sets).
 package data

@@ -61,7 +61,7 @@ func ImageFiles(paths []string) ([]string, error) {
 				}
 				return nil
 			}
-			if d.Type().IsRegular() && isImageFile(d.Name()) {
+			if d.Type().IsRegular() && isImageFile(path) {
 				files = append(files, path)
 			}
 			return nil
@@ -70,7 +70,7 @@ func ImageFiles(paths []string) ([]string, error) {
 			return nil, fmt.Errorf("images: %w", err)
 		}
 		if len(files) == before {
-			return nil, fmt.Errorf("images: %s holds no images (%s: *%s)", p, imageKinds, strings.Join(imageExts, ", *"))
+			return nil, fmt.Errorf("images: %s holds no images (%s)", p, imageFiles)
 		}
 	}
 	return files, nil

@@ -3,6 +3,8 @@ package data
 import (
 	"fmt"
 	"math"
+
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
 )
 
 // Fit is the model input a loader shrinks large images to as it reads
@@ -38,6 +40,21 @@ type Fit struct {
 	// nothing is cropped (a view then resizes and crops it as it would
 	// the photo). Smaller images are kept as they are.
 	Whole bool
+	// Window, where not empty, is the VOI window (or three: an RGB image
+	// of three windows) every DICOM image is read through in place of its
+	// file's own, as dicom.ParseWindows reads it: "-600,1500" for a CT's
+	// lung window, "40,80/80,200/600,2800". Images of other formats, and
+	// colour DICOM images, are read as without it.
+	Window string
+}
+
+// windows returns f.Window parsed (checked by check).
+func (f Fit) windows() []dicom.Window {
+	if f.Window == "" {
+		return nil
+	}
+	ws, _ := dicom.ParseWindows(f.Window)
+	return ws
 }
 
 // wholeShort is the shorter side a Whole fit resizes images to.
@@ -66,6 +83,12 @@ func (f Fit) size(h, w int) (int, int) {
 
 // check reports a Fit no view could use.
 func (f Fit) check() error {
+	if f.Window != "" {
+		if _, err := dicom.ParseWindows(f.Window); err != nil {
+			return fmt.Errorf("data: fit: %w", err)
+		}
+		f.Window = ""
+	}
 	if f == (Fit{}) {
 		return nil
 	}
@@ -89,6 +112,9 @@ func (f Fit) String() string {
 	}
 	if f.Whole {
 		s += fmt.Sprintf(", whole at %d", f.wholeShort())
+	}
+	if f.Window != "" {
+		s += ", DICOM window " + f.Window
 	}
 	return s
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
 	_ "github.com/dpfinetune/dpfinetune/internal/pnm"
 	"github.com/dpfinetune/dpfinetune/internal/sysmem"
 	par "github.com/dpfinetune/dpfinetune/internal/workers"
@@ -28,22 +29,59 @@ import (
 )
 
 // imageExts are the extensions of the files a folder's classes hold:
-// torchvision's ImageFolder's (IMG_EXTENSIONS), and the other Netpbm
-// names. A file's format is read from its contents, not its name.
-var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm"}
+// torchvision's ImageFolder's (IMG_EXTENSIONS), the other Netpbm names,
+// and DICOM's. A file's format is read from its contents, not its name.
+var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom"}
 
 // imageKinds names the formats for messages.
-const imageKinds = "PNG, JPEG, BMP, TIFF, WebP or Netpbm"
+const imageKinds = "PNG, JPEG, BMP, TIFF, WebP, Netpbm or DICOM"
 
-// isImageFile reports whether name has one of imageExts, in any case.
-func isImageFile(name string) bool {
+// imageFiles says which files are read, for messages.
+var imageFiles = imageKinds + ": *" + strings.Join(imageExts, ", *") + ", or DICOM files named without an extension"
+
+// isImageFile reports whether the file at path is one a folder holds: by
+// one of imageExts, in any case, or, for a name without an extension, by
+// the DICOM prefix in its first bytes — archives name their images
+// IM000001 or 1.2.840.113619.2.55.3 (whose last "extension" is a number),
+// and a study's DICOMDIR index, which holds no image, is skipped.
+func isImageFile(path string) bool {
+	name := filepath.Base(path)
 	ext := strings.ToLower(filepath.Ext(name))
 	for _, e := range imageExts {
 		if ext == e {
 			return true
 		}
 	}
-	return false
+	if (ext != "" && !numericExt(ext)) || strings.EqualFold(name, "DICOMDIR") {
+		return false
+	}
+	return hasDICOMPrefix(path)
+}
+
+// numericExt reports whether ext is a dot and digits, a UID's last part.
+func numericExt(ext string) bool {
+	if len(ext) < 2 {
+		return false
+	}
+	for _, c := range ext[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// hasDICOMPrefix reports whether a file starts as DICOM Part 10 files do:
+// a 128-byte preamble and "DICM".
+func hasDICOMPrefix(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	var b [132]byte
+	_, err = io.ReadFull(f, b[:])
+	return err == nil && string(b[128:]) == "DICM"
 }
 
 func isDir(path string) bool {
@@ -79,15 +117,19 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	if err := checkDir("folder", spec.Dir); err != nil {
 		return nil, err
 	}
-	var users *regexp.Regexp
-	if spec.Users != "" {
+	root := spec.Dir
+	// users names an image's user, where the folder names them.
+	var users func(cdir, path string) (string, error)
+	switch {
+	case spec.Users != "":
 		re, err := compileUsers(spec.Users)
 		if err != nil {
 			return nil, fmt.Errorf("folder: %s: %v", spec.Dir, err)
 		}
-		users = re
+		users = func(cdir, path string) (string, error) { return folderUser(re, root, cdir, path) }
+	case spec.DICOMUsers:
+		users = func(_, path string) (string, error) { return dicomUser(root, path) }
 	}
-	root := spec.Dir
 	trainDir, testDir := root, ""
 	hasSplits := isDir(filepath.Join(root, "train"))
 	if hasSplits {
@@ -149,17 +191,31 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			if users != nil {
 				where = ", nor its sub-directories"
 			}
-			return nil, fmt.Errorf("folder: %s: class directory%s holds no images (%s: *%s)", cdir, where, imageKinds, strings.Join(imageExts, ", *"))
+			return nil, fmt.Errorf("folder: %s: class directory%s holds no images (%s)", cdir, where, imageFiles)
 		}
 		for _, it := range items {
 			if users == nil {
 				break
 			}
-			if userOf[it.path], err = folderUser(users, root, cdir, it.path); err != nil {
+			if userOf[it.path], err = users(cdir, it.path); err != nil {
 				return nil, err
 			}
 		}
 		perClass = append(perClass, items)
+	}
+	if spec.DICOMUsers && len(userOf) > 1 {
+		var one string
+		for _, u := range userOf {
+			one = u
+			break
+		}
+		same := true
+		for _, u := range userOf {
+			same = same && u == one
+		}
+		if same {
+			return nil, fmt.Errorf("folder: %s: all %d images carry the one Patient ID %q: an export that blanked the IDs? %s would make the patients one user; name them by path (users=REGEX) instead", dir, len(userOf), one, dicomUsersOption)
+		}
 	}
 	if spec.Holdout > 0 {
 		// With users, those held out: all of a user's images, in every
@@ -239,13 +295,13 @@ func classFiles(cdir string, l int64, sub bool) ([]labelledFile, error) {
 				return nil, fmt.Errorf("folder: %w", err)
 			}
 			for _, f := range inner {
-				if q := filepath.Join(p, f.Name()); !strings.HasPrefix(f.Name(), ".") && isImageFile(f.Name()) && isRegular(q) {
+				if q := filepath.Join(p, f.Name()); !strings.HasPrefix(f.Name(), ".") && isRegular(q) && isImageFile(q) {
 					items = append(items, labelledFile{q, l})
 				}
 			}
 			continue
 		}
-		if isImageFile(e.Name()) && isRegular(p) {
+		if isRegular(p) && isImageFile(p) {
 			items = append(items, labelledFile{p, l})
 		}
 	}
@@ -274,6 +330,21 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 		return "", fmt.Errorf("folder: %s: %s: its path within its class directory, %q: %v; every image must name its user", root, path, rel, err)
 	}
 	return u, nil
+}
+
+// dicomUser returns the Patient ID of the DICOM file at path, an image of
+// the folder root read with dicom-users.
+func dicomUser(root, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("folder: %w", err)
+	}
+	defer f.Close()
+	id, err := dicom.PatientID(f)
+	if err != nil {
+		return "", fmt.Errorf("folder: %s: %s: %v; with %s every image must be a DICOM file naming its patient", root, path, err, dicomUsersOption)
+	}
+	return id, nil
 }
 
 // matchUser returns the user a users= expression names in s: its first
@@ -369,6 +440,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", scheme, err)
 	}
+	windows := fit.windows()
 	var used atomic.Int64
 	var next atomic.Int64
 	var wg par.Group
@@ -381,7 +453,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 				if i >= len(paths) {
 					return
 				}
-				d, err := decodeImage(paths[i], func(path string, w, h int) error {
+				d, err := decodeImage(paths[i], windows, func(path string, w, h int) error {
 					// The decoder's image (up to 8 bytes a pixel) and ours
 					// (3); ours, or its fitted window, stays.
 					fh, fw := fit.size(h, w)
@@ -612,26 +684,29 @@ const maxImagePixels = 1 << 28
 // convert("RGB") does). The size in the file's header is checked against
 // maxImagePixels, then passed to admit, before the decoder allocates
 // anything.
-func decodeImage(path string, admit func(path string, w, h int) error) (decoded, error) {
+//
+// windows, where set, are the VOI windows DICOM images are read through
+// (Fit.Window).
+func decodeImage(path string, windows []dicom.Window, admit func(path string, w, h int) error) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return decoded{}, err
 	}
 	defer f.Close()
-	return decodeImageFrom(f, path, admit)
+	return decodeImageFrom(f, path, windows, admit)
 }
 
 // decodeImageFrom is decodeImage on the contents of path read from f. A
 // decoder's panic is returned as an error: the decoders of five formats,
 // three from outside the standard library, read files a user did not
 // write, and one bad file must not take the run down.
-func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h int) error) (d decoded, err error) {
+func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit func(path string, w, h int) error) (d decoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = decoded{}, fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
 		}
 	}()
-	cfg, _, err := image.DecodeConfig(bufio.NewReader(f))
+	cfg, kind, err := image.DecodeConfig(bufio.NewReader(f))
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
@@ -649,7 +724,13 @@ func decodeImageFrom(f io.ReadSeeker, path string, admit func(path string, w, h 
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return decoded{}, err
 	}
-	img, format, err := image.Decode(bufio.NewReader(f))
+	var img image.Image
+	format := kind
+	if kind == "dicom" && len(windows) > 0 {
+		img, err = dicom.DecodeWith(bufio.NewReader(f), dicom.Options{Windows: windows})
+	} else {
+		img, format, err = image.Decode(bufio.NewReader(f))
+	}
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}

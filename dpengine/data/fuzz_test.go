@@ -72,12 +72,15 @@ func FuzzCIFAR(f *testing.F) {
 
 // FuzzImage decodes arbitrary bytes as an image of any format a folder
 // reads (the header is checked before the decoder allocates; a decoder's
-// panic is an error), seeded with one file of each (testdata/formats).
+// panic is an error), seeded with one file of each (testdata/formats) and
+// internal/dicom's fixtures.
 func FuzzImage(f *testing.F) {
 	var buf bytes.Buffer
 	jpeg.Encode(&buf, flatRGB(8, 8, color.NRGBA{10, 200, 30, 255}), nil)
 	f.Add(buf.Bytes())
 	seeds, _ := filepath.Glob("testdata/formats/*")
+	dicoms, _ := filepath.Glob(filepath.Join(dicomFiles, "*.dcm"))
+	seeds = append(seeds, dicoms...)
 	for _, p := range seeds {
 		if b, err := os.ReadFile(p); err == nil {
 			f.Add(b)
@@ -87,7 +90,7 @@ func FuzzImage(f *testing.F) {
 	f.Add(pngWithSize(f, 1<<20, 1<<20))
 	f.Add([]byte("\x89PNG\r\n\x1a\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := decodeImageFrom(bytes.NewReader(b), "fuzz", nil)
+		d, err := decodeImageFrom(bytes.NewReader(b), "fuzz", nil, nil)
 		if err != nil {
 			return
 		}

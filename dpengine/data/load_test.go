@@ -125,6 +125,7 @@ func TestParseSpec(t *testing.T) {
 		{`folder:/x/chest_xray:users=^(person\d+)_:holdout=0.2`, Spec{Scheme: "folder", Dir: "/x/chest_xray", Holdout: 0.2, Users: `^(person\d+)_`}},
 		{`folder:/a:b:test:USERS=^([^/]+)/`, Spec{Scheme: "folder", Dir: "/a:b", Split: Test, Users: `^([^/]+)/`}},
 		{`folder:/p:users=^(a=b)\x3a[^/]*:limit=4`, Spec{Scheme: "folder", Dir: "/p", Limit: 4, Users: `^(a=b)\x3a[^/]*`}},
+		{"folder:/pacs/cxr:DICOM-USERS:holdout=0.1", Spec{Scheme: "folder", Dir: "/pacs/cxr", Holdout: 0.1, DICOMUsers: true}},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -135,7 +136,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 		back, err := ParseSpec(got.String())
-		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout || back.Users != got.Users {
+		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout || back.Users != got.Users || back.DICOMUsers != got.DICOMUsers {
 			t.Errorf("ParseSpec(%q).String() = %q does not read back: %+v, %v", tc.in, got.String(), back, err)
 		}
 	}
@@ -171,6 +172,10 @@ func TestParseSpec(t *testing.T) {
 		{"folder:d:users=a:users=b", []string{"users given twice"}},
 		{"folder:d:users=(?i:p)", []string{`directory "d:users=(?i:p)"`, "may not contain ':'"}},
 		{"folder:d:users=(?i:p)=1", []string{`unknown option "p)"`, "may not contain ':'"}},
+		{"csv:l.csv:dicom-users", []string{"dicom-users applies to the folder scheme only", "user=COL"}},
+		{"folder:d:dicom-users=yes", []string{"dicom-users takes no value"}},
+		{"folder:d:dicom-users:users=^(p)", []string{"users=REGEX", "dicom-users", "give one"}},
+		{"folder:d:dicom-users:dicom-users", []string{"dicom-users given twice"}},
 	} {
 		_, err := ParseSpec(tc.in)
 		wantErr(t, err, tc.frags...)
@@ -672,7 +677,7 @@ func TestFolderErrors(t *testing.T) {
 			png1(t, filepath.Join(dir, "a", "1.png"))
 			writeFile(t, filepath.Join(dir, "b", "x.txt"), []byte("x"))
 		}, func(dir string) []string {
-			return []string{filepath.Join(dir, "b"), "holds no images (PNG, JPEG, BMP, TIFF, WebP or Netpbm"}
+			return []string{filepath.Join(dir, "b"), "holds no images (PNG, JPEG, BMP, TIFF, WebP, Netpbm or DICOM", "DICOM files named without an extension"}
 		}},
 		{"corrupt png", "", func(t *testing.T, dir string) {
 			png1(t, filepath.Join(dir, "a", "1.png"))

@@ -168,6 +168,16 @@ type Spec struct {
 	// groups for (?:…). ParseSpec refuses a directory holding ":users=",
 	// which is what such an expression would leave of the spec.
 	Users string
+	// DICOMUsers, for a folder of DICOM images only, names each image's
+	// user by its file's Patient ID (0010,0020) instead of its path, the
+	// rest as with Users: a class directory's sub-directories are read too,
+	// one level down; every image must be a DICOM file with a non-empty
+	// Patient ID, or the load fails naming it; the IDs are the users'
+	// names (eval --group-by user shows them). A folder whose images all
+	// carry one ID (an export that blanked them to "ANONYMOUS") is refused:
+	// it would make the patients one user. The string form is
+	// ":dicom-users".
+	DICOMUsers bool
 	// MultiLabel, for a CSV listing only, makes each row's label a set of
 	// labels separated by this character ("|": NIH ChestX-ray14's
 	// "Finding Labels", "Atelectasis|Effusion"; an empty label is the
@@ -321,6 +331,10 @@ const MaxLabels = labelset.Max
 // usersOption is the spec option that names a folder's users (Spec.Users).
 const usersOption = "users"
 
+// dicomUsersOption is the spec option that names a folder's users by
+// their DICOM files' Patient IDs (Spec.DICOMUsers).
+const dicomUsersOption = "dicom-users"
+
 // parseLabelColumns reads labels=: column names separated by commas,
 // FIRST..LAST ranges among them, or "*" alone (Spec.Labels). The names are
 // checked against the header when the listing is read.
@@ -388,6 +402,8 @@ options:
 				key, val = "split", opt
 			case "multilabel":
 				key, val = "multilabel", "|"
+			case dicomUsersOption:
+				key = dicomUsersOption
 			default:
 				// Not an option: part of the directory name.
 				break options
@@ -483,6 +499,14 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: multilabel=%s: want one character separating a row's labels (multilabel alone: '|')", s, val)
 			}
 			spec.MultiLabel = val
+		case dicomUsersOption:
+			if isKV {
+				return Spec{}, fmt.Errorf("data spec %q: %s takes no value", s, dicomUsersOption)
+			}
+			if spec.Scheme != SchemeFolder {
+				return Spec{}, fmt.Errorf("data spec %q: %s applies to the folder scheme only (a listing names its users in a column: user=COL)", s, dicomUsersOption)
+			}
+			spec.DICOMUsers = true
 		case usersOption:
 			if spec.Scheme != SchemeFolder && spec.Scheme != SchemeCSV {
 				return Spec{}, fmt.Errorf("data spec %q: users= applies to the folder and csv schemes only (npy arrays name their users in a users array)", s)
@@ -495,7 +519,7 @@ options:
 			if colonInUsers(rest[:i]) {
 				return Spec{}, fmt.Errorf("data spec %q: unknown option %q after users=: the users expression may not contain ':', which separates a spec's options (write a literal colon as \\x3a)", s, key)
 			}
-			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one|ignore[,COL=RULE…], path=COL, label=COL, user=COL, root=DIR, ext=.EXT, where=COL=V1|V2)", s, key)
+			return Spec{}, fmt.Errorf("data spec %q: unknown option %q (valid: split=train|test|val, limit=N, classes=N, holdout=F, users=REGEX, dicom-users, multilabel[=SEP], labels=COLUMNS, uncertain=zero|one|ignore[,COL=RULE…], path=COL, label=COL, user=COL, root=DIR, ext=.EXT, where=COL=V1|V2)", s, key)
 		}
 		seen[key] = true
 		rest = rest[:i]
@@ -507,6 +531,8 @@ options:
 		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS and multilabel are two ways to list label sets: give one", s)
 	case len(spec.Labels) > 0 && spec.LabelColumn != "":
 		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS names a label column each, label=COL one column of labels: give one", s)
+	case spec.Users != "" && spec.DICOMUsers:
+		return Spec{}, fmt.Errorf("data spec %q: users=REGEX reads the users from the paths, dicom-users from the files' Patient IDs: give one", s)
 	case spec.Users != "" && spec.UserColumn != "":
 		return Spec{}, fmt.Errorf("data spec %q: users=REGEX reads the users from the paths, user=COL from a column: give one", s)
 	}
@@ -568,6 +594,9 @@ func (s Spec) String() string {
 		b.WriteString(":multilabel")
 	default:
 		b.WriteString(":multilabel=" + s.MultiLabel)
+	}
+	if s.DICOMUsers {
+		b.WriteString(":" + dicomUsersOption)
 	}
 	if s.Users != "" {
 		b.WriteString(":" + usersOption + "=" + s.Users)

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/npy"
+)
+
+// TestDICOMTrainPredict: a folder of DICOM images — uncompressed, RLE,
+// JPEG Lossless and deflated, some named without an extension — trains
+// with each patient one user (:dicom-users, the files' Patient IDs), and
+// predict --images classifies a DICOM file of it.
+func TestDICOMTrainPredict(t *testing.T) {
+	const fixtures = "../../internal/dicom/testdata/files"
+	dir := t.TempDir()
+	files := []struct{ rel, fixture, patient string }{
+		{"normal/a.dcm", "ct_implicit.dcm", "P-0001"},
+		{"normal/IM000002", "ct_rle.dcm", "P-0002"},
+		{"normal/c.dcm", "cr_jpegll_sv1.dcm", "P-0003"},
+		{"normal/d.dcm", "voi_lut.dcm", "P-0004"},
+		{"nodule/e.dcm", "ct_exact.dcm", "P-0001"},
+		{"nodule/f.dcm", "ct_jpegll_sv4.dcm", "P-0002"},
+		{"nodule/IM000007", "modality_lut.dcm", "P-0003"},
+		{"nodule/h.dcm", "sigmoid_be.dcm", "P-0004"},
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(fixtures, f.fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// gen_dicom.py wrote P-0001 in every file (not deflated: readable).
+		if bytes.Count(b, []byte("P-0001")) != 1 {
+			t.Fatalf("%s: no Patient ID to patch", f.fixture)
+		}
+		b = bytes.Replace(b, []byte("P-0001"), []byte(f.patient), 1)
+		p := filepath.Join(dir, filepath.FromSlash(f.rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "tuned.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir+":dicom-users", "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet", "--out", out, "--report", out+".json"); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	var r runReport
+	b, err := os.ReadFile(out + ".json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Settings.PrivacyUnit != "user" || r.Settings.Users != 4 || r.Settings.Examples != 8 {
+		t.Errorf("settings %+v (%v): want 8 examples of 4 users, the guarantee per user", r.Settings, err)
+	}
+	image := filepath.Join(dir, "nodule", "IM000007")
+	o, e, code := run(t, "predict", "--model", out, "--images", image)
+	if code != 0 || !strings.Contains(o, "IM000007") || !strings.Contains(o, "nodule") {
+		t.Errorf("predict --images %s: exit %d: %s%s", image, code, o, e)
+	}
+	if _, ok := metadata(t, out)["dpfinetune.window"]; ok {
+		t.Errorf("a run on the files' own windows recorded one")
+	}
+
+	// --window: train reads every image through a lung window and records
+	// it; predict reads through the recorded one unless told otherwise,
+	// and eval likewise.
+	lung := filepath.Join(t.TempDir(), "lung.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--test-data", "none", "--window", "-600, 1500",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet", "--out", lung); code != 0 {
+		t.Fatalf("train --window: exit %d: %s", code, e)
+	}
+	if got := metadata(t, lung)["dpfinetune.window"]; got != "-600,1500" {
+		t.Fatalf("recorded window %q, want -600,1500", got)
+	}
+	probs := func(args ...string) string {
+		t.Helper()
+		o, e, code := run(t, append([]string{"predict", "--model", lung, "--images", dir, "--top", "2", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("predict %v: exit %d: %s", args, code, e)
+		}
+		return o
+	}
+	recorded, explicit, own := probs(), probs("--window", "-600,1500"), probs("--window", "file")
+	if recorded != explicit {
+		t.Errorf("predict with the recorded window differs from --window -600,1500:\n%s\n%s", recorded, explicit)
+	}
+	if recorded == own {
+		t.Errorf("predict --window file gave the lung window's probabilities")
+	}
+	evalOut := func(args ...string) string {
+		t.Helper()
+		o, e, code := run(t, append([]string{"eval", "--model", lung, "--data", "folder:" + dir + ":train", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("eval %v: exit %d: %s", args, code, e)
+		}
+		return o
+	}
+	if evalOut() != evalOut("--window", "-600,1500") || evalOut() == evalOut("--window", "file") {
+		t.Errorf("eval does not read the recorded window as predict does")
+	}
+	for _, c := range []struct {
+		window, msg string
+	}{
+		{"40,80/80,200/600,2800", "three windows make an RGB image; the model takes 1 channel"},
+		{"40", "want C,W"},
+		{"40,0", "under 1"},
+	} {
+		if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--window", c.window,
+			"--epsilon", "8", "--epochs", "1", "--quiet", "--out", filepath.Join(t.TempDir(), "x.onnx")); code != 2 || !strings.Contains(e, c.msg) {
+			t.Errorf("train --window %s: exit %d, want 2 saying %q: %s", c.window, code, c.msg, e)
+		}
+	}
+}
+
+// TestServePreprocessDICOM: docs/serve_preprocess.py reads DICOM files
+// with pydicom as predict --images reads them — the file's own window, VOI
+// LUT, Modality LUT or range, or the window train recorded — so that the
+// served model's logits on its batch are predict's.
+func TestServePreprocessDICOM(t *testing.T) {
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run(); err != nil {
+		t.Skip("no /usr/bin/python3 with torch, torchvision, onnx, PIL and pydicom")
+	}
+	const fixtures = "../../internal/dicom/testdata/files"
+	dir := t.TempDir()
+	// The files pydicom decodes without a codec of its own.
+	var files []string
+	for i, name := range []string{"ct_implicit", "ct_exact", "sigmoid_be", "cr_mono1_deflated", "voi_lut", "voi_lut_clipped", "modality_lut", "gray8", "ct_rle"} {
+		b, err := os.ReadFile(filepath.Join(fixtures, name+".dcm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, "data", []string{"a", "b"}[i%2], name+".dcm")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	for _, window := range []string{"file", "-600,1500"} {
+		t.Run(window, func(t *testing.T) {
+			model := filepath.Join(dir, window+".onnx")
+			if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+filepath.Join(dir, "data"), "--test-data", "none",
+				"--window", window, "--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--out", model); code != 0 {
+				t.Fatalf("train: exit %d: %s", code, e)
+			}
+			x, want, got := filepath.Join(dir, window+"-x.npy"), filepath.Join(dir, window+"-want.npy"), filepath.Join(dir, window+"-got.npy")
+			if out, err := exec.Command(py, append([]string{"../../docs/serve_preprocess.py", model, x}, files...)...).CombinedOutput(); err != nil {
+				t.Fatalf("serve_preprocess.py: %v: %s", err, out)
+			}
+			if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", want); code != 0 {
+				t.Fatalf("predict --input: exit %d: %s", code, e)
+			}
+			pargs := []string{"predict", "--model", model, "--out", got}
+			for _, f := range files {
+				pargs = append(pargs, "--images", f)
+			}
+			if _, e, code := run(t, pargs...); code != 0 {
+				t.Fatalf("predict --images: exit %d: %s", code, e)
+			}
+			a, err := npy.ReadFile(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := npy.ReadFile(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var worst, scale float64
+			for i := range a.F32 {
+				worst = math.Max(worst, math.Abs(float64(a.F32[i]-b.F32[i])))
+				scale = math.Max(scale, math.Abs(float64(a.F32[i])))
+			}
+			t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
+			if len(a.F32) != len(b.F32) || worst > 1e-5*math.Max(1, scale) {
+				t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
+			}
+		})
+	}
+}

@@ -1,0 +1,311 @@
+package data
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"image"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
+)
+
+// dicomFiles is internal/dicom's fixture directory (its gen_dicom.py).
+const dicomFiles = "../../internal/dicom/testdata/files"
+
+type dicomCase struct {
+	Name, File              string
+	Width, Height, Channels int
+	Tol                     float64
+	Refuse                  string
+}
+
+func dicomCases(t *testing.T) []dicomCase {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dicomFiles, "cases.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []dicomCase
+	if err := json.Unmarshal(b, &cs); err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestDICOMPixels: the loader decodes every DICOM fixture to pydicom's
+// display pipeline's values (gen_dicom.py) — a colour JPEG frame's
+// YCbCr converted as libjpeg converts it, within the inverse DCT's
+// rounding of DCMTK's decompression — and refuses the others with their
+// reasons and the file's name.
+func TestDICOMPixels(t *testing.T) {
+	for _, c := range dicomCases(t) {
+		path := filepath.Join(dicomFiles, c.File)
+		d, err := decodeImage(path, nil, nil)
+		if c.Refuse != "" {
+			if err == nil || !strings.Contains(err.Error(), c.Refuse) || !strings.Contains(err.Error(), path) {
+				t.Errorf("%s: %v, want an error naming the file and saying %q", c.Name, err, c.Refuse)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+			continue
+		}
+		if d.w != c.Width || d.h != c.Height || d.gray != (c.Channels == 1) {
+			t.Errorf("%s: %d×%d gray %v, want %d×%d of %d channels", c.Name, d.w, d.h, d.gray, c.Width, c.Height, c.Channels)
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(dicomFiles, c.Name+".f32"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, len(raw)/4)
+		if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, want); err != nil {
+			t.Fatal(err)
+		}
+		plane := d.w * d.h
+		worst, total := 0.0, 0.0
+		for k := range plane {
+			for ch := range c.Channels {
+				diff := float64(d.pix[ch*plane+k]) - float64(want[k*c.Channels+ch])
+				worst, total = max(worst, diff, -diff), total+max(diff, -diff)
+			}
+		}
+		mean := total / float64(plane*c.Channels)
+		if worst > c.Tol+1e-4 || (c.Tol > 0.5 && mean > 1) {
+			t.Errorf("%s: |Δ| up to %.3f, %.3f on average; want at most %.1f", c.Name, worst, mean, c.Tol)
+		}
+	}
+}
+
+// TestDICOMFolder: a folder's classes hold DICOM files by extension
+// (.dcm, .dicom, any case) and, without one, by their contents (an
+// archive's IM000001, a UID-named file); a study's DICOMDIR and other
+// files are skipped; each sample is its file's decoded image.
+func TestDICOMFolder(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{ // written path: fixture
+		"lung/ct_implicit.dcm":            "ct_implicit.dcm",
+		"lung/IM000001":                   "cr_mono1_deflated.dcm",
+		"lung/1.2.840.113619.2.55.3":      "ct_rle.dcm",
+		"lung/DICOMDIR":                   "gray8.dcm",
+		"lung/notes":                      "",
+		"lung/report.txt":                 "gray8.dcm",
+		"skin/rgb_jpeg.DCM":               "rgb_jpeg.dcm",
+		"skin/gray8.dicom":                "gray8.dcm",
+		"skin/cr_jpegll_sv1.dcm":          "cr_jpegll_sv1.dcm",
+		"skin/.hidden.dcm":                "gray8.dcm",
+		"skin/1.2.840.113619.2.55.3.json": "gray8.dcm",
+	}
+	read := map[string]bool{
+		"lung/ct_implicit.dcm": true, "lung/IM000001": true, "lung/1.2.840.113619.2.55.3": true,
+		"skin/rgb_jpeg.DCM": true, "skin/gray8.dicom": true, "skin/cr_jpegll_sv1.dcm": true,
+	}
+	for rel, src := range files {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b := []byte("not an image")
+		if src != "" {
+			var err error
+			if b, err = os.ReadFile(filepath.Join(dicomFiles, src)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := mustLoad(t, "folder:"+dir)
+	if m.Len() != len(read) || m.NumClasses() != 2 {
+		t.Fatalf("%d samples of %d classes, want %d of 2", m.Len(), m.NumClasses(), len(read))
+	}
+	if m.Channels() != 3 {
+		t.Errorf("%d channels: a folder with a colour image loads as RGB", m.Channels())
+	}
+	for i := range m.Len() {
+		p := m.sources[i].path
+		rel := filepath.ToSlash(strings.TrimPrefix(p, dir+string(filepath.Separator)))
+		if !read[rel] {
+			t.Errorf("%s was read", rel)
+			continue
+		}
+		if want := map[bool]string{true: "lung", false: "skin"}[strings.HasPrefix(rel, "lung/")]; m.Classes()[m.Label(i)] != want {
+			t.Errorf("%s: class %q", rel, m.Classes()[m.Label(i)])
+		}
+		d, err := decodeImage(p, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pix := d.pix
+		if d.gray {
+			pix = grayToRGB(pix)
+		}
+		if !bytes.Equal(m.Pixels(i), pix) {
+			t.Errorf("%s: the sample's pixels are not its file's", rel)
+		}
+	}
+	// predict's file lister reads the same files.
+	got, err := ImageFiles([]string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(read) {
+		t.Errorf("ImageFiles: %d files, want %d: %q", len(got), len(read), got)
+	}
+}
+
+// TestDICOMUsers: :dicom-users names each image's user by its file's
+// Patient ID — one level of sub-directories read, a patient in two
+// classes one user, a holdout holding out whole patients — and refuses
+// an image that names none, a non-DICOM image, and a folder whose images
+// all carry one ID.
+func TestDICOMUsers(t *testing.T) {
+	fixture, err := os.ReadFile(filepath.Join(dicomFiles, "ct_implicit.dcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withID := func(id string) []byte {
+		// gen_dicom.py wrote P-0001 in every file; the same length keeps
+		// the element's.
+		if len(id) != 6 || bytes.Count(fixture, []byte("P-0001")) != 1 {
+			t.Fatalf("cannot patch the Patient ID to %q", id)
+		}
+		return bytes.Replace(fixture, []byte("P-0001"), []byte(id), 1)
+	}
+	write := func(dir string, files map[string][]byte) {
+		for rel, b := range files {
+			p := filepath.Join(dir, filepath.FromSlash(rel))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dir := t.TempDir()
+	want := map[string]string{
+		"normal/a.dcm": "P-0001", "normal/b.dcm": "P-0002", "normal/study7/c.dcm": "P-0003",
+		"nodule/d.dcm": "P-0001", "nodule/e.dcm": "P-0004", "nodule/f.dcm": "P-0004",
+	}
+	files := map[string][]byte{}
+	for rel, id := range want {
+		files[rel] = withID(id)
+	}
+	write(dir, files)
+	m := mustLoad(t, "folder:"+dir+":dicom-users")
+	got := relUsers(t, m, dir)
+	if len(got) != len(want) {
+		t.Errorf("%d samples, want %d", len(got), len(want))
+	}
+	for rel, u := range want {
+		if got[rel] != u {
+			t.Errorf("%s: user %q, want %q", rel, got[rel], u)
+		}
+	}
+	if m.NumUsers() != 4 {
+		t.Errorf("%d users, want 4 (P-0001 in both classes is one)", m.NumUsers())
+	}
+	// A holdout holds out whole patients.
+	train := relUsers(t, mustLoad(t, "folder:"+dir+":dicom-users:holdout=0.5"), dir)
+	test := relUsers(t, mustLoad(t, "folder:"+dir+":dicom-users:holdout=0.5:test"), dir)
+	if len(train)+len(test) != len(want) || len(train) == 0 || len(test) == 0 {
+		t.Fatalf("holdout: %d and %d samples of %d", len(train), len(test), len(want))
+	}
+	for _, u := range train {
+		for _, v := range test {
+			if u == v {
+				t.Errorf("patient %s in both splits", u)
+			}
+		}
+	}
+
+	for _, c := range []struct {
+		name  string
+		files map[string][]byte
+		frags []string
+	}{
+		{"no ID", map[string][]byte{"a/x.dcm": withID("P-0001"), "b/y.dcm": withID("      ")}, []string{"y.dcm", "no Patient ID", "dicom-users"}},
+		{"not DICOM", map[string][]byte{"a/x.dcm": withID("P-0001"), "b/y.pgm": []byte("P5 1 1 255 \x07")}, []string{"y.pgm", "not a DICOM Part 10 file"}},
+		{"one ID", map[string][]byte{"a/x.dcm": withID("ANONYM"), "b/y.dcm": withID("ANONYM")}, []string{"one Patient ID \"ANONYM\"", "users=REGEX"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := t.TempDir()
+			write(d, c.files)
+			_, err := LoadString("folder:" + d + ":dicom-users")
+			wantErr(t, err, c.frags...)
+		})
+	}
+}
+
+// TestDICOMWindowFit: Fit.Window reads every DICOM image of a folder
+// through the given windows — three make an RGB image of them — and leaves
+// the other images as they are; a bad window is refused before any image
+// is read.
+func TestDICOMWindowFit(t *testing.T) {
+	dir := t.TempDir()
+	ct, err := os.ReadFile(filepath.Join(dicomFiles, "ct_implicit.dcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a/ct.dcm", "b/ct.dcm"} {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), ct, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writePNG(t, filepath.Join(dir, "b", "photo.png"), grayImage(37, 29, func(x, y int) uint8 { return uint8(x * y) }))
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const three = "40,80/80,200/600,2800"
+	m, err := LoadFitted(spec, Fit{Window: three})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _ := dicom.ParseWindows(three)
+	img, err := dicom.DecodeWith(bytes.NewReader(ct), dicom.Options{Windows: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := img.(*image.NRGBA)
+	if m.Channels() != 3 {
+		t.Fatalf("%d channels, want the three windows'", m.Channels())
+	}
+	for i := range m.Len() {
+		p := m.sources[i].path
+		d, err := decodeImage(p, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pix := m.Pixels(i)
+		if strings.HasSuffix(p, ".png") {
+			if !bytes.Equal(pix, grayToRGB(d.pix)) {
+				t.Errorf("%s: the window changed a PNG", p)
+			}
+			continue
+		}
+		plane := 37 * 29
+		for k := range plane {
+			for c := range 3 {
+				if pix[c*plane+k] != want.Pix[4*k+c] {
+					t.Fatalf("%s: pixel %d channel %d: %d, want the window's %d", p, k, c, pix[c*plane+k], want.Pix[4*k+c])
+				}
+			}
+		}
+	}
+	if m.Fitted().Window != three {
+		t.Errorf("the images' fit %v lost the window", m.Fitted())
+	}
+	_, err = LoadFitted(spec, Fit{Window: "40"})
+	wantErr(t, err, "window \"40\"", "want C,W")
+}
