@@ -186,6 +186,9 @@ func TestHostileData(t *testing.T) {
 	folder := filepath.Join(dir, "folder")
 	write(filepath.Join(folder, "a", "1.png"), hostile.PNG(1, 1))
 	write(filepath.Join(folder, "b", "bomb.png"), hostile.PNG(1<<20, 1<<20))
+	dicoms := filepath.Join(dir, "dicoms")
+	write(filepath.Join(dicoms, "a", "1.png"), hostile.PNG(1, 1))
+	write(filepath.Join(dicoms, "b", "IM0001"), hostile.DICOM(65535, 65535))
 	cifar := filepath.Join(dir, "cifar")
 	f, err := os.Create(write(filepath.Join(cifar, "data_batch_1.bin"), nil))
 	if err != nil {
@@ -207,6 +210,8 @@ func TestHostileData(t *testing.T) {
 		{"train idx 512 GiB", train("idx:" + idxDir), []string{"train-images-idx3-ubyte", "memory available"}},
 		{"train png 2^20×2^20", train("folder:" + folder), []string{"bomb.png", "1048576×1048576"}},
 		{"eval png 2^20×2^20", []string{"eval", "--model", cnn, "--data", "folder:" + folder + ":split=train"}, []string{"bomb.png", "1048576×1048576"}},
+		{"train dicom 65535×65535", train("folder:" + dicoms), []string{"IM0001", "65535×65535", "over the limit"}},
+		{"predict dicom 65535×65535", []string{"predict", "--model", cnn, "--images", filepath.Join(dicoms, "b")}, []string{"IM0001", "65535×65535", "over the limit"}},
 	}
 	if sparse {
 		cases = append(cases, struct {

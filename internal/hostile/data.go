@@ -26,6 +26,38 @@ func PNG(w, h uint32) []byte {
 	return b
 }
 
+// DICOM returns a DICOM Part 10 file (explicit VR little endian) of a
+// 16-bit MONOCHROME2 image whose header claims w×h pixels and whose pixel
+// data holds 16 bytes: the header of a decompression bomb.
+func DICOM(w, h uint16) []byte {
+	b := make([]byte, 128, 512)
+	b = append(b, "DICM"...)
+	el := func(group, elem uint16, vr string, val []byte) {
+		b = binary.LittleEndian.AppendUint16(b, group)
+		b = binary.LittleEndian.AppendUint16(b, elem)
+		b = append(b, vr...)
+		if vr == "OW" {
+			b = append(b, 0, 0)
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(val)))
+		} else {
+			b = binary.LittleEndian.AppendUint16(b, uint16(len(val)))
+		}
+		b = append(b, val...)
+	}
+	us := func(v uint16) []byte { return binary.LittleEndian.AppendUint16(nil, v) }
+	el(0x0002, 0x0010, "UI", []byte("1.2.840.10008.1.2.1\x00"))
+	el(0x0028, 0x0002, "US", us(1))
+	el(0x0028, 0x0004, "CS", []byte("MONOCHROME2 "))
+	el(0x0028, 0x0010, "US", us(h))
+	el(0x0028, 0x0011, "US", us(w))
+	el(0x0028, 0x0100, "US", us(16))
+	el(0x0028, 0x0101, "US", us(16))
+	el(0x0028, 0x0102, "US", us(15))
+	el(0x0028, 0x0103, "US", us(0))
+	el(0x7FE0, 0x0010, "OW", make([]byte, 16))
+	return b
+}
+
 // IDX returns an IDX file of unsigned bytes with the given header
 // dimensions followed by data (which need not be as long as they say).
 func IDX(dims []uint32, data []byte) []byte {
