@@ -203,7 +203,9 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		}
 		perClass = append(perClass, items)
 	}
-	if spec.DICOMUsers && len(userOf) > 1 {
+	// One ID over the training images is blanked IDs, not one patient (a
+	// test directory may well hold one patient's images).
+	if spec.DICOMUsers && dir == trainDir && len(userOf) > 1 {
 		var one string
 		for _, u := range userOf {
 			one = u

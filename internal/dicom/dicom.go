@@ -18,8 +18,8 @@ const MaxPixels = 1 << 28
 
 // maxHeader bounds the bytes of the data set before the pixel data: a
 // radiograph's header is a few kilobytes, a few megabytes with private
-// tags and icons; a gigabyte is a deflate bomb or a broken length.
-const maxHeader = 1 << 30
+// tags, icons and overlays; 256 MiB is a deflate bomb or a broken length.
+const maxHeader = 256 << 20
 
 // maxDepth bounds the nesting of sequences, each level a recursion.
 const maxDepth = 32

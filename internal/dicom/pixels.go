@@ -125,7 +125,10 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	r.limit = math.MaxInt64
 	n := h.rows * h.cols * h.samples
 	bps := h.bitsAlloc / 8
-	var vals []int32
+	// vals are the stored samples, each its Bits Stored bits as stored
+	// (two's complement where Pixel Representation is 1): 2 bytes a sample,
+	// the sign read where a value is looked up (toGray's table).
+	var vals []uint16
 	switch h.syntax {
 	case tsImplicitLE, tsExplicitLE, tsExplicitBE, tsDeflatedLE:
 		if el.length == undefinedLength {
@@ -199,11 +202,11 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			if !ok {
 				return nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
 			}
-			vals = make([]int32, n)
+			vals = make([]uint16, n)
 			for y := range h.rows {
 				row := g.Pix[y*g.Stride : y*g.Stride+h.cols]
 				for x, v := range row {
-					vals[y*h.cols+x] = h.signed(int32(v))
+					vals[y*h.cols+x] = h.stored(uint32(v))
 				}
 			}
 		}
@@ -214,10 +217,13 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	return h.toRGB(vals)
 }
 
-// signed sign-extends a stored value of bitsStored bits where the pixel
-// representation is two's complement.
-func (h *header) signed(v int32) int32 {
-	v &= int32(1)<<h.bitsStored - 1
+// stored keeps a sample's Bits Stored bits.
+func (h *header) stored(v uint32) uint16 { return uint16(v & (1<<h.bitsStored - 1)) }
+
+// value is the number a sample's stored bits represent: two's complement
+// where the pixel representation is 1.
+func (h *header) value(bits int) int32 {
+	v := int32(bits)
 	if h.pixelRep == 1 && v&(int32(1)<<(h.bitsStored-1)) != 0 {
 		v -= int32(1) << h.bitsStored
 	}
@@ -227,9 +233,9 @@ func (h *header) signed(v int32) int32 {
 // native reads uncompressed samples: pixel-major, components interleaved
 // (a planar image's planes interleaved here), each value masked to Bits
 // Stored below High Bit (PS3.5 8.1.1: the other bits may hold anything).
-func (h *header) native(raw []byte, order binary.ByteOrder) []int32 {
+func (h *header) native(raw []byte, order binary.ByteOrder) []uint16 {
 	n := h.rows * h.cols * h.samples
-	vals := make([]int32, n)
+	vals := make([]uint16, n)
 	shift := h.highBit - h.bitsStored + 1
 	plane := h.rows * h.cols
 	at := func(i int) int { // raw index of interleaved sample i
@@ -240,13 +246,13 @@ func (h *header) native(raw []byte, order binary.ByteOrder) []int32 {
 	}
 	for i := range vals {
 		j := at(i)
-		var v int32
+		var v uint32
 		if h.bitsAlloc == 8 {
-			v = int32(raw[j])
+			v = uint32(raw[j])
 		} else {
-			v = int32(order.Uint16(raw[2*j:]))
+			v = uint32(order.Uint16(raw[2*j:]))
 		}
-		vals[i] = h.signed(v >> shift)
+		vals[i] = h.stored(v >> shift)
 	}
 	return vals
 }
@@ -294,7 +300,7 @@ func fragments(r *reader, limit int64) ([]byte, error) {
 // rle decodes an RLE Lossless frame (PS3.5 G): a header of segment offsets,
 // then one PackBits segment per byte of each sample, most significant
 // byte first, components in turn.
-func (h *header) rle(frame []byte) ([]int32, error) {
+func (h *header) rle(frame []byte) ([]uint16, error) {
 	if len(frame) < 64 {
 		return nil, fmt.Errorf("frame of %d bytes, shorter than its header", len(frame))
 	}
@@ -318,14 +324,14 @@ func (h *header) rle(frame []byte) ([]int32, error) {
 			return nil, fmt.Errorf("segment %d: %w", s, err)
 		}
 	}
-	vals := make([]int32, plane*h.samples)
+	vals := make([]uint16, plane*h.samples)
 	for p := range plane {
 		for c := range h.samples {
-			var v int32
+			var v uint32
 			for b := range bps {
-				v = v<<8 | int32(raw[(c*bps+b)*plane+p])
+				v = v<<8 | uint32(raw[(c*bps+b)*plane+p])
 			}
-			vals[p*h.samples+c] = h.signed(v)
+			vals[p*h.samples+c] = h.stored(v)
 		}
 	}
 	return vals, nil
@@ -367,7 +373,7 @@ func unpackBits(src, dst []byte) error {
 }
 
 // jpegLossless decodes a JPEG Lossless frame to stored values.
-func (h *header) jpegLossless(frame []byte) ([]int32, error) {
+func (h *header) jpegLossless(frame []byte) ([]uint16, error) {
 	pix, w, ht, comps, prec, err := decodeJPEGLossless(frame, h.rows*h.cols*h.samples)
 	if err != nil {
 		return nil, err
@@ -378,26 +384,21 @@ func (h *header) jpegLossless(frame []byte) ([]int32, error) {
 	if prec > h.bitsAlloc {
 		return nil, fmt.Errorf("JPEG Lossless frame of %d-bit precision in %d-bit samples", prec, h.bitsAlloc)
 	}
-	vals := make([]int32, len(pix))
 	for i, v := range pix {
-		vals[i] = h.signed(int32(v))
+		pix[i] = h.stored(uint32(v))
 	}
-	return vals, nil
+	return pix, nil
 }
 
 // toGray maps stored values to 8 bits through the Modality LUT, the VOI
 // (the user's windows, the file's VOI LUT, its window, or the image's own
 // range) and MONOCHROME1's inversion (package doc): a gray image, or an
-// RGB one of three windows.
-func (h *header) toGray(vals []int32, windows []Window) (image.Image, error) {
-	lo := int32(0)
-	if h.pixelRep == 1 {
-		lo = -(int32(1) << (h.bitsStored - 1))
-	}
-	size := 1 << h.bitsStored
-	used := make([]bool, size)
+// RGB one of three windows. The tables are indexed by the stored bits;
+// each entry is computed once, from the value the bits represent.
+func (h *header) toGray(vals []uint16, windows []Window) (image.Image, error) {
+	used := make([]bool, 1<<h.bitsStored)
 	for _, v := range vals {
-		used[v-lo] = true
+		used[v] = true
 	}
 	modality := func(v float64) float64 {
 		if l := h.modalityLUT; l != nil {
@@ -416,15 +417,15 @@ func (h *header) toGray(vals []int32, windows []Window) (image.Image, error) {
 			if err != nil {
 				return nil, err
 			}
-			tables[k] = h.table(used, lo, modality, voi)
+			tables[k] = h.table(used, modality, voi)
 		}
 		if len(tables) == 1 {
-			return h.grayImage(vals, lo, tables[0]), nil
+			return h.grayImage(vals, tables[0]), nil
 		}
 		img := image.NewNRGBA(image.Rect(0, 0, h.cols, h.rows))
 		for i, v := range vals {
 			px := img.Pix[4*i : 4*i+4]
-			px[0], px[1], px[2], px[3] = tables[0][v-lo], tables[1][v-lo], tables[2][v-lo], 0xff
+			px[0], px[1], px[2], px[3] = tables[0][v], tables[1][v], tables[2][v], 0xff
 		}
 		return img, nil
 	}
@@ -443,7 +444,7 @@ func (h *header) toGray(vals []int32, windows []Window) (image.Image, error) {
 		mn, mx := math.Inf(1), math.Inf(-1)
 		for i, u := range used {
 			if u {
-				m := modality(float64(int32(i) + lo))
+				m := modality(float64(h.value(i)))
 				mn, mx = min(mn, m), max(mx, m)
 			}
 		}
@@ -454,18 +455,18 @@ func (h *header) toGray(vals []int32, windows []Window) (image.Image, error) {
 			return (x - mn) / (mx - mn)
 		}
 	}
-	return h.grayImage(vals, lo, h.table(used, lo, modality, voi)), nil
+	return h.grayImage(vals, h.table(used, modality, voi)), nil
 }
 
-// table maps each stored value the image uses (used, offset by lo) to 8
-// bits: the Modality LUT, the VOI, MONOCHROME1's inversion.
-func (h *header) table(used []bool, lo int32, modality, voi func(float64) float64) []uint8 {
+// table maps the stored bits of each value the image uses to 8 bits: the
+// Modality LUT, the VOI, MONOCHROME1's inversion.
+func (h *header) table(used []bool, modality, voi func(float64) float64) []uint8 {
 	table := make([]uint8, len(used))
 	for i, u := range used {
 		if !u {
 			continue
 		}
-		y := voi(modality(float64(int32(i) + lo)))
+		y := voi(modality(float64(h.value(i))))
 		if h.photometric == "MONOCHROME1" {
 			y = 1 - y
 		}
@@ -474,10 +475,10 @@ func (h *header) table(used []bool, lo int32, modality, voi func(float64) float6
 	return table
 }
 
-func (h *header) grayImage(vals []int32, lo int32, table []uint8) *image.Gray {
+func (h *header) grayImage(vals []uint16, table []uint8) *image.Gray {
 	img := image.NewGray(image.Rect(0, 0, h.cols, h.rows))
 	for i, v := range vals {
-		img.Pix[i] = table[v-lo]
+		img.Pix[i] = table[v]
 	}
 	return img
 }
@@ -529,7 +530,7 @@ func windowFunc(name string, w Window) (func(float64) float64, error) {
 // toRGB makes 8-bit RGB of a colour image's stored values: YBR_FULL
 // converted by PS3.3 C.7.6.3.1.2's equations, samples of more than 8 bits
 // scaled to 8.
-func (h *header) toRGB(vals []int32) (image.Image, error) {
+func (h *header) toRGB(vals []uint16) (image.Image, error) {
 	if h.pixelRep == 1 {
 		return nil, fmt.Errorf("a %s image of signed samples", h.photometric)
 	}
