@@ -3,14 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // TestDICOMTrainPredict: a folder of DICOM images — uncompressed, RLE,
@@ -155,37 +152,8 @@ func TestServePreprocessDICOM(t *testing.T) {
 				"--window", window, "--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--out", model); code != 0 {
 				t.Fatalf("train: exit %d: %s", code, e)
 			}
-			x, want, got := filepath.Join(dir, window+"-x.npy"), filepath.Join(dir, window+"-want.npy"), filepath.Join(dir, window+"-got.npy")
-			if out, err := exec.Command(py, append([]string{"../../docs/serve_preprocess.py", model, x}, files...)...).CombinedOutput(); err != nil {
-				t.Fatalf("serve_preprocess.py: %v: %s", err, out)
-			}
-			if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", want); code != 0 {
-				t.Fatalf("predict --input: exit %d: %s", code, e)
-			}
-			pargs := []string{"predict", "--model", model, "--out", got}
-			for _, f := range files {
-				pargs = append(pargs, "--images", f)
-			}
-			if _, e, code := run(t, pargs...); code != 0 {
-				t.Fatalf("predict --images: exit %d: %s", code, e)
-			}
-			a, err := npy.ReadFile(want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := npy.ReadFile(got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var worst, scale float64
-			for i := range a.F32 {
-				worst = math.Max(worst, math.Abs(float64(a.F32[i]-b.F32[i])))
-				scale = math.Max(scale, math.Abs(float64(a.F32[i])))
-			}
-			t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
-			if len(a.F32) != len(b.F32) || worst > 1e-5*math.Max(1, scale) {
-				t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
-			}
+			// The same 8-bit images, fitted as PIL resizes them.
+			servedLikePredict(t, py, model, filepath.Join(dir, window), files, 1e-5)
 		})
 	}
 }

@@ -273,6 +273,50 @@ func TestPredictFixedBatch(t *testing.T) {
 	}
 }
 
+// servedLikePredict runs docs/serve_preprocess.py on files for model (its
+// batch and logits written at prefix-*.npy) and holds the model's logits
+// on its batch to predict --images' on the same files, within tol of the
+// largest logit. It returns what the script printed (the class names).
+func servedLikePredict(t *testing.T, py, model, prefix string, files []string, tol float64) string {
+	t.Helper()
+	x, want, got := prefix+"-x.npy", prefix+"-want.npy", prefix+"-got.npy"
+	out, err := exec.Command(py, append([]string{"../../docs/serve_preprocess.py", model, x}, files...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("serve_preprocess.py: %v: %s", err, out)
+	}
+	if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", want); code != 0 {
+		t.Fatalf("predict --input: exit %d: %s", code, e)
+	}
+	pargs := []string{"predict", "--model", model, "--out", got}
+	for _, f := range files {
+		pargs = append(pargs, "--images", f)
+	}
+	if _, e, code := run(t, pargs...); code != 0 {
+		t.Fatalf("predict --images: exit %d: %s", code, e)
+	}
+	a, err := npy.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := npy.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.F32) != len(b.F32) {
+		t.Fatalf("%d logits from the served batch, %d from predict --images", len(a.F32), len(b.F32))
+	}
+	var worst, scale float64
+	for i := range a.F32 {
+		worst = math.Max(worst, math.Abs(float64(a.F32[i]-b.F32[i])))
+		scale = math.Max(scale, math.Abs(float64(a.F32[i])))
+	}
+	t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
+	if worst > tol*math.Max(1, scale) {
+		t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
+	}
+	return string(out)
+}
+
 // TestServePreprocess: docs/serve_preprocess.py, the serving transform
 // docs/SERVING.md gives (PIL and torchvision, from the metadata train
 // recorded), prepares the inputs predict --images prepares: the model's
@@ -306,40 +350,8 @@ func TestServePreprocess(t *testing.T) {
 			if _, e, code := run(t, args...); code != 0 {
 				t.Fatalf("train: exit %d: %s", code, e)
 			}
-			x, want, got := filepath.Join(dir, c.name+"-x.npy"), filepath.Join(dir, c.name+"-want.npy"), filepath.Join(dir, c.name+"-got.npy")
-			out, err := exec.Command(py, append([]string{"../../docs/serve_preprocess.py", model, x}, files...)...).CombinedOutput()
-			if err != nil {
-				t.Fatalf("serve_preprocess.py: %v: %s", err, out)
-			}
-			if strings.TrimSpace(string(out)) != `["a", "b"]` {
+			if out := servedLikePredict(t, py, model, filepath.Join(dir, c.name), files, c.tol); strings.TrimSpace(out) != `["a", "b"]` {
 				t.Errorf("class names %q", out)
-			}
-			if _, e, code := run(t, "predict", "--model", model, "--input", x, "--out", want); code != 0 {
-				t.Fatalf("predict --input: exit %d: %s", code, e)
-			}
-			pargs := []string{"predict", "--model", model, "--out", got}
-			for _, f := range files {
-				pargs = append(pargs, "--images", f)
-			}
-			if _, e, code := run(t, pargs...); code != 0 {
-				t.Fatalf("predict --images: exit %d: %s", code, e)
-			}
-			a, err := npy.ReadFile(want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := npy.ReadFile(got)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var worst, scale float64
-			for i := range a.F32 {
-				worst = math.Max(worst, math.Abs(float64(a.F32[i]-b.F32[i])))
-				scale = math.Max(scale, math.Abs(float64(a.F32[i])))
-			}
-			t.Logf("logits within %.3g of predict --images' (largest %.3g)", worst, scale)
-			if worst > c.tol*math.Max(1, scale) {
-				t.Errorf("the served transform's logits differ from predict --images' by %.3g (largest logit %.3g)", worst, scale)
 			}
 		})
 	}
