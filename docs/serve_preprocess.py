@@ -63,7 +63,9 @@ def dicom_image(path, window):
     ds = pydicom.dcmread(path)
     arr = ds.pixel_array
     if ds.SamplesPerPixel == 3:
-        if ds.PhotometricInterpretation == "YBR_FULL":
+        # pydicom hands YBR over as it is stored (a JPEG's too; 4:2:2
+        # expanded): the colour conversion is the reader's.
+        if ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422"):
             arr = convert_color_space(arr, "YBR_FULL", "RGB")
         top = 2 ** ds.BitsStored - 1
         return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")

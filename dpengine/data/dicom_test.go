@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"image"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dpfinetune/dpfinetune/internal/dicom"
+	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
 
 // dicomFiles is internal/dicom's fixture directory (its gen_dicom.py).
@@ -308,4 +310,115 @@ func TestDICOMWindowFit(t *testing.T) {
 	}
 	_, err = LoadFitted(spec, Fit{Window: "40"})
 	wantErr(t, err, "window \"40\"", "want C,W")
+}
+
+// TestPydicomTestFiles: the DICOM files pydicom ships for its own tests —
+// real CT, MR, secondary-capture and RT files of every syntax, written by
+// GE, Philips, DCMTK and GDCM — decode as docs/serve_preprocess.py decodes
+// them with pydicom (its own display functions): identically where the
+// file is lossless, within the inverse DCT's rounding where it is a lossy
+// JPEG (pydicom's through Pillow's libjpeg); the files pydicom decodes and
+// this reader refuses are refused for the reasons listed; and none of the
+// others panics the reader.
+func TestPydicomTestFiles(t *testing.T) {
+	const py = "/usr/bin/python3"
+	out, err := exec.Command(py, "-c", "import os, pydicom, numpy, PIL; print(os.path.join(os.path.dirname(pydicom.__file__), 'data', 'test_files'))").Output()
+	if err != nil {
+		t.Skip("no /usr/bin/python3 with pydicom, numpy and PIL")
+	}
+	dir := strings.TrimSpace(string(out))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.dcm"))
+	if len(files) < 40 {
+		t.Skipf("pydicom's test files: %d in %s", len(files), dir)
+	}
+	// pydicom's decode of each, as serve_preprocess.py's dicom_image.
+	want := t.TempDir()
+	script := `
+import json, os, sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+sys.path.insert(0, "../../docs")
+from serve_preprocess import dicom_image
+for p in sys.argv[2:]:
+    name = os.path.basename(p)
+    try:
+        im = dicom_image(p, "")
+    except Exception as e:
+        print(json.dumps({"file": name, "err": type(e).__name__ + ": " + str(e)[:80]}))
+        continue
+    np.save(os.path.join(sys.argv[1], name + ".npy"), np.asarray(im))
+    print(json.dumps({"file": name, "mode": im.mode}))
+`
+	res, err := exec.Command(py, append([]string{"-c", script, want}, files...)...).Output()
+	if err != nil {
+		t.Fatalf("pydicom: %v", err)
+	}
+	// What this reader refuses that pydicom decodes (Pillow's OpenJPEG
+	// for JPEG 2000), and why.
+	refused := map[string]string{
+		"693_J2KI.dcm": "JPEG 2000", "J2K_pixelrep_mismatch.dcm": "JPEG 2000", "JPEG2000.dcm": "JPEG 2000",
+		"MR_small_jp2klossless.dcm": "JPEG 2000", "SC_rgb_gdcm_KY.dcm": "JPEG 2000",
+		"rtdose_1frame.dcm": "Bits Allocated 32", "rtdose_expb_1frame.dcm": "Bits Allocated 32",
+		"rtdose_rle_1frame.dcm": "Bits Allocated 32", "SC_rgb_rle_32bit.dcm": "Bits Allocated 32",
+	}
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
+		var r struct{ File, Mode, Err string }
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		path := filepath.Join(dir, r.File)
+		d, err := decodeImage(path, nil, nil)
+		switch {
+		case r.Err != "":
+			t.Logf("%s: pydicom: %s; here: %v", r.File, r.Err, err)
+			continue
+		case refused[r.File] != "":
+			if err == nil || !strings.Contains(err.Error(), refused[r.File]) {
+				t.Errorf("%s: %v, want it refused saying %q", r.File, err, refused[r.File])
+			}
+			continue
+		case err != nil:
+			t.Errorf("%s: pydicom decodes it; here: %v", r.File, err)
+			continue
+		}
+		a, err := npy.ReadFile(filepath.Join(want, r.File+".npy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := 1
+		if r.Mode == "RGB" {
+			ch = 3
+		}
+		if a.Shape[0] != d.h || a.Shape[1] != d.w || d.gray != (ch == 1) {
+			t.Errorf("%s: %d×%d gray %v, pydicom %v %s", r.File, d.w, d.h, d.gray, a.Shape, r.Mode)
+			continue
+		}
+		plane := d.w * d.h
+		worst, total := 0, 0
+		for k := range plane {
+			for c := range ch {
+				diff := int(d.pix[c*plane+k]) - int(a.U8[k*ch+c])
+				worst, total = max(worst, diff, -diff), total+max(diff, -diff)
+			}
+		}
+		mean := float64(total) / float64(plane*ch)
+		// Lossy JPEG: Go's inverse DCT against libjpeg's; a YBR colour
+		// conversion: pydicom's in float32.
+		maxDiff, maxMean := 0, 0.0
+		switch {
+		case strings.Contains(r.File, "jpeg") || strings.Contains(r.File, "+eb"):
+			maxDiff, maxMean = 6, 1
+		case strings.Contains(r.File, "ybr"):
+			maxDiff, maxMean = 1, 0.5
+		}
+		t.Logf("%s: %d×%d, %d channels: |Δ| ≤ %d, mean %.3f", r.File, d.w, d.h, ch, worst, mean)
+		if worst > maxDiff || mean > maxMean {
+			t.Errorf("%s: differs from pydicom's by up to %d, %.3f on average (want at most %d, %.2f)", r.File, worst, mean, maxDiff, maxMean)
+		}
+		checked++
+	}
+	if checked < 25 {
+		t.Errorf("%d files held to pydicom's pixels, want at least 25", checked)
+	}
 }

@@ -708,7 +708,17 @@ func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit
 			d, err = decoded{}, fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
 		}
 	}()
-	cfg, kind, err := image.DecodeConfig(bufio.NewReader(f))
+	// DICOM first: a DICOM file's preamble may be a TIFF header (GE's
+	// "dual personality" files), which the image package's sniffing, in
+	// the order the formats registered, would take for a TIFF.
+	br := bufio.NewReader(f)
+	var cfg image.Config
+	kind := "dicom"
+	if p, _ := br.Peek(132); len(p) == 132 && string(p[128:]) == "DICM" {
+		cfg, err = dicom.DecodeConfig(br)
+	} else {
+		cfg, kind, err = image.DecodeConfig(br)
+	}
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
@@ -728,7 +738,7 @@ func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit
 	}
 	var img image.Image
 	format := kind
-	if kind == "dicom" && len(windows) > 0 {
+	if kind == "dicom" {
 		img, err = dicom.DecodeWith(bufio.NewReader(f), dicom.Options{Windows: windows})
 	} else {
 		img, format, err = image.Decode(bufio.NewReader(f))
@@ -784,6 +794,10 @@ func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit
 		}
 	case *image.YCbCr:
 		if !ycbcrToRGB(im, format == "webp", r, g, bl) {
+			defaultToRGB(img, r, g, bl)
+		}
+	case *dicom.RawJPEG:
+		if !rawJPEGToRGB(im.YCbCr, r, g, bl) {
 			defaultToRGB(img, r, g, bl)
 		}
 	case *image.NRGBA:

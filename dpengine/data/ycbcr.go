@@ -24,6 +24,24 @@ import "image"
 // the left pixel of a pair with +8 and the right with +7 (of 16), its
 // 4:2:2 filter +1 and +2 (of 4); libwebp's with +8.
 func ycbcrToRGB(im *image.YCbCr, video bool, r, g, b []uint8) bool {
+	conv := &fullConv
+	if video {
+		conv = &videoConv
+	}
+	return upsampleYCbCr(im, conv, video, r, g, b)
+}
+
+// rawJPEGToRGB is ycbcrToRGB for a JPEG whose planes are R, G and B as
+// stored (a DICOM frame of Photometric Interpretation RGB,
+// dicom.RawJPEG): libjpeg's upsampling, no colour matrix.
+func rawJPEGToRGB(im *image.YCbCr, r, g, b []uint8) bool {
+	return upsampleYCbCr(im, nil, false, r, g, b)
+}
+
+// upsampleYCbCr upsamples im's chroma planes as libjpeg (or, for video,
+// libwebp) does and converts each pixel by conv (nil: the planes as they
+// are).
+func upsampleYCbCr(im *image.YCbCr, conv *ycbcrConv, video bool, r, g, b []uint8) bool {
 	var sx, sy int // log2 of the chroma subsampling along x and y
 	switch im.SubsampleRatio {
 	case image.YCbCrSubsampleRatio444:
@@ -38,10 +56,6 @@ func ycbcrToRGB(im *image.YCbCr, video bool, r, g, b []uint8) bool {
 	w, h := bounds.Dx(), bounds.Dy()
 	x0, y0 := bounds.Min.X>>sx, bounds.Min.Y>>sy
 	cw, ch := (bounds.Max.X+1<<sx-1)>>sx-x0, (bounds.Max.Y+1<<sy-1)>>sy-y0
-	conv := &fullConv
-	if video {
-		conv = &videoConv
-	}
 	// Per output row, each chroma column's vertical sum (3·nearest row +
 	// the other row: 4:2:0's first pass; the sample itself ×4 otherwise,
 	// so that one horizontal pass serves every subsampling), then per
@@ -107,7 +121,11 @@ type ycbcrConv struct {
 	shift, out       uint
 }
 
+// rgb converts one pixel; a nil c passes the samples through.
 func (c *ycbcrConv) rgb(y, u, v int32) (uint8, uint8, uint8) {
+	if c == nil {
+		return uint8(y), uint8(u), uint8(v)
+	}
 	yy := c.ys[y]
 	return clampShift(yy+c.r[v], c.out), clampShift(yy+(c.g1[u]+c.g2[v])>>c.shift, c.out), clampShift(yy+c.b[u], c.out)
 }

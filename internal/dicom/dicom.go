@@ -344,6 +344,15 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 		}
 		return nil, nil, element{}, fmt.Errorf("unknown transfer syntax %q", h.syntax)
 	}
+	// Some writers encode the data set in the other little-endian VR than
+	// the meta information says (pydicom's test file SC_rgb_jpeg.dcm: JPEG
+	// Baseline, implicit VR). The first element tells, as pydicom reads it:
+	// its two bytes after the tag are a VR's letters or a length's.
+	if !h.big {
+		if p, err := r.r.Peek(6); err == nil && binary.LittleEndian.Uint16(p) != 0xFFFE {
+			h.explicit = knownVR[string(p[4:6])]
+		}
+	}
 	for {
 		el, err := r.next(h.explicit)
 		if err == io.EOF {
@@ -355,15 +364,25 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 		if el.tag == tagPixelData {
 			return h, r, el, nil
 		}
-		if err := h.element(r, el, 0, false); err != nil {
+		if err := h.element(r, el, 0, false, h.explicit); err != nil {
 			return nil, nil, element{}, err
 		}
 	}
 }
 
-// element reads or skips one element of the data set (top level, or a LUT
-// Sequence item's when lutItem).
-func (h *header) element(r *reader, el element, depth int, lutItem bool) error {
+// knownVR are the value representations of PS3.5 Table 6.2-1.
+var knownVR = map[string]bool{
+	"AE": true, "AS": true, "AT": true, "CS": true, "DA": true, "DS": true, "DT": true, "FL": true,
+	"FD": true, "IS": true, "LO": true, "LT": true, "OB": true, "OD": true, "OF": true, "OL": true,
+	"OV": true, "OW": true, "PN": true, "SH": true, "SL": true, "SQ": true, "SS": true, "ST": true,
+	"SV": true, "TM": true, "UC": true, "UI": true, "UL": true, "UN": true, "UR": true, "US": true,
+	"UT": true, "UV": true,
+}
+
+// element reads or skips one element of the data set (top level, or a
+// sequence item's when lutItem), whose elements are explicit VR where
+// explicit.
+func (h *header) element(r *reader, el element, depth int, lutItem, explicit bool) error {
 	if el.tag>>16 == 0xFFFE {
 		return fmt.Errorf("item tag %s outside a sequence at byte %d", tagString(el.tag), r.pos-8)
 	}
@@ -374,8 +393,9 @@ func (h *header) element(r *reader, el element, depth int, lutItem bool) error {
 	if sequence {
 		keep := !lutItem && depth == 0 && (el.tag == tagModalityLUTSeq || el.tag == tagVOILUTSeq)
 		// An undefined-length UN is a sequence in implicit VR (PS3.5 6.2.2).
-		explicit := r.explicitInside(el, h.explicit)
-		return h.sequence(r, el, explicit, depth+1, keep)
+		// An undefined-length UN is a sequence in implicit VR (PS3.5 6.2.2),
+		// and so is all it holds.
+		return h.sequence(r, el, explicit && el.vr != "UN", depth+1, keep)
 	}
 	if lutItem || depth > 0 || !wanted[el.tag] {
 		return r.skip(int64(el.length))
@@ -396,14 +416,6 @@ var wanted = map[uint32]bool{
 	tagRows: true, tagColumns: true, tagBitsAllocated: true, tagBitsStored: true,
 	tagHighBit: true, tagPixelRep: true, tagWindowCenter: true, tagWindowWidth: true,
 	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true,
-}
-
-// explicitInside says how a sequence's items are encoded.
-func (r *reader) explicitInside(el element, explicit bool) bool {
-	if el.vr == "UN" {
-		return false
-	}
-	return explicit
 }
 
 // sequence reads a sequence's items, keeping a LUT item's table where
@@ -481,7 +493,7 @@ func (h *header) sequence(r *reader, el element, explicit bool, depth int, keep 
 				}
 				continue
 			}
-			if err := h.element(r, e, depth, true); err != nil {
+			if err := h.element(r, e, depth, true, explicit); err != nil {
 				return err
 			}
 		}
@@ -648,8 +660,10 @@ func (h *header) check() error {
 		return fmt.Errorf("image of %d×%d pixels, over the limit of %d pixels", h.cols, h.rows, MaxPixels)
 	case h.frames > 1:
 		return fmt.Errorf("a multi-frame image (%d frames): one file is one sample here; write each frame as a file of its own", h.frames)
-	case h.bitsAlloc != 8 && h.bitsAlloc != 16:
-		return fmt.Errorf("Bits Allocated %d: 8 or 16 are read", h.bitsAlloc)
+	case h.bitsAlloc != 1 && h.bitsAlloc != 8 && h.bitsAlloc != 16:
+		return fmt.Errorf("Bits Allocated %d: 1, 8 or 16 are read", h.bitsAlloc)
+	case h.bitsAlloc == 1 && h.samples != 1:
+		return fmt.Errorf("Bits Allocated 1 with %d samples a pixel", h.samples)
 	case h.bitsStored < 1 || h.bitsStored > h.bitsAlloc:
 		return fmt.Errorf("Bits Stored %d with Bits Allocated %d", h.bitsStored, h.bitsAlloc)
 	case h.highBit < h.bitsStored-1 || h.highBit >= h.bitsAlloc:

@@ -135,6 +135,15 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			return nil, fmt.Errorf("encapsulated pixel data under the native transfer syntax %s", h.syntax)
 		}
 		need := n * bps
+		switch {
+		case h.bitsAlloc == 1:
+			need = (n + 7) / 8 // a bitmap (a mask), bits packed from each byte's low bit
+		case h.photometric == "YBR_FULL_422":
+			need = n * 2 / 3 // Y1 Y2 Cb Cr for each two pixels (PS3.3 C.7.6.3.1.2)
+			if h.bitsAlloc != 8 || h.planar != 0 || h.cols%2 != 0 {
+				return nil, fmt.Errorf("uncompressed YBR_FULL_422 of %d bits, planar configuration %d, %d columns: 8 bits, interleaved, an even count are read", h.bitsAlloc, h.planar, h.cols)
+			}
+		}
 		if int64(el.length) < int64(need) {
 			return nil, fmt.Errorf("Pixel Data (7FE0,0010) holds %d bytes; a %d×%d image of %d samples of %d bits needs %d", el.length, h.cols, h.rows, h.samples, h.bitsAlloc, need)
 		}
@@ -152,6 +161,9 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	default:
 		if el.length != undefinedLength {
 			return nil, fmt.Errorf("Pixel Data (7FE0,0010) not encapsulated under the compressed transfer syntax %s", h.syntax)
+		}
+		if h.bitsAlloc == 1 {
+			return nil, fmt.Errorf("a 1-bit image under the compressed transfer syntax %s (1-bit images are read uncompressed)", h.syntax)
 		}
 		frame, err := fragments(r, int64(2*n*bps+1<<16))
 		if err != nil {
@@ -197,6 +209,13 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 				if ok {
 					return nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
 				}
+				// Photometric Interpretation RGB says the frame's components
+				// are R, G and B as stored (PS3.5 8.2.1), unless an Adobe
+				// marker says they were transformed; Go's decoder, like
+				// libjpeg, assumes YCbCr for a frame that says nothing.
+				if y, isYCbCr := img.(*image.YCbCr); isYCbCr && h.photometric == "RGB" && !adobeMarker(frame) {
+					return &RawJPEG{y}, nil
+				}
 				return img, nil
 			}
 			if !ok {
@@ -215,6 +234,44 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		return h.toGray(vals, opts.Windows)
 	}
 	return h.toRGB(vals)
+}
+
+// RawJPEG is a colour JPEG frame whose components are R, G and B as
+// stored — Photometric Interpretation RGB, and no Adobe marker saying
+// that they were transformed — held in the planes of the image.YCbCr Go's
+// decoder returned (Y the red, Cb the green, Cr the blue), at their
+// subsampling: a reader upsamples them as it would YCbCr's planes, with
+// no colour matrix after (pydicom reads such a frame so, through
+// Pillow). As an image.Image it gives each pixel its nearest samples.
+type RawJPEG struct {
+	*image.YCbCr
+}
+
+// ColorModel is RGBA: the planes are R, G and B.
+func (p *RawJPEG) ColorModel() color.Model { return color.RGBAModel }
+
+// At returns the pixel's samples as R, G and B.
+func (p *RawJPEG) At(x, y int) color.Color {
+	c := p.YCbCrAt(x, y)
+	return color.RGBA{c.Y, c.Cb, c.Cr, 0xff}
+}
+
+// adobeMarker reports whether a JPEG stream has an APP14 "Adobe" segment
+// with its transform flag before its first scan (T.81 B.2.4.6's markers
+// walked by their lengths). A segment too short for the flag (pydicom's
+// SC_rgb_jpeg.dcm) says nothing, as Pillow and Go's decoder read it.
+func adobeMarker(b []byte) bool {
+	for i := 2; i+4 <= len(b) && b[i] == 0xFF; {
+		m, n := b[i+1], int(b[i+2])<<8|int(b[i+3])
+		if m == 0xDA || n < 2 {
+			return false
+		}
+		if m == 0xEE && n-2 >= 12 && i+4+5 <= len(b) && string(b[i+4:i+9]) == "Adobe" {
+			return true
+		}
+		i += 2 + n
+	}
+	return false
 }
 
 // stored keeps a sample's Bits Stored bits.
@@ -236,6 +293,22 @@ func (h *header) value(bits int) int32 {
 func (h *header) native(raw []byte, order binary.ByteOrder) []uint16 {
 	n := h.rows * h.cols * h.samples
 	vals := make([]uint16, n)
+	switch {
+	case h.bitsAlloc == 1:
+		for i := range vals {
+			vals[i] = uint16(raw[i/8]>>(i%8)) & 1
+		}
+		return vals
+	case h.photometric == "YBR_FULL_422":
+		// Each pair of pixels shares its chroma: repeated, as pydicom
+		// expands it, into YBR_FULL.
+		for p := 0; p < h.rows*h.cols; p += 2 {
+			y1, y2, cb, cr := uint16(raw[2*p]), uint16(raw[2*p+1]), uint16(raw[2*p+2]), uint16(raw[2*p+3])
+			v := vals[3*p : 3*p+6]
+			v[0], v[1], v[2], v[3], v[4], v[5] = y1, cb, cr, y2, cb, cr
+		}
+		return vals
+	}
 	shift := h.highBit - h.bitsStored + 1
 	plane := h.rows * h.cols
 	at := func(i int) int { // raw index of interleaved sample i
@@ -534,9 +607,8 @@ func (h *header) toRGB(vals []uint16) (image.Image, error) {
 	if h.pixelRep == 1 {
 		return nil, fmt.Errorf("a %s image of signed samples", h.photometric)
 	}
-	switch h.photometric {
-	case "RGB", "YBR_FULL":
-	default:
+	ybr := h.photometric == "YBR_FULL" || h.photometric == "YBR_FULL_422" // expanded by native
+	if !ybr && h.photometric != "RGB" {
 		return nil, fmt.Errorf("%s outside a JPEG frame is not read", h.photometric)
 	}
 	top := float64(int(1)<<h.bitsStored - 1)
@@ -545,7 +617,7 @@ func (h *header) toRGB(vals []uint16) (image.Image, error) {
 	mid := float64(int(1) << (h.bitsStored - 1))
 	for p := range h.rows * h.cols {
 		a, b, c := float64(vals[3*p]), float64(vals[3*p+1]), float64(vals[3*p+2])
-		if h.photometric == "YBR_FULL" {
+		if ybr {
 			y, cb, cr := a, b-mid, c-mid
 			a = y + 1.402*cr
 			b = y - 0.114*1.772/0.587*cb - 0.299*1.402/0.587*cr
