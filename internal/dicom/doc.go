@@ -13,7 +13,15 @@
 // lossy JPEG and the video syntaxes are refused by name, with the command
 // that rewrites such a file uncompressed. One frame a file: a multi-frame
 // object (a cine loop, an enhanced CT volume) is refused, since one file is
-// one sample here.
+// one sample here. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
+//
+// Files as writers leave them: a preamble that is a TIFF header (GE's
+// "dual personality" files; image.Decode would take them for TIFFs, so
+// callers sniff DICOM first), a data set in the other little-endian VR
+// than its transfer syntax says (its first element decides, as pydicom
+// reads it), sequences of unknown VR (UN) in implicit VR whatever they
+// hold. TestPydicomTestFiles (dpengine/data) holds the decoder to pydicom
+// on the files pydicom ships for its own tests.
 //
 // Of the data set, only what the image needs is kept: the Image Pixel
 // module (rows, columns, samples, bits allocated, stored and high bit,
@@ -44,12 +52,15 @@
 //
 // Options.Windows replaces the file's VOI with a window of the user's (a
 // CT's lung or bone window), or three, read as an RGB image's channels (a
-// head CT's brain, subdural and bone windows). Colour images (RGB, YBR_FULL; YBR_FULL_422 and
-// YBR_ICT/RCT as JPEG stores them) are not windowed: 8-bit samples are
-// kept, wider ones scaled to 8 bits, YBR_FULL converted to RGB by PS3.3
-// C.7.6.3.1.2; JPEG's YCbCr is returned as the JPEG decoder gives it, for
-// the caller to convert as it converts a JPEG file's. PALETTE COLOR is
-// refused.
+// head CT's brain, subdural and bone windows). Colour images (RGB,
+// YBR_FULL, uncompressed YBR_FULL_422; YBR_FULL_422 and YBR_ICT/RCT as JPEG
+// stores them) are not windowed: 8-bit samples are kept, wider ones scaled
+// to 8 bits, YBR_FULL converted to RGB by PS3.3 C.7.6.3.1.2 (4:2:2's chroma
+// repeated, as pydicom expands it); a JPEG frame's YCbCr is returned as the
+// JPEG decoder gives it, for the caller to convert as it converts a JPEG
+// file's, and a frame of Photometric Interpretation RGB without an Adobe
+// colour flag, whose components are R, G and B as stored (PS3.5 8.2.1), as
+// a RawJPEG. PALETTE COLOR is refused.
 //
 // # Hostile files
 //
