@@ -91,7 +91,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if err != nil {
 		return nil, fmt.Errorf("csv: %s: %w", path, err)
 	}
-	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != "", where: where}
+	pick := csvPick{path: spec.PathColumn, label: spec.LabelColumn, user: spec.UserColumn, noUser: spec.Users != "" || spec.DICOMUsers, where: where}
 	switch {
 	case len(spec.Labels) > 0:
 		rows, classes, soft, err = readCSVColumns(f, path, spec.Labels, spec.Uncertain, pick)
@@ -120,6 +120,13 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			return nil, fmt.Errorf("csv: %s: root=%s: not a directory (the directory the listing's relative image paths are relative to)", path, spec.Root)
 		}
 		base = spec.Root
+	}
+	if spec.DICOMUsers {
+		// A listing read whole for evaluation may be one patient's.
+		training := spec.split() == Train || spec.Holdout > 0
+		if err := csvDICOMUsers(rows, base, path, training); err != nil {
+			return nil, err
+		}
 	}
 	hasUsers := rows[0].user != "" // every row's, or none's (readCSVRows)
 	numeric := !multi
@@ -478,6 +485,30 @@ func csvPathUsers(rows []csvRow, expr, name string) error {
 		rows[i].user = u
 	}
 	return nil
+}
+
+// csvDICOMUsers sets each row's user to its DICOM file's Patient ID
+// (Spec.DICOMUsers), the paths relative to base; a file that is not
+// DICOM, or names no patient, is an error naming its line, and one ID
+// over every row of training data is refused (blanked IDs:
+// sameDICOMUser).
+func csvDICOMUsers(rows []csvRow, base, name string, training bool) error {
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		p := r.path
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(base, p)
+		}
+		id, err := dicomUser(name, p)
+		if err != nil {
+			return fmt.Errorf("csv: %s: line %d: %v", name, r.line, err)
+		}
+		rows[i].user, ids[i] = id, id
+	}
+	if !training {
+		return nil
+	}
+	return sameDICOMUser("csv", name, ids)
 }
 
 // readCSVRows reads the path, label and user of every row of a CSV

@@ -437,3 +437,46 @@ for p in sys.argv[2:]:
 		}
 	}
 }
+
+// TestDICOMUsersCSV: a CSV listing of DICOM files with :dicom-users takes
+// each row's user from its file's Patient ID, not from a column, a path
+// relative to the listing; a row whose file names no patient is an error
+// naming its line.
+func TestDICOMUsersCSV(t *testing.T) {
+	fixture, err := os.ReadFile(filepath.Join(dicomFiles, "ct_rle.dcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ids := map[string]string{"scans/a.dcm": "P-0007", "scans/b.dcm": "P-0009", "scans/c.dcm": "P-0007", "scans/d.dcm": "P-0003"}
+	for rel, id := range ids {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, bytes.Replace(fixture, []byte("P-0001"), []byte(id), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A patient_id column the option overrides: the files say otherwise.
+	listing := "path,label,patient_id\nscans/a.dcm,0,x\nscans/b.dcm,1,x\nscans/c.dcm,1,y\nscans/d.dcm,0,y\n"
+	csvFile := filepath.Join(dir, "labels.csv")
+	if err := os.WriteFile(csvFile, []byte(listing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := mustLoad(t, "csv:"+csvFile+":dicom-users")
+	got := relUsers(t, m, dir)
+	for rel, id := range ids {
+		if got[rel] != id {
+			t.Errorf("%s: user %q, want %q", rel, got[rel], id)
+		}
+	}
+	if m.NumUsers() != 3 {
+		t.Errorf("%d users, want 3", m.NumUsers())
+	}
+	if err := os.WriteFile(filepath.Join(dir, "scans", "b.dcm"), bytes.Replace(fixture, []byte("P-0001"), []byte("      "), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadString("csv:" + csvFile + ":dicom-users")
+	wantErr(t, err, "line 3", "b.dcm", "no Patient ID")
+}

@@ -16,7 +16,8 @@
 //     internal/dicom's 8 bits of the image through its own VOI, a file
 //     named without an extension read by its contents; holdout=F
 //     splits a folder without a test split, users=REGEX names each
-//     image's user, dicom-users each DICOM image's by its Patient ID), npy (NumPy arrays: a .npz archive or a directory of
+//     image's user, dicom-users each DICOM image's by its Patient ID —
+//     a listing's too), npy (NumPy arrays: a .npz archive or a directory of
 //     .npy files, LoadArrays) and csv (a listing of image files and their
 //     labels, loadCSV; holdout=F too; multilabel or labels=COLUMNS, a
 //     row's label a set of names, internal/labelset's label of the set:

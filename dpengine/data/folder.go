@@ -205,18 +205,13 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	}
 	// One ID over the training images is blanked IDs, not one patient (a
 	// test directory may well hold one patient's images).
-	if spec.DICOMUsers && dir == trainDir && len(userOf) > 1 {
-		var one string
+	if spec.DICOMUsers && dir == trainDir {
+		ids := make([]string, 0, len(userOf))
 		for _, u := range userOf {
-			one = u
-			break
+			ids = append(ids, u)
 		}
-		same := true
-		for _, u := range userOf {
-			same = same && u == one
-		}
-		if same {
-			return nil, fmt.Errorf("folder: %s: all %d images carry the one Patient ID %q: an export that blanked the IDs? %s would make the patients one user; name them by path (users=REGEX) instead", dir, len(userOf), one, dicomUsersOption)
+		if err := sameDICOMUser("folder", dir, ids); err != nil {
+			return nil, err
 		}
 	}
 	if spec.Holdout > 0 {
@@ -335,7 +330,7 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 }
 
 // dicomUser returns the Patient ID of the DICOM file at path, an image of
-// the folder root read with dicom-users.
+// the folder (or listing) root read with dicom-users.
 func dicomUser(root, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -347,6 +342,21 @@ func dicomUser(root, path string) (string, error) {
 		return "", fmt.Errorf("folder: %s: %s: %v; with %s every image must be a DICOM file naming its patient", root, path, err, dicomUsersOption)
 	}
 	return id, nil
+}
+
+// sameDICOMUser refuses the Patient IDs of a data set's training images
+// when they are all one (of two images or more): an export that blanked
+// them, which dicom-users would make one user.
+func sameDICOMUser(scheme, where string, ids []string) error {
+	if len(ids) < 2 {
+		return nil
+	}
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %s: all %d images carry the one Patient ID %q: an export that blanked the IDs? %s would make the patients one user; name them by path (users=REGEX) instead", scheme, where, len(ids), ids[0], dicomUsersOption)
 }
 
 // matchUser returns the user a users= expression names in s: its first

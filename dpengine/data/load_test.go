@@ -126,6 +126,7 @@ func TestParseSpec(t *testing.T) {
 		{`folder:/a:b:test:USERS=^([^/]+)/`, Spec{Scheme: "folder", Dir: "/a:b", Split: Test, Users: `^([^/]+)/`}},
 		{`folder:/p:users=^(a=b)\x3a[^/]*:limit=4`, Spec{Scheme: "folder", Dir: "/p", Limit: 4, Users: `^(a=b)\x3a[^/]*`}},
 		{"folder:/pacs/cxr:DICOM-USERS:holdout=0.1", Spec{Scheme: "folder", Dir: "/pacs/cxr", Holdout: 0.1, DICOMUsers: true}},
+		{"csv:/pacs/labels.csv:dicom-users", Spec{Scheme: "csv", Dir: "/pacs/labels.csv", DICOMUsers: true}},
 	} {
 		got, err := ParseSpec(tc.in)
 		if err != nil {
@@ -172,7 +173,8 @@ func TestParseSpec(t *testing.T) {
 		{"folder:d:users=a:users=b", []string{"users given twice"}},
 		{"folder:d:users=(?i:p)", []string{`directory "d:users=(?i:p)"`, "may not contain ':'"}},
 		{"folder:d:users=(?i:p)=1", []string{`unknown option "p)"`, "may not contain ':'"}},
-		{"csv:l.csv:dicom-users", []string{"dicom-users applies to the folder scheme only", "user=COL"}},
+		{"idx:d:dicom-users", []string{"dicom-users applies to the folder and csv schemes only"}},
+		{"csv:l.csv:dicom-users:user=pid", []string{"dicom-users", "user=COL", "give one"}},
 		{"folder:d:dicom-users=yes", []string{"dicom-users takes no value"}},
 		{"folder:d:dicom-users:users=^(p)", []string{"users=REGEX", "dicom-users", "give one"}},
 		{"folder:d:dicom-users:dicom-users", []string{"dicom-users given twice"}},

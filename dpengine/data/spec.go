@@ -168,10 +168,10 @@ type Spec struct {
 	// groups for (?:…). ParseSpec refuses a directory holding ":users=",
 	// which is what such an expression would leave of the spec.
 	Users string
-	// DICOMUsers, for a folder of DICOM images only, names each image's
-	// user by its file's Patient ID (0010,0020) instead of its path, the
-	// rest as with Users: a class directory's sub-directories are read too,
-	// one level down; every image must be a DICOM file with a non-empty
+	// DICOMUsers, for a folder or a CSV listing of DICOM images, names each
+	// image's user by its file's Patient ID (0010,0020) instead of its path
+	// or a column, the rest as with Users: a class directory's
+	// sub-directories are read too, one level down; every image must be a DICOM file with a non-empty
 	// Patient ID, or the load fails naming it; the IDs are the users'
 	// names (eval --group-by user shows them). A folder whose images all
 	// carry one ID (an export that blanked them to "ANONYMOUS") is refused:
@@ -503,8 +503,8 @@ options:
 			if isKV {
 				return Spec{}, fmt.Errorf("data spec %q: %s takes no value", s, dicomUsersOption)
 			}
-			if spec.Scheme != SchemeFolder {
-				return Spec{}, fmt.Errorf("data spec %q: %s applies to the folder scheme only (a listing names its users in a column: user=COL)", s, dicomUsersOption)
+			if spec.Scheme != SchemeFolder && spec.Scheme != SchemeCSV {
+				return Spec{}, fmt.Errorf("data spec %q: %s applies to the folder and csv schemes only", s, dicomUsersOption)
 			}
 			spec.DICOMUsers = true
 		case usersOption:
@@ -533,6 +533,8 @@ options:
 		return Spec{}, fmt.Errorf("data spec %q: labels=COLUMNS names a label column each, label=COL one column of labels: give one", s)
 	case spec.Users != "" && spec.DICOMUsers:
 		return Spec{}, fmt.Errorf("data spec %q: users=REGEX reads the users from the paths, dicom-users from the files' Patient IDs: give one", s)
+	case spec.DICOMUsers && spec.UserColumn != "":
+		return Spec{}, fmt.Errorf("data spec %q: dicom-users reads the users from the files' Patient IDs, user=COL from a column: give one", s)
 	case spec.Users != "" && spec.UserColumn != "":
 		return Spec{}, fmt.Errorf("data spec %q: users=REGEX reads the users from the paths, user=COL from a column: give one", s)
 	}
