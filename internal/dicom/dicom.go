@@ -183,18 +183,25 @@ func (r *reader) u32() (uint32, error) {
 	return r.order.Uint32(r.buf[:4]), nil
 }
 
-// bytes reads n bytes, allocating in chunks as they arrive.
+// bytes reads n bytes. The buffer grows as they arrive — from a chunk,
+// doubling, never past n — so that a length field the data does not back
+// allocates at most twice what was received.
 func (r *reader) bytes(n int64) ([]byte, error) {
 	if r.pos+n > r.limit {
 		return nil, r.overLimit(n)
 	}
-	var out []byte
+	out := make([]byte, 0, min(n, chunk))
 	for int64(len(out)) < n {
-		k := min(n-int64(len(out)), chunk)
-		out = append(out, make([]byte, k)...)
-		if err := r.full(out[len(out)-int(k):]); err != nil {
+		if len(out) == cap(out) {
+			grown := make([]byte, len(out), min(n, 2*int64(cap(out))))
+			copy(grown, out)
+			out = grown
+		}
+		k := len(out) + int(min(n-int64(len(out)), int64(cap(out)-len(out))))
+		if err := r.full(out[len(out):k]); err != nil {
 			return nil, r.truncated(err)
 		}
+		out = out[:k]
 	}
 	return out, nil
 }
