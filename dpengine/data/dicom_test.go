@@ -354,7 +354,9 @@ for p in sys.argv[2:]:
 		t.Fatalf("pydicom: %v", err)
 	}
 	// What this reader refuses that pydicom decodes (Pillow's OpenJPEG
-	// for JPEG 2000), and why.
+	// for JPEG 2000), and why; what it reads that pydicom's installed
+	// handlers do not (JPEG Lossless, JPEG-LS) is held below to a file of
+	// the same image.
 	refused := map[string]string{
 		"693_J2KI.dcm": "JPEG 2000", "J2K_pixelrep_mismatch.dcm": "JPEG 2000", "JPEG2000.dcm": "JPEG 2000",
 		"MR_small_jp2klossless.dcm": "JPEG 2000", "SC_rgb_gdcm_KY.dcm": "JPEG 2000",
@@ -424,7 +426,8 @@ for p in sys.argv[2:]:
 	// Files pydicom cannot decode without a codec it lacks, held to a
 	// lossless file of the same image.
 	for file, same := range map[string]string{
-		"SC_rgb_jpeg_gdcm.dcm": "SC_rgb_rle.dcm", // GDCM's JPEG Lossless
+		"SC_rgb_jpeg_gdcm.dcm":          "SC_rgb_rle.dcm", // GDCM's JPEG Lossless
+		"MR_small_jpeg_ls_lossless.dcm": "MR_small.dcm",
 	} {
 		a, err := decodeImage(filepath.Join(dir, file), nil, nil)
 		if err != nil {

@@ -44,12 +44,12 @@ const (
 	tsJPEGExt    = "1.2.840.10008.1.2.4.51"
 	tsJPEGLL14   = "1.2.840.10008.1.2.4.57"
 	tsJPEGLLSV1  = "1.2.840.10008.1.2.4.70"
+	tsJPEGLS     = "1.2.840.10008.1.2.4.80"
+	tsJPEGLSNear = "1.2.840.10008.1.2.4.81"
 )
 
 // refusedSyntaxes names the compressed syntaxes not decoded here.
 var refusedSyntaxes = map[string]string{
-	"1.2.840.10008.1.2.4.80":  "JPEG-LS Lossless",
-	"1.2.840.10008.1.2.4.81":  "JPEG-LS Near-Lossless",
 	"1.2.840.10008.1.2.4.90":  "JPEG 2000 Lossless",
 	"1.2.840.10008.1.2.4.91":  "JPEG 2000",
 	"1.2.840.10008.1.2.4.92":  "JPEG 2000 Part 2 Multi-component Lossless",
@@ -337,7 +337,7 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 	}
 	switch h.syntax {
 	case tsImplicitLE:
-	case tsExplicitLE, tsRLE, tsJPEGBase, tsJPEGExt, tsJPEGLL14, tsJPEGLLSV1:
+	case tsExplicitLE, tsRLE, tsJPEGBase, tsJPEGExt, tsJPEGLL14, tsJPEGLLSV1, tsJPEGLS, tsJPEGLSNear:
 		h.explicit = true
 	case tsExplicitBE:
 		h.explicit, h.big = true, true
@@ -347,7 +347,7 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 		r.r = bufio.NewReaderSize(flate.NewReader(br), 64<<10)
 	default:
 		if name, ok := refusedSyntaxes[h.syntax]; ok {
-			return nil, nil, element{}, fmt.Errorf("%s compression (transfer syntax %s) is not read here: write the file uncompressed first, e.g. gdcmconv --raw IN OUT, or dcmdjpls / dcmdjp2k of DCMTK", name, h.syntax)
+			return nil, nil, element{}, fmt.Errorf("%s compression (transfer syntax %s) is not read here: write the file uncompressed first, e.g. gdcmconv --raw IN OUT or opj_decompress", name, h.syntax)
 		}
 		return nil, nil, element{}, fmt.Errorf("unknown transfer syntax %q", h.syntax)
 	}

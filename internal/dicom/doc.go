@@ -8,10 +8,11 @@
 //
 // The transfer syntaxes Implicit VR Little Endian, Explicit VR Little and
 // Big Endian, Deflated Explicit VR Little Endian, RLE Lossless, JPEG
-// Baseline and Extended (8-bit samples, Go's image/jpeg) and JPEG Lossless
-// (T.81 process 14, any predictor: jpegll.go). JPEG-LS, JPEG 2000, 12-bit
-// lossy JPEG and the video syntaxes are refused by name, with the command
-// that rewrites such a file uncompressed. One frame a file: a multi-frame
+// Baseline and Extended (8-bit samples, Go's image/jpeg), JPEG Lossless
+// (T.81 process 14, any predictor: jpegll.go) and JPEG-LS, lossless and
+// near-lossless (T.87: jpegls.go). JPEG 2000, 12-bit lossy JPEG and the
+// video syntaxes are refused by name, with the command that rewrites such
+// a file uncompressed. One frame a file: a multi-frame
 // object (a cine loop, an enhanced CT volume) is refused, since one file is
 // one sample here. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
 //

@@ -173,7 +173,8 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		// shorter than that for the image's samples is refused before the
 		// decoder allocates them (a file of a few bytes claiming 2²⁸
 		// pixels).
-		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256}[h.syntax]
+		// JPEG-LS's run mode codes up to 2¹⁵ samples in a bit.
+		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256, tsJPEGLS: 1 << 18, tsJPEGLSNear: 1 << 18}[h.syntax]
 		if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
 			return nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
 		}
@@ -183,7 +184,11 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 				return nil, fmt.Errorf("RLE Lossless: %w", err)
 			}
 		case tsJPEGLL14, tsJPEGLLSV1:
-			if vals, err = h.jpegLossless(frame); err != nil {
+			if vals, err = h.lossless("JPEG Lossless", decodeJPEGLossless, frame); err != nil {
+				return nil, err
+			}
+		case tsJPEGLS, tsJPEGLSNear:
+			if vals, err = h.lossless("JPEG-LS", decodeJPEGLS, frame); err != nil {
 				return nil, err
 			}
 		case tsJPEGBase, tsJPEGExt:
@@ -445,17 +450,18 @@ func unpackBits(src, dst []byte) error {
 	return nil
 }
 
-// jpegLossless decodes a JPEG Lossless frame to stored values.
-func (h *header) jpegLossless(frame []byte) ([]uint16, error) {
-	pix, w, ht, comps, prec, err := decodeJPEGLossless(frame, h.rows*h.cols*h.samples)
+// lossless decodes a frame of a predictive codec (JPEG Lossless, JPEG-LS)
+// by decode to stored values.
+func (h *header) lossless(codec string, decode func([]byte, int) ([]uint16, int, int, int, int, error), frame []byte) ([]uint16, error) {
+	pix, w, ht, comps, prec, err := decode(frame, h.rows*h.cols*h.samples)
 	if err != nil {
 		return nil, err
 	}
 	if w != h.cols || ht != h.rows || comps != h.samples {
-		return nil, fmt.Errorf("JPEG Lossless frame of %d×%d, %d components, in an image of %d×%d, %d samples", w, ht, comps, h.cols, h.rows, h.samples)
+		return nil, fmt.Errorf("%s frame of %d×%d, %d components, in an image of %d×%d, %d samples", codec, w, ht, comps, h.cols, h.rows, h.samples)
 	}
 	if prec > h.bitsAlloc {
-		return nil, fmt.Errorf("JPEG Lossless frame of %d-bit precision in %d-bit samples", prec, h.bitsAlloc)
+		return nil, fmt.Errorf("%s frame of %d-bit precision in %d-bit samples", codec, prec, h.bitsAlloc)
 	}
 	for i, v := range pix {
 		pix[i] = h.stored(uint32(v))

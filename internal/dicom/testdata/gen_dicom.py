@@ -133,7 +133,7 @@ def main():
     tmp = os.path.join(OUT, "_src.dcm")
     cases = []
 
-    def case(name, ds, tool=None, args=(), tol=0.5, lossy=False, refuse=None):
+    def case(name, ds, tool=None, args=(), tol=0.5, lossy=False, refuse=None, decompress="dcmdjpeg"):
         path = os.path.join(OUT, name + ".dcm")
         ds.save_as(tmp, write_like_original=False)
         if tool:
@@ -147,7 +147,7 @@ def main():
             ref = ds
             if lossy:
                 dec = os.path.join(OUT, "_dec.dcm")
-                dcmtk("dcmdjpeg", [], path, dec)
+                dcmtk(decompress, [], path, dec)
                 ref = pydicom.dcmread(dec)
                 os.remove(dec)
             want = expected(ref).astype(np.float32)
@@ -220,9 +220,15 @@ def main():
          "dcmcjpeg", ["+eb", "+q", "95", "+un"], tol=4.0, lossy=True)
     case("rgb_jpeg", base(smooth(0, 255, 3), "RGB", 8, 8, False),
          "dcmcjpeg", ["+eb", "+q", "95", "+un"], tol=4.0, lossy=True)
-    # Refused: JPEG-LS, a multi-frame image, PALETTE COLOR, 12-bit lossy JPEG.
-    case("jpegls", base(smooth(0, 4095), "MONOCHROME2", 16, 12, False),
-         "dcmcjpls", [], refuse="JPEG-LS Lossless")
+    # JPEG-LS: lossless (a signed CT), and near-lossless (NEAR 2) as
+    # DCMTK's own decoder reads it back.
+    case("ct_jpegls", base(signed, "MONOCHROME2", 16, 16, True,
+                           RescaleSlope=1, RescaleIntercept=500,
+                           WindowCenter=40, WindowWidth=400),
+         "dcmcjpls", ["+un"])
+    case("cr_jpegls_near", base(smooth(0, 4095), "MONOCHROME2", 16, 12, False),
+         "dcmcjpls", ["+en", "+md", "2", "+un"], lossy=True, decompress="dcmdjpls")
+    # Refused: a multi-frame image, PALETTE COLOR, 12-bit lossy JPEG.
     mf = base(np.concatenate([smooth(0, 255), smooth(0, 255)]), "MONOCHROME2", 8, 8, False)
     mf.Rows, mf.NumberOfFrames = H, 2
     case("multiframe", mf, refuse="multi-frame image (2 frames)")
