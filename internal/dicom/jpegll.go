@@ -295,7 +295,52 @@ func decodeJPEGLossless(data []byte, maxSamples int) (pix []uint16, width, heigh
 // decode walks the marker segments of T.81 B.2 (Figure B.2): SOI, then
 // table and miscellaneous segments, the frame header, scans, and EOI.
 func (d *jpegLossless) decode() error {
-	data := d.data
+	return jpegWalk(d.data, func(m byte, at int, seg []byte, pos int) (int, error) {
+		switch {
+		case m == jpegSOF3:
+			if err := d.readFrame(seg); err != nil {
+				return 0, fmt.Errorf("SOF3 at offset %d: %w", at, err)
+			}
+		case m >= jpegSOF0 && m <= jpegSOF15 && jpegSOFNames[m] != "":
+			name := jpegSOFNames[m]
+			if m == 0xC7 || m == 0xCB || m == 0xCF {
+				return 0, fmt.Errorf("JPEG SOF%d (%s) is not supported, only SOF3 (process 14) is (marker at offset %d)", m-jpegSOF0, name, at)
+			}
+			return 0, fmt.Errorf("JPEG SOF%d (%s) is not lossless (marker at offset %d)", m-jpegSOF0, name, at)
+		case m == jpegSOF55:
+			return 0, fmt.Errorf("JPEG-LS SOF55 is not JPEG lossless (T.81) (marker at offset %d)", at)
+		case m == jpegDHT:
+			if err := d.readDHT(seg); err != nil {
+				return 0, fmt.Errorf("DHT at offset %d: %w", at, err)
+			}
+		case m == jpegDRI:
+			if len(seg) != 2 {
+				return 0, fmt.Errorf("DRI at offset %d: length %d, want 4", at, len(seg)+2)
+			}
+			d.restart = int(binary.BigEndian.Uint16(seg))
+		case m == jpegSOS:
+			next, err := d.readScan(seg, pos)
+			if err != nil {
+				return 0, fmt.Errorf("scan at offset %d: %w", at, err)
+			}
+			return next, nil
+		default:
+			// APPn, COM, DQT, DAC, DNL, EXP and reserved segments carry
+			// nothing a lossless decode needs; their length skips them.
+		}
+		return pos, nil
+	}, d.finish)
+}
+
+// jpegWalk walks the marker segments of a JPEG or JPEG-LS stream from its
+// SOI (T.81 B.1.1, which T.87 C.1 applies): each segment with a length
+// goes to seg with its marker code, the offset of its marker, its data
+// and the offset past it, and seg returns the offset to go on from (past
+// a scan's entropy-coded data for SOS); EOI goes to eoi with its offset.
+// Fill bytes before a marker are skipped, markers without a length (RSTn,
+// TEM) outside a scan carry nothing, and a stream that ends before EOI is
+// an error.
+func jpegWalk(data []byte, seg func(m byte, at int, body []byte, pos int) (int, error), eoi func(at int) error) error {
 	if len(data) < 2 || data[0] != 0xFF || data[1] != jpegSOI {
 		return fmt.Errorf("no SOI marker at offset 0")
 	}
@@ -320,7 +365,7 @@ func (d *jpegLossless) decode() error {
 		pos++
 		switch {
 		case m == jpegEOI:
-			return d.finish(at)
+			return eoi(at)
 		case m == jpegSOI:
 			return fmt.Errorf("second SOI at offset %d", at)
 		case m == 0x00:
@@ -340,41 +385,11 @@ func (d *jpegLossless) decode() error {
 		if n > len(data)-pos {
 			return fmt.Errorf("marker 0x%02X at offset %d: length %d exceeds the %d bytes left", m, at, n, len(data)-pos)
 		}
-		seg := data[pos+2 : pos+n]
-		pos += n
-		switch {
-		case m == jpegSOF3:
-			err := d.readFrame(seg)
-			if err != nil {
-				return fmt.Errorf("SOF3 at offset %d: %w", at, err)
-			}
-		case m >= jpegSOF0 && m <= jpegSOF15 && jpegSOFNames[m] != "":
-			name := jpegSOFNames[m]
-			if m == 0xC7 || m == 0xCB || m == 0xCF {
-				return fmt.Errorf("JPEG SOF%d (%s) is not supported, only SOF3 (process 14) is (marker at offset %d)", m-jpegSOF0, name, at)
-			}
-			return fmt.Errorf("JPEG SOF%d (%s) is not lossless (marker at offset %d)", m-jpegSOF0, name, at)
-		case m == jpegSOF55:
-			return fmt.Errorf("JPEG-LS SOF55 is not JPEG lossless (T.81) (marker at offset %d)", at)
-		case m == jpegDHT:
-			if err := d.readDHT(seg); err != nil {
-				return fmt.Errorf("DHT at offset %d: %w", at, err)
-			}
-		case m == jpegDRI:
-			if len(seg) != 2 {
-				return fmt.Errorf("DRI at offset %d: length %d, want 4", at, n)
-			}
-			d.restart = int(binary.BigEndian.Uint16(seg))
-		case m == jpegSOS:
-			next, err := d.readScan(seg, pos)
-			if err != nil {
-				return fmt.Errorf("scan at offset %d: %w", at, err)
-			}
-			pos = next
-		default:
-			// APPn, COM, DQT, DAC, DNL, EXP and reserved segments carry
-			// nothing a lossless decode needs; their length skips them.
+		next, err := seg(m, at, data[pos+2:pos+n], pos+n)
+		if err != nil {
+			return err
 		}
+		pos = next
 	}
 }
 

@@ -271,69 +271,23 @@ func decodeJPEGLS(data []byte, maxSamples int) (pix []uint16, width, height, com
 // B.2): SOI, then table and miscellaneous segments, the frame header,
 // scans, and EOI.
 func (d *jlsDecoder) decode() error {
-	data := d.data
-	if len(data) < 2 || data[0] != 0xFF || data[1] != jpegSOI {
-		return fmt.Errorf("no SOI marker at offset 0")
-	}
-	pos := 2
-	for {
-		// A marker is 0xFF and a code, optionally preceded by 0xFF
-		// fill bytes (T.81 B.1.1.2, which C.1 applies).
-		if pos >= len(data) {
-			return fmt.Errorf("data end at offset %d before EOI", pos)
-		}
-		if data[pos] != 0xFF {
-			return fmt.Errorf("expected a marker at offset %d, found byte 0x%02X", pos, data[pos])
-		}
-		for pos < len(data) && data[pos] == 0xFF {
-			pos++
-		}
-		if pos >= len(data) {
-			return fmt.Errorf("data end at offset %d before EOI", pos)
-		}
-		m := data[pos]
-		at := pos - 1
-		pos++
-		switch {
-		case m == jpegEOI:
-			return d.finish(at)
-		case m == jpegSOI:
-			return fmt.Errorf("second SOI at offset %d", at)
-		case m == 0x00:
-			return fmt.Errorf("invalid marker 0xFF00 at offset %d", at)
-		case m == jpegTEM || (m >= jpegRST0 && m <= jpegRST7):
-			// Markers without a length segment; a restart marker
-			// outside entropy-coded data carries nothing.
-			continue
-		}
-		if len(data)-pos < 2 {
-			return fmt.Errorf("marker 0x%02X at offset %d: truncated length", m, at)
-		}
-		n := int(binary.BigEndian.Uint16(data[pos:]))
-		if n < 2 {
-			return fmt.Errorf("marker 0x%02X at offset %d: length %d is below 2", m, at, n)
-		}
-		if n > len(data)-pos {
-			return fmt.Errorf("marker 0x%02X at offset %d: length %d exceeds the %d bytes left", m, at, n, len(data)-pos)
-		}
-		seg := data[pos+2 : pos+n]
-		pos += n
+	return jpegWalk(d.data, func(m byte, at int, seg []byte, pos int) (int, error) {
 		switch {
 		case m == jpegSOF55:
 			if err := d.readFrame(seg); err != nil {
-				return fmt.Errorf("SOF55 at offset %d: %w", at, err)
+				return 0, fmt.Errorf("SOF55 at offset %d: %w", at, err)
 			}
 		case m >= jpegSOF0 && m <= jpegSOF15 && m != jpegDHT && m != 0xC8 && m != 0xCC:
-			return fmt.Errorf("JPEG SOF%d at offset %d is not JPEG-LS (T.87 uses SOF55)", m-jpegSOF0, at)
+			return 0, fmt.Errorf("JPEG SOF%d at offset %d is not JPEG-LS (T.87 uses SOF55)", m-jpegSOF0, at)
 		case m == jlsLSE:
 			if err := d.readLSE(seg); err != nil {
-				return fmt.Errorf("LSE at offset %d: %w", at, err)
+				return 0, fmt.Errorf("LSE at offset %d: %w", at, err)
 			}
 		case m == jpegDRI:
 			// Ri in 2, 3 or 4 bytes: T.87 allows the longer forms,
 			// which T.81 does not.
 			if len(seg) < 2 || len(seg) > 4 {
-				return fmt.Errorf("DRI at offset %d: length %d, want 4 to 6", at, n)
+				return 0, fmt.Errorf("DRI at offset %d: length %d, want 4 to 6", at, len(seg)+2)
 			}
 			ri := 0
 			for _, c := range seg {
@@ -343,9 +297,9 @@ func (d *jlsDecoder) decode() error {
 		case m == jpegSOS:
 			next, err := d.readScan(seg, pos)
 			if err != nil {
-				return fmt.Errorf("scan at offset %d: %w", at, err)
+				return 0, fmt.Errorf("scan at offset %d: %w", at, err)
 			}
-			pos = next
+			return next, nil
 		case m == jlsAPP8 && len(seg) >= 4 && string(seg[:4]) == "mrfx":
 			// HP's extension marks a colour transform of the
 			// components (its byte after "mrfx"); transform 0 is
@@ -356,13 +310,14 @@ func (d *jlsDecoder) decode() error {
 				if len(seg) >= 5 {
 					t = int(seg[4])
 				}
-				return fmt.Errorf("APP8 \"mrfx\" colour transform %d at offset %d is not supported", t, at)
+				return 0, fmt.Errorf("APP8 \"mrfx\" colour transform %d at offset %d is not supported", t, at)
 			}
 		default:
 			// APPn, COM, and the T.81 table segments, which a
 			// JPEG-LS decoder has no use for; their length skips them.
 		}
-	}
+		return pos, nil
+	}, d.finish)
 }
 
 // readFrame parses a frame header (C.2.2) and checks its size against
