@@ -399,45 +399,63 @@ func (d *jpegLossless) readFrame(seg []byte) error {
 	if d.frame {
 		return fmt.Errorf("second frame header")
 	}
-	if len(seg) < 6 {
-		return fmt.Errorf("header of %d bytes, want at least 6", len(seg))
+	p, h, w, ids, err := jpegFrameHeader(seg, d.maxSamples)
+	if err != nil {
+		return err
 	}
-	p := int(seg[0])
-	h := int(binary.BigEndian.Uint16(seg[1:]))
-	w := int(binary.BigEndian.Uint16(seg[3:]))
-	nf := int(seg[5])
-	switch {
-	case p < 2 || p > 16:
-		return fmt.Errorf("precision %d outside 2..16", p)
-	case h == 0:
-		return fmt.Errorf("height 0 (defined by a DNL marker) is not supported")
-	case w == 0:
-		return fmt.Errorf("width 0")
-	case nf < 1 || nf > 4:
-		return fmt.Errorf("%d components, want 1..4", nf)
-	case len(seg) != 6+3*nf:
-		return fmt.Errorf("header of %d bytes for %d components, want %d", len(seg), nf, 6+3*nf)
-	}
-	// At most 65535·65535·4 < 2^35: exact in uint64 on every platform.
-	if n := uint64(w) * uint64(h) * uint64(nf); d.maxSamples < 0 || n > uint64(d.maxSamples) {
-		return fmt.Errorf("%d×%d×%d samples exceed the limit of %d", w, h, nf, d.maxSamples)
-	}
-	d.comps = make([]jpegComponent, nf)
-	for i := range nf {
-		c := seg[6+3*i:]
-		for j := range i {
-			if d.comps[j].id == c[0] {
-				return fmt.Errorf("component id %d appears twice", c[0])
-			}
-		}
-		if c[1] != 0x11 {
-			return fmt.Errorf("component %d has sampling factors %d×%d; only 1×1 is supported", c[0], c[1]>>4, c[1]&15)
-		}
-		d.comps[i].id = c[0]
+	d.comps = make([]jpegComponent, len(ids))
+	for i, id := range ids {
+		d.comps[i].id = id
 	}
 	d.frame = true
 	d.width, d.height, d.precision = w, h, p
 	return nil
+}
+
+// jpegFrameHeader parses a frame header as T.81 B.2.2 and T.87 C.2.2
+// write it — precision, height, width, and each component's id, sampling
+// factors and table selector — and checks what both decoders read: a
+// precision of 2..16, a size (DNL's later height, or JPEG-LS's LSE id 4
+// width, are not), 1..4 distinct components of 1×1 sampling, and at most
+// maxSamples samples, before the caller allocates them.
+func jpegFrameHeader(seg []byte, maxSamples int) (p, h, w int, ids []byte, err error) {
+	if len(seg) < 6 {
+		return 0, 0, 0, nil, fmt.Errorf("header of %d bytes, want at least 6", len(seg))
+	}
+	p = int(seg[0])
+	h = int(binary.BigEndian.Uint16(seg[1:]))
+	w = int(binary.BigEndian.Uint16(seg[3:]))
+	nf := int(seg[5])
+	switch {
+	case p < 2 || p > 16:
+		return 0, 0, 0, nil, fmt.Errorf("precision %d outside 2..16", p)
+	case h == 0:
+		return 0, 0, 0, nil, fmt.Errorf("height 0 (defined later by a DNL marker) is not supported")
+	case w == 0:
+		return 0, 0, 0, nil, fmt.Errorf("width 0 (defined by a JPEG-LS LSE id 4 segment) is not supported")
+	case nf < 1 || nf > 4:
+		return 0, 0, 0, nil, fmt.Errorf("%d components, want 1..4", nf)
+	case len(seg) != 6+3*nf:
+		return 0, 0, 0, nil, fmt.Errorf("header of %d bytes for %d components, want %d", len(seg), nf, 6+3*nf)
+	}
+	// At most 65535·65535·4 < 2^35: exact in uint64 on every platform.
+	if n := uint64(w) * uint64(h) * uint64(nf); maxSamples < 0 || n > uint64(maxSamples) {
+		return 0, 0, 0, nil, fmt.Errorf("%d×%d×%d samples exceed the limit of %d", w, h, nf, maxSamples)
+	}
+	ids = make([]byte, nf)
+	for i := range nf {
+		c := seg[6+3*i:]
+		for j := range i {
+			if ids[j] == c[0] {
+				return 0, 0, 0, nil, fmt.Errorf("component id %d appears twice", c[0])
+			}
+		}
+		if c[1] != 0x11 {
+			return 0, 0, 0, nil, fmt.Errorf("component %d has sampling factors %d×%d; only 1×1 is supported", c[0], c[1]>>4, c[1]&15)
+		}
+		ids[i] = c[0]
+	}
+	return p, h, w, ids, nil
 }
 
 // readDHT parses a DHT segment (T.81 B.2.4.2), which may define several
