@@ -11,7 +11,8 @@ import (
 )
 
 // TestDICOMTrainPredict: a folder of DICOM images — uncompressed, RLE,
-// JPEG Lossless, JPEG-LS and deflated, some named without an extension — trains
+// JPEG Lossless, JPEG-LS, JPEG 2000 and deflated, some named without an
+// extension — trains
 // with each patient one user (:dicom-users, the files' Patient IDs), and
 // predict --images classifies a DICOM file of it.
 func TestDICOMTrainPredict(t *testing.T) {
@@ -23,6 +24,7 @@ func TestDICOMTrainPredict(t *testing.T) {
 		{"normal/c.dcm", "cr_jpegll_sv1.dcm", "P-0003"},
 		{"normal/d.dcm", "voi_lut.dcm", "P-0004"},
 		{"normal/i.dcm", "ct_jpegls.dcm", "P-0005"},
+		{"nodule/j.dcm", "cr_j2k.dcm", "P-0005"},
 		{"nodule/e.dcm", "ct_exact.dcm", "P-0001"},
 		{"nodule/f.dcm", "ct_jpegll_sv4.dcm", "P-0002"},
 		{"nodule/IM000007", "modality_lut.dcm", "P-0003"},
@@ -56,8 +58,8 @@ func TestDICOMTrainPredict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := json.Unmarshal(b, &r); err != nil || r.Settings.PrivacyUnit != "user" || r.Settings.Users != 5 || r.Settings.Examples != 9 {
-		t.Errorf("settings %+v (%v): want 9 examples of 5 users, the guarantee per user", r.Settings, err)
+	if err := json.Unmarshal(b, &r); err != nil || r.Settings.PrivacyUnit != "user" || r.Settings.Users != 5 || r.Settings.Examples != 10 {
+		t.Errorf("settings %+v (%v): want 10 examples of 5 users, the guarantee per user", r.Settings, err)
 	}
 	image := filepath.Join(dir, "nodule", "IM000007")
 	o, e, code := run(t, "predict", "--model", out, "--images", image)

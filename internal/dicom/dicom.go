@@ -46,12 +46,12 @@ const (
 	tsJPEGLLSV1  = "1.2.840.10008.1.2.4.70"
 	tsJPEGLS     = "1.2.840.10008.1.2.4.80"
 	tsJPEGLSNear = "1.2.840.10008.1.2.4.81"
+	tsJ2K        = "1.2.840.10008.1.2.4.90"
+	tsJ2KLossy   = "1.2.840.10008.1.2.4.91"
 )
 
 // refusedSyntaxes names the compressed syntaxes not decoded here.
 var refusedSyntaxes = map[string]string{
-	"1.2.840.10008.1.2.4.90":  "JPEG 2000 Lossless",
-	"1.2.840.10008.1.2.4.91":  "JPEG 2000",
 	"1.2.840.10008.1.2.4.92":  "JPEG 2000 Part 2 Multi-component Lossless",
 	"1.2.840.10008.1.2.4.93":  "JPEG 2000 Part 2 Multi-component",
 	"1.2.840.10008.1.2.4.201": "HTJ2K Lossless",
@@ -337,7 +337,7 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 	}
 	switch h.syntax {
 	case tsImplicitLE:
-	case tsExplicitLE, tsRLE, tsJPEGBase, tsJPEGExt, tsJPEGLL14, tsJPEGLLSV1, tsJPEGLS, tsJPEGLSNear:
+	case tsExplicitLE, tsRLE, tsJPEGBase, tsJPEGExt, tsJPEGLL14, tsJPEGLLSV1, tsJPEGLS, tsJPEGLSNear, tsJ2K, tsJ2KLossy:
 		h.explicit = true
 	case tsExplicitBE:
 		h.explicit, h.big = true, true
@@ -347,7 +347,7 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 		r.r = bufio.NewReaderSize(flate.NewReader(br), 64<<10)
 	default:
 		if name, ok := refusedSyntaxes[h.syntax]; ok {
-			return nil, nil, element{}, fmt.Errorf("%s compression (transfer syntax %s) is not read here: write the file uncompressed first, e.g. gdcmconv --raw IN OUT or opj_decompress", name, h.syntax)
+			return nil, nil, element{}, fmt.Errorf("%s compression (transfer syntax %s) is not read here: write the file uncompressed first, e.g. gdcmconv --raw IN OUT", name, h.syntax)
 		}
 		return nil, nil, element{}, fmt.Errorf("unknown transfer syntax %q", h.syntax)
 	}

@@ -355,7 +355,7 @@ func TestRefusals(t *testing.T) {
 		{"no preamble", []byte("DICM"), "not a DICOM Part 10 file"},
 		{"no syntax", append(make([]byte, 128), "DICM\x08\x00\x60\x00CS\x02\x00OT"...), "names no transfer syntax"},
 		{"unknown syntax", part10("1.2.3.4"), "unknown transfer syntax"},
-		{"JPEG 2000", part10("1.2.840.10008.1.2.4.90"), "JPEG 2000 Lossless"},
+		{"HTJ2K", part10("1.2.840.10008.1.2.4.201"), "HTJ2K Lossless compression (transfer syntax 1.2.840.10008.1.2.4.201) is not read here"},
 		{"no pixel data", part10(tsExplicitLE, mod), "no pixel data"},
 		{"no rows", part10(tsExplicitLE, elem(tagColumns, "US", u16s(4)), elem(tagBitsAllocated, "US", u16s(8)), elem(tagPhotometric, "CS", []byte("RGB ")), elem(tagPixelData, "OB", make([]byte, 16))), "lacks Rows"},
 		{"short pixel data", part10(tsExplicitLE, mod, elem(tagPixelData, "OB", make([]byte, 15))), "holds 15 bytes"},

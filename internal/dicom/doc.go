@@ -9,10 +9,14 @@
 // The transfer syntaxes Implicit VR Little Endian, Explicit VR Little and
 // Big Endian, Deflated Explicit VR Little Endian, RLE Lossless, JPEG
 // Baseline and Extended (8-bit samples, Go's image/jpeg), JPEG Lossless
-// (T.81 process 14, any predictor: jpegll.go) and JPEG-LS, lossless and
-// near-lossless (T.87: jpegls.go). JPEG 2000, 12-bit lossy JPEG and the
-// video syntaxes are refused by name, with the command that rewrites such
-// a file uncompressed. One frame a file: a multi-frame
+// (T.81 process 14, any predictor: jpegll.go), JPEG-LS, lossless and
+// near-lossless (T.87: jpegls.go) and JPEG 2000 Part 1, lossless and lossy
+// (T.800: jpeg2000*.go; a raw codestream or a JP2 file; every progression
+// order, tiles, precincts, layers and code-block style, 5/3 and 9/7
+// wavelets, RCT and ICT — YBR_RCT and YBR_ICT read as the RGB the decoder
+// gives back). JPEG 2000 Part 2 and HTJ2K, 12-bit lossy JPEG and the video
+// syntaxes are refused by name, with the command that rewrites such a file
+// uncompressed. One frame a file: a multi-frame
 // object (a cine loop, an enhanced CT volume) is refused, since one file is
 // one sample here. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
 //

@@ -173,8 +173,12 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		// shorter than that for the image's samples is refused before the
 		// decoder allocates them (a file of a few bytes claiming 2²⁸
 		// pixels).
-		// JPEG-LS's run mode codes up to 2¹⁵ samples in a bit.
-		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256, tsJPEGLS: 1 << 18, tsJPEGLSNear: 1 << 18}[h.syntax]
+		// JPEG-LS's run mode codes up to 2¹⁵ samples in a bit; JPEG 2000
+		// codes an empty precinct in a byte, whatever its size (its
+		// decoder bounds its work by the data and its samples by the
+		// image's).
+		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256,
+			tsJPEGLS: 1 << 18, tsJPEGLSNear: 1 << 18, tsJ2K: 1 << 28, tsJ2KLossy: 1 << 28}[h.syntax]
 		if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
 			return nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
 		}
@@ -189,6 +193,10 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			}
 		case tsJPEGLS, tsJPEGLSNear:
 			if vals, err = h.lossless("JPEG-LS", decodeJPEGLS, frame); err != nil {
+				return nil, err
+			}
+		case tsJ2K, tsJ2KLossy:
+			if vals, err = h.lossless("JPEG 2000", decodeJPEG2000, frame); err != nil {
 				return nil, err
 			}
 		case tsJPEGBase, tsJPEGExt:
@@ -614,7 +622,10 @@ func (h *header) toRGB(vals []uint16) (image.Image, error) {
 		return nil, fmt.Errorf("a %s image of signed samples", h.photometric)
 	}
 	ybr := h.photometric == "YBR_FULL" || h.photometric == "YBR_FULL_422" // expanded by native
-	if !ybr && h.photometric != "RGB" {
+	// YBR_RCT and YBR_ICT name the component transform of a JPEG 2000
+	// codestream (PS3.3 C.7.6.3.1.2), which its decoder has inverted.
+	j2kRGB := (h.photometric == "YBR_RCT" || h.photometric == "YBR_ICT") && (h.syntax == tsJ2K || h.syntax == tsJ2KLossy)
+	if !ybr && !j2kRGB && h.photometric != "RGB" {
 		return nil, fmt.Errorf("%s outside a JPEG frame is not read", h.photometric)
 	}
 	top := float64(int(1)<<h.bitsStored - 1)

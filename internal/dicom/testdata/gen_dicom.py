@@ -122,6 +122,31 @@ def expected(ds):
     return v * 255
 
 
+def j2k(photometric=None):
+    """An encoder of a case's dataset as JPEG 2000 Lossless (Pillow's
+    OpenJPEG, reversible 5/3; an RGB image with the RCT, Photometric
+    Interpretation YBR_RCT)."""
+    def encode(ds):
+        import copy
+        import io
+        from PIL import Image
+        from pydicom.encaps import encapsulate
+        from pydicom.uid import JPEG2000Lossless
+        arr = ds.pixel_array
+        im = Image.fromarray(arr.astype(np.uint16), "I;16") if ds.BitsAllocated == 16 else Image.fromarray(arr)
+        buf = io.BytesIO()
+        im.save(buf, "JPEG2000", no_jp2=True, irreversible=False, mct=1 if arr.ndim == 3 else 0)
+        out = copy.deepcopy(ds)
+        out.file_meta.TransferSyntaxUID = JPEG2000Lossless
+        out.PixelData = encapsulate([buf.getvalue()])
+        out["PixelData"].is_undefined_length = True
+        out["PixelData"].VR = "OB"
+        if photometric:
+            out.PhotometricInterpretation = photometric
+        return out
+    return encode
+
+
 def dcmtk(tool, args, src, dst):
     subprocess.run([tool, *args, src, dst], check=True)
 
@@ -133,10 +158,12 @@ def main():
     tmp = os.path.join(OUT, "_src.dcm")
     cases = []
 
-    def case(name, ds, tool=None, args=(), tol=0.5, lossy=False, refuse=None, decompress="dcmdjpeg"):
+    def case(name, ds, tool=None, args=(), tol=0.5, lossy=False, refuse=None, decompress="dcmdjpeg", encode=None):
         path = os.path.join(OUT, name + ".dcm")
         ds.save_as(tmp, write_like_original=False)
-        if tool:
+        if encode:
+            encode(ds).save_as(path, write_like_original=False)
+        elif tool:
             dcmtk(tool, list(args), tmp, path)
         else:
             shutil.copy(tmp, path)
@@ -228,6 +255,9 @@ def main():
          "dcmcjpls", ["+un"])
     case("cr_jpegls_near", base(smooth(0, 4095), "MONOCHROME2", 16, 12, False),
          "dcmcjpls", ["+en", "+md", "2", "+un"], lossy=True, decompress="dcmdjpls")
+    # JPEG 2000 Lossless: a 12-bit CR, and RGB through the RCT.
+    case("cr_j2k", base(smooth(0, 4095), "MONOCHROME2", 16, 12, False), encode=j2k())
+    case("rgb_j2k", base(smooth(0, 255, 3), "RGB", 8, 8, False), encode=j2k("YBR_RCT"))
     # Refused: a multi-frame image, PALETTE COLOR, 12-bit lossy JPEG.
     mf = base(np.concatenate([smooth(0, 255), smooth(0, 255)]), "MONOCHROME2", 8, 8, False)
     mf.Rows, mf.NumberOfFrames = H, 2

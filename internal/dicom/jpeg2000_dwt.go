@@ -1,0 +1,174 @@
+package dicom
+
+// The inverse discrete wavelet transforms of JPEG 2000 (T.800 Annex F):
+// 2D_SR (F.3.2) applied level after level, each an interleave of the four
+// subbands (F.3.3), a one-dimensional reconstruction of every row
+// (HOR_SR, F.3.4) and then of every column (VER_SR, F.3.5), each by
+// 1D_SR (F.3.6): periodic symmetric extension (F.3.7) and the lifting
+// steps of the 5/3 reversible (F.3.8.1) or 9/7 irreversible (F.3.8.2)
+// filter.
+
+// j2kMargin is the extension on each side of a signal: 4 samples cover
+// the 9/7 filter (Table F.3), and more than the 5/3 filter needs.
+const j2kMargin = 4
+
+// Lifting constants of the 9/7 filter (Table F.4).
+const (
+	j2kAlpha = -1.586134342059924
+	j2kBeta  = -0.052980118572961
+	j2kGamma = 0.882911075530934
+	j2kDelta = 0.443506852043971
+	j2kK     = 1.230174104914001
+)
+
+// j2kPSE returns the index within [0, n) that the periodic symmetric
+// extension of F.3.7 (Figure F.4) maps index k to; n ≥ 2.
+func j2kPSE(k, n int) int {
+	period := 2 * (n - 1)
+	k %= period
+	if k < 0 {
+		k += period
+	}
+	if k >= n {
+		k = period - k
+	}
+	return k
+}
+
+// j2kInverseDWT reconstructs a tile-component's samples in place from its
+// subbands, which lie in its array in the Mallat layout: at each level
+// the low-pass subbands first, the high-pass after them.
+func j2kInverseDWT(tc *j2kTileComp) {
+	w := tc.x1 - tc.x0
+	var ibuf, iline []int32
+	var fbuf, fline []float32
+	for r := 1; r < len(tc.res); r++ {
+		rs := &tc.res[r]
+		rw, rh := rs.x1-rs.x0, rs.y1-rs.y0
+		if rw == 0 || rh == 0 {
+			continue
+		}
+		n := max(rw, rh)
+		if tc.ci != nil {
+			if len(ibuf) < n+2*j2kMargin {
+				ibuf, iline = make([]int32, n+2*j2kMargin), make([]int32, n)
+			}
+			for y := 0; y < rh; y++ {
+				j2kSR53(tc.ci[y*w:y*w+rw], rs.x0, ibuf)
+			}
+			for x := 0; x < rw; x++ {
+				col := iline[:rh]
+				for y := range col {
+					col[y] = tc.ci[y*w+x]
+				}
+				j2kSR53(col, rs.y0, ibuf)
+				for y, v := range col {
+					tc.ci[y*w+x] = v
+				}
+			}
+		} else {
+			if len(fbuf) < n+2*j2kMargin {
+				fbuf, fline = make([]float32, n+2*j2kMargin), make([]float32, n)
+			}
+			for y := 0; y < rh; y++ {
+				j2kSR97(tc.cf[y*w:y*w+rw], rs.x0, fbuf)
+			}
+			for x := 0; x < rw; x++ {
+				col := fline[:rh]
+				for y := range col {
+					col[y] = tc.cf[y*w+x]
+				}
+				j2kSR97(col, rs.y0, fbuf)
+				for y, v := range col {
+					tc.cf[y*w+x] = v
+				}
+			}
+		}
+	}
+}
+
+// j2kInterleave places a signal's low-pass coefficients (line's first
+// ceil(i1/2) − ceil(i0/2)) at even and its high-pass ones at odd absolute
+// indices i0..i1−1 of buf (after the margin), and extends it.
+func j2kInterleave[T int32 | float32](line []T, i0 int, buf []T) {
+	n := len(line)
+	lo := (i0 + 1) >> 1
+	nL := (i0+n+1)>>1 - lo
+	hi := i0 >> 1
+	for i := 0; i < n; i++ {
+		a := i0 + i
+		if a&1 == 0 {
+			buf[j2kMargin+i] = line[a>>1-lo]
+		} else {
+			buf[j2kMargin+i] = line[nL+a>>1-hi]
+		}
+	}
+	for j := 1; j <= j2kMargin; j++ {
+		buf[j2kMargin-j] = buf[j2kMargin+j2kPSE(-j, n)]
+		buf[j2kMargin+n-1+j] = buf[j2kMargin+j2kPSE(n-1+j, n)]
+	}
+}
+
+// j2kSR53 is 1D_SR with the reversible 5/3 filter (F-5, F-6).
+func j2kSR53(line []int32, i0 int, buf []int32) {
+	n := len(line)
+	if n == 1 {
+		if i0&1 != 0 {
+			line[0] /= 2
+		}
+		return
+	}
+	j2kInterleave(line, i0, buf)
+	end := n + 2*j2kMargin
+	b := buf[:end]
+	// Positions j of buf hold absolute index i0 + j − margin; the
+	// margin is even, so j's parity is i0 + j's.
+	for j := 1 + (i0+1)&1; j < end-1; j += 2 {
+		b[j] -= (b[j-1] + b[j+1] + 2) >> 2
+	}
+	for j := 2 + (i0+1)&1; j < end-2; j += 2 {
+		b[j] += (b[j-1] + b[j+1]) >> 1
+	}
+	copy(line, b[j2kMargin:j2kMargin+n])
+}
+
+// j2kSR97 is 1D_SR with the irreversible 9/7 filter (F-7), in float32.
+func j2kSR97(line []float32, i0 int, buf []float32) {
+	n := len(line)
+	if n == 1 {
+		if i0&1 != 0 {
+			line[0] /= 2
+		}
+		return
+	}
+	j2kInterleave(line, i0, buf)
+	end := n + 2*j2kMargin
+	b := buf[:end]
+	even := (i0) & 1 // first j with even absolute index: j ≡ i0 (mod 2)
+	odd := 1 - even
+	const k, ik = float32(j2kK), float32(1 / j2kK)
+	for j := even; j < end; j += 2 {
+		b[j] *= k
+	}
+	for j := odd; j < end; j += 2 {
+		b[j] *= ik
+	}
+	step := func(first, lo, hi int, c float32) {
+		j := first
+		for j < lo {
+			j += 2
+		}
+		for ; j < hi; j += 2 {
+			// The conversion rounds the product, so that no
+			// platform fuses it with the subtraction (Go spec,
+			// floating-point operators): results are the same
+			// everywhere.
+			b[j] -= float32(c * (b[j-1] + b[j+1]))
+		}
+	}
+	step(even, 1, end-1, j2kDelta)
+	step(odd, 2, end-2, j2kGamma)
+	step(even, 3, end-3, j2kBeta)
+	step(odd, 4, end-4, j2kAlpha)
+	copy(line, b[j2kMargin:j2kMargin+n])
+}
