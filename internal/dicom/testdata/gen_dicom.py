@@ -3,8 +3,9 @@
 
     cd internal/dicom/testdata && /usr/bin/python3 gen_dicom.py
 
-Needs pydicom (Debian's python3-pydicom, 2.3.1 when these were written) and
-DCMTK (Debian's dcmtk 3.6.7: dcmconv, dcmcrle, dcmcjpeg, dcmdjpeg, dcmcjpls).
+Needs pydicom (Debian's python3-pydicom, 2.3.1 when these were written),
+DCMTK (Debian's dcmtk 3.6.7: dcmconv, dcmcrle, dcmcjpeg, dcmdjpeg, dcmcjpls,
+dcmdjpls) and Pillow with OpenJPEG (python3-pil 9.4) for JPEG 2000.
 
 Each case is a small image written uncompressed by pydicom, then rewritten by
 DCMTK in the case's transfer syntax. The expected 8-bit values are computed
