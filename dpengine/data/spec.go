@@ -169,14 +169,14 @@ type Spec struct {
 	// which is what such an expression would leave of the spec.
 	Users string
 	// DICOMUsers, for a folder or a CSV listing of DICOM images, names each
-	// image's user by its file's Patient ID (0010,0020) instead of its path
-	// or a column, the rest as with Users: a class directory's
-	// sub-directories are read too, one level down; every image must be a DICOM file with a non-empty
-	// Patient ID, or the load fails naming it; the IDs are the users'
-	// names (eval --group-by user shows them). A folder whose images all
-	// carry one ID (an export that blanked them to "ANONYMOUS") is refused:
-	// it would make the patients one user. The string form is
-	// ":dicom-users".
+	// image's user by its file's Patient ID (0010,0020) instead of its
+	// path or a column, the rest as with Users (a folder's class
+	// directories' sub-directories read too, one level down). Every image
+	// must be a DICOM file with a non-empty Patient ID, or the load fails
+	// naming it; the IDs are the users' names (eval --group-by user shows
+	// them). Training images that all carry one ID (an export that blanked
+	// them to "ANONYMOUS") are refused: they would make the patients one
+	// user. The string form is ":dicom-users".
 	DICOMUsers bool
 	// MultiLabel, for a CSV listing only, makes each row's label a set of
 	// labels separated by this character ("|": NIH ChestX-ray14's
