@@ -40,8 +40,10 @@ func j2kPSE(k, n int) int {
 // the low-pass subbands first, the high-pass after them.
 func j2kInverseDWT(tc *j2kTileComp) {
 	w := tc.x1 - tc.x0
-	var ibuf, iline []int32
-	var fbuf, fline []float32
+	var ibuf []int32
+	var fbuf []float32
+	var icols [][]int32
+	var fcols [][]float32
 	for r := 1; r < len(tc.res); r++ {
 		rs := &tc.res[r]
 		rw, rh := rs.x1-rs.x0, rs.y1-rs.y0
@@ -51,37 +53,61 @@ func j2kInverseDWT(tc *j2kTileComp) {
 		n := max(rw, rh)
 		if tc.ci != nil {
 			if len(ibuf) < n+2*j2kMargin {
-				ibuf, iline = make([]int32, n+2*j2kMargin), make([]int32, n)
+				ibuf = make([]int32, n+2*j2kMargin)
+				icols = j2kColumnLines[int32](n)
 			}
 			for y := 0; y < rh; y++ {
 				j2kSR53(tc.ci[y*w:y*w+rw], rs.x0, ibuf)
 			}
-			for x := 0; x < rw; x++ {
-				col := iline[:rh]
-				for y := range col {
-					col[y] = tc.ci[y*w+x]
-				}
-				j2kSR53(col, rs.y0, ibuf)
-				for y, v := range col {
-					tc.ci[y*w+x] = v
-				}
-			}
+			j2kColumns(tc.ci, w, rw, rh, rs.y0, icols, ibuf, j2kSR53)
 		} else {
 			if len(fbuf) < n+2*j2kMargin {
-				fbuf, fline = make([]float32, n+2*j2kMargin), make([]float32, n)
+				fbuf = make([]float32, n+2*j2kMargin)
+				fcols = j2kColumnLines[float32](n)
 			}
 			for y := 0; y < rh; y++ {
 				j2kSR97(tc.cf[y*w:y*w+rw], rs.x0, fbuf)
 			}
-			for x := 0; x < rw; x++ {
-				col := fline[:rh]
-				for y := range col {
-					col[y] = tc.cf[y*w+x]
-				}
-				j2kSR97(col, rs.y0, fbuf)
-				for y, v := range col {
-					tc.cf[y*w+x] = v
-				}
+			j2kColumns(tc.cf, w, rw, rh, rs.y0, fcols, fbuf, j2kSR97)
+		}
+	}
+}
+
+// j2kColumnBlock is how many columns VER_SR gathers at once: a row's
+// block is one cache line of int32 or float32 samples, read once for
+// all of them instead of once a column.
+const j2kColumnBlock = 16
+
+// j2kColumnLines allocates the column buffers of j2kColumns for columns
+// of up to n samples.
+func j2kColumnLines[T int32 | float32](n int) [][]T {
+	lines := make([][]T, j2kColumnBlock)
+	for k := range lines {
+		lines[k] = make([]T, n)
+	}
+	return lines
+}
+
+// j2kColumns runs the one-dimensional reconstruction sr over every column
+// of the rw×rh region at the start of a (row stride w), whose first row
+// has absolute index y0 (F.3.5): j2kColumnBlock columns gathered a row at
+// a time, reconstructed one by one, and written back.
+func j2kColumns[T int32 | float32](a []T, w, rw, rh, y0 int, lines [][]T, buf []T, sr func([]T, int, []T)) {
+	for x := 0; x < rw; x += j2kColumnBlock {
+		nb := min(j2kColumnBlock, rw-x)
+		for y := 0; y < rh; y++ {
+			row := a[y*w+x : y*w+x+nb]
+			for k, v := range row {
+				lines[k][y] = v
+			}
+		}
+		for k := range nb {
+			sr(lines[k][:rh], y0, buf)
+		}
+		for y := 0; y < rh; y++ {
+			row := a[y*w+x : y*w+x+nb]
+			for k := range row {
+				row[k] = lines[k][y]
 			}
 		}
 	}
