@@ -3,7 +3,6 @@ package dicom
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"image"
 	"image/color"
 	"math"
@@ -21,18 +20,7 @@ type fixture struct {
 	Refuse                  string
 }
 
-func fixtures(t testing.TB) []fixture {
-	t.Helper()
-	b, err := os.ReadFile("testdata/files/cases.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []fixture
-	if err := json.Unmarshal(b, &cs); err != nil {
-		t.Fatal(err)
-	}
-	return cs
-}
+func fixtures(t testing.TB) []fixture { return readCases[fixture](t, "testdata/files") }
 
 // rgbOf returns an image's pixels as 8-bit samples, pixel-major.
 func rgbOf(img image.Image) (pix []uint8, channels int) {

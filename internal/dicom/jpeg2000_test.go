@@ -2,11 +2,8 @@ package dicom
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -32,29 +29,11 @@ type j2kCase struct {
 
 const j2kDir = "testdata/j2k"
 
-func j2kCases(t testing.TB) []j2kCase {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(j2kDir, "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []j2kCase
-	if err := json.Unmarshal(b, &cs); err != nil {
-		t.Fatal(err)
-	}
-	if len(cs) == 0 {
-		t.Fatal("cases.json lists no case")
-	}
-	return cs
-}
+func j2kCases(t testing.TB) []j2kCase { return readCases[j2kCase](t, j2kDir) }
 
 func j2kStream(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(j2kDir, name+".j2k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readFixture(t, filepath.Join(j2kDir, name+".j2k"))
 }
 
 // j2kBenchValue mirrors bench_value in gen_j2k.py: the content of the
@@ -67,43 +46,7 @@ func j2kBenchValue(x, y int) uint16 {
 // j2kExpected returns the samples a case must decode to.
 func j2kExpected(t testing.TB, c j2kCase) []uint16 {
 	t.Helper()
-	n := c.Width * c.Height * c.Components
-	want := make([]uint16, n)
-	switch c.Expected {
-	case "u16", "u16.gz":
-		f, err := os.Open(filepath.Join(j2kDir, c.Name+"."+c.Expected))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		var r io.Reader = f
-		if c.Expected == "u16.gz" {
-			z, err := gzip.NewReader(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r = z
-		}
-		b, err := io.ReadAll(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) != 2*n {
-			t.Fatalf("%s.%s has %d bytes, want %d", c.Name, c.Expected, len(b), 2*n)
-		}
-		for i := range want {
-			want[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
-	case "bench_value":
-		for y := range c.Height {
-			for x := range c.Width {
-				want[y*c.Width+x] = j2kBenchValue(x, y)
-			}
-		}
-	default:
-		t.Fatalf("%s: unknown expectation %q", c.Name, c.Expected)
-	}
-	return want
+	return expectedSamples(t, j2kDir, c.Name, c.Expected, c.Width, c.Height, c.Components, j2kBenchValue)
 }
 
 // j2kSigned returns a sample's value from its bit pattern.

@@ -2,11 +2,9 @@ package dicom
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -33,29 +31,11 @@ type jllCase struct {
 
 const jllDir = "testdata/jpegll"
 
-func jllCases(t testing.TB) []jllCase {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(jllDir, "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []jllCase
-	if err := json.Unmarshal(b, &cs); err != nil {
-		t.Fatal(err)
-	}
-	if len(cs) == 0 {
-		t.Fatal("cases.json lists no case")
-	}
-	return cs
-}
+func jllCases(t testing.TB) []jllCase { return readCases[jllCase](t, jllDir) }
 
 func jllStream(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(jllDir, name+".ljpg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readFixture(t, filepath.Join(jllDir, name+".ljpg"))
 }
 
 // jllBenchValue mirrors bench_value in gen_jpegll.py: the content of the
@@ -68,30 +48,7 @@ func jllBenchValue(x, y int) uint16 {
 // jllExpected returns the samples a case must decode to.
 func jllExpected(t testing.TB, c jllCase) []uint16 {
 	t.Helper()
-	n := c.Width * c.Height * c.Components
-	want := make([]uint16, n)
-	switch c.Expected {
-	case "u16":
-		b, err := os.ReadFile(filepath.Join(jllDir, c.Name+".u16"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) != 2*n {
-			t.Fatalf("%s.u16 has %d bytes, want %d", c.Name, len(b), 2*n)
-		}
-		for i := range want {
-			want[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
-	case "bench_value":
-		for y := range c.Height {
-			for x := range c.Width {
-				want[y*c.Width+x] = jllBenchValue(x, y)
-			}
-		}
-	default:
-		t.Fatalf("%s: unknown expectation %q", c.Name, c.Expected)
-	}
-	return want
+	return expectedSamples(t, jllDir, c.Name, c.Expected, c.Width, c.Height, c.Components, jllBenchValue)
 }
 
 // TestJPEGLosslessFixtures decodes every stream that dcmtk wrote (or

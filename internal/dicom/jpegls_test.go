@@ -2,12 +2,9 @@ package dicom
 
 import (
 	"bytes"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -34,29 +31,11 @@ type jlsCase struct {
 
 const jlsDir = "testdata/jpegls"
 
-func jlsCases(t testing.TB) []jlsCase {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(jlsDir, "cases.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cs []jlsCase
-	if err := json.Unmarshal(b, &cs); err != nil {
-		t.Fatal(err)
-	}
-	if len(cs) == 0 {
-		t.Fatal("cases.json lists no case")
-	}
-	return cs
-}
+func jlsCases(t testing.TB) []jlsCase { return readCases[jlsCase](t, jlsDir) }
 
 func jlsStream(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(jlsDir, name+".jls"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readFixture(t, filepath.Join(jlsDir, name+".jls"))
 }
 
 // jlsBenchValue mirrors bench_value in gen_jpegls.py: the content of the
@@ -69,30 +48,7 @@ func jlsBenchValue(x, y int) uint16 {
 // jlsExpected returns the samples a case must decode to.
 func jlsExpected(t testing.TB, c jlsCase) []uint16 {
 	t.Helper()
-	n := c.Width * c.Height * c.Components
-	want := make([]uint16, n)
-	switch c.Expected {
-	case "u16":
-		b, err := os.ReadFile(filepath.Join(jlsDir, c.Name+".u16"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) != 2*n {
-			t.Fatalf("%s.u16 has %d bytes, want %d", c.Name, len(b), 2*n)
-		}
-		for i := range want {
-			want[i] = binary.LittleEndian.Uint16(b[2*i:])
-		}
-	case "bench_value":
-		for y := range c.Height {
-			for x := range c.Width {
-				want[y*c.Width+x] = jlsBenchValue(x, y)
-			}
-		}
-	default:
-		t.Fatalf("%s: unknown expectation %q", c.Name, c.Expected)
-	}
-	return want
+	return expectedSamples(t, jlsDir, c.Name, c.Expected, c.Width, c.Height, c.Components, jlsBenchValue)
 }
 
 // TestJPEGLSFixtures decodes every stream and requires every sample to
