@@ -79,9 +79,9 @@ func hasDICOMPrefix(path string) bool {
 		return false
 	}
 	defer f.Close()
-	var b [132]byte
+	var b [dicom.PrefixLen]byte
 	_, err = io.ReadFull(f, b[:])
-	return err == nil && string(b[128:]) == "DICM"
+	return err == nil && dicom.IsPart10(b[:])
 }
 
 func isDir(path string) bool {
@@ -724,7 +724,7 @@ func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit
 	br := bufio.NewReader(f)
 	var cfg image.Config
 	kind := "dicom"
-	if p, _ := br.Peek(132); len(p) == 132 && string(p[128:]) == "DICM" {
+	if p, _ := br.Peek(dicom.PrefixLen); dicom.IsPart10(p) {
 		cfg, err = dicom.DecodeConfig(br)
 	} else {
 		cfg, kind, err = image.DecodeConfig(br)

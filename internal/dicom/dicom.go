@@ -290,6 +290,14 @@ func PatientID(src io.Reader) (string, error) {
 	return h.patientID, nil
 }
 
+// PrefixLen is how many bytes of a file IsPart10 reads.
+const PrefixLen = 132
+
+// IsPart10 reports whether b, a file's first bytes, starts as a DICOM
+// Part 10 file does (PS3.10 7.1): a 128-byte preamble, whatever it holds
+// (a TIFF header, in GE's files), and "DICM".
+func IsPart10(b []byte) bool { return len(b) >= PrefixLen && string(b[128:PrefixLen]) == "DICM" }
+
 // errNotDICOM is returned for data without the Part 10 prefix.
 var errNotDICOM = errors.New("not a DICOM Part 10 file: no \"DICM\" after the 128-byte preamble")
 
@@ -297,8 +305,8 @@ var errNotDICOM = errors.New("not a DICOM Part 10 file: no \"DICM\" after the 12
 // pixel data's element, leaving r at its value.
 func readHeader(src io.Reader) (*header, *reader, element, error) {
 	br := bufio.NewReaderSize(src, 64<<10)
-	pre := make([]byte, 132)
-	if _, err := io.ReadFull(br, pre); err != nil || string(pre[128:]) != "DICM" {
+	pre := make([]byte, PrefixLen)
+	if _, err := io.ReadFull(br, pre); err != nil || !IsPart10(pre) {
 		return nil, nil, element{}, errNotDICOM
 	}
 	r := &reader{r: br, order: binary.LittleEndian, pos: 132, limit: maxHeader}

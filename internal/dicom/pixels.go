@@ -169,16 +169,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Pixel Data (7FE0,0010): %w", err)
 		}
-		// Each codec has a least size of coded data per sample: a frame
-		// shorter than that for the image's samples is refused before the
-		// decoder allocates them (a file of a few bytes claiming 2²⁸
-		// pixels).
-		// JPEG-LS's run mode codes up to 2¹⁵ samples in a bit; JPEG 2000
-		// codes an empty precinct in a byte, whatever its size (its
-		// decoder bounds its work by the data and its samples by the
-		// image's).
-		perByte := map[string]int{tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256,
-			tsJPEGLS: 1 << 18, tsJPEGLSNear: 1 << 18, tsJ2K: 1 << 28, tsJ2KLossy: 1 << 28}[h.syntax]
+		perByte := pixelsPerByte[h.syntax]
 		if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
 			return nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
 		}
@@ -247,6 +238,17 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		return h.toGray(vals, opts.Windows)
 	}
 	return h.toRGB(vals)
+}
+
+// pixelsPerByte is the most pixels a byte of each codec's frame can code:
+// a frame shorter than that for its image is refused before the codec
+// allocates it (a file of a few bytes claiming 2²⁸ pixels). JPEG-LS's run
+// mode codes up to 2¹⁵ samples in a bit; JPEG 2000 codes an empty
+// precinct in a byte, whatever its size (its decoder bounds its work by
+// the data and its samples by the image's).
+var pixelsPerByte = map[string]int{
+	tsRLE: 64, tsJPEGLL14: 8, tsJPEGLLSV1: 8, tsJPEGBase: 256, tsJPEGExt: 256,
+	tsJPEGLS: 1 << 18, tsJPEGLSNear: 1 << 18, tsJ2K: 1 << 28, tsJ2KLossy: 1 << 28,
 }
 
 // RawJPEG is a colour JPEG frame whose components are R, G and B as
@@ -378,6 +380,10 @@ func fragments(r *reader, limit int64) ([]byte, error) {
 		b, err := r.bytes(int64(el.length))
 		if err != nil {
 			return nil, err
+		}
+		if frame == nil { // most frames are one fragment: no copy
+			frame = b
+			continue
 		}
 		frame = append(frame, b...)
 	}
