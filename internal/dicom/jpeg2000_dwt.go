@@ -39,37 +39,32 @@ func j2kPSE(k, n int) int {
 // subbands, which lie in its array in the Mallat layout: at each level
 // the low-pass subbands first, the high-pass after them.
 func j2kInverseDWT(tc *j2kTileComp) {
+	if tc.ci != nil {
+		j2kReconstruct(tc, tc.ci, j2kSR53)
+	} else {
+		j2kReconstruct(tc, tc.cf, j2kSR97)
+	}
+}
+
+// j2kReconstruct is j2kInverseDWT on the samples a, by the
+// one-dimensional reconstruction sr: every row of a level, then every
+// column, its scratch sized once for the whole tile-component (the last
+// level's).
+func j2kReconstruct[T int32 | float32](tc *j2kTileComp, a []T, sr func([]T, int, []T)) {
 	w := tc.x1 - tc.x0
-	var ibuf []int32
-	var fbuf []float32
-	var icols [][]int32
-	var fcols [][]float32
+	n := max(w, tc.y1-tc.y0)
+	buf := make([]T, n+2*j2kMargin)
+	cols := j2kColumnLines[T](n)
 	for r := 1; r < len(tc.res); r++ {
 		rs := &tc.res[r]
 		rw, rh := rs.x1-rs.x0, rs.y1-rs.y0
 		if rw == 0 || rh == 0 {
 			continue
 		}
-		n := max(rw, rh)
-		if tc.ci != nil {
-			if len(ibuf) < n+2*j2kMargin {
-				ibuf = make([]int32, n+2*j2kMargin)
-				icols = j2kColumnLines[int32](n)
-			}
-			for y := 0; y < rh; y++ {
-				j2kSR53(tc.ci[y*w:y*w+rw], rs.x0, ibuf)
-			}
-			j2kColumns(tc.ci, w, rw, rh, rs.y0, icols, ibuf, j2kSR53)
-		} else {
-			if len(fbuf) < n+2*j2kMargin {
-				fbuf = make([]float32, n+2*j2kMargin)
-				fcols = j2kColumnLines[float32](n)
-			}
-			for y := 0; y < rh; y++ {
-				j2kSR97(tc.cf[y*w:y*w+rw], rs.x0, fbuf)
-			}
-			j2kColumns(tc.cf, w, rw, rh, rs.y0, fcols, fbuf, j2kSR97)
+		for y := 0; y < rh; y++ {
+			sr(a[y*w:y*w+rw], rs.x0, buf)
 		}
+		j2kColumns(a, w, rw, rh, rs.y0, cols, buf, sr)
 	}
 }
 
