@@ -486,3 +486,27 @@ func TestDICOMUsersCSV(t *testing.T) {
 	_, err = LoadString("csv:" + csvFile + ":dicom-users")
 	wantErr(t, err, "line 3", "b.dcm", "no Patient ID")
 }
+
+// TestDICOMTIFFPreamble: a DICOM file whose preamble is a TIFF header
+// (GE's "dual personality" files, pydicom's CT_small.dcm) is read as
+// DICOM, not handed to the TIFF decoder the image package's sniffing
+// would pick.
+func TestDICOMTIFFPreamble(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(dicomFiles, "ct_implicit.dcm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := decodeImageFrom(bytes.NewReader(b), "plain.dcm", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiff := append([]byte(nil), b...)
+	copy(tiff, "II*\x00\x08\x00\x00\x00")
+	got, err := decodeImageFrom(bytes.NewReader(tiff), "tiff.dcm", nil, nil)
+	if err != nil {
+		t.Fatalf("a TIFF preamble: %v", err)
+	}
+	if !bytes.Equal(got.pix, plain.pix) || got.w != plain.w || got.h != plain.h {
+		t.Error("a TIFF preamble changed the decoded image")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"image"
 	"image/color"
+	"image/jpeg"
 	"math"
 	"os"
 	"path/filepath"
@@ -448,5 +449,118 @@ func BenchmarkDecodeRadiograph(b *testing.B) {
 		if _, err := Decode(bytes.NewReader(file)); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// implicitElem is an element in implicit VR little endian.
+func implicitElem(tag uint32, val []byte) []byte {
+	b := binary.LittleEndian.AppendUint16(nil, uint16(tag>>16))
+	b = binary.LittleEndian.AppendUint16(b, uint16(tag))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(val)))
+	return append(b, val...)
+}
+
+// TestWritersQuirks holds the decoder to files as writers leave them,
+// each a bug pydicom's test files found (TestPydicomTestFiles in
+// dpengine/data, which needs pydicom): kept here without it.
+func TestWritersQuirks(t *testing.T) {
+	pix := []byte{0, 50, 100, 150, 200, 250}
+	want := []uint8{0, 51, 102, 153, 204, 255} // the image's own range to 8 bits
+	grayImplicit := func() []byte {
+		var b []byte
+		for _, e := range []struct {
+			tag uint32
+			val []byte
+		}{
+			{tagSamples, u16s(1)}, {tagPhotometric, []byte("MONOCHROME2 ")}, {tagRows, u16s(2)}, {tagColumns, u16s(3)},
+			{tagBitsAllocated, u16s(8)}, {tagBitsStored, u16s(8)}, {tagHighBit, u16s(7)}, {tagPixelRep, u16s(0)},
+			{tagPixelData, pix},
+		} {
+			b = append(b, implicitElem(e.tag, e.val)...)
+		}
+		return b
+	}
+	// An undefined-length UN (a sequence, in implicit VR) holding an item
+	// that holds an undefined-length sequence of its own.
+	unSeq := elem(0x00091010, "UN", nil)
+	unSeq = binary.LittleEndian.AppendUint32(unSeq[:len(unSeq)-4], undefinedLength)
+	unSeq = append(unSeq, implicitElem(tagItem, nil)[:4]...)
+	unSeq = binary.LittleEndian.AppendUint32(unSeq, undefinedLength)
+	inner := implicitElem(0x00081115, nil)
+	unSeq = append(unSeq, binary.LittleEndian.AppendUint32(inner[:4], undefinedLength)...)
+	unSeq = append(unSeq, implicitElem(tagItem, implicitElem(0x00081150, []byte("1.2\x00")))...)
+	unSeq = append(unSeq, implicitElem(tagSeqDelim, nil)...)
+	unSeq = append(unSeq, implicitElem(tagItemDelim, nil)...)
+	unSeq = append(unSeq, implicitElem(tagSeqDelim, nil)...)
+	tiff := part10(tsExplicitLE, grayModule(3, 2, 8, 8, 7), elem(tagPixelData, "OB", pix))
+	copy(tiff, "II*\x00\x08\x00\x00\x00") // a TIFF header in the preamble (GE)
+	for _, c := range []struct {
+		name string
+		file []byte
+	}{
+		{"implicit data set under an explicit syntax", part10(tsExplicitLE, grayImplicit())},
+		{"sequence inside an implicit UN", part10(tsExplicitLE, grayModule(3, 2, 8, 8, 7), unSeq, elem(tagPixelData, "OB", pix))},
+		{"TIFF preamble", tiff},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img, err := Decode(bytes.NewReader(c.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := img.(*image.Gray).Pix; !bytes.Equal(got, want) {
+				t.Errorf("pixels %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestRawRGBJPEG: a JPEG frame of Photometric Interpretation RGB without
+// an Adobe colour flag holds R, G and B as stored (PS3.5 8.2.1): its
+// planes come back unconverted, where YBR_FULL_422 converts them.
+func TestRawRGBJPEG(t *testing.T) {
+	src := image.NewNRGBA(image.Rect(0, 0, 16, 8))
+	for i := range src.Pix {
+		src.Pix[i] = uint8(i * 37)
+	}
+	var buf bytes.Buffer
+	if err := jpeg.Encode(&buf, src, &jpeg.Options{Quality: 95}); err != nil {
+		t.Fatal(err)
+	}
+	if adobeMarker(buf.Bytes()) {
+		t.Fatal("Go's encoder wrote an Adobe marker")
+	}
+	frame := func(photometric string) []byte {
+		var b []byte
+		b = append(b, elem(tagSamples, "US", u16s(3))...)
+		b = append(b, elem(tagPhotometric, "CS", []byte(photometric))...)
+		b = append(b, elem(tagRows, "US", u16s(8))...)
+		b = append(b, elem(tagColumns, "US", u16s(16))...)
+		b = append(b, elem(tagBitsAllocated, "US", u16s(8))...)
+		b = append(b, elem(tagBitsStored, "US", u16s(8))...)
+		b = append(b, elem(tagHighBit, "US", u16s(7))...)
+		b = append(b, elem(tagPixelRep, "US", u16s(0))...)
+		return part10(tsJPEGBase, b, encapsulated(buf.Bytes()))
+	}
+	raw, err := Decode(bytes.NewReader(frame("RGB ")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := raw.(*RawJPEG)
+	if !ok {
+		t.Fatalf("RGB frame decoded as %T, want *RawJPEG", raw)
+	}
+	ycc, err := Decode(bytes.NewReader(frame("YBR_FULL_422")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, ok := ycc.(*image.YCbCr)
+	if !ok {
+		t.Fatalf("YBR_FULL_422 frame decoded as %T", ycc)
+	}
+	if c, p := r.At(3, 2).(color.RGBA), y.YCbCrAt(3, 2); c.R != p.Y || c.G != p.Cb || c.B != p.Cr {
+		t.Errorf("raw RGB pixel %v, want the planes %v as stored", c, p)
+	}
+	if a, b := color.NRGBAModel.Convert(r.At(3, 2)), color.NRGBAModel.Convert(y.At(3, 2)); a == b {
+		t.Errorf("the RGB and YBR frames decode alike (%v): the planes were converted", a)
 	}
 }
