@@ -122,6 +122,7 @@ type header struct {
 	voiFunction      string
 	modalityLUT      *lut
 	voiLUT           *lut
+	palette          paletteLUTs // PALETTE COLOR's tables (palette.go)
 }
 
 // lut is a LUT Sequence item's table (PS3.3 C.11.1.1, C.11.2.1.1): an input
@@ -412,6 +413,9 @@ func (h *header) element(r *reader, el element, depth int, lutItem, explicit boo
 		// and so is all it holds.
 		return h.sequence(r, el, explicit && el.vr != "UN", depth+1, keep)
 	}
+	if !lutItem && depth == 0 && isPaletteTag(el.tag) {
+		return h.paletteElement(r, el)
+	}
 	if lutItem || depth > 0 || !wanted[el.tag] {
 		return r.skip(int64(el.length))
 	}
@@ -698,7 +702,10 @@ func (h *header) check() error {
 			return fmt.Errorf("%s with %d samples a pixel", h.photometric, h.samples)
 		}
 	case "PALETTE COLOR":
-		return fmt.Errorf("PALETTE COLOR images are not read: convert the file to RGB first (e.g. gdcmconv --raw --photometric-interpretation RGB… or pydicom's apply_color_lut)")
+		if h.samples != 1 {
+			return fmt.Errorf("%s with %d samples a pixel", h.photometric, h.samples)
+		}
+		return h.checkPalette()
 	default:
 		return fmt.Errorf("Photometric Interpretation %q is not read", h.photometric)
 	}
@@ -708,4 +715,6 @@ func (h *header) check() error {
 	return nil
 }
 
-func (h *header) gray() bool { return h.samples == 1 }
+// gray reports whether the image decodes to gray: one sample a pixel
+// that is not a palette index.
+func (h *header) gray() bool { return h.samples == 1 && h.photometric != "PALETTE COLOR" }

@@ -209,7 +209,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 				return nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
 			}
 			g, ok := img.(*image.Gray)
-			if !h.gray() {
+			if h.samples != 1 {
 				if ok {
 					return nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
 				}
@@ -234,7 +234,10 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			}
 		}
 	}
-	if h.gray() {
+	switch {
+	case h.photometric == "PALETTE COLOR":
+		return h.toPalette(vals)
+	case h.gray():
 		return h.toGray(vals, opts.Windows)
 	}
 	return h.toRGB(vals)
