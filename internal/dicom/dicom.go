@@ -91,6 +91,11 @@ const (
 	tagLUTData         = 0x00283006
 	tagVOILUTSeq       = 0x00283010
 	tagPatientID       = 0x00100020
+	tagPixelValueXform = 0x00289145 // Pixel Value Transformation Sequence
+	tagFrameVOILUT     = 0x00289132 // Frame VOI LUT Sequence
+	tagSharedFG        = 0x52009229 // Shared Functional Groups Sequence
+	tagPerFrameFG      = 0x52009230 // Per-frame Functional Groups Sequence
+	tagExtOffsets      = 0x7FE00001 // Extended Offset Table
 	tagPixelData       = 0x7FE00010
 	tagItem            = 0xFFFEE000
 	tagItemDelim       = 0xFFFEE00D
@@ -123,6 +128,14 @@ type header struct {
 	modalityLUT      *lut
 	voiLUT           *lut
 	palette          paletteLUTs // PALETTE COLOR's tables (palette.go)
+
+	// An enhanced multi-frame object's functional groups (frames.go): the
+	// rescale and window shared by its frames, and each frame's own.
+	shared   *frameVOI
+	perFrame []*frameVOI
+	// extOffsets is the Extended Offset Table: where each frame's
+	// fragments start (frames.go).
+	extOffsets []uint64
 }
 
 // lut is a LUT Sequence item's table (PS3.3 C.11.1.1, C.11.2.1.1): an input
@@ -380,7 +393,7 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 		if el.tag == tagPixelData {
 			return h, r, el, nil
 		}
-		if err := h.element(r, el, 0, false, h.explicit); err != nil {
+		if err := h.element(r, el, 0, scope{}, h.explicit); err != nil {
 			return nil, nil, element{}, err
 		}
 	}
@@ -395,28 +408,54 @@ var knownVR = map[string]bool{
 	"UT": true, "UV": true,
 }
 
-// element reads or skips one element of the data set (top level, or a
-// sequence item's when lutItem), whose elements are explicit VR where
-// explicit.
-func (h *header) element(r *reader, el element, depth int, lutItem, explicit bool) error {
+// scope is where in the data set an element lies, which says what of it
+// is read.
+type scope struct {
+	kind  scopeKind
+	attrs *frameVOI // the functional group an item of scopeGroup or scopeValues fills
+}
+
+type scopeKind int
+
+const (
+	scopeTop    scopeKind = iota // the data set's own elements
+	scopeSkip                    // an item nothing of which is read
+	scopeGroup                   // a functional group item: its two sequences read
+	scopeValues                  // a Pixel Value Transformation or Frame VOI LUT item
+)
+
+// element reads or skips one element of the data set, or of a sequence
+// item in scope sc, whose elements are explicit VR where explicit.
+func (h *header) element(r *reader, el element, depth int, sc scope, explicit bool) error {
 	if el.tag>>16 == 0xFFFE {
 		return fmt.Errorf("item tag %s outside a sequence at byte %d", tagString(el.tag), r.pos-8)
 	}
 	// In implicit VR a sequence of defined length is known by its tag alone:
-	// the two the decoder reads are; any other is skipped as bytes.
-	sequence := el.vr == "SQ" || el.length == undefinedLength ||
-		(el.vr == "" && (el.tag == tagModalityLUTSeq || el.tag == tagVOILUTSeq))
+	// those the decoder reads are; any other is skipped as bytes.
+	sequence := el.vr == "SQ" || el.length == undefinedLength || (el.vr == "" && sequenceTags[el.tag])
 	if sequence {
-		keep := !lutItem && depth == 0 && (el.tag == tagModalityLUTSeq || el.tag == tagVOILUTSeq)
-		// An undefined-length UN is a sequence in implicit VR (PS3.5 6.2.2).
+		keep, sub := false, scope{kind: scopeSkip}
+		switch {
+		case sc.kind == scopeTop && (el.tag == tagModalityLUTSeq || el.tag == tagVOILUTSeq):
+			keep = true
+		case sc.kind == scopeTop && (el.tag == tagSharedFG || el.tag == tagPerFrameFG):
+			sub.kind = scopeGroup
+		case sc.kind == scopeGroup && (el.tag == tagPixelValueXform || el.tag == tagFrameVOILUT):
+			sub = scope{kind: scopeValues, attrs: sc.attrs}
+		}
 		// An undefined-length UN is a sequence in implicit VR (PS3.5 6.2.2),
 		// and so is all it holds.
-		return h.sequence(r, el, explicit && el.vr != "UN", depth+1, keep)
+		return h.sequence(r, el, explicit && el.vr != "UN", depth+1, keep, sub)
 	}
-	if !lutItem && depth == 0 && isPaletteTag(el.tag) {
+	switch {
+	case sc.kind == scopeValues && frameVOITags[el.tag]:
+		return h.frameValue(r, el, sc.attrs)
+	case sc.kind == scopeTop && el.tag == tagExtOffsets:
+		return h.readExtOffsets(r, el)
+	case sc.kind == scopeTop && isPaletteTag(el.tag):
 		return h.paletteElement(r, el)
 	}
-	if lutItem || depth > 0 || !wanted[el.tag] {
+	if sc.kind != scopeTop || !wanted[el.tag] {
 		return r.skip(int64(el.length))
 	}
 	if el.length > 1024 {
@@ -437,9 +476,18 @@ var wanted = map[uint32]bool{
 	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true,
 }
 
+// sequenceTags are the sequences the decoder reads into, known in
+// implicit VR by their tags.
+var sequenceTags = map[uint32]bool{
+	tagModalityLUTSeq: true, tagVOILUTSeq: true, tagSharedFG: true, tagPerFrameFG: true,
+	tagPixelValueXform: true, tagFrameVOILUT: true,
+}
+
 // sequence reads a sequence's items, keeping a LUT item's table where
-// keep (the first item only: the LUT pydicom applies by default).
-func (h *header) sequence(r *reader, el element, explicit bool, depth int, keep bool) error {
+// keep (the first item only: the LUT pydicom applies by default), and
+// reading its items in scope sub otherwise: a functional groups
+// sequence's items each a group of their own (the shared one's first).
+func (h *header) sequence(r *reader, el element, explicit bool, depth int, keep bool, sub scope) error {
 	if depth > maxDepth {
 		return fmt.Errorf("sequences nested over %d deep at %s", maxDepth, tagString(el.tag))
 	}
@@ -478,6 +526,10 @@ func (h *header) sequence(r *reader, el element, explicit bool, depth int, keep 
 		if keep && item == 0 {
 			l = &lut{}
 		}
+		itemScope := sub
+		if sub.kind == scopeGroup {
+			itemScope.attrs = h.group(el.tag, item)
+		}
 		var desc, data []byte
 		descSigned := false
 		for {
@@ -512,7 +564,7 @@ func (h *header) sequence(r *reader, el element, explicit bool, depth int, keep 
 				}
 				continue
 			}
-			if err := h.element(r, e, depth, true, explicit); err != nil {
+			if err := h.element(r, e, depth, itemScope, explicit); err != nil {
 				return err
 			}
 		}
@@ -677,8 +729,6 @@ func (h *header) check() error {
 		return fmt.Errorf("image of %d×%d pixels", h.cols, h.rows)
 	case int64(h.rows)*int64(h.cols) > MaxPixels:
 		return fmt.Errorf("image of %d×%d pixels, over the limit of %d pixels", h.cols, h.rows, MaxPixels)
-	case h.frames > 1:
-		return fmt.Errorf("a multi-frame image (%d frames): one file is one sample here; write each frame as a file of its own", h.frames)
 	case h.bitsAlloc != 1 && h.bitsAlloc != 8 && h.bitsAlloc != 16:
 		return fmt.Errorf("Bits Allocated %d: 1, 8 or 16 are read", h.bitsAlloc)
 	case h.bitsAlloc == 1 && h.samples != 1:

@@ -410,20 +410,26 @@ func TestTruncatedFixtures(t *testing.T) {
 }
 
 // FuzzDecode: no input panics the decoder or makes it allocate past its
-// bounds.
+// bounds, whatever frame of a multi-frame object is asked for.
 func FuzzDecode(f *testing.F) {
 	for _, c := range fixtures(f) {
-		b, err := os.ReadFile(filepath.Join("testdata/files", c.File))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+		f.Add(readFixture(f, filepath.Join("testdata/files", c.File)), uint8(0))
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
+	for k, c := range readCases[frameCase](f, "testdata/frames") {
+		if c.Refuse == "" && k%3 == 0 {
+			fr, _ := ParseFrame(c.Frame)
+			f.Add(readFixture(f, filepath.Join("testdata/frames", c.File)), uint8(fr.Kind)|uint8(fr.Number)<<3)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, choice uint8) {
 		if cfg, err := DecodeConfig(bytes.NewReader(b)); err == nil && int64(cfg.Width)*int64(cfg.Height) > MaxPixels {
 			t.Fatalf("config of %d×%d passed", cfg.Width, cfg.Height)
 		}
-		img, err := Decode(bytes.NewReader(b))
+		fr := Frame{Kind: FrameKind(choice & 7), Number: int(choice >> 3)}
+		if fr.Kind == FrameNumber && fr.Number == 0 {
+			fr.Number = 1
+		}
+		img, err := DecodeWith(bytes.NewReader(b), Options{Frame: fr})
 		if err == nil && (img.Bounds().Dx() <= 0 || img.Bounds().Dy() <= 0) {
 			t.Fatalf("an empty image decoded")
 		}

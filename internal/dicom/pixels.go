@@ -33,6 +33,10 @@ type Options struct {
 	// brain, subdural and bone windows, as RSNA's intracranial haemorrhage
 	// models read them). A colour image is decoded as without them.
 	Windows []Window
+	// Frame chooses the image of a multi-frame object: a frame, or a
+	// projection of the frames (a grayscale image's). Without one, a
+	// multi-frame object is an error (ErrMultiFrame).
+	Frame Frame
 }
 
 // ParseWindows parses windows written as C,W (a centre and a width in
@@ -122,117 +126,42 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	if err := h.check(); err != nil {
 		return nil, err
 	}
+	if h.frames > 1 && opts.Frame.Kind == FrameNone {
+		return nil, fmt.Errorf("%w (%d frames): choose one of its frames or a projection of them (Options.Frame)", ErrMultiFrame, h.frames)
+	}
 	r.limit = math.MaxInt64
-	n := h.rows * h.cols * h.samples
-	bps := h.bitsAlloc / 8
-	// vals are the stored samples, each its Bits Stored bits as stored
-	// (two's complement where Pixel Representation is 1): 2 bytes a sample,
-	// the sign read where a value is looked up (toGray's table).
-	var vals []uint16
-	switch h.syntax {
-	case tsImplicitLE, tsExplicitLE, tsExplicitBE, tsDeflatedLE:
-		if el.length == undefinedLength {
-			return nil, fmt.Errorf("encapsulated pixel data under the native transfer syntax %s", h.syntax)
+	s, err := newFrameSource(h, r, el)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Frame.projection() {
+		return h.project(s, opts.Frame, opts.Windows)
+	}
+	k, err := opts.Frame.index(h.frames)
+	if err != nil {
+		return nil, err
+	}
+	for range k {
+		if _, err := s.next(false); err != nil {
+			return nil, err
 		}
-		need := n * bps
-		switch {
-		case h.bitsAlloc == 1:
-			need = (n + 7) / 8 // a bitmap (a mask), bits packed from each byte's low bit
-		case h.photometric == "YBR_FULL_422":
-			need = n * 2 / 3 // Y1 Y2 Cb Cr for each two pixels (PS3.3 C.7.6.3.1.2)
-			if h.bitsAlloc != 8 || h.planar != 0 || h.cols%2 != 0 {
-				return nil, fmt.Errorf("uncompressed YBR_FULL_422 of %d bits, planar configuration %d, %d columns: 8 bits, interleaved, an even count are read", h.bitsAlloc, h.planar, h.cols)
-			}
+	}
+	data, err := s.next(true)
+	if err != nil {
+		return nil, err
+	}
+	vals, img, err := h.frameImage(data, r.order)
+	if err != nil {
+		if h.frames > 1 {
+			return nil, fmt.Errorf("frame %d: %w", k+1, err)
 		}
-		if int64(el.length) < int64(need) {
-			return nil, fmt.Errorf("Pixel Data (7FE0,0010) holds %d bytes; a %d×%d image of %d samples of %d bits needs %d", el.length, h.cols, h.rows, h.samples, h.bitsAlloc, need)
-		}
-		raw, err := r.bytes(int64(need))
-		if err != nil {
-			return nil, fmt.Errorf("Pixel Data (7FE0,0010): %w", err)
-		}
-		if h.big && bps == 1 && el.vr == "OW" {
-			// 8-bit samples in big-endian 16-bit words (PS3.5 8.1.1).
-			for i := 0; i+1 < len(raw); i += 2 {
-				raw[i], raw[i+1] = raw[i+1], raw[i]
-			}
-		}
-		vals = h.native(raw, r.order)
-	default:
-		if el.length != undefinedLength {
-			return nil, fmt.Errorf("Pixel Data (7FE0,0010) not encapsulated under the compressed transfer syntax %s", h.syntax)
-		}
-		if h.bitsAlloc == 1 {
-			return nil, fmt.Errorf("a 1-bit image under the compressed transfer syntax %s (1-bit images are read uncompressed)", h.syntax)
-		}
-		frame, err := fragments(r, int64(2*n*bps+1<<16))
-		if err != nil {
-			return nil, fmt.Errorf("Pixel Data (7FE0,0010): %w", err)
-		}
-		perByte := pixelsPerByte[h.syntax]
-		if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
-			return nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
-		}
-		switch h.syntax {
-		case tsRLE:
-			if vals, err = h.rle(frame); err != nil {
-				return nil, fmt.Errorf("RLE Lossless: %w", err)
-			}
-		case tsJPEGLL14, tsJPEGLLSV1:
-			if vals, err = h.lossless("JPEG Lossless", decodeJPEGLossless, frame); err != nil {
-				return nil, err
-			}
-		case tsJPEGLS, tsJPEGLSNear:
-			if vals, err = h.lossless("JPEG-LS", decodeJPEGLS, frame); err != nil {
-				return nil, err
-			}
-		case tsJ2K, tsJ2KLossy:
-			if vals, err = h.lossless("JPEG 2000", decodeJPEG2000, frame); err != nil {
-				return nil, err
-			}
-		case tsJPEGBase, tsJPEGExt:
-			if h.bitsStored > 8 {
-				return nil, fmt.Errorf("12-bit lossy JPEG (transfer syntax %s, %d bits stored) is not read: write the file uncompressed first, e.g. dcmdjpeg IN OUT or gdcmconv --raw IN OUT", h.syntax, h.bitsStored)
-			}
-			// The JPEG's own size is checked before Go's decoder allocates
-			// the image it claims.
-			if cfg, err := jpeg.DecodeConfig(bytes.NewReader(frame)); err != nil {
-				return nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
-			} else if cfg.Width != h.cols || cfg.Height != h.rows {
-				return nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", cfg.Width, cfg.Height, h.cols, h.rows)
-			}
-			img, err := jpeg.Decode(bytes.NewReader(frame))
-			if err != nil {
-				return nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
-			}
-			if b := img.Bounds(); b.Dx() != h.cols || b.Dy() != h.rows {
-				return nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
-			}
-			g, ok := img.(*image.Gray)
-			if h.samples != 1 {
-				if ok {
-					return nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
-				}
-				// Photometric Interpretation RGB says the frame's components
-				// are R, G and B as stored (PS3.5 8.2.1), unless an Adobe
-				// marker says they were transformed; Go's decoder, like
-				// libjpeg, assumes YCbCr for a frame that says nothing.
-				if y, isYCbCr := img.(*image.YCbCr); isYCbCr && h.photometric == "RGB" && !adobeMarker(frame) {
-					return &RawJPEG{y}, nil
-				}
-				return img, nil
-			}
-			if !ok {
-				return nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
-			}
-			vals = make([]uint16, n)
-			for y := range h.rows {
-				row := g.Pix[y*g.Stride : y*g.Stride+h.cols]
-				for x, v := range row {
-					vals[y*h.cols+x] = h.stored(uint32(v))
-				}
-			}
-		}
+		return nil, err
+	}
+	if img != nil {
+		return img, nil
+	}
+	if err := h.useFrame(k); err != nil {
+		return nil, err
 	}
 	switch {
 	case h.photometric == "PALETTE COLOR":
@@ -241,6 +170,74 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		return h.toGray(vals, opts.Windows)
 	}
 	return h.toRGB(vals)
+}
+
+// compressed decodes an encapsulated frame to its stored values (vals
+// are each sample's Bits Stored bits as stored — two's complement where
+// Pixel Representation is 1 —, 2 bytes a sample, the sign read where a
+// value is looked up), or, for a colour JPEG frame, to the decoder's
+// image.
+func (h *header) compressed(frame []byte) (vals []uint16, _ image.Image, err error) {
+	n := h.rows * h.cols * h.samples
+	perByte := pixelsPerByte[h.syntax]
+	if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
+		return nil, nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
+	}
+	switch h.syntax {
+	case tsRLE:
+		if vals, err = h.rle(frame); err != nil {
+			return nil, nil, fmt.Errorf("RLE Lossless: %w", err)
+		}
+	case tsJPEGLL14, tsJPEGLLSV1:
+		vals, err = h.lossless("JPEG Lossless", decodeJPEGLossless, frame)
+	case tsJPEGLS, tsJPEGLSNear:
+		vals, err = h.lossless("JPEG-LS", decodeJPEGLS, frame)
+	case tsJ2K, tsJ2KLossy:
+		vals, err = h.lossless("JPEG 2000", decodeJPEG2000, frame)
+	case tsJPEGBase, tsJPEGExt:
+		if h.bitsStored > 8 {
+			return nil, nil, fmt.Errorf("12-bit lossy JPEG (transfer syntax %s, %d bits stored) is not read: write the file uncompressed first, e.g. dcmdjpeg IN OUT or gdcmconv --raw IN OUT", h.syntax, h.bitsStored)
+		}
+		// The JPEG's own size is checked before Go's decoder allocates
+		// the image it claims.
+		if cfg, err := jpeg.DecodeConfig(bytes.NewReader(frame)); err != nil {
+			return nil, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+		} else if cfg.Width != h.cols || cfg.Height != h.rows {
+			return nil, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", cfg.Width, cfg.Height, h.cols, h.rows)
+		}
+		img, err := jpeg.Decode(bytes.NewReader(frame))
+		if err != nil {
+			return nil, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+		}
+		if b := img.Bounds(); b.Dx() != h.cols || b.Dy() != h.rows {
+			return nil, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
+		}
+		g, ok := img.(*image.Gray)
+		if h.samples != 1 {
+			if ok {
+				return nil, nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
+			}
+			// Photometric Interpretation RGB says the frame's components
+			// are R, G and B as stored (PS3.5 8.2.1), unless an Adobe
+			// marker says they were transformed; Go's decoder, like
+			// libjpeg, assumes YCbCr for a frame that says nothing.
+			if y, isYCbCr := img.(*image.YCbCr); isYCbCr && h.photometric == "RGB" && !adobeMarker(frame) {
+				return nil, &RawJPEG{y}, nil
+			}
+			return nil, img, nil
+		}
+		if !ok {
+			return nil, nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
+		}
+		vals = make([]uint16, n)
+		for y := range h.rows {
+			row := g.Pix[y*g.Stride : y*g.Stride+h.cols]
+			for x, v := range row {
+				vals[y*h.cols+x] = h.stored(uint32(v))
+			}
+		}
+	}
+	return vals, nil, err
 }
 
 // pixelsPerByte is the most pixels a byte of each codec's frame can code:
@@ -305,10 +302,11 @@ func (h *header) value(bits int) int32 {
 	return v
 }
 
-// native reads uncompressed samples: pixel-major, components interleaved
-// (a planar image's planes interleaved here), each value masked to Bits
-// Stored below High Bit (PS3.5 8.1.1: the other bits may hold anything).
-func (h *header) native(raw []byte, order binary.ByteOrder) []uint16 {
+// nativeValues reads uncompressed samples: pixel-major, components
+// interleaved (a planar image's planes interleaved here), each value
+// masked to Bits Stored below High Bit (PS3.5 8.1.1: the other bits may
+// hold anything).
+func (h *header) nativeValues(raw []byte, order binary.ByteOrder) []uint16 {
 	n := h.rows * h.cols * h.samples
 	vals := make([]uint16, n)
 	switch {
@@ -346,50 +344,6 @@ func (h *header) native(raw []byte, order binary.ByteOrder) []uint16 {
 		vals[i] = h.stored(v >> shift)
 	}
 	return vals
-}
-
-// fragments reads encapsulated pixel data (PS3.5 A.4): the Basic Offset
-// Table item, then the fragments of the one frame up to the sequence
-// delimiter, joined; at most limit bytes.
-func fragments(r *reader, limit int64) ([]byte, error) {
-	var frame []byte
-	for item := 0; ; item++ {
-		el, err := r.next(false)
-		if err != nil {
-			return nil, err
-		}
-		switch el.tag {
-		case tagSeqDelim:
-			if item < 2 {
-				return nil, fmt.Errorf("no fragment after the offset table")
-			}
-			return frame, nil
-		case tagItem:
-		default:
-			return nil, fmt.Errorf("element %s where a fragment was expected", tagString(el.tag))
-		}
-		if el.length == undefinedLength {
-			return nil, fmt.Errorf("a fragment of undefined length")
-		}
-		if item == 0 { // the Basic Offset Table: one frame needs none
-			if err := r.skip(int64(el.length)); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		if int64(len(frame))+int64(el.length) > limit {
-			return nil, fmt.Errorf("fragments of over %d bytes for one frame", limit)
-		}
-		b, err := r.bytes(int64(el.length))
-		if err != nil {
-			return nil, err
-		}
-		if frame == nil { // most frames are one fragment: no copy
-			frame = b
-			continue
-		}
-		frame = append(frame, b...)
-	}
 }
 
 // rle decodes an RLE Lossless frame (PS3.5 G): a header of segment offsets,
@@ -496,85 +450,102 @@ func (h *header) toGray(vals []uint16, windows []Window) (image.Image, error) {
 	for _, v := range vals {
 		used[v] = true
 	}
-	modality := func(v float64) float64 {
-		if l := h.modalityLUT; l != nil {
-			return float64(l.at(v))
+	vois, err := h.vois(windows, func() (float64, float64) {
+		mn, mx := math.Inf(1), math.Inf(-1)
+		for i, u := range used {
+			if u {
+				m := h.modality(float64(h.value(i)))
+				mn, mx = min(mn, m), max(mx, m)
+			}
 		}
-		return v*h.slope + h.intercept
+		return mn, mx
+	})
+	if err != nil {
+		return nil, err
 	}
+	out := make([][]uint8, len(vois))
+	for c, voi := range vois {
+		table := make([]uint8, len(used))
+		for i, u := range used {
+			if u {
+				table[i] = h.eight(voi(h.modality(float64(h.value(i)))))
+			}
+		}
+		out[c] = make([]uint8, len(vals))
+		for i, v := range vals {
+			out[c][i] = table[v]
+		}
+	}
+	return h.grayOrRGB(out), nil
+}
+
+// modality is the Modality LUT: its table, or the rescale.
+func (h *header) modality(v float64) float64 {
+	if l := h.modalityLUT; l != nil {
+		return float64(l.at(v))
+	}
+	return v*h.slope + h.intercept
+}
+
+// vois are the VOI functions to [0, 1] of a grayscale image's channels:
+// one a window of the user's, else one: the file's VOI LUT, its window,
+// or the image's own range, which rangeOf gives.
+func (h *header) vois(windows []Window, rangeOf func() (lo, hi float64)) ([]func(float64) float64, error) {
 	fn := h.voiFunction
 	if fn == "" {
 		fn = "LINEAR"
 	}
 	if len(windows) > 0 {
-		tables := make([][]uint8, len(windows))
+		vois := make([]func(float64) float64, len(windows))
 		for k, w := range windows {
-			voi, err := windowFunc(fn, w)
-			if err != nil {
+			var err error
+			if vois[k], err = windowFunc(fn, w); err != nil {
 				return nil, err
 			}
-			tables[k] = h.table(used, modality, voi)
 		}
-		if len(tables) == 1 {
-			return h.grayImage(vals, tables[0]), nil
-		}
-		img := image.NewNRGBA(image.Rect(0, 0, h.cols, h.rows))
-		for i, v := range vals {
-			px := img.Pix[4*i : 4*i+4]
-			px[0], px[1], px[2], px[3] = tables[0][v], tables[1][v], tables[2][v], 0xff
-		}
-		return img, nil
+		return vois, nil
 	}
-	var voi func(x float64) float64
 	switch {
 	case h.voiLUT != nil:
 		l := h.voiLUT
 		top := float64(int(1)<<l.bits - 1)
-		voi = func(x float64) float64 { return float64(l.at(x)) / top }
+		return []func(float64) float64{func(x float64) float64 { return float64(l.at(x)) / top }}, nil
 	case len(h.windows) > 0:
-		var err error
-		if voi, err = windowFunc(fn, h.windows[0]); err != nil {
+		voi, err := windowFunc(fn, h.windows[0])
+		if err != nil {
 			return nil, err
 		}
-	default:
-		mn, mx := math.Inf(1), math.Inf(-1)
-		for i, u := range used {
-			if u {
-				m := modality(float64(h.value(i)))
-				mn, mx = min(mn, m), max(mx, m)
-			}
-		}
-		voi = func(x float64) float64 {
-			if mx == mn {
-				return 0
-			}
-			return (x - mn) / (mx - mn)
-		}
+		return []func(float64) float64{voi}, nil
 	}
-	return h.grayImage(vals, h.table(used, modality, voi)), nil
+	mn, mx := rangeOf()
+	return []func(float64) float64{func(x float64) float64 {
+		if mx == mn {
+			return 0
+		}
+		return (x - mn) / (mx - mn)
+	}}, nil
 }
 
-// table maps the stored bits of each value the image uses to 8 bits: the
-// Modality LUT, the VOI, MONOCHROME1's inversion.
-func (h *header) table(used []bool, modality, voi func(float64) float64) []uint8 {
-	table := make([]uint8, len(used))
-	for i, u := range used {
-		if !u {
-			continue
-		}
-		y := voi(modality(float64(h.value(i))))
-		if h.photometric == "MONOCHROME1" {
-			y = 1 - y
-		}
-		table[i] = uint8(math.Round(min(max(y, 0), 1) * 255))
+// eight is a VOI output in [0, 1] as 8 bits: MONOCHROME1 (higher values
+// darker) inverted, clipped, ×255 rounded.
+func (h *header) eight(y float64) uint8 {
+	if h.photometric == "MONOCHROME1" {
+		y = 1 - y
 	}
-	return table
+	return uint8(math.Round(min(max(y, 0), 1) * 255))
 }
 
-func (h *header) grayImage(vals []uint16, table []uint8) *image.Gray {
-	img := image.NewGray(image.Rect(0, 0, h.cols, h.rows))
-	for i, v := range vals {
-		img.Pix[i] = table[v]
+// grayOrRGB is one channel's pixels as a gray image, or three's as an
+// RGB one.
+func (h *header) grayOrRGB(ch [][]uint8) image.Image {
+	r := image.Rect(0, 0, h.cols, h.rows)
+	if len(ch) == 1 {
+		return &image.Gray{Pix: ch[0], Stride: h.cols, Rect: r}
+	}
+	img := image.NewNRGBA(r)
+	for i := range ch[0] {
+		px := img.Pix[4*i : 4*i+4]
+		px[0], px[1], px[2], px[3] = ch[0][i], ch[1][i], ch[2][i], 0xff
 	}
 	return img
 }
