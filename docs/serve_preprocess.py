@@ -52,16 +52,59 @@ def transform(model):
     return T.Compose([lambda im: im.convert(mode)] + steps), json.loads(meta.get("dpfinetune.classes", "[]"))
 
 
-def dicom_image(path, window):
+def frame_groups(ds, k):
+    """Frame k's functional groups, in the order they stand for it: its
+    Per-frame Functional Groups item, then the Shared Functional Groups
+    item (an enhanced object's; none for a classic image)."""
+    groups = []
+    pf = ds.get("PerFrameFunctionalGroupsSequence")
+    if pf is not None and k < len(pf):
+        groups.append(pf[k])
+    sh = ds.get("SharedFunctionalGroupsSequence")
+    if sh is not None and len(sh):
+        groups.append(sh[0])
+    return groups
+
+
+def group_item(groups, seq, a, b):
+    """The first group's seq item that holds both a and b, or None."""
+    for g in groups:
+        items = g.get(seq)
+        if items is not None and len(items) and items[0].get(a) is not None and items[0].get(b) is not None:
+            return items[0]
+    return None
+
+
+def dicom_image(path, window, frame=""):
     """A DICOM file's image as dpfinetune decodes it: gray, or RGB for a
     colour image or three windows. window: dpfinetune.window's value, "" for
-    the file's own."""
+    the file's own; frame: dpfinetune.frame's, the image a multi-frame
+    object gives — a frame (first, middle, last, a number from 1) or a
+    projection of its frames' rescaled values (max, mean, min), windowed
+    as frame 1 is."""
     import pydicom
     from pydicom.pixel_data_handlers.util import (apply_modality_lut,
                                                   apply_voi_lut,
                                                   convert_color_space)
     ds = pydicom.dcmread(path)
     arr = ds.pixel_array
+    n = int(ds.get("NumberOfFrames") or 1)
+    if n == 1:
+        arr = arr[None]  # frames first, as a multi-frame object's
+    if n > 1 and not frame:
+        raise ValueError(f"{path}: a multi-frame image ({n} frames): choose its image (dpfinetune.frame)")
+    project = frame if frame in ("max", "mean", "min") else None
+    k = 0
+    if frame and not project:
+        k = {"first": 0, "middle": n // 2, "last": n - 1}.get(frame.lower())
+        k = int(frame) - 1 if k is None else k
+        if not 0 <= k < n:
+            raise ValueError(f"{path}: frame {k + 1} of an image of {n} frame(s)")
+    if project and (ds.SamplesPerPixel != 1 or ds.PhotometricInterpretation == "PALETTE COLOR"):
+        raise ValueError(f"{path}: a {project} projection of a {ds.PhotometricInterpretation} image")
+    frames, arr = arr, arr[k]
+    if ds.PhotometricInterpretation == "PALETTE COLOR":
+        return Image.fromarray(palette_rgb(ds, arr), "RGB")
     if ds.SamplesPerPixel == 3:
         # pydicom hands YBR over as it is stored (a JPEG's too; 4:2:2
         # expanded): the colour conversion is the reader's.
@@ -69,8 +112,19 @@ def dicom_image(path, window):
             arr = convert_color_space(arr, "YBR_FULL", "RGB")
         top = 2 ** ds.BitsStored - 1
         return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")
-    m = apply_modality_lut(arr, ds).astype(np.float64)
-    fn = (str(ds.get("VOILUTFunction", "")) or "LINEAR").upper()
+    def rescaled(a, k):  # the Modality LUT, a frame's own rescale first
+        t = group_item(frame_groups(ds, k), "PixelValueTransformationSequence", "RescaleSlope", "RescaleIntercept")
+        if t is not None and "ModalityLUTSequence" not in ds:
+            return a.astype(np.float64) * float(t.RescaleSlope) + float(t.RescaleIntercept)
+        return apply_modality_lut(a, ds).astype(np.float64)
+
+    if project:
+        ms = np.stack([rescaled(frames[j], j) for j in range(n)])
+        m = {"max": ms.max(0), "mean": ms.mean(0), "min": ms.min(0)}[project]
+    else:
+        m = rescaled(arr, k)
+    fw = group_item(frame_groups(ds, k), "FrameVOILUTSequence", "WindowCenter", "WindowWidth")
+    fn = (str((fw if fw is not None else ds).get("VOILUTFunction", "")) or "LINEAR").upper()
 
     def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
         if fn == "SIGMOID":
@@ -88,6 +142,8 @@ def dicom_image(path, window):
         ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
     elif "VOILUTSequence" in ds:
         ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
+    elif fw is not None:
+        ys = [windowed(first(fw.WindowCenter), first(fw.WindowWidth))]
     elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
         ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
     else:
@@ -100,6 +156,28 @@ def dicom_image(path, window):
     return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
 
 
+def palette_rgb(ds, arr):
+    """A PALETTE COLOR image's RGB as internal/dicom's palette.go makes it:
+    pydicom's apply_color_lut, then 8 bits — 8-bit entries as they are,
+    16-bit words under a descriptor of 8 bits their low byte, 16-bit entries
+    round(v*255/65535). pydicom 2.3.1 reads a big-endian file's 16-bit LUT
+    Data in the machine's byte order: they are swapped to it first."""
+    from pydicom.pixel_data_handlers.util import apply_color_lut
+    desc = ds.RedPaletteColorLookupTableDescriptor
+    n = desc[0] or 65536
+    if not ds.is_little_endian:
+        for kw in ("Red", "Green", "Blue", "Alpha"):
+            el = ds.get(f"{kw}PaletteColorLookupTableData")
+            if el is not None and len(el) == 2 * n:
+                ds[f"{kw}PaletteColorLookupTableData"].value = np.frombuffer(el, ">u2").astype("=u2").tobytes()
+    out = apply_color_lut(arr, ds)[..., :3]
+    if out.dtype == np.uint8:
+        return out
+    if desc[2] == 8:
+        return (out & 0xFF).astype(np.uint8)  # 8-bit entries in 16-bit words
+    return np.floor(out * (255 / 65535) + 0.5).astype(np.uint8)
+
+
 def open_image(path, model):
     """An image file as dpfinetune reads it: DICOM by its contents, the rest
     by PIL."""
@@ -107,7 +185,7 @@ def open_image(path, model):
         head = f.read(132)
     if head[128:132] == b"DICM":
         meta = {p.key: p.value for p in model.metadata_props}
-        return dicom_image(path, meta.get("dpfinetune.window", ""))
+        return dicom_image(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
     return Image.open(path)
 
 

@@ -122,7 +122,11 @@ type Settings struct {
 	// in place of each file's own (data.Fit.Window, dicom.ParseWindows's
 	// form); empty for the files' own. Recorded in the model, so that eval
 	// and predict read their images the same way.
-	Window     string  `json:"window,omitempty"`
+	Window string `json:"window,omitempty"`
+	// Frame is the image multi-frame DICOM objects gave (data.Fit.Frame,
+	// dicom.ParseFrame's form: a frame or a projection); empty where none
+	// was chosen. Recorded in the model, as Window.
+	Frame      string  `json:"frame,omitempty"`
 	InputShape []int64 `json:"input_shape"`
 	Classes    int     `json:"classes"`
 	Noise      string  `json:"noise"`
@@ -1706,6 +1710,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Window != "" {
 		kv["window"] = s.Window
+	}
+	if s.Frame != "" {
+		kv["frame"] = s.Frame
 	}
 	if s.PrivacyUnit == PrivacyUnitUser {
 		kv["privacy_unit"] = s.PrivacyUnit

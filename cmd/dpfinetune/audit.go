@@ -91,7 +91,7 @@ func runAudit(args []string, stdout io.Writer) error {
 		if spec == "" {
 			spec = withSplit(*tf.spec, data.Test)
 		}
-		pool, err := openView(spec, cfg.Settings.InputShape, *tf.norm, *tf.augment, *tf.resize, *tf.window)
+		pool, err := openView(spec, cfg.Settings.InputShape, *tf.norm, *tf.augment, *tf.resize, tf.dicomRead())
 		if err != nil {
 			return fmt.Errorf("canary images: %w", err)
 		}

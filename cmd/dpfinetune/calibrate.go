@@ -27,7 +27,7 @@ type calibrateResult struct {
 }
 
 func runCalibrate(args []string, stdout io.Writer) error {
-	fs := newFlagSet("calibrate", "--model M.onnx --data SPEC --out C.onnx [--per-label] [--batch N] [--norm ...] [--resize ...] [--window ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("calibrate", "--model M.onnx --data SPEC --out C.onnx [--per-label] [--batch N] [--norm ...] [--resize ...] [--window ...] [--frame ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "validation data to fit the temperature on, as eval's --data (default split: test; calibrate on a split you do not report figures of, and on data whose statistics may be released: the temperature is one, outside the guarantee)")
 	out := fs.String("out", "", "the calibrated model: the input model, its logits divided by the fitted temperature (required)")
@@ -35,6 +35,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "as eval's --resize (default: the one recorded in the model by train, else stretch)")
 	window := fs.String("window", "", "as eval's --window (default: the one recorded in the model by train, else file)")
+	frame := fs.String("frame", "", "as eval's --frame (default: the one recorded in the model by train)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	perLabel := fs.Bool("per-label", false, "a multi-label model: fit each label its own map of the logit, a·z + b (Platt scaling against Platt's targets, scikit-learn's sigmoid calibration), instead of one temperature: corrects a label's bias too (a --pos-weight's inflated probabilities), so its decisions at ½ move; its AUC does not")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -52,7 +53,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *window, *inShape)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame}, *inShape)
 	if err != nil {
 		return err
 	}

@@ -69,7 +69,7 @@ func runCompare(args []string, stdout io.Writer) error {
 	var res [2]*dptrain.EvalResult
 	var kept [2]*dptrain.Kept
 	for i, m := range models {
-		if es[i], err = openEvaluation(dev, m, *spec, *batch, "", "", "", ""); err != nil {
+		if es[i], err = openEvaluation(dev, m, *spec, *batch, "", "", dicomRead{}, ""); err != nil {
 			return err
 		}
 		var gr *dptrain.Grouping

@@ -132,11 +132,12 @@ type dataClass struct {
 }
 
 func runData(args []string, stdout io.Writer) error {
-	fs := newFlagSet("data", "--data SPEC [--model M.onnx [--resize ...] [--window ...] [--augment ...] [--input-shape C,H,W]] [--json]")
+	fs := newFlagSet("data", "--data SPEC [--model M.onnx [--resize ...] [--window ...] [--frame ...] [--augment ...] [--input-shape C,H,W]] [--json]")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv with its options, as train takes it (required)")
 	model := fs.String("model", "", "fit the images to this model's input as train does (the same --resize and --augment), so that DPFINETUNE_PIXEL_CACHE keeps them for train; without it images are decoded as they are")
 	resize := fs.String("resize", "stretch", resizeUsage+" (with --model)")
 	window := fs.String("window", windowFile, windowUsage+" (with --model)")
+	frame := fs.String("frame", "", frameUsage)
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views) or user; their sizes, and the groups whose examples differ in label (which eval refuses)")
@@ -186,12 +187,16 @@ func runData(args []string, stdout io.Writer) error {
 		if _, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
 			im, err = data.LoadFitted(s, fit)
 			return im, err
-		}, sample, "default", *augment, *resize, *window); err != nil {
+		}, sample, "default", *augment, *resize, dicomRead{*window, *frame}); err != nil {
 			return err
 		}
 	default:
-		if im, err = data.Load(s); err != nil {
+		frame, err := parseFrame(*frame)
+		if err != nil {
 			return err
+		}
+		if im, err = data.LoadFitted(s, data.Fit{Frame: frame}); err != nil {
+			return withFrameHint(err)
 		}
 	}
 	if im != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,4 +160,77 @@ func TestServePreprocessDICOM(t *testing.T) {
 			servedLikePredict(t, py, model, filepath.Join(dir, window), files, 1e-5)
 		})
 	}
+}
+
+// TestDICOMFrames: a folder of multi-frame DICOM objects (cine loops,
+// enhanced CTs with per-frame windows; uncompressed, RLE, an Extended
+// Offset Table) and a single-frame image trains with --frame, which train
+// records: predict and eval read through the recorded choice unless told
+// otherwise, and docs/serve_preprocess.py does too. Without --frame the
+// run is refused, naming the file and the flag; a bad choice is a usage
+// error.
+func TestDICOMFrames(t *testing.T) {
+	const frames = "../../internal/dicom/testdata/frames"
+	dir := t.TempDir()
+	var served []string
+	for i, f := range []struct{ class, fixture string }{
+		{"a", "cine8.dcm"}, {"a", "enhanced_ct.dcm"}, {"a", "perframe_rescale.dcm"}, {"a", "../files/ct_rle.dcm"},
+		{"b", "enhanced_ct_rle.dcm"}, {"b", "cine8_rle_nobot.dcm"}, {"b", "cine16_extended.dcm"}, {"b", "enhanced_ct_implicit.dcm"},
+	} {
+		b, err := os.ReadFile(filepath.Join(frames, f.fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, f.class, fmt.Sprintf("im%d.dcm", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		served = append(served, p)
+	}
+	train := func(args ...string) (string, int) {
+		t.Helper()
+		_, e, code := run(t, append([]string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:" + dir, "--test-data", "none",
+			"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet"}, args...)...)
+		return e, code
+	}
+	if e, code := train("--out", filepath.Join(t.TempDir(), "x.onnx")); code == 0 || !strings.Contains(e, "multi-frame image (4 frames)") || !strings.Contains(e, "--frame") || !strings.Contains(e, "im0.dcm") {
+		t.Errorf("train without --frame: exit %d: %s; want the file, its frames and --frame named", code, e)
+	}
+	if e, code := train("--frame", "0", "--out", filepath.Join(t.TempDir(), "x.onnx")); code != 2 || !strings.Contains(e, "--frame") {
+		t.Errorf("train --frame 0: exit %d: %s; want a usage error", code, e)
+	}
+	model := filepath.Join(t.TempDir(), "mip.onnx")
+	if e, code := train("--frame", "max", "--out", model); code != 0 {
+		t.Fatalf("train --frame max: exit %d: %s", code, e)
+	}
+	if got := metadata(t, model)["dpfinetune.frame"]; got != "max" {
+		t.Fatalf("recorded frame %q, want max", got)
+	}
+	probs := func(args ...string) string {
+		t.Helper()
+		o, e, code := run(t, append([]string{"predict", "--model", model, "--images", dir, "--top", "2", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("predict %v: exit %d: %s", args, code, e)
+		}
+		return o
+	}
+	recorded, explicit, first := probs(), probs("--frame", "max"), probs("--frame", "first")
+	if recorded != explicit {
+		t.Errorf("predict with the recorded frame differs from --frame max:\n%s\n%s", recorded, explicit)
+	}
+	if recorded == first {
+		t.Errorf("predict --frame first gave the projection's probabilities")
+	}
+	if o, e, code := run(t, "eval", "--model", model, "--data", "folder:"+dir+":train", "--json"); code != 0 || !strings.Contains(o, `"examples": 8`) {
+		t.Errorf("eval with the recorded frame: exit %d: %s%s", code, o, e)
+	}
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run(); err != nil {
+		t.Log("no /usr/bin/python3 with torch, torchvision, onnx, PIL and pydicom: serve_preprocess.py not checked")
+		return
+	}
+	servedLikePredict(t, py, model, filepath.Join(t.TempDir(), "served"), served, 1e-5)
 }

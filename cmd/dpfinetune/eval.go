@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -65,14 +66,22 @@ const resizeUsage = "how an image of another size becomes the model's input: str
 // windowUsage is the --window flag's help.
 const windowUsage = "DICOM images: file (each file's own window or VOI LUT, else its own range), the VOI window C,W every grayscale DICOM image is read through instead (a centre and a width in the rescaled values: -600,1500 for a CT's lung window), or three, C,W/C,W/C,W, read as the channels of an RGB image (a head CT's brain, subdural and bone windows: 40,80/80,200/600,2800); other images are read as without it"
 
-// recordedPreprocess sets *norm, *resize and *window, where empty, to what
-// train recorded in the model, else to the defaults.
-func recordedPreprocess(m *onnx.Model, norm, resize, window *string) {
+// frameUsage is the --frame flag's help.
+const frameUsage = "multi-frame DICOM objects (a cine loop, an enhanced CT or MR volume, a tomosynthesis stack): the image each gives — a frame, first, middle (frame n/2+1 of n), last or a number from 1, or a projection of all its frames' rescaled values, max (a maximum intensity projection), mean or min, then windowed as a frame (frame 1's window); without it such a file is refused (single-frame files are read as they are)"
+
+// dicomRead is how DICOM images are read: --window and --frame.
+type dicomRead struct {
+	window, frame string
+}
+
+// recordedPreprocess sets *norm, *resize and dcm's window and frame, where
+// empty, to what train recorded in the model, else to the defaults.
+func recordedPreprocess(m *onnx.Model, norm, resize *string, dcm *dicomRead) {
 	for _, f := range []struct {
 		v    *string
 		key  string
 		none string
-	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}, {window, "window", windowFile}} {
+	}{{norm, "norm", "default"}, {resize, "resize", "stretch"}, {&dcm.window, "window", windowFile}, {&dcm.frame, "frame", ""}} {
 		if *f.v == "" {
 			*f.v = recorded(m, f.key, f.none)
 		}
@@ -105,13 +114,13 @@ type dataView interface {
 // shape: images to (C,H,W); arrays of other samples (video clips,
 // volumes, normalised tensors) keep their values, and must have the
 // model's shape.
-func openView(spec string, sample []int64, norm, augment, resize, window string) (dataView, error) {
+func openView(spec string, sample []int64, norm, augment, resize string, dcm dicomRead) (dataView, error) {
 	s, err := data.ParseSpec(spec)
 	if err != nil {
 		return nil, err
 	}
 	if s.Scheme != data.SchemeNPY {
-		return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadFitted(s, fit) }, sample, norm, augment, resize, window)
+		return openViewOf(func(fit data.Fit) (*data.Images, error) { return data.LoadFitted(s, fit) }, sample, norm, augment, resize, dcm)
 	}
 	a, err := data.LoadArrays(s)
 	if err != nil {
@@ -123,7 +132,7 @@ func openView(spec string, sample []int64, norm, augment, resize, window string)
 			return nil, err
 		}
 		if ok {
-			return openViewOf(func(data.Fit) (*data.Images, error) { return im, nil }, sample, norm, augment, resize, window)
+			return openViewOf(func(data.Fit) (*data.Images, error) { return im, nil }, sample, norm, augment, resize, dcm)
 		}
 	}
 	aug, err := data.ParseAugment(augment)
@@ -155,7 +164,7 @@ func preprocessOf(v dataView) (norm, resize string) {
 
 // openViewOf is openView on the images load reads, fitted to the model's
 // input as it reads them.
-func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize, window string) (*data.View, error) {
+func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize string, dcm dicomRead) (*data.View, error) {
 	if len(sample) != 3 {
 		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W)", sample)
 	}
@@ -171,7 +180,11 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--resize: %v", err)}
 	}
-	win, err := parseWindow(window, sample[0])
+	win, err := parseWindow(dcm.window, sample[0])
+	if err != nil {
+		return nil, err
+	}
+	frame, err := parseFrame(dcm.frame)
 	if err != nil {
 		return nil, err
 	}
@@ -179,9 +192,9 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	// gray model, made gray first, as PIL's convert("L") would. A random
 	// resized crop draws its box from the whole photo: kept whole, its
 	// shorter side shrunk to the centre crop's.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win})
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win, Frame: frame})
 	if err != nil {
-		return nil, err
+		return nil, withFrameHint(err)
 	}
 	nm, err := data.ParseNorm(norm, imgs.DefaultNorm())
 	if err != nil {
@@ -210,14 +223,34 @@ func parseWindow(window string, channels int64) (string, error) {
 	return dicom.FormatWindows(ws), nil
 }
 
+// parseFrame checks a --frame value and returns it as data.Fit.Frame reads
+// it.
+func parseFrame(frame string) (string, error) {
+	f, err := dicom.ParseFrame(frame)
+	if err != nil {
+		return "", usageError{fmt.Sprintf("--frame: %v", err)}
+	}
+	return f.String(), nil
+}
+
+// withFrameHint names --frame in a load's error over a multi-frame DICOM
+// object read without it.
+func withFrameHint(err error) error {
+	if errors.Is(err, dicom.ErrMultiFrame) {
+		return fmt.Errorf("%w: choose its image with --frame (first, middle, last, a number, or max, mean, min)", err)
+	}
+	return err
+}
+
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--window ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--window ...] [--frame ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test; a csv listing without :holdout is read whole; a :holdout split is train's only with train's options, a folder's :users=REGEX included, which holds out whole users)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
 	norm := fs.String("norm", "", "input normalisation (default: the one recorded in the model by train, else the dataset's)")
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
 	window := fs.String("window", "", windowUsage+" (default: the one recorded in the model by train, else file)")
+	frame := fs.String("frame", "", frameUsage+" (default: the one recorded in the model by train)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
@@ -254,7 +287,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := checkGrouping(fs, *groupBy, *combine, *bootstrap, *bootstrapBy); err != nil {
 		return err
 	}
-	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, *window, *inShape)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame}, *inShape)
 	if err != nil {
 		return err
 	}
@@ -390,7 +423,7 @@ type evaluation struct {
 // without a holdout read whole: it lists the images to evaluate), and the
 // data as label sets where they are (refused as single labels for a model
 // trained multi-label).
-func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, resize, window, inShape string) (*evaluation, error) {
+func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, resize string, dcm dicomRead, inShape string) (*evaluation, error) {
 	lm, err := loadGraph(model)
 	if err != nil {
 		return nil, err
@@ -403,13 +436,13 @@ func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, res
 	if err != nil {
 		return nil, err
 	}
-	recordedPreprocess(m, &norm, &resize, &window)
+	recordedPreprocess(m, &norm, &resize, &dcm)
 	norm = normFor(g, norm)
 	if sp, err := data.ParseSpec(spec); err == nil && sp.Split == "" && (sp.Scheme != data.SchemeCSV || sp.Holdout > 0) {
 		sp.Split = data.Test
 		spec = sp.String()
 	}
-	v, err := openView(spec, sample, norm, "none", resize, window)
+	v, err := openView(spec, sample, norm, "none", resize, dcm)
 	if err != nil {
 		return nil, err
 	}

@@ -470,7 +470,7 @@ func TestTrainMultiLabel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tv, err := openView(test, []int64{1, 28, 28}, "fmnist", "none", "stretch", "")
+	tv, err := openView(test, []int64{1, 28, 28}, "fmnist", "none", "stretch", dicomRead{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ type predictFlags struct {
 	out                   string
 	batch, top            int
 	norm, resize, inShape string
-	window                string // --window: DICOM images' VOI windows
+	dcm                   dicomRead // --window and --frame: how DICOM images are read
 	json                  bool
 	// csv is --csv: a file of a row an image, its prediction and every
 	// class's probability, written instead of the table.
@@ -113,7 +113,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 	if err != nil {
 		return err
 	}
-	recordedPreprocess(m, &f.norm, &f.resize, &f.window)
+	recordedPreprocess(m, &f.norm, &f.resize, &f.dcm)
 	f.norm = normFor(g, f.norm)
 	files, err := data.ImageFiles(paths)
 	if err != nil {
@@ -188,7 +188,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
 			imgs, _, err := data.LoadFiles(part, fit)
 			return imgs, err
-		}, sample, f.norm, "none", f.resize, f.window)
+		}, sample, f.norm, "none", f.resize, f.dcm)
 		if err != nil {
 			return err
 		}

@@ -150,7 +150,7 @@ func TestAugmentResizedCrop(t *testing.T) {
 	}
 	// The training photos are kept whole (the box is drawn from all of
 	// each), their shorter side the centre crop's, 32 for 28.
-	v, err := openView(folder, []int64{1, 28, 28}, "", "rrc=0.3,flip", "crop", "")
+	v, err := openView(folder, []int64{1, 28, 28}, "", "rrc=0.3,flip", "crop", dicomRead{})
 	if err != nil {
 		t.Fatal(err)
 	}

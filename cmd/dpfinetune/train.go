@@ -127,7 +127,7 @@ func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, 
 type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
-	window                                                              *string
+	window, frame                                                       *string
 	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
 	privacyUnit, classWeight, posWeight, keepFeatures                   *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
@@ -184,6 +184,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		views:            fs.Int("augment-multiplicity", 1, "feed each sample as K independently augmented views (needs --augment): its gradient is their mean, clipped as one sample's, so ε is unchanged and a step costs about K times the compute and activation memory (De et al. 2022's augmentation multiplicity)"),
 		resize:           fs.String("resize", "stretch", resizeUsage),
 		window:           fs.String("window", windowFile, windowUsage+"; recorded in the model for eval and predict"),
+		frame:            fs.String("frame", "", frameUsage+"; recorded in the model for eval and predict"),
 		inShape:          fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
 		out:              fs.String("out", "", outUsage),
 		ckptPath:         fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
@@ -203,6 +204,9 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		dev:              addDeviceFlag(fs),
 	}
 }
+
+// dicomRead is how the run reads DICOM images: --window and --frame.
+func (f *trainFlags) dicomRead() dicomRead { return dicomRead{*f.window, *f.frame} }
 
 // config opens the device, validates the parsed flags (--out is required
 // when needOut), loads the model and the data, and returns the run's
@@ -343,7 +347,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 		return cfg, err
 	}
 	*f.norm = normFor(g, *f.norm)
-	train, err := openView(*f.spec, sample, *f.norm, *f.augment, *f.resize, *f.window)
+	train, err := openView(*f.spec, sample, *f.norm, *f.augment, *f.resize, f.dicomRead())
 	if err != nil {
 		return cfg, err
 	}
@@ -374,7 +378,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			return cfg, usageError{err.Error()}
 		}
 	}
-	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, *f.resize, *f.window, logf)
+	test, testName, err := openTest(*f.testSpec, *f.spec, sample, *f.norm, *f.resize, f.dicomRead(), logf)
 	if err != nil {
 		return cfg, err
 	}
@@ -391,6 +395,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 	}
 	normName, resizeName := preprocessOf(train)
 	windowName, _ := parseWindow(*f.window, sample[0]) // checked by openView
+	frameName, _ := parseFrame(*f.frame)
 	cfg = dptrain.Config{
 		Device: dev,
 		Settings: trainSettings{
@@ -399,7 +404,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			ClipQuantile: *f.clipQuantile, ClipLR: *f.clipLR, ClipCountNoise: *f.clipCountNoise,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema, LabelSmoothing: *f.smoothing,
 			Momentum: *f.momentum, WeightDecay: *f.wd,
-			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, Window: windowName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
+			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, Window: windowName, Frame: frameName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(), FeatureCache: *f.cacheFeatures, PrivacyUnit: *f.privacyUnit, ExamplesPerUser: *f.examplesPerUser,
 			ClassWeights: classWeights, PosWeight: posWeight,
 		},
@@ -417,7 +422,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 // openTest opens the evaluation data: spec, or when it is empty the
 // training spec's test split if there is one; "none" skips evaluation.
 // It returns the view (nil for none) and the spec it came from.
-func openTest(spec, trainSpec string, sample []int64, norm, resize, window string, logf func(string, ...any)) (dataView, string, error) {
+func openTest(spec, trainSpec string, sample []int64, norm, resize string, dcm dicomRead, logf func(string, ...any)) (dataView, string, error) {
 	if spec == "none" {
 		return nil, "", nil
 	}
@@ -425,7 +430,7 @@ func openTest(spec, trainSpec string, sample []int64, norm, resize, window strin
 	if spec == "" {
 		spec = withSplit(trainSpec, data.Test)
 	}
-	v, err := openView(spec, sample, norm, "none", resize, window)
+	v, err := openView(spec, sample, norm, "none", resize, dcm)
 	switch {
 	case err == nil:
 		return v, spec, nil

@@ -354,7 +354,7 @@ func (c *tuneCmd) openScoreData() error {
 	if c.scoreSpec == "" {
 		c.scoreSpec = withSplit(*tf.spec, data.Test)
 	}
-	scoreView, err := openView(c.scoreSpec, sample, norm, "none", *tf.resize, *tf.window)
+	scoreView, err := openView(c.scoreSpec, sample, norm, "none", *tf.resize, tf.dicomRead())
 	if err != nil {
 		return fmt.Errorf("the runs' score data %s: %w (give held-out data with --test-data, or :holdout=0.1 on a folder or csv)", c.scoreSpec, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"image"
 	"os"
 	"os/exec"
@@ -46,7 +47,7 @@ func dicomCases(t *testing.T) []dicomCase {
 func TestDICOMPixels(t *testing.T) {
 	for _, c := range dicomCases(t) {
 		path := filepath.Join(dicomFiles, c.File)
-		d, err := decodeImage(path, nil, nil)
+		d, err := decodeImage(path, dicom.Options{}, nil)
 		if c.Refuse != "" {
 			if err == nil || !strings.Contains(err.Error(), c.Refuse) || !strings.Contains(err.Error(), path) {
 				t.Errorf("%s: %v, want an error naming the file and saying %q", c.Name, err, c.Refuse)
@@ -140,7 +141,7 @@ func TestDICOMFolder(t *testing.T) {
 		if want := map[bool]string{true: "lung", false: "skin"}[strings.HasPrefix(rel, "lung/")]; m.Classes()[m.Label(i)] != want {
 			t.Errorf("%s: class %q", rel, m.Classes()[m.Label(i)])
 		}
-		d, err := decodeImage(p, nil, nil)
+		d, err := decodeImage(p, dicom.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +286,7 @@ func TestDICOMWindowFit(t *testing.T) {
 	}
 	for i := range m.Len() {
 		p := m.sources[i].path
-		d, err := decodeImage(p, nil, nil)
+		d, err := decodeImage(p, dicom.Options{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -369,7 +370,7 @@ for p in sys.argv[2:]:
 			t.Fatalf("%q: %v", line, err)
 		}
 		path := filepath.Join(dir, r.File)
-		d, err := decodeImage(path, nil, nil)
+		d, err := decodeImage(path, dicom.Options{}, nil)
 		switch {
 		case r.Err != "":
 			t.Logf("%s: pydicom: %s; here: %v", r.File, r.Err, err)
@@ -432,12 +433,12 @@ for p in sys.argv[2:]:
 		"SC_rgb_jpeg_gdcm.dcm":          "SC_rgb_rle.dcm", // GDCM's JPEG Lossless
 		"MR_small_jpeg_ls_lossless.dcm": "MR_small.dcm",
 	} {
-		a, err := decodeImage(filepath.Join(dir, file), nil, nil)
+		a, err := decodeImage(filepath.Join(dir, file), dicom.Options{}, nil)
 		if err != nil {
 			t.Errorf("%s: %v", file, err)
 			continue
 		}
-		b, err := decodeImage(filepath.Join(dir, same), nil, nil)
+		b, err := decodeImage(filepath.Join(dir, same), dicom.Options{}, nil)
 		if err != nil || !bytes.Equal(a.pix, b.pix) || a.w != b.w || a.h != b.h {
 			t.Errorf("%s does not decode to %s's pixels (%v)", file, same, err)
 		}
@@ -496,17 +497,116 @@ func TestDICOMTIFFPreamble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := decodeImageFrom(bytes.NewReader(b), "plain.dcm", nil, nil)
+	plain, err := decodeImageFrom(bytes.NewReader(b), "plain.dcm", dicom.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tiff := append([]byte(nil), b...)
 	copy(tiff, "II*\x00\x08\x00\x00\x00")
-	got, err := decodeImageFrom(bytes.NewReader(tiff), "tiff.dcm", nil, nil)
+	got, err := decodeImageFrom(bytes.NewReader(tiff), "tiff.dcm", dicom.Options{}, nil)
 	if err != nil {
 		t.Fatalf("a TIFF preamble: %v", err)
 	}
 	if !bytes.Equal(got.pix, plain.pix) || got.w != plain.w || got.h != plain.h {
 		t.Error("a TIFF preamble changed the decoded image")
+	}
+}
+
+// TestDICOMFramesLikeServing: every frame choice of the multi-frame
+// fixtures (internal/dicom/testdata/frames) and of pydicom's own
+// multi-frame test files decodes as docs/serve_preprocess.py's
+// dicom_image decodes it with pydicom — the same bytes, or an error on
+// both sides (a projection of a colour image, a frame past the last, no
+// frame chosen).
+func TestDICOMFramesLikeServing(t *testing.T) {
+	const py = "/usr/bin/python3"
+	out, err := exec.Command(py, "-c", "import os, pydicom, numpy, PIL; print(os.path.join(os.path.dirname(pydicom.__file__), 'data', 'test_files'))").Output()
+	if err != nil {
+		t.Skip("no /usr/bin/python3 with pydicom, numpy and PIL")
+	}
+	files, _ := filepath.Glob("../../internal/dicom/testdata/frames/*.dcm")
+	pyd := strings.TrimSpace(string(out))
+	for _, name := range []string{"SC_rgb_rle_2frame.dcm", "SC_rgb_rle_16bit_2frame.dcm", "MR_small.dcm"} {
+		if p := filepath.Join(pyd, name); isRegular(p) {
+			files = append(files, p)
+		}
+	}
+	if len(files) < 10 {
+		t.Fatalf("%d multi-frame files", len(files))
+	}
+	choices := []string{"", "first", "middle", "last", "2", "5", "max", "mean", "min"}
+	want := t.TempDir()
+	script := `
+import json, os, sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+sys.path.insert(0, "../../docs")
+from serve_preprocess import dicom_image
+out, choices = sys.argv[1], json.loads(sys.argv[2])
+for i, p in enumerate(sys.argv[3:]):
+    for j, c in enumerate(choices):
+        try:
+            im = dicom_image(p, "", c)
+        except Exception as e:
+            print(json.dumps({"file": i, "choice": j, "err": str(e)[:200]}))
+            continue
+        np.save(os.path.join(out, f"{i}_{j}.npy"), np.asarray(im))
+        print(json.dumps({"file": i, "choice": j, "mode": im.mode}))
+`
+	cj, _ := json.Marshal(choices)
+	res, err := exec.Command(py, append([]string{"-c", script, want, string(cj)}, files...)...).Output()
+	if err != nil {
+		t.Fatalf("serve_preprocess: %v", err)
+	}
+	compared, refused := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
+		var r struct {
+			File, Choice int
+			Mode, Err    string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		path, choice := files[r.File], choices[r.Choice]
+		fr, err := dicom.ParseFrame(choice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := decodeImage(path, dicom.Options{Frame: fr}, nil)
+		name := filepath.Base(path) + "@" + choice
+		if strings.Contains(r.Err, "handlers are available") {
+			continue // a codec pydicom lacks here (TestDecodeFrames holds these)
+		}
+		if r.Err != "" || err != nil {
+			if (r.Err != "") != (err != nil) {
+				t.Errorf("%s: serve_preprocess: %q; here: %v", name, r.Err, err)
+			}
+			refused++
+			continue
+		}
+		a, err := npy.ReadFile(filepath.Join(want, fmt.Sprintf("%d_%d.npy", r.File, r.Choice)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := 1
+		if r.Mode == "RGB" {
+			ch = 3
+		}
+		if a.Shape[0] != d.h || a.Shape[1] != d.w || d.gray != (ch == 1) {
+			t.Errorf("%s: %d×%d gray %v, serve_preprocess %v %s", name, d.w, d.h, d.gray, a.Shape, r.Mode)
+			continue
+		}
+		plane := d.w * d.h
+		for k := range plane * ch {
+			if got, w := d.pix[(k%ch)*plane+k/ch], a.U8[k]; got != w {
+				t.Errorf("%s: sample %d: %d, serve_preprocess %d", name, k, got, w)
+				break
+			}
+		}
+		compared++
+	}
+	t.Logf("%d images compared, %d refused by both", compared, refused)
+	if compared < 60 || refused < 10 {
+		t.Errorf("%d images compared, %d refused: want at least 60 and 10", compared, refused)
 	}
 }

@@ -46,15 +46,23 @@ type Fit struct {
 	// lung window, "40,80/80,200/600,2800". Images of other formats, and
 	// colour DICOM images, are read as without it.
 	Window string
+	// Frame, where not empty, chooses the image of a multi-frame DICOM
+	// object (a cine loop, an enhanced CT or MR volume), as
+	// dicom.ParseFrame reads it: a frame ("first", "middle", "last", a
+	// number from 1) or a projection of the frames ("max", "mean",
+	// "min"). Without it such a file fails the load (dicom.ErrMultiFrame).
+	Frame string
 }
 
-// windows returns f.Window parsed (checked by check).
-func (f Fit) windows() []dicom.Window {
-	if f.Window == "" {
-		return nil
+// dicomOptions are the DICOM decoder's options f.Window and f.Frame make
+// (checked by check).
+func (f Fit) dicomOptions() dicom.Options {
+	var o dicom.Options
+	if f.Window != "" {
+		o.Windows, _ = dicom.ParseWindows(f.Window)
 	}
-	ws, _ := dicom.ParseWindows(f.Window)
-	return ws
+	o.Frame, _ = dicom.ParseFrame(f.Frame)
+	return o
 }
 
 // wholeShort is the shorter side a Whole fit resizes images to.
@@ -89,6 +97,10 @@ func (f Fit) check() error {
 		}
 		f.Window = ""
 	}
+	if _, err := dicom.ParseFrame(f.Frame); err != nil {
+		return fmt.Errorf("data: fit: %w", err)
+	}
+	f.Frame = ""
 	if f == (Fit{}) {
 		return nil
 	}
@@ -115,6 +127,9 @@ func (f Fit) String() string {
 	}
 	if f.Window != "" {
 		s += ", DICOM window " + f.Window
+	}
+	if f.Frame != "" {
+		s += ", DICOM frame " + f.Frame
 	}
 	return s
 }

@@ -2,6 +2,7 @@ package data
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"image"
@@ -452,7 +453,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", scheme, err)
 	}
-	windows := fit.windows()
+	dcm := fit.dicomOptions()
 	var used atomic.Int64
 	var next atomic.Int64
 	var wg par.Group
@@ -465,7 +466,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 				if i >= len(paths) {
 					return
 				}
-				d, err := decodeImage(paths[i], windows, func(path string, w, h int) error {
+				d, err := decodeImage(paths[i], dcm, func(path string, w, h int) error {
 					// The decoder's image (up to 8 bytes a pixel) and ours
 					// (3); ours, or its fitted window, stays.
 					fh, fw := fit.size(h, w)
@@ -697,22 +698,21 @@ const maxImagePixels = 1 << 28
 // maxImagePixels, then passed to admit, before the decoder allocates
 // anything.
 //
-// windows, where set, are the VOI windows DICOM images are read through
-// (Fit.Window).
-func decodeImage(path string, windows []dicom.Window, admit func(path string, w, h int) error) (decoded, error) {
+// dcm are the choices DICOM images are read with (Fit.Window, Fit.Frame).
+func decodeImage(path string, dcm dicom.Options, admit func(path string, w, h int) error) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return decoded{}, err
 	}
 	defer f.Close()
-	return decodeImageFrom(f, path, windows, admit)
+	return decodeImageFrom(f, path, dcm, admit)
 }
 
 // decodeImageFrom is decodeImage on the contents of path read from f. A
 // decoder's panic is returned as an error: the decoders of five formats,
 // three from outside the standard library, read files a user did not
 // write, and one bad file must not take the run down.
-func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit func(path string, w, h int) error) (d decoded, err error) {
+func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit func(path string, w, h int) error) (d decoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = decoded{}, fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
@@ -749,9 +749,12 @@ func decodeImageFrom(f io.ReadSeeker, path string, windows []dicom.Window, admit
 	var img image.Image
 	format := kind
 	if kind == "dicom" {
-		img, err = dicom.DecodeWith(bufio.NewReader(f), dicom.Options{Windows: windows})
+		img, err = dicom.DecodeWith(bufio.NewReader(f), dcm)
 	} else {
 		img, format, err = image.Decode(bufio.NewReader(f))
+	}
+	if errors.Is(err, dicom.ErrMultiFrame) || errors.Is(err, dicom.ErrNoFrame) {
+		return decoded{}, fmt.Errorf("%s: %w", path, err)
 	}
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)

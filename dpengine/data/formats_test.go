@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
 )
 
 // TestFormatsGolden: every format a folder reads decodes to what PIL
@@ -40,7 +42,7 @@ func TestFormatsGolden(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range cases {
 		path := filepath.Join("testdata", "formats", tc.File)
-		d, err := decodeImage(path, nil, nil)
+		d, err := decodeImage(path, dicom.Options{}, nil)
 		if err != nil {
 			t.Errorf("%s: %v", tc.File, err)
 			continue
@@ -93,7 +95,7 @@ func TestDecoderPanic(t *testing.T) {
 		func(io.Reader) (image.Config, error) { return image.Config{Width: 2, Height: 2}, nil })
 	path := filepath.Join(t.TempDir(), "bad.png")
 	writeFile(t, path, []byte("PANIC and more"))
-	_, err := decodeImage(path, nil, nil)
+	_, err := decodeImage(path, dicom.Options{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "bad.png") || !strings.Contains(err.Error(), "the decoder failed: index out of range") {
 		t.Errorf("decoding a file whose decoder panics: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
 	"github.com/dpfinetune/dpfinetune/internal/labelset"
 	"github.com/dpfinetune/dpfinetune/internal/npy"
 )
@@ -90,7 +91,7 @@ func FuzzImage(f *testing.F) {
 	f.Add(pngWithSize(f, 1<<20, 1<<20))
 	f.Add([]byte("\x89PNG\r\n\x1a\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		d, err := decodeImageFrom(bytes.NewReader(b), "fuzz", nil, nil)
+		d, err := decodeImageFrom(bytes.NewReader(b), "fuzz", dicom.Options{}, nil)
 		if err != nil {
 			return
 		}

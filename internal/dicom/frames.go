@@ -18,6 +18,10 @@ import (
 // without a Frame chosen.
 var ErrMultiFrame = errors.New("a multi-frame image")
 
+// ErrNoFrame is returned (wrapped) for a Frame number past an image's
+// frames.
+var ErrNoFrame = errors.New("no such frame")
+
 // FrameKind is how a Frame picks an image out of a multi-frame object.
 type FrameKind int
 
@@ -90,7 +94,7 @@ func (f Frame) index(n int) (int, error) {
 		return n - 1, nil
 	case FrameNumber:
 		if f.Number > n {
-			return 0, fmt.Errorf("frame %d of an image of %d frame(s)", f.Number, n)
+			return 0, fmt.Errorf("%w: frame %d of an image of %d frame(s)", ErrNoFrame, f.Number, n)
 		}
 		return f.Number - 1, nil
 	}

@@ -127,7 +127,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		return nil, err
 	}
 	if h.frames > 1 && opts.Frame.Kind == FrameNone {
-		return nil, fmt.Errorf("%w (%d frames): choose one of its frames or a projection of them (Options.Frame)", ErrMultiFrame, h.frames)
+		return nil, fmt.Errorf("%w (%d frames) and no frame chosen", ErrMultiFrame, h.frames)
 	}
 	r.limit = math.MaxInt64
 	s, err := newFrameSource(h, r, el)
