@@ -16,9 +16,20 @@
 // wavelets, RCT and ICT — YBR_RCT and YBR_ICT read as the RGB the decoder
 // gives back). JPEG 2000 Part 2 and HTJ2K, 12-bit lossy JPEG and the video
 // syntaxes are refused by name, with the command that rewrites such a file
-// uncompressed. One frame a file: a multi-frame
-// object (a cine loop, an enhanced CT volume) is refused, since one file is
-// one sample here. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
+// uncompressed. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
+//
+// A multi-frame object (a cine loop, an enhanced CT or MR volume, a
+// tomosynthesis stack; frames.go) is one image all the same, as the caller
+// chooses (Options.Frame): a frame — first, middle, last, or by number —
+// or a projection of all of them (max, mean, min) of the Modality LUT's
+// output, then through frame 1's VOI. Without a choice it is an error
+// (ErrMultiFrame). Its frames are found by the Basic or the Extended
+// Offset Table, or, without one, a fragment a frame (RLE) or the
+// fragments up to one that ends a codestream (the JPEG family's EOI); a
+// bitmap's frames, which run on bit by bit, by their bit offsets. An
+// enhanced object's Per-frame and Shared Functional Groups give each
+// frame its rescale (Pixel Value Transformation) and window (Frame VOI
+// LUT), before the data set's own.
 //
 // Files as writers leave them: a preamble that is a TIFF header (GE's
 // "dual personality" files; image.Decode would take them for TIFFs, so
@@ -30,10 +41,11 @@
 //
 // Of the data set, only what the image needs is kept: the Image Pixel
 // module (rows, columns, samples, bits allocated, stored and high bit,
-// pixel representation, photometric interpretation, planar configuration),
-// the Modality LUT (rescale slope and intercept, or a Modality LUT
-// Sequence) and the VOI LUT (window centre and width with their VOI LUT
-// Function, or a VOI LUT Sequence); and, for PatientID alone, the Patient
+// pixel representation, photometric interpretation, planar configuration,
+// number of frames), the Modality LUT (rescale slope and intercept, or a
+// Modality LUT Sequence), the VOI LUT (window centre and width with their
+// VOI LUT Function, or a VOI LUT Sequence), the palette's tables, the
+// functional groups' rescales and windows, the Extended Offset Table; and, for PatientID alone, the Patient
 // ID (0010,0020), the user a user-level guarantee protects. Everything
 // else — the patient's name, birth date and the study's attributes
 // included — is skipped unread; no error message carries a value of the
@@ -65,7 +77,9 @@
 // JPEG decoder gives it, for the caller to convert as it converts a JPEG
 // file's, and a frame of Photometric Interpretation RGB without an Adobe
 // colour flag, whose components are R, G and B as stored (PS3.5 8.2.1), as
-// a RawJPEG. PALETTE COLOR is refused.
+// a RawJPEG. PALETTE COLOR images are mapped through their red, green and
+// blue tables (plain or segmented) to 8-bit RGB as pydicom's
+// apply_color_lut maps them (palette.go says how, and where it differs).
 //
 // # Hostile files
 //
