@@ -11,8 +11,12 @@ serving it with onnxruntime or PyTorch. Writes the batch as a .npy file
 DICOM images (open_image) are read with pydicom as dpfinetune reads them:
 the rescale, the window train recorded (dpfinetune.window) or the file's own
 window or VOI LUT, else the image's own range, to 8 bits (internal/dicom's
-doc); pydicom decodes compressed frames with the handlers it has (JPEG
-Lossless needs pylibjpeg or GDCM).
+doc); a multi-frame object as the frame or projection train recorded
+(dpfinetune.frame), or, recorded as "all", each of its frames a row of the
+batch, a file's frames one after another (predict combines a file's rows
+into its prediction: the mean of their probabilities); pydicom decodes
+compressed frames with the handlers it has (JPEG Lossless needs pylibjpeg
+or GDCM).
 
 See docs/SERVING.md.
 """
@@ -82,78 +86,95 @@ def dicom_image(path, window, frame=""):
     object gives — a frame (first, middle, last, a number from 1) or a
     projection of its frames' rescaled values (max, mean, min), windowed
     as frame 1 is."""
+    ims = dicom_images(path, window, frame)
+    if len(ims) != 1:
+        raise ValueError(f"{path}: {len(ims)} images (frame {frame!r}): read them with dicom_images")
+    return ims[0]
+
+
+def dicom_images(path, window, frame=""):
+    """dicom_image's images of a file: one, or with frame "all" each of its
+    frames', in order (pydicom decodes the file once)."""
     import pydicom
     from pydicom.pixel_data_handlers.util import (apply_modality_lut,
                                                   apply_voi_lut,
                                                   convert_color_space)
     ds = pydicom.dcmread(path)
-    arr = ds.pixel_array
+    frames = ds.pixel_array
     n = int(ds.get("NumberOfFrames") or 1)
     if n == 1:
-        arr = arr[None]  # frames first, as a multi-frame object's
+        frames = frames[None]  # frames first, as a multi-frame object's
     if n > 1 and not frame:
         raise ValueError(f"{path}: a multi-frame image ({n} frames): choose its image (dpfinetune.frame)")
     project = frame if frame in ("max", "mean", "min") else None
-    k = 0
-    if frame and not project:
-        k = {"first": 0, "middle": n // 2, "last": n - 1}.get(frame.lower())
+    if project and (ds.SamplesPerPixel != 1 or ds.PhotometricInterpretation == "PALETTE COLOR"):
+        raise ValueError(f"{path}: a {project} projection of a {ds.PhotometricInterpretation} image")
+    if frame == "all":
+        ks = range(n)
+    elif project:
+        ks = [0]  # windowed as frame 1
+    else:
+        k = {"first": 0, "middle": n // 2, "last": n - 1}.get(frame.lower() or "first")
         k = int(frame) - 1 if k is None else k
         if not 0 <= k < n:
             raise ValueError(f"{path}: frame {k + 1} of an image of {n} frame(s)")
-    if project and (ds.SamplesPerPixel != 1 or ds.PhotometricInterpretation == "PALETTE COLOR"):
-        raise ValueError(f"{path}: a {project} projection of a {ds.PhotometricInterpretation} image")
-    frames, arr = arr, arr[k]
-    if ds.PhotometricInterpretation == "PALETTE COLOR":
-        return Image.fromarray(palette_rgb(ds, arr), "RGB")
-    if ds.SamplesPerPixel == 3:
-        # pydicom hands YBR over as it is stored (a JPEG's too; 4:2:2
-        # expanded): the colour conversion is the reader's.
-        if ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422"):
-            arr = convert_color_space(arr, "YBR_FULL", "RGB")
-        top = 2 ** ds.BitsStored - 1
-        return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")
+        ks = [k]
+
     def rescaled(a, k):  # the Modality LUT, a frame's own rescale first
         t = group_item(frame_groups(ds, k), "PixelValueTransformationSequence", "RescaleSlope", "RescaleIntercept")
         if t is not None and "ModalityLUTSequence" not in ds:
             return a.astype(np.float64) * float(t.RescaleSlope) + float(t.RescaleIntercept)
         return apply_modality_lut(a, ds).astype(np.float64)
 
-    if project:
-        ms = np.stack([rescaled(frames[j], j) for j in range(n)])
-        m = {"max": ms.max(0), "mean": ms.mean(0), "min": ms.min(0)}[project]
-    else:
-        m = rescaled(arr, k)
-    fw = group_item(frame_groups(ds, k), "FrameVOILUTSequence", "WindowCenter", "WindowWidth")
-    fn = (str((fw if fw is not None else ds).get("VOILUTFunction", "")) or "LINEAR").upper()
-
-    def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
-        if fn == "SIGMOID":
-            return 1 / (1 + np.exp(-4 * (m - c) / w))
-        if fn == "LINEAR":
-            c, w = c - 0.5, w - 1
-        with np.errstate(divide="ignore", invalid="ignore"):
-            y = (m - c) / w + 0.5
-        return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
-
     def first(v):
         return float(v[0] if isinstance(v, pydicom.multival.MultiValue) else v)
 
-    if window:
-        ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
-    elif "VOILUTSequence" in ds:
-        ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
-    elif fw is not None:
-        ys = [windowed(first(fw.WindowCenter), first(fw.WindowWidth))]
-    elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
-        ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
-    else:
-        lo, hi = m.min(), m.max()
-        ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
-    if ds.PhotometricInterpretation == "MONOCHROME1":
-        ys = [1 - y for y in ys]
-    # Rounded half up, as Go's math.Round rounds these non-negative values.
-    out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
-    return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+    def image(k):
+        arr = frames[k]
+        if ds.PhotometricInterpretation == "PALETTE COLOR":
+            return Image.fromarray(palette_rgb(ds, arr), "RGB")
+        if ds.SamplesPerPixel == 3:
+            # pydicom hands YBR over as it is stored (a JPEG's too; 4:2:2
+            # expanded): the colour conversion is the reader's.
+            if ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422"):
+                arr = convert_color_space(arr, "YBR_FULL", "RGB")
+            top = 2 ** ds.BitsStored - 1
+            return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")
+        if project:
+            ms = np.stack([rescaled(frames[j], j) for j in range(n)])
+            m = {"max": ms.max(0), "mean": ms.mean(0), "min": ms.min(0)}[project]
+        else:
+            m = rescaled(arr, k)
+        fw = group_item(frame_groups(ds, k), "FrameVOILUTSequence", "WindowCenter", "WindowWidth")
+        fn = (str((fw if fw is not None else ds).get("VOILUTFunction", "")) or "LINEAR").upper()
+
+        def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
+            if fn == "SIGMOID":
+                return 1 / (1 + np.exp(-4 * (m - c) / w))
+            if fn == "LINEAR":
+                c, w = c - 0.5, w - 1
+            with np.errstate(divide="ignore", invalid="ignore"):
+                y = (m - c) / w + 0.5
+            return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
+
+        if window:
+            ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
+        elif "VOILUTSequence" in ds:
+            ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
+        elif fw is not None:
+            ys = [windowed(first(fw.WindowCenter), first(fw.WindowWidth))]
+        elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
+            ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
+        else:
+            lo, hi = m.min(), m.max()
+            ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
+        if ds.PhotometricInterpretation == "MONOCHROME1":
+            ys = [1 - y for y in ys]
+        # Rounded half up, as Go's math.Round rounds these non-negative values.
+        out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
+        return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+
+    return [image(k) for k in ks]
 
 
 def palette_rgb(ds, arr):
@@ -181,18 +202,28 @@ def palette_rgb(ds, arr):
 def open_image(path, model):
     """An image file as dpfinetune reads it: DICOM by its contents, the rest
     by PIL."""
+    ims = open_images(path, model)
+    if len(ims) != 1:
+        raise ValueError(f"{path}: {len(ims)} frames (dpfinetune.frame all): read them with open_images")
+    return ims[0]
+
+
+def open_images(path, model):
+    """open_image's images of a file: one, or each frame's of a multi-frame
+    DICOM file read with dpfinetune.frame all (predict then combines a
+    file's rows)."""
     with open(path, "rb") as f:
         head = f.read(132)
     if head[128:132] == b"DICM":
         meta = {p.key: p.value for p in model.metadata_props}
-        return dicom_image(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
-    return Image.open(path)
+        return dicom_images(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
+    return [Image.open(path)]
 
 
 def main():
     model = onnx.load(sys.argv[1], load_external_data=False)
     tf, classes = transform(model)
-    x = torch.stack([tf(open_image(p, model)) for p in sys.argv[3:]])
+    x = torch.stack([tf(im) for p in sys.argv[3:] for im in open_images(p, model)])
     np.save(sys.argv[2], x.numpy().astype(np.float32))
     print(json.dumps(classes))
 

@@ -227,10 +227,34 @@ func TestDICOMFrames(t *testing.T) {
 	if o, e, code := run(t, "eval", "--model", model, "--data", "folder:"+dir+":train", "--json"); code != 0 || !strings.Contains(o, `"examples": 8`) {
 		t.Errorf("eval with the recorded frame: exit %d: %s%s", code, o, e)
 	}
+
+	// --frame all: every frame a sample, each file a user (28 frames of
+	// 8 files); predict gives a file its frames' mean probabilities.
+	all := filepath.Join(t.TempDir(), "all.onnx")
+	if e, code := train("--frame", "all", "--out", all, "--report", all+".json"); code != 0 {
+		t.Fatalf("train --frame all: exit %d: %s", code, e)
+	}
+	var r runReport
+	if b, err := os.ReadFile(all + ".json"); err != nil || json.Unmarshal(b, &r) != nil || r.Settings.PrivacyUnit != "user" || r.Settings.Users != 8 || r.Settings.Examples != 28 {
+		t.Errorf("settings %+v (%v): want 28 frames of 8 files, the guarantee per file", r.Settings, err)
+	}
+	o, e, code := run(t, "predict", "--model", all, "--images", dir, "--json")
+	var preds struct{ Predictions []imagePrediction }
+	if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 8 {
+		t.Fatalf("predict --frame all (recorded): exit %d: %s%s; want a prediction a file", code, o, e)
+	}
+	perFile := map[string]int{"im0.dcm": 4, "im1.dcm": 4, "im3.dcm": 1, "im6.dcm": 3}
+	for _, p := range preds.Predictions {
+		if n, ok := perFile[filepath.Base(p.File)]; ok && p.Images != n {
+			t.Errorf("%s: %d frames combined, want %d", p.File, p.Images, n)
+		}
+	}
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run(); err != nil {
 		t.Log("no /usr/bin/python3 with torch, torchvision, onnx, PIL and pydicom: serve_preprocess.py not checked")
 		return
 	}
 	servedLikePredict(t, py, model, filepath.Join(t.TempDir(), "served"), served, 1e-5)
+	// Every frame a row of the served batch, as predict --out writes them.
+	servedLikePredict(t, py, all, filepath.Join(t.TempDir(), "served-all"), served, 1e-5)
 }

@@ -67,7 +67,7 @@ const resizeUsage = "how an image of another size becomes the model's input: str
 const windowUsage = "DICOM images: file (each file's own window or VOI LUT, else its own range), the VOI window C,W every grayscale DICOM image is read through instead (a centre and a width in the rescaled values: -600,1500 for a CT's lung window), or three, C,W/C,W/C,W, read as the channels of an RGB image (a head CT's brain, subdural and bone windows: 40,80/80,200/600,2800); other images are read as without it"
 
 // frameUsage is the --frame flag's help.
-const frameUsage = "multi-frame DICOM objects (a cine loop, an enhanced CT or MR volume, a tomosynthesis stack): the image each gives — a frame, first, middle (frame n/2+1 of n), last or a number from 1, or a projection of all its frames' rescaled values, max (a maximum intensity projection), mean or min, then windowed as a frame (frame 1's window); without it such a file is refused (single-frame files are read as they are)"
+const frameUsage = "multi-frame DICOM objects (a cine loop, an enhanced CT or MR volume, a tomosynthesis stack): the image each gives — a frame, first, middle (frame n/2+1 of n), last or a number from 1, or a projection of all its frames' rescaled values, max (a maximum intensity projection), mean or min, then windowed as a frame (frame 1's window) —, or all: every frame a sample, each file a user where the data name none (a file's frames are one person's; predict gives a file its frames' mean probabilities); without it such a file is refused (single-frame files are read as they are)"
 
 // dicomRead is how DICOM images are read: --window and --frame.
 type dicomRead struct {
@@ -237,7 +237,7 @@ func parseFrame(frame string) (string, error) {
 // object read without it.
 func withFrameHint(err error) error {
 	if errors.Is(err, dicom.ErrMultiFrame) {
-		return fmt.Errorf("%w: choose its image with --frame (first, middle, last, a number, or max, mean, min)", err)
+		return fmt.Errorf("%w: choose its image with --frame (first, middle, last, a number, or max, mean, min), or all to make each frame a sample", err)
 	}
 	return err
 }

@@ -115,6 +115,12 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 	}
 	recordedPreprocess(m, &f.norm, &f.resize, &f.dcm)
 	f.norm = normFor(g, f.norm)
+	frames := f.groupBy == "" && f.dcm.frame == "all"
+	if frames {
+		// Every frame a sample: a file's rows combined into its one (--out
+		// still writes each frame's scores).
+		f.groupBy = "file"
+	}
 	files, err := data.ImageFiles(paths)
 	if err != nil {
 		return err
@@ -163,8 +169,11 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		fmt.Fprint(tw, p.File)
 		if images > 0 {
 			what := "images"
+			if f.groupBy == "file" {
+				what = "frames"
+			}
 			if images == 1 {
-				what = "image"
+				what = what[:len(what)-1]
 			}
 			fmt.Fprintf(tw, "\t(%d %s)", images, what)
 		}
@@ -184,9 +193,10 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		return nil
 	}
 	for lo := 0; lo < len(files); lo += partSize {
-		part := files[lo:min(lo+partSize, len(files))]
+		var part []string // each sample's file: a file's frames, with --frame all
 		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
-			imgs, _, err := data.LoadFiles(part, fit)
+			imgs, got, err := data.LoadFiles(files[lo:min(lo+partSize, len(files))], fit)
+			part = got
 			return imgs, err
 		}, sample, f.norm, "none", f.resize, f.dcm)
 		if err != nil {
@@ -239,7 +249,10 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 				groups = map[string][]float32{}
 			}
 			for i, file := range part {
-				d := filepath.Dir(file)
+				d := file
+				if f.groupBy == "dir" {
+					d = filepath.Dir(file)
+				}
 				groups[d] = appendAsLogits(groups[d], l[i*k:(i+1)*k], kind)
 			}
 			continue
@@ -270,7 +283,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		}
 	}
 	if f.out != "" {
-		if err := npy.WriteFile(f.out, npy.NewFloat32(logits, len(files), k)); err != nil {
+		if err := npy.WriteFile(f.out, npy.NewFloat32(logits, len(logits)/max(k, 1), k)); err != nil {
 			return err
 		}
 	}

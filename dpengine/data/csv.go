@@ -264,11 +264,16 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		return nil, fmt.Errorf("csv: %s: no images in the %s split", path, spec.split())
 	}
 	paths, labels := roundRobin(perClass, spec.Limit)
-	im, err := decodeFiles("csv", paths, labels, classes, fit)
+	paths, labels, frames, expanded, err := expandFrames(paths, labels, fit)
+	if err != nil {
+		return nil, fmt.Errorf("csv: %s: %w", path, err)
+	}
+	im, err := decodeFiles("csv", paths, labels, classes, fit, frames)
 	if err != nil {
 		return nil, err
 	}
-	if hasUsers {
+	switch {
+	case hasUsers:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
 		names := make([]string, len(paths))
@@ -276,6 +281,8 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
+	case expanded:
+		im.users, im.userNames = fileUsers(base, paths)
 	}
 	im.multiLabel, im.uncertain = multi, soft
 	// The listing is a source too: a label changed under a running job

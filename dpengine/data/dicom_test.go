@@ -610,3 +610,120 @@ for i, p in enumerate(sys.argv[3:]):
 		t.Errorf("%d images compared, %d refused: want at least 60 and 10", compared, refused)
 	}
 }
+
+// TestDICOMAllFrames: with Fit.Frame "all" a folder's multi-frame DICOM
+// objects give a sample a frame — each the frame dicom.DecodeEach gives,
+// with its file's label — single-frame files and other formats a sample
+// each, and each file is a user (its frames one person's), unless the
+// data name users (:dicom-users: the patient); a holdout holds out whole
+// files. Predict's LoadFiles names each sample's file.
+func TestDICOMAllFrames(t *testing.T) {
+	const frames = "../../internal/dicom/testdata/frames"
+	dir := t.TempDir()
+	put := func(rel, fixture string) {
+		b, err := os.ReadFile(filepath.Join(frames, fixture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a/cine.dcm", "cine8.dcm")                 // 4 frames, P-0002
+	put("a/one.dcm", "../files/gray8.dcm")         // 1 frame, P-0001
+	put("b/ct.dcm", "enhanced_ct_jpegls_frag.dcm") // 4 frames in fragments, no offset table
+	put("b/mask.dcm", "mask3.dcm")                 // 3 frames of bits
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := LoadFitted(spec, Fit{Frame: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im.Len() != 12 {
+		t.Fatalf("%d samples, want 4+1+4+3", im.Len())
+	}
+	// Round-robin over the classes' files: a/cine, b/ct, a/one, b/mask.
+	order := []struct {
+		rel    string
+		frames int
+		label  int64
+	}{{"a/cine.dcm", 4, 0}, {"b/ct.dcm", 4, 1}, {"a/one.dcm", 1, 0}, {"b/mask.dcm", 3, 1}}
+	i := 0
+	for _, o := range order {
+		k := 0
+		err := dicom.DecodeEach(openFile(t, filepath.Join(dir, o.rel)), dicom.Options{}, func(frame int, img image.Image) error {
+			d, err := toDecoded(img, "dicom", o.rel)
+			if err != nil {
+				return err
+			}
+			if got := im.Pixels(i); !bytes.Equal(got, d.pix) || int64(im.Label(i)) != o.label {
+				t.Errorf("sample %d: not frame %d of %s (label %d, want %d)", i, frame, o.rel, im.Label(i), o.label)
+			}
+			if name := im.userNames[im.users[i]]; name != o.rel {
+				t.Errorf("sample %d (%s frame %d): user %q", i, o.rel, frame, name)
+			}
+			i, k = i+1, k+1
+			return nil
+		})
+		if err != nil || k != o.frames {
+			t.Fatalf("%s: %d frames, %v", o.rel, k, err)
+		}
+	}
+	// :dicom-users: the patients are the users.
+	spec.DICOMUsers = true
+	if im, err = LoadFitted(spec, Fit{Frame: "all"}); err != nil {
+		t.Fatal(err)
+	}
+	if im.Len() != 12 || len(im.userNames) != 2 {
+		t.Errorf("dicom-users: %d samples of users %v, want 12 of the 2 patients", im.Len(), im.userNames)
+	}
+	spec.DICOMUsers = false
+	// A holdout holds out whole files.
+	spec.Holdout = 0.5
+	for _, split := range []Split{Train, Test} {
+		spec.Split = split
+		im, err := LoadFitted(spec, Fit{Frame: "all"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for u, name := range im.userNames {
+			n := 0
+			for _, v := range im.users {
+				if int(v) == u {
+					n++
+				}
+			}
+			want := map[string]int{"a/cine.dcm": 4, "b/ct.dcm": 4, "a/one.dcm": 1, "b/mask.dcm": 3}[name]
+			if n != want {
+				t.Errorf("holdout %s: %s holds %d of its %d frames", split, name, n, want)
+			}
+		}
+	}
+	// Predict's files: each sample's file, a file's frames in a row.
+	_, names, err := LoadFiles([]string{filepath.Join(dir, "a")}, Fit{Frame: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"cine.dcm", "cine.dcm", "cine.dcm", "cine.dcm", "one.dcm"}
+	for i, n := range names {
+		if i >= len(want) || filepath.Base(n) != want[i] {
+			t.Fatalf("LoadFiles names %v, want %v", names, want)
+		}
+	}
+}
+
+func openFile(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}

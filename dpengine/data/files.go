@@ -15,7 +15,8 @@ import (
 // order. Images with at least fit's pixels are fitted as they decode (see
 // Fit; the zero Fit keeps them whole). The images have one class, named
 // "", and every label 0; LoadFiles returns them with the file each sample
-// came from.
+// came from: a file once a sample, several times where its frames are
+// samples of their own (Fit.Frame "all"), consecutively.
 func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err := fit.check(); err != nil {
 		return nil, nil, err
@@ -24,7 +25,11 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := decodeFiles("images", files, make([]int64, len(files)), []string{""}, fit)
+	files, labels, frames, _, err := expandFrames(files, make([]int64, len(files)), fit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("images: %w", err)
+	}
+	m, err := decodeFiles("images", files, labels, []string{""}, fit, frames)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -256,11 +256,16 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		// the test split.
 		return nil, fmt.Errorf("folder: %s: no images in the %s split of holdout=%s: each class holds a single image (or the folder a single user), which trains", root, spec.split(), strconv.FormatFloat(spec.Holdout, 'g', -1, 64))
 	}
-	im, err := decodeFiles("folder", paths, labels, classes, fit)
+	paths, labels, frames, expanded, err := expandFrames(paths, labels, fit)
+	if err != nil {
+		return nil, fmt.Errorf("folder: %w", err)
+	}
+	im, err := decodeFiles("folder", paths, labels, classes, fit, frames)
 	if err != nil {
 		return nil, err
 	}
-	if users != nil {
+	switch {
+	case users != nil:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
 		names := make([]string, len(paths))
@@ -268,6 +273,8 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
+	case expanded:
+		im.users, im.userNames = fileUsers(root, paths)
 	}
 	return im, nil
 }
@@ -412,8 +419,11 @@ var decodedImages atomic.Int64
 
 // decodeFiles decodes the image files at paths, in parallel, into Images
 // of the given labels and classes, fitting each as it is decoded. Its
-// errors name the file, after scheme (the dataset's kind).
-func decodeFiles(scheme string, paths []string, labels []int64, classes []string, fit Fit) (*Images, error) {
+// errors name the file, after scheme (the dataset's kind). frames, where
+// not nil, are the DICOM frames expandFrames made samples of (0 for a
+// file read as it is): a file's consecutive samples of frames 1 to n
+// are decoded in one pass over it.
+func decodeFiles(scheme string, paths []string, labels []int64, classes []string, fit Fit, frames []int) (*Images, error) {
 	// Decode in parallel, keeping the order. Every image's size is read
 	// from its header before it is decoded, and the decoded total is held
 	// to the memory available.
@@ -455,50 +465,88 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	}
 	dcm := fit.dicomOptions()
 	var used atomic.Int64
+	admit := func(path string, w, h int) error {
+		// The decoder's image (up to 8 bytes a pixel) and ours (3); ours,
+		// or its fitted window, stays.
+		fh, fw := fit.size(h, w)
+		kept := 3 * int64(fh) * int64(fw)
+		if fit.Gray {
+			kept /= 3
+		}
+		if disk != nil {
+			kept = 0 // on disk: the decoder's image alone
+		}
+		if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
+			return fmt.Errorf("%s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
+		}
+		return nil
+	}
+	// finish fits sample i's image as it is kept.
+	finish := func(i int, d decoded, err error) {
+		decodedImages.Add(1)
+		if err == nil && fit.Gray && !d.gray {
+			d.pix, d.gray = pilGray(d.pix), true
+		}
+		if err == nil && fit.fits(d.h, d.w) {
+			c := 3
+			if d.gray {
+				c = 1
+			}
+			d.pix = fitPixels(d.pix, c, d.h, d.w, fit)
+			d.h, d.w = fit.size(d.h, d.w)
+		}
+		if err == nil && disk != nil {
+			d.off, d.n = disk.put(d.pix), len(d.pix)
+			d.pix = nil
+		}
+		imgs[i], errs[i] = d, err
+	}
+	// The jobs: a file each, its samples [lo, hi) — several where its
+	// frames are samples of their own.
+	var jobs [][2]int
+	for lo := 0; lo < len(paths); {
+		hi := lo + 1
+		for frames != nil && hi < len(paths) && frames[hi] == frames[hi-1]+1 && frames[hi] > 1 && paths[hi] == paths[lo] {
+			hi++
+		}
+		jobs = append(jobs, [2]int{lo, hi})
+		lo = hi
+	}
 	var next atomic.Int64
 	var wg par.Group
-	for range min(runtime.GOMAXPROCS(0), len(paths)) {
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(paths) {
+				j := int(next.Add(1) - 1)
+				if j >= len(jobs) {
 					return
 				}
-				d, err := decodeImage(paths[i], dcm, func(path string, w, h int) error {
-					// The decoder's image (up to 8 bytes a pixel) and ours
-					// (3); ours, or its fitted window, stays.
-					fh, fw := fit.size(h, w)
-					kept := 3 * int64(fh) * int64(fw)
-					if fit.Gray {
-						kept /= 3
+				lo, hi := jobs[j][0], jobs[j][1]
+				opts := dcm
+				if frames != nil && frames[lo] > 0 {
+					opts.Frame = dicom.Frame{Kind: dicom.FrameNumber, Number: frames[lo]}
+				}
+				if hi-lo == 1 {
+					d, err := decodeImage(paths[lo], opts, admit)
+					finish(lo, d, err)
+					continue
+				}
+				n := 0
+				err := decodeFrames(paths[lo], opts, admit, func(k int, d decoded) error {
+					if n++; lo+k-1 >= hi || k != n {
+						return fmt.Errorf("%s: frame %d of the %d listed", paths[lo], k, hi-lo)
 					}
-					if disk != nil {
-						kept = 0 // on disk: the decoder's image alone
-					}
-					if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
-						return fmt.Errorf("%s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
-					}
+					finish(lo+k-1, d, nil)
 					return nil
 				})
-				decodedImages.Add(1)
-				if err == nil && fit.Gray && !d.gray {
-					d.pix, d.gray = pilGray(d.pix), true
+				if err == nil && n != hi-lo {
+					err = fmt.Errorf("%s: %d frames decoded of the %d listed", paths[lo], n, hi-lo)
 				}
-				if err == nil && fit.fits(d.h, d.w) {
-					c := 3
-					if d.gray {
-						c = 1
-					}
-					d.pix = fitPixels(d.pix, c, d.h, d.w, fit)
-					d.h, d.w = fit.size(d.h, d.w)
+				if err != nil {
+					finish(lo, decoded{}, err)
 				}
-				if err == nil && disk != nil {
-					d.off, d.n = disk.put(d.pix), len(d.pix)
-					d.pix = nil
-				}
-				imgs[i], errs[i] = d, err
 			}
 		}()
 	}
@@ -759,6 +807,57 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit func
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
+	return toDecoded(img, format, path)
+}
+
+// decodeFrames decodes every frame of the DICOM file at path in one pass
+// (dicom.DecodeEach), as decodeImage decodes one image, each frame
+// admitted before it is kept, and gives each to each with its number.
+func decodeFrames(path string, dcm dicom.Options, admit func(path string, w, h int) error, each func(frame int, d decoded) error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
+		}
+	}()
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cfg, err := dicom.DecodeConfig(bufio.NewReader(f))
+	if err != nil {
+		return fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
+	}
+	if int64(cfg.Width)*int64(cfg.Height) > maxImagePixels {
+		return fmt.Errorf("%s: image of %d×%d pixels, over the limit of %d pixels", path, cfg.Width, cfg.Height, maxImagePixels)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	var eachErr error
+	err = dicom.DecodeEach(bufio.NewReader(f), dcm, func(k int, img image.Image) error {
+		if eachErr = admit(path, cfg.Width, cfg.Height); eachErr != nil {
+			return eachErr
+		}
+		d, err := toDecoded(img, "dicom", path)
+		if err == nil {
+			err = each(k, d)
+		}
+		eachErr = err
+		return err
+	})
+	switch {
+	case eachErr != nil:
+		return eachErr
+	case err != nil:
+		return fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
+	}
+	return nil
+}
+
+// toDecoded is a decoded image of format (the image package's name) as
+// decoded keeps it: gray, or RGB with the alpha channel dropped.
+func toDecoded(img image.Image, format, path string) (decoded, error) {
 	b := img.Bounds()
 	w, h := b.Dx(), b.Dy()
 	if w <= 0 || h <= 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
+	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -35,6 +36,9 @@ const (
 	FrameMax                     // the maximum intensity projection, of the Modality LUT's output
 	FrameMean                    // the mean of the frames, of the Modality LUT's output
 	FrameMin                     // the minimum intensity projection, of the Modality LUT's output
+	// FrameAll is every frame an image of its own: a caller's choice
+	// (FrameCount, then each FrameNumber), which Decode refuses.
+	FrameAll
 )
 
 // Frame chooses the image a multi-frame object gives: one of its frames,
@@ -47,11 +51,11 @@ type Frame struct {
 
 var frameNames = map[string]FrameKind{
 	"first": FrameFirst, "middle": FrameMiddle, "last": FrameLast,
-	"max": FrameMax, "mean": FrameMean, "min": FrameMin,
+	"max": FrameMax, "mean": FrameMean, "min": FrameMin, "all": FrameAll,
 }
 
 // ParseFrame parses a frame choice: first, middle, last, a frame number
-// from 1, or a projection, max, mean or min. "" is FrameNone.
+// from 1, a projection, max, mean or min, or all. "" is FrameNone.
 func ParseFrame(s string) (Frame, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -62,7 +66,7 @@ func ParseFrame(s string) (Frame, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
-		return Frame{}, fmt.Errorf("frame %q: want first, middle, last, a frame number from 1, or a projection of the frames: max, mean or min", s)
+		return Frame{}, fmt.Errorf("frame %q: want first, middle, last, a frame number from 1, a projection of the frames (max, mean or min), or all", s)
 	}
 	return Frame{Kind: FrameNumber, Number: n}, nil
 }
@@ -88,6 +92,8 @@ func (f Frame) projection() bool {
 // index is the 0-based frame f picks of n, for a choice of one frame.
 func (f Frame) index(n int) (int, error) {
 	switch f.Kind {
+	case FrameAll:
+		return 0, errors.New("every frame an image (Frame all) is the caller's to decode, a frame at a time (FrameCount)")
 	case FrameMiddle:
 		return n / 2, nil
 	case FrameLast:
@@ -99,6 +105,20 @@ func (f Frame) index(n int) (int, error) {
 		return f.Number - 1, nil
 	}
 	return 0, nil
+}
+
+// FrameCount returns a DICOM file's Number of Frames (1 where it has
+// none), reading its header and the start of its pixel data: native pixel
+// data must hold that many frames, an offset table must have an offset
+// each. Encapsulated frames without an offset table are not counted
+// (that takes reading them all): a caller bounds such a count, by the
+// file's size for one (each frame takes an item of 8 bytes or more).
+func FrameCount(r io.Reader) (int, error) {
+	h, _, err := start(r)
+	if err != nil {
+		return 0, wrap(err)
+	}
+	return h.frames, nil
 }
 
 // frameVOI is a functional group's Pixel Value Transformation (a rescale)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"image"
 	"math"
 	"os"
 	"path/filepath"
@@ -91,6 +92,12 @@ func TestFrameChoicesDiffer(t *testing.T) {
 		}
 		seen[string(pix)] = s
 	}
+	if n, err := FrameCount(bytes.NewReader(b)); n != 4 || err != nil {
+		t.Errorf("FrameCount: %d, %v; want 4", n, err)
+	}
+	if _, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameAll}}); err == nil || !strings.Contains(err.Error(), "FrameCount") {
+		t.Errorf("Frame all decoded as one image: %v", err)
+	}
 	// Without a choice: ErrMultiFrame.
 	if _, err := Decode(bytes.NewReader(b)); !errors.Is(err, ErrMultiFrame) {
 		t.Errorf("no frame chosen: %v, want ErrMultiFrame", err)
@@ -112,6 +119,7 @@ func TestParseFrame(t *testing.T) {
 		{"max", Frame{Kind: FrameMax}, false},
 		{"mean", Frame{Kind: FrameMean}, false},
 		{"min", Frame{Kind: FrameMin}, false},
+		{"all", Frame{Kind: FrameAll}, false},
 		{"0", Frame{}, true},
 		{"-1", Frame{}, true},
 		{"mip", Frame{}, true},
@@ -210,6 +218,42 @@ func TestTruncatedFrames(t *testing.T) {
 					break
 				}
 			}
+		}
+	}
+}
+
+// TestDecodeEach: one pass over a multi-frame object gives each frame as
+// decoding it by its number does — every compression and offset table of
+// the fixtures, the functional groups' per-frame windows and rescales —
+// and a single-frame file's image as frame 1.
+func TestDecodeEach(t *testing.T) {
+	names := []string{"cine8", "enhanced_ct", "enhanced_ct_implicit", "perframe_rescale", "enhanced_ct_rle",
+		"enhanced_ct_jpegls_frag", "enhanced_ct_jpegll_frag", "cine8_rle_nobot", "cine16_extended", "mask3", "rgb_cine", "../files/ct_rle"}
+	for _, name := range names {
+		b := readFixture(t, filepath.Join("testdata/frames", name+".dcm"))
+		n, err := FrameCount(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		err = DecodeEach(bytes.NewReader(b), Options{}, func(k int, img image.Image) error {
+			seen++
+			if k != seen {
+				t.Errorf("%s: frame %d given as %d", name, seen, k)
+			}
+			one, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameNumber, Number: k}})
+			if err != nil {
+				return err
+			}
+			a, _ := rgbOf(img)
+			w, _ := rgbOf(one)
+			if !bytes.Equal(a, w) {
+				t.Errorf("%s: frame %d differs from its decode by number", name, k)
+			}
+			return nil
+		})
+		if err != nil || seen != n {
+			t.Errorf("%s: %d of %d frames given, %v", name, seen, n, err)
 		}
 	}
 }

@@ -119,20 +119,16 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			return nil, fmt.Errorf("window of centre %g and width %g: want a finite centre and a width of at least 1", w.Center, w.Width)
 		}
 	}
-	h, r, el, err := readHeader(src)
-	if err != nil {
+	if opts.Frame.Kind == FrameAll {
+		_, err := opts.Frame.index(0)
 		return nil, err
 	}
-	if err := h.check(); err != nil {
+	h, s, err := start(src)
+	if err != nil {
 		return nil, err
 	}
 	if h.frames > 1 && opts.Frame.Kind == FrameNone {
 		return nil, fmt.Errorf("%w (%d frames) and no frame chosen", ErrMultiFrame, h.frames)
-	}
-	r.limit = math.MaxInt64
-	s, err := newFrameSource(h, r, el)
-	if err != nil {
-		return nil, err
 	}
 	if opts.Frame.projection() {
 		return h.project(s, opts.Frame, opts.Windows)
@@ -146,11 +142,55 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 			return nil, err
 		}
 	}
+	return h.nextImage(s, k, opts.Windows)
+}
+
+// DecodeEach decodes every frame of a DICOM file in turn, in one pass over
+// it, and gives each to each with its number (from 1); a single-frame
+// file's one frame is frame 1. opts.Frame is not read. It stops at the
+// first error, each's included.
+func DecodeEach(r io.Reader, opts Options, each func(frame int, img image.Image) error) error {
+	h, s, err := start(r)
+	if err != nil {
+		return wrap(err)
+	}
+	for k := range h.frames {
+		img, err := h.nextImage(s, k, opts.Windows)
+		if err != nil {
+			return wrap(err)
+		}
+		if err := each(k+1, img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start reads a file's header, checks it and starts reading its frames.
+func start(src io.Reader) (*header, *frameSource, error) {
+	h, r, el, err := readHeader(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := h.check(); err != nil {
+		return nil, nil, err
+	}
+	r.limit = math.MaxInt64
+	s, err := newFrameSource(h, r, el)
+	if err != nil {
+		return nil, nil, err
+	}
+	return h, s, nil
+}
+
+// nextImage decodes the source's next frame, frame k (from 0), to 8 bits
+// through its own rescale and window (the user's windows where given).
+func (h *header) nextImage(s *frameSource, k int, windows []Window) (image.Image, error) {
 	data, err := s.next(true)
 	if err != nil {
 		return nil, err
 	}
-	vals, img, err := h.frameImage(data, r.order)
+	vals, img, err := h.frameImage(data, s.r.order)
 	if err != nil {
 		if h.frames > 1 {
 			return nil, fmt.Errorf("frame %d: %w", k+1, err)
@@ -160,16 +200,17 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	if img != nil {
 		return img, nil
 	}
-	if err := h.useFrame(k); err != nil {
+	fh := *h // frame k's rescale and window, the header's left for the next frame
+	if err := fh.useFrame(k); err != nil {
 		return nil, err
 	}
 	switch {
-	case h.photometric == "PALETTE COLOR":
-		return h.toPalette(vals)
-	case h.gray():
-		return h.toGray(vals, opts.Windows)
+	case fh.photometric == "PALETTE COLOR":
+		return fh.toPalette(vals)
+	case fh.gray():
+		return fh.toGray(vals, windows)
 	}
-	return h.toRGB(vals)
+	return fh.toRGB(vals)
 }
 
 // compressed decodes an encapsulated frame to its stored values (vals

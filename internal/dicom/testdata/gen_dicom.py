@@ -259,7 +259,8 @@ def main():
     # JPEG 2000 Lossless: a 12-bit CR, and RGB through the RCT.
     case("cr_j2k", base(smooth(0, 4095), "MONOCHROME2", 16, 12, False), encode=j2k())
     case("rgb_j2k", base(smooth(0, 255, 3), "RGB", 8, 8, False), encode=j2k("YBR_RCT"))
-    # Refused: a multi-frame image, PALETTE COLOR, 12-bit lossy JPEG.
+    # Refused: a multi-frame image with no frame chosen, PALETTE COLOR without
+    # its tables, 12-bit lossy JPEG.
     mf = base(np.concatenate([smooth(0, 255), smooth(0, 255)]), "MONOCHROME2", 8, 8, False)
     mf.Rows, mf.NumberOfFrames = H, 2
     case("multiframe", mf, refuse="multi-frame image (2 frames)")

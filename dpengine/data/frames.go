@@ -1,0 +1,87 @@
+package data
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
+)
+
+// maxFramesEach bounds the frames one file gives as samples of their own
+// (Fit.Frame "all"): a cine loop has hundreds, an enhanced CT or MR a few
+// thousand; a whole-slide image's tiles are not a classifier's samples.
+const maxFramesEach = 1 << 16
+
+// allFrames reports whether f makes every frame of a multi-frame DICOM
+// object a sample of its own.
+func (f Fit) allFrames() bool { return f.Frame == "all" }
+
+// expandFrames makes every frame of the multi-frame DICOM files at paths a
+// sample of its own, with its file's label, where fit asks for all frames
+// (Fit.Frame "all"): each path and label repeated, a frame number each
+// (from 1; 0 for a file that is not DICOM, read as it is). Otherwise it
+// returns them as they are, and no frames. expanded reports whether some
+// file gave more than one sample.
+func expandFrames(paths []string, labels []int64, fit Fit) (_ []string, _ []int64, frames []int, expanded bool, err error) {
+	if !fit.allFrames() {
+		return paths, labels, nil, false, nil
+	}
+	var outPaths []string
+	var outLabels []int64
+	for i, p := range paths {
+		n, err := fileFrames(p)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		for k := range max(n, 1) {
+			outPaths, outLabels = append(outPaths, p), append(outLabels, labels[i])
+			frames = append(frames, min(n, k+1))
+		}
+		expanded = expanded || n > 1
+	}
+	return outPaths, outLabels, frames, expanded, nil
+}
+
+// fileFrames is a DICOM file's Number of Frames (0 for another format),
+// held to maxFramesEach and to what the file's size can hold.
+func fileFrames(path string) (int, error) {
+	if !hasDICOMPrefix(path) {
+		return 0, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	n, err := dicom.FrameCount(bufio.NewReader(f))
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
+	case n > maxFramesEach:
+		return 0, fmt.Errorf("%s: %d frames, over the %d a file's frames may give as samples (choose a frame or a projection instead)", path, n, maxFramesEach)
+	case int64(n) > fi.Size()/8:
+		return 0, fmt.Errorf("%s: %d frames in a file of %d bytes", path, n, fi.Size())
+	}
+	return n, nil
+}
+
+// fileUsers makes each file a user (its path within root, '/'-separated),
+// for samples that are the frames of multi-frame files: a file's frames
+// are one person's, and a guarantee per frame would be none per file.
+func fileUsers(root string, paths []string) ([]int32, []string) {
+	names := make([]string, len(paths))
+	for i, p := range paths {
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			rel = p
+		}
+		names[i] = filepath.ToSlash(rel)
+	}
+	return numberUsers(names)
+}
