@@ -189,6 +189,10 @@ func TestHostileData(t *testing.T) {
 	dicoms := filepath.Join(dir, "dicoms")
 	write(filepath.Join(dicoms, "a", "1.png"), hostile.PNG(1, 1))
 	write(filepath.Join(dicoms, "b", "IM0001"), hostile.DICOM(65535, 65535))
+	// 2³¹−1 frames of 2×2 claimed over 16 bytes of pixel data.
+	cine := filepath.Join(dir, "cine")
+	write(filepath.Join(cine, "a", "1.png"), hostile.PNG(1, 1))
+	write(filepath.Join(cine, "b", "IM0002"), hostile.DICOMFrames(2, 2, 1<<31-1))
 	cifar := filepath.Join(dir, "cifar")
 	f, err := os.Create(write(filepath.Join(cifar, "data_batch_1.bin"), nil))
 	if err != nil {
@@ -212,6 +216,9 @@ func TestHostileData(t *testing.T) {
 		{"eval png 2^20×2^20", []string{"eval", "--model", cnn, "--data", "folder:" + folder + ":split=train"}, []string{"bomb.png", "1048576×1048576"}},
 		{"train dicom 65535×65535", train("folder:" + dicoms), []string{"IM0001", "65535×65535", "over the limit"}},
 		{"predict dicom 65535×65535", []string{"predict", "--model", cnn, "--images", filepath.Join(dicoms, "b")}, []string{"IM0001", "65535×65535", "over the limit"}},
+		{"train dicom 2^31 frames, all", append(train("folder:"+cine), "--frame", "all"), []string{"IM0002", "2147483647 frames"}},
+		{"train dicom 2^31 frames, max", append(train("folder:"+cine), "--frame", "max"), []string{"IM0002", "2147483647 frames"}},
+		{"predict dicom 2^31 frames, all", []string{"predict", "--model", cnn, "--frame", "all", "--images", filepath.Join(cine, "b")}, []string{"IM0002", "2147483647 frames"}},
 	}
 	if sparse {
 		cases = append(cases, struct {

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"image"
 	"image/png"
+	"strconv"
 	"strings"
 )
 
@@ -29,7 +30,11 @@ func PNG(w, h uint32) []byte {
 // DICOM returns a DICOM Part 10 file (explicit VR little endian) of a
 // 16-bit MONOCHROME2 image whose header claims w×h pixels and whose pixel
 // data holds 16 bytes: the header of a decompression bomb.
-func DICOM(w, h uint16) []byte {
+func DICOM(w, h uint16) []byte { return DICOMFrames(w, h, 0) }
+
+// DICOMFrames is DICOM's file saying it holds frames frames (Number of
+// Frames, where frames is above 0), with the same 16 bytes of pixel data.
+func DICOMFrames(w, h uint16, frames int) []byte {
 	b := make([]byte, 128, 512)
 	b = append(b, "DICM"...)
 	el := func(group, elem uint16, vr string, val []byte) {
@@ -48,6 +53,13 @@ func DICOM(w, h uint16) []byte {
 	el(0x0002, 0x0010, "UI", []byte("1.2.840.10008.1.2.1\x00"))
 	el(0x0028, 0x0002, "US", us(1))
 	el(0x0028, 0x0004, "CS", []byte("MONOCHROME2 "))
+	if frames > 0 {
+		n := strconv.Itoa(frames)
+		if len(n)%2 == 1 {
+			n += " "
+		}
+		el(0x0028, 0x0008, "IS", []byte(n))
+	}
 	el(0x0028, 0x0010, "US", us(h))
 	el(0x0028, 0x0011, "US", us(w))
 	el(0x0028, 0x0100, "US", us(16))
