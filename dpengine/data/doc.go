@@ -13,7 +13,11 @@
 //     chroma filters and colour matrices are libjpeg's and libwebp's; one
 //     exception: a 16-bit gray image keeps each value's high byte, where
 //     PIL's convert("RGB") saturates every value over 255; and DICOM,
-//     internal/dicom's 8 bits of the image through its own VOI, a file
+//     internal/dicom's 8 bits of the image through its own VOI (or
+//     Fit.Window's), a multi-frame object's frame or projection as
+//     Fit.Frame chooses, or each of its frames a sample with its file's
+//     label (Fit.Frame "all", frames.go: a file's frames decoded in one
+//     pass, each file a user where the data name none), a file
 //     named without an extension read by its contents; holdout=F
 //     splits a folder without a test split, users=REGEX names each
 //     image's user, dicom-users each DICOM image's by its Patient ID —

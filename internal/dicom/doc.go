@@ -23,7 +23,9 @@
 // chooses (Options.Frame): a frame — first, middle, last, or by number —
 // or a projection of all of them (max, mean, min) of the Modality LUT's
 // output, then through frame 1's VOI. Without a choice it is an error
-// (ErrMultiFrame). Its frames are found by the Basic or the Extended
+// (ErrMultiFrame). A caller that makes every frame a sample of its own
+// (FrameAll) counts them (FrameCount) and decodes them in one pass
+// (DecodeEach). Its frames are found by the Basic or the Extended
 // Offset Table, or, without one, a fragment a frame (RLE) or the
 // fragments up to one that ends a codestream (the JPEG family's EOI); a
 // bitmap's frames, which run on bit by bit, by their bit offsets. An
