@@ -42,10 +42,10 @@ func runCompare(args []string, stdout io.Writer) error {
 	fs.Var(&models, "model", "an ONNX model file; give two (A, then B), each read with its own recorded preprocessing")
 	spec := fs.String("data", "", "the data both are evaluated on, as eval's --data (default split: test)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
-	groupBy := fs.String("group-by", "", "compare the models' scores of groups of examples, as eval --group-by: dir or user (the AUCs only)")
+	groupBy := fs.String("group-by", "", "compare the models' scores of groups of examples, as eval --group-by: dir, user or file (the AUCs only)")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by: mean or max")
 	bootstrap := fs.Int("bootstrap", 0, "the differences' 95 % intervals by this many paired bootstrap resamples (at least 100) of the examples, of the groups with --group-by, or of the clusters of --bootstrap-by: both models on the same draws")
-	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images) or dir — which the paired tests above take as independent")
+	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images), dir or file — which the paired tests above take as independent")
 	seed := fs.Uint64("seed", 1, "with --bootstrap: the draws' seed")
 	asJSON := fs.Bool("json", false, "print JSON")
 	devFlag := addDeviceFlag(fs)
@@ -145,7 +145,7 @@ func runCompare(args []string, stdout io.Writer) error {
 	}
 	unit := "examples"
 	if *groupBy != "" {
-		unit = "groups (" + map[string]string{"dir": "each image's directory", "user": "the data's users"}[*groupBy] + ", their probabilities' " + *combine + ")"
+		unit = "groups (" + groupNames[*groupBy] + ", their probabilities' " + *combine + ")"
 	}
 	fmt.Fprintf(stdout, "A:        %s\nB:        %s\ndata:     %s (%d %s)\n", models[0], models[1], a.spec, out.Examples, unit)
 	if d := out.Accuracy; d != nil {

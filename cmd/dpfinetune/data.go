@@ -140,7 +140,7 @@ func runData(args []string, stdout io.Writer) error {
 	frame := fs.String("frame", "", frameUsage)
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
-	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views) or user; their sizes, and the groups whose examples differ in label (which eval refuses)")
+	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, or file (a multi-frame file's frames, --frame all); their sizes, and the groups whose examples differ in label (which eval refuses)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -148,8 +148,8 @@ func runData(args []string, stdout io.Writer) error {
 	if *spec == "" {
 		return usagef("--data is required")
 	}
-	if *groupBy != "" && *groupBy != "dir" && *groupBy != "user" {
-		return usagef("--group-by %q: want user or dir", *groupBy)
+	if *groupBy != "" && *groupBy != "dir" && *groupBy != "user" && *groupBy != "file" {
+		return usagef("--group-by %q: want user, dir or file", *groupBy)
 	}
 	s, err := data.ParseSpec(*spec)
 	if err != nil {
@@ -365,7 +365,7 @@ func writeData(w io.Writer, rep *dataReport) {
 	}
 	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
 	if g := rep.Groups; g != nil {
-		what := map[string]string{"dir": "each image's directory", "user": "the data's users"}[g.By]
+		what := groupNames[g.By]
 		fmt.Fprintf(w, "groups:    %d by %s (%d to %d examples a group, median %d; %d of one)\n", g.Groups, what, g.Sizes[0], g.Sizes[2], g.Sizes[1], g.Single)
 		if g.Mixed > 0 {
 			fmt.Fprintf(w, "           %d of them hold examples of different labels, which eval --group-by refuses (the first: %s)\n", g.Mixed, g.FirstMixed)

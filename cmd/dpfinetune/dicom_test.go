@@ -249,6 +249,15 @@ func TestDICOMFrames(t *testing.T) {
 			t.Errorf("%s: %d frames combined, want %d", p.File, p.Images, n)
 		}
 	}
+	// eval scores each file as one, its frames' probabilities combined,
+	// as predict does; data counts the files.
+	o, e, code = run(t, "eval", "--model", all, "--data", "folder:"+dir+":train", "--group-by", "file", "--json")
+	if code != 0 || !strings.Contains(o, `"examples": 8`) {
+		t.Errorf("eval --group-by file: exit %d: %s%s; want the 8 files scored", code, o, e)
+	}
+	if o, e, code := run(t, "data", "--data", "folder:"+dir, "--frame", "all", "--group-by", "file"); code != 0 || !strings.Contains(o, "groups:    8 by each image file") {
+		t.Errorf("data --frame all --group-by file: exit %d: %s%s", code, o, e)
+	}
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run(); err != nil {
 		t.Log("no /usr/bin/python3 with torch, torchvision, onnx, PIL and pydicom: serve_preprocess.py not checked")

@@ -40,6 +40,18 @@ func (v *View) SamplePath(i int) string { return v.src.SamplePath(i) }
 // their directory. ok is false where d's samples are not files of their
 // own (SamplePaths).
 func DirGroups(d interface{ Len() int }) (group []int32, dirs []string, ok bool) {
+	return pathGroups(d, filepath.Dir)
+}
+
+// FileGroups numbers the files of d's samples densely in sorted order of
+// their paths, as DirGroups numbers their directories: a multi-frame
+// DICOM file's frames, each a sample (Fit.Frame "all"), are one group.
+func FileGroups(d interface{ Len() int }) (group []int32, files []string, ok bool) {
+	return pathGroups(d, func(p string) string { return p })
+}
+
+// pathGroups numbers the names key gives d's samples' paths densely.
+func pathGroups(d interface{ Len() int }, key func(string) string) (group []int32, names []string, ok bool) {
 	sp, isPaths := d.(SamplePaths)
 	if !isPaths || d.Len() == 0 {
 		return nil, nil, false
@@ -50,8 +62,8 @@ func DirGroups(d interface{ Len() int }) (group []int32, dirs []string, ok bool)
 		if p == "" {
 			return nil, nil, false
 		}
-		name[i] = filepath.Dir(p)
+		name[i] = key(p)
 	}
-	group, dirs = numberDensely(name)
-	return group, dirs, true
+	group, names = numberDensely(name)
+	return group, names, true
 }
