@@ -727,3 +727,25 @@ func openFile(t *testing.T, path string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// TestDICOMProjectionAdmitted: a projection is admitted for its decoder's
+// float64 sum a pixel beside a frame (16 bytes a pixel), a frame for 8.
+func TestDICOMProjectionAdmitted(t *testing.T) {
+	path := "../../internal/dicom/testdata/frames/cine8.dcm"
+	for _, c := range []struct {
+		frame string
+		per   int64
+	}{{"max", 16}, {"mean", 16}, {"middle", 8}, {"2", 8}} {
+		fr, _ := dicom.ParseFrame(c.frame)
+		var got int64
+		if _, err := decodeImage(path, dicom.Options{Frame: fr}, func(_ string, w, h int, decoder int64) error {
+			got = decoder / (int64(w) * int64(h))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got != c.per {
+			t.Errorf("--frame %s admitted at %d bytes a pixel, want %d", c.frame, got, c.per)
+		}
+	}
+}

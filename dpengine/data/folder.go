@@ -465,9 +465,9 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	}
 	dcm := fit.dicomOptions()
 	var used atomic.Int64
-	admit := func(path string, w, h int) error {
-		// The decoder's image (up to 8 bytes a pixel) and ours (3); ours,
-		// or its fitted window, stays.
+	admit := func(path string, w, h int, decoder int64) error {
+		// The decoder's bytes and our image (3 a pixel); ours, or its
+		// fitted window, stays.
 		fh, fw := fit.size(h, w)
 		kept := 3 * int64(fh) * int64(fw)
 		if fit.Gray {
@@ -476,7 +476,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 		if disk != nil {
 			kept = 0 // on disk: the decoder's image alone
 		}
-		if u := used.Add(kept); u+8*int64(w)*int64(h) > budget {
+		if u := used.Add(kept); u+decoder > budget {
 			return fmt.Errorf("%s: decoding %d×%d pixels would take the images read so far over the %d MiB of memory available (%s)", path, w, h, budget>>20, budgetSrc)
 		}
 		return nil
@@ -739,6 +739,11 @@ func grayToRGB(g []uint8) []uint8 {
 // photograph, and decoding it takes up to 2 GiB.
 const maxImagePixels = 1 << 28
 
+// admitFunc admits an image of w×h pixels at path before it is decoded,
+// its decoder taking the given bytes (an error where they, and the image
+// kept, would take the memory past what is available).
+type admitFunc func(path string, w, h int, decoder int64) error
+
 // decodeImage decodes an image file of any format in imageKinds.
 // Grayscale images stay one channel; every other colour model becomes RGB
 // with the alpha channel dropped (colours un-premultiplied, as PIL's
@@ -747,7 +752,7 @@ const maxImagePixels = 1 << 28
 // anything.
 //
 // dcm are the choices DICOM images are read with (Fit.Window, Fit.Frame).
-func decodeImage(path string, dcm dicom.Options, admit func(path string, w, h int) error) (decoded, error) {
+func decodeImage(path string, dcm dicom.Options, admit admitFunc) (decoded, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return decoded{}, err
@@ -760,7 +765,7 @@ func decodeImage(path string, dcm dicom.Options, admit func(path string, w, h in
 // decoder's panic is returned as an error: the decoders of five formats,
 // three from outside the standard library, read files a user did not
 // write, and one bad file must not take the run down.
-func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit func(path string, w, h int) error) (d decoded, err error) {
+func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit admitFunc) (d decoded, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			d, err = decoded{}, fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
@@ -787,7 +792,14 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit func
 		return decoded{}, fmt.Errorf("%s: image of %d×%d pixels, over the limit of %d pixels", path, cfg.Width, cfg.Height, maxImagePixels)
 	}
 	if admit != nil {
-		if err := admit(path, cfg.Width, cfg.Height); err != nil {
+		// The decoder's image: up to 8 bytes a pixel (a 16-bit RGBA); a
+		// DICOM projection's float64 sum a pixel beside a frame's stored
+		// values, 16.
+		per := int64(8)
+		if kind == "dicom" && dcm.Frame.Projection() {
+			per = 16
+		}
+		if err := admit(path, cfg.Width, cfg.Height, per*int64(cfg.Width)*int64(cfg.Height)); err != nil {
 			return decoded{}, err
 		}
 	}
@@ -813,7 +825,7 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit func
 // decodeFrames decodes every frame of the DICOM file at path in one pass
 // (dicom.DecodeEach), as decodeImage decodes one image, each frame
 // admitted before it is kept, and gives each to each with its number.
-func decodeFrames(path string, dcm dicom.Options, admit func(path string, w, h int) error, each func(frame int, d decoded) error) (err error) {
+func decodeFrames(path string, dcm dicom.Options, admit admitFunc, each func(frame int, d decoded) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
@@ -836,7 +848,7 @@ func decodeFrames(path string, dcm dicom.Options, admit func(path string, w, h i
 	}
 	var eachErr error
 	err = dicom.DecodeEach(bufio.NewReader(f), dcm, func(k int, img image.Image) error {
-		if eachErr = admit(path, cfg.Width, cfg.Height); eachErr != nil {
+		if eachErr = admit(path, cfg.Width, cfg.Height, 8*int64(cfg.Width)*int64(cfg.Height)); eachErr != nil {
 			return eachErr
 		}
 		d, err := toDecoded(img, "dicom", path)

@@ -84,8 +84,9 @@ func (f Frame) String() string {
 	return ""
 }
 
-// projection reports whether f combines all the frames.
-func (f Frame) projection() bool {
+// Projection reports whether f combines all the frames (FrameMax,
+// FrameMean, FrameMin).
+func (f Frame) Projection() bool {
 	return f.Kind == FrameMax || f.Kind == FrameMean || f.Kind == FrameMin
 }
 

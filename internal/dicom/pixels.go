@@ -130,7 +130,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	if h.frames > 1 && opts.Frame.Kind == FrameNone {
 		return nil, fmt.Errorf("%w (%d frames) and no frame chosen", ErrMultiFrame, h.frames)
 	}
-	if opts.Frame.projection() {
+	if opts.Frame.Projection() {
 		return h.project(s, opts.Frame, opts.Windows)
 	}
 	k, err := opts.Frame.index(h.frames)
