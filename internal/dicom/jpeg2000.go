@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"sort"
+	"sync"
 )
 
 // This file decodes JPEG 2000 Part 1 codestreams, ITU-T T.800 |
@@ -34,11 +36,12 @@ import (
 // those present are kept). Every packet takes at least a byte of its
 // tile's data, so a tile's precincts times its layers are checked
 // against that length before its structures are built, and its
-// code-blocks against its samples. Code-block data are copies of parts
-// of the codestream, so they are bounded by its length, and the coding
-// passes a code-block may claim are bounded by its bit-planes (at most
-// 3·30−2, B.10.5, D.1), so tier-1 work is bounded by the samples. Packets
-// that run past the end of the tile's data are an error.
+// code-blocks against its samples. Code-block data are parts of the
+// tile's data (or copies of them, concatenated, where a code-block has
+// several contributions), so they are bounded by its length, and the
+// coding passes a code-block may claim are bounded by its bit-planes (at
+// most 3·30−2, B.10.5, D.1), so tier-1 work is bounded by the samples.
+// Packets that run past the end of the tile's data are an error.
 
 // JPEG 2000 marker codes (A.2, Table A.2), the second byte after 0xFF.
 const (
@@ -161,9 +164,46 @@ type j2kDecoder struct {
 	tileOrder          []int
 	width, height      int
 	pix                []uint16
-	t1                 j2kT1
 	scratch            []j2kPending
 	lengths            []int
+	*j2kBuffers
+}
+
+// j2kBuffers are a decoder's big buffers, reused from tile to tile and,
+// through j2kBufferPool, from decode to decode: tile-components'
+// coefficient arrays once their tile is written, the wavelet's scratch
+// and tier-1's. A 2048×2048 image's coefficients take 16 MB, which the
+// runtime would otherwise zero (and the kernel map) afresh each time.
+type j2kBuffers struct {
+	spareI [][]int32
+	spareF [][]float32
+	dwtI   []int32
+	dwtF   []float32
+	t1     j2kT1
+}
+
+var j2kBufferPool = sync.Pool{New: func() any { return new(j2kBuffers) }}
+
+// j2kMaxSpares is how many coefficient arrays of each kind j2kBuffers
+// keeps between decodes: enough for the components of RGB(A) images.
+const j2kMaxSpares = 4
+
+// release returns b to j2kBufferPool with its j2kMaxSpares largest
+// spare arrays of each kind, so that what it keeps stays bounded
+// whatever the sizes of the images decoded.
+func (b *j2kBuffers) release() {
+	b.spareI = j2kTrimSpares(b.spareI)
+	b.spareF = j2kTrimSpares(b.spareF)
+	j2kBufferPool.Put(b)
+}
+
+func j2kTrimSpares[T int32 | float32](sp [][]T) [][]T {
+	if len(sp) <= j2kMaxSpares {
+		return sp
+	}
+	slices.SortFunc(sp, func(a, b []T) int { return cap(b) - cap(a) })
+	clear(sp[j2kMaxSpares:])
+	return sp[:j2kMaxSpares]
 }
 
 // decodeJPEG2000 decodes one JPEG 2000 codestream (or JP2 file): the
@@ -190,6 +230,8 @@ func decodeJPEG2000(data []byte, maxSamples int) (pix []uint16, width, height, c
 		cs = cs[:n-1]
 	}
 	d := &j2kDecoder{data: cs, maxSamples: maxSamples}
+	d.j2kBuffers = j2kBufferPool.Get().(*j2kBuffers)
+	defer d.j2kBuffers.release()
 	if err := d.decode(); err != nil {
 		return nil, 0, 0, 0, 0, fmt.Errorf("jpeg 2000: %w", err)
 	}
@@ -745,6 +787,7 @@ type j2kCblk struct {
 	passes         int // coding passes delivered
 	data           []byte
 	segs           []j2kSeg
+	seg1           [1]j2kSeg // segs' first backing array: most blocks have one segment
 }
 
 // j2kSeg is one codeword segment (B.10.7.1): bytes data[start:end] of
@@ -849,10 +892,34 @@ func (d *j2kDecoder) decodeTile(ti int, t *j2kTile) error {
 		if err := d.decodeBlocks(&tcs[c]); err != nil {
 			return fmt.Errorf("component %d: %w", c, err)
 		}
-		j2kInverseDWT(&tcs[c])
+		j2kInverseDWT(&tcs[c], &d.dwtI, &d.dwtF)
 	}
 	d.writeTile(tcs, mct == 1)
+	for c := range tcs {
+		if tcs[c].ci != nil {
+			d.spareI = append(d.spareI, tcs[c].ci)
+		}
+		if tcs[c].cf != nil {
+			d.spareF = append(d.spareF, tcs[c].cf)
+		}
+	}
 	return nil
+}
+
+// j2kTake returns n zeros: a spare buffer big enough, taken from
+// spares, or a new one.
+func j2kTake[T int32 | float32](spares *[][]T, n int) []T {
+	sp := *spares
+	for k, b := range sp {
+		if cap(b) >= n {
+			sp[k] = sp[len(sp)-1]
+			*spares = sp[:len(sp)-1]
+			b = b[:n]
+			clear(b)
+			return b
+		}
+	}
+	return make([]T, n)
 }
 
 // buildComponent lays out a tile-component's resolutions, subbands,
@@ -878,9 +945,9 @@ func (d *j2kDecoder) buildComponent(tc *j2kTileComp, qu *j2kQuant, c int, tileDa
 	}
 	if w*h > 0 {
 		if cod.reversible {
-			tc.ci = make([]int32, w*h)
+			tc.ci = j2kTake(&d.spareI, w*h)
 		} else {
-			tc.cf = make([]float32, w*h)
+			tc.cf = j2kTake(&d.spareF, w*h)
 		}
 	}
 	budget := 2*w*h + 64 // code-blocks and precincts (non-empty ones hold a sample)
@@ -1323,9 +1390,16 @@ func (d *j2kDecoder) readPacket(br *j2kPacketReader, tc *j2kTileComp, pr *j2kPre
 				return fmt.Errorf("code-block data too long")
 			}
 			// Tile data cannot hold more: cb.data grows with the
-			// codestream only.
+			// codestream only. A code-block's first contribution is
+			// the tile data itself, not a copy (the tile data outlive
+			// tier-1 and are not written); its capacity ends there, so
+			// that a later contribution appends to a copy.
 			start := len(cb.data)
-			cb.data = append(cb.data, data[br.pos:br.pos+l]...)
+			if start == 0 {
+				cb.data = data[br.pos : br.pos+l : br.pos+l]
+			} else {
+				cb.data = append(cb.data, data[br.pos:br.pos+l]...)
+			}
 			br.pos += l
 			last := cb.passesBefore(p, g) + n - 1
 			if k := len(cb.segs); k > 0 && !cb.segs[k-1].done {
@@ -1333,6 +1407,9 @@ func (d *j2kDecoder) readPacket(br *j2kPacketReader, tc *j2kTileComp, pr *j2kPre
 				cb.segs[k-1].passes += n
 				cb.segs[k-1].done = j2kTerminates(style, last)
 			} else {
+				if cb.segs == nil {
+					cb.segs = cb.seg1[:0]
+				}
 				cb.segs = append(cb.segs, j2kSeg{start: start, end: start + l, passes: n, done: j2kTerminates(style, last)})
 			}
 		}
@@ -1429,22 +1506,38 @@ func (d *j2kDecoder) decodeBlocks(tc *j2kTileComp) error {
 					}
 					cw := cb.x1 - cb.x0
 					base := (b.offY+cb.y0-b.y0)*w + b.offX + cb.x0 - b.x0
+					st := d.t1.stride
 					for y := 0; y < cb.y1-cb.y0; y++ {
-						src := d.t1.data[y*cw : (y+1)*cw]
+						at := (y+1)*st + 1
+						mag := d.t1.data[at : at+cw]
+						fl := d.t1.flags[at : at+cw]
 						o := base + y*w
 						if tc.ci != nil {
+							// Magnitudes have one fractional bit
+							// (E-6 with r = 0 for fully decoded
+							// samples; the bit is dropped).
 							dst := tc.ci[o : o+cw]
-							for x, v := range src {
-								if v < 0 {
-									dst[x] = -((-v) >> 1)
-								} else {
-									dst[x] = v >> 1
+							for x, f := range fl {
+								var v int32
+								if f&j2kSig != 0 {
+									v = mag[x] >> 1
+									if f&j2kNeg != 0 {
+										v = -v
+									}
 								}
+								dst[x] = v
 							}
 						} else {
 							dst := tc.cf[o : o+cw]
 							half := b.delta / 2
-							for x, v := range src {
+							for x, f := range fl {
+								var v int32
+								if f&j2kSig != 0 {
+									v = mag[x]
+									if f&j2kNeg != 0 {
+										v = -v
+									}
+								}
 								dst[x] = float32(v) * half
 							}
 						}
@@ -1483,6 +1576,9 @@ func (d *j2kDecoder) writeTile(tcs []j2kTileComp, mct bool) {
 			}
 		}
 	}
+	if w <= 0 {
+		return
+	}
 	nc := len(d.comps)
 	for ci := range tcs {
 		tc := &tcs[ci]
@@ -1495,26 +1591,18 @@ func (d *j2kDecoder) writeTile(tcs []j2kTileComp, mct bool) {
 		mask := 1<<comp.precision - 1
 		for y := 0; y < h; y++ {
 			o := ((tc.y0-d.yo+y)*d.width+tc.x0-d.xo)*nc + ci
-			for x := 0; x < w; x++ {
-				var v int
-				if tc.ci != nil {
-					v = int(tc.ci[y*w+x])
-				} else {
-					f := float64(tc.cf[y*w+x])
-					if f > 1<<30 {
-						f = 1 << 30
-					} else if f < -(1 << 30) {
-						f = -(1 << 30)
-					}
-					v = int(math.RoundToEven(f))
+			dst := d.pix[o : o+(w-1)*nc+1]
+			if tc.ci != nil {
+				for x, c := range tc.ci[y*w : (y+1)*w] {
+					v := min(max(int(c)+shift, lo), hi)
+					dst[x*nc] = uint16(v & mask)
 				}
-				v += shift
-				if v < lo {
-					v = lo
-				} else if v > hi {
-					v = hi
-				}
-				d.pix[o+x*nc] = uint16(v & mask)
+				continue
+			}
+			for x, c := range tc.cf[y*w : (y+1)*w] {
+				f := min(max(float64(c), -(1<<30)), 1<<30)
+				v := min(max(int(math.RoundToEven(f))+shift, lo), hi)
+				dst[x*nc] = uint16(v & mask)
 			}
 		}
 	}

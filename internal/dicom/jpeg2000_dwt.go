@@ -37,24 +37,31 @@ func j2kPSE(k, n int) int {
 
 // j2kInverseDWT reconstructs a tile-component's samples in place from its
 // subbands, which lie in its array in the Mallat layout: at each level
-// the low-pass subbands first, the high-pass after them.
-func j2kInverseDWT(tc *j2kTileComp) {
+// the low-pass subbands first, the high-pass after them. *scratchI and
+// *scratchF are scratch space, kept from call to call.
+func j2kInverseDWT(tc *j2kTileComp, scratchI *[]int32, scratchF *[]float32) {
 	if tc.ci != nil {
-		j2kReconstruct(tc, tc.ci, j2kSR53)
+		j2kReconstruct(tc, tc.ci, j2kSR53, j2kLift53, scratchI)
 	} else {
-		j2kReconstruct(tc, tc.cf, j2kSR97)
+		j2kReconstruct(tc, tc.cf, j2kSR97, j2kLift97, scratchF)
 	}
 }
 
-// j2kReconstruct is j2kInverseDWT on the samples a, by the
-// one-dimensional reconstruction sr: every row of a level, then every
-// column, its scratch sized once for the whole tile-component (the last
-// level's).
-func j2kReconstruct[T int32 | float32](tc *j2kTileComp, a []T, sr func([]T, int, []T)) {
+// j2kReconstruct is j2kInverseDWT on the samples a: at each level the
+// one-dimensional reconstruction sr of every row (HOR_SR), then lift, the
+// same reconstruction of every column (VER_SR) done a row at a time, on
+// strips of j2kStrip columns. Its scratch, grown in *scratch where
+// needed, is sized once for the whole tile-component (the last
+// level's); nothing in it is read before it is written.
+func j2kReconstruct[T int32 | float32](tc *j2kTileComp, a []T, sr func([]T, int, []T), lift func([]T, int, int, int), scratch *[]T) {
 	w := tc.x1 - tc.x0
-	n := max(w, tc.y1-tc.y0)
-	buf := make([]T, n+2*j2kMargin)
-	cols := j2kColumnLines[T](n)
+	h := tc.y1 - tc.y0
+	nb := max(w, h) + 2*j2kMargin
+	if need := nb + j2kStrip*h; cap(*scratch) < need {
+		*scratch = make([]T, need)
+	}
+	buf := (*scratch)[:nb]
+	strip := (*scratch)[nb : nb+j2kStrip*h]
 	for r := 1; r < len(tc.res); r++ {
 		rs := &tc.res[r]
 		rw, rh := rs.x1-rs.x0, rs.y1-rs.y0
@@ -64,48 +71,110 @@ func j2kReconstruct[T int32 | float32](tc *j2kTileComp, a []T, sr func([]T, int,
 		for y := 0; y < rh; y++ {
 			sr(a[y*w:y*w+rw], rs.x0, buf)
 		}
-		j2kColumns(a, w, rw, rh, rs.y0, cols, buf, sr)
-	}
-}
-
-// j2kColumnBlock is how many columns VER_SR gathers at once: a row's
-// block is one cache line of int32 or float32 samples, read once for
-// all of them instead of once a column.
-const j2kColumnBlock = 16
-
-// j2kColumnLines allocates the column buffers of j2kColumns for columns
-// of up to n samples.
-func j2kColumnLines[T int32 | float32](n int) [][]T {
-	lines := make([][]T, j2kColumnBlock)
-	for k := range lines {
-		lines[k] = make([]T, n)
-	}
-	return lines
-}
-
-// j2kColumns runs the one-dimensional reconstruction sr over every column
-// of the rw×rh region at the start of a (row stride w), whose first row
-// has absolute index y0 (F.3.5): j2kColumnBlock columns gathered a row at
-// a time, reconstructed one by one, and written back.
-func j2kColumns[T int32 | float32](a []T, w, rw, rh, y0 int, lines [][]T, buf []T, sr func([]T, int, []T)) {
-	for x := 0; x < rw; x += j2kColumnBlock {
-		nb := min(j2kColumnBlock, rw-x)
-		for y := 0; y < rh; y++ {
-			row := a[y*w+x : y*w+x+nb]
-			for k, v := range row {
-				lines[k][y] = v
+		if rh == 1 {
+			// 1D_SR of a single sample (F.3.6).
+			if rs.y0&1 != 0 {
+				for x := range a[:rw] {
+					a[x] /= 2
+				}
 			}
+			continue
 		}
-		for k := range nb {
-			sr(lines[k][:rh], y0, buf)
-		}
-		for y := 0; y < rh; y++ {
-			row := a[y*w+x : y*w+x+nb]
-			for k := range row {
-				row[k] = lines[k][y]
+		for x := 0; x < rw; x += j2kStrip {
+			bw := min(j2kStrip, rw-x)
+			t := strip[:bw*rh]
+			j2kGatherColumns(t, a, w, x, bw, rh, rs.y0)
+			lift(t, bw, rh, rs.y0)
+			for y := 0; y < rh; y++ {
+				copy(a[y*w+x:y*w+x+bw], t[y*bw:(y+1)*bw])
 			}
 		}
 	}
+}
+
+// j2kStrip is how many columns VER_SR reconstructs together: the rows of
+// a strip of a tall tile-component stay in cache through the lifting
+// steps, each of which runs along rows of contiguous samples. Every
+// sample goes through the same arithmetic as a column's 1D_SR would
+// give it: the steps are the same and in the same order, and only the
+// loops are exchanged.
+const j2kStrip = 64
+
+// j2kGatherColumns copies columns x..x+bw−1 of the rh rows of a (row
+// stride w) to t (row stride bw), interleaving them as j2kInterleave
+// does a signal: the low-pass rows (the first ceil((i0+rh)/2) −
+// ceil(i0/2)) to the even absolute indices of i0..i0+rh−1, the
+// high-pass ones to the odd.
+func j2kGatherColumns[T int32 | float32](t, a []T, w, x, bw, rh, i0 int) {
+	lo := (i0 + 1) >> 1
+	nL := (i0+rh+1)>>1 - lo
+	hi := i0 >> 1
+	for j := 0; j < rh; j++ {
+		ab := i0 + j
+		src := nL + ab>>1 - hi
+		if ab&1 == 0 {
+			src = ab>>1 - lo
+		}
+		copy(t[j*bw:(j+1)*bw], a[src*w+x:src*w+x+bw])
+	}
+}
+
+// j2kRows returns rows j−1, j and j+1 of the strip t (row stride bw, n
+// rows), the outer ones by periodic symmetric extension (F.3.7): the
+// extension gives a sample outside the signal the value of the sample
+// it mirrors, at every stage of the lifting, as the steps are symmetric.
+func j2kRows[T int32 | float32](t []T, bw, n, j int) (up, cur, dn []T) {
+	u, d := j2kPSE(j-1, n), j2kPSE(j+1, n)
+	return t[u*bw : (u+1)*bw], t[j*bw : (j+1)*bw], t[d*bw : (d+1)*bw]
+}
+
+// j2kLift53 is the lifting of j2kSR53 on the n ≥ 2 rows of the strip t
+// (row stride bw), row j having absolute index i0 + j.
+func j2kLift53(t []int32, bw, n, i0 int) {
+	for j := i0 & 1; j < n; j += 2 { // even absolute indices (F-5)
+		up, cur, dn := j2kRows(t, bw, n, j)
+		dn, up = dn[:len(cur)], up[:len(cur)]
+		for x := range cur {
+			cur[x] -= (up[x] + dn[x] + 2) >> 2
+		}
+	}
+	for j := 1 - i0&1; j < n; j += 2 { // odd (F-6)
+		up, cur, dn := j2kRows(t, bw, n, j)
+		dn, up = dn[:len(cur)], up[:len(cur)]
+		for x := range cur {
+			cur[x] += (up[x] + dn[x]) >> 1
+		}
+	}
+}
+
+// j2kLift97 is the scaling and lifting of j2kSR97 on the n ≥ 2 rows of
+// the strip t (row stride bw), row j having absolute index i0 + j.
+func j2kLift97(t []float32, bw, n, i0 int) {
+	even := i0 & 1 // the first row of even absolute index
+	const k, ik = float32(j2kK), float32(1 / j2kK)
+	for j := 0; j < n; j++ {
+		c := ik
+		if j&1 == even {
+			c = k
+		}
+		for x, v := range t[j*bw : (j+1)*bw] {
+			t[j*bw+x] = v * c
+		}
+	}
+	step := func(first int, c float32) {
+		for j := first; j < n; j += 2 {
+			up, cur, dn := j2kRows(t, bw, n, j)
+			dn, up = dn[:len(cur)], up[:len(cur)]
+			for x := range cur {
+				// Rounded product, as in j2kSR97.
+				cur[x] -= float32(c * (up[x] + dn[x]))
+			}
+		}
+	}
+	step(even, j2kDelta)
+	step(1-even, j2kGamma)
+	step(even, j2kBeta)
+	step(1-even, j2kAlpha)
 }
 
 // j2kInterleave places a signal's low-pass coefficients (line's first
@@ -113,16 +182,16 @@ func j2kColumns[T int32 | float32](a []T, w, rw, rh, y0 int, lines [][]T, buf []
 // indices i0..i1−1 of buf (after the margin), and extends it.
 func j2kInterleave[T int32 | float32](line []T, i0 int, buf []T) {
 	n := len(line)
-	lo := (i0 + 1) >> 1
-	nL := (i0+n+1)>>1 - lo
-	hi := i0 >> 1
-	for i := 0; i < n; i++ {
-		a := i0 + i
-		if a&1 == 0 {
-			buf[j2kMargin+i] = line[a>>1-lo]
-		} else {
-			buf[j2kMargin+i] = line[nL+a>>1-hi]
-		}
+	nL := (i0+n+1)>>1 - (i0+1)>>1
+	// Even absolute indices are those of the parity of i0, filled in
+	// order by line[:nL]; the odd ones by line[nL:].
+	even := buf[j2kMargin+i0&1 : j2kMargin+n]
+	for k, v := range line[:nL] {
+		even[2*k] = v
+	}
+	odd := buf[j2kMargin+1-i0&1 : j2kMargin+n]
+	for k, v := range line[nL:] {
+		odd[2*k] = v
 	}
 	for j := 1; j <= j2kMargin; j++ {
 		buf[j2kMargin-j] = buf[j2kMargin+j2kPSE(-j, n)]

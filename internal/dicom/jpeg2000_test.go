@@ -528,6 +528,105 @@ func BenchmarkJPEG2000(b *testing.B) {
 	}
 }
 
+// j2kRadiograph mirrors radiograph in gen_j2k.py: sample (x, y) of a
+// w×h 12-bit radiograph's outline with noiseBits of hashed noise.
+func j2kRadiograph(w, h, noiseBits, x, y int) uint16 {
+	hash := uint32(x*73856093) ^ uint32(y*19349663)
+	v := 300 + (x+2*y)/8
+	dx, dy := x-w/2, y-h/2
+	r2 := dx*dx + 2*dy*dy
+	big := (w * 7 / 16) * (w * 7 / 16)
+	if r2 < big {
+		v += (big - r2) / (big/1500 + 1)
+		if (x+y/2)%300 < 40 {
+			v += 900
+		}
+	}
+	v += int(hash>>11) & (1<<noiseBits - 1)
+	return uint16(min(max(v, 0), 4095))
+}
+
+// j2kTiles2x2 returns a codestream of 2×2 tiles, each the single tile of
+// the one-tile codestream cs, whose size is a multiple of its code-block
+// and precinct sizes and of 2^levels, so that every tile decodes to cs's
+// image.
+func j2kTiles2x2(b testing.TB, cs []byte) []byte {
+	at, _ := j2kFind(b, cs, j2kSOT)
+	psot := int(binary.BigEndian.Uint32(cs[at+6:]))
+	if psot == 0 || at+psot+2 != len(cs) {
+		b.Fatal("not one tile-part")
+	}
+	w := binary.BigEndian.Uint32(cs[8:])
+	h := binary.BigEndian.Uint32(cs[12:])
+	out := bytes.Clone(cs[:at])
+	out = j2kSetSIZ(2, 4, uint64(2*w))(b, out)
+	out = j2kSetSIZ(6, 4, uint64(2*h))(b, out)
+	out = j2kSetSIZ(18, 4, uint64(w))(b, out)
+	out = j2kSetSIZ(22, 4, uint64(h))(b, out)
+	for i := range 4 {
+		tile := bytes.Clone(cs[at : at+psot])
+		binary.BigEndian.PutUint16(tile[4:], uint16(i))
+		out = append(out, tile...)
+	}
+	return append(out, 0xFF, j2kEOC)
+}
+
+// BenchmarkJPEG2000Lossless decodes a 2048×2048 12-bit lossless (5/3)
+// radiograph: four 1024×1024 tiles, each bench_u12_1024's.
+func BenchmarkJPEG2000Lossless(b *testing.B) {
+	data := j2kTiles2x2(b, j2kStream(b, "bench_u12_1024"))
+	const n = 2048
+	pix, w, h, _, _, err := decodeJPEG2000(data, n*n)
+	if err != nil || w != n || h != n {
+		b.Fatalf("%d×%d, %v", w, h, err)
+	}
+	for y := range n {
+		for x := range n {
+			if want := j2kRadiograph(1024, 1024, 3, x%1024, y%1024); pix[y*n+x] != want {
+				b.Fatalf("(%d,%d) = %d, want %d", x, y, pix[y*n+x], want)
+			}
+		}
+	}
+	b.SetBytes(n * n * 2)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, _, _, err := decodeJPEG2000(data, n*n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJPEG2000Lossy decodes a 2048×2048 12-bit irreversible (9/7)
+// radiograph compressed 30:1, one tile.
+func BenchmarkJPEG2000Lossy(b *testing.B) {
+	data := j2kStream(b, "bench_u12_2048_97")
+	const n = 2048
+	pix, w, h, _, p, err := decodeJPEG2000(data, n*n)
+	if err != nil || w != n || h != n || p != 12 {
+		b.Fatalf("%d×%d P%d, %v", w, h, p, err)
+	}
+	// OpenJPEG's decoding is within a few levels of the original at
+	// this rate away from edges; a grossly wrong decoder is not.
+	far := 0
+	for y := range n {
+		for x := range n {
+			if d := int(pix[y*n+x]) - int(j2kRadiograph(n, n, 6, x, y)); d < -200 || d > 200 {
+				far++
+			}
+		}
+	}
+	if far > n*n/100 {
+		b.Fatalf("%d samples more than 200 from the original", far)
+	}
+	b.SetBytes(n * n * 2)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, _, _, _, err := decodeJPEG2000(data, n*n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // TestJPEG2000TruncatedTileData cuts the data of a one-tile-part stream
 // at many points, with Psot made to match and EOC after it, so that
 // packet headers and code-block data run short: an error each time

@@ -29,6 +29,12 @@ expectation comes from:
 
 The benchmark fixture bench_u16_512 has no .u16 file: its samples are
 bench_value(x, y) below, mirrored by j2kBenchValue in jpeg2000_test.go.
+Two more benchmark streams, not in cases.json (the tests do not decode
+them), model 12-bit radiographs: bench_u12_1024.j2k, lossless 5/3, whose
+samples are radiograph(1024, 1024, 3) (mirrored by j2kRadiograph), which
+BenchmarkJPEG2000Lossless tiles 2×2 into a 2048×2048 codestream; and
+bench_u12_2048_97.j2k, 2048×2048 9/7 at 30:1. Whole 2048×2048 lossless
+noisy images would be megabytes.
 """
 
 import gzip
@@ -66,6 +72,22 @@ def image(w, h, c, prec, signed, seed):
 def bench_value(x, y):
     h = ((x * 73856093) & 0xFFFFFFFF) ^ ((y * 19349663) & 0xFFFFFFFF)
     return 20000 + 3 * x + 2 * y + ((h >> 13) & 1)
+
+
+def radiograph(w, h, noise_bits):
+    """A 12-bit radiograph's outline: a gradient, an elliptical body with
+    a dome of density and bands of bone, and noise_bits of hashed noise."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.int64)
+    hh = ((xx * 73856093) & 0xFFFFFFFF) ^ ((yy * 19349663) & 0xFFFFFFFF)
+    v = 300 + (xx + 2 * yy) // 8
+    dx, dy = xx - w // 2, yy - h // 2
+    r2 = dx * dx + 2 * dy * dy
+    big = (w * 7 // 16) ** 2
+    inside = r2 < big
+    v = v + np.where(inside, (big - r2) // (big // 1500 + 1), 0)
+    v = v + np.where(inside & (((xx + yy // 2) % 300) < 40), 900, 0)
+    v = v + ((hh >> 11) & ((1 << noise_bits) - 1))
+    return np.clip(v, 0, 4095)
 
 
 def to_u16(img, prec):
@@ -329,6 +351,19 @@ def main():
         cases.append({"name": "bench_u16_512", "width": 512, "height": 512, "components": 1,
                       "precision": 16, "signed": False, "lossy": False,
                       "tool": "opj_compress -n 6", "origin": "original", "expected": "bench_value"})
+
+        # Benchmarks: 12-bit radiographs, lossless (1024×1024, which the
+        # benchmark tiles) and 9/7 (2048×2048).
+        rad = radiograph(1024, 1024, 3)[:, :, None]
+        data = opj_encode(tmp, rad, 12, False, [])
+        if not np.array_equal(opj_decode(tmp, data, 1024, 1024, 1, 12, False), rad):
+            sys.exit("bench_u12_1024: opj_decompress does not give the original back")
+        with open(os.path.join(OUT, "bench_u12_1024.j2k"), "wb") as f:
+            f.write(data)
+        rad = radiograph(2048, 2048, 6)[:, :, None]
+        data = opj_encode(tmp, rad, 12, False, ["-I", "-r", "30"])
+        with open(os.path.join(OUT, "bench_u12_2048_97.j2k"), "wb") as f:
+            f.write(data)
 
         # pydicom's test files: the first frame's codestream, decoded by
         # Pillow.
