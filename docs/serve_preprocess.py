@@ -79,6 +79,21 @@ def group_item(groups, seq, a, b):
     return None
 
 
+def stored(ds, a):
+    """A DICOM image's samples as the standard reads them: Bits Stored bits
+    at High Bit (PS3.5 8.1.1), sign-extended where Pixel Representation is
+    1, as dpfinetune reads them (pydicom keeps the bits around them)."""
+    width = 8 * a.dtype.itemsize
+    bits = int(ds.BitsStored)
+    high = int(ds.get("HighBit", bits - 1))
+    if bits == width and high == bits - 1:
+        return a
+    v = (a.astype(np.int64) & ((1 << width) - 1)) >> (high - bits + 1) & ((1 << bits) - 1)
+    if ds.PixelRepresentation == 1:
+        v = np.where(v >= 1 << (bits - 1), v - (1 << bits), v)
+    return v
+
+
 def dicom_image(path, window, frame=""):
     """A DICOM file's image as dpfinetune decodes it: gray, or RGB for a
     colour image or three windows. window: dpfinetune.window's value, "" for
@@ -100,7 +115,7 @@ def dicom_images(path, window, frame=""):
                                                   apply_voi_lut,
                                                   convert_color_space)
     ds = pydicom.dcmread(path)
-    frames = ds.pixel_array
+    frames = stored(ds, ds.pixel_array)
     n = int(ds.get("NumberOfFrames") or 1)
     if n == 1:
         frames = frames[None]  # frames first, as a multi-frame object's
@@ -135,10 +150,19 @@ def dicom_images(path, window, frame=""):
             return Image.fromarray(palette_rgb(ds, arr), "RGB")
         if ds.SamplesPerPixel == 3:
             # pydicom hands YBR over as it is stored (a JPEG's too; 4:2:2
-            # expanded): the colour conversion is the reader's.
-            if ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422"):
-                arr = convert_color_space(arr, "YBR_FULL", "RGB")
+            # expanded): the colour conversion is the reader's, pydicom's
+            # for 8-bit samples (its convert_color_space knows no other),
+            # PS3.3 C.7.6.3.1.2's equations for wider ones.
             top = 2 ** ds.BitsStored - 1
+            if ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422") and ds.BitsStored <= 8:
+                arr = convert_color_space(arr, "YBR_FULL", "RGB")
+            elif ds.PhotometricInterpretation in ("YBR_FULL", "YBR_FULL_422"):
+                y, cb, cr = (arr[..., c].astype(np.float64) for c in range(3))
+                mid = 2.0 ** (ds.BitsStored - 1)
+                cb, cr = cb - mid, cr - mid
+                arr = np.clip(np.stack([y + 1.402 * cr,
+                                        y - 0.114 * 1.772 / 0.587 * cb - 0.299 * 1.402 / 0.587 * cr,
+                                        y + 1.772 * cb], -1), 0, top)
             return Image.fromarray(np.floor(arr * (255 / top) + 0.5).astype(np.uint8), "RGB")
         if project:
             ms = np.stack([rescaled(frames[j], j) for j in range(n)])

@@ -1065,6 +1065,11 @@ func Run(cfg Config) (*Report, error) {
 	for _, note := range set.LoadNotes {
 		logf("  model:     %s\n", note)
 	}
+	if d, ok := cfg.Train.(interface{ LeftOut() []string }); ok {
+		if note := data.LeftOutNote(d.LeftOut()); note != "" {
+			logf("  left out:  %s\n", note)
+		}
+	}
 	if d, ok := cfg.Train.(interface {
 		PixelsOnDisk() (int64, string)
 		PixelsKept() (string, bool)

@@ -58,6 +58,9 @@ type dataReport struct {
 	Pixels   string  `json:"pixels"`
 	Kept     string  `json:"kept,omitempty"` // the kept pixel file
 	Reused   bool    `json:"kept_reused,omitempty"`
+	// LeftOut are the files the load left out: DICOM objects without an
+	// image (data.Images.LeftOut).
+	LeftOut []string `json:"left_out,omitempty"`
 	// Fingerprint is the SHA-256 of the examples as loaded: what train
 	// records and --resume checks.
 	Fingerprint string `json:"fingerprint"`
@@ -323,6 +326,7 @@ func describeImages(rep *dataReport, im *data.Images) {
 		rep.Pixels = fmt.Sprintf("%s in memory", dptrain.FormatBytes(im.Bytes()))
 	}
 	rep.Kept, rep.Reused = im.PixelsKept()
+	rep.LeftOut = im.LeftOut()
 	rep.Fingerprint = im.Fingerprint()
 }
 
@@ -362,6 +366,9 @@ func writeData(w io.Writer, rep *dataReport) {
 		fmt.Fprintf(w, "kept:      read from %s (none decoded)\n", rep.Kept)
 	case rep.Kept != "":
 		fmt.Fprintf(w, "kept:      decoded and kept in %s for later runs\n", rep.Kept)
+	}
+	if note := data.LeftOutNote(rep.LeftOut); note != "" {
+		fmt.Fprintf(w, "left out:  %s\n", note)
 	}
 	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
 	if g := rep.Groups; g != nil {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -221,6 +222,15 @@ func parseWindow(window string, channels int64) (string, error) {
 		return "", usagef("--window %s: three windows make an RGB image; the model takes 1 channel", window)
 	}
 	return dicom.FormatWindows(ws), nil
+}
+
+// noteLeftOut says on stderr which files a load left out (data.LeftOutNote).
+func noteLeftOut(v any) {
+	if d, ok := v.(interface{ LeftOut() []string }); ok {
+		if note := data.LeftOutNote(d.LeftOut()); note != "" {
+			fmt.Fprintf(os.Stderr, "note: left out %s\n", note)
+		}
+	}
 }
 
 // parseFrame checks a --frame value and returns it as data.Fit.Frame reads
@@ -446,6 +456,7 @@ func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, res
 	if err != nil {
 		return nil, err
 	}
+	noteLeftOut(v)
 	ev, err := dptrain.NewEvaluatorOn(dev, g, sample, min(batch, max(v.Len(), 1)))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", model, err)

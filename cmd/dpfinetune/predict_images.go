@@ -202,6 +202,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		if err != nil {
 			return err
 		}
+		noteLeftOut(v)
 		idx := make([]int, v.Len())
 		for i := range idx {
 			idx[i] = i

@@ -272,17 +272,19 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The samples' files: the paths but those left out.
+	files := im.sourcePaths[:im.Len()]
 	switch {
 	case hasUsers:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
-		names := make([]string, len(paths))
-		for i, p := range paths {
+		names := make([]string, len(files))
+		for i, p := range files {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
 	case expanded:
-		im.users, im.userNames = fileUsers(base, paths)
+		im.users, im.userNames = fileUsers(base, files)
 	}
 	im.multiLabel, im.uncertain = multi, soft
 	// The listing is a source too: a label changed under a running job

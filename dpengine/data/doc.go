@@ -18,7 +18,9 @@
 //     Fit.Frame chooses, or each of its frames a sample with its file's
 //     label (Fit.Frame "all", frames.go: a file's frames decoded in one
 //     pass, each file a user where the data name none), a file
-//     named without an extension read by its contents; holdout=F
+//     named without an extension read by its contents, an object without
+//     an image (a report, a presentation state) left out and named
+//     (Images.LeftOut, leftout.go); holdout=F
 //     splits a folder without a test split, users=REGEX names each
 //     image's user, dicom-users each DICOM image's by its Patient ID —
 //     a listing's too), npy (NumPy arrays: a .npz archive or a directory of

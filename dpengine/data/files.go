@@ -16,7 +16,8 @@ import (
 // Fit; the zero Fit keeps them whole). The images have one class, named
 // "", and every label 0; LoadFiles returns them with the file each sample
 // came from: a file once a sample, several times where its frames are
-// samples of their own (Fit.Frame "all"), consecutively.
+// samples of their own (Fit.Frame "all"), consecutively; a DICOM object
+// without an image is left out (Images.LeftOut).
 func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err := fit.check(); err != nil {
 		return nil, nil, err
@@ -33,7 +34,7 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	m.sourcePaths = nil
+	files, m.sourcePaths = m.sourcePaths, nil // the files but those left out
 	return m, files, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -264,17 +265,19 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The samples' files: the paths but those left out.
+	files := im.sourcePaths[:im.Len()]
 	switch {
 	case users != nil:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
-		names := make([]string, len(paths))
-		for i, p := range paths {
+		names := make([]string, len(files))
+		for i, p := range files {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
 	case expanded:
-		im.users, im.userNames = fileUsers(root, paths)
+		im.users, im.userNames = fileUsers(root, files)
 	}
 	return im, nil
 }
@@ -552,26 +555,45 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	}
 	wg.Wait()
 	for _, err := range errs {
-		if err != nil {
+		if err != nil && !errors.Is(err, dicom.ErrNoImage) {
 			disk.close()
 			return nil, fmt.Errorf("%s: %w", scheme, err)
 		}
 	}
-
-	uniform := true
-	for _, d := range imgs {
-		if !d.gray {
-			m.channels = 3
+	// DICOM objects without an image (reports, presentation states, key
+	// object selections, as an archive exports them beside the images)
+	// are left out, and said to be (Images.LeftOut). A kept pixel file
+	// holds their places, empty, so that a later load leaves them out too.
+	var out []int
+	for i, err := range errs {
+		if err != nil {
+			out = append(out, i)
 		}
-		if d.h != imgs[0].h || d.w != imgs[0].w {
-			uniform = false
+	}
+	if len(out) == len(paths) {
+		disk.close()
+		return nil, fmt.Errorf("%s: no images: the %d files are DICOM objects without an image (%s)", scheme, len(paths), errs[0])
+	}
+	for _, d := range imgs {
+		if !d.gray && d.h > 0 {
+			m.channels = 3
 		}
 	}
 	if disk != nil {
 		if err := m.mapPixels(disk, imgs); err != nil {
 			return nil, fmt.Errorf("%s: %w", scheme, err)
 		}
+		m.leaveOut(out)
 		return m, nil
+	}
+	m.leaveOut(out)
+	imgs = slices.DeleteFunc(imgs, func(d decoded) bool { return d.h == 0 })
+
+	uniform := true
+	for _, d := range imgs {
+		if d.h != imgs[0].h || d.w != imgs[0].w {
+			uniform = false
+		}
 	}
 	if m.channels == 3 {
 		for i := range imgs {
@@ -781,6 +803,9 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit admi
 		cfg, err = dicom.DecodeConfig(br)
 	} else {
 		cfg, kind, err = image.DecodeConfig(br)
+	}
+	if errors.Is(err, dicom.ErrNoImage) {
+		return decoded{}, fmt.Errorf("%s: %w", path, err)
 	}
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)

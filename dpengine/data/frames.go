@@ -2,6 +2,7 @@ package data
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,6 +62,8 @@ func fileFrames(path string) (int, error) {
 	}
 	n, err := dicom.FrameCount(bufio.NewReader(f))
 	switch {
+	case errors.Is(err, dicom.ErrNoImage):
+		return 0, nil // left out as it decodes (Images.LeftOut)
 	case err != nil:
 		return 0, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	case n > maxFramesEach:

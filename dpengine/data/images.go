@@ -61,6 +61,7 @@ type Images struct {
 	// when read (CheckSources).
 	sources     []fileStamp
 	sourcePaths []string // set by the loaders, stamped by Load
+	leftOut     []string // files that hold no image, left out (LeftOut)
 	// fingerprint caches Fingerprint.
 	fingerprint struct {
 		once sync.Once

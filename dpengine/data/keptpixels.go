@@ -141,16 +141,21 @@ func (k *keptFile) load(m *Images) bool {
 	m.samples = make([][]uint8, head.Images)
 	m.sizes = make([][2]int32, head.Images)
 	uniform := true
+	var out []int // the places of files left out (empty)
 	for i := range m.samples {
 		off, h, w := keptEntry(index, i)
 		n := int64(head.Channels) * h * w
 		m.samples[i] = b[off : off+n : off+n]
 		m.sizes[i] = [2]int32{int32(h), int32(w)}
 		uniform = uniform && m.sizes[i] == m.sizes[0]
+		if h == 0 {
+			out = append(out, i)
+		}
 	}
 	if uniform && head.Images > 0 {
 		m.h, m.w, m.sizes = int(m.sizes[0][0]), int(m.sizes[0][1]), nil
 	}
+	m.leaveOut(out)
 	m.mapped = newPixelMapping(b, k.dir)
 	m.mapped.kept, m.mapped.reused = k.path, true
 	// Used now: its modification time says so, so that pruning
@@ -185,6 +190,9 @@ func (k *keptFile) readHead(f *os.File) (keptHead, []byte, bool) {
 	}
 	for i := range head.Images {
 		off, h, w := keptEntry(index, i)
+		if h == 0 && w == 0 {
+			continue // a file left out (Images.LeftOut)
+		}
 		if h <= 0 || w <= 0 || h*w > maxImagePixels || off < keptHeader || off > head.Index || int64(head.Channels)*h*w > head.Index-off {
 			return head, nil, false
 		}

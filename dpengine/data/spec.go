@@ -669,7 +669,8 @@ func LoadFitted(spec Spec, fit Fit) (*Images, error) {
 		return nil, err
 	}
 	im.spec = spec
-	if im.sources, err = stampFiles(im.sourcePaths); err != nil {
+	// The files left out are stamped too: one made an image is other data.
+	if im.sources, err = stampFiles(slices.Concat(im.sourcePaths, im.leftOut)); err != nil {
 		return nil, err
 	}
 	im.sourcePaths = nil

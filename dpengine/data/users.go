@@ -178,6 +178,9 @@ func (v *View) UncertainTargets() []float64 { return v.src.UncertainTargets() }
 // PixelsKept is the source dataset's PixelsKept.
 func (v *View) PixelsKept() (string, bool) { return v.src.PixelsKept() }
 
+// LeftOut is the source dataset's LeftOut.
+func (v *View) LeftOut() []string { return v.src.LeftOut() }
+
 // NumUsers is the source dataset's NumUsers.
 func (v *View) NumUsers() int { return v.src.NumUsers() }
 

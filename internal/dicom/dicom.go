@@ -50,6 +50,15 @@ const (
 	tsJ2KLossy   = "1.2.840.10008.1.2.4.91"
 )
 
+// codecNames names the compressed syntaxes decoded here whose codecs
+// code at most 16 bits a sample: a file of 32-bit samples under one is
+// refused by name.
+var codecNames = map[string]string{
+	tsJPEGBase: "JPEG Baseline", tsJPEGExt: "JPEG Extended", tsJPEGLL14: "JPEG Lossless",
+	tsJPEGLLSV1: "JPEG Lossless SV1", tsJPEGLS: "JPEG-LS Lossless", tsJPEGLSNear: "JPEG-LS Near-lossless",
+	tsJ2K: "JPEG 2000 Lossless", tsJ2KLossy: "JPEG 2000",
+}
+
 // refusedSyntaxes names the compressed syntaxes not decoded here.
 var refusedSyntaxes = map[string]string{
 	"1.2.840.10008.1.2.4.92":  "JPEG 2000 Part 2 Multi-component Lossless",
@@ -289,13 +298,18 @@ func (r *reader) rest(g uint16, explicit bool) (element, error) {
 	return el, err
 }
 
+// ErrNoImage is returned (wrapped) for a DICOM object that holds no image
+// (no Pixel Data element): a structured report, a presentation state, a
+// key object selection.
+var ErrNoImage = errors.New("a DICOM object without an image")
+
 // PatientID returns the Patient ID (0010,0020) of a DICOM file, the one
 // attribute of the patient module read here: a data set's user for a
-// user-level guarantee. It reads the header only; a file without an image
-// is an error, as is one without a Patient ID.
+// user-level guarantee. It reads the header only, of an object without an
+// image too; one without a Patient ID is an error.
 func PatientID(src io.Reader) (string, error) {
 	h, _, _, err := readHeader(src)
-	if err != nil {
+	if err != nil && !(errors.Is(err, ErrNoImage) && h != nil) {
 		return "", wrap(err)
 	}
 	if h.patientID == "" {
@@ -385,7 +399,10 @@ func readHeader(src io.Reader) (*header, *reader, element, error) {
 	for {
 		el, err := r.next(h.explicit)
 		if err == io.EOF {
-			return nil, nil, element{}, fmt.Errorf("the file holds no pixel data (7FE0,0010)")
+			// A DICOM object without an image — a structured report, a
+			// presentation state, a key object selection, as an archive's
+			// exports hold beside the images —: its header is whole.
+			return h, nil, element{}, fmt.Errorf("%w: the file holds no pixel data (7FE0,0010)", ErrNoImage)
 		}
 		if err != nil {
 			return nil, nil, element{}, err
@@ -729,8 +746,12 @@ func (h *header) check() error {
 		return fmt.Errorf("image of %d×%d pixels", h.cols, h.rows)
 	case int64(h.rows)*int64(h.cols) > MaxPixels:
 		return fmt.Errorf("image of %d×%d pixels, over the limit of %d pixels", h.cols, h.rows, MaxPixels)
-	case h.bitsAlloc != 1 && h.bitsAlloc != 8 && h.bitsAlloc != 16:
-		return fmt.Errorf("Bits Allocated %d: 1, 8 or 16 are read", h.bitsAlloc)
+	case h.bitsAlloc != 1 && h.bitsAlloc != 8 && h.bitsAlloc != 16 && h.bitsAlloc != 32:
+		return fmt.Errorf("Bits Allocated %d: 1, 8, 16 or 32 are read", h.bitsAlloc)
+	case h.bitsAlloc == 32 && codecNames[h.syntax] != "":
+		// As pydicom's handlers refuse them: these codecs code at most 16
+		// bits a sample.
+		return fmt.Errorf("Bits Allocated 32 under %s (transfer syntax %s): 32-bit samples are read uncompressed or RLE Lossless", codecNames[h.syntax], h.syntax)
 	case h.bitsAlloc == 1 && h.samples != 1:
 		return fmt.Errorf("Bits Allocated 1 with %d samples a pixel", h.samples)
 	case h.bitsStored < 1 || h.bitsStored > h.bitsAlloc:

@@ -16,7 +16,10 @@
 // wavelets, RCT and ICT — YBR_RCT and YBR_ICT read as the RGB the decoder
 // gives back). JPEG 2000 Part 2 and HTJ2K, 12-bit lossy JPEG and the video
 // syntaxes are refused by name, with the command that rewrites such a file
-// uncompressed. Samples of 1 (a bitmap), 8 or 16 bits; 32 are refused.
+// uncompressed. Samples of 1 (a bitmap), 8, 16 or 32 bits; 32 (an RT
+// dose's) uncompressed or RLE Lossless, as pydicom reads them (the JPEG
+// family and JPEG 2000 code at most 16 bits: a 32-bit file under one is
+// refused by the codec's name).
 //
 // A multi-frame object (a cine loop, an enhanced CT or MR volume, a
 // tomosynthesis stack; frames.go) is one image all the same, as the caller

@@ -12,8 +12,9 @@ import (
 )
 
 // A multi-frame object (Number of Frames over 1: a cine loop, an enhanced
-// CT or MR volume, a tomosynthesis stack) is one sample all the same: the
-// caller chooses a frame or a projection of them all (Options.Frame).
+// CT or MR volume, a tomosynthesis stack) decodes to one image as the
+// caller chooses, a frame or a projection of them all (Options.Frame), or
+// to each of its frames in turn (DecodeEach).
 
 // ErrMultiFrame is returned (wrapped) for a multi-frame image decoded
 // without a Frame chosen.
@@ -525,7 +526,7 @@ func endsCodestream(b []byte) bool {
 
 // frameImage decodes a frame's data from the source to the stored values,
 // or, for a colour JPEG frame, to the decoder's image.
-func (h *header) frameImage(data []byte, order binary.ByteOrder) ([]uint16, image.Image, error) {
+func (h *header) frameImage(data []byte, order binary.ByteOrder) (samples, image.Image, error) {
 	if h.native() {
 		return h.nativeValues(data, order), nil, nil
 	}
@@ -559,8 +560,8 @@ func (h *header) project(s *frameSource, f Frame, windows []Window) (image.Image
 		if err := fh.useFrame(k); err != nil {
 			return nil, err
 		}
-		for i, v := range vals {
-			m := fh.modality(float64(fh.value(int(v))))
+		for i := range vals.len() {
+			m := fh.modality(float64(fh.value(int(vals.at(i)))))
 			switch {
 			case k == 0:
 				acc[i] = m
@@ -581,22 +582,5 @@ func (h *header) project(s *frameSource, f Frame, windows []Window) (image.Image
 	if err := h.useFrame(0); err != nil {
 		return nil, err
 	}
-	vois, err := h.vois(windows, func() (float64, float64) {
-		mn, mx := math.Inf(1), math.Inf(-1)
-		for _, m := range acc {
-			mn, mx = min(mn, m), max(mx, m)
-		}
-		return mn, mx
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([][]uint8, len(vois))
-	for c, voi := range vois {
-		out[c] = make([]uint8, plane)
-		for i, m := range acc {
-			out[c][i] = h.eight(voi(m))
-		}
-	}
-	return h.grayOrRGB(out), nil
+	return h.grayOf(plane, func(i int) float64 { return acc[i] }, windows)
 }

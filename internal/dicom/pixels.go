@@ -206,29 +206,64 @@ func (h *header) nextImage(s *frameSource, k int, windows []Window) (image.Image
 	}
 	switch {
 	case fh.photometric == "PALETTE COLOR":
-		return fh.toPalette(vals)
+		return fh.toPalette(vals.narrow) // 8 or 16 bits (checkPalette)
 	case fh.gray():
 		return fh.toGray(vals, windows)
+	case vals.wide != nil:
+		return toRGB(&fh, vals.wide)
 	}
-	return fh.toRGB(vals)
+	return toRGB(&fh, vals.narrow)
 }
 
-// compressed decodes an encapsulated frame to its stored values (vals
-// are each sample's Bits Stored bits as stored — two's complement where
-// Pixel Representation is 1 —, 2 bytes a sample, the sign read where a
-// value is looked up), or, for a colour JPEG frame, to the decoder's
-// image.
-func (h *header) compressed(frame []byte) (vals []uint16, _ image.Image, err error) {
+// samples are a frame's stored values, pixel-major, components
+// interleaved: each sample's Bits Stored bits as stored — two's complement
+// where Pixel Representation is 1, the sign read where a value is looked
+// up (value). They are 16-bit words where Bits Stored is 16 or less, as
+// every codec gives them and toGray's tables are indexed by them, and
+// 32-bit ones (wide) past that, which only uncompressed and RLE data hold
+// (check); one of the two is set.
+type samples struct {
+	narrow []uint16
+	wide   []uint32
+}
+
+// wide reports whether the stored values take 32-bit words: Bits Stored
+// over 16.
+func (h *header) wide() bool { return h.bitsStored > 16 }
+
+// at is sample i's stored bits.
+func (s samples) at(i int) uint32 {
+	if s.wide != nil {
+		return s.wide[i]
+	}
+	return uint32(s.narrow[i])
+}
+
+// len is the number of samples.
+func (s samples) len() int {
+	if s.wide != nil {
+		return len(s.wide)
+	}
+	return len(s.narrow)
+}
+
+// compressed decodes an encapsulated frame to its stored values (the
+// codecs but RLE's 16-bit or narrower), or, for a colour JPEG frame, to
+// the decoder's image.
+func (h *header) compressed(frame []byte) (_ samples, _ image.Image, err error) {
 	n := h.rows * h.cols * h.samples
 	perByte := pixelsPerByte[h.syntax]
 	if int64(h.rows)*int64(h.cols) > int64(perByte)*int64(len(frame))+64 {
-		return nil, nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
+		return samples{}, nil, fmt.Errorf("a compressed frame of %d bytes cannot hold a %d×%d image (transfer syntax %s codes at most %d pixels a byte)", len(frame), h.cols, h.rows, h.syntax, perByte)
 	}
+	var vals []uint16
 	switch h.syntax {
 	case tsRLE:
-		if vals, err = h.rle(frame); err != nil {
-			return nil, nil, fmt.Errorf("RLE Lossless: %w", err)
+		s, err := h.rle(frame)
+		if err != nil {
+			return samples{}, nil, fmt.Errorf("RLE Lossless: %w", err)
 		}
+		return s, nil, nil
 	case tsJPEGLL14, tsJPEGLLSV1:
 		vals, err = h.lossless("JPEG Lossless", decodeJPEGLossless, frame)
 	case tsJPEGLS, tsJPEGLSNear:
@@ -237,38 +272,38 @@ func (h *header) compressed(frame []byte) (vals []uint16, _ image.Image, err err
 		vals, err = h.lossless("JPEG 2000", decodeJPEG2000, frame)
 	case tsJPEGBase, tsJPEGExt:
 		if h.bitsStored > 8 {
-			return nil, nil, fmt.Errorf("12-bit lossy JPEG (transfer syntax %s, %d bits stored) is not read: write the file uncompressed first, e.g. dcmdjpeg IN OUT or gdcmconv --raw IN OUT", h.syntax, h.bitsStored)
+			return samples{}, nil, fmt.Errorf("12-bit lossy JPEG (transfer syntax %s, %d bits stored) is not read: write the file uncompressed first, e.g. dcmdjpeg IN OUT or gdcmconv --raw IN OUT", h.syntax, h.bitsStored)
 		}
 		// The JPEG's own size is checked before Go's decoder allocates
 		// the image it claims.
 		if cfg, err := jpeg.DecodeConfig(bytes.NewReader(frame)); err != nil {
-			return nil, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+			return samples{}, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
 		} else if cfg.Width != h.cols || cfg.Height != h.rows {
-			return nil, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", cfg.Width, cfg.Height, h.cols, h.rows)
+			return samples{}, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", cfg.Width, cfg.Height, h.cols, h.rows)
 		}
 		img, err := jpeg.Decode(bytes.NewReader(frame))
 		if err != nil {
-			return nil, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
+			return samples{}, nil, fmt.Errorf("JPEG (transfer syntax %s): %v", h.syntax, err)
 		}
 		if b := img.Bounds(); b.Dx() != h.cols || b.Dy() != h.rows {
-			return nil, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
+			return samples{}, nil, fmt.Errorf("JPEG frame of %d×%d in an image of %d×%d", b.Dx(), b.Dy(), h.cols, h.rows)
 		}
 		g, ok := img.(*image.Gray)
 		if h.samples != 1 {
 			if ok {
-				return nil, nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
+				return samples{}, nil, fmt.Errorf("a gray JPEG frame in a %s image", h.photometric)
 			}
 			// Photometric Interpretation RGB says the frame's components
 			// are R, G and B as stored (PS3.5 8.2.1), unless an Adobe
 			// marker says they were transformed; Go's decoder, like
 			// libjpeg, assumes YCbCr for a frame that says nothing.
 			if y, isYCbCr := img.(*image.YCbCr); isYCbCr && h.photometric == "RGB" && !adobeMarker(frame) {
-				return nil, &RawJPEG{y}, nil
+				return samples{}, &RawJPEG{y}, nil
 			}
-			return nil, img, nil
+			return samples{}, img, nil
 		}
 		if !ok {
-			return nil, nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
+			return samples{}, nil, fmt.Errorf("a colour JPEG frame in a %s image", h.photometric)
 		}
 		vals = make([]uint16, n)
 		for y := range h.rows {
@@ -278,7 +313,7 @@ func (h *header) compressed(frame []byte) (vals []uint16, _ image.Image, err err
 			}
 		}
 	}
-	return vals, nil, err
+	return samples{narrow: vals}, nil, err
 }
 
 // pixelsPerByte is the most pixels a byte of each codec's frame can code:
@@ -330,15 +365,19 @@ func adobeMarker(b []byte) bool {
 	return false
 }
 
-// stored keeps a sample's Bits Stored bits.
-func (h *header) stored(v uint32) uint16 { return uint16(v & (1<<h.bitsStored - 1)) }
+// stored keeps a sample's Bits Stored bits, 16 or fewer.
+func (h *header) stored(v uint32) uint16 { return uint16(v & h.mask()) }
 
-// value is the number a sample's stored bits represent: two's complement
-// where the pixel representation is 1.
-func (h *header) value(bits int) int32 {
-	v := int32(bits)
-	if h.pixelRep == 1 && v&(int32(1)<<(h.bitsStored-1)) != 0 {
-		v -= int32(1) << h.bitsStored
+// mask is Bits Stored's bits, up to 32.
+func (h *header) mask() uint32 { return uint32(uint64(1)<<h.bitsStored - 1) }
+
+// value is the number a sample's stored bits (up to 32) represent: two's
+// complement where the pixel representation is 1. It is reckoned in 64
+// bits, where 1<<Bits Stored does not overflow.
+func (h *header) value(bits int) int64 {
+	v := int64(uint32(bits))
+	if h.pixelRep == 1 && v&(int64(1)<<(h.bitsStored-1)) != 0 {
+		v -= int64(1) << h.bitsStored
 	}
 	return v
 }
@@ -347,15 +386,20 @@ func (h *header) value(bits int) int32 {
 // interleaved (a planar image's planes interleaved here), each value
 // masked to Bits Stored below High Bit (PS3.5 8.1.1: the other bits may
 // hold anything).
-func (h *header) nativeValues(raw []byte, order binary.ByteOrder) []uint16 {
+func (h *header) nativeValues(raw []byte, order binary.ByteOrder) samples {
 	n := h.rows * h.cols * h.samples
+	if h.wide() {
+		vals := make([]uint32, n)
+		readNative(h, raw, order, vals)
+		return samples{wide: vals}
+	}
 	vals := make([]uint16, n)
 	switch {
 	case h.bitsAlloc == 1:
 		for i := range vals {
 			vals[i] = uint16(raw[i/8]>>(i%8)) & 1
 		}
-		return vals
+		return samples{narrow: vals}
 	case h.photometric == "YBR_FULL_422":
 		// Each pair of pixels shares its chroma: repeated, as pydicom
 		// expands it, into YBR_FULL.
@@ -364,9 +408,18 @@ func (h *header) nativeValues(raw []byte, order binary.ByteOrder) []uint16 {
 			v := vals[3*p : 3*p+6]
 			v[0], v[1], v[2], v[3], v[4], v[5] = y1, cb, cr, y2, cb, cr
 		}
-		return vals
+		return samples{narrow: vals}
 	}
+	readNative(h, raw, order, vals)
+	return samples{narrow: vals}
+}
+
+// readNative fills vals with raw's samples of 8, 16 or 32 bits, each
+// shifted down from High Bit and masked to Bits Stored: 16-bit words where
+// Bits Stored is 16 or less, whatever Bits Allocated, 32-bit ones past it.
+func readNative[T uint16 | uint32](h *header, raw []byte, order binary.ByteOrder, vals []T) {
 	shift := h.highBit - h.bitsStored + 1
+	mask := h.mask()
 	plane := h.rows * h.cols
 	at := func(i int) int { // raw index of interleaved sample i
 		if h.planar == 1 && h.samples > 1 {
@@ -377,29 +430,37 @@ func (h *header) nativeValues(raw []byte, order binary.ByteOrder) []uint16 {
 	for i := range vals {
 		j := at(i)
 		var v uint32
-		if h.bitsAlloc == 8 {
+		switch h.bitsAlloc {
+		case 8:
 			v = uint32(raw[j])
-		} else {
+		case 16:
 			v = uint32(order.Uint16(raw[2*j:]))
+		default:
+			v = order.Uint32(raw[4*j:])
 		}
-		vals[i] = h.stored(v >> shift)
+		vals[i] = T(v >> shift & mask)
 	}
-	return vals
 }
 
 // rle decodes an RLE Lossless frame (PS3.5 G): a header of segment offsets,
 // then one PackBits segment per byte of each sample, most significant
 // byte first, components in turn.
-func (h *header) rle(frame []byte) ([]uint16, error) {
+func (h *header) rle(frame []byte) (samples, error) {
 	if len(frame) < 64 {
-		return nil, fmt.Errorf("frame of %d bytes, shorter than its header", len(frame))
+		return samples{}, fmt.Errorf("frame of %d bytes, shorter than its header", len(frame))
 	}
 	bps := h.bitsAlloc / 8
 	nseg := int(binary.LittleEndian.Uint32(frame))
 	if nseg != h.samples*bps {
-		return nil, fmt.Errorf("%d segments for %d samples of %d bytes", nseg, h.samples, bps)
+		return samples{}, fmt.Errorf("%d segments for %d samples of %d bytes", nseg, h.samples, bps)
 	}
 	plane := h.rows * h.cols
+	// A segment codes at most 128 bytes in 2 (a repeat run), and segments
+	// do not overlap: a frame too short for all of them is refused before
+	// their planes are allocated (32-bit RGB has 12).
+	if int64(plane)*int64(nseg) > 64*int64(len(frame)) {
+		return samples{}, fmt.Errorf("a frame of %d bytes cannot hold %d segments of %d bytes", len(frame), nseg, plane)
+	}
 	raw := make([]byte, plane*nseg)
 	for s := range nseg {
 		start := int64(binary.LittleEndian.Uint32(frame[4+4*s:]))
@@ -408,23 +469,41 @@ func (h *header) rle(frame []byte) ([]uint16, error) {
 			end = int64(binary.LittleEndian.Uint32(frame[8+4*s:]))
 		}
 		if start < 64 || end < start || end > int64(len(frame)) {
-			return nil, fmt.Errorf("segment %d at bytes %d to %d of a %d-byte frame", s, start, end, len(frame))
+			return samples{}, fmt.Errorf("segment %d at bytes %d to %d of a %d-byte frame", s, start, end, len(frame))
 		}
 		if err := unpackBits(frame[start:end], raw[s*plane:(s+1)*plane]); err != nil {
-			return nil, fmt.Errorf("segment %d: %w", s, err)
+			return samples{}, fmt.Errorf("segment %d: %w", s, err)
 		}
 	}
+	if h.wide() {
+		vals := make([]uint32, plane*h.samples)
+		joinSegments(h, raw, vals)
+		return samples{wide: vals}, nil
+	}
 	vals := make([]uint16, plane*h.samples)
+	joinSegments(h, raw, vals)
+	return samples{narrow: vals}, nil
+}
+
+// joinSegments fills vals with the samples of an RLE frame's decoded
+// segments, raw (each a plane of one byte of one component, most
+// significant first): whole composite codes (PS3.5 G.2), each shifted
+// down from High Bit and masked to Bits Stored as uncompressed samples
+// are.
+func joinSegments[T uint16 | uint32](h *header, raw []byte, vals []T) {
+	bps := h.bitsAlloc / 8
+	plane := h.rows * h.cols
+	shift := h.highBit - h.bitsStored + 1
+	mask := h.mask()
 	for p := range plane {
 		for c := range h.samples {
 			var v uint32
 			for b := range bps {
 				v = v<<8 | uint32(raw[(c*bps+b)*plane+p])
 			}
-			vals[p*h.samples+c] = h.stored(v)
+			vals[p*h.samples+c] = T(v >> shift & mask)
 		}
 	}
-	return vals, nil
 }
 
 // unpackBits fills dst from a PackBits segment (PS3.5 G.3.1): a header byte
@@ -484,9 +563,15 @@ func (h *header) lossless(codec string, decode func([]byte, int) ([]uint16, int,
 // toGray maps stored values to 8 bits through the Modality LUT, the VOI
 // (the user's windows, the file's VOI LUT, its window, or the image's own
 // range) and MONOCHROME1's inversion (package doc): a gray image, or an
-// RGB one of three windows. The tables are indexed by the stored bits;
-// each entry is computed once, from the value the bits represent.
-func (h *header) toGray(vals []uint16, windows []Window) (image.Image, error) {
+// RGB one of three windows. For 16 bits or fewer the tables are indexed by
+// the stored bits, each entry computed once, from the value the bits
+// represent; wider values, too many for a table, are mapped a pixel at a
+// time.
+func (h *header) toGray(s samples, windows []Window) (image.Image, error) {
+	if s.wide != nil {
+		return h.grayOf(len(s.wide), func(i int) float64 { return h.modality(float64(h.value(int(s.wide[i])))) }, windows)
+	}
+	vals := s.narrow
 	used := make([]bool, 1<<h.bitsStored)
 	for _, v := range vals {
 		used[v] = true
@@ -515,6 +600,32 @@ func (h *header) toGray(vals []uint16, windows []Window) (image.Image, error) {
 		out[c] = make([]uint8, len(vals))
 		for i, v := range vals {
 			out[c][i] = table[v]
+		}
+	}
+	return h.grayOrRGB(out), nil
+}
+
+// grayOf maps n pixels' Modality LUT outputs, m(i), to 8 bits as toGray's
+// tables do, a pixel at a time: through the VOI (where it is the image's
+// own range, the m(i)'s) and MONOCHROME1's inversion. It serves values too
+// many or too wide for a table: 32-bit samples', a projection's.
+func (h *header) grayOf(n int, m func(i int) float64, windows []Window) (image.Image, error) {
+	vois, err := h.vois(windows, func() (float64, float64) {
+		mn, mx := math.Inf(1), math.Inf(-1)
+		for i := range n {
+			v := m(i)
+			mn, mx = min(mn, v), max(mx, v)
+		}
+		return mn, mx
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]uint8, len(vois))
+	for c, voi := range vois {
+		out[c] = make([]uint8, n)
+		for i := range out[c] {
+			out[c][i] = h.eight(voi(m(i)))
 		}
 	}
 	return h.grayOrRGB(out), nil
@@ -637,8 +748,8 @@ func windowFunc(name string, w Window) (func(float64) float64, error) {
 
 // toRGB makes 8-bit RGB of a colour image's stored values: YBR_FULL
 // converted by PS3.3 C.7.6.3.1.2's equations, samples of more than 8 bits
-// scaled to 8.
-func (h *header) toRGB(vals []uint16) (image.Image, error) {
+// (up to 32) scaled to 8.
+func toRGB[T uint16 | uint32](h *header, vals []T) (image.Image, error) {
 	if h.pixelRep == 1 {
 		return nil, fmt.Errorf("a %s image of signed samples", h.photometric)
 	}
@@ -649,10 +760,10 @@ func (h *header) toRGB(vals []uint16) (image.Image, error) {
 	if !ybr && !j2kRGB && h.photometric != "RGB" {
 		return nil, fmt.Errorf("%s outside a JPEG frame is not read", h.photometric)
 	}
-	top := float64(int(1)<<h.bitsStored - 1)
+	top := float64(uint64(1)<<h.bitsStored - 1)
 	scale := func(v float64) uint8 { return uint8(math.Round(min(max(v, 0), top) * 255 / top)) }
 	img := image.NewNRGBA(image.Rect(0, 0, h.cols, h.rows))
-	mid := float64(int(1) << (h.bitsStored - 1))
+	mid := float64(uint64(1) << (h.bitsStored - 1))
 	for p := range h.rows * h.cols {
 		a, b, c := float64(vals[3*p]), float64(vals[3*p+1]), float64(vals[3*p+2])
 		if ybr {
