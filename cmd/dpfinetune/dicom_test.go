@@ -267,3 +267,43 @@ func TestDICOMFrames(t *testing.T) {
 	// Every frame a row of the served batch, as predict --out writes them.
 	servedLikePredict(t, py, all, filepath.Join(t.TempDir(), "served-all"), served, 1e-5)
 }
+
+// TestDICOMLeftOut: a folder exported from an archive — images beside a
+// structured report and a presentation state — trains on its images, and
+// train, data and eval say which files they left out.
+func TestDICOMLeftOut(t *testing.T) {
+	const fixtures = "../../internal/dicom/testdata/files"
+	dir := t.TempDir()
+	put := func(rel string, b []byte) {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range []string{"ct_implicit", "ct_rle", "gray8", "cr_j2k"} {
+		b, err := os.ReadFile(filepath.Join(fixtures, name+".dcm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		put(fmt.Sprintf("%s/IM%d", []string{"a", "b"}[i%2], i), b)
+		if i < 2 {
+			// The same file cut before its pixel data: an object without an image.
+			at := bytes.Index(b, []byte{0xE0, 0x7F, 0x10, 0x00})
+			if at < 0 {
+				t.Fatalf("%s: no explicit little-endian pixel data element", name)
+			}
+			put(fmt.Sprintf("%s/SR%d", []string{"a", "b"}[i%2], i), b[:at])
+		}
+	}
+	o, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--out", filepath.Join(t.TempDir(), "x.onnx"))
+	if code != 0 || !strings.Contains(o, "(4 examples,") || !strings.Contains(o, "left out:  2 DICOM objects without an image") {
+		t.Errorf("train: exit %d: %s%s; want 4 examples and the 2 objects without an image left out", code, o, e)
+	}
+	if o, e, code := run(t, "data", "--data", "folder:"+dir, "--json"); code != 0 || !strings.Contains(o, `"left_out": [`) || !strings.Contains(o, "SR0") {
+		t.Errorf("data --json: exit %d: %s%s", code, o, e)
+	}
+}
