@@ -1,10 +1,13 @@
 package dicom
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
+	"image"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,4 +81,28 @@ func expectedSamples(t testing.TB, dir, name, how string, w, h, components int, 
 		t.Fatalf("%s: unknown expectation %q", name, how)
 	}
 	return want
+}
+
+// expectGolden holds img's 8-bit samples to a generator's unrounded
+// values in the fixture file golden (little-endian float32, pixel-major):
+// within tol, and float32's rounding of them.
+func expectGolden(t testing.TB, img image.Image, golden string, channels int, tol float64) {
+	t.Helper()
+	raw := readFixture(t, golden)
+	want := make([]float32, len(raw)/4)
+	binary.Read(bytes.NewReader(raw), binary.LittleEndian, want)
+	got, ch := rgbOf(img)
+	if ch != channels || len(got) != len(want) {
+		t.Fatalf("%d channels, %d samples; want %d channels, %d samples", ch, len(got), channels, len(want))
+	}
+	worst, at := 0.0, 0
+	for i := range got {
+		if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst {
+			worst, at = d, i
+		}
+	}
+	// float32's rounding of the golden is under 2e-5 of 255.
+	if worst > tol+1e-4 {
+		t.Errorf("sample %d: %d, want %.4f (|Δ| %.4f over %.1f)", at, got[at], want[at], worst, tol)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"image"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,22 +51,7 @@ func TestDecodeFrames(t *testing.T) {
 			if err != nil || cfg.Width != c.Width || cfg.Height != c.Height {
 				t.Fatalf("config %+v, %v; want %d×%d", cfg, err, c.Width, c.Height)
 			}
-			raw := readFixture(t, filepath.Join(dir, c.Name+".f32"))
-			want := make([]float32, len(raw)/4)
-			binary.Read(bytes.NewReader(raw), binary.LittleEndian, want)
-			got, ch := rgbOf(img)
-			if ch != c.Channels || len(got) != len(want) {
-				t.Fatalf("%d channels, %d samples; want %d, %d", ch, len(got), c.Channels, len(want))
-			}
-			worst, at := 0.0, 0
-			for i := range got {
-				if d := math.Abs(float64(got[i]) - float64(want[i])); d > worst {
-					worst, at = d, i
-				}
-			}
-			if worst > 0.5+1e-4 {
-				t.Errorf("sample %d: %d, want %.4f (|Δ| %.4f)", at, got[at], want[at], worst)
-			}
+			expectGolden(t, img, filepath.Join(dir, c.Name+".f32"), c.Channels, 0.5)
 		})
 	}
 }
