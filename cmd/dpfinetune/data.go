@@ -143,7 +143,7 @@ func runData(args []string, stdout io.Writer) error {
 	frame := fs.String("frame", "", frameUsage)
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
-	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, or file (a multi-frame file's frames, --frame all); their sizes, and the groups whose examples differ in label (which eval refuses)")
+	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, file (a multi-frame file's frames, --frame all) or study (DICOM images by their Study Instance UID); their sizes, and the groups whose examples differ in label (which eval refuses)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -151,8 +151,8 @@ func runData(args []string, stdout io.Writer) error {
 	if *spec == "" {
 		return usagef("--data is required")
 	}
-	if *groupBy != "" && *groupBy != "dir" && *groupBy != "user" && *groupBy != "file" {
-		return usagef("--group-by %q: want user, dir or file", *groupBy)
+	if *groupBy != "" && !isGrouping(*groupBy) {
+		return usagef("--group-by %q: want %s", *groupBy, groupingValues)
 	}
 	s, err := data.ParseSpec(*spec)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -305,5 +306,52 @@ func TestDICOMLeftOut(t *testing.T) {
 	}
 	if o, e, code := run(t, "data", "--data", "folder:"+dir, "--json"); code != 0 || !strings.Contains(o, `"left_out": [`) || !strings.Contains(o, "SR0") {
 		t.Errorf("data --json: exit %d: %s%s", code, o, e)
+	}
+}
+
+// TestDICOMStudies: eval and predict score a DICOM study's images as one
+// by their Study Instance UIDs, whatever directories hold them.
+func TestDICOMStudies(t *testing.T) {
+	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(b, []byte{0x28, 0x00, 0x02, 0x00, 'U', 'S'})
+	if at < 0 {
+		t.Fatal("no explicit little-endian Samples per Pixel element")
+	}
+	dir := t.TempDir()
+	for i, f := range []struct{ rel, study string }{
+		{"a/1.dcm", "1.2.9.1"}, {"a/x/2.dcm", "1.2.9.1"}, {"a/3.dcm", "1.2.9.3"}, {"b/4.dcm", "1.2.9.4"}, {"b/y/5.dcm", "1.2.9.4"}, {"b/6.dcm", "1.2.9.6"},
+	} {
+		el := append([]byte{0x20, 0x00, 0x0D, 0x00, 'U', 'I', 8, 0}, f.study+"\x00"...) // 7 characters, padded even
+		p := filepath.Join(dir, filepath.FromSlash(f.rel))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		// Each image its own pixels: a byte of the preamble changed keeps
+		// the file whole but its content distinct.
+		img := slices.Concat(b[:at], el, b[at:])
+		img[0] = byte(i)
+		if err := os.WriteFile(p, img, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	model := filepath.Join(t.TempDir(), "m.onnx")
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet", "--out", model); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, e)
+	}
+	o, e, code := run(t, "eval", "--model", model, "--data", "folder:"+dir+":train", "--group-by", "study", "--json")
+	if code != 0 || !strings.Contains(o, `"examples": 4`) {
+		t.Errorf("eval --group-by study: exit %d: %s%s; want the 4 studies scored", code, o, e)
+	}
+	o, e, code = run(t, "predict", "--model", model, "--images", dir, "--group-by", "study", "--json")
+	var preds struct{ Predictions []imagePrediction }
+	if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 4 {
+		t.Fatalf("predict --group-by study: exit %d: %s%s; want a row a study", code, o, e)
+	}
+	for _, p := range preds.Predictions {
+		if want := map[string]int{"1.2.9.1": 2, "1.2.9.3": 1, "1.2.9.4": 2, "1.2.9.6": 1}[p.File]; p.Images != want {
+			t.Errorf("study %s: %d images, want %d", p.File, p.Images, want)
+		}
 	}
 }

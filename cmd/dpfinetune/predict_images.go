@@ -251,8 +251,13 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 			}
 			for i, file := range part {
 				d := file
-				if f.groupBy == "dir" {
+				switch f.groupBy {
+				case "dir":
 					d = filepath.Dir(file)
+				case "study":
+					if d, err = data.FileStudy(file); err != nil {
+						return fmt.Errorf("--group-by study: %w", err)
+					}
 				}
 				groups[d] = appendAsLogits(groups[d], l[i*k:(i+1)*k], kind)
 			}

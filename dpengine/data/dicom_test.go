@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -860,5 +861,80 @@ func TestDICOMLeftOut(t *testing.T) {
 	}
 	if _, err := Load(Spec{Scheme: SchemeFolder, Dir: only}); err == nil || !strings.Contains(err.Error(), "no images") {
 		t.Errorf("a folder of reports alone: %v", err)
+	}
+}
+
+// withStudy is an explicit little-endian DICOM fixture given a Study
+// Instance UID (0020,000D), placed before its image module, in tag order.
+func withStudy(t *testing.T, b []byte, uid string) []byte {
+	t.Helper()
+	at := bytes.Index(b, []byte{0x28, 0x00, 0x02, 0x00, 'U', 'S'}) // (0028,0002) Samples per Pixel
+	if at < 0 {
+		t.Fatal("no explicit little-endian Samples per Pixel element")
+	}
+	if len(uid)%2 == 1 {
+		uid += "\x00"
+	}
+	el := append([]byte{0x20, 0x00, 0x0D, 0x00, 'U', 'I', byte(len(uid)), byte(len(uid) >> 8)}, uid...)
+	return slices.Concat(b[:at], el, b[at:])
+}
+
+// TestDICOMStudyGroups: a folder's DICOM images are grouped by their
+// Study Instance UIDs — a study's views in two class directories and a
+// flat export alike, a multi-frame file's frames in its study —, and a
+// file naming no study is an error naming it.
+func TestDICOMStudyGroups(t *testing.T) {
+	dir := t.TempDir()
+	put := func(rel string, b []byte) {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	gray := read(filepath.Join(dicomFiles, "gray8.dcm"))
+	cine := read("../../internal/dicom/testdata/frames/cine8.dcm")
+	put("a/IM1", withStudy(t, gray, "1.2.3.1"))
+	put("a/IM2", withStudy(t, gray, "1.2.3.2"))
+	put("a/IM3", withStudy(t, cine, "1.2.3.1")) // 4 frames
+	put("b/IM4", withStudy(t, gray, "1.2.3.2"))
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := LoadFitted(spec, Fit{Frame: "all"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, studies, ok, err := StudyGroups(im)
+	if !ok || err != nil || strings.Join(studies, " ") != "1.2.3.1 1.2.3.2" {
+		t.Fatalf("studies %v (%v, %v)", studies, ok, err)
+	}
+	want := map[string]int32{"IM1": 0, "IM2": 1, "IM3": 0, "IM4": 1}
+	n := map[int32]int{}
+	for i, g := range group {
+		if f := filepath.Base(im.SamplePath(i)); want[f] != g {
+			t.Errorf("sample %d (%s): study %d", i, f, g)
+		}
+		n[g]++
+	}
+	if n[0] != 5 || n[1] != 2 {
+		t.Errorf("studies of %v samples, want 5 (an image and 4 frames) and 2", n)
+	}
+	put("b/IM5", gray) // no study
+	if im, err = LoadFitted(spec, Fit{Frame: "all"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := StudyGroups(im); err == nil || !strings.Contains(err.Error(), "IM5") || !strings.Contains(err.Error(), "Study Instance UID (0020,000D)") {
+		t.Errorf("a file naming no study: %v", err)
 	}
 }

@@ -1,6 +1,13 @@
 package data
 
-import "path/filepath"
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dpfinetune/dpfinetune/internal/dicom"
+)
 
 // SamplePaths is implemented by a Dataset whose samples are image files
 // of their own: a folder's, a CSV listing's.
@@ -66,4 +73,47 @@ func pathGroups(d interface{ Len() int }, key func(string) string) (group []int3
 	}
 	group, names = numberDensely(name)
 	return group, names, true
+}
+
+// StudyGroups numbers the studies of d's samples densely in sorted order
+// of their Study Instance UIDs (0020,000D), read from each sample's DICOM
+// file: a study's images — a mammogram's four views, a chest radiograph's
+// two —, wherever an archive's export put them. ok is false where d's
+// samples are not files of their own; a sample whose file is not DICOM,
+// or names no study, is an error naming it.
+func StudyGroups(d interface{ Len() int }) (group []int32, studies []string, ok bool, err error) {
+	uid := map[string]string{} // by path: a file's frames are samples of one study
+	group, studies, ok = pathGroups(d, func(p string) string {
+		if err != nil {
+			return ""
+		}
+		u, seen := uid[p]
+		if !seen {
+			u, err = FileStudy(p)
+			uid[p] = u
+		}
+		return u
+	})
+	if err != nil {
+		return nil, nil, true, err
+	}
+	return group, studies, ok, nil
+}
+
+// FileStudy reads the Study Instance UID of the DICOM file at path (the
+// study StudyGroups groups it in).
+func FileStudy(path string) (string, error) {
+	if !hasDICOMPrefix(path) {
+		return "", fmt.Errorf("%s: not a DICOM file: it names no study", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	u, err := dicom.StudyUID(bufio.NewReader(f))
+	if err != nil {
+		return "", fmt.Errorf("%s: %v", path, err)
+	}
+	return u, nil
 }

@@ -100,6 +100,7 @@ const (
 	tagLUTData         = 0x00283006
 	tagVOILUTSeq       = 0x00283010
 	tagPatientID       = 0x00100020
+	tagStudyUID        = 0x0020000D // Study Instance UID
 	tagPixelValueXform = 0x00289145 // Pixel Value Transformation Sequence
 	tagFrameVOILUT     = 0x00289132 // Frame VOI LUT Sequence
 	tagSharedFG        = 0x52009229 // Shared Functional Groups Sequence
@@ -129,6 +130,7 @@ type header struct {
 	pixelRep    int
 	seen        map[uint32]bool // which of the image module's tags were present
 	patientID   string
+	studyUID    string
 
 	slope, intercept float64
 	rescale          bool
@@ -308,14 +310,28 @@ var ErrNoImage = errors.New("a DICOM object without an image")
 // user-level guarantee. It reads the header only, of an object without an
 // image too; one without a Patient ID is an error.
 func PatientID(src io.Reader) (string, error) {
+	return identifier(src, "Patient ID (0010,0020)", func(h *header) string { return h.patientID })
+}
+
+// StudyUID returns the Study Instance UID (0020,000D) of a DICOM file: the
+// study its image belongs to — a mammogram's four views, a chest
+// radiograph's two —, to score a study as one. It reads the header only;
+// a file without one is an error.
+func StudyUID(src io.Reader) (string, error) {
+	return identifier(src, "Study Instance UID (0020,000D)", func(h *header) string { return h.studyUID })
+}
+
+// identifier reads a file's header, of an object without an image too,
+// and returns the identifier get takes from it, which must not be empty.
+func identifier(src io.Reader, name string, get func(*header) string) (string, error) {
 	h, _, _, err := readHeader(src)
 	if err != nil && !(errors.Is(err, ErrNoImage) && h != nil) {
 		return "", wrap(err)
 	}
-	if h.patientID == "" {
-		return "", wrap(errors.New("the file has no Patient ID (0010,0020), or an empty one"))
+	if get(h) == "" {
+		return "", wrap(fmt.Errorf("the file has no %s, or an empty one", name))
 	}
-	return h.patientID, nil
+	return get(h), nil
 }
 
 // PrefixLen is how many bytes of a file IsPart10 reads.
@@ -490,7 +506,7 @@ var wanted = map[uint32]bool{
 	tagSamples: true, tagPhotometric: true, tagPlanar: true, tagFrames: true,
 	tagRows: true, tagColumns: true, tagBitsAllocated: true, tagBitsStored: true,
 	tagHighBit: true, tagPixelRep: true, tagWindowCenter: true, tagWindowWidth: true,
-	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true,
+	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true, tagStudyUID: true,
 }
 
 // sequenceTags are the sequences the decoder reads into, known in
@@ -646,7 +662,7 @@ func (h *header) set(order binary.ByteOrder, el element, v []byte) error {
 	}
 	str := func() string { return strings.TrimRight(strings.TrimLeft(string(v), " "), " \x00") }
 	switch el.tag {
-	case tagPhotometric, tagVOIFunction, tagFrames, tagSlope, tagIntercept, tagWindowCenter, tagWindowWidth, tagPatientID:
+	case tagPhotometric, tagVOIFunction, tagFrames, tagSlope, tagIntercept, tagWindowCenter, tagWindowWidth, tagPatientID, tagStudyUID:
 		if str() == "" {
 			return nil // an empty value is an absent one, as pydicom reads it
 		}
@@ -671,6 +687,8 @@ func (h *header) set(order binary.ByteOrder, el element, v []byte) error {
 		return us(&h.pixelRep)
 	case tagPatientID:
 		h.patientID = strings.TrimSpace(str())
+	case tagStudyUID:
+		h.studyUID = strings.TrimSpace(str())
 	case tagPhotometric:
 		h.photometric = strings.ToUpper(str())
 	case tagVOIFunction:

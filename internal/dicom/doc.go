@@ -50,9 +50,11 @@
 // number of frames), the Modality LUT (rescale slope and intercept, or a
 // Modality LUT Sequence), the VOI LUT (window centre and width with their
 // VOI LUT Function, or a VOI LUT Sequence), the palette's tables, the
-// functional groups' rescales and windows, the Extended Offset Table; and, for PatientID alone, the Patient
-// ID (0010,0020), the user a user-level guarantee protects. Everything
-// else — the patient's name, birth date and the study's attributes
+// functional groups' rescales and windows, the Extended Offset Table;
+// and two identifiers, for PatientID and StudyUID alone: the Patient ID
+// (0010,0020), the user a user-level guarantee protects, and the Study
+// Instance UID (0020,000D), a study's images scored as one. Everything
+// else — the patient's name, birth date and the study's other attributes
 // included — is skipped unread; no error message carries a value of the
 // file's header but those of the image module.
 //
