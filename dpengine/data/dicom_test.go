@@ -87,7 +87,7 @@ func TestDICOMPixels(t *testing.T) {
 }
 
 // TestDICOMFolder: a folder's classes hold DICOM files by extension
-// (.dcm, .dicom, any case) and, without one, by their contents (an
+// (.dcm, .dicom, Siemens' .IMA, any case) and, without one, by their contents (an
 // archive's IM000001, a UID-named file); a study's DICOMDIR and other
 // files are skipped; each sample is its file's decoded image.
 func TestDICOMFolder(t *testing.T) {
@@ -102,12 +102,13 @@ func TestDICOMFolder(t *testing.T) {
 		"skin/rgb_jpeg.DCM":               "rgb_jpeg.dcm",
 		"skin/gray8.dicom":                "gray8.dcm",
 		"skin/cr_jpegll_sv1.dcm":          "cr_jpegll_sv1.dcm",
+		"skin/MR.0001.0001.IMA":           "ct_exact.dcm",
 		"skin/.hidden.dcm":                "gray8.dcm",
 		"skin/1.2.840.113619.2.55.3.json": "gray8.dcm",
 	}
 	read := map[string]bool{
 		"lung/ct_implicit.dcm": true, "lung/IM000001": true, "lung/1.2.840.113619.2.55.3": true,
-		"skin/rgb_jpeg.DCM": true, "skin/gray8.dicom": true, "skin/cr_jpegll_sv1.dcm": true,
+		"skin/rgb_jpeg.DCM": true, "skin/gray8.dicom": true, "skin/cr_jpegll_sv1.dcm": true, "skin/MR.0001.0001.IMA": true,
 	}
 	for rel, src := range files {
 		p := filepath.Join(dir, filepath.FromSlash(rel))

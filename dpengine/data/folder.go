@@ -33,7 +33,7 @@ import (
 // imageExts are the extensions of the files a folder's classes hold:
 // torchvision's ImageFolder's (IMG_EXTENSIONS), the other Netpbm names,
 // and DICOM's. A file's format is read from its contents, not its name.
-var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom"}
+var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima"}
 
 // imageKinds names the formats for messages.
 const imageKinds = "PNG, JPEG, BMP, TIFF, WebP, Netpbm or DICOM"
