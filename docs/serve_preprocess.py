@@ -18,6 +18,9 @@ into its prediction: the mean of their probabilities); pydicom decodes
 compressed frames with the handlers it has (JPEG Lossless needs pylibjpeg
 or GDCM).
 
+A model of clips (input N, C, T, H, W: a Conv3d or video model) reads each
+multi-frame DICOM file as a clip of T of its frames (open_clip).
+
 See docs/SERVING.md.
 """
 import json
@@ -31,9 +34,10 @@ from PIL import Image
 
 
 def transform(model):
+    """The transform of one image (a clip model's: of each frame)."""
     meta = {p.key: p.value for p in model.metadata_props}
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    channels, size = dims[1], dims[2:]
+    channels, size = dims[1], dims[-2:]
     resize = meta.get("dpfinetune.resize", "stretch")
     if resize.startswith("crop"):
         # The shorter side to S (default 8/7 of the input's longer side,
@@ -244,10 +248,35 @@ def open_images(path, model):
     return [Image.open(path)]
 
 
+def clip_length(model):
+    """T of a model of clips, input (N, C, T, H, W); 0 for an image model."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    return dims[2].dim_value if len(dims) == 5 else 0
+
+
+def open_clip(path, model, tf, t):
+    """A multi-frame DICOM file as a clip model's input (C, T, H, W), as
+    dpfinetune reads it: t of its n frames picked evenly from the first to
+    the last — frame floor(j(n-1)/(t-1)), torchvision's
+    UniformTemporalSubsample in exact arithmetic —, each transformed as an
+    image."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    ims = dicom_images(path, meta.get("dpfinetune.window", ""), "all")
+    n = len(ims)
+    if n < 2:
+        raise ValueError(f"{path}: a single image: a clip is read from a multi-frame DICOM object")
+    pick = [j * (n - 1) // (t - 1) for j in range(t)] if t > 1 else [0]
+    return torch.stack([tf(ims[k]) for k in pick], 1)
+
+
 def main():
     model = onnx.load(sys.argv[1], load_external_data=False)
     tf, classes = transform(model)
-    x = torch.stack([tf(im) for p in sys.argv[3:] for im in open_images(p, model)])
+    t = clip_length(model)
+    if t:
+        x = torch.stack([open_clip(p, model, tf, t) for p in sys.argv[3:]])
+    else:
+        x = torch.stack([tf(im) for p in sys.argv[3:] for im in open_images(p, model)])
     np.save(sys.argv[2], x.numpy().astype(np.float32))
     print(json.dumps(classes))
 

@@ -355,3 +355,55 @@ func TestDICOMStudies(t *testing.T) {
 		}
 	}
 }
+
+// TestDICOMClips: a video or volume model (input C,T,H,W: clip3d, a
+// Conv3d export) trains on a folder of multi-frame DICOM objects, each a
+// clip of T of its frames picked evenly; predict gives a row a file, and
+// docs/serve_preprocess.py makes the same clips (open_clip). --frame does
+// not apply to clips, and a single image is no clip.
+func TestDICOMClips(t *testing.T) {
+	const frames = "../../internal/dicom/testdata/frames"
+	dir := t.TempDir()
+	var files []string
+	for i, f := range []string{"cine8", "enhanced_ct", "perframe_rescale", "cine16_extended", "enhanced_ct_rle", "cine8_rle_nobot"} {
+		b, err := os.ReadFile(filepath.Join(frames, f+".dcm"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, []string{"a", "b"}[i%2], f+".dcm")
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, p)
+	}
+	model := filepath.Join(t.TempDir(), "clips.onnx")
+	train := []string{"train", "--model", "../../testdata/exports/clip3d_train.onnx", "--data", "folder:" + dir, "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--augment", "flip", "--out", model}
+	o, e, code := run(t, train...)
+	if code != 0 || !strings.Contains(o, "(6 examples, 2 classes, input [3 4 16 16])") {
+		t.Fatalf("train: exit %d: %s%s", code, o, e)
+	}
+	o, e, code = run(t, "predict", "--model", model, "--images", dir, "--json")
+	var preds struct{ Predictions []imagePrediction }
+	if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 6 {
+		t.Fatalf("predict: exit %d: %s%s; want a row a file", code, o, e)
+	}
+	if _, e, code := run(t, "predict", "--model", model, "--images", dir, "--frame", "max"); code != 2 || !strings.Contains(e, "--frame does not apply") {
+		t.Errorf("predict --frame max on clips: exit %d: %s", code, e)
+	}
+	one, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "a", "one.dcm"), one, 0o644)
+	if _, e, code := run(t, train...); code == 0 || !strings.Contains(e, "one.dcm: a single image") {
+		t.Errorf("train with a single image among clips: exit %d: %s", code, e)
+	}
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run(); err != nil {
+		t.Log("no /usr/bin/python3 with torch, torchvision, onnx, PIL and pydicom: serve_preprocess.py not checked")
+		return
+	}
+	servedLikePredict(t, py, model, filepath.Join(t.TempDir(), "served"), files, 1e-5)
+}

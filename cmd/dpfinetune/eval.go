@@ -157,6 +157,8 @@ func preprocessOf(v dataView) (norm, resize string) {
 	switch v := v.(type) {
 	case *data.View:
 		return v.Preprocess().Norm.String(), v.Preprocess().Resize.String()
+	case *data.ClipView:
+		return v.Preprocess().Norm.String(), v.Preprocess().Resize.String()
 	case *data.TensorView:
 		return v.Preprocess().Norm.String(), ""
 	}
@@ -164,10 +166,19 @@ func preprocessOf(v dataView) (norm, resize string) {
 }
 
 // openViewOf is openView on the images load reads, fitted to the model's
-// input as it reads them.
-func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize string, dcm dicomRead) (*data.View, error) {
-	if len(sample) != 3 {
-		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W)", sample)
+// input as it reads them; for a model of clips (C,T,H,W), each DICOM
+// file's T frames picked evenly, a clip (data.ClipView).
+func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm, augment, resize string, dcm dicomRead) (dataView, error) {
+	clip := 0
+	switch len(sample) {
+	case 3:
+	case 4:
+		clip, sample = int(sample[1]), []int64{sample[0], sample[2], sample[3]}
+		if dcm.frame != "" {
+			return nil, usagef("--frame %s: a model of clips reads %d frames of each file, picked evenly from its first to its last; --frame does not apply", dcm.frame, clip)
+		}
+	default:
+		return nil, fmt.Errorf("model input sample shape %v: want (C, H, W), or (C, T, H, W) for clips of multi-frame DICOM files", sample)
 	}
 	aug, err := data.ParseAugment(augment)
 	if err != nil {
@@ -193,7 +204,7 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	// gray model, made gray first, as PIL's convert("L") would. A random
 	// resized crop draws its box from the whole photo: kept whole, its
 	// shorter side shrunk to the centre crop's.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win, Frame: frame})
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win, Frame: frame, Clip: clip})
 	if err != nil {
 		return nil, withFrameHint(err)
 	}
@@ -201,7 +212,14 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--norm: %v", err)}
 	}
-	return data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: h, Width: w, Norm: nm, Augment: aug, Resize: rs})
+	v, err := data.NewView(imgs, data.Preprocess{Channels: int(sample[0]), Height: h, Width: w, Norm: nm, Augment: aug, Resize: rs})
+	switch {
+	case err != nil:
+		return nil, err
+	case clip == 0:
+		return v, nil
+	}
+	return data.NewClipView(v, clip)
 }
 
 // windowFile is --window's value for each DICOM file's own VOI.

@@ -203,6 +203,14 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 			return err
 		}
 		noteLeftOut(v)
+		if cv, ok := v.(*data.ClipView); ok {
+			// A clip a file: its name once.
+			t := cv.SampleShape()[1]
+			for i := range cv.Len() {
+				part[i] = part[i*t]
+			}
+			part = part[:cv.Len()]
+		}
 		idx := make([]int, v.Len())
 		for i := range idx {
 			idx[i] = i

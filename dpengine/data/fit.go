@@ -52,6 +52,12 @@ type Fit struct {
 	// number from 1) or a projection of the frames ("max", "mean",
 	// "min"). Without it such a file fails the load (dicom.ErrMultiFrame).
 	Frame string
+	// Clip, above 0, makes each file a clip of that many frames for a
+	// video or volume model (ClipView): a multi-frame DICOM object's frames
+	// picked evenly from its first to its last (clipFrames), each fitted
+	// as an image is; every file must have several frames. Frame must be
+	// empty.
+	Clip int
 }
 
 // dicomOptions are the DICOM decoder's options f.Window and f.Frame make
@@ -100,6 +106,10 @@ func (f Fit) check() error {
 	if _, err := dicom.ParseFrame(f.Frame); err != nil {
 		return fmt.Errorf("data: fit: %w", err)
 	}
+	if f.Clip < 0 || f.Clip > maxFramesEach || (f.Clip > 0 && f.Frame != "") {
+		return fmt.Errorf("data: fit: clips of %d frames with frame %q: want 1 to %d frames, and no frame choice", f.Clip, f.Frame, maxFramesEach)
+	}
+	f.Clip = 0
 	f.Frame = ""
 	if f == (Fit{}) {
 		return nil
@@ -130,6 +140,9 @@ func (f Fit) String() string {
 	}
 	if f.Frame != "" {
 		s += ", DICOM frame " + f.Frame
+	}
+	if f.Clip > 0 {
+		s += fmt.Sprintf(", clips of %d frames", f.Clip)
 	}
 	return s
 }

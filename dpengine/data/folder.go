@@ -505,11 +505,12 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 		imgs[i], errs[i] = d, err
 	}
 	// The jobs: a file each, its samples [lo, hi) — several where its
-	// frames are samples of their own.
+	// frames are samples of their own, or a clip's, in increasing order
+	// (expandFrames), repeated where a clip has fewer frames than it needs.
 	var jobs [][2]int
 	for lo := 0; lo < len(paths); {
 		hi := lo + 1
-		for frames != nil && hi < len(paths) && frames[hi] == frames[hi-1]+1 && frames[hi] > 1 && paths[hi] == paths[lo] {
+		for frames != nil && frames[lo] > 0 && hi < len(paths) && paths[hi] == paths[lo] && frames[hi] >= frames[hi-1] {
 			hi++
 		}
 		jobs = append(jobs, [2]int{lo, hi})
@@ -536,16 +537,19 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 					finish(lo, d, err)
 					continue
 				}
-				n := 0
-				err := decodeFrames(paths[lo], opts, admit, func(k int, d decoded) error {
-					if n++; lo+k-1 >= hi || k != n {
-						return fmt.Errorf("%s: frame %d of the %d listed", paths[lo], k, hi-lo)
+				want := slices.Compact(slices.Clone(frames[lo:hi]))
+				i := lo // the next sample to finish
+				err := decodeFrames(paths[lo], opts, admit, want, func(k int, d decoded) error {
+					for first := true; i < hi && frames[i] == k; i, first = i+1, false {
+						if !first { // a frame twice in a clip: each sample its own pixels
+							d.pix = slices.Clone(d.pix)
+						}
+						finish(i, d, nil)
 					}
-					finish(lo+k-1, d, nil)
 					return nil
 				})
-				if err == nil && n != hi-lo {
-					err = fmt.Errorf("%s: %d frames decoded of the %d listed", paths[lo], n, hi-lo)
+				if err == nil && i != hi {
+					err = fmt.Errorf("%s: %d of the %d frames listed decoded", paths[lo], i-lo, hi-lo)
 				}
 				if err != nil {
 					finish(lo, decoded{}, err)
@@ -847,10 +851,11 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit admi
 	return toDecoded(img, format, path)
 }
 
-// decodeFrames decodes every frame of the DICOM file at path in one pass
-// (dicom.DecodeEach), as decodeImage decodes one image, each frame
-// admitted before it is kept, and gives each to each with its number.
-func decodeFrames(path string, dcm dicom.Options, admit admitFunc, each func(frame int, d decoded) error) (err error) {
+// decodeFrames decodes the frames want (numbered from 1, increasing) of
+// the DICOM file at path in one pass (dicom.DecodeFrames), as decodeImage
+// decodes one image, each frame admitted before it is kept, and gives
+// each to each with its number.
+func decodeFrames(path string, dcm dicom.Options, admit admitFunc, want []int, each func(frame int, d decoded) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
@@ -872,7 +877,7 @@ func decodeFrames(path string, dcm dicom.Options, admit admitFunc, each func(fra
 		return err
 	}
 	var eachErr error
-	err = dicom.DecodeEach(bufio.NewReader(f), dcm, func(k int, img image.Image) error {
+	err = dicom.DecodeFrames(bufio.NewReader(f), dcm, want, func(k int, img image.Image) error {
 		if eachErr = admit(path, cfg.Width, cfg.Height, 8*int64(cfg.Width)*int64(cfg.Height)); eachErr != nil {
 			return eachErr
 		}

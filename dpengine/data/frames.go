@@ -25,16 +25,35 @@ func (f Fit) allFrames() bool { return f.Frame == "all" }
 // (from 1; 0 for a file that is not DICOM, read as it is). Otherwise it
 // returns them as they are, and no frames. expanded reports whether some
 // file gave more than one sample.
+//
+// Where fit asks for clips (Fit.Clip T), each file gives T samples
+// instead, the frames clipFrames picks, in order: a clip, not samples of
+// their own (expanded is false).
 func expandFrames(paths []string, labels []int64, fit Fit) (_ []string, _ []int64, frames []int, expanded bool, err error) {
-	if !fit.allFrames() {
+	if !fit.allFrames() && fit.Clip == 0 {
 		return paths, labels, nil, false, nil
 	}
 	var outPaths []string
 	var outLabels []int64
 	for i, p := range paths {
 		n, err := fileFrames(p)
+		if errors.Is(err, dicom.ErrNoImage) {
+			// One sample, read as it is: left out as it decodes
+			// (Images.LeftOut).
+			outPaths, outLabels, frames = append(outPaths, p), append(outLabels, labels[i]), append(frames, 0)
+			continue
+		}
 		if err != nil {
 			return nil, nil, nil, false, err
+		}
+		if fit.Clip > 0 {
+			if n < 2 {
+				return nil, nil, nil, false, fmt.Errorf("%s: a single image: a clip of %d frames is read from a multi-frame DICOM object (a cine loop, an enhanced CT or MR)", p, fit.Clip)
+			}
+			for _, k := range clipFrames(n, fit.Clip) {
+				outPaths, outLabels, frames = append(outPaths, p), append(outLabels, labels[i]), append(frames, k)
+			}
+			continue
 		}
 		for k := range max(n, 1) {
 			outPaths, outLabels = append(outPaths, p), append(outLabels, labels[i])
@@ -45,8 +64,25 @@ func expandFrames(paths []string, labels []int64, fit Fit) (_ []string, _ []int6
 	return outPaths, outLabels, frames, expanded, nil
 }
 
+// clipFrames picks t of n frames (numbered from 1) evenly from the first
+// to the last, as torchvision's UniformTemporalSubsample does — frame
+// ⌊j·(n−1)/(t−1)⌋+1 for j = 0…t−1, in exact arithmetic —, a frame twice
+// where n < t; the first alone where t is 1.
+func clipFrames(n, t int) []int {
+	k := make([]int, t)
+	for j := range k {
+		if t > 1 {
+			k[j] = j*(n-1)/(t-1) + 1
+		} else {
+			k[j] = 1
+		}
+	}
+	return k
+}
+
 // fileFrames is a DICOM file's Number of Frames (0 for another format),
-// held to maxFramesEach and to what the file's size can hold.
+// held to maxFramesEach and to what the file's size can hold; an object
+// without an image is dicom.ErrNoImage.
 func fileFrames(path string) (int, error) {
 	if !hasDICOMPrefix(path) {
 		return 0, nil
@@ -63,7 +99,7 @@ func fileFrames(path string) (int, error) {
 	n, err := dicom.FrameCount(bufio.NewReader(f))
 	switch {
 	case errors.Is(err, dicom.ErrNoImage):
-		return 0, nil // left out as it decodes (Images.LeftOut)
+		return 0, fmt.Errorf("%s: %w", path, err)
 	case err != nil:
 		return 0, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	case n > maxFramesEach:

@@ -7,6 +7,7 @@ import (
 	"image"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -238,6 +239,45 @@ func TestDecodeEach(t *testing.T) {
 		})
 		if err != nil || seen != n {
 			t.Errorf("%s: %d of %d frames given, %v", name, seen, n, err)
+		}
+	}
+}
+
+// TestDecodeFramesSubset: a subset of a multi-frame object's frames decoded in
+// one pass are each the frame its number decodes; frames out of order or
+// past the last are refused.
+func TestDecodeFramesSubset(t *testing.T) {
+	for _, name := range []string{"cine8", "enhanced_ct_jpegls_frag", "enhanced_ct_jpegll_frag", "cine16_extended", "mask3"} {
+		b := readFixture(t, filepath.Join("testdata/frames", name+".dcm"))
+		n, err := FrameCount(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []int{1, n}
+		if n > 2 {
+			want = []int{2, n}
+		}
+		var got []int
+		err = DecodeFrames(bytes.NewReader(b), Options{}, want, func(k int, img image.Image) error {
+			got = append(got, k)
+			one, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameNumber, Number: k}})
+			if err != nil {
+				return err
+			}
+			a, _ := rgbOf(img)
+			w, _ := rgbOf(one)
+			if !bytes.Equal(a, w) {
+				t.Errorf("%s: frame %d differs from its decode by number", name, k)
+			}
+			return nil
+		})
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("%s: frames %v decoded of %v, %v", name, got, want, err)
+		}
+		for _, bad := range [][]int{{2, 1}, {1, 1}, {n + 1}, {0}} {
+			if err := DecodeFrames(bytes.NewReader(b), Options{}, bad, func(int, image.Image) error { return nil }); err == nil {
+				t.Errorf("%s: frames %v decoded", name, bad)
+			}
 		}
 	}
 }

@@ -150,11 +150,40 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 // file's one frame is frame 1. opts.Frame is not read. It stops at the
 // first error, each's included.
 func DecodeEach(r io.Reader, opts Options, each func(frame int, img image.Image) error) error {
+	return DecodeFrames(r, opts, nil, each)
+}
+
+// DecodeFrames is DecodeEach of the frames numbered in frames (from 1, in
+// increasing order; nil for all): those decoded, the others read past,
+// in one pass over the file. A number past the file's frames is an error
+// (ErrNoFrame).
+func DecodeFrames(r io.Reader, opts Options, frames []int, each func(frame int, img image.Image) error) error {
+	for i := 1; i < len(frames); i++ {
+		if frames[i] <= frames[i-1] {
+			return wrap(fmt.Errorf("frames %v: not in increasing order", frames))
+		}
+	}
 	h, s, err := start(r)
 	if err != nil {
 		return wrap(err)
 	}
+	if len(frames) > 0 && (frames[0] < 1 || frames[len(frames)-1] > h.frames) {
+		return wrap(fmt.Errorf("%w: frames %d to %d of an image of %d frame(s)", ErrNoFrame, frames[0], frames[len(frames)-1], h.frames))
+	}
+	next := 0 // the next of frames to decode
 	for k := range h.frames {
+		if frames != nil {
+			if next == len(frames) {
+				return nil
+			}
+			if frames[next] != k+1 {
+				if _, err := s.next(false); err != nil {
+					return wrap(err)
+				}
+				continue
+			}
+			next++
+		}
 		img, err := h.nextImage(s, k, opts.Windows)
 		if err != nil {
 			return wrap(err)
