@@ -58,6 +58,10 @@ type dataReport struct {
 	Pixels   string  `json:"pixels"`
 	Kept     string  `json:"kept,omitempty"` // the kept pixel file
 	Reused   bool    `json:"kept_reused,omitempty"`
+	// ClipFrames, for a model of clips, is the frames a clip (an example):
+	// Examples and Classes count the clips, the images' figures their
+	// frames.
+	ClipFrames int `json:"clip_frames,omitempty"`
 	// LeftOut are the files the load left out: DICOM objects without an
 	// image (data.Images.LeftOut).
 	LeftOut []string `json:"left_out,omitempty"`
@@ -160,6 +164,7 @@ func runData(args []string, stdout io.Writer) error {
 	}
 	rep := dataReport{Data: s.String(), Scheme: s.Scheme, Pixels: "in memory"}
 	var im *data.Images
+	var clips *data.ClipView // a model of clips' examples
 	switch {
 	case s.Scheme == data.SchemeNPY:
 		a, err := data.LoadArrays(s)
@@ -187,12 +192,14 @@ func runData(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
+		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
 			im, err = data.LoadFitted(s, fit)
 			return im, err
-		}, sample, "default", *augment, *resize, dicomRead{*window, *frame}); err != nil {
+		}, sample, "default", *augment, *resize, dicomRead{*window, *frame})
+		if err != nil {
 			return err
 		}
+		clips, _ = v.(*data.ClipView)
 	default:
 		frame, err := parseFrame(*frame)
 		if err != nil {
@@ -204,6 +211,13 @@ func runData(args []string, stdout io.Writer) error {
 	}
 	if im != nil {
 		describeImages(&rep, im)
+	}
+	if clips != nil {
+		// A model of clips: the examples are the clips, the images their
+		// frames.
+		rep.ClipFrames = clips.SampleShape()[1]
+		countClasses(&rep, clips, clips.Classes(), clips.NumUsers())
+		rep.Fingerprint = clips.Fingerprint() // what train records
 	}
 	if *groupBy != "" {
 		if im == nil {
@@ -346,6 +360,9 @@ func writeData(w io.Writer, rep *dataReport) {
 		users = fmt.Sprintf(" of %d users (%d to %d examples a user, median %d)", rep.Users, u[0], u[2], u[1])
 	}
 	fmt.Fprintf(w, "examples:  %d%s\n", rep.Examples, users)
+	if rep.ClipFrames > 0 {
+		fmt.Fprintf(w, "clips:     each example a clip of %d frames of a multi-frame file (the images below are the frames)\n", rep.ClipFrames)
+	}
 	switch {
 	case rep.Heights != nil:
 		fmt.Fprintf(w, "images:    %s, heights %d–%d (median %d), widths %d–%d (median %d)\n", channelsWord(rep.Channels),

@@ -379,7 +379,7 @@ func TestDICOMClips(t *testing.T) {
 	}
 	model := filepath.Join(t.TempDir(), "clips.onnx")
 	train := []string{"train", "--model", "../../testdata/exports/clip3d_train.onnx", "--data", "folder:" + dir, "--test-data", "none",
-		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--augment", "flip", "--out", model}
+		"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--augment", "flip", "--out", model, "--report", model + ".json"}
 	o, e, code := run(t, train...)
 	if code != 0 || !strings.Contains(o, "(6 examples, 2 classes, input [3 4 16 16])") {
 		t.Fatalf("train: exit %d: %s%s", code, o, e)
@@ -388,6 +388,15 @@ func TestDICOMClips(t *testing.T) {
 	var preds struct{ Predictions []imagePrediction }
 	if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 6 {
 		t.Fatalf("predict: exit %d: %s%s; want a row a file", code, o, e)
+	}
+	// data counts the clips, and its SHA-256 is the one train recorded.
+	var r runReport
+	if b, err := os.ReadFile(model + ".json"); err != nil || json.Unmarshal(b, &r) != nil {
+		t.Fatalf("the run report: %v", err)
+	}
+	o, e, code = run(t, "data", "--data", "folder:"+dir, "--model", model, "--json")
+	if code != 0 || !strings.Contains(o, `"examples": 6`) || !strings.Contains(o, `"clip_frames": 4`) || !strings.Contains(o, r.Settings.DataSHA256) {
+		t.Errorf("data --model (clips): exit %d: %s%s; want 6 clips of 4 frames and the recorded SHA-256 %s", code, o, e, r.Settings.DataSHA256)
 	}
 	if _, e, code := run(t, "predict", "--model", model, "--images", dir, "--frame", "max"); code != 2 || !strings.Contains(e, "--frame does not apply") {
 		t.Errorf("predict --frame max on clips: exit %d: %s", code, e)
