@@ -421,6 +421,19 @@ func FuzzDecode(f *testing.F) {
 		if err == nil && (img.Bounds().Dx() <= 0 || img.Bounds().Dy() <= 0) {
 			t.Fatalf("an empty image decoded")
 		}
+		// Every frame in one pass, or every other one (a clip's picks).
+		var picks []int
+		if n, err := FrameCount(bytes.NewReader(b)); err == nil && choice&1 == 1 {
+			for k := 1; k <= min(n, 64); k += 2 {
+				picks = append(picks, k)
+			}
+		}
+		DecodeFrames(bytes.NewReader(b), Options{}, picks, func(_ int, img image.Image) error {
+			if img.Bounds().Dx() <= 0 || img.Bounds().Dy() <= 0 {
+				t.Fatalf("an empty frame decoded")
+			}
+			return nil
+		})
 	})
 }
 
