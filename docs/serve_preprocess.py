@@ -19,7 +19,11 @@ compressed frames with the handlers it has (JPEG Lossless needs pylibjpeg
 or GDCM).
 
 A model of clips (input N, C, T, H, W: a Conv3d or video model) reads each
-multi-frame DICOM file as a clip of T of its frames (open_clip).
+multi-frame DICOM file as a clip of T of its frames (open_clip). A model
+trained on DICOM series (dpfinetune.series) takes directories: each
+directory of slices under them a series (series_dirs), its slices in
+order (series_slices) read as a multi-frame object's frames (open_series,
+open_clip).
 
 See docs/SERVING.md.
 """
@@ -248,6 +252,84 @@ def open_images(path, model):
     return [Image.open(path)]
 
 
+def series_dirs(paths):
+    """The series directories under paths, as dpfinetune lists them
+    (data.SeriesDirs): each directory holding files of its own, in the
+    order a depth-first walk of sorted entries first meets one of them."""
+    import os
+    dirs = []
+
+    def walk(d):
+        for name in sorted(os.listdir(d)):
+            if name.startswith("."):
+                continue
+            p = os.path.join(d, name)
+            if os.path.isdir(p):
+                walk(p)
+            elif os.path.isfile(p) and d not in dirs:
+                dirs.append(d)
+
+    for p in paths:
+        walk(p)
+    return dirs
+
+
+def series_slices(d):
+    """A series directory's slice files in dpfinetune's order
+    (data/series.go): along their plane's normal — Image Position
+    (Patient) · (row × column of Image Orientation (Patient)) — where every
+    slice gives it, else by Instance Number where every slice has one,
+    else by name (ties by Instance Number, then name); objects without an
+    image left out."""
+    import os
+    import pydicom
+    ss = []
+    for name in sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        if name.startswith(".") or not os.path.isfile(p):
+            continue
+        ds = pydicom.dcmread(p)
+        if "PixelData" not in ds:
+            continue
+        pos = inst = None
+        try:
+            ipp = [float(v) for v in ds.ImagePositionPatient]
+            r, c = [float(v) for v in ds.ImageOrientationPatient[:3]], [float(v) for v in ds.ImageOrientationPatient[3:]]
+            n = (r[1] * c[2] - r[2] * c[1], r[2] * c[0] - r[0] * c[2], r[0] * c[1] - r[1] * c[0])
+            if len(ipp) == 3 and len(ds.ImageOrientationPatient) == 6:
+                pos = ipp[0] * n[0] + ipp[1] * n[1] + ipp[2] * n[2]
+        except (AttributeError, ValueError, TypeError):
+            pass
+        try:
+            inst = int(str(ds.InstanceNumber).strip())
+        except (AttributeError, ValueError):
+            pass
+        ss.append((p, pos, inst))
+    by_pos = all(s[1] is not None for s in ss)
+    by_inst = all(s[2] is not None for s in ss)
+    return [s[0] for s in sorted(ss, key=lambda s: (s[1] if by_pos else 0, s[2] if by_inst else 0, s[0]))]
+
+
+def open_series(d, model):
+    """A series directory's images as dpfinetune reads them (the model
+    recorded dpfinetune.series): its slices in order, as the slice
+    dpfinetune.frame picks (first, middle, last, a number) or every slice
+    (all)."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    window, frame = meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", "")
+    paths = series_slices(d)
+    n = len(paths)
+    if frame == "all":
+        pick = range(n)
+    elif not frame and n > 1:
+        raise ValueError(f"{d}: a series of {n} slices and no slice chosen")
+    else:
+        k = {"first": 0, "middle": n // 2, "last": n - 1, "": 0}.get(frame)
+        k = int(frame) - 1 if k is None else k
+        pick = [k]
+    return [dicom_image(paths[k], window, "") for k in pick]
+
+
 def clip_length(model):
     """T of a model of clips, input (N, C, T, H, W); 0 for an image model."""
     dims = model.graph.input[0].type.tensor_type.shape.dim
@@ -261,7 +343,11 @@ def open_clip(path, model, tf, t):
     UniformTemporalSubsample in exact arithmetic —, each transformed as an
     image."""
     meta = {p.key: p.value for p in model.metadata_props}
-    ims = dicom_images(path, meta.get("dpfinetune.window", ""), "all")
+    if meta.get("dpfinetune.series") == "true":
+        window = meta.get("dpfinetune.window", "")
+        ims = [dicom_image(p, window, "") for p in series_slices(path)]
+    else:
+        ims = dicom_images(path, meta.get("dpfinetune.window", ""), "all")
     n = len(ims)
     if n < 2:
         raise ValueError(f"{path}: a single image: a clip is read from a multi-frame DICOM object")
@@ -273,10 +359,15 @@ def main():
     model = onnx.load(sys.argv[1], load_external_data=False)
     tf, classes = transform(model)
     t = clip_length(model)
+    meta = {p.key: p.value for p in model.metadata_props}
+    series = meta.get("dpfinetune.series") == "true"
+    units = series_dirs(sys.argv[3:]) if series else sys.argv[3:]
     if t:
-        x = torch.stack([open_clip(p, model, tf, t) for p in sys.argv[3:]])
+        x = torch.stack([open_clip(p, model, tf, t) for p in units])
+    elif series:
+        x = torch.stack([tf(im) for d in units for im in open_series(d, model)])
     else:
-        x = torch.stack([tf(im) for p in sys.argv[3:] for im in open_images(p, model)])
+        x = torch.stack([tf(im) for p in units for im in open_images(p, model)])
     np.save(sys.argv[2], x.numpy().astype(np.float32))
     print(json.dumps(classes))
 

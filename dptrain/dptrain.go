@@ -126,7 +126,10 @@ type Settings struct {
 	// Frame is the image multi-frame DICOM objects gave (data.Fit.Frame,
 	// dicom.ParseFrame's form: a frame or a projection); empty where none
 	// was chosen. Recorded in the model, as Window.
-	Frame      string  `json:"frame,omitempty"`
+	Frame string `json:"frame,omitempty"`
+	// Series says the examples were DICOM series, each a directory of
+	// slices (data.Fit.Series); recorded in the model, as Window.
+	Series     bool    `json:"series,omitempty"`
 	InputShape []int64 `json:"input_shape"`
 	Classes    int     `json:"classes"`
 	Noise      string  `json:"noise"`
@@ -1718,6 +1721,9 @@ func SetMetadata(p *onnxpb.ModelProto, s Settings, r *accountant.Result) {
 	}
 	if s.Frame != "" {
 		kv["frame"] = s.Frame
+	}
+	if s.Series {
+		kv["series"] = "true"
 	}
 	if s.PrivacyUnit == PrivacyUnitUser {
 		kv["privacy_unit"] = s.PrivacyUnit

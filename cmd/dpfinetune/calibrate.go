@@ -36,6 +36,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "as eval's --resize (default: the one recorded in the model by train, else stretch)")
 	window := fs.String("window", "", "as eval's --window (default: the one recorded in the model by train, else file)")
 	frame := fs.String("frame", "", "as eval's --frame (default: the one recorded in the model by train)")
+	series := fs.Bool("series", false, "as eval's --series (default: as the model was trained)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	perLabel := fs.Bool("per-label", false, "a multi-label model: fit each label its own map of the logit, a·z + b (Platt scaling against Platt's targets, scikit-learn's sigmoid calibration), instead of one temperature: corrects a label's bias too (a --pos-weight's inflated probabilities), so its decisions at ½ move; its AUC does not")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -53,7 +54,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if *batch <= 0 {
 		return usagef("--batch must be positive, got %d", *batch)
 	}
-	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame}, *inShape)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame, *series}, *inShape)
 	if err != nil {
 		return err
 	}

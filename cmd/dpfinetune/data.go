@@ -145,6 +145,7 @@ func runData(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "stretch", resizeUsage+" (with --model)")
 	window := fs.String("window", windowFile, windowUsage+" (with --model)")
 	frame := fs.String("frame", "", frameUsage)
+	series := fs.Bool("series", false, seriesUsage)
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, file (a multi-frame file's frames, --frame all) or study (DICOM images by their Study Instance UID); their sizes, and the groups whose examples differ in label (which eval refuses)")
@@ -195,7 +196,7 @@ func runData(args []string, stdout io.Writer) error {
 		v, err := openViewOf(func(fit data.Fit) (*data.Images, error) {
 			im, err = data.LoadFitted(s, fit)
 			return im, err
-		}, sample, "default", *augment, *resize, dicomRead{*window, *frame})
+		}, sample, "default", *augment, *resize, dicomRead{*window, *frame, *series})
 		if err != nil {
 			return err
 		}
@@ -205,7 +206,7 @@ func runData(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if im, err = data.LoadFitted(s, data.Fit{Frame: frame}); err != nil {
+		if im, err = data.LoadFitted(s, data.Fit{Frame: frame, Series: *series}); err != nil {
 			return withFrameHint(err)
 		}
 	}

@@ -416,3 +416,87 @@ func TestDICOMClips(t *testing.T) {
 	}
 	servedLikePredict(t, py, model, filepath.Join(t.TempDir(), "served"), files, 1e-5)
 }
+
+// seriesSlice is gray8.dcm made slice k of a series: its Instance Number,
+// an axial Image Position of z, a pixel set from k (its own image).
+func seriesSlice(t *testing.T, k int, z float64) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(b, []byte{0x28, 0x00, 0x02, 0x00, 'U', 'S'})
+	if at < 0 {
+		t.Fatal("no explicit little-endian Samples per Pixel element")
+	}
+	var els []byte
+	for _, e := range []struct {
+		elem uint16
+		vr   string
+		v    string
+	}{{0x0013, "IS", fmt.Sprint(k)}, {0x0032, "DS", fmt.Sprintf(`0\0\%g`, z)}, {0x0037, "DS", `1\0\0\0\1\0`}} {
+		v := e.v
+		if len(v)%2 == 1 {
+			v += " "
+		}
+		els = append(els, 0x20, 0x00, byte(e.elem), byte(e.elem>>8), e.vr[0], e.vr[1], byte(len(v)), 0)
+		els = append(els, v...)
+	}
+	out := slices.Concat(b[:at], els, b[at:])
+	out[len(out)-600] = byte(40 + 7*k)
+	return out
+}
+
+// TestDICOMSeries: folders of series — a CT's slices a file each — train
+// a 2D model on each series' middle slice and a clip model on 4 slices of
+// each, with --series recorded; predict reads directories of series as
+// train did, and docs/serve_preprocess.py orders and picks the slices
+// alike (open_series, open_clip).
+func TestDICOMSeries(t *testing.T) {
+	dir := t.TempDir()
+	for s := range 6 {
+		d := filepath.Join(dir, []string{"a", "b"}[s%2], fmt.Sprintf("series%d", s))
+		os.MkdirAll(d, 0o755)
+		for k := range 5 + s%3 {
+			// Names and Instance Numbers in one order, positions in another.
+			z := float64((k*3)%(5+s%3)) * 2.5
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("IM%02d", k)), seriesSlice(t, k+s, z), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const py = "/usr/bin/python3"
+	served := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run() == nil
+	for _, c := range []struct{ model, frame string }{
+		{"../../testdata/models/cnn.onnx", "middle"},
+		{"../../testdata/exports/clip3d_train.onnx", ""},
+	} {
+		out := filepath.Join(t.TempDir(), "m.onnx")
+		args := []string{"train", "--model", c.model, "--data", "folder:" + dir, "--series", "--test-data", "none",
+			"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--quiet", "--out", out}
+		if c.frame != "" {
+			args = append(args, "--frame", c.frame)
+		}
+		if _, e, code := run(t, args...); code != 0 {
+			t.Fatalf("train %s --series: exit %d: %s", c.model, code, e)
+		}
+		if got := metadata(t, out)["dpfinetune.series"]; got != "true" {
+			t.Errorf("%s: recorded series %q", c.model, got)
+		}
+		o, e, code := run(t, "predict", "--model", out, "--images", dir, "--json")
+		var preds struct{ Predictions []imagePrediction }
+		if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 6 || filepath.Base(preds.Predictions[0].File) != "series0" {
+			t.Fatalf("predict %s: exit %d: %s%s; want a row a series", c.model, code, o, e)
+		}
+		if o, e, code := run(t, "eval", "--model", out, "--data", "folder:"+dir+":train", "--json"); code != 0 || !strings.Contains(o, `"examples": 6`) {
+			t.Errorf("eval %s (series recorded): exit %d: %s%s", c.model, code, o, e)
+		}
+		if served {
+			servedLikePredict(t, py, out, filepath.Join(t.TempDir(), "served"), []string{dir}, 1e-5)
+		}
+	}
+	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--series", "--test-data", "none",
+		"--epsilon", "8", "--epochs", "1", "--out", filepath.Join(t.TempDir(), "x.onnx")); code == 0 || !strings.Contains(e, "no slice chosen") || !strings.Contains(e, "--frame") {
+		t.Errorf("train --series without --frame: exit %d: %s", code, e)
+	}
+}

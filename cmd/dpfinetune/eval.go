@@ -70,9 +70,14 @@ const windowUsage = "DICOM images: file (each file's own window or VOI LUT, else
 // frameUsage is the --frame flag's help.
 const frameUsage = "multi-frame DICOM objects (a cine loop, an enhanced CT or MR volume, a tomosynthesis stack): the image each gives — a frame, first, middle (frame n/2+1 of n), last or a number from 1, or a projection of all its frames' rescaled values, max (a maximum intensity projection), mean or min, then windowed as a frame (frame 1's window) —, or all: every frame a sample, each file a user where the data name none (a file's frames are one person's; predict gives a file its frames' mean probabilities); without it such a file is refused (single-frame files are read as they are)"
 
-// dicomRead is how DICOM images are read: --window and --frame.
+// seriesUsage is the --series flag's help.
+const seriesUsage = "DICOM series: each example a directory of single-frame DICOM images, a CT's or an MR's slices a file each (a folder's class directories' sub-directories, a CSV listing's paths, predict's directories of slices), read as one multi-frame object — its slices ordered along their plane's normal (Image Position), else by Instance Number — through --frame (a slice, or every slice a sample) or, for a model of clips, T slices picked evenly"
+
+// dicomRead is how DICOM images are read: --window, --frame and
+// --series.
 type dicomRead struct {
 	window, frame string
+	series        bool
 }
 
 // recordedPreprocess sets *norm, *resize and dcm's window and frame, where
@@ -87,6 +92,7 @@ func recordedPreprocess(m *onnx.Model, norm, resize *string, dcm *dicomRead) {
 			*f.v = recorded(m, f.key, f.none)
 		}
 	}
+	dcm.series = dcm.series || recorded(m, "series", "") == "true"
 }
 
 // recorded returns the value train recorded in the model's metadata under
@@ -204,7 +210,7 @@ func openViewOf(load func(data.Fit) (*data.Images, error), sample []int64, norm,
 	// gray model, made gray first, as PIL's convert("L") would. A random
 	// resized crop draws its box from the whole photo: kept whole, its
 	// shorter side shrunk to the centre crop's.
-	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win, Frame: frame, Clip: clip})
+	imgs, err := load(data.Fit{Height: h, Width: w, Resize: rs, Gray: sample[0] == 1, Whole: aug.ResizedCrop.Max > 0, Window: win, Frame: frame, Clip: clip, Series: dcm.series})
 	if err != nil {
 		return nil, withFrameHint(err)
 	}
@@ -279,6 +285,7 @@ func runEval(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "how an image of another size becomes the model's input: stretch, crop or crop=S as train's --resize (default: the one recorded in the model by train, else stretch)")
 	window := fs.String("window", "", windowUsage+" (default: the one recorded in the model by train, else file)")
 	frame := fs.String("frame", "", frameUsage+" (default: the one recorded in the model by train)")
+	series := fs.Bool("series", false, seriesUsage+" (default: as the model was trained)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
@@ -315,7 +322,7 @@ func runEval(args []string, stdout io.Writer) error {
 	if err := checkGrouping(fs, *groupBy, *combine, *bootstrap, *bootstrapBy); err != nil {
 		return err
 	}
-	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame}, *inShape)
+	es, err := openEvaluation(dev, *model, *spec, *batch, *norm, *resize, dicomRead{*window, *frame, *series}, *inShape)
 	if err != nil {
 		return err
 	}

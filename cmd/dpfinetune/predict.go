@@ -41,6 +41,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	resize := fs.String("resize", "", "--images: "+resizeUsage+" (default: the one recorded in the model by train, else stretch)")
 	window := fs.String("window", "", "--images: "+windowUsage+" (default: the one recorded in the model by train, else file)")
 	frame := fs.String("frame", "", "--images: "+frameUsage+" (default: the one recorded in the model by train)")
+	series := fs.Bool("series", false, "--images: "+seriesUsage+" (default: as the model was trained)")
 	inShape := fs.String("input-shape", "", "--images: per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "--images: print JSON")
 	csvOut := fs.String("csv", "", "--images: write a CSV file of a row an image instead of the table — the file, the prediction (the class; a multi-label model's labels decided, separated by |) and every class's probability — as the images are classified (a directory of a million photos streams to it)")
@@ -92,7 +93,7 @@ func runPredict(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s: predict needs a model with one input, this one has %d", *model, len(g.Inputs))
 	}
 	if len(images) > 0 {
-		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, dcm: dicomRead{*window, *frame}, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold, groupBy: *groupBy, combine: *combine}, stdout)
+		return predictImages(m, g, dev, *model, images, predictFlags{out: *out, batch: *batch, top: *top, norm: *norm, resize: *resize, dcm: dicomRead{*window, *frame, *series}, inShape: *inShape, json: *asJSON, csv: *csvOut, threshold: *threshold, groupBy: *groupBy, combine: *combine}, stdout)
 	}
 	x, err := npy.ReadFile(*input)
 	if err != nil {

@@ -122,6 +122,9 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		f.groupBy = "file"
 	}
 	files, err := data.ImageFiles(paths)
+	if f.dcm.series {
+		files, err = data.SeriesDirs(paths) // a series a unit
+	}
 	if err != nil {
 		return err
 	}

@@ -128,6 +128,7 @@ type trainFlags struct {
 	model, spec, testSpec, maxMem, optName, clipFn, modeName, acctName  *string
 	sampling, norm, augment, resize, inShape, out, ckptPath, reportPath *string
 	window, frame                                                       *string
+	series                                                              *bool
 	seedStr, outDType, schedule, ckptEvery, cacheFeatures, cacheDir     *string
 	privacyUnit, classWeight, posWeight, keepFeatures                   *string
 	eps, delta, lr, momentum, wd, clip, gamma, minLR, ema, sigma        *float64
@@ -185,6 +186,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 		resize:           fs.String("resize", "stretch", resizeUsage),
 		window:           fs.String("window", windowFile, windowUsage+"; recorded in the model for eval and predict"),
 		frame:            fs.String("frame", "", frameUsage+"; recorded in the model for eval and predict"),
+		series:           fs.Bool("series", false, seriesUsage+"; recorded in the model for eval and predict"),
 		inShape:          fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)"),
 		out:              fs.String("out", "", outUsage),
 		ckptPath:         fs.String("checkpoint", "", "checkpoint file, written every epoch and on interrupt (default: OUT.ckpt)"),
@@ -206,7 +208,7 @@ func addTrainFlags(fs *flag.FlagSet, outUsage string) *trainFlags {
 }
 
 // dicomRead is how the run reads DICOM images: --window and --frame.
-func (f *trainFlags) dicomRead() dicomRead { return dicomRead{*f.window, *f.frame} }
+func (f *trainFlags) dicomRead() dicomRead { return dicomRead{*f.window, *f.frame, *f.series} }
 
 // config opens the device, validates the parsed flags (--out is required
 // when needOut), loads the model and the data, and returns the run's
@@ -404,7 +406,7 @@ func (f *trainFlags) config(stdout io.Writer, needOut bool) (dptrain.Config, err
 			ClipQuantile: *f.clipQuantile, ClipLR: *f.clipLR, ClipCountNoise: *f.clipCountNoise,
 			PerLayer: *f.perLayer, Optimizer: *f.optName, LR: *f.lr, LRSchedule: *f.schedule, WarmupSteps: *f.warmup, MinLR: *f.minLR, EMADecay: *f.ema, LabelSmoothing: *f.smoothing,
 			Momentum: *f.momentum, WeightDecay: *f.wd,
-			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, Window: windowName, Frame: frameName, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
+			Norm: normName, Augment: *f.augment, AugmentMultiplicity: *f.views, Resize: resizeName, Window: windowName, Frame: frameName, Series: *f.series, InputShape: sample, Seed: seed, NonPrivate: *f.nonPrivate,
 			ClassNames: train.Classes(), FeatureCache: *f.cacheFeatures, PrivacyUnit: *f.privacyUnit, ExamplesPerUser: *f.examplesPerUser,
 			ClassWeights: classWeights, PosWeight: posWeight,
 		},

@@ -264,27 +264,21 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		return nil, fmt.Errorf("csv: %s: no images in the %s split", path, spec.split())
 	}
 	paths, labels := roundRobin(perClass, spec.Limit)
-	paths, labels, frames, expanded, err := expandFrames(paths, labels, fit)
-	if err != nil {
-		return nil, fmt.Errorf("csv: %s: %w", path, err)
-	}
-	im, err := decodeFiles("csv", paths, labels, classes, fit, frames)
+	im, units, expanded, err := loadUnits("csv: "+path, paths, labels, classes, fit)
 	if err != nil {
 		return nil, err
 	}
-	// The samples' files: the paths but those left out.
-	files := im.sourcePaths[:im.Len()]
 	switch {
 	case hasUsers:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
-		names := make([]string, len(files))
-		for i, p := range files {
+		names := make([]string, len(units))
+		for i, p := range units {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
 	case expanded:
-		im.users, im.userNames = fileUsers(base, files)
+		im.users, im.userNames = fileUsers(base, units)
 	}
 	im.multiLabel, im.uncertain = multi, soft
 	// The listing is a source too: a label changed under a running job

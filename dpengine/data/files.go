@@ -17,25 +17,26 @@ import (
 // "", and every label 0; LoadFiles returns them with the file each sample
 // came from: a file once a sample, several times where its frames are
 // samples of their own (Fit.Frame "all"), consecutively; a DICOM object
-// without an image is left out (Images.LeftOut).
+// without an image is left out (Images.LeftOut). With Fit.Series the
+// directories of slices under paths are read, each a series (SeriesDirs),
+// and named so.
 func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err := fit.check(); err != nil {
 		return nil, nil, err
 	}
 	files, err := ImageFiles(paths)
+	if fit.Series {
+		files, err = SeriesDirs(paths)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	files, labels, frames, _, err := expandFrames(files, make([]int64, len(files)), fit)
-	if err != nil {
-		return nil, nil, fmt.Errorf("images: %w", err)
-	}
-	m, err := decodeFiles("images", files, labels, []string{""}, fit, frames)
+	m, units, _, err := loadUnits("images", files, make([]int64, len(files)), []string{""}, fit)
 	if err != nil {
 		return nil, nil, err
 	}
-	files, m.sourcePaths = m.sourcePaths, nil // the files but those left out
-	return m, files, nil
+	m.sourcePaths = nil
+	return m, units, nil
 }
 
 // ImageFiles lists the files LoadFiles reads for paths, in its order:

@@ -58,6 +58,12 @@ type Fit struct {
 	// as an image is; every file must have several frames. Frame must be
 	// empty.
 	Clip int
+	// Series makes a folder's and a CSV listing's examples series (the
+	// class directories' sub-directories; the listed paths), and predict's
+	// the directories of slices under its paths: each a directory of
+	// single-frame DICOM images, read as one multi-frame object is
+	// (series.go).
+	Series bool
 }
 
 // dicomOptions are the DICOM decoder's options f.Window and f.Frame make
@@ -109,7 +115,7 @@ func (f Fit) check() error {
 	if f.Clip < 0 || f.Clip > maxFramesEach || (f.Clip > 0 && f.Frame != "") {
 		return fmt.Errorf("data: fit: clips of %d frames with frame %q: want 1 to %d frames, and no frame choice", f.Clip, f.Frame, maxFramesEach)
 	}
-	f.Clip = 0
+	f.Clip, f.Series = 0, false
 	f.Frame = ""
 	if f == (Fit{}) {
 		return nil
@@ -143,6 +149,9 @@ func (f Fit) String() string {
 	}
 	if f.Clip > 0 {
 		s += fmt.Sprintf(", clips of %d frames", f.Clip)
+	}
+	if f.Series {
+		s += ", DICOM series"
 	}
 	return s
 }

@@ -185,6 +185,9 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		}
 		cdir := filepath.Join(dir, c)
 		items, err := classFiles(cdir, l, users != nil)
+		if fit.Series {
+			items, err = classSeries(cdir, l)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -257,27 +260,21 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		// the test split.
 		return nil, fmt.Errorf("folder: %s: no images in the %s split of holdout=%s: each class holds a single image (or the folder a single user), which trains", root, spec.split(), strconv.FormatFloat(spec.Holdout, 'g', -1, 64))
 	}
-	paths, labels, frames, expanded, err := expandFrames(paths, labels, fit)
-	if err != nil {
-		return nil, fmt.Errorf("folder: %w", err)
-	}
-	im, err := decodeFiles("folder", paths, labels, classes, fit, frames)
+	im, units, expanded, err := loadUnits("folder", paths, labels, classes, fit)
 	if err != nil {
 		return nil, err
 	}
-	// The samples' files: the paths but those left out.
-	files := im.sourcePaths[:im.Len()]
 	switch {
 	case users != nil:
 		// Numbered over the samples kept: a limit or a holdout leaves no
 		// user without samples.
-		names := make([]string, len(files))
-		for i, p := range files {
+		names := make([]string, len(units))
+		for i, p := range units {
 			names[i] = userOf[p]
 		}
 		im.users, im.userNames = numberUsers(names)
 	case expanded:
-		im.users, im.userNames = fileUsers(root, files)
+		im.users, im.userNames = fileUsers(root, units)
 	}
 	return im, nil
 }
@@ -316,6 +313,22 @@ func classFiles(cdir string, l int64, sub bool) ([]labelledFile, error) {
 	return items, nil
 }
 
+// classSeries lists the series of a class directory (Fit.Series): its
+// visible sub-directories, in name order, labelled l.
+func classSeries(cdir string, l int64) ([]labelledFile, error) {
+	entries, err := os.ReadDir(cdir)
+	if err != nil {
+		return nil, fmt.Errorf("folder: %w", err)
+	}
+	var items []labelledFile
+	for _, e := range entries {
+		if p := filepath.Join(cdir, e.Name()); !strings.HasPrefix(e.Name(), ".") && isDir(p) {
+			items = append(items, labelledFile{p, l})
+		}
+	}
+	return items, nil
+}
+
 // isRegular reports whether path is (or links to) a regular file.
 func isRegular(path string) bool {
 	fi, err := os.Stat(path)
@@ -343,6 +356,14 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 // dicomUser returns the Patient ID of the DICOM file at path, an image of
 // the folder (or listing) root read with dicom-users.
 func dicomUser(root, path string) (string, error) {
+	if isDir(path) {
+		// A series (Fit.Series): its slices' patient, read from the first.
+		ss, _, err := seriesSlices(path)
+		if err != nil {
+			return "", fmt.Errorf("folder: %s: %v; with %s every series must hold DICOM images naming their patient", root, err, dicomUsersOption)
+		}
+		path = ss[0]
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("folder: %w", err)

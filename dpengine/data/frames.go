@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/dpfinetune/dpfinetune/internal/dicom"
 )
@@ -123,4 +124,39 @@ func fileUsers(root string, paths []string) ([]int32, []string) {
 		names[i] = filepath.ToSlash(rel)
 	}
 	return numberUsers(names)
+}
+
+// loadUnits makes the listed units — image files, or series directories
+// where fit.Series — the samples fit asks for (expandFrames,
+// expandSeries) and decodes them: the Images (fitted as fit says), each
+// sample's unit (its file, or its series), and whether a unit gave more
+// than one sample of its own.
+func loadUnits(scheme string, paths []string, labels []int64, classes []string, fit Fit) (_ *Images, units []string, expanded bool, err error) {
+	var frames []int
+	var unit map[string]string
+	var leftOut []string
+	read := fit
+	if fit.Series {
+		paths, labels, unit, expanded, leftOut, err = expandSeries(paths, labels, fit)
+		read.Frame, read.Clip, read.Series = "", 0, false // each slice a file read as it is
+	} else {
+		paths, labels, frames, expanded, err = expandFrames(paths, labels, fit)
+	}
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("%s: %w", scheme, err)
+	}
+	im, err := decodeFiles(scheme, paths, labels, classes, read, frames)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	im.fit = fit
+	im.leftOut = append(leftOut, im.leftOut...)
+	// The samples' files, the paths but those left out, as units.
+	units = slices.Clone(im.sourcePaths[:im.Len()])
+	for i, p := range units {
+		if u, ok := unit[p]; ok {
+			units[i] = u
+		}
+	}
+	return im, units, expanded, nil
 }

@@ -101,6 +101,9 @@ const (
 	tagVOILUTSeq       = 0x00283010
 	tagPatientID       = 0x00100020
 	tagStudyUID        = 0x0020000D // Study Instance UID
+	tagInstance        = 0x00200013 // Instance Number
+	tagPosition        = 0x00200032 // Image Position (Patient)
+	tagOrientation     = 0x00200037 // Image Orientation (Patient)
 	tagPixelValueXform = 0x00289145 // Pixel Value Transformation Sequence
 	tagFrameVOILUT     = 0x00289132 // Frame VOI LUT Sequence
 	tagSharedFG        = 0x52009229 // Shared Functional Groups Sequence
@@ -131,6 +134,9 @@ type header struct {
 	seen        map[uint32]bool // which of the image module's tags were present
 	patientID   string
 	studyUID    string
+	// A slice's place in its series (Slice): the values as written,
+	// parsed only where asked for.
+	instance, position, orientation string
 
 	slope, intercept float64
 	rescale          bool
@@ -321,6 +327,62 @@ func StudyUID(src io.Reader) (string, error) {
 	return identifier(src, "Study Instance UID (0020,000D)", func(h *header) string { return h.studyUID })
 }
 
+// Slice is where a single-frame image lies in its series (a CT's or an
+// MR's slices, one a file): its position along the normal of its plane
+// — Image Position (Patient) (0020,0032) · (row × column of Image
+// Orientation (Patient) (0020,0037)), in mm — and its Instance Number
+// (0020,0013), each where the file gives it, well formed.
+type Slice struct {
+	Position    float64
+	HasPosition bool
+	Instance    int
+	HasInstance bool
+	// Normal is the plane's normal (row × column), which a series' slices
+	// share.
+	Normal [3]float64
+}
+
+// SliceOf reads a DICOM file's Slice from its header. A file without an
+// image is ErrNoImage; attributes absent or malformed are left out of
+// the Slice, not errors (a series is then ordered by what its files
+// share).
+func SliceOf(src io.Reader) (Slice, error) {
+	h, _, _, err := readHeader(src)
+	if err != nil {
+		return Slice{}, wrap(err)
+	}
+	var s Slice
+	if n, err := strconv.Atoi(strings.TrimSpace(h.instance)); err == nil {
+		s.Instance, s.HasInstance = n, true
+	}
+	pos, okP := decimals(h.position, 3)
+	ori, okO := decimals(h.orientation, 6)
+	if okP && okO {
+		r, c := ori[:3], ori[3:]
+		s.Normal = [3]float64{r[1]*c[2] - r[2]*c[1], r[2]*c[0] - r[0]*c[2], r[0]*c[1] - r[1]*c[0]}
+		s.Position = pos[0]*s.Normal[0] + pos[1]*s.Normal[1] + pos[2]*s.Normal[2]
+		s.HasPosition = true
+	}
+	return s, nil
+}
+
+// decimals parses a DS value of n backslash-separated numbers.
+func decimals(v string, n int) ([]float64, bool) {
+	parts := strings.Split(v, `\`)
+	if len(parts) != n {
+		return nil, false
+	}
+	out := make([]float64, n)
+	for i, p := range parts {
+		f, err := decimal(p)
+		if err != nil {
+			return nil, false
+		}
+		out[i] = f
+	}
+	return out, true
+}
+
 // identifier reads a file's header, of an object without an image too,
 // and returns the identifier get takes from it, which must not be empty.
 func identifier(src io.Reader, name string, get func(*header) string) (string, error) {
@@ -507,6 +569,7 @@ var wanted = map[uint32]bool{
 	tagRows: true, tagColumns: true, tagBitsAllocated: true, tagBitsStored: true,
 	tagHighBit: true, tagPixelRep: true, tagWindowCenter: true, tagWindowWidth: true,
 	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true, tagStudyUID: true,
+	tagInstance: true, tagPosition: true, tagOrientation: true,
 }
 
 // sequenceTags are the sequences the decoder reads into, known in
@@ -689,6 +752,12 @@ func (h *header) set(order binary.ByteOrder, el element, v []byte) error {
 		h.patientID = strings.TrimSpace(str())
 	case tagStudyUID:
 		h.studyUID = strings.TrimSpace(str())
+	case tagInstance:
+		h.instance = str()
+	case tagPosition:
+		h.position = str()
+	case tagOrientation:
+		h.orientation = str()
 	case tagPhotometric:
 		h.photometric = strings.ToUpper(str())
 	case tagVOIFunction:
