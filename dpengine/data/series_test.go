@@ -142,6 +142,16 @@ func TestSeries(t *testing.T) {
 			t.Errorf("frame %q: %v, want %q", c.frame, err, c.want)
 		}
 	}
+	// A CSV listing of series directories.
+	listing := filepath.Join(t.TempDir(), "series.csv")
+	os.WriteFile(listing, fmt.Appendf(nil, "path,label\n%[1]s/a/ct1,x\n%[1]s/b/mr1,y\n%[1]s/a/ct2,y\n", dir), 0o644)
+	cs, err := ParseSpec("csv:" + listing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im, err := LoadFitted(cs, Fit{Series: true, Frame: "first"}); err != nil || !bytes.Equal(marks(im), []byte{1, 21, 11}) && !bytes.Equal(marks(im), []byte{1, 11, 21}) {
+		t.Errorf("a CSV listing of series: %v", err)
+	}
 	// Predict's series: each directory of slices under the paths.
 	ds, err := SeriesDirs([]string{dir})
 	if err != nil || len(ds) != 3 || filepath.Base(ds[0]) != "ct1" {
