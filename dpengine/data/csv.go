@@ -212,7 +212,10 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		if err != nil {
 			return nil, fmt.Errorf("csv: %s: line %d: %w", path, r.line, err)
 		}
-		if !st.Mode().IsRegular() {
+		switch {
+		case fit.Series && !st.IsDir():
+			return nil, fmt.Errorf("csv: %s: line %d: %s is not a directory (with series, a row lists a directory of a series' slices)", path, r.line, p)
+		case !fit.Series && !st.Mode().IsRegular():
 			return nil, fmt.Errorf("csv: %s: line %d: %s is not a file", path, r.line, p)
 		}
 		l := index[r.label]
