@@ -53,7 +53,9 @@
 // functional groups' rescales and windows, the Extended Offset Table;
 // and two identifiers, for PatientID and StudyUID alone: the Patient ID
 // (0010,0020), the user a user-level guarantee protects, and the Study
-// Instance UID (0020,000D), a study's images scored as one. Everything
+// Instance UID (0020,000D), a study's images scored as one; and, for
+// SliceOf, where a slice lies in its series (Instance Number, Image
+// Position and Orientation). Everything
 // else — the patient's name, birth date and the study's other attributes
 // included — is skipped unread; no error message carries a value of the
 // file's header but those of the image module.
