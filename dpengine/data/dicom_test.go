@@ -620,13 +620,7 @@ func TestDICOMAllFrames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(dir, filepath.FromSlash(rel)), b)
 	}
 	put("a/cine.dcm", "cine8.dcm")                 // 4 frames, P-0002
 	put("a/one.dcm", "../files/gray8.dcm")         // 1 frame, P-0001
@@ -769,15 +763,7 @@ func noImage(t *testing.T) []byte {
 // error; predict's LoadFiles names the images alone.
 func TestDICOMLeftOut(t *testing.T) {
 	dir := t.TempDir()
-	put := func(rel string, b []byte) {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(rel string, b []byte) { writeFile(t, filepath.Join(dir, filepath.FromSlash(rel)), b) }
 	fixture := func(name string) []byte {
 		b, err := os.ReadFile(filepath.Join(dicomFiles, name))
 		if err != nil {
@@ -886,15 +872,7 @@ func withStudy(t *testing.T, b []byte, uid string) []byte {
 // file naming no study is an error naming it.
 func TestDICOMStudyGroups(t *testing.T) {
 	dir := t.TempDir()
-	put := func(rel string, b []byte) {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(rel string, b []byte) { writeFile(t, filepath.Join(dir, filepath.FromSlash(rel)), b) }
 	read := func(path string) []byte {
 		b, err := os.ReadFile(path)
 		if err != nil {

@@ -226,16 +226,7 @@ func TestDecodeEach(t *testing.T) {
 			if k != seen {
 				t.Errorf("%s: frame %d given as %d", name, seen, k)
 			}
-			one, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameNumber, Number: k}})
-			if err != nil {
-				return err
-			}
-			a, _ := rgbOf(img)
-			w, _ := rgbOf(one)
-			if !bytes.Equal(a, w) {
-				t.Errorf("%s: frame %d differs from its decode by number", name, k)
-			}
-			return nil
+			return expectFrame(t, name, b, k, img)
 		})
 		if err != nil || seen != n {
 			t.Errorf("%s: %d of %d frames given, %v", name, seen, n, err)
@@ -260,16 +251,7 @@ func TestDecodeFramesSubset(t *testing.T) {
 		var got []int
 		err = DecodeFrames(bytes.NewReader(b), Options{}, want, func(k int, img image.Image) error {
 			got = append(got, k)
-			one, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameNumber, Number: k}})
-			if err != nil {
-				return err
-			}
-			a, _ := rgbOf(img)
-			w, _ := rgbOf(one)
-			if !bytes.Equal(a, w) {
-				t.Errorf("%s: frame %d differs from its decode by number", name, k)
-			}
-			return nil
+			return expectFrame(t, name, b, k, img)
 		})
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("%s: frames %v decoded of %v, %v", name, got, want, err)
@@ -280,4 +262,20 @@ func TestDecodeFramesSubset(t *testing.T) {
 			}
 		}
 	}
+}
+
+// expectFrame holds img, frame k of the file b (name), to the frame its
+// number decodes.
+func expectFrame(t *testing.T, name string, b []byte, k int, img image.Image) error {
+	t.Helper()
+	one, err := DecodeWith(bytes.NewReader(b), Options{Frame: Frame{Kind: FrameNumber, Number: k}})
+	if err != nil {
+		return err
+	}
+	a, _ := rgbOf(img)
+	w, _ := rgbOf(one)
+	if !bytes.Equal(a, w) {
+		t.Errorf("%s: frame %d differs from its decode by number", name, k)
+	}
+	return nil
 }
