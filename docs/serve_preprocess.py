@@ -252,10 +252,28 @@ def open_images(path, model):
     return [Image.open(path)]
 
 
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima")
+
+
+def is_image_file(p):
+    """Whether dpfinetune reads the file at p as an image (a folder's
+    isImageFile): by its extension, or, without one (or a UID's numeric
+    last part), by the DICOM prefix; a study's DICOMDIR index is none."""
+    import os
+    name = os.path.basename(p)
+    ext = os.path.splitext(name)[1].lower()
+    if ext in IMAGE_EXTS:
+        return True
+    if (ext and not ext[1:].isdigit()) or name.upper() == "DICOMDIR":
+        return False
+    with open(p, "rb") as f:
+        return f.read(132)[128:132] == b"DICM"
+
+
 def series_dirs(paths):
     """The series directories under paths, as dpfinetune lists them
-    (data.SeriesDirs): each directory holding files of its own, in the
-    order a depth-first walk of sorted entries first meets one of them."""
+    (data.SeriesDirs): each directory holding image files of its own, in
+    the order a depth-first walk of sorted entries first meets one."""
     import os
     dirs = []
 
@@ -266,7 +284,7 @@ def series_dirs(paths):
             p = os.path.join(d, name)
             if os.path.isdir(p):
                 walk(p)
-            elif os.path.isfile(p) and d not in dirs:
+            elif d not in dirs and os.path.isfile(p) and is_image_file(p):
                 dirs.append(d)
 
     for p in paths:
@@ -286,7 +304,7 @@ def series_slices(d):
     ss = []
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
-        if name.startswith(".") or not os.path.isfile(p):
+        if name.startswith(".") or not os.path.isfile(p) or not is_image_file(p):
             continue
         ds = pydicom.dcmread(p)
         if "PixelData" not in ds:

@@ -465,6 +465,15 @@ func TestDICOMSeries(t *testing.T) {
 			}
 		}
 	}
+	// An export's index at its root and notes beside a series' slices are
+	// no images: skipped, as a folder skips them.
+	dicomdir := seriesSlice(t, 0, 0)
+	if err := os.WriteFile(filepath.Join(dir, "DICOMDIR"), dicomdir[:bytes.Index(dicomdir, []byte{0xE0, 0x7F, 0x10, 0x00})], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a", "series0", "notes.txt"), []byte("acquired 2026"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const py = "/usr/bin/python3"
 	served := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run() == nil
 	for _, c := range []struct{ model, frame string }{

@@ -24,9 +24,10 @@ import (
 // seriesSlices lists the slices of the series in directory dir in their
 // order: by their position along their plane's normal where every slice
 // gives one, else by Instance Number where every slice has one, else by
-// name (ties by Instance Number, then name). Hidden files are skipped,
-// DICOM objects without an image left out (returned), and any other file
-// is an error naming it.
+// name (ties by Instance Number, then name). Hidden files and files that
+// are no image (isImageFile: a DICOMDIR, notes) are skipped as a folder
+// skips them, DICOM objects without an image left out (returned), and an
+// image that is not DICOM is an error naming it.
 func seriesSlices(dir string) (slicePaths, leftOut []string, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -39,7 +40,7 @@ func seriesSlices(dir string) (slicePaths, leftOut []string, err error) {
 	var ss []slice
 	for _, e := range entries {
 		p := filepath.Join(dir, e.Name())
-		if strings.HasPrefix(e.Name(), ".") || !isRegular(p) {
+		if strings.HasPrefix(e.Name(), ".") || !isRegular(p) || !isImageFile(p) {
 			continue
 		}
 		if !hasDICOMPrefix(p) {
@@ -153,7 +154,8 @@ func expandSeries(dirs []string, labels []int64, fit Fit) (paths []string, outLa
 }
 
 // SeriesDirs lists the series directories under paths, in lexical order:
-// each directory that holds files of its own (hidden ones skipped), the
+// each directory that holds image files of its own (isImageFile: hidden
+// files, a study's DICOMDIR and notes skipped), the
 // paths themselves or any directory below them (predict's --images, a
 // part of them at a time to LoadFiles).
 func SeriesDirs(paths []string) ([]string, error) {
@@ -174,7 +176,7 @@ func SeriesDirs(paths []string) ([]string, error) {
 				}
 				return nil
 			}
-			if dir := filepath.Dir(path); !d.IsDir() && isRegular(path) && !seen[dir] {
+			if dir := filepath.Dir(path); !d.IsDir() && !seen[dir] && isRegular(path) && isImageFile(path) {
 				seen[dir] = true
 				dirs = append(dirs, dir)
 			}
