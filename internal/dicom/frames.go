@@ -524,13 +524,25 @@ func endsCodestream(b []byte) bool {
 	return len(b) >= 2 && b[len(b)-2] == 0xFF && b[len(b)-1] == 0xD9
 }
 
-// frameImage decodes a frame's data from the source to the stored values,
-// or, for a colour JPEG frame, to the decoder's image.
-func (h *header) frameImage(data []byte, order binary.ByteOrder) (samples, image.Image, error) {
-	if h.native() {
-		return h.nativeValues(data, order), nil, nil
+// nextFrame reads the source's next frame, frame k (from 0), and decodes
+// it to its stored values, or, for a colour JPEG frame, to the decoder's
+// image; its errors name the frame where the object has several.
+func (h *header) nextFrame(s *frameSource, k int) (samples, image.Image, error) {
+	data, err := s.next(true)
+	if err != nil {
+		return samples{}, nil, err
 	}
-	return h.compressed(data)
+	var vals samples
+	var img image.Image
+	if h.native() {
+		vals = h.nativeValues(data, s.r.order)
+	} else {
+		vals, img, err = h.compressed(data)
+	}
+	if err != nil && h.frames > 1 {
+		err = fmt.Errorf("frame %d: %w", k+1, err)
+	}
+	return vals, img, err
 }
 
 // project combines all the frames' Modality LUT outputs pixel by pixel
@@ -543,20 +555,12 @@ func (h *header) project(s *frameSource, f Frame, windows []Window) (image.Image
 	}
 	plane := h.rows * h.cols
 	acc := make([]float64, plane)
-	base := *h
 	for k := range h.frames {
-		data, err := s.next(true)
+		vals, _, err := h.nextFrame(s, k)
 		if err != nil {
 			return nil, err
 		}
-		vals, _, err := h.frameImage(data, s.r.order)
-		if err != nil {
-			if h.frames > 1 {
-				return nil, fmt.Errorf("frame %d: %w", k+1, err)
-			}
-			return nil, err
-		}
-		fh := base
+		fh := *h // frame k's rescale, the header's left for the next frame
 		if err := fh.useFrame(k); err != nil {
 			return nil, err
 		}

@@ -215,15 +215,8 @@ func start(src io.Reader) (*header, *frameSource, error) {
 // nextImage decodes the source's next frame, frame k (from 0), to 8 bits
 // through its own rescale and window (the user's windows where given).
 func (h *header) nextImage(s *frameSource, k int, windows []Window) (image.Image, error) {
-	data, err := s.next(true)
+	vals, img, err := h.nextFrame(s, k)
 	if err != nil {
-		return nil, err
-	}
-	vals, img, err := h.frameImage(data, s.r.order)
-	if err != nil {
-		if h.frames > 1 {
-			return nil, fmt.Errorf("frame %d: %w", k+1, err)
-		}
 		return nil, err
 	}
 	if img != nil {
@@ -592,53 +585,60 @@ func (h *header) lossless(codec string, decode func([]byte, int) ([]uint16, int,
 // toGray maps stored values to 8 bits through the Modality LUT, the VOI
 // (the user's windows, the file's VOI LUT, its window, or the image's own
 // range) and MONOCHROME1's inversion (package doc): a gray image, or an
-// RGB one of three windows. For 16 bits or fewer the tables are indexed by
-// the stored bits, each entry computed once, from the value the bits
-// represent; wider values, too many for a table, are mapped a pixel at a
-// time.
+// RGB one of three windows. For 16 bits or fewer each distinct stored
+// value is mapped once, into a table indexed by the stored bits; wider
+// values, too many for a table, are mapped a pixel at a time.
 func (h *header) toGray(s samples, windows []Window) (image.Image, error) {
 	if s.wide != nil {
 		return h.grayOf(len(s.wide), func(i int) float64 { return h.modality(float64(h.value(int(s.wide[i])))) }, windows)
 	}
 	vals := s.narrow
 	used := make([]bool, 1<<h.bitsStored)
+	n := 0
 	for _, v := range vals {
-		used[v] = true
-	}
-	vois, err := h.vois(windows, func() (float64, float64) {
-		mn, mx := math.Inf(1), math.Inf(-1)
-		for i, u := range used {
-			if u {
-				m := h.modality(float64(h.value(i)))
-				mn, mx = min(mn, m), max(mx, m)
-			}
+		if !used[v] {
+			used[v], n = true, n+1
 		}
-		return mn, mx
-	})
+	}
+	distinct := make([]int, 0, n)
+	for v, u := range used {
+		if u {
+			distinct = append(distinct, v)
+		}
+	}
+	levels, err := h.grayLevels(len(distinct), func(j int) float64 { return h.modality(float64(h.value(distinct[j]))) }, windows)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]uint8, len(vois))
-	for c, voi := range vois {
-		table := make([]uint8, len(used))
-		for i, u := range used {
-			if u {
-				table[i] = h.eight(voi(h.modality(float64(h.value(i)))))
-			}
+	table := make([]uint8, len(used))
+	for c, l := range levels {
+		for j, v := range distinct {
+			table[v] = l[j]
 		}
-		out[c] = make([]uint8, len(vals))
+		out := make([]uint8, len(vals))
 		for i, v := range vals {
-			out[c][i] = table[v]
+			out[i] = table[v]
 		}
+		levels[c] = out
 	}
-	return h.grayOrRGB(out), nil
+	return h.grayOrRGB(levels), nil
 }
 
-// grayOf maps n pixels' Modality LUT outputs, m(i), to 8 bits as toGray's
-// tables do, a pixel at a time: through the VOI (where it is the image's
-// own range, the m(i)'s) and MONOCHROME1's inversion. It serves values too
-// many or too wide for a table: 32-bit samples', a projection's.
+// grayOf maps n pixels' Modality LUT outputs, m(i), to 8 bits (grayLevels)
+// a pixel at a time, for values too many or too wide for toGray's table:
+// 32-bit samples', a projection's.
 func (h *header) grayOf(n int, m func(i int) float64, windows []Window) (image.Image, error) {
+	levels, err := h.grayLevels(n, m, windows)
+	if err != nil {
+		return nil, err
+	}
+	return h.grayOrRGB(levels), nil
+}
+
+// grayLevels maps n Modality LUT outputs, m(i), to 8 bits a channel:
+// through the VOI (where it is the image's own range, the m(i)'s) and
+// MONOCHROME1's inversion.
+func (h *header) grayLevels(n int, m func(i int) float64, windows []Window) ([][]uint8, error) {
 	vois, err := h.vois(windows, func() (float64, float64) {
 		mn, mx := math.Inf(1), math.Inf(-1)
 		for i := range n {
@@ -657,7 +657,7 @@ func (h *header) grayOf(n int, m func(i int) float64, windows []Window) (image.I
 			out[c][i] = h.eight(voi(m(i)))
 		}
 	}
-	return h.grayOrRGB(out), nil
+	return out, nil
 }
 
 // modality is the Modality LUT: its table, or the rescale.
