@@ -376,16 +376,8 @@ for p in sys.argv[2:]:
 			t.Errorf("%s: pydicom decodes it; here: %v", r.File, err)
 			continue
 		}
-		a, err := npy.ReadFile(filepath.Join(want, r.File+".npy"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := 1
-		if r.Mode == "RGB" {
-			ch = 3
-		}
-		if a.Shape[0] != d.h || a.Shape[1] != d.w || d.gray != (ch == 1) {
-			t.Errorf("%s: %d×%d gray %v, pydicom %v %s", r.File, d.w, d.h, d.gray, a.Shape, r.Mode)
+		a, ch, ok := pythonImage(t, filepath.Join(want, r.File+".npy"), r.Mode, d, r.File)
+		if !ok {
 			continue
 		}
 		plane := d.w * d.h
@@ -579,16 +571,8 @@ for i, p in enumerate(sys.argv[3:]):
 			refused++
 			continue
 		}
-		a, err := npy.ReadFile(filepath.Join(want, fmt.Sprintf("%d_%d.npy", r.File, r.Choice)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := 1
-		if r.Mode == "RGB" {
-			ch = 3
-		}
-		if a.Shape[0] != d.h || a.Shape[1] != d.w || d.gray != (ch == 1) {
-			t.Errorf("%s: %d×%d gray %v, serve_preprocess %v %s", name, d.w, d.h, d.gray, a.Shape, r.Mode)
+		a, ch, ok := pythonImage(t, filepath.Join(want, fmt.Sprintf("%d_%d.npy", r.File, r.Choice)), r.Mode, d, name)
+		if !ok {
 			continue
 		}
 		plane := d.w * d.h
@@ -916,4 +900,24 @@ func TestDICOMStudyGroups(t *testing.T) {
 	if _, _, _, err := StudyGroups(im); err == nil || !strings.Contains(err.Error(), "IM5") || !strings.Contains(err.Error(), "Study Instance UID (0020,000D)") {
 		t.Errorf("a file naming no study: %v", err)
 	}
+}
+
+// pythonImage reads the image a Python oracle saved as .npy (H×W, or
+// H×W×3 for PIL's mode RGB) and its channels, or reports (false) that its
+// size or channels are not d's.
+func pythonImage(t *testing.T, path, mode string, d decoded, name string) (*npy.Array, int, bool) {
+	t.Helper()
+	a, err := npy.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := 1
+	if mode == "RGB" {
+		ch = 3
+	}
+	if a.Shape[0] != d.h || a.Shape[1] != d.w || d.gray != (ch == 1) {
+		t.Errorf("%s: %d×%d gray %v, the Python decode %v %s", name, d.w, d.h, d.gray, a.Shape, mode)
+		return nil, 0, false
+	}
+	return a, ch, true
 }
