@@ -83,14 +83,7 @@ func TestDICOMTrainPredict(t *testing.T) {
 	if got := metadata(t, lung)["dpfinetune.window"]; got != "-600,1500" {
 		t.Fatalf("recorded window %q, want -600,1500", got)
 	}
-	probs := func(args ...string) string {
-		t.Helper()
-		o, e, code := run(t, append([]string{"predict", "--model", lung, "--images", dir, "--top", "2", "--json"}, args...)...)
-		if code != 0 {
-			t.Fatalf("predict %v: exit %d: %s", args, code, e)
-		}
-		return o
-	}
+	probs := func(args ...string) string { return predictTop2(t, lung, dir, args...) }
 	recorded, explicit, own := probs(), probs("--window", "-600,1500"), probs("--window", "file")
 	if recorded != explicit {
 		t.Errorf("predict with the recorded window differs from --window -600,1500:\n%s\n%s", recorded, explicit)
@@ -210,14 +203,7 @@ func TestDICOMFrames(t *testing.T) {
 	if got := metadata(t, model)["dpfinetune.frame"]; got != "max" {
 		t.Fatalf("recorded frame %q, want max", got)
 	}
-	probs := func(args ...string) string {
-		t.Helper()
-		o, e, code := run(t, append([]string{"predict", "--model", model, "--images", dir, "--top", "2", "--json"}, args...)...)
-		if code != 0 {
-			t.Fatalf("predict %v: exit %d: %s", args, code, e)
-		}
-		return o
-	}
+	probs := func(args ...string) string { return predictTop2(t, model, dir, args...) }
 	recorded, explicit, first := probs(), probs("--frame", "max"), probs("--frame", "first")
 	if recorded != explicit {
 		t.Errorf("predict with the recorded frame differs from --frame max:\n%s\n%s", recorded, explicit)
@@ -508,4 +494,16 @@ func TestDICOMSeries(t *testing.T) {
 		"--epsilon", "8", "--epochs", "1", "--out", filepath.Join(t.TempDir(), "x.onnx")); code == 0 || !strings.Contains(e, "no slice chosen") || !strings.Contains(e, "--frame") {
 		t.Errorf("train --series without --frame: exit %d: %s", code, e)
 	}
+}
+
+// predictTop2 is predict's JSON of model's two most probable classes for
+// the images under dir, with args (a reading choice that may differ from
+// the recorded one).
+func predictTop2(t *testing.T, model, dir string, args ...string) string {
+	t.Helper()
+	o, e, code := run(t, append([]string{"predict", "--model", model, "--images", dir, "--top", "2", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("predict %v: exit %d: %s", args, code, e)
+	}
+	return o
 }
