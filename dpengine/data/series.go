@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -154,39 +153,26 @@ func expandSeries(dirs []string, labels []int64, fit Fit) (paths []string, outLa
 }
 
 // SeriesDirs lists the series directories under paths, in lexical order:
-// each directory that holds image files of its own (isImageFile: hidden
-// files, a study's DICOMDIR and notes skipped), the
-// paths themselves or any directory below them (predict's --images, a
-// part of them at a time to LoadFiles).
+// each directory that holds image files of its own (ImageFiles': hidden
+// files, a study's DICOMDIR and notes skipped), the paths themselves or
+// any directory below them (predict's --images, a part of them at a time
+// to LoadFiles).
 func SeriesDirs(paths []string) ([]string, error) {
-	var dirs []string
-	seen := map[string]bool{}
 	for _, p := range paths {
 		if !isDir(p) {
 			return nil, fmt.Errorf("images: %s: not a directory: with series, each is a directory of a series' slices, or of such directories", p)
 		}
-		before := len(dirs)
-		err := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if path != p && strings.HasPrefix(d.Name(), ".") {
-				if d.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if dir := filepath.Dir(path); !d.IsDir() && !seen[dir] && isRegular(path) && isImageFile(path) {
-				seen[dir] = true
-				dirs = append(dirs, dir)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("images: %w", err)
-		}
-		if len(dirs) == before {
-			return nil, fmt.Errorf("images: %s holds no series", p)
+	}
+	files, err := ImageFiles(paths)
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	seen := map[string]bool{}
+	for _, f := range files {
+		if d := filepath.Dir(f); !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
 		}
 	}
 	return dirs, nil
