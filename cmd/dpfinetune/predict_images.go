@@ -115,8 +115,7 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 	}
 	recordedPreprocess(m, &f.norm, &f.resize, &f.dcm)
 	f.norm = normFor(g, f.norm)
-	frames := f.groupBy == "" && f.dcm.frame == "all"
-	if frames {
+	if f.groupBy == "" && f.dcm.frame == "all" {
 		// Every frame a sample: a file's rows combined into its one (--out
 		// still writes each frame's scores).
 		f.groupBy = "file"
