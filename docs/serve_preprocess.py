@@ -21,9 +21,9 @@ or GDCM).
 A model of clips (input N, C, T, H, W: a Conv3d or video model) reads each
 multi-frame DICOM file as a clip of T of its frames (open_clip). A model
 trained on DICOM series (dpfinetune.series) takes directories: each
-directory of slices under them a series (series_dirs), its slices in
-order (series_slices) read as a multi-frame object's frames (open_series,
-open_clip).
+directory of slices under them (series_dirs) its series, split by Series
+Instance UID, their slices in order (series_in), read as a multi-frame
+object's frames (open_series, open_clip).
 
 See docs/SERVING.md.
 """
@@ -120,7 +120,6 @@ def dicom_images(path, window, frame=""):
     frames', in order (pydicom decodes the file once)."""
     import pydicom
     from pydicom.pixel_data_handlers.util import (apply_modality_lut,
-                                                  apply_voi_lut,
                                                   convert_color_space)
     ds = pydicom.dcmread(path)
     frames = stored(ds, ds.pixel_array)
@@ -149,9 +148,6 @@ def dicom_images(path, window, frame=""):
             return a.astype(np.float64) * float(t.RescaleSlope) + float(t.RescaleIntercept)
         return apply_modality_lut(a, ds).astype(np.float64)
 
-    def first(v):
-        return float(v[0] if isinstance(v, pydicom.multival.MultiValue) else v)
-
     def image(k):
         arr = frames[k]
         if ds.PhotometricInterpretation == "PALETTE COLOR":
@@ -177,36 +173,51 @@ def dicom_images(path, window, frame=""):
             m = {"max": ms.max(0), "mean": ms.mean(0), "min": ms.min(0)}[project]
         else:
             m = rescaled(arr, k)
-        fw = group_item(frame_groups(ds, k), "FrameVOILUTSequence", "WindowCenter", "WindowWidth")
-        fn = (str((fw if fw is not None else ds).get("VOILUTFunction", "")) or "LINEAR").upper()
-
-        def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
-            if fn == "SIGMOID":
-                return 1 / (1 + np.exp(-4 * (m - c) / w))
-            if fn == "LINEAR":
-                c, w = c - 0.5, w - 1
-            with np.errstate(divide="ignore", invalid="ignore"):
-                y = (m - c) / w + 0.5
-            return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
-
-        if window:
-            ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
-        elif "VOILUTSequence" in ds:
-            ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
-        elif fw is not None:
-            ys = [windowed(first(fw.WindowCenter), first(fw.WindowWidth))]
-        elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
-            ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
-        else:
-            lo, hi = m.min(), m.max()
-            ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
-        if ds.PhotometricInterpretation == "MONOCHROME1":
-            ys = [1 - y for y in ys]
-        # Rounded half up, as Go's math.Round rounds these non-negative values.
-        out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
-        return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+        return gray_image(ds, m, window, k)
 
     return [image(k) for k in ks]
+
+
+def gray_image(ds, m, window, k=0):
+    """A grayscale image's Modality LUT output m (float64) to 8 bits as
+    dpfinetune maps it: through window (dpfinetune.window's value: one
+    window, or three for an RGB image), else ds's VOI LUT, frame k's own
+    window (an enhanced object's Frame VOI LUT), ds's window, else m's own
+    range; MONOCHROME1 inverted."""
+    import pydicom
+    from pydicom.pixel_data_handlers.util import apply_voi_lut
+
+    def first(v):
+        return float(v[0] if isinstance(v, pydicom.multival.MultiValue) else v)
+
+    fw = group_item(frame_groups(ds, k), "FrameVOILUTSequence", "WindowCenter", "WindowWidth")
+    fn = (str((fw if fw is not None else ds).get("VOILUTFunction", "")) or "LINEAR").upper()
+
+    def windowed(c, w):  # PS3.3 C.11.2.1.2.1, to [0, 1]
+        if fn == "SIGMOID":
+            return 1 / (1 + np.exp(-4 * (m - c) / w))
+        if fn == "LINEAR":
+            c, w = c - 0.5, w - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (m - c) / w + 0.5
+        return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
+
+    if window:
+        ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
+    elif "VOILUTSequence" in ds:
+        ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
+    elif fw is not None:
+        ys = [windowed(first(fw.WindowCenter), first(fw.WindowWidth))]
+    elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
+        ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
+    else:
+        lo, hi = m.min(), m.max()
+        ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
+    if ds.PhotometricInterpretation == "MONOCHROME1":
+        ys = [1 - y for y in ys]
+    # Rounded half up, as Go's math.Round rounds these non-negative values.
+    out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
+    return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
 
 
 def palette_rgb(ds, arr):
@@ -292,16 +303,19 @@ def series_dirs(paths):
     return dirs
 
 
-def series_slices(d):
-    """A series directory's slice files in dpfinetune's order
-    (data/series.go): along their plane's normal — Image Position
+def series_in(d):
+    """A series directory's series as dpfinetune reads them (data/series.go):
+    its images grouped by Series Instance UID — (name, slice files) each,
+    the name d itself where they are one series, else d#N by Series Number
+    (d#UID where the numbers do not tell them apart), in that order —,
+    each series' slices along their plane's normal — Image Position
     (Patient) · (row × column of Image Orientation (Patient)) — where every
-    slice gives it, else by Instance Number where every slice has one,
-    else by name (ties by Instance Number, then name); objects without an
-    image left out."""
+    slice gives it and they share the plane, else by Instance Number where
+    every slice has one, else by name (ties by Instance Number, then
+    name); objects without an image left out."""
     import os
     import pydicom
-    ss = []
+    groups = {}
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
         if name.startswith(".") or not os.path.isfile(p) or not is_image_file(p):
@@ -309,38 +323,63 @@ def series_slices(d):
         ds = pydicom.dcmread(p)
         if "PixelData" not in ds:
             continue
-        pos = inst = None
+        pos = inst = num = None
+        normal = None
         try:
             ipp = [float(v) for v in ds.ImagePositionPatient]
             r, c = [float(v) for v in ds.ImageOrientationPatient[:3]], [float(v) for v in ds.ImageOrientationPatient[3:]]
             n = (r[1] * c[2] - r[2] * c[1], r[2] * c[0] - r[0] * c[2], r[0] * c[1] - r[1] * c[0])
             if len(ipp) == 3 and len(ds.ImageOrientationPatient) == 6:
-                pos = ipp[0] * n[0] + ipp[1] * n[1] + ipp[2] * n[2]
+                pos, normal = ipp[0] * n[0] + ipp[1] * n[1] + ipp[2] * n[2], n
         except (AttributeError, ValueError, TypeError):
             pass
         try:
             inst = int(str(ds.InstanceNumber).strip())
         except (AttributeError, ValueError):
             pass
-        ss.append((p, pos, inst))
-    by_pos = all(s[1] is not None for s in ss)
-    by_inst = all(s[2] is not None for s in ss)
-    return [s[0] for s in sorted(ss, key=lambda s: (s[1] if by_pos else 0, s[2] if by_inst else 0, s[0]))]
+        try:
+            num = int(str(ds.SeriesNumber).strip())
+        except (AttributeError, ValueError):
+            pass
+        uid = str(ds.get("SeriesInstanceUID", "") or "").strip()
+        groups.setdefault(uid, []).append((p, pos, inst, num, normal))
+    if "" in groups and len(groups) > 1:
+        raise ValueError(f"{d}: slices of several series and some of none")
+    nums = [g[0][3] for g in groups.values()]
+    numbered = None not in nums and len(set(nums)) == len(nums)
+    order = sorted(groups, key=lambda u: groups[u][0][3] if numbered else u)
+    out = []
+    for uid in order:
+        ss = groups[uid]
+        n0 = ss[0][4]
+        by_pos = all(s[1] is not None and max(abs(a - b) for a, b in zip(s[4], n0)) < 1e-3 for s in ss)
+        by_inst = all(s[2] is not None for s in ss)
+        paths = [s[0] for s in sorted(ss, key=lambda s: (s[1] if by_pos else 0, s[2] if by_inst else 0, s[0]))]
+        name = d if len(groups) == 1 else f"{d}#{ss[0][3] if numbered else uid}"
+        out.append((name, paths))
+    return out
 
 
-def open_series(d, model):
-    """A series directory's images as dpfinetune reads them (the model
-    recorded dpfinetune.series): its slices in order, as the slice
-    dpfinetune.frame picks (first, middle, last, a number) or every slice
-    (all)."""
+def open_series(paths, model):
+    """A series' images (its slice files, series_in's order) as dpfinetune
+    reads them (the model recorded dpfinetune.series): the slice
+    dpfinetune.frame picks (first, middle, last, a number), the projection
+    it names (max, mean, min: of the slices' rescaled values, windowed as
+    the first slice is), or every slice (all)."""
+    import pydicom
+    from pydicom.pixel_data_handlers.util import apply_modality_lut
     meta = {p.key: p.value for p in model.metadata_props}
     window, frame = meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", "")
-    paths = series_slices(d)
     n = len(paths)
+    if frame in ("max", "mean", "min"):
+        dss = [pydicom.dcmread(p) for p in paths]
+        ms = np.stack([apply_modality_lut(stored(ds, ds.pixel_array), ds).astype(np.float64) for ds in dss])
+        m = {"max": ms.max(0), "mean": ms.mean(0), "min": ms.min(0)}[frame]
+        return [gray_image(dss[0], m, window)]
     if frame == "all":
         pick = range(n)
     elif not frame and n > 1:
-        raise ValueError(f"{d}: a series of {n} slices and no slice chosen")
+        raise ValueError(f"{paths[0]}: a series of {n} slices and no slice chosen")
     else:
         k = {"first": 0, "middle": n // 2, "last": n - 1, "": 0}.get(frame)
         k = int(frame) - 1 if k is None else k
@@ -355,15 +394,15 @@ def clip_length(model):
 
 
 def open_clip(path, model, tf, t):
-    """A multi-frame DICOM file as a clip model's input (C, T, H, W), as
-    dpfinetune reads it: t of its n frames picked evenly from the first to
-    the last — frame floor(j(n-1)/(t-1)), torchvision's
-    UniformTemporalSubsample in exact arithmetic —, each transformed as an
-    image."""
+    """A multi-frame DICOM file — or a series' slice files, a list — as a
+    clip model's input (C, T, H, W), as dpfinetune reads it: t of its n
+    frames picked evenly from the first to the last — frame
+    floor(j(n-1)/(t-1)), torchvision's UniformTemporalSubsample in exact
+    arithmetic —, each transformed as an image."""
     meta = {p.key: p.value for p in model.metadata_props}
-    if meta.get("dpfinetune.series") == "true":
+    if isinstance(path, list):
         window = meta.get("dpfinetune.window", "")
-        ims = [dicom_image(p, window, "") for p in series_slices(path)]
+        ims = [dicom_image(p, window, "") for p in path]
     else:
         ims = dicom_images(path, meta.get("dpfinetune.window", ""), "all")
     n = len(ims)
@@ -379,11 +418,11 @@ def main():
     t = clip_length(model)
     meta = {p.key: p.value for p in model.metadata_props}
     series = meta.get("dpfinetune.series") == "true"
-    units = series_dirs(sys.argv[3:]) if series else sys.argv[3:]
+    units = [ss for d in series_dirs(sys.argv[3:]) for _, ss in series_in(d)] if series else sys.argv[3:]
     if t:
         x = torch.stack([open_clip(p, model, tf, t) for p in units])
     elif series:
-        x = torch.stack([tf(im) for d in units for im in open_series(d, model)])
+        x = torch.stack([tf(im) for ss in units for im in open_series(ss, model)])
     else:
         x = torch.stack([tf(im) for p in units for im in open_images(p, model)])
     np.save(sys.argv[2], x.numpy().astype(np.float32))

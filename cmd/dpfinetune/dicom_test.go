@@ -405,7 +405,7 @@ func TestDICOMClips(t *testing.T) {
 
 // seriesSlice is gray8.dcm made slice k of a series: its Instance Number,
 // an axial Image Position of z, a pixel set from k (its own image).
-func seriesSlice(t *testing.T, k int, z float64) []byte {
+func seriesSlice(t *testing.T, k int, z float64, series ...string) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
 	if err != nil {
@@ -416,11 +416,17 @@ func seriesSlice(t *testing.T, k int, z float64) []byte {
 		t.Fatal("no explicit little-endian Samples per Pixel element")
 	}
 	var els []byte
-	for _, e := range []struct {
+	type attr struct {
 		elem uint16
 		vr   string
 		v    string
-	}{{0x0013, "IS", fmt.Sprint(k)}, {0x0032, "DS", fmt.Sprintf(`0\0\%g`, z)}, {0x0037, "DS", `1\0\0\0\1\0`}} {
+	}
+	var attrs []attr
+	if len(series) == 2 { // its Series Instance UID and Series Number
+		attrs = append(attrs, attr{0x000E, "UI", series[0]}, attr{0x0011, "IS", series[1]})
+	}
+	attrs = append(attrs, attr{0x0013, "IS", fmt.Sprint(k)}, attr{0x0032, "DS", fmt.Sprintf(`0\0\%g`, z)}, attr{0x0037, "DS", `1\0\0\0\1\0`})
+	for _, e := range attrs {
 		v := e.v
 		if len(v)%2 == 1 {
 			v += " "
@@ -434,10 +440,13 @@ func seriesSlice(t *testing.T, k int, z float64) []byte {
 }
 
 // TestDICOMSeries: folders of series — a CT's slices a file each — train
-// a 2D model on each series' middle slice and a clip model on 4 slices of
-// each, with --series recorded; predict reads directories of series as
-// train did, and docs/serve_preprocess.py orders and picks the slices
-// alike (open_series, open_clip).
+// a 2D model on each series' middle slice and on their maximum intensity
+// projections, and a clip model on 4 slices of each, with --series
+// recorded; predict reads directories of series as train did, and
+// docs/serve_preprocess.py orders, splits and picks the slices alike
+// (series_in, open_series, open_clip). One directory holds two series
+// (Series Instance UIDs), its slices' names interleaved: two examples,
+// named by Series Number.
 func TestDICOMSeries(t *testing.T) {
 	dir := t.TempDir()
 	for s := range 6 {
@@ -446,7 +455,11 @@ func TestDICOMSeries(t *testing.T) {
 		for k := range 5 + s%3 {
 			// Names and Instance Numbers in one order, positions in another.
 			z := float64((k*3)%(5+s%3)) * 2.5
-			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("IM%02d", k)), seriesSlice(t, k+s, z), 0o644); err != nil {
+			var series []string
+			if s == 5 { // series 7 its odd slices, series 4 the others
+				series = []string{"1.2.826.0.5." + fmt.Sprint(k%2), fmt.Sprint(4 + 3*(k%2))}
+			}
+			if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("IM%02d", k)), seriesSlice(t, k+s, z, series...), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -464,6 +477,7 @@ func TestDICOMSeries(t *testing.T) {
 	served := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL, pydicom").Run() == nil
 	for _, c := range []struct{ model, frame string }{
 		{"../../testdata/models/cnn.onnx", "middle"},
+		{"../../testdata/models/cnn.onnx", "max"},
 		{"../../testdata/exports/clip3d_train.onnx", ""},
 	} {
 		out := filepath.Join(t.TempDir(), "m.onnx")
@@ -480,10 +494,11 @@ func TestDICOMSeries(t *testing.T) {
 		}
 		o, e, code := run(t, "predict", "--model", out, "--images", dir, "--json")
 		var preds struct{ Predictions []imagePrediction }
-		if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 6 || filepath.Base(preds.Predictions[0].File) != "series0" {
-			t.Fatalf("predict %s: exit %d: %s%s; want a row a series", c.model, code, o, e)
+		if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 7 || filepath.Base(preds.Predictions[0].File) != "series0" ||
+			filepath.Base(preds.Predictions[5].File) != "series5#4" || filepath.Base(preds.Predictions[6].File) != "series5#7" {
+			t.Fatalf("predict %s: exit %d: %s%s; want a row a series, series5's two named by number", c.model, code, o, e)
 		}
-		if o, e, code := run(t, "eval", "--model", out, "--data", "folder:"+dir+":train", "--json"); code != 0 || !strings.Contains(o, `"examples": 6`) {
+		if o, e, code := run(t, "eval", "--model", out, "--data", "folder:"+dir+":train", "--json"); code != 0 || !strings.Contains(o, `"examples": 7`) {
 			t.Errorf("eval %s (series recorded): exit %d: %s%s", c.model, code, o, e)
 		}
 		if served {

@@ -82,6 +82,9 @@ func (v *ClipView) Fingerprint() string {
 // SamplePath returns the file clip i was read from.
 func (v *ClipView) SamplePath(i int) string { return v.frames.SamplePath(i * v.t) }
 
+// SampleSeries returns the series clip i is of (Images.SampleSeries).
+func (v *ClipView) SampleSeries(i int) string { return v.frames.SampleSeries(i * v.t) }
+
 // NumUsers is the frames' NumUsers.
 func (v *ClipView) NumUsers() int { return v.frames.NumUsers() }
 

@@ -267,7 +267,7 @@ func loadCSV(spec Spec, fit Fit) (*Images, error) {
 		return nil, fmt.Errorf("csv: %s: no images in the %s split", path, spec.split())
 	}
 	paths, labels := roundRobin(perClass, spec.Limit)
-	im, units, expanded, err := loadUnits("csv: "+path, paths, labels, classes, fit)
+	im, units, _, expanded, err := loadUnits("csv: "+path, paths, labels, classes, fit)
 	if err != nil {
 		return nil, err
 	}

@@ -31,12 +31,12 @@ func LoadFiles(paths []string, fit Fit) (*Images, []string, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	m, units, _, err := loadUnits("images", files, make([]int64, len(files)), []string{""}, fit)
+	m, _, names, _, err := loadUnits("images", files, make([]int64, len(files)), []string{""}, fit)
 	if err != nil {
 		return nil, nil, err
 	}
 	m.sourcePaths = nil
-	return m, units, nil
+	return m, names, nil
 }
 
 // ImageFiles lists the files LoadFiles reads for paths, in its order:

@@ -260,7 +260,7 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		// the test split.
 		return nil, fmt.Errorf("folder: %s: no images in the %s split of holdout=%s: each class holds a single image (or the folder a single user), which trains", root, spec.split(), strconv.FormatFloat(spec.Holdout, 'g', -1, 64))
 	}
-	im, units, expanded, err := loadUnits("folder", paths, labels, classes, fit)
+	im, units, _, expanded, err := loadUnits("folder", paths, labels, classes, fit)
 	if err != nil {
 		return nil, err
 	}
@@ -356,14 +356,32 @@ func folderUser(re *regexp.Regexp, root, cdir, path string) (string, error) {
 // dicomUser returns the Patient ID of the DICOM file at path, an image of
 // the folder (or listing) root read with dicom-users.
 func dicomUser(root, path string) (string, error) {
-	if isDir(path) {
-		// A series (Fit.Series): its slices' patient, read from the first.
-		ss, _, err := seriesSlices(path)
-		if err != nil {
-			return "", fmt.Errorf("folder: %s: %v; with %s every series must hold DICOM images naming their patient", root, err, dicomUsersOption)
-		}
-		path = ss[0]
+	if !isDir(path) {
+		return filePatient(root, path)
 	}
+	// A directory of series (Fit.Series): its slices' patient, read from
+	// each series' first, which must agree.
+	series, _, err := seriesIn(path)
+	if err != nil {
+		return "", fmt.Errorf("folder: %s: %v; with %s every series must hold DICOM images naming their patient", root, err, dicomUsersOption)
+	}
+	var id string
+	for i, s := range series {
+		p, err := filePatient(root, s.slices[0])
+		if err != nil {
+			return "", err
+		}
+		if i > 0 && p != id {
+			return "", fmt.Errorf("folder: %s: %s: its series name patients %q and %q: a directory's series are one example's, of one patient", root, path, id, p)
+		}
+		id = p
+	}
+	return id, nil
+}
+
+// filePatient returns the Patient ID of the DICOM file at path, of the
+// folder (or listing) root.
+func filePatient(root, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", fmt.Errorf("folder: %w", err)
@@ -446,8 +464,9 @@ var decodedImages atomic.Int64
 // errors name the file, after scheme (the dataset's kind). frames, where
 // not nil, are the DICOM frames expandFrames made samples of (0 for a
 // file read as it is): a file's consecutive samples of frames 1 to n
-// are decoded in one pass over it.
-func decodeFiles(scheme string, paths []string, labels []int64, classes []string, fit Fit, frames []int) (*Images, error) {
+// are decoded in one pass over it. members, where not nil, are the
+// slices of series whose projections (fit.Frame) the paths name.
+func decodeFiles(scheme string, paths []string, labels []int64, classes []string, fit Fit, frames []int, members map[string][]string) (*Images, error) {
 	// Decode in parallel, keeping the order. Every image's size is read
 	// from its header before it is decoded, and the decoded total is held
 	// to the memory available.
@@ -465,7 +484,7 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 	var kept *keptFile
 	if scheme != "images" {
 		var err error
-		if kept, err = keptFileFor(scheme, paths, fit); err != nil {
+		if kept, err = keptFileFor(scheme, paths, fit, members); err != nil {
 			return nil, fmt.Errorf("%s: %w", scheme, err)
 		}
 		if kept != nil && kept.load(m) {
@@ -552,6 +571,11 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 				opts := dcm
 				if frames != nil && frames[lo] > 0 {
 					opts.Frame = dicom.Frame{Kind: dicom.FrameNumber, Number: frames[lo]}
+				}
+				if ss, ok := members[paths[lo]]; ok {
+					d, err := decodeProjection(paths[lo], ss, opts, admit)
+					finish(lo, d, err)
+					continue
 				}
 				if hi-lo == 1 {
 					d, err := decodeImage(paths[lo], opts, admit)

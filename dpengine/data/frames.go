@@ -129,34 +129,51 @@ func fileUsers(root string, paths []string) ([]int32, []string) {
 // loadUnits makes the listed units — image files, or series directories
 // where fit.Series — the samples fit asks for (expandFrames,
 // expandSeries) and decodes them: the Images (fitted as fit says), each
-// sample's unit (its file, or its series), and whether a unit gave more
-// than one sample of its own.
-func loadUnits(scheme string, paths []string, labels []int64, classes []string, fit Fit) (_ *Images, units []string, expanded bool, err error) {
+// sample's unit (its listed file or directory, which users and holdouts
+// go by) and name (its file, or its series: seriesIn), and whether a unit
+// gave more than one sample of its own.
+func loadUnits(scheme string, paths []string, labels []int64, classes []string, fit Fit) (_ *Images, units, names []string, expanded bool, err error) {
 	var frames []int
-	var unit map[string]string
-	var leftOut []string
+	var series seriesSamples
 	read := fit
 	if fit.Series {
-		paths, labels, unit, expanded, leftOut, err = expandSeries(paths, labels, fit)
-		read.Frame, read.Clip, read.Series = "", 0, false // each slice a file read as it is
+		series, err = expandSeries(paths, labels, fit)
+		paths, labels, expanded = series.paths, series.labels, series.expanded
+		read.Clip, read.Series = 0, false // each slice a file read as it is
+		if series.members == nil {
+			read.Frame = ""
+		}
 	} else {
 		paths, labels, frames, expanded, err = expandFrames(paths, labels, fit)
 	}
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("%s: %w", scheme, err)
+		return nil, nil, nil, false, fmt.Errorf("%s: %w", scheme, err)
 	}
-	im, err := decodeFiles(scheme, paths, labels, classes, read, frames)
+	im, err := decodeFiles(scheme, paths, labels, classes, read, frames, series.members)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, nil, false, err
 	}
 	im.fit = fit
-	im.leftOut = append(leftOut, im.leftOut...)
+	im.leftOut = append(series.leftOut, im.leftOut...)
 	// The samples' files, the paths but those left out, as units.
-	units = slices.Clone(im.sourcePaths[:im.Len()])
-	for i, p := range units {
-		if u, ok := unit[p]; ok {
-			units[i] = u
+	n := im.Len()
+	units, names = slices.Clone(im.sourcePaths[:n]), slices.Clone(im.sourcePaths[:n])
+	for i, p := range im.sourcePaths[:n] {
+		if u, ok := series.unit[p]; ok {
+			units[i], names[i] = u, series.name[p]
 		}
 	}
-	return im, units, expanded, nil
+	if fit.Series {
+		im.seriesNames = names
+	}
+	if series.members != nil {
+		// A projection's sample stands for its first slice (SamplePath:
+		// its study), its other slices are stamped after the samples.
+		var firsts, rest []string
+		for _, p := range im.sourcePaths[:n] {
+			firsts, rest = append(firsts, series.members[p][0]), append(rest, series.members[p][1:]...)
+		}
+		im.sourcePaths = slices.Concat(firsts, rest, im.sourcePaths[n:])
+	}
+	return im, units, names, expanded, nil
 }

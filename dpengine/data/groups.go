@@ -52,10 +52,32 @@ func DirGroups(d interface{ Len() int }) (group []int32, dirs []string, ok bool)
 
 // FileGroups numbers the files of d's samples densely in sorted order of
 // their paths, as DirGroups numbers their directories: a multi-frame
-// DICOM file's frames, each a sample (Fit.Frame "all"), are one group.
+// DICOM file's frames, each a sample (Fit.Frame "all"), are one group,
+// and so are a series' slices (Fit.Series: by the series' name).
 func FileGroups(d interface{ Len() int }) (group []int32, files []string, ok bool) {
+	if su, isSeries := d.(interface{ SampleSeries(i int) string }); isSeries && su.SampleSeries(0) != "" {
+		name := make([]string, d.Len())
+		for i := range name {
+			name[i] = su.SampleSeries(i)
+		}
+		group, files = numberDensely(name)
+		return group, files, true
+	}
 	return pathGroups(d, func(p string) string { return p })
 }
+
+// SampleSeries returns the series sample i is of — its directory, or
+// "DIR#N" for one of a directory's several series (seriesIn) — where the
+// samples are series' slices (Fit.Series), else "".
+func (m *Images) SampleSeries(i int) string {
+	if i < 0 || i >= len(m.seriesNames) {
+		return ""
+	}
+	return m.seriesNames[i]
+}
+
+// SampleSeries returns the series sample i is of (Images.SampleSeries).
+func (v *View) SampleSeries(i int) string { return v.src.SampleSeries(i) }
 
 // pathGroups numbers the names key gives d's samples' paths densely.
 func pathGroups(d interface{ Len() int }, key func(string) string) (group []int32, names []string, ok bool) {

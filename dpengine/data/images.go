@@ -62,6 +62,10 @@ type Images struct {
 	sources     []fileStamp
 	sourcePaths []string // set by the loaders, stamped by Load
 	leftOut     []string // files that hold no image, left out (LeftOut)
+	// seriesNames are, with Fit.Series, the series each sample is of
+	// (seriesIn's names: a directory, or a series in one), which
+	// FileGroups groups by.
+	seriesNames []string
 	// fingerprint caches Fingerprint.
 	fingerprint struct {
 		once sync.Once

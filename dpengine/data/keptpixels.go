@@ -73,9 +73,10 @@ type keptFile struct {
 }
 
 // keptFileFor returns the kept pixel file of a load of the image files at
-// paths, fitted by fit (nil where DPFINETUNE_PIXEL_CACHE is unset). It
-// stats every file: a file it cannot stat is the decoder's to report.
-func keptFileFor(scheme string, paths []string, fit Fit) (*keptFile, error) {
+// paths — or of the series' projections members names — fitted by fit
+// (nil where DPFINETUNE_PIXEL_CACHE is unset). It stats every file: a
+// file it cannot stat is the decoder's to report.
+func keptFileFor(scheme string, paths []string, fit Fit, members map[string][]string) (*keptFile, error) {
 	dir := os.Getenv(pixelCacheEnv)
 	if dir == "" {
 		return nil, nil
@@ -97,16 +98,22 @@ func keptFileFor(scheme string, paths []string, fit Fit) (*keptFile, error) {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		io.WriteString(id, abs+"\x00")
-		fi, err := os.Stat(p)
-		if err != nil {
-			return nil, nil // the decoder names the file
+		files := []string{p}
+		if ss, ok := members[p]; ok {
+			files = ss // a series' projection: its slices
 		}
-		dev, ino, ctime := sysmem.FileIdentity(fi)
-		put(fi.Size())
-		put(fi.ModTime().UnixNano())
-		put(ctime)
-		put(dev)
-		put(ino)
+		for _, f := range files {
+			fi, err := os.Stat(f)
+			if err != nil {
+				return nil, nil // the decoder names the file
+			}
+			dev, ino, ctime := sysmem.FileIdentity(fi)
+			put(fi.Size())
+			put(fi.ModTime().UnixNano())
+			put(ctime)
+			put(dev)
+			put(ino)
+		}
 	}
 	return &keptFile{dir: dir, path: filepath.Join(dir, "pixels-"+hex.EncodeToString(id.Sum(nil))[:32]+".dpf"),
 		fresh: hex.EncodeToString(fresh.Sum(nil)), images: len(paths)}, nil

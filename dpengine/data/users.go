@@ -163,7 +163,7 @@ func (m *Images) derive() *Images {
 	return &Images{
 		spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels,
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
-		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths,
+		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths, seriesNames: m.seriesNames,
 		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel, uncertain: m.uncertain,
 		mapped: m.mapped,
 	}

@@ -101,6 +101,8 @@ const (
 	tagVOILUTSeq       = 0x00283010
 	tagPatientID       = 0x00100020
 	tagStudyUID        = 0x0020000D // Study Instance UID
+	tagSeriesUID       = 0x0020000E // Series Instance UID
+	tagSeriesNumber    = 0x00200011 // Series Number
 	tagInstance        = 0x00200013 // Instance Number
 	tagPosition        = 0x00200032 // Image Position (Patient)
 	tagOrientation     = 0x00200037 // Image Orientation (Patient)
@@ -137,6 +139,7 @@ type header struct {
 	// A slice's place in its series (Slice): the values as written,
 	// parsed only where asked for.
 	instance, position, orientation string
+	seriesUID, seriesNumber         string
 
 	slope, intercept float64
 	rescale          bool
@@ -328,17 +331,24 @@ func StudyUID(src io.Reader) (string, error) {
 }
 
 // Slice is where a single-frame image lies in its series (a CT's or an
-// MR's slices, one a file): its position along the normal of its plane
-// — Image Position (Patient) (0020,0032) · (row × column of Image
-// Orientation (Patient) (0020,0037)), in mm — and its Instance Number
-// (0020,0013), each where the file gives it, well formed.
+// MR's slices, one a file): the series — its Series Instance UID
+// (0020,000E) and Series Number (0020,0011) —, its position along the
+// normal of its plane — Image Position (Patient) (0020,0032) · (row ×
+// column of Image Orientation (Patient) (0020,0037)), in mm — and its
+// Instance Number (0020,0013), each where the file gives it, well formed.
 type Slice struct {
-	Position    float64
-	HasPosition bool
-	Instance    int
-	HasInstance bool
+	// Series is the Series Instance UID ("" where the file has none): an
+	// archive's export may put a study's series — a CT's soft-tissue and
+	// bone reconstructions, its scout — in one directory.
+	Series          string
+	SeriesNumber    int
+	HasSeriesNumber bool
+	Position        float64
+	HasPosition     bool
+	Instance        int
+	HasInstance     bool
 	// Normal is the plane's normal (row × column), which a series' slices
-	// share.
+	// share (where they all give one: HasPosition).
 	Normal [3]float64
 }
 
@@ -351,9 +361,12 @@ func SliceOf(src io.Reader) (Slice, error) {
 	if err != nil {
 		return Slice{}, wrap(err)
 	}
-	var s Slice
+	s := Slice{Series: h.seriesUID}
 	if n, err := strconv.Atoi(strings.TrimSpace(h.instance)); err == nil {
 		s.Instance, s.HasInstance = n, true
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(h.seriesNumber)); err == nil {
+		s.SeriesNumber, s.HasSeriesNumber = n, true
 	}
 	pos, okP := decimals(h.position, 3)
 	ori, okO := decimals(h.orientation, 6)
@@ -569,7 +582,7 @@ var wanted = map[uint32]bool{
 	tagRows: true, tagColumns: true, tagBitsAllocated: true, tagBitsStored: true,
 	tagHighBit: true, tagPixelRep: true, tagWindowCenter: true, tagWindowWidth: true,
 	tagIntercept: true, tagSlope: true, tagVOIFunction: true, tagPatientID: true, tagStudyUID: true,
-	tagInstance: true, tagPosition: true, tagOrientation: true,
+	tagInstance: true, tagPosition: true, tagOrientation: true, tagSeriesUID: true, tagSeriesNumber: true,
 }
 
 // sequenceTags are the sequences the decoder reads into, known in
@@ -752,6 +765,10 @@ func (h *header) set(order binary.ByteOrder, el element, v []byte) error {
 		h.patientID = strings.TrimSpace(str())
 	case tagStudyUID:
 		h.studyUID = strings.TrimSpace(str())
+	case tagSeriesUID:
+		h.seriesUID = strings.TrimSpace(str())
+	case tagSeriesNumber:
+		h.seriesNumber = str()
 	case tagInstance:
 		h.instance = str()
 	case tagPosition:

@@ -34,7 +34,9 @@
 // bitmap's frames, which run on bit by bit, by their bit offsets. An
 // enhanced object's Per-frame and Shared Functional Groups give each
 // frame its rescale (Pixel Value Transformation) and window (Frame VOI
-// LUT), before the data set's own.
+// LUT), before the data set's own. A series' slices, single-frame
+// objects a file each, are projected alike (Projection: each slice
+// through its own rescale, the result through the first's VOI).
 //
 // Files as writers leave them: a preamble that is a TIFF header (GE's
 // "dual personality" files; image.Decode would take them for TIFFs, so
@@ -54,8 +56,8 @@
 // and two identifiers, for PatientID and StudyUID alone: the Patient ID
 // (0010,0020), the user a user-level guarantee protects, and the Study
 // Instance UID (0020,000D), a study's images scored as one; and, for
-// SliceOf, where a slice lies in its series (Instance Number, Image
-// Position and Orientation). Everything
+// SliceOf, where a slice lies in its series (Series Instance UID and
+// Number, Instance Number, Image Position and Orientation). Everything
 // else — the patient's name, birth date and the study's other attributes
 // included — is skipped unread; no error message carries a value of the
 // file's header but those of the image module.

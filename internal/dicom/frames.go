@@ -553,8 +553,7 @@ func (h *header) project(s *frameSource, f Frame, windows []Window) (image.Image
 	if !h.gray() {
 		return nil, fmt.Errorf("a %s projection of a %s image: projections are of grayscale images (choose a frame)", f, h.photometric)
 	}
-	plane := h.rows * h.cols
-	acc := make([]float64, plane)
+	acc := accumulator{kind: f.Kind, acc: make([]float64, h.rows*h.cols)}
 	for k := range h.frames {
 		vals, _, err := h.nextFrame(s, k)
 		if err != nil {
@@ -564,27 +563,120 @@ func (h *header) project(s *frameSource, f Frame, windows []Window) (image.Image
 		if err := fh.useFrame(k); err != nil {
 			return nil, err
 		}
-		for i := range vals.len() {
-			m := fh.modality(float64(fh.value(int(vals.at(i)))))
-			switch {
-			case k == 0:
-				acc[i] = m
-			case f.Kind == FrameMax:
-				acc[i] = max(acc[i], m)
-			case f.Kind == FrameMin:
-				acc[i] = min(acc[i], m)
-			default:
-				acc[i] += m
-			}
-		}
-	}
-	if f.Kind == FrameMean {
-		for i := range acc {
-			acc[i] /= float64(h.frames)
-		}
+		acc.add(&fh, vals)
 	}
 	if err := h.useFrame(0); err != nil {
 		return nil, err
 	}
-	return h.grayOf(plane, func(i int) float64 { return acc[i] }, windows)
+	return h.grayOf(len(acc.acc), acc.at, windows)
+}
+
+// accumulator combines images' Modality LUT outputs pixel by pixel: their
+// maximum, mean or minimum (kind).
+type accumulator struct {
+	kind FrameKind
+	acc  []float64
+	n    int // the images added
+}
+
+// add combines one image's stored values, read through h's rescale or
+// Modality LUT.
+func (a *accumulator) add(h *header, vals samples) {
+	for i := range vals.len() {
+		m := h.modality(float64(h.value(int(vals.at(i)))))
+		switch {
+		case a.n == 0:
+			a.acc[i] = m
+		case a.kind == FrameMax:
+			a.acc[i] = max(a.acc[i], m)
+		case a.kind == FrameMin:
+			a.acc[i] = min(a.acc[i], m)
+		default:
+			a.acc[i] += m
+		}
+	}
+	a.n++
+}
+
+// at is pixel i of the combination.
+func (a *accumulator) at(i int) float64 {
+	if a.kind == FrameMean {
+		return a.acc[i] / float64(a.n)
+	}
+	return a.acc[i]
+}
+
+// A Projection combines the images of several single-frame grayscale DICOM
+// objects — a series' slices, a file each, as archives export a CT or an
+// MR — pixel by pixel, as a projection Frame combines a multi-frame
+// object's frames: the maximum, the mean or the minimum of their Modality
+// LUT outputs (a maximum intensity projection of a CT's slab shows its
+// vessels and nodules), mapped to 8 bits as the first image would be.
+type Projection struct {
+	frame Frame
+	first *header
+	acc   accumulator
+}
+
+// NewProjection starts a projection of kind f: FrameMax, FrameMean or
+// FrameMin.
+func NewProjection(f Frame) (*Projection, error) {
+	if !f.Projection() {
+		return nil, wrap(fmt.Errorf("frame %q is no projection: want max, mean or min", f))
+	}
+	return &Projection{frame: f, acc: accumulator{kind: f.Kind}}, nil
+}
+
+// Add reads one DICOM object from src and combines its image into the
+// projection. It must be a single-frame grayscale image of the first's
+// rows, columns and photometric interpretation. An object without an
+// image is ErrNoImage, and leaves the projection as it was.
+func (p *Projection) Add(src io.Reader) error {
+	h, s, err := start(src)
+	if err != nil {
+		return wrap(err)
+	}
+	switch {
+	case h.frames > 1:
+		return wrap(fmt.Errorf("an image of %d frames: a projection combines single-frame images", h.frames))
+	case !h.gray():
+		return wrap(fmt.Errorf("a %s projection of a %s image: projections are of grayscale images", p.frame, h.photometric))
+	case p.first != nil && (h.rows != p.first.rows || h.cols != p.first.cols):
+		return wrap(fmt.Errorf("an image of %d×%d pixels (rows × columns) in a projection of images of %d×%d", h.rows, h.cols, p.first.rows, p.first.cols))
+	case p.first != nil && h.photometric != p.first.photometric:
+		return wrap(fmt.Errorf("a %s image in a projection of %s images", h.photometric, p.first.photometric))
+	}
+	vals, _, err := h.nextFrame(s, 0)
+	if err != nil {
+		return wrap(err)
+	}
+	if err := h.useFrame(0); err != nil {
+		return wrap(err)
+	}
+	if p.first == nil {
+		p.first = h
+		p.acc.acc = make([]float64, h.rows*h.cols)
+	}
+	p.acc.add(h, vals)
+	return nil
+}
+
+// Len is the number of images added.
+func (p *Projection) Len() int { return p.acc.n }
+
+// Image maps the projection to 8 bits: through windows where given (one,
+// or three for an RGB image), else the first image's VOI LUT or window,
+// else the projection's own range; MONOCHROME1 inverted.
+func (p *Projection) Image(windows []Window) (image.Image, error) {
+	if p.first == nil {
+		return nil, wrap(errors.New("a projection of no images"))
+	}
+	if err := checkWindows(windows); err != nil {
+		return nil, wrap(err)
+	}
+	img, err := p.first.grayOf(len(p.acc.acc), p.acc.at, windows)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	return img, nil
 }

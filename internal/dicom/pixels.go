@@ -111,13 +111,8 @@ func DecodeWith(r io.Reader, opts Options) (image.Image, error) {
 }
 
 func decode(src io.Reader, opts Options) (image.Image, error) {
-	if n := len(opts.Windows); n != 0 && n != 1 && n != 3 {
-		return nil, fmt.Errorf("%d windows: one, or three (one per channel)", n)
-	}
-	for _, w := range opts.Windows {
-		if !(w.Width >= 1) || math.IsInf(w.Width, 0) || math.IsNaN(w.Center) || math.IsInf(w.Center, 0) {
-			return nil, fmt.Errorf("window of centre %g and width %g: want a finite centre and a width of at least 1", w.Center, w.Width)
-		}
+	if err := checkWindows(opts.Windows); err != nil {
+		return nil, err
 	}
 	if opts.Frame.Kind == FrameAll {
 		_, err := opts.Frame.index(0)
@@ -143,6 +138,20 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		}
 	}
 	return h.nextImage(s, k, opts.Windows)
+}
+
+// checkWindows refuses windows other than none, one or three, each of a
+// finite centre and a width of at least 1.
+func checkWindows(ws []Window) error {
+	if n := len(ws); n != 0 && n != 1 && n != 3 {
+		return fmt.Errorf("%d windows: one, or three (one per channel)", n)
+	}
+	for _, w := range ws {
+		if !(w.Width >= 1) || math.IsInf(w.Width, 0) || math.IsNaN(w.Center) || math.IsInf(w.Center, 0) {
+			return fmt.Errorf("window of centre %g and width %g: want a finite centre and a width of at least 1", w.Center, w.Width)
+		}
+	}
+	return nil
 }
 
 // DecodeEach decodes every frame of a DICOM file in turn, in one pass over
