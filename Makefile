@@ -42,7 +42,8 @@ FUZZ_TARGETS = dpengine:FuzzPipeline:1500x dpengine:FuzzCheckpoint:20000x \
 	internal/pnm:FuzzDecode:20000x dpengine/data:FuzzCSV:20000x \
 	dpengine/data:FuzzKeptPixels:2000x internal/dicom:FuzzDecode:20000x \
 	internal/dicom:FuzzJPEGLossless:20000x internal/dicom:FuzzJPEGLS:20000x \
-	internal/dicom:FuzzJPEG2000:20000x internal/dicom:FuzzPalette:20000x
+	internal/dicom:FuzzJPEG2000:20000x internal/dicom:FuzzPalette:20000x \
+	internal/nifti:FuzzDecode:20000x dpengine/data:FuzzNIfTI:2000x
 FUZZ_LONG ?= 30s
 
 fuzz:

@@ -18,8 +18,12 @@ into its prediction: the mean of their probabilities); pydicom decodes
 compressed frames with the handlers it has (JPEG Lossless needs pylibjpeg
 or GDCM).
 
+NIfTI images (.nii, .nii.gz) are read with nibabel, a volume's slices as a
+multi-frame object's frames (nifti_images).
+
 A model of clips (input N, C, T, H, W: a Conv3d or video model) reads each
-multi-frame DICOM file as a clip of T of its frames (open_clip). A model
+multi-frame DICOM file or NIfTI volume as a clip of T of its frames
+(open_clip). A model
 trained on DICOM series (dpfinetune.series) takes directories: each
 directory of slices under them (series_dirs) its series, split by Series
 Instance UID, their slices in order (series_in), read as a multi-frame
@@ -29,6 +33,7 @@ See docs/SERVING.md.
 """
 import json
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -38,7 +43,11 @@ from PIL import Image
 
 
 def transform(model):
-    """The transform of one image (a clip model's: of each frame)."""
+    """The transform of one image (a clip model's: of each frame), as
+    dpfinetune's loader and view (dpengine/data) apply it: an image of at
+    least the input's pixels is resized by PIL, to 8 bits, as it loads; a
+    smaller one is resized after ToTensor, in floating point (bilinear,
+    antialiased where an axis shrinks: aten's kernels, as the view's)."""
     meta = {p.key: p.value for p in model.metadata_props}
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     channels, size = dims[1], dims[-2:]
@@ -47,21 +56,28 @@ def transform(model):
         # The shorter side to S (default 8/7 of the input's longer side,
         # 256 for 224), then the centre: torchvision's Resize + CenterCrop.
         short = int(resize.split("=")[1]) if "=" in resize else round(max(size) * 8 / 7)
-        steps = [T.Resize(short), T.CenterCrop(size)]
+        sizing = [T.Resize(short, antialias=True), T.CenterCrop(size)]
     else:
-        steps = [T.Resize(size)]  # each axis to the input's
+        sizing = [T.Resize(size, antialias=True)]  # each axis to the input's
     if "dpfinetune.norm" not in meta:
         raise SystemExit("serve_preprocess: the model has no dpfinetune.norm in its metadata: it was not written by dpfinetune train")
-    steps.append(T.ToTensor())  # [0, 1]
+    norm = []
     if meta["dpfinetune.norm"] != "none":
         mean, std = ([float(v) for v in s.split(",")] for s in meta["dpfinetune.norm"].split("/"))
         if channels == 1 and len(mean) == 3:
             # An RGB normalisation for a gray model: weighted like the luma.
             w = (0.299, 0.587, 0.114)
             mean, std = [sum(a * b for a, b in zip(w, mean))], [sum(a * b for a, b in zip(w, std))]
-        steps.append(T.Normalize(mean, std))
+        norm = [T.Normalize(mean, std)]
     mode = "L" if channels == 1 else "RGB"
-    return T.Compose([lambda im: im.convert(mode)] + steps), json.loads(meta.get("dpfinetune.classes", "[]"))
+    on_pil = T.Compose(sizing + [T.ToTensor()] + norm)  # [0, 1]
+    on_tensor = T.Compose([T.ToTensor()] + sizing + norm)
+
+    def tf(im):
+        im = im.convert(mode)
+        return (on_pil if im.width * im.height >= size[0] * size[1] else on_tensor)(im)
+
+    return tf, json.loads(meta.get("dpfinetune.classes", "[]"))
 
 
 def frame_groups(ds, k):
@@ -220,6 +236,93 @@ def gray_image(ds, m, window, k=0):
     return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
 
 
+def is_nifti(path):
+    """Whether dpfinetune reads path as a NIfTI image: .nii or .nii.gz."""
+    p = path.lower()
+    return p.endswith(".nii") or p.endswith(".nii.gz")
+
+
+def nifti_images(path, window, frame=""):
+    """A NIfTI image's images as dpfinetune reads them
+    (dpengine/data/nifti.go), with nibabel: a 3-D volume's slices (planes of
+    constant k) are its frames — the one frame picks (first, middle, last,
+    a number), a projection of them all (max, mean, min; NaNs left out), or
+    each slice (all) —, a slice displayed as viewers display it
+    (np.rot90(array[:, :, k])), its scaled values held as float32 and
+    mapped to 8 bits through window (dpfinetune.window's value) as a DICOM
+    image's are, else the file's cal_min..cal_max where it sets them, else
+    the volume's range; NaN black."""
+    import nibabel as nib
+    img = nib.load(path)
+    shape = img.shape + (1,) * (3 - len(img.shape))
+    if any(d > 1 for d in shape[3:]):
+        raise ValueError(f"{path}: a {len(shape)}-D image of shape {shape}: only 2-D images and 3-D volumes are read")
+    rgb = img.get_data_dtype().names is not None
+    if not rgb and img.get_data_dtype().kind not in "iuf" or img.get_data_dtype().itemsize > 8:
+        raise ValueError(f"{path}: voxels of type {img.get_data_dtype()} are not read")
+    if rgb:
+        a = np.asanyarray(img.dataobj)
+        a = np.stack([a[f] for f in a.dtype.names[:3]], -1).reshape(shape[:3] + (3,)).astype(np.uint8)
+    else:
+        a = img.get_fdata().reshape(shape[:3]).astype(np.float32).astype(np.float64)
+    n = shape[2]
+    project = frame if frame in ("max", "mean", "min") else None
+    if n > 1 and not frame:
+        raise ValueError(f"{path}: a volume of {n} slices: choose its image (dpfinetune.frame)")
+    if project and rgb:
+        raise ValueError(f"{path}: a {project} projection of an RGB image")
+    if frame == "all":
+        ks = range(n)
+    elif project:
+        ks = []
+    else:
+        k = {"first": 0, "middle": n // 2, "last": n - 1, "": 0}.get(frame.lower())
+        k = int(frame) - 1 if k is None else k
+        if not 0 <= k < n:
+            raise ValueError(f"{path}: slice {k + 1} of a volume of {n}")
+        ks = [k]
+    if rgb:
+        return [Image.fromarray(np.ascontiguousarray(np.rot90(a[:, :, k])), "RGB") for k in ks]
+    cal_lo, cal_hi = float(img.header["cal_min"]), float(img.header["cal_max"])
+    if window:
+        lo = hi = None
+    elif cal_hi > cal_lo:
+        lo, hi = cal_lo, cal_hi
+    elif np.isnan(a).all():
+        lo = hi = 0.0
+    else:
+        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
+
+    def image(m):  # m: a slice's (or projection's) values, (i, j)
+        m = np.rot90(m)
+        nan = np.isnan(m)
+
+        def level(y):
+            return np.where(nan, 0.0, y)
+
+        if window:
+            ys = []
+            for cw in window.split("/"):
+                c, w = map(float, cw.split(","))
+                c, w = c - 0.5, w - 1  # PS3.3 C.11.2.1.2.1, as dpfinetune's DICOM windows
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    y = (m - c) / w + 0.5
+                ys.append(level(np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))))
+        else:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ys = [level((m - lo) / (hi - lo) if hi > lo else np.zeros_like(m))]
+        # Rounded half up, as Go's math.Round rounds these non-negative values.
+        out = [np.floor(np.clip(np.nan_to_num(y), 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
+        return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+
+    if project:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN pixels
+            m = {"max": np.nanmax, "mean": np.nanmean, "min": np.nanmin}[project](a, axis=2)
+        return [image(m.astype(np.float32).astype(np.float64))]
+    return [image(a[:, :, k]) for k in ks]
+
+
 def palette_rgb(ds, arr):
     """A PALETTE COLOR image's RGB as internal/dicom's palette.go makes it:
     pydicom's apply_color_lut, then 8 bits — 8-bit entries as they are,
@@ -255,15 +358,17 @@ def open_images(path, model):
     """open_image's images of a file: one, or each frame's of a multi-frame
     DICOM file read with dpfinetune.frame all (predict then combines a
     file's rows)."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    if is_nifti(path):
+        return nifti_images(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
     with open(path, "rb") as f:
         head = f.read(132)
     if head[128:132] == b"DICM":
-        meta = {p.key: p.value for p in model.metadata_props}
         return dicom_images(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
     return [Image.open(path)]
 
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima")
+IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima", ".nii")
 
 
 def is_image_file(p):
@@ -273,7 +378,7 @@ def is_image_file(p):
     import os
     name = os.path.basename(p)
     ext = os.path.splitext(name)[1].lower()
-    if ext in IMAGE_EXTS:
+    if ext in IMAGE_EXTS or is_nifti(p):
         return True
     if (ext and not ext[1:].isdigit()) or name.upper() == "DICOMDIR":
         return False
@@ -403,6 +508,8 @@ def open_clip(path, model, tf, t):
     if isinstance(path, list):
         window = meta.get("dpfinetune.window", "")
         ims = [dicom_image(p, window, "") for p in path]
+    elif is_nifti(path):
+        ims = nifti_images(path, meta.get("dpfinetune.window", ""), "all")
     else:
         ims = dicom_images(path, meta.get("dpfinetune.window", ""), "all")
     n = len(ims)

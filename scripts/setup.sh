@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dpfinetune's build, tests and demo can use on a Debian
 # machine: `setup.sh` for the demo (OpenBLAS), `setup.sh test` for `make
-# test` (also PyTorch, torchvision, onnx, pydicom, the Fashion-MNIST data set,
+# test` (also PyTorch, torchvision, onnx, pydicom, nibabel, the Fashion-MNIST data set,
 # g++ for the CUDA backend's emulated kernels and onnxruntime from npm), so that CI and a newcomer run the same tests.
 # Everything here is optional: without OpenBLAS the runtime uses its pure-Go
 # SGEMM; without Python/PyTorch or onnxruntime the tests that need them skip
@@ -17,6 +17,8 @@ if [ "$mode" = test ] || [ -n "${DPFINETUNE_WITH_PYTHON:-}" ]; then
 		need+=(python3-torch python3-torchvision python3-onnx python3-numpy)
 	# docs/serve_preprocess.py's DICOM images, checked against predict.
 	/usr/bin/python3 -c 'import pydicom' 2>/dev/null || need+=(python3-pydicom)
+	# Its NIfTI volumes, and the NIfTI decoder's oracle (internal/nifti).
+	/usr/bin/python3 -c 'import nibabel' 2>/dev/null || need+=(python3-nibabel)
 	[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] ||
 		[ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte ] || need+=(dataset-fashion-mnist)
 	command -v node >/dev/null && command -v npm >/dev/null || need+=(nodejs npm)

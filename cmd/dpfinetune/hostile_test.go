@@ -193,6 +193,14 @@ func TestHostileData(t *testing.T) {
 	cine := filepath.Join(dir, "cine")
 	write(filepath.Join(cine, "a", "1.png"), hostile.PNG(1, 1))
 	write(filepath.Join(cine, "b", "IM0002"), hostile.DICOMFrames(2, 2, 1<<31-1))
+	// 16 GiB of float64 voxels claimed over 16 bytes, gzip-compressed;
+	// 65537 slices of 2×2 over the same 16.
+	volumes := filepath.Join(dir, "volumes")
+	write(filepath.Join(volumes, "a", "1.png"), hostile.PNG(1, 1))
+	write(filepath.Join(volumes, "b", "bomb.nii.gz"), hostile.NIfTIGz(1<<14, 1<<14, 8))
+	slabs := filepath.Join(dir, "slabs")
+	write(filepath.Join(slabs, "a", "1.png"), hostile.PNG(1, 1))
+	write(filepath.Join(slabs, "b", "slabs.nii.gz"), hostile.NIfTIGz(2, 2, 1<<16+1))
 	cifar := filepath.Join(dir, "cifar")
 	f, err := os.Create(write(filepath.Join(cifar, "data_batch_1.bin"), nil))
 	if err != nil {
@@ -219,6 +227,9 @@ func TestHostileData(t *testing.T) {
 		{"train dicom 2^31 frames, all", append(train("folder:"+cine), "--frame", "all"), []string{"IM0002", "2147483647 frames"}},
 		{"train dicom 2^31 frames, max", append(train("folder:"+cine), "--frame", "max"), []string{"IM0002", "2147483647 frames"}},
 		{"predict dicom 2^31 frames, all", []string{"predict", "--model", cnn, "--frame", "all", "--images", filepath.Join(cine, "b")}, []string{"IM0002", "2147483647 frames"}},
+		{"train nifti.gz 16 GiB, middle", append(train("folder:"+volumes), "--frame", "middle"), []string{"bomb.nii.gz"}},
+		{"predict nifti.gz 16 GiB, max", []string{"predict", "--model", cnn, "--frame", "max", "--images", filepath.Join(volumes, "b")}, []string{"bomb.nii.gz"}},
+		{"train nifti.gz 65537 slices, all", append(train("folder:"+slabs), "--frame", "all"), []string{"slabs.nii.gz", "65537 slices"}},
 	}
 	if sparse {
 		cases = append(cases, struct {

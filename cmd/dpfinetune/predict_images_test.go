@@ -321,31 +321,37 @@ func servedLikePredict(t *testing.T, py, model, prefix string, files []string, t
 // docs/SERVING.md gives (PIL and torchvision, from the metadata train
 // recorded), prepares the inputs predict --images prepares: the model's
 // logits on the two agree to float rounding, for a cropped gray model
-// with an RGB normalisation and a stretched RGB one.
+// with an RGB normalisation and a stretched RGB one, and for photos
+// smaller than the input (enlarged in floating point, not by PIL).
 func TestServePreprocess(t *testing.T) {
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL").Run(); err != nil {
 		t.Skip("no /usr/bin/python3 with torch, torchvision, onnx and PIL")
 	}
 	folder := photoFolder(t)
-	files, err := filepath.Glob(filepath.Join(folder, "*", "*.png"))
-	if err != nil || len(files) != 8 {
-		t.Fatalf("photos %v, %v", files, err)
-	}
+	// Smaller than the models' 28×28 and 32×32 inputs, or smaller in
+	// area and larger along one axis (an axis enlarged, one shrunk).
+	small := photoFolderOf(t, [][2]int{{9, 12}, {20, 7}, {5, 90}, {16, 16}})
 	dir := t.TempDir()
 	for _, c := range []struct {
-		name, model string
-		args        []string
-		tol         float64 // relative to the largest logit
+		name, model, folder string
+		args                []string
+		tol                 float64 // relative to the largest logit
 	}{
 		// The same 8-bit windows (PIL's gray conversion and resample); the
 		// normalisation's float arithmetic alone differs.
-		{"gray-crop", "../../testdata/models/cnn.onnx", []string{"--resize", "crop", "--norm", "imagenet"}, 1e-5},
-		{"rgb-stretch", "../../testdata/models/resnet_eval.onnx", []string{"--norm", "cifar10", "--num-classes", "2"}, 1e-5},
+		{"gray-crop", "../../testdata/models/cnn.onnx", folder, []string{"--resize", "crop", "--norm", "imagenet"}, 1e-5},
+		{"rgb-stretch", "../../testdata/models/resnet_eval.onnx", folder, []string{"--norm", "cifar10", "--num-classes", "2"}, 1e-5},
+		{"gray-crop-small", "../../testdata/models/cnn.onnx", small, []string{"--resize", "crop", "--norm", "imagenet"}, 1e-5},
+		{"rgb-stretch-small", "../../testdata/models/resnet_eval.onnx", small, []string{"--norm", "cifar10", "--num-classes", "2"}, 1e-5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			files, err := filepath.Glob(filepath.Join(c.folder, "*", "*.png"))
+			if err != nil || len(files) != 8 {
+				t.Fatalf("photos %v, %v", files, err)
+			}
 			model := filepath.Join(dir, c.name+".onnx")
-			args := append([]string{"train", "--model", c.model, "--data", "folder:" + folder, "--test-data", "none",
+			args := append([]string{"train", "--model", c.model, "--data", "folder:" + c.folder, "--test-data", "none",
 				"--epsilon", "8", "--epochs", "1", "--batch-size", "4", "--seed", "3", "--quiet", "--out", model}, c.args...)
 			if _, e, code := run(t, args...); code != 0 {
 				t.Fatalf("train: exit %d: %s", code, e)

@@ -20,8 +20,14 @@ import (
 // input, with a pattern that aliases when shrunk without a filter.
 func photoFolder(t *testing.T) string {
 	t.Helper()
+	return photoFolderOf(t, [][2]int{{40, 60}, {70, 50}, {33, 90}, {64, 64}})
+}
+
+// photoFolderOf is photoFolder with photos of the given sizes (height,
+// width) in each class.
+func photoFolderOf(t *testing.T, sizes [][2]int) string {
+	t.Helper()
 	dir := t.TempDir()
-	sizes := [][2]int{{40, 60}, {70, 50}, {33, 90}, {64, 64}}
 	for c, class := range []string{"a", "b"} {
 		os.MkdirAll(filepath.Join(dir, class), 0o755)
 		for k, s := range sizes {

@@ -24,7 +24,9 @@
 //     each such object a clip of T of its frames (Fit.Clip, ClipView,
 //     clips.go); a directory of single-frame slices one such object,
 //     or one a series where its slices name several (Fit.Series,
-//     series.go: the directory their unit); holdout=F
+//     series.go: the directory their unit); NIfTI volumes (.nii,
+//     .nii.gz, internal/nifti) as such objects, their slices the frames
+//     (nifti.go); holdout=F
 //     splits a folder without a test split, users=REGEX names each
 //     image's user, dicom-users each DICOM image's by its Patient ID —
 //     a listing's too), npy (NumPy arrays: a .npz archive or a directory of

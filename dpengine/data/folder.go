@@ -33,13 +33,13 @@ import (
 // imageExts are the extensions of the files a folder's classes hold:
 // torchvision's ImageFolder's (IMG_EXTENSIONS), the other Netpbm names,
 // and DICOM's. A file's format is read from its contents, not its name.
-var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima"}
+var imageExts = []string{".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima", ".nii"}
 
 // imageKinds names the formats for messages.
-const imageKinds = "PNG, JPEG, BMP, TIFF, WebP, Netpbm or DICOM"
+const imageKinds = "PNG, JPEG, BMP, TIFF, WebP, Netpbm, DICOM or NIfTI"
 
 // imageFiles says which files are read, for messages.
-var imageFiles = imageKinds + ": *" + strings.Join(imageExts, ", *") + ", or DICOM files named without an extension"
+var imageFiles = imageKinds + ": *" + strings.Join(imageExts, ", *") + ", *.nii.gz, or DICOM files named without an extension"
 
 // isImageFile reports whether the file at path is one a folder holds: by
 // one of imageExts, in any case, or, for a name without an extension, by
@@ -47,6 +47,9 @@ var imageFiles = imageKinds + ": *" + strings.Join(imageExts, ", *") + ", or DIC
 // IM000001 or 1.2.840.113619.2.55.3 (whose last "extension" is a number),
 // and a study's DICOMDIR index, which holds no image, is skipped.
 func isImageFile(path string) bool {
+	if isNIfTI(path) {
+		return true
+	}
 	name := filepath.Base(path)
 	ext := strings.ToLower(filepath.Ext(name))
 	for _, e := range imageExts {
@@ -824,6 +827,11 @@ type admitFunc func(path string, w, h int, decoder int64) error
 //
 // dcm are the choices DICOM images are read with (Fit.Window, Fit.Frame).
 func decodeImage(path string, dcm dicom.Options, admit admitFunc) (decoded, error) {
+	if isNIfTI(path) {
+		var d decoded
+		err := decodeNIfTI(path, dcm, admit, nil, func(_ int, nd decoded) error { d = nd; return nil })
+		return d, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return decoded{}, err
@@ -906,6 +914,9 @@ func decodeFrames(path string, dcm dicom.Options, admit admitFunc, want []int, e
 			err = fmt.Errorf("%s: corrupt or unsupported image: the decoder failed: %v", path, p)
 		}
 	}()
+	if isNIfTI(path) {
+		return decodeNIfTI(path, dcm, admit, want, each)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return err

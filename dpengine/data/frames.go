@@ -81,10 +81,14 @@ func clipFrames(n, t int) []int {
 	return k
 }
 
-// fileFrames is a DICOM file's Number of Frames (0 for another format),
+// fileFrames is a DICOM file's Number of Frames, a NIfTI volume's slices
+// (niftiFrames; 0 for another format),
 // held to maxFramesEach and to what the file's size can hold; an object
 // without an image is dicom.ErrNoImage.
 func fileFrames(path string) (int, error) {
+	if isNIfTI(path) {
+		return niftiFrames(path)
+	}
 	if !hasDICOMPrefix(path) {
 		return 0, nil
 	}

@@ -679,7 +679,7 @@ func TestFolderErrors(t *testing.T) {
 			png1(t, filepath.Join(dir, "a", "1.png"))
 			writeFile(t, filepath.Join(dir, "b", "x.txt"), []byte("x"))
 		}, func(dir string) []string {
-			return []string{filepath.Join(dir, "b"), "holds no images (PNG, JPEG, BMP, TIFF, WebP, Netpbm or DICOM", "DICOM files named without an extension"}
+			return []string{filepath.Join(dir, "b"), "holds no images (PNG, JPEG, BMP, TIFF, WebP, Netpbm, DICOM or NIfTI", "DICOM files named without an extension"}
 		}},
 		{"corrupt png", "", func(t *testing.T, dir string) {
 			png1(t, filepath.Join(dir, "a", "1.png"))

@@ -216,17 +216,9 @@ func expandSeries(dirs []string, labels []int64, fit Fit) (out seriesSamples, er
 			case f.Kind == dicom.FrameNone && n > 1:
 				return out, fmt.Errorf("%s: %w: a series of %d slices and no slice chosen", s.name, dicom.ErrMultiFrame, n)
 			default:
-				k := 0
-				switch f.Kind {
-				case dicom.FrameMiddle:
-					k = n / 2
-				case dicom.FrameLast:
-					k = n - 1
-				case dicom.FrameNumber:
-					if f.Number > n {
-						return out, fmt.Errorf("%s: %w: slice %d of a series of %d", s.name, dicom.ErrNoFrame, f.Number, n)
-					}
-					k = f.Number - 1
+				k, err := f.Index(n)
+				if err != nil {
+					return out, fmt.Errorf("%s: %w: slice %d of a series of %d", s.name, dicom.ErrNoFrame, f.Number, n)
 				}
 				pick = []int{k}
 			}

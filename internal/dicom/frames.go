@@ -91,8 +91,10 @@ func (f Frame) Projection() bool {
 	return f.Kind == FrameMax || f.Kind == FrameMean || f.Kind == FrameMin
 }
 
-// index is the 0-based frame f picks of n, for a choice of one frame.
-func (f Frame) index(n int) (int, error) {
+// Index is the 0-based frame f picks of n (frames, or a series' slices,
+// or a volume's), for a choice of one frame: the first where f is
+// FrameNone; a number past n is ErrNoFrame.
+func (f Frame) Index(n int) (int, error) {
 	switch f.Kind {
 	case FrameAll:
 		return 0, errors.New("every frame an image (Frame all) is the caller's to decode, a frame at a time (FrameCount)")

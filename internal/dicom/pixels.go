@@ -115,7 +115,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		return nil, err
 	}
 	if opts.Frame.Kind == FrameAll {
-		_, err := opts.Frame.index(0)
+		_, err := opts.Frame.Index(0)
 		return nil, err
 	}
 	h, s, err := start(src)
@@ -128,7 +128,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	if opts.Frame.Projection() {
 		return h.project(s, opts.Frame, opts.Windows)
 	}
-	k, err := opts.Frame.index(h.frames)
+	k, err := opts.Frame.Index(h.frames)
 	if err != nil {
 		return nil, err
 	}
@@ -138,6 +138,20 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 		}
 	}
 	return h.nextImage(s, k, opts.Windows)
+}
+
+// Level maps v, a Modality LUT output, through w as a LINEAR VOI LUT
+// Function does (PS3.3 C.11.2.1.2.1) to [0, 1]: what a user's window does
+// to a grayscale DICOM image, and to a NIfTI image's scaled values.
+func (w Window) Level(v float64) float64 {
+	c, wd := w.Center-0.5, w.Width-1
+	switch {
+	case v <= c-wd/2:
+		return 0
+	case v > c+wd/2:
+		return 1
+	}
+	return (v-c)/wd + 0.5
 }
 
 // checkWindows refuses windows other than none, one or three, each of a

@@ -2,6 +2,7 @@ package hostile
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -90,4 +91,25 @@ func NPY(shape []int64, data []byte) []byte {
 	dict := fmt.Sprintf("{'descr': '<f4', 'fortran_order': False, 'shape': (%s,), }\n", strings.Join(dims, ", "))
 	b := append([]byte("\x93NUMPY\x01\x00"), byte(len(dict)), byte(len(dict)>>8))
 	return append(append(b, dict...), data...)
+}
+
+// NIfTIGz returns a gzip-compressed NIfTI-2 file of float64 voxels whose
+// header claims w×h×slices of them (up to 2³¹) and whose data holds 16
+// bytes: the header of a decompression bomb.
+func NIfTIGz(w, h, slices int64) []byte {
+	b := make([]byte, 544+16)
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], 540)
+	copy(b[4:], "n+2\x00\r\n\x1a\n")
+	le.PutUint16(b[12:], 64) // float64
+	le.PutUint16(b[14:], 64)
+	for i, d := range []int64{3, w, h, slices, 1, 1, 1, 1} {
+		le.PutUint64(b[16+8*i:], uint64(d))
+	}
+	le.PutUint64(b[168:], 544) // vox_offset
+	var buf bytes.Buffer
+	z := gzip.NewWriter(&buf)
+	z.Write(b)
+	z.Close()
+	return buf.Bytes()
 }

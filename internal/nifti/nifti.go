@@ -1,0 +1,351 @@
+package nifti
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+)
+
+// Header is what the reader keeps of a NIfTI header.
+type Header struct {
+	// Version is 1 (a 348-byte header) or 2 (540 bytes).
+	Version int
+	// Width, Height and Slices are dim[1], dim[2] and dim[3]: a slice's
+	// columns (i) and rows (j), and the slices (k; 1 for a 2-D image).
+	Width, Height, Slices int
+	// Datatype is the voxels' NIfTI type code (2 uint8, 4 int16, 16
+	// float32, 128 RGB24, …).
+	Datatype int
+	// Slope and Intercept scale the stored values (scl_slope, scl_inter),
+	// 1 and 0 where the file gives no scaling (a slope of 0 or not finite,
+	// as nibabel reads it).
+	Slope, Intercept float64
+	// CalMin and CalMax are the display range the file suggests (cal_min,
+	// cal_max; equal where it suggests none).
+	CalMin, CalMax float64
+
+	order     binary.ByteOrder
+	voxOffset int64
+	bytesPer  int // a voxel's stored bytes
+}
+
+// RGB reports whether the voxels are colours (RGB24, or RGBA32 whose
+// alpha is dropped).
+func (h Header) RGB() bool { return h.Datatype == dtRGB24 || h.Datatype == dtRGBA32 }
+
+// Voxels is Width·Height·Slices.
+func (h Header) Voxels() int64 { return int64(h.Width) * int64(h.Height) * int64(h.Slices) }
+
+// Bytes is what Decode holds of the voxels: Voxels() times a voxel's
+// stored bytes. A caller holds it to the memory available before
+// decoding (a gzip-compressed file's few bytes may claim gigabytes).
+func (h Header) Bytes() int64 { return h.Voxels() * int64(h.bytesPer) }
+
+// The datatype codes read (NIfTI-1's nifti1.h).
+const (
+	dtUint8   = 2
+	dtInt16   = 4
+	dtInt32   = 8
+	dtFloat32 = 16
+	dtFloat64 = 64
+	dtRGB24   = 128
+	dtInt8    = 256
+	dtUint16  = 512
+	dtUint32  = 768
+	dtInt64   = 1024
+	dtUint64  = 1280
+	dtRGBA32  = 2304
+)
+
+// voxelBytes are the stored bytes of a voxel of each datatype read.
+var voxelBytes = map[int]int{
+	dtUint8: 1, dtInt8: 1, dtInt16: 2, dtUint16: 2, dtInt32: 4, dtUint32: 4, dtFloat32: 4,
+	dtInt64: 8, dtUint64: 8, dtFloat64: 8, dtRGB24: 3, dtRGBA32: 4,
+}
+
+// unread names the datatypes refused.
+var unread = map[int]string{
+	1: "bit (DT_BINARY)", 32: "complex64", 1536: "float128", 1792: "complex128", 2048: "complex256",
+}
+
+// MaxVoxels bounds an image: 2³¹ voxels (a 2048×2048×512 volume) is more
+// than any scan a classifier reads.
+const MaxVoxels = 1 << 31
+
+// ErrNotNIfTI is returned (wrapped) for data that is no NIfTI image.
+var ErrNotNIfTI = errors.New("not a NIfTI-1 or NIfTI-2 file")
+
+func wrap(err error) error { return fmt.Errorf("nifti: %w", err) }
+
+// open returns r's contents, gunzipped where they are gzip's.
+func open(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReader(r)
+	if p, err := br.Peek(2); err == nil && p[0] == 0x1f && p[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, err
+		}
+		return bufio.NewReader(zr), nil
+	}
+	return br, nil
+}
+
+// DecodeHeader reads the header of the NIfTI image in r (a .nii file's
+// contents, gzip-compressed or not).
+func DecodeHeader(r io.Reader) (Header, error) {
+	src, err := open(r)
+	if err != nil {
+		return Header{}, wrap(fmt.Errorf("gzip: %v", err))
+	}
+	h, _, err := readHeader(src)
+	if err != nil {
+		return Header{}, wrap(err)
+	}
+	return h, nil
+}
+
+// readHeader reads and checks a header from src, returning it and the
+// bytes of src read.
+func readHeader(src io.Reader) (Header, int64, error) {
+	var b [540]byte
+	if _, err := io.ReadFull(src, b[:4]); err != nil {
+		return Header{}, 0, fmt.Errorf("%w: %d bytes", ErrNotNIfTI, 0)
+	}
+	var h Header
+	switch {
+	case binary.LittleEndian.Uint32(b[:4]) == 348:
+		h.Version, h.order = 1, binary.LittleEndian
+	case binary.BigEndian.Uint32(b[:4]) == 348:
+		h.Version, h.order = 1, binary.BigEndian
+	case binary.LittleEndian.Uint32(b[:4]) == 540:
+		h.Version, h.order = 2, binary.LittleEndian
+	case binary.BigEndian.Uint32(b[:4]) == 540:
+		h.Version, h.order = 2, binary.BigEndian
+	default:
+		return Header{}, 0, fmt.Errorf("%w: its first word (sizeof_hdr) is neither 348 nor 540", ErrNotNIfTI)
+	}
+	n := 348
+	if h.Version == 2 {
+		n = 540
+	}
+	if _, err := io.ReadFull(src, b[4:n]); err != nil {
+		return Header{}, 0, fmt.Errorf("a header of %d bytes cut short", n)
+	}
+	o := h.order
+	f32 := func(at int) float64 { return float64(math.Float32frombits(o.Uint32(b[at:]))) }
+	f64 := func(at int) float64 { return math.Float64frombits(o.Uint64(b[at:])) }
+	var dims [8]int64
+	var offset float64
+	var slope, inter float64
+	if h.Version == 1 {
+		switch m := string(b[344:348]); m {
+		case "n+1\x00":
+		case "ni1\x00":
+			return Header{}, 0, errors.New("a NIfTI-1 header of a .hdr/.img pair (magic \"ni1\"): not read; convert it to one .nii file (nibabel, fslchfiletype)")
+		default:
+			return Header{}, 0, fmt.Errorf("%w: NIfTI-1 magic %q (an Analyze 7.5 header?)", ErrNotNIfTI, m)
+		}
+		for i := range dims {
+			dims[i] = int64(int16(o.Uint16(b[40+2*i:])))
+		}
+		h.Datatype = int(int16(o.Uint16(b[70:])))
+		offset = f32(108)
+		slope, inter = f32(112), f32(116)
+		h.CalMax, h.CalMin = f32(124), f32(128)
+	} else {
+		switch m := string(b[4:12]); m {
+		case "n+2\x00\r\n\x1a\n":
+		case "ni2\x00\r\n\x1a\n":
+			return Header{}, 0, errors.New("a NIfTI-2 header of a .hdr/.img pair (magic \"ni2\"): not read; convert it to one .nii file")
+		default:
+			return Header{}, 0, fmt.Errorf("%w: NIfTI-2 magic %q", ErrNotNIfTI, m)
+		}
+		h.Datatype = int(int16(o.Uint16(b[12:])))
+		for i := range dims {
+			dims[i] = int64(o.Uint64(b[16+8*i:]))
+		}
+		offset = float64(int64(o.Uint64(b[168:])))
+		slope, inter = f64(176), f64(184)
+		h.CalMax, h.CalMin = f64(192), f64(200)
+	}
+	if dims[0] < 1 || dims[0] > 7 {
+		return Header{}, 0, fmt.Errorf("dim[0] = %d: want 1 to 7 dimensions", dims[0])
+	}
+	for i := int64(1); i <= dims[0]; i++ {
+		if dims[i] < 1 || dims[i] > MaxVoxels {
+			return Header{}, 0, fmt.Errorf("dim[%d] = %d: want 1 to 2^31", i, dims[i])
+		}
+	}
+	for i := int64(4); i <= dims[0]; i++ {
+		if dims[i] > 1 {
+			return Header{}, 0, fmt.Errorf("a %d-D image of dimensions %v: dimension %d holds %d (volumes of a time series?); only 2-D images and 3-D volumes are read — split it into volumes first (fslsplit, nibabel)", dims[0], dims[1:dims[0]+1], i, dims[i])
+		}
+	}
+	h.Width, h.Height, h.Slices = int(dims[1]), 1, 1
+	if dims[0] >= 2 {
+		h.Height = int(dims[2])
+	}
+	if dims[0] >= 3 {
+		h.Slices = int(dims[3])
+	}
+	if v := h.Voxels(); v > MaxVoxels || int64(h.Width)*int64(h.Height) > MaxVoxels {
+		return Header{}, 0, fmt.Errorf("an image of %d×%d×%d voxels, over the limit of 2^31", h.Width, h.Height, h.Slices)
+	}
+	if name, ok := unread[h.Datatype]; ok {
+		return Header{}, 0, fmt.Errorf("voxels of type %s (datatype %d) are not read", name, h.Datatype)
+	}
+	bp, ok := voxelBytes[h.Datatype]
+	if !ok {
+		return Header{}, 0, fmt.Errorf("datatype %d is no NIfTI voxel type", h.Datatype)
+	}
+	h.bytesPer = bp
+	if !(offset >= float64(n+4)) || offset > 1<<40 {
+		return Header{}, 0, fmt.Errorf("vox_offset %g: the voxels start after the %d-byte header and its 4-byte extension flag", offset, n)
+	}
+	h.voxOffset = int64(offset)
+	// nibabel's get_slope_inter: a slope of 0 or not finite is no scaling;
+	// a finite slope with an intercept that is not, an error.
+	h.Slope, h.Intercept = 1, 0
+	if slope != 0 && !math.IsNaN(slope) && !math.IsInf(slope, 0) && !h.RGB() {
+		if math.IsNaN(inter) || math.IsInf(inter, 0) {
+			return Header{}, 0, fmt.Errorf("scl_slope %g with scl_inter %g: an intercept that is no number", slope, inter)
+		}
+		h.Slope, h.Intercept = slope, inter
+	}
+	if math.IsNaN(h.CalMin) || math.IsNaN(h.CalMax) || math.IsInf(h.CalMin, 0) || math.IsInf(h.CalMax, 0) {
+		h.CalMin, h.CalMax = 0, 0
+	}
+	return h, int64(n), nil
+}
+
+// A Volume is a NIfTI image's voxels as stored: slice after slice (k),
+// each row after row (j), each row's columns (i) in order.
+type Volume struct {
+	Header
+	// raw are the stored voxels in segments of segVoxels voxels (the last
+	// shorter): read as they arrive, none grown and copied.
+	raw [][]byte
+}
+
+// segVoxels is the voxels of a segment of Volume.raw: 4–32 MiB.
+const segVoxels = 1 << 22
+
+// voxel returns voxel i's stored bytes (and those after it in its
+// segment).
+func (v *Volume) voxel(i int) []byte {
+	return v.raw[i/segVoxels][(i%segVoxels)*v.bytesPer:]
+}
+
+// Slice returns slice k of a grayscale image — Height rows of Width
+// values, Slope·stored + Intercept (NaN where a floating-point file
+// stores NaN) — in dst, grown where it is short.
+func (v *Volume) Slice(k int, dst []float32) []float32 {
+	n := v.Width * v.Height
+	dst = slices.Grow(dst[:0], n)[:n]
+	v.values(k*n, dst)
+	return dst
+}
+
+// RGBSlice returns slice k of a colour image, three bytes (R, G, B) a
+// voxel, in dst, grown where it is short.
+func (v *Volume) RGBSlice(k int, dst []uint8) []uint8 {
+	n := v.Width * v.Height
+	dst = slices.Grow(dst[:0], 3*n)[:3*n]
+	for i := range n {
+		copy(dst[3*i:3*i+3], v.voxel(k*n+i))
+	}
+	return dst
+}
+
+// Range returns the least and the greatest of a grayscale image's scaled
+// values, NaNs left out (0, 0 where all are NaN).
+func (v *Volume) Range() (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	var buf [4096]float32
+	n := int(v.Voxels())
+	for at := 0; at < n; at += len(buf) {
+		b := buf[:min(len(buf), n-at)]
+		v.values(at, b)
+		for _, x := range b {
+			if x == x { // not NaN
+				lo, hi = min(lo, float64(x)), max(hi, float64(x))
+			}
+		}
+	}
+	if lo > hi {
+		return 0, 0
+	}
+	return lo, hi
+}
+
+// values sets dst to the scaled values of the voxels from the at'th.
+func (v *Volume) values(at int, dst []float32) {
+	o, s, c := v.order, v.Slope, v.Intercept
+	for j := range dst {
+		b := v.voxel(at + j)
+		var x float64
+		switch v.Datatype {
+		case dtUint8:
+			x = float64(b[0])
+		case dtInt8:
+			x = float64(int8(b[0]))
+		case dtInt16:
+			x = float64(int16(o.Uint16(b)))
+		case dtUint16:
+			x = float64(o.Uint16(b))
+		case dtInt32:
+			x = float64(int32(o.Uint32(b)))
+		case dtUint32:
+			x = float64(o.Uint32(b))
+		case dtFloat32:
+			x = float64(math.Float32frombits(o.Uint32(b)))
+		case dtInt64:
+			x = float64(int64(o.Uint64(b)))
+		case dtUint64:
+			x = float64(o.Uint64(b))
+		default:
+			x = math.Float64frombits(o.Uint64(b))
+		}
+		dst[j] = float32(x*s + c)
+	}
+}
+
+// Decode reads the NIfTI image in r (a .nii file's contents, gzip-
+// compressed or not).
+func Decode(r io.Reader) (*Volume, error) {
+	src, err := open(r)
+	if err != nil {
+		return nil, wrap(fmt.Errorf("gzip: %v", err))
+	}
+	h, read, err := readHeader(src)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	// Extensions (and whatever else) up to the voxels, skipped.
+	if _, err := io.CopyN(io.Discard, src, h.voxOffset-read); err != nil {
+		return nil, wrap(fmt.Errorf("the file ends before vox_offset %d", h.voxOffset))
+	}
+	// Read a segment at a time, each allocated as its bytes are about to
+	// arrive: a header that claims more than the file holds allocates at
+	// most a segment more than the file.
+	v := &Volume{Header: h}
+	want, got := h.Bytes(), int64(0)
+	for got < want {
+		seg := make([]byte, min(want-got, int64(segVoxels*h.bytesPer)))
+		n, err := io.ReadFull(src, seg)
+		got += int64(n)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil, wrap(fmt.Errorf("%d×%d×%d voxels of %d bytes take %d bytes; the file holds %d after vox_offset", h.Width, h.Height, h.Slices, h.bytesPer, want, got))
+		}
+		if err != nil {
+			return nil, wrap(fmt.Errorf("reading the voxels: %v", err))
+		}
+		v.raw = append(v.raw, seg)
+	}
+	return v, nil
+}
