@@ -244,11 +244,12 @@ def is_nifti(path):
 
 def nifti_images(path, window, frame=""):
     """A NIfTI image's images as dpfinetune reads them
-    (dpengine/data/nifti.go), with nibabel: a 3-D volume's slices (planes of
-    constant k) are its frames — the one frame picks (first, middle, last,
-    a number), a projection of them all (max, mean, min; NaNs left out), or
-    each slice (all) —, a slice displayed as viewers display it
-    (np.rot90(array[:, :, k])), its scaled values held as float32 and
+    (dpengine/data/nifti.go), with nibabel: a 3-D volume, reoriented to its
+    closest canonical orientation (nibabel's as_closest_canonical: RAS+),
+    has its slices (planes of constant z) for frames — the one frame picks
+    (first, middle, last, a number), a projection of them all (max, mean,
+    min; NaNs left out), or each slice (all) —, a slice displayed as viewers
+    display it (np.rot90(array[:, :, k])), its scaled values held as float32 and
     mapped to 8 bits through window (dpfinetune.window's value) as a DICOM
     image's are, else the file's cal_min..cal_max where it sets them, else
     the volume's range; NaN black."""
@@ -265,7 +266,9 @@ def nifti_images(path, window, frame=""):
         a = np.stack([a[f] for f in a.dtype.names[:3]], -1).reshape(shape[:3] + (3,)).astype(np.uint8)
     else:
         a = img.get_fdata().reshape(shape[:3]).astype(np.float32).astype(np.float64)
-    n = shape[2]
+    # The closest canonical orientation (RAS+), as dpfinetune reorients it.
+    a = np.asanyarray(nib.as_closest_canonical(nib.Nifti1Image(a, img.affine)).dataobj)
+    n = a.shape[2]
     project = frame if frame in ("max", "mean", "min") else None
     if n > 1 and not frame:
         raise ValueError(f"{path}: a volume of {n} slices: choose its image (dpfinetune.frame)")

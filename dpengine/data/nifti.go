@@ -13,11 +13,13 @@ import (
 )
 
 // A NIfTI image (.nii, .nii.gz: internal/nifti) is read as a multi-frame
-// DICOM object is: a 3-D volume's slices (planes of constant k) are its
-// frames — one picked or projected by Fit.Frame, every slice a sample,
-// a clip's T — and a 2-D image is one image. A slice is an image as
-// viewers display it (np.rot90 of nibabel's array[:, :, k]: row 0 the
-// last j, columns i), its scaled values (scl_slope, scl_inter) mapped to
+// DICOM object is: a 3-D volume, in its closest canonical orientation
+// (RAS+, as nibabel's as_closest_canonical reorients it), has its slices
+// (planes of constant z: axial ones, for a head or body scan) for frames —
+// one picked or projected by Fit.Frame, every slice a sample, a clip's T —
+// and a 2-D image is one image. A slice is an image as viewers display it
+// (np.rot90 of the canonical array[:, :, k]: row 0 the front, the patient's
+// right on the right), its scaled values (scl_slope, scl_inter) mapped to
 // 8 bits through Fit.Window's windows where given, as a DICOM image's
 // Modality LUT output is, else through the file's display range (cal_min
 // to cal_max) where it gives one, else through the volume's range, the

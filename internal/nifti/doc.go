@@ -5,10 +5,11 @@
 // image or a 3-D volume, scaled by scl_slope and scl_inter as nibabel's
 // get_fdata scales them, or an RGB image's bytes.
 //
-// A volume is read whole (Decode); its slices are planes of constant k,
-// each Height rows (j) of Width columns (i) as stored. What makes an 8-bit
-// image of a slice — the window, the orientation — is the caller's
-// (dpengine/data). A file is trusted for nothing: its dimensions, offsets
+// A volume is read whole (Decode) and in its closest canonical
+// orientation (orient.go: RAS+, as nibabel's as_closest_canonical): its
+// slices are planes of constant z (S), each Height rows (y, A) of Width
+// values (x, R). What makes an 8-bit image of a slice — the window, the
+// display — is the caller's (dpengine/data). A file is trusted for nothing: its dimensions, offsets
 // and types are checked before anything is allocated, and the voxels are
 // read as they arrive, so that a header claiming more than the file holds
 // costs no more memory than the file and a segment (4–32 MiB).

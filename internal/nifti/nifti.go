@@ -15,8 +15,11 @@ import (
 type Header struct {
 	// Version is 1 (a 348-byte header) or 2 (540 bytes).
 	Version int
-	// Width, Height and Slices are dim[1], dim[2] and dim[3]: a slice's
-	// columns (i) and rows (j), and the slices (k; 1 for a 2-D image).
+	// Width, Height and Slices are the volume's size along the axes of
+	// its closest canonical orientation (RAS+: orient.go) — a slice's
+	// columns (x, to the patient's right) and rows (y, to the front),
+	// and the slices (z, upwards; 1 for a 2-D image): dim[1], dim[2] and
+	// dim[3] permuted.
 	Width, Height, Slices int
 	// Datatype is the voxels' NIfTI type code (2 uint8, 4 int16, 16
 	// float32, 128 RGB24, …).
@@ -32,6 +35,10 @@ type Header struct {
 	order     binary.ByteOrder
 	voxOffset int64
 	bytesPer  int // a voxel's stored bytes
+	// stored are dim[1..3] (1 where absent); axes map the canonical axes
+	// to them (orient.go).
+	stored [3]int
+	axes   [3]axis
 }
 
 // RGB reports whether the voxels are colours (RGB24, or RGBA32 whose
@@ -141,6 +148,7 @@ func readHeader(src io.Reader) (Header, int64, error) {
 	f64 := func(at int) float64 { return math.Float64frombits(o.Uint64(b[at:])) }
 	var dims [8]int64
 	var offset float64
+	var g geometry
 	var slope, inter float64
 	if h.Version == 1 {
 		switch m := string(b[344:348]); m {
@@ -157,6 +165,15 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		offset = f32(108)
 		slope, inter = f32(112), f32(116)
 		h.CalMax, h.CalMin = f32(124), f32(128)
+		g.qcode, g.scode = int(int16(o.Uint16(b[252:]))), int(int16(o.Uint16(b[254:])))
+		for i := range 3 {
+			g.quat[i] = f32(256 + 4*i)
+			g.pixdim[i] = f32(80 + 4*i)
+			for j := range 3 {
+				g.srow[i][j] = f32(280 + 16*i + 4*j)
+			}
+		}
+		g.qfac = f32(76)
 	} else {
 		switch m := string(b[4:12]); m {
 		case "n+2\x00\r\n\x1a\n":
@@ -172,6 +189,15 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		offset = float64(int64(o.Uint64(b[168:])))
 		slope, inter = f64(176), f64(184)
 		h.CalMax, h.CalMin = f64(192), f64(200)
+		g.qcode, g.scode = int(int32(o.Uint32(b[344:]))), int(int32(o.Uint32(b[348:])))
+		for i := range 3 {
+			g.quat[i] = f64(352 + 8*i)
+			g.pixdim[i] = f64(112 + 8*i)
+			for j := range 3 {
+				g.srow[i][j] = f64(400 + 32*i + 8*j)
+			}
+		}
+		g.qfac = f64(104)
 	}
 	if dims[0] < 1 || dims[0] > 7 {
 		return Header{}, 0, fmt.Errorf("dim[0] = %d: want 1 to 7 dimensions", dims[0])
@@ -186,13 +212,15 @@ func readHeader(src io.Reader) (Header, int64, error) {
 			return Header{}, 0, fmt.Errorf("a %d-D image of dimensions %v: dimension %d holds %d (volumes of a time series?); only 2-D images and 3-D volumes are read — split it into volumes first (fslsplit, nibabel)", dims[0], dims[1:dims[0]+1], i, dims[i])
 		}
 	}
-	h.Width, h.Height, h.Slices = int(dims[1]), 1, 1
+	h.stored = [3]int{int(dims[1]), 1, 1}
 	if dims[0] >= 2 {
-		h.Height = int(dims[2])
+		h.stored[1] = int(dims[2])
 	}
 	if dims[0] >= 3 {
-		h.Slices = int(dims[3])
+		h.stored[2] = int(dims[3])
 	}
+	h.axes = g.canonical()
+	h.Width, h.Height, h.Slices = h.stored[h.axes[0].stored], h.stored[h.axes[1].stored], h.stored[h.axes[2].stored]
 	if v := h.Voxels(); v > MaxVoxels || int64(h.Width)*int64(h.Height) > MaxVoxels {
 		return Header{}, 0, fmt.Errorf("an image of %d×%d×%d voxels, over the limit of 2^31", h.Width, h.Height, h.Slices)
 	}
@@ -241,25 +269,49 @@ func (v *Volume) voxel(i int) []byte {
 	return v.raw[i/segVoxels][(i%segVoxels)*v.bytesPer:]
 }
 
-// Slice returns slice k of a grayscale image — Height rows of Width
-// values, Slope·stored + Intercept (NaN where a floating-point file
-// stores NaN) — in dst, grown where it is short.
+// Slice returns slice k of a grayscale image in its canonical orientation
+// — Height rows (y) of Width values (x), Slope·stored + Intercept (NaN
+// where a floating-point file stores NaN) — in dst, grown where it is
+// short.
 func (v *Volume) Slice(k int, dst []float32) []float32 {
-	n := v.Width * v.Height
-	dst = slices.Grow(dst[:0], n)[:n]
-	v.values(k*n, dst)
+	dst = slices.Grow(dst[:0], v.Width*v.Height)[:v.Width*v.Height]
+	v.walk(k, func(j, i int) { dst[j] = v.value(i) })
 	return dst
 }
 
-// RGBSlice returns slice k of a colour image, three bytes (R, G, B) a
-// voxel, in dst, grown where it is short.
+// RGBSlice returns slice k of a colour image, as Slice orients it, three
+// bytes (R, G, B) a voxel, in dst, grown where it is short.
 func (v *Volume) RGBSlice(k int, dst []uint8) []uint8 {
 	n := v.Width * v.Height
 	dst = slices.Grow(dst[:0], 3*n)[:3*n]
-	for i := range n {
-		copy(dst[3*i:3*i+3], v.voxel(k*n+i))
-	}
+	v.walk(k, func(j, i int) { copy(dst[3*j:3*j+3], v.voxel(i)) })
 	return dst
+}
+
+// walk calls f for each voxel of canonical slice k, row after row: its
+// place j in the slice and i in the stored voxels.
+func (v *Volume) walk(k int, f func(j, i int)) {
+	var stride [3]int // of the stored axes
+	stride[0], stride[1], stride[2] = 1, v.stored[0], v.stored[0]*v.stored[1]
+	// The stored index of canonical (x, y, k): base + x·sx + y·sy.
+	step := func(a int) (first, s int) {
+		ax := v.axes[a]
+		s = stride[ax.stored]
+		if ax.flip {
+			return (v.stored[ax.stored] - 1) * s, -s
+		}
+		return 0, s
+	}
+	x0, sx := step(0)
+	y0, sy := step(1)
+	z0, sz := step(2)
+	base := x0 + y0 + z0 + k*sz
+	for y := range v.Height {
+		row := base + y*sy
+		for x := range v.Width {
+			f(y*v.Width+x, row+x*sx)
+		}
+	}
 }
 
 // Range returns the least and the greatest of a grayscale image's scaled
@@ -283,36 +335,41 @@ func (v *Volume) Range() (lo, hi float64) {
 	return lo, hi
 }
 
-// values sets dst to the scaled values of the voxels from the at'th.
+// values sets dst to the scaled values of the stored voxels from the
+// at'th.
 func (v *Volume) values(at int, dst []float32) {
-	o, s, c := v.order, v.Slope, v.Intercept
 	for j := range dst {
-		b := v.voxel(at + j)
-		var x float64
-		switch v.Datatype {
-		case dtUint8:
-			x = float64(b[0])
-		case dtInt8:
-			x = float64(int8(b[0]))
-		case dtInt16:
-			x = float64(int16(o.Uint16(b)))
-		case dtUint16:
-			x = float64(o.Uint16(b))
-		case dtInt32:
-			x = float64(int32(o.Uint32(b)))
-		case dtUint32:
-			x = float64(o.Uint32(b))
-		case dtFloat32:
-			x = float64(math.Float32frombits(o.Uint32(b)))
-		case dtInt64:
-			x = float64(int64(o.Uint64(b)))
-		case dtUint64:
-			x = float64(o.Uint64(b))
-		default:
-			x = math.Float64frombits(o.Uint64(b))
-		}
-		dst[j] = float32(x*s + c)
+		dst[j] = v.value(at + j)
 	}
+}
+
+// value is stored voxel i's scaled value.
+func (v *Volume) value(i int) float32 {
+	o, b := v.order, v.voxel(i)
+	var x float64
+	switch v.Datatype {
+	case dtUint8:
+		x = float64(b[0])
+	case dtInt8:
+		x = float64(int8(b[0]))
+	case dtInt16:
+		x = float64(int16(o.Uint16(b)))
+	case dtUint16:
+		x = float64(o.Uint16(b))
+	case dtInt32:
+		x = float64(int32(o.Uint32(b)))
+	case dtUint32:
+		x = float64(o.Uint32(b))
+	case dtFloat32:
+		x = float64(math.Float32frombits(o.Uint32(b)))
+	case dtInt64:
+		x = float64(int64(o.Uint64(b)))
+	case dtUint64:
+		x = float64(o.Uint64(b))
+	default:
+		x = math.Float64frombits(o.Uint64(b))
+	}
+	return float32(x*v.Slope + v.Intercept)
 }
 
 // Decode reads the NIfTI image in r (a .nii file's contents, gzip-

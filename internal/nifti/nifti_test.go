@@ -34,17 +34,19 @@ func fixtures(t testing.TB) []fixture {
 	if err := json.Unmarshal(b, &cs); err != nil {
 		t.Fatal(err)
 	}
-	if len(cs) < 16 {
-		t.Fatalf("%d cases, want 16", len(cs))
+	if len(cs) < 22 {
+		t.Fatalf("%d cases, want 22", len(cs))
 	}
 	return cs
 }
 
 // TestDecodeFixtures holds every fixture — each datatype read, both byte
 // orders, both versions, gzip, an extension, a file's own scaling, no
-// scaling (a slope of 0), a 2-D image, a 4-D image of one volume, RGB —
-// to nibabel's reading of it, value for value; and the refusals to their
-// words.
+// scaling (a slope of 0), a 2-D image, a 4-D image of one volume, RGB;
+// axes stored permuted, flipped, rotated (a qform alone), with a negative
+// qfac, and with no qform or sform — to nibabel's reading of it,
+// reoriented by its as_closest_canonical, value for value; and the
+// refusals to their words.
 func TestDecodeFixtures(t *testing.T) {
 	for _, c := range fixtures(t) {
 		t.Run(c.Name, func(t *testing.T) {
