@@ -114,25 +114,7 @@ func TestSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each slice known by its pixels.
-	mark := map[string]byte{}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && d.Name() != "sr" {
-			dec, err := decodeImage(p, dicom.Options{}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := os.ReadFile(p)
-			mark[string(dec.pix)] = b[len(b)-600] - 40
-		}
-		return nil
-	})
-	marks := func(im *Images) []byte {
-		var m []byte
-		for i := range im.Len() {
-			m = append(m, mark[string(im.Pixels(i))])
-		}
-		return m
-	}
+	_, marks := markedSlices(t, dir, "sr")
 	im, err := LoadFitted(spec, Fit{Series: true, Frame: "all"})
 	if err != nil {
 		t.Fatal(err)
@@ -261,21 +243,7 @@ func TestSeriesSplit(t *testing.T) {
 		"y2": {uid: "1.2.9.1", number: "1", inst: 2, z: "40", orient: coronal, mark: 32, patient: "P-0003"},
 		"y3": {uid: "1.2.9.2", number: "1", inst: 1, mark: 41, patient: "P-0003"},
 	})
-	mark := map[string]byte{}
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			b, _ := os.ReadFile(p)
-			mark[string(decodeTest(t, p))] = b[len(b)-600] - 40
-		}
-		return nil
-	})
-	marks := func(im *Images) []byte {
-		var m []byte
-		for i := range im.Len() {
-			m = append(m, mark[string(im.Pixels(i))])
-		}
-		return m
-	}
+	mark, marks := markedSlices(t, dir, "")
 	series := func(im *Images) string {
 		var s []string
 		for i := range im.Len() {
@@ -383,4 +351,26 @@ func decodeTest(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return dec.pix
+}
+
+// markedSlices reads the mark of every slice file under dir but those
+// named skip (testSlice's: its pixels known by their mark), and returns
+// the marks by pixels and a function giving a load's samples' marks.
+func markedSlices(t *testing.T, dir, skip string) (map[string]byte, func(*Images) []byte) {
+	t.Helper()
+	mark := map[string]byte{}
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() != skip {
+			b, _ := os.ReadFile(p)
+			mark[string(decodeTest(t, p))] = b[len(b)-600] - 40
+		}
+		return nil
+	})
+	return mark, func(im *Images) []byte {
+		var m []byte
+		for i := range im.Len() {
+			m = append(m, mark[string(im.Pixels(i))])
+		}
+		return m
+	}
 }

@@ -143,15 +143,18 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 // Level maps v, a Modality LUT output, through w as a LINEAR VOI LUT
 // Function does (PS3.3 C.11.2.1.2.1) to [0, 1]: what a user's window does
 // to a grayscale DICOM image, and to a NIfTI image's scaled values.
-func (w Window) Level(v float64) float64 {
-	c, wd := w.Center-0.5, w.Width-1
+func (w Window) Level(v float64) float64 { return linear(w.Center-0.5, w.Width-1, v) }
+
+// linear is the linear VOI of centre c and width wd (as PS3.3 C.11.2.1.2
+// adjusts them) at x, to [0, 1].
+func linear(c, wd, x float64) float64 {
 	switch {
-	case v <= c-wd/2:
+	case x <= c-wd/2:
 		return 0
-	case v > c+wd/2:
+	case x > c+wd/2:
 		return 1
 	}
-	return (v-c)/wd + 0.5
+	return (x-c)/wd + 0.5
 }
 
 // checkWindows refuses windows other than none, one or three, each of a
@@ -787,15 +790,7 @@ func windowFunc(name string, w Window) (func(float64) float64, error) {
 		}
 		return func(x float64) float64 { return 1 / (1 + math.Exp(-4*(x-c)/wd)) }, nil
 	}
-	return func(x float64) float64 {
-		switch {
-		case x <= c-wd/2:
-			return 0
-		case x > c+wd/2:
-			return 1
-		}
-		return (x-c)/wd + 0.5
-	}, nil
+	return func(x float64) float64 { return linear(c, wd, x) }, nil
 }
 
 // toRGB makes 8-bit RGB of a colour image's stored values: YBR_FULL

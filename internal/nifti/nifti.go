@@ -80,6 +80,27 @@ var unread = map[int]string{
 	1: "bit (DT_BINARY)", 32: "complex64", 1536: "float128", 1792: "complex128", 2048: "complex256",
 }
 
+// A layout is where a header version keeps the fields read (nifti1.h,
+// nifti2.h): their offsets, and the bytes of its floating-point fields,
+// of a dimension and of a form code.
+type layout struct {
+	float, dimSize, codeSize int
+	dims, datatype           int
+	voxOffset                int // a float in NIfTI-1, an int64 in NIfTI-2
+	slope                    int // scl_slope, scl_inter after it
+	cal                      int // cal_max, cal_min after it
+	codes                    int // qform_code, sform_code after it
+	quat                     int // quatern_b, _c, _d
+	pixdim                   int // pixdim[0] (qfac), then pixdim[1..7]
+	srow                     int // srow_x, srow_y, srow_z of 4 each
+}
+
+// layouts are NIfTI-1's and NIfTI-2's.
+var layouts = [2]layout{
+	{float: 4, dimSize: 2, codeSize: 2, dims: 40, datatype: 70, voxOffset: 108, slope: 112, cal: 124, codes: 252, quat: 256, pixdim: 76, srow: 280},
+	{float: 8, dimSize: 8, codeSize: 4, dims: 16, datatype: 12, voxOffset: 168, slope: 176, cal: 192, codes: 344, quat: 352, pixdim: 104, srow: 400},
+}
+
 // MaxVoxels bounds an image: 2³¹ voxels (a 2048×2048×512 volume) is more
 // than any scan a classifier reads.
 const MaxVoxels = 1 << 31
@@ -144,8 +165,6 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		return Header{}, 0, fmt.Errorf("a header of %d bytes cut short", n)
 	}
 	o := h.order
-	f32 := func(at int) float64 { return float64(math.Float32frombits(o.Uint32(b[at:]))) }
-	f64 := func(at int) float64 { return math.Float64frombits(o.Uint64(b[at:])) }
 	var dims [8]int64
 	var offset float64
 	var g geometry
@@ -158,22 +177,6 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		default:
 			return Header{}, 0, fmt.Errorf("%w: NIfTI-1 magic %q (an Analyze 7.5 header?)", ErrNotNIfTI, m)
 		}
-		for i := range dims {
-			dims[i] = int64(int16(o.Uint16(b[40+2*i:])))
-		}
-		h.Datatype = int(int16(o.Uint16(b[70:])))
-		offset = f32(108)
-		slope, inter = f32(112), f32(116)
-		h.CalMax, h.CalMin = f32(124), f32(128)
-		g.qcode, g.scode = int(int16(o.Uint16(b[252:]))), int(int16(o.Uint16(b[254:])))
-		for i := range 3 {
-			g.quat[i] = f32(256 + 4*i)
-			g.pixdim[i] = f32(80 + 4*i)
-			for j := range 3 {
-				g.srow[i][j] = f32(280 + 16*i + 4*j)
-			}
-		}
-		g.qfac = f32(76)
 	} else {
 		switch m := string(b[4:12]); m {
 		case "n+2\x00\r\n\x1a\n":
@@ -182,22 +185,42 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		default:
 			return Header{}, 0, fmt.Errorf("%w: NIfTI-2 magic %q", ErrNotNIfTI, m)
 		}
-		h.Datatype = int(int16(o.Uint16(b[12:])))
-		for i := range dims {
-			dims[i] = int64(o.Uint64(b[16+8*i:]))
+	}
+	L := layouts[h.Version-1]
+	fl := func(at int) float64 {
+		if L.float == 4 {
+			return float64(math.Float32frombits(o.Uint32(b[at:])))
 		}
-		offset = float64(int64(o.Uint64(b[168:])))
-		slope, inter = f64(176), f64(184)
-		h.CalMax, h.CalMin = f64(192), f64(200)
-		g.qcode, g.scode = int(int32(o.Uint32(b[344:]))), int(int32(o.Uint32(b[348:])))
-		for i := range 3 {
-			g.quat[i] = f64(352 + 8*i)
-			g.pixdim[i] = f64(112 + 8*i)
-			for j := range 3 {
-				g.srow[i][j] = f64(400 + 32*i + 8*j)
-			}
+		return math.Float64frombits(o.Uint64(b[at:]))
+	}
+	in := func(at, size int) int64 {
+		switch size {
+		case 2:
+			return int64(int16(o.Uint16(b[at:])))
+		case 4:
+			return int64(int32(o.Uint32(b[at:])))
 		}
-		g.qfac = f64(104)
+		return int64(o.Uint64(b[at:]))
+	}
+	for i := range dims {
+		dims[i] = in(L.dims+L.dimSize*i, L.dimSize)
+	}
+	h.Datatype = int(in(L.datatype, 2))
+	if h.Version == 1 {
+		offset = fl(L.voxOffset)
+	} else {
+		offset = float64(in(L.voxOffset, 8))
+	}
+	slope, inter = fl(L.slope), fl(L.slope+L.float)
+	h.CalMax, h.CalMin = fl(L.cal), fl(L.cal+L.float)
+	g.qcode, g.scode = int(in(L.codes, L.codeSize)), int(in(L.codes+L.codeSize, L.codeSize))
+	g.qfac = fl(L.pixdim)
+	for i := range 3 {
+		g.quat[i] = fl(L.quat + L.float*i)
+		g.pixdim[i] = fl(L.pixdim + L.float*(i+1))
+		for j := range 3 {
+			g.srow[i][j] = fl(L.srow + 4*L.float*i + L.float*j)
+		}
 	}
 	if dims[0] < 1 || dims[0] > 7 {
 		return Header{}, 0, fmt.Errorf("dim[0] = %d: want 1 to 7 dimensions", dims[0])
