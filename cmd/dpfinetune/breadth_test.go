@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,15 +29,22 @@ import (
 // tokens, whose per-sample norms were once wrong). DPFINETUNE_BREADTH=1 runs all
 // of them; DPFINETUNE_BREADTH=a,b runs those; DPFINETUNE_BREADTH_OPSETS=11,13
 // exports them at those opsets instead of 14 and 17. docs/BREADTH.md has
-// the last full run's results.
+// the last full run's results. breadthAll's last four are torchvision's
+// video classifiers, whose samples are (3, T, H, W) clips.
 var breadthCI = []string{"vit", "mobilenet_v3_small", "convnext", "googlenet", "swin_t"}
 
 var breadthAll = []string{"resnet18", "wide_resnet", "resnext", "densenet", "mobilenet_v2", "mobilenet_v3_small",
 	"mobilenet_v3_large", "efficientnet", "regnet", "shufflenet_v2", "mnasnet", "googlenet", "inception_v3",
-	"squeezenet", "alexnet", "vgg", "vgg_bn", "convnext", "swin_t", "swin_v2", "efficientnet_v2", "vit", "maxvit"}
+	"squeezenet", "alexnet", "vgg", "vgg_bn", "convnext", "swin_t", "swin_v2", "efficientnet_v2", "vit", "maxvit",
+	"r3d_18", "mc3_18", "r2plus1d_18", "s3d"}
 
+// breadthEntry is a model's entry in breadth.py's manifest.
 type breadthEntry struct {
-	Size    int               `json:"size"`
+	// Size is an image's side, or a clip's height.
+	Size int `json:"size"`
+	// Shape is a sample's shape: [3, S, S] for an image, [3, T, H, W]
+	// for a video model's clip.
+	Shape   []int             `json:"shape"`
 	HasBN   bool              `json:"has_bn"`
 	Reduced string            `json:"reduced"`
 	Errors  map[string]string `json:"errors"`
@@ -104,7 +112,9 @@ func breadthExports(t *testing.T, models []string, opsets []int) (string, map[st
 //   - norms --mode bk against PyTorch's brute-force per-sample gradient
 //     norms for models without BatchNorm (rel ≤ 1e-3, and no parameter
 //     frozen), and against norms --mode instantiate for models with it;
-//   - two epochs of DP training on 16 Fashion-MNIST images (exit 0);
+//   - two epochs of DP training on 16 Fashion-MNIST images, or for a
+//     video model on 16 random clips of its input's shape
+//     (breadthTrainData) (exit 0);
 //   - the trained export in onnxruntime against predict on it;
 //   - for the training form at the last opset (BatchNormalization and Dropout
 //     kept, weights through Transpose), norms --mode bk --device cuda on
@@ -144,6 +154,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 			t.Fatal(err)
 		}
 		tmp := t.TempDir()
+		data := breadthTrainData(t, e, tmp)
 		x, y := filepath.Join(tmp, "x.npy"), filepath.Join(tmp, "y.npy")
 		if err := npy.WriteFile(x, ref["input"]); err != nil {
 			t.Fatal(err)
@@ -159,7 +170,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 						t.Skipf("PyTorch cannot export it: %s", msg)
 					}
 					model := filepath.Join(dir, fmt.Sprintf("%s_%s.onnx", name, key))
-					breadthCheck(t, model, form, x, y, ref, e, tmp)
+					breadthCheck(t, model, form, x, y, data, ref, e, tmp)
 					if job, ok := breadthWeights(t, model, form, e.HasBN, tmp); ok {
 						weightsJobs = append(weightsJobs, job)
 					}
@@ -174,7 +185,7 @@ func TestTorchvisionBreadth(t *testing.T) {
 						// views folded into the batch through the whole
 						// model, the norm check over them passing.
 						t.Run("views", func(t *testing.T) {
-							trainViews(t, model, filepath.Join(tmp, "views.onnx"))
+							trainViews(t, model, data, filepath.Join(tmp, "views.onnx"))
 						})
 					}
 				})
@@ -302,13 +313,46 @@ func checkBreadthWeights(t *testing.T, jobs []weightsJob) {
 	}
 }
 
-// trainViews trains model for a step or two with each sample fed as two
-// flipped views (--augment-multiplicity 2); the norm check, on by
-// default, holds the engine's per-sample norms over the views to each
-// sample's own gradient.
-func trainViews(t *testing.T, model, out string) {
+// breadthTrainData is the --data the training checks use: 16
+// Fashion-MNIST images for an image model; for a model whose samples are
+// clips (entry.Shape [3, T, H, W]), 16 clips of that shape written to
+// tmp/clips.npz (x_train float32 of seeded normal values, y_train of the
+// 10 classes in turn), fed to the model as they are.
+func breadthTrainData(t *testing.T, entry breadthEntry, tmp string) string {
 	t.Helper()
-	stdout, stderr, code := run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none",
+	if len(entry.Shape) != 4 {
+		return fmnist + ":limit=16"
+	}
+	const n = 16
+	shape := append([]int{n}, entry.Shape...)
+	size := 1
+	for _, d := range shape {
+		size *= d
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	x := make([]float32, size)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	y := make([]int64, n)
+	for i := range y {
+		y[i] = int64(i % 10)
+	}
+	p := filepath.Join(tmp, "clips.npz")
+	if err := npy.WriteNPZ(p, map[string]*npy.Array{"x_train": npy.NewFloat32(x, shape...), "y_train": npy.NewInt64(y, n)}); err != nil {
+		t.Fatal(err)
+	}
+	return "npy:" + p
+}
+
+// trainViews trains model on data (breadthTrainData) for a step or two
+// with each sample fed as two flipped views (--augment-multiplicity 2;
+// a clip's frames flipped along their last two axes); the norm check, on
+// by default, holds the engine's per-sample norms over the views to each
+// sample's own gradient.
+func trainViews(t *testing.T, model, data, out string) {
+	t.Helper()
+	stdout, stderr, code := run(t, "train", "--model", model, "--data", data, "--test-data", "none",
 		"--epsilon", "8", "--epochs", "1", "--batch-size", "8", "--physical-batch", "4", "--num-classes", "10",
 		"--augment", "flip", "--augment-multiplicity", "2", "--seed", "1", "--quiet", "--out", out)
 	if code != 0 || !strings.Contains(stdout, "norms:     checked") {
@@ -316,7 +360,11 @@ func trainViews(t *testing.T, model, out string) {
 	}
 }
 
-func breadthCheck(t *testing.T, model, form, x, y string, ref map[string]*npy.Array, entry breadthEntry, tmp string) {
+// breadthCheck runs checks 1 to 4 of TestTorchvisionBreadth on one
+// export: predict on x against ref's logits, norms on x and y, two epochs
+// of DP training on data (breadthTrainData), and the trained export in
+// onnxruntime.
+func breadthCheck(t *testing.T, model, form, x, y, data string, ref map[string]*npy.Array, entry breadthEntry, tmp string) {
 	hasBN := entry.HasBN
 	// 1. Logits.
 	out := filepath.Join(tmp, "logits.npy")
@@ -381,7 +429,7 @@ func breadthCheck(t *testing.T, model, form, x, y string, ref map[string]*npy.Ar
 
 	// 3. DP training steps, 4. the export in onnxruntime.
 	trained := filepath.Join(tmp, "trained.onnx")
-	if _, stderr, code := run(t, "train", "--model", model, "--data", fmnist+":limit=16", "--test-data", "none",
+	if _, stderr, code := run(t, "train", "--model", model, "--data", data, "--test-data", "none",
 		"--epsilon", "8", "--epochs", "2", "--batch-size", "8", "--physical-batch", "4", "--num-classes", "10",
 		"--seed", "1", "--quiet", "--out", trained); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)

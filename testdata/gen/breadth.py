@@ -9,7 +9,8 @@ values:
     DIR/<model>_<form>_op<opset>.onnx
     DIR/<model>_<form>_op<opset>_sd.pt  the module's state dict as that
                        export holds it (torch.save), for `weights`
-    DIR/<model>.npz    input (4, 3, S, S) float32, labels (4,) int64,
+    DIR/<model>.npz    input (4, 3, S, S) float32 — (4, 3, T, H, W) clips for
+                         the video models —, labels (4,) int64,
                        logits_eval: model.eval()(input),
                        logits_train: training mode with Dropout off (what a
                          TrainingMode.TRAINING export computes: BatchNorm
@@ -22,7 +23,9 @@ values:
                          cross-entropy, all parameters, by brute force
                          (one backward per sample, eval mode), only for
                          models without BatchNorm
-    DIR/manifest.json  per model: input size, has_bn, export errors
+    DIR/manifest.json  per model: input size (an image's side; a clip's
+                       height), shape (a sample's: [3, S, S] or
+                       [3, T, H, W]), has_bn, export errors
 
 Forms: "eval" (model.eval(), constant folding on: BatchNorm folded into Conv)
 and "train" (TrainingMode.TRAINING, do_constant_folding=False: BatchNorm kept).
@@ -120,7 +123,26 @@ def efficientnet_v2():
                           norm_layer=functools.partial(nn.BatchNorm2d, eps=1e-03))
 
 
-# name -> (constructor, input size, what was reduced)
+def video_resnet(convs, stem):
+    """torchvision's VideoResNet (r3d_18, mc3_18, r2plus1d_18: widths 64 to
+    512, which its constructor fixes) with one BasicBlock a stage instead of
+    two; convs are each stage's convolution, stem the stem's name."""
+    r = tv("video.resnet")
+    return r.VideoResNet(r.BasicBlock, [getattr(r, c) for c in convs], [1, 1, 1, 1], getattr(r, stem), num_classes=10)
+
+
+def s3d():
+    """torchvision's S3D at full width (its constructor has no width or
+    depth to reduce), its final (2, 7, 7) average pool, which needs clips of
+    at least 16×224×224, replaced by a (1, 2, 2) one with stride 1, so that
+    8×64×64 clips (1×2×2 features) export."""
+    m = tv("video.s3d").S3D(num_classes=10)
+    m.avgpool = nn.AvgPool3d(kernel_size=(1, 2, 2), stride=1)
+    return m
+
+
+# name -> (constructor, input size, what was reduced). The input size is an
+# image's side S (samples (3, S, S)) or a clip's whole shape (3, T, H, W).
 MODELS = {
     "resnet18": (lambda: resnet_like(), 64, "BasicBlock [1,1,1,1] (resnet18 has [2,2,2,2]), widths as torchvision"),
     "wide_resnet": (lambda: resnet_like(bottleneck=True, width_per_group=128), 64, "Bottleneck [1,1,1,1], width_per_group 128 (wide_resnet50_2's)"),
@@ -145,6 +167,10 @@ MODELS = {
     "swin_v2": (swin_v2, 32, "Swin V2 (cosine attention, log-spaced continuous position bias, res-post-norm; its key bias zeroed by a slice assignment, which torch 1.13 exports, instead of zero_(), which it cannot): embed 16, depths [2,2], heads [1,2], window 4"),
     "efficientnet_v2": (efficientnet_v2, 64, "FusedMBConv 1×8→8, 4×8→16, MBConv 4×16→24, 6×24→32, one layer each, last channel 64"),
     "maxvit": (lambda: tv("maxvit").MaxVit((64, 64), 8, 2, [8, 16], [1, 1], 4, 0.0, num_classes=10), 64, "stem 8, blocks [8,16] × 1, partition 2, head dim 4"),
+    "r3d_18": (lambda: video_resnet(["Conv3DSimple"] * 4, "BasicStem"), (3, 4, 32, 32), "BasicBlock [1,1,1,1] (r3d_18 has [2,2,2,2]), 3×3×3 convolutions, widths as torchvision (fixed by VideoResNet); clips 3×4×32×32"),
+    "mc3_18": (lambda: video_resnet(["Conv3DSimple"] + ["Conv3DNoTemporal"] * 3, "BasicStem"), (3, 4, 32, 32), "BasicBlock [1,1,1,1] (mc3_18 has [2,2,2,2]), 3×3×3 convolutions in the first stage, 1×3×3 after, widths as torchvision; clips 3×4×32×32"),
+    "r2plus1d_18": (lambda: video_resnet(["Conv2Plus1D"] * 4, "R2Plus1dStem"), (3, 4, 32, 32), "BasicBlock [1,1,1,1] (r2plus1d_18 has [2,2,2,2]), (2+1)D convolutions and stem, widths as torchvision; clips 3×4×32×32"),
+    "s3d": (s3d, (3, 8, 64, 64), "full width and depth (S3D's constructor has neither to reduce); final average pool (2,7,7) → (1,2,2), stride 1, so that 3×8×64×64 clips export"),
 }
 
 
@@ -202,9 +228,10 @@ def main():
     man = {}
     for name in args.models.split(","):
         ctor, size, reduced = MODELS[name]
+        shape = (3, size, size) if isinstance(size, int) else tuple(size)
         m = build(name)
         gen = torch.Generator().manual_seed(1)
-        x = torch.randn((4, 3, size, size), generator=gen)
+        x = torch.randn((4,) + shape, generator=gen)
         y = torch.randint(0, 10, (4,), generator=gen)
         ref = {"input": x.numpy(), "labels": y.numpy()}
         with torch.no_grad():
@@ -219,7 +246,7 @@ def main():
         bn = has_bn(m)
         if not bn:
             ref["norms"] = brute_norms(m, x, y)
-        entry = {"size": size, "has_bn": bn, "reduced": reduced,
+        entry = {"size": shape[-2], "shape": list(shape), "has_bn": bn, "reduced": reduced,
                  "parameters": sum(p.numel() for p in m.parameters()), "errors": {},
                  # Floating-point buffers: initializers of the export that
                  # PyTorch does not train (Swin V2's coordinate tables).
