@@ -148,7 +148,7 @@ func runData(args []string, stdout io.Writer) error {
 	series := fs.Bool("series", false, seriesUsage)
 	augment := fs.String("augment", "none", "train's --augment (with --model: rrc keeps photos whole)")
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
-	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, file (a multi-frame file's frames, --frame all) or study (DICOM images by their Study Instance UID); their sizes, and the groups whose examples differ in label (which eval refuses)")
+	groupBy := fs.String("group-by", "", "count the groups eval --group-by would score: dir (each image's directory: a study's views), user, file (a multi-frame file's frames, --frame all) study (DICOM images by their Study Instance UID) or series (by their Series Instance UID); their sizes, and the groups whose examples differ in label (which eval refuses)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -296,7 +296,8 @@ func TestDICOMLeftOut(t *testing.T) {
 }
 
 // TestDICOMStudies: eval and predict score a DICOM study's images as one
-// by their Study Instance UIDs, whatever directories hold them.
+// by their Study Instance UIDs, whatever directories hold them, and a
+// series' as one by their Series Instance UIDs.
 func TestDICOMStudies(t *testing.T) {
 	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
 	if err != nil {
@@ -307,10 +308,13 @@ func TestDICOMStudies(t *testing.T) {
 		t.Fatal("no explicit little-endian Samples per Pixel element")
 	}
 	dir := t.TempDir()
-	for i, f := range []struct{ rel, study string }{
-		{"a/1.dcm", "1.2.9.1"}, {"a/x/2.dcm", "1.2.9.1"}, {"a/3.dcm", "1.2.9.3"}, {"b/4.dcm", "1.2.9.4"}, {"b/y/5.dcm", "1.2.9.4"}, {"b/6.dcm", "1.2.9.6"},
+	for i, f := range []struct{ rel, study, series string }{
+		{"a/1.dcm", "1.2.9.1", "1.2.8.1"}, {"a/x/2.dcm", "1.2.9.1", "1.2.8.1"}, {"a/3.dcm", "1.2.9.3", "1.2.8.3"},
+		{"b/4.dcm", "1.2.9.4", "1.2.8.4"}, {"b/y/5.dcm", "1.2.9.4", "1.2.8.5"}, {"b/6.dcm", "1.2.9.6", "1.2.8.6"},
 	} {
-		el := append([]byte{0x20, 0x00, 0x0D, 0x00, 'U', 'I', 8, 0}, f.study+"\x00"...) // 7 characters, padded even
+		// Study and Series Instance UIDs, 7 characters each, padded even.
+		el := append([]byte{0x20, 0x00, 0x0D, 0x00, 'U', 'I', 8, 0}, f.study+"\x00"...)
+		el = append(append(el, 0x20, 0x00, 0x0E, 0x00, 'U', 'I', 8, 0), f.series+"\x00"...)
 		p := filepath.Join(dir, filepath.FromSlash(f.rel))
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		// Each image its own pixels: a byte of the preamble changed keeps
@@ -339,6 +343,18 @@ func TestDICOMStudies(t *testing.T) {
 		if want := map[string]int{"1.2.9.1": 2, "1.2.9.3": 1, "1.2.9.4": 2, "1.2.9.6": 1}[p.File]; p.Images != want {
 			t.Errorf("study %s: %d images, want %d", p.File, p.Images, want)
 		}
+	}
+	// By series: study 1.2.9.4's two images (b/4.dcm, b/y/5.dcm) are two
+	// series. The folder reads its class directories' own files, four
+	// images of four series.
+	o, e, code = run(t, "eval", "--model", model, "--data", "folder:"+dir+":train", "--group-by", "series", "--json")
+	if code != 0 || !strings.Contains(o, `"examples": 4`) {
+		t.Errorf("eval --group-by series: exit %d: %s%s; want the 4 series scored", code, o, e)
+	}
+	o, e, code = run(t, "predict", "--model", model, "--images", dir, "--group-by", "series", "--json")
+	preds.Predictions = nil
+	if code != 0 || json.Unmarshal([]byte(o), &preds) != nil || len(preds.Predictions) != 5 || preds.Predictions[0].File != "1.2.8.1" || preds.Predictions[0].Images != 2 {
+		t.Fatalf("predict --group-by series: exit %d: %s%s; want a row a series, 1.2.8.1's of 2 images", code, o, e)
 	}
 }
 

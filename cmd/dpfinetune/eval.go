@@ -289,11 +289,11 @@ func runEval(args []string, stdout io.Writer) error {
 	inShape := fs.String("input-shape", "", "per-sample input shape C,H,W (default: the model's)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threshold := fs.String("threshold", "", "an operating point: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½), a two-class model's class 1 where its probability exceeds it (default: the more probable class); the figures that count decisions follow it, the AUCs and the loss do not")
-	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views), file (a multi-frame DICOM file's frames read with --frame all) or study (DICOM images by their Study Instance UID: a mammogram's four views, wherever the export put them); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
+	groupBy := fs.String("group-by", "", "score groups of examples, not examples: user (the data's users: a listing's user column or user=COL, users=REGEX over the paths) dir (each image's directory: a CheXpert, MURA or MIMIC-CXR study's views), file (a multi-frame DICOM file's frames read with --frame all) study (DICOM images by their Study Instance UID: a mammogram's four views, wherever the export put them) or series (by their Series Instance UID: a CT's slices, a file each); every figure then counts groups, each one example whose probabilities combine its examples' (--combine), all of a group's examples of one label")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a group's probabilities combine its examples': mean, or max (each class's or label's largest over the group: a finding seen in any view)")
 	point := fs.String("operating-point", "", "a two-class or multi-label model's operating point chosen on this data, class 1's or each label's: sensitivity=S (the highest threshold reaching sensitivity S), specificity=S (the lowest keeping specificity S) or youden (the largest sensitivity + specificity − 1); prints each one's threshold, sensitivity, specificity, PPV and NPV, and the --threshold that decides there (choose on a validation split, report on the test split; a threshold chosen on private data is a statistic of it, outside the guarantee)")
 	bootstrap := fs.Int("bootstrap", 0, "the figures' 95 % intervals by this many bootstrap resamples (at least 100; 1000 is usual) of the examples, of the groups with --group-by, or of the clusters of --bootstrap-by")
-	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images), dir (each directory's), file (each file's frames, --frame all) or study (each DICOM study's images) — so that the intervals count their likeness (a cluster bootstrap); with --group-by, clusters of groups (--group-by dir --bootstrap-by user: a patient's studies)")
+	bootstrapBy := fs.String("bootstrap-by", "", "with --bootstrap: draw clusters of examples — user (each patient's images), dir (each directory's), file (each file's frames, --frame all), study (each DICOM study's images) or series (each DICOM series' slices) — so that the intervals count their likeness (a cluster bootstrap); with --group-by, clusters of groups (--group-by dir --bootstrap-by user: a patient's studies)")
 	seed := fs.Uint64("seed", 1, "with --bootstrap: the draws' seed (the same intervals for the same seed and data)")
 	plotFile := fs.String("plot", "", "draw the evaluation as a PNG: a two-class or multi-label model's ROC curves, a single-label model's reliability diagram (accuracy against confidence)")
 	rocFile := fs.String("roc", "", "write a two-class or multi-label model's ROC curves to this CSV file: a row a point (label, threshold, false and true positive rates, counts), class 1's or each label's")
@@ -500,18 +500,19 @@ func openEvaluation(dev runtime.Device, model, spec string, batch int, norm, res
 }
 
 // groupNames say what each --group-by value groups.
-var groupNames = map[string]string{"dir": "each image's directory", "user": "the data's users", "file": "each image file", "study": "each DICOM image's study"}
+var groupNames = map[string]string{"dir": "each image's directory", "user": "the data's users", "file": "each image file", "study": "each DICOM image's study", "series": "each DICOM image's series"}
 
 // groupingValues are the values --group-by and --bootstrap-by take.
-const groupingValues = "user, dir, file or study"
+const groupingValues = "user, dir, file, study or series"
 
 // isGrouping reports whether by is one of groupingValues.
 func isGrouping(by string) bool { _, ok := groupNames[by]; return ok }
 
 // groupingOf groups v's examples (read from spec) by by (given as flag):
 // "user", the data's users, "dir", each image's directory, "file", each
-// image file (a multi-frame file's frames), or "study", each DICOM image's
-// Study Instance UID. It returns the grouping and what the groups are, in
+// image file (a multi-frame file's frames, a series' slices), "study",
+// each DICOM image's Study Instance UID, or "series", its Series Instance
+// UID. It returns the grouping and what the groups are, in
 // words.
 func groupingOf(v interface{ Len() int }, spec, by, flag string) (dptrain.Grouping, string, error) {
 	var gr dptrain.Grouping
@@ -534,14 +535,18 @@ func groupingOf(v interface{ Len() int }, spec, by, flag string) (dptrain.Groupi
 			return gr, "", usagef("%s dir: the examples of %s are not image files of their own (a folder's and a CSV listing's are); %s user groups by the data's users", flag, spec, flag)
 		}
 		what = groupNames[by]
-	case "study":
+	case "study", "series":
 		var ok bool
 		var err error
-		if gr.Of, gr.Names, ok, err = data.StudyGroups(v); !ok {
-			return gr, "", usagef("%s study: the examples of %s are not image files of their own (a folder's and a CSV listing's DICOM files are)", flag, spec)
+		groups := data.StudyGroups
+		if by == "series" {
+			groups = data.SeriesGroups
+		}
+		if gr.Of, gr.Names, ok, err = groups(v); !ok {
+			return gr, "", usagef("%s %s: the examples of %s are not image files of their own (a folder's and a CSV listing's DICOM files are)", flag, by, spec)
 		}
 		if err != nil {
-			return gr, "", fmt.Errorf("%s study: %w", flag, err)
+			return gr, "", fmt.Errorf("%s %s: %w", flag, by, err)
 		}
 		what = groupNames[by]
 	case "file":

@@ -46,7 +46,7 @@ func runPredict(args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "--images: print JSON")
 	csvOut := fs.String("csv", "", "--images: write a CSV file of a row an image instead of the table — the file, the prediction (the class; a multi-label model's labels decided, separated by |) and every class's probability — as the images are classified (a directory of a million photos streams to it)")
 	threshold := fs.String("threshold", "", "--images: a multi-label model's labels decided where their sigmoids exceed this (one number, one a label, or NAME=T pairs, the others ½; default ½); a two-class model's class 1 where its probability exceeds it (default: the more probable class)")
-	groupBy := fs.String("group-by", "", "--images: dir predicts for each directory of images as one (a study's views), its images' probabilities combined (--combine), a row a directory in sorted order, written once every image is classified; file, for each multi-frame DICOM file read with --frame all, its frames' (the default with --frame all); study, for each DICOM study (Study Instance UID), its images' (a mammogram's four views)")
+	groupBy := fs.String("group-by", "", "--images: dir predicts for each directory of images as one (a study's views), its images' probabilities combined (--combine), a row a directory in sorted order, written once every image is classified; file, for each multi-frame DICOM file read with --frame all, its frames' (the default with --frame all); study, for each DICOM study (Study Instance UID), its images' (a mammogram's four views); series, for each DICOM series (Series Instance UID), its slices'")
 	combine := fs.String("combine", dptrain.CombineMean, "with --group-by, how a directory's probabilities combine its images': mean, or max (each class's or label's largest: a finding seen in any view)")
 	devFlag := addDeviceFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -73,8 +73,8 @@ func runPredict(args []string, stdout io.Writer) error {
 		return usagef("--csv writes the predictions of --images")
 	case *csvOut != "" && *asJSON:
 		return usagef("--csv and --json exclude each other")
-	case *groupBy != "" && *groupBy != "dir" && *groupBy != "file" && *groupBy != "study":
-		return usagef("--group-by %q: predict groups by dir (each directory's images), file (each file's frames, --frame all) or study (each DICOM study's images)", *groupBy)
+	case *groupBy != "" && *groupBy != "dir" && *groupBy != "file" && *groupBy != "study" && *groupBy != "series":
+		return usagef("--group-by %q: predict groups by dir (each directory's images), file (each file's frames, --frame all), study (each DICOM study's images) or series (each DICOM series' slices)", *groupBy)
 	case *groupBy != "" && len(images) == 0:
 		return usagef("--group-by groups the predictions of --images")
 	case *groupBy != "" && *out != "":

@@ -268,6 +268,10 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 					if d, err = data.FileStudy(file); err != nil {
 						return fmt.Errorf("--group-by study: %w", err)
 					}
+				case "series":
+					if d, err = data.FileSeries(file); err != nil {
+						return fmt.Errorf("--group-by series: %w", err)
+					}
 				}
 				groups[d] = appendAsLogits(groups[d], l[i*k:(i+1)*k], kind)
 			}

@@ -63,7 +63,7 @@ func runTrain(args []string, stdout io.Writer) error {
 func runTrainWith(args []string, stdout io.Writer, store *dptrain.FeatureStore, score dataView, ranking bool) (*dptrain.Report, error) {
 	fs := newFlagSet("train", "--model M.onnx --data SPEC --epsilon E --out tuned.onnx [flags]")
 	tf := addTrainFlags(fs, "where to write the trained model (required)")
-	testGroupBy := fs.String("test-group-by", "", "score the test data's groups of examples after each epoch, as eval --group-by: dir (each image's directory: a study's views), user (the data's users), file (a multi-frame file's frames, --frame all) or study (DICOM images by their Study Instance UID)")
+	testGroupBy := fs.String("test-group-by", "", "score the test data's groups of examples after each epoch, as eval --group-by: dir (each image's directory: a study's views), user (the data's users), file (a multi-frame file's frames, --frame all), study (DICOM images by their Study Instance UID) or series (by their Series Instance UID)")
 	testCombine := fs.String("test-combine", dptrain.CombineMean, "with --test-group-by, how a group's probabilities combine its examples': mean or max")
 	stateDict := fs.String("state-dict", "", "also write the trained weights as the PyTorch module's state dict, .pt or .safetensors (as `weights` writes them; a --bn freeze run's BatchNorms given back from --model)")
 	if err := parseFlags(fs, args); err != nil {

@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -104,36 +105,56 @@ func pathGroups(d interface{ Len() int }, key func(string) string) (group []int3
 // samples are not files of their own; a sample whose file is not DICOM,
 // or names no study, is an error naming it.
 func StudyGroups(d interface{ Len() int }) (group []int32, studies []string, ok bool, err error) {
-	uid := map[string]string{} // by path: a file's frames are samples of one study
-	group, studies, ok = pathGroups(d, func(p string) string {
+	return uidGroups(d, FileStudy)
+}
+
+// SeriesGroups numbers the series of d's samples densely in sorted order
+// of their Series Instance UIDs (0020,000E), read from each sample's
+// DICOM file: a CT's or an MR's slices, a file each, wherever an
+// archive's export put them, as StudyGroups numbers studies.
+func SeriesGroups(d interface{ Len() int }) (group []int32, series []string, ok bool, err error) {
+	return uidGroups(d, FileSeries)
+}
+
+// uidGroups numbers the UIDs read (by uid) from d's samples' files.
+func uidGroups(d interface{ Len() int }, uid func(path string) (string, error)) (group []int32, names []string, ok bool, err error) {
+	read := map[string]string{} // by path: a file's frames are samples of one
+	group, names, ok = pathGroups(d, func(p string) string {
 		if err != nil {
 			return ""
 		}
-		u, seen := uid[p]
+		u, seen := read[p]
 		if !seen {
-			u, err = FileStudy(p)
-			uid[p] = u
+			u, err = uid(p)
+			read[p] = u
 		}
 		return u
 	})
 	if err != nil {
 		return nil, nil, true, err
 	}
-	return group, studies, ok, nil
+	return group, names, ok, nil
 }
 
 // FileStudy reads the Study Instance UID of the DICOM file at path (the
 // study StudyGroups groups it in).
-func FileStudy(path string) (string, error) {
+func FileStudy(path string) (string, error) { return fileUID(path, "study", dicom.StudyUID) }
+
+// FileSeries reads the Series Instance UID of the DICOM file at path (the
+// series SeriesGroups groups it in).
+func FileSeries(path string) (string, error) { return fileUID(path, "series", dicom.SeriesUID) }
+
+// fileUID reads an identifier (of what) of the DICOM file at path.
+func fileUID(path, what string, read func(io.Reader) (string, error)) (string, error) {
 	if !hasDICOMPrefix(path) {
-		return "", fmt.Errorf("%s: not a DICOM file: it names no study", path)
+		return "", fmt.Errorf("%s: not a DICOM file: it names no %s", path, what)
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	u, err := dicom.StudyUID(bufio.NewReader(f))
+	u, err := read(bufio.NewReader(f))
 	if err != nil {
 		return "", fmt.Errorf("%s: %v", path, err)
 	}

@@ -374,3 +374,44 @@ func markedSlices(t *testing.T, dir, skip string) (map[string]byte, func(*Images
 		return m
 	}
 }
+
+// TestSeriesGroups: slices read as images of their own (no Fit.Series),
+// a directory holding two series' slices and another's, are grouped by
+// their Series Instance UIDs; a slice naming none is an error naming it.
+func TestSeriesGroups(t *testing.T) {
+	dir := t.TempDir()
+	axial := `1\0\0\0\1\0`
+	writeSeries(t, filepath.Join(dir, "a"), []string{"s1", "s2", "s3", "s4", "s5"}, [][]byte{
+		testSlice{uid: "1.2.826.9", number: "3", inst: 1, z: "30", orient: axial, mark: 1}.file(t),
+		testSlice{uid: "1.2.826.8", number: "1", inst: 1, z: "5", orient: axial, mark: 11}.file(t),
+		testSlice{uid: "1.2.826.9", number: "3", inst: 2, z: "10", orient: axial, mark: 2}.file(t),
+		testSlice{uid: "1.2.826.8", number: "1", inst: 2, z: "-5", orient: axial, mark: 12}.file(t),
+		testSlice{uid: "1.2.826.9", number: "3", inst: 3, z: "20", orient: axial, mark: 3}.file(t),
+	})
+	writeSeries(t, filepath.Join(dir, "b"), []string{"x1"}, [][]byte{testSlice{uid: "1.2.9.1", inst: 1, mark: 21}.file(t)})
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im, err := LoadFitted(spec, Fit{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, series, ok, err := SeriesGroups(im)
+	if !ok || err != nil || strings.Join(series, " ") != "1.2.826.8 1.2.826.9 1.2.9.1" {
+		t.Fatalf("series %v (%v, %v)", series, ok, err)
+	}
+	want := map[string]int32{"s1": 1, "s2": 0, "s3": 1, "s4": 0, "s5": 1, "x1": 2}
+	for i, g := range group {
+		if f := filepath.Base(im.SamplePath(i)); want[f] != g {
+			t.Errorf("sample %d (%s): series %d, want %d", i, f, g, want[f])
+		}
+	}
+	writeSeries(t, filepath.Join(dir, "b"), []string{"x2"}, [][]byte{testSlice{inst: 2, mark: 22}.file(t)})
+	if im, err = LoadFitted(spec, Fit{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := SeriesGroups(im); err == nil || !strings.Contains(err.Error(), "x2") || !strings.Contains(err.Error(), "Series Instance UID (0020,000E)") {
+		t.Errorf("a slice naming no series: %v", err)
+	}
+}

@@ -330,6 +330,14 @@ func StudyUID(src io.Reader) (string, error) {
 	return identifier(src, "Study Instance UID (0020,000D)", func(h *header) string { return h.studyUID })
 }
 
+// SeriesUID returns the Series Instance UID (0020,000E) of a DICOM file:
+// the series its image belongs to — a CT's or an MR's slices, a file each
+// —, to score a series as one. It reads the header only; a file without
+// one is an error.
+func SeriesUID(src io.Reader) (string, error) {
+	return identifier(src, "Series Instance UID (0020,000E)", func(h *header) string { return h.seriesUID })
+}
+
 // Slice is where a single-frame image lies in its series (a CT's or an
 // MR's slices, one a file): the series — its Series Instance UID
 // (0020,000E) and Series Number (0020,0011) —, its position along the
