@@ -520,6 +520,9 @@ func TestDICOMSeries(t *testing.T) {
 		if served {
 			servedLikePredict(t, py, out, filepath.Join(t.TempDir(), "served"), []string{dir}, 1e-5)
 		}
+		if _, e, code := run(t, "predict", "--model", out, "--images", dir, "--group-by", "study"); code != exitUsage || !strings.Contains(e, "each example is a series' directory") {
+			t.Errorf("predict --group-by study of series: exit %d: %s", code, e)
+		}
 	}
 	if _, e, code := run(t, "train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:"+dir, "--series", "--test-data", "none",
 		"--epsilon", "8", "--epochs", "1", "--out", filepath.Join(t.TempDir(), "x.onnx")); code == 0 || !strings.Contains(e, "no slice chosen") || !strings.Contains(e, "--frame") {

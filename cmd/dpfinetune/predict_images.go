@@ -120,6 +120,9 @@ func predictImagesTo(m *onnx.Model, g *graph.Graph, dev runtime.Device, model st
 		// still writes each frame's scores).
 		f.groupBy = "file"
 	}
+	if f.dcm.series && (f.groupBy == "study" || f.groupBy == "series") {
+		return usagef("--group-by %s reads each image file's UID, and with --series (given or recorded in %s) each example is a series' directory: --group-by dir groups the series in one directory's sub-directories, file a series' slices (--frame all)", f.groupBy, model)
+	}
 	files, err := data.ImageFiles(paths)
 	if f.dcm.series {
 		files, err = data.SeriesDirs(paths) // a series a unit
