@@ -230,6 +230,7 @@ func TestHostileData(t *testing.T) {
 		{"train nifti.gz 16 GiB, middle", append(train("folder:"+volumes), "--frame", "middle"), []string{"bomb.nii.gz"}},
 		{"predict nifti.gz 16 GiB, max", []string{"predict", "--model", cnn, "--frame", "max", "--images", filepath.Join(volumes, "b")}, []string{"bomb.nii.gz"}},
 		{"train nifti.gz 65537 slices, all", append(train("folder:"+slabs), "--frame", "all"), []string{"slabs.nii.gz", "65537 slices"}},
+		{"train nifti.gz 65537 slices, max", append(train("folder:"+slabs), "--frame", "max"), []string{"slabs.nii.gz", "a volume of 65537 slices, over the limit"}},
 	}
 	if sparse {
 		cases = append(cases, struct {

@@ -82,6 +82,11 @@ func decodeNIfTI(path string, dcm dicom.Options, admit admitFunc, want []int, ea
 	if int64(h.Width)*int64(h.Height) > maxImagePixels {
 		return fmt.Errorf("%s: slices of %d×%d pixels, over the limit of %d pixels", path, h.Width, h.Height, maxImagePixels)
 	}
+	if h.Slices > maxFramesEach {
+		// No scan has as many; a projection's cost a slice would be
+		// the file's to choose.
+		return fmt.Errorf("%s: a volume of %d slices, over the limit of %d", path, h.Slices, maxFramesEach)
+	}
 	if want == nil && !dcm.Frame.Projection() {
 		if h.Slices > 1 && dcm.Frame.Kind == dicom.FrameNone {
 			return fmt.Errorf("%s: %w: a volume of %d slices and no slice chosen", path, dicom.ErrMultiFrame, h.Slices)
