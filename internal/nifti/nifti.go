@@ -298,7 +298,8 @@ func (v *Volume) voxel(i int) []byte {
 // short.
 func (v *Volume) Slice(k int, dst []float32) []float32 {
 	dst = slices.Grow(dst[:0], v.Width*v.Height)[:v.Width*v.Height]
-	v.walk(k, func(j, i int) { dst[j] = v.value(i) })
+	read, sl, in := v.reader(), v.Slope, v.Intercept
+	v.walk(k, func(j, i int) { dst[j] = float32(read(v.voxel(i))*sl + in) })
 	return dst
 }
 
@@ -361,38 +362,37 @@ func (v *Volume) Range() (lo, hi float64) {
 // values sets dst to the scaled values of the stored voxels from the
 // at'th.
 func (v *Volume) values(at int, dst []float32) {
+	read, sl, in := v.reader(), v.Slope, v.Intercept
 	for j := range dst {
-		dst[j] = v.value(at + j)
+		dst[j] = float32(read(v.voxel(at+j))*sl + in)
 	}
 }
 
-// value is stored voxel i's scaled value.
-func (v *Volume) value(i int) float32 {
-	o, b := v.order, v.voxel(i)
-	var x float64
+// reader returns the function that reads a stored value of the volume's
+// datatype, chosen once for a slice's voxels.
+func (v *Volume) reader() func(b []byte) float64 {
+	o := v.order
 	switch v.Datatype {
 	case dtUint8:
-		x = float64(b[0])
+		return func(b []byte) float64 { return float64(b[0]) }
 	case dtInt8:
-		x = float64(int8(b[0]))
+		return func(b []byte) float64 { return float64(int8(b[0])) }
 	case dtInt16:
-		x = float64(int16(o.Uint16(b)))
+		return func(b []byte) float64 { return float64(int16(o.Uint16(b))) }
 	case dtUint16:
-		x = float64(o.Uint16(b))
+		return func(b []byte) float64 { return float64(o.Uint16(b)) }
 	case dtInt32:
-		x = float64(int32(o.Uint32(b)))
+		return func(b []byte) float64 { return float64(int32(o.Uint32(b))) }
 	case dtUint32:
-		x = float64(o.Uint32(b))
+		return func(b []byte) float64 { return float64(o.Uint32(b)) }
 	case dtFloat32:
-		x = float64(math.Float32frombits(o.Uint32(b)))
+		return func(b []byte) float64 { return float64(math.Float32frombits(o.Uint32(b))) }
 	case dtInt64:
-		x = float64(int64(o.Uint64(b)))
+		return func(b []byte) float64 { return float64(int64(o.Uint64(b))) }
 	case dtUint64:
-		x = float64(o.Uint64(b))
-	default:
-		x = math.Float64frombits(o.Uint64(b))
+		return func(b []byte) float64 { return float64(o.Uint64(b)) }
 	}
-	return float32(x*v.Slope + v.Intercept)
+	return func(b []byte) float64 { return math.Float64frombits(o.Uint64(b)) }
 }
 
 // Decode reads the NIfTI image in r (a .nii file's contents, gzip-
