@@ -54,12 +54,13 @@ type Arrays struct {
 	}
 }
 
-// The member names LoadArrays looks for, by split: the first of each list
-// that the archive or directory holds; and the optional class names. The
-// users arrays are optional too.
+// The member names LoadArrays looks for, by split: the first pair of the
+// two lists (the samples' and the labels' names at one index) that the
+// archive or directory holds — Keras's, the plain ones, MedMNIST's —; and
+// the optional class names. The users arrays are optional too.
 var (
-	arrayNamesX     = map[Split][]string{Train: {"x_train", "x"}, Test: {"x_test", "x_val"}}
-	arrayNamesY     = map[Split][]string{Train: {"y_train", "y"}, Test: {"y_test", "y_val"}}
+	arrayNamesX     = map[Split][]string{Train: {"x_train", "x", "train_images"}, Test: {"x_test", "x_val", "test_images", "val_images"}}
+	arrayNamesY     = map[Split][]string{Train: {"y_train", "y", "train_labels"}, Test: {"y_test", "y_val", "test_labels", "val_labels"}}
 	arrayNamesUsers = map[Split][]string{Train: {"users_train", "users"}, Test: {"users_test", "users_val"}}
 )
 
@@ -67,10 +68,12 @@ const arrayNamesClasses = "classes"
 
 // LoadArrays reads the split spec names of a SchemeNPY dataset: spec.Dir is
 // a .npz archive (np.savez or np.savez_compressed) or a directory of .npy
-// files. The samples are the array x_train (or x) and their labels
-// y_train (or y); the test split is x_test and y_test (or x_val and
-// y_val) — the names of Keras's datasets and the plain ones of np.savez(f,
-// x=…, y=…). The first axis of x indexes the samples; every sample has
+// files. The samples are the array x_train (or x, or train_images) and
+// their labels y_train (or y, or train_labels); the test split is x_test
+// and y_test (or x_val and y_val, test_images and test_labels,
+// val_images and val_labels) — the names of Keras's datasets, the plain
+// ones of np.savez(f, x=…, y=…), and MedMNIST's (its 2-D and 3-D sets,
+// (N, 1) labels, ChestMNIST's multi-hot ones). The first axis of x indexes the samples; every sample has
 // the shape of the rest (at least one axis). Samples are float32, float64
 // (rounded to float32) or uint8; every float value must be finite. Labels
 // are int64, int32 or uint8, one axis (or a trailing axis of 1), in [0,
@@ -110,17 +113,17 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 		}
 		return nil, err
 	}
-	xn, yn := pick(names, xs), pick(names, ys)
-	if xn == "" || yn == "" {
-		missing := xs
-		if xn != "" {
-			missing = ys
+	xn, yn := pickPair(names, xs, ys)
+	if xn == "" {
+		pairs := make([]string, len(xs))
+		for i := range xs {
+			pairs[i] = xs[i] + " and " + ys[i]
 		}
 		holds := "no arrays"
 		if len(names) > 0 {
 			holds = strings.Join(names, ", ")
 		}
-		return nil, fmt.Errorf("%s: the %s split needs an array named %s; it holds %s", where, split, strings.Join(missing, " or "), holds)
+		return nil, fmt.Errorf("%s: the %s split needs its samples and their labels under one pair of names — %s; it holds %s", where, split, strings.Join(pairs, ", "), holds)
 	}
 	read := []string{xn, yn}
 	if slices.Contains(names, arrayNamesClasses) {
@@ -245,6 +248,18 @@ func (a *Arrays) nameUsers(where string, u *npy.Array, n int) error {
 }
 
 // pick returns the first of want that names holds, or "".
+// pickPair returns the first of the pairs xs[i], ys[i] that names both
+// holds, "" and "" where none is whole.
+func pickPair(names, xs, ys []string) (x, y string) {
+	for i := range xs {
+		if slices.Contains(names, xs[i]) && slices.Contains(names, ys[i]) {
+			return xs[i], ys[i]
+		}
+	}
+	return "", ""
+}
+
+// pick returns the first of want that names holds, "" where none is.
 func pick(names, want []string) string {
 	for _, n := range want {
 		if slices.Contains(names, n) {

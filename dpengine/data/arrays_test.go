@@ -175,8 +175,8 @@ func TestLoadArraysErrors(t *testing.T) {
 		spec   string
 		frags  []string
 	}{
-		{"no labels", map[string]*npy.Array{"x": x, "labels": y}, "", []string{"y_train or y", "holds labels, x"}},
-		{"no test split", map[string]*npy.Array{"x": x, "y": y}, ":test", []string{"test split", "x_test or x_val"}},
+		{"no labels", map[string]*npy.Array{"x": x, "labels": y}, "", []string{"x and y", "holds labels, x"}},
+		{"no test split", map[string]*npy.Array{"x": x, "y": y}, ":test", []string{"test split", "x_test and y_test"}},
 		{"one axis", map[string]*npy.Array{"x": npy.NewFloat32(seq(4, 1), 4), "y": y}, "", []string{"shape [4]", "at least one axis a sample"}},
 		{"empty sample", map[string]*npy.Array{"x": npy.NewFloat32(nil, 4, 0), "y": y}, "", []string{"no values"}},
 		{"no samples", map[string]*npy.Array{"x": npy.NewFloat32(nil, 0, 1<<40, 1<<40), "y": npy.NewInt64(nil, 0)}, "", []string{"no samples"}},
@@ -211,7 +211,7 @@ func TestLoadArraysErrors(t *testing.T) {
 	_, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: filepath.Join(dir, "nope.npz")})
 	wantErr(t, err, "nope.npz")
 	_, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: dir})
-	wantErr(t, err, "y_train or y", "holds x")
+	wantErr(t, err, "x_train and y_train", "holds x")
 }
 
 // TestArraysImages: uint8 samples shaped as images become Images in
@@ -480,5 +480,59 @@ func TestArraysFingerprint(t *testing.T) {
 		if other == base {
 			t.Errorf("%s changed, same fingerprint", name)
 		}
+	}
+}
+
+// TestMedMNIST: MedMNIST's archives load as they ship — train_images and
+// train_labels ((N, 1) uint8), the test split test_images and test_labels
+// before val_images and val_labels, ChestMNIST's multi-hot labels, and a
+// 3-D set's (N, D, H, W) volumes fed to a (1, D, H, W) model — and a
+// pair is taken whole: x_val with test_labels is no split.
+func TestMedMNIST(t *testing.T) {
+	u8 := func(n int, shape ...int) *npy.Array {
+		size := 1
+		for _, d := range shape {
+			size *= d
+		}
+		b := make([]uint8, size)
+		for i := range b {
+			b[i] = uint8(i*7 + n)
+		}
+		return &npy.Array{DType: npy.Uint8, Shape: shape, U8: b}
+	}
+	labels := func(v ...uint8) *npy.Array { return &npy.Array{DType: npy.Uint8, Shape: []int{len(v), 1}, U8: v} }
+	path := writeNPZ(t, t.TempDir(), true, map[string]*npy.Array{
+		"train_images": u8(1, 4, 28, 28), "train_labels": labels(0, 1, 2, 1),
+		"val_images": u8(2, 2, 28, 28), "val_labels": labels(2, 2),
+		"test_images": u8(3, 3, 28, 28), "test_labels": labels(1, 0, 1),
+	})
+	a, err := LoadArrays(Spec{Scheme: SchemeNPY, Dir: path})
+	if err != nil || a.Len() != 4 || a.u8[0] != 1 || !slices.Equal(a.Labels(), []int64{0, 1, 2, 1}) {
+		t.Fatalf("train: %v, %v", a, err)
+	}
+	if im, ok, err := a.Images(); !ok || err != nil || im.Len() != 4 {
+		t.Errorf("train as images: %v %v", ok, err)
+	}
+	if a, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: path, Split: Test}); err != nil || a.Len() != 3 || a.u8[0] != 3 {
+		t.Fatalf("test: %v, %v; want test_images", a, err)
+	}
+	// ChestMNIST: 14 findings a row.
+	hot := &npy.Array{DType: npy.Uint8, Shape: []int{2, 14}, U8: make([]uint8, 28)}
+	hot.U8[3], hot.U8[14], hot.U8[27] = 1, 1, 1
+	chest := writeNPZ(t, t.TempDir(), true, map[string]*npy.Array{"train_images": u8(4, 2, 28, 28), "train_labels": hot})
+	if a, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: chest}); err != nil || !a.MultiLabel() || a.NumClasses() != 14 {
+		t.Errorf("ChestMNIST: %v, %v; want 14 labels", a, err)
+	}
+	// OrganMNIST3D: volumes for a Conv3d model.
+	vol := writeNPZ(t, t.TempDir(), true, map[string]*npy.Array{"train_images": u8(5, 2, 28, 28, 28), "train_labels": labels(0, 1)})
+	if a, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: vol}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewTensorView(a, TensorPreprocess{Shape: []int{1, 28, 28, 28}}); err != nil {
+		t.Errorf("3-D volumes for a (1, 28, 28, 28) model: %v", err)
+	}
+	mixed := writeNPZ(t, t.TempDir(), true, map[string]*npy.Array{"x_train": u8(1, 2, 28, 28), "y_train": labels(0, 1), "x_val": u8(2, 2, 28, 28), "test_labels": labels(1, 0)})
+	if _, err := LoadArrays(Spec{Scheme: SchemeNPY, Dir: mixed, Split: Test}); err == nil || !strings.Contains(err.Error(), "under one pair of names — x_test and y_test, x_val and y_val, test_images and test_labels, val_images and val_labels") {
+		t.Errorf("x_val with test_labels: %v", err)
 	}
 }
