@@ -266,8 +266,10 @@ def nifti_images(path, window, frame=""):
         a = np.stack([a[f] for f in a.dtype.names[:3]], -1).reshape(shape[:3] + (3,)).astype(np.uint8)
     else:
         a = img.get_fdata().reshape(shape[:3]).astype(np.float32).astype(np.float64)
-    # The closest canonical orientation (RAS+), as dpfinetune reorients it.
-    a = np.asanyarray(nib.as_closest_canonical(nib.Nifti1Image(a, img.affine)).dataobj)
+    # The closest canonical orientation (RAS+), as dpfinetune reorients it;
+    # an image of one slice as stored.
+    if shape[2] > 1:
+        a = np.asanyarray(nib.as_closest_canonical(nib.Nifti1Image(a, img.affine)).dataobj)
     n = a.shape[2]
     project = frame if frame in ("max", "mean", "min") else None
     if n > 1 and not frame:

@@ -243,6 +243,12 @@ func readHeader(src io.Reader) (Header, int64, error) {
 		h.stored[2] = int(dims[3])
 	}
 	h.axes = g.canonical()
+	if h.stored[2] == 1 {
+		// One slice (a 2-D image, a single plane of a scan): read as
+		// stored, its plane kept whatever the world axes it lies along —
+		// reoriented, a coronal image would become a stack of 1-pixel rows.
+		h.axes = [3]axis{{0, false}, {1, false}, {2, false}}
+	}
 	h.Width, h.Height, h.Slices = h.stored[h.axes[0].stored], h.stored[h.axes[1].stored], h.stored[h.axes[2].stored]
 	if v := h.Voxels(); v > MaxVoxels || int64(h.Width)*int64(h.Height) > MaxVoxels {
 		return Header{}, 0, fmt.Errorf("an image of %d×%d×%d voxels, over the limit of 2^31", h.Width, h.Height, h.Slices)

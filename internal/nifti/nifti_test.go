@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -291,5 +292,31 @@ func TestSegments(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOneSlice: an image of one slice whose plane is coronal (its rows
+// along S) is read as stored, not reoriented into a stack of rows.
+func TestOneSlice(t *testing.T) {
+	b, err := os.ReadFile("testdata/u16_2d.nii")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := bytes.Clone(b)
+	// sform_code 1, srow: i along R, j along S, k along A.
+	binary.LittleEndian.PutUint16(c[254:], 1)
+	for i, v := range []float32{1, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 0} {
+		binary.LittleEndian.PutUint32(c[280+4*i:], math.Float32bits(v))
+	}
+	v, err := Decode(bytes.NewReader(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Width != 7 || v.Height != 5 || v.Slices != 1 {
+		t.Errorf("a coronal 2-D image read as %d×%d×%d, want 7×5×1 as stored", v.Width, v.Height, v.Slices)
+	}
+	orig, _ := Decode(bytes.NewReader(b))
+	if !slices.Equal(v.Slice(0, nil), orig.Slice(0, nil)) {
+		t.Errorf("its values moved")
 	}
 }

@@ -13,7 +13,8 @@ import "math"
 // where qform_code is, else Analyze's (x flipped), as nibabel takes it.
 // Every file's slices are then planes of one kind (axial, for a volume
 // of axial-ish orientation: slice k is a plane of constant S) whatever
-// order its converter stored the voxels in.
+// order its converter stored the voxels in. An image of one slice (2-D)
+// is read as stored.
 
 // axis maps a canonical axis to a stored one: which, and whether it runs
 // the other way.

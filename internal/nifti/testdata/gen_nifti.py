@@ -4,7 +4,8 @@ writer Python pipelines use) and nibabel's own reading of each:
 
     NAME.nii[.gz]   the image
     NAME.f32        nibabel's get_fdata() as float32, reoriented by
-                    as_closest_canonical (RAS+), slice after slice (z),
+                    as_closest_canonical (RAS+; an image of one slice as
+                    stored), slice after slice (z),
                     row after row (y), column (x): the order Volume.Slice
                     gives (RGB images: the bytes, .rgb)
     cases.json      each file's canonical dimensions, datatype, scaling and
@@ -77,7 +78,8 @@ def write(name, arr, dtype, v2=False, big=False, gz=False, slope=None, inter=Non
         a = np.stack([a[f] for f in a.dtype.names[:3]], -1).reshape(shape[:3] + (3,))
     else:
         a = back.get_fdata().reshape(shape[:3])
-    a = np.asanyarray(nib.as_closest_canonical(nib.Nifti1Image(a, back.affine)).dataobj)
+    if shape[2] > 1:  # an image of one slice is read as stored
+        a = np.asanyarray(nib.as_closest_canonical(nib.Nifti1Image(a, back.affine)).dataobj)
     shape = a.shape[:3]
     if back.get_data_dtype().names:
         a.transpose(2, 1, 0, 3).astype(np.uint8).tofile(name + ".rgb")
