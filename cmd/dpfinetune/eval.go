@@ -277,7 +277,7 @@ func withFrameHint(err error) error {
 }
 
 func runEval(args []string, stdout io.Writer) error {
-	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--window ...] [--frame ...] [--input-shape C,H,W] [--json]")
+	fs := newFlagSet("eval", "--model M.onnx --data SPEC [--threshold T] [--group-by dir|user|file|study|series] [--operating-point RULE] [--roc F.csv] [--plot F.png] [--bootstrap N] [--batch N] [--norm ...] [--resize ...] [--window ...] [--frame ...] [--input-shape C,H,W] [--json]")
 	model := fs.String("model", "", "ONNX model file (required)")
 	spec := fs.String("data", "", "dataset: idx:DIR, cifar10:DIR, cifar100:DIR, folder:DIR, npy:FILE.npz|DIR or csv:FILE.csv (an image path and a label a row), with :train/:test and :limit=N (default split: test; a csv listing without :holdout is read whole; a :holdout split is train's only with train's options, a folder's :users=REGEX included, which holds out whole users)")
 	batch := fs.Int("batch", 256, "samples per forward pass")
