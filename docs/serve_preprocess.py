@@ -194,6 +194,46 @@ def dicom_images(path, window, frame=""):
     return [image(k) for k in ks]
 
 
+def own_range(m):
+    """m's values mapped to [0, 1] by their own range (0 where m is one
+    value), NaNs left out of the range."""
+    lo, hi = np.nanmin(m), np.nanmax(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)
+
+
+def linear_window(v, window):
+    """v (float64) through dpfinetune's windows (C,W or three, separated by
+    '/'), each as a LINEAR VOI LUT Function (PS3.3 C.11.2.1.2.1), to [0, 1]."""
+    ys = []
+    for cw in window.split("/"):
+        c, w = map(float, cw.split(","))
+        c, w = c - 0.5, w - 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = (v - c) / w + 0.5
+        ys.append(np.where(v <= c - w / 2, 0.0, np.where(v > c + w / 2, 1.0, y)))
+    return ys
+
+
+def eight_bits(ys):
+    """[0, 1] channels to an 8-bit PIL image (one channel gray, three RGB),
+    rounded half up as Go's math.Round rounds these non-negative values."""
+    out = [np.floor(np.clip(np.nan_to_num(y), 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
+    return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+
+
+def gray16_image(im, window):
+    """A 16-bit grayscale photo (PNG, TIFF; PIL's mode I;16 or I) as
+    dpfinetune reads it: through the recorded window(s) in its own values,
+    or its own range (window "range"), else its high bytes."""
+    v = np.asarray(im).astype(np.float64)
+    if window == "range":
+        return eight_bits([own_range(v)])
+    if window:
+        return eight_bits(linear_window(v, window))
+    return Image.fromarray((np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8), "L")
+
+
 def gray_image(ds, m, window, k=0):
     """A grayscale image's Modality LUT output m (float64) to 8 bits as
     dpfinetune maps it: through window (dpfinetune.window's value: one
@@ -218,7 +258,9 @@ def gray_image(ds, m, window, k=0):
             y = (m - c) / w + 0.5
         return np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))
 
-    if window:
+    if window == "range":  # each image through its own range, the file's VOI ignored
+        ys = [own_range(m)]
+    elif window:
         ys = [windowed(*map(float, cw.split(","))) for cw in window.split("/")]
     elif "VOILUTSequence" in ds:
         ys = [apply_voi_lut(m, ds) / (2 ** ds.VOILUTSequence[0].LUTDescriptor[2] - 1)]
@@ -227,13 +269,10 @@ def gray_image(ds, m, window, k=0):
     elif ds.get("WindowCenter") is not None and ds.get("WindowWidth") is not None:
         ys = [windowed(first(ds.WindowCenter), first(ds.WindowWidth))]
     else:
-        lo, hi = m.min(), m.max()
-        ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
+        ys = [own_range(m)]
     if ds.PhotometricInterpretation == "MONOCHROME1":
         ys = [1 - y for y in ys]
-    # Rounded half up, as Go's math.Round rounds these non-negative values.
-    out = [np.floor(np.clip(y, 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
-    return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+    return eight_bits(ys)
 
 
 def is_nifti(path):
@@ -289,7 +328,7 @@ def nifti_images(path, window, frame=""):
     if rgb:
         return [Image.fromarray(np.ascontiguousarray(np.rot90(a[:, :, k])), "RGB") for k in ks]
     cal_lo, cal_hi = float(img.header["cal_min"]), float(img.header["cal_max"])
-    if window:
+    if window:  # C,W windows, or each image's own range
         lo = hi = None
     elif cal_hi > cal_lo:
         lo, hi = cal_lo, cal_hi
@@ -301,24 +340,14 @@ def nifti_images(path, window, frame=""):
     def image(m):  # m: a slice's (or projection's) values, (i, j)
         m = np.rot90(m)
         nan = np.isnan(m)
-
-        def level(y):
-            return np.where(nan, 0.0, y)
-
-        if window:
-            ys = []
-            for cw in window.split("/"):
-                c, w = map(float, cw.split(","))
-                c, w = c - 0.5, w - 1  # PS3.3 C.11.2.1.2.1, as dpfinetune's DICOM windows
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    y = (m - c) / w + 0.5
-                ys.append(level(np.where(m <= c - w / 2, 0.0, np.where(m > c + w / 2, 1.0, y))))
+        if window == "range":
+            ys = [own_range(m)]
+        elif window:
+            ys = linear_window(m, window)
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
-                ys = [level((m - lo) / (hi - lo) if hi > lo else np.zeros_like(m))]
-        # Rounded half up, as Go's math.Round rounds these non-negative values.
-        out = [np.floor(np.clip(np.nan_to_num(y), 0, 1) * 255 + 0.5).astype(np.uint8) for y in ys]
-        return Image.fromarray(out[0], "L") if len(out) == 1 else Image.fromarray(np.stack(out, -1), "RGB")
+                ys = [(m - lo) / (hi - lo) if hi > lo else np.zeros_like(m)]
+        return eight_bits([np.where(nan, 0.0, y) for y in ys])
 
     if project:
         with warnings.catch_warnings():
@@ -370,7 +399,10 @@ def open_images(path, model):
         head = f.read(132)
     if head[128:132] == b"DICM":
         return dicom_images(path, meta.get("dpfinetune.window", ""), meta.get("dpfinetune.frame", ""))
-    return [Image.open(path)]
+    im = Image.open(path)
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        return [gray16_image(im, meta.get("dpfinetune.window", ""))]
+    return [im]
 
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".pbm", ".pnm", ".dcm", ".dicom", ".ima", ".nii")

@@ -1073,6 +1073,11 @@ func Run(cfg Config) (*Report, error) {
 			logf("  left out:  %s\n", note)
 		}
 	}
+	if d, ok := cfg.Train.(interface{ Narrow16() (int, string) }); ok {
+		if note := data.Narrow16Note(d.Narrow16()); note != "" {
+			logf("  images:    %s\n", note)
+		}
+	}
 	if d, ok := cfg.Train.(interface {
 		PixelsOnDisk() (int64, string)
 		PixelsKept() (string, bool)

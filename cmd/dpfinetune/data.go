@@ -65,6 +65,11 @@ type dataReport struct {
 	// LeftOut are the files the load left out: DICOM objects without an
 	// image (data.Images.LeftOut).
 	LeftOut []string `json:"left_out,omitempty"`
+	// Narrow16 counts the 16-bit photos read by their high bytes whose
+	// values are 12 bits or fewer (data.Images.Narrow16), Narrow16First
+	// names the first.
+	Narrow16      int    `json:"narrow16,omitempty"`
+	Narrow16First string `json:"narrow16_first,omitempty"`
 	// Fingerprint is the SHA-256 of the examples as loaded: what train
 	// records and --resume checks.
 	Fingerprint string `json:"fingerprint"`
@@ -342,6 +347,7 @@ func describeImages(rep *dataReport, im *data.Images) {
 	}
 	rep.Kept, rep.Reused = im.PixelsKept()
 	rep.LeftOut = im.LeftOut()
+	rep.Narrow16, rep.Narrow16First = im.Narrow16()
 	rep.Fingerprint = im.Fingerprint()
 }
 
@@ -387,6 +393,9 @@ func writeData(w io.Writer, rep *dataReport) {
 	}
 	if note := data.LeftOutNote(rep.LeftOut); note != "" {
 		fmt.Fprintf(w, "left out:  %s\n", note)
+	}
+	if note := data.Narrow16Note(rep.Narrow16, rep.Narrow16First); note != "" {
+		fmt.Fprintf(w, "note:      %s\n", note)
 	}
 	fmt.Fprintf(w, "SHA-256:   %s (the examples as loaded: what train records and --resume checks)\n", rep.Fingerprint)
 	if g := rep.Groups; g != nil {

@@ -65,7 +65,7 @@ func modelSample(g *graph.Graph, override string) ([]int64, error) {
 const resizeUsage = "how an image of another size becomes the model's input: stretch (each axis scaled to it), crop (the shorter side scaled to 8/7 of the input's, 256 for 224, then the centre taken: torchvision's Resize+CenterCrop, the aspect ratio kept) or crop=S (the shorter side to S); a shrinking axis is antialiased as torchvision does"
 
 // windowUsage is the --window flag's help.
-const windowUsage = "DICOM images: file (each file's own window or VOI LUT, else its own range), the VOI window C,W every grayscale DICOM image is read through instead (a centre and a width in the rescaled values: -600,1500 for a CT's lung window), or three, C,W/C,W/C,W, read as the channels of an RGB image (a head CT's brain, subdural and bone windows: 40,80/80,200/600,2800); other images are read as without it"
+const windowUsage = "grayscale DICOM and NIfTI images and 16-bit grayscale PNGs and TIFFs: file (a DICOM file's own window or VOI LUT, else its own range; a NIfTI file's display range, else its volume's; a 16-bit photo's high bytes), range (each image through its own range of values), the VOI window C,W every such image is read through instead (a centre and a width in the rescaled values: -600,1500 for a CT's lung window), or three, C,W/C,W/C,W, read as the channels of an RGB image (a head CT's brain, subdural and bone windows: 40,80/80,200/600,2800); other images are read as without it"
 
 // frameUsage is the --frame flag's help.
 const frameUsage = "multi-frame DICOM objects (a cine loop, an enhanced CT or MR volume, a tomosynthesis stack): the image each gives — a frame, first, middle (frame n/2+1 of n), last or a number from 1, or a projection of all its frames' rescaled values, max (a maximum intensity projection), mean or min, then windowed as a frame (frame 1's window) —, or all: every frame a sample, each file a user where the data name none (a file's frames are one person's; predict gives a file its frames' mean probabilities); without it such a file is refused (single-frame files are read as they are)"
@@ -235,8 +235,11 @@ const windowFile = "file"
 // channels and returns it as data.Fit.Window reads it ("" for the files'
 // own).
 func parseWindow(window string, channels int64) (string, error) {
-	if window == "" || window == windowFile {
+	switch window {
+	case "", windowFile:
 		return "", nil
+	case data.WindowRange:
+		return window, nil
 	}
 	ws, err := dicom.ParseWindows(window)
 	if err != nil {
@@ -248,11 +251,18 @@ func parseWindow(window string, channels int64) (string, error) {
 	return dicom.FormatWindows(ws), nil
 }
 
-// noteLeftOut says on stderr which files a load left out (data.LeftOutNote).
+// noteLeftOut says on stderr which files a load left out
+// (data.LeftOutNote), and which 16-bit photos it read by their high bytes
+// to 16 levels (data.Narrow16Note).
 func noteLeftOut(v any) {
 	if d, ok := v.(interface{ LeftOut() []string }); ok {
 		if note := data.LeftOutNote(d.LeftOut()); note != "" {
 			fmt.Fprintf(os.Stderr, "note: left out %s\n", note)
+		}
+	}
+	if d, ok := v.(interface{ Narrow16() (int, string) }); ok {
+		if note := data.Narrow16Note(d.Narrow16()); note != "" {
+			fmt.Fprintf(os.Stderr, "note: %s\n", note)
 		}
 	}
 }

@@ -3,6 +3,10 @@ package main
 import (
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
 	"math"
 	"os"
 	"os/exec"
@@ -360,5 +364,60 @@ func TestServePreprocess(t *testing.T) {
 				t.Errorf("class names %q", out)
 			}
 		})
+	}
+}
+
+// TestServePreprocess16: 16-bit grayscale PNGs of 12-bit values (as
+// PadChest and BIMCV ship their radiographs) train a gray model read by
+// their high bytes — train saying so — and through their own range
+// (--window range, recorded); predict --images and
+// docs/serve_preprocess.py read them alike (PIL alone would saturate
+// them).
+func TestServePreprocess16(t *testing.T) {
+	const py = "/usr/bin/python3"
+	served := exec.Command(py, "-c", "import torch, torchvision, onnx, PIL").Run() == nil
+	dir := t.TempDir()
+	var files []string
+	for c, class := range []string{"a", "b"} {
+		os.MkdirAll(filepath.Join(dir, class), 0o755)
+		for k := range 3 {
+			img := image.NewGray16(image.Rect(0, 0, 40+k, 36))
+			for y := range 36 {
+				for x := range 40 + k {
+					img.SetGray16(x, y, color.Gray16{Y: uint16((x*97 + y*31 + c*500 + k*7) % 4000)})
+				}
+			}
+			p := filepath.Join(dir, class, fmt.Sprintf("%d.png", k))
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := png.Encode(f, img); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			files = append(files, p)
+		}
+	}
+	for _, window := range []string{"", "range"} {
+		out := filepath.Join(t.TempDir(), "m.onnx")
+		args := []string{"train", "--model", "../../testdata/models/cnn.onnx", "--data", "folder:" + dir, "--test-data", "none",
+			"--epsilon", "8", "--epochs", "1", "--batch-size", "2", "--seed", "1", "--out", out}
+		if window != "" {
+			args = append(args, "--window", window)
+		}
+		o, e, code := run(t, args...)
+		if code != 0 {
+			t.Fatalf("train --window %q: exit %d: %s", window, code, e)
+		}
+		if noted := strings.Contains(o, "6 16-bit grayscale images hold values of 12 bits or fewer"); noted != (window == "") {
+			t.Errorf("train --window %q: the narrow images noted %v; log:\n%s", window, noted, o)
+		}
+		if got := metadata(t, out)["dpfinetune.window"]; got != window {
+			t.Errorf("recorded window %q, want %q", got, window)
+		}
+		if served {
+			servedLikePredict(t, py, out, filepath.Join(t.TempDir(), "served"), files, 1e-5)
+		}
 	}
 }

@@ -532,13 +532,14 @@ from serve_preprocess import dicom_image
 out, choices = sys.argv[1], json.loads(sys.argv[2])
 for i, p in enumerate(sys.argv[3:]):
     for j, c in enumerate(choices):
-        try:
-            im = dicom_image(p, "", c)
-        except Exception as e:
-            print(json.dumps({"file": i, "choice": j, "err": str(e)[:200]}))
-            continue
-        np.save(os.path.join(out, f"{i}_{j}.npy"), np.asarray(im))
-        print(json.dumps({"file": i, "choice": j, "mode": im.mode}))
+        for w, win in enumerate(["", "range"]):
+            try:
+                im = dicom_image(p, win, c)
+            except Exception as e:
+                print(json.dumps({"file": i, "choice": j, "window": w, "err": str(e)[:200]}))
+                continue
+            np.save(os.path.join(out, f"{i}_{j}_{w}.npy"), np.asarray(im))
+            print(json.dumps({"file": i, "choice": j, "window": w, "mode": im.mode}))
 `
 	cj, _ := json.Marshal(choices)
 	res, err := exec.Command(py, append([]string{"-c", script, want, string(cj)}, files...)...).Output()
@@ -548,8 +549,8 @@ for i, p in enumerate(sys.argv[3:]):
 	compared, refused := 0, 0
 	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
 		var r struct {
-			File, Choice int
-			Mode, Err    string
+			File, Choice, Window int
+			Mode, Err            string
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("%q: %v", line, err)
@@ -559,8 +560,9 @@ for i, p in enumerate(sys.argv[3:]):
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := decodeImage(path, dicom.Options{Frame: fr}, nil)
-		name := filepath.Base(path) + "@" + choice
+		// Window 1: each image through its own range (WindowRange).
+		d, err := decodeImage(path, dicom.Options{Frame: fr, OwnRange: r.Window == 1}, nil)
+		name := fmt.Sprintf("%s@%s window %d", filepath.Base(path), choice, r.Window)
 		if strings.Contains(r.Err, "handlers are available") {
 			continue // a codec pydicom lacks here (TestDecodeFrames holds these)
 		}
@@ -571,7 +573,7 @@ for i, p in enumerate(sys.argv[3:]):
 			refused++
 			continue
 		}
-		if sameAsServed(t, filepath.Join(want, fmt.Sprintf("%d_%d.npy", r.File, r.Choice)), r.Mode, d, name) {
+		if sameAsServed(t, filepath.Join(want, fmt.Sprintf("%d_%d_%d.npy", r.File, r.Choice, r.Window)), r.Mode, d, name) {
 			compared++
 		}
 	}

@@ -43,8 +43,11 @@ type Fit struct {
 	// Window, where not empty, is the VOI window (or three: an RGB image
 	// of three windows) every DICOM image is read through in place of its
 	// file's own, as dicom.ParseWindows reads it: "-600,1500" for a CT's
-	// lung window, "40,80/80,200/600,2800". Images of other formats, and
-	// colour DICOM images, are read as without it.
+	// lung window, "40,80/80,200/600,2800"; or WindowRange, each image
+	// through its own range of values. A NIfTI image's scaled values and a
+	// 16-bit grayscale PNG's or TIFF's values are read through it too
+	// (such a photo's high bytes without it); colour images and 8-bit
+	// photos are read as without it.
 	Window string
 	// Frame, where not empty, chooses the image of a multi-frame DICOM
 	// object (a cine loop, an enhanced CT or MR volume), as
@@ -70,12 +73,20 @@ type Fit struct {
 // (checked by check).
 func (f Fit) dicomOptions() dicom.Options {
 	var o dicom.Options
-	if f.Window != "" {
+	switch f.Window {
+	case "":
+	case WindowRange:
+		o.OwnRange = true
+	default:
 		o.Windows, _ = dicom.ParseWindows(f.Window)
 	}
 	o.Frame, _ = dicom.ParseFrame(f.Frame)
 	return o
 }
+
+// WindowRange is Fit.Window's value for each grayscale image read
+// through its own range of values (its minimum black, its maximum white).
+const WindowRange = "range"
 
 // wholeShort is the shorter side a Whole fit resizes images to.
 func (f Fit) wholeShort() int { return f.Resize.short(f.Height, f.Width) }
@@ -103,7 +114,7 @@ func (f Fit) size(h, w int) (int, int) {
 
 // check reports a Fit no view could use.
 func (f Fit) check() error {
-	if f.Window != "" {
+	if f.Window != "" && f.Window != WindowRange {
 		if _, err := dicom.ParseWindows(f.Window); err != nil {
 			return fmt.Errorf("data: fit: %w", err)
 		}

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/dpfinetune/dpfinetune/internal/dicom"
@@ -528,8 +529,17 @@ func decodeFiles(scheme string, paths []string, labels []int64, classes []string
 		return nil
 	}
 	// finish fits sample i's image as it is kept.
+	var narrowMu sync.Mutex
 	finish := func(i int, d decoded, err error) {
 		decodedImages.Add(1)
+		if d.narrow {
+			narrowMu.Lock()
+			if m.narrow16 == 0 || paths[i] < m.narrow16First {
+				m.narrow16First = paths[i]
+			}
+			m.narrow16++
+			narrowMu.Unlock()
+		}
 		if err == nil && fit.Gray && !d.gray {
 			d.pix, d.gray = pilGray(d.pix), true
 		}
@@ -746,9 +756,13 @@ func classDirs(dir string) ([]string, error) {
 // decoded is one decoded image: gray (1 channel) or RGB (3 channels,
 // channel-major).
 type decoded struct {
-	gray bool
-	h, w int
-	pix  []uint8
+	// narrow says the image is a 16-bit photo read by its high bytes
+	// whose values all lie below 4096: 12 bits or fewer, 16 levels
+	// (gray16).
+	narrow bool
+	gray   bool
+	h, w   int
+	pix    []uint8
 	// off and n place the pixels in a load's pixel file instead of pix
 	// (pixelsOnDisk).
 	off int64
@@ -901,6 +915,9 @@ func decodeImageFrom(f io.ReadSeeker, path string, dcm dicom.Options, admit admi
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
+	if g, ok := img.(*image.Gray16); ok && kind != "dicom" {
+		return gray16(g, dcm, path)
+	}
 	return toDecoded(img, format, path)
 }
 
@@ -968,15 +985,6 @@ func toDecoded(img image.Image, format, path string) (decoded, error) {
 		for y := range h {
 			o := im.PixOffset(b.Min.X, b.Min.Y+y)
 			copy(pix[y*w:(y+1)*w], im.Pix[o:o+w])
-		}
-		return decoded{gray: true, h: h, w: w, pix: pix}, nil
-	case *image.Gray16:
-		pix := make([]uint8, plane)
-		for y := range h {
-			o := im.PixOffset(b.Min.X, b.Min.Y+y)
-			for x := range w {
-				pix[y*w+x] = im.Pix[o+2*x] // high byte
-			}
 		}
 		return decoded{gray: true, h: h, w: w, pix: pix}, nil
 	case *image.Paletted:
@@ -1070,4 +1078,54 @@ func unpremul(c, a uint8) uint8 {
 		return 0
 	}
 	return uint8((uint32(c)*0xff + uint32(a)/2) / uint32(a))
+}
+
+// gray16 is a 16-bit grayscale photo (PNG, TIFF: a CXR archive's, as
+// PadChest and BIMCV ship them) as decoded keeps it: through dcm's
+// windows, in its own values, as a DICOM image's Modality LUT output is
+// (three an RGB image), or through its own range (dcm.OwnRange), else its
+// high bytes — marked narrow where its values are 12 bits or fewer, which
+// leaves it 16 levels (the loader says so: Images.Narrow16).
+func gray16(g *image.Gray16, dcm dicom.Options, path string) (decoded, error) {
+	b := g.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if w <= 0 || h <= 0 {
+		return decoded{}, fmt.Errorf("%s: empty image (%d×%d)", path, w, h)
+	}
+	plane := w * h
+	vals := make([]uint16, plane)
+	hi := uint16(0)
+	lo := uint16(math.MaxUint16)
+	for y := range h {
+		o := g.PixOffset(b.Min.X, b.Min.Y+y)
+		for x := range w {
+			v := uint16(g.Pix[o+2*x])<<8 | uint16(g.Pix[o+2*x+1])
+			vals[y*w+x] = v
+			hi, lo = max(hi, v), min(lo, v)
+		}
+	}
+	eight := func(y float64) uint8 { return uint8(math.Round(min(max(y, 0), 1) * 255)) }
+	switch {
+	case len(dcm.Windows) > 0:
+		pix := make([]uint8, len(dcm.Windows)*plane)
+		for c, win := range dcm.Windows {
+			for i, v := range vals {
+				pix[c*plane+i] = eight(win.Level(float64(v)))
+			}
+		}
+		return decoded{gray: len(dcm.Windows) == 1, h: h, w: w, pix: pix}, nil
+	case dcm.OwnRange:
+		pix := make([]uint8, plane)
+		if hi > lo {
+			for i, v := range vals {
+				pix[i] = eight(float64(v-lo) / float64(hi-lo))
+			}
+		}
+		return decoded{gray: true, h: h, w: w, pix: pix}, nil
+	}
+	pix := make([]uint8, plane)
+	for i, v := range vals {
+		pix[i] = uint8(v >> 8)
+	}
+	return decoded{gray: true, h: h, w: w, pix: pix, narrow: hi < 1<<12}, nil
 }

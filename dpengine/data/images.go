@@ -62,6 +62,11 @@ type Images struct {
 	sources     []fileStamp
 	sourcePaths []string // set by the loaders, stamped by Load
 	leftOut     []string // files that hold no image, left out (LeftOut)
+	// narrow16 counts the 16-bit photos read by their high bytes whose
+	// values are 12 bits or fewer (decoded.narrow), narrow16First the
+	// first of them by name: for the loaders' note (Narrow16Note).
+	narrow16      int
+	narrow16First string
 	// seriesNames are, with Fit.Series, the series each sample is of
 	// (seriesIn's names: a directory, or a series in one), which
 	// FileGroups groups by.

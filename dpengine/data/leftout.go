@@ -69,3 +69,29 @@ func (m *Images) leaveOut(out []int) {
 		}
 	}
 }
+
+// Narrow16 says how many of the images decoded were 16-bit photos (PNG,
+// TIFF) read by their high bytes whose values are all 12 bits or fewer —
+// 16 gray levels each —, and the first of them by name. A load whose
+// pixels were kept by an earlier one decodes none, and counts none.
+func (m *Images) Narrow16() (n int, first string) { return m.narrow16, m.narrow16First }
+
+// Narrow16 is the source dataset's Narrow16.
+func (v *View) Narrow16() (int, string) { return v.src.Narrow16() }
+
+// Narrow16 is the frames' Narrow16.
+func (v *ClipView) Narrow16() (int, string) { return v.frames.Narrow16() }
+
+// Narrow16Note says, for the logs, that n 16-bit photos (the first named)
+// read by their high bytes kept 16 levels of 12-bit values, and what reads
+// them whole; "" where n is 0.
+func Narrow16Note(n int, first string) string {
+	if n == 0 {
+		return ""
+	}
+	what := fmt.Sprintf("%d 16-bit grayscale images hold", n)
+	if n == 1 {
+		what = "1 16-bit grayscale image holds"
+	}
+	return fmt.Sprintf("%s values of 12 bits or fewer (the first %s): read by their high bytes, 16 gray levels each; --window range reads each through its own range, --window C,W through a window of its values", what, first)
+}

@@ -21,10 +21,10 @@ import (
 // (np.rot90 of the canonical array[:, :, k]: row 0 the front, the patient's
 // right on the right), its scaled values (scl_slope, scl_inter) mapped to
 // 8 bits through Fit.Window's windows where given, as a DICOM image's
-// Modality LUT output is, else through the file's display range (cal_min
-// to cal_max) where it gives one, else through the volume's range, the
-// same for every slice; a voxel that is NaN is black, and projections
-// leave NaNs out.
+// Modality LUT output is, or through its own range (WindowRange), else
+// through the file's display range (cal_min to cal_max) where it gives
+// one, else through the volume's range, the same for every slice; a voxel
+// that is NaN is black, and projections leave NaNs out.
 
 // isNIfTI reports whether path is named as a NIfTI image: .nii or .nii.gz,
 // in any case.
@@ -117,7 +117,7 @@ func decodeNIfTI(path string, dcm dicom.Options, admit admitFunc, want []int, ea
 	if err != nil {
 		return fmt.Errorf("%s: corrupt or unsupported image: %v", path, err)
 	}
-	m := newNIfTIMapper(vol, dcm.Windows)
+	m := newNIfTIMapper(vol, dcm)
 	if dcm.Frame.Projection() && want == nil {
 		d, err := toDecoded(m.gray(m.project(dcm.Frame.Kind)), "nifti", path)
 		if err != nil {
@@ -153,16 +153,17 @@ func decodeNIfTI(path string, dcm dicom.Options, admit admitFunc, want []int, ea
 
 // niftiMapper maps a volume's slices to 8-bit images.
 type niftiMapper struct {
-	vol     *nifti.Volume
-	windows []dicom.Window
-	lo, hi  float64 // the range mapped to [0, 1] without windows
-	buf     []float32
+	vol      *nifti.Volume
+	windows  []dicom.Window
+	ownRange bool    // each image through its own range (dicom.Options.OwnRange)
+	lo, hi   float64 // the range mapped to [0, 1] without windows
+	buf      []float32
 }
 
-func newNIfTIMapper(vol *nifti.Volume, windows []dicom.Window) *niftiMapper {
-	m := &niftiMapper{vol: vol, windows: windows}
+func newNIfTIMapper(vol *nifti.Volume, dcm dicom.Options) *niftiMapper {
+	m := &niftiMapper{vol: vol, windows: dcm.Windows, ownRange: dcm.OwnRange && len(dcm.Windows) == 0}
 	switch {
-	case vol.RGB() || len(windows) > 0:
+	case vol.RGB() || len(dcm.Windows) > 0 || m.ownRange:
 	case vol.CalMax > vol.CalMin:
 		m.lo, m.hi = vol.CalMin, vol.CalMax
 	default:
@@ -228,6 +229,14 @@ func (m *niftiMapper) level(v float64, w *dicom.Window) float64 {
 // to the viewers' orientation: one channel, or three for three windows.
 func (m *niftiMapper) gray(vals []float32) image.Image {
 	w, h := m.vol.Width, m.vol.Height
+	if m.ownRange {
+		m.lo, m.hi = math.Inf(1), math.Inf(-1)
+		for _, v := range vals {
+			if v == v {
+				m.lo, m.hi = min(m.lo, float64(v)), max(m.hi, float64(v))
+			}
+		}
+	}
 	eight := func(y float64) uint8 { return uint8(math.Round(min(max(y, 0), 1) * 255)) }
 	r := image.Rect(0, 0, w, h)
 	if len(m.windows) == 3 {

@@ -41,7 +41,7 @@ func TestNIfTILikeServing(t *testing.T) {
 	}
 	files := niftiFixtures(t)
 	choices := []string{"", "first", "middle", "last", "2", "max", "mean", "min"}
-	windows := []string{"", "40,400", "-100,50/0,1/100,3000"}
+	windows := []string{"", "40,400", "-100,50/0,1/100,3000", WindowRange}
 	want := t.TempDir()
 	script := `
 import json, os, sys, warnings
@@ -81,8 +81,8 @@ for i, p in enumerate(sys.argv[4:]):
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := dicom.Options{Frame: fr}
-		if windows[r.Window] != "" {
+		opts := dicom.Options{Frame: fr, OwnRange: windows[r.Window] == WindowRange}
+		if windows[r.Window] != "" && !opts.OwnRange {
 			if opts.Windows, err = dicom.ParseWindows(windows[r.Window]); err != nil {
 				t.Fatal(err)
 			}

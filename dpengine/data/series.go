@@ -251,7 +251,7 @@ func decodeProjection(name string, slicePaths []string, dcm dicom.Options, admit
 			return decoded{}, err
 		}
 	}
-	img, err := p.Image(dcm.Windows)
+	img, err := p.Image(dcm)
 	if err != nil {
 		return decoded{}, fmt.Errorf("%s: %v", name, err)
 	}

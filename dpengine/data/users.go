@@ -164,6 +164,7 @@ func (m *Images) derive() *Images {
 		spec: m.spec, classes: m.classes, labels: m.labels, channels: m.channels,
 		h: m.h, w: m.w, pix: m.pix, samples: m.samples, sizes: m.sizes,
 		fit: m.fit, sources: m.sources, sourcePaths: m.sourcePaths, seriesNames: m.seriesNames,
+		narrow16: m.narrow16, narrow16First: m.narrow16First,
 		users: m.users, userNames: m.userNames, multiLabel: m.multiLabel, uncertain: m.uncertain,
 		mapped: m.mapped,
 	}

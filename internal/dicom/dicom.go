@@ -145,6 +145,7 @@ type header struct {
 	rescale          bool
 	windows          []Window
 	voiFunction      string
+	ownRange         bool // Options.OwnRange
 	modalityLUT      *lut
 	voiLUT           *lut
 	palette          paletteLUTs // PALETTE COLOR's tables (palette.go)

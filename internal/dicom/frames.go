@@ -666,17 +666,19 @@ func (p *Projection) Add(src io.Reader) error {
 // Len is the number of images added.
 func (p *Projection) Len() int { return p.acc.n }
 
-// Image maps the projection to 8 bits: through windows where given (one,
-// or three for an RGB image), else the first image's VOI LUT or window,
-// else the projection's own range; MONOCHROME1 inverted.
-func (p *Projection) Image(windows []Window) (image.Image, error) {
+// Image maps the projection to 8 bits: through opts.Windows where given
+// (one, or three for an RGB image), else (unless opts.OwnRange) the first
+// image's VOI LUT or window, else the projection's own range;
+// MONOCHROME1 inverted. opts.Frame is not read.
+func (p *Projection) Image(opts Options) (image.Image, error) {
 	if p.first == nil {
 		return nil, wrap(errors.New("a projection of no images"))
 	}
-	if err := checkWindows(windows); err != nil {
+	if err := checkWindows(opts.Windows); err != nil {
 		return nil, wrap(err)
 	}
-	img, err := p.first.grayOf(len(p.acc.acc), p.acc.at, windows)
+	p.first.ownRange = opts.OwnRange
+	img, err := p.first.grayOf(len(p.acc.acc), p.acc.at, opts.Windows)
 	if err != nil {
 		return nil, wrap(err)
 	}

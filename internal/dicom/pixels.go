@@ -37,6 +37,11 @@ type Options struct {
 	// projection of the frames (a grayscale image's). Without one, a
 	// multi-frame object is an error (ErrMultiFrame).
 	Frame Frame
+	// OwnRange, where no Windows are given, maps each grayscale image
+	// (a frame, a projection) through its own range of values, its
+	// file's VOI LUT and windows ignored: one contrast for files whose
+	// windows were set for other purposes.
+	OwnRange bool
 }
 
 // ParseWindows parses windows written as C,W (a centre and a width in
@@ -122,6 +127,7 @@ func decode(src io.Reader, opts Options) (image.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.ownRange = opts.OwnRange
 	if h.frames > 1 && opts.Frame.Kind == FrameNone {
 		return nil, fmt.Errorf("%w (%d frames) and no frame chosen", ErrMultiFrame, h.frames)
 	}
@@ -193,6 +199,7 @@ func DecodeFrames(r io.Reader, opts Options, frames []int, each func(frame int, 
 	if err != nil {
 		return wrap(err)
 	}
+	h.ownRange = opts.OwnRange
 	if len(frames) > 0 && (frames[0] < 1 || frames[len(frames)-1] > h.frames) {
 		return wrap(fmt.Errorf("%w: frames %d to %d of an image of %d frame(s)", ErrNoFrame, frames[0], frames[len(frames)-1], h.frames))
 	}
@@ -696,13 +703,17 @@ func (h *header) modality(v float64) float64 {
 
 // vois are the VOI functions to [0, 1] of a grayscale image's channels:
 // one a window of the user's, else one: the file's VOI LUT, its window,
-// or the image's own range, which rangeOf gives.
+// or the image's own range, which rangeOf gives (the range alone where
+// the caller asked for it: Options.OwnRange).
 func (h *header) vois(windows []Window, rangeOf func() (lo, hi float64)) ([]func(float64) float64, error) {
 	fn := h.voiFunction
 	if fn == "" {
 		fn = "LINEAR"
 	}
-	if len(windows) > 0 {
+	switch {
+	case len(windows) == 0 && h.ownRange:
+		return []func(float64) float64{rangeVOI(rangeOf())}, nil
+	case len(windows) > 0:
 		vois := make([]func(float64) float64, len(windows))
 		for k, w := range windows {
 			var err error
@@ -711,8 +722,6 @@ func (h *header) vois(windows []Window, rangeOf func() (lo, hi float64)) ([]func
 			}
 		}
 		return vois, nil
-	}
-	switch {
 	case h.voiLUT != nil:
 		l := h.voiLUT
 		top := float64(int(1)<<l.bits - 1)
@@ -724,13 +733,18 @@ func (h *header) vois(windows []Window, rangeOf func() (lo, hi float64)) ([]func
 		}
 		return []func(float64) float64{voi}, nil
 	}
-	mn, mx := rangeOf()
-	return []func(float64) float64{func(x float64) float64 {
+	return []func(float64) float64{rangeVOI(rangeOf())}, nil
+}
+
+// rangeVOI maps [mn, mx], an image's own range, to [0, 1] (all to 0 where
+// the image is one value).
+func rangeVOI(mn, mx float64) func(float64) float64 {
+	return func(x float64) float64 {
 		if mx == mn {
 			return 0
 		}
 		return (x - mn) / (mx - mn)
-	}}, nil
+	}
 }
 
 // eight is a VOI output in [0, 1] as 8 bits: MONOCHROME1 (higher values

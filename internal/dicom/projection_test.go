@@ -69,7 +69,7 @@ func TestProjection(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := p.Image(windows)
+			got, err := p.Image(Options{Windows: windows})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,7 +85,7 @@ func TestProjection(t *testing.T) {
 				for k := range raw {
 					q.Add(bytes.NewReader(grayObject(3, 2, 0, k == 0, raw[k])))
 				}
-				img, _ := q.Image(nil)
+				img, _ := q.Image(Options{})
 				if n, _ := rgbOf(img); bytes.Equal(n, w) {
 					t.Errorf("the projection is the same without the slices' rescales: the test cannot see them")
 				}
@@ -116,14 +116,14 @@ func TestProjection(t *testing.T) {
 		t.Error("a projection of kind middle made")
 	}
 	p, _ := NewProjection(f)
-	if _, err := p.Image(nil); err == nil {
+	if _, err := p.Image(Options{}); err == nil {
 		t.Error("an image of no slices")
 	}
 	if err := p.Add(bytes.NewReader(part10("1.2.840.10008.1.2.1", elem(tagPatientID, "LO", []byte("P1"))))); !errors.Is(err, ErrNoImage) {
 		t.Errorf("an object without an image: %v, want ErrNoImage", err)
 	}
 	p.Add(bytes.NewReader(slices[0]))
-	if _, err := p.Image([]Window{{Center: 1, Width: 0}}); err == nil {
+	if _, err := p.Image(Options{Windows: []Window{{Center: 1, Width: 0}}}); err == nil {
 		t.Error("a window of width 0 taken")
 	}
 }
