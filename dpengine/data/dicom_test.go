@@ -522,61 +522,8 @@ func TestDICOMFramesLikeServing(t *testing.T) {
 		t.Fatalf("%d multi-frame files", len(files))
 	}
 	choices := []string{"", "first", "middle", "last", "2", "5", "max", "mean", "min"}
-	want := t.TempDir()
-	script := `
-import json, os, sys, warnings
-import numpy as np
-warnings.simplefilter("ignore")
-sys.path.insert(0, "../../docs")
-from serve_preprocess import dicom_image
-out, choices = sys.argv[1], json.loads(sys.argv[2])
-for i, p in enumerate(sys.argv[3:]):
-    for j, c in enumerate(choices):
-        for w, win in enumerate(["", "range"]):
-            try:
-                im = dicom_image(p, win, c)
-            except Exception as e:
-                print(json.dumps({"file": i, "choice": j, "window": w, "err": str(e)[:200]}))
-                continue
-            np.save(os.path.join(out, f"{i}_{j}_{w}.npy"), np.asarray(im))
-            print(json.dumps({"file": i, "choice": j, "window": w, "mode": im.mode}))
-`
-	cj, _ := json.Marshal(choices)
-	res, err := exec.Command(py, append([]string{"-c", script, want, string(cj)}, files...)...).Output()
-	if err != nil {
-		t.Fatalf("serve_preprocess: %v", err)
-	}
-	compared, refused := 0, 0
-	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
-		var r struct {
-			File, Choice, Window int
-			Mode, Err            string
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		path, choice := files[r.File], choices[r.Choice]
-		fr, err := dicom.ParseFrame(choice)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Window 1: each image through its own range (WindowRange).
-		d, err := decodeImage(path, dicom.Options{Frame: fr, OwnRange: r.Window == 1}, nil)
-		name := fmt.Sprintf("%s@%s window %d", filepath.Base(path), choice, r.Window)
-		if strings.Contains(r.Err, "handlers are available") {
-			continue // a codec pydicom lacks here (TestDecodeFrames holds these)
-		}
-		if r.Err != "" || err != nil {
-			if (r.Err != "") != (err != nil) {
-				t.Errorf("%s: serve_preprocess: %q; here: %v", name, r.Err, err)
-			}
-			refused++
-			continue
-		}
-		if sameAsServed(t, filepath.Join(want, fmt.Sprintf("%d_%d_%d.npy", r.File, r.Choice, r.Window)), r.Mode, d, name) {
-			compared++
-		}
-	}
+	// Window 1: each image through its own range (WindowRange).
+	compared, refused := likeServing(t, "dicom_image", files, choices, []string{"", WindowRange})
 	t.Logf("%d images compared, %d refused by both", compared, refused)
 	if compared < 60 || refused < 10 {
 		t.Errorf("%d images compared, %d refused: want at least 60 and 10", compared, refused)
@@ -932,4 +879,78 @@ func pythonImage(t *testing.T, path, mode string, d decoded, name string) (*npy.
 		return nil, 0, false
 	}
 	return a, ch, true
+}
+
+// likeServing decodes every file at every frame choice through every
+// window ("" the file's own) with docs/serve_preprocess.py's function
+// pyFunc (dicom_image or nifti_images: path, window, frame) and here
+// (decodeImage), and holds the two to the same bytes or an error on both
+// sides. It returns how many images it compared and how many both
+// refused.
+func likeServing(t *testing.T, pyFunc string, files, choices, windows []string) (compared, refused int) {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	want := t.TempDir()
+	script := `
+import json, os, sys, warnings
+import numpy as np
+warnings.simplefilter("ignore")
+sys.path.insert(0, "../../docs")
+import serve_preprocess
+f = getattr(serve_preprocess, sys.argv[1])
+out, choices, windows = sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+for i, p in enumerate(sys.argv[5:]):
+    for j, c in enumerate(choices):
+        for w, win in enumerate(windows):
+            try:
+                im = f(p, win, c)
+            except Exception as e:
+                print(json.dumps({"file": i, "choice": j, "window": w, "err": str(e)[:200]}))
+                continue
+            im = im[0] if isinstance(im, list) else im
+            np.save(os.path.join(out, f"{i}_{j}_{w}.npy"), np.asarray(im))
+            print(json.dumps({"file": i, "choice": j, "window": w, "mode": im.mode}))
+`
+	cj, _ := json.Marshal(choices)
+	wj, _ := json.Marshal(windows)
+	res, err := exec.Command(py, append([]string{"-c", script, pyFunc, want, string(cj), string(wj)}, files...)...).Output()
+	if err != nil {
+		t.Fatalf("serve_preprocess: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
+		var r struct {
+			File, Choice, Window int
+			Mode, Err            string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		path, choice, window := files[r.File], choices[r.Choice], windows[r.Window]
+		fr, err := dicom.ParseFrame(choice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := dicom.Options{Frame: fr, OwnRange: window == WindowRange}
+		if window != "" && !opts.OwnRange {
+			if opts.Windows, err = dicom.ParseWindows(window); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := decodeImage(path, opts, nil)
+		name := fmt.Sprintf("%s@%s window %q", filepath.Base(path), choice, window)
+		if strings.Contains(r.Err, "handlers are available") {
+			continue // a codec pydicom lacks here (TestDecodeFrames holds these)
+		}
+		if r.Err != "" || err != nil {
+			if (r.Err != "") != (err != nil) {
+				t.Errorf("%s: serve_preprocess: %q; here: %v", name, r.Err, err)
+			}
+			refused++
+			continue
+		}
+		if sameAsServed(t, filepath.Join(want, fmt.Sprintf("%d_%d_%d.npy", r.File, r.Choice, r.Window)), r.Mode, d, name) {
+			compared++
+		}
+	}
+	return compared, refused
 }

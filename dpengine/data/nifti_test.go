@@ -1,7 +1,6 @@
 package data
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,64 +41,7 @@ func TestNIfTILikeServing(t *testing.T) {
 	files := niftiFixtures(t)
 	choices := []string{"", "first", "middle", "last", "2", "max", "mean", "min"}
 	windows := []string{"", "40,400", "-100,50/0,1/100,3000", WindowRange}
-	want := t.TempDir()
-	script := `
-import json, os, sys, warnings
-import numpy as np
-warnings.simplefilter("ignore")
-sys.path.insert(0, "../../docs")
-from serve_preprocess import nifti_images
-out, choices, windows = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-for i, p in enumerate(sys.argv[4:]):
-    for j, c in enumerate(choices):
-        for w, win in enumerate(windows):
-            try:
-                ims = nifti_images(p, win, c)
-            except Exception as e:
-                print(json.dumps({"file": i, "choice": j, "window": w, "err": str(e)[:200]}))
-                continue
-            np.save(os.path.join(out, f"{i}_{j}_{w}.npy"), np.asarray(ims[0]))
-            print(json.dumps({"file": i, "choice": j, "window": w, "mode": ims[0].mode}))
-`
-	cj, _ := json.Marshal(choices)
-	wj, _ := json.Marshal(windows)
-	res, err := exec.Command(py, append([]string{"-c", script, want, string(cj), string(wj)}, files...)...).Output()
-	if err != nil {
-		t.Fatalf("serve_preprocess: %v", err)
-	}
-	compared, refused := 0, 0
-	for _, line := range strings.Split(strings.TrimSpace(string(res)), "\n") {
-		var r struct {
-			File, Choice, Window int
-			Mode, Err            string
-		}
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		path, choice := files[r.File], choices[r.Choice]
-		fr, err := dicom.ParseFrame(choice)
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts := dicom.Options{Frame: fr, OwnRange: windows[r.Window] == WindowRange}
-		if windows[r.Window] != "" && !opts.OwnRange {
-			if opts.Windows, err = dicom.ParseWindows(windows[r.Window]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		d, err := decodeImage(path, opts, nil)
-		name := fmt.Sprintf("%s@%s window %q", filepath.Base(path), choice, windows[r.Window])
-		if r.Err != "" || err != nil {
-			if (r.Err != "") != (err != nil) {
-				t.Errorf("%s: serve_preprocess: %q; here: %v", name, r.Err, err)
-			}
-			refused++
-			continue
-		}
-		if sameAsServed(t, filepath.Join(want, fmt.Sprintf("%d_%d_%d.npy", r.File, r.Choice, r.Window)), r.Mode, d, name) {
-			compared++
-		}
-	}
+	compared, refused := likeServing(t, "nifti_images", files, choices, windows)
 	if compared < 250 || refused < 40 {
 		t.Errorf("%d images compared, %d refused on both sides: want at least 250 and 40", compared, refused)
 	}
