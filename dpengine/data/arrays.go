@@ -91,6 +91,10 @@ func LoadArrays(spec Spec) (*Arrays, error) {
 	where := spec.Scheme + ": " + spec.Dir
 	split := spec.split()
 	xs, ys := arrayNamesX[split], arrayNamesY[split]
+	if split == Test && spec.Validation {
+		// The validation pairs first (x_val, val_images).
+		xs, ys = []string{"x_val", "val_images", "x_test", "test_images"}, []string{"y_val", "val_labels", "y_test", "test_labels"}
+	}
 	fi, err := os.Stat(spec.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", spec.Scheme, err)

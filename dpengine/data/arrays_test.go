@@ -485,7 +485,8 @@ func TestArraysFingerprint(t *testing.T) {
 
 // TestMedMNIST: MedMNIST's archives load as they ship — train_images and
 // train_labels ((N, 1) uint8), the test split test_images and test_labels
-// before val_images and val_labels, ChestMNIST's multi-hot labels, and a
+// before val_images and val_labels (which :val reads), ChestMNIST's
+// multi-hot labels, and a
 // 3-D set's (N, D, H, W) volumes fed to a (1, D, H, W) model — and a
 // pair is taken whole: x_val with test_labels is no split.
 func TestMedMNIST(t *testing.T) {
@@ -515,6 +516,14 @@ func TestMedMNIST(t *testing.T) {
 	}
 	if a, err = LoadArrays(Spec{Scheme: SchemeNPY, Dir: path, Split: Test}); err != nil || a.Len() != 3 || a.u8[0] != 3 {
 		t.Fatalf("test: %v, %v; want test_images", a, err)
+	}
+	// Asked for as validation: val_images, the test split left unseen.
+	vs, err := ParseSpec("npy:" + path + ":val")
+	if err != nil || !vs.Validation || vs.String() != "npy:"+path+":split=val" {
+		t.Fatalf("spec %+v (%q), %v", vs, vs.String(), err)
+	}
+	if a, err = LoadArrays(vs); err != nil || a.Len() != 2 || a.u8[0] != 2 {
+		t.Fatalf("val: %v, %v; want val_images", a, err)
 	}
 	// ChestMNIST: 14 findings a row.
 	hot := &npy.Array{DType: npy.Uint8, Shape: []int{2, 14}, U8: make([]uint8, 28)}

@@ -140,7 +140,11 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 	hasSplits := isDir(filepath.Join(root, "train"))
 	if hasSplits {
 		trainDir = filepath.Join(root, "train")
-		for _, name := range []string{"test", "val"} {
+		names := []string{"test", "val"}
+		if spec.Validation {
+			names = []string{"val", "test"}
+		}
+		for _, name := range names {
 			if p := filepath.Join(root, name); isDir(p) {
 				testDir = p
 				break

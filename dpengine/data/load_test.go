@@ -118,7 +118,7 @@ func TestParseSpec(t *testing.T) {
 		{"idx:d:classes=26", Spec{Scheme: "idx", Dir: "d", Classes: 26}},
 		{"cifar10:./cifar-10-batches-bin:limit=5000", Spec{Scheme: "cifar10", Dir: "./cifar-10-batches-bin", Limit: 5000}},
 		{"cifar100:c100:train", Spec{Scheme: "cifar100", Dir: "c100", Split: Train}},
-		{"folder:/data/flowers:split=val", Spec{Scheme: "folder", Dir: "/data/flowers", Split: Test}},
+		{"folder:/data/flowers:split=val", Spec{Scheme: "folder", Dir: "/data/flowers", Split: Test, Validation: true}},
 		{"folder:/a:b/c:limit=3", Spec{Scheme: "folder", Dir: "/a:b/c", Limit: 3}},
 		{"folder:/p:holdout=0.1:test", Spec{Scheme: "folder", Dir: "/p", Split: Test, Holdout: 0.1}},
 		{"npy:/data/clips.npz:classes=400:test", Spec{Scheme: "npy", Dir: "/data/clips.npz", Split: Test, Classes: 400}},
@@ -137,7 +137,7 @@ func TestParseSpec(t *testing.T) {
 			t.Errorf("ParseSpec(%q) = %+v, want %+v", tc.in, got, tc.want)
 		}
 		back, err := ParseSpec(got.String())
-		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Classes != got.Classes || back.Holdout != got.Holdout || back.Users != got.Users || back.DICOMUsers != got.DICOMUsers {
+		if err != nil || back.Dir != got.Dir || back.Limit != got.Limit || back.split() != got.split() || back.Validation != got.Validation || back.Classes != got.Classes || back.Holdout != got.Holdout || back.Users != got.Users || back.DICOMUsers != got.DICOMUsers {
 			t.Errorf("ParseSpec(%q).String() = %q does not read back: %+v, %v", tc.in, got.String(), back, err)
 		}
 	}
@@ -819,5 +819,30 @@ func TestFolderHoldout(t *testing.T) {
 	}
 	if len(after) != 3 || moved > 1 {
 		t.Errorf("after adding a file: held out %v, was %v", after, test["ten"])
+	}
+}
+
+// TestFolderValidation: a folder with both val/ and test/ reads test/ for
+// the test split and val/ where the split is asked for as validation
+// (:val, :split=validation); a folder with val/ alone reads it either way.
+func TestFolderValidation(t *testing.T) {
+	dir := t.TempDir()
+	writePNG(t, filepath.Join(dir, "train", "a", "1.png"), grayImage(2, 2, func(x, y int) uint8 { return 1 }))
+	writePNG(t, filepath.Join(dir, "train", "b", "1.png"), grayImage(2, 2, func(x, y int) uint8 { return 2 }))
+	writePNG(t, filepath.Join(dir, "val", "a", "v.png"), grayImage(2, 2, func(x, y int) uint8 { return 30 }))
+	writePNG(t, filepath.Join(dir, "test", "a", "t.png"), grayImage(2, 2, func(x, y int) uint8 { return 40 }))
+	for _, c := range []struct {
+		spec string
+		want uint8
+	}{{":test", 40}, {":split=test", 40}, {":val", 30}, {":split=validation", 30}, {":split=valid", 30}} {
+		if m := mustLoad(t, "folder:"+dir+c.spec); m.Len() != 1 || m.Pixels(0)[0] != c.want {
+			t.Errorf("%s: %d images, the first %d; want %d", c.spec, m.Len(), m.Pixels(0)[0], c.want)
+		}
+	}
+	os.RemoveAll(filepath.Join(dir, "test"))
+	for _, sp := range []string{":test", ":val"} {
+		if m := mustLoad(t, "folder:"+dir+sp); m.Pixels(0)[0] != 30 {
+			t.Errorf("%s without test/: %d, want val/'s", sp, m.Pixels(0)[0])
+		}
 	}
 }

@@ -122,6 +122,13 @@ type Spec struct {
 	Dir string
 	// Split is the part to load; empty means Train.
 	Split Split
+	// Validation says the held-out split was asked for as the validation
+	// one (val, valid, validation): where the data hold a validation
+	// split beside a test split — a folder's val/ beside test/, an
+	// archive's x_val or val_images beside x_test or test_images
+	// (MedMNIST's) — that one, so that a threshold or a temperature chosen
+	// on it leaves the test split unseen. Test splits are read otherwise.
+	Validation bool
 	// Limit keeps only the first Limit samples when positive. For
 	// folders and CSV listings the samples are ordered round-robin over
 	// the classes (the first file of every class, then the second, …), so
@@ -420,6 +427,7 @@ options:
 				return Spec{}, fmt.Errorf("data spec %q: %v", s, err)
 			}
 			spec.Split = sp
+			spec.Validation = sp == Test && !strings.EqualFold(strings.TrimSpace(val), "test")
 		case "limit":
 			n, err := strconv.Atoi(val)
 			if err != nil || n < 0 {
@@ -569,7 +577,11 @@ func (s Spec) String() string {
 	b.WriteByte(':')
 	b.WriteString(s.Dir)
 	b.WriteString(":split=")
-	b.WriteString(string(s.split()))
+	if s.split() == Test && s.Validation {
+		b.WriteString("val")
+	} else {
+		b.WriteString(string(s.split()))
+	}
 	if s.Limit > 0 {
 		fmt.Fprintf(&b, ":limit=%d", s.Limit)
 	}
