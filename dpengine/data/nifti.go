@@ -48,15 +48,15 @@ func niftiHeader(path string) (nifti.Header, error) {
 }
 
 // niftiFrames is a NIfTI image's slices, as fileFrames counts a DICOM
-// file's frames: held to maxFramesEach, and an uncompressed file's voxels
-// to its size.
+// file's frames: held to maxFramesEach (as decodeNIfTI holds every
+// volume), and an uncompressed file's voxels to its size.
 func niftiFrames(path string) (int, error) {
 	h, err := niftiHeader(path)
 	if err != nil {
 		return 0, err
 	}
 	if h.Slices > maxFramesEach {
-		return 0, fmt.Errorf("%s: %d slices, over the %d a file's slices may give as samples (choose a slice or a projection instead)", path, h.Slices, maxFramesEach)
+		return 0, fmt.Errorf("%s: a volume of %d slices, over the limit of %d", path, h.Slices, maxFramesEach)
 	}
 	if fi, err := os.Stat(path); err == nil && !strings.HasSuffix(strings.ToLower(path), ".gz") && h.Bytes() > fi.Size() {
 		return 0, fmt.Errorf("%s: %d×%d×%d voxels in a file of %d bytes", path, h.Width, h.Height, h.Slices, fi.Size())
