@@ -244,7 +244,7 @@ func TestEvalGroupedStudies(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--test-group-by", "exam"}, `--test-group-by "exam": want user, dir, file or study`},
+		{[]string{"--test-group-by", "exam"}, `--test-group-by "exam": want user, dir, file, study or series`},
 		{[]string{"--test-combine", "max"}, "it needs --test-group-by"},
 		{[]string{"--test-group-by", "dir", "--test-data", "none"}, "this run has none"},
 		{[]string{"--test-group-by", "user", "--test-data", "csv:" + filepath.Join(root, "nousers.csv")}, "--test-group-by user: csv:"},
@@ -305,7 +305,7 @@ func TestEvalGroupedStudies(t *testing.T) {
 		{[]string{"--data", fmnist, "--group-by", "dir"}, 2, "are not image files of their own"},
 		{[]string{"--data", fmnist, "--group-by", "user"}, 2, "names no users"},
 		{[]string{"--data", "csv:" + listing, "--combine", "max"}, 2, "it needs --group-by"},
-		{[]string{"--data", "csv:" + listing, "--group-by", "exam"}, 2, `--group-by "exam": want user, dir, file or study`},
+		{[]string{"--data", "csv:" + listing, "--group-by", "exam"}, 2, `--group-by "exam": want user, dir, file, study or series`},
 		{[]string{"--data", "csv:" + listing, "--group-by", "dir", "--combine", "median"}, 2, `--combine "median": want mean or max`},
 		{[]string{"--data", "csv:" + listing, "--bootstrap", "10"}, 2, "at least 100 resamples"},
 		{[]string{"--data", "csv:" + listing, "--bootstrap", "1000000"}, 2, "at most 100000"},
