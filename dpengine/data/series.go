@@ -33,6 +33,7 @@ import (
 // their order.
 type dirSeries struct {
 	name   string
+	uid    string // its Series Instance UID ("" where its slices name none)
 	slices []string
 }
 
@@ -127,7 +128,7 @@ func seriesIn(dir string) (series []dirSeries, leftOut []string, err error) {
 			}
 			return strings.Compare(a.path, b.path)
 		})
-		ds := dirSeries{name: name}
+		ds := dirSeries{name: name, uid: g.uid}
 		for _, s := range ss {
 			ds.slices = append(ds.slices, s.path)
 		}
@@ -181,6 +182,7 @@ func expandSeries(dirs []string, labels []int64, fit Fit) (out seriesSamples, er
 		return out, err
 	}
 	out.unit, out.name = map[string]string{}, map[string]string{}
+	seen := map[string]string{} // each series' name by its UID
 	for i, d := range dirs {
 		series, left, err := seriesIn(d)
 		out.leftOut = append(out.leftOut, left...)
@@ -189,6 +191,12 @@ func expandSeries(dirs []string, labels []int64, fit Fit) (out seriesSamples, er
 		}
 		out.expanded = out.expanded || len(series) > 1
 		for _, s := range series {
+			// A series in two directories (split over them, or exported
+			// twice) would be two examples of one, under two units.
+			if other, ok := seen[s.uid]; ok && s.uid != "" {
+				return out, fmt.Errorf("%s: its slices' series (Series Instance UID %s) is %s's too: a series split over directories, or exported twice, would be two examples of one; put its slices in one directory", s.name, s.uid, other)
+			}
+			seen[s.uid] = s.name
 			ss, n := s.slices, len(s.slices)
 			if f.Projection() {
 				if out.members == nil {

@@ -415,3 +415,23 @@ func TestSeriesGroups(t *testing.T) {
 		t.Errorf("a slice naming no series: %v", err)
 	}
 }
+
+// TestSeriesTwice: a series whose slices lie in two listed directories
+// (split over them, or exported twice) is refused, naming both.
+func TestSeriesTwice(t *testing.T) {
+	dir := t.TempDir()
+	axial := `1\0\0\0\1\0`
+	writeSeries(t, filepath.Join(dir, "a", "s1"), []string{"x1", "x2"}, [][]byte{
+		testSlice{uid: "1.2.7.1", number: "1", inst: 1, z: "0", orient: axial, mark: 1}.file(t),
+		testSlice{uid: "1.2.7.1", number: "1", inst: 2, z: "1", orient: axial, mark: 2}.file(t)})
+	writeSeries(t, filepath.Join(dir, "b", "s2"), []string{"y1"}, [][]byte{
+		testSlice{uid: "1.2.7.1", number: "1", inst: 3, z: "2", orient: axial, mark: 3}.file(t)})
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadFitted(spec, Fit{Series: true, Frame: "first"})
+	if err == nil || !strings.Contains(err.Error(), "Series Instance UID 1.2.7.1") || !strings.Contains(err.Error(), "s1") || !strings.Contains(err.Error(), "s2") {
+		t.Errorf("a series in two directories: %v", err)
+	}
+}
