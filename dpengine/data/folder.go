@@ -199,6 +199,13 @@ func loadFolder(spec Spec, fit Fit) (*Images, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(items) == 0 && fit.Series {
+			what := "no sub-directories"
+			if files, _ := classFiles(cdir, l, false); len(files) > 0 {
+				what = fmt.Sprintf("%d image file(s) of its own and no sub-directories", len(files))
+			}
+			return nil, fmt.Errorf("folder: %s: class directory holds %s: with --series each example is a sub-directory of a class directory, a series' slices (CLASS/SERIES/IMAGE), and several series in one sub-directory are split by their Series Instance UIDs", cdir, what)
+		}
 		if len(items) == 0 {
 			where := ""
 			if users != nil {

@@ -416,6 +416,21 @@ func TestSeriesGroups(t *testing.T) {
 	}
 }
 
+// TestSeriesFlat: with Series, a class directory of slices of its own (no
+// series sub-directories) is refused saying the layout series need.
+func TestSeriesFlat(t *testing.T) {
+	dir := t.TempDir()
+	writeSeries(t, filepath.Join(dir, "a"), []string{"x1"}, [][]byte{testSlice{inst: 1, mark: 1}.file(t)})
+	writeSeries(t, filepath.Join(dir, "b", "s"), []string{"y1"}, [][]byte{testSlice{inst: 1, mark: 2}.file(t)})
+	spec, err := ParseSpec("folder:" + dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadFitted(spec, Fit{Series: true, Frame: "first"}); err == nil || !strings.Contains(err.Error(), "1 image file(s) of its own and no sub-directories") || !strings.Contains(err.Error(), "CLASS/SERIES/IMAGE") {
+		t.Errorf("a flat class directory with series: %v", err)
+	}
+}
+
 // TestSeriesTwice: a series whose slices lie in two listed directories
 // (split over them, or exported twice) is refused, naming both.
 func TestSeriesTwice(t *testing.T) {
