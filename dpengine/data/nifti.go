@@ -103,8 +103,10 @@ func decodeNIfTI(path string, dcm dicom.Options, admit admitFunc, want []int, ea
 	// The stored voxels, and a slice's values or a projection's sums,
 	// counts and values (24 bytes a pixel).
 	decoder := h.Bytes() + 24*int64(h.Width)*int64(h.Height)
+	// Named with the volume's size: its slices are what decodes.
+	what := fmt.Sprintf("%s (a volume of %d×%d×%d voxels)", path, h.Width, h.Height, h.Slices)
 	if admit != nil {
-		if err := admit(path, h.Width, h.Height, decoder); err != nil {
+		if err := admit(what, h.Width, h.Height, decoder); err != nil {
 			return err
 		}
 	}
@@ -130,7 +132,7 @@ func decodeNIfTI(path string, dcm dicom.Options, admit admitFunc, want []int, ea
 			return fmt.Errorf("%s: %w: slice %d of a volume of %d", path, dicom.ErrNoFrame, k, h.Slices)
 		}
 		if i > 0 && admit != nil {
-			if err := admit(path, h.Width, h.Height, decoder); err != nil {
+			if err := admit(what, h.Width, h.Height, decoder); err != nil {
 				return err
 			}
 		}
