@@ -299,27 +299,16 @@ func TestDICOMLeftOut(t *testing.T) {
 // by their Study Instance UIDs, whatever directories hold them, and a
 // series' as one by their Series Instance UIDs.
 func TestDICOMStudies(t *testing.T) {
-	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := bytes.Index(b, []byte{0x28, 0x00, 0x02, 0x00, 'U', 'S'})
-	if at < 0 {
-		t.Fatal("no explicit little-endian Samples per Pixel element")
-	}
 	dir := t.TempDir()
 	for i, f := range []struct{ rel, study, series string }{
 		{"a/1.dcm", "1.2.9.1", "1.2.8.1"}, {"a/x/2.dcm", "1.2.9.1", "1.2.8.1"}, {"a/3.dcm", "1.2.9.3", "1.2.8.3"},
 		{"b/4.dcm", "1.2.9.4", "1.2.8.4"}, {"b/y/5.dcm", "1.2.9.4", "1.2.8.5"}, {"b/6.dcm", "1.2.9.6", "1.2.8.6"},
 	} {
-		// Study and Series Instance UIDs, 7 characters each, padded even.
-		el := append([]byte{0x20, 0x00, 0x0D, 0x00, 'U', 'I', 8, 0}, f.study+"\x00"...)
-		el = append(append(el, 0x20, 0x00, 0x0E, 0x00, 'U', 'I', 8, 0), f.series+"\x00"...)
 		p := filepath.Join(dir, filepath.FromSlash(f.rel))
 		os.MkdirAll(filepath.Dir(p), 0o755)
+		img := gray8With(t, dicomAttr{0x000D, "UI", f.study}, dicomAttr{0x000E, "UI", f.series})
 		// Each image its own pixels: a byte of the preamble changed keeps
 		// the file whole but its content distinct.
-		img := slices.Concat(b[:at], el, b[at:])
 		img[0] = byte(i)
 		if err := os.WriteFile(p, img, 0o644); err != nil {
 			t.Fatal(err)
@@ -423,6 +412,29 @@ func TestDICOMClips(t *testing.T) {
 // an axial Image Position of z, a pixel set from k (its own image).
 func seriesSlice(t *testing.T, k int, z float64, series ...string) []byte {
 	t.Helper()
+	var attrs []dicomAttr
+	if len(series) == 2 { // its Series Instance UID and Series Number
+		attrs = append(attrs, dicomAttr{0x000E, "UI", series[0]}, dicomAttr{0x0011, "IS", series[1]})
+	}
+	attrs = append(attrs, dicomAttr{0x0013, "IS", fmt.Sprint(k)}, dicomAttr{0x0032, "DS", fmt.Sprintf(`0\0\%g`, z)}, dicomAttr{0x0037, "DS", `1\0\0\0\1\0`})
+	out := gray8With(t, attrs...)
+	out[len(out)-600] = byte(40 + 7*k)
+	return out
+}
+
+// dicomAttr is an element of group 0020 (its element number, VR and
+// value) that gray8With writes.
+type dicomAttr struct {
+	elem uint16
+	vr   string
+	v    string
+}
+
+// gray8With is gray8.dcm with the given group-0020 elements (in tag order)
+// placed before its image module, each value padded to even length (UIDs
+// with a NUL, others with a space).
+func gray8With(t *testing.T, attrs ...dicomAttr) []byte {
+	t.Helper()
 	b, err := os.ReadFile("../../internal/dicom/testdata/files/gray8.dcm")
 	if err != nil {
 		t.Fatal(err)
@@ -432,27 +444,15 @@ func seriesSlice(t *testing.T, k int, z float64, series ...string) []byte {
 		t.Fatal("no explicit little-endian Samples per Pixel element")
 	}
 	var els []byte
-	type attr struct {
-		elem uint16
-		vr   string
-		v    string
-	}
-	var attrs []attr
-	if len(series) == 2 { // its Series Instance UID and Series Number
-		attrs = append(attrs, attr{0x000E, "UI", series[0]}, attr{0x0011, "IS", series[1]})
-	}
-	attrs = append(attrs, attr{0x0013, "IS", fmt.Sprint(k)}, attr{0x0032, "DS", fmt.Sprintf(`0\0\%g`, z)}, attr{0x0037, "DS", `1\0\0\0\1\0`})
 	for _, e := range attrs {
 		v := e.v
 		if len(v)%2 == 1 {
-			v += " "
+			v += map[bool]string{true: "\x00", false: " "}[e.vr == "UI"]
 		}
-		els = append(els, 0x20, 0x00, byte(e.elem), byte(e.elem>>8), e.vr[0], e.vr[1], byte(len(v)), 0)
+		els = append(els, 0x20, 0x00, byte(e.elem), byte(e.elem>>8), e.vr[0], e.vr[1], byte(len(v)), byte(len(v)>>8))
 		els = append(els, v...)
 	}
-	out := slices.Concat(b[:at], els, b[at:])
-	out[len(out)-600] = byte(40 + 7*k)
-	return out
+	return slices.Concat(b[:at], els, b[at:])
 }
 
 // TestDICOMSeries: folders of series — a CT's slices a file each — train
